@@ -125,6 +125,21 @@ class _NodeKind:
   def __repr__(self):
     return f"<pytree node kind {self.name}>"
 
+  def __reduce__(self):
+    # Kinds are singletons (structures compare them by identity): pickling and deep copies
+    # refer back to the registered one.
+    for name in ("_TUPLE", "_LIST", "_DICT", "_NONE", "_NAMEDTUPLE"):
+      if globals()[name] is self:
+        return name
+    return _registered_kind, (self.type,)
+
+
+def _registered_kind(nodetype):
+  kind = _registry.get(nodetype)
+  if kind is None:
+    raise ValueError(f"{nodetype!r} is not a registered pytree node type.")
+  return kind
+
 
 class _LeafMarker:
   __slots__ = ()
@@ -466,10 +481,6 @@ class PyTreeDef:
     if not isinstance(other, PyTreeDef):
       return NotImplemented
     return self is other or self._node == other._node
-
-  def __ne__(self, other):
-    eq = self.__eq__(other)
-    return eq if eq is NotImplemented else not eq
 
   def __hash__(self):
     h = self._hash
