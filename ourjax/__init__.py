@@ -1,0 +1,17 @@
+"""ourjax: a JAX-style functional tracing JIT.  Re-exports only; see DESIGN.md for the map."""
+from ourjax.config import config  # noqa: F401
+from ourjax import dtypes  # noqa: F401
+from ourjax import errors  # noqa: F401
+from ourjax import tree_util  # noqa: F401
+from ourjax import tree  # noqa: F401
+from ourjax.array import Array  # noqa: F401
+from ourjax import lax  # noqa: F401
+from ourjax import numpy  # noqa: F401
+from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, jacfwd,  # noqa
+                        jacrev, jacobian, hessian, make_jaxpr, eval_shape, ShapeDtypeStruct,
+                        device_put, device_get, block_until_ready, devices, default_backend,
+                        device_count, local_devices, disable_jit)
+from ourjax.lax import stop_gradient  # noqa: F401
+from ourjax.config import enable_x64  # noqa: F401
+
+__version__ = "0.1.0"

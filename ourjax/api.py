@@ -1,0 +1,754 @@
+"""The user-facing transformations: jit, grad, value_and_grad, vjp, jvp, linearize, vmap,
+jacfwd, jacrev, hessian, make_jaxpr, eval_shape, device_put, block_until_ready.
+
+Each flattens its arguments' pytrees, runs the flat transformation from ``interpreters/`` and
+rebuilds the output pytree."""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ourjax import core, dtypes, tree_util
+from ourjax.array import Array
+from ourjax.config import config
+from ourjax.core import ShapedArray, get_aval
+from ourjax.interpreters import ad, batching
+from ourjax.interpreters import partial_eval as pe
+from ourjax.interpreters.pjit import pjit_p
+from ourjax.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
+
+
+def _fun_name(f) -> str:
+  return getattr(f, "__name__", None) or type(f).__name__
+
+
+def flatten_fun(f: Callable, in_tree):
+  """``flat(*leaves) -> out leaves`` for ``f(*args, **kwargs)`` with (args, kwargs) = in_tree;
+  the output treedef is stored in the returned cell after a call."""
+  out_tree_cell = []
+
+  def flat(*leaves):
+    args, kwargs = tree_unflatten(in_tree, leaves)
+    out = f(*args, **kwargs)
+    out_leaves, out_tree = tree_flatten(out)
+    out_tree_cell.clear()
+    out_tree_cell.append(out_tree)
+    return out_leaves
+
+  flat.__name__ = _fun_name(f)
+  return flat, out_tree_cell
+
+
+def _check_arg(x, fname):
+  if not (isinstance(x, (core.Tracer, Array, np.ndarray, np.generic, bool, int, float, complex))
+          or hasattr(x, "__jax_array__")):
+    raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
+                    f"(in {fname}).")
+
+
+# ------------------------------------------------------------------------------------------------
+# make_jaxpr / eval_shape
+
+
+class ShapeDtypeStruct:
+  """A shape and dtype without data (what ``eval_shape`` returns; also usable as an input)."""
+  __slots__ = ("shape", "dtype", "weak_type", "sharding")
+
+  def __init__(self, shape, dtype, weak_type: bool = False, sharding=None):
+    self.shape = tuple(shape)
+    self.dtype = np.dtype(dtype)
+    self.weak_type = weak_type
+    self.sharding = sharding
+
+  ndim = property(lambda self: len(self.shape))
+  size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+  def __repr__(self):
+    w = ", weak_type=True" if self.weak_type else ""
+    return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{w})"
+
+  def __eq__(self, other):
+    return (isinstance(other, ShapeDtypeStruct) and self.shape == other.shape
+            and self.dtype == other.dtype and self.weak_type == other.weak_type)
+
+  def __hash__(self):
+    return hash((self.shape, self.dtype, self.weak_type))
+
+
+def _abstractify(x) -> ShapedArray:
+  if isinstance(x, ShapeDtypeStruct):
+    return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), x.weak_type)
+  return core.get_aval(x)
+
+
+def _split_static(f, args, kwargs, static_argnums, static_argnames, fname):
+  """Bind the static arguments into ``f``; returns (f_dyn, dyn_args, dyn_kwargs, static_key)."""
+  static_argnums = tuple(i % len(args) if i < 0 and len(args) else i for i in static_argnums)
+  static_args = tuple((i, args[i]) for i in static_argnums if i < len(args))
+  static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if k in static_argnames))
+  for _, v in static_args + static_kw:
+    try:
+      hash(v)
+    except TypeError:
+      raise ValueError(f"Non-hashable static arguments are not supported. An error occurred "
+                       f"while trying to hash an object of type {type(v)}, {v!r}. The error "
+                       f"was:\nTypeError: unhashable type: '{type(v).__name__}'\n") from None
+  if not static_args and not static_kw:
+    return f, args, kwargs, ()
+  dyn_args = tuple(a for i, a in enumerate(args) if i not in static_argnums)
+  dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+  sa, sk = dict(static_args), dict(static_kw)
+
+  def f_dyn(*dargs, **dkwargs):
+    it = iter(dargs)
+    full = [sa[i] if i in sa else next(it) for i in range(len(dargs) + len(sa))]
+    return f(*full, **dkwargs, **sk)
+
+  functools.update_wrapper(f_dyn, f)
+  return f_dyn, dyn_args, dyn_kwargs, (static_args, static_kw)
+
+
+def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bool = False,
+               abstracted_axes=None):
+  """``make_jaxpr(f)(*args)`` returns the ClosedJaxpr of f at the args' shapes and dtypes."""
+  static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
+  @functools.wraps(fun)
+  def make(*args, **kwargs):
+    f, dargs, dkwargs, _ = _split_static(fun, args, kwargs, static_argnums, (), "make_jaxpr")
+    leaves, in_tree = tree_flatten((dargs, dkwargs))
+    flat, out_tree = flatten_fun(f, in_tree)
+    closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
+    if return_shape:
+      shapes = [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
+      return closed, tree_unflatten(out_tree[0], shapes)
+    return closed
+  return make
+
+
+def eval_shape(fun: Callable, *args, **kwargs):
+  leaves, in_tree = tree_flatten((args, kwargs))
+  flat, out_tree = flatten_fun(fun, in_tree)
+  closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
+  return tree_unflatten(out_tree[0], [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type)
+                                      for a in closed.out_avals])
+
+
+# ------------------------------------------------------------------------------------------------
+# jit
+
+
+class _CacheEntry:
+  __slots__ = ("closed", "out_tree", "executable")
+
+  def __init__(self, closed, out_tree):
+    self.closed, self.out_tree, self.executable = closed, out_tree, None
+
+
+class JitWrapped:
+  """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs."""
+
+  def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(),
+               keep_unused=False, backend=None, inline=False):
+    self.fun = fun
+    if isinstance(static_argnums, int):
+      static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+      static_argnames = (static_argnames,)
+    try:
+      sig = inspect.signature(fun)
+      params = list(sig.parameters.values())
+    except (TypeError, ValueError):
+      params = []
+    static_argnums, static_argnames = tuple(static_argnums), tuple(static_argnames)
+    # JAX infers each from the other through the signature
+    for i in static_argnums:
+      if 0 <= i < len(params) and params[i].kind in (params[i].POSITIONAL_OR_KEYWORD,):
+        if params[i].name not in static_argnames:
+          static_argnames += (params[i].name,)
+    for name in static_argnames:
+      for i, p in enumerate(params):
+        if p.name == name and p.kind == p.POSITIONAL_OR_KEYWORD and i not in static_argnums:
+          static_argnums += (i,)
+    self.static_argnums, self.static_argnames = static_argnums, static_argnames
+    self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else \
+        tuple(donate_argnums)
+    self.keep_unused = keep_unused
+    self.backend = backend
+    self._cache: dict = {}
+    functools.update_wrapper(self, fun)
+
+  def __get__(self, obj, objtype=None):
+    if obj is None:
+      return self
+    return functools.partial(self, obj)
+
+  def _signature(self, args, kwargs):
+    f, dargs, dkwargs, static_key = _split_static(self.fun, args, kwargs, self.static_argnums,
+                                                  self.static_argnames, "jit")
+    leaves, in_tree = tree_flatten((dargs, dkwargs))
+    for x in leaves:
+      _check_arg(x, f"jit({_fun_name(self.fun)})")
+    avals = tuple(_abstractify(x) for x in leaves)
+    key = (in_tree, avals, static_key, self.backend, config.x64_enabled)
+    return f, leaves, in_tree, avals, key
+
+  def _trace(self, f, in_tree, avals, key):
+    entry = self._cache.get(key)
+    if entry is None:
+      flat, out_tree = flatten_fun(f, in_tree)
+      closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
+      entry = _CacheEntry(closed, out_tree[0])
+      self._cache[key] = entry
+      if config.jax_log_compiles:
+        import logging
+        logging.getLogger("ourjax").warning("Compiling %s for args %s", _fun_name(self.fun),
+                                            [a.str_short() for a in avals])
+    return entry
+
+  def __call__(self, *args, **kwargs):
+    if config.jax_disable_jit:
+      return self.fun(*args, **kwargs)
+    f, leaves, in_tree, avals, key = self._signature(args, kwargs)
+    entry = self._trace(f, in_tree, avals, key)
+    outs = pjit_p.bind(*leaves, jaxpr=entry.closed, name=_fun_name(self.fun),
+                       backend=self.backend)
+    return tree_unflatten(entry.out_tree, outs)
+
+  def trace(self, *args, **kwargs):
+    f, leaves, in_tree, avals, key = self._signature(args, kwargs)
+    return self._trace(f, in_tree, avals, key)
+
+  def eval_shape(self, *args, **kwargs):
+    entry = self.trace(*args, **kwargs)
+    return tree_unflatten(entry.out_tree, [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type)
+                                           for a in entry.closed.out_avals])
+
+  def clear_cache(self):
+    self._cache.clear()
+
+  def __repr__(self):
+    return f"<jitted function {_fun_name(self.fun)}>"
+
+
+def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
+        donate_argnums=(), donate_argnames=(), keep_unused: bool = False, device=None,
+        backend: str | None = None, inline: bool = False, abstracted_axes=None,
+        in_shardings=None, out_shardings=None):
+  """Compile ``fun``: trace it once per argument signature and run it as one executable.
+  Usable as ``@jit`` or ``@jit(static_argnames=...)``."""
+  def wrap(f):
+    if not callable(f):
+      raise TypeError(f"Expected a callable value, got {f!r}")
+    return JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
+                      inline)
+  return wrap if fun is None else wrap(fun)
+
+
+# ------------------------------------------------------------------------------------------------
+# Forward and reverse mode
+
+
+def _dtype_name(a):
+  return np.dtype(a.dtype).name
+
+
+def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
+  """(fun(*primals), the directional derivative along tangents)."""
+  if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+    raise TypeError("primal and tangent arguments to jax.jvp must be tuples or lists; found "
+                    f"{type(primals).__name__} and {type(tangents).__name__}.")
+  p_leaves, p_tree = tree_flatten(tuple(primals))
+  t_leaves, t_tree = tree_flatten(tuple(tangents))
+  if p_tree != t_tree:
+    raise TypeError(f"primal and tangent arguments to jax.jvp must have the same tree "
+                    f"structure; primals have tree structure {p_tree} whereas tangents have "
+                    f"tree structure {t_tree}.")
+  tans = []
+  for p, t in zip(p_leaves, t_leaves):
+    pa, ta = get_aval(p), get_aval(t)
+    expected = ad.tangent_dtype(pa.dtype)
+    if ta.dtype != expected:
+      raise TypeError(f"primal and tangent arguments to jax.jvp do not match; dtypes must be "
+                      f"equal, or in case of int/bool primal dtype the tangent dtype must be "
+                      f"float0. Got primal dtype {_dtype_name(pa)} and so expected tangent "
+                      f"dtype {expected.name}, but got tangent dtype {_dtype_name(ta)} instead.")
+    if pa.shape != ta.shape:
+      raise ValueError(f"jvp called with different primal and tangent shapes;Got primal shape "
+                       f"{pa.shape} and tangent shape as {ta.shape}")
+    tans.append(ad.Zero(ad.tangent_aval(pa)) if expected == dtypes.float0 else t)
+  flat, out_tree = _flatten_positional(fun, p_tree)
+  primals_out, tangents_out = ad.jvp_flat(flat, p_leaves, tans)
+  tangents_out = [_float0_zeros(p) if get_aval(t).dtype == dtypes.float0 or
+                  ad.tangent_dtype(get_aval(p).dtype) == dtypes.float0 else t
+                  for p, t in zip(primals_out, tangents_out)]
+  tree = out_tree[0]
+  if has_aux:
+    (out, aux), (tout, _) = (tree_unflatten(tree, primals_out),
+                             tree_unflatten(tree, tangents_out))
+    return out, tout, aux
+  return tree_unflatten(tree, primals_out), tree_unflatten(tree, tangents_out)
+
+
+def _flatten_positional(fun, in_tree):
+  """flat(*leaves) for fun(*args) where args = unflatten(in_tree) is a tuple."""
+  cell = []
+
+  def flat(*leaves):
+    args = tree_unflatten(in_tree, leaves)
+    out = fun(*args)
+    out_leaves, t = tree_flatten(out)
+    cell.clear()
+    cell.append(t)
+    return out_leaves
+
+  flat.__name__ = _fun_name(fun)
+  return flat, cell
+
+
+def _float0_zeros(x):
+  return np.zeros(get_aval(x).shape, dtypes.float0)
+
+
+def linearize(fun: Callable, *primals, has_aux: bool = False):
+  p_leaves, p_tree = tree_flatten(primals)
+  flat, out_tree = _flatten_positional(fun, p_tree)
+  primals_out, jaxpr, consts, tangent_pvals = ad.linearize_flat(flat, p_leaves)
+  tree = out_tree[0]
+  in_avals = [get_aval(p) for p in p_leaves]
+
+  def f_jvp(*tangents):
+    t_leaves, t_tree = tree_flatten(tangents)
+    if t_tree != p_tree:
+      raise TypeError(f"linearized function called on tangents with tree structure {t_tree}, "
+                      f"expected {p_tree}")
+    for t, a in zip(t_leaves, in_avals):
+      if get_aval(t).shape != a.shape:
+        raise ValueError(f"linearized function called on tangent of shape "
+                         f"{get_aval(t).shape}, expected {a.shape}")
+    outs = core.eval_jaxpr(jaxpr, consts, *t_leaves)
+    outs = iter(outs)
+    res = [next(outs) if not p.is_known else p.const for p in tangent_pvals]
+    return tree_unflatten(tree, res)
+
+  if has_aux:
+    out, aux = tree_unflatten(tree, primals_out)
+    return out, f_jvp, aux
+  return tree_unflatten(tree, primals_out), f_jvp
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
+  """(fun(*primals), vjp_fn) where ``vjp_fn(cotangent)`` returns one cotangent per primal."""
+  p_leaves, p_tree = tree_flatten(primals)
+  for x in p_leaves:
+    _check_arg(x, "vjp")
+  flat, out_tree = _flatten_positional(fun, p_tree)
+  if has_aux:
+    aux_cell = []
+
+    def flat_aux(*leaves):
+      outs = flat(*leaves)
+      (main, aux) = tree_unflatten(out_tree[0], outs)
+      m_leaves, m_tree = tree_flatten(main)
+      aux_cell.append((aux, m_tree))
+      return m_leaves
+    primals_out, f_vjp_flat = ad.vjp_flat(flat_aux, p_leaves)
+    aux, tree = aux_cell[-1]
+  else:
+    primals_out, f_vjp_flat = ad.vjp_flat(flat, p_leaves)
+    tree = out_tree[0]
+  out_avals = [get_aval(o) for o in primals_out]
+  in_avals = [get_aval(p) for p in p_leaves]
+
+  def vjp_fn(ct):
+    ct_leaves, ct_tree = tree_flatten(ct)
+    if ct_tree != tree:
+      raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match structure "
+                      f"of primal output {tree}.")
+    for c, a in zip(ct_leaves, out_avals):
+      ca = get_aval(c)
+      if ca.shape != a.shape:
+        raise ValueError(f"Shape of cotangent input to vjp pullback function {ca.shape} must "
+                         f"be the same as the shape of corresponding primal input {a.shape}.")
+    cts = [ad.Zero(ad.tangent_aval(a)) if ad.tangent_dtype(a.dtype) == dtypes.float0 else c
+           for c, a in zip(ct_leaves, out_avals)]
+    cts_in = f_vjp_flat(cts)
+    outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
+    return tree_unflatten(p_tree, outs)
+
+  out = tree_unflatten(tree, primals_out)
+  return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _ct_to_primal_type(ct, aval: ShapedArray):
+  """Cotangents come back with the primal's dtype and weak type (float0 zeros for ints)."""
+  from ourjax import lax
+  if ad.tangent_dtype(aval.dtype) == dtypes.float0:
+    return np.zeros(aval.shape, dtypes.float0)
+  if type(ct) is ad.Zero:
+    return lax.full(aval.shape, 0, aval.dtype, weak_type=aval.weak_type)
+  ca = get_aval(ct)
+  if ca.dtype != aval.dtype or ca.weak_type != aval.weak_type:
+    ct = lax._convert_element_type(ct, aval.dtype, aval.weak_type)
+  return ct
+
+
+def _check_input_dtype_grad(holomorphic, allow_int, aval, fname):
+  dt = aval.dtype
+  if holomorphic:
+    if not dtypes.is_complex(dt):
+      raise TypeError(f"{fname} with holomorphic=True requires inputs with complex dtype, but "
+                      f"got {dt.name}.")
+  if dtypes.issubdtype(dt, np.integer) or dt == np.bool_:
+    if not allow_int:
+      raise TypeError(f"{fname} requires real- or complex-valued inputs (input dtype that is a "
+                      f"sub-dtype of np.inexact), but got {dt.name}. If you want to use "
+                      "Boolean- or integer-valued inputs, use vjp or set allow_int to True.")
+  elif not dtypes.is_inexact(dt):
+    raise TypeError(f"{fname} requires numerical-valued inputs (input dtype that is a "
+                    f"sub-dtype of np.bool_ or np.number), but got {dt.name}.")
+
+
+def _check_output_dtype_grad(holomorphic, aval, fname):
+  dt = aval.dtype
+  if holomorphic:
+    if not dtypes.is_complex(dt):
+      raise TypeError(f"{fname} with holomorphic=True requires outputs with complex dtype, but "
+                      f"got {dt.name}.")
+  elif dtypes.is_complex(dt):
+    raise TypeError(f"{fname} requires real-valued outputs (output dtype that is a sub-dtype of "
+                    f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
+                    "holomorphic=True. For differentiation of non-holomorphic functions "
+                    "involving complex outputs, use jax.vjp directly.")
+  elif not dtypes.is_float(dt):
+    raise TypeError(f"{fname} requires real-valued outputs (output dtype that is a sub-dtype of "
+                    f"np.floating), but got {dt.name}. For differentiation of functions with "
+                    "integer outputs, use jax.vjp directly.")
+
+
+def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False,
+                   allow_int: bool = False, reduce_axes=()):
+  """(fun(*args), gradient of fun with respect to the arguments in ``argnums``)."""
+  int_argnums = isinstance(argnums, int)
+  argnums_t = (argnums,) if int_argnums else tuple(argnums)
+  @functools.wraps(fun)
+  def vg(*args, **kwargs):
+    return _value_and_grad(fun, argnums_t, int_argnums, has_aux, holomorphic, allow_int, args,
+                           kwargs, "grad")
+  return vg
+
+
+def _value_and_grad(fun, argnums, int_argnums, has_aux, holomorphic, allow_int, args, kwargs,
+                    fname):
+  nargs = len(args)
+  for i in argnums:
+    if not -nargs <= i < nargs:
+      raise TypeError(f"differentiating with respect to argnums={argnums} requires at least "
+                      f"{max(argnums) + 1} positional arguments to be passed by the caller, but "
+                      f"got only {nargs} positional arguments.")
+  argnums = tuple(i % nargs for i in argnums)
+  dyn = [args[i] for i in argnums]
+
+  def f_partial(*dargs):
+    full = list(args)
+    for i, d in zip(argnums, dargs):
+      full[i] = d
+    return fun(*full, **kwargs)
+
+  for leaf in tree_util.tree_leaves(dyn):
+    _check_arg(leaf, fname)
+    _check_input_dtype_grad(holomorphic, allow_int, get_aval(leaf), fname)
+  if has_aux:
+    out, vjp_fn, aux = vjp(f_partial, *dyn, has_aux=True)
+  else:
+    out, vjp_fn = vjp(f_partial, *dyn)
+  out_leaves = tree_util.tree_leaves(out)
+  if len(out_leaves) != 1 or not isinstance(out, (core.Tracer, Array, np.ndarray, np.generic,
+                                                  float, int, complex)):
+    raise TypeError(f"Gradient only defined for scalar-output functions. Output was {out}.")
+  out_aval = get_aval(out)
+  if out_aval.shape != ():
+    raise TypeError(f"Gradient only defined for scalar-output functions. Output had shape: "
+                    f"{out_aval.shape}.")
+  _check_output_dtype_grad(holomorphic, out_aval, fname)
+  from ourjax import lax
+  g = vjp_fn(lax.full((), 1, out_aval.dtype))
+  g = g[0] if int_argnums else tuple(g)
+  return ((out, aux), g) if has_aux else (out, g)
+
+
+def grad(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False,
+         allow_int: bool = False, reduce_axes=()):
+  """The gradient of a scalar-valued ``fun`` with respect to the arguments in ``argnums``."""
+  int_argnums = isinstance(argnums, int)
+  argnums_t = (argnums,) if int_argnums else tuple(argnums)
+
+  @functools.wraps(fun)
+  def g(*args, **kwargs):
+    res = _value_and_grad(fun, argnums_t, int_argnums, has_aux, holomorphic, allow_int, args,
+                          kwargs, "grad")
+    if has_aux:
+      (_, aux), gr = res
+      return gr, aux
+    return res[1]
+  return g
+
+
+# ------------------------------------------------------------------------------------------------
+# vmap
+
+
+def _flatten_axes(what: str, tree, axis_tree, leaves_count=None):
+  """Broadcast the prefix tree ``axis_tree`` (None = unmapped leaf) over ``tree``'s leaves."""
+  if isinstance(axis_tree, (int, type(None))) and not isinstance(axis_tree, bool):
+    return [axis_tree] * tree.num_leaves
+  proxy = tree_unflatten(tree, [object()] * tree.num_leaves)
+  axis_leaves, axis_treedef = tree_flatten(axis_tree, is_leaf=lambda x: x is None)
+  try:
+    subtrees = axis_treedef.flatten_up_to(proxy)
+  except (ValueError, TypeError) as e:
+    raise ValueError(f"{what} specification must be a tree prefix of the corresponding value, "
+                     f"got specification {axis_tree} for value tree {tree}.") from None
+  out = []
+  for ax, sub in zip(axis_leaves, subtrees):
+    if ax is not None and not isinstance(ax, int):
+      raise ValueError(f"{what} must be an int, None, or a tree of those; got {ax!r}")
+    out.extend([ax] * len(tree_util.tree_leaves(sub)))
+  return out
+
+
+def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
+         spmd_axis_name=None):
+  """Vectorize ``fun`` over a new leading (or ``in_axes``-given) axis of its arguments."""
+  if isinstance(in_axes, list):
+    in_axes = tuple(in_axes)
+  if not (in_axes is None or isinstance(in_axes, (int, tuple, dict))):
+    raise TypeError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
+                    f"to the positional arguments passed to the function, but got {in_axes}.")
+
+  @functools.wraps(fun)
+  def vmapped(*args, **kwargs):
+    leaves, in_tree = tree_flatten(args)
+    if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+      raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding "
+                       f"to the positional arguments passed to the function, but got "
+                       f"len(in_axes)={len(in_axes)}, len(args)={len(args)}")
+    axes = _flatten_axes("vmap in_axes", in_tree, in_axes)
+    sizes = []
+    norm_axes = []
+    for x, ax in zip(leaves, axes):
+      if ax is None:
+        norm_axes.append(None)
+        continue
+      aval = get_aval(x)
+      if not -aval.ndim <= ax < aval.ndim:
+        raise ValueError(f"vmap was requested to map its argument along axis {ax}, which "
+                         f"implies that its rank should be at least {ax + 1 if ax >= 0 else -ax}"
+                         f", but is only {aval.ndim} (its shape is {aval.shape})")
+      ax = ax % aval.ndim
+      norm_axes.append(ax)
+      sizes.append(aval.shape[ax])
+    if axis_size is not None:
+      size = axis_size
+    elif sizes:
+      size = sizes[0]
+    else:
+      raise ValueError("vmap must have at least one non-None value in in_axes")
+    if any(s != size for s in sizes):
+      lines = []
+      path_leaves = tree_util.tree_flatten_with_path(args)[0]
+      for (path, x), ax in zip(path_leaves, norm_axes):
+        if ax is not None:
+          a = get_aval(x)
+          lines.append(f"  * one axis had size {a.shape[ax]}: axis {ax} of argument "
+                       f"args{tree_util.keystr(path)} of type {a.str_short(False)};")
+      raise ValueError("vmap got inconsistent sizes for array axes to be mapped:\n"
+                       + "\n".join(lines))
+    flat, out_tree = _flatten_positional(lambda *a: fun(*a, **kwargs), in_tree)
+    # out_axes needs the output tree: trace once through the batching interpreter, then move
+    with core.new_main(batching.BatchTrace, size, name=f"vmap({_fun_name(fun)})") as main:
+      trace = batching.BatchTrace(main)
+      tracers_in = [batching.BatchTracer(trace, x, d) if d is not None else x
+                    for x, d in zip(leaves, norm_axes)]
+      outs = flat(*tracers_in)
+      outs = [core.full_raise(trace, o) for o in outs]
+      vals = [t.val for t in outs]
+      dims = [t.batch_dim for t in outs]
+    tree = out_tree[0]
+    oaxes = _flatten_axes("vmap out_axes", tree, out_axes)
+    result = []
+    for v, d, od in zip(vals, dims, oaxes):
+      if od is not None:
+        nd = get_aval(v).ndim + (1 if d is None else 0)
+        if not -nd <= od < nd:
+          raise ValueError(f"vmap out_axes {od} is out of bounds for output of rank {nd}")
+        od = od % nd
+      result.append(batching.matchaxis(size, d, od, v))
+    return tree_unflatten(tree, result)
+
+  return vmapped
+
+
+# ------------------------------------------------------------------------------------------------
+# Jacobians
+
+
+def _std_basis(leaves):
+  from ourjax import numpy as jnp
+  sizes = [int(np.prod(get_aval(x).shape, dtype=np.int64)) for x in leaves]
+  total = sum(sizes)
+  dt = dtypes.result_type(*leaves) if leaves else np.float32
+  eye = jnp.eye(total, dtype=dt) if total else jnp.zeros((0, 0), dt)
+  out, start = [], 0
+  for x, s in zip(leaves, sizes):
+    from ourjax import lax
+    block = lax.slice_in_dim(eye, start, start + s, axis=1) if total else eye
+    out.append(lax.reshape(block, (total,) + get_aval(x).shape).astype(get_aval(x).dtype))
+    start += s
+  return out, total
+
+
+def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+  int_argnums = isinstance(argnums, int)
+  argnums_t = (argnums,) if int_argnums else tuple(argnums)
+
+  def jacfun(*args, **kwargs):
+    dyn = tuple(args[i] for i in argnums_t)
+    for leaf in tree_util.tree_leaves(dyn):
+      _check_input_dtype_grad(holomorphic, False, get_aval(leaf), "jacfwd")
+
+    def f_partial(*dargs):
+      full = list(args)
+      for i, d in zip(argnums_t, dargs):
+        full[i] = d
+      return fun(*full, **kwargs)
+
+    in_leaves, in_tree = tree_flatten(dyn)
+    basis, total = _std_basis(in_leaves)
+
+    def push(*tan_leaves):
+      tans = tree_unflatten(in_tree, tan_leaves)
+      return jvp(f_partial, dyn, tans, has_aux=has_aux)[1]
+
+    jac_t = vmap(push, out_axes=-1)(*basis)
+    y = eval_shape(f_partial, *dyn)
+    y_main = y[0] if has_aux else y
+    y_leaves, y_tree = tree_flatten(y_main)
+    jt_leaves = tree_util.tree_leaves(jac_t)
+    in_shapes = [get_aval(x).shape for x in in_leaves]
+    per_out = []
+    for yl, j in zip(y_leaves, jt_leaves):
+      # j: y.shape + (total,) -> split total into the inputs
+      parts, start = [], 0
+      from ourjax import lax
+      for s in in_shapes:
+        n = int(np.prod(s, dtype=np.int64))
+        part = lax.slice_in_dim(j, start, start + n, axis=len(yl.shape))
+        parts.append(lax.reshape(part, tuple(yl.shape) + tuple(s)))
+        start += n
+      inner = tree_unflatten(in_tree, parts)
+      per_out.append(inner[0] if int_argnums else inner)
+    res = tree_unflatten(y_tree, per_out)
+    if has_aux:
+      _, aux = f_partial(*dyn)
+      return res, aux
+    return res
+  return jacfun
+
+
+def jacrev(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False,
+           allow_int: bool = False):
+  int_argnums = isinstance(argnums, int)
+  argnums_t = (argnums,) if int_argnums else tuple(argnums)
+
+  def jacfun(*args, **kwargs):
+    dyn = tuple(args[i] for i in argnums_t)
+    for leaf in tree_util.tree_leaves(dyn):
+      _check_input_dtype_grad(holomorphic, allow_int, get_aval(leaf), "jacrev")
+
+    def f_partial(*dargs):
+      full = list(args)
+      for i, d in zip(argnums_t, dargs):
+        full[i] = d
+      return fun(*full, **kwargs)
+
+    if has_aux:
+      y, pullback, aux = vjp(f_partial, *dyn, has_aux=True)
+    else:
+      y, pullback = vjp(f_partial, *dyn)
+    y_leaves, y_tree = tree_flatten(y)
+    basis, total = _std_basis(y_leaves)
+    cts = vmap(lambda *b: pullback(tree_unflatten(y_tree, list(b))))(*basis)
+    in_leaves, in_tree = tree_flatten(dyn)
+    ct_leaves = tree_util.tree_leaves(cts)
+    per_out, start = [], 0
+    from ourjax import lax
+    for yl in y_leaves:
+      n = int(np.prod(get_aval(yl).shape, dtype=np.int64))
+      parts = []
+      for x, c in zip(in_leaves, ct_leaves):
+        part = lax.slice_in_dim(c, start, start + n, axis=0)
+        parts.append(lax.reshape(part, get_aval(yl).shape + get_aval(x).shape))
+      inner = tree_unflatten(in_tree, parts)
+      per_out.append(inner[0] if int_argnums else inner)
+      start += n
+    res = tree_unflatten(y_tree, per_out)
+    return (res, aux) if has_aux else res
+  return jacfun
+
+
+jacobian = jacrev
+
+
+def hessian(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+  return jacfwd(jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic), argnums,
+                has_aux=has_aux, holomorphic=holomorphic)
+
+
+# ------------------------------------------------------------------------------------------------
+# Devices and synchronization
+
+
+def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
+  def put(v):
+    if isinstance(v, (Array, core.Tracer)):
+      return v
+    return Array(v, weak_type=dtypes.is_weakly_typed(v))
+  return tree_map(put, x)
+
+
+def device_get(x):
+  return tree_map(lambda v: np.asarray(v) if isinstance(v, Array) else v, x)
+
+
+def block_until_ready(x):
+  def block(v):
+    if hasattr(v, "block_until_ready"):
+      v.block_until_ready()
+    return v
+  return tree_map(block, x)
+
+
+def devices(backend=None):
+  from ourjax import backends
+  return backends.devices(backend)
+
+
+def default_backend():
+  from ourjax import backends
+  return backends.default_backend()
+
+
+def device_count(backend=None):
+  return len(devices(backend))
+
+
+def local_devices(process_index=None, backend=None):
+  return devices(backend)
+
+
+def disable_jit(disable: bool = True):
+  return config._override("jax_disable_jit", disable)

@@ -1,0 +1,197 @@
+"""``Array``: ourjax's concrete array value.
+
+An Array holds a read-only host NumPy buffer of a canonical dtype (64-bit types only with x64
+enabled) plus the weak-type bit.  Device backends may keep the data elsewhere and fill
+``_npy`` lazily (see ``_value``).  Operators and methods (``+``, ``.sum()``, indexing, ``.at``...)
+are installed by ``ourjax.numpy`` on both this class and ``core.Tracer``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ourjax import dtypes
+from ourjax.core import ShapedArray, Tracer
+
+_PY_SCALARS = (bool, int, float, complex)
+
+
+def _int_to_numpy(x: int, dt: np.dtype) -> np.ndarray:
+  info = np.iinfo(dt)
+  if not info.min <= x <= info.max:
+    raise OverflowError(f"Python int {x} too large to convert to {dt.name}")
+  return np.asarray(x, dt)
+
+
+def to_numpy(x) -> np.ndarray:
+  """Host NumPy value of a concrete ourjax value, with its canonical dtype."""
+  if isinstance(x, Array):
+    return x._value
+  if isinstance(x, np.ndarray):
+    dt = dtypes.canonicalize_dtype(x.dtype)
+    return x if x.dtype == dt else x.astype(dt)
+  if isinstance(x, _PY_SCALARS):
+    dt = dtypes.dtype(x, canonicalize=True)
+    if isinstance(x, int) and not isinstance(x, bool):
+      return _int_to_numpy(x, dt)
+    return np.asarray(x, dt)
+  if isinstance(x, np.generic):
+    return np.asarray(x, dtypes.canonicalize_dtype(x.dtype))
+  if isinstance(x, Tracer):
+    v = x.to_concrete_value()
+    if v is None:
+      from ourjax.errors import TracerArrayConversionError
+      raise TracerArrayConversionError(x)
+    return to_numpy(v)
+  if hasattr(x, "__jax_array__"):
+    return to_numpy(x.__jax_array__())
+  raise TypeError(f"Value {x!r} of type {type(x).__name__} is not a valid ourjax type")
+
+
+class Array:
+  """A concrete array (the result of eager operations and of jitted calls)."""
+  __slots__ = ("_npy", "weak_type", "_aval", "_device_buf", "__weakref__")
+  __array_priority__ = 100
+
+  def __init__(self, value, weak_type: bool = False):
+    v = to_numpy(value)
+    if v is value and isinstance(value, np.ndarray):
+      v = v.copy()          # never alias a caller's mutable buffer
+    v.flags.writeable = False
+    self._npy = v
+    self.weak_type = bool(weak_type)
+    self._aval = None
+    self._device_buf = None
+
+  @classmethod
+  def _from_result(cls, value, aval: ShapedArray) -> "Array":
+    """Wrap a freshly computed NumPy result (no copy), coercing it to ``aval``'s dtype."""
+    v = np.asarray(value)
+    if v.dtype != aval.dtype:
+      v = v.astype(aval.dtype)
+    if v.shape != aval.shape:
+      v = np.broadcast_to(v, aval.shape).copy()
+    v.flags.writeable = False
+    a = object.__new__(cls)
+    a._npy = v
+    a.weak_type = aval.weak_type
+    a._aval = aval
+    a._device_buf = None
+    return a
+
+  @property
+  def _value(self) -> np.ndarray:
+    if self._npy is None:
+      self._npy = self._device_buf.to_host()
+      self._npy.flags.writeable = False
+    return self._npy
+
+  @property
+  def aval(self) -> ShapedArray:
+    a = self._aval
+    if a is None:
+      if self._npy is not None:
+        a = ShapedArray(self._npy.shape, self._npy.dtype, self.weak_type)
+      else:
+        a = ShapedArray(self._device_buf.shape, self._device_buf.dtype, self.weak_type)
+      self._aval = a
+    return a
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+  ndim = property(lambda self: self.aval.ndim)
+  size = property(lambda self: self.aval.size)
+
+  @property
+  def nbytes(self):
+    return self.size * self.dtype.itemsize
+
+  # --- conversion ---
+  def __array__(self, dtype=None, copy=None):
+    v = self._value
+    if dtype is not None and np.dtype(dtype) != v.dtype:
+      return v.astype(dtype)
+    if copy:
+      return v.copy()
+    return v
+
+  def __bool__(self):
+    return bool(self._value)
+
+  def __int__(self):
+    return int(self._value)
+
+  def __float__(self):
+    return float(self._value)
+
+  def __complex__(self):
+    return complex(self._value)
+
+  def __index__(self):
+    if not dtypes.is_integer(self.dtype) and self.dtype != np.bool_:
+      raise TypeError(f"only integer arrays can be used as an index, got {self.dtype.name}")
+    return int(self._value)
+
+  def __len__(self):
+    if not self.shape:
+      raise TypeError("len() of unsized object")
+    return self.shape[0]
+
+  def __iter__(self):
+    if not self.shape:
+      raise TypeError("iteration over a 0-d array")
+    return (self[i] for i in range(self.shape[0]))
+
+  def __hash__(self):
+    raise TypeError("unhashable type: 'Array'")
+
+  def item(self, *args):
+    return self._value.item(*args)
+
+  def tolist(self):
+    return self._value.tolist()
+
+  def __format__(self, spec):
+    if self.ndim == 0:
+      return format(self._value[()], spec)
+    return format(str(self), spec)
+
+  def __repr__(self):
+    v = self._value
+    extra = ", weak_type=True" if self.weak_type else ""
+    if v.size == 0:
+      body = f"[], shape={v.shape}" if v.ndim != 1 else "[]"
+      return f"Array({body}, dtype={v.dtype.name}{extra})"
+    body = np.array2string(v, prefix="Array(", separator=", ")
+    return f"Array({body}, dtype={v.dtype.name}{extra})"
+
+  def __str__(self):
+    return str(self._value)
+
+  # --- runtime / device API ---
+  def block_until_ready(self):
+    if self._device_buf is not None:
+      self._device_buf.synchronize()
+    return self
+
+  def copy_to_host_async(self):
+    return None
+
+  def is_fully_replicated(self):
+    return True
+
+  def devices(self):
+    from ourjax.backends import array_devices
+    return array_devices(self)
+
+  @property
+  def device(self):
+    return next(iter(self.devices()))
+
+  def __reduce__(self):
+    return (Array, (np.asarray(self._value), self.weak_type))
+
+  def __copy__(self):
+    return self
+
+  def __deepcopy__(self, memo):
+    return self

@@ -1,0 +1,684 @@
+"""The core: abstract values, tracers and traces, primitives, and the jaxpr IR.
+
+How a primitive runs (autodidax's design, which JAX's core shares):
+
+* Every value flowing through a user's function is either a concrete value (an ``Array``, a NumPy
+  array or a Python scalar) or a ``Tracer`` owned by some ``Trace``.
+* ``Primitive.bind(*args)`` picks the *top* trace among the arguments (the one with the highest
+  level on the trace stack, or the current dynamic trace when it is higher) and asks it to
+  ``process_primitive``.  The bottom trace, ``EvalTrace``, runs the primitive's NumPy
+  implementation; the other traces (jvp, vmap, partial evaluation, jaxpr building) are in
+  ``interpreters/``.
+* Rules live in tables keyed by the primitive: ``abstract_eval_rules`` and ``impl_rules`` here,
+  ``jvp_rules``/``transpose_rules`` in ``interpreters/ad.py``, ``batch_rules`` in
+  ``interpreters/batching.py``, ``lowering_rules`` in ``lowering/from_jaxpr.py``.  Each primitive's
+  rules are registered right beside the primitive in ``ourjax/lax/``.
+"""
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from ourjax import dtypes
+from ourjax.config import config
+from ourjax.errors import (ConcretizationTypeError, TracerArrayConversionError,
+                           TracerBoolConversionError, TracerIntegerConversionError,
+                           UnexpectedTracerError)
+
+# ------------------------------------------------------------------------------------------------
+# Abstract values
+
+
+class ShapedArray:
+  """What a tracer knows about a value: its shape, dtype and whether its type is *weak*.
+
+  A weak type comes from a Python scalar; it does not widen the dtype of the arrays it meets
+  (``f16_array + 1.0`` stays float16)."""
+  __slots__ = ("shape", "dtype", "weak_type")
+  array_abstraction_level = 1
+
+  def __init__(self, shape, dtype, weak_type: bool = False):
+    self.shape = tuple(int(d) for d in shape)
+    self.dtype = np.dtype(dtype)
+    self.weak_type = bool(weak_type)
+
+  ndim = property(lambda self: len(self.shape))
+  size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+  def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
+    return ShapedArray(self.shape if shape is None else shape,
+                       self.dtype if dtype is None else dtype,
+                       self.weak_type if weak_type is None else weak_type)
+
+  def strip_weak_type(self) -> "ShapedArray":
+    return self.update(weak_type=False) if self.weak_type else self
+
+  def str_short(self, short_dtypes: bool = True) -> str:
+    dt = dtypes.short_name(self.dtype) if short_dtypes else self.dtype.name
+    return f"{dt}[{','.join(str(d) for d in self.shape)}]"
+
+  def __eq__(self, other):
+    return (type(self) is type(other) and self.shape == other.shape
+            and self.dtype == other.dtype and self.weak_type == other.weak_type)
+
+  def __hash__(self):
+    return hash((self.shape, self.dtype, self.weak_type))
+
+  def __repr__(self):
+    w = ", weak_type=True" if self.weak_type else ""
+    return f"ShapedArray({self.dtype.name}[{','.join(map(str, self.shape))}]{w})"
+
+  __str__ = str_short
+
+  def __len__(self):
+    if not self.shape:
+      raise TypeError("len() of unsized object")
+    return self.shape[0]
+
+
+def raise_to_shaped(aval: ShapedArray, weak_type=None) -> ShapedArray:
+  return aval if weak_type is None else aval.update(weak_type=weak_type)
+
+
+def typematch(a: ShapedArray, b: ShapedArray) -> bool:
+  """Same shape and dtype; weak types are ignored (as in JAX)."""
+  return a.shape == b.shape and a.dtype == b.dtype
+
+
+# ------------------------------------------------------------------------------------------------
+# Where in the user's code are we?  Used to name the user's line in errors and jaxpr eqns.
+
+_OURJAX_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_frame():
+  """The innermost stack frame outside the ourjax package, as 'file:line (function)'."""
+  f = sys._getframe(1)
+  while f is not None:
+    fn = f.f_code.co_filename
+    if not fn.startswith(_OURJAX_DIR) and not fn.startswith("<frozen"):
+      return f"{fn}:{f.f_lineno} ({f.f_code.co_name})"
+    f = f.f_back
+  return None
+
+
+def _with_user_line(e: Exception, prim_name: str) -> Exception:
+  """Return an exception of the same type whose message also names the user's line."""
+  where = user_frame()
+  if where is None or type(e) not in (TypeError, ValueError) or "\n  at " in str(e):
+    return e
+  return type(e)(f"{e}\n  at {where}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Primitives
+
+abstract_eval_rules: dict["Primitive", Callable] = {}
+impl_rules: dict["Primitive", Callable] = {}
+
+
+class Primitive:
+  """A named operation.  Rules are registered in per-transformation tables keyed by it."""
+  multiple_results = False
+
+  def __init__(self, name: str):
+    self.name = name
+
+  def __repr__(self):
+    return self.name
+
+  def bind(self, *args, **params):
+    trace = find_top_trace(args)
+    tracers = [full_raise(trace, a) for a in args]
+    outs = trace.process_primitive(self, tracers, params)
+    if self.multiple_results:
+      return [full_lower(o) for o in outs]
+    return full_lower(outs)
+
+  # --- registration helpers ---
+  def def_abstract_eval(self, rule):
+    abstract_eval_rules[self] = rule
+    return rule
+
+  def def_impl(self, rule):
+    """``rule(*numpy_arrays, **params)`` -> numpy array (or list of them)."""
+    impl_rules[self] = rule
+    return rule
+
+  def def_custom_impl(self, fn):
+    """``fn(*values, **params)`` -> ourjax values; for primitives whose eager evaluation is not a
+    NumPy function of NumPy arrays (jit calls, control flow, custom derivatives)."""
+    self.impl = fn
+    return fn
+
+  # --- evaluation ---
+  def abstract_eval(self, *avals, **params):
+    rule = abstract_eval_rules.get(self)
+    if rule is None:
+      raise NotImplementedError(f"no abstract evaluation rule for primitive '{self.name}'")
+    try:
+      return rule(*avals, **params)
+    except (TypeError, ValueError) as e:
+      raise _with_user_line(e, self.name) from None
+
+  def impl(self, *args, **params):
+    """Eager evaluation: abstract-evaluate (for dtypes, weak types and errors), then run the NumPy
+    implementation on host values and wrap the results as Arrays."""
+    from ourjax.array import Array, to_numpy
+    out_avals = self.abstract_eval(*[get_aval(a) for a in args], **params)
+    rule = impl_rules.get(self)
+    if rule is None:
+      raise NotImplementedError(f"no implementation rule for primitive '{self.name}'")
+    outs = rule(*[to_numpy(a) for a in args], **params)
+    if self.multiple_results:
+      return [Array._from_result(o, a) for o, a in zip(outs, out_avals)]
+    return Array._from_result(outs, out_avals)
+
+
+# ------------------------------------------------------------------------------------------------
+# The trace stack
+
+
+class MainTrace:
+  """One level of the trace stack.  ``payload`` holds trace-specific data (the jaxpr builder,
+  the vmap axis size...). ``active`` turns False when the level is popped, which is how a leaked
+  tracer is detected."""
+  __slots__ = ("level", "trace_type", "payload", "active", "name")
+
+  def __init__(self, level, trace_type, payload, name):
+    self.level, self.trace_type, self.payload, self.name = level, trace_type, payload, name
+    self.active = True
+
+  def __repr__(self):
+    return f"MainTrace({self.level}, {self.trace_type.__name__}, {self.name})"
+
+
+class Trace:
+  __slots__ = ("main",)
+
+  def __init__(self, main: MainTrace):
+    self.main = main
+
+  def pure(self, val):
+    raise NotImplementedError
+
+  def lift(self, tracer):
+    raise NotImplementedError
+
+  def process_primitive(self, primitive, tracers, params):
+    raise NotImplementedError
+
+  def __repr__(self):
+    return f"{type(self).__name__}(level={self.main.level})"
+
+
+class EvalTrace(Trace):
+  """The bottom of the stack: values are concrete and primitives run eagerly."""
+  pure = lift = lambda self, x: x
+
+  def process_primitive(self, primitive, args, params):
+    return primitive.impl(*args, **params)
+
+
+trace_stack: list[MainTrace] = [MainTrace(0, EvalTrace, None, "eval")]
+dynamic_trace: MainTrace | None = None
+
+
+@contextmanager
+def new_main(trace_type, payload=None, name: str = ""):
+  level = len(trace_stack)
+  main = MainTrace(level, trace_type, payload, name)
+  trace_stack.append(main)
+  try:
+    yield main
+  finally:
+    main.active = False
+    trace_stack.pop()
+
+
+@contextmanager
+def new_dynamic(main: MainTrace):
+  """Make ``main`` catch every bind, even of constants (JAX's "omnistaging")."""
+  global dynamic_trace
+  prev, dynamic_trace = dynamic_trace, main
+  try:
+    yield
+  finally:
+    dynamic_trace = prev
+
+
+@contextmanager
+def new_base_main():
+  """Hide enclosing dynamic traces (used to evaluate concrete things while tracing)."""
+  global dynamic_trace
+  prev, dynamic_trace = dynamic_trace, None
+  try:
+    yield
+  finally:
+    dynamic_trace = prev
+
+
+def _leaked(tracer) -> UnexpectedTracerError:
+  main = tracer._trace.main
+  return UnexpectedTracerError(
+      f"Encountered an unexpected tracer: a value with shape {tracer.aval.str_short()} was "
+      f"created inside the transformation {main.name or main.trace_type.__name__} and used after "
+      "it had returned. Pass values out of a transformed function through its return value, "
+      "not by assigning them to outer (global or closed-over) variables.")
+
+
+def find_top_trace(xs) -> Trace:
+  top = trace_stack[0]
+  for x in xs:
+    if isinstance(x, Tracer):
+      m = x._trace.main
+      if not m.active:
+        raise _leaked(x)
+      if m.level > top.level:
+        top = m
+  if dynamic_trace is not None and dynamic_trace.level > top.level:
+    top = dynamic_trace
+  return top.trace_type(top)
+
+
+def full_raise(trace: Trace, val):
+  if not isinstance(val, Tracer):
+    return trace.pure(val)
+  m = val._trace.main
+  if m is trace.main:
+    return val
+  if not m.active:
+    raise _leaked(val)
+  if m.level < trace.main.level:
+    return trace.lift(val)
+  raise UnexpectedTracerError(
+      f"Can't lift a tracer of level {m.level} ({m.name}) into the trace of level "
+      f"{trace.main.level} ({trace.main.name}): a tracer escaped its transformation.")
+
+
+def full_lower(val):
+  return val.full_lower() if isinstance(val, Tracer) else val
+
+
+# ------------------------------------------------------------------------------------------------
+# Tracers
+
+
+class Tracer:
+  """A value being traced.  Array methods and operators are installed on this class (and on
+  ``Array``) by ``ourjax.numpy``, so user code treats both the same way."""
+  __slots__ = ("_trace", "__weakref__")
+  __array_priority__ = 1000
+
+  @property
+  def aval(self) -> ShapedArray:
+    raise NotImplementedError
+
+  def full_lower(self):
+    return self
+
+  def to_concrete_value(self):
+    """The concrete value behind this tracer, or None if it has none (e.g. inside jit)."""
+    return None
+
+  # The following make Python-level use of an abstract value fail with a clear error.
+  def __bool__(self):
+    v = self.to_concrete_value()
+    if v is None:
+      raise TracerBoolConversionError(self)
+    return bool(v)
+
+  def __int__(self):
+    v = self.to_concrete_value()
+    if v is None:
+      raise TracerIntegerConversionError(self)
+    return int(v)
+
+  def __index__(self):
+    v = self.to_concrete_value()
+    if v is None:
+      raise TracerIntegerConversionError(self)
+    return operator.index(v)
+
+  def __float__(self):
+    v = self.to_concrete_value()
+    if v is None:
+      raise ConcretizationTypeError(self, "The problem arose with the float() function.")
+    return float(v)
+
+  def __complex__(self):
+    v = self.to_concrete_value()
+    if v is None:
+      raise ConcretizationTypeError(self, "The problem arose with the complex() function.")
+    return complex(v)
+
+  def __array__(self, dtype=None, copy=None):
+    v = self.to_concrete_value()
+    if v is None:
+      raise TracerArrayConversionError(self)
+    return np.asarray(v, dtype=dtype)
+
+  def __hash__(self):
+    raise TypeError(f"unhashable type: {type(self).__name__} (a traced array)")
+
+  def __len__(self):
+    return len(self.aval)
+
+  def __iter__(self):
+    if not self.shape:
+      raise TypeError("iteration over a 0-d array")
+    return (self[i] for i in range(self.shape[0]))
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+  ndim = property(lambda self: self.aval.ndim)
+  size = property(lambda self: self.aval.size)
+  weak_type = property(lambda self: self.aval.weak_type)
+
+  def __repr__(self):
+    return f"Traced<{self.aval.str_short(short_dtypes=False)}>with<{type(self._trace).__name__}>"
+
+
+# ------------------------------------------------------------------------------------------------
+# Abstract values of concrete things
+
+
+_python_scalar_types = (bool, int, float, complex)
+
+
+def get_aval(x) -> ShapedArray:
+  if isinstance(x, Tracer):
+    return x.aval
+  aval = getattr(x, "aval", None)   # ourjax.Array
+  if aval is not None:
+    return aval
+  if isinstance(x, (np.ndarray, np.generic)):
+    return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
+  if isinstance(x, _python_scalar_types):
+    return ShapedArray((), dtypes.dtype(x, canonicalize=True), not isinstance(x, bool))
+  if hasattr(x, "__jax_array__"):
+    return get_aval(x.__jax_array__())
+  raise TypeError(f"Value {x!r} of type {type(x).__name__} is not a valid ourjax type "
+                  "(expected an array, a NumPy array or a Python scalar)")
+
+
+def is_concrete(x) -> bool:
+  return not isinstance(x, Tracer) or x.to_concrete_value() is not None
+
+
+def concrete_or_error(force, x, context: str = ""):
+  """``force(x)`` for a concrete x; a ConcretizationTypeError (naming ``context``) for a tracer."""
+  if isinstance(x, Tracer):
+    v = x.to_concrete_value()
+    if v is None:
+      raise ConcretizationTypeError(x, context)
+    x = v
+  return force(x) if force is not None else x
+
+
+def ensure_compile_time_eval():
+  return new_base_main()
+
+
+# ------------------------------------------------------------------------------------------------
+# Jaxprs
+
+
+class Var:
+  __slots__ = ("aval", "count")
+  _counter = itertools.count()
+
+  def __init__(self, aval: ShapedArray):
+    self.aval = aval
+    self.count = next(Var._counter)
+
+  def __repr__(self):
+    return f"Var({self.count}:{self.aval.str_short()})"
+
+
+class Literal:
+  """A scalar constant written inline in a jaxpr (``1.0:f32[]``)."""
+  __slots__ = ("val", "aval")
+
+  def __init__(self, val, aval: ShapedArray):
+    self.val = val
+    self.aval = aval
+
+  def __repr__(self):
+    return f"Literal({self.val})"
+
+  def pp(self) -> str:
+    v = self.val
+    if isinstance(v, np.ndarray) and v.shape == ():
+      v = v[()]
+    if self.aval.dtype == np.bool_:
+      s = str(bool(v))
+    elif dtypes.is_float(self.aval.dtype):
+      s = repr(float(v))
+      if s in ("inf", "-inf", "nan"):
+        s = s
+    elif dtypes.is_integer(self.aval.dtype):
+      s = str(int(v))
+    else:
+      s = str(v)
+    return f"{s}:{self.aval.str_short()}"
+
+
+Atom = "Var | Literal"
+
+
+class JaxprEqn(NamedTuple):
+  primitive: Primitive
+  inputs: list
+  params: dict
+  out_binders: list
+  source_info: str | None = None
+
+  @property
+  def invars(self):
+    return self.inputs
+
+  @property
+  def outvars(self):
+    return self.out_binders
+
+
+class Jaxpr:
+  """A typed SSA function: ``{ lambda constvars ; invars . let eqns in outvars }``."""
+  __slots__ = ("constvars", "invars", "eqns", "outvars", "debug_name")
+
+  def __init__(self, constvars, invars, eqns, outvars, debug_name: str = ""):
+    self.constvars = list(constvars)
+    self.invars = list(invars)
+    self.eqns = list(eqns)
+    self.outvars = list(outvars)
+    self.debug_name = debug_name
+
+  # JAX spelling
+  in_binders = property(lambda self: self.invars)
+  outs = property(lambda self: self.outvars)
+
+  @property
+  def in_avals(self):
+    return [v.aval for v in self.invars]
+
+  @property
+  def out_avals(self):
+    return [v.aval for v in self.outvars]
+
+  def __str__(self):
+    return pp_jaxpr(self)
+
+  __repr__ = __str__
+
+  def pretty_print(self, **_):
+    return pp_jaxpr(self)
+
+
+class ClosedJaxpr:
+  """A jaxpr together with the values of its constvars."""
+  __slots__ = ("jaxpr", "consts")
+
+  def __init__(self, jaxpr: Jaxpr, consts: Sequence):
+    assert len(jaxpr.constvars) == len(consts)
+    self.jaxpr = jaxpr
+    self.consts = list(consts)
+
+  in_avals = property(lambda self: self.jaxpr.in_avals)
+  out_avals = property(lambda self: self.jaxpr.out_avals)
+  eqns = property(lambda self: self.jaxpr.eqns)
+
+  def __str__(self):
+    return pp_jaxpr(self.jaxpr)
+
+  __repr__ = __str__
+
+  def pretty_print(self, **_):
+    return str(self)
+
+  def map_jaxpr(self, f):
+    return ClosedJaxpr(f(self.jaxpr), self.consts)
+
+
+def jaxpr_as_fun(closed: ClosedJaxpr):
+  return lambda *args: eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+# --- the JAX text format ---
+
+
+def _alpha_name(n: int) -> str:
+  s = ""
+  while not s or n:
+    n, i = divmod(n, 26)
+    s = chr(97 + i) + s
+  return s
+
+
+def _pp_param(v, names, indent) -> str:
+  if isinstance(v, ClosedJaxpr):
+    v = v.jaxpr
+  if isinstance(v, Jaxpr):
+    return _pp_jaxpr(v, names, indent + 2)
+  if isinstance(v, (tuple, list)) and v and all(isinstance(x, (Jaxpr, ClosedJaxpr)) for x in v):
+    return "(\n" + "".join(" " * (indent + 2) + _pp_param(x, names, indent + 2) + "\n" for x in v) \
+        + " " * indent + ")"
+  if isinstance(v, np.dtype):
+    return v.name
+  if isinstance(v, type) and issubclass(v, np.generic):
+    return np.dtype(v).name
+  if callable(v) and hasattr(v, "__name__"):
+    return v.__name__
+  if isinstance(v, Primitive):
+    return v.name
+  return str(v)
+
+
+def _pp_jaxpr(jaxpr: Jaxpr, names: dict, indent: int) -> str:
+  def name(v):
+    if isinstance(v, Literal):
+      return v.pp()
+    if v not in names:
+      names[v] = _alpha_name(len(names))
+    return names[v]
+
+  def binder(v):
+    return f"{name(v)}:{v.aval.str_short()}"
+
+  consts = " ".join(binder(v) for v in jaxpr.constvars)
+  ins = " ".join(binder(v) for v in jaxpr.invars)
+  head = f"{{ lambda {consts}; {ins}. let"
+  pad = " " * (indent + 4)
+  lines = []
+  for eqn in jaxpr.eqns:
+    ins_s = " ".join(name(v) for v in eqn.inputs)
+    params = ""
+    if eqn.params:
+      params = "[" + " ".join(f"{k}={_pp_param(v, names, indent + 4)}"
+                              for k, v in sorted(eqn.params.items())) + "]"
+    outs = " ".join(binder(v) for v in eqn.out_binders)
+    lines.append(f"{pad}{outs} = {eqn.primitive.name}{params} {ins_s}".rstrip())
+  outs = ", ".join(name(v) for v in jaxpr.outvars)
+  body = ("\n" + "\n".join(lines)) if lines else " "
+  return f"{head}{body}\n{' ' * (indent + 2)}in ({outs}{',' if len(jaxpr.outvars) == 1 else ''}) }}"
+
+
+def pp_jaxpr(jaxpr: Jaxpr) -> str:
+  return _pp_jaxpr(jaxpr, {}, 0)
+
+
+# --- typechecking and evaluation ---
+
+
+class JaxprTypeError(TypeError):
+  pass
+
+
+def typecheck_jaxpr(jaxpr: Jaxpr) -> None:
+  """Check that every variable is bound once before use and that each equation's declared
+  output types are what its primitive's abstract evaluation gives."""
+  env: set = set()
+
+  def bind(v):
+    if v in env:
+      raise JaxprTypeError(f"variable {v} bound twice")
+    env.add(v)
+
+  def read(x):
+    if isinstance(x, Literal):
+      return x.aval
+    if x not in env:
+      raise JaxprTypeError(f"variable {x} used before it is bound")
+    return x.aval
+
+  for v in jaxpr.constvars:
+    bind(v)
+  for v in jaxpr.invars:
+    bind(v)
+  for eqn in jaxpr.eqns:
+    in_avals = [read(x) for x in eqn.inputs]
+    out = eqn.primitive.abstract_eval(*in_avals, **eqn.params)
+    out = out if eqn.primitive.multiple_results else [out]
+    if len(out) != len(eqn.out_binders):
+      raise JaxprTypeError(f"{eqn.primitive.name}: {len(out)} results but "
+                           f"{len(eqn.out_binders)} binders")
+    for a, v in zip(out, eqn.out_binders):
+      if not typematch(a, v.aval):
+        raise JaxprTypeError(f"{eqn.primitive.name}: result type {a.str_short()} does not match "
+                             f"binder type {v.aval.str_short()}")
+      bind(v)
+  for x in jaxpr.outvars:
+    read(x)
+
+
+def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence, *args):
+  """Evaluate a jaxpr by binding each of its primitives: under a transformation this re-traces
+  it, eagerly it runs it."""
+  env: dict = {}
+
+  def read(x):
+    return x.val if isinstance(x, Literal) else env[x]
+
+  if len(args) != len(jaxpr.invars):
+    raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}")
+  for v, c in zip(jaxpr.constvars, consts):
+    env[v] = c
+  for v, a in zip(jaxpr.invars, args):
+    env[v] = a
+  for eqn in jaxpr.eqns:
+    outs = eqn.primitive.bind(*[read(x) for x in eqn.inputs], **eqn.params)
+    if not eqn.primitive.multiple_results:
+      outs = [outs]
+    for v, o in zip(eqn.out_binders, outs):
+      env[v] = o
+  return [read(x) for x in jaxpr.outvars]
+
+
+def closed_call(closed: ClosedJaxpr, *args):
+  return eval_jaxpr(closed.jaxpr, closed.consts, *args)

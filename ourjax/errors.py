@@ -1,0 +1,80 @@
+"""The exceptions ourjax raises for user mistakes.  Names and base classes follow JAX's, so
+``except jax.errors.X`` code keeps working after an import change."""
+from __future__ import annotations
+
+
+class OurJaxError(Exception):
+  """Base of ourjax's own error types (not of the TypeError/ValueError it raises for bad input)."""
+
+
+class ConcretizationTypeError(TypeError):
+  """A traced (abstract) value was used where a concrete Python value is needed."""
+
+  def __init__(self, tracer, context: str = ""):
+    self.tracer = tracer
+    aval = getattr(tracer, "aval", None)
+    what = aval.str_short() if aval is not None and hasattr(aval, "str_short") else str(aval)
+    msg = (f"Abstract tracer value encountered where concrete value is expected: "
+           f"traced array with shape {what}.\n{context}\n"
+           "The value was computed inside a transformed function (jit, grad, vmap, ...), so "
+           "only its shape and dtype are known while tracing. Use static_argnums/"
+           "static_argnames for arguments that control Python logic, or structured control "
+           "flow (lax.cond, lax.while_loop, jnp.where).")
+    super().__init__(msg)
+
+
+class TracerBoolConversionError(ConcretizationTypeError):
+  """``bool(x)``/``if x:`` on a traced value."""
+
+  def __init__(self, tracer, where: str = ""):
+    aval = getattr(tracer, "aval", None)
+    what = aval.str_short() if aval is not None else "?"
+    ctx = (f"Attempted boolean conversion of traced array with shape {what}{where}.\n"
+           "Python control flow (if/while/and/or/not) needs a concrete bool; on a traced value "
+           "use lax.cond or jnp.where instead.")
+    TypeError.__init__(self, ctx)
+    self.tracer = tracer
+
+
+class TracerIntegerConversionError(ConcretizationTypeError):
+  """``int(x)``/``x.__index__()`` on a traced value."""
+
+  def __init__(self, tracer, where: str = ""):
+    aval = getattr(tracer, "aval", None)
+    what = aval.str_short() if aval is not None else "?"
+    TypeError.__init__(self, f"Attempted integer conversion of traced array with shape "
+                             f"{what}{where}. Use static arguments for values that must be "
+                             "Python integers.")
+    self.tracer = tracer
+
+
+class TracerArrayConversionError(TypeError):
+  """``np.asarray(x)`` on a traced value."""
+
+  def __init__(self, tracer):
+    aval = getattr(tracer, "aval", None)
+    what = aval.str_short() if aval is not None else "?"
+    super().__init__(f"The numpy.ndarray conversion method __array__() was called on traced "
+                     f"array with shape {what}. A traced value has no data yet; use ourjax.numpy "
+                     "functions instead of NumPy ones inside transformed functions.")
+    self.tracer = tracer
+
+
+class UnexpectedTracerError(OurJaxError):
+  """A tracer escaped the transformation that created it and was used later."""
+
+
+class KeyReuseError(OurJaxError):
+  pass
+
+
+class CompileError(OurJaxError):
+  """The backend failed to compile a module (the message carries the backend's log)."""
+
+
+class DeviceError(OurJaxError):
+  """A device (driver) call failed."""
+
+
+class DeviceOutOfMemoryError(DeviceError, MemoryError):
+  """The device allocator could not satisfy a request."""

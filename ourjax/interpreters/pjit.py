@@ -1,0 +1,118 @@
+"""``pjit``: the primitive a jitted function binds.  Its single parameter of substance is the
+closed jaxpr of the function; its rules transform that jaxpr and bind pjit again, so a jitted
+function stays one compiled call under vmap, and under jvp.
+
+Eagerly (``impl``) the jaxpr is compiled by a backend (``ourjax.backends``) and the executable
+is cached on the jaxpr object."""
+from __future__ import annotations
+
+from ourjax import core
+from ourjax.core import ClosedJaxpr, Primitive
+from ourjax.interpreters import ad, batching
+from ourjax.interpreters import partial_eval as pe
+
+pjit_p = Primitive("pjit")
+pjit_p.multiple_results = True
+
+
+def _pjit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str, **_):
+  return list(jaxpr.out_avals)
+
+
+pjit_p.def_abstract_eval(_pjit_abstract_eval)
+
+
+def _pjit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, **_):
+  from ourjax.backends import compile_jaxpr
+  exe = compile_jaxpr(jaxpr, backend=backend, name=name)
+  return exe(*args)
+
+
+pjit_p.def_custom_impl(_pjit_impl)
+
+
+def _pjit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str, **params):
+  nonzeros = [type(t) is not ad.Zero for t in tangents]
+  jvp_closed = ad.jvp_jaxpr(jaxpr, nonzeros, instantiate=True)
+  nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
+  outs = pjit_p.bind(*primals, *nz_tangents, jaxpr=jvp_closed, name=f"jvp({name})", **params)
+  n = len(jaxpr.out_avals)
+  return outs[:n], outs[n:]
+
+
+ad.jvp_rules[pjit_p] = _pjit_jvp
+
+
+def _pjit_partial_eval(trace, tracers, *, jaxpr: ClosedJaxpr, name: str, **params):
+  """Split the call into a known call (run now, returning residuals too) and an unknown call
+  staged into the linear jaxpr.  This is what keeps grad(jit(f)) compiled."""
+  in_unknowns = [not t.pval.is_known for t in tracers]
+  flat = pe.convert_constvars_jaxpr(jaxpr.jaxpr)
+  unknowns = [False] * len(jaxpr.consts) + in_unknowns
+  jk, ju, out_unknowns, num_res = pe.partial_eval_jaxpr(flat, unknowns, instantiate=False)
+  known_ins = list(jaxpr.consts) + [t.pval.const for t in tracers if t.pval.is_known]
+  known_outs = pjit_p.bind(*known_ins, jaxpr=ClosedJaxpr(jk, []), name=name, **params)
+  n_known_out = len(known_outs) - num_res
+  outs_k, residuals = known_outs[:n_known_out], known_outs[n_known_out:]
+  res_tracers = [trace.instantiate_const(trace.pure(r)) for r in residuals]
+  unk_tracers = [t for t in tracers if not t.pval.is_known]
+  ju_closed = ClosedJaxpr(ju, [])
+  outs_u = trace.default_process_primitive(
+      pjit_p, res_tracers + unk_tracers, dict(jaxpr=ju_closed, name=name, **params))
+  outs_k, outs_u = iter(outs_k), iter(outs_u)
+  return [next(outs_u) if u else trace.pure(next(outs_k)) for u in out_unknowns]
+
+
+pe.partial_eval_rules[pjit_p] = _pjit_partial_eval
+
+
+def _pjit_transpose(cts, *args, jaxpr: ClosedJaxpr, name: str, **params):
+  """Transpose the linear call by tracing the backward pass of its jaxpr into a new jaxpr."""
+  undefined = [ad.is_undefined_primal(a) for a in args]
+  defined_vals = [a for a in args if not ad.is_undefined_primal(a)]
+  nz_cts = [c for c in cts if type(c) is not ad.Zero]
+  ct_mask = [type(c) is not ad.Zero for c in cts]
+
+  def backward(*xs):
+    vals, cs = xs[:len(defined_vals)], list(xs[len(defined_vals):])
+    it = iter(vals)
+    full_args = [ad.UndefinedPrimal(a.aval) if u else next(it) for a, u in zip(args, undefined)]
+    full_cts = [cs.pop(0) if m else ad.Zero(ad.tangent_aval(a))
+                for m, a in zip(ct_mask, jaxpr.out_avals)]
+    res = ad.backward_pass(jaxpr.jaxpr, jaxpr.consts, full_args, full_cts)
+    return [ad.instantiate_zeros(r) for r in res]
+
+  in_avals = [core.get_aval(v) for v in defined_vals] + [core.get_aval(c) for c in nz_cts]
+  bwd = pe.trace_to_jaxpr(backward, in_avals, f"transpose({name})")
+  outs = pjit_p.bind(*defined_vals, *nz_cts, jaxpr=bwd, name=f"transpose({name})", **params)
+  outs = iter(outs)
+  return [next(outs) if u else None for u in undefined]
+
+
+ad.transpose_rules[pjit_p] = _pjit_transpose
+
+
+def _pjit_batch(vals, dims, *, jaxpr: ClosedJaxpr, name: str, axis_size, **params):
+  new_jaxpr, out_dims = batching.vmap_jaxpr(jaxpr, axis_size, dims)
+  outs = pjit_p.bind(*vals, jaxpr=new_jaxpr, name=f"vmap({name})", **params)
+  return outs, out_dims
+
+
+batching.register_rule_with_axis_size(pjit_p, _pjit_batch)
+
+
+def _pjit_dce(eqn, used_outputs):
+  closed = eqn.params["jaxpr"]
+  new, used_inputs = pe.dce_jaxpr(closed.jaxpr, used_outputs, keep_invars=False)
+  new_closed = ClosedJaxpr(new, closed.consts if new.constvars else [])
+  if new.constvars != closed.jaxpr.constvars:
+    keep = set(new.constvars)
+    new_closed = ClosedJaxpr(new, [c for v, c in zip(closed.jaxpr.constvars, closed.consts)
+                                   if v in keep])
+  outs = [v for v, u in zip(eqn.out_binders, used_outputs) if u]
+  ins = [x for x, u in zip(eqn.inputs, used_inputs) if u]
+  new_eqn = eqn._replace(params=dict(eqn.params, jaxpr=new_closed), out_binders=outs, inputs=ins)
+  return used_inputs, new_eqn
+
+
+pe.dce_rules[pjit_p] = _pjit_dce

@@ -1,0 +1,13 @@
+"""``ourjax.lax``: the primitives' wrappers, as ``jax.lax`` exposes them.  Each family module
+declares its primitives with all their rules; this file only re-exports."""
+from ourjax.lax._reexport import reexport as _reexport
+from ourjax.lax import elementwise as _elementwise
+from ourjax.lax import structural as _structural
+from ourjax.lax import reductions as _reductions
+
+for _m in (_elementwise, _structural, _reductions):
+  globals().update(_reexport(_m))
+del _m
+
+# private helpers that jnp (like JAX's) reaches for
+from ourjax.lax.elementwise import _convert_element_type, _const  # noqa: E402,F401

@@ -1,0 +1,101 @@
+"""Small helpers shared by the primitive families: declaring a primitive with its shape/dtype
+rules, and the argument checks whose error messages name the operation, shapes and dtypes."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ourjax import core, dtypes
+from ourjax.core import Primitive, ShapedArray
+
+# dtype kinds accepted by elementwise ops
+_float = ("float",)
+_int = ("int",)
+_bool = ("bool",)
+_complex = ("complex",)
+_num = ("int", "float", "complex")
+_any = ("bool", "int", "float", "complex")
+_fp = ("float", "complex")
+
+
+def dtype_kind(dt: np.dtype) -> str:
+  dt = np.dtype(dt)
+  if dt == np.bool_:
+    return "bool"
+  if dtypes.is_integer(dt):
+    return "int"
+  if dtypes.is_complex(dt):
+    return "complex"
+  if dtypes.is_float(dt):
+    return "float"
+  return "other"
+
+
+def check_dtypes(name: str, avals: Sequence[ShapedArray], kinds: Sequence[str],
+                 same: bool = True) -> np.dtype:
+  """All operands of an elementwise op must share a dtype of an accepted kind."""
+  for a in avals:
+    if dtype_kind(a.dtype) not in kinds:
+      raise TypeError(f"{name} does not accept dtype {a.dtype.name}. Accepted dtype kinds: "
+                      f"{', '.join(kinds)}.")
+  if same and len({a.dtype for a in avals}) > 1:
+    got = ", ".join(a.dtype.name for a in avals)
+    raise TypeError(f"{name} requires arguments to have the same dtypes, got {got}. (Tip: "
+                    f"jnp.{name} is a similar function that does automatic type promotion "
+                    "on inputs).")
+  return avals[0].dtype
+
+
+def broadcasting_shape(name: str, *avals: ShapedArray) -> tuple:
+  """lax's elementwise shape rule: equal shapes, except that rank-0 operands broadcast."""
+  shapes = [a.shape for a in avals if a.shape]
+  if not shapes:
+    return ()
+  if len({len(s) for s in shapes}) != 1:
+    raise TypeError(f"{name}: arrays must have same number of dimensions, got "
+                    f"{', '.join(str(s) for s in shapes)}.")
+  if len(set(shapes)) != 1:
+    raise TypeError(f"{name} got incompatible shapes for broadcasting: "
+                    f"{', '.join(str(s) for s in shapes)}.")
+  return shapes[0]
+
+
+def all_weak(*avals) -> bool:
+  return all(a.weak_type for a in avals)
+
+
+def standard_primitive(name: str, shape_rule: Callable, dtype_rule: Callable,
+                       weak_type_rule: Callable = all_weak, impl: Callable | None = None
+                       ) -> Primitive:
+  """Declare a single-result primitive from its shape, dtype and weak-type rules."""
+  p = Primitive(name)
+
+  def abstract_eval(*avals, **params):
+    return ShapedArray(shape_rule(*avals, **params), dtype_rule(*avals, **params),
+                       weak_type_rule(*avals, **params))
+
+  p.def_abstract_eval(abstract_eval)
+  if impl is not None:
+    p.def_impl(impl)
+  return p
+
+
+def canonicalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
+  axis = int(axis)
+  if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
+    raise ValueError(f"{name} {axis} is out of bounds for array of dimension {ndim}")
+  return axis % ndim if ndim else 0
+
+
+def as_shape(shape) -> tuple:
+  if isinstance(shape, (int, np.integer)):
+    return (int(shape),)
+  try:
+    return tuple(core.concrete_or_error(int, d, "The shape argument must be concrete.")
+                 for d in shape)
+  except TypeError as e:
+    if isinstance(e, core.ConcretizationTypeError):
+      raise
+    raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type, got "
+                    f"{shape!r}.") from None

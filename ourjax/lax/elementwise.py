@@ -1,0 +1,854 @@
+"""Elementwise primitives, each followed by its rules: NumPy implementation, shape/dtype rule
+(through ``standard_primitive``), JVP, transpose where linear, and batching.
+
+lax's elementwise ops do not promote: operands must share a dtype, and shapes must be equal
+except that rank-0 operands broadcast.  (``ourjax.numpy`` promotes and broadcasts first.)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ourjax import dtypes
+from ourjax.core import ShapedArray, Tracer, get_aval
+from ourjax.interpreters import ad, batching
+from ourjax.interpreters.ad import Zero, defjvp, defjvp2, defjvp_zero
+from ourjax.lax._utils import (_any, _bool, _float, _fp, _int, _num, all_weak,
+                               broadcasting_shape, check_dtypes, standard_primitive)
+
+# ------------------------------------------------------------------------------------------------
+# Declaring elementwise primitives
+
+
+def _low_precision(fn):
+  """Run a NumPy float function in float32 for float16/bfloat16/float8 inputs (as XLA does)."""
+  def impl(*xs, **params):
+    dt = xs[0].dtype
+    if dtypes.is_float(dt) and dt.itemsize < 4:
+      out = fn(*[np.asarray(x, np.float32) for x in xs], **params)
+      return np.asarray(out).astype(dt)
+    with np.errstate(all="ignore"):
+      return fn(*xs, **params)
+  return impl
+
+
+def unop(name: str, kinds, numpy_fn, result_dtype=None):
+  """A unary elementwise primitive; ``result_dtype(dtype)`` for ops that change the dtype."""
+  def dtype_rule(x, **_):
+    check_dtypes(name, [x], kinds)
+    return result_dtype(x.dtype) if result_dtype else x.dtype
+
+  weak = (lambda x, **_: False) if result_dtype else (lambda x, **_: x.weak_type)
+  p = standard_primitive(name, lambda x, **_: x.shape, dtype_rule, weak)
+  p.def_impl(_low_precision(numpy_fn))
+  batching.defvectorized(p)
+  return p
+
+
+def binop(name: str, kinds, numpy_fn, result_dtype=None):
+  def dtype_rule(*avals, **_):
+    dt = check_dtypes(name, avals, kinds)
+    return result_dtype(dt) if result_dtype else dt
+
+  weak = (lambda *a, **_: False) if result_dtype else all_weak
+  p = standard_primitive(name, lambda *a, **_: broadcasting_shape(name, *a), dtype_rule, weak)
+  p.def_impl(_low_precision(numpy_fn))
+  batching.defbroadcasting(p)
+  return p
+
+
+def _bool_result(_):
+  return np.dtype(np.bool_)
+
+
+# ------------------------------------------------------------------------------------------------
+# User-facing wrappers take arrays or Python scalars; no promotion happens here.
+
+
+def neg(x): return neg_p.bind(x)
+def sign(x): return sign_p.bind(x)
+def floor(x): return floor_p.bind(x)
+def ceil(x): return ceil_p.bind(x)
+def is_finite(x): return is_finite_p.bind(x)
+def exp(x, accuracy=None): return exp_p.bind(x)
+def exp2(x, accuracy=None): return exp2_p.bind(x)
+def log(x, accuracy=None): return log_p.bind(x)
+def log1p(x, accuracy=None): return log1p_p.bind(x)
+def expm1(x, accuracy=None): return expm1_p.bind(x)
+def tanh(x, accuracy=None): return tanh_p.bind(x)
+def logistic(x, accuracy=None): return logistic_p.bind(x)
+def sin(x, accuracy=None): return sin_p.bind(x)
+def cos(x, accuracy=None): return cos_p.bind(x)
+def tan(x, accuracy=None): return tan_p.bind(x)
+def asin(x): return asin_p.bind(x)
+def acos(x): return acos_p.bind(x)
+def atan(x): return atan_p.bind(x)
+def sinh(x): return sinh_p.bind(x)
+def cosh(x): return cosh_p.bind(x)
+def asinh(x): return asinh_p.bind(x)
+def acosh(x): return acosh_p.bind(x)
+def atanh(x): return atanh_p.bind(x)
+def sqrt(x, accuracy=None): return sqrt_p.bind(x)
+def rsqrt(x, accuracy=None): return rsqrt_p.bind(x)
+def cbrt(x, accuracy=None): return cbrt_p.bind(x)
+def erf(x): return erf_p.bind(x)
+def erfc(x): return sub(_const(x, 1), erf(x))
+def erf_inv(x): return erf_inv_p.bind(x)
+def lgamma(x): return lgamma_p.bind(x)
+def digamma(x): return digamma_p.bind(x)
+def abs(x): return abs_p.bind(x)  # noqa: A001 (lax.abs shadows the builtin, as in JAX)
+def square(x): return square_p.bind(x)
+def not_(x): return not_p.bind(x)
+def population_count(x): return population_count_p.bind(x)
+def clz(x): return clz_p.bind(x)
+def real(x): return real_p.bind(x)
+def imag(x): return imag_p.bind(x)
+def conj(x): return conj_p.bind(x)
+def add(x, y): return add_p.bind(x, y)
+def sub(x, y): return sub_p.bind(x, y)
+def mul(x, y): return mul_p.bind(x, y)
+def div(x, y): return div_p.bind(x, y)
+def rem(x, y): return rem_p.bind(x, y)
+def pow(x, y): return pow_p.bind(x, y)  # noqa: A001
+def max(x, y): return max_p.bind(x, y)  # noqa: A001
+def min(x, y): return min_p.bind(x, y)  # noqa: A001
+def atan2(x, y): return atan2_p.bind(x, y)
+def nextafter(x, y): return nextafter_p.bind(x, y)
+def and_(x, y): return and_p.bind(x, y)
+def or_(x, y): return or_p.bind(x, y)
+def xor(x, y): return xor_p.bind(x, y)
+def shift_left(x, y): return shift_left_p.bind(x, y)
+def shift_right_arithmetic(x, y): return shift_right_arithmetic_p.bind(x, y)
+def shift_right_logical(x, y): return shift_right_logical_p.bind(x, y)
+def eq(x, y): return eq_p.bind(x, y)
+def ne(x, y): return ne_p.bind(x, y)
+def lt(x, y): return lt_p.bind(x, y)
+def le(x, y): return le_p.bind(x, y)
+def gt(x, y): return gt_p.bind(x, y)
+def ge(x, y): return ge_p.bind(x, y)
+
+
+def integer_pow(x, y: int):
+  return integer_pow_p.bind(x, y=int(y))
+
+
+class RoundingMethod:
+  AWAY_FROM_ZERO = 0
+  TO_NEAREST_EVEN = 1
+
+
+def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001
+  return round_p.bind(x, rounding_method=int(rounding_method))
+
+
+def convert_element_type(x, new_dtype):
+  return _convert_element_type(x, new_dtype, weak_type=False)
+
+
+def _convert_element_type(x, new_dtype, weak_type: bool = False):
+  """Convert, keeping the result weakly typed if asked (used by jnp's promotion)."""
+  new_dtype = dtypes.canonicalize_dtype(new_dtype)
+  aval = get_aval(x)
+  if aval.dtype == new_dtype and aval.weak_type == weak_type:
+    return x
+  if not isinstance(x, Tracer):
+    # a constant converts now, so ``x + 1`` traces to ``add x 1.0:f32[]`` (no convert eqn)
+    from ourjax.array import Array, to_numpy
+    v = _convert_impl(to_numpy(x), new_dtype, weak_type)
+    return Array._from_result(v, ShapedArray(aval.shape, new_dtype, weak_type))
+  return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
+
+
+def bitcast_convert_type(x, new_dtype):
+  return bitcast_convert_type_p.bind(x, new_dtype=dtypes.canonicalize_dtype(new_dtype))
+
+
+def select_n(which, *cases):
+  if not cases:
+    raise ValueError("select_n must have at least one case")
+  return select_n_p.bind(which, *cases)
+
+
+def clamp(min, x, max):  # noqa: A002
+  return clamp_p.bind(min, x, max)
+
+
+def _const(x, val):
+  """A scalar of x's dtype, weakly typed (so it never widens x)."""
+  return np.array(val, dtype=get_aval(x).dtype)
+
+
+def _zeros(x):
+  from ourjax.lax.structural import full_like
+  return full_like(x, 0)
+
+
+def _ones(x):
+  from ourjax.lax.structural import full_like
+  return full_like(x, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reference implementations that are more than one NumPy call
+
+
+def _vectorize(f, otype=None):
+  def impl(x):
+    out = np.vectorize(f, otypes=[otype or x.dtype])(x) if x.size else x.copy()
+    return np.asarray(out, x.dtype)
+  return impl
+
+
+def _erf_inv(y: float) -> float:
+  if math.isnan(y) or y < -1 or y > 1:
+    return math.nan
+  if y == 1:
+    return math.inf
+  if y == -1:
+    return -math.inf
+  # initial guess (Giles' single-precision approximation), refined by Newton steps on erf
+  w = -math.log((1.0 - y) * (1.0 + y))
+  if w < 5:
+    w -= 2.5
+    p = 2.81022636e-08
+    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+              -0.00417768164, 0.246640727, 1.50140941):
+      p = c + p * w
+  else:
+    w = math.sqrt(w) - 3
+    p = -0.000200214257
+    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+              0.00943887047, 1.00167406, 2.83297682):
+      p = c + p * w
+  x = p * y
+  for _ in range(3):
+    err = math.erf(x) - y
+    x -= err / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
+  return x
+
+
+def _digamma(x: float) -> float:
+  if math.isnan(x) or x == -math.inf:
+    return math.nan
+  if x == math.inf:
+    return math.inf
+  if x <= 0 and x == math.floor(x):
+    return math.nan
+  result = 0.0
+  if x < 0:   # reflection: psi(1-x) - psi(x) = pi cot(pi x)
+    result -= math.pi / math.tan(math.pi * x)
+    x = 1 - x
+  while x < 6:
+    result -= 1 / x
+    x += 1
+  f = 1 / (x * x)
+  t = f * (-1 / 12 + f * (1 / 120 + f * (-1 / 252 + f * (1 / 240 + f * (-1 / 132)))))
+  return result + math.log(x) - 0.5 / x + t
+
+
+def _lgamma(x: float) -> float:
+  if math.isnan(x):
+    return math.nan
+  if math.isinf(x):
+    return math.inf
+  try:
+    return math.lgamma(x)
+  except ValueError:        # poles
+    return math.inf
+
+
+def _round_away(x):
+  return np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5)).astype(x.dtype) \
+      if x.size else x.copy()
+
+
+def _round_impl(x, rounding_method):
+  if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
+    return np.round(x)
+  # half away from zero, exactly: floor(|x|) + (frac >= 0.5)
+  a = np.abs(x)
+  f = np.floor(a)
+  r = f + (a - f >= 0.5)
+  return np.copysign(r, x).astype(x.dtype)
+
+
+def _int_div(x, y):
+  """Integer division truncating toward zero (C/XLA), x/0 = -1 (all ones)."""
+  if not dtypes.is_integer(x.dtype):
+    return np.divide(x, y)
+  y_safe = np.where(y == 0, 1, y)
+  q = np.floor_divide(x, y_safe)
+  fix = (np.remainder(x, y_safe) != 0) & ((x < 0) != (y_safe < 0))
+  q = q + fix.astype(q.dtype)
+  return np.where(y == 0, np.array(-1).astype(x.dtype), q).astype(x.dtype)
+
+
+def _int_rem(x, y):
+  """Remainder with the sign of the dividend (C fmod); x % 0 = x for integers."""
+  if not dtypes.is_integer(x.dtype):
+    return np.fmod(x, y)
+  y_safe = np.where(y == 0, 1, y)
+  r = np.fmod(x, y_safe)
+  return np.where(y == 0, x, r).astype(x.dtype)
+
+
+def _shift_impl(kind):
+  def impl(x, y):
+    bits = x.dtype.itemsize * 8
+    ycast = y.astype(np.int64)
+    oob = (ycast < 0) | (ycast >= bits)
+    ys = np.where(oob, 0, ycast).astype(x.dtype)
+    if kind == "left":
+      out = np.left_shift(x, ys)
+      return np.where(oob, 0, out).astype(x.dtype)
+    if kind == "arith":
+      out = np.right_shift(x, ys)
+      fill = np.where(x < 0, -1, 0) if np.issubdtype(x.dtype, np.signedinteger) else 0
+      return np.where(oob, fill, out).astype(x.dtype)
+    ux = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+    out = np.right_shift(ux, ys.view(ux.dtype) if ys.dtype != ux.dtype else ys)
+    return np.where(oob, 0, out).astype(ux.dtype).view(x.dtype)
+  return impl
+
+
+def _popcount(x):
+  u = x.view(np.dtype(f"u{x.dtype.itemsize}")) if x.dtype != np.bool_ else x.astype(np.uint8)
+  bits = np.unpackbits(u.reshape(-1).view(np.uint8)).reshape(u.shape + (-1,)) if u.size else \
+      np.zeros(u.shape + (1,), np.uint8)
+  return bits.sum(-1).astype(x.dtype)
+
+
+def _clz(x):
+  nbits = x.dtype.itemsize * 8
+  u = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
+  out = np.full(x.shape, nbits, np.int64)
+  for b in range(nbits):
+    out = np.where((u >> np.uint64(nbits - 1 - b)) & np.uint64(1) & (out == nbits), b, out)
+  return out.astype(x.dtype)
+
+
+def _logistic(x):
+  return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
+
+
+def _integer_pow(x, y):
+  if dtypes.is_integer(x.dtype):
+    if y < 0:
+      raise ValueError(f"integer_pow of an integer array requires y >= 0, got {y}")
+    return np.power(x, y).astype(x.dtype)
+  return np.power(x, x.dtype.type(y)) if y >= 0 else np.asarray(1, x.dtype) / np.power(x, -y)
+
+
+def _pow_impl(x, y):
+  return np.power(x, y)
+
+
+def _max_impl(x, y):
+  return np.maximum(x, y)   # NaN-propagating, like XLA
+
+
+def _min_impl(x, y):
+  return np.minimum(x, y)
+
+
+def _nextafter(x, y):
+  return np.nextafter(x, y)
+
+
+# ------------------------------------------------------------------------------------------------
+# The primitives
+
+
+neg_p = unop("neg", _num, np.negative)
+sign_p = unop("sign", _num, np.sign)
+floor_p = unop("floor", _float, np.floor)
+ceil_p = unop("ceil", _float, np.ceil)
+round_p = unop("round", _float, _round_impl)
+is_finite_p = unop("is_finite", _float, np.isfinite, result_dtype=_bool_result)
+exp_p = unop("exp", _fp, np.exp)
+exp2_p = unop("exp2", _fp, np.exp2)
+log_p = unop("log", _fp, np.log)
+log1p_p = unop("log1p", _fp, np.log1p)
+expm1_p = unop("expm1", _fp, np.expm1)
+tanh_p = unop("tanh", _fp, np.tanh)
+logistic_p = unop("logistic", _fp, _logistic)
+sin_p = unop("sin", _fp, np.sin)
+cos_p = unop("cos", _fp, np.cos)
+tan_p = unop("tan", _fp, np.tan)
+asin_p = unop("asin", _fp, np.arcsin)
+acos_p = unop("acos", _fp, np.arccos)
+atan_p = unop("atan", _fp, np.arctan)
+sinh_p = unop("sinh", _fp, np.sinh)
+cosh_p = unop("cosh", _fp, np.cosh)
+asinh_p = unop("asinh", _fp, np.arcsinh)
+acosh_p = unop("acosh", _fp, np.arccosh)
+atanh_p = unop("atanh", _fp, np.arctanh)
+sqrt_p = unop("sqrt", _fp, np.sqrt)
+rsqrt_p = unop("rsqrt", _fp, lambda x: 1 / np.sqrt(x))
+cbrt_p = unop("cbrt", _float, np.cbrt)
+erf_p = unop("erf", _float, _vectorize(math.erf))
+erf_inv_p = unop("erf_inv", _float, _vectorize(_erf_inv))
+lgamma_p = unop("lgamma", _float, _vectorize(_lgamma))
+digamma_p = unop("digamma", _float, _vectorize(_digamma))
+abs_p = unop("abs", _num, np.abs,
+             result_dtype=lambda d: np.dtype(np.float32 if d == np.complex64 else np.float64)
+             if dtypes.is_complex(d) else d)
+square_p = unop("square", _num, np.square)
+not_p = unop("not", _bool + _int, np.invert)
+population_count_p = unop("population_count", _int, _popcount)
+clz_p = unop("clz", _int, _clz)
+real_p = unop("real", ("complex",), np.real, result_dtype=lambda d: np.dtype(
+    np.float32 if d == np.complex64 else np.float64))
+imag_p = unop("imag", ("complex",), np.imag, result_dtype=lambda d: np.dtype(
+    np.float32 if d == np.complex64 else np.float64))
+conj_p = unop("conj", _num, np.conj)
+
+add_p = binop("add", _num, np.add)
+sub_p = binop("sub", _num, np.subtract)
+mul_p = binop("mul", _num, np.multiply)
+div_p = binop("div", _num, _int_div)
+rem_p = binop("rem", _num, _int_rem)
+pow_p = binop("pow", _fp, _pow_impl)
+max_p = binop("max", _any, _max_impl)
+min_p = binop("min", _any, _min_impl)
+atan2_p = binop("atan2", _float, np.arctan2)
+nextafter_p = binop("nextafter", _float, _nextafter)
+and_p = binop("and", _bool + _int, np.bitwise_and)
+or_p = binop("or", _bool + _int, np.bitwise_or)
+xor_p = binop("xor", _bool + _int, np.bitwise_xor)
+shift_left_p = binop("shift_left", _int, _shift_impl("left"))
+shift_right_arithmetic_p = binop("shift_right_arithmetic", _int, _shift_impl("arith"))
+shift_right_logical_p = binop("shift_right_logical", _int, _shift_impl("logical"))
+eq_p = binop("eq", _any, np.equal, result_dtype=_bool_result)
+ne_p = binop("ne", _any, np.not_equal, result_dtype=_bool_result)
+lt_p = binop("lt", _any, np.less, result_dtype=_bool_result)
+le_p = binop("le", _any, np.less_equal, result_dtype=_bool_result)
+gt_p = binop("gt", _any, np.greater, result_dtype=_bool_result)
+ge_p = binop("ge", _any, np.greater_equal, result_dtype=_bool_result)
+
+# integer_pow: x ** y for a static Python int y
+integer_pow_p = standard_primitive(
+    "integer_pow", lambda x, y: x.shape,
+    lambda x, y: check_dtypes("integer_pow", [x], _num), lambda x, y: x.weak_type)
+integer_pow_p.def_impl(_low_precision(_integer_pow))
+batching.defvectorized(integer_pow_p)
+
+# ------------------------------------------------------------------------------------------------
+# JVP rules (in terms of the wrappers above, so they are differentiable again)
+
+for _p in (sign_p, floor_p, ceil_p, round_p, is_finite_p, not_p, population_count_p, clz_p,
+           and_p, or_p, xor_p, shift_left_p, shift_right_arithmetic_p, shift_right_logical_p,
+           eq_p, ne_p, lt_p, le_p, gt_p, ge_p, nextafter_p):
+  defjvp_zero(_p)
+
+defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
+defjvp2(exp2_p, lambda t, ans, x: mul(t, mul(ans, _const(x, math.log(2)))))
+defjvp(log_p, lambda t, x: div(t, x))
+defjvp(log1p_p, lambda t, x: div(t, add(x, _const(x, 1))))
+defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, _const(x, 1))))
+defjvp2(tanh_p, lambda t, ans, x: mul(t, sub(_const(x, 1), square(ans))))
+defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(_const(x, 1), ans))))
+defjvp(sin_p, lambda t, x: mul(t, cos(x)))
+defjvp(cos_p, lambda t, x: neg(mul(t, sin(x))))
+defjvp2(tan_p, lambda t, ans, x: mul(t, add(_const(x, 1), square(ans))))
+defjvp(asin_p, lambda t, x: mul(t, rsqrt(sub(_const(x, 1), square(x)))))
+defjvp(acos_p, lambda t, x: neg(mul(t, rsqrt(sub(_const(x, 1), square(x))))))
+defjvp(atan_p, lambda t, x: div(t, add(_const(x, 1), square(x))))
+defjvp(sinh_p, lambda t, x: mul(t, cosh(x)))
+defjvp(cosh_p, lambda t, x: mul(t, sinh(x)))
+defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(square(x), _const(x, 1)))))
+defjvp(acosh_p, lambda t, x: mul(t, rsqrt(mul(sub(x, _const(x, 1)), add(x, _const(x, 1))))))
+defjvp(atanh_p, lambda t, x: div(t, sub(_const(x, 1), square(x))))
+defjvp2(sqrt_p, lambda t, ans, x: div(t, mul(_const(x, 2), ans)))
+defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(_const(x, -0.5), div(ans, x))))
+defjvp2(cbrt_p, lambda t, ans, x: mul(t, div(ans, mul(_const(x, 3), x))))
+defjvp(erf_p, lambda t, x: mul(t, mul(_const(x, 2 / math.sqrt(math.pi)), exp(neg(square(x))))))
+defjvp2(erf_inv_p, lambda t, ans, x: mul(t, mul(_const(x, math.sqrt(math.pi) / 2),
+                                                 exp(square(ans)))))
+defjvp(lgamma_p, lambda t, x: mul(t, digamma(x)))
+defjvp(digamma_p, lambda t, x: mul(t, _polygamma1(x)))
+defjvp(abs_p, lambda t, x: mul(t, sign(x)) if not dtypes.is_complex(get_aval(x).dtype)
+       else real(mul(conj(div(x, _complex_abs_safe(x))), t)))
+defjvp(square_p, lambda t, x: mul(t, mul(_const(x, 2), x)))
+defjvp(integer_pow_p, lambda t, x, y: _zeros(t) if y == 0 else
+       mul(t, mul(_const(x, y), integer_pow(x, y - 1) if y != 1 else _ones(x))))
+defjvp(real_p, lambda t, x: real(t))
+defjvp(imag_p, lambda t, x: imag(t))
+defjvp(conj_p, lambda t, x: conj(t))
+
+
+def _complex_abs_safe(x):
+  """|x| as x's complex dtype, with 0 replaced by 1 (the direction of 0 is taken as 0)."""
+  a = abs(x)
+  a = select_n(eq(a, _const(a, 0)), a, _const(a, 1))
+  return convert_element_type(a, get_aval(x).dtype)
+
+
+def _polygamma1(x):
+  """Trigamma, for the derivative of digamma: computed from a series in primitives."""
+  # psi'(x) = sum_{k<6} 1/(x+k)^2 + asymptotic tail at x+6 (x > 0); reflection otherwise
+  acc = _zeros(x)
+  z = x
+  for _ in range(6):
+    acc = add(acc, div(_const(x, 1), square(z)))
+    z = add(z, _const(x, 1))
+  iz = div(_const(x, 1), z)
+  iz2 = square(iz)
+  tail = mul(iz, add(_const(x, 1), mul(iz, add(_const(x, 0.5), mul(iz, add(
+      _const(x, 1 / 6), mul(iz2, add(_const(x, -1 / 30), mul(iz2, _const(x, 1 / 42))))))))))
+  return add(acc, tail)
+
+
+def _pow_jvp_lhs(t, x, y):
+  # d/dx x**y = y * x**(y-1), with the value at x == 0 defined as in JAX (0 where y == 0)
+  y_ = y if get_aval(y).shape == get_aval(x).shape or get_aval(y).ndim else y
+  jac = select_n(eq(y_, _const(y_, 0)), mul(y_, pow(x, sub(y_, _const(y_, 1)))),
+                 _zeros(mul(x, y_)))
+  return mul(t, jac)
+
+
+def _pow_jvp_rhs(t, x, y):
+  # d/dy x**y = log(x) * x**y, taken as 0 where x == 0 (JAX's convention)
+  xy = pow(x, y)
+  safe_log = select_n(eq(x, _const(x, 0)), log(x), _zeros(x))
+  return mul(t, mul(safe_log, xy))
+
+
+defjvp(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
+
+defjvp(add_p, lambda t, x, y: _bcast_like(t, x, y), lambda t, x, y: _bcast_like(t, y, x))
+defjvp(sub_p, lambda t, x, y: _bcast_like(t, x, y), lambda t, x, y: neg(_bcast_like(t, y, x)))
+defjvp(mul_p, lambda t, x, y: mul(t, y), lambda t, x, y: mul(x, t))
+defjvp(div_p, lambda t, x, y: div(t, y),
+       lambda t, x, y: mul(neg(t), div(x, square(y))))
+defjvp(rem_p, lambda t, x, y: _bcast_like(t, x, y),
+       lambda t, x, y: mul(neg(t), round(div(sub(x, rem(x, y)), y))))
+defjvp(atan2_p, lambda t, x, y: mul(t, div(y, add(square(x), square(y)))),
+       lambda t, x, y: mul(t, div(neg(x), add(square(x), square(y)))))
+
+
+def _balanced_eq(x, z, y):
+  """1 where x is the winner, 0.5 on ties, 0 otherwise (how JAX splits max/min gradients)."""
+  one, half, zero = _const(x, 1), _const(x, 0.5), _const(x, 0)
+  xz = eq(x, z)
+  yz = eq(y, z)
+  return select_n(xz, zero, select_n(yz, one, half))
+
+
+defjvp2(max_p, lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(x, ans, y), t)),
+        lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(y, ans, x), t)))
+defjvp2(min_p, lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(x, ans, y), t)),
+        lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(y, ans, x), t)))
+
+
+def _bcast_to(v, like):
+  from ourjax.lax.structural import broadcast_in_dim
+  s = get_aval(like).shape
+  if get_aval(v).shape == s:
+    return v
+  return broadcast_in_dim(v, s, ())
+
+
+def _bcast_like(t, x, other):
+  """The tangent of a rank-0 operand that broadcast against ``other``."""
+  s = broadcasting_shape("add", get_aval(x), get_aval(other))
+  return _bcast_to(t, _ShapeOnly(s)) if get_aval(t).shape != s else t
+
+
+class _ShapeOnly:
+  def __init__(self, shape):
+    self.aval = ShapedArray(shape, np.float32)
+
+
+# ------------------------------------------------------------------------------------------------
+# Transposes of the linear ones
+
+
+def _unbroadcast(ct, x):
+  """Sum a cotangent back to the shape of an operand that was broadcast (rank-0)."""
+  from ourjax.lax.reductions import reduce_sum
+  if get_aval(x).shape == get_aval(ct).shape:
+    return ct
+  return reduce_sum(ct, tuple(range(get_aval(ct).ndim)))
+
+
+def _add_transpose(ct, x, y):
+  return [_unbroadcast(ct, x) if ad.is_undefined_primal(x) else None,
+          _unbroadcast(ct, y) if ad.is_undefined_primal(y) else None]
+
+
+def _sub_transpose(ct, x, y):
+  return [_unbroadcast(ct, x) if ad.is_undefined_primal(x) else None,
+          _unbroadcast(neg(ct), y) if ad.is_undefined_primal(y) else None]
+
+
+def _mul_transpose(ct, x, y):
+  if ad.is_undefined_primal(x):
+    return [_unbroadcast(mul(ct, y), x), None]
+  return [None, _unbroadcast(mul(x, ct), y)]
+
+
+def _div_transpose(ct, x, y):
+  assert ad.is_undefined_primal(x) and not ad.is_undefined_primal(y)
+  return [_unbroadcast(div(ct, y), x), None]
+
+
+ad.transpose_rules[add_p] = ad._zero_aware_transpose(_add_transpose)
+ad.transpose_rules[sub_p] = ad._zero_aware_transpose(_sub_transpose)
+ad.transpose_rules[mul_p] = ad._zero_aware_transpose(_mul_transpose)
+ad.transpose_rules[div_p] = ad._zero_aware_transpose(_div_transpose)
+ad.transpose_rules[neg_p] = ad._zero_aware_transpose(lambda ct, x: [neg(ct)])
+ad.transpose_rules[real_p] = ad._zero_aware_transpose(
+    lambda ct, x: [convert_element_type(ct, x.aval.dtype)])
+ad.transpose_rules[conj_p] = ad._zero_aware_transpose(lambda ct, x: [conj(ct)])
+ad.linear_primitives.update({add_p, sub_p, neg_p, real_p, conj_p})
+defjvp(neg_p, lambda t, x: neg(t))
+
+# ------------------------------------------------------------------------------------------------
+# convert_element_type / bitcast_convert_type
+
+
+def _convert_impl(x, new_dtype, weak_type):
+  if dtypes.is_float(x.dtype) and dtypes.is_integer(new_dtype):
+    # float -> int: truncate toward zero, NaN -> 0, saturate at the bounds (XLA's semantics)
+    info = np.iinfo(new_dtype)
+    with np.errstate(invalid="ignore"):
+      t = np.trunc(x.astype(np.float64))
+      t = np.where(np.isnan(t), 0, np.clip(t, info.min, info.max))
+    return t.astype(new_dtype)
+  if new_dtype == np.bool_:
+    return x != 0
+  if dtypes.is_complex(x.dtype) and not dtypes.is_complex(new_dtype):
+    x = np.real(x)
+  with np.errstate(all="ignore"):
+    return x.astype(new_dtype)
+
+
+def _convert_dtype_rule(x, new_dtype, weak_type):
+  return np.dtype(new_dtype)
+
+
+convert_element_type_p = standard_primitive(
+    "convert_element_type", lambda x, new_dtype, weak_type: x.shape, _convert_dtype_rule,
+    lambda x, new_dtype, weak_type: weak_type)
+convert_element_type_p.def_impl(_convert_impl)
+batching.defvectorized(convert_element_type_p)
+
+
+def _convert_jvp(primals, tangents, new_dtype, weak_type):
+  (x,), (t,) = primals, tangents
+  out = convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=weak_type)
+  if type(t) is Zero or not dtypes.is_inexact(new_dtype) or not dtypes.is_inexact(
+      get_aval(x).dtype):
+    return out, Zero.from_primal_value(out)
+  return out, convert_element_type_p.bind(t, new_dtype=new_dtype, weak_type=weak_type)
+
+
+ad.jvp_rules[convert_element_type_p] = _convert_jvp
+ad.transpose_rules[convert_element_type_p] = ad._zero_aware_transpose(
+    lambda ct, x, new_dtype, weak_type: [
+        convert_element_type_p.bind(ct, new_dtype=x.aval.dtype, weak_type=x.aval.weak_type)])
+ad.linear_primitives.add(convert_element_type_p)
+
+
+def _bitcast_shape(x, new_dtype):
+  old, new = x.dtype.itemsize, np.dtype(new_dtype).itemsize
+  if old == new:
+    return x.shape
+  if old > new:
+    return x.shape + (old // new,)
+  if not x.shape or x.shape[-1] != new // old:
+    raise TypeError(f"bitcast_convert_type from {x.dtype.name} to {np.dtype(new_dtype).name} "
+                    f"requires the last dimension to be {new // old}, got shape {x.shape}")
+  return x.shape[:-1]
+
+
+def _bitcast_impl(x, new_dtype):
+  new_dtype = np.dtype(new_dtype)
+  x = np.ascontiguousarray(x)
+  old, new = x.dtype.itemsize, new_dtype.itemsize
+  if old == new:
+    return x.view(new_dtype)
+  if old > new:
+    return x.view(new_dtype).reshape(x.shape + (old // new,))
+  return x.view(new_dtype).reshape(x.shape[:-1])
+
+
+bitcast_convert_type_p = standard_primitive(
+    "bitcast_convert_type", _bitcast_shape, lambda x, new_dtype: np.dtype(new_dtype),
+    lambda x, new_dtype: False)
+bitcast_convert_type_p.def_impl(_bitcast_impl)
+defjvp_zero(bitcast_convert_type_p)
+batching.defvectorized(bitcast_convert_type_p)
+
+# ------------------------------------------------------------------------------------------------
+# select_n(which, *cases): cases[which] elementwise; which is bool (2 cases) or int32
+
+
+def _select_n_shape(which, *cases):
+  shape = broadcasting_shape("select_n", *cases)
+  if any(c.shape != shape for c in cases):
+    raise TypeError(f"select_n cases must have the same shapes, got "
+                    f"{[c.shape for c in cases]}.")
+  if which.shape and which.shape != shape:
+    raise TypeError(f"select_n `which` must be scalar or have the same shape as cases, got "
+                    f"`which` shape {which.shape} but case shape {shape}.")
+  return shape
+
+
+def _select_n_dtype(which, *cases):
+  if len({c.dtype for c in cases}) != 1:
+    raise TypeError(f"select_n cases must have the same dtypes, got "
+                    f"{[c.dtype.name for c in cases]}.")
+  if which.dtype == np.bool_:
+    if len(cases) > 2:
+      raise TypeError("select_n with more than two cases requires an int32 `which`, got bool")
+  elif which.dtype != np.int32:
+    raise TypeError(f"select_n `which` must be boolean or int32, got {which.dtype.name}")
+  return cases[0].dtype
+
+
+def _select_n_impl(which, *cases):
+  if len(cases) == 1:
+    return cases[0]
+  idx = which.astype(np.int64)
+  return np.choose(np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cases[0].shape)),
+                   [np.broadcast_to(c, np.broadcast_shapes(idx.shape, c.shape)) for c in cases],
+                   mode="clip")
+
+
+select_n_p = standard_primitive("select_n", _select_n_shape, _select_n_dtype,
+                                lambda which, *cases: all_weak(*cases))
+select_n_p.def_impl(_select_n_impl)
+
+
+def _select_n_jvp(primals, tangents):
+  which, *cases = primals
+  out = select_n_p.bind(which, *cases)
+  case_ts = tangents[1:]
+  if all(type(t) is Zero for t in case_ts):
+    return out, Zero.from_primal_value(out)
+  ts = [ad.instantiate_zeros(t) for t in case_ts]
+  return out, select_n_p.bind(which, *ts)
+
+
+def _select_n_transpose(ct, which, *cases):
+  assert not ad.is_undefined_primal(which)
+  zeros = _zeros(ct)
+  out = [None]
+  for i, c in enumerate(cases):
+    if ad.is_undefined_primal(c):
+      if len(cases) == 2 and get_aval(which).dtype == np.bool_:
+        args = (zeros, ct) if i == 1 else (ct, zeros)
+        out.append(select_n_p.bind(which, *args))
+      else:
+        out.append(select_n_p.bind(which, *[ct if j == i else zeros
+                                            for j in range(len(cases))]))
+    else:
+      out.append(None)
+  return out
+
+
+ad.jvp_rules[select_n_p] = _select_n_jvp
+ad.transpose_rules[select_n_p] = ad._zero_aware_transpose(_select_n_transpose)
+
+
+def _select_n_batch(vals, dims):
+  which, *cases = vals
+  wd, *cds = dims
+  # All operands with the batch dim at the front, unbatched ones broadcast.
+  size = next(get_aval(v).shape[d] for v, d in zip(vals, dims) if d is not None)
+  case_shape = batching.shape_without_bdim(cases[0], cds[0])
+  cases = [batching.bdim_at_front(c, d, size) for c, d in zip(cases, cds)]
+  if wd is None and get_aval(which).ndim == 0:
+    return select_n_p.bind(which, *cases), 0
+  which = batching.bdim_at_front(which, wd, size)
+  if get_aval(which).ndim == 1 and case_shape:
+    from ourjax.lax.structural import broadcast_in_dim
+    which = broadcast_in_dim(which, (size,) + tuple(case_shape), (0,))
+  return select_n_p.bind(which, *cases), 0
+
+
+batching.batch_rules[select_n_p] = _select_n_batch
+
+# ------------------------------------------------------------------------------------------------
+# clamp(lo, x, hi)
+
+
+def _clamp_shape(lo, x, hi):
+  for b, nm in ((lo, "min"), (hi, "max")):
+    if b.shape and b.shape != x.shape:
+      raise TypeError(f"clamp requires {nm} to be a scalar or have the same shape as operand, "
+                      f"got {nm} shape {b.shape} and operand shape {x.shape}.")
+  return x.shape
+
+
+clamp_p = standard_primitive("clamp", _clamp_shape,
+                             lambda lo, x, hi: check_dtypes("clamp", [lo, x, hi], _any),
+                             lambda lo, x, hi: x.weak_type)
+clamp_p.def_impl(lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi))
+
+
+def _clamp_jvp_x(t, lo, x, hi):
+  inside = and_(ge(x, lo), le(x, hi))
+  return select_n(_bcast_to(inside, t), _zeros(t), t)
+
+
+def _clamp_jvp_bound(which):
+  def rule(t, lo, x, hi):
+    b = lo if which == "lo" else hi
+    hit = lt(x, lo) if which == "lo" else gt(x, hi)
+    tb = _bcast_to(t, x)
+    return select_n(_bcast_to(hit, x), _zeros(tb), tb)
+  return rule
+
+
+defjvp(clamp_p, _clamp_jvp_bound("lo"), _clamp_jvp_x, _clamp_jvp_bound("hi"))
+
+
+def _clamp_batch(vals, dims):
+  lo, x, hi = vals
+  size = next(get_aval(v).shape[d] for v, d in zip(vals, dims) if d is not None)
+  xs = batching.bdim_at_front(x, dims[1], size)
+  out = []
+  for b, d in ((lo, dims[0]), (hi, dims[2])):
+    if d is None and get_aval(b).ndim == 0:
+      out.append(b)
+    else:
+      b = batching.bdim_at_front(b, d, size)
+      if get_aval(b).ndim != get_aval(xs).ndim:
+        from ourjax.lax.structural import broadcast_in_dim
+        b = broadcast_in_dim(b, get_aval(xs).shape, (0,))
+      out.append(b)
+  return clamp_p.bind(out[0], xs, out[1]), 0
+
+
+batching.batch_rules[clamp_p] = _clamp_batch
+
+
+# ------------------------------------------------------------------------------------------------
+# stop_gradient: identity whose tangent is zero
+
+
+def stop_gradient(x):
+  from ourjax import tree_util
+  return tree_util.tree_map(lambda v: stop_gradient_p.bind(v) if dtypes.is_inexact(
+      get_aval(v).dtype) else v, x)
+
+
+stop_gradient_p = standard_primitive("stop_gradient", lambda x: x.shape, lambda x: x.dtype,
+                                     lambda x: x.weak_type)
+stop_gradient_p.def_impl(lambda x: x)
+defjvp_zero(stop_gradient_p)
+batching.defvectorized(stop_gradient_p)
+
+
+def copy_p_impl(x):
+  return x.copy()
+
+
+copy_p = standard_primitive("copy", lambda x: x.shape, lambda x: x.dtype, lambda x: x.weak_type)
+copy_p.def_impl(copy_p_impl)
+ad.deflinear(copy_p, lambda ct, x: [copy_p.bind(ct)])
+batching.defvectorized(copy_p)

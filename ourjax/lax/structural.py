@@ -1,0 +1,272 @@
+"""Shape-changing primitives: broadcast_in_dim, reshape, transpose, squeeze, expand_dims, iota,
+and the constant creators built on them.  Each primitive is followed by all of its rules."""
+from __future__ import annotations
+
+import numpy as np
+
+from ourjax import core, dtypes
+from ourjax.core import ShapedArray, get_aval
+from ourjax.interpreters import ad, batching
+from ourjax.lax._utils import as_shape, canonicalize_axis, standard_primitive
+
+
+def _weak(x, **_):
+  return x.weak_type
+
+
+# ------------------------------------------------------------------------------------------------
+# broadcast_in_dim: operand dim i becomes output dim broadcast_dimensions[i]
+
+
+def broadcast_in_dim(operand, shape, broadcast_dimensions):
+  shape = as_shape(shape)
+  broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
+  aval = get_aval(operand)
+  if aval.shape == shape and broadcast_dimensions == tuple(range(len(shape))):
+    return operand
+  return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions,
+                                 sharding=None)
+
+
+def broadcast(operand, sizes):
+  """Prepend dimensions of the given sizes."""
+  sizes = as_shape(sizes)
+  aval = get_aval(operand)
+  return broadcast_in_dim(operand, sizes + aval.shape,
+                          tuple(range(len(sizes), len(sizes) + aval.ndim)))
+
+
+def broadcast_to_rank(x, rank: int):
+  aval = get_aval(x)
+  if aval.ndim >= rank:
+    return x
+  return broadcast(x, (1,) * (rank - aval.ndim))
+
+
+def _broadcast_in_dim_shape(x, shape, broadcast_dimensions, sharding):
+  if len(broadcast_dimensions) != x.ndim:
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must have length equal to operand "
+                    f"ndim; got broadcast_dimensions {broadcast_dimensions} for operand ndim "
+                    f"{x.ndim}.")
+  if len(set(broadcast_dimensions)) != len(broadcast_dimensions) or any(
+      not 0 <= d < len(shape) for d in broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must be unique and in range for "
+                    f"output shape {shape}; got {broadcast_dimensions}.")
+  if list(broadcast_dimensions) != sorted(broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must be strictly increasing; got "
+                    f"broadcast_dimensions {broadcast_dimensions}")
+  for i, d in enumerate(broadcast_dimensions):
+    if x.shape[i] != 1 and x.shape[i] != shape[d]:
+      raise TypeError(f"broadcast_in_dim operand dimension sizes must either be 1, or be equal "
+                      f"to their corresponding dimensions in the target broadcast shape; got "
+                      f"operand of shape {x.shape}, target broadcast shape {shape}, "
+                      f"broadcast_dimensions {broadcast_dimensions} ")
+  return tuple(shape)
+
+
+def _broadcast_in_dim_impl(x, shape, broadcast_dimensions, sharding):
+  expanded = [1] * len(shape)
+  for i, d in enumerate(broadcast_dimensions):
+    expanded[d] = x.shape[i]
+  return np.broadcast_to(x.reshape(expanded), shape).copy()
+
+
+broadcast_in_dim_p = standard_primitive("broadcast_in_dim", _broadcast_in_dim_shape,
+                                        lambda x, **_: x.dtype, _weak)
+broadcast_in_dim_p.def_impl(_broadcast_in_dim_impl)
+
+
+def _broadcast_in_dim_transpose(ct, x, shape, broadcast_dimensions, sharding):
+  from ourjax.lax.reductions import reduce_sum
+  in_shape = x.aval.shape
+  unit = tuple(d for i, d in enumerate(broadcast_dimensions)
+               if in_shape[i] == 1 and shape[d] != 1)
+  summed = tuple(i for i in range(len(shape)) if i not in broadcast_dimensions)
+  out = reduce_sum(ct, summed + unit) if summed or unit else ct
+  return [reshape(out, in_shape)]
+
+
+ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
+
+
+def _broadcast_in_dim_batch(vals, dims, shape, broadcast_dimensions, sharding):
+  (x,), (d,) = vals, dims
+  size = get_aval(x).shape[d]
+  x = batching.moveaxis(x, d, 0)
+  new_shape = (size,) + tuple(shape)
+  new_dims = (0,) + tuple(b + 1 for b in broadcast_dimensions)
+  return broadcast_in_dim(x, new_shape, new_dims), 0
+
+
+batching.batch_rules[broadcast_in_dim_p] = _broadcast_in_dim_batch
+
+# ------------------------------------------------------------------------------------------------
+# reshape (row-major; `dimensions` is not supported: transpose first)
+
+
+def reshape(operand, new_sizes, dimensions=None):
+  new_sizes = as_shape(new_sizes)
+  aval = get_aval(operand)
+  if dimensions is not None and tuple(dimensions) != tuple(range(aval.ndim)):
+    operand = transpose(operand, dimensions)
+  if aval.shape == new_sizes:
+    return operand
+  return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=None, sharding=None)
+
+
+def _reshape_shape(x, new_sizes, dimensions, sharding):
+  if any(d < 0 for d in new_sizes):
+    raise TypeError(f"reshape new_sizes must all be positive, got {new_sizes}.")
+  if int(np.prod(new_sizes, dtype=np.int64)) != x.size:
+    raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} (of total "
+                    f"size {int(np.prod(new_sizes))}) for shape {x.shape} (of total size "
+                    f"{x.size}).")
+  return tuple(new_sizes)
+
+
+reshape_p = standard_primitive("reshape", _reshape_shape, lambda x, **_: x.dtype, _weak)
+reshape_p.def_impl(lambda x, new_sizes, dimensions, sharding: x.reshape(new_sizes))
+ad.deflinear(reshape_p, lambda ct, x, **_: [reshape(ct, x.aval.shape)])
+
+
+def _reshape_batch(vals, dims, new_sizes, dimensions, sharding):
+  (x,), (d,) = vals, dims
+  x = batching.moveaxis(x, d, 0)
+  return reshape(x, (get_aval(x).shape[0],) + tuple(new_sizes)), 0
+
+
+batching.batch_rules[reshape_p] = _reshape_batch
+
+# ------------------------------------------------------------------------------------------------
+# transpose
+
+
+def transpose(operand, permutation):
+  permutation = tuple(int(p) for p in permutation)
+  if permutation == tuple(range(len(permutation))) and get_aval(operand).ndim == len(permutation):
+    return operand
+  return transpose_p.bind(operand, permutation=permutation)
+
+
+def _transpose_shape(x, permutation):
+  if sorted(permutation) != list(range(x.ndim)):
+    raise TypeError(f"transpose permutation isn't a permutation of operand dimensions, got "
+                    f"permutation {permutation} for operand shape {x.shape}.")
+  return tuple(x.shape[p] for p in permutation)
+
+
+transpose_p = standard_primitive("transpose", _transpose_shape, lambda x, **_: x.dtype, _weak)
+transpose_p.def_impl(lambda x, permutation: np.transpose(x, permutation).copy())
+ad.deflinear(transpose_p,
+             lambda ct, x, permutation: [transpose(ct, tuple(np.argsort(permutation)))])
+
+
+def _transpose_batch(vals, dims, permutation):
+  (x,), (d,) = vals, dims
+  x = batching.moveaxis(x, d, 0)
+  return transpose(x, (0,) + tuple(p + 1 for p in permutation)), 0
+
+
+batching.batch_rules[transpose_p] = _transpose_batch
+
+# ------------------------------------------------------------------------------------------------
+# squeeze / expand_dims
+
+
+def squeeze(array, dimensions):
+  aval = get_aval(array)
+  dims = tuple(sorted(canonicalize_axis(d, aval.ndim) for d in dimensions))
+  if not dims:
+    return array
+  return squeeze_p.bind(array, dimensions=dims)
+
+
+def _squeeze_shape(x, dimensions):
+  for d in dimensions:
+    if x.shape[d] != 1:
+      raise ValueError(f"cannot select an axis to squeeze out which has size not equal to one, "
+                       f"got shape={x.shape} and dimensions={dimensions}")
+  return tuple(s for i, s in enumerate(x.shape) if i not in dimensions)
+
+
+squeeze_p = standard_primitive("squeeze", _squeeze_shape, lambda x, **_: x.dtype, _weak)
+squeeze_p.def_impl(lambda x, dimensions: x.reshape(_squeeze_shape(x, dimensions)))
+ad.deflinear(squeeze_p, lambda ct, x, dimensions: [reshape(ct, x.aval.shape)])
+
+
+def _squeeze_batch(vals, dims, dimensions):
+  (x,), (d,) = vals, dims
+  x = batching.moveaxis(x, d, 0)
+  return squeeze(x, tuple(k + 1 for k in dimensions)), 0
+
+
+batching.batch_rules[squeeze_p] = _squeeze_batch
+
+
+def expand_dims(array, dimensions):
+  """Insert size-1 dimensions (positions in the result)."""
+  aval = get_aval(array)
+  ndim_out = aval.ndim + len(dimensions)
+  dims = sorted(canonicalize_axis(d, ndim_out) for d in dimensions)
+  shape = list(aval.shape)
+  for d in dims:
+    shape.insert(d, 1)
+  return broadcast_in_dim(array, tuple(shape), tuple(i for i in range(ndim_out) if i not in dims))
+
+
+# ------------------------------------------------------------------------------------------------
+# iota and constants
+
+
+def iota(dtype, size: int):
+  return broadcasted_iota(dtype, (size,), 0)
+
+
+def broadcasted_iota(dtype, shape, dimension: int):
+  shape = as_shape(shape)
+  dtype = dtypes.canonicalize_dtype(dtype)
+  return iota_p.bind(dtype=dtype, shape=shape, dimension=canonicalize_axis(dimension, len(shape)),
+                     sharding=None)
+
+
+def _iota_impl(dtype, shape, dimension, sharding):
+  idx = np.arange(shape[dimension], dtype=np.int64)
+  bshape = [1] * len(shape)
+  bshape[dimension] = shape[dimension]
+  return np.broadcast_to(idx.reshape(bshape), shape).astype(dtype)
+
+
+iota_p = core.Primitive("iota")
+iota_p.def_abstract_eval(lambda dtype, shape, dimension, sharding: ShapedArray(shape, dtype))
+iota_p.def_impl(_iota_impl)
+
+
+def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
+  """An array of ``shape`` filled with a scalar (``broadcast_in_dim`` of a 0-d value)."""
+  from ourjax.lax.elementwise import _convert_element_type
+  shape = as_shape(shape)
+  fill_aval = get_aval(fill_value)
+  if fill_aval.ndim:
+    raise TypeError(f"full must be called with scalar fill_value, got fill_value.shape "
+                    f"{fill_aval.shape}.")
+  if dtype is None:
+    dtype, weak_type = fill_aval.dtype, fill_aval.weak_type
+  dtype = dtypes.canonicalize_dtype(dtype)
+  if not isinstance(fill_value, core.Tracer):
+    from ourjax.array import Array, to_numpy
+    from ourjax.lax.elementwise import _convert_impl
+    v = _convert_impl(np.asarray(to_numpy(fill_value)), dtype, weak_type)
+    return broadcast_in_dim(Array._from_result(v, ShapedArray((), dtype, weak_type)), shape, ())
+  fill_value = _convert_element_type(fill_value, dtype, weak_type)
+  return broadcast_in_dim(fill_value, shape, ())
+
+
+def full_like(x, fill_value, dtype=None, shape=None):
+  aval = get_aval(x)
+  weak = aval.weak_type if dtype is None else False
+  return full(aval.shape if shape is None else shape, fill_value,
+              aval.dtype if dtype is None else dtype, weak_type=weak)
+
+
+def zeros_like_array(x):
+  return full_like(x, 0)

@@ -1,0 +1,130 @@
+"""What every ``ourjax.numpy`` function does first: check its arguments, promote their dtypes
+(JAX's lattice, weak types respected) and broadcast their shapes (NumPy rules)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ourjax import core, dtypes, lax
+from ourjax.array import Array
+from ourjax.core import Tracer, get_aval
+
+
+def is_arraylike(x) -> bool:
+  return isinstance(x, (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)) or \
+      hasattr(x, "__jax_array__")
+
+
+def check_arraylike(fun_name: str, *args):
+  for pos, arg in enumerate(args):
+    if not is_arraylike(arg):
+      raise TypeError(f"{fun_name} requires ndarray or scalar arguments, got "
+                      f"{type(arg).__name__} at position {pos}.")
+
+
+def _as_operand(x):
+  """Python scalars and NumPy values pass through (they bind as weak/strong constants); lists
+  are rejected as in JAX."""
+  if isinstance(x, (list, tuple)):
+    raise TypeError(f"ourjax.numpy functions do not accept {type(x).__name__}s; use "
+                    "jnp.asarray(x) or jnp.array(x) first.")
+  if hasattr(x, "__jax_array__") and not isinstance(x, (Array, Tracer)):
+    return x.__jax_array__()
+  return x
+
+
+def promote_dtypes(*args):
+  """Convert all arguments to their common dtype (JAX's ``result_type``)."""
+  if len(args) < 2:
+    return list(args)
+  dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
+  return [lax._convert_element_type(a, dt, weak) for a in args]
+
+
+def promote_dtypes_inexact(*args):
+  """Promote, then make the common dtype inexact (ints -> default float)."""
+  dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
+  dt = dtypes.to_inexact_dtype(dt)
+  return [lax._convert_element_type(a, dt, weak) for a in args]
+
+
+def promote_dtypes_numeric(*args):
+  dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
+  if dt == np.bool_:
+    dt = dtypes.default_int_dtype()
+  return [lax._convert_element_type(a, dt, weak) for a in args]
+
+
+def broadcast_shapes(*shapes, fun_name: str = "broadcast_shapes") -> tuple:
+  try:
+    return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+  except ValueError:
+    raise ValueError(f"{fun_name}: incompatible shapes for broadcasting: "
+                     f"{', '.join(str(tuple(s)) for s in shapes)}") from None
+
+
+def promote_shapes(fun_name: str, *args):
+  """Broadcast non-scalar arguments to a common shape; rank-0 arguments stay rank 0 (lax's
+  elementwise ops broadcast those themselves)."""
+  if len(args) < 2:
+    return list(args)
+  shapes = [np.shape(a) if not isinstance(a, (Array, Tracer)) else a.shape for a in args]
+  nonscalar = [s for s in shapes if len(s)]
+  if not nonscalar or len(set(nonscalar)) == 1 and len(nonscalar) == len(shapes):
+    return list(args)
+  result = broadcast_shapes(*shapes, fun_name=fun_name)
+  return [a if len(s) == 0 or tuple(s) == result else _broadcast_to(a, result)
+          for a, s in zip(args, shapes)]
+
+
+def _broadcast_to(x, shape):
+  aval = get_aval(x)
+  nd = len(shape)
+  lead = nd - aval.ndim
+  # drop size-1 dims that broadcast, map the rest to their output positions
+  keep = [i for i, s in enumerate(aval.shape) if not (s == 1 and shape[lead + i] != 1)]
+  if len(keep) != aval.ndim:
+    x = lax.reshape(x, tuple(aval.shape[i] for i in keep))
+  return lax.broadcast_in_dim(x, tuple(shape), tuple(lead + i for i in keep))
+
+
+def promote_args(fun_name: str, *args):
+  check_arraylike(fun_name, *args)
+  args = [_as_operand(a) for a in args]
+  return promote_shapes(fun_name, *promote_dtypes(*args))
+
+
+def promote_args_inexact(fun_name: str, *args):
+  check_arraylike(fun_name, *args)
+  args = [_as_operand(a) for a in args]
+  return promote_shapes(fun_name, *promote_dtypes_inexact(*args))
+
+
+def promote_args_numeric(fun_name: str, *args):
+  check_arraylike(fun_name, *args)
+  args = [_as_operand(a) for a in args]
+  return promote_shapes(fun_name, *promote_dtypes_numeric(*args))
+
+
+def ensure_array(x):
+  """A concrete non-Array value becomes an Array; tracers and Arrays are returned as they are."""
+  if isinstance(x, (Array, Tracer)):
+    return x
+  return Array(x, weak_type=dtypes.is_weakly_typed(x))
+
+
+def canonicalize_axis(axis, ndim: int) -> int:
+  axis = core.concrete_or_error(int, axis, "The axis argument must be concrete.")
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {ndim}")
+  return axis % ndim
+
+
+def canonicalize_axes(axis, ndim: int) -> tuple:
+  if axis is None:
+    return tuple(range(ndim))
+  if isinstance(axis, (tuple, list)):
+    axes = tuple(canonicalize_axis(a, ndim) for a in axis)
+    if len(set(axes)) != len(axes):
+      raise ValueError(f"repeated axis in {axis}")
+    return axes
+  return (canonicalize_axis(axis, ndim),)
