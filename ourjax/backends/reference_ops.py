@@ -1,0 +1,967 @@
+"""Pure NumPy implementations of the operations whose semantics are more than one NumPy call.
+
+These functions know nothing about the IR: they take and return NumPy arrays, and every
+parameter that is not an operand is keyword-only and spelled the way ``jax.lax`` spells it. They
+are the semantics of record for two clients: the HLO reference executor
+(``backends/reference.py``) and the reference implementations of the lax primitives.
+
+Conventions (XLA's, where XLA defines them):
+
+* 16-bit and 8-bit floats (float16, bfloat16, float8_*) are computed in float32 and rounded back
+  after every operation (``compute_dtype``/``round_to``).
+* Integer arithmetic wraps. Integer division truncates toward zero; ``x / 0`` is ``-1`` (all
+  bits set, so the maximum value for unsigned types) and ``x % 0`` is ``x``; ``INT_MIN / -1`` is
+  ``INT_MIN`` and ``INT_MIN % -1`` is ``0``.
+* Shift amounts are read as unsigned: shifting by ``>= bitwidth`` gives 0 for the left and the
+  logical right shift and the sign fill for the arithmetic right shift.
+* Float to integer conversion truncates toward zero and saturates; NaN converts to 0.
+* Dots and convolutions accumulate, starting from +0, in the wider of the input and output types
+  (float32 at least for floats), then round to the output type.
+* Dynamic slices clamp their start indices so that the slice lies inside the operand.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import itertools
+import math
+from typing import Callable, Sequence
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "compute_dtype", "round_to", "is_float", "is_integer", "is_signed", "is_unsigned", "is_complex",
+    "is_bool", "bitwidth", "iinfo_min", "iinfo_max",
+    "round_half_away_from_zero", "round_half_to_even", "sign", "integer_div", "integer_rem",
+    "integer_pow", "float_pow", "shift_left", "shift_right_logical", "shift_right_arithmetic",
+    "population_count", "count_leading_zeros", "erf", "erf_inv", "lgamma", "digamma", "logistic",
+    "convert_element_type", "bitcast_convert_type", "broadcast_in_dim", "iota", "pad", "slice",
+    "dynamic_slice", "dynamic_update_slice", "concatenate", "reduce", "reduce_window",
+    "dot_general", "conv_general_dilated", "gather", "scatter", "sort", "sort_by_comparator",
+    "total_order_key", "compare", "clamp",
+]
+
+# ---------------------------------------------------------------------------------------------
+# dtype classification
+# ---------------------------------------------------------------------------------------------
+
+_F32 = np.dtype(np.float32)
+_LOW_PRECISION_FLOATS = {np.dtype(t) for t in (
+    np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+    ml_dtypes.float8_e4m3b11fnuz, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz)}
+_FLOATS = _LOW_PRECISION_FLOATS | {np.dtype(np.float32), np.dtype(np.float64)}
+
+
+def is_float(dtype) -> bool:
+  """Real floating point, including the ml_dtypes types (whose numpy ``kind`` is 'V')."""
+  return np.dtype(dtype) in _FLOATS
+
+
+def is_complex(dtype) -> bool:
+  return np.dtype(dtype).kind == "c"
+
+
+def is_bool(dtype) -> bool:
+  return np.dtype(dtype) == np.bool_
+
+
+def is_signed(dtype) -> bool:
+  return np.dtype(dtype).kind == "i"
+
+
+def is_unsigned(dtype) -> bool:
+  return np.dtype(dtype).kind == "u"
+
+
+def is_integer(dtype) -> bool:
+  return np.dtype(dtype).kind in "iu"
+
+
+def bitwidth(dtype) -> int:
+  return 1 if is_bool(dtype) else np.dtype(dtype).itemsize * 8
+
+
+def iinfo_min(dtype):
+  return np.iinfo(dtype).min
+
+
+def iinfo_max(dtype):
+  return np.iinfo(dtype).max
+
+
+def _finfo(dtype):
+  return ml_dtypes.finfo(dtype) if np.dtype(dtype) in _LOW_PRECISION_FLOATS else np.finfo(dtype)
+
+
+def compute_dtype(dtype) -> np.dtype:
+  """The type arithmetic on ``dtype`` is carried out in: float32 for the narrow floats."""
+  dtype = np.dtype(dtype)
+  return _F32 if dtype in _LOW_PRECISION_FLOATS else dtype
+
+
+def round_to(x, dtype) -> np.ndarray:
+  """Round (cast) a computed result back to ``dtype`` as a contiguous array."""
+  return np.ascontiguousarray(np.asarray(x).astype(dtype, copy=False))
+
+
+def _unsigned_of(dtype) -> np.dtype:
+  return np.dtype(f"u{np.dtype(dtype).itemsize}")
+
+
+def _signed_of(dtype) -> np.dtype:
+  return np.dtype(f"i{np.dtype(dtype).itemsize}")
+
+
+def _ignore_fp_errors(fn):
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    with np.errstate(all="ignore"):
+      return fn(*args, **kwargs)
+  return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------------------------
+
+@_ignore_fp_errors
+def round_half_away_from_zero(x):
+  """XLA round-nearest-afz: halfway cases round away from zero; -0.3 -> -0, inf/NaN unchanged."""
+  x = np.asarray(x)
+  t = np.trunc(x)
+  frac = x - t  # exact; NaN for +-inf, which compares False below
+  return np.where(np.abs(frac) >= 0.5, t + np.copysign(np.ones_like(x), x), t).astype(x.dtype)
+
+
+def round_half_to_even(x):
+  """XLA round-nearest-even (IEEE roundTiesToEven), NumPy's ``rint``."""
+  x = np.asarray(x)
+  return np.rint(x).astype(x.dtype)
+
+
+@_ignore_fp_errors
+def sign(x):
+  """XLA sign: -1/0/+1 for integers; for floats +-1, with +-0 and NaN returned unchanged."""
+  x = np.asarray(x)
+  if is_unsigned(x.dtype):
+    return (x != 0).astype(x.dtype)
+  if is_integer(x.dtype):
+    return np.sign(x).astype(x.dtype)
+  if is_complex(x.dtype):
+    mag = np.abs(x)
+    return np.where(mag == 0, x, x / np.where(mag == 0, 1, mag)).astype(x.dtype)
+  one = np.copysign(np.ones_like(x), x)
+  return np.where(np.isnan(x) | (x == 0), x, one).astype(x.dtype)
+
+
+def _broadcast_same(x, y):
+  x, y = np.asarray(x), np.asarray(y)
+  if x.shape != y.shape:
+    x, y = np.broadcast_arrays(x, y)
+  return x, y
+
+
+@_ignore_fp_errors
+def integer_div(x, y):
+  """Integer division truncating toward zero, with XLA's values for the undefined cases:
+  ``x / 0 == -1`` (all ones: the maximum for unsigned types), ``INT_MIN / -1 == INT_MIN``."""
+  x, y = _broadcast_same(x, y)
+  dt = x.dtype
+  zero = y == 0
+  if is_unsigned(dt):
+    safe = np.where(zero, np.ones_like(y), y)
+    return np.where(zero, np.array(iinfo_max(dt), dt), x // safe).astype(dt)
+  overflow = (x == iinfo_min(dt)) & (y == -1)
+  safe = np.where(zero | overflow, np.ones_like(y), y)
+  r = np.fmod(x, safe)               # C remainder: sign of the dividend
+  q = (x - r) // safe                # exact division, so floor == trunc
+  return np.where(zero, np.array(-1, dt), q).astype(dt)
+
+
+@_ignore_fp_errors
+def integer_rem(x, y):
+  """Integer remainder with the sign of the dividend (C's ``%``); ``x % 0 == x``,
+  ``INT_MIN % -1 == 0``."""
+  x, y = _broadcast_same(x, y)
+  dt = x.dtype
+  zero = y == 0
+  if is_unsigned(dt):
+    safe = np.where(zero, np.ones_like(y), y)
+    return np.where(zero, x, x % safe).astype(dt)
+  overflow = (x == iinfo_min(dt)) & (y == -1)
+  safe = np.where(zero | overflow, np.ones_like(y), y)
+  return np.where(zero, x, np.fmod(x, safe)).astype(dt)
+
+
+@_ignore_fp_errors
+def integer_pow(x, y):
+  """``x ** y`` for integers by repeated squaring, wrapping. A negative exponent gives 0 unless
+  ``x`` is 1 (1) or -1 (+-1 by the parity of ``y``)."""
+  x, y = _broadcast_same(x, y)
+  dt = x.dtype
+  if is_bool(dt):
+    return (x | ~y.astype(bool)).astype(dt)
+  acc = np.ones_like(x)
+  base = x.copy()
+  e = np.where(y < 0, 0, y).astype(_unsigned_of(y.dtype))
+  while np.any(e):
+    acc = np.where((e & 1) == 1, acc * base, acc)
+    base = base * base
+    e = e >> np.array(1, e.dtype)
+  if is_signed(y.dtype):
+    odd = (y & 1) == 1
+    neg_result = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0)).astype(dt) \
+        if is_signed(dt) else np.where(x == 1, 1, 0).astype(dt)
+    acc = np.where(y < 0, neg_result, acc)
+  return acc.astype(dt)
+
+
+@_ignore_fp_errors
+def float_pow(x, y):
+  """C ``pow`` for floats. Types up to 32 bits are evaluated in float64 and rounded once, which
+  makes e.g. ``pow(x, 2)`` equal to the correctly rounded ``x * x``."""
+  x, y = _broadcast_same(x, y)
+  dt = x.dtype
+  if is_complex(dt):
+    return np.power(x, y).astype(dt)
+  if np.dtype(dt).itemsize <= 4:
+    return np.power(x.astype(np.float64), y.astype(np.float64)).astype(dt)
+  return np.power(x, y).astype(dt)
+
+
+def _shift_amount(x, y):
+  bits = bitwidth(x.dtype)
+  yu = y.astype(_unsigned_of(y.dtype), copy=False) if is_signed(y.dtype) else y
+  too_big = yu >= bits
+  return too_big, np.where(too_big, 0, yu).astype(_unsigned_of(x.dtype)), bits
+
+
+@_ignore_fp_errors
+def shift_left(x, y):
+  """``x << y``; amounts ``>= bitwidth`` (as unsigned) give 0."""
+  x, y = _broadcast_same(x, y)
+  too_big, s, _ = _shift_amount(x, y)
+  xu = x.view(_unsigned_of(x.dtype))
+  return np.where(too_big, 0, xu << s).astype(_unsigned_of(x.dtype)).view(x.dtype)
+
+
+@_ignore_fp_errors
+def shift_right_logical(x, y):
+  """Zero-filling right shift of the bit pattern; amounts ``>= bitwidth`` give 0."""
+  x, y = _broadcast_same(x, y)
+  too_big, s, _ = _shift_amount(x, y)
+  xu = x.view(_unsigned_of(x.dtype))
+  return np.where(too_big, 0, xu >> s).astype(_unsigned_of(x.dtype)).view(x.dtype)
+
+
+@_ignore_fp_errors
+def shift_right_arithmetic(x, y):
+  """Sign-filling right shift of the bit pattern (also for unsigned types); amounts
+  ``>= bitwidth`` fill every bit with the sign bit."""
+  x, y = _broadcast_same(x, y)
+  too_big, s, bits = _shift_amount(x, y)
+  xs = x.view(_signed_of(x.dtype))
+  s = np.where(too_big, bits - 1, s).astype(_signed_of(x.dtype))
+  return (xs >> s).astype(_signed_of(x.dtype)).view(x.dtype)
+
+
+def population_count(x):
+  """Number of set bits of each element's bit pattern (two's complement for signed types)."""
+  x = np.asarray(x)
+  return np.bitwise_count(x.view(_unsigned_of(x.dtype))).astype(x.dtype)
+
+
+def count_leading_zeros(x):
+  """Number of leading zero bits of each element's bit pattern (``bitwidth`` for 0)."""
+  x = np.asarray(x)
+  bits = bitwidth(x.dtype)
+  v = x.view(_unsigned_of(x.dtype)).astype(np.uint64)
+  length = np.zeros(x.shape, np.int64)
+  for s in (32, 16, 8, 4, 2, 1):
+    if s >= bits:
+      continue
+    high = (v >> np.uint64(s)) != 0
+    length += np.where(high, s, 0)
+    v = np.where(high, v >> np.uint64(s), v)
+  length += (v != 0)
+  return (bits - length).astype(x.dtype)
+
+
+@_ignore_fp_errors
+def logistic(x):
+  """``1 / (1 + exp(-x))`` in ``x``'s (compute) type."""
+  x = np.asarray(x)
+  one = np.ones((), x.dtype)
+  return (one / (one + np.exp(-x))).astype(x.dtype)
+
+
+_erf_f64 = np.frompyfunc(math.erf, 1, 1)
+_erfc_f64 = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _lgamma_scalar(v: float) -> float:
+  try:
+    return math.lgamma(v)
+  except ValueError:  # poles at 0, -1, -2, ...
+    return math.inf
+
+
+_lgamma_f64 = np.frompyfunc(_lgamma_scalar, 1, 1)
+
+
+def erf(x):
+  """Error function; evaluated in float64 and rounded to ``x``'s type."""
+  x = np.asarray(x)
+  return np.asarray(_erf_f64(x.astype(np.float64)), np.float64).astype(x.dtype)
+
+
+@_ignore_fp_errors
+def erf_inv(x):
+  """Inverse error function on (-1, 1); +-inf at +-1 and NaN outside. Float64 Newton steps from
+  Winitzki's closed-form start, on erfc near the tails to keep the precision."""
+  x = np.asarray(x)
+  v = x.astype(np.float64)
+  a = 0.147
+  ln = np.log1p(-v * v)
+  t = 2.0 / (math.pi * a) + ln / 2.0
+  y = np.copysign(np.sqrt(np.sqrt(t * t - ln / a) - t), v)
+  two_over_sqrt_pi = 2.0 / math.sqrt(math.pi)
+  av = np.abs(v)
+  ay = np.abs(y)
+  for _ in range(4):
+    # Newton on erfc(|y|) = 1 - |v| (exact for |v| >= 0.5), and on erf otherwise.
+    deriv = two_over_sqrt_pi * np.exp(-ay * ay)
+    ok = np.isfinite(ay) & (deriv > 0)
+    safe = np.where(ok, ay, 0.0)
+    tail = av >= 0.5
+    resid = np.where(tail, -(np.asarray(_erfc_f64(safe), np.float64) - (1.0 - av)),
+                     np.asarray(_erf_f64(safe), np.float64) - av)
+    ay = np.where(ok, ay - resid / np.where(ok, deriv, 1.0), ay)
+  y = np.copysign(ay, v)
+  y = np.where(av == 1.0, np.copysign(np.inf, v), y)
+  y = np.where((av > 1.0) | np.isnan(v), np.nan, y)
+  y = np.where(v == 0.0, v, y)
+  return y.astype(x.dtype)
+
+
+def lgamma(x):
+  """log|Gamma(x)|; +inf at the poles. Float64, rounded to ``x``'s type."""
+  x = np.asarray(x)
+  return np.asarray(_lgamma_f64(x.astype(np.float64)), np.float64).astype(x.dtype)
+
+
+@_ignore_fp_errors
+def digamma(x):
+  """The digamma function psi(x) = d/dx log Gamma(x); NaN at 0 and the negative integers.
+  Float64: reflection below 1/2, recurrence up to 6, then the asymptotic series."""
+  x = np.asarray(x)
+  v = x.astype(np.float64)
+  pole = (v <= 0) & (v == np.floor(v))
+  reflect = v < 0.5
+  z = np.where(reflect, 1.0 - v, v)
+  acc = np.zeros_like(z)
+  for _ in range(6):
+    small = z < 6.0
+    acc = np.where(small, acc - 1.0 / np.where(small, z, 1.0), acc)
+    z = np.where(small, z + 1.0, z)
+  zi2 = 1.0 / (z * z)
+  series = (np.log(z) - 0.5 / z
+            - zi2 * (1 / 12 - zi2 * (1 / 120 - zi2 * (1 / 252 - zi2 * (1 / 240 - zi2 * (1 / 132))))))
+  res = acc + series
+  # psi(1 - x) - psi(x) = pi / tan(pi x); reduce pi x to (-pi/2, pi/2] for accuracy.
+  r = v - np.round(v)
+  refl = math.pi / np.tan(math.pi * r)
+  res = np.where(reflect, res - refl, res)
+  res = np.where(pole | np.isnan(v) | (v == -np.inf), np.nan, res)
+  res = np.where(v == np.inf, np.inf, res)
+  return res.astype(x.dtype)
+
+
+def clamp(lo, x, hi):
+  """XLA clamp: ``min(max(x, lo), hi)`` (NaN-propagating); ``lo``/``hi`` may be scalars."""
+  with np.errstate(all="ignore"):
+    return np.minimum(np.maximum(x, lo), hi).astype(np.asarray(x).dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# comparison and conversion
+# ---------------------------------------------------------------------------------------------
+
+def total_order_key(x):
+  """Integer keys ordering floats totally: -NaN < -inf < ... < -0 < +0 < ... < inf < +NaN.
+  Integers and booleans are returned as (unchanged / uint8) keys."""
+  x = np.asarray(x)
+  if is_bool(x.dtype):
+    return x.astype(np.uint8)
+  if not is_float(x.dtype):
+    return x
+  bits = x.view(_signed_of(x.dtype))
+  flip = np.array(np.iinfo(bits.dtype).max, bits.dtype)
+  return np.where(bits < 0, bits ^ flip, bits)
+
+
+_COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+            "GT": np.greater, "GE": np.greater_equal}
+
+
+def compare(x, y, *, direction: str, total_order: bool = False):
+  """Elementwise comparison (IEEE: any comparison with NaN is False except NE), or, with
+  ``total_order``, the comparison of ``total_order_key``s (XLA's TOTALORDER)."""
+  x, y = np.asarray(x), np.asarray(y)
+  if total_order and is_float(x.dtype):
+    x, y = total_order_key(x), total_order_key(y)
+  with np.errstate(invalid="ignore"):
+    return np.asarray(_COMPARE[direction](x, y), np.bool_)
+
+
+@_ignore_fp_errors
+def convert_element_type(x, new_dtype):
+  """XLA convert: to bool is ``x != 0``; float to int truncates and saturates (NaN -> 0);
+  complex to real keeps the real part; everything else is NumPy's cast."""
+  x = np.asarray(x)
+  new_dtype = np.dtype(new_dtype)
+  src = x.dtype
+  if src == new_dtype:
+    return x.copy()
+  if is_bool(new_dtype):
+    return x != 0
+  if is_complex(src) and not is_complex(new_dtype):
+    x = x.real
+    src = x.dtype
+  if is_integer(new_dtype) and (is_float(src)):
+    v = x.astype(np.float64)
+    info = np.iinfo(new_dtype)
+    hi = float(info.max) + 1.0  # a power of two, exactly representable
+    lo = float(info.min)
+    t = np.trunc(np.where(np.isnan(v), 0.0, v))
+    inside = (t >= lo) & (t < hi)
+    out = np.where(inside, t, 0.0).astype(new_dtype)
+    out = np.where(t >= hi, info.max, out)
+    out = np.where(t < lo, info.min, out)
+    return out.astype(new_dtype)
+  return x.astype(new_dtype)
+
+
+def bitcast_convert_type(x, new_dtype):
+  """Reinterpret the bits. Same width: same shape. To a narrower type a trailing dimension of
+  size ``ratio`` is added; to a wider type the trailing dimension (of size ``ratio``) is removed.
+  Little endian, as XLA."""
+  x = np.ascontiguousarray(x)
+  new_dtype = np.dtype(new_dtype)
+  src_size, dst_size = x.dtype.itemsize, new_dtype.itemsize
+  if src_size == dst_size:
+    return x.view(new_dtype).copy()
+  if src_size > dst_size:
+    ratio = src_size // dst_size
+    return x.reshape(-1).view(new_dtype).reshape(x.shape + (ratio,)).copy()
+  ratio = dst_size // src_size
+  if not x.shape or x.shape[-1] != ratio:
+    raise ValueError(f"bitcast_convert_type: last dimension must be {ratio}, got shape {x.shape}")
+  return x.reshape(-1).view(new_dtype).reshape(x.shape[:-1]).copy()
+
+
+# ---------------------------------------------------------------------------------------------
+# structural
+# ---------------------------------------------------------------------------------------------
+
+def broadcast_in_dim(x, shape, broadcast_dimensions):
+  """Operand dimension i becomes output dimension ``broadcast_dimensions[i]`` (size equal, or 1
+  which is repeated); the other output dimensions repeat the operand."""
+  x = np.asarray(x)
+  shape = tuple(shape)
+  expanded = [1] * len(shape)
+  for i, d in enumerate(broadcast_dimensions):
+    expanded[d] = x.shape[i]
+  return np.ascontiguousarray(np.broadcast_to(x.reshape(expanded), shape))
+
+
+def iota(dtype, shape, dimension):
+  """Counts 0, 1, ... along ``dimension`` of an array of ``shape``."""
+  shape = tuple(shape)
+  r = np.arange(shape[dimension]).astype(dtype)
+  return broadcast_in_dim(r, shape, (dimension,))
+
+
+def pad(x, padding_value, padding_config):
+  """``padding_config`` is one ``(low, high, interior)`` per dimension. ``interior`` elements go
+  between neighbours; negative ``low``/``high`` remove elements from that edge."""
+  x = np.asarray(x)
+  padding_value = np.asarray(padding_value, x.dtype)
+  if len(padding_config) != x.ndim:
+    raise ValueError(f"pad: {len(padding_config)} padding entries for rank {x.ndim}")
+  grown_shape, place, crop = [], [], []
+  for n, (lo, hi, interior) in zip(x.shape, padding_config):
+    if interior < 0:
+      raise ValueError("pad: interior padding must be >= 0")
+    core = n + max(n - 1, 0) * interior
+    total = max(lo, 0) + core + max(hi, 0)
+    grown_shape.append(total)
+    place.append(slice(max(lo, 0), max(lo, 0) + core, interior + 1))
+    size = lo + core + hi
+    if size < 0:
+      raise ValueError(f"pad: negative output size {size}")
+    start = -min(lo, 0)
+    crop.append(slice(start, start + size))
+  out = np.full(grown_shape, padding_value, x.dtype)
+  out[tuple(place)] = x
+  return np.ascontiguousarray(out[tuple(crop)])
+
+
+def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001  (lax's name)
+  """Static strided slice ``x[start:limit:stride]`` per dimension."""
+  x = np.asarray(x)
+  strides = strides or (1,) * x.ndim
+  idx = tuple(builtins.slice(s, l, st) for s, l, st in zip(start_indices, limit_indices, strides))
+  return np.ascontiguousarray(x[idx])
+
+
+def _clamped_starts(start_indices, shape, sizes):
+  out = []
+  for s, n, k in zip(start_indices, shape, sizes):
+    s = int(np.asarray(s).astype(np.int64))
+    out.append(min(max(s, 0), n - k))
+  return out
+
+
+def dynamic_slice(x, start_indices, slice_sizes):
+  """``x[s:s+size]`` per dimension with each start clamped to ``[0, dim - size]``."""
+  x = np.asarray(x)
+  starts = _clamped_starts(start_indices, x.shape, slice_sizes)
+  idx = tuple(builtins.slice(s, s + k) for s, k in zip(starts, slice_sizes))
+  return np.ascontiguousarray(x[idx])
+
+
+def dynamic_update_slice(x, update, start_indices):
+  """A copy of ``x`` with ``update`` written at the (clamped, as ``dynamic_slice``) starts."""
+  x = np.array(x, copy=True)
+  update = np.asarray(update, x.dtype)
+  starts = _clamped_starts(start_indices, x.shape, update.shape)
+  idx = tuple(builtins.slice(s, s + k) for s, k in zip(starts, update.shape))
+  x[idx] = update
+  return x
+
+
+def concatenate(operands, dimension):
+  return np.ascontiguousarray(np.concatenate([np.asarray(o) for o in operands], axis=dimension))
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------------------------
+
+def _as_tuple_combine(combine, n):
+  """Wrap a binary function/ufunc of single arrays as a function of tuples."""
+  if n == 1 and not getattr(combine, "_takes_tuples", False):
+    return lambda accs, xs: (combine(accs[0], xs[0]),)
+  return combine
+
+
+def tuple_combine(fn):
+  """Mark ``fn(accs, xs) -> tuple`` as taking tuples (needed only for a single operand)."""
+  fn._takes_tuples = True
+  return fn
+
+
+@_ignore_fp_errors
+def reduce(operands, init_values, *, computation, dimensions):
+  """XLA reduce. ``computation`` is a NumPy ufunc or a vectorised binary function for one
+  operand, or ``fn(accs, xs) -> tuple`` (see ``tuple_combine``) for several. The accumulator
+  starts at the init value and takes the elements in row-major order of the reduced dimensions,
+  one at a time. A ufunc on a type NumPy computes natively (not the narrow floats) instead uses
+  NumPy's reduction (pairwise for floats) over the reduced elements made contiguous."""
+  single = isinstance(operands, np.ndarray)
+  ops = [np.asarray(operands)] if single else [np.asarray(o) for o in operands]
+  inits = [np.asarray(init_values)] if single else [np.asarray(v) for v in init_values]
+  dims = sorted(set(dimensions))
+  shape = ops[0].shape
+  kept = [d for d in range(len(shape)) if d not in dims]
+  kept_shape = tuple(shape[d] for d in kept)
+  count = int(np.prod([shape[d] for d in dims], dtype=np.int64))
+  flat = [np.ascontiguousarray(o.transpose(kept + dims).reshape(kept_shape + (count,)))
+          for o in ops]
+  dtypes = [i.dtype for i in inits]
+  if (len(ops) == 1 and isinstance(computation, np.ufunc)
+      and compute_dtype(dtypes[0]) == dtypes[0] and count > 0):
+    part = computation.reduce(flat[0], axis=-1, dtype=dtypes[0])
+    res = (computation(inits[0], part).astype(dtypes[0]),)
+  else:
+    fn = _as_tuple_combine(computation, len(ops))
+    res = tuple(np.full(kept_shape, v, v.dtype) for v in inits)
+    for k in range(count):
+      res = tuple(np.asarray(r, dt) for r, dt in
+                  zip(fn(res, tuple(f[..., k] for f in flat)), dtypes))
+  res = tuple(np.ascontiguousarray(np.asarray(r, dt).reshape(kept_shape))
+              for r, dt in zip(res, dtypes))
+  return res[0] if single else list(res)
+
+
+def _window_output_size(n, window, stride, lo, hi, base_dilation, window_dilation):
+  padded = (n - 1) * base_dilation + 1 + lo + hi if n > 0 else lo + hi
+  dilated_window = (window - 1) * window_dilation + 1
+  if padded < dilated_window:
+    return 0
+  return (padded - dilated_window) // stride + 1
+
+
+@_ignore_fp_errors
+def reduce_window(operands, init_values, *, computation, window_dimensions, window_strides=None,
+                  padding=None, base_dilation=None, window_dilation=None):
+  """XLA reduce-window: the operand is dilated (holes) and padded with the init value, then
+  each output element reduces its window in row-major window order, starting from the init
+  value. ``computation`` as for ``reduce``."""
+  single = isinstance(operands, np.ndarray)
+  ops = [np.asarray(operands)] if single else [np.asarray(o) for o in operands]
+  inits = [np.asarray(init_values)] if single else [np.asarray(v) for v in init_values]
+  rank = ops[0].ndim
+  strides = tuple(window_strides or (1,) * rank)
+  padding = tuple(padding or ((0, 0),) * rank)
+  base_dilation = tuple(base_dilation or (1,) * rank)
+  window_dilation = tuple(window_dilation or (1,) * rank)
+  out_shape = tuple(_window_output_size(n, w, s, lo, hi, bd, wd) for n, w, s, (lo, hi), bd, wd in
+                    zip(ops[0].shape, window_dimensions, strides, padding, base_dilation,
+                        window_dilation))
+  padded = [pad(o, v, [(lo, hi, bd - 1) for (lo, hi), bd in zip(padding, base_dilation)])
+            for o, v in zip(ops, inits)]
+  fn = _as_tuple_combine(computation, len(ops))
+  dtypes = [v.dtype for v in inits]
+  acc = tuple(np.full(out_shape, v, v.dtype) for v in inits)
+  if 0 in out_shape:
+    return acc[0] if single else list(acc)
+  for offset in itertools.product(*[range(w) for w in window_dimensions]):
+    idx = tuple(builtins.slice(k * wd, k * wd + (n - 1) * s + 1, s)
+                for k, wd, n, s in zip(offset, window_dilation, out_shape, strides))
+    acc = tuple(np.asarray(r, dt) for r, dt in zip(fn(acc, tuple(p[idx] for p in padded)), dtypes))
+  acc = tuple(np.ascontiguousarray(a) for a in acc)
+  return acc[0] if single else list(acc)
+
+
+# ---------------------------------------------------------------------------------------------
+# dot and convolution
+# ---------------------------------------------------------------------------------------------
+
+def accumulation_dtype(lhs_dtype, rhs_dtype, out_dtype) -> np.dtype:
+  """The type a dot/convolution multiplies and sums in: for float/complex results the widest
+  of the float operand types and the result type (float32 at least); else the result type."""
+  out = np.dtype(out_dtype)
+  if is_float(out) or is_complex(out):
+    cands = [compute_dtype(out)] + [compute_dtype(d) for d in (lhs_dtype, rhs_dtype)
+                                    if is_float(d) or is_complex(d)]
+    return functools.reduce(np.promote_types, cands)
+  return out
+
+
+@_ignore_fp_errors
+def dot_general(lhs, rhs, dimension_numbers, *, preferred_element_type=None):
+  """``lax.dot_general``. ``dimension_numbers = ((lhs_contracting, rhs_contracting),
+  (lhs_batch, rhs_batch))``. The result has the batch dimensions, then the lhs free, then the rhs
+  free dimensions, each group in increasing order. Both operands are brought into a contiguous
+  canonical (batch, free, contracting) form before one ``matmul``, so the result depends only on
+  the values, and every sum starts from +0."""
+  lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+  (lc, rc), (lb, rb) = dimension_numbers
+  lc, rc, lb, rb = (list(map(int, d)) for d in (lc, rc, lb, rb))
+  out_dtype = np.dtype(preferred_element_type) if preferred_element_type is not None else \
+      np.promote_types(lhs.dtype, rhs.dtype)
+  acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
+  lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+  rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+  batch_shape = [lhs.shape[d] for d in lb]
+  lf_shape = [lhs.shape[d] for d in lf]
+  rf_shape = [rhs.shape[d] for d in rf]
+  B = int(np.prod(batch_shape, dtype=np.int64))
+  M = int(np.prod(lf_shape, dtype=np.int64))
+  N = int(np.prod(rf_shape, dtype=np.int64))
+  K = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
+  a = np.ascontiguousarray(convert_element_type(lhs, acc).transpose(lb + lf + lc).reshape(B, M, K))
+  b = np.ascontiguousarray(convert_element_type(rhs, acc).transpose(rb + rc + rf).reshape(B, K, N))
+  if K == 0:
+    r = np.zeros((B, M, N), acc)
+  else:
+    r = np.matmul(a, b)
+    if is_float(acc) or is_complex(acc):
+      r = r + np.zeros((), acc)  # -0 -> +0: the sum starts from +0
+  return round_to(convert_element_type(r, out_dtype).reshape(batch_shape + lf_shape + rf_shape),
+                  out_dtype)
+
+
+@_ignore_fp_errors
+def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                         dimension_numbers=None, feature_group_count=1, batch_group_count=1,
+                         preferred_element_type=None):
+  """``lax.conv_general_dilated`` with explicit ``padding`` pairs (negative allowed) and
+  ``dimension_numbers = (lhs_spec, rhs_spec, out_spec)``, each a tuple of dimension indices:
+  lhs (batch, feature, spatial...), rhs (out feature, in feature, spatial...), out (batch,
+  feature, spatial...); ``None`` means NCHW/OIHW/NCHW. A cross-correlation (no kernel flip).
+  Feature groups split the lhs features and the rhs output features into contiguous groups;
+  batch groups split the lhs batch and the rhs output features; results are concatenated along
+  the output features. Accumulation as ``dot_general``: kernel positions in row-major order,
+  each a matmul over the input features."""
+  lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+  nd = lhs.ndim - 2
+  if dimension_numbers is None:
+    spec = tuple(range(nd + 2))
+    dimension_numbers = (spec, spec, spec)
+  lhs_spec, rhs_spec, out_spec = (tuple(map(int, s)) for s in dimension_numbers)
+  lhs_dilation = tuple(lhs_dilation or (1,) * nd)
+  rhs_dilation = tuple(rhs_dilation or (1,) * nd)
+  window_strides = tuple(window_strides or (1,) * nd)
+  padding = tuple(tuple(p) for p in padding)
+  out_dtype = np.dtype(preferred_element_type) if preferred_element_type is not None else \
+      np.promote_types(lhs.dtype, rhs.dtype)
+  acc = accumulation_dtype(lhs.dtype, rhs.dtype, out_dtype)
+  x = convert_element_type(lhs, acc).transpose(lhs_spec)    # N C spatial
+  w = convert_element_type(rhs, acc).transpose(rhs_spec)    # O I spatial
+  N, C = x.shape[:2]
+  O, I = w.shape[:2]
+  G, BG = feature_group_count, batch_group_count
+  if C != I * G or O % G or N % BG or O % BG:
+    raise ValueError(f"conv_general_dilated: incompatible shapes lhs {lhs.shape} rhs {rhs.shape} "
+                     f"with feature_group_count={G} batch_group_count={BG}")
+  x = pad(x, np.zeros((), acc), [(0, 0, 0), (0, 0, 0)] +
+          [(lo, hi, d - 1) for (lo, hi), d in zip(padding, lhs_dilation)])
+  ksp = w.shape[2:]
+  out_sp = []
+  for n, k, s, d in zip(x.shape[2:], ksp, window_strides, rhs_dilation):
+    dk = (k - 1) * d + 1
+    out_sp.append(max(0, (n - dk) // s + 1) if n >= dk else 0)
+  P = int(np.prod(out_sp, dtype=np.int64))
+  outs = []
+  for bg in range(BG):
+    xb = x[bg * (N // BG):(bg + 1) * (N // BG)]
+    wb = w[bg * (O // BG):(bg + 1) * (O // BG)]
+    ob = wb.shape[0]
+    group_outs = []
+    for g in range(G):
+      xg = xb[:, g * I:(g + 1) * I]
+      wg = wb[g * (ob // G):(g + 1) * (ob // G)]
+      res = np.zeros((xg.shape[0], wg.shape[0], P), acc)
+      for kpos in itertools.product(*[range(k) for k in ksp]):
+        idx = (builtins.slice(None), builtins.slice(None)) + tuple(
+            builtins.slice(kk * d, kk * d + (n - 1) * s + 1, s)
+            for kk, d, n, s in zip(kpos, rhs_dilation, out_sp, window_strides))
+        slab = np.ascontiguousarray(xg[idx].reshape(xg.shape[0], I, P))
+        kern = np.ascontiguousarray(wg[(builtins.slice(None), builtins.slice(None)) + kpos])
+        if P:
+          res = res + np.matmul(kern, slab)
+      group_outs.append(res)
+    outs.append(np.concatenate(group_outs, axis=1))
+  r = np.concatenate(outs, axis=1).reshape((N // BG, O) + tuple(out_sp))
+  if is_float(acc) or is_complex(acc):
+    r = r + np.zeros((), acc)
+  perm = [0] * (nd + 2)
+  for j, p in enumerate(out_spec):
+    perm[p] = j
+  return round_to(convert_element_type(r.transpose(perm), out_dtype), out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# gather / scatter
+# ---------------------------------------------------------------------------------------------
+
+def _full_starts(indices, operand_rank, index_map, operand_batching_dims,
+                 indices_batching_dims):
+  """Per batch element (every index of ``indices`` but the last dimension), the start index in
+  every operand dimension: from the index vector through ``index_map``, from the batch position
+  for the batching dimensions, 0 elsewhere."""
+  batch_shape = indices.shape[:-1]
+  starts = np.zeros(batch_shape + (operand_rank,), np.int64)
+  for k, d in enumerate(index_map):
+    starts[..., d] = indices[..., k].astype(np.int64)
+  for od, idim in zip(operand_batching_dims, indices_batching_dims):
+    starts[..., od] = broadcast_in_dim(np.arange(batch_shape[idim]), batch_shape, (idim,))
+  return starts
+
+
+def gather(operand, indices, *, offset_dims, collapsed_slice_dims, start_index_map,
+           slice_sizes, operand_batching_dims=(), start_indices_batching_dims=(),
+           mode="clip", fill_value=None):
+  """XLA gather with the index vector in the last dimension of ``indices``.
+
+  The output has one batch dimension per leading dimension of ``indices`` and, at the positions
+  ``offset_dims``, the slice dimensions that are neither collapsed nor operand batching
+  dimensions. ``mode='clip'`` (also for 'promise_in_bounds') clamps each start so the slice lies
+  inside the operand (XLA's semantics); ``mode='fill'`` returns ``fill_value`` for every slice
+  whose start is out of bounds (default: NaN for inexact types, the minimum for signed, the
+  maximum for unsigned, True for bool), as lax's FILL_OR_DROP."""
+  operand, indices = np.asarray(operand), np.asarray(indices)
+  slice_sizes = tuple(int(s) for s in slice_sizes)
+  starts = _full_starts(indices, operand.ndim, start_index_map, operand_batching_dims,
+                        start_indices_batching_dims)
+  batch_shape = indices.shape[:-1]
+  max_start = np.array([n - s for n, s in zip(operand.shape, slice_sizes)], np.int64)
+  oob = None
+  if str(mode).lower().endswith("fill") or str(mode).lower() == "fill_or_drop":
+    oob = np.zeros(batch_shape, bool)
+    for d in start_index_map:
+      oob |= (starts[..., d] < 0) | (starts[..., d] > max_start[d])
+  starts = np.clip(starts, 0, max_start)
+  nb = len(batch_shape)
+  grid = []
+  for d in range(operand.ndim):
+    off = broadcast_in_dim(np.arange(slice_sizes[d]), batch_shape + slice_sizes, (nb + d,))
+    st = broadcast_in_dim(starts[..., d], batch_shape + slice_sizes, tuple(range(nb)))
+    grid.append(st + off)
+  r = operand[tuple(grid)] if operand.size else np.zeros(batch_shape + slice_sizes, operand.dtype)
+  dropped = sorted(set(collapsed_slice_dims) | set(operand_batching_dims))
+  r = r.reshape(batch_shape + tuple(s for d, s in enumerate(slice_sizes) if d not in dropped))
+  out_rank = r.ndim
+  perm, b = [], 0
+  offset_dims = list(offset_dims)
+  for i in range(out_rank):
+    if i in offset_dims:
+      perm.append(nb + offset_dims.index(i))
+    else:
+      perm.append(b)
+      b += 1
+  r = r.transpose(perm)
+  if oob is not None:
+    if fill_value is None:
+      dt = operand.dtype
+      fill_value = (np.nan if is_float(dt) or is_complex(dt) else True if is_bool(dt) else
+                    iinfo_min(dt) if is_signed(dt) else iinfo_max(dt))
+    mask = oob.reshape(batch_shape + (1,) * (r.ndim - nb)).transpose(perm)
+    r = np.where(mask, np.asarray(fill_value).astype(operand.dtype), r)
+  return np.ascontiguousarray(r.astype(operand.dtype, copy=False))
+
+
+def scatter(operand, indices, updates, *, update_window_dims, inserted_window_dims,
+            scatter_dims_to_operand_dims, operand_batching_dims=(),
+            scatter_indices_batching_dims=(), combine=None, mode="drop"):
+  """XLA scatter with the index vector in the last dimension of ``indices``.
+
+  ``combine`` is None (overwrite), a NumPy ufunc (applied with ``ufunc.at``, in order), or a
+  binary function of scalars. Updates are applied in row-major order of the update array, so
+  with ``combine=None`` the last duplicate wins. ``mode='drop'`` (XLA's semantics, lax's
+  FILL_OR_DROP) skips every update window whose start is out of bounds; ``mode='clip'`` clamps
+  the starts as ``gather`` does."""
+  result = np.array(operand, copy=True)
+  indices, updates = np.asarray(indices), np.asarray(updates, result.dtype)
+  update_window_dims = list(update_window_dims)
+  scatter_dims = [d for d in range(updates.ndim) if d not in update_window_dims]
+  window_operand_dims = [d for d in range(result.ndim)
+                         if d not in inserted_window_dims and d not in operand_batching_dims]
+  window_size = [1] * result.ndim
+  for od, ud in zip(window_operand_dims, update_window_dims):
+    window_size[od] = updates.shape[ud]
+  u = updates.transpose(scatter_dims + update_window_dims)
+  batch_shape = indices.shape[:-1]
+  nb = len(batch_shape)
+  wshape = u.shape[nb:]
+  starts = _full_starts(indices, result.ndim, scatter_dims_to_operand_dims, operand_batching_dims,
+                        scatter_indices_batching_dims)
+  max_start = np.array([n - s for n, s in zip(result.shape, window_size)], np.int64)
+  if str(mode).lower() == "clip":
+    starts = np.clip(starts, 0, max_start)
+    valid = np.ones(batch_shape, bool)
+  else:
+    valid = np.all((starts >= 0) & (starts <= max_start), axis=-1)
+  full = batch_shape + wshape
+  grid = []
+  for d in range(result.ndim):
+    st = broadcast_in_dim(starts[..., d], full, tuple(range(nb)))
+    if d in window_operand_dims:
+      k = window_operand_dims.index(d)
+      st = st + broadcast_in_dim(np.arange(wshape[k]), full, (nb + k,))
+    grid.append(st.reshape(-1))
+  vals = u.reshape(-1)
+  keep = broadcast_in_dim(valid, full, tuple(range(nb))).reshape(-1)
+  grid = tuple(g[keep] for g in grid)
+  vals = vals[keep]
+  if not vals.size:
+    return result
+  if combine is None:
+    lin = np.ravel_multi_index(grid, result.shape)
+    # keep the last occurrence of each target
+    _, first_in_reversed = np.unique(lin[::-1], return_index=True)
+    last = len(lin) - 1 - first_in_reversed
+    result[tuple(g[last] for g in grid)] = vals[last]
+  elif isinstance(combine, np.ufunc):
+    with np.errstate(all="ignore"):
+      combine.at(result, grid, vals)
+  else:
+    for pos in range(len(vals)):
+      idx = tuple(int(g[pos]) for g in grid)
+      result[idx] = combine(result[idx], vals[pos])
+  return result
+
+
+# ---------------------------------------------------------------------------------------------
+# sort
+# ---------------------------------------------------------------------------------------------
+
+def _lax_sort_keys(x):
+  """Keys for lax.sort's order: -0 is canonicalised to +0 and every NaN to +NaN before the
+  total order, so NaNs sort last and -0 ties with +0."""
+  x = np.asarray(x)
+  if is_complex(x.dtype):
+    return _lax_sort_keys(x.real) + _lax_sort_keys(x.imag)
+  if is_float(x.dtype):
+    x = np.where(x == 0, np.zeros((), x.dtype), x)
+    x = np.where(np.isnan(x), np.abs(np.array(np.nan, x.dtype)), x).astype(x.dtype)
+  return [total_order_key(x)]
+
+
+def sort(operands, *, dimension=-1, is_stable=True, num_keys=1):
+  """``lax.sort``: sort ``operands`` (same shape) along ``dimension`` lexicographically by the
+  first ``num_keys`` of them, ascending, NaNs last, -0 equal to +0; stable (a stable sort is
+  also a valid unstable one)."""
+  single = isinstance(operands, np.ndarray)
+  ops = [np.asarray(operands)] if single else [np.asarray(o) for o in operands]
+  if not ops[0].ndim:
+    return ops[0].copy() if single else [o.copy() for o in ops]
+  moved = [np.moveaxis(o, dimension, -1) for o in ops]
+  keys = []
+  for o in moved[:num_keys]:
+    keys.extend(_lax_sort_keys(o))
+  perm = np.lexsort(keys[::-1], axis=-1) if keys[0].size else np.zeros(keys[0].shape, np.intp)
+  out = [np.ascontiguousarray(np.moveaxis(np.take_along_axis(o, perm, axis=-1), -1, dimension))
+         for o in moved]
+  return out[0] if single else out
+
+
+def sort_by_comparator(operands, *, dimension, less_than: Callable, is_stable=True):
+  """Sort ``operands`` along ``dimension`` by a comparator ``less_than(lhs_list, rhs_list) ->
+  bool array`` evaluated elementwise (vectorised). Each element's position is the number of
+  elements ordered before it, with ties broken by the original position (stable). If the
+  comparator is not a strict weak order the positions do not form a permutation, and Python's
+  stable sort with the comparator decides instead."""
+  ops = [np.asarray(o) for o in operands]
+  if not ops[0].ndim:
+    return [o.copy() for o in ops]
+  moved = [np.ascontiguousarray(np.moveaxis(o, dimension, -1)) for o in ops]
+  n = moved[0].shape[-1]
+  rows = int(np.prod(moved[0].shape[:-1], dtype=np.int64))
+  flat = [m.reshape(rows, n) for m in moved]
+  perm = np.zeros((rows, n), np.int64)
+  chunk = max(1, (1 << 22) // max(n * n, 1))
+  for r0 in range(0, rows, chunk):
+    r1 = min(rows, r0 + chunk)
+    lhs = [f[r0:r1, :, None] for f in flat]   # element j (before?)
+    rhs = [f[r0:r1, None, :] for f in flat]   # element i
+    with np.errstate(all="ignore"):
+      before = np.broadcast_to(np.asarray(less_than(lhs, rhs), bool), (r1 - r0, n, n))
+      after = np.broadcast_to(np.asarray(less_than(rhs, lhs), bool), (r1 - r0, n, n))
+    # before[r, j, i]: element j < element i.
+    tie = ~before & ~after
+    earlier = np.tri(n, n, -1, bool).T  # earlier[j, i]: j < i
+    pos = before.sum(axis=1) + (tie & earlier[None]).sum(axis=1)
+    for r in range(r1 - r0):
+      p = pos[r]
+      if np.array_equal(np.sort(p), np.arange(n)):
+        perm[r0 + r, p] = np.arange(n)
+      else:
+        row = [f[r0 + r] for f in flat]
+
+        def cmp(a, b, row=row):
+          if bool(less_than([x[a] for x in row], [x[b] for x in row])):
+            return -1
+          if bool(less_than([x[b] for x in row], [x[a] for x in row])):
+            return 1
+          return 0
+        perm[r0 + r] = sorted(range(n), key=functools.cmp_to_key(cmp))
+  out = []
+  for m in moved:
+    s = np.take_along_axis(m.reshape(rows, n), perm, axis=-1).reshape(m.shape)
+    out.append(np.ascontiguousarray(np.moveaxis(s, -1, dimension)))
+  return out
