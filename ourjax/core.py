@@ -108,6 +108,11 @@ def user_frame():
   return None
 
 
+def _at_user_line() -> str:
+  where = user_frame()
+  return f" at {where}" if where else ""
+
+
 def _with_user_line(e: Exception, prim_name: str) -> Exception:
   """Return an exception of the same type whose message also names the user's line."""
   where = user_frame()
@@ -331,19 +336,19 @@ class Tracer:
   def __bool__(self):
     v = self.to_concrete_value()
     if v is None:
-      raise TracerBoolConversionError(self)
+      raise TracerBoolConversionError(self, _at_user_line())
     return bool(v)
 
   def __int__(self):
     v = self.to_concrete_value()
     if v is None:
-      raise TracerIntegerConversionError(self)
+      raise TracerIntegerConversionError(self, _at_user_line())
     return int(v)
 
   def __index__(self):
     v = self.to_concrete_value()
     if v is None:
-      raise TracerIntegerConversionError(self)
+      raise TracerIntegerConversionError(self, _at_user_line())
     return operator.index(v)
 
   def __float__(self):
