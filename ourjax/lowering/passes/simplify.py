@@ -1,0 +1,671 @@
+"""Algebraic simplification: local rewrites applied to a fixed point.
+
+Every rule is a function ``rule(instr, ctx) -> replacement | None`` registered for one opcode
+(or for every elementwise opcode) in ``RULES``; its first comment line, ``# x*1 -> x`` style, is
+the note recorded on the module when it fires. A rule may build new instructions with
+``ctx.b`` (they are appended to the computation, which is re-sorted after each sweep) but only
+when it returns a replacement.
+
+Rules are bit-exact under IEEE semantics unless ``fast_math`` is on: for example ``x + 0.0`` is
+not ``x`` (``-0.0 + 0.0`` is ``+0.0``) but ``x + (-0.0)`` is; ``x * 0`` folds to 0 only for
+integers; ``pow(x, 0.5)`` becomes ``sqrt(x)`` only under fast math (they differ at -0 and -inf);
+``pow(x, 2)`` becomes ``x * x`` for floats of at most 32 bits, where the reference's ``pow``
+(evaluated in float64 and rounded once) is exactly the rounded square.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ourjax.backends import reference_ops as rops
+from ourjax.lowering import hlo
+from ourjax.lowering.hlo import Builder, Computation, Instruction, Module, Shape
+
+#: Allow rewrites that are not bit-exact (x+0.0 -> x, pow(x, 0.5) -> sqrt, ...).
+FAST_MATH = False
+
+#: Sweeps over one computation before giving up on reaching the fixed point.
+MAX_SWEEPS = 32
+
+
+class Ctx:
+  """What a rule gets besides the instruction: a builder appending to the computation, and the
+  fast-math flag."""
+
+  def __init__(self, comp: Computation, fast_math: bool):
+    self.comp = comp
+    self.b = Builder.into(comp)
+    self.fast_math = fast_math
+
+
+def run(module: Module, fast_math: bool | None = None) -> bool:
+  """Simplify every computation of ``module`` to a fixed point; True if anything changed."""
+  fast_math = FAST_MATH if fast_math is None else fast_math
+  changed = False
+  for comp in list(module.computations):
+    changed |= _simplify_computation(module, comp, fast_math)
+  return changed
+
+
+def _simplify_computation(module: Module, comp: Computation, fast_math: bool) -> bool:
+  changed = False
+  ctx = Ctx(comp, fast_math)
+  for _ in range(MAX_SWEEPS):
+    swept = False
+    for instr in list(comp.instructions):
+      if instr.parent is not comp or (not instr.users and instr is not comp.root):
+        continue  # removed, or dead (DCE's job)
+      for rule in RULES.get(instr.opcode, ()) + (
+          ELEMENTWISE_RULES if instr.opcode in hlo.ELEMENTWISE_OPS else ()):
+        new = rule(instr, ctx)
+        if new is None or new is instr:
+          continue
+        comp.replace_all_uses(instr, new)
+        module.note("simplify", f"{instr.name} -> {new.name}: {_doc(rule)}")
+        _remove_dead(comp, instr)
+        swept = True
+        break
+    if not swept:
+      break
+    comp.topological_sort()
+    changed = True
+  return changed
+
+
+def _doc(rule) -> str:
+  return (rule.__doc__ or rule.__name__).strip().splitlines()[0]
+
+
+def _remove_dead(comp: Computation, instr: Instruction) -> None:
+  stack = [instr]
+  while stack:
+    i = stack.pop()
+    if i.parent is comp and not i.users and i is not comp.root and i.opcode != "parameter":
+      ops = list(i.operands)
+      comp.remove(i)
+      stack.extend(ops)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+def _bits(a: np.ndarray) -> np.ndarray:
+  a = np.ascontiguousarray(a)
+  return a.view(np.uint8) if a.dtype == np.bool_ else a.view(f"u{a.dtype.itemsize}")
+
+
+def splat_value(instr: Instruction):
+  """The single value (0-d array) every element of ``instr`` has, if that is known: a constant
+  whose elements are bitwise equal, or a broadcast of one."""
+  if instr.shape.is_tuple:
+    return None
+  if instr.opcode == "constant":
+    v = instr.value
+    if v.size == 0:
+      return None
+    flat = _bits(v).reshape(-1)
+    if np.all(flat == flat[0]):
+      return np.asarray(v.reshape(-1)[0])
+    return None
+  if instr.opcode in ("broadcast", "reshape") and instr.shape.size > 0:
+    return splat_value(instr.operands[0])
+  return None
+
+
+def is_splat(instr: Instruction, value) -> bool:
+  """Every element of ``instr`` is bitwise ``value`` (converted to its type; so -0.0 is not
+  0.0)."""
+  v = splat_value(instr)
+  if v is None:
+    return False
+  with np.errstate(all="ignore"):
+    want = np.asarray(value).astype(instr.dtype)
+  return bool(_bits(v) == _bits(want))
+
+
+def _is_float(dt) -> bool:
+  return rops.is_float(dt)
+
+
+def _is_int(dt) -> bool:
+  return rops.is_integer(dt)
+
+
+def _full(ctx: Ctx, value, shape: Shape) -> Instruction:
+  return ctx.b.full(value, shape)
+
+
+def _scalar_operand(instr: Instruction):
+  """For broadcast(x) with x a scalar (or all-size-1), x; else None."""
+  if instr.opcode == "broadcast" and instr.operands[0].shape.size == 1:
+    return instr.operands[0]
+  return None
+
+
+_FLOAT_DIGITS = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53, "f8e4m3fn": 4, "f8e5m2": 3}
+_FLOAT_RANGE = {"f16": 15, "bf16": 127, "f32": 127, "f64": 1023, "f8e4m3fn": 8, "f8e5m2": 15}
+_FLOAT_MIN_EXP = {"f16": -24, "bf16": -133, "f32": -149, "f64": -1074, "f8e4m3fn": -9,
+                  "f8e5m2": -16}
+
+
+def is_lossless_conversion(src, dst) -> bool:
+  """Whether every value of ``src`` converts to ``dst`` exactly (so converting on from ``dst``
+  gives what converting directly would)."""
+  src, dst = np.dtype(src), np.dtype(dst)
+  if src == dst or src == np.bool_:
+    return True
+  if dst == np.bool_:
+    return False
+  sn, dn = hlo.dtype_name(src), hlo.dtype_name(dst)
+  if rops.is_complex(src):
+    return rops.is_complex(dst) and dst.itemsize >= src.itemsize
+  if rops.is_complex(dst):
+    comp = "f32" if dn == "c64" else "f64"
+    return is_lossless_conversion(src, hlo.to_dtype(comp))
+  if sn in _FLOAT_DIGITS:
+    return (dn in _FLOAT_DIGITS and _FLOAT_DIGITS[dn] >= _FLOAT_DIGITS[sn]
+            and _FLOAT_RANGE[dn] >= _FLOAT_RANGE[sn] and _FLOAT_MIN_EXP[dn] <= _FLOAT_MIN_EXP[sn])
+  # integers
+  bits = src.itemsize * 8
+  if dn in _FLOAT_DIGITS:
+    needed = bits - 1 if rops.is_signed(src) else bits
+    return _FLOAT_DIGITS[dn] >= needed and _FLOAT_RANGE[dn] >= bits
+  if rops.is_signed(src):
+    return rops.is_signed(dst) and dst.itemsize >= src.itemsize
+  return dst.itemsize > src.itemsize if rops.is_signed(dst) else dst.itemsize >= src.itemsize
+
+
+# ---------------------------------------------------------------------------------------------
+# arithmetic rules
+# ---------------------------------------------------------------------------------------------
+
+def mul_one(instr, ctx):
+  """x*1 -> x"""
+  x, y = instr.operands
+  if is_splat(y, 1):
+    return x
+  if is_splat(x, 1):
+    return y
+
+
+def mul_zero_int(instr, ctx):
+  """x*0 -> 0 (integers and pred; for floats NaN*0 is NaN and -1*0 is -0)"""
+  x, y = instr.operands
+  if _is_float(instr.dtype) or rops.is_complex(instr.dtype):
+    return None
+  for z in (y, x):
+    if is_splat(z, 0):
+      return z if z.shape == instr.shape else _full(ctx, 0, instr.shape)
+
+
+def mul_minus_one(instr, ctx):
+  """x*(-1) -> -x"""
+  x, y = instr.operands
+  if instr.dtype == np.bool_ or rops.is_unsigned(instr.dtype):
+    return None
+  if is_splat(y, -1):
+    return ctx.b.negate(x)
+  if is_splat(x, -1):
+    return ctx.b.negate(y)
+
+
+def add_zero(instr, ctx):
+  """x+(-0.0) -> x (x+0 -> x for integers; x+0.0 -> x only under fast math)"""
+  x, y = instr.operands
+  dt = instr.dtype
+  exact_zero = -0.0 if (_is_float(dt) or rops.is_complex(dt)) else 0
+  for a, z in ((x, y), (y, x)):
+    if is_splat(z, exact_zero) or (ctx.fast_math and _is_float(dt) and is_splat(z, 0.0)):
+      if rops.is_complex(dt):
+        return None
+      return a
+
+
+def sub_zero(instr, ctx):
+  """x-0 -> x (x-(-0.0) -> x only under fast math)"""
+  x, y = instr.operands
+  if is_splat(y, 0) and not rops.is_complex(instr.dtype):
+    return x
+  if ctx.fast_math and _is_float(instr.dtype) and is_splat(y, -0.0):
+    return x
+
+
+def zero_sub(instr, ctx):
+  """(-0.0)-x -> -x (0-x -> -x for integers)"""
+  x, y = instr.operands
+  dt = instr.dtype
+  if rops.is_complex(dt):
+    return None
+  zero = -0.0 if _is_float(dt) else 0
+  if is_splat(x, zero) or (ctx.fast_math and _is_float(dt) and is_splat(x, 0.0)):
+    return ctx.b.negate(y)
+
+
+def sub_self_int(instr, ctx):
+  """x-x -> 0 (integers only: inf-inf is NaN)"""
+  x, y = instr.operands
+  if x is y and _is_int(instr.dtype):
+    return _full(ctx, 0, instr.shape)
+
+
+def div_one(instr, ctx):
+  """x/1 -> x"""
+  x, y = instr.operands
+  if is_splat(y, 1):
+    return x
+
+
+def div_pow2(instr, ctx):
+  """x/c -> x*(1/c) for c a power of two (1/c exact, so the product rounds like the quotient)"""
+  x, y = instr.operands
+  dt = instr.dtype
+  if not _is_float(dt) or y.opcode not in ("constant", "broadcast"):
+    return None
+  base = y
+  while base.opcode == "broadcast":
+    base = base.operands[0]
+  if base.opcode != "constant" or base.value.size == 0:
+    return None
+  c = base.value.astype(np.float64)
+  if not np.all(np.isfinite(c)) or np.any(c == 0):
+    return None
+  mant, _ = np.frexp(np.abs(c))
+  if not np.all(mant == 0.5):
+    return None
+  with np.errstate(all="ignore"):
+    recip = 1.0 / c
+    back = recip.astype(dt)
+  if not np.all(back.astype(np.float64) == recip) or np.any(back.astype(np.float64) == 0):
+    return None
+  new_base = ctx.b.constant(back, dt)
+  r = new_base
+  if y.opcode == "broadcast":  # rebuild the same broadcast chain around the reciprocal
+    chain = []
+    t = y
+    while t.opcode == "broadcast":
+      chain.append(t)
+      t = t.operands[0]
+    for bcast in reversed(chain):
+      r = ctx.b.broadcast(r, bcast.dims, bcast.attrs["dimensions"])
+  return ctx.b.multiply(x, r)
+
+
+def neg_neg(instr, ctx):
+  """--x -> x"""
+  (x,) = instr.operands
+  if x.opcode == "negate":
+    return x.operands[0]
+
+
+def pow_rules(instr, ctx):
+  """pow(x, 1) -> x; pow(x, 0) -> 1; pow(x, 2) -> x*x; pow(x, 0.5) -> sqrt(x) (fast math)"""
+  x, y = instr.operands
+  dt = instr.dtype
+  if rops.is_complex(dt):
+    return None
+  if is_splat(y, 1):
+    return x
+  if is_splat(y, 0):
+    return _full(ctx, 1, instr.shape)
+  if is_splat(y, 2) and (_is_int(dt) or dt.itemsize <= 4 or ctx.fast_math):
+    return ctx.b.multiply(x, x)
+  if ctx.fast_math and _is_float(dt):
+    if is_splat(y, 0.5):
+      return ctx.b.sqrt(x)
+    if is_splat(y, -1):
+      return ctx.b.divide(_full(ctx, 1, instr.shape), x)
+
+
+def idempotent_self(instr, ctx):
+  """max(x, x) -> x; min(x, x) -> x; x&x -> x; x|x -> x"""
+  x, y = instr.operands
+  if x is y:
+    return x
+
+
+def and_identity(instr, ctx):
+  """x & true -> x; x & false -> false (all ones / zero for integers)"""
+  x, y = instr.operands
+  ones = True if instr.dtype == np.bool_ else -1
+  for a, c in ((x, y), (y, x)):
+    if is_splat(c, ones):
+      return a
+    if is_splat(c, 0):
+      return c if c.shape == instr.shape else _full(ctx, 0, instr.shape)
+
+
+def or_identity(instr, ctx):
+  """x | false -> x; x | true -> true (zero / all ones for integers)"""
+  x, y = instr.operands
+  ones = True if instr.dtype == np.bool_ else -1
+  for a, c in ((x, y), (y, x)):
+    if is_splat(c, 0):
+      return a
+    if is_splat(c, ones):
+      return c
+
+
+def xor_zero(instr, ctx):
+  """x ^ 0 -> x"""
+  x, y = instr.operands
+  if is_splat(y, 0):
+    return x
+  if is_splat(x, 0):
+    return y
+
+
+def not_not(instr, ctx):
+  """!!x -> x"""
+  (x,) = instr.operands
+  if x.opcode == "not":
+    return x.operands[0]
+
+
+def abs_abs(instr, ctx):
+  """abs(abs(x)) -> abs(x); abs(-x) -> abs(x)"""
+  (x,) = instr.operands
+  if x.opcode == "abs" and x.shape == instr.shape:
+    return x
+  if x.opcode == "negate":
+    return ctx.b.abs(x.operands[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# select / convert
+# ---------------------------------------------------------------------------------------------
+
+def select_const(instr, ctx):
+  """select(true, a, b) -> a; select(false, a, b) -> b; select(p, a, a) -> a"""
+  p, a, b = instr.operands
+  if a is b:
+    return a
+  if is_splat(p, True):
+    return a
+  if is_splat(p, False):
+    return b
+
+
+def select_not(instr, ctx):
+  """select(!p, a, b) -> select(p, b, a)"""
+  p, a, b = instr.operands
+  if p.opcode == "not":
+    return ctx.b.select(p.operands[0], b, a)
+
+
+def convert_identity(instr, ctx):
+  """convert(x) to x's own type -> x"""
+  (x,) = instr.operands
+  if x.dtype == instr.dtype:
+    return x
+
+
+def convert_convert(instr, ctx):
+  """convert(convert(x)) -> convert(x) when the inner conversion is lossless"""
+  (inner,) = instr.operands
+  if inner.opcode != "convert":
+    return None
+  x = inner.operands[0]
+  if not is_lossless_conversion(x.dtype, inner.dtype):
+    return None
+  return x if x.dtype == instr.dtype else ctx.b.convert(x, instr.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# shape ops
+# ---------------------------------------------------------------------------------------------
+
+def reshape_identity(instr, ctx):
+  """reshape(x) to x's own shape -> x"""
+  (x,) = instr.operands
+  if x.shape == instr.shape:
+    return x
+
+
+def reshape_reshape(instr, ctx):
+  """reshape(reshape(x)) -> reshape(x)"""
+  (x,) = instr.operands
+  if x.opcode == "reshape":
+    return ctx.b.reshape(x.operands[0], instr.dims)
+
+
+def broadcast_scalar_through(instr, ctx):
+  """reshape/transpose/slice/reverse/broadcast of broadcast(scalar) -> broadcast(scalar)"""
+  x = instr.operands[0]
+  s = _scalar_operand(x)
+  if s is None:
+    return None
+  if s.shape.rank:
+    s = ctx.b.reshape(s, ())
+  return ctx.b.broadcast(s, instr.dims, ())
+
+
+def transpose_identity(instr, ctx):
+  """transpose(x, identity) -> x"""
+  if list(instr.attrs["dimensions"]) == list(range(instr.shape.rank)):
+    return instr.operands[0]
+
+
+def transpose_transpose(instr, ctx):
+  """transpose(transpose(x, p), q) -> transpose(x, p[q])"""
+  (x,) = instr.operands
+  if x.opcode != "transpose":
+    return None
+  p, q = x.attrs["dimensions"], instr.attrs["dimensions"]
+  composed = tuple(p[i] for i in q)
+  if composed == tuple(range(len(composed))):
+    return x.operands[0]
+  return ctx.b.transpose(x.operands[0], composed)
+
+
+def broadcast_identity(instr, ctx):
+  """broadcast(x) to x's own shape -> x"""
+  (x,) = instr.operands
+  if x.shape == instr.shape and list(instr.attrs["dimensions"]) == list(range(x.shape.rank)):
+    return x
+
+
+def broadcast_broadcast(instr, ctx):
+  """broadcast(broadcast(x)) -> broadcast(x)"""
+  (x,) = instr.operands
+  if x.opcode != "broadcast":
+    return None
+  inner, outer = x.attrs["dimensions"], instr.attrs["dimensions"]
+  return ctx.b.broadcast(x.operands[0], instr.dims, tuple(outer[d] for d in inner))
+
+
+def slice_identity(instr, ctx):
+  """slice covering all of x -> x"""
+  (x,) = instr.operands
+  if x.shape == instr.shape and all(s == 0 for s in instr.attrs["start_indices"]) and \
+      all(st == 1 or n <= 1 for st, n in zip(instr.attrs["strides"], x.dims)):
+    return x
+
+
+def slice_slice(instr, ctx):
+  """slice(slice(x)) -> slice(x)"""
+  (x,) = instr.operands
+  if x.opcode != "slice":
+    return None
+  a, b = x.attrs, instr.attrs
+  start, limit, stride = [], [], []
+  for s1, st1, s2, st2, n in zip(a["start_indices"], a["strides"], b["start_indices"],
+                                 b["strides"], instr.dims):
+    s = s1 + s2 * st1
+    st = st1 * st2
+    start.append(s)
+    stride.append(st)
+    limit.append(s + (n - 1) * st + 1 if n > 0 else s)
+  return ctx.b.slice(x.operands[0], start, limit, stride)
+
+
+def reverse_rules(instr, ctx):
+  """reverse(reverse(x)) -> x; reverse over only size-1 dims -> x"""
+  (x,) = instr.operands
+  dims = [d for d in instr.attrs["dimensions"] if instr.dims[d] > 1]
+  if not dims:
+    return x
+  if x.opcode == "reverse":
+    inner = [d for d in x.attrs["dimensions"] if x.dims[d] > 1]
+    if sorted(inner) == sorted(dims):
+      return x.operands[0]
+
+
+def pad_identity(instr, ctx):
+  """pad with no padding -> x"""
+  x = instr.operands[0]
+  if all(tuple(c) == (0, 0, 0) or (c[0] == 0 and c[1] == 0 and n <= 1)
+         for c, n in zip(instr.attrs["padding_config"], x.dims)):
+    return x
+
+
+def concat_rules(instr, ctx):
+  """concatenate(x) -> x; empty operands of a concatenate are dropped"""
+  d = instr.attrs["dimensions"][0]
+  ops = instr.operands
+  if len(ops) == 1:
+    return ops[0]
+  keep = [o for o in ops if o.dims[d] > 0]
+  if len(keep) < len(ops) and keep:
+    return keep[0] if len(keep) == 1 else ctx.b.concatenate(keep, d)
+
+
+def dynamic_slice_const(instr, ctx):
+  """dynamic-slice with constant starts -> slice (starts clamped as dynamic-slice does)"""
+  x, *idx = instr.operands
+  if not all(i.opcode == "constant" for i in idx):
+    return None
+  sizes = instr.attrs["dynamic_slice_sizes"]
+  starts = [min(max(int(i.value), 0), n - k) for i, n, k in zip(idx, x.dims, sizes)]
+  return ctx.b.slice(x, starts, [s + k for s, k in zip(starts, sizes)], [1] * len(sizes))
+
+
+def gte_of_tuple(instr, ctx):
+  """get-tuple-element(tuple(a, b), 1) -> b"""
+  (t,) = instr.operands
+  if t.opcode == "tuple":
+    return t.operands[instr.attrs["index"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# elementwise of broadcasts
+# ---------------------------------------------------------------------------------------------
+
+def sink_broadcast(instr, ctx):
+  """op(broadcast(s), broadcast(t)) -> broadcast(op(s, t))"""
+  ops = instr.operands
+  if not ops or any(o.opcode != "broadcast" for o in ops):
+    return None
+  first = ops[0]
+  dims = first.attrs["dimensions"]
+  inner = first.operands[0].shape.dims
+  if any(o.attrs["dimensions"] != dims or o.operands[0].shape.dims != inner for o in ops):
+    return None
+  if first.operands[0].shape.size >= instr.shape.size:
+    return None
+  small = ctx.b.emit(instr.opcode, [o.operands[0] for o in ops], instr.attrs,
+                     instr.shape.with_dims(inner))
+  return ctx.b.broadcast(small, instr.dims, dims)
+
+
+# ---------------------------------------------------------------------------------------------
+# dot
+# ---------------------------------------------------------------------------------------------
+
+def dot_fold_transpose(instr, ctx):
+  """dot(transpose(a), b) -> dot(a, b) with the dimension numbers mapped through the transpose"""
+  a = instr.attrs
+  lhs, rhs = instr.operands
+  new = dict(a)
+  changed = False
+  ops = [lhs, rhs]
+  for k, side in enumerate(("lhs", "rhs")):
+    t = ops[k]
+    if t.opcode != "transpose":
+      continue
+    perm = t.attrs["dimensions"]
+    batch, contract = a[f"{side}_batch_dims"], a[f"{side}_contracting_dims"]
+    free = [i for i in range(t.shape.rank) if i not in batch and i not in contract]
+    mapped = [perm[i] for i in free]
+    if mapped != sorted(mapped):
+      continue  # the free dims would come out in another order
+    new[f"{side}_batch_dims"] = tuple(perm[i] for i in batch)
+    new[f"{side}_contracting_dims"] = tuple(perm[i] for i in contract)
+    ops[k] = t.operands[0]
+    changed = True
+  if not changed:
+    return None
+  return ctx.b.emit("dot", ops, new)
+
+
+def dot_degenerate(instr, ctx):
+  """dot with size-1 (or no) contracting dims -> multiply of broadcasts (+0 so -0 sums to +0)"""
+  a = instr.attrs
+  lhs, rhs = instr.operands
+  lc, rc = a["lhs_contracting_dims"], a["rhs_contracting_dims"]
+  if any(lhs.dims[d] != 1 for d in lc):
+    return None
+  out = instr.dtype
+  if rops.is_complex(out) or not (is_lossless_conversion(lhs.dtype, out)
+                                  and is_lossless_conversion(rhs.dtype, out)):
+    return None
+  acc = rops.accumulation_dtype(lhs.dtype, rhs.dtype, out)
+  if acc != out and not (acc == np.float32 and out.itemsize <= 2):
+    return None  # the product of two narrow floats is exact in float32
+  b = ctx.b
+  lb, rb = a["lhs_batch_dims"], a["rhs_batch_dims"]
+  lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+  rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+  nb, nl, nr = len(lb), len(lf), len(rf)
+
+  def prepare(x, batch, free, contract, out_positions):
+    if x.dtype != out:
+      x = b.convert(x, out)
+    order = list(batch) + list(free) + list(contract)
+    if order != list(range(len(order))):
+      x = b.transpose(x, order)
+    kept = [x.dims[i] for i in range(len(batch) + len(free))]
+    if contract:
+      x = b.reshape(x, kept)
+    return b.broadcast(x, instr.dims, out_positions)
+  l2 = prepare(lhs, lb, lf, lc, tuple(range(nb)) + tuple(range(nb, nb + nl)))
+  r2 = prepare(rhs, rb, rf, rc, tuple(range(nb)) + tuple(range(nb + nl, nb + nl + nr)))
+  prod = b.multiply(l2, r2)
+  if _is_float(out):
+    prod = b.add(prod, b.full(0.0, instr.shape))
+  return prod
+
+
+# ---------------------------------------------------------------------------------------------
+# the rule table
+# ---------------------------------------------------------------------------------------------
+
+RULES: dict[str, tuple] = {
+    "multiply": (mul_one, mul_zero_int, mul_minus_one),
+    "add": (add_zero,),
+    "subtract": (sub_zero, zero_sub, sub_self_int),
+    "divide": (div_one, div_pow2),
+    "negate": (neg_neg,),
+    "power": (pow_rules,),
+    "maximum": (idempotent_self,),
+    "minimum": (idempotent_self,),
+    "and": (idempotent_self, and_identity),
+    "or": (idempotent_self, or_identity),
+    "xor": (xor_zero,),
+    "not": (not_not,),
+    "abs": (abs_abs,),
+    "select": (select_const, select_not),
+    "convert": (convert_identity, convert_convert),
+    "reshape": (reshape_identity, reshape_reshape, broadcast_scalar_through),
+    "transpose": (transpose_identity, transpose_transpose, broadcast_scalar_through),
+    "broadcast": (broadcast_identity, broadcast_broadcast),
+    "slice": (slice_identity, slice_slice, broadcast_scalar_through),
+    "reverse": (reverse_rules, broadcast_scalar_through),
+    "pad": (pad_identity,),
+    "concatenate": (concat_rules,),
+    "dynamic-slice": (dynamic_slice_const,),
+    "get-tuple-element": (gte_of_tuple,),
+    "dot": (dot_fold_transpose, dot_degenerate),
+}
+
+#: Rules tried on every elementwise instruction after its opcode's own rules.
+ELEMENTWISE_RULES: tuple = (sink_broadcast,)

@@ -1,0 +1,98 @@
+"""The HLO pass pipeline: one list of passes, run to a fixed point, verified after every pass.
+
+    optimize(module)                 # in place; returns the module
+
+``PASSES`` run in order, repeatedly, until none of them changes the module (at most
+``MAX_ITERATIONS`` rounds). ``LATE_PASSES`` then run once each, in order: this is where fusion
+and buffer assignment go (they want the simplified module and must not be undone by it).
+After every pass the module is verified, so a broken rewrite is caught next to the pass that
+made it.
+
+With ``OURJAX_DUMP=dir`` in the environment (or ``dump_dir=``), the module text is written to
+``dir/<module>.NN-<pass>.txt``: ``00-input`` first, then one file per pass run that changed
+something, each followed by the reasons that pass recorded with ``module.note``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+from ourjax.lowering import hlo
+from ourjax.lowering.passes import constant_folding, cse, dce, simplify
+
+#: (name, run) pairs, run in order to a fixed point.
+PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
+    ("simplify", simplify.run),
+    ("constant_folding", constant_folding.run),
+    ("cse", cse.run),
+    ("dce", dce.run),
+]
+
+#: (name, run) pairs run once after the fixed point: fusion, then buffer assignment, go here.
+LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = []
+
+#: Rounds of ``PASSES`` before giving up on a fixed point.
+MAX_ITERATIONS = 8
+
+
+class PassError(hlo.VerifyError):
+  """The module failed verification right after a pass."""
+
+
+class _Dumper:
+  def __init__(self, dump_dir: str | None, module: hlo.Module):
+    self.dir = dump_dir
+    self.module = module
+    self.count = 0
+    self.notes_seen = len(module.notes)
+    if dump_dir:
+      os.makedirs(dump_dir, exist_ok=True)
+
+  def write(self, tag: str) -> None:
+    if not self.dir:
+      return
+    m = self.module
+    text = m.to_string()
+    new_notes = m.notes[self.notes_seen:]
+    self.notes_seen = len(m.notes)
+    if new_notes:
+      text += "\n# notes\n" + "\n".join(f"#   {n}" for n in new_notes) + "\n"
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in m.name)
+    path = os.path.join(self.dir, f"{safe}.{self.count:02d}-{tag}.txt")
+    with open(path, "w") as f:
+      f.write(text)
+    self.count += 1
+
+
+def _run_pass(module, name, fn, dumper, check):
+  changed = bool(fn(module))
+  if check:
+    try:
+      hlo.verify(module)
+    except hlo.VerifyError as e:
+      raise PassError(f"after pass {name}: {e}\n{module.to_string()}") from None
+  if changed:
+    dumper.write(name)
+  return changed
+
+
+def optimize(module: hlo.Module, dump_dir: str | None = None, *,
+             passes: Sequence | None = None, late_passes: Sequence | None = None,
+             max_iterations: int | None = None, check: bool = True) -> hlo.Module:
+  """Run ``passes`` (default ``PASSES``) to a fixed point, then ``late_passes`` (default
+  ``LATE_PASSES``) once, verifying after each pass. Mutates and returns ``module``."""
+  passes = PASSES if passes is None else passes
+  late_passes = LATE_PASSES if late_passes is None else late_passes
+  max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
+  dumper = _Dumper(dump_dir or os.environ.get("OURJAX_DUMP") or None, module)
+  hlo.verify(module)
+  dumper.write("input")
+  for _ in range(max_iterations):
+    changed = False
+    for name, fn in passes:
+      changed |= _run_pass(module, name, fn, dumper, check)
+    if not changed:
+      break
+  for name, fn in late_passes:
+    _run_pass(module, name, fn, dumper, check)
+  return module
