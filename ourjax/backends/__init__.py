@@ -1,17 +1,30 @@
 """Backends: where a jitted function's jaxpr is compiled and run.
 
-``compile_jaxpr(closed_jaxpr, backend)`` returns a callable over concrete values.  Until the
-HLO lowering and the native backends are wired in, every backend name resolves to the jaxpr
-evaluator (each primitive's NumPy implementation), which stays the oracle afterwards."""
+``compile_jaxpr(closed_jaxpr, backend)`` lowers the jaxpr to an HLO module
+(``lowering/from_jaxpr.py``), optimizes it (``lowering/pipeline.py``) and hands it to a backend's
+``compile(module)``, whose executable maps NumPy arrays to a tuple of NumPy arrays.  Backends:
+
+* ``reference``: the NumPy interpreter of HLO modules (``backends/reference.py``), the oracle.
+* ``cpu``, ``cuda``: native code through llvmlite (when available; until then ``cpu`` means the
+  reference backend).
+
+A jaxpr holding a primitive that has no lowering rule yet runs through the jaxpr evaluator (each
+primitive's NumPy implementation) instead, so programs stay correct while the compiler grows;
+``OURJAX_STRICT_LOWERING=1`` turns that fallback into an error (the tests use it).
+"""
 from __future__ import annotations
+
+import logging
+import os
 
 from ourjax import core
 
+log = logging.getLogger("ourjax")
 _cache: dict = {}
 
 
-class _JaxprEvaluator:
-  """Runs a closed jaxpr eagerly, op by op."""
+class JaxprEvaluator:
+  """Runs a closed jaxpr eagerly, op by op (the fallback executable)."""
 
   def __init__(self, closed: core.ClosedJaxpr):
     self.closed = closed
@@ -21,12 +34,55 @@ class _JaxprEvaluator:
       return core.eval_jaxpr(self.closed.jaxpr, self.closed.consts, *args)
 
 
+class ModuleExecutable:
+  """A compiled module plus the constants hoisted out of it; returns ourjax Arrays typed like
+  the jaxpr's outputs (weak types included)."""
+
+  def __init__(self, module, compiled, hoisted, out_avals, backend: str):
+    self.module, self.compiled, self.backend = module, compiled, backend
+    self.hoisted = [_host(c) for c in hoisted]
+    self.out_avals = list(out_avals)
+
+  def __call__(self, *args):
+    from ourjax.array import Array, to_numpy
+    outs = self.compiled(*[to_numpy(a) for a in args], *self.hoisted)
+    return [Array._from_result(o, a) for o, a in zip(outs, self.out_avals)]
+
+
+def _host(c):
+  from ourjax.array import to_numpy
+  return to_numpy(c)
+
+
+def _backend_module(name: str):
+  if name in (None, "cpu", "reference"):
+    from ourjax.backends import reference
+    return reference
+  raise ValueError(f"Unknown backend {name!r}: expected one of 'cpu', 'reference'")
+
+
+def lower_and_optimize(closed: core.ClosedJaxpr, name: str = ""):
+  from ourjax.lowering import from_jaxpr, pipeline
+  module, hoisted = from_jaxpr.lower_jaxpr(closed, name)
+  pipeline.optimize(module)
+  return module, hoisted
+
+
 def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = ""):
   key = (id(closed), backend)
   hit = _cache.get(key)
   if hit is not None and hit[0] is closed:
     return hit[1]
-  exe = _JaxprEvaluator(closed)
+  from ourjax.lowering.from_jaxpr import LoweringError
+  try:
+    module, hoisted = lower_and_optimize(closed, name)
+    exe = ModuleExecutable(module, _backend_module(backend).compile(module), hoisted,
+                           closed.out_avals, backend or "cpu")
+  except LoweringError as e:
+    if os.environ.get("OURJAX_STRICT_LOWERING"):
+      raise
+    log.debug("jit(%s): %s; running the jaxpr op by op", name, e)
+    exe = JaxprEvaluator(closed)
   _cache[key] = (closed, exe)
   return exe
 

@@ -384,7 +384,7 @@ def _check_arg(p: Instruction, a) -> np.ndarray:
   if a.dtype != p.dtype or a.shape != p.dims:
     raise ReferenceError(f"reference: argument {p.attrs['parameter_number']} (%{p.name}) must be "
                          f"{p.shape}, got {a.dtype}{list(a.shape)}")
-  return np.ascontiguousarray(a)
+  return a if a.flags.c_contiguous else np.array(a, order="C")  # (ascontiguousarray makes 0-d 1-d)
 
 
 class ReferenceExecutable:
