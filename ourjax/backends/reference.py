@@ -178,7 +178,7 @@ def _shape_array(x, shape: hlo.Shape) -> np.ndarray:
     x = x.astype(shape.dtype)
   if x.shape != shape.dims:
     x = x.reshape(shape.dims)
-  return np.ascontiguousarray(x)
+  return x if x.flags.c_contiguous else np.array(x, order="C")
 
 
 def _impl_compare(instr, x, y):
