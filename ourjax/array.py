@@ -68,8 +68,8 @@ class Array:
     v = np.asarray(value)
     if v.dtype != aval.dtype:
       v = v.astype(aval.dtype)
-    if v.shape != aval.shape:
-      v = np.broadcast_to(v, aval.shape).copy()
+    if v.shape != aval.shape:   # e.g. a 0-d result that NumPy returned as shape (1,)
+      v = v.reshape(aval.shape) if v.size == aval.size else np.broadcast_to(v, aval.shape).copy()
     v.flags.writeable = False
     a = object.__new__(cls)
     a._npy = v
