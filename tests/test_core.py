@@ -41,10 +41,24 @@ def test_var_names_continue_past_z():
   assert "ba:f32[] = sin" in text and "be:f32[] = sin" in text
 
 
-def test_nested_jaxpr_printed_inline():
+def test_nested_jaxpr_printed_inline_like_jax():
   g = ourjax.jit(lambda x: x * 2.0)
   text = str(ourjax.make_jaxpr(lambda x: g(x) + 1.0)(np.ones(2, np.float32)))
-  assert "pjit[" in text and "jaxpr={ lambda ; " in text and "name=<lambda>" in text
+  assert text == ("{ lambda ; a:f32[2]. let\n"
+                  "    b:f32[2] = jit[\n"
+                  "      name=<lambda>\n"
+                  "      jaxpr={ lambda ; a:f32[2]. let b:f32[2] = mul a 2.0:f32[] in (b,) }\n"
+                  "    ] a\n"
+                  "    c:f32[2] = add b 1.0:f32[]\n"
+                  "  in (c,) }")
+
+
+def test_short_jaxpr_on_one_line_and_unused_binders_dropped():
+  def f(x):
+    jnp.sin(x)
+    return x * 2
+  text = str(ourjax.make_jaxpr(f)(np.ones(3, np.float32)))
+  assert text == "{ lambda ; a:f32[3]. let _:f32[3] = sin a; b:f32[3] = mul a 2.0:f32[] in (b,) }"
 
 
 def test_typecheck_and_eval_jaxpr_agree_with_eager():

@@ -1,4 +1,4 @@
-"""``pjit``: the primitive a jitted function binds.  Its single parameter of substance is the
+"""``pjit_p`` (printed ``jit``): the primitive a jitted function binds.  Its single parameter of substance is the
 closed jaxpr of the function; its rules transform that jaxpr and bind pjit again, so a jitted
 function stays one compiled call under vmap, and under jvp.
 
@@ -11,8 +11,12 @@ from ourjax.core import ClosedJaxpr, Primitive
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 
-pjit_p = Primitive("pjit")
+pjit_p = Primitive("jit")          # JAX prints this primitive as ``jit[name=... jaxpr=...]``
 pjit_p.multiple_results = True
+jit_p = pjit_p
+core.call_primitives.add(pjit_p)
+core.pp_param_rules[pjit_p] = lambda params: [("name", params["name"]),
+                                              ("jaxpr", params["jaxpr"])]
 
 
 def _pjit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str, **_):

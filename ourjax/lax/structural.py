@@ -74,6 +74,11 @@ def _broadcast_in_dim_impl(x, shape, broadcast_dimensions, sharding):
 broadcast_in_dim_p = standard_primitive("broadcast_in_dim", _broadcast_in_dim_shape,
                                         lambda x, **_: x.dtype, _weak)
 broadcast_in_dim_p.def_impl(_broadcast_in_dim_impl)
+# printed like JAX: the shape is in the result type; empty dims and a None sharding are hidden
+core.pp_param_rules[broadcast_in_dim_p] = lambda params: [
+    (k, v) for k, v in sorted(params.items())
+    if k != "shape" and not (k == "broadcast_dimensions" and v == ())
+    and not (k == "sharding" and v is None)]
 
 
 def _broadcast_in_dim_transpose(ct, x, shape, broadcast_dimensions, sharding):
@@ -270,3 +275,194 @@ def full_like(x, fill_value, dtype=None, shape=None):
 
 def zeros_like_array(x):
   return full_like(x, 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# rev: reverse the order of elements along `dimensions`
+
+
+def rev(operand, dimensions):
+  dimensions = tuple(int(d) for d in dimensions)
+  if not dimensions:
+    return operand
+  return rev_p.bind(operand, dimensions=dimensions)
+
+
+def _rev_shape(x, dimensions):
+  if len(set(dimensions)) != len(dimensions):
+    raise TypeError(f"rev dimensions must be unique, got {dimensions}.")
+  if dimensions and not all(0 <= d < x.ndim for d in dimensions):
+    raise TypeError(f"rev dimensions must all be in the range [0, {x.ndim}) for operand of "
+                    f"shape {x.shape}, got dimensions {dimensions}.")
+  return x.shape
+
+
+rev_p = standard_primitive("rev", _rev_shape, lambda x, **_: x.dtype, _weak)
+rev_p.def_impl(lambda x, dimensions: np.flip(x, dimensions).copy())
+ad.deflinear(rev_p, lambda ct, x, dimensions: [rev(ct, dimensions)])
+
+
+def _rev_batch(vals, dims, dimensions):
+  (x,), (d,) = vals, dims
+  return rev(x, tuple(k + (k >= d) for k in dimensions)), d
+
+
+batching.batch_rules[rev_p] = _rev_batch
+
+# ------------------------------------------------------------------------------------------------
+# pad: (low, high, interior) per dimension; low/high may be negative (they then crop)
+
+
+def pad(operand, padding_value, padding_config):
+  try:
+    config = tuple((int(lo), int(hi), int(i)) for lo, hi, i in padding_config)
+  except (TypeError, ValueError):
+    raise TypeError(f"pad padding_config must be a sequence of (low, high, interior) integer "
+                    f"triples, got {padding_config!r}.") from None
+  return pad_p.bind(operand, padding_value, padding_config=config)
+
+
+def _pad_shape(x, padding_value, padding_config):
+  if padding_value.ndim != 0:
+    raise TypeError(f"pad padding_value must be a scalar, got padding_value of shape "
+                    f"{padding_value.shape}.")
+  if len(padding_config) != x.ndim:
+    raise ValueError(f"length of padding_config must equal the number of axes of operand, got "
+                     f"padding_config {padding_config} for operand shape {x.shape}")
+  if any(i < 0 for _, _, i in padding_config):
+    raise ValueError(f"interior padding in padding_config must be nonnegative, got "
+                     f"padding_config {padding_config}")
+  out = tuple(lo + hi + n + max(n - 1, 0) * i for (lo, hi, i), n in zip(padding_config, x.shape))
+  if any(d < 0 for d in out):
+    raise ValueError(f"Dimension size after padding is not at least 0, got result shape {out}, "
+                     f"for padding_config {padding_config} and operand shape {x.shape}")
+  return out
+
+
+def _pad_dtype(x, padding_value, padding_config):
+  if x.dtype != padding_value.dtype:
+    raise TypeError(f"pad operand and padding_value must be same dtype: got {x.dtype.name} and "
+                    f"{padding_value.dtype.name}.")
+  return x.dtype
+
+
+def _pad_impl(x, padding_value, padding_config):
+  from ourjax.backends import reference_ops
+  return reference_ops.pad(x, padding_value, padding_config)
+
+
+pad_p = standard_primitive("pad", _pad_shape, _pad_dtype)
+pad_p.def_impl(_pad_impl)
+
+
+def _pad_transpose(ct, x, padding_value, padding_config):
+  # The operand's cotangent is the strided slice of ct that the operand was placed at; the
+  # padding value's is the sum of everything else.
+  from ourjax.lax.reductions import reduce_sum
+  from ourjax.lax.slicing import slice as slice_
+  from ourjax.lax.elementwise import sub
+  ct_aval = get_aval(ct)
+  lo, hi, interior = zip(*padding_config) if padding_config else ((), (), ())
+  unpadded = pad(ct, np.zeros((), ct_aval.dtype), [(-l, -h, 0) for l, h in zip(lo, hi)])
+  t_x = slice_(unpadded, (0,) * len(lo), get_aval(unpadded).shape, tuple(i + 1 for i in interior))
+  t_pv = None
+  if ad.is_undefined_primal(padding_value):
+    axes = tuple(range(ct_aval.ndim))
+    t_pv = sub(reduce_sum(ct, axes), reduce_sum(t_x, axes))
+  return [t_x if ad.is_undefined_primal(x) else None, t_pv]
+
+
+ad.deflinear(pad_p, _pad_transpose)
+
+
+def _pad_batch(vals, dims, padding_config):
+  from ourjax.lax.elementwise import select_n
+  (x, pv), (dx, dpv) = vals, dims
+  if dpv is None:
+    config = list(padding_config)
+    config.insert(dx, (0, 0, 0))
+    return pad(x, pv, config), dx
+  # A batched padding value: pad with zeros, then select the padding value where a mask
+  # (the operand's positions, padded with False) is False.
+  size = get_aval(pv).shape[dpv]
+  x = batching.bdim_at_front(x, dx, size)
+  x_aval = get_aval(x)
+  padded = pad(x, np.zeros((), x_aval.dtype), ((0, 0, 0),) + tuple(padding_config))
+  out_shape = get_aval(padded).shape
+  mask = pad(full(x_aval.shape[1:], True, np.bool_), np.array(False), padding_config)
+  mask = broadcast_in_dim(mask, out_shape, tuple(range(1, len(out_shape))))
+  pv = broadcast_in_dim(batching.moveaxis(pv, dpv, 0), out_shape, (0,))
+  return select_n(mask, pv, padded), 0
+
+
+batching.batch_rules[pad_p] = _pad_batch
+
+# ------------------------------------------------------------------------------------------------
+# concatenate
+
+
+def concatenate(operands, dimension):
+  operands = list(operands)
+  if len(operands) == 1:
+    return operands[0]
+  return concatenate_p.bind(*operands, dimension=int(dimension))
+
+
+def _concatenate_shape(*xs, dimension):
+  if not xs:
+    raise TypeError("concatenate op requires at least one operand, got none.")
+  shapes = ", ".join(str(x.shape) for x in xs)
+  if len({x.ndim for x in xs}) != 1:
+    raise TypeError(f"Cannot concatenate arrays with different numbers of dimensions: got "
+                    f"{shapes}.")
+  if not 0 <= dimension < xs[0].ndim:
+    raise TypeError(f"concatenate dimension out of bounds: dimension {dimension} for shapes "
+                    f"{shapes}.")
+  others = {x.shape[:dimension] + x.shape[dimension + 1:] for x in xs}
+  if len(others) != 1:
+    raise TypeError(f"Cannot concatenate arrays with shapes that differ in dimensions other than "
+                    f"the one being concatenated: concatenating along dimension {dimension} for "
+                    f"shapes {shapes}.")
+  s = list(xs[0].shape)
+  s[dimension] = sum(x.shape[dimension] for x in xs)
+  return tuple(s)
+
+
+def _concatenate_dtype(*xs, dimension):
+  if len({x.dtype for x in xs}) != 1:
+    raise TypeError(f"concatenate requires arguments to have the same dtypes, got "
+                    f"{', '.join(x.dtype.name for x in xs)}. (Tip: jnp.concatenate is a similar "
+                    "function that does automatic type promotion on inputs).")
+  return xs[0].dtype
+
+
+def _concatenate_impl(*xs, dimension):
+  from ourjax.backends import reference_ops
+  return reference_ops.concatenate(xs, dimension)
+
+
+concatenate_p = standard_primitive("concatenate", _concatenate_shape, _concatenate_dtype)
+concatenate_p.def_impl(_concatenate_impl)
+
+
+def _concatenate_transpose(ct, *xs, dimension):
+  from ourjax.lax.slicing import slice_in_dim
+  out, start = [], 0
+  for x in xs:
+    n = (x.aval if ad.is_undefined_primal(x) else get_aval(x)).shape[dimension]
+    out.append(slice_in_dim(ct, start, start + n, axis=dimension)
+               if ad.is_undefined_primal(x) else None)
+    start += n
+  return out
+
+
+ad.deflinear(concatenate_p, _concatenate_transpose)
+
+
+def _concatenate_batch(vals, dims, dimension):
+  size = next(get_aval(x).shape[d] for x, d in zip(vals, dims) if d is not None)
+  xs = [batching.bdim_at_front(x, d, size) for x, d in zip(vals, dims)]
+  return concatenate_p.bind(*xs, dimension=dimension + 1), 0
+
+
+batching.batch_rules[concatenate_p] = _concatenate_batch
