@@ -24,10 +24,13 @@ def _reducer(name, kinds, numpy_fn):
                          lambda x, **_: x.weak_type)
 
   def impl(x, axes, **_):
+    kw = {}
+    if numpy_fn in (np.max, np.min):   # an empty reduction gives the identity, as in XLA
+      kw["initial"] = _chooser_identity(numpy_fn is np.max, x.dtype)
     if dtypes.is_float(x.dtype) and x.dtype.itemsize < 4:
-      return numpy_fn(x.astype(np.float32), axis=axes).astype(x.dtype)
+      return numpy_fn(x.astype(np.float32), axis=axes, **kw).astype(x.dtype)
     with np.errstate(all="ignore"):
-      return np.asarray(numpy_fn(x, axis=axes)).astype(x.dtype)
+      return np.asarray(numpy_fn(x, axis=axes, **kw)).astype(x.dtype)
   p.def_impl(impl)
 
   def batch(vals, dims, axes, **params):
@@ -37,6 +40,19 @@ def _reducer(name, kinds, numpy_fn):
     return p.bind(x, axes=new_axes, **params), out_d
   batching.batch_rules[p] = batch
   return p
+
+
+def _chooser_identity(is_max: bool, dtype):
+  """The identity of max (the lowest value) or min (the highest) for ``dtype``."""
+  dtype = np.dtype(dtype)
+  if dtype == np.bool_:
+    return not is_max
+  if dtypes.is_integer(dtype):
+    info = np.iinfo(dtype)
+    return info.min if is_max else info.max
+  if dtypes.is_complex(dtype):
+    return np.array(-np.inf if is_max else np.inf, dtype)
+  return -np.inf if is_max else np.inf
 
 
 def _canon_axes(x, axes):
@@ -118,6 +134,8 @@ def _prod_of_others(x, axes):
   perm = tuple(kept) + tuple(axes)
   xt = transpose(x, perm)
   n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+  if n == 0:   # nothing is reduced: x is empty, and so is the result
+    return x
   flat = reshape(xt, tuple(shape[i] for i in kept) + (n,))
   # prod of others = exclusive cumprod from the left * exclusive cumprod from the right
   from ourjax.lax import cumulative
@@ -159,3 +177,309 @@ def _reduce_chooser_jvp(primals, tangents, axes, out_sharding, prim):
 
 ad.jvp_rules[reduce_max_p] = lambda p, t, **kw: _reduce_chooser_jvp(p, t, prim=reduce_max_p, **kw)
 ad.jvp_rules[reduce_min_p] = lambda p, t, **kw: _reduce_chooser_jvp(p, t, prim=reduce_min_p, **kw)
+
+# ------------------------------------------------------------------------------------------------
+# argmax / argmin: the index of the first maximal (minimal) element along one axis.  A NaN counts
+# as larger and smaller than everything, so the first NaN wins either way (JAX's and NumPy's rule).
+
+
+def argmax(operand, axis, index_dtype):
+  return argmax_p.bind(operand, axes=(int(axis),),
+                       index_dtype=dtypes.canonicalize_dtype(index_dtype))
+
+
+def argmin(operand, axis, index_dtype):
+  return argmin_p.bind(operand, axes=(int(axis),),
+                       index_dtype=dtypes.canonicalize_dtype(index_dtype))
+
+
+def _argminmax(name, numpy_fn):
+  def shape_rule(x, axes, index_dtype):
+    axis, = axes
+    if not 0 <= axis < x.ndim:
+      raise ValueError(f"Invalid axis {axis} for operand shape {x.shape} in {name}")
+    if x.shape[axis] < 1:
+      raise ValueError(f"argmin and argmax require non-empty reduced dimension. "
+                       f"operand.shape={x.shape} axis={axis}")
+    return tuple(s for i, s in enumerate(x.shape) if i != axis)
+
+  def dtype_rule(x, axes, index_dtype):
+    check_dtypes(name, [x], ("bool", "int", "float"))
+    if not dtypes.is_integer(index_dtype):
+      raise TypeError(f"index_dtype must be an integer type, but got {np.dtype(index_dtype).name}")
+    return np.dtype(index_dtype)
+
+  p = standard_primitive(name, shape_rule, dtype_rule, lambda x, **_: False)
+
+  def impl(x, axes, index_dtype):
+    if dtypes.is_float(x.dtype) and x.dtype.itemsize < 4:
+      x = x.astype(np.float32)
+    return numpy_fn(x, axis=axes[0]).astype(index_dtype)
+  p.def_impl(impl)
+  ad.defjvp_zero(p)
+
+  def batch(vals, dims, axes, index_dtype):
+    (x,), (d,) = vals, dims
+    axis = axes[0] + (axes[0] >= d)
+    return p.bind(x, axes=(axis,), index_dtype=index_dtype), d - (axis < d)
+  batching.batch_rules[p] = batch
+  return p
+
+
+argmax_p = _argminmax("argmax", np.argmax)
+argmin_p = _argminmax("argmin", np.argmin)
+
+# ------------------------------------------------------------------------------------------------
+# lax.reduce(operands, init_values, computation, dimensions)
+#
+# A computation that is one of the monoids (add, mul, max, min, and, or, xor) -- recognised by
+# tracing it on two scalars -- maps to the reduce_* primitive; with an init value that is not the
+# monoid's identity, the init value is combined with the reduction afterwards (the monoids are
+# associative and commutative).  Any other computation binds the general ``reduce`` primitive,
+# which carries the computation as a jaxpr.
+
+
+def reduce(operands, init_values, computation, dimensions):  # noqa: A001 (lax's name)
+  from ourjax import tree_util
+  flat_ops, op_tree = tree_util.tree_flatten(operands)
+  flat_inits, init_tree = tree_util.tree_flatten(init_values)
+  if op_tree != init_tree:
+    raise ValueError(f"Operands must have the same tree structure as init_values: {op_tree} vs. "
+                     f"{init_tree}")
+  if len(flat_ops) != len(flat_inits):
+    raise ValueError(f"Must have same total number of operands as init_values: "
+                     f"{len(flat_ops)} vs. {len(flat_inits)}")
+  if not flat_ops:
+    raise ValueError("reduce requires at least one operand")
+  dims = tuple(int(d) for d in dimensions)
+  if len(flat_ops) == 1:
+    out = _monoid_reduce(flat_ops[0], flat_inits[0], computation, dims, init_tree)
+    if out is not None:
+      return out
+  closed, out_tree = _reduction_jaxpr(computation, init_tree,
+                                      tuple(get_aval(v).strip_weak_type() for v in flat_inits))
+  outs = reduce_p.bind(*flat_ops, *flat_inits, computation=computation, jaxpr=closed,
+                       dimensions=dims)
+  return tree_util.tree_unflatten(out_tree, outs)
+
+
+def _monoid_reduce(x, init, computation, dims, tree):
+  from ourjax import core
+  from ourjax.lax import elementwise as ew
+  dtype = get_aval(x).dtype
+  prim = _monoid_primitive(computation, dtype, tree)
+  if prim is None or get_aval(init).shape != ():
+    return None
+  reducer, combine = _monoids()[prim]
+  if isinstance(init, (bool, int, float, complex)):
+    init = ew._convert_element_type(init, dtype, get_aval(init).weak_type)
+  elif get_aval(init).dtype != dtype:
+    raise TypeError(f"reduce: init value dtype {get_aval(init).dtype.name} does not match "
+                    f"operand dtype {dtype.name}")
+  out = reducer(x, dims)
+  is_identity = False
+  if core.is_concrete(init):
+    v = np.asarray(core.concrete_or_error(None, init))
+    ident = _identity_value(prim, dtype)
+    # -0.0 is the identity of add, +0.0 is not (-0.0 + 0.0 = +0.0), but a sum of nothing is +0.0
+    # in XLA, so either zero is fine here.
+    is_identity = bool(np.array_equal(v, ident))
+  if not is_identity:
+    out = combine(out, init)
+  weak = get_aval(x).weak_type and get_aval(init).weak_type
+  return ew._convert_element_type(out, dtype, weak)
+
+
+def _identity_value(prim, dtype):
+  from ourjax.lax import elementwise as ew
+  dtype = np.dtype(dtype)
+  if prim is ew.add_p:
+    return np.zeros((), dtype)
+  if prim is ew.mul_p:
+    return np.ones((), dtype)
+  if prim is ew.max_p:
+    return np.asarray(_chooser_identity(True, dtype), dtype)
+  if prim is ew.min_p:
+    return np.asarray(_chooser_identity(False, dtype), dtype)
+  if prim is ew.and_p:
+    return np.asarray(True if dtype == np.bool_ else -1).astype(dtype)
+  return np.zeros((), dtype)   # or, xor
+
+
+def _monoid_primitive(computation, dtype, tree):
+  """The elementwise primitive that ``computation(a, b)`` applies to two scalars of ``dtype``,
+  if that is all it does; else None."""
+  from ourjax import tree_util
+  from ourjax.interpreters import partial_eval as pe
+  aval = ShapedArray((), dtype)
+
+  def fun(a, b):
+    out = computation(tree_util.tree_unflatten(tree, [a]), tree_util.tree_unflatten(tree, [b]))
+    return tree_util.tree_leaves(out)
+  try:
+    closed = pe.trace_to_jaxpr(fun, [aval, aval], "reduce_computation")
+  except Exception:   # not traceable as a scalar function: leave it to the general reduce
+    return None
+  jaxpr = closed.jaxpr
+  if len(jaxpr.eqns) != 1 or len(jaxpr.outvars) != 1 or closed.consts:
+    return None
+  eqn = jaxpr.eqns[0]
+  if (eqn.primitive not in _monoids() or len(eqn.inputs) != 2
+      or set(map(id, eqn.inputs)) != set(map(id, jaxpr.invars))
+      or jaxpr.outvars[0] is not eqn.out_binders[0]
+      or eqn.out_binders[0].aval.dtype != dtype):
+    return None
+  return eqn.primitive
+
+
+def _reduction_jaxpr(computation, tree, init_avals):
+  from ourjax import tree_util
+  from ourjax.interpreters import partial_eval as pe
+  n = len(init_avals)
+  out_tree_box = []
+
+  def fun(*args):
+    a = tree_util.tree_unflatten(tree, list(args[:n]))
+    b = tree_util.tree_unflatten(tree, list(args[n:]))
+    flat, out_tree = tree_util.tree_flatten(computation(a, b))
+    out_tree_box.append(out_tree)
+    return flat
+  closed = pe.trace_to_jaxpr(fun, list(init_avals) * 2, "reduce_computation")
+  out_tree = out_tree_box[0]
+  if out_tree != tree:
+    raise TypeError(f"reduce: the computation must return the structure of the init values "
+                    f"{tree}, got {out_tree}")
+  for a, b in zip(closed.out_avals, init_avals):
+    if a.shape != () or a.dtype != b.dtype:
+      raise TypeError(f"reduce: the computation must return scalars of the init values' types "
+                      f"{[v.str_short() for v in init_avals]}, got "
+                      f"{[v.str_short() for v in closed.out_avals]}")
+  return closed, out_tree
+
+
+_MONOID_TABLE: dict = {}
+
+
+def _monoids() -> dict:
+  """primitive -> (reducer, binary op) for the computations ``lax.reduce`` maps to reduce_*."""
+  if not _MONOID_TABLE:
+    from ourjax.lax import elementwise as ew
+    _MONOID_TABLE.update({
+        ew.add_p: (reduce_sum, ew.add), ew.mul_p: (reduce_prod, ew.mul),
+        ew.max_p: (reduce_max, ew.max), ew.min_p: (reduce_min, ew.min),
+        ew.and_p: (reduce_and, ew.and_), ew.or_p: (reduce_or, ew.or_),
+        ew.xor_p: (reduce_xor, ew.xor)})
+  return _MONOID_TABLE
+
+
+# The general reduce primitive: operands..., init_values... -> results...; ``jaxpr`` maps
+# (accumulators..., elements...) to new accumulators, all scalars.
+from ourjax.core import Primitive  # noqa: E402
+
+reduce_p = Primitive("reduce")
+reduce_p.multiple_results = True
+
+
+def _reduce_abstract_eval(*avals, computation, jaxpr, dimensions):
+  n = len(avals) // 2
+  ops, inits = avals[:n], avals[n:]
+  for a in ops[1:]:
+    if a.shape != ops[0].shape:
+      raise ValueError(f"reduce operands must all have the same shape, got "
+                       f"{[o.shape for o in ops]}")
+  for o, i in zip(ops, inits):
+    if i.shape != ():
+      raise ValueError(f"reduce init values must be scalars, got shape {i.shape}")
+    if o.dtype != i.dtype:
+      raise TypeError(f"reduce operand dtype {o.dtype.name} does not match init value dtype "
+                      f"{i.dtype.name}")
+  shape = _reduce_shape(ops[0], dimensions)
+  return [ShapedArray(shape, o.dtype, o.weak_type and i.weak_type) for o, i in zip(ops, inits)]
+
+
+reduce_p.def_abstract_eval(_reduce_abstract_eval)
+
+
+def _reduce_impl(*args, computation, jaxpr, dimensions):
+  from ourjax import core
+  from ourjax.array import to_numpy
+  from ourjax.backends import reference_ops
+  from ourjax.api import vmap
+  n = len(args) // 2
+  ops, inits = list(args[:n]), list(args[n:])
+  dtypes_ = [i.dtype for i in inits]
+
+  def combine(accs, xs):   # accs/xs: arrays of the kept shape; the jaxpr is vmapped over them
+    shape = np.shape(accs[0])
+    flat = [np.reshape(np.asarray(a, dt), (-1,)) for a, dt in zip(list(accs) + list(xs),
+                                                                  dtypes_ * 2)]
+    m = flat[0].shape[0]
+    if m == 0:
+      return tuple(np.zeros(shape, dt) for dt in dtypes_)
+    outs = vmap(lambda *ys: core.closed_call(jaxpr, *ys))(*flat)
+    return tuple(np.reshape(to_numpy(o), shape) for o in outs)
+  res = reference_ops.reduce(ops, inits, computation=reference_ops.tuple_combine(combine),
+                             dimensions=dimensions)
+  return list(res)
+
+
+reduce_p.def_impl(_reduce_impl)
+
+
+def _reduce_batch(vals, dims, computation, jaxpr, dimensions, axis_size):
+  n = len(vals) // 2
+  if any(d is not None for d in dims[n:]):
+    raise NotImplementedError("vmap of lax.reduce with batched init values is not implemented")
+  ops = [batching.bdim_at_front(v, d, axis_size) for v, d in zip(vals[:n], dims[:n])]
+  new_dims = tuple(d + 1 for d in dimensions)
+  outs = reduce_p.bind(*ops, *vals[n:], computation=computation, jaxpr=jaxpr,
+                       dimensions=new_dims)
+  return outs, [0] * n
+
+
+batching.register_rule_with_axis_size(reduce_p, _reduce_batch)
+
+
+def _reduce_jvp(primals, tangents, computation, jaxpr, dimensions):
+  """Differentiate a general (associative) reduction by reducing pairs in a balanced tree with
+  the JVP of the computation."""
+  from ourjax import core
+  from ourjax.api import jvp, vmap
+  from ourjax.lax import structural as st
+  n = len(primals) // 2
+  xs, inits = list(primals[:n]), list(primals[n:])
+  if any(type(t) is not ad.Zero for t in tangents[n:]):
+    raise NotImplementedError("Gradient of general lax.reduce with non-zero tangents for the "
+                              "initial values is not implemented")
+  shape = get_aval(xs[0]).shape
+  kept = tuple(i for i in range(len(shape)) if i not in dimensions)
+  perm = tuple(dimensions) + kept
+  count = int(np.prod([shape[d] for d in dimensions], dtype=np.int64))
+  new_shape = (count,) + tuple(shape[i] for i in kept)
+  tans = [ad.instantiate_zeros(t) for t in tangents[:n]]
+  xs = [st.reshape(st.transpose(x, perm), new_shape) for x in xs]
+  tans = [st.reshape(st.transpose(t, perm), new_shape) for t in tans]
+  fn = lambda *a: core.closed_call(jaxpr, *a)  # noqa: E731
+  for _ in range(len(kept) + 1):
+    fn = vmap(fn)
+
+  def tree_reduce(*vs):
+    vs = list(vs)
+    from ourjax import lax
+    while get_aval(vs[0]).shape[0] > 1:
+      m = get_aval(vs[0]).shape[0]
+      h = (m + 1) // 2
+      a = [lax.slice_in_dim(v, 0, h, axis=0) for v in vs]
+      b = [lax.slice_in_dim(v, h, m, axis=0) for v in vs]
+      if m - h != h:   # odd: pad the second half with the init values
+        b = [st.concatenate([u, st.broadcast_in_dim(i, (1,) + get_aval(u).shape[1:], ())], 0)
+             for u, i in zip(b, inits)]
+      vs = list(fn(*a, *b))
+    if get_aval(vs[0]).shape[0] == 0:
+      return [st.broadcast_in_dim(i, new_shape[1:], ()) for i in inits]
+    return [st.reshape(v, new_shape[1:]) for v in vs]
+  outs, out_tans = jvp(tree_reduce, tuple(xs), tuple(tans))
+  return list(outs), list(out_tans)
+
+
+ad.jvp_rules[reduce_p] = _reduce_jvp
