@@ -497,12 +497,12 @@ def pad(x, padding_value, padding_config):
     core = n + max(n - 1, 0) * interior
     total = max(lo, 0) + core + max(hi, 0)
     grown_shape.append(total)
-    place.append(slice(max(lo, 0), max(lo, 0) + core, interior + 1))
+    place.append(builtins.slice(max(lo, 0), max(lo, 0) + core, interior + 1))
     size = lo + core + hi
     if size < 0:
       raise ValueError(f"pad: negative output size {size}")
     start = -min(lo, 0)
-    crop.append(slice(start, start + size))
+    crop.append(builtins.slice(start, start + size))
   out = np.full(grown_shape, padding_value, x.dtype)
   out[tuple(place)] = x
   return np.ascontiguousarray(out[tuple(crop)])

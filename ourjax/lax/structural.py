@@ -351,7 +351,8 @@ def _pad_impl(x, padding_value, padding_config):
   return reference_ops.pad(x, padding_value, padding_config)
 
 
-pad_p = standard_primitive("pad", _pad_shape, _pad_dtype)
+pad_p = standard_primitive("pad", _pad_shape, _pad_dtype,
+                           lambda x, pv, **_: x.weak_type and pv.weak_type)
 pad_p.def_impl(_pad_impl)
 
 
@@ -403,6 +404,8 @@ batching.batch_rules[pad_p] = _pad_batch
 
 def concatenate(operands, dimension):
   operands = list(operands)
+  if not operands:
+    raise ValueError("concatenate requires a non-empty sequences of arrays")
   if len(operands) == 1:
     return operands[0]
   return concatenate_p.bind(*operands, dimension=int(dimension))
@@ -441,7 +444,8 @@ def _concatenate_impl(*xs, dimension):
   return reference_ops.concatenate(xs, dimension)
 
 
-concatenate_p = standard_primitive("concatenate", _concatenate_shape, _concatenate_dtype)
+concatenate_p = standard_primitive("concatenate", _concatenate_shape, _concatenate_dtype,
+                                   lambda *xs, **_: all(x.weak_type for x in xs))
 concatenate_p.def_impl(_concatenate_impl)
 
 
