@@ -12,6 +12,10 @@ from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, ja
                         device_put, device_get, block_until_ready, devices, default_backend,
                         device_count, local_devices, disable_jit)
 from ourjax.lax import stop_gradient  # noqa: F401
+from ourjax.api import linear_transpose  # noqa: F401
+from ourjax.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa
+from ourjax.ad_checkpoint import checkpoint, remat, checkpoint_policies  # noqa: F401
+from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
 from ourjax.config import enable_x64  # noqa: F401
 
 __version__ = "0.1.0"

@@ -179,7 +179,8 @@ class JitWrapped:
     self.keep_unused = keep_unused
     self.backend = backend
     self._cache: dict = {}
-    functools.update_wrapper(self, fun)
+    # (updated=(): copying fun's __dict__ would overwrite attributes such as self.fun)
+    functools.update_wrapper(self, fun, updated=())
 
   def __get__(self, obj, objtype=None):
     if obj is None:
@@ -250,6 +251,12 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
 
 # ------------------------------------------------------------------------------------------------
 # Forward and reverse mode
+
+
+def _wraps(fun):
+  """functools.wraps without copying ``fun.__dict__`` (a custom_jvp's or jit's attributes must
+  not land on the wrapper), as JAX's own ``wraps`` does."""
+  return functools.wraps(fun, updated=())
 
 
 def _dtype_name(a):
@@ -351,36 +358,106 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
 
     def flat_aux(*leaves):
       outs = flat(*leaves)
-      (main, aux) = tree_unflatten(out_tree[0], outs)
-      m_leaves, m_tree = tree_flatten(main)
-      aux_cell.append((aux, m_tree))
-      return m_leaves
-    primals_out, f_vjp_flat = ad.vjp_flat(flat_aux, p_leaves)
-    aux, tree = aux_cell[-1]
+      out = tree_unflatten(out_tree[0], outs)
+      if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError("vjp with has_aux=True requires the function to return a pair "
+                        f"(output, aux), got {out_tree[0]}.")
+      m_leaves, m_tree = tree_flatten(out[0])
+      a_leaves, a_tree = tree_flatten(out[1])
+      aux_cell[:] = [m_tree, a_tree, len(m_leaves)]
+      # aux values leave as primal outputs (so they are not tracers of this transformation);
+      # their cotangents are zero
+      return m_leaves + a_leaves
+    all_out, f_vjp_all = ad.vjp_flat(flat_aux, p_leaves)
+    tree, aux_tree, n_main = aux_cell
+    primals_out, aux = all_out[:n_main], tree_unflatten(aux_tree, all_out[n_main:])
+    aux_zeros = [ad.Zero(ad.tangent_aval(get_aval(a))) for a in all_out[n_main:]]
+
+    def f_vjp_flat(cts):
+      return f_vjp_all(list(cts) + aux_zeros)
   else:
     primals_out, f_vjp_flat = ad.vjp_flat(flat, p_leaves)
     tree = out_tree[0]
   out_avals = [get_aval(o) for o in primals_out]
   in_avals = [get_aval(p) for p in p_leaves]
+  fname = _fun_name(fun)
 
   def vjp_fn(ct):
     ct_leaves, ct_tree = tree_flatten(ct)
     if ct_tree != tree:
       raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match structure "
                       f"of primal output {tree}.")
+    cts = []
     for c, a in zip(ct_leaves, out_avals):
+      _check_arg(c, "vjp")
       ca = get_aval(c)
       if ca.shape != a.shape:
         raise ValueError(f"Shape of cotangent input to vjp pullback function {ca.shape} must "
                          f"be the same as the shape of corresponding primal input {a.shape}.")
-    cts = [ad.Zero(ad.tangent_aval(a)) if ad.tangent_dtype(a.dtype) == dtypes.float0 else c
-           for c, a in zip(ct_leaves, out_avals)]
+      expected = ad.tangent_dtype(a.dtype)
+      if expected == dtypes.float0:
+        cts.append(ad.Zero(ad.tangent_aval(a)))
+        continue
+      if ca.dtype != expected:
+        if not ca.weak_type:
+          raise ValueError(
+              f"unexpected JAX type (e.g. shape/dtype) for argument to vjp function: got "
+              f"{ca.str_short()}, but expected {ad.tangent_aval(a).str_short()} because the "
+              f"corresponding output of the function {fname} had JAX type {a.str_short()}")
+        from ourjax import lax
+        c = lax.convert_element_type(c, expected)
+      cts.append(c)
     cts_in = f_vjp_flat(cts)
     outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
     return tree_unflatten(p_tree, outs)
 
   out = tree_unflatten(tree, primals_out)
   return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def linear_transpose(fun: Callable, *primals, reduce_axes=()):
+  """The transpose of the linear function ``fun``, at the shapes and dtypes of ``primals``
+  (their values are not used).  ``linear_transpose(f, *xs)(ct)`` returns a tuple with one
+  cotangent per primal."""
+  p_leaves, p_tree = tree_flatten(primals)
+  for x in p_leaves:
+    _check_arg(x, "linear_transpose")
+  in_avals = [_abstractify(x).strip_weak_type() for x in p_leaves]
+  flat, out_tree_cell = _flatten_positional(fun, p_tree)
+  closed = pe.trace_to_jaxpr(flat, in_avals, _fun_name(fun))
+  out_tree = out_tree_cell[0]
+  out_avals = closed.out_avals
+  in_dtypes = [a.dtype for a in in_avals]
+  out_dtypes = [a.dtype for a in out_avals]
+  if not (all(dtypes.is_inexact(d) for d in in_dtypes + out_dtypes)
+          or all(dtypes.is_integer(d) for d in in_dtypes + out_dtypes)):
+    raise TypeError("linear_transpose only supports [float or complex] -> [float or complex], "
+                    f"and integer -> integer functions, but got "
+                    f"{[d.name for d in in_dtypes]} -> {[d.name for d in out_dtypes]}.")
+
+  def transposed_fun(out_cotangent):
+    ct_leaves, ct_tree = tree_flatten(out_cotangent)
+    if ct_tree != out_tree:
+      raise TypeError("cotangent tree does not match function output, expected "
+                      f"{out_tree} but got {ct_tree}")
+    for c in ct_leaves:
+      _check_arg(c, "linear_transpose")
+    ct_avals = [get_aval(c) for c in ct_leaves]
+    if not all(c.shape == a.shape and (c.dtype == a.dtype or c.weak_type)
+               for c, a in zip(ct_avals, out_avals)):
+      raise TypeError("cotangent type does not match function output, expected "
+                      f"{[a.str_short() for a in out_avals]} but got "
+                      f"{[c.str_short() for c in ct_avals]}")
+    from ourjax import lax
+    cts = [lax.convert_element_type(c, a.dtype) if get_aval(c).dtype != a.dtype else c
+           for c, a in zip(ct_leaves, out_avals)]
+    cts_in = ad.backward_pass(closed.jaxpr, closed.consts,
+                              [ad.UndefinedPrimal(a) for a in in_avals], cts)
+    outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
+    return tree_unflatten(p_tree, outs)
+
+  transposed_fun.__name__ = f"transpose({_fun_name(fun)})"
+  return transposed_fun
 
 
 def _ct_to_primal_type(ct, aval: ShapedArray):
@@ -434,7 +511,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, holomorphic:
   """(fun(*args), gradient of fun with respect to the arguments in ``argnums``)."""
   int_argnums = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnums else tuple(argnums)
-  @functools.wraps(fun)
+  @_wraps(fun)
   def vg(*args, **kwargs):
     return _value_and_grad(fun, argnums_t, int_argnums, has_aux, holomorphic, allow_int, args,
                            kwargs, "grad")
@@ -486,7 +563,7 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = Fa
   int_argnums = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnums else tuple(argnums)
 
-  @functools.wraps(fun)
+  @_wraps(fun)
   def g(*args, **kwargs):
     res = _value_and_grad(fun, argnums_t, int_argnums, has_aux, holomorphic, allow_int, args,
                           kwargs, "grad")
@@ -596,105 +673,152 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
 # Jacobians
 
 
-def _std_basis(leaves):
-  from ourjax import numpy as jnp
-  sizes = [int(np.prod(get_aval(x).shape, dtype=np.int64)) for x in leaves]
-  total = sum(sizes)
-  dt = dtypes.result_type(*leaves) if leaves else np.float32
-  eye = jnp.eye(total, dtype=dt) if total else jnp.zeros((0, 0), dt)
-  out, start = [], 0
-  for x, s in zip(leaves, sizes):
-    from ourjax import lax
-    block = lax.slice_in_dim(eye, start, start + s, axis=1) if total else eye
-    out.append(lax.reshape(block, (total,) + get_aval(x).shape).astype(get_aval(x).dtype))
-    start += s
-  return out, total
+def _basis(aval: ShapedArray):
+  """The standard basis of ``aval``'s space: an array of shape ``(size,) + aval.shape``."""
+  n = aval.size
+  return np.eye(n, dtype=aval.dtype).reshape((n,) + aval.shape)
+
+
+def _argnums_partial(fun, args, kwargs, argnums_t):
+  def f_partial(*dargs):
+    full = list(args)
+    for i, d in zip(argnums_t, dargs):
+      full[i] = d
+    return fun(*full, **kwargs)
+  f_partial.__name__ = _fun_name(fun)
+  return f_partial, tuple(args[i] for i in argnums_t)
+
+
+def _check_argnums(argnums_t, nargs, fname):
+  for i in argnums_t:
+    if not -nargs <= i < nargs:
+      raise TypeError(f"differentiating with respect to argnums={argnums_t} requires at least "
+                      f"{max(argnums_t) + 1} positional arguments to be passed by the caller, "
+                      f"but got only {nargs} positional arguments.")
+
+
+def _check_input_dtype_jac(holomorphic, aval, fname):
+  dt = aval.dtype
+  if holomorphic:
+    _check_input_dtype_grad(holomorphic, False, aval, fname)
+  elif not dtypes.is_float(dt):
+    raise TypeError(f"{fname} requires real-valued inputs (input dtype that is a sub-dtype of "
+                    f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
+                    "holomorphic=True. For differentiation of non-holomorphic functions "
+                    "involving complex inputs or integer inputs, use jax.jvp directly.")
+
+
+def _check_output_dtype_jacrev(holomorphic, aval):
+  dt = aval.dtype
+  if holomorphic:
+    _check_output_dtype_grad(holomorphic, aval, "jacrev")
+  elif not dtypes.is_float(dt):
+    raise TypeError(f"jacrev requires real-valued outputs (output dtype that is a sub-dtype of "
+                    f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
+                    "holomorphic=True. For differentiation of non-holomorphic functions "
+                    "involving complex outputs, or function with integer outputs, use "
+                    "jax.vjp directly.")
 
 
 def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+  """The Jacobian of ``fun`` by forward mode: one JVP per input coordinate, vmapped.  The
+  result has, for each output leaf, the output's shape followed by the input's shape."""
   int_argnums = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnums else tuple(argnums)
 
+  @_wraps(fun)
   def jacfun(*args, **kwargs):
-    dyn = tuple(args[i] for i in argnums_t)
-    for leaf in tree_util.tree_leaves(dyn):
-      _check_input_dtype_grad(holomorphic, False, get_aval(leaf), "jacfwd")
-
-    def f_partial(*dargs):
-      full = list(args)
-      for i, d in zip(argnums_t, dargs):
-        full[i] = d
-      return fun(*full, **kwargs)
-
+    _check_argnums(argnums_t, len(args), "jacfwd")
+    f_partial, dyn = _argnums_partial(fun, args, kwargs, argnums_t)
     in_leaves, in_tree = tree_flatten(dyn)
-    basis, total = _std_basis(in_leaves)
-
-    def push(*tan_leaves):
-      tans = tree_unflatten(in_tree, tan_leaves)
-      return jvp(f_partial, dyn, tans, has_aux=has_aux)[1]
-
-    jac_t = vmap(push, out_axes=-1)(*basis)
-    y = eval_shape(f_partial, *dyn)
-    y_main = y[0] if has_aux else y
-    y_leaves, y_tree = tree_flatten(y_main)
-    jt_leaves = tree_util.tree_leaves(jac_t)
-    in_shapes = [get_aval(x).shape for x in in_leaves]
+    in_avals = [get_aval(x) for x in in_leaves]
+    for a in in_avals:
+      _check_input_dtype_jac(holomorphic, a, "jacfwd")
+    flat, out_tree = _flatten_positional(f_partial, in_tree)
+    if not in_leaves:
+      raise TypeError("jacfwd needs at least one input to differentiate with respect to")
+    y_avals, aux = None, None
+    per_in = []      # per input leaf: the Jacobian blocks of every output leaf
+    for i, (x, xa) in enumerate(zip(in_leaves, in_avals)):
+      def push(b, i=i):
+        tans = [b if j == i else ad.Zero(ad.tangent_aval(a)) for j, a in enumerate(in_avals)]
+        p_out, t_out = ad.jvp_flat(flat, in_leaves, tans)
+        tree = out_tree[0]
+        if has_aux:
+          (_, aux_), (t_main, _) = tree_unflatten(tree, p_out), tree_unflatten(tree, t_out)
+          main_avals = [get_aval(v) for v in tree_flatten(tree_unflatten(tree, p_out)[0])[0]]
+        else:
+          t_main, aux_ = tree_unflatten(tree, t_out), None
+          main_avals = [get_aval(v) for v in p_out]
+        t_leaves, t_tree = tree_flatten(t_main)
+        # integer outputs have float0 tangents, which are not batched: put them back after
+        t_keep = [t for t, a in zip(t_leaves, main_avals) if dtypes.is_inexact(a.dtype)]
+        push.info = (t_tree, main_avals)
+        return t_keep, aux_
+      if xa.size:
+        cols, aux = vmap(push, out_axes=(-1, None))(_basis(xa))
+      else:
+        cols, aux = None, push(ad.Zero(ad.tangent_aval(xa)))[1]
+      t_tree, y_avals = push.info
+      blocks, it = [], iter(cols or [])
+      for ya in y_avals:
+        if not dtypes.is_inexact(ya.dtype):
+          blocks.append(np.zeros(ya.shape + xa.shape, dtypes.float0))
+        elif cols is None:
+          from ourjax import lax
+          blocks.append(lax.full(ya.shape + xa.shape, 0, ya.dtype))
+        else:
+          from ourjax import lax
+          blocks.append(lax.reshape(next(it), ya.shape + xa.shape))
+      per_in.append(blocks)
     per_out = []
-    for yl, j in zip(y_leaves, jt_leaves):
-      # j: y.shape + (total,) -> split total into the inputs
-      parts, start = [], 0
-      from ourjax import lax
-      for s in in_shapes:
-        n = int(np.prod(s, dtype=np.int64))
-        part = lax.slice_in_dim(j, start, start + n, axis=len(yl.shape))
-        parts.append(lax.reshape(part, tuple(yl.shape) + tuple(s)))
-        start += n
-      inner = tree_unflatten(in_tree, parts)
+    for k in range(len(y_avals)):
+      inner = tree_unflatten(in_tree, [per_in[i][k] for i in range(len(in_leaves))])
       per_out.append(inner[0] if int_argnums else inner)
-    res = tree_unflatten(y_tree, per_out)
-    if has_aux:
-      _, aux = f_partial(*dyn)
-      return res, aux
-    return res
+    res = tree_unflatten(t_tree, per_out)
+    return (res, aux) if has_aux else res
   return jacfun
 
 
 def jacrev(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False,
            allow_int: bool = False):
+  """The Jacobian of ``fun`` by reverse mode: one VJP per output coordinate, vmapped."""
   int_argnums = isinstance(argnums, int)
   argnums_t = (argnums,) if int_argnums else tuple(argnums)
 
+  @_wraps(fun)
   def jacfun(*args, **kwargs):
-    dyn = tuple(args[i] for i in argnums_t)
+    from ourjax import lax
+    _check_argnums(argnums_t, len(args), "jacrev")
+    f_partial, dyn = _argnums_partial(fun, args, kwargs, argnums_t)
     for leaf in tree_util.tree_leaves(dyn):
       _check_input_dtype_grad(holomorphic, allow_int, get_aval(leaf), "jacrev")
-
-    def f_partial(*dargs):
-      full = list(args)
-      for i, d in zip(argnums_t, dargs):
-        full[i] = d
-      return fun(*full, **kwargs)
-
     if has_aux:
       y, pullback, aux = vjp(f_partial, *dyn, has_aux=True)
     else:
       y, pullback = vjp(f_partial, *dyn)
     y_leaves, y_tree = tree_flatten(y)
-    basis, total = _std_basis(y_leaves)
-    cts = vmap(lambda *b: pullback(tree_unflatten(y_tree, list(b))))(*basis)
+    y_avals = [get_aval(v) for v in y_leaves]
+    for a in y_avals:
+      _check_output_dtype_jacrev(holomorphic, a)
     in_leaves, in_tree = tree_flatten(dyn)
-    ct_leaves = tree_util.tree_leaves(cts)
-    per_out, start = [], 0
-    from ourjax import lax
-    for yl in y_leaves:
-      n = int(np.prod(get_aval(yl).shape, dtype=np.int64))
-      parts = []
-      for x, c in zip(in_leaves, ct_leaves):
-        part = lax.slice_in_dim(c, start, start + n, axis=0)
-        parts.append(lax.reshape(part, get_aval(yl).shape + get_aval(x).shape))
-      inner = tree_unflatten(in_tree, parts)
+    in_avals = [get_aval(x) for x in in_leaves]
+    per_out = []
+    for k, ya in enumerate(y_avals):
+      def pull(b, k=k):
+        cts = [b if j == k else lax.full(a.shape, 0, a.dtype) for j, a in enumerate(y_avals)]
+        return tree_util.tree_leaves(pullback(tree_unflatten(y_tree, cts)))
+      rows = vmap(pull)(_basis(ya)) if ya.size else None
+      blocks = []
+      for i, xa in enumerate(in_avals):
+        if not dtypes.is_inexact(xa.dtype):
+          blocks.append(np.zeros(ya.shape + xa.shape, dtypes.float0))
+        elif rows is None:
+          blocks.append(lax.full(ya.shape + xa.shape, 0, xa.dtype))
+        else:
+          blocks.append(lax.reshape(rows[i], ya.shape + xa.shape))
+      inner = tree_unflatten(in_tree, blocks)
       per_out.append(inner[0] if int_argnums else inner)
-      start += n
     res = tree_unflatten(y_tree, per_out)
     return (res, aux) if has_aux else res
   return jacfun

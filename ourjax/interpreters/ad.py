@@ -162,6 +162,38 @@ def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool], instantiate=Tr
   return pe.trace_to_jaxpr(fun, list(closed.in_avals) + tan_avals, "jvp")
 
 
+def jvp_jaxpr_nonzeros(closed: core.ClosedJaxpr, nonzeros: Sequence[bool],
+                       instantiate: bool | Sequence[bool] = False):
+  """Like ``jvp_jaxpr`` but keeps symbolic zeros: returns ``(jvp_closed, out_nonzeros)`` where
+  the new jaxpr takes primals then the nonzero tangents and returns primal outs then only the
+  tangents flagged in ``out_nonzeros``.  ``instantiate`` (one flag, or one per output) forces
+  tangents to be materialized; tangents of integer outputs (dtype float0) never are, so no
+  float0 value ever appears in a jaxpr."""
+  n = len(closed.jaxpr.invars)
+  n_out = len(closed.out_avals)
+  if isinstance(instantiate, bool):
+    instantiate = [instantiate] * n_out
+  tan_avals = [tangent_aval(a) for a, nz in zip(closed.in_avals, nonzeros) if nz]
+  out_nz_cell: list = []
+
+  def fun(*args):
+    primals, tans = args[:n], iter(args[n:])
+    tangents = [next(tans) if nz else Zero(tangent_aval(get_aval(p)))
+                for p, nz in zip(primals, nonzeros)]
+    po, to = jvp_flat(lambda *xs: core.closed_call(closed, *xs), primals, tangents,
+                      instantiate=False)
+    to = [instantiate_zeros(t) if inst and type(t) is Zero
+          and tangent_dtype(t.aval.dtype) != dtypes.float0 else t
+          for t, inst in zip(to, instantiate)]
+    to = [Zero(t.aval) if type(t) is not Zero and get_aval(t).dtype == dtypes.float0 else t
+          for t in to]
+    out_nz_cell[:] = [type(t) is not Zero for t in to]
+    return list(po) + [t for t in to if type(t) is not Zero]
+
+  new = pe.trace_to_jaxpr(fun, list(closed.in_avals) + tan_avals, "jvp")
+  return new, list(out_nz_cell)
+
+
 # ------------------------------------------------------------------------------------------------
 # Linearize and transposition
 
@@ -174,7 +206,11 @@ def linearize_flat(f: Callable, primals: Sequence):
 
   def f_jvp(*args):
     n = len(args) // 2
-    po, to = jvp_flat(f, args[:n], args[n:])
+    # integer and boolean inputs have no tangent space: their tangent is a symbolic zero (the
+    # linear jaxpr still takes a float0 input for them, which is never read)
+    tans = [t if dtypes.is_inexact(get_aval(p).dtype) else Zero(tangent_aval(get_aval(p)))
+            for p, t in zip(args[:n], args[n:])]
+    po, to = jvp_flat(f, args[:n], tans)
     return list(po) + list(to)
 
   jaxpr, pvals_out, consts = pe.partial_eval_flat(f_jvp, pvals_in, name="linearize")
@@ -358,3 +394,21 @@ core.abstract_eval_rules[add_any_p] = lambda x, y: x
 core.impl_rules[add_any_p] = lambda x, y: np.add(x, y) if x.dtype != dtypes.float0 else x
 defjvp(add_any_p, lambda t, x, y: t, lambda t, x, y: t)
 transpose_rules[add_any_p] = lambda ct, x, y: [ct, ct]
+linear_primitives.add(add_any_p)
+
+
+def _add_any_batch(vals, dims):
+  from ourjax.interpreters import batching
+  x, y = vals
+  dx, dy = dims
+  size = next(get_aval(v).shape[d] for v, d in zip(vals, dims) if d is not None)
+  return add_any_p.bind(batching.bdim_at_front(x, dx, size),
+                        batching.bdim_at_front(y, dy, size)), 0
+
+
+def _register_add_any_batching():
+  from ourjax.interpreters import batching
+  batching.batch_rules[add_any_p] = _add_any_batch
+
+
+_register_add_any_batching()

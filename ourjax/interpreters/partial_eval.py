@@ -358,7 +358,18 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, in_unknowns: Sequence[bool],
   unknown: set = {v for v, u in zip(jaxpr.invars, in_unknowns) if u}
   known_eqns, unknown_eqns = [], []
   for eqn in jaxpr.eqns:
-    if any(isinstance(x, Var) and x in unknown for x in eqn.inputs):
+    eqn_unknowns = [isinstance(x, Var) and x in unknown for x in eqn.inputs]
+    rule = partial_eval_jaxpr_rules.get(eqn.primitive)
+    if rule is not None and any(eqn_unknowns) and not all(eqn_unknowns):
+      # a sub-jaxpr primitive splits itself: a known eqn (also returning residuals) and an
+      # unknown eqn reading them, so its known outputs stay known
+      eqn_known, eqn_unknown, outs_unknown = rule(eqn, eqn_unknowns)
+      if eqn_known is not None:
+        known_eqns.append(eqn_known)
+      if eqn_unknown is not None:
+        unknown_eqns.append(eqn_unknown)
+      unknown.update(v for v, u in zip(eqn.out_binders, outs_unknown) if u)
+    elif any(eqn_unknowns):
       unknown_eqns.append(eqn)
       unknown.update(eqn.out_binders)
     else:
@@ -395,6 +406,12 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, in_unknowns: Sequence[bool],
   jaxpr_unknown = Jaxpr([], res_vars + unknown_invars, eqns_u,
                         [r(v) for v, u in zip(jaxpr.outvars, out_unknowns) if u])
   return jaxpr_known, jaxpr_unknown, out_unknowns, len(residuals)
+
+
+# primitive -> rule(eqn, in_unknowns) -> (eqn_known or None, eqn_unknown or None, out_unknowns)
+# for sub-jaxpr primitives (pjit, checkpoint) in ``partial_eval_jaxpr``: the known equation
+# computes the known outputs plus fresh residual variables, which the unknown equation reads.
+partial_eval_jaxpr_rules: dict = {}
 
 
 # primitive -> rule(eqn, used_outputs) -> (used_inputs, new_eqn or None); for primitives with

@@ -37,11 +37,14 @@ pjit_p.def_custom_impl(_pjit_impl)
 
 def _pjit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str, **params):
   nonzeros = [type(t) is not ad.Zero for t in tangents]
-  jvp_closed = ad.jvp_jaxpr(jaxpr, nonzeros, instantiate=True)
+  # symbolic zeros stay symbolic across the call (and float0 tangents never enter the jaxpr)
+  jvp_closed, out_nz = ad.jvp_jaxpr_nonzeros(jaxpr, nonzeros, instantiate=False)
   nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
   outs = pjit_p.bind(*primals, *nz_tangents, jaxpr=jvp_closed, name=f"jvp({name})", **params)
   n = len(jaxpr.out_avals)
-  return outs[:n], outs[n:]
+  tans = iter(outs[n:])
+  return outs[:n], [next(tans) if nz else ad.Zero(ad.tangent_aval(a))
+                    for nz, a in zip(out_nz, jaxpr.out_avals)]
 
 
 ad.jvp_rules[pjit_p] = _pjit_jvp
@@ -68,6 +71,28 @@ def _pjit_partial_eval(trace, tracers, *, jaxpr: ClosedJaxpr, name: str, **param
 
 
 pe.partial_eval_rules[pjit_p] = _pjit_partial_eval
+
+
+def _pjit_partial_eval_jaxpr(eqn, in_unknowns):
+  """The offline split of a pjit equation (a jit inside a jitted function, under grad)."""
+  closed, name = eqn.params["jaxpr"], eqn.params["name"]
+  nc = len(closed.consts)
+  flat = pe.convert_constvars_jaxpr(closed.jaxpr)
+  jk, ju, out_unknowns, num_res = pe.partial_eval_jaxpr(flat, [False] * nc + list(in_unknowns))
+  jk_closed = ClosedJaxpr(core.Jaxpr(jk.invars[:nc], jk.invars[nc:], jk.eqns, jk.outvars),
+                          closed.consts)
+  res_vars = [core.Var(v.aval) for v in jk.outvars[len(jk.outvars) - num_res:]]
+  known_outs = [v for v, u in zip(eqn.out_binders, out_unknowns) if not u]
+  eqn_k = eqn._replace(inputs=[x for x, u in zip(eqn.inputs, in_unknowns) if not u],
+                       params=dict(eqn.params, jaxpr=jk_closed),
+                       out_binders=known_outs + res_vars)
+  eqn_u = eqn._replace(inputs=res_vars + [x for x, u in zip(eqn.inputs, in_unknowns) if u],
+                       params=dict(eqn.params, jaxpr=ClosedJaxpr(ju, [])),
+                       out_binders=[v for v, u in zip(eqn.out_binders, out_unknowns) if u])
+  return eqn_k, eqn_u, out_unknowns
+
+
+pe.partial_eval_jaxpr_rules[pjit_p] = _pjit_partial_eval_jaxpr
 
 
 def _pjit_transpose(cts, *args, jaxpr: ClosedJaxpr, name: str, **params):

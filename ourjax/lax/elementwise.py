@@ -460,15 +460,18 @@ defjvp(cosh_p, lambda t, x: mul(t, sinh(x)))
 defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(square(x), _const(x, 1)))))
 defjvp(acosh_p, lambda t, x: mul(t, rsqrt(mul(sub(x, _const(x, 1)), add(x, _const(x, 1))))))
 defjvp(atanh_p, lambda t, x: div(t, sub(_const(x, 1), square(x))))
-defjvp2(sqrt_p, lambda t, ans, x: div(t, mul(_const(x, 2), ans)))
+defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(_const(x, 0.5), ans)))   # inf at 0, as in JAX
 defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(_const(x, -0.5), div(ans, x))))
-defjvp2(cbrt_p, lambda t, ans, x: mul(t, div(ans, mul(_const(x, 3), x))))
+defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
 defjvp(erf_p, lambda t, x: mul(t, mul(_const(x, 2 / math.sqrt(math.pi)), exp(neg(square(x))))))
 defjvp2(erf_inv_p, lambda t, ans, x: mul(t, mul(_const(x, math.sqrt(math.pi) / 2),
                                                  exp(square(ans)))))
 defjvp(lgamma_p, lambda t, x: mul(t, digamma(x)))
 defjvp(digamma_p, lambda t, x: mul(t, _polygamma1(x)))
-defjvp(abs_p, lambda t, x: mul(t, sign(x)) if not dtypes.is_complex(get_aval(x).dtype)
+# real abs: +t where x >= 0 and -t elsewhere (so the derivative at 0 is 1, exactly as JAX's
+# select(x >= 0, g, -g)); complex abs: Re(conj(x/|x|) t), with the direction of 0 taken as 0
+defjvp(abs_p, lambda t, x: select_n(ge(x, _const(x, 0)), neg(t), t)
+       if not dtypes.is_complex(get_aval(x).dtype)
        else real(mul(conj(div(x, _complex_abs_safe(x))), t)))
 defjvp(square_p, lambda t, x: mul(t, mul(_const(x, 2), x)))
 defjvp(integer_pow_p, lambda t, x, y: _zeros(t) if y == 0 else
@@ -500,19 +503,21 @@ def _polygamma1(x):
   return add(acc, tail)
 
 
+def _replace_zero(x):
+  """x with zeros replaced by ones (so log/div of it stay finite, and so do their gradients)."""
+  return select_n(eq(x, _const(x, 0)), x, _ones(x))
+
+
 def _pow_jvp_lhs(t, x, y):
-  # d/dx x**y = y * x**(y-1), with the value at x == 0 defined as in JAX (0 where y == 0)
-  y_ = y if get_aval(y).shape == get_aval(x).shape or get_aval(y).ndim else y
-  jac = select_n(eq(y_, _const(y_, 0)), mul(y_, pow(x, sub(y_, _const(y_, 1)))),
-                 _zeros(mul(x, y_)))
-  return mul(t, jac)
+  # d/dx x**y = y * x**(y-1); where y == 0 the exponent is taken as 1 so that the derivative is
+  # 0 * x = 0 even at x == 0 (no 0 * inf)
+  exponent = select_n(eq(y, _const(y, 0)), sub(y, _const(y, 1)), _ones(y))
+  return mul(t, mul(y, pow(x, exponent)))
 
 
 def _pow_jvp_rhs(t, x, y):
-  # d/dy x**y = log(x) * x**y, taken as 0 where x == 0 (JAX's convention)
-  xy = pow(x, y)
-  safe_log = select_n(eq(x, _const(x, 0)), log(x), _zeros(x))
-  return mul(t, mul(safe_log, xy))
+  # d/dy x**y = log(x) * x**y, taken as 0 where x == 0 (log of 1 there, as JAX does)
+  return mul(t, mul(log(_replace_zero(x)), pow(x, y)))
 
 
 defjvp(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
@@ -523,23 +528,24 @@ defjvp(mul_p, lambda t, x, y: mul(t, y), lambda t, x, y: mul(x, t))
 defjvp(div_p, lambda t, x, y: div(t, y),
        lambda t, x, y: mul(neg(t), div(x, square(y))))
 defjvp(rem_p, lambda t, x, y: _bcast_like(t, x, y),
-       lambda t, x, y: mul(neg(t), round(div(sub(x, rem(x, y)), y))))
+       lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))
 defjvp(atan2_p, lambda t, x, y: mul(t, div(y, add(square(x), square(y)))),
        lambda t, x, y: mul(t, div(neg(x), add(square(x), square(y)))))
 
 
 def _balanced_eq(x, z, y):
-  """1 where x is the winner, 0.5 on ties, 0 otherwise (how JAX splits max/min gradients)."""
-  one, half, zero = _const(x, 1), _const(x, 0.5), _const(x, 0)
-  xz = eq(x, z)
-  yz = eq(y, z)
-  return select_n(xz, zero, select_n(yz, one, half))
+  """1 where x is the winner, 0.5 on ties, 0 otherwise (how JAX splits max/min gradients);
+  shaped like the result z."""
+  from ourjax.lax.structural import full_like
+  one, half, zero = full_like(z, 1), full_like(z, 0.5), full_like(z, 0)
+  return select_n(eq(x, z), zero, select_n(eq(y, z), one, half))
 
 
-defjvp2(max_p, lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(x, ans, y), t)),
-        lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(y, ans, x), t)))
-defjvp2(min_p, lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(x, ans, y), t)),
-        lambda t, ans, x, y: mul(t, _bcast_to(_balanced_eq(y, ans, x), t)))
+# (mul broadcasts a rank-0 tangent or weight against the other, so every shape combination works)
+defjvp2(max_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
+        lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
+defjvp2(min_p, lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
+        lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)))
 
 
 def _bcast_to(v, like):
@@ -791,15 +797,16 @@ clamp_p.def_impl(lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi))
 
 
 def _clamp_jvp_x(t, lo, x, hi):
-  inside = and_(ge(x, lo), le(x, hi))
-  return select_n(_bcast_to(inside, t), _zeros(t), t)
+  inside = and_(gt(x, lo), lt(x, hi))
+  return select_n(inside, _zeros(t), t)
 
 
 def _clamp_jvp_bound(which):
   def rule(t, lo, x, hi):
-    b = lo if which == "lo" else hi
-    hit = lt(x, lo) if which == "lo" else gt(x, hi)
+    hit = and_(gt(lo, x), lt(lo, hi)) if which == "lo" else lt(hi, x)
     tb = _bcast_to(t, x)
+# JAX's convention: x gets the tangent strictly inside (lo, hi); lo where lo > x and lo < hi;
+# hi where hi < x.  At a tie nobody does.
     return select_n(_bcast_to(hit, x), _zeros(tb), tb)
   return rule
 

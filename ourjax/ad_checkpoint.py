@@ -1,0 +1,378 @@
+"""Rematerialization: ``checkpoint`` (alias ``remat``).
+
+``checkpoint(f)`` computes the same values and derivatives as ``f``; what changes is what
+reverse mode keeps between the forward and the backward pass.  Without it, linearize saves every
+intermediate the tangent computation reads (``cos x`` for ``sin x``, ...).  With it, only the
+inputs of ``f`` are saved and the forward computation of ``f`` runs again inside the backward
+pass.  A ``policy`` chooses intermediates that may be saved after all
+(``checkpoint_policies``).
+
+The primitive, ``checkpoint`` (``remat_p``), carries the traced jaxpr of ``f`` (closed-over
+constants become leading operands).  Its rules:
+
+* eager/jit: evaluate the jaxpr (lowering inlines it);
+* jvp: bind ``remat_p`` again on the JVP of the jaxpr, so the whole tangent computation stays
+  inside the checkpointed region;
+* partial evaluation (what linearize does to it): split the jaxpr into a known part, run now
+  for the primal outputs, and an unknown part that *recomputes* every non-saveable known value
+  it needs from the saved inputs (``_partial_eval_remat``, a policy-aware variant of
+  ``partial_eval.partial_eval_jaxpr``).  The unknown part is staged as another ``remat_p``;
+* transpose: transpose the unknown part's jaxpr (``backward_pass`` evaluates its non-linear
+  recomputation first) and bind the result as ``remat_p`` too;
+* vmap: batch the jaxpr.  DCE prunes inside.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+from ourjax import core, dtypes
+from ourjax.core import ClosedJaxpr, Jaxpr, JaxprEqn, Primitive, Var, get_aval
+from ourjax.interpreters import ad, batching
+from ourjax.interpreters import partial_eval as pe
+from ourjax.tree_util import tree_flatten, tree_unflatten
+
+__all__ = ["checkpoint", "remat", "checkpoint_policies", "remat_p", "checkpoint_name"]
+
+remat_p = Primitive("checkpoint")
+remat_p.multiple_results = True
+
+
+# ------------------------------------------------------------------------------------------------
+# Policies: ``policy(prim, *avals, **params) -> bool``, True when the primitive's outputs may be
+# saved as residuals instead of recomputed.
+
+
+def nothing_saveable(prim, *avals, **params) -> bool:
+  return False
+
+
+def everything_saveable(prim, *avals, **params) -> bool:
+  return True
+
+
+def _is_dot(prim) -> bool:
+  return prim.name in ("dot_general", "conv_general_dilated")
+
+
+def dots_saveable(prim, *avals, **params) -> bool:
+  return _is_dot(prim)
+
+
+def dots_with_no_batch_dims_saveable(prim, *avals, **params) -> bool:
+  if prim.name != "dot_general":
+    return False
+  (_, _), (lhs_b, rhs_b) = params["dimension_numbers"]
+  return not lhs_b and not rhs_b
+
+
+def save_anything_except_these_names(*names):
+  names = set(names)
+
+  def policy(prim, *avals, **params):
+    return not (prim is name_p and params.get("name") in names)
+  return policy
+
+
+def save_only_these_names(*names):
+  names = set(names)
+
+  def policy(prim, *avals, **params):
+    return prim is name_p and params.get("name") in names
+  return policy
+
+
+class checkpoint_policies:
+  """The policies JAX names (``jax.checkpoint_policies``)."""
+  nothing_saveable = staticmethod(nothing_saveable)
+  everything_saveable = staticmethod(everything_saveable)
+  dots_saveable = staticmethod(dots_saveable)
+  checkpoint_dots = staticmethod(dots_saveable)
+  dots_with_no_batch_dims_saveable = staticmethod(dots_with_no_batch_dims_saveable)
+  checkpoint_dots_with_no_batch_dims = staticmethod(dots_with_no_batch_dims_saveable)
+  save_anything_except_these_names = staticmethod(save_anything_except_these_names)
+  save_only_these_names = staticmethod(save_only_these_names)
+
+
+# ------------------------------------------------------------------------------------------------
+# checkpoint_name: an identity that tags a value for the name-based policies
+
+
+name_p = Primitive("name")
+
+
+def checkpoint_name(x, name: str):
+  """Tag ``x`` (a pytree) with ``name``; the name-based policies decide on it."""
+  return tree_unflatten(tree_flatten(x)[1],
+                        [name_p.bind(v, name=name) for v in tree_flatten(x)[0]])
+
+
+name_p.def_abstract_eval(lambda x, name: x)
+name_p.def_custom_impl(lambda x, name: x)
+ad.deflinear(name_p, lambda ct, x, name: [ct])
+batching.batch_rules[name_p] = lambda vals, dims, name: (name_p.bind(vals[0], name=name),
+                                                         dims[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# The user-facing wrapper
+
+
+def checkpoint(fun: Callable | None = None, *, prevent_cse: bool = True,
+               policy: Callable | None = None, static_argnums: int | Sequence[int] = ()):
+  """Make ``fun`` recompute its internals in the backward pass instead of saving them.
+
+  ``prevent_cse`` is recorded on the equation (it asks the compiler not to merge the
+  recomputation with the forward pass); ``policy`` names values that may be saved after all;
+  ``static_argnums`` are arguments passed through as Python values (not traced)."""
+  if fun is None:
+    return functools.partial(checkpoint, prevent_cse=prevent_cse, policy=policy,
+                             static_argnums=static_argnums)
+  if isinstance(static_argnums, int):
+    static_argnums = (static_argnums,)
+  static_argnums = tuple(static_argnums)
+
+  @functools.wraps(fun, updated=())
+  def fun_remat(*args, **kwargs):
+    nargs = len(args)
+    static = {i % nargs if nargs else i for i in static_argnums}
+    for i in static:
+      if i >= nargs:
+        raise ValueError(f"checkpoint static_argnums {static_argnums} out of range for "
+                         f"{nargs} positional arguments")
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in static)
+
+    def f_dyn(*dyn, **kw):
+      it = iter(dyn)
+      return fun(*[args[i] if i in static else next(it) for i in range(nargs)], **kw)
+
+    leaves, in_tree = tree_flatten((dyn_args, kwargs))
+    out_tree_cell: list = []
+
+    def flat(*xs):
+      a, kw = tree_unflatten(in_tree, list(xs))
+      out_leaves, out_tree = tree_flatten(f_dyn(*a, **kw))
+      out_tree_cell[:] = [out_tree]
+      return out_leaves
+
+    closed = pe.trace_to_jaxpr(flat, [get_aval(x) for x in leaves],
+                               getattr(fun, "__name__", "checkpoint"))
+    jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
+    outs = remat_p.bind(*closed.consts, *leaves, jaxpr=jaxpr, prevent_cse=prevent_cse,
+                        differentiated=False, policy=policy)
+    return tree_unflatten(out_tree_cell[0], outs)
+
+  return fun_remat
+
+
+remat = checkpoint
+
+
+# ------------------------------------------------------------------------------------------------
+# Rules
+
+
+def _closed(jaxpr: Jaxpr) -> ClosedJaxpr:
+  return ClosedJaxpr(jaxpr, [])
+
+
+def _open(closed: ClosedJaxpr):
+  """(jaxpr without constvars, consts to pass as leading operands)."""
+  return pe.convert_constvars_jaxpr(closed.jaxpr), list(closed.consts)
+
+
+@remat_p.def_abstract_eval
+def _remat_abstract_eval(*avals, jaxpr, prevent_cse, differentiated, policy):
+  return [v.aval for v in jaxpr.outvars]
+
+
+@remat_p.def_custom_impl
+def _remat_impl(*args, jaxpr, prevent_cse, differentiated, policy):
+  return core.eval_jaxpr(jaxpr, [], *args)
+
+
+def _remat_jvp(primals, tangents, *, jaxpr, prevent_cse, differentiated, policy):
+  nonzeros = [type(t) is not ad.Zero for t in tangents]
+  jvp_closed, out_nz = ad.jvp_jaxpr_nonzeros(_closed(jaxpr), nonzeros, instantiate=False)
+  jvp_jaxpr, consts = _open(jvp_closed)
+  nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
+  outs = remat_p.bind(*consts, *primals, *nz_tangents, jaxpr=jvp_jaxpr,
+                      prevent_cse=prevent_cse, differentiated=True, policy=policy)
+  n = len(jaxpr.outvars)
+  tans = iter(outs[n:])
+  return outs[:n], [next(tans) if nz else ad.Zero(ad.tangent_aval(v.aval))
+                    for nz, v in zip(out_nz, jaxpr.outvars)]
+
+
+ad.jvp_rules[remat_p] = _remat_jvp
+
+
+def _saveable(policy):
+  pol = policy or nothing_saveable
+
+  def saveable(eqn) -> bool:
+    return bool(pol(eqn.primitive, *[x.aval for x in eqn.inputs], **eqn.params))
+  return saveable
+
+
+def _partial_eval_remat(jaxpr: Jaxpr, in_unknowns: Sequence[bool], saveable):
+  """Split ``jaxpr`` (no constvars) for rematerialization.
+
+  Returns ``(jaxpr_known, jaxpr_unknown, out_unknowns, num_res)`` like
+  ``partial_eval.partial_eval_jaxpr``: ``jaxpr_known: known ins -> known outs + residuals`` and
+  ``jaxpr_unknown: residuals + unknown ins -> unknown outs``.  The difference: a known equation
+  whose outputs are not ``saveable`` is *also* placed on the unknown side, so the residuals are
+  only known inputs and outputs of saveable equations; everything else is recomputed."""
+  unknown: set = {v for v, u in zip(jaxpr.invars, in_unknowns) if u}
+  known_eqns: list = []
+  staged: list = []          # the unknown side before DCE: unknown and recomputable eqns
+  for eqn in jaxpr.eqns:
+    eqn_unknowns = [isinstance(x, Var) and x in unknown for x in eqn.inputs]
+    rule = pe.partial_eval_jaxpr_rules.get(eqn.primitive)
+    if any(eqn_unknowns) and rule is not None and not all(eqn_unknowns):
+      eqn_k, eqn_u, outs_unknown = rule(eqn, eqn_unknowns)
+      if eqn_k is not None:
+        known_eqns.append(eqn_k)
+        if not saveable(eqn_k):
+          staged.append(eqn_k)
+      if eqn_u is not None:
+        staged.append(eqn_u)
+      unknown.update(v for v, u in zip(eqn.out_binders, outs_unknown) if u)
+    elif any(eqn_unknowns):
+      staged.append(eqn)
+      unknown.update(eqn.out_binders)
+    else:
+      known_eqns.append(eqn)
+      if not saveable(eqn):
+        staged.append(eqn)
+  out_unknowns = [isinstance(v, Var) and v in unknown for v in jaxpr.outvars]
+  unknown_outs = [v for v, u in zip(jaxpr.outvars, out_unknowns) if u]
+  staged_jaxpr, _ = pe.dce_jaxpr(Jaxpr([], [], staged, unknown_outs))
+  # residuals: what the unknown side reads but does not compute itself (and is not an
+  # unknown input)
+  defined = {v for e in staged_jaxpr.eqns for v in e.out_binders}
+  defined.update(v for v, u in zip(jaxpr.invars, in_unknowns) if u)
+  residuals: list = []
+  seen: set = set()
+  for e in staged_jaxpr.eqns:
+    for x in e.inputs:
+      if isinstance(x, Var) and x not in defined and x not in seen:
+        seen.add(x)
+        residuals.append(x)
+  for x in unknown_outs:
+    if isinstance(x, Var) and x not in defined and x not in seen:
+      seen.add(x)
+      residuals.append(x)
+  known_invars = [v for v, u in zip(jaxpr.invars, in_unknowns) if not u]
+  known_outs = [v for v, u in zip(jaxpr.outvars, out_unknowns) if not u]
+  jaxpr_known, _ = pe.dce_jaxpr(Jaxpr([], known_invars, known_eqns, known_outs + residuals))
+  res_vars = [Var(v.aval) for v in residuals]
+  ren = dict(zip(residuals, res_vars))
+
+  def r(x):
+    return ren.get(x, x) if isinstance(x, Var) else x
+
+  unknown_invars = [v for v, u in zip(jaxpr.invars, in_unknowns) if u]
+  eqns_u = [e._replace(inputs=[r(x) for x in e.inputs]) for e in staged_jaxpr.eqns]
+  jaxpr_unknown = Jaxpr([], res_vars + unknown_invars, eqns_u, [r(v) for v in unknown_outs])
+  return jaxpr_known, jaxpr_unknown, out_unknowns, len(residuals)
+
+
+def _remat_partial_eval(trace, tracers, *, jaxpr, prevent_cse, differentiated, policy):
+  in_unknowns = [not t.pval.is_known for t in tracers]
+  jk, ju, out_unknowns, num_res = _partial_eval_remat(jaxpr, in_unknowns, _saveable(policy))
+  known_vals = [t.pval.const for t in tracers if t.pval.is_known]
+  known_outs = core.eval_jaxpr(jk, [], *known_vals)
+  n_known = len(known_outs) - num_res
+  outs_k, residuals = known_outs[:n_known], known_outs[n_known:]
+  res_tracers = [trace.instantiate_const(trace.pure(r)) for r in residuals]
+  unk_tracers = [t for t in tracers if not t.pval.is_known]
+  outs_u = trace.default_process_primitive(
+      remat_p, res_tracers + unk_tracers,
+      dict(jaxpr=ju, prevent_cse=prevent_cse, differentiated=True, policy=policy))
+  outs_k, outs_u = iter(outs_k), iter(outs_u)
+  return [next(outs_u) if u else trace.pure(next(outs_k)) for u in out_unknowns]
+
+
+pe.partial_eval_rules[remat_p] = _remat_partial_eval
+
+
+def _remat_partial_eval_jaxpr(eqn, in_unknowns):
+  """The offline split (a checkpoint inside a jitted function, under grad)."""
+  p = eqn.params
+  jk, ju, out_unknowns, num_res = _partial_eval_remat(p["jaxpr"], in_unknowns,
+                                                      _saveable(p["policy"]))
+  res_vars = [Var(v.aval) for v in jk.outvars[len(jk.outvars) - num_res:]]
+  known_outs = [v for v, u in zip(eqn.out_binders, out_unknowns) if not u]
+  eqn_k = eqn._replace(inputs=[x for x, u in zip(eqn.inputs, in_unknowns) if not u],
+                       params=dict(p, jaxpr=jk, differentiated=True),
+                       out_binders=known_outs + res_vars)
+  eqn_u = eqn._replace(inputs=res_vars + [x for x, u in zip(eqn.inputs, in_unknowns) if u],
+                       params=dict(p, jaxpr=ju, differentiated=True),
+                       out_binders=[v for v, u in zip(eqn.out_binders, out_unknowns) if u])
+  return eqn_k, eqn_u, out_unknowns
+
+
+pe.partial_eval_jaxpr_rules[remat_p] = _remat_partial_eval_jaxpr
+
+
+def _remat_transpose(cts, *args, jaxpr, prevent_cse, differentiated, policy):
+  undefined = [ad.is_undefined_primal(a) for a in args]
+  defined_vals = [a for a in args if not ad.is_undefined_primal(a)]
+  ct_mask = [type(c) is not ad.Zero for c in cts]
+  nz_cts = [c for c in cts if type(c) is not ad.Zero]
+  out_avals = [v.aval for v in jaxpr.outvars]
+
+  def backward(*xs):
+    vals, cs = iter(xs[:len(defined_vals)]), iter(xs[len(defined_vals):])
+    full_args = [ad.UndefinedPrimal(a.aval) if u else next(vals)
+                 for a, u in zip(args, undefined)]
+    full_cts = [next(cs) if m else ad.Zero(ad.tangent_aval(a)) for m, a in zip(ct_mask, out_avals)]
+    res = ad.backward_pass(jaxpr, [], full_args, full_cts)
+    return [ad.instantiate_zeros(r) for r in res]
+
+  in_avals = [get_aval(v) for v in defined_vals] + [get_aval(c) for c in nz_cts]
+  bwd_jaxpr, consts = _open(pe.trace_to_jaxpr(backward, in_avals, "transpose(checkpoint)"))
+  outs = iter(remat_p.bind(*consts, *defined_vals, *nz_cts, jaxpr=bwd_jaxpr,
+                           prevent_cse=prevent_cse, differentiated=True, policy=policy))
+  return [next(outs) if u else None for u in undefined]
+
+
+ad.transpose_rules[remat_p] = _remat_transpose
+
+
+def _remat_batch(vals, dims, *, jaxpr, prevent_cse, differentiated, policy, axis_size):
+  new_closed, out_dims = batching.vmap_jaxpr(_closed(jaxpr), axis_size, dims)
+  new_jaxpr, consts = _open(new_closed)
+  outs = remat_p.bind(*consts, *vals, jaxpr=new_jaxpr, prevent_cse=prevent_cse,
+                      differentiated=differentiated, policy=policy)
+  return outs[:], list(out_dims)
+
+
+batching.register_rule_with_axis_size(remat_p, _remat_batch)
+
+
+def _remat_dce(eqn, used_outputs):
+  new, used_inputs = pe.dce_jaxpr(eqn.params["jaxpr"], used_outputs, keep_invars=False)
+  return used_inputs, eqn._replace(
+      params=dict(eqn.params, jaxpr=new),
+      inputs=[x for x, u in zip(eqn.inputs, used_inputs) if u],
+      out_binders=[v for v, u in zip(eqn.out_binders, used_outputs) if u])
+
+
+pe.dce_rules[remat_p] = _remat_dce
+
+
+def _register_lowering():
+  from ourjax.lowering import from_jaxpr
+
+  @from_jaxpr.register_lowering(remat_p)
+  def _lower(ctx, avals_in, avals_out, *args, jaxpr, **_):
+    return from_jaxpr.lower_eqns(ctx, jaxpr, [], args)
+
+  @from_jaxpr.register_lowering(name_p)
+  def _lower_name(ctx, avals_in, avals_out, x, **_):
+    return x
+
+
+_register_lowering()
