@@ -1,0 +1,204 @@
+"""Cumulative reductions along one axis -- cumsum, cumprod, cummax, cummin, cumlogsumexp -- each
+primitive followed by all of its rules, and ``associative_scan``, the parallel prefix scan their
+derivatives are taken through.
+
+``out[..., i, ...] = x[..., 0, ...] op ... op x[..., i, ...]`` along ``axis`` (from the other end
+with ``reverse=True``).  cumsum is linear: its transpose is the cumsum in the other direction.
+The JVPs of the others are, as in JAX, the JVPs of ``associative_scan`` with the binary op, so
+ties in cummax/cummin split the tangent the way ``lax.max``'s JVP does inside that scan.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from ourjax import dtypes
+from ourjax.core import get_aval
+from ourjax.interpreters import ad, batching
+from ourjax.lax._utils import check_dtypes, standard_primitive
+
+# ------------------------------------------------------------------------------------------------
+# associative_scan: a prefix scan with an associative binary function, in O(log n) steps of
+# strided slices, one application of ``fn`` to whole arrays per step, and interleaving.
+
+
+def associative_scan(fn, elems, reverse: bool = False, axis: int = 0):
+  """``[e0, fn(e0, e1), fn(fn(e0, e1), e2), ...]`` along ``axis`` of every leaf of ``elems``
+  (a pytree of arrays of equal length along ``axis``); ``fn`` must be associative and act
+  elementwise on pytrees shaped like ``elems``."""
+  from ourjax import tree_util
+  from ourjax.lax._utils import canonicalize_axis
+  flat, tree = tree_util.tree_flatten(elems)
+  if not flat:
+    return elems
+  ndim = get_aval(flat[0]).ndim
+  axis = canonicalize_axis(axis, ndim)
+  n = get_aval(flat[0]).shape[axis]
+  for x in flat[1:]:
+    if get_aval(x).shape[axis] != n:
+      raise ValueError(f"Array inputs to associative_scan must have the same first dimension. "
+                       f"(saw: {[get_aval(x).shape for x in flat]})")
+  if reverse:
+    flat = [_rev(x, axis) for x in flat]
+
+  def combine(a, b):
+    out = fn(tree_util.tree_unflatten(tree, a), tree_util.tree_unflatten(tree, b))
+    out_flat, out_tree = tree_util.tree_flatten(out)
+    if out_tree != tree:
+      raise ValueError(f"associative_scan: fn must return the structure of its inputs {tree}, "
+                       f"got {out_tree}")
+    return out_flat
+
+  out = _scan(combine, flat, axis)
+  if reverse:
+    out = [_rev(x, axis) for x in out]
+  return tree_util.tree_unflatten(tree, out)
+
+
+def _scan(combine, xs, axis):
+  from ourjax import lax
+  n = get_aval(xs[0]).shape[axis]
+  if n < 2:
+    return xs
+  # pair up neighbours: (x0 op x1), (x2 op x3), ...; their scan gives the odd-position results
+  pairs = combine([_strided(x, 0, n - 1, axis) for x in xs],
+                  [_strided(x, 1, n, axis) for x in xs])
+  odd = _scan(combine, pairs, axis)
+  # even positions 2, 4, ...: (result at the odd position before) op x_even
+  m = get_aval(odd[0]).shape[axis]
+  prev = odd if n % 2 else [lax.slice_in_dim(o, 0, m - 1, axis=axis) for o in odd]
+  even = combine(prev, [_strided(x, 2, n, axis) for x in xs])
+  even = [lax.concatenate([lax.slice_in_dim(x, 0, 1, axis=axis), e], axis)
+          for x, e in zip(xs, even)]
+  return [_interleave(e, o, axis) for e, o in zip(even, odd)]
+
+
+def _strided(x, start, stop, axis):
+  """Every second element of x[start:stop] along axis."""
+  from ourjax import lax
+  return lax.slice_in_dim(x, start, stop, stride=2, axis=axis)
+
+
+def _interleave(a, b, axis):
+  """[a0, b0, a1, b1, ...] along ``axis``; ``a`` has as many elements as ``b`` or one more.
+  Exact (no arithmetic): both go side by side on a new axis, which is then merged."""
+  from ourjax import lax
+  na, nb = get_aval(a).shape[axis], get_aval(b).shape[axis]
+  last = None
+  if na == nb + 1:
+    last = lax.slice_in_dim(a, nb, na, axis=axis)
+    a = lax.slice_in_dim(a, 0, nb, axis=axis)
+  shape = get_aval(a).shape
+  wide = shape[:axis + 1] + (1,) + shape[axis + 1:]
+  both = lax.concatenate([lax.reshape(a, wide), lax.reshape(b, wide)], axis + 1)
+  out = lax.reshape(both, shape[:axis] + (2 * nb,) + shape[axis + 1:])
+  if last is not None:
+    out = lax.concatenate([out, last], axis)
+  return out
+
+
+def _rev(x, axis):
+  from ourjax import lax
+  return lax.rev(x, (axis,))
+
+
+# ------------------------------------------------------------------------------------------------
+# The primitives
+
+
+def cumsum(operand, axis: int = 0, reverse: bool = False):
+  return cumsum_p.bind(operand, axis=int(axis), reverse=bool(reverse))
+
+
+def cumprod(operand, axis: int = 0, reverse: bool = False):
+  return cumprod_p.bind(operand, axis=int(axis), reverse=bool(reverse))
+
+
+def cummax(operand, axis: int = 0, reverse: bool = False):
+  return cummax_p.bind(operand, axis=int(axis), reverse=bool(reverse))
+
+
+def cummin(operand, axis: int = 0, reverse: bool = False):
+  return cummin_p.bind(operand, axis=int(axis), reverse=bool(reverse))
+
+
+def cumlogsumexp(operand, axis: int = 0, reverse: bool = False):
+  return cumlogsumexp_p.bind(operand, axis=int(axis), reverse=bool(reverse))
+
+
+def _cumulative_shape(x, axis, reverse):
+  if not 0 <= axis < x.ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of shape {x.shape}")
+  return x.shape
+
+
+def _accumulate(ufunc):
+  """``ufunc.accumulate`` along ``axis``, from the end with ``reverse``; narrow floats are
+  accumulated in float32 (as the reducers do)."""
+  def impl(x, axis, reverse):
+    dt = x.dtype
+    if dtypes.is_float(dt) and dt.itemsize < 4:
+      x = x.astype(np.float32)
+    if reverse:
+      x = np.flip(x, axis)
+    with np.errstate(all="ignore"):
+      out = ufunc.accumulate(x, axis=axis, dtype=x.dtype) if x.size else x.copy()
+    if reverse:
+      out = np.flip(out, axis)
+    return np.ascontiguousarray(out).astype(dt)
+  return impl
+
+
+def _cumulative_primitive(name, kinds, ufunc):
+  p = standard_primitive(name, _cumulative_shape,
+                         lambda x, axis, reverse: check_dtypes(name, [x], kinds),
+                         lambda x, **_: x.weak_type)
+  p.def_impl(_accumulate(ufunc))
+
+  def batch(vals, dims, axis, reverse):
+    (x,), (d,) = vals, dims
+    return p.bind(x, axis=axis + (d <= axis), reverse=reverse), d
+  batching.batch_rules[p] = batch
+  return p
+
+
+cumsum_p = _cumulative_primitive("cumsum", ("int", "float", "complex"), np.add)
+cumprod_p = _cumulative_primitive("cumprod", ("int", "float", "complex"), np.multiply)
+cummax_p = _cumulative_primitive("cummax", ("int", "float"), np.maximum)
+cummin_p = _cumulative_primitive("cummin", ("int", "float"), np.minimum)
+cumlogsumexp_p = _cumulative_primitive("cumlogsumexp", ("float",), np.logaddexp)
+
+# cumsum is linear; the transpose sums the cotangents from the other end.
+ad.deflinear(cumsum_p, lambda ct, x, axis, reverse: [cumsum(ct, axis, not reverse)])
+
+
+def _logaddexp(a, b):
+  """log(exp(a) + exp(b)) from lax ops, differentiable everywhere: at equal infinities (where
+  a - b is NaN) it is a + b, whose derivative 1 + 1 is what JAX's logaddexp gives there."""
+  from ourjax.lax import elementwise as ew
+  amax = ew.max(a, b)
+  delta = ew.sub(a, b)
+  is_nan = ew.ne(delta, delta)
+  return ew.select_n(is_nan, ew.add(amax, ew.log1p(ew.exp(ew.neg(ew.abs(delta))))),
+                     ew.add(a, b))
+
+
+def _combine_fns():
+  from ourjax.lax import elementwise as ew
+  return {cumprod_p: ew.mul, cummax_p: ew.max, cummin_p: ew.min, cumlogsumexp_p: _logaddexp}
+
+
+def _cumulative_jvp(primals, tangents, axis, reverse, prim):
+  from ourjax.api import jvp
+  (x,), (t,) = primals, tangents
+  if type(t) is ad.Zero:
+    out = prim.bind(x, axis=axis, reverse=reverse)
+    return out, ad.Zero.from_primal_value(out)
+  scan = partial(associative_scan, _combine_fns()[prim], axis=axis, reverse=reverse)
+  return jvp(scan, (x,), (t,))
+
+
+for _p in (cumprod_p, cummax_p, cummin_p, cumlogsumexp_p):
+  ad.jvp_rules[_p] = partial(_cumulative_jvp, prim=_p)
+del _p
