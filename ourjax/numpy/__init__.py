@@ -1,85 +1,104 @@
 """``ourjax.numpy``: NumPy's API on ourjax arrays, with JAX's semantics (immutable arrays,
-``x.at[i].set(v)``, weak types, 32-bit defaults unless x64 is enabled)."""
+weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functions live in:
+
+  _creation.py     array, asarray, zeros/ones/full/empty(+_like), arange, linspace, eye, tri,
+                   tril/triu, diag, meshgrid, indices
+  _ufuncs.py       elementwise math, where, clip, isclose/allclose, nan_to_num, frexp/ldexp, ...
+  _reductions.py   sum ... std, argmax/argmin, cumsum/cumprod, nan*, quantile/median, average
+  _shape.py        reshape, transpose, stack/concatenate/split, broadcast_*, tile/repeat,
+                   flip/roll/rot90, pad, diff
+  _linalg_ops.py   dot, matmul, einsum, tensordot, inner/outer/vdot, kron, trace, diagonal
+  _sorting.py      sort, argsort, lexsort, searchsorted, digitize, isin
+  _scalar_types.py jnp.float32 & co. (callable dtype objects)
+  _array_methods.py  operators and methods of Array and Tracer
+"""
 import numpy as _np
 
 from ourjax import dtypes as _dtypes
 from ourjax.array import Array as ndarray  # noqa: F401  (jnp.ndarray is the Array type)
 from ourjax.array import Array  # noqa: F401
-from ourjax.dtypes import (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,  # noqa
-                           float16, bfloat16, float32, float64, complex64, complex128, float0,
-                           finfo, iinfo, issubdtype, promote_types, result_type, isdtype)
-from ourjax.dtypes import float8_e4m3fn, float8_e5m2  # noqa: F401
+from ourjax.dtypes import (float0, finfo, iinfo, issubdtype, isdtype)  # noqa: F401
+from ourjax.numpy._scalar_types import (  # noqa: F401
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16,
+    float32, float64, complex64, complex128, single, double, csingle, cdouble, int_, uint,
+    float_, complex_, small_float_types as _small_float_types)
 from ourjax.numpy._ufuncs import *  # noqa: F401,F403
-from ourjax.numpy._ufuncs import abs, round, pow  # noqa: F401,A004
-from ourjax.numpy._creation import (array, asarray, zeros, ones, empty, full, zeros_like,  # noqa
-                                    ones_like, empty_like, full_like)
-from ourjax.numpy._reductions import (sum, prod, max, min, amax, amin, mean, all, any, var,  # noqa
-                                      std)
+from ourjax.numpy._ufuncs import (abs, round, pow, where, clip, isclose, allclose,  # noqa
+                                  array_equal, array_equiv, nan_to_num, fabs, fmax, fmin,
+                                  frexp, ldexp, modf, gcd, lcm, angle, iscomplexobj,
+                                  isrealobj, iscomplex, isreal, isscalar, bitwise_count,
+                                  interp, divmod)
+from ourjax.numpy._creation import (array, asarray, copy, zeros, ones, empty, full,  # noqa
+                                    zeros_like, ones_like, empty_like, full_like, arange,
+                                    linspace, logspace, geomspace, eye, identity, tri, tril,
+                                    triu, diag, diagflat, meshgrid, indices, fromfunction)
+from ourjax.numpy._reductions import (sum, prod, max, min, amax, amin, mean, all, any,  # noqa
+                                      var, std, ptp, count_nonzero, average, argmax, argmin,
+                                      nanargmax, nanargmin, cumsum, cumprod, cumproduct,
+                                      nancumsum, nancumprod, cumulative_sum, cumulative_prod,
+                                      nansum, nanprod, nanmax, nanmin, nanmean, nanvar, nanstd,
+                                      quantile, nanquantile, percentile, nanpercentile, median,
+                                      nanmedian)
+from ourjax.numpy._shape import (shape, ndim, size, reshape, ravel, transpose,  # noqa: F401
+                                 permute_dims, matrix_transpose, swapaxes, moveaxis, rollaxis,
+                                 expand_dims, squeeze, atleast_1d, atleast_2d, atleast_3d,
+                                 broadcast_shapes, broadcast_to, broadcast_arrays, concatenate,
+                                 concat, stack, vstack, row_stack, hstack, dstack,
+                                 column_stack, append, block, split, array_split, vsplit,
+                                 hsplit, dsplit, unstack, tile, repeat, flip, fliplr, flipud,
+                                 roll, rot90, pad, diff, ediff1d, delete, insert)
+from ourjax.numpy._linalg_ops import (dot, matmul, vdot, vecdot, inner, outer,  # noqa: F401
+                                      tensordot, kron, diagonal, trace, einsum, einsum_path)
+from ourjax.numpy._sorting import (sort, argsort, lexsort, partition, argpartition,  # noqa
+                                   sort_complex, searchsorted, digitize, isin, in1d)
 
+globals().update(_small_float_types)
 bool = bool_  # noqa: A001
-int_ = _dtypes.default_int_dtype().type
-float_ = _dtypes.default_float_dtype().type
-complex_ = _dtypes.default_complex_dtype().type
 inexact, floating, integer, signedinteger, unsignedinteger, number, complexfloating, generic = (
     _np.inexact, _np.floating, _np.integer, _np.signedinteger, _np.unsignedinteger, _np.number,
     _np.complexfloating, _np.generic)
+character, flexible, object_ = _np.character, _np.flexible, _np.object_
 dtype = _np.dtype
 pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
 newaxis = None
+printoptions, set_printoptions, get_printoptions = (_np.printoptions, _np.set_printoptions,
+                                                     _np.get_printoptions)
 
 
-def astype(x, dtype, /, *, copy=False, device=None):
-  from ourjax import lax
-  return lax.convert_element_type(x, _dtypes.check_user_dtype(dtype, "astype"))
+def result_type(*args):
+  """The dtype JAX's promotion rules give ``args`` (canonicalised; Python scalars weak)."""
+  return _dtypes.result_type(*args)
 
 
-def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
-  """Elementwise choice; the one-argument form (nonzero) lives with the indexing functions."""
-  from ourjax import lax
-  from ourjax.numpy._util import promote_args, check_arraylike, promote_shapes
-  if x is None and y is None:
-    raise NotImplementedError("jnp.where(condition) needs jnp.nonzero (not available yet)")
-  if x is None or y is None:
-    raise ValueError("Either both or neither of the x and y arguments should be provided to "
-                     "jnp.where, got one.")
-  check_arraylike("where", condition, x, y)
-  x, y = promote_args("where", x, y)
-  cond = condition if getattr(condition, "dtype", None) == _np.bool_ else not_equal(
-      condition, 0)
-  cond, x, y = promote_shapes("where", cond, x, y)
-  from ourjax.numpy._util import _broadcast_to
-  shape = _np.broadcast_shapes(_np.shape(cond) if not hasattr(cond, "shape") else cond.shape,
-                               x.shape if hasattr(x, "shape") else (),
-                               y.shape if hasattr(y, "shape") else ())
-  x = x if _np.shape(x) == shape else _broadcast_to(x, shape)
-  y = y if _np.shape(y) == shape else _broadcast_to(y, shape)
-  return lax.select_n(cond, y, x)
+def promote_types(a, b):
+  """The dtype two dtypes promote to (JAX's lattice), canonicalised for the x64 setting."""
+  return _dtypes.canonicalize_dtype(_dtypes.promote_types(a, b))
 
 
-def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-  from ourjax import lax
-  from ourjax.core import get_aval
-  if shape is None:
-    shape = newshape
-  a = asarray(a)
-  aval = get_aval(a)
-  shape = (shape,) if isinstance(shape, int) else tuple(shape)
-  if shape.count(-1) > 1:
-    raise ValueError("can only specify one unknown dimension")
-  if -1 in shape:
-    known = int(_np.prod([d for d in shape if d != -1], dtype=_np.int64))
-    if known == 0 or aval.size % known:
-      raise ValueError(f"cannot reshape array of shape {aval.shape} (size {aval.size}) into "
-                       f"shape {shape}")
-    shape = tuple(aval.size // known if d == -1 else d for d in shape)
-  if int(_np.prod(shape, dtype=_np.int64)) != aval.size:
-    raise TypeError(f"cannot reshape array of shape {aval.shape} (size {aval.size}) into shape "
-                    f"{shape} (size {int(_np.prod(shape, dtype=_np.int64))})")
-  if order == "F":
-    rev = tuple(reversed(range(aval.ndim)))
-    return lax.transpose(lax.reshape(lax.transpose(a, rev), tuple(reversed(shape))),
-                         tuple(reversed(range(len(shape)))))
-  return lax.reshape(a, shape)
+def can_cast(from_, to, casting="safe"):
+  """NumPy's casting rules on the dtypes (a value ``from_`` is taken by its dtype)."""
+  frm = from_ if isinstance(from_, (str, type, _np.dtype)) else _dtypes.dtype(from_)
+  return _np.can_cast(_np.dtype(frm), _np.dtype(to), casting=casting)
+
+
+def astype(x, dtype, /, *, copy: bool = False, device=None):
+  """Convert to ``dtype`` (NumPy's casts; float to int truncates toward zero)."""
+  from ourjax import lax as _lax
+  from ourjax.numpy._util import check_arraylike
+  check_arraylike("astype", x)
+  x = asarray(x)
+  dt = _dtypes.check_user_dtype(dtype, "astype")
+  if _dtypes.is_complex(x.dtype) and not _dtypes.is_complex(dt):
+    x = real(x)  # noqa: F405
+  return _lax.convert_element_type(x, dt)
+
+
+def iterable(y) -> bool:
+  try:
+    iter(y)
+  except TypeError:
+    return False
+  return True
 
 
 from ourjax.numpy import _array_methods as _am  # noqa: E402

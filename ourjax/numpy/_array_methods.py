@@ -1,10 +1,11 @@
 """Operators and methods shared by ``Array`` and every ``Tracer``, installed on both classes so
-that user code cannot tell them apart (JAX's ``_set_array_base_attributes`` idea)."""
+that user code cannot tell them apart (JAX's ``_set_array_base_attributes`` idea).  Methods
+are the ``jnp`` functions with the array as first argument."""
 from __future__ import annotations
 
 import numpy as np
 
-from ourjax import core, lax
+from ourjax import core, dtypes, lax
 from ourjax.array import Array
 
 
@@ -16,6 +17,7 @@ def _defer_to_unrecognized(binary_op):
     if not is_arraylike(other):
       return NotImplemented
     return binary_op(self, other)
+  op.__name__ = getattr(binary_op, "__name__", "op")
   return op
 
 
@@ -28,7 +30,7 @@ def _install():
   ops = {
       "__add__": jnp.add, "__sub__": jnp.subtract, "__mul__": jnp.multiply,
       "__truediv__": jnp.true_divide, "__floordiv__": jnp.floor_divide, "__mod__": jnp.remainder,
-      "__pow__": jnp.power, "__matmul__": None,
+      "__pow__": jnp.power, "__matmul__": jnp.matmul,
       "__and__": jnp.bitwise_and, "__or__": jnp.bitwise_or, "__xor__": jnp.bitwise_xor,
       "__lshift__": jnp.left_shift, "__rshift__": jnp.right_shift,
       "__eq__": jnp.equal, "__ne__": jnp.not_equal, "__lt__": jnp.less, "__le__": jnp.less_equal,
@@ -36,8 +38,6 @@ def _install():
   }
   methods = {}
   for name, fn in ops.items():
-    if fn is None:
-      continue
     methods[name] = _defer_to_unrecognized(fn)
     rname = "__r" + name[2:]
     if name not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
@@ -49,27 +49,133 @@ def _install():
   methods["__abs__"] = jnp.absolute
   methods["__invert__"] = jnp.invert
   methods["__round__"] = lambda self, ndigits=None: jnp.round(self, ndigits or 0)
+  methods["__iter__"] = _iter
+  methods["__array_namespace__"] = lambda self, *, api_version=None: jnp
 
   methods.update(
       sum=jnp.sum, prod=jnp.prod, max=jnp.max, min=jnp.min, mean=jnp.mean, all=jnp.all,
-      any=jnp.any, var=jnp.var, std=jnp.std,
+      any=jnp.any, var=jnp.var, std=jnp.std, ptp=jnp.ptp, argmax=jnp.argmax,
+      argmin=jnp.argmin, cumsum=jnp.cumsum, cumprod=jnp.cumprod, nonzero=_deferred("nonzero"),
+      take=_deferred("take"), compress=_deferred("compress"), choose=_deferred("choose"),
       astype=lambda self, dtype, copy=False, device=None: jnp.astype(self, dtype),
-      reshape=_reshape_method, conj=jnp.conjugate, conjugate=jnp.conjugate,
-      round=lambda self, decimals=0, out=None: jnp.round(self, decimals),
+      reshape=_reshape_method, transpose=_transpose_method, conj=jnp.conjugate,
+      conjugate=jnp.conjugate, round=lambda self, decimals=0, out=None: jnp.round(self,
+                                                                                  decimals),
+      ravel=jnp.ravel, flatten=jnp.ravel, squeeze=jnp.squeeze, swapaxes=jnp.swapaxes,
+      clip=_clip_method, dot=jnp.dot, sort=jnp.sort, argsort=jnp.argsort,
+      searchsorted=jnp.searchsorted, repeat=jnp.repeat, diagonal=jnp.diagonal, trace=jnp.trace,
+      argpartition=jnp.argpartition, view=_view, copy=lambda self: jnp.array(self, copy=True),
+      to_device=lambda self, device, *, stream=None: self,
   )
   props = {
-      "real": jnp.real, "imag": jnp.imag,
+      "real": jnp.real, "imag": jnp.imag, "T": lambda self: jnp.transpose(self),
+      "mT": jnp.matrix_transpose, "itemsize": lambda self: self.dtype.itemsize,
+      "nbytes": lambda self: self.size * self.dtype.itemsize,
   }
   for cls in (Array, core.Tracer):
     for name, fn in methods.items():
       setattr(cls, name, fn)
     for name, fn in props.items():
       setattr(cls, name, property(fn))
+  core.Tracer.item = _tracer_item
+  core.Tracer.tolist = _tracer_tolist
+  core.Tracer.tobytes = lambda self, order="C": _concrete(self, "tobytes()").tobytes(order)
+  Array.tobytes = lambda self, order="C": np.asarray(self).tobytes(order)
+
+
+def _deferred(name):
+  """A method whose jnp function comes with the indexing functions (looked up at call time)."""
+  def method(self, *args, **kwargs):
+    import ourjax.numpy as jnp
+    fn = getattr(jnp, name, None)
+    if fn is None:
+      raise NotImplementedError(f"Array.{name} needs jnp.{name}, which is not available yet")
+    return fn(self, *args, **kwargs)
+  method.__name__ = name
+  return method
+
+
+def _iter(self):
+  """Iterate over the first axis (0-d arrays are not iterable)."""
+  shape = self.shape
+  if not shape:
+    raise TypeError("iteration over a 0-d array")
+  n = shape[0]
+  rest = shape[1:]
+  nd = len(shape)
+  for i in range(n):
+    piece = lax.slice(self, (i,) + (0,) * (nd - 1), (i + 1,) + rest)
+    yield lax.reshape(piece, rest)
+
+
+def _concrete(self, what):
+  v = self.to_concrete_value()
+  if v is None:
+    raise core.ConcretizationTypeError(self, f"The problem arose with the {what} method.")
+  from ourjax.array import to_numpy
+  return to_numpy(v)
+
+
+def _tracer_item(self, *args):
+  return _concrete(self, "item()").item(*args)
+
+
+def _tracer_tolist(self):
+  return _concrete(self, "tolist()").tolist()
 
 
 def _reshape_method(self, *args, order="C", shape=None):
   import ourjax.numpy as jnp
   if shape is not None:
+    if args:
+      raise TypeError("reshape() got both a positional shape and shape=")
     return jnp.reshape(self, shape, order=order)
   newshape = args[0] if len(args) == 1 else args
   return jnp.reshape(self, newshape, order=order)
+
+
+def _transpose_method(self, *args):
+  import ourjax.numpy as jnp
+  if not args or args == (None,):
+    return jnp.transpose(self)
+  axes = args[0] if len(args) == 1 and not isinstance(args[0], (int, np.integer)) else args
+  return jnp.transpose(self, axes)
+
+
+def _clip_method(self, min=None, max=None, out=None):  # noqa: A002
+  import ourjax.numpy as jnp
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to Array.clip is not supported.")
+  return jnp.clip(self, min, max)
+
+
+def _view(self, dtype=None, type=None):  # noqa: A002
+  """Reinterpret the bytes as ``dtype`` (the last axis rescales when item sizes differ)."""
+  if type is not None:
+    raise NotImplementedError("`type` argument of array.view() is not supported.")
+  if dtype is None:
+    return self
+  dt = dtypes.check_user_dtype(dtype, "view")
+  src = self.dtype
+  x = self
+  if src == dt:
+    return x
+  if src == np.bool_:
+    x = lax.convert_element_type(x, np.uint8)
+    src = np.dtype(np.uint8)
+  target = np.dtype(np.uint8) if dt == np.bool_ else dt
+  old, new = src.itemsize, target.itemsize
+  if old != new and (not x.shape or (x.shape[-1] * old) % new):
+    raise ValueError(f"When changing to a {'smaller' if new < old else 'larger'} dtype, its "
+                     f"size must be a divisor of the size of original dtype; cannot view "
+                     f"shape {x.shape} of {src.name} as {dt.name}")
+  if old == new:
+    out = lax.bitcast_convert_type(x, target)
+  elif old > new:
+    out = lax.bitcast_convert_type(x, target)
+    out = lax.reshape(out, x.shape[:-1] + (x.shape[-1] * (old // new),))
+  else:
+    k = new // old
+    x = lax.reshape(x, x.shape[:-1] + (x.shape[-1] // k, k))
+    out = lax.bitcast_convert_type(x, target)
+  return lax.ne(out, np.uint8(0)) if dt == np.bool_ else out

@@ -1,142 +1,499 @@
-"""Array creation: array/asarray and the filled constructors."""
+"""Array creation: array/asarray, the filled constructors, ranges (arange, linspace, logspace,
+geomspace), and the structured ones (eye, identity, tri, tril/triu, diag, meshgrid, indices).
+
+Dtype rules follow JAX: Python scalars are weak and take the default dtype of their kind
+(int32/float32 with x64 off); ``jnp.array(1.0)`` stays weakly typed, lists do not."""
 from __future__ import annotations
+
+import math
+import operator
 
 import numpy as np
 
 from ourjax import core, dtypes, lax
-from ourjax.array import Array
+from ourjax.array import Array, to_numpy
 from ourjax.core import Tracer, get_aval
 from ourjax.lax._utils import as_shape
+from ourjax.numpy._util import _broadcast_to, check_arraylike
+
+# ------------------------------------------------------------------------------------------------
+# array / asarray
 
 
-def _flatten_nested(obj):
-  """Leaves of nested lists/tuples (which may hold tracers)."""
+def _leaves(obj, out):
+  """Leaves of nested lists/tuples, with ``__jax_array__`` objects resolved."""
   if isinstance(obj, (list, tuple)):
-    out = []
     for o in obj:
-      out.extend(_flatten_nested(o))
-    return out
-  return [obj]
+      _leaves(o, out)
+  else:
+    if obj is None:
+      raise ValueError("None is not a valid value for jnp.array")
+    if hasattr(obj, "__jax_array__") and not isinstance(obj, (Array, Tracer)):
+      obj = obj.__jax_array__()
+    out.append(obj)
+  return out
 
 
-def array(object, dtype=None, copy: bool = True, order=None, ndmin: int = 0):
-  """``jnp.array``: Python scalars keep weak types only through asarray's dtype=None path;
-  nested sequences may contain traced values (they are stacked)."""
+def _host_nested(obj):
+  if isinstance(obj, (list, tuple)):
+    return [_host_nested(o) for o in obj]
+  if hasattr(obj, "__jax_array__") and not isinstance(obj, (Array, Tracer)):
+    obj = obj.__jax_array__()
+  return to_numpy(obj) if isinstance(obj, Array) else obj
+
+
+def _check_host_dtype(host: np.ndarray, what) -> None:
+  if host.dtype.kind in "OUSVMm":
+    raise TypeError(f"jnp.array: unsupported input of type {type(what).__name__} (it gives "
+                    f"NumPy dtype {host.dtype}); ourjax arrays hold numbers and bools only.")
+
+
+def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, device=None):
+  """``jnp.array``: an Array from a scalar, array, nested list/tuple (which may hold traced
+  values: they are stacked), or anything NumPy can convert.
+
+  Only a weakly typed input (a Python scalar, or a weak array) gives a weakly typed result:
+  ``jnp.array(1.0)`` is a weak float32, ``jnp.array([1.0])`` a strong one."""
+  if order is not None and order != "K":
+    raise NotImplementedError("jnp.array: only order='K' is implemented")
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
+  if hasattr(object, "__jax_array__") and not isinstance(object, (Array, Tracer)):
+    object = object.__jax_array__()
+  weak = dtype is None and dtypes.is_weakly_typed(object)
   if isinstance(object, (Array, Tracer)):
-    out = object if dtype is None else lax._convert_element_type(object, dtype, False)
-    if isinstance(out, Array) and out is object and copy:
-      out = Array(np.asarray(out._value), weak_type=out.weak_type)
+    out = lax._convert_element_type(object, dtype or get_aval(object).dtype, weak)
   elif isinstance(object, (list, tuple)):
-    leaves = _flatten_nested(object)
+    leaves = _leaves(object, [])
+    dt = dtype
+    if dt is None:
+      dt = dtypes.result_type(*leaves) if leaves else dtypes.default_float_dtype()
     if any(isinstance(x, Tracer) for x in leaves):
-      out = _stack_nested(object, dtype)
+      out = _stack_nested(object, dt)
     else:
-      # Python scalars in the list are weak: [bf16_array, 1.0] stays bfloat16 (as in JAX)
-      dt = dtype or (dtypes.result_type(*leaves) if leaves else dtypes.default_float_dtype())
-      out = Array(np.array(_to_host_nested(object), dtype=dt))
-  elif hasattr(object, "__jax_array__"):
-    return array(object.__jax_array__(), dtype, copy, order, ndmin)
+      host = np.array(_host_nested(object), dtype=dt)
+      _check_host_dtype(host, object)
+      out = Array(host)
+  elif isinstance(object, (bool, int, float, complex)):
+    value = to_numpy(object)           # raises OverflowError for ints out of range
+    dt = dtype or value.dtype
+    out = lax._convert_element_type(Array(value, weak_type=weak), dt, weak)
   else:
-    if isinstance(object, (bool, int, float, complex)) and dtype is None:
-      out = Array(object, weak_type=False)
-    else:
-      host = np.array(object, dtype=dtype) if dtype is not None else np.array(object)
-      if host.dtype == object or host.dtype.kind in "USO":
-        raise TypeError(f"array: unsupported input of type {type(object).__name__} with dtype "
-                        f"{host.dtype}")
-      out = Array(host.astype(dtypes.canonicalize_dtype(host.dtype), copy=False))
-  if ndmin and get_aval(out).ndim < ndmin:
+    try:
+      host = np.asarray(object)
+    except Exception as e:
+      raise TypeError(f"jnp.array: unexpected input of type {type(object).__name__}") from e
+    _check_host_dtype(host, object)
+    dtypes.dtype(host)               # raises for dtypes ourjax does not support
+    dt = dtype or dtypes.canonicalize_dtype(host.dtype)
+    out = lax._convert_element_type(Array(host), dt, False)
+  if ndmin > get_aval(out).ndim:
     out = lax.broadcast_to_rank(out, ndmin)
   return out
 
 
-def _to_host_nested(obj):
-  if isinstance(obj, (list, tuple)):
-    return [_to_host_nested(o) for o in obj]
-  return np.asarray(obj) if isinstance(obj, Array) else obj
-
-
 def _stack_nested(obj, dtype):
-  from ourjax.numpy._util import promote_dtypes
+  """Nested lists holding tracers become expand_dims + concatenate of their elements."""
   if isinstance(obj, (list, tuple)):
-    parts = [_stack_nested(o, dtype) for o in obj]
-    parts = promote_dtypes(*parts) if len(parts) > 1 else parts
-    parts = [lax.expand_dims(p, (0,)) for p in parts]
-    from ourjax.lax import concatenate
-    return concatenate(parts, 0)
-  x = obj if isinstance(obj, (Array, Tracer)) else asarray(obj)
-  return x if dtype is None else lax._convert_element_type(x, dtype, False)
+    if not obj:
+      return Array(np.zeros((0,), dtype))
+    parts = [lax.expand_dims(_stack_nested(o, dtype), (0,)) for o in obj]
+    shapes = {get_aval(p).shape[1:] for p in parts}
+    if len(shapes) != 1:
+      raise ValueError(f"jnp.array: setting an array element with a sequence; the nested "
+                       f"sequence is ragged (element shapes {sorted(shapes)})")
+    return parts[0] if len(parts) == 1 else lax.concatenate(parts, 0)
+  x = obj if isinstance(obj, (Array, Tracer)) else Array(to_numpy(obj))
+  return lax._convert_element_type(x, dtype, False)
 
 
-def asarray(a, dtype=None, order=None, *, copy=None):
-  if dtype is None and isinstance(a, (Array, Tracer)):
+def asarray(a, dtype=None, order=None, *, copy=None, device=None):
+  """``jnp.asarray``: like ``array``, but returns an Array or tracer unchanged when no dtype
+  change is asked for."""
+  if dtype is None and isinstance(a, (Array, Tracer)) and not copy:
     return a
-  return array(a, dtype=dtype, copy=bool(copy))
+  return array(a, dtype=dtype, copy=bool(copy), order=order)
 
 
-def _fill(shape, value, dtype, name):
-  shape = canonicalize_shape(shape, name)
-  dt = dtypes.check_user_dtype(dtype, name) if dtype is not None else None
-  return lax.full(shape, value, dt if dt is not None else dtypes.default_float_dtype())
+def copy(a, order=None):
+  check_arraylike("copy", a)
+  return array(a, copy=True, order=order)
+
+
+# ------------------------------------------------------------------------------------------------
+# Filled constructors
 
 
 def canonicalize_shape(shape, name="shape"):
-  if isinstance(shape, (int, np.integer)) or (hasattr(shape, "ndim") and shape.ndim == 0):
-    shape = (core.concrete_or_error(int, shape, f"{name}: the shape must be concrete."),)
-  return as_shape(shape)
+  """An int or a sequence of ints (concrete) as a tuple of non-negative ints."""
+  if isinstance(shape, (int, np.integer)) or (not isinstance(shape, (tuple, list))
+                                             and np.ndim(shape) == 0):
+    shape = (shape,)
+  try:
+    shape = tuple(core.concrete_or_error(operator.index, d,
+                                         f"The shape argument to jnp.{name} must be concrete.")
+                  for d in shape)
+  except TypeError as e:
+    if isinstance(e, core.ConcretizationTypeError):
+      raise
+    raise TypeError(f"jnp.{name}: shapes must be 1D sequences of concrete values of integer "
+                    f"type, got {shape!r}.") from None
+  if any(d < 0 for d in shape):
+    raise TypeError(f"jnp.{name}: shape must not contain negative dimensions, got {shape}.")
+  return shape
+
+
+def _forgot_tuple(name, shape, dtype):
+  if isinstance(dtype, int) and not isinstance(dtype, bool) and isinstance(shape, int):
+    raise TypeError(f"Cannot interpret '{dtype}' as a data type. Did you mean "
+                    f"jnp.{name}(({shape}, {dtype})), with the shape as one tuple?")
+
+
+def _filled(name, shape, value, dtype):
+  _forgot_tuple(name, shape, dtype)
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, name)
+  return lax.full(canonicalize_shape(shape, name), value, dt)
 
 
 def zeros(shape, dtype=None, *, device=None):
-  return _fill(shape, 0, dtype, "zeros")
+  return _filled("zeros", shape, 0, dtype)
 
 
 def ones(shape, dtype=None, *, device=None):
-  return _fill(shape, 1, dtype, "ones")
+  return _filled("ones", shape, 1, dtype)
 
 
 def empty(shape, dtype=None, *, device=None):
-  return zeros(shape, dtype)
+  return _filled("empty", shape, 0, dtype)
 
 
 def full(shape, fill_value, dtype=None, *, device=None):
-  shape = canonicalize_shape(shape, "full")
+  """An array of ``shape`` filled with ``fill_value`` (a scalar, or an array that broadcasts)."""
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "full")
-  fv = asarray(fill_value) if isinstance(fill_value, (list, tuple)) else fill_value
-  aval = get_aval(fv)
-  if aval.ndim:
-    from ourjax.numpy._util import _broadcast_to
-    out = _broadcast_to(fv, shape)
-    return out if dtype is None else lax._convert_element_type(out, dtype, False)
-  if dtype is None:
-    dt = dtypes.canonicalize_dtype(aval.dtype)
-    return lax.full(shape, fv, dt, weak_type=False)
-  return lax.full(shape, fv, dtype)
+  check_arraylike("full", fill_value)
+  if np.ndim(fill_value) == 0:
+    return lax.full(canonicalize_shape(shape, "full"), fill_value, dtype)
+  from ourjax.numpy._shape import broadcast_to
+  return broadcast_to(asarray(fill_value, dtype=dtype), canonicalize_shape(shape, "full"))
 
 
-def _like(a, dtype, shape):
-  aval = get_aval(a)
-  dt = dtypes.check_user_dtype(dtype, "like") if dtype is not None else aval.dtype
-  shp = aval.shape if shape is None else canonicalize_shape(shape)
-  return dt, shp
+def _like_args(name, a, dtype, shape):
+  if not (hasattr(a, "dtype") and hasattr(a, "shape")):
+    check_arraylike(name, a)
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, name)
+  if shape is not None:
+    shape = canonicalize_shape(shape, name)
+  return dtype, shape
 
 
 def zeros_like(a, dtype=None, shape=None, *, device=None):
-  dt, shp = _like(a, dtype, shape)
-  return lax.full(shp, 0, dt)
+  dtype, shape = _like_args("zeros_like", a, dtype, shape)
+  return lax.full_like(a, 0, dtype, shape)
 
 
 def ones_like(a, dtype=None, shape=None, *, device=None):
-  dt, shp = _like(a, dtype, shape)
-  return lax.full(shp, 1, dt)
+  dtype, shape = _like_args("ones_like", a, dtype, shape)
+  return lax.full_like(a, 1, dtype, shape)
 
 
-def empty_like(a, dtype=None, shape=None, *, device=None):
-  return zeros_like(a, dtype, shape)
+def empty_like(prototype, dtype=None, shape=None, *, device=None):
+  dtype, shape = _like_args("empty_like", prototype, dtype, shape)
+  return lax.full_like(prototype, 0, dtype, shape)
 
 
 def full_like(a, fill_value, dtype=None, shape=None, *, device=None):
-  dt, shp = _like(a, dtype, shape)
-  return lax.full(shp, fill_value, dt)
+  dtype, shape = _like_args("full_like", a, dtype, shape)
+  check_arraylike("full_like", fill_value)
+  if np.ndim(fill_value) == 0:
+    return lax.full_like(a, fill_value, dtype, shape)
+  from ourjax.numpy._shape import broadcast_to
+  shape = get_aval(a).shape if shape is None else shape
+  dtype = get_aval(a).dtype if dtype is None else dtype
+  return broadcast_to(asarray(fill_value, dtype=dtype), shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# Ranges
+
+
+def _concrete_scalar(x, argname):
+  if x is None:
+    return None
+  x = core.concrete_or_error(None, x, f"It arose in the jnp.arange argument '{argname}'.")
+  if np.ndim(x) != 0:
+    raise ValueError(f"jax.numpy.arange: arguments must be scalars; got {argname}={x}")
+  return x
+
+
+def arange(start, stop=None, step=None, dtype=None, *, device=None):
+  """``jnp.arange``: concrete bounds only (the length is part of the shape).  The dtype is the
+  promoted dtype of the arguments, Python ints giving int32 (int64 with x64) and Python floats
+  float32; the result is never weakly typed."""
+  check_arraylike("arange", start)
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "arange")
+  only_stop = stop is None and step is None
+  start = _concrete_scalar(start, "stop" if only_stop else "start")
+  stop = _concrete_scalar(stop, "stop")
+  step = _concrete_scalar(step, "step")
+  if dtype is None:
+    dtype = dtypes.result_type(start, *(x for x in (stop, step) if x is not None))
+  dtype = dtypes.canonicalize_dtype(dtype)
+  host = [None if x is None else to_numpy(x)[()] for x in (start, stop, step)]
+  if only_stop:
+    n = host[0]
+    if not dtypes.is_integer(np.asarray(n).dtype):
+      n = np.ceil(n)
+    return lax.iota(dtype, max(int(n), 0))
+  if step is not None and host[2] == 0:
+    raise ValueError("jnp.arange: step must not be zero")
+  try:
+    out = np.arange(*[h for h in host if h is not None] if step is not None else host[:2],
+                    dtype=dtype)
+  except (TypeError, ValueError):
+    out = np.arange(*[h for h in host if h is not None]).astype(dtype)
+  return Array(out)
+
+
+def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = False,
+             dtype=None, axis: int = 0, *, device=None):
+  """Evenly spaced values from ``start`` to ``stop`` (arrays broadcast; the new axis goes to
+  ``axis``).  Computed as ``start * (1 - t) + stop * t`` so both ends are exact."""
+  num = core.concrete_or_error(operator.index, num, "The 'num' argument of jnp.linspace.")
+  axis = core.concrete_or_error(operator.index, axis, "The 'axis' argument of jnp.linspace.")
+  if num < 0:
+    raise ValueError(f"Number of samples, {num}, must be non-negative.")
+  check_arraylike("linspace", start, stop)
+  start, stop = asarray(start), asarray(stop)
+  if dtype is None:
+    dtype = dtypes.to_inexact_dtype(dtypes.result_type(start, stop))
+  else:
+    dtype = dtypes.check_user_dtype(dtype, "linspace")
+  cdt = dtypes.to_inexact_dtype(dtype)
+  start = lax.convert_element_type(start, cdt)
+  stop = lax.convert_element_type(stop, cdt)
+  from ourjax.numpy._util import broadcast_shapes
+  bshape = list(broadcast_shapes(get_aval(start).shape, get_aval(stop).shape,
+                                 fun_name="linspace"))
+  start_b, stop_b = _broadcast_to(start, tuple(bshape)), _broadcast_to(stop, tuple(bshape))
+  if axis < 0:
+    axis = len(bshape) + axis + 1
+  if not 0 <= axis <= len(bshape):
+    raise ValueError(f"axis {axis} is out of bounds for linspace with bounds of shape "
+                     f"{tuple(bshape)}")
+  out_shape = tuple(bshape[:axis] + [num] + bshape[axis:])
+  div = (num - 1) if endpoint else num
+  if num > 1:
+    delta = lax.div(lax.sub(stop, start), lax._const(stop, div))
+    real = np.dtype(dtypes.finfo(cdt).dtype) if dtypes.is_complex(cdt) else cdt
+    t = lax.div(lax.broadcasted_iota(real, out_shape, axis), np.array(div, real))
+    t = lax.convert_element_type(t, cdt)
+    dims = tuple(i for i in range(len(out_shape)) if i != axis)
+    s = lax.broadcast_in_dim(start_b, out_shape, dims)
+    e = lax.broadcast_in_dim(stop_b, out_shape, dims)
+    out = lax.add(lax.mul(s, lax.sub(lax._const(t, 1), t)), lax.mul(e, t))
+    if endpoint:   # the last sample is exactly stop
+      last = lax.eq(lax.broadcasted_iota(np.int32, out_shape, axis), np.int32(num - 1))
+      out = lax.select_n(last, out, e)
+  elif num == 1:
+    delta = lax.full((), np.nan, cdt) if endpoint else lax.sub(stop, start)
+    out = lax.expand_dims(start_b, (axis,))
+  else:
+    delta = lax.full((), np.nan, cdt)
+    out = lax.full(out_shape, 0, cdt)
+  if dtypes.is_integer(dtype) and not dtypes.is_integer(cdt):
+    out = lax.floor(out)
+  out = lax.convert_element_type(out, dtype)
+  return (out, delta) if retstep else out
+
+
+def logspace(start, stop, num: int = 50, endpoint: bool = True, base=10.0, dtype=None,
+             axis: int = 0):
+  from ourjax.numpy._ufuncs import power
+  num = core.concrete_or_error(operator.index, num, "The 'num' argument of jnp.logspace.")
+  check_arraylike("logspace", start, stop)
+  if dtype is None:
+    dtype = dtypes.to_inexact_dtype(dtypes.result_type(start, stop))
+  else:
+    dtype = dtypes.check_user_dtype(dtype, "logspace")
+  cdt = dtypes.to_inexact_dtype(dtype)
+  lin = linspace(asarray(start, dtype=cdt), asarray(stop, dtype=cdt), num, endpoint=endpoint,
+                 axis=axis)
+  return lax.convert_element_type(power(base, lin), dtype)
+
+
+def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axis: int = 0):
+  from ourjax.numpy._ufuncs import sign, log10, divide, multiply
+  from ourjax.numpy._shape import moveaxis
+  num = core.concrete_or_error(operator.index, num, "The 'num' argument of jnp.geomspace.")
+  check_arraylike("geomspace", start, stop)
+  if dtype is None:
+    dtype = dtypes.to_inexact_dtype(dtypes.result_type(start, stop))
+  else:
+    dtype = dtypes.check_user_dtype(dtype, "geomspace")
+  cdt = dtypes.to_inexact_dtype(dtype)
+  start, stop = asarray(start, dtype=cdt), asarray(stop, dtype=cdt)
+  s = sign(start)
+  res = multiply(s, logspace(log10(divide(start, s)), log10(divide(stop, s)), num,
+                             endpoint=endpoint, base=10.0, dtype=cdt, axis=0))
+  if axis != 0:
+    res = moveaxis(res, 0, axis)
+  return lax.convert_element_type(res, dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# Structured constructors
+
+
+def _int_arg(x, what):
+  return core.concrete_or_error(operator.index, x, f"The '{what}' argument must be concrete.")
+
+
+def _diag_mask(n, m, k):
+  """Bool (n, m) mask of the k-th diagonal; ``k`` may be traced."""
+  i = lax.broadcasted_iota(np.int32, (n, m), 0)
+  j = lax.broadcasted_iota(np.int32, (n, m), 1)
+  kk = lax.convert_element_type(k, np.int32) if isinstance(k, (Array, Tracer)) else \
+      np.int32(operator.index(k))
+  return lax.eq(lax.add(i, kk), j)
+
+
+def eye(N, M=None, k=0, dtype=None, *, device=None):
+  """Ones on the k-th diagonal of an (N, M) array (k > 0 above the main diagonal)."""
+  n = _int_arg(N, "N")
+  m = n if M is None else _int_arg(M, "M")
+  if n < 0 or m < 0:
+    raise ValueError(f"negative dimensions are not allowed, got N={n}, M={m}")
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "eye")
+  return lax.convert_element_type(_diag_mask(n, m, k), dt)
+
+
+def identity(n, dtype=None):
+  return eye(n, dtype=dtype)
+
+
+def _tri_mask(n, m, k):
+  """Bool (n, m) mask, true where j <= i + k."""
+  i = lax.broadcasted_iota(np.int32, (n, m), 0)
+  j = lax.broadcasted_iota(np.int32, (n, m), 1)
+  kk = lax.convert_element_type(k, np.int32) if isinstance(k, (Array, Tracer)) else \
+      np.int32(operator.index(k))
+  return lax.ge(lax.add(i, kk), j)
+
+
+def tri(N, M=None, k=0, dtype=None):
+  n = _int_arg(N, "N")
+  m = n if M is None else _int_arg(M, "M")
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "tri")
+  return lax.convert_element_type(_tri_mask(n, m, k), dt)
+
+
+def _tril_triu(name, m, k, lower):
+  check_arraylike(name, m)
+  m = asarray(m)
+  aval = get_aval(m)
+  if aval.ndim < 2:
+    raise ValueError(f"Argument to jax.numpy.{name} must be at least 2D, got shape "
+                     f"{aval.shape}")
+  n_, m_ = aval.shape[-2:]
+  mask = _tri_mask(n_, m_, k) if lower else lax.not_(_tri_mask(n_, m_, lax.sub(k, 1) if
+                                                         isinstance(k, (Array, Tracer)) else
+                                                         operator.index(k) - 1))
+  mask = lax.broadcast_in_dim(mask, aval.shape, (aval.ndim - 2, aval.ndim - 1))
+  return lax.select_n(mask, lax.full_like(m, 0), m)
+
+
+def tril(m, k=0):
+  """Lower triangle of the last two axes (elements above the k-th diagonal zeroed)."""
+  return _tril_triu("tril", m, k, True)
+
+
+def triu(m, k=0):
+  """Upper triangle of the last two axes (elements below the k-th diagonal zeroed)."""
+  return _tril_triu("triu", m, k, False)
+
+
+def diag(v, k=0):
+  """A 1-D input becomes a 2-D array with ``v`` on its k-th diagonal; a 2-D input gives its k-th
+  diagonal."""
+  check_arraylike("diag", v)
+  v = asarray(v)
+  k = _int_arg(k, "k")
+  aval = get_aval(v)
+  if aval.ndim == 1:
+    length = aval.shape[0]
+    n = length + abs(k)
+    vp = lax.pad(v, lax._const(v, 0), [(0, abs(k), 0)]) if k else v
+    # row i holds v[i] for k >= 0 (column i + k); column j holds v[j] for k < 0
+    vb = lax.broadcast_in_dim(vp, (n, n), (0,) if k >= 0 else (1,))
+    return lax.select_n(_diag_mask(n, n, k), lax.full_like(vb, 0), vb)
+  if aval.ndim == 2:
+    from ourjax.numpy._linalg_ops import diagonal
+    return diagonal(v, offset=k)
+  raise ValueError(f"diag input must be 1d or 2d, got shape {aval.shape}")
+
+
+def diagflat(v, k=0):
+  check_arraylike("diagflat", v)
+  from ourjax.numpy._shape import ravel
+  return diag(ravel(v), k)
+
+
+def meshgrid(*xi, copy: bool = True, sparse: bool = False, indexing: str = "xy"):
+  """Coordinate arrays from 1-D coordinate vectors; ``indexing='xy'`` (the default) swaps the
+  first two output axes, as for Cartesian plots."""
+  check_arraylike("meshgrid", *xi)
+  if indexing not in ("xy", "ij"):
+    raise ValueError(f"Valid values for indexing are 'xy' and 'ij', got {indexing!r}")
+  args = [asarray(x) for x in xi]
+  for x in args:
+    if get_aval(x).ndim != 1:
+      raise ValueError(f"Arguments to jax.numpy.meshgrid must be 1D, got shape "
+                       f"{get_aval(x).shape}")
+  shape = [get_aval(x).shape[0] for x in args]
+  if indexing == "xy" and len(args) >= 2:
+    shape[0], shape[1] = shape[1], shape[0]
+  out = []
+  for i, x in enumerate(args):
+    d = i
+    if indexing == "xy" and len(args) >= 2 and i < 2:
+      d = 1 - i
+    if sparse:
+      s = [1] * len(args)
+      s[d] = shape[d]
+      out.append(lax.reshape(x, tuple(s)))
+    else:
+      out.append(lax.broadcast_in_dim(x, tuple(shape), (d,)))
+  return out
+
+
+def indices(dimensions, dtype=None, sparse: bool = False):
+  """Index grids: ``out[i]`` holds the i-th index of each position of a ``dimensions`` array."""
+  dims = canonicalize_shape(dimensions, "indices")
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype, "indices")
+  if sparse:
+    out = []
+    for i, d in enumerate(dims):
+      s = [1] * len(dims)
+      s[i] = d
+      out.append(lax.broadcasted_iota(dt, tuple(s), i))
+    return tuple(out)
+  if not dims:
+    return lax.full((0,), 0, dt)
+  grids = [lax.broadcasted_iota(dt, (1,) + dims, i + 1) for i in range(len(dims))]
+  return lax.concatenate(grids, 0) if len(grids) > 1 else grids[0]
+
+
+def fromfunction(function, shape, *, dtype=float, **kwargs):
+  """``function(*index_grids, **kwargs)`` over a grid of ``shape`` (NumPy's semantics: the
+  function sees whole coordinate arrays)."""
+  shape = canonicalize_shape(shape, "fromfunction")
+  dt = dtypes.check_user_dtype(dtype, "fromfunction")
+  grids = [lax.broadcasted_iota(dt, shape, i) for i in range(len(shape))]
+  return function(*grids, **kwargs)
+
+
+def _size(shape):
+  return math.prod(shape)

@@ -1,117 +1,701 @@
-"""Reductions: sum, prod, max, min, mean, all, any, var, std (more in later modules)."""
+"""Reductions: sum/prod/max/min/all/any (with ``where`` and ``initial``), mean/var/std,
+argmax/argmin, cumulative sums and products, NaN-ignoring variants, quantiles, average,
+count_nonzero and ptp.
+
+Dtype rules are JAX's: sums and products of bool and narrow integers accumulate in the default
+integer type (int32, uint32 for unsigned; 64-bit with x64) unless ``promote_integers=False``;
+float16/bfloat16 are accumulated in float32; mean/var/std of integers are float32."""
 from __future__ import annotations
+
+import builtins
+import math
+import operator
 
 import numpy as np
 
-from ourjax import dtypes, lax
+from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
-from ourjax.numpy._util import _as_operand, canonicalize_axes, check_arraylike, ensure_array
+from ourjax.numpy._creation import asarray
+from ourjax.numpy._util import _as_operand, _broadcast_to, check_arraylike
+
+_builtin_max, _builtin_min, _builtin_sum, _builtin_all = (builtins.max, builtins.min,
+                                                          builtins.sum, builtins.all)
 
 
-def _reduction(name, lax_fn, *, bool_to_int=False, to_bool=False, init=None):
-  def fn(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,
-         promote_integers=True):
-    if out is not None:
-      raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported.")
-    check_arraylike(name, a)
-    a = ensure_array(_as_operand(a))
-    aval = get_aval(a)
-    axes = canonicalize_axes(axis, aval.ndim)
-    dt = aval.dtype
-    if to_bool:
-      if dt != np.bool_:
-        a = lax.ne(a, lax._const(a, 0))
-    elif dtype is not None:
-      a = lax.convert_element_type(a, dtypes.check_user_dtype(dtype, name))
-    elif bool_to_int and (dt == np.bool_ or (promote_integers and dtypes.is_integer(dt)
-                                              and dt.itemsize < dtypes.default_int_dtype().itemsize)):
-      target = dtypes.default_int_dtype()
-      if dtypes.issubdtype(dt, np.unsignedinteger):
-        target = dtypes.default_uint_dtype()
-      a = lax.convert_element_type(a, target)
-    if where is not None:
-      from ourjax.numpy import where as _where, broadcast_to
-      ident = _identity(name, get_aval(a).dtype)
-      if ident is None:
-        raise ValueError(f"reduction operation {name} does not have an identity, so to use a "
-                         "where mask one has to specify 'initial'" if initial is None else "")
-      a = _where(where, a, ident)
-    if name in ("max", "min") and aval.size == 0 and initial is None:
-      raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
-    out_ = lax_fn(a, axes) if axes else a
-    if initial is not None:
-      from ourjax.numpy._ufuncs import add, multiply, maximum, minimum
-      comb = {"sum": add, "prod": multiply, "max": maximum, "min": minimum}[name]
-      out_ = comb(out_, initial)
-    if keepdims:
-      shape = tuple(1 if i in axes else s for i, s in enumerate(aval.shape))
-      out_ = lax.reshape(out_, shape)
-    return out_
-  fn.__name__ = fn.__qualname__ = name
-  return fn
+def _arr(name, a):
+  check_arraylike(name, a)
+  return asarray(_as_operand(a))
 
 
-def _identity(name, dt):
+def _reduction_axes(name, axis, ndim):
+  """Concrete, non-negative, unique axes (all of them for None)."""
+  if axis is None:
+    return tuple(range(ndim))
+  axis = core.concrete_or_error(None, axis, f"The axis argument to jnp.{name} must be concrete.")
+  axes = tuple(axis) if isinstance(axis, (tuple, list, np.ndarray)) else (axis,)
+  out = []
+  for a in axes:
+    a = operator.index(a)
+    if not -ndim <= a < builtins.max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+      raise ValueError(f"jnp.{name}: axis {a} is out of bounds for array of dimension {ndim}")
+    out.append(a % ndim if ndim else 0)
+  if len(set(out)) != len(out):
+    raise ValueError(f"duplicate value in 'axis': {axis}")
+  if ndim == 0:
+    return ()
+  return tuple(out)
+
+
+def _promote_integer_dtype(dt):
+  """bool and integers narrower than the default widen to it (uint -> default uint)."""
+  dt = np.dtype(dt)
+  if dt == np.bool_:
+    return dtypes.default_int_dtype()
+  if dtypes.issubdtype(dt, np.unsignedinteger):
+    u = dtypes.default_uint_dtype()
+    return u if dt.itemsize < u.itemsize else dt
+  if dtypes.issubdtype(dt, np.integer):
+    i = dtypes.default_int_dtype()
+    return i if dt.itemsize < i.itemsize else dt
+  return dt
+
+
+def _upcast_f16(dt):
+  dt = np.dtype(dt)
+  if dtypes.is_float(dt) and dt.itemsize < 4:
+    return np.dtype(np.float32)
+  return dt
+
+
+def _keepdims(out, shape, axes):
+  return lax.reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape)))
+
+
+def _where_mask(name, where, a, fill):
+  """``a`` with positions where ``where`` is False replaced by ``fill``."""
+  from ourjax.numpy._ufuncs import where as _where
+  check_arraylike(name, where)
+  shape = get_aval(a).shape
+  w = asarray(where)
+  if get_aval(w).dtype != np.bool_:
+    w = lax.ne(w, lax._const(w, 0))
+  try:
+    np.broadcast_shapes(get_aval(w).shape, shape)
+  except ValueError:
+    raise ValueError(f"jnp.{name}: where mask of shape {get_aval(w).shape} does not broadcast "
+                     f"to the array's shape {shape}") from None
+  return _where(w, a, lax.full_like(a, fill)) if shape else _where(w, a, fill)
+
+
+def _init_value(name, dt):
+  """The identity of a reduction in dtype ``dt`` (max/min use the extreme values)."""
+  dt = np.dtype(dt)
   if name == "sum":
-    return 0
+    return np.array(0, dt)
   if name == "prod":
-    return 1
+    return np.array(1, dt)
   if name in ("max", "min"):
-    return None
-  return None
+    if dt == np.bool_:
+      return np.array(name == "min", dt)
+    if dtypes.is_integer(dt):
+      info = dtypes.iinfo(dt)
+      return np.array(info.min if name == "max" else info.max, dt)
+    if dtypes.supports_inf(dt):
+      return np.array(-np.inf if name == "max" else np.inf, dt)
+    info = dtypes.finfo(dt)
+    return np.array(info.min if name == "max" else info.max, dt)
+  if name == "all":
+    return np.array(True)
+  if name == "any":
+    return np.array(False)
+  raise KeyError(name)
 
 
-sum = _reduction("sum", lax.reduce_sum, bool_to_int=True)  # noqa: A001
-prod = _reduction("prod", lax.reduce_prod, bool_to_int=True)
-max = amax = _reduction("max", lax.reduce_max)  # noqa: A001
-min = amin = _reduction("min", lax.reduce_min)  # noqa: A001
-_all = _reduction("all", lax.reduce_and, to_bool=True)
-_any = _reduction("any", lax.reduce_or, to_bool=True)
+_LAX_REDUCERS = {"sum": lax.reduce_sum, "prod": lax.reduce_prod, "max": lax.reduce_max,
+                 "min": lax.reduce_min, "all": lax.reduce_and, "any": lax.reduce_or}
+
+
+def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_integers=False,
+            has_identity=True, upcast_f16=False, bool_op=None):
+  if out is not None:
+    raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported.")
+  a = _arr(name, a)
+  aval = get_aval(a)
+  axes = _reduction_axes(name, axis, aval.ndim)
+  if initial is None and not has_identity:
+    if where is not None:
+      raise ValueError(f"reduction operation {name} does not have an identity, so to use a "
+                       "where mask one has to specify 'initial'")
+    if builtins.any(aval.shape[d] == 0 for d in axes):
+      raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+  if name in ("sum", "prod") and aval.dtype == np.bool_ and dtype is None and \
+      not promote_integers:
+    a = lax.convert_element_type(a, dtypes.default_int_dtype())
+    aval = get_aval(a)
+  if dtype is not None:
+    result_dt = dtypes.check_user_dtype(dtype, name)
+  else:
+    result_dt = aval.dtype
+    if promote_integers:
+      result_dt = _promote_integer_dtype(result_dt)
+  result_dt = dtypes.canonicalize_dtype(result_dt)
+  comp_dt = _upcast_f16(result_dt) if upcast_f16 else result_dt
+  if name in ("all", "any"):
+    comp_dt = result_dt = np.dtype(np.bool_)
+  a = lax.convert_element_type(a, comp_dt)
+  lax_name = name
+  if comp_dt == np.bool_ and name in ("sum", "prod", "max", "min"):
+    lax_name = {"sum": "any", "prod": "all", "max": "any", "min": "all"}[name]
+  if where is not None:
+    a = _where_mask(name, where, a, _init_value(lax_name, comp_dt))
+  res = _LAX_REDUCERS[lax_name](a, axes) if axes else a
+  if initial is not None:
+    init = asarray(initial)
+    if get_aval(init).ndim:
+      raise ValueError(f"initial value must be a scalar. Got array of shape "
+                       f"{get_aval(init).shape}")
+    init = lax.convert_element_type(init, comp_dt)
+    combine = {"sum": lax.add, "prod": lax.mul, "max": lax.max, "min": lax.min,
+               "any": lax.or_, "all": lax.and_}[lax_name]
+    res = combine(init, res)
+  if keepdims:
+    res = _keepdims(res, aval.shape, axes)
+  return lax.convert_element_type(res, result_dt)
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,  # noqa
+        promote_integers=True):
+  """Sum over ``axis`` (all axes by default)."""
+  return _reduce("sum", a, axis, dtype, out, keepdims, initial, where,
+                 promote_integers=promote_integers, upcast_f16=True)
+
+
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,
+         promote_integers=True):
+  """Product over ``axis`` (all axes by default)."""
+  return _reduce("prod", a, axis, dtype, out, keepdims, initial, where,
+                 promote_integers=promote_integers, upcast_f16=True)
+
+
+def max(a, axis=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
+  """Maximum over ``axis``; NaN propagates.  Empty reductions need ``initial``."""
+  return _reduce("max", a, axis, None, out, keepdims, initial, where, has_identity=False)
+
+
+def min(a, axis=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
+  """Minimum over ``axis``; NaN propagates.  Empty reductions need ``initial``."""
+  return _reduce("min", a, axis, None, out, keepdims, initial, where, has_identity=False)
+
+
+amax, amin = max, min
 
 
 def all(a, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
-  return _all(a, axis=axis, keepdims=keepdims)
+  return _reduce("all", a, axis, None, out, keepdims, None, where)
 
 
 def any(a, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
-  return _any(a, axis=axis, keepdims=keepdims)
+  return _reduce("any", a, axis, None, out, keepdims, None, where)
+
+
+def _axis_count(shape, axes):
+  return math.prod(shape[d] for d in axes)
 
 
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
-  check_arraylike("mean", a)
-  a = ensure_array(_as_operand(a))
+  """Arithmetic mean; integers and bools give the default float dtype."""
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.mean is not supported.")
+  a = _arr("mean", a)
   aval = get_aval(a)
-  axes = canonicalize_axes(axis, aval.ndim)
-  n = int(np.prod([aval.shape[i] for i in axes], dtype=np.int64))
+  axes = _reduction_axes("mean", axis, aval.ndim)
   if dtype is None:
-    dtype = dtypes.to_inexact_dtype(aval.dtype)
-  dtype = dtypes.check_user_dtype(dtype, "mean")
-  s = sum(lax.convert_element_type(a, dtype), axis=axes, keepdims=keepdims)
-  return lax.div(s, lax._const(s, n))
+    result_dt = dtypes.to_inexact_dtype(aval.dtype)
+  else:
+    result_dt = dtypes.check_user_dtype(dtype, "mean")
+  comp_dt = _upcast_f16(result_dt) if dtypes.is_inexact(result_dt) else result_dt
+  if where is None:
+    norm = lax.full((), _axis_count(aval.shape, axes), comp_dt)
+  else:
+    w = _broadcast_to(lax.ne(asarray(where), False) if get_aval(asarray(where)).dtype != np.bool_
+                      else asarray(where), aval.shape)
+    norm = sum(w, axes, dtype=comp_dt, keepdims=keepdims)
+  s = sum(a, axes, dtype=comp_dt, keepdims=keepdims, where=where)
+  return lax.convert_element_type(lax.div(s, norm), result_dt)
+
+
+def _var_dtypes(a_dt, dtype):
+  if dtype is not None:
+    dtype = dtypes.check_user_dtype(dtype, "var")
+    if not dtypes.is_complex(dtype) and dtypes.is_complex(a_dt):
+      raise ValueError("jnp.var does not support real dtype parameters when computing the "
+                       "variance of an array of complex values.")
+    return _upcast_f16(dtype), np.dtype(dtype)
+  if not dtypes.is_inexact(a_dt):
+    dt = dtypes.to_inexact_dtype(a_dt)
+    return _upcast_f16(dt), dt
+  real = np.dtype(dtypes.finfo(a_dt).dtype) if dtypes.is_complex(a_dt) else np.dtype(a_dt)
+  return _upcast_f16(a_dt), real
 
 
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
         correction=None):
-  if correction is not None:
-    ddof = correction
-  check_arraylike("var", a)
-  a = ensure_array(_as_operand(a))
+  """Variance, dividing by ``N - ddof`` (``correction`` is the array-API name of ``ddof``);
+  NaN where that is not positive."""
+  if correction is None:
+    correction = ddof
+  elif not isinstance(ddof, int) or ddof != 0:
+    raise ValueError("ddof and correction can't be provided simultaneously.")
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.var is not supported.")
+  a = _arr("var", a)
   aval = get_aval(a)
-  axes = canonicalize_axes(axis, aval.ndim)
-  dt = dtypes.check_user_dtype(dtype, "var") if dtype else dtypes.to_inexact_dtype(aval.dtype)
-  a = lax.convert_element_type(a, dt)
-  centered = lax.sub(a, mean(a, axis=axes, keepdims=True))
-  from ourjax.numpy._util import promote_shapes
-  centered = lax.mul(centered, centered)
-  n = int(np.prod([aval.shape[i] for i in axes], dtype=np.int64))
-  s = sum(centered, axis=axes, keepdims=keepdims)
-  return lax.div(s, lax._const(s, max_(n - ddof, 0)))
-
-
-def max_(a, b):
-  return a if a > b else b
+  axes = _reduction_axes("var", axis, aval.ndim)
+  comp_dt, result_dt = _var_dtypes(aval.dtype, dtype)
+  a = lax.convert_element_type(a, comp_dt)
+  m = mean(a, axes, dtype=comp_dt, keepdims=True, where=where)
+  centered = lax.sub(a, _broadcast_to(m, aval.shape) if aval.shape else m)
+  if dtypes.is_complex(comp_dt):
+    centered = lax.real(lax.mul(centered, lax.conj(centered)))
+    comp_dt = get_aval(centered).dtype
+  else:
+    centered = lax.square(centered)
+  if where is None:
+    norm = lax.full((), _axis_count(aval.shape, axes), comp_dt)
+  else:
+    w = asarray(where)
+    w = _broadcast_to(w if get_aval(w).dtype == np.bool_ else lax.ne(w, lax._const(w, 0)),
+                      aval.shape)
+    norm = sum(w, axes, dtype=comp_dt, keepdims=keepdims)
+  norm = lax.sub(norm, lax.convert_element_type(asarray(correction), comp_dt))
+  s = sum(centered, axes, dtype=comp_dt, keepdims=keepdims, where=where)
+  res = lax.convert_element_type(lax.div(s, norm), result_dt)
+  from ourjax.numpy._ufuncs import where as _where
+  return _where(lax.gt(norm, lax._const(norm, 0)), res, lax.full_like(res, np.nan)
+                if get_aval(res).shape else np.array(np.nan, result_dt))
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
         correction=None):
-  return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, correction=correction))
+  """Standard deviation: the square root of ``var``."""
+  if dtype is not None and not dtypes.is_inexact(dtypes.check_user_dtype(dtype, "std")):
+    raise ValueError(f"dtype argument to jnp.std must be inexact; got {dtype}")
+  return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, correction=correction))
+
+
+def ptp(a, axis=None, out=None, keepdims=False):
+  """Range (max - min) over ``axis``."""
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.ptp is not supported.")
+  hi = max(a, axis=axis, keepdims=keepdims)
+  lo = min(a, axis=axis, keepdims=keepdims)
+  from ourjax.numpy._ufuncs import subtract
+  return lax.sub(hi, lo) if get_aval(hi).dtype != np.bool_ else subtract(hi, lo)
+
+
+def count_nonzero(a, axis=None, keepdims=False):
+  a = _arr("count_nonzero", a)
+  nz = lax.ne(a, lax._const(a, 0)) if get_aval(a).dtype != np.bool_ else a
+  return sum(nz, axis=axis, dtype=dtypes.default_int_dtype(), keepdims=keepdims)
+
+
+# ------------------------------------------------------------------------------------------------
+# average
+
+
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+  """Weighted mean; 1-D ``weights`` may be given along a single ``axis``."""
+  from ourjax.numpy._util import promote_dtypes_inexact
+  from ourjax.numpy._shape import moveaxis
+  if weights is None:
+    a = _arr("average", a)
+    a, = promote_dtypes_inexact(a)
+    avg = mean(a, axis=axis, keepdims=keepdims)
+    axes = _reduction_axes("average", axis, get_aval(a).ndim)
+    wsum = lax.full_like(avg, _axis_count(get_aval(a).shape, axes))
+  else:
+    check_arraylike("average", a, weights)
+    a, weights = promote_dtypes_inexact(asarray(_as_operand(a)), asarray(_as_operand(weights)))
+    a_shape, w_shape = get_aval(a).shape, get_aval(weights).shape
+    nd = len(a_shape)
+    if a_shape != w_shape:
+      if len(w_shape) != 1:
+        raise ValueError("1D weights expected when shapes of a and weights differ.")
+      if axis is None:
+        raise ValueError("Axis must be specified when shapes of a and weights differ.")
+      if isinstance(axis, (tuple, list)):
+        raise ValueError("Single axis expected when shapes of a and weights differ")
+      ax = _reduction_axes("average", axis, nd)[0]
+      if w_shape[0] != a_shape[ax]:
+        raise ValueError("Length of weights not compatible with specified axis.")
+      weights = lax.broadcast_in_dim(weights, a_shape, (ax,))
+    wsum = sum(weights, axis=axis, keepdims=keepdims)
+    avg = lax.div(sum(lax.mul(a, weights), axis=axis, keepdims=keepdims), wsum)
+  if returned:
+    if get_aval(avg).shape != get_aval(wsum).shape:
+      wsum = _broadcast_to(wsum, get_aval(avg).shape)
+    return avg, wsum
+  return avg
+
+
+# ------------------------------------------------------------------------------------------------
+# argmax / argmin
+
+
+def _argminmax(name, lax_fn, a, axis, out, keepdims):
+  if out is not None:
+    raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported.")
+  a = _arr(name, a)
+  aval = get_aval(a)
+  if axis is None:
+    if aval.size == 0:
+      raise ValueError(f"attempt to get {name} of an empty sequence")
+    flat = lax.reshape(a, (aval.size,))
+    res = lax_fn(flat, 0, dtypes.default_int_dtype())
+    return lax.reshape(res, (1,) * aval.ndim) if keepdims else res
+  ax = _reduction_axes(name, axis, aval.ndim)
+  if aval.ndim == 0:
+    raise ValueError(f"jnp.{name}: axis {axis} is out of bounds for array of dimension 0")
+  ax = ax[0]
+  if aval.shape[ax] == 0:
+    raise ValueError(f"attempt to get {name} of an empty sequence")
+  res = lax_fn(a, ax, dtypes.default_int_dtype())
+  return _keepdims(res, aval.shape, (ax,)) if keepdims else res
+
+
+def argmax(a, axis=None, out=None, keepdims=None):
+  """Index of the first maximum (of the first NaN, if any) along ``axis``."""
+  return _argminmax("argmax", lax.argmax, a, axis, out, keepdims)
+
+
+def argmin(a, axis=None, out=None, keepdims=None):
+  """Index of the first minimum (of the first NaN, if any) along ``axis``."""
+  return _argminmax("argmin", lax.argmin, a, axis, out, keepdims)
+
+
+def nanargmax(a, axis=None, out=None, keepdims=None):
+  from ourjax.numpy._ufuncs import isnan, where
+  a = _arr("nanargmax", a)
+  if not dtypes.is_inexact(get_aval(a).dtype):
+    return argmax(a, axis=axis, keepdims=keepdims)
+  nan_mask = isnan(a)
+  res = argmax(where(nan_mask, -np.inf, a), axis=axis, keepdims=keepdims)
+  return where(all(nan_mask, axis=axis, keepdims=keepdims), -1, res)
+
+
+def nanargmin(a, axis=None, out=None, keepdims=None):
+  from ourjax.numpy._ufuncs import isnan, where
+  a = _arr("nanargmin", a)
+  if not dtypes.is_inexact(get_aval(a).dtype):
+    return argmin(a, axis=axis, keepdims=keepdims)
+  nan_mask = isnan(a)
+  res = argmin(where(nan_mask, np.inf, a), axis=axis, keepdims=keepdims)
+  return where(all(nan_mask, axis=axis, keepdims=keepdims), -1, res)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cumulative reductions
+
+
+def _cumulative(name, lax_fn, a, axis, dtype, out, *, fill_nan=None, promote_integers=False,
+                reverse=False):
+  if out is not None:
+    raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported")
+  a = _arr(name, a)
+  aval = get_aval(a)
+  if axis is None or aval.ndim == 0:
+    a = lax.reshape(a, (aval.size,))
+    if axis is None:
+      axis = 0
+  aval = get_aval(a)
+  ax = _reduction_axes(name, axis, aval.ndim)[0] if aval.ndim else 0
+  if fill_nan is not None and dtypes.is_inexact(aval.dtype):
+    from ourjax.numpy._ufuncs import isnan
+    a = lax.select_n(isnan(a), a, lax.full_like(a, fill_nan))
+  if dtype is not None:
+    result_dt = dtypes.check_user_dtype(dtype, name)
+  else:
+    result_dt = aval.dtype
+  if (dtype is None and promote_integers) or result_dt == np.bool_:
+    result_dt = _promote_integer_dtype(result_dt)
+  a = lax.convert_element_type(a, result_dt)
+  res = lax_fn(a, axis=ax, reverse=reverse)
+  if dtype is not None and np.dtype(dtypes.check_user_dtype(dtype, name)) == np.bool_:
+    res = lax.convert_element_type(res, np.bool_)
+  return res
+
+
+def cumsum(a, axis=None, dtype=None, out=None):
+  """Running sum along ``axis`` (the flattened array for None); the dtype is kept, except that
+  bool accumulates in the default int."""
+  return _cumulative("cumsum", lax.cumsum, a, axis, dtype, out)
+
+
+def cumprod(a, axis=None, dtype=None, out=None):
+  """Running product along ``axis`` (the flattened array for None)."""
+  return _cumulative("cumprod", lax.cumprod, a, axis, dtype, out)
+
+
+cumproduct = cumprod
+
+
+def nancumsum(a, axis=None, dtype=None, out=None):
+  return _cumulative("nancumsum", lax.cumsum, a, axis, dtype, out, fill_nan=0)
+
+
+def nancumprod(a, axis=None, dtype=None, out=None):
+  return _cumulative("nancumprod", lax.cumprod, a, axis, dtype, out, fill_nan=1)
+
+
+def _cumulative_api(name, lax_fn, x, axis, dtype, include_initial, init):
+  x = _arr(name, x)
+  aval = get_aval(x)
+  if aval.ndim == 0:
+    raise ValueError(f"The input must be non-scalar to take a cumulative {name[11:]}, however "
+                     "a scalar value or scalar array was given.")
+  if axis is None:
+    if aval.ndim > 1:
+      raise ValueError(f"The input array has rank {aval.ndim}, however axis was not set to an "
+                       "explicit value. The axis argument is only optional for one-dimensional "
+                       "arrays.")
+    axis = 0
+  ax = _reduction_axes(name, axis, aval.ndim)[0]
+  out = _cumulative(name, lax_fn, x, ax, dtype, None, promote_integers=True)
+  if include_initial:
+    s = list(aval.shape)
+    s[ax] = 1
+    out = lax.concatenate([lax.full(tuple(s), init, get_aval(out).dtype), out], ax)
+  return out
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+  return _cumulative_api("cumulative_sum", lax.cumsum, x, axis, dtype, include_initial, 0)
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
+  return _cumulative_api("cumulative_prod", lax.cumprod, x, axis, dtype, include_initial, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# NaN-ignoring reductions
+
+
+def _nan_reduction(name, fn, a, init, nan_if_all_nan, axis, keepdims, **kw):
+  from ourjax.numpy._ufuncs import isnan, where
+  a = _arr(name, a)
+  if not dtypes.is_inexact(get_aval(a).dtype):
+    return fn(a, axis=axis, keepdims=keepdims, **kw)
+  nan_mask = isnan(a)
+  out = fn(where(nan_mask, init, a), axis=axis, keepdims=keepdims, **kw)
+  if nan_if_all_nan:
+    return where(all(nan_mask, axis=axis, keepdims=keepdims), np.nan, out)
+  return out
+
+
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+  return _nan_reduction("nansum", sum, a, 0, False, axis, keepdims, dtype=dtype,
+                        initial=initial, where=where)
+
+
+def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+  return _nan_reduction("nanprod", prod, a, 1, False, axis, keepdims, dtype=dtype,
+                        initial=initial, where=where)
+
+
+def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+  return _nan_reduction("nanmax", max, a, -np.inf, initial is None, axis, keepdims,
+                        initial=initial, where=where)
+
+
+def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+  return _nan_reduction("nanmin", min, a, np.inf, initial is None, axis, keepdims,
+                        initial=initial, where=where)
+
+
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
+  """Mean ignoring NaN (NaN where every element is NaN)."""
+  from ourjax.numpy._ufuncs import isnan
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.nanmean is not supported.")
+  a = _arr("nanmean", a)
+  if not dtypes.is_inexact(get_aval(a).dtype):
+    return mean(a, axis=axis, dtype=dtype, keepdims=keepdims, where=where)
+  if dtype is None:
+    dtype = dtypes.to_inexact_dtype(get_aval(a).dtype)
+  valid = lax.not_(isnan(a))
+  if where is not None:
+    valid = lax.and_(valid, _broadcast_to(asarray(where), get_aval(a).shape))
+  count = sum(valid, axis=axis, dtype=dtype, keepdims=keepdims)
+  total = nansum(a, axis=axis, dtype=dtype, keepdims=keepdims, where=where)
+  return lax.div(total, count)
+
+
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+  """Variance ignoring NaN."""
+  from ourjax.numpy._ufuncs import isnan, where as _where
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.nanvar is not supported.")
+  a = _arr("nanvar", a)
+  comp_dt, result_dt = _var_dtypes(get_aval(a).dtype, dtype)
+  a = lax.convert_element_type(a, comp_dt)
+  a_mean = nanmean(a, axis=axis, dtype=comp_dt, keepdims=True, where=where)
+  a_mean = _broadcast_to(a_mean, get_aval(a).shape) if get_aval(a).ndim else a_mean
+  centered = _where(isnan(a), lax.full_like(a, 0), lax.sub(a, a_mean))
+  if dtypes.is_complex(comp_dt):
+    centered = lax.real(lax.mul(centered, lax.conj(centered)))
+  else:
+    centered = lax.square(centered)
+  valid = lax.not_(isnan(a))
+  if where is not None:
+    valid = lax.and_(valid, _broadcast_to(asarray(where), get_aval(a).shape))
+  rdt = get_aval(centered).dtype
+  norm = lax.sub(sum(valid, axis=axis, dtype=rdt, keepdims=keepdims), lax._const(centered, ddof))
+  s = sum(centered, axis=axis, dtype=rdt, keepdims=keepdims, where=where)
+  bad = lax.le(norm, lax._const(norm, 0))
+  res = lax.div(_where(bad, np.nan, s), _where(bad, 1, norm))
+  return lax.convert_element_type(res, result_dt)
+
+
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+  return lax.sqrt(nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
+                         where=where))
+
+
+# ------------------------------------------------------------------------------------------------
+# Quantiles (sort along the axis, then interpolate between neighbouring order statistics)
+
+
+def _take_last(s, idx):
+  """``s[..., idx]`` for an int32 index array ``idx`` broadcastable against ``s[..., 0]``,
+  as a one-hot masked sum (exact; works for traced indices)."""
+  aval = get_aval(s)
+  n = aval.shape[-1]
+  idx = _broadcast_to(idx, aval.shape[:-1]) if get_aval(idx).shape != aval.shape[:-1] else idx
+  hit = lax.eq(lax.broadcasted_iota(np.int32, aval.shape, aval.ndim - 1),
+               lax.broadcast_in_dim(idx, aval.shape, tuple(range(aval.ndim - 1))))
+  return lax.reduce_sum(lax.select_n(hit, lax.full_like(s, 0), s), (aval.ndim - 1,))
+
+
+_QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(name, a, q, axis, method, keepdims, squash_nans):
+  from ourjax.numpy._ufuncs import isnan, where
+  from ourjax.numpy._util import promote_dtypes_inexact
+  if method not in _QUANTILE_METHODS:
+    raise ValueError(f"method can only be one of {list(_QUANTILE_METHODS)}; got {method!r}")
+  check_arraylike(name, a, q)
+  a, q = asarray(_as_operand(a)), asarray(_as_operand(q))
+  if get_aval(q).ndim > 1:
+    raise ValueError(f"q must be have rank <= 1, got shape {get_aval(q).shape}")
+  a, = promote_dtypes_inexact(a)
+  dt = get_aval(a).dtype
+  if dtypes.is_complex(dt):
+    raise ValueError(f"{name} does not support complex input")
+  q = lax.convert_element_type(q, dt)
+  aval = get_aval(a)
+  axes = _reduction_axes(name, axis, aval.ndim)
+  keep_shape = tuple(1 if i in axes else d for i, d in enumerate(aval.shape))
+  if aval.ndim == 0:
+    a = lax.reshape(a, (1,))
+    axes = (0,)
+    aval = get_aval(a)
+  # move the reduced axes to the end and merge them
+  rest = tuple(i for i in range(aval.ndim) if i not in axes)
+  a = lax.transpose(a, rest + axes)
+  n = _axis_count(aval.shape, axes)
+  a = lax.reshape(a, tuple(aval.shape[i] for i in rest) + (n,))
+  batch = get_aval(a).shape[:-1]
+  if n == 0:
+    raise ValueError(f"jnp.{name}: cannot compute a quantile of an empty array")
+  s = lax.sort(a, dimension=get_aval(a).ndim - 1)
+  nan_any = any(isnan(a), axis=-1)
+  if squash_nans:
+    counts = sum(lax.not_(isnan(a)), axis=-1, dtype=dt)
+  else:
+    counts = lax.full(batch, n, dt)
+  q_shape = get_aval(q).shape
+  # results have shape q_shape + batch
+  out_shape = q_shape + batch
+  qb = lax.broadcast_in_dim(q, out_shape, tuple(range(len(q_shape))))
+  cb = lax.broadcast_in_dim(counts, out_shape, tuple(range(len(q_shape), len(out_shape))))
+  pos = lax.mul(qb, lax.sub(cb, lax._const(cb, 1)))
+  lo = lax.floor(pos)
+  hi = lax.ceil(pos)
+  top = lax.max(lax.sub(cb, lax._const(cb, 1)), lax._const(cb, 0))
+  lo = lax.clamp(lax._const(lo, 0), lo, top) if not get_aval(top).shape else \
+      lax.min(lax.max(lo, lax._const(lo, 0)), top)
+  hi = lax.min(lax.max(hi, lax._const(hi, 0)), top)
+  sb = lax.broadcast_in_dim(s, out_shape + (n,), tuple(range(len(q_shape), len(out_shape) + 1)))
+  lo_i = lax.convert_element_type(lo, np.int32)
+  hi_i = lax.convert_element_type(hi, np.int32)
+  v_lo = _take_last(sb, lo_i)
+  v_hi = _take_last(sb, hi_i)
+  if method == "linear":
+    frac = lax.sub(pos, lo)
+    res = lax.add(lax.mul(v_lo, lax.sub(lax._const(frac, 1), frac)), lax.mul(v_hi, frac))
+  elif method == "lower":
+    res = v_lo
+  elif method == "higher":
+    res = v_hi
+  elif method == "midpoint":
+    res = lax.mul(lax.add(v_lo, v_hi), lax._const(v_lo, 0.5))
+  else:
+    near = lax.round(pos, lax.RoundingMethod.TO_NEAREST_EVEN)
+    near = lax.min(lax.max(near, lax._const(near, 0)), top)
+    res = _take_last(sb, lax.convert_element_type(near, np.int32))
+  if squash_nans:
+    empty = lax.eq(cb, lax._const(cb, 0))
+    res = where(empty, np.nan, res)
+  else:
+    nb = lax.broadcast_in_dim(nan_any, out_shape, tuple(range(len(q_shape), len(out_shape))))
+    res = where(nb, np.nan, res)
+  if keepdims:
+    res = lax.reshape(res, q_shape + keep_shape)
+  return res
+
+
+def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+             keepdims=False):
+  """The ``q``-th quantile(s) (``q`` in [0, 1], a scalar or 1-D) over ``axis``; methods
+  linear, lower, higher, midpoint, nearest."""
+  if overwrite_input or out is not None:
+    raise ValueError("jax.numpy.quantile does not support overwrite_input=True or out != None")
+  return _quantile("quantile", a, q, axis, method, keepdims, False)
+
+
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                keepdims=False):
+  if overwrite_input or out is not None:
+    raise ValueError("jax.numpy.nanquantile does not support overwrite_input=True or "
+                     "out != None")
+  return _quantile("nanquantile", a, q, axis, method, keepdims, True)
+
+
+def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+               keepdims=False):
+  from ourjax.numpy._util import promote_dtypes_inexact
+  check_arraylike("percentile", a, q)
+  q, = promote_dtypes_inexact(asarray(_as_operand(q)))
+  return quantile(a, lax.div(q, lax._const(q, 100)), axis=axis, out=out,
+                  overwrite_input=overwrite_input, method=method, keepdims=keepdims)
+
+
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                  keepdims=False):
+  from ourjax.numpy._util import promote_dtypes_inexact
+  check_arraylike("nanpercentile", a, q)
+  q, = promote_dtypes_inexact(asarray(_as_operand(q)))
+  return nanquantile(a, lax.div(q, lax._const(q, 100)), axis=axis, out=out,
+                     overwrite_input=overwrite_input, method=method, keepdims=keepdims)
+
+
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+  """Middle value (mean of the two middle values for an even count); NaN if any is NaN."""
+  return quantile(a, 0.5, axis=axis, out=out, overwrite_input=overwrite_input,
+                  keepdims=keepdims, method="midpoint")
+
+
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+  return nanquantile(a, 0.5, axis=axis, out=out, overwrite_input=overwrite_input,
+                     keepdims=keepdims, method="midpoint")

@@ -2,12 +2,24 @@
 lax primitive.  Most are one line in the tables below."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ourjax import dtypes, lax
 from ourjax.core import get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
-                                check_arraylike, _as_operand)
+                                check_arraylike, _as_operand, _broadcast_to, promote_dtypes)
+
+
+def _select(pred, *cases):
+  """``lax.select_n`` whose operands broadcast (NumPy rules) to a common shape."""
+  shapes = [get_aval(v).shape for v in (pred,) + cases]
+  shape = tuple(np.broadcast_shapes(*shapes))
+  cases = tuple(c if get_aval(c).shape == shape else _broadcast_to(c, shape) for c in cases)
+  if shapes[0] and shapes[0] != shape:
+    pred = _broadcast_to(pred, shape)
+  return lax.select_n(pred, *cases)
 
 
 def _unary(name, lax_fn, promote=promote_args_inexact):
@@ -150,7 +162,7 @@ def trunc(x, /):
   x, = promote_args("trunc", x)
   if not dtypes.is_float(get_aval(x).dtype):
     return x
-  return lax.select_n(lax.lt(x, lax._const(x, 0)), lax.floor(x), lax.ceil(x))
+  return _select(lax.lt(x, lax._const(x, 0)), lax.floor(x), lax.ceil(x))
 
 
 fix = trunc
@@ -184,33 +196,57 @@ around = round
 
 
 def power(x1, x2, /):
-  """x1 ** x2 with NumPy's dtype rules; a concrete integer exponent uses integer_pow."""
+  """``x1 ** x2`` with JAX's rules: a concrete integer exponent (Python int, NumPy integer,
+  concrete 0-d integer array) uses ``integer_pow`` and keeps ``x1``'s dtype; integer powers
+  of integer arrays are exact (binary exponentiation)."""
   check_arraylike("power", x1, x2)
-  from ourjax.core import Tracer
-  if isinstance(x2, int) and not isinstance(x2, bool) or (
-      isinstance(x2, np.integer)):
+  x1, x2 = _as_operand(x1), _as_operand(x2)
+  try:
+    n = operator.index(x2)
+  except TypeError:
+    pass
+  else:
     x1, = promote_args_numeric("power", x1)
-    return lax.integer_pow(x1, int(x2))
-  x1, x2 = promote_args_numeric("power", x1, x2)
+    if n < 0 and dtypes.is_integer(get_aval(x1).dtype):
+      raise TypeError(f"power: integers cannot be raised to negative powers, got "
+                      f"{get_aval(x1).dtype.name} ** {n}")
+    return lax.integer_pow(x1, n)
+  x1, x2 = promote_args("power", x1, x2)
   dt = get_aval(x1).dtype
+  if dt == np.bool_:
+    return lax.or_(x1, lax.not_(x2))   # b1 ** b2 is False only for False ** True
   if dtypes.is_integer(dt):
     return _integer_power(x1, x2)
   return lax.pow(x1, x2)
 
 
 def _integer_power(x, y):
-  """x ** y for integer arrays by repeated squaring over the bits of y (y >= 0)."""
+  """x ** y for integer arrays by binary exponentiation over the bits of y (y >= 0); 0 ** 0 is
+  1 and negative exponents give 0 (except for bases 1 and -1), as a loop would."""
   from ourjax.numpy._util import promote_shapes
   x, y = promote_shapes("power", x, y)
-  acc = lax.full_like(x, 1) if get_aval(x).shape else lax._const(x, 1)
-  if get_aval(y).shape and not get_aval(acc).shape:
-    acc = lax.full_like(y, 1)
+  shape = np.broadcast_shapes(get_aval(x).shape, get_aval(y).shape)
+  x = _broadcast_to(x, shape) if get_aval(x).shape != shape else x
+  y = _broadcast_to(y, shape) if get_aval(y).shape != shape else y
+  neg = lax.lt(y, lax._const(y, 0)) if dtypes.issubdtype(get_aval(y).dtype, np.signedinteger) \
+      else None
+  acc = lax.full_like(x, 1)
+  base, e = x, y
   bits = get_aval(x).dtype.itemsize * 8
   for _ in range(bits):
-    odd = lax.ne(lax.and_(y, lax._const(y, 1)), lax._const(y, 0))
-    acc = lax.select_n(odd, acc, lax.mul(acc, x))
-    x = lax.mul(x, x)
-    y = lax.shift_right_logical(y, lax._const(y, 1))
+    odd = lax.ne(lax.and_(e, lax._const(e, 1)), lax._const(e, 0))
+    acc = _select(odd, acc, lax.mul(acc, base))
+    base = lax.mul(base, base)
+    e = lax.shift_right_logical(e, lax._const(e, 1))
+  if neg is not None:
+    # x ** -n: 1 for x == 1, +-1 for x == -1, 0 otherwise (an integer reciprocal truncates)
+    one, m1 = lax._const(x, 1), lax._const(x, -1)
+    odd_y = lax.ne(lax.and_(y, lax._const(y, 1)), lax._const(y, 0))
+    recip = _select(lax.eq(x, one), _select(
+        lax.eq(x, m1), lax.full_like(x, 0), _select(odd_y, lax.full_like(x, 1),
+                                                          lax.full_like(x, -1))),
+        lax.full_like(x, 1))
+    acc = _select(neg, acc, recip)
   return acc
 
 
@@ -231,7 +267,7 @@ def floor_divide(x1, x2, /):
     r = lax.rem(x1, x2)
     zero = lax._const(x1, 0)
     adjust = lax.and_(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
-    return lax.select_n(adjust, q, lax.sub(q, lax._const(q, 1)))
+    return _select(adjust, q, lax.sub(q, lax._const(q, 1)))
   return lax.floor(lax.div(x1, x2))
 
 
@@ -240,7 +276,7 @@ def remainder(x1, x2, /):
   r = lax.rem(x1, x2)
   zero = lax._const(r, 0)
   fix_sign = lax.and_(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
-  return lax.select_n(fix_sign, r, lax.add(r, x2))
+  return _select(fix_sign, r, lax.add(r, x2))
 
 
 mod = remainder
@@ -301,7 +337,7 @@ def signbit(x, /):
 
 def copysign(x1, x2, /):
   x1, x2 = promote_args_inexact("copysign", x1, x2)
-  return lax.select_n(signbit(x2), lax.abs(x1), lax.neg(lax.abs(x1)))
+  return _select(signbit(x2), lax.abs(x1), lax.neg(lax.abs(x1)))
 
 
 def logaddexp(x1, x2, /):
@@ -309,10 +345,10 @@ def logaddexp(x1, x2, /):
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
   both_inf = lax.and_(lax.eq(x1, x2), lax.eq(lax.abs(x1), lax._const(x1, np.inf)))
-  safe = lax.select_n(lax.ne(delta, delta), lax.log1p(lax.exp(lax.neg(lax.abs(delta)))),
+  safe = _select(lax.ne(delta, delta), lax.log1p(lax.exp(lax.neg(lax.abs(delta)))),
                       lax.add(x1, x2))
   out = lax.add(amax, safe)
-  return lax.select_n(both_inf, out, amax)
+  return _select(both_inf, out, amax)
 
 
 def logaddexp2(x1, x2, /):
@@ -348,18 +384,18 @@ def hypot(x1, x2, /):
   x1, x2 = promote_args_inexact("hypot", x1, x2)
   a, b = lax.abs(x1), lax.abs(x2)
   hi, lo = lax.max(a, b), lax.min(a, b)
-  safe_hi = lax.select_n(lax.eq(hi, lax._const(hi, 0)), hi, lax._const(hi, 1))
+  safe_hi = _select(lax.eq(hi, lax._const(hi, 0)), hi, lax._const(hi, 1))
   r = lax.div(lo, safe_hi)
   out = lax.mul(hi, lax.sqrt(lax.add(lax._const(r, 1), lax.mul(r, r))))
-  return lax.select_n(lax.eq(hi, lax._const(hi, np.inf)), out, hi)
+  return _select(lax.eq(hi, lax._const(hi, np.inf)), out, hi)
 
 
 def sinc(x, /):
   x, = promote_args_inexact("sinc", x)
   pix = lax.mul(x, lax._const(x, np.pi))
   is_zero = lax.eq(x, lax._const(x, 0))
-  safe = lax.select_n(is_zero, pix, lax._const(x, 1))
-  return lax.select_n(is_zero, lax.div(lax.sin(safe), safe), lax._const(x, 1))
+  safe = _select(is_zero, pix, lax._const(x, 1))
+  return _select(is_zero, lax.div(lax.sin(safe), safe), lax._const(x, 1))
 
 
 def heaviside(x1, x2, /):
@@ -369,7 +405,6 @@ def heaviside(x1, x2, /):
 
 
 def where_(c, x, y):
-  from ourjax.numpy import where
   return where(c, x, y)
 
 
@@ -389,3 +424,422 @@ def conjugate(x, /):
 
 
 conj = conjugate
+
+
+# ------------------------------------------------------------------------------------------------
+# where, clip, comparisons with tolerance
+
+
+def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
+  """Elementwise choice between ``x`` (where ``condition``) and ``y``, promoted and broadcast.
+  The one-argument form is ``nonzero`` (an indexing function)."""
+  if x is None and y is None:
+    from ourjax import numpy as jnp
+    nonzero = getattr(jnp, "nonzero", None)
+    if nonzero is None:
+      raise NotImplementedError("jnp.where(condition) needs jnp.nonzero (not available yet)")
+    return nonzero(condition, size=size, fill_value=fill_value)
+  if x is None or y is None:
+    raise ValueError("Either both or neither of the x and y arguments should be provided to "
+                     "jax.numpy.where, got one.")
+  if size is not None or fill_value is not None:
+    raise ValueError("size and fill_value arguments cannot be used in three-term where "
+                     "function.")
+  check_arraylike("where", condition, x, y)
+  condition, x, y = (_as_operand(v) for v in (condition, x, y))
+  if get_aval(condition).dtype != np.bool_:
+    condition = lax.ne(condition, lax._const(condition, 0))
+  x, y = promote_dtypes(x, y)
+  from ourjax.numpy._util import broadcast_shapes
+  shapes = [get_aval(v).shape for v in (condition, x, y)]
+  shape = broadcast_shapes(*shapes, fun_name="where")
+  x = _broadcast_to(x, shape) if shapes[1] != shape else x
+  y = _broadcast_to(y, shape) if shapes[2] != shape else y
+  if shapes[0] and shapes[0] != shape:
+    condition = _broadcast_to(condition, shape)
+  return lax.select_n(condition, y, x)
+
+
+class _Unset:
+  def __repr__(self):
+    return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+def clip(arr=None, /, min=None, max=None, *, a=_UNSET, a_min=_UNSET, a_max=_UNSET):  # noqa: A002
+  """Limit values to ``[min, max]`` (either may be None).  ``a``/``a_min``/``a_max`` are the
+  older spellings of the arguments."""
+  if a is not _UNSET:
+    arr = a
+  if a_min is not _UNSET:
+    min = a_min  # noqa: A001
+  if a_max is not _UNSET:
+    max = a_max  # noqa: A001
+  if arr is None:
+    raise ValueError("No input was provided to the clip function.")
+  check_arraylike("clip", arr)
+  for v in (arr, min, max):
+    if v is not None and dtypes.is_complex(dtypes.dtype(_as_operand(v))):
+      raise ValueError("Clip received a complex value either through the input or the min/max "
+                       "keywords. Complex values have no ordering and cannot be clipped.")
+  if min is not None:
+    arr = maximum(min, arr)
+  if max is not None:
+    arr = minimum(max, arr)
+  from ourjax.numpy._creation import asarray
+  return asarray(arr)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
+  """``|a - b| <= atol + rtol * |b|`` elementwise, in the promoted inexact dtype; infinities
+  are close only to themselves and NaN to nothing (or to NaN, with ``equal_nan``)."""
+  a, b = promote_args_inexact("isclose", a, b)
+  dt = get_aval(a).dtype
+  rdt = np.dtype(dtypes.finfo(dt).dtype) if dtypes.is_complex(dt) else dt
+  tol_rel = lax.convert_element_type(np.asarray(rtol), rdt) if not hasattr(rtol, "aval") else \
+      lax.convert_element_type(rtol, rdt)
+  tol_abs = lax.convert_element_type(np.asarray(atol), rdt) if not hasattr(atol, "aval") else \
+      lax.convert_element_type(atol, rdt)
+  out = lax.le(lax.abs(lax.sub(a, b)), lax.add(tol_abs, lax.mul(tol_rel, lax.abs(b))))
+  a_inf, b_inf = isinf(a), isinf(b)
+  out = lax.and_(out, lax.not_(lax.or_(a_inf, b_inf)))
+  out = lax.or_(out, lax.and_(lax.and_(a_inf, b_inf), lax.eq(a, b)))
+  a_nan, b_nan = isnan(a), isnan(b)
+  out = lax.and_(out, lax.not_(lax.or_(a_nan, b_nan)))
+  if equal_nan:
+    out = lax.or_(out, lax.and_(a_nan, b_nan))
+  return out
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
+  from ourjax.numpy._reductions import all as _all
+  return _all(isclose(a, b, rtol, atol, equal_nan))
+
+
+def array_equal(a1, a2, equal_nan: bool = False):
+  """True if both have the same shape and elements (NaN equal to NaN with ``equal_nan``)."""
+  from ourjax.numpy._creation import asarray
+  from ourjax.numpy._reductions import all as _all
+  try:
+    a1, a2 = asarray(a1), asarray(a2)
+  except Exception:
+    return asarray(False)
+  if get_aval(a1).shape != get_aval(a2).shape:
+    return asarray(False, dtype=bool)
+  eq = equal(a1, a2)
+  if equal_nan:
+    eq = lax.or_(eq, lax.and_(isnan(a1), isnan(a2)))
+  return _all(eq)
+
+
+def array_equiv(a1, a2):
+  """True if the arrays broadcast together and are equal everywhere."""
+  from ourjax.numpy._creation import asarray
+  from ourjax.numpy._reductions import all as _all
+  a1, a2 = asarray(a1), asarray(a2)
+  try:
+    np.broadcast_shapes(get_aval(a1).shape, get_aval(a2).shape)
+  except ValueError:
+    return asarray(False, dtype=bool)
+  return _all(equal(a1, a2))
+
+
+def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
+  """Replace NaN by ``nan`` and infinities by ``posinf``/``neginf`` (default: the largest and
+  most negative finite values of the dtype)."""
+  check_arraylike("nan_to_num", x)
+  x = _as_operand(x)
+  from ourjax.numpy._creation import asarray
+  x = asarray(x)
+  dt = get_aval(x).dtype
+  if not dtypes.is_inexact(dt):
+    return x
+  if dtypes.is_complex(dt):
+    re = nan_to_num(lax.real(x), nan=nan, posinf=posinf, neginf=neginf)
+    im = nan_to_num(lax.imag(x), nan=nan, posinf=posinf, neginf=neginf)
+    return lax.add(lax.convert_element_type(re, dt),
+                   lax.mul(lax.convert_element_type(im, dt), np.array(1j, dt)))
+  info = dtypes.finfo(dt)
+  posinf = info.max if posinf is None else posinf
+  neginf = info.min if neginf is None else neginf
+  out = _select(isnan(x), x, lax.full_like(x, nan))
+  out = _select(isposinf(out), out, lax.full_like(x, posinf))
+  return _select(isneginf(out), out, lax.full_like(x, neginf))
+
+
+# ------------------------------------------------------------------------------------------------
+# More elementwise functions
+
+
+def fabs(x, /):
+  x, = promote_args_inexact("fabs", x)
+  if dtypes.is_complex(get_aval(x).dtype):
+    raise TypeError("ufunc 'fabs' does not support complex dtypes")
+  return lax.abs(x)
+
+
+def fmax(x1, x2, /):
+  """Elementwise maximum ignoring NaN (NaN only where both are NaN)."""
+  x1, x2 = promote_args("fmax", x1, x2)
+  return where(lax.or_(lax.gt(x1, x2), isnan(x2)), x1, x2)
+
+
+def fmin(x1, x2, /):
+  """Elementwise minimum ignoring NaN (NaN only where both are NaN)."""
+  x1, x2 = promote_args("fmin", x1, x2)
+  return where(lax.or_(lax.lt(x1, x2), isnan(x2)), x1, x2)
+
+
+def _int_type_of(dt):
+  return np.dtype({2: np.int16, 4: np.int32, 8: np.int64}[np.dtype(dt).itemsize])
+
+
+def _exact_pow2(n, dt):
+  """2.0 ** n exactly for an int32 array n within the normal exponent range of ``dt``."""
+  info = dtypes.finfo(dt)
+  itype = _int_type_of(dt)
+  bias = -int(info.minexp) + 1
+  e = lax.convert_element_type(lax.add(n, np.int32(bias)), itype)
+  return lax.bitcast_convert_type(lax.shift_left(e, lax._const(e, int(info.nmant))), dt)
+
+
+def frexp(x, /):
+  """Split ``x`` into a mantissa in [0.5, 1) (sign kept) and an int32 exponent:
+  ``x == m * 2 ** e``.  Zero, inf and NaN give ``(x, 0)``."""
+  x, = promote_args_inexact("frexp", x)
+  dt = get_aval(x).dtype
+  if dtypes.is_complex(dt):
+    raise TypeError("frexp does not support complex-valued inputs")
+  if dt.itemsize < 2 or dt not in (np.dtype(np.float16), np.dtype(np.float32),
+                                   np.dtype(np.float64), np.dtype(dtypes.bfloat16)):
+    m, e = frexp(lax.convert_element_type(x, np.float32))
+    return lax.convert_element_type(m, dt), e
+  info = dtypes.finfo(dt)
+  itype = _int_type_of(dt)
+  nmant, nexp = int(info.nmant), int(info.nexp)
+  bias = -int(info.minexp) + 1
+  # scale subnormals up so the exponent field is meaningful
+  tiny = lax.lt(lax.abs(x), lax._const(x, info.tiny))
+  xs = _select(tiny, x, lax.mul(x, lax._const(x, 2.0 ** nmant)))
+  extra = _select(tiny, lax.full_like(xs, 0, np.int32), lax.full_like(xs, -nmant, np.int32))
+  bits = lax.bitcast_convert_type(xs, itype)
+  mask = (1 << nexp) - 1
+  field = lax.and_(lax.shift_right_logical(bits, lax._const(bits, nmant)), lax._const(bits, mask))
+  e = lax.add(lax.convert_element_type(field, np.int32), lax.add(extra, np.int32(-bias + 1)))
+  clear = ~(mask << nmant)
+  clear = int(np.array(clear).astype(itype))
+  mbits = lax.or_(lax.and_(bits, lax._const(bits, clear)), lax._const(bits, (bias - 1) << nmant))
+  m = lax.bitcast_convert_type(mbits, dt)
+  special = lax.or_(lax.or_(isinf(x), isnan(x)), lax.eq(x, lax._const(x, 0)))
+  return (_select(special, m, x),
+          _select(special, e, lax.full_like(e, 0)))
+
+
+def ldexp(x1, x2, /):
+  """``x1 * 2 ** x2`` for an integer ``x2``, without intermediate overflow."""
+  check_arraylike("ldexp", x1, x2)
+  if not dtypes.is_integer(dtypes.dtype(_as_operand(x2))):
+    raise TypeError(f"ldexp: x2 must be an integer array, got dtype {dtypes.dtype(x2)}")
+  x1, = promote_args_inexact("ldexp", x1)
+  dt = get_aval(x1).dtype
+  if dtypes.is_complex(dt):
+    raise TypeError("ldexp does not support complex-valued inputs")
+  from ourjax.numpy._util import promote_shapes
+  x2 = lax.convert_element_type(_as_operand(x2), np.int32)
+  x1, x2 = promote_shapes("ldexp", x1, x2)
+  info = dtypes.finfo(dt)
+  lo, hi = int(info.minexp), int(info.maxexp) - 1
+  span = 3 * (hi - lo)
+  n = lax.clamp(np.int32(-span), x2, np.int32(span))
+  out = x1
+  # three factors, each an exact power of two within the normal range
+  for _ in range(3):
+    step = lax.clamp(np.int32(lo), n, np.int32(hi))
+    out = lax.mul(out, _exact_pow2(step, dt))
+    n = lax.sub(n, step)
+  return out
+
+
+def modf(x, /):
+  """Fractional and integral parts, both with the sign of ``x``."""
+  x, = promote_args_inexact("modf", x)
+  whole = trunc(x)
+  return lax.sub(x, whole), whole
+
+
+def _gcd_steps(dt) -> int:
+  # Euclid needs at most ~1.44 * bits iterations (consecutive Fibonacci numbers are worst)
+  return {1: 12, 2: 24, 4: 47, 8: 93}[np.dtype(dt).itemsize]
+
+
+def gcd(x1, x2, /):
+  """Greatest common divisor of integer arrays (Euclid's algorithm, unrolled)."""
+  x1, x2 = promote_args_numeric("gcd", x1, x2)
+  dt = get_aval(x1).dtype
+  if not dtypes.is_integer(dt):
+    raise ValueError(f"Arguments to jax.numpy.gcd must be integers, got dtype {dt.name}")
+  a, b = absolute(x1), absolute(x2)
+  from ourjax.numpy._util import promote_shapes
+  shape = np.broadcast_shapes(get_aval(a).shape, get_aval(b).shape)
+  a = _broadcast_to(a, shape) if get_aval(a).shape != shape else a
+  b = _broadcast_to(b, shape) if get_aval(b).shape != shape else b
+  zero, one = lax._const(a, 0), lax._const(a, 1)
+  for _ in range(_gcd_steps(dt)):
+    nz = lax.ne(b, zero)
+    safe_b = _select(nz, one, b)
+    a, b = _select(nz, a, b), _select(nz, b, lax.rem(a, safe_b))
+  return a
+
+
+def lcm(x1, x2, /):
+  """Least common multiple of integer arrays (0 if either is 0)."""
+  x1, x2 = promote_args_numeric("lcm", x1, x2)
+  dt = get_aval(x1).dtype
+  if not dtypes.is_integer(dt):
+    raise ValueError(f"Arguments to jax.numpy.lcm must be integers, got dtype {dt.name}")
+  d = gcd(x1, x2)
+  zero = lax._const(d, 0)
+  is_zero = lax.eq(d, zero)
+  safe_d = _select(is_zero, d, lax._const(d, 1))
+  out = absolute(multiply(floor_divide(x1, safe_d), x2))
+  return where(is_zero, zero, out)
+
+
+def angle(z, deg: bool = False):
+  """Argument of a complex number (0 or pi for reals), in radians or degrees."""
+  z, = promote_args_inexact("angle", z)
+  dt = get_aval(z).dtype
+  if dtypes.is_complex(dt):
+    re, im = lax.real(z), lax.imag(z)
+  else:
+    re, im = z, lax.full_like(z, 0)
+  out = lax.atan2(im, re)
+  return rad2deg(out) if deg else out
+
+
+def iscomplexobj(x) -> bool:
+  if x is None:
+    return False
+  try:
+    return dtypes.is_complex(dtypes.dtype(x))
+  except Exception:
+    return dtypes.is_complex(np.asarray(x).dtype)
+
+
+def isrealobj(x) -> bool:
+  return not iscomplexobj(x)
+
+
+def iscomplex(x, /):
+  from ourjax.numpy._creation import asarray
+  x = asarray(x)
+  if dtypes.is_complex(get_aval(x).dtype):
+    return lax.ne(lax.imag(x), lax._const(lax.imag(x), 0))
+  return lax.full_like(x, False, dtype=np.bool_)
+
+
+def isreal(x, /):
+  from ourjax.numpy._creation import asarray
+  x = asarray(x)
+  if dtypes.is_complex(get_aval(x).dtype):
+    return lax.eq(lax.imag(x), lax._const(lax.imag(x), 0))
+  return lax.full_like(x, True, dtype=np.bool_)
+
+
+def isscalar(element) -> bool:
+  """True for Python/NumPy scalars and 0-d arrays (as ``jnp.isscalar``)."""
+  from ourjax.array import Array
+  from ourjax.core import Tracer
+  if hasattr(element, "__jax_array__"):
+    element = element.__jax_array__()
+  if isinstance(element, (Array, Tracer)):
+    return get_aval(element).ndim == 0
+  return dtypes.is_python_scalar(element) or np.isscalar(element)
+
+
+def bitwise_count(x, /):
+  x, = promote_args("bitwise_count", x)
+  return lax.convert_element_type(lax.population_count(absolute(x)), np.uint8)
+
+
+def _take_1d(arr, idx):
+  """``arr[idx]`` for a 1-D ``arr`` and an integer index array of any shape, as a masked sum
+  over a one-hot comparison (exact; no gather needed)."""
+  n = get_aval(arr).shape[0]
+  ishape = get_aval(idx).shape
+  shape = ishape + (n,)
+  pos = lax.broadcasted_iota(get_aval(idx).dtype, shape, len(ishape))
+  hit = lax.eq(pos, lax.broadcast_in_dim(idx, shape, tuple(range(len(ishape)))))
+  vals = lax.broadcast_in_dim(arr, shape, (len(ishape),))
+  if get_aval(arr).dtype == np.bool_:
+    return lax.reduce_or(lax.and_(hit, vals), (len(ishape),))
+  picked = _select(hit, lax.full_like(vals, 0), vals)
+  return lax.reduce_sum(picked, (len(ishape),))
+
+
+def interp(x, xp, fp, left=None, right=None, period=None):
+  """Piecewise-linear interpolation of the points ``(xp, fp)`` (``xp`` increasing) at ``x``."""
+  from ourjax.numpy._creation import asarray
+  check_arraylike("interp", x, xp, fp)
+  if np.ndim(xp) != 1 or np.ndim(fp) != 1:
+    raise ValueError("xp and fp must be one-dimensional")
+  if np.shape(xp)[0] != np.shape(fp)[0]:
+    raise ValueError("xp and fp must be of the same length")
+  if np.shape(xp)[0] == 0:
+    raise ValueError("xp and fp must not be empty")
+  x, xp = promote_args_inexact("interp", x, xp)
+  fp, = promote_args_inexact("interp", fp)
+  if dtypes.is_complex(get_aval(x).dtype):
+    raise ValueError("jnp.interp: complex x or xp are not supported")
+  x, xp, fp = asarray(x), asarray(xp), asarray(fp)
+  if period is not None:
+    if np.ndim(period) != 0:
+      raise ValueError(f"period must be a scalar; got {period}")
+    period = absolute(period)
+    x = remainder(x, period)
+    xp = remainder(xp, period)
+    from ourjax.numpy._sorting import argsort
+    order = lax.convert_element_type(argsort(xp), np.int32)
+    m = get_aval(xp).shape[0]
+    # extend by one point on each side, shifted by a period
+    idx = np.concatenate([[m - 1], np.arange(m), [0]]).astype(np.int32)
+    shift = np.zeros(m + 2)
+    shift[0], shift[-1] = -1, 1
+    xs = _take_1d(xp, _take_1d(order, idx))
+    xp = add(xs, multiply(period, shift.astype(get_aval(xs).dtype)))
+    fp = _take_1d(fp, _take_1d(order, idx))
+  from ourjax.numpy._sorting import searchsorted
+  n = get_aval(xp).shape[0]
+  if n == 1:
+    i = lax.full_like(x, 0, np.int32)
+    im1 = i
+  else:
+    i = lax.clamp(np.int32(1), lax.convert_element_type(searchsorted(xp, x, side="right"),
+                                                        np.int32), np.int32(n - 1))
+    im1 = lax.sub(i, np.int32(1))
+  xi, xim1 = _take_1d(xp, i), _take_1d(xp, im1)
+  fi, fim1 = _take_1d(fp, i), _take_1d(fp, im1)
+  df = lax.sub(fi, fim1)
+  dx = lax.sub(xi, xim1)
+  delta = lax.sub(x, xim1)
+  eps = np.spacing(dtypes.finfo(get_aval(dx).dtype).eps)
+  dx0 = lax.le(lax.abs(dx), lax._const(dx, eps))
+  safe_dx = _select(dx0, dx, lax.full_like(dx, 1))
+  f = where(dx0, fim1, add(fim1, multiply(divide(delta, safe_dx), df)))
+  if period is None:
+    first = _take_1d(fp, np.zeros((), np.int32))
+    last = _take_1d(fp, np.full((), n - 1, np.int32))
+    left = first if left is None else left
+    right = last if right is None else right
+    f = where(lax.lt(x, _take_1d(xp, np.zeros((), np.int32))), left, f)
+    f = where(lax.gt(x, _take_1d(xp, np.full((), n - 1, np.int32))), right, f)
+  return f
+
+
+_HELPERS = {"where_", "promote_args", "promote_args_inexact", "promote_args_numeric",
+            "check_arraylike", "promote_dtypes", "get_aval"}
+__all__ = [_n for _n, _v in list(globals().items())
+           if not _n.startswith("_") and callable(_v) and _n not in _HELPERS
+           and getattr(_v, "__module__", None) == __name__]

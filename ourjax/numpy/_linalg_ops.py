@@ -1,0 +1,508 @@
+"""Contractions: dot, matmul, vdot, vecdot, inner, outer, tensordot, einsum, kron, and the
+diagonal helpers trace/diagonal.  Everything that multiplies and sums goes through
+``lax.dot_general``; operands are promoted to a common dtype first (the result keeps it, or
+takes ``preferred_element_type``)."""
+from __future__ import annotations
+
+import math
+import operator
+import string
+
+import numpy as np
+
+from ourjax import core, dtypes, lax
+from ourjax.core import get_aval
+from ourjax.numpy._creation import asarray
+from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes
+
+
+def _operands(name, *args):
+  check_arraylike(name, *args)
+  return [asarray(a) for a in promote_dtypes(*[_as_operand(a) for a in args])]
+
+
+def _dot_general(lhs, rhs, contract, batch, precision, preferred_element_type):
+  dn = ((tuple(contract[0]), tuple(contract[1])), (tuple(batch[0]), tuple(batch[1])))
+  weak = get_aval(lhs).weak_type and get_aval(rhs).weak_type
+  out = lax.dot_general(lhs, rhs, dn, precision=precision,
+                        preferred_element_type=preferred_element_type)
+  if preferred_element_type is None and weak:
+    out = lax._convert_element_type(out, get_aval(out).dtype, True)
+  return out
+
+
+_dg = _dot_general
+
+
+def _pref(preferred_element_type, name):
+  return None if preferred_element_type is None else \
+      dtypes.check_user_dtype(preferred_element_type, name)
+
+
+def _check_contract(name, a, b, da, db):
+  sa, sb = get_aval(a).shape, get_aval(b).shape
+  if tuple(sa[i] for i in da) != tuple(sb[i] for i in db):
+    raise TypeError(f"{name}: contracting dimensions must have the same size, got shapes {sa} "
+                    f"and {sb} (dimensions {tuple(da)} of the first and {tuple(db)} of the "
+                    "second)")
+
+
+def dot(a, b, *, precision=None, preferred_element_type=None):
+  """NumPy's ``dot``: products with scalars; the inner product of vectors; otherwise the sum
+  over the last axis of ``a`` and the second-to-last of ``b`` (the last, if ``b`` is 1-D)."""
+  a, b = _operands("dot", a, b)
+  pref = _pref(preferred_element_type, "dot")
+  na, nb = get_aval(a).ndim, get_aval(b).ndim
+  if na == 0 or nb == 0:
+    from ourjax.numpy._ufuncs import multiply
+    out = multiply(a, b)
+    return out if pref is None else lax.convert_element_type(out, pref)
+  db = 0 if nb == 1 else nb - 2
+  _check_contract("dot", a, b, (na - 1,), (db,))
+  return _dot_general(a, b, ((na - 1,), (db,)), ((), ()), precision, pref)
+
+
+def matmul(a, b, *, precision=None, preferred_element_type=None):
+  """Matrix product with NumPy's rules: 1-D operands are promoted to a matrix and the added
+  axis removed afterwards; leading (batch) axes broadcast."""
+  a, b = _operands("matmul", a, b)
+  pref = _pref(preferred_element_type, "matmul")
+  sa, sb = get_aval(a).shape, get_aval(b).shape
+  for i, s in enumerate((sa, sb)):
+    if len(s) == 0:
+      raise ValueError(f"matmul input operand {i} must have ndim at least 1, but it has ndim 0")
+  a_vec, b_vec = len(sa) == 1, len(sb) == 1
+  if a_vec:
+    a = lax.reshape(a, (1,) + sa)
+  if b_vec:
+    b = lax.reshape(b, sb + (1,))
+  sa, sb = get_aval(a).shape, get_aval(b).shape
+  if sa[-1] != sb[-2]:
+    raise TypeError(f"matmul: contracting dimensions must have the same size, got shapes "
+                    f"{'(' + str(sa[-1]) + ',)' if a_vec else sa} and "
+                    f"{'(' + str(sb[-2]) + ',)' if b_vec else sb}: {sa[-1]} != {sb[-2]}")
+  ba, bb = sa[:-2], sb[:-2]
+  nbatch = max(len(ba), len(bb))
+  ba_p = (None,) * (nbatch - len(ba)) + ba
+  bb_p = (None,) * (nbatch - len(bb)) + bb
+  try:
+    np.broadcast_shapes(tuple(d or 1 for d in ba_p), tuple(d or 1 for d in bb_p))
+  except ValueError:
+    raise ValueError(f"matmul: batch dimensions of shapes {get_aval(a).shape} and "
+                     f"{get_aval(b).shape} do not broadcast") from None
+  # Each batch position is shared (a batch dim of dot_general) when both sides have it with
+  # the same size; where one side is 1 or missing, the other side's axis is a free dimension.
+  a_squeeze, b_squeeze, a_batch, b_batch = [], [], [], []
+  a_free_batch, b_free_batch = [], []   # (output position, operand axis)
+  out_kind = []                         # per batch position: 'shared', 'a', 'b' or 'one'
+  for i, (x, y) in enumerate(zip(ba_p, bb_p)):
+    ax_a = None if x is None else i - (nbatch - len(ba))
+    ax_b = None if y is None else i - (nbatch - len(bb))
+    if x is not None and y is not None and x == y:
+      a_batch.append(ax_a)
+      b_batch.append(ax_b)
+      out_kind.append("shared")
+    elif x is None or x == 1:
+      if ax_a is not None:
+        a_squeeze.append(ax_a)
+      if y is None or y == 1:
+        if ax_b is not None:
+          b_squeeze.append(ax_b)
+        out_kind.append("one")
+      else:
+        b_free_batch.append(ax_b)
+        out_kind.append("b")
+    else:
+      if ax_b is not None:
+        b_squeeze.append(ax_b)
+      a_free_batch.append(ax_a)
+      out_kind.append("a")
+
+  def renumber(axes, squeezed):
+    return [x - sum(s < x for s in squeezed) for x in axes]
+  a2 = lax.squeeze(a, tuple(a_squeeze)) if a_squeeze else a
+  b2 = lax.squeeze(b, tuple(b_squeeze)) if b_squeeze else b
+  na2, nb2 = get_aval(a2).ndim, get_aval(b2).ndim
+  out = _dot_general(a2, b2, ((na2 - 1,), (nb2 - 2,)),
+                     (renumber(a_batch, a_squeeze), renumber(b_batch, b_squeeze)),
+                     precision, pref)
+  # dot_general output: shared batch, then a's free dims (free batch..., row), then b's
+  # (free batch..., col).  Reorder to (batch in order..., row, col).
+  nshared = len(a_batch)
+  n_afree = len(a_free_batch)
+  n_bfree = len(b_free_batch)
+  pos_shared = iter(range(nshared))
+  pos_a = iter(range(nshared, nshared + n_afree))
+  pos_b = iter(range(nshared + n_afree + 1, nshared + n_afree + 1 + n_bfree))
+  perm, ones = [], []
+  for k, kind in enumerate(out_kind):
+    if kind == "shared":
+      perm.append(next(pos_shared))
+    elif kind == "a":
+      perm.append(next(pos_a))
+    elif kind == "b":
+      perm.append(next(pos_b))
+    else:
+      ones.append(k)
+  row = nshared + n_afree
+  col = nshared + n_afree + 1 + n_bfree
+  perm += [row, col]
+  out = lax.transpose(out, tuple(perm))
+  final_batch = tuple(1 if k == "one" else
+                      (ba_p[i] if k in ("shared", "a") else bb_p[i])
+                      for i, k in enumerate(out_kind))
+  shape = final_batch + ((sa[-2],) if not a_vec else ()) + ((sb[-1],) if not b_vec else ())
+  return lax.reshape(out, shape)
+
+
+def vdot(a, b, *, precision=None, preferred_element_type=None):
+  """Dot product of the flattened arrays, conjugating ``a``."""
+  a, b = _operands("vdot", a, b)
+  from ourjax.numpy._shape import ravel
+  from ourjax.numpy._ufuncs import conjugate
+  return dot(conjugate(ravel(a)), ravel(b), precision=precision,
+             preferred_element_type=preferred_element_type)
+
+
+def vecdot(x1, x2, /, *, axis: int = -1, precision=None, preferred_element_type=None):
+  """Conjugated dot product of vectors along ``axis``, broadcasting the other axes."""
+  from ourjax.numpy._shape import broadcast_arrays, moveaxis
+  from ourjax.numpy._ufuncs import conjugate
+  x1, x2 = _operands("vecdot", x1, x2)
+  n1, n2 = get_aval(x1).ndim, get_aval(x2).ndim
+  if n1 == 0 or n2 == 0:
+    raise ValueError("vecdot requires at least one-dimensional arguments")
+  ax = operator.index(axis)
+  if not (-n1 <= ax < n1 and -n2 <= ax < n2):
+    raise ValueError(f"vecdot: axis {axis} is out of bounds for shapes {get_aval(x1).shape} "
+                     f"and {get_aval(x2).shape}")
+  x1, x2 = moveaxis(x1, ax, -1), moveaxis(x2, ax, -1)
+  if get_aval(x1).shape[-1] != get_aval(x2).shape[-1]:
+    raise ValueError(f"vecdot: the vector axes must have the same size, got shapes "
+                     f"{get_aval(x1).shape} and {get_aval(x2).shape}")
+  x1, x2 = broadcast_arrays(x1, x2)
+  nd = get_aval(x1).ndim
+  batch = tuple(range(nd - 1))
+  return _dot_general(conjugate(x1), x2, ((nd - 1,), (nd - 1,)), (batch, batch), precision,
+                      _pref(preferred_element_type, "vecdot"))
+
+
+def inner(a, b, *, precision=None, preferred_element_type=None):
+  """Sum over the last axes of both (a product for scalars)."""
+  a, b = _operands("inner", a, b)
+  na, nb = get_aval(a).ndim, get_aval(b).ndim
+  pref = _pref(preferred_element_type, "inner")
+  if na == 0 or nb == 0:
+    from ourjax.numpy._ufuncs import multiply
+    out = multiply(a, b)
+    return out if pref is None else lax.convert_element_type(out, pref)
+  _check_contract("inner", a, b, (na - 1,), (nb - 1,))
+  return _dot_general(a, b, ((na - 1,), (nb - 1,)), ((), ()), precision, pref)
+
+
+def outer(a, b, out=None):
+  """All products ``a[i] * b[j]`` of the flattened inputs."""
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.outer is not supported.")
+  from ourjax.numpy._shape import ravel
+  from ourjax.numpy._ufuncs import multiply
+  a, b = _operands("outer", a, b)
+  a, b = ravel(a), ravel(b)
+  return multiply(lax.reshape(a, (get_aval(a).size, 1)), b)
+
+
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
+  """Sum products over ``axes``: an int N (the last N axes of ``a`` with the first N of
+  ``b``) or a pair of axis sequences (or of ints)."""
+  a, b = _operands("tensordot", a, b)
+  na, nb = get_aval(a).ndim, get_aval(b).ndim
+  if isinstance(axes, (int, np.integer)):
+    n = int(axes)
+    if n < 0:
+      raise ValueError(f"tensordot: axes must be non-negative, got {axes}")
+    if n > min(na, nb):
+      raise TypeError(f"Number of tensordot axes (axes {n}) exceeds input ranks ({na} and "
+                      f"{nb})")
+    ca, cb = tuple(range(na - n, na)), tuple(range(n))
+  elif isinstance(axes, (list, tuple)) and len(axes) == 2:
+    ax_a, ax_b = axes
+    if isinstance(ax_a, (int, np.integer)) and isinstance(ax_b, (int, np.integer)):
+      ax_a, ax_b = (ax_a,), (ax_b,)
+    ax_a, ax_b = tuple(ax_a), tuple(ax_b)
+    if len(ax_a) != len(ax_b):
+      raise TypeError(f"tensordot requires axes lists to have equal length, got {ax_a} and "
+                      f"{ax_b}.")
+    ca = tuple(_canon(x, na, "tensordot") for x in ax_a)
+    cb = tuple(_canon(x, nb, "tensordot") for x in ax_b)
+    if len(set(ca)) != len(ca) or len(set(cb)) != len(cb):
+      raise ValueError(f"tensordot requires unique axes, got {axes}")
+  else:
+    raise TypeError(f"tensordot axes argument must be an int, a pair of ints, or a pair of "
+                    f"lists/tuples of ints; got {axes}")
+  _check_contract("tensordot", a, b, ca, cb)
+  return _dot_general(a, b, (ca, cb), ((), ()), precision,
+                      _pref(preferred_element_type, "tensordot"))
+
+
+def _canon(ax, nd, name):
+  ax = operator.index(ax)
+  if not -nd <= ax < nd:
+    raise ValueError(f"{name}: axis {ax} is out of bounds for array of dimension {nd}")
+  return ax % nd
+
+
+def kron(a, b):
+  """Kronecker product: blocks ``a[i, j] * b``."""
+  from ourjax.numpy._ufuncs import multiply
+  a, b = _operands("kron", a, b)
+  sa, sb = get_aval(a).shape, get_aval(b).shape
+  nd = max(len(sa), len(sb))
+  sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
+  a = lax.reshape(a, tuple(d for x in sa for d in (x, 1)))
+  b = lax.reshape(b, tuple(d for x in sb for d in (1, x)))
+  return lax.reshape(multiply(a, b), tuple(x * y for x, y in zip(sa, sb)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Diagonals
+
+
+def diagonal(a, offset=0, axis1: int = 0, axis2: int = 1):
+  """The ``offset`` diagonal of the (axis1, axis2) planes, as the last axis of the result."""
+  check_arraylike("diagonal", a)
+  a = asarray(_as_operand(a))
+  aval = get_aval(a)
+  if aval.ndim < 2:
+    raise ValueError("diagonal requires an array of at least two dimensions.")
+  offset = core.concrete_or_error(operator.index, offset, "diagonal offset must be concrete")
+  ax1, ax2 = _canon(axis1, aval.ndim, "diagonal"), _canon(axis2, aval.ndim, "diagonal")
+  if ax1 == ax2:
+    raise ValueError("axis1 and axis2 must not be equal")
+  from ourjax.numpy._shape import moveaxis, _slice_axis
+  a = moveaxis(a, (ax1, ax2), (-2, -1))
+  *batch, n, m = get_aval(a).shape
+  nd = len(batch) + 2
+  # cut the plane to the d x (d + something) block that starts at the diagonal's first element
+  if offset >= 0:
+    d = max(0, min(n, m - offset))
+    a = _slice_axis(_slice_axis(a, 0, d, nd - 2), offset, min(m, offset + d), nd - 1)
+  else:
+    d = max(0, min(n + offset, m))
+    a = _slice_axis(_slice_axis(a, -offset, -offset + d, nd - 2), 0, d, nd - 1)
+  if d == 0:
+    return lax.full(tuple(batch) + (0,), 0, get_aval(a).dtype)
+  # now (..., d, d): element (i, i) sits at flat position i * (d + 1)
+  flat = lax.reshape(a, tuple(batch) + (d * d,))
+  return _slice_axis(flat, 0, d * d, nd - 2, stride=d + 1)
+
+
+def trace(a, offset=0, axis1: int = 0, axis2: int = 1, dtype=None, out=None):
+  """Sum of the ``offset`` diagonal (over axis1, axis2)."""
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.trace is not supported.")
+  from ourjax.numpy._reductions import sum as _sum
+  return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# einsum
+
+
+def _parse_einsum(subscripts, shapes):
+  """Subscripts to per-operand label lists and an output label list.  Labels are ints; an
+  ellipsis becomes as many fresh labels as the dimensions it covers (right-aligned, so that
+  ellipsis dimensions broadcast as NumPy's do)."""
+  subscripts = subscripts.replace(" ", "")
+  if "->" in subscripts:
+    ins, out = subscripts.split("->")
+    explicit = True
+  else:
+    ins, out, explicit = subscripts, "", False
+  in_specs = ins.split(",")
+  if len(in_specs) != len(shapes):
+    raise ValueError(f"einsum: {len(in_specs)} operand specs in {subscripts!r} but "
+                     f"{len(shapes)} operands were given")
+  letters = {}
+
+  def label(ch):
+    if ch not in string.ascii_letters:
+      raise ValueError(f"einsum: invalid subscript {ch!r} in {subscripts!r}")
+    return letters.setdefault(ch, len(letters))
+  ell_rank = 0
+  parsed = []
+  for spec, shape in zip(in_specs, shapes):
+    if spec.count("...") > 1 or spec.replace("...", "").count(".") or \
+        (spec.count(".") % 3):
+      raise ValueError(f"einsum: invalid ellipsis in {spec!r}")
+    named = len(spec.replace("...", ""))
+    if "..." in spec:
+      k = len(shape) - named
+      if k < 0:
+        raise ValueError(f"einsum: operand spec {spec!r} has more labels than the operand's "
+                         f"{len(shape)} dimensions")
+      ell_rank = max(ell_rank, k)
+    elif named != len(shape):
+      raise ValueError(f"einsum: operand spec {spec!r} names {named} dimensions but the "
+                       f"operand has shape {tuple(shape)}")
+    parsed.append(spec)
+  for ch in "".join(s.replace("...", "") for s in in_specs) + out.replace("...", ""):
+    if ch != ".":
+      label(ch)
+  base = 1000
+  ell_labels = [base + i for i in range(ell_rank)]
+  in_labels = []
+  for spec, shape in zip(parsed, shapes):
+    if "..." in spec:
+      pre, post = spec.split("...")
+      k = len(shape) - len(pre) - len(post)
+      in_labels.append([letters[c] for c in pre] + ell_labels[ell_rank - k:] +
+                       [letters[c] for c in post])
+    else:
+      in_labels.append([letters[c] for c in spec])
+  if explicit:
+    if out.count("...") > 1:
+      raise ValueError(f"einsum: invalid ellipsis in output {out!r}")
+    for ch in out.replace("...", ""):
+      if ch not in "".join(in_specs):
+        raise ValueError(f"einsum: output subscript {ch!r} does not appear in the inputs")
+    if len(set(out.replace("...", ""))) != len(out.replace("...", "")):
+      raise ValueError(f"einsum: output subscript in {out!r} appears more than once")
+    if "..." in out:
+      pre, post = out.split("...")
+      out_labels = [letters[c] for c in pre] + ell_labels + [letters[c] for c in post]
+    else:
+      out_labels = [letters[c] for c in out]
+  else:
+    flat = "".join(s.replace("...", "") for s in in_specs)
+    once = sorted(c for c in set(flat) if flat.count(c) == 1)
+    out_labels = ell_labels + [letters[c] for c in once]
+  return in_labels, out_labels
+
+
+def _diagonal_labels(x, labels):
+  """Collapse repeated labels within one operand by taking diagonals."""
+  from ourjax.numpy._shape import moveaxis
+  while True:
+    seen = {}
+    dup = None
+    for i, lab in enumerate(labels):
+      if lab in seen:
+        dup = (seen[lab], i)
+        break
+      seen[lab] = i
+    if dup is None:
+      return x, labels
+    i, j = dup
+    if get_aval(x).shape[i] != get_aval(x).shape[j]:
+      raise ValueError(f"einsum: repeated label needs equal dimensions, got sizes "
+                       f"{get_aval(x).shape[i]} and {get_aval(x).shape[j]}")
+    x = diagonal(x, 0, i, j)          # removes i and j, appends the diagonal last
+    lab = labels[i]
+    labels = [l for k, l in enumerate(labels) if k not in (i, j)] + [lab]
+
+
+def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
+           preferred_element_type=None, _dot_general=None):
+  """Einstein summation: ``einsum('ij,jk->ik', a, b)``; also the interleaved form
+  ``einsum(a, [0, 1], b, [1, 2], [0, 2])``.  Implicit outputs are the labels used once, in
+  alphabetical order.  Contracts operands pairwise from the left with ``dot_general``."""
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to jnp.einsum is not supported.")
+  if not isinstance(subscripts, str):
+    subscripts, operands = _interleaved_to_str(subscripts, operands)
+  check_arraylike("einsum", *operands)
+  ops = [asarray(_as_operand(o)) for o in operands]
+  if not ops:
+    raise ValueError("einsum: no operands given")
+  pref = _pref(preferred_element_type, "einsum")
+  ops = promote_dtypes(*ops) if len(ops) > 1 else ops
+  in_labels, out_labels = _parse_einsum(subscripts, [get_aval(o).shape for o in ops])
+  # label sizes (size-1 dimensions broadcast)
+  sizes = {}
+  for o, labs in zip(ops, in_labels):
+    for lab, d in zip(labs, get_aval(o).shape):
+      if lab in sizes and sizes[lab] != d and d != 1 and sizes[lab] != 1:
+        raise ValueError(f"einsum: size of label in {subscripts!r} differs between operands: "
+                         f"{sizes[lab]} vs {d} (shapes "
+                         f"{[get_aval(x).shape for x in ops]})")
+      if lab not in sizes or sizes[lab] == 1:
+        sizes[lab] = d
+  terms = []
+  for o, labs in zip(ops, in_labels):
+    o, labs = _diagonal_labels(o, list(labs))
+    # broadcast size-1 dimensions whose label is larger elsewhere
+    shape = get_aval(o).shape
+    full = tuple(sizes[lab] for lab in labs)
+    if full != shape:
+      from ourjax.numpy._util import _broadcast_to
+      o = _broadcast_to(o, full)
+    terms.append((o, labs))
+
+  def needed_later(k):
+    s = set(out_labels)
+    for _, labs in terms[k:]:
+      s |= set(labs)
+    return s
+
+  def sum_unused(x, labs, keep):
+    drop = [i for i, lab in enumerate(labs) if lab not in keep]
+    if drop:
+      x = lax.reduce_sum(x, tuple(drop)) if get_aval(x).dtype != np.bool_ else \
+          lax.reduce_or(x, tuple(drop))
+      labs = [lab for i, lab in enumerate(labs) if i not in drop]
+    return x, labs
+
+  x, labs = terms[0]
+  x, labs = sum_unused(x, labs, needed_later(1))
+  for k in range(1, len(terms)):
+    y, ylabs = terms[k]
+    later = needed_later(k + 1)
+    y, ylabs = sum_unused(y, ylabs, later | set(labs))
+    x, labs = sum_unused(x, labs, later | set(ylabs))
+    shared = [lab for lab in labs if lab in ylabs]
+    batch = [lab for lab in shared if lab in later]
+    contract = [lab for lab in shared if lab not in later]
+    out = _dg(x, y, ([labs.index(l) for l in contract],
+                              [ylabs.index(l) for l in contract]),
+                       ([labs.index(l) for l in batch], [ylabs.index(l) for l in batch]),
+                       precision, None)
+    x = out
+    labs = batch + [l for l in labs if l not in shared] + [l for l in ylabs if l not in shared]
+  x, labs = sum_unused(x, labs, set(out_labels))
+  perm = tuple(labs.index(l) for l in out_labels)
+  x = lax.transpose(x, perm)
+  if pref is not None:
+    x = lax.convert_element_type(x, pref)
+  return x
+
+
+def _interleaved_to_str(first, rest):
+  args = (first,) + tuple(rest)
+  operands, specs = list(args[0::2]), list(args[1::2])
+  out_spec = None
+  if len(args) % 2 == 1:
+    out_spec = args[-1]
+    operands = list(args[0:-1:2])
+    specs = list(args[1:-1:2])
+  symbols = {}
+
+  def sym(v):
+    if v is Ellipsis:
+      return "..."
+    v = operator.index(v)
+    if v not in symbols:
+      if len(symbols) >= 52:
+        raise ValueError("einsum: too many distinct labels (at most 52)")
+      symbols[v] = string.ascii_letters[len(symbols)]
+    return symbols[v]
+  sub = ",".join("".join(sym(v) for v in s) for s in specs)
+  if out_spec is not None:
+    sub += "->" + "".join(sym(v) for v in out_spec)
+  return sub, operands
+
+
+def einsum_path(subscripts, *operands, optimize="greedy"):
+  """The contraction order einsum uses (left to right), in NumPy's format."""
+  n = len(operands) if isinstance(subscripts, str) else (len(operands) + 1) // 2
+  path = ["einsum_path"] + [(0, 1)] * max(0, n - 1)
+  return path, f"  Left-to-right pairwise contraction of {n} operands"
