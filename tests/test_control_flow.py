@@ -607,3 +607,33 @@ def test_dce_while_and_cond():
   assert len(w.out_binders) == 2      # the counter is kept: the predicate reads it
   out = ourjax.core.eval_jaxpr(new, closed.consts, 1.0)
   np.testing.assert_allclose([float(o) for o in out], [4.0, 2.0])
+
+
+def test_grad_of_jit_with_control_flow(x64):
+  # under grad, a jitted function is split offline: each control-flow equation splits itself
+  w = np.array([[0.3, -0.5], [0.8, 0.1]])
+
+  def f(x):
+    h, ys = lax.scan(lambda h, v: (jnp.tanh(matvec(w.T * comp(x, 0), h) + v), jnp.sum(h * v)),
+                     x, jnp.ones((3, 2)) * x)
+    y = lax.cond(jnp.sum(h) > 0, lambda a: jnp.sum(jnp.sin(a)), lambda a: jnp.sum(a * a), h)
+    return y + jnp.sum(ys) + lax.fori_loop(0, 3, lambda i, c: c * jnp.cos(c), jnp.sum(x))
+  x = np.array([0.4, -0.9])
+  g_ref = central_diff(f, x)
+  np.testing.assert_allclose(np.asarray(ourjax.grad(ourjax.jit(f))(x)), g_ref, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(ourjax.jit(ourjax.grad(f))(x)), g_ref, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(ourjax.grad(f)(x)), g_ref, rtol=1e-6)
+
+
+def test_vmap_over_closed_over_values(x64):
+  ws = np.array([0.5, -1.0, 2.0])
+
+  def f(w):
+    a = lax.cond(w > 0, lambda: jnp.sin(w), lambda: w * w)
+    b = lax.scan(lambda c, v: (c * w + v, None), 1.0, jnp.ones(3))[0]
+    c = lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] + w), (0, 0.0))[1]
+    return a + b + c
+  np.testing.assert_allclose(np.asarray(ourjax.vmap(f)(ws)), [float(f(w)) for w in ws])
+  g = ourjax.vmap(ourjax.jacfwd(f))(ws)    # forward mode: the while_loop has no transpose
+  np.testing.assert_allclose(np.asarray(g), [central_diff(f, np.float64(w)) for w in ws],
+                             rtol=1e-6)

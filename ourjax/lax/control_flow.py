@@ -1121,12 +1121,18 @@ def _scan_partial_eval(trace, tracers, *, jaxpr, length, reverse, num_consts, nu
     inv_vals = core.eval_jaxpr(hoisted, [], *k_consts)
   else:
     inv_vals = []
-  loop_j, _ = pe.dce_jaxpr(Jaxpr([], j.invars, j.eqns, j.outvars[:n_known_out]
-                                 + [v for v, i in zip(res_vars, res_inv) if not i]))
+  # residuals that are slices of known xs are read from those xs, not stacked again
+  nkk = nk - sum(carry_uk)
+  x_pos = {v: k for k, v in enumerate(j.invars[nkc + nkk:])}
+  res_x = [None if i else x_pos.get(v) for v, i in zip(res_vars, res_inv)]
+  stacked = [v for v, i, x in zip(res_vars, res_inv, res_x) if not i and x is None]
+  loop_j, _ = pe.dce_jaxpr(Jaxpr([], j.invars, j.eqns, j.outvars[:n_known_out] + stacked))
   k_outs = _bind_scan(ClosedJaxpr(loop_j, []), k_consts, k_init, k_xs, length=length,
                       reverse=reverse, unroll=unroll)
-  nkk = nk - sum(carry_uk)
-  k_carry, k_ys, var_res = _split(k_outs, [nkk, ny - sum(ys_uk)])
+  k_carry, k_ys, stacked_vals = _split(k_outs, [nkk, ny - sum(ys_uk)])
+  stacked_vals = iter(stacked_vals)
+  var_res = [k_xs[x] if x is not None else next(stacked_vals)
+             for i, x in zip(res_inv, res_x) if not i]
   # the staged scan: consts = invariant residuals + unknown consts; carry = unknown carries;
   # xs = unknown xs + stacked residuals
   res_in, u_c, u_k, u_x = _split(ju.invars, [nres, sum(const_uk), sum(carry_uk)])
