@@ -6,10 +6,11 @@ from ourjax.lax import structural as _structural
 from ourjax.lax import reductions as _reductions
 from ourjax.lax import slicing as _slicing
 from ourjax.lax import cumulative as _cumulative
+from ourjax.lax import sorting as _sorting
 from ourjax.lax import dot as _dot
 from ourjax.lax import control_flow as _control_flow
 
-for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _dot,
+for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
            _control_flow):
   globals().update(_reexport(_m))
 del _m
