@@ -686,7 +686,17 @@ bitcast_convert_type_p = standard_primitive(
     lambda x, new_dtype: False)
 bitcast_convert_type_p.def_impl(_bitcast_impl)
 defjvp_zero(bitcast_convert_type_p)
-batching.defvectorized(bitcast_convert_type_p)
+
+
+def _bitcast_batch(vals, dims, new_dtype):
+  # a narrowing bitcast consumes the last dimension: keep the batch dimension out of it
+  (x,), (d,) = vals, dims
+  if d == get_aval(x).ndim - 1:
+    x, d = batching.moveaxis(x, d, 0), 0
+  return bitcast_convert_type_p.bind(x, new_dtype=new_dtype), d
+
+
+batching.batch_rules[bitcast_convert_type_p] = _bitcast_batch
 
 # ------------------------------------------------------------------------------------------------
 # select_n(which, *cases): cases[which] elementwise; which is bool (2 cases) or int32
