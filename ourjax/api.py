@@ -259,8 +259,13 @@ def _wraps(fun):
   return functools.wraps(fun, updated=())
 
 
+def _dtype_str(dt) -> str:
+  dt = np.dtype(dt)
+  return "float0" if dt == dtypes.float0 else dt.name
+
+
 def _dtype_name(a):
-  return np.dtype(a.dtype).name
+  return _dtype_str(a.dtype)
 
 
 def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
@@ -282,7 +287,8 @@ def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
       raise TypeError(f"primal and tangent arguments to jax.jvp do not match; dtypes must be "
                       f"equal, or in case of int/bool primal dtype the tangent dtype must be "
                       f"float0. Got primal dtype {_dtype_name(pa)} and so expected tangent "
-                      f"dtype {expected.name}, but got tangent dtype {_dtype_name(ta)} instead.")
+                      f"dtype {_dtype_str(expected)}, but got tangent dtype {_dtype_name(ta)} "
+                      "instead.")
     if pa.shape != ta.shape:
       raise ValueError(f"jvp called with different primal and tangent shapes;Got primal shape "
                        f"{pa.shape} and tangent shape as {ta.shape}")
@@ -321,10 +327,30 @@ def _float0_zeros(x):
 
 
 def linearize(fun: Callable, *primals, has_aux: bool = False):
+  """(fun(*primals), f_jvp[, aux]) where ``f_jvp(*tangents)`` evaluates the JVP at ``primals``
+  from a linear jaxpr: the primal computation has run once, only the tangent map is kept."""
   p_leaves, p_tree = tree_flatten(primals)
+  for x in p_leaves:
+    _check_arg(x, "linearize")
   flat, out_tree = _flatten_positional(fun, p_tree)
-  primals_out, jaxpr, consts, tangent_pvals = ad.linearize_flat(flat, p_leaves)
-  tree = out_tree[0]
+  cell: list = []
+
+  def flat_main_aux(*leaves):
+    outs = flat(*leaves)
+    if not has_aux:
+      cell[:] = [out_tree[0], None, len(outs)]
+      return outs
+    out = tree_unflatten(out_tree[0], outs)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+      raise TypeError("linearize with has_aux=True requires the function to return a pair "
+                      f"(output, aux), got {out_tree[0]}.")
+    m_leaves, m_tree = tree_flatten(out[0])
+    a_leaves, a_tree = tree_flatten(out[1])
+    cell[:] = [m_tree, a_tree, len(m_leaves)]
+    return m_leaves + a_leaves
+
+  all_out, jaxpr, consts, tangent_pvals = ad.linearize_flat(flat_main_aux, p_leaves)
+  tree, aux_tree, n_main = cell
   in_avals = [get_aval(p) for p in p_leaves]
 
   def f_jvp(*tangents):
@@ -333,18 +359,22 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
       raise TypeError(f"linearized function called on tangents with tree structure {t_tree}, "
                       f"expected {p_tree}")
     for t, a in zip(t_leaves, in_avals):
-      if get_aval(t).shape != a.shape:
-        raise ValueError(f"linearized function called on tangent of shape "
-                         f"{get_aval(t).shape}, expected {a.shape}")
-    outs = core.eval_jaxpr(jaxpr, consts, *t_leaves)
-    outs = iter(outs)
+      ta, expected = get_aval(t), ad.tangent_dtype(a.dtype)
+      if ta.shape != a.shape:
+        raise ValueError(f"linearized function called on tangent of shape {ta.shape}, "
+                         f"expected {a.shape}")
+      if ta.dtype != expected and not (ta.weak_type and expected != dtypes.float0):
+        raise TypeError(f"linearized function called on tangent of dtype {_dtype_str(ta.dtype)}"
+                        f", expected {_dtype_str(expected)} (the tangent type of "
+                        f"{a.str_short()})")
+    outs = iter(core.eval_jaxpr(jaxpr, consts, *t_leaves))
     res = [next(outs) if not p.is_known else p.const for p in tangent_pvals]
-    return tree_unflatten(tree, res)
+    return tree_unflatten(tree, res[:n_main])
 
+  out = tree_unflatten(tree, all_out[:n_main])
   if has_aux:
-    out, aux = tree_unflatten(tree, primals_out)
-    return out, f_jvp, aux
-  return tree_unflatten(tree, primals_out), f_jvp
+    return out, f_jvp, tree_unflatten(aux_tree, all_out[n_main:])
+  return out, f_jvp
 
 
 def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):

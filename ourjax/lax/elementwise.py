@@ -608,7 +608,10 @@ ad.transpose_rules[neg_p] = ad._zero_aware_transpose(lambda ct, x: [neg(ct)])
 ad.transpose_rules[real_p] = ad._zero_aware_transpose(
     lambda ct, x: [convert_element_type(ct, x.aval.dtype)])
 ad.transpose_rules[conj_p] = ad._zero_aware_transpose(lambda ct, x: [conj(ct)])
-ad.linear_primitives.update({add_p, sub_p, neg_p, real_p, conj_p})
+# imag(x) = Re(-i x), so its transpose maps a real ct to the complex -i ct
+ad.transpose_rules[imag_p] = ad._zero_aware_transpose(
+    lambda ct, x: [mul(convert_element_type(ct, x.aval.dtype), np.array(-1j, x.aval.dtype))])
+ad.linear_primitives.update({add_p, sub_p, neg_p, real_p, imag_p, conj_p})
 defjvp(neg_p, lambda t, x: neg(t))
 
 # ------------------------------------------------------------------------------------------------
@@ -806,6 +809,8 @@ clamp_p = standard_primitive("clamp", _clamp_shape,
 clamp_p.def_impl(lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi))
 
 
+# JAX's convention: x gets the tangent strictly inside (lo, hi); lo where lo > x and lo < hi;
+# hi where hi < x.  At a tie nobody does.
 def _clamp_jvp_x(t, lo, x, hi):
   inside = and_(gt(x, lo), lt(x, hi))
   return select_n(inside, _zeros(t), t)
@@ -815,8 +820,6 @@ def _clamp_jvp_bound(which):
   def rule(t, lo, x, hi):
     hit = and_(gt(lo, x), lt(lo, hi)) if which == "lo" else lt(hi, x)
     tb = _bcast_to(t, x)
-# JAX's convention: x gets the tangent strictly inside (lo, hi); lo where lo > x and lo < hi;
-# hi where hi < x.  At a tie nobody does.
     return select_n(_bcast_to(hit, x), _zeros(tb), tb)
   return rule
 
