@@ -55,11 +55,15 @@ def _inexact(aval) -> bool:
 
 def _resolve_kwargs(fun, args, kwargs):
   """Positional arguments for ``fun(*args, **kwargs)`` (defaults filled in), as JAX does."""
-  if not kwargs:
+  try:
+    sig = inspect.signature(fun)
+  except (TypeError, ValueError):
+    if kwargs:
+      raise TypeError("keyword arguments could not be resolved to positions") from None
     return tuple(args)
   try:
-    ba = inspect.signature(fun).bind(*args, **kwargs)
-  except (TypeError, ValueError) as e:
+    ba = sig.bind(*args, **kwargs)
+  except TypeError as e:
     raise TypeError(str(e)) from None
   ba.apply_defaults()
   if ba.kwargs:

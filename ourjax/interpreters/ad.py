@@ -396,19 +396,4 @@ defjvp(add_any_p, lambda t, x, y: t, lambda t, x, y: t)
 transpose_rules[add_any_p] = lambda ct, x, y: [ct, ct]
 linear_primitives.add(add_any_p)
 
-
-def _add_any_batch(vals, dims):
-  from ourjax.interpreters import batching
-  x, y = vals
-  dx, dy = dims
-  size = next(get_aval(v).shape[d] for v, d in zip(vals, dims) if d is not None)
-  return add_any_p.bind(batching.bdim_at_front(x, dx, size),
-                        batching.bdim_at_front(y, dy, size)), 0
-
-
-def _register_add_any_batching():
-  from ourjax.interpreters import batching
-  batching.batch_rules[add_any_p] = _add_any_batch
-
-
-_register_add_any_batching()
+# (its batching rule is in interpreters/batching.py)
