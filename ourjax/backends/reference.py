@@ -84,8 +84,7 @@ def _elementwise(fn, out_dtype, *xs):
   if cdt != in_dt:
     xs = tuple(x.astype(cdt) for x in xs)
   with np.errstate(all="ignore"):
-    r = fn(*xs)
-  return np.asarray(r).astype(out_dtype, copy=False)
+    return np.asarray(fn(*xs)).astype(out_dtype, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -852,8 +852,9 @@ def scatter(operand, indices, updates, *, update_window_dims, inserted_window_di
                         scatter_indices_batching_dims)
   max_start = np.array([n - s for n, s in zip(result.shape, window_size)], np.int64)
   if str(mode).lower() == "clip":
-    starts = np.clip(starts, 0, max_start)
-    valid = np.ones(batch_shape, bool)
+    # a window that cannot fit at all (an inserted dimension of size 0) is dropped
+    starts = np.clip(starts, 0, np.maximum(max_start, 0))
+    valid = np.full(batch_shape, bool(np.all(max_start >= 0)))
   else:
     valid = np.all((starts >= 0) & (starts <= max_start), axis=-1)
   full = batch_shape + wshape

@@ -1211,7 +1211,10 @@ class Builder:
   def constant(self, value, dtype=None) -> Instruction:
     """A constant array (a Python/NumPy scalar gives a rank-0 constant)."""
     if dtype is not None:
-      arr = np.asarray(value, dtype=to_dtype(dtype))
+      try:
+        arr = np.asarray(value, dtype=to_dtype(dtype))
+      except OverflowError:  # e.g. -1 as u8: wrap like a C cast (all ones)
+        arr = np.asarray(value).astype(to_dtype(dtype))
     elif isinstance(value, (np.ndarray, np.generic)):
       arr = np.asarray(value)
     elif isinstance(value, bool):

@@ -362,8 +362,11 @@ def not_not(instr, ctx):
 
 
 def abs_abs(instr, ctx):
-  """abs(abs(x)) -> abs(x); abs(-x) -> abs(x)"""
+  """abs(abs(x)) -> abs(x); abs(-x) -> abs(x) (not unsigned: there -x wraps); abs(x) -> x for
+  unsigned x"""
   (x,) = instr.operands
+  if rops.is_unsigned(x.dtype):
+    return x
   if x.opcode == "abs" and x.shape == instr.shape:
     return x
   if x.opcode == "negate":
@@ -490,11 +493,16 @@ def slice_slice(instr, ctx):
   start, limit, stride = [], [], []
   for s1, st1, s2, st2, n in zip(a["start_indices"], a["strides"], b["start_indices"],
                                  b["strides"], instr.dims):
+    if n == 0:  # empty: any empty slice will do
+      start.append(0)
+      limit.append(0)
+      stride.append(1)
+      continue
     s = s1 + s2 * st1
     st = st1 * st2
     start.append(s)
     stride.append(st)
-    limit.append(s + (n - 1) * st + 1 if n > 0 else s)
+    limit.append(s + (n - 1) * st + 1)
   return ctx.b.slice(x.operands[0], start, limit, stride)
 
 
@@ -598,41 +606,42 @@ def dot_fold_transpose(instr, ctx):
 
 
 def dot_degenerate(instr, ctx):
-  """dot with size-1 (or no) contracting dims -> multiply of broadcasts (+0 so -0 sums to +0)"""
+  """dot with size-1 (or no) contracting dims -> multiply of broadcasts (+0 so -0 sums to +0)
+
+  Mirrors the dot's arithmetic exactly: operands converted to the accumulation type, one
+  product, +0 added (the sum starts from +0), then a conversion to the result type."""
   a = instr.attrs
   lhs, rhs = instr.operands
   lc, rc = a["lhs_contracting_dims"], a["rhs_contracting_dims"]
   if any(lhs.dims[d] != 1 for d in lc):
     return None
   out = instr.dtype
-  if rops.is_complex(out) or not (is_lossless_conversion(lhs.dtype, out)
-                                  and is_lossless_conversion(rhs.dtype, out)):
-    return None
   acc = rops.accumulation_dtype(lhs.dtype, rhs.dtype, out)
-  if acc != out and not (acc == np.float32 and out.itemsize <= 2):
-    return None  # the product of two narrow floats is exact in float32
+  if rops.is_complex(acc):
+    return None
   b = ctx.b
   lb, rb = a["lhs_batch_dims"], a["rhs_batch_dims"]
   lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
   rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
   nb, nl, nr = len(lb), len(lf), len(rf)
+  acc_shape = instr.shape.with_dtype(acc)
 
   def prepare(x, batch, free, contract, out_positions):
-    if x.dtype != out:
-      x = b.convert(x, out)
+    if x.dtype != acc:
+      x = b.convert(x, acc)
     order = list(batch) + list(free) + list(contract)
     if order != list(range(len(order))):
       x = b.transpose(x, order)
     kept = [x.dims[i] for i in range(len(batch) + len(free))]
     if contract:
       x = b.reshape(x, kept)
-    return b.broadcast(x, instr.dims, out_positions)
+    return b.broadcast(x, acc_shape.dims, out_positions)
   l2 = prepare(lhs, lb, lf, lc, tuple(range(nb)) + tuple(range(nb, nb + nl)))
   r2 = prepare(rhs, rb, rf, rc, tuple(range(nb)) + tuple(range(nb + nl, nb + nl + nr)))
   prod = b.multiply(l2, r2)
-  if _is_float(out):
-    prod = b.add(prod, b.full(0.0, instr.shape))
-  return prod
+  if _is_float(acc):
+    prod = b.add(prod, b.full(0.0, acc_shape))
+  return prod if acc == out else b.convert(prod, out)
 
 
 # ---------------------------------------------------------------------------------------------
