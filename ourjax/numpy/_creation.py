@@ -43,7 +43,8 @@ def _host_nested(obj):
 
 
 def _check_host_dtype(host: np.ndarray, what) -> None:
-  if host.dtype.kind in "OUSVMm":
+  if host.dtype.kind in "OUSMm" or (host.dtype.kind == "V" and
+                                    host.dtype not in dtypes._valid_dtypes):
     raise TypeError(f"jnp.array: unsupported input of type {type(what).__name__} (it gives "
                     f"NumPy dtype {host.dtype}); ourjax arrays hold numbers and bools only.")
 

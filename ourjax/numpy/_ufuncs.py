@@ -65,10 +65,10 @@ true_divide = divide = _binary("divide", lax.div, promote_args_inexact)
 nextafter = _binary("nextafter", lax.nextafter, promote_args_inexact)
 
 # dtype-preserving functions
-negative = _unary("negative", lax.neg, promote_args_numeric)
+negative = _unary("negative", lax.neg, promote_args)
 add = _binary("add", lambda x, y: lax.or_(x, y) if get_aval(x).dtype == np.bool_
               else lax.add(x, y))
-subtract = _binary("subtract", lax.sub, promote_args_numeric)
+subtract = _binary("subtract", lax.sub, promote_args)
 multiply = _binary("multiply", lambda x, y: lax.and_(x, y) if get_aval(x).dtype == np.bool_
                    else lax.mul(x, y))
 maximum = _binary("maximum", lax.max)
@@ -133,8 +133,6 @@ abs = absolute  # noqa: A001
 
 def sign(x, /):
   x, = promote_args("sign", x)
-  if get_aval(x).dtype == np.bool_:
-    return x
   return lax.sign(x)
 
 
@@ -260,15 +258,31 @@ def float_power(x1, x2, /):
 
 
 def floor_divide(x1, x2, /):
+  """Division rounded toward minus infinity (for floats, CPython's divmod algorithm, so that
+  ``x1 == floor_divide(x1, x2) * x2 + remainder(x1, x2)`` holds as closely as possible)."""
   x1, x2 = promote_args_numeric("floor_divide", x1, x2)
   dt = get_aval(x1).dtype
+  if dtypes.issubdtype(dt, np.unsignedinteger):
+    return lax.div(x1, x2)
   if dtypes.is_integer(dt):
     q = lax.div(x1, x2)
     r = lax.rem(x1, x2)
     zero = lax._const(x1, 0)
     adjust = lax.and_(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
     return _select(adjust, q, lax.sub(q, lax._const(q, 1)))
-  return lax.floor(lax.div(x1, x2))
+  if dtypes.is_complex(dt):
+    raise TypeError("floor_divide does not support complex-valued inputs")
+  return _float_divmod(x1, x2)[0]
+
+
+def _float_divmod(x1, x2):
+  mod = lax.rem(x1, x2)
+  div = lax.div(lax.sub(x1, mod), x2)
+  zero = lax._const(mod, 0)
+  fix = lax.and_(lax.ne(mod, zero), lax.ne(lax.lt(x2, zero), lax.lt(mod, zero)))
+  mod = _select(fix, mod, lax.add(mod, x2))
+  div = _select(fix, div, lax.sub(div, lax._const(div, 1)))
+  return lax.round(div, lax.RoundingMethod.TO_NEAREST_EVEN), mod
 
 
 def remainder(x1, x2, /):
@@ -789,8 +803,9 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     raise ValueError("xp and fp must be of the same length")
   if np.shape(xp)[0] == 0:
     raise ValueError("xp and fp must not be empty")
-  x, xp = promote_args_inexact("interp", x, xp)
-  fp, = promote_args_inexact("interp", fp)
+  from ourjax.numpy._util import promote_dtypes_inexact
+  x, xp = promote_dtypes_inexact(_as_operand(x), _as_operand(xp))
+  fp, = promote_dtypes_inexact(_as_operand(fp))
   if dtypes.is_complex(get_aval(x).dtype):
     raise ValueError("jnp.interp: complex x or xp are not supported")
   x, xp, fp = asarray(x), asarray(xp), asarray(fp)

@@ -32,26 +32,39 @@ def _as_operand(x):
   return x
 
 
+def _check_int_range(args, dt):
+  """A Python int that the promoted integer dtype cannot hold is an OverflowError (as in JAX:
+  ``int8_array + 300`` does not wrap silently)."""
+  if dtypes.is_integer(dt):
+    info = np.iinfo(dt)
+    for a in args:
+      if type(a) is int and not info.min <= a <= info.max:
+        raise OverflowError(f"Python int {a} too large to convert to {np.dtype(dt).name}")
+
+
 def promote_dtypes(*args):
-  """Convert all arguments to their common dtype (JAX's ``result_type``)."""
-  if len(args) < 2:
-    return list(args)
+  """Convert all arguments to their common dtype (JAX's ``result_type``); NumPy values and
+  Python scalars become Arrays (of canonical dtype) even when there is only one."""
+  if not args:
+    return []
   dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
-  return [lax._convert_element_type(a, dt, weak) for a in args]
+  _check_int_range(args, dt)
+  return [ensure_array(lax._convert_element_type(a, dt, weak)) for a in args]
 
 
 def promote_dtypes_inexact(*args):
   """Promote, then make the common dtype inexact (ints -> default float)."""
   dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   dt = dtypes.to_inexact_dtype(dt)
-  return [lax._convert_element_type(a, dt, weak) for a in args]
+  return [ensure_array(lax._convert_element_type(a, dt, weak)) for a in args]
 
 
 def promote_dtypes_numeric(*args):
   dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   if dt == np.bool_:
     dt = dtypes.default_int_dtype()
-  return [lax._convert_element_type(a, dt, weak) for a in args]
+  _check_int_range(args, dt)
+  return [ensure_array(lax._convert_element_type(a, dt, weak)) for a in args]
 
 
 def broadcast_shapes(*shapes, fun_name: str = "broadcast_shapes") -> tuple:
