@@ -1,0 +1,215 @@
+"""The llvmlite engine for the host CPU: parse, verify, optimise (O3) and JIT an LLVM module.
+
+One process-wide setup: every LLVM target is initialised once (the CUDA backend needs NVPTX from
+the same LLVM), and a host ``TargetMachine`` (this CPU's name and features, opt level 3) is built
+once and used for optimisation, assembly printing and the data layout of new modules.
+
+Each :func:`compile_module` call gets its own MCJIT execution engine (MCJIT is llvmlite's
+well-tested JIT; the engine owns the machine code, so the code lives exactly as long as the
+returned :class:`CompiledModule`).  The optimiser is LLVM's new pass manager with the default
+``O3`` pipeline and loop + SLP vectorization switched on; with ``noalias`` pointers and inline math
+(``ourjax.backends.llvm.math``) an elementwise loop becomes 512-bit (AVX-512) or 256-bit code.
+
+Usage::
+
+    mod = new_module("k")          # llvmlite.ir.Module with the host triple and data layout
+    ...                            # emit functions into mod
+    cm = compile_module(mod, ["k"])
+    f = cm.ctypes_function("k", None, [ctypes.c_int64, ctypes.c_void_p])
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Iterable, Optional, Sequence, Union
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+try:  # the package's error type, when the package imports (it may be mid-construction)
+  from ourjax.errors import CompileError
+except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not importable
+  class CompileError(RuntimeError):
+    """The backend failed to compile a module (the message carries LLVM's log)."""
+
+__all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cpu_name",
+           "cpu_features", "triple", "target_data_layout", "host_target_machine"]
+
+_lock = threading.RLock()
+_state: Optional[dict] = None
+
+
+def _setup() -> dict:
+  """Initialise LLVM once per process and build the host target machine."""
+  global _state
+  with _lock:
+    if _state is not None:
+      return _state
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+    llvm.check_jit_execution()
+    name = llvm.get_host_cpu_name()
+    try:
+      features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # some hosts cannot report features; the CPU name still carries them
+      features = ""
+    triple_ = llvm.get_process_triple()
+    target = llvm.Target.from_triple(triple_)
+    tm = _make_tm(target, name, features)
+    _state = dict(name=name, features=features, triple=triple_, target=target, tm=tm,
+                  layout=str(tm.target_data))
+    return _state
+
+
+def _make_tm(target, name, features):
+  return target.create_target_machine(cpu=name, features=features, opt=3, reloc="default",
+                                      codemodel="jitdefault", jit=False)
+
+
+def cpu_name() -> str:
+  """LLVM's name for the host CPU (e.g. ``znver5``); part of on-disk cache keys."""
+  return _setup()["name"]
+
+
+def cpu_features() -> str:
+  """The host CPU feature string (``+avx512f,...``); part of on-disk cache keys."""
+  return _setup()["features"]
+
+
+def triple() -> str:
+  """The host target triple."""
+  return _setup()["triple"]
+
+
+def target_data_layout() -> str:
+  """The host data-layout string, to set on new modules."""
+  return _setup()["layout"]
+
+
+def host_target_machine() -> "llvm.TargetMachine":
+  """The shared host TargetMachine (do not hand it to an execution engine: engines own theirs)."""
+  return _setup()["tm"]
+
+
+def new_module(name: str) -> ir.Module:
+  """An empty ``llvmlite.ir.Module`` with the host triple and data layout set (so the
+  vectorizer's cost model sees this CPU's vector widths)."""
+  st = _setup()
+  mod = ir.Module(name=name)
+  mod.triple = st["triple"]
+  mod.data_layout = st["layout"]
+  return mod
+
+
+def _optimize(mod: "llvm.ModuleRef", tm) -> None:
+  pto = llvm.create_pipeline_tuning_options(speed_level=3)
+  pto.loop_vectorization = True
+  pto.slp_vectorization = True
+  pto.loop_interleaving = True
+  pto.loop_unrolling = True
+  pb = llvm.create_pass_builder(tm, pto)
+  mpm = pb.getModulePassManager()
+  mpm.run(mod, pb)
+
+
+def _excerpt(text: str, limit: int = 40) -> str:
+  lines = text.splitlines()
+  if len(lines) > limit:
+    lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+  return "\n".join(lines)
+
+
+class CompiledModule:
+  """A JIT-compiled LLVM module.  The machine code stays valid while this object lives."""
+
+  def __init__(self, engine, module_ref, entry_names: Sequence[str], optimized_ir: str):
+    self._engine = engine
+    self._module = module_ref
+    self.optimized_ir: str = optimized_ir
+    self._asm: Optional[str] = None
+    self._addresses = {}
+    for n in entry_names:
+      self._addresses[n] = engine.get_function_address(n)
+
+  @property
+  def entry_names(self):
+    return tuple(self._addresses)
+
+  def address(self, name: str) -> int:
+    """The native address of function ``name`` (an entry name or any defined function)."""
+    addr = self._addresses.get(name)
+    if addr is None:
+      try:
+        self._module.get_function(name)
+      except NameError:
+        raise KeyError(f"function {name!r} is not defined in the compiled module") from None
+      with _lock:
+        addr = self._engine.get_function_address(name)
+      self._addresses[name] = addr
+    if not addr:
+      raise KeyError(f"function {name!r} has no address in the compiled module")
+    return addr
+
+  def ctypes_function(self, name: str, restype, argtypes: Iterable):
+    """A ctypes callable for ``name``; it keeps this module (and its code) alive."""
+    fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
+    fn._ourjax_owner = self
+    return fn
+
+  @property
+  def asm(self) -> str:
+    """Host assembly of the optimised module (built on first access)."""
+    if self._asm is None:
+      with _lock:
+        tm = host_target_machine()
+        self._asm = tm.emit_assembly(llvm.parse_assembly(self.optimized_ir))
+    return self._asm
+
+
+def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (),
+                   *, optimize: bool = True) -> CompiledModule:
+  """Parse, verify, optimise at O3 and JIT ``module`` (an ``llvmlite.ir.Module`` or IR text).
+
+  ``entry_names`` are functions whose addresses are resolved now (a missing one is an error).
+  Raises :class:`CompileError` with LLVM's message when the IR is malformed.
+  """
+  st = _setup()
+  text = str(module)
+  if isinstance(entry_names, str):
+    entry_names = [entry_names]
+  with _lock:
+    try:
+      ref = llvm.parse_assembly(text)
+      ref.verify()
+    except RuntimeError as e:
+      raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
+                         f"{_excerpt(text)}") from None
+    if not ref.triple:
+      ref.triple = st["triple"]
+    if not ref.data_layout:
+      ref.data_layout = st["layout"]
+    for n in entry_names:
+      try:
+        fn = ref.get_function(n)
+      except NameError:
+        raise CompileError(f"entry point {n!r} is not defined in the module") from None
+      if fn.is_declaration:
+        raise CompileError(f"entry point {n!r} is declared but not defined in the module")
+    if optimize:
+      _optimize(ref, st["tm"])
+    optimized = str(ref)
+    missing = [f.name for f in ref.functions
+               if f.is_declaration and not f.name.startswith("llvm.")
+               and not llvm.address_of_symbol(f.name)]
+    if missing:  # MCJIT would abort the process on an unresolved symbol: refuse it here
+      raise CompileError(f"the module calls undefined external function(s) {missing}")
+    try:
+      engine = llvm.create_mcjit_compiler(ref, _make_tm(st["target"], st["name"],
+                                                          st["features"]))
+      engine.finalize_object()
+    except RuntimeError as e:
+      raise CompileError(f"LLVM failed to generate code: {e}") from None
+    return CompiledModule(engine, ref, list(entry_names), optimized)

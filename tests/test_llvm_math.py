@@ -1,0 +1,654 @@
+"""Accuracy and special values of the inline math emitters (ourjax.backends.llvm.math).
+
+Every function is compiled once per dtype into one module (one vectorized loop kernel each) by the
+CPU JIT, run on large sample sets (random bit patterns, dense log-spaced magnitudes over the whole
+float range, uniform samples of the interesting intervals, edge cases), and compared with a
+reference: float64 NumPy for float32 results, 80-bit long double (NumPy, or the series and
+continued fractions below) for float64 results.  Errors are in ulp of the result type.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import zlib
+
+import numpy as np
+import pytest
+import llvmlite.ir as ir
+from hypothesis import given, settings, strategies as st, HealthCheck
+
+from ourjax.backends.cpu import jit
+from ourjax.backends.llvm import math as lm
+
+LD = np.longdouble
+F32, F64 = np.float32, np.float64
+DTYPES = [F32, F64]
+UNARY = sorted(lm.SUPPORTED_UNARY)
+BINARY = sorted(lm.SUPPORTED_BINARY)
+
+# max error in ulp allowed per function (float32, float64); the measured values are in the
+# docstring of ourjax/backends/llvm/math.py
+BOUNDS = {
+    "exp": (1, 1), "exp2": (1, 1), "expm1": (1, 1), "log": (1, 1), "log2": (1, 1.5),
+    "log10": (1, 1), "log1p": (1, 1), "tanh": (1, 1), "logistic": (1, 1), "sin": (1, 1),
+    "cos": (1, 1), "tan": (1, 1), "sinh": (1, 1), "cosh": (1, 1), "asin": (1, 1),
+    "acos": (1, 1), "atan": (1, 1), "asinh": (1, 1.5), "acosh": (1, 1.5), "atanh": (1, 1),
+    "erf": (1, 1), "erfc": (1, 2), "erf_inv": (1, 1.5), "cbrt": (1, 1), "rsqrt": (1, 1),
+    "lgamma": (1.5, 2), "digamma": (1.5, 2),
+    "pow": (1, 1), "atan2": (1, 1),
+}
+TRIG_LIMIT = 2.0 ** 48
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels
+# ---------------------------------------------------------------------------------------------
+
+def _build(dtype):
+  fty = ir.FloatType() if dtype == F32 else ir.DoubleType()
+  i64 = ir.IntType(64)
+  mod = jit.new_module(f"math_{np.dtype(dtype).name}")
+
+  def kernel(name, nin, emit):
+    fnty = ir.FunctionType(ir.VoidType(), [i64] + [fty.as_pointer()] * (nin + 1))
+    fn = ir.Function(mod, fnty, f"k_{name}")
+    for a in fn.args[1:]:
+      a.add_attribute("noalias")
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    n = fn.args[0]
+    b.cbranch(b.icmp_signed(">", n, ir.Constant(i64, 0)), loop, done)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    xs = [b.load(b.gep(fn.args[1 + j], [i])) for j in range(nin)]
+    b.store(emit(b, *xs), b.gep(fn.args[1 + nin], [i]))
+    i2 = b.add(i, ir.Constant(i64, 1))
+    i.add_incoming(i2, loop)
+    b.cbranch(b.icmp_signed("<", i2, n), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+
+  for nm in UNARY:
+    kernel(nm, 1, lambda b, x, nm=nm: lm.emit_unary(b, nm, x))
+  for nm in BINARY:
+    kernel(nm, 2, lambda b, x, y, nm=nm: lm.emit_binary(b, nm, x, y))
+  text = str(mod)
+  cm = jit.compile_module(mod, [f"k_{n}" for n in UNARY + BINARY])
+  fns = {}
+  for nm in UNARY + BINARY:
+    nin = 2 if nm in BINARY else 1
+    fns[nm] = cm.ctypes_function(f"k_{nm}", None, [ctypes.c_int64] + [ctypes.c_void_p] * (nin + 1))
+  return cm, text, fns
+
+
+_CACHE = {}
+
+
+def kernels(dtype):
+  if dtype not in _CACHE:
+    _CACHE[dtype] = _build(dtype)
+  return _CACHE[dtype]
+
+
+def run(name, dtype, *args):
+  arrays = [np.ascontiguousarray(np.asarray(a, dtype=dtype)) for a in args]
+  out = np.empty_like(arrays[0])
+  kernels(dtype)[2][name](arrays[0].size, *[a.ctypes.data for a in arrays], out.ctypes.data)
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# references (long double)
+# ---------------------------------------------------------------------------------------------
+PI_LD = LD("3.14159265358979323846264338327950288")
+SQPI = np.sqrt(PI_LD)
+EULER = LD("0.577215664901532860606512090082402431")
+# zero of digamma on the positive axis (computed with Python's decimal module)
+PSI_X0 = "1.46163214496836234126265954232572132846819620400644635129"
+
+
+def _erf_series(x):
+  """erf(x), |x| <= 3: exp(-x^2) * sum 2^n x^(2n+1) / (2n+1)!!, terms all positive."""
+  z = x * x
+  term, s = x.copy(), x.copy()
+  for n in range(1, 400):
+    term = term * 2 * z / (2 * n + 1)
+    s = s + term
+    if np.all(term <= s * LD(1e-21)):
+      break
+  return 2 / SQPI * np.exp(-z) * s
+
+
+def _erfc_cf(x):
+  """erfc(x), x >= 1.25: the continued fraction, evaluated backwards."""
+  depth = int(min(600, 40 + 300 / max(float(np.min(x)) if x.size else 1.0, 0.5) ** 2))
+  f = x.copy()
+  for k in range(depth, 0, -1):
+    f = x + (LD(k) / 2) / f
+  return np.exp(-x * x) / SQPI / f
+
+
+def _split(a, thr, fa, fb):
+  out = np.empty_like(a)
+  m = a < thr
+  if m.any():
+    out[m] = fa(a[m])
+  if (~m).any():
+    out[~m] = fb(a[~m])
+  return out
+
+
+def erf_ld(x):
+  x = np.asarray(x, dtype=LD)
+  a = np.nan_to_num(np.abs(x), posinf=LD(40))
+  r = _split(a, 2.5, _erf_series, lambda v: 1 - _erfc_cf(np.minimum(v, LD(30))))
+  return np.where(np.isnan(x), x, np.copysign(r, x))
+
+
+def erfc_ld(x):
+  x = np.asarray(x, dtype=LD)
+  a = np.nan_to_num(np.abs(x), posinf=LD(40))
+  pos = _split(a, 1.25, lambda v: 1 - _erf_series(v), lambda v: _erfc_cf(np.minimum(v, LD(40))))
+  return np.where(np.isnan(x), x, np.where(x < 0, 2 - pos, pos))
+
+
+def erf_inv_ld(x):
+  x = np.asarray(x, dtype=LD)
+  a = np.abs(x)
+  with np.errstate(all="ignore"):
+    ad = np.minimum(a.astype(np.float64), 1.0)
+    lg = np.log((1 - ad) * (1 + ad))
+    t = 2 / (np.pi * 0.147) + lg / 2
+    y = np.sqrt(np.sqrt(t * t - lg / 0.147) - t)            # Winitzki's start, ~1e-3
+    y = np.where(np.isfinite(y), y, 0.0).astype(LD)
+    for _ in range(4):                                      # Newton on erf / erfc
+      yc = np.minimum(y, LD(27))
+      r = np.where(a < 0.5, erf_ld(yc) - a, (1 - a) - erfc_ld(yc))
+      y = yc - r * (SQPI / 2) * np.exp(yc * yc)
+  y = np.where(a == 1, LD(np.inf), np.where(a > 1, LD(np.nan), y))
+  return np.where(np.isnan(x), x, np.copysign(y, x))
+
+
+def logistic_ld(x):
+  x = np.asarray(x)
+  with np.errstate(over="ignore"):
+    return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
+
+
+def _sinpi_abs(x):
+  """|sin(pi x)| with an exact reduction (long double)."""
+  r = x - 2 * np.round(x / 2)                               # exact, in [-1, 1]
+  r = np.where(np.abs(r) > 0.5, np.copysign(1 - np.abs(r), r), r)
+  return np.abs(np.sin(PI_LD * r))
+
+
+def _cotpi(x):
+  r = x - np.round(x)                                       # exact, in [-1/2, 1/2]
+  return np.cos(PI_LD * r) / np.sin(PI_LD * r)
+
+
+_BERN = [LD(1) / 6, LD(-1) / 30, LD(1) / 42, LD(-1) / 30, LD(5) / 66, LD(-691) / 2730, LD(7) / 6,
+         LD(-3617) / 510, LD(43867) / 798, LD(-174611) / 330, LD(854513) / 138]
+
+
+def _zeta(k):
+  n = np.arange(1, 2001, dtype=LD)
+  N = LD(2001)
+  return np.sum(n ** -k) + N ** (1 - k) / (k - 1) + N ** -k / 2 + k * N ** (-k - 1) / 12
+
+
+_ZETA = {k: _zeta(k) for k in range(2, 70)}
+
+
+def _lgamma_pos(x):
+  """lgamma for x > 0 (long double): Taylor series at 1 and 2, else shift up and Stirling."""
+  out = np.empty_like(x)
+  n1 = np.abs(x - 1) < 0.25
+  n2 = np.abs(x - 2) < 0.25
+  u = x[n1] - 1
+  s = -EULER * u
+  for k in range(2, 70):
+    s = s + (-1) ** k * _ZETA[k] / k * u ** k
+  out[n1] = s
+  u = x[n2] - 2
+  s = (1 - EULER) * u
+  for k in range(2, 70):
+    s = s + (-1) ** k * (_ZETA[k] - 1) / k * u ** k
+  out[n2] = s
+  rest = ~(n1 | n2)
+  z = x[rest].copy()
+  p = np.ones_like(z)
+  for _ in range(30):
+    small = z < 30
+    p = np.where(small, p * z, p)
+    z = np.where(small, z + 1, z)
+  t = 1 / z
+  corr = sum(b / ((2 * k + 2) * (2 * k + 1)) * t ** (2 * k + 1) for k, b in enumerate(_BERN))
+  out[rest] = (z - LD(0.5)) * np.log(z) - z + np.log(2 * PI_LD) / 2 + corr - np.log(p)
+  return out
+
+
+def lgamma_ld(x):
+  x = np.asarray(x, dtype=LD)
+  a = np.abs(x)
+  fin = np.isfinite(a) & (a > 0)
+  res = np.full_like(x, LD(np.inf))
+  pos = fin & (x > 0)
+  res[pos] = _lgamma_pos(x[pos])
+  neg = fin & (x < 0) & (x != np.floor(x))
+  an = a[neg]
+  res[neg] = np.log(PI_LD / (an * _sinpi_abs(an))) - _lgamma_pos(an)
+  return np.where(np.isnan(x), x, res)
+
+
+def _digamma_pos(x):
+  out = np.empty_like(x)
+  x0, x0_lo = _PSI_X0_PAIR
+  near = np.abs(x - x0) < 0.05
+  # Taylor series at x0: psi^(k)(x0) = (-1)^(k+1) k! zeta(k+1, x0)
+  u = (x[near] - x0) - x0_lo
+  s = np.zeros_like(u)
+  for k in range(1, 40):
+    zk = _hurwitz(k + 1, x0)
+    s = s + (-1) ** (k + 1) * zk * u ** k
+  out[near] = s
+  rest = ~near
+  z = x[rest].copy()
+  acc = np.zeros_like(z)
+  for _ in range(30):
+    small = z < 30
+    acc = np.where(small, acc + 1 / z, acc)
+    z = np.where(small, z + 1, z)
+  t2 = 1 / (z * z)
+  ser = sum(b / (2 * k + 2) * t2 ** (k + 1) for k, b in enumerate(_BERN))
+  out[rest] = np.log(z) - 1 / (2 * z) - ser - acc
+  return out
+
+
+def _x0_pair():
+  import decimal
+  x0 = LD(PSI_X0)
+  hi = float(x0)
+  lo = float(x0 - LD(hi))
+  with decimal.localcontext() as ctx:
+    ctx.prec = 60
+    rest = decimal.Decimal(PSI_X0) - decimal.Decimal(hi) - decimal.Decimal(lo)
+  return x0, LD(float(rest))
+
+
+_PSI_X0_PAIR = _x0_pair()
+
+
+def _hurwitz(s, q):
+  """zeta(s, q) = sum_n (q + n)^-s by Euler-Maclaurin (long double)."""
+  N = 30
+  n = np.arange(N, dtype=LD)
+  a = q + N
+  tot = np.sum((q + n) ** -s) + a ** (1 - s) / (s - 1) + a ** -s / 2
+  fac = LD(s) * a ** (-s - 1)                             # s(s+1)...(s+2k-2) a^(-s-2k+1)
+  for k, b in enumerate(_BERN):
+    tot = tot + b / math.factorial(2 * k + 2) * fac
+    fac = fac * (s + 2 * k + 1) * (s + 2 * k + 2) / (a * a)
+  return tot
+
+
+def digamma_ld(x):
+  x = np.asarray(x, dtype=LD)
+  res = np.full_like(x, LD(np.nan))
+  fin = np.isfinite(x)
+  pos = fin & (x > 0)
+  res[pos] = _digamma_pos(x[pos])
+  neg = fin & (x < 0) & (x != np.floor(x))
+  an = -x[neg]
+  res[neg] = _digamma_pos(an) + 1 / an - PI_LD * _cotpi(x[neg])
+  res = np.where(x == np.inf, LD(np.inf), res)
+  return np.where(np.isnan(x), x, res)
+
+
+REF = {
+    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+    "log10": np.log10, "log1p": np.log1p, "tanh": np.tanh, "logistic": logistic_ld,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "cbrt": np.cbrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "erf": erf_ld, "erfc": erfc_ld, "erf_inv": erf_inv_ld, "lgamma": lgamma_ld,
+    "digamma": digamma_ld, "pow": np.power, "atan2": np.arctan2,
+}
+SLOW_REF = {"erf", "erfc", "erf_inv", "lgamma", "digamma"}
+
+
+def reference(name, dtype, *args):
+  """The reference in float64 (float32 results) or long double (float64 results)."""
+  slow = name in SLOW_REF
+  wt = LD if (dtype == F64 or slow) else F64
+  with np.errstate(all="ignore"):
+    r = REF[name](*[np.asarray(a).astype(wt) for a in args])
+  return np.asarray(r, dtype=LD if dtype == F64 else F64)
+
+
+def ulp_error(got, ref, dtype):
+  """|got - ref| in ulp of dtype at ref; 0 where both are the same special value, inf where
+  only one of them is special."""
+  p, emin = (24, -149) if dtype == F32 else (53, -1074)
+  R = np.asarray(ref, dtype=LD)
+  with np.errstate(all="ignore"):
+    _, e = np.frexp(np.where(np.isfinite(R), R, 1))
+    ulp = np.ldexp(np.ones_like(R), np.maximum(e.astype(np.int64) - p, emin))
+    want = np.asarray(ref).astype(dtype)
+    err = np.abs(got.astype(LD) - R) / ulp
+  fin = np.isfinite(want) & np.isfinite(got)
+  same = (want == got) | (np.isnan(want) & np.isnan(got))
+  return np.where(fin, err, np.where(same, 0.0, np.inf))
+
+
+# ---------------------------------------------------------------------------------------------
+# samples
+# ---------------------------------------------------------------------------------------------
+
+def finfo(dtype):
+  fi = np.finfo(dtype)
+  return float(fi.smallest_subnormal), float(fi.tiny), float(fi.max)
+
+
+def edges(dtype):
+  den, tiny, big = finfo(dtype)
+  eps = float(np.finfo(dtype).eps)
+  v = [0.0, den, 2 * den, tiny / 2, tiny, tiny * (1 + eps), big, big * (1 - eps / 2), 1.0,
+       1 - eps / 2, 1 + eps, 0.5, 2.0, 0.84375, 0.55, np.pi / 2, np.pi, 10.0, 1e-30, 1e-8]
+  v = np.array(v, dtype=np.float64)
+  v = np.concatenate([v, -v, [np.inf, -np.inf, np.nan]])
+  return v.astype(dtype)
+
+
+def log_spaced(dtype, n, lo_exp=None, hi_exp=None):
+  den, tiny, big = finfo(dtype)
+  lo = math.log10(den) if lo_exp is None else lo_exp
+  hi = math.log10(big) if hi_exp is None else hi_exp
+  with np.errstate(over="ignore"):
+    mag = np.minimum(10.0 ** np.linspace(lo, hi, n), big)
+  return np.concatenate([mag, -mag]).astype(dtype)
+
+
+def random_bits(dtype, n, seed):
+  rng = np.random.default_rng(seed)
+  it = np.uint32 if dtype == F32 else np.uint64
+  x = rng.integers(0, np.iinfo(it).max, n, dtype=it, endpoint=True).view(dtype)
+  return x[np.isfinite(x)]
+
+
+# intervals where each function does something interesting: (lo, hi) for float32, float64
+INTERVALS = {
+    "exp": [(-104, 89), (-746, 710)], "exp2": [(-150, 129), (-1075, 1025)],
+    "expm1": [(-20, 89), (-40, 710)], "log": [(0, 4), (0, 4)], "log2": [(0, 4), (0, 4)],
+    "log10": [(0, 4), (0, 4)], "log1p": [(-1, 4), (-1, 4)], "tanh": [(-10, 10), (-20, 20)],
+    "logistic": [(-105, 20), (-746, 40)], "sin": [(-10, 10), (-10, 10)],
+    "cos": [(-10, 10), (-10, 10)], "tan": [(-10, 10), (-10, 10)],
+    "sinh": [(-90, 90), (-711, 711)], "cosh": [(-90, 90), (-711, 711)],
+    "asin": [(-1, 1), (-1, 1)], "acos": [(-1, 1), (-1, 1)], "atan": [(-5, 5), (-5, 5)],
+    "asinh": [(-5, 5), (-5, 5)], "acosh": [(1, 5), (1, 5)], "atanh": [(-1, 1), (-1, 1)],
+    "erf": [(-5, 5), (-7, 7)], "erfc": [(-3, 11), (-6, 28)], "erf_inv": [(-1, 1), (-1, 1)],
+    "cbrt": [(-10, 10), (-10, 10)], "rsqrt": [(0, 10), (0, 10)],
+    "lgamma": [(-20, 20), (-20, 20)], "digamma": [(-20, 20), (-20, 20)],
+}
+
+
+def samples(name, dtype, n=20000, seed=0):
+  rng = np.random.default_rng(seed)
+  lo, hi = INTERVALS[name][0 if dtype == F32 else 1]
+  parts = [random_bits(dtype, n, seed), log_spaced(dtype, n // 2),
+           rng.uniform(lo, hi, n).astype(dtype), edges(dtype)]
+  if name in ("erf_inv", "atanh", "asin", "acos"):
+    parts.append((1 - 10.0 ** rng.uniform(-17, 0, n // 2)).astype(dtype))
+  if name in ("lgamma", "digamma"):
+    parts.append(rng.uniform(0, 3, n).astype(dtype))
+  if name in ("sin", "cos", "tan"):
+    parts.append((10.0 ** rng.uniform(0, math.log10(TRIG_LIMIT), n)).astype(dtype))
+  if name in ("log", "log2", "log10", "log1p"):
+    parts.append(rng.uniform(0.5, 2, n).astype(dtype))
+  x = np.concatenate(parts)
+  if name in ("sin", "cos", "tan"):
+    x = x[~(np.abs(x) > TRIG_LIMIT)]
+  return x
+
+
+def _sample_size(name):
+  return 8000 if name in SLOW_REF else 60000
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_accuracy(name, dtype):
+  x = samples(name, dtype, n=_sample_size(name), seed=zlib.crc32(name.encode()) % 1000)
+  got = run(name, dtype, x)
+  ref = reference(name, dtype, x)
+  err = ulp_error(got, ref, dtype)
+  i = int(np.argmax(err))
+  bound = BOUNDS[name][0 if dtype == F32 else 1]
+  assert err[i] <= bound, (f"{name}[{np.dtype(dtype).name}]({x[i]!r}) = {got[i]!r}, "
+                           f"reference {ref[i]!r}: {err[i]:.3g} ulp > {bound}")
+
+
+def _binary_samples(name, dtype, n, seed):
+  rng = np.random.default_rng(seed)
+  e = edges(dtype)
+  ex, ey = np.meshgrid(e, e)
+  xs = [random_bits(dtype, n, seed)[: n // 2], ex.ravel()]
+  ys = [random_bits(dtype, n, seed + 1)[: n // 2], ey.ravel()]
+  if name == "pow":
+    lim = 128 if dtype == F32 else 1024
+    xs += [rng.uniform(0, 4, n), 10 ** rng.uniform(-3, 3, n), -rng.integers(1, 40, n)]
+    ys += [rng.uniform(-30, 30, n), rng.uniform(-1, 1, n) * lim / np.abs(np.log2(
+        10 ** rng.uniform(-3, 3, n))).clip(1e-3), rng.integers(-60, 60, n)]
+  else:
+    xs += [rng.uniform(-10, 10, n), 10 ** rng.uniform(-40, 40, n) * rng.choice([-1, 1], n)]
+    ys += [rng.uniform(-10, 10, n), 10 ** rng.uniform(-40, 40, n) * rng.choice([-1, 1], n)]
+  x = np.concatenate([np.asarray(v, dtype=np.float64) for v in xs]).astype(dtype)
+  y = np.concatenate([np.asarray(v, dtype=np.float64) for v in ys]).astype(dtype)
+  m = min(x.size, y.size)
+  return x[:m], y[:m]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_accuracy(name, dtype):
+  with np.errstate(all="ignore"):
+    x, y = _binary_samples(name, dtype, 60000, seed=7)
+  got = run(name, dtype, x, y)
+  ref = reference(name, dtype, x, y)
+  err = ulp_error(got, ref, dtype)
+  i = int(np.argmax(err))
+  bound = BOUNDS[name][0 if dtype == F32 else 1]
+  assert err[i] <= bound, (f"{name}[{np.dtype(dtype).name}]({x[i]!r}, {y[i]!r}) = {got[i]!r}, "
+                           f"reference {ref[i]!r}: {err[i]:.3g} ulp > {bound}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_special_values(name, dtype):
+  """NaN-ness, infinities and signs of zeros exactly as the reference, on edge inputs."""
+  x = edges(dtype)
+  got = run(name, dtype, x)
+  want = reference(name, dtype, x).astype(dtype)
+  for xi, g, w in zip(x, got, want):
+    if np.isnan(w) or np.isnan(g):
+      assert np.isnan(w) and np.isnan(g), (name, xi, g, w)
+    elif np.isinf(w) or w == 0:
+      assert g == w and np.signbit(g) == np.signbit(w), (name, xi, g, w)
+
+
+EXACT = {  # (name, x, expected) on both dtypes; NaN means "is NaN"
+    "exp": [(0.0, 1.0), (-0.0, 1.0), (np.inf, np.inf), (-np.inf, 0.0), (1e4, np.inf),
+            (-1e4, 0.0)],
+    "log": [(0.0, -np.inf), (-0.0, -np.inf), (-1.0, np.nan), (1.0, 0.0), (np.inf, np.inf),
+            (-np.inf, np.nan)],
+    "log1p": [(-1.0, -np.inf), (-2.0, np.nan), (-0.0, -0.0), (0.0, 0.0), (np.inf, np.inf)],
+    "expm1": [(-0.0, -0.0), (np.inf, np.inf), (-np.inf, -1.0), (1e4, np.inf)],
+    "tanh": [(-0.0, -0.0), (np.inf, 1.0), (-np.inf, -1.0), (50.0, 1.0), (-50.0, -1.0)],
+    "logistic": [(np.inf, 1.0), (-np.inf, 0.0), (0.0, 0.5), (-1e4, 0.0)],
+    "sin": [(-0.0, -0.0), (np.inf, np.nan), (-np.inf, np.nan)],
+    "cos": [(-0.0, 1.0), (np.inf, np.nan)],
+    "tan": [(-0.0, -0.0), (np.inf, np.nan)],
+    "asin": [(-0.0, -0.0), (1.5, np.nan), (-1.5, np.nan)],
+    "acos": [(1.0, 0.0), (1.5, np.nan)],
+    "atan": [(-0.0, -0.0), (np.inf, np.pi / 2), (-np.inf, -np.pi / 2)],
+    "sinh": [(-0.0, -0.0), (np.inf, np.inf), (-np.inf, -np.inf), (1e4, np.inf)],
+    "cosh": [(-0.0, 1.0), (-np.inf, np.inf), (-1e4, np.inf)],
+    "asinh": [(-0.0, -0.0), (-np.inf, -np.inf)],
+    "acosh": [(1.0, 0.0), (0.5, np.nan), (np.inf, np.inf)],
+    "atanh": [(-0.0, -0.0), (1.0, np.inf), (-1.0, -np.inf), (1.5, np.nan)],
+    "erf": [(-0.0, -0.0), (np.inf, 1.0), (-np.inf, -1.0)],
+    "erfc": [(np.inf, 0.0), (-np.inf, 2.0), (0.0, 1.0)],
+    "erf_inv": [(1.0, np.inf), (-1.0, -np.inf), (-0.0, -0.0), (1.5, np.nan)],
+    "cbrt": [(-0.0, -0.0), (-np.inf, -np.inf), (-8.0, -2.0), (27.0, 3.0)],
+    "rsqrt": [(0.0, np.inf), (-0.0, -np.inf), (np.inf, 0.0), (-1.0, np.nan), (4.0, 0.5)],
+    "lgamma": [(1.0, 0.0), (2.0, 0.0), (0.0, np.inf), (-0.0, np.inf), (-3.0, np.inf),
+               (np.inf, np.inf), (-np.inf, np.inf)],
+    "digamma": [(0.0, np.nan), (-2.0, np.nan), (np.inf, np.inf), (-np.inf, np.nan)],
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_exact_values(name, dtype):
+  xs = np.array([x for x, _ in EXACT[name]] + [np.nan], dtype=dtype)
+  want = np.array([w for _, w in EXACT[name]] + [np.nan], dtype=dtype)
+  got = run(name, dtype, xs)
+  for x, g, w in zip(xs, got, want):
+    if np.isnan(w):
+      assert np.isnan(g), (name, x, g)
+    else:
+      assert g == w and np.signbit(g) == np.signbit(w), (name, x, g, w)
+
+
+POW_CASES = [  # C99 Annex F / NumPy
+    (2.0, 0.0, 1.0), (np.nan, 0.0, 1.0), (np.nan, -0.0, 1.0), (1.0, np.nan, 1.0),
+    (1.0, np.inf, 1.0), (-1.0, np.inf, 1.0), (-1.0, -np.inf, 1.0), (np.nan, 1.0, np.nan),
+    (2.0, np.nan, np.nan), (0.0, -1.0, np.inf), (-0.0, -1.0, -np.inf), (-0.0, -2.0, np.inf),
+    (-0.0, -0.5, np.inf), (0.0, 3.0, 0.0), (-0.0, 3.0, -0.0), (-0.0, 2.0, 0.0),
+    (-0.0, 0.5, 0.0), (0.5, -np.inf, np.inf), (2.0, -np.inf, 0.0), (0.5, np.inf, 0.0),
+    (-2.0, np.inf, np.inf), (-np.inf, -3.0, -0.0), (-np.inf, -2.0, 0.0), (-np.inf, 3.0, -np.inf),
+    (-np.inf, 2.0, np.inf), (-np.inf, 0.5, np.inf), (np.inf, -1.0, 0.0), (np.inf, 2.0, np.inf),
+    (-2.0, 0.5, np.nan), (-2.0, 3.0, -8.0), (-2.0, 2.0, 4.0), (-2.0, -1.0, -0.5),
+    (10.0, 400.0, np.inf), (10.0, -400.0, 0.0), (-10.0, 401.0, -np.inf), (4.0, 0.5, 2.0),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_pow_special_cases(dtype):
+  x = np.array([c[0] for c in POW_CASES], dtype=dtype)
+  y = np.array([c[1] for c in POW_CASES], dtype=dtype)
+  got = run("pow", dtype, x, y)
+  with np.errstate(all="ignore"):
+    npw = np.power(x, y)
+  for (cx, cy, w), g, n in zip(POW_CASES, got, npw):
+    big = dtype == F32 and abs(w) == np.inf and abs(cy) == 400
+    w = np.float64(n) if big else w
+    if np.isnan(w):
+      assert np.isnan(g), (cx, cy, g)
+    else:
+      assert g == w and np.signbit(g) == np.signbit(w), (cx, cy, g, w)
+    assert (np.isnan(g) and np.isnan(n)) or (g == n and np.signbit(g) == np.signbit(n))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_atan2_quadrants(dtype):
+  vals = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3e-30, -7.5]
+  y, x = np.meshgrid(np.array(vals, dtype=dtype), np.array(vals, dtype=dtype))
+  y, x = y.ravel(), x.ravel()
+  got = run("atan2", dtype, y, x)
+  ref = reference("atan2", dtype, y, x)
+  want = ref.astype(dtype)
+  for a, b, g, w in zip(y, x, got, want):
+    if np.isnan(w):
+      assert np.isnan(g), (a, b, g)
+    elif w == 0 or np.isinf(w):
+      assert g == w and np.signbit(g) == np.signbit(w), (a, b, g, w)
+  assert ulp_error(got, ref, dtype).max() <= 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_trig_large_arguments(dtype):
+  """Full accuracy up to 2^48 (tested up to there); beyond it results are bounded in [-1, 1]
+  but not accurate."""
+  rng = np.random.default_rng(3)
+  x = (2.0 ** rng.uniform(20, 48, 20000)).astype(dtype)
+  for name in ("sin", "cos"):
+    err = ulp_error(run(name, dtype, x), reference(name, dtype, x), dtype)
+    assert err.max() <= 1, name
+  big = np.concatenate([(2.0 ** rng.uniform(49, 127, 2000)), [float(np.finfo(dtype).max)]])
+  big = big.astype(dtype)
+  for name in ("sin", "cos"):
+    r = run(name, dtype, big)
+    assert np.all(np.abs(r) <= 1), name
+  assert np.all(np.isfinite(run("tan", dtype, big)))
+
+
+def test_unknown_names_and_types():
+  mod = ir.Module()
+  fn = ir.Function(mod, ir.FunctionType(ir.FloatType(), [ir.FloatType(), ir.IntType(32)]), "f")
+  b = ir.IRBuilder(fn.append_basic_block())
+  with pytest.raises(ValueError, match="no unary function 'sqrtt'"):
+    lm.emit_unary(b, "sqrtt", fn.args[0])
+  with pytest.raises(ValueError, match="no binary function"):
+    lm.emit_binary(b, "hypotx", fn.args[0], fn.args[0])
+  with pytest.raises(TypeError):
+    lm.emit_unary(b, "exp", fn.args[1])
+  assert {"exp", "log", "tanh", "sin", "erf", "lgamma", "digamma"} <= lm.SUPPORTED_UNARY
+  assert {"pow", "atan2"} <= lm.SUPPORTED_BINARY
+
+
+def _function_bodies(text):
+  bodies = {}
+  for m_ in re.finditer(r'define [^@]*@"?([\w.]+)"?\(.*?\n}\n', text, re.S):
+    bodies[m_.group(1)] = m_.group(0)
+  return bodies
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_ir_has_no_calls_and_vectorizes(dtype):
+  cm, text, _ = kernels(dtype)
+  calls = set(re.findall(r'call [^@]*@"?([\w.]+)', text))
+  assert calls and all(c.startswith("llvm.") for c in calls), calls
+  allowed = ("llvm.fma.", "llvm.fabs.", "llvm.floor.", "llvm.ceil.", "llvm.trunc.", "llvm.rint.",
+             "llvm.sqrt.", "llvm.copysign.", "llvm.minnum.", "llvm.maxnum.", "llvm.round.")
+  assert all(c.startswith(allowed) for c in calls), calls
+  opt = cm.optimized_ir
+  ocalls = set(re.findall(r'call [^@]*@"?([\w.]+)', opt))
+  assert all(c.startswith("llvm.") for c in ocalls), ocalls
+  wide = (r"<16 x float>", r"<8 x float>") if dtype == F32 else (r"<8 x double>", r"<4 x double>")
+  bodies = _function_bodies(opt)
+  for nm in UNARY + BINARY:
+    body = bodies[f"k_{nm}"]
+    assert any(w in body for w in wide), f"k_{nm} did not vectorize"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=1,
+                max_size=64))
+def test_hypothesis_float32(xs):
+  x0 = np.array(xs, dtype=F32)
+  for name in ("exp", "log", "tanh", "logistic", "sin", "cos", "expm1", "log1p", "atan"):
+    x = x0[~(np.abs(x0) > TRIG_LIMIT)] if name in ("sin", "cos") else x0
+    if x.size == 0:
+      continue
+    err = ulp_error(run(name, F32, x), reference(name, F32, x), F32)
+    assert err.max() <= BOUNDS[name][0], (name, x[np.argmax(err)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True),
+                          st.floats(allow_nan=True, allow_infinity=True)),
+                min_size=1, max_size=64))
+def test_hypothesis_float64_binary(pairs):
+  x = np.array([p[0] for p in pairs], dtype=F64)
+  y = np.array([p[1] for p in pairs], dtype=F64)
+  for name in ("pow", "atan2"):
+    err = ulp_error(run(name, F64, x, y), reference(name, F64, x, y), F64)
+    assert err.max() <= BOUNDS[name][1], (name, x[np.argmax(err)], y[np.argmax(err)])
