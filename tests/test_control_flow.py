@@ -153,10 +153,12 @@ def test_cond_vmap_unbatched_predicate():
 
 
 def test_cond_batched_predicate_grad_has_no_nan(x64):
-  # the untaken branch (log of a negative) must not poison the gradient
-  f = lambda x: lax.cond(x > 0, jnp.log, lambda a: a * 2, x)
-  g = ourjax.vmap(ourjax.grad(f))(np.array([-1.0, 2.0]))
-  np.testing.assert_allclose(np.asarray(g), [2.0, 0.5])
+  # the untaken branch (sqrt of a negative: a NaN derivative) must not poison the gradient
+  f = lambda x: lax.cond(x > 0, jnp.sqrt, lambda a: a * 2, x)
+  x = np.array([-1.0, 4.0])
+  np.testing.assert_allclose(np.asarray(ourjax.vmap(ourjax.grad(f))(x)), [2.0, 0.25])
+  np.testing.assert_allclose(np.asarray(ourjax.grad(lambda x: jnp.sum(ourjax.vmap(f)(x)))(x)),
+                             [2.0, 0.25])
 
 
 def test_cond_errors():
@@ -432,6 +434,10 @@ def test_scan_grad_fd(x64):
   f = lambda x: jnp.sum(lax.scan(lambda c, v: (c * v + 1, jnp.sin(c * v)), comp(x, 0), x,
                                  reverse=True)[1])
   check_grad(f, np.array([0.3, 0.5, -1.1, 0.8]))
+  # several scanned inputs, each needed by the backward pass
+  g = lambda x: jnp.sum(lax.scan(lambda c, ab: (c * ab[0] + jnp.sin(c * ab[1]), c * ab[2]),
+                                 0.5, (x, x * x, jnp.cos(x)))[1])
+  check_grad(g, np.array([0.3, 0.5, -1.1, 0.8]))
 
 
 def test_scan_linearize_and_jvp(x64):

@@ -734,8 +734,9 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
   carry_nz = [type(t) is not ad.Zero for t in init_dot]
   carry_nz = _fixpoint(carry_nz, lambda nz: _jvp_jaxpr(body_jaxpr, bconst_nz + nz, nz)[1])
   body_jvp, _ = _jvp_jaxpr(body_jaxpr, bconst_nz + carry_nz, carry_nz)
-  nbt, nkt = sum(bconst_nz), sum(carry_nz)
-  p_b, p_k, t_b, t_k = _split(body_jvp.jaxpr.invars, [body_nconsts, nk, nbt])
+  # the JVP body takes (consts, carry, const tangents, carry tangents); while_p wants the
+  # consts first: (consts, const tangents, carry, carry tangents)
+  p_b, p_k, t_b, t_k = _split(body_jvp.jaxpr.invars, [body_nconsts, nk, sum(bconst_nz)])
   body_jvp = ClosedJaxpr(Jaxpr(body_jvp.jaxpr.constvars, p_b + t_b + p_k + t_k,
                                body_jvp.jaxpr.eqns, body_jvp.jaxpr.outvars), body_jvp.consts)
   cj = cond_jaxpr.jaxpr
@@ -746,7 +747,6 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
                      bconsts + [t for t in bconst_dot if type(t) is not ad.Zero],
                      list(init) + init_t)
   primals_out, tans = outs[:nk], iter(outs[nk:])
-  del nkt
   return primals_out, [next(tans) if nz else ad.Zero.from_primal_value(p)
                        for p, nz in zip(primals_out, carry_nz)]
 
