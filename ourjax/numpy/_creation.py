@@ -287,7 +287,7 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = 
   out_shape = tuple(bshape[:axis] + [num] + bshape[axis:])
   div = (num - 1) if endpoint else num
   if num > 1:
-    delta = lax.div(lax.sub(stop, start), lax._const(stop, div))
+    delta = lax.div(lax.sub(stop_b, start_b), lax._const(stop, div))
     real = np.dtype(dtypes.finfo(cdt).dtype) if dtypes.is_complex(cdt) else cdt
     t = lax.div(lax.broadcasted_iota(real, out_shape, axis), np.array(div, real))
     t = lax.convert_element_type(t, cdt)
@@ -299,7 +299,7 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = 
       last = lax.eq(lax.broadcasted_iota(np.int32, out_shape, axis), np.int32(num - 1))
       out = lax.select_n(last, out, e)
   elif num == 1:
-    delta = lax.full((), np.nan, cdt) if endpoint else lax.sub(stop, start)
+    delta = lax.full((), np.nan, cdt) if endpoint else lax.sub(stop_b, start_b)
     out = lax.expand_dims(start_b, (axis,))
   else:
     delta = lax.full((), np.nan, cdt)

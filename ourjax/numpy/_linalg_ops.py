@@ -283,14 +283,13 @@ def diagonal(a, offset=0, axis1: int = 0, axis2: int = 1):
   *batch, n, m = get_aval(a).shape
   nd = len(batch) + 2
   # cut the plane to the d x (d + something) block that starts at the diagonal's first element
-  if offset >= 0:
-    d = max(0, min(n, m - offset))
-    a = _slice_axis(_slice_axis(a, 0, d, nd - 2), offset, min(m, offset + d), nd - 1)
-  else:
-    d = max(0, min(n + offset, m))
-    a = _slice_axis(_slice_axis(a, -offset, -offset + d, nd - 2), 0, d, nd - 1)
+  d = max(0, min(n, m - offset)) if offset >= 0 else max(0, min(n + offset, m))
   if d == 0:
     return lax.full(tuple(batch) + (0,), 0, get_aval(a).dtype)
+  if offset >= 0:
+    a = _slice_axis(_slice_axis(a, 0, d, nd - 2), offset, offset + d, nd - 1)
+  else:
+    a = _slice_axis(_slice_axis(a, -offset, -offset + d, nd - 2), 0, d, nd - 1)
   # now (..., d, d): element (i, i) sits at flat position i * (d + 1)
   flat = lax.reshape(a, tuple(batch) + (d * d,))
   return _slice_axis(flat, 0, d * d, nd - 2, stride=d + 1)
