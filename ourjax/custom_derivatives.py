@@ -725,3 +725,14 @@ def _register_lowering():
 
 
 _register_lowering()
+
+
+def _register_custom_lin_lowering():
+  # custom_lin only ever reaches a compiled program through forward mode of a custom_vjp
+  # function, which is an error (as JAX says at this point too)
+  from ourjax.lowering import from_jaxpr
+  from_jaxpr.register_lowering(custom_lin_p)(
+      lambda ctx, avals_in, avals_out, *args, **params: _custom_lin_no_jvp())
+
+
+_register_custom_lin_lowering()

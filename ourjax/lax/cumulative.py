@@ -202,3 +202,67 @@ def _cumulative_jvp(primals, tangents, axis, reverse, prim):
 for _p in (cumprod_p, cummax_p, cummin_p, cumlogsumexp_p):
   ad.jvp_rules[_p] = partial(_cumulative_jvp, prim=_p)
 del _p
+
+
+# ------------------------------------------------------------------------------------------------
+# Lowering: a reduce-window whose window covers the whole axis, padded in front with the
+# identity, so output i combines elements 0..i in order (XLA's own lowering on CPU).  Narrow
+# floats accumulate in float32 like the impl; ``reverse`` reverses around a forward scan so the
+# elements combine in the impl's order.
+
+
+def _register_lowering():
+  from ourjax.lowering import hlo
+  from ourjax.lowering.from_jaxpr import (_reduction_identity, is_narrow_float,
+                                          register_lowering)
+
+  def logaddexp_computation(ctx, dt):
+    def body(sub, params):
+      b = sub.builder
+      a, c = params
+      amax = b.maximum(a, c)
+      delta = b.subtract(a, c)
+      # log(exp(a) + exp(c)) = max + log1p(exp(-|a - c|)); a + c where a - c is NaN
+      # (equal infinities, or a NaN operand)
+      smooth = b.add(amax, b.log_plus_one(b.exponential(b.negate(b.abs(delta)))))
+      return b.select(b.compare(delta, delta, "NE"), b.add(a, c), smooth)
+    scalar = hlo.Shape(dt, ())
+    return ctx.cached_computation(("logaddexp", dt), lambda: ctx.computation(
+        f"logaddexp_{hlo.dtype_name(dt)}", [scalar, scalar], body))
+
+  def rule_for(prim):
+    opcode = {cumsum_p: "add", cumprod_p: "multiply", cummax_p: "maximum",
+              cummin_p: "minimum"}.get(prim)
+
+    def rule(ctx, avals_in, avals_out, x, axis, reverse):
+      b = ctx.builder
+      aval = avals_in[0]
+      dt = np.dtype(aval.dtype)
+      acc = np.dtype(np.float32) if is_narrow_float(dt) else dt
+      n = aval.shape[axis]
+      if n == 0:
+        return x
+      if acc != dt:
+        x = b.convert(x, acc)
+      if reverse:
+        x = b.reverse(x, (axis,))
+      if opcode is None:
+        comp, init = logaddexp_computation(ctx, acc), np.array(-np.inf, acc)
+      else:
+        comp, init = ctx.scalar_computation(opcode, acc), _reduction_identity(opcode, acc)
+      rank = len(aval.shape)
+      window = [1] * rank
+      window[axis] = n
+      padding = [(0, 0)] * rank
+      padding[axis] = (n - 1, 0)
+      out = b.reduce_window([x], [ctx.constant(init, acc)], comp, window, padding=padding)
+      if reverse:
+        out = b.reverse(out, (axis,))
+      return b.convert(out, dt) if acc != dt else out
+    return rule
+
+  for p in (cumsum_p, cumprod_p, cummax_p, cummin_p, cumlogsumexp_p):
+    register_lowering(p)(rule_for(p))
+
+
+_register_lowering()

@@ -789,3 +789,30 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numb
     rhs = lax.transpose(rhs, tuple(perm))
   return conv_general_dilated(lhs, rhs, (1,) * (nd - 2), pads, strides, rhs_dilation, dn,
                               precision=precision, preferred_element_type=preferred_element_type)
+
+
+# ------------------------------------------------------------------------------------------------
+# Lowerings: one HLO dot / convolution each, typed with the primitive's result type (operands of
+# different types are passed as they are; the result type says how they are accumulated).
+
+
+def _register_lowerings():
+  from ourjax.lowering.from_jaxpr import register_lowering
+
+  @register_lowering(dot_general_p)
+  def _dot_general_lower(ctx, avals_in, avals_out, lhs, rhs, *, dimension_numbers, precision,
+                         preferred_element_type, out_sharding=None, **_):
+    return ctx.builder.dot_general(lhs, rhs, dimension_numbers,
+                                   preferred_element_type=avals_out[0].dtype)
+
+  @register_lowering(conv_general_dilated_p)
+  def _conv_lower(ctx, avals_in, avals_out, lhs, rhs, *, window_strides, padding, lhs_dilation,
+                  rhs_dilation, dimension_numbers, feature_group_count, batch_group_count,
+                  precision, preferred_element_type, **_):
+    return ctx.builder.convolution(
+        lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+        tuple(tuple(s) for s in dimension_numbers), feature_group_count, batch_group_count,
+        preferred_element_type=avals_out[0].dtype)
+
+
+_register_lowerings()

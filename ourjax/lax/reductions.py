@@ -483,3 +483,65 @@ def _reduce_jvp(primals, tangents, computation, jaxpr, dimensions):
 
 
 ad.jvp_rules[reduce_p] = _reduce_jvp
+
+
+# ------------------------------------------------------------------------------------------------
+# Lowerings.  argmax/argmin: a variadic HLO reduce of (value, index) pairs whose reducer keeps
+# the better pair -- NaN first, then the larger (smaller) value, then the lower index -- a total
+# order, so the result does not depend on the reduction order.  The general reduce: an HLO
+# reduce whose reducer is the computation's jaxpr (accumulators first, as the impl calls it).
+
+
+def _register_lowerings():
+  from ourjax.lowering import hlo
+  from ourjax.lowering.from_jaxpr import register_lowering
+
+  def argminmax_reducer(ctx, dtype, index_dtype, direction):
+    def body(sub, params):
+      b = sub.builder
+      av, ai, bv, bi = params
+      lower_index = b.compare(ai, bi, "LT")
+      if dtypes.is_float(dtype):
+        a_nan, b_nan = b.compare(av, av, "NE"), b.compare(bv, bv, "NE")
+        better = b.compare(av, bv, direction)
+        tie = b.compare(av, bv, "EQ")
+        # a wins: a is NaN and (b is not, or a comes first); neither is NaN and a is better
+        # or equal and first
+        pick_a = b.select(a_nan, b.or_(b.not_(b_nan), lower_index),
+                          b.and_(b.not_(b_nan), b.or_(better, b.and_(tie, lower_index))))
+      else:
+        pick_a = b.or_(b.compare(av, bv, direction),
+                       b.and_(b.compare(av, bv, "EQ"), lower_index))
+      return b.tuple([b.select(pick_a, av, bv), b.select(pick_a, ai, bi)])
+    name = f"arg{'max' if direction == 'GT' else 'min'}_{hlo.dtype_name(dtype)}"
+    shapes = [hlo.Shape(dtype, ()), hlo.Shape(index_dtype, ())] * 2
+    return ctx.cached_computation((name, np.dtype(index_dtype)),
+                                  lambda: ctx.computation(name, shapes, body))
+
+  def argminmax_rule(is_max):
+    def rule(ctx, avals_in, avals_out, x, axes, index_dtype):
+      b = ctx.builder
+      aval = avals_in[0]
+      axis, = axes
+      idx = b.iota(hlo.Shape(index_dtype, aval.shape), axis)
+      init_v = ctx.constant(_chooser_identity(is_max, aval.dtype), aval.dtype)
+      init_i = ctx.constant(0, index_dtype)
+      comp = argminmax_reducer(ctx, aval.dtype, index_dtype, "GT" if is_max else "LT")
+      out = b.reduce([x, idx], [init_v, init_i], (axis,), comp)
+      return b.get_tuple_element(out, 1)
+    return rule
+
+  register_lowering(argmax_p)(argminmax_rule(True))
+  register_lowering(argmin_p)(argminmax_rule(False))
+
+  @register_lowering(reduce_p)
+  def _reduce_lower(ctx, avals_in, avals_out, *args, computation, jaxpr, dimensions):
+    n = len(args) // 2
+    b = ctx.builder
+    scalars = [ShapedArray((), a.dtype) for a in avals_in[n:]]
+    comp = ctx.lower_sub_jaxpr(jaxpr, "reduce_computation", scalars * 2, tuple_root=n > 1)
+    out = b.reduce(list(args[:n]), list(args[n:]), tuple(dimensions), comp)
+    return [out] if n == 1 else ctx.unpack(out)
+
+
+_register_lowerings()

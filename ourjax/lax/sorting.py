@@ -197,3 +197,79 @@ def _top_k_batch(vals, dims, k, axis):
 
 
 batching.batch_rules[top_k_p] = _top_k_batch
+
+
+# ------------------------------------------------------------------------------------------------
+# Lowerings.  sort: an HLO sort whose comparator orders the first ``num_keys`` operands
+# lexicographically in lax's order (floats canonicalised -- -0 to +0, every NaN to +NaN -- then
+# compared in the total order; complex by real, then imaginary part).  top_k: a stable sort of
+# (operand, iota) by the total order descending, then the first k of both.
+
+
+def _register_lowerings():
+  from ourjax.lowering import hlo
+  from ourjax.lowering.from_jaxpr import register_lowering
+
+  def canonical(b, ctx, x, dt):
+    zero, nan = ctx.constant(0, dt), ctx.constant(np.nan, dt)
+    x = b.select(b.compare(x, zero, "EQ"), zero, x)
+    return b.select(b.compare(x, x, "NE"), nan, x)
+
+  def key_parts(b, ctx, x, dt):
+    """Scalars compared lexicographically for one key, with their comparison type."""
+    if dtypes.is_complex(dt):
+      part = np.dtype(np.float32 if dt == np.complex64 else np.float64)
+      return [(canonical(b, ctx, b.real(x), part), True),
+              (canonical(b, ctx, b.imag(x), part), True)]
+    if dtypes.is_float(dt):
+      return [(canonical(b, ctx, x, dt), True)]
+    return [(x, False)]
+
+  def sort_comparator(ctx, op_dtypes, num_keys):
+    def body(sub, params):
+      b = sub.builder
+      lhs, rhs = params[0::2], params[1::2]
+      terms = []      # (less, equal) per scalar key part, most significant first
+      for k in range(num_keys):
+        dt = np.dtype(op_dtypes[k])
+        for (l, total), (r, _) in zip(key_parts(b, sub, lhs[k], dt),
+                                      key_parts(b, sub, rhs[k], dt)):
+          terms.append((b.compare(l, r, "LT", total_order=total),
+                        b.compare(l, r, "EQ", total_order=total)))
+      less, _ = terms[-1]
+      for lt, eq in reversed(terms[:-1]):
+        less = b.or_(lt, b.and_(eq, less))
+      return less
+    shapes = [hlo.Shape(dt, ()) for dt in op_dtypes for _ in (0, 1)]
+    key = ("sort_comparator", tuple(np.dtype(d) for d in op_dtypes), num_keys)
+    return ctx.cached_computation(key, lambda: ctx.computation("sort_comparator", shapes, body))
+
+  @register_lowering(sort_p)
+  def _sort_lower(ctx, avals_in, avals_out, *operands, dimension, is_stable, num_keys):
+    comp = sort_comparator(ctx, [a.dtype for a in avals_in], num_keys)
+    out = ctx.builder.sort(list(operands), dimension, comp, is_stable=True)
+    return [out] if len(operands) == 1 else ctx.unpack(out)
+
+  def descending_comparator(ctx, dt):
+    def body(sub, params):
+      b = sub.builder
+      return b.compare(params[0], params[1], "GT", total_order=dtypes.is_float(dt))
+    shapes = [hlo.Shape(dt, ()), hlo.Shape(dt, ()), hlo.Shape(np.int32, ()),
+              hlo.Shape(np.int32, ())]
+    return ctx.cached_computation(("top_k_comparator", np.dtype(dt)), lambda: ctx.computation(
+        "top_k_comparator", shapes, body))
+
+  @register_lowering(top_k_p)
+  def _top_k_lower(ctx, avals_in, avals_out, x, k, axis):
+    b = ctx.builder
+    aval = avals_in[0]
+    idx = b.iota(hlo.Shape(np.int32, aval.shape), axis)
+    vals, perm = ctx.unpack(b.sort([x, idx], axis, descending_comparator(ctx, aval.dtype),
+                                   is_stable=True))
+    limit = list(aval.shape)
+    limit[axis] = k
+    start = [0] * len(limit)
+    return [b.slice(vals, start, limit), b.slice(perm, start, limit)]
+
+
+_register_lowerings()

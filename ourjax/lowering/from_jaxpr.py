@@ -2,22 +2,25 @@
 
 Each primitive has a lowering rule in ``lowering_rules``:
 
-    rule(ctx: LoweringContext, eqn_avals_in, eqn_avals_out, *operands, **params)
+    rule(ctx: LoweringContext, avals_in, avals_out, *operands, **params)
         -> Instruction | list[Instruction]
 
 ``operands`` are HLO instructions already emitted for the equation's inputs.  Rank-0 operands
 of elementwise primitives (which lax broadcasts implicitly) are broadcast explicitly here,
 because HLO has no implicit broadcasting.  Elementwise primitives that are one HLO opcode are
 listed in ``ELEMENTWISE_OPCODES``; every other rule is registered beside its primitive in
-``ourjax/lax/`` (``register_lowering(prim)(rule)``), importing this module.
+``ourjax/lax/`` (``register_lowering(prim)(rule)``), importing this module.  Rules that need a
+sub-computation (reducers, comparators, loop bodies, branches) build it with
+``ctx.computation`` and lower nested jaxprs into it with ``ctx.inline``.
 
-The entry computation takes the jaxpr's inputs, then its non-scalar constants (hoisted into
-parameters so large closed-over arrays are passed at call time instead of being compiled in),
-and returns a tuple of the outputs.  A nested ``pjit`` is inlined: jit inside jit is one module.
+The entry computation takes the jaxpr's inputs (those it uses, unless ``keep_unused``), then
+its non-scalar constants (hoisted into parameters so large closed-over arrays are passed at call
+time instead of being compiled in), and returns a tuple of the outputs.  A nested ``pjit`` is
+inlined: jit inside jit is one module.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -36,17 +39,19 @@ def register_lowering(prim):
 
 
 class LoweringError(NotImplementedError):
-  pass
+  """A primitive has no lowering (yet); ``compile_jaxpr`` then falls back to op-by-op
+  evaluation unless ``OURJAX_STRICT_LOWERING=1``."""
 
 
 class LoweringContext:
   """The builder of the computation being emitted, plus small helpers rules share."""
 
-  def __init__(self, module: hlo.Module, builder: hlo.Builder):
+  def __init__(self, module: hlo.Module, builder: hlo.Builder, cache: dict | None = None):
     self.module = module
     self.builder = builder
-    self._scalar_comps: dict = {}
+    self._scalar_comps: dict = {} if cache is None else cache   # shared by the whole module
 
+  # -- values ----------------------------------------------------------------------------------
   def shape(self, aval: ShapedArray) -> hlo.Shape:
     return hlo.Shape(aval.dtype, aval.shape)
 
@@ -56,31 +61,72 @@ class LoweringContext:
   def full(self, value, aval: ShapedArray) -> hlo.Instruction:
     return self.builder.full(np.asarray(value, aval.dtype), self.shape(aval))
 
+  def splat(self, value, dtype, dims) -> hlo.Instruction:
+    """``value`` (a Python/NumPy scalar) broadcast to ``dims``."""
+    return self.builder.full(np.asarray(value).astype(np.dtype(dtype)), hlo.Shape(dtype, dims))
+
   def broadcast_scalar(self, x: hlo.Instruction, dims) -> hlo.Instruction:
     if x.shape.dims == tuple(dims):
       return x
     return self.builder.broadcast(x, tuple(dims), ())
 
-  def scalar_computation(self, opcode: str, dtype) -> hlo.Computation:
-    """A cached two-scalar computation (reducers, comparators)."""
-    key = (opcode, np.dtype(dtype))
+  def unpack(self, t: hlo.Instruction) -> list[hlo.Instruction]:
+    """The elements of a tuple-shaped instruction."""
+    return [self.builder.get_tuple_element(t, i) for i in range(len(t.shape.tuple_shapes))]
+
+  # -- sub-computations ------------------------------------------------------------------------
+  def computation(self, name: str, param_shapes: Sequence[hlo.Shape],
+                  body: Callable[["LoweringContext", list], hlo.Instruction]) -> hlo.Computation:
+    """A new computation of the module: ``body(sub_ctx, parameters)`` emits it and returns its
+    root."""
+    b = hlo.Builder(self.module, name)
+    sub = LoweringContext(self.module, b, self._scalar_comps)
+    params = [b.parameter(s) for s in param_shapes]
+    return b.build(body(sub, params))
+
+  def cached_computation(self, key, build: Callable[[], hlo.Computation]) -> hlo.Computation:
+    """One computation per ``key`` per module (reducers, comparators)."""
     comp = self._scalar_comps.get(key)
     if comp is None:
-      comp = hlo.scalar_computation(self.module, opcode, dtype)
-      self._scalar_comps[key] = comp
+      comp = self._scalar_comps[key] = build()
     return comp
 
+  def scalar_computation(self, opcode: str, dtype) -> hlo.Computation:
+    """A cached two-scalar computation (reducers, one-key comparators)."""
+    return self.cached_computation(
+        (opcode, np.dtype(dtype)), lambda: hlo.scalar_computation(self.module, opcode, dtype))
+
+  def inline(self, jaxpr: Jaxpr | ClosedJaxpr, args: Sequence[hlo.Instruction],
+             consts: Sequence | None = None) -> list[hlo.Instruction]:
+    """Emit the equations of a (closed) jaxpr here, on ``args``; the constants of a closed jaxpr
+    become constant instructions."""
+    if isinstance(jaxpr, ClosedJaxpr):
+      consts = [self.constant(np.asarray(c), v.aval.dtype)
+                for v, c in zip(jaxpr.jaxpr.constvars, jaxpr.consts)]
+      jaxpr = jaxpr.jaxpr
+    return lower_eqns(self, jaxpr, list(consts or []), list(args))
+
   def lower_sub_jaxpr(self, closed: ClosedJaxpr, name: str,
-                      param_avals: Sequence[ShapedArray] | None = None) -> hlo.Computation:
-    """A jaxpr as a separate computation of the module (while bodies, branches, ...): its
-    parameters are the jaxpr's inputs (consts are embedded as constants), its root a tuple."""
-    b = hlo.Builder(self.module, self.module.unique_name(name))
-    sub = LoweringContext(self.module, b)
-    sub._scalar_comps = self._scalar_comps
-    params = [b.parameter(self.shape(a)) for a in (param_avals or closed.in_avals)]
-    consts = [b.constant(np.asarray(c)) for c in closed.consts]
-    outs = lower_eqns(sub, closed.jaxpr, consts, params)
-    return b.build(b.tuple(outs))
+                      param_avals: Sequence[ShapedArray] | None = None,
+                      tuple_root: bool = True) -> hlo.Computation:
+    """A jaxpr as a separate computation with one parameter per input (reducers, comparators);
+    its root is a tuple of the outputs, or the single output when ``tuple_root`` is False."""
+    avals = list(param_avals or closed.in_avals)
+
+    def body(sub, params):
+      outs = sub.inline(closed, params)
+      return sub.builder.tuple(outs) if tuple_root else outs[0]
+    return self.computation(name, [self.shape(a) for a in avals], body)
+
+  def lower_tuple_jaxpr(self, name: str, param_avals: Sequence[ShapedArray],
+                        body: Callable[["LoweringContext", list], list]) -> hlo.Computation:
+    """A computation taking ONE tuple parameter of ``param_avals`` (while bodies, branches):
+    ``body(sub_ctx, elements) -> list of results``, returned as a tuple."""
+    shape = hlo.Shape.tuple([self.shape(a) for a in param_avals])
+
+    def build(sub, params):
+      return sub.builder.tuple(body(sub, sub.unpack(params[0])))
+    return self.computation(name, [shape], build)
 
 
 def _read_literal(ctx: LoweringContext, lit: Literal) -> hlo.Instruction:
@@ -108,31 +154,71 @@ def lower_eqns(ctx: LoweringContext, jaxpr: Jaxpr, consts: Sequence[hlo.Instruct
                           f"(at {eqn.source_info or 'unknown location'})")
     avals_in = [x.aval for x in eqn.inputs]
     avals_out = [v.aval for v in eqn.out_binders]
-    outs = rule(ctx, avals_in, avals_out, *[read(x) for x in eqn.inputs], **eqn.params)
+    try:
+      outs = rule(ctx, avals_in, avals_out, *[read(x) for x in eqn.inputs], **eqn.params)
+    except hlo.ShapeError as e:   # a rule emitted ill-typed HLO: a bug here, name the eqn
+      raise hlo.ShapeError(f"lowering '{eqn.primitive.name}' "
+                           f"({', '.join(a.str_short() for a in avals_in)}) at "
+                           f"{eqn.source_info or 'unknown location'}: {e}") from None
     if not eqn.primitive.multiple_results:
       outs = [outs]
-    for v, o in zip(eqn.out_binders, outs):
+    outs = list(outs)
+    if len(outs) != len(avals_out):
+      raise AssertionError(f"lowering of {eqn.primitive.name} gave {len(outs)} results for "
+                           f"{len(avals_out)} outputs")
+    for v, o, a in zip(eqn.out_binders, outs, avals_out):
+      if o.shape != ctx.shape(a):
+        raise AssertionError(f"lowering of {eqn.primitive.name} gave {o.shape} for an output "
+                             f"of type {a.str_short()}")
       env[v] = o
   return [read(x) for x in jaxpr.outvars]
 
 
-def lower_jaxpr(closed: ClosedJaxpr, name: str = "jit_fn"):
-  """Returns ``(module, hoisted_consts)``: call the module with ``(*args, *hoisted_consts)``."""
+class Lowering(NamedTuple):
+  """What ``lower`` returns: the module (call it with the kept arguments, then ``hoisted``),
+  the constants hoisted into trailing parameters, and the indices of the jaxpr's inputs that
+  are parameters (all of them unless unused ones were pruned)."""
+  module: hlo.Module
+  hoisted: list
+  kept_args: tuple
+
+
+def lower(closed: ClosedJaxpr, name: str = "jit_fn", *, keep_unused: bool = True) -> Lowering:
+  """Lower ``closed`` to a module named ``jit_<name>``.  With ``keep_unused=False`` the inputs
+  the outputs do not depend on are not parameters of the module (they are still accepted by a
+  jitted function, and dropped before the call)."""
+  jaxpr, consts = closed.jaxpr, list(closed.consts)
+  kept = tuple(range(len(jaxpr.invars)))
+  if not keep_unused:
+    from ourjax.interpreters import partial_eval as pe
+    new, used = pe.dce_jaxpr(jaxpr, keep_invars=False)
+    live_consts = set(new.constvars)
+    consts = [c for v, c in zip(jaxpr.constvars, consts) if v in live_consts]
+    kept = tuple(i for i, u in enumerate(used) if u)
+    jaxpr = new
   module = hlo.Module(_module_name(name))
   b = hlo.Builder(module, "main")
   ctx = LoweringContext(module, b)
-  params = [b.parameter(ctx.shape(a)) for a in closed.in_avals]
+  params = [b.parameter(ctx.shape(v.aval)) for v in jaxpr.invars]
   hoisted, const_instrs = [], []
-  for v, c in zip(closed.jaxpr.constvars, closed.consts):
+  for v, c in zip(jaxpr.constvars, consts):
+    if isinstance(c, core.Tracer):
+      raise LoweringError("cannot lower a jaxpr that closes over a tracer")
     arr = np.asarray(c)
     if arr.ndim == 0:
       const_instrs.append(ctx.constant(arr, v.aval.dtype))
     else:
       hoisted.append(c)
       const_instrs.append(b.parameter(ctx.shape(v.aval)))
-  outs = lower_eqns(ctx, closed.jaxpr, const_instrs, params)
+  outs = lower_eqns(ctx, jaxpr, const_instrs, params)
   module.entry = b.build(b.tuple(outs))
-  return module, hoisted
+  return Lowering(module, hoisted, kept)
+
+
+def lower_jaxpr(closed: ClosedJaxpr, name: str = "jit_fn"):
+  """Returns ``(module, hoisted_consts)``: call the module with ``(*args, *hoisted_consts)``."""
+  lowered = lower(closed, name)
+  return lowered.module, lowered.hoisted
 
 
 def _module_name(name: str) -> str:
@@ -141,7 +227,7 @@ def _module_name(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# Elementwise primitives that are a single HLO opcode
+# Elementwise primitives
 
 
 ELEMENTWISE_OPCODES = {
@@ -183,6 +269,37 @@ def _compare_rule(direction):
   return rule
 
 
+def _int_type_of(dtype) -> np.dtype:
+  return np.dtype(f"i{np.dtype(dtype).itemsize}")
+
+
+def _nextafter(ctx, x, y, dtype, dims):
+  """The float after ``x`` in the direction of ``y`` by integer arithmetic on the bits (XLA's
+  expansion): NaN if either is NaN; ``y`` if they are equal; the smallest subnormal with the
+  sign of ``y`` from zero; else the bits of ``x`` plus or minus one (a step away from zero
+  when ``x`` moves away from zero)."""
+  b = ctx.builder
+  it = _int_type_of(dtype)
+  bits = hlo.bit_width(hlo.to_dtype(dtype))
+  xi, yi = b.bitcast_convert(x, it), b.bitcast_convert(y, it)
+  sign_mask = ctx.splat(np.array(1, it) << np.array(bits - 1, it), it, dims)
+  one, zero_i = ctx.splat(1, it, dims), ctx.splat(0, it, dims)
+  x_abs = b.and_(xi, b.not_(sign_mask))
+  y_sign = b.and_(yi, sign_mask)
+  x_sign = b.and_(xi, sign_mask)
+  from_zero = b.or_(y_sign, one)                      # smallest subnormal with y's sign
+  away = b.or_(b.and_(b.compare(x_sign, y_sign, "NE"), b.compare(x_abs, zero_i, "NE")),
+               b.compare(b.and_(xi, b.not_(sign_mask)), b.and_(yi, b.not_(sign_mask)), "GT"))
+  # |x| moves towards zero when the signs differ or |x| > |y| (same sign): bits - 1
+  stepped = b.select(away, b.subtract(xi, one), b.add(xi, one))
+  res = b.select(b.compare(x_abs, zero_i, "EQ"), from_zero, stepped)
+  out = b.bitcast_convert(res, dtype)
+  nan = ctx.splat(np.nan, dtype, dims)
+  either_nan = b.or_(b.compare(x, x, "NE"), b.compare(y, y, "NE"))
+  out = b.select(b.compare(x, y, "EQ"), y, out)
+  return b.select(either_nan, nan, out)
+
+
 def _register_elementwise():
   from ourjax.lax import elementwise as ew
   from ourjax.interpreters import ad
@@ -204,6 +321,13 @@ def _register_elementwise():
   def _square(ctx, avals_in, avals_out, x):
     return ctx.builder.multiply(x, x)
 
+  @register_lowering(ew.conj_p)
+  def _conj(ctx, avals_in, avals_out, x):
+    if not hlo.is_complex(hlo.to_dtype(avals_in[0].dtype)):
+      return x
+    b = ctx.builder
+    return b.emit("complex", (b.real(x), b.negate(b.imag(x))))
+
   @register_lowering(ew.integer_pow_p)
   def _integer_pow(ctx, avals_in, avals_out, x, y):
     """x**y by repeated squaring (exact for integers; XLA's expansion for floats)."""
@@ -224,7 +348,7 @@ def _register_elementwise():
     return acc
 
   @register_lowering(ew.convert_element_type_p)
-  def _convert(ctx, avals_in, avals_out, x, new_dtype, weak_type):
+  def _convert(ctx, avals_in, avals_out, x, new_dtype, weak_type, **_):
     if avals_in[0].dtype == np.dtype(new_dtype):
       return x
     return ctx.builder.convert(x, new_dtype)
@@ -243,12 +367,11 @@ def _register_elementwise():
       return cases[0]
     if avals_in[0].dtype == np.bool_:
       return b.select(which, cases[1], cases[0])
-    # which is int32: a chain of selects, case i where which == i (clamped like XLA)
+    # which is an integer: a chain of selects, case i where which == i (clamped like XLA)
+    wdt = avals_in[0].dtype
     out = cases[-1]
     for i in reversed(range(len(cases) - 1)):
-      idx = ctx.broadcast_scalar(ctx.constant(i, np.int32), dims) if dims else \
-          ctx.constant(i, np.int32)
-      out = b.select(b.compare(which, idx, "LE"), cases[i], out)
+      out = b.select(b.compare(which, ctx.splat(i, wdt, dims), "LE"), cases[i], out)
     return out
 
   @register_lowering(ew.clamp_p)
@@ -257,11 +380,17 @@ def _register_elementwise():
     return ctx.builder.clamp(ctx.broadcast_scalar(lo, dims), x, ctx.broadcast_scalar(hi, dims))
 
   for p in (ew.stop_gradient_p, ew.copy_p):
-    lowering_rules[p] = lambda ctx, ai, ao, x: x
+    lowering_rules[p] = lambda ctx, ai, ao, x, **_: x
 
   @register_lowering(ew.nextafter_p)
-  def _nextafter(ctx, avals_in, avals_out, x, y):
-    raise LoweringError("nextafter has no HLO lowering yet")
+  def _nextafter_rule(ctx, avals_in, avals_out, x, y):
+    dims = avals_out[0].shape
+    x, y = (ctx.broadcast_scalar(o, dims) for o in (x, y))
+    return _nextafter(ctx, x, y, avals_out[0].dtype, dims)
+
+
+# ------------------------------------------------------------------------------------------------
+# Structural primitives
 
 
 def _register_structural():
@@ -280,6 +409,8 @@ def _register_structural():
 
   @register_lowering(st.reshape_p)
   def _reshape(ctx, avals_in, avals_out, x, new_sizes, dimensions, sharding):
+    if dimensions is not None and tuple(dimensions) != tuple(range(len(avals_in[0].shape))):
+      x = ctx.builder.transpose(x, tuple(dimensions))
     return ctx.builder.reshape(x, tuple(new_sizes))
 
   @register_lowering(st.transpose_p)
@@ -295,6 +426,10 @@ def _register_structural():
     return ctx.builder.iota(hlo.Shape(dtype, shape), dimension)
 
 
+# ------------------------------------------------------------------------------------------------
+# Reductions over axes
+
+
 _REDUCER_OPCODES = {"reduce_sum": "add", "reduce_prod": "multiply", "reduce_max": "maximum",
                     "reduce_min": "minimum", "reduce_and": "and", "reduce_or": "or",
                     "reduce_xor": "xor"}
@@ -308,12 +443,27 @@ def _reduction_identity(opcode, dtype):
     return np.ones((), dt)
   if opcode == "and":
     return np.array(True if dt == np.bool_ else -1).astype(dt)
-  if dt == np.bool_:
-    return np.array(opcode == "minimum", dt)
-  if hlo.is_float(dt):
-    return np.array(-np.inf if opcode == "maximum" else np.inf).astype(dt)
-  info = np.iinfo(dt)
-  return np.array(info.min if opcode == "maximum" else info.max, dt)
+  from ourjax.lax.reductions import _chooser_identity
+  return np.asarray(_chooser_identity(opcode == "maximum", dt)).astype(dt)
+
+
+def is_narrow_float(dtype) -> bool:
+  """float16, bfloat16 and the float8s: NumPy-side reductions accumulate them in float32."""
+  dt = hlo.to_dtype(dtype)
+  return hlo.is_float(dt) and dt.itemsize < 4
+
+
+def reduce_with(ctx, x, opcode: str, axes, dtype) -> hlo.Instruction:
+  """``x`` reduced over ``axes`` with a monoid ``opcode`` from its identity; narrow floats are
+  summed/multiplied in float32 and rounded once at the end (as the eager reducers do)."""
+  b = ctx.builder
+  acc_dt = np.dtype(np.float32) if (is_narrow_float(dtype) and opcode in ("add", "multiply")) \
+      else np.dtype(dtype)
+  if acc_dt != np.dtype(dtype):
+    x = b.convert(x, acc_dt)
+  init = ctx.constant(_reduction_identity(opcode, acc_dt), acc_dt)
+  out = b.reduce([x], [init], tuple(axes), ctx.scalar_computation(opcode, acc_dt))
+  return b.convert(out, dtype) if acc_dt != np.dtype(dtype) else out
 
 
 def _register_reductions():
@@ -324,9 +474,7 @@ def _register_reductions():
       continue
 
     def rule(ctx, avals_in, avals_out, x, axes, opcode=opcode, **_):
-      dt = avals_in[0].dtype
-      init = ctx.constant(_reduction_identity(opcode, dt), dt)
-      return ctx.builder.reduce([x], [init], tuple(axes), ctx.scalar_computation(opcode, dt))
+      return reduce_with(ctx, x, opcode, axes, avals_in[0].dtype)
     lowering_rules[prim] = rule
 
 
@@ -335,9 +483,7 @@ def _register_pjit():
 
   @register_lowering(pjit_p)
   def _pjit(ctx, avals_in, avals_out, *args, jaxpr, name, **_):
-    consts = [ctx.constant(np.asarray(c), v.aval.dtype)
-              for v, c in zip(jaxpr.jaxpr.constvars, jaxpr.consts)]
-    return lower_eqns(ctx, jaxpr.jaxpr, consts, args)
+    return ctx.inline(jaxpr, args)
 
 
 _register_elementwise()
