@@ -627,13 +627,15 @@ def _sin_cos(kind):
   return emit
 
 
-def _div_pairs(m: _M, nh, nl, dh, dl):
-  """(nh + nl) / (dh + dl) rounded, with the first rounding errors compensated."""
+def _div_pairs(m: _M, nh, nl, dh, dl, pair=False):
+  """(nh + nl) / (dh + dl) rounded (or as a pair), with the first rounding errors compensated."""
   N, Ne = m.fast_two_sum(nh, nl)
   D, De = m.fast_two_sum(dh, dl)
   q = m.div(N, D)
   rem = m.fma(m.neg(q), D, N)                        # exact
   rem = m.fma(m.neg(q), De, m.add(rem, Ne))
+  if pair:
+    return q, m.div(rem, D)
   return m.add(q, m.div(rem, D))
 
 
@@ -1174,6 +1176,259 @@ def _erf_inv_wide(m: _M, x, tag):
   return m.select(m.isnan(x), x, res)
 
 
+
+# ---------------------------------------------------------------------------------------------
+# lgamma, digamma
+# ---------------------------------------------------------------------------------------------
+# Both run in double (float32 inputs are widened): a recurrence lifts 0 < a < 8 to z = a + n >= 8
+# where the asymptotic series converges to better than 2^-64, polynomials cover the zeros (1 and
+# 2 for lgamma, x0 = 1.4616... for digamma), and x < 0 goes through the reflection formula.  For
+# float64 the sums and products are double-double ("dd"); for float32 plain double suffices.
+#
+# lgamma(1+u) = u*LG1(u), lgamma(2+u) = u*LG2(u), psi(x0+u) = u*PSI0(u), |u| <= 0.1, the
+# constant term as a (hi, lo) pair for float64
+LG1_F64 = [(-0.5772156649015329, 4.933119884809045e-18), 0.8224670334241132, -0.40068563438653104,
+           0.27058080842781285, -0.20738555102952178, 0.16955717698126252, -0.14404989617460476,
+           0.12550967357128848, -0.11133445362602287, 0.10009899314936306, -0.09092442608923093,
+           0.08337053199716976, -0.07919981787508926, 0.07233788047119881]
+LG1_X32 = [(-0.57721566491227, 0.0), 0.8224670473432756, -0.40068562743462904, 0.2705696833726062,
+           -0.2073808236947511, 0.17177563010045568, -0.1456754412265316]
+LG2_F64 = [(0.42278433509846713, 4.960224939121183e-18), 0.3224670334241132, -0.0673523010531982,
+           0.02058080842781413, -0.007385551028578398, 0.0028905103146048385,
+           -0.0011927539457698786, 0.0005096731361063243, -0.00022314934916369797,
+           9.910235823526082e-05, -4.5307012612050786e-05, 3.3290120306523934e-05]
+LG2_X32 = [(0.42278433506115687, 0.0), 0.32246703366340457, -0.06735223383356642,
+           0.02058069034925103, -0.007403474624634543, 0.002905318415383856]
+PSI0_F64 = [(0.9676722454476212, -3.366447745567491e-17), -0.4427631689835921, 0.2584997609556495,
+            -0.1639427054424638, 0.10782405069293655, -0.07219956121642981,
+            0.048804287471419294, -0.0331611389879147, 0.022597779601291883,
+            -0.015422811051865205, 0.010527003932392243, -0.007353593501859263,
+            0.005355071298422355, 0.0010318353840970838]
+PSI0_X32 = [(0.9676722454464534, 0.0), -0.4427631726425514, 0.25849976555114534,
+            -0.1639397808810359, 0.10782149716210661, -0.07278334504761069, 0.0492394829972903]
+# lgamma(z) = (z-1/2) log z - z + log(2 pi)/2 + t*STIRLING(t^2), t = 1/z, z >= 8
+STIRLING_F64 = [0.08333333333333333, -0.002777777777766673, 0.000793650785922401,
+                -0.0005952357144345448, 0.0008413718696957755, -0.0018847940758643144,
+                0.004922564397954898, 0.0010571204783103286]
+STIRLING_X32 = [0.08333333333172187, -0.002777776391738414, 0.0007933280868066682,
+                -0.0005671793673319287]
+# psi(z) = log z - 1/(2z) - t^2*PSIASYM(t^2), t = 1/z, z >= 8
+PSIASYM_F64 = [0.08333333333333333, -0.008333333333322888, 0.003968253960540021,
+               -0.004166663948596199, 0.0075752286280476415, -0.021032385693839587,
+               0.07924922995274011, -0.28651623913848057]
+PSIASYM_X32 = [0.08333333330521844, -0.008333315691729161, 0.003964799884636682,
+               -0.0038972111821025733]
+_PSI_X0 = (1.4616321449683622, 9.549995429965697e-17)
+_LOGPI = (1.1447298858494002, 1.0265951162707826e-17)
+_HALF_LOG_2PI = (0.9189385332046728, -3.8782941580672414e-17)
+_EULER = (0.5772156649015329, -4.942915152430645e-18)
+_LIFT = 8.0
+
+
+class _DD:
+  """Double-double helpers that degrade to plain arithmetic (lo = 0) when dd is False."""
+
+  def __init__(self, m: _M, dd: bool, tag: str):
+    self.m, self.dd, self.tag = m, dd, tag
+    self.zero = m.c(0.0)
+
+  def const(self, pair):
+    return self.m.c(pair[0]), self.m.c(pair[1] if self.dd else 0.0)
+
+  def add(self, a, b):
+    m = self.m
+    if not self.dd:
+      return m.add(a[0], b[0]), self.zero
+    s, e = m.two_sum(a[0], b[0])
+    return s, m.add(e, m.add(a[1], b[1]))
+
+  def neg(self, a):
+    return self.m.neg(a[0]), self.m.neg(a[1])
+
+  def mul(self, a, b):
+    m = self.m
+    if not self.dd:
+      return m.mul(a[0], b[0]), self.zero
+    p, e = m.two_prod(a[0], b[0])
+    return p, m.fma(a[0], b[1], m.fma(a[1], b[0], e))
+
+  def recip(self, a):
+    m = self.m
+    r = m.div(m.c(1.0), a[0])
+    if not self.dd:
+      return r, self.zero
+    return r, m.mul(m.fma(m.neg(r), a[1], m.fma(m.neg(r), a[0], m.c(1.0))), r)
+
+  def log(self, a):
+    """log(a_hi + a_lo) for a_hi > 0 finite."""
+    m = self.m
+    if not self.dd:
+      kf, f = _log_split(m, a[0])
+      return _log_combine(m, kf, f, None, "log", self.tag), self.zero
+    h, l = _log_dd(m, a[0])
+    return h, m.add(l, m.div(a[1], a[0]))
+
+  def value(self, a):
+    return self.m.add(a[0], a[1])
+
+  def select(self, cond, a, b):
+    return self.m.select(cond, a[0], b[0]), self.m.select(cond, a[1], b[1])
+
+  def local_poly(self, u, coeffs, u_lo=None):
+    """(u + u_lo) * (c0 + u*P(u)) with c0 a (hi, lo) pair, rounded once at the end."""
+    m = self.m
+    (c0, c0_lo), rest = coeffs[0], coeffs[1:]
+    uu = u if u_lo is None else m.add(u, u_lo)
+    tail = m.mul(uu, m.fma(uu, m.poly(uu, rest), m.c(c0_lo)))
+    if u_lo is not None:
+      tail = m.fma(u_lo, m.c(c0), tail)
+    return m.fma(u, m.c(c0), tail)
+
+
+def _lift(d: _DD, a):
+  """z = a + n >= _LIFT (a pair) and the factors a + k, k < n, as (active, pair) tuples."""
+  m = d.m
+  z = (a, d.zero)
+  factors = []
+  for k in range(1, int(_LIFT) + 1):
+    act = m.lt(z[0], m.c(_LIFT))
+    factors.append((act, z))
+    nz = m.two_sum(a, m.c(float(k))) if d.dd else (m.add(a, m.c(float(k))), d.zero)
+    z = d.select(act, nz, z)
+  return z, factors
+
+
+def _sinpi_cospi(d: _DD, a):
+  """For a >= 0: (sin(pi r), cos(pi r)) as pairs and 'odd' with a = j/2 + r, |r| <= 1/4,
+  odd = j is odd."""
+  m = d.m
+  j = m.rint(m.add(a, a))
+  r = m.fma(j, m.c(-0.5), a)                           # exact
+  rh, rl = m.two_prod(m.c(_PI_HI), r)
+  rl = m.fma(m.c(_PI_LO), r, rl)
+  _, _, sp, cp = _sincos_kernels(m, rh, rl, d.tag)
+  sp = m.fast_two_sum(*sp)
+  cp = m.fast_two_sum(*cp)
+  odd = m.eq(m.sub(j, m.mul(m.c(2.0), m.floor(m.mul(j, m.c(0.5))))), m.c(1.0))
+  return sp, cp, odd
+
+
+def _lgamma_pos(d: _DD, a):
+  """lgamma(a) for a > 0 finite, as a pair."""
+  m = d.m
+  z, factors = _lift(d, a)
+  p = d.const((1.0, 0.0))
+  for act, f in factors:
+    p = d.select(act, d.mul(p, f), p)
+  lz = d.log(z)
+  w = d.add(z, (m.c(-0.5), d.zero))
+  t = m.div(m.c(1.0), z[0])
+  corr = m.mul(t, m.poly(m.mul(t, t), _co(m, "STIRLING", d.tag)))
+  res = d.add(d.mul(w, lz), d.neg(z))
+  res = d.add(res, d.const(_HALF_LOG_2PI))
+  res = d.add(res, d.neg(d.log(p)))
+  if not d.dd:
+    return m.add(res[0], corr), d.zero
+  return res[0], m.add(res[1], corr)
+
+
+def _lgamma(m: _M, x):
+  if not m.is64:
+    w = m.wide()
+    return m.narrow(_lgamma_w(_DD(w, False, "x32"), w.ext(x)))
+  return _lgamma_w(_DD(m, True, "f64"), x)
+
+
+def _lgamma_w(d: _DD, x):
+  m = d.m
+  ax = m.abs(x)
+  axc = m.min_(ax, m.c(2.0 ** 1000))
+  pos = _lgamma_pos(d, axc)
+  res_pos = d.value(pos)
+  res_pos = m.select(m.lt(m.abs(m.sub(ax, m.c(1.0))), m.c(0.1)),
+                     d.local_poly(m.sub(ax, m.c(1.0)), _co(m, "LG1", d.tag)), res_pos)
+  res_pos = m.select(m.lt(m.abs(m.sub(ax, m.c(2.0))), m.c(0.1)),
+                     d.local_poly(m.sub(ax, m.c(2.0)), _co(m, "LG2", d.tag)), res_pos)
+  # beyond 2^1000: x (log x - 1) - log(x)/2 (plain double is enough; overflows to inf)
+  lbig = d.log((ax, d.zero))[0]
+  big = m.fma(ax, m.sub(lbig, m.c(1.0)), m.mul(m.c(-0.5), lbig))
+  res_pos = m.select(m.gt(ax, m.c(2.0 ** 1000)), big, res_pos)
+  # x < 0: lgamma(x) = log(pi) - log|x sin(pi x)| - lgamma(|x|)
+  sp, cp, odd = _sinpi_cospi(d, ax)
+  s = d.select(odd, cp, sp)
+  s = (m.abs(s[0]), m.xorsign(s[1], s[0]))
+  q = d.mul((axc, d.zero), s)
+  lq = d.log(q)
+  neg = d.add(d.const(_LOGPI), d.neg(d.add(lq, (pos[0], pos[1]))))
+  res_neg = d.value(neg)
+  # |x| < 2^-60: lgamma(-t) = lgamma(t) + 2*euler*t + ..., and x*sin(pi x) would underflow
+  res = m.select(m.and_(m.lt(x, m.c(0.0)), m.ge(ax, m.c(2.0 ** -60))), res_neg, res_pos)
+  pole = m.and_(m.le(x, m.c(0.0)), m.eq(m.floor(x), x))
+  res = m.select(m.or_(pole, m.isinf(x)), m.c(_pymath.inf), res)
+  return m.select(m.isnan(x), x, res)
+
+
+def _digamma_pos(d: _DD, a):
+  """psi(a) for finite a >= 2^-60, as a pair."""
+  m = d.m
+  z, factors = _lift(d, a)
+  acc = (d.zero, d.zero)
+  for act, f in factors:
+    acc = d.select(act, d.add(acc, d.recip(f)), acc)
+  lz = d.log(z)
+  h = d.recip(z)
+  h = (m.mul(h[0], m.c(0.5)), m.mul(h[1], m.c(0.5)))
+  t = m.div(m.c(1.0), z[0])
+  t2 = m.mul(t, t)
+  asym = m.mul(t2, m.poly(t2, _co(m, "PSIASYM", d.tag)))
+  res = d.add(lz, d.neg(d.add(h, acc)))
+  if not d.dd:
+    return m.sub(res[0], asym), d.zero
+  return res[0], m.sub(res[1], asym)
+
+
+def _digamma(m: _M, x):
+  if not m.is64:
+    w = m.wide()
+    return m.narrow(_digamma_w(_DD(w, False, "x32"), w.ext(x)))
+  return _digamma_w(_DD(m, True, "f64"), x)
+
+
+def _digamma_w(d: _DD, x):
+  m = d.m
+  ax = m.abs(x)
+  tiny = m.lt(ax, m.c(2.0 ** -60))
+  axc = m.min_(m.max_(ax, m.c(2.0 ** -60)), m.c(2.0 ** 1000))
+  pos = _digamma_pos(d, axc)
+  u = m.sub(ax, m.c(_PSI_X0[0]))                       # exact near x0
+  u_lo = m.c(-_PSI_X0[1]) if d.dd else None
+  res_pos = m.select(m.lt(m.abs(u), m.c(0.1)), d.local_poly(u, _co(m, "PSI0", d.tag), u_lo),
+                     d.value(pos))
+  # x < 0: psi(x) = psi(|x|) + 1/|x| + pi*cot(pi*|x|)
+  sp, cp, odd = _sinpi_cospi(d, axc)
+  nh = m.select(odd, sp[0], cp[0])
+  nl = m.select(odd, sp[1], cp[1])
+  dh = m.select(odd, cp[0], sp[0])
+  dl = m.select(odd, cp[1], sp[1])
+  if d.dd:
+    cot = _div_pairs(m, nh, nl, dh, dl, pair=True)
+  else:
+    cot = (m.div(m.add(nh, nl), m.add(dh, dl)), d.zero)
+  cot = (m.flip_sign(cot[0], odd), m.flip_sign(cot[1], odd))
+  pc = d.mul(d.const((_PI_HI, _PI_LO)), cot)
+  neg = d.add(d.add(pos, d.recip((axc, d.zero))), pc)
+  res = m.select(m.lt(x, m.c(0.0)), d.value(neg), res_pos)
+  # tiny |x|: -1/x - euler
+  res = m.select(tiny, m.sub(m.div(m.c(-1.0), x), m.c(_EULER[0])), res)
+  big = d.log((m.min_(ax, m.c(1.7976931348623157e308)), d.zero))[0]
+  res = m.select(m.gt(ax, m.c(2.0 ** 1000)), m.select(m.gt(x, m.c(0.0)), big,
+                                                    m.c(_pymath.nan)), res)
+  pole = m.and_(m.le(x, m.c(0.0)), m.eq(m.floor(x), x))
+  res = m.select(pole, m.c(_pymath.nan), res)
+  res = m.select(m.eq(x, m.c(_pymath.inf)), x, res)
+  return m.select(m.isnan(x), x, res)
+
+
 # ---------------------------------------------------------------------------------------------
 # registry
 # ---------------------------------------------------------------------------------------------
@@ -1187,6 +1442,7 @@ _UNARY = {
     "atan": _atan, "asin": _asin, "acos": _acos,
     "asinh": _asinh, "acosh": _acosh, "atanh": _atanh, "rsqrt": _rsqrt,
     "cbrt": _cbrt, "erf": _erf, "erfc": _erfc, "erf_inv": _erf_inv,
+    "lgamma": _lgamma, "digamma": _digamma,
 }
 _BINARY = {"atan2": _atan2, "pow": _pow}
 
