@@ -215,7 +215,14 @@ class JitWrapped:
       return self.fun(*args, **kwargs)
     f, leaves, in_tree, avals, key = self._signature(args, kwargs)
     entry = self._trace(f, in_tree, avals, key)
-    outs = pjit_p.bind(*leaves, jaxpr=entry.closed, name=_fun_name(self.fun),
+    closed, hoisted = entry.closed, []
+    if any(isinstance(c, core.Tracer) for c in closed.consts):
+      # The function closes over values of an enclosing transformation (grad of a loss that
+      # calls a jitted closure over the parameters): they become explicit operands, so that
+      # transformation sees them (JAX's closure conversion).  Such a trace is not reusable.
+      self._cache.pop(key, None)
+      closed, hoisted = _hoist_tracer_consts(closed)
+    outs = pjit_p.bind(*hoisted, *leaves, jaxpr=closed, name=_fun_name(self.fun),
                        backend=self.backend)
     return tree_unflatten(entry.out_tree, outs)
 
@@ -233,6 +240,20 @@ class JitWrapped:
 
   def __repr__(self):
     return f"<jitted function {_fun_name(self.fun)}>"
+
+
+def _hoist_tracer_consts(closed: core.ClosedJaxpr):
+  """Turn the constants of ``closed`` that are tracers into leading inputs; returns the new
+  closed jaxpr and those constants."""
+  jaxpr = closed.jaxpr
+  is_tr = [isinstance(c, core.Tracer) for c in closed.consts]
+  keep_v = [v for v, t in zip(jaxpr.constvars, is_tr) if not t]
+  keep_c = [c for c, t in zip(closed.consts, is_tr) if not t]
+  hoist_v = [v for v, t in zip(jaxpr.constvars, is_tr) if t]
+  hoist_c = [c for c, t in zip(closed.consts, is_tr) if t]
+  new = core.Jaxpr(keep_v, hoist_v + list(jaxpr.invars), jaxpr.eqns, jaxpr.outvars,
+                   jaxpr.debug_name)
+  return core.ClosedJaxpr(new, keep_c), hoist_c
 
 
 def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),

@@ -613,6 +613,22 @@ def test_grad_under_jit_and_jit_under_grad(x64):
   np.testing.assert_allclose(ourjax.grad(lambda a: jnp.sum(k(a)[0]))(x), [2, 2, 2])
 
 
+def test_jit_of_a_closure_over_traced_values(x64):
+  # the jitted function closes over a value being differentiated (or batched)
+  assert float(ourjax.grad(lambda x: ourjax.jit(lambda y: y * x)(3.0))(2.0)) == 3.0
+  xs = np.arange(3.0)
+  loss = lambda p: ourjax.jit(lambda x: jnp.sum(jnp.sin(x * p)))(xs)
+  w = np.array([0.5, 1.0, -1.5])
+  np.testing.assert_allclose(ourjax.grad(loss)(w), np.cos(xs * w) * xs, rtol=1e-12)
+  np.testing.assert_allclose(ourjax.jit(ourjax.grad(loss))(w), np.cos(xs * w) * xs,
+                             rtol=1e-12)
+  f = ourjax.jit(lambda x: x * 2.0)
+  np.testing.assert_allclose(ourjax.vmap(lambda p: ourjax.jit(lambda x: x * p)(2.0))(w), 2 * w)
+  # the same jitted function called under two different grads (no stale tracer in a cache)
+  g = lambda p: ourjax.jit(lambda x: x * p)(1.0) * f(p)
+  assert float(ourjax.grad(g)(3.0)) == 12.0 and float(ourjax.grad(g)(1.0)) == 4.0
+
+
 def test_pjit_rules_keep_the_call(x64):
   f = ourjax.jit(lambda x: jnp.sin(x) * x)
   x = np.array([0.5, 1.0])

@@ -216,7 +216,12 @@ def linearize_flat(f: Callable, primals: Sequence):
   jaxpr, pvals_out, consts = pe.partial_eval_flat(f_jvp, pvals_in, name="linearize")
   n_out = len(pvals_out) // 2
   primal_pvals, tangent_pvals = pvals_out[:n_out], pvals_out[n_out:]
-  assert all(p.is_known for p in primal_pvals)
+  if not all(p.is_known for p in primal_pvals):
+    raise NotImplementedError(
+        "Reverse-mode differentiation could not separate the primal computation from the "
+        "tangent computation: a primal output depends on a tangent. A higher-order primitive "
+        "with a mix of known and unknown inputs needs a partial evaluation rule (see "
+        "partial_eval.partial_eval_rules and partial_eval.partial_eval_jaxpr_rules).")
   primals_out = [p.const for p in primal_pvals]
   return primals_out, jaxpr, consts, tangent_pvals
 
