@@ -3,6 +3,8 @@
 Arrays are drawn as NumPy arrays of a drawn dtype and shape; ``check`` compares an ourjax result
 with a NumPy reference: the dtype exactly (JAX's rules, given by the test), the shape exactly,
 the values to a tolerance that depends on the dtype."""
+import warnings
+
 import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
@@ -122,7 +124,8 @@ def np_ref(fn, *xs, compute=None, out=None):
     elif x.dtype in (bf16, np.dtype(np.float16)) and compute is None:
       x = x.astype(np.float32)
     args.append(x)
-  with np.errstate(all="ignore"):
+  with np.errstate(all="ignore"), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
     r = fn(*args)
     if out is not None:
       if isinstance(r, tuple):

@@ -1,0 +1,390 @@
+"""Reductions against NumPy: sum/prod/max/min/all/any (axis forms, keepdims, where, initial,
+dtype), JAX's accumulation dtypes, mean/var/std, argmax/argmin, cumulative sums and products,
+NaN-ignoring variants, quantiles, average, count_nonzero, ptp, and axis errors."""
+import numpy as np
+import pytest
+from hypothesis import assume, given, strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from test_numpy_helpers import (ALL, BOOL, FLOATS, INTS, NUMERIC, SIGNED, UNSIGNED, array_of,
+                                arrays, bf16, check, np_ref, shapes)
+
+F32, I32, U32 = np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)
+
+
+@st.composite
+def array_and_axis(draw, dtypes, lo=-5, hi=5, nan=False, min_dims=0, allow_none=True,
+                   allow_tuple=True, **kw):
+  x = draw(array_of(dtypes, lo=lo, hi=hi, nan=nan, min_dims=min_dims, **kw))
+  nd = x.ndim
+  options = []
+  if allow_none:
+    options.append(st.none())
+  if nd:
+    options.append(st.integers(-nd, nd - 1))
+    if allow_tuple:
+      options.append(st.lists(st.integers(0, nd - 1), unique=True).map(
+          lambda axes: tuple(a - nd if i % 2 else a for i, a in enumerate(axes))))
+  axis = draw(st.one_of(*options)) if options else None
+  return x, axis
+
+
+def _sum_dtype(dt):
+  dt = np.dtype(dt)
+  if dt == np.bool_:
+    return I32
+  if dt.kind == "i":
+    return I32 if dt.itemsize < 4 else dt
+  if dt.kind == "u":
+    return U32 if dt.itemsize < 4 else dt
+  return dt
+
+
+def _np_axis(axis):
+  return tuple(axis) if isinstance(axis, list) else axis
+
+
+@pytest.mark.parametrize("name", ["sum", "prod"])
+@given(xa=array_and_axis(ALL, lo=-3, hi=3), keepdims=st.booleans())
+def test_sum_prod(name, xa, keepdims):
+  x, axis = xa
+  out = _sum_dtype(x.dtype)
+  got = getattr(jnp, name)(x, axis=axis, keepdims=keepdims)
+  ref = np_ref(lambda v: getattr(np, name)(v, axis=axis, keepdims=keepdims,
+                                           dtype=out if out.kind != "f" and out != bf16
+                                           else np.float32), x, out=out)
+  check(got, ref, out, rtol=2e-2 if out == bf16 else 2e-3 if out == np.float16 else None)
+
+
+@given(xa=array_and_axis(SIGNED + UNSIGNED + BOOL, lo=-3, hi=3))
+def test_sum_promote_integers_false(xa):
+  x, axis = xa
+  out = I32 if x.dtype == np.bool_ else x.dtype
+  check(jnp.sum(x, axis=axis, promote_integers=False),
+        np.sum(x, axis=axis, dtype=out), out)
+
+
+@given(xa=array_and_axis(NUMERIC, lo=-3, hi=3), dt=st.sampled_from(NUMERIC + BOOL))
+def test_sum_dtype_argument(xa, dt):
+  x, axis = xa
+  assume(not (dt.kind in "iub" and (x.dtype.kind == "f" or x.dtype == bf16)))
+  got = jnp.sum(x, axis=axis, dtype=dt)
+  if dt == np.bool_:
+    ref = np.any(x != 0, axis=axis)
+  else:
+    ref = np_ref(lambda v: np.sum(v, axis=axis, dtype=np.float32 if dt.kind == "f" or
+                                  dt == bf16 else dt), x.astype(dt) if dt != bf16
+                 else x.astype(np.float32), out=dt)
+  check(got, ref, dt, rtol=2e-2 if dt in (bf16, np.dtype(np.float16)) else None)
+
+
+@pytest.mark.parametrize("name", ["max", "min", "amax", "amin"])
+@given(xa=array_and_axis(ALL, lo=-50, hi=50, nan=True), keepdims=st.booleans())
+def test_max_min(name, xa, keepdims):
+  x, axis = xa
+  npfn = getattr(np, name)
+  empty = any(x.shape[a] == 0 for a in (range(x.ndim) if axis is None else
+                                         (axis if isinstance(axis, tuple) else (axis,))))
+  if empty:
+    with pytest.raises(ValueError, match="zero-size"):
+      getattr(jnp, name)(x, axis=axis)
+    init = 7 if x.dtype != np.bool_ else True
+    got = getattr(jnp, name)(x, axis=axis, keepdims=keepdims, initial=init)
+    ref = np_ref(lambda v: npfn(v, axis=axis, keepdims=keepdims, initial=init), x, out=x.dtype)
+  else:
+    got = getattr(jnp, name)(x, axis=axis, keepdims=keepdims)
+    ref = np_ref(lambda v: npfn(v, axis=axis, keepdims=keepdims), x, out=x.dtype)
+  check(got, ref, x.dtype)
+
+
+@pytest.mark.parametrize("name", ["all", "any"])
+@given(xa=array_and_axis(ALL, lo=-2, hi=2, nan=True), keepdims=st.booleans())
+def test_all_any(name, xa, keepdims):
+  x, axis = xa
+  check(getattr(jnp, name)(x, axis=axis, keepdims=keepdims),
+        np_ref(lambda v: getattr(np, name)(v, axis=axis, keepdims=keepdims), x), np.bool_)
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "all", "any"])
+@given(data=st.data())
+def test_where_and_initial(name, data):
+  x, axis = data.draw(array_and_axis([np.dtype(np.int32), F32], lo=-3, hi=3), label="xa")
+  w = data.draw(arrays(np.bool_, x.shape[1:] if x.ndim else ()), label="where")
+  kw = {"where": w}
+  if name in ("max", "min"):
+    kw["initial"] = 0
+  elif name in ("sum", "prod"):
+    kw["initial"] = data.draw(st.sampled_from([None, 2]), label="initial")
+  got = getattr(jnp, name)(x, axis=axis, **kw)
+  if kw.get("initial", 0) is None:   # NumPy wants an explicit identity with where on 0-d input
+    kw["initial"] = {"sum": 0, "prod": 1}[name]
+  ref = getattr(np, name)(x, axis=axis, **kw)
+  check(got, np.asarray(ref).astype(np.asarray(got).dtype))
+
+
+def test_reduction_where_needs_initial():
+  with pytest.raises(ValueError, match="identity"):
+    jnp.max(np.ones(3), where=np.array([True, False, True]))
+
+
+@given(xa=array_and_axis(NUMERIC, lo=-100, hi=100), keepdims=st.booleans())
+def test_mean(xa, keepdims):
+  x, axis = xa
+  out = F32 if x.dtype.kind in "iu" else x.dtype
+  got = jnp.mean(x, axis=axis, keepdims=keepdims)
+  ref = np_ref(lambda v: np.mean(v.astype(np.float64), axis=axis, keepdims=keepdims), x,
+               out=out)
+  check(got, ref, out, rtol=1e-5 if out == F32 else None, atol=1e-4)
+
+
+def test_mean_dtypes_and_where():
+  assert jnp.mean(np.arange(4, dtype=np.int32)).dtype == F32
+  assert jnp.mean(np.arange(4, dtype=np.int8), dtype=np.float16).dtype == np.float16
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  w = np.array([[True, False, True], [False, False, True]])
+  check(jnp.mean(x, axis=1, where=w), np.mean(x, axis=1, where=w))
+  check(jnp.mean(x, where=w, keepdims=True), np.mean(x, where=w, keepdims=True))
+
+
+def test_mean_x64(x64):
+  assert jnp.mean(np.arange(4)).dtype == np.float64
+  assert jnp.sum(np.arange(4, dtype=np.int32)).dtype == np.int64
+  assert jnp.sum(np.arange(4, dtype=np.uint8)).dtype == np.uint64
+  check(jnp.var(np.arange(10.0), ddof=1), np.var(np.arange(10.0), ddof=1))
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+@given(xa=array_and_axis(NUMERIC, lo=-100, hi=100), ddof=st.integers(0, 2),
+       keepdims=st.booleans())
+def test_var_std(name, xa, ddof, keepdims):
+  x, axis = xa
+  out = F32 if x.dtype.kind in "iu" else x.dtype
+  got = getattr(jnp, name)(x, axis=axis, ddof=ddof, keepdims=keepdims)
+  ref = np_ref(lambda v: getattr(np, name)(v.astype(np.float64), axis=axis, ddof=ddof,
+                                           keepdims=keepdims), x, out=out)
+  axes = range(x.ndim) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+  if int(np.prod([x.shape[a] for a in axes])) <= ddof:
+    ref = np.full_like(ref, np.nan)    # JAX: NaN when N - ddof <= 0 (NumPy may give inf)
+  rt = {F32: 1e-3, np.dtype(np.float16): 2e-2, bf16: 1e-1}[out]
+  check(got, ref, out, rtol=rt, atol=rt)
+
+
+def test_var_correction_and_where():
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  check(jnp.var(x, axis=0, correction=1), np.var(x, axis=0, ddof=1))
+  w = x % 3 != 0
+  check(jnp.var(x, axis=1, where=w), np.var(x, axis=1, where=w), rtol=1e-5)
+  check(jnp.std(x, where=w), np.std(x, where=w), rtol=1e-5)
+  with pytest.raises(ValueError, match="ddof and correction"):
+    jnp.var(x, ddof=1, correction=1)
+  assert np.isnan(np.asarray(jnp.var(np.ones(2), ddof=2)))
+  check(jnp.var(np.array([1 + 1j, 2 - 1j], np.complex64)), np.float32(1.25))
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+@given(data=st.data())
+def test_argmax_argmin(name, data):
+  x, axis = data.draw(array_and_axis(ALL, lo=-3, hi=3, nan=True, allow_tuple=False),
+                      label="xa")
+  keepdims = data.draw(st.booleans(), label="keepdims")
+  fn, npfn = getattr(jnp, name), getattr(np, name)
+  empty = x.size == 0 if axis is None else x.shape[axis] == 0
+  if empty:
+    with pytest.raises(ValueError, match="empty"):
+      fn(x, axis=axis)
+    return
+  xf = x.astype(np.float32) if x.dtype in (bf16, np.dtype(np.float16)) else x
+  check(fn(x, axis=axis, keepdims=keepdims), npfn(xf, axis=axis, keepdims=keepdims), I32)
+
+
+def test_argmax_methods_and_nan():
+  x = np.array([[1.0, np.nan, 3.0], [3.0, 3.0, 1.0]], np.float32)
+  check(jnp.argmax(x, axis=1), np.array([1, 0], np.int32))
+  check(jnp.asarray(x).argmin(axis=0), np.argmin(x, axis=0).astype(np.int32))
+  check(jnp.nanargmax(x, axis=1), np.nanargmax(x, axis=1).astype(np.int32))
+  check(jnp.nanargmin(x, axis=1), np.nanargmin(x, axis=1).astype(np.int32))
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+@given(data=st.data())
+def test_cumsum_cumprod(name, data):
+  x, axis = data.draw(array_and_axis(ALL, lo=-3, hi=3, allow_tuple=False), label="xa")
+  out = I32 if x.dtype == np.bool_ else x.dtype
+  got = getattr(jnp, name)(x, axis=axis)
+  ref = np_ref(lambda v: getattr(np, name)(v, axis=axis, dtype=np.float32 if out.kind == "f"
+                                           or out == bf16 else out), x, out=out)
+  check(got, ref, out, rtol=5e-2 if out == bf16 else 5e-3 if out == np.float16 else None)
+  dt = data.draw(st.sampled_from([np.dtype(np.int32), F32]), label="dtype")
+  check(getattr(jnp, name)(x, axis=axis, dtype=dt),
+        np_ref(lambda v: getattr(np, name)(v, axis=axis, dtype=dt), x, out=dt), dt)
+
+
+@pytest.mark.parametrize("name", ["cumulative_sum", "cumulative_prod"])
+@given(data=st.data())
+def test_cumulative_array_api(name, data):
+  x = data.draw(array_of([np.dtype(np.int8), F32, np.dtype(np.bool_)], lo=-3, hi=3,
+                         min_dims=1), label="x")
+  axis = data.draw(st.integers(-x.ndim, x.ndim - 1), label="axis")
+  include_initial = data.draw(st.booleans(), label="include_initial")
+  out = F32 if x.dtype == F32 else I32
+  got = getattr(jnp, name)(x, axis=axis, include_initial=include_initial)
+  ref = getattr(np, name)(x, axis=axis, include_initial=include_initial, dtype=out)
+  check(got, ref, out)
+
+
+def test_cumulative_errors():
+  with pytest.raises(ValueError, match="non-scalar"):
+    jnp.cumulative_sum(np.float32(1))
+  with pytest.raises(ValueError, match="axis"):
+    jnp.cumulative_sum(np.ones((2, 2)))
+  with pytest.raises(ValueError, match="axis 2"):
+    jnp.cumsum(np.ones((2, 2)), axis=2)
+
+
+@pytest.mark.parametrize("name", ["nansum", "nanprod", "nanmax", "nanmin", "nanmean",
+                                  "nanvar", "nanstd", "nancumsum", "nancumprod"])
+@given(data=st.data())
+def test_nan_reductions(name, data):
+  cum = name.startswith("nancum")
+  x, axis = data.draw(array_and_axis([F32], lo=-3, hi=3, nan=True, allow_tuple=not cum),
+                      label="xa")
+  keep = {} if cum else {"keepdims": data.draw(st.booleans(), label="keepdims")}
+  if name in ("nanmax", "nanmin"):
+    empty = any(x.shape[a] == 0 for a in (range(x.ndim) if axis is None else
+                                           (axis if isinstance(axis, tuple) else (axis,))))
+    assume(not empty)
+  with np.errstate(all="ignore"), _quiet():
+    ref = getattr(np, name)(x, axis=axis, **keep)
+  check(getattr(jnp, name)(x, axis=axis, **keep), np.asarray(ref).astype(F32), F32, rtol=1e-5,
+        atol=1e-5)
+
+
+class _quiet:
+  def __enter__(self):
+    import warnings
+    self.w = warnings.catch_warnings()
+    self.w.__enter__()
+    warnings.simplefilter("ignore")
+
+  def __exit__(self, *a):
+    return self.w.__exit__(*a)
+
+
+def test_nan_reductions_of_ints():
+  x = np.arange(6, dtype=np.int32).reshape(2, 3)
+  check(jnp.nansum(x, axis=0), np.nansum(x, axis=0).astype(np.int32))
+  check(jnp.nanmean(x), np.float32(2.5))
+
+
+@pytest.mark.parametrize("method", ["linear", "lower", "higher", "midpoint", "nearest"])
+@given(data=st.data())
+def test_quantile(method, data):
+  x, axis = data.draw(array_and_axis([F32, np.dtype(np.int32)], lo=-20, hi=20, min_dims=1,
+                                     min_side=1), label="xa")
+  q = data.draw(st.one_of(st.floats(0, 1), st.lists(st.floats(0, 1), min_size=1,
+                                                     max_size=3)), label="q")
+  keepdims = data.draw(st.booleans(), label="keepdims")
+  got = jnp.quantile(x, np.asarray(q, np.float32), axis=axis, method=method,
+                     keepdims=keepdims)
+  ref = np.quantile(x.astype(np.float64), np.asarray(q, np.float32).astype(np.float64),
+                    axis=axis, method=method, keepdims=keepdims)
+  check(got, ref.astype(F32), F32, rtol=1e-5, atol=1e-4)
+  check(jnp.percentile(x, np.asarray(q, np.float32) * 100, axis=axis, method=method,
+                       keepdims=keepdims), ref.astype(F32), F32, rtol=1e-4, atol=1e-3)
+
+
+@given(data=st.data())
+def test_median_and_nan_quantiles(data):
+  x, axis = data.draw(array_and_axis([F32], lo=-20, hi=20, nan=True, min_dims=1, min_side=1),
+                      label="xa")
+  keepdims = data.draw(st.booleans(), label="keepdims")
+  with _quiet():
+    check(jnp.median(x, axis=axis, keepdims=keepdims),
+          np.median(x, axis=axis, keepdims=keepdims).astype(F32), F32)
+    check(jnp.nanmedian(x, axis=axis, keepdims=keepdims),
+          np.nanmedian(x, axis=axis, keepdims=keepdims).astype(F32), F32)
+    check(jnp.nanquantile(x, 0.3, axis=axis), np.nanquantile(x.astype(np.float64), 0.3,
+                                                             axis=axis).astype(F32), F32,
+          rtol=1e-5, atol=1e-4)
+    check(jnp.nanpercentile(x, 30, axis=axis), np.nanpercentile(x.astype(np.float64), 30,
+                                                                axis=axis).astype(F32), F32,
+          rtol=1e-5, atol=1e-4)
+
+
+def test_quantile_errors_and_traced_q():
+  with pytest.raises(ValueError, match="method"):
+    jnp.quantile(np.ones(3), 0.5, method="bogus")
+  f = ourjax.jit(lambda q: jnp.quantile(jnp.arange(10.0), q))
+  check(f(np.float32(0.25)), np.float32(2.25))
+  check(jnp.median(np.arange(4)), np.float32(1.5))
+
+
+@given(data=st.data())
+def test_average(data):
+  x = data.draw(array_of([F32, np.dtype(np.int32)], lo=-10, hi=10, min_dims=1, min_side=1),
+                label="x")
+  axis = data.draw(st.one_of(st.none(), st.integers(-x.ndim, x.ndim - 1)), label="axis")
+  returned = data.draw(st.booleans(), label="returned")
+  if axis is None:
+    w = data.draw(arrays(np.float32, x.shape, 0.5, 2), label="w")
+  else:
+    w = data.draw(arrays(np.float32, (x.shape[axis],), 0.5, 2), label="w")
+  got = jnp.average(x, axis=axis, weights=w, returned=returned)
+  ref = np.average(x, axis=axis, weights=w, returned=returned)
+  if returned:
+    check(got[0], np.asarray(ref[0]).astype(F32), F32, rtol=1e-5, atol=1e-5)
+    check(got[1], np.asarray(ref[1]).astype(F32), F32, rtol=1e-5)
+  else:
+    check(got, np.asarray(ref).astype(F32), F32, rtol=1e-5, atol=1e-5)
+  check(jnp.average(x, axis=axis), np.average(x, axis=axis).astype(F32), F32, rtol=1e-5,
+        atol=1e-5)
+
+
+def test_average_errors():
+  with pytest.raises(ValueError, match="Axis must be specified"):
+    jnp.average(np.ones((2, 3)), weights=np.ones(3))
+  with pytest.raises(ValueError, match="Length of weights"):
+    jnp.average(np.ones((2, 3)), axis=1, weights=np.ones(2))
+
+
+@given(xa=array_and_axis(ALL, lo=-2, hi=2, nan=True), keepdims=st.booleans())
+def test_count_nonzero_ptp(xa, keepdims):
+  x, axis = xa
+  check(jnp.count_nonzero(x, axis=axis, keepdims=keepdims),
+        np.asarray(np.count_nonzero(x.astype(np.float32) if x.dtype == bf16 else x, axis=axis,
+                                    keepdims=keepdims)).astype(np.int32), I32)
+  empty = any(x.shape[a] == 0 for a in (range(x.ndim) if axis is None else
+                                         (axis if isinstance(axis, tuple) else (axis,))))
+  if x.dtype != np.bool_ and not empty:
+    ref = np_ref(lambda v: np.ptp(v, axis=axis, keepdims=keepdims), x, out=x.dtype)
+    check(jnp.ptp(x, axis=axis, keepdims=keepdims), ref, x.dtype)
+
+
+def test_axis_errors():
+  x = np.ones((2, 3))
+  for fn in (jnp.sum, jnp.max, jnp.mean, jnp.var, jnp.argmax, jnp.cumsum, jnp.median):
+    with pytest.raises(ValueError, match=r"axis 2|axis -3"):
+      fn(x, axis=2 if fn is not jnp.median else -3)
+  with pytest.raises(ValueError, match="duplicate"):
+    jnp.sum(x, axis=(0, -2))
+  with pytest.raises(ourjax.errors.ConcretizationTypeError):
+    ourjax.jit(lambda a, ax: jnp.sum(a, axis=ax))(x, 0)
+  with pytest.raises(NotImplementedError, match="out"):
+    jnp.sum(x, out=np.zeros(()))
+
+
+def test_reductions_under_transformations():
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  f = ourjax.jit(lambda v: (jnp.mean(v, axis=0), jnp.std(v), jnp.argmax(v, axis=1),
+                            jnp.cumsum(v, axis=1), jnp.median(v, axis=0)))
+  m, s, am, cs, md = f(x)
+  check(m, x.mean(0))
+  check(s, np.float32(x.std()), rtol=1e-6)
+  check(am, np.argmax(x, 1).astype(np.int32))
+  check(cs, np.cumsum(x, 1))
+  check(md, np.median(x, 0).astype(np.float32))
+  check(ourjax.vmap(jnp.sum)(x), x.sum(1))
+  check(ourjax.grad(lambda v: jnp.var(v))(x[0]), (2 * (x[0] - x[0].mean()) / 4))
+  check(ourjax.grad(lambda v: jnp.sum(jnp.cumprod(v)))(np.float32([1, 2, 3])),
+        np.float32([1 + 2 + 6, 1 + 3, 2]))
