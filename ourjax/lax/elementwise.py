@@ -468,9 +468,10 @@ defjvp2(erf_inv_p, lambda t, ans, x: mul(t, mul(_const(x, math.sqrt(math.pi) / 2
                                                  exp(square(ans)))))
 defjvp(lgamma_p, lambda t, x: mul(t, digamma(x)))
 defjvp(digamma_p, lambda t, x: mul(t, _polygamma1(x)))
-# real abs: +t where x >= 0 and -t elsewhere (so the derivative at 0 is 1, exactly as JAX's
-# select(x >= 0, g, -g)); complex abs: Re(conj(x/|x|) t), with the direction of 0 taken as 0
-defjvp(abs_p, lambda t, x: select_n(ge(x, _const(x, 0)), neg(t), t)
+# real abs: sign(x) t, so the derivative at 0 is 0 (the convention this project follows; older
+# JAX releases used select(x >= 0, t, -t), i.e. 1 at 0); complex abs: Re(conj(x/|x|) t), with
+# the direction of 0 taken as 0
+defjvp(abs_p, lambda t, x: mul(t, sign(x))
        if not dtypes.is_complex(get_aval(x).dtype)
        else real(mul(conj(div(x, _complex_abs_safe(x))), t)))
 defjvp(square_p, lambda t, x: mul(t, mul(_const(x, 2), x)))
