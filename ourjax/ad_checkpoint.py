@@ -26,8 +26,8 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
-from ourjax import core, dtypes
-from ourjax.core import ClosedJaxpr, Jaxpr, JaxprEqn, Primitive, Var, get_aval
+from ourjax import core
+from ourjax.core import ClosedJaxpr, Jaxpr, Primitive, Var, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 from ourjax.tree_util import tree_flatten, tree_unflatten

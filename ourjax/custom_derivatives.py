@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ourjax import core, dtypes
-from ourjax.core import ClosedJaxpr, Primitive, ShapedArray, get_aval
+from ourjax.core import ClosedJaxpr, Primitive, get_aval
 from ourjax.errors import UnexpectedTracerError
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
@@ -116,14 +116,7 @@ def _move_bdims_front(vals, dims):
   return vals, [0 if d is not None else None for d in dims]
 
 
-def _dce_call(eqn, used_outputs, jaxpr_param="call_jaxpr"):
-  """DCE for a call-like equation whose outputs can be pruned inside (inputs kept)."""
-  closed = eqn.params[jaxpr_param]
-  new, _ = pe.dce_jaxpr(closed.jaxpr, used_outputs, keep_invars=True)
-  outs = [v for v, u in zip(eqn.out_binders, used_outputs) if u]
-  return [True] * len(eqn.inputs), eqn._replace(
-      params=dict(eqn.params, **{jaxpr_param: ClosedJaxpr(new, closed.consts)}),
-      out_binders=outs)
+# (No DCE rules: the rule callables return every output, so a call is kept whole.)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,7 +170,6 @@ def _custom_jvp_call_batch(vals, dims, *, call_jaxpr, jvp, num_consts, symbolic_
 
 
 batching.register_rule_with_axis_size(custom_jvp_call_p, _custom_jvp_call_batch)
-pe.dce_rules[custom_jvp_call_p] = _dce_call
 
 
 class custom_jvp:
@@ -408,7 +400,6 @@ def _custom_vjp_call_batch(vals, dims, *, call_jaxpr, fwd, bwd, num_consts, symb
 
 
 batching.register_rule_with_axis_size(custom_vjp_call_p, _custom_vjp_call_batch)
-pe.dce_rules[custom_vjp_call_p] = _dce_call
 
 
 # custom_lin: the linear stand-in for a custom_vjp function's tangent map.  Operands are the

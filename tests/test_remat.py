@@ -11,7 +11,6 @@ from hypothesis.extra import numpy as hnp
 
 import ourjax
 import ourjax.numpy as jnp
-from ourjax import lax
 from ourjax.ad_checkpoint import checkpoint_name
 from ourjax.interpreters import ad
 
