@@ -700,6 +700,39 @@ def linear_call(*args, **kwargs):
 
 
 # ------------------------------------------------------------------------------------------------
+# Partial evaluation and transposition.  Under a JVP the rules above replace the calls, so a
+# call with a mix of known and unknown inputs, or a call to transpose, only arises when a
+# function is staged without differentiating it (linear_transpose, or a user's partial
+# evaluation).  Then, as in JAX, the custom rule is dropped and the primal function stands in.
+
+
+def _custom_call_partial_eval(trace, tracers, *, call_jaxpr, **_):
+  # evaluate the primal jaxpr on the partial-evaluation tracers: known parts run now, unknown
+  # parts are staged equation by equation
+  return core.eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *tracers)
+
+
+def _custom_call_partial_eval_jaxpr(eqn, in_unknowns):
+  # the offline split, as a call of the primal jaxpr (pjit's rule does the work)
+  from ourjax.interpreters.pjit import pjit_p
+  as_call = eqn._replace(primitive=pjit_p, params=dict(
+      jaxpr=eqn.params["call_jaxpr"], name=eqn.primitive.name, backend=None))
+  return pe.partial_eval_jaxpr_rules[pjit_p](as_call, in_unknowns)
+
+
+def _custom_call_transpose(cts, *args, call_jaxpr, **_):
+  cts_in = iter(ad.backward_pass(call_jaxpr.jaxpr, call_jaxpr.consts, list(args), list(cts)))
+  return [next(cts_in) if ad.is_undefined_primal(a) else None for a in args]
+
+
+for _p in (custom_jvp_call_p, custom_vjp_call_p):
+  pe.partial_eval_rules[_p] = _custom_call_partial_eval
+  pe.partial_eval_jaxpr_rules[_p] = _custom_call_partial_eval_jaxpr
+  ad.transpose_rules[_p] = _custom_call_transpose
+del _p
+
+
+# ------------------------------------------------------------------------------------------------
 # Lowering: under jit both calls are their primal jaxpr, inlined.
 
 

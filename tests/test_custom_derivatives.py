@@ -388,3 +388,39 @@ def test_closure_convert():
   x = jnp.array([1.0, 1.0, 2.0])
   assert float(conv(x, *consts)) == float(f(x))
   assert float(conv(x, jnp.ones(3))) == 4.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Staged without differentiation: partial evaluation and transposition use the primal function
+
+
+def test_linear_transpose_and_partial_eval_of_custom_functions():
+  from ourjax.interpreters import partial_eval as pe
+
+  @custom_jvp
+  def scale(x):
+    return x * 3.0
+
+  scale.defjvps(lambda t, ans, x: t * 3.0)
+  g = _make_g()
+  x = np.array([1.0, 2.0], np.float32)
+  (ct,) = ourjax.linear_transpose(scale, x)(np.ones(2, np.float32))
+  np.testing.assert_allclose(ct, [3.0, 3.0])
+  (ct,) = ourjax.linear_transpose(lambda y: g(np.float32(0.5), y), x)(np.ones(2, np.float32))
+  np.testing.assert_allclose(ct, np.sin(0.5) * np.ones(2), rtol=1e-6)
+  # online partial evaluation with a known and an unknown operand: the known part runs now
+  for f in (lambda a, b: scale(jnp.sin(a)) * b, lambda a, b: g(a, b)):
+    jaxpr, pvals, consts = pe.partial_eval_flat(
+        lambda a, b: [f(a, b)], [pe.PartialVal.known(x), pe.PartialVal.unknown(
+            ourjax.core.ShapedArray((2,), np.float32))])
+    assert not pvals[0].is_known
+    out = ourjax.core.eval_jaxpr(jaxpr, consts, np.full(2, 2.0, np.float32))
+    np.testing.assert_allclose(out[0], f(x, np.full(2, 2.0, np.float32)), rtol=1e-6)
+  # offline: a custom call inside a jaxpr, split with one input known
+  closed = ourjax.make_jaxpr(lambda a, b: g(a, b) + scale(a))(x, x)
+  jk, ju, out_unk, n_res = pe.partial_eval_jaxpr(pe.convert_constvars_jaxpr(closed.jaxpr),
+                                                [False, True])
+  known = ourjax.core.eval_jaxpr(jk, [], x)
+  res = known[len(known) - n_res:]
+  out = ourjax.core.eval_jaxpr(ju, [], *res, np.full(2, 2.0, np.float32))
+  np.testing.assert_allclose(out[0], g(x, np.full(2, 2.0, np.float32)) + scale(x), rtol=1e-6)
