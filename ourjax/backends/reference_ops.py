@@ -354,15 +354,15 @@ def lgamma(x):
 @_ignore_fp_errors
 def digamma(x):
   """The digamma function psi(x) = d/dx log Gamma(x); NaN at 0 and the negative integers.
-  Float64: reflection below 1/2, recurrence up to 6, then the asymptotic series."""
+  Float64: reflection below 1/2, recurrence up to 10, then the asymptotic series."""
   x = np.asarray(x)
   v = x.astype(np.float64)
   pole = (v <= 0) & (v == np.floor(v))
   reflect = v < 0.5
   z = np.where(reflect, 1.0 - v, v)
   acc = np.zeros_like(z)
-  for _ in range(6):
-    small = z < 6.0
+  for _ in range(10):
+    small = z < 10.0
     acc = np.where(small, acc - 1.0 / np.where(small, z, 1.0), acc)
     z = np.where(small, z + 1.0, z)
   zi2 = 1.0 / (z * z)

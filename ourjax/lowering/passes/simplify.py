@@ -408,9 +408,14 @@ def convert_convert(instr, ctx):
   if inner.opcode != "convert":
     return None
   x = inner.operands[0]
-  if not is_lossless_conversion(x.dtype, inner.dtype):
+  src, mid, dst = x.dtype, inner.dtype, instr.dtype
+  if not is_lossless_conversion(src, mid):
     return None
-  return x if x.dtype == instr.dtype else ctx.b.convert(x, instr.dtype)
+  # int -> float -> int saturates where int -> int wraps: equal only if int -> int is exact
+  if rops.is_integer(src) and not rops.is_integer(mid) and mid != np.bool_ and \
+      rops.is_integer(dst) and not is_lossless_conversion(src, dst):
+    return None
+  return x if src == dst else ctx.b.convert(x, dst)
 
 
 # ---------------------------------------------------------------------------------------------
