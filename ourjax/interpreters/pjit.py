@@ -122,7 +122,8 @@ ad.transpose_rules[pjit_p] = _pjit_transpose
 
 
 def _pjit_batch(vals, dims, *, jaxpr: ClosedJaxpr, name: str, axis_size, **params):
-  new_jaxpr, out_dims = batching.vmap_jaxpr(jaxpr, axis_size, dims)
+  # outputs that do not depend on the batch stay unbatched (vmap's out_axes=None needs that)
+  new_jaxpr, out_dims = batching.batch_jaxpr(jaxpr, axis_size, dims, instantiate=False)
   outs = pjit_p.bind(*vals, jaxpr=new_jaxpr, name=f"vmap({name})", **params)
   return outs, out_dims
 
