@@ -294,7 +294,13 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = 
     dims = tuple(i for i in range(len(out_shape)) if i != axis)
     s = lax.broadcast_in_dim(start_b, out_shape, dims)
     e = lax.broadcast_in_dim(stop_b, out_shape, dims)
-    out = lax.add(lax.mul(s, lax.sub(lax._const(t, 1), t)), lax.mul(e, t))
+    if dtypes.is_integer(dtype):
+      # start + i * step, as NumPy computes it: integer results then floor as NumPy's do
+      step = lax.broadcast_in_dim(delta, out_shape, dims)
+      out = lax.add(s, lax.mul(lax.convert_element_type(
+          lax.broadcasted_iota(real, out_shape, axis), cdt), step))
+    else:
+      out = lax.add(lax.mul(s, lax.sub(lax._const(t, 1), t)), lax.mul(e, t))
     if endpoint:   # the last sample is exactly stop
       last = lax.eq(lax.broadcasted_iota(np.int32, out_shape, axis), np.int32(num - 1))
       out = lax.select_n(last, out, e)

@@ -750,6 +750,8 @@ def _pairs(values, nd, name, integral=False):
     raise TypeError(f"`{name}` entries must be the same shape: {values}")
   if integral and v.size and not (dtypes.is_integer(v.dtype) or v.dtype == np.bool_):
     raise TypeError(f"`{name}` must be of integral type.")
+  if nd == 0:
+    return []
   if v.shape == (nd, 2):
     out = [tuple(p) for p in v.tolist()]
   elif v.shape == (1, 2):
@@ -962,6 +964,8 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
   if aval.ndim == 0:
     raise ValueError(f"diff requires input that is at least one dimensional; got {a}")
   axis = _axis(axis, aval.ndim, "diff")
+  if n == 0:
+    return a
   combined = []
   if prepend is not None:
     p = asarray(prepend)
