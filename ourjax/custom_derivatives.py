@@ -38,6 +38,7 @@ from ourjax.tree_util import (tree_flatten, tree_flatten_with_path, tree_map, tr
                               tree_unflatten, keystr)
 
 __all__ = ["custom_jvp", "custom_vjp", "closure_convert", "linear_call",
+           "CustomJVPException", "CustomVJPException",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"]
 
 
@@ -116,6 +117,26 @@ def _move_bdims_front(vals, dims):
   return vals, [0 if d is not None else None for d in dims]
 
 
+class CustomJVPException(Exception):
+  def __init__(self):
+    super().__init__(
+        "Detected differentiation of a custom_jvp function with respect to a closed-over "
+        "value. That isn't supported because the custom JVP rule only specifies how to "
+        "differentiate the custom_jvp function with respect to explicit input parameters. Try "
+        "passing the closed-over value into the custom_jvp function as an argument, and "
+        "adapting the custom_jvp rule.")
+
+
+class CustomVJPException(Exception):
+  def __init__(self):
+    super().__init__(
+        "Detected differentiation of a custom_vjp function with respect to a closed-over "
+        "value. That isn't supported because the custom VJP rule only specifies how to "
+        "differentiate the custom_vjp function with respect to explicit input parameters. Try "
+        "passing the closed-over value into the custom_vjp function as an argument, and "
+        "adapting the custom_vjp fwd and bwd rules.")
+
+
 # (No DCE rules: the rule callables return every output, so a call is kept whole.)
 
 
@@ -138,8 +159,10 @@ def _custom_jvp_call_impl(*args, call_jaxpr, jvp, num_consts, symbolic_zeros):
 
 
 def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts, symbolic_zeros):
-  # Only the arguments' tangents reach the rule: closed-over constants are not differentiated
-  # through a custom rule (the rule itself may close over them and differentiate them).
+  # Only the arguments' tangents reach the rule: differentiating with respect to a closed-over
+  # value (a constant operand) is an error, as in JAX.
+  if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
+    raise CustomJVPException()
   args = primals[num_consts:]
   tans = [ad.instantiate_zeros(t) for t, p in zip(tangents[num_consts:], args)
           if _inexact(get_aval(p))]
@@ -345,6 +368,8 @@ def _custom_vjp_call_impl(*args, call_jaxpr, fwd, bwd, num_consts, symbolic_zero
 
 def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, bwd, num_consts,
                          symbolic_zeros):
+  if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
+    raise CustomVJPException()
   args = primals[num_consts:]
   arg_tangents = tangents[num_consts:]
   out_avals = call_jaxpr.out_avals

@@ -424,3 +424,31 @@ def test_linear_transpose_and_partial_eval_of_custom_functions():
   res = known[len(known) - n_res:]
   out = ourjax.core.eval_jaxpr(ju, [], *res, np.full(2, 2.0, np.float32))
   np.testing.assert_allclose(out[0], g(x, np.full(2, 2.0, np.float32)) + scale(x), rtol=1e-6)
+
+
+def test_differentiating_a_closed_over_value_is_an_error():
+  from ourjax.custom_derivatives import CustomJVPException, CustomVJPException
+
+  def with_jvp(w):
+    @custom_jvp
+    def f(x):
+      return x * w
+    f.defjvps(lambda t, ans, x: t * w)
+    return f(w * 2.0)
+
+  def with_vjp(w):
+    @custom_vjp
+    def f(x):
+      return x * w
+    f.defvjp(lambda x: (x * w, None), lambda _, g: (g * w,))
+    return f(w * 2.0)
+
+  with pytest.raises(CustomJVPException, match="Detected differentiation of a custom_jvp "
+                     "function with respect to a closed-over value"):
+    ourjax.grad(with_jvp)(3.0)
+  with pytest.raises(CustomVJPException, match="Detected differentiation of a custom_vjp "
+                     "function with respect to a closed-over value"):
+    ourjax.grad(with_vjp)(3.0)
+  # closing over traced values is fine for the other transformations
+  np.testing.assert_allclose(ourjax.vmap(with_jvp)(jnp.array([1.0, 2.0])), [2.0, 8.0])
+  np.testing.assert_allclose(ourjax.jit(with_vjp)(3.0), 18.0)
