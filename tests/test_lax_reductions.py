@@ -361,3 +361,37 @@ def test_reduce_errors():
     lax.reduce(x, np.int32(0), lax.sub, (0,))
   with pytest.raises(TypeError, match="init value dtype int32 does not match"):
     lax.reduce(x, np.int32(0), lax.add, (0,))
+
+
+# ------------------------------------------------------------------------------------------------
+# reduce_precision
+
+
+@given(st.integers(0, 2**31), st.sampled_from(["float32", "float64"]))
+def test_reduce_precision_matches_narrow_types(seed, dtype):
+  """Rounding to (8, 7) is a round trip through bfloat16 and (5, 10) one through float16 (on
+  float16's normal range; XLA flushes what would be subnormal to zero)."""
+  rng = np.random.default_rng(seed)
+  with enable_x64(dtype == "float64"):
+    x = (rng.standard_normal(200) * 10.0 ** rng.integers(-4, 5, 200)).astype(dtype)
+    x[:3] = [np.nan, np.inf, -0.0]
+    bf = _np(lax.reduce_precision(x, 8, 7))
+    np.testing.assert_array_equal(bf, x.astype(ml_dtypes.bfloat16).astype(dtype))
+    f16 = _np(lax.reduce_precision(x, 5, 10))
+    want = x.astype(np.float16).astype(dtype)
+    tiny = np.abs(want) < np.finfo(np.float16).tiny
+    want = np.where(tiny, np.copysign(0.0, x), want)
+    np.testing.assert_array_equal(f16, want)
+    assert np.array_equal(np.signbit(f16), np.signbit(want))
+
+
+def test_reduce_precision_rules():
+  x = np.array([1.0, 1.125, 1.375, 2.0], np.float32)
+  # 2 mantissa bits: 1.125 is a tie between 1.0 and 1.25 (rounds to even 1.0); 1.375 -> 1.5
+  np.testing.assert_array_equal(_np(lax.reduce_precision(x, 8, 2)), [1.0, 1.0, 1.5, 2.0])
+  _, t = ourjax.jvp(lambda v: lax.reduce_precision(v, 8, 2), (x,), (x,))
+  np.testing.assert_array_equal(_np(t), [1.0, 1.0, 1.5, 2.0])   # linear: applied to tangents
+  out = ourjax.vmap(lambda v: lax.reduce_precision(v, 8, 2), in_axes=1)(np.stack([x, x]))
+  np.testing.assert_array_equal(_np(out), np.stack([[1.0, 1.0, 1.5, 2.0]] * 2, 1))
+  with pytest.raises(TypeError, match="reduce_precision does not accept dtype int32"):
+    lax.reduce_precision(np.ones(2, np.int32), 8, 7)

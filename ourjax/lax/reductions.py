@@ -545,3 +545,57 @@ def _register_lowerings():
 
 
 _register_lowerings()
+
+# ------------------------------------------------------------------------------------------------
+# reduce_precision: round a float to a narrower format (exponent_bits, mantissa_bits) and back,
+# as XLA does: round to nearest even on the mantissa, overflow to infinity, values below the
+# narrow format's smallest normal flushed to (signed) zero, NaN kept.
+
+
+def reduce_precision(operand, exponent_bits: int, mantissa_bits: int):
+  return reduce_precision_p.bind(operand, exponent_bits=int(exponent_bits),
+                                 mantissa_bits=int(mantissa_bits))
+
+
+def _reduce_precision_dtype(x, exponent_bits, mantissa_bits):
+  check_dtypes("reduce_precision", [x], ("float",))
+  if exponent_bits < 1:
+    raise ValueError(f"reduce_precision: exponent_bits must be positive; got {exponent_bits}")
+  if mantissa_bits < 0:
+    raise ValueError(f"reduce_precision: mantissa_bits must be non-negative; got "
+                     f"{mantissa_bits}")
+  return x.dtype
+
+
+def _reduce_precision_impl(x, exponent_bits, mantissa_bits):
+  dt = x.dtype
+  fi = dtypes.finfo(dt)
+  src_m, src_e = int(fi.nmant), int(fi.nexp)
+  nbits = dt.itemsize * 8
+  ut = np.dtype(f"u{dt.itemsize}")
+  bits = np.ascontiguousarray(x).view(ut).astype(np.uint64)
+  one = np.uint64(1)
+  if mantissa_bits < src_m:
+    shift = np.uint64(src_m - mantissa_bits)
+    last = one << shift
+    bias = (bits & last) >> shift
+    bits = (bits + bias + ((last >> one) - one)) & ~(last - one)
+  if exponent_bits < src_e:
+    exp_mask = np.uint64(((1 << src_e) - 1) << src_m)
+    sign = bits & np.uint64(1 << (nbits - 1))
+    src_bias = (1 << (src_e - 1)) - 1
+    red_bias = (1 << (exponent_bits - 1)) - 1
+    exp = bits & exp_mask
+    over = exp > np.uint64((src_bias + red_bias) << src_m)
+    under = exp <= np.uint64((src_bias - red_bias) << src_m)
+    bits = np.where(over, sign | exp_mask, np.where(under, sign, bits))
+  bits = bits & np.uint64((1 << nbits) - 1)
+  out = bits.astype(ut).view(dt).reshape(x.shape)
+  return np.where(np.isnan(x), x, out)
+
+
+reduce_precision_p = standard_primitive("reduce_precision", lambda x, **_: x.shape,
+                                        _reduce_precision_dtype, lambda x, **_: x.weak_type)
+reduce_precision_p.def_impl(_reduce_precision_impl)
+ad.deflinear(reduce_precision_p, lambda ct, x, **params: [reduce_precision(ct, **params)])
+batching.defvectorized(reduce_precision_p)
