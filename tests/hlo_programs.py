@@ -44,7 +44,7 @@ _PRED_BINARY = ("and", "or", "xor", "maximum", "minimum", "add", "multiply")
 # ---------------------------------------------------------------------------------------------
 
 def random_array(rng: np.random.Generator, dtype, shape) -> np.ndarray:
-  """Random values of ``dtype``, about a quarter of them special (NaN, +-inf, +-0, the extremes
+  """Random values of ``dtype``, about a third of them special (NaN, +-inf, +-0, the extremes
   of the type, tiny and huge magnitudes) for floats, or the extremes for integers."""
   dt = to_dtype(dtype)
   n = math.prod(shape)
@@ -66,7 +66,7 @@ def random_array(rng: np.random.Generator, dtype, shape) -> np.ndarray:
                                  float(finfo.max), -float(finfo.max), float(finfo.tiny),
                                  float(finfo.tiny) / 4]), n)
   pick = rng.random(n)
-  out = np.where(pick < 0.55, vals, np.where(pick < 0.8, wide, special))
+  out = np.where(pick < 0.45, vals, np.where(pick < 0.65, wide, special))
   with np.errstate(all="ignore"):
     return out.astype(np.float64).astype(dt).reshape(shape)
 
@@ -464,7 +464,7 @@ class _Gen:
     sizes = [self.draw(st.integers(0, n)) for n in x.dims]
     return self.b.dynamic_slice(x, idx, sizes)
 
-  OPS = [("op_unary", 10), ("op_binary", 14), ("op_identity_pattern", 14),
+  OPS = [("op_unary", 10), ("op_binary", 14), ("op_identity_pattern", 18),
          ("op_compare_select", 5), ("op_clamp", 2), ("op_convert", 6), ("op_reshape", 5),
          ("op_transpose", 5), ("op_slice", 5), ("op_broadcast", 4), ("op_reduce", 6),
          ("op_dot", 5), ("op_outer_dot", 2), ("op_concatenate", 3), ("op_pad", 3),

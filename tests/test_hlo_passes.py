@@ -400,7 +400,7 @@ def test_late_passes_run_once_after_the_fixed_point(monkeypatch):
 # the main guard
 # ---------------------------------------------------------------------------------------------
 
-@settings(max_examples=int(os.environ.get("OURJAX_HLO_GUARD_EXAMPLES", "150")), deadline=None)
+@settings(max_examples=int(os.environ.get("OURJAX_HLO_GUARD_EXAMPLES", "200")), deadline=None)
 @given(programs())
 def test_optimize_preserves_reference_results_bitwise(prog):
   m, args = prog

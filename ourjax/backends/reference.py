@@ -77,14 +77,7 @@ _BINARY = {
 
 
 def _elementwise(fn, out_dtype, *xs):
-  """Apply ``fn`` in the compute type of the operands (float32 for the narrow floats) and round
-  the result to ``out_dtype``."""
-  in_dt = xs[0].dtype
-  cdt = rops.compute_dtype(in_dt)
-  if cdt != in_dt:
-    xs = tuple(x.astype(cdt) for x in xs)
-  with np.errstate(all="ignore"):
-    return np.asarray(fn(*xs)).astype(out_dtype, copy=False)
+  return rops.elementwise(fn, *xs, out_dtype=out_dtype)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,8 +31,8 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
-    "compute_dtype", "round_to", "is_float", "is_integer", "is_signed", "is_unsigned", "is_complex",
-    "is_bool", "bitwidth", "iinfo_min", "iinfo_max",
+    "compute_dtype", "round_to", "elementwise", "is_float", "is_integer", "is_signed",
+    "is_unsigned", "is_complex", "is_bool", "bitwidth", "iinfo_min", "iinfo_max",
     "round_half_away_from_zero", "round_half_to_even", "sign", "integer_div", "integer_rem",
     "integer_pow", "float_pow", "shift_left", "shift_right_logical", "shift_right_arithmetic",
     "population_count", "count_leading_zeros", "erf", "erf_inv", "lgamma", "digamma", "logistic",
@@ -103,6 +103,19 @@ def compute_dtype(dtype) -> np.dtype:
 def round_to(x, dtype) -> np.ndarray:
   """Round (cast) a computed result back to ``dtype`` as a contiguous array."""
   return np.ascontiguousarray(np.asarray(x).astype(dtype, copy=False))
+
+
+def elementwise(fn: Callable, *xs, out_dtype=None) -> np.ndarray:
+  """Apply a NumPy elementwise function the way XLA types it: in the compute type of the first
+  operand (float32 for the narrow floats, so one rounding per operation), then rounded to
+  ``out_dtype`` (default: the first operand's type). Floating-point warnings are silenced."""
+  xs = tuple(np.asarray(x) for x in xs)
+  in_dt = xs[0].dtype
+  cdt = compute_dtype(in_dt)
+  if cdt != in_dt:
+    xs = tuple(x.astype(cdt) for x in xs)
+  with np.errstate(all="ignore"):
+    return np.asarray(fn(*xs)).astype(in_dt if out_dtype is None else out_dtype, copy=False)
 
 
 def _unsigned_of(dtype) -> np.dtype:
