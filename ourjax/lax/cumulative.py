@@ -180,7 +180,8 @@ def _logaddexp(a, b):
   amax = ew.max(a, b)
   delta = ew.sub(a, b)
   is_nan = ew.ne(delta, delta)
-  return ew.select_n(is_nan, ew.add(amax, ew.log1p(ew.exp(ew.neg(ew.abs(delta))))),
+  # -|delta| written as min(delta, -delta) so that at a tie the gradient splits 0.5/0.5
+  return ew.select_n(is_nan, ew.add(amax, ew.log1p(ew.exp(ew.min(delta, ew.neg(delta))))),
                      ew.add(a, b))
 
 

@@ -471,7 +471,8 @@ defjvp(digamma_p, lambda t, x: mul(t, _polygamma1(x)))
 # real abs: sign(x) t, so the derivative at 0 is 0 (the convention this project follows; older
 # JAX releases used select(x >= 0, t, -t), i.e. 1 at 0); complex abs: Re(conj(x/|x|) t), with
 # the direction of 0 taken as 0
-defjvp(abs_p, lambda t, x: mul(t, sign(x))
+# d|x| = t where x >= 0 and -t elsewhere: JAX's convention, so grad(abs)(0.) == 1.
+defjvp(abs_p, lambda t, x: select_n(ge(x, _const(x, 0)), neg(t), t)
        if not dtypes.is_complex(get_aval(x).dtype)
        else real(mul(conj(div(x, _complex_abs_safe(x))), t)))
 defjvp(square_p, lambda t, x: mul(t, mul(_const(x, 2), x)))

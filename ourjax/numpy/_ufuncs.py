@@ -359,7 +359,8 @@ def logaddexp(x1, x2, /):
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
   both_inf = lax.and_(lax.eq(x1, x2), lax.eq(lax.abs(x1), lax._const(x1, np.inf)))
-  safe = _select(lax.ne(delta, delta), lax.log1p(lax.exp(lax.neg(lax.abs(delta)))),
+  # -|delta| as min(delta, -delta): at a tie the gradient splits 0.5/0.5, as JAX's
+  safe = _select(lax.ne(delta, delta), lax.log1p(lax.exp(lax.min(delta, lax.neg(delta)))),
                       lax.add(x1, x2))
   out = lax.add(amax, safe)
   return _select(both_inf, out, amax)
@@ -779,18 +780,9 @@ def bitwise_count(x, /):
 
 
 def _take_1d(arr, idx):
-  """``arr[idx]`` for a 1-D ``arr`` and an integer index array of any shape, as a masked sum
-  over a one-hot comparison (exact; no gather needed)."""
-  n = get_aval(arr).shape[0]
-  ishape = get_aval(idx).shape
-  shape = ishape + (n,)
-  pos = lax.broadcasted_iota(get_aval(idx).dtype, shape, len(ishape))
-  hit = lax.eq(pos, lax.broadcast_in_dim(idx, shape, tuple(range(len(ishape)))))
-  vals = lax.broadcast_in_dim(arr, shape, (len(ishape),))
-  if get_aval(arr).dtype == np.bool_:
-    return lax.reduce_or(lax.and_(hit, vals), (len(ishape),))
-  picked = _select(hit, lax.full_like(vals, 0), vals)
-  return lax.reduce_sum(picked, (len(ishape),))
+  """``arr[idx]`` for a 1-D ``arr`` and an integer index array of any shape."""
+  from ourjax.numpy._gathers import take_1d
+  return take_1d(arr, idx)
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):
