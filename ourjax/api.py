@@ -142,42 +142,90 @@ def eval_shape(fun: Callable, *args, **kwargs):
 
 
 class _CacheEntry:
-  __slots__ = ("closed", "out_tree", "executable")
+  """One traced signature of a jitted function: the closed jaxpr, the output structure, why
+  the cache missed (for ``jax_log_compiles``), and the executable once compiled."""
+  __slots__ = ("closed", "out_tree", "executable", "reason", "sig")
 
-  def __init__(self, closed, out_tree):
+  def __init__(self, closed, out_tree, reason=None, sig=None):
     self.closed, self.out_tree, self.executable = closed, out_tree, None
+    self.reason, self.sig = reason, sig
+
+
+def _positional_params(fun):
+  """(names of the positional parameters, name of *args or None, keyword names), or None when
+  the signature is unknown."""
+  try:
+    params = list(inspect.signature(fun).parameters.values())
+  except (TypeError, ValueError):
+    return None
+  pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+  kw = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+  has_var_kw = any(p.kind == p.VAR_KEYWORD for p in params)
+  return pos, var, kw, has_var_kw
+
+
+def _fun_location(fun) -> str:
+  code = getattr(inspect.unwrap(fun), "__code__", None)
+  return f" defined at {code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+
+
+def _static_str(v) -> str:
+  r = repr(v)
+  return r if len(r) <= 60 else r[:57] + "..."
 
 
 class JitWrapped:
-  """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs."""
+  """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs and their
+  executables.  The cache key is the argument structure, each argument leaf's shape, dtype and
+  weak type, the static arguments (by hash and ==), the backend and the x64 flag."""
 
   def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(),
-               keep_unused=False, backend=None, inline=False):
+               keep_unused=False, backend=None, inline=False, donate_argnames=()):
     self.fun = fun
     if isinstance(static_argnums, int):
       static_argnums = (static_argnums,)
     if isinstance(static_argnames, str):
       static_argnames = (static_argnames,)
-    try:
-      sig = inspect.signature(fun)
-      params = list(sig.parameters.values())
-    except (TypeError, ValueError):
-      params = []
+    if isinstance(donate_argnums, int):
+      donate_argnums = (donate_argnums,)
+    if isinstance(donate_argnames, str):
+      donate_argnames = (donate_argnames,)
     static_argnums, static_argnames = tuple(static_argnums), tuple(static_argnames)
-    # JAX infers each from the other through the signature
-    for i in static_argnums:
-      if 0 <= i < len(params) and params[i].kind in (params[i].POSITIONAL_OR_KEYWORD,):
-        if params[i].name not in static_argnames:
-          static_argnames += (params[i].name,)
-    for name in static_argnames:
-      for i, p in enumerate(params):
-        if p.name == name and p.kind == p.POSITIONAL_OR_KEYWORD and i not in static_argnums:
-          static_argnums += (i,)
+    donate_argnums, donate_argnames = tuple(donate_argnums), tuple(donate_argnames)
+    sig = _positional_params(fun)
+    if sig is not None:
+      pos, var, kw, has_var_kw = sig
+      for what, nums in (("static_argnums", static_argnums), ("donate_argnums", donate_argnums)):
+        if var is None and any(i >= len(pos) or i < -len(pos) for i in nums):
+          raise ValueError(f"Jitted function has {what}={nums}, but only accepts {len(pos)} "
+                           "positional arguments.")
+      for what, names in (("static_argnames", static_argnames),
+                          ("donate_argnames", donate_argnames)):
+        bad = {n for n in names if n not in kw}
+        if bad and not has_var_kw:
+          raise ValueError(f"Jitted function has invalid argnames {bad} in {what}. Function "
+                           "does not take these args.")
+      # JAX infers each of static_argnums/static_argnames from the other through the signature
+      nums = {i % len(pos) if i < 0 else i for i in static_argnums if -len(pos) <= i < len(pos)}
+      static_argnames += tuple(pos[i] for i in sorted(nums) if pos[i] in kw
+                               and pos[i] not in static_argnames)
+      static_argnums += tuple(pos.index(n) for n in static_argnames
+                              if n in pos and pos.index(n) not in nums
+                              and pos.index(n) not in static_argnums)
+      dnums = {i % len(pos) if i < 0 else i for i in donate_argnums if -len(pos) <= i < len(pos)}
+      donate_argnames += tuple(pos[i] for i in sorted(dnums) if pos[i] in kw
+                               and pos[i] not in donate_argnames)
+      donate_argnums += tuple(pos.index(n) for n in donate_argnames
+                              if n in pos and pos.index(n) not in dnums
+                              and pos.index(n) not in donate_argnums)
     self.static_argnums, self.static_argnames = static_argnums, static_argnames
-    self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else \
-        tuple(donate_argnums)
+    # Donation is recorded (args_info, Lowered/Compiled.donate_argnums); outputs do not reuse
+    # donated buffers yet.
+    self.donate_argnums, self.donate_argnames = donate_argnums, donate_argnames
     self.keep_unused = keep_unused
     self.backend = backend
+    self.inline = inline
     self._cache: dict = {}
     # (updated=(): copying fun's __dict__ would overwrite attributes such as self.fun)
     functools.update_wrapper(self, fun, updated=())
@@ -187,6 +235,8 @@ class JitWrapped:
       return self
     return functools.partial(self, obj)
 
+  # -- signatures ----------------------------------------------------------------------------
+
   def _signature(self, args, kwargs):
     f, dargs, dkwargs, static_key = _split_static(self.fun, args, kwargs, self.static_argnums,
                                                   self.static_argnames, "jit")
@@ -195,26 +245,120 @@ class JitWrapped:
       _check_arg(x, f"jit({_fun_name(self.fun)})")
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled)
-    return f, leaves, in_tree, avals, key
+    return f, leaves, in_tree, avals, key, (args, kwargs)
 
-  def _trace(self, f, in_tree, avals, key):
+  def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
+    """A readable name per dynamic argument leaf: ``x``, ``params['w']``, ``args[2]``."""
+    sig = _positional_params(self.fun)
+    pos, var = (sig[0], sig[1]) if sig else ([], None)
+    nargs = len(args)
+    static = {i % nargs if i < 0 and nargs else i for i in self.static_argnums}
+    dyn_pos = [i for i in range(nargs) if i not in static]
+    dargs = tuple(args[i] for i in dyn_pos)
+    dkwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+    names = []
+    for path, _ in tree_util.tree_flatten_with_path((dargs, dkwargs))[0]:
+      head, rest = path[0], path[1:]
+      if getattr(head, "idx", 0) == 0 and rest:
+        k = dyn_pos[rest[0].idx]
+        base = pos[k] if k < len(pos) else (f"{var}[{k - len(pos)}]" if var else f"args[{k}]")
+      elif rest:
+        base = str(rest[0].key)
+      else:
+        base = "?"
+      names.append(base + tree_util.keystr(tuple(rest[1:])))
+    if len(names) != n_leaves:
+      names = [f"argument {i}" for i in range(n_leaves)]
+    return tuple(names)
+
+  def _donated(self, args, kwargs, names) -> tuple:
+    nargs = len(args)
+    static = {i % nargs if i < 0 and nargs else i for i in self.static_argnums}
+    dyn_pos = [i for i in range(nargs) if i not in static]
+    donated_pos = {i % nargs if i < 0 and nargs else i for i in self.donate_argnums}
+    dargs = tuple(args[i] for i in dyn_pos)
+    dkwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+    out = []
+    for path, _ in tree_util.tree_flatten_with_path((dargs, dkwargs))[0]:
+      head, rest = path[0], path[1:]
+      if getattr(head, "idx", 0) == 0 and rest:
+        out.append(dyn_pos[rest[0].idx] in donated_pos)
+      else:
+        out.append(bool(rest) and str(rest[0].key) in self.donate_argnames)
+    return tuple(out) if len(out) == len(names) else (False,) * len(names)
+
+  def _explain_miss(self, key, names) -> str:
+    """Why ``key`` missed the cache, against the closest cached signature."""
+    fname = _fun_name(self.fun)
+    head = f"cache miss for {fname}{_fun_location(self.fun)}"
+    if not self._cache:
+      return f"{head}: first call (never traced before)"
+    in_tree, avals, static_key, backend, x64 = key
+    best = None
+    for old in self._cache:
+      o_tree, o_avals, o_static, o_backend, o_x64 = old
+      diffs = []
+      if x64 != o_x64:
+        diffs.append(f"jax_enable_x64 is now {x64} and was {o_x64}")
+      if in_tree != o_tree:
+        diffs.append(f"the argument structure is now {in_tree} and was {o_tree}")
+      else:
+        for n, a, b in zip(names, avals, o_avals):
+          if a == b:
+            continue
+          if a.shape == b.shape and a.dtype == b.dtype:
+            diffs.append(f"argument {n}: now {a.str_short()}{' (weak type)' * a.weak_type} and "
+                         f"before {b.str_short()}{' (weak type)' * b.weak_type}: the weak type "
+                         "changed (a Python scalar is weakly typed, an array is not)")
+          else:
+            what = "shape" if a.dtype == b.dtype else ("dtype" if a.shape == b.shape else
+                                                       "shape and dtype")
+            diffs.append(f"argument {n}: {what} changed, now {a.str_short()} and before "
+                         f"{b.str_short()}")
+      if static_key != o_static:
+        new_s = dict(static_key[0] + static_key[1]) if static_key else {}
+        old_s = dict(o_static[0] + o_static[1]) if o_static else {}
+        pnames = (_positional_params(self.fun) or ([],))[0]
+        for k in sorted(set(new_s) | set(old_s), key=str):
+          nv, ov = new_s.get(k, "<absent>"), old_s.get(k, "<absent>")
+          if type(nv) is not type(ov) or nv != ov or hash(nv) != hash(ov):
+            nm = pnames[k] if isinstance(k, int) and k < len(pnames) else k
+            diffs.append(f"static argument {nm}: now {_static_str(nv)} and before "
+                         f"{_static_str(ov)}")
+      if backend != o_backend:
+        diffs.append(f"backend is now {backend} and was {o_backend}")
+      score = len(diffs) + 1000 * (in_tree != o_tree)   # prefer signatures of one structure
+      if best is None or score < best[0]:
+        best = (score, diffs)
+    best = best[1]
+    lines = "\n".join(f"  * {d}" for d in best) or "  * (an equal signature was evicted)"
+    return f"{head}; differences from the closest cached signature:\n{lines}"
+
+  def _trace(self, f, in_tree, avals, key, args_kwargs):
     entry = self._cache.get(key)
     if entry is None:
+      from ourjax.stages import _Signature
+      args, kwargs = args_kwargs
+      names = self._leaf_names(args, kwargs, len(avals))
+      reason = self._explain_miss(key, names)
       flat, out_tree = flatten_fun(f, in_tree)
       closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
-      entry = _CacheEntry(closed, out_tree[0])
+      sig = _Signature(_fun_name(self.fun), in_tree, tuple(avals), names,
+                       self._donated(args, kwargs, names), out_tree[0])
+      entry = _CacheEntry(closed, out_tree[0], reason, sig)
       self._cache[key] = entry
-      if config.jax_log_compiles:
-        import logging
-        logging.getLogger("ourjax").warning("Compiling %s for args %s", _fun_name(self.fun),
-                                            [a.str_short() for a in avals])
     return entry
+
+  # -- calling ---------------------------------------------------------------------------------
 
   def __call__(self, *args, **kwargs):
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
-    f, leaves, in_tree, avals, key = self._signature(args, kwargs)
-    entry = self._trace(f, in_tree, avals, key)
+    f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
+    top = core.find_top_trace(leaves)
+    if self.inline and not isinstance(top, core.EvalTrace):
+      return self.fun(*args, **kwargs)      # traced into the enclosing jaxpr
+    entry = self._trace(f, in_tree, avals, key, ak)
     closed, hoisted = entry.closed, []
     if any(isinstance(c, core.Tracer) for c in closed.consts):
       # The function closes over values of an enclosing transformation (grad of a loss that
@@ -222,21 +366,53 @@ class JitWrapped:
       # transformation sees them (JAX's closure conversion).  Such a trace is not reusable.
       self._cache.pop(key, None)
       closed, hoisted = _hoist_tracer_consts(closed)
+    elif isinstance(top, core.EvalTrace):
+      # Nothing is being traced: run the cached executable directly (what pjit's impl does).
+      exe = entry.executable
+      if exe is None:
+        exe = entry.executable = self._compile(entry)
+      return tree_unflatten(entry.out_tree, exe(*leaves))
     outs = pjit_p.bind(*hoisted, *leaves, jaxpr=closed, name=_fun_name(self.fun),
                        backend=self.backend)
     return tree_unflatten(entry.out_tree, outs)
 
+  def _compile(self, entry):
+    from ourjax import backends
+    return backends.compile_jaxpr(entry.closed, self.backend, _fun_name(self.fun),
+                                  keep_unused=self.keep_unused, log_reason=entry.reason)
+
+  # -- stages ----------------------------------------------------------------------------------
+
   def trace(self, *args, **kwargs):
-    f, leaves, in_tree, avals, key = self._signature(args, kwargs)
-    return self._trace(f, in_tree, avals, key)
+    """The ``Traced`` stage: ``.jaxpr``, ``.out_info``, ``.lower()``."""
+    from ourjax.stages import Traced
+    f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
+    entry = self._trace(f, in_tree, avals, key, ak)
+    return Traced(self, entry, entry.sig)
+
+  def lower(self, *args, **kwargs):
+    """The ``Lowered`` stage: the HLO module (``.as_text()``), ``.compile()``.  Arguments may
+    be arrays or ``ShapeDtypeStruct``s."""
+    return self.trace(*args, **kwargs).lower()
+
+  def _lower_entry(self, entry, sig):
+    from ourjax.lowering import from_jaxpr
+    from ourjax.stages import Lowered
+    name = _fun_name(self.fun)
+    lowering = from_jaxpr.lower(entry.closed, name, keep_unused=self.keep_unused)
+    return Lowered(lowering, entry.closed, sig, self.backend, self.donate_argnums, name,
+                   entry.reason)
 
   def eval_shape(self, *args, **kwargs):
-    entry = self.trace(*args, **kwargs)
+    entry = self.trace(*args, **kwargs)._entry
     return tree_unflatten(entry.out_tree, [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type)
                                            for a in entry.closed.out_avals])
 
   def clear_cache(self):
     self._cache.clear()
+
+  def _cache_size(self) -> int:
+    return len(self._cache)
 
   def __repr__(self):
     return f"<jitted function {_fun_name(self.fun)}>"
@@ -261,12 +437,19 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
         backend: str | None = None, inline: bool = False, abstracted_axes=None,
         in_shardings=None, out_shardings=None):
   """Compile ``fun``: trace it once per argument signature and run it as one executable.
-  Usable as ``@jit`` or ``@jit(static_argnames=...)``."""
+  Usable as ``@jit`` or ``@jit(static_argnames=...)``.
+
+  ``static_argnums``/``static_argnames`` name arguments passed to ``fun`` as Python values
+  (hashable; part of the cache key), each inferred from the other through the signature.
+  ``donate_argnums``/``donate_argnames`` are recorded.  With ``keep_unused=False`` arguments the
+  outputs do not depend on are left out of the compiled module (still accepted).  ``backend``
+  picks where it compiles.  ``inline=True`` traces ``fun`` into an enclosing jaxpr instead of
+  a nested call."""
   def wrap(f):
     if not callable(f):
       raise TypeError(f"Expected a callable value, got {f!r}")
     return JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
-                      inline)
+                      inline, donate_argnames)
   return wrap if fun is None else wrap(fun)
 
 

@@ -36,15 +36,19 @@ class JaxprEvaluator:
 
 class ModuleExecutable:
   """A compiled module plus the constants hoisted out of it; returns ourjax Arrays typed like
-  the jaxpr's outputs (weak types included)."""
+  the jaxpr's outputs (weak types included).  ``kept_args`` are the indices of the arguments
+  the module takes (unused ones are dropped before the call), None for all of them."""
 
-  def __init__(self, module, compiled, hoisted, out_avals, backend: str):
+  def __init__(self, module, compiled, hoisted, out_avals, backend: str, kept_args=None):
     self.module, self.compiled, self.backend = module, compiled, backend
     self.hoisted = [_host(c) for c in hoisted]
     self.out_avals = list(out_avals)
+    self.kept_args = None if kept_args is None else tuple(kept_args)
 
   def __call__(self, *args):
     from ourjax.array import Array, to_numpy
+    if self.kept_args is not None:
+      args = [args[i] for i in self.kept_args]
     outs = self.compiled(*[to_numpy(a) for a in args], *self.hoisted)
     return [Array._from_result(o, a) for o, a in zip(outs, self.out_avals)]
 
@@ -68,17 +72,45 @@ def lower_and_optimize(closed: core.ClosedJaxpr, name: str = ""):
   return module, hoisted
 
 
-def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = ""):
-  key = (id(closed), backend)
+def _log_compile(name: str, in_avals, reason: str | None) -> None:
+  from ourjax.config import config
+  if not config.jax_log_compiles:
+    return
+  shapes = ", ".join(a.str_short() + (" (weak)" if a.weak_type else "") for a in in_avals)
+  msg = f"Compiling {name or 'jit'} for arguments ({shapes})."
+  if reason:
+    msg += "\n" + reason
+  log.warning(msg)
+
+
+def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str = "",
+                     log_reason: str | None = None) -> ModuleExecutable:
+  """Optimize a copy of a lowered module (``from_jaxpr.lower``; the lowering itself stays as it
+  was) and compile it with ``backend``."""
+  from ourjax.lowering import pipeline
+  _log_compile(name, closed.in_avals, log_reason)
+  module = lowering.module.clone()
+  pipeline.optimize(module)
+  kept = lowering.kept_args
+  return ModuleExecutable(module, _backend_module(backend).compile(module), lowering.hoisted,
+                          closed.out_avals, backend or "cpu",
+                          None if len(kept) == len(closed.in_avals) else kept)
+
+
+def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
+                  keep_unused: bool = True, log_reason: str | None = None):
+  """The executable of ``closed`` (cached per jaxpr object, backend and ``keep_unused``): a
+  ``ModuleExecutable``, or, when some primitive has no lowering rule and
+  ``OURJAX_STRICT_LOWERING`` is not set, a ``JaxprEvaluator``."""
+  key = (id(closed), backend, keep_unused)
   hit = _cache.get(key)
   if hit is not None and hit[0] is closed:
     return hit[1]
-  from ourjax.lowering.from_jaxpr import LoweringError
+  from ourjax.lowering import from_jaxpr
   try:
-    module, hoisted = lower_and_optimize(closed, name)
-    exe = ModuleExecutable(module, _backend_module(backend).compile(module), hoisted,
-                           closed.out_avals, backend or "cpu")
-  except LoweringError as e:
+    lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
+    exe = compile_lowering(lowering, closed, backend, name, log_reason)
+  except from_jaxpr.LoweringError as e:
     if os.environ.get("OURJAX_STRICT_LOWERING"):
       raise
     log.debug("jit(%s): %s; running the jaxpr op by op", name, e)

@@ -1374,6 +1374,8 @@ def _register_lowerings():
     y_avals = avals_out[num_carry:]
     i32 = np.dtype(np.int32)
     ys_init = [ctx.full(0, a) for a in y_avals]
+    if length == 0:
+      return list(carry) + ys_init
     state_avals = ([ShapedArray((), i32)] + list(avals_in) + list(y_avals))
     nx, ny = len(xs), len(y_avals)
 

@@ -265,7 +265,15 @@ def _compare_rule(direction):
   def rule(ctx, avals_in, avals_out, x, y):
     dims = avals_out[0].shape
     x, y = (ctx.broadcast_scalar(o, dims) for o in (x, y))
-    return ctx.builder.compare(x, y, direction)
+    b = ctx.builder
+    if hlo.is_complex(hlo.to_dtype(avals_in[0].dtype)) and direction not in ("EQ", "NE"):
+      # ordered comparisons of complex numbers are lexicographic (real part, then imaginary),
+      # as the eager impl (NumPy) orders them
+      xr, yr, xi, yi = b.real(x), b.real(y), b.imag(x), b.imag(y)
+      strict = "LT" if direction in ("LT", "LE") else "GT"
+      return b.or_(b.compare(xr, yr, strict),
+                   b.and_(b.compare(xr, yr, "EQ"), b.compare(xi, yi, direction)))
+    return b.compare(x, y, direction)
   return rule
 
 
