@@ -526,16 +526,17 @@ def test_batched_dynamic_indices_become_gather_and_scatter():
 def gather_cases(draw, max_rank=3, unique=False):
   """(operand shape, GatherDimensionNumbers, slice_sizes, indices)."""
   rank = draw(st.integers(1, max_rank))
-  shape = tuple(draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank)))
+  shape = tuple(draw(st.lists(st.integers(0, 4) if draw(st.booleans()) else st.integers(1, 4),
+                              min_size=rank, max_size=rank)))
   perm = draw(st.permutations(range(rank)))
   n_ob = draw(st.integers(0, min(1, rank - 1)))
   obatch = tuple(sorted(perm[:n_ob]))
   n_map = draw(st.integers(0, rank - n_ob))
   start_index_map = tuple(perm[n_ob:n_ob + n_map])
   rest = [d for d in range(rank) if d not in obatch]
-  collapsed = tuple(sorted(d for d in rest if draw(st.booleans())))
-  sizes = tuple(1 if d in collapsed or d in obatch else draw(st.integers(0, shape[d]))
-                for d in range(rank))
+  collapsed = tuple(sorted(d for d in rest if shape[d] and draw(st.booleans())))
+  sizes = tuple(1 if d in collapsed else min(1, shape[d]) if d in obatch
+                else draw(st.integers(0, shape[d])) for d in range(rank))
   n_ib = draw(st.integers(n_ob, n_ob + 2))
   ishape = [draw(st.integers(0, 3)) for _ in range(n_ib)]
   ipos = tuple(draw(st.permutations(range(n_ib)))[:n_ob])
@@ -626,8 +627,8 @@ SCATTERS = [(lax.scatter, None), (lax.scatter_add, np.add), (lax.scatter_sub, np
 def test_scatter(case, seed, dtype, op, mode):
   shape, gdn, sizes, idx = case
   fn, combine = op
-  if np.dtype(dtype) == np.bool_ and combine is np.subtract:
-    return
+  if np.dtype(dtype) == np.bool_ and combine in (np.add, np.subtract, np.multiply):
+    return  # as lax.add/sub/mul, these do not accept bool (checked below)
   rng = np.random.default_rng(seed)
   dn = scatter_dnums(gdn)
   x = rand(rng, shape, dtype)
@@ -682,6 +683,8 @@ def test_gather_scatter_errors():
                GDN(offset_dims=(), collapsed_slice_dims=(), start_index_map=(1,),
                    operand_batching_dims=(0,), start_indices_batching_dims=(0,)), (1, 1))
   sdn = SDN(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
+  with pytest.raises(TypeError, match="scatter-add does not accept dtype bool"):
+    lax.scatter_add(x > 0, i, np.zeros((2, 4), np.bool_), sdn)
   with pytest.raises(TypeError, match="same dtypes, got float32, int32"):
     lax.scatter_add(x, i, np.zeros((2, 4), np.int32), sdn)
   with pytest.raises(TypeError, match="Updates tensor must be of rank 2; got 1"):
@@ -707,7 +710,8 @@ def test_gather_grads(case, seed, mode):
 
 
 @settings(max_examples=20)
-@given(gather_cases(), seeds, st.sampled_from([lax.scatter_add, lax.scatter_sub, lax.scatter]),
+@given(gather_cases(), seeds,
+       st.sampled_from([lax.scatter_add, lax.scatter_sub, lax.scatter, lax.scatter_mul]),
        st.sampled_from(["clip", "drop", "promise_in_bounds"]))
 def test_scatter_grads(case, seed, fn, mode):
   # scatter (overwrite) with repeated indices: the winning update's tangent survives
@@ -758,15 +762,19 @@ def test_scatter_extremal_ties_average(x64):
   np.testing.assert_allclose(npy(t), [100.0, 7.0])
 
 
-def test_scatter_mul_repeated_indices_not_differentiable(x64):
-  x, u = np.ones(3), np.ones(2)
-  idx = np.array([[1], [1]], np.int32)
+def test_scatter_mul_repeated_indices_with_zeros(x64):
+  # (JAX raises NotImplementedError here; the derivative is the product of the other factors)
+  x = np.array([1.0, 2.0, 3.0])
+  idx = np.array([[1], [1], [1], [2]], np.int32)
   dn = SDN(update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
-  with pytest.raises(NotImplementedError, match="unique_indices=True"):
-    ourjax.grad(lambda u: lax.scatter_mul(x, idx, u, dn).sum())(u)
-  # in the operand it is linear, whatever the indices
-  g = ourjax.grad(lambda x: lax.scatter_mul(x, idx, u * 3, dn).sum())(x)
-  np.testing.assert_allclose(npy(g), [1, 9, 1])
+  f = lambda x, u: lax.scatter_mul(x, idx, u, dn).sum()  # noqa: E731
+  gx, gu = ourjax.grad(f, argnums=(0, 1))(x, np.array([0.0, 2.0, 3.0, 5.0]))
+  np.testing.assert_allclose(npy(gu), [2.0 * 6.0, 0.0, 0.0, 3.0])
+  np.testing.assert_allclose(npy(gx), [1.0, 0.0, 5.0])
+  _, gu = ourjax.grad(f, argnums=(0, 1))(x, np.array([0.0, 0.0, 3.0, 5.0]))
+  np.testing.assert_allclose(npy(gu), [0.0, 0.0, 0.0, 3.0])
+  _, gu = ourjax.grad(f, argnums=(0, 1))(x, np.array([4.0, 2.0, 3.0, 5.0]))
+  np.testing.assert_allclose(npy(gu), [2.0 * 6.0, 2.0 * 12.0, 2.0 * 8.0, 3.0])
 
 
 def test_second_order_through_gather_scatter(x64):
@@ -867,3 +875,43 @@ def test_weak_types_and_jaxpr_params():
   assert closed.eqns[0].params == dict(padding_config=((1, 1, 0), (1, 1, 0)))
   sd = ourjax.eval_shape(lambda: lax.dynamic_slice(lax.full((3,), 1.0), (1,), (2,)))
   assert sd.shape == (2,)
+
+
+# ------------------------------------------------------------------------------------------------
+# jit: every primitive has a lowering, and the compiled module agrees with eager evaluation
+
+
+def _jit_agrees(f, *args):
+  expected = npy(f(*args))
+  assert_same(ourjax.jit(f)(*args), expected)
+
+
+def test_jit_lowerings(monkeypatch):
+  monkeypatch.setenv("OURJAX_STRICT_LOWERING", "1")
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((4, 5)).astype(np.float32)
+  u = rng.standard_normal((2, 3)).astype(np.float32)
+  _jit_agrees(lambda x: lax.rev(x, (1,)), x)
+  _jit_agrees(lambda x, p: lax.pad(x, p, [(1, -2, 1), (-1, 2, 0)]), x, np.float32(7))
+  _jit_agrees(lambda x: lax.concatenate([x, lax.slice_in_dim(x, 0, 2, axis=1) * 2], 1), x)
+  _jit_agrees(lambda x: lax.slice(x, (1, 0), (4, 5), (2, 3)), x)
+  _jit_agrees(lambda x, i, j: lax.dynamic_slice(x, (i, j), (2, 3)), x, np.int32(-1), np.int32(9))
+  _jit_agrees(lambda x, u, i: lax.dynamic_update_slice(x, u, (i, 1)), x, u, np.int32(3))
+
+
+@settings(max_examples=10)
+@given(gather_cases(), seeds, st.sampled_from(SCATTERS),
+       st.sampled_from([None, "clip", "fill"]))
+def test_jit_gather_scatter(case, seed, op, mode):
+  import os
+  os.environ["OURJAX_STRICT_LOWERING"] = "1"
+  try:
+    shape, gdn, sizes, idx = case
+    rng = np.random.default_rng(seed)
+    x = rand(rng, shape, np.int32)
+    _jit_agrees(lambda x, i: lax.gather(x, i, gdn, sizes, mode=mode), x, idx)
+    u = rand(rng, update_shape(shape, gdn, sizes, idx), np.int32)
+    smode = "drop" if mode == "fill" else mode
+    _jit_agrees(lambda x, i, u: op[0](x, i, u, scatter_dnums(gdn), mode=smode), x, idx, u)
+  finally:
+    del os.environ["OURJAX_STRICT_LOWERING"]

@@ -18,15 +18,16 @@ Conventions, as in ``jax.lax``:
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from ourjax import core, dtypes
-from ourjax.core import ShapedArray, Tracer, get_aval
+from ourjax.core import Tracer, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters.ad import Zero
-from ourjax.lax._utils import as_shape, canonicalize_axis, standard_primitive
+from ourjax.lax._utils import (_any, _num, as_shape, canonicalize_axis, check_dtypes,
+                               standard_primitive)
 from ourjax.lax import elementwise as _ew
 from ourjax.lax import structural as _st
 
@@ -42,10 +43,6 @@ def _weak0(x, *_, **__):
 
 def _shape_of(x):
   return x.aval.shape if ad.is_undefined_primal(x) else get_aval(x).shape
-
-
-def _dtype_of(x):
-  return x.aval.dtype if ad.is_undefined_primal(x) else get_aval(x).dtype
 
 
 def _zeros_of(x):
@@ -174,7 +171,7 @@ def _is_static_int(i) -> bool:
   return aval.ndim == 0 and dtypes.is_integer(aval.dtype)
 
 
-def _dynamic_slice_indices(operand, start_indices, allow_negative_indices, name):
+def _dynamic_slice_indices(operand, start_indices, allow_negative_indices):
   """Scalar start indices of one integer dtype, negative ones counted from the end."""
   shape = get_aval(operand).shape
   if not isinstance(start_indices, (list, tuple)):
@@ -220,7 +217,7 @@ def _check_index_dtypes(name, idx_avals):
 
 
 def dynamic_slice(operand, start_indices, slice_sizes, *, allow_negative_indices=True):
-  idx = _dynamic_slice_indices(operand, start_indices, allow_negative_indices, "dynamic_slice")
+  idx = _dynamic_slice_indices(operand, start_indices, allow_negative_indices)
   return dynamic_slice_p.bind(operand, *idx, slice_sizes=as_shape(slice_sizes))
 
 
@@ -330,8 +327,7 @@ def dynamic_index_in_dim(operand, index, axis: int = 0, keepdims: bool = True, *
 
 
 def dynamic_update_slice(operand, update, start_indices, *, allow_negative_indices=True):
-  idx = _dynamic_slice_indices(operand, start_indices, allow_negative_indices,
-                               "dynamic_update_slice")
+  idx = _dynamic_slice_indices(operand, start_indices, allow_negative_indices)
   return dynamic_update_slice_p.bind(operand, update, *idx)
 
 
@@ -551,7 +547,7 @@ def _scatter_slice_sizes(operand_shape, updates_shape, dn: ScatterDimensionNumbe
   sizes, pos = [], 0
   for i in range(len(operand_shape)):
     if i in dn.inserted_window_dims or i in dn.operand_batching_dims:
-      sizes.append(1)
+      sizes.append(min(1, operand_shape[i]))
     else:
       sizes.append(updates_shape[dn.update_window_dims[pos]])
       pos += 1
@@ -873,8 +869,13 @@ def _scatter_dtype(x, idx, u, **_):
   return x.dtype
 
 
-def _scatter_primitive(name, combine):
-  p = standard_primitive(name, _scatter_shape, _scatter_dtype, _weak0)
+def _scatter_primitive(name, combine, kinds=_any):
+  def dtype_rule(x, idx, u, **params):
+    dt = _scatter_dtype(x, idx, u, **params)
+    check_dtypes(name, [x], kinds)
+    return dt
+
+  p = standard_primitive(name, _scatter_shape, dtype_rule, _weak0)
 
   def impl(x, idx, u, *, dimension_numbers, indices_are_sorted, unique_indices, mode):
     dn = dimension_numbers
@@ -921,9 +922,9 @@ for _f, _n in ((scatter, "scatter"), (scatter_add, "scatter_add"), (scatter_sub,
 del _f, _n
 
 scatter_p = _scatter_primitive("scatter", None)
-scatter_add_p = _scatter_primitive("scatter-add", np.add)
-scatter_sub_p = _scatter_primitive("scatter-sub", np.subtract)
-scatter_mul_p = _scatter_primitive("scatter-mul", np.multiply)
+scatter_add_p = _scatter_primitive("scatter-add", np.add, _num)
+scatter_sub_p = _scatter_primitive("scatter-sub", np.subtract, _num)
+scatter_mul_p = _scatter_primitive("scatter-mul", np.multiply, _num)
 scatter_min_p = _scatter_primitive("scatter-min", np.minimum)
 scatter_max_p = _scatter_primitive("scatter-max", np.maximum)
 
@@ -1012,12 +1013,31 @@ del _p
 
 def _scatter_mul_jvp_updates(t, x, idx, u, *, dimension_numbers, indices_are_sorted,
                              unique_indices, mode):
-  if not unique_indices:
-    raise NotImplementedError(
-        "scatter_mul gradients are only implemented if `unique_indices=True`")
-  return _ew.mul(x, scatter_add(_st.full_like(x, 0), idx, t, dimension_numbers,
-                                indices_are_sorted=indices_are_sorted,
-                                unique_indices=unique_indices, mode=mode))
+  # d out_j = x_j * sum_{k -> j} t_k * prod_{l -> j, l != k} u_l. With unique indices the
+  # product is empty (JAX's rule). Otherwise the product of the others is computed without
+  # dividing by zero: from the product P of the nonzero updates landing at j and their number
+  # Z of zeros, it is P / u_k if u_k != 0 and Z == 0, P if u_k == 0 and Z == 1, else 0.
+  kw = dict(dimension_numbers=dimension_numbers, indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices, mode=mode)
+  zeros_x = _st.full_like(x, 0)
+  if unique_indices:
+    return _ew.mul(x, scatter_add(zeros_x, idx, t, **kw))
+  u_shape = get_aval(u).shape
+  zeros_u, ones_u = _st.full_like(u, 0), _st.full_like(u, 1)
+  is_zero = _ew.eq(u, zeros_u)
+  u_nonzero = _ew.select_n(is_zero, u, ones_u)
+  prod = scatter_mul(_st.full_like(x, 1), idx, u_nonzero, **kw)
+  n_zero = scatter_add(zeros_x, idx, _ew.select_n(is_zero, zeros_u, ones_u), **kw)
+  # windows a dropping scatter skipped read some in-bounds value here; their terms are dropped
+  # again by the final scatter-add
+  read = lambda v: _read_back(v, idx, u_shape, dimension_numbers,  # noqa: E731
+                              GatherScatterMode.CLIP)
+  p, z = read(prod), read(n_zero)
+  others = _ew.select_n(
+      is_zero,
+      _ew.select_n(_ew.eq(z, zeros_u), zeros_u, _ew.div(p, u_nonzero)),
+      _ew.select_n(_ew.eq(z, ones_u), zeros_u, p))
+  return _ew.mul(x, scatter_add(zeros_x, idx, _ew.mul(t, others), **kw))
 
 
 def _scatter_mul_transpose(ct, x, idx, u, *, dimension_numbers, indices_are_sorted,
@@ -1144,3 +1164,76 @@ def _scatter_transpose(ct, x, idx, u, *, dimension_numbers, indices_are_sorted, 
 
 ad.jvp_rules[scatter_p] = _scatter_jvp
 ad.transpose_rules[scatter_p] = ad._zero_aware_transpose(_scatter_transpose)
+
+
+# ------------------------------------------------------------------------------------------------
+# Lowerings: each primitive is one HLO instruction with the same semantics (starts clamped,
+# gather modes 'clip'/'fill', scatter modes 'clip'/'drop').
+
+_SCATTER_OPCODES = {"scatter-add": "add", "scatter-sub": "subtract", "scatter-mul": "multiply",
+                    "scatter-min": "minimum", "scatter-max": "maximum"}
+
+
+def _overwrite_computation(ctx, dtype):
+  """The update computation of a plain scatter: ``(old, new) -> new``."""
+  from ourjax.lowering import hlo
+  key = ("overwrite", np.dtype(dtype))
+  comp = ctx._scalar_comps.get(key)
+  if comp is None:
+    b = hlo.Builder(ctx.module, ctx.module.unique_name(f"overwrite_{np.dtype(dtype).name}"))
+    b.parameter(hlo.Shape(dtype, ()), "old")
+    new = b.parameter(hlo.Shape(dtype, ()), "new")
+    comp = ctx._scalar_comps[key] = b.build(new)
+  return comp
+
+
+def _register_slicing_lowerings():
+  from ourjax.lowering.from_jaxpr import register_lowering
+
+  @register_lowering(slice_p)
+  def _slice_lower(ctx, avals_in, avals_out, x, start_indices, limit_indices, strides):
+    return ctx.builder.slice(x, start_indices, limit_indices, strides)
+
+  @register_lowering(dynamic_slice_p)
+  def _dynamic_slice_lower(ctx, avals_in, avals_out, x, *idx, slice_sizes):
+    return ctx.builder.dynamic_slice(x, idx, slice_sizes)
+
+  @register_lowering(dynamic_update_slice_p)
+  def _dynamic_update_slice_lower(ctx, avals_in, avals_out, x, u, *idx):
+    return ctx.builder.dynamic_update_slice(x, u, idx)
+
+  @register_lowering(gather_p)
+  def _gather_lower(ctx, avals_in, avals_out, x, idx, *, dimension_numbers, slice_sizes,
+                    unique_indices, indices_are_sorted, mode, fill_value):
+    dn = dimension_numbers
+    fill = mode == GatherScatterMode.FILL_OR_DROP
+    return ctx.builder.gather(
+        x, idx, offset_dims=dn.offset_dims, collapsed_slice_dims=dn.collapsed_slice_dims,
+        start_index_map=dn.start_index_map, slice_sizes=slice_sizes,
+        operand_batching_dims=dn.operand_batching_dims,
+        start_indices_batching_dims=dn.start_indices_batching_dims,
+        mode="fill" if fill else "clip", fill_value=fill_value if fill else None)
+
+  def scatter_lowering(p):
+    def rule(ctx, avals_in, avals_out, x, idx, u, *, dimension_numbers, indices_are_sorted,
+             unique_indices, mode):
+      dn = dimension_numbers
+      dt = avals_in[0].dtype
+      opcode = _SCATTER_OPCODES.get(p.name)
+      comp = (_overwrite_computation(ctx, dt) if opcode is None
+              else ctx.scalar_computation(opcode, dt))
+      return ctx.builder.scatter(
+          x, idx, u, comp, update_window_dims=dn.update_window_dims,
+          inserted_window_dims=dn.inserted_window_dims,
+          scatter_dims_to_operand_dims=dn.scatter_dims_to_operand_dims,
+          input_batching_dims=dn.operand_batching_dims,
+          scatter_indices_batching_dims=dn.scatter_indices_batching_dims,
+          mode="clip" if mode == GatherScatterMode.CLIP else "drop")
+    register_lowering(p)(rule)
+
+  for p in (scatter_p, scatter_add_p, scatter_sub_p, scatter_mul_p, scatter_min_p,
+            scatter_max_p):
+    scatter_lowering(p)
+
+
+_register_slicing_lowerings()

@@ -470,3 +470,26 @@ def _concatenate_batch(vals, dims, dimension):
 
 
 batching.batch_rules[concatenate_p] = _concatenate_batch
+
+
+# ------------------------------------------------------------------------------------------------
+# Lowerings of rev, pad and concatenate (one HLO instruction each)
+
+
+def _register_rev_pad_concatenate_lowerings():
+  from ourjax.lowering.from_jaxpr import register_lowering
+
+  @register_lowering(rev_p)
+  def _rev_lower(ctx, avals_in, avals_out, x, dimensions):
+    return ctx.builder.reverse(x, tuple(dimensions))
+
+  @register_lowering(pad_p)
+  def _pad_lower(ctx, avals_in, avals_out, x, padding_value, padding_config):
+    return ctx.builder.pad(x, padding_value, padding_config)
+
+  @register_lowering(concatenate_p)
+  def _concatenate_lower(ctx, avals_in, avals_out, *xs, dimension):
+    return ctx.builder.concatenate(xs, dimension)
+
+
+_register_rev_pad_concatenate_lowerings()
