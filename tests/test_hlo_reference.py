@@ -709,3 +709,14 @@ def test_executable_checks_arguments_and_copies_outputs():
     exe(np.zeros(3, np.float32))
   with pytest.raises(reference.ReferenceError, match="takes 1 arguments, got 2"):
     exe(x, x)
+
+
+def test_reference_ops_keep_rank_zero():
+  v = np.arange(3.0)
+  assert rops.dot_general(v, v, (((0,), (0,)), ((), ()))).shape == ()
+  assert rops.round_to(np.array(1.0), np.float32).shape == ()
+  assert rops.reduce(v, np.array(0.0), computation=np.add, dimensions=(0,)).shape == ()
+  assert rops.convert_element_type(np.array(2.5), np.int32).shape == ()
+  assert rops.broadcast_in_dim(np.array(1.0), (), ()).shape == ()
+  assert rops.elementwise(np.sin, np.array(1.0, BF16)).shape == ()
+  assert rops.dynamic_slice(np.array(3.0), (), ()).shape == ()

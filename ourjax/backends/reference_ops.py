@@ -100,9 +100,15 @@ def compute_dtype(dtype) -> np.dtype:
   return _F32 if dtype in _LOW_PRECISION_FLOATS else dtype
 
 
+def _contiguous(x) -> np.ndarray:
+  """A C-contiguous array of ``x`` (unlike ``np.ascontiguousarray``, keeps 0-d arrays 0-d)."""
+  x = np.asarray(x)
+  return x if x.flags.c_contiguous else np.array(x, order="C")
+
+
 def round_to(x, dtype) -> np.ndarray:
   """Round (cast) a computed result back to ``dtype`` as a contiguous array."""
-  return np.ascontiguousarray(np.asarray(x).astype(dtype, copy=False))
+  return _contiguous(np.asarray(x).astype(dtype, copy=False))
 
 
 def elementwise(fn: Callable, *xs, out_dtype=None) -> np.ndarray:
@@ -460,7 +466,7 @@ def bitcast_convert_type(x, new_dtype):
   """Reinterpret the bits. Same width: same shape. To a narrower type a trailing dimension of
   size ``ratio`` is added; to a wider type the trailing dimension (of size ``ratio``) is removed.
   Little endian, as XLA."""
-  x = np.ascontiguousarray(x)
+  x = _contiguous(x)
   new_dtype = np.dtype(new_dtype)
   src_size, dst_size = x.dtype.itemsize, new_dtype.itemsize
   if src_size == dst_size:
@@ -486,7 +492,7 @@ def broadcast_in_dim(x, shape, broadcast_dimensions):
   expanded = [1] * len(shape)
   for i, d in enumerate(broadcast_dimensions):
     expanded[d] = x.shape[i]
-  return np.ascontiguousarray(np.broadcast_to(x.reshape(expanded), shape))
+  return _contiguous(np.broadcast_to(x.reshape(expanded), shape))
 
 
 def iota(dtype, shape, dimension):
@@ -518,7 +524,7 @@ def pad(x, padding_value, padding_config):
     crop.append(builtins.slice(start, start + size))
   out = np.full(grown_shape, padding_value, x.dtype)
   out[tuple(place)] = x
-  return np.ascontiguousarray(out[tuple(crop)])
+  return _contiguous(out[tuple(crop)])
 
 
 def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001  (lax's name)
@@ -526,7 +532,7 @@ def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001  (lax's 
   x = np.asarray(x)
   strides = strides or (1,) * x.ndim
   idx = tuple(builtins.slice(s, l, st) for s, l, st in zip(start_indices, limit_indices, strides))
-  return np.ascontiguousarray(x[idx])
+  return _contiguous(x[idx])
 
 
 def _clamped_starts(start_indices, shape, sizes):
@@ -542,7 +548,7 @@ def dynamic_slice(x, start_indices, slice_sizes):
   x = np.asarray(x)
   starts = _clamped_starts(start_indices, x.shape, slice_sizes)
   idx = tuple(builtins.slice(s, s + k) for s, k in zip(starts, slice_sizes))
-  return np.ascontiguousarray(x[idx])
+  return _contiguous(x[idx])
 
 
 def dynamic_update_slice(x, update, start_indices):
@@ -556,7 +562,7 @@ def dynamic_update_slice(x, update, start_indices):
 
 
 def concatenate(operands, dimension):
-  return np.ascontiguousarray(np.concatenate([np.asarray(o) for o in operands], axis=dimension))
+  return _contiguous(np.concatenate([np.asarray(o) for o in operands], axis=dimension))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,7 +597,7 @@ def reduce(operands, init_values, *, computation, dimensions):
   kept = [d for d in range(len(shape)) if d not in dims]
   kept_shape = tuple(shape[d] for d in kept)
   count = int(np.prod([shape[d] for d in dims], dtype=np.int64))
-  flat = [np.ascontiguousarray(o.transpose(kept + dims).reshape(kept_shape + (count,)))
+  flat = [_contiguous(o.transpose(kept + dims).reshape(kept_shape + (count,)))
           for o in ops]
   dtypes = [i.dtype for i in inits]
   if (len(ops) == 1 and isinstance(computation, np.ufunc)
@@ -604,7 +610,7 @@ def reduce(operands, init_values, *, computation, dimensions):
     for k in range(count):
       res = tuple(np.asarray(r, dt) for r, dt in
                   zip(fn(res, tuple(f[..., k] for f in flat)), dtypes))
-  res = tuple(np.ascontiguousarray(np.asarray(r, dt).reshape(kept_shape))
+  res = tuple(_contiguous(np.asarray(r, dt).reshape(kept_shape))
               for r, dt in zip(res, dtypes))
   return res[0] if single else list(res)
 
@@ -645,7 +651,7 @@ def reduce_window(operands, init_values, *, computation, window_dimensions, wind
     idx = tuple(builtins.slice(k * wd, k * wd + (n - 1) * s + 1, s)
                 for k, wd, n, s in zip(offset, window_dilation, out_shape, strides))
     acc = tuple(np.asarray(r, dt) for r, dt in zip(fn(acc, tuple(p[idx] for p in padded)), dtypes))
-  acc = tuple(np.ascontiguousarray(a) for a in acc)
+  acc = tuple(_contiguous(a) for a in acc)
   return acc[0] if single else list(acc)
 
 
@@ -686,8 +692,8 @@ def dot_general(lhs, rhs, dimension_numbers, *, preferred_element_type=None):
   M = int(np.prod(lf_shape, dtype=np.int64))
   N = int(np.prod(rf_shape, dtype=np.int64))
   K = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-  a = np.ascontiguousarray(convert_element_type(lhs, acc).transpose(lb + lf + lc).reshape(B, M, K))
-  b = np.ascontiguousarray(convert_element_type(rhs, acc).transpose(rb + rc + rf).reshape(B, K, N))
+  a = _contiguous(convert_element_type(lhs, acc).transpose(lb + lf + lc).reshape(B, M, K))
+  b = _contiguous(convert_element_type(rhs, acc).transpose(rb + rc + rf).reshape(B, K, N))
   if K == 0:
     r = np.zeros((B, M, N), acc)
   else:
@@ -753,8 +759,8 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
         idx = (builtins.slice(None), builtins.slice(None)) + tuple(
             builtins.slice(kk * d, kk * d + (n - 1) * s + 1, s)
             for kk, d, n, s in zip(kpos, rhs_dilation, out_sp, window_strides))
-        slab = np.ascontiguousarray(xg[idx].reshape(xg.shape[0], I, P))
-        kern = np.ascontiguousarray(wg[(builtins.slice(None), builtins.slice(None)) + kpos])
+        slab = _contiguous(xg[idx].reshape(xg.shape[0], I, P))
+        kern = _contiguous(wg[(builtins.slice(None), builtins.slice(None)) + kpos])
         if P:
           res = res + np.matmul(kern, slab)
       group_outs.append(res)
@@ -835,7 +841,7 @@ def gather(operand, indices, *, offset_dims, collapsed_slice_dims, start_index_m
                     iinfo_min(dt) if is_signed(dt) else iinfo_max(dt))
     mask = oob.reshape(batch_shape + (1,) * (r.ndim - nb)).transpose(perm)
     r = np.where(mask, np.asarray(fill_value).astype(operand.dtype), r)
-  return np.ascontiguousarray(r.astype(operand.dtype, copy=False))
+  return _contiguous(r.astype(operand.dtype, copy=False))
 
 
 def scatter(operand, indices, updates, *, update_window_dims, inserted_window_dims,
@@ -929,7 +935,7 @@ def sort(operands, *, dimension=-1, is_stable=True, num_keys=1):
   for o in moved[:num_keys]:
     keys.extend(_lax_sort_keys(o))
   perm = np.lexsort(keys[::-1], axis=-1) if keys[0].size else np.zeros(keys[0].shape, np.intp)
-  out = [np.ascontiguousarray(np.moveaxis(np.take_along_axis(o, perm, axis=-1), -1, dimension))
+  out = [_contiguous(np.moveaxis(np.take_along_axis(o, perm, axis=-1), -1, dimension))
          for o in moved]
   return out[0] if single else out
 
@@ -943,7 +949,7 @@ def sort_by_comparator(operands, *, dimension, less_than: Callable, is_stable=Tr
   ops = [np.asarray(o) for o in operands]
   if not ops[0].ndim:
     return [o.copy() for o in ops]
-  moved = [np.ascontiguousarray(np.moveaxis(o, dimension, -1)) for o in ops]
+  moved = [_contiguous(np.moveaxis(o, dimension, -1)) for o in ops]
   n = moved[0].shape[-1]
   rows = int(np.prod(moved[0].shape[:-1], dtype=np.int64))
   flat = [m.reshape(rows, n) for m in moved]
@@ -977,5 +983,5 @@ def sort_by_comparator(operands, *, dimension, less_than: Callable, is_stable=Tr
   out = []
   for m in moved:
     s = np.take_along_axis(m.reshape(rows, n), perm, axis=-1).reshape(m.shape)
-    out.append(np.ascontiguousarray(np.moveaxis(s, -1, dimension)))
+    out.append(_contiguous(np.moveaxis(s, -1, dimension)))
   return out
