@@ -560,7 +560,8 @@ def _tanh(m: _M, x):
   d, d_lo = m.fast_two_sum(e_hi, m.c(1.0))
   d_lo = m.add(d_lo, e_lo)
   q = m.div(m.c(2.0), d)
-  q_lo = m.div(m.fma(m.neg(q), d_lo, m.fma(m.neg(q), d, m.c(2.0))), d)
+  # the quotient's residual over d (1/d ~ q/2: a multiply instead of a second division)
+  q_lo = m.mul(m.fma(m.neg(q), d_lo, m.fma(m.neg(q), d, m.c(2.0))), m.mul(q, m.c(0.5)))
   u, u_lo = m.fast_two_sum(m.c(1.0), m.neg(q))
   rb = m.add(u, m.sub(u_lo, q_lo))
   res = m.copysign(m.select(small, rs, rb), x)
@@ -574,7 +575,7 @@ def _logistic(m: _M, x):
   d, d_lo = m.fast_two_sum(m.c(1.0), e_hi)
   d_lo = m.add(d_lo, e_lo)
   r = m.div(m.c(1.0), d)
-  r_lo = m.div(m.fma(m.neg(r), d_lo, m.fma(m.neg(r), d, m.c(1.0))), d)
+  r_lo = m.mul(m.fma(m.neg(r), d_lo, m.fma(m.neg(r), d, m.c(1.0))), r)
   pos = m.add(r, r_lo)
   neg = m.fma(e_hi, r, m.fma(e_hi, r_lo, m.mul(e_lo, r)))
   res = m.select(m.lt(x, m.c(0.0)), neg, pos)
@@ -950,9 +951,9 @@ def _rsqrt(m: _M, x):
   x0 = x
   x = m.select(tiny, m.mul(x, m.c(2.0 ** (2 * kk))), x)
   s = m.sqrt(x)
-  s_lo = m.div(m.fma(m.neg(s), s, x), m.add(s, s))
   r = m.div(m.c(1.0), s)
-  r_lo = m.div(m.fma(m.neg(r), s_lo, m.fma(m.neg(r), s, m.c(1.0))), s)
+  s_lo = m.mul(m.fma(m.neg(s), s, x), m.mul(r, m.c(0.5)))      # (x - s^2) / (2s)
+  r_lo = m.mul(m.fma(m.neg(r), s_lo, m.fma(m.neg(r), s, m.c(1.0))), r)
   res = m.mul(m.add(r, r_lo), m.select(tiny, m.c(2.0 ** kk), m.c(1.0)))
   x = x0
   res = m.select(m.eq(x, m.c(_pymath.inf)), m.c(0.0), res)
@@ -1046,7 +1047,7 @@ def _erfc_big(m: _M, ax, tag=None):
   nh, nl = m.two_prod(e, gh)
   nl = m.fma(e, gl, m.fma(m.fma(m.neg(e), h_lo, e_lo), gh, nl))
   q = m.div(nh, axc)
-  return m.add(q, m.div(m.add(m.fma(m.neg(q), axc, nh), nl), axc))
+  return m.add(q, m.mul(m.add(m.fma(m.neg(q), axc, nh), nl), t))
 
 
 def _erf_small(m: _M, x, tag=None):
