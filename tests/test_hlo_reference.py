@@ -720,3 +720,17 @@ def test_reference_ops_keep_rank_zero():
   assert rops.broadcast_in_dim(np.array(1.0), (), ()).shape == ()
   assert rops.elementwise(np.sin, np.array(1.0, BF16)).shape == ()
   assert rops.dynamic_slice(np.array(3.0), (), ()).shape == ()
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 70), st.integers(1, 3), st.integers(0, 2 ** 31))
+def test_sort_by_comparator_is_the_stable_sort(n, rows, seed):
+  rng = np.random.default_rng(seed)
+  k1, k2 = rng.integers(0, 3, (rows, n)), rng.integers(0, 3, (rows, n))
+  pos = np.tile(np.arange(n), (rows, 1))
+
+  def less(a, b):
+    return (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] > b[1]))  # k1 ascending, then k2 descending
+  _, _, got = rops.sort_by_comparator([k1, k2, pos], dimension=1, less_than=less)
+  want = np.array([sorted(range(n), key=lambda i: (k1[r, i], -k2[r, i])) for r in range(rows)])
+  assert np.array_equal(got, want.reshape(rows, n))

@@ -942,10 +942,12 @@ def sort(operands, *, dimension=-1, is_stable=True, num_keys=1):
 
 def sort_by_comparator(operands, *, dimension, less_than: Callable, is_stable=True):
   """Sort ``operands`` along ``dimension`` by a comparator ``less_than(lhs_list, rhs_list) ->
-  bool array`` evaluated elementwise (vectorised). Each element's position is the number of
-  elements ordered before it, with ties broken by the original position (stable). If the
-  comparator is not a strict weak order the positions do not form a permutation, and Python's
-  stable sort with the comparator decides instead."""
+  bool array``, evaluated elementwise on whole arrays (vectorised).
+
+  A bitonic sorting network over the indices, padded to a power of two: every stage compares
+  disjoint pairs, all rows at once. Ties (neither element less than the other) are broken by
+  the original position, so for a strict weak order the result is the stable sort (which is
+  also a valid unstable one)."""
   ops = [np.asarray(o) for o in operands]
   if not ops[0].ndim:
     return [o.copy() for o in ops]
@@ -953,35 +955,43 @@ def sort_by_comparator(operands, *, dimension, less_than: Callable, is_stable=Tr
   n = moved[0].shape[-1]
   rows = int(np.prod(moved[0].shape[:-1], dtype=np.int64))
   flat = [m.reshape(rows, n) for m in moved]
-  perm = np.zeros((rows, n), np.int64)
-  chunk = max(1, (1 << 22) // max(n * n, 1))
-  for r0 in range(0, rows, chunk):
-    r1 = min(rows, r0 + chunk)
-    lhs = [f[r0:r1, :, None] for f in flat]   # element j (before?)
-    rhs = [f[r0:r1, None, :] for f in flat]   # element i
-    with np.errstate(all="ignore"):
-      before = np.broadcast_to(np.asarray(less_than(lhs, rhs), bool), (r1 - r0, n, n))
-      after = np.broadcast_to(np.asarray(less_than(rhs, lhs), bool), (r1 - r0, n, n))
-    # before[r, j, i]: element j < element i.
-    tie = ~before & ~after
-    earlier = np.tri(n, n, -1, bool).T  # earlier[j, i]: j < i
-    pos = before.sum(axis=1) + (tie & earlier[None]).sum(axis=1)
-    for r in range(r1 - r0):
-      p = pos[r]
-      if np.array_equal(np.sort(p), np.arange(n)):
-        perm[r0 + r, p] = np.arange(n)
-      else:
-        row = [f[r0 + r] for f in flat]
+  size = 1
+  while size < n:
+    size *= 2
+  perm = np.broadcast_to(np.arange(size), (rows, size)).copy()
+  row_idx = np.arange(rows)[:, None]
 
-        def cmp(a, b, row=row):
-          if bool(less_than([x[a] for x in row], [x[b] for x in row])):
-            return -1
-          if bool(less_than([x[b] for x in row], [x[a] for x in row])):
-            return 1
-          return 0
-        perm[r0 + r] = sorted(range(n), key=functools.cmp_to_key(cmp))
+  def before(a, c):
+    """Whether index a goes before index c (both (rows, m) arrays)."""
+    va, vc = a < n, c < n
+    sa, sc = np.minimum(a, n - 1), np.minimum(c, n - 1)
+    xa = [f[row_idx, sa] for f in flat]
+    xc = [f[row_idx, sc] for f in flat]
+    with np.errstate(all="ignore"):
+      lt = np.asarray(less_than(xa, xc), bool)
+      gt = np.asarray(less_than(xc, xa), bool)
+    real = lt | (~gt & (a < c))
+    return np.where(va & vc, real, np.where(va != vc, va, a < c))
+
+  lanes = np.arange(size)
+  k = 2
+  while k <= size:
+    j = k // 2
+    while j >= 1:
+      partner = lanes ^ j
+      lo = lanes[lanes < partner]
+      hi = partner[lanes < partner]
+      ascending = (lo & k) == 0
+      a, c = perm[:, lo], perm[:, hi]
+      a_first = before(a, c)
+      swap = np.where(ascending, ~a_first, a_first)
+      perm[:, lo] = np.where(swap, c, a)
+      perm[:, hi] = np.where(swap, a, c)
+      j //= 2
+    k *= 2
+  perm = perm[:, :n] if size else perm
   out = []
   for m in moved:
-    s = np.take_along_axis(m.reshape(rows, n), perm, axis=-1).reshape(m.shape)
-    out.append(_contiguous(np.moveaxis(s, -1, dimension)))
+    s_ = np.take_along_axis(m.reshape(rows, n), perm, axis=-1).reshape(m.shape)
+    out.append(_contiguous(np.moveaxis(s_, -1, dimension)))
   return out
