@@ -566,14 +566,9 @@ def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
 
 
 def _take_last(s, idx):
-  """``s[..., idx]`` for an int32 index array ``idx`` broadcastable against ``s[..., 0]``,
-  as a one-hot masked sum (exact; works for traced indices)."""
-  aval = get_aval(s)
-  n = aval.shape[-1]
-  idx = _broadcast_to(idx, aval.shape[:-1]) if get_aval(idx).shape != aval.shape[:-1] else idx
-  hit = lax.eq(lax.broadcasted_iota(np.int32, aval.shape, aval.ndim - 1),
-               lax.broadcast_in_dim(idx, aval.shape, tuple(range(aval.ndim - 1))))
-  return lax.reduce_sum(lax.select_n(hit, lax.full_like(s, 0), s), (aval.ndim - 1,))
+  """``s[..., idx]`` for an index array ``idx`` with ``s``'s leading shape."""
+  from ourjax.numpy._gathers import take_along_last
+  return take_along_last(s, idx)
 
 
 _QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
@@ -623,8 +618,7 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
   lo = lax.floor(pos)
   hi = lax.ceil(pos)
   top = lax.max(lax.sub(cb, lax._const(cb, 1)), lax._const(cb, 0))
-  lo = lax.clamp(lax._const(lo, 0), lo, top) if not get_aval(top).shape else \
-      lax.min(lax.max(lo, lax._const(lo, 0)), top)
+  lo = lax.min(lax.max(lo, lax._const(lo, 0)), top)
   hi = lax.min(lax.max(hi, lax._const(hi, 0)), top)
   sb = lax.broadcast_in_dim(s, out_shape + (n,), tuple(range(len(q_shape), len(out_shape) + 1)))
   lo_i = lax.convert_element_type(lo, np.int32)

@@ -441,6 +441,8 @@ def _take_static(x, idx, axis):
   aval = get_aval(x)
   if idx.size == 0:
     return _slice_axis(x, 0, 0, axis)
+  if idx.size > 8 and np.count_nonzero(np.abs(np.diff(idx)) > 1) > 8:
+    return _take_traced(x, idx.astype(np.int32), axis)   # many runs: one gather instead
   pieces = []
   i, n = 0, idx.size
   while i < n:
@@ -628,18 +630,9 @@ def _repeat_traced(a, repeats, axis, total):
 
 
 def _take_traced(a, idx, axis):
-  """``a`` taken at the (possibly traced) int32 indices ``idx`` (1-D, in range) along ``axis``,
-  as a one-hot masked sum (exact; no gather needed)."""
-  aval = get_aval(a)
-  n, m = aval.shape[axis], get_aval(idx).shape[0]
-  # shape: a's shape with axis -> (m, n)
-  big = aval.shape[:axis] + (m, n) + aval.shape[axis + 1:]
-  hit = lax.eq(lax.broadcasted_iota(np.int32, big, axis + 1),
-               lax.broadcast_in_dim(idx, big, (axis,)))
-  vals = lax.broadcast_in_dim(a, big, tuple(i for i in range(len(big)) if i != axis))
-  if aval.dtype == np.bool_:
-    return lax.reduce_or(lax.and_(hit, vals), (axis + 1,))
-  return lax.reduce_sum(lax.select_n(hit, lax.full_like(vals, 0), vals), (axis + 1,))
+  """``a`` taken at the (possibly traced) 1-D indices ``idx`` along ``axis``."""
+  from ourjax.numpy._gathers import take_axis
+  return take_axis(a, idx, axis)
 
 
 # ------------------------------------------------------------------------------------------------

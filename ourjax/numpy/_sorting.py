@@ -143,6 +143,8 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
   if get_aval(a).ndim != 1:
     raise ValueError("a should be 1-dimensional")
   a, v = promote_dtypes(a, v)
+  if get_aval(a).shape[0] == 0:
+    return lax.full(get_aval(v).shape, 0, np.int32)
   if sorter is not None:
     from ourjax.numpy._ufuncs import _take_1d
     a = _take_1d(a, lax.convert_element_type(asarray(sorter), np.int32))
@@ -170,7 +172,7 @@ def digitize(x, bins, right: bool = False, *, method=None):
   from ourjax.numpy._ufuncs import where, _take_1d
   inc = searchsorted(bins, x, side=side)
   rb = lax.rev(bins, (0,))
-  dec = lax.sub(np.int32(n), searchsorted(rb, x, side="left" if side == "right" else "right"))
+  dec = lax.sub(np.int32(n), searchsorted(rb, x, side=side))
   first, last = _take_1d(bins, np.zeros((), np.int32)), _take_1d(bins, np.full((), n - 1,
                                                                                   np.int32))
   return where(lax.le(first, last), inc, dec)
