@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from ourjax.lowering.hlo import (Builder, Computation, Instruction, Module, Shape, ShapeError,
-                                 VerifyError, scalar_computation, verify)
+from ourjax.lowering.hlo import (Builder, Module, Shape, ShapeError, VerifyError,
+                                 scalar_computation, verify)
 
 
 def S(dtype, *dims):

@@ -25,7 +25,7 @@ import builtins
 import functools
 import itertools
 import math
-from typing import Callable, Sequence
+from typing import Callable
 
 import ml_dtypes
 import numpy as np
@@ -386,7 +386,8 @@ def digamma(x):
     z = np.where(small, z + 1.0, z)
   zi2 = 1.0 / (z * z)
   series = (np.log(z) - 0.5 / z
-            - zi2 * (1 / 12 - zi2 * (1 / 120 - zi2 * (1 / 252 - zi2 * (1 / 240 - zi2 * (1 / 132))))))
+            - zi2 * (1 / 12 - zi2 * (1 / 120 - zi2 * (1 / 252 - zi2 * (1 / 240
+                                                                    - zi2 * (1 / 132))))))
   res = acc + series
   # psi(1 - x) - psi(x) = pi / tan(pi x); reduce pi x to (-pi/2, pi/2] for accuracy.
   r = v - np.round(v)

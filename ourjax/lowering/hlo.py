@@ -12,7 +12,8 @@ Building a module::
     b = Builder(m, "main")
     x = b.parameter(Shape("f32", (2, 3)))
     y = b.multiply(x, b.broadcast(b.constant(2.0, "f32"), (2, 3), ()))
-    m.entry = b.build(b.reduce(y, b.constant(0.0, "f32"), (1,), scalar_computation(m, "add", "f32")))
+    add = scalar_computation(m, "add", "f32")
+    m.entry = b.build(b.reduce(y, b.constant(0.0, "f32"), (1,), add))
     print(m)            # XLA-style text
     verify(m)
 
@@ -22,7 +23,6 @@ attributes (``to_apply``, ``condition``, ``body``, ``branches``, ``calls``).
 """
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Callable, Iterable, Sequence
 
