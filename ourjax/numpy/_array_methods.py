@@ -100,12 +100,13 @@ def _iter(self):
   shape = self.shape
   if not shape:
     raise TypeError("iteration over a 0-d array")
-  n = shape[0]
-  rest = shape[1:]
-  nd = len(shape)
-  for i in range(n):
-    piece = lax.slice(self, (i,) + (0,) * (nd - 1), (i + 1,) + rest)
-    yield lax.reshape(piece, rest)
+  return _rows(self, shape)
+
+
+def _rows(x, shape):
+  rest, nd = shape[1:], len(shape)
+  for i in range(shape[0]):
+    yield lax.reshape(lax.slice(x, (i,) + (0,) * (nd - 1), (i + 1,) + rest), rest)
 
 
 def _concrete(self, what):
