@@ -522,3 +522,33 @@ def test_ufuncs_under_jit_and_grad():
   check(g, 1 / (1 + np.exp(-x)), rtol=1e-5)
   h = ourjax.vmap(lambda v: jnp.isclose(v, 0.5))(x)
   check(h, np.isclose(x, 0.5))
+
+
+# ------------------------------------------------------------------------------------------------
+# 64-bit dtypes (x64 enabled)
+
+X64_DTS = [np.dtype(t) for t in (np.float64, np.int64, np.uint64, np.int8, np.float32,
+                                 np.bool_)]
+
+
+@given(data=st.data())
+def test_x64_binary_and_unary(data):
+  from ourjax.config import enable_x64
+  with enable_x64(True):
+    d1 = data.draw(st.sampled_from(X64_DTS), label="d1")
+    d2 = data.draw(st.sampled_from(X64_DTS), label="d2")
+    x, y = data.draw(broadcastable_pair(d1, d2, -50, 50), label="xy")
+    out = np.dtype(jnp.promote_types(d1, d2))
+    for name in ("add", "multiply", "maximum"):
+      check(getattr(jnp, name)(x, y), np_ref(getattr(np, name), x.astype(out), y.astype(out),
+                                             out=out), out)
+    fout = out if out.kind == "f" else np.dtype(np.float64)
+    if out.kind in "iu" and out.itemsize < 8:
+      fout = np.dtype(np.float32)   # narrow ints -> float32, as in JAX
+    check(jnp.sin(x.astype(out)), np_ref(np.sin, x.astype(out).astype(fout), out=fout), fout,
+          rtol=1e-12 if fout == np.float64 else 1e-6)
+    check(jnp.sum(x), np.sum(x, dtype={"b": np.int64, "i": np.int64, "u": np.uint64}.get(
+        d1.kind, d1)), {"b": np.dtype(np.int64), "i": np.dtype(np.int64),
+                        "u": np.dtype(np.uint64)}.get(d1.kind, d1), rtol=1e-6)
+    assert jnp.add(1, 1).dtype == np.int64 and jnp.add(1.0, 1).dtype == np.float64
+    assert jnp.add(np.ones(2, np.float32), 1.0).dtype == np.float32
