@@ -1,0 +1,966 @@
+"""``ourjax.random``: counter-based pseudo-random numbers, bit for bit the ones JAX draws.
+
+A key is a ``uint32[2]`` array (JAX's legacy "raw" key; ``key(seed)`` returns the same
+representation, so ``key_data``/``wrap_key_data`` are identities that check the shape).  Every
+sampler is a pure function of a key: the same key gives the same numbers, and ``split`` /
+``fold_in`` derive new independent keys.
+
+The generator is Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy
+as 1, 2, 3", SC'11), written with ourjax's uint32 primitives (add, xor, shifts and or for the
+rotations), so it traces, jits and vmaps like any other array code.  The bit streams follow JAX's
+default configuration (``jax_threefry_partitionable=True``, the default since JAX 0.5):
+
+* ``bits(key, shape)``: element ``i`` (row-major flat index) hashes the counter pair ``(0, i)``
+  under the key; the two output words are xor-ed (32 bits), or concatenated (64 bits).
+* ``split(key, shape)``: element ``i`` of the result is the hash of ``(0, i)`` (both words kept).
+* ``fold_in(key, d)``: the hash of the single counter pair ``(0, d)``.
+
+Samplers then transform the bits exactly as JAX does (uniform: mantissa bits under an exponent of
+one; normal: ``sqrt(2) * erfinv(u)``; randint: two bit streams reduced modulo the span; ...).
+Integer and uniform outputs are bit-identical to JAX's; outputs that go through transcendental
+functions (normal, gumbel, exponential, ...) can differ from JAX's in the last bit or two where
+the libm-style approximations (log1p, erf) round differently.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ourjax import dtypes, lax
+from ourjax import numpy as jnp
+from ourjax.config import config
+from ourjax.core import Tracer, get_aval
+
+__all__ = [
+    "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl", "clone", "split", "fold_in",
+    "bits", "threefry2x32", "threefry_2x32", "uniform", "normal", "randint", "bernoulli",
+    "categorical", "permutation", "choice", "truncated_normal", "gumbel", "exponential",
+    "laplace", "logistic", "cauchy", "rademacher", "lognormal", "gamma", "loggamma", "beta",
+    "dirichlet", "poisson",
+]
+
+_U32 = np.dtype(np.uint32)
+_UINT_DTYPES = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32),
+                64: np.dtype(np.uint64)}
+
+# ---------------------------------------------------------------------------------------------
+# Threefry-2x32
+
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_KS_PARITY = 0x1BD11BDA
+
+
+def _u32(v):
+  return np.uint32(v)
+
+
+def _rotl(x, d: int):
+  return lax.or_(lax.shift_left(x, _u32(d)), lax.shift_right_logical(x, _u32(32 - d)))
+
+
+def threefry2x32(key1, key2, x1, x2):
+  """The Threefry-2x32 block function (20 rounds) on uint32 values.
+
+  ``key1, key2`` are the two key words, ``x1, x2`` the two counter words; rank-0 operands
+  broadcast against the others.  Returns the two output words.
+  """
+  for v in (key1, key2, x1, x2):
+    if dtypes.dtype(v) != _U32:
+      raise TypeError("threefry2x32 requires uint32 arguments, got "
+                      f"{[dtypes.dtype(a).name for a in (key1, key2, x1, x2)]}")
+  ks = (key1, key2, lax.xor(lax.xor(key1, key2), _u32(_KS_PARITY)))
+  x1 = lax.add(x1, ks[0])
+  x2 = lax.add(x2, ks[1])
+  for i in range(5):
+    for r in _ROTATIONS[i % 2]:
+      x1 = lax.add(x1, x2)
+      x2 = lax.xor(x1, _rotl(x2, r))
+    # key injection after every four rounds
+    x1 = lax.add(x1, ks[(i + 1) % 3])
+    x2 = lax.add(lax.add(x2, ks[(i + 2) % 3]), _u32(i + 1))
+  return x1, x2
+
+
+def threefry_2x32(keypair, count):
+  """Hash the uint32 array ``count`` under ``keypair`` (JAX's ``threefry_2x32``): the flattened
+  counts (padded with a zero to even length) are cut into two halves that form the counter
+  pairs; the two output halves are concatenated back into ``count``'s shape."""
+  key = _check_key("threefry_2x32", keypair)
+  count = jnp.asarray(count)
+  if count.dtype != _U32:
+    raise TypeError(f"threefry_2x32 requires uint32 counts, got {count.dtype}")
+  shape = count.shape
+  flat = lax.reshape(count, (math.prod(shape),))
+  n = math.prod(shape)
+  odd = n % 2
+  if odd:
+    flat = lax.concatenate([flat, np.zeros((1,), _U32)], 0)
+  half = (n + odd) // 2
+  x1 = lax.slice(flat, (0,), (half,))
+  x2 = lax.slice(flat, (half,), (2 * half,))
+  k1, k2 = _key_words(key)
+  y1, y2 = threefry2x32(k1, k2, x1, x2)
+  out = lax.concatenate([y1, y2], 0)
+  if odd:
+    out = lax.slice(out, (0,), (n,))
+  return lax.reshape(out, shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys
+
+
+def _is_concrete(x) -> bool:
+  return not isinstance(x, Tracer)
+
+
+def _seed_to_key(seed, ctor: str):
+  if isinstance(seed, bool) or (hasattr(seed, "dtype") and not dtypes.issubdtype(
+      dtypes.dtype(seed), np.integer)) or isinstance(seed, (float, complex)):
+    raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
+  if np.ndim(seed) if not isinstance(seed, Tracer) else get_aval(seed).ndim:
+    raise TypeError(f"{ctor} accepts a scalar seed, but was given an array of shape "
+                    f"{tuple(np.shape(seed)) if not isinstance(seed, Tracer) else get_aval(seed).shape}"
+                    " != (). Use jax.vmap for batching")
+  x64 = config.x64_enabled
+  if isinstance(seed, int):
+    if not -2 ** 63 <= seed < 2 ** 63:
+      raise OverflowError(f"Python int {seed} too large to convert to int64 (a PRNG seed is a "
+                          "64- or 32-bit integer)")
+    seed = np.int64(seed)
+  if _is_concrete(seed):
+    s = np.asarray(seed)
+    if not x64:  # as JAX with x64 off: the seed is first narrowed to 32 bits
+      s = s.astype(dtypes.canonicalize_dtype(s.dtype))
+    v = int(s)
+    bits = s.dtype.itemsize * 8
+    v %= 2 ** bits
+    hi = (v >> 32) if bits == 64 else 0
+    return jnp.asarray(np.array([hi, v & 0xFFFFFFFF], dtype=_U32))
+  # a traced seed: the same arithmetic with ourjax operations
+  dt = get_aval(seed).dtype
+  lo = lax.convert_element_type(seed, _U32)
+  if dt.itemsize == 8:
+    hi = lax.convert_element_type(lax.shift_right_logical(seed, np.array(32, dt)), _U32)
+  else:
+    hi = lax.full((), 0, _U32)
+  return lax.concatenate([lax.expand_dims(hi, (0,)), lax.expand_dims(lo, (0,))], 0)
+
+
+def PRNGKey(seed, *, impl=None):  # noqa: N802 (JAX's name)
+  """A legacy PRNG key (``uint32[2]``) from an integer seed.
+
+  A 64-bit seed is split into its high and low words; with x64 off the seed is first narrowed
+  to 32 bits (so ``PRNGKey(-1)`` is ``[0, 4294967295]``), as JAX does."""
+  _check_impl(impl)
+  return _seed_to_key(seed, "PRNGKey")
+
+
+def key(seed, *, impl=None):
+  """A PRNG key from an integer seed.  ourjax has no typed key arrays: the key is the same
+  ``uint32[2]`` array ``PRNGKey`` returns (``key_data`` of it is itself)."""
+  _check_impl(impl)
+  return _seed_to_key(seed, "key")
+
+
+def _check_impl(impl):
+  if impl is not None and impl != "threefry2x32":
+    raise ValueError(f"unrecognized PRNG implementation {impl!r}; ourjax implements "
+                     "'threefry2x32' only")
+
+
+def key_data(keys):
+  """The ``uint32`` words of a key (or of an array of keys, shape ``(..., 2)``)."""
+  keys = jnp.asarray(keys)
+  _check_key_array("key_data", keys)
+  return keys
+
+
+def wrap_key_data(key_bits_array, *, impl=None):
+  """The key array whose words are ``key_bits_array`` (``uint32``, trailing dimension 2)."""
+  _check_impl(impl)
+  keys = jnp.asarray(key_bits_array)
+  _check_key_array("wrap_key_data", keys)
+  return keys
+
+
+def key_impl(keys):
+  _check_key_array("key_impl", jnp.asarray(keys))
+  return "threefry2x32"
+
+
+def clone(key):
+  """A copy of a key (a no-op for ourjax's immutable arrays, as in JAX)."""
+  return key
+
+
+def _check_key_array(name, keys):
+  aval = get_aval(keys)
+  if aval.dtype != _U32 or not aval.shape or aval.shape[-1] != 2:
+    raise TypeError(f"{name}: a PRNG key is a uint32 array whose last dimension is 2 (the "
+                    f"threefry2x32 key words); got {aval.dtype.name}{list(aval.shape)}")
+
+
+def _check_key(name, key):
+  if not isinstance(key, Tracer):
+    if isinstance(key, (list, tuple)) or not hasattr(key, "shape"):
+      raise TypeError(f"{name}: unexpected PRNG key type {type(key).__name__}; create keys "
+                      "with ourjax.random.PRNGKey(seed) or ourjax.random.key(seed)")
+    key = jnp.asarray(key)
+  aval = get_aval(key)
+  if aval.dtype != _U32 or not aval.shape or aval.shape[-1] != 2:
+    raise TypeError(f"{name}: invalid PRNG key data: expected a uint32[2] key, got "
+                    f"{aval.dtype.name}{list(aval.shape)}")
+  if aval.shape != (2,):
+    raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
+                     f"{aval.shape[:-1]} != (). Use jax.vmap for batching.")
+  return key
+
+
+def _key_words(key):
+  return (lax.reshape(lax.slice(key, (0,), (1,)), ()),
+          lax.reshape(lax.slice(key, (1,), (2,)), ()))
+
+
+def _canonicalize_shape(shape, name="shape"):
+  if isinstance(shape, (int, np.integer)) or not isinstance(shape, (Sequence, np.ndarray)):
+    raise TypeError("Shapes must be 1D sequences of concrete values of integer type, "
+                    f"got {shape!r}.")
+  try:
+    out = tuple(int(operator_index(d)) for d in shape)
+  except TypeError:
+    raise TypeError("Shapes must be 1D sequences of concrete values of integer type, "
+                    f"got {shape!r}.") from None
+  if any(d < 0 for d in out):
+    raise ValueError(f"{name} must have nonnegative entries, got {out}")
+  return out
+
+
+def operator_index(d):
+  import operator
+  if isinstance(d, Tracer):
+    raise TypeError("traced shape")
+  return operator.index(d)
+
+
+def _counters(shape):
+  """The (high, low) words of the row-major flat index of every element of ``shape``."""
+  n = math.prod(shape)
+  if n > 2 ** 32:
+    raise NotImplementedError(f"random bits arrays of more than 2**32 elements ({n})")
+  lo = lax.reshape(lax.iota(_U32, n), shape)
+  hi = lax.full(shape, 0, _U32)
+  return hi, lo
+
+
+def _hash_counters(key, shape):
+  k1, k2 = _key_words(key)
+  hi, lo = _counters(shape)
+  return threefry2x32(k1, k2, hi, lo)
+
+
+def split(key, num=2):
+  """``num`` new keys (an int, or a shape: the result has shape ``(*num, 2)``)."""
+  key = _check_key("split", key)
+  shape = tuple(num) if isinstance(num, Sequence) else (num,)
+  shape = _canonicalize_shape(shape, "split's num")
+  b1, b2 = _hash_counters(key, shape)
+  nd = len(shape)
+  return lax.concatenate([lax.expand_dims(b1, (nd,)), lax.expand_dims(b2, (nd,))], nd)
+
+
+def fold_in(key, data):
+  """A new key that is a deterministic function of ``key`` and the 32-bit integer ``data``."""
+  key = _check_key("fold_in", key)
+  if np.ndim(data) if not isinstance(data, Tracer) else get_aval(data).ndim:
+    raise TypeError("fold_in accepts a scalar, but was given an array of shape "
+                    f"{np.shape(data)} != (). Use jax.vmap for batching.")
+  if isinstance(data, int):
+    d = jnp.asarray(np.array(data % 2 ** 32, _U32))
+  else:
+    d = lax.convert_element_type(jnp.asarray(data), _U32)
+  k1, k2 = _key_words(key)
+  y1, y2 = threefry2x32(k1, k2, np.zeros((1,), _U32), lax.reshape(d, (1,)))
+  return lax.concatenate([y1, y2], 0)
+
+
+def _random_bits(key, bit_width: int, shape):
+  b1, b2 = _hash_counters(key, shape)
+  if bit_width == 64:
+    dt = _UINT_DTYPES[64]
+    hi = lax.convert_element_type(b1, dt)
+    lo = lax.convert_element_type(b2, dt)
+    return lax.or_(lax.shift_left(hi, np.array(32, dt)), lo)
+  out = lax.xor(b1, b2)
+  if bit_width != 32:
+    out = lax.convert_element_type(out, _UINT_DTYPES[bit_width])
+  return out
+
+
+def bits(key, shape=(), dtype=None):
+  """Uniform random bits as unsigned integers (default ``uint32``; ``uint64`` with x64)."""
+  key = _check_key("bits", key)
+  if dtype is None:
+    dtype = dtypes.default_uint_dtype()
+  else:
+    dtype = dtypes.check_user_dtype(dtype, "bits")
+  if not dtypes.issubdtype(dtype, np.unsignedinteger):
+    raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got {dtype}")
+  shape = _canonicalize_shape(shape)
+  return _random_bits(key, dtype.itemsize * 8, shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by the samplers
+
+
+def _float_dtype(dtype, name, kinds=(np.floating,)):
+  dt = dtypes.check_user_dtype(float if dtype is None else dtype, name)
+  if not any(dtypes.issubdtype(dt, k) for k in kinds):
+    what = "a float" if kinds == (np.floating,) else "a float or complex"
+    raise ValueError(f"dtype argument to `{name}` must be {what} dtype, got {dt}")
+  return dt
+
+
+def _check_shape(name, shape, *param_shapes):
+  if param_shapes:
+    try:
+      b = np.broadcast_shapes(shape, *param_shapes)
+    except ValueError:
+      b = None
+    if b != tuple(shape):
+      raise ValueError(
+          f"{name} parameter shapes must be broadcast-compatible with shape argument, and the "
+          f"result of broadcasting the shapes must equal the shape argument, but got result "
+          f"{b} for shape argument {tuple(shape)}.")
+
+
+def _shape_of(x):
+  return get_aval(x).shape if isinstance(x, Tracer) else np.shape(x)
+
+
+def _as_dtype(x, dt):
+  """``x`` (a Python scalar or array) as a strongly typed array of ``dt``."""
+  if isinstance(x, (int, float, bool)) or isinstance(x, np.generic):
+    return np.array(x, dt)
+  return lax.convert_element_type(jnp.asarray(x), dt)
+
+
+def _bcast(x, shape):
+  if _shape_of(x) == tuple(shape):
+    return x
+  return jnp.broadcast_to(x, shape)
+
+
+def _take(arr, ind, axis):
+  """``jnp.take(arr, ind, axis)`` for in-range integer indices."""
+  arr = jnp.asarray(arr)
+  ind = jnp.asarray(ind)
+  nd = arr.ndim
+  moved = jnp.moveaxis(arr, axis, 0) if axis else arr
+  flat = lax.reshape(ind, (math.prod(ind.shape),))
+  rows = lax.index_take(moved, [flat], (0,))
+  rows = lax.reshape(rows, tuple(ind.shape) + tuple(moved.shape[1:]))
+  if axis:
+    k = ind.ndim
+    perm = tuple(range(k, k + axis)) + tuple(range(k)) + tuple(range(k + axis, k + nd - 1))
+    rows = lax.transpose(rows, perm)
+  return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# uniform, randint, bits-based samplers
+
+
+def uniform(key, shape=(), dtype=None, minval=0., maxval=1.):
+  """Uniform floats in ``[minval, maxval)``.  The random mantissa bits fill a float in
+  ``[1, 2)``, which is shifted and scaled (JAX's construction, bit for bit)."""
+  key = _check_key("uniform", key)
+  dt = _float_dtype(dtype, "uniform")
+  shape = _canonicalize_shape(shape)
+  return _uniform(key, shape, dt, minval, maxval)
+
+
+def _uniform(key, shape, dt, minval, maxval):
+  _check_shape("uniform", shape, _shape_of(minval), _shape_of(maxval))
+  finfo = dtypes.finfo(dt)
+  nbits, nmant = finfo.bits, finfo.nmant
+  if nbits not in (16, 32, 64):
+    raise TypeError(f"uniform only accepts 16-, 32-, or 64-bit dtypes, got {dt}.")
+  rng_bits = 8 if nmant < 8 else nbits
+  uint_dt = _UINT_DTYPES[nbits]
+  b = _random_bits(key, rng_bits, shape)
+  if rng_bits != nbits:
+    b = lax.convert_element_type(b, uint_dt)
+  float_bits = lax.or_(lax.shift_right_logical(b, np.array(rng_bits - nmant, uint_dt)),
+                       np.array(1.0, dt).view(uint_dt))
+  floats = lax.sub(lax.bitcast_convert_type(float_bits, dt), np.array(1.0, dt))
+  lo = _as_dtype(minval, dt)
+  hi = _as_dtype(maxval, dt)
+  if _shape_of(lo) == () and _shape_of(hi) == ():
+    return lax.max(lo, lax.add(lax.mul(floats, lax.sub(hi, lo)), lo))
+  lo, hi = _bcast(lo, shape), _bcast(hi, shape)
+  return lax.max(lo, lax.add(lax.mul(floats, lax.sub(hi, lo)), lo))
+
+
+def _convert_and_clip_integer(val, dt):
+  """Integer ``val`` converted to the integer dtype ``dt``, clipped to its range (not
+  wrapped)."""
+  vdt = val.dtype
+  lo = max(int(np.iinfo(dt).min), int(np.iinfo(vdt).min))
+  hi = min(int(np.iinfo(dt).max), int(np.iinfo(vdt).max))
+  return lax.convert_element_type(jnp.clip(val, np.array(lo, vdt), np.array(hi, vdt)), dt)
+
+
+def randint(key, shape, minval, maxval, dtype=None):
+  """Uniform integers in ``[minval, maxval)`` (JAX's algorithm: two 32-bit streams reduced
+  modulo the span; 8- and 16-bit dtypes are sampled in 32 bits)."""
+  key = _check_key("randint", key)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype, "randint")
+  if not dtypes.issubdtype(dt, np.integer):
+    raise TypeError(f"randint only accepts integer dtypes, got {dt}")
+  shape = _canonicalize_shape(shape)
+  info = np.iinfo(dt)
+  sample_dt = dt
+  if info.bits < 32:
+    sample_dt = np.dtype(np.int32)
+    minval = jnp.clip(jnp.asarray(minval).astype(np.int32), int(info.min), int(info.max))
+    maxval = jnp.clip(jnp.asarray(maxval).astype(np.int32), int(info.min), int(info.max) + 1)
+  return _randint(key, shape, minval, maxval, sample_dt).astype(dt)
+
+
+def _randint(key, shape, minval, maxval, dt):
+  _check_shape("randint", shape, _shape_of(minval), _shape_of(maxval))
+  minval = jnp.asarray(minval)
+  maxval = jnp.asarray(maxval)
+  if not dtypes.issubdtype(minval.dtype, np.integer):
+    minval = minval.astype(int)
+  if not dtypes.issubdtype(maxval.dtype, np.integer):
+    maxval = maxval.astype(int)
+  # maxval above the dtype's range (randint(k, s, 0, 256, uint8)) widens the span by one
+  top = _convert_and_clip_integer(jnp.asarray(np.array(np.iinfo(dt).max, dt)), maxval.dtype)
+  maxval_out_of_range = maxval > top
+  minval = _convert_and_clip_integer(minval, dt)
+  maxval = _convert_and_clip_integer(maxval, dt)
+  minval = _bcast(minval, shape)
+  maxval = _bcast(maxval, shape)
+  maxval_out_of_range = _bcast(maxval_out_of_range, shape)
+  nbits = np.iinfo(dt).bits
+  k1, k2 = _unstack(split(key), 2)
+  higher = _random_bits(k1, nbits, shape)
+  lower = _random_bits(k2, nbits, shape)
+  udt = _UINT_DTYPES[nbits]
+  span = lax.convert_element_type(lax.sub(maxval, minval), udt)
+  one = np.array(1, udt)
+  # maxval <= minval gives span 1, so minval is returned
+  span = lax.select_n(lax.le(maxval, minval), span, lax.full(shape, 1, udt))
+  span = lax.select_n(lax.and_(maxval_out_of_range, lax.gt(maxval, minval)),
+                      span, lax.add(span, one))
+  # (hi * 2**nbits + lo) mod span, with 2**nbits mod span computed without overflow
+  mult = lax.rem(np.array(2 ** (nbits // 2), udt), span)
+  mult = lax.rem(lax.mul(mult, mult), span)
+  off = lax.add(lax.mul(lax.rem(higher, span), mult), lax.rem(lower, span))
+  off = lax.rem(off, span)
+  return lax.add(minval, lax.convert_element_type(off, dt))
+
+
+def _unstack(keys, n):
+  return [lax.reshape(lax.index_in_dim(keys, i, 0, keepdims=False), (2,)) for i in range(n)]
+
+
+def bernoulli(key, p=0.5, shape=None, mode="low"):
+  """Booleans that are True with probability ``p``."""
+  key = _check_key("bernoulli", key)
+  if mode not in ("high", "low"):
+    raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
+  dt = dtypes.dtype(p, canonicalize=True)
+  if not dtypes.issubdtype(dt, np.floating):
+    raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
+  p = _as_dtype(p, dt) if not isinstance(p, float) else p
+  if shape is None:
+    shape = tuple(_shape_of(p))
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("bernoulli", shape, _shape_of(p))
+  if mode == "high":
+    u = _uniform(key, (2, *shape), dt, 0., 1.)
+    u1 = lax.index_in_dim(u, 0, 0, keepdims=False)
+    u2 = lax.index_in_dim(u, 1, 0, keepdims=False)
+    u2 = u2 * np.array(2.0 ** -dtypes.finfo(dt).nmant, dt)
+    return u2 < (jnp.asarray(p, dt) - u1)
+  return _uniform(key, shape, dt, 0., 1.) < jnp.asarray(p, dt)
+
+
+def rademacher(key, shape=(), dtype=None):
+  """+1 or -1 with equal probability."""
+  key = _check_key("rademacher", key)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype, "rademacher")
+  shape = _canonicalize_shape(shape)
+  b = bernoulli(key, 0.5, shape).astype(dt)
+  return (2 * b - 1).astype(dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# permutations and choices
+
+
+def _shuffle(key, x, axis):
+  # Sorting by fresh random 32-bit keys, repeated enough times that collisions are
+  # negligible (JAX's heuristic: ceil(3 * ln(n) / ln(2**32 - 1)) rounds).
+  size = math.prod(x.shape)
+  num_rounds = int(np.ceil(3 * np.log(max(1, size)) / np.log(np.iinfo(np.uint32).max)))
+  for _ in range(num_rounds):
+    key, sub = _unstack(split(key), 2)
+    sort_keys = _random_bits(sub, 32, tuple(x.shape))
+    _, x = lax.sort_key_val(sort_keys, x, axis)
+  return x
+
+
+def permutation(key, x, axis: int = 0, independent: bool = False):
+  """A random permutation of ``arange(x)`` (int ``x``) or of ``x`` along ``axis``."""
+  key = _check_key("permutation", key)
+  if np.ndim(x) == 0 and not isinstance(x, Tracer):
+    if not dtypes.issubdtype(dtypes.dtype(x), np.integer):
+      raise TypeError("x must be an integer or at least 1-dimensional")
+    return _shuffle(key, jnp.arange(int(x)), 0)
+  x = jnp.asarray(x)
+  if x.ndim == 0:
+    raise TypeError("x must be an integer or at least 1-dimensional")
+  axis = _canon_axis(axis, x.ndim)
+  if independent or x.ndim == 1:
+    return _shuffle(key, x, axis)
+  ind = _shuffle(key, jnp.arange(x.shape[axis]), 0)
+  return _take(x, ind, axis)
+
+
+def _canon_axis(axis, ndim):
+  axis = int(axis)
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"axis {axis} is out of bounds for array of dimension {ndim}")
+  return axis % ndim
+
+
+def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0, mode=None):
+  """Samples from ``a`` (an array, or ``arange(a)`` for an int), with or without replacement,
+  optionally with probabilities ``p``."""
+  key = _check_key("choice", key)
+  if not isinstance(shape, Sequence):
+    raise TypeError(f"shape argument of jax.random.choice must be a sequence, got {shape}")
+  shape = _canonicalize_shape(shape)
+  arr = jnp.asarray(a)
+  if arr.ndim == 0:
+    if isinstance(a, Tracer):
+      raise TypeError("choice: an integer `a` must be concrete (a Python int)")
+    n_inputs = int(a)
+  else:
+    axis = _canon_axis(axis, arr.ndim)
+    n_inputs = arr.shape[axis]
+  n_draws = math.prod(shape)
+  if n_draws == 0:
+    return jnp.zeros(shape, dtype=arr.dtype)
+  if n_inputs <= 0:
+    raise ValueError("a must be greater than 0 unless no samples are taken")
+  if not replace and n_draws > n_inputs:
+    raise ValueError(f"Cannot take a larger sample (size {n_draws}) than population (size "
+                     f"{n_inputs}) when 'replace=False'")
+  if p is None:
+    if replace:
+      ind = randint(key, shape, 0, n_inputs)
+      result = ind if arr.ndim == 0 else _take(arr, ind, axis)
+    else:
+      perm = permutation(key, n_inputs if arr.ndim == 0 else arr, axis)
+      result = lax.slice_in_dim(perm, 0, n_draws, axis=0 if arr.ndim == 0 else axis)
+  else:
+    p_arr = jnp.asarray(p)
+    if not dtypes.issubdtype(p_arr.dtype, np.inexact):
+      p_arr = p_arr.astype(dtypes.default_float_dtype())
+    if p_arr.shape != (n_inputs,):
+      raise ValueError("p must be None or a 1D vector with the same size as a.shape[axis]. "
+                       f"p has shape {p_arr.shape} and a.shape[axis] is {n_inputs}.")
+    if replace:
+      p_cuml = jnp.cumsum(p_arr)
+      total = lax.index_in_dim(p_cuml, n_inputs - 1, 0, keepdims=False)
+      r = total * (1 - uniform(key, shape, dtype=p_cuml.dtype))
+      ind = jnp.searchsorted(p_cuml, r).astype(int)
+    else:
+      g = gumbel(key, (n_inputs,), dtype=p_arr.dtype, mode=mode) + jnp.log(p_arr)
+      ind = lax.top_k(g, n_draws)[1].astype(int)
+    result = ind if arr.ndim == 0 else _take(arr, ind, axis)
+  out_shape = shape if arr.ndim == 0 else (
+      tuple(arr.shape[:axis]) + tuple(shape) + tuple(arr.shape[axis + 1:]))
+  return jnp.reshape(result, out_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Continuous distributions
+
+
+# Giles' single-precision erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011),
+# evaluated as XLA evaluates it for float32, w = -log1p(-x*x): ourjax's own lax.erf_inv is
+# refined to the correctly rounded value, which differs from JAX's samples by up to 64 ulp.
+_GILES_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                  0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_GILES_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+               -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _erf_inv(x):
+  dt = get_aval(x).dtype
+  if dt == np.float64:
+    return lax.erf_inv(x)
+  if dt != np.float32:  # narrow floats: compute in float32
+    return lax.convert_element_type(_erf_inv(lax.convert_element_type(x, np.float32)), dt)
+  c = lambda v: np.array(v, np.float32)  # noqa: E731
+  w = lax.neg(lax.log1p(lax.neg(lax.mul(x, x))))
+  central = w < c(5.0)
+  wc = lax.sub(w, c(2.5))
+  wt = lax.sub(lax.sqrt(lax.max(w, c(5.0))), c(3.0))
+  pc = lax.full_like(x, _GILES_CENTRAL[0])
+  pt = lax.full_like(x, _GILES_TAIL[0])
+  for a, b in zip(_GILES_CENTRAL[1:], _GILES_TAIL[1:]):
+    pc = lax.add(c(a), lax.mul(pc, wc))
+    pt = lax.add(c(b), lax.mul(pt, wt))
+  p = lax.select_n(central, pt, pc)
+  out = lax.mul(p, x)
+  inf = lax.mul(c(np.inf), x)
+  return lax.select_n(lax.eq(lax.abs(x), c(1.0)), out, inf)
+
+
+def normal(key, shape=(), dtype=None):
+  """Standard normal samples: ``sqrt(2) * erfinv(u)`` with ``u`` uniform in (-1, 1)."""
+  key = _check_key("normal", key)
+  dt = _float_dtype(dtype, "normal", (np.floating, np.complexfloating))
+  shape = _canonicalize_shape(shape)
+  return _normal(key, shape, dt)
+
+
+def _normal(key, shape, dt):
+  if dtypes.issubdtype(dt, np.complexfloating):
+    rdt = np.dtype(np.float64 if dt == np.complex128 else np.float32)
+    k_re, k_im = _unstack(split(key), 2)
+    re = _normal_real(k_re, shape, rdt)
+    im = _normal_real(k_im, shape, rdt)
+    z = lax.add(lax.convert_element_type(re, dt),
+                lax.mul(np.array(1j, dt), lax.convert_element_type(im, dt)))
+    return lax.div(z, np.array(np.sqrt(2), dt))
+  return _normal_real(key, shape, dt)
+
+
+def _normal_real(key, shape, dt):
+  lo = np.nextafter(np.array(-1., dt), np.array(0., dt))
+  u = _uniform(key, shape, dt, lo, np.array(1., dt))
+  return lax.mul(np.array(np.sqrt(2), dt), _erf_inv(u))
+
+
+def truncated_normal(key, lower, upper, shape=None, dtype=None):
+  """Standard normal samples conditioned on ``lower < x < upper`` (inverse-CDF method)."""
+  key = _check_key("truncated_normal", key)
+  dt = _float_dtype(dtype, "truncated_normal")
+  if shape is None:
+    shape = tuple(np.broadcast_shapes(_shape_of(lower), _shape_of(upper)))
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("truncated_normal", shape, _shape_of(lower), _shape_of(upper))
+  sqrt2 = np.array(np.sqrt(2), dt)
+  lower = _as_dtype(lower, dt)
+  upper = _as_dtype(upper, dt)
+  a = lax.erf(lax.div(lower, sqrt2))
+  b = lax.erf(lax.div(upper, sqrt2))
+  u = _uniform(key, shape, dt, a, b)
+  out = lax.mul(sqrt2, _erf_inv(u))
+  lo = lax.nextafter(lax.stop_gradient(lower), np.array(np.inf, dt))
+  hi = lax.nextafter(lax.stop_gradient(upper), np.array(-np.inf, dt))
+  return jnp.clip(out, lo, hi)
+
+
+def exponential(key, shape=(), dtype=None):
+  """Exponential(1) samples: ``-log1p(-u)``."""
+  key = _check_key("exponential", key)
+  dt = _float_dtype(dtype, "exponential")
+  shape = _canonicalize_shape(shape)
+  u = _uniform(key, shape, dt, 0., 1.)
+  return lax.neg(lax.log1p(lax.neg(u)))
+
+
+def gumbel(key, shape=(), dtype=None, mode=None):
+  """Gumbel samples ``-log(-log(u))`` (mode "high" spends two uniforms per sample for a wider
+  range of the largest values)."""
+  key = _check_key("gumbel", key)
+  dt = _float_dtype(dtype, "gumbel")
+  shape = _canonicalize_shape(shape)
+  mode = "low" if mode is None else mode
+  if mode not in ("high", "low"):
+    raise ValueError(f"Must provide valid mode for gumbel got: {mode}")
+  return _gumbel(key, shape, dt, mode)
+
+
+def _gumbel(key, shape, dt, mode):
+  info = dtypes.finfo(dt)
+  if mode == "high":
+    u = _uniform(key, (2, *shape), dt, 0., 1.)
+    high = lax.index_in_dim(u, 0, 0, keepdims=False)
+    low = lax.index_in_dim(u, 1, 0, keepdims=False)
+    x = jnp.where(high >= np.array(0.5, dt), high,
+                  high + np.array(2.0 ** -info.nmant, dt) * low + np.array(info.tiny, dt))
+    return -jnp.log(-jnp.log1p(-x))
+  u = _uniform(key, shape, dt, np.array(info.tiny, dt), 1.)
+  return lax.neg(lax.log(lax.neg(lax.log(u))))
+
+
+def categorical(key, logits, axis: int = -1, shape=None, replace: bool = True, mode=None):
+  """Indices drawn from ``softmax(logits, axis)`` (the Gumbel-max trick; without replacement
+  the Gumbel-top-k trick)."""
+  key = _check_key("categorical", key)
+  logits = jnp.asarray(logits)
+  nd = logits.ndim
+  axis = _canon_axis(axis, nd)
+  batch_shape = tuple(np.delete(np.array(logits.shape, dtype=np.int64), axis).tolist())
+  if shape is None:
+    shape = batch_shape
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("categorical", shape, batch_shape)
+  prefix = shape[:len(shape) - len(batch_shape)]
+  if replace:
+    logits_shape = list(shape[len(shape) - len(batch_shape):])
+    logits_shape.insert(axis, logits.shape[axis])
+    g = gumbel(key, (*prefix, *logits_shape), logits.dtype, mode=mode)
+    z = g + lax.expand_dims(logits, tuple(range(len(prefix))))
+    return jnp.argmax(z, axis=axis + len(prefix))
+  logits = logits + gumbel(key, logits.shape, logits.dtype, mode=mode)
+  k = math.prod(prefix)
+  if k > logits.shape[axis]:
+    raise ValueError(f"Number of samples without replacement ({k}) cannot exceed number of "
+                     f"categories ({logits.shape[axis]}).")
+  _, idx = lax.top_k(jnp.moveaxis(logits, axis, -1), k)
+  idx = jnp.moveaxis(idx, -1, 0)  # (k, *batch_shape)
+  return lax.reshape(idx, shape)
+
+
+def laplace(key, shape=(), dtype=None):
+  """Laplace(0, 1) samples."""
+  key = _check_key("laplace", key)
+  dt = _float_dtype(dtype, "laplace")
+  shape = _canonicalize_shape(shape)
+  u = _uniform(key, shape, dt, np.array(-1. + dtypes.finfo(dt).epsneg, dt), 1.)
+  return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
+
+
+def logistic(key, shape=(), dtype=None):
+  """Standard logistic samples ``log(u) - log1p(-u)``."""
+  key = _check_key("logistic", key)
+  dt = _float_dtype(dtype, "logistic")
+  shape = _canonicalize_shape(shape)
+  x = _uniform(key, shape, dt, np.array(dtypes.finfo(dt).tiny, dt), 1.)
+  return lax.sub(lax.log(x), lax.log1p(lax.neg(x)))
+
+
+def cauchy(key, shape=(), dtype=None):
+  """Standard Cauchy samples ``tan(pi * (u - 1/2))``."""
+  key = _check_key("cauchy", key)
+  dt = _float_dtype(dtype, "cauchy")
+  shape = _canonicalize_shape(shape)
+  u = _uniform(key, shape, dt, np.array(dtypes.finfo(dt).eps, dt), 1.)
+  pi = np.array(np.pi, dt)
+  return lax.tan(lax.mul(pi, lax.sub(u, np.array(0.5, dt))))
+
+
+def lognormal(key, sigma=1., shape=None, dtype=None):
+  """``exp(sigma * normal)``."""
+  key = _check_key("lognormal", key)
+  dt = _float_dtype(dtype, "lognormal")
+  if shape is None:
+    shape = tuple(_shape_of(sigma))
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("lognormal", shape, _shape_of(sigma))
+  sigma = _as_dtype(sigma, dt)
+  return jnp.exp(_normal_real(key, shape, dt) * sigma)
+
+
+# ---------------------------------------------------------------------------------------------
+# gamma and friends (Marsaglia-Tsang rejection per element, as JAX samples them)
+
+
+def _gamma_one(key, alpha, log_space: bool):
+  dt = get_aval(alpha).dtype
+  c = lambda v: np.array(v, dt)  # noqa: E731
+  zero, one = c(0), c(1)
+  boost_mask = lax.ge(alpha, one)
+  alpha_orig = alpha
+  alpha = lax.select_n(boost_mask, lax.add(alpha, one), alpha)
+  d = lax.sub(alpha, c(1 / 3))
+  cc = lax.div(c(1 / 3), lax.sqrt(d))
+
+  def cond_fn(state):
+    _, x2, v3, u = state
+    keep = lax.ge(u, lax.sub(one, lax.mul(c(0.0331), lax.mul(x2, x2))))
+    keep2 = lax.ge(lax.log(u), lax.add(lax.mul(x2, c(0.5)),
+                                       lax.mul(d, lax.add(lax.sub(one, v3), lax.log(v3)))))
+    return lax.and_(keep, keep2)
+
+  def body_fn(state):
+    k = state[0]
+    k, x_key, u_key = _unstack(split(k, 3), 3)
+
+    def next_kxv(kxv):
+      kk, _, _ = kxv
+      kk, sub = _unstack(split(kk), 2)
+      x = _normal_real(sub, (), dt)
+      return kk, x, lax.add(one, lax.mul(x, cc))
+
+    _, x, v = lax.while_loop(lambda kxv: lax.le(kxv[2], zero), next_kxv,
+                             (x_key, zero + zero, c(-1.)))
+    x2 = lax.mul(x, x)
+    v3 = lax.mul(lax.mul(v, v), v)
+    u = _uniform(u_key, (), dt, 0., 1.)
+    return k, x2, v3, u
+
+  key, sub = _unstack(split(key), 2)
+  _, _, v, _ = lax.while_loop(cond_fn, body_fn, (key, zero + zero, one + zero, c(2.)))
+  if log_space:
+    u = _uniform(sub, (), dt, 0., 1.)
+    log_samples = lax.log1p(lax.neg(u))  # minus an Exponential(1) draw
+    log_boost = lax.select_n(lax.or_(boost_mask, lax.eq(log_samples, zero)),
+                             lax.mul(log_samples, lax.div(one, alpha_orig)), zero)
+    return lax.add(lax.add(lax.log(d), lax.log(v)), log_boost)
+  samples = lax.sub(one, _uniform(sub, (), dt, 0., 1.))
+  boost = lax.select_n(boost_mask, lax.pow(samples, lax.div(one, alpha_orig)), one)
+  return lax.mul(lax.mul(d, v), boost)
+
+
+def _gamma(key, a, shape, dt, log_space):
+  from ourjax.api import vmap
+  if shape is None:
+    shape = tuple(_shape_of(a))
+  else:
+    _check_shape("gamma", shape, _shape_of(a))
+  a = _bcast(_as_dtype(a, dt), shape)
+  n = math.prod(shape)
+  keys = split(key, n)
+  alphas = lax.reshape(jnp.asarray(a), (n,))
+  samples = vmap(lambda k, al: _gamma_one(k, al, log_space))(keys, alphas)
+  return lax.stop_gradient(lax.reshape(samples, shape))
+
+
+def gamma(key, a, shape=None, dtype=None):
+  """Gamma(a, 1) samples (Marsaglia and Tsang's method; not differentiable in ``a`` in
+  ourjax)."""
+  key = _check_key("gamma", key)
+  dt = _float_dtype(dtype, "gamma")
+  shape = None if shape is None else _canonicalize_shape(shape)
+  return _gamma(key, a, shape, dt, False)
+
+
+def loggamma(key, a, shape=None, dtype=None):
+  """``log`` of Gamma(a, 1) samples, computed in log space (accurate for small ``a``)."""
+  key = _check_key("loggamma", key)
+  dt = _float_dtype(dtype, "loggamma")
+  shape = None if shape is None else _canonicalize_shape(shape)
+  return _gamma(key, a, shape, dt, True)
+
+
+def beta(key, a, b, shape=None, dtype=None):
+  """Beta(a, b) samples from two log-gamma draws."""
+  key = _check_key("beta", key)
+  dt = _float_dtype(dtype, "beta")
+  if shape is None:
+    shape = tuple(np.broadcast_shapes(_shape_of(a), _shape_of(b)))
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("beta", shape, _shape_of(a), _shape_of(b))
+  ka, kb = _unstack(split(key), 2)
+  a = _bcast(_as_dtype(a, dt), shape)
+  b = _bcast(_as_dtype(b, dt), shape)
+  la = _gamma(ka, a, shape, dt, True)
+  lb = _gamma(kb, b, shape, dt, True)
+  m = lax.max(la, lb)
+  ga, gb = jnp.exp(la - m), jnp.exp(lb - m)
+  return ga / (ga + gb)
+
+
+def dirichlet(key, alpha, shape=None, dtype=None):
+  """Dirichlet(alpha) samples (the last axis of ``alpha`` holds the concentrations)."""
+  key = _check_key("dirichlet", key)
+  dt = _float_dtype(dtype, "dirichlet")
+  alpha_shape = tuple(_shape_of(alpha))
+  if len(alpha_shape) < 1:
+    raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == {len(alpha_shape)}")
+  if shape is None:
+    shape = alpha_shape[:-1]
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("dirichlet", shape, alpha_shape[:-1])
+  lg = _gamma(key, _as_dtype(alpha, dt), shape + alpha_shape[-1:], dt, True)
+  from ourjax.nn import softmax
+  return softmax(lg, -1)
+
+
+def poisson(key, lam, shape=None, dtype=None):
+  """Poisson(lam) samples (Knuth's product method for lam < 10, Hormann's transformed
+  rejection above)."""
+  key = _check_key("poisson", key)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype, "poisson")
+  if shape is None:
+    shape = tuple(_shape_of(lam))
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("poisson", shape, _shape_of(lam))
+  lam = _bcast(_as_dtype(lam, np.float32), shape)
+  lam = jnp.asarray(lam)
+  use_knuth = jnp.isnan(lam) | (lam < 10)
+  lam_knuth = jnp.where(use_knuth, lam, 0.0)
+  lam_rej = jnp.where(use_knuth, 1e5, lam)
+  max_iters = int(np.iinfo(dt).max)
+  result = jnp.where(use_knuth, _poisson_knuth(key, lam_knuth, shape, dt, max_iters),
+                     _poisson_rejection(key, lam_rej, shape, dt, max_iters))
+  return jnp.where(lam == 0, jnp.zeros_like(result), result)
+
+
+def _poisson_knuth(key, lam, shape, dt, max_iters):
+  def body(carry):
+    i, k, rng, log_prod = carry
+    rng, sub = _unstack(split(rng), 2)
+    k = jnp.where(log_prod > -lam, k + 1, k)
+    u = _uniform(sub, shape, np.dtype(np.float32), 0., 1.)
+    return i + 1, k, rng, log_prod + jnp.log(u)
+
+  def cond(carry):
+    i, _, _, log_prod = carry
+    return jnp.any(log_prod > -lam) & (i < max_iters)
+
+  init = (jnp.asarray(0, dt), jnp.zeros(shape, dt), key, jnp.zeros(shape, np.float32))
+  k = lax.while_loop(cond, body, init)[1]
+  return (k - 1).astype(dt)
+
+
+def _poisson_rejection(key, lam, shape, dt, max_iters):
+  log_lam = jnp.log(lam)
+  b = 0.931 + 2.53 * jnp.sqrt(lam)
+  a = -0.059 + 0.02483 * b
+  inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
+  v_r = 0.9277 - 3.6224 / (b - 2)
+
+  def body(carry):
+    i, k_out, accepted, rng = carry
+    rng, k0, k1 = _unstack(split(rng, 3), 3)
+    u = _uniform(k0, shape, lam.dtype, 0., 1.) - 0.5
+    v = _uniform(k1, shape, lam.dtype, 0., 1.)
+    u_shifted = 0.5 - jnp.abs(u)
+    k = jnp.floor((2 * a / u_shifted + b) * u + lam + 0.43)
+    s = jnp.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
+    t = -lam + k * log_lam - lax.lgamma(k + 1)
+    accept1 = (u_shifted >= 0.07) & (v <= v_r)
+    reject = (k < 0) | ((u_shifted < 0.013) & (v > u_shifted))
+    accept = accept1 | (~reject & (s <= t))
+    return i + 1, jnp.where(accept, k, k_out), accepted | accept, rng
+
+  def cond(carry):
+    i, _, accepted, _ = carry
+    return jnp.any(~accepted) & (i < max_iters)
+
+  init = (jnp.asarray(0, dt), jnp.full(shape, -1, lam.dtype), jnp.zeros(shape, bool), key)
+  return lax.while_loop(cond, body, init)[1].astype(dt)
