@@ -543,8 +543,8 @@ def test_x64_binary_and_unary(data):
       check(getattr(jnp, name)(x, y), np_ref(getattr(np, name), x.astype(out), y.astype(out),
                                              out=out), out)
     fout = out if out.kind == "f" else np.dtype(np.float64)
-    if out.kind in "iu" and out.itemsize < 8:
-      fout = np.dtype(np.float32)   # narrow ints -> float32, as in JAX
+    if out.kind in "biu" and out.itemsize < 8:
+      fout = np.dtype(np.float32)   # bool and narrow ints -> float32, as in JAX
     check(jnp.sin(x.astype(out)), np_ref(np.sin, x.astype(out).astype(fout), out=fout), fout,
           rtol=1e-12 if fout == np.float64 else 1e-6)
     check(jnp.sum(x), np.sum(x, dtype={"b": np.int64, "i": np.int64, "u": np.uint64}.get(
