@@ -237,12 +237,13 @@ class JitWrapped:
 
   # -- signatures ----------------------------------------------------------------------------
 
-  def _signature(self, args, kwargs):
+  def _signature(self, args, kwargs, abstract_ok=False):
     f, dargs, dkwargs, static_key = _split_static(self.fun, args, kwargs, self.static_argnums,
                                                   self.static_argnames, "jit")
     leaves, in_tree = tree_flatten((dargs, dkwargs))
     for x in leaves:
-      _check_arg(x, f"jit({_fun_name(self.fun)})")
+      if not (abstract_ok and isinstance(x, ShapeDtypeStruct)):
+        _check_arg(x, f"jit({_fun_name(self.fun)})")
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled)
     return f, leaves, in_tree, avals, key, (args, kwargs)
@@ -297,39 +298,42 @@ class JitWrapped:
     best = None
     for old in self._cache:
       o_tree, o_avals, o_static, o_backend, o_x64 = old
-      diffs = []
+      diffs = []          # (weight, text): the closest signature has the least total weight
       if x64 != o_x64:
-        diffs.append(f"jax_enable_x64 is now {x64} and was {o_x64}")
+        diffs.append((2, f"jax_enable_x64 is now {x64} and was {o_x64}"))
       if in_tree != o_tree:
-        diffs.append(f"the argument structure is now {in_tree} and was {o_tree}")
+        diffs.append((1000, f"the argument structure is now {in_tree} and was {o_tree}"))
       else:
         for n, a, b in zip(names, avals, o_avals):
           if a == b:
             continue
           if a.shape == b.shape and a.dtype == b.dtype:
-            diffs.append(f"argument {n}: now {a.str_short()}{' (weak type)' * a.weak_type} and "
-                         f"before {b.str_short()}{' (weak type)' * b.weak_type}: the weak type "
-                         "changed (a Python scalar is weakly typed, an array is not)")
+            diffs.append((1, f"argument {n}: now {a.str_short()}{' (weak type)' * a.weak_type} "
+                          f"and before {b.str_short()}{' (weak type)' * b.weak_type}: the weak "
+                          "type changed (a Python scalar is weakly typed, an array is not)"))
           else:
             what = "shape" if a.dtype == b.dtype else ("dtype" if a.shape == b.shape else
                                                        "shape and dtype")
-            diffs.append(f"argument {n}: {what} changed, now {a.str_short()} and before "
-                         f"{b.str_short()}")
+            diffs.append((3, f"argument {n}: {what} changed, now {a.str_short()} and before "
+                          f"{b.str_short()}"))
       if static_key != o_static:
         new_s = dict(static_key[0] + static_key[1]) if static_key else {}
         old_s = dict(o_static[0] + o_static[1]) if o_static else {}
         pnames = (_positional_params(self.fun) or ([],))[0]
         for k in sorted(set(new_s) | set(old_s), key=str):
-          nv, ov = new_s.get(k, "<absent>"), old_s.get(k, "<absent>")
-          if type(nv) is not type(ov) or nv != ov or hash(nv) != hash(ov):
-            nm = pnames[k] if isinstance(k, int) and k < len(pnames) else k
-            diffs.append(f"static argument {nm}: now {_static_str(nv)} and before "
-                         f"{_static_str(ov)}")
+          nm = pnames[k] if isinstance(k, int) and k < len(pnames) else k
+          if k not in new_s or k not in old_s:
+            nv = _static_str(new_s[k]) if k in new_s else "not passed"
+            ov = _static_str(old_s[k]) if k in old_s else "not passed"
+            diffs.append((3, f"static argument {nm}: now {nv} and before {ov}"))
+          elif new_s[k] != old_s[k] or hash(new_s[k]) != hash(old_s[k]):
+            diffs.append((2, f"static argument {nm}: now {_static_str(new_s[k])} and before "
+                          f"{_static_str(old_s[k])}"))
       if backend != o_backend:
-        diffs.append(f"backend is now {backend} and was {o_backend}")
-      score = len(diffs) + 1000 * (in_tree != o_tree)   # prefer signatures of one structure
+        diffs.append((2, f"backend is now {backend} and was {o_backend}"))
+      score = sum(w for w, _ in diffs)
       if best is None or score < best[0]:
-        best = (score, diffs)
+        best = (score, [d for _, d in diffs])
     best = best[1]
     lines = "\n".join(f"  * {d}" for d in best) or "  * (an equal signature was evicted)"
     return f"{head}; differences from the closest cached signature:\n{lines}"
@@ -386,7 +390,7 @@ class JitWrapped:
   def trace(self, *args, **kwargs):
     """The ``Traced`` stage: ``.jaxpr``, ``.out_info``, ``.lower()``."""
     from ourjax.stages import Traced
-    f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
+    f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs, abstract_ok=True)
     entry = self._trace(f, in_tree, avals, key, ak)
     return Traced(self, entry, entry.sig)
 

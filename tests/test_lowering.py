@@ -323,6 +323,11 @@ for _fn, _name in ((lax.argmax, "argmax"), (lax.argmin, "argmin")):
   case(_name, lambda x, f=_fn: f(x, 1, np.int32),
        lambda rng: [np.array([[np.nan, 1, np.nan], [2, 2, 1], [0, -0.0, 0],
                               [-np.inf, -np.inf, -np.inf]], F32)])
+for _dt in (F32, BF16, F16, np.float64):
+  for _e, _m in [(8, 7), (5, 10), (3, 2), (11, 52), (8, 23), (4, 0)]:
+    case("reduce_precision", lambda x, e=_e, m=_m: lax.reduce_precision(x, e, m),
+         lambda rng, dt=_dt: [np.concatenate([values(dt, (16,), rng), np.array(
+             [65504.0, 70000.0, 1e-5, -1e-7, 3.4e38, 1.0009765625], dt)])])
 case("reduce", lambda x, y: lax.reduce((x, y), (F32(0), np.int32(1)),
                                        lambda a, b: (a[0] + b[0], a[1] * b[1]), (1,)),
      lambda rng: [values(F32, (3, 4), rng), values(np.int32, (3, 4), rng, "small")])

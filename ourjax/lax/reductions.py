@@ -599,3 +599,43 @@ reduce_precision_p = standard_primitive("reduce_precision", lambda x, **_: x.sha
 reduce_precision_p.def_impl(_reduce_precision_impl)
 ad.deflinear(reduce_precision_p, lambda ct, x, **params: [reduce_precision(ct, **params)])
 batching.defvectorized(reduce_precision_p)
+
+
+def _register_reduce_precision_lowering():
+  # (HLO here has no reduce-precision opcode: the impl's integer arithmetic on the bits, in the
+  # unsigned type of the float's width)
+  from ourjax.lowering.from_jaxpr import register_lowering
+
+  @register_lowering(reduce_precision_p)
+  def _lower(ctx, avals_in, avals_out, x, exponent_bits, mantissa_bits):
+    b = ctx.builder
+    aval = avals_in[0]
+    dt = np.dtype(aval.dtype)
+    fi = dtypes.finfo(dt)
+    src_m, src_e = int(fi.nmant), int(fi.nexp)
+    nbits = dt.itemsize * 8
+    ut = np.dtype(f"u{dt.itemsize}")
+    dims = aval.shape
+
+    def c(v):
+      return ctx.splat(np.array(v, np.uint64).astype(ut), ut, dims)
+    bits = b.bitcast_convert(x, ut)
+    if mantissa_bits < src_m:
+      shift = src_m - mantissa_bits
+      last = 1 << shift
+      bias = b.shift_right_logical(b.and_(bits, c(last)), c(shift))
+      bits = b.and_(b.add(b.add(bits, bias), c((last >> 1) - 1)), c(~(last - 1) % (1 << nbits)))
+    if exponent_bits < src_e:
+      exp_mask = ((1 << src_e) - 1) << src_m
+      sign = b.and_(bits, c(1 << (nbits - 1)))
+      src_bias = (1 << (src_e - 1)) - 1
+      red_bias = (1 << (exponent_bits - 1)) - 1
+      exp = b.and_(bits, c(exp_mask))
+      over = b.compare(exp, c((src_bias + red_bias) << src_m), "GT")
+      under = b.compare(exp, c((src_bias - red_bias) << src_m), "LE")
+      bits = b.select(over, b.or_(sign, c(exp_mask)), b.select(under, sign, bits))
+    out = b.bitcast_convert(bits, dt)
+    return b.select(b.compare(x, x, "NE"), x, out)
+
+
+_register_reduce_precision_lowering()
