@@ -129,8 +129,10 @@ class Lowered(_Stage):
     return self._lowering.module.clone()
 
   def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
+    """The HLO module (``%add.1 = f32[3] add(%p0, %p1)``; ``debug_info=True`` also prints the
+    operands' shapes)."""
     _check_dialect(dialect, ("hlo",), "Lowered")
-    return self._lowering.module.to_string()
+    return self._lowering.module.to_string(operand_shapes=debug_info)
 
   def cost_analysis(self) -> dict:
     return cost_analysis(self._lowering.module)
@@ -162,16 +164,18 @@ class Compiled(_Stage):
     """The backend's executable (what ``as_text(dialect=...)`` asks for its code)."""
     return getattr(self._executable, "compiled", self._executable)
 
-  def as_text(self, dialect: str | None = None) -> str:
-    """The optimized HLO module (``dialect=None`` or ``"hlo"``), or the backend's LLVM IR
-    (``"llvm"``) or PTX (``"ptx"``) when its executable provides them."""
+  def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
+    """The optimized HLO module (``dialect=None`` or ``"hlo"``; fusions print as
+    ``%fusion.3 = f32[256,512] fusion(%p0, %p1), kind=kLoop, calls=%fused_computation.3``,
+    ``debug_info=True`` adds the operands' shapes), or the backend's LLVM IR (``"llvm"``) or PTX
+    (``"ptx"``) when its executable provides them."""
     _check_dialect(dialect, ("hlo", "llvm", "ptx"), "Compiled")
     if dialect in (None, "hlo"):
       module = getattr(self._executable, "module", None)
       if module is None:
         raise ValueError(f"jit({self._sig.fun_name}) is not compiled to an HLO module (a "
                          "primitive without a lowering rule made it run op by op)")
-      return module.to_string()
+      return module.to_string(operand_shapes=debug_info)
     attr = "llvm_ir" if dialect == "llvm" else "ptx"
     rt = self.runtime_executable()
     text = getattr(rt, attr, None)

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
 import jaxpr_programs
 import ourjax
@@ -52,6 +52,7 @@ def counting(fn):
 # Random programs: eager == jit == lower().compile()
 
 
+@settings(max_examples=2 * settings.default.max_examples)
 @given(jaxpr_programs.programs())
 def test_random_programs_eager_jit_compiled_agree(prog):
   args = prog.inputs
@@ -461,6 +462,8 @@ def test_trace_lower_compile():
   assert lowered.out_info.shape == (3,) and lowered.out_info.dtype == np.float32
   compiled = lowered.compile()
   assert "ENTRY" in compiled.as_text() and compiled.as_text(dialect="hlo") == compiled.as_text()
+  assert re.search(r"%sine\.\d+ = f32\[3\] sine\(%p0\)", lowered.as_text())
+  assert "sine(f32[3] %p0)" in lowered.as_text(debug_info=True)
   np.testing.assert_allclose(compiled(x), np.sin(1) * 2 + 1, rtol=1e-6)   # static n left out
   np.testing.assert_allclose(g(x, 2), compiled(x))
   assert g.eval_shape(x, 2).shape == (3,)
