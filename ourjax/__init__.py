@@ -17,5 +17,14 @@ from ourjax.custom_derivatives import custom_jvp, custom_vjp, closure_convert  #
 from ourjax.ad_checkpoint import checkpoint, remat, checkpoint_policies  # noqa: F401
 from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
 from ourjax.config import enable_x64  # noqa: F401
+from ourjax import random, nn  # noqa: F401,E402
+
+
+def __getattr__(name):
+  # subpackages that are loaded on first use (testing needs hypothesis)
+  if name in ("example_libraries", "testing"):
+    import importlib
+    return importlib.import_module(f"ourjax.{name}")
+  raise AttributeError(f"module 'ourjax' has no attribute {name!r}")
 
 __version__ = "0.1.0"

@@ -38,7 +38,7 @@ __all__ = [
     "bits", "threefry2x32", "threefry_2x32", "uniform", "normal", "randint", "bernoulli",
     "categorical", "permutation", "choice", "truncated_normal", "gumbel", "exponential",
     "laplace", "logistic", "cauchy", "rademacher", "lognormal", "gamma", "loggamma", "beta",
-    "dirichlet", "poisson",
+    "dirichlet", "poisson", "orthogonal",
 ]
 
 _U32 = np.dtype(np.uint32)
@@ -779,6 +779,37 @@ def lognormal(key, sigma=1., shape=None, dtype=None):
     _check_shape("lognormal", shape, _shape_of(sigma))
   sigma = _as_dtype(sigma, dt)
   return jnp.exp(_normal_real(key, shape, dt) * sigma)
+
+
+def orthogonal(key, n: int, shape=(), dtype=None, m=None):
+  """Haar-distributed ``n x m`` matrices with orthonormal columns (or rows, for ``n < m``):
+  the Q factor of a normal matrix, with the signs that make R's diagonal positive (Mezzadri's
+  recipe).  Q comes from Gram-Schmidt, repeated once for orthogonality to working precision;
+  with those signs it is the unique Q that JAX's Householder QR gives."""
+  key = _check_key("orthogonal", key)
+  dt = _float_dtype(dtype, "orthogonal")
+  shape = _canonicalize_shape(shape)
+  n = operator_index(n)
+  m = n if m is None else operator_index(m)
+  z = _normal_real(key, (*shape, max(n, m), min(n, m)), dt)
+  q = _gram_schmidt(z)
+  return jnp.swapaxes(q, -1, -2) if n < m else q
+
+
+def _gram_schmidt(z):
+  k = z.shape[-1]
+  last = z.ndim - 1
+  cols = []
+  for j in range(k):
+    v = lax.index_in_dim(z, j, last, keepdims=False)
+    if cols:
+      q = jnp.stack(cols, -1)
+      for _ in range(2):
+        c = jnp.sum(q * jnp.expand_dims(v, -1), axis=-2)
+        v = v - jnp.sum(q * jnp.expand_dims(c, -2), axis=-1)
+    v = v / jnp.sqrt(jnp.sum(v * v, axis=-1, keepdims=True))
+    cols.append(v)
+  return jnp.stack(cols, -1)
 
 
 # ---------------------------------------------------------------------------------------------
