@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
-from test_numpy_helpers import ALL, FLOATS, INTS, NUMERIC, array_of, bf16, check, shapes
+from test_numpy_helpers import ALL, NUMERIC, array_of, bf16, check, shapes
 
 F32, I32 = np.dtype(np.float32), np.dtype(np.int32)
 

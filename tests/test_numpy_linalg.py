@@ -8,7 +8,7 @@ from hypothesis.extra import numpy as hnp
 
 import ourjax
 import ourjax.numpy as jnp
-from test_numpy_helpers import ALL, FLOATS, array_of, arrays, bf16, check, shapes
+from test_numpy_helpers import ALL, array_of, arrays, bf16, check
 
 F32, I32 = np.dtype(np.float32), np.dtype(np.int32)
 DTS = [np.dtype(np.int8), I32, np.dtype(np.float16), bf16, F32, np.dtype(np.bool_)]

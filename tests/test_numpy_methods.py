@@ -3,11 +3,11 @@ concrete Arrays and inside jit/vmap (where the value is a Tracer); properties, l
 iteration; conversions that need a concrete value raise ConcretizationTypeError when traced."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
 
 import ourjax
 import ourjax.numpy as jnp
-from test_numpy_helpers import ALL, array_of, bf16, check
+from test_numpy_helpers import ALL, array_of, check
 
 F32, I32 = np.dtype(np.float32), np.dtype(np.int32)
 

@@ -7,8 +7,8 @@ from hypothesis import assume, given, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
-from test_numpy_helpers import (ALL, BOOL, FLOATS, INTS, NUMERIC, SIGNED, UNSIGNED, array_of,
-                                arrays, bf16, check, np_ref, shapes)
+from test_numpy_helpers import (ALL, BOOL, NUMERIC, SIGNED, UNSIGNED, array_of, arrays, bf16,
+                                check, np_ref)
 
 F32, I32, U32 = np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)
 

@@ -3,12 +3,12 @@ and splitting, broadcasting, tile/repeat, flips/rolls/rot90, pad (all modes and 
 forms), diff, delete/insert, and errors naming the operation and shapes."""
 import numpy as np
 import pytest
-from hypothesis import assume, given, strategies as st
+from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ourjax
 import ourjax.numpy as jnp
-from test_numpy_helpers import ALL, FLOATS, INTS, array_of, arrays, bf16, check, shapes
+from test_numpy_helpers import array_of, arrays, bf16, check, shapes
 
 F32 = np.dtype(np.float32)
 SOME = [np.dtype(np.bool_), np.dtype(np.int8), np.dtype(np.uint32), np.dtype(np.float16), bf16,

@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
-from test_numpy_helpers import ALL, FLOATS, INTS, array_of, arrays, bf16, check
+from test_numpy_helpers import ALL, array_of, arrays, bf16, check
 
 F32, I32 = np.dtype(np.float32), np.dtype(np.int32)
 

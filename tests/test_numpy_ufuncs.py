@@ -1,11 +1,9 @@
 """Elementwise ``ourjax.numpy`` functions against NumPy: values on drawn arrays (every dtype a
 function takes, scalars, 0-d and empty arrays, broadcasting), result dtypes and weak types by
 JAX's promotion rules, and errors."""
-import warnings
-
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp

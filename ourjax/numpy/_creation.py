@@ -13,7 +13,6 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.array import Array, to_numpy
 from ourjax.core import Tracer, get_aval
-from ourjax.lax._utils import as_shape
 from ourjax.numpy._util import _broadcast_to, check_arraylike
 
 # ------------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ diagonal helpers trace/diagonal.  Everything that multiplies and sums goes throu
 takes ``preferred_element_type``)."""
 from __future__ import annotations
 
-import math
 import operator
 import string
 

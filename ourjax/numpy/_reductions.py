@@ -306,7 +306,6 @@ def count_nonzero(a, axis=None, keepdims=False):
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
   """Weighted mean; 1-D ``weights`` may be given along a single ``axis``."""
   from ourjax.numpy._util import promote_dtypes_inexact
-  from ourjax.numpy._shape import moveaxis
   if weights is None:
     a = _arr("average", a)
     a, = promote_dtypes_inexact(a)

@@ -12,8 +12,7 @@ from ourjax import core, dtypes, lax
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
 from ourjax.numpy._creation import asarray, canonicalize_shape
-from ourjax.numpy._util import (_broadcast_to, _as_operand, canonicalize_axis, check_arraylike,
-                                promote_dtypes)
+from ourjax.numpy._util import _broadcast_to, _as_operand, check_arraylike, promote_dtypes
 
 
 def _arr(name, a):
