@@ -1,0 +1,491 @@
+"""Instruction fusion: fuse producers into their consumers, so that an intermediate array is
+computed where it is read instead of going through memory.
+
+A ``fusion`` instruction runs its fused computation (``calls``, an ordinary computation of the
+module whose parameters are the fusion's operands) as one kernel. Its ``kind`` says how:
+
+``kLoop``    one loop over the root's shape; every fused instruction is evaluated at the index it
+             is needed at. Loop ops: elementwise ops (compare, select, clamp, convert included),
+             broadcast, reshape, transpose, slice, pad, concatenate, iota, reverse,
+             dynamic-slice, gather, same-width bitcast-convert, and constants of at most
+             ``MAX_FUSED_CONSTANT_ELEMENTS`` elements.
+``kInput``   a reduce or reduce-window (the "hero") whose inputs are computed on the fly from
+             fused loop ops, so that the reduction reads its inputs once.
+``kOutput``  a dot or convolution followed by an elementwise epilogue (bias add, tanh, ...); the
+             dot's operands stay in memory, the epilogue is applied to each result element.
+
+The pass goes consumer first (reverse topological order, as XLA's ``InstructionFusion``): each
+consumer tries its operands one at a time, and every accepted producer is cloned into the
+consumer's fusion (which is created on the first success and grows in place). Each decision is
+recorded on the module with its reason (``module.note("fusion", ...)``):
+
+* a parameter is an input, never fused (not noted: there is nothing to decide);
+* reductions are roots of their own fusions: a reduce is never fused into a consumer here
+  (``multi_output_fusion`` lets its consumers join it as a reduction epilogue);
+* while, conditional, sort, scatter, dynamic-update-slice, tuples and the like are never fused;
+* a dot (or convolution) is fused only into an elementwise consumer that is its only user, which
+  makes a ``kOutput`` fusion; nothing is fused into a dot's operands;
+* a producer with users outside the consumer is duplicated when cheap; an expensive one
+  (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...) is
+  never duplicated;
+* an expensive producer is not fused where the consumer reads each of its elements many times
+  (a broadcast that grows it, a gather's operand, overlapping reduce-windows), which would
+  recompute it for every read;
+* a fusion takes at most ``MAX_FUSION_PARAMETERS`` operands.
+
+Afterwards every loop op, reduce and reduce-window left unfused becomes a fusion of one
+instruction, so that each kernel a backend emits is a fusion. What stays unfused at top level:
+parameters, large constants, tuples and get-tuple-elements, lone dots and convolutions, and the
+ops that are never fused.
+
+Fusion runs in the entry computation and, recursively, in the bodies and conditions of while
+loops and the branches of conditionals (never in reducers, comparators or fused computations).
+``space_of`` describes a fusion's iteration space for ``multi_output_fusion`` and the emitters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ourjax.lowering import hlo
+from ourjax.lowering.hlo import Builder, Computation, Instruction, Module
+
+__all__ = ["run", "is_expensive", "is_loop_op", "fusible_computations", "Decision", "Space",
+           "space_of", "LOOP_OPS", "EXPENSIVE_OPS"]
+
+PASS = "fusion"
+
+#: Constants with at most this many elements are copied into fusions; larger ones stay in memory.
+MAX_FUSED_CONSTANT_ELEMENTS = 64
+#: A gather producing more elements than this counts as expensive (random reads).
+MAX_CHEAP_GATHER_ELEMENTS = 1024
+#: Most operands a fusion may take.
+MAX_FUSION_PARAMETERS = 64
+
+#: Ops that compute each result element from operand elements at indices derived from the
+#: result index: what a loop fusion is made of.
+LOOP_OPS = frozenset(hlo.ELEMENTWISE_OPS | {
+    "broadcast", "reshape", "transpose", "slice", "pad", "concatenate", "iota", "reverse",
+    "dynamic-slice", "gather", "bitcast-convert", "constant"})
+REDUCTION_OPS = frozenset({"reduce", "reduce-window"})
+CONTRACTION_OPS = frozenset({"dot", "convolution"})
+
+#: Elementwise ops too costly to compute twice (XLA's ``IsExpensive``).
+EXPENSIVE_OPS = frozenset({
+    "exponential", "exp2", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
+    "sine", "cosine", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "sqrt", "rsqrt", "cbrt", "erf", "erf-inv", "lgamma", "digamma", "power", "atan2", "divide",
+    "remainder"})
+
+
+# ---------------------------------------------------------------------------------------------
+# classification
+# ---------------------------------------------------------------------------------------------
+
+def _kind(instr: Instruction) -> str | None:
+  return instr.attrs.get("kind") if instr.opcode == "fusion" else None
+
+
+def is_loop_op(instr: Instruction) -> bool:
+  """Whether ``instr`` can be evaluated at any index on demand inside a loop fusion."""
+  op = instr.opcode
+  if op == "fusion":
+    return _kind(instr) == "kLoop" and not instr.shape.is_tuple
+  if op not in LOOP_OPS:
+    return False
+  if op == "bitcast-convert":
+    return instr.dtype.itemsize == instr.operands[0].dtype.itemsize
+  if op == "constant":
+    return instr.shape.size <= MAX_FUSED_CONSTANT_ELEMENTS
+  return True
+
+
+def is_expensive(instr: Instruction) -> bool:
+  """Whether computing ``instr`` twice costs more than reading its result from memory."""
+  op = instr.opcode
+  if op in EXPENSIVE_OPS:
+    return True
+  if op == "gather":
+    return instr.shape.size > MAX_CHEAP_GATHER_ELEMENTS
+  if op == "fusion":
+    return any(is_expensive(i) for i in instr.attrs["calls"].instructions)
+  return op not in LOOP_OPS and op not in ("parameter", "tuple", "get-tuple-element")
+
+
+def _reads_repeatedly(instr: Instruction, k: int) -> bool:
+  """Whether ``instr`` reads the elements of its operand ``k`` more than once."""
+  op = instr.opcode
+  if op == "broadcast":
+    return instr.shape.size > instr.operands[0].shape.size
+  if op == "gather":
+    return k == 0
+  if op == "reduce-window":
+    a = instr.attrs
+    return any(w > s for w, s in zip(a["window_dimensions"], a["window_strides"]))
+  if op == "reduce":
+    return k >= len(instr.operands) // 2 and instr.shape.size != 1  # the init value, per result
+  if op == "dynamic-slice":
+    return k >= 1  # the start indices, for every element
+  if op == "pad":
+    return k == 1
+  if op == "clamp":
+    return instr.operands[k].dims != instr.dims  # scalar bounds
+  return op in CONTRACTION_OPS
+
+
+def fusible_computations(module: Module) -> list[Computation]:
+  """The computations fusion works in: the entry, and while bodies/conditions and conditional
+  branches reachable from it (not reducers, comparators or fused computations)."""
+  out, seen, stack = [], set(), [module.entry]
+  while stack:
+    comp = stack.pop()
+    if comp in seen:
+      continue
+    seen.add(comp)
+    out.append(comp)
+    for instr in comp.instructions:
+      if instr.opcode == "while":
+        stack += [instr.attrs["condition"], instr.attrs["body"]]
+      elif instr.opcode == "conditional":
+        stack += list(instr.attrs["branches"])
+  return out
+
+
+@dataclass
+class Decision:
+  """A yes/no answer with the reason (XLA's ``FusionDecision``)."""
+  ok: bool
+  reason: str
+
+  def __bool__(self):
+    return self.ok
+
+
+# ---------------------------------------------------------------------------------------------
+# iteration spaces (used by multi_output_fusion, and by the emitters to read a fusion)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Space:
+  """How a loop or input fusion iterates.
+
+  ``Space("loop", dims)``: one loop over ``dims``; every output has these dims.
+
+  ``Space("reduce", dims, reduced)``: every reduce in it reduces operands of ``dims`` over the
+  dimensions ``reduced``; outputs have ``dims`` (computed at each input index, alongside the
+  reduction) or the kept dims (the reductions' results). ``row`` is True when ``reduced`` are
+  the trailing dimensions and at least one dimension is kept: then the fusion can be run one
+  row (one index of the kept dims) at a time, and values of the kept shape can be used after the
+  reductions of their row (a reduction epilogue: softmax's ``e / sum(e)``), through a
+  row broadcast (``broadcast`` from the kept dims to ``dims`` with dimensions ``0..k-1``)."""
+  kind: str
+  dims: tuple
+  reduced: tuple = ()
+
+  @property
+  def kept(self) -> tuple:
+    return tuple(n for i, n in enumerate(self.dims) if i not in self.reduced)
+
+  @property
+  def row(self) -> bool:
+    r, n = len(self.reduced), len(self.dims)
+    return (self.kind == "reduce" and 0 < r < n
+            and tuple(sorted(self.reduced)) == tuple(range(n - r, n)))
+
+  def __str__(self):
+    d = "[" + ",".join(map(str, self.dims)) + "]"
+    if self.kind == "loop":
+      return f"loop over {d}"
+    what = "row reduction" if self.row else "reduction"
+    return f"{what} of {d} over {{{','.join(map(str, self.reduced))}}}"
+
+
+def outputs_of(comp: Computation) -> list[Instruction]:
+  """The values a fused computation returns: the root tuple's elements, or the root."""
+  root = comp.root
+  return list(root.operands) if root.opcode == "tuple" else [root]
+
+
+def space_of(fusion: Instruction) -> Space | None:
+  """The iteration space of a kLoop or kInput fusion; None for kOutput fusions, reduce-window
+  fusions and mixtures that fit no single space."""
+  if _kind(fusion) == "kOutput":
+    return None
+  comp = fusion.attrs["calls"]
+  reduces = []
+  for i in comp.instructions:
+    if i.opcode == "reduce":
+      reduces.append(i)
+    elif i.opcode not in LOOP_OPS and i.opcode not in ("parameter", "tuple",
+                                                        "get-tuple-element"):
+      return None
+  out_dims = set()
+  for o in outputs_of(comp):
+    shapes = o.shape.tuple_shapes if o.shape.is_tuple else (o.shape,)
+    if any(s.is_tuple for s in shapes):
+      return None
+    out_dims |= {s.dims for s in shapes}
+  if not reduces:
+    return Space("loop", out_dims.pop()) if len(out_dims) == 1 else None
+  keys = {(r.operands[0].dims, tuple(sorted(r.attrs["dimensions"]))) for r in reduces}
+  if len(keys) != 1:
+    return None
+  sp = Space("reduce", *keys.pop())
+  allowed = {sp.dims, sp.kept}
+  return sp if out_dims <= allowed else None
+
+
+# ---------------------------------------------------------------------------------------------
+# editing fusions
+# ---------------------------------------------------------------------------------------------
+
+def add_fusion(comp: Computation, operands, fused: Computation, kind: str,
+               before: Instruction | None) -> Instruction:
+  """Insert ``fusion(operands), kind=kind, calls=fused`` into ``comp`` and name the fused
+  computation after it (``%fusion.3`` calls ``%fused_computation.3``)."""
+  instr = Instruction("fusion", operands, fused.root.shape, {"kind": kind, "calls": fused})
+  comp.add(instr, before=before)
+  suffix = instr.name[len("fusion"):] if instr.name.startswith("fusion") else "." + instr.name
+  fused.name = comp.module.unique_name("fused_computation" + suffix, exact=True)
+  return instr
+
+
+def clone_into(b: Builder, instr: Instruction, operands, from_fused: bool = False) -> Instruction:
+  """A copy of ``instr`` (same opcode, attributes, shape) on new ``operands``, named after it:
+  ``%exp.3`` becomes ``%exp.3.1``; a copy of that copy (``from_fused``) ``%exp.3.2``."""
+  name = instr.name.rsplit(".", 1)[0] if from_fused and "." in instr.name else instr.name
+  return b.emit(instr.opcode, operands, dict(instr.attrs), instr.shape, name=name)
+
+
+def wrap(comp: Computation, instr: Instruction, kind: str) -> Instruction:
+  """Replace ``instr`` by a fusion of just ``instr`` (one parameter per distinct operand)."""
+  operands = list(dict.fromkeys(instr.operands))
+  b = Builder(comp.module, "fusion_body")
+  params = {o: b.parameter(o.shape, name="param") for o in operands}
+  fused = b.build(clone_into(b, instr, [params[o] for o in instr.operands]))
+  fusion = add_fusion(comp, operands, fused, kind, before=instr)
+  comp.replace_instruction(instr, fusion)
+  return fusion
+
+
+def _remove_parameter(fusion: Instruction, k: int) -> None:
+  """Drop the (now unused) parameter ``k`` of a fusion's computation and the matching operand,
+  renumbering the parameters after it."""
+  comp = fusion.attrs["calls"]
+  p = comp.parameters[k]
+  assert not p.users and p is not comp.root, p
+  comp.instructions.remove(p)
+  p.parent = None
+  del comp.parameters[k]
+  for n in range(k, len(comp.parameters)):
+    comp.parameters[n].attrs["parameter_number"] = n
+  old = fusion.operands.pop(k)
+  if old not in fusion.operands and fusion in old.users:
+    old.users.remove(fusion)
+
+
+def fuse_into(comp: Computation, fusion: Instruction, producer: Instruction) -> None:
+  """Clone ``producer`` (an instruction, or a fusion whose computation is inlined) into
+  ``fusion`` in place of the parameter it feeds; the producer stays in ``comp`` while other
+  users need it."""
+  fc = fusion.attrs["calls"]
+  k = fusion.operands.index(producer)
+  param = fc.parameters[k]
+  anchor = next(i for i in fc.instructions if i.opcode != "parameter")
+  b = Builder.into(fc, before=anchor)
+  outer = {o: fc.parameters[n] for n, o in enumerate(fusion.operands)}
+
+  def param_for(o):
+    p = outer.get(o)
+    if p is None:
+      p = b.parameter(o.shape, name="param", number=len(fc.parameters))
+      fusion.operands.append(o)
+      if fusion not in o.users:
+        o.users.append(fusion)
+      outer[o] = p
+    return p
+
+  if producer.opcode == "fusion":
+    sub = producer.attrs["calls"]
+    local = {}
+
+    def get(i):
+      if i.opcode == "parameter":
+        return param_for(producer.operands[i.attrs["parameter_number"]])
+      return local[i]
+    for i in sub.instructions:
+      if i.opcode != "parameter":
+        local[i] = clone_into(b, i, [get(o) for o in i.operands], from_fused=True)
+    value = get(sub.root)
+  else:
+    value = clone_into(b, producer, [param_for(o) for o in producer.operands])
+  fc.replace_all_uses(param, value)
+  _remove_parameter(fusion, k)
+  if not producer.users and producer is not comp.root:
+    comp.remove(producer)
+    if producer.opcode == "fusion":
+      comp.module.remove_computation(producer.attrs["calls"])
+
+
+def remove_unreachable_computations(module: Module) -> None:
+  reachable = set(module.reachable_computations())
+  for c in list(module.computations):
+    if c not in reachable:
+      module.remove_computation(c)
+
+
+# ---------------------------------------------------------------------------------------------
+# the decision
+# ---------------------------------------------------------------------------------------------
+
+def _flow(producer: Instruction, consumer: Instruction):
+  """Where ``producer``'s value goes inside ``consumer``: ``(source, tainted)``, the value as
+  the consumer sees it (the producer, or the fused parameter it feeds) and every instruction of
+  the consumer that depends on it, the source included."""
+  if consumer.opcode == "fusion":
+    fc = consumer.attrs["calls"]
+    src = fc.parameters[consumer.operands.index(producer)]
+    instrs = fc.instructions
+  else:
+    src, instrs = producer, [consumer]
+  tainted = {src}
+  for x in instrs:
+    if x is not src and any(o in tainted for o in x.operands):
+      tainted.add(x)
+  return src, tainted
+
+
+def _what(instr: Instruction) -> str:
+  if instr.opcode == "fusion":
+    return f"{instr.attrs['kind']} fusion"
+  return "elementwise" if instr.is_elementwise() else instr.opcode
+
+
+def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> Decision | None:
+  """Whether to fuse ``producer`` into ``consumer`` (an instruction, or a fusion made from
+  one), and why; None when there is nothing to decide (a parameter)."""
+  P, op = producer, producer.opcode
+  if op == "parameter":
+    return None
+  no = lambda why: Decision(False, why)  # noqa: E731
+  if op == "get-tuple-element" or P.shape.is_tuple:
+    return no("its result is a tuple (element)")
+  if op in REDUCTION_OPS or _kind(P) == "kInput":
+    return no("a reduction is the root of its own fusion")
+  contraction = op in CONTRACTION_OPS or _kind(P) == "kOutput"
+  if not contraction and not is_loop_op(P):
+    if op == "constant":
+      return no(f"a constant of {P.shape.size} elements stays in memory")
+    if op == "bitcast-convert":
+      return no("bitcast-convert changes the element width")
+    return no(f"{op} is never fused")
+  src, tainted = _flow(P, consumer)
+  inside = [x for x in tainted if x is not src]
+  ckind = _kind(consumer)
+  if any(x.opcode in CONTRACTION_OPS for x in inside):
+    return no("the operands of a dot or convolution stay in memory")
+  n_users = len(P.users) + (P is comp.root)
+  shared = n_users > 1
+  if contraction:
+    if ckind == "kOutput":
+      return no("a fusion holds at most one dot or convolution")
+    if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
+      return no("a dot is not fused into a reduction")
+    if not all(x.is_elementwise() and x.dims == P.dims for x in inside):
+      return no("a dot is fused only into an elementwise epilogue")
+    if shared:
+      return no(f"expensive and has {n_users} users")
+    return Decision(True, f"{_what(P)} into its elementwise epilogue (output fusion)")
+  expensive = is_expensive(P)
+  if shared and expensive:
+    return no(f"expensive and has {n_users} users")
+  if expensive:
+    for x in inside:
+      for k, o in enumerate(x.operands):
+        if o in tainted and _reads_repeatedly(x, k):
+          return no(f"expensive, and %{x.name} reads each of its elements many times")
+  if consumer.opcode == "fusion":
+    new = len(set(P.operands) - set(consumer.operands))
+    total = len(consumer.operands) - 1 + new
+    if total > MAX_FUSION_PARAMETERS and new > 1:
+      return no(f"the fusion would take {total} operands (limit {MAX_FUSION_PARAMETERS})")
+  if shared:
+    return Decision(True, f"cheap {_what(P)} producer, duplicated (it has {n_users} users)")
+  if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
+    return Decision(True, f"{_what(P)} producer into the input of a reduction")
+  if ckind == "kOutput":
+    return Decision(True, f"{_what(P)} producer into a dot's epilogue")
+  return Decision(True, f"{_what(P)} producer into {_what(consumer)} consumer")
+
+
+def _is_consumer(instr: Instruction) -> bool:
+  return instr.opcode == "fusion" or instr.opcode in REDUCTION_OPS or (
+      instr.operands and is_loop_op(instr))
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+# ---------------------------------------------------------------------------------------------
+
+class _Fuser:
+  def __init__(self, module: Module, comp: Computation):
+    self.module, self.comp = module, comp
+    self.noted = set()
+    self.origin: dict[Instruction, str] = {}   # fusion -> the consumer it was made from
+
+  def note(self, text: str) -> None:
+    if text not in self.noted:
+      self.noted.add(text)
+      self.module.note(PASS, text)
+
+  def label(self, consumer: Instruction) -> str:
+    o = self.origin.get(consumer)
+    return f"%{consumer.name} (%{o})" if o else f"%{consumer.name}"
+
+  def consume(self, consumer: Instruction) -> bool:
+    """Fuse into ``consumer`` every operand that may be fused, one at a time."""
+    target, changed = consumer, False
+    progress = True
+    while progress:
+      progress = False
+      for P in list(dict.fromkeys(target.operands)):
+        d = decide(self.comp, P, target)
+        if d is None:
+          continue
+        if not d:
+          self.note(f"not fusing %{P.name} into {self.label(target)}: {d.reason}")
+          continue
+        self.note(f"fused %{P.name} into {self.label(target)}: {d.reason}")
+        if target.opcode != "fusion":
+          name = target.name
+          kind = "kInput" if target.opcode in REDUCTION_OPS else "kLoop"
+          target = wrap(self.comp, target, kind)
+          self.origin[target] = name
+        if P.opcode in CONTRACTION_OPS or _kind(P) == "kOutput":
+          target.attrs["kind"] = "kOutput"
+        fuse_into(self.comp, target, P)
+        progress = changed = True
+        break
+    return changed
+
+  def run(self) -> bool:
+    changed = False
+    for instr in reversed(list(self.comp.instructions)):
+      if instr.parent is self.comp and _is_consumer(instr):
+        changed |= self.consume(instr)
+    for instr in list(self.comp.instructions):
+      if instr.opcode != "fusion" and instr.opcode != "constant" and (
+          instr.opcode in REDUCTION_OPS or is_loop_op(instr)):
+        kind = "kInput" if instr.opcode in REDUCTION_OPS else "kLoop"
+        f = wrap(self.comp, instr, kind)
+        self.note(f"%{instr.name} alone in %{f.name} ({kind}): nothing to fuse with")
+        changed = True
+    return changed
+
+
+def run(module: Module) -> bool:
+  changed = False
+  for comp in fusible_computations(module):
+    changed |= _Fuser(module, comp).run()
+  if changed:
+    remove_unreachable_computations(module)
+  return changed
