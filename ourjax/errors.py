@@ -60,6 +60,21 @@ class TracerArrayConversionError(TypeError):
     self.tracer = tracer
 
 
+class NonConcreteBooleanIndexError(IndexError):
+  """A boolean mask whose values are not known while tracing was used as an index (or in
+  another operation whose result shape depends on how many of its values are true)."""
+
+  def __init__(self, tracer):
+    aval = getattr(tracer, "aval", None)
+    what = aval.str_short() if aval is not None else "?"
+    super().__init__(
+        f"Array boolean indices must be concrete; got {what}. The number of elements a traced "
+        "mask selects is not known while tracing, so neither is the shape of x[mask]. Keep the "
+        "shape with jnp.where(mask, x, fill), or pass a static size: jnp.nonzero(mask, size=n), jnp.where(mask, size=n), "
+        "jnp.compress(mask, x, size=n).")
+    self.tracer = tracer
+
+
 class UnexpectedTracerError(OurJaxError):
   """A tracer escaped the transformation that created it and was used later."""
 

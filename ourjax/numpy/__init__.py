@@ -9,6 +9,8 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
                    flip/roll/rot90, pad, diff
   _linalg_ops.py   dot, matmul, einsum, tensordot, inner/outer/vdot, kron, trace, diagonal
   _sorting.py      sort, argsort, lexsort, searchsorted, digitize, isin
+  _indexing.py     x[idx], x.at[idx], take/take_along_axis/put, nonzero/argwhere, unique,
+                   compress/extract, choose, ix_, unravel_index/ravel_multi_index
   _misc.py         select, trapezoid, cross, cov/corrcoef, polyval, vander, convolve/correlate,
                    bincount, histogram
   _gathers.py      the internal gathers the functions above use
@@ -54,6 +56,9 @@ from ourjax.numpy._linalg_ops import (dot, matmul, vdot, vecdot, inner, outer,  
                                       tensordot, kron, diagonal, trace, einsum, einsum_path)
 from ourjax.numpy._sorting import (sort, argsort, lexsort, partition, argpartition,  # noqa
                                    sort_complex, searchsorted, digitize, isin, in1d)
+from ourjax.numpy._indexing import (take, take_along_axis, put, nonzero, flatnonzero,  # noqa
+                                    argwhere, unique, compress, extract, choose, ix_,
+                                    unravel_index, ravel_multi_index)
 from ourjax.numpy._misc import (select, trapezoid, cross, cov, corrcoef, polyval,  # noqa: F401
                                 vander, convolve, correlate, bincount, histogram,
                                 histogram_bin_edges)

@@ -50,6 +50,9 @@ def _install():
   methods["__invert__"] = jnp.invert
   methods["__round__"] = lambda self, ndigits=None: jnp.round(self, ndigits or 0)
   methods["__iter__"] = _iter
+  from ourjax.numpy import _indexing
+  methods["__getitem__"] = _indexing._getitem
+  methods["__setitem__"] = _indexing._setitem
   methods["__array_namespace__"] = lambda self, *, api_version=None: jnp
 
   methods.update(
@@ -71,6 +74,7 @@ def _install():
       "real": jnp.real, "imag": jnp.imag, "T": lambda self: jnp.transpose(self),
       "mT": jnp.matrix_transpose, "itemsize": lambda self: self.dtype.itemsize,
       "nbytes": lambda self: self.size * self.dtype.itemsize,
+      "at": _indexing._IndexUpdateHelper,
   }
   for cls in (Array, core.Tracer):
     for name, fn in methods.items():
