@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -175,6 +176,21 @@ def _static_str(v) -> str:
   return r if len(r) <= 60 else r[:57] + "..."
 
 
+_JIT_CACHES = weakref.WeakKeyDictionary()
+
+
+def _shared_cache(fun, options) -> dict:
+  """The signature cache of ``fun`` under ``options``: shared by every ``jit(fun, ...)`` with
+  the same options (so ``jit(f)(x)`` in a loop traces once, as in JAX), dropped with ``fun``."""
+  try:
+    per_fun = _JIT_CACHES.get(fun)
+    if per_fun is None:
+      per_fun = _JIT_CACHES[fun] = {}
+    return per_fun.setdefault(options, {})
+  except TypeError:       # not weakly referenceable or not hashable: a cache of its own
+    return {}
+
+
 class JitWrapped:
   """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs and their
   executables.  The cache key is the argument structure, each argument leaf's shape, dtype and
@@ -226,7 +242,8 @@ class JitWrapped:
     self.keep_unused = keep_unused
     self.backend = backend
     self.inline = inline
-    self._cache: dict = {}
+    self._cache: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
+                                            donate_argnames, keep_unused, backend, inline))
     # (updated=(): copying fun's __dict__ would overwrite attributes such as self.fun)
     functools.update_wrapper(self, fun, updated=())
 

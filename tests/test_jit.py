@@ -89,6 +89,17 @@ def test_cache_hits_for_equal_avals():
   assert len(f.calls) == 1
 
 
+def test_cache_is_shared_by_jits_of_one_function():
+  f = counting(lambda x: x + 1)
+  ourjax.jit(f)(1.0)
+  ourjax.jit(f)(2.0)                          # a new wrapper, the same function and options
+  assert len(f.calls) == 1
+  ourjax.jit(f, static_argnums=())(1.0)       # equal options
+  assert len(f.calls) == 1
+  ourjax.jit(f, keep_unused=True)(1.0)        # other options: their own cache
+  assert len(f.calls) == 2
+
+
 def test_cache_misses_on_shape_dtype_and_structure():
   f = counting(lambda x: jnp.sum(x))
   g = ourjax.jit(f)
