@@ -356,6 +356,12 @@ if _have("cond", "while", "scan"):
   example("scan", lambda xs: lax.scan(lambda a, x: (a, lax.sin(x)), 0.0, xs, reverse=True)[1],
           [Arg((3,))], "scan:reverse, carry unbatched")
 
+if _have("reduce_precision"):
+  example("reduce_precision", lambda x: lax.reduce_precision(x, 5, 10),
+          _elementwise_args(1, F, "normal"), "reduce_precision:f16-like")
+  example("reduce_precision", lambda x: lax.reduce_precision(x, 8, 7),
+          _elementwise_args(1, F, "normal"), "reduce_precision:bf16-like")
+
 # primitives with no operands never see a batched value
 NO_OPERANDS = {"iota"}
 
