@@ -400,7 +400,8 @@ class JitWrapped:
   def _compile(self, entry):
     from ourjax import backends
     return backends.compile_jaxpr(entry.closed, self.backend, _fun_name(self.fun),
-                                  keep_unused=self.keep_unused, log_reason=entry.reason)
+                                  keep_unused=self.keep_unused, log_reason=entry.reason,
+                                  cache=False)     # (the cache entry keeps it)
 
   # -- stages ----------------------------------------------------------------------------------
 

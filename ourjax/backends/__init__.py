@@ -98,12 +98,13 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
 
 
 def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
-                  keep_unused: bool = True, log_reason: str | None = None):
-  """The executable of ``closed`` (cached per jaxpr object, backend and ``keep_unused``): a
-  ``ModuleExecutable``, or, when some primitive has no lowering rule and
-  ``OURJAX_STRICT_LOWERING`` is not set, a ``JaxprEvaluator``."""
+                  keep_unused: bool = True, log_reason: str | None = None, cache: bool = True):
+  """The executable of ``closed`` (cached per jaxpr object, backend and ``keep_unused`` unless
+  ``cache=False``, for callers that keep it themselves): a ``ModuleExecutable``, or, when some
+  primitive has no lowering rule and ``OURJAX_STRICT_LOWERING`` is not set, a
+  ``JaxprEvaluator``."""
   key = (id(closed), backend, keep_unused)
-  hit = _cache.get(key)
+  hit = _cache.get(key) if cache else None
   if hit is not None and hit[0] is closed:
     return hit[1]
   from ourjax.lowering import from_jaxpr
@@ -115,7 +116,8 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
       raise
     log.debug("jit(%s): %s; running the jaxpr op by op", name, e)
     exe = JaxprEvaluator(closed)
-  _cache[key] = (closed, exe)
+  if cache:
+    _cache[key] = (closed, exe)
   return exe
 
 
