@@ -13,7 +13,7 @@ after the pass pipeline (fusions included once the fusion pass runs), and
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -19,7 +19,6 @@ integers and booleans exactly and floats with a tight tolerance.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple
 
 import ml_dtypes
