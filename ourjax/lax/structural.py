@@ -95,12 +95,14 @@ ad.deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 
 
 def _broadcast_in_dim_batch(vals, dims, shape, broadcast_dimensions, sharding):
+  # The batch dimension goes right after the output dimension of the operand dimension before
+  # it, so the operand is used as it is and broadcast_dimensions stays increasing.
   (x,), (d,) = vals, dims
   size = get_aval(x).shape[d]
-  x = batching.moveaxis(x, d, 0)
-  new_shape = (size,) + tuple(shape)
-  new_dims = (0,) + tuple(b + 1 for b in broadcast_dimensions)
-  return broadcast_in_dim(x, new_shape, new_dims), 0
+  out_d = broadcast_dimensions[d - 1] + 1 if d else 0
+  new_shape = tuple(shape[:out_d]) + (size,) + tuple(shape[out_d:])
+  new_dims = broadcast_dimensions[:d] + (out_d,) + tuple(b + 1 for b in broadcast_dimensions[d:])
+  return broadcast_in_dim(x, new_shape, new_dims), out_d
 
 
 batching.batch_rules[broadcast_in_dim_p] = _broadcast_in_dim_batch
@@ -167,9 +169,9 @@ ad.deflinear(transpose_p,
 
 
 def _transpose_batch(vals, dims, permutation):
+  # one transpose that also brings the batch dimension to the front
   (x,), (d,) = vals, dims
-  x = batching.moveaxis(x, d, 0)
-  return transpose(x, (0,) + tuple(p + 1 for p in permutation)), 0
+  return transpose(x, (d,) + tuple(p + (p >= d) for p in permutation)), 0
 
 
 batching.batch_rules[transpose_p] = _transpose_batch
@@ -201,8 +203,8 @@ ad.deflinear(squeeze_p, lambda ct, x, dimensions: [reshape(ct, x.aval.shape)])
 
 def _squeeze_batch(vals, dims, dimensions):
   (x,), (d,) = vals, dims
-  x = batching.moveaxis(x, d, 0)
-  return squeeze(x, tuple(k + 1 for k in dimensions)), 0
+  dimensions = tuple(k + (k >= d) for k in dimensions)
+  return squeeze(x, dimensions), d - sum(k < d for k in dimensions)
 
 
 batching.batch_rules[squeeze_p] = _squeeze_batch
