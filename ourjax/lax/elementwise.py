@@ -25,10 +25,10 @@ def _low_precision(fn):
   """Run a NumPy float function in float32 for float16/bfloat16/float8 inputs (as XLA does)."""
   def impl(*xs, **params):
     dt = xs[0].dtype
-    if dtypes.is_float(dt) and dt.itemsize < 4:
-      out = fn(*[np.asarray(x, np.float32) for x in xs], **params)
-      return np.asarray(out).astype(dt)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):     # inf/NaN results are values here, not errors
+      if dtypes.is_float(dt) and dt.itemsize < 4:
+        out = fn(*[np.asarray(x, np.float32) for x in xs], **params)
+        return np.asarray(out).astype(dt)
       return fn(*xs, **params)
   return impl
 
