@@ -39,7 +39,7 @@ def _r(*shape):
 # in_axes / out_axes
 
 
-@settings(max_examples=30, deadline=None)
+@settings(deadline=None)
 @given(size=st.integers(1, 3), ax_x=st.integers(-3, 2), ax_y=st.sampled_from([None, 0, 1, -1]),
        ax_z=st.sampled_from([None, 0, -2]), out_axes=st.tuples(st.integers(-3, 2),
                                                                st.integers(-2, 1)),
@@ -170,7 +170,7 @@ def test_dtypes_and_weak_types_are_kept():
 # Nesting and composition
 
 
-@settings(max_examples=15, deadline=None)
+@settings(deadline=None)
 @given(outer=st.sampled_from([0, 1, -1]), inner=st.sampled_from([0, 1, None]),
        seed=st.integers(0, 2**31))
 def test_nested_vmap_equals_double_loop(outer, inner, seed):

@@ -447,7 +447,8 @@ def _per_example_outputs(fun, args, in_axes, size):
 
 @pytest.mark.parametrize("name,index", _case_ids(),
                          ids=[f"{n}-{i}" for n, i in _case_ids()])
-@settings(max_examples=8, deadline=None)
+# a third of the profile's examples per program (8 in CI): there are hundreds of programs
+@settings(max_examples=max(1, settings().max_examples // 3), deadline=None)
 @given(data=st.data())
 def test_vmap_matches_python_loop(name, index, data):
   ex = EXAMPLES[name][index]
