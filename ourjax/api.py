@@ -1056,6 +1056,8 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
     spec_paths = _leaf_spec_paths(out_tree, out_axes)
     outs = [batching.matchaxis(size, d, od, v, axis_name=axis_name, where=p)
             for v, d, od, p in zip(vals, dims, out_dims, spec_paths)]
+    # an argument returned as it is comes back as an Array (canonical dtype), as from jit
+    outs = [device_put(o) if isinstance(o, (np.ndarray, np.generic)) else o for o in outs]
     return tree_unflatten(out_tree, outs)
 
   functools.update_wrapper(vmapped, fun)

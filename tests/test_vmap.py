@@ -158,6 +158,13 @@ def test_docstring_and_wrapping():
   assert v.__name__ == "superfun"
 
 
+def test_outputs_are_arrays_with_canonical_dtypes():
+  out = ourjax.vmap(lambda a: a)(np.ones(3))            # float64 input, x64 off
+  assert isinstance(out, ourjax.Array) and out.dtype == np.float32
+  out = ourjax.vmap(lambda a, b: b, in_axes=(0, None), out_axes=None)(np.ones(3), np.ones(2))
+  assert isinstance(out, ourjax.Array) and out.dtype == np.float32
+
+
 def test_dtypes_and_weak_types_are_kept():
   x = np.arange(6, dtype=np.int32).reshape(3, 2)
   out = ourjax.vmap(lambda a: a * 2)(x)
