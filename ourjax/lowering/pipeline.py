@@ -18,7 +18,8 @@ import os
 from typing import Callable, Sequence
 
 from ourjax.lowering import hlo
-from ourjax.lowering.passes import constant_folding, cse, dce, simplify
+from ourjax.lowering.passes import (buffer_assignment, constant_folding, cse, dce, fusion,
+                                    multi_output_fusion, simplify)
 
 #: (name, run) pairs, run in order to a fixed point.
 PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
@@ -28,8 +29,12 @@ PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("dce", dce.run),
 ]
 
-#: (name, run) pairs run once after the fixed point: fusion, then buffer assignment, go here.
-LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = []
+#: (name, run) pairs run once after the fixed point: fusion, then buffer assignment.
+LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
+    ("fusion", fusion.run),
+    ("multi_output_fusion", multi_output_fusion.run),
+    ("buffer_assignment", buffer_assignment.run),
+]
 
 #: Rounds of ``PASSES`` before giving up on a fixed point.
 MAX_ITERATIONS = 8

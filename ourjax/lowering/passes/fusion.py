@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Computation, Instruction, Module
 
-__all__ = ["run", "is_expensive", "is_loop_op", "fusible_computations", "Decision", "Space",
+__all__ = ["run", "check", "is_expensive", "is_loop_op", "fusible_computations", "Decision", "Space",
            "space_of", "LOOP_OPS", "EXPENSIVE_OPS"]
 
 PASS = "fusion"
@@ -232,6 +232,80 @@ def space_of(fusion: Instruction) -> Space | None:
   sp = Space("reduce", *keys.pop())
   allowed = {sp.dims, sp.kept}
   return sp if out_dims <= allowed else None
+
+
+def check(fusion: Instruction) -> str | None:
+  """What is wrong with ``fusion`` for an emitter, or None: the contract each kind promises.
+
+  Every fusion: its instructions are loop ops (free: computable at any index from the
+  parameters), plus the kind's heroes and what depends on them:
+
+  kLoop    no heroes; every output has the same dims (one loop).
+  kOutput  exactly one dot or convolution, reading parameters; what depends on it is
+           elementwise over its dims, and the root does.
+  kInput   either one reduce-window, the root; or reduces sharing one ``Space`` (same operand
+           dims, same reduced dims). What depends on a reduce is elementwise over the kept dims
+           (an epilogue), a get-tuple-element of a variadic reduce, or the root tuple; in a row
+           space it may also be elementwise over the full dims, a row broadcast (kept -> full,
+           dimensions 0..k-1), or another reduce (the next pass over the same row)."""
+  kind, comp = fusion.attrs["kind"], fusion.attrs["calls"]
+  heroes = [i for i in comp.instructions if i.opcode in REDUCTION_OPS | CONTRACTION_OPS]
+  for i in comp.instructions:
+    if i.opcode not in LOOP_OPS and i not in heroes and i.opcode != "parameter" and not (
+        i.opcode == "tuple" and i is comp.root) and i.opcode != "get-tuple-element":
+      return f"%{i.name}: {i.opcode} cannot be fused"
+  if kind == "kLoop":
+    if heroes:
+      return f"kLoop fusion holds %{heroes[0].name}"
+    return None if space_of(fusion) is not None else "outputs differ in dims"
+  if kind == "kOutput":
+    if len(heroes) != 1 or heroes[0].opcode not in CONTRACTION_OPS:
+      return "a kOutput fusion holds exactly one dot or convolution"
+    dot = heroes[0]
+    if any(o.opcode != "parameter" for o in dot.operands):
+      return f"the operands of %{dot.name} are not parameters"
+    after = {dot}
+    for x in comp.instructions:
+      if x is not dot and any(o in after for o in x.operands):
+        if not (x.is_elementwise() and x.dims == dot.dims):
+          return f"%{x.name} is not an elementwise epilogue of %{dot.name}"
+        after.add(x)
+    return None if comp.root in after else "the root does not depend on the dot"
+  if any(h.opcode in CONTRACTION_OPS for h in heroes):
+    return "a kInput fusion holds a dot"
+  windows = [h for h in heroes if h.opcode == "reduce-window"]
+  if windows:
+    return None if heroes == [comp.root] else "a reduce-window must be the only hero, the root"
+  sp = space_of(fusion)
+  if sp is None or sp.kind != "reduce":
+    return "the reductions do not share one iteration space"
+  after = set()
+  for x in comp.instructions:
+    hits = [k for k, o in enumerate(x.operands) if o in after]
+    if x.opcode == "reduce":
+      n = len(x.operands) // 2
+      if any(k >= n for k in hits):
+        return f"the init value of %{x.name} depends on a reduction"
+      if hits and not sp.row:
+        return f"%{x.name} reduces a value that depends on a reduction (not a row space)"
+      after.add(x)
+      continue
+    if not hits:
+      continue
+    if x.opcode in ("get-tuple-element", "tuple"):
+      ok = True
+    elif x.is_elementwise():
+      levels = (sp.kept, sp.dims) if sp.row else (sp.kept,)
+      ok = x.dims in levels
+    elif x.opcode == "broadcast":
+      ok = (sp.row and x.operands[0].dims == sp.kept and x.dims == sp.dims
+            and tuple(x.attrs["dimensions"]) == tuple(range(len(sp.kept))))
+    else:
+      ok = False
+    if not ok:
+      return f"%{x.name} ({x.opcode}) uses a reduction's result outside of {sp}"
+    after.add(x)
+  return None
 
 
 # ---------------------------------------------------------------------------------------------

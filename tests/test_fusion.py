@@ -1,0 +1,500 @@
+"""Fusion (loop, input, output), multi-output fusion and reduction epilogues: how many kernels the
+target programs become, what is never fused or duplicated, the recorded reasons, the printed
+form, and the main guard: fused modules give bitwise the results of unfused ones on the
+reference executor (random programs from ``hlo_programs`` and random reduction-heavy programs)."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hlo_programs import assert_bitwise_equal, programs, random_array
+from ourjax.backends import reference
+from ourjax.lowering import pipeline
+from ourjax.lowering.hlo import Builder, Module, Shape, scalar_computation, verify
+from ourjax.lowering.passes import fusion, multi_output_fusion
+
+NOT_KERNELS = ("parameter", "constant", "tuple", "get-tuple-element")
+
+
+def S(dtype, *dims):
+  return Shape(dtype, dims)
+
+
+def module(build, *shapes, name="t"):
+  m = Module(name)
+  b = Builder(m, "main")
+  ps = [b.parameter(s) for s in shapes]
+  m.entry = b.build(build(b, *ps))
+  verify(m)
+  return m
+
+
+def optimized(m, late=("fusion", "multi_output_fusion")):
+  """(original, optimized) where the optimized copy ran the simplifier passes and the named late
+  passes; checks the results agree bitwise."""
+  m0 = m.clone()
+  passes = {"fusion": fusion.run, "multi_output_fusion": multi_output_fusion.run}
+  pipeline.optimize(m, late_passes=[(n, passes[n]) for n in late])
+  check_contracts(m)
+  check_same_results(m0, m)
+  return m0, m
+
+
+def check_contracts(m):
+  """Every fusion keeps the promises of its kind (``fusion.check``)."""
+  for comp in fusion.fusible_computations(m):
+    for i in comp.instructions:
+      if i.opcode == "fusion":
+        problem = fusion.check(i)
+        assert problem is None, f"%{i.name}: {problem}\n{m}"
+
+
+def check_same_results(before, after, seeds=range(3)):
+  for seed in seeds:
+    rng = np.random.default_rng(seed)
+    args = [random_array(rng, p.dtype, p.dims) for p in before.entry.parameters]
+    want, got = reference.compile(before)(*args), reference.compile(after)(*args)
+    assert len(want) == len(got)
+    for a, b in zip(want, got):
+      assert_bitwise_equal(a, b)
+
+
+def kernels(m):
+  return [i for i in m.entry.instructions if i.opcode not in NOT_KERNELS]
+
+
+def fusions(m):
+  return [i for i in m.entry.instructions if i.opcode == "fusion"]
+
+
+def count_ops(m, opcode):
+  return sum(i.opcode == opcode for c in m.computations for i in c.instructions)
+
+
+def notes(m, prefix):
+  return [n for n in m.notes if n.startswith(prefix + ":")]
+
+
+# ---------------------------------------------------------------------------------------------
+# the target programs
+# ---------------------------------------------------------------------------------------------
+
+def gelu(b, x):
+  s = x.shape
+  inner = b.multiply(b.full(0.7978845608, s), b.add(x, b.multiply(
+      b.full(0.044715, s), b.multiply(x, b.multiply(x, x)))))
+  return b.multiply(b.multiply(b.full(0.5, s), x), b.add(b.full(1.0, s), b.tanh(inner)))
+
+
+def softmax(b, x):
+  m, (n, d) = b.module, x.dims
+  mx = b.reduce(x, b.constant(-np.inf, "f32"), (1,), scalar_computation(m, "maximum", "f32"))
+  e = b.exp(b.subtract(x, b.broadcast(mx, (n, d), (0,))))
+  s = b.reduce(e, b.constant(0.0, "f32"), (1,), scalar_computation(m, "add", "f32"))
+  return b.divide(e, b.broadcast(s, (n, d), (0,)))
+
+
+def layernorm(b, x, gamma, beta):
+  m, (n, d) = b.module, x.dims
+  add = scalar_computation(m, "add", "f32")
+  row = S("f32", n)
+  mean = b.divide(b.reduce(x, b.constant(0.0, "f32"), (1,), add), b.full(float(d), row))
+  xc = b.subtract(x, b.broadcast(mean, (n, d), (0,)))
+  var = b.divide(b.reduce(b.multiply(xc, xc), b.constant(0.0, "f32"), (1,), add),
+                 b.full(float(d), row))
+  rstd = b.rsqrt(b.add(var, b.full(1e-5, row)))
+  y = b.multiply(b.multiply(xc, b.broadcast(rstd, (n, d), (0,))), b.broadcast(gamma, (n, d), (1,)))
+  return b.add(y, b.broadcast(beta, (n, d), (1,)))
+
+
+def dense_tanh(b, x, w, bias):
+  y = b.dot(x, w, (1,), (0,))
+  return b.tanh(b.add(y, b.broadcast(bias, y.dims, (1,))))
+
+
+def test_gelu_is_one_loop_fusion():
+  _, m = optimized(module(gelu, S("f32", 16, 32)))
+  (f,) = kernels(m)
+  assert f.opcode == "fusion" and f.attrs["kind"] == "kLoop"
+  assert count_ops(m, "tanh") == 1
+
+
+def test_chain_of_ten_elementwise_ops_is_one_fusion():
+  def chain(b, x, y):
+    v = x
+    for op in ["add", "multiply", "exponential", "negate", "subtract", "tanh", "maximum",
+               "abs", "multiply", "log-plus-one"]:
+      v = b.emit(op, (v, y) if op in ("add", "multiply", "subtract", "maximum") else (v,))
+    return v
+  _, m = optimized(module(chain, S("f32", 8, 8), S("f32", 8, 8)))
+  (f,) = kernels(m)
+  assert f.opcode == "fusion" and f.attrs["kind"] == "kLoop" and len(f.operands) == 2
+  assert len(f.attrs["calls"].instructions) == 12  # 2 parameters + the 10 ops
+
+
+@pytest.mark.parametrize("late", [("fusion",), ("fusion", "multi_output_fusion")])
+def test_softmax_over_the_last_axis(late):
+  _, m = optimized(module(softmax, S("f32", 8, 128)), late)
+  ks = kernels(m)
+  assert all(k.opcode == "fusion" for k in ks)
+  assert count_ops(m, "exponential") == 1
+  if "multi_output_fusion" in late:
+    (f,) = ks   # max, exp, sum and the division in one row kernel
+    assert f.attrs["kind"] == "kInput"
+    assert fusion.space_of(f) == fusion.Space("reduce", (8, 128), (1,))
+    assert fusion.space_of(f).row
+    assert any("reduction epilogue" in n for n in notes(m, "multi_output_fusion"))
+  else:
+    assert len(ks) == 4  # max | exp | sum | divide: reductions are roots of their own fusions
+
+
+def test_layernorm_is_at_most_two_fusions():
+  _, m = optimized(module(layernorm, S("f32", 8, 64), S("f32", 64), S("f32", 64)))
+  ks = kernels(m)
+  assert len(ks) <= 2 and all(k.opcode == "fusion" for k in ks)
+  assert count_ops(m, "rsqrt") == 1
+
+
+def test_dense_tanh_is_one_output_fusion():
+  _, m = optimized(module(dense_tanh, S("f32", 4, 16), S("f32", 16, 8), S("f32", 8)))
+  (f,) = kernels(m)
+  assert f.attrs["kind"] == "kOutput"
+  fc = f.attrs["calls"]
+  dot = next(i for i in fc.instructions if i.opcode == "dot")
+  assert all(o.opcode == "parameter" for o in dot.operands)  # the dot reads memory
+  assert fc.root.opcode == "tanh" and fc.root.shape == f.shape
+  assert any("output fusion" in n for n in notes(m, "fusion"))
+
+
+def test_nothing_is_fused_into_a_dots_operands():
+  def f(b, x, w):
+    return b.dot(b.exp(x), b.negate(w), (1,), (0,))
+  _, m = optimized(module(f, S("f32", 4, 6), S("f32", 6, 5)))
+  dot = next(i for i in m.entry.instructions if i.opcode == "dot")
+  assert all(o.opcode == "fusion" and o.attrs["kind"] == "kLoop" for o in dot.operands)
+  assert [c for c in m.computations for i in c.instructions if i.opcode == "dot"] == [m.entry]
+
+
+def test_kernel_counts_are_what_the_tests_claim():
+  """The counting helpers see unfused kernels (guards the tests above against vacuity)."""
+  m = module(softmax, S("f32", 4, 8))
+  assert len(kernels(m)) == 7 and not fusions(m)
+
+
+# ---------------------------------------------------------------------------------------------
+# expensive producers, reuse, and what is never fused
+# ---------------------------------------------------------------------------------------------
+
+def test_expensive_producer_with_two_users_is_not_duplicated():
+  def f(b, x, y):
+    e = b.exp(x)
+    return b.tuple([b.transpose(e, (1, 0)), b.add(e, y)])
+  m = module(f, S("f32", 6, 6), S("f32", 6, 6))
+  _, m1 = optimized(m.clone(), ("fusion",))
+  assert count_ops(m1, "exponential") == 1
+  assert any(n.endswith("expensive and has 2 users") and "%exponential" in n
+             for n in notes(m1, "fusion"))
+  assert len(kernels(m1)) == 3
+  # multi-output fusion folds exp into the add (same index) and keeps it an output for the
+  # transpose (which reads it at other indices)
+  _, m2 = optimized(m, ("fusion", "multi_output_fusion"))
+  assert count_ops(m2, "exponential") == 1
+  ks = kernels(m2)
+  assert len(ks) == 2
+  multi = [k for k in ks if k.shape.is_tuple]
+  assert len(multi) == 1 and len(multi[0].shape.tuple_shapes) == 2
+  assert any("other indices" in n for n in notes(m2, "multi_output_fusion"))
+
+
+def test_cheap_producer_is_duplicated():
+  def f(b, x, y):
+    a = b.add(x, y)
+    return b.tuple([b.transpose(a, (1, 0)), b.reverse(a, (0,))])
+  _, m = optimized(module(f, S("f32", 4, 4), S("f32", 4, 4)), ("fusion",))
+  assert count_ops(m, "add") == 2
+  assert all(k.opcode == "fusion" for k in kernels(m)) and len(kernels(m)) == 2
+  assert any("duplicated" in n for n in notes(m, "fusion"))
+
+
+def test_expensive_producer_is_not_recomputed_per_broadcast_element():
+  def f(b, x, v):
+    return b.add(x, b.broadcast(b.exp(v), x.dims, (0,)))
+  _, m = optimized(module(f, S("f32", 4, 32), S("f32", 4)), ("fusion",))
+  assert len(kernels(m)) == 2
+  assert any("reads each of its elements many times" in n for n in notes(m, "fusion"))
+  # cheap: fused
+  def g(b, x, v):
+    return b.add(x, b.broadcast(b.negate(v), x.dims, (0,)))
+  _, m = optimized(module(g, S("f32", 4, 32), S("f32", 4)), ("fusion",))
+  assert len(kernels(m)) == 1
+
+
+def test_sort_scatter_while_stay_unfused():
+  def f(b, x, y):
+    m = b.module
+    s = b.sort([b.exp(x)], 1, scalar_computation(m, "LT", "f32"))
+    return b.add(b.sort([b.negate(s)], 0, scalar_computation(m, "GT", "f32")), y)
+  _, m = optimized(module(f, S("f32", 4, 5), S("f32", 4, 5)))
+  ops = [i.opcode for i in kernels(m)]
+  assert ops.count("sort") == 2 and ops.count("fusion") == 3
+  for c in m.computations:
+    if c is not m.entry:
+      assert all(i.opcode != "sort" for i in c.instructions)
+  assert any("sort is never fused" in n for n in notes(m, "fusion"))
+
+
+def make_while(m, n):
+  """while i < 5: (i + 1, tanh(x) * 2 + 1) on (s32[], f32[n])."""
+  st = S("f32", n)
+  ts = Shape.tuple([S("s32"), st])
+  cb = Builder(m, "cond")
+  p = cb.parameter(ts)
+  cond = cb.build(cb.lt(cb.get_tuple_element(p, 0), cb.constant(5, "s32")))
+  bb = Builder(m, "body")
+  p = bb.parameter(ts)
+  i, x = bb.get_tuple_element(p, 0), bb.get_tuple_element(p, 1)
+  x = bb.add(bb.multiply(bb.tanh(x), bb.full(2.0, st)), bb.full(1.0, st))
+  body = bb.build(bb.tuple([bb.add(i, bb.constant(1, "s32")), x]))
+  return cond, body
+
+
+def test_fusion_inside_while_bodies_but_not_across_the_loop():
+  m = Module("w")
+  cond, body = make_while(m, 16)
+  b = Builder(m, "main")
+  x = b.parameter(S("f32", 16))
+  w = b.while_loop(b.tuple([b.constant(0, "s32"), b.exp(x)]), cond, body)
+  m.entry = b.build(b.negate(b.get_tuple_element(w, 1)))
+  _, m = optimized(m)
+  ops = [i.opcode for i in kernels(m)]
+  assert ops == ["fusion", "while", "fusion"]
+  body = next(i for i in m.entry.instructions if i.opcode == "while").attrs["body"]
+  body_fusions = [i for i in body.instructions if i.opcode == "fusion"]
+  assert len(body_fusions) == 2  # the counter increment, the tanh chain
+  assert count_ops(m, "tanh") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# multi-output fusion
+# ---------------------------------------------------------------------------------------------
+
+def test_sibling_reductions_read_their_input_once():
+  def f(b, x):
+    m = b.module
+    mx = b.reduce(x, b.constant(-np.inf, "f32"), (0,), scalar_computation(m, "maximum", "f32"))
+    sm = b.reduce(x, b.constant(0.0, "f32"), (0,), scalar_computation(m, "add", "f32"))
+    return b.tuple([mx, sm])
+  _, m = optimized(module(f, S("f32", 32, 8)))
+  (k,) = kernels(m)
+  assert k.attrs["kind"] == "kInput" and len(k.shape.tuple_shapes) == 2
+  assert count_ops(m, "reduce") == 2
+  assert any("merged siblings" in n for n in notes(m, "multi_output_fusion"))
+
+
+def test_sibling_loops_over_one_input():
+  def f(b, x):
+    return b.tuple([b.exp(x), b.log(x), b.sqrt(x)])
+  _, m = optimized(module(f, S("f32", 4, 8)))
+  (k,) = kernels(m)
+  assert k.attrs["kind"] == "kLoop" and len(k.shape.tuple_shapes) == 3
+
+
+def test_producer_with_outside_user_becomes_an_extra_output():
+  def f(b, x):
+    e = b.exp(x)
+    col = b.reduce(e, b.constant(0.0, "f32"), (0,), scalar_computation(b.module, "add", "f32"))
+    return b.tuple([col, b.transpose(e, (1, 0))])
+  _, m = optimized(module(f, S("f32", 8, 8)))
+  ks = kernels(m)
+  assert len(ks) == 2 and count_ops(m, "exponential") == 1
+  (multi,) = [k for k in ks if k.shape.is_tuple]
+  assert multi.attrs["kind"] == "kInput"
+  assert any("stays an output" in n for n in notes(m, "multi_output_fusion"))
+
+
+def test_no_merge_that_would_create_a_cycle():
+  def f(b, x):
+    e = b.exp(x)
+    s = b.sort([e], 1, scalar_computation(b.module, "LT", "f32"))  # never fused
+    return b.add(e, s)
+  _, m = optimized(module(f, S("f32", 4, 4)))
+  assert count_ops(m, "exponential") == 1
+  assert any("a cycle" in n for n in notes(m, "multi_output_fusion"))
+
+
+def test_column_reduction_epilogue_but_no_broadcast_back():
+  def f(b, x):
+    n, d = x.dims
+    s = b.reduce(x, b.constant(0.0, "f32"), (0,), scalar_computation(b.module, "add", "f32"))
+    mean = b.divide(s, b.full(float(n), S("f32", d)))
+    return b.subtract(x, b.broadcast(mean, (n, d), (1,)))
+  _, m = optimized(module(f, S("f32", 16, 4)))
+  # the division joins the column sum as an epilogue; the subtraction needs the finished
+  # column means at every row, which a non-row reduction cannot provide in the same pass
+  assert len(kernels(m)) == 2
+  assert any("reads the producer's result at other indices" in n
+             for n in notes(m, "multi_output_fusion"))
+
+
+def test_column_result_read_along_rows_is_not_an_epilogue():
+  def f(b, x):
+    s = b.reduce(x, b.constant(0.0, "f32"), (0,), scalar_computation(b.module, "add", "f32"))
+    return b.add(x, b.broadcast(s, (4, 4), (0,)))   # shapes fit, but s[i] is a column total
+  _, m = optimized(module(f, S("f32", 4, 4)))
+  assert len(kernels(m)) == 2
+
+
+def test_check_names_a_broken_contract():
+  def f(b, x):
+    s = b.reduce(x, b.constant(0.0, "f32"), (0,), scalar_computation(b.module, "add", "f32"))
+    return b.add(x, b.broadcast(s, (4, 4), (0,)))
+  m = module(f, S("f32", 4, 4))
+  root = m.entry.root
+  fusion.wrap(m.entry, root, "kInput")   # everything in one fusion, by hand
+  (f1,) = [i for i in m.entry.instructions if i.opcode == "fusion"]
+  fusion.fuse_into(m.entry, f1, root.operands[1])
+  fusion.fuse_into(m.entry, f1, next(o for o in f1.operands if o.opcode == "reduce"))
+  verify(m)
+  assert "uses a reduction's result outside of reduction of [4,4] over {0}" in fusion.check(f1)
+
+
+def test_output_fusions_are_not_merged():
+  def f(b, x, w, bias):
+    y = dense_tanh(b, x, w, bias)
+    return b.tuple([y, b.exp(y)])
+  _, m = optimized(module(f, S("f32", 4, 16), S("f32", 16, 8), S("f32", 8)))
+  assert sorted(k.attrs["kind"] for k in kernels(m)) == ["kLoop", "kOutput"]
+
+
+# ---------------------------------------------------------------------------------------------
+# printing and notes
+# ---------------------------------------------------------------------------------------------
+
+def test_printed_form_and_dumped_reasons(tmp_path):
+  m = module(softmax, S("f32", 256, 512), name="softmax")
+  pipeline.optimize(m, dump_dir=str(tmp_path))
+  text = m.to_string(operand_shapes=False)
+  (f,) = fusions(m)
+  n = f.name.split(".")[1]
+  assert f"%fusion.{n} = f32[256,512] fusion(%p0), kind=kInput, calls=%fused_computation.{n}" \
+      in text
+  assert text.index(f"%fused_computation.{n} (") < text.index("ENTRY %main")
+  dumped = {p.name.split("-", 1)[1]: p.read_text() for p in tmp_path.iterdir()}
+  assert "fused %subtract" in dumped["fusion.txt"]
+  assert "not fusing %exponential" in dumped["fusion.txt"]
+  assert "reduction epilogue" in dumped["multi_output_fusion.txt"]
+  assert "arena of" in dumped["buffer_assignment.txt"]
+
+
+def test_every_decision_has_a_reason():
+  m = module(layernorm, S("f32", 8, 64), S("f32", 64), S("f32", 64))
+  pipeline.optimize(m)
+  for n in notes(m, "fusion") + notes(m, "multi_output_fusion"):
+    assert ": " in n.split(": ", 1)[1], n   # "<decision>: <reason>"
+
+
+def test_fusion_pass_is_idempotent():
+  m = module(layernorm, S("f32", 8, 64), S("f32", 64), S("f32", 64))
+  pipeline.optimize(m)
+  text = m.to_string()
+  assert not fusion.run(m) and not multi_output_fusion.run(m)
+  assert m.to_string() == text
+
+
+# ---------------------------------------------------------------------------------------------
+# the guard: fused modules compute bitwise what unfused ones do
+# ---------------------------------------------------------------------------------------------
+
+@settings(max_examples=80, deadline=None)
+@given(programs(max_ops=40))
+def test_fusion_preserves_results_on_random_programs(prog):
+  m, args = prog
+  want = reference.compile(m)(*args)
+  opt = pipeline.optimize(m.clone())
+  check_contracts(opt)
+  got = reference.compile(opt)(*args)
+  for i, (a, b) in enumerate(zip(want, got)):
+    assert_bitwise_equal(a, b, f"output {i} of\n{m}\nfused to\n{opt}\n")
+
+
+_UNARY = ["exponential", "tanh", "negate", "abs", "log", "sqrt", "logistic", "sine"]
+_BINARY = ["add", "subtract", "multiply", "divide", "maximum"]
+
+
+@st.composite
+def reduction_programs(draw):
+  """Random DAGs over a row shape R + C and its rows R (and its columns C): elementwise ops
+  (many expensive), row and column reductions, broadcasts back, transposes and reverses, dots,
+  reused values — the patterns of softmax, layernorm and their gradients."""
+  rows = draw(st.sampled_from([(3,), (4,), (2, 3)]))
+  cols = draw(st.sampled_from([(4,), (2, 2)]))
+  full, nr = rows + cols, len(rows)
+  m = Module("reductions")
+  b = Builder(m, "main")
+  levels = {"full": [b.parameter(S("f32", *full))], "rows": [], "cols": []}
+  add = scalar_computation(m, "add", "f32")
+  mx = scalar_computation(m, "maximum", "f32")
+
+  def pick(level):
+    vals = levels[level]
+    return vals[-1] if draw(st.booleans()) else draw(st.sampled_from(vals))
+
+  for _ in range(draw(st.integers(3, 14))):
+    kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "rowreduce", "colreduce",
+                                 "bcast", "bcast", "permute", "dot", "param"]))
+    level = draw(st.sampled_from([k for k, v in levels.items() if v]))
+    if kind == "unary":
+      v = b.emit(draw(st.sampled_from(_UNARY)), (pick(level),))
+    elif kind == "binary":
+      v = b.emit(draw(st.sampled_from(_BINARY)), (pick(level), pick(level)))
+    elif kind in ("rowreduce", "colreduce"):
+      dims = tuple(range(nr, len(full))) if kind == "rowreduce" else tuple(range(nr))
+      comp, init = (add, 0.0) if draw(st.booleans()) else (mx, -np.inf)
+      v = b.reduce(pick("full"), b.constant(init, "f32"), dims, comp)
+      level = "rows" if kind == "rowreduce" else "cols"
+    elif kind == "bcast":
+      if level == "full":
+        continue
+      x = pick(level)
+      # any placement the sizes allow: [4] goes to either dimension of [4,4]
+      options = [d for d in itertools.combinations(range(len(full)), x.shape.rank)
+                 if all(full[p] == n for p, n in zip(d, x.dims))]
+      v, level = b.broadcast(x, full, draw(st.sampled_from(options))), "full"
+    elif kind == "permute":
+      x = pick("full")
+      v = b.reverse(x, (0,)) if draw(st.booleans()) or len(full) != 2 or full[0] != full[1] \
+          else b.transpose(x, (1, 0))
+      level = "full"
+    elif kind == "dot":
+      if len(full) != 2:
+        continue
+      w = b.parameter(S("f32", full[1], full[1]))
+      v, level = b.dot(pick("full"), w, (1,), (0,)), "full"
+    else:
+      v = b.parameter(S("f32", *(full if level == "full" else rows if level == "rows"
+                                 else cols)))
+    levels[level].append(v)
+  vals = [v for vs in levels.values() for v in vs if v.opcode != "parameter"]
+  if not vals:
+    vals = levels["full"]
+  outs = vals[-draw(st.integers(1, min(3, len(vals)))):]
+  m.entry = b.build(b.tuple(outs))
+  rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+  args = [rng.standard_normal(p.dims).astype(np.float32) for p in m.entry.parameters]
+  return m, args
+
+
+@settings(max_examples=80, deadline=None)
+@given(reduction_programs())
+def test_fusion_preserves_results_on_reduction_programs(prog):
+  m, args = prog
+  want = reference.compile(m)(*args)
+  opt = pipeline.optimize(m.clone())
+  check_contracts(opt)
+  got = reference.compile(opt)(*args)
+  for k in kernels(opt):  # every kernel is a fusion or an op that is never fused
+    assert k.opcode in ("fusion", "dot"), k
+  for i, (a, b) in enumerate(zip(want, got)):
+    assert_bitwise_equal(a, b, f"output {i} of\n{m}\nfused to\n{opt}\n")
