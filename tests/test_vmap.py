@@ -174,6 +174,69 @@ def test_dtypes_and_weak_types_are_kept():
 
 
 # ------------------------------------------------------------------------------------------------
+# jnp, nn and random programs (the APIs built on the primitives) under vmap
+
+
+def _jnp_programs():
+  from ourjax import nn, random
+  f32, i32 = np.float32, np.int32
+  W = np.linspace(-1, 1, 12, dtype=f32).reshape(4, 3)
+  return {
+      "softmax": (lambda x: nn.softmax(x), [((4,), f32)]),
+      "layernorm": (lambda x: (x - jnp.mean(x)) / jnp.sqrt(jnp.var(x) + 1e-5), [((4,), f32)]),
+      "logsumexp": (lambda x: nn.logsumexp(x), [((2, 4), f32)]),
+      "matmul": (lambda x: jnp.tanh(x @ W), [((2, 4), f32)]),
+      "einsum": (lambda a, x: jnp.einsum("ij,j->i", a, x), [((3, 4), f32), ((4,), f32)]),
+      "index": (lambda x, i: jnp.asarray(x)[i] + jnp.asarray(x)[1:3].sum(), [((4,), f32), ((), "index")]),
+      "take": (lambda x, i: jnp.take(x, i, axis=0), [((4, 2), f32), ((3,), "index")]),
+      "at_set": (lambda x, i, v: jnp.asarray(x).at[i].set(v), [((4,), f32), ((), "index"), ((), f32)]),
+      "at_add": (lambda x, i: jnp.asarray(x).at[i].add(1.0), [((4,), f32), ((2,), "index")]),
+      "where": (lambda x, y: jnp.where(x > 0, x, y), [((4,), f32), ((4,), f32)]),
+      "sort_argsort": (lambda x: (jnp.sort(x), jnp.argsort(x), jnp.argmax(x)), [((5,), f32)]),
+      "cumsum_flip_roll": (lambda x: jnp.roll(jnp.flip(jnp.cumsum(x)), 1), [((4,), f32)]),
+      "stack_concat": (lambda x, y: jnp.concatenate([jnp.stack([x, y]), jnp.asarray(x)[None]], axis=0),
+                       [((3,), f32), ((3,), f32)]),
+      "one_hot": (lambda i: nn.one_hot(i, 4), [((2,), "index")]),
+      "clip_pad_tril": (lambda x: jnp.tril(jnp.pad(jnp.clip(x, -0.5, 0.5), 1)),
+                        [((2, 2), f32)]),
+      "random_normal": (lambda k: random.normal(k, (3,)), [((2,), "key")]),
+      "random_split_uniform": (lambda k: random.uniform(random.split(k)[1], (2,)),
+                               [((2,), "key")]),
+  }
+
+
+_JNP_PROGRAMS = sorted(_jnp_programs())
+
+
+def _make_value(r, shape, dt, lead=()):
+  from ourjax import random
+  full = tuple(lead) + tuple(shape)
+  if dt == "index":
+    return r.integers(0, 3, full).astype(np.int32)
+  if dt == "key":
+    keys = [np.asarray(random.PRNGKey(int(s))) for s in r.integers(0, 1000, int(np.prod(lead)))]
+    return np.stack(keys).reshape(full) if lead else keys[0]
+  return r.normal(size=full).astype(dt)
+
+
+@pytest.mark.parametrize("name", _JNP_PROGRAMS)
+@settings(deadline=None, max_examples=max(1, settings().max_examples // 3))
+@given(data=st.data())
+def test_jnp_programs_match_a_loop(name, data):
+  fun, specs = _jnp_programs()[name]
+  size = data.draw(st.integers(1, 3), label="size")
+  mapped = data.draw(st.lists(st.booleans(), min_size=len(specs), max_size=len(specs))
+                     .filter(any), label="mapped")
+  r = np.random.default_rng(data.draw(st.integers(0, 2**31), label="seed"))
+  args = [_make_value(r, sh, dt, (size,) if m else ()) for (sh, dt), m in zip(specs, mapped)]
+  in_axes = tuple(0 if m else None for m in mapped)
+  got = ourjax.vmap(fun, in_axes=in_axes)(*args)
+  outs = [fun(*[a[b] if m else a for a, m in zip(args, mapped)]) for b in range(size)]
+  want = tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *outs)
+  _close(got, want, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
 # Nesting and composition
 
 

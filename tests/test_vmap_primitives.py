@@ -82,6 +82,13 @@ def _binary(name, dtypes, domain="normal"):
 
 @functools.lru_cache(None)
 def _all_primitives() -> dict:
+  import importlib
+  for mod in ("ourjax.numpy", "ourjax.nn", "ourjax.random", "ourjax.custom_derivatives",
+              "ourjax.ad_checkpoint", "ourjax.lax.control_flow"):
+    try:                      # modules register their primitives when imported
+      importlib.import_module(mod)
+    except ImportError:
+      pass
   prims = set(core.abstract_eval_rules) | set(core.impl_rules) | set(batching.batch_rules)
   return {p.name: p for p in prims}
 
