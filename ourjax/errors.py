@@ -70,8 +70,8 @@ class NonConcreteBooleanIndexError(IndexError):
     super().__init__(
         f"Array boolean indices must be concrete; got {what}. The number of elements a traced "
         "mask selects is not known while tracing, so neither is the shape of x[mask]. Keep the "
-        "shape with jnp.where(mask, x, fill), or pass a static size: jnp.nonzero(mask, size=n), jnp.where(mask, size=n), "
-        "jnp.compress(mask, x, size=n).")
+        "shape with jnp.where(mask, x, fill), or pass a static size: "
+        "jnp.nonzero(mask, size=n), jnp.where(mask, size=n), jnp.compress(mask, x, size=n).")
     self.tracer = tracer
 
 

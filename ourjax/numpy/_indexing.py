@@ -523,7 +523,12 @@ def _scatter_update(x, idx, y, scatter_fn, op_name, *, indices_are_sorted=False,
   n_out = int(np.prod(plan.out_shape, dtype=np.int64))
   if n_out == 0:
     return x
-  _check_index_dims(plan, n_out)
+  if aval.size == 0:
+    # every update lands outside; only an integer index into an empty axis is an error
+    for e in _parse_index(aval.shape, idx):
+      if e.kind in (_INT, _SCALAR) and e.n == 0:
+        raise _out_of_bounds_empty(e.axis, 0)
+    return x
   operand = lax.reshape(x, (1,) + aval.shape) if plan.dummy else x
   dn = ScatterDimensionNumbers(update_window_dims=plan.offset_dims,
                                inserted_window_dims=plan.collapsed,
@@ -691,6 +696,8 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
     normalize = False          # NumPy's clip mode: negative indices clip to 0
   else:
     raise ValueError(f"Invalid mode '{mode}' for np.take")
+  if get_aval(a).shape[axis] == 0 and get_aval(indices).size:
+    raise IndexError("Cannot do a non-empty jnp.take() from an empty axis.")
   idx = (slice(None),) * axis + (indices,)
   return _rewriting_take(a, idx, mode=mode, fill_value=fill_value,
                          unique_indices=unique_indices, indices_are_sorted=indices_are_sorted,
@@ -854,10 +861,10 @@ def nonzero(a, *, size=None, fill_value=None):
     raise ValueError(f"fill_value must be a scalar or a tuple of length {aval.ndim}; got "
                      f"{fill_value}")
   valid = lax.lt(lax.iota(dt, size), count) if fill_value is not None else None
-  out, stride = [], aval.size
-  for d, fv in zip(aval.shape, fills):
-    stride //= max(d, 1)
-    c = pos if stride == 1 else lax.div(pos, np.array(stride, dt))
+  out = []
+  for j, (d, fv) in enumerate(zip(aval.shape, fills)):
+    stride = int(np.prod(aval.shape[j + 1:], dtype=np.int64))
+    c = pos if stride <= 1 else lax.div(pos, np.array(stride, dt))
     if len(out):                      # the first coordinate is below its size already
       c = lax.rem(c, np.array(max(d, 1), dt))
     if valid is not None and fv is not None:
@@ -926,6 +933,10 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
   elif m < n:
     a = lax.slice_in_dim(a, 0, m, 1, axis)
   k = _count(cond, "compress") if size is None else _static_size(size, "compress")
+  aval = get_aval(a)
+  if aval.shape[axis] == 0:           # nothing to take: all fill
+    shape = aval.shape[:axis] + (k,) + aval.shape[axis + 1:]
+    return lax.full(shape, fill_value if k else 0, aval.dtype, weak_type=aval.weak_type)
   pos, count = _compact(cond, k)
   res = _rewriting_take(a, (slice(None),) * axis + (pos,))
   if size is not None:
