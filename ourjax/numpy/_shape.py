@@ -122,11 +122,12 @@ def transpose(a, axes=None):
     perm = tuple(reversed(range(nd)))
   else:
     axes = tuple(axes) if not isinstance(axes, (int, np.integer)) else (axes,)
+    # as lax.transpose (and JAX): a wrong-length or repeated permutation is a TypeError
     if len(axes) != nd:
-      raise ValueError(f"transpose: axes {axes} don't match array of dimension {nd}")
+      raise TypeError(f"transpose: axes {axes} don't match array of dimension {nd}")
     perm = tuple(_axis(ax, nd, "transpose") for ax in axes)
     if len(set(perm)) != nd:
-      raise ValueError(f"transpose: repeated axis in axes {axes}")
+      raise TypeError(f"transpose: repeated axis in axes {axes}")
   return lax.transpose(a, perm)
 
 
@@ -271,13 +272,14 @@ def broadcast_arrays(*args):
 
 
 def _check_concat_shapes(name, arrays, axis):
+  """As lax.concatenate (and JAX), mismatched shapes are a TypeError."""
   shapes = [get_aval(a).shape for a in arrays]
   if len({len(s) for s in shapes}) != 1:
-    raise ValueError(f"{name}: all the input arrays must have the same number of dimensions, "
+    raise TypeError(f"{name}: all the input arrays must have the same number of dimensions, "
                      f"got shapes {', '.join(map(str, shapes))}")
   rest = {s[:axis] + s[axis + 1:] for s in shapes}
   if len(rest) != 1:
-    raise ValueError(f"{name}: all the input array dimensions except for the concatenation "
+    raise TypeError(f"{name}: all the input array dimensions except for the concatenation "
                      f"axis {axis} must match exactly, got shapes "
                      f"{', '.join(map(str, shapes))}")
 
