@@ -141,3 +141,60 @@ def test_bincount_under_jit():
   check(f(np.array([0, 1, 1, 3, 7, -1], np.int32)), np.array([1, 2, 0, 1], np.int32))
   with pytest.raises(ourjax.errors.ConcretizationTypeError):
     ourjax.jit(jnp.bincount)(np.array([0, 1], np.int32))
+
+
+@given(n=st.integers(0, 5), m=st.one_of(st.none(), st.integers(0, 5)), k=st.integers(-3, 3))
+def test_index_helpers(n, m, k):
+  for g, r in zip(jnp.tril_indices(n, k, m), np.tril_indices(n, k, m)):
+    check(g, r.astype(np.int32))
+  for g, r in zip(jnp.triu_indices(n, k, m), np.triu_indices(n, k, m)):
+    check(g, r.astype(np.int32))
+  a = np.zeros((n, n if m is None else m))
+  for g, r in zip(jnp.tril_indices_from(a, k), np.tril_indices_from(a, k)):
+    check(g, r.astype(np.int32))
+  for g, r in zip(jnp.diag_indices(n, 3), np.diag_indices(n, 3)):
+    check(g, r.astype(np.int32))
+
+
+@given(data=st.data())
+def test_fill_diagonal_resize(data):
+  shape = data.draw(st.one_of(st.tuples(st.integers(1, 6), st.integers(1, 6)),
+                              st.integers(1, 3).map(lambda n: (n, n, n))), label="shape")
+  a = data.draw(arrays(np.float32, shape, -5, 5), label="a")
+  val = data.draw(st.one_of(st.floats(-9, 9, width=32),
+                            st.lists(st.floats(-9, 9, width=32), min_size=1, max_size=3)),
+                  label="val")
+  wrap = data.draw(st.booleans(), label="wrap")
+  ref = a.copy()
+  np.fill_diagonal(ref, val, wrap=wrap)
+  check(jnp.fill_diagonal(a, np.asarray(val, np.float32), wrap=wrap, inplace=False), ref)
+  new = data.draw(st.tuples(st.integers(0, 4), st.integers(0, 4)), label="new shape")
+  check(jnp.resize(a, new), np.resize(a, new))
+  with pytest.raises(ValueError, match="immutable"):
+    jnp.fill_diagonal(a, 1.0)
+
+
+def test_apply_along_and_over_axes():
+  a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  for axis in (0, 1, 2, -1):
+    check(jnp.apply_along_axis(lambda v: jnp.cumsum(v) * 2, axis, a),
+          np.apply_along_axis(lambda v: np.cumsum(v) * 2, axis, a))
+    check(jnp.apply_along_axis(jnp.sum, axis, a), np.apply_along_axis(np.sum, axis, a))
+  check(jnp.apply_over_axes(jnp.sum, a, [0, 2]), np.apply_over_axes(np.sum, a, [0, 2]))
+
+
+@given(data=st.data())
+def test_gradient(data):
+  f = data.draw(array_of([F32, I32], lo=-9, hi=9, min_dims=1, max_dims=3, min_side=2),
+                label="f")
+  got, ref = jnp.gradient(f), np.gradient(f.astype(np.float64))
+  if f.ndim == 1:
+    got, ref = [got], [ref]
+  for g, r in zip(got, ref):
+    check(g, r.astype(F32), F32, rtol=1e-5, atol=1e-5)
+  axis = data.draw(st.integers(-f.ndim, f.ndim - 1), label="axis")
+  n = f.shape[axis]
+  x = np.cumsum(data.draw(arrays(np.float32, (n,), 0.5, 2), label="x"))
+  check(jnp.gradient(f, x, axis=axis), np.gradient(f.astype(np.float64), x.astype(np.float64),
+                                                   axis=axis).astype(F32), F32, rtol=1e-3,
+        atol=1e-3)

@@ -61,7 +61,10 @@ from ourjax.numpy._indexing import (take, take_along_axis, put, nonzero, flatnon
                                     unravel_index, ravel_multi_index)
 from ourjax.numpy._misc import (select, trapezoid, cross, cov, corrcoef, polyval,  # noqa: F401
                                 vander, convolve, correlate, bincount, histogram,
-                                histogram_bin_edges)
+                                histogram_bin_edges, tril_indices, triu_indices,
+                                tril_indices_from, triu_indices_from, diag_indices,
+                                diag_indices_from, fill_diagonal, resize, apply_along_axis,
+                                apply_over_axes, gradient)
 
 globals().update(_small_float_types)
 bool = bool_  # noqa: A001

@@ -330,3 +330,195 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
     widths = diff(edges)
     counts = divide(divide(counts, widths), _sum(counts))
   return counts, edges
+
+
+# ------------------------------------------------------------------------------------------------
+# Index helpers, fill_diagonal, resize
+
+
+def _static_int(x, what):
+  return core.concrete_or_error(operator.index, x, f"jnp: the {what} argument must be "
+                                "concrete.")
+
+
+def tril_indices(n, k=0, m=None):
+  """Row and column indices of the lower triangle of an (n, m) array (static)."""
+  r, c = np.tril_indices(_static_int(n, "n"), _static_int(k, "k"),
+                         None if m is None else _static_int(m, "m"))
+  return asarray(r.astype(np.int32)), asarray(c.astype(np.int32))
+
+
+def triu_indices(n, k=0, m=None):
+  r, c = np.triu_indices(_static_int(n, "n"), _static_int(k, "k"),
+                         None if m is None else _static_int(m, "m"))
+  return asarray(r.astype(np.int32)), asarray(c.astype(np.int32))
+
+
+def tril_indices_from(arr, k=0):
+  s = get_aval(asarray(arr)).shape
+  if len(s) != 2:
+    raise ValueError("Only 2-D inputs are accepted")
+  return tril_indices(s[0], k, s[1])
+
+
+def triu_indices_from(arr, k=0):
+  s = get_aval(asarray(arr)).shape
+  if len(s) != 2:
+    raise ValueError("Only 2-D inputs are accepted")
+  return triu_indices(s[0], k, s[1])
+
+
+def diag_indices(n, ndim: int = 2):
+  n, ndim = _static_int(n, "n"), _static_int(ndim, "ndim")
+  if n < 0 or ndim < 0:
+    raise ValueError(f"n and ndim must be non-negative, got n={n}, ndim={ndim}")
+  idx = lax.iota(np.int32, n)
+  return (idx,) * ndim
+
+
+def diag_indices_from(arr):
+  s = get_aval(asarray(arr)).shape
+  if len(s) < 2 or len(set(s)) != 1:
+    raise ValueError(f"All dimensions of input must be of equal length, got shape {s}")
+  return diag_indices(s[0], len(s))
+
+
+def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
+  """A copy of ``a`` with its main diagonal set to ``val`` (``inplace=False`` is required, as
+  ourjax arrays are immutable)."""
+  from ourjax.numpy._ufuncs import where
+  from ourjax.numpy._shape import ravel, reshape
+  if inplace:
+    raise ValueError("JAX arrays are immutable, must use inplace=False")
+  a = asarray(a)
+  s = get_aval(a).shape
+  if len(s) < 2:
+    raise ValueError("array must be at least 2-d")
+  if len(s) > 2 and len(set(s)) != 1:
+    raise ValueError("All dimensions of input must be of equal length")
+  if len(s) == 2:
+    n, m = s
+    rows = n if wrap else min(n, m)
+    # positions k * (m + 1) of the flattened array, for the first rows (or all, with wrap)
+    pos = np.arange(0, n * m if wrap else rows * m, m + 1)
+  else:
+    n = s[0]
+    step = sum(n ** i for i in range(len(s)))
+    pos = np.arange(0, n * step, step)[:n]
+  mask = np.zeros(int(np.prod(s)), bool)
+  mask[pos] = True
+  v = ravel(asarray(val, dtype=get_aval(a).dtype))
+  nv = get_aval(v).shape[0]
+  if nv == 0:
+    return a
+  vals = np.zeros(int(np.prod(s)), np.int32)
+  vals[pos] = np.arange(pos.size) % nv
+  from ourjax.numpy._gathers import take_1d
+  filled = take_1d(v, vals)
+  return reshape(where(mask, filled, ravel(a)), s)
+
+
+def resize(a, new_shape):
+  """The flattened ``a`` repeated (or cut) to fill ``new_shape``."""
+  from ourjax.numpy._shape import ravel, reshape, tile, _slice_axis
+  from ourjax.numpy._creation import canonicalize_shape
+  a = ravel(asarray(a))
+  shape = canonicalize_shape(new_shape, "resize")
+  total = int(np.prod(shape))
+  n = get_aval(a).shape[0]
+  if n == 0 or total == 0:
+    return lax.full(shape, 0, get_aval(a).dtype)
+  reps = -(-total // n)
+  return reshape(_slice_axis(tile(a, reps), 0, total, 0), shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# Functions of functions
+
+
+def apply_along_axis(func1d, axis: int, arr, *args, **kwargs):
+  """``func1d`` applied to every 1-D slice along ``axis`` (vectorized with vmap)."""
+  from ourjax import api
+  from ourjax.numpy._shape import moveaxis
+  arr = asarray(arr)
+  nd = get_aval(arr).ndim
+  axis = _static_int(axis, "axis")
+  if not -nd <= axis < nd:
+    raise ValueError(f"apply_along_axis: axis {axis} is out of bounds for array of dimension "
+                     f"{nd}")
+  axis %= nd
+  fn = lambda x: func1d(x, *args, **kwargs)  # noqa: E731
+  for i in range(1, nd - axis):
+    fn = api.vmap(fn, in_axes=i, out_axes=-1)
+  for _ in range(axis):
+    fn = api.vmap(fn, in_axes=0, out_axes=0)
+  return fn(arr)
+
+
+def apply_over_axes(func, a, axes):
+  """``func(a, axis)`` applied for each axis in turn, keeping the number of dimensions."""
+  from ourjax.numpy._shape import expand_dims
+  a = asarray(a)
+  nd = get_aval(a).ndim
+  for ax in (axes if isinstance(axes, (tuple, list)) else (axes,)):
+    b = func(a, ax)
+    if get_aval(b).ndim == nd - 1:
+      b = expand_dims(b, ax)
+    elif get_aval(b).ndim != nd:
+      raise ValueError("function is not returning an array of the correct shape")
+    a = b
+  return a
+
+
+def gradient(f, *varargs, axis=None, edge_order=None):
+  """Second-order central differences inside, one-sided differences at the edges
+  (``edge_order`` 1 only); spacings are scalars or coordinate arrays."""
+  from ourjax.numpy._shape import _slice_axis, concatenate
+  from ourjax.numpy._ufuncs import subtract, divide, multiply, add
+  if edge_order is not None and edge_order != 1:
+    raise NotImplementedError("jnp.gradient only supports edge_order=1")
+  check_arraylike("gradient", f)
+  f, = promote_dtypes_inexact(_as_operand(f))
+  nd = get_aval(f).ndim
+  axes = tuple(range(nd)) if axis is None else (
+      tuple(a % nd for a in axis) if isinstance(axis, (tuple, list)) else (axis % nd,))
+  if not varargs:
+    spacing = [1.0] * len(axes)
+  elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+    spacing = list(varargs) * len(axes)
+  elif len(varargs) == len(axes):
+    spacing = list(varargs)
+  else:
+    raise TypeError("Invalid number of spacing arguments")
+  outs = []
+  for ax, h in zip(axes, spacing):
+    n = get_aval(f).shape[ax]
+    if n < 2:
+      raise ValueError("Shape of array too small to calculate a numerical gradient, at least "
+                       "(edge_order + 1) elements are required.")
+    sl = lambda lo, hi: _slice_axis(f, lo, hi, ax)  # noqa: E731
+    if np.ndim(h) == 0:
+      inner = divide(subtract(sl(2, n), sl(0, n - 2)), multiply(2.0, h))
+      first = divide(subtract(sl(1, 2), sl(0, 1)), h)
+      last = divide(subtract(sl(n - 1, n), sl(n - 2, n - 1)), h)
+    else:
+      x, = promote_dtypes_inexact(asarray(h))
+      if get_aval(x).shape != (n,):
+        raise ValueError("when 1d, distances must match the length of the corresponding "
+                         "dimension")
+      dx = subtract(_slice_axis(x, 1, n, 0), _slice_axis(x, 0, n - 1, 0))
+      shape = [1] * nd
+      shape[ax] = n - 1
+      dx = lax.reshape(dx, tuple(shape))
+      d1, d2 = _slice_axis(dx, 0, n - 2, ax), _slice_axis(dx, 1, n - 1, ax)
+      # non-uniform second-order formula (NumPy's)
+      a_ = divide(-d2, multiply(d1, add(d1, d2)))
+      b_ = divide(subtract(d2, d1), multiply(d1, d2))
+      c_ = divide(d1, multiply(d2, add(d1, d2)))
+      inner = add(add(multiply(a_, sl(0, n - 2)), multiply(b_, sl(1, n - 1))),
+                  multiply(c_, sl(2, n)))
+      first = divide(subtract(sl(1, 2), sl(0, 1)), _slice_axis(dx, 0, 1, ax))
+      last = divide(subtract(sl(n - 1, n), sl(n - 2, n - 1)), _slice_axis(dx, n - 2, n - 1, ax))
+    outs.append(concatenate([first, inner, last], ax) if n > 2 else
+                concatenate([first, last], ax))
+  return outs[0] if len(outs) == 1 else outs
