@@ -198,3 +198,23 @@ def test_gradient(data):
   check(jnp.gradient(f, x, axis=axis), np.gradient(f.astype(np.float64), x.astype(np.float64),
                                                    axis=axis).astype(F32), F32, rtol=1e-3,
         atol=1e-3)
+
+
+def test_vectorize():
+  a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  b = np.arange(4, dtype=np.float32)
+  f = jnp.vectorize(lambda x, y: x * 2 + y)
+  check(f(a, b), a * 2 + b)
+  mv = jnp.vectorize(lambda m, v: jnp.dot(m, v), signature="(m,n),(n)->(m)")
+  check(mv(a, b), np.einsum("...ij,j->...i", a, b))
+  check(mv(a, np.stack([b, b + 1])[:, None]), np.einsum("...ij,...j->...i", a,
+                                                        np.stack([b, b + 1])[:, None]))
+  g = jnp.vectorize(lambda x, p: x ** p, excluded={1})
+  check(g(b, 2), b ** 2)
+  two = jnp.vectorize(lambda v: (jnp.min(v), jnp.max(v)), signature="(n)->(),()")
+  lo, hi = two(a)
+  check(lo, a.min(-1))
+  check(hi, a.max(-1))
+  check(ourjax.jit(mv)(a, b), np.einsum("...ij,j->...i", a, b))
+  with pytest.raises(ValueError, match="core dimension"):
+    mv(a, np.ones(5, np.float32))

@@ -64,7 +64,7 @@ from ourjax.numpy._misc import (select, trapezoid, cross, cov, corrcoef, polyval
                                 histogram_bin_edges, tril_indices, triu_indices,
                                 tril_indices_from, triu_indices_from, diag_indices,
                                 diag_indices_from, fill_diagonal, resize, apply_along_axis,
-                                apply_over_axes, gradient)
+                                apply_over_axes, gradient, vectorize)
 
 globals().update(_small_float_types)
 bool = bool_  # noqa: A001

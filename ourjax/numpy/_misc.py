@@ -522,3 +522,73 @@ def gradient(f, *varargs, axis=None, edge_order=None):
     outs.append(concatenate([first, inner, last], ax) if n > 2 else
                 concatenate([first, last], ax))
   return outs[0] if len(outs) == 1 else outs
+
+
+def _parse_gufunc_signature(signature):
+  import re
+  sig = signature.replace(" ", "")
+  m = re.fullmatch(r"((?:\((?:\w+(?:,\w+)*)?\),?)*)->((?:\((?:\w+(?:,\w+)*)?\),?)*)", sig)
+  if not m:
+    raise ValueError(f"not a valid gufunc signature: {signature}")
+
+  def parse(part):
+    return [tuple(d for d in g.split(",") if d) for g in re.findall(r"\(([^)]*)\)", part)]
+  return parse(m.group(1)), parse(m.group(2))
+
+
+def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
+  """A function that maps ``pyfunc`` over the leading (loop) dimensions of its arguments,
+  which broadcast; ``signature`` ('(m,n),(n)->(m)') names the core dimensions each argument
+  keeps.  Positional indices or keyword names in ``excluded`` (and all keyword arguments)
+  are passed through unchanged.  Built on vmap."""
+  import functools
+  from ourjax import api
+  from ourjax.numpy._shape import broadcast_to, broadcast_shapes
+  if any(not isinstance(e, (int, str)) for e in excluded):
+    raise TypeError("jax.numpy.vectorize can only exclude integer or string arguments, but "
+                    f"excluded={excluded!r}")
+  if any(isinstance(e, int) and e < 0 for e in excluded):
+    raise ValueError(f"excluded={excluded!r} contains negative numbers")
+  in_core, out_core = (_parse_gufunc_signature(signature) if signature is not None
+                       else (None, None))
+
+  @functools.wraps(pyfunc)
+  def wrapped(*args, **kwargs):
+    fixed = {i: a for i, a in enumerate(args) if i in excluded}
+    free_idx = [i for i in range(len(args)) if i not in excluded]
+    free = [asarray(args[i]) for i in free_idx]
+
+    def call(*vals):
+      full = list(args)
+      for i, v in zip(free_idx, vals):
+        full[i] = v
+      for i, a in fixed.items():
+        full[i] = a
+      return pyfunc(*full, **kwargs)
+    cores = in_core if in_core is not None else [()] * len(free)
+    if len(cores) != len(free):
+      raise TypeError(f"wrong number of positional arguments: expected {len(cores)}, got "
+                      f"{len(free)}")
+    sizes = {}
+    loop_shapes = []
+    for x, core in zip(free, cores):
+      s = get_aval(x).shape
+      if len(s) < len(core):
+        raise ValueError(f"input with shape {s} does not have enough dimensions for its core "
+                         f"dimensions {core} in signature {signature}")
+      for name, d in zip(core, s[len(s) - len(core):]):
+        if sizes.setdefault(name, d) != d:
+          raise ValueError(f"inconsistent size for core dimension {name!r}: {sizes[name]} vs "
+                           f"{d}")
+      loop_shapes.append(s[:len(s) - len(core)])
+    loop = broadcast_shapes(*loop_shapes) if loop_shapes else ()
+    free = [broadcast_to(x, loop + get_aval(x).shape[len(ls):])
+            for x, ls in zip(free, loop_shapes)]
+    fn = call
+    for _ in loop:
+      fn = api.vmap(fn, in_axes=0, out_axes=0)
+    out = fn(*free)
+    if out_core is not None and len(out_core) > 1 and not isinstance(out, tuple):
+      raise ValueError(f"vectorize: the signature expects {len(out_core)} outputs")
+    return out
+  return wrapped
