@@ -1,0 +1,593 @@
+"""Matrix multiply as generated LLVM IR: packed panels, a register-blocked micro-kernel, and a
+fused per-element epilogue.
+
+:func:`emit_gemm` writes one function into an ``llvmlite.ir.Module``::
+
+    void name(const T* A, const T* B, T* C,
+              i64 M, i64 N, i64 K, i64 lda, i64 ldb, i64 ldc, i32 transA, i32 transB,
+              i64 batch, i64 strideA, i64 strideB, i64 strideC,
+              i64 tid, i64 nthreads, T* pack)
+
+computing, for every ``b < batch``, ``C_b = op(A_b) @ op(B_b)`` (row-major, ``M x N``, overwritten;
+``accumulate=True`` at generation time makes it ``C_b += ...``).  ``A_b = A + b*strideA`` holds
+``A[i, k]`` at ``i*lda + k`` (``transA == 0``) or at ``k*lda + i`` (``transA != 0``, i.e. the
+array in memory is ``K x M``); likewise ``B[k, j]`` at ``k*ldb + j`` or ``j*ldb + k``.  ``C[i, j]``
+is at ``C + b*strideC + i*ldc + j``.  ``T`` is ``float`` or ``double``.
+
+Threading: ``nthreads`` callers run the function at once with ``tid = 0 .. nthreads-1`` and the
+same arguments; each writes a disjoint part of C (whole batch entries when ``batch >= nthreads``,
+else a range of row tiles or of column panels of every entry), so no barrier is needed inside and
+the work is done once all calls have returned.  ``nthreads = 1, tid = 0`` is the serial call.
+
+Scratch: ``pack`` points to at least :func:`pack_buffer_elements` ``(dtype, M, N, K, nthreads)``
+elements of ``T`` (any alignment; each thread carves out its own 64-byte aligned slice).  The
+buffer holds no state between calls.
+
+Epilogue: ``epilogue(builder, value, row, col) -> value`` runs at generation time and emits IR
+that transforms a finished result before it is stored for the last time.  ``value`` is a
+``<W x T>`` vector (``W = 16`` for f32, 8 for f64) holding ``C[row, col .. col+W-1]``, or a scalar
+``T`` holding ``C[row, col]`` (the last ``N mod W`` columns of a tile, and always when
+``N < W``); ``row`` and ``col`` are ``i64``.  ``row`` counts rows of all batch entries together
+(``b*M + i``), so for a contiguous ``[batch, M, N]`` output the element offset is
+``row*N + col``.  The hook sees every element of C exactly once, after the whole sum over K.
+The builder is positioned inside the kernel: the hook may add instructions and basic blocks (and
+must leave the builder at the end of the block where the result is available), but must not
+return from the function.
+
+Design (GotoBLAS/BLIS, written for AVX-512):
+
+* blocking: the N range of a thread is cut into ``nc`` wide column blocks, K into ``kc`` deep
+  slices, M into ``mc`` tall row blocks.  For each (column block, K slice), B's ``kc x nc`` block is
+  packed into ``nr``-wide column panels (``kc x nr`` each, contiguous, zero-padded at the edge);
+  for each row block, A's ``mc x kc`` block is packed into ``mr``-tall row panels (``kc x mr``
+  each).  The loop over row panels is innermost, so one ``kc x nr`` B panel (32 KiB for f32 with
+  ``kc = 256``) stays in L1 while A panels stream from L2.
+* micro-kernel: ``mr x nr`` accumulators live in zmm registers (f32 default 14 x 32 = 28 zmm of
+  the 32); one step of k loads ``nr/W`` vectors of the B panel and broadcasts ``mr`` elements of
+  the A panel (folded into ``vfmadd231ps zmm, zmm, m32{1to16}``), i.e. ``mr * nr/W`` FMAs for
+  ``nr/W + mr`` loads.  The first K slice stores the sums, the following ones add to C, the last
+  one also applies the epilogue.  Tiles at the M/N edges compute the full (zero-padded) tile and
+  store with row guards and AVX-512 lane masks.
+* threads split the row tiles or the column panels (whichever gives the smaller largest share),
+  so a thread packs only its own part of one operand (the other operand is packed by every
+  thread: no sharing, no barrier).
+"""
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from typing import Callable, Optional
+
+import llvmlite.ir as ir
+
+__all__ = ["Blocking", "DEFAULT_BLOCKING", "emit_gemm", "pack_buffer_elements",
+           "pack_buffer_bytes", "ARG_NAMES"]
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+_TYPES = {"f32": (ir.FloatType, 16, 4), "f64": (ir.DoubleType, 8, 8)}
+ARG_NAMES = ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "transA", "transB", "batch",
+             "strideA", "strideB", "strideC", "tid", "nthreads", "pack")
+
+Epilogue = Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocking:
+  """Register and cache blocking.  ``mr`` rows x ``nv`` vectors of W lanes per micro-tile; ``kc``
+  the depth of a K slice; ``mc`` rows of A packed at once (a multiple of mr); ``nc`` columns of B
+  packed at once (a multiple of nv*W); ``unroll`` k steps per iteration of the inner loop."""
+  mr: int
+  nv: int
+  kc: int
+  mc: int
+  nc: int
+  unroll: int = 4
+  prefetch_c: bool = True
+
+
+# Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
+DEFAULT_BLOCKING = {
+    "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4),
+    "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4),
+}
+
+
+def _cdiv(a, b):
+  return -(-a // b)
+
+
+def _per_thread(dtype, M, N, K, bl: Blocking):
+  w = _TYPES[dtype][1]
+  nr = bl.nv * w
+  kc = max(1, min(bl.kc, K))
+  mc = min(bl.mc, _cdiv(max(M, 1), bl.mr) * bl.mr)
+  nc = min(bl.nc, _cdiv(max(N, 1), nr) * nr)
+  align = 64 // _TYPES[dtype][2]
+  b_part = _cdiv(kc * nc, align) * align
+  return b_part + mc * kc + align
+
+
+def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
+                         blocking: Optional[Blocking] = None) -> int:
+  """Elements of T that ``pack`` must hold for a call with these sizes and ``nthreads``."""
+  bl = blocking or DEFAULT_BLOCKING[dtype]
+  return nthreads * _per_thread(dtype, M, N, K, bl)
+
+
+def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
+                      blocking: Optional[Blocking] = None) -> int:
+  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking) * _TYPES[dtype][2]
+
+
+# --------------------------------------------------------------------------------------------
+# small IR helpers
+
+def _c64(v):
+  return ir.Constant(I64, v)
+
+
+def _c32(v):
+  return ir.Constant(I32, v)
+
+
+@contextmanager
+def _for(b: ir.IRBuilder, start, stop, step=1, name="i"):
+  """``for (i = start; i < stop; i += step)``, signed i64; yields i.  The body may add blocks."""
+  if isinstance(start, int):
+    start = _c64(start)
+  if isinstance(stop, int):
+    stop = _c64(stop)
+  if isinstance(step, int):
+    step = _c64(step)
+  pre = b.block
+  hdr = b.append_basic_block(name + ".hdr")
+  body = b.append_basic_block(name + ".body")
+  done = b.append_basic_block(name + ".done")
+  b.branch(hdr)
+  b.position_at_end(hdr)
+  i = b.phi(I64, name=name)
+  i.add_incoming(start, pre)
+  b.cbranch(b.icmp_signed("<", i, stop), body, done)
+  b.position_at_end(body)
+  yield i
+  nxt = b.add(i, step, name=name + ".next")
+  i.add_incoming(nxt, b.block)
+  b.branch(hdr)
+  b.position_at_end(done)
+
+
+@contextmanager
+def _if(b: ir.IRBuilder, cond, name="if"):
+  then = b.append_basic_block(name + ".then")
+  done = b.append_basic_block(name + ".end")
+  b.cbranch(cond, then, done)
+  b.position_at_end(then)
+  yield
+  b.branch(done)
+  b.position_at_end(done)
+
+
+def _smin(b, x, y):
+  return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _smax(b, x, y):
+  return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _sdiv_up(b, x, d):
+  return b.sdiv(b.add(x, b.sub(d, _c64(1))), d)
+
+
+def _splat(b, x, n):
+  vt = ir.VectorType(x.type, n)
+  v = b.insert_element(ir.Constant(vt, None), x, _c32(0))
+  return b.shuffle_vector(v, ir.Constant(vt, None), ir.Constant(ir.VectorType(I32, n), [0] * n))
+
+
+def _intrinsic(module, name, ret, args):
+  fn = module.globals.get(name)
+  if fn is None:
+    fn = ir.Function(module, ir.FunctionType(ret, args), name)
+  return fn
+
+
+class _Ctx:
+  """Per-dtype types and intrinsics of one generated kernel."""
+
+  def __init__(self, module, dtype):
+    tycls, w, size = _TYPES[dtype]
+    self.module, self.dtype, self.w, self.size = module, dtype, w, size
+    self.t = tycls()
+    self.p = self.t.as_pointer()
+    self.vt = ir.VectorType(self.t, w)
+    self.mt = ir.VectorType(I1, w)
+    sfx = f"v{w}{'f32' if dtype == 'f32' else 'f64'}"
+    self.fma = _intrinsic(module, f"llvm.fma.{sfx}", self.vt, [self.vt] * 3)
+    self.mstore = _intrinsic(module, f"llvm.masked.store.{sfx}.p0", ir.VoidType(),
+                             [self.vt, self.p, I32, self.mt])
+    self.mload = _intrinsic(module, f"llvm.masked.load.{sfx}.p0", self.vt,
+                            [self.p, I32, self.mt, self.vt])
+    self.zero = ir.Constant(self.t, 0.0)
+    self.vzero = ir.Constant(self.vt, [self.zero] * w)
+    self.iota = ir.Constant(ir.VectorType(I64, w), list(range(w)))
+
+  def vload(self, b, ptr, align):
+    p = b.bitcast(ptr, self.vt.as_pointer())
+    return b.load(p, align=align)
+
+  def vstore(self, b, val, ptr, align):
+    p = b.bitcast(ptr, self.vt.as_pointer())
+    b.store(val, p, align=align)
+
+  def lane_mask(self, b, count):
+    """Lanes ``l < count`` (count an i64, any value)."""
+    return b.icmp_signed("<", self.iota, _splat(b, count, self.w))
+
+
+# --------------------------------------------------------------------------------------------
+# packing
+
+def _transpose(b: ir.IRBuilder, rows):
+  """Transpose ``n`` vectors of ``n`` lanes (n a power of two): ``log2(n)`` rounds of ``n``
+  two-input shuffles; round h pairs vectors i and i+h and swaps their off-diagonal h-blocks."""
+  n = len(rows)
+  rows = list(rows)
+  h = n // 2
+  while h >= 1:
+    lo = [j for blk in range(0, n, 2 * h) for j in (list(range(blk, blk + h)) +
+                                                     list(range(n + blk, n + blk + h)))]
+    hi = [j + h for j in lo]
+    out = list(rows)
+    for i in range(n):
+      if i & h:
+        continue
+      a, c = rows[i], rows[i + h]
+      out[i] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, n), lo))
+      out[i + h] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, n), hi))
+    rows = out
+    h //= 2
+  return rows
+
+
+def _emit_pack(cx: _Ctx, name: str, w: int) -> ir.Function:
+  """``void pack(T* src, i64 rstride, i64 kstride, i64 rows, i64 kb, T* out)``:
+  ``out[p][k][r] = src[(p*w + r)*rstride + k*kstride]`` for ``p < ceil(rows/w)``, ``k < kb``,
+  ``r < w``, zero where ``p*w + r >= rows``.  Panels are ``kb*w`` elements long.
+
+  One of the strides must be 1.  ``kstride == 1`` (each row contiguous in k: a row-major A, a
+  transposed B) loads W x W blocks, transposes them in registers and stores ``w`` lanes per k;
+  otherwise ``rstride == 1`` (a transposed A, a row-major B) and each k copies ``w`` contiguous
+  elements with masked vectors."""
+  W = cx.w
+  fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [cx.p, I64, I64, I64, I64, cx.p]),
+                   name)
+  fn.linkage = "internal"
+  src, rs, ks, rows, kb, out = fn.args
+  src.add_attribute("noalias")
+  out.add_attribute("noalias")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  wc = _c64(w)
+  npanels = _sdiv_up(b, rows, wc)
+  groups = [(g, min(W, w - g)) for g in range(0, w, W)]  # (first row, rows) of W-row groups
+  lanes_ = {n: ir.Constant(cx.mt, [1] * n + [0] * (W - n)) for _, n in groups}
+  no_lanes = ir.Constant(cx.mt, [0] * W)
+  align_out = 64 if w % W == 0 else cx.size
+
+  def store_lanes(val, ptr, n):
+    if n == W:
+      cx.vstore(b, val, ptr, align_out)
+    else:
+      b.call(cx.mstore, [val, ptr, _c32(cx.size), lanes_[n]])
+
+  def mload(ptr, mask):
+    return b.call(cx.mload, [ptr, _c32(cx.size), mask, cx.vzero])
+
+  k_contig = b.icmp_signed("==", ks, _c64(1))
+  with b.if_else(k_contig) as (kc_, other):
+    with kc_:
+      # W x W blocks: load W k-values of each row of a group, transpose, store per k
+      with _for(b, 0, npanels, name="p") as p:
+        r0 = b.mul(p, wc)
+        dst0 = b.gep(out, [b.mul(r0, kb)])
+        ptrs, valid = [], []
+        for g, n in groups:
+          for i in range(W):
+            row = b.add(r0, _c64(g + i))
+            ok = b.and_(b.icmp_signed("<", row, rows), ir.Constant(I1, i < n))
+            ptrs.append(b.gep(src, [b.mul(b.select(ok, row, _c64(0)), rs)]))
+            valid.append(ok)
+        # one loop over W-deep k chunks; the last one loads masked and stores only k < kb
+        with _for(b, 0, kb, W, name="k") as k0:
+          nk = b.sub(kb, k0)
+          kmask = cx.lane_mask(b, nk)
+          for gi, (g, n) in enumerate(groups):
+            vs = [mload(b.gep(ptrs[gi * W + i], [k0]), b.select(valid[gi * W + i], kmask, no_lanes))
+                  for i in range(W)]
+            ts = _transpose(b, vs)
+            for k in range(W):
+              d = b.gep(dst0, [b.add(b.mul(b.add(k0, _c64(k)), wc), _c64(g))])
+              if k == 0:
+                store_lanes(ts[k], d, n)
+              else:
+                with _if(b, b.icmp_signed("<", _c64(k), nk), name="kt"):
+                  store_lanes(ts[k], d, n)
+    with other:
+      # kstride != 1, so rstride == 1 (one of the two is the unit stride): each k copies w
+      # contiguous elements (masked past the last row)
+      with _for(b, 0, npanels, name="p") as p:
+        r0 = b.mul(p, wc)
+        left = b.sub(rows, r0)
+        dst0 = b.gep(out, [b.mul(r0, kb)])
+        masks = [b.and_(cx.lane_mask(b, b.sub(left, _c64(g))), lanes_[n]) for g, n in groups]
+        with _for(b, 0, kb, name="k") as k:
+          s_ = b.gep(src, [b.add(r0, b.mul(k, ks))])
+          d = b.gep(dst0, [b.mul(k, wc)])
+          for (g, n), m in zip(groups, masks):
+            store_lanes(mload(b.gep(s_, [_c64(g)]), m), b.gep(d, [_c64(g)]), n)
+  b.ret_void()
+  return fn
+
+
+# --------------------------------------------------------------------------------------------
+# micro-kernel
+
+def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, epilogue: Optional[Epilogue],
+                  accumulate: bool) -> ir.Function:
+  """``void uk(i64 kb, T* Ap, T* Bp, T* C, i64 ldc, i64 mv, i64 nvalid, i1 first, i1 last,
+  i64 row0, i64 col0)``: the ``mr x nr`` tile ``sum_k Ap[k*mr + r] * Bp[k*nr + c]`` stored to
+  ``C[r*ldc + c]`` for ``r < mv``, ``c < nvalid`` (added to C unless ``first``); with ``last`` the
+  epilogue runs on the stored tile."""
+  mr, nv, w = bl.mr, bl.nv, cx.w
+  nr = nv * w
+  fn = ir.Function(cx.module, ir.FunctionType(
+      ir.VoidType(), [I64, cx.p, cx.p, cx.p, I64, I64, I64, I1, I1, I64, I64]), name)
+  fn.linkage = "internal"
+  kb, ap, bp, c, ldc, mv, nvalid, first, last, row0, col0 = fn.args
+  for a in (ap, bp, c):
+    a.add_attribute("noalias")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  entry = b.block
+
+  def step(accs, k):
+    bv = [cx.vload(b, b.gep(bp, [b.add(b.mul(k, _c64(nr)), _c64(v * w))]), 64)
+          for v in range(nv)]
+    out = list(accs)
+    abase = b.gep(ap, [b.mul(k, _c64(mr))])
+    for r in range(mr):
+      a = _splat(b, b.load(b.gep(abase, [_c64(r)]), align=cx.size), w)
+      for v in range(nv):
+        out[r * nv + v] = b.call(cx.fma, [a, bv[v], out[r * nv + v]])
+    return out
+
+  def loop(accs_in, start, stop, unroll, tag):
+    pre = b.block
+    hdr = b.append_basic_block(tag + ".hdr")
+    body = b.append_basic_block(tag + ".body")
+    done = b.append_basic_block(tag + ".done")
+    b.branch(hdr)
+    b.position_at_end(hdr)
+    k = b.phi(I64, name=tag + ".k")
+    k.add_incoming(start, pre)
+    phis = []
+    for i, a in enumerate(accs_in):
+      ph = b.phi(cx.vt, name=f"{tag}.acc{i}")
+      ph.add_incoming(a, pre)
+      phis.append(ph)
+    b.cbranch(b.icmp_signed("<", k, stop), body, done)
+    b.position_at_end(body)
+    accs = phis
+    for u in range(unroll):
+      accs = step(accs, b.add(k, _c64(u)))
+    k.add_incoming(b.add(k, _c64(unroll)), b.block)
+    for ph, a in zip(phis, accs):
+      ph.add_incoming(a, b.block)
+    b.branch(hdr)
+    b.position_at_end(done)
+    return phis, k
+
+  if bl.prefetch_c:
+    # C is updated once per K slice; pull the tile towards L1 while the k loop runs (rows past
+    # the edge repeat the last valid row, so no line outside C is touched)
+    pf = _intrinsic(cx.module, "llvm.prefetch.p0", ir.VoidType(), [ir.IntType(8).as_pointer(),
+                                                                  I32, I32, I32])
+    last_row = b.sub(mv, _c64(1))
+    for r in range(mr):
+      rr = _smin(b, _c64(r), last_row)
+      p = b.gep(c, [b.mul(rr, ldc)])
+      for line in range(0, nr * cx.size, 64):
+        q = b.gep(b.bitcast(p, ir.IntType(8).as_pointer()), [_c64(line)])
+        b.call(pf, [q, _c32(1), _c32(3), _c32(1)])
+
+  zeros = [cx.vzero] * (mr * nv)
+  u = max(1, bl.unroll)
+  kmain = b.sub(kb, b.srem(kb, _c64(u)))
+  accs, _ = loop(zeros, _c64(0), kmain, u, "kmain")
+  accs, _ = loop(accs, kmain, kb, 1, "krem")
+  del entry
+
+  # --- store ---
+  full = b.and_(b.icmp_signed("==", mv, _c64(mr)), b.icmp_signed("==", nvalid, _c64(nr)))
+  overwrite = ir.Constant(I1, 0) if accumulate else first
+
+  def store_tile(masked, add):
+    masks = [cx.lane_mask(b, b.sub(nvalid, _c64(v * w))) for v in range(nv)] if masked else None
+    for r in range(mr):
+      crow = b.gep(c, [b.mul(_c64(r), ldc)])
+
+      def row_body():
+        for v in range(nv):
+          p = b.gep(crow, [_c64(v * w)])
+          x = accs[r * nv + v]
+          if masked:
+            if add:
+              x = b.fadd(x, b.call(cx.mload, [p, _c32(cx.size), masks[v], cx.vzero]))
+            b.call(cx.mstore, [x, p, _c32(cx.size), masks[v]])
+          else:
+            if add:
+              x = b.fadd(x, cx.vload(b, p, cx.size))
+            cx.vstore(b, x, p, cx.size)
+      if masked and r > 0:
+        with _if(b, b.icmp_signed("<", _c64(r), mv), name=f"row{r}"):
+          row_body()
+      else:
+        row_body()
+
+  with b.if_else(full) as (is_full, is_edge):
+    with is_full:
+      with b.if_else(overwrite) as (o, a):
+        with o:
+          store_tile(False, False)
+        with a:
+          store_tile(False, True)
+    with is_edge:
+      with b.if_else(overwrite) as (o, a):
+        with o:
+          store_tile(True, False)
+        with a:
+          store_tile(True, True)
+
+  if epilogue is not None:
+    with _if(b, last, name="epi"):
+      nfull = b.mul(b.sdiv(nvalid, _c64(w)), _c64(w))
+      with _for(b, 0, mv, name="er") as r:
+        crow = b.gep(c, [b.mul(r, ldc)])
+        row = b.add(row0, r)
+        with _for(b, 0, nfull, w, name="ev") as j:
+          p = b.gep(crow, [j])
+          x = cx.vload(b, p, cx.size)
+          y = epilogue(b, x, row, b.add(col0, j))
+          cx.vstore(b, y, p, cx.size)
+        with _for(b, nfull, nvalid, name="es") as j:
+          p = b.gep(crow, [j])
+          x = b.load(p, align=cx.size)
+          y = epilogue(b, x, row, b.add(col0, j))
+          b.store(y, p, align=cx.size)
+  b.ret_void()
+  return fn
+
+
+# --------------------------------------------------------------------------------------------
+# driver
+
+def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Epilogue] = None,
+              accumulate: bool = False, blocking: Optional[Blocking] = None) -> ir.Function:
+  """Emit ``name`` (see the module docstring for its signature and contract) and its internal
+  helpers ``name.pack_a``, ``name.pack_b``, ``name.ukernel`` into ``module``."""
+  if dtype not in _TYPES:
+    raise ValueError(f"emit_gemm: dtype must be 'f32' or 'f64', not {dtype!r}")
+  bl = blocking or DEFAULT_BLOCKING[dtype]
+  cx = _Ctx(module, dtype)
+  w = cx.w
+  mr, nr = bl.mr, bl.nv * w
+  if bl.mc % mr or bl.nc % nr:
+    raise ValueError(f"emit_gemm: mc must be a multiple of mr and nc of nr ({bl})")
+  pack_a = _emit_pack(cx, name + ".pack_a", mr)
+  pack_b = _emit_pack(cx, name + ".pack_b", nr)
+  uk = _emit_ukernel(cx, name + ".ukernel", bl, epilogue, accumulate)
+
+  fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [
+      cx.p, cx.p, cx.p, I64, I64, I64, I64, I64, I64, I32, I32, I64, I64, I64, I64, I64, I64,
+      cx.p]), name)
+  for a, n in zip(fn.args, ARG_NAMES):
+    a.name = n
+  (A, B, C, M, N, K, lda, ldb, ldc, ta, tb, batch, sA, sB, sC, tid, nth, pack) = fn.args
+  for a in (A, B, C, pack):
+    a.add_attribute("noalias")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  one = _c64(1)
+
+  # strides of A (i, k) and B (k, j)
+  ta1 = b.icmp_signed("!=", ta, _c32(0))
+  tb1 = b.icmp_signed("!=", tb, _c32(0))
+  a_rs = b.select(ta1, one, lda)
+  a_ks = b.select(ta1, lda, one)
+  b_ks = b.select(tb1, one, ldb)
+  b_cs = b.select(tb1, ldb, one)
+
+  # this thread's scratch: the same formula as _per_thread
+  align = 64 // cx.size
+  kc_e = _smax(b, one, _smin(b, _c64(bl.kc), K))
+  mc_e = _smin(b, _c64(bl.mc), b.mul(_sdiv_up(b, _smax(b, M, one), _c64(mr)), _c64(mr)))
+  nc_e = _smin(b, _c64(bl.nc), b.mul(_sdiv_up(b, _smax(b, N, one), _c64(nr)), _c64(nr)))
+  b_part = b.mul(_sdiv_up(b, b.mul(kc_e, nc_e), _c64(align)), _c64(align))
+  per_thread = b.add(b.add(b_part, b.mul(mc_e, kc_e)), _c64(align))
+  raw = b.ptrtoint(b.gep(pack, [b.mul(tid, per_thread)]), I64)
+  aligned = b.and_(b.add(raw, _c64(63)), _c64(-64))
+  bpk = b.inttoptr(aligned, cx.p)
+  apk = b.gep(bpk, [b_part])
+
+  # K slices of balanced depth (at least one slice, so K == 0 still stores zeros)
+  nks = _smax(b, one, _sdiv_up(b, K, _c64(bl.kc)))
+  kstep = _smax(b, one, _sdiv_up(b, K, nks))
+  klimit = _smax(b, K, one)
+
+  def gemm_block(bi, m0, m1, n0, n1):
+    Ab = b.gep(A, [b.mul(bi, sA)])
+    Bb = b.gep(B, [b.mul(bi, sB)])
+    Cb = b.gep(C, [b.mul(bi, sC)])
+    rowbase = b.mul(bi, M)
+    # balanced mc: ceil(rows / ceil(rows/mc)) rounded up to mr
+    rows = b.sub(m1, m0)
+    nmb = _smax(b, one, _sdiv_up(b, rows, _c64(bl.mc)))
+    mstep = b.mul(_sdiv_up(b, _sdiv_up(b, rows, nmb), _c64(mr)), _c64(mr))
+    mstep = _smax(b, mstep, _c64(mr))
+    with _for(b, n0, n1, bl.nc, name="jc") as jc:
+      nb = _smin(b, _c64(bl.nc), b.sub(n1, jc))
+      with _for(b, 0, klimit, kstep, name="pc") as pc:
+        kb = _smin(b, kstep, b.sub(K, pc))
+        kb = _smax(b, kb, _c64(0))
+        first = b.icmp_signed("==", pc, _c64(0))
+        last = b.icmp_signed(">=", b.add(pc, kstep), K)
+        src_b = b.gep(Bb, [b.add(b.mul(pc, b_ks), b.mul(jc, b_cs))])
+        b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
+        with _for(b, m0, m1, mstep, name="ic") as ic:
+          mb = _smin(b, mstep, b.sub(m1, ic))
+          src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
+          b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
+          with _for(b, 0, nb, nr, name="jr") as jr:
+            nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
+            bpanel = b.gep(bpk, [b.mul(jr, kb)])
+            col = b.add(jc, jr)
+            with _for(b, 0, mb, mr, name="ir") as ir_:
+              mv = _smin(b, _c64(mr), b.sub(mb, ir_))
+              apanel = b.gep(apk, [b.mul(ir_, kb)])
+              row = b.add(ic, ir_)
+              cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
+              b.call(uk, [kb, apanel, bpanel, cptr, ldc, mv, nvalid, first, last,
+                          b.add(rowbase, row), col])
+
+  # work split
+  by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
+  with b.if_else(by_batch) as (whole, split):
+    with whole:
+      b0 = b.sdiv(b.mul(batch, tid), nth)
+      b1 = b.sdiv(b.mul(batch, b.add(tid, one)), nth)
+      with _for(b, b0, b1, name="bb") as bi:
+        gemm_block(bi, _c64(0), M, _c64(0), N)
+    with split:
+      # split the dimension that gives the smaller largest share of tiles; on a tie the one
+      # whose redundant packing (the other operand, packed by every thread) is smaller
+      tm = _sdiv_up(b, M, _c64(mr))
+      tn = _sdiv_up(b, N, _c64(nr))
+      share_m = b.mul(_sdiv_up(b, tm, nth), tn)
+      share_n = b.mul(_sdiv_up(b, tn, nth), tm)
+      split_m = b.or_(b.icmp_signed("<", share_m, share_n),
+                      b.and_(b.icmp_signed("==", share_m, share_n), b.icmp_signed(">=", M, N)))
+      tiles = b.select(split_m, tm, tn)
+      t0 = b.sdiv(b.mul(tiles, tid), nth)
+      t1 = b.sdiv(b.mul(tiles, b.add(tid, one)), nth)
+      tile = b.select(split_m, _c64(mr), _c64(nr))
+      lo = b.mul(t0, tile)
+      hi = b.mul(t1, tile)
+      ext = b.select(split_m, M, N)
+      hi = _smin(b, hi, ext)
+      m0 = b.select(split_m, lo, _c64(0))
+      m1 = b.select(split_m, hi, M)
+      n0 = b.select(split_m, _c64(0), lo)
+      n1 = b.select(split_m, N, hi)
+      with _if(b, b.icmp_signed("<", lo, hi), name="mine"):
+        with _for(b, 0, batch, name="bs") as bi:
+          gemm_block(bi, m0, m1, n0, n1)
+  b.ret_void()
+  return fn

@@ -1,0 +1,275 @@
+"""The generated GEMM kernel (ourjax.backends.llvm.gemm) against NumPy float64 matmul: sizes that
+are and are not multiples of the register/cache blocks, transposed operands, padded leading
+dimensions, batches, both dtypes, the fused epilogue (bias + tanh; row/column indices), and the
+thread split (tid 0..n-1 called from n Python threads give the single-thread result bit for
+bit)."""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ourjax.backends.cpu.jit import compile_module, new_module
+from ourjax.backends.llvm import gemm
+from ourjax.backends.llvm.math import emit_unary
+
+I64 = ir.IntType(64)
+_P, _L, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+_ARGTYPES = [_P, _P, _P, _L, _L, _L, _L, _L, _L, _I, _I, _L, _L, _L, _L, _L, _L, _P]
+NP = {"f32": np.float32, "f64": np.float64}
+
+# Small blocks so that sizes up to 300 cross many K slices, row blocks and column blocks.
+TINY = {"f32": gemm.Blocking(mr=6, nv=1, kc=16, mc=12, nc=48, unroll=4),
+        "f64": gemm.Blocking(mr=5, nv=2, kc=24, mc=15, nc=32, unroll=3)}
+
+# Epilogue operands live at fixed addresses baked into the kernels.
+_BIAS = {dt: np.zeros(512, NP[dt]) for dt in NP}
+
+
+def _bias_tanh(dtype):
+  bias = _BIAS[dtype]
+
+  def epi(b, v, row, col):
+    addr = b.add(ir.Constant(I64, bias.ctypes.data), b.mul(col, ir.Constant(I64, bias.itemsize)))
+    bv = b.load(b.inttoptr(addr, v.type.as_pointer()), align=bias.itemsize)
+    return emit_unary(b, "tanh", b.fadd(v, bv))
+  return epi
+
+
+def _add_index(dtype):
+  """value + (row * 1024 + col): checks the row/column the hook is told, lane by lane."""
+  def epi(b, v, row, col):
+    t = ir.FloatType() if dtype == "f32" else ir.DoubleType()
+    idx = b.add(b.mul(row, ir.Constant(I64, 1024)), col)
+    if isinstance(v.type, ir.VectorType):
+      n = v.type.count
+      lanes = ir.Constant(ir.VectorType(I64, n), list(range(n)))
+      sp = b.insert_element(ir.Constant(ir.VectorType(I64, n), None), idx, ir.Constant(I64, 0))
+      sp = b.shuffle_vector(sp, sp, ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n))
+      return b.fadd(v, b.sitofp(b.add(sp, lanes), v.type))
+    return b.fadd(v, b.sitofp(idx, t))
+  return epi
+
+
+_EPILOGUES = {None: lambda dt: None, "bias_tanh": _bias_tanh, "index": _add_index}
+_cache = {}
+
+
+def kernel(dtype, epilogue=None, blocking="default", accumulate=False):
+  key = (dtype, epilogue, blocking, accumulate)
+  if key not in _cache:
+    bl = TINY[dtype] if blocking == "tiny" else None
+    mod = new_module("test_gemm")
+    gemm.emit_gemm(mod, "gemm", dtype, epilogue=_EPILOGUES[epilogue](dtype), blocking=bl,
+                   accumulate=accumulate)
+    cm = compile_module(mod, ["gemm"])
+    _cache[key] = (cm.ctypes_function("gemm", None, _ARGTYPES), bl)
+  return _cache[key]
+
+
+def _operand(rng, dtype, rows, cols, trans, pad):
+  """A logical rows x cols matrix stored row-major (or as its transpose when ``trans``) with
+  ``pad`` extra elements per stored row; returns (logical view, memory array, ld)."""
+  shape = (cols, rows) if trans else (rows, cols)
+  mem = np.full((shape[0], shape[1] + pad), np.nan, NP[dtype])
+  mem[:, :shape[1]] = rng.standard_normal(shape)
+  view = mem[:, :shape[1]]
+  return (view.T if trans else view), mem, mem.shape[1]
+
+
+def run(fn, bl, dtype, A, B, M, N, K, lda, ldb, ta, tb, C=None, ldc=None, batch=1,
+        strides=(0, 0, 0), nthreads=1, tids=None):
+  """Call the kernel once per tid (each on its own Python thread when there are several)."""
+  if C is None:
+    ldc = N if ldc is None else ldc
+    C = np.full((batch, M, ldc), np.nan, NP[dtype])
+    strides = strides[:2] + (M * ldc,)
+  pack = np.full(max(1, gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl)), np.nan,
+                 NP[dtype])
+
+  def call(tid):
+    fn(A.ctypes.data, B.ctypes.data, C.ctypes.data, M, N, K, lda, ldb, ldc, int(ta), int(tb),
+       batch, *strides, tid, nthreads, pack.ctypes.data)
+  tids = range(nthreads) if tids is None else tids
+  if nthreads == 1:
+    call(0)
+  else:
+    ths = [threading.Thread(target=call, args=(t,)) for t in tids]
+    for t in ths:
+      t.start()
+    for t in ths:
+      t.join()
+  return C
+
+
+def check_close(got, a, b, dtype, extra=None):
+  """|got - a@b| <= K * u * (|a| @ |b|) elementwise (u the unit roundoff, times 2 for the
+  reference's own error in f64); ``extra`` maps the float64 product to the expected result."""
+  a64, b64 = a.astype(np.float64), b.astype(np.float64)
+  ref = a64 @ b64
+  K = a.shape[-1]
+  u = 2.0 ** -24 if dtype == "f32" else 2.0 ** -52
+  bound = (K + 2) * u * (np.abs(a64) @ np.abs(b64)) * 2 + 1e-300
+  if extra is not None:  # through a 1-Lipschitz function, plus its own rounding
+    ref = extra(ref)
+    bound = bound + 4 * u * np.abs(ref) + 4 * u
+  np.testing.assert_array_less(np.abs(got.astype(np.float64) - ref), bound + 0 * ref)
+
+
+dims = st.one_of(st.integers(1, 300), st.sampled_from([1, 2, 5, 6, 7, 13, 14, 15, 16, 17, 31, 32,
+                                                       33, 47, 48, 49, 255, 256, 257]))
+
+
+@settings(max_examples=40)
+@given(M=dims, N=dims, K=dims, ta=st.booleans(), tb=st.booleans(),
+       pads=st.tuples(st.sampled_from([0, 0, 1, 3, 16]), st.sampled_from([0, 0, 1, 3, 16])),
+       dtype=st.sampled_from(["f32", "f64"]), blocking=st.sampled_from(["default", "tiny"]),
+       seed=st.integers(0, 2 ** 31))
+def test_matches_numpy(M, N, K, ta, tb, pads, dtype, blocking, seed):
+  rng = np.random.default_rng(seed)
+  a, am, lda = _operand(rng, dtype, M, K, ta, pads[0])
+  b, bm, ldb = _operand(rng, dtype, K, N, tb, pads[1])
+  fn, bl = kernel(dtype, blocking=blocking)
+  C = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb)[0]
+  check_close(C, a, b, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_edges_exact(dtype, blocking):
+  """Small integers make every product and sum exact: any misplaced or missing element shows."""
+  rng = np.random.default_rng(0)
+  fn, bl = kernel(dtype, blocking=blocking)
+  for (M, N, K) in [(1, 1, 1), (1, 300, 7), (300, 1, 9), (29, 37, 1), (14, 32, 256),
+                    (15, 33, 257), (13, 31, 255), (100, 97, 300), (3, 5, 0)]:
+    for ta in (0, 1):
+      for tb in (0, 1):
+        a = rng.integers(-4, 5, (M, K)).astype(NP[dtype])
+        b = rng.integers(-4, 5, (K, N)).astype(NP[dtype])
+        am = np.ascontiguousarray(a.T) if ta else a
+        bm = np.ascontiguousarray(b.T) if tb else b
+        C = run(fn, bl, dtype, am, bm, M, N, K, max(1, am.shape[1]), max(1, bm.shape[1]), ta,
+                tb)[0]
+        np.testing.assert_array_equal(C, a.astype(np.float64) @ b, err_msg=f"{M}x{N}x{K} "
+                                      f"ta={ta} tb={tb}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_zero_sizes(dtype):
+  fn, bl = kernel(dtype)
+  a = np.ones((4, 3), NP[dtype])
+  b = np.ones((3, 5), NP[dtype])
+  # K == 0: C is overwritten with zeros
+  C = run(fn, bl, dtype, a, b, 4, 5, 0, 3, 5, 0, 0)[0]
+  np.testing.assert_array_equal(C, np.zeros((4, 5)))
+  # M == 0 or N == 0: nothing is written
+  C = np.full((1, 4, 5), 7.0, NP[dtype])
+  run(fn, bl, dtype, a, b, 0, 5, 3, 3, 5, 0, 0, C=C, ldc=5)
+  run(fn, bl, dtype, a, b, 4, 0, 3, 3, 5, 0, 0, C=C, ldc=5)
+  assert (C == 7).all()
+
+
+@settings(max_examples=15)
+@given(M=dims, N=dims, K=dims, dtype=st.sampled_from(["f32", "f64"]),
+       blocking=st.sampled_from(["default", "tiny"]), seed=st.integers(0, 2 ** 31))
+def test_epilogue_bias_tanh(M, N, K, dtype, blocking, seed):
+  rng = np.random.default_rng(seed)
+  a = (rng.standard_normal((M, K)) / np.sqrt(K)).astype(NP[dtype])
+  b = rng.standard_normal((K, N)).astype(NP[dtype])
+  bias = _BIAS[dtype]
+  bias[:N] = rng.standard_normal(N)
+  fn, bl = kernel(dtype, "bias_tanh", blocking)
+  for nthreads in (1, 2):
+    C = run(fn, bl, dtype, a, b, M, N, K, K, N, 0, 0, nthreads=nthreads)[0]
+    check_close(C, a, b, dtype, extra=lambda r: np.tanh(r + bias[:N].astype(np.float64)))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_epilogue_indices(dtype, blocking):
+  """The hook is told row = b*M + i and the column of lane 0, once per element, after the whole
+  sum (several K slices with the tiny blocking): integer data keeps everything exact."""
+  rng = np.random.default_rng(1)
+  fn, bl = kernel(dtype, "index", blocking)
+  for (batch, M, N, K) in [(1, 1, 1, 1), (1, 37, 45, 70), (3, 20, 19, 33), (2, 5, 300, 3),
+                           (1, 3, 4, 0)]:
+    a = rng.integers(-3, 4, (batch, M, K)).astype(NP[dtype])
+    b = rng.integers(-3, 4, (batch, K, N)).astype(NP[dtype])
+    idx = (np.arange(batch * M)[:, None] * 1024 + np.arange(N)[None, :]).reshape(batch, M, N)
+    want = np.matmul(a.astype(np.float64), b) + idx
+    for nthreads in (1, 2):
+      C = run(fn, bl, dtype, a, b, M, N, K, K, N, 0, 0, batch=batch,
+              strides=(M * K, K * N, 0), nthreads=nthreads)
+      np.testing.assert_array_equal(C, want, err_msg=f"{batch}x{M}x{N}x{K} threads={nthreads}")
+
+
+@settings(max_examples=15)
+@given(M=dims, N=dims, K=dims, ta=st.booleans(), tb=st.booleans(),
+       dtype=st.sampled_from(["f32", "f64"]), blocking=st.sampled_from(["default", "tiny"]),
+       nthreads=st.sampled_from([2, 2, 3]), seed=st.integers(0, 2 ** 31))
+def test_threads_match_one_thread(M, N, K, ta, tb, dtype, blocking, nthreads, seed):
+  """tid 0..n-1 from n Python threads write disjoint parts: the same bits as one thread."""
+  rng = np.random.default_rng(seed)
+  a, am, lda = _operand(rng, dtype, M, K, ta, 1)
+  b, bm, ldb = _operand(rng, dtype, K, N, tb, 0)
+  fn, bl = kernel(dtype, blocking=blocking)
+  one = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb)
+  many = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb, nthreads=nthreads)
+  np.testing.assert_array_equal(many, one)
+  # one missing thread leaves its part unwritten (NaN): the split really divides the work
+  if nthreads == 2 and M * N >= 2 * 32 * 16:
+    part = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb, nthreads=2, tids=[0])
+    assert np.isnan(part).any() and not np.isnan(part).all()
+
+
+@settings(max_examples=10)
+@given(batch=st.integers(1, 5), M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(0, 70),
+       ta=st.booleans(), tb=st.booleans(), bcast_b=st.booleans(),
+       dtype=st.sampled_from(["f32", "f64"]), nthreads=st.sampled_from([1, 2, 3]),
+       seed=st.integers(0, 2 ** 31))
+def test_batched(batch, M, N, K, ta, tb, bcast_b, dtype, nthreads, seed):
+  """Leading batch dimension through the batch strides (stride 0 broadcasts B)."""
+  rng = np.random.default_rng(seed)
+  a = rng.standard_normal((batch, M, K)).astype(NP[dtype])
+  b = rng.standard_normal((1 if bcast_b else batch, K, N)).astype(NP[dtype])
+  am = np.ascontiguousarray(a.transpose(0, 2, 1)) if ta else a
+  bm = np.ascontiguousarray(b.transpose(0, 2, 1)) if tb else b
+  fn, bl = kernel(dtype, blocking="tiny")
+  C = run(fn, bl, dtype, am, bm, M, N, K, am.shape[2], bm.shape[2], ta, tb, batch=batch,
+          strides=(M * K, 0 if bcast_b else K * N, 0), nthreads=nthreads)
+  for i in range(batch):
+    check_close(C[i], a[i], b[0 if bcast_b else i], dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_accumulate_and_ldc(dtype):
+  """accumulate=True adds to C; a padded ldc leaves the padding alone."""
+  rng = np.random.default_rng(2)
+  fn, bl = kernel(dtype, blocking="tiny", accumulate=True)
+  M, N, K, ldc = 41, 23, 50, 29
+  a = rng.integers(-3, 4, (M, K)).astype(NP[dtype])
+  b = rng.integers(-3, 4, (K, N)).astype(NP[dtype])
+  c0 = rng.integers(-9, 10, (1, M, ldc)).astype(NP[dtype])
+  C = c0.copy()
+  run(fn, bl, dtype, a, b, M, N, K, K, N, 0, 0, C=C, ldc=ldc, nthreads=2)
+  want = c0.astype(np.float64)
+  want[0, :, :N] += a.astype(np.float64) @ b
+  np.testing.assert_array_equal(C, want)
+
+
+def test_signature_and_errors():
+  mod = new_module("sig")
+  fn = gemm.emit_gemm(mod, "g", "f32")
+  assert [a.name for a in fn.args] == list(gemm.ARG_NAMES)
+  assert len(fn.args) == len(_ARGTYPES)
+  with pytest.raises(ValueError, match="dtype"):
+    gemm.emit_gemm(new_module("bad"), "g", "f16")
+  with pytest.raises(ValueError, match="multiple"):
+    gemm.emit_gemm(new_module("bad"), "g", "f32", blocking=gemm.Blocking(6, 2, 64, 10, 64))
+  # the scratch formula grows with the thread count and covers tiny problems
+  assert gemm.pack_buffer_elements("f32", 1, 1, 1, 2) == 2 * gemm.pack_buffer_elements(
+      "f32", 1, 1, 1, 1) > 0
