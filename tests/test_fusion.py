@@ -293,6 +293,28 @@ def test_sibling_reductions_read_their_input_once():
   assert any("merged siblings" in n for n in notes(m, "multi_output_fusion"))
 
 
+def argmax_computation(m):
+  rb = Builder(m, "argmax")
+  av, ai = rb.parameter(S("f32")), rb.parameter(S("s32"))
+  bv, bi = rb.parameter(S("f32")), rb.parameter(S("s32"))
+  keep = rb.ge(av, bv)
+  return rb.build(rb.tuple([rb.select(keep, av, bv), rb.select(keep, ai, bi)]))
+
+
+def test_variadic_reduction_with_a_sibling_and_an_epilogue():
+  def f(b, x):
+    m, (n, d) = b.module, x.dims
+    am = b.reduce([x, b.iota(S("s32", n, d), 1)], [b.constant(-np.inf, "f32"),
+                                                   b.constant(0, "s32")], (1,),
+                  argmax_computation(m))
+    total = b.reduce(x, b.constant(0.0, "f32"), (1,), scalar_computation(m, "add", "f32"))
+    best = b.get_tuple_element(am, 0)
+    return b.tuple([b.get_tuple_element(am, 1), b.divide(best, total)])
+  _, m = optimized(module(f, S("f32", 6, 10)))
+  (k,) = kernels(m)
+  assert k.attrs["kind"] == "kInput" and count_ops(m, "reduce") == 2
+
+
 def test_sibling_loops_over_one_input():
   def f(b, x):
     return b.tuple([b.exp(x), b.log(x), b.sqrt(x)])

@@ -40,7 +40,13 @@ ops that are never fused.
 
 Fusion runs in the entry computation and, recursively, in the bodies and conditions of while
 loops and the branches of conditionals (never in reducers, comparators or fused computations).
-``space_of`` describes a fusion's iteration space for ``multi_output_fusion`` and the emitters.
+
+Reading a fusion (for emitters): ``attrs["calls"]`` is the fused computation, its parameter
+``k`` is operand ``k``; ``outputs_of(comp)`` lists what it returns (a tuple root after
+multi-output fusion: the users then read ``get-tuple-element``). ``space_of(fusion)`` gives the
+iteration space of kLoop and kInput fusions (``Space``: one loop, or reductions of one operand
+shape over the same dimensions, possibly row by row), and ``check(fusion)`` states (and checks)
+exactly which instructions may appear where for each kind.
 """
 from __future__ import annotations
 
@@ -50,6 +56,7 @@ from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Computation, Instruction, Module
 
 __all__ = ["run", "check", "is_expensive", "is_loop_op", "fusible_computations", "Decision", "Space",
+           "outputs_of",
            "space_of", "LOOP_OPS", "EXPENSIVE_OPS"]
 
 PASS = "fusion"
@@ -327,7 +334,9 @@ def clone_into(b: Builder, instr: Instruction, operands, from_fused: bool = Fals
   """A copy of ``instr`` (same opcode, attributes, shape) on new ``operands``, named after it:
   ``%exp.3`` becomes ``%exp.3.1``; a copy of that copy (``from_fused``) ``%exp.3.2``."""
   name = instr.name.rsplit(".", 1)[0] if from_fused and "." in instr.name else instr.name
-  return b.emit(instr.opcode, operands, dict(instr.attrs), instr.shape, name=name)
+  # (the shape is known: no need to infer it again; the pipeline verifies after the pass)
+  return b.computation.add(Instruction(instr.opcode, operands, instr.shape, dict(instr.attrs),
+                                       name), before=b.before)
 
 
 def wrap(comp: Computation, instr: Instruction, kind: str) -> Instruction:

@@ -118,7 +118,13 @@ class _Merger:
     self.module, self.comp = module, comp
     self.noted = set()
     self.pos: dict[Instruction, int] = {}
+    self.spaces: dict[Instruction, Space | None] = {}
     self.renumber()
+
+  def space(self, f: Instruction) -> Space | None:
+    if f not in self.spaces:
+      self.spaces[f] = space_of(f)
+    return self.spaces[f]
 
   def renumber(self):
     self.pos = {i: k for k, i in enumerate(self.comp.instructions)}
@@ -163,7 +169,7 @@ class _Merger:
 
   def decide_producer(self, p: Instruction, c: Instruction) -> Decision:
     no = lambda why: Decision(False, why)  # noqa: E731
-    sp, sc = space_of(p), space_of(c)
+    sp, sc = self.space(p), self.space(c)
     if sp is None or sc is None:
       f = p if sp is None else c
       return no(f"%{f.name} ({f.attrs['kind']}) has no single iteration space")
@@ -192,22 +198,34 @@ class _Merger:
     return Decision(True, f"{why} ({sm})")
 
   def decide_siblings(self, a: Instruction, b: Instruction, x: Instruction) -> Decision:
+    """(``a`` before ``b``, and ``b`` does not depend on ``a``: checked by the caller.)"""
     no = lambda why: Decision(False, why)  # noqa: E731
-    sa, sb = space_of(a), space_of(b)
-    if sa is None or sb is None:
-      f = a if sa is None else b
-      return no(f"%{f.name} ({f.attrs['kind']}) has no single iteration space")
-    sm = combine(sa, sb)
+    sm = combine(self.space(a), self.space(b))
     if sm is None:
-      return no(f"iteration spaces differ: {sa} vs {sb}")
-    first, second = sorted((a, b), key=self.pos.get)
-    via = self.depends(second, first)
-    if via is not None:
-      return no(f"%{second.name} depends on %{first.name} through %{via.name}")
+      return no(f"iteration spaces differ: {self.space(a)} vs {self.space(b)}")
     n = self.too_many_operands(a, b)
     if n:
       return no(f"the merged fusion would take {n} operands")
     return Decision(True, f"both read %{x.name}, which is then read once ({sm})")
+
+  def earlier_dependencies(self, users: list[Instruction]) -> dict:
+    """For each of ``users`` (in schedule order), the earlier ones it depends on. One walk per
+    user, which stops at earlier users (their own dependencies are known by then)."""
+    uset, lo, deps = set(users), self.pos[users[0]], {}
+    for u in users:
+      d, seen, stack = set(), set(), list(u.operands)
+      while stack:
+        y = stack.pop()
+        if y in seen or self.pos[y] < lo:
+          continue
+        seen.add(y)
+        if y in uset:
+          d.add(y)
+          d |= deps[y]
+        else:
+          stack.extend(y.operands)
+      deps[u] = d
+    return deps
 
   # -- merging ---------------------------------------------------------------------------------
   def merge(self, members: list[Instruction], output_order: list[Instruction]) -> Instruction:
@@ -259,10 +277,25 @@ class _Merger:
     values = [port(f, k) for f, k in outs]
     fused = b.build(values[0] if len(values) == 1 else b.tuple(values))
     kind = "kInput" if any(f.attrs["kind"] == "kInput" for f in members) else "kLoop"
-    new = fz.add_fusion(comp, operands, fused, kind, before=members[-1])
-    top = Builder.into(comp)
+    first, last = members[0], members[-1]
+    # What reads the first member's results between the two members must move after the
+    # merged fusion (nothing else there depends on it: the merge was checked for cycles).
+    moved, end = set(), self.pos[last]
+    stack = [u for k in _ports(first) for v in _port_values(first, k) for u in v.users]
+    while stack:
+      u = stack.pop()
+      if u not in moved and u not in mset and self.pos[u] < end:
+        moved.add(u)
+        stack.extend(u.users)
+    first_at = comp.instructions.index(first)
+    new = fz.add_fusion(comp, operands, fused, kind, before=last)
+    top = Builder.into(comp, before=last)
+    gtes = []
     for n, (f, k) in enumerate(outs):
-      value = new if len(outs) == 1 else top.get_tuple_element(new, n)
+      value = new
+      if len(outs) > 1:
+        value = top.get_tuple_element(new, n)
+        gtes.append(value)
       for v in _port_values(f, k):
         comp.replace_all_uses(v, value)
     for f in reversed(members):
@@ -271,7 +304,11 @@ class _Merger:
           comp.remove(g)
       comp.remove(f)
       module.remove_computation(f.attrs["calls"])
-    comp.topological_sort()
+    insts = comp.instructions
+    at = insts.index(new)
+    window = insts[first_at:at]
+    insts[first_at:at + 1 + len(gtes)] = ([x for x in window if x not in moved] + [new] + gtes
+                                          + [x for x in window if x in moved])
     self.renumber()
     return new
 
@@ -299,23 +336,41 @@ class _Merger:
     for x in list(self.comp.instructions):
       if x.parent is not self.comp or x.shape.is_tuple or x.shape.size < MIN_SHARED_ELEMENTS:
         continue
-      merged = True
-      while merged:
-        merged = False
-        users = [u for u in x.users if u.opcode == "fusion"]
-        for i, a in enumerate(users):
-          for b in users[i + 1:]:
-            d = self.decide_siblings(a, b, x)
-            if not d:
-              self.note(f"not merging siblings %{a.name} and %{b.name}: {d.reason}")
+      while True:
+        users = []
+        for u in dict.fromkeys(x.users):
+          if u.opcode == "fusion" and self.space(u) is None:
+            self.note(f"not merging %{u.name} with siblings: a {u.attrs['kind']} fusion has no "
+                      "single iteration space")
+          elif u.opcode == "fusion":
+            users.append(u)
+        if len(users) < 2:
+          break
+        users.sort(key=self.pos.get)
+        deps = self.earlier_dependencies(users)
+        pair, dependent = None, []
+        for j, b in enumerate(users):
+          for a in users[:j]:
+            if a in deps[b]:
+              dependent.append((a, b))
               continue
-            self.note(f"merged siblings %{a.name} and %{b.name}: {d.reason}")
-            first, second = sorted((a, b), key=self.pos.get)
-            self.merge([first, second], [first, second])
-            merged = changed = True
+            d = self.decide_siblings(a, b, x)
+            self.note(f"{'merged' if d else 'not merging'} siblings %{a.name} and %{b.name}: "
+                      f"{d.reason}")
+            if d:
+              pair = (a, b)
+              break
+          if pair:
             break
-          if merged:
-            break
+        if dependent and not pair:
+          shown = ", ".join(f"%{b.name} on %{a.name}" for a, b in dependent[:3])
+          self.note(f"not merging siblings that read %{x.name} and depend on each other (a "
+                    f"cycle): {shown}" + (f" and {len(dependent) - 3} more pair(s)"
+                                          if len(dependent) > 3 else ""))
+        if not pair:
+          break
+        self.merge(list(pair), list(pair))
+        changed = True
     return changed
 
 
