@@ -45,7 +45,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Instruction, Module, Shape
 
 __all__ = ["run", "assign", "BufferAssignment", "Slot", "Value", "ALIGNMENT", "nbytes"]

@@ -55,9 +55,8 @@ from dataclasses import dataclass
 from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Computation, Instruction, Module
 
-__all__ = ["run", "check", "is_expensive", "is_loop_op", "fusible_computations", "Decision", "Space",
-           "outputs_of",
-           "space_of", "LOOP_OPS", "EXPENSIVE_OPS"]
+__all__ = ["run", "check", "decide", "is_expensive", "is_loop_op", "fusible_computations",
+           "Decision", "Space", "space_of", "outputs_of", "LOOP_OPS", "EXPENSIVE_OPS"]
 
 PASS = "fusion"
 
