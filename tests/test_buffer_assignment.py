@@ -284,7 +284,7 @@ def test_plan_text_and_note():
 # random programs
 # ---------------------------------------------------------------------------------------------
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(programs(max_ops=40), st.data())
 def test_plans_of_random_programs_run_correctly(prog, data):
   m, args = prog

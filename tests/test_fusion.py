@@ -429,7 +429,7 @@ def test_fusion_pass_is_idempotent():
 # the guard: fused modules compute bitwise what unfused ones do
 # ---------------------------------------------------------------------------------------------
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(programs(max_ops=40))
 def test_fusion_preserves_results_on_random_programs(prog):
   m, args = prog
@@ -508,7 +508,7 @@ def reduction_programs(draw):
   return m, args
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(reduction_programs())
 def test_fusion_preserves_results_on_reduction_programs(prog):
   m, args = prog
