@@ -272,6 +272,8 @@ def _normalized_index(e, dt, wrap=True):
     return np.clip(v, -1, n).astype(dt)
   v = e.value
   src = get_aval(v).dtype
+  if np.issubdtype(src, np.unsignedinteger) and src.itemsize >= dt.itemsize:
+    v = lax.min(v, np.array(min(n, np.iinfo(src).max), src))   # large values stay positive
   if src != dt:
     v = lax.convert_element_type(v, dt)
   if wrap and np.issubdtype(src, np.signedinteger):
