@@ -1,8 +1,11 @@
 """``Array``: ourjax's concrete array value.
 
 An Array holds a read-only host NumPy buffer of a canonical dtype (64-bit types only with x64
-enabled) plus the weak-type bit.  Device backends may keep the data elsewhere and fill
-``_npy`` lazily (see ``_value``).  Operators and methods (``+``, ``.sum()``, indexing, ``.at``...)
+enabled) plus the weak-type bit.  Device backends keep the data on the device instead
+(``_device_buf``: the CUDA backend's ``DeviceBuffer``, with ``to_host()``, ``synchronize()``,
+``shape``, ``dtype``) and the host copy ``_npy`` is made when the value is first read
+(printing, ``np.asarray``, eager operations); ``block_until_ready`` waits for the device.
+Operators and methods (``+``, ``.sum()``, indexing, ``.at``...)
 are installed by ``ourjax.numpy`` on both this class and ``core.Tracer``.
 """
 from __future__ import annotations
@@ -78,11 +81,25 @@ class Array:
     a._device_buf = None
     return a
 
+  @classmethod
+  def _from_device(cls, buf, aval: ShapedArray) -> "Array":
+    """Wrap a device buffer (``backends/cuda``: ``DeviceBuffer``) holding a value of ``aval``;
+    the host copy is made when the value is first read."""
+    a = object.__new__(cls)
+    a._npy = None
+    a.weak_type = aval.weak_type
+    a._aval = aval
+    a._device_buf = buf
+    return a
+
   @property
   def _value(self) -> np.ndarray:
     if self._npy is None:
-      self._npy = self._device_buf.to_host()
-      self._npy.flags.writeable = False
+      v = self._device_buf.to_host()
+      if self._aval is not None and v.shape != self._aval.shape:
+        v = v.reshape(self._aval.shape)
+      v.flags.writeable = False
+      self._npy = v
     return self._npy
 
   @property
@@ -169,12 +186,24 @@ class Array:
 
   # --- runtime / device API ---
   def block_until_ready(self):
+    """Wait until the value has been computed (device arrays are produced asynchronously)."""
     if self._device_buf is not None:
       self._device_buf.synchronize()
     return self
 
+  def is_ready(self) -> bool:
+    buf = self._device_buf
+    return buf is None or not hasattr(buf, "is_ready") or buf.is_ready()
+
   def copy_to_host_async(self):
     return None
+
+  def delete(self):
+    """Release the device copy now (the host copy, if any, stays readable)."""
+    if self._device_buf is not None:
+      if self._npy is None:
+        self._value        # keep the value readable
+      self._device_buf = None
 
   def is_fully_replicated(self):
     return True

@@ -1,0 +1,390 @@
+"""The CUDA driver, through ``cuda.bindings.driver``: one primary context and one stream per
+device, modules from PTX, kernel launches, copies and events.
+
+Every driver call goes through ``_check``, which turns a failing status into an
+``ourjax.errors.DeviceError`` naming the call, what it was doing and the driver's own name and
+description of the error.  Nothing here is imported until a GPU is asked for: ``available()``
+is the cheap probe (import the bindings, ``cuInit``, count devices) and never raises.
+
+Work is ordered on one stream per device (``Device.stream``): kernels, uploads and downloads
+are enqueued there, so buffers that are freed and reused need no further synchronisation (the
+caching allocator in ``memory.py`` relies on this).  Asynchronous errors of a kernel surface at
+the next synchronisation and are reported there, naming the last kernels launched.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import deque
+
+import numpy as np
+
+from ourjax.errors import DeviceError
+
+log = logging.getLogger("ourjax")
+
+__all__ = ["available", "device_count", "get_device", "Device", "Module", "Function", "Event",
+           "DeviceError"]
+
+_drv = None            # the cuda.bindings.driver module, once imported
+_avail: bool | None = None
+_avail_reason = ""
+_lock = threading.RLock()
+_devices: dict = {}
+_tls = threading.local()
+
+
+def _driver():
+  global _drv
+  if _drv is None:
+    from cuda.bindings import driver as d   # noqa: PLC0415 (imported only when a GPU is used)
+    _drv = d
+  return _drv
+
+
+def _error_text(err) -> str:
+  d = _driver()
+  try:
+    _, name = d.cuGetErrorName(err)
+    _, desc = d.cuGetErrorString(err)
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    desc = desc.decode() if isinstance(desc, bytes) else str(desc)
+    return f"{name}: {desc}"
+  except Exception:   # pragma: no cover - the error-string calls themselves failed
+    return str(err)
+
+
+def _check(result, what: str):
+  """``result`` is the tuple a binding returns (status first); raise ``DeviceError`` naming
+  ``what`` unless the status is success; return the remaining values (one value unwrapped)."""
+  err = result[0]
+  if int(err) != 0:
+    name = getattr(err, "name", str(err))
+    if name == "CUDA_ERROR_OUT_OF_MEMORY":
+      from ourjax.errors import DeviceOutOfMemoryError
+      raise DeviceOutOfMemoryError(f"CUDA {what} failed: {_error_text(err)}")
+    raise DeviceError(f"CUDA {what} failed: {_error_text(err)}")
+  rest = result[1:]
+  if not rest:
+    return None
+  return rest[0] if len(rest) == 1 else rest
+
+
+def available() -> bool:
+  """Whether a CUDA GPU can be used: the bindings import, the driver initialises and reports at
+  least one device.  Cached; never raises."""
+  global _avail, _avail_reason
+  if _avail is not None:
+    return _avail
+  with _lock:
+    if _avail is not None:
+      return _avail
+    try:
+      d = _driver()
+      _check(d.cuInit(0), "cuInit")
+      n = _check(d.cuDeviceGetCount(), "cuDeviceGetCount")
+      _avail = int(n) > 0
+      _avail_reason = "" if _avail else "the driver reports no CUDA device"
+    except Exception as e:   # no bindings, no libcuda, no device, driver too old...
+      _avail = False
+      _avail_reason = f"{type(e).__name__}: {e}"
+    if not _avail:
+      log.debug("ourjax: no CUDA GPU (%s)", _avail_reason)
+    return _avail
+
+
+def unavailable_reason() -> str:
+  available()
+  return _avail_reason
+
+
+def device_count() -> int:
+  if not available():
+    return 0
+  return int(_check(_driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+def get_device(ordinal: int = 0) -> "Device":
+  """The ``Device`` of ``ordinal`` (its primary context retained and made current on first
+  use)."""
+  dev = _devices.get(ordinal)
+  if dev is None:
+    with _lock:
+      dev = _devices.get(ordinal)
+      if dev is None:
+        if not available():
+          raise DeviceError(f"no CUDA device is available ({_avail_reason})")
+        dev = Device(ordinal)
+        _devices[ordinal] = dev
+  dev.make_current()
+  return dev
+
+
+class Device:
+  """One GPU: its primary context, a non-blocking stream for all of ourjax's work, its
+  properties, and the caching allocator (``memory.DeviceAllocator``)."""
+
+  def __init__(self, ordinal: int):
+    d = _driver()
+    n = device_count()
+    if not 0 <= ordinal < n:
+      raise DeviceError(f"CUDA device {ordinal} does not exist ({n} device(s) present)")
+    self.ordinal = ordinal
+    self.handle = _check(d.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})")
+    self.context = _check(d.cuDevicePrimaryCtxRetain(self.handle),
+                          f"cuDevicePrimaryCtxRetain(device {ordinal})")
+    _check(d.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+    _tls.current = self.ordinal
+    name = _check(d.cuDeviceGetName(256, self.handle), "cuDeviceGetName")
+    self.name = (name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name))
+    A = d.CUdevice_attribute
+    attr = lambda a: int(_check(d.cuDeviceGetAttribute(a, self.handle),  # noqa: E731
+                                f"cuDeviceGetAttribute({a.name})"))
+    self.compute_capability = (attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                               attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+    self.multiprocessor_count = attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+    self.max_threads_per_block = attr(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+    self.max_shared_per_block_optin = attr(
+        A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    self.l2_bytes = attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+    self.total_memory = int(_check(d.cuDeviceTotalMem(self.handle), "cuDeviceTotalMem"))
+    flags = int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    self.stream = _check(d.cuStreamCreate(flags), "cuStreamCreate")
+    self.stream_handle = int(self.stream)
+    self.recent_kernels = deque(maxlen=4)     # names, for messages about asynchronous errors
+    from ourjax.backends.cuda.memory import DeviceAllocator
+    self.allocator = DeviceAllocator(self)
+
+  def __repr__(self):
+    return f"<cuda Device {self.ordinal}: {self.name} sm_{self.arch}>"
+
+  @property
+  def arch(self) -> str:
+    return f"{self.compute_capability[0]}{self.compute_capability[1]}"
+
+  def make_current(self) -> None:
+    """Make this device's context current on the calling thread (contexts are per thread)."""
+    if getattr(_tls, "current", None) != self.ordinal:
+      _check(_driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+      _tls.current = self.ordinal
+
+  # -- synchronisation -------------------------------------------------------------------------
+  def _async_error(self, e: DeviceError, what: str):
+    kernels = ", ".join(self.recent_kernels) or "none"
+    return DeviceError(f"{e} (while waiting for {what}; the error may come from earlier "
+                       f"asynchronous work on the stream: last kernels launched: {kernels})")
+
+  def synchronize(self, what: str = "the device stream") -> None:
+    self.make_current()
+    try:
+      _check(_driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+    except DeviceError as e:
+      raise self._async_error(e, what) from None
+
+  def memory_info(self) -> tuple[int, int]:
+    """(free, total) bytes of device memory as the driver reports them."""
+    self.make_current()
+    free, total = _check(_driver().cuMemGetInfo(), "cuMemGetInfo")
+    return int(free), int(total)
+
+  # -- raw memory ------------------------------------------------------------------------------
+  def mem_alloc(self, nbytes: int) -> int:
+    self.make_current()
+    return int(_check(_driver().cuMemAlloc(int(nbytes)), f"cuMemAlloc({nbytes} bytes)"))
+
+  def mem_free(self, ptr: int) -> None:
+    self.make_current()
+    _check(_driver().cuMemFree(int(ptr)), "cuMemFree")
+
+  def copy_to_device(self, dst: int, host: np.ndarray) -> None:
+    """Enqueue host -> device (``host`` must be C-contiguous; it may be released once this
+    returns: pageable copies are staged before the call returns)."""
+    n = host.nbytes
+    if n == 0:
+      return
+    self.make_current()
+    _check(_driver().cuMemcpyHtoDAsync(int(dst), host.ctypes.data, n, self.stream),
+           f"cuMemcpyHtoDAsync({n} bytes)")
+
+  def copy_to_host(self, host: np.ndarray, src: int) -> None:
+    """Device -> host into ``host`` (C-contiguous), waiting for it (and all earlier work)."""
+    n = host.nbytes
+    self.make_current()
+    if n:
+      _check(_driver().cuMemcpyDtoHAsync(host.ctypes.data, int(src), n, self.stream),
+             f"cuMemcpyDtoHAsync({n} bytes)")
+    self.synchronize("a device-to-host copy")
+
+  def copy_device(self, dst: int, src: int, nbytes: int) -> None:
+    if nbytes == 0:
+      return
+    self.make_current()
+    _check(_driver().cuMemcpyDtoDAsync(int(dst), int(src), int(nbytes), self.stream),
+           f"cuMemcpyDtoDAsync({nbytes} bytes)")
+
+  def memset8(self, dst: int, value: int, nbytes: int) -> None:
+    if nbytes == 0:
+      return
+    self.make_current()
+    _check(_driver().cuMemsetD8Async(int(dst), int(value) & 0xFF, int(nbytes), self.stream),
+           f"cuMemsetD8Async({nbytes} bytes)")
+
+  # -- modules ---------------------------------------------------------------------------------
+  def load_module(self, ptx: str, name: str = "module") -> "Module":
+    return Module(self, ptx, name)
+
+
+class Module:
+  """A loaded PTX module.  Loading failures raise ``DeviceError`` with the JIT's error log."""
+
+  def __init__(self, device: Device, ptx: str, name: str = "module"):
+    d = _driver()
+    device.make_current()
+    self.device, self.name = device, name
+    image = ptx.encode() + b"\0"
+    size = 1 << 16
+    log_buf = bytearray(size)
+    opts = [d.CUjit_option.CU_JIT_ERROR_LOG_BUFFER,
+            d.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES]
+    try:
+      res = d.cuModuleLoadDataEx(image, len(opts), opts, [log_buf, size])
+    except TypeError:   # bindings that do not take a bytearray log buffer: load without it
+      log_buf = None
+      res = d.cuModuleLoadDataEx(image, 0, [], [])
+    if int(res[0]) != 0:
+      jit_log = ""
+      if log_buf is not None:
+        jit_log = bytes(log_buf).split(b"\0", 1)[0].decode(errors="replace").strip()
+      if not jit_log:
+        jit_log = _ptxas_log(ptx, device.arch)
+      raise DeviceError(f"CUDA cuModuleLoadDataEx of module {name!r} failed: "
+                        f"{_error_text(res[0])}\nJIT log:\n{jit_log or '(empty)'}")
+    self.handle = res[1]
+    self._functions: dict = {}
+
+  def function(self, name: str) -> "Function":
+    f = self._functions.get(name)
+    if f is None:
+      h = _check(_driver().cuModuleGetFunction(self.handle, name.encode()),
+                 f"cuModuleGetFunction({name!r}) in module {self.name!r}")
+      f = self._functions[name] = Function(self, h, name)
+    return f
+
+  def __del__(self):
+    try:
+      if _drv is not None and getattr(self, "handle", None) is not None:
+        self.device.make_current()
+        _drv.cuModuleUnload(self.handle)
+    except Exception:   # pragma: no cover - interpreter shutdown
+      pass
+
+
+def _ptxas_log(ptx: str, arch: str) -> str:
+  """The error output of ``ptxas`` on ``ptx`` when the JIT gave no log and ptxas is installed."""
+  import shutil
+  import subprocess
+  import tempfile
+  exe = shutil.which("ptxas")
+  if exe is None:
+    return ""
+  with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+    f.write(ptx)
+    path = f.name
+  try:
+    r = subprocess.run([exe, f"-arch=sm_{arch}", path, "-o", "/dev/null"], capture_output=True,
+                       text=True, timeout=120)
+    return (r.stderr or r.stdout).strip()
+  except Exception as e:   # pragma: no cover
+    return f"(ptxas could not run: {e})"
+  finally:
+    import os
+    os.unlink(path)
+
+
+class Function:
+  """A kernel of a loaded module."""
+
+  def __init__(self, module: Module, handle, name: str):
+    self.module, self.handle, self.name = module, handle, name
+    self.device = module.device
+
+  def set_max_dynamic_shared(self, nbytes: int) -> None:
+    d = _driver()
+    attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    _check(d.cuFuncSetAttribute(self.handle, attr, int(nbytes)),
+           f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes}) of {self.name}")
+
+  def attribute(self, name: str) -> int:
+    d = _driver()
+    attr = getattr(d.CUfunction_attribute, "CU_FUNC_ATTRIBUTE_" + name)
+    return int(_check(d.cuFuncGetAttribute(attr, self.handle), f"cuFuncGetAttribute({name})"))
+
+  def launch(self, grid, block, params_address: int, shared: int = 0) -> None:
+    """Enqueue on the device stream.  ``params_address`` is the address of an array of
+    pointers, one per kernel parameter, each to the parameter's value."""
+    dev = self.device
+    res = _driver().cuLaunchKernel(self.handle, grid[0], grid[1], grid[2], block[0], block[1],
+                                   block[2], shared, dev.stream, params_address, 0)
+    if int(res[0]) != 0:
+      raise DeviceError(f"CUDA cuLaunchKernel of {self.name} (grid {tuple(grid)}, block "
+                        f"{tuple(block)}, {shared} bytes shared) failed: {_error_text(res[0])}")
+    dev.recent_kernels.append(self.name)
+
+
+class Event:
+  """A CUDA event on a device's stream (``timing=True`` for ``elapsed_ms``)."""
+
+  def __init__(self, device: Device, timing: bool = False):
+    d = _driver()
+    device.make_current()
+    flags = int(d.CUevent_flags.CU_EVENT_DEFAULT if timing else
+                d.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    self.device = device
+    self.handle = _check(d.cuEventCreate(flags), "cuEventCreate")
+
+  def record(self) -> "Event":
+    _check(_driver().cuEventRecord(self.handle, self.device.stream), "cuEventRecord")
+    return self
+
+  def query(self) -> bool:
+    res = _driver().cuEventQuery(self.handle)
+    name = getattr(res[0], "name", "")
+    if int(res[0]) == 0:
+      return True
+    if name == "CUDA_ERROR_NOT_READY":
+      return False
+    _check(res, "cuEventQuery")
+    return False
+
+  def synchronize(self, what: str = "an event") -> None:
+    self.device.make_current()
+    try:
+      _check(_driver().cuEventSynchronize(self.handle), "cuEventSynchronize")
+    except DeviceError as e:
+      raise self.device._async_error(e, what) from None
+
+  def elapsed_ms(self, later: "Event") -> float:
+    return float(_check(_driver().cuEventElapsedTime(self.handle, later.handle),
+                        "cuEventElapsedTime"))
+
+  def __del__(self):
+    try:
+      if _drv is not None and getattr(self, "handle", None) is not None:
+        _drv.cuEventDestroy(self.handle)
+    except Exception:   # pragma: no cover - interpreter shutdown
+      pass
+
+
+def pointer_params(values) -> tuple:
+  """(keep-alive, address) of a kernel-parameter array for 64-bit ``values`` (pointers and
+  integers): the values in one uint64 array, and an array of pointers to its elements."""
+  vals = np.asarray(values, dtype=np.uint64)
+  n = len(vals)
+  if n == 0:
+    return (vals,), 0
+  ptrs = vals.ctypes.data + 8 * np.arange(n, dtype=np.uint64)
+  return (vals, ptrs), ptrs.ctypes.data
+
+
+_ = ctypes   # (ctypes kept for callers that build parameter blocks by hand)

@@ -1,0 +1,198 @@
+"""The CUDA backend on a GPU (skipped without one): every kind of kernel against the reference
+backend on fresh random inputs, outputs fully written (the allocator's cache is poisoned with
+NaN bytes first), device-resident Arrays, the caching allocator, errors."""
+import gc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from ourjax.backends.cuda import driver
+
+if not driver.available():
+  pytest.skip(f"no CUDA GPU ({driver.unavailable_reason()})", allow_module_level=True)
+
+import ourjax  # noqa: E402
+import ourjax.numpy as jnp  # noqa: E402
+from ourjax.backends.cuda import backend as cuda_backend  # noqa: E402
+from ourjax.backends.cuda import memory  # noqa: E402
+from ourjax.errors import DeviceError, DeviceOutOfMemoryError  # noqa: E402
+
+import jaxpr_programs  # noqa: E402
+from cuda_cases import CASES  # noqa: E402
+
+
+def _leaves(x):
+  return ourjax.tree_util.tree_leaves(x)
+
+
+def _poison(nbytes_list):
+  """Fill cached blocks of these sizes with 0xFF bytes (NaN for floats) and return them to the
+  cache, so that outputs allocated next start out poisoned."""
+  dev = driver.get_device(0)
+  blocks = [dev.allocator.allocate(n) for n in nbytes_list for _ in range(2)]
+  for blk in blocks:
+    dev.memset8(blk.ptr, 0xFF, blk.size)
+  del blocks
+  gc.collect()
+
+
+def _rel_err(a, e):
+  a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
+  denom = np.linalg.norm(e.ravel())
+  return np.linalg.norm((a - e).ravel()) / (denom if denom else 1.0)
+
+
+def _compare(name, got, want, tol):
+  got, want = _leaves(got), _leaves(want)
+  assert len(got) == len(want), name
+  for k, (g, w) in enumerate(zip(got, want)):
+    assert g.shape == w.shape and g.dtype == w.dtype, (name, k, g.shape, g.dtype, w.shape,
+                                                       w.dtype)
+    g, w = np.asarray(g), np.asarray(w)
+    if w.dtype.kind in "biu" or tol == 0:
+      np.testing.assert_array_equal(g, w, err_msg=f"{name} output {k}")
+    else:
+      assert not np.isnan(g).any() or np.isnan(w).any(), f"{name} output {k}: NaN (unwritten?)"
+      err = _rel_err(g, w)
+      assert err <= tol, f"{name} output {k}: relative error {err:.3g} > {tol}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_case_matches_reference(case):
+  name, fn, make_args, tol = case
+  rng = np.random.default_rng(abs(hash(name)) % (1 << 32))
+  for trial in range(2):                       # fresh inputs each time, same executable
+    args = make_args(rng)
+    want = ourjax.jit(fn, backend="reference")(*args)
+    _poison([np.asarray(x).nbytes for x in _leaves(want)])
+    got = ourjax.jit(fn, backend="cuda")(*args)
+    for x in _leaves(got):
+      assert x._device_buf is not None, f"{name}: result is not on the device"
+    _compare(name, got, want, tol)
+
+
+@settings(max_examples=30, deadline=None)
+@given(jaxpr_programs.programs())
+def test_random_programs_match_eager(prog):
+  args = prog.inputs
+  expected = prog(*args)
+  got = ourjax.jit(prog, backend="cuda")(*args)
+  jaxpr_programs.assert_outputs_close(got, expected, "cuda")
+
+
+def test_device_arrays():
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  f = ourjax.jit(lambda a: a * 2.0, backend="cuda")
+  y = f(x)
+  assert y._device_buf is not None and y._npy is None
+  dev = list(y.devices())[0]
+  assert dev.platform == "gpu" and "CudaDevice" in repr(dev)
+  y.block_until_ready()
+  assert y.is_ready()
+  assert "Array(" in repr(y) and str(y).startswith("[[")
+  np.testing.assert_array_equal(np.asarray(y), x * 2)
+  z = f(y)                       # a device array goes back in without a copy to the host
+  np.testing.assert_array_equal(np.asarray(z), x * 4)
+  assert float(f(np.float32(1.5))) == 3.0
+
+
+def test_default_backend_and_device_put_get():
+  assert ourjax.default_backend() == "gpu"
+  gpus = ourjax.devices("cuda")
+  assert gpus and gpus[0].platform == "gpu"
+  x = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+  a = ourjax.device_put(x)
+  assert a._device_buf is not None
+  assert list(a.devices())[0].platform == "gpu"
+  np.testing.assert_array_equal(ourjax.device_get(a), x)
+  h = ourjax.device_put(a, ourjax.devices("cpu")[0])
+  assert h._device_buf is None and list(h.devices())[0].platform == "cpu"
+  np.testing.assert_array_equal(np.asarray(h), x)
+  y = ourjax.jit(lambda v: v + 1)(a)         # default jit runs on the GPU
+  assert y._device_buf is not None
+  ourjax.block_until_ready({"y": y})
+  np.testing.assert_allclose(np.asarray(y), x + 1)
+
+
+def test_allocator_reuses_blocks_and_reports_stats():
+  dev = driver.get_device(0)
+  stats0 = memory.memory_stats()
+  f = ourjax.jit(lambda a: a + 1.0, backend="cuda")
+  x = ourjax.device_put(np.ones((1000, 1000), np.float32))
+  for _ in range(5):
+    y = f(x)
+    del y
+    gc.collect()
+  stats = dev.allocator.memory_stats()
+  assert stats["num_cache_hits"] > stats0["num_cache_hits"]
+  assert stats["bytes_in_use"] >= 4_000_000
+  assert stats["peak_bytes_in_use"] >= stats["bytes_in_use"]
+  assert stats["bytes_limit"] > 0
+  assert ourjax.devices("cuda")[0].memory_stats()["bytes_in_use"] == stats["bytes_in_use"]
+
+
+def test_out_of_memory_names_the_bytes_and_keeps_other_arrays():
+  keep = ourjax.device_put(np.arange(1000, dtype=np.float32))
+  dev = driver.get_device(0)
+  huge = 1 << 50
+  with pytest.raises(DeviceOutOfMemoryError) as e:
+    dev.allocator.allocate(huge)
+  assert str(huge) in str(e.value) and "free" in str(e.value)
+  np.testing.assert_array_equal(np.asarray(keep), np.arange(1000, dtype=np.float32))
+  # and through jit: an output too large for the device
+  f = ourjax.jit(lambda a: jnp.broadcast_to(a[0], (1 << 22, 1 << 22)), backend="cuda")
+  with pytest.raises(DeviceOutOfMemoryError):
+    f(keep)
+  np.testing.assert_array_equal(np.asarray(keep), np.arange(1000, dtype=np.float32))
+
+
+def test_bad_ptx_raises_device_error_with_the_jit_log():
+  dev = driver.get_device(0)
+  with pytest.raises(DeviceError) as e:
+    dev.load_module(".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() "
+                    "{ bogus.instruction; }", "broken")
+  assert "broken" in str(e.value) and "cuModuleLoadDataEx" in str(e.value)
+
+
+def test_host_fallback_runs_and_returns_device_arrays():
+  x = (np.arange(6) + 1j).astype(np.complex64)
+  c = ourjax.jit(lambda v: v * v, backend="cuda")
+  y = c(x)
+  np.testing.assert_allclose(np.asarray(y), x * x)
+  assert y._device_buf is not None
+
+
+def test_executable_called_many_times_and_interleaved():
+  f = ourjax.jit(lambda a, b: jnp.sum(a * b, axis=-1), backend="cuda")
+  g = ourjax.jit(lambda a: ourjax.nn.softmax(a), backend="cuda")
+  rng = np.random.default_rng(3)
+  outs = []
+  for _ in range(20):
+    a = rng.standard_normal((64, 300)).astype(np.float32)
+    b = rng.standard_normal((64, 300)).astype(np.float32)
+    outs.append((f(a, b), g(a), (a * b).sum(-1), a))
+  for y, s, want, a in outs:
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-4, atol=1e-4)
+    e = np.exp(a - a.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(s), e / e.sum(-1, keepdims=True), rtol=1e-5,
+                               atol=1e-7)
+
+
+def test_empty_and_scalar_shapes():
+  f = ourjax.jit(lambda a: (a * 2.0, jnp.sum(a)), backend="cuda")
+  y, s = f(np.zeros((0, 5), np.float32))
+  assert np.asarray(y).shape == (0, 5) and float(s) == 0.0
+  g = ourjax.jit(lambda a: a + 1, backend="cuda")
+  assert int(g(np.int32(41))) == 42
+
+
+def test_grad_on_gpu():
+  def loss(w, x):
+    return jnp.sum(jnp.tanh(x @ w) ** 2)
+  rng = np.random.default_rng(5)
+  w = rng.standard_normal((64, 32)).astype(np.float32) * 0.1
+  x = rng.standard_normal((16, 64)).astype(np.float32)
+  g = ourjax.jit(ourjax.grad(loss), backend="cuda")(w, x)
+  want = ourjax.jit(ourjax.grad(loss), backend="reference")(w, x)
+  assert _rel_err(g, want) < 1e-5
