@@ -33,7 +33,8 @@ except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not
     """The backend failed to compile a module (the message carries LLVM's log)."""
 
 __all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cpu_name",
-           "cpu_features", "triple", "target_data_layout", "host_target_machine"]
+           "cpu_features", "triple", "target_data_layout", "host_target_machine",
+           "compile_to_object", "load_object"]
 
 _lock = threading.RLock()
 _state: Optional[dict] = None
@@ -213,3 +214,64 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
     except RuntimeError as e:
       raise CompileError(f"LLVM failed to generate code: {e}") from None
     return CompiledModule(engine, ref, list(entry_names), optimized)
+
+
+def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True):
+  """Parse, verify and optimise ``module`` like :func:`compile_module`, then emit host object
+  code instead of JIT-ing it.  Returns ``(object_bytes, optimized_ir)``; load the bytes with
+  :func:`load_object` (the CPU backend stores them in its on-disk cache)."""
+  st = _setup()
+  text = str(module)
+  with _lock:
+    try:
+      ref = llvm.parse_assembly(text)
+      ref.verify()
+    except RuntimeError as e:
+      raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
+                         f"{_excerpt(text)}") from None
+    if not ref.triple:
+      ref.triple = st["triple"]
+    if not ref.data_layout:
+      ref.data_layout = st["layout"]
+    if optimize:
+      _optimize(ref, st["tm"])
+    missing = [f.name for f in ref.functions
+               if f.is_declaration and not f.name.startswith("llvm.")
+               and not llvm.address_of_symbol(f.name)]
+    if missing:
+      raise CompileError(f"the module calls undefined external function(s) {missing}")
+    try:
+      obj = st["tm"].emit_object(ref)
+    except RuntimeError as e:
+      raise CompileError(f"LLVM failed to generate code: {e}") from None
+    return bytes(obj), str(ref)
+
+
+def load_object(obj: bytes, entry_names: Sequence[str] = (),
+                optimized_ir: Optional[str] = None) -> CompiledModule:
+  """JIT-load host object code (from :func:`compile_to_object`) into its own MCJIT engine and
+  resolve ``entry_names``.  Raises :class:`CompileError` when the bytes are not a loadable
+  object or an entry point is missing."""
+  st = _setup()
+  with _lock:
+    try:
+      empty = llvm.parse_assembly("")
+      empty.triple = st["triple"]
+      empty.data_layout = st["layout"]
+      engine = llvm.create_mcjit_compiler(empty, _make_tm(st["target"], st["name"],
+                                                          st["features"]))
+      engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(obj)))
+      engine.finalize_object()
+    except (RuntimeError, ValueError) as e:
+      raise CompileError(f"could not load object code: {e}") from None
+    cm = CompiledModule.__new__(CompiledModule)
+    cm._engine, cm._module, cm._object = engine, empty, obj
+    cm.optimized_ir = optimized_ir or ""
+    cm._asm = None
+    cm._addresses = {}
+    for n in entry_names:
+      addr = engine.get_function_address(n)
+      if not addr:
+        raise CompileError(f"entry point {n!r} is not defined in the object code")
+      cm._addresses[n] = addr
+    return cm

@@ -1,0 +1,1142 @@
+"""The native CPU backend: an HLO module becomes one LLVM module with one entry function.
+
+    exe = compile(module)        # CpuExecutable (or the reference executable, see below)
+    outs = exe(x, y)             # tuple of numpy arrays
+    exe.llvm_ir                  # the LLVM IR text (Compiled.as_text(dialect="llvm"))
+
+Compilation:
+
+1. *Planning* (``_Planner``): every instruction of the entry computation gets a buffer (tree):
+   parameters and outputs are passed in by Python, array constants live in NumPy arrays the
+   executable keeps, everything else is a temporary in one *arena*.  ``reshape``,
+   ``get-tuple-element`` and ``tuple`` are aliases; each fusion or other op becomes kernels
+   (``llvm/kernels.py``: ``plan_group``); ``while`` and ``conditional`` become control flow around
+   the kernels of their computations.  Values that are outputs are computed straight into the
+   output arrays; a ``dynamic-update-slice`` whose operand is a temporary at its last use
+   updates that buffer in place.
+2. *Buffer assignment*: temporaries get arena offsets by a first-fit over their live ranges
+   (64-byte aligned; a buffer used inside a loop lives for the whole loop).
+3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
+   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order.
+4. *Threads*: kernels with enough work are split by ``tid`` across a small pool of threads that
+   all call the entry at once (ctypes drops the GIL); kernels are separated by a spinning
+   barrier (atomics in the arena's first cache line); small kernels, and all control flow, run
+   on thread 0 alone.  A module without large kernels is called on the caller's thread only.
+5. *Caching*: the object code is kept on disk under ``OURJAX_CACHE_DIR`` (default
+   ``~/.cache/ourjax``; ``OURJAX_CACHE_DIR=off`` disables it), keyed by the module text, the
+   constants' bytes, this backend's source, the LLVM version and the host CPU; entries are
+   written atomically (temporary file + ``os.replace``) and checked (length + SHA-256) when read:
+   a damaged entry is logged and recompiled.
+
+A module with something the emitter does not handle yet (complex or 8-bit float types, ops in
+``UNSUPPORTED``) runs on the reference backend instead (logged at debug level);
+``native_unsupported(module)`` says why.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import math
+import os
+import struct
+import threading
+import zlib
+
+import numpy as np
+
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import kernels as K
+from ourjax.lowering import hlo
+
+log = logging.getLogger("ourjax")
+
+__all__ = ["compile", "CpuExecutable", "native_unsupported", "NATIVE_OPCODES", "set_num_threads",
+           "num_threads", "cache_dir"]
+
+ENTRY = "ourjax_entry"
+
+#: Opcodes the native backend compiles (anything else falls back to the reference backend).
+NATIVE_OPCODES = frozenset(E.ELEMENTAL_OPS | K.HARD_OPS | {
+    "parameter", "constant", "tuple", "get-tuple-element", "fusion", "while", "conditional",
+    "copy"})
+
+
+def native_unsupported(module: hlo.Module) -> str | None:
+  """Why ``module`` cannot be compiled natively (None when it can)."""
+  entry = module.entry
+  for p in entry.parameters:
+    if p.shape.is_tuple:
+      return f"tuple-shaped entry parameter %{p.name}"
+  root = entry.root.shape
+  for s in (root.tuple_shapes if root.is_tuple else (root,)):
+    if s.is_tuple:
+      return "nested tuple result"
+  for comp in module.reachable_computations():
+    for instr in comp.instructions:
+      if instr.opcode not in NATIVE_OPCODES:
+        return f"opcode {instr.opcode} (%{instr.name})"
+      for s in _leaf_shapes(instr.shape):
+        if s.dtype not in E.SUPPORTED_DTYPES:
+          return f"element type {hlo.dtype_name(s.dtype)} (%{instr.name})"
+  return None
+
+
+def _leaf_shapes(shape):
+  if shape.is_tuple:
+    for s in shape.tuple_shapes:
+      yield from _leaf_shapes(s)
+  else:
+    yield shape
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy arrays as objects
+# ---------------------------------------------------------------------------------------------
+# Reading ``a.ctypes.data`` costs microseconds; the entry function instead receives the
+# addresses of the NumPy array objects (``id(a)``) and reads the data pointer and the flags from
+# the ``PyArrayObject`` struct (NumPy's stable ABI: ``data`` right after the object header,
+# ``flags`` after nd/dimensions/strides/base/descr).  The layout is checked once at import; when
+# the check fails, slots carry data pointers instead.
+
+_DATA_OFFSET = 16
+_FLAGS_OFFSET = 64
+_C_CONTIGUOUS_ALIGNED = 0x0001 | 0x0100
+
+
+def _probe_object_layout() -> bool:
+  try:
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+      return False
+    samples = [np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros((), np.int8),
+               np.ones((2, 3), np.float64).T, np.arange(10, dtype=np.int16)[1::2],
+               np.empty((0, 3), np.uint8)]
+    for a in samples:
+      data = ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value or 0
+      flags = ctypes.c_int32.from_address(id(a) + _FLAGS_OFFSET).value
+      if a.size and data != a.ctypes.data:
+        return False
+      want = a.flags.c_contiguous and a.flags.aligned
+      if bool((flags & _C_CONTIGUOUS_ALIGNED) == _C_CONTIGUOUS_ALIGNED) != want:
+        return False
+      if bool(flags & 0x0400) != a.flags.writeable:
+        return False
+    return True
+  except Exception:  # pragma: no cover
+    return False
+
+
+OBJECT_MODE = _probe_object_layout()
+
+
+# ---------------------------------------------------------------------------------------------
+# threads
+# ---------------------------------------------------------------------------------------------
+
+def _default_threads() -> int:
+  env = os.environ.get("OURJAX_CPU_THREADS")
+  if env:
+    return max(1, int(env))
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError:  # pragma: no cover
+    return max(1, os.cpu_count() or 1)
+
+
+class _Pool:
+  """``nthreads - 1`` daemon workers; ``run(fn, slots, n)`` calls ``fn(slots, tid, n)`` on every
+  thread (the caller is thread 0) and returns when all have returned.  A call that finds the
+  pool busy (another Python thread is using it) runs on its caller's thread alone."""
+
+  def __init__(self, nthreads: int):
+    self.nthreads = nthreads
+    self._busy = threading.Lock()
+    self._workers = []
+    for t in range(1, nthreads):
+      go, done = threading.Semaphore(0), threading.Semaphore(0)
+      w = {"go": go, "done": done, "job": None}
+      th = threading.Thread(target=self._work, args=(w, t), daemon=True,
+                            name=f"ourjax-cpu-{t}")
+      th.start()
+      self._workers.append(w)
+
+  @staticmethod
+  def _work(w, tid):
+    while True:
+      w["go"].acquire()
+      fn, slots, n = w["job"]
+      try:
+        fn(slots, tid, n)
+      finally:
+        w["done"].release()
+
+  def run(self, fn, slots) -> int:
+    if self.nthreads == 1 or not self._busy.acquire(blocking=False):
+      return fn(slots, 0, 1)
+    try:
+      n = self.nthreads
+      for w in self._workers:
+        w["job"] = (fn, slots, n)
+        w["go"].release()
+      rc = fn(slots, 0, n)
+      for w in self._workers:
+        w["done"].acquire()
+      return rc
+    finally:
+      self._busy.release()
+
+
+_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+_num_threads = None
+
+
+def num_threads() -> int:
+  """Threads the CPU backend uses for large kernels (``OURJAX_CPU_THREADS``, default: the CPUs
+  this process may run on)."""
+  global _num_threads
+  if _num_threads is None:
+    _num_threads = _default_threads()
+  return _num_threads
+
+
+def set_num_threads(n: int) -> None:
+  """Change the thread count for later calls (1 = everything on the caller's thread)."""
+  global _num_threads, _pool
+  with _pool_lock:
+    _num_threads = max(1, int(n))
+    _pool = None
+
+
+def _get_pool() -> _Pool:
+  global _pool
+  p = _pool
+  if p is None or p.nthreads != num_threads():
+    with _pool_lock:
+      if _pool is None or _pool.nthreads != num_threads():
+        _pool = _Pool(num_threads())
+      p = _pool
+  return p
+
+
+#: Upper bound of threads a compiled module is sized for (per-thread scratch, partials).
+MAX_THREADS = 16
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+# ---------------------------------------------------------------------------------------------
+
+class KernelStep:
+  def __init__(self, kernel: K.Kernel):
+    self.kernel = kernel
+
+  @property
+  def parallel(self):
+    return self.kernel.parallel
+
+
+class WhileStep:
+  parallel = False
+
+  def __init__(self, cond_steps, pred: K.Buf, body_steps):
+    self.cond_steps, self.pred, self.body_steps = cond_steps, pred, body_steps
+
+
+class CondStep:
+  parallel = False
+
+  def __init__(self, selector: K.Buf, branches):
+    self.selector, self.branches = selector, branches
+
+
+def _flat(tree):
+  if isinstance(tree, tuple) and not (tree and tree[0] == "imm"):
+    for t in tree:
+      yield from _flat(t)
+  else:
+    yield tree
+
+
+class _Planner:
+  """Buffers and steps of the entry computation and the computations it calls."""
+
+  def __init__(self, module: hlo.Module):
+    self.module = module
+    self.temps: list[K.Buf] = []
+    self.consts: list[K.Buf] = []
+    self.const_of: dict = {}
+    self.kernels: list[K.Kernel] = []
+    self.nk = 0
+
+  # -- buffers ---------------------------------------------------------------------------------
+  def temp(self, dtype, dims, name=""):
+    b = K.Buf(dtype, dims, name)
+    self.temps.append(b)
+    return b
+
+  def scratch(self, nbytes, name=""):
+    b = K.Buf(np.uint8, (int(nbytes),), name + ".scratch", kind="scratch")
+    self.temps.append(b)
+    return b
+
+  def const_buf(self, instr):
+    b = self.const_of.get(instr)
+    if b is None:
+      b = K.Buf(instr.dtype, instr.dims, instr.name, kind="const")
+      b.const_value = instr.attrs["value"]
+      self.const_of[instr] = b
+      self.consts.append(b)
+    return b
+
+  def _new_tree(self, shape, name, want=None):
+    if shape.is_tuple:
+      return tuple(self._new_tree(s, f"{name}.{k}", None if want is None else want.get(k))
+                   for k, s in enumerate(shape.tuple_shapes))
+    if isinstance(want, K.Buf):
+      return want
+    return self.temp(shape.dtype, shape.dims, name)
+
+  def _as_buf(self, spec, instr, steps):
+    """A Buf holding ``spec`` (materialising an immediate)."""
+    if isinstance(spec, K.Buf):
+      return spec
+    buf = self.temp(instr.dtype, instr.dims, instr.name + ".imm")
+    self._copy_into(steps, spec, buf)
+    return buf
+
+  def _kname(self):
+    self.nk += 1
+    return f"k{self.nk}"
+
+  def _add_kernel(self, steps, kernel):
+    self.kernels.append(kernel)
+    steps.append(KernelStep(kernel))
+
+  def _copy_into(self, steps, src_spec, dst: K.Buf):
+    if isinstance(src_spec, tuple) and src_spec and src_spec[0] == "imm":
+      proxy = _proxy(dst)
+      self._add_kernel(steps, K.LoopKernel(self._kname(), dst.dims, [(proxy, dst)],
+                                           {proxy: src_spec}, rows=False))
+    elif src_spec is not dst:
+      if not isinstance(src_spec, K.Buf):
+        raise K.PlanError(f"cannot copy {src_spec!r} into a buffer")
+      self._add_kernel(steps, K.CopyKernel(self._kname(), src_spec, dst))
+
+  # -- computations ----------------------------------------------------------------------------
+  def plan_computation(self, comp: hlo.Computation, params, outs, direct: bool):
+    """Steps computing ``comp`` with parameter buffer trees ``params``, leaving the result in
+    the buffer tree ``outs``.  With ``direct``, instructions whose value is an output are
+    computed straight into it."""
+    steps = []
+    root = comp.root
+    want = {}
+    if direct:
+      elems = root.operands if root.opcode == "tuple" else [root]
+      dsts = list(outs) if root.opcode == "tuple" else [outs]
+      for e, d in zip(elems, dsts):
+        if isinstance(d, K.Buf) and e.opcode not in ("parameter", "constant", "tuple",
+                                                     "get-tuple-element", "reshape"):
+          want.setdefault(e, d)
+        elif (isinstance(d, K.Buf) and e.opcode == "get-tuple-element"
+              and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element",
+                                               "while", "conditional")):
+          want.setdefault(("elem", e.operands[0], e.attrs["index"]), d)
+    last_use = self._last_uses(comp)
+    vals = {}
+    for p, t in zip(comp.parameters, params):
+      vals[p] = t
+    for pos, instr in enumerate(comp.instructions):
+      op = instr.opcode
+      if op == "parameter":
+        continue
+      if op == "constant":
+        v = instr.attrs["value"]
+        vals[instr] = ("imm", v[()]) if v.ndim == 0 else self.const_buf(instr)
+      elif op == "tuple":
+        vals[instr] = tuple(vals[o] for o in instr.operands)
+      elif op == "get-tuple-element":
+        vals[instr] = vals[instr.operands[0]][instr.attrs["index"]]
+      elif op == "reshape" and not isinstance(vals[instr.operands[0]], tuple):
+        vals[instr] = vals[instr.operands[0]]
+      elif op == "while":
+        vals[instr] = self._plan_while(instr, vals, steps)
+      elif op == "conditional":
+        vals[instr] = self._plan_conditional(instr, vals, steps, want.get(instr))
+      else:
+        vals[instr] = self._plan_group(instr, vals, steps, want, last_use, pos, comp)
+    self._place(steps, vals[root], outs)
+    return steps
+
+  def _place(self, steps, src, dst):
+    """Copy the value tree ``src`` into the buffer tree ``dst`` (skipping identical buffers)."""
+    if isinstance(dst, tuple):
+      for a, d in zip(src, dst):
+        self._place(steps, a, d)
+      return
+    if src is not dst:
+      self._copy_into(steps, src, dst)
+
+  def _last_uses(self, comp):
+    """instr -> position of its last use, counting uses through aliases (tuple/gte/reshape) and
+    the root (infinity)."""
+    pos = {i: k for k, i in enumerate(comp.instructions)}
+    alias_of = {}
+    for i in comp.instructions:
+      if i.opcode in ("get-tuple-element", "reshape", "tuple"):
+        alias_of[i] = [o for o in i.operands]
+    last = {}
+
+    def bases(i):
+      out, stack = set(), [i]
+      while stack:
+        x = stack.pop()
+        if x in alias_of:
+          stack.extend(alias_of[x])
+        else:
+          out.add(x)
+      return out
+    for i in comp.instructions:
+      for o in i.operands:
+        for base in bases(o):
+          last[base] = max(last.get(base, -1), pos[i])
+    for base in bases(comp.root):
+      last[base] = math.inf
+    for i in comp.instructions:   # an alias that is itself used later extends its bases
+      if i in alias_of:
+        for base in bases(i):
+          last[base] = max(last.get(base, -1), last.get(i, -1))
+    return last
+
+  def _leafspec(self, v):
+    return v
+
+  def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
+    op = instr.opcode
+    if op == "fusion":
+      fc = instr.attrs["calls"]
+      instrs = fc.instructions
+      leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
+      for i in instrs:
+        if i.opcode == "constant" and i.attrs["value"].ndim > 0:
+          leafmap[i] = self.const_buf(i)
+      root = fc.root
+    else:
+      instrs = [instr]
+      leafmap = {o: vals[o] for o in instr.operands}
+      root = instr
+    # result buffers
+    inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp)
+    if inplace is not None:
+      res = inplace
+    elif instr.shape.is_tuple:
+      res = tuple(want.get(("elem", instr, k)) or self.temp(s.dtype, s.dims, f"{instr.name}.{k}")
+                  for k, s in enumerate(instr.shape.tuple_shapes))
+      if any(isinstance(s, hlo.Shape) and s.is_tuple for s in instr.shape.tuple_shapes):
+        raise K.PlanError(f"nested tuple result of %{instr.name}")
+    else:
+      res = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
+    if op == "fusion" and root.opcode == "tuple":
+      outputs = list(zip(root.operands, res))
+    else:
+      outputs = [(root, res)]
+    if inplace is not None:
+      kern = K.DynamicUpdateInPlace(self._kname(), root, inplace,
+                                    K._restrict_many(leafmap, [(root.operands[1], None)] +
+                                                     [(o, None) for o in root.operands[2:]]))
+      self._add_kernel(steps, kern)
+      return res
+    planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname())
+    for kern in planner.plan(instrs, outputs, leafmap):
+      self._add_kernel(steps, kern)
+    return res
+
+  def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp):
+    """The operand buffer a dynamic-update-slice may update in place, or None."""
+    if root.opcode != "dynamic-update-slice" or instr.shape.is_tuple:
+      return None
+    operand = root.operands[0]
+    spec = leafmap.get(operand)
+    if not isinstance(spec, K.Buf) or spec.kind != "temp":
+      return None
+    # the top-level instruction whose buffer this is must be used last here
+    top = operand if instr.opcode != "fusion" else \
+        instr.operands[instr.attrs["calls"].parameters.index(operand)]
+    base = top
+    while base.opcode in ("reshape", "get-tuple-element") and base.parent is comp:
+      base = base.operands[0]
+    if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
+      return None
+    if last_use.get(base, math.inf) != pos:
+      return None
+    if any(vals.get(o) is spec for o in instr.operands if o is not top):
+      return None
+    if instr.opcode == "fusion":   # the fused update must not read the operand
+      reach = K._reachable(root.operands[1:], {})
+      if id(operand) in reach or operand.users != [root]:
+        return None
+    return spec
+
+  def _plan_while(self, instr, vals, steps):
+    cond, body = instr.attrs["condition"], instr.attrs["body"]
+    init = vals[instr.operands[0]]
+    state = self._new_tree(instr.shape, instr.name + ".state")
+    self._place(steps, init, state)
+    pred = self.temp(np.bool_, (), instr.name + ".pred")
+    cond_steps = self.plan_computation(cond, [state], pred, direct=True)
+    body_out = self._new_tree(instr.shape, instr.name + ".next")
+    body_steps = self.plan_computation(body, [state], body_out, direct=True)
+    # copy the next state back (skipping elements the body passes through)
+    self._copy_back(body, body_out, state, body_steps)
+    steps.append(WhileStep(cond_steps, pred, body_steps))
+    return state
+
+  def _copy_back(self, body, nxt, state, steps):
+    root = body.root
+    p = body.parameters[0]
+
+    def rec(n, s, elem):
+      if isinstance(s, tuple):
+        sub = elem.operands if elem is not None and elem.opcode == "tuple" else [None] * len(s)
+        for k, (a, c) in enumerate(zip(n, s)):
+          rec(a, c, sub[k] if k < len(sub) else None)
+        return
+      if (elem is not None and elem.opcode == "get-tuple-element"
+          and elem.operands[0] is p and s is state[elem.attrs["index"]]):
+        return   # passes the state element through unchanged
+      self._add_kernel(steps, K.CopyKernel(self._kname(), n, s))
+    rec(nxt, state, root)
+
+  def _plan_conditional(self, instr, vals, steps, want):
+    sel = self._as_buf(vals[instr.operands[0]], instr.operands[0], steps)
+    out = self._new_tree(instr.shape, instr.name, None)
+    if isinstance(want, K.Buf):
+      out = want
+    branches = []
+    for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
+      branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
+    steps.append(CondStep(sel, branches))
+    return out
+
+
+def _proxy(buf: K.Buf) -> hlo.Instruction:
+  """A stand-in instruction of ``buf``'s shape (the key of an immediate's leaf)."""
+  return hlo.Instruction("constant", [], hlo.Shape(buf.dtype, buf.dims),
+                         {"value": np.zeros((), buf.dtype)})
+
+
+# ---------------------------------------------------------------------------------------------
+# buffer assignment
+# ---------------------------------------------------------------------------------------------
+
+ARENA_HEADER = 64
+ALIGN = 64
+
+
+def _assign(planner: _Planner, steps) -> int:
+  """Give every temporary an arena offset by a first-fit over live ranges; returns the arena
+  size in bytes."""
+  first, last = {}, {}
+  order = []
+
+  def touch(buf, t):
+    if buf.kind not in ("temp", "scratch"):
+      return
+    k = id(buf)
+    if k not in first:
+      first[k] = t
+      order.append(buf)
+    last[k] = max(last.get(k, t), t)
+
+  def walk(steps, t, loops):
+    for s in steps:
+      if isinstance(s, KernelStep):
+        for buf in s.kernel.buffers:
+          touch(buf, t)
+          for (ls, le) in loops:   # used inside a loop but defined before it: live to its end
+            if first[id(buf)] < ls:
+              last[id(buf)] = max(last[id(buf)], le)
+        t += 1
+      elif isinstance(s, WhileStep):
+        start = t
+        end = start + _count(s.cond_steps) + _count(s.body_steps) + 1
+        touch(s.pred, t)
+        for (ls, le) in loops:
+          if first[id(s.pred)] < ls:
+            last[id(s.pred)] = max(last[id(s.pred)], le)
+        inner = loops + [(start, end)]
+        t = walk(s.cond_steps, t, inner)
+        touch(s.pred, t)
+        t = walk(s.body_steps, t, inner)
+        t = end
+      elif isinstance(s, CondStep):
+        touch(s.selector, t)
+        t += 1
+        for br in s.branches:
+          t = walk(br, t, loops)
+    return t
+
+  def fix_loops(steps, t, loops):
+    return t
+
+  walk(steps, 0, [])
+  # a buffer first used inside a loop but read before written in a later iteration cannot
+  # exist (values are defined before use in every iteration), so intervals are enough.
+  bufs = sorted(order, key=lambda x: (first[id(x)], -x.nbytes))
+  active = []   # (offset, end, last)
+  top = ARENA_HEADER
+  for buf in bufs:
+    size = (max(buf.nbytes, 1) + ALIGN - 1) // ALIGN * ALIGN
+    f = first[id(buf)]
+    active = [a for a in active if a[2] >= f]
+    active.sort()
+    off = ARENA_HEADER
+    for a_off, a_end, _ in active:
+      if off + size <= a_off:
+        break
+      off = max(off, a_end)
+    buf.offset = off
+    active.append((off, off + size, last[id(buf)]))
+    top = max(top, off + size)
+  return top
+
+
+def _count(steps) -> int:
+  n = 0
+  for s in steps:
+    if isinstance(s, KernelStep):
+      n += 1
+    elif isinstance(s, WhileStep):
+      n += _count(s.cond_steps) + _count(s.body_steps) + 1
+    elif isinstance(s, CondStep):
+      n += 1 + sum(_count(b) for b in s.branches)
+  return n
+
+
+# ---------------------------------------------------------------------------------------------
+# emission
+# ---------------------------------------------------------------------------------------------
+
+def _emit_barrier(mod):
+  """``void barrier(i32* state, i64 nthreads)``: state[0] counts arrivals, state[1] is the
+  generation; spins with ``pause`` (and yields the CPU now and then)."""
+  import llvmlite.ir as ir
+  i32p = E.I32.as_pointer()
+  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, E.I64]), name="ourjax_barrier")
+  fn.linkage = "internal"
+  state, n = fn.args
+  blocks = {k: fn.append_basic_block(k) for k in ("entry", "arrive", "last", "wait", "spin",
+                                                   "yield", "done")}
+  b = ir.IRBuilder(blocks["entry"])
+  b.cbranch(b.icmp_signed("<=", n, E.i64(1)), blocks["done"], blocks["arrive"])
+  b.position_at_end(blocks["arrive"])
+  count_p = state
+  gen_p = b.gep(state, [ir.Constant(E.I32, 1)])
+  gen = b.load_atomic(gen_p, "acquire", 4)
+  old = b.atomic_rmw("add", count_p, ir.Constant(E.I32, 1), "acq_rel")
+  is_last = b.icmp_signed("==", b.sext(old, E.I64), b.sub(n, E.i64(1)))
+  b.cbranch(is_last, blocks["last"], blocks["wait"])
+  b.position_at_end(blocks["last"])
+  b.store_atomic(ir.Constant(E.I32, 0), count_p, "monotonic", 4)
+  b.atomic_rmw("add", gen_p, ir.Constant(E.I32, 1), "release")
+  b.branch(blocks["done"])
+  b.position_at_end(blocks["wait"])
+  spins = b.alloca(E.I32)
+  b.store(ir.Constant(E.I32, 0), spins)
+  b.branch(blocks["spin"])
+  b.position_at_end(blocks["spin"])
+  pause = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "pause", "", side_effect=True)
+  b.call(pause, [])
+  cur = b.load_atomic(gen_p, "acquire", 4)
+  s = b.add(b.load(spins), ir.Constant(E.I32, 1))
+  b.store(s, spins)
+  changed = b.icmp_signed("!=", cur, gen)
+  b.cbranch(changed, blocks["done"], blocks["yield"])
+  b.position_at_end(blocks["yield"])
+  sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(E.I32, []),
+                                                      name="sched_yield")
+  with b.if_then(b.icmp_signed(">", s, ir.Constant(E.I32, 2000))):
+    b.call(sy, [])
+  b.branch(blocks["spin"])
+  b.position_at_end(blocks["done"])
+  b.ret_void()
+  return fn
+
+
+class _Emission:
+  def __init__(self, planner: _Planner, steps, slots: dict, arena_slot: int):
+    import llvmlite.ir as ir
+    from ourjax.backends.cpu import jit
+    self.ir = ir
+    self.mod = jit.new_module(planner.module.name or "ourjax")
+    E.use_outlined_math(self.mod)
+    self.steps = steps
+    self.slots = slots
+    self.arena_slot = arena_slot
+    self.fns = {}
+    for k in planner.kernels:
+      self.fns[id(k)] = k.emit(self.mod)
+    self.barrier = _emit_barrier(self.mod)
+    fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
+    entry = ir.Function(self.mod, fty, name=ENTRY)
+    self.entry = entry
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    self.b = b
+    args, self.tid, self.nthreads = entry.args
+    self.args = args
+    self.arena = b.load(b.gep(args, [E.i64(arena_slot)]))
+    self.barrier_state = b.bitcast(self.arena, E.I32.as_pointer())
+    self.ptr_cache = {}
+    self.data = {}
+    if OBJECT_MODE:
+      # slots of parameters and outputs hold NumPy array objects: read their data pointers,
+      # and refuse (return 1) parameters that are not C-contiguous and aligned
+      fn = entry
+      ok = ir.Constant(E.I1, 1)
+      for slot in range(planner.n_params + planner.n_outputs):
+        obj = b.load(b.gep(args, [E.i64(slot)]))
+        self.data[slot] = b.load(b.bitcast(b.gep(obj, [E.i64(_DATA_OFFSET)]),
+                                           E.I8.as_pointer().as_pointer()))
+        if slot < planner.n_params:
+          flags = b.load(b.bitcast(b.gep(obj, [E.i64(_FLAGS_OFFSET)]), E.I32.as_pointer()))
+          good = b.icmp_unsigned("==", b.and_(flags, ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED)),
+                                 ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED))
+          ok = b.and_(ok, good)
+      run = fn.append_basic_block("run")
+      bad = fn.append_basic_block("bad_args")
+      b.cbranch(ok, run, bad)
+      b.position_at_end(bad)
+      b.ret(ir.Constant(E.I32, 1))
+      b.position_at_end(run)
+    self.body_start = b.block
+    self.emit_top(steps)
+    b.ret(ir.Constant(E.I32, 0))
+
+  def ptr(self, buf):
+    p = self.ptr_cache.get(id(buf))
+    if p is not None:
+      return p
+    b = self.b
+    saved = b.block
+    # compute pointers where the body starts (they dominate every use)
+    blk = self.body_start
+    if blk.instructions:
+      b.position_before(blk.instructions[0])
+    else:
+      b.position_at_start(blk)
+    if buf.kind in ("param", "output") and buf.slot in self.data:
+      raw = self.data[buf.slot]
+    elif buf.kind in ("param", "output", "const"):
+      raw = b.load(b.gep(self.args, [E.i64(buf.slot)]))
+    else:
+      raw = b.gep(self.arena, [E.i64(buf.offset)])
+    p = b.bitcast(raw, K._ptr_type(buf))
+    b.position_at_end(saved)
+    self.ptr_cache[id(buf)] = p
+    return p
+
+  def call_kernel(self, kernel, tid, nthreads):
+    fn = self.fns[id(kernel)]
+    self.b.call(fn, [self.ptr(x) for x in kernel.buffers] + [tid, nthreads])
+
+  def emit_top(self, steps):
+    """Top level: parallel kernels on all threads with barriers around them; runs of serial
+    steps on thread 0 only."""
+    b = self.b
+    prev_parallel = None
+    i = 0
+    while i < len(steps):
+      s = steps[i]
+      if s.parallel:
+        if prev_parallel is not None:
+          b.call(self.barrier, [self.barrier_state, self.nthreads])
+        self.call_kernel(s.kernel, self.tid, self.nthreads)
+        prev_parallel = True
+        i += 1
+        continue
+      j = i
+      while j < len(steps) and not steps[j].parallel:
+        j += 1
+      if prev_parallel:
+        b.call(self.barrier, [self.barrier_state, self.nthreads])
+      with b.if_then(b.icmp_signed("==", self.tid, E.i64(0))):
+        self.emit_serial(steps[i:j])
+      prev_parallel = False
+      i = j
+
+  def emit_serial(self, steps):
+    ir, b = self.ir, self.b
+    one, zero = E.i64(1), E.i64(0)
+    for s in steps:
+      if isinstance(s, KernelStep):
+        self.call_kernel(s.kernel, zero, one)
+      elif isinstance(s, WhileStep):
+        fn = b.function
+        head = fn.append_basic_block("while.cond")
+        body = fn.append_basic_block("while.body")
+        done = fn.append_basic_block("while.done")
+        b.branch(head)
+        b.position_at_end(head)
+        self.emit_serial(s.cond_steps)
+        pred = b.load(self.ptr(s.pred))
+        b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(E.I8, 0)), body, done)
+        b.position_at_end(body)
+        self.emit_serial(s.body_steps)
+        b.branch(head)
+        b.position_at_end(done)
+      elif isinstance(s, CondStep):
+        fn = b.function
+        sel = b.load(self.ptr(s.selector))
+        nb = len(s.branches)
+        if s.selector.dtype == np.bool_:
+          k = b.select(b.icmp_unsigned("!=", sel, ir.Constant(E.I8, 0)), zero, one)
+        else:
+          k = b.sext(sel, E.I64)
+          bad = b.or_(b.icmp_signed("<", k, zero), b.icmp_signed(">=", k, E.i64(nb)))
+          k = b.select(bad, E.i64(nb - 1), k)
+        done = fn.append_basic_block("cond.done")
+        blocks = [fn.append_basic_block(f"cond.b{n}") for n in range(nb)]
+        sw = b.switch(k, blocks[-1])
+        for n, blk in enumerate(blocks[:-1]):
+          sw.add_case(E.i64(n), blk)
+        for blk, br in zip(blocks, s.branches):
+          b.position_at_end(blk)
+          self.emit_serial(br)
+          b.branch(done)
+        b.position_at_end(done)
+
+
+# ---------------------------------------------------------------------------------------------
+# the executable
+# ---------------------------------------------------------------------------------------------
+
+class CpuExecutable:
+  """A module compiled for the CPU: ``exe(*arrays) -> tuple of numpy arrays``.
+
+  ``fast_caller(kept, fixed)`` returns the dispatch fast path used by ``jit``: a function of the
+  caller's arguments (NumPy arrays or ourjax Arrays already of the parameter types and shapes)
+  returning the list of output arrays, or None when an argument is not C-contiguous (then the
+  caller takes the general path)."""
+
+  def __init__(self, module: hlo.Module, compiled, meta: dict, llvm_ir: str | None):
+    self.module = module
+    self.compiled = compiled
+    self.meta = meta
+    self.llvm_ir = llvm_ir
+    addr = compiled.address(ENTRY)
+    self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_int64)(addr)
+    entry = module.entry
+    self.param_shapes = [(p.dtype, p.dims) for p in entry.parameters]
+    self.nparams = len(entry.parameters)
+    self.out_specs = [(tuple(s), hlo.to_dtype(d)) for d, s in meta["outputs"]]
+    self.parallel = bool(meta["parallel"])
+    self.object_mode = bool(meta.get("object_mode"))
+    self.arena_bytes = int(meta["arena_bytes"])
+    self.nslots = int(meta["nslots"])
+    consts = {}
+    for comp in module.computations:
+      for i in comp.instructions:
+        if i.opcode == "constant":
+          consts[i.name] = i.attrs["value"]
+    self._consts = []
+    for slot, name in meta["consts"]:
+      v = consts[name]
+      v = v if v.flags.c_contiguous and v.flags.aligned else np.array(v, order="C")
+      self._consts.append((slot, v))
+    self._free = []   # (slots, slots address, arena) triples not in use
+    self.result_is_tuple = bool(meta["tuple_result"])
+
+  def _new_resources(self, fixed=()):
+    slots = (ctypes.c_void_p * self.nslots)()
+    arena = np.zeros(max(self.arena_bytes, ARENA_HEADER), np.uint8)
+    for slot, v in self._consts:
+      slots[slot] = v.ctypes.data
+    slots[self.nslots - 1] = arena.ctypes.data
+    for k, a in fixed:
+      slots[k] = id(a) if self.object_mode else a.ctypes.data
+    return slots, ctypes.addressof(slots), arena
+
+  def _run(self, addr) -> int:
+    if self.parallel:
+      return _get_pool().run(self._fn, addr)
+    return self._fn(addr, 0, 1)
+
+  def __call__(self, *args):
+    if len(args) != self.nparams:
+      raise TypeError(f"{self.module.name}: expected {self.nparams} arguments, got {len(args)}")
+    keep = []
+    for k, (a, (dt, dims)) in enumerate(zip(args, self.param_shapes)):
+      if not isinstance(a, np.ndarray) or a.dtype != dt:
+        a = np.asarray(a, dtype=dt)
+      if not (a.flags.c_contiguous and a.flags.aligned):
+        a = np.array(a, order="C")
+      if a.shape != dims:
+        raise ValueError(f"{self.module.name}: argument {k} must be "
+                         f"{hlo.dtype_name(dt)}{list(dims)}, got {a.dtype}{list(a.shape)}")
+      keep.append(a)
+    try:
+      res = self._free.pop()
+    except IndexError:
+      res = self._new_resources()
+    slots = res[0]
+    om = self.object_mode
+    for k, a in enumerate(keep):
+      slots[k] = id(a) if om else a.ctypes.data
+    outs = [np.empty(s, d) for s, d in self.out_specs]
+    n = self.nparams
+    for j, o in enumerate(outs):
+      slots[n + j] = id(o) if om else o.ctypes.data
+    rc = self._run(res[1])
+    self._free.append(res)
+    if rc:
+      raise RuntimeError(f"{self.module.name}: the native entry refused its arguments")
+    return tuple(outs)
+
+  def fast_caller(self, kept, fixed, array_type):
+    """The per-signature dispatch path (see the class docstring).  ``kept``: indices of the
+    caller's arguments that are parameters 0.. (None: all of them, in order); ``fixed``: arrays
+    passed as the remaining parameters (hoisted constants); ``array_type``: ourjax's Array
+    class (its NumPy value is ``._npy``, or ``._value`` when it lives elsewhere)."""
+    if not self.object_mode:
+      return None
+    nparams = self.nparams
+    nfixed = len(fixed)
+    ndyn = nparams - nfixed
+    kept = tuple(range(ndyn)) if kept is None else tuple(kept)
+    if len(kept) != ndyn:
+      return None
+    fixed = [(ndyn + k, np.asarray(a)) for k, a in enumerate(fixed)]
+    for k, a in fixed:
+      dt, dims = self.param_shapes[k]
+      if a.dtype != dt or a.shape != dims or not a.flags.c_contiguous:
+        return None
+    free = []
+    new = self._new_resources
+    out_specs = self.out_specs
+    empty = np.empty
+    run = self._run
+    slot_of = list(enumerate(kept))
+    out_slots = list(range(nparams, nparams + len(out_specs)))
+
+    def call(args):
+      try:
+        res = free.pop()
+      except IndexError:
+        res = new(fixed)
+      slots = res[0]
+      for i, k in slot_of:
+        a = args[k]
+        if type(a) is array_type:
+          a = a._npy if a._npy is not None else a._value
+        slots[i] = id(a)
+      outs = [empty(s, d) for s, d in out_specs]
+      for j, o in zip(out_slots, outs):
+        slots[j] = id(o)
+      rc = run(res[1])
+      free.append(res)
+      return None if rc else outs
+    return call
+
+  def __repr__(self):
+    return f"<CpuExecutable {self.module.name}>"
+
+
+E_ARENA_MIN = ARENA_HEADER
+
+
+# ---------------------------------------------------------------------------------------------
+# compile + cache
+# ---------------------------------------------------------------------------------------------
+
+_MAGIC = b"OURJAXCPU1\n"
+_source_hash = None
+
+
+def _backend_source_hash() -> str:
+  global _source_hash
+  if _source_hash is None:
+    h = hashlib.sha256()
+    from ourjax.backends.cpu import jit
+    from ourjax.backends.llvm import math as llmath
+    for m in (E, K, llmath, jit):
+      with open(m.__file__, "rb") as f:
+        h.update(f.read())
+    with open(__file__, "rb") as f:
+      h.update(f.read())
+    _source_hash = h.hexdigest()
+  return _source_hash
+
+
+def cache_key(module: hlo.Module) -> str:
+  import llvmlite
+  import llvmlite.binding as llvm
+  from ourjax.backends.cpu import jit
+  h = hashlib.sha256()
+  h.update(module.to_string().encode())
+  for comp in module.computation_post_order():
+    for i in comp.instructions:
+      if i.opcode == "constant":
+        v = np.ascontiguousarray(i.attrs["value"])
+        h.update(f"{i.name}:{v.dtype.str}:{v.shape}".encode())
+        h.update(v.tobytes())
+  h.update(_backend_source_hash().encode())
+  h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
+           f"{jit.cpu_features()}/{MAX_THREADS}/{OBJECT_MODE}".encode())
+  return h.hexdigest()
+
+
+def cache_dir() -> str | None:
+  """The on-disk compilation cache directory, or None when disabled."""
+  from ourjax.config import config
+  d = config.jax_compilation_cache_dir or os.environ.get("OURJAX_CACHE_DIR")
+  if d and d.strip().lower() in ("off", "none", "0", "false", "disabled"):
+    return None
+  return d or os.path.join(os.path.expanduser("~"), ".cache", "ourjax")
+
+
+def _pack(meta: dict, obj: bytes, ir_text: str) -> bytes:
+  m = json.dumps(meta).encode()
+  ir_z = zlib.compress(ir_text.encode(), 1)
+  payload = struct.pack("<Q", len(m)) + m + struct.pack("<Q", len(obj)) + obj + ir_z
+  return _MAGIC + struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload
+
+
+def _unpack(data: bytes):
+  """(meta, obj, ir) or raises ValueError naming what is wrong."""
+  if not data.startswith(_MAGIC):
+    raise ValueError("bad magic")
+  off = len(_MAGIC)
+  if len(data) < off + 40:
+    raise ValueError("truncated header")
+  (n,) = struct.unpack_from("<Q", data, off)
+  digest = data[off + 8:off + 40]
+  payload = data[off + 40:]
+  if len(payload) != n:
+    raise ValueError(f"payload is {len(payload)} bytes, header says {n}")
+  if hashlib.sha256(payload).digest() != digest:
+    raise ValueError("checksum mismatch")
+  (mlen,) = struct.unpack_from("<Q", payload, 0)
+  meta = json.loads(payload[8:8 + mlen].decode())
+  p = 8 + mlen
+  (olen,) = struct.unpack_from("<Q", payload, p)
+  obj = payload[p + 8:p + 8 + olen]
+  ir_text = zlib.decompress(payload[p + 8 + olen:]).decode()
+  return meta, obj, ir_text
+
+
+def _cache_read(key):
+  d = cache_dir()
+  if not d:
+    return None
+  path = os.path.join(d, key[:2], key + ".bin")
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError:
+    return None
+  try:
+    return _unpack(data)
+  except Exception as e:   # damaged entry: say so, drop it, recompile
+    log.warning("ourjax: compilation cache entry %s is damaged (%s); recompiling", path, e)
+    try:
+      os.remove(path)
+    except OSError:
+      pass
+    return None
+
+
+def _cache_write(key, meta, obj, ir_text):
+  d = cache_dir()
+  if not d:
+    return
+  sub = os.path.join(d, key[:2])
+  path = os.path.join(sub, key + ".bin")
+  tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+  try:
+    os.makedirs(sub, exist_ok=True)
+    with open(tmp, "wb") as f:
+      f.write(_pack(meta, obj, ir_text))
+    os.replace(tmp, path)
+  except OSError as e:
+    log.debug("ourjax: could not write the compilation cache entry %s: %s", path, e)
+    try:
+      os.remove(tmp)
+    except OSError:
+      pass
+
+
+def _plan_and_emit(module: hlo.Module):
+  """(meta, llvm ir text) for ``module``."""
+  planner = _Planner(module)
+  entry = module.entry
+  nparams = len(entry.parameters)
+  params = []
+  for k, p in enumerate(entry.parameters):
+    b = K.Buf(p.dtype, p.dims, p.name, kind="param")
+    b.slot = k
+    params.append(b)
+  root = entry.root.shape
+  shapes = list(root.tuple_shapes) if root.is_tuple else [root]
+  outs = []
+  for j, s in enumerate(shapes):
+    b = K.Buf(s.dtype, s.dims, f"out{j}", kind="output")
+    b.slot = nparams + j
+    outs.append(b)
+  planner.n_params, planner.n_outputs = nparams, len(outs)
+  steps = planner.plan_computation(entry, params, tuple(outs) if root.is_tuple else outs[0],
+                                   direct=True)
+  arena = _assign(planner, steps)
+  slot = nparams + len(outs)
+  consts = []
+  for c in planner.consts:
+    c.slot = slot
+    consts.append([slot, c.name])
+    slot += 1
+  arena_slot = slot
+  nslots = slot + 1
+  em = _Emission(planner, steps, {}, arena_slot)
+  parallel = any(s.parallel for s in steps) and any(
+      isinstance(s, KernelStep) and s.parallel for s in steps)
+  meta = {"outputs": [[hlo.dtype_name(s.dtype), list(s.dims)] for s in shapes], "consts": consts,
+          "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
+          "object_mode": OBJECT_MODE,
+          "tuple_result": root.is_tuple, "kernels": len(planner.kernels)}
+  return meta, E.finalize_module_text(em.mod)
+
+
+def compile(module: hlo.Module):  # noqa: A001  (backend API name)
+  """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
+  executable when something in it is not native yet (see ``native_unsupported``)."""
+  from ourjax.backends import reference
+  from ourjax.backends.cpu import jit
+  hlo.verify(module)
+  why = native_unsupported(module)
+  if why is not None:
+    log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
+    return reference.compile(module)
+  key = cache_key(module)
+  hit = _cache_read(key)
+  if hit is not None:
+    meta, obj, ir_text = hit
+    try:
+      cm = jit.load_object(obj, [ENTRY])
+      return CpuExecutable(module, cm, meta, ir_text)
+    except Exception as e:
+      log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
+                  key, e)
+  try:
+    meta, ir_text = _plan_and_emit(module)
+  except (E.EmitterError, E.PrefetchMiss) as e:
+    log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, e)
+    return reference.compile(module)
+  try:
+    obj, _ = jit.compile_to_object(ir_text)
+    cm = jit.load_object(obj, [ENTRY])
+  except jit.CompileError as e:
+    log.warning("cpu backend: LLVM failed on %s; running it on the reference backend: %s",
+                module.name, str(e)[:2000])
+    return reference.compile(module)
+  _cache_write(key, meta, obj, ir_text)
+  return CpuExecutable(module, cm, meta, ir_text)

@@ -1,0 +1,1421 @@
+"""The elemental emitter: LLVM IR for the value of an HLO instruction at a multi-index.
+
+Target-independent (DESIGN rule 5): it knows nothing about threads, loops over outputs or how
+buffers are passed; a kernel (``kernels.py``) builds the iteration, binds the leaves of the
+computation it evaluates (parameters, materialised values) to pointers or scalar values, and asks
+``Emitter.value(instr, index)`` for the element it stores.  The idea is XLA's
+``elemental_ir_emitter``: every op is a function of its operands' elements at derived indices,
+so a fused computation needs no intermediate arrays.
+
+Values are carried in a *compute* type per element type:
+
+  ========  =========  ============  ==================================================
+  HLO type  storage    compute       note
+  ========  =========  ============  ==================================================
+  pred      i8         i1            stored 0/1 (NumPy bool)
+  s8..u64   iN         iN            two's complement; signedness comes from the dtype
+  f16 bf16  i16        float         every result is rounded to the narrow type and kept
+                                     in float (exactly representable), as XLA and the
+                                     reference compute narrow floats in f32
+  f32 f64   float      float/double
+  ========  =========  ============  ==================================================
+
+Semantics follow the reference backend (``backends/reference.py`` + ``reference_ops.py``)
+bit for bit for everything but the transcendental functions (inline polynomials of
+``llvm/math.py``, within a few ulp; ``rsqrt`` is ``1/sqrt`` as in the reference) and float
+reductions whose reducer is reassociated (see ``kernels.py``).  No fast-math flag is set on
+elementwise arithmetic, so LLVM does not contract ``a*b+c`` into an FMA.
+
+Indices are ``Index`` objects holding both the row-major linear position and the multi-index
+(i64 values); an elementwise op hands its operands the very same ``Index``, so parameters of the
+output's shape are loaded at the linear position and a loop over them vectorizes.  Values are
+memoised per (instruction, index) inside lexical scopes (``push_scope``/``pop_scope`` around
+nested loops), which keeps DAG-shaped computations linear in size and never reuses a value
+outside the loop body that computed it.
+"""
+from __future__ import annotations
+
+import math as _pymath
+from typing import Callable, Sequence
+
+import llvmlite.ir as ir
+import ml_dtypes
+import numpy as np
+
+from ourjax.backends.llvm import math as llmath
+from ourjax.lowering import hlo
+
+__all__ = ["Emitter", "Index", "Leaf", "EmitterError", "PrefetchMiss", "storage_type",
+           "compute_type", "SUPPORTED_DTYPES", "ELEMENTAL_OPS", "const", "load_element",
+           "store_element", "convert_value", "ForLoop", "for_loop", "alloca_entry", "I1", "I8",
+           "I32", "I64", "FLT", "DBL", "i64", "MathLib", "finalize_module_text",
+           "use_outlined_math"]
+
+
+def use_outlined_math(module: ir.Module, on: bool = True) -> None:
+  """Emit transcendental functions of ``module`` as calls to out-of-line functions with vector
+  variants (``MathLib``; the CPU backend) instead of inline at every use (the default)."""
+  module._ojx_outline_math = on
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+FLT, DBL, HALF = ir.FloatType(), ir.DoubleType(), ir.HalfType()
+
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+BOOL = np.dtype(np.bool_)
+
+SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
+
+# Instructions the emitter evaluates element by element (everything else is a kernel of its own).
+ELEMENTAL_OPS = (set(hlo.UNARY_OPS) - {"real", "imag"}) | (set(hlo.BINARY_OPS) - {"complex"}) | {
+    "compare", "select", "clamp", "convert", "bitcast-convert", "parameter", "constant", "iota",
+    "broadcast", "reshape", "transpose", "slice", "dynamic-slice", "dynamic-update-slice",
+    "concatenate", "pad", "reverse", "reduce", "reduce-window", "gather", "dot", "convolution",
+    "tuple", "get-tuple-element"}
+
+_MATH_UNARY = {
+    "exponential": "exp", "exp2": "exp2", "exponential-minus-one": "expm1", "log": "log",
+    "log-plus-one": "log1p", "tanh": "tanh", "logistic": "logistic", "sine": "sin",
+    "cosine": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+    "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+    "cbrt": "cbrt", "erf": "erf", "erf-inv": "erf_inv", "lgamma": "lgamma",
+    "digamma": "digamma"}
+
+
+ANY = object()
+
+
+class EmitterError(NotImplementedError):
+  """The emitter cannot produce code for an instruction (the backend falls back)."""
+
+
+class PrefetchMiss(Exception):
+  """A reduction was about to be re-evaluated inside an element loop (quadratic work); the kernel
+  planner materialises ``instr`` and plans again."""
+
+  def __init__(self, instr):
+    super().__init__(f"reduction %{instr.name} would be recomputed per element")
+    self.instr = instr
+
+
+def _is_narrow(dt) -> bool:
+  return dt == F16 or dt == BF16
+
+
+def _is_float(dt) -> bool:
+  return dt in (F16, BF16, F32, F64)
+
+
+def _is_signed(dt) -> bool:
+  return dt.kind == "i"
+
+
+def _is_int(dt) -> bool:
+  return dt.kind in "iu"
+
+
+def storage_type(dt) -> ir.Type:
+  dt = np.dtype(dt)
+  if dt == BOOL:
+    return I8
+  if _is_int(dt):
+    return ir.IntType(dt.itemsize * 8)
+  if _is_narrow(dt):
+    return I16
+  if dt == F32:
+    return FLT
+  if dt == F64:
+    return DBL
+  raise EmitterError(f"no native element type for {dt}")
+
+
+def compute_type(dt) -> ir.Type:
+  dt = np.dtype(dt)
+  if dt == BOOL:
+    return I1
+  if _is_int(dt):
+    return ir.IntType(dt.itemsize * 8)
+  if _is_narrow(dt) or dt == F32:
+    return FLT
+  if dt == F64:
+    return DBL
+  raise EmitterError(f"no native element type for {dt}")
+
+
+def i64(v: int) -> ir.Constant:
+  return ir.Constant(I64, int(v))
+
+
+def _int_const(ty: ir.IntType, v: int) -> ir.Constant:
+  v = int(v) & ((1 << ty.width) - 1)
+  if ty.width > 1 and v >= 1 << (ty.width - 1):
+    v -= 1 << ty.width
+  return ir.Constant(ty, v)
+
+
+def const(dt, value) -> ir.Constant:
+  """A compute-type constant of element type ``dt`` (narrow floats rounded to their type)."""
+  dt = np.dtype(dt)
+  ty = compute_type(dt)
+  if dt == BOOL:
+    return ir.Constant(I1, int(bool(value)))
+  if _is_int(dt):
+    return _int_const(ty, int(np.asarray(value).astype(dt)) if not isinstance(value, int)
+                      else value)
+  with np.errstate(all="ignore"):
+    v = float(np.asarray(value).astype(dt))
+  if _is_narrow(dt) or dt == F32:
+    v = float(np.float32(v))
+  return ir.Constant(ty, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# intrinsics and small builders
+# ---------------------------------------------------------------------------------------------
+
+def _suffix(ty) -> str:
+  if isinstance(ty, ir.VectorType):
+    return f"v{ty.count}" + _suffix(ty.element)
+  if isinstance(ty, ir.DoubleType):
+    return "f64"
+  if isinstance(ty, ir.FloatType):
+    return "f32"
+  if isinstance(ty, ir.HalfType):
+    return "f16"
+  return f"i{ty.width}"
+
+
+def intrinsic(b: ir.IRBuilder, name: str, ret, args, overload=None, extra_args=()):
+  """Call ``llvm.<name>.<suffix>``; the suffix is built from ``overload`` types (default: the
+  first argument's type)."""
+  tys = overload if overload is not None else [args[0].type]
+  full = f"llvm.{name}." + ".".join(_suffix(t) for t in tys)
+  mod = b.module
+  fn = mod.globals.get(full)
+  if fn is None:
+    fn = ir.Function(mod, ir.FunctionType(ret, [a.type for a in list(args) + list(extra_args)]),
+                     name=full)
+  return b.call(fn, list(args) + list(extra_args))
+
+
+def alloca_entry(b: ir.IRBuilder, ty, name: str = "") -> ir.Value:
+  """An alloca in the function's entry block (so mem2reg promotes it to registers)."""
+  fn = b.function
+  entry = fn.entry_basic_block
+  saved = b.block
+  if entry.instructions:
+    b.position_before(entry.instructions[0])
+  else:
+    b.position_at_end(entry)
+  slot = b.alloca(ty, name=name)
+  b.position_at_end(saved)
+  return slot
+
+
+class ForLoop:
+  """``for i in [start, stop)`` step 1 (i64).  Use::
+
+      loop = ForLoop(b, start, stop, "i")
+      with loop:            # positions the builder in the body; ``loop.index`` is i
+        ...
+      # builder continues after the loop
+  """
+
+  def __init__(self, b: ir.IRBuilder, start, stop, name: str = "i", step: int = 1):
+    self.b, self.name, self.step = b, name, step
+    self.start = start if isinstance(start, ir.Value) else i64(start)
+    self.stop = stop if isinstance(stop, ir.Value) else i64(stop)
+
+  def __enter__(self):
+    b = self.b
+    fn = b.function
+    self.pre = b.block
+    self.header = fn.append_basic_block(f"{self.name}.head")
+    self.body = fn.append_basic_block(f"{self.name}.body")
+    self.exit = fn.append_basic_block(f"{self.name}.exit")
+    b.branch(self.header)
+    b.position_at_end(self.header)
+    self.index = b.phi(I64, name=self.name)
+    self.index.add_incoming(self.start, self.pre)
+    b.cbranch(b.icmp_signed("<", self.index, self.stop), self.body, self.exit)
+    b.position_at_end(self.body)
+    return self
+
+  def __exit__(self, et, ev, tb):
+    if et is not None:
+      return False
+    b = self.b
+    nxt = b.add(self.index, i64(self.step), name=f"{self.name}.next", flags=["nsw"])
+    self.index.add_incoming(nxt, b.block)
+    b.branch(self.header)
+    b.position_at_end(self.exit)
+    return False
+
+
+def for_loop(b, start, stop, name="i"):
+  return ForLoop(b, start, stop, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# indices
+# ---------------------------------------------------------------------------------------------
+
+def delinearize(b: ir.IRBuilder, lin: ir.Value, dims: Sequence[int]) -> list:
+  dims = tuple(dims)
+  if not dims:
+    return []
+  if len(dims) == 1:
+    return [lin]
+  out = [None] * len(dims)
+  rest = lin
+  for d in range(len(dims) - 1, 0, -1):
+    n = dims[d]
+    if n == 1:
+      out[d] = i64(0)
+      continue
+    out[d] = b.urem(rest, i64(max(n, 1)))
+    rest = b.udiv(rest, i64(max(n, 1)))
+  out[0] = rest if dims[0] != 1 else i64(0)
+  return out
+
+
+def linearize(b: ir.IRBuilder, multi: Sequence[ir.Value], dims: Sequence[int]) -> ir.Value:
+  dims = tuple(dims)
+  if not dims:
+    return i64(0)
+  if len(dims) == 1:
+    return multi[0]
+  acc = None
+  for m, n in zip(multi, dims):
+    if acc is None:
+      acc = m if n != 1 else i64(0)
+      continue
+    if n != 1:
+      acc = b.add(b.mul(acc, i64(n), flags=["nuw", "nsw"]), m, flags=["nuw", "nsw"])
+  return acc
+
+
+class Index:
+  """A position in an array of ``dims``: ``linear`` (row-major) and ``multi`` (one i64 per
+  dimension), both computed where the index is made."""
+  __slots__ = ("dims", "linear", "multi", "key")
+
+  def __init__(self, b: ir.IRBuilder, dims, linear=None, multi=None):
+    self.dims = tuple(dims)
+    if multi is None:
+      multi = delinearize(b, linear, self.dims)
+    if linear is None:
+      linear = linearize(b, multi, self.dims)
+    self.linear, self.multi = linear, list(multi)
+    self.key = tuple(id(v) for v in self.multi) if self.multi else ()
+
+  @classmethod
+  def scalar(cls, b):
+    return cls(b, (), linear=i64(0), multi=[])
+
+
+class Leaf:
+  """A value the emitter does not compute: an array in memory (``ptr`` to the storage type,
+  row-major ``dims``) or a scalar ``value`` (compute type)."""
+  __slots__ = ("ptr", "dtype", "dims", "value")
+
+  def __init__(self, dtype, dims=(), ptr=None, value=None):
+    self.dtype, self.dims, self.ptr, self.value = np.dtype(dtype), tuple(dims), ptr, value
+
+
+# ---------------------------------------------------------------------------------------------
+# element loads/stores and conversions
+# ---------------------------------------------------------------------------------------------
+
+def from_storage(b, v, dt):
+  if dt == BOOL:
+    return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+  if dt == F16:
+    return b.fpext(b.bitcast(v, HALF), FLT)
+  if dt == BF16:
+    return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), FLT)
+  return v
+
+
+def to_storage(b, v, dt):
+  if dt == BOOL:
+    return b.zext(v, I8)
+  if dt == F16:
+    return b.bitcast(b.fptrunc(v, HALF), I16)
+  if dt == BF16:
+    return b.trunc(b.lshr(b.bitcast(v, I32), ir.Constant(I32, 16)), I16)
+  return v
+
+
+def load_element(b, ptr, linear, dt):
+  return from_storage(b, b.load(b.gep(ptr, [linear], inbounds=True)), dt)
+
+
+def store_element(b, value, ptr, linear, dt):
+  b.store(to_storage(b, value, dt), b.gep(ptr, [linear], inbounds=True))
+
+
+def _bf16_bits_rne(b, x):
+  """float -> bfloat16 bits (i32, in the low half) with round-to-nearest-even; NaN stays NaN."""
+  bits = b.bitcast(x, I32)
+  lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+  rounded = b.lshr(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, 16))
+  quiet = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+  isnan = b.fcmp_unordered("uno", x, x)
+  return b.select(isnan, quiet, rounded)
+
+
+def round_narrow(b, x, dt):
+  """Round a float value to ``dt`` (f16/bf16) and return it as float again."""
+  if dt == F16:
+    return b.fpext(b.fptrunc(x, HALF), FLT)
+  if dt == BF16:
+    return b.bitcast(b.shl(_bf16_bits_rne(b, x), ir.Constant(I32, 16)), FLT)
+  return x
+
+
+def _f64_to_f32_round_to_odd(b, d):
+  """double -> float with round-to-odd: the float nearest d toward zero, with its last bit set
+  when inexact.  Rounding that to a type with at most 22 fraction bits (f16, bf16) afterwards is
+  a correctly rounded conversion from double."""
+  t = b.fptrunc(d, FLT)
+  back = b.fpext(t, DBL)
+  tb = b.bitcast(t, I32)
+  fabs_back = intrinsic(b, "fabs", DBL, [back])
+  fabs_d = intrinsic(b, "fabs", DBL, [d])
+  away = b.fcmp_ordered(">", fabs_back, fabs_d)
+  tb = b.select(away, b.sub(tb, ir.Constant(I32, 1)), tb)
+  inexact = b.fcmp_ordered("!=", back, d)
+  tb = b.select(inexact, b.or_(tb, ir.Constant(I32, 1)), tb)
+  isnan = b.fcmp_unordered("uno", d, d)
+  return b.select(isnan, t, b.bitcast(tb, FLT))
+
+
+def _float_to_float(b, v, src, dst):
+  if src == dst:
+    return v
+  if dst == F64:
+    return b.fpext(v, DBL) if src != F64 else v
+  if dst == F32:
+    return b.fptrunc(v, FLT) if src == F64 else v
+  # narrow destinations
+  if src == F64:
+    if dst == F16:
+      return round_narrow(b, _f64_to_f32_round_to_odd(b, v), F16)
+    return round_narrow(b, b.fptrunc(v, FLT), BF16)   # ml_dtypes goes through float32
+  return round_narrow(b, v, dst)                       # f32 / f16 / bf16 (exact in float)
+
+
+def _int_to_int(b, v, src, dst):
+  sw, dw = v.type.width, compute_type(dst).width
+  if sw == dw:
+    return v
+  if sw > dw:
+    return b.trunc(v, compute_type(dst))
+  return b.sext(v, compute_type(dst)) if _is_signed(src) else b.zext(v, compute_type(dst))
+
+
+def convert_value(b, v, src, dst):
+  """XLA convert between compute values (see ``reference_ops.convert_element_type``)."""
+  src, dst = np.dtype(src), np.dtype(dst)
+  if src == dst:
+    return v
+  if dst == BOOL:
+    if src == BOOL:
+      return v
+    if _is_float(src):
+      return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+    return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+  if src == BOOL:
+    if _is_float(dst):
+      return b.uitofp(v, compute_type(dst))
+    return b.zext(v, compute_type(dst))
+  if _is_float(src) and _is_float(dst):
+    return _float_to_float(b, v, src, dst)
+  if _is_float(src):   # -> int: truncate, saturate, NaN -> 0 (the .sat intrinsics)
+    ty = compute_type(dst)
+    name = "fptosi.sat" if _is_signed(dst) else "fptoui.sat"
+    return intrinsic(b, name, ty, [v], overload=[ty, v.type])
+  if _is_float(dst):   # int -> float
+    conv = b.sitofp if _is_signed(src) else b.uitofp
+    if dst in (F32, F64):
+      return conv(v, compute_type(dst))
+    if src.itemsize <= 2 or dst == BF16:
+      return round_narrow(b, conv(v, FLT), dst)
+    return _float_to_float(b, conv(v, DBL), F64, dst)
+  return _int_to_int(b, v, src, dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# scalar arithmetic on compute values
+# ---------------------------------------------------------------------------------------------
+
+def _fmax(b, x, y):
+  """NumPy's maximum: NaN propagates (x first), ties return y."""
+  keep_x = b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x))
+  return b.select(keep_x, x, y)
+
+
+def _fmin(b, x, y):
+  keep_x = b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x))
+  return b.select(keep_x, x, y)
+
+
+def _imax(b, x, y, signed):
+  c = b.icmp_signed(">", x, y) if signed else b.icmp_unsigned(">", x, y)
+  return b.select(c, x, y)
+
+
+def _imin(b, x, y, signed):
+  c = b.icmp_signed("<", x, y) if signed else b.icmp_unsigned("<", x, y)
+  return b.select(c, x, y)
+
+
+def _int_div(b, x, y, dt):
+  ty = x.type
+  zero = b.icmp_unsigned("==", y, ir.Constant(ty, 0))
+  one = ir.Constant(ty, 1)
+  if not _is_signed(dt):
+    q = b.udiv(x, b.select(zero, one, y))
+    return b.select(zero, _int_const(ty, -1), q)
+  ovf = b.and_(b.icmp_signed("==", x, _int_const(ty, -(1 << (ty.width - 1)))),
+               b.icmp_signed("==", y, _int_const(ty, -1)))
+  q = b.sdiv(x, b.select(b.or_(zero, ovf), one, y))
+  return b.select(zero, _int_const(ty, -1), q)
+
+
+def _int_rem(b, x, y, dt):
+  ty = x.type
+  zero = b.icmp_unsigned("==", y, ir.Constant(ty, 0))
+  one = ir.Constant(ty, 1)
+  if not _is_signed(dt):
+    return b.select(zero, x, b.urem(x, b.select(zero, one, y)))
+  ovf = b.and_(b.icmp_signed("==", x, _int_const(ty, -(1 << (ty.width - 1)))),
+               b.icmp_signed("==", y, _int_const(ty, -1)))
+  r = b.srem(x, b.select(b.or_(zero, ovf), one, y))
+  return b.select(zero, x, r)
+
+
+def _int_pow(b, x, y, dt):
+  ty = x.type
+  if dt == BOOL:
+    return b.or_(x, b.xor(y, ir.Constant(I1, 1)))
+  w = ty.width
+  acc = ir.Constant(ty, 1)
+  base = x
+  e = y
+  if _is_signed(dt):
+    e = b.select(b.icmp_signed("<", y, ir.Constant(ty, 0)), ir.Constant(ty, 0), y)
+  for k in range(w):
+    bit = b.icmp_unsigned("!=", b.and_(e, ir.Constant(ty, 1)), ir.Constant(ty, 0))
+    acc = b.select(bit, b.mul(acc, base), acc)
+    if k != w - 1:
+      base = b.mul(base, base)
+      e = b.lshr(e, ir.Constant(ty, 1))
+  if _is_signed(dt):
+    one, m1, zero = ir.Constant(ty, 1), _int_const(ty, -1), ir.Constant(ty, 0)
+    odd = b.icmp_unsigned("!=", b.and_(y, one), zero)
+    neg = b.select(b.icmp_signed("==", x, one), one,
+                   b.select(b.icmp_signed("==", x, m1), b.select(odd, m1, one), zero))
+    acc = b.select(b.icmp_signed("<", y, zero), neg, acc)
+  return acc
+
+
+def _shift(b, op, x, y, dt):
+  ty = x.type
+  w = ty.width
+  too_big = b.icmp_unsigned(">=", y, ir.Constant(ty, w))
+  amount = b.and_(y, ir.Constant(ty, w - 1))
+  zero = ir.Constant(ty, 0)
+  if op == "shift-left":
+    return b.select(too_big, zero, b.shl(x, amount))
+  if op == "shift-right-logical":
+    return b.select(too_big, zero, b.lshr(x, amount))
+  return b.ashr(x, b.select(too_big, ir.Constant(ty, w - 1), amount))
+
+
+class MathLib:
+  """Out-of-line inline-math functions for one ``ir.Module`` (the CPU backend's mode).
+
+  Each function and type is defined once as ``ojx_m_<fn>_<f32|f64>`` (noinline, no memory
+  effects) plus vector variants (``..._v16`` ...) announced to LLVM's loop vectorizer with the
+  ``vector-function-abi-variant`` attribute, so a loop calling it still vectorizes (one call per
+  vector), while the polynomial is compiled once per module instead of once per call site and
+  again in the vectorizer's scalar remainder.  ``finalize(text)`` adds the attributes that
+  llvmlite cannot spell."""
+
+  WIDTHS = {"f32": (16, 8), "f64": (8, 4)}
+
+  def __init__(self, module: ir.Module):
+    self.module = module
+    self.fns = {}          # (fn, tag) -> scalar ir.Function
+    self.variants = {}     # scalar name -> mangled variant list
+
+  @classmethod
+  def of(cls, module):
+    lib = getattr(module, "_ojx_mathlib", None)
+    if lib is None:
+      lib = cls(module)
+      module._ojx_mathlib = lib
+    return lib
+
+  def call(self, b, fn: str, args):
+    ty = args[0].type
+    tag = "f64" if isinstance(ty, ir.DoubleType) else "f32"
+    f = self.fns.get((fn, tag))
+    if f is None:
+      f = self._define(fn, tag, ty, len(args))
+    return b.call(f, list(args))
+
+  def _define(self, fn, tag, ty, nargs):
+    mod = self.module
+    name = f"ojx_m_{fn}_{tag}"
+    variants = []
+    for w in self.WIDTHS[tag]:
+      vty = ir.VectorType(ty, w)
+      vname = f"{name}_v{w}"
+      self._body(vname, vty, fn, nargs)
+      variants.append(f"_ZGV_LLVM_N{w}{'v' * nargs}_{name}({vname})")
+    f = self._body(name, ty, fn, nargs)
+    self.fns[(fn, tag)] = f
+    self.variants[name] = variants
+    return f
+
+  def _body(self, name, ty, fn, nargs):
+    f = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name=name)
+    f.linkage = "internal"
+    for a in ("noinline", "nounwind", "readnone"):
+      f.attributes.add(a)
+    b = ir.IRBuilder(f.append_basic_block("entry"))
+    if nargs == 1:
+      b.ret(llmath.emit_unary(b, fn, f.args[0]))
+    else:
+      b.ret(llmath.emit_binary(b, fn, f.args[0], f.args[1]))
+    return f
+
+  def finalize(self, text: str) -> str:
+    if not self.variants:
+      return text
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+      if line.startswith("define internal"):
+        for name, vs in self.variants.items():
+          if f'@"{name}"(' in line:
+            lines[k] = line + f' "vector-function-abi-variant"="{",".join(vs)}"'
+            break
+    used = [f'ptr @"{v[v.index("(") + 1:-1]}"' for vs in self.variants.values() for v in vs]
+    lines.append(f"@llvm.compiler.used = appending global [{len(used)} x ptr] "
+                 f"[{', '.join(used)}], section \"llvm.metadata\"")
+    return "\n".join(lines) + "\n"
+
+
+def finalize_module_text(module: ir.Module) -> str:
+  """The IR text of ``module`` with what ``MathLib`` needs added."""
+  text = str(module)
+  lib = getattr(module, "_ojx_mathlib", None)
+  return lib.finalize(text) if lib is not None else text
+
+
+def _math(b, name, *args):
+  if getattr(b.module, "_ojx_outline_math", False):
+    return MathLib.of(b.module).call(b, name, args)
+  if len(args) == 1:
+    return llmath.emit_unary(b, name, args[0])
+  return llmath.emit_binary(b, name, args[0], args[1])
+
+
+def unary_op(b, opcode: str, x, dt):
+  """``opcode`` on a compute value of element type ``dt`` (result rounded for narrow types);
+  the result type follows the shape rule (is-finite gives pred)."""
+  dt = np.dtype(dt)
+  if _is_float(dt):
+    if opcode == "abs":
+      r = intrinsic(b, "fabs", x.type, [x])
+    elif opcode == "negate":
+      r = b.fneg(x)
+    elif opcode == "sign":
+      special = b.or_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("==", x, ir.Constant(x.type, 0)))
+      r = b.select(special, x, intrinsic(b, "copysign", x.type, [ir.Constant(x.type, 1.0), x]))
+    elif opcode == "floor":
+      r = intrinsic(b, "floor", x.type, [x])
+    elif opcode == "ceil":
+      r = intrinsic(b, "ceil", x.type, [x])
+    elif opcode == "round-nearest-even":
+      r = intrinsic(b, "roundeven", x.type, [x])
+    elif opcode == "round-nearest-afz":
+      r = intrinsic(b, "round", x.type, [x])
+    elif opcode == "is-finite":
+      return b.fcmp_ordered("<", intrinsic(b, "fabs", x.type, [x]),
+                            ir.Constant(x.type, _pymath.inf))
+    elif opcode == "sqrt":
+      r = intrinsic(b, "sqrt", x.type, [x])
+    elif opcode == "rsqrt":
+      r = b.fdiv(ir.Constant(x.type, 1.0), intrinsic(b, "sqrt", x.type, [x]))
+    elif opcode == "copy":
+      return x
+    elif opcode in _MATH_UNARY:
+      r = _math(b, _MATH_UNARY[opcode], x)
+    else:
+      raise EmitterError(f"unary {opcode} on {dt}")
+    return round_narrow(b, r, dt) if _is_narrow(dt) else r
+  # integers and pred
+  ty = x.type
+  if opcode == "copy":
+    return x
+  if opcode == "not":
+    return b.xor(x, _int_const(ty, -1))
+  if dt == BOOL:
+    raise EmitterError(f"unary {opcode} on pred")
+  zero = ir.Constant(ty, 0)
+  if opcode == "abs":
+    if not _is_signed(dt):
+      return x
+    return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+  if opcode == "negate":
+    return b.sub(zero, x)
+  if opcode == "sign":
+    if not _is_signed(dt):
+      return b.zext(b.icmp_unsigned("!=", x, zero), ty)
+    return b.sub(b.zext(b.icmp_signed(">", x, zero), ty), b.zext(b.icmp_signed("<", x, zero), ty))
+  if opcode == "popcnt":
+    return intrinsic(b, "ctpop", ty, [x])
+  if opcode == "count-leading-zeros":
+    return intrinsic(b, "ctlz", ty, [x], extra_args=[ir.Constant(I1, 0)])
+  raise EmitterError(f"unary {opcode} on {dt}")
+
+
+def binary_op(b, opcode: str, x, y, dt):
+  dt = np.dtype(dt)
+  if _is_float(dt):
+    if opcode == "add":
+      r = b.fadd(x, y)
+    elif opcode == "subtract":
+      r = b.fsub(x, y)
+    elif opcode == "multiply":
+      r = b.fmul(x, y)
+    elif opcode == "divide":
+      r = b.fdiv(x, y)
+    elif opcode == "remainder":
+      r = b.frem(x, y)
+    elif opcode == "maximum":
+      r = _fmax(b, x, y)
+    elif opcode == "minimum":
+      r = _fmin(b, x, y)
+    elif opcode == "power":
+      r = _math(b, "pow", x, y)
+    elif opcode == "atan2":
+      r = _math(b, "atan2", x, y)
+    else:
+      raise EmitterError(f"binary {opcode} on {dt}")
+    return round_narrow(b, r, dt) if _is_narrow(dt) else r
+  if dt == BOOL:
+    if opcode in ("add", "or", "maximum"):
+      return b.or_(x, y)
+    if opcode in ("multiply", "and", "minimum"):
+      return b.and_(x, y)
+    if opcode == "xor":
+      return b.xor(x, y)
+    if opcode == "power":
+      return _int_pow(b, x, y, dt)
+    raise EmitterError(f"binary {opcode} on pred")
+  signed = _is_signed(dt)
+  if opcode == "add":
+    return b.add(x, y)
+  if opcode == "subtract":
+    return b.sub(x, y)
+  if opcode == "multiply":
+    return b.mul(x, y)
+  if opcode == "divide":
+    return _int_div(b, x, y, dt)
+  if opcode == "remainder":
+    return _int_rem(b, x, y, dt)
+  if opcode == "maximum":
+    return _imax(b, x, y, signed)
+  if opcode == "minimum":
+    return _imin(b, x, y, signed)
+  if opcode == "and":
+    return b.and_(x, y)
+  if opcode == "or":
+    return b.or_(x, y)
+  if opcode == "xor":
+    return b.xor(x, y)
+  if opcode == "power":
+    return _int_pow(b, x, y, dt)
+  if opcode in ("shift-left", "shift-right-logical", "shift-right-arithmetic"):
+    return _shift(b, opcode, x, y, dt)
+  raise EmitterError(f"binary {opcode} on {dt}")
+
+
+_FCMP = {"EQ": ("==", True), "NE": ("!=", False), "LT": ("<", True), "LE": ("<=", True),
+         "GT": (">", True), "GE": (">=", True)}
+_ICMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def compare_op(b, direction, x, y, dt, total_order=False):
+  dt = np.dtype(dt)
+  if _is_float(dt):
+    if total_order:
+      ity = ir.IntType(64 if dt == F64 else 32)
+      keys = []
+      for v in (x, y):
+        bits = b.bitcast(v, ity)
+        flip = _int_const(ity, (1 << (ity.width - 1)) - 1)
+        keys.append(b.select(b.icmp_signed("<", bits, ir.Constant(ity, 0)),
+                             b.xor(bits, flip), bits))
+      return b.icmp_signed(_ICMP[direction], keys[0], keys[1])
+    op, ordered = _FCMP[direction]
+    return b.fcmp_ordered(op, x, y) if ordered else b.fcmp_unordered(op, x, y)
+  if _is_signed(dt):
+    return b.icmp_signed(_ICMP[direction], x, y)
+  return b.icmp_unsigned(_ICMP[direction], x, y)
+
+
+def _index_value(b, v, dt):
+  """An integer scalar (compute value) as i64 (sign- or zero-extended)."""
+  dt = np.dtype(dt)
+  if v.type.width == 64:
+    return v
+  return b.sext(v, I64) if _is_signed(dt) else b.zext(v, I64)
+
+
+def _clamp_i64(b, v, lo: int, hi: int):
+  v = b.select(b.icmp_signed("<", v, i64(lo)), i64(lo), v)
+  return b.select(b.icmp_signed(">", v, i64(hi)), i64(hi), v)
+
+
+# ---------------------------------------------------------------------------------------------
+# reducers
+# ---------------------------------------------------------------------------------------------
+
+_ASSOCIATIVE = ("add", "multiply", "maximum", "minimum", "and", "or", "xor")
+
+
+def simple_reducer(comp: hlo.Computation):
+  """The opcode of a reducer ``op(p0, p1)`` of one associative, commutative binary op (add,
+  multiply, maximum, minimum, and, or, xor), else None."""
+  root = comp.root
+  if (len(comp.parameters) == 2 and root.opcode in _ASSOCIATIVE and len(root.operands) == 2
+      and set(root.operands) == set(comp.parameters)
+      and root.operands[0] is not root.operands[1] and not root.shape.is_tuple):
+    return root.opcode
+  return None
+
+
+def reassociating_combine(b, opcode, acc, x, dt):
+  """``opcode(acc, x)`` for a reduction that may be reordered: float add/multiply carry the
+  ``reassoc nsz`` flags (so LLVM vectorizes with partial accumulators) and float max/min use
+  ``llvm.maximum``/``llvm.minimum`` (NaN-propagating); narrow floats round every step."""
+  dt = np.dtype(dt)
+  if _is_float(dt):
+    flags = ["reassoc", "nsz"]
+    if opcode == "add":
+      r = b.fadd(acc, x, flags=flags)
+    elif opcode == "multiply":
+      r = b.fmul(acc, x, flags=flags)
+    elif opcode == "maximum":
+      r = intrinsic(b, "maximum", acc.type, [acc, x])
+    elif opcode == "minimum":
+      r = intrinsic(b, "minimum", acc.type, [acc, x])
+    else:
+      raise EmitterError(f"reducer {opcode} on {dt}")
+    return round_narrow(b, r, dt) if _is_narrow(dt) else r
+  return binary_op(b, opcode, acc, x, dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# the emitter
+# ---------------------------------------------------------------------------------------------
+
+class Emitter:
+  """Emits element values of the instructions of one computation.
+
+  ``leaves`` maps instructions (parameters, and any instruction a kernel materialised) to
+  ``Leaf``s; everything else is computed from its operands.  ``inline_reduce`` decides whether a
+  ``reduce`` reached while evaluating may be emitted as a loop right there (kernels allow it for
+  the reductions they prefetch and for their roots; otherwise ``PrefetchMiss`` is raised)."""
+
+  def __init__(self, b: ir.IRBuilder, leaves: dict, fast_reductions: bool = True):
+    self.b = b
+    self.leaves = dict(leaves)
+    self.scopes: list[dict] = [{}]
+    self.fast_reductions = fast_reductions
+    # which reduce may be emitted as a loop here: ANY, or the one instruction being prefetched
+    self.reduce_ok = ANY
+
+  # -- memo scopes -----------------------------------------------------------------------------
+  def push_scope(self):
+    self.scopes.append({})
+
+  def pop_scope(self):
+    self.scopes.pop()
+
+  def _lookup(self, key):
+    for s in reversed(self.scopes):
+      v = s.get(key)
+      if v is not None:
+        return v
+    return None
+
+  def remember(self, instr, index: Index, value):
+    self.scopes[-1][(id(instr), index.key)] = value
+
+  # -- entry point -----------------------------------------------------------------------------
+  def value(self, instr: hlo.Instruction, index: Index):
+    """The element of ``instr`` at ``index`` (a compute value, or a tuple of them for a
+    tuple-shaped instruction)."""
+    key = (id(instr), index.key)
+    v = self._lookup(key)
+    if v is not None:
+      return v
+    v = self._compute(instr, index)
+    self.scopes[-1][key] = v
+    return v
+
+  def scalar(self, instr):
+    return self.value(instr, Index.scalar(self.b))
+
+  def _compute(self, instr, index):
+    b = self.b
+    leaf = self.leaves.get(instr)
+    if leaf is not None:
+      if isinstance(leaf, tuple):
+        return tuple(load_element(b, x.ptr, index.linear, x.dtype) for x in leaf)
+      if leaf.value is not None:
+        return leaf.value
+      return load_element(b, leaf.ptr, index.linear if leaf.dims == index.dims else
+                          Index(b, leaf.dims, multi=index.multi).linear, leaf.dtype)
+    op = instr.opcode
+    dt = instr.dtype
+    if op in hlo.UNARY_OPS:
+      x = self.value(instr.operands[0], index)
+      return unary_op(b, op, x, instr.operands[0].dtype)
+    if op in hlo.BINARY_OPS:
+      x = self.value(instr.operands[0], index)
+      y = self.value(instr.operands[1], index)
+      return binary_op(b, op, x, y, dt)
+    handler = getattr(self, "_op_" + op.replace("-", "_"), None)
+    if handler is None:
+      raise EmitterError(f"no elemental emitter for {op}")
+    return handler(instr, index)
+
+  # -- leaves and constants ----------------------------------------------------------------------
+  def _op_parameter(self, instr, index):
+    raise EmitterError(f"parameter %{instr.name} is not bound to a buffer or value")
+
+  def _op_constant(self, instr, index):
+    v = instr.attrs["value"]
+    if v.ndim == 0:
+      return const(v.dtype, v[()])
+    if v.size and np.all(v == v.flat[0]) and not (
+        _is_float(v.dtype) and np.any(np.signbit(v) != np.signbit(v.flat[0]))):
+      if not _is_float(v.dtype) or not np.isnan(v.flat[0]):
+        return const(v.dtype, v.flat[0])
+    raise EmitterError(f"array constant %{instr.name} is not bound to a buffer")
+
+  def _op_iota(self, instr, index):
+    d = instr.attrs["iota_dimension"]
+    return convert_value(self.b, index.multi[d], np.dtype(np.int64), instr.dtype)
+
+  # -- elementwise -------------------------------------------------------------------------------
+  def _op_compare(self, instr, index):
+    x, y = (self.value(o, index) for o in instr.operands)
+    return compare_op(self.b, instr.attrs["direction"], x, y, instr.operands[0].dtype,
+                      instr.attrs.get("type") == "TOTALORDER")
+
+  def _op_select(self, instr, index):
+    p, t, f = (self.value(o, index) for o in instr.operands)
+    return self.b.select(p, t, f)
+
+  def _op_clamp(self, instr, index):
+    lo_i, x_i, hi_i = instr.operands
+    x = self.value(x_i, index)
+    lo = self.value(lo_i, index if lo_i.dims else Index.scalar(self.b))
+    hi = self.value(hi_i, index if hi_i.dims else Index.scalar(self.b))
+    dt = instr.dtype
+    if _is_float(dt):
+      return _fmin(self.b, _fmax(self.b, x, lo), hi)
+    s = _is_signed(dt)
+    return _imin(self.b, _imax(self.b, x, lo, s), hi, s)
+
+  def _op_convert(self, instr, index):
+    x = self.value(instr.operands[0], index)
+    return convert_value(self.b, x, instr.operands[0].dtype, instr.dtype)
+
+  def _op_bitcast_convert(self, instr, index):
+    b = self.b
+    src_i = instr.operands[0]
+    src, dst = src_i.dtype, instr.dtype
+    a, w = src.itemsize, dst.itemsize
+    dty = storage_type(dst)
+    if a == w:
+      bits = to_storage(b, self.value(src_i, index), src)
+      return from_storage(b, b.bitcast(bits, dty), dst)
+    ity_src, ity_dst = ir.IntType(8 * a), ir.IntType(8 * w)
+    if a > w:   # narrower: one extra trailing dimension
+      k = index.multi[-1]
+      inner = Index(b, src_i.dims, multi=index.multi[:-1])
+      bits = b.bitcast(to_storage(b, self.value(src_i, inner), src), ity_src)
+      shift = b.trunc(b.mul(k, i64(8 * w)), ity_src) if a < 8 else b.mul(k, i64(8 * w))
+      part = b.trunc(b.lshr(bits, shift), ity_dst)
+      return from_storage(b, b.bitcast(part, dty), dst)
+    acc = ir.Constant(ity_dst, 0)
+    for k in range(w // a):
+      inner = Index(b, src_i.dims, multi=list(index.multi) + [i64(k)])
+      bits = b.bitcast(to_storage(b, self.value(src_i, inner), src), ity_src)
+      acc = b.or_(acc, b.shl(b.zext(bits, ity_dst), ir.Constant(ity_dst, 8 * a * k)))
+    return from_storage(b, b.bitcast(acc, dty), dst)
+
+  # -- structural ------------------------------------------------------------------------------
+  def _op_broadcast(self, instr, index):
+    x = instr.operands[0]
+    dims = instr.attrs["dimensions"]
+    if x.dims == instr.dims and tuple(dims) == tuple(range(len(x.dims))):
+      return self.value(x, index)
+    multi = [index.multi[d] if n != 1 else i64(0) for d, n in zip(dims, x.dims)]
+    return self.value(x, Index(self.b, x.dims, multi=multi))
+
+  def _op_reshape(self, instr, index):
+    x = instr.operands[0]
+    if x.dims == instr.dims:
+      return self.value(x, index)
+    return self.value(x, Index(self.b, x.dims, linear=index.linear))
+
+  def _op_copy(self, instr, index):
+    return self.value(instr.operands[0], index)
+
+  def _op_transpose(self, instr, index):
+    x = instr.operands[0]
+    perm = instr.attrs["dimensions"]
+    multi = [None] * len(perm)
+    for i, p in enumerate(perm):
+      multi[p] = index.multi[i]
+    return self.value(x, Index(self.b, x.dims, multi=multi))
+
+  def _op_slice(self, instr, index):
+    b = self.b
+    x = instr.operands[0]
+    a = instr.attrs
+    strides = a.get("strides") or (1,) * len(x.dims)
+    multi = []
+    for m, s, st in zip(index.multi, a["start_indices"], strides):
+      v = m if st == 1 else b.mul(m, i64(st), flags=["nuw", "nsw"])
+      multi.append(v if s == 0 else b.add(v, i64(s), flags=["nuw", "nsw"]))
+    return self.value(x, Index(b, x.dims, multi=multi))
+
+  def _starts(self, idx_instrs, operand_dims, sizes):
+    b = self.b
+    out = []
+    for ins, n, k in zip(idx_instrs, operand_dims, sizes):
+      s = _index_value(b, self.scalar(ins), ins.dtype)
+      out.append(_clamp_i64(b, s, 0, n - k))
+    return out
+
+  def _op_dynamic_slice(self, instr, index):
+    b = self.b
+    x = instr.operands[0]
+    starts = self._starts(instr.operands[1:], x.dims, instr.attrs["dynamic_slice_sizes"])
+    multi = [b.add(m, s, flags=["nsw"]) for m, s in zip(index.multi, starts)]
+    return self.value(x, Index(b, x.dims, multi=multi))
+
+  def _op_dynamic_update_slice(self, instr, index):
+    b = self.b
+    x, u = instr.operands[:2]
+    starts = self._starts(instr.operands[2:], x.dims, u.dims)
+    inside = ir.Constant(I1, 1)
+    umulti = []
+    for m, s, k in zip(index.multi, starts, u.dims):
+      rel = b.sub(m, s)
+      ok = b.and_(b.icmp_signed(">=", rel, i64(0)), b.icmp_signed("<", rel, i64(k)))
+      inside = b.and_(inside, ok)
+      umulti.append(b.select(ok, rel, i64(0)))
+    old = self.value(x, index)
+    if u.shape.size == 0:
+      return old
+    new = self.value(u, Index(b, u.dims, multi=umulti))
+    return b.select(inside, new, old)
+
+  def _op_concatenate(self, instr, index):
+    b = self.b
+    d = instr.attrs["dimensions"][0]
+    pos = index.multi[d]
+    result = None
+    offset = 0
+    parts = []
+    for x in instr.operands:
+      n = x.dims[d]
+      if n:
+        parts.append((x, offset, n))
+      offset += n
+    for k, (x, off, n) in enumerate(parts):
+      rel = b.sub(pos, i64(off)) if off else pos
+      if k != len(parts) - 1 and k != 0:
+        rel = _clamp_i64(b, rel, 0, n - 1)
+      elif k == 0 and len(parts) > 1:
+        rel = b.select(b.icmp_signed(">", rel, i64(n - 1)), i64(n - 1), rel)
+      elif k == len(parts) - 1 and len(parts) > 1:
+        rel = b.select(b.icmp_signed("<", rel, i64(0)), i64(0), rel)
+      multi = list(index.multi)
+      multi[d] = rel
+      v = self.value(x, Index(b, x.dims, multi=multi))
+      if result is None:
+        result = v
+      else:
+        result = b.select(b.icmp_signed(">=", pos, i64(off)), v, result)
+    return result
+
+  def _op_pad(self, instr, index):
+    b = self.b
+    x, pv = instr.operands
+    pad_value = self.scalar(pv)
+    if x.shape.size == 0:
+      return pad_value
+    valid = ir.Constant(I1, 1)
+    multi = []
+    for m, (lo, hi, interior), n in zip(index.multi, instr.attrs["padding_config"], x.dims):
+      t = b.sub(m, i64(lo)) if lo else m
+      if interior:
+        step = interior + 1
+        ok = b.and_(b.icmp_signed(">=", t, i64(0)),
+                    b.icmp_signed("<=", t, i64((n - 1) * step)))
+        tc = b.select(ok, t, i64(0))
+        ok = b.and_(ok, b.icmp_unsigned("==", b.urem(tc, i64(step)), i64(0)))
+        q = b.udiv(tc, i64(step))
+        multi.append(b.select(ok, q, i64(0)))
+      else:
+        ok = b.and_(b.icmp_signed(">=", t, i64(0)), b.icmp_signed("<", t, i64(n)))
+        multi.append(b.select(ok, t, i64(0)))
+      valid = b.and_(valid, ok)
+    v = self.value(x, Index(b, x.dims, multi=multi))
+    return b.select(valid, v, pad_value)
+
+  def _op_reverse(self, instr, index):
+    b = self.b
+    x = instr.operands[0]
+    dims = set(instr.attrs["dimensions"])
+    multi = [b.sub(i64(n - 1), m) if d in dims else m
+             for d, (m, n) in enumerate(zip(index.multi, x.dims))]
+    return self.value(x, Index(b, x.dims, multi=multi))
+
+  def _op_tuple(self, instr, index):
+    return tuple(self.value(o, index) for o in instr.operands)
+
+  def _op_get_tuple_element(self, instr, index):
+    return self.value(instr.operands[0], index)[instr.attrs["index"]]
+
+  # -- gather ----------------------------------------------------------------------------------
+  def _op_gather(self, instr, index):
+    b = self.b
+    x, ind = instr.operands
+    a = instr.attrs
+    offset_dims = list(a["offset_dims"])
+    collapsed = set(a["collapsed_slice_dims"])
+    obatch = list(a.get("operand_batching_dims", ()))
+    ibatch = list(a.get("start_indices_batching_dims", ()))
+    smap = list(a["start_index_map"])
+    sizes = a["slice_sizes"]
+    batch = [m for d, m in enumerate(index.multi) if d not in offset_dims]
+    starts = [i64(0)] * x.shape.rank
+    raw = {}
+    for k, d in enumerate(smap):
+      v = self.value(ind, Index(b, ind.dims, multi=batch + [i64(k)]))
+      raw[d] = _index_value(b, v, ind.dtype)
+      starts[d] = raw[d]
+    for od, idim in zip(obatch, ibatch):
+      starts[od] = batch[idim]
+    oob = ir.Constant(I1, 0)
+    for d in range(x.shape.rank):
+      hi = x.dims[d] - sizes[d]
+      if d in raw:
+        oob = b.or_(oob, b.or_(b.icmp_signed("<", raw[d], i64(0)),
+                               b.icmp_signed(">", raw[d], i64(hi))))
+      starts[d] = _clamp_i64(b, starts[d], 0, hi)
+    kept = [d for d in range(x.shape.rank) if d not in collapsed and d not in obatch]
+    multi = list(starts)
+    for j, d in enumerate(kept):
+      multi[d] = b.add(starts[d], index.multi[offset_dims[j]], flags=["nsw"])
+    if x.shape.size == 0:
+      v = const(x.dtype, 0)
+    else:
+      v = self.value(x, Index(b, x.dims, multi=multi))
+    if a.get("mode", "clip") == "fill":
+      fill = a.get("fill_value")
+      dt = x.dtype
+      if fill is None:
+        fill = (np.nan if _is_float(dt) else True if dt == BOOL else
+                np.iinfo(dt).min if _is_signed(dt) else np.iinfo(dt).max)
+      v = b.select(oob, const(dt, fill), v)
+    return v
+
+  # -- reductions ------------------------------------------------------------------------------
+  def combine(self, comp, accs, xs, dtypes):
+    """Apply a reducer computation to accumulators and new values (lists); returns a list."""
+    op = simple_reducer(comp) if len(accs) == 1 else None
+    if op is not None and self.fast_reductions:
+      return [reassociating_combine(self.b, op, accs[0], xs[0], dtypes[0])]
+    if op is not None:
+      return [binary_op(self.b, op, accs[0], xs[0], dtypes[0])]
+    r = self.call(comp, list(accs) + list(xs))
+    return list(r) if isinstance(r, tuple) else [r]
+
+  def call(self, comp: hlo.Computation, args):
+    """Evaluate a computation of scalars on compute values (a fresh memo)."""
+    sub = Emitter(self.b, {p: Leaf(p.dtype, (), value=a) for p, a in zip(comp.parameters, args)},
+                  self.fast_reductions)
+    return sub.scalar(comp.root)
+
+  def _op_reduce(self, instr, index):
+    if self.reduce_ok is not ANY:
+      if self.reduce_ok is not instr:
+        raise PrefetchMiss(instr)
+      self.reduce_ok = None
+    b = self.b
+    n = len(instr.operands) // 2
+    ops, inits = instr.operands[:n], instr.operands[n:]
+    comp = instr.attrs["to_apply"]
+    dtypes = [o.dtype for o in ops]
+    init_vals = [self.scalar(i) for i in inits]
+    rdims = sorted(instr.attrs["dimensions"])
+    src_dims = ops[0].dims
+    kept = [d for d in range(len(src_dims)) if d not in rdims]
+    count = _pymath.prod(src_dims[d] for d in rdims)
+    if count == 0 or not rdims:
+      if not rdims:
+        xs = [self.value(o, Index(b, src_dims, linear=index.linear, multi=index.multi))
+              for o in ops]
+        res = self.combine(comp, init_vals, xs, dtypes)
+        return tuple(res) if n > 1 else res[0]
+      return tuple(init_vals) if n > 1 else init_vals[0]
+    slots = [alloca_entry(b, v.type) for v in init_vals]
+    for s, v in zip(slots, init_vals):
+      b.store(v, s)
+    trailing = rdims == list(range(len(src_dims) - len(rdims), len(src_dims)))
+    self.push_scope()
+    if trailing:
+      base = b.mul(index.linear, i64(count), flags=["nuw", "nsw"]) if kept else i64(0)
+      with ForLoop(b, 0, count, "r") as loop:
+        lin = b.add(base, loop.index, flags=["nuw", "nsw"]) if kept else loop.index
+        red_multi = delinearize(b, loop.index, [src_dims[d] for d in rdims])
+        src_index = Index(b, src_dims, linear=lin, multi=list(index.multi) + red_multi)
+        self._reduce_step(comp, ops, src_index, slots, dtypes)
+    else:
+      loops = []
+      for d in rdims:
+        loop = ForLoop(b, 0, src_dims[d], f"r{d}")
+        loop.__enter__()
+        loops.append(loop)
+      multi = [None] * len(src_dims)
+      for d, m in zip(kept, index.multi):
+        multi[d] = m
+      for d, loop in zip(rdims, loops):
+        multi[d] = loop.index
+      self._reduce_step(comp, ops, Index(b, src_dims, multi=multi), slots, dtypes)
+      for loop in reversed(loops):
+        loop.__exit__(None, None, None)
+    self.pop_scope()
+    res = [b.load(s) for s in slots]
+    return tuple(res) if n > 1 else res[0]
+
+  def _reduce_step(self, comp, ops, src_index, slots, dtypes):
+    b = self.b
+    xs = [self.value(o, src_index) for o in ops]
+    accs = [b.load(s) for s in slots]
+    new = self.combine(comp, accs, xs, dtypes)
+    for s, v in zip(slots, new):
+      b.store(v, s)
+
+  def _op_reduce_window(self, instr, index):
+    b = self.b
+    n = len(instr.operands) // 2
+    ops, inits = instr.operands[:n], instr.operands[n:]
+    a = instr.attrs
+    comp = a["to_apply"]
+    dtypes = [o.dtype for o in ops]
+    init_vals = [self.scalar(i) for i in inits]
+    rank = len(ops[0].dims)
+    wdims = a["window_dimensions"]
+    if 0 in wdims:
+      return tuple(init_vals) if n > 1 else init_vals[0]
+    slots = [alloca_entry(b, v.type) for v in init_vals]
+    for s, v in zip(slots, init_vals):
+      b.store(v, s)
+    self.push_scope()
+    loops = []
+    for d in range(rank):
+      loop = ForLoop(b, 0, wdims[d], f"w{d}")
+      loop.__enter__()
+      loops.append(loop)
+    valid = ir.Constant(I1, 1)
+    multi = []
+    for d in range(rank):
+      nd = ops[0].dims[d]
+      st, wd, bd = a["window_strides"][d], a["window_dilation"][d], a["base_dilation"][d]
+      lo = a["padding"][d][0]
+      t = b.add(b.mul(index.multi[d], i64(st)), b.mul(loops[d].index, i64(wd)))
+      if lo:
+        t = b.sub(t, i64(lo))
+      ok = b.and_(b.icmp_signed(">=", t, i64(0)),
+                  b.icmp_signed("<", t, i64(max((nd - 1) * bd + 1, 0))))
+      tc = b.select(ok, t, i64(0))
+      if bd != 1:
+        ok = b.and_(ok, b.icmp_unsigned("==", b.urem(tc, i64(bd)), i64(0)))
+        tc = b.select(ok, b.udiv(tc, i64(bd)), i64(0))
+      valid = b.and_(valid, ok)
+      multi.append(tc)
+    if ops[0].shape.size:
+      src = Index(b, ops[0].dims, multi=multi)
+      xs = [b.select(valid, self.value(o, src), iv) for o, iv in zip(ops, init_vals)]
+    else:
+      xs = list(init_vals)
+    accs = [b.load(s) for s in slots]
+    new = self.combine(comp, accs, xs, dtypes) if n > 1 or simple_reducer(comp) is None else \
+        [binary_op(b, simple_reducer(comp), accs[0], xs[0], dtypes[0])]
+    for s, v in zip(slots, new):
+      b.store(v, s)
+    for loop in reversed(loops):
+      loop.__exit__(None, None, None)
+    self.pop_scope()
+    res = [b.load(s) for s in slots]
+    return tuple(res) if n > 1 else res[0]
+
+  # -- contractions (elemental forms: correct, simple; kernels.py has the fast dot) ----------
+  def _op_dot(self, instr, index):
+    b = self.b
+    lhs, rhs = instr.operands
+    a = instr.attrs
+    lb, rb = list(a["lhs_batch_dims"]), list(a["rhs_batch_dims"])
+    lc, rc = list(a["lhs_contracting_dims"]), list(a["rhs_contracting_dims"])
+    lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    acc_dt = _accumulation_dtype(lhs.dtype, rhs.dtype, instr.dtype)
+    out = index.multi
+    nb = len(lb)
+    lmulti, rmulti = [None] * lhs.shape.rank, [None] * rhs.shape.rank
+    for k, (l, r) in enumerate(zip(lb, rb)):
+      lmulti[l] = rmulti[r] = out[k]
+    for k, d in enumerate(lf):
+      lmulti[d] = out[nb + k]
+    for k, d in enumerate(rf):
+      rmulti[d] = out[nb + len(lf) + k]
+    csizes = [lhs.dims[d] for d in lc]
+    count = _pymath.prod(csizes)
+    zero = const(acc_dt, 0)
+    if count == 0 or lhs.shape.size == 0 or rhs.shape.size == 0:
+      return convert_value(b, zero, acc_dt, instr.dtype)
+    slot = alloca_entry(b, zero.type)
+    b.store(zero, slot)
+    self.push_scope()
+    with ForLoop(b, 0, count, "k") as loop:
+      kk = delinearize(b, loop.index, csizes)
+      for l, r, v in zip(lc, rc, kk):
+        lmulti[l] = rmulti[r] = v
+      x = convert_value(b, self.value(lhs, Index(b, lhs.dims, multi=lmulti)), lhs.dtype, acc_dt)
+      y = convert_value(b, self.value(rhs, Index(b, rhs.dims, multi=rmulti)), rhs.dtype, acc_dt)
+      acc = b.load(slot)
+      b.store(_mul_add(b, acc, x, y, acc_dt, False, contract=True), slot)
+    self.pop_scope()
+    return convert_value(b, b.load(slot), acc_dt, instr.dtype)
+
+  def _op_convolution(self, instr, index):
+    b = self.b
+    lhs, rhs = instr.operands
+    a = instr.attrs
+    lspec, rspec, ospec = (tuple(s) for s in a["dimension_numbers"])
+    nd = len(lspec) - 2
+    G, BG = a.get("feature_group_count", 1), a.get("batch_group_count", 1)
+    acc_dt = _accumulation_dtype(lhs.dtype, rhs.dtype, instr.dtype)
+    N = lhs.dims[lspec[0]]
+    O, I = rhs.dims[rspec[0]], rhs.dims[rspec[1]]
+    out_b = index.multi[ospec[0]]
+    out_f = index.multi[ospec[1]]
+    out_sp = [index.multi[ospec[2 + k]] for k in range(nd)]
+    ksp = [rhs.dims[rspec[2 + k]] for k in range(nd)]
+    zero = const(acc_dt, 0)
+    if I == 0 or 0 in ksp or lhs.shape.size == 0 or rhs.shape.size == 0:
+      return convert_value(b, zero, acc_dt, instr.dtype)
+    # feature group of this output feature; batch group picks the lhs batch block
+    o_per_g = O // G
+    o_per_bg = O // BG
+    g = b.udiv(out_f, i64(o_per_g)) if G > 1 else i64(0)
+    bg = b.udiv(out_f, i64(o_per_bg)) if BG > 1 else i64(0)
+    lhs_batch = b.add(b.mul(bg, i64(N // BG)), out_b) if BG > 1 else out_b
+    # the reference's order: for each kernel position (row-major), a sum over the input
+    # features, added to the total
+    slot = alloca_entry(b, zero.type)
+    part = alloca_entry(b, zero.type)
+    b.store(zero, slot)
+    self.push_scope()
+    loops = []
+    for k in range(nd):
+      loop = ForLoop(b, 0, ksp[k], f"kw{k}")
+      loop.__enter__()
+      loops.append(loop)
+    b.store(zero, part)
+    iloop = ForLoop(b, 0, I, "ci")
+    iloop.__enter__()
+    valid = ir.Constant(I1, 1)
+    lmulti = [None] * (nd + 2)
+    lmulti[lspec[0]] = lhs_batch
+    lmulti[lspec[1]] = b.add(b.mul(g, i64(I)), iloop.index) if G > 1 else iloop.index
+    for k in range(nd):
+      n_in = lhs.dims[lspec[2 + k]]
+      st = a["window_strides"][k]
+      ld, rd = a["lhs_dilation"][k], a["rhs_dilation"][k]
+      lo = a["padding"][k][0]
+      t = b.add(b.mul(out_sp[k], i64(st)), b.mul(loops[k].index, i64(rd)))
+      if lo:
+        t = b.sub(t, i64(lo))
+      ok = b.and_(b.icmp_signed(">=", t, i64(0)),
+                  b.icmp_signed("<", t, i64(max((n_in - 1) * ld + 1, 0))))
+      tc = b.select(ok, t, i64(0))
+      if ld != 1:
+        ok = b.and_(ok, b.icmp_unsigned("==", b.urem(tc, i64(ld)), i64(0)))
+        tc = b.select(ok, b.udiv(tc, i64(ld)), i64(0))
+      valid = b.and_(valid, ok)
+      lmulti[lspec[2 + k]] = tc
+    rmulti = [None] * (nd + 2)
+    rmulti[rspec[0]] = out_f
+    rmulti[rspec[1]] = iloop.index
+    for k in range(nd):
+      rmulti[rspec[2 + k]] = loops[k].index
+    x = convert_value(b, self.value(lhs, Index(b, lhs.dims, multi=lmulti)), lhs.dtype, acc_dt)
+    x = b.select(valid, x, zero)
+    y = convert_value(b, self.value(rhs, Index(b, rhs.dims, multi=rmulti)), rhs.dtype, acc_dt)
+    b.store(_mul_add(b, b.load(part), x, y, acc_dt, False, contract=True), part)
+    iloop.__exit__(None, None, None)
+    acc = b.load(slot)
+    p = b.load(part)
+    b.store(b.fadd(acc, p) if E_is_float(acc_dt) else (b.or_(acc, p) if acc_dt == BOOL
+                                                       else b.add(acc, p)), slot)
+    for loop in reversed(loops):
+      loop.__exit__(None, None, None)
+    self.pop_scope()
+    return convert_value(b, b.load(slot), acc_dt, instr.dtype)
+
+
+E_is_float = _is_float
+
+
+def _mul_add(b, acc, x, y, dt, fast, contract=False):
+  if _is_float(dt):
+    flags = ["reassoc", "nsz", "contract"] if fast else (["contract"] if contract else [])
+    return b.fadd(acc, b.fmul(x, y, flags=flags), flags=flags)
+  if dt == BOOL:
+    return b.or_(acc, b.and_(x, y))
+  return b.add(acc, b.mul(x, y))
+
+
+def _accumulation_dtype(lhs_dt, rhs_dt, out_dt) -> np.dtype:
+  """As ``reference_ops.accumulation_dtype``: floats accumulate in the widest of f32, the
+  operand and the result types; other results in their own type."""
+  out = np.dtype(out_dt)
+  if _is_float(out):
+    cands = [F32] + [np.dtype(d) for d in (lhs_dt, rhs_dt, out) if np.dtype(d) == F64]
+    return F64 if F64 in cands else F32
+  return out
+
+
+accumulation_dtype = _accumulation_dtype

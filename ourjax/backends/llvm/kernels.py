@@ -1,0 +1,1145 @@
+"""Kernel bodies: how a group of HLO instructions (a fusion, or one unfused op) becomes loops.
+
+A *kernel* is one LLVM function ``void k(T0* noalias b0, ..., i64 tid, i64 nthreads)`` over
+buffers planned by the backend; it computes the share ``tid`` of ``nthreads`` of its outputs
+(a serial kernel ignores them and is only called on thread 0).  ``plan_group`` turns a group
+into kernels:
+
+* ``dot``, ``convolution``, ``sort`` and ``scatter`` inside a group get kernels of their own
+  (their operands materialised into buffers when they are not buffers already); so does a
+  ``reduce`` whose value would otherwise be needed at indices that are not the kernel's row
+  (recomputing it per element would be quadratic).
+* Everything else is evaluated element by element (``emitter.Emitter``) in a ``LoopKernel``:
+  a loop over the output's rows and columns (``rows`` mode: row reductions of the row being
+  written are *prefetched* once per row, which is how softmax/layernorm become one pass over
+  each row) or over the flat index (``flat`` mode: same-shape operands are loaded at the linear
+  index, so the loop vectorizes).
+* Reductions choose a strategy: over trailing dimensions, one loop per output element whose
+  reducer (add/mul/max/min/and/or/xor) may reassociate so that LLVM vectorizes it with partial
+  accumulators; over a middle/leading block, a *column* kernel that accumulates whole output
+  rows in order (exact, vectorized across outputs); a long reduction to few outputs is *split*
+  across threads into partials and combined.
+
+Float reductions that reassociate (``add``/``multiply`` with ``reassoc nsz``; max/min through
+``llvm.maximum``/``llvm.minimum``) differ from the sequential/pairwise reference by rounding
+only: the tests compare them with a relative tolerance of ``~sqrt(n)`` ulp of the sum of
+magnitudes (see tests/test_cpu_ops.py); everything else is bit-exact with the reference except
+the inline transcendental functions (a few ulp).
+
+``emit_dot`` is the seam for matrix products: a packed, register-blocked f32/f64 kernel for
+operands in buffers, and the elemental loop nest otherwise.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import llvmlite.ir as ir
+import numpy as np
+
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm.emitter import (I1, I8, I32, I64, Emitter, EmitterError, ForLoop,
+                                          Index, Leaf, alloca_entry, i64)
+from ourjax.lowering import hlo
+
+__all__ = ["Buf", "Kernel", "LoopKernel", "plan_group", "HARD_OPS", "emit_dot", "PlanError"]
+
+#: Ops that never run element by element inside another kernel.
+HARD_OPS = {"dot", "convolution", "sort", "scatter"}
+
+#: Elements of work below which a kernel runs on one thread.
+PARALLEL_MIN_WORK = 1 << 17
+
+
+class PlanError(EmitterError):
+  """The group cannot be planned natively."""
+
+
+class Buf:
+  """A buffer: ``dims`` elements of ``dtype`` in row-major order.  The backend decides where it
+  lives (``kind``: param/output/const/temp/scratch, with ``slot`` or ``offset``)."""
+  __slots__ = ("dtype", "dims", "nbytes", "name", "kind", "slot", "offset", "const_value")
+
+  def __init__(self, dtype, dims, name: str = "", kind: str = "temp", nbytes=None):
+    self.dtype = np.dtype(dtype)
+    self.dims = tuple(dims)
+    self.nbytes = int(nbytes if nbytes is not None else
+                      math.prod(self.dims) * self.dtype.itemsize)
+    self.name, self.kind = name, kind
+    self.slot = self.offset = None
+    self.const_value = None
+
+  @property
+  def size(self):
+    return math.prod(self.dims)
+
+  def __repr__(self):
+    return f"<Buf {self.name} {self.kind} {self.dtype}{list(self.dims)}>"
+
+
+def _ptr_type(buf: Buf):
+  if buf.kind == "scratch":
+    return I8.as_pointer()
+  return E.storage_type(buf.dtype).as_pointer()
+
+
+class Kernel:
+  """One kernel function.  ``reads``/``writes`` are the buffers it touches (for liveness);
+  ``scratch`` buffers are private work space (sized for all threads)."""
+  serial_only = False
+
+  def __init__(self, name: str, reads: Sequence[Buf], writes: Sequence[Buf],
+               scratch: Sequence[Buf] = (), work: int = 0):
+    self.name = name
+    self.reads, self.writes, self.scratch = list(reads), list(writes), list(scratch)
+    self.work = int(work)
+    seen, bufs = set(), []
+    for x in self.writes + self.reads + self.scratch:
+      if id(x) not in seen:
+        seen.add(id(x))
+        bufs.append(x)
+    self.buffers = bufs
+
+  @property
+  def parallel(self) -> bool:
+    return not self.serial_only and self.work >= PARALLEL_MIN_WORK
+
+  def emit(self, module: ir.Module) -> ir.Function:
+    fty = ir.FunctionType(ir.VoidType(), [_ptr_type(x) for x in self.buffers] + [I64, I64])
+    fn = ir.Function(module, fty, name=self.name)
+    fn.linkage = "internal"
+    for a, buf in zip(fn.args, self.buffers):
+      a.add_attribute("noalias")
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    ptrs = {id(x): a for x, a in zip(self.buffers, fn.args)}
+    tid, nthreads = fn.args[-2], fn.args[-1]
+    self.body(b, lambda buf: ptrs[id(buf)], tid, nthreads)
+    b.ret_void()
+    return fn
+
+  def body(self, b, ptr, tid, nthreads):
+    raise NotImplementedError
+
+
+def partition(b, total: int, tid, nthreads, align: int = 1):
+  """[lo, hi) of ``total`` items for thread ``tid`` (chunks rounded up to ``align``)."""
+  if total == 0:
+    return i64(0), i64(0)
+  chunk = b.sdiv(b.add(i64(total), b.sub(nthreads, i64(1))), nthreads)
+  if align > 1:
+    chunk = b.mul(b.sdiv(b.add(chunk, i64(align - 1)), i64(align)), i64(align))
+  lo = b.mul(tid, chunk)
+  lo = b.select(b.icmp_signed(">", lo, i64(total)), i64(total), lo)
+  hi = b.add(lo, chunk)
+  hi = b.select(b.icmp_signed(">", hi, i64(total)), i64(total), hi)
+  return lo, hi
+
+
+def _make_leaves(b, leafmap: dict, ptr) -> dict:
+  """Emitter leaves from the planner's map: instr -> Buf | tuple of Buf | ('imm', value)."""
+  out = {}
+  for instr, spec in leafmap.items():
+    if isinstance(spec, tuple) and spec and spec[0] == "imm":
+      out[instr] = Leaf(instr.dtype, (), value=E.const(instr.dtype, spec[1]))
+    elif isinstance(spec, tuple):
+      out[instr] = tuple(Leaf(x.dtype, x.dims, ptr=ptr(x)) for x in spec)
+    else:
+      out[instr] = Leaf(spec.dtype, instr.dims if not instr.shape.is_tuple else spec.dims,
+                        ptr=ptr(spec))
+  return out
+
+
+def _leaf_bufs(leafmap: dict) -> list:
+  out = []
+  for spec in leafmap.values():
+    if isinstance(spec, Buf):
+      out.append(spec)
+    elif isinstance(spec, tuple) and spec and isinstance(spec[0], Buf):
+      out.extend(spec)
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop kernel
+# ---------------------------------------------------------------------------------------------
+
+class LoopKernel(Kernel):
+  """Stores ``outputs`` ((instr, Buf) pairs) element by element over ``dims``.  Outputs whose
+  dims are ``dims[:-1]`` are written once per row (rows mode).  ``prefetch`` lists reductions
+  (by level: 'outer' = per row, 'elem' = per element) evaluated before the outputs so that the
+  emitter finds them memoised."""
+
+  def __init__(self, name, dims, outputs, leafmap, rows: bool, prefetch_outer=(),
+               prefetch_elem=(), fast_reductions=True):
+    self.dims = tuple(dims)
+    self.outputs = list(outputs)
+    self.leafmap = dict(leafmap)
+    self.rows = rows
+    self.prefetch_outer = list(prefetch_outer)
+    self.prefetch_elem = list(prefetch_elem)
+    self.fast_reductions = fast_reductions
+    work = math.prod(self.dims) * max(1, _cost_per_element(outputs, leafmap))
+    writes = []
+    for _, buf in outputs:
+      writes.extend(buf if isinstance(buf, tuple) else [buf])
+    super().__init__(name, _leaf_bufs(leafmap), writes, work=work)
+
+  def body(self, b, ptr, tid, nthreads):
+    total = math.prod(self.dims)
+    if total == 0:
+      return
+    em = Emitter(b, _make_leaves(b, self.leafmap, ptr), self.fast_reductions)
+    em.reduce_ok = None
+    inner_outs = [(i, buf) for i, buf in self.outputs if _dims(i) == self.dims]
+    outer_outs = [(i, buf) for i, buf in self.outputs if _dims(i) != self.dims]
+
+    def prefetch(reduces, index):
+      for r in reduces:
+        em.reduce_ok = r
+        em.value(r, index)
+        em.reduce_ok = None
+
+    def store(outs, index):
+      for instr, buf in outs:
+        v = em.value(instr, index)
+        if isinstance(buf, tuple):
+          for x, bx in zip(v, buf):
+            E.store_element(b, x, ptr(bx), index.linear, bx.dtype)
+        else:
+          E.store_element(b, v, ptr(buf), index.linear, instr.dtype)
+
+    if self.rows:
+      n = self.dims[-1]
+      outer_dims = self.dims[:-1]
+      lo, hi = partition(b, math.prod(outer_dims), tid, nthreads)
+      with ForLoop(b, lo, hi, "row") as row:
+        omulti = E.delinearize(b, row.index, outer_dims)
+        oidx = Index(b, outer_dims, linear=row.index, multi=omulti)
+        em.push_scope()
+        prefetch(self.prefetch_outer, oidx)
+        store(outer_outs, oidx)
+        base = b.mul(row.index, i64(n), flags=["nuw", "nsw"])
+        with ForLoop(b, 0, n, "col") as col:
+          em.push_scope()
+          idx = Index(b, self.dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
+                      multi=omulti + [col.index])
+          prefetch(self.prefetch_elem, idx)
+          store(inner_outs, idx)
+          em.pop_scope()
+        em.pop_scope()
+    else:
+      assert not outer_outs
+      lo, hi = partition(b, total, tid, nthreads, align=64 if total >= 256 else 1)
+      with ForLoop(b, lo, hi, "i") as loop:
+        em.push_scope()
+        idx = Index(b, self.dims, linear=loop.index)
+        prefetch(self.prefetch_elem, idx)
+        store(inner_outs, idx)
+        em.pop_scope()
+
+
+_EXPENSIVE = set(E._MATH_UNARY) | {"power", "atan2", "remainder", "divide", "sqrt", "rsqrt"}
+
+
+def _cost_per_element(outputs, leafmap) -> int:
+  """A rough count of operations per output element (reductions count their inputs)."""
+  seen = set()
+  cost = 0
+  stack = [i for i, _ in outputs]
+  while stack:
+    x = stack.pop()
+    if id(x) in seen or x in leafmap:
+      continue
+    seen.add(id(x))
+    if x.opcode == "reduce":
+      n = len(x.operands) // 2
+      red = math.prod(x.operands[0].dims[d] for d in x.attrs["dimensions"])
+      cost += red * 2
+    elif x.opcode in ("dot", "convolution"):
+      cost += 2 * max(1, x.operands[0].shape.size // max(1, x.shape.size))
+    elif x.opcode in _EXPENSIVE:
+      cost += 8
+    else:
+      cost += 1
+    stack.extend(x.operands)
+  return cost
+
+
+# ---------------------------------------------------------------------------------------------
+# reduction kernels
+# ---------------------------------------------------------------------------------------------
+
+class ColumnReduceKernel(Kernel):
+  """``reduce`` over a contiguous block of dimensions [p, q) with kept dimensions after it:
+  out[pre, post] = op(... op(op(init, x[pre, 0, post]), x[pre, 1, post]) ...), accumulating
+  whole output rows in the output buffer, in the reference's (row-major) order."""
+
+  def __init__(self, name, reduce, out: Buf, leafmap):
+    self.reduce, self.out, self.leafmap = reduce, out, dict(leafmap)
+    src = reduce.operands[0].dims
+    rd = sorted(reduce.attrs["dimensions"])
+    self.pre = src[:rd[0]]
+    self.red = src[rd[0]:rd[-1] + 1]
+    self.post = src[rd[-1] + 1:]
+    work = math.prod(src) * max(1, _cost_per_element([(reduce, out)], leafmap) //
+                                max(1, math.prod(self.red)))
+    super().__init__(name, _leaf_bufs(leafmap), [out], work=work)
+
+  def body(self, b, ptr, tid, nthreads):
+    r = self.reduce
+    total_pre, nred, npost = math.prod(self.pre), math.prod(self.red), math.prod(self.post)
+    if total_pre * npost == 0:
+      return
+    em = Emitter(b, _make_leaves(b, self.leafmap, ptr), fast_reductions=False)
+    comp = r.attrs["to_apply"]
+    dt = r.dtype
+    src = r.operands[0]
+    out = ptr(self.out)
+    init = em.scalar(r.operands[1])
+    # partition over pre x post-chunks
+    chunks = max(1, min(npost // 64, 64)) if npost >= 128 else 1
+    csize = -(-npost // chunks)
+    lo, hi = partition(b, total_pre * chunks, tid, nthreads)
+    with ForLoop(b, lo, hi, "t") as t:
+      p = b.udiv(t.index, i64(chunks))
+      c = b.urem(t.index, i64(chunks))
+      jlo = b.mul(c, i64(csize))
+      jhi = b.add(jlo, i64(csize))
+      jhi = b.select(b.icmp_signed(">", jhi, i64(npost)), i64(npost), jhi)
+      obase = b.mul(p, i64(npost))
+      with ForLoop(b, jlo, jhi, "j") as j:
+        E.store_element(b, init, out, b.add(obase, j.index), dt)
+      if nred:
+        with ForLoop(b, 0, nred, "k") as k:
+          sbase = b.mul(b.add(b.mul(p, i64(nred)), k.index), i64(npost))
+          pmulti = E.delinearize(b, p, self.pre)
+          kmulti = E.delinearize(b, k.index, self.red)
+          with ForLoop(b, jlo, jhi, "j") as j:
+            em.push_scope()
+            jmulti = E.delinearize(b, j.index, self.post)
+            idx = Index(b, src.dims, linear=b.add(sbase, j.index),
+                        multi=pmulti + kmulti + jmulti)
+            x = em.value(src, idx)
+            o = b.add(obase, j.index)
+            acc = E.load_element(b, out, o, dt)
+            new = em.combine(comp, [acc], [x], [dt])[0]
+            E.store_element(b, new, out, o, dt)
+            em.pop_scope()
+
+
+_NEUTRAL = {"add": 0, "multiply": 1, "or": 0, "xor": 0}
+
+
+def _neutral(op, dt):
+  dt = np.dtype(dt)
+  if op in ("maximum", "minimum"):
+    if E._is_float(dt):
+      return -np.inf if op == "maximum" else np.inf
+    if dt == E.BOOL:
+      return op == "minimum"
+    info = np.iinfo(dt)
+    return info.min if op == "maximum" else info.max
+  if op == "and":
+    return True if dt == E.BOOL else -1
+  if op == "add" and E._is_float(dt):
+    return -0.0
+  return _NEUTRAL[op]
+
+
+class SplitReducePartials(Kernel):
+  """First half of a split reduction over trailing dimensions: thread t reduces its chunk of
+  every output's range into ``partials[t, out]``, starting from the reducer's neutral value."""
+
+  def __init__(self, name, reduce, partials: Buf, leafmap, max_threads):
+    self.reduce, self.partials, self.leafmap = reduce, partials, dict(leafmap)
+    self.max_threads = max_threads
+    src = reduce.operands[0]
+    work = src.shape.size * max(1, _cost_per_element([(reduce, partials)], leafmap) //
+                                max(1, src.shape.size // max(1, reduce.shape.size)))
+    super().__init__(name, _leaf_bufs(leafmap), [partials], work=work)
+
+  def body(self, b, ptr, tid, nthreads):
+    r = self.reduce
+    src = r.operands[0]
+    op = E.simple_reducer(r.attrs["to_apply"])
+    dt = r.dtype
+    nout = r.shape.size
+    count = src.shape.size // max(1, nout)
+    em = Emitter(b, _make_leaves(b, self.leafmap, ptr))
+    part = ptr(self.partials)
+    lo, hi = partition(b, count, tid, nthreads, align=64)
+    rdims = [src.dims[d] for d in sorted(r.attrs["dimensions"])]
+    with ForLoop(b, 0, nout, "o") as o:
+      slot = alloca_entry(b, E.compute_type(dt))
+      b.store(E.const(dt, _neutral(op, dt)), slot)
+      omulti = E.delinearize(b, o.index, r.dims)
+      base = b.mul(o.index, i64(count))
+      with ForLoop(b, lo, hi, "r") as k:
+        em.push_scope()
+        idx = Index(b, src.dims, linear=b.add(base, k.index),
+                    multi=omulti + E.delinearize(b, k.index, rdims))
+        x = em.value(src, idx)
+        b.store(E.reassociating_combine(b, op, b.load(slot), x, dt), slot)
+        em.pop_scope()
+      E.store_element(b, b.load(slot), part, b.add(b.mul(tid, i64(nout)), o.index), dt)
+
+
+class SplitReduceFinish(Kernel):
+  """Second half: out[o] = op(init, op(partials[0, o], partials[1, o], ...))."""
+  serial_only = True
+
+  def __init__(self, name, reduce, partials: Buf, out: Buf, leafmap):
+    self.reduce, self.partials, self.out, self.leafmap = reduce, partials, out, dict(leafmap)
+    super().__init__(name, [partials] + _leaf_bufs(leafmap), [out], work=reduce.shape.size)
+
+  def body(self, b, ptr, tid, nthreads):
+    r = self.reduce
+    op = E.simple_reducer(r.attrs["to_apply"])
+    dt = r.dtype
+    nout = r.shape.size
+    em = Emitter(b, _make_leaves(b, self.leafmap, ptr))
+    init = em.scalar(r.operands[1])
+    part = ptr(self.partials)
+    with ForLoop(b, 0, nout, "o") as o:
+      slot = alloca_entry(b, E.compute_type(dt))
+      b.store(E.const(dt, _neutral(op, dt)), slot)
+      with ForLoop(b, 0, nthreads, "t") as t:
+        x = E.load_element(b, part, b.add(b.mul(t.index, i64(nout)), o.index), dt)
+        b.store(E.reassociating_combine(b, op, b.load(slot), x, dt), slot)
+      res = E.reassociating_combine(b, op, init, b.load(slot), dt)
+      E.store_element(b, res, ptr(self.out), o.index, dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# copies, in-place updates, scatter, sort
+# ---------------------------------------------------------------------------------------------
+
+class CopyKernel(Kernel):
+  """dst = src (same element count and type)."""
+
+  def __init__(self, name, src: Buf, dst: Buf):
+    self.src, self.dst = src, dst
+    super().__init__(name, [src], [dst], work=dst.size)
+
+  def body(self, b, ptr, tid, nthreads):
+    n = self.dst.size
+    if n == 0:
+      return
+    lo, hi = partition(b, n, tid, nthreads, align=64 if n >= 256 else 1)
+    s, d = ptr(self.src), ptr(self.dst)
+    with ForLoop(b, lo, hi, "i") as i:
+      b.store(b.load(b.gep(s, [i.index], inbounds=True)), b.gep(d, [i.index], inbounds=True))
+
+
+class DynamicUpdateInPlace(Kernel):
+  """``dynamic-update-slice`` whose operand buffer is the result buffer: writes the window."""
+
+  def __init__(self, name, dus, buf: Buf, leafmap):
+    self.dus, self.buf, self.leafmap = dus, buf, dict(leafmap)
+    super().__init__(name, _leaf_bufs(leafmap), [buf], work=dus.operands[1].shape.size)
+
+  def body(self, b, ptr, tid, nthreads):
+    dus = self.dus
+    u = dus.operands[1]
+    if u.shape.size == 0:
+      return
+    em = Emitter(b, _make_leaves(b, self.leafmap, ptr))
+    starts = em._starts(dus.operands[2:], dus.dims, u.dims)
+    lo, hi = partition(b, u.shape.size, tid, nthreads)
+    out = ptr(self.buf)
+    with ForLoop(b, lo, hi, "u") as loop:
+      em.push_scope()
+      uidx = Index(b, u.dims, linear=loop.index)
+      v = em.value(u, uidx)
+      tgt = [b.add(m, s) for m, s in zip(uidx.multi, starts)]
+      E.store_element(b, v, out, E.linearize(b, tgt, dus.dims), dus.dtype)
+      em.pop_scope()
+
+
+class ScatterKernel(Kernel):
+  """XLA scatter, applied in the reference's order (scatter dimensions outer, window
+  dimensions inner); ``out`` already holds the operand."""
+  serial_only = True
+
+  def __init__(self, name, scatter, out: Buf, leafmap):
+    self.scatter, self.out, self.leafmap = scatter, out, dict(leafmap)
+    super().__init__(name, _leaf_bufs(leafmap) + [out], [out],
+                     work=scatter.operands[2].shape.size)
+
+  def body(self, b, ptr, tid, nthreads):
+    sc = self.scatter
+    operand, indices, updates = sc.operands
+    a = sc.attrs
+    if updates.shape.size == 0 or operand.shape.size == 0:
+      return
+    em = Emitter(b, _make_leaves(b, self.leafmap, ptr))
+    uwd = list(a["update_window_dims"])
+    iwd = set(a["inserted_window_dims"])
+    obatch = list(a.get("input_batching_dims", ()))
+    ibatch = list(a.get("scatter_indices_batching_dims", ()))
+    sd2od = list(a["scatter_dims_to_operand_dims"])
+    sdims = [d for d in range(updates.shape.rank) if d not in uwd]
+    wod = [d for d in range(operand.shape.rank) if d not in iwd and d not in obatch]
+    window = [1] * operand.shape.rank
+    for od, ud in zip(wod, uwd):
+      window[od] = updates.dims[ud]
+    max_start = [n - w for n, w in zip(operand.dims, window)]
+    comp = a["to_apply"]
+    overwrite = comp.root is comp.parameters[1]
+    dt = sc.dtype
+    out = ptr(self.out)
+    clip = a.get("mode", "drop") == "clip"
+    if clip and any(m < 0 for m in max_start):
+      return
+    loops = []
+    for d in sdims + uwd:
+      loop = ForLoop(b, 0, updates.dims[d], f"u{d}")
+      loop.__enter__()
+      loops.append(loop)
+    uvar = {d: l.index for d, l in zip(sdims + uwd, loops)}
+    umulti = [uvar[d] for d in range(updates.shape.rank)]
+    batch = [uvar[d] for d in sdims]
+    starts = [i64(0)] * operand.shape.rank
+    for k, od in enumerate(sd2od):
+      v = em.value(indices, Index(b, indices.dims, multi=batch + [i64(k)]))
+      starts[od] = E._index_value(b, v, indices.dtype)
+    for od, idim in zip(obatch, ibatch):
+      starts[od] = batch[idim]
+    valid = ir.Constant(I1, 1)
+    for d in range(operand.shape.rank):
+      if clip:
+        starts[d] = E._clamp_i64(b, starts[d], 0, max(max_start[d], 0))
+      else:
+        valid = b.and_(valid, b.and_(b.icmp_signed(">=", starts[d], i64(0)),
+                                     b.icmp_signed("<=", starts[d], i64(max_start[d]))))
+    tgt = list(starts)
+    for od, ud in zip(wod, uwd):
+      tgt[od] = b.add(starts[od], uvar[ud])
+    then = b.function.append_basic_block("scatter.do")
+    cont = b.function.append_basic_block("scatter.skip")
+    b.cbranch(valid, then, cont)
+    b.position_at_end(then)
+    lin = E.linearize(b, tgt, operand.dims)
+    upd = em.value(updates, Index(b, updates.dims, multi=umulti))
+    if overwrite:
+      new = upd
+    else:
+      old = E.load_element(b, out, lin, dt)
+      new = em.call(comp, [old, upd])
+    E.store_element(b, new, out, lin, dt)
+    b.branch(cont)
+    b.position_at_end(cont)
+    for loop in reversed(loops):
+      loop.__exit__(None, None, None)
+
+
+class SortKernel(Kernel):
+  """Stable sort of every row along ``dimension``: a bottom-up merge sort of row positions
+  (insertion-sorted runs of 16 first) under the comparator computation, then a gather of every
+  operand by the sorted positions.  Scratch: two i64 position arrays per thread."""
+
+  RUN = 16
+
+  def __init__(self, name, sort, ins: Sequence[Buf], outs: Sequence[Buf], scratch: Buf):
+    self.sort, self.ins, self.outs = sort, list(ins), list(outs)
+    dims = sort.operands[0].dims
+    d = sort.attrs.get("dimension", 0) if dims else 0
+    self.n = dims[d] if dims else 1
+    self.inner = math.prod(dims[d + 1:]) if dims else 1
+    self.rows = (math.prod(dims) // max(self.n, 1)) if dims else 1
+    super().__init__(name, self.ins, self.outs, [scratch],
+                     work=math.prod(dims) * max(1, int(math.log2(max(self.n, 2)))) * 4)
+
+  def body(self, b, ptr, tid, nthreads):
+    n, inner = self.n, self.inner
+    if self.rows * n == 0:
+      return
+    comp = self.sort.attrs["to_apply"]
+    dts = [o.dtype for o in self.sort.operands]
+    ins = [ptr(x) for x in self.ins]
+    outs = [ptr(x) for x in self.outs]
+    scratch = b.bitcast(ptr(self.scratch[0]), I64.as_pointer())
+    mine = b.gep(scratch, [b.mul(tid, i64(2 * n))])
+    pa, pb = mine, b.gep(mine, [i64(n)])
+    em = Emitter(b, {})
+    lo, hi = partition(b, self.rows, tid, nthreads)
+
+    def elem_pos(row_base, pos):
+      return b.add(row_base, b.mul(pos, i64(inner)))
+
+    def less(row_base, p, q):
+      args = []
+      for x, dt in zip(ins, dts):
+        args.append(E.load_element(b, x, elem_pos(row_base, p), dt))
+        args.append(E.load_element(b, x, elem_pos(row_base, q), dt))
+      return em.call(comp, args)
+
+    with ForLoop(b, lo, hi, "row") as row:
+      outer = b.udiv(row.index, i64(inner))
+      col = b.urem(row.index, i64(inner))
+      row_base = b.add(b.mul(outer, i64(n * inner)), col)
+      cur = alloca_entry(b, I64.as_pointer())
+      oth = alloca_entry(b, I64.as_pointer())
+      b.store(pa, cur)
+      b.store(pb, oth)
+      with ForLoop(b, 0, n, "p") as p:
+        b.store(p.index, b.gep(pa, [p.index]))
+      if n > 1:
+        self._insertion_runs(b, pa, n, lambda x, y: less(row_base, x, y))
+        self._merge_passes(b, cur, oth, n, lambda x, y: less(row_base, x, y))
+      src = b.load(cur)
+      with ForLoop(b, 0, n, "p") as p:
+        q = b.load(b.gep(src, [p.index]))
+        for x, o in zip(ins, outs):
+          b.store(b.load(b.gep(x, [elem_pos(row_base, q)])), b.gep(o, [elem_pos(row_base, p.index)]))
+
+  def _insertion_runs(self, b, perm, n, less):
+    run = self.RUN
+    nruns = -(-n // run)
+    with ForLoop(b, 0, nruns, "run") as r:
+      rlo = b.mul(r.index, i64(run))
+      rhi = b.add(rlo, i64(run))
+      rhi = b.select(b.icmp_signed(">", rhi, i64(n)), i64(n), rhi)
+      with ForLoop(b, b.add(rlo, i64(1)), rhi, "ii") as i:
+        key = b.load(b.gep(perm, [i.index]))
+        jslot = alloca_entry(b, I64)
+        b.store(b.sub(i.index, i64(1)), jslot)
+        fn = b.function
+        head = fn.append_basic_block("ins.head")
+        check = fn.append_basic_block("ins.check")
+        shift = fn.append_basic_block("ins.shift")
+        done = fn.append_basic_block("ins.done")
+        b.branch(head)
+        b.position_at_end(head)
+        j = b.load(jslot)
+        b.cbranch(b.icmp_signed(">=", j, rlo), check, done)
+        b.position_at_end(check)
+        pj = b.load(b.gep(perm, [j]))
+        b.cbranch(less(key, pj), shift, done)
+        b.position_at_end(shift)
+        b.store(pj, b.gep(perm, [b.add(j, i64(1))]))
+        b.store(b.sub(j, i64(1)), jslot)
+        b.branch(head)
+        b.position_at_end(done)
+        b.store(key, b.gep(perm, [b.add(b.load(jslot), i64(1))]))
+
+  def _merge_passes(self, b, cur, oth, n, less):
+    fn = b.function
+    wslot = alloca_entry(b, I64)
+    b.store(i64(self.RUN), wslot)
+    head = fn.append_basic_block("merge.width")
+    body = fn.append_basic_block("merge.pass")
+    done = fn.append_basic_block("merge.done")
+    b.branch(head)
+    b.position_at_end(head)
+    w = b.load(wslot)
+    b.cbranch(b.icmp_signed("<", w, i64(n)), body, done)
+    b.position_at_end(body)
+    src, dst = b.load(cur), b.load(oth)
+    npairs = b.sdiv(b.add(i64(n), b.sub(b.mul(w, i64(2)), i64(1))), b.mul(w, i64(2)))
+    with ForLoop(b, 0, npairs, "pair") as pr:
+      lo = b.mul(pr.index, b.mul(w, i64(2)))
+      mid = b.add(lo, w)
+      mid = b.select(b.icmp_signed(">", mid, i64(n)), i64(n), mid)
+      hi = b.add(mid, w)
+      hi = b.select(b.icmp_signed(">", hi, i64(n)), i64(n), hi)
+      islot, jslot = alloca_entry(b, I64), alloca_entry(b, I64)
+      b.store(lo, islot)
+      b.store(mid, jslot)
+      with ForLoop(b, lo, hi, "k") as k:
+        i, j = b.load(islot), b.load(jslot)
+        left_done = b.icmp_signed(">=", i, mid)
+        right_ok = b.icmp_signed("<", j, hi)
+        ic = b.select(left_done, b.sub(mid, i64(1)), i)
+        jc = b.select(right_ok, j, b.sub(hi, i64(1)))
+        pi = b.load(b.gep(src, [ic]))
+        pj = b.load(b.gep(src, [jc]))
+        # take the right element when the left run is used up, or it is strictly less
+        lt_block = b.block
+        cmpb = fn.append_basic_block("merge.cmp")
+        joinb = fn.append_basic_block("merge.join")
+        decided = b.or_(left_done, b.not_(right_ok))
+        b.cbranch(decided, joinb, cmpb)
+        b.position_at_end(cmpb)
+        lt = less(pj, pi)
+        cmp_end = b.block
+        b.branch(joinb)
+        b.position_at_end(joinb)
+        take_r = b.phi(I1)
+        take_r.add_incoming(left_done, lt_block)
+        take_r.add_incoming(lt, cmp_end)
+        b.store(b.select(take_r, pj, pi), b.gep(dst, [k.index]))
+        b.store(b.select(take_r, b.add(j, i64(1)), j), jslot)
+        b.store(b.select(take_r, i, b.add(i, i64(1))), islot)
+    b.store(dst, cur)
+    b.store(src, oth)
+    b.store(b.mul(w, i64(2)), wslot)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+# ---------------------------------------------------------------------------------------------
+# dot
+# ---------------------------------------------------------------------------------------------
+
+def _group_stride(dims, strides, group):
+  """(size, stride) of a group of dimensions read as one (row-major within the group), or None
+  when their strides do not chain."""
+  g = [d for d in group if dims[d] != 1]
+  size = math.prod(dims[d] for d in group)
+  if not g:
+    return size, 0
+  for a, c in zip(g, g[1:]):
+    if strides[a] != strides[c] * dims[c]:
+      return None
+  return size, strides[g[-1]]
+
+
+def _row_major_strides(dims):
+  st, acc = [], 1
+  for n in reversed(dims):
+    st.append(acc)
+    acc *= n
+  return st[::-1]
+
+
+class DotSpec:
+  """A dot as batched C[b, m, n] = sum_k A[b, m, k] B[b, k, n] over strided buffers."""
+
+  def __init__(self, dot):
+    lhs, rhs = dot.operands
+    a = dot.attrs
+    lb, rb = list(a["lhs_batch_dims"]), list(a["rhs_batch_dims"])
+    lc, rc = list(a["lhs_contracting_dims"]), list(a["rhs_contracting_dims"])
+    lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    ls, rs = _row_major_strides(lhs.dims), _row_major_strides(rhs.dims)
+    parts = [_group_stride(lhs.dims, ls, lb), _group_stride(lhs.dims, ls, lf),
+             _group_stride(lhs.dims, ls, lc), _group_stride(rhs.dims, rs, rb),
+             _group_stride(rhs.dims, rs, rc), _group_stride(rhs.dims, rs, rf)]
+    self.ok = all(p is not None for p in parts)
+    if self.ok:
+      (self.B, self.a_sb), (self.M, self.a_sm), (self.K, self.a_sk) = parts[:3]
+      (_, self.b_sb), (_, self.b_sk), (self.N, self.b_sn) = parts[3:]
+    self.dtype = dot.dtype
+
+
+def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
+  """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
+  ``C`` typed pointers; ``scratch`` an i8* with ``dot_scratch_bytes`` per thread).
+
+  Register-blocked: for each block of NR columns, B[:, block] is packed into a contiguous
+  K x NR panel (in the thread's scratch), then MR rows at a time accumulate MR x NR outputs in
+  vector registers (``<W x T>`` FMAs on a broadcast A element).  Threads split the column
+  blocks (or the rows when there are few of them).  Sums are accumulated with FMA in k order,
+  which differs from the reference's BLAS only by rounding."""
+  t = E.compute_type(spec.dtype)
+  W = 16 if spec.dtype == E.F32 else 8
+  NV = 2
+  NR = W * NV
+  MR = 6
+  vty = ir.VectorType(t, W)
+  M, N, K = spec.M, spec.N, spec.K
+  nblocks = -(-N // NR)
+  panel = b.bitcast(scratch, t.as_pointer())
+  panel = b.gep(panel, [b.mul(tid, i64(K * NR))])
+  zero_v = ir.Constant(vty, [ir.Constant(t, 0.0)] * W)
+  fma_name = f"llvm.fma.v{W}{'f32' if t == E.FLT else 'f64'}"
+  mod = b.module
+  fma = mod.globals.get(fma_name) or ir.Function(mod, ir.FunctionType(vty, [vty] * 3), fma_name)
+
+  def vload(p):
+    return b.load(b.bitcast(p, vty.as_pointer()), align=4 if t == E.FLT else 8)
+
+  def vstore(v, p):
+    b.store(v, b.bitcast(p, vty.as_pointer()), align=4 if t == E.FLT else 8)
+
+  def splat(x):
+    v = b.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, W), [0] * W))
+
+  split_cols = nblocks >= 2 * 4 or M < 4 * MR
+  with ForLoop(b, 0, spec.B, "bat") as bat:
+    a_base = b.gep(A, [b.mul(bat.index, i64(spec.a_sb))])
+    b_base = b.gep(Bm, [b.mul(bat.index, i64(spec.b_sb))])
+    c_base = b.gep(C, [b.mul(bat.index, i64(M * N))])
+    if split_cols:
+      jlo, jhi = partition(b, nblocks, tid, nthreads)
+      ilo, ihi = i64(0), i64(M)
+    else:
+      jlo, jhi = i64(0), i64(nblocks)
+      ilo, ihi = partition(b, M, tid, nthreads)
+    with ForLoop(b, jlo, jhi, "jb") as jb:
+      j0 = b.mul(jb.index, i64(NR))
+      width = b.sub(i64(N), j0)
+      width = b.select(b.icmp_signed(">", width, i64(NR)), i64(NR), width)
+      # pack B[:, j0:j0+width] into panel[k, 0:NR] (zero padded)
+      with ForLoop(b, 0, K, "pk") as pk:
+        brow = b.gep(b_base, [b.mul(pk.index, i64(spec.b_sk))])
+        prow = b.gep(panel, [b.mul(pk.index, i64(NR))])
+        with ForLoop(b, 0, NR, "pj") as pj:
+          inside = b.icmp_signed("<", pj.index, width)
+          jj = b.select(inside, b.add(j0, pj.index), i64(0))
+          v = b.load(b.gep(brow, [b.mul(jj, i64(spec.b_sn))]))
+          b.store(b.select(inside, v, ir.Constant(t, 0.0)), b.gep(prow, [pj.index]))
+      full = b.icmp_signed("==", width, i64(NR))
+
+      def rows_block(mr, i0):
+        accs = [[zero_v] * NV for _ in range(mr)]
+        slots = [[alloca_entry(b, vty) for _ in range(NV)] for _ in range(mr)]
+        for r in range(mr):
+          for v in range(NV):
+            b.store(zero_v, slots[r][v])
+        arows = [b.gep(a_base, [b.mul(b.add(i0, i64(r)), i64(spec.a_sm))]) for r in range(mr)]
+        with ForLoop(b, 0, K, "k") as k:
+          prow = b.gep(panel, [b.mul(k.index, i64(NR))])
+          bv = [vload(b.gep(prow, [i64(v * W)])) for v in range(NV)]
+          for r in range(mr):
+            av = splat(b.load(b.gep(arows[r], [b.mul(k.index, i64(spec.a_sk))])))
+            for v in range(NV):
+              b.store(b.call(fma, [av, bv[v], b.load(slots[r][v])]), slots[r][v])
+        fn = b.function
+        fullb, partb, joinb = (fn.append_basic_block(x) for x in ("st.full", "st.part", "st.join"))
+        b.cbranch(full, fullb, partb)
+        b.position_at_end(fullb)
+        for r in range(mr):
+          crow = b.gep(c_base, [b.add(b.mul(b.add(i0, i64(r)), i64(N)), j0)])
+          for v in range(NV):
+            vstore(b.load(slots[r][v]), b.gep(crow, [i64(v * W)]))
+        b.branch(joinb)
+        b.position_at_end(partb)
+        for r in range(mr):
+          crow = b.gep(c_base, [b.add(b.mul(b.add(i0, i64(r)), i64(N)), j0)])
+          tmp = alloca_entry(b, ir.ArrayType(t, NR))
+          tp = b.bitcast(tmp, t.as_pointer())
+          for v in range(NV):
+            vstore(b.load(slots[r][v]), b.gep(tp, [i64(v * W)]))
+          with ForLoop(b, 0, width, "cj") as cj:
+            b.store(b.load(b.gep(tp, [cj.index])), b.gep(crow, [cj.index]))
+        b.branch(joinb)
+        b.position_at_end(joinb)
+
+      nfull = b.add(ilo, b.mul(b.sdiv(b.sub(ihi, ilo), i64(MR)), i64(MR)))
+      with ForLoop(b, 0, b.sdiv(b.sub(nfull, ilo), i64(MR)), "ib") as ib:
+        rows_block(MR, b.add(ilo, b.mul(ib.index, i64(MR))))
+      with ForLoop(b, nfull, ihi, "ir") as ir_:
+        rows_block(1, ir_.index)
+
+
+def dot_scratch_bytes(spec: DotSpec) -> int:
+  W = 16 if spec.dtype == E.F32 else 8
+  return spec.K * 2 * W * spec.dtype.itemsize + 64
+
+
+def fast_dot_ok(dot) -> bool:
+  lhs, rhs = dot.operands
+  dt = dot.dtype
+  if dt not in (E.F32, E.F64) or lhs.dtype != dt or rhs.dtype != dt:
+    return False
+  spec = DotSpec(dot)
+  return spec.ok and spec.M * spec.N * spec.K >= 4096 and spec.K > 0 and spec.N >= 8
+
+
+class DotKernel(Kernel):
+  def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf):
+    self.dot, self.spec = dot, DotSpec(dot)
+    self.lhs, self.rhs, self.out = lhs, rhs, out
+    s = self.spec
+    super().__init__(name, [lhs, rhs], [out], [scratch], work=s.B * s.M * s.N * s.K)
+
+  def body(self, b, ptr, tid, nthreads):
+    emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
+             tid, nthreads)
+
+
+# ---------------------------------------------------------------------------------------------
+# planning a group
+# ---------------------------------------------------------------------------------------------
+
+_PREFIX_OPS = (set(hlo.UNARY_OPS) | set(hlo.BINARY_OPS) |
+               {"compare", "select", "clamp", "convert", "copy"})
+
+
+def _operand_class(instr, o, k):
+  """How many leading index components of ``o`` equal the kernel's index prefix when ``instr``
+  is evaluated at an index whose first ``k`` components are that prefix."""
+  op = instr.opcode
+  if op in _PREFIX_OPS:
+    return k if o.dims == instr.dims else 0
+  if op == "bitcast-convert" and o.dims == instr.dims:
+    return k
+  if op == "broadcast":
+    dims = instr.attrs["dimensions"]
+    m = 0
+    for i, d in enumerate(dims):
+      if d == i and o.dims[i] == instr.dims[i]:
+        m += 1
+      else:
+        break
+    return min(k, m)
+  if op == "reduce":
+    n = len(instr.operands) // 2
+    if o in instr.operands[n:]:
+      return 0
+    rd = sorted(instr.attrs["dimensions"])
+    lead = rd[0] if rd else len(o.dims)
+    return min(k, lead)
+  if op in ("tuple", "get-tuple-element"):
+    return k
+  return 0
+
+
+def _index_classes(roots, instrs, leafmap):
+  """instr -> the smallest prefix class over all its uses (see ``_operand_class``)."""
+  cls = {}
+  for r, k in roots:
+    cls[r] = min(cls.get(r, k), k)
+  for instr in reversed(instrs):
+    if instr not in cls or instr in leafmap:
+      continue
+    k = cls[instr]
+    for o in instr.operands:
+      if o in leafmap:
+        continue
+      ko = _operand_class(instr, o, k)
+      cls[o] = min(cls.get(o, ko), ko)
+  return cls
+
+
+class GroupPlanner:
+  """Plans the kernels of one group.  ``new_temp(dtype, dims, name) -> Buf`` makes arena
+  buffers; ``max_threads`` sizes per-thread scratch."""
+
+  def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str):
+    self.new_temp, self.new_scratch = new_temp, new_scratch
+    self.max_threads = max_threads
+    self.prefix = prefix
+    self.count = 0
+    self.kernels: list[Kernel] = []
+
+  def _name(self):
+    self.count += 1
+    return f"{self.prefix}_{self.count}"
+
+  def plan(self, instrs: Sequence[hlo.Instruction], outputs: Sequence, leafmap: dict):
+    """``instrs`` in topological order; ``outputs`` (instr, Buf) pairs; ``leafmap`` instr ->
+    Buf | tuple of Buf | ('imm', scalar).  Returns the kernels (in order)."""
+    leafmap = dict(leafmap)
+    instrs = [i for i in instrs if i.opcode != "parameter" or i not in leafmap]
+    for i in instrs:
+      if i.opcode == "parameter" and i not in leafmap:
+        raise PlanError(f"parameter %{i.name} has no buffer")
+      if i.opcode == "constant" and i not in leafmap:
+        v = i.attrs["value"]
+        if v.ndim == 0:
+          leafmap[i] = ("imm", v[()])
+        else:
+          raise PlanError(f"array constant %{i.name} has no buffer")
+      if i.opcode in ("while", "conditional", "fusion", "custom-call"):
+        raise PlanError(f"{i.opcode} inside a group")
+    out_of = {}
+    for instr, buf in outputs:
+      out_of.setdefault(instr, buf)
+    # 1. hard ops
+    for instr in instrs:
+      if instr in leafmap or instr.opcode not in HARD_OPS:
+        continue
+      self._hard(instr, out_of.get(instr), leafmap, instrs)
+    # 2. outputs that are leaves already: copies
+    pending = []
+    for instr, buf in outputs:
+      spec = leafmap.get(instr)
+      if isinstance(spec, Buf):
+        if spec is not buf:
+          self.kernels.append(CopyKernel(self._name(), spec, buf))
+      else:
+        pending.append((instr, buf))
+    # 3. reduction outputs with their own strategies, then loop kernels
+    rest = []
+    for instr, buf in pending:
+      if instr.opcode == "reduce" and self._reduce_kernel(instr, buf, leafmap, instrs):
+        continue
+      rest.append((instr, buf))
+    self._loop_kernels(rest, leafmap, instrs)
+    return self.kernels
+
+  # -- hard ops --------------------------------------------------------------------------------
+  def _materialize(self, instr, leafmap, instrs):
+    """A buffer holding ``instr``'s value (computing it with a loop kernel if needed)."""
+    spec = leafmap.get(instr)
+    if isinstance(spec, Buf):
+      return spec
+    if instr.shape.is_tuple:
+      raise PlanError(f"cannot materialise tuple-shaped %{instr.name}")
+    buf = self.new_temp(instr.dtype, instr.dims, instr.name)
+    if isinstance(spec, tuple) and spec and spec[0] == "imm":
+      self.kernels.append(LoopKernel(self._name(), instr.dims, [(instr, buf)], {instr: spec},
+                                     rows=False))
+    elif instr.opcode == "reduce" and self._reduce_kernel(instr, buf, leafmap, instrs):
+      pass
+    else:
+      self._loop_kernel(instr.dims, [(instr, buf)], leafmap, instrs)
+    leafmap[instr] = buf
+    return buf
+
+  def _materialize_reduces_under(self, root, leafmap, instrs):
+    """Materialise every reduction ``root`` reads (kernels other than ``LoopKernel`` evaluate
+    their operands at arbitrary indices)."""
+    below = _reachable([o for o in root.operands], leafmap)
+    for i in instrs:
+      if id(i) in below and i not in leafmap and i.opcode == "reduce" and i is not root:
+        if i.shape.is_tuple:
+          raise PlanError(f"variadic reduce %{i.name} under %{root.name}")
+        self._materialize(i, leafmap, instrs)
+
+  def _hard(self, instr, out_buf, leafmap, instrs):
+    op = instr.opcode
+    self._materialize_reduces_under(instr, leafmap, instrs)
+    if op == "dot" and fast_dot_ok(instr):
+      lhs = self._materialize(instr.operands[0], leafmap, instrs)
+      rhs = self._materialize(instr.operands[1], leafmap, instrs)
+      out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+      spec = DotSpec(instr)
+      scratch = self.new_scratch(dot_scratch_bytes(spec) * self.max_threads, instr.name)
+      self.kernels.append(DotKernel(self._name(), instr, lhs, rhs, out, scratch))
+      leafmap[instr] = out
+      return
+    if op in ("dot", "convolution"):
+      for o in instr.operands:
+        if o not in leafmap and o.shape.size > 1:
+          self._materialize(o, leafmap, instrs)
+      out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+      self.kernels.append(LoopKernel(self._name(), instr.dims, [(instr, out)],
+                                     _restrict(leafmap, instr), rows=False))
+      leafmap[instr] = out
+      return
+    if op == "sort":
+      ins = [self._materialize(o, leafmap, instrs) for o in instr.operands]
+      shapes = instr.shape.tuple_shapes if instr.shape.is_tuple else [instr.shape]
+      if instr.shape.is_tuple:
+        outs = list(out_buf) if isinstance(out_buf, tuple) else [
+            self.new_temp(s.dtype, s.dims, f"{instr.name}.{k}") for k, s in enumerate(shapes)]
+      else:
+        outs = [out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)]
+      dims = instr.operands[0].dims
+      d = instr.attrs.get("dimension", 0) if dims else 0
+      n = dims[d] if dims else 1
+      scratch = self.new_scratch(2 * n * 8 * self.max_threads + 64, instr.name)
+      self.kernels.append(SortKernel(self._name(), instr, ins, outs, scratch))
+      leafmap[instr] = tuple(outs) if instr.shape.is_tuple else outs[0]
+      return
+    if op == "scatter":
+      operand, indices, updates = instr.operands
+      src = self._materialize(operand, leafmap, instrs)
+      self._materialize(indices, leafmap, instrs)
+      self._materialize(updates, leafmap, instrs)
+      out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+      if src is not out:
+        self.kernels.append(CopyKernel(self._name(), src, out))
+      self.kernels.append(ScatterKernel(self._name(), instr, out, _restrict(leafmap, instr)))
+      leafmap[instr] = out
+      return
+    raise PlanError(f"no kernel for {op}")
+
+  # -- reductions ------------------------------------------------------------------------------
+  def _reduce_kernel(self, r, buf, leafmap, instrs) -> bool:
+    n = len(r.operands) // 2
+    if n != 1 or not isinstance(buf, Buf):
+      return False
+    src = r.operands[0].dims
+    rd = sorted(r.attrs["dimensions"])
+    if not rd or math.prod(src) == 0:
+      return False
+    contiguous = rd == list(range(rd[0], rd[-1] + 1))
+    trailing = contiguous and rd[-1] == len(src) - 1
+    if contiguous and not trailing:
+      self._materialize_reduces_under(r, leafmap, instrs)
+      self.kernels.append(ColumnReduceKernel(self._name(), r, buf, _restrict(leafmap, r)))
+      return True
+    op = E.simple_reducer(r.attrs["to_apply"])
+    count = math.prod(src[d] for d in rd)
+    if trailing and op is not None and r.shape.size <= 4 and count >= (1 << 15):
+      self._materialize_reduces_under(r, leafmap, instrs)
+      parts = self.new_temp(r.dtype, (self.max_threads, r.shape.size), r.name + ".partials")
+      self.kernels.append(SplitReducePartials(self._name(), r, parts, _restrict(leafmap, r),
+                                              self.max_threads))
+      self.kernels.append(SplitReduceFinish(self._name(), r, parts, buf, _restrict(leafmap, r)))
+      return True
+    return False
+
+  # -- loop kernels ------------------------------------------------------------------------------
+  def _loop_kernels(self, outputs, leafmap, instrs):
+    if not outputs:
+      return
+    clusters: dict[tuple, list] = {}
+    for instr, buf in outputs:
+      clusters.setdefault(_dims(instr), []).append((instr, buf))
+    # fold clusters of dims D[:-1] into the cluster of D (written once per row)
+    for dims in sorted(clusters, key=len, reverse=True):
+      if dims not in clusters or len(dims) < 2:
+        continue
+      outer = dims[:-1]
+      if outer in clusters and dims[-1] >= 8:
+        clusters[dims].extend(clusters.pop(outer))
+    for dims, outs in clusters.items():
+      self._loop_kernel(dims, outs, leafmap, instrs)
+
+  def _loop_kernel(self, dims, outs, leafmap, instrs):
+    rank = len(dims)
+    while True:
+      has_outer = any(_dims(i) != dims for i, _ in outs)
+      roots = [(i, len(_dims(i))) for i, _ in outs]
+      cls = _index_classes(roots, instrs, leafmap)
+      reduces = [i for i in instrs if i in cls and i not in leafmap and i.opcode == "reduce"]
+      want_outer = [r for r in reduces if rank >= 2 and _dims(r) == dims[:-1]
+                    and cls[r] == rank - 1]
+      rows = rank >= 2 and (has_outer or bool(want_outer) or dims[-1] >= 16)
+      bad = []
+      pre_outer, pre_elem = [], []
+      for r in reduces:
+        k = cls[r]
+        if rows and _dims(r) == dims[:-1] and k == rank - 1:
+          pre_outer.append(r)
+        elif _dims(r) == dims and k == rank:
+          pre_elem.append(r)
+        else:
+          bad.append(r)
+      if not bad:
+        break
+      self._materialize(bad[0], leafmap, instrs)   # innermost first (topological order)
+    self.kernels.append(LoopKernel(self._name(), dims, outs, _restrict_many(leafmap, outs),
+                                   rows=rows, prefetch_outer=pre_outer, prefetch_elem=pre_elem))
+
+
+def _dims(instr):
+  s = instr.shape
+  return s.tuple_shapes[0].dims if s.is_tuple else s.dims
+
+
+def _reachable(roots, leafmap):
+  seen, stack = set(), list(roots)
+  while stack:
+    x = stack.pop()
+    if id(x) in seen:
+      continue
+    seen.add(id(x))
+    if x in leafmap:
+      continue
+    stack.extend(x.operands)
+  return seen
+
+
+def _restrict(leafmap, root):
+  return _restrict_many(leafmap, [(root, None)])
+
+
+def _restrict_many(leafmap, outs):
+  """The part of ``leafmap`` reachable from the outputs (so kernels take only what they read)."""
+  seen = _reachable([i for i, _ in outs], leafmap)
+  return {k: v for k, v in leafmap.items() if id(k) in seen}
+
+
+def plan_group(instrs, outputs, leafmap, new_temp, new_scratch, max_threads, prefix):
+  return GroupPlanner(new_temp, new_scratch, max_threads, prefix).plan(instrs, outputs, leafmap)
