@@ -244,6 +244,10 @@ class JitWrapped:
     self.inline = inline
     self._cache: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
                                             donate_argnames, keep_unused, backend, inline))
+    # dispatch fast path: (x64, per-argument (shape, dtype[, weak])) -> call(args) | False
+    self._fast: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
+                                           donate_argnames, keep_unused, backend, inline, "fast"))
+    self._no_fast = bool(static_argnums or static_argnames)
     # (updated=(): copying fun's __dict__ would overwrite attributes such as self.fun)
     functools.update_wrapper(self, fun, updated=())
 
@@ -373,6 +377,31 @@ class JitWrapped:
   # -- calling ---------------------------------------------------------------------------------
 
   def __call__(self, *args, **kwargs):
+    # Fast path: positional NumPy/ourjax arrays of a signature seen before, nothing traced:
+    # one dictionary lookup, then the executable's own call (no flattening, no avals).
+    fkey = None
+    if not kwargs and not self._no_fast and core.dynamic_trace is None and \
+        len(core.trace_stack) == 1:
+      sig = []
+      for a in args:
+        t = type(a)
+        if t is Array:
+          v = a._npy
+          if v is None:
+            break
+          sig.append((v.shape, v.dtype, a.weak_type))
+        elif t is np.ndarray:
+          sig.append((a.shape, a.dtype))
+        else:
+          break
+      else:
+        flags = _CONFIG_VALUES
+        fkey = (bool(flags["jax_enable_x64"]), tuple(sig))
+        hit = self._fast.get(fkey)
+        if hit and not flags["jax_disable_jit"]:
+          outs = hit(args)
+          if outs is not None:
+            return outs
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
@@ -392,6 +421,8 @@ class JitWrapped:
       exe = entry.executable
       if exe is None:
         exe = entry.executable = self._compile(entry)
+      if fkey is not None and fkey not in self._fast:
+        self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
       return tree_unflatten(entry.out_tree, exe(*leaves))
     outs = pjit_p.bind(*hoisted, *leaves, jaxpr=closed, name=_fun_name(self.fun),
                        backend=self.backend)
@@ -432,12 +463,42 @@ class JitWrapped:
 
   def clear_cache(self):
     self._cache.clear()
+    self._fast.clear()
 
   def _cache_size(self) -> int:
     return len(self._cache)
 
   def __repr__(self):
     return f"<jitted function {_fun_name(self.fun)}>"
+
+
+_CONFIG_VALUES = config._values   # (the fast path reads two flags without the attribute hooks)
+
+
+def _fast_entry(exe, out_tree, leaves):
+  """``call(args) -> result | None`` running ``exe`` on arguments of ``leaves``' signature
+  (None from ``call`` sends that call down the general path), or None when ``exe`` has no fast
+  path or the arguments need converting (e.g. float64 NumPy arrays without x64)."""
+  make = getattr(exe, "fast_path", None)
+  if make is None:
+    return None
+  for a in leaves:
+    v = a._npy if type(a) is Array else a
+    if v.dtype != dtypes.canonicalize_dtype(v.dtype):
+      return None
+  call = make()
+  if call is None:
+    return None
+  if out_tree.num_leaves == 1 and out_tree == tree_structure(0):
+    def single(args):
+      outs = call(args)
+      return None if outs is None else outs[0]
+    return single
+
+  def tree(args):
+    outs = call(args)
+    return None if outs is None else tree_unflatten(out_tree, outs)
+  return tree
 
 
 def _hoist_tracer_consts(closed: core.ClosedJaxpr):

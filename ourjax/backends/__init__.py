@@ -52,14 +52,58 @@ class ModuleExecutable:
     outs = self.compiled(*[to_numpy(a) for a in args], *self.hoisted)
     return [Array._from_result(o, a) for o, a in zip(outs, self.out_avals)]
 
+  def fast_path(self):
+    """``call(args) -> list of Arrays | None`` for ``jit``'s dispatch fast path (arguments of
+    the compiled types, as NumPy arrays or Arrays; None means "take the general path"), or
+    None when the backend has none."""
+    from ourjax.array import Array
+    maker = getattr(self.compiled, "fast_caller", None)
+    if maker is None or getattr(self.compiled, "device_resident", False):
+      return None
+    inner = maker(self.kept_args, self.hoisted, Array)
+    if inner is None:
+      return None
+    avals = self.out_avals
+    wrap = Array._from_result
+    if len(avals) == 1:
+      aval = avals[0]
+
+      def call1(args):
+        outs = inner(args)
+        return None if outs is None else [wrap(outs[0], aval)]
+      return call1
+
+    def call(args):
+      outs = inner(args)
+      return None if outs is None else [wrap(o, a) for o, a in zip(outs, avals)]
+    return call
+
+
 
 def _host(c):
   from ourjax.array import to_numpy
   return to_numpy(c)
 
 
+def default_backend_name() -> str:
+  """The backend ``jit`` uses when none is named: the first of ``OURJAX_PLATFORMS``
+  (``config.jax_platforms``, comma separated) that is known, else ``'cpu'`` (native)."""
+  from ourjax.config import config
+  plats = config.jax_platforms
+  if plats:
+    for p in str(plats).split(","):
+      p = p.strip().lower()
+      if p in ("cpu", "reference"):
+        return p
+  return "cpu"
+
+
 def _backend_module(name: str):
-  if name in (None, "cpu", "reference"):
+  name = name or default_backend_name()
+  if name == "cpu":
+    from ourjax.backends.cpu import backend as cpu
+    return cpu
+  if name == "reference":
     from ourjax.backends import reference
     return reference
   raise ValueError(f"Unknown backend {name!r}: expected one of 'cpu', 'reference'")
@@ -93,7 +137,7 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
   pipeline.optimize(module)
   kept = lowering.kept_args
   return ModuleExecutable(module, _backend_module(backend).compile(module), lowering.hoisted,
-                          closed.out_avals, backend or "cpu",
+                          closed.out_avals, backend or default_backend_name(),
                           None if len(kept) == len(closed.in_avals) else kept)
 
 
