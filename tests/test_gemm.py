@@ -23,8 +23,8 @@ _ARGTYPES = [_P, _P, _P, _L, _L, _L, _L, _L, _L, _I, _I, _L, _L, _L, _L, _L, _L,
 NP = {"f32": np.float32, "f64": np.float64}
 
 # Small blocks so that sizes up to 300 cross many K slices, row blocks and column blocks.
-TINY = {"f32": gemm.Blocking(mr=6, nv=1, kc=16, mc=12, nc=48, unroll=4),
-        "f64": gemm.Blocking(mr=5, nv=2, kc=24, mc=15, nc=32, unroll=3)}
+TINY = {"f32": gemm.Blocking(mr=6, nv=1, kc=16, mc=12, nc=48, unroll=4, mr_small=2),
+        "f64": gemm.Blocking(mr=5, nv=2, kc=24, mc=15, nc=32, unroll=3, mr_small=2)}
 
 # Epilogue operands live at fixed addresses baked into the kernels.
 _BIAS = {dt: np.zeros(512, NP[dt]) for dt in NP}
@@ -273,3 +273,63 @@ def test_signature_and_errors():
   # the scratch formula grows with the thread count and covers tiny problems
   assert gemm.pack_buffer_elements("f32", 1, 1, 1, 2) == 2 * gemm.pack_buffer_elements(
       "f32", 1, 1, 1, 1) > 0
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_emit_gemm_call(dtype, shared):
+  """The caller-side helper: static sizes and element strides (including size-1 dimensions
+  with odd strides and a broadcast batch operand) become the right transposes and leading
+  dimensions; the shared kernel is only declared in the caller's module."""
+  rng = np.random.default_rng(3)
+  t = ir.FloatType() if dtype == "f32" else ir.DoubleType()
+  cases = [  # (batch, M, N, K, a layout, b layout, broadcast B)
+      (1, 37, 21, 50, "mk", "kn", False), (2, 19, 40, 33, "km", "nk", False),
+      (3, 1, 30, 17, "km", "kn", True), (1, 25, 1, 1, "mk", "nk", False),
+      (2, 1, 1, 9, "km", "nk", False)]
+  if not shared:  # each call compiles a whole kernel into the module: two cases suffice
+    cases = cases[1:3]
+  for (batch, M, N, K, al, bl_, bcast) in cases:
+    a = rng.standard_normal((batch, M, K)).astype(NP[dtype])
+    b = rng.standard_normal((1 if bcast else batch, K, N)).astype(NP[dtype])
+    am = np.ascontiguousarray(a if al == "mk" else a.transpose(0, 2, 1))
+    bm = np.ascontiguousarray(b if bl_ == "kn" else b.transpose(0, 2, 1))
+    a_str = (K, 1) if al == "mk" else (1, M)
+    b_str = (N, 1) if bl_ == "kn" else (1, K)
+    mod = new_module("call")
+    p = t.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p, p, p, I64, I64,
+                                                          ir.IntType(8).as_pointer()]), "k")
+    bld = ir.IRBuilder(fn.append_basic_block())
+    A, B, C, tid, nth, scratch = fn.args
+    gemm.emit_gemm_call(bld, dtype, A, B, C, M=M, N=N, K=K, a_strides=a_str, b_strides=b_str,
+                        batch=batch, batch_strides=(M * K, 0 if bcast else K * N, M * N),
+                        tid=tid, nthreads=nth, scratch=scratch, shared=shared)
+    bld.ret_void()
+    sym = f"ourjax_gemm_{dtype}"
+    assert (sym in mod.globals) == shared and (not shared or mod.globals[sym].is_declaration)
+    cm = compile_module(mod, ["k"])
+    f = cm.ctypes_function("k", None, [_P, _P, _P, _L, _L, _P])
+    C = np.full((batch, M, N), np.nan, NP[dtype])
+    pack = np.empty(gemm.pack_buffer_elements(dtype, M, N, K, 2), NP[dtype])
+    ths = [threading.Thread(target=f, args=(am.ctypes.data, bm.ctypes.data, C.ctypes.data, i, 2,
+                                            pack.ctypes.data)) for i in range(2)]
+    for th in ths:
+      th.start()
+    for th in ths:
+      th.join()
+    for i in range(batch):
+      check_close(C[i], a[i], b[0 if bcast else i], dtype)
+  with pytest.raises(ValueError, match="unit stride"):
+    gemm.emit_gemm_call(ir.IRBuilder(ir.Function(new_module("x"), ir.FunctionType(
+        ir.VoidType(), []), "f").append_basic_block()), dtype, None, None, None, M=4, N=4, K=4,
+        a_strides=(8, 2), b_strides=(4, 1), tid=None, nthreads=None, scratch=None)
+
+
+def test_operand_layout():
+  assert gemm.operand_layout(5, 7, 7, 1) == (True, 7)      # row-major A
+  assert gemm.operand_layout(5, 7, 1, 5) == (False, 5)     # A stored transposed
+  assert gemm.operand_layout(1, 7, 0, 3) == (False, 3)     # one row, k strided
+  assert gemm.operand_layout(5, 1, 4, 0) == (True, 4)      # one column
+  assert gemm.operand_layout(1, 1, 0, 0) == (True, 1)
+  assert gemm.operand_layout(5, 7, 14, 2) is None

@@ -55,13 +55,15 @@ Design (GotoBLAS/BLIS, written for AVX-512):
 from __future__ import annotations
 
 import dataclasses
+import threading
 from contextlib import contextmanager
 from typing import Callable, Optional
 
 import llvmlite.ir as ir
 
 __all__ = ["Blocking", "DEFAULT_BLOCKING", "emit_gemm", "pack_buffer_elements",
-           "pack_buffer_bytes", "ARG_NAMES"]
+           "pack_buffer_bytes", "ARG_NAMES", "operand_layout", "emit_gemm_call",
+           "shared_gemm_symbol", "declare_shared_gemm"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 _TYPES = {"f32": (ir.FloatType, 16, 4), "f64": (ir.DoubleType, 8, 8)}
@@ -75,14 +77,17 @@ Epilogue = Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]
 class Blocking:
   """Register and cache blocking.  ``mr`` rows x ``nv`` vectors of W lanes per micro-tile; ``kc``
   the depth of a K slice; ``mc`` rows of A packed at once (a multiple of mr); ``nc`` columns of B
-  packed at once (a multiple of nv*W); ``unroll`` k steps per iteration of the inner loop."""
+  packed at once (a multiple of nv*W); ``unroll`` k steps per iteration of the inner loop; the
+  rest selects the edge kernels and the unpacked-B path (0/False: off)."""
   mr: int
   nv: int
   kc: int
   mc: int
   nc: int
   unroll: int = 4
-  prefetch_c: bool = True
+  mr_small: int = 4          # edge tiles of at most 2*mr_small rows use an mr_small-row kernel
+  narrow: bool = True        # edge panels of at most W columns use a one-vector-wide kernel
+  direct_b_rows: int = 64    # a thread with at most this many rows reads a row-major B unpacked
 
 
 # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
@@ -263,6 +268,7 @@ def _emit_pack(cx: _Ctx, name: str, w: int) -> ir.Function:
   fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [cx.p, I64, I64, I64, I64, cx.p]),
                    name)
   fn.linkage = "internal"
+  fn.attributes.add("noinline")
   src, rs, ks, rows, kb, out = fn.args
   src.add_attribute("noalias")
   out.add_attribute("noalias")
@@ -332,28 +338,31 @@ def _emit_pack(cx: _Ctx, name: str, w: int) -> ir.Function:
 # --------------------------------------------------------------------------------------------
 # micro-kernel
 
-def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, epilogue: Optional[Epilogue],
-                  accumulate: bool) -> ir.Function:
-  """``void uk(i64 kb, T* Ap, T* Bp, T* C, i64 ldc, i64 mv, i64 nvalid, i1 first, i1 last,
-  i64 row0, i64 col0)``: the ``mr x nr`` tile ``sum_k Ap[k*mr + r] * Bp[k*nr + c]`` stored to
-  ``C[r*ldc + c]`` for ``r < mv``, ``c < nvalid`` (added to C unless ``first``); with ``last`` the
-  epilogue runs on the stored tile."""
-  mr, nv, w = bl.mr, bl.nv, cx.w
+def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
+                  epilogue: Optional[Epilogue], accumulate: bool) -> ir.Function:
+  """``void uk(i64 kb, T* Ap, T* Bp, i64 bstride, T* C, i64 ldc, i64 mv, i64 nvalid, i1 first,
+  i1 last, i64 row0, i64 col0)``: the ``mr x nv*W`` tile ``sum_k Ap[k*bl.mr + r] *
+  Bp[k*bstride + c]`` (A from a packed panel, of which it may use the first ``mr`` rows; B from a
+  packed panel, ``bstride = bl.mr*W``... or straight from a row-major B, ``bstride = ldb``) stored
+  to ``C[r*ldc + c]`` for ``r < mv``, ``c < nvalid`` (added to C unless ``first``); with ``last``
+  the epilogue runs on the stored tile."""
+  w = cx.w
   nr = nv * w
+  astride = bl.mr
   fn = ir.Function(cx.module, ir.FunctionType(
-      ir.VoidType(), [I64, cx.p, cx.p, cx.p, I64, I64, I64, I1, I1, I64, I64]), name)
+      ir.VoidType(), [I64, cx.p, cx.p, I64, cx.p, I64, I64, I64, I1, I1, I64, I64]), name)
   fn.linkage = "internal"
-  kb, ap, bp, c, ldc, mv, nvalid, first, last, row0, col0 = fn.args
+  fn.attributes.add("noinline")
+  kb, ap, bp, bstride, c, ldc, mv, nvalid, first, last, row0, col0 = fn.args
   for a in (ap, bp, c):
     a.add_attribute("noalias")
   b = ir.IRBuilder(fn.append_basic_block("entry"))
-  entry = b.block
 
   def step(accs, k):
-    bv = [cx.vload(b, b.gep(bp, [b.add(b.mul(k, _c64(nr)), _c64(v * w))]), 64)
-          for v in range(nv)]
+    brow = b.gep(bp, [b.mul(k, bstride)])
+    bv = [cx.vload(b, b.gep(brow, [_c64(v * w)]), cx.size) for v in range(nv)]
     out = list(accs)
-    abase = b.gep(ap, [b.mul(k, _c64(mr))])
+    abase = b.gep(ap, [b.mul(k, _c64(astride))])
     for r in range(mr):
       a = _splat(b, b.load(b.gep(abase, [_c64(r)]), align=cx.size), w)
       for v in range(nv):
@@ -386,25 +395,11 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, epilogue: Optional[Epilogue
     b.position_at_end(done)
     return phis, k
 
-  if bl.prefetch_c:
-    # C is updated once per K slice; pull the tile towards L1 while the k loop runs (rows past
-    # the edge repeat the last valid row, so no line outside C is touched)
-    pf = _intrinsic(cx.module, "llvm.prefetch.p0", ir.VoidType(), [ir.IntType(8).as_pointer(),
-                                                                  I32, I32, I32])
-    last_row = b.sub(mv, _c64(1))
-    for r in range(mr):
-      rr = _smin(b, _c64(r), last_row)
-      p = b.gep(c, [b.mul(rr, ldc)])
-      for line in range(0, nr * cx.size, 64):
-        q = b.gep(b.bitcast(p, ir.IntType(8).as_pointer()), [_c64(line)])
-        b.call(pf, [q, _c32(1), _c32(3), _c32(1)])
-
   zeros = [cx.vzero] * (mr * nv)
   u = max(1, bl.unroll)
   kmain = b.sub(kb, b.srem(kb, _c64(u)))
   accs, _ = loop(zeros, _c64(0), kmain, u, "kmain")
   accs, _ = loop(accs, kmain, kb, 1, "krem")
-  del entry
 
   # --- store ---
   full = b.and_(b.icmp_signed("==", mv, _c64(mr)), b.icmp_signed("==", nvalid, _c64(nr)))
@@ -484,11 +479,17 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     raise ValueError(f"emit_gemm: mc must be a multiple of mr and nc of nr ({bl})")
   pack_a = _emit_pack(cx, name + ".pack_a", mr)
   pack_b = _emit_pack(cx, name + ".pack_b", nr)
-  uk = _emit_ukernel(cx, name + ".ukernel", bl, epilogue, accumulate)
+  uk = _emit_ukernel(cx, name + ".ukernel", bl, mr, bl.nv, epilogue, accumulate)
+  ms = bl.mr_small if 0 < bl.mr_small < mr else 0
+  narrow = bl.narrow and bl.nv > 1
+  uk_n = _emit_ukernel(cx, name + ".ukernel_n", bl, mr, 1, epilogue, accumulate) if narrow \
+      else None
+  uk_s = _emit_ukernel(cx, name + ".ukernel_s", bl, ms, bl.nv, epilogue, accumulate) if ms \
+      else None
+  uk_sn = _emit_ukernel(cx, name + ".ukernel_sn", bl, ms, 1, epilogue, accumulate) \
+      if ms and narrow else None
 
-  fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [
-      cx.p, cx.p, cx.p, I64, I64, I64, I64, I64, I64, I32, I32, I64, I64, I64, I64, I64, I64,
-      cx.p]), name)
+  fn = ir.Function(module, _signature(cx), name)
   for a, n in zip(fn.args, ARG_NAMES):
     a.name = n
   (A, B, C, M, N, K, lda, ldb, ldc, ta, tb, batch, sA, sB, sC, tid, nth, pack) = fn.args
@@ -527,6 +528,8 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     Bb = b.gep(B, [b.mul(bi, sB)])
     Cb = b.gep(C, [b.mul(bi, sC)])
     rowbase = b.mul(bi, M)
+    direct = b.and_(b.icmp_signed("==", tb, _c32(0)),
+                    b.icmp_signed("<=", b.sub(m1, m0), _c64(bl.direct_b_rows)))
     # balanced mc: ceil(rows / ceil(rows/mc)) rounded up to mr
     rows = b.sub(m1, m0)
     nmb = _smax(b, one, _sdiv_up(b, rows, _c64(bl.mc)))
@@ -540,22 +543,54 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
         first = b.icmp_signed("==", pc, _c64(0))
         last = b.icmp_signed(">=", b.add(pc, kstep), K)
         src_b = b.gep(Bb, [b.add(b.mul(pc, b_ks), b.mul(jc, b_cs))])
-        b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
+        # unpacked B: only a partial last column panel is packed (zero-padded)
+        nb_full = b.mul(b.sdiv(nb, _c64(nr)), _c64(nr))
+        with b.if_else(direct) as (d_, p_):
+          with d_:
+            with _if(b, b.icmp_signed("<", nb_full, nb), name="edgeb"):
+              b.call(pack_b, [b.gep(src_b, [nb_full]), b_cs, b_ks, b.sub(nb, nb_full), kb, bpk])
+          with p_:
+            b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
         with _for(b, m0, m1, mstep, name="ic") as ic:
           mb = _smin(b, mstep, b.sub(m1, ic))
           src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
           b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
           with _for(b, 0, nb, nr, name="jr") as jr:
             nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
-            bpanel = b.gep(bpk, [b.mul(jr, kb)])
+            unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
+            bpanel = b.select(unpacked, b.gep(src_b, [jr]),
+                              b.gep(bpk, [b.select(direct, _c64(0), b.mul(jr, kb))]))
+            bstride = b.select(unpacked, ldb, _c64(nr))
             col = b.add(jc, jr)
+            is_narrow = b.icmp_signed("<=", nvalid, _c64(w)) if narrow else None
             with _for(b, 0, mb, mr, name="ir") as ir_:
               mv = _smin(b, _c64(mr), b.sub(mb, ir_))
               apanel = b.gep(apk, [b.mul(ir_, kb)])
               row = b.add(ic, ir_)
               cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
-              b.call(uk, [kb, apanel, bpanel, cptr, ldc, mv, nvalid, first, last,
-                          b.add(rowbase, row), col])
+
+              def call(k_wide, k_narrow, ap_, c_, mv_, row_):
+                args = [kb, ap_, bpanel, bstride, c_, ldc, mv_, nvalid, first, last,
+                        b.add(rowbase, row_), col]
+                if k_narrow is None:
+                  b.call(k_wide, args)
+                else:
+                  with b.if_else(is_narrow) as (n_, w_):
+                    with n_:
+                      b.call(k_narrow, args)
+                    with w_:
+                      b.call(k_wide, args)
+
+              if not ms:
+                call(uk, uk_n, apanel, cptr, mv, row)
+              else:
+                with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
+                  with big:
+                    call(uk, uk_n, apanel, cptr, mv, row)
+                  with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
+                    with _for(b, 0, mv, ms, name="es") as r0:
+                      call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
+                           _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
 
   # work split
   by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
@@ -591,3 +626,100 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
           gemm_block(bi, m0, m1, n0, n1)
   b.ret_void()
   return fn
+
+
+# --------------------------------------------------------------------------------------------
+# calling it from another kernel
+
+def operand_layout(outer: int, K: int, outer_stride: int, k_stride: int):
+  """How a strided ``outer x K`` operand (element (i, k) at ``i*outer_stride + k*k_stride``)
+  reads as a kernel operand: ``(k_contiguous, ld)``, or None when neither stride is 1 (and no
+  dimension is trivial), i.e. the operand must be copied first.  For A: ``transA = not
+  k_contiguous``; for B (outer = N): ``transB = k_contiguous``; ``ld`` is the leading dim."""
+  if K <= 1 and outer <= 1:
+    return True, 1
+  if k_stride == 1 or K <= 1:
+    return True, (outer_stride if outer > 1 else max(K, 1))
+  if outer_stride == 1 or outer <= 1:
+    return False, (k_stride if K > 1 else max(outer, 1))
+  return None
+
+
+_shared_lock = threading.Lock()
+_shared: dict = {}
+
+
+def shared_gemm_symbol(dtype: str) -> str:
+  """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``; compiled
+  on first use (~0.3 s) and registered with LLVM's symbol table (``llvm.add_symbol``), so a
+  module that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled by
+  ``ourjax.backends.cpu.jit.compile_module`` and pays no compile time for it."""
+  if dtype not in _TYPES:
+    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
+  with _shared_lock:
+    if dtype not in _shared:
+      import llvmlite.binding as llvm
+      from ourjax.backends.cpu import jit
+      sym = f"ourjax_gemm_{dtype}"
+      mod = jit.new_module(sym)
+      emit_gemm(mod, sym, dtype)
+      cm = jit.compile_module(mod, [sym])
+      llvm.add_symbol(sym, cm.address(sym))
+      _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
+    return _shared[dtype][0]
+
+
+def _signature(cx: _Ctx) -> ir.FunctionType:
+  return ir.FunctionType(ir.VoidType(), [cx.p, cx.p, cx.p, I64, I64, I64, I64, I64, I64, I32, I32,
+                                         I64, I64, I64, I64, I64, I64, cx.p])
+
+
+def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
+  """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module``."""
+  sym = shared_gemm_symbol(dtype)
+  fn = module.globals.get(sym)
+  if fn is None:
+    fn = ir.Function(module, _signature(_Ctx(module, dtype)), sym)
+  return fn
+
+
+def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: int,
+                   a_strides, b_strides, tid, nthreads, scratch, batch: int = 1,
+                   batch_strides=None, ldc: Optional[int] = None,
+                   epilogue: Optional[Epilogue] = None, accumulate: bool = False,
+                   shared: bool = True, name: Optional[str] = None):
+  """Emit a call computing ``C[b] = A[b] @ B[b]`` for static sizes and element strides.
+
+  ``a_strides = (stride of m, stride of k)`` and ``b_strides = (stride of k, stride of n)`` in
+  elements; ``batch_strides = (A, B, C)`` in elements (default ``(M*K, K*N, M*ldc)``: contiguous
+  batches; 0 broadcasts an operand); ``ldc`` defaults to N.  ``A``, ``B``, ``C``
+  and ``scratch`` are pointers (any pointee type: they are bitcast), ``tid``/``nthreads`` i64
+  values; ``scratch`` holds :func:`pack_buffer_elements` ``(dtype, M, N, K, max threads)``
+  elements and is the same pointer for every thread.  With no epilogue and no accumulation
+  (and ``shared``) the call goes to the process-wide kernel; otherwise a kernel is emitted into
+  ``b.module`` (named ``name`` or a fresh ``gemm.N``).  Raises ValueError for strides the kernel
+  cannot read (neither unit); copy such an operand first."""
+  la = operand_layout(M, K, *a_strides)
+  lb = operand_layout(N, K, b_strides[1], b_strides[0])
+  if la is None or lb is None:
+    raise ValueError(f"emit_gemm_call: an operand has no unit stride (A strides {a_strides}, "
+                     f"B strides {b_strides}); copy it to a contiguous buffer first")
+  ldc = N if ldc is None else ldc
+  if batch_strides is None:
+    batch_strides = (M * K, K * N, M * ldc)
+  module = b.module
+  cx = _Ctx(module, dtype)
+  if epilogue is None and not accumulate and shared:
+    fn = declare_shared_gemm(module, dtype)
+  else:
+    if name is None:
+      i = 0
+      while f"gemm.{i}" in module.globals:
+        i += 1
+      name = f"gemm.{i}"
+    fn = emit_gemm(module, name, dtype, epilogue=epilogue, accumulate=accumulate)
+  p = lambda v: b.bitcast(v, cx.p)  # noqa: E731
+  args = [p(A), p(B), p(C), _c64(M), _c64(N), _c64(K), _c64(la[1]), _c64(lb[1]), _c64(ldc),
+          _c32(0 if la[0] else 1), _c32(1 if lb[0] else 0), _c64(batch),
+          *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch)]
+  return b.call(fn, args)
