@@ -87,6 +87,10 @@ def _chain(jnp, nn):
   return lambda x, y: jnp.sin(x) * 2.0 + y * y - 1.0
 
 
+def _axpy(jnp, nn):
+  return lambda x, y: x * 2.5 + y
+
+
 def _gelu(jnp, nn):
   return lambda x: nn.gelu(x, approximate=True)
 
@@ -135,6 +139,10 @@ def workloads(small: bool):
   f = 4
   bf16 = __import__("ml_dtypes").bfloat16
   return [
+      ("dispatch", _axpy, lambda r: [r.standard_normal(1024, np.float32),
+                                     r.standard_normal(1024, np.float32)], 3 * 1024 * f, 0),
+      ("axpy", _axpy, lambda r: [r.standard_normal(n, np.float32),
+                                 r.standard_normal(n, np.float32)], 3 * n * f, 0),
       ("chain", _chain, lambda r: [r.standard_normal(n, np.float32),
                                    r.standard_normal(n, np.float32)], 3 * n * f, 0),
       ("gelu", _gelu, lambda r: [r.standard_normal(n, np.float32)], 2 * n * f, 0),
@@ -172,6 +180,9 @@ def main(argv=None):
   ap = argparse.ArgumentParser()
   ap.add_argument("--only", default="")
   ap.add_argument("--small", action="store_true")
+  ap.add_argument("--profile", default="", help="per-kernel device times of these workloads")
+  ap.add_argument("--vec-sweep", default="",
+                  help="also time these workloads with 8 elements per thread (codegen.VEC)")
   args = ap.parse_args(argv)
   import ourjax
   import ourjax.numpy as ojnp
@@ -221,6 +232,30 @@ def main(argv=None):
       row["rel_diff"] = max(errs) if errs else 0.0
     rows.append(row)
     _print_row(row, bw)
+    if name in args.profile.split(","):
+      mexe = oj.lower(*oargs).compile()._executable     # backends.ModuleExecutable
+      exe = getattr(mexe, "compiled", None)
+      if hasattr(exe, "profile"):
+        leaves = ourjax.tree_util.tree_leaves(oargs)
+        if mexe.kept_args is not None:
+          leaves = [leaves[i] for i in mexe.kept_args]
+        prof = exe.profile(*leaves, *[ourjax.Array(h) for h in mexe.hoisted])
+        total = sum(ms for _, _, ms in prof)
+        print(f"  {name}: {len(prof)} launches, {total:.3f} ms of device time")
+        for kname, cls, ms in prof:
+          print(f"    {kname:14s} {cls:14s} {ms:8.3f} ms")
+    if name in args.vec_sweep.split(","):
+      from ourjax.backends.cuda import codegen
+      for attr, val in (("VEC", 8), ("GRID_WAVES", 1 << 20)):
+        saved = getattr(codegen, attr)
+        setattr(codegen, attr, val)
+        try:
+          oj2 = ourjax.jit(lambda *a: ofn(*a))     # a new function: a new compilation
+          _block(oj2(*oargs))
+          t2 = time_calls(oj2, oargs)
+          print(f"  {name} with {attr}={val}: {t2 * 1e3:.3f} ms ({nbytes / t2 / 1e9:.0f} GB/s)")
+        finally:
+          setattr(codegen, attr, saved)
   print()
   print(f"{'workload':12s} {'ourjax ms':>10s} {'JAX ms':>9s} {'ratio':>6s} {'ourjax GB/s':>12s} "
         f"{'%copy':>6s} {'JAX GB/s':>9s} {'%copy':>6s} {'TFLOP/s o/J':>14s} {'rel diff':>9s}")

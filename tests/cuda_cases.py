@@ -118,6 +118,11 @@ CASES = [
      lambda r: (f32(r, 3, 128, 96), f32(r, 3, 96, 128)), 5e-3),
     ("dot_transposed", lambda a, b: a.T @ b, lambda r: (f32(r, 256, 128), f32(r, 256, 256)),
      5e-3),
+    ("dot_nt", lambda a, b: a @ b.T, lambda r: (f32(r, 256, 128), f32(r, 384, 128)), 5e-3),
+    ("dot_bf16_tt", lambda a, b: jnp.matmul(a.T, b.T, preferred_element_type=jnp.float32),
+     lambda r: (f32(r, 64, 128).astype(BF16), f32(r, 256, 64).astype(BF16)), 1e-2),
+    ("dot_f16_tn", lambda a, b: a.T @ b,
+     lambda r: (f32(r, 96, 128).astype(np.float16), f32(r, 96, 256).astype(np.float16)), 1e-2),
     ("dot_vec", lambda a, b: a @ b, lambda r: (f32(r, 300, 77), f32(r, 77)), 1e-5),
     ("mlp_step", _mlp_step, _mlp_args, 1e-2),
     # other ops (Threaded kernels, control flow)

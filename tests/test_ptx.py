@@ -71,9 +71,9 @@ def test_kernel_kinds(compiled_cases):
   assert "RowReduce" in kinds["layernorm"]
   assert kinds["sum_all"] == ["SplitPartials", "SplitFinish"]
   assert "ColumnReduce" in kinds["sum_cols"]
-  assert kinds["dot_tf32"] == ["TensorCoreDot"]
+  assert kinds["dot_tf32"] == ["MmaDot"]
   assert "SimtDot" in kinds["dot_odd"]
-  assert "TensorCoreDot" in kinds["dot_bf16"]
+  assert "MmaDot" in kinds["dot_bf16"]
   assert "Threaded" in kinds["sort"]
 
 
@@ -86,9 +86,22 @@ def test_streaming_loads_are_16_bytes_wide(compiled_cases):
 def test_tensor_core_instructions(compiled_cases):
   ptx = compiled_cases["dot_tf32"].as_text(dialect="ptx")
   assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
-  assert "cvt.rna.tf32.f32" in ptx
+  assert "cvt.rna.tf32.f32" in ptx and "cp.async.cg.shared.global" in ptx
   ptx = compiled_cases["dot_bf16"].as_text(dialect="ptx")
   assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+  assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+
+
+@needs_ptxas
+@pytest.mark.parametrize("name", ["dot_tf32", "dot_bf16", "dot_transposed", "dot_nt",
+                                  "dot_bf16_tt", "dot_f16_tn"])
+def test_first_tensor_core_kernel_still_assembles(monkeypatch, name):
+  """``OURJAX_CUDA_MMA=v1``: the register-staged kernel (kept as a fallback)."""
+  monkeypatch.setenv("OURJAX_CUDA_MMA", "v1")
+  case = next(c for c in CASES if c[0] == name)
+  c = _compiled(case[1], case[2](np.random.default_rng(0)))
+  assert [type(k).__name__ for k in c.runtime_executable().kernels][-1] == "TensorCoreDot"
+  _assemble(c.as_text(dialect="ptx"))
 
 
 def test_reductions_use_warp_shuffles(compiled_cases):

@@ -207,6 +207,27 @@ class CudaExecutable:
     del arena, keep
     return tuple(DeviceBuffer(dev, a, dims, dt, ready) for a, dt, dims in outs)
 
+  def profile(self, *args, reps: int = 3):
+    """Device milliseconds of each kernel launch of one call (median of ``reps`` calls):
+    a list of (kernel name, kernel class, ms), copies included as ('copy', ...)."""
+    dev = self._dev or self._load()
+    runs = []
+    for _ in range(reps + 1):           # the first call warms up
+      timings = []
+      self._timings = timings
+      try:
+        outs = self(*args)
+      finally:
+        self._timings = None
+      for o in outs:
+        o.synchronize()
+      runs.append([(name, cls, e0.elapsed_ms(e1)) for name, cls, e0, e1 in timings])
+    runs = runs[1:]
+    return [(name, cls, float(np.median([r[i][2] for r in runs])))
+            for i, (name, cls, _) in enumerate(runs[0])]
+
+  _timings = None
+
   def _addr(self, slots, spec):
     slot, off = spec
     return int(slots[slot]) + off
@@ -215,14 +236,22 @@ class CudaExecutable:
     funcs = self._funcs
     for op in program:
       kind = op[0]
+      timings = self._timings
+      if timings is not None:
+        e0 = driver.Event(dev, timing=True).record()
       if kind == "k":
         _, fi, idx, offs = op
         f, grid, block, shared = funcs[fi]
         keep, addr = driver.pointer_params(slots[idx] + offs)
         f.launch(grid, block, addr, shared)
+        if timings is not None:
+          timings.append((f.name, type(self.kernels[fi]).__name__, e0,
+                          driver.Event(dev, timing=True).record()))
       elif kind == "copy":
         _, dst, src, nbytes = op
         dev.copy_device(self._addr(slots, dst), self._addr(slots, src), nbytes)
+        if timings is not None:
+          timings.append(("copy", f"{nbytes} B", e0, driver.Event(dev, timing=True).record()))
       elif kind == "while":
         _, cond, pred, body = op
         flag = np.zeros((), np.uint8)

@@ -37,6 +37,7 @@ CPU backend computes, element for element.
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 import llvmlite.binding as llvm
@@ -278,8 +279,11 @@ class GpuKernel(K.Kernel):
     raise NotImplementedError
 
 
-def _grid_for(items: int, block: int, info: DeviceInfo, waves: int = 16) -> int:
-  return max(1, min(-(-items // block), info.sm_count * waves))
+GRID_WAVES = 16          # grid-stride kernels launch at most this many blocks per SM
+
+
+def _grid_for(items: int, block: int, info: DeviceInfo, waves: int | None = None) -> int:
+  return max(1, min(-(-items // block), info.sm_count * (waves or GRID_WAVES)))
 
 
 class Copy(GpuKernel):
@@ -491,7 +495,16 @@ def _row_block(count: int) -> int:
 class RowReduce(GpuKernel):
   """One block per output row (``outer_dims``): each prefetched reduction of the row is
   computed by the whole block, then ``outer_outs`` (the row's own values, thread 0) and
-  ``inner_outs`` (``outer_dims + (n,)``, strided over the threads) are written."""
+  ``inner_outs`` (``outer_dims + (n,)``) are written.
+
+  *Resident* rows (every reduction over the row's last dimension, at most ``RESIDENT_VECS``
+  vectors of ``VEC`` elements per thread): each thread's elements get one index each, used by
+  every pass in one memo scope, so the row is read from memory once and every fused value
+  (``exp(x - max)`` of a softmax) is computed once and kept in registers between the
+  reductions and the outputs.  Threads past the row's end work on a clamped copy of the last
+  vector: it is left out of the reductions and its stores write the same bits as its owner.
+  Other rows loop over the row once per pass."""
+  RESIDENT_VECS = 4
 
   def __init__(self, name, outer_dims, n, inner_outs, outer_outs, prefetch, leafmap):
     self.outer_dims, self.n = tuple(outer_dims), n
@@ -499,11 +512,34 @@ class RowReduce(GpuKernel):
     self.prefetch, self.leafmap = list(prefetch), dict(leafmap)
     self.rows = math.prod(self.outer_dims)
     longest = max([_red_count(r) for r in self.prefetch] + [n or 1])
-    self.block = _row_block(longest)
+    self.resident = self._resident_plan()
+    self.block = self.resident[2] if self.resident else _row_block(longest)
     writes = []
     for _, buf in self.inner_outs + self.outer_outs:
       writes.extend(buf if isinstance(buf, tuple) else [buf])
     super().__init__(name, K._leaf_bufs(self.leafmap), writes, work=self.rows * longest)
+
+  def _resident_plan(self):
+    """(L, V, T, vectors per thread) for resident rows, or None."""
+    rank = len(self.outer_dims)
+    L = self.n
+    for r in self.prefetch:
+      src = r.operands[0]
+      if sorted(r.attrs["dimensions"]) != [rank] or src.dims[:rank] != self.outer_dims:
+        return None
+      if L is None:
+        L = src.dims[rank]
+      if src.dims != self.outer_dims + (L,):
+        return None
+    if not L or not self.prefetch:
+      return None
+    V = VEC if L % VEC == 0 else 1
+    nv_total = L // V
+    T = max(32, min(1024, _pow2_at_least(-(-nv_total // 2))))
+    per = -(-nv_total // T)
+    if per > self.RESIDENT_VECS:
+      return None
+    return L, V, T, per
 
   def launch(self, info):
     return (max(1, min(self.rows, 65535 * 4)), 1, 1), (self.block, 1, 1), 0
@@ -512,39 +548,78 @@ class RowReduce(GpuKernel):
     if self.rows == 0:
       return
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
-    T = self.block
     tid = sreg64(b, "tid.x")
     with Loop(b, sreg64(b, "ctaid.x"), self.rows, sreg64(b, "nctaid.x"), "row") as row:
       em.push_scope()
       omulti = E.delinearize(b, row.index, self.outer_dims)
       oidx = Index(b, self.outer_dims, linear=row.index, multi=omulti)
-      for j, r in enumerate(self.prefetch):
-        red = _Reducer(b, em, r)
-        if red.count == 0:
-          em.remember(r, oidx, red.result(red.init_vals))
-          continue
-        accs = [E.alloca_entry(b, v.type) for v in red.ident]
-        for a, v in zip(accs, red.ident):
-          b.store(v, a)
-        vec = VEC if (red.trailing() and red.count % VEC == 0 and red.count >= VEC * T) else 1
-        _accumulate(b, em, red, oidx, tid, i64(T), vec, accs)
-        vals = _block_allreduce(b, red, [b.load(a) for a in accs], T, f"{self.name}_r{j}")
-        em.remember(r, oidx, red.result(red.finish(vals)))
-      if self.outer_outs:
-        em.push_scope()
-        with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
-          _store(b, em, self.outer_outs, oidx, ptr)
-        em.pop_scope()
-      if self.inner_outs and self.n:
-        dims = self.outer_dims + (self.n,)
-        base = b.mul(row.index, i64(self.n), flags=["nuw", "nsw"])
-        with Loop(b, tid, self.n, i64(T), "col") as col:
-          em.push_scope()
-          idx = Index(b, dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
-                      multi=list(omulti) + [col.index])
-          _store(b, em, self.inner_outs, idx, ptr)
-          em.pop_scope()
+      if self.resident:
+        self._resident_row(b, em, ptr, row.index, omulti, oidx, tid)
+      else:
+        self._looped_row(b, em, ptr, row.index, omulti, oidx, tid)
       em.pop_scope()
+
+  def _outer(self, b, em, ptr, oidx, tid):
+    if self.outer_outs:
+      em.push_scope()
+      with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
+        _store(b, em, self.outer_outs, oidx, ptr)
+      em.pop_scope()
+
+  def _looped_row(self, b, em, ptr, row, omulti, oidx, tid):
+    T = self.block
+    for j, r in enumerate(self.prefetch):
+      red = _Reducer(b, em, r)
+      if red.count == 0:
+        em.remember(r, oidx, red.result(red.init_vals))
+        continue
+      accs = [E.alloca_entry(b, v.type) for v in red.ident]
+      for a, v in zip(accs, red.ident):
+        b.store(v, a)
+      vec = VEC if (red.trailing() and red.count % VEC == 0 and red.count >= VEC * T) else 1
+      _accumulate(b, em, red, oidx, tid, i64(T), vec, accs)
+      vals = _block_allreduce(b, red, [b.load(a) for a in accs], T, f"{self.name}_r{j}")
+      em.remember(r, oidx, red.result(red.finish(vals)))
+    self._outer(b, em, ptr, oidx, tid)
+    if self.inner_outs and self.n:
+      dims = self.outer_dims + (self.n,)
+      base = b.mul(row, i64(self.n), flags=["nuw", "nsw"])
+      with Loop(b, tid, self.n, i64(T), "col") as col:
+        em.push_scope()
+        idx = Index(b, dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
+                    multi=list(omulti) + [col.index])
+        _store(b, em, self.inner_outs, idx, ptr)
+        em.pop_scope()
+
+  def _resident_row(self, b, em, ptr, row, omulti, oidx, tid):
+    L, V, T, per = self.resident
+    dims = self.outer_dims + (L,)
+    nvec = L // V
+    base_row = b.mul(row, i64(L), flags=["nuw", "nsw"])
+    elems = []      # (Index, valid or None) of this thread's elements
+    for i in range(per):
+      j = b.add(tid, i64(i * T), flags=["nuw", "nsw"]) if i else tid
+      valid = None
+      if (i + 1) * T > nvec:
+        valid = b.icmp_signed("<", j, i64(nvec))
+        j = b.select(valid, j, i64(nvec - 1))
+      c0 = b.mul(j, i64(V), flags=["nuw", "nsw"]) if V > 1 else j
+      for k in range(V):
+        col = b.add(c0, i64(k), flags=["nuw", "nsw"]) if k else c0
+        idx = Index(b, dims, linear=b.add(base_row, col, flags=["nuw", "nsw"]),
+                    multi=list(omulti) + [col])
+        elems.append((idx, valid))
+    for jr, r in enumerate(self.prefetch):
+      red = _Reducer(b, em, r)
+      acc = list(red.ident)
+      for idx, valid in elems:
+        new = red.combine(acc, [em.value(o, idx) for o in red.ops])
+        acc = new if valid is None else [b.select(valid, n_, a) for n_, a in zip(new, acc)]
+      vals = _block_allreduce(b, red, acc, T, f"{self.name}_r{jr}")
+      em.remember(r, oidx, red.result(red.finish(vals)))
+    self._outer(b, em, ptr, oidx, tid)
+    for idx, _ in elems:      # clamped copies store their owner's values again: no branch
+      _store(b, em, self.inner_outs, idx, ptr)
 
 
 def _red_count(r) -> int:
@@ -910,6 +985,12 @@ class TensorCoreDot(GpuKernel):
       return None
     if not (s.a_sk == 1 or s.a_sm == 1) or not (s.b_sn == 1 or s.b_sk == 1):
       return None
+    per_vec = 16 // dt.itemsize          # 16-byte accesses need every stride to keep alignment
+    strides = [s.a_sm if s.a_sk == 1 else s.a_sk, s.b_sk if s.b_sn == 1 else s.b_sn]
+    if s.B > 1:
+      strides += [s.a_sb, s.b_sb]
+    if any(x % per_vec for x in strides):
+      return None
     return kind
 
   def launch(self, info):
@@ -1112,6 +1193,226 @@ class TensorCoreDot(GpuKernel):
             E.store_element(b, v, C, b.add(base, i64(e)) if e else base, out_dt)
 
 
+def _asm(b, text, constraints, args, ret=None, side_effect=True):
+  fty = ir.FunctionType(ret or ir.VoidType(), [a.type for a in args])
+  return b.asm(fty, text, constraints, list(args), side_effect=side_effect)
+
+
+def _saddr(b, p):
+  """The .shared-space address (i64) of an addrspace(3) pointer."""
+  return b.ptrtoint(p, I64)
+
+
+class MmaDot(GpuKernel):
+  """C[b] = A[b] @ B[b] on the tensor cores (``mma.sync``, f32 accumulation), second version:
+  128x128 block tiles, 8 warps of 64x32; k slices (32 deep for bf16/f16, 16 for tf32) are
+  copied global -> shared with ``cp.async`` (16 bytes each, no registers) into two stages, the
+  next slice in flight while the current one is multiplied.  Shared tiles keep each operand's
+  contiguous dimension (rows padded by 16 bytes: conflict-free), and fragments are read with
+  ``ldmatrix`` (``.trans`` where the tile is stored the other way round; plain 32-bit loads for
+  the tf32 tiles ldmatrix cannot transpose).  f32 fragments are rounded to tf32 (``cvt.rna``).
+  Same conditions as ``TensorCoreDot``."""
+  BM = BN = 128
+  WM, WN = 64, 32
+  THREADS = 256
+
+  def __init__(self, name, dot, lhs, rhs, out, kind: str):
+    self.dot, self.spec, self.kind = dot, K.DotSpec(dot), kind
+    self.lhs, self.rhs, self.out = lhs, rhs, out
+    self.BK = 16 if kind == "tf32" else 32
+    s = self.spec
+    super().__init__(name, [lhs, rhs], [out], work=s.B * s.M * s.N * s.K)
+
+  def launch(self, info):
+    s = self.spec
+    return (s.N // self.BN, s.M // self.BM, s.B), (self.THREADS, 1, 1), 0
+
+  def gpu_body(self, b, ptr):
+    s = self.spec
+    M, N, Kd = s.M, s.N, s.K
+    BM, BN, BK, T = self.BM, self.BN, self.BK, self.THREADS
+    tf32 = self.kind == "tf32"
+    edt = self.dot.operands[0].dtype
+    esz = edt.itemsize
+    epv = 16 // esz                       # elements per 16-byte chunk
+    ety = I32 if tf32 else E.I16
+    a_kmaj = s.a_sk == 1                  # A tile stored [m][k] (else [k][m])
+    b_nmaj = s.b_sn == 1                  # B tile stored [k][n] (else [n][k])
+    pad_k = 4 if tf32 else 8
+    # (rows, row length) of each stage's tiles
+    a_rows, a_ld = (BM, BK + pad_k) if a_kmaj else (BK, BM + 8)
+    b_rows, b_ld = (BK, BN + 8) if b_nmaj else (BN, BK + pad_k)
+    a_stage, b_stage = a_rows * a_ld, b_rows * b_ld
+    mod = b.module
+    As = shared_array(mod, ety, 2 * a_stage, self.name + "_As")
+    Bs = shared_array(mod, ety, 2 * b_stage, self.name + "_Bs")
+    tid = sreg64(b, "tid.x")
+    lane = b.urem(tid, i64(32))
+    warp = b.udiv(tid, i64(32))
+    wm = b.udiv(warp, i64(BN // self.WN))
+    wn = b.urem(warp, i64(BN // self.WN))
+    g = b.udiv(lane, i64(4))
+    t4 = b.urem(lane, i64(4))
+    li = b.udiv(lane, i64(8))             # which 8x8 matrix this lane addresses in ldmatrix
+    lr = b.urem(lane, i64(8))             # which row of it
+    n0 = b.mul(sreg64(b, "ctaid.x"), i64(BN))
+    m0 = b.mul(sreg64(b, "ctaid.y"), i64(BM))
+    bat = sreg64(b, "ctaid.z")
+    A, Bm, C = ptr(self.lhs), ptr(self.rhs), ptr(self.out)
+    a_base = b.mul(bat, i64(s.a_sb))
+    b_base = b.mul(bat, i64(s.b_sb))
+    F = ir.FloatType()
+    MI, NI = self.WM // 16, self.WN // 8
+    accs = [[[E.alloca_entry(b, F) for _ in range(4)] for _ in range(NI)] for _ in range(MI)]
+    for row in accs:
+      for c in row:
+        for a in c:
+          b.store(ir.Constant(F, 0.0), a)
+
+    def sp(arr, idx):
+      return shared_ptr(b, arr, b.trunc(idx, I32))
+
+    def gaddr(base_ptr, off):
+      return b.ptrtoint(b.gep(base_ptr, [off], inbounds=True), I64)
+
+    def copy16(dst_ptr, src_addr):
+      _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; cp.async.cg.shared.global [$0], [g], 16; }",
+           "l,l,~{memory}", [_saddr(b, dst_ptr), src_addr])
+
+    def issue(stage, k0):
+      """This thread's 16-byte chunks of the A and B slices at k0 into ``stage``."""
+      a_off = b.mul(stage, i64(a_stage))
+      b_off = b.mul(stage, i64(b_stage))
+      a_chunks_row = (BK if a_kmaj else BM) // epv
+      b_chunks_row = (BN if b_nmaj else BK) // epv
+      for q in range(a_rows * a_chunks_row // T):
+        c = b.add(tid, i64(q * T))
+        r = b.udiv(c, i64(a_chunks_row))
+        e = b.mul(b.urem(c, i64(a_chunks_row)), i64(epv))
+        if a_kmaj:   # r = m, e = k
+          src = b.add(a_base, b.add(b.mul(b.add(m0, r), i64(s.a_sm)), b.add(k0, e)))
+        else:        # r = k, e = m
+          src = b.add(a_base, b.add(b.mul(b.add(k0, r), i64(s.a_sk)), b.add(m0, e)))
+        copy16(sp(As, b.add(a_off, b.add(b.mul(r, i64(a_ld)), e))), gaddr(A, src))
+      for q in range(b_rows * b_chunks_row // T):
+        c = b.add(tid, i64(q * T))
+        r = b.udiv(c, i64(b_chunks_row))
+        e = b.mul(b.urem(c, i64(b_chunks_row)), i64(epv))
+        if b_nmaj:   # r = k, e = n
+          src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)), b.add(n0, e)))
+        else:        # r = n, e = k
+          src = b.add(b_base, b.add(b.mul(b.add(n0, r), i64(s.b_sn)), b.add(k0, e)))
+        copy16(sp(Bs, b.add(b_off, b.add(b.mul(r, i64(b_ld)), e))), gaddr(Bm, src))
+      _asm(b, "cp.async.commit_group;", "~{memory}", [])
+
+    R4 = ir.LiteralStructType([I32] * 4)
+
+    def ldmatrix(p, trans):
+      op = "ldmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "") + ".shared.b16"
+      r = _asm(b, op + " {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l,~{memory}",
+               [_saddr(b, p)], ret=R4)
+      return [b.extract_value(r, i) for i in range(4)]
+
+    def rna(w):
+      if not tf32:
+        return w
+      return _asm(b, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [b.bitcast(w, F)], ret=I32,
+                  side_effect=False)
+
+    def compute(stage):
+      a_off = b.mul(stage, i64(a_stage))
+      b_off = b.mul(stage, i64(b_stage))
+      kstep = 8 if tf32 else 16
+      for ks in range(BK // kstep):
+        kb = ks * kstep
+        afr = []
+        for mi in range(MI):
+          mbase = b.add(b.mul(wm, i64(self.WM)), i64(mi * 16))
+          if tf32 and not a_kmaj:     # [k][m] words: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3
+            regs = []
+            for dm, dk in ((0, 0), (8, 0), (0, 4), (8, 4)):
+              pos = b.add(b.mul(b.add(i64(kb + dk), t4), i64(a_ld)),
+                          b.add(mbase, b.add(g, i64(dm))))
+              regs.append(b.load(sp(As, b.add(a_off, pos))))
+          elif a_kmaj:                  # [m][k]: plain ldmatrix
+            m = b.add(mbase, b.add(b.mul(b.urem(li, i64(2)), i64(8)), lr))
+            k = b.add(i64(kb), b.mul(b.udiv(li, i64(2)), i64(4 if tf32 else 8)))
+            regs = ldmatrix(sp(As, b.add(a_off, b.add(b.mul(m, i64(a_ld)), k))), False)
+          else:                         # [k][m] halves: ldmatrix.trans
+            k = b.add(i64(kb), b.add(b.mul(b.udiv(li, i64(2)), i64(8)), lr))
+            m = b.add(mbase, b.mul(b.urem(li, i64(2)), i64(8)))
+            regs = ldmatrix(sp(As, b.add(a_off, b.add(b.mul(k, i64(a_ld)), m))), True)
+          afr.append([rna(x) for x in regs])
+        bfr = []
+        for nj in range(0, NI, 2):      # two n8 tiles per step
+          nbase = b.add(b.mul(wn, i64(self.WN)), i64(nj * 8))
+          if tf32 and b_nmaj:           # [k][n] words: b0 (k t, n g), b1 (k t+4, n g)
+            for d in (0, 8):
+              col = b.add(nbase, b.add(g, i64(d)))
+              pair = []
+              for dk in (0, 4):
+                pos = b.add(b.mul(b.add(i64(kb + dk), t4), i64(b_ld)), col)
+                pair.append(rna(b.load(sp(Bs, b.add(b_off, pos)))))
+              bfr.append(pair)
+            continue
+          if b_nmaj:                    # [k][n] halves: ldmatrix.trans
+            k = b.add(i64(kb), b.add(b.mul(b.urem(li, i64(2)), i64(8)), lr))
+            n = b.add(nbase, b.mul(b.udiv(li, i64(2)), i64(8)))
+            regs = ldmatrix(sp(Bs, b.add(b_off, b.add(b.mul(k, i64(b_ld)), n))), True)
+          else:                         # [n][k]: plain ldmatrix
+            n = b.add(nbase, b.add(b.mul(b.udiv(li, i64(2)), i64(8)), lr))
+            k = b.add(i64(kb), b.mul(b.urem(li, i64(2)), i64(4 if tf32 else 8)))
+            regs = ldmatrix(sp(Bs, b.add(b_off, b.add(b.mul(n, i64(b_ld)), k))), False)
+          regs = [rna(x) for x in regs]
+          bfr.append([regs[0], regs[1]])
+          bfr.append([regs[2], regs[3]])
+        for mi in range(MI):
+          for ni in range(NI):
+            cur = [b.load(a) for a in accs[mi][ni]]
+            new = _mma(b, self.kind, afr[mi], bfr[ni], cur)
+            for a, v in zip(accs[mi][ni], new):
+              b.store(v, a)
+
+    KT = Kd // BK
+    issue(i64(0), i64(0))
+    with E.ForLoop(b, 0, KT, "kt") as kt:
+      nxt = b.add(kt.index, i64(1))
+      with b.if_then(b.icmp_signed("<", nxt, i64(KT))):
+        issue(b.and_(nxt, i64(1)), b.mul(nxt, i64(BK)))
+      with b.if_then(b.icmp_signed(">=", nxt, i64(KT))):
+        _asm(b, "cp.async.commit_group;", "~{memory}", [])
+      _asm(b, "cp.async.wait_group 1;", "~{memory}", [])
+      barrier(b)
+      compute(b.and_(kt.index, i64(1)))
+      barrier(b)
+    _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
+    out_dt = self.dot.dtype
+    c_base = b.mul(bat, i64(M * N))
+    for mi in range(MI):
+      for ni in range(NI):
+        r0 = b.add(m0, b.add(b.add(b.mul(wm, i64(self.WM)), i64(mi * 16)), g))
+        col = b.add(n0, b.add(b.add(b.mul(wn, i64(self.WN)), i64(ni * 8)),
+                              b.mul(t4, i64(2))))
+        for h in range(2):
+          row = b.add(r0, i64(8 * h)) if h else r0
+          base = b.add(c_base, b.add(b.mul(row, i64(N)), col))
+          for e in range(2):
+            v = E.convert_value(b, b.load(accs[mi][ni][2 * h + e]), E.F32, out_dt)
+            E.store_element(b, v, C, b.add(base, i64(e)) if e else base, out_dt)
+
+
+def _mma(b, kind, afr, bfr, acc):
+  F = ir.FloatType()
+  shape = "m16n8k8" if kind == "tf32" else "m16n8k16"
+  asm = (f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32 "
+         "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")
+  fty = ir.FunctionType(ir.LiteralStructType([F] * 4), [I32] * 6 + [F] * 4)
+  call = b.asm(fty, asm, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", list(afr) + list(bfr) + list(acc),
+               side_effect=False)
+  return [b.extract_value(call, i) for i in range(4)]
+
+
+
 # ---------------------------------------------------------------------------------------------
 # translation of planned kernels
 # ---------------------------------------------------------------------------------------------
@@ -1136,7 +1437,9 @@ def _tf32_allowed() -> bool:
 def _dot_kernel(name, dot, lhs, rhs, out, info: DeviceInfo):
   kind = TensorCoreDot.supports(dot, info, _tf32_allowed())
   if kind is not None:
-    return TensorCoreDot(name, dot, lhs, rhs, out, kind)
+    if os.environ.get("OURJAX_CUDA_MMA", "v2") == "v1":
+      return TensorCoreDot(name, dot, lhs, rhs, out, kind)
+    return MmaDot(name, dot, lhs, rhs, out, kind)
   return SimtDot(name, dot, lhs, rhs, out)
 
 
