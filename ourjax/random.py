@@ -66,22 +66,35 @@ def threefry2x32(key1, key2, x1, x2):
 
   ``key1, key2`` are the two key words, ``x1, x2`` the two counter words; rank-0 operands
   broadcast against the others.  Returns the two output words.
+
+  The 20 rounds are 5 iterations of a ``fori_loop`` over 4 rounds and a key injection (JAX's
+  CPU lowering does the same): the traced program stays small, which keeps compile times
+  short, and the loop carries the key schedule and the rotation constants.
   """
   for v in (key1, key2, x1, x2):
     if dtypes.dtype(v) != _U32:
       raise TypeError("threefry2x32 requires uint32 arguments, got "
                       f"{[dtypes.dtype(a).name for a in (key1, key2, x1, x2)]}")
-  ks = (key1, key2, lax.xor(lax.xor(key1, key2), _u32(_KS_PARITY)))
-  x1 = lax.add(x1, ks[0])
-  x2 = lax.add(x2, ks[1])
-  for i in range(5):
-    for r in _ROTATIONS[i % 2]:
+  ks2 = lax.xor(lax.xor(key1, key2), _u32(_KS_PARITY))
+  shape = np.broadcast_shapes(*(_shape_of(v) for v in (key1, key2, x1, x2)))
+  x1 = lax.add(_bcast(x1, shape), key1)
+  x2 = lax.add(_bcast(x2, shape), key2)
+
+  def step(i, state):
+    x1, x2, k0, k1, k2, rot_now, rot_next = state
+    for j in range(4):
+      r = lax.reshape(lax.slice(rot_now, (j,), (j + 1,)), ())
       x1 = lax.add(x1, x2)
-      x2 = lax.xor(x1, _rotl(x2, r))
-    # key injection after every four rounds
-    x1 = lax.add(x1, ks[(i + 1) % 3])
-    x2 = lax.add(lax.add(x2, ks[(i + 2) % 3]), _u32(i + 1))
-  return x1, x2
+      x2 = lax.xor(x1, lax.or_(lax.shift_left(x2, r),
+                               lax.shift_right_logical(x2, lax.sub(_u32(32), r))))
+    # key injection after every four rounds; the key words rotate one place each time
+    x1 = lax.add(x1, k0)
+    x2 = lax.add(lax.add(x2, k1), lax.convert_element_type(i + 1, _U32))
+    return x1, x2, k1, k2, k0, rot_next, rot_now
+
+  rotations = (np.array(_ROTATIONS[0], _U32), np.array(_ROTATIONS[1], _U32))
+  out = lax.fori_loop(0, 5, step, (x1, x2, key2, ks2, key1) + rotations)
+  return out[0], out[1]
 
 
 def threefry_2x32(keypair, count):
