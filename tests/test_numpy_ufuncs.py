@@ -550,3 +550,59 @@ def test_x64_binary_and_unary(data):
                         "u": np.dtype(np.uint64)}.get(d1.kind, d1), rtol=1e-6)
     assert jnp.add(1, 1).dtype == np.int64 and jnp.add(1.0, 1).dtype == np.float64
     assert jnp.add(np.ones(2, np.float32), 1.0).dtype == np.float32
+
+
+# ------------------------------------------------------------------------------------------------
+# ufunc methods
+
+
+UFUNC_METHOD_NAMES = ["add", "multiply", "maximum", "minimum", "subtract", "logaddexp",
+                      "logical_and", "logical_or", "bitwise_xor", "hypot", "fmax"]
+
+
+@pytest.mark.parametrize("name", UFUNC_METHOD_NAMES)
+@given(data=st.data())
+def test_ufunc_methods(name, data):
+  uf, npuf = getattr(jnp, name), getattr(np, name)
+  assert isinstance(uf, jnp.ufunc) and uf.nin == 2 and uf.nout == 1
+  dts = {"logical_and": [np.dtype(np.bool_)], "logical_or": [np.dtype(np.bool_)],
+         "bitwise_xor": [np.dtype(np.int32), np.dtype(np.uint8)]}.get(name, [F32])
+  x = data.draw(array_of(dts, lo=-3, hi=3, min_dims=1, max_dims=3, min_side=1), label="x")
+  multi = [st.none()] if name != "subtract" else []   # subtract is not reorderable
+  axis = data.draw(st.one_of(*multi, st.integers(-x.ndim, x.ndim - 1)), label="axis")
+  keepdims = data.draw(st.booleans(), label="keepdims")
+  tol = 1e-5 if x.dtype == F32 else None
+  with np.errstate(all="ignore"):
+    ref = npuf.reduce(x, axis=axis, keepdims=keepdims)
+  out_dt = {"add": np.dtype(np.int32)}.get(name) if x.dtype.kind in "iu" else None
+  check(uf.reduce(x, axis=axis, keepdims=keepdims), np.asarray(ref).astype(
+      out_dt or np.asarray(uf.reduce(x, axis=axis, keepdims=keepdims)).dtype), rtol=tol,
+      atol=tol)
+  ax = data.draw(st.integers(-x.ndim, x.ndim - 1), label="accumulate axis")
+  with np.errstate(all="ignore"):
+    ref = npuf.accumulate(x, axis=ax)
+  check(uf.accumulate(x, axis=ax), ref.astype(np.asarray(uf.accumulate(x, axis=ax)).dtype),
+        rtol=tol, atol=tol)
+  y = data.draw(array_of([x.dtype], lo=-3, hi=3, max_dims=2), label="y")
+  with np.errstate(all="ignore"):
+    check(uf.outer(x, y), npuf.outer(x, y).astype(x.dtype), rtol=tol, atol=tol)
+
+
+def test_ufunc_at_and_errors():
+  a = np.zeros(5, np.float32)
+  idx = np.array([0, 1, 1, 4])
+  ref = a.copy()
+  np.add.at(ref, idx, 2.0)
+  check(jnp.add.at(a, idx, 2.0, inplace=False), ref)
+  ref = np.ones(5, np.float32)
+  np.multiply.at(ref, idx, 3.0)
+  check(jnp.multiply.at(np.ones(5, np.float32), idx, 3.0, inplace=False), ref)
+  with pytest.raises(NotImplementedError, match="inplace"):
+    jnp.add.at(a, idx, 1.0)
+  with pytest.raises(ValueError, match="identity"):
+    jnp.maximum.reduce(np.zeros((0,), np.float32))
+  with pytest.raises(ValueError, match="reorderable"):
+    jnp.subtract.reduce(np.ones((2, 2)), axis=None)
+  check(jnp.subtract.reduce(np.zeros((0, 2), np.float32), initial=1.0), np.ones(2, np.float32))
+  check(ourjax.jit(lambda v: jnp.hypot.accumulate(v))(np.float32([3, 4, 12])),
+        np.hypot.accumulate(np.float32([3, 4, 12])))

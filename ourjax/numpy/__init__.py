@@ -14,6 +14,7 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
   _misc.py         select, trapezoid, cross, cov/corrcoef, polyval, vander, convolve/correlate,
                    bincount, histogram
   _gathers.py      the internal gathers the functions above use
+  _ufunc_api.py    the ufunc objects (jnp.add.reduce/.accumulate/.outer/.at)
   _scalar_types.py jnp.float32 & co. (callable dtype objects)
   _array_methods.py  operators and methods of Array and Tracer
 """
@@ -67,6 +68,12 @@ from ourjax.numpy._misc import (select, trapezoid, cross, cov, corrcoef, polyval
                                 apply_over_axes, gradient, vectorize)
 
 globals().update(_small_float_types)
+
+# the binary functions become ufunc objects (jnp.add.reduce, .accumulate, .outer, .at)
+from ourjax.numpy import _ufuncs as _ufuncs_module  # noqa: E402
+from ourjax.numpy._ufunc_api import ufunc, _make as _make_ufuncs  # noqa: E402,F401
+globals().update(_make_ufuncs(_ufuncs_module))
+del _make_ufuncs
 bool = bool_  # noqa: A001
 inexact, floating, integer, signedinteger, unsignedinteger, number, complexfloating, generic = (
     _np.inexact, _np.floating, _np.integer, _np.signedinteger, _np.unsignedinteger, _np.number,
