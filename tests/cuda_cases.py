@@ -45,6 +45,14 @@ def _mlp_args(rng):
           f32(rng, 128, 256), f32(rng, 128, 128))
 
 
+def _mlp_square_args(rng):
+  # batch == hidden: the bias gradient (a sum over the batch) has the shape of a row, so the
+  # planner puts it in a row kernel; the GPU backend computes it by column partials
+  return ([f32(rng, 128, 256, lo=-0.05, hi=0.05), f32(rng, 256, lo=-0.1, hi=0.1),
+           f32(rng, 256, 128, lo=-0.05, hi=0.05), f32(rng, 128, lo=-0.1, hi=0.1)],
+          f32(rng, 256, 128), f32(rng, 256, 128))
+
+
 def _fori(x):
   return lax.fori_loop(0, 5, lambda i, c: c * 0.5 + jnp.sin(c), x)
 
@@ -125,6 +133,9 @@ CASES = [
      lambda r: (f32(r, 96, 128).astype(np.float16), f32(r, 96, 256).astype(np.float16)), 1e-2),
     ("dot_vec", lambda a, b: a @ b, lambda r: (f32(r, 300, 77), f32(r, 77)), 1e-5),
     ("mlp_step", _mlp_step, _mlp_args, 1e-2),
+    ("mlp_square", _mlp_step, _mlp_square_args, 1e-2),
+    ("bias_update", lambda g, bias: (jnp.where(g > 0, g, 0.0), bias - 0.1 * jnp.sum(g, axis=0)),
+     lambda r: (f32(r, 384, 384), f32(r, 384)), 1e-5),
     # other ops (Threaded kernels, control flow)
     ("sort", lambda a: jnp.sort(a, axis=-1), lambda r: (f32(r, 20, 300),), 0),
     ("cumsum", lambda a: jnp.cumsum(a, axis=-1), lambda r: (f32(r, 30, 200),), 1e-5),

@@ -279,7 +279,8 @@ class GpuKernel(K.Kernel):
     raise NotImplementedError
 
 
-GRID_WAVES = 16          # grid-stride kernels launch at most this many blocks per SM
+GRID_WAVES = 1 << 16     # grid-stride kernels launch at most this many blocks per SM
+                         # (measured: a grid covering every vector beats 16 per SM)
 
 
 def _grid_for(items: int, block: int, info: DeviceInfo, waves: int | None = None) -> int:
@@ -727,7 +728,8 @@ class ColumnReduce(GpuKernel):
     self.pre, self.red, self.post = tuple(pre), tuple(red), tuple(post)
     self.splits, self.partials = splits, partials
     self.nout = math.prod(self.pre) * math.prod(self.post)
-    tgt = partials if splits > 1 else out
+    self.partial = partials is not None
+    tgt = partials if self.partial else out
     super().__init__(name, K._leaf_bufs(self.leafmap), [tgt],
                      work=self.nout * math.prod(self.red))
 
@@ -741,18 +743,18 @@ class ColumnReduce(GpuKernel):
     if self.nout == 0:
       return
     S = self.splits
-    em = Emitter(b, K._make_leaves(b, self.leafmap, ptr), fast_reductions=S > 1)
+    em = Emitter(b, K._make_leaves(b, self.leafmap, ptr), fast_reductions=self.partial)
     t = b.add(b.mul(sreg64(b, "ctaid.x"), i64(self.BLOCK)), sreg64(b, "tid.x"))
     with b.if_then(b.icmp_signed("<", t, i64(self.nout * S))):
       s = b.udiv(t, i64(self.nout))
       rest = b.urem(t, i64(self.nout))
       p = b.udiv(rest, i64(npost))
       j = b.urem(rest, i64(npost))
-      red = _Reducer(b, em, r) if S > 1 else None
+      red = _Reducer(b, em, r) if self.partial else None
       src = r.operands[0]
       comp = r.attrs["to_apply"]
       dt = r.dtype
-      if S > 1:
+      if self.partial:
         acc0 = red.ident[0]
         csize = -(-nred // S)
         klo = b.mul(s, i64(csize))
@@ -771,13 +773,13 @@ class ColumnReduce(GpuKernel):
         idx = Index(b, src.dims, linear=lin,
                     multi=pmulti + E.delinearize(b, k.index, self.red) + jmulti)
         x = em.value(src, idx)
-        if S > 1:
+        if self.partial:
           new = red.combine([b.load(acc)], [x])[0]
         else:
           new = em.combine(comp, [b.load(acc)], [x], [dt])[0]
         b.store(new, acc)
         em.pop_scope()
-      if S > 1:
+      if self.partial:
         E.store_element(b, b.load(acc), ptr(self.partials), t, self.partials.dtype)
       else:
         E.store_element(b, b.load(acc), ptr(self.out), rest, dt)
@@ -809,6 +811,43 @@ class ColumnFinish(GpuKernel):
                            self.partials.dtype)
         b.store(red.combine([b.load(acc)], [x])[0], acc)
       E.store_element(b, red.finish([b.load(acc)])[0], ptr(self.out), o, self.reduce.dtype)
+
+
+class ColumnOutputsFinish(GpuKernel):
+  """The outputs of ``dims`` computed from reductions over leading/middle dimensions: one
+  thread per output element combines each reduction's column partials
+  (``partials[j][s * nout + o]``, written by ``ColumnReduce``), memoises the result and writes
+  the outputs (a bias update ``b - lr * sum(g, axis=0)`` in one pass after the partials)."""
+  BLOCK = 256
+
+  def __init__(self, name, dims, outputs, reduces, partials, leafmap, splits):
+    self.dims, self.outputs = tuple(dims), list(outputs)
+    self.reduces, self.partials = list(reduces), list(partials)
+    self.leafmap, self.splits = dict(leafmap), splits
+    self.nout = math.prod(self.dims)
+    writes = []
+    for _, buf in outputs:
+      writes.extend(buf if isinstance(buf, tuple) else [buf])
+    super().__init__(name, list(self.partials) + K._leaf_bufs(self.leafmap), writes,
+                     work=self.nout * splits)
+
+  def launch(self, info):
+    return (max(1, -(-self.nout // self.BLOCK)), 1, 1), (self.BLOCK, 1, 1), 0
+
+  def gpu_body(self, b, ptr):
+    em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
+    o = b.add(b.mul(sreg64(b, "ctaid.x"), i64(self.BLOCK)), sreg64(b, "tid.x"))
+    with b.if_then(b.icmp_signed("<", o, i64(self.nout))):
+      oidx = Index(b, self.dims, linear=o)
+      for r, part in zip(self.reduces, self.partials):
+        red = _Reducer(b, em, r)
+        acc = E.alloca_entry(b, red.ident[0].type)
+        b.store(red.ident[0], acc)
+        with E.ForLoop(b, 0, self.splits, "s") as sl:
+          x = E.load_element(b, ptr(part), b.add(b.mul(sl.index, i64(self.nout)), o), part.dtype)
+          b.store(red.combine([b.load(acc)], [x])[0], acc)
+        em.remember(r, oidx, red.finish([b.load(acc)])[0])
+      _store(b, em, self.outputs, oidx, ptr)
 
 
 class Threaded(GpuKernel):
@@ -1481,10 +1520,17 @@ def _loop(kernel: K.LoopKernel, new_temp, info):
   if kernel.rows and (kernel.prefetch_outer or any(K._dims(i) != dims for i, _ in outs)):
     inner = [(i, b) for i, b in outs if K._dims(i) == dims]
     outer = [(i, b) for i, b in outs if K._dims(i) != dims]
+    cols = _column_outputs(name, dims[:-1], inner, outer, kernel.prefetch_outer, leafmap,
+                           new_temp, info)
+    if cols is not None:
+      return cols
     return [RowReduce(name, dims[:-1], dims[-1], inner, outer, kernel.prefetch_outer,
                       leafmap)]
   if kernel.prefetch_elem and all(K._dims(i) == dims for i, _ in outs):
     reds = kernel.prefetch_elem
+    cols = _column_outputs(name, dims, [], outs, reds, leafmap, new_temp, info)
+    if cols is not None:
+      return cols
     longest = max(_red_count(r) for r in reds)
     nout = math.prod(dims)
     if longest >= 32 and nout:
@@ -1492,6 +1538,58 @@ def _loop(kernel: K.LoopKernel, new_temp, info):
         return _split(name, dims, outs, reds, leafmap, new_temp, info)
       return [RowReduce(name, dims, None, [], outs, reds, leafmap)]
   return [Elementwise(name, dims, outs, leafmap)]
+
+
+def _column_block(r):
+  """(pre, red, post) of a reduce over one contiguous block of dimensions that is not at the
+  end of its operand, else None."""
+  src = r.operands[0].dims
+  rd = sorted(r.attrs["dimensions"])
+  if not rd or rd != list(range(rd[0], rd[-1] + 1)) or rd[-1] == len(src) - 1:
+    return None
+  return src[:rd[0]], src[rd[0]:rd[-1] + 1], src[rd[-1] + 1:]
+
+
+def _column_outputs(name, odims, inner, outer, reds, leafmap, new_temp, info):
+  """Kernels for outputs that need reductions over leading/middle dimensions (a row block
+  would read them down columns): column partials per reduction, then one pass computing the
+  outputs of ``odims``, plus an elementwise kernel for ``inner`` outputs that do not use the
+  reductions.  None when that does not apply (the caller keeps one kernel)."""
+  if not reds or not outer:
+    return None
+  blocks = [_column_block(r) for r in reds]
+  if any(bk is None for bk in blocks) or any(r.shape.is_tuple for r in reds):
+    return None
+  if any(E.simple_reducer(r.attrs["to_apply"]) is None for r in reds):
+    return None
+  if any(tuple(r.dims) != tuple(odims) for r in reds):
+    return None
+  ids = {id(r) for r in reds}
+  if inner and K._reachable([i for i, _ in inner], leafmap) & ids:
+    return None
+  for r in reds:        # a reduction reading another one needs the row kernel's ordering
+    if (K._reachable(list(r.operands), leafmap) & ids) - {id(r)}:
+      return None
+  nout = math.prod(odims)
+  if nout == 0:
+    return None
+  kernels = []
+  if inner:
+    kernels.append(Elementwise(name + "_e", K._dims(inner[0][0]), inner,
+                               K._restrict_many(leafmap, inner)))
+  splits = 1
+  if nout < info.sm_count * 1024:
+    longest = max(math.prod(bk[1]) for bk in blocks)
+    splits = max(1, min(-(-info.sm_count * 2048 // nout), longest // 8))
+  parts = []
+  for j, (r, (pre, red, post)) in enumerate(zip(reds, blocks)):
+    part = new_temp(_partial_dtype(r.dtype), (splits * nout,), f"{r.name}.colpart")
+    parts.append(part)
+    kernels.append(ColumnReduce(f"{name}_c{j}", r, None, K._restrict(leafmap, r), pre, red,
+                                post, splits, part))
+  kernels.append(ColumnOutputsFinish(name + "_f", odims, outer, reds, parts,
+                                     K._restrict_many(leafmap, outer), splits))
+  return kernels
 
 
 def _split(name, dims, outs, reds, leafmap, new_temp, info):
@@ -1515,8 +1613,8 @@ def _column(kernel: K.ColumnReduceKernel, new_temp, info):
   nred = math.prod(kernel.red)
   op = E.simple_reducer(r.attrs["to_apply"])
   splits = 1
-  if op is not None and nout and nred >= 64 and nout < info.sm_count * 256:
-    splits = max(1, min(-(-info.sm_count * 512 // nout), nred // 16))
+  if op is not None and nout and nred >= 64 and nout < info.sm_count * 1024:
+    splits = max(1, min(-(-info.sm_count * 2048 // nout), nred // 8))
   if splits == 1:
     return [ColumnReduce(kernel.name, r, kernel.out, kernel.leafmap, kernel.pre, kernel.red,
                          kernel.post)]
