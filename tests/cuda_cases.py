@@ -96,7 +96,7 @@ CASES = [
     ("gather_take", lambda a, i: jnp.take(a, i, axis=0),
      lambda r: (f32(r, 100, 64), r.integers(0, 100, (300,), dtype=np.int32)), 0),
     # reductions
-    ("sum_all", lambda a: jnp.sum(a), lambda r: (f32(r, 1 << 20),), 1e-5),
+    ("sum_all", lambda a: jnp.sum(a), lambda r: (f32(r, 1 << 20, lo=0.0),), 1e-5),
     ("sum_all_2d", lambda a: jnp.sum(a * a), lambda r: (f32(r, 1000, 999),), 1e-5),
     ("sum_rows", lambda a: jnp.sum(a, axis=1), lambda r: (f32(r, 2048, 1000),), 1e-5),
     ("sum_cols", lambda a: jnp.sum(a, axis=0), lambda r: (f32(r, 3000, 257),), 1e-5),

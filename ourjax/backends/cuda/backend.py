@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 import numpy as np
 
@@ -171,6 +172,13 @@ class CudaExecutable:
       self._funcs.append((f, tuple(int(x) for x in grid), tuple(int(x) for x in block),
                           int(shared)))
     self._module_handle = mod
+    # per-launch parameter blocks, refilled in place on every call (the driver copies the
+    # values at launch); a call that finds them in use (another thread) builds its own
+    self._params = {}
+    for op in _launch_ops(self.program):
+      vals = np.zeros(len(op[2]), np.uint64)
+      self._params[id(op)] = (vals, vals.ctypes.data + 8 * np.arange(len(vals), dtype=np.uint64))
+    self._params_lock = threading.Lock()
     template = np.zeros(self.nslots, np.uint64)
     self._const_bufs = []
     for slot, value in self.consts:
@@ -201,7 +209,12 @@ class CudaExecutable:
     arena = alloc(self.arena_bytes) if self.arena_bytes else None
     if arena is not None:
       slots[-1] = arena.ptr
-    self._run(dev, self.program, slots)
+    own = self._params_lock.acquire(blocking=False)
+    try:
+      self._run(dev, self.program, slots, self._params if own else None)
+    finally:
+      if own:
+        self._params_lock.release()
     ready = _Ready(driver.Event(dev).record())
     # the arena and uploaded arguments return to the cache now: later work is stream-ordered
     del arena, keep
@@ -232,7 +245,7 @@ class CudaExecutable:
     slot, off = spec
     return int(slots[slot]) + off
 
-  def _run(self, dev, program, slots):
+  def _run(self, dev, program, slots, params=None):
     funcs = self._funcs
     for op in program:
       kind = op[0]
@@ -242,7 +255,12 @@ class CudaExecutable:
       if kind == "k":
         _, fi, idx, offs = op
         f, grid, block, shared = funcs[fi]
-        keep, addr = driver.pointer_params(slots[idx] + offs)
+        if params is not None:
+          vals, ptrs = params[id(op)]
+          np.add(slots[idx], offs, out=vals)
+          addr = ptrs.ctypes.data if len(vals) else 0
+        else:
+          keep, addr = driver.pointer_params(slots[idx] + offs)
         f.launch(grid, block, addr, shared)
         if timings is not None:
           timings.append((f.name, type(self.kernels[fi]).__name__, e0,
@@ -256,11 +274,11 @@ class CudaExecutable:
         _, cond, pred, body = op
         flag = np.zeros((), np.uint8)
         while True:
-          self._run(dev, cond, slots)
+          self._run(dev, cond, slots, params)
           dev.copy_to_host(flag, self._addr(slots, pred))
           if not flag:
             break
-          self._run(dev, body, slots)
+          self._run(dev, body, slots, params)
       elif kind == "cond":
         _, sel, dt, branches = op
         v = np.zeros((), dt)
@@ -271,9 +289,21 @@ class CudaExecutable:
           k = int(v)
           if not 0 <= k < len(branches):
             k = len(branches) - 1
-        self._run(dev, branches[k], slots)
+        self._run(dev, branches[k], slots, params)
       else:   # pragma: no cover
         raise AssertionError(kind)
+
+
+def _launch_ops(program):
+  for op in program:
+    if op[0] == "k":
+      yield op
+    elif op[0] == "while":
+      yield from _launch_ops(op[1])
+      yield from _launch_ops(op[3])
+    elif op[0] == "cond":
+      for br in op[3]:
+        yield from _launch_ops(br)
 
 
 class HostFallbackExecutable:
