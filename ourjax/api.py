@@ -1314,18 +1314,27 @@ def hessian(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool =
 
 
 def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
+  """Arrays of the leaves of ``x`` on ``device`` (a ``Device`` from ``ourjax.devices()``, a
+  backend name, or None for the default backend's first device: the GPU when one is present).
+  Tracers pass through unchanged."""
+  from ourjax import backends
+
   def put(v):
-    if isinstance(v, (Array, core.Tracer)):
+    if isinstance(v, core.Tracer):
       return v
-    return Array(v, weak_type=dtypes.is_weakly_typed(v))
+    if not isinstance(v, Array):
+      v = Array(v, weak_type=dtypes.is_weakly_typed(v))
+    return backends.put_on(v, device)
   return tree_map(put, x)
 
 
 def device_get(x):
+  """Host NumPy copies of the Arrays in ``x`` (other leaves unchanged)."""
   return tree_map(lambda v: np.asarray(v) if isinstance(v, Array) else v, x)
 
 
 def block_until_ready(x):
+  """Wait until every Array in ``x`` has been computed; returns ``x``."""
   def block(v):
     if hasattr(v, "block_until_ready"):
       v.block_until_ready()

@@ -5,8 +5,10 @@
 ``compile(module)``, whose executable maps NumPy arrays to a tuple of NumPy arrays.  Backends:
 
 * ``reference``: the NumPy interpreter of HLO modules (``backends/reference.py``), the oracle.
-* ``cpu``, ``cuda``: native code through llvmlite (when available; until then ``cpu`` means the
-  reference backend).
+* ``cpu``: native code through llvmlite (``backends/cpu``).
+* ``cuda``: PTX through llvmlite's NVPTX target, run with ``cuda.bindings`` (``backends/cuda``);
+  its executables return Arrays whose data stays on the GPU until read.  It is the default
+  backend when a GPU is present; ``OURJAX_PLATFORMS=cpu`` (or ``cuda``) chooses explicitly.
 
 A jaxpr holding a primitive that has no lowering rule yet runs through the jaxpr evaluator (each
 primitive's NumPy implementation) instead, so programs stay correct while the compiler grows;
@@ -44,11 +46,20 @@ class ModuleExecutable:
     self.hoisted = [_host(c) for c in hoisted]
     self.out_avals = list(out_avals)
     self.kept_args = None if kept_args is None else tuple(kept_args)
+    self._hoisted_arrays = None
 
   def __call__(self, *args):
     from ourjax.array import Array, to_numpy
     if self.kept_args is not None:
       args = [args[i] for i in self.kept_args]
+    if getattr(self.compiled, "device_resident", False):
+      # a device backend takes Arrays as they are (their data may already be on the device)
+      # and returns device buffers; hoisted constants become Arrays once, so that their
+      # device copies are kept with them
+      if self._hoisted_arrays is None:
+        self._hoisted_arrays = [Array(c) for c in self.hoisted]
+      outs = self.compiled(*args, *self._hoisted_arrays)
+      return [Array._from_device(o, a) for o, a in zip(outs, self.out_avals)]
     outs = self.compiled(*[to_numpy(a) for a in args], *self.hoisted)
     return [Array._from_result(o, a) for o, a in zip(outs, self.out_avals)]
 
@@ -79,7 +90,6 @@ class ModuleExecutable:
     return call
 
 
-
 def _host(c):
   from ourjax.array import to_numpy
   return to_numpy(c)
@@ -87,7 +97,8 @@ def _host(c):
 
 def default_backend_name() -> str:
   """The backend ``jit`` uses when none is named: the first of ``OURJAX_PLATFORMS``
-  (``config.jax_platforms``, comma separated) that is known, else ``'cpu'`` (native)."""
+  (``config.jax_platforms``, comma separated) that is known; without it ``'cuda'`` when a GPU
+  is present, else ``'cpu'`` (native)."""
   from ourjax.config import config
   plats = config.jax_platforms
   if plats:
@@ -95,7 +106,22 @@ def default_backend_name() -> str:
       p = p.strip().lower()
       if p in ("cpu", "reference"):
         return p
-  return "cpu"
+      if p in ("cuda", "gpu"):
+        if _cuda_available():
+          return "cuda"
+        from ourjax.backends.cuda import driver
+        raise RuntimeError(f"OURJAX_PLATFORMS={plats!r} asks for CUDA, but no CUDA GPU can be "
+                           f"used: {driver.unavailable_reason()}")
+    return "cpu"
+  return "cuda" if _cuda_available() else "cpu"
+
+
+def _cuda_available() -> bool:
+  try:
+    from ourjax.backends.cuda import driver
+  except Exception:   # pragma: no cover - the backend itself failed to import
+    return False
+  return driver.available()
 
 
 def _backend_module(name: str):
@@ -106,7 +132,10 @@ def _backend_module(name: str):
   if name == "reference":
     from ourjax.backends import reference
     return reference
-  raise ValueError(f"Unknown backend {name!r}: expected one of 'cpu', 'reference'")
+  if name in ("cuda", "gpu"):
+    from ourjax.backends.cuda import backend as cuda
+    return cuda
+  raise ValueError(f"Unknown backend {name!r}: expected one of 'cpu', 'cuda', 'reference'")
 
 
 def lower_and_optimize(closed: core.ClosedJaxpr, name: str = ""):
@@ -166,24 +195,86 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
 
 
 class Device:
-  def __init__(self, platform: str, id: int = 0):
+  """A device as JAX shows it: ``platform`` ('cpu' or 'gpu'), ``id``, ``device_kind``."""
+
+  def __init__(self, platform: str, id: int = 0, device_kind: str | None = None):
     self.platform, self.id = platform, id
-    self.device_kind = platform
+    self.device_kind = device_kind or platform
 
   def __repr__(self):
     return f"{'CpuDevice' if self.platform == 'cpu' else 'CudaDevice'}(id={self.id})"
 
+  def memory_stats(self):
+    """The caching allocator's statistics (GPU devices; None for the CPU)."""
+    if self.platform != "gpu":
+      return None
+    from ourjax.backends.cuda import memory
+    return memory.memory_stats(self.id)
+
 
 _CPU = Device("cpu", 0)
+_GPUS: list = []
+
+
+def _cuda_devices() -> list:
+  if not _GPUS and _cuda_available():
+    from ourjax.backends.cuda import driver
+    for i in range(driver.device_count()):
+      _GPUS.append(Device("gpu", i, driver.get_device(i).name))
+  return list(_GPUS)
 
 
 def devices(backend=None):
+  """The devices of ``backend`` ('cpu', 'cuda'/'gpu'; default: the default backend's)."""
+  name = backend or default_backend_name()
+  if isinstance(name, str) and name.lower() in ("cuda", "gpu"):
+    gpus = _cuda_devices()
+    if not gpus:
+      from ourjax.backends.cuda import driver
+      raise RuntimeError(f"Backend 'cuda' is not available: {driver.unavailable_reason()}")
+    return gpus
   return [_CPU]
 
 
 def default_backend() -> str:
-  return "cpu"
+  """'gpu' when the default backend is CUDA, else 'cpu' (JAX's platform names)."""
+  return "gpu" if default_backend_name() == "cuda" else "cpu"
+
+
+def cuda_device(id: int = 0) -> Device:
+  return _cuda_devices()[id]
 
 
 def array_devices(array):
+  buf = getattr(array, "_device_buf", None)
+  if buf is not None and getattr(buf, "platform", None) == "gpu":
+    return {_cuda_devices()[buf.device.ordinal]}
   return {_CPU}
+
+
+def put_on(value, device):
+  """``value`` (an Array or host value) as an Array on ``device`` (a ``Device``; None: the
+  default backend's first device)."""
+  from ourjax.array import Array
+  if device is None:
+    device = devices()[0]
+  if isinstance(device, str):
+    device = devices(device)[0]
+  if device.platform == "gpu":
+    from ourjax.backends.cuda import backend as cuda
+    from ourjax.backends.cuda import driver
+    dev = driver.get_device(device.id)
+    if isinstance(value, Array):
+      buf = value._device_buf
+      if buf is not None and getattr(buf, "device", None) is dev:
+        return value
+      out = Array._from_device(cuda.DeviceBuffer.from_host(value._value, dev), value.aval)
+      return out
+    a = value if isinstance(value, Array) else Array(value)
+    return Array._from_device(cuda.DeviceBuffer.from_host(a._value, dev), a.aval)
+  # the host: an Array with host data only
+  if isinstance(value, Array):
+    if value._device_buf is None:
+      return value
+    return Array._from_result(value._value, value.aval)
+  return Array(value)
