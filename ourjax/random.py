@@ -134,10 +134,10 @@ def _seed_to_key(seed, ctor: str):
   if isinstance(seed, bool) or (hasattr(seed, "dtype") and not dtypes.issubdtype(
       dtypes.dtype(seed), np.integer)) or isinstance(seed, (float, complex)):
     raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
-  if np.ndim(seed) if not isinstance(seed, Tracer) else get_aval(seed).ndim:
+  seed_shape = tuple(get_aval(seed).shape if isinstance(seed, Tracer) else np.shape(seed))
+  if seed_shape:
     raise TypeError(f"{ctor} accepts a scalar seed, but was given an array of shape "
-                    f"{tuple(np.shape(seed)) if not isinstance(seed, Tracer) else get_aval(seed).shape}"
-                    " != (). Use jax.vmap for batching")
+                    f"{seed_shape} != (). Use jax.vmap for batching")
   x64 = config.x64_enabled
   if isinstance(seed, int):
     if not -2 ** 63 <= seed < 2 ** 63:

@@ -15,7 +15,8 @@ _erf = np.vectorize(math.erf)
 
 
 def _sigmoid(x):
-  return np.where(x >= 0, 1 / (1 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x))))
+  e = np.exp(-np.abs(x))
+  return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
 def _softplus(x):

@@ -7,12 +7,17 @@ import ourjax
 import ourjax.numpy as jnp
 from ourjax.example_libraries import optimizers
 
-P0 = {"w": np.array([[1.0, -2.0], [0.5, 3.0]], np.float32), "b": (np.array([0.1, -0.4], np.float32),)}
+
+def tree(w, b):
+  return {"w": np.array(w, np.float32), "b": (np.array(b, np.float32),)}
+
+
+P0 = tree([[1.0, -2.0], [0.5, 3.0]], [0.1, -0.4])
 # gradients of three steps, fixed (so the reference does not need autodiff)
 GRADS = [
-    {"w": np.array([[0.3, -0.1], [2.0, 0.5]], np.float32), "b": (np.array([1.0, -3.0], np.float32),)},
-    {"w": np.array([[-0.2, 0.4], [1.0, -0.5]], np.float32), "b": (np.array([0.5, 0.2], np.float32),)},
-    {"w": np.array([[0.1, 0.1], [-1.5, 0.0]], np.float32), "b": (np.array([-2.0, 1.0], np.float32),)},
+    tree([[0.3, -0.1], [2.0, 0.5]], [1.0, -3.0]),
+    tree([[-0.2, 0.4], [1.0, -0.5]], [0.5, 0.2]),
+    tree([[0.1, 0.1], [-1.5, 0.0]], [-2.0, 1.0]),
 ]
 
 

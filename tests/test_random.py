@@ -12,9 +12,6 @@ import ourjax
 import ourjax.numpy as jnp
 from ourjax import random as jr
 
-K0 = None  # set lazily (module import must stay cheap)
-
-
 def key(seed):
   return jr.PRNGKey(seed)
 
