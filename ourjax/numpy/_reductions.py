@@ -87,6 +87,19 @@ def _where_mask(name, where, a, fill):
   return _where(w, a, lax.full_like(a, fill)) if shape else _where(w, a, fill)
 
 
+def _bool_mask(name, where, shape):
+  """``where`` as a bool array of ``shape``."""
+  check_arraylike(name, where)
+  w = asarray(where)
+  if get_aval(w).dtype != np.bool_:
+    w = lax.ne(w, lax._const(w, 0))
+  try:
+    return _broadcast_to(w, shape) if get_aval(w).shape != tuple(shape) else w
+  except TypeError:
+    raise ValueError(f"jnp.{name}: where mask of shape {get_aval(w).shape} does not broadcast "
+                     f"to the array's shape {tuple(shape)}") from None
+
+
 def _init_value(name, dt):
   """The identity of a reduction in dtype ``dt`` (max/min use the extreme values)."""
   dt = np.dtype(dt)
@@ -217,9 +230,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
   if where is None:
     norm = lax.full((), _axis_count(aval.shape, axes), comp_dt)
   else:
-    w = _broadcast_to(lax.ne(asarray(where), False) if get_aval(asarray(where)).dtype != np.bool_
-                      else asarray(where), aval.shape)
-    norm = sum(w, axes, dtype=comp_dt, keepdims=keepdims)
+    norm = sum(_bool_mask("mean", where, aval.shape), axes, dtype=comp_dt, keepdims=keepdims)
   s = sum(a, axes, dtype=comp_dt, keepdims=keepdims, where=where)
   return lax.convert_element_type(lax.div(s, norm), result_dt)
 
@@ -263,10 +274,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
   if where is None:
     norm = lax.full((), _axis_count(aval.shape, axes), comp_dt)
   else:
-    w = asarray(where)
-    w = _broadcast_to(w if get_aval(w).dtype == np.bool_ else lax.ne(w, lax._const(w, 0)),
-                      aval.shape)
-    norm = sum(w, axes, dtype=comp_dt, keepdims=keepdims)
+    norm = sum(_bool_mask("var", where, aval.shape), axes, dtype=comp_dt, keepdims=keepdims)
   norm = lax.sub(norm, lax.convert_element_type(asarray(correction), comp_dt))
   s = sum(centered, axes, dtype=comp_dt, keepdims=keepdims, where=where)
   res = lax.convert_element_type(lax.div(s, norm), result_dt)
@@ -523,7 +531,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     dtype = dtypes.to_inexact_dtype(get_aval(a).dtype)
   valid = lax.not_(isnan(a))
   if where is not None:
-    valid = lax.and_(valid, _broadcast_to(asarray(where), get_aval(a).shape))
+    valid = lax.and_(valid, _bool_mask("nanmean", where, get_aval(a).shape))
   count = sum(valid, axis=axis, dtype=dtype, keepdims=keepdims)
   total = nansum(a, axis=axis, dtype=dtype, keepdims=keepdims, where=where)
   return lax.div(total, count)
@@ -546,7 +554,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
     centered = lax.square(centered)
   valid = lax.not_(isnan(a))
   if where is not None:
-    valid = lax.and_(valid, _broadcast_to(asarray(where), get_aval(a).shape))
+    valid = lax.and_(valid, _bool_mask("nanvar", where, get_aval(a).shape))
   rdt = get_aval(centered).dtype
   norm = lax.sub(sum(valid, axis=axis, dtype=rdt, keepdims=keepdims), lax._const(centered, ddof))
   s = sum(centered, axis=axis, dtype=rdt, keepdims=keepdims, where=where)
