@@ -177,6 +177,14 @@ def test_nothing_is_fused_into_a_dots_operands():
   assert [c for c in m.computations for i in c.instructions if i.opcode == "dot"] == [m.entry]
 
 
+def test_a_dot_reads_memory_even_when_its_operand_is_already_fused():
+  def f(b, x, w):
+    a = b.abs(x)                       # duplicated into the add first, then read by the dot
+    return b.add(a, b.dot(a, w, (1,), (0,)))
+  _, m = optimized(module(f, S("f32", 1, 3), S("f32", 3, 3)))   # (checks fusion.check)
+  assert sorted(k.attrs["kind"] for k in kernels(m)) == ["kLoop", "kOutput"]  # abs in memory
+
+
 def test_kernel_counts_are_what_the_tests_claim():
   """The counting helpers see unfused kernels (guards the tests above against vacuity)."""
   m = module(softmax, S("f32", 4, 8))
@@ -279,6 +287,30 @@ def test_fusion_inside_while_bodies_but_not_across_the_loop():
 # ---------------------------------------------------------------------------------------------
 # multi-output fusion
 # ---------------------------------------------------------------------------------------------
+
+def mixing_rounds(b, x, y, rounds):
+  """threefry-like: every value is read twice, by the next round and by its mixing."""
+  for r in range(rounds):
+    x = b.add(x, y)
+    rot = b.full(13 + r % 7, y.shape)
+    y = b.or_(b.shift_left(y, rot), b.shift_right_logical(y, b.subtract(b.full(32, y.shape), rot)))
+    y = b.xor(y, x)
+  return b.tuple([x, y])
+
+
+@pytest.mark.parametrize("rounds", [10, 40])
+def test_duplicated_producers_are_copied_once_per_fusion(rounds):
+  """Cheap producers read twice are duplicated, but each fusion holds one copy of each, so the
+  fused code grows with the program, not with the number of paths through it."""
+  m = module(lambda b, x, y: mixing_rounds(b, x, y, rounds), S("u32", 64), S("u32", 64))
+  _, m1 = optimized(m.clone(), ("fusion",))
+  assert len(kernels(m1)) == 2    # one per output, each with one copy of what it needs
+  assert count_ops(m1, "add") <= 2 * rounds
+  _, m = optimized(m)
+  (k,) = kernels(m)   # the two outputs' fusions, merged as siblings (and their copies deduped)
+  assert count_ops(m, "add") == rounds
+  assert count_ops(m, "xor") == rounds
+
 
 def test_sibling_reductions_read_their_input_once():
   def f(b, x):

@@ -52,6 +52,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Computation, Instruction, Module
 
@@ -365,10 +367,16 @@ def _remove_parameter(fusion: Instruction, k: int) -> None:
     old.users.remove(fusion)
 
 
-def fuse_into(comp: Computation, fusion: Instruction, producer: Instruction) -> None:
+def fuse_into(comp: Computation, fusion: Instruction, producer: Instruction,
+              inner: dict | None = None) -> None:
   """Clone ``producer`` (an instruction, or a fusion whose computation is inlined) into
   ``fusion`` in place of the parameter it feeds; the producer stays in ``comp`` while other
-  users need it."""
+  users need it. ``inner`` maps top-level instructions already cloned into ``fusion`` to their
+  clones (updated here): a later producer reading one of them reads the clone, instead of a new
+  parameter that would bring a second copy in."""
+  inner = {} if inner is None else inner
+  # (a dot or convolution reads its operands from memory: never from a clone)
+  contraction = producer.opcode in CONTRACTION_OPS or _kind(producer) == "kOutput"
   fc = fusion.attrs["calls"]
   k = fusion.operands.index(producer)
   param = fc.parameters[k]
@@ -376,7 +384,12 @@ def fuse_into(comp: Computation, fusion: Instruction, producer: Instruction) -> 
   b = Builder.into(fc, before=anchor)
   outer = {o: fc.parameters[n] for n, o in enumerate(fusion.operands)}
 
+  reused = []
+
   def param_for(o):
+    if o in inner and not contraction:
+      reused.append(o)
+      return inner[o]
     p = outer.get(o)
     if p is None:
       p = b.parameter(o.shape, name="param", number=len(fc.parameters))
@@ -401,11 +414,54 @@ def fuse_into(comp: Computation, fusion: Instruction, producer: Instruction) -> 
   else:
     value = clone_into(b, producer, [param_for(o) for o in producer.operands])
   fc.replace_all_uses(param, value)
+  inner[producer] = value
   _remove_parameter(fusion, k)
-  if not producer.users and producer is not comp.root:
-    comp.remove(producer)
-    if producer.opcode == "fusion":
-      comp.module.remove_computation(producer.attrs["calls"])
+  if reused:  # an earlier clone may sit below the new ones that read it
+    fc.topological_sort()
+  if producer.opcode == "fusion":
+    dedupe(fc)
+  _remove_dead(comp, producer)
+
+
+def _remove_dead(comp: Computation, instr: Instruction) -> None:
+  """Remove ``instr`` if nothing uses it any more, and then its operands that died with it."""
+  stack = [instr]
+  while stack:
+    i = stack.pop()
+    if i.parent is not comp or i.users or i is comp.root or i.opcode == "parameter":
+      continue
+    comp.remove(i)
+    if i.opcode == "fusion":
+      comp.module.remove_computation(i.attrs["calls"])
+    stack.extend(set(i.operands))
+
+
+def _attr_key(v):
+  if isinstance(v, np.ndarray):
+    return ("array", v.dtype.str, v.shape, v.tobytes())
+  if isinstance(v, Computation):
+    return ("computation", id(v))
+  if isinstance(v, (list, tuple)):
+    return tuple(_attr_key(x) for x in v)
+  return v
+
+
+def dedupe(comp: Computation) -> int:
+  """Merge identical instructions of a fused computation (copies of one cheap producer that
+  several fusions brought in before they were combined); returns how many went."""
+  seen, n = {}, 0
+  for i in list(comp.instructions):
+    if i.opcode == "parameter":
+      continue
+    key = (i.opcode, i.shape, tuple(map(id, i.operands)),
+           tuple(sorted((k, _attr_key(v)) for k, v in i.attrs.items())))
+    j = seen.setdefault(key, i)
+    if j is not i:
+      comp.replace_all_uses(i, j)
+      if i is not comp.root:
+        comp.remove(i)
+      n += 1
+  return n
 
 
 def remove_unreachable_computations(module: Module) -> None:
@@ -513,6 +569,7 @@ class _Fuser:
     self.module, self.comp = module, comp
     self.noted = set()
     self.origin: dict[Instruction, str] = {}   # fusion -> the consumer it was made from
+    self.inner: dict[Instruction, dict] = {}   # fusion -> {top-level instr: its clone inside}
 
   def note(self, text: str) -> None:
     if text not in self.noted:
@@ -544,7 +601,7 @@ class _Fuser:
           self.origin[target] = name
         if P.opcode in CONTRACTION_OPS or _kind(P) == "kOutput":
           target.attrs["kind"] = "kOutput"
-        fuse_into(self.comp, target, P)
+        fuse_into(self.comp, target, P, self.inner.setdefault(target, {}))
         progress = changed = True
         break
     return changed

@@ -276,6 +276,7 @@ class _Merger:
       roots[f] = [get(o) for o in r.operands] if r.opcode == "tuple" else get(r)
     values = [port(f, k) for f, k in outs]
     fused = b.build(values[0] if len(values) == 1 else b.tuple(values))
+    fz.dedupe(fused)
     kind = "kInput" if any(f.attrs["kind"] == "kInput" for f in members) else "kLoop"
     first, last = members[0], members[-1]
     # What reads the first member's results between the two members must move after the
