@@ -261,10 +261,11 @@ def test_python_scalars_are_weak(dt):
 
 
 def test_python_int_overflow():
+  # as JAX: a Python int must fit the default int dtype; it then wraps into a narrower one
+  assert np.asarray(jnp.add(np.ones(2, np.int8), 300)).tolist() == [45, 45]
+  assert np.asarray(jnp.add(np.ones(2, np.uint8), -1)).tolist() == [0, 0]
   with pytest.raises(OverflowError):
-    jnp.add(np.ones(2, np.int8), 300)
-  with pytest.raises(OverflowError):
-    jnp.add(np.ones(2, np.uint8), -1)
+    jnp.add(np.ones(2, np.int8), 2 ** 31)
 
 
 def test_x64_dtypes(x64):
@@ -291,7 +292,7 @@ def test_lists_rejected():
 
 
 def test_broadcast_error_names_op_and_shapes():
-  with pytest.raises(ValueError, match=r"add.*\(2, ?3\).*\(4,\)|add.*\(4,\).*\(2, ?3\)"):
+  with pytest.raises(TypeError, match=r"add.*\(2, ?3\).*\(4,\)|add.*\(4,\).*\(2, ?3\)"):
     jnp.add(np.ones((2, 3)), np.ones(4))
 
 

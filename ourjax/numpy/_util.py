@@ -33,13 +33,14 @@ def _as_operand(x):
 
 
 def _check_int_range(args, dt):
-  """A Python int that the promoted integer dtype cannot hold is an OverflowError (as in JAX:
-  ``int8_array + 300`` does not wrap silently)."""
+  """A Python int must fit the default integer dtype (int32, or int64 with x64: an
+  OverflowError otherwise); converted to a narrower promoted dtype it wraps, as in JAX
+  (``int8_array + 300`` adds 44)."""
   if dtypes.is_integer(dt):
-    info = np.iinfo(dt)
+    info = np.iinfo(dtypes.default_int_dtype())
     for a in args:
       if type(a) is int and not info.min <= a <= info.max:
-        raise OverflowError(f"Python int {a} too large to convert to {np.dtype(dt).name}")
+        raise OverflowError(f"Python int {a} too large to convert to {info.dtype.name}")
 
 
 def promote_dtypes(*args):
@@ -84,7 +85,12 @@ def promote_shapes(fun_name: str, *args):
   nonscalar = [s for s in shapes if len(s)]
   if not nonscalar or len(set(nonscalar)) == 1 and len(nonscalar) == len(shapes):
     return list(args)
-  result = broadcast_shapes(*shapes, fun_name=fun_name)
+  try:
+    result = tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+  except ValueError:
+    # as JAX, whose lax op rejects the shapes after rank promotion: a TypeError
+    raise TypeError(f"{fun_name} got incompatible shapes for broadcasting: "
+                    f"{', '.join(str(tuple(s)) for s in shapes)}.") from None
   return [a if len(s) == 0 or tuple(s) == result else _broadcast_to(a, result)
           for a, s in zip(args, shapes)]
 

@@ -1,0 +1,1922 @@
+#!/usr/bin/env python
+"""Differential compatibility audit: the same small programs run with real JAX and with ourjax.
+
+Every case is written once against the module-level names ``jax``, ``jnp``, ``lax`` (and
+``np``, which is NumPy on both sides); ``setup(side)`` binds them to JAX or to ourjax.
+
+    /work/benchvenv/bin/python tools/jaxdiff.py --side jax    --out /tmp/jax.pkl
+    .venv/bin/python          tools/jaxdiff.py --side ourjax --out /tmp/ours.pkl
+    .venv/bin/python          tools/jaxdiff.py --compare /tmp/jax.pkl /tmp/ours.pkl
+
+``--both`` runs the two sides (the JAX side with ``--jax-python``) and compares.
+``-k SUBSTR`` keeps only the cases whose name contains SUBSTR.
+
+Each case runs in its own try/except: a result is normalised to plain data (arrays become
+(dtype, shape, weak_type, NumPy value); containers keep their type; exceptions become their type
+name, base classes and message), so one failing case never stops the others.  The comparison
+reports differences in value (tolerance), dtype, shape, weak_type, pytree structure, Python type
+and exception type.  An exception of a different type that is a subclass of JAX's (so that
+``except JaxType`` still catches it) is reported apart, as a soft difference.
+
+This script is a tool: ourjax never imports it, and the test suite does not run it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import math
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+jax = jnp = lax = None   # bound by setup()
+SIDE = None
+
+CASES: list[tuple[str, callable]] = []
+
+
+def C(name, fn):
+  CASES.append((name, fn))
+
+
+def case(name):
+  def deco(fn):
+    C(name, fn)
+    return fn
+  return deco
+
+
+def setup(side):
+  global jax, jnp, lax, SIDE
+  SIDE = side
+  if side == "jax":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax as _jax
+    import jax.numpy as _jnp
+    from jax import lax as _lax
+    import jax.nn, jax.random, jax.tree_util, jax.errors  # noqa: F401,E401
+  else:
+    sys.path.insert(0, ROOT)
+    import ourjax as _jax
+    import ourjax.numpy as _jnp
+    from ourjax import lax as _lax
+  jax, jnp, lax = _jax, _jnp, _lax
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation of results.
+
+def _is_array(x):
+  return (hasattr(x, "dtype") and hasattr(x, "shape") and hasattr(x, "__array__")
+          and not isinstance(x, (np.ndarray, np.generic)))
+
+
+def _np_value(a):
+  v = np.asarray(a)
+  if v.dtype.kind == "V" or v.dtype.name in ("bfloat16",) or v.dtype.name.startswith("float8"):
+    v = v.astype(np.float32)
+  return v
+
+
+def norm(x, depth=0):
+  if depth > 20:
+    return ("other", type(x).__name__, "<deep>")
+  if x is None:
+    return ("none",)
+  if isinstance(x, bool):
+    return ("py", "bool", x)
+  if isinstance(x, int):
+    return ("py", "int", x)
+  if isinstance(x, float):
+    return ("py", "float", x)
+  if isinstance(x, complex):
+    return ("py", "complex", x)
+  if isinstance(x, str):
+    return ("py", "str", x)
+  if isinstance(x, np.dtype):
+    return ("dtype", str(x))
+  if isinstance(x, type):
+    return ("type", x.__name__)
+  if isinstance(x, np.ndarray):
+    return ("ndarray", str(x.dtype), tuple(x.shape), _np_value(x))
+  if isinstance(x, np.generic):
+    return ("npscalar", type(x).__name__, str(x.dtype), _np_value(x))
+  if _is_array(x):
+    dt = str(x.dtype)
+    try:
+      r = repr(x)
+    except Exception as e:  # noqa: BLE001
+      r = f"<repr failed: {type(e).__name__}>"
+    weak = "weak_type=True" in r
+    if "key<" in dt:
+      return ("keyarray", dt, tuple(x.shape), None)
+    try:
+      v = _np_value(x)
+    except Exception as e:  # noqa: BLE001
+      v = f"<asarray failed: {type(e).__name__}: {e}>"
+    return ("array", dt, tuple(x.shape), weak, v)
+  if isinstance(x, tuple) and hasattr(x, "_fields"):
+    return ("namedtuple", type(x).__name__, tuple(x._fields),
+            [norm(v, depth + 1) for v in x])
+  if isinstance(x, (tuple, list)):
+    return (type(x).__name__ if type(x) in (tuple, list) else "seq:" + type(x).__name__,
+            [norm(v, depth + 1) for v in x])
+  if isinstance(x, dict):
+    keys = list(x.keys())
+    try:
+      keys = sorted(keys)
+    except TypeError:
+      pass
+    return ("dict", [repr(k) for k in keys], [norm(x[k], depth + 1) for k in keys])
+  return ("other", type(x).__name__, str(x)[:300])
+
+
+def norm_exc(e):
+  mro = [c.__name__ for c in type(e).__mro__]
+  msg = str(e).strip().splitlines()
+  return ("exc", type(e).__name__, mro, (msg[0] if msg else "")[:300])
+
+
+class _Timeout(Exception):
+  pass
+
+
+def _alarm(signum, frame):
+  raise _Timeout("case took too long")
+
+
+def run_side(side, out, filt=None, verbose=False):
+  setup(side)
+  import warnings
+  warnings.simplefilter("ignore")
+  results = collections.OrderedDict()
+  signal.signal(signal.SIGALRM, _alarm)
+  for name, fn in CASES:
+    if filt and not any(f in name for f in filt):
+      continue
+    signal.alarm(60)
+    try:
+      r = norm(fn())
+    except _Timeout as e:
+      r = ("exc", "Timeout", ["Timeout"], str(e))
+    except BaseException as e:  # noqa: BLE001
+      if isinstance(e, KeyboardInterrupt):
+        raise
+      r = norm_exc(e)
+      if verbose:
+        traceback.print_exc()
+    finally:
+      signal.alarm(0)
+    results[name] = r
+  with open(out, "wb") as f:
+    pickle.dump({"side": side, "results": results}, f)
+  print(f"{side}: {len(results)} cases -> {out}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison.
+
+def _tol(dt):
+  if dt in ("float16", "bfloat16") or dt.startswith("float8"):
+    return 1e-2, 1e-2
+  if dt in ("complex64", "float32"):
+    return 2e-5, 1e-5
+  return 1e-7, 1e-9
+
+
+def _values_close(a, b, dt):
+  if isinstance(a, str) or isinstance(b, str):
+    return a == b
+  a, b = np.asarray(a), np.asarray(b)
+  if a.shape != b.shape:
+    return False
+  if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+    rtol, atol = _tol(dt)
+    try:
+      return bool(np.allclose(a.astype(np.complex128), b.astype(np.complex128), rtol=rtol,
+                              atol=atol, equal_nan=True))
+    except Exception:  # noqa: BLE001
+      return False
+  if a.dtype.kind == "V" or b.dtype.kind == "V":
+    return a.shape == b.shape
+  return bool(np.array_equal(a, b))
+
+
+def _show(v):
+  if isinstance(v, np.ndarray):
+    s = np.array2string(v, threshold=12, precision=6)
+    return s.replace("\n", " ")
+  return repr(v)
+
+
+def diff(j, o, path="$"):
+  """A list of (kind, message) differences between normalised values j (JAX) and o (ours)."""
+  if j[0] == "exc" or o[0] == "exc":
+    if j[0] == "exc" and o[0] == "exc":
+      if j[1] == o[1]:
+        return []
+      if j[1] in o[2]:
+        return [("soft-exc", f"{path}: exception {o[1]} (a {j[1]}) where JAX raises {j[1]}: "
+                             f"jax: {j[3]!r} | ours: {o[3]!r}")]
+      return [("exc", f"{path}: exception type {o[1]} where JAX raises {j[1]}: "
+                      f"jax: {j[3]!r} | ours: {o[3]!r}")]
+    if j[0] == "exc":
+      return [("exc", f"{path}: JAX raises {j[1]}: {j[3]!r}; ours returns {_brief(o)}")]
+    return [("exc", f"{path}: ours raises {o[1]}: {o[3]!r}; JAX returns {_brief(j)}")]
+  if j[0] != o[0]:
+    return [("kind", f"{path}: JAX gives {_brief(j)}, ours {_brief(o)}")]
+  k = j[0]
+  out = []
+  if k == "array":
+    _, jdt, jsh, jw, jv = j
+    _, odt, osh, ow, ov = o
+    if jdt != odt:
+      out.append(("dtype", f"{path}: dtype {odt}, JAX {jdt}"))
+    if jsh != osh:
+      out.append(("shape", f"{path}: shape {osh}, JAX {jsh}"))
+    if jw != ow:
+      out.append(("weak", f"{path}: weak_type {ow}, JAX {jw}"))
+    if jsh == osh and not _values_close(jv, ov, jdt):
+      out.append(("value", f"{path}: value {_show(ov)}, JAX {_show(jv)}"))
+    return out
+  if k == "ndarray":
+    if j[1] != o[1]:
+      out.append(("dtype", f"{path}: numpy dtype {o[1]}, JAX {j[1]}"))
+    if j[2] != o[2]:
+      out.append(("shape", f"{path}: numpy shape {o[2]}, JAX {j[2]}"))
+    elif not _values_close(j[3], o[3], j[1]):
+      out.append(("value", f"{path}: value {_show(o[3])}, JAX {_show(j[3])}"))
+    return out
+  if k == "npscalar":
+    if j[1] != o[1] or j[2] != o[2]:
+      out.append(("dtype", f"{path}: numpy scalar {o[1]}/{o[2]}, JAX {j[1]}/{j[2]}"))
+    elif not _values_close(j[3], o[3], j[2]):
+      out.append(("value", f"{path}: value {_show(o[3])}, JAX {_show(j[3])}"))
+    return out
+  if k == "py":
+    if j[1] != o[1]:
+      return [("pytype", f"{path}: Python {o[1]} {o[2]!r}, JAX {j[1]} {j[2]!r}")]
+    if j[1] == "str":
+      if j[2] != o[2]:
+        return [("text", f"{path}: text differs:\n--- JAX\n{j[2]}\n--- ours\n{o[2]}")]
+      return []
+    if j[1] == "float" and _values_close(j[2], o[2], "float64"):
+      return []
+    if j[1] == "complex" and _values_close(j[2], o[2], "complex128"):
+      return []
+    if j[2] != o[2]:
+      return [("value", f"{path}: {o[2]!r}, JAX {j[2]!r}")]
+    return []
+  if k in ("dtype", "type", "none"):
+    return [] if j == o else [("value", f"{path}: {o[1:]}, JAX {j[1:]}")]
+  if k == "keyarray":
+    return [] if j[1:3] == o[1:3] else [("dtype", f"{path}: key array {o[1:3]}, JAX {j[1:3]}")]
+  if k in ("tuple", "list") or k.startswith("seq:"):
+    if len(j[1]) != len(o[1]):
+      return [("tree", f"{path}: {k} of length {len(o[1])}, JAX {len(j[1])}")]
+    for i, (a, b) in enumerate(zip(j[1], o[1])):
+      out += diff(a, b, f"{path}[{i}]")
+    return out
+  if k == "namedtuple":
+    if j[1:3] != o[1:3]:
+      return [("tree", f"{path}: namedtuple {o[1:3]}, JAX {j[1:3]}")]
+    for i, (a, b) in enumerate(zip(j[3], o[3])):
+      out += diff(a, b, f"{path}.{j[2][i]}")
+    return out
+  if k == "dict":
+    if j[1] != o[1]:
+      return [("tree", f"{path}: dict keys {o[1]}, JAX {j[1]}")]
+    for key, a, b in zip(j[1], j[2], o[2]):
+      out += diff(a, b, f"{path}[{key}]")
+    return out
+  if k == "other":
+    if j[1] != o[1] or j[2] != o[2]:
+      return [("other", f"{path}: {o[1]} {o[2]!r}, JAX {j[1]} {j[2]!r}")]
+    return []
+  return [] if j == o else [("other", f"{path}: {o}, JAX {j}")]
+
+
+def _brief(v):
+  if v[0] == "array":
+    return f"Array({v[1]}{list(v[2])}{', weak' if v[3] else ''})"
+  if v[0] == "exc":
+    return f"{v[1]}: {v[3]!r}"
+  if v[0] == "py":
+    return f"{v[1]} {v[2]!r}"
+  s = repr(v)
+  return s if len(s) < 120 else s[:117] + "..."
+
+
+def compare(jpath, opath, show_soft=True):
+  with open(jpath, "rb") as f:
+    J = pickle.load(f)["results"]
+  with open(opath, "rb") as f:
+    O = pickle.load(f)["results"]
+  names = [n for n in J if n in O]
+  n_match = n_soft = 0
+  by_group = collections.Counter()
+  kinds = collections.Counter()
+  lines = []
+  soft_lines = []
+  for n in names:
+    d = diff(J[n], O[n])
+    hard = [x for x in d if x[0] != "soft-exc"]
+    soft = [x for x in d if x[0] == "soft-exc"]
+    if not hard:
+      n_match += 1
+      if soft:
+        n_soft += 1
+        soft_lines.append(f"[{n}]\n  " + "\n  ".join(m for _, m in soft))
+      continue
+    by_group[n.split("/")[0]] += 1
+    for k, _ in hard:
+      kinds[k] += 1
+    lines.append(f"[{n}]\n  " + "\n  ".join(m for _, m in hard))
+  for l in lines:
+    print(l)
+  if show_soft and soft_lines:
+    print("\n=== soft differences (ours raises a subclass of JAX's exception) ===")
+    for l in soft_lines:
+      print(l)
+  missing = [n for n in J if n not in O] + [n for n in O if n not in J]
+  print(f"\n{len(names)} cases compared: {n_match} match ({n_soft} with a subclass exception), "
+        f"{len(names) - n_match} differ" + (f"; {len(missing)} on one side only" if missing
+                                            else ""))
+  if by_group:
+    print("differing by group:", dict(sorted(by_group.items())))
+    print("differences by kind:", dict(sorted(kinds.items())))
+  return len(names) - n_match
+
+
+# =============================================================================================
+# The cases.  Each is a zero-argument callable that uses jax/jnp/lax (bound by setup).
+# =============================================================================================
+
+def a3():
+  return jnp.arange(3)
+
+
+def f3():
+  return jnp.arange(3.0)
+
+
+def m23():
+  return jnp.arange(6.0).reshape(2, 3)
+
+
+def i23():
+  return jnp.arange(6).reshape(2, 3)
+
+
+# ---- creation -------------------------------------------------------------------------------
+G = "create/"
+C(G + "arange_int", lambda: jnp.arange(5))
+C(G + "arange_float", lambda: jnp.arange(5.0))
+C(G + "arange_start_stop_step", lambda: jnp.arange(1, 10, 2))
+C(G + "arange_float_step", lambda: jnp.arange(0, 1, 0.25))
+C(G + "arange_dtype", lambda: jnp.arange(5, dtype=jnp.float32))
+C(G + "arange_dtype_str", lambda: jnp.arange(3, dtype="int16"))
+C(G + "arange_neg_step", lambda: jnp.arange(5, 0, -1))
+C(G + "arange_empty", lambda: jnp.arange(5, 2))
+C(G + "arange_np_int", lambda: jnp.arange(np.int64(4)))
+C(G + "linspace", lambda: jnp.linspace(0, 1, 5))
+C(G + "linspace_noend", lambda: jnp.linspace(0, 1, 5, endpoint=False))
+C(G + "linspace_int_dtype", lambda: jnp.linspace(0, 10, 5, dtype=jnp.int32))
+C(G + "linspace_retstep", lambda: jnp.linspace(0, 1, 5, retstep=True))
+C(G + "linspace_num1", lambda: jnp.linspace(2, 3, 1))
+C(G + "logspace", lambda: jnp.logspace(0, 2, 3))
+C(G + "eye", lambda: jnp.eye(3))
+C(G + "eye_rect_k", lambda: jnp.eye(3, 4, k=1))
+C(G + "eye_bool", lambda: jnp.eye(2, dtype=bool))
+C(G + "identity", lambda: jnp.identity(2, dtype=jnp.int8))
+C(G + "full_int", lambda: jnp.full((2,), 3))
+C(G + "full_float", lambda: jnp.full((2,), 3.0))
+C(G + "full_bool", lambda: jnp.full((2,), True))
+C(G + "full_dtype", lambda: jnp.full((2,), 3, dtype=jnp.float16))
+C(G + "full_strong_scalar", lambda: jnp.full((2, 2), jnp.float16(2)))
+C(G + "full_array_fill", lambda: jnp.full((2, 3), jnp.arange(3)))
+C(G + "zeros", lambda: jnp.zeros(3))
+C(G + "zeros_tuple_dtype", lambda: jnp.zeros((2, 3), jnp.int8))
+C(G + "zeros_scalar_shape", lambda: jnp.zeros(()))
+C(G + "ones_bool", lambda: jnp.ones(2, bool))
+C(G + "ones_int_builtin", lambda: jnp.ones(2, int))
+C(G + "ones_float_builtin", lambda: jnp.ones(2, float))
+C(G + "empty", lambda: jnp.empty(2).shape)
+C(G + "zeros_like_int", lambda: jnp.zeros_like(a3()))
+C(G + "ones_like_dtype", lambda: jnp.ones_like(a3(), dtype=jnp.float16))
+C(G + "full_like_int_fill_float", lambda: jnp.full_like(a3(), 2.5))
+C(G + "zeros_like_scalar", lambda: jnp.zeros_like(3.0))
+C(G + "zeros_like_pyint", lambda: jnp.zeros_like(3))
+C(G + "array_mixed_scalars", lambda: jnp.array([1, 2.0]))
+C(G + "array_int_bool", lambda: jnp.array([1, True]))
+C(G + "array_complex", lambda: jnp.array([1, 2j]))
+C(G + "array_int", lambda: jnp.array(3))
+C(G + "array_float", lambda: jnp.array(3.0))
+C(G + "array_bool", lambda: jnp.array(True))
+C(G + "array_nested_dtype", lambda: jnp.array([[1, 2], [3, 4]], dtype=jnp.float16))
+C(G + "array_empty", lambda: jnp.array([]))
+C(G + "asarray_f64", lambda: jnp.asarray(np.arange(3.0)))
+C(G + "asarray_i64", lambda: jnp.asarray(np.arange(3)))
+C(G + "array_np_int64_scalar", lambda: jnp.array(np.int64(5)))
+C(G + "array_np_float32_list", lambda: jnp.array([np.float32(1), 2]))
+C(G + "array_of_arrays", lambda: jnp.array([jnp.int8(1), jnp.int8(2)]))
+C(G + "array_of_jnp_arrays_mixed", lambda: jnp.array([jnp.arange(2), jnp.ones(2)]))
+C(G + "asarray_weak_pyfloat", lambda: jnp.asarray(2.0))
+C(G + "array_tuple", lambda: jnp.array((1, 2, 3)))
+C(G + "array_big_int", lambda: jnp.array(2 ** 31))
+C(G + "array_copy_false", lambda: jnp.array(a3(), copy=False))
+C(G + "array_ndmin", lambda: jnp.array(1.0, ndmin=2))
+C(G + "tri", lambda: jnp.tri(3, k=-1))
+C(G + "tril", lambda: jnp.tril(jnp.ones((3, 3))))
+C(G + "triu_k", lambda: jnp.triu(jnp.ones((3, 3), int), k=1))
+C(G + "diag_vec", lambda: jnp.diag(jnp.arange(3)))
+C(G + "diag_mat_k", lambda: jnp.diag(jnp.arange(9).reshape(3, 3), k=1))
+C(G + "meshgrid", lambda: jnp.meshgrid(jnp.arange(2), jnp.arange(3.0)))
+C(G + "meshgrid_ij", lambda: jnp.meshgrid(jnp.arange(2), jnp.arange(3), indexing="ij"))
+C(G + "indices", lambda: jnp.indices((2, 3)))
+C(G + "scalar_type_float32", lambda: jnp.float32(3))
+C(G + "scalar_type_int32_from_float", lambda: jnp.int32(2.7))
+C(G + "scalar_type_bool", lambda: jnp.bool_(1))
+C(G + "scalar_type_bf16", lambda: jnp.bfloat16(1.5))
+C(G + "scalar_type_list", lambda: jnp.float32([1, 2]))
+C(G + "astype_int_to_float", lambda: a3().astype(jnp.float32))
+C(G + "astype_float_to_int_neg", lambda: jnp.array([-1.7, 1.7]).astype(jnp.int32))
+C(G + "astype_float_to_bool", lambda: jnp.array([0.0, 0.5]).astype(bool))
+C(G + "astype_bool_to_int", lambda: jnp.array([True, False]).astype(int))
+C(G + "astype_bf16", lambda: jnp.array([1.0, 1.001]).astype(jnp.bfloat16))
+C(G + "astype_weak_keeps", lambda: jnp.asarray(2.0).astype(jnp.float32))
+C(G + "astype_float64_nox64", lambda: a3().astype(jnp.float64))
+C(G + "astype_complex_to_float", lambda: jnp.array([1 + 2j]).astype(jnp.float32))
+C(G + "jnp_astype_fn", lambda: jnp.astype(a3(), jnp.uint8))
+C(G + "copy", lambda: jnp.copy(f3()))
+C(G + "fromfunction", lambda: jnp.fromfunction(lambda i, j: i + j, (2, 2)))
+
+# ---- promotion and weak types ------------------------------------------------------------------
+G = "promote/"
+C(G + "i32_plus_int", lambda: a3() + 1)
+C(G + "i32_plus_float", lambda: a3() + 1.0)
+C(G + "float_times_i32", lambda: 1.0 * a3())
+C(G + "i32_times_bool", lambda: a3() * True)
+C(G + "f16_plus_float", lambda: jnp.ones(2, jnp.float16) + 1.0)
+C(G + "f16_plus_f32", lambda: jnp.ones(2, jnp.float16) + jnp.ones(2))
+C(G + "bf16_plus_f16", lambda: jnp.ones(2, jnp.bfloat16) + jnp.ones(2, jnp.float16))
+C(G + "i8_plus_u8", lambda: jnp.ones(2, jnp.int8) + jnp.ones(2, jnp.uint8))
+C(G + "i8_plus_i32", lambda: jnp.ones(2, jnp.int8) + jnp.ones(2, jnp.int32))
+C(G + "u32_plus_i32", lambda: jnp.ones(2, jnp.uint32) + jnp.ones(2, jnp.int32))
+C(G + "u8_plus_int", lambda: jnp.ones(2, jnp.uint8) + 3)
+C(G + "i8_plus_f16", lambda: jnp.ones(2, jnp.int8) + jnp.ones(2, jnp.float16))
+C(G + "f16_scalar_plus_int", lambda: jnp.float16(1) + 1)
+C(G + "f32_scalar_plus_float", lambda: jnp.float32(1) + 1.5)
+C(G + "i8_scalar_plus_big_int", lambda: jnp.int8(1) + 1000)
+C(G + "u8_minus_neg", lambda: jnp.uint8(3) + (-1))
+C(G + "bool_plus_bool", lambda: jnp.array([True, False]) + jnp.array([True, True]))
+C(G + "bool_times_int", lambda: jnp.array([True, False]) * 3)
+C(G + "bool_plus_float", lambda: jnp.array([True, False]) + 1.5)
+C(G + "bool_sub_bool", lambda: jnp.subtract(jnp.array([True]), jnp.array([True])))
+C(G + "bool_neg", lambda: -jnp.array([True, False]))
+C(G + "bool_invert", lambda: ~jnp.array([True, False]))
+C(G + "weak_plus_weak", lambda: jnp.asarray(1.0) + 2)
+C(G + "weak_int_plus_weak_float", lambda: jnp.asarray(1) + 2.0)
+C(G + "i32_plus_np_f32_scalar", lambda: a3() + np.float32(1))
+C(G + "i32_plus_np_f64_array", lambda: a3() + np.array(1.0))
+C(G + "f32_plus_complex", lambda: f3() + 1j)
+C(G + "i32_plus_complex", lambda: a3() + 1j)
+C(G + "f32_plus_jnp_f32_scalar", lambda: jnp.ones(2, jnp.float16) + jnp.float32(1))
+C(G + "result_type_int_float", lambda: jnp.result_type(jnp.int32, 1.0))
+C(G + "result_type_f16_pyint", lambda: jnp.result_type(jnp.float16, 1))
+C(G + "result_type_u8_i8", lambda: jnp.result_type(jnp.uint8, jnp.int8))
+C(G + "promote_types_i32_f16", lambda: jnp.promote_types(jnp.int32, jnp.float16))
+C(G + "promote_types_u64_i64", lambda: jnp.promote_types(jnp.uint64, jnp.int64))
+C(G + "where_int_float", lambda: jnp.where(jnp.array([True, False]), a3()[:2], 2.5))
+C(G + "where_scalars", lambda: jnp.where(jnp.array([True, False]), 1, 2.0))
+C(G + "where_one_arg", lambda: jnp.where(jnp.array([0, 1, 2])))
+C(G + "maximum_int_float", lambda: jnp.maximum(a3(), 1.5))
+C(G + "minimum_weak", lambda: jnp.minimum(2, 3))
+C(G + "add_two_pyscalars", lambda: jnp.add(1, 2))
+C(G + "multiply_pyfloat_int", lambda: jnp.multiply(2.0, 3))
+C(G + "sin_int", lambda: jnp.sin(a3()))
+C(G + "sqrt_int", lambda: jnp.sqrt(jnp.array([4, 9])))
+C(G + "exp_bool", lambda: jnp.exp(jnp.array([True, False])))
+C(G + "sqrt_pyfloat", lambda: jnp.sqrt(4.0))
+C(G + "sqrt_pyint", lambda: jnp.sqrt(4))
+C(G + "floor_int", lambda: jnp.floor(a3()))
+C(G + "ceil_f16", lambda: jnp.ceil(jnp.ones(2, jnp.float16) * 1.5))
+C(G + "round_half_even", lambda: jnp.round(jnp.array([0.5, 1.5, 2.5, -0.5])))
+C(G + "round_decimals", lambda: jnp.round(jnp.array([1.234, 5.678]), 2))
+C(G + "round_int", lambda: jnp.round(a3()))
+C(G + "sign_int", lambda: jnp.sign(jnp.array([-2, 0, 3])))
+C(G + "abs_int8_min", lambda: jnp.abs(jnp.array([-128, 5], jnp.int8)))
+C(G + "neg_uint", lambda: -jnp.array([1, 2], jnp.uint8))
+C(G + "clip_int_float_bounds", lambda: jnp.clip(a3(), 0.5, 1.5))
+C(G + "clip_weak", lambda: jnp.clip(5, 0, 3))
+C(G + "isnan_int", lambda: jnp.isnan(a3()))
+C(G + "logical_and_int", lambda: jnp.logical_and(a3(), 1))
+C(G + "equal_pyscalars", lambda: jnp.equal(1, 1.0))
+C(G + "compare_i32_float", lambda: a3() < 1.5)
+C(G + "true_divide_ints", lambda: a3() / 2)
+C(G + "true_divide_int_arrays", lambda: jnp.divide(a3(), jnp.array([1, 2, 4])))
+C(G + "int_div_weak", lambda: jnp.asarray(7) / 2)
+C(G + "floordiv_pos", lambda: jnp.array([7, -7, 7, -7]) // jnp.array([2, 2, -2, -2]))
+C(G + "floordiv_float", lambda: jnp.array([7.5, -7.5]) // 2)
+C(G + "floordiv_by_zero_int", lambda: jnp.array([7]) // 0)
+C(G + "mod_int", lambda: jnp.array([7, -7, 7, -7]) % jnp.array([3, 3, -3, -3]))
+C(G + "mod_float", lambda: jnp.array([7.5, -7.5]) % 2)
+C(G + "fmod_int", lambda: jnp.fmod(jnp.array([7, -7]), 3))
+C(G + "remainder_float_neg", lambda: jnp.remainder(-1.0, 3.0))
+C(G + "divmod", lambda: jnp.divmod(jnp.array([7, -7]), 2))
+C(G + "pow_int_2", lambda: a3() ** 2)
+C(G + "pow_int_neg", lambda: jnp.array([1, 2]) ** -1)
+C(G + "pow_int_float", lambda: a3() ** 2.0)
+C(G + "pow_float_int_arr", lambda: f3() ** a3())
+C(G + "pow_int_int_arr", lambda: jnp.array([2, 3]) ** jnp.array([3, 2]))
+C(G + "pow_int_neg_arr", lambda: jnp.array([2, 3]) ** jnp.array([-1, 0]))
+C(G + "rpow_int", lambda: 2 ** a3())
+C(G + "rpow_float", lambda: 2.0 ** a3())
+C(G + "power_fn_scalars", lambda: jnp.power(2, 3))
+C(G + "pow_sqrt", lambda: f3() ** 0.5)
+C(G + "f32_scalar_pow", lambda: jnp.float32(2) ** 2)
+C(G + "pow_bool", lambda: jnp.array([True]) ** 2)
+C(G + "bitand", lambda: a3() & 3)
+C(G + "bitor_bool", lambda: jnp.array([True, False]) | jnp.array([False, False]))
+C(G + "invert_int", lambda: ~a3())
+C(G + "left_shift", lambda: jnp.left_shift(a3(), 2))
+C(G + "right_shift_neg", lambda: jnp.right_shift(jnp.array([-8]), 1))
+C(G + "shift_overflow", lambda: jnp.left_shift(jnp.int32(1), 40))
+C(G + "xor_float_err", lambda: f3() ^ 1)
+C(G + "int_mul_overflow", lambda: jnp.array([2 ** 30], jnp.int32) * 4)
+C(G + "float_int_cast_nan", lambda: jnp.isnan(jnp.array([jnp.nan])).astype(int))
+C(G + "heaviside", lambda: jnp.heaviside(jnp.array([-1.0, 0.0, 2.0]), 0.5))
+C(G + "hypot_int", lambda: jnp.hypot(3, 4))
+C(G + "arctan2_int", lambda: jnp.arctan2(a3(), 2))
+C(G + "float_power_int", lambda: jnp.float_power(2, 3))
+C(G + "logaddexp", lambda: jnp.logaddexp(1.0, 2.0))
+C(G + "nan_to_num", lambda: jnp.nan_to_num(jnp.array([jnp.nan, jnp.inf, -jnp.inf])))
+C(G + "isclose", lambda: jnp.isclose(jnp.array([1.0, 1.1]), 1.0))
+C(G + "allclose_pybool", lambda: jnp.allclose(f3(), f3()))
+C(G + "array_equal", lambda: jnp.array_equal(a3(), jnp.arange(3.0)))
+C(G + "conj_real", lambda: jnp.conj(a3()))
+C(G + "real_imag", lambda: (jnp.real(jnp.array([1 + 2j])), jnp.imag(f3())))
+C(G + "signbit", lambda: jnp.signbit(jnp.array([-0.0, 0.0, -1.0])))
+C(G + "reciprocal_int", lambda: jnp.reciprocal(jnp.array([1, 2])))
+C(G + "square_weak", lambda: jnp.square(3))
+C(G + "log1p_f16", lambda: jnp.log1p(jnp.ones(2, jnp.float16)))
+C(G + "exp2_int", lambda: jnp.exp2(a3()))
+C(G + "cbrt", lambda: jnp.cbrt(jnp.array([-8.0, 27.0])))
+C(G + "sinc", lambda: jnp.sinc(jnp.array([0.0, 0.5])))
+C(G + "deg2rad_int", lambda: jnp.deg2rad(180))
+C(G + "gcd_lcm", lambda: (jnp.gcd(12, 18), jnp.lcm(jnp.array([4, 6]), 10)))
+
+# ---- reductions -----------------------------------------------------------------------------
+G = "reduce/"
+C(G + "sum_all", lambda: jnp.sum(m23()))
+C(G + "sum_axis0", lambda: jnp.sum(m23(), axis=0))
+C(G + "sum_axis_neg", lambda: jnp.sum(m23(), axis=-1))
+C(G + "sum_axis_tuple", lambda: jnp.sum(m23(), axis=(0, 1)))
+C(G + "sum_keepdims", lambda: jnp.sum(m23(), axis=1, keepdims=True))
+C(G + "sum_where", lambda: jnp.sum(m23(), where=m23() > 2))
+C(G + "sum_initial", lambda: jnp.sum(m23(), initial=10.0))
+C(G + "sum_int", lambda: jnp.sum(i23()))
+C(G + "sum_bool", lambda: jnp.sum(jnp.array([True, True, False])))
+C(G + "sum_int8", lambda: jnp.sum(jnp.ones(3, jnp.int8)))
+C(G + "sum_uint8", lambda: jnp.sum(jnp.ones(3, jnp.uint8)))
+C(G + "sum_f16", lambda: jnp.sum(jnp.ones(3, jnp.float16)))
+C(G + "sum_dtype", lambda: jnp.sum(a3(), dtype=jnp.float32))
+C(G + "sum_weak", lambda: jnp.sum(jnp.asarray(2.0)))
+C(G + "sum_pyint", lambda: jnp.sum(3))
+C(G + "sum_list", lambda: jnp.sum([1, 2, 3]))
+C(G + "sum_empty", lambda: jnp.sum(jnp.zeros((0,))))
+C(G + "prod_uint8", lambda: jnp.prod(jnp.array([2, 3], jnp.uint8)))
+C(G + "prod_axis", lambda: jnp.prod(i23() + 1, axis=1))
+C(G + "mean_int", lambda: jnp.mean(a3()))
+C(G + "mean_bool", lambda: jnp.mean(jnp.array([True, False, True])))
+C(G + "mean_f16", lambda: jnp.mean(jnp.ones(3, jnp.float16)))
+C(G + "mean_axis_keepdims", lambda: jnp.mean(m23(), axis=0, keepdims=True))
+C(G + "mean_where", lambda: jnp.mean(m23(), where=m23() > 1))
+C(G + "mean_empty", lambda: jnp.mean(jnp.zeros((0,))))
+C(G + "mean_dtype", lambda: jnp.mean(a3(), dtype=jnp.float16))
+C(G + "mean_weak", lambda: jnp.mean(jnp.asarray(2.0)))
+C(G + "var_int", lambda: jnp.var(a3()))
+C(G + "var_ddof", lambda: jnp.var(m23(), ddof=1))
+C(G + "var_axis", lambda: jnp.var(m23(), axis=1))
+C(G + "std_bool", lambda: jnp.std(jnp.array([True, False])))
+C(G + "std_ddof_axis", lambda: jnp.std(m23(), axis=0, ddof=1))
+C(G + "var_complex", lambda: jnp.var(jnp.array([1 + 1j, 2 - 1j])))
+C(G + "max_keepdims", lambda: jnp.max(m23(), axis=1, keepdims=True))
+C(G + "max_bool", lambda: jnp.max(jnp.array([True, False])))
+C(G + "max_initial", lambda: jnp.max(jnp.zeros((0,)), initial=-1.0))
+C(G + "max_empty_err", lambda: jnp.max(jnp.zeros((0,))))
+C(G + "min_where", lambda: jnp.min(m23(), where=m23() > 2, initial=100.0))
+C(G + "amax", lambda: jnp.amax(i23(), axis=0))
+C(G + "max_nan", lambda: jnp.max(jnp.array([1.0, jnp.nan])))
+C(G + "argmax", lambda: jnp.argmax(jnp.array([1, 3, 3, 2])))
+C(G + "argmax_axis", lambda: jnp.argmax(m23(), axis=1))
+C(G + "argmax_keepdims", lambda: jnp.argmax(m23(), axis=1, keepdims=True))
+C(G + "argmin_nan", lambda: jnp.argmin(jnp.array([1.0, jnp.nan, 0.0])))
+C(G + "argmax_bool", lambda: jnp.argmax(jnp.array([False, True])))
+C(G + "any_all", lambda: (jnp.any(a3() > 1), jnp.all(a3() >= 0)))
+C(G + "any_axis_int", lambda: jnp.any(i23(), axis=0))
+C(G + "all_empty", lambda: jnp.all(jnp.zeros((0,))))
+C(G + "cumsum", lambda: jnp.cumsum(i23(), axis=1))
+C(G + "cumsum_none", lambda: jnp.cumsum(i23()))
+C(G + "cumsum_bool", lambda: jnp.cumsum(jnp.array([True, True])))
+C(G + "cumsum_int8", lambda: jnp.cumsum(jnp.ones(3, jnp.int8)))
+C(G + "cumprod_dtype", lambda: jnp.cumprod(a3() + 1, dtype=jnp.float32))
+C(G + "nansum", lambda: jnp.nansum(jnp.array([1.0, jnp.nan])))
+C(G + "nanmean", lambda: jnp.nanmean(jnp.array([1.0, jnp.nan, 3.0])))
+C(G + "nanmax", lambda: jnp.nanmax(jnp.array([1.0, jnp.nan, 3.0])))
+C(G + "median", lambda: jnp.median(jnp.array([3.0, 1.0, 2.0, 4.0])))
+C(G + "median_int", lambda: jnp.median(jnp.array([3, 1, 2])))
+C(G + "quantile", lambda: jnp.quantile(jnp.arange(5.0), 0.3))
+C(G + "quantile_methods", lambda: [jnp.quantile(jnp.arange(5.0), 0.3, method=m) for m in
+                                    ("lower", "higher", "nearest", "midpoint")])
+C(G + "percentile_vec", lambda: jnp.percentile(jnp.arange(10.0), jnp.array([10.0, 90.0])))
+C(G + "average_weights", lambda: jnp.average(f3(), weights=jnp.array([1.0, 2.0, 3.0])))
+C(G + "average_returned", lambda: jnp.average(m23(), axis=0, returned=True))
+C(G + "count_nonzero", lambda: jnp.count_nonzero(jnp.array([0, 1, 2])))
+C(G + "ptp", lambda: jnp.ptp(m23(), axis=1))
+C(G + "sum_axis_oob", lambda: jnp.sum(m23(), axis=2))
+C(G + "method_sum", lambda: m23().sum(0))
+C(G + "method_mean_keepdims", lambda: m23().mean(axis=-1, keepdims=True))
+C(G + "method_max_argmax", lambda: (i23().max(), i23().argmax()))
+C(G + "method_std", lambda: m23().std())
+C(G + "method_cumsum", lambda: a3().cumsum())
+C(G + "method_any", lambda: a3().any())
+C(G + "logsumexp_scipy", lambda: jax.nn.logsumexp(f3()))
+
+# ---- shapes ---------------------------------------------------------------------------------
+G = "shape/"
+C(G + "reshape_neg1", lambda: jnp.arange(6).reshape(-1, 2))
+C(G + "reshape_tuple", lambda: jnp.reshape(jnp.arange(6), (3, 2)))
+C(G + "reshape_order_F", lambda: jnp.reshape(jnp.arange(6), (2, 3), order="F"))
+C(G + "reshape_args", lambda: jnp.arange(6).reshape(3, 2))
+C(G + "reshape_bad", lambda: jnp.arange(6).reshape(4, 2))
+C(G + "reshape_two_neg", lambda: jnp.arange(6).reshape(-1, -1))
+C(G + "transpose_default", lambda: jnp.transpose(jnp.arange(24).reshape(2, 3, 4)).shape)
+C(G + "transpose_axes", lambda: jnp.transpose(jnp.arange(24).reshape(2, 3, 4), (1, 0, 2)))
+C(G + "T_1d", lambda: a3().T)
+C(G + "T_3d", lambda: jnp.arange(24).reshape(2, 3, 4).T.shape)
+C(G + "mT", lambda: jnp.arange(24).reshape(2, 3, 4).mT.shape)
+C(G + "swapaxes", lambda: jnp.swapaxes(m23(), 0, 1))
+C(G + "moveaxis", lambda: jnp.moveaxis(jnp.zeros((2, 3, 4)), 0, -1).shape)
+C(G + "expand_dims_multi", lambda: jnp.expand_dims(a3(), (0, 2)).shape)
+C(G + "squeeze", lambda: jnp.squeeze(jnp.zeros((1, 3, 1))).shape)
+C(G + "squeeze_axis", lambda: jnp.squeeze(jnp.zeros((1, 3, 1)), axis=2).shape)
+C(G + "squeeze_bad_axis", lambda: jnp.squeeze(jnp.zeros((1, 3)), axis=1))
+C(G + "stack_neg_axis", lambda: jnp.stack([a3(), a3()], axis=-1))
+C(G + "stack_mixed_dtypes", lambda: jnp.stack([a3(), f3()]))
+C(G + "concatenate", lambda: jnp.concatenate([a3(), f3()]))
+C(G + "concatenate_axis_none", lambda: jnp.concatenate([i23(), i23()], axis=None))
+C(G + "concatenate_scalar_err", lambda: jnp.concatenate([jnp.array(1), jnp.array(2)]))
+C(G + "split_sections", lambda: jnp.split(jnp.arange(6), 3))
+C(G + "split_indices", lambda: jnp.split(jnp.arange(6), [1, 4]))
+C(G + "split_uneven_err", lambda: jnp.split(jnp.arange(5), 2))
+C(G + "array_split", lambda: jnp.array_split(jnp.arange(5), 2))
+C(G + "hstack_1d", lambda: jnp.hstack([a3(), a3()]))
+C(G + "vstack_1d", lambda: jnp.vstack([a3(), a3()]))
+C(G + "dstack", lambda: jnp.dstack([a3(), a3()]).shape)
+C(G + "column_stack", lambda: jnp.column_stack([a3(), a3()]))
+C(G + "tile", lambda: jnp.tile(a3(), (2, 2)))
+C(G + "repeat", lambda: jnp.repeat(a3(), 2))
+C(G + "repeat_array", lambda: jnp.repeat(a3(), jnp.array([1, 0, 2])))
+C(G + "repeat_total_len", lambda: jnp.repeat(a3(), jnp.array([1, 0, 2]), total_repeat_length=4))
+C(G + "repeat_axis", lambda: jnp.repeat(i23(), 2, axis=1))
+C(G + "flip", lambda: jnp.flip(i23()))
+C(G + "flip_axis", lambda: jnp.flip(i23(), axis=1))
+C(G + "roll_none", lambda: jnp.roll(i23(), 1))
+C(G + "roll_axis", lambda: jnp.roll(i23(), -1, axis=1))
+C(G + "rot90", lambda: jnp.rot90(i23()))
+C(G + "pad_constant", lambda: jnp.pad(a3(), (1, 2)))
+C(G + "pad_constant_value", lambda: jnp.pad(a3(), 1, constant_values=9))
+C(G + "pad_edge", lambda: jnp.pad(a3(), 2, mode="edge"))
+C(G + "pad_reflect", lambda: jnp.pad(a3(), 2, mode="reflect"))
+C(G + "pad_wrap", lambda: jnp.pad(a3(), 2, mode="wrap"))
+C(G + "pad_2d", lambda: jnp.pad(i23(), ((1, 0), (0, 1))))
+C(G + "diff", lambda: jnp.diff(jnp.array([1, 4, 9, 16])))
+C(G + "diff_n2", lambda: jnp.diff(jnp.array([1, 4, 9, 16]), n=2))
+C(G + "diff_prepend", lambda: jnp.diff(a3(), prepend=0))
+C(G + "broadcast_to", lambda: jnp.broadcast_to(a3(), (2, 3)))
+C(G + "broadcast_to_bad", lambda: jnp.broadcast_to(a3(), (2, 4)))
+C(G + "broadcast_arrays", lambda: jnp.broadcast_arrays(a3(), jnp.ones((2, 1))))
+C(G + "broadcast_shapes", lambda: jnp.broadcast_shapes((3,), (2, 1)))
+C(G + "atleast_2d", lambda: jnp.atleast_2d(1.0))
+C(G + "atleast_1d_multi", lambda: jnp.atleast_1d(1, a3()))
+C(G + "ravel", lambda: jnp.ravel(i23()))
+C(G + "shape_list", lambda: jnp.shape([[1, 2, 3]]))
+C(G + "ndim_scalar", lambda: jnp.ndim(3.0))
+C(G + "size", lambda: jnp.size(i23()))
+C(G + "size_axis", lambda: jnp.size(i23(), 1))
+C(G + "insert", lambda: jnp.insert(a3(), 1, 9))
+C(G + "delete", lambda: jnp.delete(jnp.arange(5), jnp.array([0, 2])))
+C(G + "append", lambda: jnp.append(a3(), 1.5))
+C(G + "add_shape_mismatch", lambda: jnp.ones(3) + jnp.ones(4))
+C(G + "unstack", lambda: jnp.unstack(i23()))
+C(G + "block", lambda: jnp.block([[jnp.ones((1, 1)), jnp.zeros((1, 2))]]))
+C(G + "trace_method", lambda: jnp.arange(9).reshape(3, 3).trace())
+C(G + "flatten_method", lambda: i23().flatten())
+C(G + "squeeze_method", lambda: jnp.zeros((1, 2)).squeeze())
+C(G + "reshape_method_order", lambda: jnp.arange(6).reshape((2, 3), order="F"))
+C(G + "swapaxes_method", lambda: i23().swapaxes(0, 1))
+C(G + "transpose_method_args", lambda: jnp.zeros((2, 3, 4)).transpose(2, 0, 1).shape)
+
+# ---- indexing -------------------------------------------------------------------------------
+G = "index/"
+C(G + "int", lambda: a3()[1])
+C(G + "neg", lambda: a3()[-1])
+C(G + "slice", lambda: jnp.arange(5)[1:3])
+C(G + "rev", lambda: jnp.arange(5)[::-1])
+C(G + "none", lambda: a3()[None].shape)
+C(G + "ellipsis", lambda: i23()[..., 0])
+C(G + "list", lambda: jnp.arange(5)[[0, 2]])
+C(G + "bool_mask", lambda: jnp.arange(5)[jnp.arange(5) > 2])
+C(G + "array_idx", lambda: jnp.arange(5)[jnp.array([0, 2])])
+C(G + "int_step", lambda: i23()[1, ::2])
+C(G + "oob_int_eager", lambda: a3()[5])
+C(G + "oob_array_idx", lambda: a3()[jnp.array([5, -5])])
+C(G + "mixed_adv", lambda: i23()[:, [0, 2]])
+C(G + "two_adv", lambda: i23()[[0, 1], [1, 2]])
+C(G + "adv_separated", lambda: jnp.zeros((2, 3, 4))[[0, 1], :, [0, 1]].shape)
+C(G + "jnp_scalar_idx", lambda: a3()[jnp.int32(1)])
+C(G + "float_idx_err", lambda: a3()[1.0])
+C(G + "tuple_none_slice", lambda: i23()[1:2, None, ::-1])
+C(G + "too_many_idx", lambda: a3()[0, 0])
+C(G + "at_set", lambda: a3().at[1].set(5))
+C(G + "at_add_float_to_int", lambda: a3().at[1].add(1.5))
+C(G + "at_add_dup", lambda: jnp.zeros(3).at[jnp.array([0, 0, 1])].add(1.0))
+C(G + "at_set_dup_list", lambda: jnp.zeros(3).at[[0, 0]].add(2.0))
+C(G + "at_mul", lambda: f3().at[1:].mul(2.0))
+C(G + "at_min_max", lambda: (f3().at[0].min(-1.0), f3().at[0].max(5.0)))
+C(G + "at_get_fill", lambda: f3().at[jnp.array([0, 5])].get(mode="fill", fill_value=-1.0))
+C(G + "at_set_oob", lambda: a3().at[5].set(1))
+C(G + "at_set_mask", lambda: a3().at[a3() > 0].set(0))
+C(G + "at_divide", lambda: f3().at[1].divide(2.0))
+C(G + "at_power", lambda: f3().at[2].power(2))
+C(G + "at_weak_result", lambda: jnp.asarray(1.0).at[()].set(2.0))
+C(G + "at_set_2d_slice", lambda: jnp.zeros((2, 3)).at[:, 1].set(jnp.array([1.0, 2.0])))
+C(G + "take", lambda: jnp.take(jnp.arange(5), jnp.array([0, 4, 7])))
+C(G + "take_axis", lambda: jnp.take(i23(), jnp.array([1]), axis=1))
+C(G + "take_clip", lambda: jnp.take(jnp.arange(5), jnp.array([7]), mode="clip"))
+C(G + "take_along_axis", lambda: jnp.take_along_axis(i23(), jnp.array([[0], [2]]), axis=1))
+C(G + "newaxis_end", lambda: a3()[..., None].shape)
+C(G + "nonzero_size", lambda: jnp.nonzero(jnp.array([0, 1, 0, 2]), size=3))
+C(G + "nonzero", lambda: jnp.nonzero(jnp.array([0, 1, 0, 2])))
+C(G + "argwhere", lambda: jnp.argwhere(i23() > 2))
+C(G + "flatnonzero", lambda: jnp.flatnonzero(jnp.array([0, 1, 0, 2])))
+C(G + "index_jit", lambda: jax.jit(lambda x, i: x[i])(jnp.arange(5.0), 2))
+C(G + "index_jit_oob", lambda: jax.jit(lambda x, i: x[i])(jnp.arange(5.0), 9))
+C(G + "dynamic_slice_idx_jit", lambda: jax.jit(lambda x, i: x[i:i + 2])(jnp.arange(5.0), 1))
+C(G + "mask_in_jit_err", lambda: jax.jit(lambda x: x[x > 1])(jnp.arange(5.0)))
+C(G + "unravel_index", lambda: jnp.unravel_index(jnp.array([5, 7]), (2, 4)))
+C(G + "ravel_multi_index", lambda: jnp.ravel_multi_index((jnp.array([1]), jnp.array([2])),
+                                                         (2, 4)))
+C(G + "ix_", lambda: i23()[jnp.ix_(jnp.array([0, 1]), jnp.array([0, 2]))])
+C(G + "diag_indices", lambda: jnp.diag_indices(3))
+C(G + "tril_indices", lambda: jnp.tril_indices(3))
+C(G + "choose", lambda: jnp.choose(jnp.array([0, 1, 0]), [a3(), a3() * 10]))
+C(G + "select", lambda: jnp.select([a3() < 1, a3() < 2], [a3(), a3() * 10], default=-1))
+C(G + "extract", lambda: jnp.extract(a3() > 0, a3()))
+C(G + "compress", lambda: jnp.compress(jnp.array([True, False, True]), a3()))
+
+# ---- sorting --------------------------------------------------------------------------------
+G = "sort/"
+x_s = lambda: jnp.array([3, 1, 2, 1, 3])  # noqa: E731
+C(G + "sort", lambda: jnp.sort(x_s()))
+C(G + "sort_axis0", lambda: jnp.sort(jnp.array([[3, 1], [1, 2]]), axis=0))
+C(G + "sort_axis_none", lambda: jnp.sort(jnp.array([[3, 1], [1, 2]]), axis=None))
+C(G + "sort_descending", lambda: jnp.sort(x_s(), descending=True))
+C(G + "sort_nan", lambda: jnp.sort(jnp.array([jnp.nan, 1.0, -jnp.inf])))
+C(G + "argsort", lambda: jnp.argsort(x_s()))
+C(G + "argsort_stable", lambda: jnp.argsort(x_s(), stable=True))
+C(G + "argsort_descending", lambda: jnp.argsort(x_s(), descending=True))
+C(G + "argsort_neg_slice", lambda: jnp.argsort(x_s())[::-1])
+C(G + "unique", lambda: jnp.unique(x_s()))
+C(G + "unique_counts", lambda: jnp.unique(x_s(), return_counts=True))
+C(G + "unique_all", lambda: jnp.unique(x_s(), return_index=True, return_inverse=True,
+                                        return_counts=True))
+C(G + "unique_size", lambda: jnp.unique(x_s(), size=5))
+C(G + "unique_size_fill", lambda: jnp.unique(x_s(), size=5, fill_value=-1))
+C(G + "unique_2d_axis", lambda: jnp.unique(jnp.array([[1, 2], [1, 2], [0, 1]]), axis=0))
+C(G + "unique_jit_err", lambda: jax.jit(jnp.unique)(x_s()))
+C(G + "searchsorted", lambda: jnp.searchsorted(jnp.array([1, 2, 3]), jnp.array([2, 5])))
+C(G + "searchsorted_right", lambda: jnp.searchsorted(jnp.array([1, 2, 3]), 2, side="right"))
+C(G + "lexsort", lambda: jnp.lexsort((jnp.array([1, 0, 1]), jnp.array([0, 0, 1]))))
+C(G + "isin", lambda: jnp.isin(a3(), jnp.array([1, 5])))
+C(G + "digitize", lambda: jnp.digitize(jnp.array([0.5, 1.5, 2.5]), jnp.array([1.0, 2.0])))
+C(G + "sort_method", lambda: x_s().sort())
+C(G + "argsort_method", lambda: x_s().argsort())
+C(G + "lax_top_k", lambda: lax.top_k(jnp.array([1.0, 5.0, 3.0]), 2))
+C(G + "lax_sort_multi", lambda: lax.sort((jnp.array([2, 1, 2]), jnp.array([0, 1, 2])),
+                                         num_keys=1))
+C(G + "bincount", lambda: jnp.bincount(jnp.array([0, 1, 1, 3])))
+C(G + "bincount_length", lambda: jnp.bincount(jnp.array([0, 1, 1, 3]), length=5))
+C(G + "histogram", lambda: jnp.histogram(jnp.array([0.0, 0.5, 1.0, 2.0]), bins=2))
+
+# ---- linear algebra ---------------------------------------------------------------------------
+G = "linalg/"
+C(G + "dot_vv", lambda: jnp.dot(f3(), f3()))
+C(G + "dot_mv", lambda: jnp.dot(m23(), f3()))
+C(G + "dot_mm", lambda: jnp.dot(m23(), m23().T))
+C(G + "dot_int", lambda: jnp.dot(a3(), a3()))
+C(G + "dot_int_float", lambda: jnp.dot(a3(), f3()))
+C(G + "dot_scalar", lambda: jnp.dot(2, f3()))
+C(G + "dot_bool", lambda: jnp.dot(jnp.array([True, False]), jnp.array([True, True])))
+C(G + "matmul_batched", lambda: jnp.matmul(jnp.ones((2, 3, 4)), jnp.ones((2, 4, 5))).shape)
+C(G + "matmul_broadcast", lambda: (jnp.ones((2, 1, 3, 4)) @ jnp.ones((5, 4, 2))).shape)
+C(G + "matmul_vec_mat", lambda: f3() @ jnp.ones((3, 2)))
+C(G + "matmul_mat_vec", lambda: m23() @ f3())
+C(G + "matmul_shape_err", lambda: m23() @ m23())
+C(G + "matmul_scalar_err", lambda: jnp.matmul(2.0, f3()))
+C(G + "matmul_f16", lambda: jnp.ones((2, 2), jnp.float16) @ jnp.ones((2, 2), jnp.float16))
+C(G + "matmul_int8", lambda: jnp.ones((2, 2), jnp.int8) @ jnp.ones((2, 2), jnp.int8))
+C(G + "einsum_mm", lambda: jnp.einsum("ij,jk->ik", m23(), m23().T))
+C(G + "einsum_diag", lambda: jnp.einsum("ii->i", jnp.arange(9.0).reshape(3, 3)))
+C(G + "einsum_sum", lambda: jnp.einsum("ij->", m23()))
+C(G + "einsum_batched", lambda: jnp.einsum("bij,bjk->bik", jnp.ones((2, 3, 4)),
+                                            jnp.ones((2, 4, 5))).shape)
+C(G + "einsum_ellipsis", lambda: jnp.einsum("...ij,...jk", jnp.ones((2, 3, 4)),
+                                             jnp.ones((4, 5))).shape)
+C(G + "einsum_implicit", lambda: jnp.einsum("ij,jk", m23(), m23().T))
+C(G + "einsum_outer", lambda: jnp.einsum("i,j->ij", f3(), f3()))
+C(G + "einsum_int", lambda: jnp.einsum("i,i", a3(), a3()))
+C(G + "einsum_mixed", lambda: jnp.einsum("i,i", a3(), f3()))
+C(G + "einsum_trace", lambda: jnp.einsum("ii", jnp.arange(9.0).reshape(3, 3)))
+C(G + "tensordot_1", lambda: jnp.tensordot(m23(), jnp.ones((3, 2)), axes=1))
+C(G + "tensordot_lists", lambda: jnp.tensordot(m23(), jnp.ones((3, 2)), axes=([1], [0])))
+C(G + "tensordot_0", lambda: jnp.tensordot(f3(), f3(), axes=0).shape)
+C(G + "outer", lambda: jnp.outer(a3(), f3()))
+C(G + "inner", lambda: jnp.inner(m23(), m23()))
+C(G + "vdot", lambda: jnp.vdot(m23(), m23()))
+C(G + "vdot_complex", lambda: jnp.vdot(jnp.array([1j, 2]), jnp.array([1j, 2])))
+C(G + "kron", lambda: jnp.kron(jnp.eye(2), jnp.ones((2, 2))))
+C(G + "trace", lambda: jnp.trace(jnp.arange(9).reshape(3, 3)))
+C(G + "diagonal_offset", lambda: jnp.diagonal(jnp.arange(9).reshape(3, 3), offset=-1))
+C(G + "cross", lambda: jnp.cross(jnp.array([1.0, 0, 0]), jnp.array([0.0, 1, 0])))
+C(G + "linalg_norm", lambda: jnp.linalg.norm(jnp.array([3.0, 4.0])))
+C(G + "linalg_norm_axis", lambda: jnp.linalg.norm(m23(), axis=1))
+C(G + "linalg_inv", lambda: jnp.linalg.inv(jnp.array([[2.0, 0.0], [0.0, 4.0]])))
+C(G + "linalg_det", lambda: jnp.linalg.det(jnp.array([[1.0, 2.0], [3.0, 4.0]])))
+C(G + "linalg_solve", lambda: jnp.linalg.solve(jnp.array([[2.0, 0.0], [0.0, 4.0]]),
+                                               jnp.array([1.0, 1.0])))
+C(G + "vecdot", lambda: jnp.vecdot(m23(), m23()))
+C(G + "lax_dot_general", lambda: lax.dot_general(jnp.ones((2, 3, 4)), jnp.ones((2, 4, 5)),
+                                                 (((2,), (1,)), ((0,), (0,)))).shape)
+C(G + "lax_dot_general_pref", lambda: lax.dot_general(
+    jnp.ones((2, 2), jnp.int8), jnp.ones((2, 2), jnp.int8), (((1,), (0,)), ((), ())),
+    preferred_element_type=jnp.int32))
+C(G + "lax_dot", lambda: lax.dot(m23(), m23().T))
+C(G + "lax_dot_mixed_err", lambda: lax.dot(a3(), f3()))
+
+# ---- nn -------------------------------------------------------------------------------------
+G = "nn/"
+C(G + "softmax", lambda: jax.nn.softmax(f3()))
+C(G + "softmax_axis0", lambda: jax.nn.softmax(m23(), axis=0))
+C(G + "softmax_int", lambda: jax.nn.softmax(a3()))
+C(G + "softmax_where", lambda: jax.nn.softmax(f3(), where=jnp.array([True, False, True])))
+C(G + "log_softmax", lambda: jax.nn.log_softmax(m23()))
+C(G + "log_softmax_f16", lambda: jax.nn.log_softmax(jnp.ones(3, jnp.float16)))
+C(G + "logsumexp_axis", lambda: jax.nn.logsumexp(m23(), axis=1))
+C(G + "logsumexp_b", lambda: jax.nn.logsumexp(f3(), b=jnp.array([1.0, 0.0, 2.0])))
+C(G + "logsumexp_inf", lambda: jax.nn.logsumexp(jnp.array([-jnp.inf, -jnp.inf])))
+C(G + "gelu", lambda: jax.nn.gelu(jnp.array([-1.0, 0.0, 1.0])))
+C(G + "gelu_exact", lambda: jax.nn.gelu(jnp.array([-1.0, 0.0, 1.0]), approximate=False))
+C(G + "relu", lambda: jax.nn.relu(jnp.array([-1.0, 0.0, 2.0])))
+C(G + "relu_int", lambda: jax.nn.relu(jnp.array([-1, 2])))
+C(G + "relu_weak", lambda: jax.nn.relu(2.0))
+C(G + "relu_grad_zero", lambda: jax.grad(jax.nn.relu)(0.0))
+C(G + "relu6", lambda: jax.nn.relu6(jnp.array([-1.0, 7.0])))
+C(G + "sigmoid", lambda: jax.nn.sigmoid(jnp.array([0.0, 100.0, -100.0])))
+C(G + "sigmoid_int", lambda: jax.nn.sigmoid(a3()))
+C(G + "silu", lambda: jax.nn.silu(f3()))
+C(G + "softplus", lambda: jax.nn.softplus(jnp.array([-100.0, 0.0, 100.0])))
+C(G + "elu", lambda: jax.nn.elu(jnp.array([-1.0, 1.0])))
+C(G + "leaky_relu", lambda: jax.nn.leaky_relu(jnp.array([-1.0, 1.0])))
+C(G + "selu", lambda: jax.nn.selu(jnp.array([-1.0, 1.0])))
+C(G + "glu", lambda: jax.nn.glu(jnp.arange(4.0)))
+C(G + "hard_tanh", lambda: jax.nn.hard_tanh(jnp.array([-2.0, 0.5, 2.0])))
+C(G + "log_sigmoid", lambda: jax.nn.log_sigmoid(jnp.array([-100.0, 0.0])))
+C(G + "standardize", lambda: jax.nn.standardize(m23(), axis=-1))
+C(G + "one_hot", lambda: jax.nn.one_hot(jnp.array([0, 2]), 3))
+C(G + "one_hot_dtype", lambda: jax.nn.one_hot(jnp.array([0, 2]), 3, dtype=jnp.int32))
+C(G + "one_hot_oob", lambda: jax.nn.one_hot(jnp.array([-1, 3]), 3))
+C(G + "one_hot_2d", lambda: jax.nn.one_hot(jnp.array([[0], [1]]), 2).shape)
+C(G + "one_hot_axis0", lambda: jax.nn.one_hot(jnp.array([0, 1]), 3, axis=0))
+C(G + "one_hot_float_idx", lambda: jax.nn.one_hot(jnp.array([0.0, 1.0]), 2))
+C(G + "tanh", lambda: jax.nn.tanh(f3()))
+C(G + "celu", lambda: jax.nn.celu(jnp.array([-1.0, 1.0])))
+C(G + "softmax_grad", lambda: jax.grad(lambda x: jax.nn.softmax(x)[0])(f3()))
+C(G + "init_glorot_shape", lambda: jax.nn.initializers.glorot_uniform()(
+    jax.random.PRNGKey(0), (3, 4)).shape)
+C(G + "init_zeros", lambda: jax.nn.initializers.zeros(jax.random.PRNGKey(0), (2,)))
+
+# ---- random ---------------------------------------------------------------------------------
+G = "random/"
+K = lambda s=0: jax.random.PRNGKey(s)  # noqa: E731
+C(G + "PRNGKey0", lambda: K(0))
+C(G + "PRNGKey42", lambda: K(42))
+C(G + "PRNGKey_neg", lambda: K(-1))
+C(G + "PRNGKey_big", lambda: K(2 ** 40))
+C(G + "split", lambda: jax.random.split(K()))
+C(G + "split3", lambda: jax.random.split(K(), 3))
+C(G + "fold_in", lambda: jax.random.fold_in(K(), 7))
+C(G + "uniform", lambda: jax.random.uniform(K(), (4,)))
+C(G + "uniform_scalar", lambda: jax.random.uniform(K()))
+C(G + "uniform_f16", lambda: jax.random.uniform(K(), (3,), dtype=jnp.float16))
+C(G + "uniform_bf16", lambda: jax.random.uniform(K(), (3,), dtype=jnp.bfloat16))
+C(G + "uniform_minmax", lambda: jax.random.uniform(K(), (3,), minval=-2.0, maxval=2.0))
+C(G + "normal", lambda: jax.random.normal(K(), (4,)))
+C(G + "normal_2d", lambda: jax.random.normal(K(1), (2, 3)))
+C(G + "normal_split", lambda: jax.random.normal(jax.random.split(K())[1], (3,)))
+C(G + "randint", lambda: jax.random.randint(K(), (6,), 0, 10))
+C(G + "randint_neg", lambda: jax.random.randint(K(), (6,), -5, 5))
+C(G + "randint_empty_range", lambda: jax.random.randint(K(), (3,), 5, 5))
+C(G + "randint_uint8", lambda: jax.random.randint(K(), (4,), 0, 256, dtype=jnp.uint8))
+C(G + "bernoulli", lambda: jax.random.bernoulli(K(), 0.3, (8,)))
+C(G + "bernoulli_default", lambda: jax.random.bernoulli(K()))
+C(G + "categorical", lambda: jax.random.categorical(K(), jnp.log(jnp.array([0.2, 0.3, 0.5])),
+                                                   shape=(8,)))
+C(G + "categorical_2d", lambda: jax.random.categorical(K(3), jnp.zeros((2, 4))))
+C(G + "permutation_int", lambda: jax.random.permutation(K(), 6))
+C(G + "permutation_array", lambda: jax.random.permutation(K(), jnp.arange(6) * 10))
+C(G + "shuffle_2d", lambda: jax.random.permutation(K(), jnp.arange(6).reshape(3, 2), axis=0))
+C(G + "choice", lambda: jax.random.choice(K(), 10, (3,)))
+C(G + "choice_noreplace", lambda: jax.random.choice(K(), 10, (3,), replace=False))
+C(G + "choice_p", lambda: jax.random.choice(K(), 3, (5,), p=jnp.array([0.1, 0.0, 0.9])))
+C(G + "gumbel", lambda: jax.random.gumbel(K(), (3,)))
+C(G + "truncated_normal", lambda: jax.random.truncated_normal(K(), -1.0, 1.0, (3,)))
+C(G + "exponential", lambda: jax.random.exponential(K(), (3,)))
+C(G + "laplace", lambda: jax.random.laplace(K(), (3,)))
+C(G + "bits", lambda: jax.random.bits(K(), (4,)))
+C(G + "bits_u8", lambda: jax.random.bits(K(), (4,), dtype=jnp.uint8))
+C(G + "rademacher", lambda: jax.random.rademacher(K(), (6,)))
+C(G + "key_new_style", lambda: jax.random.key(0))
+C(G + "key_data", lambda: jax.random.key_data(jax.random.key(0)))
+C(G + "key_new_split_data", lambda: jax.random.key_data(jax.random.split(jax.random.key(0))))
+C(G + "key_new_normal", lambda: jax.random.normal(jax.random.key(0), (3,)))
+C(G + "uniform_jit", lambda: jax.jit(lambda k: jax.random.uniform(k, (3,)))(K()))
+C(G + "vmap_split", lambda: jax.vmap(lambda k: jax.random.normal(k, ()))(
+    jax.random.split(K(), 3)))
+C(G + "gamma", lambda: jax.random.gamma(K(), 2.0, (3,)))
+C(G + "beta", lambda: jax.random.beta(K(), 2.0, 3.0, (3,)))
+C(G + "poisson", lambda: jax.random.poisson(K(), 3.0, (4,)))
+C(G + "multivariate_normal", lambda: jax.random.multivariate_normal(
+    K(), jnp.zeros(2), jnp.eye(2), (3,)))
+C(G + "dirichlet", lambda: jax.random.dirichlet(K(), jnp.ones(3)))
+C(G + "shape_int_err", lambda: jax.random.normal(K(), 3))
+C(G + "uniform_int_dtype_err", lambda: jax.random.uniform(K(), (2,), dtype=jnp.int32))
+
+# ---- autodiff -------------------------------------------------------------------------------
+G = "grad/"
+C(G + "pyfloat_weak", lambda: jax.grad(lambda x: x * x)(1.0))
+C(G + "strong_f32", lambda: jax.grad(lambda x: x * x)(jnp.float32(1)))
+C(G + "array_f32", lambda: jax.grad(lambda x: jnp.sum(x ** 2))(f3()))
+C(G + "f16", lambda: jax.grad(lambda x: x * x)(jnp.float16(2)))
+C(G + "bf16", lambda: jax.grad(lambda x: jnp.sum(x * x))(jnp.ones(2, jnp.bfloat16)))
+C(G + "int_err", lambda: jax.grad(lambda x: x * 2.0)(1))
+C(G + "allow_int", lambda: jax.grad(lambda x: x * 2.0, allow_int=True)(1).dtype)
+C(G + "nonscalar_err", lambda: jax.grad(lambda x: x * 2)(f3()))
+C(G + "int_output_err", lambda: jax.grad(lambda x: jnp.round(x).astype(int))(1.0))
+C(G + "complex_output_err", lambda: jax.grad(lambda x: x * 1j)(1.0))
+C(G + "value_and_grad", lambda: jax.value_and_grad(lambda x: jnp.sum(jnp.sin(x)))(f3()))
+C(G + "value_and_grad_weak", lambda: jax.value_and_grad(lambda x: x ** 3)(2.0))
+C(G + "has_aux", lambda: jax.grad(lambda x: (x ** 2, x + 1), has_aux=True)(3.0))
+C(G + "argnums_tuple", lambda: jax.grad(lambda x, y: x * y, argnums=(0, 1))(2.0, 3.0))
+C(G + "argnums_1", lambda: jax.grad(lambda x, y: x * y ** 2, argnums=1)(2.0, 3.0))
+C(G + "dict_input", lambda: jax.grad(lambda p: p["a"] * p["b"])({"a": 2.0, "b": 3.0}))
+C(G + "list_input", lambda: jax.grad(lambda p: p[0] * p[1])([2.0, jnp.float32(3)]))
+C(G + "tuple_none_leaf", lambda: jax.grad(lambda p: p[0] * 2)((1.0, None)))
+C(G + "mixed_weak_strong", lambda: jax.grad(lambda x, y: x * y)(2.0, jnp.float32(3)))
+C(G + "jacfwd", lambda: jax.jacfwd(lambda x: x ** 2)(f3()))
+C(G + "jacrev", lambda: jax.jacrev(lambda x: jnp.sin(x) * x[0])(f3()))
+C(G + "jacrev_scalar_in", lambda: jax.jacrev(lambda x: jnp.array([x, 2 * x]))(1.0))
+C(G + "jacfwd_weak", lambda: jax.jacfwd(lambda x: x ** 2)(3.0))
+C(G + "jacobian_dict_out", lambda: jax.jacrev(lambda x: {"a": x.sum(), "b": x * 2})(f3()))
+C(G + "hessian", lambda: jax.hessian(lambda x: jnp.sum(x ** 3))(f3()))
+C(G + "hessian_scalar", lambda: jax.hessian(lambda x: x ** 3)(2.0))
+C(G + "vmap_grad", lambda: jax.vmap(jax.grad(lambda x: x ** 3))(f3()))
+C(G + "jit_grad", lambda: jax.jit(jax.grad(lambda x: jnp.sin(x)))(1.0))
+C(G + "grad_jit", lambda: jax.grad(jax.jit(lambda x: jnp.sin(x)))(1.0))
+C(G + "grad_grad", lambda: jax.grad(jax.grad(lambda x: x ** 4))(2.0))
+C(G + "where_grad", lambda: jax.grad(lambda x: jnp.sum(jnp.where(x > 1, x ** 2, -x)))(f3()))
+C(G + "abs_at_zero", lambda: jax.grad(jnp.abs)(0.0))
+C(G + "sqrt_at_zero", lambda: jax.grad(jnp.sqrt)(0.0))
+C(G + "max_tie", lambda: jax.grad(lambda x: jnp.max(x))(jnp.array([1.0, 2.0, 2.0])))
+C(G + "maximum_tie", lambda: jax.grad(lambda x: jnp.maximum(x, 1.0))(1.0))
+C(G + "min_tie", lambda: jax.grad(lambda x: jnp.min(x))(jnp.array([1.0, 1.0])))
+C(G + "sort", lambda: jax.grad(lambda x: jnp.sort(x)[0])(jnp.array([3.0, 1.0, 2.0])))
+C(G + "norm_zero", lambda: jax.grad(lambda x: jnp.sqrt(jnp.sum(x ** 2)))(jnp.zeros(2)))
+C(G + "logsumexp", lambda: jax.grad(lambda x: jax.nn.logsumexp(x))(f3()))
+C(G + "fori_loop", lambda: jax.grad(lambda x: lax.fori_loop(0, 3, lambda i, c: c * x, 1.0))(2.0))
+C(G + "while_loop_err", lambda: jax.grad(
+    lambda x: lax.while_loop(lambda c: c < 10.0, lambda c: c * x, 1.0))(2.0))
+C(G + "scan", lambda: jax.grad(lambda x: lax.scan(lambda c, a: (c * a, c), 1.0, x)[0])(
+    jnp.array([1.0, 2.0, 3.0])))
+C(G + "cond", lambda: jax.grad(lambda x: lax.cond(x > 0, jnp.sin, jnp.cos, x))(1.0))
+C(G + "stop_gradient", lambda: jax.grad(lambda x: x * lax.stop_gradient(x))(3.0))
+C(G + "jvp", lambda: jax.jvp(lambda x: x ** 2, (3.0,), (1.0,)))
+C(G + "jvp_array", lambda: jax.jvp(jnp.sin, (f3(),), (jnp.ones(3),)))
+C(G + "jvp_dtype_mismatch_err", lambda: jax.jvp(jnp.sin, (f3(),), (jnp.ones(3, jnp.float16),)))
+C(G + "vjp", lambda: jax.vjp(lambda x: x * 2, f3())[1](jnp.ones(3)))
+C(G + "linearize", lambda: jax.linearize(jnp.sin, 1.0)[1](2.0))
+C(G + "custom_jvp", lambda: jax.grad(_custom_jvp_f())(2.0))
+C(G + "custom_vjp", lambda: jax.grad(_custom_vjp_f())(2.0))
+C(G + "checkpoint", lambda: jax.grad(jax.checkpoint(lambda x: jnp.sin(x) ** 2))(1.0))
+C(G + "int_arg_argnums_other", lambda: jax.grad(lambda x, n: x * n)(2.0, 3))
+C(G + "pow_grad_zero", lambda: jax.grad(lambda x: x ** 2)(0.0))
+C(G + "pow_float_grad_zero", lambda: jax.grad(lambda x: x ** 2.0)(0.0))
+C(G + "power_int_exp_grad", lambda: jax.grad(lambda x: jnp.power(x, 3))(2.0))
+C(G + "index_grad", lambda: jax.grad(lambda x: x[1] * 2)(f3()))
+C(G + "at_set_grad", lambda: jax.grad(lambda x: jnp.sum(x.at[0].set(5.0)))(f3()))
+C(G + "mean_grad", lambda: jax.grad(jnp.mean)(f3()))
+C(G + "float0_tangent", lambda: jax.jvp(lambda x, n: x * n, (2.0, 3),
+                                        (1.0, np.zeros((), jax.dtypes.float0))))
+C(G + "grad_of_int_input_array_err", lambda: jax.grad(jnp.sum)(a3()))
+C(G + "holomorphic", lambda: jax.grad(lambda z: z ** 2, holomorphic=True)(1.0 + 1j))
+C(G + "complex_in_real_out", lambda: jax.grad(lambda z: jnp.abs(z) ** 2)(1.0 + 1j))
+
+
+def _custom_jvp_f():
+  @jax.custom_jvp
+  def f(x):
+    return jnp.sin(x)
+
+  @f.defjvp
+  def f_jvp(primals, tangents):
+    x, = primals
+    t, = tangents
+    return f(x), 10.0 * t
+  return f
+
+
+def _custom_vjp_f():
+  @jax.custom_vjp
+  def f(x):
+    return x ** 2
+
+  def fwd(x):
+    return f(x), x
+
+  def bwd(x, g):
+    return (g * 100.0,)
+  f.defvjp(fwd, bwd)
+  return f
+
+
+# ---- vmap -----------------------------------------------------------------------------------
+G = "vmap/"
+C(G + "basic", lambda: jax.vmap(lambda x: x * 2)(f3()))
+C(G + "in_axes_none", lambda: jax.vmap(lambda x, y: x + y, in_axes=(0, None))(m23(), f3()))
+C(G + "in_axes_1", lambda: jax.vmap(jnp.sum, in_axes=1)(m23()))
+C(G + "in_axes_neg", lambda: jax.vmap(jnp.sum, in_axes=-1)(m23()))
+C(G + "out_axes_1", lambda: jax.vmap(lambda x: x * 2, out_axes=1)(m23()))
+C(G + "out_axes_none", lambda: jax.vmap(lambda x: 1.0, out_axes=None)(f3()))
+C(G + "out_axes_none_err", lambda: jax.vmap(lambda x: x, out_axes=None)(f3()))
+C(G + "nested", lambda: jax.vmap(jax.vmap(lambda a, b: a * b))(m23(), m23()))
+C(G + "dict", lambda: jax.vmap(lambda d: d["a"] + d["b"])({"a": f3(), "b": f3()}))
+C(G + "dict_in_axes", lambda: jax.vmap(lambda d: d["a"] + d["b"],
+                                       in_axes=({"a": 0, "b": None},))({"a": f3(), "b": 1.0}))
+C(G + "size_mismatch_err", lambda: jax.vmap(lambda a, b: a + b)(f3(), jnp.ones(4)))
+C(G + "scalar_err", lambda: jax.vmap(lambda a: a)(1.0))
+C(G + "axis_oob_err", lambda: jax.vmap(lambda a: a, in_axes=1)(f3()))
+C(G + "matmul", lambda: jax.vmap(jnp.matmul, in_axes=(0, None))(jnp.ones((2, 3, 4)),
+                                                               jnp.ones((4, 5))).shape)
+C(G + "returns_tuple", lambda: jax.vmap(lambda x: (x, x.sum()))(m23()))
+C(G + "weak_preserved", lambda: jax.vmap(lambda x: x + 1)(jnp.asarray([1.0, 2.0])))
+C(G + "py_scalar_out", lambda: jax.vmap(lambda x: x * 0 + 2)(f3()))
+C(G + "cond", lambda: jax.vmap(lambda x: lax.cond(x > 1, lambda: x, lambda: -x))(f3()))
+C(G + "while", lambda: jax.vmap(lambda x: lax.while_loop(lambda c: c < 5, lambda c: c + x,
+                                                         0.0))(jnp.array([1.0, 2.0])))
+C(G + "axis_size", lambda: jax.vmap(lambda: jnp.ones(2), axis_size=3)())
+C(G + "kwargs", lambda: jax.vmap(lambda x, y: x * y)(f3(), y=f3()))
+C(G + "index", lambda: jax.vmap(lambda x, i: x[i])(m23(), jnp.array([0, 2])))
+C(G + "at_set", lambda: jax.vmap(lambda x, i: x.at[i].set(0.0))(m23(), jnp.array([0, 2])))
+C(G + "dynamic_slice", lambda: jax.vmap(lambda x, i: lax.dynamic_slice(x, (i,), (2,)))(
+    m23(), jnp.array([0, 1])))
+C(G + "int_in", lambda: jax.vmap(lambda x: x // 2)(a3()))
+C(G + "none_tree", lambda: jax.vmap(lambda x, n: x, in_axes=(0, None))(f3(), None))
+C(G + "random", lambda: jax.vmap(lambda k: jax.random.uniform(k))(jax.random.split(K(), 2)))
+C(G + "sum_axis", lambda: jax.vmap(lambda x: jnp.sum(x, axis=0))(jnp.ones((2, 3, 4))).shape)
+
+# ---- jit ------------------------------------------------------------------------------------
+G = "jit/"
+C(G + "weak_float_in", lambda: jax.jit(lambda x: x)(1.0))
+C(G + "weak_int_in", lambda: jax.jit(lambda x: x)(1))
+C(G + "bool_in", lambda: jax.jit(lambda x: x)(True))
+C(G + "np_f64_in", lambda: jax.jit(lambda x: x)(np.ones(2)))
+C(G + "np_scalar_in", lambda: jax.jit(lambda x: x)(np.float32(2)))
+C(G + "weak_arith", lambda: jax.jit(lambda x: x * 2)(3.0))
+C(G + "static_argnums", lambda: jax.jit(lambda x, n: x * n, static_argnums=1)(f3(), 3))
+C(G + "static_argnames", lambda: jax.jit(lambda x, n=1: x ** n, static_argnames="n")(f3(), n=2))
+C(G + "static_unhashable_err", lambda: jax.jit(lambda x, n: x, static_argnums=1)(f3(), [1]))
+C(G + "tuple_out", lambda: jax.jit(lambda x: (x, x + 1))(1.0))
+C(G + "dict_out", lambda: jax.jit(lambda x: {"b": x, "a": [x, None]})(f3()))
+C(G + "none_out", lambda: jax.jit(lambda x: None)(1.0))
+C(G + "no_args", lambda: jax.jit(lambda: jnp.zeros(3))())
+C(G + "const_capture", lambda: jax.jit(lambda x: x + np.arange(3))(f3()))
+C(G + "shape_use", lambda: jax.jit(lambda x: x.reshape(x.shape[0] // 3, 3))(jnp.arange(6)))
+C(G + "python_int_out", lambda: jax.jit(lambda x: 3)(1.0))
+C(G + "bool_tracer_err", lambda: jax.jit(lambda x: 1 if x > 0 else 0)(1.0))
+C(G + "int_tracer_err", lambda: jax.jit(lambda x: int(x))(1.0))
+C(G + "float_tracer_err", lambda: jax.jit(lambda x: float(x))(1.0))
+C(G + "index_tracer_err", lambda: jax.jit(lambda x: jnp.zeros(x))(3))
+C(G + "np_asarray_tracer_err", lambda: jax.jit(lambda x: np.asarray(x))(1.0))
+C(G + "range_tracer_err", lambda: jax.jit(lambda n: list(range(n)))(3))
+C(G + "while_python_err", lambda: jax.jit(_py_while)(1.0))
+C(G + "kwargs", lambda: jax.jit(lambda x, y: x - y)(y=1.0, x=3.0))
+C(G + "pytree_arg", lambda: jax.jit(lambda p: p["w"] @ p["x"])({"w": m23(), "x": f3()}))
+C(G + "eval_shape", lambda: jax.eval_shape(lambda x: x.sum(0), m23()))
+C(G + "eval_shape_repr", lambda: repr(jax.eval_shape(lambda x: x.sum(0), m23())))
+C(G + "ShapeDtypeStruct", lambda: jax.eval_shape(lambda x: x * 2,
+                                                 jax.ShapeDtypeStruct((2,), jnp.float32)))
+C(G + "lower_text_type", lambda: type(jax.jit(lambda x: x + 1).lower(1.0)).__name__)
+C(G + "disable_jit", lambda: _with_disable_jit())
+C(G + "recompile_dtype", lambda: [_jit_id(jnp.ones(2)), _jit_id(jnp.ones(2, jnp.int32))])
+C(G + "jit_method_of_array", lambda: jax.jit(lambda x: x.T @ x)(m23()))
+C(G + "int_overflow_in", lambda: jax.jit(lambda x: x)(2 ** 40))
+C(G + "donate", lambda: jax.jit(lambda x: x + 1, donate_argnums=0)(jnp.ones(2)))
+C(G + "print_tracer_str", lambda: _tracer_str())
+
+
+def _py_while(x):
+  while x < 3:
+    x = x + 1
+  return x
+
+
+def _with_disable_jit():
+  with jax.disable_jit():
+    return jax.jit(lambda x: x * 2)(3.0)
+
+
+def _jit_id(x):
+  return jax.jit(lambda a: a + 1)(x)
+
+
+def _tracer_str():
+  out = []
+
+  def f(x):
+    out.append(str(x.aval) if hasattr(x, "aval") else "?")
+    return x
+  jax.jit(f)(jnp.ones((2, 3)))
+  return out[0]
+
+
+# ---- lax ------------------------------------------------------------------------------------
+G = "lax/"
+C(G + "cond", lambda: lax.cond(True, lambda x: x + 1, lambda x: x - 1, 1.0))
+C(G + "cond_weak_mismatch", lambda: lax.cond(True, lambda: 1.0, lambda: jnp.float32(2)))
+C(G + "cond_dtype_mismatch_err", lambda: lax.cond(True, lambda: 1.0, lambda: jnp.int32(2)))
+C(G + "cond_int_pred", lambda: lax.cond(2, lambda: 1, lambda: 0))
+C(G + "cond_multiple_operands", lambda: lax.cond(False, lambda a, b: a + b, lambda a, b: a - b,
+                                                 1.0, 2.0))
+C(G + "cond_pytree", lambda: lax.cond(True, lambda x: {"a": x, "b": (x, x)},
+                                      lambda x: {"a": -x, "b": (x, x)}, f3()))
+C(G + "switch", lambda: lax.switch(1, [lambda x: x, lambda x: x * 2, lambda x: x * 3], 2.0))
+C(G + "switch_clamp", lambda: lax.switch(7, [lambda x: x, lambda x: x * 2], 2.0))
+C(G + "switch_neg", lambda: lax.switch(-3, [lambda x: x, lambda x: x * 2], 2.0))
+C(G + "while_loop", lambda: lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2),
+                                           (0, 1.0)))
+C(G + "while_loop_weak", lambda: lax.while_loop(lambda c: c < 5, lambda c: c + 1, 0))
+C(G + "while_carry_type_err", lambda: lax.while_loop(lambda c: c < 5, lambda c: c + 1.5, 0))
+C(G + "fori_loop_int", lambda: lax.fori_loop(0, 3, lambda i, c: c + i, 0))
+C(G + "fori_loop_float", lambda: lax.fori_loop(0, 3, lambda i, c: c + i, 0.0))
+C(G + "fori_loop_array", lambda: lax.fori_loop(0, 3, lambda i, c: c.at[i].set(i), jnp.zeros(3)))
+C(G + "fori_loop_traced_bounds", lambda: jax.jit(lambda n: lax.fori_loop(
+    0, n, lambda i, c: c + 1, 0))(4))
+C(G + "scan", lambda: lax.scan(lambda c, x: (c + x, c * x), 0.0, f3()))
+C(G + "scan_int", lambda: lax.scan(lambda c, x: (c + x, c), 0, a3()))
+C(G + "scan_length", lambda: lax.scan(lambda c, _: (c + 1, c), 0, None, length=3))
+C(G + "scan_reverse", lambda: lax.scan(lambda c, x: (c + x, c), 0.0, f3(), reverse=True))
+C(G + "scan_none_ys", lambda: lax.scan(lambda c, x: (c + x, None), 0.0, f3()))
+C(G + "scan_pytree", lambda: lax.scan(lambda c, x: (c, {"a": x["a"] * 2}), 0.0,
+                                      {"a": f3()}))
+C(G + "scan_carry_mismatch_err", lambda: lax.scan(lambda c, x: (c + x, c), 0, f3()))
+C(G + "map", lambda: lax.map(lambda x: x ** 2, f3()))
+C(G + "map_tuple", lambda: lax.map(lambda xy: xy[0] * xy[1], (f3(), f3())))
+C(G + "associative_scan", lambda: lax.associative_scan(jnp.add, f3()))
+C(G + "dynamic_slice", lambda: lax.dynamic_slice(jnp.arange(10), (2,), (3,)))
+C(G + "dynamic_slice_clamp", lambda: lax.dynamic_slice(jnp.arange(10), (8,), (3,)))
+C(G + "dynamic_slice_neg", lambda: lax.dynamic_slice(jnp.arange(10), (-2,), (3,)))
+C(G + "dynamic_update_slice", lambda: lax.dynamic_update_slice(jnp.zeros(5), jnp.ones(2), (4,)))
+C(G + "dynamic_index_in_dim", lambda: lax.dynamic_index_in_dim(m23(), 1, axis=1))
+C(G + "dynamic_slice_in_dim", lambda: lax.dynamic_slice_in_dim(m23(), 1, 2, axis=1))
+C(G + "slice", lambda: lax.slice(jnp.arange(10), (1,), (8,), (3,)))
+C(G + "slice_in_dim", lambda: lax.slice_in_dim(m23(), 0, 2, axis=1))
+C(G + "pad_neg", lambda: lax.pad(jnp.arange(5.0), 0.0, [(-1, 2, 1)]))
+C(G + "select", lambda: lax.select(jnp.array([True, False]), jnp.ones(2), jnp.zeros(2)))
+C(G + "clamp", lambda: lax.clamp(0.0, jnp.array([-1.0, 0.5, 2.0]), 1.0))
+C(G + "add_mismatch_err", lambda: lax.add(jnp.ones(2), jnp.ones(2, jnp.int32)))
+C(G + "add_weak_scalar", lambda: lax.add(jnp.ones(2), 1.0))
+C(G + "add_pyscalars", lambda: lax.add(1, 2))
+C(G + "convert_element_type", lambda: lax.convert_element_type(jnp.array([1.7, -1.7]),
+                                                               jnp.int32))
+C(G + "convert_weak", lambda: lax.convert_element_type(2.0, jnp.float32))
+C(G + "broadcast_in_dim", lambda: lax.broadcast_in_dim(f3(), (2, 3), (1,)))
+C(G + "broadcast", lambda: lax.broadcast(f3(), (2,)).shape)
+C(G + "reshape_dims", lambda: lax.reshape(jnp.arange(6), (3, 2), dimensions=(0,)))
+C(G + "rsqrt", lambda: lax.rsqrt(jnp.array([4.0])))
+C(G + "integer_pow", lambda: lax.integer_pow(jnp.array([2.0, 3.0]), 3))
+C(G + "integer_pow_neg", lambda: lax.integer_pow(jnp.array([2.0]), -2))
+C(G + "div_int", lambda: lax.div(jnp.array([7, -7]), jnp.array([2, 2])))
+C(G + "rem_int", lambda: lax.rem(jnp.array([7, -7]), jnp.array([3, 3])))
+C(G + "shift_right_logical", lambda: lax.shift_right_logical(jnp.array([-8]), 1))
+C(G + "bitcast", lambda: lax.bitcast_convert_type(jnp.float32(1.0), jnp.int32))
+C(G + "iota", lambda: lax.iota(jnp.int32, 4))
+C(G + "broadcasted_iota", lambda: lax.broadcasted_iota(jnp.int32, (2, 3), 1))
+C(G + "argmax", lambda: lax.argmax(m23(), 1, jnp.int32))
+C(G + "cumsum", lambda: lax.cumsum(f3()))
+C(G + "cummax_rev", lambda: lax.cummax(jnp.array([1.0, 3.0, 2.0]), reverse=True))
+C(G + "reduce", lambda: lax.reduce(m23(), 0.0, lax.add, (0,)))
+C(G + "reduce_window", lambda: lax.reduce_window(jnp.arange(6.0), -jnp.inf, lax.max, (2,), (1,),
+                                                 "VALID"))
+C(G + "conv", lambda: lax.conv(jnp.ones((1, 1, 5, 5)), jnp.ones((2, 1, 3, 3)), (1, 1), "SAME"))
+C(G + "conv_valid_stride", lambda: lax.conv(jnp.arange(50.0).reshape(1, 2, 5, 5),
+                                            jnp.ones((3, 2, 2, 2)), (2, 2), "VALID"))
+C(G + "conv_general_dilated", lambda: lax.conv_general_dilated(
+    jnp.ones((1, 5, 5, 2)), jnp.ones((3, 3, 2, 4)), (1, 1), "SAME",
+    dimension_numbers=("NHWC", "HWIO", "NHWC")).shape)
+C(G + "conv_general_padding", lambda: lax.conv_general_dilated(
+    jnp.arange(5.0).reshape(1, 1, 5), jnp.ones((1, 1, 2)), (1,), [(1, 1)], rhs_dilation=(2,)))
+C(G + "conv_grouped", lambda: lax.conv_general_dilated(
+    jnp.ones((1, 4, 5)), jnp.ones((4, 1, 3)), (1,), "VALID", feature_group_count=4).shape)
+C(G + "erf", lambda: lax.erf(jnp.array([0.5])))
+C(G + "lgamma_digamma", lambda: (lax.lgamma(jnp.array([3.0])), lax.digamma(jnp.array([1.0]))))
+C(G + "population_count", lambda: lax.population_count(jnp.array([7, 8])))
+C(G + "sort_key_val", lambda: lax.sort_key_val(jnp.array([3, 1, 2]), jnp.array([0., 1., 2.])))
+C(G + "squeeze", lambda: lax.squeeze(jnp.ones((1, 2, 1)), (0, 2)).shape)
+C(G + "expand_dims", lambda: lax.expand_dims(f3(), (0,)).shape)
+C(G + "transpose", lambda: lax.transpose(m23(), (1, 0)))
+C(G + "rev", lambda: lax.rev(m23(), (1,)))
+C(G + "concatenate", lambda: lax.concatenate([f3(), f3()], 0))
+C(G + "gather_via_index", lambda: lax.index_in_dim(m23(), 1, axis=0, keepdims=False))
+C(G + "psum_vmap", lambda: jax.vmap(lambda x: lax.psum(x, "i"), axis_name="i")(f3()))
+C(G + "pmean_vmap", lambda: jax.vmap(lambda x: lax.pmean(x, "i"), axis_name="i")(f3()))
+C(G + "axis_index_vmap", lambda: jax.vmap(lambda x: lax.axis_index("i"), axis_name="i")(f3()))
+C(G + "cond_jit_pred_tracer", lambda: jax.jit(lambda x: lax.cond(x > 0, lambda: x, lambda: -x))(
+    -2.0))
+C(G + "fori_loop_weak_carry_jit", lambda: jax.jit(lambda: lax.fori_loop(0, 3, lambda i, c: c * 2,
+                                                                        1.0))())
+C(G + "max_mixed_err", lambda: lax.max(jnp.ones(2), jnp.ones(2, jnp.float16)))
+C(G + "lax_sub_weak", lambda: lax.sub(2.0, 1.0))
+C(G + "tanh_int_err", lambda: lax.tanh(jnp.array([1, 2])))
+
+# ---- tree_util ------------------------------------------------------------------------------
+G = "tree/"
+tu = lambda: jax.tree_util  # noqa: E731
+NT = collections.namedtuple("NT", ["x", "y"])
+C(G + "flatten_dict_none", lambda: tu().tree_flatten({"b": 1, "a": None, "c": (2, [3])})[0])
+C(G + "leaves_dict_order", lambda: tu().tree_leaves({"b": 1, "a": 2}))
+C(G + "structure_str", lambda: str(tu().tree_structure({"b": 1, "a": (2, None)})))
+C(G + "structure_namedtuple_str", lambda: str(tu().tree_structure(NT(1, 2))))
+C(G + "structure_list_str", lambda: str(tu().tree_structure([1, [2, 3], ()])))
+C(G + "num_leaves", lambda: tu().tree_structure({"a": [1, 2], "b": None}).num_leaves)
+C(G + "map_multi", lambda: tu().tree_map(lambda a, b: a + b, {"a": 1, "b": (2, 3)},
+                                         {"a": 10, "b": (20, 30)}))
+C(G + "map_none", lambda: tu().tree_map(lambda a: a * 2, {"a": 1, "b": None}))
+C(G + "map_is_leaf", lambda: tu().tree_map(lambda a: len(a), [[1, 2], [3]],
+                                           is_leaf=lambda x: isinstance(x, list) and
+                                           all(not isinstance(e, list) for e in x)))
+C(G + "map_mismatch_err", lambda: tu().tree_map(lambda a, b: a + b, [1, 2], (1, 2)))
+C(G + "map_mismatch_len_err", lambda: tu().tree_map(lambda a, b: a + b, [1, 2], [1]))
+C(G + "unflatten", lambda: tu().tree_unflatten(tu().tree_structure((1, {"a": 2})), [5, 6]))
+C(G + "namedtuple_roundtrip", lambda: tu().tree_map(lambda v: v + 1, NT(1, 2)))
+C(G + "reduce", lambda: tu().tree_reduce(lambda a, b: a + b, [1, (2, 3)]))
+C(G + "reduce_initial", lambda: tu().tree_reduce(lambda a, b: a + b, [], 0))
+C(G + "all", lambda: tu().tree_all([True, (True, False)]))
+C(G + "flatten_with_path", lambda: [(tu().keystr(p), v) for p, v in
+                                    tu().tree_flatten_with_path({"a": [1, 2], "b": NT(3, 4)})[0]])
+C(G + "leaves_with_path", lambda: [str(p) for p, _ in tu().tree_leaves_with_path((1, [2]))])
+C(G + "transpose", lambda: tu().tree_transpose(tu().tree_structure([0, 0]),
+                                               tu().tree_structure((0, 0)),
+                                               [(1, 2), (3, 4)]))
+C(G + "register_pytree_node", lambda: _register_node())
+C(G + "register_dataclass", lambda: _register_dataclass())
+C(G + "Partial", lambda: tu().Partial(lambda a, b: a - b, 10)(3))
+C(G + "Partial_jit", lambda: jax.jit(lambda f, x: f(x))(tu().Partial(jnp.add, 1.0), 2.0))
+C(G + "jax_tree_map", lambda: jax.tree.map(lambda a: a * 2, (1, {"a": 2.0})))
+C(G + "jax_tree_leaves", lambda: jax.tree.leaves([1, None, (2, 3)]))
+C(G + "jax_tree_structure_eq", lambda: jax.tree.structure([1, 2]) == jax.tree.structure([3, 4]))
+C(G + "jax_tree_flatten", lambda: jax.tree.flatten({"x": 1, "y": [2]})[0])
+C(G + "jax_tree_leaves_none_is_leaf", lambda: jax.tree.leaves([1, None],
+                                                             is_leaf=lambda x: x is None))
+C(G + "leaves_array", lambda: len(tu().tree_leaves({"a": jnp.ones(3)})))
+C(G + "treedef_children", lambda: len(tu().tree_structure((1, (2, 3))).children()))
+C(G + "treedef_repr", lambda: repr(tu().tree_structure((1, {"k": 2}))))
+C(G + "all_leaves", lambda: tu().all_leaves([1, 2]))
+C(G + "map_with_path", lambda: tu().tree_map_with_path(lambda p, v: (tu().keystr(p), v),
+                                                       {"a": 1}))
+C(G + "ordered_dict", lambda: tu().tree_leaves(collections.OrderedDict([("b", 1), ("a", 2)])))
+C(G + "tree_util_tree_map_list_none", lambda: tu().tree_map(lambda x: x, [None, 1]))
+
+
+def _register_node():
+  class Box:
+    def __init__(self, v, tag):
+      self.v, self.tag = v, tag
+  tu().register_pytree_node(Box, lambda b: ((b.v,), b.tag), lambda tag, ch: Box(ch[0], tag))
+  out = jax.jit(lambda b: Box(b.v * 2, b.tag))(Box(jnp.ones(2), "t"))
+  return (out.v, out.tag, len(tu().tree_leaves(Box(1, "x"))))
+
+
+def _register_dataclass():
+  import dataclasses
+
+  @dataclasses.dataclass
+  class P:
+    a: object
+    b: object
+  tu().register_dataclass(P, data_fields=["a", "b"], meta_fields=[])
+  return tu().tree_leaves(P(1, [2, 3]))
+
+
+# ---- make_jaxpr text (exact) -------------------------------------------------------------------
+G = "jaxpr/"
+JP = lambda f, *a: str(jax.make_jaxpr(f)(*a))  # noqa: E731
+C(G + "sin_mul_add", lambda: JP(lambda a, b: jnp.sin(a) * b + 1.0, jnp.ones(3), jnp.ones(3)))
+C(G + "sum_sq", lambda: JP(lambda x: jnp.sum(x ** 2), jnp.ones(3)))
+C(G + "weak_scalar", lambda: JP(lambda x: x * 2, 1.0))
+C(G + "int_add", lambda: JP(lambda x: x + 1, jnp.arange(3)))
+C(G + "promote_int_float", lambda: JP(lambda x: x + 1.5, jnp.arange(3)))
+C(G + "dot", lambda: JP(jnp.dot, jnp.ones((2, 3)), jnp.ones(3)))
+C(G + "matmul", lambda: JP(lambda a, b: a @ b, jnp.ones((2, 3)), jnp.ones((3, 4))))
+C(G + "reshape_transpose", lambda: JP(lambda x: x.reshape(3, 2).T, jnp.ones(6)))
+C(G + "mean", lambda: JP(jnp.mean, jnp.ones((2, 3))))
+C(G + "max_axis", lambda: JP(lambda x: jnp.max(x, axis=1), jnp.ones((2, 3))))
+C(G + "where", lambda: JP(lambda x: jnp.where(x > 0, x, 0.0), jnp.ones(3)))
+C(G + "relu", lambda: JP(jax.nn.relu, jnp.ones(3)))
+C(G + "exp_log", lambda: JP(lambda x: jnp.log(jnp.exp(x)), jnp.ones(3)))
+C(G + "broadcast_add", lambda: JP(lambda a, b: a + b, jnp.ones((2, 3)), jnp.ones(3)))
+C(G + "convert", lambda: JP(lambda x: x.astype(jnp.float32), jnp.arange(3)))
+C(G + "grad_square", lambda: JP(jax.grad(lambda x: x * x), 1.0))
+C(G + "jit_inner", lambda: JP(lambda x: jax.jit(jnp.sin)(x), jnp.ones(2)))
+C(G + "cond", lambda: JP(lambda p, x: lax.cond(p, jnp.sin, jnp.cos, x), True, 1.0))
+C(G + "while", lambda: JP(lambda x: lax.while_loop(lambda c: c < 10.0, lambda c: c * 2, x), 1.0))
+C(G + "fori", lambda: JP(lambda x: lax.fori_loop(0, 3, lambda i, c: c + i, x), 1.0))
+C(G + "scan", lambda: JP(lambda xs: lax.scan(lambda c, x: (c + x, c), 0.0, xs), jnp.ones(3)))
+C(G + "index_static", lambda: JP(lambda x: x[1], jnp.ones(3)))
+C(G + "slice_static", lambda: JP(lambda x: x[1:], jnp.ones(3)))
+C(G + "concatenate", lambda: JP(lambda a: jnp.concatenate([a, a]), jnp.ones(2)))
+C(G + "vmap_mul", lambda: JP(jax.vmap(lambda a: a * 2.0), jnp.ones(3)))
+C(G + "softmax", lambda: JP(jax.nn.softmax, jnp.ones(3)))
+C(G + "pytree_in", lambda: JP(lambda d: d["a"] + d["b"], {"a": 1.0, "b": 2.0}))
+C(G + "const_array", lambda: JP(lambda x: x + np.ones(3, np.float32), jnp.ones(3)))
+C(G + "stop_gradient", lambda: JP(lax.stop_gradient, 1.0))
+C(G + "int_pow", lambda: JP(lambda x: x ** 3, 2.0))
+C(G + "iota", lambda: JP(lambda: jnp.arange(4)))
+C(G + "squeeze_expand", lambda: JP(lambda x: jnp.expand_dims(jnp.squeeze(x), 0),
+                                   jnp.ones((1, 3))))
+C(G + "jaxpr_eqns_count", lambda: len(jax.make_jaxpr(lambda x: x * 2 + 1)(1.0).jaxpr.eqns))
+C(G + "jaxpr_invars_aval", lambda: str(jax.make_jaxpr(lambda x: x)(jnp.ones(2)).in_avals[0]))
+C(G + "jaxpr_out_avals_weak", lambda: str(jax.make_jaxpr(lambda x: x)(1.0).out_avals[0]))
+
+# ---- errors ---------------------------------------------------------------------------------
+G = "errors/"
+C(G + "add_shape_mismatch", lambda: jnp.ones((2, 3)) + jnp.ones((3, 2)))
+C(G + "grad_nonscalar", lambda: jax.grad(lambda x: x)(f3()))
+C(G + "bool_tracer", lambda: jax.jit(lambda x: bool(x))(1.0))
+C(G + "bool_tracer_is_concretization", lambda: _catch(
+    lambda: jax.jit(lambda x: bool(x))(1.0), jax.errors.ConcretizationTypeError))
+C(G + "int_tracer", lambda: jax.jit(lambda x: int(x))(1.0))
+C(G + "reshape_bad", lambda: jnp.ones(6).reshape(5))
+C(G + "zeros_bad_dtype", lambda: jnp.zeros(3, dtype="foo"))
+C(G + "zeros_object_dtype", lambda: jnp.zeros(3, dtype=object))
+C(G + "array_string", lambda: jnp.array(["a"]))
+C(G + "array_ragged", lambda: jnp.array([[1, 2], [3]]))
+C(G + "array_none", lambda: jnp.array(None))
+C(G + "vmap_size_mismatch", lambda: jax.vmap(jnp.add)(jnp.ones(2), jnp.ones(3)))
+C(G + "axis_oob_sum", lambda: jnp.sum(jnp.ones(3), axis=1))
+C(G + "axis_oob_concat", lambda: jnp.concatenate([jnp.ones(3)], axis=1))
+C(G + "axis_oob_expand_dims", lambda: jnp.expand_dims(jnp.ones(3), 3))
+C(G + "axis_oob_argmax", lambda: jnp.argmax(jnp.ones(3), axis=2))
+C(G + "axis_oob_cumsum", lambda: jnp.cumsum(jnp.ones(3), axis=1))
+C(G + "axis_oob_softmax", lambda: jax.nn.softmax(jnp.ones(3), axis=2))
+C(G + "transpose_bad_perm", lambda: jnp.transpose(jnp.ones((2, 3)), (0, 0)))
+C(G + "matmul_mismatch", lambda: jnp.ones((2, 3)) @ jnp.ones((2, 3)))
+C(G + "dot_mismatch", lambda: jnp.dot(jnp.ones(3), jnp.ones(4)))
+C(G + "einsum_bad", lambda: jnp.einsum("ij,jk->ik", jnp.ones((2, 3)), jnp.ones((4, 5))))
+C(G + "index_oob_static_2d", lambda: jnp.ones((2, 3))[0, 0, 0])
+C(G + "hash_array", lambda: hash(jnp.ones(2)))
+C(G + "setitem", lambda: _setitem())
+C(G + "len_scalar", lambda: len(jnp.array(1.0)))
+C(G + "iter_scalar", lambda: list(iter(jnp.array(1.0))))
+C(G + "float_of_array", lambda: float(jnp.ones(2)))
+C(G + "bool_of_array", lambda: bool(jnp.ones(2)))
+C(G + "index_float_array", lambda: [1, 2, 3][jnp.array(1.0)])
+C(G + "jit_non_array_arg", lambda: jax.jit(lambda x: x)("abc"))
+C(G + "jit_list_ok", lambda: jax.jit(lambda x: x[0] + x[1])([1.0, 2.0]))
+C(G + "grad_str_arg", lambda: jax.grad(lambda x: 1.0)("a"))
+C(G + "cond_branch_out_mismatch", lambda: lax.cond(True, lambda: (1.0, 2.0), lambda: 1.0))
+C(G + "scan_nonarray_xs", lambda: lax.scan(lambda c, x: (c, x), 0.0, [1.0, 2.0]))
+C(G + "fori_loop_float_bounds", lambda: lax.fori_loop(0.0, 3.0, lambda i, c: c, 0))
+C(G + "random_bad_key", lambda: jax.random.normal(jnp.ones(3), ()))
+C(G + "split_bad_num", lambda: jax.random.split(K(), -1))
+C(G + "where_bad_shapes", lambda: jnp.where(jnp.ones(2) > 0, jnp.ones(3), 0))
+C(G + "stack_mismatch", lambda: jnp.stack([jnp.ones(2), jnp.ones(3)]))
+C(G + "broadcast_to_smaller", lambda: jnp.broadcast_to(jnp.ones(3), (2,)))
+C(G + "split_bad", lambda: jnp.split(jnp.ones(5), 3))
+C(G + "tracer_leak", lambda: _leak())
+C(G + "UnexpectedTracerError_exists", lambda: issubclass(jax.errors.UnexpectedTracerError,
+                                                         Exception))
+C(G + "TracerIntegerConversionError_mro", lambda: [c.__name__ for c in
+                                                   jax.errors.TracerIntegerConversionError.__mro__
+                                                   if c.__module__ == "builtins"])
+C(G + "ConcretizationTypeError_mro", lambda: [c.__name__ for c in
+                                              jax.errors.ConcretizationTypeError.__mro__
+                                              if c.__module__ == "builtins"])
+C(G + "jit_kwarg_static_missing", lambda: jax.jit(lambda x, n: x * n,
+                                                  static_argnames="n")(f3(), 2))
+C(G + "argnums_oob", lambda: jax.grad(lambda x: x, argnums=1)(1.0))
+C(G + "vmap_in_axes_tree_mismatch", lambda: jax.vmap(lambda a, b: a, in_axes=(0,))(f3(), f3()))
+C(G + "dynamic_slice_rank", lambda: lax.dynamic_slice(jnp.ones(3), (0, 0), (1, 1)))
+C(G + "nonzero_in_jit", lambda: jax.jit(jnp.nonzero)(f3()))
+C(G + "x64_float64_warn_value", lambda: jnp.zeros(2, jnp.float64))
+C(G + "astype_bad", lambda: f3().astype("notadtype"))
+
+
+def _catch(fn, cls):
+  try:
+    fn()
+  except cls:
+    return "caught"
+  return "not raised"
+
+
+def _setitem():
+  x = jnp.ones(3)
+  x[0] = 2.0
+  return x
+
+
+def _leak():
+  saved = []
+
+  def f(x):
+    saved.append(x)
+    return x
+  jax.jit(f)(1.0)
+  return jnp.sin(saved[0]) + 1
+
+
+# ---- array API: repr/str, conversions, protocols -------------------------------------------------
+G = "api/"
+C(G + "repr_arange", lambda: repr(jnp.arange(3)))
+C(G + "repr_float", lambda: repr(jnp.array([1.0, 2.5])))
+C(G + "repr_weak_scalar", lambda: repr(jnp.asarray(1.0)))
+C(G + "repr_weak_int", lambda: repr(jnp.asarray(3)))
+C(G + "repr_0d_strong", lambda: repr(jnp.float32(1.5)))
+C(G + "repr_bf16", lambda: repr(jnp.array([1.0, 2.0], jnp.bfloat16)))
+C(G + "repr_f16", lambda: repr(jnp.array([1.0, 2.0], jnp.float16)))
+C(G + "repr_bool", lambda: repr(jnp.array([True, False])))
+C(G + "repr_2d", lambda: repr(jnp.arange(6).reshape(2, 3)))
+C(G + "repr_empty", lambda: repr(jnp.zeros((0,))))
+C(G + "repr_empty_2d", lambda: repr(jnp.zeros((0, 3))))
+C(G + "repr_uint8", lambda: repr(jnp.array([1, 2], jnp.uint8)))
+C(G + "repr_complex", lambda: repr(jnp.array([1 + 2j])))
+C(G + "repr_large", lambda: repr(jnp.arange(2000)))
+C(G + "repr_nan_inf", lambda: repr(jnp.array([jnp.nan, jnp.inf, -1.0])))
+C(G + "repr_small_floats", lambda: repr(jnp.array([1e-8, 1.0])))
+C(G + "str_arange", lambda: str(jnp.arange(3)))
+C(G + "str_scalar", lambda: str(jnp.float32(1.5)))
+C(G + "str_bool_scalar", lambda: str(jnp.array(True)))
+C(G + "format_scalar", lambda: f"{jnp.float32(1.5):.3f}")
+C(G + "isinstance_Array", lambda: isinstance(jnp.ones(2), jax.Array))
+C(G + "isinstance_ndarray", lambda: isinstance(jnp.ones(2), jnp.ndarray))
+C(G + "isinstance_np_not_Array", lambda: isinstance(np.ones(2), jax.Array))
+C(G + "isinstance_tracer_Array", lambda: jax.jit(lambda x: isinstance(x, jax.Array))(1.0))
+C(G + "T", lambda: m23().T)
+C(G + "item_int", lambda: jnp.array(3).item())
+C(G + "item_float", lambda: jnp.array(3.5).item())
+C(G + "item_bool", lambda: jnp.array(True).item())
+C(G + "item_index", lambda: jnp.arange(3).item(1))
+C(G + "item_multi_err", lambda: jnp.arange(3).item())
+C(G + "float", lambda: float(jnp.array(2.5)))
+C(G + "float_1elem", lambda: float(jnp.array([2.5])))
+C(G + "int", lambda: int(jnp.array(2.7)))
+C(G + "complex", lambda: complex(jnp.array(2.0)))
+C(G + "index_op", lambda: [10, 20, 30][jnp.array(1)])
+C(G + "range_array", lambda: list(range(jnp.array(3))))
+C(G + "tolist", lambda: jnp.arange(6).reshape(2, 3).tolist())
+C(G + "tolist_float", lambda: jnp.array([1.5]).tolist())
+C(G + "tolist_scalar", lambda: jnp.array(2).tolist())
+C(G + "np_asarray_dtype", lambda: np.asarray(jnp.arange(3)))
+C(G + "np_asarray_f16", lambda: np.asarray(jnp.ones(2, jnp.float16)))
+C(G + "np_asarray_bf16_dtype", lambda: str(np.asarray(jnp.ones(2, jnp.bfloat16)).dtype))
+C(G + "np_asarray_scalar", lambda: np.asarray(jnp.float32(2)))
+C(G + "np_array_dtype_arg", lambda: np.array(jnp.arange(3), dtype=np.float64))
+C(G + "np_sum_of_array", lambda: np.sum(jnp.arange(3)))
+C(G + "np_add_array", lambda: type(np.float32(1) + jnp.ones(2)).__name__)
+C(G + "np_ndarray_plus_array", lambda: np.ones(2) + jnp.ones(2))
+C(G + "iteration", lambda: [x for x in jnp.arange(3)])
+C(G + "iteration_2d", lambda: [x for x in jnp.arange(4).reshape(2, 2)])
+C(G + "len", lambda: len(jnp.zeros((4, 2))))
+C(G + "isscalar_pyfloat", lambda: jnp.isscalar(1.0))
+C(G + "isscalar_0d", lambda: jnp.isscalar(jnp.array(1.0)))
+C(G + "isscalar_1d", lambda: jnp.isscalar(jnp.ones(1)))
+C(G + "isscalar_np", lambda: jnp.isscalar(np.float32(1)))
+C(G + "jnp_shape", lambda: jnp.shape(jnp.ones((2, 3))))
+C(G + "jnp_shape_scalar", lambda: jnp.shape(1.0))
+C(G + "device_get", lambda: jax.device_get(jnp.arange(3)))
+C(G + "device_get_tree", lambda: jax.device_get({"a": jnp.ones(2), "b": 1}))
+C(G + "device_put", lambda: jax.device_put(np.arange(3.0)))
+C(G + "device_put_weak", lambda: jax.device_put(1.0))
+C(G + "block_until_ready", lambda: jax.block_until_ready(jnp.ones(2)))
+C(G + "block_until_ready_tree", lambda: jax.block_until_ready((jnp.ones(2), 1.0)))
+C(G + "method_block", lambda: jnp.ones(2).block_until_ready())
+C(G + "dtype_attrs", lambda: (jnp.ones(2).dtype, jnp.ones((2, 3)).shape, jnp.ones((2, 3)).size,
+                              jnp.ones((2, 3)).ndim, jnp.ones((2, 3)).nbytes))
+C(G + "itemsize", lambda: jnp.ones(2, jnp.int8).itemsize)
+C(G + "dtype_eq", lambda: (jnp.ones(2).dtype == jnp.float32, jnp.ones(2).dtype == "float32"))
+C(G + "dtype_type", lambda: type(jnp.ones(2).dtype).__name__)
+C(G + "jnp_float32_dtype", lambda: jnp.dtype(jnp.float32))
+C(G + "issubdtype", lambda: (jnp.issubdtype(jnp.float32, jnp.floating),
+                             jnp.issubdtype(jnp.int32, jnp.integer),
+                             jnp.issubdtype(jnp.bfloat16, jnp.floating),
+                             jnp.issubdtype(jnp.int32, jnp.floating)))
+C(G + "finfo", lambda: (float(jnp.finfo(jnp.float32).eps), jnp.finfo(jnp.bfloat16).bits,
+                        float(jnp.finfo(jnp.float16).max)))
+C(G + "iinfo", lambda: (int(jnp.iinfo(jnp.int8).min), int(jnp.iinfo(jnp.uint32).max)))
+C(G + "dtypes_canonicalize", lambda: jax.dtypes.canonicalize_dtype(np.float64))
+C(G + "dtypes_result_type", lambda: jax.dtypes.result_type(np.int32, 1.0))
+C(G + "dtypes_issubdtype_float0", lambda: jax.dtypes.issubdtype(jax.dtypes.float0,
+                                                                np.floating))
+C(G + "weak_type_attr", lambda: jnp.asarray(1.0).weak_type)
+C(G + "array_eq_pylist", lambda: jnp.arange(3) == jnp.array([0, 5, 2]))
+C(G + "contains", lambda: 2 in jnp.arange(3))
+C(G + "copy_method", lambda: jnp.arange(3).copy())
+C(G + "astype_method_weak", lambda: jnp.asarray(1).astype(jnp.float32))
+C(G + "view_conj", lambda: jnp.arange(3).conj())
+C(G + "real_attr", lambda: jnp.array([1 + 2j]).real)
+C(G + "imag_attr_float", lambda: jnp.ones(2).imag)
+C(G + "round_method", lambda: jnp.array([1.26]).round(1))
+C(G + "clip_method", lambda: jnp.arange(5).clip(1, 3))
+C(G + "nonzero_method", lambda: jnp.array([0, 1, 2]).nonzero())
+C(G + "ravel_method", lambda: m23().ravel())
+C(G + "pickle_roundtrip", lambda: pickle.loads(pickle.dumps(jnp.arange(3))))
+C(G + "bool_scalar_true", lambda: bool(jnp.array(2.0)))
+C(G + "jnp_array_of_tracer_list_jit", lambda: jax.jit(lambda a, b: jnp.array([a, b]))(1.0, 2))
+C(G + "jnp_asarray_list_of_arrays", lambda: jnp.asarray([jnp.float32(1), 2.0]))
+C(G + "devices", lambda: len(jax.devices()) >= 1)
+C(G + "default_backend", lambda: jax.default_backend())
+C(G + "Array_shape_tuple_type", lambda: type(jnp.ones((2, 3)).shape).__name__)
+C(G + "array_dunder_array_priority", lambda: type(np.ones(2) * jnp.ones(2)).__name__)
+C(G + "numpy_ufunc_on_array", lambda: type(np.sin(jnp.ones(2))).__name__)
+C(G + "at_repr_type", lambda: type(jnp.ones(2).at).__name__)
+C(G + "enable_x64_flag", lambda: jax.config.jax_enable_x64)
+C(G + "jnp_pi", lambda: jnp.pi)
+C(G + "jnp_newaxis", lambda: jnp.newaxis)
+C(G + "jnp_inf", lambda: jnp.inf)
+C(G + "sort_complex_type", lambda: jnp.iscomplexobj(jnp.array([1j])))
+C(G + "shape_of_scalar_array", lambda: jnp.array(1.0).shape)
+C(G + "size_attr_scalar", lambda: jnp.array(1.0).size)
+
+
+# ---- weak-type matrix: elementwise functions on Python scalars, weak 0-d and strong arrays --------
+UNARY = ["abs", "absolute", "negative", "positive", "sign", "floor", "ceil", "trunc", "rint",
+         "round", "sqrt", "cbrt", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
+         "log1p", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
+         "arcsinh", "arccosh", "arctanh", "deg2rad", "rad2deg", "degrees", "radians", "reciprocal",
+         "isfinite", "isinf", "isnan", "signbit", "logical_not", "invert", "bitwise_not", "conj",
+         "real", "imag", "angle", "sinc", "i0", "nan_to_num", "fabs", "iscomplex", "isreal",
+         "isneginf", "isposinf", "spacing", "frexp", "modf", "bitwise_count", "cumsum", "sum",
+         "mean", "max", "argmax", "prod", "all", "any", "var", "ravel", "atleast_1d",
+         "zeros_like", "ones_like", "copy", "asarray", "array", "sort", "flip", "exp2"]
+BINARY = ["add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder",
+          "mod", "fmod", "power", "pow", "float_power", "maximum", "minimum", "fmax", "fmin",
+          "hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "nextafter", "heaviside",
+          "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+          "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift",
+          "right_shift", "gcd", "lcm", "ldexp", "divmod", "isclose", "dot", "outer", "inner",
+          "kron", "where1", "arctan2", "polyval", "cross2"]
+UN_INPUTS = {
+    "pyfloat": lambda: 1.5, "pyint": lambda: 3, "pybool": lambda: True,
+    "pycomplex": lambda: 1 + 1j, "weakf": lambda: jnp.asarray(0.5),
+    "weaki": lambda: jnp.asarray(2), "f16": lambda: jnp.float16(0.5),
+    "i8vec": lambda: jnp.array([1, -2], jnp.int8), "u8vec": lambda: jnp.array([1, 2], jnp.uint8),
+    "boolvec": lambda: jnp.array([True, False]), "bf16vec": lambda: jnp.array([0.5], jnp.bfloat16),
+}
+BIN_INPUTS = {
+    "int_int": lambda: (7, 2), "float_int": lambda: (7.5, 2), "int_float": lambda: (7, 2.0),
+    "weakf_pyint": lambda: (jnp.asarray(7.0), 2), "i32_pyfloat": lambda: (jnp.array([7, -7]), 2.0),
+    "f16_pyint": lambda: (jnp.array([7.0], jnp.float16), 3),
+    "i8_pyint": lambda: (jnp.array([7, -7], jnp.int8), 3),
+    "u8_i8": lambda: (jnp.array([7], jnp.uint8), jnp.array([3], jnp.int8)),
+    "bool_bool": lambda: (jnp.array([True, False]), jnp.array([True, True])),
+    "f32_i32": lambda: (jnp.array([7.0, -7.0]), jnp.array([2, 3])),
+    "pybool_pyint": lambda: (True, 2), "bf16_f16": lambda: (jnp.bfloat16(1), jnp.float16(2)),
+    "c64_pyfloat": lambda: (jnp.array([1 + 1j], jnp.complex64), 2.0),
+}
+
+
+def _unary(name, inp):
+  return getattr(jnp, name)(UN_INPUTS[inp]())
+
+
+def _binary(name, inp):
+  a, b = BIN_INPUTS[inp]()
+  if name == "where1":
+    return jnp.where(True, a, b)
+  if name == "cross2":
+    return jnp.cross(jnp.array([a, a, a]) if np.ndim(a) == 0 else a,
+                     jnp.array([b, b, b]) if np.ndim(b) == 0 else b)
+  if name == "polyval":
+    return jnp.polyval(jnp.atleast_1d(a), b)
+  return getattr(jnp, name)(a, b)
+
+
+for _n in dict.fromkeys(UNARY):
+  for _i in UN_INPUTS:
+    C(f"weak/unary/{_n}/{_i}", functools.partial(_unary, _n, _i))
+for _n in dict.fromkeys(BINARY):
+  for _i in BIN_INPUTS:
+    C(f"weak/binary/{_n}/{_i}", functools.partial(_binary, _n, _i))
+
+# ---- Python ints out of the target dtype's range -------------------------------------------
+G = "intrange/"
+C(G + "i8_plus_300", lambda: jnp.ones(2, jnp.int8) + 300)
+C(G + "i8_plus_2p31m1", lambda: jnp.ones(2, jnp.int8) + (2 ** 31 - 1))
+C(G + "i8_plus_2p31", lambda: jnp.ones(2, jnp.int8) + 2 ** 31)
+C(G + "u32_plus_2p32m1", lambda: jnp.ones(2, jnp.uint32) + (2 ** 32 - 1))
+C(G + "u32_plus_neg1", lambda: jnp.ones(2, jnp.uint32) + (-1))
+C(G + "i32_plus_2p31", lambda: jnp.ones(2, jnp.int32) + 2 ** 31)
+C(G + "i8_mul_300_jit", lambda: jax.jit(lambda x: x * 300)(jnp.ones(2, jnp.int8)))
+C(G + "full_i8_300", lambda: jnp.full(2, 300, jnp.int8))
+C(G + "array_300_i8", lambda: jnp.array(300, jnp.int8))
+C(G + "maximum_i8_300", lambda: jnp.maximum(jnp.int8(1), 300))
+C(G + "eq_i8_300", lambda: jnp.int8(1) == 300)
+C(G + "at_set_i8_300", lambda: jnp.zeros(2, jnp.int8).at[0].set(300))
+C(G + "where_i8_300", lambda: jnp.where(jnp.array([True, False]), jnp.int8(1), 300))
+C(G + "clip_u8", lambda: jnp.clip(jnp.array([1, 200], jnp.uint8), 0, 300))
+C(G + "asarray_big", lambda: jnp.asarray(2 ** 33))
+C(G + "jit_big_int_arg", lambda: jax.jit(lambda x: x)(2 ** 31))
+
+# ---- more jnp behaviours ----------------------------------------------------------------------
+G = "more/"
+C(G + "interp", lambda: jnp.interp(jnp.array([0.5, 2.0]), jnp.array([0.0, 1.0]),
+                                   jnp.array([0.0, 2.0])))
+C(G + "polyval", lambda: jnp.polyval(jnp.array([1, 2]), jnp.array([2.0])))
+C(G + "vander", lambda: jnp.vander(jnp.array([1, 2, 3]), 3))
+C(G + "convolve", lambda: jnp.convolve(jnp.array([1.0, 2.0, 3.0]), jnp.array([0.0, 1.0])))
+C(G + "convolve_same", lambda: jnp.convolve(jnp.array([1.0, 2.0, 3.0]), jnp.array([1.0, 1.0]),
+                                            mode="same"))
+C(G + "correlate", lambda: jnp.correlate(jnp.array([1.0, 2.0, 3.0]), jnp.array([0.0, 1.0])))
+C(G + "cov", lambda: jnp.cov(jnp.array([[1.0, 2.0, 4.0], [1.0, 0.0, 2.0]])))
+C(G + "corrcoef", lambda: jnp.corrcoef(jnp.array([[1.0, 2.0, 4.0], [1.0, 0.0, 2.0]])))
+C(G + "trapezoid", lambda: jnp.trapezoid(jnp.array([1.0, 2.0, 3.0])))
+C(G + "gradient", lambda: jnp.gradient(jnp.array([1.0, 4.0, 9.0])))
+C(G + "tril_indices_from", lambda: jnp.tril_indices_from(jnp.ones((3, 3)), k=-1))
+C(G + "nanargmax", lambda: jnp.nanargmax(jnp.array([1.0, jnp.nan, 3.0])))
+C(G + "nanstd", lambda: jnp.nanstd(jnp.array([1.0, jnp.nan, 3.0])))
+C(G + "cumulative_sum", lambda: jnp.cumulative_sum(jnp.array([1, 2, 3]), include_initial=True))
+C(G + "argpartition_kth", lambda: jnp.sort(jnp.partition(jnp.array([3, 1, 2, 5]), 2)[2:]))
+C(G + "isin_invert", lambda: jnp.isin(a3(), jnp.array([1]), invert=True))
+C(G + "array_equiv", lambda: jnp.array_equiv(jnp.ones(3), 1))
+C(G + "allclose_nan", lambda: jnp.allclose(jnp.nan, jnp.nan, equal_nan=True))
+C(G + "ufunc_reduce", lambda: jnp.add.reduce(jnp.arange(4)))
+C(G + "ufunc_outer", lambda: jnp.multiply.outer(a3(), a3()))
+C(G + "ufunc_accumulate", lambda: jnp.add.accumulate(jnp.arange(4)))
+C(G + "ufunc_at", lambda: jnp.add.at(jnp.zeros(3), jnp.array([0, 0]), 1.0, inplace=False))
+C(G + "vectorize", lambda: jnp.vectorize(lambda a, b: a + b)(a3(), 1.0))
+C(G + "einsum_path_type", lambda: type(jnp.einsum_path("ij,jk", jnp.ones((2, 2)),
+                                                       jnp.ones((2, 2)))).__name__)
+C(G + "fill_diagonal", lambda: jnp.fill_diagonal(jnp.zeros((2, 2)), 5.0, inplace=False))
+C(G + "resize", lambda: jnp.resize(a3(), (2, 2)))
+C(G + "rollaxis", lambda: jnp.rollaxis(jnp.zeros((2, 3, 4)), 2).shape)
+C(G + "expand_dims_neg", lambda: jnp.expand_dims(jnp.zeros((2, 3)), -1).shape)
+C(G + "apply_along_axis", lambda: jnp.apply_along_axis(jnp.sum, 1, m23()))
+C(G + "searchsorted_sorter", lambda: jnp.searchsorted(jnp.array([3, 1, 2]), 2,
+                                                      sorter=jnp.array([1, 2, 0])))
+C(G + "histogram_bin_edges", lambda: jnp.histogram_bin_edges(jnp.array([0.0, 1.0]), bins=2))
+C(G + "logspace_base", lambda: jnp.logspace(0, 3, 4, base=2.0))
+C(G + "geomspace", lambda: jnp.geomspace(1, 8, 4))
+C(G + "split_axis1", lambda: jnp.split(i23(), [1], axis=1))
+C(G + "mean_int_axis_tuple", lambda: jnp.mean(jnp.arange(24).reshape(2, 3, 4), axis=(0, 2)))
+C(G + "max_axis_neg_keep", lambda: jnp.max(jnp.arange(24).reshape(2, 3, 4), axis=-2,
+                                           keepdims=True).shape)
+C(G + "sum_bool_axis", lambda: jnp.sum(i23() > 2, axis=0))
+C(G + "mean_bool_axis", lambda: jnp.mean(i23() > 2, axis=0))
+C(G + "var_f16", lambda: jnp.var(jnp.ones(3, jnp.float16)))
+C(G + "cumsum_f16", lambda: jnp.cumsum(jnp.ones(3, jnp.float16)))
+C(G + "prod_bool", lambda: jnp.prod(jnp.array([True, False])))
+C(G + "sum_u32", lambda: jnp.sum(jnp.ones(3, jnp.uint32)))
+C(G + "sum_u16", lambda: jnp.sum(jnp.ones(3, jnp.uint16)))
+C(G + "argmax_empty_err", lambda: jnp.argmax(jnp.zeros((0,))))
+C(G + "min_int_initial_where", lambda: jnp.min(a3(), initial=5, where=a3() > 0))
+C(G + "sum_promote_integers_false", lambda: jnp.sum(jnp.ones(3, jnp.int8),
+                                                    promote_integers=False))
+C(G + "astype_copy_kw", lambda: a3().astype(jnp.float32, copy=True))
+C(G + "clip_min_max_kw", lambda: jnp.clip(a3(), min=1, max=1))
+C(G + "round_f16", lambda: jnp.round(jnp.array([1.25], jnp.float16), 1))
+C(G + "matmul_bool", lambda: jnp.ones((2, 2), bool) @ jnp.ones((2, 2), bool))
+C(G + "dot_preferred", lambda: jnp.dot(jnp.ones(2, jnp.int8), jnp.ones(2, jnp.int8),
+                                       preferred_element_type=jnp.float32))
+C(G + "matmul_f16_f32", lambda: jnp.ones((2, 2), jnp.float16) @ jnp.ones((2, 2)))
+C(G + "tensordot_int", lambda: jnp.tensordot(i23(), i23(), axes=([0, 1], [0, 1])))
+C(G + "einsum_preferred", lambda: jnp.einsum("i,i", jnp.ones(2, jnp.float16),
+                                             jnp.ones(2, jnp.float16),
+                                             preferred_element_type=jnp.float32))
+C(G + "reshape_copy_kw", lambda: jnp.reshape(a3(), (3, 1), copy=True).shape)
+C(G + "jnp_sum_of_tuple_err", lambda: jnp.sum((1, 2)))
+C(G + "jnp_sin_list_err", lambda: jnp.sin([1.0, 2.0]))
+C(G + "jnp_array_list_of_tuples", lambda: jnp.array([(1, 2), (3, 4)]))
+C(G + "jnp_asarray_dtype", lambda: jnp.asarray([1, 2], dtype=jnp.float16))
+C(G + "jnp_array_dtype_none_f64", lambda: jnp.array(np.float64(1.5)))
+C(G + "jnp_array_np_bool", lambda: jnp.array(np.bool_(True)))
+C(G + "jnp_zeros_float_shape_err", lambda: jnp.zeros(2.0))
+C(G + "jnp_zeros_np_int_shape", lambda: jnp.zeros(np.int64(2)))
+C(G + "jnp_ones_list_shape", lambda: jnp.ones([2, 1]))
+C(G + "jnp_arange_float_dtype_int", lambda: jnp.arange(0.5, 3, dtype=jnp.int32))
+C(G + "jnp_arange_bf16", lambda: jnp.arange(3, dtype=jnp.bfloat16))
+C(G + "jnp_linspace_axis", lambda: jnp.linspace(jnp.zeros(2), jnp.ones(2), 3, axis=1))
+C(G + "jnp_eye_k_neg", lambda: jnp.eye(3, k=-2, dtype=int))
+C(G + "indices_sparse", lambda: jnp.indices((2, 3), sparse=True))
+C(G + "meshgrid_sparse", lambda: jnp.meshgrid(a3(), a3(), sparse=True))
+C(G + "empty_like_shape", lambda: jnp.empty_like(m23(), shape=(4,)).shape)
+C(G + "full_like_shape", lambda: jnp.full_like(m23(), 7, shape=(2,)))
+C(G + "ones_like_list", lambda: jnp.ones_like([1, 2]))
+
+# ---- lax promotion of loop carries, weak types in control flow ------------------------------
+G = "carry/"
+C(G + "while_int_to_float", lambda: lax.while_loop(lambda c: c < 5, lambda c: c + 1.5, 0))
+C(G + "while_weak_to_strong", lambda: lax.while_loop(lambda c: c < 5, lambda c: c + jnp.float32(1),
+                                                     0.0))
+C(G + "while_strong_to_weak_ok", lambda: lax.while_loop(lambda c: c < 5, lambda c: c + 1,
+                                                        jnp.float32(0)))
+C(G + "while_f16_err", lambda: lax.while_loop(lambda c: c < 5, lambda c: c + jnp.float32(1),
+                                              jnp.float16(0)))
+C(G + "fori_weak_int", lambda: lax.fori_loop(0, 3, lambda i, c: c + i, 0))
+C(G + "fori_weak_float_strong_body", lambda: lax.fori_loop(0, 3, lambda i, c: c + jnp.ones(()),
+                                                           0.0))
+C(G + "scan_weak_ys", lambda: lax.scan(lambda c, x: (c + x, c), 0.0, f3()))
+C(G + "scan_int_init_float_xs", lambda: lax.scan(lambda c, x: (c + x, c), 0, f3()))
+C(G + "scan_carry_pytree_weak", lambda: lax.scan(lambda c, x: ((c[0] + x, c[1]), c[0]),
+                                                 (0.0, 1), f3()))
+C(G + "cond_weak_branches", lambda: lax.cond(True, lambda: 1.0, lambda: 2.0))
+C(G + "cond_weak_strong", lambda: lax.cond(False, lambda: 1.0, lambda: jnp.float32(2)))
+C(G + "switch_weak_strong", lambda: lax.switch(0, [lambda: 1.0, lambda: jnp.float32(2)]))
+C(G + "cond_int_float_err", lambda: lax.cond(True, lambda: 1, lambda: 2.0))
+C(G + "map_weak", lambda: lax.map(lambda x: x * 2, jnp.asarray([1.0, 2.0])))
+C(G + "fori_float_bounds", lambda: lax.fori_loop(0.0, 3.0, lambda i, c: c + i, 0))
+C(G + "fori_np_int_bounds", lambda: lax.fori_loop(np.int32(0), np.int32(3), lambda i, c: c + i,
+                                                  0))
+C(G + "fori_int_float_mix", lambda: lax.fori_loop(0, 3, lambda i, c: c + i, 0.5))
+
+# ---- transformations, weak types of derivatives ---------------------------------------------------
+G = "adweak/"
+C(G + "jvp_square", lambda: jax.jvp(lambda x: x ** 2, (3.0,), (1.0,)))
+C(G + "jvp_mul", lambda: jax.jvp(lambda x: x * x, (3.0,), (1.0,)))
+C(G + "jvp_sin", lambda: jax.jvp(jnp.sin, (3.0,), (1.0,)))
+C(G + "jvp_exp_strong_tangent", lambda: jax.jvp(jnp.exp, (1.0,), (jnp.float32(1),)))
+C(G + "jvp_strong_primal_weak_tangent", lambda: jax.jvp(jnp.exp, (jnp.float32(1),), (1.0,)))
+C(G + "grad_sin", lambda: jax.grad(jnp.sin)(1.0))
+C(G + "grad_exp", lambda: jax.grad(jnp.exp)(1.0))
+C(G + "grad_tanh", lambda: jax.grad(jnp.tanh)(1.0))
+C(G + "grad_log", lambda: jax.grad(jnp.log)(1.0))
+C(G + "grad_sqrt", lambda: jax.grad(jnp.sqrt)(4.0))
+C(G + "grad_cube", lambda: jax.grad(lambda x: x ** 3)(2.0))
+C(G + "grad_pow_float", lambda: jax.grad(lambda x: x ** 2.5)(2.0))
+C(G + "grad_pow_float_int_valued", lambda: jax.grad(lambda x: x ** 2.0)(2.0))
+C(G + "grad_div", lambda: jax.grad(lambda x: 1.0 / x)(2.0))
+C(G + "grad_add_const", lambda: jax.grad(lambda x: x + 1.0)(2.0))
+C(G + "grad_relu", lambda: jax.grad(jax.nn.relu)(2.0))
+C(G + "grad_sigmoid", lambda: jax.grad(jax.nn.sigmoid)(2.0))
+C(G + "grad_abs", lambda: jax.grad(jnp.abs)(-2.0))
+C(G + "grad_maximum", lambda: jax.grad(lambda x: jnp.maximum(x, 0.0))(2.0))
+C(G + "grad_where", lambda: jax.grad(lambda x: jnp.where(x > 0, x, 0.0))(2.0))
+C(G + "grad_mean_strong", lambda: jax.grad(lambda x: jnp.mean(x ** 2))(f3()))
+C(G + "grad_sum_weak_scalar", lambda: jax.grad(lambda x: jnp.sum(x))(2.0))
+C(G + "grad_array_of_weak", lambda: jax.grad(lambda x: jnp.sum(x * 2))(jnp.asarray(2.0)))
+C(G + "grad_stop_gradient_only", lambda: jax.grad(lambda x: lax.stop_gradient(x) * 0.0)(2.0))
+C(G + "grad_unused", lambda: jax.grad(lambda x, y: y * 2.0)(1.0, 2.0))
+C(G + "grad_const_fn", lambda: jax.grad(lambda x: 3.0)(1.0))
+C(G + "grad_f16_weak_mix", lambda: jax.grad(lambda x: x * 2.0)(jnp.float16(1)))
+C(G + "vjp_weak", lambda: jax.vjp(jnp.sin, 1.0)[1](1.0))
+C(G + "jacfwd_weak", lambda: jax.jacfwd(jnp.sin)(1.0))
+C(G + "jacrev_weak", lambda: jax.jacrev(jnp.sin)(1.0))
+C(G + "hessian_weak", lambda: jax.hessian(jnp.sin)(1.0))
+C(G + "value_and_grad_weak_value", lambda: jax.value_and_grad(jnp.sin)(1.0))
+C(G + "vmap_grad_weak", lambda: jax.vmap(jax.grad(jnp.sin))(jnp.asarray([1.0, 2.0])))
+C(G + "linearize_weak", lambda: jax.linearize(jnp.sin, 1.0)[1](1.0))
+C(G + "grad_int_pow_weak", lambda: jax.grad(lambda x: jnp.power(x, 3))(2.0))
+C(G + "grad_x_times_int", lambda: jax.grad(lambda x: x * 3)(2.0))
+C(G + "grad_jit_weak", lambda: jax.grad(jax.jit(lambda x: x * 3.0))(2.0))
+C(G + "grad_cond_weak", lambda: jax.grad(lambda x: lax.cond(x > 0, lambda: x * 2.0,
+                                                            lambda: x))(2.0))
+C(G + "grad_scan_weak", lambda: jax.grad(lambda x: lax.scan(lambda c, _: (c * x, None), 1.0,
+                                                            None, length=2)[0])(2.0))
+
+# ---- misc API -----------------------------------------------------------------------------------
+G = "misc/"
+C(G + "lax_select", lambda: lax.select(jnp.array([True, False]), jnp.ones(2), jnp.zeros(2)))
+C(G + "lax_top_k_type", lambda: type(lax.top_k(jnp.array([1.0, 5.0, 3.0]), 2)).__name__)
+C(G + "random_int_shape", lambda: jax.random.uniform(K(), 2))
+C(G + "jit_lower_as_text_type", lambda: type(jax.jit(lambda x: x).lower(1.0).as_text()).__name__)
+C(G + "jit_lower_compile_call", lambda: jax.jit(lambda x: x * 2).lower(1.0).compile()(3.0))
+C(G + "jit_wrapped_name", lambda: jax.jit(_named_fn).__name__)
+C(G + "grad_wrapped_name", lambda: jax.grad(_named_fn).__name__)
+C(G + "vmap_wrapped_name", lambda: jax.vmap(_named_fn).__name__)
+C(G + "jit_decorator_kwargs", lambda: jax.jit(static_argnums=(1,))(lambda x, n: x * n)(2.0, 3))
+C(G + "partial_jit", lambda: functools.partial(jax.jit, static_argnums=1)(
+    lambda x, n: x + n)(1.0, 2))
+C(G + "tree_map_arrays", lambda: jax.tree.map(jnp.sum, {"a": jnp.ones(2), "b": [jnp.ones(3)]}))
+C(G + "tree_leaves_arrays_none", lambda: len(jax.tree.leaves({"a": None, "b": jnp.ones(2)})))
+C(G + "device_get_scalar", lambda: jax.device_get(jnp.float32(2)))
+C(G + "device_get_type", lambda: type(jax.device_get(jnp.ones(2))).__name__)
+C(G + "np_asarray_weak_scalar", lambda: np.asarray(jnp.asarray(2.0)))
+C(G + "float_weak", lambda: float(jnp.asarray(2.0)))
+C(G + "item_f16_type", lambda: type(jnp.float16(2).item()).__name__)
+C(G + "item_bf16_type", lambda: type(jnp.bfloat16(2).item()).__name__)
+C(G + "tolist_bf16", lambda: jnp.array([1.5], jnp.bfloat16).tolist())
+C(G + "iter_0d_err_type", lambda: iter(jnp.array(1.0)))
+C(G + "array_len_0d_err", lambda: len(jnp.float32(1)))
+C(G + "array_reversed", lambda: list(reversed(jnp.arange(3))))
+C(G + "array_in_list_sum", lambda: sum([jnp.ones(2), jnp.ones(2)]))
+C(G + "abs_builtin", lambda: abs(jnp.array(-2)))
+C(G + "round_builtin", lambda: round(jnp.array(2.6)))
+C(G + "divmod_builtin", lambda: divmod(jnp.array(7), 2))
+C(G + "matmul_rmatmul_np", lambda: np.ones((2, 2)) @ jnp.ones((2, 2)))
+C(G + "rtruediv", lambda: 1 / jnp.array([2, 4]))
+C(G + "rfloordiv", lambda: 7 // jnp.array([2, -2]))
+C(G + "rmod", lambda: 7 % jnp.array([2, -3]))
+C(G + "rsub_weak", lambda: 1 - jnp.asarray(2.0))
+C(G + "lshift_op", lambda: jnp.array([1]) << 2)
+C(G + "eq_none", lambda: jnp.ones(2) == None)  # noqa: E711
+C(G + "eq_str", lambda: jnp.ones(2) == "a")
+C(G + "add_str_err", lambda: jnp.ones(2) + "a")
+C(G + "add_list", lambda: jnp.ones(2) + [1, 2])
+C(G + "add_tuple", lambda: jnp.ones(2) + (1, 2))
+C(G + "neg_bool_err", lambda: jnp.negative(jnp.array([True])))
+C(G + "at_add_list_idx", lambda: jnp.zeros(4).at[[0, 2]].add(jnp.array([1.0, 2.0])))
+C(G + "at_set_tuple_idx", lambda: jnp.zeros((2, 2)).at[0, 1].set(3.0))
+C(G + "at_set_ellipsis", lambda: jnp.zeros((2, 2)).at[..., 0].set(3.0))
+C(G + "at_apply", lambda: jnp.arange(3.0).at[1].apply(jnp.sin))
+C(G + "at_set_wrong_dtype", lambda: jnp.zeros(2, jnp.int32).at[0].set(2.7))
+C(G + "at_set_indices_are_sorted", lambda: jnp.zeros(3).at[jnp.array([0, 1])].set(
+    1.0, indices_are_sorted=True, unique_indices=True))
+C(G + "at_get_clip", lambda: jnp.arange(3.0).at[jnp.array([5])].get(mode="clip"))
+C(G + "at_set_promise_in_bounds", lambda: jnp.arange(3.0).at[1].set(9.0,
+                                                                   mode="promise_in_bounds"))
+C(G + "index_neg_array", lambda: jnp.arange(5)[jnp.array([-1, -5])])
+C(G + "index_bool_scalar", lambda: jnp.arange(3)[True].shape)
+C(G + "index_np_array", lambda: jnp.arange(5)[np.array([1, 3])])
+C(G + "index_list_of_lists", lambda: i23()[[[0], [1]], [[1, 2]]])
+C(G + "index_slice_none_none", lambda: i23()[None, :, None].shape)
+C(G + "index_step_neg2", lambda: jnp.arange(10)[8:1:-2])
+C(G + "index_empty_slice", lambda: jnp.arange(10)[5:2])
+C(G + "index_tracer_slice_err", lambda: jax.jit(lambda x, i: x[i:])(jnp.arange(5), 2))
+C(G + "dynamic_update_index_in_dim", lambda: lax.dynamic_update_index_in_dim(
+    jnp.zeros((3, 2)), jnp.ones(2), 1, 0))
+C(G + "scatter_add_lax", lambda: jnp.zeros(3).at[jnp.array([[0], [2]])].add(1.0))
+
+
+def _named_fn(x):
+  return x * 2
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--side", choices=("jax", "ourjax"))
+  p.add_argument("--out")
+  p.add_argument("--compare", nargs=2, metavar=("JAX_PKL", "OURS_PKL"))
+  p.add_argument("--both", action="store_true", help="run both sides then compare")
+  p.add_argument("--jax-python", default="/work/benchvenv/bin/python")
+  p.add_argument("--ours-python", default=os.path.join(ROOT, ".venv", "bin", "python"))
+  p.add_argument("-k", action="append", dest="filt", help="keep cases whose name contains this")
+  p.add_argument("--list", action="store_true")
+  p.add_argument("--no-soft", action="store_true", help="omit the soft differences")
+  p.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of exceptions")
+  a = p.parse_args(argv)
+  if a.list:
+    for n, _ in CASES:
+      print(n)
+    print(len(CASES), "cases")
+    return 0
+  if a.side:
+    run_side(a.side, a.out or f"/tmp/jaxdiff_{a.side}.pkl", a.filt, a.verbose)
+    return 0
+  if a.compare:
+    compare(*a.compare, show_soft=not a.no_soft)
+    return 0
+  if a.both:
+    extra = sum((["-k", f] for f in (a.filt or [])), [])
+    jp, op = "/tmp/jaxdiff_jax.pkl", "/tmp/jaxdiff_ourjax.pkl"
+    subprocess.run([a.jax_python, __file__, "--side", "jax", "--out", jp] + extra, check=True)
+    subprocess.run([a.ours_python, __file__, "--side", "ourjax", "--out", op] + extra,
+                   check=True)
+    compare(jp, op, show_soft=not a.no_soft)
+    return 0
+  p.print_help()
+  return 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
