@@ -6,6 +6,7 @@ except that rank-0 operands broadcast.  (``ourjax.numpy`` promotes and broadcast
 """
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from ourjax import dtypes
 from ourjax.core import ShapedArray, Tracer, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters.ad import Zero, defjvp, defjvp2, defjvp_zero
+from ourjax.backends import reference_ops as rops
 from ourjax.lax._utils import (_any, _bool, _float, _fp, _int, _num, all_weak,
                                broadcasting_shape, check_dtypes, standard_primitive)
 
@@ -190,170 +192,33 @@ def _ones(x):
 
 
 # ------------------------------------------------------------------------------------------------
-# Reference implementations that are more than one NumPy call
+# Reference implementations: the NumPy semantics of XLA's ops live once, in
+# ``backends/reference_ops.py``, shared by these eager impls and the HLO reference executor.
 
 
-def _vectorize(f, otype=None):
-  def impl(x):
-    out = np.vectorize(f, otypes=[otype or x.dtype])(x) if x.size else x.copy()
-    return np.asarray(out, x.dtype)
+def _int_or_float(int_fn, float_fn):
+  def impl(x, y):
+    return int_fn(x, y) if dtypes.is_integer(x.dtype) else float_fn(x, y)
   return impl
-
-
-def _erf_inv(y: float) -> float:
-  if math.isnan(y) or y < -1 or y > 1:
-    return math.nan
-  if y == 1:
-    return math.inf
-  if y == -1:
-    return -math.inf
-  # initial guess (Giles' single-precision approximation), refined by Newton steps on erf
-  w = -math.log((1.0 - y) * (1.0 + y))
-  if w < 5:
-    w -= 2.5
-    p = 2.81022636e-08
-    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-              -0.00417768164, 0.246640727, 1.50140941):
-      p = c + p * w
-  else:
-    w = math.sqrt(w) - 3
-    p = -0.000200214257
-    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-              0.00943887047, 1.00167406, 2.83297682):
-      p = c + p * w
-  x = p * y
-  for _ in range(3):
-    err = math.erf(x) - y
-    x -= err / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
-  return x
-
-
-def _digamma(x: float) -> float:
-  if math.isnan(x) or x == -math.inf:
-    return math.nan
-  if x == math.inf:
-    return math.inf
-  if x <= 0 and x == math.floor(x):
-    return math.nan
-  result = 0.0
-  if x < 0:   # reflection: psi(1-x) - psi(x) = pi cot(pi x)
-    result -= math.pi / math.tan(math.pi * x)
-    x = 1 - x
-  while x < 6:
-    result -= 1 / x
-    x += 1
-  f = 1 / (x * x)
-  t = f * (-1 / 12 + f * (1 / 120 + f * (-1 / 252 + f * (1 / 240 + f * (-1 / 132)))))
-  return result + math.log(x) - 0.5 / x + t
-
-
-def _lgamma(x: float) -> float:
-  if math.isnan(x):
-    return math.nan
-  if math.isinf(x):
-    return math.inf
-  try:
-    return math.lgamma(x)
-  except ValueError:        # poles
-    return math.inf
-
-
-def _round_away(x):
-  return np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5)).astype(x.dtype) \
-      if x.size else x.copy()
 
 
 def _round_impl(x, rounding_method):
   if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
-    return np.round(x)
-  # half away from zero, exactly: floor(|x|) + (frac >= 0.5)
-  a = np.abs(x)
-  f = np.floor(a)
-  r = f + (a - f >= 0.5)
-  return np.copysign(r, x).astype(x.dtype)
-
-
-def _int_div(x, y):
-  """Integer division truncating toward zero (C/XLA), x/0 = -1 (all ones)."""
-  if not dtypes.is_integer(x.dtype):
-    return np.divide(x, y)
-  y_safe = np.where(y == 0, 1, y)
-  q = np.floor_divide(x, y_safe)
-  fix = (np.remainder(x, y_safe) != 0) & ((x < 0) != (y_safe < 0))
-  q = q + fix.astype(q.dtype)
-  return np.where(y == 0, np.array(-1).astype(x.dtype), q).astype(x.dtype)
-
-
-def _int_rem(x, y):
-  """Remainder with the sign of the dividend (C fmod); x % 0 = x for integers."""
-  if not dtypes.is_integer(x.dtype):
-    return np.fmod(x, y)
-  y_safe = np.where(y == 0, 1, y)
-  r = np.fmod(x, y_safe)
-  return np.where(y == 0, x, r).astype(x.dtype)
-
-
-def _shift_impl(kind):
-  def impl(x, y):
-    bits = x.dtype.itemsize * 8
-    ycast = y.astype(np.int64)
-    oob = (ycast < 0) | (ycast >= bits)
-    ys = np.where(oob, 0, ycast).astype(x.dtype)
-    if kind == "left":
-      out = np.left_shift(x, ys)
-      return np.where(oob, 0, out).astype(x.dtype)
-    if kind == "arith":
-      out = np.right_shift(x, ys)
-      fill = np.where(x < 0, -1, 0) if np.issubdtype(x.dtype, np.signedinteger) else 0
-      return np.where(oob, fill, out).astype(x.dtype)
-    ux = x.view(np.dtype(f"u{x.dtype.itemsize}"))
-    out = np.right_shift(ux, ys.view(ux.dtype) if ys.dtype != ux.dtype else ys)
-    return np.where(oob, 0, out).astype(ux.dtype).view(x.dtype)
-  return impl
-
-
-def _popcount(x):
-  u = x.view(np.dtype(f"u{x.dtype.itemsize}")) if x.dtype != np.bool_ else x.astype(np.uint8)
-  bits = np.unpackbits(u.reshape(-1).view(np.uint8)).reshape(u.shape + (-1,)) if u.size else \
-      np.zeros(u.shape + (1,), np.uint8)
-  return bits.sum(-1).astype(x.dtype)
-
-
-def _clz(x):
-  nbits = x.dtype.itemsize * 8
-  u = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
-  out = np.full(x.shape, nbits, np.int64)
-  for b in range(nbits):
-    out = np.where((u >> np.uint64(nbits - 1 - b)) & np.uint64(1) & (out == nbits), b, out)
-  return out.astype(x.dtype)
-
-
-def _logistic(x):
-  return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
+    return rops.round_half_to_even(x)
+  return rops.round_half_away_from_zero(x)
 
 
 def _integer_pow(x, y):
-  if dtypes.is_integer(x.dtype):
-    if y < 0:
-      raise ValueError(f"integer_pow of an integer array requires y >= 0, got {y}")
-    return np.power(x, y).astype(x.dtype)
-  return np.power(x, x.dtype.type(y)) if y >= 0 else np.asarray(1, x.dtype) / np.power(x, -y)
+  """x**y for a static int y by repeated squaring in x's dtype (as the lowering does), then a
+  reciprocal for negative y."""
+  if (dtypes.is_integer(x.dtype) or x.dtype == np.bool_) and y < 0:
+    raise ValueError(f"integer_pow of an integer array requires y >= 0, got {y}")
+  acc = rops.integer_pow(x, np.array(builtins.abs(y)))
+  return (np.asarray(1, x.dtype) / acc).astype(x.dtype) if y < 0 else acc
 
 
-def _pow_impl(x, y):
-  return np.power(x, y)
-
-
-def _max_impl(x, y):
-  return np.maximum(x, y)   # NaN-propagating, like XLA
-
-
-def _min_impl(x, y):
-  return np.minimum(x, y)
-
-
-def _nextafter(x, y):
-  return np.nextafter(x, y)
+def _convert_impl(x, new_dtype, weak_type=False):
+  return rops.convert_element_type(x, new_dtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -372,7 +237,7 @@ log_p = unop("log", _fp, np.log)
 log1p_p = unop("log1p", _fp, np.log1p)
 expm1_p = unop("expm1", _fp, np.expm1)
 tanh_p = unop("tanh", _fp, np.tanh)
-logistic_p = unop("logistic", _fp, _logistic)
+logistic_p = unop("logistic", _fp, rops.logistic)
 sin_p = unop("sin", _fp, np.sin)
 cos_p = unop("cos", _fp, np.cos)
 tan_p = unop("tan", _fp, np.tan)
@@ -387,17 +252,17 @@ atanh_p = unop("atanh", _fp, np.arctanh)
 sqrt_p = unop("sqrt", _fp, np.sqrt)
 rsqrt_p = unop("rsqrt", _fp, lambda x: 1 / np.sqrt(x))
 cbrt_p = unop("cbrt", _float, np.cbrt)
-erf_p = unop("erf", _float, _vectorize(math.erf))
-erf_inv_p = unop("erf_inv", _float, _vectorize(_erf_inv))
-lgamma_p = unop("lgamma", _float, _vectorize(_lgamma))
-digamma_p = unop("digamma", _float, _vectorize(_digamma))
+erf_p = unop("erf", _float, rops.erf)
+erf_inv_p = unop("erf_inv", _float, rops.erf_inv)
+lgamma_p = unop("lgamma", _float, rops.lgamma)
+digamma_p = unop("digamma", _float, rops.digamma)
 abs_p = unop("abs", _num, np.abs,
              result_dtype=lambda d: np.dtype(np.float32 if d == np.complex64 else np.float64)
              if dtypes.is_complex(d) else d)
 square_p = unop("square", _num, np.square)
 not_p = unop("not", _bool + _int, np.invert)
-population_count_p = unop("population_count", _int, _popcount)
-clz_p = unop("clz", _int, _clz)
+population_count_p = unop("population_count", _int, rops.population_count)
+clz_p = unop("clz", _int, rops.count_leading_zeros)
 real_p = unop("real", ("complex",), np.real, result_dtype=lambda d: np.dtype(
     np.float32 if d == np.complex64 else np.float64))
 imag_p = unop("imag", ("complex",), np.imag, result_dtype=lambda d: np.dtype(
@@ -407,19 +272,19 @@ conj_p = unop("conj", _num, np.conj)
 add_p = binop("add", _num, np.add)
 sub_p = binop("sub", _num, np.subtract)
 mul_p = binop("mul", _num, np.multiply)
-div_p = binop("div", _num, _int_div)
-rem_p = binop("rem", _num, _int_rem)
-pow_p = binop("pow", _fp, _pow_impl)
-max_p = binop("max", _any, _max_impl)
-min_p = binop("min", _any, _min_impl)
+div_p = binop("div", _num, _int_or_float(rops.integer_div, np.divide))
+rem_p = binop("rem", _num, _int_or_float(rops.integer_rem, np.fmod))
+pow_p = binop("pow", _fp, np.power)
+max_p = binop("max", _any, np.maximum)   # NaN-propagating, like XLA
+min_p = binop("min", _any, np.minimum)
 atan2_p = binop("atan2", _float, np.arctan2)
-nextafter_p = binop("nextafter", _float, _nextafter)
+nextafter_p = binop("nextafter", _float, np.nextafter)
 and_p = binop("and", _bool + _int, np.bitwise_and)
 or_p = binop("or", _bool + _int, np.bitwise_or)
 xor_p = binop("xor", _bool + _int, np.bitwise_xor)
-shift_left_p = binop("shift_left", _int, _shift_impl("left"))
-shift_right_arithmetic_p = binop("shift_right_arithmetic", _int, _shift_impl("arith"))
-shift_right_logical_p = binop("shift_right_logical", _int, _shift_impl("logical"))
+shift_left_p = binop("shift_left", _int, rops.shift_left)
+shift_right_arithmetic_p = binop("shift_right_arithmetic", _int, rops.shift_right_arithmetic)
+shift_right_logical_p = binop("shift_right_logical", _int, rops.shift_right_logical)
 eq_p = binop("eq", _any, np.equal, result_dtype=_bool_result)
 ne_p = binop("ne", _any, np.not_equal, result_dtype=_bool_result)
 lt_p = binop("lt", _any, np.less, result_dtype=_bool_result)
@@ -620,22 +485,6 @@ defjvp(neg_p, lambda t, x: neg(t))
 # convert_element_type / bitcast_convert_type
 
 
-def _convert_impl(x, new_dtype, weak_type):
-  if dtypes.is_float(x.dtype) and dtypes.is_integer(new_dtype):
-    # float -> int: truncate toward zero, NaN -> 0, saturate at the bounds (XLA's semantics)
-    info = np.iinfo(new_dtype)
-    with np.errstate(invalid="ignore"):
-      t = np.trunc(x.astype(np.float64))
-      t = np.where(np.isnan(t), 0, np.clip(t, info.min, info.max))
-    return t.astype(new_dtype)
-  if new_dtype == np.bool_:
-    return x != 0
-  if dtypes.is_complex(x.dtype) and not dtypes.is_complex(new_dtype):
-    x = np.real(x)
-  with np.errstate(all="ignore"):
-    return x.astype(new_dtype)
-
-
 def _convert_dtype_rule(x, new_dtype, weak_type):
   return np.dtype(new_dtype)
 
@@ -675,21 +524,10 @@ def _bitcast_shape(x, new_dtype):
   return x.shape[:-1]
 
 
-def _bitcast_impl(x, new_dtype):
-  new_dtype = np.dtype(new_dtype)
-  x = np.ascontiguousarray(x)
-  old, new = x.dtype.itemsize, new_dtype.itemsize
-  if old == new:
-    return x.view(new_dtype)
-  if old > new:
-    return x.view(new_dtype).reshape(x.shape + (old // new,))
-  return x.view(new_dtype).reshape(x.shape[:-1])
-
-
 bitcast_convert_type_p = standard_primitive(
     "bitcast_convert_type", _bitcast_shape, lambda x, new_dtype: np.dtype(new_dtype),
     lambda x, new_dtype: False)
-bitcast_convert_type_p.def_impl(_bitcast_impl)
+bitcast_convert_type_p.def_impl(rops.bitcast_convert_type)
 defjvp_zero(bitcast_convert_type_p)
 
 
