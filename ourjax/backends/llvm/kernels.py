@@ -347,13 +347,17 @@ def _neutral(op, dt):
   return _NEUTRAL[op]
 
 
-class SplitReducePartials(Kernel):
-  """First half of a split reduction over trailing dimensions: thread t reduces its chunk of
-  every output's range into ``partials[t, out]``, starting from the reducer's neutral value."""
+#: Chunks a split reduction is cut into (independent of the thread count, so results are too).
+SPLIT_CHUNKS = 32
 
-  def __init__(self, name, reduce, partials: Buf, leafmap, max_threads):
+
+class SplitReducePartials(Kernel):
+  """First half of a split reduction over trailing dimensions: the reduced range is cut into
+  ``SPLIT_CHUNKS`` fixed chunks; threads share the chunks and reduce each (from the reducer's
+  neutral value) into ``partials[chunk, out]``."""
+
+  def __init__(self, name, reduce, partials: Buf, leafmap):
     self.reduce, self.partials, self.leafmap = reduce, partials, dict(leafmap)
-    self.max_threads = max_threads
     src = reduce.operands[0]
     work = src.shape.size * max(1, _cost_per_element([(reduce, partials)], leafmap) //
                                 max(1, src.shape.size // max(1, reduce.shape.size)))
@@ -366,27 +370,34 @@ class SplitReducePartials(Kernel):
     dt = r.dtype
     nout = r.shape.size
     count = src.shape.size // max(1, nout)
+    chunk = -(-count // SPLIT_CHUNKS)
+    chunk = -(-chunk // 64) * 64
     em = Emitter(b, _make_leaves(b, self.leafmap, ptr))
     part = ptr(self.partials)
-    lo, hi = partition(b, count, tid, nthreads, align=64)
+    clo, chi = partition(b, SPLIT_CHUNKS, tid, nthreads)
     rdims = [src.dims[d] for d in sorted(r.attrs["dimensions"])]
-    with ForLoop(b, 0, nout, "o") as o:
-      slot = alloca_entry(b, E.compute_type(dt))
-      b.store(E.const(dt, _neutral(op, dt)), slot)
-      omulti = E.delinearize(b, o.index, r.dims)
-      base = b.mul(o.index, i64(count))
-      with ForLoop(b, lo, hi, "r") as k:
-        em.push_scope()
-        idx = Index(b, src.dims, linear=b.add(base, k.index),
-                    multi=omulti + E.delinearize(b, k.index, rdims))
-        x = em.value(src, idx)
-        b.store(E.reassociating_combine(b, op, b.load(slot), x, dt), slot)
-        em.pop_scope()
-      E.store_element(b, b.load(slot), part, b.add(b.mul(tid, i64(nout)), o.index), dt)
+    with ForLoop(b, clo, chi, "c") as c:
+      lo = b.mul(c.index, i64(chunk))
+      lo = b.select(b.icmp_signed(">", lo, i64(count)), i64(count), lo)
+      hi = b.add(lo, i64(chunk))
+      hi = b.select(b.icmp_signed(">", hi, i64(count)), i64(count), hi)
+      with ForLoop(b, 0, nout, "o") as o:
+        slot = alloca_entry(b, E.compute_type(dt))
+        b.store(E.const(dt, _neutral(op, dt)), slot)
+        omulti = E.delinearize(b, o.index, r.dims)
+        base = b.mul(o.index, i64(count))
+        with ForLoop(b, lo, hi, "r") as k:
+          em.push_scope()
+          idx = Index(b, src.dims, linear=b.add(base, k.index),
+                      multi=omulti + E.delinearize(b, k.index, rdims))
+          x = em.value(src, idx)
+          b.store(E.reassociating_combine(b, op, b.load(slot), x, dt), slot)
+          em.pop_scope()
+        E.store_element(b, b.load(slot), part, b.add(b.mul(c.index, i64(nout)), o.index), dt)
 
 
 class SplitReduceFinish(Kernel):
-  """Second half: out[o] = op(init, op(partials[0, o], partials[1, o], ...))."""
+  """Second half: out[o] = op(init, op(partials[0, o], partials[1, o], ...)) in chunk order."""
   serial_only = True
 
   def __init__(self, name, reduce, partials: Buf, out: Buf, leafmap):
@@ -404,7 +415,7 @@ class SplitReduceFinish(Kernel):
     with ForLoop(b, 0, nout, "o") as o:
       slot = alloca_entry(b, E.compute_type(dt))
       b.store(E.const(dt, _neutral(op, dt)), slot)
-      with ForLoop(b, 0, nthreads, "t") as t:
+      with ForLoop(b, 0, SPLIT_CHUNKS, "t") as t:
         x = E.load_element(b, part, b.add(b.mul(t.index, i64(nout)), o.index), dt)
         b.store(E.reassociating_combine(b, op, b.load(slot), x, dt), slot)
       res = E.reassociating_combine(b, op, init, b.load(slot), dt)
@@ -1062,9 +1073,8 @@ class GroupPlanner:
     count = math.prod(src[d] for d in rd)
     if trailing and op is not None and r.shape.size <= 4 and count >= (1 << 15):
       self._materialize_reduces_under(r, leafmap, instrs)
-      parts = self.new_temp(r.dtype, (self.max_threads, r.shape.size), r.name + ".partials")
-      self.kernels.append(SplitReducePartials(self._name(), r, parts, _restrict(leafmap, r),
-                                              self.max_threads))
+      parts = self.new_temp(r.dtype, (SPLIT_CHUNKS, r.shape.size), r.name + ".partials")
+      self.kernels.append(SplitReducePartials(self._name(), r, parts, _restrict(leafmap, r)))
       self.kernels.append(SplitReduceFinish(self._name(), r, parts, buf, _restrict(leafmap, r)))
       return True
     return False

@@ -1,0 +1,384 @@
+"""The native CPU backend end to end: jit of jnp programs against eager evaluation, backend
+selection, the executable's API, threads, the on-disk compilation cache and the dispatch path."""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import lax
+from jaxpr_programs import assert_outputs_close, programs
+from ourjax.backends import reference
+from ourjax.backends.cpu import backend as cpu
+from ourjax.backends.cpu import jit as cpu_jit
+from ourjax.config import config
+from ourjax.lowering.hlo import Builder, Module, Shape, scalar_computation
+
+F32 = np.float32
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _private_cache(tmp_path_factory):
+  old = config.jax_compilation_cache_dir
+  config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("ojx_cache")))
+  yield
+  config.update("jax_compilation_cache_dir", old)
+
+
+def _native_exe(jitted, *args):
+  """The backend executable behind ``jitted`` for ``args``."""
+  return jitted.lower(*args).compile().runtime_executable()
+
+
+# ---------------------------------------------------------------------------------------------
+# jit == eager
+# ---------------------------------------------------------------------------------------------
+
+@settings(max_examples=15)
+@given(prog=programs(max_ops=25))
+def test_jit_of_random_programs_matches_eager(prog):
+  want = prog(*prog.inputs)
+  got = ourjax.jit(prog, backend="cpu")(*prog.inputs)
+  assert_outputs_close(got, want, repr(prog))
+
+
+def _softmax(x):
+  m = jnp.max(x, axis=-1, keepdims=True)
+  e = jnp.exp(x - m)
+  return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def _layernorm(x):
+  mu = jnp.mean(x, axis=-1, keepdims=True)
+  var = jnp.mean((x - mu) ** 2, axis=-1, keepdims=True)
+  return (x - mu) / jnp.sqrt(var + 1e-5)
+
+
+def _gelu(x):
+  return 0.5 * x * (1.0 + jnp.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+def _mlp_step(params, x, y):
+  def loss(params, x, y):
+    h = x
+    for i, (w, b) in enumerate(params):
+      h = h @ w + b
+      if i < len(params) - 1:
+        h = jnp.maximum(h, 0.0)
+    h = h - jnp.max(h, axis=-1, keepdims=True)
+    logp = h - jnp.log(jnp.sum(jnp.exp(h), axis=-1, keepdims=True))
+    return -jnp.mean(jnp.sum(logp * y, axis=-1))
+  l, g = ourjax.value_and_grad(loss)(params, x, y)
+  return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, g)], l
+
+
+def _scan_cumprod(x):
+  def body(c, v):
+    c = c * v + 1.0
+    return c, jnp.sin(c)
+  return lax.scan(body, jnp.zeros(x.shape[1:], x.dtype), x)
+
+
+def _control(x, k):
+  y = lax.cond(k > 2, lambda v: jnp.exp(v), lambda v: -v, x)
+  return lax.fori_loop(0, 5, lambda i, v: v * 0.5 + jnp.cos(v), y)
+
+
+def _indexing(x, idx):
+  x = jnp.asarray(x)
+  return jnp.sort(x, axis=-1), x[idx], x.at[idx].add(1.0), jnp.cumsum(x, axis=0), \
+      jnp.argmax(x, axis=1)
+
+
+def _rng(seed=0):
+  return np.random.default_rng(seed)
+
+
+def _mlp_args():
+  r = _rng(1)
+  sizes = (20, 16, 16, 5)
+  params = [(r.standard_normal((m, n)).astype(F32) * 0.3, np.zeros(n, F32))
+            for m, n in zip(sizes[:-1], sizes[1:])]
+  x = r.standard_normal((8, 20)).astype(F32)
+  y = np.eye(5, dtype=F32)[r.integers(0, 5, 8)]
+  return params, x, y
+
+
+WORKLOADS = {
+    "softmax": (_softmax, lambda: (_rng().standard_normal((37, 129)).astype(F32),)),
+    "layernorm": (_layernorm, lambda: (_rng().standard_normal((9, 300)).astype(F32),)),
+    "gelu": (_gelu, lambda: (_rng().standard_normal(1000).astype(F32),)),
+    "mlp_step": (_mlp_step, _mlp_args),
+    "scan": (_scan_cumprod, lambda: (_rng().standard_normal((6, 3)).astype(F32),)),
+    "control": (_control, lambda: (_rng().standard_normal(7).astype(F32), np.int32(3))),
+    "indexing": (_indexing, lambda: (_rng().standard_normal((5, 9)).astype(F32),
+                                     np.array([3, 0, 3, 1], np.int32))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_jit_of_workloads_matches_eager(name):
+  fn, make = WORKLOADS[name]
+  args = make()
+  want = fn(*args)
+  jitted = ourjax.jit(fn, backend="cpu")
+  got = jitted(*args)
+  got_again = jitted(*args)        # the cached executable (dispatch fast path where it applies)
+  leaves_w = ourjax.tree_util.tree_leaves(want)
+  for g in (got, got_again):
+    leaves_g = ourjax.tree_util.tree_leaves(g)
+    assert len(leaves_g) == len(leaves_w)
+    for a, e in zip(leaves_g, leaves_w):
+      a, e = np.asarray(a), np.asarray(e)
+      assert a.dtype == e.dtype and a.shape == e.shape, (name, a.dtype, e.dtype)
+      np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-6, err_msg=name)
+  assert isinstance(_native_exe(jitted, *args), cpu.CpuExecutable), name
+
+
+def test_backend_selection_by_platforms_flag():
+  x = np.arange(4, dtype=F32)
+  old = config.jax_platforms
+  try:
+    config.update("jax_platforms", "reference")
+    f = ourjax.jit(lambda v: v * 2.0 + 1.0)
+    assert isinstance(_native_exe(f, x), reference.ReferenceExecutable)
+    config.update("jax_platforms", "cpu")
+    g = ourjax.jit(lambda v: v * 2.0 + 3.0)
+    assert isinstance(_native_exe(g, x), cpu.CpuExecutable)
+    np.testing.assert_array_equal(g(x), x * 2 + 3)
+  finally:
+    config.update("jax_platforms", old)
+  h = ourjax.jit(lambda v: v - 1.0, backend="reference")
+  assert isinstance(_native_exe(h, x), reference.ReferenceExecutable)
+  assert [d.platform for d in ourjax.devices("cpu")] == ["cpu"]
+
+
+def test_as_text_shows_llvm_ir():
+  compiled = ourjax.jit(lambda v: jnp.exp(v) + 1.0, backend="cpu").lower(
+      np.ones(8, F32)).compile()
+  ir_text = compiled.as_text(dialect="llvm")
+  assert "define" in ir_text and cpu.ENTRY in ir_text
+  assert "ojx_m_exp_f32" in ir_text     # the out-of-line math function and its vector variants
+
+
+def test_unsupported_types_fall_back_to_the_reference():
+  f = ourjax.jit(lambda v: (v * (1 + 2j)).real, backend="cpu")
+  x = np.arange(3, dtype=F32)
+  np.testing.assert_allclose(f(x), x)
+  assert not isinstance(_native_exe(f, x), cpu.CpuExecutable)
+
+
+# ---------------------------------------------------------------------------------------------
+# threads
+# ---------------------------------------------------------------------------------------------
+
+def _big_module():
+  m = Module("threads")
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (256, 1024)), "x")
+  w = b.parameter(Shape("f32", (1024, 96)), "w")
+  v = b.parameter(Shape("f32", (1 << 20,)), "v")
+  add = scalar_computation(m, "add", "f32")
+  mx = scalar_computation(m, "maximum", "f32")
+  rmax = b.reduce(x, b.constant(-np.inf, "f32"), (1,), mx)
+  e = b.exp(b.sub(x, b.broadcast(rmax, (256, 1024), (0,))))
+  sm = b.div(e, b.broadcast(b.reduce(e, b.constant(0.0, "f32"), (1,), add), (256, 1024), (0,)))
+  outs = [sm, b.dot(x, w, (1,), (0,)), b.reduce(b.mul(v, v), b.constant(0.0, "f32"), (0,), add),
+          b.reduce(x, b.constant(0.0, "f32"), (0,), add), b.tanh(v)]
+  m.entry = b.build(b.tuple(outs))
+  r = _rng(5)
+  args = [r.standard_normal((256, 1024)).astype(F32), r.standard_normal((1024, 96)).astype(F32),
+          r.standard_normal(1 << 20).astype(F32)]
+  return m, args
+
+
+def test_thread_pool_gives_identical_results():
+  m, args = _big_module()
+  from ourjax.lowering import pipeline
+  pipeline.optimize(m)
+  exe = cpu.compile(m)
+  assert isinstance(exe, cpu.CpuExecutable) and exe.parallel
+  old = cpu.num_threads()
+  try:
+    cpu.set_num_threads(1)
+    one = exe(*args)
+    cpu.set_num_threads(max(2, old))
+    many = [exe(*args) for _ in range(3)]
+  finally:
+    cpu.set_num_threads(old)
+  want = reference.compile(m)(*args)
+  for run in many:
+    for a, c in zip(one, run):
+      np.testing.assert_array_equal(a, c)     # bit for bit, whatever the thread count
+  for a, e in zip(one, want):
+    np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-3)
+
+
+def test_pool_busy_runs_on_the_callers_thread():
+  """A call that finds the pool in use (another Python thread) runs alone, correctly."""
+  import threading
+  m, args = _big_module()
+  exe = cpu.compile(m)
+  want = exe(*args)
+  results, errors = [], []
+
+  def work():
+    try:
+      for _ in range(3):
+        results.append(exe(*args))
+    except Exception as e:   # pragma: no cover
+      errors.append(e)
+  ts = [threading.Thread(target=work) for _ in range(3)]
+  for t in ts:
+    t.start()
+  for t in ts:
+    t.join()
+  assert not errors and len(results) == 9
+  for r in results:
+    for a, c in zip(r, want):
+      np.testing.assert_array_equal(a, c)
+
+
+# ---------------------------------------------------------------------------------------------
+# the on-disk cache
+# ---------------------------------------------------------------------------------------------
+
+def _small_module(scale=3.0):
+  m = Module("cached")
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (5,)), "x")
+  m.entry = b.build(b.add(b.mul(x, b.full(scale, x.shape)), b.exp(x)))
+  return m
+
+
+def _entry_path(m, d):
+  key = cpu.cache_key(m)
+  return os.path.join(d, key[:2], key + ".bin")
+
+
+def _count_compiles(monkeypatch):
+  calls = []
+  real = cpu_jit.compile_to_object
+
+  def counting(*a, **k):
+    calls.append(1)
+    return real(*a, **k)
+  monkeypatch.setattr(cpu_jit, "compile_to_object", counting)
+  return calls
+
+
+def test_disk_cache_hit_corrupt_and_truncated_entries(tmp_path, monkeypatch, caplog):
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  calls = _count_compiles(monkeypatch)
+  x = np.linspace(-1, 1, 5).astype(F32)
+  want = reference.compile(_small_module())(x)[0]
+  first = cpu.compile(_small_module())
+  path = _entry_path(_small_module(), str(tmp_path))
+  assert os.path.exists(path) and len(calls) == 1
+  np.testing.assert_allclose(first(x)[0], want, rtol=1e-6)
+  again = cpu.compile(_small_module())                 # a hit: no compilation
+  assert len(calls) == 1 and again.llvm_ir == first.llvm_ir
+  np.testing.assert_array_equal(again(x)[0], first(x)[0])
+  data = open(path, "rb").read()
+  for damaged in (data[:len(data) // 2],                                     # truncated
+                  data[:-10] + bytes(b ^ 0xFF for b in data[-10:]),          # flipped bytes
+                  b"garbage", b""):
+    with open(path, "wb") as f:
+      f.write(damaged)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ourjax"):
+      exe = cpu.compile(_small_module())
+    np.testing.assert_array_equal(exe(x)[0], first(x)[0])
+    assert any("damaged" in r.getMessage() for r in caplog.records), damaged[:20]
+    assert open(path, "rb").read() == data     # recompiled and written again, whole
+  assert len(calls) == 5
+  assert not [p for p in os.listdir(os.path.dirname(path)) if p.endswith(".tmp")]
+
+
+def test_disk_cache_disabled(tmp_path, monkeypatch):
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  assert cpu.cache_dir() is None
+  calls = _count_compiles(monkeypatch)
+  cpu.compile(_small_module(5.0))
+  cpu.compile(_small_module(5.0))
+  assert len(calls) == 2
+
+
+def test_disk_cache_two_concurrent_writers(tmp_path):
+  """Two processes compiling the same module into one cache directory at once: both get a
+  working executable and the entry left behind is complete."""
+  script = textwrap.dedent(f"""
+      import sys, numpy as np
+      sys.path.insert(0, {os.path.dirname(os.path.dirname(cpu.__file__))!r})
+      sys.path.insert(0, {os.path.dirname(__file__)!r})
+      from ourjax.backends.cpu import backend as cpu
+      from test_cpu_backend import _small_module
+      for i in range(3):
+        exe = cpu.compile(_small_module(7.0))
+        assert isinstance(exe, cpu.CpuExecutable)
+        out = exe(np.ones(5, np.float32))[0]
+        assert np.allclose(out, 7 + np.e), out
+      print("ok")
+  """)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(cpu.__file__))))
+  env = dict(os.environ, OURJAX_CACHE_DIR=str(tmp_path), PYTHONPATH=root)
+  procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  for p, (o, e) in zip(procs, outs):
+    assert p.returncode == 0 and "ok" in o, e
+  entries = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp_path) for f in fs]
+  assert len(entries) == 1 and entries[0].endswith(".bin"), entries
+  meta, obj, ir_text = cpu._unpack(open(entries[0], "rb").read())
+  assert obj and cpu.ENTRY in ir_text
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatch
+# ---------------------------------------------------------------------------------------------
+
+def test_dispatch_fast_path_accepts_every_kind_of_argument():
+  f = ourjax.jit(lambda a, b: a * 2.0 + b, backend="cpu")
+  x = np.arange(6, dtype=F32).reshape(2, 3)
+  y = np.ones((2, 3), F32)
+  want = x * 2 + y
+  for a, b in [(x, y), (jnp.asarray(x), y), (x, jnp.asarray(y)), (x, y)]:
+    np.testing.assert_array_equal(f(a, b), want)
+  assert any(f._fast.values())        # a fast entry was made
+  # non-contiguous inputs: the native entry refuses them, the general path copies
+  xt = np.ascontiguousarray(x.T).T
+  np.testing.assert_array_equal(f(xt, y), xt * 2 + y)
+  at = jnp.transpose(jnp.asarray(np.arange(6, dtype=F32).reshape(3, 2)))
+  np.testing.assert_array_equal(f(at, y), np.asarray(at) * 2 + y)
+  # non-canonical dtypes (float64 without x64), Python scalars, keywords
+  np.testing.assert_allclose(f(x.astype(np.float64), y), want)
+  np.testing.assert_array_equal(f(x, 1.0), x * 2 + 1)
+  np.testing.assert_array_equal(f(a=x, b=y), want)
+  # results are read-only ourjax Arrays of the right types
+  r = f(x, y)
+  assert isinstance(r, ourjax.Array) and r.dtype == F32 and not np.asarray(r).flags.writeable
+
+
+def test_dispatch_pytrees_and_multiple_outputs():
+  g = ourjax.jit(lambda p, x: {"s": p["w"] @ x, "t": (x + 1, jnp.sum(x))}, backend="cpu")
+  p = {"w": np.ones((3, 4), F32)}
+  x = np.arange(4, dtype=F32)
+  for _ in range(3):
+    out = g(p, x)
+    np.testing.assert_array_equal(out["s"], np.full(3, 6, F32))
+    np.testing.assert_array_equal(out["t"][0], x + 1)
+    assert float(out["t"][1]) == 6.0
+  h = ourjax.jit(lambda x: (x, x * 2), backend="cpu")
+  for _ in range(2):
+    a, b = h(x)
+    np.testing.assert_array_equal(a, x)
+    np.testing.assert_array_equal(b, 2 * x)
