@@ -500,7 +500,8 @@ def test_lower_from_shape_dtype_structs():
 
 
 def test_as_text_dialects():
-  compiled = ourjax.jit(lambda x: x + 1).lower(1.0).compile()
+  # the reference backend carries no native code: asking for it is a clear error
+  compiled = ourjax.jit(lambda x: x + 1, backend="reference").lower(1.0).compile()
   with pytest.raises(ValueError, match="LLVM IR"):
     compiled.as_text(dialect="llvm")
   with pytest.raises(ValueError, match="PTX"):
@@ -513,6 +514,13 @@ def test_as_text_dialects():
   assert compiled.as_text(dialect="llvm").startswith("define void @main")
   rt.ptx = lambda: ".version 8.0"
   assert compiled.as_text(dialect="ptx") == ".version 8.0"
+
+
+def test_as_text_llvm_of_the_cpu_backend():
+  compiled = ourjax.jit(lambda x: x * 2.0 + 1.0, backend="cpu").lower(
+      np.ones(8, F32)).compile()
+  text = compiled.as_text(dialect="llvm")
+  assert "define" in text and "fmul" in text
 
 
 def test_cost_analysis():
