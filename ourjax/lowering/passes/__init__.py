@@ -4,6 +4,10 @@
 ``constant_folding``  evaluate all-constant instructions with the reference executor
 ``cse``               structural hashing: merge identical instructions and sub-computations
 ``dce``               drop unused instructions and unreachable computations
+``fusion``            loop (kLoop), reduction-input (kInput) and dot-epilogue (kOutput) fusion;
+                      each decision noted with its reason; expensive producers never duplicated
+``multi_output_fusion``  merge siblings reading the same input, fold producers needed outside
+``buffer_assignment`` liveness-based slots in one arena (``module.buffer_assignment``)
 
 The order they run in, and the verifier between them, live in ``lowering/pipeline.py``. Passes
 record why they changed something with ``module.note(pass_name, reason)``.
