@@ -1,0 +1,4 @@
+"""``ourjax.scipy``: the subset of ``jax.scipy`` built on lax/jnp ops (special functions,
+distributions)."""
+from ourjax.scipy import special  # noqa: F401
+from ourjax.scipy import stats  # noqa: F401
