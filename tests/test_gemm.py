@@ -250,15 +250,15 @@ def test_accumulate_and_ldc(dtype):
   """accumulate=True adds to C; a padded ldc leaves the padding alone."""
   rng = np.random.default_rng(2)
   fn, bl = kernel(dtype, blocking="tiny", accumulate=True)
-  M, N, K, ldc = 41, 23, 50, 29
-  a = rng.integers(-3, 4, (M, K)).astype(NP[dtype])
-  b = rng.integers(-3, 4, (K, N)).astype(NP[dtype])
-  c0 = rng.integers(-9, 10, (1, M, ldc)).astype(NP[dtype])
-  C = c0.copy()
-  run(fn, bl, dtype, a, b, M, N, K, K, N, 0, 0, C=C, ldc=ldc, nthreads=2)
-  want = c0.astype(np.float64)
-  want[0, :, :N] += a.astype(np.float64) @ b
-  np.testing.assert_array_equal(C, want)
+  for M, N, K, ldc in [(41, 23, 50, 29), (7, 600, 9, 611), (3, 5, 1, 6)]:
+    a = rng.integers(-3, 4, (M, K)).astype(NP[dtype])
+    b = rng.integers(-3, 4, (K, N)).astype(NP[dtype])
+    c0 = rng.integers(-9, 10, (1, M, ldc)).astype(NP[dtype])
+    C = c0.copy()
+    run(fn, bl, dtype, a, b, M, N, K, K, N, 0, 0, C=C, ldc=ldc, nthreads=2)
+    want = c0.astype(np.float64)
+    want[0, :, :N] += a.astype(np.float64) @ b
+    np.testing.assert_array_equal(C, want)
 
 
 def test_signature_and_errors():

@@ -44,13 +44,23 @@ Design (GotoBLAS/BLIS, written for AVX-512):
   ``kc = 256``) stays in L1 while A panels stream from L2.
 * micro-kernel: ``mr x nr`` accumulators live in zmm registers (f32 default 14 x 32 = 28 zmm of
   the 32); one step of k loads ``nr/W`` vectors of the B panel and broadcasts ``mr`` elements of
-  the A panel (folded into ``vfmadd231ps zmm, zmm, m32{1to16}``), i.e. ``mr * nr/W`` FMAs for
-  ``nr/W + mr`` loads.  The first K slice stores the sums, the following ones add to C, the last
-  one also applies the epilogue.  Tiles at the M/N edges compute the full (zero-padded) tile and
-  store with row guards and AVX-512 lane masks.
+  the A panel (``vbroadcastss``), i.e. ``mr * nr/W`` FMAs (``llvm.fma`` on ``<W x T>``) for
+  ``nr/W + mr`` loads; the k loop is unrolled ``unroll`` times.  The first K slice stores the
+  sums, the following ones add to C, the last one also applies the epilogue.
+* edges: tiles compute on zero-padded panels and store with row guards and AVX-512 lane masks;
+  a tile of at most ``2*mr_small`` rows runs an ``mr_small``-row kernel (per ``mr_small`` rows),
+  a panel of at most W columns a one-vector-wide kernel, so a 4-row or 10-column remainder does
+  not pay for a whole 14 x 32 tile.
+* small M: a thread with at most ``direct_b_rows`` rows reads a row-major B in place (only a
+  partial last column panel is packed), since packing B would cost as much as using it.
 * threads split the row tiles or the column panels (whichever gives the smaller largest share),
   so a thread packs only its own part of one operand (the other operand is packed by every
   thread: no sharing, no barrier).
+
+Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
+into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
+kernel (:func:`shared_gemm_symbol`, compiled once and registered with ``llvm.add_symbol``), so a
+module that contains a dot does not recompile the GEMM.
 """
 from __future__ import annotations
 
@@ -88,6 +98,7 @@ class Blocking:
   mr_small: int = 4          # edge tiles of at most 2*mr_small rows use an mr_small-row kernel
   narrow: bool = True        # edge panels of at most W columns use a one-vector-wide kernel
   direct_b_rows: int = 64    # a thread with at most this many rows reads a row-major B unpacked
+  stream_rows: int = 8       # ... and with at most this many, streams B through 4-row axpys
 
 
 # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
@@ -95,6 +106,9 @@ DEFAULT_BLOCKING = {
     "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4),
     "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4),
 }
+
+
+_ROW_CHUNK = 512  # columns of C per pass of the few-rows kernel
 
 
 def _cdiv(a, b):
@@ -396,7 +410,9 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
     return phis, k
 
   zeros = [cx.vzero] * (mr * nv)
-  u = max(1, bl.unroll)
+  # the edge kernels run on a small share of the tiles: less unrolling, less code to compile
+  # the edge kernels run on a small share of the tiles: less unrolling, less code to compile
+  u = max(1, bl.unroll if (mr, nv) == (bl.mr, bl.nv) else min(bl.unroll, 2))
   kmain = b.sub(kb, b.srem(kb, _c64(u)))
   accs, _ = loop(zeros, _c64(0), kmain, u, "kmain")
   accs, _ = loop(accs, kmain, kb, 1, "krem")
@@ -444,20 +460,94 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
 
   if epilogue is not None:
     with _if(b, last, name="epi"):
-      nfull = b.mul(b.sdiv(nvalid, _c64(w)), _c64(w))
-      with _for(b, 0, mv, name="er") as r:
-        crow = b.gep(c, [b.mul(r, ldc)])
-        row = b.add(row0, r)
-        with _for(b, 0, nfull, w, name="ev") as j:
-          p = b.gep(crow, [j])
-          x = cx.vload(b, p, cx.size)
-          y = epilogue(b, x, row, b.add(col0, j))
-          cx.vstore(b, y, p, cx.size)
-        with _for(b, nfull, nvalid, name="es") as j:
-          p = b.gep(crow, [j])
-          x = b.load(p, align=cx.size)
-          y = epilogue(b, x, row, b.add(col0, j))
-          b.store(y, p, align=cx.size)
+      _emit_epilogue_loop(b, cx, epilogue, c, ldc, mv, nvalid, row0, col0)
+  b.ret_void()
+  return fn
+
+
+def _emit_epilogue_loop(b, cx: _Ctx, epilogue: Epilogue, c, ldc, rows, cols, row0, col0):
+  """Apply the epilogue in place to ``C[r*ldc + j]``, ``r < rows``, ``j < cols``: W-wide vectors,
+  then scalars for the last ``cols mod W`` columns."""
+  w = cx.w
+  nfull = b.mul(b.sdiv(cols, _c64(w)), _c64(w))
+  with _for(b, 0, rows, name="er") as r:
+    crow = b.gep(c, [b.mul(r, ldc)])
+    row = b.add(row0, r)
+    with _for(b, 0, nfull, w, name="ev") as j:
+      p = b.gep(crow, [j])
+      cx.vstore(b, epilogue(b, cx.vload(b, p, cx.size), row, b.add(col0, j)), p, cx.size)
+    with _for(b, nfull, cols, name="es") as j:
+      p = b.gep(crow, [j])
+      b.store(epilogue(b, b.load(p, align=cx.size), row, b.add(col0, j)), p, align=cx.size)
+
+
+# --------------------------------------------------------------------------------------------
+# few rows: C rows += A[r, k] * B[k, :] with B streamed row by row
+
+def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilogue],
+               accumulate: bool) -> ir.Function:
+  """``void rows(i64 K, T* A, i64 a_rs, i64 a_ks, T* B, i64 ldb, T* C, i64 ldc, i64 ncols,
+  i64 row0, i64 col0)``: ``C[r, j] = sum_k A[r*a_rs + k*a_ks] * B[k*ldb + j]`` for ``r < R``,
+  ``j < ncols`` (row-major B only).
+
+  For a handful of rows a register tile wastes most of its FMAs and reads B in column panels
+  (a strided walk); here every k step streams whole rows of B (four k at a time) into R rows of
+  C that stay in L1 (``chunk`` columns at once), i.e. about the speed of reading B."""
+  w = cx.w
+  fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [
+      I64, cx.p, I64, I64, cx.p, I64, cx.p, I64, I64, I64, I64]), name)
+  fn.linkage = "internal"
+  fn.attributes.add("noinline")
+  K, a, a_rs, a_ks, bm, ldb, c, ldc, ncols, row0, col0 = fn.args
+  for x in (a, bm, c):
+    x.add_attribute("noalias")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  arow = [b.gep(a, [b.mul(_c64(r), a_rs)]) for r in range(R)]
+  U = 4
+  kmain = b.sub(K, b.srem(K, _c64(U)))
+  all_lanes = ir.Constant(cx.mt, [1] * w)
+
+  with _for(b, 0, ncols, chunk, name="ch") as j0:
+    width = _smin(b, _c64(chunk), b.sub(ncols, j0))
+    crow = [b.gep(c, [b.add(b.mul(_c64(r), ldc), j0)]) for r in range(R)]
+    brow0 = b.gep(bm, [j0])
+    nvec = _sdiv_up(b, width, _c64(w))
+
+    def mask_at(j):
+      return b.select(b.icmp_signed("<=", b.add(j, _c64(w)), width), all_lanes,
+                      cx.lane_mask(b, b.sub(width, j)))
+
+    if not accumulate:
+      with _for(b, 0, nvec, name="z") as v:
+        j = b.mul(v, _c64(w))
+        m = mask_at(j)
+        for r in range(R):
+          b.call(cx.mstore, [cx.vzero, b.gep(crow[r], [j]), _c32(cx.size), m])
+
+    def ksteps(k0, n):
+      """C[:, chunk] += the terms k0 .. k0+n-1 (n static)."""
+      avals = [[_splat(b, b.load(b.gep(arow[r], [b.mul(b.add(k0, _c64(u)), a_ks)]),
+                                 align=cx.size), w) for u in range(n)] for r in range(R)]
+      brows = [b.gep(brow0, [b.mul(b.add(k0, _c64(u)), ldb)]) for u in range(n)]
+      with _for(b, 0, nvec, name="v") as v:
+        j = b.mul(v, _c64(w))
+        m = mask_at(j)
+        bv = [b.call(cx.mload, [b.gep(brows[u], [j]), _c32(cx.size), m, cx.vzero])
+              for u in range(n)]
+        for r in range(R):
+          p = b.gep(crow[r], [j])
+          acc = b.call(cx.mload, [p, _c32(cx.size), m, cx.vzero])
+          for u in range(n):
+            acc = b.call(cx.fma, [avals[r][u], bv[u], acc])
+          b.call(cx.mstore, [acc, p, _c32(cx.size), m])
+
+    with _for(b, 0, kmain, U, name="k4") as k0:
+      ksteps(k0, U)
+    with _for(b, kmain, K, name="k1") as k0:
+      ksteps(k0, 1)
+    if epilogue is not None:
+      _emit_epilogue_loop(b, cx, epilogue, b.gep(c, [j0]), ldc, _c64(R), width, row0,
+                          b.add(col0, j0))
   b.ret_void()
   return fn
 
@@ -488,6 +578,8 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       else None
   uk_sn = _emit_ukernel(cx, name + ".ukernel_sn", bl, ms, 1, epilogue, accumulate) \
       if ms and narrow else None
+  rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
+              for r in (4, 2, 1)} if bl.stream_rows > 0 else None
 
   fn = ir.Function(module, _signature(cx), name)
   for a, n in zip(fn.args, ARG_NAMES):
@@ -528,6 +620,26 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     Bb = b.gep(B, [b.mul(bi, sB)])
     Cb = b.gep(C, [b.mul(bi, sC)])
     rowbase = b.mul(bi, M)
+    if rows_fns is None:
+      tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
+      return
+    few = b.and_(b.icmp_signed("==", tb, _c32(0)),
+                 b.icmp_signed("<=", b.sub(m1, m0), _c64(bl.stream_rows)))
+    with b.if_else(few) as (f_, t_):
+      with f_:
+        # groups of 4 rows, then 2, then 1: each group streams B once
+        start = m0
+        for r, fn_r in rows_fns.items():
+          count = b.mul(b.sdiv(b.sub(m1, start), _c64(r)), _c64(r))
+          with _for(b, start, b.add(start, count), r, name=f"rr{r}") as r0:
+            b.call(fn_r, [K, b.gep(Ab, [b.mul(r0, a_rs)]), a_rs, a_ks, b.gep(Bb, [n0]), ldb,
+                          b.gep(Cb, [b.add(b.mul(r0, ldc), n0)]), ldc, b.sub(n1, n0),
+                          b.add(rowbase, r0), n0])
+          start = b.add(start, count)
+      with t_:
+        tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
+
+  def tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1):
     direct = b.and_(b.icmp_signed("==", tb, _c32(0)),
                     b.icmp_signed("<=", b.sub(m1, m0), _c64(bl.direct_b_rows)))
     # balanced mc: ceil(rows / ceil(rows/mc)) rounded up to mr
