@@ -1099,11 +1099,43 @@ def _plan_and_emit(module: hlo.Module):
   em = _Emission(planner, steps, {}, arena_slot)
   parallel = any(s.parallel for s in steps) and any(
       isinstance(s, KernelStep) and s.parallel for s in steps)
+  symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
   meta = {"outputs": [[hlo.dtype_name(s.dtype), list(s.dims)] for s in shapes], "consts": consts,
+          "symbols": symbols,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
           "tuple_result": root.is_tuple, "kernels": len(planner.kernels)}
   return meta, E.finalize_module_text(em.mod)
+
+
+_runtime_ready = False
+
+
+def _link_symbols(symbols) -> None:
+  """Compile and register the process-wide kernels cached code calls (the shared GEMMs)."""
+  for sym in symbols:
+    if sym.startswith("ourjax_gemm_"):
+      from ourjax.backends.llvm import gemm
+      gemm.shared_gemm_symbol(sym[len("ourjax_gemm_"):])
+
+
+def _ensure_runtime_symbols() -> None:
+  """Make the C library and libm visible to LLVM's symbol resolution (the barrier calls
+  ``sched_yield``; ``frem`` becomes ``fmod``/``fmodf``): in some processes nothing has loaded
+  them into LLVM's search path, and an unresolved symbol would abort MCJIT."""
+  global _runtime_ready
+  if _runtime_ready:
+    return
+  import ctypes.util
+  import llvmlite.binding as llvm
+  for lib in ("c", "m"):
+    path = ctypes.util.find_library(lib)
+    if path:
+      try:
+        llvm.load_library_permanently(path)
+      except RuntimeError as e:   # pragma: no cover
+        log.debug("cpu backend: could not load %s for the JIT: %s", path, e)
+  _runtime_ready = True
 
 
 def compile(module: hlo.Module):  # noqa: A001  (backend API name)
@@ -1112,6 +1144,7 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   from ourjax.backends import reference
   from ourjax.backends.cpu import jit
   hlo.verify(module)
+  _ensure_runtime_symbols()
   why = native_unsupported(module)
   if why is not None:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
@@ -1121,6 +1154,7 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   if hit is not None:
     meta, obj, ir_text = hit
     try:
+      _link_symbols(meta.get("symbols", ()))
       cm = jit.load_object(obj, [ENTRY])
       return CpuExecutable(module, cm, meta, ir_text)
     except Exception as e:

@@ -738,9 +738,44 @@ class DotSpec:
 
 def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
-  ``C`` typed pointers; ``scratch`` an i8* with ``dot_scratch_bytes`` per thread).
+  ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``).
 
-  Register-blocked: for each block of NR columns, B[:, block] is packed into a contiguous
+  Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, register-blocked AVX-512
+  micro-kernel, one process-wide compiled kernel) when both operands have a unit stride, else
+  the simpler kernel below."""
+  if _gemm_layout_ok(spec):
+    from ourjax.backends.llvm import gemm
+    gemm.emit_gemm_call(b, "f32" if spec.dtype == E.F32 else "f64", A, Bm, C, M=spec.M,
+                        N=spec.N, K=spec.K, a_strides=(spec.a_sm, spec.a_sk),
+                        b_strides=(spec.b_sk, spec.b_sn), tid=tid, nthreads=nthreads,
+                        scratch=scratch, batch=spec.B,
+                        batch_strides=(spec.a_sb, spec.b_sb, spec.M * spec.N))
+    return
+  _emit_dot_blocked(b, spec, A, Bm, C, scratch, tid, nthreads)
+
+
+def _gemm_layout_ok(spec) -> bool:
+  import os
+  if os.environ.get("OURJAX_CPU_SIMPLE_DOT"):
+    return False
+  try:
+    from ourjax.backends.llvm import gemm
+  except Exception:   # pragma: no cover
+    return False
+  return (gemm.operand_layout(spec.M, spec.K, spec.a_sm, spec.a_sk) is not None and
+          gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk) is not None)
+
+
+def gemm_symbols(spec) -> list:
+  """Process-wide symbols the dot's code links to (to register before loading cached code)."""
+  if _gemm_layout_ok(spec):
+    from ourjax.backends.llvm import gemm
+    return [gemm.shared_gemm_symbol("f32" if spec.dtype == E.F32 else "f64")]
+  return []
+
+
+def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
+  """Register-blocked: for each block of NR columns, B[:, block] is packed into a contiguous
   K x NR panel (in the thread's scratch), then MR rows at a time accumulate MR x NR outputs in
   vector registers (``<W x T>`` FMAs on a broadcast A element).  Threads split the column
   blocks (or the rows when there are few of them).  Sums are accumulated with FMA in k order,
@@ -839,9 +874,13 @@ def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
         rows_block(1, ir_.index)
 
 
-def dot_scratch_bytes(spec: DotSpec) -> int:
+def dot_scratch_bytes(spec: DotSpec, max_threads: int) -> int:
+  if _gemm_layout_ok(spec):
+    from ourjax.backends.llvm import gemm
+    return gemm.pack_buffer_bytes("f32" if spec.dtype == E.F32 else "f64", spec.M, spec.N,
+                                  spec.K, max_threads) + 64
   W = 16 if spec.dtype == E.F32 else 8
-  return spec.K * 2 * W * spec.dtype.itemsize + 64
+  return (spec.K * 2 * W * spec.dtype.itemsize + 64) * max_threads
 
 
 def fast_dot_ok(dot) -> bool:
@@ -856,6 +895,7 @@ def fast_dot_ok(dot) -> bool:
 class DotKernel(Kernel):
   def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf):
     self.dot, self.spec = dot, DotSpec(dot)
+    self.symbols = gemm_symbols(self.spec)
     self.lhs, self.rhs, self.out = lhs, rhs, out
     s = self.spec
     super().__init__(name, [lhs, rhs], [out], [scratch], work=s.B * s.M * s.N * s.K)
@@ -1013,7 +1053,7 @@ class GroupPlanner:
       rhs = self._materialize(instr.operands[1], leafmap, instrs)
       out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
       spec = DotSpec(instr)
-      scratch = self.new_scratch(dot_scratch_bytes(spec) * self.max_threads, instr.name)
+      scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), instr.name)
       self.kernels.append(DotKernel(self._name(), instr, lhs, rhs, out, scratch))
       leafmap[instr] = out
       return
