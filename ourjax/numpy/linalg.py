@@ -95,7 +95,8 @@ def _lu_single(a):
     rowk, rowp = ek @ a, ep @ a
     a = a + jnp.outer(ek - ep, rowp - rowk)
     eki, epi = (idx == k).astype(jnp.int32), (idx == p).astype(jnp.int32)
-    pk, pp = jnp.sum(eki * perm), jnp.sum(epi * perm)
+    pk = jnp.sum(eki * perm, dtype=jnp.int32)
+    pp = jnp.sum(epi * perm, dtype=jnp.int32)
     perm = perm + eki * (pp - pk) + epi * (pk - pp)
     parity = parity ^ (p != k).astype(jnp.int32)
     # eliminate below the pivot
