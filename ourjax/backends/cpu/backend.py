@@ -131,6 +131,68 @@ OBJECT_MODE = _probe_object_layout()
 
 
 # ---------------------------------------------------------------------------------------------
+# recycled output blocks
+# ---------------------------------------------------------------------------------------------
+
+class _Owner:
+  """Owns a pooled block while any array views it (NumPy keeps the object that exported the
+  ``__array_interface__`` as the base of every view); returns it to the pool when freed."""
+  __slots__ = ("__array_interface__", "_mem", "_pool")
+
+  def __del__(self):
+    try:
+      self._pool._release(self._mem)
+    except Exception:   # pragma: no cover - interpreter shutdown
+      pass
+
+
+class _OutputPool:
+  """Large output arrays come from recycled blocks: a fresh ``np.empty`` of many megabytes
+  page-faults on first touch (the kernel zeroes every page), which costs as much as a fast
+  elementwise kernel; a block a dead result leaves behind is handed to the next result of the
+  same size.  At most ``MAX_BLOCKS`` blocks per size and ``MAX_BYTES`` in all are kept."""
+  MIN_BYTES = 1 << 20
+  MAX_BLOCKS = 4
+  MAX_BYTES = 1 << 30
+
+  def __init__(self):
+    self.free: dict = {}
+    self.kept = 0
+
+  def empty(self, shape, dtype):
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < self.MIN_BYTES:
+      return np.empty(shape, dtype)
+    lst = self.free.get(nbytes)
+    mem = None
+    while lst:
+      try:
+        mem = lst.pop()
+        self.kept -= nbytes
+        break
+      except IndexError:   # pragma: no cover - raced with another thread
+        break
+    if mem is None:
+      raw = np.empty(nbytes, np.uint8)
+      mem = (raw, raw.ctypes.data)
+    owner = _Owner()
+    owner._mem, owner._pool = mem, self
+    owner.__array_interface__ = {"data": (mem[1], False), "shape": (nbytes,), "typestr": "|u1",
+                                 "version": 3}
+    return np.asarray(owner).view(dtype).reshape(shape)
+
+  def _release(self, mem):
+    n = mem[0].nbytes
+    lst = self.free.setdefault(n, [])
+    if len(lst) < self.MAX_BLOCKS and self.kept + n <= self.MAX_BYTES:
+      lst.append(mem)
+      self.kept += n
+
+
+_outputs = _OutputPool()
+
+
+# ---------------------------------------------------------------------------------------------
 # threads
 # ---------------------------------------------------------------------------------------------
 
@@ -884,7 +946,7 @@ class CpuExecutable:
     om = self.object_mode
     for k, a in enumerate(keep):
       slots[k] = id(a) if om else a.ctypes.data
-    outs = [np.empty(s, d) for s, d in self.out_specs]
+    outs = [_outputs.empty(s, d) for s, d in self.out_specs]
     n = self.nparams
     for j, o in enumerate(outs):
       slots[n + j] = id(o) if om else o.ctypes.data
@@ -915,7 +977,7 @@ class CpuExecutable:
     free = []
     new = self._new_resources
     out_specs = self.out_specs
-    empty = np.empty
+    empty = _outputs.empty
     run = self._run
     slot_of = list(enumerate(kept))
     out_slots = list(range(nparams, nparams + len(out_specs)))
