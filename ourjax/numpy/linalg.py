@@ -114,7 +114,6 @@ def _lu_single(a):
 
 
 def _lu(a):
-  jnp = _jnp()
   if a.ndim == 2:
     return _lu_single(a)
   import ourjax
@@ -184,8 +183,9 @@ class SlogdetResult(tuple):
 
 
 def solve(a, b):
-  """Solve ``a @ x = b``.  ``b`` is a vector (shape ``(..., n)`` when ``b.ndim == 1`` or one
-  less than ``a``'s... JAX 0.10: 1-D ``b``) or a matrix stack ``(..., n, k)``."""
+  """Solve ``a @ x = b`` by LU with partial pivoting.  As JAX >= 0.5: a 1-D ``b`` of shape
+  ``(n,)`` is one right-hand side (broadcast over ``a``'s batch), otherwise ``b`` is ``(..., n, k)``
+  with batch dims broadcast against ``a``'s."""
   a = _square("solve", a)
   jnp = _jnp()
   _util.check_arraylike("solve", b)

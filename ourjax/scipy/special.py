@@ -28,7 +28,6 @@ def _jnp():
 
 def _f(name, *xs):
   _util.check_arraylike(name, *xs)
-  jnp = _jnp()
   out = _util.promote_args_inexact(name, *xs)
   return out[0] if len(xs) == 1 else out
 
@@ -186,20 +185,17 @@ def betaln(a, b):
 
 
 def beta(a, b):
-  jnp = _jnp()
   a, b = _f("beta", a, b)
-  return jnp.exp(betaln(a, b))
+  return _jnp().exp(betaln(a, b))
 
 
 def polygamma(n, x):
-  jnp = _jnp()
   if int(np.asarray(n)) != 0:
     raise NotImplementedError("ourjax.scipy.special.polygamma: only n = 0 is supported")
   return digamma(x)
 
 
 def multigammaln(a, d: int):
-  jnp = _jnp()
   a = _f("multigammaln", a)
   out = d * (d - 1) / 4 * np.log(np.pi)
   for j in range(d):
