@@ -38,3 +38,72 @@ def test_binary_shape_mismatch_is_type_error():
     jnp.multiply(jnp.ones((2, 3)), jnp.ones((3, 2)))
   with pytest.raises(ValueError):         # jnp.where broadcasts explicitly: a ValueError
     jnp.where(jnp.ones(2) > 0, jnp.ones(3), 0)
+
+
+# --- weak types of elementwise results ---------------------------------------------------------
+
+def test_comparisons_and_dtype_changing_ops_keep_weak_type():
+  # lax's rule: weakly typed operands give a weakly typed result, bool and real results too
+  same(jnp.equal(1, 1.0), True, bool, weak=True)
+  same(jnp.arange(3) < 1.5, [True, True, False], bool, weak=True)   # int32 + weak float: weak
+  same(jnp.asarray(1.0) > 0, True, bool, weak=True)
+  same(jnp.abs(1j), 1.0, np.float32, weak=True)
+  same(jnp.real(1 + 2j), 1.0, np.float32, weak=True)
+  same(jnp.isnan(1.0), False, bool, weak=True)
+  same(jnp.logical_not(0), True, bool, weak=True)
+  same(lax.eq(1.0, 2.0), False, bool, weak=True)
+  same(jnp.ones(2) > 0, [True, True], bool)                         # strong stays strong
+
+
+def test_constants_keep_weak_scalars_weak():
+  same(jnp.deg2rad(180), np.pi, np.float32, weak=True)
+  same(jnp.hypot(3, 4), 5.0, np.float32, weak=True)
+  same(jnp.sinc(0.0), 1.0, np.float32, weak=True)
+  same(jnp.reciprocal(2.0), 0.5, np.float32, weak=True)
+  same(jnp.floor_divide(7, 2), 3, np.int32, weak=True)
+  same(jnp.floor_divide(7.5, 2), 3.0, np.float32, weak=True)
+  same(jnp.heaviside(1.0, 0.5), 1.0, np.float32, weak=True)
+  same(jnp.iscomplex(1.0), False, bool, weak=True)
+  # a weak array (not a scalar) meets strongly typed constants, as in JAX
+  same(jnp.heaviside(jnp.array([-1, 2]), 0.5), [0.0, 1.0], np.float32)
+  same(jnp.logical_and(jnp.array([1, 0]), 1.0), [True, False], bool)
+  # functions whose constants are strongly typed in JAX (jnp's _constant_like)
+  same(jnp.log2(8.0), 3.0, np.float32)
+  same(jnp.log10(100.0), 2.0, np.float32)
+  same(jnp.isinf(1.0), False, bool)
+  same(jnp.signbit(-3), True, bool)
+  # so a weak scalar result does not narrow an array it meets, and a strong one widens it
+  assert (jnp.log2(2.0) * jnp.ones(2, jnp.float16)).dtype == np.float32
+  assert (jnp.deg2rad(1.0) * jnp.ones(2, jnp.float16)).dtype == np.float16
+
+
+def test_power_float_and_bool_cases():
+  same(2.0 ** jnp.arange(3), [1.0, 2.0, 4.0], np.float32)           # strong int exponent
+  same(2.0 ** jnp.asarray(2), 4.0, np.float32, weak=True)
+  same(jnp.array([True, False]) ** jnp.array([True, True]), [1, 0], np.int32)
+  same(jnp.float_power(jnp.array([2.0], jnp.float16), 3), [8.0], np.float16)
+  same(jnp.float_power(jnp.array([1j], jnp.complex64), 2.0), [-1.0 + 0j], np.complex64)
+  same(jnp.float_power(2, 3), 8.0, np.float32, weak=True)
+
+
+def test_rint_nan_to_num_angle_polyval_dtypes():
+  same(jnp.rint(3), 3.0, np.float32)                                 # int -> strong float
+  same(jnp.nan_to_num(jnp.asarray(np.nan, dtype=jnp.float32) * 1.0), 0.0, np.float32)
+  same(jnp.nan_to_num(2.0), 2.0, np.float32)
+  same(jnp.angle(1.0), 0.0, np.float32)
+  same(jnp.angle(jnp.float16(-1)), np.pi, np.float32)                # 0-d float -> float32
+  same(jnp.angle(jnp.array([-1.0], jnp.float16)), [np.float16(np.pi)], np.float16)
+  same(jnp.polyval(jnp.array([1, 2]), 3), 5, np.int32)
+  same(jnp.polyval(jnp.array([1, 2]), jnp.array([2.0])), [4.0], np.float32)
+  same(jnp.polyval(jnp.atleast_1d(jnp.asarray(7.0)), 2), 7.0, np.float32)
+
+
+def test_integer_division_by_zero_as_jax():
+  x = jnp.array([7, -7])
+  same(x // 0, [-2, -2], np.int32)
+  same(x % 0, [0, 0], np.int32)
+  same(ourjax.jit(lambda a, b: a // b)(x, 0), [-2, -2], np.int32)
+  same(jnp.array([7.5, -7.5]) // 0.0, [np.inf, -np.inf], np.float32)
+  np.testing.assert_array_equal(np.asarray(jnp.array([7.5, -7.5, 7.5]) // jnp.array([2.0, 2.0,
+                                                                                     -2.0])),
+                                np.array([7.5, -7.5, 7.5]) // np.array([2.0, 2.0, -2.0]))

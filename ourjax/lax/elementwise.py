@@ -41,7 +41,9 @@ def unop(name: str, kinds, numpy_fn, result_dtype=None):
     check_dtypes(name, [x], kinds)
     return result_dtype(x.dtype) if result_dtype else x.dtype
 
-  weak = (lambda x, **_: False) if result_dtype else (lambda x, **_: x.weak_type)
+  # as JAX's: weakly typed operands give a weakly typed result, also when the dtype changes
+  # (comparisons, abs/real/imag of complex values, is_finite)
+  weak = lambda x, **_: x.weak_type  # noqa: E731
   p = standard_primitive(name, lambda x, **_: x.shape, dtype_rule, weak)
   p.def_impl(_low_precision(numpy_fn))
   batching.defvectorized(p)
@@ -53,7 +55,7 @@ def binop(name: str, kinds, numpy_fn, result_dtype=None):
     dt = check_dtypes(name, avals, kinds)
     return result_dtype(dt) if result_dtype else dt
 
-  weak = (lambda *a, **_: False) if result_dtype else all_weak
+  weak = all_weak
   p = standard_primitive(name, lambda *a, **_: broadcasting_shape(name, *a), dtype_rule, weak)
   p.def_impl(_low_precision(numpy_fn))
   batching.defbroadcasting(p)
@@ -177,8 +179,14 @@ def clamp(min, x, max):  # noqa: A002
 
 
 def _const(x, val):
-  """A scalar of x's dtype, weakly typed (so it never widens x)."""
-  return np.array(val, dtype=get_aval(x).dtype)
+  """A scalar of x's dtype, weakly typed when x is a weakly typed scalar (JAX's rule: then
+  ``x * _const(x, 2)`` stays weak; for arrays the constant is strongly typed)."""
+  aval = get_aval(x)
+  v = np.array(val, dtype=aval.dtype)
+  if aval.weak_type and not aval.shape:
+    from ourjax.array import Array
+    return Array._from_result(v, ShapedArray((), aval.dtype, True))
+  return v
 
 
 def _zeros(x):

@@ -156,15 +156,16 @@ def polyval(p, x, *, unroll=16):
   from ourjax.numpy._shape import unstack
   from ourjax.numpy._ufuncs import add, multiply
   check_arraylike("polyval", p, x)
-  p, x = promote_dtypes_inexact(_as_operand(p), _as_operand(x))
+  # as JAX's: the common dtype of p and x (integers stay integers), and y starts as strongly
+  # typed zeros of the broadcast shape, so the result is never weakly typed
+  p, x = promote_dtypes(_as_operand(p), _as_operand(x))
   if get_aval(p).ndim == 0:
     raise ValueError("polyval: p must be at least 1-dimensional")
-  y = None
+  shape = tuple(np.broadcast_shapes(get_aval(p).shape[1:], get_aval(x).shape))
+  y = lax.full(shape, 0, get_aval(x).dtype)
   for c in unstack(p, axis=0):
-    y = c if y is None else add(multiply(y, x), c)
-  if y is None:
-    return lax.full_like(x, 0)
-  return add(y, lax.full_like(x, 0))   # the result has x's (broadcast) shape
+    y = add(multiply(y, x), c)
+  return y
 
 
 def vander(x, N=None, increasing: bool = False):

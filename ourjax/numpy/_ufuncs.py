@@ -7,9 +7,16 @@ import operator
 import numpy as np
 
 from ourjax import dtypes, lax
+from ourjax.array import Array
 from ourjax.core import get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
                                 check_arraylike, _as_operand, _broadcast_to, promote_dtypes)
+
+
+def _constant_like(x, val):
+  """A strongly typed scalar of x's dtype (JAX's jnp ``_constant_like``: unlike ``lax._const``,
+  it makes a result computed from a weak x strongly typed)."""
+  return np.array(val, dtype=get_aval(x).dtype)
 
 
 def _select(pred, *cases):
@@ -167,7 +174,10 @@ fix = trunc
 
 
 def rint(x, /):
-  x, = promote_args_inexact("rint", x)
+  x, = promote_args("rint", x)
+  dt = get_aval(x).dtype
+  if not dtypes.is_inexact(dt):   # as JAX's: a (strongly typed) conversion to the default float
+    return lax.convert_element_type(x, dtypes.default_float_dtype())
   return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 
 
@@ -209,13 +219,18 @@ def power(x1, x2, /):
       raise TypeError(f"power: integers cannot be raised to negative powers, got "
                       f"{get_aval(x1).dtype.name} ** {n}")
     return lax.integer_pow(x1, n)
-  x1, x2 = promote_args("power", x1, x2)
+  d1, d2 = dtypes.dtype(x1), dtypes.dtype(x2)
+  weak = dtypes.is_weakly_typed(x1) and dtypes.is_weakly_typed(x2)
+  x1, x2 = promote_args_numeric("power", x1, x2)   # bool ** bool is an int32 power, as JAX's
   dt = get_aval(x1).dtype
-  if dt == np.bool_:
-    return lax.or_(x1, lax.not_(x2))   # b1 ** b2 is False only for False ** True
   if dtypes.is_integer(dt):
     return _integer_power(x1, x2)
-  return lax.pow(x1, x2)
+  out = lax.pow(x1, x2)
+  if dtypes.is_inexact(d1) and dtypes.is_integer(d2) and get_aval(out).weak_type and not weak:
+    # JAX applies lax.pow to an inexact base and an integer exponent without promoting them:
+    # the result is weakly typed only when both operands are (``2.0 ** int_array`` is not)
+    out = lax.convert_element_type(out, dt)
+  return out
 
 
 def _integer_power(x, y):
@@ -252,9 +267,8 @@ pow = power  # noqa: A001
 
 
 def float_power(x1, x2, /):
-  x1, x2 = promote_args_inexact("float_power", x1, x2)
-  dt = dtypes.canonicalize_dtype(np.float64)
-  return lax.pow(lax.convert_element_type(x1, dt), lax.convert_element_type(x2, dt))
+  # as JAX's: the inexact promotion of the operands (float16 stays float16, complex complex)
+  return lax.pow(*promote_args_inexact("float_power", x1, x2))
 
 
 def floor_divide(x1, x2, /):
@@ -268,7 +282,9 @@ def floor_divide(x1, x2, /):
     q = lax.div(x1, x2)
     r = lax.rem(x1, x2)
     zero = lax._const(x1, 0)
-    adjust = lax.and_(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
+    # JAX's test (signs differ and the remainder is nonzero), which also fixes the result of
+    # a division by zero: XLA's -1 becomes -2 for a positive x1
+    adjust = lax.and_(lax.ne(r, zero), lax.ne(lax.sign(x1), lax.sign(x2)))
     return _select(adjust, q, lax.sub(q, lax._const(q, 1)))
   if dtypes.is_complex(dt):
     raise TypeError("floor_divide does not support complex-valued inputs")
@@ -276,17 +292,21 @@ def floor_divide(x1, x2, /):
 
 
 def _float_divmod(x1, x2):
+  # JAX's (CPython's float_divmod): x / 0 is +-inf, and the result keeps the operands' weak type
   mod = lax.rem(x1, x2)
-  div = lax.div(lax.sub(x1, mod), x2)
-  zero = lax._const(mod, 0)
-  fix = lax.and_(lax.ne(mod, zero), lax.ne(lax.lt(x2, zero), lax.lt(mod, zero)))
+  zero = _constant_like(x2, 0)
+  div = lax.div(_select(lax.eq(x2, zero), lax.sub(x1, mod), x1), x2)
+  fix = lax.and_(lax.ne(mod, _constant_like(mod, 0)), lax.ne(lax.sign(x2), lax.sign(mod)))
   mod = _select(fix, mod, lax.add(mod, x2))
-  div = _select(fix, div, lax.sub(div, lax._const(div, 1)))
-  return lax.round(div, lax.RoundingMethod.TO_NEAREST_EVEN), mod
+  one = Array(np.array(1, get_aval(div).dtype), weak_type=True)   # JAX's ``div - 1.0``
+  div = _select(fix, div, lax.sub(div, one))
+  return lax.round(div, lax.RoundingMethod.AWAY_FROM_ZERO), mod
 
 
 def remainder(x1, x2, /):
   x1, x2 = promote_args_numeric("remainder", x1, x2)
+  if dtypes.is_integer(get_aval(x2).dtype):   # as JAX's: an integer x % 0 is 0
+    x2 = _select(lax.eq(x2, _constant_like(x2, 0)), x2, lax.full_like(x2, 1))
   r = lax.rem(x1, x2)
   zero = lax._const(r, 0)
   fix_sign = lax.and_(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
@@ -318,7 +338,7 @@ def isinf(x, /):
   dt = get_aval(x).dtype
   if not dtypes.is_float(dt):
     return lax.full_like(x, False, dtype=np.bool_)
-  return lax.eq(lax.abs(x), lax._const(x, np.inf))
+  return lax.eq(lax.abs(x), _constant_like(x, np.inf))
 
 
 def isnan(x, /):
@@ -328,13 +348,13 @@ def isnan(x, /):
 
 def isposinf(x, /):
   x, = promote_args("isposinf", x)
-  return lax.eq(x, lax._const(x, np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
+  return lax.eq(x, _constant_like(x, np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
 
 
 def isneginf(x, /):
   x, = promote_args("isneginf", x)
-  return lax.eq(x, lax._const(x, -np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
+  return lax.eq(x, _constant_like(x, -np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
 
 
@@ -342,7 +362,7 @@ def signbit(x, /):
   x, = promote_args("signbit", x)
   dt = get_aval(x).dtype
   if dtypes.is_integer(dt):
-    return lax.lt(x, lax._const(x, 0))
+    return lax.lt(x, _constant_like(x, 0))
   if dt == np.bool_:
     return lax.full_like(x, False, dtype=np.bool_)
   itype = {2: np.int16, 4: np.int32, 8: np.int64}[dt.itemsize]
@@ -374,12 +394,12 @@ def logaddexp2(x1, x2, /):
 
 def log2(x, /):
   x, = promote_args_inexact("log2", x)
-  return lax.div(lax.log(x), lax._const(x, np.log(2)))
+  return lax.div(lax.log(x), lax.log(_constant_like(x, 2)))   # as JAX's (strong constant)
 
 
 def log10(x, /):
   x, = promote_args_inexact("log10", x)
-  return lax.div(lax.log(x), lax._const(x, np.log(10)))
+  return lax.mul(lax.log(x), _constant_like(x, 0.4342944819032518))   # 1 / log(10), as JAX
 
 
 def deg2rad(x, /):
@@ -579,9 +599,10 @@ def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
   info = dtypes.finfo(dt)
   posinf = info.max if posinf is None else posinf
   neginf = info.min if neginf is None else neginf
-  out = _select(isnan(x), x, lax.full_like(x, nan))
-  out = _select(isposinf(out), out, lax.full_like(x, posinf))
-  return _select(isneginf(out), out, lax.full_like(x, neginf))
+  # the fill values are strongly typed arrays of x's dtype, so the result is never weak (JAX's)
+  out = _select(isnan(x), x, lax.full_like(x, nan, dtype=dt))
+  out = _select(isposinf(out), out, lax.full_like(x, posinf, dtype=dt))
+  return _select(isneginf(out), out, lax.full_like(x, neginf, dtype=dt))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -724,12 +745,16 @@ def lcm(x1, x2, /):
 
 def angle(z, deg: bool = False):
   """Argument of a complex number (0 or pi for reals), in radians or degrees."""
-  z, = promote_args_inexact("angle", z)
+  z, = promote_args("angle", z)
   dt = get_aval(z).dtype
   if dtypes.is_complex(dt):
     re, im = lax.real(z), lax.imag(z)
   else:
     re, im = z, lax.full_like(z, 0)
+  if not dtypes.is_inexact(dt) or (dtypes.is_float(dt) and get_aval(z).ndim == 0):
+    # as JAX's: integers and 0-d real floats convert to the default float (strongly typed)
+    fdt = dtypes.default_float_dtype()
+    re, im = lax.convert_element_type(re, fdt), lax.convert_element_type(im, fdt)
   out = lax.atan2(im, re)
   return rad2deg(out) if deg else out
 
@@ -752,7 +777,8 @@ def iscomplex(x, /):
   x = asarray(x)
   if dtypes.is_complex(get_aval(x).dtype):
     return lax.ne(lax.imag(x), lax._const(lax.imag(x), 0))
-  return lax.full_like(x, False, dtype=np.bool_)
+  aval = get_aval(x)
+  return lax.full(aval.shape, False, np.bool_, weak_type=aval.weak_type)
 
 
 def isreal(x, /):
@@ -760,7 +786,8 @@ def isreal(x, /):
   x = asarray(x)
   if dtypes.is_complex(get_aval(x).dtype):
     return lax.eq(lax.imag(x), lax._const(lax.imag(x), 0))
-  return lax.full_like(x, True, dtype=np.bool_)
+  aval = get_aval(x)
+  return lax.full(aval.shape, True, np.bool_, weak_type=aval.weak_type)
 
 
 def isscalar(element) -> bool:
