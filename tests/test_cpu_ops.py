@@ -6,8 +6,9 @@ them NaN, infinities, signed zeros, extremes) and, for structural ops, hypothesi
 
 Comparison (``check``): bit-exact (any NaN equals any NaN) except
 * the inline transcendental functions (``llvm/math.py``): a few ulp (``TRANSCENDENTAL``);
-* float reductions whose reducer reassociates (add/multiply vectorized with partial sums,
-  max/min through ``llvm.maximum``): ``|cpu - ref| <= n * eps * sum(|x|)``, signed zeros equal;
+* float sums, which reassociate (vectorized with partial sums): ``|cpu - ref| <= n * eps *
+  sum(|x|)``; where partial sums overflow both results are non-finite (inf or NaN); max/min
+  through ``llvm.maximum``: signed zeros equal;
 * dot products and convolutions summed in another order: the same bound over the products.
 """
 from __future__ import annotations
@@ -433,7 +434,11 @@ def test_reductions_match_reference(dims, data):
           np.abs(w.astype(np.float64)) * 1e-3 + 1e-30
       if dt == "bf16":   # narrow accumulators round at every step, in another order
         bound = np.inf
-      check(g, w, f"reduce {name} {dt} dims {rd}", sum_bound=bound)
+      g64, w64 = g.astype(np.float64), w.astype(np.float64)
+      overflow = ~np.isfinite(g64) | ~np.isfinite(w64)   # partial sums that overflowed: any
+      assert np.array_equal(~np.isfinite(g64), ~np.isfinite(w64)), (name, g, w)  # non-finite
+      check(np.where(overflow, 0, g).astype(g.dtype), np.where(overflow, 0, w).astype(w.dtype),
+            f"reduce {name} {dt} dims {rd}", sum_bound=bound)
     else:
       check(g, w, f"reduce {name} {dt} dims {rd}", zeros_equal=True)
 
@@ -820,11 +825,28 @@ def _loose_check(g, w, what):
     assert np.array_equal(g, w), f"{what}\n{g}\n{w}"
 
 
+_TRIG = ("sine", "cosine", "tan")
+
+
+def _trig_arguments_in_range(m, args):
+  """The inline sin/cos/tan reduce arguments accurately for |x| < 2^48 only (beyond, results stay
+  in [-1, 1] but are not accurate; NumPy reduces exactly): skip programs that go there."""
+  m2 = m.clone()
+  e = m2.entry
+  ops = [i.operands[0] for i in e.instructions if i.opcode in _TRIG]
+  if not ops:
+    return True
+  e.set_root(Builder.into(e).tuple(ops))
+  vals = reference.compile(m2)(*args)
+  return all(np.all(~(np.abs(np.asarray(v, np.float64)) >= 2.0 ** 40)) for v in vals)
+
+
 @settings(max_examples=20)
 @given(prog=programs(max_ops=30), fuse=st.booleans())
 def test_random_programs_match_reference(prog, fuse):
   m, args = prog
   assume(_no_nan_sign_observers(m))
+  assume(_trig_arguments_in_range(m, args))
   if fuse:
     pipeline.optimize(m)
   want = reference.compile(m)(*args)

@@ -732,7 +732,7 @@ class _Emission:
     from ourjax.backends.cpu import jit
     self.ir = ir
     self.mod = jit.new_module(planner.module.name or "ourjax")
-    E.use_outlined_math(self.mod)
+    E.use_outlined_math(self.mod, "shared")
     self.steps = steps
     self.slots = slots
     self.arena_slot = arena_slot
@@ -1162,11 +1162,13 @@ def _plan_and_emit(module: hlo.Module):
   parallel = any(s.parallel for s in steps) and any(
       isinstance(s, KernelStep) and s.parallel for s in steps)
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
+  symbols += ["math:%s:%s:%d" % u for u in E.math_symbols(em.mod)]
   meta = {"outputs": [[hlo.dtype_name(s.dtype), list(s.dims)] for s in shapes], "consts": consts,
           "symbols": symbols,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
           "tuple_result": root.is_tuple, "kernels": len(planner.kernels)}
+  _link_symbols(symbols)
   return meta, E.finalize_module_text(em.mod)
 
 
@@ -1174,11 +1176,59 @@ _runtime_ready = False
 
 
 def _link_symbols(symbols) -> None:
-  """Compile and register the process-wide kernels cached code calls (the shared GEMMs)."""
+  """Compile and register the process-wide code a module calls: the shared GEMMs and the
+  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``)."""
   for sym in symbols:
     if sym.startswith("ourjax_gemm_"):
       from ourjax.backends.llvm import gemm
       gemm.shared_gemm_symbol(sym[len("ourjax_gemm_"):])
+    elif sym.startswith("math:"):
+      _, fn, tag, nargs = sym.split(":")
+      _shared_math(fn, tag, int(nargs))
+
+
+_math_lock = threading.Lock()
+_math_done: dict = {}
+
+
+def _shared_math(fn: str, tag: str, nargs: int) -> None:
+  """Compile (or load from the disk cache) one math function's scalar and vector versions and
+  register them with LLVM's symbol table, once per process."""
+  key = (fn, tag)
+  if key in _math_done:
+    return
+  with _math_lock:
+    if key in _math_done:
+      return
+    import llvmlite
+    import llvmlite.binding as llvm
+    from ourjax.backends.cpu import jit
+    from ourjax.backends.llvm import math as llmath
+    h = hashlib.sha256()
+    with open(llmath.__file__, "rb") as f:
+      h.update(f.read())
+    with open(E.__file__, "rb") as f:
+      h.update(f.read())
+    h.update(f"{fn}/{tag}/{nargs}/{llvmlite.__version__}/{llvm.llvm_version_info}/"
+             f"{jit.cpu_name()}/{jit.cpu_features()}".encode())
+    ckey = "math-" + h.hexdigest()
+    names = E.MathLib.symbols(fn, tag)
+    cm = None
+    hit = _cache_read(ckey)
+    if hit is not None:
+      try:
+        cm = jit.load_object(hit[1], names)
+      except Exception as e:   # pragma: no cover
+        log.warning("ourjax: cached math library %s could not be loaded (%s)", ckey, e)
+    if cm is None:
+      mod = jit.new_module(f"ojx_math_{fn}_{tag}")
+      E.MathLib(mod).define_all(fn, tag, nargs)
+      obj, _ = jit.compile_to_object(str(mod))
+      cm = jit.load_object(obj, names)
+      _cache_write(ckey, {"math": [fn, tag, nargs]}, obj, "")
+    for n in names:
+      llvm.add_symbol(n, cm.address(n))
+    _math_done[key] = cm     # keeps the machine code alive for the process
 
 
 def _ensure_runtime_symbols() -> None:

@@ -49,12 +49,13 @@ __all__ = ["Emitter", "Index", "Leaf", "EmitterError", "PrefetchMiss", "storage_
            "compute_type", "SUPPORTED_DTYPES", "ELEMENTAL_OPS", "const", "load_element",
            "store_element", "convert_value", "ForLoop", "for_loop", "alloca_entry", "I1", "I8",
            "I32", "I64", "FLT", "DBL", "i64", "MathLib", "finalize_module_text",
-           "use_outlined_math"]
+           "use_outlined_math", "math_symbols"]
 
 
-def use_outlined_math(module: ir.Module, on: bool = True) -> None:
+def use_outlined_math(module: ir.Module, on=True) -> None:
   """Emit transcendental functions of ``module`` as calls to out-of-line functions with vector
-  variants (``MathLib``; the CPU backend) instead of inline at every use (the default)."""
+  variants (``MathLib``; the CPU backend) instead of inline at every use (the default).
+  ``on="shared"``: only declare them (linked to a process-wide copy by the backend)."""
   module._ojx_outline_math = on
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -541,55 +542,71 @@ def _shift(b, op, x, y, dt):
 class MathLib:
   """Out-of-line inline-math functions for one ``ir.Module`` (the CPU backend's mode).
 
-  Each function and type is defined once as ``ojx_m_<fn>_<f32|f64>`` (noinline, no memory
-  effects) plus vector variants (``..._v16`` ...) announced to LLVM's loop vectorizer with the
+  Each function and type is ``ojx_m_<fn>_<f32|f64>`` (noinline, no memory effects) plus vector
+  variants (``..._v16`` ...) announced to LLVM's loop vectorizer with the
   ``vector-function-abi-variant`` attribute, so a loop calling it still vectorizes (one call per
-  vector), while the polynomial is compiled once per module instead of once per call site and
-  again in the vectorizer's scalar remainder.  ``finalize(text)`` adds the attributes that
-  llvmlite cannot spell."""
+  vector), while the polynomial is compiled once instead of once per call site and again in the
+  vectorizer's scalar remainder.  With ``shared`` the module only *declares* them: the backend
+  links them to a process-wide compiled copy (``define_all`` builds that copy); otherwise they
+  are defined in the module.  ``finalize(text)`` adds the attributes llvmlite cannot spell."""
 
   WIDTHS = {"f32": (16, 8), "f64": (8, 4)}
 
-  def __init__(self, module: ir.Module):
+  def __init__(self, module: ir.Module, shared: bool = False):
     self.module = module
+    self.shared = shared
     self.fns = {}          # (fn, tag) -> scalar ir.Function
     self.variants = {}     # scalar name -> mangled variant list
+    self.used = []         # (fn, tag, nargs) in first-use order
 
   @classmethod
   def of(cls, module):
     lib = getattr(module, "_ojx_mathlib", None)
     if lib is None:
-      lib = cls(module)
+      lib = cls(module, shared=getattr(module, "_ojx_outline_math", False) == "shared")
       module._ojx_mathlib = lib
     return lib
+
+  @staticmethod
+  def symbol(fn, tag):
+    return f"ojx_m_{fn}_{tag}"
+
+  @classmethod
+  def symbols(cls, fn, tag):
+    """The scalar and vector symbol names of one function."""
+    name = cls.symbol(fn, tag)
+    return [name] + [f"{name}_v{w}" for w in cls.WIDTHS[tag]]
 
   def call(self, b, fn: str, args):
     ty = args[0].type
     tag = "f64" if isinstance(ty, ir.DoubleType) else "f32"
     f = self.fns.get((fn, tag))
     if f is None:
-      f = self._define(fn, tag, ty, len(args))
+      f = self._declare_or_define(fn, tag, ty, len(args))
     return b.call(f, list(args))
 
-  def _define(self, fn, tag, ty, nargs):
-    mod = self.module
-    name = f"ojx_m_{fn}_{tag}"
+  def _declare_or_define(self, fn, tag, ty, nargs):
+    name = self.symbol(fn, tag)
     variants = []
     for w in self.WIDTHS[tag]:
       vty = ir.VectorType(ty, w)
       vname = f"{name}_v{w}"
-      self._body(vname, vty, fn, nargs)
+      self._function(vname, vty, fn, nargs, define=not self.shared)
       variants.append(f"_ZGV_LLVM_N{w}{'v' * nargs}_{name}({vname})")
-    f = self._body(name, ty, fn, nargs)
+    f = self._function(name, ty, fn, nargs, define=not self.shared)
     self.fns[(fn, tag)] = f
     self.variants[name] = variants
+    self.used.append((fn, tag, nargs))
     return f
 
-  def _body(self, name, ty, fn, nargs):
+  def _function(self, name, ty, fn, nargs, define=True, internal=True):
     f = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name=name)
-    f.linkage = "internal"
     for a in ("noinline", "nounwind", "readnone"):
       f.attributes.add(a)
+    if not define:
+      return f
+    if internal:
+      f.linkage = "internal"
     b = ir.IRBuilder(f.append_basic_block("entry"))
     if nargs == 1:
       b.ret(llmath.emit_unary(b, fn, f.args[0]))
@@ -597,12 +614,22 @@ class MathLib:
       b.ret(llmath.emit_binary(b, fn, f.args[0], f.args[1]))
     return f
 
+  def define_all(self, fn: str, tag: str, nargs: int) -> list:
+    """Define (with external linkage) the scalar and vector versions of one function in this
+    module: the process-wide copy shared modules link to.  Returns the symbol names."""
+    ty = DBL if tag == "f64" else FLT
+    name = self.symbol(fn, tag)
+    self._function(name, ty, fn, nargs, internal=False)
+    for w in self.WIDTHS[tag]:
+      self._function(f"{name}_v{w}", ir.VectorType(ty, w), fn, nargs, internal=False)
+    return self.symbols(fn, tag)
+
   def finalize(self, text: str) -> str:
     if not self.variants:
       return text
     lines = text.split("\n")
     for k, line in enumerate(lines):
-      if line.startswith("define internal"):
+      if line.startswith("define internal") or line.startswith("declare"):
         for name, vs in self.variants.items():
           if f'@"{name}"(' in line:
             lines[k] = line + f' "vector-function-abi-variant"="{",".join(vs)}"'
@@ -618,6 +645,12 @@ def finalize_module_text(module: ir.Module) -> str:
   text = str(module)
   lib = getattr(module, "_ojx_mathlib", None)
   return lib.finalize(text) if lib is not None else text
+
+
+def math_symbols(module: ir.Module) -> list:
+  """(fn, tag, nargs) of the shared math functions ``module`` declares."""
+  lib = getattr(module, "_ojx_mathlib", None)
+  return list(lib.used) if lib is not None and lib.shared else []
 
 
 def _math(b, name, *args):
@@ -806,16 +839,18 @@ def simple_reducer(comp: hlo.Computation):
 
 
 def reassociating_combine(b, opcode, acc, x, dt):
-  """``opcode(acc, x)`` for a reduction that may be reordered: float add/multiply carry the
-  ``reassoc nsz`` flags (so LLVM vectorizes with partial accumulators) and float max/min use
-  ``llvm.maximum``/``llvm.minimum`` (NaN-propagating); narrow floats round every step."""
+  """``opcode(acc, x)`` for a reduction that may be reordered: float add carries the
+  ``reassoc nsz`` flags (so LLVM vectorizes with partial accumulators; the result differs from
+  the sequential sum by rounding, and where partial sums overflow it may be another infinity or
+  NaN), float max/min use ``llvm.maximum``/``llvm.minimum`` (NaN-propagating, exact); products
+  stay in order; narrow floats round every step."""
   dt = np.dtype(dt)
   if _is_float(dt):
     flags = ["reassoc", "nsz"]
     if opcode == "add":
       r = b.fadd(acc, x, flags=flags)
-    elif opcode == "multiply":
-      r = b.fmul(acc, x, flags=flags)
+    elif opcode == "multiply":    # kept in order: reordered products overflow differently
+      r = b.fmul(acc, x)
     elif opcode == "maximum":
       r = intrinsic(b, "maximum", acc.type, [acc, x])
     elif opcode == "minimum":
