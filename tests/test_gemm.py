@@ -333,3 +333,49 @@ def test_operand_layout():
   assert gemm.operand_layout(5, 1, 4, 0) == (True, 4)      # one column
   assert gemm.operand_layout(1, 1, 0, 0) == (True, 1)
   assert gemm.operand_layout(5, 7, 14, 2) is None
+
+
+_KEEP = []  # compiled shared kernels replaced during a test stay alive (code may link to them)
+
+
+def test_shared_kernel_disk_cache(tmp_path, monkeypatch):
+  """The process-wide kernel is stored in the cache directory, loaded from it next time, and
+  recompiled (and the entry rewritten) when the entry is damaged."""
+  import llvmlite.binding as llvm
+  dtype, sym = "f64", "ourjax_gemm_f64"
+  original = gemm._shared.get(dtype)
+  monkeypatch.setenv("OURJAX_CACHE_DIR", str(tmp_path))
+  try:
+    for damage in (False, False, True):
+      monkeypatch.setattr(gemm, "_shared", {})
+      path = gemm._cache_path(sym)
+      assert path and path.startswith(str(tmp_path))
+      if damage:
+        with open(path, "r+b") as f:
+          f.seek(100)
+          f.write(b"\0garbage\0")
+        assert gemm._cache_load(path) is None
+      assert gemm.shared_gemm_symbol(dtype) == sym
+      _KEEP.append(gemm._shared[dtype])
+      assert gemm._cache_load(path) is not None
+      # the registered symbol computes a product
+      mod = new_module("use_shared")
+      t = ir.DoubleType().as_pointer()
+      fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [t, t, t, t]), "k")
+      bld = ir.IRBuilder(fn.append_basic_block())
+      gemm.emit_gemm_call(bld, dtype, *fn.args[:3], M=9, N=11, K=13, a_strides=(13, 1),
+                          b_strides=(11, 1), tid=ir.Constant(I64, 0),
+                          nthreads=ir.Constant(I64, 1), scratch=fn.args[3])
+      bld.ret_void()
+      cm = compile_module(mod, ["k"])
+      f = cm.ctypes_function("k", None, [_P] * 4)
+      rng = np.random.default_rng(4)
+      a, b = rng.standard_normal((9, 13)), rng.standard_normal((13, 11))
+      c = np.empty((9, 11))
+      pack = np.empty(gemm.pack_buffer_elements(dtype, 9, 11, 13))
+      f(a.ctypes.data, b.ctypes.data, c.ctypes.data, pack.ctypes.data)
+      check_close(c, a, b, dtype)
+      assert len(list((tmp_path / "gemm").iterdir())) == 1
+  finally:
+    if original is not None:  # later modules link to the kernel the process started with
+      llvm.add_symbol(sym, original[1].address(sym))

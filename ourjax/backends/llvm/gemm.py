@@ -762,10 +762,12 @@ _shared: dict = {}
 
 
 def shared_gemm_symbol(dtype: str) -> str:
-  """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``; compiled
-  on first use (~0.3 s) and registered with LLVM's symbol table (``llvm.add_symbol``), so a
-  module that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled by
-  ``ourjax.backends.cpu.jit.compile_module`` and pays no compile time for it."""
+  """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``, ready to
+  be linked: on first use it is loaded from the on-disk cache of the CPU backend
+  (``ourjax.backends.cpu.backend.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.3 s)
+  and stored there, then registered with LLVM's symbol table (``llvm.add_symbol``), so a module
+  that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled or loaded by
+  ``ourjax.backends.cpu.jit`` and pays no compile time for it."""
   if dtype not in _TYPES:
     raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
   with _shared_lock:
@@ -773,12 +775,87 @@ def shared_gemm_symbol(dtype: str) -> str:
       import llvmlite.binding as llvm
       from ourjax.backends.cpu import jit
       sym = f"ourjax_gemm_{dtype}"
-      mod = jit.new_module(sym)
-      emit_gemm(mod, sym, dtype)
-      cm = jit.compile_module(mod, [sym])
+      path = _cache_path(sym)
+      cm = None
+      obj = _cache_load(path)
+      if obj is not None:
+        try:
+          cm = jit.load_object(obj, [sym])
+        except jit.CompileError:
+          cm = None
+      if cm is None:
+        mod = jit.new_module(sym)
+        emit_gemm(mod, sym, dtype)
+        obj, _ = jit.compile_to_object(mod)
+        cm = jit.load_object(obj, [sym])
+        _cache_store(path, obj)
       llvm.add_symbol(sym, cm.address(sym))
       _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
     return _shared[dtype][0]
+
+
+_OBJ_MAGIC = b"ourjax-gemm-obj-1\n"
+
+
+def _cache_path(sym: str) -> Optional[str]:
+  """Where the object code of ``sym`` is cached (None: caching off), keyed by this file's and
+  the JIT engine's source, the LLVM version and the host CPU."""
+  import hashlib
+  import os
+  import llvmlite.binding as llvm
+  from ourjax.backends.cpu import jit
+  try:
+    from ourjax.backends.cpu.backend import cache_dir
+    d = cache_dir()
+  except Exception:  # noqa: BLE001 - no backend, no cache
+    return None
+  if not d:
+    return None
+  h = hashlib.sha256()
+  for f in (__file__, jit.__file__):
+    with open(f, "rb") as fh:
+      h.update(fh.read())
+  h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),
+                 jit.triple())).encode())
+  return os.path.join(d, "gemm", f"{sym}-{h.hexdigest()[:32]}.o")
+
+
+def _cache_load(path: Optional[str]) -> Optional[bytes]:
+  """The cached object bytes, or None (missing, or damaged: then it is removed)."""
+  import hashlib
+  import os
+  if not path:
+    return None
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError:
+    return None
+  n = len(_OBJ_MAGIC)
+  if data[:n] == _OBJ_MAGIC and hashlib.sha256(data[n + 32:]).digest() == data[n:n + 32]:
+    return data[n + 32:]
+  try:
+    os.remove(path)
+  except OSError:
+    pass
+  return None
+
+
+def _cache_store(path: Optional[str], obj: bytes) -> None:
+  """Write atomically (temporary file + rename); a cache that cannot be written is skipped."""
+  import hashlib
+  import os
+  import tempfile
+  if not path:
+    return
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+      f.write(_OBJ_MAGIC + hashlib.sha256(obj).digest() + obj)
+    os.replace(tmp, path)
+  except OSError:
+    pass
 
 
 def _signature(cx: _Ctx) -> ir.FunctionType:
