@@ -387,10 +387,19 @@ class _Planner:
       self._add_kernel(steps, K.CopyKernel(self._kname(), src_spec, dst))
 
   # -- computations ----------------------------------------------------------------------------
-  def plan_computation(self, comp: hlo.Computation, params, outs, direct: bool):
+  def plan_computation(self, comp: hlo.Computation, params, outs, direct: bool, forced=None):
     """Steps computing ``comp`` with parameter buffer trees ``params``, leaving the result in
     the buffer tree ``outs``.  With ``direct``, instructions whose value is an output are
-    computed straight into it."""
+    computed straight into it.  ``forced``: dynamic-update-slices (or fusions rooted at one) to
+    run in place in the given buffer (their operand's)."""
+    saved_forced = getattr(self, "_forced", {})
+    self._forced = forced or {}
+    try:
+      return self._plan_computation(comp, params, outs, direct)
+    finally:
+      self._forced = saved_forced
+
+  def _plan_computation(self, comp, params, outs, direct):
     steps = []
     root = comp.root
     want = {}
@@ -403,7 +412,7 @@ class _Planner:
           want.setdefault(e, d)
         elif (isinstance(d, K.Buf) and e.opcode == "get-tuple-element"
               and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element",
-                                               "while", "conditional")):
+                                               "conditional")):
           want.setdefault(("elem", e.operands[0], e.attrs["index"]), d)
     last_use = self._last_uses(comp)
     vals = {}
@@ -423,7 +432,7 @@ class _Planner:
       elif op == "reshape" and not isinstance(vals[instr.operands[0]], tuple):
         vals[instr] = vals[instr.operands[0]]
       elif op == "while":
-        vals[instr] = self._plan_while(instr, vals, steps)
+        vals[instr] = self._plan_while(instr, vals, steps, want, last_use, pos)
       elif op == "conditional":
         vals[instr] = self._plan_conditional(instr, vals, steps, want.get(instr))
       else:
@@ -489,7 +498,9 @@ class _Planner:
       leafmap = {o: vals[o] for o in instr.operands}
       root = instr
     # result buffers
-    inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp)
+    inplace = self._forced.get(instr)
+    if inplace is None:
+      inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp)
     if inplace is not None:
       res = inplace
     elif instr.shape.is_tuple:
@@ -540,19 +551,96 @@ class _Planner:
         return None
     return spec
 
-  def _plan_while(self, instr, vals, steps):
+  def _plan_while(self, instr, vals, steps, want, last_use, pos):
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     init = vals[instr.operands[0]]
-    state = self._new_tree(instr.shape, instr.name + ".state")
+    passthrough = self._passthrough(body)
+    # state buffers: a pass-through element stays in its initial buffer (never written); an
+    # initial temporary that dies here becomes the state; a result that is an entry output
+    # lives in the output buffer; anything else gets a buffer of its own
+    if isinstance(init, tuple) and instr.shape.is_tuple:
+      uses = {}
+      for v in init:
+        uses[id(v)] = uses.get(id(v), 0) + 1
+      init_instr = instr.operands[0]
+      dies = last_use.get(init_instr, math.inf) == pos if init_instr.opcode != "tuple" else all(
+          last_use.get(o, math.inf) == pos for o in init_instr.operands)
+      elems = []
+      for k, (v, shp) in enumerate(zip(init, instr.shape.tuple_shapes)):
+        out = want.get(("elem", instr, k))
+        if isinstance(v, K.Buf) and k in passthrough and out is None:
+          elems.append(v)
+        elif (isinstance(v, K.Buf) and v.kind == "temp" and dies and uses[id(v)] == 1
+              and out is None and not shp.is_tuple):
+          elems.append(v)
+        elif isinstance(out, K.Buf):
+          elems.append(out)
+        else:
+          elems.append(self._new_tree(shp, f"{instr.name}.state.{k}"))
+      state = tuple(elems)
+    else:
+      state = self._new_tree(instr.shape, instr.name + ".state")
     self._place(steps, init, state)
     pred = self.temp(np.bool_, (), instr.name + ".pred")
     cond_steps = self.plan_computation(cond, [state], pred, direct=True)
+    forced = self._body_inplace(body, state)
+    in_place = {id(b) for b in forced.values()}
     body_out = self._new_tree(instr.shape, instr.name + ".next")
-    body_steps = self.plan_computation(body, [state], body_out, direct=True)
+    if isinstance(body_out, tuple):
+      body_out = tuple(st if isinstance(st, K.Buf) and (id(st) in in_place or k in passthrough)
+                       else bo for k, (st, bo) in enumerate(zip(state, body_out)))
+    body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
     # copy the next state back (skipping elements the body passes through)
     self._copy_back(body, body_out, state, body_steps)
     steps.append(WhileStep(cond_steps, pred, body_steps))
     return state
+
+  @staticmethod
+  def _passthrough(body) -> set:
+    """Positions of the state the body returns unchanged (root element k is gte(param, k))."""
+    root, p = body.root, body.parameters[0]
+    if root.opcode != "tuple":
+      return set()
+    return {k for k, e in enumerate(root.operands)
+            if e.opcode == "get-tuple-element" and e.operands[0] is p and e.attrs["index"] == k}
+
+  def _body_inplace(self, body, state):
+    """Root elements of a while body that update their own state element with a
+    dynamic-update-slice nobody reads the old state after: {instruction: state buffer}."""
+    root = body.root
+    if root.opcode != "tuple" or not isinstance(state, tuple):
+      return {}
+    p = body.parameters[0]
+    pos = {i: n for n, i in enumerate(body.instructions)}
+
+    def reads_state(i, k):   # gte(p, k) or an alias of it
+      while i.opcode == "reshape":
+        i = i.operands[0]
+      return (i.opcode == "get-tuple-element" and i.operands[0] is p
+              and i.attrs["index"] == k)
+    out = {}
+    for k, e in enumerate(root.operands):
+      if root.operands.count(e) != 1 or not isinstance(state[k], K.Buf):
+        continue
+      if e.opcode == "dynamic-update-slice":
+        target, others = e.operands[0], e.operands[1:]
+      elif e.opcode == "fusion" and e.attrs["calls"].root.opcode == "dynamic-update-slice":
+        fc = e.attrs["calls"]
+        fop = fc.root.operands[0]
+        if fop.opcode != "parameter" or fop.users != [fc.root]:
+          continue
+        n = fc.parameters.index(fop)
+        target = e.operands[n]
+        others = [o for j, o in enumerate(e.operands) if j != n]
+      else:
+        continue
+      if not reads_state(target, k) or any(reads_state(o, k) for o in others):
+        continue
+      readers = [u for i in body.instructions if reads_state(i, k) for u in i.users]
+      if any(pos.get(u, -1) > pos[e] for u in readers if u is not root):
+        continue
+      out[e] = state[k]
+    return out
 
   def _copy_back(self, body, nxt, state, steps):
     root = body.root
@@ -567,6 +655,8 @@ class _Planner:
       if (elem is not None and elem.opcode == "get-tuple-element"
           and elem.operands[0] is p and s is state[elem.attrs["index"]]):
         return   # passes the state element through unchanged
+      if n is s:
+        return   # updated in place
       self._add_kernel(steps, K.CopyKernel(self._kname(), n, s))
     rec(nxt, state, root)
 
@@ -616,6 +706,8 @@ def _assign(planner: _Planner, steps) -> int:
       if isinstance(s, KernelStep):
         for buf in s.kernel.buffers:
           touch(buf, t)
+          if id(buf) not in first:
+            continue
           for (ls, le) in loops:   # used inside a loop but defined before it: live to its end
             if first[id(buf)] < ls:
               last[id(buf)] = max(last[id(buf)], le)
@@ -625,7 +717,7 @@ def _assign(planner: _Planner, steps) -> int:
         end = start + _count(s.cond_steps) + _count(s.body_steps) + 1
         touch(s.pred, t)
         for (ls, le) in loops:
-          if first[id(s.pred)] < ls:
+          if id(s.pred) in first and first[id(s.pred)] < ls:
             last[id(s.pred)] = max(last[id(s.pred)], le)
         inner = loops + [(start, end)]
         t = walk(s.cond_steps, t, inner)
@@ -1175,6 +1267,18 @@ def _plan_and_emit(module: hlo.Module):
 _runtime_ready = False
 
 
+def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:
+  """``OURJAX_DUMP=dir``: the LLVM IR as emitted and as optimized, next to the pass dumps."""
+  try:
+    os.makedirs(d, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+    for suffix, text in ((".ll", ir_text), (".opt.ll", optimized)):
+      with open(os.path.join(d, safe + suffix), "w") as f:
+        f.write(text)
+  except OSError as e:   # pragma: no cover
+    log.debug("cpu backend: could not dump LLVM IR to %s: %s", d, e)
+
+
 def _link_symbols(symbols) -> None:
   """Compile and register the process-wide code a module calls: the shared GEMMs and the
   out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``)."""
@@ -1272,14 +1376,17 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
     except Exception as e:
       log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
                   key, e)
+  dump = os.environ.get("OURJAX_DUMP")
   try:
     meta, ir_text = _plan_and_emit(module)
   except (E.EmitterError, E.PrefetchMiss) as e:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, e)
     return reference.compile(module)
   try:
-    obj, _ = jit.compile_to_object(ir_text)
+    obj, optimized = jit.compile_to_object(ir_text)
     cm = jit.load_object(obj, [ENTRY])
+    if dump:
+      _dump(dump, module.name, ir_text, optimized)
   except jit.CompileError as e:
     log.warning("cpu backend: LLVM failed on %s; running it on the reference backend: %s",
                 module.name, str(e)[:2000])
