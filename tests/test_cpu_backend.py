@@ -383,3 +383,22 @@ def test_dispatch_pytrees_and_multiple_outputs():
     a, b = h(x)
     np.testing.assert_array_equal(a, x)
     np.testing.assert_array_equal(b, 2 * x)
+
+
+def test_large_outputs_reuse_blocks_only_when_dead():
+  """Outputs of 1 MiB and more come from recycled blocks: a block is reused only once no array
+  (or view of one) uses it."""
+  import gc
+  f = ourjax.jit(lambda v, c: v * c, backend="cpu")
+  x = np.ones(1 << 19, F32)
+  a = f(x, np.float32(2.0))
+  view = np.asarray(a)[10:20]
+  del a
+  gc.collect()
+  b = f(x, np.float32(3.0))                 # must not land in a's block: the view still uses it
+  assert np.all(view == 2.0) and np.all(np.asarray(b) == 3.0)
+  del view, b
+  gc.collect()
+  c = f(x, np.float32(4.0))
+  assert np.all(np.asarray(c) == 4.0)
+  assert not np.asarray(c).flags.writeable

@@ -868,3 +868,39 @@ def test_opcodes_not_native_yet():
   exe = cpu.compile(m)
   assert not isinstance(exe, cpu.CpuExecutable)
   np.testing.assert_array_equal(exe(np.ones(3, np.float32))[0], np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize("reader_after", [False, True])
+def test_while_updates_state_in_place_only_when_safe(reader_after):
+  """A body that updates its own state element with a dynamic-update-slice runs in place; when
+  the old state is read after the update (``reader_after``), it must not."""
+  m = Module("inplace_while")
+  shp = Shape.tuple([Shape("s32", ()), Shape("f32", (6, 3)), Shape("f32", (3,)), Shape("f32", (3,)),
+                     Shape("f32", (6, 3))])
+  cb = Builder(m, "cond")
+  s = cb.parameter(shp)
+  cond = cb.build(cb.lt(cb.get_tuple_element(s, 0), cb.constant(6, "s32")))
+  bb = Builder(m, "body")
+  s = bb.parameter(shp)
+  i, h, c, old, xs = (bb.get_tuple_element(s, k) for k in range(5))
+  add = scalar_computation(m, "add", "f32")
+  if not reader_after:
+    old2 = bb.reduce(h, bb.constant(0.0, "f32"), (0,), add)       # reads h before the update
+  row = bb.reshape(bb.add(c, bb.reshape(bb.dynamic_slice(xs, [i, bb.constant(0, "s32")], (1, 3)),
+                                        (3,))), (1, 3))
+  h2 = bb.dynamic_update_slice(h, row, [i, bb.constant(0, "s32")])
+  if reader_after:
+    old2 = bb.reduce(h, bb.constant(0.0, "f32"), (0,), add)       # the old h, after the update
+  c2 = bb.mul(c, bb.full(1.5, c.shape))
+  body = bb.build(bb.tuple([bb.add(i, bb.constant(1, "s32")), h2, c2, old2, xs]))
+  b = Builder(m, "main")
+  xs = b.parameter(Shape("f32", (6, 3)), "xs")
+  w = b.while_loop(b.tuple([b.constant(0, "s32"), b.full(0.0, Shape("f32", (6, 3))),
+                            b.full(1.0, Shape("f32", (3,))), b.full(0.0, Shape("f32", (3,))), xs]),
+                   cond, body)
+  m.entry = b.build(b.tuple([b.get_tuple_element(w, k) for k in range(1, 5)]))
+  pipeline.optimize(m)
+  args = [np.arange(18, dtype=np.float32).reshape(6, 3)]
+  got, want = run_both(m, args)
+  for k, (g, w_) in enumerate(zip(got, want)):
+    check(g, w_, f"in-place while output {k}")
