@@ -176,7 +176,7 @@ class Array:
     v = self._value
     extra = ", weak_type=True" if self.weak_type else ""
     if v.size == 0:
-      body = f"[], shape={v.shape}" if v.ndim != 1 else "[]"
+      body = f"[], shape={v.shape}"      # JAX's form, also for 1-d
       return f"Array({body}, dtype={v.dtype.name}{extra})"
     body = np.array2string(v, prefix="Array(", separator=", ")
     return f"Array({body}, dtype={v.dtype.name}{extra})"

@@ -74,7 +74,10 @@ class ShapedArray:
     w = ", weak_type=True" if self.weak_type else ""
     return f"ShapedArray({self.dtype.name}[{','.join(map(str, self.shape))}]{w})"
 
-  __str__ = str_short
+  def __str__(self):
+    # JAX's: the full dtype name, and ``~`` marks a weak type (``~float32[]``); the jaxpr printer
+    # uses str_short (``f32[]``)
+    return ("~" if self.weak_type else "") + self.str_short(short_dtypes=False)
 
   def __len__(self):
     if not self.shape:
@@ -650,7 +653,7 @@ def _pp_eqn(eqn: "JaxprEqn", namer, used, col, indent) -> str:
         namer.alias(ov, namer(b))
   args = " ".join(namer(x) for x in eqn.inputs)
   head = f"{outs} = {eqn.primitive.name}"
-  tail = f" {args}" if args else ""
+  tail = f" {args}"     # as JAX's: the space is there also when there are no operands
   if not params:
     return head + tail
   flat = head + "[" + " ".join(f"{k}={_pp_value(v, namer, _FLAT, indent)}"

@@ -385,9 +385,8 @@ def _node_str(node) -> str:
     return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(aux, parts)) + "}"
   if kind is _NONE:
     return "None"
-  if kind is _NAMEDTUPLE:
-    fields = ", ".join(f"{f}={p}" for f, p in zip(aux._fields, parts))
-    return f"{aux.__name__}({fields})"
+  if kind is _NAMEDTUPLE:   # JAX's form
+    return f"CustomNode(namedtuple[{aux.__name__}], [{', '.join(parts)}])"
   return f"CustomNode({kind.name}[{aux.data}], [{', '.join(parts)}])"
 
 

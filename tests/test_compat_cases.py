@@ -107,3 +107,62 @@ def test_integer_division_by_zero_as_jax():
   np.testing.assert_array_equal(np.asarray(jnp.array([7.5, -7.5, 7.5]) // jnp.array([2.0, 2.0,
                                                                                      -2.0])),
                                 np.array([7.5, -7.5, 7.5]) // np.array([2.0, 2.0, -2.0]))
+
+
+# --- API behaviours ----------------------------------------------------------------------------
+
+def test_promote_types_not_canonicalised():
+  assert jnp.promote_types(jnp.int32, jnp.int64) == np.int64
+  assert jnp.promote_types(jnp.uint64, jnp.int64) == np.float64
+  assert jnp.promote_types(jnp.float32, int) == np.float32
+  # without x64, JAX's lattice forms no 64-bit type from narrower ones
+  assert jnp.promote_types(jnp.int32, jnp.uint32) == np.int32
+  assert jnp.promote_types(jnp.int8, jnp.uint32) == np.int32
+  with ourjax.enable_x64(True):
+    assert jnp.promote_types(jnp.int32, jnp.uint32) == np.int64
+
+
+def test_array_constructor_errors_and_ranges():
+  with pytest.raises(OverflowError):
+    jnp.array(300, jnp.int8)
+  same(jnp.array(2 ** 31, jnp.uint32), 2 ** 31, np.uint32)
+  with pytest.raises(ValueError):
+    jnp.array(None)
+  with pytest.raises(TypeError, match="one unknown"):
+    jnp.arange(6).reshape(-1, -1)
+
+
+def test_small_api_results():
+  counts, edges = jnp.histogram(jnp.array([0, 1, 1, 2]), bins=2)
+  same(counts, [1.0, 3.0], np.float32)
+  out = lax.top_k(jnp.array([1.0, 3.0, 2.0]), 2)
+  assert type(out) is list
+  same(lax.select(jnp.array([True, False]), jnp.ones(2), jnp.zeros(2)), [1.0, 0.0], np.float32)
+  assert ourjax.random.normal(ourjax.random.PRNGKey(0), 3).shape == (3,)
+
+
+def test_printing_as_jax():
+  assert repr(jnp.zeros((0,))) == "Array([], shape=(0,), dtype=float32)"
+  aval = ourjax.make_jaxpr(lambda x: x)(1.0).out_avals[0]
+  assert str(aval) == "~float32[]"
+  assert str(ourjax.make_jaxpr(lambda x: x)(jnp.ones((2, 3))).in_avals[0]) == "float32[2,3]"
+  import collections
+  NT = collections.namedtuple("NT", ["x", "y"])
+  assert str(ourjax.tree_util.tree_structure(NT(1, 2))) == \
+      "PyTreeDef(CustomNode(namedtuple[NT], [*, *]))"
+  assert str(ourjax.make_jaxpr(jnp.dot)(jnp.ones((2, 3)), jnp.ones(3))) == (
+      "{ lambda ; a:f32[2,3] b:f32[3]. let\n"
+      "    c:f32[2] = dot_general[\n"
+      "      dimension_numbers=(([1], [0]), ([], []))\n"
+      "      preferred_element_type=float32\n"
+      "    ] a b\n"
+      "  in (c,) }")
+  assert str(ourjax.make_jaxpr(lambda x: jnp.max(x, axis=1))(jnp.ones((2, 3)))) == (
+      "{ lambda ; a:f32[2,3]. let b:f32[2] = reduce_max[axes=(1,)] a in (b,) }")
+  assert str(ourjax.make_jaxpr(lambda: jnp.arange(4))()) == (
+      "{ lambda ; . let\n"
+      "    a:i32[4] = iota[dimension=0 dtype=int32 shape=(4,) sharding=None] \n"
+      "  in (a,) }")
+  text = str(ourjax.make_jaxpr(lambda xs: lax.scan(lambda c, x: (c + x, c), 0.0, xs))(
+      jnp.ones(3)))
+  assert "linear" not in text and "num_carry=1" in text

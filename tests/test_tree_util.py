@@ -154,6 +154,21 @@ class Star:
     return "*"
 
 
+def _jax_repr(x) -> str:
+  """Python's repr, except that a namedtuple prints as JAX prints its node,
+  ``CustomNode(namedtuple[Name], [children])``."""
+  if isinstance(x, tuple) and hasattr(x, "_fields"):
+    return f"CustomNode(namedtuple[{type(x).__name__}], [{', '.join(map(_jax_repr, x))}])"
+  if type(x) is tuple:
+    return "(" + _jax_repr(x[0]) + ",)" if len(x) == 1 else \
+        "(" + ", ".join(map(_jax_repr, x)) + ")"
+  if type(x) is list:
+    return "[" + ", ".join(map(_jax_repr, x)) + "]"
+  if type(x) is dict:
+    return "{" + ", ".join(f"{k!r}: {_jax_repr(v)}" for k, v in x.items()) + "}"
+  return repr(x)
+
+
 def same(a, b):
   """Structural equality that also checks container types (dict == OrderedDict is True)."""
   if type(a) is not type(b):
@@ -231,7 +246,7 @@ def test_key_paths_lead_to_leaves(tree):
 def test_repr_matches_python_repr_of_structure(tree):
   treedef = tu.tree_structure(tree)
   stars = treedef.unflatten([Star()] * treedef.num_leaves)
-  assert repr(treedef) == f"PyTreeDef({stars!r})"
+  assert repr(treedef) == f"PyTreeDef({_jax_repr(stars)})"
   assert str(treedef) == repr(treedef)
 
 
@@ -283,7 +298,7 @@ def test_ordered_dict_keeps_insertion_order_and_defaultdict_its_factory():
 def test_namedtuples_are_nodes_typed_by_class():
   leaves, treedef = tu.tree_flatten(Point(1, (2, 3)))
   assert leaves == [1, 2, 3]
-  assert repr(treedef) == "PyTreeDef(Point(x=*, y=(*, *)))"
+  assert repr(treedef) == "PyTreeDef(CustomNode(namedtuple[Point], [*, (*, *)]))"   # JAX's form
   out = treedef.unflatten("abc")
   assert type(out) is Point and out == Point("a", ("b", "c"))
   assert treedef != tu.tree_structure(Other(1, (2, 3)))

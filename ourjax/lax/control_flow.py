@@ -897,6 +897,9 @@ def _scan_abstract_eval(*avals, jaxpr, length, reverse, num_consts, num_carry, l
 
 
 scan_p.def_abstract_eval(_scan_abstract_eval)
+# printed like JAX's scan, which has no ``linear`` parameter
+core.pp_param_rules[scan_p] = lambda params: [(k, v) for k, v in sorted(params.items())
+                                              if k != "linear"]
 
 
 def _scan_impl(*args, jaxpr, length, reverse, num_consts, num_carry, linear, unroll):

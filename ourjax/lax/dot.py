@@ -14,7 +14,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ourjax import dtypes
+from ourjax import core, dtypes
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import all_weak, standard_primitive
@@ -212,6 +212,16 @@ def _dot_general_impl(lhs, rhs, dimension_numbers, precision, preferred_element_
 
 
 dot_general_p.def_impl(_dot_general_impl)
+
+
+def _dot_general_pp(params):
+  # JAX's printing: None-valued params and the sharding are hidden, dimension numbers as lists
+  (lc, rc), (lb, rb) = params["dimension_numbers"]
+  out = dict(params, dimension_numbers=((list(lc), list(rc)), (list(lb), list(rb))))
+  return [(k, v) for k, v in sorted(out.items()) if v is not None and k != "out_sharding"]
+
+
+core.pp_param_rules[dot_general_p] = _dot_general_pp
 
 
 def _dot_transpose_lhs(ct, x, y, *, dimension_numbers, precision, preferred_element_type,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ourjax import dtypes
+from ourjax import core, dtypes
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import _any, _num, check_dtypes, standard_primitive
@@ -92,6 +92,16 @@ reduce_sum_p = _reducer("reduce_sum", _num, np.sum)
 reduce_prod_p = _reducer("reduce_prod", _num, np.prod)
 reduce_max_p = _reducer("reduce_max", _any, np.max)
 reduce_min_p = _reducer("reduce_min", _any, np.min)
+
+
+def _pp_without_none_sharding(params):
+  # printed like JAX's, whose reduce_prod/max/min have no out_sharding parameter
+  return [(k, v) for k, v in sorted(params.items()) if not (k == "out_sharding" and v is None)]
+
+
+for _p in (reduce_prod_p, reduce_max_p, reduce_min_p):
+  core.pp_param_rules[_p] = _pp_without_none_sharding
+del _p
 reduce_and_p = _reducer("reduce_and", ("bool", "int"), np.bitwise_and.reduce)
 reduce_or_p = _reducer("reduce_or", ("bool", "int"), np.bitwise_or.reduce)
 reduce_xor_p = _reducer("reduce_xor", ("bool", "int"), np.bitwise_xor.reduce)
