@@ -343,24 +343,35 @@ _LATTICE: dict[Any, list[Any]] = {
 
 
 @functools.lru_cache(maxsize=None)
-def _upper_bounds() -> dict[Any, frozenset]:
-  """For each node, every node at or above it (the reflexive-transitive closure)."""
+def _upper_bounds(x64: bool = True) -> dict[Any, frozenset]:
+  """For each node, every node at or above it (the reflexive-transitive closure).
+
+  As JAX's lattice, without x64 no promotion forms a 64-bit type from narrower ones: the only
+  such edge, uint32 -> int64, becomes uint32 -> int32 (so ``promote_types(int32, uint32)`` is
+  int32; array results are canonicalised to 32 bits anyway)."""
+  lattice = dict(_LATTICE)
+  if not x64:
+    lattice[_u32] = [_i32, _u64]
   out: dict[Any, frozenset] = {}
 
   def visit(n):
     if n not in out:
-      out[n] = frozenset({n}).union(*(visit(m) for m in _LATTICE[n]))
+      out[n] = frozenset({n}).union(*(visit(m) for m in lattice[n]))
     return out[n]
 
-  for n in _LATTICE:
+  for n in lattice:
     visit(n)
   return out
 
 
-@functools.lru_cache(maxsize=1024)
 def _join(nodes: frozenset) -> Any:
+  return _join_x64(nodes, config.x64_enabled)
+
+
+@functools.lru_cache(maxsize=1024)
+def _join_x64(nodes: frozenset, x64: bool) -> Any:
   """Least upper bound of a set of lattice nodes."""
-  ub = _upper_bounds()
+  ub = _upper_bounds(x64)
   for n in nodes:
     if n not in ub:
       raise TypePromotionError(f"dtype {n} is not a valid dtype for type promotion.")

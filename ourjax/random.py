@@ -239,7 +239,9 @@ def _key_words(key):
 
 
 def _canonicalize_shape(shape, name="shape"):
-  if isinstance(shape, (int, np.integer)) or not isinstance(shape, (Sequence, np.ndarray)):
+  if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+    shape = (shape,)       # JAX accepts an int for a 1-d shape
+  if not isinstance(shape, (Sequence, np.ndarray)):
     raise TypeError("Shapes must be 1D sequences of concrete values of integer type, "
                     f"got {shape!r}.")
   try:

@@ -123,10 +123,14 @@ def test_table_is_symmetric():
 
 @pytest.mark.parametrize("row", _HEADER)
 def test_promote_types_table(row, x64):
-  """promote_types is the lattice join, independent of x64 (it does not canonicalise)."""
+  """promote_types is the lattice join (it does not canonicalise).  Without x64 JAX's lattice
+  has uint32 -> int32 in place of uint32 -> int64 (no 64-bit type formed from narrower ones), so
+  u4 with i1/i2/i4 gives i4 there."""
   bad = []
   for col in _HEADER:
     entry = _TABLE[row, col]
+    if not x64 and {row, col} in ({"u4", "i1"}, {"u4", "i2"}, {"u4", "i4"}):
+      entry = "i4"
     want = _WEAK_AS_DTYPE.get(entry) or _NAMES[entry]
     got = dtypes.promote_types(_as_type_arg(row), _as_type_arg(col))
     if not (isinstance(got, np.dtype) and got == want):

@@ -159,7 +159,8 @@ def test_key_helpers_and_key_errors():
   with pytest.raises(TypeError, match="key"):
     jr.split([0, 1])
   with pytest.raises(TypeError, match="Shapes"):
-    jr.uniform(k, 3)
+    jr.uniform(k, 3.0)
+  assert jr.uniform(k, 3).shape == (3,)      # an int is a 1-d shape, as in JAX
 
 
 # ---------------------------------------------------------------------------------------------

@@ -174,6 +174,12 @@ def select_n(which, *cases):
   return select_n_p.bind(which, *cases)
 
 
+def select(pred, on_true, on_false):
+  """``on_true`` where ``pred`` (bool, scalar or of the cases' shape) holds, else ``on_false``
+  (JAX's ``lax.select``: ``select_n(pred, on_false, on_true)``)."""
+  return select_n(pred, on_false, on_true)
+
+
 def clamp(min, x, max):  # noqa: A002
   return clamp_p.bind(min, x, max)
 

@@ -137,7 +137,7 @@ def top_k(operand, k: int, *, axis: int = -1):
   k = int(k)
   axis = canonicalize_axis(axis, max(get_aval(operand).ndim, 1), "axis")
   v, i = top_k_p.bind(operand, k=k, axis=axis)
-  return v, i
+  return [v, i]   # a list, as JAX's
 
 
 top_k_p = Primitive("top_k")

@@ -92,8 +92,9 @@ def result_type(*args):
 
 
 def promote_types(a, b):
-  """The dtype two dtypes promote to (JAX's lattice), canonicalised for the x64 setting."""
-  return _dtypes.canonicalize_dtype(_dtypes.promote_types(a, b))
+  """The dtype two dtypes promote to (JAX's lattice).  As JAX's, not canonicalised for the x64
+  setting: ``promote_types(int32, int64)`` is int64 (array results are canonicalised)."""
+  return _dtypes.promote_types(a, b)
 
 
 def can_cast(from_, to, casting="safe"):

@@ -58,6 +58,8 @@ def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, d
     raise NotImplementedError("jnp.array: only order='K' is implemented")
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
+  if object is None:
+    raise ValueError("None is not a valid value for jnp.array")   # JAX's error
   if hasattr(object, "__jax_array__") and not isinstance(object, (Array, Tracer)):
     object = object.__jax_array__()
   weak = dtype is None and dtypes.is_weakly_typed(object)
@@ -75,7 +77,10 @@ def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, d
       _check_host_dtype(host, object)
       out = Array(host)
   elif isinstance(object, (bool, int, float, complex)):
-    value = to_numpy(object)           # raises OverflowError for ints out of range
+    if dtype is not None and type(object) is int and dtypes.is_integer(dtype):
+      value = np.array(object, dtype)  # as JAX: OverflowError where the dtype cannot hold it
+    else:
+      value = to_numpy(object)         # raises OverflowError for ints out of range
     dt = dtype or value.dtype
     out = lax._convert_element_type(Array(value, weak_type=weak), dt, weak)
   else:

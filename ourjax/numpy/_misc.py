@@ -323,7 +323,9 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
   idx = where(lax.eq(a, last), n - 1, idx)
   outside = lax.or_(lax.lt(a, first), lax.gt(a, last))
   idx = where(outside, n, idx)
-  w = None if weights is None else ravel(asarray(weights, dtype=get_aval(a).dtype))
+  # as JAX's: the counts have the (inexact) dtype of the weights, ones like a by default
+  w = lax.full_like(a, 1) if weights is None else ravel(asarray(weights,
+                                                               dtype=get_aval(a).dtype))
   counts = bincount(idx, w, length=n + 1)
   from ourjax.numpy._shape import _slice_axis
   counts = _slice_axis(counts, 0, n, 0)

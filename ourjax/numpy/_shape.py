@@ -64,12 +64,13 @@ def size(a, axis=None):
 def _compute_newshape(aval, newshape):
   newshape = canonicalize_shape_allow_neg(newshape)
   neg = [i for i, d in enumerate(newshape) if d == -1]
+  # TypeErrors, as JAX's
   if any(d < -1 for d in newshape):
-    raise ValueError(f"reshape: invalid shape {newshape}; dimensions must be non-negative or "
-                     "-1")
+    raise TypeError(f"reshape: invalid shape {newshape}; dimensions must be non-negative or "
+                    "-1")
   if len(neg) > 1:
-    raise ValueError(f"can only specify one unknown axis size with a `-1` value, got "
-                     f"{newshape}")
+    raise TypeError(f"can only specify one unknown axis size with a `-1` value, got "
+                    f"{newshape}")
   if neg:
     others = math.prod(d for d in newshape if d != -1)
     if others == 0 or aval.size % others:
