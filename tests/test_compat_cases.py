@@ -166,3 +166,35 @@ def test_printing_as_jax():
   text = str(ourjax.make_jaxpr(lambda xs: lax.scan(lambda c, x: (c + x, c), 0.0, xs))(
       jnp.ones(3)))
   assert "linear" not in text and "num_carry=1" in text
+
+
+# --- loops: weakly typed initial carries (JAX's two-pass tracing) -------------------------------
+
+def test_weak_initial_carry_promoted_when_the_body_changes_its_dtype():
+  same(lax.while_loop(lambda c: c < 5, lambda c: c + 1.5, 0), 6.0, np.float32)
+  c, ys = lax.scan(lambda c, x: (c + x, c), 0, jnp.arange(3.0))
+  same(c, 3.0, np.float32)
+  same(ys, [0.0, 0.0, 1.0], np.float32)
+  with pytest.raises(TypeError, match="identical types"):   # a strong carry is not promoted
+    lax.while_loop(lambda c: c < 5, lambda c: c + 1.5, jnp.int32(0))
+
+
+def test_weak_initial_carry_stays_weak_in_the_body():
+  # the body sees the weak carry (ys computed from it are weak); the final carry has the type of
+  # the body's output (strong here)
+  c, ys = lax.scan(lambda c, x: (c + x, c), 0.0, jnp.arange(3.0))
+  same(c, 3.0, np.float32)
+  same(ys, [0.0, 0.0, 1.0], np.float32, weak=True)
+  c, ys = lax.scan(lambda c, x: (c + x, c), 0, jnp.arange(3))
+  same(c, 3, np.int32)
+  same(ys, [0, 0, 1], np.int32, weak=True)
+  same(lax.while_loop(lambda c: c < 3, lambda c: c + jnp.int32(1), 0), 3, np.int32)
+  same(lax.while_loop(lambda c: c < 3, lambda c: c + 1, 0), 3, np.int32, weak=True)
+
+
+def test_fori_loop_index_is_a_weak_python_int():
+  same(lax.fori_loop(np.int32(0), np.int32(3), lambda i, c: c + i, 0), 3, np.int32, weak=True)
+  same(lax.fori_loop(0.0, 3.0, lambda i, c: c + i, 0), 3, np.int32, weak=True)
+  same(lax.fori_loop(0, 3, lambda i, c: c + i, 0.5), 3.5, np.float32, weak=True)
+  same(ourjax.jit(lambda n: lax.fori_loop(0, n, lambda i, c: c + 1, 0))(4), 4, np.int32,
+       weak=True)

@@ -302,7 +302,10 @@ def test_while_loop_errors():
     lax.while_loop(lambda c: False, lambda c: jnp.zeros(3), jnp.zeros(2))
   with pytest.raises(TypeError, match=r"identical types[\s\S]*int32\[\][\s\S]*float32\[\]|"
                      r"identical types[\s\S]*i32\[\][\s\S]*f32\[\]"):
-    lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1.5, c[1]), (0, 1.0))
+    lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1.5, c[1]), (jnp.int32(0), 1.0))
+  # a weakly typed initial carry is promoted instead, as in JAX
+  out = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1.5, c[1]), (0, 1.0))
+  assert out[0].dtype == np.float32 and not out[0].weak_type and float(out[0]) == 3.0
   with pytest.raises(TypeError, match="same type structure"):
     lax.while_loop(lambda c: False, lambda c: (c, c), 1.0)
   with pytest.raises(TypeError, match="cond_fun must return a boolean scalar"):

@@ -315,19 +315,31 @@ def _check_carry(what, carry_name, init_tree, in_avals, out_tree, out_avals):
 
 
 def _promote_weak_carries(init_flat, in_avals, out_avals):
-  """A weakly typed initial carry (a Python scalar) that the body turns strong is made strong
-  up front, as JAX does; returns (init_flat, in_avals, changed)."""
+  """As JAX: a weakly typed initial carry (a Python scalar) whose type differs from the body's
+  output carry (``0`` with a float body) is converted to ``result_type(init, out)`` (strongly
+  typed) and the body traced again.  One that differs only in weak type stays weak in the body
+  (see ``_loop_result_types``).  Returns (init_flat, in_avals, changed)."""
   from ourjax.lax.elementwise import _convert_element_type
   changed = False
   new_init, new_avals = [], []
   for x, a, b in zip(init_flat, in_avals, out_avals):
-    if a.weak_type and not b.weak_type and core.typematch(a, b):
-      x = _convert_element_type(x, a.dtype, False)
-      a = a.update(weak_type=False)
+    if a.weak_type and not core.typematch(a, b):
+      x = _convert_element_type(x, dtypes.result_type(x, b), False)
+      a = get_aval(x)
       changed = True
     new_init.append(x)
     new_avals.append(a)
   return new_init, new_avals, changed
+
+
+def _loop_result_types(outs, in_avals, out_avals):
+  """A loop's final carry has the type of the body's output carry, as in JAX: a weak initial
+  carry that the body makes strong (``0.0`` plus a float32 array) comes out strong, though the
+  body (and what it computes from the carry) saw it weak."""
+  from ourjax.lax.elementwise import _convert_element_type
+  return [_convert_element_type(x, b.dtype, False)
+          if a.weak_type and not b.weak_type and core.typematch(a, b) else x
+          for x, a, b in zip(outs, in_avals, out_avals)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -664,10 +676,12 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
     return cond_closed, cc, body_closed, bc
 
   cond_closed, cc, body_closed, bc = trace(in_avals)
-  _check_carry("body_fun", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
+  if bc[0] != init_tree:
+    _check_carry("body_fun", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, bc[1])
   if changed:
     cond_closed, cc, body_closed, bc = trace(in_avals)
+  _check_carry("body_fun", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
   pred_tree, pred_avals = cc
   if pred_tree.num_leaves != 1 or len(pred_avals) != 1:
     raise TypeError(f"cond_fun must return a boolean scalar, but got pytree {pred_tree}.")
@@ -675,7 +689,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
     raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
                     f"[{pred_avals[0].str_short()}].")
   outs = _bind_while(cond_closed, [], body_closed, [], init_flat)
-  return tree_unflatten(init_tree, outs)
+  return tree_unflatten(init_tree, _loop_result_types(outs, in_avals, bc[1]))
 
 
 def _fori_scan_body(body_fun):
@@ -694,22 +708,23 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
   if not callable(body_fun):
     raise TypeError("lax.fori_loop: body_fun argument should be callable.")
   la, ua = get_aval(lower), get_aval(upper)
-  if not (dtypes.is_integer(la.dtype) and dtypes.is_integer(ua.dtype)):
-    raise TypeError(f"lax.fori_loop: lower and upper must be integers, got "
-                    f"{la.dtype.name} and {ua.dtype.name}")
   if la.shape != () or ua.shape != ():
     raise TypeError(f"lax.fori_loop: lower and upper must be scalars, got shapes {la.shape} "
                     f"and {ua.shape}")
+  if core.is_concrete(lower) and core.is_concrete(upper):
+    # as JAX: the trip count is static and the loop index starts from ``int(lower)``, a Python
+    # int (so it is weakly typed, whatever the bounds' dtype)
+    from ourjax.array import to_numpy
+    lo, hi = int(to_numpy(lower)), int(to_numpy(upper))
+    (_, result), _ = scan(_fori_scan_body(body_fun), (lo, init_val), None,
+                          length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
+    return result
+  if not (dtypes.is_integer(la.dtype) and dtypes.is_integer(ua.dtype)):
+    raise TypeError(f"lax.fori_loop: lower and upper must be integers, got "
+                    f"{la.dtype.name} and {ua.dtype.name}")
   if la.dtype != ua.dtype:
     dt = dtypes.promote_types(la.dtype, ua.dtype)
     lower, upper = convert_element_type(lower, dt), convert_element_type(upper, dt)
-  if core.is_concrete(lower) and core.is_concrete(upper):
-    from ourjax.array import to_numpy
-    lo, hi = int(to_numpy(lower)), int(to_numpy(upper))
-    lower = core.concrete_or_error(None, lower)
-    (_, result), _ = scan(_fori_scan_body(body_fun), (lower, init_val), None,
-                          length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
-    return result
   if unroll is not None and unroll is not False and unroll != 1:
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
                      "known.")
@@ -1006,14 +1021,17 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     return closed, cell
 
   closed, cell = trace(in_avals)
-  _check_carry("scan body function carry", _carry_name(f), init_tree, in_avals, cell[0],
-               cell[1])
+  if cell[0] != init_tree:
+    _check_carry("scan body function carry", _carry_name(f), init_tree, in_avals, cell[0],
+                 cell[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, cell[1])
   if changed:
     closed, cell = trace(in_avals)
+  _check_carry("scan body function carry", _carry_name(f), init_tree, in_avals, cell[0],
+               cell[1])
   outs = _bind_scan(closed, [], init_flat, xs_flat, length=length, reverse=bool(reverse),
                     unroll=unroll)
-  carry_out, ys = outs[:n], outs[n:]
+  carry_out, ys = _loop_result_types(outs[:n], in_avals, cell[1]), outs[n:]
   return tree_unflatten(init_tree, carry_out), tree_unflatten(cell[2], ys)
 
 
