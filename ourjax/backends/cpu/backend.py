@@ -41,6 +41,7 @@ import logging
 import math
 import os
 import struct
+import sys
 import threading
 import zlib
 
@@ -772,48 +773,89 @@ def _count(steps) -> int:
 # emission
 # ---------------------------------------------------------------------------------------------
 
+#: Pauses a thread spins at a barrier before it sleeps (on a futex, Linux) or yields.
+BARRIER_SPINS = 4000
+
+
+def _futex_syscall():
+  """SYS_futex for this host, or None (then waiting threads yield instead of sleeping)."""
+  import platform
+  if not sys.platform.startswith("linux"):
+    return None
+  return {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+
+
 def _emit_barrier(mod):
   """``void barrier(i32* state, i64 nthreads)``: state[0] counts arrivals, state[1] is the
-  generation; spins with ``pause`` (and yields the CPU now and then)."""
+  generation, state[2] says that someone sleeps.  A waiting thread spins ``BARRIER_SPINS``
+  pauses, then sleeps on a futex on the generation (so a descheduled partner gets the core on a
+  busy machine); the last thread to arrive bumps the generation and wakes sleepers.  All
+  atomics are sequentially consistent: either the waker sees the sleeper's flag or the sleeper
+  sees the new generation before it sleeps (and FUTEX_WAIT rechecks it)."""
   import llvmlite.ir as ir
-  i32p = E.I32.as_pointer()
+  i32 = E.I32
+  i32p = i32.as_pointer()
   fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, E.I64]), name="ourjax_barrier")
   fn.linkage = "internal"
   state, n = fn.args
-  blocks = {k: fn.append_basic_block(k) for k in ("entry", "arrive", "last", "wait", "spin",
-                                                   "yield", "done")}
-  b = ir.IRBuilder(blocks["entry"])
-  b.cbranch(b.icmp_signed("<=", n, E.i64(1)), blocks["done"], blocks["arrive"])
-  b.position_at_end(blocks["arrive"])
+  names = ("entry", "arrive", "last", "wake", "wait", "spin", "sleep", "done")
+  blk = {k: fn.append_basic_block(k) for k in names}
+  b = ir.IRBuilder(blk["entry"])
+  b.cbranch(b.icmp_signed("<=", n, E.i64(1)), blk["done"], blk["arrive"])
+  b.position_at_end(blk["arrive"])
   count_p = state
-  gen_p = b.gep(state, [ir.Constant(E.I32, 1)])
-  gen = b.load_atomic(gen_p, "acquire", 4)
-  old = b.atomic_rmw("add", count_p, ir.Constant(E.I32, 1), "acq_rel")
+  gen_p = b.gep(state, [ir.Constant(i32, 1)])
+  sleepers_p = b.gep(state, [ir.Constant(i32, 2)])
+  gen = b.load_atomic(gen_p, "seq_cst", 4)
+  old = b.atomic_rmw("add", count_p, ir.Constant(i32, 1), "seq_cst")
   is_last = b.icmp_signed("==", b.sext(old, E.I64), b.sub(n, E.i64(1)))
-  b.cbranch(is_last, blocks["last"], blocks["wait"])
-  b.position_at_end(blocks["last"])
-  b.store_atomic(ir.Constant(E.I32, 0), count_p, "monotonic", 4)
-  b.atomic_rmw("add", gen_p, ir.Constant(E.I32, 1), "release")
-  b.branch(blocks["done"])
-  b.position_at_end(blocks["wait"])
-  spins = b.alloca(E.I32)
-  b.store(ir.Constant(E.I32, 0), spins)
-  b.branch(blocks["spin"])
-  b.position_at_end(blocks["spin"])
+  b.cbranch(is_last, blk["last"], blk["wait"])
+  futex = _futex_syscall()
+  sysc = None
+  if futex is not None:
+    sysc = mod.globals.get("syscall") or ir.Function(
+        mod, ir.FunctionType(E.I64, [E.I64], var_arg=True), name="syscall")
+  # the last thread: reset the count, publish the new generation, wake sleepers
+  b.position_at_end(blk["last"])
+  b.store_atomic(ir.Constant(i32, 0), count_p, "seq_cst", 4)
+  b.atomic_rmw("add", gen_p, ir.Constant(i32, 1), "seq_cst")
+  if sysc is not None:
+    had = b.atomic_rmw("xchg", sleepers_p, ir.Constant(i32, 0), "seq_cst")
+    b.cbranch(b.icmp_signed("!=", had, ir.Constant(i32, 0)), blk["wake"], blk["done"])
+    b.position_at_end(blk["wake"])
+    b.call(sysc, [E.i64(futex), b.bitcast(gen_p, E.I8.as_pointer()), E.i64(129),   # WAKE
+                  E.i64(0x7FFFFFFF)])
+  b.branch(blk["done"])
+  # the others: spin, then sleep (or yield)
+  b.position_at_end(blk["wait"])
+  spins = b.alloca(i32)
+  b.store(ir.Constant(i32, 0), spins)
+  b.branch(blk["spin"])
+  b.position_at_end(blk["spin"])
   pause = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "pause", "", side_effect=True)
   b.call(pause, [])
-  cur = b.load_atomic(gen_p, "acquire", 4)
-  s = b.add(b.load(spins), ir.Constant(E.I32, 1))
-  b.store(s, spins)
+  cur = b.load_atomic(gen_p, "seq_cst", 4)
+  k = b.add(b.load(spins), ir.Constant(i32, 1))
+  b.store(k, spins)
   changed = b.icmp_signed("!=", cur, gen)
-  b.cbranch(changed, blocks["done"], blocks["yield"])
-  b.position_at_end(blocks["yield"])
-  sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(E.I32, []),
-                                                      name="sched_yield")
-  with b.if_then(b.icmp_signed(">", s, ir.Constant(E.I32, 2000))):
-    b.call(sy, [])
-  b.branch(blocks["spin"])
-  b.position_at_end(blocks["done"])
+  spin_more = b.icmp_signed("<", k, ir.Constant(i32, BARRIER_SPINS))
+  with b.if_then(b.and_(b.not_(changed), b.not_(spin_more))):
+    b.store(ir.Constant(i32, BARRIER_SPINS), spins)
+  b.cbranch(changed, blk["done"], blk["sleep"])
+  b.position_at_end(blk["sleep"])
+  with b.if_then(b.icmp_signed(">=", b.load(spins), ir.Constant(i32, BARRIER_SPINS))):
+    if sysc is not None:
+      b.store_atomic(ir.Constant(i32, 1), sleepers_p, "seq_cst", 4)
+      again = b.load_atomic(gen_p, "seq_cst", 4)
+      with b.if_then(b.icmp_signed("==", again, gen)):
+        b.call(sysc, [E.i64(futex), b.bitcast(gen_p, E.I8.as_pointer()), E.i64(128),  # WAIT
+                      b.zext(gen, E.I64), ir.Constant(E.I8.as_pointer(), None)])
+    else:
+      sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
+                                                          name="sched_yield")
+      b.call(sy, [])
+  b.branch(blk["spin"])
+  b.position_at_end(blk["done"])
   b.ret_void()
   return fn
 

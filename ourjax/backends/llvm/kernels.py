@@ -1150,7 +1150,9 @@ class GroupPlanner:
       pre_outer, pre_elem = [], []
       for r in reduces:
         k = cls[r]
-        if rows and _dims(r) == dims[:-1] and k == rank - 1:
+        if _column_reduce(r) and r not in [i for i, _ in outs]:
+          bad.append(r)          # its own vectorized column kernel, read back from a buffer
+        elif rows and _dims(r) == dims[:-1] and k == rank - 1:
           pre_outer.append(r)
         elif _dims(r) == dims and k == rank:
           pre_elem.append(r)
@@ -1161,6 +1163,17 @@ class GroupPlanner:
       self._materialize(bad[0], leafmap, instrs)   # innermost first (topological order)
     self.kernels.append(LoopKernel(self._name(), dims, outs, _restrict_many(leafmap, outs),
                                    rows=rows, prefetch_outer=pre_outer, prefetch_elem=pre_elem))
+
+
+def _column_reduce(r) -> bool:
+  """A single-operand reduce over a contiguous block of dimensions followed by kept ones
+  (what ``ColumnReduceKernel`` does better than one strided loop per output)."""
+  if len(r.operands) != 2 or r.shape.is_tuple:
+    return False
+  rd = sorted(r.attrs["dimensions"])
+  src = r.operands[0].dims
+  return (bool(rd) and rd == list(range(rd[0], rd[-1] + 1)) and rd[-1] < len(src) - 1
+          and math.prod(src) > 0)
 
 
 def _dims(instr):
