@@ -402,3 +402,34 @@ def test_large_outputs_reuse_blocks_only_when_dead():
   c = f(x, np.float32(4.0))
   assert np.all(np.asarray(c) == 4.0)
   assert not np.asarray(c).flags.writeable
+
+
+def test_barriers_under_oversubscription(monkeypatch):
+  """Every kernel split across 4 threads on this (2-core) machine: many barriers per call, with
+  threads descheduled at them (they sleep on the futex); results stay identical."""
+  from ourjax.backends.llvm import kernels
+  monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 1)
+  m = Module("barriers")
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (64, 33)), "x")
+  add = scalar_computation(m, "add", "f32")
+  v = x
+  for k in range(12):      # a chain of small kernels, each reading the previous one
+    s = b.reduce(v, b.constant(0.0, "f32"), (1,), add)
+    v = b.add(b.sin(v), b.broadcast(b.mul(s, b.full(1e-3, s.shape)), (64, 33), (0,)))
+  m.entry = b.build(v)
+  from ourjax.lowering import pipeline
+  pipeline.optimize(m)
+  exe = cpu.compile(m)
+  assert exe.parallel
+  args = [_rng(2).standard_normal((64, 33)).astype(F32)]
+  old = cpu.num_threads()
+  try:
+    cpu.set_num_threads(1)
+    want = exe(*args)[0]
+    cpu.set_num_threads(4)
+    for _ in range(100):
+      np.testing.assert_array_equal(exe(*args)[0], want)
+  finally:
+    cpu.set_num_threads(old)
+  np.testing.assert_allclose(want, reference.compile(m)(*args)[0], rtol=1e-5, atol=1e-5)
