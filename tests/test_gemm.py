@@ -343,8 +343,10 @@ def test_shared_kernel_disk_cache(tmp_path, monkeypatch):
   recompiled (and the entry rewritten) when the entry is damaged."""
   import llvmlite.binding as llvm
   dtype, sym = "f64", "ourjax_gemm_f64"
+  from ourjax.config import config
   original = gemm._shared.get(dtype)
   monkeypatch.setenv("OURJAX_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir=None))
   try:
     for damage in (False, False, True):
       monkeypatch.setattr(gemm, "_shared", {})

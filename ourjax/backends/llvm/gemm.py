@@ -52,7 +52,9 @@ Design (GotoBLAS/BLIS, written for AVX-512):
   a panel of at most W columns a one-vector-wide kernel, so a 4-row or 10-column remainder does
   not pay for a whole 14 x 32 tile.
 * small M: a thread with at most ``direct_b_rows`` rows reads a row-major B in place (only a
-  partial last column panel is packed), since packing B would cost as much as using it.
+  partial last column panel is packed), since packing B would cost as much as using it; with at
+  most ``stream_rows`` rows it drops register tiles altogether and runs 4/2/1-row "axpy" kernels
+  that stream whole rows of B into rows of C kept in L1 (a GEMV runs at the speed of reading B).
 * threads split the row tiles or the column panels (whichever gives the smaller largest share),
   so a thread packs only its own part of one operand (the other operand is packed by every
   thread: no sharing, no barrier).
