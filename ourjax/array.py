@@ -224,3 +224,28 @@ class Array:
 
   def __deepcopy__(self, memo):
     return self
+
+
+class _PublicArrayMeta(type):
+  """``isinstance(x, ourjax.Array)`` holds for concrete Arrays and, as in JAX, for tracers of
+  arrays (so ``isinstance(x, jax.Array)`` is True inside jit, grad and vmap too)."""
+
+  def __instancecheck__(cls, x):
+    return isinstance(x, Array) or (isinstance(x, Tracer)
+                                    and isinstance(getattr(x, "aval", None), ShapedArray))
+
+  def __subclasscheck__(cls, sub):
+    return isinstance(sub, type) and issubclass(sub, (Array, Tracer))
+
+  def __call__(cls, *args, **kwargs):
+    return Array(*args, **kwargs)
+
+
+class PublicArray(metaclass=_PublicArrayMeta):
+  """``ourjax.Array`` and ``jnp.ndarray``: the type of ourjax arrays for ``isinstance`` checks
+  and annotations (concrete values are ``ourjax.array.Array`` instances; tracers count too, as
+  in JAX).  Calling it makes a concrete Array."""
+
+
+PublicArray.__name__ = PublicArray.__qualname__ = "Array"
+PublicArray.__module__ = "ourjax"

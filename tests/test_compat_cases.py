@@ -198,3 +198,14 @@ def test_fori_loop_index_is_a_weak_python_int():
   same(lax.fori_loop(0, 3, lambda i, c: c + i, 0.5), 3.5, np.float32, weak=True)
   same(ourjax.jit(lambda n: lax.fori_loop(0, n, lambda i, c: c + 1, 0))(4), 4, np.int32,
        weak=True)
+
+
+def test_isinstance_array_holds_for_tracers():
+  assert isinstance(jnp.ones(2), ourjax.Array) and isinstance(jnp.ones(2), jnp.ndarray)
+  assert not isinstance(np.ones(2), ourjax.Array) and not isinstance(1.0, ourjax.Array)
+  assert ourjax.jit(lambda x: isinstance(x, ourjax.Array))(1.0)
+  seen = []
+  ourjax.grad(lambda x: seen.append(isinstance(x, jnp.ndarray)) or x)(1.0)
+  ourjax.vmap(lambda x: seen.append(isinstance(x, ourjax.Array)) or x)(jnp.ones(2))
+  assert seen == [True, True]
+  assert isinstance(ourjax.Array(np.ones(2)), ourjax.Array)    # still makes concrete arrays

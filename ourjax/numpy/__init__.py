@@ -21,7 +21,7 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
 import numpy as _np
 
 from ourjax import dtypes as _dtypes
-from ourjax.array import Array as ndarray  # noqa: F401  (jnp.ndarray is the Array type)
+from ourjax.array import PublicArray as ndarray  # noqa: F401  (jnp.ndarray is ourjax.Array)
 from ourjax.array import Array  # noqa: F401
 from ourjax.dtypes import (float0, finfo, iinfo, issubdtype, isdtype)  # noqa: F401
 from ourjax.numpy._scalar_types import (  # noqa: F401
