@@ -209,3 +209,9 @@ def test_isinstance_array_holds_for_tracers():
   ourjax.vmap(lambda x: seen.append(isinstance(x, ourjax.Array)) or x)(jnp.ones(2))
   assert seen == [True, True]
   assert isinstance(ourjax.Array(np.ones(2)), ourjax.Array)    # still makes concrete arrays
+
+
+def test_builtin_round_gives_int32():
+  same(round(jnp.array(2.6)), 3, np.int32)
+  same(round(jnp.array([2.5, 3.5])), [2, 4], np.int32)
+  same(round(jnp.array(2.66), 1), 2.7, np.float32, weak=True)

@@ -48,7 +48,9 @@ def _install():
   methods["__pos__"] = jnp.positive
   methods["__abs__"] = jnp.absolute
   methods["__invert__"] = jnp.invert
-  methods["__round__"] = lambda self, ndigits=None: jnp.round(self, ndigits or 0)
+  # as JAX's (and Python's for floats): round(x) is an integer (int32), round(x, n) keeps the dtype
+  methods["__round__"] = lambda self, ndigits=None: (
+      jnp.round(self, ndigits) if ndigits is not None else jnp.round(self).astype(int))
   methods["__iter__"] = _iter
   from ourjax.numpy import _indexing
   methods["__getitem__"] = _indexing._getitem
