@@ -433,3 +433,14 @@ def test_barriers_under_oversubscription(monkeypatch):
   finally:
     cpu.set_num_threads(old)
   np.testing.assert_allclose(want, reference.compile(m)(*args)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_profile_mode_reports_every_step(monkeypatch):
+  """OURJAX_CPU_PROFILE: cycles per top-level step of the last call (tooling for benchmarks)."""
+  monkeypatch.setattr(cpu, "PROFILE", True)
+  m, args = _big_module()
+  exe = cpu.compile(m)
+  exe(*args)
+  prof = exe.profile()
+  assert len(prof) == len(exe.meta["steps"]) and all(0 <= c < 10 ** 12 for c, _ in prof)
+  assert any("DotKernel" in name for _, name in prof)

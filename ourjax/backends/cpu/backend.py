@@ -18,10 +18,14 @@ Compilation:
    (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
    entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order.
-4. *Threads*: kernels with enough work are split by ``tid`` across a small pool of threads that
-   all call the entry at once (ctypes drops the GIL); kernels are separated by a spinning
-   barrier (atomics in the arena's first cache line); small kernels, and all control flow, run
-   on thread 0 alone.  A module without large kernels is called on the caller's thread only.
+4. *Threads*: a small pool of threads all call the entry at once (ctypes drops the GIL).  A
+   kernel with enough work is cut into a fixed number of pieces that the threads claim with
+   an atomic counter; thread 0 runs the steps in order, opens each parallel step and waits for
+   its pieces (not for threads: a thread the OS has not scheduled holds nothing up), waiting
+   threads spin briefly then sleep on a futex.  Small kernels and all control flow run on
+   thread 0; a module without large kernels is called on the caller's thread only.  Piece
+   boundaries do not depend on the thread count, so neither do results.
+   ``OURJAX_CPU_PROFILE=1`` records thread 0's cycle counter per step (``exe.profile()``).
 5. *Caching*: the object code is kept on disk under ``OURJAX_CACHE_DIR`` (default
    ``~/.cache/ourjax``; ``OURJAX_CACHE_DIR=off`` disables it), keyed by the module text, the
    constants' bytes, this backend's source, the LLVM version and the host CPU; entries are
@@ -691,9 +695,25 @@ ARENA_HEADER = 64
 ALIGN = 64
 
 
+PROFILE = bool(os.environ.get("OURJAX_CPU_PROFILE"))
+
+
+def _control_bytes(steps) -> int:
+  """Bytes of the control block at the start of the arena (see ``_Emission.emit_top``), plus,
+  with ``OURJAX_CPU_PROFILE``, one i64 cycle count per top-level step."""
+  n = sum(1 for s in steps if s.parallel)
+  prof = 8 * len(steps) if PROFILE else 0
+  return (16 + 16 * n + prof + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _profile_offset(steps) -> int:
+  return 16 + 16 * sum(1 for s in steps if s.parallel)
+
+
 def _assign(planner: _Planner, steps) -> int:
   """Give every temporary an arena offset by a first-fit over live ranges; returns the arena
   size in bytes."""
+  header = _control_bytes(steps)
   first, last = {}, {}
   order = []
 
@@ -744,13 +764,13 @@ def _assign(planner: _Planner, steps) -> int:
   # exist (values are defined before use in every iteration), so intervals are enough.
   bufs = sorted(order, key=lambda x: (first[id(x)], -x.nbytes))
   active = []   # (offset, end, last)
-  top = ARENA_HEADER
+  top = header
   for buf in bufs:
     size = (max(buf.nbytes, 1) + ALIGN - 1) // ALIGN * ALIGN
     f = first[id(buf)]
     active = [a for a in active if a[2] >= f]
     active.sort()
-    off = ARENA_HEADER
+    off = header
     for a_off, a_end, _ in active:
       if off + size <= a_off:
         break
@@ -777,8 +797,8 @@ def _count(steps) -> int:
 # emission
 # ---------------------------------------------------------------------------------------------
 
-#: Pauses a thread spins at a barrier before it sleeps (on a futex, Linux) or yields.
-BARRIER_SPINS = 4000
+#: Pauses a waiting thread spins before it sleeps (on a futex, Linux) or yields.
+WAIT_SPINS = 4000
 
 
 def _futex_syscall():
@@ -789,79 +809,69 @@ def _futex_syscall():
   return {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 
 
-def _emit_barrier(mod):
-  """``void barrier(i32* state, i64 nthreads)``: state[0] counts arrivals, state[1] is the
-  generation, state[2] says that someone sleeps.  A waiting thread spins ``BARRIER_SPINS``
-  pauses, then sleeps on a futex on the generation (so a descheduled partner gets the core on a
-  busy machine); the last thread to arrive bumps the generation and wakes sleepers.  All
-  atomics are sequentially consistent: either the waker sees the sleeper's flag or the sleeper
-  sees the new generation before it sleeps (and FUTEX_WAIT rechecks it)."""
+def _emit_sync(mod):
+  """Two helpers over i32 words of the control block (all atomics sequentially consistent):
+
+  ``void wait_ge(i32* word, i32 target, i32* sleepers)``: return once ``*word >= target``;
+  spin ``WAIT_SPINS`` pauses, then sleep on a futex on ``word`` (after raising ``*sleepers``
+  and checking again, so a waker either sees the flag or the sleeper sees the new value);
+  without futexes, yield.
+  ``void wake(i32* word, i32* sleepers)``: wake the sleepers of ``word`` if there are any."""
   import llvmlite.ir as ir
-  i32 = E.I32
+  i32, i8p = E.I32, E.I8.as_pointer()
   i32p = i32.as_pointer()
-  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, E.I64]), name="ourjax_barrier")
-  fn.linkage = "internal"
-  state, n = fn.args
-  names = ("entry", "arrive", "last", "wake", "wait", "spin", "sleep", "done")
-  blk = {k: fn.append_basic_block(k) for k in names}
-  b = ir.IRBuilder(blk["entry"])
-  b.cbranch(b.icmp_signed("<=", n, E.i64(1)), blk["done"], blk["arrive"])
-  b.position_at_end(blk["arrive"])
-  count_p = state
-  gen_p = b.gep(state, [ir.Constant(i32, 1)])
-  sleepers_p = b.gep(state, [ir.Constant(i32, 2)])
-  gen = b.load_atomic(gen_p, "seq_cst", 4)
-  old = b.atomic_rmw("add", count_p, ir.Constant(i32, 1), "seq_cst")
-  is_last = b.icmp_signed("==", b.sext(old, E.I64), b.sub(n, E.i64(1)))
-  b.cbranch(is_last, blk["last"], blk["wait"])
   futex = _futex_syscall()
   sysc = None
   if futex is not None:
     sysc = mod.globals.get("syscall") or ir.Function(
         mod, ir.FunctionType(E.I64, [E.I64], var_arg=True), name="syscall")
-  # the last thread: reset the count, publish the new generation, wake sleepers
-  b.position_at_end(blk["last"])
-  b.store_atomic(ir.Constant(i32, 0), count_p, "seq_cst", 4)
-  b.atomic_rmw("add", gen_p, ir.Constant(i32, 1), "seq_cst")
-  if sysc is not None:
-    had = b.atomic_rmw("xchg", sleepers_p, ir.Constant(i32, 0), "seq_cst")
-    b.cbranch(b.icmp_signed("!=", had, ir.Constant(i32, 0)), blk["wake"], blk["done"])
-    b.position_at_end(blk["wake"])
-    b.call(sysc, [E.i64(futex), b.bitcast(gen_p, E.I8.as_pointer()), E.i64(129),   # WAKE
-                  E.i64(0x7FFFFFFF)])
-  b.branch(blk["done"])
-  # the others: spin, then sleep (or yield)
-  b.position_at_end(blk["wait"])
+  pause = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "pause", "", side_effect=True)
+
+  wait = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32, i32p]), name="ourjax_wait")
+  wait.linkage = "internal"
+  word, target, sleepers = wait.args
+  blk = {k: wait.append_basic_block(k) for k in ("entry", "spin", "sleep", "done")}
+  b = ir.IRBuilder(blk["entry"])
   spins = b.alloca(i32)
   b.store(ir.Constant(i32, 0), spins)
   b.branch(blk["spin"])
   b.position_at_end(blk["spin"])
-  pause = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "pause", "", side_effect=True)
-  b.call(pause, [])
-  cur = b.load_atomic(gen_p, "seq_cst", 4)
+  cur = b.load_atomic(word, "seq_cst", 4)
+  ready = b.icmp_signed(">=", cur, target)
   k = b.add(b.load(spins), ir.Constant(i32, 1))
   b.store(k, spins)
-  changed = b.icmp_signed("!=", cur, gen)
-  spin_more = b.icmp_signed("<", k, ir.Constant(i32, BARRIER_SPINS))
-  with b.if_then(b.and_(b.not_(changed), b.not_(spin_more))):
-    b.store(ir.Constant(i32, BARRIER_SPINS), spins)
-  b.cbranch(changed, blk["done"], blk["sleep"])
+  b.cbranch(ready, blk["done"], blk["sleep"])
   b.position_at_end(blk["sleep"])
-  with b.if_then(b.icmp_signed(">=", b.load(spins), ir.Constant(i32, BARRIER_SPINS))):
-    if sysc is not None:
-      b.store_atomic(ir.Constant(i32, 1), sleepers_p, "seq_cst", 4)
-      again = b.load_atomic(gen_p, "seq_cst", 4)
-      with b.if_then(b.icmp_signed("==", again, gen)):
-        b.call(sysc, [E.i64(futex), b.bitcast(gen_p, E.I8.as_pointer()), E.i64(128),  # WAIT
-                      b.zext(gen, E.I64), ir.Constant(E.I8.as_pointer(), None)])
-    else:
-      sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
-                                                          name="sched_yield")
-      b.call(sy, [])
+  with b.if_else(b.icmp_signed("<", k, ir.Constant(i32, WAIT_SPINS))) as (spin_more, sleep):
+    with spin_more:
+      b.call(pause, [])
+    with sleep:
+      b.store(ir.Constant(i32, WAIT_SPINS), spins)
+      if sysc is not None:
+        b.store_atomic(ir.Constant(i32, 1), sleepers, "seq_cst", 4)
+        again = b.load_atomic(word, "seq_cst", 4)
+        with b.if_then(b.icmp_signed("<", again, target)):
+          b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(128),      # FUTEX_WAIT_PRIVATE
+                        b.zext(again, E.I64), ir.Constant(i8p, None)])
+      else:
+        sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
+                                                            name="sched_yield")
+        b.call(sy, [])
   b.branch(blk["spin"])
   b.position_at_end(blk["done"])
   b.ret_void()
-  return fn
+
+  wake = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake")
+  wake.linkage = "internal"
+  word, sleepers = wake.args
+  b = ir.IRBuilder(wake.append_basic_block("entry"))
+  if sysc is not None:
+    had = b.atomic_rmw("xchg", sleepers, ir.Constant(i32, 0), "seq_cst")
+    with b.if_then(b.icmp_signed("!=", had, ir.Constant(i32, 0))):
+      b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(129),             # FUTEX_WAKE_PRIVATE
+                    E.i64(0x7FFFFFFF)])
+  b.ret_void()
+  return wait, wake
 
 
 class _Emission:
@@ -877,7 +887,7 @@ class _Emission:
     self.fns = {}
     for k in planner.kernels:
       self.fns[id(k)] = k.emit(self.mod)
-    self.barrier = _emit_barrier(self.mod)
+    self.wait_fn, self.wake_fn = _emit_sync(self.mod)
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
     self.entry = entry
@@ -886,7 +896,7 @@ class _Emission:
     args, self.tid, self.nthreads = entry.args
     self.args = args
     self.arena = b.load(b.gep(args, [E.i64(arena_slot)]))
-    self.barrier_state = b.bitcast(self.arena, E.I32.as_pointer())
+    self.ctl = b.bitcast(self.arena, E.I32.as_pointer())
     self.ptr_cache = {}
     self.data = {}
     if OBJECT_MODE:
@@ -940,30 +950,98 @@ class _Emission:
     fn = self.fns[id(kernel)]
     self.b.call(fn, [self.ptr(x) for x in kernel.buffers] + [tid, nthreads])
 
+  # -- the control block (i32 words at the start of the arena, zeroed by the caller) --------
+  #   [0] gate: parallel steps opened so far    [1] sleepers on the gate
+  #   [4 + 4p] claimed pieces of parallel step p, [5 + 4p] finished pieces, [6 + 4p] sleepers
+  def _word(self, k):
+    return self.b.gep(self.ctl, [self.ir.Constant(E.I32, k)])
+
+  def _wait_done(self, p, chunks):
+    ir = self.ir
+    self.b.call(self.wait_fn, [self._word(5 + 4 * p), ir.Constant(E.I32, chunks),
+                               self._word(6 + 4 * p)])
+
   def emit_top(self, steps):
-    """Top level: parallel kernels on all threads with barriers around them; runs of serial
-    steps on thread 0 only."""
-    b = self.b
-    prev_parallel = None
+    """Top level.  Thread 0 runs the steps in order: it waits for the pieces of the previous
+    parallel step to be finished before anything that may read them, runs serial steps alone,
+    and opens each parallel step (the gate) for the others.  Every thread claims pieces of an
+    open parallel step until none is left, so a thread that is late (not scheduled) holds up
+    nothing but the pieces it has already claimed."""
+    ir, b = self.ir, self.b
+    i32 = E.I32
+    is0 = b.icmp_signed("==", self.tid, E.i64(0))
+    prev = None       # (p, chunks) of a parallel step thread 0 has not waited for
+    p = 0
     i = 0
+    prof = None
+    if PROFILE:       # thread 0's cycle counter after each step (as seen by thread 0)
+      counter = self.mod.globals.get("llvm.readcyclecounter") or ir.Function(
+          self.mod, ir.FunctionType(E.I64, []), name="llvm.readcyclecounter")
+      base = b.bitcast(b.gep(self.arena, [E.i64(_profile_offset(steps))]), E.I64.as_pointer())
+
+      def prof(k):
+        with b.if_then(is0):
+          if k == 0:
+            b.store(b.call(counter, []), self.prof_start)
+          else:
+            b.store(b.call(counter, []), b.gep(base, [E.i64(k - 1)]))
+      self.prof_start = E.alloca_entry(b, E.I64)
+      prof(0)
     while i < len(steps):
       s = steps[i]
+      if prof is not None and i > 0:
+        prof(i)
       if s.parallel:
-        if prev_parallel is not None:
-          b.call(self.barrier, [self.barrier_state, self.nthreads])
-        self.call_kernel(s.kernel, self.tid, self.nthreads)
-        prev_parallel = True
+        k = s.kernel
+        chunks = k.chunks
+        with b.if_else(is0) as (first, other):
+          with first:
+            if prev is not None:
+              self._wait_done(*prev)
+            b.store_atomic(ir.Constant(i32, p + 1), self._word(0), "seq_cst", 4)
+            b.call(self.wake_fn, [self._word(0), self._word(1)])
+          with other:
+            b.call(self.wait_fn, [self._word(0), ir.Constant(i32, p + 1), self._word(1)])
+        fn = b.function
+        head, body, done = (fn.append_basic_block(f"step{p}.{x}")
+                            for x in ("claim", "run", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        c = b.atomic_rmw("add", self._word(4 + 4 * p), ir.Constant(i32, 1), "seq_cst")
+        b.cbranch(b.icmp_signed("<", c, ir.Constant(i32, chunks)), body, done)
+        b.position_at_end(body)
+        self.call_kernel(k, b.sext(c, E.I64), E.i64(chunks))
+        d = b.atomic_rmw("add", self._word(5 + 4 * p), ir.Constant(i32, 1), "seq_cst")
+        with b.if_then(b.icmp_signed("==", d, ir.Constant(i32, chunks - 1))):
+          b.call(self.wake_fn, [self._word(5 + 4 * p), self._word(6 + 4 * p)])
+        b.branch(head)
+        b.position_at_end(done)
+        prev = (p, chunks)
+        p += 1
         i += 1
         continue
       j = i
-      while j < len(steps) and not steps[j].parallel:
+      while j < len(steps) and not steps[j].parallel and (j == i or prof is None):
         j += 1
-      if prev_parallel:
-        b.call(self.barrier, [self.barrier_state, self.nthreads])
-      with b.if_then(b.icmp_signed("==", self.tid, E.i64(0))):
+      with b.if_then(is0):
+        if prev is not None:
+          self._wait_done(*prev)
         self.emit_serial(steps[i:j])
-      prev_parallel = False
+      prev = None
       i = j
+    if prev is not None:
+      with b.if_then(is0):
+        self._wait_done(*prev)
+    if prof is not None:
+      prof(len(steps))
+      with b.if_then(is0):   # cycles per step: differences, the first from the start
+        start = b.load(self.prof_start)
+        last = b.alloca(E.I64)
+        b.store(start, last)
+        for k in range(len(steps)):
+          t = b.load(b.gep(base, [E.i64(k)]))
+          b.store(b.sub(t, b.load(last)), b.gep(base, [E.i64(k)]))
+          b.store(t, last)
 
   def emit_serial(self, steps):
     ir, b = self.ir, self.b
@@ -1032,6 +1110,7 @@ class CpuExecutable:
     self.nparams = len(entry.parameters)
     self.out_specs = [(tuple(s), hlo.to_dtype(d)) for d, s in meta["outputs"]]
     self.parallel = bool(meta["parallel"])
+    self.control_bytes = int(meta.get("control_bytes", ARENA_HEADER))
     self.object_mode = bool(meta.get("object_mode"))
     self.arena_bytes = int(meta["arena_bytes"])
     self.nslots = int(meta["nslots"])
@@ -1058,10 +1137,11 @@ class CpuExecutable:
       slots[k] = id(a) if self.object_mode else a.ctypes.data
     return slots, ctypes.addressof(slots), arena
 
-  def _run(self, addr) -> int:
+  def _run(self, res) -> int:
     if self.parallel:
-      return _get_pool().run(self._fn, addr)
-    return self._fn(addr, 0, 1)
+      res[2][:self.control_bytes] = 0    # (before any thread starts)
+      return _get_pool().run(self._fn, res[1])
+    return self._fn(res[1], 0, 1)
 
   def __call__(self, *args):
     if len(args) != self.nparams:
@@ -1088,7 +1168,7 @@ class CpuExecutable:
     n = self.nparams
     for j, o in enumerate(outs):
       slots[n + j] = id(o) if om else o.ctypes.data
-    rc = self._run(res[1])
+    rc = self._run(res)
     self._free.append(res)
     if rc:
       raise RuntimeError(f"{self.module.name}: the native entry refused its arguments")
@@ -1134,10 +1214,22 @@ class CpuExecutable:
       outs = [empty(s, d) for s, d in out_specs]
       for j, o in zip(out_slots, outs):
         slots[j] = id(o)
-      rc = run(res[1])
+      rc = run(res)
       free.append(res)
       return None if rc else outs
     return call
+
+  def profile(self):
+    """With ``OURJAX_CPU_PROFILE=1`` at compile time: (cycles, step) of the last call's
+    top-level steps as thread 0 saw them (a parallel step ends when all its pieces are done),
+    most expensive first."""
+    off = self.meta.get("profile_offset")
+    if off is None or not self._free:
+      return []
+    arena = self._free[-1][2]
+    n = len(self.meta["steps"])
+    cyc = np.frombuffer(arena[off:off + 8 * n].tobytes(), np.int64)
+    return sorted(zip(cyc.tolist(), self.meta["steps"]), reverse=True)
 
   def __repr__(self):
     return f"<CpuExecutable {self.module.name}>"
@@ -1183,7 +1275,7 @@ def cache_key(module: hlo.Module) -> str:
         h.update(v.tobytes())
   h.update(_backend_source_hash().encode())
   h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
-           f"{jit.cpu_features()}/{MAX_THREADS}/{OBJECT_MODE}/{LOOP_UNROLLING}".encode())
+           f"{jit.cpu_features()}/{MAX_THREADS}/{OBJECT_MODE}/{LOOP_UNROLLING}/{PROFILE}".encode())
   return h.hexdigest()
 
 
@@ -1267,6 +1359,15 @@ def _cache_write(key, meta, obj, ir_text):
       pass
 
 
+def _step_label(step) -> str:
+  if isinstance(step, KernelStep):
+    k = step.kernel
+    outs = ",".join(f"{w.name}{list(w.dims)}" for w in k.writes[:2])
+    par = f" x{k.chunks}" if k.parallel else ""
+    return f"{type(k).__name__} {k.name}{par} -> {outs}"
+  return type(step).__name__
+
+
 def _plan_and_emit(module: hlo.Module):
   """(meta, llvm ir text) for ``module``."""
   planner = _Planner(module)
@@ -1302,7 +1403,9 @@ def _plan_and_emit(module: hlo.Module):
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
   symbols += ["math:%s:%s:%d" % u for u in E.math_symbols(em.mod)]
   meta = {"outputs": [[hlo.dtype_name(s.dtype), list(s.dims)] for s in shapes], "consts": consts,
-          "symbols": symbols,
+          "symbols": symbols, "control_bytes": _control_bytes(steps),
+          "steps": [_step_label(st) for st in steps], "profile_offset": _profile_offset(steps)
+          if PROFILE else None,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
           "tuple_result": root.is_tuple, "kernels": len(planner.kernels)}

@@ -49,6 +49,8 @@ HARD_OPS = {"dot", "convolution", "sort", "scatter"}
 
 #: Elements of work below which a kernel runs on one thread.
 PARALLEL_MIN_WORK = 1 << 17
+#: Most pieces a parallel kernel is cut into.
+MAX_CHUNKS = 16
 
 
 class PlanError(EmitterError):
@@ -103,6 +105,14 @@ class Kernel:
   @property
   def parallel(self) -> bool:
     return not self.serial_only and self.work >= PARALLEL_MIN_WORK
+
+  @property
+  def chunks(self) -> int:
+    """How many pieces a parallel kernel is cut into (threads claim them one at a time; the
+    count is fixed here, so results do not depend on how many threads run)."""
+    if not self.parallel:
+      return 1
+    return max(2, min(MAX_CHUNKS, self.work // PARALLEL_MIN_WORK))
 
   def emit(self, module: ir.Module) -> ir.Function:
     fty = ir.FunctionType(ir.VoidType(), [_ptr_type(x) for x in self.buffers] + [I64, I64])
@@ -899,6 +909,11 @@ class DotKernel(Kernel):
     self.lhs, self.rhs, self.out = lhs, rhs, out
     s = self.spec
     super().__init__(name, [lhs, rhs], [out], [scratch], work=s.B * s.M * s.N * s.K)
+
+  @property
+  def chunks(self) -> int:
+    # each piece packs its share of one operand and all of the other: few, large pieces
+    return 1 if not self.parallel else (2 if self.work < (1 << 28) else 4)
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
