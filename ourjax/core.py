@@ -461,6 +461,14 @@ class Literal:
   def __repr__(self):
     return f"Literal({self.val})"
 
+  def value(self):
+    """The literal as an operand to bind when a jaxpr is evaluated again: a weakly typed literal
+    stays weak (its NumPy scalar alone would be strongly typed)."""
+    if not self.aval.weak_type:
+      return self.val
+    from ourjax.array import Array
+    return Array._from_result(np.asarray(self.val), self.aval)
+
   def pp(self) -> str:
     v = self.val
     if isinstance(v, np.ndarray) and v.shape == ():
@@ -738,7 +746,7 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence, *args):
   env: dict = {}
 
   def read(x):
-    return x.val if isinstance(x, Literal) else env[x]
+    return x.value() if isinstance(x, Literal) else env[x]
 
   if len(args) != len(jaxpr.invars):
     raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}")

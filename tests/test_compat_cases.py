@@ -215,3 +215,16 @@ def test_builtin_round_gives_int32():
   same(round(jnp.array(2.6)), 3, np.int32)
   same(round(jnp.array([2.5, 3.5])), [2, 4], np.int32)
   same(round(jnp.array(2.66), 1), 2.7, np.float32, weak=True)
+
+
+def test_weak_literals_stay_weak_when_a_jaxpr_is_reevaluated():
+  # vmap re-evaluates the loop body's jaxpr: its weak literal (``+ 1``) must stay weak
+  out = ourjax.vmap(lambda a: lax.while_loop(lambda c: c[1] < 3,
+                                             lambda c: (c[0] + a, c[1] + 1), (0.0, 0)))(
+      jnp.ones(2))
+  same(out[0], [3.0, 3.0], np.float32)
+  same(out[1], [3, 3], np.int32, weak=True)
+  f = lambda a: lax.while_loop(lambda c: c[0] < a, lambda c: (c[0] + 1.0, c[1] + 1), (0.0, 0))
+  out = ourjax.vmap(f)(jnp.array([2.0, 3.0]))
+  same(out[0], [2.0, 3.0], np.float32, weak=True)
+  same(out[1], [2, 3], np.int32, weak=True)

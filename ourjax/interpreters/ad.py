@@ -246,7 +246,7 @@ def backward_pass(jaxpr: core.Jaxpr, consts: Sequence, args: Sequence, cotangent
 
   def read_primal(x):
     if isinstance(x, core.Literal):
-      return x.val
+      return x.value()
     return primal_env.get(x, UndefinedPrimal(x.aval))
 
   def write_cotangent(v, ct):
