@@ -32,8 +32,8 @@ Compilation:
    written atomically (temporary file + ``os.replace``) and checked (length + SHA-256) when read:
    a damaged entry is logged and recompiled.
 
-A module with something the emitter does not handle yet (complex or 8-bit float types, ops in
-``UNSUPPORTED``) runs on the reference backend instead (logged at debug level);
+A module with something the emitter does not handle yet (complex or 8-bit float types, opcodes
+outside ``NATIVE_OPCODES``) runs on the reference backend instead (logged at debug level);
 ``native_unsupported(module)`` says why.
 """
 from __future__ import annotations
@@ -489,9 +489,6 @@ class _Planner:
           last[base] = max(last.get(base, -1), last.get(i, -1))
     return last
 
-  def _leafspec(self, v):
-    return v
-
   def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
     op = instr.opcode
     if op == "fusion":
@@ -756,9 +753,6 @@ def _assign(planner: _Planner, steps) -> int:
           t = walk(br, t, loops)
     return t
 
-  def fix_loops(steps, t, loops):
-    return t
-
   walk(steps, 0, [])
   # a buffer first used inside a loop but read before written in a later iteration cannot
   # exist (values are defined before use in every iteration), so intervals are enough.
@@ -973,19 +967,20 @@ class _Emission:
     prev = None       # (p, chunks) of a parallel step thread 0 has not waited for
     p = 0
     i = 0
-    prof = None
-    if PROFILE:       # thread 0's cycle counter after each step (as seen by thread 0)
+    prof = None   # (with PROFILE: records thread 0's cycle counter after each step)
+    if PROFILE:
       counter = self.mod.globals.get("llvm.readcyclecounter") or ir.Function(
           self.mod, ir.FunctionType(E.I64, []), name="llvm.readcyclecounter")
       base = b.bitcast(b.gep(self.arena, [E.i64(_profile_offset(steps))]), E.I64.as_pointer())
 
-      def prof(k):
+      def _record_cycles(k):
         with b.if_then(is0):
           if k == 0:
             b.store(b.call(counter, []), self.prof_start)
           else:
             b.store(b.call(counter, []), b.gep(base, [E.i64(k - 1)]))
       self.prof_start = E.alloca_entry(b, E.I64)
+      prof = _record_cycles
       prof(0)
     while i < len(steps):
       s = steps[i]
@@ -1235,7 +1230,6 @@ class CpuExecutable:
     return f"<CpuExecutable {self.module.name}>"
 
 
-E_ARENA_MIN = ARENA_HEADER
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1485,9 +1479,10 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
 
 
 def _ensure_runtime_symbols() -> None:
-  """Make the C library and libm visible to LLVM's symbol resolution (the barrier calls
-  ``sched_yield``; ``frem`` becomes ``fmod``/``fmodf``): in some processes nothing has loaded
-  them into LLVM's search path, and an unresolved symbol would abort MCJIT."""
+  """Make the C library and libm visible to LLVM's symbol resolution (waiting threads call
+  ``syscall`` (futex) or ``sched_yield``; ``frem`` becomes ``fmod``/``fmodf``): in some
+  processes nothing has loaded them into LLVM's search path, and an unresolved symbol would
+  abort MCJIT."""
   global _runtime_ready
   if _runtime_ready:
     return

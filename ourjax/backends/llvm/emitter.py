@@ -36,7 +36,7 @@ outside the loop body that computed it.
 from __future__ import annotations
 
 import math as _pymath
-from typing import Callable, Sequence
+from typing import Sequence
 
 import llvmlite.ir as ir
 import ml_dtypes
@@ -869,9 +869,10 @@ class Emitter:
   """Emits element values of the instructions of one computation.
 
   ``leaves`` maps instructions (parameters, and any instruction a kernel materialised) to
-  ``Leaf``s; everything else is computed from its operands.  ``inline_reduce`` decides whether a
-  ``reduce`` reached while evaluating may be emitted as a loop right there (kernels allow it for
-  the reductions they prefetch and for their roots; otherwise ``PrefetchMiss`` is raised)."""
+  ``Leaf``s; everything else is computed from its operands.  ``reduce_ok`` decides whether a
+  ``reduce`` reached while evaluating may be emitted as a loop right there: ``ANY`` (the
+  default), or the one reduction a kernel is prefetching (any other raises ``PrefetchMiss``,
+  so a reduction can never silently be recomputed per element)."""
 
   def __init__(self, b: ir.IRBuilder, leaves: dict, fast_reductions: bool = True):
     self.b = b

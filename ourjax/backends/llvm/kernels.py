@@ -263,7 +263,6 @@ def _cost_per_element(outputs, leafmap) -> int:
       continue
     seen.add(id(x))
     if x.opcode == "reduce":
-      n = len(x.operands) // 2
       red = math.prod(x.operands[0].dims[d] for d in x.attrs["dimensions"])
       cost += red * 2
     elif x.opcode in ("dot", "convolution"):
@@ -843,7 +842,6 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
       full = b.icmp_signed("==", width, i64(NR))
 
       def rows_block(mr, i0):
-        accs = [[zero_v] * NV for _ in range(mr)]
         slots = [[alloca_entry(b, vty) for _ in range(NV)] for _ in range(mr)]
         for r in range(mr):
           for v in range(NV):
