@@ -900,6 +900,16 @@ def fast_dot_ok(dot) -> bool:
   return spec.ok and spec.M * spec.N * spec.K >= 4096 and spec.K > 0 and spec.N >= 8
 
 
+def _narrow_float_dot(dot) -> bool:
+  """A dot of f16/bf16 operands (f16/bf16/f32 result) big enough for the f32 GEMM."""
+  lhs, rhs = dot.operands
+  narrow = (E.F16, E.BF16)
+  if lhs.dtype not in narrow or rhs.dtype not in narrow or dot.dtype not in narrow + (E.F32,):
+    return False
+  spec = DotSpec(dot)
+  return spec.ok and spec.M * spec.N * spec.K >= 4096 and spec.K > 0 and spec.N >= 8
+
+
 class DotKernel(Kernel):
   def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf):
     self.dot, self.spec = dot, DotSpec(dot)
@@ -1070,6 +1080,9 @@ class GroupPlanner:
       self.kernels.append(DotKernel(self._name(), instr, lhs, rhs, out, scratch))
       leafmap[instr] = out
       return
+    if op == "dot" and _narrow_float_dot(instr):
+      self._narrow_dot(instr, out_buf, leafmap, instrs)
+      return
     if op in ("dot", "convolution"):
       for o in instr.operands:
         if o not in leafmap and o.shape.size > 1:
@@ -1106,6 +1119,40 @@ class GroupPlanner:
       leafmap[instr] = out
       return
     raise PlanError(f"no kernel for {op}")
+
+  def _narrow_dot(self, instr, out_buf, leafmap, instrs):
+    """f16/bf16 dot: the operands widened to f32 buffers, the packed f32 GEMM (f32 is the
+    accumulation type, as the reference's), then the result rounded to its type."""
+    f32 = hlo.Shape(np.float32, ())
+    conv = []
+    for o in instr.operands:
+      c = hlo.Instruction("convert", [o], f32.with_dims(o.dims), name=f"{o.name}.f32")
+      buf = self.new_temp(np.float32, o.dims, c.name)
+      self.kernels.append(LoopKernel(self._name(), o.dims, [(c, buf)], _restrict(leafmap, o)
+                                     if o in leafmap else _restrict(leafmap, c),
+                                     rows=len(o.dims) >= 2 and o.dims[-1] >= 16))
+      leafmap[c] = buf
+      conv.append(c)
+    wide = hlo.Instruction("dot", conv, f32.with_dims(instr.dims), dict(instr.attrs),
+                           name=f"{instr.name}.f32")
+    wide.attrs.pop("preferred_element_type", None)
+    if instr.dtype == E.F32 and out_buf is not None:
+      res = out_buf
+    else:
+      res = self.new_temp(np.float32, instr.dims, wide.name)
+    spec = DotSpec(wide)
+    scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), wide.name)
+    self.kernels.append(DotKernel(self._name(), wide, leafmap[conv[0]], leafmap[conv[1]], res,
+                                  scratch))
+    leafmap[wide] = res
+    if res is out_buf:
+      leafmap[instr] = res
+      return
+    out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+    back = hlo.Instruction("convert", [wide], instr.shape, name=f"{instr.name}.round")
+    self.kernels.append(LoopKernel(self._name(), instr.dims, [(back, out)], {wide: res},
+                                   rows=len(instr.dims) >= 2 and instr.dims[-1] >= 16))
+    leafmap[instr] = out
 
   # -- reductions ------------------------------------------------------------------------------
   def _reduce_kernel(self, r, buf, leafmap, instrs) -> bool:
