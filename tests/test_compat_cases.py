@@ -228,3 +228,10 @@ def test_weak_literals_stay_weak_when_a_jaxpr_is_reevaluated():
   out = ourjax.vmap(f)(jnp.array([2.0, 3.0]))
   same(out[0], [2.0, 3.0], np.float32, weak=True)
   same(out[1], [2, 3], np.int32, weak=True)
+
+
+def test_switch_outputs_take_the_first_branch_weak_types():
+  branches = [lambda: 1.0, lambda: jnp.float32(2)]
+  same(lax.switch(1, branches), 2.0, np.float32, weak=True)
+  same(lax.switch(1, branches[::-1]), 1.0, np.float32)
+  same(lax.cond(True, lambda: 1.0, lambda: jnp.float32(2)), 1.0, np.float32)   # cond joins

@@ -254,9 +254,10 @@ def _avals_str(tree, avals) -> str:
   return str(tree_unflatten(tree, [a.str_short() for a in avals])).replace("'", "")
 
 
-def _trace_branches(funs, ops_tree, ops_avals, describe):
+def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True):
   """Trace each branch on the operand avals; check that their outputs agree (up to weak types,
-  which are joined: an output is weak only if it is weak in every branch)."""
+  which are joined: an output is weak only if it is weak in every branch; with ``join_weak``
+  False, as JAX's ``switch`` does, the outputs take the first branch's weak types)."""
   traced = []
   for f in funs:
     cell = []
@@ -270,7 +271,7 @@ def _trace_branches(funs, ops_tree, ops_avals, describe):
     if len(avals) != len(avals0) or not _all(_map(core.typematch, avals0, avals)):
       raise TypeError(f"{what} must have identical types, got\n{_avals_str(tree0, avals0)}\n"
                       f"and\n{_avals_str(tree, avals)}.")
-  joined = [a.update(weak_type=_all(t[2][k].weak_type for t in traced))
+  joined = [a.update(weak_type=_all(t[2][k].weak_type for t in traced)) if join_weak else a
             for k, a in enumerate(avals0)]
   closeds = []
   for f, (closed, _, avals) in zip(funs, traced):
@@ -453,7 +454,7 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
   ops, ops_tree = tree_flatten(operands)
   ops_avals = [get_aval(x) for x in ops]
   closeds, out_tree = _trace_branches(branches, ops_tree, ops_avals,
-                                      lambda i: f"branch 0 and {i} outputs")
+                                      lambda i: f"branch 0 and {i} outputs", join_weak=False)
   return tree_unflatten(out_tree, _bind_cond(index, ops, closeds))
 
 
