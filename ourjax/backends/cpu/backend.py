@@ -332,6 +332,7 @@ def _flat(tree):
 
 class _Planner:
   """Buffers and steps of the entry computation and the computations it calls."""
+  widen_narrow_dots = True    # see GroupPlanner; the GPU planner turns it off
 
   def __init__(self, module: hlo.Module):
     self.module = module
@@ -526,7 +527,8 @@ class _Planner:
                                                      [(o, None) for o in root.operands[2:]]))
       self._add_kernel(steps, kern)
       return res
-    planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname())
+    planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
+                             widen_narrow_dots=self.widen_narrow_dots)
     for kern in planner.plan(instrs, outputs, leafmap):
       self._add_kernel(steps, kern)
     return res

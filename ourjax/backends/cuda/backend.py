@@ -342,6 +342,7 @@ def _cpu_planning():
 def _make_planner(cpu_be, module, info):
   class GpuPlanner(cpu_be._Planner):
     """The CPU backend's planner whose kernels become GPU kernels as they are added."""
+    widen_narrow_dots = False   # bf16/f16 dots run on the tensor cores as they are
 
     def _add_kernel(self, steps, kernel):
       for g in codegen.translate(kernel, self.temp, info, cpu_be.MAX_THREADS):

@@ -986,8 +986,11 @@ class GroupPlanner:
   """Plans the kernels of one group.  ``new_temp(dtype, dims, name) -> Buf`` makes arena
   buffers; ``max_threads`` sizes per-thread scratch."""
 
-  def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str):
+  def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str,
+               widen_narrow_dots: bool = True):
     self.new_temp, self.new_scratch = new_temp, new_scratch
+    # f16/bf16 dots go through the f32 GEMM on the CPU; a GPU has narrow-type tensor cores
+    self.widen_narrow_dots = widen_narrow_dots
     self.max_threads = max_threads
     self.prefix = prefix
     self.count = 0
@@ -1080,7 +1083,7 @@ class GroupPlanner:
       self.kernels.append(DotKernel(self._name(), instr, lhs, rhs, out, scratch))
       leafmap[instr] = out
       return
-    if op == "dot" and _narrow_float_dot(instr):
+    if op == "dot" and self.widen_narrow_dots and _narrow_float_dot(instr):
       self._narrow_dot(instr, out_buf, leafmap, instrs)
       return
     if op in ("dot", "convolution"):
