@@ -235,3 +235,11 @@ def test_switch_outputs_take_the_first_branch_weak_types():
   same(lax.switch(1, branches), 2.0, np.float32, weak=True)
   same(lax.switch(1, branches[::-1]), 1.0, np.float32)
   same(lax.cond(True, lambda: 1.0, lambda: jnp.float32(2)), 1.0, np.float32)   # cond joins
+
+
+def test_x64_default_dtypes_as_jax(x64):
+  assert jnp.tri(3).dtype == np.float32                  # JAX's tri defaults to float32
+  assert jnp.tril_indices(3)[0].dtype == np.int64
+  assert jnp.diag_indices(2)[0].dtype == np.int64
+  assert (jnp.array([True]) ** 2).dtype == np.int32      # bool -> int32 in numeric promotion
+  assert jnp.square(jnp.array([True])).dtype == np.int32

@@ -397,7 +397,8 @@ def _tri_mask(n, m, k):
 def tri(N, M=None, k=0, dtype=None):
   n = _int_arg(N, "N")
   m = n if M is None else _int_arg(M, "M")
-  dt = dtypes.check_user_dtype(float if dtype is None else dtype, "tri")
+  # float32 by default, also with x64 (JAX's default for tri)
+  dt = dtypes.check_user_dtype(np.float32 if dtype is None else dtype, "tri")
   return lax.convert_element_type(_tri_mask(n, m, k), dt)
 
 

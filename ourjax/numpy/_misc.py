@@ -348,13 +348,15 @@ def tril_indices(n, k=0, m=None):
   """Row and column indices of the lower triangle of an (n, m) array (static)."""
   r, c = np.tril_indices(_static_int(n, "n"), _static_int(k, "k"),
                          None if m is None else _static_int(m, "m"))
-  return asarray(r.astype(np.int32)), asarray(c.astype(np.int32))
+  dt = dtypes.default_int_dtype()   # int64 with x64, as JAX's
+  return asarray(r.astype(dt)), asarray(c.astype(dt))
 
 
 def triu_indices(n, k=0, m=None):
   r, c = np.triu_indices(_static_int(n, "n"), _static_int(k, "k"),
                          None if m is None else _static_int(m, "m"))
-  return asarray(r.astype(np.int32)), asarray(c.astype(np.int32))
+  dt = dtypes.default_int_dtype()   # int64 with x64, as JAX's
+  return asarray(r.astype(dt)), asarray(c.astype(dt))
 
 
 def tril_indices_from(arr, k=0):
@@ -375,7 +377,7 @@ def diag_indices(n, ndim: int = 2):
   n, ndim = _static_int(n, "n"), _static_int(ndim, "ndim")
   if n < 0 or ndim < 0:
     raise ValueError(f"n and ndim must be non-negative, got n={n}, ndim={ndim}")
-  idx = lax.iota(np.int32, n)
+  idx = lax.iota(dtypes.default_int_dtype(), n)
   return (idx,) * ndim
 
 

@@ -63,7 +63,7 @@ def promote_dtypes_inexact(*args):
 def promote_dtypes_numeric(*args):
   dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   if dt == np.bool_:
-    dt = dtypes.default_int_dtype()
+    dt = np.dtype(np.int32)   # JAX's to_numeric_dtype: int32 also with x64
   _check_int_range(args, dt)
   return [ensure_array(lax._convert_element_type(a, dt, weak)) for a in args]
 
