@@ -55,7 +55,7 @@ def case(name):
   return deco
 
 
-def setup(side):
+def setup(side, x64=False):
   global jax, jnp, lax, SIDE
   SIDE = side
   if side == "jax":
@@ -70,6 +70,8 @@ def setup(side):
     import ourjax.numpy as _jnp
     from ourjax import lax as _lax
   jax, jnp, lax = _jax, _jnp, _lax
+  if x64:
+    jax.config.update("jax_enable_x64", True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,8 +156,8 @@ def _alarm(signum, frame):
   raise _Timeout("case took too long")
 
 
-def run_side(side, out, filt=None, verbose=False):
-  setup(side)
+def run_side(side, out, filt=None, verbose=False, x64=False):
+  setup(side, x64)
   import warnings
   warnings.simplefilter("ignore")
   results = collections.OrderedDict()
@@ -1876,6 +1878,376 @@ C(G + "dynamic_update_index_in_dim", lambda: lax.dynamic_update_index_in_dim(
 C(G + "scatter_add_lax", lambda: jnp.zeros(3).at[jnp.array([[0], [2]])].add(1.0))
 
 
+# ---- realistic small programs --------------------------------------------------------------------
+G = "prog/"
+
+
+def _mlp_params(key, sizes=(4, 8, 3)):
+  keys = jax.random.split(key, len(sizes) - 1)
+  return [(jax.random.normal(k, (m, n)) * (1.0 / np.sqrt(m)), jnp.zeros(n))
+          for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
+
+
+def _mlp(params, x):
+  for w, b in params[:-1]:
+    x = jnp.tanh(x @ w + b)
+  w, b = params[-1]
+  return x @ w + b
+
+
+def _xent(params, x, y):
+  logits = _mlp(params, x)
+  return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, 3), axis=-1))
+
+
+def _data():
+  x = jax.random.normal(jax.random.PRNGKey(1), (16, 4))
+  y = jax.random.randint(jax.random.PRNGKey(2), (16,), 0, 3)
+  return x, y
+
+
+@case(G + "mlp_train_steps")
+def _prog_mlp():
+  params = _mlp_params(jax.random.PRNGKey(0))
+  x, y = _data()
+
+  @jax.jit
+  def step(p, x, y):
+    l, g = jax.value_and_grad(_xent)(p, x, y)
+    return jax.tree_util.tree_map(lambda a, b: a - 0.5 * b, p, g), l
+  losses = []
+  for _ in range(5):
+    params, l = step(params, x, y)
+    losses.append(l)
+  acc = jnp.mean(jnp.argmax(_mlp(params, x), -1) == y)
+  return jnp.stack(losses), acc, params
+
+
+@case(G + "per_example_grads")
+def _prog_pe():
+  params = _mlp_params(jax.random.PRNGKey(0))
+  x, y = _data()
+  g = jax.vmap(jax.grad(_xent), in_axes=(None, 0, 0))(params, x[:, None], y[:, None])
+  return jax.tree_util.tree_map(lambda a: a.shape, g), g[0][0][:2]
+
+
+@case(G + "adam_optimizer")
+def _prog_adam():
+  from importlib import import_module
+  opt = import_module(jax.__name__ + ".example_libraries.optimizers")
+  init, update, get = opt.adam(1e-2)
+  params = _mlp_params(jax.random.PRNGKey(0))
+  x, y = _data()
+  state = init(params)
+  for i in range(3):
+    g = jax.grad(_xent)(get(state), x, y)
+    state = update(i, g, state)
+  return get(state)
+
+
+@case(G + "layernorm")
+def _prog_ln():
+  x = jax.random.normal(jax.random.PRNGKey(3), (2, 5))
+  mean = jnp.mean(x, -1, keepdims=True)
+  var = jnp.var(x, -1, keepdims=True)
+  y = (x - mean) * jax.lax.rsqrt(var + 1e-5)
+  return y, jax.grad(lambda x: jnp.sum(((x - x.mean(-1, keepdims=True)) /
+                                        jnp.sqrt(x.var(-1, keepdims=True) + 1e-5)) ** 3))(x)
+
+
+@case(G + "attention")
+def _prog_attn():
+  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(4), 3)
+  q = jax.random.normal(k1, (2, 4, 8))
+  k = jax.random.normal(k2, (2, 4, 8))
+  v = jax.random.normal(k3, (2, 4, 8))
+  s = jnp.einsum("bqd,bkd->bqk", q, k) / jnp.sqrt(8.0)
+  mask = jnp.tril(jnp.ones((4, 4), bool))
+  s = jnp.where(mask, s, -jnp.inf)
+  w = jax.nn.softmax(s, axis=-1)
+  return jnp.einsum("bqk,bkd->bqd", w, v)
+
+
+@case(G + "rnn_scan")
+def _prog_rnn():
+  key = jax.random.PRNGKey(5)
+  wx = jax.random.normal(key, (3, 4)) * 0.5
+  wh = jax.random.normal(jax.random.fold_in(key, 1), (4, 4)) * 0.5
+  xs = jax.random.normal(jax.random.fold_in(key, 2), (6, 3))
+
+  def loss(wx, wh):
+    def cell(h, x):
+      h = jnp.tanh(x @ wx + h @ wh)
+      return h, h.sum()
+    h, ys = jax.lax.scan(cell, jnp.zeros(4), xs)
+    return jnp.sum(h) + jnp.sum(ys)
+  return loss(wx, wh), jax.grad(loss, argnums=(0, 1))(wx, wh)
+
+
+@case(G + "conv_net")
+def _prog_conv():
+  key = jax.random.PRNGKey(6)
+  x = jax.random.normal(key, (2, 1, 8, 8))
+  w1 = jax.random.normal(jax.random.fold_in(key, 1), (4, 1, 3, 3)) * 0.3
+  w2 = jax.random.normal(jax.random.fold_in(key, 2), (4 * 4 * 4, 2)) * 0.1
+
+  def f(w1, w2):
+    h = jax.lax.conv_general_dilated(x, w1, (2, 2), "SAME")
+    h = jax.nn.relu(h)
+    return jnp.sum(jax.nn.log_softmax(h.reshape(2, -1) @ w2))
+  return f(w1, w2), jax.grad(f, argnums=(0, 1))(w1, w2)
+
+
+@case(G + "newton_while")
+def _prog_newton():
+  def solve(a):
+    def body(c):
+      x, i = c
+      return x - (x * x - a) / (2 * x), i + 1
+    return jax.lax.while_loop(lambda c: (jnp.abs(c[0] * c[0] - a) > 1e-6) & (c[1] < 50),
+                              body, (a, 0))
+  return jax.jit(solve)(2.0), jax.vmap(solve)(jnp.array([2.0, 9.0]))
+
+
+@case(G + "gradient_clipping")
+def _prog_clip():
+  params = _mlp_params(jax.random.PRNGKey(0))
+  x, y = _data()
+  g = jax.grad(_xent)(params, x, y)
+  norm = jnp.sqrt(sum(jnp.sum(l ** 2) for l in jax.tree_util.tree_leaves(g)))
+  scale = jnp.minimum(1.0, 0.1 / norm)
+  return norm, jax.tree_util.tree_map(lambda l: l * scale, g)[0][1]
+
+
+@case(G + "dropout")
+def _prog_dropout():
+  key = jax.random.PRNGKey(7)
+  x = jnp.ones((4, 5))
+  keep = jax.random.bernoulli(key, 0.8, x.shape)
+  return jnp.where(keep, x / 0.8, 0.0)
+
+
+@case(G + "kmeans_step")
+def _prog_kmeans():
+  pts = jax.random.normal(jax.random.PRNGKey(8), (20, 2))
+  cent = pts[:3]
+  d = jnp.sum((pts[:, None, :] - cent[None, :, :]) ** 2, -1)
+  a = jnp.argmin(d, axis=1)
+  oh = jax.nn.one_hot(a, 3)
+  new = (oh.T @ pts) / jnp.maximum(oh.sum(0)[:, None], 1)
+  return a, new
+
+
+@case(G + "logistic_regression_newton")
+def _prog_logreg():
+  x, y = _data()
+  yb = (y > 0).astype(jnp.float32)
+
+  def nll(w):
+    z = x @ w
+    return jnp.sum(jnp.logaddexp(0.0, z) - yb * z)
+  w = jnp.zeros(4)
+  for _ in range(3):
+    w = w - jnp.dot(jnp.linalg.inv(jax.hessian(nll)(w)), jax.grad(nll)(w)) \
+        if hasattr(jnp, "linalg") else w - 0.1 * jax.grad(nll)(w)
+  return w
+
+
+@case(G + "cumsum_argsort_topk")
+def _prog_sort():
+  x = jax.random.uniform(jax.random.PRNGKey(9), (10,))
+  idx = jnp.argsort(-x)[:3]
+  return idx, jnp.cumsum(x[idx]), jax.lax.top_k(x, 3)[1]
+
+
+@case(G + "heat_equation_fori")
+def _prog_heat():
+  u = jnp.zeros(16).at[8].set(1.0)
+
+  def step(i, u):
+    return u + 0.1 * (jnp.roll(u, 1) - 2 * u + jnp.roll(u, -1))
+  return jax.lax.fori_loop(0, 20, step, u)
+
+
+@case(G + "jit_static_shapes")
+def _prog_static():
+  @functools.partial(jax.jit, static_argnums=(1,))
+  def f(x, n):
+    return jnp.sum(jnp.stack([x ** i for i in range(n)]), 0)
+  return f(jnp.arange(3.0), 3), f(jnp.arange(3.0), 4)
+
+
+@case(G + "vmap_nested_in_axes")
+def _prog_vmap_nested():
+  def f(a, b):
+    return jnp.dot(a, b)
+  a = jnp.arange(24.0).reshape(2, 3, 4)
+  b = jnp.arange(8.0).reshape(2, 4)
+  return jax.vmap(jax.vmap(f, (0, None)), (0, 0))(a, b)
+
+
+@case(G + "pytree_params_dict")
+def _prog_dict_params():
+  p = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2), "scale": 2.0}
+
+  def f(p, x):
+    return jnp.sum((x @ p["w"] + p["b"]) * p["scale"])
+  return jax.grad(f)(p, jnp.arange(3.0))
+
+
+@case(G + "random_init_shapes_dtypes")
+def _prog_init():
+  k = jax.random.PRNGKey(10)
+  return (jax.nn.initializers.glorot_normal()(k, (3, 4)),
+          jax.nn.initializers.he_uniform()(k, (3, 4)),
+          jax.nn.initializers.lecun_normal()(k, (2, 2), jnp.float16),
+          jax.nn.initializers.normal(0.1)(k, (3,)),
+          jax.nn.initializers.uniform(0.5)(k, (3,)),
+          jax.nn.initializers.ones(k, (2,), jnp.int32),
+          jax.nn.initializers.constant(3.0)(k, (2,)),
+          jax.nn.initializers.truncated_normal(1.0)(k, (3,)),
+          jax.nn.initializers.orthogonal()(k, (3, 3)),
+          jax.nn.initializers.variance_scaling(2.0, "fan_out", "uniform")(k, (4, 2)))
+
+
+@case(G + "random_streams")
+def _prog_streams():
+  key = jax.random.PRNGKey(11)
+  out = []
+  for i in range(3):
+    key, sub = jax.random.split(key)
+    out.append(jax.random.normal(sub, (2,)))
+  return jnp.stack(out), key
+
+
+@case(G + "bfloat16_mixed_precision")
+def _prog_bf16():
+  x = jnp.arange(8.0).reshape(2, 4).astype(jnp.bfloat16)
+  w = jnp.ones((4, 3), jnp.bfloat16) * 0.5
+  y = x @ w
+  return y, y.astype(jnp.float32).sum(), jax.grad(lambda w: jnp.sum((x @ w).astype(jnp.float32)))(w)
+
+
+@case(G + "float16_loss_scaling")
+def _prog_f16():
+  x = jnp.linspace(-1, 1, 5, dtype=jnp.float16)
+  return jax.grad(lambda x: jnp.sum(x * x * 1024.0).astype(jnp.float32))(x)
+
+
+@case(G + "nan_safe_where_grad")
+def _prog_nan_where():
+  def f(x):
+    safe = jnp.where(x > 0, x, 1.0)
+    return jnp.sum(jnp.where(x > 0, jnp.log(safe), 0.0))
+  return jax.grad(f)(jnp.array([-1.0, 0.0, 2.0]))
+
+
+@case(G + "custom_vjp_clip_gradient")
+def _prog_cvjp():
+  @jax.custom_vjp
+  def clip_grad(x):
+    return x
+
+  def fwd(x):
+    return x, None
+
+  def bwd(_, g):
+    return (jnp.clip(g, -1.0, 1.0),)
+  clip_grad.defvjp(fwd, bwd)
+  return jax.grad(lambda x: jnp.sum(clip_grad(x) * 5.0))(jnp.ones(3))
+
+
+@case(G + "custom_jvp_safe_log1pexp")
+def _prog_cjvp():
+  @jax.custom_jvp
+  def f(x):
+    return jnp.log1p(jnp.exp(x))
+
+  @f.defjvp
+  def f_jvp(p, t):
+    x, = p
+    tx, = t
+    return f(x), tx * jax.nn.sigmoid(x)
+  return jax.vmap(jax.grad(f))(jnp.array([-100.0, 0.0, 100.0])), f(100.0)
+
+
+@case(G + "remat_scan")
+def _prog_remat():
+  @jax.checkpoint
+  def layer(x):
+    return jnp.sin(x) * 2.0
+  return jax.grad(lambda x: jnp.sum(jax.lax.scan(lambda c, _: (layer(c), None), x, None,
+                                                  length=3)[0]))(jnp.ones(2))
+
+
+@case(G + "jacobian_of_vector_fn")
+def _prog_jac():
+  f = lambda x: jnp.array([x[0] * x[1], jnp.sin(x[2]), x.sum()])  # noqa: E731
+  x = jnp.array([1.0, 2.0, 3.0])
+  return jax.jacfwd(f)(x), jax.jacrev(f)(x), jax.hessian(lambda x: jnp.sum(f(x) ** 2))(x)
+
+
+@case(G + "integer_arith_program")
+def _prog_int():
+  x = jnp.arange(10)
+  return (x * 3 + 1) // 2 % 7, jnp.cumsum(x) ** 2, jnp.bincount(x % 3), (x << 2) | 1
+
+
+@case(G + "mixed_dtype_program")
+def _prog_mixed():
+  a = jnp.arange(4, dtype=jnp.int8)
+  b = jnp.ones(4, jnp.uint8)
+  c = jnp.ones(4, jnp.float16)
+  return a + b, a * c, (a + 1.5), a / 2, a.astype(jnp.bfloat16) + c.astype(jnp.bfloat16)
+
+
+@case(G + "lax_cond_in_vmap_grad")
+def _prog_cond():
+  f = lambda x: jax.lax.cond(x > 0, lambda x: x ** 2, lambda x: -x, x)  # noqa: E731
+  return jax.vmap(jax.grad(f))(jnp.array([-2.0, 3.0]))
+
+
+@case(G + "segment_sum_via_at")
+def _prog_segsum():
+  data = jnp.arange(6.0)
+  seg = jnp.array([0, 0, 1, 2, 2, 2])
+  return jnp.zeros(3).at[seg].add(data), jax.grad(lambda d: jnp.sum(
+      jnp.zeros(3).at[seg].add(d) ** 2))(data)
+
+
+@case(G + "gather_embeddings")
+def _prog_embed():
+  table = jnp.arange(20.0).reshape(5, 4)
+  ids = jnp.array([[0, 3], [4, 4]])
+  return table[ids], jax.grad(lambda t: jnp.sum(t[ids] ** 2))(table)
+
+
+@case(G + "softmax_cross_entropy_int_labels")
+def _prog_xent2():
+  logits = jnp.array([[2.0, 1.0, 0.1], [0.5, 2.5, 0.3]])
+  labels = jnp.array([0, 1])
+  lp = jax.nn.log_softmax(logits)
+  return -jnp.take_along_axis(lp, labels[:, None], axis=1).mean()
+
+
+@case(G + "piecewise_where_chain")
+def _prog_pw():
+  x = jnp.linspace(-2, 2, 9)
+  return jnp.select([x < -1, x < 1], [x * 0, x], default=x ** 2), jnp.clip(x, -1, 1)
+
+
+@case(G + "moving_average_convolve")
+def _prog_ma():
+  x = jnp.arange(10.0)
+  return jnp.convolve(x, jnp.ones(3) / 3, mode="valid")
+
+
+@case(G + "meshgrid_eval")
+def _prog_mesh():
+  xs, ys = jnp.meshgrid(jnp.linspace(0, 1, 3), jnp.linspace(0, 2, 2))
+  return jnp.sin(xs) * ys
+
+
 def _named_fn(x):
   return x * 2
 
@@ -1892,6 +2264,7 @@ def main(argv=None):
   p.add_argument("--ours-python", default=os.path.join(ROOT, ".venv", "bin", "python"))
   p.add_argument("-k", action="append", dest="filt", help="keep cases whose name contains this")
   p.add_argument("--list", action="store_true")
+  p.add_argument("--x64", action="store_true", help="run with jax_enable_x64 on (both sides)")
   p.add_argument("--no-soft", action="store_true", help="omit the soft differences")
   p.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of exceptions")
   a = p.parse_args(argv)
@@ -1901,13 +2274,13 @@ def main(argv=None):
     print(len(CASES), "cases")
     return 0
   if a.side:
-    run_side(a.side, a.out or f"/tmp/jaxdiff_{a.side}.pkl", a.filt, a.verbose)
+    run_side(a.side, a.out or f"/tmp/jaxdiff_{a.side}.pkl", a.filt, a.verbose, a.x64)
     return 0
   if a.compare:
     compare(*a.compare, show_soft=not a.no_soft)
     return 0
   if a.both:
-    extra = sum((["-k", f] for f in (a.filt or [])), [])
+    extra = sum((["-k", f] for f in (a.filt or [])), []) + (["--x64"] if a.x64 else [])
     jp, op = "/tmp/jaxdiff_jax.pkl", "/tmp/jaxdiff_ourjax.pkl"
     subprocess.run([a.jax_python, __file__, "--side", "jax", "--out", jp] + extra, check=True)
     subprocess.run([a.ours_python, __file__, "--side", "ourjax", "--out", op] + extra,
