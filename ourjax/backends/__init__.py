@@ -138,13 +138,6 @@ def _backend_module(name: str):
   raise ValueError(f"Unknown backend {name!r}: expected one of 'cpu', 'cuda', 'reference'")
 
 
-def lower_and_optimize(closed: core.ClosedJaxpr, name: str = ""):
-  from ourjax.lowering import from_jaxpr, pipeline
-  module, hoisted = from_jaxpr.lower_jaxpr(closed, name)
-  pipeline.optimize(module)
-  return module, hoisted
-
-
 def _log_compile(name: str, in_avals, reason: str | None) -> None:
   from ourjax.config import config
   if not config.jax_log_compiles:
@@ -163,6 +156,11 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
   from ourjax.lowering import pipeline
   _log_compile(name, closed.in_avals, log_reason)
   module = lowering.module.clone()
+  dump = os.environ.get("OURJAX_DUMP")
+  if dump:   # the jaxpr beside the module dumps the pipeline writes (module.NN-pass.txt)
+    os.makedirs(dump, exist_ok=True)
+    with open(os.path.join(dump, f"{module.name}.jaxpr.txt"), "w") as f:
+      f.write(str(closed) + "\n")
   pipeline.optimize(module)
   kept = lowering.kept_args
   return ModuleExecutable(module, _backend_module(backend).compile(module), lowering.hoisted,

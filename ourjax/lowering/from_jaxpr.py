@@ -215,12 +215,6 @@ def lower(closed: ClosedJaxpr, name: str = "jit_fn", *, keep_unused: bool = True
   return Lowering(module, hoisted, kept)
 
 
-def lower_jaxpr(closed: ClosedJaxpr, name: str = "jit_fn"):
-  """Returns ``(module, hoisted_consts)``: call the module with ``(*args, *hoisted_consts)``."""
-  lowered = lower(closed, name)
-  return lowered.module, lowered.hoisted
-
-
 def _module_name(name: str) -> str:
   safe = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name).strip("_")
   return f"jit_{safe or 'fn'}"
