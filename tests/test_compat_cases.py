@@ -243,3 +243,21 @@ def test_x64_default_dtypes_as_jax(x64):
   assert jnp.diag_indices(2)[0].dtype == np.int64
   assert (jnp.array([True]) ** 2).dtype == np.int32      # bool -> int32 in numeric promotion
   assert jnp.square(jnp.array([True])).dtype == np.int32
+
+
+def test_linalg_results_are_namedtuples_and_pytrees():
+  a = jnp.array([[4.0, 1.0], [1.0, 3.0]])
+  r = ourjax.jit(jnp.linalg.eigh)(a)
+  assert r._fields == ("eigenvalues", "eigenvectors")
+  np.testing.assert_allclose(np.asarray(r.eigenvalues), np.linalg.eigvalsh(np.asarray(a)),
+                             rtol=1e-5)
+  s = ourjax.vmap(jnp.linalg.slogdet)(jnp.stack([a, 2 * a]))
+  assert s._fields == ("sign", "logabsdet")
+  np.testing.assert_allclose(np.asarray(s.logabsdet), [np.log(11.0), np.log(44.0)], rtol=1e-5)
+  assert ourjax.jit(jnp.linalg.qr)(a)._fields == ("Q", "R")
+  assert ourjax.jit(jnp.linalg.svd)(a)._fields == ("U", "S", "Vh")
+
+
+def test_norm_pdf_of_a_python_scalar_is_weak():
+  x = ourjax.scipy.stats.norm.pdf(1.0)
+  same(x, np.exp(-0.5) / np.sqrt(2 * np.pi), np.float32, weak=True)

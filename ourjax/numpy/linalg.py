@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -174,12 +175,9 @@ def slogdet(a, *, method=None):
   return SlogdetResult(sign, logdet)
 
 
-class SlogdetResult(tuple):
-  def __new__(cls, sign, logabsdet):
-    return super().__new__(cls, (sign, logabsdet))
-
-  sign = property(operator.itemgetter(0))
-  logabsdet = property(operator.itemgetter(1))
+class SlogdetResult(NamedTuple):   # a NamedTuple (so a pytree), as JAX's
+  sign: Any
+  logabsdet: Any
 
 
 def solve(a, b):
@@ -286,12 +284,9 @@ def _qr_single(a, complete):
   return q[:, :k], r[:k, :]
 
 
-class QRResult(tuple):
-  def __new__(cls, Q, R):
-    return super().__new__(cls, (Q, R))
-
-  Q = property(operator.itemgetter(0))
-  R = property(operator.itemgetter(1))
+class QRResult(NamedTuple):
+  Q: Any
+  R: Any
 
 
 def qr(a, mode: str = "reduced"):
@@ -367,12 +362,9 @@ def _eigh_single(a):
   return w[order], v[:, order]
 
 
-class EighResult(tuple):
-  def __new__(cls, eigenvalues, eigenvectors):
-    return super().__new__(cls, (eigenvalues, eigenvectors))
-
-  eigenvalues = property(operator.itemgetter(0))
-  eigenvectors = property(operator.itemgetter(1))
+class EighResult(NamedTuple):
+  eigenvalues: Any
+  eigenvectors: Any
 
 
 def eigh(a, UPLO=None, symmetrize_input: bool = True):
@@ -439,13 +431,10 @@ def _svd_tall(a):
   return u, s, v
 
 
-class SVDResult(tuple):
-  def __new__(cls, U, S, Vh):
-    return super().__new__(cls, (U, S, Vh))
-
-  U = property(operator.itemgetter(0))
-  S = property(operator.itemgetter(1))
-  Vh = property(operator.itemgetter(2))
+class SVDResult(NamedTuple):
+  U: Any
+  S: Any
+  Vh: Any
 
 
 def svd(a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False,

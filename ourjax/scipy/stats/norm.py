@@ -14,7 +14,8 @@ def logpdf(x, loc=0, scale=1):
   import ourjax.numpy as jnp
   x, loc, scale = _args("norm.logpdf", x, loc, scale)
   z = (x - loc) / scale
-  return -0.5 * z * z - jnp.log(scale) - 0.5 * np.log(2 * np.pi)
+  # a Python float: a weakly typed x gives a weakly typed density, as in JAX
+  return -0.5 * z * z - jnp.log(scale) - 0.5 * float(np.log(2 * np.pi))
 
 
 def pdf(x, loc=0, scale=1):
