@@ -261,3 +261,10 @@ def test_linalg_results_are_namedtuples_and_pytrees():
 def test_norm_pdf_of_a_python_scalar_is_weak():
   x = ourjax.scipy.stats.norm.pdf(1.0)
   same(x, np.exp(-0.5) / np.sqrt(2 * np.pi), np.float32, weak=True)
+
+
+def test_sort_complex_sorts_the_last_axis():
+  x = np.array([[3.0, 1.0], [2.0, 0.0]], np.float32)
+  got = jnp.sort_complex(jnp.asarray(x))
+  assert got.dtype == np.complex64
+  np.testing.assert_array_equal(np.asarray(got), np.sort_complex(x))

@@ -111,7 +111,7 @@ def _check_kth(name, a, kth, axis):
 def sort_complex(a):
   a = _arr("sort_complex", a)
   dt = dtypes.to_complex_dtype(get_aval(a).dtype)
-  return lax.convert_element_type(sort(a, axis=0), dt)
+  return lax.convert_element_type(sort(a, axis=-1), dt)   # the last axis, as NumPy and JAX
 
 
 # ------------------------------------------------------------------------------------------------
