@@ -2248,6 +2248,250 @@ def _prog_mesh():
   return jnp.sin(xs) * ys
 
 
+# ---- generated: reductions x dtypes x axis/keepdims ---------------------------------------------
+RED_FUNS = ["sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin", "any", "all",
+            "cumsum", "cumprod", "median", "ptp", "count_nonzero", "nansum", "nanmean",
+            "nanmax", "average", "logsumexp"]
+RED_INPUTS = {
+    "f32": lambda: jnp.array([[1.5, -2.0, 3.0], [0.5, 4.0, -1.0]]),
+    "i32": lambda: jnp.array([[1, -2, 3], [0, 4, -1]]),
+    "i8": lambda: jnp.array([[1, -2, 3], [0, 4, -1]], jnp.int8),
+    "u8": lambda: jnp.array([[1, 2, 3], [0, 4, 1]], jnp.uint8),
+    "bool": lambda: jnp.array([[True, False, True], [False, False, True]]),
+    "f16": lambda: jnp.array([[1.5, -2.0, 3.0], [0.5, 4.0, -1.0]], jnp.float16),
+    "bf16": lambda: jnp.array([[1.5, -2.0, 3.0], [0.5, 4.0, -1.0]], jnp.bfloat16),
+    "nan": lambda: jnp.array([[1.0, jnp.nan, 3.0], [0.5, 4.0, -1.0]]),
+}
+RED_AXES = {"none": dict(), "ax0": dict(axis=0), "ax1k": dict(axis=1, keepdims=True),
+            "axneg": dict(axis=-1)}
+
+
+def _red(fn, inp, ax):
+  x = RED_INPUTS[inp]()
+  kw = dict(RED_AXES[ax])
+  if fn in ("cumsum", "cumprod"):
+    kw.pop("keepdims", None)
+  if fn == "logsumexp":
+    return jax.nn.logsumexp(x, **kw)
+  return getattr(jnp, fn)(x, **kw)
+
+
+for _f in RED_FUNS:
+  for _i in RED_INPUTS:
+    for _a in RED_AXES:
+      C(f"red/{_f}/{_i}/{_a}", functools.partial(_red, _f, _i, _a))
+
+# ---- generated: indexing patterns (getitem, .at[].set/add, under jit) -----------------------------
+IDX = {
+    "int": lambda: 1, "neg": lambda: -1, "slice": lambda: slice(1, None),
+    "rev": lambda: slice(None, None, -1), "step2": lambda: slice(None, None, 2),
+    "none_int": lambda: (None, 1), "ell_int": lambda: (Ellipsis, 1),
+    "list": lambda: [0, 2], "arr": lambda: jnp.array([2, 0]), "negarr": lambda: jnp.array([-1, 0]),
+    "oob_arr": lambda: jnp.array([5, 1]), "bool1d": lambda: jnp.array([True, False, True]),
+    "int_slice": lambda: (1, slice(0, 2)), "arr_arr": lambda: (jnp.array([0, 1]),
+                                                               jnp.array([2, 0])),
+    "slice_arr": lambda: (slice(None), jnp.array([0, 2])), "arr2d": lambda: jnp.array([[0], [1]]),
+    "empty_slice": lambda: slice(2, 1), "np_int": lambda: np.int64(1),
+    "jnp_int": lambda: jnp.int32(1), "tuple_ints": lambda: (1, 2),
+    "none_slice_none": lambda: (None, slice(None), None),
+}
+
+
+def _idx_x():
+  return jnp.arange(12.0).reshape(3, 4) if False else jnp.arange(9.0).reshape(3, 3)
+
+
+def _getitem(k):
+  return _idx_x()[IDX[k]()]
+
+
+def _getitem_jit(k):
+  i = IDX[k]()
+  if isinstance(i, (list, tuple, slice)) or i is None or i is Ellipsis:
+    return jax.jit(lambda x: x[i])(_idx_x())
+  return jax.jit(lambda x, i: x[i])(_idx_x(), i)
+
+
+def _at_set(k):
+  return _idx_x().at[IDX[k]()].set(-1.0)
+
+
+def _at_add(k):
+  return _idx_x().at[IDX[k]()].add(10.0)
+
+
+def _at_grad(k):
+  return jax.grad(lambda x: jnp.sum(x[IDX[k]()] ** 2))(_idx_x())
+
+
+for _k in IDX:
+  for _nm, _fn in (("get", _getitem), ("get_jit", _getitem_jit), ("set", _at_set),
+                   ("add", _at_add), ("grad", _at_grad)):
+    C(f"idx/{_nm}/{_k}", functools.partial(_fn, _k))
+
+# ---- NaN / inf handling ---------------------------------------------------------------------
+G = "nan/"
+NANX = lambda: jnp.array([3.0, jnp.nan, 1.0, -jnp.inf, 2.0])  # noqa: E731
+for _f in ("sort", "argsort", "max", "min", "argmax", "argmin", "median", "cumsum", "unique",
+           "nanmedian", "nanargmin", "nanmin", "nanstd", "nanvar", "nancumsum", "nanprod",
+           "isnan", "nan_to_num", "maximum_scalar", "fmax_scalar", "clip", "round", "sign",
+           "floor", "searchsorted", "quantile", "nanquantile", "percentile", "histogram_auto"):
+  def _nanf(f=_f):
+    x = NANX()
+    if f == "maximum_scalar":
+      return jnp.maximum(x, 0.0)
+    if f == "fmax_scalar":
+      return jnp.fmax(x, 0.0)
+    if f == "clip":
+      return jnp.clip(x, 0.0, 2.5)
+    if f == "searchsorted":
+      return jnp.searchsorted(jnp.array([1.0, 2.0, jnp.nan]), x)
+    if f in ("quantile", "nanquantile"):
+      return getattr(jnp, f)(x, 0.5)
+    if f == "percentile":
+      return jnp.percentile(x, 50.0)
+    if f == "histogram_auto":
+      return jnp.histogram(jnp.array([0.0, 1.0, 2.0]), bins=3)
+    return getattr(jnp, f)(x)
+  C(G + _f, _nanf)
+
+# ---- newer modules: linalg, scipy.special/stats, debug --------------------------------------------
+G = "mods/"
+SPD = lambda: jnp.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])  # noqa: E731
+C(G + "linalg_norm", lambda: jnp.linalg.norm(jnp.array([3.0, 4.0])))
+C(G + "linalg_norm_ord1", lambda: jnp.linalg.norm(jnp.array([3.0, -4.0]), ord=1))
+C(G + "linalg_norm_inf", lambda: jnp.linalg.norm(jnp.array([3.0, -4.0]), ord=jnp.inf))
+C(G + "linalg_norm_fro", lambda: jnp.linalg.norm(SPD()))
+C(G + "linalg_norm_axis_keep", lambda: jnp.linalg.norm(SPD(), axis=0, keepdims=True))
+C(G + "linalg_norm_mat2", lambda: jnp.linalg.norm(SPD(), ord=2))
+C(G + "linalg_norm_int", lambda: jnp.linalg.norm(jnp.array([3, 4])))
+C(G + "linalg_det", lambda: jnp.linalg.det(SPD()))
+C(G + "linalg_slogdet", lambda: jnp.linalg.slogdet(SPD()))
+C(G + "linalg_inv", lambda: jnp.linalg.inv(SPD()))
+C(G + "linalg_solve_vec", lambda: jnp.linalg.solve(SPD(), jnp.ones(3)))
+C(G + "linalg_solve_mat", lambda: jnp.linalg.solve(SPD(), jnp.eye(3)))
+C(G + "linalg_cholesky", lambda: jnp.linalg.cholesky(SPD()))
+C(G + "linalg_eigh_vals", lambda: jnp.linalg.eigh(SPD())[0])
+C(G + "linalg_eigvalsh", lambda: jnp.linalg.eigvalsh(SPD()))
+C(G + "linalg_svd_vals", lambda: jnp.linalg.svd(SPD(), compute_uv=False))
+C(G + "linalg_qr_abs", lambda: jnp.abs(jnp.linalg.qr(SPD())[1]))
+C(G + "linalg_pinv", lambda: jnp.linalg.pinv(jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])))
+C(G + "linalg_matrix_power", lambda: jnp.linalg.matrix_power(SPD(), 3))
+C(G + "linalg_matrix_rank", lambda: jnp.linalg.matrix_rank(jnp.ones((3, 3))))
+C(G + "linalg_lstsq", lambda: jnp.linalg.lstsq(jnp.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]),
+                                               jnp.array([1.0, 2.0, 2.0]))[0])
+C(G + "linalg_det_grad", lambda: jax.grad(jnp.linalg.det)(SPD()))
+C(G + "linalg_inv_batched", lambda: jnp.linalg.inv(jnp.stack([SPD(), 2 * SPD()])))
+C(G + "linalg_det_int", lambda: jnp.linalg.det(jnp.array([[1, 2], [3, 4]])))
+C(G + "linalg_solve_jit", lambda: jax.jit(jnp.linalg.solve)(SPD(), jnp.ones(3)))
+C(G + "special_logsumexp", lambda: jax.scipy.special.logsumexp(jnp.array([1.0, 2.0, 3.0])))
+C(G + "special_logsumexp_b", lambda: jax.scipy.special.logsumexp(
+    jnp.array([1.0, 2.0]), b=jnp.array([1.0, -1.0]), return_sign=True))
+C(G + "special_erf", lambda: jax.scipy.special.erf(jnp.array([0.5, -1.0])))
+C(G + "special_erfinv", lambda: jax.scipy.special.erfinv(jnp.array([0.5, -0.2])))
+C(G + "special_expit_logit", lambda: (jax.scipy.special.expit(jnp.array([0.0, 2.0])),
+                                      jax.scipy.special.logit(jnp.array([0.25, 0.5]))))
+C(G + "special_gammaln", lambda: jax.scipy.special.gammaln(jnp.array([0.5, 3.0, 10.0])))
+C(G + "special_digamma", lambda: jax.scipy.special.digamma(jnp.array([0.5, 3.0])))
+C(G + "special_xlogy", lambda: jax.scipy.special.xlogy(jnp.array([0.0, 2.0]), jnp.array([0.0, 3.0])))
+C(G + "special_xlog1py", lambda: jax.scipy.special.xlog1py(jnp.array([0.0, 2.0]),
+                                                          jnp.array([-1.0, 3.0])))
+C(G + "special_softmax", lambda: jax.scipy.special.softmax(jnp.array([1.0, 2.0])))
+C(G + "special_ndtr_ndtri", lambda: (jax.scipy.special.ndtr(jnp.array([0.0, 1.0])),
+                                     jax.scipy.special.ndtri(jnp.array([0.5, 0.9]))))
+C(G + "special_log_ndtr", lambda: jax.scipy.special.log_ndtr(jnp.array([-10.0, 0.0, 3.0])))
+C(G + "special_betaln", lambda: jax.scipy.special.betaln(jnp.array([1.0, 2.5]), jnp.array([2.0, 0.5])))
+C(G + "special_entr", lambda: jax.scipy.special.entr(jnp.array([0.0, 0.5, 1.0])))
+C(G + "special_gamma", lambda: jax.scipy.special.gamma(jnp.array([0.5, 5.0])))
+C(G + "special_multigammaln", lambda: jax.scipy.special.multigammaln(jnp.array(3.0), 2))
+C(G + "special_weak", lambda: jax.scipy.special.erf(0.5))
+C(G + "stats_norm_logpdf", lambda: jax.scipy.stats.norm.logpdf(jnp.array([0.0, 1.0]), 0.5, 2.0))
+C(G + "stats_norm_pdf_cdf", lambda: (jax.scipy.stats.norm.pdf(1.0), jax.scipy.stats.norm.cdf(
+    jnp.array([-1.0, 0.0, 2.0]))))
+C(G + "stats_norm_ppf", lambda: jax.scipy.stats.norm.ppf(jnp.array([0.1, 0.5])))
+C(G + "stats_norm_logcdf", lambda: jax.scipy.stats.norm.logcdf(jnp.array([-5.0, 0.0])))
+C(G + "stats_logistic", lambda: jax.scipy.stats.logistic.logpdf(jnp.array([0.0, 1.0])))
+C(G + "stats_bernoulli", lambda: jax.scipy.stats.bernoulli.logpmf(jnp.array([0, 1]), 0.3))
+C(G + "debug_print_jit", lambda: jax.jit(lambda x: (jax.debug.print("x={x}", x=x), x * 2)[1])(1.0))
+C(G + "named_scope", lambda: _named_scope())
+C(G + "ensure_compile_time_eval", lambda: _ectc())
+
+
+def _named_scope():
+  with jax.named_scope("blk"):
+    return jnp.ones(2) * 2
+
+
+def _ectc():
+  with jax.ensure_compile_time_eval():
+    return jnp.arange(3) + 1
+
+# ---- more tree_util / API -------------------------------------------------------------------------
+G = "tree2/"
+C(G + "tree_map_none_leaf", lambda: jax.tree_util.tree_map(lambda x: x, {"a": None, "b": 1}))
+C(G + "tree_leaves_is_leaf_tuple", lambda: jax.tree_util.tree_leaves(
+    [(1, 2), (3, 4)], is_leaf=lambda x: isinstance(x, tuple)))
+C(G + "tree_structure_num_nodes", lambda: jax.tree_util.tree_structure(
+    {"a": [1, 2], "b": (3,)}).num_nodes)
+C(G + "tree_flatten_up_to", lambda: jax.tree_util.tree_structure([0, 0]).flatten_up_to(
+    [(1, 2), {"a": 3}]))
+C(G + "tree_map_with_path_keys", lambda: jax.tree_util.tree_map_with_path(
+    lambda p, x: jax.tree_util.keystr(p), {"w": [1, 2], "b": {"c": 3}}))
+C(G + "keystr_simple", lambda: [jax.tree_util.keystr(p, simple=True, separator="/")
+                                for p, _ in jax.tree_util.tree_flatten_with_path(
+                                    {"w": [1, 2]})[0]])
+C(G + "tree_all_empty", lambda: jax.tree_util.tree_all([]))
+C(G + "tree_leaves_dict_int_keys", lambda: jax.tree_util.tree_leaves({2: "b", 1: "a"}))
+C(G + "tree_map_dict_mixed_keys_err", lambda: jax.tree_util.tree_leaves({1: 1, "a": 2}))
+C(G + "tree_unflatten_wrong_count", lambda: jax.tree_util.tree_unflatten(
+    jax.tree_util.tree_structure([0, 0]), [1]))
+C(G + "jax_tree_map_multi", lambda: jax.tree.map(lambda a, b: a * b, [1, 2], [3, 4]))
+C(G + "jax_tree_reduce", lambda: jax.tree.reduce(lambda a, b: a + b, {"a": 1, "b": [2, 3]}))
+C(G + "jax_tree_transpose", lambda: jax.tree.transpose(jax.tree.structure([0, 0]),
+                                                       jax.tree.structure((0, 0)),
+                                                       [(1, 2), (3, 4)]))
+C(G + "jax_tree_leaves_with_path", lambda: [str(p) for p, _ in jax.tree.leaves_with_path(
+    {"a": [1]})])
+C(G + "partial_pytree_leaves", lambda: len(jax.tree_util.tree_leaves(
+    jax.tree_util.Partial(jnp.add, jnp.ones(2)))))
+C(G + "dataclass_static_field", lambda: _dc_static())
+
+
+def _dc_static():
+  import dataclasses
+
+  @functools.partial(jax.tree_util.register_dataclass, data_fields=["x"], meta_fields=["n"])
+  @dataclasses.dataclass
+  class S:
+    x: object
+    n: int
+  out = jax.jit(lambda s: S(s.x * s.n, s.n))(S(jnp.ones(2), 3))
+  return out.x, out.n
+
+
+# ---- generated: every callable of jax.numpy applied to standard arguments -------------------------
+# (names listed from JAX 0.10.2's jax.numpy; an AttributeError on our side is a missing function)
+JNP_NAMES = ['ComplexWarning', 'abs', 'absolute', 'acos', 'acosh', 'add', 'all', 'allclose', 'amax', 'amin', 'angle', 'any', 'append', 'apply_along_axis', 'apply_over_axes', 'arange', 'arccos', 'arccosh', 'arcsin', 'arcsinh', 'arctan', 'arctan2', 'arctanh', 'argmax', 'argmin', 'argpartition', 'argsort', 'argwhere', 'around', 'array', 'array_equal', 'array_equiv', 'array_repr', 'array_split', 'array_str', 'asarray', 'asin', 'asinh', 'astype', 'atan', 'atan2', 'atanh', 'atleast_1d', 'atleast_2d', 'atleast_3d', 'average', 'bartlett', 'bfloat16', 'bincount', 'bitwise_and', 'bitwise_count', 'bitwise_invert', 'bitwise_left_shift', 'bitwise_not', 'bitwise_or', 'bitwise_right_shift', 'bitwise_xor', 'blackman', 'block', 'bool', 'bool_', 'broadcast_arrays', 'broadcast_shapes', 'broadcast_to', 'can_cast', 'cbrt', 'cdouble', 'ceil', 'character', 'choose', 'clip', 'column_stack', 'complex128', 'complex64', 'complex_', 'complexfloating', 'compress', 'concat', 'concatenate', 'conj', 'conjugate', 'convolve', 'copy', 'copysign', 'corrcoef', 'correlate', 'cos', 'cosh', 'count_nonzero', 'cov', 'cross', 'csingle', 'cumprod', 'cumsum', 'cumulative_prod', 'cumulative_sum', 'deg2rad', 'degrees', 'delete', 'diag', 'diag_indices', 'diag_indices_from', 'diagflat', 'diagonal', 'diff', 'digitize', 'divide', 'divmod', 'dot', 'double', 'dsplit', 'dstack', 'ediff1d', 'einsum', 'empty', 'empty_like', 'equal', 'exp', 'exp2', 'expand_dims', 'expm1', 'extract', 'eye', 'fabs', 'fill_diagonal', 'flatnonzero', 'flexible', 'flip', 'fliplr', 'flipud', 'float16', 'float32', 'float4_e2m1fn', 'float64', 'float6_e2m3fn', 'float6_e3m2fn', 'float8_e3m4', 'float8_e4m3', 'float8_e4m3b11fnuz', 'float8_e4m3fn', 'float8_e4m3fnuz', 'float8_e5m2', 'float8_e5m2fnuz', 'float8_e8m0fnu', 'float_', 'float_power', 'floating', 'floor', 'floor_divide', 'fmax', 'fmin', 'fmod', 'frexp', 'fromfunction', 'full', 'full_like', 'gcd', 'generic', 'geomspace', 'gradient', 'greater', 'greater_equal', 'hamming', 'hanning', 'heaviside', 'histogram', 'histogram2d', 'histogram_bin_edges', 'histogramdd', 'hsplit', 'hstack', 'hypot', 'i0', 'identity', 'imag', 'indices', 'inexact', 'inner', 'insert', 'int1', 'int16', 'int2', 'int32', 'int4', 'int64', 'int8', 'int_', 'integer', 'interp', 'intersect1d', 'invert', 'isclose', 'iscomplex', 'iscomplexobj', 'isdtype', 'isfinite', 'isin', 'isinf', 'isnan', 'isneginf', 'isposinf', 'isreal', 'isrealobj', 'isscalar', 'issubdtype', 'iterable', 'ix_', 'kaiser', 'kron', 'lcm', 'ldexp', 'left_shift', 'less', 'less_equal', 'lexsort', 'linspace', 'log', 'log10', 'log1p', 'log2', 'logaddexp', 'logaddexp2', 'logical_and', 'logical_not', 'logical_or', 'logical_xor', 'logspace', 'mask_indices', 'matmul', 'matrix_transpose', 'matvec', 'max', 'maximum', 'mean', 'median', 'meshgrid', 'min', 'minimum', 'mod', 'modf', 'moveaxis', 'multiply', 'nan_to_num', 'nanargmax', 'nanargmin', 'nancumprod', 'nancumsum', 'nanmax', 'nanmean', 'nanmedian', 'nanmin', 'nanpercentile', 'nanprod', 'nanquantile', 'nanstd', 'nansum', 'nanvar', 'ndim', 'negative', 'nextafter', 'nonzero', 'not_equal', 'number', 'object_', 'ones', 'ones_like', 'outer', 'packbits', 'pad', 'partition', 'percentile', 'permute_dims', 'piecewise', 'place', 'poly', 'polyadd', 'polyder', 'polydiv', 'polyfit', 'polyint', 'polymul', 'polysub', 'polyval', 'positive', 'pow', 'power', 'prod', 'promote_types', 'ptp', 'put', 'put_along_axis', 'quantile', 'rad2deg', 'radians', 'ravel', 'ravel_multi_index', 'real', 'reciprocal', 'remainder', 'repeat', 'reshape', 'resize', 'result_type', 'right_shift', 'rint', 'roll', 'rollaxis', 'roots', 'rot90', 'round', 'searchsorted', 'select', 'setdiff1d', 'setxor1d', 'shape', 'sign', 'signbit', 'signedinteger', 'sin', 'sinc', 'single', 'sinh', 'size', 'sort', 'sort_complex', 'spacing', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'subtract', 'sum', 'swapaxes', 'take', 'take_along_axis', 'tan', 'tanh', 'tensordot', 'tile', 'trace', 'transpose', 'trapezoid', 'tri', 'tril', 'tril_indices', 'tril_indices_from', 'trim_zeros', 'triu', 'triu_indices', 'triu_indices_from', 'true_divide', 'trunc', 'ufunc', 'uint', 'uint1', 'uint16', 'uint2', 'uint32', 'uint4', 'uint64', 'uint8', 'union1d', 'unique', 'unique_all', 'unique_counts', 'unique_inverse', 'unique_values', 'unpackbits', 'unravel_index', 'unsignedinteger', 'unstack', 'unwrap', 'vander', 'var', 'vdot', 'vecdot', 'vecmat', 'vsplit', 'vstack', 'where', 'zeros', 'zeros_like']
+AUTO_ARGS = {
+    "x": lambda: (jnp.array([[1.5, -2.0, 0.5], [0.25, 3.0, -1.0]]),),
+    "i": lambda: (jnp.array([[3, 1, 2], [0, 5, 4]]),),
+    "xy": lambda: (jnp.array([[1.5, -2.0, 0.5], [0.25, 3.0, -1.0]]),
+                   jnp.array([[0.5, 1.0, 2.0], [2.0, -1.0, 1.0]])),
+    "ii": lambda: (jnp.array([[3, 1, 2], [0, 5, 4]]), jnp.array([[1, 2, 3], [4, 1, 2]])),
+    "v": lambda: (jnp.array([0.5, 2.0, -1.0, 3.0]),),
+    "s": lambda: (2.5,),
+}
+
+
+def _auto(name, args):
+  return getattr(jnp, name)(*AUTO_ARGS[args]())
+
+
+for _n in JNP_NAMES:
+  for _a in AUTO_ARGS:
+    C(f"auto/{_n}/{_a}", functools.partial(_auto, _n, _a))
+
+
 def _named_fn(x):
   return x * 2
 
