@@ -390,6 +390,20 @@ class Tracer:
   weak_type = property(lambda self: self.aval.weak_type)
 
   def __repr__(self):
+    # JAX 0.10's forms: JitTracer(float32[3]), VmapTracer(aval=..., batched=...),
+    # JVPTracer(primal=..., tangent=...), GradTracer(primal=..., typeof(tangent)=f32[])
+    kind = type(self).__name__
+    if kind == "JaxprTracer":
+      return f"JitTracer({self.aval})"
+    if kind == "BatchTracer":
+      return f"VmapTracer(aval={self.aval}, batched={get_aval(self.val)})"
+    if kind == "JVPTracer":
+      t = self.tangent
+      if type(t).__name__ == "PartialEvalTracer":
+        return f"GradTracer(primal={self.primal}, typeof(tangent)={t.aval.str_short()})"
+      return f"JVPTracer(primal={self.primal}, tangent={t})"
+    if kind == "PartialEvalTracer" and self.pval.is_known:   # a known primal of linearize
+      return str(self.pval.const)
     return f"Traced<{self.aval.str_short(short_dtypes=False)}>with<{type(self._trace).__name__}>"
 
 

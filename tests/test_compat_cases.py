@@ -268,3 +268,18 @@ def test_sort_complex_sorts_the_last_axis():
   got = jnp.sort_complex(jnp.asarray(x))
   assert got.dtype == np.complex64
   np.testing.assert_array_equal(np.asarray(got), np.sort_complex(x))
+
+
+def test_tracer_reprs_as_jax():
+  out = []
+  ourjax.jit(lambda x: out.append(repr(x)) or x)(jnp.ones(3))
+  ourjax.make_jaxpr(lambda x: out.append(str(x)) or x)(1.0)
+  ourjax.vmap(lambda x: out.append(repr(x)) or x)(jnp.ones(3))
+  ourjax.jvp(lambda x: out.append(repr(x)) or x, (1.0,), (1.0,))
+  ourjax.grad(lambda x: out.append(repr(x)) or x)(1.0)
+  ourjax.jit(ourjax.grad(lambda x: out.append(repr(x)) or x))(1.0)
+  assert out == ["JitTracer(float32[3])", "JitTracer(~float32[])",
+                 "VmapTracer(aval=float32[], batched=float32[3])",
+                 "JVPTracer(primal=1.0, tangent=1.0)",
+                 "GradTracer(primal=1.0, typeof(tangent)=f32[])",
+                 "GradTracer(primal=JitTracer(~float32[]), typeof(tangent)=f32[])"]
