@@ -170,7 +170,9 @@ class Array:
   def __format__(self, spec):
     if self.ndim == 0:
       return format(self._value[()], spec)
-    return format(str(self), spec)
+    if spec:   # NumPy's (and JAX's) TypeError for a format spec on an n-d array
+      raise TypeError("unsupported format string passed to numpy.ndarray.__format__")
+    return str(self)
 
   def __repr__(self):
     v = self._value

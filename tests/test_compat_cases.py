@@ -283,3 +283,10 @@ def test_tracer_reprs_as_jax():
                  "JVPTracer(primal=1.0, tangent=1.0)",
                  "GradTracer(primal=1.0, typeof(tangent)=f32[])",
                  "GradTracer(primal=JitTracer(~float32[]), typeof(tangent)=f32[])"]
+
+
+def test_format_spec_on_nd_array_is_type_error():
+  assert f"{jnp.float32(1.23456):.2f}" == "1.23"
+  assert f"{jnp.ones(2)}" == str(jnp.ones(2))
+  with pytest.raises(TypeError):
+    f"{jnp.ones(2):.2f}"
