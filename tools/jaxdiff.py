@@ -2492,6 +2492,72 @@ for _n in JNP_NAMES:
     C(f"auto/{_n}/{_a}", functools.partial(_auto, _n, _a))
 
 
+# ---- repr / str / format of arrays (exact text) ---------------------------------------------------
+REPR_VALUES = {
+    "f32_small": lambda: jnp.array([0.1, 0.2, 0.3]),
+    "f32_mixed_mag": lambda: jnp.array([1e-5, 1.0, 1e5]),
+    "f32_big": lambda: jnp.array([1e10, 2.5]),
+    "f32_ints": lambda: jnp.array([1.0, 2.0, 3.0]),
+    "f32_neg0": lambda: jnp.array([-0.0, 0.0]),
+    "f32_2d": lambda: jnp.arange(6.0).reshape(2, 3) / 7,
+    "f32_3d": lambda: jnp.arange(8.0).reshape(2, 2, 2),
+    "f32_long": lambda: jnp.arange(1001.0),
+    "f32_long_2d": lambda: jnp.arange(2000.0).reshape(40, 50),
+    "f32_scalar": lambda: jnp.float32(3.14159),
+    "f32_scalar_weak": lambda: jnp.asarray(2.5),
+    "f32_nan_inf": lambda: jnp.array([jnp.nan, -jnp.inf, 1.5]),
+    "f16": lambda: jnp.array([0.1, 1000.0], jnp.float16),
+    "bf16": lambda: jnp.array([0.1, 3.0], jnp.bfloat16),
+    "bf16_scalar": lambda: jnp.bfloat16(0.1),
+    "i32": lambda: jnp.array([1, -20, 300]),
+    "i32_2d": lambda: jnp.arange(12).reshape(3, 4),
+    "i8": lambda: jnp.array([1, -2], jnp.int8),
+    "u32": lambda: jnp.array([1, 2], jnp.uint32),
+    "i32_scalar": lambda: jnp.int32(7),
+    "i32_weak_scalar": lambda: jnp.asarray(7),
+    "bool": lambda: jnp.array([True, False]),
+    "bool_scalar": lambda: jnp.bool_(True),
+    "c64": lambda: jnp.array([1 + 2j, -0.5j]),
+    "empty_f32": lambda: jnp.zeros((0,)),
+    "empty_2d": lambda: jnp.zeros((2, 0), jnp.int32),
+    "weak_vec": lambda: jnp.broadcast_to(1.0, (3,)),
+    "f32_exp_format": lambda: jnp.array([1e-10, 1.0]),
+    "f32_precision": lambda: jnp.array([1 / 3, 2 / 3]),
+    "grad_result": lambda: jax.grad(lambda x: x ** 2)(3.0),
+    "jit_result": lambda: jax.jit(lambda x: x + 1)(jnp.arange(3)),
+    "random_key": lambda: jax.random.PRNGKey(0),
+}
+for _k in REPR_VALUES:
+  C(f"text/repr/{_k}", (lambda k: lambda: repr(REPR_VALUES[k]()))(_k))
+  C(f"text/str/{_k}", (lambda k: lambda: str(REPR_VALUES[k]()))(_k))
+C("text/format_f", lambda: f"{jnp.float32(1.23456):.2f}")
+C("text/format_d", lambda: f"{jnp.int32(42):5d}")
+C("text/format_array_err", lambda: f"{jnp.ones(2):.2f}")
+C("text/format_plain", lambda: f"{jnp.ones(2)}")
+C("text/print_list_of_arrays", lambda: str([jnp.float32(1), jnp.int32(2)]))
+C("text/print_dict_of_arrays", lambda: str({"a": jnp.arange(2)}))
+C("text/print_tuple_scalar", lambda: str((jnp.asarray(1.0),)))
+C("text/tracer_str", lambda: _tracer_text(str))
+C("text/tracer_repr", lambda: _tracer_text(repr))
+C("text/dtype_str", lambda: str(jnp.ones(2).dtype))
+C("text/dtype_repr", lambda: repr(jnp.ones(2).dtype))
+C("text/shape_dtype_struct_repr", lambda: repr(jax.ShapeDtypeStruct((2, 3), jnp.float32)))
+C("text/jaxpr_repr_type", lambda: type(jax.make_jaxpr(lambda x: x)(1.0)).__name__)
+C("text/treedef_dict", lambda: str(jax.tree_util.tree_structure({"b": [1], "a": None})))
+C("text/np_printoptions", lambda: _with_printoptions())
+
+
+def _tracer_text(fn):
+  out = []
+  jax.jit(lambda x: out.append(fn(x)) or x)(jnp.ones(3))
+  return out[0]
+
+
+def _with_printoptions():
+  with np.printoptions(precision=2):
+    return repr(jnp.array([1 / 3, 2 / 3]))
+
+
 def _named_fn(x):
   return x * 2
 
