@@ -10,7 +10,8 @@ from ourjax import numpy  # noqa: F401
 from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, jacfwd,  # noqa
                         jacrev, jacobian, hessian, make_jaxpr, eval_shape, ShapeDtypeStruct,
                         device_put, device_get, block_until_ready, devices, default_backend,
-                        device_count, local_devices, disable_jit)
+                        device_count, local_devices, disable_jit, local_device_count,
+                        process_index, process_count, typeof)
 from ourjax.lax import stop_gradient  # noqa: F401
 from ourjax.api import linear_transpose  # noqa: F401
 from ourjax.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa

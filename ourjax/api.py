@@ -1360,5 +1360,23 @@ def local_devices(process_index=None, backend=None):
   return devices(backend)
 
 
+def local_device_count(backend=None) -> int:
+  return len(local_devices(backend=backend))
+
+
+def process_index(backend=None) -> int:
+  """0: ourjax runs in a single process."""
+  return 0
+
+
+def process_count(backend=None) -> int:
+  return 1
+
+
+def typeof(x):
+  """The abstract value (shape, dtype, weak type) of ``x``, as ``jax.typeof``."""
+  return core.get_aval(x)
+
+
 def disable_jit(disable: bool = True):
   return config._override("jax_disable_jit", disable)

@@ -290,3 +290,10 @@ def test_format_spec_on_nd_array_is_type_error():
   assert f"{jnp.ones(2)}" == str(jnp.ones(2))
   with pytest.raises(TypeError):
     f"{jnp.ones(2):.2f}"
+
+
+def test_process_and_device_helpers():
+  assert ourjax.local_device_count() == len(ourjax.local_devices()) >= 1
+  assert ourjax.process_index() == 0 and ourjax.process_count() == 1
+  assert str(ourjax.typeof(jnp.ones(2))) == "float32[2]"
+  assert str(ourjax.typeof(1.0)) == "~float32[]"
