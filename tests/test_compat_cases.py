@@ -297,3 +297,30 @@ def test_process_and_device_helpers():
   assert ourjax.process_index() == 0 and ourjax.process_count() == 1
   assert str(ourjax.typeof(jnp.ones(2))) == "float32[2]"
   assert str(ourjax.typeof(1.0)) == "~float32[]"
+
+
+# --- named-axis collectives under vmap -----------------------------------------------------------
+
+def test_collectives_under_vmap_axis_name():
+  x = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+  vm = lambda f: ourjax.vmap(f, axis_name="i")(jnp.asarray(x))  # noqa: E731
+  np.testing.assert_allclose(np.asarray(vm(lambda v: lax.psum(v, "i"))),
+                             np.broadcast_to(x.sum(0), x.shape))
+  np.testing.assert_allclose(np.asarray(vm(lambda v: v - lax.pmean(v, "i"))), x - x.mean(0))
+  np.testing.assert_allclose(np.asarray(vm(lambda v: lax.pmax(v, "i"))),
+                             np.broadcast_to(x.max(0), x.shape))
+  same(vm(lambda v: lax.psum(1, "i")), [3, 3, 3], np.int32, weak=True)
+  same(vm(lambda v: lax.axis_index("i")), [0, 1, 2], np.int32)
+  np.testing.assert_allclose(np.asarray(vm(lambda v: lax.all_gather(v, "i"))),
+                             np.broadcast_to(x, (3, 3, 2)))
+  np.testing.assert_allclose(np.asarray(vm(lambda v: lax.all_gather(v, "i", tiled=True))),
+                             np.broadcast_to(x.ravel(), (3, 6)))
+  # nested vmaps, several names, under jit and grad from outside
+  out = ourjax.vmap(ourjax.vmap(lambda v: lax.psum(v, ("i", "j")), axis_name="j"),
+                    axis_name="i")(jnp.asarray(x))
+  np.testing.assert_allclose(np.asarray(out), np.full(x.shape, x.sum()))
+  g = ourjax.grad(lambda a: jnp.sum(ourjax.vmap(lambda v: (v - lax.pmean(v, "i")) ** 2,
+                                                axis_name="i")(a)))(jnp.asarray(x))
+  np.testing.assert_allclose(np.asarray(g), 2 * (x - x.mean(0)), rtol=1e-6)
+  with pytest.raises(NameError, match="unbound axis name"):
+    lax.psum(1.0, "k")

@@ -9,9 +9,10 @@ from ourjax.lax import cumulative as _cumulative
 from ourjax.lax import sorting as _sorting
 from ourjax.lax import dot as _dot
 from ourjax.lax import control_flow as _control_flow
+from ourjax.lax import parallel as _parallel
 
 for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
-           _control_flow):
+           _control_flow, _parallel):
   globals().update(_reexport(_m))
 del _m
 
