@@ -324,3 +324,17 @@ def test_collectives_under_vmap_axis_name():
   np.testing.assert_allclose(np.asarray(g), 2 * (x - x.mean(0)), rtol=1e-6)
   with pytest.raises(NameError, match="unbound axis name"):
     lax.psum(1.0, "k")
+
+
+def test_logaddexp_second_derivative_at_a_tie():
+  # JAX's custom JVP: d2/dz2 logaddexp(0, z) = sigmoid'(z), 1/4 at z = 0 (softplus too)
+  f = lambda z: jnp.logaddexp(0.0, z)   # noqa: E731
+  for z in (0.0, 0.5, -1.0):
+    s = 1 / (1 + np.exp(-z))
+    np.testing.assert_allclose(float(ourjax.grad(f)(z)), s, rtol=1e-6)
+    np.testing.assert_allclose(float(ourjax.grad(ourjax.grad(f))(z)), s * (1 - s), rtol=1e-5)
+  np.testing.assert_allclose(float(ourjax.grad(ourjax.grad(ourjax.nn.softplus))(0.0)), 0.25)
+  h = ourjax.hessian(lambda w: jnp.sum(jnp.logaddexp(0.0, w)))(jnp.zeros(2))
+  np.testing.assert_allclose(np.asarray(h), 0.25 * np.eye(2))
+  assert float(jnp.logaddexp(jnp.inf, jnp.inf)) == np.inf
+  assert float(jnp.logaddexp(-jnp.inf, -jnp.inf)) == -np.inf
