@@ -338,3 +338,12 @@ def test_logaddexp_second_derivative_at_a_tie():
   np.testing.assert_allclose(np.asarray(h), 0.25 * np.eye(2))
   assert float(jnp.logaddexp(jnp.inf, jnp.inf)) == np.inf
   assert float(jnp.logaddexp(-jnp.inf, -jnp.inf)) == -np.inf
+
+
+def test_sinc_higher_derivatives_at_zero():
+  f = jnp.sinc
+  assert float(ourjax.grad(f)(0.0)) == 0.0
+  np.testing.assert_allclose(float(ourjax.grad(ourjax.grad(f))(0.0)), -np.pi ** 2 / 3, rtol=1e-6)
+  np.testing.assert_allclose(float(ourjax.grad(ourjax.grad(ourjax.grad(ourjax.grad(f))))(0.0)),
+                             np.pi ** 4 / 5, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(f(jnp.array([0.0, 0.5]))), [1.0, 2 / np.pi], rtol=1e-6)

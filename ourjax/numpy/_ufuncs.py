@@ -460,7 +460,31 @@ def sinc(x, /):
   pix = lax.mul(x, lax._const(x, np.pi))
   is_zero = lax.eq(x, lax._const(x, 0))
   safe = _select(is_zero, pix, lax._const(x, 1))
-  return _select(is_zero, lax.div(lax.sin(safe), safe), lax._const(x, 1))
+  # at 0 the value comes from sin(x)/x's Taylor series, whose custom JVP gives the higher
+  # derivatives there (as JAX's: sinc''(0) = -pi**2/3)
+  return _select(is_zero, lax.div(lax.sin(safe), safe), _sinc_maclaurin(0)(pix))
+
+
+_SINC_MACLAURIN: dict = {}
+
+
+def _sinc_maclaurin(k):
+  """x -> the k-th derivative of sin(x)/x at 0 (x * 0 plus a constant), whose JVP is the next
+  one times the tangent (JAX's _sinc_maclaurin)."""
+  f = _SINC_MACLAURIN.get(k)
+  if f is None:
+    from ourjax.custom_derivatives import custom_jvp
+
+    def value(x):
+      c = 0.0 if k % 2 else (-1) ** (k // 2) / (k + 1)
+      return lax.add(lax.mul(x, lax._const(x, 0)), lax._const(x, c))
+    f = _SINC_MACLAURIN[k] = custom_jvp(value)
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+      (x,), (t,) = primals, tangents
+      return f(x), lax.mul(_sinc_maclaurin(k + 1)(x), t)
+  return f
 
 
 def heaviside(x1, x2, /):
