@@ -2558,6 +2558,65 @@ def _with_printoptions():
     return repr(jnp.array([1 / 3, 2 / 3]))
 
 
+# ---- derivatives at special points (first, second, jvp-of-grad) -------------------------------------
+D_FUNS = {
+    "softplus": lambda: jax.nn.softplus, "sigmoid": lambda: jax.nn.sigmoid,
+    "log_sigmoid": lambda: jax.nn.log_sigmoid, "gelu": lambda: jax.nn.gelu,
+    "gelu_exact": lambda: functools.partial(jax.nn.gelu, approximate=False),
+    "silu": lambda: jax.nn.silu, "elu": lambda: jax.nn.elu, "selu": lambda: jax.nn.selu,
+    "celu": lambda: jax.nn.celu, "relu": lambda: jax.nn.relu, "relu6": lambda: jax.nn.relu6,
+    "leaky_relu": lambda: jax.nn.leaky_relu, "mish": lambda: jax.nn.mish,
+    "soft_sign": lambda: jax.nn.soft_sign, "hard_tanh": lambda: jax.nn.hard_tanh,
+    "tanh": lambda: jnp.tanh, "abs": lambda: jnp.abs, "sqrt_abs": lambda: lambda x: jnp.sqrt(
+        jnp.abs(x) + 1.0), "sinc": lambda: jnp.sinc, "exp": lambda: jnp.exp,
+    "log1p_abs": lambda: lambda x: jnp.log1p(jnp.abs(x)), "cube": lambda: lambda x: x ** 3,
+    "pow_2_5": lambda: lambda x: jnp.abs(x) ** 2.5, "max0": lambda: lambda x: jnp.maximum(x, 0.0),
+    "min0": lambda: lambda x: jnp.minimum(x, 0.0), "clip": lambda: lambda x: jnp.clip(x, -1, 1),
+    "where": lambda: lambda x: jnp.where(x > 0, x ** 2, -x), "sign": lambda: jnp.sign,
+    "floor": lambda: jnp.floor, "round": lambda: jnp.round, "logaddexp2": lambda: lambda x:
+        jnp.logaddexp2(x, 0.0), "arctan2": lambda: lambda x: jnp.arctan2(x, 1.0),
+    "hypot": lambda: lambda x: jnp.hypot(x, 1.0), "erf": lambda: jax.scipy.special.erf,
+    "erfinv": lambda: lambda x: jax.scipy.special.erfinv(x * 0.5),
+    "logsumexp_tie": lambda: lambda x: jax.nn.logsumexp(jnp.stack([x, x, 0.0 * x])),
+    "softmax0": lambda: lambda x: jax.nn.softmax(jnp.stack([x, 0.0 * x]))[0],
+    "norm_vec": lambda: lambda x: jnp.linalg.norm(jnp.stack([x, 1.0 + 0.0 * x])),
+    "prod_zero": lambda: lambda x: jnp.prod(jnp.stack([x, 0.0 * x + 2.0, x])),
+    "cumprod": lambda: lambda x: jnp.cumprod(jnp.stack([x, x, 2.0 + 0 * x]))[-1],
+    "std_equal": lambda: lambda x: jnp.std(jnp.stack([x, 0.0 * x + 1.0])),
+    "var": lambda: lambda x: jnp.var(jnp.stack([x, 0.0 * x + 1.0, 2 * x])),
+    "sort_tie": lambda: lambda x: jnp.sort(jnp.stack([x, 0.0 * x]))[0] * 3.0,
+    "max_tie": lambda: lambda x: jnp.max(jnp.stack([x, 0.0 * x])),
+    "argmax_take": lambda: lambda x: jnp.stack([x, x * 2])[jnp.argmax(jnp.stack([x, x * 2]))],
+    "xlogy": lambda: lambda x: jax.scipy.special.xlogy(x, x * x + 1.0),
+    "logit_sigmoid": lambda: lambda x: jax.scipy.special.logit(jax.nn.sigmoid(x)),
+    "cond": lambda: lambda x: lax.cond(x > 0, lambda x: x ** 2, lambda x: x ** 3, x),
+    "while_fixed": lambda: lambda x: lax.fori_loop(0, 3, lambda i, c: c * x + 1.0, x),
+    "scan_cumsum": lambda: lambda x: lax.scan(lambda c, _: (c * x + jnp.sin(c), None), x,
+                                              None, length=3)[0],
+    "remat_sin": lambda: jax.checkpoint(lambda x: jnp.sin(x) * x),
+    "stop_gradient": lambda: lambda x: x * lax.stop_gradient(x) + x ** 2,
+    "log_softmax0": lambda: lambda x: jax.nn.log_softmax(jnp.stack([x, 0.0 * x]))[0],
+    "standardize": lambda: lambda x: jax.nn.standardize(jnp.stack([x, 1.0 + 0 * x, 2 * x]))[0],
+}
+D_POINTS = {"0": 0.0, "1": 1.0, "neg": -0.7, "big": 30.0}
+
+
+def _deriv(fname, pt, order):
+  f = D_FUNS[fname]()
+  x = jnp.float32(D_POINTS[pt])
+  if order == 1:
+    return jax.grad(f)(x)
+  if order == 2:
+    return jax.grad(jax.grad(f))(x)
+  return jax.jvp(jax.grad(f), (x,), (jnp.float32(1),))[1]
+
+
+for _f in D_FUNS:
+  for _p in D_POINTS:
+    for _o in (1, 2, 3):
+      C(f"deriv/{_f}/{_p}/d{_o}", functools.partial(_deriv, _f, _p, _o))
+
+
 def _named_fn(x):
   return x * 2
 
