@@ -172,11 +172,6 @@ def _elementwise_cases():
       if np.dtype(dt).kind == "c" and name == "rem":
         continue   # (JAX rejects complex rem; the eager impl fails on it)
       xfail = None
-      if name == "nextafter" and dt in (BF16, F16):
-        xfail = "the eager nextafter steps in float32 and rounds back, not a bf16/f16 step"
-      if name == "shift_right_arithmetic" and np.dtype(dt).kind == "u":
-        xfail = ("the eager impl shifts unsigned types logically; JAX (and XLA) fill with the "
-                 "top bit")
       case(name, p.bind, lambda rng, dt=dt, kind=kind: [values(dt, (4, 3), rng),
                                                         values(dt, (4, 3), rng, kind)], xfail)
       if name == "add_any":

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ourjax import dtypes
-from ourjax.core import ShapedArray, Tracer, get_aval
+from ourjax.core import ShapedArray, Tracer, get_aval, impl_rules
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters.ad import Zero, defjvp, defjvp2, defjvp_zero
 from ourjax.backends import reference_ops as rops
@@ -231,6 +231,23 @@ def _integer_pow(x, y):
   return (np.asarray(1, x.dtype) / acc).astype(x.dtype) if y < 0 else acc
 
 
+def _nextafter(x, y):
+  """The next representable value of x's own format towards y (for bf16/f8 too, where NumPy
+  has no nextafter): step the bit pattern by one ulp away from or towards zero."""
+  if x.dtype in (np.float16, np.float32, np.float64):
+    return np.nextafter(x, y)
+  x, y = np.broadcast_arrays(x, y)
+  uint = np.dtype(f"u{x.dtype.itemsize}")
+  xf, yf = x.astype(np.float32), y.astype(np.float32)
+  bits = x.view(uint).astype(np.int64)
+  away = (xf < yf) == (xf > 0)                      # the step moves away from zero
+  stepped = np.where(away, bits + 1, bits - 1)
+  tiny = np.where(yf < 0, 1 | (1 << (8 * x.dtype.itemsize - 1)), 1)   # +-smallest subnormal
+  out = np.where(xf == 0, tiny, stepped).astype(uint).view(x.dtype)
+  out = np.where(xf == yf, y, out)
+  return np.where(np.isnan(xf) | np.isnan(yf), np.array(np.nan, x.dtype), out).astype(x.dtype)
+
+
 def _convert_impl(x, new_dtype, weak_type=False):
   return rops.convert_element_type(x, new_dtype)
 
@@ -292,7 +309,8 @@ pow_p = binop("pow", _fp, np.power)
 max_p = binop("max", _any, np.maximum)   # NaN-propagating, like XLA
 min_p = binop("min", _any, np.minimum)
 atan2_p = binop("atan2", _float, np.arctan2)
-nextafter_p = binop("nextafter", _float, np.nextafter)
+nextafter_p = binop("nextafter", _float, _nextafter)
+impl_rules[nextafter_p] = _nextafter       # in the value's own format (not via float32)
 and_p = binop("and", _bool + _int, np.bitwise_and)
 or_p = binop("or", _bool + _int, np.bitwise_or)
 xor_p = binop("xor", _bool + _int, np.bitwise_xor)
