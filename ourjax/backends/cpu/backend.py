@@ -1364,11 +1364,9 @@ def _step_label(step) -> str:
   return type(step).__name__
 
 
-def _plan_and_emit(module: hlo.Module):
-  """(meta, llvm ir text) for ``module``."""
-  planner = _Planner(module)
-  entry = module.entry
-  nparams = len(entry.parameters)
+def entry_buffers(entry: hlo.Computation):
+  """The entry's argument buffers: parameters in slots 0..n-1, then one output buffer per
+  result.  Returns (params, outs, result) where result is outs' tuple or single buffer."""
   params = []
   for k, p in enumerate(entry.parameters):
     b = K.Buf(p.dtype, p.dims, p.name, kind="param")
@@ -1379,11 +1377,19 @@ def _plan_and_emit(module: hlo.Module):
   outs = []
   for j, s in enumerate(shapes):
     b = K.Buf(s.dtype, s.dims, f"out{j}", kind="output")
-    b.slot = nparams + j
+    b.slot = len(params) + j
     outs.append(b)
+  return params, outs, (tuple(outs) if root.is_tuple else outs[0])
+
+
+def _plan_and_emit(module: hlo.Module):
+  """(meta, llvm ir text) for ``module``."""
+  planner = _Planner(module)
+  entry = module.entry
+  params, outs, result = entry_buffers(entry)
+  nparams = len(params)
   planner.n_params, planner.n_outputs = nparams, len(outs)
-  steps = planner.plan_computation(entry, params, tuple(outs) if root.is_tuple else outs[0],
-                                   direct=True)
+  steps = planner.plan_computation(entry, params, result, direct=True)
   arena = _assign(planner, steps)
   slot = nparams + len(outs)
   consts = []
@@ -1398,13 +1404,13 @@ def _plan_and_emit(module: hlo.Module):
       isinstance(s, KernelStep) and s.parallel for s in steps)
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
   symbols += ["math:%s:%s:%d" % u for u in E.math_symbols(em.mod)]
-  meta = {"outputs": [[hlo.dtype_name(s.dtype), list(s.dims)] for s in shapes], "consts": consts,
+  meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
           "symbols": symbols, "control_bytes": _control_bytes(steps),
           "steps": [_step_label(st) for st in steps], "profile_offset": _profile_offset(steps)
           if PROFILE else None,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
-          "tuple_result": root.is_tuple, "kernels": len(planner.kernels)}
+          "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels)}
   _link_symbols(symbols)
   return meta, E.finalize_module_text(em.mod)
 

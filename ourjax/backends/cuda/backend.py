@@ -356,21 +356,9 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   cpu_be = _cpu_planning()
   planner = _make_planner(cpu_be, module, info)
   entry = module.entry
-  nparams = len(entry.parameters)
-  params = []
-  for k, p in enumerate(entry.parameters):
-    b = K.Buf(p.dtype, p.dims, p.name, kind="param")
-    b.slot = k
-    params.append(b)
-  root = entry.root.shape
-  shapes = list(root.tuple_shapes) if root.is_tuple else [root]
-  outs = []
-  for j, s in enumerate(shapes):
-    b = K.Buf(s.dtype, s.dims, f"out{j}", kind="output")
-    b.slot = nparams + j
-    outs.append(b)
-  steps = planner.plan_computation(entry, params, tuple(outs) if root.is_tuple else outs[0],
-                                   direct=True)
+  params, outs, result = cpu_be.entry_buffers(entry)
+  nparams = len(params)
+  steps = planner.plan_computation(entry, params, result, direct=True)
   arena_bytes = cpu_be._assign(planner, steps)
   slot = nparams + len(outs)
   consts = []
@@ -411,7 +399,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
 
   prog = program(steps)
   param_specs = [(p.dtype, p.dims) for p in entry.parameters]
-  out_specs = [(np.dtype(s.dtype), tuple(s.dims)) for s in shapes]
+  out_specs = [(np.dtype(o.dtype), tuple(o.dims)) for o in outs]
   return prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots
 
 

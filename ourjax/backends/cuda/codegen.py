@@ -179,40 +179,6 @@ def shared_ptr(b, arr, idx):
   return b.gep(arr, [ir.Constant(I32, 0), idx], inbounds=True)
 
 
-class Loop:
-  """``for i = start; i < stop; i += step`` over i64 values (``step`` may be a value)."""
-
-  def __init__(self, b, start, stop, step, name="i"):
-    self.b, self.name = b, name
-    c = lambda v: v if isinstance(v, ir.Value) else i64(v)   # noqa: E731
-    self.start, self.stop, self.step = c(start), c(stop), c(step)
-
-  def __enter__(self):
-    b = self.b
-    fn = b.function
-    self.pre = b.block
-    self.header = fn.append_basic_block(f"{self.name}.head")
-    self.body = fn.append_basic_block(f"{self.name}.body")
-    self.exit = fn.append_basic_block(f"{self.name}.exit")
-    b.branch(self.header)
-    b.position_at_end(self.header)
-    self.index = b.phi(I64, name=self.name)
-    self.index.add_incoming(self.start, self.pre)
-    b.cbranch(b.icmp_signed("<", self.index, self.stop), self.body, self.exit)
-    b.position_at_end(self.body)
-    return self
-
-  def __exit__(self, et, ev, tb):
-    if et is not None:
-      return False
-    b = self.b
-    nxt = b.add(self.index, self.step, name=f"{self.name}.next", flags=["nsw"])
-    self.index.add_incoming(nxt, b.block)
-    b.branch(self.header)
-    b.position_at_end(self.exit)
-    return False
-
-
 def _words(b, v):
   """A compute value as i32 words (for shuffles and shared memory) and the inverse."""
   t = v.type
@@ -327,7 +293,7 @@ class Elementwise(GpuKernel):
     nvec = self.total // V
     last_ok = bool(dims) and dims[-1] % V == 0
     if nvec:
-      with Loop(b, gid, nvec, stride, "v") as lp:
+      with E.ForLoop(b, gid, nvec, "v", step=stride) as lp:
         base = b.mul(lp.index, i64(V), flags=["nuw", "nsw"])
         bidx = Index(b, dims, linear=base) if (last_ok and V > 1) else None
         for k in range(V):
@@ -343,7 +309,7 @@ class Elementwise(GpuKernel):
           _store(b, em, self.outputs, idx, ptr)
           em.pop_scope()
     if self.total % V:
-      with Loop(b, b.add(gid, i64(nvec * V)), self.total, stride, "t") as lp:
+      with E.ForLoop(b, b.add(gid, i64(nvec * V)), self.total, "t", step=stride) as lp:
         em.push_scope()
         _store(b, em, self.outputs, Index(b, dims, linear=lp.index), ptr)
         em.pop_scope()
@@ -422,7 +388,7 @@ def _accumulate(b, em, red: _Reducer, oidx, start, step, vec: int, accs):
     # vectors of `vec` consecutive positions, then the tail one by one
   nvec = count // vec
   if nvec:
-    with Loop(b, start, nvec, step, "rv") as lp:
+    with E.ForLoop(b, start, nvec, "rv", step=step) as lp:
       base = b.mul(lp.index, i64(vec), flags=["nuw", "nsw"])
       for k in range(vec):
         em.push_scope()
@@ -434,7 +400,7 @@ def _accumulate(b, em, red: _Reducer, oidx, start, step, vec: int, accs):
           b.store(v, a)
         em.pop_scope()
   if count % vec:
-    with Loop(b, b.add(start, i64(nvec * vec)), count, step, "rt") as lp:
+    with E.ForLoop(b, b.add(start, i64(nvec * vec)), count, "rt", step=step) as lp:
       em.push_scope()
       idx = red.source_index(oidx, lp.index)
       xs = [em.value(o, idx) for o in red.ops]
@@ -550,7 +516,8 @@ class RowReduce(GpuKernel):
       return
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
     tid = sreg64(b, "tid.x")
-    with Loop(b, sreg64(b, "ctaid.x"), self.rows, sreg64(b, "nctaid.x"), "row") as row:
+    with E.ForLoop(b, sreg64(b, "ctaid.x"), self.rows, "row",
+                   step=sreg64(b, "nctaid.x")) as row:
       em.push_scope()
       omulti = E.delinearize(b, row.index, self.outer_dims)
       oidx = Index(b, self.outer_dims, linear=row.index, multi=omulti)
@@ -585,7 +552,7 @@ class RowReduce(GpuKernel):
     if self.inner_outs and self.n:
       dims = self.outer_dims + (self.n,)
       base = b.mul(row, i64(self.n), flags=["nuw", "nsw"])
-      with Loop(b, tid, self.n, i64(T), "col") as col:
+      with E.ForLoop(b, tid, self.n, "col", step=i64(T)) as col:
         em.push_scope()
         idx = Index(b, dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
                     multi=list(omulti) + [col.index])

@@ -218,7 +218,8 @@ def alloca_entry(b: ir.IRBuilder, ty, name: str = "") -> ir.Value:
 
 
 class ForLoop:
-  """``for i in [start, stop)`` step 1 (i64).  Use::
+  """``for i in [start, stop)`` by ``step`` (i64; ``step`` an int or an IR value, e.g. a GPU
+  grid stride).  Use::
 
       loop = ForLoop(b, start, stop, "i")
       with loop:            # positions the builder in the body; ``loop.index`` is i
@@ -227,9 +228,10 @@ class ForLoop:
   """
 
   def __init__(self, b: ir.IRBuilder, start, stop, name: str = "i", step: int = 1):
-    self.b, self.name, self.step = b, name, step
+    self.b, self.name = b, name
     self.start = start if isinstance(start, ir.Value) else i64(start)
     self.stop = stop if isinstance(stop, ir.Value) else i64(stop)
+    self.step = step if isinstance(step, ir.Value) else i64(step)
 
   def __enter__(self):
     b = self.b
@@ -250,7 +252,7 @@ class ForLoop:
     if et is not None:
       return False
     b = self.b
-    nxt = b.add(self.index, i64(self.step), name=f"{self.name}.next", flags=["nsw"])
+    nxt = b.add(self.index, self.step, name=f"{self.name}.next", flags=["nsw"])
     self.index.add_incoming(nxt, b.block)
     b.branch(self.header)
     b.position_at_end(self.exit)
