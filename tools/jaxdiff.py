@@ -166,6 +166,8 @@ def run_side(side, out, filt=None, verbose=False, x64=False):
     if filt and not any(f in name for f in filt):
       continue
     signal.alarm(60)
+    if verbose:
+      print(name, flush=True)
     try:
       r = norm(fn())
     except _Timeout as e:
@@ -2490,6 +2492,30 @@ def _auto(name, args):
 for _n in JNP_NAMES:
   for _a in AUTO_ARGS:
     C(f"auto/{_n}/{_a}", functools.partial(_auto, _n, _a))
+
+
+def _autojit(name, args):
+  return jax.jit(getattr(jnp, name))(*AUTO_ARGS[args]())
+
+
+def _autovmap(name, args):
+  return jax.vmap(getattr(jnp, name))(*AUTO_ARGS[args]())
+
+
+# narrow float / sub-byte scalar types can crash XLA's compiler under jit (a segfault in JAX)
+_NO_JIT = tuple(n for n in JNP_NAMES if n.startswith(("float4", "float6", "float8", "int1",
+                                                      "int2", "int4", "uint1", "uint2", "uint4"))) + (
+    "array_repr", "array_str", "iterable", "isscalar", "ndim", "shape", "size", "result_type",
+    "promote_types", "can_cast", "issubdtype", "isdtype", "iscomplexobj", "isrealobj",
+    "broadcast_shapes", "einsum_path", "printoptions", "load", "save", "savez", "mask_indices",
+    "frompyfunc", "fromfunction", "ufunc", "vectorize")
+for _n in JNP_NAMES:
+  if _n in _NO_JIT:
+    continue
+  for _a in ("x", "i", "xy", "v"):
+    C(f"autojit/{_n}/{_a}", functools.partial(_autojit, _n, _a))
+  for _a in ("x", "xy", "ii"):
+    C(f"autovmap/{_n}/{_a}", functools.partial(_autovmap, _n, _a))
 
 
 # ---- repr / str / format of arrays (exact text) ---------------------------------------------------
