@@ -1182,21 +1182,25 @@ class TensorCoreDot(GpuKernel):
       with b.if_then(more):
         store_shared()
       barrier(b)
-    # epilogue: c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, 2t..2t+1) of each 16x8 tile
-    out_dt = self.dot.dtype
-    c_base = b.mul(bat, i64(M * N))
-    for mi in range(MI):
-      for ni in range(NI):
-        r0 = b.add(m0, b.add(b.add(b.mul(wm, i64(self.WM)), i64(mi * 16)), g))
-        col = b.add(n0, b.add(b.add(b.mul(wn, i64(self.WN)), i64(ni * 8)),
-                              b.mul(t4, i64(2))))
-        for h in range(2):
-          row = b.add(r0, i64(8 * h)) if h else r0
-          base = b.add(c_base, b.add(b.mul(row, i64(N)), col))
-          for e in range(2):
-            v = b.load(accs[mi][ni][2 * h + e])
-            v = E.convert_value(b, v, E.F32, out_dt)
-            E.store_element(b, v, C, b.add(base, i64(e)) if e else base, out_dt)
+    _store_mma_accumulators(b, accs, C, self.dot.dtype, bat=bat, M=M, N=N, m0=m0, n0=n0,
+                            wm=wm, wn=wn, WM=self.WM, WN=self.WN, g=g, t4=t4, MI=MI, NI=NI)
+
+
+def _store_mma_accumulators(b, accs, C, out_dt, *, bat, M, N, m0, n0, wm, wn, WM, WN, g, t4,
+                            MI, NI):
+  """The epilogue of both tensor-core kernels: a warp's f32 accumulators to C (converted to the
+  result type).  In each 16x8 tile, c0,c1 sit at (g, 2t..2t+1) and c2,c3 at (g+8, 2t..2t+1)."""
+  c_base = b.mul(bat, i64(M * N))
+  for mi in range(MI):
+    for ni in range(NI):
+      r0 = b.add(m0, b.add(b.add(b.mul(wm, i64(WM)), i64(mi * 16)), g))
+      col = b.add(n0, b.add(b.add(b.mul(wn, i64(WN)), i64(ni * 8)), b.mul(t4, i64(2))))
+      for h in range(2):
+        row = b.add(r0, i64(8 * h)) if h else r0
+        base = b.add(c_base, b.add(b.mul(row, i64(N)), col))
+        for e in range(2):
+          v = E.convert_value(b, b.load(accs[mi][ni][2 * h + e]), E.F32, out_dt)
+          E.store_element(b, v, C, b.add(base, i64(e)) if e else base, out_dt)
 
 
 def _asm(b, text, constraints, args, ret=None, side_effect=True):
@@ -1392,19 +1396,8 @@ class MmaDot(GpuKernel):
       compute(b.and_(kt.index, i64(1)))
       barrier(b)
     _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
-    out_dt = self.dot.dtype
-    c_base = b.mul(bat, i64(M * N))
-    for mi in range(MI):
-      for ni in range(NI):
-        r0 = b.add(m0, b.add(b.add(b.mul(wm, i64(self.WM)), i64(mi * 16)), g))
-        col = b.add(n0, b.add(b.add(b.mul(wn, i64(self.WN)), i64(ni * 8)),
-                              b.mul(t4, i64(2))))
-        for h in range(2):
-          row = b.add(r0, i64(8 * h)) if h else r0
-          base = b.add(c_base, b.add(b.mul(row, i64(N)), col))
-          for e in range(2):
-            v = E.convert_value(b, b.load(accs[mi][ni][2 * h + e]), E.F32, out_dt)
-            E.store_element(b, v, C, b.add(base, i64(e)) if e else base, out_dt)
+    _store_mma_accumulators(b, accs, C, self.dot.dtype, bat=bat, M=M, N=N, m0=m0, n0=n0,
+                            wm=wm, wn=wn, WM=self.WM, WN=self.WN, g=g, t4=t4, MI=MI, NI=NI)
 
 
 def _mma(b, kind, afr, bfr, acc):
