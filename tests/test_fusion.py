@@ -157,6 +157,25 @@ def test_layernorm_is_at_most_two_fusions():
   assert count_ops(m, "rsqrt") == 1
 
 
+def test_jnp_layernorm_with_keepdims_is_one_row_kernel():
+  # keepdims puts [n] -> [n,1] reshapes between the reductions and their users; simplify moves
+  # them out of the way so the row reductions and the normalisation become one fusion
+  import ourjax
+  import ourjax.numpy as jnp
+
+  def ln(x, g, b):
+    m = jnp.mean(x, axis=-1, keepdims=True)
+    v = jnp.mean((x - m) ** 2, axis=-1, keepdims=True)
+    return (x - m) / jnp.sqrt(v + 1e-5) * g + b
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((16, 96)).astype(np.float32)
+  g, bias = rng.standard_normal((2, 96)).astype(np.float32)
+  text = ourjax.jit(ln).lower(x, g, bias).compile().as_text()
+  assert text.count(" fusion(") == 1, text
+  want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g + bias
+  np.testing.assert_allclose(np.asarray(ourjax.jit(ln)(x, g, bias)), want, rtol=2e-5, atol=2e-5)
+
+
 def test_dense_tanh_is_one_output_fusion():
   _, m = optimized(module(dense_tanh, S("f32", 4, 16), S("f32", 16, 8), S("f32", 8)))
   (f,) = kernels(m)

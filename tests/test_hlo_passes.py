@@ -173,6 +173,21 @@ def test_sink_broadcast_below_elementwise():
   assert "f32[] multiply(" in m.to_string()
 
 
+def test_sink_reshape_below_elementwise():
+  # mean(x, keepdims=True)-style: [4] -> [4,1], scaled, back to [4]: the reshapes meet and cancel
+  def build(b, s, t):
+    k = b.multiply(b.reshape(s, (4, 1)), b.full(0.25, S("f32", 4, 1)))
+    k = b.add(k, b.broadcast(b.reshape(t, (1, 1)), (4, 1), (0, 1)))
+    return b.sqrt(b.reshape(k, (4,)))
+  _, m = simplified(build, S("f32", 4), S("f32"))
+  assert "reshape" not in entry_ops(m)
+  assert "f32[4] multiply(" in m.to_string() and "f32[4] add(" in m.to_string()
+  # operands reshaped from different shapes stay as they are
+  _, m = simplified(lambda b, x, y: b.add(b.reshape(x, (2, 3)), b.reshape(y, (2, 3))),
+                    S("f32", 6), S("f32", 3, 2))
+  assert entry_ops(m).count("reshape") == 2
+
+
 def test_broadcast_rules():
   _, m = simplified(lambda b, s: b.broadcast(b.broadcast(s, (3,), (0,)), (2, 3, 4), (1,)),
                     S("f32", 3))

@@ -580,6 +580,36 @@ def sink_broadcast(instr, ctx):
   return ctx.b.broadcast(small, instr.dims, dims)
 
 
+def sink_reshape(instr, ctx):
+  """op(reshape(a), reshape(b)) -> reshape(op(a, b)) for a, b of one shape (scalar operands too)"""
+  # Moves reshapes below elementwise ops (XLA's ReshapeMover), so that chains such as
+  # mean(x, keepdims=True) -> rsqrt(var + eps) compute on the reduction's own shape and the
+  # reshapes on both sides meet and cancel; a row reduction then feeds its consumers directly.
+  src = None
+  for o in instr.operands:
+    if o.opcode == "reshape":
+      dims = o.operands[0].dims
+      if src is not None and dims != src:
+        return None
+      src = dims
+    elif splat_value(o) is None and _scalar_operand(o) is None:
+      return None
+  if src is None:
+    return None
+  ops = []
+  for o in instr.operands:
+    if o.opcode == "reshape":
+      ops.append(o.operands[0])
+    elif splat_value(o) is not None:
+      ops.append(ctx.b.full(splat_value(o), o.shape.with_dims(src)))
+    else:
+      s = _scalar_operand(o)
+      s = ctx.b.reshape(s, ()) if s.shape.rank else s
+      ops.append(ctx.b.broadcast(s, src, ()))
+  inner = ctx.b.emit(instr.opcode, ops, instr.attrs, instr.shape.with_dims(src))
+  return ctx.b.reshape(inner, instr.dims)
+
+
 # ---------------------------------------------------------------------------------------------
 # dot
 # ---------------------------------------------------------------------------------------------
@@ -682,4 +712,4 @@ RULES: dict[str, tuple] = {
 }
 
 #: Rules tried on every elementwise instruction after its opcode's own rules.
-ELEMENTWISE_RULES: tuple = (sink_broadcast,)
+ELEMENTWISE_RULES: tuple = (sink_broadcast, sink_reshape)
