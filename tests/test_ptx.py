@@ -287,3 +287,13 @@ def test_executable_plumbing_with_a_fake_driver(monkeypatch):
     assert np.asarray(y).shape == outs[0].shape      # read back through the fake copy
   stats = fake.allocator.memory_stats()
   assert stats["num_cache_hits"] > 0 and stats["num_requests"] > stats["num_allocs"]
+
+
+def test_highest_precision_dot_stays_off_tf32():
+  # JAX: precision=HIGHEST computes a float32 product in float32; DEFAULT may use tf32
+  a = np.ones((128, 128), np.float32)
+  default = _compiled(lambda x, y: x @ y, (a, a)).as_text(dialect="ptx")
+  highest = _compiled(lambda x, y: jnp.dot(x, y, precision="highest"), (a, a))
+  assert "mma.sync" in default
+  assert "mma.sync" not in highest.as_text(dialect="ptx")
+  assert "operand_precision={highest,highest}" in highest.as_text()

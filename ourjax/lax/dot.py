@@ -812,8 +812,10 @@ def _register_lowerings():
   @register_lowering(dot_general_p)
   def _dot_general_lower(ctx, avals_in, avals_out, lhs, rhs, *, dimension_numbers, precision,
                          preferred_element_type, out_sharding=None, **_):
+    names = None if precision is None else tuple(str(p).lower() for p in precision)
     return ctx.builder.dot_general(lhs, rhs, dimension_numbers,
-                                   preferred_element_type=avals_out[0].dtype)
+                                   preferred_element_type=avals_out[0].dtype,
+                                   operand_precision=names)
 
   @register_lowering(conv_general_dilated_p)
   def _conv_lower(ctx, avals_in, avals_out, lhs, rhs, *, window_strides, padding, lhs_dilation,

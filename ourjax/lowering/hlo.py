@@ -1316,18 +1316,24 @@ class Builder:
         "window_dilation": tuple(window_dilation or (1,) * r), "to_apply": to_apply})
 
   def dot(self, lhs, rhs, lhs_contracting_dims=(), rhs_contracting_dims=(), lhs_batch_dims=(),
-          rhs_batch_dims=(), preferred_element_type=None):
+          rhs_batch_dims=(), preferred_element_type=None, operand_precision=None):
+    """``operand_precision``: None (default) or a pair of names ("default", "high",
+    "highest"); a backend may compute a float32 dot in a narrower format (tf32 on tensor cores)
+    only when neither operand asks for "highest"."""
     attrs = {"lhs_batch_dims": tuple(lhs_batch_dims), "rhs_batch_dims": tuple(rhs_batch_dims),
              "lhs_contracting_dims": tuple(lhs_contracting_dims),
              "rhs_contracting_dims": tuple(rhs_contracting_dims)}
     if preferred_element_type is not None:
       attrs["preferred_element_type"] = to_dtype(preferred_element_type)
+    if operand_precision is not None and any(p != "default" for p in operand_precision):
+      attrs["operand_precision"] = tuple(operand_precision)
     return self.emit("dot", (lhs, rhs), attrs)
 
-  def dot_general(self, lhs, rhs, dimension_numbers, preferred_element_type=None):
+  def dot_general(self, lhs, rhs, dimension_numbers, preferred_element_type=None,
+                  operand_precision=None):
     """lax-style ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``."""
     (lc, rc), (lb, rb) = dimension_numbers
-    return self.dot(lhs, rhs, lc, rc, lb, rb, preferred_element_type)
+    return self.dot(lhs, rhs, lc, rc, lb, rb, preferred_element_type, operand_precision)
 
   def convolution(self, lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                   dimension_numbers=None, feature_group_count=1, batch_group_count=1,
@@ -1540,6 +1546,8 @@ def _attrs_text(instr: Instruction) -> list[str]:
     for k in ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims"):
       if a.get(k) or k.endswith("contracting_dims"):
         out.append(f"{k}={_ints(a.get(k, ()))}")
+    if a.get("operand_precision"):
+      out.append("operand_precision={" + ",".join(a["operand_precision"]) + "}")
   elif op == "convolution":
     nd = len(a["window_strides"])
     lspec, rspec, _ = a["dimension_numbers"]
