@@ -115,6 +115,10 @@ def _layernorm(jnp, nn):
   return ln
 
 
+def _transpose(jnp, nn):
+  return lambda x: x.T * 2.0
+
+
 def _matmul(jnp, nn):
   return lambda a, b: a @ b
 
@@ -153,6 +157,8 @@ def workloads(small: bool):
       ("layernorm", _layernorm, lambda r: [r.standard_normal((R, C), np.float32),
                                            r.standard_normal(C, np.float32),
                                            r.standard_normal(C, np.float32)], 2 * R * C * f, 0),
+      ("transpose", _transpose, lambda r: [r.standard_normal((R, C), np.float32)],
+       2 * R * C * f, 0),
       ("matmul_f32", _matmul, lambda r: [r.standard_normal((M, M), np.float32),
                                          r.standard_normal((M, M), np.float32)],
        3 * M * M * f, 2 * M ** 3),

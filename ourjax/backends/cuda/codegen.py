@@ -25,6 +25,9 @@ ColumnReduceKernel          ``ColumnReduce``: one thread per output element walk
 dot (f32, bf16, f16)        ``TensorCoreDot`` (``mma.sync``; tf32 for f32 unless the highest
                             precision is configured) when the tile sizes divide the problem,
                             else ``SimtDot`` (64x64 shared-memory tiles); f64 always ``SimtDot``
+LoopKernel reading through  ``transpose.TiledTranspose``: 32x32 output tiles staged through
+a transpose of the minor     shared memory, so reads and writes are both coalesced
+dimension
 CopyKernel                  a device-to-device copy (no kernel)
 anything else               ``Threaded``: the planned kernel's own body (``Kernel.emit``) called
 (sort, scatter, in-place    with ``tid``/``nthreads`` = the GPU thread's global index / count,
@@ -1426,7 +1429,11 @@ def _independent(reduces, leafmap) -> bool:
   return True
 
 
-def _tf32_allowed() -> bool:
+def _tf32_allowed(dot=None) -> bool:
+  """float32 operands may be rounded to tf32 (JAX's default on tensor cores) unless the dot or
+  the configured default asks for "highest" precision."""
+  if dot is not None and "highest" in dot.attrs.get("operand_precision", ()):
+    return False
   from ourjax.config import config
   p = config.read("jax_default_matmul_precision") if hasattr(config, "read") else \
       getattr(config, "jax_default_matmul_precision", None)
@@ -1434,7 +1441,7 @@ def _tf32_allowed() -> bool:
 
 
 def _dot_kernel(name, dot, lhs, rhs, out, info: DeviceInfo):
-  kind = TensorCoreDot.supports(dot, info, _tf32_allowed())
+  kind = TensorCoreDot.supports(dot, info, _tf32_allowed(dot))
   if kind is not None:
     if os.environ.get("OURJAX_CUDA_MMA", "v2") == "v1":
       return TensorCoreDot(name, dot, lhs, rhs, out, kind)
@@ -1497,6 +1504,11 @@ def _loop(kernel: K.LoopKernel, new_temp, info):
       if (nout < 2 * info.sm_count and longest >= 4096 and _independent(reds, leafmap)):
         return _split(name, dims, outs, reds, leafmap, new_temp, info)
       return [RowReduce(name, dims, None, [], outs, reds, leafmap)]
+  if not kernel.prefetch_outer and not kernel.prefetch_elem:
+    from ourjax.backends.cuda import transpose
+    tiled = transpose.plan(name, dims, outs, leafmap)
+    if tiled is not None:
+      return [tiled]
   return [Elementwise(name, dims, outs, leafmap)]
 
 
