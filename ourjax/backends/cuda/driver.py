@@ -1,5 +1,7 @@
 """The CUDA driver, through ``cuda.bindings.driver``: one primary context and one stream per
-device, modules from PTX, kernel launches, copies and events.
+device, modules from PTX, kernel launches, copies, events, and graphs (``Graph``: a chain of
+kernel and copy nodes, instantiated as ``GraphExec``s that are replayed with one
+``cuGraphLaunch`` and whose nodes' parameters can be changed between replays).
 
 Every driver call goes through ``_check``, which turns a failing status into an
 ``ourjax.errors.DeviceError`` naming the call, what it was doing and the driver's own name and
@@ -25,7 +27,7 @@ from ourjax.errors import DeviceError
 log = logging.getLogger("ourjax")
 
 __all__ = ["available", "device_count", "get_device", "Device", "Module", "Function", "Event",
-           "DeviceError"]
+           "Graph", "GraphExec", "DeviceError"]
 
 _drv = None            # the cuda.bindings.driver module, once imported
 _avail: bool | None = None
@@ -234,6 +236,10 @@ class Device:
   def load_module(self, ptx: str, name: str = "module") -> "Module":
     return Module(self, ptx, name)
 
+  def new_graph(self, keep=None) -> "Graph":
+    """An empty ``Graph`` for work on this device's stream (``keep``: what must outlive it)."""
+    return Graph(self, keep)
+
 
 class Module:
   """A loaded PTX module.  Loading failures raise ``DeviceError`` with the JIT's error log."""
@@ -372,6 +378,133 @@ class Event:
     try:
       if _drv is not None and getattr(self, "handle", None) is not None:
         _drv.cuEventDestroy(self.handle)
+    except Exception:   # pragma: no cover - interpreter shutdown
+      pass
+
+
+class Graph:
+  """A CUDA graph built node by node from kernel launches and device-to-device copies, each node
+  depending on the one before it (the stream order of the launches it stands for).
+
+      g = Graph(device, keep=module)          # ``keep``: what must outlive the graph
+      i = g.add_kernel(function, grid, block, shared, params_address)
+      j = g.add_copy(dst, src, nbytes)
+      exe = g.instantiate()                   # a GraphExec; more than one may be made
+      exe.launch()                            # on the device's stream
+
+  A kernel node's ``CUDA_KERNEL_NODE_PARAMS`` is kept, pointing at the caller's parameter block
+  (``params_address``, laid out as for ``Function.launch``): ``GraphExec.set_kernel(i)`` hands
+  the driver the values found there *now* (it copies them), so the caller refills its block
+  and calls it for the nodes whose pointers changed."""
+
+  def __init__(self, device: Device, keep=None):
+    d = _driver()
+    device.make_current()
+    self.device, self._keep = device, keep
+    self.handle = _check(d.cuGraphCreate(0), "cuGraphCreate")
+    self.nodes: list = []         # node handles, in order
+    self.params: list = []        # per node: its CUDA_KERNEL_NODE_PARAMS or CUDA_MEMCPY3D
+    self.names: list = []         # per node: kernel name or "copy"
+
+  def _add(self, node, params, name) -> int:
+    self.nodes.append(node)
+    self.params.append(params)
+    self.names.append(name)
+    return len(self.nodes) - 1
+
+  def _deps(self):
+    return self.nodes[-1:]
+
+  def add_kernel(self, function: "Function", grid, block, shared: int,
+                 params_address: int) -> int:
+    """Append a launch of ``function``; returns the node's index."""
+    d = _driver()
+    p = d.CUDA_KERNEL_NODE_PARAMS()
+    p.func = function.handle
+    p.gridDimX, p.gridDimY, p.gridDimZ = (int(g) for g in grid)
+    p.blockDimX, p.blockDimY, p.blockDimZ = (int(b) for b in block)
+    p.sharedMemBytes = int(shared)
+    p.kernelParams = int(params_address) or None
+    deps = self._deps()
+    node = _check(d.cuGraphAddKernelNode(self.handle, deps, len(deps), p),
+                  f"cuGraphAddKernelNode({function.name}, grid {tuple(grid)}, block "
+                  f"{tuple(block)}, {shared} bytes shared)")
+    return self._add(node, p, function.name)
+
+  def add_copy(self, dst: int, src: int, nbytes: int) -> int:
+    """Append a device-to-device copy of ``nbytes`` (> 0); returns the node's index."""
+    d = _driver()
+    p = _copy_params(d, dst, src, nbytes)
+    deps = self._deps()
+    node = _check(d.cuGraphAddMemcpyNode(self.handle, deps, len(deps), p, self.device.context),
+                  f"cuGraphAddMemcpyNode({nbytes} bytes)")
+    return self._add(node, p, "copy")
+
+  def instantiate(self) -> "GraphExec":
+    return GraphExec(self)
+
+  def __del__(self):
+    try:
+      if _drv is not None and getattr(self, "handle", None) is not None:
+        _drv.cuGraphDestroy(self.handle)
+    except Exception:   # pragma: no cover - interpreter shutdown
+      pass
+
+
+def _copy_params(d, dst: int, src: int, nbytes: int):
+  """A ``CUDA_MEMCPY3D`` for a 1-D device-to-device copy (one row of ``nbytes``)."""
+  p = d.CUDA_MEMCPY3D()
+  dev = d.CUmemorytype.CU_MEMORYTYPE_DEVICE
+  p.srcMemoryType, p.dstMemoryType = dev, dev
+  p.srcDevice, p.dstDevice = int(src), int(dst)
+  p.srcPitch = p.dstPitch = p.WidthInBytes = int(nbytes)
+  p.srcHeight = p.dstHeight = p.Height = p.Depth = 1
+  return p
+
+
+class GraphExec:
+  """An executable instance of a ``Graph``: launched on the device's stream, its nodes'
+  parameters changeable between launches (the change applies to later launches only, so an
+  instance may be updated while an earlier launch of it still runs)."""
+
+  def __init__(self, graph: Graph):
+    d = _driver()
+    dev = graph.device
+    dev.make_current()
+    self.graph, self.device = graph, dev     # (the graph outlives its instances)
+    self.handle = _check(d.cuGraphInstantiate(graph.handle, 0),
+                         f"cuGraphInstantiate (a graph of {len(graph.nodes)} nodes)")
+    _check(d.cuGraphUpload(self.handle, dev.stream), "cuGraphUpload")
+    kernels = [n for n in graph.names if n != "copy"]
+    self._label = (f"graph of {len(kernels)} kernels ({kernels[0]}..{kernels[-1]})" if kernels
+                   else f"graph of {len(graph.names)} copies")
+
+  def set_kernel(self, i: int) -> None:
+    """Give node ``i`` (a kernel) the parameter values now in its parameter block."""
+    g = self.graph
+    _check(_driver().cuGraphExecKernelNodeSetParams(self.handle, g.nodes[i], g.params[i]),
+           f"cuGraphExecKernelNodeSetParams({g.names[i]})")
+
+  def set_copy(self, i: int, dst: int, src: int) -> None:
+    """Point node ``i`` (a copy) at new addresses."""
+    g = self.graph
+    d = _driver()
+    p = _copy_params(d, dst, src, g.params[i].WidthInBytes)
+    _check(d.cuGraphExecMemcpyNodeSetParams(self.handle, g.nodes[i], p, self.device.context),
+           f"cuGraphExecMemcpyNodeSetParams({p.WidthInBytes} bytes)")
+
+  def launch(self) -> None:
+    """Enqueue one replay on the device's stream."""
+    dev = self.device
+    res = _driver().cuGraphLaunch(self.handle, dev.stream)
+    if int(res[0]) != 0:
+      raise DeviceError(f"CUDA cuGraphLaunch of a {self._label} failed: {_error_text(res[0])}")
+    dev.recent_kernels.append(self._label)
+
+  def __del__(self):
+    try:
+      if _drv is not None and getattr(self, "handle", None) is not None:
+        _drv.cuGraphExecDestroy(self.handle)
     except Exception:   # pragma: no cover - interpreter shutdown
       pass
 

@@ -74,9 +74,11 @@ class Allocation:
       a._release(self.ptr, self.size, self.nbytes)
 
   def __del__(self):
-    if not _shutting_down:
+    a = self._allocator
+    if a is not None and not _shutting_down:
+      self._allocator = None
       try:
-        self.free()
+        a._release(self.ptr, self.size, self.nbytes)
       except Exception:   # pragma: no cover - never raise from a finaliser
         pass
 
@@ -101,8 +103,11 @@ class DeviceAllocator:
     self.largest_alloc_size = 0
 
   def allocate(self, nbytes: int) -> Allocation:
-    """A block of at least ``nbytes`` (stream-ordered: usable by work enqueued from now on)."""
-    size = size_class(nbytes)
+    """A block of at least ``nbytes`` (stream-ordered: usable by work enqueued from now on).
+    (Called for every output of every call: kept to plain arithmetic and one dict lookup.)"""
+    nbytes = int(nbytes)
+    size = -(-nbytes // SMALL_STEP) * SMALL_STEP if 0 < nbytes <= SMALL_LIMIT else \
+        size_class(nbytes)
     with self._lock:
       self.num_requests += 1
       lst = self._free.get(size)
@@ -111,14 +116,14 @@ class DeviceAllocator:
         self.bytes_cached -= size
         self.num_cache_hits += 1
       else:
-        ptr = None
-      if ptr is None:
         ptr = self._driver_alloc(size, nbytes)
-      self.bytes_in_use += size
-      self.requested_in_use += int(nbytes)
-      self.peak_bytes_in_use = max(self.peak_bytes_in_use, self.bytes_in_use)
-      self.largest_alloc_size = max(self.largest_alloc_size, int(nbytes))
-    return Allocation(self, ptr, int(nbytes), size)
+      used = self.bytes_in_use = self.bytes_in_use + size
+      self.requested_in_use += nbytes
+      if used > self.peak_bytes_in_use:
+        self.peak_bytes_in_use = used
+      if nbytes > self.largest_alloc_size:
+        self.largest_alloc_size = nbytes
+    return Allocation(self, ptr, nbytes, size)
 
   def _driver_alloc(self, size: int, nbytes: int) -> int:
     try:
