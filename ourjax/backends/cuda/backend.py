@@ -12,6 +12,12 @@ Temporaries live in one *arena* allocation per call; parameters, outputs and the
 constants (uploaded once, on the first call) have their own.  ``while`` and ``conditional`` run
 their computations' kernels from the host, reading the predicate or branch index back.
 
+A call's Python work is small and fixed: the *slot table* of buffer addresses, one gather that
+computes every kernel's parameters from it, and the launches.  A program without host-driven
+control flow and with at least ``GRAPH_MIN_LAUNCHES`` kernels is replayed as a CUDA graph (one
+``cuGraphLaunch`` per call; nodes are updated only where buffer addresses changed, see
+``_GraphReplay``); ``OURJAX_CUDA_GRAPHS=0`` launches kernel by kernel instead.
+
 Modules with what the native backends do not compile yet (complex or 8-bit float types, some
 opcodes) and modules whose code generation fails run on the CPU backend instead, their arguments
 copied to the host and results copied to the GPU (logged at debug level; a code generation
@@ -22,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -41,12 +48,34 @@ __all__ = ["compile", "CudaExecutable", "HostFallbackExecutable", "DeviceBuffer"
 # device buffers
 # ---------------------------------------------------------------------------------------------
 
-class _Ready:
-  """The event recorded after the work that produced some buffers."""
-  __slots__ = ("event",)
+_EVENT_POOL_MAX = 64
 
-  def __init__(self, event):
-    self.event = event
+
+class _Ready:
+  """The event recorded after the work that produced some buffers.  When the last of them lets
+  go of it, the event returns to its device's pool for a later call to record again (creating
+  and destroying an event per call would cost two more driver calls)."""
+  __slots__ = ("event", "_pool")
+
+  def __init__(self, event, pool=None):
+    self.event, self._pool = event, pool
+
+  @classmethod
+  def record(cls, dev, pool: list) -> "_Ready":
+    """An event recorded on ``dev``'s stream now, taken from ``pool`` when it has one."""
+    try:
+      event = pool.pop()
+    except IndexError:
+      event = driver.Event(dev)
+    return cls(event.record(), pool)
+
+  def __del__(self):
+    try:
+      pool = self._pool
+      if pool is not None and len(pool) < _EVENT_POOL_MAX:
+        pool.append(self.event)
+    except Exception:   # pragma: no cover - interpreter shutdown
+      pass
 
 
 class DeviceBuffer:
@@ -58,6 +87,13 @@ class DeviceBuffer:
     self.device, self.allocation = device, allocation
     self.shape, self.dtype = tuple(shape), np.dtype(dtype)
     self._ready = ready
+
+  @classmethod
+  def _wrap(cls, device, allocation, shape: tuple, dtype: np.dtype, ready: _Ready | None):
+    """``DeviceBuffer(...)`` for a shape that is a tuple and a dtype that is an np.dtype."""
+    b = object.__new__(cls)
+    b.device, b.allocation, b.shape, b.dtype, b._ready = device, allocation, shape, dtype, ready
+    return b
 
   @property
   def ptr(self) -> int:
@@ -137,12 +173,214 @@ def _device_pointer(dev, a, dtype, dims, keep):
 
 
 # ---------------------------------------------------------------------------------------------
+# launch programs: kernel parameters and CUDA graphs
+# ---------------------------------------------------------------------------------------------
+
+# Kernel parameters: every launch of a program reads its 64-bit parameters (buffer addresses:
+# a slot's address plus an offset) from one packed block, refilled by one gather per call.
+
+class _ParamBlock:
+  """The parameter values of every kernel launch in a program, packed in one array, and the
+  array of pointers to them that ``cuLaunchKernel`` and graph kernel nodes take (launch ``i``'s
+  pointers start ``start[i]`` bytes into it).  ``fill(slots)`` computes every value of a call
+  at once (``slots[idx] + offset``)."""
+
+  def __init__(self, program):
+    idx, offs = [], []
+    self.start = {}                  # id(launch op) -> byte offset of its pointers, None if none
+    for op in _launch_ops(program):
+      n = len(op[2])
+      self.start[id(op)] = 8 * len(idx) if n else None
+      idx.extend(int(i) for i in op[2])
+      offs.extend(int(o) for o in op[3])
+    self.idx = np.array(idx, np.int64)
+    self.offs = np.array(offs, np.uint64)
+    self.vals, self._ptrs = self.new()
+    self.base = int(self._ptrs.ctypes.data) if len(idx) else 0
+
+  def new(self):
+    """A fresh (values, pointers) pair laid out like this block's."""
+    vals = np.zeros(len(self.idx), np.uint64)
+    ptrs = vals.ctypes.data + 8 * np.arange(len(vals), dtype=np.uint64)
+    return vals, ptrs
+
+  def fill(self, slots, vals=None) -> None:
+    np.add(slots[self.idx], self.offs, out=self.vals if vals is None else vals)
+
+
+def _launch_ops(program):
+  for op in program:
+    if op[0] == "k":
+      yield op
+    elif op[0] == "while":
+      yield from _launch_ops(op[1])
+      yield from _launch_ops(op[3])
+    elif op[0] == "cond":
+      for br in op[3]:
+        yield from _launch_ops(br)
+
+
+def _resolve(program, funcs, starts):
+  """``program`` with each kernel launch resolved to what launching it needs:
+  ("k", Function, grid, block, shared bytes, parameter offset, kernel index, slots read)."""
+  out = []
+  for op in program:
+    kind = op[0]
+    if kind == "k":
+      _, fi, idx, _offs = op
+      f, grid, block, shared = funcs[fi]
+      out.append(("k", f, grid, block, shared, starts[id(op)], fi, tuple(int(i) for i in idx)))
+    elif kind == "copy":
+      out.append(op)
+    elif kind == "while":
+      out.append(("while", _resolve(op[1], funcs, starts), op[2],
+                  _resolve(op[3], funcs, starts)))
+    elif kind == "cond":
+      out.append(("cond", op[1], op[2], [_resolve(b, funcs, starts) for b in op[3]]))
+    else:   # pragma: no cover
+      raise AssertionError(kind)
+  return out
+
+
+# CUDA graphs: an executable whose program is a fixed sequence of launches is replayed as one
+# graph launch instead of one cuLaunchKernel per kernel.
+
+GRAPH_MIN_LAUNCHES = 2
+"""The fewest kernel launches for which an executable is replayed as a CUDA graph.  Launching a
+graph costs the host about what one ``cuLaunchKernel`` does, so a single kernel gains nothing
+(and would hold a graph's device memory); each kernel beyond the first saves a launch."""
+
+GRAPH_INSTANCES = 2
+"""Executable graphs kept per executable, each holding the buffer addresses of a recent call.
+A loop ``y = f(x)`` gets its outputs in two alternating blocks (the previous result is alive
+while the next one is allocated), so two instances replay such a loop without updating a node."""
+
+
+def graphs_enabled() -> bool:
+  """False when ``OURJAX_CUDA_GRAPHS`` is 0/false/no/off (read when an executable is loaded)."""
+  return os.environ.get("OURJAX_CUDA_GRAPHS", "1").strip().lower() not in ("0", "false", "no",
+                                                                             "off")
+
+
+GRAPH_MAX_COPY_BYTES = (1 << 31) - 1
+"""The largest copy a graph's copy node takes: the node describes it as one row of a 3-D copy,
+whose pitch the driver limits to 2^31 - 1 bytes (a copy that large runs for milliseconds,
+so launching it directly costs nothing that matters)."""
+
+
+def graph_unsuitable(program) -> str | None:
+  """Why an executable's ``program`` is not replayed as a CUDA graph, or None when it is: it
+  must be a fixed sequence of kernel launches and copies (no ``while``/``cond``, which the host
+  drives by reading values back) with at least ``GRAPH_MIN_LAUNCHES`` kernels."""
+  kinds = [op[0] for op in program]
+  for kind in ("while", "cond"):
+    if kind in kinds:
+      return f"host-driven control flow ({kind})"
+  big = [op[3] for op in program if op[0] == "copy" and op[3] > GRAPH_MAX_COPY_BYTES]
+  if big:
+    return f"a copy of {big[0]} bytes, more than GRAPH_MAX_COPY_BYTES"
+  n = kinds.count("k")
+  if n < GRAPH_MIN_LAUNCHES:
+    return f"{n} kernel launch(es), fewer than GRAPH_MIN_LAUNCHES={GRAPH_MIN_LAUNCHES}"
+  return None
+
+
+def _addr(slots, spec) -> int:
+  slot, off = spec
+  return int(slots[slot]) + off
+
+
+class _GraphReplay:
+  """One executable's launch program as a CUDA graph (``driver.Graph``: a chain of kernel and
+  copy nodes), built on the first call from that call's buffer addresses and replayed on every
+  call after.
+
+  The addresses a call uses, its *slot table* (parameters, outputs, constants, the arena), may
+  differ from call to call.  Up to ``GRAPH_INSTANCES`` executable instances are kept, each with
+  the slot table its nodes were last given: a call whose table equals an instance's launches
+  that instance as it is; otherwise the least recently used instance is updated first, only in
+  the nodes that read a slot whose address changed (``cuGraphExecKernelNodeSetParams`` /
+  ``cuGraphExecMemcpyNodeSetParams``).  A node's parameters are a function of the slot table
+  alone, so equal tables mean equal launches."""
+
+  def __init__(self, dev, module, ops, params: _ParamBlock, slots):
+    graph = dev.new_graph(keep=module)
+    users = [set() for _ in range(len(slots))]
+    self._copies = {}                # node -> (dst spec, src spec)
+    for op in ops:
+      if op[0] == "k":
+        _, f, grid, block, shared, start, _fi, idx = op
+        n = graph.add_kernel(f, grid, block, shared, 0 if start is None else params.base + start)
+        for s in idx:
+          users[s].add(n)
+      else:
+        _, dst, src, nbytes = op
+        n = graph.add_copy(_addr(slots, dst), _addr(slots, src), nbytes)
+        self._copies[n] = (dst, src)
+        users[dst[0]].add(n)
+        users[src[0]].add(n)
+    self.graph = graph
+    self.slot_users = [tuple(sorted(u)) for u in users]
+    self._built = slots                # the table the graph's own nodes hold
+    self._lru: list = []               # [GraphExec, slot table, key], least recently used first
+    self._by_key: dict = {}
+    self.updates = 0                   # nodes updated so far (for tests and profiling)
+
+  def replay(self, slots, params: _ParamBlock) -> None:
+    key = slots.tobytes()
+    inst = self._by_key.get(key)
+    if inst is None:
+      inst = self._retarget(slots, key, params)
+    elif self._lru[-1] is not inst:
+      self._lru.remove(inst)
+      self._lru.append(inst)
+    inst[0].launch()
+
+  def _retarget(self, slots, key, params):
+    """An instance whose nodes hold ``slots``: a new one while fewer than GRAPH_INSTANCES
+    exist, else the least recently used, updated where its addresses differ."""
+    if len(self._lru) < GRAPH_INSTANCES:
+      inst = [self.graph.instantiate(), self._built, None]
+    else:
+      inst = self._lru.pop(0)
+      del self._by_key[inst[2]]
+    changed = np.flatnonzero(inst[1] != slots)
+    if len(changed):
+      params.fill(slots)
+      nodes = sorted({n for s in changed.tolist() for n in self.slot_users[s]})
+      exe = inst[0]
+      for n in nodes:
+        c = self._copies.get(n)
+        if c is None:
+          exe.set_kernel(n)
+        else:
+          exe.set_copy(n, _addr(slots, c[0]), _addr(slots, c[1]))
+      self.updates += len(nodes)
+    inst[1], inst[2] = slots, key
+    self._lru.append(inst)
+    self._by_key[key] = inst
+    return inst
+
+
+# ---------------------------------------------------------------------------------------------
 # the executable
 # ---------------------------------------------------------------------------------------------
 
+_EVENT_POOLS = weakref.WeakKeyDictionary()   # device -> events free for reuse
+
+
 class CudaExecutable:
   """A module compiled for the GPU: ``exe(*args) -> tuple of DeviceBuffer`` (``args``: Arrays,
-  DeviceBuffers or host values).  ``ptx`` is the module's PTX text."""
+  DeviceBuffers or host values).  ``ptx`` is the module's PTX text.
+
+  A call fills the *slot table* (the address of every parameter, output, constant and the
+  temporaries' arena), computes every kernel's parameters from it in one gather
+  (``_ParamBlock``) and enqueues the program: as one CUDA graph launch when the program is a
+  fixed sequence of at least ``GRAPH_MIN_LAUNCHES`` kernels (``_GraphReplay``;
+  ``OURJAX_CUDA_GRAPHS=0`` turns graphs off, and any failure of the graph API turns them off
+  for the executable, which then launches kernel by kernel), else kernel by kernel.
+  ``graph_reason`` says why an executable launches kernel by kernel (None: it replays a
+  graph; empty before the first call)."""
   device_resident = True
   backend = "cuda"
 
@@ -154,6 +392,11 @@ class CudaExecutable:
     self.consts = consts                 # (slot, numpy value)
     self.param_specs, self.out_specs = param_specs, out_specs
     self.arena_bytes, self.nslots = arena_bytes, nslots
+    # per output: (bytes, dims, dtype), so that a call computes no sizes
+    self._out_meta = [(int(np.prod(dims, dtype=np.int64)) * dt.itemsize, tuple(dims), dt)
+                      for dt, dims in out_specs]
+    self.graph_reason = ""
+    self._graph = None
     self._dev = None
 
   def __repr__(self):
@@ -163,21 +406,18 @@ class CudaExecutable:
     dev = driver.get_device(0)
     info = codegen.DeviceInfo(dev.arch, dev.multiprocessor_count)
     mod = dev.load_module(self.ptx, self.module.name)
-    self._funcs = []
+    funcs = []
     for k in self.kernels:
       f = mod.function(k.name)
       grid, block, shared = k.launch(info)
       if shared > 48 * 1024:
         f.set_max_dynamic_shared(shared)
-      self._funcs.append((f, tuple(int(x) for x in grid), tuple(int(x) for x in block),
-                          int(shared)))
+      funcs.append((f, tuple(int(x) for x in grid), tuple(int(x) for x in block), int(shared)))
     self._module_handle = mod
-    # per-launch parameter blocks, refilled in place on every call (the driver copies the
-    # values at launch); a call that finds them in use (another thread) builds its own
-    self._params = {}
-    for op in _launch_ops(self.program):
-      vals = np.zeros(len(op[2]), np.uint64)
-      self._params[id(op)] = (vals, vals.ctypes.data + 8 * np.arange(len(vals), dtype=np.uint64))
+    # one parameter block for the whole program, refilled in place on every call (the driver
+    # copies the values at launch); a call that finds it in use (another thread) makes its own
+    self._params = _ParamBlock(self.program)
+    self._ops = _resolve(self.program, funcs, self._params.start)
     self._params_lock = threading.Lock()
     template = np.zeros(self.nslots, np.uint64)
     self._const_bufs = []
@@ -186,44 +426,128 @@ class CudaExecutable:
       self._const_bufs.append(buf)
       template[slot] = buf.ptr
     self._template = template
+    if not graphs_enabled():
+      self.graph_reason = "OURJAX_CUDA_GRAPHS=0"
+    else:
+      self.graph_reason = graph_unsuitable(self.program)
+    self._graph = None                   # built on the first call that may use it
+    events = _EVENT_POOLS.get(dev)
+    if events is None:
+      events = _EVENT_POOLS[dev] = []
+    self._events = events
     self._dev = dev
     return dev
 
   def __call__(self, *args):
     dev = self._dev or self._load()
     dev.make_current()
-    if len(args) != len(self.param_specs):
-      raise TypeError(f"{self.module.name}: expected {len(self.param_specs)} arguments, got "
-                      f"{len(args)}")
+    specs = self.param_specs
+    if len(args) != len(specs):
+      raise TypeError(f"{self.module.name}: expected {len(specs)} arguments, got {len(args)}")
     slots = self._template.copy()
-    keep = []
-    for k, (a, (dt, dims)) in enumerate(zip(args, self.param_specs)):
-      slots[k] = _device_pointer(dev, a, dt, dims, keep)
+    keep = []                            # host arguments uploaded for this call
+    for k, a in enumerate(args):
+      buf = getattr(a, "_device_buf", None) if type(a) is not DeviceBuffer else a
+      if buf is not None and buf.device is dev:
+        slots[k] = buf.allocation.ptr
+      else:
+        dt, dims = specs[k]
+        slots[k] = _device_pointer(dev, a, dt, dims, keep)
+    return self._execute(dev, slots)
+
+  def fast_caller(self, kept, fixed, array_type):
+    """``call(args) -> tuple of DeviceBuffer`` for ``jit``'s dispatch fast path
+    (``backends.ModuleExecutable.fast_path``): ``args`` are the caller's positional arguments
+    (Arrays or NumPy arrays of the compiled shapes and dtypes), ``kept`` the indices of those
+    that are parameters 0.. (None: all of them, in order), ``fixed`` the values of the remaining
+    parameters (hoisted constants: their device copies are made once, here), ``array_type``
+    ourjax's Array class.  None when the arguments do not fit."""
+    dev = self._dev or self._load()
+    specs = self.param_specs
+    nfixed = len(fixed)
+    ndyn = len(specs) - nfixed
+    kept = tuple(range(ndyn)) if kept is None else tuple(kept)
+    if len(kept) != ndyn:
+      return None
+    template = self._template.copy()
+    keep_fixed = [fixed]                 # the constants' device copies live as long as `call`
+    for j, a in enumerate(fixed):
+      dt, dims = specs[ndyn + j]
+      template[ndyn + j] = _device_pointer(dev, a, dt, dims, keep_fixed)
+    slot_of = tuple(enumerate(kept))
+    execute = self._execute
+
+    def call(args):
+      dev.make_current()
+      slots = template.copy()
+      keep = []
+      for i, k in slot_of:
+        a = args[k]
+        buf = a._device_buf if type(a) is array_type else None
+        if buf is not None and buf.device is dev:
+          slots[i] = buf.allocation.ptr
+        else:
+          dt, dims = specs[i]
+          slots[i] = _device_pointer(dev, a, dt, dims, keep)
+      return execute(dev, slots)
+    call.keep = keep_fixed
+    return call
+
+  def _execute(self, dev, slots):
+    """Allocate the outputs and the arena into ``slots`` (parameters and constants already
+    there), enqueue the program, and return the outputs."""
     n = len(self.param_specs)
-    outs = []
     alloc = dev.allocator.allocate
-    for j, (dt, dims) in enumerate(self.out_specs):
-      a = alloc(int(np.prod(dims, dtype=np.int64)) * dt.itemsize)
-      outs.append((a, dt, dims))
+    outs = []
+    for j, (nbytes, dims, dt) in enumerate(self._out_meta):
+      a = alloc(nbytes)
+      outs.append(a)
       slots[n + j] = a.ptr
     arena = alloc(self.arena_bytes) if self.arena_bytes else None
     if arena is not None:
       slots[-1] = arena.ptr
-    own = self._params_lock.acquire(blocking=False)
-    try:
-      self._run(dev, self.program, slots, self._params if own else None)
-    finally:
-      if own:
+    params = self._params
+    if self._params_lock.acquire(blocking=False):
+      try:
+        if not (self.graph_reason is None and self._timings is None
+                and self._replay(dev, slots)):
+          params.fill(slots)
+          self._run(dev, self._ops, slots, params.base)
+      finally:
         self._params_lock.release()
-    ready = _Ready(driver.Event(dev).record())
-    # the arena and uploaded arguments return to the cache now: later work is stream-ordered
-    del arena, keep
-    return tuple(DeviceBuffer(dev, a, dims, dt, ready) for a, dt, dims in outs)
+    else:                                # another thread holds the shared block
+      vals, ptrs = params.new()
+      params.fill(slots, vals)
+      self._run(dev, self._ops, slots, int(ptrs.ctypes.data) if len(vals) else 0)
+    ready = _Ready.record(dev, self._events)
+    # the arena returns to the cache now: later work is stream-ordered after this call's
+    del arena
+    wrap = DeviceBuffer._wrap
+    return tuple(wrap(dev, a, dims, dt, ready) for a, (_, dims, dt) in zip(outs, self._out_meta))
+
+  def _replay(self, dev, slots) -> bool:
+    """Enqueue the call as a graph replay; False (graphs now off for this executable) when the
+    graph API fails, before anything of the call was enqueued."""
+    try:
+      g = self._graph
+      if g is None:
+        self._params.fill(slots)
+        g = self._graph = _GraphReplay(dev, self._module_handle, self._ops, self._params, slots)
+        log.debug("cuda: %s replays a CUDA graph of %d nodes", self.module.name,
+                  len(g.graph.nodes))
+      g.replay(slots, self._params)
+      return True
+    except Exception as e:   # noqa: BLE001 - any failure of the graph path: launch one by one
+      self._graph = None
+      self.graph_reason = f"the CUDA graph API failed: {type(e).__name__}: {e}"
+      log.warning("cuda: %s launches its kernels one by one from now on (%s)", self.module.name,
+                  self.graph_reason)
+      return False
 
   def profile(self, *args, reps: int = 3):
     """Device milliseconds of each kernel launch of one call (median of ``reps`` calls):
-    a list of (kernel name, kernel class, ms), copies included as ('copy', ...)."""
-    dev = self._dev or self._load()
+    a list of (kernel name, kernel class, ms), copies included as ('copy', ...).  The kernels
+    are launched one by one (not as a graph), each between two timing events."""
     runs = []
     for _ in range(reps + 1):           # the first call warms up
       timings = []
@@ -241,69 +565,47 @@ class CudaExecutable:
 
   _timings = None
 
-  def _addr(self, slots, spec):
-    slot, off = spec
-    return int(slots[slot]) + off
-
-  def _run(self, dev, program, slots, params=None):
-    funcs = self._funcs
-    for op in program:
+  def _run(self, dev, ops, slots, base: int):
+    """Launch ``ops`` (``_resolve``d) kernel by kernel; kernel parameters are at ``base``."""
+    for op in ops:
       kind = op[0]
       timings = self._timings
       if timings is not None:
         e0 = driver.Event(dev, timing=True).record()
       if kind == "k":
-        _, fi, idx, offs = op
-        f, grid, block, shared = funcs[fi]
-        if params is not None:
-          vals, ptrs = params[id(op)]
-          np.add(slots[idx], offs, out=vals)
-          addr = ptrs.ctypes.data if len(vals) else 0
-        else:
-          keep, addr = driver.pointer_params(slots[idx] + offs)
-        f.launch(grid, block, addr, shared)
+        start = op[5]
+        f = op[1]
+        f.launch(op[2], op[3], 0 if start is None else base + start, op[4])
         if timings is not None:
-          timings.append((f.name, type(self.kernels[fi]).__name__, e0,
+          timings.append((f.name, type(self.kernels[op[6]]).__name__, e0,
                           driver.Event(dev, timing=True).record()))
       elif kind == "copy":
         _, dst, src, nbytes = op
-        dev.copy_device(self._addr(slots, dst), self._addr(slots, src), nbytes)
+        dev.copy_device(_addr(slots, dst), _addr(slots, src), nbytes)
         if timings is not None:
           timings.append(("copy", f"{nbytes} B", e0, driver.Event(dev, timing=True).record()))
       elif kind == "while":
         _, cond, pred, body = op
         flag = np.zeros((), np.uint8)
         while True:
-          self._run(dev, cond, slots, params)
-          dev.copy_to_host(flag, self._addr(slots, pred))
+          self._run(dev, cond, slots, base)
+          dev.copy_to_host(flag, _addr(slots, pred))
           if not flag:
             break
-          self._run(dev, body, slots, params)
+          self._run(dev, body, slots, base)
       elif kind == "cond":
         _, sel, dt, branches = op
         v = np.zeros((), dt)
-        dev.copy_to_host(v, self._addr(slots, sel))
+        dev.copy_to_host(v, _addr(slots, sel))
         if dt == np.bool_:
           k = 0 if v else 1
         else:
           k = int(v)
           if not 0 <= k < len(branches):
             k = len(branches) - 1
-        self._run(dev, branches[k], slots, params)
+        self._run(dev, branches[k], slots, base)
       else:   # pragma: no cover
         raise AssertionError(kind)
-
-
-def _launch_ops(program):
-  for op in program:
-    if op[0] == "k":
-      yield op
-    elif op[0] == "while":
-      yield from _launch_ops(op[1])
-      yield from _launch_ops(op[3])
-    elif op[0] == "cond":
-      for br in op[3]:
-        yield from _launch_ops(br)
 
 
 class HostFallbackExecutable:

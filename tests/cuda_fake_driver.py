@@ -1,0 +1,317 @@
+"""A stand-in for ``cuda.bindings.driver`` that runs the CUDA backend's host side without a GPU.
+
+``FakeDriver`` answers the driver calls ``ourjax/backends/cuda/driver.py`` makes, with the same
+calling conventions (a status first in every returned tuple) and the bindings' own struct and
+handle types (``CUDA_KERNEL_NODE_PARAMS``, ``CUDA_MEMCPY3D``, ``CUfunction``), so that what the
+backend writes into them is checked by the real bindings.  Device memory is a bump allocator;
+nothing runs on a device, but every launch is *recorded* as it would execute:
+
+    ("kernel", name, grid, block, shared, parameter values)     # cuLaunchKernel or a graph node
+    ("copy", dst, src, nbytes)                                  # cuMemcpyDtoDAsync or a node
+
+in ``executed``, in stream order; a graph launch appends its nodes' records with the parameters
+the executable graph holds at that moment.  Two runs of one scenario, one replaying graphs and
+one launching kernel by kernel, must therefore record the same list.  ``calls`` counts every
+driver entry point used; ``fail`` names entry points that return an error (to test fallbacks).
+
+    with installed() as fake: ...      # swaps it into ourjax.backends.cuda.driver, restores after
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import enum
+import gc
+import re
+from collections import Counter
+
+from cuda.bindings import driver as _real
+
+
+class CUresult(enum.IntEnum):
+  CUDA_SUCCESS = 0
+  CUDA_ERROR_INVALID_VALUE = 1
+  CUDA_ERROR_OUT_OF_MEMORY = 2
+  CUDA_ERROR_NOT_READY = 600
+
+
+class _Handle:
+  """An opaque handle that the real bindings reject (no ``__int__``): a fake handle that leaked
+  into the real driver raises TypeError instead of reaching it."""
+
+  def __init__(self, kind, **kw):
+    self.kind = kind
+    self.__dict__.update(kw)
+
+  def __repr__(self):
+    return f"<fake {self.kind}>"
+
+
+class _Stream(_Handle):
+  def __int__(self):
+    return 0
+
+
+def _entries(ptx: str) -> dict:
+  """{kernel name: number of parameters} of a PTX module."""
+  return {m.group(1): m.group(2).count(".param")
+          for m in re.finditer(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)}
+
+
+def _read_params(address: int, n: int) -> tuple:
+  """The 64-bit parameter values behind a ``kernelParams`` array of ``n`` pointers."""
+  if n == 0:
+    return ()
+  assert address, "kernel parameters missing"
+  ptrs = (ctypes.c_uint64 * n).from_address(address)
+  return tuple(ctypes.c_uint64.from_address(p).value for p in ptrs)
+
+
+class FakeDriver:
+  """The driver entry points the backend uses (see the module docstring)."""
+
+  def __init__(self):
+    self.executed: list = []
+    self.calls = Counter()
+    self.fail: set = set()
+    self.next_ptr = 1 << 32
+    self.functions: dict = {}     # int(CUfunction) -> (name, nparams)
+    self._nfunc = 0x1000
+
+  def __getattr__(self, name):
+    # enums and structs (CUdevice_attribute, CUDA_KERNEL_NODE_PARAMS, ...) are the real ones
+    if name.startswith("cu"):
+      raise AttributeError(f"the fake driver has no {name}")
+    return getattr(_real, name)
+
+  CUresult = CUresult
+
+  def _ok(self, name, *values):
+    self.calls[name] += 1
+    if name in self.fail:
+      return (CUresult.CUDA_ERROR_INVALID_VALUE,) + (None,) * len(values)
+    return (CUresult.CUDA_SUCCESS,) + values
+
+  # -- errors, init, device --------------------------------------------------------------------
+  def cuGetErrorName(self, err):
+    return CUresult.CUDA_SUCCESS, CUresult(int(err)).name.encode()
+
+  def cuGetErrorString(self, err):
+    return CUresult.CUDA_SUCCESS, b"fake driver error"
+
+  def cuInit(self, flags):
+    return self._ok("cuInit")
+
+  def cuDeviceGetCount(self):
+    return self._ok("cuDeviceGetCount", 1)
+
+  def cuDeviceGet(self, ordinal):
+    return self._ok("cuDeviceGet", _Handle("device"))
+
+  def cuDevicePrimaryCtxRetain(self, dev):
+    return self._ok("cuDevicePrimaryCtxRetain", _Handle("context"))
+
+  def cuCtxSetCurrent(self, ctx):
+    return self._ok("cuCtxSetCurrent")
+
+  def cuDeviceGetName(self, n, dev):
+    return self._ok("cuDeviceGetName", b"Fake GPU\0")
+
+  def cuDeviceGetAttribute(self, attr, dev):
+    A = _real.CUdevice_attribute
+    return self._ok("cuDeviceGetAttribute", {
+        A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
+        A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+        A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,
+        A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
+        A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448,
+        A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 50 << 20}.get(attr, 0))
+
+  def cuDeviceTotalMem(self, dev):
+    return self._ok("cuDeviceTotalMem", 80 << 30)
+
+  def cuStreamCreate(self, flags):
+    return self._ok("cuStreamCreate", _Stream("stream"))
+
+  def cuStreamSynchronize(self, stream):
+    return self._ok("cuStreamSynchronize")
+
+  # -- memory ----------------------------------------------------------------------------------
+  def cuMemGetInfo(self):
+    return self._ok("cuMemGetInfo", 40 << 30, 80 << 30)
+
+  def cuMemAlloc(self, n):
+    p = self.next_ptr
+    self.next_ptr += -(-int(n) // 256) * 256
+    return self._ok("cuMemAlloc", p)
+
+  def cuMemFree(self, p):
+    return self._ok("cuMemFree")
+
+  def cuMemcpyHtoDAsync(self, dst, src, n, stream):
+    return self._ok("cuMemcpyHtoDAsync")
+
+  def cuMemcpyDtoHAsync(self, dst, src, n, stream):
+    ctypes.memset(dst, 0, n)
+    return self._ok("cuMemcpyDtoHAsync")
+
+  def cuMemcpyDtoDAsync(self, dst, src, n, stream):
+    self.executed.append(("copy", int(dst), int(src), int(n)))
+    return self._ok("cuMemcpyDtoDAsync")
+
+  def cuMemsetD8Async(self, dst, value, n, stream):
+    return self._ok("cuMemsetD8Async")
+
+  # -- modules, kernels ------------------------------------------------------------------------
+  def cuModuleLoadDataEx(self, image, nopts, opts, vals):
+    ptx = bytes(image).rstrip(b"\0").decode()
+    return self._ok("cuModuleLoadDataEx", _Handle("module", entries=_entries(ptx)))
+
+  def cuModuleGetFunction(self, module, name):
+    name = name.decode()
+    assert name in module.entries, name
+    self._nfunc += 1
+    self.functions[self._nfunc] = (name, module.entries[name])
+    return self._ok("cuModuleGetFunction", _real.CUfunction(self._nfunc))
+
+  def cuModuleUnload(self, module):
+    return self._ok("cuModuleUnload")
+
+  def cuFuncSetAttribute(self, f, attr, value):
+    return self._ok("cuFuncSetAttribute")
+
+  def cuFuncGetAttribute(self, attr, f):
+    return self._ok("cuFuncGetAttribute", 0)
+
+  def _kernel_record(self, f, grid, block, shared, params):
+    name, n = self.functions[int(f)]
+    return ("kernel", name, tuple(int(g) for g in grid), tuple(int(b) for b in block),
+            int(shared), _read_params(int(params or 0), n))
+
+  def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    assert isinstance(stream, _Stream) and extra == 0
+    rec = self._kernel_record(f, (gx, gy, gz), (bx, by, bz), shared, params)
+    res = self._ok("cuLaunchKernel")
+    if int(res[0]) == 0:
+      self.executed.append(rec)
+    return res
+
+  # -- events ----------------------------------------------------------------------------------
+  def cuEventCreate(self, flags):
+    return self._ok("cuEventCreate", _Handle("event"))
+
+  def cuEventRecord(self, event, stream):
+    return self._ok("cuEventRecord")
+
+  def cuEventQuery(self, event):
+    return self._ok("cuEventQuery")
+
+  def cuEventSynchronize(self, event):
+    return self._ok("cuEventSynchronize")
+
+  def cuEventElapsedTime(self, a, b):
+    return self._ok("cuEventElapsedTime", 0.001)
+
+  def cuEventDestroy(self, event):
+    return self._ok("cuEventDestroy")
+
+  # -- graphs ----------------------------------------------------------------------------------
+  def cuGraphCreate(self, flags):
+    return self._ok("cuGraphCreate", _Handle("graph", nodes=[]))
+
+  def _add_node(self, name, graph, deps, ndeps, rec):
+    deps = list(deps or [])
+    assert len(deps) == ndeps and all(d in graph.nodes for d in deps), (deps, ndeps)
+    res = self._ok(name, _Handle("node", graph=graph, deps=deps, rec=rec))
+    if int(res[0]) == 0:
+      graph.nodes.append(res[1])
+    return res
+
+  def _kernel_node_record(self, p):
+    assert int(p.extra or 0) == 0
+    return self._kernel_record(p.func, (p.gridDimX, p.gridDimY, p.gridDimZ),
+                               (p.blockDimX, p.blockDimY, p.blockDimZ), p.sharedMemBytes,
+                               p.kernelParams)
+
+  def cuGraphAddKernelNode(self, graph, deps, ndeps, p):
+    return self._add_node("cuGraphAddKernelNode", graph, deps, ndeps,
+                          self._kernel_node_record(p))
+
+  def _copy_record(self, p):
+    dev = _real.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    assert p.srcMemoryType == dev and p.dstMemoryType == dev
+    assert p.Height == 1 and p.Depth == 1 and p.srcPitch >= p.WidthInBytes
+    return ("copy", int(p.dstDevice), int(p.srcDevice), int(p.WidthInBytes))
+
+  def cuGraphAddMemcpyNode(self, graph, deps, ndeps, p, ctx):
+    return self._add_node("cuGraphAddMemcpyNode", graph, deps, ndeps, self._copy_record(p))
+
+  def cuGraphInstantiate(self, graph, flags):
+    order, seen = [], set()
+
+    def visit(n):                      # nodes in dependency order
+      if id(n) in seen:
+        return
+      seen.add(id(n))
+      for d in n.deps:
+        visit(d)
+      order.append(n)
+    for n in graph.nodes:
+      visit(n)
+    return self._ok("cuGraphInstantiate",
+                    _Handle("exec", graph=graph, order=order, recs={id(n): n.rec for n in order},
+                            alive=True))
+
+  def cuGraphUpload(self, exe, stream):
+    return self._ok("cuGraphUpload")
+
+  def cuGraphExecKernelNodeSetParams(self, exe, node, p):
+    rec = self._kernel_node_record(p)
+    assert exe.alive and exe.recs[id(node)][1] == rec[1], "a node's kernel changed"
+    res = self._ok("cuGraphExecKernelNodeSetParams")
+    if int(res[0]) == 0:
+      exe.recs[id(node)] = rec
+    return res
+
+  def cuGraphExecMemcpyNodeSetParams(self, exe, node, p, ctx):
+    rec = self._copy_record(p)
+    assert exe.alive and exe.recs[id(node)][3] == rec[3], "a copy's size changed"
+    res = self._ok("cuGraphExecMemcpyNodeSetParams")
+    if int(res[0]) == 0:
+      exe.recs[id(node)] = rec
+    return res
+
+  def cuGraphLaunch(self, exe, stream):
+    assert exe.alive and isinstance(stream, _Stream)
+    res = self._ok("cuGraphLaunch")
+    if int(res[0]) == 0:
+      self.executed.extend(exe.recs[id(n)] for n in exe.order)
+    return res
+
+  def cuGraphExecDestroy(self, exe):
+    exe.alive = False
+    return self._ok("cuGraphExecDestroy")
+
+  def cuGraphDestroy(self, graph):
+    return self._ok("cuGraphDestroy")
+
+
+@contextlib.contextmanager
+def installed():
+  """``FakeDriver`` as ``ourjax.backends.cuda.driver``'s bindings (a fresh device 0, graphs and
+  module caches of earlier executables not reused); the previous state is restored after, once
+  every object made with the fake is gone."""
+  from ourjax.backends.cuda import driver
+  saved = (driver._drv, driver._avail, driver._avail_reason, dict(driver._devices))
+  fake = FakeDriver()
+  driver._drv, driver._avail, driver._avail_reason = fake, True, ""
+  driver._devices.clear()
+  driver._tls.current = None
+  try:
+    yield fake
+  finally:
+    driver._devices.clear()
+    gc.collect()
+    driver._drv, driver._avail, driver._avail_reason = saved[:3]
+    driver._devices.update(saved[3])
+    driver._tls.current = None

@@ -1,0 +1,183 @@
+"""The CUDA backend's dispatch path without a GPU: which executables replay a CUDA graph, the
+packing of kernel parameters, and graph replay against kernel-by-kernel launches, run on the
+stand-in driver of ``cuda_fake_driver`` (which records every launch as it would execute)."""
+import logging
+
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax.backends.cuda import backend as cuda_backend
+
+cuda_fake_driver = pytest.importorskip("cuda_fake_driver")   # needs cuda.bindings (types only)
+
+
+def _exe(fn, *args):
+  return ourjax.jit(fn, backend="cuda").lower(*args).compile().runtime_executable()
+
+
+def _reductions(x):
+  """Seven full reductions in sequence, each feeding the next: ~20 kernels."""
+  for _ in range(7):
+    x = x / (1.0 + jnp.sum(x * x))
+  return x
+
+
+def test_which_executables_replay_a_graph():
+  x = np.ones((64, 300), np.float32)
+  why = cuda_backend.graph_unsuitable
+  assert why(_exe(_reductions, x).program) is None
+  assert why(_exe(lambda v: (v, v * 2 + jnp.sum(v)), x).program) is None     # with a copy
+  assert "fewer than GRAPH_MIN_LAUNCHES" in why(_exe(lambda v: v * 2 + 1, x).program)
+  loop = _exe(lambda v: ourjax.lax.fori_loop(0, 3, lambda i, w: w * 2 + jnp.sum(w), v), x)
+  assert why(loop.program) == "host-driven control flow (while)"
+  cond = _exe(lambda v: ourjax.lax.cond(jnp.sum(v) > 0, lambda w: w + jnp.sum(w),
+                                        lambda w: w - jnp.max(w), v), x)
+  assert "host-driven control flow" in why(cond.program)
+
+
+def test_graphs_env_switch(monkeypatch):
+  monkeypatch.delenv("OURJAX_CUDA_GRAPHS", raising=False)
+  assert cuda_backend.graphs_enabled()
+  for off in ("0", "false", "off"):
+    monkeypatch.setenv("OURJAX_CUDA_GRAPHS", off)
+    assert not cuda_backend.graphs_enabled()
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
+  assert cuda_backend.graphs_enabled()
+
+
+def test_parameter_block_packs_every_launch():
+  exe = _exe(lambda v: (v, _reductions(v)), np.ones((8, 30), np.float32))
+  block = cuda_backend._ParamBlock(exe.program)
+  slots = np.arange(1, exe.nslots + 1, dtype=np.uint64) << np.uint64(32)
+  block.fill(slots)
+  ptrs = np.frombuffer(block._ptrs.tobytes(), np.uint64)
+  launches = [op for op in exe.program if op[0] == "k"]
+  assert len(launches) == len(block.start) > 1
+  for op in launches:
+    _, _, idx, offs = op
+    start = block.start[id(op)]
+    if not len(idx):
+      assert start is None
+      continue
+    j = start // 8
+    np.testing.assert_array_equal(block.vals[j:j + len(idx)], slots[idx] + offs)
+    # the pointer array at the launch's offset points at exactly those values
+    assert list(ptrs[j:j + len(idx)]) == [block.vals.ctypes.data + 8 * (j + i)
+                                          for i in range(len(idx))]
+
+
+def _scenario(fake, calls_per_exe=None):
+  """Several executables called many times with different argument buffers (device arrays,
+  host arrays, results of earlier calls), interleaved, some results kept alive and some
+  dropped; returns the executables."""
+  rng = np.random.default_rng(0)
+  f = ourjax.jit(lambda v: _reductions(v))     # a new function: a new executable
+  g = ourjax.jit(lambda v: (v, v * 2 + jnp.sum(v)))             # a copy node
+  h = ourjax.jit(lambda v, w: v * w + 1)                         # one kernel: no graph
+  xs = [ourjax.device_put(rng.standard_normal((64, 300)).astype(np.float32)) for _ in range(3)]
+  kept = []
+  y = f(xs[0])
+  for i in range(12):
+    y = f(xs[i % 3] if i % 4 else y)
+    a, b = g(y)
+    if i % 3 == 0:
+      kept.append((y, b))                       # outputs stay alive: other addresses next time
+    y = h(b, xs[(i + 1) % 3])
+    f(np.full((64, 300), i, np.float32))        # a host argument, uploaded for the call
+  return [_called_executable(fn) for fn in (f, g)]
+
+
+def _called_executable(jitted):
+  """The CudaExecutable that calls of ``jitted`` (one signature) ran."""
+  (entry,) = jitted._cache.values()
+  return entry.executable.compiled
+
+
+def _run_scenario(monkeypatch, graphs: bool, fail=()):
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1" if graphs else "0")
+  with cuda_fake_driver.installed() as fake:
+    fake.fail = set(fail)
+    exes = _scenario(fake)
+    reasons = [e.graph_reason for e in exes]
+    graphs_used = [e._graph is not None for e in exes]
+    updates = [e._graph.updates if e._graph is not None else 0 for e in exes]
+    executed, calls = list(fake.executed), dict(fake.calls)
+    del exes
+  return executed, calls, reasons, graphs_used, updates
+
+
+def test_graph_replay_launches_what_plain_launches_do(monkeypatch):
+  plain, pcalls, preasons, _, _ = _run_scenario(monkeypatch, graphs=False)
+  replay, gcalls, greasons, used, updates = _run_scenario(monkeypatch, graphs=True)
+  assert preasons == ["OURJAX_CUDA_GRAPHS=0"] * 2 and pcalls.get("cuGraphLaunch", 0) == 0
+  assert greasons == [None, None] and used == [True, True]
+  assert len(replay) == len(plain) > 300
+  assert replay == plain                      # same kernels, same parameters, same order
+  # f and g run as one graph launch per call; only h (one kernel) is launched directly
+  n_f, n_g, n_h = 1 + 12 + 12, 12, 12
+  assert gcalls["cuGraphLaunch"] == n_f + n_g
+  assert gcalls["cuLaunchKernel"] == n_h
+  assert gcalls["cuGraphInstantiate"] <= 2 * cuda_backend.GRAPH_INSTANCES
+  assert gcalls.get("cuGraphExecMemcpyNodeSetParams", 0) > 0     # g's copy followed its buffers
+  assert 0 < sum(updates) == (gcalls["cuGraphExecKernelNodeSetParams"]
+                              + gcalls["cuGraphExecMemcpyNodeSetParams"])
+
+
+def test_alternating_buffers_replay_without_updates(monkeypatch):
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
+  with cuda_fake_driver.installed() as fake:
+    f = ourjax.jit(lambda v: _reductions(v))     # a new function: a new executable
+    x = ourjax.device_put(np.ones((64, 300), np.float32))
+    y = f(x)
+    for _ in range(3):
+      y = f(x)
+    exe = _called_executable(f)
+    before = exe._graph.updates, fake.calls["cuGraphInstantiate"]
+    for _ in range(10):
+      y = f(x)                                  # outputs alternate between two blocks
+    assert (exe._graph.updates, fake.calls["cuGraphInstantiate"]) == before
+    assert fake.calls["cuGraphLaunch"] == 14 and fake.calls.get("cuLaunchKernel", 0) == 0
+    del y, exe
+
+
+@pytest.mark.parametrize("api", ["cuGraphCreate", "cuGraphAddMemcpyNode", "cuGraphInstantiate",
+                                 "cuGraphExecKernelNodeSetParams", "cuGraphLaunch"])
+def test_graph_api_failure_falls_back_to_plain_launches(monkeypatch, caplog, api):
+  plain, _, _, _, _ = _run_scenario(monkeypatch, graphs=False)
+  with caplog.at_level(logging.WARNING, logger="ourjax"):
+    got, calls, reasons, used, _ = _run_scenario(monkeypatch, graphs=True, fail=[api])
+  assert got == plain                         # nothing launched twice, nothing missing
+  failed = [r for r in reasons if r]
+  assert failed and all("CUDA graph API failed" in r and api in r for r in failed), reasons
+  assert any("one by one" in r.message for r in caplog.records)
+  if api == "cuGraphAddMemcpyNode":            # only g has a copy: f keeps its graph
+    assert used == [True, False]
+
+
+def test_fast_caller_matches_the_call(monkeypatch):
+  """``CudaExecutable.fast_caller`` (jit's dispatch fast path) launches what a call does, with
+  hoisted constants uploaded once."""
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "0")
+  with cuda_fake_driver.installed() as fake:
+    c = np.linspace(0, 1, 300, dtype=np.float32)
+    f = ourjax.jit(lambda v, w: _reductions(v * c) + w)
+    x = ourjax.device_put(np.ones((64, 300), np.float32))
+    w = np.full((64, 300), 2, np.float32)
+    mexe = f.lower(x, w).compile()._executable
+    exe = mexe.compiled
+    hoisted = [ourjax.Array(h) for h in mexe.hoisted]
+    exe(x, w, *hoisted)
+    fake.executed.clear()
+    exe(x, w, *hoisted)
+    want = list(fake.executed)
+    call = exe.fast_caller(mexe.kept_args, hoisted, ourjax.Array)
+    fake.executed.clear()
+    outs = call((x, w))
+    assert [(o.shape, o.dtype) for o in outs] == [((64, 300), np.dtype(np.float32))]
+    got = list(fake.executed)
+    # same launches; only the addresses of the freshly uploaded host argument may differ
+    assert [r[:5] for r in got] == [r[:5] for r in want]
+    assert exe.fast_caller((0,), hoisted, ourjax.Array) is None     # arity mismatch
+    del outs, call, exe, mexe, hoisted
