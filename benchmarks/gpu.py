@@ -91,6 +91,16 @@ def _axpy(jnp, nn):
   return lambda x, y: x * 2.5 + y
 
 
+def _reduction_chain(jnp, nn):
+  """Seven dependent full reductions on a small array: ~20 tiny kernels per call (ourjax: two
+  per reduction plus elementwise), so the time is launch overhead (graph replay on the GPU)."""
+  def f(x):
+    for _ in range(7):
+      x = x / (1.0 + jnp.sum(x * x))
+    return x
+  return f
+
+
 def _gelu(jnp, nn):
   return lambda x: nn.gelu(x, approximate=True)
 
@@ -145,6 +155,8 @@ def workloads(small: bool):
   return [
       ("dispatch", _axpy, lambda r: [r.standard_normal(1024, np.float32),
                                      r.standard_normal(1024, np.float32)], 3 * 1024 * f, 0),
+      ("dispatch20", _reduction_chain, lambda r: [r.standard_normal((64, 300), np.float32)],
+       2 * 64 * 300 * f, 0),
       ("axpy", _axpy, lambda r: [r.standard_normal(n, np.float32),
                                  r.standard_normal(n, np.float32)], 3 * n * f, 0),
       ("chain", _chain, lambda r: [r.standard_normal(n, np.float32),
@@ -173,6 +185,18 @@ def workloads(small: bool):
                                      r.standard_normal((B, D), np.float32)],
        (2 * (2 * D * H + H + D) + 2 * B * D) * f, 6 * 2 * B * D * H),
   ]
+
+
+def _dispatch_note(jitted) -> str:
+  """How ourjax ran a dispatch workload: its kernel count, and graph replay or why not."""
+  try:
+    (entry,) = jitted._cache.values()
+    exe = entry.executable.compiled
+  except (AttributeError, ValueError):
+    return "(executable not found)"
+  why = getattr(exe, "graph_reason", "")
+  how = "replayed as a CUDA graph" if why is None else f"launched one by one ({why})"
+  return f"{len(getattr(exe, 'kernels', ()))} kernel(s), {how}"
 
 
 def _rel(a, b):
@@ -238,6 +262,8 @@ def main(argv=None):
       row["rel_diff"] = max(errs) if errs else 0.0
     rows.append(row)
     _print_row(row, bw)
+    if name.startswith("dispatch"):
+      print(f"  {name}: {_dispatch_note(oj)}")
     if name in args.profile.split(","):
       mexe = oj.lower(*oargs).compile()._executable     # backends.ModuleExecutable
       exe = getattr(mexe, "compiled", None)
