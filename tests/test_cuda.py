@@ -196,3 +196,115 @@ def test_grad_on_gpu():
   g = ourjax.jit(ourjax.grad(loss), backend="cuda")(w, x)
   want = ourjax.jit(ourjax.grad(loss), backend="reference")(w, x)
   assert _rel_err(g, want) < 1e-5
+
+
+# -- CUDA graph replay (backend.py: _GraphReplay) -------------------------------------------------
+
+def _reductions(x, n=7):
+  """Dependent full reductions: ~20 kernels, replayed as a graph."""
+  for _ in range(n):
+    x = x / (1.0 + jnp.sum(x * x))
+  return x
+
+
+def _reductions_np(x, n=7):
+  x = np.asarray(x, np.float64)
+  for _ in range(n):
+    x = x / (1.0 + np.sum(x * x))
+  return x
+
+
+def _called_executable(jitted):
+  (entry,) = jitted._cache.values()
+  return entry.executable.compiled
+
+
+def _graph_workout(monkeypatch, graphs: bool):
+  """Two graph executables (one with a copy node) and a one-kernel one, called many times with
+  different argument buffers, interleaved, some results kept alive; checked against NumPy."""
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1" if graphs else "0")
+  f = ourjax.jit(lambda v: _reductions(v), backend="cuda")
+  g = ourjax.jit(lambda v: (v, v * 2.0 + jnp.sum(v)), backend="cuda")
+  h = ourjax.jit(lambda v, w: v * w + 1.0, backend="cuda")
+  rng = np.random.default_rng(11)
+  hosts = [rng.standard_normal((64, 300)).astype(np.float32) for _ in range(4)]
+  xs = [ourjax.device_put(x) for x in hosts]
+  results, kept = [], []
+  for i in range(24):
+    src = hosts[i % 4] if i % 5 else hosts[(i + 1) % 4]
+    x = xs[i % 4] if i % 3 else src          # device arrays and host arrays
+    y = f(x)
+    a, b = g(y)
+    z = h(b, xs[(i + 2) % 4])
+    want_y = _reductions_np(src)
+    want_b = want_y * 2 + want_y.sum()
+    results.append((y, a, b, z, want_y, want_b, hosts[(i + 2) % 4]))
+    if i % 4 == 0:
+      kept.append(f(xs[(i + 3) % 4]))          # an extra result that stays alive
+  for y, a, b, z, want_y, want_b, w in results:
+    np.testing.assert_allclose(np.asarray(y), want_y, rtol=2e-5, atol=1e-9)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(y))
+    np.testing.assert_allclose(np.asarray(b), want_b, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(z), np.asarray(b) * w + 1, rtol=1e-6, atol=1e-6)
+  for k, y in enumerate(kept):
+    np.testing.assert_allclose(np.asarray(y), _reductions_np(hosts[(4 * k + 3) % 4]),
+                               rtol=2e-5, atol=1e-9)
+  exes = [_called_executable(fn) for fn in (f, g, h)]
+  return [np.asarray(r[0]) for r in results], exes
+
+
+def test_graph_replay_many_calls_interleaved(monkeypatch):
+  ys, (fe, ge, he) = _graph_workout(monkeypatch, graphs=True)
+  assert fe.graph_reason is None and fe._graph is not None, fe.graph_reason
+  assert ge.graph_reason is None and ge._graph is not None, ge.graph_reason
+  assert "GRAPH_MIN_LAUNCHES" in he.graph_reason
+  ys_off, (fe_off, _, _) = _graph_workout(monkeypatch, graphs=False)
+  assert fe_off.graph_reason == "OURJAX_CUDA_GRAPHS=0" and fe_off._graph is None
+  for y, y_off in zip(ys, ys_off):          # the same kernels on the same inputs
+    np.testing.assert_allclose(y, y_off, rtol=1e-6, atol=0)
+
+
+def test_graph_replay_in_a_loop_needs_no_updates(monkeypatch):
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
+  f = ourjax.jit(lambda v: _reductions(v, 5), backend="cuda")
+  host = np.random.default_rng(2).standard_normal((64, 300)).astype(np.float32)
+  x = ourjax.device_put(host)
+  y = f(x)
+  for _ in range(4):
+    y = f(x)
+  exe = _called_executable(f)
+  updates = exe._graph.updates
+  for _ in range(20):
+    y = f(x)                        # outputs alternate between two blocks: two instances
+  assert exe._graph.updates == updates
+  np.testing.assert_allclose(np.asarray(y), _reductions_np(host, 5), rtol=2e-5, atol=1e-9)
+  # a loop that feeds results back: still right
+  z = x
+  for _ in range(3):
+    z = f(z)
+  want = host
+  for _ in range(3):
+    want = _reductions_np(want, 5)
+  np.testing.assert_allclose(np.asarray(z), want, rtol=1e-4, atol=1e-12)
+  prof = exe.profile(x, reps=1)                  # per-kernel timing launches one by one
+  assert len(prof) == len(exe.kernels) and exe.graph_reason is None
+
+
+def test_graph_replay_with_donation_and_fast_caller(monkeypatch):
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
+  rng = np.random.default_rng(4)
+  f = ourjax.jit(lambda v, w: (_reductions(v, 3) + w, jnp.max(w)), backend="cuda",
+                 donate_argnums=0)
+  for _ in range(3):
+    v, w = (rng.standard_normal((64, 300)).astype(np.float32) for _ in range(2))
+    a, m = f(ourjax.device_put(v), ourjax.device_put(w))
+    np.testing.assert_allclose(np.asarray(a), _reductions_np(v, 3) + w, rtol=2e-5, atol=1e-6)
+    assert float(m) == w.max()
+  mexe = f._cache[next(iter(f._cache))].executable
+  exe = mexe.compiled
+  assert exe.graph_reason is None
+  call = exe.fast_caller(mexe.kept_args, [ourjax.Array(c) for c in mexe.hoisted], ourjax.Array)
+  v, w = (rng.standard_normal((64, 300)).astype(np.float32) for _ in range(2))
+  a, m = call((ourjax.device_put(v), w))        # a device and a host argument
+  np.testing.assert_allclose(a.to_host(), _reductions_np(v, 3) + w, rtol=2e-5, atol=1e-6)
+  assert m.to_host() == w.max()
