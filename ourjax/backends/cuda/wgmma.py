@@ -1,0 +1,346 @@
+"""A Hopper (sm_90a) matrix product on the warpgroup tensor-core instructions
+(``wgmma.mma_async``): ``WgmmaDot``.
+
+C[b] = A[b] @ B[b] with f32 accumulation, for f32 operands rounded to tf32 (when the configured
+precision allows it) and for bf16/f16 operands, output in the dot's dtype.  The PTX of a module
+that holds this kernel targets ``sm_90a`` (``codegen.compile_ptx`` switches the target when the
+IR contains ``wgmma``), so it runs on compute capability 9.0 only.
+
+How it works.  A block of two warpgroups (256 threads) computes a 128 x Q tile of a product
+D[p, q] = X[p, :] . Y[:, q]: each warpgroup issues ``m64nQk8`` (tf32) or ``m64nQk16`` (bf16/f16)
+instructions for its 64 rows, Q = 256 (or 128 when the size only allows that), the 64 x Q f32
+accumulators (Q/2 per thread) in registers.  The k dimension goes by slices of 128 bytes (32 f32
+or 64 bf16 values) through a 4-stage shared-memory ring filled with ``cp.async`` (16 bytes per
+copy, every thread copies), two slices in flight while one is multiplied: per slice, each thread
+waits for its own copies, fences them for the tensor cores' proxy
+(``fence.proxy.async.shared::cta``), a block barrier publishes the slice, the warpgroups issue
+their instructions (asynchronously), the copies of slice ``kt + 2`` start, and
+``wgmma.wait_group 1`` lets the previous slice's instructions finish, so the stage copied next
+is never one the tensor cores still read.
+
+Operands in shared memory use the canonical 128-byte-swizzled layouts of the PTX ISA: a K-major
+operand is stored as rows of 128 bytes (one row per m or n), the 16-byte chunk ``c`` of row ``r``
+at chunk ``c ^ (r % 8)``, stages aligned to 1024 bytes; its matrix descriptor holds the start
+address >> 4, stride byte offset 1024 (between groups of 8 rows) and the 128-byte swizzle mode;
+successive k steps advance the start address by 32 bytes inside the swizzled row.  A bf16/f16
+B stored N-major (row-major [K, N], the usual case) is staged MN-major -- blocks of 64 n values
+(128 bytes) by the slice's k rows, swizzled by k row, the leading byte offset the distance
+between blocks of 64 n -- and multiplied with the instruction's transpose flag.
+
+tf32 has no transpose flag: both operands must be K-major.  A row-major B [K, N] (N-major) is
+therefore handled by computing the transposed product, C^T = B^T A^T: the warpgroups' operand X
+is B^T, read from a padded (bank-conflict-free) [k][n] tile into registers (the instruction's
+A-from-registers form) and rounded to tf32 with ``cvt.rna``, and Y is A, K-major as it comes;
+the epilogue writes the accumulators transposed.  A register operand must stay intact until
+its instructions complete, which is one slice later here, so the k loop holds two copies of the
+step: consecutive slices read different (PTX) registers (with one copy, the next slice's
+fragment loads overwrote registers that slice kt's 256-wide instructions were still reading:
+about 3% error at 4096^3).  In the shared-memory forms the hardware reads f32 values as tf32 by
+dropping the low mantissa bits.
+
+Measured on an H200 (benchmarks/wgmma_check.py, CUDA events, median of 20): 4096^3 f32 (tf32)
+349 TFLOP/s, bf16 659 TFLOP/s (MmaDot: 145 and 279; cuBLAS through JAX, wall clock: 355 and
+642); 8192^3: 344 and 705 (cuBLAS 359 and 702).  Norm-relative error against float64 at 4096^3
+f32: 4.2e-4 (MmaDot, rounding both operands: 2.6e-4).
+
+Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stride along k);
+B K-major or N-major (N-major f32 uses the transposed form); the tile's sizes divide the
+problem (128 rows of the operand in X, Q of the one in Y, 128 bytes of k); 16-byte aligned rows
+and batch strides.  Everything else stays on ``MmaDot`` (``codegen._dot_kernel`` decides).
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ourjax.backends.cuda.codegen import GpuKernel, DeviceInfo, _asm, barrier, sreg64
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.emitter import I32, I64, i64
+
+F = ir.FloatType()
+STAGES = 4             # shared-memory ring of k slices
+AHEAD = STAGES - 2     # slices in flight while one is multiplied (see the module docstring)
+ROW = 128              # bytes of k per slice (one swizzled row)
+P_TILE = 128           # rows of X per block: two warpgroups of 64
+THREADS = 256
+SW128 = 1 << 62        # descriptor: 128-byte swizzle
+# the tf32 A fragment of the register form, per warp: (row, k) offsets of registers a0..a3
+# from (g, t) (the layout of mma.sync m16n8k8's A)
+RS_FRAGMENT = ((0, 0), (8, 0), (0, 4), (8, 4))
+
+
+def mn_major_offsets(bk: int):
+  """(leading, stride) byte offsets >> 4 of the swizzled MN-major B stage: leading = between
+  blocks of 64 n (each ``bk`` rows of 128 bytes), stride = between groups of 8 k rows."""
+  return bk * ROW >> 4, 1024 >> 4
+
+
+class WgmmaDot(GpuKernel):
+  """``wgmma.mma_async`` dot (see the module docstring).  ``mode`` is ``"ss"`` (X = A, Y = B,
+  both from shared memory; ``b_mn``: B staged N-major, transpose flag set) or ``"rs_t"`` (tf32
+  with N-major B: X = B^T from registers, Y = A, C written transposed)."""
+
+  def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int):
+    self.dot, self.spec, self.kind, self.mode, self.Q = dot, K.DotSpec(dot), kind, mode, q_tile
+    self.lhs, self.rhs, self.out = lhs, rhs, out
+    s = self.spec
+    self.b_mn = mode == "ss" and s.b_sk != 1
+    self.esz = 4 if kind == "tf32" else 2
+    self.BK = ROW // self.esz
+    super().__init__(name, [lhs, rhs], [out], work=s.B * s.M * s.N * s.K)
+
+  @classmethod
+  def supports(cls, dot, info: DeviceInfo, kind: str | None):
+    """(mode, Q tile) for ``dot`` of tensor-core ``kind`` (from ``TensorCoreDot.supports``), or
+    None when the kernel does not apply."""
+    if kind is None or info.arch != "90":
+      return None
+    s = K.DotSpec(dot)
+    if not s.ok or s.a_sk != 1 or s.K == 0:
+      return None
+    esz = 4 if kind == "tf32" else 2
+    epv = 16 // esz
+    if s.b_sk == 1:
+      mode, p, q = "ss", s.M, s.N
+    elif s.b_sn == 1:
+      mode, p, q = ("rs_t", s.N, s.M) if kind == "tf32" else ("ss", s.M, s.N)
+    else:
+      return None
+    if p % P_TILE or s.K % (ROW // esz):
+      return None
+    qt = 256 if q % 256 == 0 else 128 if q % 128 == 0 else None
+    if qt is None:
+      return None
+    strides = [s.a_sm, s.b_sn if s.b_sk == 1 else s.b_sk]
+    if s.B > 1:
+      strides += [s.a_sb, s.b_sb]
+    if any(x % epv for x in strides):
+      return None
+    return mode, qt
+
+  # -- shared-memory plan ------------------------------------------------------------------------
+  @property
+  def x_bytes(self):
+    if self.mode == "rs_t":          # [k][n] f32 rows of 128 + 8 words (conflict-free fragments)
+      return self.BK * self.x_ld * 4
+    return P_TILE * ROW
+
+  @property
+  def x_ld(self):
+    return P_TILE + 8
+
+  @property
+  def stage_bytes(self):
+    return self.x_bytes + self.Q * ROW
+
+  def launch(self, info):
+    s = self.spec
+    p, q = (s.N, s.M) if self.mode == "rs_t" else (s.M, s.N)
+    return (q // self.Q, p // P_TILE, s.B), (THREADS, 1, 1), STAGES * self.stage_bytes + 1024
+
+  # -- the kernel --------------------------------------------------------------------------------
+  def gpu_body(self, b, ptr):
+    s = self.spec
+    M, N, Kd = s.M, s.N, s.K
+    Q, BK, esz = self.Q, self.BK, self.esz
+    epv = 16 // esz
+    rs = self.mode == "rs_t"
+    mod = b.module
+    smem = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(8), 0), self.name + "_smem",
+                             addrspace=3)
+    smem.align = 1024
+    # the ring starts at the first 1024-byte boundary of the dynamic shared memory
+    base = b.and_(b.add(b.ptrtoint(smem, I64), i64(1023)), i64(~1023))
+    tid = sreg64(b, "tid.x")
+    wg = b.udiv(tid, i64(128))
+    warp = b.urem(b.udiv(tid, i64(32)), i64(4))
+    lane = b.urem(tid, i64(32))
+    g = b.udiv(lane, i64(4))
+    t4 = b.urem(lane, i64(4))
+    q0 = b.mul(sreg64(b, "ctaid.x"), i64(Q))
+    p0 = b.mul(sreg64(b, "ctaid.y"), i64(P_TILE))
+    bat = sreg64(b, "ctaid.z")
+    A, Bm, C = ptr(self.lhs), ptr(self.rhs), ptr(self.out)
+    a_base = b.mul(bat, i64(s.a_sb))
+    b_base = b.mul(bat, i64(s.b_sb))
+
+    def gaddr(p_, off):
+      return b.ptrtoint(b.gep(p_, [off], inbounds=True), I64)
+
+    def copy16(dst, src):
+      _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; cp.async.cg.shared.global [$0], [g], 16; }",
+           "l,l,~{memory}", [dst, src])
+
+    def copy_kmajor(dst, src_ptr, src_base, row_stride, rows, k0):
+      """``rows`` rows of 128 bytes of k (unit stride) into the swizzled K-major layout."""
+      for i in range(rows * 8 // THREADS):
+        cid = b.add(tid, i64(i * THREADS))
+        r = b.udiv(cid, i64(8))
+        c = b.urem(cid, i64(8))
+        src = b.add(src_base, b.add(b.mul(r, row_stride), b.add(k0, b.mul(c, i64(epv)))))
+        sw = b.xor(c, b.urem(r, i64(8)))
+        copy16(b.add(dst, b.add(b.mul(r, i64(ROW)), b.mul(sw, i64(16)))), gaddr(src_ptr, src))
+
+    def copy_mnmajor(dst, k0):
+      """B's slice (BK rows of k, Q values of n each) into the swizzled MN-major layout: blocks
+      of 64 n (128 bytes) x BK rows, each row's chunks swizzled by the row."""
+      per_row = Q // epv
+      for i in range(BK * per_row // THREADS):
+        cid = b.add(tid, i64(i * THREADS))
+        r = b.udiv(cid, i64(per_row))
+        cc = b.urem(cid, i64(per_row))
+        blk = b.udiv(cc, i64(8))
+        c = b.urem(cc, i64(8))
+        src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)),
+                                  b.add(q0, b.mul(cc, i64(epv)))))
+        off = b.add(b.mul(blk, i64(BK * ROW)),
+                    b.add(b.mul(r, i64(ROW)), b.mul(b.xor(c, b.urem(r, i64(8))), i64(16))))
+        copy16(b.add(dst, off), gaddr(Bm, src))
+
+    def copy_padded(dst, k0):
+      """B's slice as [k][n] f32 rows of ``x_ld`` words (the transposed form's X)."""
+      per_row = P_TILE // 4
+      for i in range(BK * per_row // THREADS):
+        cid = b.add(tid, i64(i * THREADS))
+        r = b.udiv(cid, i64(per_row))
+        c = b.urem(cid, i64(per_row))
+        src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)), b.add(p0, b.mul(c, i64(4)))))
+        copy16(b.add(dst, b.add(b.mul(r, i64(self.x_ld * 4)), b.mul(c, i64(16)))),
+               gaddr(Bm, src))
+
+    def issue(kt):
+      """The copies of k slice ``kt`` into its stage (one commit group)."""
+      stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
+      xs, ys = stage, b.add(stage, i64(self.x_bytes))
+      k0 = b.mul(kt, i64(BK))
+      if rs:
+        copy_padded(xs, k0)
+        copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), Q, k0)
+      else:
+        copy_kmajor(xs, A, b.add(a_base, b.mul(p0, i64(s.a_sm))), i64(s.a_sm), P_TILE, k0)
+        if self.b_mn:
+          copy_mnmajor(ys, k0)
+        else:
+          copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), Q, k0)
+
+    def commit():
+      _asm(b, "cp.async.commit_group;", "~{memory}", [])
+
+    def desc(addr, lbo, sbo):
+      hi = SW128 | (sbo << 32) | (lbo << 16)
+      return b.or_(i64(hi), b.and_(b.lshr(addr, i64(4)), i64(0x3FFF)))
+
+    nacc = Q // 2
+    ty = self.kind
+    shape = f"m64n{Q}k{8 if ty == 'tf32' else 16}"
+    outs = ",".join(f"${i}" for i in range(nacc))
+    acc_cons = ",".join(["=f"] * nacc + [str(i) for i in range(nacc)])
+    RET = ir.LiteralStructType([F] * nacc)
+
+    def wgmma(accs, xop, ydesc):
+      # scale-d is a predicate (true: accumulate), then the scales of A and B (+1) and, for
+      # 16-bit types in the shared-memory form, the transpose flags of A and B; the operands
+      # after the outputs and their tied inputs are numbered from 2 * nacc
+      n = 2 * nacc
+      if rs:
+        ops = f"{{${n},${n + 1},${n + 2},${n + 3}}}, ${n + 4}, p, 1, 1"
+        cons = acc_cons + ",r,r,r,r,l,~{memory}"
+        args = list(accs) + list(xop) + [ydesc]
+      else:
+        ops = f"${n}, ${n + 1}, p, 1, 1" + ("" if ty == "tf32" else f", 0, {int(self.b_mn)}")
+        cons = acc_cons + ",l,l,~{memory}"
+        args = list(accs) + [xop, ydesc]
+      text = ("{ .reg .pred p; setp.ne.b32 p, 1, 0; "
+              f"wgmma.mma_async.sync.aligned.{shape}.f32.{ty}.{ty} {{{outs}}}, {ops}; }}")
+      r = _asm(b, text, cons, args, ret=RET)
+      return [b.extract_value(r, i) for i in range(nacc)]
+
+    def rna(w):
+      return _asm(b, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [w], ret=I32, side_effect=False)
+
+    def compute(kt, accs):
+      stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
+      xs, ys = stage, b.add(stage, i64(self.x_bytes))
+      xops = []
+      for ks in range(4):                       # 4 k steps of 32 bytes per slice
+        if rs:                                  # X fragment of rows (g, g+8) x k (t, t+4)
+          row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
+          frag = []
+          for dr, dk in RS_FRAGMENT:
+            k = b.add(t4, i64(ks * 8 + dk))
+            a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), b.add(row, i64(dr))), i64(4)))
+            p_ = b.inttoptr(a, ir.PointerType(F, addrspace=3))
+            frag.append(rna(b.load(p_, align=4)))
+          xops.append(frag)
+        else:
+          xops.append(desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), i64(ks * 32))), 1, 64))
+      _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
+      for ks in range(4):
+        if self.b_mn:    # k step = 16 rows of 128 bytes; leading offset: between 64-n blocks
+          yd = desc(b.add(ys, i64(ks * 16 * ROW)), *mn_major_offsets(BK))
+        else:
+          yd = desc(b.add(ys, i64(ks * 32)), 1, 64)
+        accs = wgmma(accs, xops[ks], yd)
+      _asm(b, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
+      return accs
+
+    slots = [E.alloca_entry(b, F) for _ in range(nacc)]
+    for sl in slots:
+      b.store(ir.Constant(F, 0.0), sl)
+    KT = Kd // BK
+    for j in range(AHEAD):
+      if j < KT:
+        issue(i64(j))
+      commit()
+    def step(kt):
+      """One k slice: publish its stage, issue its instructions, start the copies of slice
+      kt + AHEAD, let slice kt - 1's instructions finish."""
+      _asm(b, f"cp.async.wait_group {AHEAD - 1};", "~{memory}", [])
+      _asm(b, "fence.proxy.async.shared::cta;", "~{memory}", [])
+      barrier(b)
+      accs = compute(kt, [b.load(sl) for sl in slots])
+      for sl, v in zip(slots, accs):
+        b.store(v, sl)
+      nxt = b.add(kt, i64(AHEAD))
+      with b.if_then(b.icmp_signed("<", nxt, i64(KT))):
+        issue(nxt)
+      commit()
+      _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
+
+    if rs:
+      # the register operand of slice kt must stay intact until its instructions complete,
+      # i.e. while slice kt + 1 is issued: two copies of the step give consecutive slices
+      # different (PTX) registers
+      with E.ForLoop(b, 0, KT // 2, "kt") as loop:
+        kt = b.mul(loop.index, i64(2))
+        step(kt)
+        step(b.add(kt, i64(1)))
+      if KT % 2:
+        step(i64(KT - 1))
+    else:
+      with E.ForLoop(b, 0, KT, "kt") as loop:
+        step(loop.index)
+    _asm(b, "wgmma.wait_group.sync.aligned 0;", "~{memory}", [])
+    _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
+    # the accumulators pass through an empty volatile asm after the wait, so no use of them can
+    # be scheduled before the instructions that write them have completed
+    r = _asm(b, "", acc_cons, [b.load(sl) for sl in slots], ret=RET)
+    accs = [b.extract_value(r, i) for i in range(nacc)]
+    self._epilogue(b, accs, C, bat, p0, q0, wg, warp, g, t4)
+
+  def _epilogue(self, b, accs, C, bat, p0, q0, wg, warp, g, t4):
+    """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
+    warpgroup's 64 x Q tile, row = 16 warp + g; C[m, n] = D[p, q] (or D[q, p] transposed)."""
+    s = self.spec
+    M, N = s.M, s.N
+    out_dt = self.dot.dtype
+    c_base = b.mul(bat, i64(M * N))
+    prow = b.add(p0, b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g))
+    qcol = b.add(q0, b.mul(t4, i64(2)))
+    for i in range(self.Q // 8):
+      for e in range(4):
+        p = b.add(prow, i64(8)) if e >= 2 else prow
+        q = b.add(qcol, i64(8 * i + e % 2))
+        m, n = (q, p) if self.mode == "rs_t" else (p, q)
+        v = E.convert_value(b, accs[4 * i + e], E.F32, out_dt)
+        E.store_element(b, v, C, b.add(c_base, b.add(b.mul(m, i64(N)), n)), out_dt)
