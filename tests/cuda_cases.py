@@ -156,4 +156,140 @@ CASES = [
     ("cond", _cond, lambda r: (np.float32(r.choice([-1.0, 1.0])), f32(r, 257)), 0),
 ]
 
+
+# sort (sort_scatter.GpuSort: a bitonic network per row in shared memory) and scatter
+# (sort_scatter.GpuScatter: one thread per update, atomics).  Sorts are exact: every lax sort
+# is stable and the GPU breaks comparator ties by position, so even the order of -0.0/+0.0 and
+# of equal keys' payloads matches (outputs compared as bits where signed zeros matter).
+# Scatter tolerances: an atomic float combine adds duplicates in any order; both the reference
+# and the GPU sum m terms in f32, each within (m - 1) eps sum|terms| of the exact sum, so with
+# m duplicates of magnitude <= 2 onto values <= 2 the norm-relative difference stays below
+# 2 (m - 1) eps sum|terms| / |sum| (the bound is stated per case).
+
+def _special_f32(r, *shape):
+  """Floats with many ties: NaN, +-inf, -0.0 and +0.0, repeated values, random ones."""
+  pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -1.5, 2.0], np.float32)
+  x = f32(r, *shape)
+  pick = r.random(shape) < 0.5
+  return np.where(pick, pool[r.integers(0, len(pool), shape)], x).astype(np.float32)
+
+
+def _bits(x):
+  return lax.bitcast_convert_type(x, jnp.int32)
+
+
+def _sort_multi(k1, k2, v):
+  return lax.sort((k1, k2, v), dimension=-1, num_keys=2)
+
+
+def _segment_sum(data, seg):
+  return jnp.zeros((64, data.shape[1]), data.dtype).at[seg].add(data)
+
+
+def _take_grad(x, idx):
+  return ourjax.grad(lambda v: jnp.sum(jnp.take(v, idx, axis=0) ** 2))(x)
+
+
+def _scatter_2d(x, i, j, u):
+  return x.at[i, j].add(u)
+
+
+def _dup_idx(r, n, m):
+  return r.integers(0, n, (m,), dtype=np.int32)
+
+
+SORT_SCATTER_CASES = [
+    ("sort_f32_special", lambda a: _bits(jnp.sort(a, axis=-1)),
+     lambda r: (_special_f32(r, 16, 1000),), 0),
+    ("sort_i32", lambda a: jnp.sort(a, axis=-1),
+     lambda r: (r.integers(-50, 50, (64, 1000), dtype=np.int32),), 0),
+    ("sort_bf16", lambda a: jnp.sort(a, axis=-1).astype(jnp.float32),
+     lambda r: (f32(r, 30, 333).astype(BF16),), 0),
+    ("sort_multi_keys", _sort_multi,
+     lambda r: (r.integers(0, 4, (24, 700), dtype=np.int32),
+                r.integers(0, 3, (24, 700)).astype(np.float32), f32(r, 24, 700)), 0),
+    ("argsort_ties", lambda a: jnp.argsort(a, axis=-1),
+     lambda r: (r.integers(0, 4, (8, 5000), dtype=np.int32),), 0),
+    ("sort_rows_of_1", lambda a: jnp.sort(a, axis=-1), lambda r: (f32(r, 50, 1),), 0),
+    ("sort_rows_of_7", lambda a: jnp.sort(a, axis=-1), lambda r: (f32(r, 1000, 7),), 0),
+    ("sort_row_1000", lambda a: jnp.sort(a), lambda r: (f32(r, 1000),), 0),
+    ("sort_rows_5000", lambda a: _bits(jnp.sort(a, axis=-1)),
+     lambda r: (_special_f32(r, 3, 5000),), 0),
+    ("sort_axis0", lambda a: jnp.sort(a, axis=0), lambda r: (f32(r, 300, 5),), 0),
+    # rows too long for shared memory: chunks sorted in shared memory, merged in global memory
+    ("sort_long_rows", lambda a: _bits(jnp.sort(a, axis=-1)),
+     lambda r: (_special_f32(r, 2, 100000),), 0),
+    ("argsort_long_row", lambda a: jnp.argsort(a),
+     lambda r: (r.integers(0, 1000, (300000,), dtype=np.int32),), 0),
+    ("top_k", lambda a: lax.top_k(a, 5), lambda r: (f32(r, 40, 500),), 0),
+    # scatter-add, f32 with ~80 duplicates per row: bound 2 * 79 * 6e-8 * 160 / 20 ~ 8e-5
+    ("scatter_add_dups", _scatter_add,
+     lambda r: (f32(r, 50, 16), _dup_idx(r, 50, 4000), f32(r, 4000, 16)), 1e-4),
+    ("scatter_add_i32", _scatter_add,
+     lambda r: (r.integers(-100, 100, (50, 16), dtype=np.int32), _dup_idx(r, 50, 4000),
+                r.integers(-100, 100, (4000, 16), dtype=np.int32)), 0),
+    ("scatter_min_f32", lambda x, i, u: x.at[i].min(u),
+     lambda r: (f32(r, 100, 8), _dup_idx(r, 100, 900), f32(r, 900, 8)), 0),
+    ("scatter_max_f32", lambda x, i, u: x.at[i].max(u),
+     lambda r: (f32(r, 100, 8), _dup_idx(r, 100, 900), f32(r, 900, 8)), 0),
+    ("scatter_max_i32", lambda x, i, u: x.at[i].max(u),
+     lambda r: (r.integers(-1000, 1000, (100, 8), dtype=np.int32), _dup_idx(r, 100, 900),
+                r.integers(-1000, 1000, (900, 8), dtype=np.int32)), 0),
+    ("scatter_min_u8", lambda x, i, u: x.at[i].min(u),
+     lambda r: (r.integers(1, 255, (100,), dtype=np.uint8), _dup_idx(r, 100, 700),
+                r.integers(1, 255, (700,), dtype=np.uint8)), 0),
+    # products of ~9 factors in [0.9, 1.1] in any order: bound 2 * 9 * 6e-8 ~ 1.1e-6
+    ("scatter_mul_f32", lambda x, i, u: x.at[i].mul(u),
+     lambda r: (f32(r, 100, 8), _dup_idx(r, 100, 900), f32(r, 900, 8, lo=0.9, hi=1.1)), 2e-6),
+    # bf16 adds of positive terms, ~3 per element, each rounded to bf16 (eps 2^-8): 2 * 3 * 2^-8
+    ("scatter_add_bf16", _scatter_add,
+     lambda r: (f32(r, 300, 4, lo=0.5).astype(BF16), _dup_idx(r, 300, 900),
+                f32(r, 900, 4, lo=0.5).astype(BF16)), 2.5e-2),
+    ("scatter_sub_i32", lambda x, i, u: x.at[i].subtract(u),
+     lambda r: (r.integers(-100, 100, (64,), dtype=np.int32), _dup_idx(r, 64, 1000),
+                r.integers(-100, 100, (1000,), dtype=np.int32)), 0),
+    ("scatter_set_unique", lambda x, i, u: x.at[i].set(u),
+     lambda r: (f32(r, 500, 8), r.permutation(500)[:300].astype(np.int32), f32(r, 300, 8)), 0),
+    # duplicates that all write the same value: any winner gives the same result
+    ("scatter_set_dups_same_value", lambda x, i: x.at[i].set(7.0),
+     lambda r: (f32(r, 200, 8), _dup_idx(r, 200, 1000)), 0),
+    ("scatter_add_out_of_bounds", lambda x, i, u: x.at[i].add(u, mode="drop"),
+     lambda r: (r.integers(-9, 9, (40, 3), dtype=np.int32),
+                r.integers(-60, 60, (300,), dtype=np.int32),
+                r.integers(-9, 9, (300, 3), dtype=np.int32)), 0),
+    ("scatter_add_clip", lambda x, i, u: x.at[i].add(u, mode="clip"),
+     lambda r: (r.integers(-9, 9, (40, 3), dtype=np.int32),
+                r.integers(-60, 60, (300,), dtype=np.int32),
+                r.integers(-9, 9, (300, 3), dtype=np.int32)), 0),
+    ("scatter_add_2d_index", _scatter_2d,
+     lambda r: (r.integers(-9, 9, (30, 20), dtype=np.int32), _dup_idx(r, 30, 2000),
+                _dup_idx(r, 20, 2000), r.integers(-9, 9, (2000,), dtype=np.int32)), 0),
+    # segment sums of ~30 f32 terms per row: bound 2 * 29 * 6e-8 * 60 / 10 ~ 2e-5
+    ("segment_sum", _segment_sum,
+     lambda r: (f32(r, 2000, 32), np.sort(_dup_idx(r, 64, 2000))), 3e-5),
+    # gather's transpose is a scatter-add of 2 x[idx]: ~6 duplicates per row
+    ("take_grad", _take_grad,
+     lambda r: (f32(r, 100, 16), _dup_idx(r, 100, 600)), 1e-5),
+]
+CASES += SORT_SCATTER_CASES
+
+# Hopper dots (wgmma.WgmmaDot; sm_90a): each operand layout and dtype the kernel takes, odd and
+# even numbers of k slices, 128- and 256-wide tiles.  f32 is multiplied in tf32: the transposed
+# register form rounds B (cvt.rna) and truncates A, ~4e-4 norm-relative at these sizes.
+WGMMA_CASES = [
+    ("dot_wgmma_tf32", lambda a, b: a @ b, lambda r: (f32(r, 256, 256), f32(r, 256, 512)), 5e-3),
+    ("dot_wgmma_tf32_odd_k", lambda a, b: a @ b,
+     lambda r: (f32(r, 128, 160), f32(r, 160, 256)), 5e-3),
+    ("dot_wgmma_tf32_nt", lambda a, b: a @ b.T,
+     lambda r: (f32(r, 256, 96), f32(r, 256, 96)), 5e-3),
+    ("dot_wgmma_bf16", lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32),
+     lambda r: (f32(r, 128, 192).astype(BF16), f32(r, 192, 256).astype(BF16)), 1e-3),
+    ("dot_wgmma_bf16_nt", lambda a, b: a @ b.T,
+     lambda r: (f32(r, 256, 128).astype(BF16), f32(r, 384, 128).astype(BF16)), 1e-2),
+    ("dot_wgmma_f16_batched", lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
+     lambda r: (f32(r, 2, 128, 128).astype(np.float16), f32(r, 2, 128, 256).astype(np.float16)),
+     1e-2),
+]
+CASES += WGMMA_CASES
+
 CASE_NAMES = [c[0] for c in CASES]
