@@ -572,7 +572,8 @@ def _cas_loop(b, elem, dt, combine):
   new = word(combine(value(old)))
   b.cbranch(b.icmp_unsigned("==", new, old), done, swap)
   b.position_at_end(swap)
-  pair = b.cmpxchg(iptr, old, new, "monotonic", "monotonic")
+  # device scope (PTX .gpu, as CUDA's atomicCAS), not LLVM's default, the whole system
+  pair = b.cmpxchg(iptr, old, new, 'syncscope("device") monotonic', "monotonic")
   seen = b.extract_value(pair, 0)
   ok = b.extract_value(pair, 1)
   old.add_incoming(seen, swap)
