@@ -68,7 +68,7 @@ def test_parameter_block_packs_every_launch():
                                           for i in range(len(idx))]
 
 
-def _scenario(fake, calls_per_exe=None):
+def _scenario():
   """Several executables called many times with different argument buffers (device arrays,
   host arrays, results of earlier calls), interleaved, some results kept alive and some
   dropped; returns the executables."""
@@ -96,33 +96,42 @@ def _called_executable(jitted):
 
 
 def _run_scenario(monkeypatch, graphs: bool, fail=()):
+  """The scenario on a fresh stand-in driver: what it executed, the driver calls it made, and
+  per graph-eligible executable its graph_reason, whether it ended with a graph, how many node
+  updates it made, and its kernel count."""
   monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1" if graphs else "0")
   with cuda_fake_driver.installed() as fake:
     fake.fail = set(fail)
-    exes = _scenario(fake)
-    reasons = [e.graph_reason for e in exes]
-    graphs_used = [e._graph is not None for e in exes]
-    updates = [e._graph.updates if e._graph is not None else 0 for e in exes]
-    executed, calls = list(fake.executed), dict(fake.calls)
+    exes = _scenario()
+    run = {"executed": list(fake.executed), "calls": dict(fake.calls),
+           "reasons": [e.graph_reason for e in exes],
+           "graphs": [e._graph is not None for e in exes],
+           "updates": [e._graph.updates if e._graph is not None else 0 for e in exes],
+           "kernels": [len(e.kernels) for e in exes]}
     del exes
-  return executed, calls, reasons, graphs_used, updates
+  return run
 
 
 def test_graph_replay_launches_what_plain_launches_do(monkeypatch):
-  plain, pcalls, preasons, _, _ = _run_scenario(monkeypatch, graphs=False)
-  replay, gcalls, greasons, used, updates = _run_scenario(monkeypatch, graphs=True)
-  assert preasons == ["OURJAX_CUDA_GRAPHS=0"] * 2 and pcalls.get("cuGraphLaunch", 0) == 0
-  assert greasons == [None, None] and used == [True, True]
-  assert len(replay) == len(plain) > 300
-  assert replay == plain                      # same kernels, same parameters, same order
-  # f and g run as one graph launch per call; only h (one kernel) is launched directly
+  plain = _run_scenario(monkeypatch, graphs=False)
+  replay = _run_scenario(monkeypatch, graphs=True)
+  assert plain["reasons"] == ["OURJAX_CUDA_GRAPHS=0"] * 2
+  assert plain["calls"].get("cuGraphLaunch", 0) == 0
+  assert replay["reasons"] == [None, None] and replay["graphs"] == [True, True]
+  assert len(replay["executed"]) == len(plain["executed"]) > 300
+  # same kernels with the same parameters in the same order
+  assert replay["executed"] == plain["executed"]
+  # f and g run as one graph launch per call from their second call on; h (one kernel) and
+  # the first calls launch kernel by kernel
+  calls = replay["calls"]
   n_f, n_g, n_h = 1 + 12 + 12, 12, 12
-  assert gcalls["cuGraphLaunch"] == n_f + n_g
-  assert gcalls["cuLaunchKernel"] == n_h
-  assert gcalls["cuGraphInstantiate"] <= 2 * cuda_backend.GRAPH_INSTANCES
-  assert gcalls.get("cuGraphExecMemcpyNodeSetParams", 0) > 0     # g's copy followed its buffers
-  assert 0 < sum(updates) == (gcalls["cuGraphExecKernelNodeSetParams"]
-                              + gcalls["cuGraphExecMemcpyNodeSetParams"])
+  k_f, k_g = replay["kernels"]
+  assert calls["cuGraphLaunch"] == (n_f - 1) + (n_g - 1)
+  assert calls["cuLaunchKernel"] == n_h + k_f + k_g
+  assert calls["cuGraphInstantiate"] <= 2 * cuda_backend.GRAPH_INSTANCES
+  assert calls.get("cuGraphExecMemcpyNodeSetParams", 0) > 0   # g's copy followed its buffers
+  assert 0 < sum(replay["updates"]) == (calls["cuGraphExecKernelNodeSetParams"]
+                                        + calls["cuGraphExecMemcpyNodeSetParams"])
 
 
 def test_alternating_buffers_replay_without_updates(monkeypatch):
@@ -138,22 +147,23 @@ def test_alternating_buffers_replay_without_updates(monkeypatch):
     for _ in range(10):
       y = f(x)                                  # outputs alternate between two blocks
     assert (exe._graph.updates, fake.calls["cuGraphInstantiate"]) == before
-    assert fake.calls["cuGraphLaunch"] == 14 and fake.calls.get("cuLaunchKernel", 0) == 0
+    assert fake.calls["cuGraphLaunch"] == 13                  # all calls but the first
+    assert fake.calls["cuLaunchKernel"] == len(exe.kernels)
     del y, exe
 
 
 @pytest.mark.parametrize("api", ["cuGraphCreate", "cuGraphAddMemcpyNode", "cuGraphInstantiate",
                                  "cuGraphExecKernelNodeSetParams", "cuGraphLaunch"])
 def test_graph_api_failure_falls_back_to_plain_launches(monkeypatch, caplog, api):
-  plain, _, _, _, _ = _run_scenario(monkeypatch, graphs=False)
+  plain = _run_scenario(monkeypatch, graphs=False)
   with caplog.at_level(logging.WARNING, logger="ourjax"):
-    got, calls, reasons, used, _ = _run_scenario(monkeypatch, graphs=True, fail=[api])
-  assert got == plain                         # nothing launched twice, nothing missing
-  failed = [r for r in reasons if r]
-  assert failed and all("CUDA graph API failed" in r and api in r for r in failed), reasons
+    got = _run_scenario(monkeypatch, graphs=True, fail=[api])
+  assert got["executed"] == plain["executed"]    # nothing launched twice, nothing missing
+  failed = [r for r in got["reasons"] if r]
+  assert failed and all("CUDA graph API failed" in r and api in r for r in failed), failed
   assert any("one by one" in r.message for r in caplog.records)
   if api == "cuGraphAddMemcpyNode":            # only g has a copy: f keeps its graph
-    assert used == [True, False]
+    assert got["graphs"] == [True, False]
 
 
 def test_fast_caller_matches_the_call(monkeypatch):

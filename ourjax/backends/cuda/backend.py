@@ -14,9 +14,9 @@ their computations' kernels from the host, reading the predicate or branch index
 
 A call's Python work is small and fixed: the *slot table* of buffer addresses, one gather that
 computes every kernel's parameters from it, and the launches.  A program without host-driven
-control flow and with at least ``GRAPH_MIN_LAUNCHES`` kernels is replayed as a CUDA graph (one
-``cuGraphLaunch`` per call; nodes are updated only where buffer addresses changed, see
-``_GraphReplay``); ``OURJAX_CUDA_GRAPHS=0`` launches kernel by kernel instead.
+control flow and with at least ``GRAPH_MIN_LAUNCHES`` kernels is replayed as a CUDA graph from
+its second call on (one ``cuGraphLaunch`` per call; nodes are updated only where buffer
+addresses changed, see ``_GraphReplay``); ``OURJAX_CUDA_GRAPHS=0`` launches kernel by kernel.
 
 Modules with what the native backends do not compile yet (complex or 8-bit float types, some
 opcodes) and modules whose code generation fails run on the CPU backend instead, their arguments
@@ -250,6 +250,11 @@ GRAPH_MIN_LAUNCHES = 2
 graph costs the host about what one ``cuLaunchKernel`` does, so a single kernel gains nothing
 (and would hold a graph's device memory); each kernel beyond the first saves a launch."""
 
+GRAPH_AFTER_CALLS = 1
+"""Calls an executable makes kernel by kernel before it builds its graph: building and
+instantiating a graph costs far more than launching its kernels once, so an executable that is
+called only once never builds one."""
+
 GRAPH_INSTANCES = 2
 """Executable graphs kept per executable, each holding the buffer addresses of a recent call.
 A loop ``y = f(x)`` gets its outputs in two alternating blocks (the previous result is alive
@@ -376,7 +381,8 @@ class CudaExecutable:
   A call fills the *slot table* (the address of every parameter, output, constant and the
   temporaries' arena), computes every kernel's parameters from it in one gather
   (``_ParamBlock``) and enqueues the program: as one CUDA graph launch when the program is a
-  fixed sequence of at least ``GRAPH_MIN_LAUNCHES`` kernels (``_GraphReplay``;
+  fixed sequence of at least ``GRAPH_MIN_LAUNCHES`` kernels, after ``GRAPH_AFTER_CALLS`` calls
+  (``_GraphReplay``;
   ``OURJAX_CUDA_GRAPHS=0`` turns graphs off, and any failure of the graph API turns them off
   for the executable, which then launches kernel by kernel), else kernel by kernel.
   ``graph_reason`` says why an executable launches kernel by kernel (None: it replays a
@@ -430,7 +436,8 @@ class CudaExecutable:
       self.graph_reason = "OURJAX_CUDA_GRAPHS=0"
     else:
       self.graph_reason = graph_unsuitable(self.program)
-    self._graph = None                   # built on the first call that may use it
+    self._graph = None                   # built by a later call (GRAPH_AFTER_CALLS)
+    self._plain_calls = 0
     events = _EVENT_POOLS.get(dev)
     if events is None:
       events = _EVENT_POOLS[dev] = []
@@ -526,11 +533,15 @@ class CudaExecutable:
     return tuple(wrap(dev, a, dims, dt, ready) for a, (_, dims, dt) in zip(outs, self._out_meta))
 
   def _replay(self, dev, slots) -> bool:
-    """Enqueue the call as a graph replay; False (graphs now off for this executable) when the
-    graph API fails, before anything of the call was enqueued."""
+    """Enqueue the call as a graph replay; False when the caller is to launch it kernel by
+    kernel: during the first ``GRAPH_AFTER_CALLS`` calls, and when the graph API fails (before
+    anything of the call was enqueued; graphs are then off for this executable)."""
     try:
       g = self._graph
       if g is None:
+        if self._plain_calls < GRAPH_AFTER_CALLS:
+          self._plain_calls += 1
+          return False
         self._params.fill(slots)
         g = self._graph = _GraphReplay(dev, self._module_handle, self._ops, self._params, slots)
         log.debug("cuda: %s replays a CUDA graph of %d nodes", self.module.name,
