@@ -388,7 +388,9 @@ class JitWrapped:
         if t is Array:
           v = a._npy
           if v is None:
-            break
+            v = a._aval               # an array that lives on a device: its type
+            if v is None:
+              break
           sig.append((v.shape, v.dtype, a.weak_type))
         elif t is np.ndarray:
           sig.append((a.shape, a.dtype))
@@ -483,8 +485,8 @@ def _fast_entry(exe, out_tree, leaves):
   if make is None:
     return None
   for a in leaves:
-    v = a._npy if type(a) is Array else a
-    if v.dtype != dtypes.canonicalize_dtype(v.dtype):
+    dt = a.dtype                # (an Array's dtype also when it lives on a device)
+    if dt != dtypes.canonicalize_dtype(dt):
       return None
   call = make()
   if call is None:

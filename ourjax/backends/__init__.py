@@ -69,13 +69,21 @@ class ModuleExecutable:
     None when the backend has none."""
     from ourjax.array import Array
     maker = getattr(self.compiled, "fast_caller", None)
-    if maker is None or getattr(self.compiled, "device_resident", False):
+    if maker is None:
       return None
-    inner = maker(self.kept_args, self.hoisted, Array)
+    if getattr(self.compiled, "device_resident", False):
+      # device results stay on the device; hoisted constants share their device copies with
+      # the general path's (see __call__)
+      if self._hoisted_arrays is None:
+        self._hoisted_arrays = [Array(c) for c in self.hoisted]
+      inner = maker(self.kept_args, self._hoisted_arrays, Array)
+      wrap = Array._from_device
+    else:
+      inner = maker(self.kept_args, self.hoisted, Array)
+      wrap = Array._from_result
     if inner is None:
       return None
     avals = self.out_avals
-    wrap = Array._from_result
     if len(avals) == 1:
       aval = avals[0]
 
