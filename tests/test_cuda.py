@@ -231,8 +231,9 @@ def _graph_workout(monkeypatch, graphs: bool):
   xs = [ourjax.device_put(x) for x in hosts]
   results, kept = [], []
   for i in range(24):
-    src = hosts[i % 4] if i % 5 else hosts[(i + 1) % 4]
-    x = xs[i % 4] if i % 3 else src          # device arrays and host arrays
+    j = i % 4 if i % 5 else (i + 1) % 4
+    src = hosts[j]
+    x = xs[j] if i % 3 else src              # device arrays and host arrays
     y = f(x)
     a, b = g(y)
     z = h(b, xs[(i + 2) % 4])
