@@ -253,7 +253,8 @@ def test_executable_plumbing_with_a_fake_driver(monkeypatch):
   """Host-side logic of CudaExecutable (arguments, outputs, arena, launches with parameter
   blocks, copies, while/cond read-backs, profile) with a stand-in driver."""
   from ourjax.backends.cuda import driver
-  fake = _FakeDevice()
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "0")   # this stand-in has no graph API (see
+  fake = _FakeDevice()                             # test_cuda_dispatch.py for graphs)
   monkeypatch.setattr(driver, "get_device", lambda ordinal=0: fake)
   monkeypatch.setattr(driver, "Event", _FakeEvent)
   rng = np.random.default_rng(0)
