@@ -26,6 +26,7 @@ F32, F64 = np.float32, np.float64
 DTYPES = [F32, F64]
 UNARY = sorted(lm.SUPPORTED_UNARY)
 BINARY = sorted(lm.SUPPORTED_BINARY)
+GPU = sorted(lm.GPU_VARIANTS)
 
 # max error in ulp allowed per function (float32, float64); the measured values are in the
 # docstring of ourjax/backends/llvm/math.py
@@ -45,10 +46,14 @@ TRIG_LIMIT = 2.0 ** 48
 # kernels
 # ---------------------------------------------------------------------------------------------
 
-def _build(dtype):
+def _build(dtype, variant="cpu"):
+  """Loop kernels of every function (variant "gpu": the float32 GPU variants only, compiled
+  for the host)."""
   fty = ir.FloatType() if dtype == F32 else ir.DoubleType()
   i64 = ir.IntType(64)
-  mod = jit.new_module(f"math_{np.dtype(dtype).name}")
+  mod = jit.new_module(f"math_{np.dtype(dtype).name}_{variant}")
+  unary = GPU if variant == "gpu" else UNARY
+  binary = [] if variant == "gpu" else BINARY
 
   def kernel(name, nin, emit):
     fnty = ir.FunctionType(ir.VoidType(), [i64] + [fty.as_pointer()] * (nin + 1))
@@ -65,19 +70,19 @@ def _build(dtype):
     xs = [b.load(b.gep(fn.args[1 + j], [i])) for j in range(nin)]
     b.store(emit(b, *xs), b.gep(fn.args[1 + nin], [i]))
     i2 = b.add(i, ir.Constant(i64, 1))
-    i.add_incoming(i2, loop)
+    i.add_incoming(i2, b.block)
     b.cbranch(b.icmp_signed("<", i2, n), loop, done)
     b.position_at_end(done)
     b.ret_void()
 
-  for nm in UNARY:
-    kernel(nm, 1, lambda b, x, nm=nm: lm.emit_unary(b, nm, x))
-  for nm in BINARY:
+  for nm in unary:
+    kernel(nm, 1, lambda b, x, nm=nm: lm.emit_unary(b, nm, x, variant=variant))
+  for nm in binary:
     kernel(nm, 2, lambda b, x, y, nm=nm: lm.emit_binary(b, nm, x, y))
   text = str(mod)
-  cm = jit.compile_module(mod, [f"k_{n}" for n in UNARY + BINARY])
+  cm = jit.compile_module(mod, [f"k_{n}" for n in unary + binary])
   fns = {}
-  for nm in UNARY + BINARY:
+  for nm in unary + binary:
     nin = 2 if nm in BINARY else 1
     fns[nm] = cm.ctypes_function(f"k_{nm}", None, [ctypes.c_int64] + [ctypes.c_void_p] * (nin + 1))
   return cm, text, fns
@@ -86,16 +91,17 @@ def _build(dtype):
 _CACHE = {}
 
 
-def kernels(dtype):
-  if dtype not in _CACHE:
-    _CACHE[dtype] = _build(dtype)
-  return _CACHE[dtype]
+def kernels(dtype, variant="cpu"):
+  if (dtype, variant) not in _CACHE:
+    _CACHE[dtype, variant] = _build(dtype, variant)
+  return _CACHE[dtype, variant]
 
 
-def run(name, dtype, *args):
+def run(name, dtype, *args, variant="cpu"):
   arrays = [np.ascontiguousarray(np.asarray(a, dtype=dtype)) for a in args]
   out = np.empty_like(arrays[0])
-  kernels(dtype)[2][name](arrays[0].size, *[a.ctypes.data for a in arrays], out.ctypes.data)
+  kernels(dtype, variant)[2][name](arrays[0].size, *[a.ctypes.data for a in arrays],
+                                   out.ctypes.data)
   return out
 
 
@@ -719,3 +725,94 @@ def test_vector_operands_match_scalar(dtype):
     args = [x, y][:nin]
     f(*[a.ctypes.data for a in args], out.ctypes.data)
     np.testing.assert_array_equal(out, run(nm, dtype, *args), err_msg=nm)
+
+
+# ---------------------------------------------------------------------------------------------
+# the float32 GPU variants (compiled for the host here; the same IR runs on NVPTX)
+# ---------------------------------------------------------------------------------------------
+# max error in ulp allowed per function; the measured values (all float32 inputs) are in the
+# docstring of ourjax/backends/llvm/math.py
+GPU_BOUNDS = {"exp": 1, "sin": 1, "cos": 1, "tanh": 2, "logistic": 2, "erf": 1.5}
+GPU_TRIG_MAX = 2.0 ** 17
+
+
+def test_gpu_bounds_cover_every_variant():
+  assert set(GPU_BOUNDS) == set(GPU)
+  assert set(GPU) <= set(UNARY)
+
+
+def _gpu_samples(name, n, seed):
+  """The accuracy samplers plus, for sin/cos, both sides of the fast path's bound."""
+  rng = np.random.default_rng(seed)
+  x = samples(name, F32, n=n, seed=seed)
+  if name in ("sin", "cos"):
+    near = GPU_TRIG_MAX * 2.0 ** rng.uniform(-3, 1, n // 2)
+    steps = np.nextafter(np.float32(GPU_TRIG_MAX), np.float32([0, np.inf]))
+    x = np.concatenate([x, near.astype(F32), -near.astype(F32), steps, [GPU_TRIG_MAX]])
+    x = x[~(np.abs(x) > TRIG_LIMIT)].astype(F32)
+  return x
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_gpu_variant_accuracy(name):
+  x = _gpu_samples(name, _sample_size(name), seed=zlib.crc32(name.encode()) % 1000 + 1)
+  got = run(name, F32, x, variant="gpu")
+  ref = reference(name, F32, x)
+  err = ulp_error(got, ref, F32)
+  i = int(np.argmax(err))
+  assert err[i] <= GPU_BOUNDS[name], (f"gpu {name}({x[i]!r}) = {got[i]!r}, reference {ref[i]!r}: "
+                                      f"{err[i]:.3g} ulp > {GPU_BOUNDS[name]}")
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_gpu_variant_special_values(name):
+  """Special values and signed zeros exactly as the CPU variant (edges, EXACT, NaN)."""
+  x = np.concatenate([edges(F32), [v for v, _ in EXACT.get(name, [])],
+                      np.float32([np.nan, -np.nan])]).astype(F32)
+  got = run(name, F32, x, variant="gpu")
+  want = run(name, F32, x)
+  for xi, g, w in zip(x, got, want):
+    if np.isnan(w) or np.isnan(g):
+      assert np.isnan(w) and np.isnan(g), (name, xi, g, w)
+    elif np.isinf(w) or w == 0 or abs(w) == 1:
+      assert g == w and np.signbit(g) == np.signbit(w), (name, xi, g, w)
+
+
+def test_gpu_variant_is_chosen_by_the_module_triple():
+  """emit_unary picks the GPU variant in an NVPTX module (float32 only): no double arithmetic
+  on float32 sin there, the CPU variant's double reduction elsewhere."""
+  from ourjax.backends.cuda import codegen
+
+  def ir_of(mod, ty, name="sin"):
+    fn = ir.Function(mod, ir.FunctionType(ty, [ty]), "f")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.ret(lm.emit_unary(b, name, fn.args[0]))
+    return str(fn)
+
+  assert "double" not in ir_of(codegen.new_module("g"), ir.FloatType())
+  assert "double" in ir_of(jit.new_module("c"), ir.FloatType())
+  assert "_patch" not in ir_of(codegen.new_module("g"), ir.DoubleType())
+  mod = ir.Module()
+  fn = ir.Function(mod, ir.FunctionType(ir.FloatType(), [ir.FloatType()]), "f")
+  with pytest.raises(ValueError, match="variant"):
+    lm.emit_unary(ir.IRBuilder(fn.append_basic_block()), "sin", fn.args[0], variant="tpu")
+
+
+def test_gpu_variant_vector_operands_match_scalar():
+  lanes = 4
+  vty = ir.VectorType(ir.FloatType(), lanes)
+  mod = jit.new_module("gpu_vec_ops")
+  for nm in GPU:
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [vty.as_pointer()] * 2), f"v_{nm}")
+    b = ir.IRBuilder(fn.append_basic_block())
+    y = lm.emit_unary(b, nm, b.load(fn.args[0], align=4), variant="gpu")
+    b.store(y, fn.args[1], align=4)
+    b.ret_void()
+  cm = jit.compile_module(mod, [f"v_{n}" for n in GPU])
+  # one lane beyond the sin/cos fast path: the whole vector takes the patch call
+  x = np.array([0.3, -2.5, 3e5, np.nan], dtype=F32)
+  for nm in GPU:
+    f = cm.ctypes_function(f"v_{nm}", None, [ctypes.c_void_p] * 2)
+    out = np.empty(lanes, dtype=F32)
+    f(x.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out, run(nm, F32, x, variant="gpu"), err_msg=nm)

@@ -10,6 +10,7 @@ body vectorizes to AVX-512 and the same IR serves the GPU.
 API::
 
     emit_unary(builder, "exp", x)        # x: float or double value (scalar or vector)
+    emit_unary(builder, "sin", x, variant="gpu")   # force a variant (tests); default: by target
     emit_binary(builder, "pow", x, y)
     SUPPORTED_UNARY, SUPPORTED_BINARY    # the accepted names
 
@@ -53,6 +54,31 @@ reduction) run in double, with polynomials sized for float32.  Not provided: ``r
 exact but needs a reduction of up to ~2100 bits, i.e. a loop); emit LLVM's ``frem`` for it (on
 x86 it becomes a call to fmod/fmodf).
 
+GPU variants.  Where the builder's module targets NVPTX (``module.triple`` starts with
+``nvptx``), float32 exp, logistic, tanh, erf, sin and cos (``GPU_VARIANTS``) use versions written
+for a GPU, where double runs at a fraction of float speed and the budget at memory speed is a few
+dozen instructions per element: everything in float32 (``llvm.fma`` and integer bit operations,
+no target intrinsics, so the same IR compiles for the host and tests/test_llvm_math.py measures
+it there), fewer compensation terms where the error stays bounded:
+
+  exp                exp(x) = p 2^n, p = 1 + r GEXP(r) on |r| <= ln2/2 (Cody-Waite with the
+                     1.5*2^23 shifter, whose low bits are n), 2^n added to p's exponent with a
+                     2^(+-32) step so that denormal results round once and large ones overflow
+  logistic           e = exp(-|x|) kept as a pair (p's rounding error, scaled), 1/(1+e) or
+                     e/(1+e) with the rounding errors of 1+e and of the quotient compensated
+  tanh               the float32 polynomial below 0.55, else 1 - 2e/(1+e), e = exp(-2|x|)
+  erf                the float32 polynomial below 0.84375, else 1 - exp(-a^2 + GERFC(a)) up to
+                     3.925 (beyond, erf rounds to +-1)
+  sin cos            |x| = q pi/2 + r in float32: pi/2 in three parts, the first product exact
+                     (fma), q F2 as an exact pair summed error-free with the remainder, r kept as
+                     a pair into the float32 polynomials (cos compensates 1 - r^2/2).  Full
+                     accuracy for |x| < 2^17; larger |x|, inf and NaN take the CPU variant (double
+                     reduction) in a cold branch inside an out-of-line ``patch`` function, so that
+                     the caller's basic block is not split (LLVM vectorizes loads and stores only
+                     within one block)
+
+The CPU (every other target) keeps the branch-free code above; float64 is the same on both.
+
 Special values: NaN in gives NaN out (except pow(x, 0) = pow(1, y) = 1); infinities and signed
 zeros follow NumPy/C99 Annex F (tanh(-0) = -0, log(0) = -inf, log(-1) = NaN, exp(-inf) = 0,
 pow(-0, -1) = -inf, atan2 on all signed-zero/inf quadrants, erf_inv(+-1) = +-inf, ...);
@@ -92,7 +118,7 @@ import struct as _struct
 
 import llvmlite.ir as ir
 
-__all__ = ["emit_unary", "emit_binary", "SUPPORTED_UNARY", "SUPPORTED_BINARY"]
+__all__ = ["emit_unary", "emit_binary", "SUPPORTED_UNARY", "SUPPORTED_BINARY", "GPU_VARIANTS"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,6 +147,13 @@ class _M:
     self.sity = ir.IntType(bits)
     self.ity = ir.VectorType(self.sity, self.lanes) if self.lanes else self.sity
     self.tag = "f64" if self.is64 else "f32"
+
+  @staticmethod
+  def tag_of(ty) -> str:
+    """"f32"/"f64" plus "_v<N>" for vector types (a name suffix)."""
+    if isinstance(ty, ir.VectorType):
+      return f"{_M.tag_of(ty.element)}_v{ty.count}"
+    return "f64" if isinstance(ty, ir.DoubleType) else "f32"
 
   # constants ---------------------------------------------------------------------------------
   def c(self, v) -> ir.Constant:
@@ -1488,6 +1521,192 @@ def _digamma_w(d: _DD, x):
 
 
 # ---------------------------------------------------------------------------------------------
+# GPU float32 variants (see the module docstring: used when the module targets NVPTX)
+# ---------------------------------------------------------------------------------------------
+# exp(r) = 1 + r*GEXP(r), |r| <= ln2/2 (relative error 2^-28)
+GEXP_F32 = [1.0, 0.5, 0.16666533052921295, 0.04166724160313606, 0.008367607370018959,
+            0.0013863741187378764]
+# log(erfc(a)) = -a^2 + GERFC(a), 0.84375 <= a <= 3.925 (erf's absolute error 2^-28.9)
+GERFC_F32 = [-0.00010787283099489287, -1.1280449628829956, 0.36345016956329346,
+             -0.1044953241944313, 0.022502606734633446, -0.0031133086886256933,
+             0.00020317206508480012]
+# pi/2 = F1 + F2 + F3 (+ 1.1e-23), each the float32 rounding of the remainder
+_PIO2_F1 = _hex("0x1.921fb6p+0")
+_PIO2_F2 = _hex("-0x1.777a5cp-25")
+_PIO2_F3 = _hex("-0x1.ee59dap-50")
+_GPU_TRIG_MAX = 2.0 ** 17       # |x| below: the float32 reduction keeps full accuracy
+
+
+def _any_lane(m: _M, cond):
+  """One i1: cond holds in some lane (cond itself for scalars)."""
+  if not m.lanes:
+    return cond
+  ity = ir.IntType(m.lanes)
+  return m.b.icmp_unsigned("!=", m.b.bitcast(cond, ity), ir.Constant(ity, 0))
+
+
+def _out_of_line(module: ir.Module, name: str, ty, nargs: int):
+  """(function, builder at its entry, created?) for an internal noinline function."""
+  fn = module.globals.get(name)
+  if fn is not None:
+    return fn, None
+  fn = ir.Function(module, ir.FunctionType(ty, [ty] * nargs), name=name)
+  fn.linkage = "internal"
+  for a in ("noinline", "nounwind", "readnone"):
+    fn.attributes.add(a)
+  return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+
+def _with_slow_path(m: _M, x, fast, bound: float, name: str):
+  """``fast`` where |x| < bound, else (also for NaN) the accurate (CPU) variant of ``name`` at x.
+
+  The test and the rare accurate path sit in an out-of-line function ``patch(x, fast)`` (its
+  accurate part a second one, called from a cold block): a branch in the caller would split the
+  caller's basic block, and LLVM merges neighbouring loads and stores into vector accesses only
+  within one block (the GPU kernels' 16-byte loads and stores would become 4-byte ones)."""
+  tag = _M.tag_of(x.type)
+  patch, pb = _out_of_line(m.b.module, f"ojx_m_{name}_{tag}_patch", x.type, 2)
+  if pb is not None:
+    acc, ab = _out_of_line(m.b.module, f"ojx_m_{name}_{tag}_accurate", x.type, 1)
+    if ab is not None:
+      ab.ret(_UNARY[name](_M(ab, x.type), acc.args[0]))
+    px, pfast = patch.args
+    pm = _M(pb, x.type)
+    slow = pb.fcmp_unordered(">=", pm.abs(px), pm.c(bound))
+    cold = patch.append_basic_block("slow")
+    done = patch.append_basic_block("done")
+    pb.cbranch(_any_lane(pm, slow), cold, done).set_weights([1, 1 << 20])
+    pb.position_at_end(done)
+    pb.ret(pfast)
+    pb.position_at_end(cold)
+    v = pb.call(acc, [px])
+    pb.ret(pb.select(slow, v, pfast) if pm.lanes else v)
+  return m.b.call(patch, [x, fast])
+
+
+def _gexp_parts(m: _M, x, pair=False):
+  """exp(x) = p * 2^n for |x| <= 104: (p, t) with p in [2^-1/2, 2^1/2] and n << 23 equal to
+  bits(t) << 23 (t = n + 1.5*2^23); with ``pair`` (p, p_lo, t), p_lo the rounding error of p."""
+  shift = m.c(_SHIFT_32)
+  t = m.fma(x, m.c(_LOG2E), shift)
+  nf = m.sub(t, shift)
+  hi, lo = _ln2_parts(m)
+  r = m.fma(m.neg(nf), hi, x)
+  r = m.fma(m.neg(nf), lo, r)
+  q = m.poly(r, GEXP_F32)
+  p = m.fma(r, q, m.c(1.0))
+  if pair:
+    return p, m.fma(r, q, m.sub(m.c(1.0), p)), t
+  return p, t
+
+
+def _gexp_scaled(m: _M, x, k: int):
+  """exp(x) * 2^-k as p * 2^(n - k) by an exponent addition: exact while that is normal."""
+  p, t = _gexp_parts(m, x)
+  return m.from_bits(m.iadd(m.bits(p), m.iadd(m.ishl(m.bits(t), m.mant), m.ci(-k << m.mant))))
+
+
+def _gpu_exp(m: _M, x):
+  xc = m.clamp(x, -104.0, 89.0)
+  # p * 2^(n -+ 32) is normal for n in [-150, 128]; the multiply by 2^(+-32) rounds once
+  neg = m.lt(xc, m.c(0.0))
+  p, t = _gexp_parts(m, xc)
+  nk = m.iadd(m.ishl(m.bits(t), m.mant), m.select(neg, m.ci(32 << 23), m.ci(-32 << 23)))
+  res = m.mul(m.from_bits(m.iadd(m.bits(p), nk)), m.select(neg, m.c(2.0 ** -32), m.c(2.0 ** 32)))
+  return m.select(m.isnan(x), x, res)
+
+
+def _gpu_trig_reduce(m: _M, ax):
+  """|x| -> (r_hi, r_lo, t): |x| = q pi/2 + r_hi + r_lo, q mod 4 in the low bits of bits(t); q*F2
+  is kept as an exact pair and summed error-free (valid for |x| < _GPU_TRIG_MAX)."""
+  shift = m.c(_SHIFT_32)
+  t = m.fma(ax, m.c(_TWO_OVER_PI), shift)
+  q = m.sub(t, shift)
+  r1 = m.fma(q, m.c(-_PIO2_F1), ax)                 # exact
+  p = m.mul(q, m.c(-_PIO2_F2))
+  p_lo = m.fma(q, m.c(-_PIO2_F2), m.neg(p))         # exact: -q*F2 = p + p_lo
+  # r1 + p exactly: fast two-sum is exact also where |r1| < |p| (r1 is a multiple of ulp(p))
+  r_hi, e = m.fast_two_sum(r1, p)
+  r_lo = m.fma(q, m.c(-_PIO2_F3), m.add(e, p_lo))
+  return r_hi, r_lo, t
+
+
+def _gpu_sin_cos(kind):
+  def emit(m: _M, x):
+    ax = m.abs(x)
+    r, r_lo, t = _gpu_trig_reduce(m, ax)
+    z = m.mul(r, r)
+    # sin(r + r_lo) = r + r^3 S(z) + r_lo (1 - z/2)
+    s = m.add(r, m.fma(m.mul(r, z), m.poly(z, SIN_F32), m.fma(m.mul(z, m.c(-0.5)), r_lo, r_lo)))
+    # cos(r + r_lo) = w + (1 - w - z/2) + z^2 C(z) - r r_lo - z_lo/2, w = 1 - z/2 rounded
+    hz = m.mul(z, m.c(0.5))
+    w = m.sub(m.c(1.0), hz)
+    w_lo = m.sub(m.sub(m.c(1.0), w), hz)              # exact
+    z_lo = m.fma(r, r, m.neg(z))
+    c_tail = m.fma(m.mul(z, z), m.poly(z, COS_F32),
+                   m.fma(m.neg(r), r_lo, m.mul(z_lo, m.c(-0.5))))
+    c = m.add(w, m.add(w_lo, c_tail))
+    j = m.bits(t)
+    odd = m.b.icmp_signed("!=", m.iand(j, 1), m.ci(0))
+    if kind == "sin":
+      v = m.select(odd, c, s)
+      sign = m.iand(m.ixor(m.ishl(j, 30), m.bits(x)), 1 << 31)
+    else:
+      v = m.select(odd, s, c)
+      sign = m.iand(m.ishl(m.iadd(j, m.ci(1)), 30), 1 << 31)
+    fast = m.from_bits(m.ixor(m.bits(v), sign))
+    return _with_slow_path(m, x, fast, _GPU_TRIG_MAX, kind)
+  return emit
+
+
+def _gpu_tanh(m: _M, x):
+  ax = m.abs(x)
+  z = m.mul(x, x)
+  rs = m.fma(m.mul(ax, z), m.poly(z, TANH_F32), ax)
+  # |x| >= 0.55: 1 - 2e/(1+e), e = exp(-2|x|); beyond 9.1 the result rounds to 1
+  e = _gexp_scaled(m, m.mul(m.min_(ax, m.c(9.1)), m.c(-2.0)), 0)
+  rb = m.sub(m.c(1.0), m.div(m.add(e, e), m.add(e, m.c(1.0))))
+  res = m.copysign(m.select(m.lt(ax, m.c(0.55)), rs, rb), x)
+  return m.select(m.isnan(x), x, res)
+
+
+def _gpu_logistic(m: _M, x):
+  # e + e_lo = exp(-|x|) (to 0 below -104; denormals through the 2^-32 step), then
+  # 1/(1+e) or e/(1+e) with the rounding errors of 1+e and of the quotient compensated
+  p, p_lo, t = _gexp_parts(m, m.max_(m.neg(m.abs(x)), m.c(-104.0)), pair=True)
+  k = m.iadd(m.ishl(m.bits(t), m.mant), m.ci(32 << 23))          # (n + 32) << 23
+  e = m.mul(m.from_bits(m.iadd(m.bits(p), k)), m.c(2.0 ** -32))
+  e_lo = m.mul(m.mul(p_lo, m.c(2.0 ** -32)), m.from_bits(m.iadd(k, m.ci(127 << 23))))
+  d, d_lo = m.fast_two_sum(m.c(1.0), e)
+  neg = m.lt(x, m.c(0.0))
+  num = m.select(neg, e, m.c(1.0))
+  q = m.div(num, d)
+  # q + (num - q d + num_lo - q d_lo) / d, 1/d from a linear fit on [1, 2] (3% suffices)
+  inv = m.fma(d, m.c(-0.5), m.c(1.457))
+  corr = m.fma(m.neg(q), m.add(d_lo, e_lo), m.add(m.fma(m.neg(q), d, num),
+                                                   m.select(neg, e_lo, m.c(0.0))))
+  res = m.fma(corr, inv, q)
+  return m.select(m.isnan(x), x, res)
+
+
+def _gpu_erf(m: _M, x):
+  ax = m.abs(x)
+  rs = m.add(*_erf_small(m, x))
+  # |x| >= 0.84375: 1 - exp(-a^2 + GERFC(a)); beyond 3.925 the result rounds to 1
+  a = m.min_(ax, m.c(3.925))
+  e = _gexp_scaled(m, m.fma(a, m.neg(a), m.poly(a, GERFC_F32)), 0)
+  rb = m.copysign(m.sub(m.c(1.0), e), x)
+  res = m.select(m.lt(ax, m.c(0.84375)), rs, rb)
+  return m.select(m.isnan(x), x, res)
+
+
+_GPU_F32 = {
+    "exp": _gpu_exp, "sin": _gpu_sin_cos("sin"), "cos": _gpu_sin_cos("cos"), "tanh": _gpu_tanh,
+    "logistic": _gpu_logistic, "erf": _gpu_erf,
+}
+
+
+# ---------------------------------------------------------------------------------------------
 # registry
 # ---------------------------------------------------------------------------------------------
 
@@ -1506,16 +1725,31 @@ _BINARY = {"atan2": _atan2, "pow": _pow}
 
 SUPPORTED_UNARY = frozenset(_UNARY)
 SUPPORTED_BINARY = frozenset(_BINARY)
+GPU_VARIANTS = frozenset(_GPU_F32)                  # float32 functions with a GPU variant
 
 
-def emit_unary(builder: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
+def emit_unary(builder: ir.IRBuilder, name: str, x: ir.Value, variant: str = None) -> ir.Value:
   """Emit ``name(x)`` inline at the builder's position; ``x`` is a float or double value
-  (or a vector of them).  Raises ValueError for an unknown name, TypeError for other types."""
+  (or a vector of them).  ``variant``: "cpu" or "gpu" (see the module docstring); by default
+  "gpu" when the builder's module targets NVPTX.  The GPU sin/cos also define out-of-line
+  helper functions in the builder's module.  Raises ValueError for an unknown name or variant,
+  TypeError for other types."""
   fn = _UNARY.get(name)
   if fn is None:
     raise ValueError(f"inline math has no unary function {name!r}; supported: "
                      f"{', '.join(sorted(SUPPORTED_UNARY))}")
-  return fn(_M(builder, x.type), x)
+  m = _M(builder, x.type)
+  if _variant(builder, variant) == "gpu" and not m.is64:
+    fn = _GPU_F32.get(name, fn)
+  return fn(m, x)
+
+
+def _variant(builder: ir.IRBuilder, variant):
+  if variant is None:
+    return "gpu" if str(builder.module.triple or "").startswith("nvptx") else "cpu"
+  if variant not in ("cpu", "gpu"):
+    raise ValueError(f"inline math variant must be 'cpu' or 'gpu', not {variant!r}")
+  return variant
 
 
 def emit_binary(builder: ir.IRBuilder, name: str, x: ir.Value, y: ir.Value) -> ir.Value:
