@@ -55,15 +55,21 @@ exact but needs a reduction of up to ~2100 bits, i.e. a loop); emit LLVM's ``fre
 x86 it becomes a call to fmod/fmodf).
 
 GPU variants.  Where the builder's module targets NVPTX (``module.triple`` starts with
-``nvptx``), float32 exp, logistic, tanh, erf, sin and cos (``GPU_VARIANTS``) use versions written
-for a GPU, where double runs at a fraction of float speed and the budget at memory speed is a few
-dozen instructions per element: everything in float32 (``llvm.fma`` and integer bit operations,
-no target intrinsics, so the same IR compiles for the host and tests/test_llvm_math.py measures
-it there), fewer compensation terms where the error stays bounded:
+``nvptx``), float32 exp, expm1, log, logistic, tanh, erf, sin and cos (``GPU_VARIANTS``) use
+versions written
+for a GPU, where double runs at a fraction of float speed, a division is a dozen instructions and
+the budget at memory speed is a few dozen instructions per element: everything in float32
+(``llvm.fma`` and integer bit operations, no target intrinsics, so the same IR compiles for the
+host and tests/test_llvm_math.py measures it there), fewer compensation terms where the error
+stays bounded:
 
   exp                exp(x) = p 2^n, p = 1 + r GEXP(r) on |r| <= ln2/2 (Cody-Waite with the
                      1.5*2^23 shifter, whose low bits are n), 2^n added to p's exponent with a
                      2^(+-32) step so that denormal results round once and large ones overflow
+  expm1              2^n - 1 + 2^n (r_hi + r_lo) + 2^n r^2 Q(r), the first two terms summed
+                     error-free; |x| < 2^-24 gives x
+  log                x = 2^k (1+f) as above, log(1+f) = f + f^2 GLOG(f) (no division), k ln2_hi + f
+                     summed error-free
   logistic           e = exp(-|x|) kept as a pair (p's rounding error, scaled), 1/(1+e) or
                      e/(1+e) with the rounding errors of 1+e and of the quotient compensated
   tanh               the float32 polynomial below 0.55, else 1 - 2e/(1+e), e = exp(-2|x|)
@@ -1530,6 +1536,10 @@ GEXP_F32 = [1.0, 0.5, 0.16666533052921295, 0.04166724160313606, 0.00836760737001
 GERFC_F32 = [-0.00010787283099489287, -1.1280449628829956, 0.36345016956329346,
              -0.1044953241944313, 0.022502606734633446, -0.0031133086886256933,
              0.00020317206508480012]
+# log(1+f) = f + f^2*GLOG(f), sqrt(1/2)-1 <= f <= sqrt(2)-1 (relative error 2^-27.3)
+GLOG_F32 = [-0.5, 0.3333333134651184, -0.2500081956386566, 0.20001240074634552,
+            -0.16623401641845703, 0.14201611280441284, -0.13159756362438202,
+            0.12762095034122467, -0.07635851949453354]
 # pi/2 = F1 + F2 + F3 (+ 1.1e-23), each the float32 rounding of the remainder
 _PIO2_F1 = _hex("0x1.921fb6p+0")
 _PIO2_F2 = _hex("-0x1.777a5cp-25")
@@ -1700,8 +1710,38 @@ def _gpu_erf(m: _M, x):
   return m.select(m.isnan(x), x, res)
 
 
+def _gpu_expm1(m: _M, x):
+  # exp(x) - 1 = 2 ((s - 1/2) + s r + s r^2 Q(r)), s = 2^(n-1) (normal for x in [-25, 89]),
+  # r = r_hi + r_lo, Q = GEXP without its constant term; s - 1/2 + s r_hi summed error-free
+  # (|s - 1/2| >= |s r_hi| or n = 0).  Below 2^-24 in magnitude expm1 rounds to x (also -0 and
+  # denormals).
+  xc = m.clamp(x, -25.0, 89.0)
+  shift = m.c(_SHIFT_32)
+  t = m.fma(xc, m.c(_LOG2E), shift)
+  nf = m.sub(t, shift)
+  hi, lo = _ln2_parts(m)
+  r_hi = m.fma(m.neg(nf), hi, xc)                    # exact
+  r_lo = m.mul(m.neg(nf), lo)
+  r = m.add(r_hi, r_lo)
+  sc = m.from_bits(m.iadd(m.ishl(m.bits(t), m.mant), m.ci(126 << 23)))
+  u, e = m.fast_two_sum(m.sub(sc, m.c(0.5)), m.mul(sc, r_hi))
+  tail = m.fma(m.mul(m.mul(sc, r), r), m.poly(r, GEXP_F32[1:]), m.fma(sc, r_lo, e))
+  res = m.mul(m.add(u, tail), m.c(2.0))
+  res = m.select(m.lt(m.abs(x), m.c(2.0 ** -24)), x, res)
+  return m.select(m.isnan(x), x, res)
+
+
+def _gpu_log(m: _M, x):
+  # x = 2^k (1+f) as on the CPU; log(1+f) by a polynomial in f (no division), k*ln2_hi + f
+  # summed error-free (|k ln2_hi| >= |f| or k = 0)
+  kf, f = _log_split(m, x)
+  s, e = m.fast_two_sum(m.mul(kf, m.c(_LN2_HI_32)), f)
+  tail = m.fma(m.mul(f, f), m.poly(f, GLOG_F32), m.mul(kf, m.c(_LN2_LO_32)))
+  return _log_specials(m, x, m.add(s, m.add(e, tail)))
+
+
 _GPU_F32 = {
-    "exp": _gpu_exp, "sin": _gpu_sin_cos("sin"), "cos": _gpu_sin_cos("cos"), "tanh": _gpu_tanh,
+    "exp": _gpu_exp, "expm1": _gpu_expm1, "log": _gpu_log, "sin": _gpu_sin_cos("sin"), "cos": _gpu_sin_cos("cos"), "tanh": _gpu_tanh,
     "logistic": _gpu_logistic, "erf": _gpu_erf,
 }
 
