@@ -25,7 +25,12 @@ def _compiled(fn, args):
   return ourjax.jit(fn, backend="cuda").lower(*args).compile()
 
 
-def _assemble(ptx: str, arch: str = "sm_90"):
+def _assemble(ptx: str, arch: str | None = None):
+  """``ptxas`` for the PTX's own ``.target`` (sm_90a for modules with wgmma) unless given."""
+  if arch is None:
+    import re
+    m = re.search(r"^\.target (\w+)", ptx, re.M)
+    arch = m.group(1) if m else "sm_90"
   with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "m.ptx")
     with open(path, "w") as f:
@@ -71,10 +76,17 @@ def test_kernel_kinds(compiled_cases):
   assert "RowReduce" in kinds["layernorm"]
   assert kinds["sum_all"] == ["SplitPartials", "SplitFinish"]
   assert "ColumnReduce" in kinds["sum_cols"]
-  assert kinds["dot_tf32"] == ["MmaDot"]
+  assert kinds["dot_tf32"] == ["WgmmaDot"]
   assert "SimtDot" in kinds["dot_odd"]
-  assert "MmaDot" in kinds["dot_bf16"]
-  assert "Threaded" in kinds["sort"]
+  assert "WgmmaDot" in kinds["dot_bf16"]
+  assert kinds["dot_transposed"] == ["MmaDot"]    # A stored M-major: not a WgmmaDot layout
+  for name, k in kinds.items():     # sort and scatter cases reach the parallel kernels
+    if "sort" in name or name == "top_k":
+      assert "GpuSort" in k and "Threaded" not in k, (name, k)
+    if "scatter" in name or name in ("segment_sum", "take_grad"):
+      assert "GpuScatter" in k and "Threaded" not in k, (name, k)
+  assert kinds["sort"] == ["GpuSort"]
+  assert "GpuSortStep" in kinds["sort_long_rows"] and "GpuSortStep" in kinds["argsort_long_row"]
 
 
 def test_streaming_loads_are_16_bytes_wide(compiled_cases):
@@ -83,13 +95,33 @@ def test_streaming_loads_are_16_bytes_wide(compiled_cases):
   assert "st.global.v4" in ptx
 
 
-def test_tensor_core_instructions(compiled_cases):
+def test_tensor_core_instructions(monkeypatch):
+  """``OURJAX_CUDA_MMA=v2``: the mma.sync kernel (MmaDot), which dots that WgmmaDot does not
+  take (or a GPU before Hopper) get."""
+  monkeypatch.setenv("OURJAX_CUDA_MMA", "v2")
+  rng = np.random.default_rng(0)
+  compiled_cases = {n: _compiled(fn, make(rng)) for n, fn, make, _ in CASES
+                    if n in ("dot_tf32", "dot_bf16")}
   ptx = compiled_cases["dot_tf32"].as_text(dialect="ptx")
   assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
   assert "cvt.rna.tf32.f32" in ptx and "cp.async.cg.shared.global" in ptx
   ptx = compiled_cases["dot_bf16"].as_text(dialect="ptx")
   assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
   assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+
+
+def test_wgmma_instructions(compiled_cases):
+  """WgmmaDot: sm_90a PTX; tf32 with a row-major B in the register form (B^T rounded with
+  cvt.rna), bf16 with B staged N-major (transpose flag 1); copies fenced for the async proxy."""
+  for name in ("dot_wgmma_tf32", "dot_wgmma_bf16", "dot_wgmma_tf32_nt"):
+    assert _kernel_kinds(compiled_cases[name]) == ["WgmmaDot"], name
+  ptx = compiled_cases["dot_wgmma_tf32"].as_text(dialect="ptx")
+  assert ".target sm_90a" in ptx and "cvt.rna.tf32.f32" in ptx
+  assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in ptx
+  assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+  ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")
+  assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and ", 0, 1; }" in ptx
+  assert ".target sm_90\n" in compiled_cases["ew_f32"].as_text(dialect="ptx")
 
 
 @needs_ptxas
@@ -102,6 +134,17 @@ def test_first_tensor_core_kernel_still_assembles(monkeypatch, name):
   c = _compiled(case[1], case[2](np.random.default_rng(0)))
   assert [type(k).__name__ for k in c.runtime_executable().kernels][-1] == "TensorCoreDot"
   _assemble(c.as_text(dialect="ptx"))
+
+
+def test_sort_and_scatter_instructions(compiled_cases):
+  """The bitonic sort runs in dynamic shared memory with barriers and a declared block size;
+  scatters combine with native atomics where PTX has them, else compare-and-swap loops."""
+  ptx = compiled_cases["sort_rows_5000"].as_text(dialect="ptx")
+  assert ".extern .shared" in ptx and "bar.sync" in ptx and ".maxntid 1024" in ptx
+  assert "atom.global.add.f32" in compiled_cases["scatter_add_dups"].as_text(dialect="ptx")
+  assert "atom.global.max.s32" in compiled_cases["scatter_max_i32"].as_text(dialect="ptx")
+  for name in ("scatter_mul_f32", "scatter_add_bf16", "scatter_min_u8"):
+    assert "atom.relaxed.gpu.global.cas.b32" in compiled_cases[name].as_text(dialect="ptx")
 
 
 def test_reductions_use_warp_shuffles(compiled_cases):
@@ -295,6 +338,6 @@ def test_highest_precision_dot_stays_off_tf32():
   a = np.ones((128, 128), np.float32)
   default = _compiled(lambda x, y: x @ y, (a, a)).as_text(dialect="ptx")
   highest = _compiled(lambda x, y: jnp.dot(x, y, precision="highest"), (a, a))
-  assert "mma.sync" in default
-  assert "mma.sync" not in highest.as_text(dialect="ptx")
+  assert "mma.sync" in default or "wgmma.mma_async" in default
+  assert "mma" not in highest.as_text(dialect="ptx")
   assert "operand_precision={highest,highest}" in highest.as_text()

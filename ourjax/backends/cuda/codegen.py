@@ -1,6 +1,7 @@
 """PTX for HLO kernels: the shared elemental emitter with GPU iteration, through llvmlite's
 NVPTX target (triple ``nvptx64-nvidia-cuda``, ``sm_90`` unless the GPU present says otherwise,
-PTX ISA 8.0, which every CUDA 12 and 13 driver loads).
+``sm_90a`` for a module holding wgmma instructions, PTX ISA 8.0, which every CUDA 12 and 13
+driver loads).
 
 DESIGN rule 5: the element of every fused value comes from ``llvm/emitter.py`` exactly as on the
 CPU; only the outer iteration differs.  The kernels of a group are planned by the shared planner
@@ -22,9 +23,11 @@ few long reductions         ``SplitReduce``: pass 1 has ``G`` blocks per output 
 ColumnReduceKernel          ``ColumnReduce``: one thread per output element walking the reduced
                             block (coalesced across the kept minor dimensions), split into
                             partials + a combine pass when there are few outputs
-dot (f32, bf16, f16)        ``TensorCoreDot`` (``mma.sync``; tf32 for f32 unless the highest
-                            precision is configured) when the tile sizes divide the problem,
-                            else ``SimtDot`` (64x64 shared-memory tiles); f64 always ``SimtDot``
+dot (f32, bf16, f16)        ``wgmma.WgmmaDot`` (Hopper ``wgmma.mma_async``, sm_90a PTX) when the
+                            layouts and tile sizes fit, else ``MmaDot`` (``mma.sync``; tf32 for
+                            f32 unless the highest precision is configured) when the tile sizes
+                            divide the problem, else ``SimtDot`` (64x64 shared-memory tiles);
+                            f64 always ``SimtDot``
 LoopKernel reading through  ``transpose.TiledTranspose``: 32x32 output tiles staged through
 a transpose of the minor     shared memory, so reads and writes are both coalesced
 dimension
@@ -106,6 +109,8 @@ def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
   message."""
   from ourjax.errors import CompileError
   text = str(module)
+  if arch == "90" and "wgmma." in text:
+    arch = "90a"      # wgmma (WgmmaDot) exists only in the arch-specific target
   tm = target_machine(arch)
   with _lock:
     try:
@@ -1441,10 +1446,19 @@ def _tf32_allowed(dot=None) -> bool:
 
 
 def _dot_kernel(name, dot, lhs, rhs, out, info: DeviceInfo):
+  """The dot kernel for ``dot``: ``WgmmaDot`` (wgmma.py, Hopper) where it applies, else
+  ``MmaDot``, else ``SimtDot``.  ``OURJAX_CUDA_MMA=v2`` (or ``v1``, ``TensorCoreDot``) keeps
+  tensor-core dots on the mma.sync kernels."""
   kind = TensorCoreDot.supports(dot, info, _tf32_allowed(dot))
   if kind is not None:
-    if os.environ.get("OURJAX_CUDA_MMA", "v2") == "v1":
+    choice = os.environ.get("OURJAX_CUDA_MMA", "wgmma")
+    if choice == "v1":
       return TensorCoreDot(name, dot, lhs, rhs, out, kind)
+    if choice == "wgmma":
+      from ourjax.backends.cuda.wgmma import WgmmaDot
+      how = WgmmaDot.supports(dot, info, kind)
+      if how is not None:
+        return WgmmaDot(name, dot, lhs, rhs, out, kind, *how)
     return MmaDot(name, dot, lhs, rhs, out, kind)
   return SimtDot(name, dot, lhs, rhs, out)
 
