@@ -817,3 +817,38 @@ def test_gpu_variant_vector_operands_match_scalar():
     out = np.empty(lanes, dtype=F32)
     f(x.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out, run(nm, F32, x, variant="gpu"), err_msg=nm)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_exact_fmod_is_c_fmod(dtype):
+  """``emitter.exact_fmod`` (the GPU's float remainder; NVPTX's own ``frem`` is x - trunc(x/y)*y)
+  compiled for the host: C's fmod bit for bit, signed zeros and NaNs included."""
+  from ourjax.backends.llvm import emitter as E
+  fty = ir.FloatType() if dtype == F32 else ir.DoubleType()
+  i64 = ir.IntType(64)
+  mod = jit.new_module(f"fmod_{np.dtype(dtype).name}")
+  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64] + [fty.as_pointer()] * 3), "k")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  with E.ForLoop(b, 0, fn.args[0], "i") as lp:
+    x, y = (b.load(b.gep(fn.args[k], [lp.index])) for k in (1, 2))
+    b.store(E.exact_fmod(b, x, y), b.gep(fn.args[3], [lp.index]))
+  b.ret_void()
+  cm = jit.compile_module(mod, ["k"])
+  k = cm.ctypes_function("k", None, [ctypes.c_int64] + [ctypes.c_void_p] * 3)
+  rng = np.random.default_rng(7)
+  bits = np.uint32 if dtype == F32 else np.uint64
+  n = 100000
+  special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 3.0, 0.1,
+                      *finfo(dtype)],
+                     dtype)
+  xs = np.concatenate([rng.integers(0, np.iinfo(bits).max, n, dtype=bits).view(dtype),
+                       np.repeat(special, len(special)),
+                       (rng.standard_normal(5000) * 1e6).astype(dtype)])
+  ys = np.concatenate([rng.integers(0, np.iinfo(bits).max, n, dtype=bits).view(dtype),
+                       np.tile(special, len(special)), rng.standard_normal(5000).astype(dtype)])
+  out = np.empty_like(xs)
+  k(xs.size, xs.ctypes.data, ys.ctypes.data, out.ctypes.data)
+  with np.errstate(all="ignore"):
+    want = np.fmod(xs, ys)
+  same = (out.view(bits) == want.view(bits)) | (np.isnan(out) & np.isnan(want))
+  assert same.all(), (xs[~same][:5], ys[~same][:5], out[~same][:5], want[~same][:5])

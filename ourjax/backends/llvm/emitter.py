@@ -723,6 +723,68 @@ def unary_op(b, opcode: str, x, dt):
   raise EmitterError(f"unary {opcode} on {dt}")
 
 
+def exact_fmod(b, x, y):
+  """C's fmod(x, y) for a float or double, exactly, in integer arithmetic: the CPU's ``frem``
+  becomes a libm call, but NVPTX expands ``frem`` as x - trunc(x/y)*y, which is wrong once
+  x/y is not exact (large quotients).  With x = mx 2^ex and y = my 2^ey (integer
+  significands), the result is (mx 2^(ex-ey) mod my) 2^ey; the power of two is folded in a few
+  bits at a time so that every step is one 64-bit remainder (float: <= 9 steps, double: <=
+  186)."""
+  t = x.type
+  bits, mant = (32, 23) if t == FLT else (64, 52)
+  it = ir.IntType(bits)
+  step = 63 - (mant + 1)                 # shift that keeps (r << step) below 2^64
+  sign_mask = ir.Constant(it, 1 << (bits - 1))
+  inf_bits = ir.Constant(it, ((1 << (bits - 1 - mant)) - 1) << mant)
+  ax = b.and_(b.bitcast(x, it), b.not_(sign_mask))
+  ay = b.and_(b.bitcast(y, it), b.not_(sign_mask))
+  nan = b.or_(b.or_(b.icmp_unsigned("==", ay, ir.Constant(it, 0)),
+                    b.icmp_unsigned(">=", ax, inf_bits)),
+              b.icmp_unsigned(">", ay, inf_bits))
+  small = b.icmp_unsigned("<", ax, ay)           # |x| < |y| (y = inf included): x itself
+  one = ir.Constant(it, 1)
+
+  def split(a):                                  # (significand as i64, biased exponent >= 1)
+    e = b.lshr(a, ir.Constant(it, mant))
+    frac = b.and_(a, ir.Constant(it, (1 << mant) - 1))
+    normal = b.icmp_unsigned("!=", e, ir.Constant(it, 0))
+    m = b.select(normal, b.or_(frac, ir.Constant(it, 1 << mant)), frac)
+    m64 = b.zext(m, I64) if bits == 32 else m
+    e64 = b.zext(e, I64) if bits == 32 else e
+    return m64, b.select(normal, e64, i64(1))
+  mx, ex = split(ax)
+  my, ey = split(ay)
+  work = b.icmp_unsigned("==", b.or_(b.zext(nan, I8), b.zext(small, I8)), ir.Constant(I8, 0))
+  my_safe = b.select(work, my, i64(1))           # no division by zero on the skipped lanes
+  d0 = b.select(work, b.sub(ex, ey), i64(0))
+  r = alloca_entry(b, I64, "fmod.r")
+  d = alloca_entry(b, I64, "fmod.d")
+  b.store(b.urem(mx, my_safe), r)
+  b.store(d0, d)
+  cond = b.append_basic_block("fmod.cond")
+  body = b.append_basic_block("fmod.body")
+  done = b.append_basic_block("fmod.done")
+  b.branch(cond)
+  b.position_at_end(cond)
+  dv = b.load(d)
+  b.cbranch(b.icmp_unsigned(">", dv, i64(0)), body, done)
+  b.position_at_end(body)
+  s = b.select(b.icmp_unsigned("<", dv, i64(step)), dv, i64(step))
+  b.store(b.urem(b.shl(b.load(r), s), my_safe), r)
+  b.store(b.sub(dv, s), d)
+  b.branch(cond)
+  b.position_at_end(done)
+  # r 2^(ey - bias - mant): (r 2^-mant) 2^(ey - bias), each product exact
+  rf = b.uitofp(b.load(r), t)
+  rf = b.fmul(rf, ir.Constant(t, 2.0 ** -mant))
+  ey_i = b.trunc(ey, it) if bits == 32 else ey
+  scale = b.bitcast(b.shl(ey_i, ir.Constant(it, mant)), t)
+  res = b.fmul(rf, scale)
+  res = b.bitcast(b.or_(b.bitcast(res, it), b.and_(b.bitcast(x, it), sign_mask)), t)
+  res = b.select(small, x, res)
+  return b.select(nan, ir.Constant(t, float("nan")), res)
+
+
 def binary_op(b, opcode: str, x, y, dt):
   dt = np.dtype(dt)
   if _is_float(dt):
@@ -735,7 +797,9 @@ def binary_op(b, opcode: str, x, y, dt):
     elif opcode == "divide":
       r = b.fdiv(x, y)
     elif opcode == "remainder":
-      r = b.frem(x, y)
+      gpu = str(b.module.triple or "").startswith("nvptx") and not isinstance(x.type,
+                                                                           ir.VectorType)
+      r = exact_fmod(b, x, y) if gpu else b.frem(x, y)
     elif opcode == "maximum":
       r = _fmax(b, x, y)
     elif opcode == "minimum":
