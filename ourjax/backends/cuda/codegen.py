@@ -1486,6 +1486,9 @@ def translate(kernel: K.Kernel, new_temp, info: DeviceInfo, max_threads: int) ->
     return _column(kernel, new_temp, info)
   if isinstance(kernel, K.LoopKernel):
     return _loop(kernel, new_temp, info)
+  if isinstance(kernel, (K.SortKernel, K.ScatterKernel)):
+    from ourjax.backends.cuda import sort_scatter    # imports this module: a local import
+    return sort_scatter.translate(kernel, new_temp, info, max_threads)
   return [Threaded(kernel, max_threads)]
 
 
