@@ -226,6 +226,38 @@ def test_threads_match_one_thread(M, N, K, ta, tb, dtype, blocking, nthreads, se
     assert np.isnan(part).any() and not np.isnan(part).all()
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_threads_row_split_few_rows(dtype, blocking, accumulate):
+  """A row split that leaves a thread few rows (narrow N, small M, K over one to three K
+  slices) gives the serial bits.  It once did not (M=9, N=1, K=17, tiny f32, 2 threads): the
+  axpy path for few rows was chosen per thread, and it sums all of K in one chain (from C when
+  accumulating) where the tiles add per-slice partial sums to C.  Random (not integer) data, so
+  that a different order shows."""
+  rng = np.random.default_rng(5)
+  fn, bl = kernel(dtype, blocking=blocking, accumulate=accumulate)
+  kc = (bl or gemm.DEFAULT_BLOCKING[dtype]).kc
+  for K in (kc, kc + 1, 2 * kc + 7):  # one, two and three K slices
+    for N in (1, 2, 3):
+      for M in range(1, 18):
+        for ta in (False, True):
+          a, am, lda = _operand(rng, dtype, M, K, ta, 1)
+          b, bm, ldb = _operand(rng, dtype, K, N, False, 0)
+          c0 = rng.standard_normal((1, M, N)).astype(NP[dtype]) if accumulate else None
+
+          def call(nthreads):
+            C = None if c0 is None else c0.copy()
+            return run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, False, C=C, ldc=N,
+                       nthreads=nthreads)
+          one = call(1)
+          check_close(one[0], a, b, dtype,
+                      extra=None if c0 is None else lambda r: r + c0[0].astype(np.float64))
+          for nthreads in (2, 3):
+            np.testing.assert_array_equal(call(nthreads), one, err_msg=f"{M}x{N}x{K} ta={ta} "
+                                          f"threads={nthreads}")
+
+
 @settings(max_examples=10)
 @given(batch=st.integers(1, 5), M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(0, 70),
        ta=st.booleans(), tb=st.booleans(), bcast_b=st.booleans(),

@@ -18,6 +18,9 @@ Threading: ``nthreads`` callers run the function at once with ``tid = 0 .. nthre
 same arguments; each writes a disjoint part of C (whole batch entries when ``batch >= nthreads``,
 else a range of row tiles or of column panels of every entry), so no barrier is needed inside and
 the work is done once all calls have returned.  ``nthreads = 1, tid = 0`` is the serial call.
+Every split gives the serial call's bits: it changes which thread computes an element, never the
+order of that element's sum (the K slices and the choice between axpy kernels and register tiles
+depend on M and K only; the per-thread choices, unpacked B and edge tiles, only move data).
 
 Scratch: ``pack`` points to at least :func:`pack_buffer_elements` ``(dtype, M, N, K, nthreads)``
 elements of ``T`` (any alignment; each thread carves out its own 64-byte aligned slice).  The
@@ -52,9 +55,13 @@ Design (GotoBLAS/BLIS, written for AVX-512):
   a panel of at most W columns a one-vector-wide kernel, so a 4-row or 10-column remainder does
   not pay for a whole 14 x 32 tile.
 * small M: a thread with at most ``direct_b_rows`` rows reads a row-major B in place (only a
-  partial last column panel is packed), since packing B would cost as much as using it; with at
-  most ``stream_rows`` rows it drops register tiles altogether and runs 4/2/1-row "axpy" kernels
-  that stream whole rows of B into rows of C kept in L1 (a GEMV runs at the speed of reading B).
+  partial last column panel is packed), since packing B would cost as much as using it.  A
+  product with ``M <= stream_rows`` drops register tiles altogether and runs 4/2/1-row "axpy"
+  kernels that stream whole rows of B into rows of C kept in L1 (a GEMV runs at the speed of
+  reading B).  That choice looks at M, never at a thread's share of the rows: the axpy kernels
+  run one fma chain over all of K (from C with ``accumulate``), the tiles one per K slice with
+  the partial sums added to C, so the two round differently once K spans several slices (with
+  ``accumulate``, always).
 * threads split the row tiles or the column panels (whichever gives the smaller largest share),
   so a thread packs only its own part of one operand (the other operand is packed by every
   thread: no sharing, no barrier).
@@ -100,7 +107,7 @@ class Blocking:
   mr_small: int = 4          # edge tiles of at most 2*mr_small rows use an mr_small-row kernel
   narrow: bool = True        # edge panels of at most W columns use a one-vector-wide kernel
   direct_b_rows: int = 64    # a thread with at most this many rows reads a row-major B unpacked
-  stream_rows: int = 8       # ... and with at most this many, streams B through 4-row axpys
+  stream_rows: int = 8       # a product with M <= this streams B through 4/2/1-row axpys
 
 
 # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
@@ -625,8 +632,10 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     if rows_fns is None:
       tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
       return
-    few = b.and_(b.icmp_signed("==", tb, _c32(0)),
-                 b.icmp_signed("<=", b.sub(m1, m0), _c64(bl.stream_rows)))
+    # decided by M, not by this thread's rows: the axpy kernels sum over all of K in one fma
+    # chain, the tiles per K slice (partial sums added to C), so a per-thread choice would
+    # round differently from the serial call when a row split leaves a thread few rows
+    few = b.and_(b.icmp_signed("==", tb, _c32(0)), b.icmp_signed("<=", M, _c64(bl.stream_rows)))
     with b.if_else(few) as (f_, t_):
       with f_:
         # groups of 4 rows, then 2, then 1: each group streams B once
