@@ -79,7 +79,13 @@ def test_kernel_kinds(compiled_cases):
   assert kinds["dot_tf32"] == ["WgmmaDot"]
   assert "SimtDot" in kinds["dot_odd"]
   assert "WgmmaDot" in kinds["dot_bf16"]
-  assert kinds["dot_transposed"] == ["MmaDot"]    # A stored M-major: not a WgmmaDot layout
+  # A stored M-major (not a wgmma layout) is copied K-major first
+  assert kinds["dot_transposed"] == ["StridedTranspose", "WgmmaDot"]
+  # elementwise consumers run in the dot kernel; SimtDot has no epilogue
+  assert kinds["dot_epilogue_bias_gelu"] == ["WgmmaDot"]
+  assert kinds["dot_epilogue_residual_tt"] == ["StridedTranspose", "WgmmaDot"]
+  assert kinds["dot_epilogue_batched_bf16"] == ["WgmmaDot"]
+  assert kinds["dot_epilogue_simt"] == ["SimtDot", "Elementwise"]
   for name, k in kinds.items():     # sort and scatter cases reach the parallel kernels
     if "sort" in name or name == "top_k":
       assert "GpuSort" in k and "Threaded" not in k, (name, k)

@@ -527,11 +527,15 @@ class _Planner:
                                                      [(o, None) for o in root.operands[2:]]))
       self._add_kernel(steps, kern)
       return res
-    planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
-                             widen_narrow_dots=self.widen_narrow_dots)
-    for kern in planner.plan(instrs, outputs, leafmap):
+    for kern in self._group_kernels(instrs, outputs, leafmap):
       self._add_kernel(steps, kern)
     return res
+
+  def _group_kernels(self, instrs, outputs, leafmap) -> list:
+    """The planned kernels of one group (a backend may rearrange them)."""
+    planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
+                             widen_narrow_dots=self.widen_narrow_dots)
+    return planner.plan(instrs, outputs, leafmap)
 
   def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp):
     """The operand buffer a dynamic-update-slice may update in place, or None."""

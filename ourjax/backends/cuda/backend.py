@@ -657,6 +657,11 @@ def _make_planner(cpu_be, module, info):
     """The CPU backend's planner whose kernels become GPU kernels as they are added."""
     widen_narrow_dots = False   # bf16/f16 dots run on the tensor cores as they are
 
+    def _group_kernels(self, instrs, outputs, leafmap):
+      # a dot's elementwise consumer (bias, activation) runs in the dot's kernel
+      return codegen.fuse_dot_epilogues(super()._group_kernels(instrs, outputs, leafmap),
+                                        outputs)
+
     def _add_kernel(self, steps, kernel):
       for g in codegen.translate(kernel, self.temp, info, cpu_be.MAX_THREADS):
         self.kernels.append(g)

@@ -42,6 +42,7 @@ CPU backend computes, element for element.
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 import threading
@@ -974,11 +975,11 @@ class TensorCoreDot(GpuKernel):
   WM, WN = 64, 32       # warp tile
   THREADS = 256
 
-  def __init__(self, name, dot, lhs, rhs, out, kind: str):
+  def __init__(self, name, dot, lhs, rhs, out, kind: str, epilogue=None):
     self.dot, self.spec, self.kind = dot, K.DotSpec(dot), kind   # kind: tf32 | bf16 | f16
-    self.lhs, self.rhs, self.out = lhs, rhs, out
+    self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
     s = self.spec
-    super().__init__(name, [lhs, rhs], [out], work=s.B * s.M * s.N * s.K)
+    super().__init__(name, *_dot_buffers(lhs, rhs, out, epilogue), work=s.B * s.M * s.N * s.K)
 
   @classmethod
   def supports(cls, dot, info: DeviceInfo, allow_tf32: bool) -> str | None:
@@ -1053,7 +1054,7 @@ class TensorCoreDot(GpuKernel):
     n0 = b.mul(sreg64(b, "ctaid.x"), i64(BN))
     m0 = b.mul(sreg64(b, "ctaid.y"), i64(BM))
     bat = sreg64(b, "ctaid.z")
-    A, Bm, C = ptr(self.lhs), ptr(self.rhs), ptr(self.out)
+    A, Bm = ptr(self.lhs), ptr(self.rhs)
     a_base = b.mul(bat, i64(s.a_sb))
     b_base = b.mul(bat, i64(s.b_sb))
     edt = self.dot.operands[0].dtype
@@ -1190,14 +1191,60 @@ class TensorCoreDot(GpuKernel):
       with b.if_then(more):
         store_shared()
       barrier(b)
-    _store_mma_accumulators(b, accs, C, self.dot.dtype, bat=bat, M=M, N=N, m0=m0, n0=n0,
-                            wm=wm, wn=wn, WM=self.WM, WN=self.WN, g=g, t4=t4, MI=MI, NI=NI)
+    _store_mma_accumulators(b, accs, dot_writer(b, ptr, self), self.dot.dtype, bat=bat, M=M,
+                            N=N, m0=m0, n0=n0, wm=wm, wn=wn, WM=self.WM, WN=self.WN, g=g,
+                            t4=t4, MI=MI, NI=NI)
 
 
-def _store_mma_accumulators(b, accs, C, out_dt, *, bat, M, N, m0, n0, wm, wn, WM, WN, g, t4,
-                            MI, NI):
-  """The epilogue of both tensor-core kernels: a warp's f32 accumulators to C (converted to the
-  result type).  In each 16x8 tile, c0,c1 sit at (g, 2t..2t+1) and c2,c3 at (g+8, 2t..2t+1)."""
+class Epilogue:
+  """Elementwise consumers of a dot fused into the dot's kernel (a kOutput fusion's bias add and
+  activation, a gradient's mask): ``outputs`` ((instr, Buf) pairs over the dot's dims) are
+  evaluated by the shared emitter where each accumulator is stored, with the dot's element
+  handed to it (``Emitter.remember``) instead of going through memory.  ``leafmap`` holds the
+  consumers' other leaves.  Planned by ``fuse_dot_epilogues``."""
+
+  def __init__(self, dot, outputs, leafmap):
+    self.dot, self.outputs = dot, list(outputs)
+    self.leafmap = {k: v for k, v in leafmap.items() if k is not dot}
+    self.reads = K._leaf_bufs(self.leafmap)
+    self.writes = [buf for _, buf in self.outputs]
+
+
+def _dot_buffers(lhs, rhs, out, epilogue):
+  """(reads, writes) of a dot kernel: C, or in its place the fused epilogue's outputs."""
+  if epilogue is None:
+    return [lhs, rhs], [out]
+  return [lhs, rhs] + epilogue.reads, epilogue.writes
+
+
+def dot_writer(b, ptr, kernel):
+  """``store(v, linear, (batch, m, n))``: where a dot kernel (``dot``, ``out``, ``epilogue``,
+  ``spec`` attributes) puts element ``v`` of C (a compute value of the dot's type; ``linear``
+  its row-major position): into C, or through the fused epilogue."""
+  dot, epi = kernel.dot, kernel.epilogue
+  if epi is None:
+    C, dt = ptr(kernel.out), dot.dtype
+    return lambda v, linear, where: E.store_element(b, v, C, linear, dt)
+  em = Emitter(b, K._make_leaves(b, epi.leafmap, ptr))
+  dims = tuple(dot.dims)
+  plain = len(dims) == 2 and kernel.spec.B == 1
+  batched = len(dims) == 3 and dims[0] == kernel.spec.B
+
+  def store(v, linear, where):
+    em.push_scope()
+    multi = list(where[1:]) if plain else list(where) if batched else None
+    idx = Index(b, dims, linear=linear, multi=multi)
+    em.remember(dot, idx, v)
+    _store(b, em, epi.outputs, idx, ptr)
+    em.pop_scope()
+  return store
+
+
+def _store_mma_accumulators(b, accs, store, out_dt, *, bat, M, N, m0, n0, wm, wn, WM, WN, g,
+                            t4, MI, NI):
+  """The epilogue of both tensor-core kernels: a warp's f32 accumulators, converted to the
+  result type, to ``store`` (``dot_writer``).  In each 16x8 tile, c0,c1 sit at (g, 2t..2t+1)
+  and c2,c3 at (g+8, 2t..2t+1)."""
   c_base = b.mul(bat, i64(M * N))
   for mi in range(MI):
     for ni in range(NI):
@@ -1208,7 +1255,8 @@ def _store_mma_accumulators(b, accs, C, out_dt, *, bat, M, N, m0, n0, wm, wn, WM
         base = b.add(c_base, b.add(b.mul(row, i64(N)), col))
         for e in range(2):
           v = E.convert_value(b, b.load(accs[mi][ni][2 * h + e]), E.F32, out_dt)
-          E.store_element(b, v, C, b.add(base, i64(e)) if e else base, out_dt)
+          store(v, b.add(base, i64(e)) if e else base,
+                (bat, row, b.add(col, i64(e)) if e else col))
 
 
 def _asm(b, text, constraints, args, ret=None, side_effect=True):
@@ -1234,12 +1282,12 @@ class MmaDot(GpuKernel):
   WM, WN = 64, 32
   THREADS = 256
 
-  def __init__(self, name, dot, lhs, rhs, out, kind: str):
+  def __init__(self, name, dot, lhs, rhs, out, kind: str, epilogue=None):
     self.dot, self.spec, self.kind = dot, K.DotSpec(dot), kind
-    self.lhs, self.rhs, self.out = lhs, rhs, out
+    self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
     self.BK = 16 if kind == "tf32" else 32
     s = self.spec
-    super().__init__(name, [lhs, rhs], [out], work=s.B * s.M * s.N * s.K)
+    super().__init__(name, *_dot_buffers(lhs, rhs, out, epilogue), work=s.B * s.M * s.N * s.K)
 
   def launch(self, info):
     s = self.spec
@@ -1276,7 +1324,7 @@ class MmaDot(GpuKernel):
     n0 = b.mul(sreg64(b, "ctaid.x"), i64(BN))
     m0 = b.mul(sreg64(b, "ctaid.y"), i64(BM))
     bat = sreg64(b, "ctaid.z")
-    A, Bm, C = ptr(self.lhs), ptr(self.rhs), ptr(self.out)
+    A, Bm = ptr(self.lhs), ptr(self.rhs)
     a_base = b.mul(bat, i64(s.a_sb))
     b_base = b.mul(bat, i64(s.b_sb))
     F = ir.FloatType()
@@ -1404,8 +1452,9 @@ class MmaDot(GpuKernel):
       compute(b.and_(kt.index, i64(1)))
       barrier(b)
     _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
-    _store_mma_accumulators(b, accs, C, self.dot.dtype, bat=bat, M=M, N=N, m0=m0, n0=n0,
-                            wm=wm, wn=wn, WM=self.WM, WN=self.WN, g=g, t4=t4, MI=MI, NI=NI)
+    _store_mma_accumulators(b, accs, dot_writer(b, ptr, self), self.dot.dtype, bat=bat, M=M,
+                            N=N, m0=m0, n0=n0, wm=wm, wn=wn, WM=self.WM, WN=self.WN, g=g,
+                            t4=t4, MI=MI, NI=NI)
 
 
 def _mma(b, kind, afr, bfr, acc):
@@ -1445,22 +1494,118 @@ def _tf32_allowed(dot=None) -> bool:
   return str(p).lower() not in ("highest", "float32", "precision.highest")
 
 
-def _dot_kernel(name, dot, lhs, rhs, out, info: DeviceInfo):
-  """The dot kernel for ``dot``: ``WgmmaDot`` (wgmma.py, Hopper) where it applies, else
-  ``MmaDot``, else ``SimtDot``.  ``OURJAX_CUDA_MMA=v2`` (or ``v1``, ``TensorCoreDot``) keeps
-  tensor-core dots on the mma.sync kernels."""
+def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=None) -> list:
+  """The kernels computing ``dot`` into ``out`` (or, with a fused ``Epilogue``, its outputs).
+
+  Tensor-core dots use ``WgmmaDot`` (wgmma.py, Hopper) where its layouts and tiles fit; an A
+  stored M-major (``x.T @ dy``, every weight gradient) is first copied K-major by a
+  ``StridedTranspose`` (one pass over A; wgmma then runs at about twice MmaDot's rate);
+  elsewhere ``MmaDot``.  ``OURJAX_CUDA_MMA=v2`` keeps them on MmaDot, ``v1`` on
+  ``TensorCoreDot``.  Other dots use ``SimtDot``, which has no epilogue: its epilogue becomes
+  an elementwise kernel reading C."""
+  from ourjax.backends.cuda.transpose import StridedTranspose
   kind = TensorCoreDot.supports(dot, info, _tf32_allowed(dot))
+  pre, main = [], None
   if kind is not None:
     choice = os.environ.get("OURJAX_CUDA_MMA", "wgmma")
     if choice == "v1":
-      return TensorCoreDot(name, dot, lhs, rhs, out, kind)
-    if choice == "wgmma":
+      main = TensorCoreDot(name, dot, lhs, rhs, out, kind, epilogue)
+    elif choice == "wgmma":
       from ourjax.backends.cuda.wgmma import WgmmaDot
       how = WgmmaDot.supports(dot, info, kind)
       if how is not None:
-        return WgmmaDot(name, dot, lhs, rhs, out, kind, *how)
-    return MmaDot(name, dot, lhs, rhs, out, kind)
-  return SimtDot(name, dot, lhs, rhs, out)
+        main = WgmmaDot(name, dot, lhs, rhs, out, kind, *how, epilogue=epilogue)
+      else:
+        s = K.DotSpec(dot)
+        if s.ok and s.a_sm == 1 and s.a_sk != 1 and s.M > 1:
+          staged = copy.copy(s)
+          staged.a_sb, staged.a_sm, staged.a_sk = s.M * s.K, s.K, 1
+          how = WgmmaDot.supports(dot, info, kind, staged)
+          if how is not None:
+            lhs_k = new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
+            pre = [StridedTranspose(name + "_t", lhs, lhs_k, s.B, s.M, s.K, s.a_sb, s.a_sk)]
+            main = WgmmaDot(name, dot, lhs_k, rhs, out, kind, *how, epilogue=epilogue,
+                            spec=staged)
+    if main is None:
+      main = MmaDot(name, dot, lhs, rhs, out, kind, epilogue)
+  else:
+    main = SimtDot(name, dot, lhs, rhs, out)
+  post = []
+  if epilogue is not None and getattr(main, "epilogue", None) is None:
+    post = [Elementwise(name + "_e", dot.dims, epilogue.outputs,
+                        {**epilogue.leafmap, dot: out})]
+  return pre + [main] + post
+
+
+class FusedDot(K.Kernel):
+  """A planned dot with its elementwise consumer fused in (``fuse_dot_epilogues``); ``out``
+  is the dot's own buffer, which the GPU kernels need only where they cannot fuse."""
+
+  def __init__(self, name, dot, lhs, rhs, out, epilogue: Epilogue):
+    self.dot, self.lhs, self.rhs, self.out, self.epilogue = dot, lhs, rhs, out, epilogue
+    super().__init__(name, [lhs, rhs] + epilogue.reads, epilogue.writes)
+
+
+def _dot_producer(k):
+  """(dot, lhs, rhs, out) of a planned kernel computing one dot into a buffer, or None."""
+  if isinstance(k, K.DotKernel):
+    return k.dot, k.lhs, k.rhs, k.out
+  if (isinstance(k, K.LoopKernel) and len(k.outputs) == 1 and k.outputs[0][0].opcode == "dot"
+          and isinstance(k.outputs[0][1], K.Buf)):
+    dot, buf = k.outputs[0]
+    specs = [k.leafmap.get(o) for o in dot.operands]
+    if all(isinstance(x, K.Buf) for x in specs) and _gpu_dot_ok(dot):
+      return dot, specs[0], specs[1], buf
+  return None
+
+
+def _epilogue_ok(c, dot, out) -> bool:
+  """Whether planned kernel ``c`` can run as ``dot``'s epilogue: an elementwise kernel over the
+  dot's shape reading the dot's buffer ``out`` only as the dot, through elementwise ops at its
+  own index (a broadcast or slice of the dot would need other elements)."""
+  if not isinstance(c, K.LoopKernel) or c.prefetch_outer or c.prefetch_elem:
+    return False
+  dims = tuple(dot.dims)
+  if c.dims != dims or any(i.shape.is_tuple or K._dims(i) != dims for i, _ in c.outputs):
+    return False
+  if c.leafmap.get(dot) is not out or sum(v is out for v in c.leafmap.values()) != 1:
+    return False
+  seen, stack = set(), [i for i, _ in c.outputs]
+  while stack:
+    x = stack.pop()
+    if id(x) in seen or x is dot or x in c.leafmap:
+      continue
+    seen.add(id(x))
+    if x.opcode in hlo.ELEMENTWISE_OPS and tuple(x.dims) == dims:
+      stack.extend(x.operands)
+    elif id(dot) in K._reachable(list(x.operands), c.leafmap):
+      return False
+  return True
+
+
+def fuse_dot_epilogues(kernels, outputs) -> list:
+  """One group's planned ``kernels`` with every dot whose result feeds exactly one elementwise
+  kernel of the dot's shape (and is not an output of the group, ``outputs``: (instr, Buf)
+  pairs) turned, with that kernel, into a ``FusedDot`` placed where the consumer was (after
+  everything it reads)."""
+  out_bufs = set()
+  for _, buf in outputs:
+    out_bufs.update(id(x) for x in (buf if isinstance(buf, tuple) else (buf,)))
+  kernels = list(kernels)
+  for i, k in enumerate(kernels):
+    prod = _dot_producer(k)
+    if prod is None or id(prod[3]) in out_bufs:
+      continue
+    dot, lhs, rhs, out = prod
+    readers = [j for j, c in enumerate(kernels)
+               if j != i and c is not None and any(x is out for x in c.reads)]
+    if len(readers) != 1 or readers[0] < i or not _epilogue_ok(kernels[readers[0]], dot, out):
+      continue
+    c = kernels[readers[0]]
+    kernels[readers[0]] = FusedDot(k.name, dot, lhs, rhs, out,
+                                   Epilogue(dot, c.outputs, c.leafmap))
+    kernels[i] = None
+  return [k for k in kernels if k is not None]
 
 
 def _gpu_dot_ok(dot) -> bool:
@@ -1475,8 +1620,9 @@ def translate(kernel: K.Kernel, new_temp, info: DeviceInfo, max_threads: int) ->
   name = kernel.name
   if isinstance(kernel, K.CopyKernel):
     return [Copy(name, kernel.src, kernel.dst)]
-  if isinstance(kernel, K.DotKernel):
-    return [_dot_kernel(name, kernel.dot, kernel.lhs, kernel.rhs, kernel.out, info)]
+  if isinstance(kernel, (K.DotKernel, FusedDot)):
+    return _dot_kernels(name, kernel.dot, kernel.lhs, kernel.rhs, kernel.out, info, new_temp,
+                        getattr(kernel, "epilogue", None))
   if isinstance(kernel, K.SplitReducePartials):
     return []      # the GPU version is made from the finishing half
   if isinstance(kernel, K.SplitReduceFinish):
@@ -1500,7 +1646,7 @@ def _loop(kernel: K.LoopKernel, new_temp, info):
     dot, buf = outs[0]
     specs = [leafmap.get(o) for o in dot.operands]
     if all(isinstance(x, K.Buf) for x in specs) and _gpu_dot_ok(dot):
-      return [_dot_kernel(name, dot, specs[0], specs[1], buf, info)]
+      return _dot_kernels(name, dot, specs[0], specs[1], buf, info, new_temp)
   if kernel.rows and (kernel.prefetch_outer or any(K._dims(i) != dims for i, _ in outs)):
     inner = [(i, b) for i, b in outs if K._dims(i) == dims]
     outer = [(i, b) for i, b in outs if K._dims(i) != dims]

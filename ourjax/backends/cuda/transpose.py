@@ -152,3 +152,57 @@ class TiledTranspose(GpuKernel):
           _store(b, em, self.outputs, idx, ptr)
           em.pop_scope()
       barrier(b)                         # the next tile reuses the shared arrays
+
+
+class StridedTranspose(GpuKernel):
+  """``dst[b, r, c] = src[b s_b + r + c s_c]``: a strided matrix whose unit stride is along
+  ``r`` copied row-major (``dst`` of dims ``(B, R, C)``), through ``TILE x TILE`` tiles in
+  shared memory so that both the reads (along ``r``) and the writes (along ``c``) are
+  coalesced.  Used to give a dot a K-major operand (``codegen._dot_kernels``); moves storage
+  words as they are."""
+
+  def __init__(self, name, src, dst, B, R, C, s_b, s_c):
+    self.src, self.dst = src, dst
+    self.B, self.R, self.C, self.s_b, self.s_c = B, R, C, s_b, s_c
+    self.ntr, self.ntc = -(-R // TILE), -(-C // TILE)
+    self.tiles = B * self.ntr * self.ntc
+    super().__init__(name, [src], [dst], work=B * R * C)
+
+  def launch(self, info):
+    return (max(1, min(self.tiles, info.sm_count * 64)), 1, 1), (TILE * ROWS, 1, 1), 0
+
+  def gpu_body(self, b, ptr):
+    if self.tiles == 0:
+      return
+    src, dst = ptr(self.src), ptr(self.dst)
+    ty_elem = E.storage_type(self.src.dtype)
+    tile = shared_array(b.module, ty_elem, TILE * (TILE + 1), self.name + "_tile", 4)
+    tid = sreg64(b, "tid.x")
+    tx = b.and_(tid, i64(TILE - 1))
+    ty = b.lshr(tid, i64(5))
+    R, C = self.R, self.C
+    with E.ForLoop(b, sreg64(b, "ctaid.x"), self.tiles, "tile",
+                   step=sreg64(b, "nctaid.x")) as t:
+      tc = b.urem(t.index, i64(self.ntc))
+      rest = b.udiv(t.index, i64(self.ntc))
+      tr = b.urem(rest, i64(self.ntr))
+      bat = b.udiv(rest, i64(self.ntr))
+      r0, c0 = b.mul(tr, i64(TILE)), b.mul(tc, i64(TILE))
+      for s in range(TILE // ROWS):       # read along r
+        row = b.add(ty, i64(s * ROWS)) if s else ty
+        r, c = b.add(r0, tx), b.add(c0, row)
+        ok = b.and_(b.icmp_unsigned("<", r, i64(R)), b.icmp_unsigned("<", c, i64(C)))
+        with b.if_then(ok):
+          at = b.add(b.add(b.mul(bat, i64(self.s_b)), r), b.mul(c, i64(self.s_c)))
+          v = b.load(b.gep(src, [at], inbounds=True))
+          b.store(v, shared_ptr(b, tile, b.trunc(b.add(b.mul(row, i64(TILE + 1)), tx), I32)))
+      barrier(b)
+      for s in range(TILE // ROWS):       # write along c
+        row = b.add(ty, i64(s * ROWS)) if s else ty
+        r, c = b.add(r0, row), b.add(c0, tx)
+        ok = b.and_(b.icmp_unsigned("<", r, i64(R)), b.icmp_unsigned("<", c, i64(C)))
+        with b.if_then(ok):
+          v = b.load(shared_ptr(b, tile, b.trunc(b.add(b.mul(tx, i64(TILE + 1)), row), I32)))
+          at = b.add(b.mul(b.add(b.mul(bat, i64(R)), r), i64(C)), c)
+          b.store(v, b.gep(dst, [at], inbounds=True))
+      barrier(b)

@@ -46,13 +46,16 @@ f32: 4.2e-4 (MmaDot, rounding both operands: 2.6e-4).
 Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stride along k);
 B K-major or N-major (N-major f32 uses the transposed form); the tile's sizes divide the
 problem (128 rows of the operand in X, Q of the one in Y, 128 bytes of k); 16-byte aligned rows
-and batch strides.  Everything else stays on ``MmaDot`` (``codegen._dot_kernel`` decides).
+and batch strides; an M-major A is copied K-major first (``codegen._dot_kernels`` decides).
+Everything else stays on ``MmaDot``.  A fused epilogue (``codegen.Epilogue``) is applied where
+the accumulators are stored.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ourjax.backends.cuda.codegen import GpuKernel, DeviceInfo, _asm, barrier, sreg64
+from ourjax.backends.cuda.codegen import (GpuKernel, DeviceInfo, _asm, _dot_buffers, barrier,
+                                          dot_writer, sreg64)
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, i64
@@ -80,22 +83,26 @@ class WgmmaDot(GpuKernel):
   both from shared memory; ``b_mn``: B staged N-major, transpose flag set) or ``"rs_t"`` (tf32
   with N-major B: X = B^T from registers, Y = A, C written transposed)."""
 
-  def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int):
-    self.dot, self.spec, self.kind, self.mode, self.Q = dot, K.DotSpec(dot), kind, mode, q_tile
-    self.lhs, self.rhs, self.out = lhs, rhs, out
+  def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int,
+               epilogue=None, spec=None):
+    """``spec``: the operands' layout when it is not the dot's own (an operand staged in
+    another layout by an earlier kernel); ``epilogue``: a ``codegen.Epilogue``."""
+    self.dot, self.kind, self.mode, self.Q = dot, kind, mode, q_tile
+    self.spec = spec or K.DotSpec(dot)
+    self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
     s = self.spec
     self.b_mn = mode == "ss" and s.b_sk != 1
     self.esz = 4 if kind == "tf32" else 2
     self.BK = ROW // self.esz
-    super().__init__(name, [lhs, rhs], [out], work=s.B * s.M * s.N * s.K)
+    super().__init__(name, *_dot_buffers(lhs, rhs, out, epilogue), work=s.B * s.M * s.N * s.K)
 
   @classmethod
-  def supports(cls, dot, info: DeviceInfo, kind: str | None):
+  def supports(cls, dot, info: DeviceInfo, kind: str | None, spec=None):
     """(mode, Q tile) for ``dot`` of tensor-core ``kind`` (from ``TensorCoreDot.supports``), or
-    None when the kernel does not apply."""
+    None when the kernel does not apply.  ``spec``: as for the constructor."""
     if kind is None or info.arch != "90":
       return None
-    s = K.DotSpec(dot)
+    s = spec or K.DotSpec(dot)
     if not s.ok or s.a_sk != 1 or s.K == 0:
       return None
     esz = 4 if kind == "tf32" else 2
@@ -160,7 +167,7 @@ class WgmmaDot(GpuKernel):
     q0 = b.mul(sreg64(b, "ctaid.x"), i64(Q))
     p0 = b.mul(sreg64(b, "ctaid.y"), i64(P_TILE))
     bat = sreg64(b, "ctaid.z")
-    A, Bm, C = ptr(self.lhs), ptr(self.rhs), ptr(self.out)
+    A, Bm = ptr(self.lhs), ptr(self.rhs)
     a_base = b.mul(bat, i64(s.a_sb))
     b_base = b.mul(bat, i64(s.b_sb))
 
@@ -326,9 +333,9 @@ class WgmmaDot(GpuKernel):
     # be scheduled before the instructions that write them have completed
     r = _asm(b, "", acc_cons, [b.load(sl) for sl in slots], ret=RET)
     accs = [b.extract_value(r, i) for i in range(nacc)]
-    self._epilogue(b, accs, C, bat, p0, q0, wg, warp, g, t4)
+    self._epilogue(b, accs, dot_writer(b, ptr, self), bat, p0, q0, wg, warp, g, t4)
 
-  def _epilogue(self, b, accs, C, bat, p0, q0, wg, warp, g, t4):
+  def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
     warpgroup's 64 x Q tile, row = 16 warp + g; C[m, n] = D[p, q] (or D[q, p] transposed)."""
     s = self.spec
@@ -343,4 +350,4 @@ class WgmmaDot(GpuKernel):
         q = b.add(qcol, i64(8 * i + e % 2))
         m, n = (q, p) if self.mode == "rs_t" else (p, q)
         v = E.convert_value(b, accs[4 * i + e], E.F32, out_dt)
-        E.store_element(b, v, C, b.add(c_base, b.add(b.mul(m, i64(N)), n)), out_dt)
+        store(v, b.add(c_base, b.add(b.mul(m, i64(N)), n)), (bat, m, n))
