@@ -27,18 +27,25 @@ dot (f32, bf16, f16)        ``wgmma.WgmmaDot`` (Hopper ``wgmma.mma_async``, sm_9
                             layouts and tile sizes fit, else ``MmaDot`` (``mma.sync``; tf32 for
                             f32 unless the highest precision is configured) when the tile sizes
                             divide the problem, else ``SimtDot`` (64x64 shared-memory tiles);
-                            f64 always ``SimtDot``
+                            f64 always ``SimtDot``.  An M-major A is first copied K-major
+                            (``transpose.StridedTranspose``) where that makes it a WgmmaDot
+dot + elementwise consumer  ``FusedDot`` (``fuse_dot_epilogues``, before translation): the
+(kOutput: bias, activation) consumer evaluated where the accumulators are stored (``Epilogue``)
 LoopKernel reading through  ``transpose.TiledTranspose``: 32x32 output tiles staged through
 a transpose of the minor     shared memory, so reads and writes are both coalesced
 dimension
+SortKernel, ScatterKernel   ``sort_scatter``: a bitonic network per row in shared memory (long
+                            rows: chunks merged in global memory); one thread per update with
+                            atomics (a compare-and-swap loop for other combiners)
 CopyKernel                  a device-to-device copy (no kernel)
 anything else               ``Threaded``: the planned kernel's own body (``Kernel.emit``) called
-(sort, scatter, in-place    with ``tid``/``nthreads`` = the GPU thread's global index / count,
-dynamic-update-slice)       so every op the CPU backend runs also runs here, correctly
+(in-place dynamic-update-   with ``tid``/``nthreads`` = the GPU thread's global index / count,
+slice, rare sort/scatter)   so every op the CPU backend runs also runs here, correctly
 ==========================  ================================================================
 
-Reductions reassociate (as on the CPU backend and in XLA); everything else computes what the
-CPU backend computes, element for element.
+Reductions reassociate (as on the CPU backend and in XLA), float atomics add duplicates in any
+order, and an overwriting scatter with colliding indices leaves any one of them (as JAX on a
+GPU); everything else computes what the CPU backend computes, element for element.
 """
 from __future__ import annotations
 
