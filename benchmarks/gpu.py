@@ -129,6 +129,14 @@ def _transpose(jnp, nn):
   return lambda x: x.T * 2.0
 
 
+def _sort(jnp, nn):
+  return lambda x: jnp.sort(x, axis=-1)
+
+
+def _scatter_add(jnp, nn):
+  return lambda v, i: jnp.zeros(1 << 16, v.dtype).at[i].add(v)
+
+
 def _matmul(jnp, nn):
   return lambda a, b: a @ b
 
@@ -171,6 +179,11 @@ def workloads(small: bool):
                                            r.standard_normal(C, np.float32)], 2 * R * C * f, 0),
       ("transpose", _transpose, lambda r: [r.standard_normal((R, C), np.float32)],
        2 * R * C * f, 0),
+      ("sort_rows", _sort, lambda r: [r.standard_normal((R // 4, 1024), np.float32)],
+       2 * (R // 4) * 1024 * f, 0),
+      ("scatter_add", _scatter_add, lambda r: [r.standard_normal(n // 4, np.float32),
+                                               r.integers(0, 1 << 16, n // 4, dtype=np.int32)],
+       2 * (n // 4) * f, 0),
       ("matmul_f32", _matmul, lambda r: [r.standard_normal((M, M), np.float32),
                                          r.standard_normal((M, M), np.float32)],
        3 * M * M * f, 2 * M ** 3),
