@@ -222,13 +222,16 @@ def _launch_ops(program):
 
 def _resolve(program, funcs, starts):
   """``program`` with each kernel launch resolved to what launching it needs:
-  ("k", Function, grid, block, shared bytes, parameter offset, kernel index, slots read)."""
+  ("k", Function, grid, block, shared bytes, parameter offset, kernel index, slots read).
+  A kernel whose grid is empty (its arrays have no elements) is left out."""
   out = []
   for op in program:
     kind = op[0]
     if kind == "k":
       _, fi, idx, _offs = op
       f, grid, block, shared = funcs[fi]
+      if 0 in grid:
+        continue
       out.append(("k", f, grid, block, shared, starts[id(op)], fi, tuple(int(i) for i in idx)))
     elif kind == "copy":
       out.append(op)
@@ -435,7 +438,7 @@ class CudaExecutable:
     if not graphs_enabled():
       self.graph_reason = "OURJAX_CUDA_GRAPHS=0"
     else:
-      self.graph_reason = graph_unsuitable(self.program)
+      self.graph_reason = graph_unsuitable(self._ops)
     self._graph = None                   # built by a later call (GRAPH_AFTER_CALLS)
     self._plain_calls = 0
     events = _EVENT_POOLS.get(dev)
