@@ -283,7 +283,15 @@ class Copy(GpuKernel):
 
 class Elementwise(GpuKernel):
   """Outputs of ``dims`` element by element: a grid-stride loop over vectors of ``VEC``
-  consecutive elements (then a tail), each element evaluated by the shared emitter."""
+  consecutive elements (then a tail), each element evaluated by the shared emitter.
+
+  A vector is emitted in three phases: the loads of every leaf of the output's shape for all
+  ``VEC`` elements (remembered by the emitter, so evaluation reuses them), the evaluation of all
+  elements, the stores.  LLVM merges neighbouring loads and stores into 16-byte vector accesses
+  only within one basic block; this way a branch inside the evaluation (inline math's cold slow
+  paths) falls between the loads and the stores instead of splitting them.  Leaves read at
+  other indices (broadcast operands, transposes) are loaded where evaluation reaches them; a
+  prefetched load evaluation does not use is dead code that LLVM deletes."""
   BLOCK = 256
 
   def __init__(self, name, dims, outputs, leafmap):
@@ -312,23 +320,43 @@ class Elementwise(GpuKernel):
       with E.ForLoop(b, gid, nvec, "v", step=stride) as lp:
         base = b.mul(lp.index, i64(V), flags=["nuw", "nsw"])
         bidx = Index(b, dims, linear=base) if (last_ok and V > 1) else None
+        idxs = []
         for k in range(V):
-          em.push_scope()
           lin = b.add(base, i64(k), flags=["nuw", "nsw"]) if k else base
           if bidx is not None and k:
             multi = bidx.multi[:-1] + [b.add(bidx.multi[-1], i64(k), flags=["nuw", "nsw"])]
-            idx = Index(b, dims, linear=lin, multi=multi)
+            idxs.append(Index(b, dims, linear=lin, multi=multi))
           elif bidx is not None:
-            idx = bidx
+            idxs.append(bidx)
           else:
-            idx = Index(b, dims, linear=lin)
-          _store(b, em, self.outputs, idx, ptr)
+            idxs.append(Index(b, dims, linear=lin))
+        same = [(instr, leaf) for instr, leaf in em.leaves.items()
+                if isinstance(leaf, E.Leaf) and leaf.value is None and leaf.dims == dims]
+        loaded = [[(instr, E.load_element(b, leaf.ptr, idx.linear, leaf.dtype))
+                   for instr, leaf in same] for idx in idxs]
+        values = []
+        for idx, pre in zip(idxs, loaded):
+          em.push_scope()
+          for instr, v in pre:
+            em.remember(instr, idx, v)
+          values.append([em.value(instr, idx) for instr, _ in self.outputs])
           em.pop_scope()
+        for idx, vals in zip(idxs, values):
+          self._store_values(b, vals, idx, ptr)
     if self.total % V:
       with E.ForLoop(b, b.add(gid, i64(nvec * V)), self.total, "t", step=stride) as lp:
         em.push_scope()
         _store(b, em, self.outputs, Index(b, dims, linear=lp.index), ptr)
         em.pop_scope()
+
+  def _store_values(self, b, vals, index, ptr):
+    """Store the outputs' values ``vals`` (one per output, tuples for tuple outputs)."""
+    for (instr, buf), v in zip(self.outputs, vals):
+      if isinstance(buf, tuple):
+        for x, bx in zip(v, buf):
+          E.store_element(b, x, ptr(bx), index.linear, bx.dtype)
+      else:
+        E.store_element(b, v, ptr(buf), index.linear, instr.dtype)
 
 
 class _Reducer:
