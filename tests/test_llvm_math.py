@@ -810,13 +810,43 @@ def test_gpu_variant_vector_operands_match_scalar():
     b.store(y, fn.args[1], align=4)
     b.ret_void()
   cm = jit.compile_module(mod, [f"v_{n}" for n in GPU])
-  # one lane beyond the sin/cos fast path: the whole vector takes the patch call
+  # one lane beyond the sin/cos fast path: the whole vector takes the slow path's call
   x = np.array([0.3, -2.5, 3e5, np.nan], dtype=F32)
   for nm in GPU:
     f = cm.ctypes_function(f"v_{nm}", None, [ctypes.c_void_p] * 2)
     out = np.empty(lanes, dtype=F32)
     f(x.ctypes.data, out.ctypes.data)
     np.testing.assert_array_equal(out, run(nm, F32, x, variant="gpu"), err_msg=nm)
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_collect_slow_paths_hands_over_the_guard(name):
+  """Under ``collect_slow_paths`` the GPU sin/cos emit no branch: the fast path's value, and
+  the condition under which it is wrong (|x| >= 2^17, inf, NaN) goes to the caller; the fast
+  path equals the variant wherever the condition is false."""
+  f32 = ir.FloatType()
+  mod = jit.new_module(f"collect_{name}")
+  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [f32.as_pointer()] * 2 +
+                                        [ir.IntType(8).as_pointer()]), "k")
+  b = ir.IRBuilder(fn.append_basic_block())
+  with lm.collect_slow_paths(b) as guards:
+    y = lm.emit_unary(b, name, b.load(fn.args[0]), variant="gpu")
+  assert len(guards) == 1 and len(fn.blocks) == 1
+  b.store(y, fn.args[1])
+  b.store(b.zext(guards[0], ir.IntType(8)), fn.args[2])
+  b.ret_void()
+  cm = jit.compile_module(mod, ["k"])
+  k = cm.ctypes_function("k", None, [ctypes.c_void_p] * 3)
+  xs = np.float32([0.0, -0.0, 1.5, -1e4, GPU_TRIG_MAX * 0.99, GPU_TRIG_MAX, -3e5, 1e30,
+                   np.inf, -np.inf, np.nan])
+  want = run(name, F32, xs, variant="gpu")
+  for xv, w in zip(xs, want):
+    x, out, g = np.float32([xv]), np.empty(1, F32), np.empty(1, np.uint8)
+    k(x.ctypes.data, out.ctypes.data, g.ctypes.data)
+    slow = not abs(xv) < GPU_TRIG_MAX
+    assert bool(g[0]) == slow, (name, xv)
+    if not slow:
+      assert out[0] == w and np.signbit(out[0]) == np.signbit(w), (name, xv, out[0], w)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])

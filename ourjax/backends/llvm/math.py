@@ -80,10 +80,12 @@ stays bounded:
   sin cos            |x| = q pi/2 + r in float32: pi/2 in three parts, the first product exact
                      (fma), q F2 as an exact pair summed error-free with the remainder, r kept as
                      a pair into the float32 polynomials (cos compensates 1 - r^2/2).  Full
-                     accuracy for |x| < 2^17; larger |x|, inf and NaN take the CPU variant (double
-                     reduction) in a cold branch inside an out-of-line ``patch`` function, so that
-                     the caller's basic block is not split (LLVM vectorizes loads and stores only
-                     within one block)
+                     accuracy for |x| < 2^17; larger |x|, inf and NaN branch to a cold block
+                     that calls the CPU variant (double reduction, an out-of-line function), and
+                     the builder continues in a new basic block (LLVM merges loads and stores
+                     into vector accesses only within one block: codegen.Elementwise loads
+                     before evaluating and stores after, and under collect_slow_paths takes
+                     the conditions of a vector's elements to branch once per vector)
 
 The CPU (every other target) keeps the branch-free code above; float64 is the same on both.
 
@@ -122,12 +124,14 @@ the error is bounded in ulp of max(|f(x)|, |lgamma(|x|)| or log(1+|x|), 1): 0.50
 """
 from __future__ import annotations
 
+import contextlib as _contextlib
 import math as _pymath
 import struct as _struct
 
 import llvmlite.ir as ir
 
-__all__ = ["emit_unary", "emit_binary", "SUPPORTED_UNARY", "SUPPORTED_BINARY", "GPU_VARIANTS"]
+__all__ = ["emit_unary", "emit_binary", "SUPPORTED_UNARY", "SUPPORTED_BINARY", "GPU_VARIANTS",
+           "collect_slow_paths"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1571,31 +1575,58 @@ def _out_of_line(module: ir.Module, name: str, ty, nargs: int):
   return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
 
+_GUARDS = "_ojx_slow_path_guards"      # the builder attribute collect_slow_paths sets
+
+
+@_contextlib.contextmanager
+def collect_slow_paths(builder: ir.IRBuilder):
+  """Within the ``with`` block, functions with a rare slow path (the GPU sin and cos) emit only
+  their fast path on ``builder`` and append the condition under which it is wrong (an i1) to
+  the yielded list instead of branching.  The caller branches once on any of them to a copy of
+  its computation emitted outside the block (e.g. once per vector of elements instead of once
+  per element: ``codegen.Elementwise``)."""
+  prev = getattr(builder, _GUARDS, None)
+  guards = []
+  setattr(builder, _GUARDS, guards)
+  try:
+    yield guards
+  finally:
+    setattr(builder, _GUARDS, prev)
+
+
 def _with_slow_path(m: _M, x, fast, bound: float, name: str):
   """``fast`` where |x| < bound, else (also for NaN) the accurate (CPU) variant of ``name`` at x.
 
-  The test and the rare accurate path sit in an out-of-line function ``patch(x, fast)`` (its
-  accurate part a second one, called from a cold block): a branch in the caller would split the
-  caller's basic block, and LLVM merges neighbouring loads and stores into vector accesses only
-  within one block (the GPU kernels' 16-byte loads and stores would become 4-byte ones)."""
+  A branch (weighted as rare) to a cold block that calls the accurate variant, defined once per
+  module as an out-of-line function (its float64 code stays out of the hot path); the builder
+  continues in the join block.  The branch splits the caller's basic block: kernels that want
+  16-byte loads and stores (LLVM merges accesses only within one block) issue their loads
+  before evaluating and their stores after (``codegen.Elementwise``).  Under
+  ``collect_slow_paths`` only ``fast`` is emitted, the condition handed to the caller."""
   tag = _M.tag_of(x.type)
-  patch, pb = _out_of_line(m.b.module, f"ojx_m_{name}_{tag}_patch", x.type, 2)
-  if pb is not None:
-    acc, ab = _out_of_line(m.b.module, f"ojx_m_{name}_{tag}_accurate", x.type, 1)
-    if ab is not None:
-      ab.ret(_UNARY[name](_M(ab, x.type), acc.args[0]))
-    px, pfast = patch.args
-    pm = _M(pb, x.type)
-    slow = pb.fcmp_unordered(">=", pm.abs(px), pm.c(bound))
-    cold = patch.append_basic_block("slow")
-    done = patch.append_basic_block("done")
-    pb.cbranch(_any_lane(pm, slow), cold, done).set_weights([1, 1 << 20])
-    pb.position_at_end(done)
-    pb.ret(pfast)
-    pb.position_at_end(cold)
-    v = pb.call(acc, [px])
-    pb.ret(pb.select(slow, v, pfast) if pm.lanes else v)
-  return m.b.call(patch, [x, fast])
+  acc, ab = _out_of_line(m.b.module, f"ojx_m_{name}_{tag}_accurate", x.type, 1)
+  if ab is not None:
+    ab.ret(_UNARY[name](_M(ab, x.type), acc.args[0]))
+  b = m.b
+  slow = b.fcmp_unordered(">=", m.abs(x), m.c(bound))
+  guards = getattr(b, _GUARDS, None)
+  if guards is not None:
+    guards.append(_any_lane(m, slow))
+    return fast
+  entry = b.block
+  cold = b.append_basic_block(f"{name}.slow")
+  done = b.append_basic_block(f"{name}.done")
+  b.cbranch(_any_lane(m, slow), cold, done).set_weights([1, 1 << 20])
+  b.position_at_end(cold)
+  v = b.call(acc, [x])
+  if m.lanes:
+    v = b.select(slow, v, fast)
+  b.branch(done)
+  b.position_at_end(done)
+  res = b.phi(x.type)
+  res.add_incoming(fast, entry)
+  res.add_incoming(v, cold)
+  return res
 
 
 def _gexp_parts(m: _M, x, pair=False):
@@ -1802,9 +1833,10 @@ GPU_VARIANTS = frozenset(_GPU_F32)                  # float32 functions with a G
 def emit_unary(builder: ir.IRBuilder, name: str, x: ir.Value, variant: str = None) -> ir.Value:
   """Emit ``name(x)`` inline at the builder's position; ``x`` is a float or double value
   (or a vector of them).  ``variant``: "cpu" or "gpu" (see the module docstring); by default
-  "gpu" when the builder's module targets NVPTX.  The GPU sin/cos also define out-of-line
-  helper functions in the builder's module.  Raises ValueError for an unknown name or variant,
-  TypeError for other types."""
+  "gpu" when the builder's module targets NVPTX.  The GPU sin/cos also define an out-of-line
+  helper function in the builder's module and branch to it, leaving the builder in a new block
+  (see ``collect_slow_paths``).  Raises ValueError for an unknown name or variant, TypeError for
+  other types."""
   fn = _UNARY.get(name)
   if fn is None:
     raise ValueError(f"inline math has no unary function {name!r}; supported: "
