@@ -308,6 +308,7 @@ class Elementwise(GpuKernel):
         (self.BLOCK, 1, 1), 0
 
   def gpu_body(self, b, ptr):
+    from ourjax.backends.llvm import math as llmath
     if self.total == 0:
       return
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
@@ -334,13 +335,10 @@ class Elementwise(GpuKernel):
                 if isinstance(leaf, E.Leaf) and leaf.value is None and leaf.dims == dims]
         loaded = [[(instr, E.load_element(b, leaf.ptr, idx.linear, leaf.dtype))
                    for instr, leaf in same] for idx in idxs]
-        values = []
-        for idx, pre in zip(idxs, loaded):
-          em.push_scope()
-          for instr, v in pre:
-            em.remember(instr, idx, v)
-          values.append([em.value(instr, idx) for instr, _ in self.outputs])
-          em.pop_scope()
+        with llmath.collect_slow_paths(b) as guards:
+          values = self._evaluate(em, idxs, loaded)
+        if guards:
+          values = self._slow_path(b, em, idxs, loaded, values, guards)
         for idx, vals in zip(idxs, values):
           self._store_values(b, vals, idx, ptr)
     if self.total % V:
@@ -348,6 +346,42 @@ class Elementwise(GpuKernel):
         em.push_scope()
         _store(b, em, self.outputs, Index(b, dims, linear=lp.index), ptr)
         em.pop_scope()
+
+  def _evaluate(self, em, idxs, loaded):
+    """The outputs' values at each index of ``idxs``, the prefetched loads remembered first."""
+    values = []
+    for idx, pre in zip(idxs, loaded):
+      em.push_scope()
+      for instr, v in pre:
+        em.remember(instr, idx, v)
+      values.append([em.value(instr, idx) for instr, _ in self.outputs])
+      em.pop_scope()
+    return values
+
+  def _slow_path(self, b, em, idxs, loaded, fast, guards):
+    """Where any of the vector's fast math paths is wrong (``guards``, rare), evaluate the
+    vector again with the per-element slow paths, in a cold block; the values merged."""
+    cond = guards[0]
+    for g in guards[1:]:
+      cond = b.or_(cond, g)
+    hot = b.block
+    cold = b.append_basic_block("v.slow")
+    join = b.append_basic_block("v.join")
+    b.cbranch(cond, cold, join).set_weights([1, 1 << 20])
+    b.position_at_end(cold)
+    slow = self._evaluate(em, idxs, loaded)
+    cold_end = b.block
+    b.branch(join)
+    b.position_at_end(join)
+
+    def merge(f, s):
+      if isinstance(f, tuple):
+        return tuple(merge(a, c) for a, c in zip(f, s))
+      phi = b.phi(f.type)
+      phi.add_incoming(f, hot)
+      phi.add_incoming(s, cold_end)
+      return phi
+    return [[merge(f, s) for f, s in zip(fv, sv)] for fv, sv in zip(fast, slow)]
 
   def _store_values(self, b, vals, index, ptr):
     """Store the outputs' values ``vals`` (one per output, tuples for tuple outputs)."""
