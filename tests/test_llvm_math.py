@@ -732,7 +732,7 @@ def test_vector_operands_match_scalar(dtype):
 # ---------------------------------------------------------------------------------------------
 # max error in ulp allowed per function; the measured values (all float32 inputs) are in the
 # docstring of ourjax/backends/llvm/math.py
-GPU_BOUNDS = {"exp": 1, "expm1": 1.5, "log": 1, "log1p": 1, "sin": 1, "cos": 1, "tanh": 1.5,
+GPU_BOUNDS = {"exp": 1, "expm1": 1.5, "log": 1, "log1p": 1, "sin": 1, "cos": 1, "tanh": 1.55,
               "logistic": 1, "erf": 1.5}
 GPU_TRIG_MAX = 2.0 ** 17
 
