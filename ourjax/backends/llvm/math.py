@@ -72,8 +72,10 @@ stays bounded:
                      summed error-free
   log1p              u = 1 + x = 2^k (1+f), 1 + x = u + d exactly; k = 0: the log polynomial at x
                      itself, else as log plus d 2^-k / (1+f) with 1/(1+f) ~ 1.06 - f
-  logistic           e = exp(-|x|) kept as a pair (p's rounding error, scaled), 1/(1+e) or
-                     e/(1+e) with the rounding errors of 1+e and of the quotient compensated
+  logistic           e = exp(-|x|) kept as a pair (p's rounding error), 1/(1+e) or e/(1+e) with
+                     the rounding errors of 1+e and of the quotient compensated; no division:
+                     1/(1+e) from a linear guess and two Newton steps; the pair and the quotient
+                     scaled by 2^32 (the low part stays accurate where e is tiny)
   tanh               the float32 polynomial below 0.55, else 1 - e w, e = exp(-2|x|) (the -2
                      folded into exp's constants), w = 2/(1+e) from a linear guess in e and
                      two Newton steps (no division)
@@ -112,7 +114,7 @@ erf/erfc/erf_inv/lgamma/digamma) for float64, and for the float32 GPU variants (
   log10       1.01     0.88       -    erf         0.76     0.80    1.08
   log1p       0.83     0.82    0.97    erfc        0.76     1.26       -
   tanh        0.67     0.69    1.51    erf_inv     0.51     0.98       -
-  logistic    0.79     0.78    0.93    cbrt        0.50     0.50       -
+  logistic    0.79     0.78    0.89    cbrt        0.50     0.50       -
   sin         0.70     0.69    0.75    rsqrt       0.50     0.50       -
   cos         0.70     0.69    0.72    lgamma      0.51     1.06       -
   tan         0.50     0.81       -    digamma     0.50     0.56       -
@@ -1556,6 +1558,8 @@ _PIO2_F3 = _hex("-0x1.ee59dap-50")
 _GPU_TRIG_MAX = 2.0 ** 17       # |x| below: the float32 reduction keeps full accuracy
 # 2/(1+e) ~ W0 + W1 e on 0 <= e <= exp(-1.1), relative error 1.03% (equioscillating)
 _TANH_W0, _TANH_W1 = 1.9794309, -1.4850881
+# 1/(1+e) ~ Y0 + Y1 e on 0 <= e <= 1, relative error 1/17 (equioscillating)
+_LOGISTIC_Y0, _LOGISTIC_Y1 = 16 / 17, -8 / 17
 
 
 def _any_lane(m: _M, cond):
@@ -1728,21 +1732,27 @@ def _gpu_tanh(m: _M, x):
 
 
 def _gpu_logistic(m: _M, x):
-  # e + e_lo = exp(-|x|) (to 0 below -104; denormals through the 2^-32 step), then
-  # 1/(1+e) or e/(1+e) with the rounding errors of 1+e and of the quotient compensated
+  # exp(-|x|) = (e' + e_lo') 2^-32 (e' = p 2^(n+32) exact, normal down to -104: the scaled pair
+  # keeps e_lo' accurate where e 2^-24 would be denormal), e = e' 2^-32 (to 0 below -104), then
+  # 2^32/(1+e) or e'/(1+e), the rounding errors of 1+e and of the quotient compensated, times 2^-32
+  # (one rounding for denormal results)
   p, p_lo, t = _gexp_parts(m, m.max_(m.neg(m.abs(x)), m.c(-104.0)), pair=True)
   k = m.iadd(m.ishl(m.bits(t), m.mant), m.ci(32 << 23))          # (n + 32) << 23
-  e = m.mul(m.from_bits(m.iadd(m.bits(p), k)), m.c(2.0 ** -32))
-  e_lo = m.mul(m.mul(p_lo, m.c(2.0 ** -32)), m.from_bits(m.iadd(k, m.ci(127 << 23))))
+  es = m.from_bits(m.iadd(m.bits(p), k))
+  e = m.mul(es, m.c(2.0 ** -32))
+  es_lo = m.mul(p_lo, m.from_bits(m.iadd(k, m.ci(127 << 23))))
   d, d_lo = m.fast_two_sum(m.c(1.0), e)
+  d_lo = m.fma(es_lo, m.c(2.0 ** -32), d_lo)
   neg = m.lt(x, m.c(0.0))
-  num = m.select(neg, e, m.c(1.0))
-  q = m.div(num, d)
-  # q + (num - q d + num_lo - q d_lo) / d, 1/d from a linear fit on [1, 2] (3% suffices)
-  inv = m.fma(d, m.c(-0.5), m.c(1.457))
-  corr = m.fma(m.neg(q), m.add(d_lo, e_lo), m.add(m.fma(m.neg(q), d, num),
-                                                   m.select(neg, e_lo, m.c(0.0))))
-  res = m.fma(corr, inv, q)
+  num = m.select(neg, es, m.c(2.0 ** 32))
+  # y = 1/(1+e) without a division: a linear guess in e (6% off) and two Newton steps
+  # y += y (1 - d y) (2^-16); q = num y, then q + (num - q d + num_lo - q d_lo) y
+  y = m.fma(e, m.c(_LOGISTIC_Y1), m.c(_LOGISTIC_Y0))
+  for _ in range(2):
+    y = m.fma(y, m.fma(m.neg(d), y, m.c(1.0)), y)
+  q = m.mul(num, y)
+  corr = m.fma(m.neg(q), d_lo, m.add(m.fma(m.neg(q), d, num), m.select(neg, es_lo, m.c(0.0))))
+  res = m.mul(m.fma(corr, y, q), m.c(2.0 ** -32))
   return m.select(m.isnan(x), x, res)
 
 
