@@ -495,7 +495,10 @@ def test_reduce_window_matches_reference(data):
   outs = [b.reduce_window(x, b.constant(0, dt), scalar_computation(m, "add", dt), win, strides,
                           pad, bd, wd),
           b.reduce_window(x, b.constant(-100, dt), scalar_computation(m, "maximum", dt), win,
-                          strides, pad, bd, wd)]
+                          strides, pad, bd, wd),
+          # an init value that is not the identity: padding and holes are skipped, not combined
+          b.reduce_window(x, b.constant(3, dt), scalar_computation(m, "add", dt), win, strides,
+                          pad, bd, wd)]
   m.entry = b.build(b.tuple(outs))
   rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
   xv = (rng.standard_normal(dims) * 4).astype(hlo.to_dtype(dt))

@@ -627,9 +627,11 @@ def _window_output_size(n, window, stride, lo, hi, base_dilation, window_dilatio
 @_ignore_fp_errors
 def reduce_window(operands, init_values, *, computation, window_dimensions, window_strides=None,
                   padding=None, base_dilation=None, window_dilation=None):
-  """XLA reduce-window: the operand is dilated (holes) and padded with the init value, then
-  each output element reduces its window in row-major window order, starting from the init
-  value. ``computation`` as for ``reduce``."""
+  """XLA reduce-window: each output element starts from the init value and combines, in
+  row-major window order, the operand elements its window covers in the base-dilated, padded
+  operand. Window positions on padding or on the holes of base dilation are skipped (XLA's
+  semantics; it matters when the init value is not the computation's identity).
+  ``computation`` as for ``reduce``."""
   single = isinstance(operands, np.ndarray)
   ops = [np.asarray(operands)] if single else [np.asarray(o) for o in operands]
   inits = [np.asarray(init_values)] if single else [np.asarray(v) for v in init_values]
@@ -641,17 +643,19 @@ def reduce_window(operands, init_values, *, computation, window_dimensions, wind
   out_shape = tuple(_window_output_size(n, w, s, lo, hi, bd, wd) for n, w, s, (lo, hi), bd, wd in
                     zip(ops[0].shape, window_dimensions, strides, padding, base_dilation,
                         window_dilation))
-  padded = [pad(o, v, [(lo, hi, bd - 1) for (lo, hi), bd in zip(padding, base_dilation)])
-            for o, v in zip(ops, inits)]
-  fn = _as_tuple_combine(computation, len(ops))
-  dtypes = [v.dtype for v in inits]
   acc = tuple(np.full(out_shape, v, v.dtype) for v in inits)
   if 0 in out_shape:
     return acc[0] if single else list(acc)
+  config = [(lo, hi, bd - 1) for (lo, hi), bd in zip(padding, base_dilation)]
+  padded = [pad(o, v, config) for o, v in zip(ops, inits)]
+  real = pad(np.ones(ops[0].shape, np.bool_), np.bool_(False), config)   # not padding, not a hole
+  fn = _as_tuple_combine(computation, len(ops))
+  dtypes = [v.dtype for v in inits]
   for offset in itertools.product(*[range(w) for w in window_dimensions]):
     idx = tuple(builtins.slice(k * wd, k * wd + (n - 1) * s + 1, s)
                 for k, wd, n, s in zip(offset, window_dilation, out_shape, strides))
-    acc = tuple(np.asarray(r, dt) for r, dt in zip(fn(acc, tuple(p[idx] for p in padded)), dtypes))
+    new = fn(acc, tuple(p[idx] for p in padded))
+    acc = tuple(np.where(real[idx], np.asarray(r, dt), a) for r, a, dt in zip(new, acc, dtypes))
   acc = tuple(_contiguous(a) for a in acc)
   return acc[0] if single else list(acc)
 

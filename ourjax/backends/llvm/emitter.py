@@ -1367,16 +1367,16 @@ class Emitter:
         tc = b.select(ok, b.udiv(tc, i64(bd)), i64(0))
       valid = b.and_(valid, ok)
       multi.append(tc)
+    # positions on padding or on base-dilation holes are skipped (XLA's semantics), so a
+    # window position combines only when it is valid; an empty operand has none
     if ops[0].shape.size:
       src = Index(b, ops[0].dims, multi=multi)
-      xs = [b.select(valid, self.value(o, src), iv) for o, iv in zip(ops, init_vals)]
-    else:
-      xs = list(init_vals)
-    accs = [b.load(s) for s in slots]
-    new = self.combine(comp, accs, xs, dtypes) if n > 1 or simple_reducer(comp) is None else \
-        [binary_op(b, simple_reducer(comp), accs[0], xs[0], dtypes[0])]
-    for s, v in zip(slots, new):
-      b.store(v, s)
+      xs = [self.value(o, src) for o in ops]
+      accs = [b.load(s) for s in slots]
+      new = self.combine(comp, accs, xs, dtypes) if n > 1 or simple_reducer(comp) is None else \
+          [binary_op(b, simple_reducer(comp), accs[0], xs[0], dtypes[0])]
+      for s, v, acc in zip(slots, new, accs):
+        b.store(b.select(valid, v, acc), s)
     for loop in reversed(loops):
       loop.__exit__(None, None, None)
     self.pop_scope()
