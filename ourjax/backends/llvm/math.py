@@ -79,8 +79,8 @@ stays bounded:
   tanh               the float32 polynomial below 0.55, else 1 - e w, e = exp(-2|x|) (the -2
                      folded into exp's constants), w = 2/(1+e) from a linear guess in e and
                      two Newton steps (no division)
-  erf                the float32 polynomial below 0.84375, else 1 - exp(-a^2 + GERFC(a)) up to
-                     3.925 (beyond, erf rounds to +-1)
+  erf                the float32 polynomial below 0.84375 (x + x P(x^2) as one fma), else
+                     1 - exp(-a^2 + GERFC(a)) up to 3.925 (beyond, erf rounds to +-1)
   sin cos            |x| = q pi/2 + r in float32: pi/2 in three parts, the first product exact
                      (fma), q F2 as an exact pair summed error-free with the remainder, r kept as
                      a pair into the float32 polynomials (cos compensates 1 - r^2/2).  Full
@@ -1758,13 +1758,13 @@ def _gpu_logistic(m: _M, x):
 
 def _gpu_erf(m: _M, x):
   ax = m.abs(x)
-  rs = m.add(*_erf_small(m, x))
+  rs = m.fma(x, m.poly(m.mul(x, x), ERF_F32), x)
   # |x| >= 0.84375: 1 - exp(-a^2 + GERFC(a)); beyond 3.925 the result rounds to 1
   a = m.min_(ax, m.c(3.925))
   e = _gexp_scaled(m, m.fma(a, m.neg(a), m.poly(a, GERFC_F32)), 0)
   rb = m.copysign(m.sub(m.c(1.0), e), x)
-  res = m.select(m.lt(ax, m.c(0.84375)), rs, rb)
-  return m.select(m.isnan(x), x, res)
+  # NaN takes the polynomial (not |x| >= 0.84375), which keeps it NaN
+  return m.select(m.b.fcmp_unordered("<", ax, m.c(0.84375)), rs, rb)
 
 
 def _gpu_expm1(m: _M, x):
