@@ -291,7 +291,9 @@ class Elementwise(GpuKernel):
   only within one basic block; this way a branch inside the evaluation (inline math's cold slow
   paths) falls between the loads and the stores instead of splitting them.  Leaves read at
   other indices (broadcast operands, transposes) are loaded where evaluation reaches them; a
-  prefetched load evaluation does not use is dead code that LLVM deletes."""
+  prefetched load evaluation does not use is dead code that LLVM deletes.  Math functions with a
+  rare slow path (GPU sin, cos) hand their conditions over (``llmath.collect_slow_paths``): one
+  cold branch per vector evaluates it again with the per-element slow paths."""
   BLOCK = 256
 
   def __init__(self, name, dims, outputs, leafmap):
