@@ -171,6 +171,14 @@ ex("cumprod", lambda x: lax.cumprod(x, 1), [M], lo=0.5, mode="mag")
 ex("cummax", lambda x: lax.cummax(x, 0), [(4,)], mode="distinct")
 ex("cummin", lambda x: lax.cummin(x, 1, True), [M], mode="distinct")
 ex("cumlogsumexp", lambda x: lax.cumlogsumexp(x, 1), [M])
+ex("reduce_window_sum", lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 2), (2, 1),
+                                                    ((1, 0), (0, 1)), (2, 1), (1, 2)), [(3, 4)])
+ex("reduce_window_max", lambda x: lax.reduce_window(x, -np.inf, lax.max, (2, 2), (2, 1), "SAME",
+                                                    (2, 1)), [(3, 4)], mode="distinct")
+ex("reduce_window_min", lambda x: lax.reduce_window(x, np.inf, lax.min, (2,), (1,), "VALID",
+                                                    None, (2,)), [(5,)], mode="distinct")
+ex("reduce_window", lambda x: lax.reduce_window(x, 1.0, lax.mul, (2, 2), (1, 1), "SAME"),
+   [(2, 3)], kind="fwd")
 ex("sort", lambda x: lax.sort(x), [M], mode="distinct")
 ex("sort", lambda k, v: lax.sort_key_val(k, v, 1), [M, M], mode="distinct",
    label="sort:key_val")

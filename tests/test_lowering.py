@@ -20,6 +20,7 @@ import ourjax.numpy as jnp
 from ourjax import core, lax
 from ourjax.config import enable_x64
 from ourjax.interpreters import ad
+from ourjax.lax.reductions import _chooser_identity
 from ourjax.lowering import from_jaxpr, hlo
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -330,6 +331,22 @@ case("reduce", lambda x: lax.reduce(x, F32(1), lambda a, b: a * 0.5 + b, (0, 1))
      lambda rng: [values(F32, (3, 4), rng)])
 case("reduce", lambda x: lax.reduce(x, np.int32(0), lambda a, b: a * 3 + b, (1,)),
      lambda rng: [values(np.int32, (3, 0), rng)])
+for _dt in (F32, BF16, np.int32, np.complex64):
+  case("reduce_window_sum", lambda x: lax.reduce_window(x, x.dtype.type(0), lax.add, (2, 3),
+                                                        (1, 2), "SAME", (1, 2), (2, 1)),
+       lambda rng, dt=_dt: [values(dt, (4, 5), rng, "finite")])
+for _dt in (F32, BF16, np.int32, np.uint8, np.bool_):
+  for _name, _op, _high in (("reduce_window_max", lax.max, False),
+                            ("reduce_window_min", lax.min, True)):
+    case(_name, lambda x, op=_op, h=_high: lax.reduce_window(
+        x, np.asarray(_chooser_identity(not h, x.dtype)).astype(x.dtype), op, (2, 2), (2, 1),
+        ((1, 0), (-1, 2)), (1, 2), (1, 1)), lambda rng, dt=_dt: [values(dt, (4, 5), rng)])
+case("reduce_window", lambda x: lax.reduce_window(x, F32(2), lambda a, b: a * 0.5 + b, (2, 2),
+                                                  (1, 1), "SAME", (2, 1)),
+     lambda rng: [values(F32, (3, 4), rng, "finite")])
+case("reduce_window", lambda x, i: lax.reduce_window(
+    (x, i), (F32(0), np.int32(-1)), lambda a, b: (lax.max(a[0], b[0]), lax.max(a[1], b[1])),
+    (3,), (2,), ((1, 1),)), lambda rng: [values(F32, (6,), rng), values(np.int32, (6,), rng)])
 for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
   _fn = getattr(lax, _name)
   for _dt in (F32, BF16, np.int32, np.complex64):

@@ -369,6 +369,25 @@ if _have("reduce_precision"):
   example("reduce_precision", lambda x: lax.reduce_precision(x, 8, 7),
           _elementwise_args(1, F, "normal"), "reduce_precision:bf16-like")
 
+if _have("reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window"):
+  example("reduce_window_sum", lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 2), (1, 2),
+                                                           "SAME"), [Arg((3, 4))])
+  example("reduce_window_sum", lambda x: lax.reduce_window(x, 0, lax.add, (2,), (1,),
+                                                           ((1, 0),), (2,), (1,)),
+          [Arg((3,), I, "small_int")], "reduce_window_sum:int, base dilation")
+  example("reduce_window_max", lambda x: lax.reduce_window(x, -np.inf, lax.max, (2, 2), (2, 1),
+                                                           "SAME", None, (1, 2)), [Arg((3, 4))])
+  example("reduce_window_min", lambda x: lax.reduce_window(x, np.inf, lax.min, (3,), (1,),
+                                                           ((1, 1),)), [Arg((4,))])
+  example("reduce_window", lambda x: lax.reduce_window(x, np.float32(1), lax.mul, (2,), (1,),
+                                                       "SAME"), [Arg((3,))],
+          "reduce_window:product")
+  example("reduce_window",
+          lambda x, i: lax.reduce_window((x, i), (np.float32(0), np.int32(0)),
+                                         lambda a, b: (a[0] + b[0], lax.max(a[1], b[1])),
+                                         (2, 1), (1, 1), ((0, 1), (0, 0))),
+          [Arg((3, 2)), Arg((3, 2), I, "small_int")], "reduce_window:two operands")
+
 # primitives with no operands never see a batched value
 NO_OPERANDS = {"iota"}
 
