@@ -383,7 +383,7 @@ defjvp(conj_p, lambda t, x: conj(t))
 def _complex_abs_safe(x):
   """|x| as x's complex dtype, with 0 replaced by 1 (the direction of 0 is taken as 0)."""
   a = abs(x)
-  a = select_n(eq(a, _const(a, 0)), a, _const(a, 1))
+  a = select_n(eq(a, _zeros(a)), a, _ones(a))
   return convert_element_type(a, get_aval(x).dtype)
 
 
