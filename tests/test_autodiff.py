@@ -46,6 +46,15 @@ class Ex(NamedTuple):
 EXAMPLES: list[Ex] = []
 
 
+def _re_im(z):
+  return lax.real(z), lax.imag(z)
+
+
+def _cplx(x, y):
+  return lax.add(lax.convert_element_type(x, np.complex128),
+                 lax.mul(lax.convert_element_type(y, np.complex128), 1j))
+
+
 def ex(prim, fn, shapes, **kw):
   EXAMPLES.append(Ex(prim, fn, tuple(shapes), **kw))
 
@@ -179,6 +188,12 @@ ex("reduce_window_min", lambda x: lax.reduce_window(x, np.inf, lax.min, (2,), (1
                                                     None, (2,)), [(5,)], mode="distinct")
 ex("reduce_window", lambda x: lax.reduce_window(x, 1.0, lax.mul, (2, 2), (1, 1), "SAME"),
    [(2, 3)], kind="fwd")
+ex("fft", lambda x: _re_im(lax.fft(x, "fft", (2, 3))), [M])
+ex("fft", lambda x, y: _re_im(lax.fft(_cplx(x, y), "ifft", (3,))), [M, M], label="fft:ifft")
+ex("fft", lambda x: _re_im(lax.fft(x, "rfft", (2, 4))), [(2, 4)], label="fft:rfft")
+ex("fft", lambda x, y: lax.fft(_cplx(x, y), "irfft", (2, 4)), [(2, 3), (2, 3)],
+   label="fft:irfft even")
+ex("fft", lambda x, y: lax.fft(_cplx(x, y), "irfft", (5,)), [(3,), (3,)], label="fft:irfft odd")
 ex("sort", lambda x: lax.sort(x), [M], mode="distinct")
 ex("sort", lambda k, v: lax.sort_key_val(k, v, 1), [M, M], mode="distinct",
    label="sort:key_val")

@@ -862,7 +862,7 @@ def test_opcodes_not_native_yet():
   """The HLO opcodes the CPU backend does not compile (modules with them, or with complex or
   8-bit float types, run on the reference backend)."""
   missing = set(hlo.SHAPE_RULES) - cpu.NATIVE_OPCODES
-  assert missing == {"real", "imag", "complex"}, missing   # complex numbers only
+  assert missing == {"real", "imag", "complex", "fft"}, missing   # complex numbers only
   m = Module("complex")
   b = Builder(m, "main")
   x = b.parameter(Shape("f32", (3,)))
@@ -871,6 +871,17 @@ def test_opcodes_not_native_yet():
   exe = cpu.compile(m)
   assert not isinstance(exe, cpu.CpuExecutable)
   np.testing.assert_array_equal(exe(np.ones(3, np.float32))[0], np.ones(3, np.float32))
+  m = Module("rfft")   # real in, complex out: also the reference backend's
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (2, 6)))
+  m.entry = b.build(b.fft(x, "RFFT", (6,)))
+  assert "fft" in cpu.native_unsupported(m)
+  exe = cpu.compile(m)
+  assert not isinstance(exe, cpu.CpuExecutable)
+  xv = np.arange(12, dtype=np.float32).reshape(2, 6)
+  got = exe(xv)[0]
+  assert got.dtype == np.complex64
+  np.testing.assert_allclose(got, np.fft.rfft(xv.astype(np.float64)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("reader_after", [False, True])

@@ -347,6 +347,13 @@ case("reduce_window", lambda x: lax.reduce_window(x, F32(2), lambda a, b: a * 0.
 case("reduce_window", lambda x, i: lax.reduce_window(
     (x, i), (F32(0), np.int32(-1)), lambda a, b: (lax.max(a[0], b[0]), lax.max(a[1], b[1])),
     (3,), (2,), ((1, 1),)), lambda rng: [values(F32, (6,), rng), values(np.int32, (6,), rng)])
+for _t, _shape, _lens, _dt in [("fft", (2, 5), (5,), np.complex64),
+                               ("ifft", (3, 4), (3, 4), np.complex64),
+                               ("rfft", (2, 6), (6,), F32), ("rfft", (3, 4, 5), (4, 5), F32),
+                               ("irfft", (2, 4), (6,), np.complex64),
+                               ("irfft", (2, 3, 3), (3, 5), np.complex64)]:
+  case("fft", lambda x, t=_t, n=_lens: lax.fft(x, t, n),
+       lambda rng, s=_shape, dt=_dt: [values(dt, s, rng, "finite")])
 for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
   _fn = getattr(lax, _name)
   for _dt in (F32, BF16, np.int32, np.complex64):

@@ -388,6 +388,11 @@ if _have("reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_
                                          (2, 1), (1, 1), ((0, 1), (0, 0))),
           [Arg((3, 2)), Arg((3, 2), I, "small_int")], "reduce_window:two operands")
 
+if _have("fft"):
+  example("fft", lambda x: lax.fft(x, "fft", (3,)), [Arg((2, 3), C)])
+  example("fft", lambda x: lax.fft(x, "rfft", (2, 4)), [Arg((2, 4))], "fft:rfft 2d")
+  example("fft", lambda x: lax.fft(x, "irfft", (4,)), [Arg((3,), C)], "fft:irfft")
+
 # primitives with no operands never see a batched value
 NO_OPERANDS = {"iota"}
 

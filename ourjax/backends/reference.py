@@ -310,6 +310,8 @@ _IMPLS = {
     "reduce": _impl_reduce, "reduce-window": _impl_reduce_window, "dot": _impl_dot,
     "convolution": _impl_convolution, "gather": _impl_gather, "scatter": _impl_scatter,
     "sort": _impl_sort, "while": _impl_while, "conditional": _impl_conditional,
+    "fft": lambda instr, x: rops.fft(x, fft_type=instr.attrs["fft_type"],
+                                     fft_lengths=instr.attrs["fft_length"]),
     "tuple": lambda instr, *xs: tuple(xs),
     "get-tuple-element": lambda instr, t: t[instr.attrs["index"]],
     "fusion": _impl_fusion,

@@ -38,7 +38,8 @@ __all__ = [
     "population_count", "count_leading_zeros", "erf", "erf_inv", "lgamma", "digamma", "logistic",
     "convert_element_type", "bitcast_convert_type", "broadcast_in_dim", "iota", "pad", "slice",
     "dynamic_slice", "dynamic_update_slice", "concatenate", "reduce", "reduce_window",
-    "dot_general", "conv_general_dilated", "gather", "scatter", "sort", "sort_by_comparator",
+    "dot_general", "conv_general_dilated", "gather", "scatter", "fft", "sort",
+    "sort_by_comparator",
     "total_order_key", "compare", "clamp",
 ]
 
@@ -909,6 +910,45 @@ def scatter(operand, indices, updates, *, update_window_dims, inserted_window_di
       idx = tuple(int(g[pos]) for g in grid)
       result[idx] = combine(result[idx], vals[pos])
   return result
+
+
+# ---------------------------------------------------------------------------------------------
+# fft
+# ---------------------------------------------------------------------------------------------
+
+def fft(x, *, fft_type: str, fft_lengths):
+  """XLA's Fft over the last ``len(fft_lengths)`` dimensions (``fft_type``: "FFT", "IFFT",
+  "RFFT", "IRFFT"; IFFT and IRFFT scale by 1/n), computed with ``numpy.fft`` in the operand's
+  precision as XLA does: complex64 in, complex64 out (float32 for IRFFT). IRFFT reads the
+  Hermitian half along the last dimension and transforms the others as IFFT. A transform with
+  no elements to read or write gives zeros."""
+  x = np.asarray(x)
+  k = len(fft_lengths)
+  axes = tuple(range(x.ndim - k, x.ndim))
+  lengths = tuple(int(n) for n in fft_lengths)
+  batch = x.shape[:x.ndim - k]
+  single = np.dtype(np.complex64) if x.dtype in (np.float32, np.complex64) else \
+      np.dtype(np.complex128)
+  if fft_type == "RFFT":
+    out_shape, out_dtype = batch + lengths[:-1] + (lengths[-1] // 2 + 1,), single
+  elif fft_type == "IRFFT":
+    out_shape, out_dtype = batch + lengths, np.dtype(np.float32 if single == np.complex64
+                                                     else np.float64)
+  else:
+    out_shape, out_dtype = x.shape, single
+  if x.size == 0 or 0 in out_shape:
+    return np.zeros(out_shape, out_dtype)
+  if fft_type == "FFT":
+    out = np.fft.fftn(x, axes=axes)
+  elif fft_type == "IFFT":
+    out = np.fft.ifftn(x, axes=axes)
+  elif fft_type == "RFFT":
+    out = np.fft.rfftn(x, axes=axes)
+  elif fft_type == "IRFFT":
+    out = np.fft.irfftn(x, s=lengths, axes=axes)
+  else:
+    raise ValueError(f"fft: unknown fft_type {fft_type!r}")
+  return _contiguous(np.asarray(out).astype(out_dtype, copy=False))
 
 
 # ---------------------------------------------------------------------------------------------

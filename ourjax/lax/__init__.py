@@ -11,9 +11,10 @@ from ourjax.lax import dot as _dot
 from ourjax.lax import control_flow as _control_flow
 from ourjax.lax import parallel as _parallel
 from ourjax.lax import windowed as _windowed
+from ourjax.lax import fft as _fft
 
 for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
-           _control_flow, _parallel, _windowed):
+           _control_flow, _parallel, _windowed, _fft):
   globals().update(_reexport(_m))
 del _m
 

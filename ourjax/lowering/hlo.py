@@ -1099,6 +1099,35 @@ def _rule_conditional(ops, attrs, declared):
   return out
 
 
+FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")
+
+
+def _rule_fft(ops, attrs, declared):
+  """XLA's Fft over the innermost ``len(fft_length)`` dimensions: FFT/IFFT complex to complex,
+  RFFT real to complex (the last dimension becomes ``n // 2 + 1``), IRFFT complex to real (the
+  last dimension of the operand holds ``n // 2 + 1`` values, the result ``n``)."""
+  _require(len(ops) == 1, "fft", "takes one operand")
+  x = _array("fft", ops[0])
+  kind, lengths = attrs.get("fft_type"), tuple(attrs.get("fft_length", ()))
+  _require(kind in FFT_TYPES, "fft", f"fft_type must be one of {FFT_TYPES}, got {kind!r}")
+  k = len(lengths)
+  _require(1 <= k <= x.rank, "fft", f"fft_length {list(lengths)} needs 1 to {x.rank} entries")
+  batch, inner = x.dims[:x.rank - k], x.dims[x.rank - k:]
+  if kind == "RFFT":
+    _require(x.dtype in (np.dtype(np.float32), np.dtype(np.float64)), "fft",
+             f"RFFT takes f32 or f64, got {x}")
+    _require(inner == lengths, "fft", f"RFFT operand {x} does not end in {list(lengths)}")
+    return Shape(np.complex64 if x.dtype == np.float32 else np.complex128,
+                 batch + lengths[:-1] + (lengths[-1] // 2 + 1,))
+  _require(is_complex(x.dtype), "fft", f"{kind} takes c64 or c128, got {x}")
+  if kind == "IRFFT":
+    _require(inner == lengths[:-1] + (lengths[-1] // 2 + 1,), "fft",
+             f"IRFFT operand {x} does not end in {list(lengths[:-1] + (lengths[-1] // 2 + 1,))}")
+    return Shape(np.float32 if x.dtype == np.complex64 else np.float64, batch + lengths)
+  _require(inner == lengths, "fft", f"{kind} operand {x} does not end in {list(lengths)}")
+  return x
+
+
 def _rule_tuple(ops, attrs, declared):
   return Shape.tuple(ops)
 
@@ -1132,7 +1161,8 @@ SHAPE_RULES: dict[str, Callable] = {
     "dynamic-update-slice": _rule_dynamic_update_slice, "concatenate": _rule_concatenate,
     "pad": _rule_pad, "reverse": _rule_reverse, "reduce": _rule_reduce,
     "reduce-window": _rule_reduce_window, "dot": _rule_dot, "convolution": _rule_convolution,
-    "gather": _rule_gather, "scatter": _rule_scatter, "sort": _rule_sort, "while": _rule_while,
+    "gather": _rule_gather, "scatter": _rule_scatter, "sort": _rule_sort, "fft": _rule_fft,
+    "while": _rule_while,
     "conditional": _rule_conditional, "tuple": _rule_tuple, "get-tuple-element": _rule_gte,
     "fusion": _rule_fusion,
 }
@@ -1382,6 +1412,10 @@ class Builder:
     return self.emit("sort", operands, {"dimension": dimension, "is_stable": is_stable,
                                         "to_apply": comparator})
 
+  def fft(self, x, fft_type: str, fft_length: Sequence[int]):
+    return self.emit("fft", (x,), {"fft_type": fft_type,
+                                   "fft_length": tuple(int(n) for n in fft_length)})
+
   # -- control flow, tuples, fusion ----------------------------------------------------------
   def while_loop(self, init, condition: Computation, body: Computation):
     return self.emit("while", (init,), {"condition": condition, "body": body})
@@ -1579,6 +1613,8 @@ def _attrs_text(instr: Instruction) -> list[str]:
     out.append(f"index_vector_dim={a['index_vector_dim']}")
     if a.get("mode", "drop") != "drop":
       out.append(f"mode={a['mode']}")
+  elif op == "fft":
+    out.append(f"fft_type={a['fft_type']}, fft_length={_ints(a['fft_length'])}")
   elif op == "sort":
     out.append(f"dimensions={{{a.get('dimension', 0)}}}")
     if a.get("is_stable"):
