@@ -78,6 +78,10 @@ CASES = [
     ("ew_gelu", lambda a: ourjax.nn.gelu(a, approximate=False),
      lambda r: (f32(r, 4096, 257),), 1e-5),
     ("ew_tail", lambda a: a * 3.0 + 1.0, lambda r: (f32(r, 1027),), 1e-6),
+    # huge arguments, inf and NaN: the sin/cos slow path (once per vector of elements)
+    ("ew_sin_large", lambda a: jnp.sin(a) * 2.0 + jnp.cos(a),
+     lambda r: (np.where(r.random(4099) < 0.01, np.float32(np.inf), np.where(
+         r.random(4099) < 0.3, f32(r, 4099), f32(r, 4099) * 3e5)).astype(np.float32),), 1e-6),
     ("ew_bf16", lambda a, b: (a * b + a).astype(jnp.float32),
      lambda r: (f32(r, 300, 200).astype(BF16), f32(r, 300, 200).astype(BF16)), 1e-2),
     ("ew_f16", lambda a: jnp.tanh(a) * a,
