@@ -608,3 +608,23 @@ def test_ufunc_at_and_errors():
   check(jnp.subtract.reduce(np.zeros((0, 2), np.float32), initial=1.0), np.ones(2, np.float32))
   check(ourjax.jit(lambda v: jnp.hypot.accumulate(v))(np.float32([3, 4, 12])),
         np.hypot.accumulate(np.float32([3, 4, 12])))
+
+
+@given(x=array_of([np.dtype(np.float16), np.dtype(np.float32)], nan=True, inf=True))
+def test_spacing(x):
+  with np.errstate(all="ignore"):
+    want = np.spacing(x)
+    # -0.0 steps toward -inf in JAX (NumPy's spacing(-0.0) is +tiny); float16 toward +inf
+    want = np.where((x == 0) & np.signbit(x), -want, want)
+    if x.dtype == np.float16:
+      want = np.nextafter(x, np.float16(np.inf)) - x
+  check(jnp.spacing(x), want.astype(x.dtype), rtol=0, atol=0)
+  check(ourjax.jit(jnp.spacing)(x), want.astype(x.dtype), rtol=0, atol=0)
+
+
+def test_spacing_types():
+  check(jnp.spacing(np.array([1, -4], np.int32)), np.spacing(np.float32([1, -4])))
+  check(jnp.spacing(1.0), np.spacing(np.float32(1)), weak=False)
+  check(jnp.spacing(np.float32([0, 1e-40])), np.float32([1.4e-45, 1.4e-45]), rtol=0.01)
+  with pytest.raises(ValueError, match="complex"):
+    jnp.spacing(np.array([1j]))

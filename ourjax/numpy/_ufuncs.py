@@ -374,6 +374,22 @@ def copysign(x1, x2, /):
   return _select(signbit(x2), lax.abs(x1), lax.neg(lax.abs(x1)))
 
 
+def spacing(x, /):
+  """The distance from ``x`` to the next float away from zero, signed as ``x`` (as JAX's:
+  negative for -0.0, where NumPy's is positive; float16 steps toward +inf, as JAX's)."""
+  x, = promote_args_inexact("spacing", x)
+  dt = get_aval(x).dtype
+  if dtypes.is_complex(dt):
+    raise ValueError("jnp.spacing is not defined for complex inputs.")
+  inf = np.array(np.inf, dt)
+  if dt == np.float16:
+    return lax.sub(lax.nextafter(x, lax.broadcast_in_dim(inf, get_aval(x).shape, ())), x)
+  step = lax.sub(nextafter(x, copysign(inf, x)), x)
+  # subnormal steps a backend flushes to zero are the smallest subnormal
+  tiny = copysign(np.array(dtypes.finfo(dt).smallest_subnormal, dt), x)
+  return _select(lax.eq(step, lax.full_like(step, 0)), step, tiny)
+
+
 def logaddexp(x1, x2, /):
   x1, x2 = promote_args_inexact("logaddexp", x1, x2)
   return _logaddexp_custom()(x1, x2)
