@@ -8,7 +8,8 @@ The windows are XLA's ReduceWindow: the operand is dilated by ``base_dilation`` 
 neighbours) and padded by ``padding`` ((low, high) per dimension, negative crops); a window of
 ``window_dimensions`` whose elements are ``window_dilation`` apart moves over it by
 ``window_strides``.  Each output element starts from the init value and combines the elements
-its window covers in row-major window order; positions on padding or holes are skipped (this
+its window covers in row-major window order (XLA leaves the order unspecified: a computation
+should be associative and commutative); positions on padding or holes are skipped (this
 matters only when the init value is not the computation's identity).  A string padding
 ('VALID', 'SAME', 'SAME_LOWER') is turned into pairs from the operand's shape and the dilated
 window, as JAX does.
