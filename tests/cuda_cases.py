@@ -169,6 +169,16 @@ CASES = [
      lambda r: (f32(r, 64, 16), f32(r, 8, 16), np.int32(r.integers(0, 60))), 0),
     ("fori_loop", _fori, lambda r: (f32(r, 1000),), 1e-5),
     ("cond", _cond, lambda r: (np.float32(r.choice([-1.0, 1.0])), f32(r, 257)), 0),
+    # reduce-window: pooling, its gradient (a two-operand reduce-window choosing positions, then
+    # a scatter-add), and an init value that is not the identity (padding and holes skipped)
+    ("max_pool", lambda a: lax.reduce_window(a, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1),
+                                             "SAME"), lambda r: (f32(r, 2, 33, 34, 8),), 0),
+    ("max_pool_grad", lambda a: ourjax.grad(lambda x: jnp.sum(lax.reduce_window(
+        x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "SAME") ** 2))(a),
+     lambda r: (f32(r, 2, 17, 18, 8),), 1e-6),
+    ("window_sum_init", lambda a: lax.reduce_window(a, 1.0, lax.add, (3, 2), (1, 2),
+                                                    ((1, 2), (0, 1)), (2, 1)),
+     lambda r: (f32(r, 40, 50),), 1e-6),
 ]
 
 
