@@ -90,8 +90,12 @@ def _remove_dead(comp: Computation, instr: Instruction) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _bits(a: np.ndarray) -> np.ndarray:
+  """The elements' bit patterns, as unsigned integers (as opaque 16-byte values for complex128,
+  which no unsigned type is wide enough for)."""
   a = np.ascontiguousarray(a)
-  return a.view(np.uint8) if a.dtype == np.bool_ else a.view(f"u{a.dtype.itemsize}")
+  if a.dtype == np.bool_:
+    return a.view(np.uint8)
+  return a.view(f"u{a.dtype.itemsize}" if a.dtype.itemsize <= 8 else f"V{a.dtype.itemsize}")
 
 
 def splat_value(instr: Instruction):
