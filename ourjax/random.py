@@ -19,7 +19,9 @@ Samplers then transform the bits exactly as JAX does (uniform: mantissa bits und
 one; normal: ``sqrt(2) * erfinv(u)``; randint: two bit streams reduced modulo the span; ...).
 Integer and uniform outputs are bit-identical to JAX's; outputs that go through transcendental
 functions (normal, gumbel, exponential, ...) can differ from JAX's in the last bit or two where
-the libm-style approximations (log1p, erf) round differently.
+the libm-style approximations (log1p, erf) round differently.  The distributions built from
+these (t, chisquare, f, pareto, wald, binomial, multinomial, ...) follow JAX's compositions:
+the same key splits and the same operations in the same order.
 """
 from __future__ import annotations
 
@@ -38,7 +40,9 @@ __all__ = [
     "bits", "threefry2x32", "threefry_2x32", "uniform", "normal", "randint", "bernoulli",
     "categorical", "permutation", "choice", "truncated_normal", "gumbel", "exponential",
     "laplace", "logistic", "cauchy", "rademacher", "lognormal", "gamma", "loggamma", "beta",
-    "dirichlet", "poisson", "orthogonal",
+    "dirichlet", "poisson", "orthogonal", "multivariate_normal", "pareto", "t", "chisquare",
+    "f", "maxwell", "double_sided_maxwell", "weibull_min", "generalized_normal", "ball",
+    "rayleigh", "wald", "geometric", "triangular", "binomial", "multinomial", "key_dtype",
 ]
 
 _U32 = np.dtype(np.uint32)
@@ -172,14 +176,25 @@ def PRNGKey(seed, *, impl=None):  # noqa: N802 (JAX's name)
   return _seed_to_key(seed, "PRNGKey")
 
 
-def key(seed, *, impl=None):
+def key(seed, *, impl=None, dtype=None):
   """A PRNG key from an integer seed.  ourjax has no typed key arrays: the key is the same
-  ``uint32[2]`` array ``PRNGKey`` returns (``key_data`` of it is itself)."""
-  _check_impl(impl)
+  ``uint32[2]`` array ``PRNGKey`` returns (``key_data`` of it is itself).  ``dtype`` (a
+  ``key_dtype()``) is another way to name ``impl``."""
+  _check_impl(_impl_or_dtype("key", impl, dtype))
   return _seed_to_key(seed, "key")
 
 
+def _impl_or_dtype(name, impl, dtype):
+  if dtype is None:
+    return impl
+  if impl is not None:
+    raise ValueError(f"Cannot specify both `impl` and `dtype` arguments to jax.random.{name}")
+  return dtype
+
+
 def _check_impl(impl):
+  if isinstance(impl, _KeyDType):
+    return
   if impl is not None and impl != "threefry2x32":
     raise ValueError(f"unrecognized PRNG implementation {impl!r}; ourjax implements "
                      "'threefry2x32' only")
@@ -192,9 +207,9 @@ def key_data(keys):
   return keys
 
 
-def wrap_key_data(key_bits_array, *, impl=None):
+def wrap_key_data(key_bits_array, *, impl=None, dtype=None):
   """The key array whose words are ``key_bits_array`` (``uint32``, trailing dimension 2)."""
-  _check_impl(impl)
+  _check_impl(_impl_or_dtype("wrap_key_data", impl, dtype))
   keys = jnp.asarray(key_bits_array)
   _check_key_array("wrap_key_data", keys)
   return keys
@@ -1010,3 +1025,437 @@ def _poisson_rejection(key, lam, shape, dt, max_iters):
 
   init = (jnp.asarray(0, dt), jnp.full(shape, -1, lam.dtype), jnp.zeros(shape, bool), key)
   return lax.while_loop(cond, body, init)[1].astype(dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributions built from the samplers above (each is JAX's composition: the same key splits,
+# the same operations in the same order, so the same numbers)
+
+
+def _check_broadcast_shapes(name, shape, *args):
+  """``shape`` canonicalised and checked against the parameters' shapes, or (``None``) the
+  parameters' broadcast shape."""
+  arg_shapes = [tuple(_shape_of(a)) for a in args]
+  if shape is None:
+    return tuple(np.broadcast_shapes(*arg_shapes)) if arg_shapes else ()
+  shape = _canonicalize_shape(shape)
+  _check_shape(name, shape, *arg_shapes)
+  return shape
+
+
+def _check_all_safe_to_cast(name, dt, *args):
+  """The parameters must convert to the sample dtype without promotion (a Python scalar
+  always does; a float32 array does not go to float16), as JAX checks."""
+  for a in args:
+    if dtypes.dtype(a) != dt and dtypes.result_type(a, dt) != dt:
+      raise dtypes.TypePromotionError(
+          f"In arguments to {name}, cannot safely cast argument of type "
+          f"{dtypes.dtype(a, canonicalize=True)} to {dt}")
+
+
+def _float_param(x, dt):
+  return lax.convert_element_type(jnp.asarray(x), dt)
+
+
+def multivariate_normal(key, mean, cov, shape=None, dtype=None, method: str = "cholesky"):
+  """Samples of N(mean, cov): ``mean + factor @ z`` with ``z`` standard normal and ``factor``
+  the Cholesky factor of ``cov`` (``method='svd'``: ``U sqrt(S)``; ``'eigh'``: ``V sqrt(W)``).
+  ``mean`` is ``(..., n)``, ``cov`` ``(..., n, n)``; the batch shapes broadcast against
+  ``shape``."""
+  from ourjax.numpy import linalg
+  from ourjax.numpy._util import promote_dtypes_inexact
+  key = _check_key("multivariate_normal", key)
+  mean, cov = promote_dtypes_inexact(jnp.asarray(mean), jnp.asarray(cov))
+  if method not in {"svd", "eigh", "cholesky"}:
+    raise ValueError("method must be one of {'svd', 'eigh', 'cholesky'}")
+  dt = mean.dtype if dtype is None else dtypes.check_user_dtype(dtype, "multivariate_normal")
+  if not dtypes.issubdtype(dt, np.floating):
+    raise ValueError(f"dtype argument to `multivariate_normal` must be a float dtype, got {dt}")
+  if shape is not None:
+    shape = _canonicalize_shape(shape)
+  if not mean.ndim >= 1:
+    raise ValueError(f"multivariate_normal requires mean.ndim >= 1, got mean.ndim == "
+                     f"{mean.ndim}")
+  if not cov.ndim >= 2:
+    raise ValueError(f"multivariate_normal requires cov.ndim >= 2, got cov.ndim == {cov.ndim}")
+  n = mean.shape[-1]
+  if tuple(cov.shape[-2:]) != (n, n):
+    raise ValueError(f"multivariate_normal requires cov.shape == (..., n, n) for n={n}, but "
+                     f"got cov.shape == {tuple(cov.shape)}.")
+  if shape is None:
+    shape = tuple(np.broadcast_shapes(mean.shape[:-1], cov.shape[:-2]))
+  else:
+    _check_shape("normal", shape, mean.shape[:-1], cov.shape[:-2])
+  if method == "svd":
+    u, s, _ = linalg.svd(cov)
+    factor = u * jnp.sqrt(s[..., None, :])
+  elif method == "eigh":
+    w, v = linalg.eigh(cov)
+    factor = v * jnp.sqrt(w[..., None, :])
+  else:
+    factor = linalg.cholesky(cov)
+  z = normal(key, shape + tuple(mean.shape[-1:]), dt)
+  return mean + jnp.einsum("...ij,...j->...i", factor, z)
+
+
+def pareto(key, b, shape=None, dtype=None):
+  """Pareto(b) samples (support ``[1, inf)``): ``exp(e / b)`` with ``e`` Exponential(1)."""
+  key = _check_key("pareto", key)
+  dt = _float_dtype(dtype, "pareto")
+  shape = _check_broadcast_shapes("pareto", shape, b)
+  _check_all_safe_to_cast("pareto", dt, b)
+  b = _float_param(b, dt)
+  e = exponential(key, shape, dt)
+  return lax.exp(e / b)
+
+
+def t(key, df, shape=None, dtype=None):
+  """Student's t samples with ``df`` degrees of freedom: ``z * sqrt((df / 2) / g)`` with ``z``
+  standard normal and ``g`` Gamma(df / 2)."""
+  key = _check_key("t", key)
+  dt = _float_dtype(dtype, "t")
+  shape = _check_broadcast_shapes("t", shape, df)
+  _check_all_safe_to_cast("t", dt, df)
+  df = _float_param(df, dt)
+  key_n, key_g = _unstack(split(key), 2)
+  n = normal(key_n, shape, dt)
+  half_df = lax.div(df, np.array(2, dt))
+  g = gamma(key_g, half_df, shape, dt)
+  return n * jnp.sqrt(half_df / g)
+
+
+def chisquare(key, df, shape=None, dtype=None):
+  """Chi-square samples with ``df`` degrees of freedom: twice a Gamma(df / 2) draw (sampled in
+  log space)."""
+  key = _check_key("chisquare", key)
+  dt = _float_dtype(dtype, "chisquare")
+  shape = _check_broadcast_shapes("chisquare", shape, df)
+  _check_all_safe_to_cast("chisquare", dt, df)
+  return _chisquare(key, _float_param(df, dt), shape, dt)
+
+
+def _chisquare(key, df, shape, dt):
+  two = np.array(2, dt)
+  log_g = loggamma(key, lax.div(df, two), shape, dt)
+  return lax.mul(jnp.exp(log_g), two)
+
+
+def f(key, dfnum, dfden, shape=None, dtype=None):
+  """F-distribution samples: the ratio of two chi-square draws, each over its degrees of
+  freedom."""
+  key = _check_key("f", key)
+  dt = _float_dtype(dtype, "f")
+  shape = _check_broadcast_shapes("f", shape, dfnum, dfden)
+  _check_all_safe_to_cast("f", dt, dfnum, dfden)
+  dfden = _float_param(dfden, dt)
+  dfnum = _float_param(dfnum, dt)
+  key_dfd, key_dfn = _unstack(split(key), 2)
+  chi2_dfn = _chisquare(key_dfn, dfnum, shape, dt)
+  chi2_dfd = _chisquare(key_dfd, dfden, shape, dt)
+  return lax.div(lax.div(chi2_dfn, _bcast(dfnum, shape)), lax.div(chi2_dfd, _bcast(dfden, shape)))
+
+
+def maxwell(key, shape=(), dtype=None):
+  """Maxwell samples: the length of a standard normal 3-vector."""
+  key = _check_key("maxwell", key)
+  dt = _float_dtype(dtype, "maxwell")
+  shape = _canonicalize_shape(shape)
+  return _maxwell(key, shape, dt)
+
+
+def _maxwell(key, shape, dt):
+  z = normal(key, shape + (3,), dt)
+  return jnp.sqrt(jnp.sum(z * z, axis=-1))
+
+
+def double_sided_maxwell(key, loc, scale, shape=(), dtype=None):
+  """Double-sided Maxwell samples ``sign * maxwell * scale + loc``.  As JAX's, the result has
+  shape ``shape + broadcast(loc.shape, scale.shape)`` (with ``shape`` defaulting to the
+  parameters' shape when empty)."""
+  key = _check_key("double_sided_maxwell", key)
+  dt = _float_dtype(dtype, "double_sided_maxwell")
+  shape = _canonicalize_shape(shape)
+  params_shape = tuple(np.broadcast_shapes(_shape_of(loc), _shape_of(scale)))
+  if not shape:
+    shape = params_shape
+  shape = shape + params_shape
+  maxwell_key, rademacher_key = _unstack(split(key), 2)
+  maxwell_rvs = _maxwell(maxwell_key, shape, dt)
+  random_sign = rademacher(rademacher_key, shape, dt)
+  return random_sign * maxwell_rvs * scale + loc
+
+
+def weibull_min(key, scale, concentration, shape=(), dtype=None):
+  """Weibull samples by the inverse CDF: ``(-log1p(-u)) ** (1 / concentration) * scale``."""
+  key = _check_key("weibull_min", key)
+  dt = _float_dtype(dtype, "weibull_min")
+  shape = _canonicalize_shape(shape)
+  u = _uniform(key, shape, dt, 0, 1)
+  return jnp.power(-jnp.log1p(-u), 1.0 / concentration) * scale
+
+
+def generalized_normal(key, p: float, shape=(), dtype=None):
+  """Generalized normal samples (density proportional to ``exp(-|x|**p)``): a random sign times
+  ``Gamma(1/p) ** (1/p)``."""
+  key = _check_key("generalized_normal", key)
+  dt = _float_dtype(dtype, "generalized_normal")
+  shape = _canonicalize_shape(shape)
+  return _generalized_normal(key, p, shape, dt)
+
+
+def _generalized_normal(key, p, shape, dt):
+  k0, k1 = _unstack(split(key), 2)
+  g = gamma(k0, 1 / p, shape, dt)
+  r = rademacher(k1, shape, dt)
+  return r * g ** (1 / p)
+
+
+def ball(key, d: int, p: float = 2, shape=(), dtype=None):
+  """Points uniform in the unit ``p``-norm ball of dimension ``d`` (shape ``shape + (d,)``)."""
+  key = _check_key("ball", key)
+  dt = _float_dtype(dtype, "ball")
+  shape = _canonicalize_shape(shape)
+  from ourjax import core
+  d = core.concrete_or_error(operator_index, d, "The error occurred in jax.random.ball()")
+  k1, k2 = _unstack(split(key), 2)
+  g = _generalized_normal(k1, p, (*shape, d), dt)
+  e = exponential(k2, shape, dt)
+  return g / (((jnp.abs(g) ** p).sum(-1) + e) ** (1 / p))[..., None]
+
+
+def rayleigh(key, scale, shape=None, dtype=None):
+  """Rayleigh samples ``scale * sqrt(-2 log u)``."""
+  key = _check_key("rayleigh", key)
+  dt = _float_dtype(dtype, "rayleigh")
+  shape = _check_broadcast_shapes("rayleigh", shape, scale)
+  _check_all_safe_to_cast("rayleigh", dt, scale)
+  u = _uniform(key, shape, dt, 0., 1.)
+  scale = _bcast(_float_param(scale, dt), shape)
+  return lax.mul(scale, lax.sqrt(lax.mul(lax.log(u), np.array(-2, dt))))
+
+
+def wald(key, mean, shape=None, dtype=None):
+  """Wald (inverse Gaussian, unit shape) samples by Michael, Schucany and Haas' transformation
+  of a normal and a uniform draw."""
+  key = _check_key("wald", key)
+  dt = _float_dtype(dtype, "wald")
+  shape = _check_broadcast_shapes("wald", shape, mean)
+  _check_all_safe_to_cast("wald", dt, mean)
+  k1, k2 = _unstack(split(key), 2)
+  mean = _bcast(_float_param(mean, dt), shape)
+  v = normal(k1, shape, dt)
+  z = _uniform(k2, shape, dt, 0., 1.)
+  y = lax.integer_pow(v, 2)
+  y_sq = lax.integer_pow(y, 2)
+  mean_sq = lax.integer_pow(mean, 2)
+  sqrt_term = lax.sqrt(4 * mean * y + mean_sq * y_sq)
+  x = mean + mean_sq * y / 2 - mean / 2 * sqrt_term
+  return lax.select(lax.le(z, mean / (mean + x)), x, mean_sq / x)
+
+
+def geometric(key, p, shape=None, dtype=None):
+  """Geometric samples (trials up to the first success, ``>= 1``): ``floor(log u / log1p(-p))
+  + 1`` in ``p``'s float dtype, converted to the integer ``dtype``."""
+  from ourjax.numpy._util import check_arraylike, promote_dtypes_inexact
+  key = _check_key("geometric", key)
+  dt = dtypes.check_user_dtype(int if dtype is None else dtype, "geometric")
+  if not dtypes.issubdtype(dt, np.integer):
+    raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt}")
+  shape = _check_broadcast_shapes("geometric", shape, p)
+  check_arraylike("geometric", p)
+  (p,) = promote_dtypes_inexact(p)
+  u = _uniform(key, shape, p.dtype, 0., 1.)
+  u = jnp.where(u == 0, 1, u)   # JAX's guard against log(0)
+  log_u = lax.log(u)
+  log_one_minus_p = jnp.broadcast_to(lax.log1p(-p), shape)
+  g = lax.floor(lax.div(log_u, log_one_minus_p)) + 1
+  return g.astype(dt)
+
+
+def triangular(key, left, mode, right, shape=None, dtype=None):
+  """Triangular(left, mode, right) samples by the inverse CDF."""
+  key = _check_key("triangular", key)
+  dt = _float_dtype(dtype, "triangular")
+  shape = _check_broadcast_shapes("triangular", shape, left, mode, right)
+  _check_all_safe_to_cast("triangular", dt, left, mode, right)
+  left = jnp.broadcast_to(_float_param(left, dt), shape)
+  right = jnp.broadcast_to(_float_param(right, dt), shape)
+  mode = jnp.broadcast_to(_float_param(mode, dt), shape)
+  fc = (mode - left) / (right - left)
+  u = _uniform(key, shape, dt, 0., 1.)
+  out1 = left + lax.sqrt(u * (right - left) * (mode - left))
+  out2 = right - lax.sqrt((1 - u) * (right - left) * (right - mode))
+  return lax.select(u < fc, out1, out2)
+
+
+# binomial: inversion (summing geometric gaps) where count * p <= 10, else Hormann's BTRS
+# transformed rejection; both use the same key, as in JAX (and TensorFlow) whose algorithm this is
+
+_STIRLING_TAIL = (0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
+                  0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
+                  0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
+                  0.00833056343336287)
+
+
+def _stirling_approx_tail(k):
+  """``log(k!) - (k + 1/2) log(k + 1) + (k + 1) - log(sqrt(2 pi))`` (the Stirling series'
+  error): tabulated for k <= 9, a three-term series above."""
+  dt = k.dtype
+  vals = jnp.array(_STIRLING_TAIL, dtype=dt)
+  use_tail_values = k <= 9
+  k = lax.clamp(np.array(0.0, dt), k, np.array(9.0, dt))
+  kp1sq = (k + 1) * (k + 1)
+  approx = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / kp1sq) / kp1sq) / (k + 1)
+  k = jnp.floor(k)
+  return lax.select(use_tail_values, vals[jnp.asarray(k, dtype="int32")], approx)
+
+
+def _binomial_inversion(key, count, prob, shape, dt, max_iters):
+  log1minusprob = jnp.log1p(-prob)
+
+  def body_fn(carry):
+    i, num_geom, geom_sum, key = carry
+    subkey, key = _unstack(split(key), 2)
+    num_geom_out = lax.select(geom_sum <= count, num_geom + 1, num_geom)
+    u = _uniform(subkey, shape, prob.dtype, 0., 1.)
+    geom = jnp.ceil(jnp.log(u) / log1minusprob)
+    return i + 1, num_geom_out, geom_sum + geom, key
+
+  def cond_fn(carry):
+    i, geom_sum = carry[0], carry[2]
+    return (geom_sum <= count).any() & (i < max_iters)
+
+  zeros = lax.full(shape, 0, prob.dtype)
+  k = lax.while_loop(cond_fn, body_fn, (jnp.asarray(0), zeros, zeros, key))[1]
+  return (k - 1).astype(dt)
+
+
+def _btrs(key, count, prob, shape, dt, max_iters):
+  stddev = jnp.sqrt(count * prob * (1 - prob))
+  b = 1.15 + 2.53 * stddev
+  a = -0.0873 + 0.0248 * b + 0.01 * prob
+  c = count * prob + 0.5
+  v_r = 0.92 - 4.2 / b
+  r = prob / (1 - prob)
+  alpha = (2.83 + 5.1 / b) * stddev
+  m = jnp.floor((count + 1) * prob)
+
+  def body_fn(carry):
+    i, k_out, accepted, key = carry
+    key, subkey_0, subkey_1 = _unstack(split(key, 3), 3)
+    u = _uniform(subkey_0, shape, prob.dtype, 0., 1.)
+    v = _uniform(subkey_1, shape, prob.dtype, 0., 1.)
+    u = u - 0.5
+    us = 0.5 - jnp.abs(u)
+    accept1 = (us >= 0.07) & (v <= v_r)
+    k = jnp.floor((2 * a / us + b) * u + c)
+    reject = (k < 0) | (k > count)
+    v = jnp.log(v * alpha / (a / (us * us) + b))
+    ub = ((m + 0.5) * jnp.log((m + 1) / (r * (count - m + 1)))
+          + (count + 1) * jnp.log((count - m + 1) / (count - k + 1))
+          + (k + 0.5) * jnp.log(r * (count - k + 1) / (k + 1))
+          + _stirling_approx_tail(m)
+          + _stirling_approx_tail(count - m)
+          - _stirling_approx_tail(k)
+          - _stirling_approx_tail(count - k))
+    accept2 = v <= ub
+    accept = accept1 | (~reject & accept2)
+    k_out = lax.select(accept, k, k_out)
+    return i + 1, k_out, accepted | accept, key
+
+  def cond_fn(carry):
+    i, accepted = carry[0], carry[2]
+    return (~accepted).any() & (i < max_iters)
+
+  init = (jnp.asarray(0), lax.full(shape, -1, prob.dtype), jnp.full(shape, False, bool), key)
+  return lax.while_loop(cond_fn, body_fn, init)[1].astype(dt)
+
+
+def binomial(key, n, p, shape=None, dtype=None):
+  """Binomial(n, p) samples, as floats (``n`` may be a float; NaN for invalid parameters, inf
+  for an infinite ``n``)."""
+  from ourjax.numpy._util import check_arraylike, promote_dtypes_inexact
+  key = _check_key("binomial", key)
+  check_arraylike("binomial", n, p)
+  dt = _float_dtype(dtype, "binomial")
+  if shape is None:
+    shape = tuple(np.broadcast_shapes(_shape_of(n), _shape_of(p)))
+  else:
+    shape = _canonicalize_shape(shape)
+    _check_shape("binomial", shape, _shape_of(n), _shape_of(p))
+  (prob,) = promote_dtypes_inexact(p)
+  count = lax.convert_element_type(jnp.asarray(n), prob.dtype)
+  count = jnp.broadcast_to(count, shape)
+  prob = jnp.broadcast_to(prob, shape)
+  p_lt_half = prob < 0.5
+  q = lax.select(p_lt_half, prob, 1.0 - prob)
+  count_nan_or_neg = jnp.isnan(count) | (count < 0.0)
+  count_inf = jnp.isinf(count)
+  q_is_nan = jnp.isnan(q)
+  q_l_0 = q < 0.0
+  q = lax.select(q_is_nan | q_l_0, lax.full_like(q, 0.01), q)
+  use_inversion = count_nan_or_neg | (count * q <= 10.0)
+  count = jnp.floor(count)   # as np.random.binomial does with a float count
+  count_inv = lax.select(use_inversion, count, lax.full_like(count, 0.0))
+  count_btrs = lax.select(use_inversion, lax.full_like(count, 1e4), count)
+  q_btrs = lax.select(use_inversion, lax.full_like(q, 0.5), q)
+  max_iters = dt.type(dtypes.finfo(dt).max)
+  samples = lax.select(use_inversion,
+                       _binomial_inversion(key, count_inv, q, shape, dt, max_iters),
+                       _btrs(key, count_btrs, q_btrs, shape, dt, max_iters))
+  invalid = q_l_0 | q_is_nan | count_nan_or_neg
+  samples = lax.select(invalid, jnp.full_like(samples, np.nan, dt), samples)
+  samples = lax.select(count_inf & (~invalid), jnp.full_like(samples, np.inf, dt), samples)
+  return lax.select(p_lt_half | count_nan_or_neg | q_is_nan | count_inf, samples,
+                    count.astype(dt) - samples)
+
+
+def multinomial(key, n, p, *, shape=None, dtype=None, unroll=1):
+  """Multinomial(n, p) counts over the last axis of ``p`` (one binomial draw per category from
+  what the previous categories left, scanned over the categories)."""
+  from ourjax.numpy._util import check_arraylike, promote_dtypes_inexact
+  key = _check_key("multinomial", key)
+  check_arraylike("multinomial", n, p)
+  n, p = promote_dtypes_inexact(n, p)
+  if shape is None:
+    shape = tuple(p.shape)
+  n = jnp.broadcast_to(n, shape[:-1])
+  p = jnp.broadcast_to(p, shape)
+
+  def step(remainder, ratio_key):
+    ratio, k = ratio_key
+    count = binomial(k, remainder, ratio.clip(0, 1), dtype=remainder.dtype)
+    return remainder - count, count
+
+  p = jnp.moveaxis(p, -1, 0)
+  remaining_probs = lax.cumsum(p, 0, reverse=True)
+  ratios = p / jnp.where(remaining_probs == 0, 1, remaining_probs)
+  keys = split(key, ratios.shape[0])
+  _, counts = lax.scan(step, n, (ratios, keys), unroll=unroll)
+  out = jnp.moveaxis(counts, 0, -1)
+  return out.astype(dtypes.default_float_dtype() if dtype is None else dtype)
+
+
+class _KeyDType:
+  """What ``key_dtype()`` returns.  ourjax has no typed key arrays (a key is ``uint32[2]``):
+  this stands for the threefry2x32 key type where an API takes one (``key(seed, dtype=...)``,
+  ``wrap_key_data(..., dtype=...)``), and prints as JAX's does."""
+  name = "key<fry>"
+  impl = "threefry2x32"
+
+  def __repr__(self):
+    return self.name
+
+  __str__ = __repr__
+
+  def __eq__(self, other):
+    return isinstance(other, _KeyDType)
+
+  def __hash__(self):
+    return hash(self.name)
+
+
+def key_dtype(impl=None):
+  """The key type of the PRNG implementation ``impl`` (only threefry2x32 exists in ourjax)."""
+  _check_impl(impl)
+  return _KeyDType()

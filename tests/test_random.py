@@ -416,3 +416,211 @@ def test_orthogonal():
   r = np.asarray(jr.orthogonal(key(1), 3, m=5), np.float64)
   assert r.shape == (3, 5)
   np.testing.assert_allclose(r @ r.T, np.eye(3), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributions composed from the samplers: values JAX 0.10.2 gives for PRNGKey(1701), recorded
+# once with /work/benchvenv/bin/python (jax.random.<name>(jax.random.PRNGKey(1701), ...) as
+# written in each case) and pasted here.  Integer-valued and integer samples and the
+# correctly rounded compositions are bit for bit JAX's; those through log/exp/erfinv are within
+# a few ulp (the inline transcendental functions round differently from XLA's now and then),
+# and those through gamma's rejection loop within its tolerance above.
+
+COMPOSED_EXACT = [
+    ("triangular", lambda k: jr.triangular(k, -1.0, 0.5, 2.0, (4,)),
+     [0.07903695106506348, 0.6989932060241699, 0.010463476181030273, -0.2604769468307495]),
+    ("geometric", lambda k: jr.geometric(k, 0.3, (8,)), [4, 2, 5, 6, 2, 1, 8, 6]),
+    ("binomial", lambda k: jr.binomial(k, 10, 0.3, (8,)),
+     [1.0, 3.0, 3.0, 4.0, 5.0, 4.0, 2.0, 6.0]),
+    ("binomial_btrs", lambda k: jr.binomial(k, jnp.array([50., 500, 5000, 40]),
+                                            jnp.array([0.3, 0.5, 0.01, 0.9])),
+     [12.0, 246.0, 63.0, 36.0]),
+    ("binomial_edge", lambda k: jr.binomial(k, jnp.array([0., -1., np.inf, 7.5, 3., 3.]),
+                                            jnp.array([0.5, 0.5, 0.5, 0.5, 1.0, np.nan])),
+     [0.0, np.nan, np.inf, 3.0, 3.0, np.nan]),
+    ("multinomial", lambda k: jr.multinomial(k, 20., jnp.array([0.2, 0.3, 0.5])),
+     [7.0, 4.0, 9.0]),
+    ("multinomial_batch", lambda k: jr.multinomial(
+        k, jnp.array([10., 100.]), jnp.array([[0.1, 0.9], [0.5, 0.5]]), dtype=jnp.int32),
+     [[3, 7], [48, 52]]),
+]
+
+COMPOSED_ULP = [
+    ("pareto", lambda k: jr.pareto(k, 2.0, (4,)),
+     [1.1614863872528076, 1.6305220127105713, 1.1373164653778076, 1.0669327974319458]),
+    ("maxwell", lambda k: jr.maxwell(k, (4,)),
+     [1.0390901565551758, 2.0984952449798584, 2.0221147537231445, 2.2252137660980225]),
+    ("double_sided_maxwell", lambda k: jr.double_sided_maxwell(k, 1.0, 2.0, (4,)),
+     [-1.9055814743041992, 3.073988676071167, -2.011235237121582, -3.2861266136169434]),
+    ("weibull_min", lambda k: jr.weibull_min(k, 2.0, 1.5, (4,)),
+     [0.8950875997543335, 1.9702900648117065, 0.8091670870780945, 0.5121291279792786]),
+    ("rayleigh", lambda k: jr.rayleigh(k, 2.0, (4,)),
+     [3.2886953353881836, 1.942833662033081, 3.444716691970825, 4.106168270111084]),
+    ("wald", lambda k: jr.wald(k, jnp.array([0.5, 1., 1.5, 4.])),
+     [1.2203145027160645, 0.5425871014595032, 1.8148272037506104, 14.582308769226074]),
+    ("multivariate_normal", lambda k: jr.multivariate_normal(
+        k, jnp.array([1., -1.]), jnp.array([[2., 0.5], [0.5, 1.]]), (2,)),
+     [[0.08466285467147827, -0.9335790872573853], [-0.059394121170043945, -2.356815814971924]]),
+]
+
+COMPOSED_GAMMA = [
+    ("t", lambda k: jr.t(k, 3.0, (4,)),
+     [-1.9853119850158691, -0.45443278551101685, 0.11144129186868668, -0.3603034019470215]),
+    ("chisquare", lambda k: jr.chisquare(k, jnp.array([0.3, 1., 4., 10.])),
+     [0.23220525681972504, 0.33763211965560913, 5.973471641540527, 16.915637969970703]),
+    ("f", lambda k: jr.f(k, 2.0, 5.0, (4,)),
+     [0.24545828998088837, 1.064743995666504, 3.9989521503448486, 6.501709938049316]),
+    ("generalized_normal", lambda k: jr.generalized_normal(k, 1.5, (4,)),
+     [-1.3731130361557007, 0.7604486346244812, -0.22939129173755646, -0.6500675678253174]),
+    ("ball", lambda k: jr.ball(k, 3, shape=(2,)),
+     [[0.14738377928733826, -0.4583342969417572, -0.02320527657866478],
+      [0.7073447704315186, -0.4830317199230194, -0.17564861476421356]]),
+]
+
+
+@pytest.mark.parametrize("name,fn,expected", COMPOSED_EXACT)
+def test_composed_samplers_bit_exact(name, fn, expected):
+  expected = np.asarray(expected)
+  for got in (fn(key(K)), ourjax.jit(fn)(key(K))):
+    got = np.asarray(got)
+    assert got.dtype == (np.int32 if expected.dtype.kind == "i" else np.float32), name
+    np.testing.assert_array_equal(got, expected.astype(got.dtype))
+
+
+@pytest.mark.parametrize("name,fn,expected", COMPOSED_ULP)
+def test_composed_samplers_within_ulps(name, fn, expected):
+  for got in (fn(key(K)), ourjax.jit(fn)(key(K))):
+    assert got.dtype == np.float32
+    assert ulp_diff(got, f32(expected)).max() <= 2, (name, np.asarray(got))
+
+
+@pytest.mark.parametrize("name,fn,expected", COMPOSED_GAMMA)
+def test_gamma_based_samplers_match_jax(name, fn, expected):
+  got = np.asarray(fn(key(K)))
+  assert got.dtype == np.float32
+  np.testing.assert_allclose(got, f32(expected), rtol=2e-6, atol=1e-7)
+
+
+def _weibull_cdf(x, lam=2.0, k=1.5):
+  return 1 - np.exp(-(np.maximum(x, 0) / lam) ** k)
+
+
+def _triangular_cdf(x, a=-1.0, c=0.5, b=2.0):
+  x = np.clip(x, a, b)
+  return np.where(x < c, (x - a) ** 2 / ((b - a) * (c - a)),
+                  1 - (b - x) ** 2 / ((b - a) * (b - c)))
+
+
+def _maxwell_cdf(x):
+  return _erf(x / math.sqrt(2)) - math.sqrt(2 / math.pi) * x * np.exp(-x * x / 2)
+
+
+@pytest.mark.parametrize("name,draw,cdf,mean,var", [
+    ("pareto", lambda k, n: jr.pareto(k, 3.0, (n,)), lambda x: 1 - np.maximum(x, 1) ** -3.0,
+     1.5, None),
+    ("maxwell", lambda k, n: jr.maxwell(k, (n,)), _maxwell_cdf, 2 * math.sqrt(2 / math.pi),
+     (3 * math.pi - 8) / math.pi),
+    ("weibull_min", lambda k, n: jr.weibull_min(k, 2.0, 1.5, (n,)), _weibull_cdf,
+     2 * math.gamma(1 + 1 / 1.5), 4 * (math.gamma(1 + 2 / 1.5) - math.gamma(1 + 1 / 1.5) ** 2)),
+    ("rayleigh", lambda k, n: jr.rayleigh(k, 2.0, (n,)), lambda x: 1 - np.exp(-x * x / 8),
+     2 * math.sqrt(math.pi / 2), (4 - math.pi) / 2 * 4),
+    ("triangular", lambda k, n: jr.triangular(k, -1.0, 0.5, 2.0, (n,)), _triangular_cdf,
+     0.5, (1 + 0.25 + 4 + 0.5 + 2 - 1) / 18),
+    ("wald", lambda k, n: jr.wald(k, 1.5, (n,)), None, 1.5, 1.5 ** 3),
+    ("double_sided_maxwell", lambda k, n: jr.double_sided_maxwell(k, 1.0, 2.0, (n,)), None,
+     1.0, 12.0),
+])
+def test_composed_distributions(name, draw, cdf, mean, var):
+  n = 40_000
+  x = np.asarray(draw(key(2024), n), np.float64)
+  assert x.shape == (n,) and np.isfinite(x).all()
+  if cdf is not None:
+    d = ks_statistic(x, cdf)
+    crit = 1.95 / math.sqrt(n)
+    assert d < crit, f"{name}: KS statistic {d:.4f} >= {crit:.4f}"
+  if var is not None:
+    assert abs(x.mean() - mean) < 5 * math.sqrt(var / n), (name, x.mean(), mean)
+    assert abs(x.var() / var - 1) < 0.1, (name, x.var(), var)
+  else:
+    assert abs(x.mean() / mean - 1) < 0.02, (name, x.mean(), mean)
+
+
+def test_gamma_based_distributions_moments():
+  n = 4000
+  def moments(x, mean, var, rel=0.15):
+    x = np.asarray(x, np.float64)
+    assert np.isfinite(x).all()
+    assert abs(x.mean() - mean) < 5 * math.sqrt(var / n), (x.mean(), mean)
+    assert abs(x.var() / var - 1) < rel, (x.var(), var)
+  moments(jr.chisquare(key(31), 3.0, (n,)), 3.0, 6.0)
+  moments(jr.t(key(32), 10.0, (n,)), 0.0, 10 / 8)
+  moments(jr.f(key(33), 5.0, 10.0, (n,)), 1.25, 2 * 100 * 13 / (5 * 64 * 6), rel=0.3)
+  p = 1.5   # generalized normal: variance Gamma(3/p) / Gamma(1/p)
+  moments(jr.generalized_normal(key(34), p, (n,)), 0.0, math.gamma(3 / p) / math.gamma(1 / p))
+  b = np.asarray(jr.ball(key(35), 3, shape=(n,)), np.float64)
+  r = np.sqrt((b * b).sum(-1))
+  assert b.shape == (n, 3) and (r <= 1).all()
+  assert ks_statistic(r, lambda v: np.clip(v, 0, 1) ** 3) < 1.95 / math.sqrt(n)  # uniform in volume
+
+
+def test_discrete_composed_distributions():
+  n = 20_000
+  g = np.asarray(jr.geometric(key(41), 0.3, (n,)))
+  assert g.dtype == np.int32 and g.min() >= 1
+  assert abs(g.mean() - 1 / 0.3) < 5 * math.sqrt(0.7 / 0.09 / n)
+  for cnt, p in ((20, 0.3), (200, 0.6)):   # the inversion and the BTRS paths
+    b = np.asarray(jr.binomial(key(42), cnt, p, (n,)), np.float64)
+    assert ((b >= 0) & (b <= cnt) & (b == np.round(b))).all()
+    assert abs(b.mean() - cnt * p) < 5 * math.sqrt(cnt * p * (1 - p) / n)
+    assert abs(b.var() / (cnt * p * (1 - p)) - 1) < 0.05
+  pm = np.array([0.2, 0.3, 0.5])
+  m = np.asarray(jr.multinomial(key(43), 30., jnp.asarray(pm, jnp.float32), shape=(4000, 3)))
+  assert (m.sum(-1) == 30).all()
+  np.testing.assert_allclose(m.mean(0), 30 * pm, atol=5 * math.sqrt(30 * 0.25 / 4000))
+
+
+def test_multivariate_normal_covariance_and_methods():
+  mean = np.array([1., -2., 0.5], np.float32)
+  a = np.array([[1., 0, 0], [0.5, 1, 0], [-0.3, 0.2, 0.7]], np.float32)
+  cov = a @ a.T
+  for method in ("cholesky", "eigh", "svd"):
+    x = np.asarray(jr.multivariate_normal(key(51), mean, cov, (20_000,), method=method),
+                   np.float64)
+    assert x.shape == (20_000, 3)
+    np.testing.assert_allclose(x.mean(0), mean, atol=0.05)
+    np.testing.assert_allclose(np.cov(x.T), cov, atol=0.06)
+  # batch shapes broadcast; errors as JAX's
+  assert jr.multivariate_normal(key(1), jnp.zeros((4, 2)), jnp.eye(2)).shape == (4, 2)
+  with pytest.raises(ValueError, match="method"):
+    jr.multivariate_normal(key(1), jnp.zeros(2), jnp.eye(2), method="qr")
+  with pytest.raises(ValueError, match="cov.shape"):
+    jr.multivariate_normal(key(1), jnp.zeros(2), jnp.eye(3))
+
+
+def test_composed_samplers_shapes_dtypes_and_errors():
+  k = key(0)
+  assert jr.double_sided_maxwell(k, jnp.zeros(2), 1.0, (3,)).shape == (3, 2)  # JAX's shapes
+  assert jr.pareto(k, jnp.ones((2, 3))).shape == (2, 3)
+  assert jr.geometric(k, 0.5, (2,), dtype=jnp.int16).dtype == np.int16
+  assert jr.multinomial(k, 5., jnp.array([.5, .5])).dtype == np.float32
+  with pytest.raises(TypeError, match="cannot safely cast"):
+    jr.rayleigh(k, jnp.ones(2, jnp.float32), dtype=jnp.float16)
+  with pytest.raises(ValueError, match="float dtype"):
+    jr.t(k, 3.0, (2,), dtype=jnp.int32)
+  with pytest.raises(ValueError, match="int dtype"):
+    jr.geometric(k, 0.5, (2,), dtype=jnp.float32)
+  with pytest.raises(ValueError, match="broadcast-compatible"):
+    jr.wald(k, jnp.ones(3), (2,))
+  with pytest.raises(ourjax.errors.ConcretizationTypeError):
+    ourjax.jit(lambda d: jr.ball(k, d))(3)
+  # vmap over keys matches a loop
+  keys = jr.split(key(5), 3)
+  batched = ourjax.vmap(lambda kk: jr.binomial(kk, 30, 0.4, (2,)))(keys)
+  looped = np.stack([np.asarray(jr.binomial(np.asarray(keys)[i], 30, 0.4, (2,)))
+                     for i in range(3)])
+  np.testing.assert_array_equal(np.asarray(batched), looped)
+  # key_dtype stands for the threefry key type
+  assert str(jr.key_dtype()) == "key<fry>"
+  assert as_list(jr.key(3, dtype=jr.key_dtype())) == as_list(jr.key(3))
+  with pytest.raises(ValueError, match="both"):
+    jr.key(3, impl="threefry2x32", dtype=jr.key_dtype())
