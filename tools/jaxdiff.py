@@ -975,6 +975,142 @@ C(G + "multivariate_normal", lambda: jax.random.multivariate_normal(
 C(G + "dirichlet", lambda: jax.random.dirichlet(K(), jnp.ones(3)))
 C(G + "shape_int_err", lambda: jax.random.normal(K(), 3))
 C(G + "uniform_int_dtype_err", lambda: jax.random.uniform(K(), (2,), dtype=jnp.int32))
+C(G + "pareto", lambda: jax.random.pareto(K(), 2.0, (4,)))
+C(G + "pareto_arr", lambda: jax.random.pareto(K(), jnp.array([0.5, 1., 3.])))
+C(G + "t", lambda: jax.random.t(K(), 3.0, (4,)))
+C(G + "chisquare", lambda: jax.random.chisquare(K(), jnp.array([0.3, 1., 10.])))
+C(G + "f", lambda: jax.random.f(K(), 2.0, 5.0, (4,)))
+C(G + "maxwell", lambda: jax.random.maxwell(K(), (4,)))
+C(G + "double_sided_maxwell", lambda: jax.random.double_sided_maxwell(K(), 1.0, 2.0, (4,)))
+C(G + "double_sided_maxwell_shape", lambda: jax.random.double_sided_maxwell(
+    K(), jnp.zeros(2), 1.0, (3,)))
+C(G + "weibull_min", lambda: jax.random.weibull_min(K(), 2.0, 1.5, (4,)))
+C(G + "generalized_normal", lambda: jax.random.generalized_normal(K(), 1.5, (4,)))
+C(G + "ball", lambda: jax.random.ball(K(), 3, shape=(2,)))
+C(G + "ball_p1", lambda: jax.random.ball(K(), 4, 1.0, (2,)))
+C(G + "rayleigh", lambda: jax.random.rayleigh(K(), 2.0, (4,)))
+C(G + "rayleigh_cast_err", lambda: jax.random.rayleigh(K(), jnp.ones(2), dtype=jnp.float16))
+C(G + "wald", lambda: jax.random.wald(K(), jnp.array([0.5, 1., 4.])))
+C(G + "geometric", lambda: jax.random.geometric(K(), 0.3, (6,)))
+C(G + "geometric_int16", lambda: jax.random.geometric(K(), 0.3, (3,), dtype=jnp.int16))
+C(G + "triangular", lambda: jax.random.triangular(K(), -1.0, 0.5, 2.0, (4,)))
+C(G + "binomial", lambda: jax.random.binomial(K(), 10, 0.3, (6,)))
+C(G + "binomial_btrs", lambda: jax.random.binomial(K(), jnp.array([50., 500, 5000]),
+                                                   jnp.array([0.3, 0.5, 0.01])))
+C(G + "binomial_edge", lambda: jax.random.binomial(
+    K(), jnp.array([0., -1., jnp.inf, 7.5, 3.]), jnp.array([0.5, 0.5, 0.5, 0.5, jnp.nan])))
+C(G + "multinomial", lambda: jax.random.multinomial(K(), 20., jnp.array([0.2, 0.3, 0.5])))
+C(G + "multinomial_int", lambda: jax.random.multinomial(
+    K(), jnp.array([10., 100.]), jnp.array([[0.1, 0.9], [0.5, 0.5]]), dtype=jnp.int32))
+C(G + "multivariate_normal_chol", lambda: jax.random.multivariate_normal(
+    K(), jnp.array([1., -1.]), jnp.array([[2., 0.5], [0.5, 1.]]), (3,)))
+C(G + "multivariate_normal_eigh", lambda: jax.random.multivariate_normal(
+    K(), jnp.zeros(2), jnp.array([[2., 0.5], [0.5, 1.]]), (2,), method="eigh"))
+C(G + "multivariate_normal_method_err", lambda: jax.random.multivariate_normal(
+    K(), jnp.zeros(2), jnp.eye(2), method="qr"))
+C(G + "key_dtype", lambda: str(jax.random.key_dtype()))
+C(G + "binomial_jit", lambda: jax.jit(lambda k: jax.random.binomial(k, 30, 0.4, (4,)))(K()))
+
+# ---- polynomials and window functions -------------------------------------------------------
+G = "poly/"
+PI = lambda: jnp.array([2, -5, 3, -1])  # noqa: E731
+PF = lambda: jnp.array([1., -3., 2.])  # noqa: E731
+C(G + "poly_scalar", lambda: jnp.poly(1))
+C(G + "poly_int", lambda: jnp.poly(jnp.array([1, 2, 3])))
+C(G + "poly_empty", lambda: jnp.poly(jnp.zeros(0)))
+C(G + "poly_complex", lambda: jnp.poly(jnp.array([1 + 1j, 1 - 1j])))
+C(G + "poly_matrix", lambda: jnp.poly(jnp.array([[1., 2], [3, 4]])))
+C(G + "poly_rect_err", lambda: jnp.poly(jnp.ones((2, 3))))
+C(G + "poly_f16", lambda: jnp.poly(jnp.array([1, 2], jnp.float16)))
+C(G + "poly_jit", lambda: jax.jit(jnp.poly)(jnp.array([1., 2, 3])))
+C(G + "polyadd_int", lambda: jnp.polyadd(jnp.array([1, 2, 3]), jnp.array([5, 6])))
+C(G + "polyadd_2d", lambda: jnp.polyadd(jnp.ones((1, 3)), jnp.ones((2, 3))))
+C(G + "polyadd_scalar_err", lambda: jnp.polyadd(1, 2))
+C(G + "polyadd_list_err", lambda: jnp.polyadd([1, 2], [3]))
+C(G + "polysub", lambda: jnp.polysub(jnp.array([1, 2, 3]), jnp.array([5., 6.])))
+C(G + "polysub_bool_err", lambda: jnp.polysub(jnp.array([True]), jnp.array([True])))
+C(G + "polymul", lambda: jnp.polymul(jnp.array([2, 1, 0]), jnp.array([0, 5, 0, 3])))
+C(G + "polymul_trim", lambda: jnp.polymul(jnp.array([2, 1, 0]), jnp.array([0, 5, 0, 3]),
+                                          trim_leading_zeros=True))
+C(G + "polymul_trim_jit_err", lambda: jax.jit(lambda a, b: jnp.polymul(
+    a, b, trim_leading_zeros=True))(jnp.array([2., 1]), jnp.array([1., 3])))
+C(G + "polymul_empty", lambda: jnp.polymul(jnp.zeros(0), jnp.array([1, 2])))
+C(G + "polymul_complex", lambda: jnp.polymul(jnp.array([2., 1 + 2j]), jnp.array([0, 5, 3])))
+C(G + "polymul_scalar_err", lambda: jnp.polymul(2.0, jnp.array([1, 2])))
+C(G + "polydiv", lambda: jnp.polydiv(jnp.array([5, 7, 9]), jnp.array([4, 1])))
+C(G + "polydiv_trim", lambda: jnp.polydiv(jnp.array([5, 7, 9]), jnp.array([4, 1]),
+                                          trim_leading_zeros=True))
+C(G + "polydiv_exact_trim", lambda: jnp.polydiv(jnp.array([1., 3, 2]), jnp.array([1., 1]),
+                                                trim_leading_zeros=True))
+C(G + "polydiv_short", lambda: jnp.polydiv(jnp.array([5.]), jnp.array([4., 1, 2])))
+C(G + "polydiv_jit", lambda: jax.jit(jnp.polydiv)(jnp.array([5., 7, 9]), jnp.array([4., 1])))
+C(G + "polyder", lambda: jnp.polyder(PI()))
+C(G + "polyder_m2", lambda: jnp.polyder(PI(), 2))
+C(G + "polyder_m0", lambda: jnp.polyder(PI(), 0))
+C(G + "polyder_big_m", lambda: jnp.polyder(PI(), 5))
+C(G + "polyder_neg_err", lambda: jnp.polyder(PI(), -1))
+C(G + "polyder_f16", lambda: jnp.polyder(PI().astype(jnp.float16)))
+C(G + "polyint", lambda: jnp.polyint(jnp.array([12, 12, 6])))
+C(G + "polyint_k", lambda: jnp.polyint(jnp.array([12, 12, 6]), k=4))
+C(G + "polyint_m2_k", lambda: jnp.polyint(jnp.array([12, 12, 6]), m=2, k=jnp.array([4, 5])))
+C(G + "polyint_m0", lambda: jnp.polyint(jnp.array([12, 12, 6]), m=0))
+C(G + "polyint_k_err", lambda: jnp.polyint(PI(), m=2, k=jnp.array([4, 5, 6])))
+C(G + "polyint_f16_weak_k", lambda: jnp.polyint(jnp.array([1, 2], jnp.float16), k=1.0))
+C(G + "roots", lambda: jnp.roots(PF()))
+C(G + "roots_int", lambda: jnp.roots(jnp.array([1, -3, 2])))
+C(G + "roots_leading_zero", lambda: jnp.roots(jnp.array([0, 1, 2])))
+C(G + "roots_nostrip", lambda: jnp.roots(jnp.array([0, 1, 2]), strip_zeros=False))
+C(G + "roots_all_zero", lambda: jnp.roots(jnp.zeros(3)))
+C(G + "roots_all_zero_nostrip", lambda: jnp.roots(jnp.zeros(3), strip_zeros=False))
+C(G + "roots_scalar", lambda: jnp.roots(3.0))
+C(G + "roots_complex_pair", lambda: jnp.roots(jnp.array([1., 0, 1])))
+C(G + "roots_complex_coeff", lambda: jnp.roots(jnp.array([1., 1j])))
+# the eigenvalue order is the solver's (LAPACK's in JAX): compare sorted real and imaginary parts
+C(G + "roots_deg5_parts", lambda: [jnp.sort(f(jnp.roots(jnp.array([1., 2, 3, 4, 5, 6]))))
+                                   for f in (jnp.real, jnp.imag)])
+C(G + "roots_trailing_zeros_parts", lambda: [jnp.sort(f(jnp.roots(jnp.array([1., -3, 2, 0, 0]))))
+                                             for f in (jnp.real, jnp.imag)])
+C(G + "roots_2d_err", lambda: jnp.roots(jnp.ones((2, 2))))
+C(G + "roots_jit_err", lambda: jax.jit(jnp.roots)(PF()))
+C(G + "roots_jit_nostrip", lambda: jax.jit(lambda p: jnp.roots(p, strip_zeros=False))(PF()))
+C(G + "roots_f16_err", lambda: jnp.roots(PF().astype(jnp.float16)))
+PX = lambda: jnp.array([3., 6, 9, 4])  # noqa: E731
+PY = lambda: jnp.array([0., 2, 8, 1])  # noqa: E731
+C(G + "polyfit", lambda: jnp.polyfit(PX(), PY(), 2))
+C(G + "polyfit_full", lambda: jnp.polyfit(PX(), PY(), 2, full=True))
+C(G + "polyfit_cov", lambda: jnp.polyfit(PX(), PY(), 2, cov=True))
+C(G + "polyfit_cov_unscaled", lambda: jnp.polyfit(PX(), PY(), 2, cov="unscaled"))
+C(G + "polyfit_w", lambda: jnp.polyfit(PX(), PY(), 1, w=jnp.array([1., 2, 1, 2])))
+C(G + "polyfit_2d", lambda: jnp.polyfit(PX(), jnp.stack([PY(), PY()[::-1]], 1), 1))
+C(G + "polyfit_2d_cov", lambda: jnp.polyfit(PX(), jnp.stack([PY(), PY()[::-1]], 1), 1,
+                                            cov=True))
+C(G + "polyfit_int_err", lambda: jnp.polyfit(jnp.array([3, 6, 9, 4]), jnp.array([0, 2, 8, 1]), 2))
+C(G + "polyfit_deg_err", lambda: jnp.polyfit(PX(), PY(), -1))
+C(G + "polyfit_len_err", lambda: jnp.polyfit(jnp.ones(3), jnp.ones(2), 1))
+C(G + "polyfit_cov_few_err", lambda: jnp.polyfit(jnp.array([1., 2]), jnp.array([1., 2]), 1,
+                                                 cov=True))
+C(G + "polyfit_jit", lambda: jax.jit(jnp.polyfit, static_argnums=2)(PX(), PY(), 1))
+C(G + "polyval_grad", lambda: jax.grad(lambda x: jnp.polyval(PF(), x))(2.0))
+G = "window/"
+for _w in ("bartlett", "blackman", "hamming", "hanning"):
+  def _window_cases(w=_w):
+    C(G + w, lambda: getattr(jnp, w)(7))
+    C(G + w + "_0", lambda: getattr(jnp, w)(0))
+    C(G + w + "_1", lambda: getattr(jnp, w)(1))
+    C(G + w + "_neg_err", lambda: getattr(jnp, w)(-1))
+    C(G + w + "_jit_err", lambda: jax.jit(getattr(jnp, w))(5))
+  _window_cases()
+C(G + "kaiser", lambda: jnp.kaiser(9, 6.0))
+C(G + "kaiser_big_beta", lambda: jnp.kaiser(12, 30.0))
+C(G + "kaiser_1", lambda: jnp.kaiser(1, 3.0))
+C(G + "kaiser_array_beta", lambda: jnp.kaiser(5, jnp.float32(2.0)))
+C(G + "i0", lambda: jnp.i0(jnp.array([-2., -1, 0, 1, 2, 9.5, 10.5, 40, 90])))
+C(G + "i0_weak", lambda: jnp.i0(1.0))
+C(G + "i0_int", lambda: jnp.i0(jnp.array([1, 2])))
+C(G + "i0_f16", lambda: jnp.i0(jnp.array([1., 2.], jnp.float16)))
+C(G + "i0_complex_err", lambda: jnp.i0(jnp.array([1j])))
+C(G + "i0_grad", lambda: jax.grad(jnp.i0)(1.5))
+C(G + "i0_grad_0", lambda: jax.grad(jnp.i0)(0.0))
 
 # ---- autodiff -------------------------------------------------------------------------------
 G = "grad/"

@@ -13,6 +13,8 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
                    compress/extract, choose, ix_, unravel_index/ravel_multi_index
   _misc.py         select, trapezoid, cross, cov/corrcoef, polyval, vander, convolve/correlate,
                    bincount, histogram
+  _polynomial.py   poly, polyadd/polysub/polymul/polydiv, polyder/polyint, polyfit, roots
+  _windows.py      bartlett, blackman, hamming, hanning, kaiser, i0
   _gathers.py      the internal gathers the functions above use
   _ufunc_api.py    the ufunc objects (jnp.add.reduce/.accumulate/.outer/.at)
   _scalar_types.py jnp.float32 & co. (callable dtype objects)
@@ -66,6 +68,9 @@ from ourjax.numpy._misc import (select, trapezoid, cross, cov, corrcoef, polyval
                                 tril_indices_from, triu_indices_from, diag_indices,
                                 diag_indices_from, fill_diagonal, resize, apply_along_axis,
                                 apply_over_axes, gradient, vectorize)
+from ourjax.numpy._polynomial import (poly, polyadd, polysub, polymul, polydiv,  # noqa: F401
+                                      polyder, polyint, polyfit, roots)
+from ourjax.numpy._windows import bartlett, blackman, hamming, hanning, kaiser, i0  # noqa: F401
 
 globals().update(_small_float_types)
 

@@ -371,6 +371,10 @@ def _hessenberg(h):
   def body(k, h):
     col = jnp.sum(jnp.where((idx == k)[None, :], h, 0), axis=1)
     x = jnp.where(idx > k, col, 0)
+    # the reflector does not depend on x's scale: scaled to a largest entry of about one, the
+    # squared norms below neither underflow (a tiny x left by rounding) nor overflow
+    big = jnp.max(_cabs1(x))
+    x = x / jnp.where(big > 0, big, 1).astype(h.dtype)
     alpha = jnp.sum(jnp.where(idx == k + 1, x, 0))
     nx = jnp.sqrt(jnp.sum(jnp.real(x * jnp.conj(x))))
     aa = jnp.abs(alpha)
