@@ -129,6 +129,11 @@ def test_polyder_polyint_conventions():
     jnp.polyint(p, -1)
   with pytest.raises(ValueError, match="length 1 or m"):
     jnp.polyint(p, 2, k=np.array([1., 2, 3]))
+  # the orders are static in JAX (jit static_argnames): an array is unhashable there
+  with pytest.raises(ValueError, match="Non-hashable"):
+    jnp.polyder(p, np.array(1))
+  with pytest.raises(ValueError, match="Non-hashable"):
+    jnp.polyint(p, jnp.array(1))
   check(ourjax.jit(jnp.polyder, static_argnums=1)(p, 2), np.array([12., -10]), F32)
   check(ourjax.jit(lambda q, k: jnp.polyint(q, 1, k))(p, 3.0), np.array([.5, -5 / 3, 1.5, -1, 3]),
         F32)
@@ -288,6 +293,8 @@ def test_polyfit_full_cov_and_errors():
     jnp.polyfit(np.ones(3), np.ones(2), 1)
   with pytest.raises(ValueError, match="exceed order"):
     jnp.polyfit(np.array([1., 2]), np.array([1., 2]), 1, cov=True)
+  with pytest.raises(ValueError, match="Non-hashable"):
+    jnp.polyfit(x, y, jnp.array(1))
   with pytest.raises(ValueError, match="not inexact"):
     jnp.polyfit(np.array([3, 6, 9, 4]), np.array([0, 2, 8, 1]), 2)
 
