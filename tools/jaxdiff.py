@@ -1091,7 +1091,7 @@ C(G + "polyfit_cov_few_err", lambda: jnp.polyfit(jnp.array([1., 2]), jnp.array([
                                                  cov=True))
 C(G + "polyfit_jit", lambda: jax.jit(jnp.polyfit, static_argnums=2)(PX(), PY(), 1))
 C(G + "polyval_grad", lambda: jax.grad(lambda x: jnp.polyval(PF(), x))(2.0))
-G = "window/"
+G = "winfn/"   # the window functions (lax.reduce_window cases are "window/")
 for _w in ("bartlett", "blackman", "hamming", "hanning"):
   def _window_cases(w=_w):
     C(G + w, lambda: getattr(jnp, w)(7))
