@@ -340,3 +340,18 @@ def test_dtype_functions(x64):
   assert jnp.finfo(jnp.bfloat16).bits == 16
   assert jnp.iinfo(jnp.int8).max == 127
   assert jnp.finfo(jnp.float32).eps == np.finfo(np.float32).eps
+
+
+def test_subbyte_int_types_and_numpy_aliases():
+  for name, lo, hi in (("int4", -8, 7), ("uint4", 0, 15), ("int2", -2, 1), ("uint2", 0, 3)):
+    t = getattr(jnp, name)
+    assert np.dtype(t).name == name and jnp.issubdtype(t, jnp.integer)
+    assert (jnp.iinfo(t).min, jnp.iinfo(t).max) == (lo, hi)
+    x = t(1)
+    assert x.dtype == np.dtype(t) and not x.weak_type
+    np.testing.assert_array_equal(np.asarray(jnp.array([1, 0], t), np.int32), [1, 0])
+  with pytest.raises(ourjax.dtypes.TypePromotionError):
+    jnp.int4(1) + jnp.float32(1)
+  assert jnp.array_str(jnp.array([1.5, 2.0])) == "[1.5 2. ]"
+  assert jnp.array_repr(jnp.arange(3)).endswith("([0, 1, 2], dtype=int32)")
+  assert jnp.ComplexWarning is np.exceptions.ComplexWarning

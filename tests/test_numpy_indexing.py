@@ -889,3 +889,75 @@ def test_at_get_fill_under_jit_vmap_grad():
   for r in range(3):
     np.add.at(want[r], idx[r], 2 * X[r, idx[r]])
   _check(got, want)
+
+
+# ------------------------------------------------------------------------------------------------
+# put_along_axis, place
+
+
+@given(shape=_shape(1, 3, 4).filter(lambda s: all(s)), data=st.data())
+def test_put_along_axis(shape, data):
+  X = _x(shape)
+  axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+  n = shape[axis]
+  ishape = list(shape)
+  ishape[axis] = data.draw(st.integers(1, n))
+  # distinct positions along the axis (duplicates leave which write wins unspecified)
+  perm = np.argsort(np.random.default_rng(data.draw(st.integers(0, 99))).random(shape), axis)
+  idx = np.take(perm, np.arange(ishape[axis]), axis=axis).astype(np.int32)
+  idx = np.where(data.draw(st.booleans()), idx - n, idx)     # negative indices count from the end
+  vals = np.arange(idx.size, dtype=np.float32).reshape(idx.shape) + 100
+  want = X.copy()
+  np.put_along_axis(want, idx, vals, axis)
+  _check(jnp.put_along_axis(X, idx, vals, axis, inplace=False), want)
+  want = X.copy()
+  np.put_along_axis(want, idx, np.float32(-1), axis)           # a scalar broadcasts
+  _check(jnp.put_along_axis(X, idx, -1.0, axis, inplace=False), want)
+  want = X.reshape(-1).copy()
+  flat = np.arange(min(3, X.size), dtype=np.int32)
+  np.put_along_axis(want, flat, np.float32(7), None)
+  _check(jnp.put_along_axis(X, flat, 7.0, None, inplace=False), want.reshape(shape))
+
+
+def test_put_along_axis_jit_grad_and_errors():
+  X = _x((3, 4))
+  idx = np.array([[1], [0], [3]], np.int32)
+  f = ourjax.jit(lambda a, v: jnp.put_along_axis(a, idx, v, 1, inplace=False))
+  want = X.copy()
+  np.put_along_axis(want, idx, np.float32(5), 1)
+  _check(f(X, np.float32(5)), want)
+  # the gradient: zero where overwritten; the value's is the sum over its copies
+  ga, gv = ourjax.grad(lambda a, v: (jnp.put_along_axis(a, idx, v, 1, inplace=False) ** 2)
+                       .sum(), argnums=(0, 1))(X, np.float32(2))
+  mask = np.ones_like(X)
+  np.put_along_axis(mask, idx, np.float32(0), 1)
+  _check(ga, 2 * X * mask)
+  _check(gv, np.array(12, np.float32))
+  with pytest.raises(ValueError, match="in-place"):
+    jnp.put_along_axis(X, idx, 1.0, 1)
+  with pytest.raises(ValueError, match="ndim"):
+    jnp.put_along_axis(X, idx[:, 0], 1.0, 1, inplace=False)
+  with pytest.raises(ValueError, match="broadcastable"):
+    jnp.put_along_axis(X, idx, np.ones(2), 1, inplace=False)
+
+
+@given(shape=_shape(0, 3, 4), data=st.data())
+def test_place(shape, data):
+  X = _x(shape)
+  mask = np.array(data.draw(st.lists(st.booleans(), min_size=X.size, max_size=X.size)),
+                  bool).reshape(shape)
+  vals = np.arange(data.draw(st.integers(1, 4)), dtype=np.float32) - 10
+  want = X.copy()
+  np.place(want, mask, vals)
+  _check(jnp.place(X, mask, vals, inplace=False), want)
+  _check(ourjax.jit(lambda a, m: jnp.place(a, m, vals, inplace=False))(X, mask), want)
+
+
+def test_place_errors():
+  X = _x((2, 3))
+  with pytest.raises(ValueError, match="in-place"):
+    jnp.place(X, X > 0, 1.0)
+  with pytest.raises(ValueError, match="same size"):
+    jnp.place(X, np.array([True]), 1.0, inplace=False)
+  with pytest.raises(ValueError, match="empty"):
+    jnp.place(X, X > 0, np.zeros(0), inplace=False)

@@ -247,3 +247,30 @@ def test_contractions_under_vmap_and_grad():
   check(ourjax.vmap(jnp.trace)(a[:, :, :3]), np.trace(a[:, :, :3], axis1=1, axis2=2))
   g = ourjax.grad(lambda x: jnp.sum(jnp.dot(x, b)))(a[0])
   check(g, np.broadcast_to(b.sum(1), (3, 4)))
+
+
+@given(data=st.data())
+def test_matvec_vecmat(data):
+  n, m = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
+  b1, b2 = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2,
+                                                       max_side=3)).input_shapes
+  mat = data.draw(arrays(np.float32, b1 + (n, m), lo=-3, hi=3))
+  vec = data.draw(arrays(np.float32, b2 + (m,), lo=-3, hi=3))
+  check(jnp.matvec(mat, vec), np.matvec(mat, vec), rtol=1e-5, atol=1e-5)
+  vec = data.draw(arrays(np.float32, b2 + (n,), lo=-3, hi=3))
+  check(jnp.vecmat(vec, mat), np.vecmat(vec, mat), rtol=1e-5, atol=1e-5)
+
+
+def test_matvec_vecmat_complex_jit_errors():
+  a = (np.arange(6).reshape(2, 3) + 1j).astype(np.complex64)
+  v = np.array([1j, 2.0, -1], np.complex64)
+  check(jnp.matvec(a, v), np.matvec(a, v), rtol=1e-6, atol=1e-6)
+  check(jnp.vecmat(v[:2], a), np.vecmat(v[:2], a), rtol=1e-6, atol=1e-6)   # conjugates v
+  check(ourjax.jit(jnp.matvec)(np.ones((2, 3), np.int32), np.arange(3, dtype=np.int32)),
+        np.array([3, 3], np.int32))
+  check(ourjax.grad(lambda x: jnp.vecmat(x, np.ones((2, 3), np.float32)).sum())(
+      np.ones(2, np.float32)), np.full(2, 3, np.float32))
+  with pytest.raises(ValueError):
+    jnp.matvec(np.ones(3), np.ones(3))
+  with pytest.raises(ValueError):
+    jnp.vecmat(np.ones(3), np.ones((2, 3)))

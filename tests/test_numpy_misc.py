@@ -219,3 +219,133 @@ def test_vectorize():
   check(ourjax.jit(mv)(a, b), np.einsum("...ij,j->...i", a, b))
   with pytest.raises(ValueError, match="core dimension"):
     mv(a, np.ones(5, np.float32))
+
+
+# ------------------------------------------------------------------------------------------------
+# piecewise, histogram2d/histogramdd, mask_indices, packbits/unpackbits, trim_zeros, unwrap
+
+
+def test_piecewise():
+  x = np.linspace(-2, 2, 9, dtype=np.float32)
+  conds = [x < 0, x > 1]
+  funcs = [lambda v: -v, lambda v: v ** 2, 7.0]         # the last one is the default
+  want = np.piecewise(x, conds, funcs)
+  check(jnp.piecewise(x, conds, funcs), want)
+  check(ourjax.jit(lambda v: jnp.piecewise(v, [v < 0, v > 1], funcs))(x), want)
+  # later conditions win; constants and results take x's dtype; extra arguments pass through
+  xi = np.arange(6, dtype=np.int32)
+  check(jnp.piecewise(xi, [xi < 4, xi > 1], [1.5, lambda v, a: v * a], 3),
+        np.piecewise(xi, [xi < 4, xi > 1], [1.5, lambda v, a: v * a], 3))
+  g = ourjax.grad(lambda v: jnp.piecewise(v, [v < 1], [lambda t: t ** 3, lambda t: 2 * t]))
+  check(g(np.float32(0.5)), np.float32(0.75))
+  with pytest.raises(ValueError, match="functions are expected"):
+    jnp.piecewise(x, conds, [1, 2, 3, 4])
+
+
+@given(data=st.data())
+def test_histogram2d_histogramdd(data):
+  n = data.draw(st.integers(1, 12))
+  pts = data.draw(arrays(np.float32, (n, 3), lo=-4, hi=4))
+  w = data.draw(arrays(np.float32, (n,), lo=0, hi=2))
+  p64 = pts.astype(np.float64)
+
+  def reference(edges, **kw):    # NumPy's binning with the edges computed (in float32) here
+    return np.histogramdd(p64[:, :len(edges)], bins=[np.asarray(e, np.float64) for e in edges],
+                          **kw)[0]
+  bins = data.draw(st.sampled_from([3, [2, 4, 3]]))
+  h, edges = jnp.histogramdd(pts, bins=bins)
+  for e, ee in zip(edges, np.histogramdd(p64, bins=bins)[1]):
+    check(e, ee.astype(np.float32), rtol=1e-5, atol=1e-5)
+  check(h, reference(edges), dtype=np.int32)
+  h, edges = jnp.histogramdd(pts, bins=bins, weights=w)
+  check(h, reference(edges, weights=w).astype(np.float32), rtol=1e-5, atol=1e-5)
+  rng = [(-1, 1), None, (0, 2)]
+  h, edges = jnp.histogramdd(pts, bins=2, range=rng)
+  check(edges[0], np.linspace(-1, 1, 3, dtype=np.float32))
+  check(h, reference(edges), dtype=np.int32)
+  h, ex, ey = jnp.histogram2d(pts[:, 0], pts[:, 1], bins=[2, 3], density=True)
+  check(h, reference([ex, ey], density=True).astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_histogram_errors_and_jit():
+  pts = np.array([[0.0, 1.0], [0.5, -1.0], [2.0, 0.0]], np.float32)
+  with pytest.raises(ValueError, match="one weight"):
+    jnp.histogramdd(pts, weights=np.ones(2, np.float32))
+  with pytest.raises(ValueError, match="bin for each"):
+    jnp.histogramdd(pts, bins=[2])
+  with pytest.raises(ValueError, match="range"):
+    jnp.histogramdd(pts, range=[(0, 1)])
+  h, ex, ey = ourjax.jit(lambda x, y: jnp.histogram2d(x, y, bins=2))(pts[:, 0], pts[:, 1])
+  check(h, np.histogram2d(pts[:, 0], pts[:, 1], bins=2)[0], dtype=np.int32)
+
+
+def test_mask_indices():
+  for k in (-1, 0, 2):
+    for fn, np_fn in ((jnp.triu, np.triu), (jnp.tril, np.tril)):
+      got, want = jnp.mask_indices(4, fn, k), np.mask_indices(4, np_fn, k)
+      for g, w in zip(got, want):
+        check(g, w, dtype=np.int32)
+  r, c = jnp.mask_indices(3, jnp.triu, 1, size=4)
+  check(r, np.array([0, 0, 1, 0]), dtype=np.int32)
+  check(c, np.array([1, 2, 2, 0]), dtype=np.int32)
+
+
+@given(data=st.data())
+def test_packbits_unpackbits(data):
+  shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=11))
+  a = data.draw(arrays(data.draw(st.sampled_from([np.bool_, np.int32, np.uint8])), shape,
+                       lo=-2, hi=2))
+  axis = data.draw(st.sampled_from([None] + list(range(-len(shape), len(shape)))))
+  order = data.draw(st.sampled_from(["big", "little"]))
+  packed = jnp.packbits(a, axis=axis, bitorder=order)
+  want = np.packbits(a, axis=axis, bitorder=order)
+  check(packed, want)
+  count = data.draw(st.sampled_from([None, 0, 3, -2, 20]))
+  check(jnp.unpackbits(want, axis=axis, count=count, bitorder=order),
+        np.unpackbits(want, axis=axis, count=count, bitorder=order))
+
+
+def test_packbits_errors():
+  with pytest.raises(TypeError, match="integer or boolean"):
+    jnp.packbits(np.ones(3, np.float32))
+  with pytest.raises(TypeError, match="unsigned byte"):
+    jnp.unpackbits(np.ones(3, np.int32))
+  with pytest.raises(ValueError, match="'little' or 'big'"):
+    jnp.packbits(np.ones(3, np.int32), bitorder="middle")
+  with pytest.raises(ValueError, match="Non-hashable"):
+    jnp.packbits(np.ones(3, np.int32), jnp.array(0))
+  check(ourjax.jit(jnp.packbits)(np.array([1, 0, 1], np.int32)), np.array([160], np.uint8))
+
+
+@given(data=st.data())
+def test_trim_zeros(data):
+  shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=5))
+  a = data.draw(arrays(np.int32, shape, lo=0, hi=1))
+  trim = data.draw(st.sampled_from(["fb", "f", "b", "FB"]))
+  axis = data.draw(st.sampled_from([None, -1, 0]))
+  check(jnp.trim_zeros(a, trim, axis), np.trim_zeros(a, trim, axis))
+  with pytest.raises(ourjax.errors.ConcretizationTypeError):
+    ourjax.jit(jnp.trim_zeros)(a)
+
+
+@given(data=st.data())
+def test_unwrap(data):
+  shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=6))
+  p = data.draw(arrays(np.float32, shape, lo=-20, hi=20))
+  axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+  kw = data.draw(st.sampled_from([{}, dict(discont=4.0), dict(period=4.0),
+                                  dict(period=5.0, discont=1.0)]))
+  want = np.unwrap(p.astype(np.float64), axis=axis, **kw).astype(np.float32)
+  check(jnp.unwrap(p, axis=axis, **kw), want, rtol=1e-4, atol=1e-4)
+  pi = np.round(p).astype(np.int32)
+  check(jnp.unwrap(pi, axis=axis, period=8), np.unwrap(pi, axis=axis, period=8))
+
+
+def test_unwrap_jit_grad_errors():
+  p = np.array([0.0, 3.0, 6.5, -0.5, 1.0, 8.0], np.float32)
+  check(ourjax.jit(jnp.unwrap)(p), np.unwrap(p.astype(np.float64)).astype(np.float32),
+        rtol=1e-5, atol=1e-5)
+  # a sum of p and piecewise-constant corrections: the gradient of sum(unwrap(p)) is all ones
+  check(ourjax.grad(lambda v: jnp.unwrap(v).sum())(p), np.ones(6, np.float32))
+  with pytest.raises(ValueError, match="complex"):
+    jnp.unwrap(np.array([1j, 2j]))

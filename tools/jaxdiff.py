@@ -2607,6 +2607,250 @@ def _dc_static():
   return out.x, out.n
 
 
+# ---- set operations, unique_*, and other late additions to jnp (named after the function) ---------
+G = "setops/"
+SA = lambda: jnp.array([3, 1, 4, 1, 5, 9, 2, 6])  # noqa: E731
+SB = lambda: jnp.array([2, 7, 1, 8, 2, 8])  # noqa: E731
+SF = lambda: jnp.array([1.5, jnp.nan, -0.5, 1.5, jnp.nan, 3.0])  # noqa: E731
+SG = lambda: jnp.array([jnp.nan, 3.0, 2.0])  # noqa: E731
+for _f in ("union1d", "intersect1d", "setdiff1d", "setxor1d"):
+  def _set_cases(f=_f):
+    fn = lambda *a, **k: getattr(jnp, f)(*a, **k)  # noqa: E731
+    C(G + f, lambda: fn(SA(), SB()))
+    C(G + f + "_nan", lambda: fn(SF(), SG()))
+    C(G + f + "_mixed_dtype", lambda: fn(SA(), jnp.array([1.0, 2.5, 9.0])))
+    C(G + f + "_mixed_dtype_rev", lambda: fn(jnp.array([1.0, 2.5, 9.0]), SA()))
+    C(G + f + "_weak_scalar", lambda: fn(SA(), 4))
+    C(G + f + "_int8_weak", lambda: fn(jnp.array([1, 2, 3], jnp.int8), 2))
+    C(G + f + "_bool", lambda: fn(jnp.array([True, True]), jnp.array([False, True])))
+    C(G + f + "_2d", lambda: fn(jnp.array([[5, 1], [3, 1]]), jnp.array([[1, 2, 3]])))
+    C(G + f + "_empty", lambda: fn(jnp.zeros(0, jnp.int32), SB()))
+    C(G + f + "_both_empty", lambda: fn(jnp.zeros(0), jnp.zeros(0)))
+    C(G + f + "_size_pad", lambda: fn(SA(), SB(), size=12))
+    C(G + f + "_size_cut", lambda: fn(SA(), SB(), size=2))
+    C(G + f + "_size_fill", lambda: fn(SA(), SB(), size=12, fill_value=-1))
+    C(G + f + "_size_fill_float", lambda: fn(SA(), SB(), size=12, fill_value=2.5))
+    C(G + f + "_size_empty", lambda: fn(jnp.zeros(0, jnp.int32), jnp.zeros(0, jnp.int32),
+                                        size=3))
+    C(G + f + "_size_empty_fill", lambda: fn(jnp.zeros(0, jnp.int32), jnp.zeros(0, jnp.int32),
+                                             size=3, fill_value=7))
+    C(G + f + "_size_nan", lambda: fn(SF(), SG(), size=8))
+    C(G + f + "_jit_err", lambda: jax.jit(fn)(SA(), SB()))
+    C(G + f + "_jit_size", lambda: jax.jit(lambda a, b: fn(a, b, size=10))(SA(), SB()))
+    C(G + f + "_jit_size_fill", lambda: jax.jit(lambda a, b: fn(a, b, size=10, fill_value=0))(
+        SA(), SB()))
+    C(G + f + "_vmap_size", lambda: jax.vmap(lambda a, b: fn(a, b, size=6))(
+        jnp.array([[1, 2, 3], [3, 3, 0]]), jnp.array([[2, 5], [0, 4]])))
+    C(G + f + "_list_err", lambda: fn([1, 2], SB()))
+    C(G + f + "_size_traced_err", lambda: jax.jit(lambda a, n: fn(a, a, size=n))(SA(), 3))
+    if f != "union1d":
+      C(G + f + "_assume_unique", lambda: fn(jnp.array([5, 1, 3]), jnp.array([3, 2, 6, 5]),
+                                             assume_unique=True))
+      C(G + f + "_assume_unique_size", lambda: fn(jnp.array([5, 1, 3]), jnp.array([3, 2, 6, 5]),
+                                                  True, size=5))
+      C(G + f + "_assume_unique_jit_err", lambda: jax.jit(lambda a, b: fn(
+          a, b, assume_unique=True))(jnp.array([5, 1, 3]), jnp.array([3, 2, 6, 5])))
+  _set_cases()
+C(G + "intersect1d_indices", lambda: jnp.intersect1d(SA(), SB(), return_indices=True))
+C(G + "intersect1d_indices_2d", lambda: jnp.intersect1d(jnp.array([[5, 1], [3, 1]]),
+                                                        jnp.array([[1, 2, 3]]),
+                                                        return_indices=True))
+C(G + "intersect1d_indices_unique", lambda: jnp.intersect1d(
+    jnp.array([5, 1, 3]), jnp.array([3, 2, 6, 5]), assume_unique=True, return_indices=True))
+C(G + "intersect1d_indices_size", lambda: jnp.intersect1d(SA(), SB(), return_indices=True,
+                                                          size=5))
+C(G + "intersect1d_indices_size_unique", lambda: jnp.intersect1d(
+    jnp.array([5, 1, 3]), jnp.array([3, 2, 6, 5]), True, True, size=4, fill_value=-2))
+C(G + "intersect1d_indices_jit_size", lambda: jax.jit(lambda a, b: jnp.intersect1d(
+    a, b, return_indices=True, size=4))(SA(), SB()))
+C(G + "intersect1d_indices_nan", lambda: jnp.intersect1d(SF(), SG(), return_indices=True))
+C(G + "intersect1d_indices_empty", lambda: jnp.intersect1d(jnp.zeros(0), SG(),
+                                                           return_indices=True))
+C(G + "intersect1d_indices_f16", lambda: jnp.intersect1d(jnp.array([1, 2], jnp.float16),
+                                                         jnp.array([2.0, 3.0]),
+                                                         return_indices=True))
+UX = lambda: jnp.array([[2.0, jnp.nan, 1.0], [2.0, jnp.nan, 0.5]])  # noqa: E731
+for _f in ("unique_values", "unique_counts", "unique_inverse", "unique_all"):
+  def _uniq_cases(f=_f):
+    fn = lambda *a, **k: getattr(jnp, f)(*a, **k)  # noqa: E731
+    C(G + f, lambda: fn(SA()))
+    C(G + f + "_2d_nan", lambda: fn(UX()))
+    C(G + f + "_scalar", lambda: fn(3))
+    C(G + f + "_bool", lambda: fn(jnp.array([True, False, True])))
+    C(G + f + "_weak", lambda: fn(jnp.asarray(2.0)))
+    C(G + f + "_empty", lambda: fn(jnp.zeros((0, 2))))
+    C(G + f + "_size", lambda: fn(SA(), size=9))
+    C(G + f + "_size_cut", lambda: fn(SA(), size=3))
+    C(G + f + "_size_fill", lambda: fn(SA(), size=9, fill_value=-1))
+    C(G + f + "_size_empty_err", lambda: fn(jnp.zeros(0), size=2))
+    C(G + f + "_jit_err", lambda: jax.jit(fn)(SA()))
+    C(G + f + "_jit_size", lambda: jax.jit(lambda a: fn(a, size=9))(SA()))
+    C(G + f + "_positional_size_err", lambda: fn(SA(), 9))
+    C(G + f + "_list_err", lambda: fn([1, 2]))
+  _uniq_cases()
+
+PA = lambda: jnp.arange(12.0).reshape(3, 4)  # noqa: E731
+G = "misc2/"
+C(G + "put_along_axis", lambda: jnp.put_along_axis(PA(), jnp.array([[1], [0], [3]]), -1.0, 1,
+                                                   inplace=False))
+C(G + "put_along_axis_axis0", lambda: jnp.put_along_axis(PA(), jnp.array([[2, 0, 1, 1]]),
+                                                         jnp.array([[7.0, 8.0, 9.0, 10.0]]),
+                                                         axis=0, inplace=False))
+C(G + "put_along_axis_none", lambda: jnp.put_along_axis(PA(), jnp.array([0, 5, 11]),
+                                                        jnp.array([1.0, 2.0, 3.0]), None,
+                                                        inplace=False))
+C(G + "put_along_axis_int_values_float", lambda: jnp.put_along_axis(
+    jnp.arange(6).reshape(2, 3), jnp.array([[0], [2]]), 2.7, 1, inplace=False))
+C(G + "put_along_axis_neg_idx", lambda: jnp.put_along_axis(PA(), jnp.array([[-1], [0], [-4]]),
+                                                           0.0, -1, inplace=False))
+C(G + "put_along_axis_oob", lambda: jnp.put_along_axis(PA(), jnp.array([[9], [0], [1]]), 0.0,
+                                                       1, inplace=False))
+C(G + "put_along_axis_mode_clip", lambda: jnp.put_along_axis(
+    PA(), jnp.array([[9], [0], [1]]), 0.0, 1, inplace=False, mode="clip"))
+C(G + "put_along_axis_inplace_err", lambda: jnp.put_along_axis(PA(), jnp.array([[1], [0], [3]]),
+                                                               -1.0, 1))
+C(G + "put_along_axis_ndim_err", lambda: jnp.put_along_axis(PA(), jnp.array([1, 0, 3]), -1.0,
+                                                            1, inplace=False))
+C(G + "put_along_axis_values_err", lambda: jnp.put_along_axis(
+    PA(), jnp.array([[1], [0], [3]]), jnp.ones(2), 1, inplace=False))
+C(G + "put_along_axis_float_idx_err", lambda: jnp.put_along_axis(
+    PA(), jnp.array([[1.0], [0.0], [3.0]]), 0.0, 1, inplace=False))
+C(G + "put_along_axis_jit", lambda: jax.jit(lambda a, i, v: jnp.put_along_axis(
+    a, i, v, 1, inplace=False))(PA(), jnp.array([[1, 2], [0, 0], [3, 3]]), jnp.float32(5)))
+C(G + "put_along_axis_grad", lambda: jax.grad(lambda a, v: jnp.sum(jnp.put_along_axis(
+    a, jnp.array([[1], [0], [3]]), v, 1, inplace=False) ** 2), argnums=(0, 1))(PA(), 2.0))
+C(G + "put_along_axis_broadcast", lambda: jnp.put_along_axis(
+    jnp.zeros((2, 3, 4)), jnp.array([[[1]], [[2]]]), 1.0, 2, inplace=False))
+C(G + "place", lambda: jnp.place(PA(), PA() > 5, jnp.array([-1.0, -2.0]), inplace=False))
+C(G + "place_int_mask", lambda: jnp.place(jnp.arange(5), jnp.array([0, 1, 0, 2, 0]), 9,
+                                          inplace=False))
+C(G + "place_inplace_err", lambda: jnp.place(PA(), PA() > 5, jnp.array([-1.0])))
+C(G + "place_size_err", lambda: jnp.place(PA(), jnp.array([True]), 1.0, inplace=False))
+C(G + "place_empty_vals_err", lambda: jnp.place(PA(), PA() > 5, jnp.zeros(0), inplace=False))
+C(G + "place_jit", lambda: jax.jit(lambda a, m: jnp.place(a, m, jnp.array([7.0, 8.0]),
+                                                         inplace=False))(PA(), PA() < 3))
+C(G + "place_weak", lambda: jnp.place(jnp.asarray(1.0), jnp.asarray(True), 2, inplace=False))
+C(G + "piecewise", lambda: jnp.piecewise(jnp.linspace(-2, 2, 5), [jnp.linspace(-2, 2, 5) < 0,
+                                                                  jnp.linspace(-2, 2, 5) >= 0],
+                                         [lambda x: -x, lambda x: x ** 2]))
+C(G + "piecewise_default", lambda: jnp.piecewise(jnp.arange(5.0), [jnp.arange(5.0) < 2],
+                                                 [lambda x: x * 10, 7.0]))
+C(G + "piecewise_consts", lambda: jnp.piecewise(jnp.arange(5), [jnp.arange(5) < 2,
+                                                                jnp.arange(5) > 3], [1.5, 2]))
+C(G + "piecewise_args", lambda: jnp.piecewise(jnp.arange(4.0), [jnp.arange(4.0) > 1],
+                                              [lambda x, a, b=0: x * a + b], 3.0, b=1.0))
+C(G + "piecewise_count_err", lambda: jnp.piecewise(jnp.arange(4.0), [jnp.arange(4.0) > 1],
+                                                   [1, 2, 3]))
+C(G + "piecewise_jit", lambda: jax.jit(lambda x: jnp.piecewise(
+    x, [x < 1, x > 2], [jnp.sin, jnp.cos, 0.5]))(jnp.arange(4.0)))
+C(G + "piecewise_grad", lambda: jax.grad(lambda x: jnp.piecewise(
+    x, [x < 1], [lambda x: x ** 3, lambda x: 2 * x]))(0.5))
+C(G + "piecewise_scalar", lambda: jnp.piecewise(2.0, [True], [lambda x: x + 1]))
+C(G + "trim_zeros", lambda: jnp.trim_zeros(jnp.array([0, 0, 1, 0, 2, 0])))
+C(G + "trim_zeros_f", lambda: jnp.trim_zeros(jnp.array([0, 0, 1, 0, 2, 0]), "f"))
+C(G + "trim_zeros_b", lambda: jnp.trim_zeros(jnp.array([0.0, 1.0, 0.0]), trim="B"))
+C(G + "trim_zeros_all_zero", lambda: jnp.trim_zeros(jnp.zeros(3)))
+C(G + "trim_zeros_2d", lambda: jnp.trim_zeros(jnp.array([[0, 0, 0], [0, 1, 0], [0, 0, 2]])))
+C(G + "trim_zeros_2d_axis", lambda: jnp.trim_zeros(jnp.array([[0, 0, 0], [0, 1, 0]]),
+                                                   axis=1))
+C(G + "trim_zeros_jit_err", lambda: jax.jit(jnp.trim_zeros)(jnp.array([0, 1, 0])))
+C(G + "trim_zeros_empty", lambda: jnp.trim_zeros(jnp.zeros(0)))
+C(G + "mask_indices", lambda: jnp.mask_indices(3, jnp.triu))
+C(G + "mask_indices_k", lambda: jnp.mask_indices(4, jnp.tril, -1))
+C(G + "mask_indices_size", lambda: jnp.mask_indices(3, jnp.triu, 1, size=5))
+PB = lambda: jnp.array([[1, 0, 1, 1, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0, 1]])  # noqa
+C(G + "packbits", lambda: jnp.packbits(PB()))
+C(G + "packbits_axis", lambda: jnp.packbits(PB(), axis=1))
+C(G + "packbits_axis0", lambda: jnp.packbits(PB(), axis=0))
+C(G + "packbits_little", lambda: jnp.packbits(PB(), axis=-1, bitorder="little"))
+C(G + "packbits_bool", lambda: jnp.packbits(PB() > 0))
+C(G + "packbits_nonbinary", lambda: jnp.packbits(jnp.array([0, 2, -1, 0, 0, 0, 0, 0, 3])))
+C(G + "packbits_float_err", lambda: jnp.packbits(jnp.ones(3)))
+C(G + "packbits_order_err", lambda: jnp.packbits(PB(), bitorder="middle"))
+C(G + "packbits_jit", lambda: jax.jit(jnp.packbits, static_argnames="axis")(PB(), axis=1))
+C(G + "packbits_scalar", lambda: jnp.packbits(1))
+UP = lambda: jnp.array([[2, 7], [255, 128]], jnp.uint8)  # noqa: E731
+C(G + "unpackbits", lambda: jnp.unpackbits(UP()))
+C(G + "unpackbits_axis", lambda: jnp.unpackbits(UP(), axis=1))
+C(G + "unpackbits_axis0_little", lambda: jnp.unpackbits(UP(), axis=0, bitorder="little"))
+C(G + "unpackbits_count", lambda: jnp.unpackbits(UP(), axis=1, count=5))
+C(G + "unpackbits_count_pad", lambda: jnp.unpackbits(UP(), axis=1, count=20))
+C(G + "unpackbits_count_neg", lambda: jnp.unpackbits(UP(), axis=1, count=-3))
+C(G + "unpackbits_int_err", lambda: jnp.unpackbits(jnp.array([1, 2])))
+C(G + "unpackbits_order_err", lambda: jnp.unpackbits(UP(), bitorder="x"))
+C(G + "unpackbits_roundtrip", lambda: jnp.unpackbits(jnp.packbits(PB(), axis=1), axis=1,
+                                                     count=10))
+C(G + "spacing", lambda: jnp.spacing(jnp.array([0.0, 1.0, -1.0, 1e30, -0.0, jnp.inf, jnp.nan,
+                                                1e-40])))
+C(G + "spacing_f16", lambda: jnp.spacing(jnp.array([0.0, 1.0, -2.0, 65504.0], jnp.float16)))
+C(G + "spacing_bf16", lambda: jnp.spacing(jnp.array([0.0, 1.0, -2.0], jnp.bfloat16)))
+C(G + "spacing_int", lambda: jnp.spacing(jnp.array([1, -4])))
+C(G + "spacing_weak", lambda: jnp.spacing(1.0))
+C(G + "spacing_complex_err", lambda: jnp.spacing(jnp.array([1j])))
+C(G + "spacing_jit", lambda: jax.jit(jnp.spacing)(jnp.array([0.0, 1.0, -3.0])))
+UW = lambda: jnp.array([0.0, 3.0, 6.5, -0.5, 1.0, 8.0])  # noqa: E731
+C(G + "unwrap", lambda: jnp.unwrap(UW()))
+C(G + "unwrap_discont", lambda: jnp.unwrap(UW(), discont=4.0))
+C(G + "unwrap_period", lambda: jnp.unwrap(UW(), period=4.0))
+C(G + "unwrap_int", lambda: jnp.unwrap(jnp.array([0, 5, 9, 1, 13]), period=8))
+C(G + "unwrap_2d_axis0", lambda: jnp.unwrap(jnp.stack([UW(), -UW()]), axis=0))
+C(G + "unwrap_complex_err", lambda: jnp.unwrap(jnp.array([1j, 2j])))
+C(G + "unwrap_empty", lambda: jnp.unwrap(jnp.zeros(0)))
+C(G + "unwrap_grad", lambda: jax.grad(lambda p: jnp.sum(jnp.unwrap(p) ** 2))(UW()))
+C(G + "unwrap_jit", lambda: jax.jit(jnp.unwrap)(UW()))
+C(G + "unwrap_weak", lambda: jnp.unwrap(jnp.asarray(2.0) * jnp.ones(3)))
+C(G + "matvec", lambda: jnp.matvec(m23(), f3()))
+C(G + "matvec_batch", lambda: jnp.matvec(jnp.ones((4, 1, 2, 3)), jnp.arange(15.0).reshape(5, 3)))
+C(G + "matvec_int", lambda: jnp.matvec(i23(), a3()))
+C(G + "matvec_complex", lambda: jnp.matvec(m23() * 1j, f3() + 1j))
+C(G + "matvec_err", lambda: jnp.matvec(f3(), f3()))
+C(G + "matvec_mismatch_err", lambda: jnp.matvec(m23(), jnp.ones(2)))
+C(G + "vecmat", lambda: jnp.vecmat(jnp.ones(2), m23()))
+C(G + "vecmat_batch", lambda: jnp.vecmat(jnp.arange(6.0).reshape(3, 1, 2), jnp.ones((4, 2, 5))))
+C(G + "vecmat_complex", lambda: jnp.vecmat(jnp.array([1j, 2.0]), m23() + 1j))
+C(G + "vecmat_err", lambda: jnp.vecmat(f3(), m23()))
+C(G + "vecmat_grad", lambda: jax.grad(lambda v: jnp.sum(jnp.vecmat(v, m23())))(jnp.ones(2)))
+C(G + "vecmat_jit", lambda: jax.jit(jnp.vecmat)(jnp.ones(2), m23()))
+HX = lambda: jnp.array([0.0, 0.5, 1.0, 2.5, 3.0, 1.2])  # noqa: E731
+HY = lambda: jnp.array([1.0, -1.0, 0.0, 0.5, 2.0, 1.9])  # noqa: E731
+C(G + "histogram2d", lambda: jnp.histogram2d(HX(), HY()))
+C(G + "histogram2d_bins", lambda: jnp.histogram2d(HX(), HY(), bins=3))
+C(G + "histogram2d_bins_pair", lambda: jnp.histogram2d(HX(), HY(), bins=[2, 4]))
+C(G + "histogram2d_edges", lambda: jnp.histogram2d(HX(), HY(), bins=jnp.array([0.0, 1.0, 3.0])))
+C(G + "histogram2d_range", lambda: jnp.histogram2d(HX(), HY(), bins=2, range=[[0, 2], [-1, 1]]))
+C(G + "histogram2d_weights", lambda: jnp.histogram2d(HX(), HY(), bins=2, weights=HX()))
+C(G + "histogram2d_density", lambda: jnp.histogram2d(HX(), HY(), bins=2, density=True))
+C(G + "histogram2d_int", lambda: jnp.histogram2d(jnp.array([0, 1, 2]), jnp.array([2, 1, 1]),
+                                                  bins=2))
+C(G + "histogram2d_jit", lambda: jax.jit(lambda x, y: jnp.histogram2d(x, y, bins=3))(HX(), HY()))
+C(G + "histogramdd", lambda: jnp.histogramdd(jnp.stack([HX(), HY(), HX() * HY()], 1), bins=2))
+C(G + "histogramdd_bins_list", lambda: jnp.histogramdd(jnp.stack([HX(), HY()], 1),
+                                                       bins=[2, jnp.array([-1.0, 0.0, 5.0])]))
+C(G + "histogramdd_range_none", lambda: jnp.histogramdd(jnp.stack([HX(), HY()], 1), bins=2,
+                                                        range=[None, (0.0, 1.0)]))
+C(G + "histogramdd_weights_err", lambda: jnp.histogramdd(jnp.stack([HX(), HY()], 1),
+                                                         weights=jnp.ones(2)))
+C(G + "histogramdd_bins_err", lambda: jnp.histogramdd(jnp.stack([HX(), HY()], 1), bins=[2]))
+C(G + "histogramdd_range_err", lambda: jnp.histogramdd(jnp.stack([HX(), HY()], 1),
+                                                       range=[(0, 1)]))
+C(G + "histogramdd_density", lambda: jnp.histogramdd(jnp.stack([HX(), HY()], 1), bins=3,
+                                                     density=True))
+C(G + "array_str", lambda: jnp.array_str(jnp.array([1.5, 2.0])))
+C(G + "array_str_precision", lambda: jnp.array_str(jnp.array([1 / 3]), precision=2))
+C(G + "array_repr_int", lambda: jnp.array_repr(jnp.arange(3)).split("(", 1)[1])
+C(G + "ComplexWarning", lambda: issubclass(jnp.ComplexWarning, Warning))
+for _t in ("int4", "uint4", "int2", "uint2"):
+  C(G + f"dtype_{_t}", (lambda t: lambda: (getattr(jnp, t)(1), jnp.dtype(getattr(jnp, t)),
+                                           jnp.array([1, 0], getattr(jnp, t)),
+                                           jnp.issubdtype(getattr(jnp, t), jnp.integer),
+                                           jnp.iinfo(getattr(jnp, t)).max))(_t))
+C(G + "dtype_int4_weak", lambda: jnp.int4(1) + 1)
+C(G + "dtype_int4_promote", lambda: jnp.int4(1) * jnp.int8(2))
+C(G + "dtype_int4_promote_err", lambda: jnp.int4(1) + jnp.float32(1))
+C(G + "dtype_uint4_isinstance", lambda: (isinstance(np.array(1, jnp.uint4.dtype)[()], jnp.uint4),
+                                         jnp.uint4 == jnp.uint4.dtype.type))
+
+
 # ---- generated: every callable of jax.numpy applied to standard arguments -------------------------
 # (names listed from JAX 0.10.2's jax.numpy; an AttributeError on our side is a missing function)
 JNP_NAMES = ['ComplexWarning', 'abs', 'absolute', 'acos', 'acosh', 'add', 'all', 'allclose', 'amax', 'amin', 'angle', 'any', 'append', 'apply_along_axis', 'apply_over_axes', 'arange', 'arccos', 'arccosh', 'arcsin', 'arcsinh', 'arctan', 'arctan2', 'arctanh', 'argmax', 'argmin', 'argpartition', 'argsort', 'argwhere', 'around', 'array', 'array_equal', 'array_equiv', 'array_repr', 'array_split', 'array_str', 'asarray', 'asin', 'asinh', 'astype', 'atan', 'atan2', 'atanh', 'atleast_1d', 'atleast_2d', 'atleast_3d', 'average', 'bartlett', 'bfloat16', 'bincount', 'bitwise_and', 'bitwise_count', 'bitwise_invert', 'bitwise_left_shift', 'bitwise_not', 'bitwise_or', 'bitwise_right_shift', 'bitwise_xor', 'blackman', 'block', 'bool', 'bool_', 'broadcast_arrays', 'broadcast_shapes', 'broadcast_to', 'can_cast', 'cbrt', 'cdouble', 'ceil', 'character', 'choose', 'clip', 'column_stack', 'complex128', 'complex64', 'complex_', 'complexfloating', 'compress', 'concat', 'concatenate', 'conj', 'conjugate', 'convolve', 'copy', 'copysign', 'corrcoef', 'correlate', 'cos', 'cosh', 'count_nonzero', 'cov', 'cross', 'csingle', 'cumprod', 'cumsum', 'cumulative_prod', 'cumulative_sum', 'deg2rad', 'degrees', 'delete', 'diag', 'diag_indices', 'diag_indices_from', 'diagflat', 'diagonal', 'diff', 'digitize', 'divide', 'divmod', 'dot', 'double', 'dsplit', 'dstack', 'ediff1d', 'einsum', 'empty', 'empty_like', 'equal', 'exp', 'exp2', 'expand_dims', 'expm1', 'extract', 'eye', 'fabs', 'fill_diagonal', 'flatnonzero', 'flexible', 'flip', 'fliplr', 'flipud', 'float16', 'float32', 'float4_e2m1fn', 'float64', 'float6_e2m3fn', 'float6_e3m2fn', 'float8_e3m4', 'float8_e4m3', 'float8_e4m3b11fnuz', 'float8_e4m3fn', 'float8_e4m3fnuz', 'float8_e5m2', 'float8_e5m2fnuz', 'float8_e8m0fnu', 'float_', 'float_power', 'floating', 'floor', 'floor_divide', 'fmax', 'fmin', 'fmod', 'frexp', 'fromfunction', 'full', 'full_like', 'gcd', 'generic', 'geomspace', 'gradient', 'greater', 'greater_equal', 'hamming', 'hanning', 'heaviside', 'histogram', 'histogram2d', 'histogram_bin_edges', 'histogramdd', 'hsplit', 'hstack', 'hypot', 'i0', 'identity', 'imag', 'indices', 'inexact', 'inner', 'insert', 'int1', 'int16', 'int2', 'int32', 'int4', 'int64', 'int8', 'int_', 'integer', 'interp', 'intersect1d', 'invert', 'isclose', 'iscomplex', 'iscomplexobj', 'isdtype', 'isfinite', 'isin', 'isinf', 'isnan', 'isneginf', 'isposinf', 'isreal', 'isrealobj', 'isscalar', 'issubdtype', 'iterable', 'ix_', 'kaiser', 'kron', 'lcm', 'ldexp', 'left_shift', 'less', 'less_equal', 'lexsort', 'linspace', 'log', 'log10', 'log1p', 'log2', 'logaddexp', 'logaddexp2', 'logical_and', 'logical_not', 'logical_or', 'logical_xor', 'logspace', 'mask_indices', 'matmul', 'matrix_transpose', 'matvec', 'max', 'maximum', 'mean', 'median', 'meshgrid', 'min', 'minimum', 'mod', 'modf', 'moveaxis', 'multiply', 'nan_to_num', 'nanargmax', 'nanargmin', 'nancumprod', 'nancumsum', 'nanmax', 'nanmean', 'nanmedian', 'nanmin', 'nanpercentile', 'nanprod', 'nanquantile', 'nanstd', 'nansum', 'nanvar', 'ndim', 'negative', 'nextafter', 'nonzero', 'not_equal', 'number', 'object_', 'ones', 'ones_like', 'outer', 'packbits', 'pad', 'partition', 'percentile', 'permute_dims', 'piecewise', 'place', 'poly', 'polyadd', 'polyder', 'polydiv', 'polyfit', 'polyint', 'polymul', 'polysub', 'polyval', 'positive', 'pow', 'power', 'prod', 'promote_types', 'ptp', 'put', 'put_along_axis', 'quantile', 'rad2deg', 'radians', 'ravel', 'ravel_multi_index', 'real', 'reciprocal', 'remainder', 'repeat', 'reshape', 'resize', 'result_type', 'right_shift', 'rint', 'roll', 'rollaxis', 'roots', 'rot90', 'round', 'searchsorted', 'select', 'setdiff1d', 'setxor1d', 'shape', 'sign', 'signbit', 'signedinteger', 'sin', 'sinc', 'single', 'sinh', 'size', 'sort', 'sort_complex', 'spacing', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'subtract', 'sum', 'swapaxes', 'take', 'take_along_axis', 'tan', 'tanh', 'tensordot', 'tile', 'trace', 'transpose', 'trapezoid', 'tri', 'tril', 'tril_indices', 'tril_indices_from', 'trim_zeros', 'triu', 'triu_indices', 'triu_indices_from', 'true_divide', 'trunc', 'ufunc', 'uint', 'uint1', 'uint16', 'uint2', 'uint32', 'uint4', 'uint64', 'uint8', 'union1d', 'unique', 'unique_all', 'unique_counts', 'unique_inverse', 'unique_values', 'unpackbits', 'unravel_index', 'unsignedinteger', 'unstack', 'unwrap', 'vander', 'var', 'vdot', 'vecdot', 'vecmat', 'vsplit', 'vstack', 'where', 'zeros', 'zeros_like']

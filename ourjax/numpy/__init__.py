@@ -7,17 +7,21 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
   _reductions.py   sum ... std, argmax/argmin, cumsum/cumprod, nan*, quantile/median, average
   _shape.py        reshape, transpose, stack/concatenate/split, broadcast_*, tile/repeat,
                    flip/roll/rot90, pad, diff
-  _linalg_ops.py   dot, matmul, einsum, tensordot, inner/outer/vdot, kron, trace, diagonal
+  _linalg_ops.py   dot, matmul, einsum, tensordot, inner/outer/vdot, matvec/vecmat, kron, trace,
+                   diagonal
   _sorting.py      sort, argsort, lexsort, searchsorted, digitize, isin
-  _indexing.py     x[idx], x.at[idx], take/take_along_axis/put, nonzero/argwhere, unique,
-                   compress/extract, choose, ix_, unravel_index/ravel_multi_index
-  _misc.py         select, trapezoid, cross, cov/corrcoef, polyval, vander, convolve/correlate,
-                   bincount, histogram
+  _indexing.py     x[idx], x.at[idx], take/take_along_axis, put/put_along_axis/place,
+                   nonzero/argwhere, compress/extract, choose, ix_, unravel_index/ravel_multi_index
+  _setops.py       unique, unique_values/_counts/_inverse/_all, union1d, intersect1d, setdiff1d,
+                   setxor1d
+  _misc.py         select, piecewise, trapezoid, cross, cov/corrcoef, polyval, vander,
+                   convolve/correlate, bincount, histogram/histogram2d/histogramdd,
+                   packbits/unpackbits, trim_zeros, unwrap, mask_indices, ...
   _polynomial.py   poly, polyadd/polysub/polymul/polydiv, polyder/polyint, polyfit, roots
   _windows.py      bartlett, blackman, hamming, hanning, kaiser, i0
   _gathers.py      the internal gathers the functions above use
   _ufunc_api.py    the ufunc objects (jnp.add.reduce/.accumulate/.outer/.at)
-  _scalar_types.py jnp.float32 & co. (callable dtype objects)
+  _scalar_types.py jnp.float32 & co., int4 & co. (callable dtype objects)
   _array_methods.py  operators and methods of Array and Tracer
 """
 import numpy as _np
@@ -29,7 +33,7 @@ from ourjax.dtypes import (float0, finfo, iinfo, issubdtype, isdtype)  # noqa: F
 from ourjax.numpy._scalar_types import (  # noqa: F401
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16,
     float32, float64, complex64, complex128, single, double, csingle, cdouble, int_, uint,
-    float_, complex_, small_float_types as _small_float_types)
+    float_, complex_, narrow_types as _narrow_types)
 from ourjax.numpy._ufuncs import *  # noqa: F401,F403
 from ourjax.numpy._ufuncs import (abs, round, pow, where, clip, isclose, allclose,  # noqa
                                   array_equal, array_equiv, nan_to_num, fabs, fmax, fmin,
@@ -56,23 +60,29 @@ from ourjax.numpy._shape import (shape, ndim, size, reshape, ravel, transpose,  
                                  hsplit, dsplit, unstack, tile, repeat, flip, fliplr, flipud,
                                  roll, rot90, pad, diff, ediff1d, delete, insert)
 from ourjax.numpy._linalg_ops import (dot, matmul, vdot, vecdot, inner, outer,  # noqa: F401
-                                      tensordot, kron, diagonal, trace, einsum, einsum_path)
+                                      tensordot, kron, diagonal, trace, einsum, einsum_path,
+                                      matvec, vecmat)
 from ourjax.numpy._sorting import (sort, argsort, lexsort, partition, argpartition,  # noqa
                                    sort_complex, searchsorted, digitize, isin, in1d)
 from ourjax.numpy._indexing import (take, take_along_axis, put, nonzero, flatnonzero,  # noqa
-                                    argwhere, unique, compress, extract, choose, ix_,
-                                    unravel_index, ravel_multi_index)
+                                    argwhere, compress, extract, choose, ix_,
+                                    unravel_index, ravel_multi_index, put_along_axis, place)
+from ourjax.numpy._setops import (unique, unique_values, unique_counts,  # noqa: F401
+                                  unique_inverse, unique_all, union1d, intersect1d, setdiff1d,
+                                  setxor1d)
 from ourjax.numpy._misc import (select, trapezoid, cross, cov, corrcoef, polyval,  # noqa: F401
                                 vander, convolve, correlate, bincount, histogram,
                                 histogram_bin_edges, tril_indices, triu_indices,
                                 tril_indices_from, triu_indices_from, diag_indices,
                                 diag_indices_from, fill_diagonal, resize, apply_along_axis,
-                                apply_over_axes, gradient, vectorize)
+                                apply_over_axes, gradient, vectorize, piecewise, histogram2d,
+                                histogramdd, mask_indices, packbits, unpackbits, trim_zeros,
+                                unwrap)
 from ourjax.numpy._polynomial import (poly, polyadd, polysub, polymul, polydiv,  # noqa: F401
                                       polyder, polyint, polyfit, roots)
 from ourjax.numpy._windows import bartlett, blackman, hamming, hanning, kaiser, i0  # noqa: F401
 
-globals().update(_small_float_types)
+globals().update(_narrow_types)
 
 # the binary functions become ufunc objects (jnp.add.reduce, .accumulate, .outer, .at)
 from ourjax.numpy import _ufuncs as _ufuncs_module  # noqa: E402
@@ -89,6 +99,8 @@ pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
 newaxis = None
 printoptions, set_printoptions, get_printoptions = (_np.printoptions, _np.set_printoptions,
                                                      _np.get_printoptions)
+array_str, array_repr = _np.array_str, _np.array_repr
+ComplexWarning = _np.exceptions.ComplexWarning
 
 
 def result_type(*args):

@@ -1,6 +1,7 @@
 """Indexing: ``x[idx]``, ``x.at[idx].<op>(...)`` and the index functions of ``jnp`` (take,
-take_along_axis, put, nonzero/flatnonzero/argwhere, unique, compress/extract, choose, ix_,
-unravel_index, ravel_multi_index; select, bincount and histogram live in _misc.py).
+take_along_axis, put, nonzero/flatnonzero/argwhere, compress/extract, choose, ix_,
+unravel_index, ravel_multi_index; select, bincount and histogram live in _misc.py, unique in
+_setops.py).
 
 How an index becomes primitives (JAX's ``_rewriting_take`` idea):
 
@@ -798,6 +799,72 @@ def put(a, ind, v, mode=None, *, inplace=True):
   return lax.reshape(out, get_aval(a).shape)
 
 
+def put_along_axis(arr, indices, values, axis, inplace=True, *, mode=None):
+  """``arr`` with ``out[..., indices[..., i, ...], ...] = values[..., i, ...]`` along ``axis``
+  (the flattened ``arr`` for None): the inverse of ``take_along_axis``.  ``values`` broadcast
+  to ``indices``' shape, whose other dimensions broadcast against ``arr``'s; ``mode`` as
+  ``x.at[...].set``'s (out-of-bounds positions are dropped by default)."""
+  if inplace:
+    raise ValueError("jnp.put_along_axis cannot modify arrays in-place, because ourjax arrays "
+                     "are immutable. Pass inplace=False to instead return an updated array.")
+  check_arraylike("put_along_axis", arr, indices, values)
+  arr = asarray(_as_operand(arr))
+  indices = asarray(_as_operand(indices))
+  values = asarray(_as_operand(values))
+  shape = get_aval(arr).shape
+  if axis is None:
+    from ourjax.numpy._shape import ravel
+    arr, axis = ravel(arr), 0
+  nd, i_shape = get_aval(arr).ndim, get_aval(indices).shape
+  if len(i_shape) != nd:
+    raise ValueError(f"put_along_axis arguments 'arr' and 'indices' must have same ndim. Got "
+                     f"arr.ndim={nd} and indices.ndim={len(i_shape)}.")
+  axis = canonicalize_axis(axis, nd)
+  v_shape = get_aval(values).shape
+  try:
+    if tuple(np.broadcast_shapes(v_shape, i_shape)) != tuple(i_shape):
+      raise ValueError
+  except ValueError:
+    raise ValueError(f"put_along_axis argument 'values' must be broadcastable to 'indices'. "
+                     f"Got values.shape={v_shape} and indices.shape={i_shape}.") from None
+  if v_shape != i_shape:
+    values = _broadcast_to(values, i_shape)
+  # the other axes are indexed by broadcasting aranges (NumPy's indices(sparse=True))
+  idx = tuple(indices if d == axis else
+              np.arange(n).reshape((1,) * d + (n,) + (1,) * (nd - d - 1))
+              for d, n in enumerate(get_aval(arr).shape))
+  out = _scatter_update(arr, idx, values, lax.scatter, "set", mode=mode)
+  return lax.reshape(out, shape) if get_aval(out).shape != shape else out
+
+
+def place(arr, mask, vals, *, inplace=True):
+  """``arr`` with the elements where ``mask`` is true (in C order) set to the values of
+  ``vals`` in turn, repeated as needed (NumPy's ``place``, returning the result)."""
+  check_arraylike("place", arr, mask, vals)
+  from ourjax.numpy._shape import ravel
+  data = asarray(_as_operand(arr))
+  mask = asarray(_as_operand(mask))
+  vals = ravel(asarray(_as_operand(vals)))
+  if inplace:
+    raise ValueError("jnp.place cannot modify arrays in-place, because ourjax arrays are "
+                     "immutable. Pass inplace=False to instead return an updated array.")
+  n, m = get_aval(data).size, get_aval(vals).shape[0]
+  if n != get_aval(mask).size:
+    raise ValueError(f"place: arr and mask must be the same size (got shapes "
+                     f"{get_aval(data).shape} and {get_aval(mask).shape})")
+  if not m:
+    raise ValueError("Cannot place values from an empty array")
+  if not n:
+    return data
+  pos, count = _compact(lax.reshape(_as_mask(mask), (n,)), n)
+  dt = get_aval(pos).dtype
+  pos = lax.select_n(lax.lt(lax.iota(dt, n), count), lax.full((n,), n, dt), pos)  # dropped
+  v = vals if m == n else _rewriting_take(vals, np.arange(n) % m)
+  out = _scatter_update(ravel(data), (pos,), v, lax.scatter, "set",
+                        mode=GatherScatterMode.FILL_OR_DROP)
+  return lax.reshape(out, get_aval(data).shape)
+
+
 # ------------------------------------------------------------------------------------------------
 # nonzero and friends
 
@@ -952,95 +1019,6 @@ def extract(condition, arr, *, size=None, fill_value=0):
   check_arraylike("extract", condition, arr)
   return compress(ravel(asarray(_as_operand(condition))), ravel(asarray(_as_operand(arr))),
                   size=size, fill_value=fill_value)
-
-
-# ------------------------------------------------------------------------------------------------
-# unique
-
-
-def _equal_rows(x, y, equal_nan):
-  """Elementwise equality, NaNs equal to each other when ``equal_nan``."""
-  eq = lax.eq(x, y)
-  if equal_nan and dtypes.is_inexact(get_aval(x).dtype):
-    from ourjax.numpy._ufuncs import isnan
-    eq = lax.or_(eq, lax.and_(isnan(x), isnan(y)))
-  return eq
-
-
-def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
-           equal_nan=True, size=None, fill_value=None, sorted=True):  # noqa: A002
-  """The sorted unique elements of ``ar`` (flattened), or its unique slices along ``axis``,
-  with optionally the first index of each, the inverse map (``ar``'s shape for axis=None) and
-  the counts.  Under a transformation pass a static ``size``: results are cut or padded to it
-  (values with ``fill_value``, by default the smallest unique value; counts with 0)."""
-  check_arraylike("unique", ar)
-  from ourjax.numpy._shape import moveaxis, ravel
-  from ourjax.numpy._sorting import argsort, lexsort
-  ar = asarray(_as_operand(ar))
-  shape = get_aval(ar).shape
-  dt = dtypes.default_int_dtype()
-  if axis is None:
-    rows = lax.reshape(ravel(ar), (get_aval(ar).size, 1))
-    axis_ = None
-  else:
-    axis_ = canonicalize_axis(axis, len(shape))
-    moved = moveaxis(ar, axis_, 0)
-    rest = get_aval(moved).shape[1:]
-    rows = lax.reshape(moved, (shape[axis_], int(np.prod(rest, dtype=np.int64))))
-  n, r = get_aval(rows).shape
-  if r == 1:
-    perm = argsort(lax.reshape(rows, (n,)), stable=True)
-  elif r == 0:
-    perm = lax.iota(dt, n)
-  else:
-    perm = lexsort([lax.reshape(lax.slice_in_dim(rows, j, j + 1, 1, 1), (n,))
-                    for j in reversed(range(r))])
-  s = _rewriting_take(rows, perm)
-  if n:
-    same = _equal_rows(lax.slice_in_dim(s, 1, n, 1, 0), lax.slice_in_dim(s, 0, n - 1, 1, 0),
-                       equal_nan)
-    same = lax.reduce_and(same, (1,)) if r else lax.full((n - 1,), True, np.bool_)
-    is_new = lax.concatenate([lax.full((1,), True, np.bool_), lax.not_(same)], 0)
-  else:
-    is_new = lax.full((0,), True, np.bool_)
-  k = _count(is_new, "unique") if size is None else _static_size(size, "unique")
-  first, count = _compact(is_new, k)
-  if n:
-    values = _rewriting_take(s, first)                 # (k, r)
-  else:
-    if size is not None and k and fill_value is None:
-      raise ValueError("jnp.unique: for zero-sized input with nonzero size argument, "
-                       "fill_value must be specified")
-    values = lax.full((k, r), 0, get_aval(s).dtype)
-  if size is not None and k:
-    if fill_value is None:      # the smallest unique value (row)
-      fv = lax.broadcast_in_dim(lax.slice_in_dim(values, 0, 1, 1, 0), (k, r), (0, 1))
-    else:
-      fv = asarray(fill_value)
-      if get_aval(fv).shape != ():
-        raise ValueError("jnp.unique: fill_value must be a scalar")
-      fv = lax.broadcast_in_dim(lax.convert_element_type(fv, get_aval(values).dtype),
-                                (k, r), ())
-    valid = lax.broadcast_in_dim(lax.lt(lax.iota(dt, k), count), (k, r), (0,))
-    values = lax.select_n(valid, fv, values)
-  if axis_ is None:
-    values = lax.reshape(values, (k,))
-  else:
-    values = moveaxis(lax.reshape(values, (k,) + tuple(rest)), 0, axis_)
-  outs = [values]
-  if return_index:
-    outs.append(_rewriting_take(perm, first) if n else lax.full((k,), 0, dt))
-  group = None
-  if return_inverse or return_counts:
-    group = lax.sub(lax.cumsum(lax.convert_element_type(is_new, dt), 0), np.ones((), dt))
-  if return_inverse:
-    inv = _scatter_update(lax.full((n,), 0, dt), (perm,), group, lax.scatter, "set",
-                          unique_indices=True)
-    outs.append(lax.reshape(inv, shape) if axis_ is None else inv)
-  if return_counts:
-    outs.append(_scatter_update(lax.full((k,), 0, dt), (group,), np.ones((), dt),
-                                lax.scatter_add, "add"))
-  return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Contractions: dot, matmul, vdot, vecdot, inner, outer, tensordot, einsum, kron, and the
-diagonal helpers trace/diagonal.  Everything that multiplies and sums goes through
+"""Contractions: dot, matmul, vdot, vecdot, matvec/vecmat, inner, outer, tensordot, einsum,
+kron, and the diagonal helpers trace/diagonal.  Everything that multiplies and sums goes through
 ``lax.dot_general``; operands are promoted to a common dtype first (the result keeps it, or
 takes ``preferred_element_type``)."""
 from __future__ import annotations
@@ -187,6 +187,23 @@ def vecdot(x1, x2, /, *, axis: int = -1, precision=None, preferred_element_type=
   batch = tuple(range(nd - 1))
   return _dot_general(conjugate(x1), x2, ((nd - 1,), (nd - 1,)), (batch, batch), precision,
                       _pref(preferred_element_type, "vecdot"))
+
+
+def matvec(x1, x2, /):
+  """Matrix-vector products over the last axes, ``(..., n, m) x (..., m) -> (..., n)``; the
+  leading (batch) axes broadcast."""
+  from ourjax.numpy._misc import vectorize
+  check_arraylike("matvec", x1, x2)
+  return vectorize(matmul, signature="(n,m),(m)->(n)")(x1, x2)
+
+
+def vecmat(x1, x2, /):
+  """Conjugated vector-matrix products over the last axes, ``(..., n) x (..., n, m) ->
+  (..., m)``; the leading (batch) axes broadcast."""
+  from ourjax.numpy._misc import vectorize
+  from ourjax.numpy._ufuncs import conjugate
+  check_arraylike("vecmat", x1, x2)
+  return vectorize(matmul, signature="(n),(n,m)->(m)")(conjugate(_as_operand(x1)), x2)
 
 
 def inner(a, b, *, precision=None, preferred_element_type=None):

@@ -1,5 +1,7 @@
-"""Assorted NumPy functions built from the others: select, trapezoid, cross, cov/corrcoef,
-polyval, vander, convolve/correlate, bincount and histogram."""
+"""Assorted NumPy functions built from the others: select, piecewise, trapezoid, cross,
+cov/corrcoef, polyval, vander, convolve/correlate, bincount, histogram/histogram2d/histogramdd,
+packbits/unpackbits, trim_zeros, unwrap, the index helpers (tril_indices & co., mask_indices),
+fill_diagonal, resize, apply_along_axis, gradient and vectorize."""
 from __future__ import annotations
 
 import operator
@@ -9,8 +11,8 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
-from ourjax.numpy._util import (_as_operand, check_arraylike, promote_dtypes,
-                                promote_dtypes_inexact)
+from ourjax.numpy._util import (_as_operand, canonicalize_axis, check_arraylike,
+                                check_static, promote_dtypes, promote_dtypes_inexact)
 
 
 def select(condlist, choicelist, default=0):
@@ -31,6 +33,37 @@ def select(condlist, choicelist, default=0):
       c = lax.ne(c, lax._const(c, 0))
     out = where(c, val, out)
   return out
+
+
+def piecewise(x, condlist, funclist, *args, **kw):
+  """Elementwise, the function (or constant) of ``funclist`` whose condition of ``condlist``
+  holds, the last one that does winning; one extra function is the default (0 otherwise).
+  Each function gets a scalar element (and ``args``, ``kw``) and its result is cast to
+  ``x``'s dtype: JAX's ``vectorize`` over ``lax.switch``."""
+  from ourjax.numpy._reductions import argmax, cumsum
+  check_arraylike("piecewise", x)
+  x = asarray(_as_operand(x))
+  nc, nf = len(condlist), len(funclist)
+  if nf == nc + 1:
+    funclist = list(funclist[-1:]) + list(funclist[:-1])
+  elif nf == nc:
+    funclist = [0] + list(funclist)
+  else:
+    raise ValueError(f"with {nc} condition(s), either {nc} or {nc + 1} functions are expected; "
+                     f"got {nf}")
+  dt = get_aval(x).dtype
+  conds = asarray(condlist, dtype=np.bool_)
+  # the branch: 1 + the last condition that holds, 0 for none
+  counts = cumsum(lax.concatenate([lax.full((1,) + get_aval(conds).shape[1:], False, np.bool_),
+                                   conds], 0), axis=0)
+  index = argmax(counts, axis=0)
+
+  def branch(f):
+    if callable(f):
+      return lambda v: lax.convert_element_type(asarray(f(v, *args, **kw)), dt)
+    return lambda v: lax.full((), f, dt)
+  branches = [branch(f) for f in funclist]
+  return vectorize(lambda i, v: lax.switch(i, branches, v))(index, x)
 
 
 def trapezoid(y, x=None, dx=1.0, axis: int = -1):
@@ -335,6 +368,213 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
   return counts, edges
 
 
+def histogramdd(sample, bins=10, range=None, weights=None, density=None):  # noqa: A002
+  """The D-dimensional histogram of the (N, D) ``sample``: counts (or summed ``weights``) per
+  cell, and the list of each dimension's bin edges.  ``bins`` and ``range`` are one value for
+  all dimensions or one per dimension, as ``histogram``'s (each value's last bin includes its
+  right edge; values outside the range are dropped)."""
+  from ourjax.numpy._indexing import ravel_multi_index, ix_
+  from ourjax.numpy._reductions import sum as _sum
+  from ourjax.numpy._shape import diff, reshape
+  from ourjax.numpy._sorting import searchsorted
+  from ourjax.numpy._ufuncs import where, divide
+  from ourjax.numpy._gathers import take_1d
+  check_arraylike("histogramdd", sample)
+  if weights is None:
+    sample, = promote_dtypes_inexact(asarray(_as_operand(sample)))
+  else:
+    check_arraylike("histogramdd", weights)
+    sample, weights = (asarray(_as_operand(sample)), asarray(_as_operand(weights)))
+    if get_aval(weights).shape != get_aval(sample).shape[:1]:
+      raise ValueError(f"should have one weight for each sample: weights of shape "
+                       f"{get_aval(weights).shape} for a sample of shape "
+                       f"{get_aval(sample).shape}")
+    sample, weights = promote_dtypes_inexact(sample, weights)
+  if get_aval(sample).ndim != 2:
+    raise ValueError(f"histogramdd: sample must be 2-dimensional (N, D), got shape "
+                     f"{get_aval(sample).shape}")
+  N, D = get_aval(sample).shape
+  if range is not None and (len(range) != D or any(
+      r is not None and np.shape(r)[0] != 2 for r in range)):
+    raise ValueError(f"For sample.shape={(N, D)}, range must be a sequence of {D} pairs or "
+                     f"Nones; got range={range!r}")
+  try:
+    per_dim = list(bins)
+  except TypeError:
+    per_dim = [bins] * D
+  else:
+    if len(per_dim) != D:
+      raise ValueError(f"should be a bin for each dimension: {len(per_dim)} bins for "
+                       f"{D} dimensions")
+  # each value's bin per dimension, counting an underflow bin 0 and an overflow bin n + 1
+  cells, edges = [], []
+  for d, b in enumerate(per_dim):
+    col = lax.reshape(lax.slice_in_dim(sample, d, d + 1, 1, 1), (N,))
+    e = histogram_bin_edges(col, b, None if range is None else range[d], weights)
+    last = take_1d(e, np.full((), get_aval(e).shape[0] - 1, np.int32))
+    i = searchsorted(e, col, side="right")
+    cells.append(where(lax.eq(col, last), lax.sub(i, lax._const(i, 1)), i))
+    edges.append(e)
+  nbins = tuple(get_aval(e).shape[0] + 1 for e in edges)
+  flat = ravel_multi_index(tuple(cells), nbins, mode="clip")
+  hist = reshape(bincount(flat, weights, length=int(np.prod(nbins))), nbins)
+  hist = hist[(slice(1, -1),) * D]
+  if density:
+    hist = lax.convert_element_type(hist, get_aval(sample).dtype)
+    hist = divide(hist, _sum(hist))
+    for width in ix_(*[diff(e) for e in edges]):
+      hist = divide(hist, width)
+  return hist, edges
+
+
+def histogram2d(x, y, bins=10, range=None, weights=None, density=None):  # noqa: A002
+  """The 2-D histogram of the points (``x``, ``y``): (counts, x edges, y edges).  ``bins`` is
+  one count or edge array for both, or a pair."""
+  from ourjax.numpy._shape import stack
+  check_arraylike("histogram2d", x, y)
+  try:
+    n = len(bins)
+  except TypeError:
+    n = 1
+  if n not in (1, 2):          # one array of edges, for both
+    bins = [asarray(bins)] * 2
+  hist, edges = histogramdd(stack([asarray(_as_operand(x)), asarray(_as_operand(y))], axis=1),
+                            bins, range, weights, density)
+  return hist, edges[0], edges[1]
+
+
+# ------------------------------------------------------------------------------------------------
+# Bits, trimming, phase unwrapping
+
+
+def _bitorder(bitorder):
+  if bitorder not in ("little", "big"):
+    raise ValueError(f"'order' must be either 'little' or 'big', got {bitorder!r}")
+  shifts = np.arange(8, dtype=np.uint8)
+  return shifts[::-1].copy() if bitorder == "big" else shifts
+
+
+def packbits(a, axis=None, bitorder="big"):
+  """The elements of ``a`` (nonzero or not) packed eight to a uint8 along ``axis`` (the
+  flattened ``a`` for None), the last byte padded with zero bits."""
+  from ourjax.numpy._shape import ravel, swapaxes
+  check_static("packbits", axis=axis, bitorder=bitorder)
+  check_arraylike("packbits", a)
+  a = asarray(_as_operand(a))
+  dt = get_aval(a).dtype
+  if not (dtypes.is_integer(dt) or dt == np.bool_):
+    raise TypeError(f"Expected an input array of integer or boolean data type, got {dt.name}")
+  shifts = _bitorder(bitorder)
+  bits = lax.convert_element_type(lax.ne(a, lax.full((), 0, dt)), np.uint8)
+  if axis is None:
+    bits, axis = ravel(bits), 0
+  axis = canonicalize_axis(axis, get_aval(bits).ndim)
+  bits = swapaxes(bits, axis, -1)
+  *lead, n = get_aval(bits).shape
+  if n % 8:
+    bits = lax.pad(bits, np.uint8(0), [(0, 0, 0)] * len(lead) + [(0, 8 - n % 8, 0)])
+  shape = tuple(lead) + (-(-n // 8), 8)
+  bits = lax.reshape(bits, shape)
+  packed = lax.reduce_sum(lax.shift_left(bits, lax.broadcast_in_dim(shifts, shape,
+                                                                    (len(shape) - 1,))),
+                          (len(shape) - 1,))
+  return swapaxes(packed, axis, -1)
+
+
+def unpackbits(a, axis=None, count=None, bitorder="big"):
+  """The bits of the uint8 array ``a`` as a uint8 array of 0s and 1s, eight per element along
+  ``axis`` (the flattened ``a`` for None); ``count`` keeps that many of them (a negative
+  count drops as many from the end; a larger one pads with zeros)."""
+  from ourjax.numpy._shape import ravel, swapaxes
+  check_static("unpackbits", axis=axis, count=count, bitorder=bitorder)
+  check_arraylike("unpackbits", a)
+  a = asarray(_as_operand(a))
+  if get_aval(a).dtype != np.uint8:
+    raise TypeError(f"Expected an input array of unsigned byte data type, got "
+                    f"{get_aval(a).dtype.name}")
+  shifts = _bitorder(bitorder)
+  if axis is None:
+    a, axis = ravel(a), 0
+  axis = canonicalize_axis(axis, get_aval(a).ndim)
+  a = swapaxes(a, axis, -1)
+  *lead, n = get_aval(a).shape
+  shape = tuple(lead) + (n, 8)
+  nd = len(shape)
+  one = np.uint8(1)
+  bits = lax.and_(
+      lax.shift_right_logical(lax.broadcast_in_dim(a, shape, tuple(range(nd - 1))),
+                              lax.broadcast_in_dim(shifts, shape, (nd - 1,))),
+      lax.full(shape, one, np.uint8))
+  bits = lax.reshape(bits, tuple(lead) + (8 * n,))
+  if count is not None:
+    count = _static_int(count, "count")
+    keep = len(range(8 * n)[:count])
+    if count > 8 * n:
+      bits = lax.pad(bits, np.uint8(0), [(0, 0, 0)] * len(lead) + [(0, count - 8 * n, 0)])
+    else:
+      bits = lax.slice_in_dim(bits, 0, keep, 1, len(lead))
+  return swapaxes(bits, axis, -1)
+
+
+def trim_zeros(filt, trim="fb", axis=None):
+  """``filt`` without its leading ('f' in ``trim``) and trailing ('b') zeros; along each of
+  ``axis`` (all axes for None) the slices that are all zero are trimmed.  The result's shape
+  depends on the values, so ``filt`` must be concrete."""
+  from ourjax.numpy._util import canonicalize_axes
+  check_arraylike("trim_zeros", filt)
+  filt = asarray(_as_operand(filt))
+  value = np.asarray(core.concrete_or_error(None, filt, "The error arose in the `filt` argument "
+                                            "of trim_zeros(): the result's shape depends on "
+                                            "its values."))
+  trim = trim.lower()
+  front, back = "f" in trim, "b" in trim
+  axes = canonicalize_axes(axis, value.ndim)
+  if not axes or not (front or back):
+    return filt
+  index = []
+  for ax in range(value.ndim):
+    if ax not in axes:
+      index.append(slice(None))
+      continue
+    nonzero = np.any(value != 0, axis=tuple(d for d in range(value.ndim) if d != ax))
+    if not nonzero.any():
+      index.append(slice(0, 0))
+      continue
+    start = int(np.argmax(nonzero)) if front else None
+    stop = value.shape[ax] - int(np.argmax(nonzero[::-1])) if back else None
+    index.append(slice(start, stop))
+  return filt[tuple(index)]
+
+
+def unwrap(p, discont=None, axis: int = -1, period=2 * np.pi):
+  """``p`` with the jumps between neighbours along ``axis`` of more than ``discont`` (by
+  default ``period / 2``) reduced modulo ``period``: the phase unwrapped, as NumPy's."""
+  from ourjax.numpy._reductions import cumsum
+  from ourjax.numpy._shape import concatenate, diff, _slice_axis
+  from ourjax.numpy._ufuncs import (abs as _abs, floor_divide, logical_and, mod, subtract,
+                                    true_divide, where, add, greater, less, equal)
+  check_arraylike("unwrap", p)
+  p, period = promote_dtypes(_as_operand(p), _as_operand(period))
+  if dtypes.is_complex(get_aval(p).dtype):
+    raise ValueError("jnp.unwrap does not support complex inputs.")
+  if get_aval(p).ndim == 0:        # JAX's error: p.shape[axis] of a 0-d p
+    raise IndexError("jnp.unwrap: a 0-d input has no axis to unwrap along")
+  axis = canonicalize_axis(axis, get_aval(p).ndim)
+  n = get_aval(p).shape[axis]
+  if n == 0:
+    return p
+  if discont is None:
+    discont = true_divide(period, 2)
+  half = (floor_divide if dtypes.is_integer(get_aval(p).dtype) else true_divide)(period, 2)
+  step = diff(p, axis=axis)
+  wrapped = subtract(mod(add(step, half), period), half)
+  # a step of exactly +period/2 stays positive (NumPy's rule)
+  wrapped = where(logical_and(equal(wrapped, -half), greater(step, 0)), half, wrapped)
+  correction = where(less(_abs(step), discont), 0, subtract(wrapped, step))
+  return concatenate([_slice_axis(p, 0, 1, axis),
+                      add(_slice_axis(p, 1, n, axis), cumsum(correction, axis=axis))], axis)
+
+
 # ------------------------------------------------------------------------------------------------
 # Index helpers, fill_diagonal, resize
 
@@ -386,6 +626,15 @@ def diag_indices_from(arr):
   if len(s) < 2 or len(set(s)) != 1:
     raise ValueError(f"All dimensions of input must be of equal length, got shape {s}")
   return diag_indices(s[0], len(s))
+
+
+def mask_indices(n, mask_func, k=0, *, size=None):
+  """The (row, column) indices of the nonzero entries of ``mask_func(ones((n, n)), k)``, e.g.
+  ``mask_indices(n, jnp.triu)``; ``size`` as ``nonzero``'s."""
+  from ourjax.numpy._creation import ones
+  from ourjax.numpy._indexing import nonzero
+  rows, cols = nonzero(mask_func(ones((_static_int(n, "n"),) * 2), k), size=size)
+  return rows, cols
 
 
 def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):

@@ -49,10 +49,12 @@ uint8, uint16, uint32, uint64 = (_scalar_type(t) for t in (np.uint8, np.uint16, 
 float16, float32, float64 = (_scalar_type(t) for t in (np.float16, np.float32, np.float64))
 bfloat16 = _scalar_type(dtypes.bfloat16)
 complex64, complex128 = _scalar_type(np.complex64), _scalar_type(np.complex128)
-# the narrow floats this ml_dtypes offers (float8_e4m3fn, float8_e5m2, ...)
-small_float_types = {n: _scalar_type(getattr(dtypes, n)) for n in dtypes._SMALL_FLOAT_NAMES
-                     if hasattr(dtypes, n)}
-globals().update(small_float_types)
+# the narrow floats (float8_e4m3fn, float8_e5m2, ...) and sub-byte integers (int4, uint2, ...)
+# this ml_dtypes offers
+narrow_types = {n: _scalar_type(getattr(dtypes, n)) for n in dtypes._SMALL_FLOAT_NAMES
+                + dtypes._SUBBYTE_SIGNED_NAMES + dtypes._SUBBYTE_UNSIGNED_NAMES
+                if hasattr(dtypes, n)}
+globals().update(narrow_types)
 single, double, csingle, cdouble = float32, float64, complex64, complex128
 
 # JAX's names for the default types: the 64-bit ones, narrowed when used with x64 off

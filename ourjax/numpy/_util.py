@@ -147,3 +147,16 @@ def canonicalize_axes(axis, ndim: int) -> tuple:
       raise ValueError(f"repeated axis in {axis}")
     return axes
   return (canonicalize_axis(axis, ndim),)
+
+
+def check_static(fun_name: str, **static):
+  """The arguments JAX's function takes as static arguments of a jit (``axis``, ``size``, ...)
+  must be hashable; an array is not: the ValueError jit raises for it, as JAX's function
+  does, before any other check."""
+  for name, v in static.items():
+    try:
+      hash(v)
+    except TypeError:
+      raise ValueError(f"Non-hashable static arguments are not supported: {fun_name} got "
+                       f"{name} of type {type(v).__name__}, which is unhashable (an array?); "
+                       "pass a Python value.") from None
