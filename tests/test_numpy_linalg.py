@@ -274,3 +274,20 @@ def test_matvec_vecmat_complex_jit_errors():
     jnp.matvec(np.ones(3), np.ones(3))
   with pytest.raises(ValueError):
     jnp.vecmat(np.ones(3), np.ones((2, 3)))
+
+
+def test_lstsq_residual_shapes_and_rank_type_as_jax():
+  """A vector b is one column: residuals of shape (1,), the squared norm of b - a x (also for
+  systems that are not tall, unless numpy_resid); the rank has the default int type."""
+  rng = np.random.default_rng(3)
+  a = rng.standard_normal((6, 3)).astype(np.float32)
+  b = rng.standard_normal(6).astype(np.float32)
+  x, resid, rank, s = jnp.linalg.lstsq(a, b)
+  want = np.linalg.lstsq(a.astype(np.float64), b.astype(np.float64), rcond=None)
+  assert x.shape == (3,) and resid.shape == (1,) and rank.dtype == np.int32 and rank == 3
+  np.testing.assert_allclose(resid, want[1], rtol=1e-4)
+  _, resid2, _, _ = jnp.linalg.lstsq(a, b[:, None])
+  assert resid2.shape == (1,)
+  _, wide, _, _ = jnp.linalg.lstsq(a[:2], b[:2])
+  assert wide.shape == (1,) and abs(float(wide[0])) < 1e-8
+  assert jnp.linalg.lstsq(a[:2], b[:2], numpy_resid=True)[1].shape == (0,)

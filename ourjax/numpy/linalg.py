@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ourjax import lax
+from ourjax import dtypes, lax
 from ourjax.numpy import _util
 from ourjax.numpy._linalg_ops import (matmul, outer, trace, vecdot, tensordot,  # noqa: F401
                                       diagonal as _diagonal)
@@ -657,7 +657,8 @@ def matrix_rank(M, rtol=None, *, tol=None):
 
 def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
   """Least squares via the pseudo-inverse: (x, residuals, rank, singular values).  Residuals are
-  computed for full-column-rank tall systems, else empty, as NumPy."""
+  the squared norms of each column of b - a x (one for a vector b), as JAX; with
+  ``numpy_resid`` they are empty for systems that are not tall, as NumPy."""
   jnp = _jnp()
   a = _inexact("lstsq", a)
   b = _inexact("lstsq", b)
@@ -672,14 +673,12 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
   u, s, vh = svd(a, full_matrices=False)
   cut = rcond * jnp.max(s)
   mask = s > cut
-  rank = jnp.sum(mask).astype(jnp.int32)
+  rank = jnp.sum(mask).astype(dtypes.default_int_dtype())   # as JAX
   sinv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
-  x = vh.T @ ((u.T @ b) * (sinv if b.ndim == 1 else sinv[:, None]))
-  r = b - a @ x
-  resid = jnp.sum(r * r, axis=0)
-  if numpy_resid:
-    if m <= n:
-      resid = jnp.asarray([], a.dtype) if b.ndim == 1 else jnp.zeros((0,), a.dtype)
-  else:
-    resid = jnp.where((rank == n) & (m > n), resid, 0.0).astype(a.dtype)
-  return x, resid, rank, s
+  b2 = b[:, None] if b.ndim == 1 else b            # a vector b is one column (JAX, NumPy)
+  x = vh.T @ ((u.T @ b2) * sinv[:, None])
+  r = b2 - a @ x
+  resid = jnp.sum(r * r, axis=0)                   # JAX: always the squared residual norms
+  if numpy_resid and m <= n:
+    resid = jnp.zeros((0,), a.dtype)
+  return (x[:, 0] if b.ndim == 1 else x), resid, rank, s
