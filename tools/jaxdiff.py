@@ -2851,6 +2851,200 @@ C(G + "dtype_uint4_isinstance", lambda: (isinstance(np.array(1, jnp.uint4.dtype)
                                          jnp.uint4 == jnp.uint4.dtype.type))
 
 
+# ---- lax.reduce_window (pooling) ----------------------------------------------------------------
+G = "window/"
+WX = lambda: jnp.arange(12.0).reshape(3, 4) * jnp.array([1.0, -0.5, 2.0, 0.25])  # noqa: E731
+W4 = lambda: jnp.sin(jnp.arange(32.0)).reshape(1, 4, 4, 2)  # noqa: E731 (NHWC)
+C(G + "sum_valid", lambda: lax.reduce_window(WX(), 0.0, lax.add, (2, 2), (1, 1), "VALID"))
+C(G + "sum_same_strided", lambda: lax.reduce_window(WX(), 0.0, lax.add, (2, 3), (2, 1), "SAME"))
+C(G + "sum_same_lower", lambda: lax.reduce_window(WX(), 0.0, lax.add, (2, 3), (1, 1),
+                                                  "SAME_LOWER"))
+C(G + "sum_explicit_pad", lambda: lax.reduce_window(WX(), 0.0, lax.add, (2, 2), (1, 2),
+                                                    ((1, 0), (-1, 2))))
+C(G + "sum_dilations", lambda: lax.reduce_window(WX(), 0.0, lax.add, (2, 2), (2, 1),
+                                                 ((1, 0), (0, 1)), (2, 1), (1, 2)))
+C(G + "sum_init_not_identity", lambda: lax.reduce_window(WX(), 1.0, lax.add, (2, 2), (1, 1),
+                                                         ((1, 0), (0, 1))))
+C(G + "max_pool", lambda: lax.reduce_window(W4(), -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
+                                            "VALID"))
+C(G + "max_pool_same", lambda: lax.reduce_window(W4(), -jnp.inf, lax.max, (1, 3, 3, 1),
+                                                 (1, 2, 2, 1), "SAME"))
+C(G + "min_base_dilation", lambda: lax.reduce_window(WX(), jnp.inf, lax.min, (2, 2), (1, 1),
+                                                     "VALID", (2, 2)))
+C(G + "avg_pool", lambda: lax.reduce_window(W4(), 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1),
+                                            "SAME") / 4.0)
+C(G + "product_general", lambda: lax.reduce_window(WX(), 1.0, lax.mul, (2, 2), (1, 1), "VALID"))
+# (XLA leaves the order in which a window's elements are combined unspecified: computations
+# here are associative and commutative)
+C(G + "lambda_general", lambda: lax.reduce_window(WX(), 0.5, lambda a, b: jnp.maximum(a, b),
+                                                  (2, 2), (1, 1), "SAME"))
+C(G + "padding_skipped", lambda: lax.reduce_window(jnp.array([1.0, 2.0, 3.0]), 5.0, lax.add,
+                                                   (3,), (1,), ((1, 1),)))
+C(G + "holes_skipped", lambda: lax.reduce_window(jnp.array([1.0, 2.0, 3.0]), 5.0, lax.add, (2,),
+                                                 (1,), ((0, 0),), (2,)))
+C(G + "two_operands", lambda: lax.reduce_window(
+    (WX(), jnp.arange(12).reshape(3, 4) % 5), (0.0, 0),
+    lambda a, b: (a[0] + b[0], lax.max(a[1], b[1])), (2, 2), (1, 1), "VALID"))
+C(G + "int_sum", lambda: lax.reduce_window(jnp.arange(6), 0, lax.add, (2,), (1,), "VALID"))
+C(G + "int_max_float_init", lambda: lax.reduce_window(jnp.arange(6), -jnp.inf, lax.max, (2,),
+                                                      (1,), "SAME"))
+C(G + "bool_max", lambda: lax.reduce_window(jnp.array([True, False, False]), False, lax.max,
+                                            (2,), (1,), "SAME"))
+C(G + "f16_sum", lambda: lax.reduce_window(jnp.arange(6.0, dtype=jnp.float16), 0.0, lax.add,
+                                           (2,), (1,), "VALID"))
+C(G + "complex_sum", lambda: lax.reduce_window(jnp.ones(3, jnp.complex64), 0.0, lax.add, (2,),
+                                               (1,), "VALID"))
+C(G + "weak_operand", lambda: lax.reduce_window(jnp.full((3,), 1.0), 0.0, lax.add, (2,), (1,),
+                                                "SAME"))
+C(G + "empty_output", lambda: lax.reduce_window(WX(), 0.0, lax.add, (5, 2), (1, 1), "VALID"))
+C(G + "crop_to_empty", lambda: lax.reduce_window(jnp.ones(3), 0.0, lax.add, (2,), (1,),
+                                                 ((-5, 0),)))
+C(G + "shape_tuple", lambda: lax.reduce_window_shape_tuple((5, 6), (2, 3), (2, 1),
+                                                           ((1, 0), (0, 2)), (1, 2), (1, 2)))
+C(G + "jit_max_pool", lambda: jax.jit(lambda x: lax.reduce_window(
+    x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "SAME"))(W4()))
+C(G + "jit_general", lambda: jax.jit(lambda x: lax.reduce_window(x, 2.0, lambda a, b: a * b,
+                                                                 (2, 2), (1, 1), "SAME"))(WX()))
+C(G + "jaxpr_sum", lambda: str(jax.make_jaxpr(lambda x: lax.reduce_window(
+    x, 0.0, lax.add, (2, 2), (1, 1), "VALID"))(WX())))
+C(G + "grad_sum", lambda: jax.grad(lambda x: (lax.reduce_window(
+    x, 0.0, lax.add, (2, 2), (2, 1), ((1, 0), (0, 1)), (2, 1), (1, 2)) ** 2).sum())(WX()))
+C(G + "grad_avg_pool", lambda: jax.grad(lambda x: jnp.sum(lax.reduce_window(
+    x, 0.0, lax.add, (1, 3, 3, 1), (1, 2, 2, 1), "SAME") ** 2))(W4()))
+C(G + "grad_max_pool", lambda: jax.grad(lambda x: jnp.sum(lax.reduce_window(
+    x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME") ** 2))(W4()))
+C(G + "grad_max_ties", lambda: jax.grad(lambda x: lax.reduce_window(
+    x, -jnp.inf, lax.max, (2, 2), (1, 1), "VALID").sum())(jnp.ones((3, 3))))
+C(G + "grad_max_neg_inf", lambda: jax.grad(lambda x: lax.reduce_window(
+    x, -jnp.inf, lax.max, (2,), (1,), "SAME").sum())(jnp.array([-jnp.inf, -jnp.inf, 2.0])))
+C(G + "grad_max_nan", lambda: jax.grad(lambda x: lax.reduce_window(
+    x, -jnp.inf, lax.max, (3,), (1,), "SAME").sum())(jnp.array([1.0, jnp.nan, 2.0, 0.0])))
+C(G + "grad_max_base_dilation", lambda: jax.grad(lambda x: (lax.reduce_window(
+    x, -jnp.inf, lax.max, (3,), (1,), ((1, 2),), (2,)) * jnp.arange(1.0, 7.0)).sum())(
+        jnp.array([3.0, 1.0, 2.0])))
+C(G + "grad_min", lambda: jax.grad(lambda x: (lax.reduce_window(
+    x, jnp.inf, lax.min, (2, 2), (1, 2), "SAME") ** 2).sum())(WX()))
+C(G + "jvp_max", lambda: jax.jvp(lambda x: lax.reduce_window(
+    x, -jnp.inf, lax.max, (2, 2), (1, 1), "SAME"), (WX(),), (WX() * 0.5 + 1,)))
+C(G + "jvp_general", lambda: jax.jvp(lambda x: lax.reduce_window(
+    x, 1.0, lax.mul, (2, 2), (1, 1), "VALID"), (WX(),), (WX(),)))
+C(G + "jvp_two_operands", lambda: jax.jvp(lambda x: lax.reduce_window(
+    (x, x * 2), (0.0, 0.0), lambda a, b: (a[0] + b[0], a[1] * b[1]), (2,), (1,), "VALID"),
+    (jnp.array([1.0, 2.0, 3.0]),), (jnp.array([1.0, 1.0, 1.0]),)))
+C(G + "hessian_max", lambda: jax.hessian(lambda x: (lax.reduce_window(
+    x, -jnp.inf, lax.max, (2,), (1,), "VALID") ** 2).sum())(jnp.array([1.0, 3.0, 2.0])))
+C(G + "vmap_sum", lambda: jax.vmap(lambda x: lax.reduce_window(
+    x, 0.0, lax.add, (2,), (1,), "VALID"), in_axes=1)(WX()))
+C(G + "vmap_general", lambda: jax.vmap(lambda x: lax.reduce_window(
+    x, 1.0, lax.mul, (2,), (1,), "VALID"))(WX()))
+C(G + "vmap_grad_max_pool", lambda: jax.vmap(jax.grad(lambda x: lax.reduce_window(
+    x, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()))(jnp.sin(jnp.arange(32.0)).reshape(
+        2, 4, 4)))
+C(G + "err_window_rank", lambda: lax.reduce_window(WX(), 0.0, lax.add, (2,), (1,), "VALID"))
+C(G + "err_strides_len", lambda: lax.reduce_window(WX(), 0.0, lax.add, (2, 2), (1,), "VALID"))
+C(G + "err_zero_window", lambda: lax.reduce_window(WX(), 0.0, lax.add, (0, 2), (1, 1), "VALID"))
+C(G + "err_zero_stride", lambda: lax.reduce_window(WX(), 0.0, lax.add, (1, 2), (0, 1), "VALID"))
+C(G + "err_zero_dilation", lambda: lax.reduce_window(WX(), 0.0, lax.add, (1, 2), (1, 1),
+                                                     "VALID", (0, 1)))
+C(G + "err_base_dilation_len", lambda: lax.reduce_window(WX(), 0.0, lax.add, (1, 2), (1, 1),
+                                                         "VALID", (1, 1, 1)))
+C(G + "err_bool_sum", lambda: lax.reduce_window(jnp.array([True, False]), False, lax.add, (2,),
+                                                (1,), "SAME"))
+C(G + "err_init_dtype", lambda: lax.reduce_window(WX(), jnp.int32(1), lax.mul, (2, 2), (1, 1),
+                                                  "VALID"))
+C(G + "err_init_python_f16", lambda: lax.reduce_window(jnp.ones(3, jnp.float16), 0.0,
+                                                       lambda a, b: a * b + b, (2,), (1,),
+                                                       "VALID"))
+C(G + "err_init_shape", lambda: lax.reduce_window(WX(), jnp.zeros(2), lax.add, (2, 2), (1, 1),
+                                                  "VALID"))
+C(G + "err_tree", lambda: lax.reduce_window((WX(),), 0.0, lax.add, (2, 2), (1, 1), "VALID"))
+C(G + "err_out_tree", lambda: lax.reduce_window((WX(), WX()), (0.0, 0.0),
+                                                lambda a, b: (a[0] + b[0],), (2, 2), (1, 1),
+                                                "VALID"))
+C(G + "err_no_operand", lambda: lax.reduce_window((), (), lax.add, (2,), (1,), "VALID"))
+C(G + "err_vmap_init", lambda: jax.vmap(lambda x, i: lax.reduce_window(
+    x, i, lax.mul, (2,), (1,), "VALID"))(jnp.ones((2, 3)), jnp.ones(2)))
+
+# ---- lax.fft and jnp.fft -----------------------------------------------------------------------
+G = "fft/"
+FX = lambda: jnp.array([1.0, 2.0, 0.5, -1.0, 3.0])  # noqa: E731
+FC = lambda: (FX() + 1j * FX()[::-1]).astype(jnp.complex64)  # noqa: E731
+FM = lambda: jnp.arange(12.0).reshape(3, 4) * jnp.array([1.0, -0.5, 2.0, 0.25])  # noqa: E731
+for _name in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft"):
+  C(G + f"{_name}_real", (lambda n: lambda: getattr(jnp.fft, n)(FX()))(_name))
+  C(G + f"{_name}_int", (lambda n: lambda: getattr(jnp.fft, n)(jnp.arange(6)))(_name))
+  C(G + f"{_name}_n", (lambda n: lambda: getattr(jnp.fft, n)(FM(), n=7, axis=0))(_name))
+  for _norm in ("backward", "ortho", "forward"):
+    C(G + f"{_name}_{_norm}", (lambda n, m: lambda: getattr(jnp.fft, n)(FM(), norm=m))(
+        _name, _norm))
+  if _name not in ("rfft", "ihfft"):
+    C(G + f"{_name}_complex", (lambda n: lambda: getattr(jnp.fft, n)(FC()))(_name))
+for _name in ("fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn"):
+  C(G + f"{_name}", (lambda n: lambda: getattr(jnp.fft, n)(FM()))(_name))
+  C(G + f"{_name}_s", (lambda n: lambda: getattr(jnp.fft, n)(FM(), s=(2, 5)))(_name))
+  C(G + f"{_name}_axes", (lambda n: lambda: getattr(jnp.fft, n)(
+      jnp.sin(jnp.arange(24.0)).reshape(2, 3, 4), axes=(2, 0), norm="ortho"))(_name))
+C(G + "fftn_4d", lambda: jnp.fft.fftn(jnp.sin(jnp.arange(16.0)).reshape(2, 2, 2, 2)))
+C(G + "irfftn_4d", lambda: jnp.fft.irfftn(jnp.sin(jnp.arange(24.0)).reshape(2, 2, 2, 3)))
+C(G + "fftn_s_only", lambda: jnp.fft.fftn(FM(), s=(2,)))
+C(G + "fftn_scalar", lambda: jnp.fft.fftn(jnp.float32(2.0)))
+C(G + "fft_empty", lambda: jnp.fft.fft(jnp.zeros((0,))))
+C(G + "irfft_one", lambda: jnp.fft.irfft(FC()[:1]))
+C(G + "fft_bool", lambda: jnp.fft.fft(jnp.array([True, False])))
+C(G + "fft_f16", lambda: jnp.fft.fft(jnp.ones(4, jnp.float16)))
+C(G + "fft_weak", lambda: jnp.fft.fft(lax.broadcast_in_dim(2.0, (3,), ())))
+C(G + "fftfreq", lambda: (jnp.fft.fftfreq(5), jnp.fft.fftfreq(6, 0.5), jnp.fft.fftfreq(4, 2)))
+C(G + "fftfreq_dtype", lambda: (jnp.fft.fftfreq(4, dtype=jnp.float16),
+                                jnp.fft.fftfreq(4, dtype=jnp.int32)))
+C(G + "fftfreq_d_array", lambda: jnp.fft.fftfreq(4, jnp.float32(2.0)))
+C(G + "rfftfreq", lambda: (jnp.fft.rfftfreq(5), jnp.fft.rfftfreq(6, 0.1),
+                           jnp.fft.rfftfreq(6, dtype=jnp.float16)))
+C(G + "fftshift", lambda: (jnp.fft.fftshift(FM()), jnp.fft.fftshift(FM(), axes=1),
+                           jnp.fft.fftshift(FM(), axes=(0,))))
+C(G + "ifftshift", lambda: (jnp.fft.ifftshift(FM()), jnp.fft.ifftshift(FX())))
+C(G + "lax_fft", lambda: (lax.fft(FC(), "fft", (5,)), lax.fft(FC(), lax.FftType.IFFT, (5,)),
+                          lax.fft(FX(), "rfft", (5,)), lax.fft(FC()[:3], "irfft", (5,))))
+C(G + "lax_fft_2d", lambda: (lax.fft(FM().astype(jnp.complex64), "fft", (3, 4)),
+                             lax.fft(FM().astype(jnp.complex64)[:, :3], "irfft", (3, 4))))
+C(G + "lax_fft_no_lengths", lambda: lax.fft(FX(), "fft", ()))
+C(G + "lax_fft_type_enum", lambda: [int(t) for t in lax.FftType])
+C(G + "jit_fftn", lambda: jax.jit(jnp.fft.fftn)(FM()))
+C(G + "jit_irfft", lambda: jax.jit(lambda x: jnp.fft.irfft(x, n=6))(FC()))
+C(G + "vmap_fft", lambda: jax.vmap(jnp.fft.fft, in_axes=1)(FM()))
+C(G + "vmap_irfft", lambda: jax.vmap(lambda a: jnp.fft.irfft(a, n=4))(FM().astype(jnp.complex64)))
+C(G + "jvp_fft", lambda: jax.jvp(jnp.fft.fft, (FX(),), (FX() * 2,)))
+C(G + "grad_fft", lambda: jax.grad(lambda x: jnp.real(jnp.fft.fft(x) * jnp.arange(5)).sum())(FX()))
+C(G + "grad_ifft", lambda: jax.grad(lambda x: jnp.imag(jnp.fft.ifft(x, norm="ortho")
+                                                       * jnp.arange(5)).sum())(FX()))
+C(G + "grad_rfft", lambda: jax.grad(lambda x: jnp.abs(jnp.fft.rfft(x)).sum())(FX()))
+C(G + "grad_irfft", lambda: jax.grad(lambda x: (jnp.fft.irfft(x * (1 + 2j))
+                                                * jnp.arange(8)).sum())(FX()))
+C(G + "grad_irfft_odd", lambda: jax.grad(lambda x: (jnp.fft.irfft(x * (1 + 2j), n=9) ** 2).sum())(
+    FX()))
+C(G + "grad_complex", lambda: jax.grad(lambda c: jnp.abs(jnp.fft.fft(c)).sum())(FC()))
+C(G + "grad_rfft2", lambda: jax.grad(lambda m: (jnp.abs(jnp.fft.rfft2(m)) ** 2).sum())(FM()))
+C(G + "grad_irfft2", lambda: jax.grad(lambda m: (jnp.fft.irfft2(m * (1 - 1j)) ** 3).sum())(FM()))
+C(G + "grad_hfft", lambda: jax.grad(lambda x: (jnp.fft.hfft(x) ** 2).sum())(FX()))
+C(G + "grad_ihfft", lambda: jax.grad(lambda x: jnp.abs(jnp.fft.ihfft(x)).sum())(FX()))
+C(G + "err_n0", lambda: jnp.fft.fft(FX(), n=0))
+C(G + "err_axis_tuple", lambda: jnp.fft.fft(FM(), axis=(0, 1)))
+C(G + "err_norm", lambda: jnp.fft.fft(FX(), norm="bad"))
+C(G + "err_rfft_complex", lambda: jnp.fft.rfft(FC()))
+C(G + "err_s_axes", lambda: jnp.fft.fftn(FM(), s=(2,), axes=(0, 1)))
+C(G + "err_repeated_axes", lambda: jnp.fft.fftn(FM(), axes=(0, 0)))
+C(G + "err_fft2_axes", lambda: jnp.fft.fft2(FM(), axes=(0,)))
+C(G + "err_s_negative", lambda: jnp.fft.fftn(FM(), s=(-1,)))
+C(G + "err_fftfreq_list", lambda: jnp.fft.fftfreq([4]))
+C(G + "err_fftfreq_d_list", lambda: jnp.fft.fftfreq(4, [1.0]))
+C(G + "err_lax_length", lambda: lax.fft(FC(), "fft", (4,)))
+C(G + "err_lax_rank", lambda: lax.fft(FC(), "fft", (1, 5)))
+C(G + "err_lax_type", lambda: lax.fft(FC(), "foo", (5,)))
+C(G + "err_lax_type_value", lambda: lax.fft(FC(), 3.0, (5,)))
+C(G + "err_lax_rfft_f16", lambda: lax.fft(FX().astype(jnp.float16), "rfft", (5,)))
+C(G + "err_lax_irfft_lengths", lambda: lax.fft(FM().astype(jnp.complex64)[:, :3], "irfft",
+                                               (2, 4)))
+
+
 # ---- generated: every callable of jax.numpy applied to standard arguments -------------------------
 # (names listed from JAX 0.10.2's jax.numpy; an AttributeError on our side is a missing function)
 JNP_NAMES = ['ComplexWarning', 'abs', 'absolute', 'acos', 'acosh', 'add', 'all', 'allclose', 'amax', 'amin', 'angle', 'any', 'append', 'apply_along_axis', 'apply_over_axes', 'arange', 'arccos', 'arccosh', 'arcsin', 'arcsinh', 'arctan', 'arctan2', 'arctanh', 'argmax', 'argmin', 'argpartition', 'argsort', 'argwhere', 'around', 'array', 'array_equal', 'array_equiv', 'array_repr', 'array_split', 'array_str', 'asarray', 'asin', 'asinh', 'astype', 'atan', 'atan2', 'atanh', 'atleast_1d', 'atleast_2d', 'atleast_3d', 'average', 'bartlett', 'bfloat16', 'bincount', 'bitwise_and', 'bitwise_count', 'bitwise_invert', 'bitwise_left_shift', 'bitwise_not', 'bitwise_or', 'bitwise_right_shift', 'bitwise_xor', 'blackman', 'block', 'bool', 'bool_', 'broadcast_arrays', 'broadcast_shapes', 'broadcast_to', 'can_cast', 'cbrt', 'cdouble', 'ceil', 'character', 'choose', 'clip', 'column_stack', 'complex128', 'complex64', 'complex_', 'complexfloating', 'compress', 'concat', 'concatenate', 'conj', 'conjugate', 'convolve', 'copy', 'copysign', 'corrcoef', 'correlate', 'cos', 'cosh', 'count_nonzero', 'cov', 'cross', 'csingle', 'cumprod', 'cumsum', 'cumulative_prod', 'cumulative_sum', 'deg2rad', 'degrees', 'delete', 'diag', 'diag_indices', 'diag_indices_from', 'diagflat', 'diagonal', 'diff', 'digitize', 'divide', 'divmod', 'dot', 'double', 'dsplit', 'dstack', 'ediff1d', 'einsum', 'empty', 'empty_like', 'equal', 'exp', 'exp2', 'expand_dims', 'expm1', 'extract', 'eye', 'fabs', 'fill_diagonal', 'flatnonzero', 'flexible', 'flip', 'fliplr', 'flipud', 'float16', 'float32', 'float4_e2m1fn', 'float64', 'float6_e2m3fn', 'float6_e3m2fn', 'float8_e3m4', 'float8_e4m3', 'float8_e4m3b11fnuz', 'float8_e4m3fn', 'float8_e4m3fnuz', 'float8_e5m2', 'float8_e5m2fnuz', 'float8_e8m0fnu', 'float_', 'float_power', 'floating', 'floor', 'floor_divide', 'fmax', 'fmin', 'fmod', 'frexp', 'fromfunction', 'full', 'full_like', 'gcd', 'generic', 'geomspace', 'gradient', 'greater', 'greater_equal', 'hamming', 'hanning', 'heaviside', 'histogram', 'histogram2d', 'histogram_bin_edges', 'histogramdd', 'hsplit', 'hstack', 'hypot', 'i0', 'identity', 'imag', 'indices', 'inexact', 'inner', 'insert', 'int1', 'int16', 'int2', 'int32', 'int4', 'int64', 'int8', 'int_', 'integer', 'interp', 'intersect1d', 'invert', 'isclose', 'iscomplex', 'iscomplexobj', 'isdtype', 'isfinite', 'isin', 'isinf', 'isnan', 'isneginf', 'isposinf', 'isreal', 'isrealobj', 'isscalar', 'issubdtype', 'iterable', 'ix_', 'kaiser', 'kron', 'lcm', 'ldexp', 'left_shift', 'less', 'less_equal', 'lexsort', 'linspace', 'log', 'log10', 'log1p', 'log2', 'logaddexp', 'logaddexp2', 'logical_and', 'logical_not', 'logical_or', 'logical_xor', 'logspace', 'mask_indices', 'matmul', 'matrix_transpose', 'matvec', 'max', 'maximum', 'mean', 'median', 'meshgrid', 'min', 'minimum', 'mod', 'modf', 'moveaxis', 'multiply', 'nan_to_num', 'nanargmax', 'nanargmin', 'nancumprod', 'nancumsum', 'nanmax', 'nanmean', 'nanmedian', 'nanmin', 'nanpercentile', 'nanprod', 'nanquantile', 'nanstd', 'nansum', 'nanvar', 'ndim', 'negative', 'nextafter', 'nonzero', 'not_equal', 'number', 'object_', 'ones', 'ones_like', 'outer', 'packbits', 'pad', 'partition', 'percentile', 'permute_dims', 'piecewise', 'place', 'poly', 'polyadd', 'polyder', 'polydiv', 'polyfit', 'polyint', 'polymul', 'polysub', 'polyval', 'positive', 'pow', 'power', 'prod', 'promote_types', 'ptp', 'put', 'put_along_axis', 'quantile', 'rad2deg', 'radians', 'ravel', 'ravel_multi_index', 'real', 'reciprocal', 'remainder', 'repeat', 'reshape', 'resize', 'result_type', 'right_shift', 'rint', 'roll', 'rollaxis', 'roots', 'rot90', 'round', 'searchsorted', 'select', 'setdiff1d', 'setxor1d', 'shape', 'sign', 'signbit', 'signedinteger', 'sin', 'sinc', 'single', 'sinh', 'size', 'sort', 'sort_complex', 'spacing', 'split', 'sqrt', 'square', 'squeeze', 'stack', 'std', 'subtract', 'sum', 'swapaxes', 'take', 'take_along_axis', 'tan', 'tanh', 'tensordot', 'tile', 'trace', 'transpose', 'trapezoid', 'tri', 'tril', 'tril_indices', 'tril_indices_from', 'trim_zeros', 'triu', 'triu_indices', 'triu_indices_from', 'true_divide', 'trunc', 'ufunc', 'uint', 'uint1', 'uint16', 'uint2', 'uint32', 'uint4', 'uint64', 'uint8', 'union1d', 'unique', 'unique_all', 'unique_counts', 'unique_inverse', 'unique_values', 'unpackbits', 'unravel_index', 'unsignedinteger', 'unstack', 'unwrap', 'vander', 'var', 'vdot', 'vecdot', 'vecmat', 'vsplit', 'vstack', 'where', 'zeros', 'zeros_like']

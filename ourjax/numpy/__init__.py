@@ -145,3 +145,4 @@ from ourjax.numpy import _array_methods as _am  # noqa: E402
 _am._install()
 del _am
 from ourjax.numpy import linalg  # noqa: E402,F401
+from ourjax.numpy import fft  # noqa: E402,F401
