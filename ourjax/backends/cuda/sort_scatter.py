@@ -478,23 +478,9 @@ class GpuScatter(GpuKernel):
 
   def gpu_body(self, b, ptr):
     sc = self.scatter
-    operand, indices, updates = sc.operands
-    a = sc.attrs
-    if updates.shape.size == 0 or operand.shape.size == 0:
-      return
-    uwd = list(a["update_window_dims"])
-    iwd = set(a["inserted_window_dims"])
-    obatch = list(a.get("input_batching_dims", ()))
-    ibatch = list(a.get("scatter_indices_batching_dims", ()))
-    sd2od = list(a["scatter_dims_to_operand_dims"])
-    sdims = [d for d in range(updates.shape.rank) if d not in uwd]
-    wod = [d for d in range(operand.shape.rank) if d not in iwd and d not in obatch]
-    window = [1] * operand.shape.rank
-    for od, ud in zip(wod, uwd):
-      window[od] = updates.dims[ud]
-    max_start = [nd - w for nd, w in zip(operand.dims, window)]
-    clip = a.get("mode", "drop") == "clip"
-    if clip and any(m < 0 for m in max_start):
+    updates = sc.operands[2]
+    geo = K.ScatterGeometry(sc)
+    if geo.empty:
       return
     dt = np.dtype(sc.dtype)
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
@@ -504,25 +490,9 @@ class GpuScatter(GpuKernel):
     with ForLoop(b, gid, updates.shape.size, "u", step=stride) as lp:
       em.push_scope()
       uidx = Index(b, updates.dims, linear=lp.index)
-      batch = [uidx.multi[d] for d in sdims]
-      starts = [i64(0)] * operand.shape.rank
-      for k, od in enumerate(sd2od):
-        v = em.value(indices, Index(b, indices.dims, multi=batch + [i64(k)]))
-        starts[od] = E._index_value(b, v, indices.dtype)
-      for od, idim in zip(obatch, ibatch):
-        starts[od] = batch[idim]
-      valid = ir.Constant(I1, 1)
-      for d in range(operand.shape.rank):
-        if clip:
-          starts[d] = E._clamp_i64(b, starts[d], 0, max(max_start[d], 0))
-        else:
-          valid = b.and_(valid, b.and_(b.icmp_signed(">=", starts[d], i64(0)),
-                                       b.icmp_signed("<=", starts[d], i64(max_start[d]))))
-      tgt = list(starts)
-      for od, ud in zip(wod, uwd):
-        tgt[od] = b.add(starts[od], uidx.multi[ud])
+      valid, tgt = geo.target(b, em, uidx.multi)
       with b.if_then(valid):
-        lin = E.linearize(b, tgt, operand.dims)
+        lin = E.linearize(b, tgt, geo.operand_dims)
         upd = em.value(updates, uidx)
         self._combine(b, em, out, lin, upd, dt)
       em.pop_scope()

@@ -477,6 +477,54 @@ class DynamicUpdateInPlace(Kernel):
       em.pop_scope()
 
 
+class ScatterGeometry:
+  """Where the elements of an XLA scatter's updates go (shared by the CPU's serial kernel and
+  the GPU's parallel one): ``sdims`` are the update dimensions that index ``indices``, the
+  others (``uwd``) run along the operand's window dimensions (``wod``); ``max_start`` bounds each
+  window start; ``clip`` clamps starts (else an out-of-bounds window is dropped whole)."""
+
+  def __init__(self, scatter):
+    operand, self.indices, updates = scatter.operands
+    a = scatter.attrs
+    self.operand_dims, self.updates_dims = tuple(operand.dims), tuple(updates.dims)
+    self.uwd = list(a["update_window_dims"])
+    iwd = set(a["inserted_window_dims"])
+    self.obatch = list(a.get("input_batching_dims", ()))
+    self.ibatch = list(a.get("scatter_indices_batching_dims", ()))
+    self.sd2od = list(a["scatter_dims_to_operand_dims"])
+    self.sdims = [d for d in range(updates.shape.rank) if d not in self.uwd]
+    self.wod = [d for d in range(operand.shape.rank) if d not in iwd and d not in self.obatch]
+    window = [1] * operand.shape.rank
+    for od, ud in zip(self.wod, self.uwd):
+      window[od] = updates.dims[ud]
+    self.max_start = [n - w for n, w in zip(operand.dims, window)]
+    self.clip = a.get("mode", "drop") == "clip"
+    # nothing to do: no updates, an empty operand, or (clip) a window that cannot fit
+    self.empty = (updates.shape.size == 0 or operand.shape.size == 0
+                  or (self.clip and any(m < 0 for m in self.max_start)))
+
+  def target(self, b, em, umulti):
+    """(valid i1, operand index per dimension) of the update element at ``umulti``."""
+    batch = [umulti[d] for d in self.sdims]
+    starts = [i64(0)] * len(self.operand_dims)
+    for k, od in enumerate(self.sd2od):
+      v = em.value(self.indices, Index(b, self.indices.dims, multi=batch + [i64(k)]))
+      starts[od] = E._index_value(b, v, self.indices.dtype)
+    for od, idim in zip(self.obatch, self.ibatch):
+      starts[od] = batch[idim]
+    valid = ir.Constant(I1, 1)
+    for d in range(len(self.operand_dims)):
+      if self.clip:
+        starts[d] = E._clamp_i64(b, starts[d], 0, max(self.max_start[d], 0))
+      else:
+        valid = b.and_(valid, b.and_(b.icmp_signed(">=", starts[d], i64(0)),
+                                     b.icmp_signed("<=", starts[d], i64(self.max_start[d]))))
+    tgt = list(starts)
+    for od, ud in zip(self.wod, self.uwd):
+      tgt[od] = b.add(starts[od], umulti[ud])
+    return valid, tgt
+
+
 class ScatterKernel(Kernel):
   """XLA scatter, applied in the reference's order (scatter dimensions outer, window
   dimensions inner); ``out`` already holds the operand."""
@@ -489,58 +537,28 @@ class ScatterKernel(Kernel):
 
   def body(self, b, ptr, tid, nthreads):
     sc = self.scatter
-    operand, indices, updates = sc.operands
-    a = sc.attrs
-    if updates.shape.size == 0 or operand.shape.size == 0:
+    _, _, updates = sc.operands
+    geo = ScatterGeometry(sc)
+    if geo.empty:
       return
     em = Emitter(b, _make_leaves(b, self.leafmap, ptr))
-    uwd = list(a["update_window_dims"])
-    iwd = set(a["inserted_window_dims"])
-    obatch = list(a.get("input_batching_dims", ()))
-    ibatch = list(a.get("scatter_indices_batching_dims", ()))
-    sd2od = list(a["scatter_dims_to_operand_dims"])
-    sdims = [d for d in range(updates.shape.rank) if d not in uwd]
-    wod = [d for d in range(operand.shape.rank) if d not in iwd and d not in obatch]
-    window = [1] * operand.shape.rank
-    for od, ud in zip(wod, uwd):
-      window[od] = updates.dims[ud]
-    max_start = [n - w for n, w in zip(operand.dims, window)]
-    comp = a["to_apply"]
+    comp = sc.attrs["to_apply"]
     overwrite = comp.root is comp.parameters[1]
     dt = sc.dtype
     out = ptr(self.out)
-    clip = a.get("mode", "drop") == "clip"
-    if clip and any(m < 0 for m in max_start):
-      return
     loops = []
-    for d in sdims + uwd:
+    for d in geo.sdims + geo.uwd:
       loop = ForLoop(b, 0, updates.dims[d], f"u{d}")
       loop.__enter__()
       loops.append(loop)
-    uvar = {d: l.index for d, l in zip(sdims + uwd, loops)}
+    uvar = {d: lp.index for d, lp in zip(geo.sdims + geo.uwd, loops)}
     umulti = [uvar[d] for d in range(updates.shape.rank)]
-    batch = [uvar[d] for d in sdims]
-    starts = [i64(0)] * operand.shape.rank
-    for k, od in enumerate(sd2od):
-      v = em.value(indices, Index(b, indices.dims, multi=batch + [i64(k)]))
-      starts[od] = E._index_value(b, v, indices.dtype)
-    for od, idim in zip(obatch, ibatch):
-      starts[od] = batch[idim]
-    valid = ir.Constant(I1, 1)
-    for d in range(operand.shape.rank):
-      if clip:
-        starts[d] = E._clamp_i64(b, starts[d], 0, max(max_start[d], 0))
-      else:
-        valid = b.and_(valid, b.and_(b.icmp_signed(">=", starts[d], i64(0)),
-                                     b.icmp_signed("<=", starts[d], i64(max_start[d]))))
-    tgt = list(starts)
-    for od, ud in zip(wod, uwd):
-      tgt[od] = b.add(starts[od], uvar[ud])
+    valid, tgt = geo.target(b, em, umulti)
     then = b.function.append_basic_block("scatter.do")
     cont = b.function.append_basic_block("scatter.skip")
     b.cbranch(valid, then, cont)
     b.position_at_end(then)
-    lin = E.linearize(b, tgt, operand.dims)
+    lin = E.linearize(b, tgt, geo.operand_dims)
     upd = em.value(updates, Index(b, updates.dims, multi=umulti))
     if overwrite:
       new = upd
