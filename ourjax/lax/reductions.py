@@ -249,7 +249,10 @@ argmin_p = _argminmax("argmin", np.argmin)
 # which carries the computation as a jaxpr.
 
 
-def reduce(operands, init_values, computation, dimensions):  # noqa: A001 (lax's name)
+def flatten_operands(operands, init_values, none_error: str, gap: str = " "):
+  """(flat operands, flat init values, their tree) of a reduction over pytrees, with JAX's
+  errors (``none_error`` when there are no operands; ``gap``: JAX's spacing in its count error,
+  which differs between reduce and reduce_window)."""
   from ourjax import tree_util
   flat_ops, op_tree = tree_util.tree_flatten(operands)
   flat_inits, init_tree = tree_util.tree_flatten(init_values)
@@ -257,10 +260,17 @@ def reduce(operands, init_values, computation, dimensions):  # noqa: A001 (lax's
     raise ValueError(f"Operands must have the same tree structure as init_values: {op_tree} vs. "
                      f"{init_tree}")
   if len(flat_ops) != len(flat_inits):
-    raise ValueError(f"Must have same total number of operands as init_values: "
+    raise ValueError(f"Must have same total number of operands as init_values:{gap}"
                      f"{len(flat_ops)} vs. {len(flat_inits)}")
   if not flat_ops:
-    raise ValueError("reduce requires at least one operand")
+    raise ValueError(none_error)
+  return flat_ops, flat_inits, op_tree
+
+
+def reduce(operands, init_values, computation, dimensions):  # noqa: A001 (lax's name)
+  from ourjax import tree_util
+  flat_ops, flat_inits, init_tree = flatten_operands(operands, init_values,
+                                                     "reduce requires at least one operand")
   dims = tuple(int(d) for d in dimensions)
   if len(flat_ops) == 1:
     out = _monoid_reduce(flat_ops[0], flat_inits[0], computation, dims, init_tree)

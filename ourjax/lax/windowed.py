@@ -158,16 +158,10 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
   _min, which have derivatives in both modes; anything else binds the general ``reduce_window``
   primitive, which carries the computation as a jaxpr (forward mode only, like JAX's)."""
   from ourjax import tree_util
-  flat_ops, op_tree = tree_util.tree_flatten(operand)
-  flat_inits, init_tree = tree_util.tree_flatten(init_value)
-  if op_tree != init_tree:
-    raise ValueError(f"Operands must have the same tree structure as init_values: {op_tree} vs. "
-                     f"{init_tree}")
-  if len(flat_ops) != len(flat_inits):
-    raise ValueError(f"Must have same total number of operands as init_values:  "
-                     f"{len(flat_ops)} vs. {len(flat_inits)}")
-  if not flat_ops:
-    raise ValueError("reduce_window must have at least one operand.")
+  from ourjax.lax.reductions import flatten_operands
+  flat_ops, flat_inits, op_tree = flatten_operands(
+      operand, init_value, "reduce_window must have at least one operand.", gap="  ")
+  init_tree = op_tree
   if any(get_aval(v).shape != () for v in flat_inits):
     raise TypeError(f"reduce_window expected init_values to be scalars but init_values have "
                     f"shapes {[get_aval(v).shape for v in flat_inits]}.")
