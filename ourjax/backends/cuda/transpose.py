@@ -97,61 +97,64 @@ class TiledTranspose(GpuKernel):
     if self.tiles == 0:
       return
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
-    dims, q, last = self.dims, self.q, len(self.dims) - 1
-    tid = sreg64(b, "tid.x")
-    tx = b.and_(tid, i64(TILE - 1))
-    ty = b.lshr(tid, i64(5))
-    stride = TILE + 1                    # a padded row: column reads hit 32 different banks
+    dims = self.dims
     slots = []                           # per hero: (shared arrays, one per 32-bit word)
     for n, h in enumerate(self.heroes):
       words = len(_words(b, ir.Constant(E.compute_type(h.dtype), 0))[0])
-      slots.append([shared_array(b.module, I32, TILE * stride, f"{self.name}_t{n}_{w}", 4)
+      slots.append([shared_array(b.module, I32, TILE * (TILE + 1), f"{self.name}_t{n}_{w}", 4)
                     for w in range(words)])
-    other_dims = [dims[k] for k in self.others]
-    with E.ForLoop(b, sreg64(b, "ctaid.x"), self.tiles, "tile",
-                   step=sreg64(b, "nctaid.x")) as t:
-      tj = b.urem(t.index, i64(self.ntj))
-      rest = b.udiv(t.index, i64(self.ntj))
-      tq = b.urem(rest, i64(self.ntq))
-      other = E.delinearize(b, b.udiv(rest, i64(self.ntq)), other_dims) if other_dims else []
-      q0 = b.mul(tq, i64(TILE))
-      j0 = b.mul(tj, i64(TILE))
-      # stage: thread (tx, ty) reads the heroes' operands at q = q0 + tx (contiguous there)
+
+    def stage(other, qq, jj, pos):       # the heroes' operands, read along q
+      em.push_scope()
+      out = self._out_multi(b, other, qq, jj)
+      for h, arrs in zip(self.heroes, slots):
+        perm, src = h.attrs["dimensions"], h.operands[0]
+        v = em.value(src, Index(b, src.dims, multi=[out[perm.index(d)]
+                                                     for d in range(len(dims))]))
+        for w, arr in zip(_words(b, v)[0], arrs):
+          b.store(w, shared_ptr(b, arr, pos))
+      em.pop_scope()
+
+    def write(other, qq, jj, pos):       # the outputs, written along j
+      em.push_scope()
+      idx = Index(b, dims, multi=self._out_multi(b, other, qq, jj))
+      for h, arrs in zip(self.heroes, slots):
+        back = _words(b, ir.Constant(E.compute_type(h.dtype), 0))[1]
+        em.remember(h, idx, back([b.load(shared_ptr(b, arr, pos)) for arr in arrs]))
+      _store(b, em, self.outputs, idx, ptr)
+      em.pop_scope()
+
+    _tile_loop(b, [dims[k] for k in self.others], dims[self.q], dims[-1], stage, write)
+
+
+def _tile_loop(b, batch_dims, nq, nj, stage, write):
+  """The tile loop of both kernels: blocks of ``TILE x ROWS`` threads loop (grid-stride) over
+  ``TILE x TILE`` tiles of a (batch..., q, j) space.  Per tile, ``stage(batch, qq, jj, pos)``
+  runs for the elements thread (tx, ty) reads along q (qq = q0 + tx), then, after a barrier,
+  ``write(batch, qq, jj, pos)`` for those it writes along j (jj = j0 + tx); both only inside
+  the bounds.  ``batch`` is the tile's index per batch dimension; ``pos`` (i32) is the slot of
+  element (qq, jj) in a padded ``TILE x (TILE + 1)`` shared tile, the same in both phases, where
+  column accesses hit 32 different banks."""
+  ntq, ntj = -(-nq // TILE), -(-nj // TILE)
+  tid = sreg64(b, "tid.x")
+  tx = b.and_(tid, i64(TILE - 1))
+  ty = b.lshr(tid, i64(5))
+  tiles = math.prod(batch_dims) * ntq * ntj
+  with E.ForLoop(b, sreg64(b, "ctaid.x"), tiles, "tile", step=sreg64(b, "nctaid.x")) as t:
+    tj = b.urem(t.index, i64(ntj))
+    rest = b.udiv(t.index, i64(ntj))
+    tq = b.urem(rest, i64(ntq))
+    batch = E.delinearize(b, b.udiv(rest, i64(ntq)), batch_dims) if batch_dims else []
+    q0, j0 = b.mul(tq, i64(TILE)), b.mul(tj, i64(TILE))
+    for phase, fn in ((0, stage), (1, write)):
       for s in range(TILE // ROWS):
         row = b.add(ty, i64(s * ROWS)) if s else ty
-        qq, jj = b.add(q0, tx), b.add(j0, row)
-        ok = b.and_(b.icmp_unsigned("<", qq, i64(dims[q])),
-                    b.icmp_unsigned("<", jj, i64(dims[last])))
+        dq, dj = (tx, row) if phase == 0 else (row, tx)
+        qq, jj = b.add(q0, dq), b.add(j0, dj)
+        ok = b.and_(b.icmp_unsigned("<", qq, i64(nq)), b.icmp_unsigned("<", jj, i64(nj)))
         with b.if_then(ok):
-          em.push_scope()
-          out = self._out_multi(b, other, qq, jj)
-          for h, arrs in zip(self.heroes, slots):
-            perm = h.attrs["dimensions"]
-            src = h.operands[0]
-            inv = [out[perm.index(d)] for d in range(len(dims))]
-            v = em.value(src, Index(b, src.dims, multi=inv))
-            pos = b.trunc(b.add(b.mul(row, i64(stride)), tx), I32)
-            for w, arr in zip(_words(b, v)[0], arrs):
-              b.store(w, shared_ptr(b, arr, pos))
-          em.pop_scope()
-      barrier(b)
-      # write: thread (tx, ty) computes the outputs at j = j0 + tx (contiguous there)
-      for s in range(TILE // ROWS):
-        row = b.add(ty, i64(s * ROWS)) if s else ty
-        qq, jj = b.add(q0, row), b.add(j0, tx)
-        ok = b.and_(b.icmp_unsigned("<", qq, i64(dims[q])),
-                    b.icmp_unsigned("<", jj, i64(dims[last])))
-        with b.if_then(ok):
-          em.push_scope()
-          idx = Index(b, dims, multi=self._out_multi(b, other, qq, jj))
-          pos = b.trunc(b.add(b.mul(tx, i64(stride)), row), I32)
-          for h, arrs in zip(self.heroes, slots):
-            proto = ir.Constant(E.compute_type(h.dtype), 0)
-            back = _words(b, proto)[1]
-            em.remember(h, idx, back([b.load(shared_ptr(b, arr, pos)) for arr in arrs]))
-          _store(b, em, self.outputs, idx, ptr)
-          em.pop_scope()
-      barrier(b)                         # the next tile reuses the shared arrays
+          fn(batch, qq, jj, b.trunc(b.add(b.mul(dj, i64(TILE + 1)), dq), I32))
+      barrier(b)                         # (after the writes: the next tile reuses the tile)
 
 
 class StridedTranspose(GpuKernel):
@@ -175,34 +178,15 @@ class StridedTranspose(GpuKernel):
     if self.tiles == 0:
       return
     src, dst = ptr(self.src), ptr(self.dst)
-    ty_elem = E.storage_type(self.src.dtype)
-    tile = shared_array(b.module, ty_elem, TILE * (TILE + 1), self.name + "_tile", 4)
-    tid = sreg64(b, "tid.x")
-    tx = b.and_(tid, i64(TILE - 1))
-    ty = b.lshr(tid, i64(5))
-    R, C = self.R, self.C
-    with E.ForLoop(b, sreg64(b, "ctaid.x"), self.tiles, "tile",
-                   step=sreg64(b, "nctaid.x")) as t:
-      tc = b.urem(t.index, i64(self.ntc))
-      rest = b.udiv(t.index, i64(self.ntc))
-      tr = b.urem(rest, i64(self.ntr))
-      bat = b.udiv(rest, i64(self.ntr))
-      r0, c0 = b.mul(tr, i64(TILE)), b.mul(tc, i64(TILE))
-      for s in range(TILE // ROWS):       # read along r
-        row = b.add(ty, i64(s * ROWS)) if s else ty
-        r, c = b.add(r0, tx), b.add(c0, row)
-        ok = b.and_(b.icmp_unsigned("<", r, i64(R)), b.icmp_unsigned("<", c, i64(C)))
-        with b.if_then(ok):
-          at = b.add(b.add(b.mul(bat, i64(self.s_b)), r), b.mul(c, i64(self.s_c)))
-          v = b.load(b.gep(src, [at], inbounds=True))
-          b.store(v, shared_ptr(b, tile, b.trunc(b.add(b.mul(row, i64(TILE + 1)), tx), I32)))
-      barrier(b)
-      for s in range(TILE // ROWS):       # write along c
-        row = b.add(ty, i64(s * ROWS)) if s else ty
-        r, c = b.add(r0, row), b.add(c0, tx)
-        ok = b.and_(b.icmp_unsigned("<", r, i64(R)), b.icmp_unsigned("<", c, i64(C)))
-        with b.if_then(ok):
-          v = b.load(shared_ptr(b, tile, b.trunc(b.add(b.mul(tx, i64(TILE + 1)), row), I32)))
-          at = b.add(b.mul(b.add(b.mul(bat, i64(R)), r), i64(C)), c)
-          b.store(v, b.gep(dst, [at], inbounds=True))
-      barrier(b)
+    tile = shared_array(b.module, E.storage_type(self.src.dtype), TILE * (TILE + 1),
+                        self.name + "_tile", 4)
+
+    def stage(batch, r, c, pos):         # read along r (unit stride in src)
+      at = b.add(b.add(b.mul(batch[0], i64(self.s_b)), r), b.mul(c, i64(self.s_c)))
+      b.store(b.load(b.gep(src, [at], inbounds=True)), shared_ptr(b, tile, pos))
+
+    def write(batch, r, c, pos):         # write along c (row-major dst)
+      at = b.add(b.mul(b.add(b.mul(batch[0], i64(self.R)), r), i64(self.C)), c)
+      b.store(b.load(shared_ptr(b, tile, pos)), b.gep(dst, [at], inbounds=True))
+
+    _tile_loop(b, [self.B], self.R, self.C, stage, write)
