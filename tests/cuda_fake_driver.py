@@ -301,11 +301,14 @@ def installed():
   """``FakeDriver`` as ``ourjax.backends.cuda.driver``'s bindings (a fresh device 0, graphs and
   module caches of earlier executables not reused); the previous state is restored after, once
   every object made with the fake is gone."""
+  from ourjax import backends
   from ourjax.backends.cuda import driver
-  saved = (driver._drv, driver._avail, driver._avail_reason, dict(driver._devices))
+  saved = (driver._drv, driver._avail, driver._avail_reason, dict(driver._devices),
+           list(backends._GPUS))
   fake = FakeDriver()
   driver._drv, driver._avail, driver._avail_reason = fake, True, ""
   driver._devices.clear()
+  backends._GPUS.clear()               # ourjax.devices("cuda") lists the fake's, not a real GPU
   driver._tls.current = None
   try:
     yield fake
@@ -314,4 +317,5 @@ def installed():
     gc.collect()
     driver._drv, driver._avail, driver._avail_reason = saved[:3]
     driver._devices.update(saved[3])
+    backends._GPUS[:] = saved[4]       # (the fake's devices must not outlive it)
     driver._tls.current = None
