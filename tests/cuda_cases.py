@@ -102,6 +102,11 @@ CASES = [
      lambda r: (f32(r, 33, 40, 50),), 1e-6),
     ("transpose_bool_int8", lambda a, b: (jnp.transpose(a > 0) & (b > 0), b.T * 3),
      lambda r: (f32(r, 64, 48), r.integers(-40, 40, (48, 64), dtype=np.int8)), 0),
+    ("ew_concat_many", lambda *a: jnp.concatenate([jnp.exp(v) * k for k, v in enumerate(a)], 1),
+     lambda r: tuple(f32(r, 33, 3 + k) for k in range(7)), 1e-6),
+    ("conv_im2col", lambda x, w: lax.conv_general_dilated(
+        x, w, (1, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+     lambda r: (f32(r, 4, 12, 13, 8), f32(r, 3, 3, 8, 16)), 5e-3),
     ("ew_concat_pad", lambda a, b: jnp.pad(jnp.concatenate([a, b], 0), ((1, 2), (3, 0))),
      lambda r: (f32(r, 40, 30), f32(r, 20, 30)), 0),
     ("ew_iota_slice", lambda a: a[::2, 1:] + jnp.arange(a.shape[1] - 1, dtype=jnp.float32),

@@ -444,3 +444,16 @@ def test_profile_mode_reports_every_step(monkeypatch):
   prof = exe.profile()
   assert len(prof) == len(exe.meta["steps"]) and all(0 <= c < 10 ** 12 for c, _ in prof)
   assert any("DotKernel" in name for _, name in prof)
+
+
+def test_concatenate_of_many_fused_parts():
+  """More than emitter.BRANCHY_CONCAT_PARTS parts: only the part holding an element is
+  evaluated (branches); results as NumPy's, along each axis, parts of different sizes."""
+  rng = np.random.default_rng(4)
+  xs = [rng.standard_normal((3, 2 + k, 5)).astype(np.float32) for k in range(7)]
+  f = ourjax.jit(lambda *a: jnp.concatenate([jnp.exp(v) * k for k, v in enumerate(a)], axis=1))
+  want = np.concatenate([np.exp(v) * k for k, v in enumerate(xs)], axis=1)
+  np.testing.assert_allclose(np.asarray(f(*xs)), want, rtol=1e-6)
+  ys = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(9)]
+  g = ourjax.jit(lambda *a: jnp.stack([v[::-1] + 1 for v in a], axis=-1))
+  np.testing.assert_array_equal(np.asarray(g(*ys)), np.stack([v[::-1] + 1 for v in ys], -1))

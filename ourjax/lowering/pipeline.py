@@ -18,8 +18,8 @@ import os
 from typing import Callable, Sequence
 
 from ourjax.lowering import hlo
-from ourjax.lowering.passes import (buffer_assignment, constant_folding, cse, dce, fusion,
-                                    multi_output_fusion, simplify)
+from ourjax.lowering.passes import (buffer_assignment, constant_folding, conv_to_dot, cse, dce,
+                                    fusion, multi_output_fusion, simplify)
 
 #: (name, run) pairs, run in order to a fixed point.
 PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
@@ -28,6 +28,10 @@ PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("cse", cse.run),
     ("dce", dce.run),
 ]
+
+#: ``PASSES`` for the native backends (CPU, CUDA): convolutions become GEMMs first.  The
+#: reference backend keeps them direct (it is the oracle: the simplest faithful evaluation).
+NATIVE_PASSES = [("conv_to_dot", conv_to_dot.run)] + PASSES
 
 #: (name, run) pairs run once after the fixed point: fusion, then buffer assignment.
 LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [

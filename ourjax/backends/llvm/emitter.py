@@ -90,6 +90,11 @@ _MATH_UNARY = {
 ANY = object()
 
 
+#: Concatenations of more parts than this evaluate only the part an element is in (branches);
+#: fewer stay branch-free (every part evaluated, one selected) so that their loops vectorize.
+BRANCHY_CONCAT_PARTS = 4
+
+
 class EmitterError(NotImplementedError):
   """The emitter cannot produce code for an instruction (the backend falls back)."""
 
@@ -1141,6 +1146,8 @@ class Emitter:
       if n:
         parts.append((x, offset, n))
       offset += n
+    if len(parts) > BRANCHY_CONCAT_PARTS:
+      return self._concatenate_branches(instr, index, d, parts)
     for k, (x, off, n) in enumerate(parts):
       rel = b.sub(pos, i64(off)) if off else pos
       if k != len(parts) - 1 and k != 0:
@@ -1157,6 +1164,37 @@ class Emitter:
       else:
         result = b.select(b.icmp_signed(">=", pos, i64(off)), v, result)
     return result
+
+  def _concatenate_branches(self, instr, index, d, parts):
+    """A concatenate of many parts: only the part holding the element is evaluated (a chain of
+    branches joined by a phi) -- evaluating every part and selecting, which keeps few-part
+    concatenations branch-free for the vectorizer, costs a part's work per part (an im2col
+    patch matrix has one part per kernel position)."""
+    b = self.b
+    pos = index.multi[d]
+    done = b.append_basic_block(f"{instr.name}.cat.done")
+    incoming = []
+    for k, (x, off, n) in enumerate(parts):
+      last = k == len(parts) - 1
+      if not last:
+        here = b.append_basic_block(f"{instr.name}.cat{k}")
+        nxt = b.append_basic_block(f"{instr.name}.cat{k}.next")
+        b.cbranch(b.icmp_signed("<", pos, i64(off + n)), here, nxt)
+        b.position_at_end(here)
+      multi = list(index.multi)
+      multi[d] = b.sub(pos, i64(off)) if off else pos
+      self.push_scope()             # values made in this branch are not seen outside it
+      v = self.value(x, Index(b, x.dims, multi=multi))
+      self.pop_scope()
+      incoming.append((v, b.block))
+      b.branch(done)
+      if not last:
+        b.position_at_end(nxt)
+    b.position_at_end(done)
+    phi = b.phi(incoming[0][0].type, name=f"{instr.name}.cat")
+    for v, blk in incoming:
+      phi.add_incoming(v, blk)
+    return phi
 
   def _op_pad(self, instr, index):
     b = self.b

@@ -1,0 +1,133 @@
+"""Convolutions as matrix products (im2col): a ``convolution`` becomes the slices of its padded
+input that each kernel position reads, stacked into a patch matrix, times the kernel reshaped to
+a matrix -- one ``dot`` that the backends run on their GEMM (packed AVX-512 on the CPU, tensor
+cores on the GPU) instead of the elemental loop nest of a direct convolution.
+
+For lhs ``[N, spatial..., C]`` (after a transpose to channels-last), kernel ``[K..., C, O]``:
+
+    padded  = pad(lhs, low/high padding, interior = lhs_dilation - 1)   (negative low/high
+              padding crops: the slices start later)
+    slice_k = padded[:, k*rhs_dilation : ... : window_strides, :]  -> [N, out..., C]
+              for each kernel position k (row-major over the kernel's spatial dims), or, when
+              there are fewer output positions p (weight gradients), the window of each p,
+              padded[:, p*window_strides : ... : rhs_dilation, :] -> [N, K..., C]
+    patches = concatenate(slices) -> [N * prod(out), K_total * C]
+    result  = patches @ reshape(kernel, [K_total * C, O])  -> [N, out..., O], transposed to the
+              convolution's output layout
+
+The products and sums are the convolution's own; only the order of the sums changes (as any
+GEMM's blocking does).  Rewritten: ``feature_group_count == batch_group_count == 1`` (grouped and
+depthwise convolutions stay direct), real types, at most ``MAX_SLICES`` slices and a patch
+matrix of at most ``MAX_PATCH_BYTES``; every decision is noted.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ourjax.lowering.hlo import Builder, Instruction, Module
+
+PASS = "conv_to_dot"
+
+#: The patch matrix is built from one slice per kernel position or, when there are fewer, one
+#: window per output position (a weight gradient, whose "kernel" is the output gradient);
+#: convolutions needing more slices than this stay direct.
+MAX_SLICES = 64
+#: Largest patch matrix (bytes) rewritten; bigger ones keep the direct convolution.
+MAX_PATCH_BYTES = 1 << 29
+
+
+def run(module: Module) -> bool:
+  changed = False
+  for comp in list(module.computations):
+    for instr in list(comp.instructions):
+      if instr.opcode != "convolution" or instr.parent is not comp:
+        continue
+      why = _refusal(instr)
+      if why is not None:
+        module.note(PASS, f"%{instr.name} stays a convolution: {why}")
+        continue
+      new = _rewrite(Builder.into(comp), instr)
+      comp.replace_all_uses(instr, new)
+      comp.remove(instr)
+      module.note(PASS, f"%{instr.name} -> patches @ kernel (%{new.name})")
+      changed = True
+    if changed:
+      comp.topological_sort()
+  return changed
+
+
+def _refusal(conv: Instruction) -> str | None:
+  """Why ``conv`` is not rewritten, or None."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  if a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1:
+    return "grouped (feature or batch groups)"
+  if any(np.dtype(x.dtype).kind == "c" for x in (lhs, rhs, conv)):
+    return "complex"
+  lspec, rspec, ospec = a["dimension_numbers"]
+  positions = math.prod(rhs.dims[d] for d in rspec[2:])
+  out_spatial = math.prod(conv.dims[d] for d in ospec[2:])
+  if min(positions, out_spatial) > MAX_SLICES:
+    return (f"{positions} kernel positions and {out_spatial} output positions, both > "
+            f"MAX_SLICES")
+  patch = (lhs.dims[lspec[0]] * out_spatial * positions * lhs.dims[lspec[1]]
+           * np.dtype(lhs.dtype).itemsize)
+  if patch > MAX_PATCH_BYTES:
+    return f"a patch matrix of {patch} bytes > MAX_PATCH_BYTES"
+  if conv.shape.size == 0 or lhs.shape.size == 0 or rhs.shape.size == 0:
+    return "empty"
+  return None
+
+
+def _rewrite(b: Builder, conv: Instruction) -> Instruction:
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = a["dimension_numbers"]
+  nd = len(lspec) - 2
+  strides, padding = a["window_strides"], a["padding"]
+  ld, rd = a["lhs_dilation"], a["rhs_dilation"]
+  n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
+  o = rhs.dims[rspec[0]]
+  ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
+  osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
+  # channels-last input, padded and dilated (negative padding: cropped by the slices)
+  x = b.transpose(lhs, [lspec[0]] + [lspec[2 + i] for i in range(nd)] + [lspec[1]])
+  config = [(0, 0, 0)] + [(max(lo, 0), max(hi, 0), d - 1)
+                          for (lo, hi), d in zip(padding, ld)] + [(0, 0, 0)]
+  if any(cfg != (0, 0, 0) for cfg in config):
+    x = b.pad(x, b.constant(0, lhs.dtype), config)
+  crop = [-min(lo, 0) for lo, _ in padding]
+  positions = math.prod(ksizes)
+  if positions <= math.prod(osizes):
+    # one strided slice per kernel position k: every output position's element k
+    parts = []
+    for k in itertools.product(*(range(s) for s in ksizes)):
+      start = [0] + [k[i] * rd[i] + crop[i] for i in range(nd)] + [0]
+      limit = [n] + [start[1 + i] + (osizes[i] - 1) * strides[i] + 1 for i in range(nd)] + [c]
+      part = b.slice(x, start, limit, [1] + list(strides) + [1])
+      parts.append(b.reshape(part, [n] + osizes + [1, c]))
+    axis = nd + 1
+  else:
+    # (a weight gradient: the kernel is the big operand) one window per output position p
+    parts = []
+    for p in itertools.product(*(range(s) for s in osizes)):
+      start = [0] + [p[i] * strides[i] + crop[i] for i in range(nd)] + [0]
+      limit = [n] + [start[1 + i] + (ksizes[i] - 1) * rd[i] + 1 for i in range(nd)] + [c]
+      part = b.slice(x, start, limit, [1] + list(rd) + [1])
+      parts.append(b.reshape(part, [n, 1, positions * c]))
+    axis = 1
+  stacked = parts[0] if len(parts) == 1 else b.concatenate(parts, axis)
+  patches = b.reshape(stacked, [n * math.prod(osizes), positions * c])
+  w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
+  w = b.reshape(w, [positions * c, o])
+  y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype)
+  y = b.reshape(y, [n] + osizes + [o])
+  # [N, out..., O] -> the convolution's output layout
+  perm = [0] * (nd + 2)
+  perm[ospec[0]], perm[ospec[1]] = 0, nd + 1
+  for i in range(nd):
+    perm[ospec[2 + i]] = 1 + i
+  return b.transpose(y, perm)
