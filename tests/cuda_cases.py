@@ -107,6 +107,12 @@ CASES = [
     ("conv_im2col", lambda x, w: lax.conv_general_dilated(
         x, w, (1, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
      lambda r: (f32(r, 4, 12, 13, 8), f32(r, 3, 3, 8, 16)), 5e-3),
+    # split-K: few output tiles, a long contraction (a convolution's weight gradient)
+    ("dot_split_k", lambda a, b, c: jnp.tanh(a @ b + c),
+     lambda r: (f32(r, 70, 8192, lo=-0.1, hi=0.1), f32(r, 8192, 40), f32(r, 40)), 1e-5),
+    ("conv_weight_grad", ourjax.grad(lambda w, x: jnp.sum(lax.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) ** 2)),
+     lambda r: (f32(r, 3, 3, 8, 16), f32(r, 8, 20, 20, 8)), 5e-3),
     ("ew_concat_pad", lambda a, b: jnp.pad(jnp.concatenate([a, b], 0), ((1, 2), (3, 0))),
      lambda r: (f32(r, 40, 30), f32(r, 20, 30)), 0),
     ("ew_iota_slice", lambda a: a[::2, 1:] + jnp.arange(a.shape[1] - 1, dtype=jnp.float32),

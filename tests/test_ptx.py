@@ -86,6 +86,7 @@ def test_kernel_kinds(compiled_cases):
   assert kinds["dot_epilogue_residual_tt"] == ["StridedTranspose", "WgmmaDot"]
   assert kinds["dot_epilogue_batched_bf16"] == ["WgmmaDot"]
   assert kinds["dot_epilogue_simt"] == ["SimtDot", "Elementwise"]
+  assert kinds["dot_split_k"] == ["SimtDot", "SplitKSum"]      # the epilogue in the sum
   for name, k in kinds.items():     # sort and scatter cases reach the parallel kernels
     if "sort" in name or name == "top_k":
       assert "GpuSort" in k and "Threaded" not in k, (name, k)

@@ -942,11 +942,14 @@ class SimtDot(GpuKernel):
   BM = BN = 64
   BK = 16
 
-  def __init__(self, name, dot, lhs, rhs, out):
-    self.dot, self.spec = dot, K.DotSpec(dot)
+  def __init__(self, name, dot, lhs, rhs, out, spec=None, out_dtype=None):
+    """``spec``: another batching of the operands than the dot's own (split-K partials);
+    ``out_dtype``: the type C is written in (the dot's by default)."""
+    self.dot, self.spec = dot, spec or K.DotSpec(dot)
     self.lhs, self.rhs, self.out = lhs, rhs, out
     s = self.spec
     self.acc_dt = E.accumulation_dtype(dot.operands[0].dtype, dot.operands[1].dtype, dot.dtype)
+    self.out_dt = np.dtype(out_dtype or dot.dtype)
     super().__init__(name, [lhs, rhs], [out], work=s.B * s.M * s.N * s.K)
 
   def launch(self, info):
@@ -1030,8 +1033,65 @@ class SimtDot(GpuKernel):
         gn = b.add(n0, b.add(tx, i64(16 * j)))
         ok = b.and_(b.icmp_signed("<", gm, i64(M)), b.icmp_signed("<", gn, i64(N)))
         with b.if_then(ok):
-          v = E.convert_value(b, b.load(accs[i][j]), acc_dt, self.dot.dtype)
-          E.store_element(b, v, C, b.add(c_base, b.add(b.mul(gm, i64(N)), gn)), self.dot.dtype)
+          v = E.convert_value(b, b.load(accs[i][j]), acc_dt, self.out_dt)
+          E.store_element(b, v, C, b.add(c_base, b.add(b.mul(gm, i64(N)), gn)), self.out_dt)
+
+
+SPLIT_K_MIN = 2048        # shortest contraction split into partial products
+
+
+def _split_k(dot, info: DeviceInfo):
+  """(S, spec of S partial products over K/S each) for a dot with too few 64x64 output tiles
+  to fill the GPU and a long contraction (a convolution's weight gradient: 288x64 outputs of
+  25088 products each), else None.  S divides K."""
+  s = K.DotSpec(dot)
+  if not s.ok or s.B != 1 or not E._is_float(dot.dtype) or s.K < SPLIT_K_MIN:
+    return None
+  tiles = -(-s.M // SimtDot.BM) * -(-s.N // SimtDot.BN)
+  if 2 * tiles >= info.sm_count:
+    return None
+  want = min(-(-2 * info.sm_count // tiles), s.K // 256)
+  S = next((d for d in range(want, 3, -1) if s.K % d == 0), None)
+  if S is None:
+    return None
+  staged = copy.copy(s)
+  staged.B, staged.K = S, s.K // S
+  staged.a_sb, staged.b_sb = staged.K * s.a_sk, staged.K * s.b_sk
+  return S, staged
+
+
+class SplitKSum(GpuKernel):
+  """C = the sum of ``S`` partial products (``parts``: [S, M, N] in the accumulation type),
+  converted to the dot's type and stored through ``dot_writer`` (so a fused epilogue applies
+  here): one thread per element of C, the partials read coalesced."""
+  BLOCK = 256
+
+  def __init__(self, name, dot, parts, out, S, epilogue=None):
+    self.dot, self.parts, self.out, self.S, self.epilogue = dot, parts, out, S, epilogue
+    self.spec = K.DotSpec(dot)
+    self.nout = self.spec.M * self.spec.N
+    reads, writes = _dot_buffers(parts, parts, out, epilogue)
+    super().__init__(name, reads, writes, work=self.nout * S)
+
+  def launch(self, info):
+    return (max(1, -(-self.nout // self.BLOCK)), 1, 1), (self.BLOCK, 1, 1), 0
+
+  def gpu_body(self, b, ptr):
+    if self.nout == 0:
+      return
+    acc_dt = np.dtype(self.parts.dtype)
+    store = dot_writer(b, ptr, self)
+    o = b.add(b.mul(sreg64(b, "ctaid.x"), i64(self.BLOCK)), sreg64(b, "tid.x"))
+    with b.if_then(b.icmp_signed("<", o, i64(self.nout))):
+      P = ptr(self.parts)
+      acc = E.alloca_entry(b, E.compute_type(acc_dt))
+      b.store(E.const(acc_dt, 0), acc)
+      with E.ForLoop(b, 0, self.S, "s") as sl:
+        x = E.load_element(b, P, b.add(b.mul(sl.index, i64(self.nout)), o), acc_dt)
+        b.store(b.fadd(b.load(acc), x), acc)
+      v = E.convert_value(b, b.load(acc), acc_dt, self.dot.dtype)
+      N = self.spec.N
+      store(v, o, (i64(0), b.udiv(o, i64(N)), b.urem(o, i64(N))))
 
 
 class TensorCoreDot(GpuKernel):
@@ -1573,7 +1633,9 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
   ``StridedTranspose`` (one pass over A; wgmma then runs at about twice MmaDot's rate);
   elsewhere ``MmaDot``.  ``OURJAX_CUDA_MMA=v2`` keeps them on MmaDot, ``v1`` on
   ``TensorCoreDot``.  Other dots use ``SimtDot``, which has no epilogue: its epilogue becomes
-  an elementwise kernel reading C."""
+  an elementwise kernel reading C; a SimtDot with too few output tiles for the GPU and a long
+  contraction is split along K (``_split_k``: partial products, then ``SplitKSum``, which
+  applies the epilogue)."""
   from ourjax.backends.cuda.transpose import StridedTranspose
   kind = TensorCoreDot.supports(dot, info, _tf32_allowed(dot))
   pre, main = [], None
@@ -1600,6 +1662,13 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
     if main is None:
       main = MmaDot(name, dot, lhs, rhs, out, kind, epilogue)
   else:
+    split = _split_k(dot, info)
+    if split is not None:
+      S, staged = split
+      acc_dt = E.accumulation_dtype(dot.operands[0].dtype, dot.operands[1].dtype, dot.dtype)
+      parts = new_temp(acc_dt, (S, staged.M, staged.N), f"{name}.k_parts")
+      return [SimtDot(name + "_p", dot, lhs, rhs, parts, spec=staged, out_dtype=acc_dt),
+              SplitKSum(name, dot, parts, out, S, epilogue)]
     main = SimtDot(name, dot, lhs, rhs, out)
   post = []
   if epilogue is not None and getattr(main, "epilogue", None) is None:
