@@ -348,3 +348,18 @@ def test_highest_precision_dot_stays_off_tf32():
   assert "mma.sync" in default or "wgmma.mma_async" in default
   assert "mma" not in highest.as_text(dialect="ptx")
   assert "operand_precision={highest,highest}" in highest.as_text()
+
+
+def test_highest_precision_convolution_stays_off_tf32():
+  # a convolution's precision reaches its HLO and the GEMM conv_to_dot makes of it
+  from ourjax import lax
+  x, w = np.ones((2, 16, 16, 32), np.float32), np.ones((3, 3, 32, 128), np.float32)
+
+  def conv(precision):
+    return lambda a, b: lax.conv_general_dilated(
+        a, b, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision)
+  default = _compiled(conv(None), (x, w)).as_text(dialect="ptx")
+  highest = _compiled(conv("highest"), (x, w))
+  assert "wgmma" in default or "mma.sync" in default
+  ptx = highest.as_text(dialect="ptx")
+  assert "wgmma" not in ptx and "mma.sync" not in ptx

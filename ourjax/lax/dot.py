@@ -824,7 +824,9 @@ def _register_lowerings():
     return ctx.builder.convolution(
         lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
         tuple(tuple(s) for s in dimension_numbers), feature_group_count, batch_group_count,
-        preferred_element_type=avals_out[0].dtype)
+        preferred_element_type=avals_out[0].dtype,
+        operand_precision=None if precision is None else tuple(str(p).lower()
+                                                                for p in precision))
 
 
 _register_lowerings()

@@ -1367,7 +1367,8 @@ class Builder:
 
   def convolution(self, lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                   dimension_numbers=None, feature_group_count=1, batch_group_count=1,
-                  preferred_element_type=None):
+                  preferred_element_type=None, operand_precision=None):
+    """``operand_precision``: as for ``dot``."""
     nd = lhs.shape.rank - 2
     if dimension_numbers is None:
       spec = tuple(range(nd + 2))
@@ -1381,6 +1382,8 @@ class Builder:
              "batch_group_count": batch_group_count}
     if preferred_element_type is not None:
       attrs["preferred_element_type"] = to_dtype(preferred_element_type)
+    if operand_precision is not None and any(p != "default" for p in operand_precision):
+      attrs["operand_precision"] = tuple(operand_precision)
     return self.emit("convolution", (lhs, rhs), attrs)
 
   def gather(self, operand, indices, *, offset_dims, collapsed_slice_dims, start_index_map,
@@ -1593,6 +1596,8 @@ def _attrs_text(instr: Instruction) -> list[str]:
       out.append(f"feature_group_count={a['feature_group_count']}")
     if a.get("batch_group_count", 1) != 1:
       out.append(f"batch_group_count={a['batch_group_count']}")
+    if a.get("operand_precision"):
+      out.append("operand_precision={" + ",".join(a["operand_precision"]) + "}")
   elif op == "gather":
     for k in ("offset_dims", "collapsed_slice_dims", "start_index_map", "operand_batching_dims",
               "start_indices_batching_dims"):

@@ -123,7 +123,8 @@ def _rewrite(b: Builder, conv: Instruction) -> Instruction:
   patches = b.reshape(stacked, [n * math.prod(osizes), positions * c])
   w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
   w = b.reshape(w, [positions * c, o])
-  y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype)
+  y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype,
+            operand_precision=a.get("operand_precision"))
   y = b.reshape(y, [n] + osizes + [o])
   # [N, out..., O] -> the convolution's output layout
   perm = [0] * (nd + 2)
