@@ -1,5 +1,6 @@
 """select, trapezoid, cross, cov/corrcoef, polyval, vander, convolve/correlate, bincount and
 histogram against NumPy."""
+import inspect
 import warnings
 
 import numpy as np
@@ -349,3 +350,79 @@ def test_unwrap_jit_grad_errors():
   check(ourjax.grad(lambda v: jnp.unwrap(v).sum())(p), np.ones(6, np.float32))
   with pytest.raises(ValueError, match="complex"):
     jnp.unwrap(np.array([1j, 2j]))
+
+
+def _kth(r):
+  return r[:, 1]   # partition: only the kth element of each row is determined
+
+
+# (function, its valid static keyword arguments, the one given an array, a view of the result
+# that NumPy and JAX agree on); JAX jits each with these among its static_argnames.
+_STATIC_CASES = [
+    ("swapaxes", dict(axis1=0, axis2=1), "axis2", None),
+    ("sort", dict(axis=0, kind=None, stable=True), "axis", None),
+    ("argsort", dict(axis=0, stable=True), "axis", None),
+    ("partition", dict(kth=1, axis=1), "kth", _kth),
+    ("argpartition", dict(kth=1, axis=1), "kth", "take"),
+    ("lexsort", dict(axis=-1), "axis", None),
+    ("rollaxis", dict(axis=1, start=0), "axis", None),
+    ("resize", dict(new_shape=(3, 4)), "new_shape", None),
+    ("ravel", dict(order="C"), "order", None),
+    ("diff", dict(n=1, axis=0), "n", None),
+    ("rot90", dict(k=1, axes=(0, 1)), "k", None),
+    ("nansum", dict(axis=0, dtype=None, keepdims=True), "axis", None),
+    ("nanprod", dict(axis=1, keepdims=False), "axis", None),
+    ("nanmean", dict(axis=0, keepdims=True), "keepdims", None),
+    ("nanvar", dict(axis=1, keepdims=False), "axis", None),
+    ("nanstd", dict(axis=(0, 1)), "axis", None),
+    ("nanmin", dict(axis=0, keepdims=True), "axis", None),
+    ("nanmax", dict(axis=None, keepdims=False), "keepdims", None),
+    ("nanmedian", dict(axis=1, keepdims=True), "axis", None),
+    ("median", dict(axis=0, overwrite_input=False), "axis", None),
+    ("cumsum", dict(axis=1), "axis", None),
+    ("cumprod", dict(axis=0), "axis", None),
+    ("nancumsum", dict(axis=0), "axis", None),
+    ("nancumprod", dict(axis=1), "axis", None),
+    ("count_nonzero", dict(axis=0, keepdims=True), "axis", None),
+    ("triu", dict(k=1), "k", None),
+    ("tril", dict(k=-1), "k", None),
+    ("round", dict(decimals=1), "decimals", None),
+    ("around", dict(decimals=2), "decimals", None),
+    ("diagonal", dict(offset=1, axis1=0, axis2=1), "offset", None),
+    ("angle", dict(deg=True), "deg", None),
+    ("vander", dict(N=3, increasing=True), "N", None),
+]
+
+
+@pytest.mark.parametrize("name,kw,static,view", _STATIC_CASES,
+                         ids=[c[0] for c in _STATIC_CASES])
+def test_array_static_argument_is_a_value_error(name, kw, static, view):
+  """An array (eager, or a jit/vmap tracer) for a static argument raises jit's ValueError, as
+  in JAX; the same call with Python values (scalars, None, tuples, strings) is unchanged."""
+  f = getattr(jnp, name)
+  x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+  x[0, 0] = 0.0
+  if name == "vander":
+    x = x[0]
+  got = f(x, **kw)
+  want = getattr(np, name)(x.astype(np.float64), **kw)
+  if view == "take":
+    got, want = jnp.take_along_axis(jnp.asarray(x), got, 1)[:, 1], np.sort(x, 1)[:, 1]
+  elif view is not None:
+    got, want = view(got), view(want)
+  check(got, want, dtype=I32 if np.asarray(want).dtype.kind in "biu" else F32)
+  bad = dict(kw, **{static: jnp.array(1)})
+  with pytest.raises(ValueError, match="Non-hashable static arguments"):
+    f(x, **bad)
+  with pytest.raises(ValueError, match="Non-hashable static arguments"):
+    ourjax.jit(lambda v, s: f(v, **dict(kw, **{static: s})))(x, 1)
+  with pytest.raises(ValueError, match="Non-hashable static arguments"):
+    ourjax.vmap(lambda s: f(x, **dict(kw, **{static: s})))(np.arange(2))
+  # passed by position where the parameter allows it
+  params = list(inspect.signature(f).parameters.values())
+  pos = [p.name for p in params].index(static)
+  if (params[pos].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+      and all(p.name in kw for p in params[1:pos])):
+    args = [kw[p.name] for p in params[1:pos]]
+    with pytest.raises(ValueError, match="Non-hashable static arguments"):
+      f(x, *args, jnp.array(1))

@@ -13,7 +13,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.array import Array, to_numpy
 from ourjax.core import Tracer, get_aval
-from ourjax.numpy._util import _broadcast_to, check_arraylike
+from ourjax.numpy._util import _broadcast_to, check_arraylike, static_argnames
 
 # ------------------------------------------------------------------------------------------------
 # array / asarray
@@ -417,11 +417,13 @@ def _tril_triu(name, m, k, lower):
   return lax.select_n(mask, lax.full_like(m, 0), m)
 
 
+@static_argnames("k")
 def tril(m, k=0):
   """Lower triangle of the last two axes (elements above the k-th diagonal zeroed)."""
   return _tril_triu("tril", m, k, True)
 
 
+@static_argnames("k")
 def triu(m, k=0):
   """Upper triangle of the last two axes (elements below the k-th diagonal zeroed)."""
   return _tril_triu("triu", m, k, False)

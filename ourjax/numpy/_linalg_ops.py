@@ -12,7 +12,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
-from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes
+from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes, static_argnames
 
 
 def _operands(name, *args):
@@ -286,6 +286,7 @@ def kron(a, b):
 # Diagonals
 
 
+@static_argnames("offset", "axis1", "axis2")
 def diagonal(a, offset=0, axis1: int = 0, axis2: int = 1):
   """The ``offset`` diagonal of the (axis1, axis2) planes, as the last axis of the result."""
   check_arraylike("diagonal", a)

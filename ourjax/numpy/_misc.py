@@ -12,7 +12,8 @@ from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
 from ourjax.numpy._util import (_as_operand, canonicalize_axis, check_arraylike,
-                                check_static, promote_dtypes, promote_dtypes_inexact)
+                                check_static, promote_dtypes, promote_dtypes_inexact,
+                                static_argnames)
 
 
 def select(condlist, choicelist, default=0):
@@ -201,6 +202,7 @@ def polyval(p, x, *, unroll=16):
   return y
 
 
+@static_argnames("N", "increasing")
 def vander(x, N=None, increasing: bool = False):
   """Columns are powers of ``x`` (decreasing unless ``increasing``)."""
   from ourjax.numpy._ufuncs import power
@@ -672,6 +674,7 @@ def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
   return reshape(where(mask, filled, ravel(a)), s)
 
 
+@static_argnames("new_shape")
 def resize(a, new_shape):
   """The flattened ``a`` repeated (or cut) to fill ``new_shape``."""
   from ourjax.numpy._shape import ravel, reshape, tile, _slice_axis

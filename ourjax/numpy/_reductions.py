@@ -16,7 +16,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
-from ourjax.numpy._util import _as_operand, _broadcast_to, check_arraylike
+from ourjax.numpy._util import _as_operand, _broadcast_to, check_arraylike, static_argnames
 
 _builtin_max, _builtin_min, _builtin_sum, _builtin_all = (builtins.max, builtins.min,
                                                           builtins.sum, builtins.all)
@@ -301,6 +301,7 @@ def ptp(a, axis=None, out=None, keepdims=False):
   return lax.sub(hi, lo) if get_aval(hi).dtype != np.bool_ else subtract(hi, lo)
 
 
+@static_argnames("axis", "keepdims")
 def count_nonzero(a, axis=None, keepdims=False):
   a = _arr("count_nonzero", a)
   nz = lax.ne(a, lax._const(a, 0)) if get_aval(a).dtype != np.bool_ else a
@@ -432,12 +433,14 @@ def _cumulative(name, lax_fn, a, axis, dtype, out, *, fill_nan=None, promote_int
   return res
 
 
+@static_argnames("axis", "dtype")
 def cumsum(a, axis=None, dtype=None, out=None):
   """Running sum along ``axis`` (the flattened array for None); the dtype is kept, except that
   bool accumulates in the default int."""
   return _cumulative("cumsum", lax.cumsum, a, axis, dtype, out)
 
 
+@static_argnames("axis", "dtype")
 def cumprod(a, axis=None, dtype=None, out=None):
   """Running product along ``axis`` (the flattened array for None)."""
   return _cumulative("cumprod", lax.cumprod, a, axis, dtype, out)
@@ -446,10 +449,12 @@ def cumprod(a, axis=None, dtype=None, out=None):
 cumproduct = cumprod
 
 
+@static_argnames("axis", "dtype")
 def nancumsum(a, axis=None, dtype=None, out=None):
   return _cumulative("nancumsum", lax.cumsum, a, axis, dtype, out, fill_nan=0)
 
 
+@static_argnames("axis", "dtype")
 def nancumprod(a, axis=None, dtype=None, out=None):
   return _cumulative("nancumprod", lax.cumprod, a, axis, dtype, out, fill_nan=1)
 
@@ -499,26 +504,31 @@ def _nan_reduction(name, fn, a, init, nan_if_all_nan, axis, keepdims, **kw):
   return out
 
 
+@static_argnames("axis", "dtype", "keepdims")
 def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
   return _nan_reduction("nansum", sum, a, 0, False, axis, keepdims, dtype=dtype,
                         initial=initial, where=where)
 
 
+@static_argnames("axis", "dtype", "keepdims")
 def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
   return _nan_reduction("nanprod", prod, a, 1, False, axis, keepdims, dtype=dtype,
                         initial=initial, where=where)
 
 
+@static_argnames("axis", "keepdims")
 def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
   return _nan_reduction("nanmax", max, a, -np.inf, initial is None, axis, keepdims,
                         initial=initial, where=where)
 
 
+@static_argnames("axis", "keepdims")
 def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
   return _nan_reduction("nanmin", min, a, np.inf, initial is None, axis, keepdims,
                         initial=initial, where=where)
 
 
+@static_argnames("axis", "dtype", "keepdims")
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
   """Mean ignoring NaN (NaN where every element is NaN)."""
   from ourjax.numpy._ufuncs import isnan
@@ -537,6 +547,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
   return lax.div(total, count)
 
 
+@static_argnames("axis", "dtype", "keepdims")
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
   """Variance ignoring NaN."""
   from ourjax.numpy._ufuncs import isnan, where as _where
@@ -563,6 +574,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
   return lax.convert_element_type(res, result_dt)
 
 
+@static_argnames("axis", "dtype", "keepdims")
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
   return lax.sqrt(nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
                          where=where))
@@ -691,12 +703,14 @@ def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="line
                      overwrite_input=overwrite_input, method=method, keepdims=keepdims)
 
 
+@static_argnames("axis", "overwrite_input", "keepdims")
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
   """Middle value (mean of the two middle values for an even count); NaN if any is NaN."""
   return quantile(a, 0.5, axis=axis, out=out, overwrite_input=overwrite_input,
                   keepdims=keepdims, method="midpoint")
 
 
+@static_argnames("axis", "overwrite_input", "keepdims")
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
   return nanquantile(a, 0.5, axis=axis, out=out, overwrite_input=overwrite_input,
                      keepdims=keepdims, method="midpoint")

@@ -12,7 +12,8 @@ from ourjax import core, dtypes, lax
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
 from ourjax.numpy._creation import asarray, canonicalize_shape
-from ourjax.numpy._util import _broadcast_to, _as_operand, check_arraylike, promote_dtypes
+from ourjax.numpy._util import (_broadcast_to, _as_operand, check_arraylike, promote_dtypes,
+                                static_argnames)
 
 
 def _arr(name, a):
@@ -110,6 +111,7 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
   return lax.reshape(a, new)
 
 
+@static_argnames("order")
 def ravel(a, order="C"):
   a = _arr("ravel", a)
   return reshape(a, (get_aval(a).size,), order="F" if order == "F" else "C")
@@ -144,6 +146,7 @@ def matrix_transpose(x, /):
   return lax.transpose(x, tuple(range(nd - 2)) + (nd - 1, nd - 2))
 
 
+@static_argnames("axis1", "axis2")
 def swapaxes(a, axis1, axis2):
   a = _arr("swapaxes", a)
   nd = get_aval(a).ndim
@@ -167,6 +170,7 @@ def moveaxis(a, source, destination):
   return lax.transpose(a, tuple(perm))
 
 
+@static_argnames("axis", "start")
 def rollaxis(a, axis, start=0):
   a = _arr("rollaxis", a)
   nd = get_aval(a).ndim
@@ -705,6 +709,7 @@ def roll(a, shift, axis=None):
   return a
 
 
+@static_argnames("k", "axes")
 def rot90(m, k=1, axes=(0, 1)):
   """Rotate by 90 degrees ``k`` times in the plane of ``axes`` (from the first axis towards the
   second)."""
@@ -949,6 +954,7 @@ def _pad_stat(x, ax, b, a, mode, lens):
 # Differences and related
 
 
+@static_argnames("n", "axis")
 def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
   """n-th discrete difference along ``axis`` (bool arrays: not-equal)."""
   a = _arr("diff", a)

@@ -9,7 +9,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
-from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes
+from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes, static_argnames
 
 
 def _arr(name, a):
@@ -35,6 +35,7 @@ def _no_order(name, order):
     raise TypeError(f"'order' argument to {name} is not supported.")
 
 
+@static_argnames("axis", "kind", "order", "stable", "descending")
 def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
   """Sorted copy along ``axis`` (the flattened array for None)."""
   _no_order("sort", order)
@@ -44,6 +45,7 @@ def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
   return lax.sort(a, dimension=axis, is_stable=stable)
 
 
+@static_argnames("axis", "kind", "order", "stable", "descending")
 def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
   """Indices that sort ``a`` along ``axis``; ties keep their order (also when descending)."""
   _no_order("argsort", order)
@@ -57,6 +59,7 @@ def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False)
   return lax.rev(idx, (axis,)) if descending else idx
 
 
+@static_argnames("axis")
 def lexsort(keys, axis=-1):
   """Indices that sort by the last key, then the one before it, and so on (stable)."""
   keys = tuple(keys)
@@ -81,6 +84,7 @@ def lexsort(keys, axis=-1):
   return outs[-1]
 
 
+@static_argnames("kth", "axis")
 def partition(a, kth, axis=-1):
   """A rearrangement with the ``kth`` smallest element in place, smaller ones before it and
   larger ones after it (here: a full sort, which is one such arrangement)."""
@@ -89,6 +93,7 @@ def partition(a, kth, axis=-1):
   return sort(a, axis=axis)
 
 
+@static_argnames("kth", "axis")
 def argpartition(a, kth, axis=-1):
   a = _arr("argpartition", a)
   _check_kth("argpartition", a, kth, axis)

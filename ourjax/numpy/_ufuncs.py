@@ -10,7 +10,8 @@ from ourjax import dtypes, lax
 from ourjax.array import Array
 from ourjax.core import get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
-                                check_arraylike, _as_operand, _broadcast_to, promote_dtypes)
+                                check_arraylike, _as_operand, _broadcast_to, promote_dtypes,
+                                static_argnames)
 
 
 def _constant_like(x, val):
@@ -181,6 +182,7 @@ def rint(x, /):
   return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 
 
+@static_argnames("decimals")
 def round(a, decimals: int = 0, out=None):  # noqa: A001
   a, = promote_args("round", a)
   dt = get_aval(a).dtype
@@ -813,6 +815,7 @@ def lcm(x1, x2, /):
   return where(is_zero, zero, out)
 
 
+@static_argnames("deg")
 def angle(z, deg: bool = False):
   """Argument of a complex number (0 or pi for reals), in radians or degrees."""
   z, = promote_args("angle", z)

@@ -2,6 +2,9 @@
 (JAX's lattice, weak types respected) and broadcast their shapes (NumPy rules)."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 import numpy as np
 
 from ourjax import core, dtypes, lax
@@ -149,6 +152,12 @@ def canonicalize_axes(axis, ndim: int) -> tuple:
   return (canonicalize_axis(axis, ndim),)
 
 
+def _unhashable_static(fun_name: str, name: str, v, err: TypeError) -> ValueError:
+  return ValueError(f"Non-hashable static arguments are not supported. An error occurred while "
+                    f"trying to hash an object of type {type(v)}, {v} (static argument "
+                    f"{name!r} of {fun_name}). The error was:\nTypeError: {err}\n")
+
+
 def check_static(fun_name: str, **static):
   """The arguments JAX's function takes as static arguments of a jit (``axis``, ``size``, ...)
   must be hashable; an array is not: the ValueError jit raises for it, as JAX's function
@@ -156,7 +165,41 @@ def check_static(fun_name: str, **static):
   for name, v in static.items():
     try:
       hash(v)
-    except TypeError:
-      raise ValueError(f"Non-hashable static arguments are not supported: {fun_name} got "
-                       f"{name} of type {type(v).__name__}, which is unhashable (an array?); "
-                       "pass a Python value.") from None
+    except TypeError as e:
+      raise _unhashable_static(fun_name, name, v, e) from None
+
+
+def static_argnames(*names: str):
+  """Decorator naming a function's static arguments, as JAX's
+  ``@partial(jit, static_argnames=...)`` on the same ``jax.numpy`` function does: each call first
+  hashes those arguments (passed by position or by keyword) and raises jit's ValueError for an
+  unhashable one (an array, a tracer, a list), before anything else, even a missing argument.
+  Python scalars, None, strings, tuples and dtypes pass and the call is unchanged."""
+  def deco(fun):
+    params = inspect.signature(fun).parameters
+    unknown = [n for n in names if n not in params]
+    if unknown:
+      raise TypeError(f"static_argnames: {fun.__name__} has no parameter(s) {unknown}")
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    index = {p.name: i for i, p in enumerate(params.values()) if p.kind in positional}
+    where = tuple((n, index.get(n, -1)) for n in names)
+    fun_name = fun.__name__
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+      for n, i in where:
+        if 0 <= i < len(args):
+          v = args[i]
+        elif n in kwargs:
+          v = kwargs[n]
+        else:
+          continue
+        try:
+          hash(v)
+        except TypeError as e:
+          raise _unhashable_static(fun_name, n, v, e) from None
+      return fun(*args, **kwargs)
+
+    wrapper.static_argnames = names
+    return wrapper
+  return deco
