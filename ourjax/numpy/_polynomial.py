@@ -27,7 +27,7 @@ import numpy as np
 
 from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
-from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes, \
+from ourjax.numpy._util import _as_operand, check_arraylike, check_static, promote_dtypes, \
     promote_dtypes_inexact
 
 __all__ = ["poly", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint", "polyfit",
@@ -43,18 +43,6 @@ def _arrays(name, *args):
   check_arraylike(name, *args)
   jnp = _jnp()
   return [jnp.asarray(_as_operand(a)) for a in args]
-
-
-def _check_static(*values):
-  """JAX jits polyder, polyint and polyfit with their orders, degree and flags static: an
-  unhashable one (an array) is a ValueError there, which is kept."""
-  for v in values:
-    try:
-      hash(v)
-    except TypeError:
-      raise ValueError(f"Non-hashable static arguments are not supported. An error occurred "
-                       f"while trying to hash an object of type {type(v)}, {v!r}. The error "
-                       f"was:\nTypeError: unhashable type: '{type(v).__name__}'\n") from None
 
 
 def _trim_leading(name, a, tol=None):
@@ -138,7 +126,7 @@ def polyder(p, m: int = 1):
   """Coefficients of the ``m``-th derivative (always inexact)."""
   jnp = _jnp()
   (p,) = _arrays("polyder", p)
-  _check_static(m)
+  check_static("polyder", m=m)
   m = core.concrete_or_error(operator.index, m, "'m' argument of jnp.polyder")
   (p,) = promote_dtypes_inexact(p)
   if m < 0:
@@ -155,7 +143,7 @@ def polyint(p, m: int = 1, k=None):
   """Coefficients of the ``m``-th antiderivative; ``k`` holds the integration constants (a
   scalar, or ``m`` values, the first for the innermost integral's highest term)."""
   jnp = _jnp()
-  _check_static(m)
+  check_static("polyint", m=m)
   m = core.concrete_or_error(operator.index, m, "'m' argument of jnp.polyint")
   k = 0 if k is None else k
   p, k = promote_dtypes_inexact(*_arrays("polyint", p, k))
@@ -186,7 +174,7 @@ def polyfit(x, y, deg: int, rcond=None, full: bool = False, w=None, cov=False):
   values, rcond); ``cov`` adds the coefficients' covariance (``"unscaled"``: without the
   residual variance factor)."""
   jnp = _jnp()
-  _check_static(deg, rcond, full, cov)
+  check_static("polyfit", deg=deg, rcond=rcond, full=full, cov=cov)
   if w is None:
     x, y = _arrays("polyfit", x, y)
   else:
