@@ -217,16 +217,6 @@ def _words(b, v):
   raise E.EmitterError(f"no GPU reduction transport for {t}")
 
 
-def _store(b, em, outs, index, ptr):
-  for instr, buf in outs:
-    v = em.value(instr, index)
-    if isinstance(buf, tuple):
-      for x, bx in zip(v, buf):
-        E.store_element(b, x, ptr(bx), index.linear, bx.dtype)
-    else:
-      E.store_element(b, v, ptr(buf), index.linear, instr.dtype)
-
-
 def _pow2_at_least(n: int) -> int:
   return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -300,10 +290,7 @@ class Elementwise(GpuKernel):
     self.dims, self.outputs, self.leafmap = tuple(dims), list(outputs), dict(leafmap)
     self.total = math.prod(self.dims)
     self.vec = VEC if self.total >= VEC * 64 else 1
-    writes = []
-    for _, buf in outputs:
-      writes.extend(buf if isinstance(buf, tuple) else [buf])
-    super().__init__(name, K._leaf_bufs(self.leafmap), writes, work=self.total)
+    super().__init__(name, K._leaf_bufs(self.leafmap), K.output_bufs(outputs), work=self.total)
 
   def launch(self, info):
     return (_grid_for(max(1, self.total // self.vec), self.BLOCK, info), 1, 1), \
@@ -346,7 +333,7 @@ class Elementwise(GpuKernel):
     if self.total % V:
       with E.ForLoop(b, b.add(gid, i64(nvec * V)), self.total, "t", step=stride) as lp:
         em.push_scope()
-        _store(b, em, self.outputs, Index(b, dims, linear=lp.index), ptr)
+        K.store_outputs(b, em, self.outputs, Index(b, dims, linear=lp.index), ptr)
         em.pop_scope()
 
   def _evaluate(self, em, idxs, loaded):
@@ -388,11 +375,7 @@ class Elementwise(GpuKernel):
   def _store_values(self, b, vals, index, ptr):
     """Store the outputs' values ``vals`` (one per output, tuples for tuple outputs)."""
     for (instr, buf), v in zip(self.outputs, vals):
-      if isinstance(buf, tuple):
-        for x, bx in zip(v, buf):
-          E.store_element(b, x, ptr(bx), index.linear, bx.dtype)
-      else:
-        E.store_element(b, v, ptr(buf), index.linear, instr.dtype)
+      K.store_output(b, instr, buf, v, index, ptr)
 
 
 class _Reducer:
@@ -561,10 +544,8 @@ class RowReduce(GpuKernel):
     longest = max([_red_count(r) for r in self.prefetch] + [n or 1])
     self.resident = self._resident_plan()
     self.block = self.resident[2] if self.resident else _row_block(longest)
-    writes = []
-    for _, buf in self.inner_outs + self.outer_outs:
-      writes.extend(buf if isinstance(buf, tuple) else [buf])
-    super().__init__(name, K._leaf_bufs(self.leafmap), writes, work=self.rows * longest)
+    super().__init__(name, K._leaf_bufs(self.leafmap),
+                     K.output_bufs(self.inner_outs + self.outer_outs), work=self.rows * longest)
 
   def _resident_plan(self):
     """(L, V, T, vectors per thread) for resident rows, or None."""
@@ -611,7 +592,7 @@ class RowReduce(GpuKernel):
     if self.outer_outs:
       em.push_scope()
       with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
-        _store(b, em, self.outer_outs, oidx, ptr)
+        K.store_outputs(b, em, self.outer_outs, oidx, ptr)
       em.pop_scope()
 
   def _looped_row(self, b, em, ptr, row, omulti, oidx, tid):
@@ -636,7 +617,7 @@ class RowReduce(GpuKernel):
         em.push_scope()
         idx = Index(b, dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
                     multi=list(omulti) + [col.index])
-        _store(b, em, self.inner_outs, idx, ptr)
+        K.store_outputs(b, em, self.inner_outs, idx, ptr)
         em.pop_scope()
 
   def _resident_row(self, b, em, ptr, row, omulti, oidx, tid):
@@ -667,7 +648,7 @@ class RowReduce(GpuKernel):
       em.remember(r, oidx, red.result(red.finish(vals)))
     self._outer(b, em, ptr, oidx, tid)
     for idx, _ in elems:      # clamped copies store their owner's values again: no branch
-      _store(b, em, self.inner_outs, idx, ptr)
+      K.store_outputs(b, em, self.inner_outs, idx, ptr)
 
 
 def _red_count(r) -> int:
@@ -729,11 +710,8 @@ class SplitFinish(GpuKernel):
     self.prefetch, self.partials = list(prefetch), list(partials)
     self.leafmap, self.groups = dict(leafmap), groups
     self.nout = math.prod(self.dims)
-    writes = []
-    for _, buf in outputs:
-      writes.extend(buf if isinstance(buf, tuple) else [buf])
     flat = [p for ps in self.partials for p in ps]
-    super().__init__(name, flat + K._leaf_bufs(self.leafmap), writes,
+    super().__init__(name, flat + K._leaf_bufs(self.leafmap), K.output_bufs(outputs),
                      work=self.nout * groups)
 
   def launch(self, info):
@@ -760,7 +738,7 @@ class SplitFinish(GpuKernel):
           for a, v in zip(accs, new):
             b.store(v, a)
         em.remember(r, oidx, red.result(red.finish([b.load(a) for a in accs])))
-      _store(b, em, self.outputs, oidx, ptr)
+      K.store_outputs(b, em, self.outputs, oidx, ptr)
 
 
 class ColumnReduce(GpuKernel):
@@ -872,11 +850,8 @@ class ColumnOutputsFinish(GpuKernel):
     self.reduces, self.partials = list(reduces), list(partials)
     self.leafmap, self.splits = dict(leafmap), splits
     self.nout = math.prod(self.dims)
-    writes = []
-    for _, buf in outputs:
-      writes.extend(buf if isinstance(buf, tuple) else [buf])
-    super().__init__(name, list(self.partials) + K._leaf_bufs(self.leafmap), writes,
-                     work=self.nout * splits)
+    super().__init__(name, list(self.partials) + K._leaf_bufs(self.leafmap),
+                     K.output_bufs(outputs), work=self.nout * splits)
 
   def launch(self, info):
     return (max(1, -(-self.nout // self.BLOCK)), 1, 1), (self.BLOCK, 1, 1), 0
@@ -894,7 +869,7 @@ class ColumnOutputsFinish(GpuKernel):
           x = E.load_element(b, ptr(part), b.add(b.mul(sl.index, i64(self.nout)), o), part.dtype)
           b.store(red.combine([b.load(acc)], [x])[0], acc)
         em.remember(r, oidx, red.finish([b.load(acc)])[0])
-      _store(b, em, self.outputs, oidx, ptr)
+      K.store_outputs(b, em, self.outputs, oidx, ptr)
 
 
 class Threaded(GpuKernel):
@@ -1338,7 +1313,7 @@ class Epilogue:
     self.dot, self.outputs = dot, list(outputs)
     self.leafmap = {k: v for k, v in leafmap.items() if k is not dot}
     self.reads = K._leaf_bufs(self.leafmap)
-    self.writes = [buf for _, buf in self.outputs]
+    self.writes = K.output_bufs(self.outputs)
 
 
 def _dot_buffers(lhs, rhs, out, epilogue):
@@ -1366,7 +1341,7 @@ def dot_writer(b, ptr, kernel):
     multi = list(where[1:]) if plain else list(where) if batched else None
     idx = Index(b, dims, linear=linear, multi=multi)
     em.remember(dot, idx, v)
-    _store(b, em, epi.outputs, idx, ptr)
+    K.store_outputs(b, em, epi.outputs, idx, ptr)
     em.pop_scope()
   return store
 

@@ -18,7 +18,7 @@ import math
 
 import llvmlite.ir as ir
 
-from ourjax.backends.cuda.codegen import (GpuKernel, _store, _words, barrier, shared_array,
+from ourjax.backends.cuda.codegen import (GpuKernel, _words, barrier, shared_array,
                                           shared_ptr, sreg64)
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
@@ -81,7 +81,7 @@ class TiledTranspose(GpuKernel):
     self.others = [k for k in range(len(dims)) if k not in (q, len(dims) - 1)]
     self.ntq, self.ntj = -(-dims[q] // TILE), -(-dims[-1] // TILE)
     self.tiles = math.prod(dims[k] for k in self.others) * self.ntq * self.ntj
-    super().__init__(name, K._leaf_bufs(self.leafmap), [buf for _, buf in outputs],
+    super().__init__(name, K._leaf_bufs(self.leafmap), K.output_bufs(outputs),
                      work=math.prod(dims))
 
   def launch(self, info):
@@ -121,7 +121,7 @@ class TiledTranspose(GpuKernel):
       for h, arrs in zip(self.heroes, slots):
         back = _words(b, ir.Constant(E.compute_type(h.dtype), 0))[1]
         em.remember(h, idx, back([b.load(shared_ptr(b, arr, pos)) for arr in arrs]))
-      _store(b, em, self.outputs, idx, ptr)
+      K.store_outputs(b, em, self.outputs, idx, ptr)
       em.pop_scope()
 
     _tile_loop(b, [dims[k] for k in self.others], dims[self.q], dims[-1], stage, write)

@@ -170,6 +170,30 @@ def _leaf_bufs(leafmap: dict) -> list:
   return out
 
 
+def output_bufs(outputs) -> list:
+  """The buffers that (instr, Buf or tuple of Bufs) output pairs write."""
+  out = []
+  for _, buf in outputs:
+    out.extend(buf if isinstance(buf, tuple) else [buf])
+  return out
+
+
+def store_output(b, instr, buf, value, index, ptr):
+  """Store output ``instr``'s element ``value`` (a tuple of them for a tuple output) at
+  ``index`` of its buffer(s) ``buf``."""
+  if isinstance(buf, tuple):
+    for x, bx in zip(value, buf):
+      E.store_element(b, x, ptr(bx), index.linear, bx.dtype)
+  else:
+    E.store_element(b, value, ptr(buf), index.linear, instr.dtype)
+
+
+def store_outputs(b, em, outputs, index, ptr):
+  """Evaluate each output of ``outputs`` ((instr, buf) pairs) at ``index`` and store it."""
+  for instr, buf in outputs:
+    store_output(b, instr, buf, em.value(instr, index), index, ptr)
+
+
 # ---------------------------------------------------------------------------------------------
 # the loop kernel
 # ---------------------------------------------------------------------------------------------
@@ -190,10 +214,7 @@ class LoopKernel(Kernel):
     self.prefetch_elem = list(prefetch_elem)
     self.fast_reductions = fast_reductions
     work = math.prod(self.dims) * max(1, _cost_per_element(outputs, leafmap))
-    writes = []
-    for _, buf in outputs:
-      writes.extend(buf if isinstance(buf, tuple) else [buf])
-    super().__init__(name, _leaf_bufs(leafmap), writes, work=work)
+    super().__init__(name, _leaf_bufs(leafmap), output_bufs(outputs), work=work)
 
   def body(self, b, ptr, tid, nthreads):
     total = math.prod(self.dims)
@@ -211,13 +232,7 @@ class LoopKernel(Kernel):
         em.reduce_ok = None
 
     def store(outs, index):
-      for instr, buf in outs:
-        v = em.value(instr, index)
-        if isinstance(buf, tuple):
-          for x, bx in zip(v, buf):
-            E.store_element(b, x, ptr(bx), index.linear, bx.dtype)
-        else:
-          E.store_element(b, v, ptr(buf), index.linear, instr.dtype)
+      store_outputs(b, em, outs, index, ptr)
 
     if self.rows:
       n = self.dims[-1]
