@@ -170,6 +170,31 @@ class CompiledModule:
     return self._asm
 
 
+def _parse(text: str, st: dict):
+  """``text`` parsed and verified for the host (its triple and data layout filled in when
+  absent); LLVM's complaint as a ``CompileError``.  Called with ``_lock`` held."""
+  try:
+    ref = llvm.parse_assembly(text)
+    ref.verify()
+  except RuntimeError as e:
+    raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
+                       f"{_excerpt(text)}") from None
+  if not ref.triple:
+    ref.triple = st["triple"]
+  if not ref.data_layout:
+    ref.data_layout = st["layout"]
+  return ref
+
+
+def _check_externals(ref) -> None:
+  """MCJIT would abort the process on an unresolved symbol: refuse such a module here."""
+  missing = [f.name for f in ref.functions
+             if f.is_declaration and not f.name.startswith("llvm.")
+             and not llvm.address_of_symbol(f.name)]
+  if missing:
+    raise CompileError(f"the module calls undefined external function(s) {missing}")
+
+
 def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (),
                    *, optimize: bool = True) -> CompiledModule:
   """Parse, verify, optimise at O3 and JIT ``module`` (an ``llvmlite.ir.Module`` or IR text).
@@ -182,16 +207,7 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
   if isinstance(entry_names, str):
     entry_names = [entry_names]
   with _lock:
-    try:
-      ref = llvm.parse_assembly(text)
-      ref.verify()
-    except RuntimeError as e:
-      raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
-                         f"{_excerpt(text)}") from None
-    if not ref.triple:
-      ref.triple = st["triple"]
-    if not ref.data_layout:
-      ref.data_layout = st["layout"]
+    ref = _parse(text, st)
     for n in entry_names:
       try:
         fn = ref.get_function(n)
@@ -202,11 +218,7 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
     if optimize:
       _optimize(ref, st["tm"])
     optimized = str(ref)
-    missing = [f.name for f in ref.functions
-               if f.is_declaration and not f.name.startswith("llvm.")
-               and not llvm.address_of_symbol(f.name)]
-    if missing:  # MCJIT would abort the process on an unresolved symbol: refuse it here
-      raise CompileError(f"the module calls undefined external function(s) {missing}")
+    _check_externals(ref)
     try:
       engine = llvm.create_mcjit_compiler(ref, _make_tm(st["target"], st["name"],
                                                           st["features"]))
@@ -226,23 +238,10 @@ def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
   st = _setup()
   text = str(module)
   with _lock:
-    try:
-      ref = llvm.parse_assembly(text)
-      ref.verify()
-    except RuntimeError as e:
-      raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
-                         f"{_excerpt(text)}") from None
-    if not ref.triple:
-      ref.triple = st["triple"]
-    if not ref.data_layout:
-      ref.data_layout = st["layout"]
+    ref = _parse(text, st)
     if optimize:
       _optimize(ref, st["tm"], loop_unrolling)
-    missing = [f.name for f in ref.functions
-               if f.is_declaration and not f.name.startswith("llvm.")
-               and not llvm.address_of_symbol(f.name)]
-    if missing:
-      raise CompileError(f"the module calls undefined external function(s) {missing}")
+    _check_externals(ref)
     try:
       obj = st["tm"].emit_object(ref)
     except RuntimeError as e:
