@@ -728,6 +728,24 @@ def unary_op(b, opcode: str, x, dt):
   raise EmitterError(f"unary {opcode} on {dt}")
 
 
+def _window_source(b, out, k, stride: int, window_dilation: int, pad_lo: int, n: int,
+                   base_dilation: int):
+  """(valid i1, operand index) of window element ``k`` of output position ``out`` along one
+  dimension of a reduce-window or convolution: position out*stride + k*window_dilation - pad_lo
+  of the padded, base-dilated operand of ``n`` elements; invalid (index 0) on padding and on
+  the holes of the base dilation."""
+  t = b.add(b.mul(out, i64(stride)), b.mul(k, i64(window_dilation)))
+  if pad_lo:
+    t = b.sub(t, i64(pad_lo))
+  ok = b.and_(b.icmp_signed(">=", t, i64(0)),
+              b.icmp_signed("<", t, i64(max((n - 1) * base_dilation + 1, 0))))
+  tc = b.select(ok, t, i64(0))
+  if base_dilation != 1:
+    ok = b.and_(ok, b.icmp_unsigned("==", b.urem(tc, i64(base_dilation)), i64(0)))
+    tc = b.select(ok, b.udiv(tc, i64(base_dilation)), i64(0))
+  return ok, tc
+
+
 def exact_fmod(b, x, y):
   """C's fmod(x, y) for a float or double, exactly, in integer arithmetic: the CPU's ``frem``
   becomes a libm call, but NVPTX expands ``frem`` as x - trunc(x/y)*y, which is wrong once
@@ -747,7 +765,6 @@ def exact_fmod(b, x, y):
                     b.icmp_unsigned(">=", ax, inf_bits)),
               b.icmp_unsigned(">", ay, inf_bits))
   small = b.icmp_unsigned("<", ax, ay)           # |x| < |y| (y = inf included): x itself
-  one = ir.Constant(it, 1)
 
   def split(a):                                  # (significand as i64, biased exponent >= 1)
     e = b.lshr(a, ir.Constant(it, mant))
@@ -1381,17 +1398,9 @@ class Emitter:
     multi = []
     for d in range(rank):
       nd = ops[0].dims[d]
-      st, wd, bd = a["window_strides"][d], a["window_dilation"][d], a["base_dilation"][d]
-      lo = a["padding"][d][0]
-      t = b.add(b.mul(index.multi[d], i64(st)), b.mul(loops[d].index, i64(wd)))
-      if lo:
-        t = b.sub(t, i64(lo))
-      ok = b.and_(b.icmp_signed(">=", t, i64(0)),
-                  b.icmp_signed("<", t, i64(max((nd - 1) * bd + 1, 0))))
-      tc = b.select(ok, t, i64(0))
-      if bd != 1:
-        ok = b.and_(ok, b.icmp_unsigned("==", b.urem(tc, i64(bd)), i64(0)))
-        tc = b.select(ok, b.udiv(tc, i64(bd)), i64(0))
+      ok, tc = _window_source(b, index.multi[d], loops[d].index, a["window_strides"][d],
+                              a["window_dilation"][d], a["padding"][d][0], nd,
+                              a["base_dilation"][d])
       valid = b.and_(valid, ok)
       multi.append(tc)
     # positions on padding or on base-dilation holes are skipped (XLA's semantics), so a
@@ -1490,19 +1499,9 @@ class Emitter:
     lmulti[lspec[0]] = lhs_batch
     lmulti[lspec[1]] = b.add(b.mul(g, i64(I)), iloop.index) if G > 1 else iloop.index
     for k in range(nd):
-      n_in = lhs.dims[lspec[2 + k]]
-      st = a["window_strides"][k]
-      ld, rd = a["lhs_dilation"][k], a["rhs_dilation"][k]
-      lo = a["padding"][k][0]
-      t = b.add(b.mul(out_sp[k], i64(st)), b.mul(loops[k].index, i64(rd)))
-      if lo:
-        t = b.sub(t, i64(lo))
-      ok = b.and_(b.icmp_signed(">=", t, i64(0)),
-                  b.icmp_signed("<", t, i64(max((n_in - 1) * ld + 1, 0))))
-      tc = b.select(ok, t, i64(0))
-      if ld != 1:
-        ok = b.and_(ok, b.icmp_unsigned("==", b.urem(tc, i64(ld)), i64(0)))
-        tc = b.select(ok, b.udiv(tc, i64(ld)), i64(0))
+      ok, tc = _window_source(b, out_sp[k], loops[k].index, a["window_strides"][k],
+                              a["rhs_dilation"][k], a["padding"][k][0], lhs.dims[lspec[2 + k]],
+                              a["lhs_dilation"][k])
       valid = b.and_(valid, ok)
       lmulti[lspec[2 + k]] = tc
     rmulti = [None] * (nd + 2)
