@@ -352,20 +352,27 @@ def _monoid_primitive(computation, dtype, tree):
   return eqn.primitive
 
 
-def _reduction_jaxpr(computation, tree, init_avals):
+def trace_combiner(computation, tree, init_avals, name: str):
+  """(closed jaxpr, output tree) of the binary ``computation`` of a reduction over pytrees
+  (``tree``), traced on scalars of the init values' types: it takes (accumulators...,
+  elements...) flat.  The callers check the result's structure with their own errors."""
   from ourjax import tree_util
   from ourjax.interpreters import partial_eval as pe
   n = len(init_avals)
-  out_tree_box = []
+  out_trees = []
 
   def fun(*args):
     a = tree_util.tree_unflatten(tree, list(args[:n]))
     b = tree_util.tree_unflatten(tree, list(args[n:]))
     flat, out_tree = tree_util.tree_flatten(computation(a, b))
-    out_tree_box.append(out_tree)
+    out_trees.append(out_tree)
     return flat
-  closed = pe.trace_to_jaxpr(fun, list(init_avals) * 2, "reduce_computation")
-  out_tree = out_tree_box[0]
+  closed = pe.trace_to_jaxpr(fun, list(init_avals) * 2, name)
+  return closed, out_trees[0]
+
+
+def _reduction_jaxpr(computation, tree, init_avals):
+  closed, out_tree = trace_combiner(computation, tree, init_avals, "reduce_computation")
   if out_tree != tree:
     raise TypeError(f"reduce: the computation must return the structure of the init values "
                     f"{tree}, got {out_tree}")

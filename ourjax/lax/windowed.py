@@ -199,21 +199,11 @@ def _monoid_window_primitive(computation, init, tree):
 def _window_jaxpr(computation, tree, init_avals):
   """``computation`` traced on scalars of the init values' types: a closed jaxpr taking
   (accumulators..., elements...) and returning the new accumulators."""
-  from ourjax import tree_util
-  from ourjax.interpreters import partial_eval as pe
-  n = len(init_avals)
-  out_trees = []
-
-  def fun(*args):
-    a = tree_util.tree_unflatten(tree, list(args[:n]))
-    b = tree_util.tree_unflatten(tree, list(args[n:]))
-    flat, out_tree = tree_util.tree_flatten(computation(a, b))
-    out_trees.append(out_tree)
-    return flat
-  closed = pe.trace_to_jaxpr(fun, list(init_avals) * 2, "reduce_window_computation")
-  if out_trees[0] != tree:
+  from ourjax.lax.reductions import trace_combiner
+  closed, out_tree = trace_combiner(computation, tree, init_avals, "reduce_window_computation")
+  if out_tree != tree:
     raise ValueError(f"reduce_window output must have the same tree structure as the operands "
-                     f"{tree} vs. {out_trees[0]}")
+                     f"{tree} vs. {out_tree}")
   for out, want in zip(closed.out_avals, init_avals):
     if out.shape != () or out.dtype != want.dtype:
       raise ValueError(f"reduce_window computation must return scalars of the init values' "
