@@ -637,9 +637,14 @@ def test_sort_matches_reference(data):
     check(g, w, f"sort output {k}", zeros_equal=True)
 
 
-@settings(max_examples=10)
-@given(data=st.data())
-def test_scatter_matches_reference(data):
+SCATTER_COMBINERS = ("overwrite", "add", "maximum", "multiply")
+
+
+def scatter_program(data):
+  """A drawn scatter module and its arguments: for each of ``SCATTER_COMBINERS``, a point
+  scatter (windows of ``w1`` along dim 1, ``point`` dimension numbers) and a row scatter
+  (whole rows, ``row``); outputs in that order, two per combiner.  Returns
+  (module, args, dtype name, point, row) (``point``/``row`` include ``mode``)."""
   dt = data.draw(st.sampled_from(("f32", "s32", "f16")))
   n0, n1 = data.draw(st.integers(1, 7)), data.draw(st.integers(1, 5))
   nidx = data.draw(st.integers(0, 9))
@@ -652,19 +657,20 @@ def test_scatter_matches_reference(data):
   upd = b.parameter(Shape(dt, (nidx, w1)), "upd")
   rows = b.parameter(Shape("s32", (nidx, 1)), "rows")
   upd_rows = b.parameter(Shape(dt, (nidx, n1)), "upd_rows")
+  point = dict(update_window_dims=(1,), inserted_window_dims=(0,),
+               scatter_dims_to_operand_dims=(0, 1), mode=mode)
+  row = dict(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,),
+             mode=mode)
   outs = []
-  for name in ("overwrite", "add", "maximum", "multiply"):
+  for name in SCATTER_COMBINERS:
     if name == "overwrite":
       cb = Builder(m, "assign")
       cb.parameter(Shape(dt, ()))
       comp = cb.build(cb.parameter(Shape(dt, ())))
     else:
       comp = scalar_computation(m, name, dt)
-    outs.append(b.scatter(x, ind, upd, comp, update_window_dims=(1,), inserted_window_dims=(0,),
-                          scatter_dims_to_operand_dims=(0, 1), mode=mode))
-    outs.append(b.scatter(x, rows, upd_rows, comp, update_window_dims=(1,),
-                          inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,),
-                          mode=mode))
+    outs.append(b.scatter(x, ind, upd, comp, **point))
+    outs.append(b.scatter(x, rows, upd_rows, comp, **row))
   m.entry = b.build(b.tuple(outs))
   rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
   ddt = hlo.to_dtype(dt)
@@ -673,6 +679,14 @@ def test_scatter_matches_reference(data):
           (rng.standard_normal((nidx, w1)) * 3).astype(ddt),
           rng.integers(-1, n0 + 1, (nidx, 1)).astype(np.int32),
           (rng.standard_normal((nidx, n1)) * 3).astype(ddt)]
+  return m, args, dt, point, row
+
+
+@settings(max_examples=10)
+@given(data=st.data())
+def test_scatter_matches_reference(data):
+  m, args, _, point, _ = scatter_program(data)
+  mode = point["mode"]
   got, want = run_both(m, args)
   for k, (g, w) in enumerate(zip(got, want)):
     check(g, w, f"scatter {k} ({mode})")

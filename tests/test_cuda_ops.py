@@ -68,59 +68,27 @@ def _hitters(x, idx, upd, **dims):
 def test_scatter_matches_reference(data):
   """As test_cpu_ops' scatter test, except that an overwrite whose updates collide may leave
   any one of them (JAX on a GPU leaves the winner unspecified too)."""
-  from ourjax.lowering.hlo import Builder, Module, Shape, scalar_computation
   from ourjax.lowering import hlo
-  dt = data.draw(st.sampled_from(("f32", "s32", "f16")))
-  n0, n1 = data.draw(st.integers(1, 7)), data.draw(st.integers(1, 5))
-  nidx = data.draw(st.integers(0, 9))
-  mode = data.draw(st.sampled_from(("drop", "clip")))
-  w1 = data.draw(st.integers(1, n1))
-  m = Module("scatter")
-  b = Builder(m, "main")
-  x = b.parameter(Shape(dt, (n0, n1)), "x")
-  ind = b.parameter(Shape("s32", (nidx, 2)), "ind")
-  upd = b.parameter(Shape(dt, (nidx, w1)), "upd")
-  rows = b.parameter(Shape("s32", (nidx, 1)), "rows")
-  upd_rows = b.parameter(Shape(dt, (nidx, n1)), "upd_rows")
-  point = dict(update_window_dims=(1,), inserted_window_dims=(0,),
-               scatter_dims_to_operand_dims=(0, 1), mode=mode)
-  row = dict(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,),
-             mode=mode)
-  outs = []
-  for name in ("overwrite", "add", "maximum", "multiply"):
-    if name == "overwrite":
-      cb = Builder(m, "assign")
-      cb.parameter(Shape(dt, ()))
-      comp = cb.build(cb.parameter(Shape(dt, ())))
-    else:
-      comp = scalar_computation(m, name, dt)
-    outs.append(b.scatter(x, ind, upd, comp, **point))
-    outs.append(b.scatter(x, rows, upd_rows, comp, **row))
-  m.entry = b.build(b.tuple(outs))
-  rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
-  ddt = hlo.to_dtype(dt)
-  args = [(rng.standard_normal((n0, n1)) * 3).astype(ddt),
-          rng.integers(-2, max(n0, n1) + 2, (nidx, 2)).astype(np.int32),
-          (rng.standard_normal((nidx, w1)) * 3).astype(ddt),
-          rng.integers(-1, n0 + 1, (nidx, 1)).astype(np.int32),
-          (rng.standard_normal((nidx, n1)) * 3).astype(ddt)]
+  m, args, dt, point, row = T.scatter_program(data)
+  mode, ddt = point["mode"], hlo.to_dtype(dt)
   got, want = T.run_both(m, args)
   for k, (g, w) in enumerate(zip(got, want)):
+    combiner = T.SCATTER_COMBINERS[k // 2]
     idx, u, dims = (args[1], args[2], point) if k % 2 == 0 else (args[3], args[4], row)
     dims = {key: v for key, v in dims.items() if key != "mode"}
     hit = _hitters(args[0], idx, u, mode=mode, **dims)
     flat = u.reshape(-1)
-    if k < 2:                      # overwrite: any colliding update may win
+    if combiner == "overwrite":    # any colliding update may win
       for e in np.ndindex(g.shape):
         allowed = [args[0][e]] if not hit[e] else [flat[n] for n in hit[e]]
         assert any(np.asarray(g[e]).tobytes() == np.asarray(a).tobytes() for a in allowed), \
             (k, mode, e, g[e], allowed)
-    elif k in (4, 5) or dt == "s32":          # maximum, integers: order does not matter
+    elif combiner == "maximum" or dt == "s32":     # order does not matter
       T.check(g, w, f"scatter {k} ({mode})")
     else:                          # float add / multiply of duplicates in another order
       eps = T._eps(ddt)
       count = np.vectorize(len, otypes=[np.int64])(hit)
-      if k in (2, 3):
+      if combiner == "add":
         mags = np.abs(args[0].astype(np.float64)) + np.vectorize(
             lambda h: sum(abs(float(flat[n])) for n in h), otypes=[np.float64])(hit)
       else:
