@@ -170,7 +170,8 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
     with open(os.path.join(dump, f"{module.name}.jaxpr.txt"), "w") as f:
       f.write(str(closed) + "\n")
   name = backend or default_backend_name()
-  pipeline.optimize(module, passes=None if name == "reference" else pipeline.NATIVE_PASSES)
+  pipeline.optimize(module, early_passes=() if name == "reference" else
+                    pipeline.NATIVE_EARLY_PASSES)
   kept = lowering.kept_args
   return ModuleExecutable(module, _backend_module(backend).compile(module), lowering.hoisted,
                           closed.out_avals, backend or default_backend_name(),

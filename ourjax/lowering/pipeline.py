@@ -2,8 +2,9 @@
 
     optimize(module)                 # in place; returns the module
 
-``PASSES`` run in order, repeatedly, until none of them changes the module (at most
-``MAX_ITERATIONS`` rounds). ``LATE_PASSES`` then run once each, in order: this is where fusion
+``early_passes`` (the native backends': ``NATIVE_EARLY_PASSES``) run once first. ``PASSES`` run
+in order, repeatedly, until none of them changes the module (at most ``MAX_ITERATIONS``
+rounds). ``LATE_PASSES`` then run once each, in order: this is where fusion
 and buffer assignment go (they want the simplified module and must not be undone by it).
 After every pass the module is verified, so a broken rewrite is caught next to the pass that
 made it.
@@ -29,9 +30,12 @@ PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("dce", dce.run),
 ]
 
-#: ``PASSES`` for the native backends (CPU, CUDA): convolutions become GEMMs first.  The
-#: reference backend keeps them direct (it is the oracle: the simplest faithful evaluation).
-NATIVE_PASSES = [("conv_to_dot", conv_to_dot.run)] + PASSES
+#: Passes the native backends (CPU, CUDA) run once before ``PASSES``: convolutions become GEMMs
+#: (nothing later makes a convolution, so once is enough).  The reference backend keeps them
+#: direct (it is the oracle: the simplest faithful evaluation).
+NATIVE_EARLY_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
+    ("conv_to_dot", conv_to_dot.run),
+]
 
 #: (name, run) pairs run once after the fixed point: fusion, then buffer assignment.
 LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
@@ -87,15 +91,19 @@ def _run_pass(module, name, fn, dumper, check):
 
 def optimize(module: hlo.Module, dump_dir: str | None = None, *,
              passes: Sequence | None = None, late_passes: Sequence | None = None,
-             max_iterations: int | None = None, check: bool = True) -> hlo.Module:
-  """Run ``passes`` (default ``PASSES``) to a fixed point, then ``late_passes`` (default
-  ``LATE_PASSES``) once, verifying after each pass. Mutates and returns ``module``."""
+             early_passes: Sequence = (), max_iterations: int | None = None,
+             check: bool = True) -> hlo.Module:
+  """Run ``early_passes`` once, ``passes`` (default ``PASSES``) to a fixed point, then
+  ``late_passes`` (default ``LATE_PASSES``) once, verifying after each pass. Mutates and
+  returns ``module``."""
   passes = PASSES if passes is None else passes
   late_passes = LATE_PASSES if late_passes is None else late_passes
   max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
   dumper = _Dumper(dump_dir or os.environ.get("OURJAX_DUMP") or None, module)
   hlo.verify(module)
   dumper.write("input")
+  for name, fn in early_passes:
+    _run_pass(module, name, fn, dumper, check)
   for _ in range(max_iterations):
     changed = False
     for name, fn in passes:
