@@ -808,8 +808,7 @@ def binary_op(b, opcode: str, x, y, dt):
     elif opcode == "divide":
       r = b.fdiv(x, y)
     elif opcode == "remainder":
-      gpu = str(b.module.triple or "").startswith("nvptx") and not isinstance(x.type,
-                                                                           ir.VectorType)
+      gpu = llmath.targets_gpu(b) and not isinstance(x.type, ir.VectorType)
       r = exact_fmod(b, x, y) if gpu else b.frem(x, y)
     elif opcode == "maximum":
       r = _fmax(b, x, y)

@@ -1869,9 +1869,14 @@ def emit_unary(builder: ir.IRBuilder, name: str, x: ir.Value, variant: str = Non
   return fn(m, x)
 
 
+def targets_gpu(builder: ir.IRBuilder) -> bool:
+  """Whether the builder's module is for NVPTX (the GPU variants' switch)."""
+  return str(builder.module.triple or "").startswith("nvptx")
+
+
 def _variant(builder: ir.IRBuilder, variant):
   if variant is None:
-    return "gpu" if str(builder.module.triple or "").startswith("nvptx") else "cpu"
+    return "gpu" if targets_gpu(builder) else "cpu"
   if variant not in ("cpu", "gpu"):
     raise ValueError(f"inline math variant must be 'cpu' or 'gpu', not {variant!r}")
   return variant
