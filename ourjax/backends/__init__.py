@@ -170,8 +170,9 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
     with open(os.path.join(dump, f"{module.name}.jaxpr.txt"), "w") as f:
       f.write(str(closed) + "\n")
   name = backend or default_backend_name()
-  pipeline.optimize(module, early_passes=() if name == "reference" else
-                    pipeline.NATIVE_EARLY_PASSES)
+  native = name != "reference"
+  pipeline.optimize(module, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
+                    late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
   kept = lowering.kept_args
   return ModuleExecutable(module, _backend_module(backend).compile(module), lowering.hoisted,
                           closed.out_avals, backend or default_backend_name(),

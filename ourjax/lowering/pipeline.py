@@ -4,8 +4,9 @@
 
 ``early_passes`` (the native backends': ``NATIVE_EARLY_PASSES``) run once first. ``PASSES`` run
 in order, repeatedly, until none of them changes the module (at most ``MAX_ITERATIONS``
-rounds). ``LATE_PASSES`` then run once each, in order: this is where fusion
-and buffer assignment go (they want the simplified module and must not be undone by it).
+rounds). ``LATE_PASSES`` (the native backends': ``NATIVE_LATE_PASSES``) then run once each, in
+order: this is where fusion and buffer assignment go (they want the simplified module and must
+not be undone by it).
 After every pass the module is verified, so a broken rewrite is caught next to the pass that
 made it.
 
@@ -20,7 +21,7 @@ from typing import Callable, Sequence
 
 from ourjax.lowering import hlo
 from ourjax.lowering.passes import (buffer_assignment, constant_folding, conv_to_dot, cse, dce,
-                                    fusion, multi_output_fusion, simplify)
+                                    dot_layout, fusion, multi_output_fusion, simplify)
 
 #: (name, run) pairs, run in order to a fixed point.
 PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
@@ -42,6 +43,13 @@ LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("fusion", fusion.run),
     ("multi_output_fusion", multi_output_fusion.run),
     ("buffer_assignment", buffer_assignment.run),
+]
+
+#: The native backends' ``LATE_PASSES``: dot operands are first put in a layout their GEMMs
+#: take (after the fixed point, which would fold the transposes back into the dots).
+NATIVE_LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
+    ("dot_layout", dot_layout.run),
+    *LATE_PASSES,
 ]
 
 #: Rounds of ``PASSES`` before giving up on a fixed point.
