@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Iterable, Optional, Sequence, Union
 
@@ -34,7 +35,8 @@ except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not
 
 __all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cpu_name",
            "cpu_features", "triple", "target_data_layout", "host_target_machine",
-           "compile_to_object", "load_object"]
+           "compile_to_object", "load_object", "target_machine_for", "optimize_for",
+           "vector_isa"]
 
 _lock = threading.RLock()
 _state: Optional[dict] = None
@@ -52,11 +54,7 @@ def _setup() -> dict:
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()
     llvm.check_jit_execution()
-    name = llvm.get_host_cpu_name()
-    try:
-      features = llvm.get_host_cpu_features().flatten()
-    except RuntimeError:  # some hosts cannot report features; the CPU name still carries them
-      features = ""
+    name, features = _target_cpu()
     triple_ = llvm.get_process_triple()
     target = llvm.Target.from_triple(triple_)
     tm = _make_tm(target, name, features)
@@ -65,18 +63,92 @@ def _setup() -> dict:
     return _state
 
 
+def _target_cpu() -> tuple:
+  """(LLVM CPU name, feature string) that code is generated for: the host's, or the one
+  ``OURJAX_CPU`` names (``NAME`` or ``NAME:+feat,-feat``; e.g. ``haswell`` for AVX2 code, or
+  ``x86-64`` for baseline SSE2 code), so that a wide host can run and measure the code a narrower
+  one gets.  Naming a CPU whose instructions this host lacks makes the generated code fault."""
+  want = os.environ.get("OURJAX_CPU", "").strip()
+  if want:
+    name, _, features = want.partition(":")
+    return name.strip(), features.strip()
+  name = llvm.get_host_cpu_name()
+  try:
+    features = llvm.get_host_cpu_features().flatten()
+  except RuntimeError:  # some hosts cannot report features; the CPU name still carries them
+    features = ""
+  return name, features
+
+
+def target_machine_for(name: str, features: str = "") -> "llvm.TargetMachine":
+  """An O3 TargetMachine for another x86 CPU (IR and assembly checks of another instruction
+  set; code for it is not run unless this host has its instructions)."""
+  st = _setup()
+  return _make_tm(st["target"], name, features)
+
+
+def optimize_for(module: Union[ir.Module, str], tm=None) -> str:
+  """The optimised IR text of ``module`` as :func:`compile_module` would produce it, for the
+  host or for ``tm`` (see :func:`target_machine_for`)."""
+  st = _setup()
+  with _lock:
+    ref = _parse(str(module), st)
+    _optimize(ref, tm or st["tm"])
+    return str(ref)
+
+
+_VECTOR_ISA = {}
+
+
+def vector_isa(tm=None) -> str:
+  """The vector instruction set the code generator uses for the target: ``"avx512"`` (32 zmm
+  registers of 512 bits, FMA), ``"avx2"`` (16 ymm registers of 256 bits, FMA) or ``"sse"``
+  (anything narrower: 128-bit xmm, or AVX without FMA).  Read off the assembly of a 16-lane
+  fused multiply-add, so it holds for an ``OURJAX_CPU`` override too.  The GEMM's register
+  blocking and the vectorization tests follow it."""
+  st = _setup()
+  tm = tm or st["tm"]
+  key = id(tm)
+  if key not in _VECTOR_ISA:
+    text = """
+    define void @probe(<16 x float>* noalias %p, <16 x float>* noalias %q) {
+      %a = load <16 x float>, <16 x float>* %p
+      %b = load <16 x float>, <16 x float>* %q
+      %c = call <16 x float> @llvm.fma.v16f32(<16 x float> %a, <16 x float> %b, <16 x float> %a)
+      store <16 x float> %c, <16 x float>* %p
+      ret void
+    }
+    declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
+    """
+    with _lock:
+      ref = llvm.parse_assembly(text)
+      ref.triple = st["triple"]
+      asm = tm.emit_assembly(ref)
+    fma = "vfmadd" in asm
+    if "zmm" in asm and fma:
+      isa = "avx512"
+    elif "ymm" in asm and fma:
+      isa = "avx2"
+    else:
+      isa = "sse"
+    _VECTOR_ISA[key] = (isa, tm)      # (tm kept alive so that its id stays unique)
+  return _VECTOR_ISA[key][0]
+
+
 def _make_tm(target, name, features):
   return target.create_target_machine(cpu=name, features=features, opt=3, reloc="default",
                                       codemodel="jitdefault", jit=False)
 
 
 def cpu_name() -> str:
-  """LLVM's name for the host CPU (e.g. ``znver5``); part of on-disk cache keys."""
+  """LLVM's name for the CPU code is generated for (the host's, e.g. ``znver5``, unless
+  ``OURJAX_CPU`` names another); part of on-disk cache keys."""
   return _setup()["name"]
 
 
 def cpu_features() -> str:
-  """The host CPU feature string (``+avx512f,...``); part of on-disk cache keys."""
+  """The feature string code is generated for (the host's ``+avx512f,...``, or what
+  ``OURJAX_CPU`` gives); part of on-disk cache keys."""
   return _setup()["features"]
 
 
