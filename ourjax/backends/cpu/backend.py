@@ -333,6 +333,7 @@ def _flat(tree):
 class _Planner:
   """Buffers and steps of the entry computation and the computations it calls."""
   widen_narrow_dots = True    # see GroupPlanner; the GPU planner turns it off
+  concat_kernels = True       # likewise
 
   def __init__(self, module: hlo.Module):
     self.module = module
@@ -534,7 +535,8 @@ class _Planner:
   def _group_kernels(self, instrs, outputs, leafmap) -> list:
     """The planned kernels of one group (a backend may rearrange them)."""
     planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
-                             widen_narrow_dots=self.widen_narrow_dots)
+                             widen_narrow_dots=self.widen_narrow_dots,
+                             concat_kernels=self.concat_kernels)
     return planner.plan(instrs, outputs, leafmap)
 
   def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp):

@@ -659,6 +659,7 @@ def _make_planner(cpu_be, module, info):
   class GpuPlanner(cpu_be._Planner):
     """The CPU backend's planner whose kernels become GPU kernels as they are added."""
     widen_narrow_dots = False   # bf16/f16 dots run on the tensor cores as they are
+    concat_kernels = False      # (no GPU translation of concat.ConcatKernel yet)
 
     def _group_kernels(self, instrs, outputs, leafmap):
       # a dot's elementwise consumer (bias, activation) runs in the dot's kernel

@@ -1020,10 +1020,12 @@ class GroupPlanner:
   buffers; ``max_threads`` sizes per-thread scratch."""
 
   def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str,
-               widen_narrow_dots: bool = True):
+               widen_narrow_dots: bool = True, concat_kernels: bool = True):
     self.new_temp, self.new_scratch = new_temp, new_scratch
     # f16/bf16 dots go through the f32 GEMM on the CPU; a GPU has narrow-type tensor cores
     self.widen_narrow_dots = widen_narrow_dots
+    # many-part concatenations written part by part (concat.ConcatKernel; CPU only for now)
+    self.concat_kernels = concat_kernels
     self.max_threads = max_threads
     self.prefix = prefix
     self.count = 0
@@ -1233,6 +1235,15 @@ class GroupPlanner:
       self._loop_kernel(dims, outs, leafmap, instrs)
 
   def _loop_kernel(self, dims, outs, leafmap, instrs):
+    if self.concat_kernels and len(outs) == 1:
+      from ourjax.backends.llvm import concat
+      root, buf = outs[0]
+      seen = _reachable([root], leafmap)
+      if concat.wants_concat_kernel(root, leafmap, [i for i in instrs if id(i) in seen]):
+        self.kernels.append(concat.ConcatKernel(self._name(), root, buf,
+                                                _restrict(leafmap, root),
+                                                _cost_per_element(outs, leafmap)))
+        return
     rank = len(dims)
     while True:
       has_outer = any(_dims(i) != dims for i, _ in outs)
