@@ -168,6 +168,23 @@ def test_compare_reports_a_wrong_update():
   assert not ok and "update of parameter leaf 0" in where
 
 
+def test_normwise_compare_passes_isolated_flips_and_fails_a_wrong_block():
+  """What the GPU check is for: a relu that tf32 flips changes one element by its whole size;
+  a wrong tile changes many."""
+  rng = np.random.default_rng(0)
+  ref = rng.standard_normal((256, 256)).astype(np.float32)
+  flips = ref.copy()
+  flips[3, 7] = 0.0
+  flips[100, 9] = 0.0
+  kw = dict(lib_ours=ourjax, lib_ref=ourjax)
+  assert not models.compare(flips, ref, 2e-2, **kw)[0]
+  assert models.compare(flips, ref, 2e-2, metric="norm", **kw)[0]
+  tile = ref.copy()
+  tile[:32, :32] *= 1.5
+  ok, _, where = models.compare(tile, ref, 2e-2, metric="norm", **kw)
+  assert not ok and "norm of err" in where
+
+
 @pytest.fixture
 def cli_env(monkeypatch):
   """``main`` sets these before importing the libraries: put them back afterwards."""
