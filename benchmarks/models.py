@@ -78,17 +78,31 @@ SIZES = {
 }
 
 # Check tolerances.  On the CPU a leaf passes when max|ours - ref| <= atol + rtol * max|ref|.
-# Convolutions and long contractions sum in a different order in each library.  On the GPU both
-# libraries run f32 dots on tf32 tensor cores by default (10-bit significands): a pre-activation
-# near zero can then land on the other side of a relu in each library, and that element of a
-# gradient differs by its whole size.  So on the GPU the check is normwise,
-# ||ours - ref|| <= atol * sqrt(size) + rtol * ||ref||, which such isolated flips pass and a wrong
-# tile or row does not; ``--matmul-precision highest`` makes the elementwise check hold there too.
+# Convolutions and long contractions sum in a different order in each library.
+#
+# On the GPU both libraries run f32 dots on tf32 tensor cores by default (10-bit significands),
+# each rounding its own way: a pre-activation near zero then lands on the other side of a relu
+# in each library, and that element of a gradient differs by its whole size.  Elementwise checks
+# fail on correct code, so the default GPU check is normwise,
+# ||ours - ref|| <= atol * sqrt(size) + rtol * ||ref||.  Measured on an H100 (batch 512-1024),
+# such flips give normwise differences of 1.5-2% in the MLP and CNN gradients, hence 5%.  With
+# ``--matmul-precision highest`` (no tf32) the elementwise check holds on the GPU as well, and it
+# is the strict one.
 RTOL = {
     "cpu": {"default": 1e-3, "conv": 2e-3, "ode_rk4": 2e-3},
-    "cuda": {"default": 2e-2, "conv": 2e-2, "ode_rk4": 2e-2},
+    "cuda": {"default": 5e-2, "conv": 5e-2, "ode_rk4": 2e-2},
+    "cuda-highest": {"default": 2e-2, "conv": 2e-2, "ode_rk4": 2e-2},
 }
-METRIC = {"cpu": "max", "cuda": "norm"}
+METRIC = {"cpu": "max", "cuda": "norm", "cuda-highest": "max"}
+
+
+def tolerance(target: str, precision, tol_class: str):
+  """(rtol, metric) of a check on ``target`` at matmul ``precision`` (None: the default)."""
+  key = "cpu" if target != "cuda" else (
+      "cuda-highest" if str(precision).lower() in ("highest", "float32") else "cuda")
+  return RTOL[key][tol_class], METRIC[key]
+
+
 ATOL = 1e-6
 
 
@@ -600,10 +614,7 @@ def run_workload(w, libs: Libs, timing=True, repeat=5, min_time=0.5, profile=Fal
   oj, jx = libs.ourjax, libs.jax
   row = {"name": w["name"], "ourjax_compile_s": None, "jax_compile_s": None,
          "ourjax_ms": None, "jax_ms": None, "ratio": None, "check": None, "error": None}
-  target = "cuda" if libs.target == "cuda" else "cpu"
-  rtol, metric = RTOL[target][w["tol"]], METRIC[target]
-  if libs.precision in ("highest", "float32"):
-    metric = "max"
+  rtol, metric = tolerance(libs.target, libs.precision, w["tol"])
   stage = "ourjax"
   try:
     o_fn = w["make"](oj)

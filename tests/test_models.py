@@ -185,6 +185,12 @@ def test_normwise_compare_passes_isolated_flips_and_fails_a_wrong_block():
   assert not ok and "norm of err" in where
 
 
+def test_tolerances_per_target_and_precision():
+  assert models.tolerance("cpu", None, "conv") == (2e-3, "max")
+  assert models.tolerance("cuda", None, "default") == (5e-2, "norm")     # tf32 in both
+  assert models.tolerance("cuda", "highest", "default") == (2e-2, "max")
+
+
 @pytest.fixture
 def cli_env(monkeypatch):
   """``main`` sets these before importing the libraries: put them back afterwards."""
