@@ -101,3 +101,33 @@ def test_cnn_forward_and_gradients_through_jit():
     got = np.asarray(ourjax.jit(fn)(*args))
     want = np.asarray(fn(*args))                 # eager: the direct convolution
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(conv=convolutions(), per_chunk=st.integers(1, 3), seed=st.integers(0, 2 ** 31))
+def test_large_patch_matrices_are_built_in_batch_chunks(conv, per_chunk, seed):
+  """A patch matrix over MAX_PATCH_BYTES is built and multiplied per batch chunk (results
+  concatenated along the output's batch dimension), equal to the direct convolution."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  (c,) = [i for i in m.entry.instructions if i.opcode == "convolution"]
+  n = lhs_dims[attrs["dimension_numbers"][0][0]]
+  saved = conv_to_dot.MAX_PATCH_BYTES
+  conv_to_dot.MAX_PATCH_BYTES = max(1, conv_to_dot._patch_bytes(c) // n) * per_chunk
+  try:
+    changed = conv_to_dot.run(m)
+  finally:
+    conv_to_dot.MAX_PATCH_BYTES = saved
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(lhs_dims).astype(np.float32)
+  w = rng.standard_normal(rhs_dims).astype(np.float32)
+  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
+  assert changed
+  verify(m)
+  assert not any(i.opcode == "convolution" for i in m.entry.instructions)
+  chunks = -(-n // per_chunk)
+  if chunks > 1:
+    assert any(f"in {chunks} batch chunks" in note for note in m.notes), m.notes
+  got = reference.compile(m)(x, w)[0]
+  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
+  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)

@@ -17,8 +17,10 @@ For lhs ``[N, spatial..., C]`` (after a transpose to channels-last), kernel ``[K
 
 The products and sums are the convolution's own; only the order of the sums changes (as any
 GEMM's blocking does).  Rewritten: ``feature_group_count == batch_group_count == 1`` (grouped and
-depthwise convolutions stay direct), real types, at most ``MAX_SLICES`` slices and a patch
-matrix of at most ``MAX_PATCH_BYTES``; every decision is noted.
+depthwise convolutions stay direct), real types, at most ``MAX_SLICES`` slices; a patch matrix
+larger than ``MAX_PATCH_BYTES`` is built and multiplied in batch chunks that fit (only a
+convolution whose patch matrix of one batch element is larger stays direct); every decision is
+noted.
 """
 from __future__ import annotations
 
@@ -49,10 +51,13 @@ def run(module: Module) -> bool:
       if why is not None:
         module.note(PASS, f"%{instr.name} stays a convolution: {why}")
         continue
-      new = _rewrite(Builder.into(comp), instr)
+      chunks = _batch_chunks(instr)
+      new = _rewrite_chunks(Builder.into(comp), instr, chunks)
       comp.replace_all_uses(instr, new)
       comp.remove(instr)
-      module.note(PASS, f"%{instr.name} -> patches @ kernel (%{new.name})")
+      module.note(PASS, f"%{instr.name} -> patches @ kernel (%{new.name})" + (
+          f" in {chunks} batch chunks (a patch matrix of {_patch_bytes(instr)} bytes > "
+          f"MAX_PATCH_BYTES)" if chunks > 1 else ""))
       changed = True
     if changed:
       comp.topological_sort()
@@ -73,13 +78,52 @@ def _refusal(conv: Instruction) -> str | None:
   if min(positions, out_spatial) > MAX_SLICES:
     return (f"{positions} kernel positions and {out_spatial} output positions, both > "
             f"MAX_SLICES")
-  patch = (lhs.dims[lspec[0]] * out_spatial * positions * lhs.dims[lspec[1]]
-           * np.dtype(lhs.dtype).itemsize)
+  patch = _patch_bytes(conv) // max(1, lhs.dims[lspec[0]])
   if patch > MAX_PATCH_BYTES:
-    return f"a patch matrix of {patch} bytes > MAX_PATCH_BYTES"
+    return f"a patch matrix of {patch} bytes per batch element > MAX_PATCH_BYTES"
   if conv.shape.size == 0 or lhs.shape.size == 0 or rhs.shape.size == 0:
     return "empty"
   return None
+
+
+def _patch_bytes(conv: Instruction) -> int:
+  """Bytes of the patch matrix of the whole convolution."""
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = conv.attrs["dimension_numbers"]
+  positions = math.prod(rhs.dims[d] for d in rspec[2:])
+  out_spatial = math.prod(conv.dims[d] for d in ospec[2:])
+  return (lhs.dims[lspec[0]] * out_spatial * positions * lhs.dims[lspec[1]]
+          * np.dtype(lhs.dtype).itemsize)
+
+
+def _batch_chunks(conv: Instruction) -> int:
+  """Into how many batch chunks the convolution is cut so that each chunk's patch matrix fits
+  MAX_PATCH_BYTES (the batch dimension is independent: out[n] depends on lhs[n] alone)."""
+  n = conv.operands[0].dims[conv.attrs["dimension_numbers"][0][0]]
+  chunks = min(n, max(1, -(-_patch_bytes(conv) // MAX_PATCH_BYTES)))
+  per = -(-n // chunks)
+  return -(-n // per)
+
+
+def _rewrite_chunks(b: Builder, conv: Instruction, chunks: int) -> Instruction:
+  """``_rewrite`` of the convolution, or of ``chunks`` slices of its batch (each a convolution
+  of its own, rewritten, the results concatenated along the output's batch dimension: each
+  chunk's patch matrix is a temporary of its own, built just before its product)."""
+  if chunks == 1:
+    return _rewrite(b, conv)
+  lhs, rhs = conv.operands
+  lspec, _, ospec = conv.attrs["dimension_numbers"]
+  n = lhs.dims[lspec[0]]
+  per = -(-n // chunks)
+  outs = []
+  for i0 in range(0, n, per):
+    start = [0] * len(lhs.dims)
+    limit = list(lhs.dims)
+    start[lspec[0]], limit[lspec[0]] = i0, min(n, i0 + per)
+    part = b.emit("convolution", [b.slice(lhs, start, limit), rhs], dict(conv.attrs))
+    outs.append(_rewrite(b, part))
+    b.computation.remove(part)
+  return b.concatenate(outs, ospec[0])
 
 
 def _rewrite(b: Builder, conv: Instruction) -> Instruction:
