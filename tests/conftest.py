@@ -2,6 +2,9 @@
 15 minutes), and helpers to compare against NumPy."""
 import os
 
+# every pass of the HLO pipeline verifies the module it leaves (ourjax.lowering.pipeline)
+os.environ.setdefault("OURJAX_CHECK_PASSES", "1")
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings

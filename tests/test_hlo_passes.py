@@ -396,7 +396,11 @@ def test_verifier_runs_after_each_pass():
     return True
   m = _pipeline_module()
   with pytest.raises(pipeline.PassError, match="after pass broken"):
-    pipeline.optimize(m, passes=[("broken", broken)])
+    pipeline.optimize(m, passes=[("broken", broken)], check=True)
+  # without per-pass checks (users' default) the module is still verified once, at the end
+  m = _pipeline_module()
+  with pytest.raises(pipeline.PassError, match="after the passes"):
+    pipeline.optimize(m, passes=[("broken", broken)], late_passes=[], check=False)
 
 
 def test_late_passes_run_once_after_the_fixed_point(monkeypatch):

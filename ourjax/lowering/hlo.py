@@ -579,30 +579,33 @@ def _err(opcode, msg):
 
 
 def _require(cond, opcode, msg):
+  """Raise ``opcode``'s ShapeError unless ``cond``; ``msg`` may be a function making the
+  message (shape rules run for every instruction of every pass: formatting shapes eagerly was
+  a tenth of a transformer step's compile time)."""
   if not cond:
-    raise _err(opcode, msg)
+    raise _err(opcode, msg() if callable(msg) else msg)
 
 
 def _array(opcode, s: Shape, what="operand"):
-  _require(not s.is_tuple, opcode, f"{what} must be an array, got tuple {s}")
+  _require(not s.is_tuple, opcode, lambda: f"{what} must be an array, got tuple {s}")
   return s
 
 
 def _dims_ok(opcode, dims, rank, what="dimensions", unique=True):
   for d in dims:
     _require(isinstance(d, (int, np.integer)) and 0 <= d < rank, opcode,
-             f"{what} {list(dims)} out of range for rank {rank}")
+             lambda: f"{what} {list(dims)} out of range for rank {rank}")
   if unique:
-    _require(len(set(dims)) == len(dims), opcode, f"{what} {list(dims)} has duplicates")
+    _require(len(set(dims)) == len(dims), opcode, lambda: f"{what} {list(dims)} has duplicates")
 
 
 def _rule_unary(opcode):
   kind = UNARY_OPS[opcode]
 
   def rule(ops, attrs, declared):
-    _require(len(ops) == 1, opcode, f"takes 1 operand, got {len(ops)}")
+    _require(len(ops) == 1, opcode, lambda: f"takes 1 operand, got {len(ops)}")
     x = _array(opcode, ops[0])
-    _require(_type_ok(kind, x.dtype), opcode, f"unsupported element type {dtype_name(x.dtype)}")
+    _require(_type_ok(kind, x.dtype), opcode, lambda: f"unsupported element type {dtype_name(x.dtype)}")
     if opcode == "is-finite":
       return Shape(np.bool_, x.dims)
     if opcode in ("real", "imag"):
@@ -617,12 +620,12 @@ def _rule_binary(opcode):
   kind = BINARY_OPS[opcode]
 
   def rule(ops, attrs, declared):
-    _require(len(ops) == 2, opcode, f"takes 2 operands, got {len(ops)}")
+    _require(len(ops) == 2, opcode, lambda: f"takes 2 operands, got {len(ops)}")
     x, y = _array(opcode, ops[0]), _array(opcode, ops[1])
-    _require(x.dims == y.dims, opcode, f"operand shapes {x} and {y} differ (no implicit "
+    _require(x.dims == y.dims, opcode, lambda: f"operand shapes {x} and {y} differ (no implicit "
              "broadcasting: broadcast explicitly)")
-    _require(x.dtype == y.dtype, opcode, f"element types differ: {x} and {y}")
-    _require(_type_ok(kind, x.dtype), opcode, f"unsupported element type {dtype_name(x.dtype)}")
+    _require(x.dtype == y.dtype, opcode, lambda: f"element types differ: {x} and {y}")
+    _require(_type_ok(kind, x.dtype), opcode, lambda: f"unsupported element type {dtype_name(x.dtype)}")
     if opcode == "complex":
       _require(x.dtype in (np.float32, np.float64), opcode, "operands must be f32 or f64")
       return Shape(np.complex64 if x.dtype == np.float32 else np.complex128, x.dims)
@@ -633,11 +636,11 @@ def _rule_binary(opcode):
 def _rule_compare(ops, attrs, declared):
   _require(len(ops) == 2, "compare", "takes 2 operands")
   x, y = _array("compare", ops[0]), _array("compare", ops[1])
-  _require(x == y, "compare", f"operand shapes {x} and {y} differ")
+  _require(x == y, "compare", lambda: f"operand shapes {x} and {y} differ")
   _require(attrs.get("direction") in COMPARISON_DIRECTIONS, "compare",
-           f"direction must be one of {COMPARISON_DIRECTIONS}, got {attrs.get('direction')!r}")
+           lambda: f"direction must be one of {COMPARISON_DIRECTIONS}, got {attrs.get('direction')!r}")
   ct = attrs.get("type")
-  _require(ct in (None, "TOTALORDER"), "compare", f"unknown comparison type {ct!r}")
+  _require(ct in (None, "TOTALORDER"), "compare", lambda: f"unknown comparison type {ct!r}")
   _require(ct is None or is_float(x.dtype), "compare", "TOTALORDER applies to floats only")
   _require(not is_complex(x.dtype) or attrs["direction"] in ("EQ", "NE"), "compare",
            "complex numbers compare only EQ/NE")
@@ -647,9 +650,9 @@ def _rule_compare(ops, attrs, declared):
 def _rule_select(ops, attrs, declared):
   _require(len(ops) == 3, "select", "takes (pred, on_true, on_false)")
   p, t, f = (_array("select", s) for s in ops)
-  _require(p.dtype == np.bool_, "select", f"predicate must be pred, got {p}")
-  _require(t == f, "select", f"branch shapes {t} and {f} differ")
-  _require(p.dims == t.dims, "select", f"predicate shape {p} does not match {t}")
+  _require(p.dtype == np.bool_, "select", lambda: f"predicate must be pred, got {p}")
+  _require(t == f, "select", lambda: f"branch shapes {t} and {f} differ")
+  _require(p.dims == t.dims, "select", lambda: f"predicate shape {p} does not match {t}")
   return t
 
 
@@ -657,8 +660,8 @@ def _rule_clamp(ops, attrs, declared):
   _require(len(ops) == 3, "clamp", "takes (min, operand, max)")
   lo, x, hi = (_array("clamp", s) for s in ops)
   for b in (lo, hi):
-    _require(b.dtype == x.dtype, "clamp", f"bound {b} and operand {x} differ in type")
-    _require(b.dims in ((), x.dims), "clamp", f"bound {b} must be scalar or shaped as {x}")
+    _require(b.dtype == x.dtype, "clamp", lambda: f"bound {b} and operand {x} differ in type")
+    _require(b.dims in ((), x.dims), "clamp", lambda: f"bound {b} must be scalar or shaped as {x}")
   _require(not is_pred(x.dtype) and not is_complex(x.dtype), "clamp", "needs an ordered type")
   return x
 
@@ -667,7 +670,7 @@ def _rule_convert(ops, attrs, declared):
   _require(len(ops) == 1, "convert", "takes 1 operand")
   x = _array("convert", ops[0])
   _require(declared is not None and not declared.is_tuple, "convert", "needs a result type")
-  _require(declared.dims == x.dims, "convert", f"result {declared} must keep dims of {x}")
+  _require(declared.dims == x.dims, "convert", lambda: f"result {declared} must keep dims of {x}")
   return declared
 
 
@@ -685,10 +688,10 @@ def _rule_bitcast_convert(ops, attrs, declared):
     expect = x.dims + (a // b,)
   else:
     _require(b % a == 0 and x.dims and x.dims[-1] == b // a, "bitcast-convert",
-             f"from {x} to {dtype_name(declared.dtype)} needs a last dimension of {b // a}")
+             lambda: f"from {x} to {dtype_name(declared.dtype)} needs a last dimension of {b // a}")
     expect = x.dims[:-1]
   _require(declared.dims == expect, "bitcast-convert",
-           f"result {declared} should have dims {list(expect)}")
+           lambda: f"result {declared} should have dims {list(expect)}")
   return declared
 
 
@@ -697,7 +700,7 @@ def _rule_parameter(ops, attrs, declared):
   _require(declared is not None, "parameter", "needs a shape")
   n = attrs.get("parameter_number")
   _require(isinstance(n, (int, np.integer)) and n >= 0, "parameter",
-           f"bad parameter_number {n!r}")
+           lambda: f"bad parameter_number {n!r}")
   return declared
 
 
@@ -713,7 +716,7 @@ def _rule_iota(ops, attrs, declared):
   _require(declared is not None and declared.rank >= 1, "iota", "needs a shape of rank >= 1")
   d = attrs.get("iota_dimension")
   _require(isinstance(d, (int, np.integer)) and 0 <= d < declared.rank, "iota",
-           f"iota_dimension {d!r} out of range for {declared}")
+           lambda: f"iota_dimension {d!r} out of range for {declared}")
   _require(not is_pred(declared.dtype), "iota", "needs a numeric type")
   return declared
 
@@ -724,13 +727,13 @@ def _rule_broadcast(ops, attrs, declared):
   _require(declared is not None, "broadcast", "needs a result shape")
   dims = tuple(attrs.get("dimensions", ()))
   _require(len(dims) == x.rank, "broadcast",
-           f"dimensions {list(dims)} must name one output dimension per operand dimension of {x}")
+           lambda: f"dimensions {list(dims)} must name one output dimension per operand dimension of {x}")
   _dims_ok("broadcast", dims, declared.rank)
-  _require(list(dims) == sorted(dims), "broadcast", f"dimensions {list(dims)} must increase")
+  _require(list(dims) == sorted(dims), "broadcast", lambda: f"dimensions {list(dims)} must increase")
   _require(declared.dtype == x.dtype, "broadcast", "cannot change the element type")
   for i, d in enumerate(dims):
     _require(x.dims[i] in (1, declared.dims[d]), "broadcast",
-             f"operand dimension {i} (size {x.dims[i]}) does not fit output dimension {d} of "
+             lambda: f"operand dimension {i} (size {x.dims[i]}) does not fit output dimension {d} of "
              f"{declared}")
   return declared
 
@@ -740,7 +743,7 @@ def _rule_reshape(ops, attrs, declared):
   x = _array("reshape", ops[0])
   _require(declared is not None, "reshape", "needs a result shape")
   _require(declared.dtype == x.dtype, "reshape", "cannot change the element type")
-  _require(declared.size == x.size, "reshape", f"cannot reshape {x} ({x.size} elements) to "
+  _require(declared.size == x.size, "reshape", lambda: f"cannot reshape {x} ({x.size} elements) to "
            f"{declared} ({declared.size} elements)")
   return declared
 
@@ -750,7 +753,7 @@ def _rule_transpose(ops, attrs, declared):
   x = _array("transpose", ops[0])
   perm = tuple(attrs.get("dimensions", ()))
   _require(sorted(perm) == list(range(x.rank)), "transpose",
-           f"dimensions {list(perm)} is not a permutation of rank {x.rank}")
+           lambda: f"dimensions {list(perm)} is not a permutation of rank {x.rank}")
   return Shape(x.dtype, tuple(x.dims[p] for p in perm))
 
 
@@ -760,11 +763,11 @@ def _rule_slice(ops, attrs, declared):
   start, limit = tuple(attrs["start_indices"]), tuple(attrs["limit_indices"])
   strides = tuple(attrs.get("strides") or (1,) * x.rank)
   _require(len(start) == len(limit) == len(strides) == x.rank, "slice",
-           f"needs {x.rank} starts/limits/strides")
+           lambda: f"needs {x.rank} starts/limits/strides")
   out = []
   for d, (s, l, st, n) in enumerate(zip(start, limit, strides, x.dims)):
     _require(0 <= s <= l <= n and st >= 1, "slice",
-             f"bad slice [{s}:{l}:{st}] of dimension {d} (size {n}) of {x}")
+             lambda: f"bad slice [{s}:{l}:{st}] of dimension {d} (size {n}) of {x}")
     out.append((l - s + st - 1) // st)
   return Shape(x.dtype, out)
 
@@ -775,13 +778,13 @@ def _rule_dynamic_slice(ops, attrs, declared):
   idx = ops[1:]
   sizes = tuple(attrs["dynamic_slice_sizes"])
   _require(len(idx) == x.rank == len(sizes), "dynamic-slice",
-           f"needs {x.rank} scalar start indices and slice sizes")
+           lambda: f"needs {x.rank} scalar start indices and slice sizes")
   for i in idx:
     _require(i.is_scalar and is_int(i.dtype), "dynamic-slice",
-             f"start indices must be integer scalars, got {i}")
+             lambda: f"start indices must be integer scalars, got {i}")
   _require(len({i.dtype for i in idx}) <= 1, "dynamic-slice", "start indices differ in type")
   for s, n in zip(sizes, x.dims):
-    _require(0 <= s <= n, "dynamic-slice", f"slice sizes {list(sizes)} do not fit {x}")
+    _require(0 <= s <= n, "dynamic-slice", lambda: f"slice sizes {list(sizes)} do not fit {x}")
   return Shape(x.dtype, sizes)
 
 
@@ -790,13 +793,13 @@ def _rule_dynamic_update_slice(ops, attrs, declared):
   x, u = _array("dynamic-update-slice", ops[0]), _array("dynamic-update-slice", ops[1])
   idx = ops[2:]
   _require(u.rank == x.rank and len(idx) == x.rank, "dynamic-update-slice",
-           f"update {u} and {len(idx)} start indices must match the rank of {x}")
+           lambda: f"update {u} and {len(idx)} start indices must match the rank of {x}")
   _require(u.dtype == x.dtype, "dynamic-update-slice", "update type differs")
   _require(all(a <= b for a, b in zip(u.dims, x.dims)), "dynamic-update-slice",
-           f"update {u} larger than {x}")
+           lambda: f"update {u} larger than {x}")
   for i in idx:
     _require(i.is_scalar and is_int(i.dtype), "dynamic-update-slice",
-             f"start indices must be integer scalars, got {i}")
+             lambda: f"start indices must be integer scalars, got {i}")
   return x
 
 
@@ -807,13 +810,13 @@ def _rule_concatenate(ops, attrs, declared):
       attrs.get("dimensions")
   first = xs[0]
   _require(isinstance(d, (int, np.integer)) and 0 <= d < first.rank, "concatenate",
-           f"dimension {d!r} out of range for {first}")
+           lambda: f"dimension {d!r} out of range for {first}")
   total = 0
   for s in xs:
     _require(s.dtype == first.dtype and s.rank == first.rank, "concatenate",
-             f"operands {first} and {s} differ in type or rank")
+             lambda: f"operands {first} and {s} differ in type or rank")
     _require(all(a == b for i, (a, b) in enumerate(zip(s.dims, first.dims)) if i != d),
-             "concatenate", f"operands {first} and {s} differ outside dimension {d}")
+             "concatenate", lambda: f"operands {first} and {s} differ outside dimension {d}")
     total += s.dims[d]
   dims = list(first.dims)
   dims[d] = total
@@ -823,15 +826,15 @@ def _rule_concatenate(ops, attrs, declared):
 def _rule_pad(ops, attrs, declared):
   _require(len(ops) == 2, "pad", "takes (operand, padding_value)")
   x, v = _array("pad", ops[0]), _array("pad", ops[1])
-  _require(v.is_scalar and v.dtype == x.dtype, "pad", f"padding value {v} must be a scalar of "
+  _require(v.is_scalar and v.dtype == x.dtype, "pad", lambda: f"padding value {v} must be a scalar of "
            f"{dtype_name(x.dtype)}")
   cfg = attrs["padding_config"]
-  _require(len(cfg) == x.rank, "pad", f"needs {x.rank} (low, high, interior) entries")
+  _require(len(cfg) == x.rank, "pad", lambda: f"needs {x.rank} (low, high, interior) entries")
   out = []
   for n, (lo, hi, interior) in zip(x.dims, cfg):
     _require(interior >= 0, "pad", "interior padding must be >= 0")
     size = lo + hi + n + max(n - 1, 0) * interior
-    _require(size >= 0, "pad", f"padding {lo}_{hi}_{interior} gives negative size")
+    _require(size >= 0, "pad", lambda: f"padding {lo}_{hi}_{interior} gives negative size")
     out.append(size)
   return Shape(x.dtype, out)
 
@@ -844,11 +847,11 @@ def _rule_reverse(ops, attrs, declared):
 
 
 def _check_scalar_computation(opcode, comp, param_dtypes, result_dtypes, what):
-  _require(isinstance(comp, Computation), opcode, f"{what} must be a Computation")
+  _require(isinstance(comp, Computation), opcode, lambda: f"{what} must be a Computation")
   ps = comp.parameter_shapes
   _require(len(ps) == len(param_dtypes) and all(
       p is not None and p.is_scalar and p.dtype == dt for p, dt in zip(ps, param_dtypes)),
-      opcode, f"{what} %{comp.name} must take scalars "
+      opcode, lambda: f"{what} %{comp.name} must take scalars "
       f"({', '.join(dtype_name(d) + '[]' for d in param_dtypes)}), takes "
       f"({', '.join(str(p) for p in ps)})")
   r = comp.root.shape
@@ -858,7 +861,7 @@ def _check_scalar_computation(opcode, comp, param_dtypes, result_dtypes, what):
     ok = r.is_tuple and len(r.tuple_shapes) == len(result_dtypes) and all(
         s.is_scalar and s.dtype == dt for s, dt in zip(r.tuple_shapes, result_dtypes))
   want = ", ".join(dtype_name(d) + "[]" for d in result_dtypes)
-  _require(ok, opcode, f"{what} %{comp.name} must return ({want}), returns {r}")
+  _require(ok, opcode, lambda: f"{what} %{comp.name} must return ({want}), returns {r}")
 
 
 def _rule_reduce(ops, attrs, declared):
@@ -866,10 +869,10 @@ def _rule_reduce(ops, attrs, declared):
   n = len(ops) // 2
   xs, inits = [_array("reduce", s) for s in ops[:n]], ops[n:]
   for s in xs:
-    _require(s.dims == xs[0].dims, "reduce", f"operands {xs[0]} and {s} differ in dims")
+    _require(s.dims == xs[0].dims, "reduce", lambda: f"operands {xs[0]} and {s} differ in dims")
   for s, i in zip(xs, inits):
     _require(i.is_scalar and i.dtype == s.dtype, "reduce",
-             f"init value {i} must be a scalar of the operand type {dtype_name(s.dtype)}")
+             lambda: f"init value {i} must be a scalar of the operand type {dtype_name(s.dtype)}")
   dims = tuple(attrs.get("dimensions", ()))
   _dims_ok("reduce", dims, xs[0].rank)
   dts = [s.dtype for s in xs]
@@ -893,7 +896,7 @@ def _rule_reduce_window(ops, attrs, declared):
   xs, inits = [_array("reduce-window", s) for s in ops[:n]], ops[n:]
   for s, i in zip(xs, inits):
     _require(s.dims == xs[0].dims, "reduce-window", "operands differ in dims")
-    _require(i.is_scalar and i.dtype == s.dtype, "reduce-window", f"bad init value {i}")
+    _require(i.is_scalar and i.dtype == s.dtype, "reduce-window", lambda: f"bad init value {i}")
   r = xs[0].rank
   w = attrs["window_dimensions"]
   st = attrs.get("window_strides") or (1,) * r
@@ -901,7 +904,7 @@ def _rule_reduce_window(ops, attrs, declared):
   bd = attrs.get("base_dilation") or (1,) * r
   wd = attrs.get("window_dilation") or (1,) * r
   _require(len(w) == len(st) == len(pad) == len(bd) == len(wd) == r, "reduce-window",
-           f"window attributes need {r} entries each")
+           lambda: f"window attributes need {r} entries each")
   dims = [_window_out("reduce-window", *a) for a in zip(
       xs[0].dims, w, st, [p[0] for p in pad], [p[1] for p in pad], bd, wd)]
   dts = [s.dtype for s in xs]
@@ -922,13 +925,13 @@ def _rule_dot(ops, attrs, declared):
   _require(len(lc) == len(rc), "dot", "lhs and rhs need as many contracting dims")
   for a, b in zip(lb, rb):
     _require(lhs.dims[a] == rhs.dims[b], "dot",
-             f"batch dims lhs {a} and rhs {b} differ in size ({lhs} vs {rhs})")
+             lambda: f"batch dims lhs {a} and rhs {b} differ in size ({lhs} vs {rhs})")
   for a, b in zip(lc, rc):
     _require(lhs.dims[a] == rhs.dims[b], "dot",
-             f"contracting dims lhs {a} and rhs {b} differ in size ({lhs} vs {rhs})")
+             lambda: f"contracting dims lhs {a} and rhs {b} differ in size ({lhs} vs {rhs})")
   pet = attrs.get("preferred_element_type")
   if pet is None:
-    _require(lhs.dtype == rhs.dtype, "dot", f"operand types differ ({lhs} vs {rhs}); "
+    _require(lhs.dtype == rhs.dtype, "dot", lambda: f"operand types differ ({lhs} vs {rhs}); "
              "give preferred_element_type")
     dt = lhs.dtype
   else:
@@ -942,28 +945,28 @@ def _rule_convolution(ops, attrs, declared):
   _require(len(ops) == 2, "convolution", "takes (lhs, rhs)")
   lhs, rhs = _array("convolution", ops[0]), _array("convolution", ops[1])
   _require(lhs.rank == rhs.rank and lhs.rank >= 2, "convolution",
-           f"lhs {lhs} and rhs {rhs} must have the same rank >= 2")
+           lambda: f"lhs {lhs} and rhs {rhs} must have the same rank >= 2")
   nd = lhs.rank - 2
   lspec, rspec, ospec = (tuple(s) for s in attrs["dimension_numbers"])
   for spec, what in ((lspec, "lhs"), (rspec, "rhs"), (ospec, "out")):
     _require(sorted(spec) == list(range(nd + 2)), "convolution",
-             f"{what} dimension numbers {list(spec)} are not a permutation of rank {nd + 2}")
+             lambda: f"{what} dimension numbers {list(spec)} are not a permutation of rank {nd + 2}")
   strides = tuple(attrs.get("window_strides") or (1,) * nd)
   padding = tuple(attrs.get("padding") or ((0, 0),) * nd)
   ld = tuple(attrs.get("lhs_dilation") or (1,) * nd)
   rd = tuple(attrs.get("rhs_dilation") or (1,) * nd)
   _require(len(strides) == len(padding) == len(ld) == len(rd) == nd, "convolution",
-           f"window attributes need {nd} entries each")
+           lambda: f"window attributes need {nd} entries each")
   g = attrs.get("feature_group_count", 1)
   bg = attrs.get("batch_group_count", 1)
   _require(g >= 1 and bg >= 1 and (g == 1 or bg == 1), "convolution",
            "feature_group_count and batch_group_count must be >= 1, and not both > 1")
   n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
   o, i = rhs.dims[rspec[0]], rhs.dims[rspec[1]]
-  _require(c == i * g, "convolution", f"lhs features {c} != rhs input features {i} x "
+  _require(c == i * g, "convolution", lambda: f"lhs features {c} != rhs input features {i} x "
            f"feature_group_count {g}")
   _require(o % g == 0 and o % bg == 0 and n % bg == 0, "convolution",
-           f"output features {o} / batch {n} not divisible by the group counts")
+           lambda: f"output features {o} / batch {n} not divisible by the group counts")
   pet = attrs.get("preferred_element_type")
   if pet is None:
     _require(lhs.dtype == rhs.dtype, "convolution", "operand types differ")
@@ -984,7 +987,7 @@ def _rule_gather(ops, attrs, declared):
   _require(len(ops) == 2, "gather", "takes (operand, start_indices)")
   x, idx = _array("gather", ops[0]), _array("gather", ops[1])
   _require(is_int(idx.dtype) and idx.rank >= 1, "gather",
-           f"start indices must be integers of rank >= 1, got {idx}")
+           lambda: f"start indices must be integers of rank >= 1, got {idx}")
   ivd = attrs.get("index_vector_dim", idx.rank - 1)
   _require(ivd == idx.rank - 1, "gather", "index_vector_dim must be the last dimension")
   offset = tuple(attrs.get("offset_dims", ()))
@@ -993,9 +996,9 @@ def _rule_gather(ops, attrs, declared):
   obatch = tuple(attrs.get("operand_batching_dims", ()))
   ibatch = tuple(attrs.get("start_indices_batching_dims", ()))
   sizes = tuple(attrs["slice_sizes"])
-  _require(len(sizes) == x.rank, "gather", f"slice_sizes needs {x.rank} entries")
+  _require(len(sizes) == x.rank, "gather", lambda: f"slice_sizes needs {x.rank} entries")
   _require(len(smap) == idx.dims[-1], "gather",
-           f"start_index_map {list(smap)} must have one entry per index component "
+           lambda: f"start_index_map {list(smap)} must have one entry per index component "
            f"({idx.dims[-1]})")
   _dims_ok("gather", smap, x.rank, "start_index_map")
   _dims_ok("gather", collapsed + obatch, x.rank, "collapsed_slice_dims+operand_batching_dims")
@@ -1003,16 +1006,16 @@ def _rule_gather(ops, attrs, declared):
   _require(len(obatch) == len(ibatch), "gather", "batching dims lists differ in length")
   _require(not set(smap) & set(obatch), "gather", "start_index_map overlaps batching dims")
   for d in collapsed + obatch:
-    _require(sizes[d] <= 1, "gather", f"collapsed/batching dim {d} needs slice size 1")
+    _require(sizes[d] <= 1, "gather", lambda: f"collapsed/batching dim {d} needs slice size 1")
   for od, idim in zip(obatch, ibatch):
     _require(x.dims[od] == idx.dims[idim], "gather", "batching dims differ in size")
   for s, n in zip(sizes, x.dims):
-    _require(0 <= s <= n, "gather", f"slice_sizes {list(sizes)} do not fit {x}")
+    _require(0 <= s <= n, "gather", lambda: f"slice_sizes {list(sizes)} do not fit {x}")
   _require(list(offset) == sorted(set(offset)), "gather", "offset_dims must be increasing")
   kept = [sizes[d] for d in range(x.rank) if d not in collapsed and d not in obatch]
   out_rank = len(kept) + idx.rank - 1
   _require(len(offset) == len(kept), "gather",
-           f"offset_dims {list(offset)} needs {len(kept)} entries")
+           lambda: f"offset_dims {list(offset)} needs {len(kept)} entries")
   _dims_ok("gather", offset, out_rank, "offset_dims")
   _require(attrs.get("mode", "clip") in ("clip", "fill"), "gather", "mode must be clip or fill")
   batch = iter(idx.dims[:-1])
@@ -1023,7 +1026,7 @@ def _rule_gather(ops, attrs, declared):
 def _rule_scatter(ops, attrs, declared):
   _require(len(ops) == 3, "scatter", "takes (operand, scatter_indices, updates)")
   x, idx, upd = (_array("scatter", s) for s in ops)
-  _require(is_int(idx.dtype) and idx.rank >= 1, "scatter", f"bad scatter indices {idx}")
+  _require(is_int(idx.dtype) and idx.rank >= 1, "scatter", lambda: f"bad scatter indices {idx}")
   _require(upd.dtype == x.dtype, "scatter", "updates must have the operand type")
   ivd = attrs.get("index_vector_dim", idx.rank - 1)
   _require(ivd == idx.rank - 1, "scatter", "index_vector_dim must be the last dimension")
@@ -1040,14 +1043,14 @@ def _rule_scatter(ops, attrs, declared):
   _require(list(uwd) == sorted(uwd), "scatter", "update_window_dims must be increasing")
   wdims = [d for d in range(x.rank) if d not in iwd and d not in obatch]
   _require(len(uwd) == len(wdims), "scatter",
-           f"update_window_dims needs {len(wdims)} entries")
+           lambda: f"update_window_dims needs {len(wdims)} entries")
   _require(upd.rank == len(uwd) + idx.rank - 1, "scatter",
-           f"updates {upd} must have rank {len(uwd) + idx.rank - 1}")
+           lambda: f"updates {upd} must have rank {len(uwd) + idx.rank - 1}")
   sdims = [upd.dims[d] for d in range(upd.rank) if d not in uwd]
   _require(tuple(sdims) == idx.dims[:-1], "scatter",
-           f"update scatter dims {sdims} must equal the index batch dims {list(idx.dims[:-1])}")
+           lambda: f"update scatter dims {sdims} must equal the index batch dims {list(idx.dims[:-1])}")
   for od, ud in zip(wdims, uwd):
-    _require(upd.dims[ud] <= x.dims[od], "scatter", f"update window larger than {x}")
+    _require(upd.dims[ud] <= x.dims[od], "scatter", lambda: f"update window larger than {x}")
   _require(attrs.get("mode", "drop") in ("drop", "clip"), "scatter", "mode must be drop or clip")
   _check_scalar_computation("scatter", attrs.get("to_apply"), [x.dtype, x.dtype], [x.dtype],
                             "update computation")
@@ -1058,9 +1061,9 @@ def _rule_sort(ops, attrs, declared):
   _require(len(ops) >= 1, "sort", "needs operands")
   xs = [_array("sort", s) for s in ops]
   for s in xs:
-    _require(s.dims == xs[0].dims, "sort", f"operands {xs[0]} and {s} differ in dims")
+    _require(s.dims == xs[0].dims, "sort", lambda: f"operands {xs[0]} and {s} differ in dims")
   d = attrs.get("dimension", 0)
-  _require(xs[0].rank == 0 or 0 <= d < xs[0].rank, "sort", f"dimension {d} out of range")
+  _require(xs[0].rank == 0 or 0 <= d < xs[0].rank, "sort", lambda: f"dimension {d} out of range")
   pdts = [dt for s in xs for dt in (s.dtype, s.dtype)]
   _check_scalar_computation("sort", attrs.get("to_apply"), pdts, [np.dtype(np.bool_)],
                             "comparator")
@@ -1073,11 +1076,11 @@ def _rule_while(ops, attrs, declared):
   cond, body = attrs.get("condition"), attrs.get("body")
   _require(isinstance(cond, Computation) and isinstance(body, Computation), "while",
            "needs condition and body computations")
-  _require(cond.parameter_shapes == [s], "while", f"condition %{cond.name} must take {s}")
+  _require(cond.parameter_shapes == [s], "while", lambda: f"condition %{cond.name} must take {s}")
   _require(cond.root.shape == Shape(np.bool_, ()), "while",
-           f"condition %{cond.name} must return pred[], returns {cond.root.shape}")
+           lambda: f"condition %{cond.name} must return pred[], returns {cond.root.shape}")
   _require(body.parameter_shapes == [s] and body.root.shape == s, "while",
-           f"body %{body.name} must map {s} to {s}")
+           lambda: f"body %{body.name} must map {s} to {s}")
   return s
 
 
@@ -1088,13 +1091,13 @@ def _rule_conditional(ops, attrs, declared):
            "takes the branch index/predicate and one operand per branch")
   p = ops[0]
   _require(p.is_scalar and (p.dtype in (np.dtype(np.bool_), np.dtype(np.int32))), "conditional",
-           f"selector must be pred[] or s32[], got {p}")
+           lambda: f"selector must be pred[] or s32[], got {p}")
   _require(p.dtype != np.bool_ or len(branches) == 2, "conditional",
            "a pred selector needs exactly 2 branches (true, false)")
   out = branches[0].root.shape
   for b, s in zip(branches, ops[1:]):
-    _require(b.parameter_shapes == [s], "conditional", f"branch %{b.name} must take {s}")
-    _require(b.root.shape == out, "conditional", f"branch %{b.name} returns {b.root.shape}, "
+    _require(b.parameter_shapes == [s], "conditional", lambda: f"branch %{b.name} must take {s}")
+    _require(b.root.shape == out, "conditional", lambda: f"branch %{b.name} returns {b.root.shape}, "
              f"expected {out}")
   return out
 
@@ -1109,22 +1112,22 @@ def _rule_fft(ops, attrs, declared):
   _require(len(ops) == 1, "fft", "takes one operand")
   x = _array("fft", ops[0])
   kind, lengths = attrs.get("fft_type"), tuple(attrs.get("fft_length", ()))
-  _require(kind in FFT_TYPES, "fft", f"fft_type must be one of {FFT_TYPES}, got {kind!r}")
+  _require(kind in FFT_TYPES, "fft", lambda: f"fft_type must be one of {FFT_TYPES}, got {kind!r}")
   k = len(lengths)
-  _require(1 <= k <= x.rank, "fft", f"fft_length {list(lengths)} needs 1 to {x.rank} entries")
+  _require(1 <= k <= x.rank, "fft", lambda: f"fft_length {list(lengths)} needs 1 to {x.rank} entries")
   batch, inner = x.dims[:x.rank - k], x.dims[x.rank - k:]
   if kind == "RFFT":
     _require(x.dtype in (np.dtype(np.float32), np.dtype(np.float64)), "fft",
-             f"RFFT takes f32 or f64, got {x}")
-    _require(inner == lengths, "fft", f"RFFT operand {x} does not end in {list(lengths)}")
+             lambda: f"RFFT takes f32 or f64, got {x}")
+    _require(inner == lengths, "fft", lambda: f"RFFT operand {x} does not end in {list(lengths)}")
     return Shape(np.complex64 if x.dtype == np.float32 else np.complex128,
                  batch + lengths[:-1] + (lengths[-1] // 2 + 1,))
-  _require(is_complex(x.dtype), "fft", f"{kind} takes c64 or c128, got {x}")
+  _require(is_complex(x.dtype), "fft", lambda: f"{kind} takes c64 or c128, got {x}")
   if kind == "IRFFT":
     _require(inner == lengths[:-1] + (lengths[-1] // 2 + 1,), "fft",
-             f"IRFFT operand {x} does not end in {list(lengths[:-1] + (lengths[-1] // 2 + 1,))}")
+             lambda: f"IRFFT operand {x} does not end in {list(lengths[:-1] + (lengths[-1] // 2 + 1,))}")
     return Shape(np.float32 if x.dtype == np.complex64 else np.float64, batch + lengths)
-  _require(inner == lengths, "fft", f"{kind} operand {x} does not end in {list(lengths)}")
+  _require(inner == lengths, "fft", lambda: f"{kind} operand {x} does not end in {list(lengths)}")
   return x
 
 
@@ -1136,16 +1139,16 @@ def _rule_gte(ops, attrs, declared):
   _require(len(ops) == 1 and ops[0].is_tuple, "get-tuple-element", "needs a tuple operand")
   i = attrs.get("index")
   _require(isinstance(i, (int, np.integer)) and 0 <= i < len(ops[0].tuple_shapes),
-           "get-tuple-element", f"index {i!r} out of range for {ops[0]}")
+           "get-tuple-element", lambda: f"index {i!r} out of range for {ops[0]}")
   return ops[0].tuple_shapes[i]
 
 
 def _rule_fusion(ops, attrs, declared):
   comp = attrs.get("calls")
   _require(isinstance(comp, Computation), "fusion", "needs a fused computation (calls)")
-  _require(attrs.get("kind") in FUSION_KINDS, "fusion", f"kind must be one of {FUSION_KINDS}")
+  _require(attrs.get("kind") in FUSION_KINDS, "fusion", lambda: f"kind must be one of {FUSION_KINDS}")
   _require(comp.parameter_shapes == list(ops), "fusion",
-           f"operands ({', '.join(map(str, ops))}) do not match %{comp.name}'s parameters "
+           lambda: f"operands ({', '.join(map(str, ops))}) do not match %{comp.name}'s parameters "
            f"({', '.join(map(str, comp.parameter_shapes))})")
   return comp.root.shape
 

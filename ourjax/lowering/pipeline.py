@@ -7,8 +7,9 @@ in order, repeatedly, until none of them changes the module (at most ``MAX_ITERA
 rounds). ``LATE_PASSES`` (the native backends': ``NATIVE_LATE_PASSES``) then run once each, in
 order: this is where fusion and buffer assignment go (they want the simplified module and must
 not be undone by it).
-After every pass the module is verified, so a broken rewrite is caught next to the pass that
-made it.
+With ``OURJAX_CHECK_PASSES=1`` (the test suite sets it) the module is verified after every
+pass, so a broken rewrite is caught next to the pass that made it; otherwise once, at the end
+(verifying after each of a dozen passes was a tenth of a transformer step's compile time).
 
 With ``OURJAX_DUMP=dir`` in the environment (or ``dump_dir=``), the module text is written to
 ``dir/<module>.NN-<pass>.txt``: ``00-input`` first, then one file per pass run that changed
@@ -85,6 +86,11 @@ class _Dumper:
     self.count += 1
 
 
+#: Verify after every pass (see the module docstring).
+CHECK_PASSES = os.environ.get("OURJAX_CHECK_PASSES", "").strip().lower() not in (
+    "", "0", "false", "off", "no")
+
+
 def _run_pass(module, name, fn, dumper, check):
   changed = bool(fn(module))
   if check:
@@ -100,10 +106,11 @@ def _run_pass(module, name, fn, dumper, check):
 def optimize(module: hlo.Module, dump_dir: str | None = None, *,
              passes: Sequence | None = None, late_passes: Sequence | None = None,
              early_passes: Sequence = (), max_iterations: int | None = None,
-             check: bool = True) -> hlo.Module:
+             check: bool | None = None) -> hlo.Module:
   """Run ``early_passes`` once, ``passes`` (default ``PASSES``) to a fixed point, then
-  ``late_passes`` (default ``LATE_PASSES``) once, verifying after each pass. Mutates and
-  returns ``module``."""
+  ``late_passes`` (default ``LATE_PASSES``) once, verifying after each pass when ``check``
+  (default ``CHECK_PASSES``), else at the end. Mutates and returns ``module``."""
+  check = CHECK_PASSES if check is None else check
   passes = PASSES if passes is None else passes
   late_passes = LATE_PASSES if late_passes is None else late_passes
   max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
@@ -120,4 +127,10 @@ def optimize(module: hlo.Module, dump_dir: str | None = None, *,
       break
   for name, fn in late_passes:
     _run_pass(module, name, fn, dumper, check)
+  if not check:
+    try:
+      hlo.verify(module)
+    except hlo.VerifyError as e:
+      raise PassError(f"after the passes (OURJAX_CHECK_PASSES=1 finds the pass): {e}\n"
+                      f"{module.to_string()}") from None
   return module
