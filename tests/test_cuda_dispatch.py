@@ -30,8 +30,15 @@ def test_which_executables_replay_a_graph():
   assert why(_exe(_reductions, x).program) is None
   assert why(_exe(lambda v: (v, v * 2 + jnp.sum(v)), x).program) is None     # with a copy
   assert "fewer than GRAPH_MIN_LAUNCHES" in why(_exe(lambda v: v * 2 + 1, x).program)
+  # a loop of known trip count is laid out in the graph; one that tests data is host-driven
   loop = _exe(lambda v: ourjax.lax.fori_loop(0, 3, lambda i, w: w * 2 + jnp.sum(w), v), x)
+  assert [op[0] for op in loop.program].count("repeat") == 1 and why(loop.program) is None
+  loop = _exe(lambda v: ourjax.lax.while_loop(lambda w: jnp.sum(w) < 1e6,
+                                              lambda w: w * 2 + jnp.sum(w), v), x)
   assert why(loop.program) == "host-driven control flow (while)"
+  big = _exe(lambda v: ourjax.lax.fori_loop(0, cuda_backend.GRAPH_MAX_NODES,
+                                            lambda i, w: w * 2 + jnp.sum(w), v), x)
+  assert "more than GRAPH_MAX_NODES" in why(big.program)
   cond = _exe(lambda v: ourjax.lax.cond(jnp.sum(v) > 0, lambda w: w + jnp.sum(w),
                                         lambda w: w - jnp.max(w), v), x)
   assert "host-driven control flow" in why(cond.program)
@@ -191,3 +198,33 @@ def test_fast_caller_matches_the_call(monkeypatch):
     assert [r[:5] for r in got] == [r[:5] for r in want]
     assert exe.fast_caller((0,), hoisted, ourjax.Array) is None     # arity mismatch
     del outs, call, exe, mexe, hoisted
+
+
+@pytest.mark.parametrize("trips", [0, 1, 5])
+def test_loops_of_known_trip_count_read_nothing_back(monkeypatch, trips):
+  """A fori_loop/scan runs its body ``trips`` times with no device-to-host read of a predicate;
+  replayed as one graph from the second call on, it launches what kernel-by-kernel launching
+  does (the body's kernels ``trips`` times in order)."""
+  x = np.ones((64, 300), np.float32)
+  runs = {}
+  for graphs in (False, True):
+    monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1" if graphs else "0")
+    with cuda_fake_driver.installed() as fake:
+      f = ourjax.jit(lambda v: ourjax.lax.scan(
+          lambda c, _: (c * 2 + jnp.sum(c), jnp.max(c)), v, None, length=trips))
+      for _ in range(3):
+        f(x)
+      exe = _called_executable(f)
+      runs[graphs] = (list(fake.executed), dict(fake.calls), exe)
+  plain, replay = runs[False], runs[True]
+  assert plain[0] == replay[0]
+  for _, calls, _ in (plain, replay):
+    assert calls.get("cuMemcpyDtoHAsync", 0) == 0
+  exe = replay[2]
+  (rep,) = [op for op in exe.program if op[0] == "repeat"] or [None]
+  if rep is not None:
+    body = sum(1 for op in rep[2] if op[0] == "k")
+    per_call = sum(1 for r in plain[0] if r[0] == "kernel") // 3
+    assert rep[1] == trips and per_call >= trips * body
+  if trips:
+    assert replay[1].get("cuGraphLaunch", 0) == 2

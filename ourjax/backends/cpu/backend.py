@@ -309,10 +309,15 @@ class KernelStep:
 
 
 class WhileStep:
+  """A while loop: ``cond_steps`` compute ``pred``, ``body_steps`` the next state.
+  ``trip_count``: how many times the body runs when that is known at compile time
+  (``lowering.loops.trip_count``; the GPU then runs the body that many times without reading
+  ``pred`` back), else None."""
   parallel = False
 
-  def __init__(self, cond_steps, pred: K.Buf, body_steps):
+  def __init__(self, cond_steps, pred: K.Buf, body_steps, trip_count=None):
     self.cond_steps, self.pred, self.body_steps = cond_steps, pred, body_steps
+    self.trip_count = trip_count
 
 
 class CondStep:
@@ -606,7 +611,8 @@ class _Planner:
     body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
     # copy the next state back (skipping elements the body passes through)
     self._copy_back(body, body_out, state, body_steps)
-    steps.append(WhileStep(cond_steps, pred, body_steps))
+    from ourjax.lowering import loops
+    steps.append(WhileStep(cond_steps, pred, body_steps, loops.trip_count(instr)))
     return state
 
   @staticmethod

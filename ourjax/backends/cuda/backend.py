@@ -215,6 +215,8 @@ def _launch_ops(program):
     elif op[0] == "while":
       yield from _launch_ops(op[1])
       yield from _launch_ops(op[3])
+    elif op[0] == "repeat":
+      yield from _launch_ops(op[2])
     elif op[0] == "cond":
       for br in op[3]:
         yield from _launch_ops(br)
@@ -238,6 +240,8 @@ def _resolve(program, funcs, starts):
     elif kind == "while":
       out.append(("while", _resolve(op[1], funcs, starts), op[2],
                   _resolve(op[3], funcs, starts)))
+    elif kind == "repeat":
+      out.append(("repeat", op[1], _resolve(op[2], funcs, starts)))
     elif kind == "cond":
       out.append(("cond", op[1], op[2], [_resolve(b, funcs, starts) for b in op[3]]))
     else:   # pragma: no cover
@@ -276,18 +280,55 @@ whose pitch the driver limits to 2^31 - 1 bytes (a copy that large runs for mill
 so launching it directly costs nothing that matters)."""
 
 
+GRAPH_MAX_NODES = 20000
+"""The most nodes a graph gets.  A loop of known trip count (``repeat``) is laid out in the
+graph once per iteration, so a 1000-step scan of a few kernels replays as one launch; building
+and instantiating a graph costs the host about a microsecond per node, once per executable."""
+
+
+def _flat_program(program):
+  """The launches and copies of ``program`` in order, each loop of known trip count laid out
+  once per iteration; yields ("while" | "cond", ...) ops as they are (the host drives them)."""
+  for op in program:
+    if op[0] == "repeat":
+      for _ in range(op[1]):
+        yield from _flat_program(op[2])
+    else:
+      yield op
+
+
+def _count_flat(program) -> tuple:
+  """(nodes, host-driven kinds) of ``_flat_program(program)``, without laying it out."""
+  nodes, host = 0, set()
+  for op in program:
+    if op[0] == "repeat":
+      n, h = _count_flat(op[2])
+      nodes += op[1] * n
+      host |= h
+    elif op[0] in ("while", "cond"):
+      host.add(op[0])
+    else:
+      nodes += 1
+  return nodes, host
+
+
 def graph_unsuitable(program) -> str | None:
   """Why an executable's ``program`` is not replayed as a CUDA graph, or None when it is: it
   must be a fixed sequence of kernel launches and copies (no ``while``/``cond``, which the host
-  drives by reading values back) with at least ``GRAPH_MIN_LAUNCHES`` kernels."""
-  kinds = [op[0] for op in program]
+  drives by reading values back; loops of known trip count are laid out iteration by
+  iteration) of at most ``GRAPH_MAX_NODES`` nodes, with at least ``GRAPH_MIN_LAUNCHES``
+  kernels."""
+  nodes, host = _count_flat(program)
   for kind in ("while", "cond"):
-    if kind in kinds:
+    if kind in host:
       return f"host-driven control flow ({kind})"
-  big = [op[3] for op in program if op[0] == "copy" and op[3] > GRAPH_MAX_COPY_BYTES]
+  if nodes > GRAPH_MAX_NODES:
+    return f"{nodes} nodes (loops laid out), more than GRAPH_MAX_NODES={GRAPH_MAX_NODES}"
+  flat = list(_flat_program(program))
+  big = [op[3] for op in flat if op[0] == "copy" and op[3] > GRAPH_MAX_COPY_BYTES]
   if big:
     return f"a copy of {big[0]} bytes, more than GRAPH_MAX_COPY_BYTES"
-  n = kinds.count("k")
+  n = sum(1 for op in flat if op[0] == "k")
   if n < GRAPH_MIN_LAUNCHES:
     return f"{n} kernel launch(es), fewer than GRAPH_MIN_LAUNCHES={GRAPH_MIN_LAUNCHES}"
   return None
@@ -315,7 +356,7 @@ class _GraphReplay:
     graph = dev.new_graph(keep=module)
     users = [set() for _ in range(len(slots))]
     self._copies = {}                # node -> (dst spec, src spec)
-    for op in ops:
+    for op in _flat_program(ops):
       if op[0] == "k":
         _, f, grid, block, shared, start, _fi, idx = op
         n = graph.add_kernel(f, grid, block, shared, 0 if start is None else params.base + start)
@@ -598,6 +639,9 @@ class CudaExecutable:
         dev.copy_device(_addr(slots, dst), _addr(slots, src), nbytes)
         if timings is not None:
           timings.append(("copy", f"{nbytes} B", e0, driver.Event(dev, timing=True).record()))
+      elif kind == "repeat":
+        for _ in range(op[1]):
+          self._run(dev, op[2], slots, base)
       elif kind == "while":
         _, cond, pred, body = op
         flag = np.zeros((), np.uint8)
@@ -710,6 +754,8 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
         sp = [spec(x) for x in k.buffers]
         out.append(("k", index[id(k)], np.array([x[0] for x in sp], np.int64),
                     np.array([x[1] for x in sp], np.uint64)))
+      elif isinstance(s, cpu_be.WhileStep) and s.trip_count is not None:
+        out.append(("repeat", s.trip_count, program(s.body_steps)))
       elif isinstance(s, cpu_be.WhileStep):
         out.append(("while", program(s.cond_steps), spec(s.pred), program(s.body_steps)))
       elif isinstance(s, cpu_be.CondStep):
