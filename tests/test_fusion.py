@@ -571,3 +571,61 @@ def test_fusion_preserves_results_on_reduction_programs(prog):
     assert k.opcode in ("fusion", "dot"), k
   for i, (a, b) in enumerate(zip(want, got)):
     assert_bitwise_equal(a, b, f"output {i} of\n{m}\nfused to\n{opt}\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# code duplication: a value read at many positions is not fused without bound
+
+
+def test_emitted_count_counts_distinct_read_positions():
+  from ourjax.lowering.passes.fusion import emitted_count
+  m = Module("dup")
+  b = Builder(m, "fused")
+  x = b.parameter(Shape("f32", (8,)))
+  e = b.multiply(b.exp(x), b.add(x, x))            # a diamond of elementwise reads: one index
+  s1 = b.slice(x, (0,), (6,))
+  s2 = b.slice(x, (1,), (7,))
+  s3 = b.slice(e, (2,), (8,))
+  comp = b.build(b.add(b.add(s1, s2), s3))
+  assert emitted_count(comp, e) == 1
+  assert emitted_count(comp, x) == 3               # at i, i+1 (slices) and i+2 (through e)
+
+
+def test_stencil_chains_stop_fusing_at_the_duplication_limit(monkeypatch):
+  """Four stages of a rolled stencil (an RK4 step's shape): fused without a limit, each stage
+  triples the positions the first is computed at.  With MAX_DUPLICATION the fusion stops
+  (noted), the LLVM IR is less than half as long, and the result is still NumPy's."""
+  import ourjax
+  import ourjax.numpy as jnp
+
+  def field(x):
+    return 0.5 * (jnp.roll(x, 1) + jnp.roll(x, -1)) - x * x * 0.1
+
+  def step(x):
+    k1 = field(x)
+    k2 = field(x + 0.1 * k1)
+    k3 = field(x + 0.1 * k2)
+    k4 = field(x + 0.2 * k3)
+    return x + (k1 + 2 * k2 + 2 * k3 + k4) / 6
+
+  def step64(x):
+    f = lambda v: 0.5 * (np.roll(v, 1) + np.roll(v, -1)) - v * v * 0.1  # noqa: E731
+    k1 = f(x)
+    k2 = f(x + 0.1 * k1)
+    k3 = f(x + 0.1 * k2)
+    k4 = f(x + 0.2 * k3)
+    return x + (k1 + 2 * k2 + 2 * k3 + k4) / 6
+
+  x = np.random.default_rng(0).standard_normal(257).astype(np.float32)
+  want = step64(x.astype(np.float64))
+  sizes = {}
+  limits = (fusion.MAX_DUPLICATION, 10 ** 9)
+  for limit in limits:
+    monkeypatch.setattr(fusion, "MAX_DUPLICATION", limit)
+    jitted = ourjax.jit(lambda v: step(v))          # a new function: compiled again
+    np.testing.assert_allclose(np.asarray(jitted(x)), want, rtol=1e-5, atol=1e-5)
+    exe = jitted.lower(x).compile()._executable
+    sizes[limit] = exe.compiled.llvm_ir.count("\n")
+    noted = any("times per element" in n for n in exe.module.notes)
+    assert noted == (limit != 10 ** 9)
+  assert 2 * sizes[limits[0]] < sizes[10 ** 9], sizes

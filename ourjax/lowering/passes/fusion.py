@@ -68,6 +68,11 @@ MAX_FUSED_CONSTANT_ELEMENTS = 64
 MAX_CHEAP_GATHER_ELEMENTS = 1024
 #: Most operands a fusion may take.
 MAX_FUSION_PARAMETERS = 64
+#: The most times one fused value may be computed per element of its fusion (see
+#: ``emitted_count``): a value read at several positions (rolls, slices, stencils) is computed
+#: once per position, and a chain of such fusions multiplies the positions (an RK4 step of
+#: rolled stencils reached 3^4 per element and 30,000 lines of LLVM IR).  XLA's limit.
+MAX_DUPLICATION = 15
 
 #: Ops that compute each result element from operand elements at indices derived from the
 #: result index: what a loop fusion is made of.
@@ -492,6 +497,32 @@ def _flow(producer: Instruction, consumer: Instruction):
   return src, tainted
 
 
+def emitted_count(fused: Computation, value: Instruction) -> int:
+  """How many times ``value`` (an instruction of ``fused``) is computed per element of the
+  fusion's iteration: once per distinct index it is read at (XLA's fusion indexing evaluation).
+  An elementwise user of the same shape reads its operand at its own index, so it passes its
+  readers on (two such paths to one value share its evaluation, as the emitter memoises by
+  index); any other user (slice, pad, broadcast, reshape, concatenate, reduce, ...) reads at
+  an index of its own and counts as one reader, each reader weighing its own count."""
+  readers: dict = {}
+  count: dict = {}
+  for x in reversed(fused.instructions):
+    if x is fused.root:
+      mine, count[x] = {x}, 1
+    else:
+      mine = readers.get(x, set())
+      count[x] = sum(count[u] for u in mine)
+    passes = x.is_elementwise()
+    for o in x.operands:
+      if o.parent is not fused:
+        continue
+      if passes and o.dims == x.dims:
+        readers.setdefault(o, set()).update(mine)
+      else:
+        readers.setdefault(o, set()).add(x)
+  return count.get(value, 1)
+
+
 def _what(instr: Instruction) -> str:
   if instr.opcode == "fusion":
     return f"{instr.attrs['kind']} fusion"
@@ -546,6 +577,10 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> D
     total = len(consumer.operands) - 1 + new
     if total > MAX_FUSION_PARAMETERS and new > 1:
       return no(f"the fusion would take {total} operands (limit {MAX_FUSION_PARAMETERS})")
+    times = emitted_count(consumer.attrs["calls"], src)
+    if times > MAX_DUPLICATION:
+      return no(f"it would be computed {times} times per element (read at that many "
+                f"positions; limit {MAX_DUPLICATION})")
   if shared:
     return Decision(True, f"cheap {_what(P)} producer, duplicated (it has {n_users} users)")
   if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
