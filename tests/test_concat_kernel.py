@@ -1,5 +1,5 @@
 """Many-part concatenations written part by part (llvm/concat.py) and reshapes indexed group by
-group (emitter.reshape_groups): jitted results against NumPy."""
+group (hlo.reshape_groups): jitted results against NumPy."""
 from __future__ import annotations
 
 import math
@@ -11,6 +11,7 @@ import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
 from ourjax.backends.llvm import emitter as E
+from ourjax.lowering import hlo
 
 
 def _kernel_kinds(fn, *args):
@@ -106,7 +107,7 @@ def reshapes(draw):
 @given(shapes=reshapes())
 def test_reshape_groups_partition_both_shapes(shapes):
   src, dst = shapes
-  groups = E.reshape_groups(src, dst)
+  groups = hlo.reshape_groups(src, dst)
   assert [g[0] for g in groups] == [(a, b) for (a, b), _ in groups]
   si = [i for (a, b), _ in groups for i in range(a, b)]
   di = [j for _, (c, d) in groups for j in range(c, d)]

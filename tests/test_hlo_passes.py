@@ -188,6 +188,25 @@ def test_sink_reshape_below_elementwise():
   assert entry_ops(m).count("reshape") == 2
 
 
+def test_sink_reshape_past_broadcasts_along_kept_dimensions():
+  # a convolution's GEMM result [N*H*W, C] -> [N, H, W, C], then a per-channel scale, shift and
+  # relu: the reshape moves below them (bitwise the same results), so they can be the GEMM's
+  # epilogue
+  def build(b, y, scale, shift):
+    r = b.reshape(y, (2, 3, 4, 5))
+    z = b.add(b.multiply(r, b.broadcast(scale, (2, 3, 4, 5), (3,))),
+              b.broadcast(shift, (2, 3, 4, 5), (3,)))
+    return b.maximum(z, b.full(0.0, S("f32", 2, 3, 4, 5)))
+  _, m = simplified(build, S("f32", 24, 5), S("f32", 5), S("f32", 5))
+  assert m.entry.root.opcode == "reshape"
+  assert "f32[24,5] multiply(" in m.to_string() and "f32[24,5] maximum(" in m.to_string()
+  # a broadcast along a dimension the reshape splits or merges keeps the reshape where it is
+  def split(b, y, v):
+    return b.add(b.reshape(y, (4, 6)), b.broadcast(v, (4, 6), (1,)))
+  _, m = simplified(split, S("f32", 24), S("f32", 6))
+  assert m.entry.root.opcode == "add"
+
+
 def test_broadcast_rules():
   _, m = simplified(lambda b, s: b.broadcast(b.broadcast(s, (3,), (0,)), (2, 3, 4), (1,)),
                     S("f32", 3))

@@ -570,6 +570,36 @@ class Module:
     return new
 
 
+def reshape_groups(src: Sequence[int], dst: Sequence[int]):
+  """The shortest consecutive groups of ``src`` and ``dst`` dimensions with equal element
+  counts, as ``((s0, s1), (d0, d1))`` ranges (a reshape maps each group to its partner and
+  keeps the order of the groups), or None when a size is 0.  Size-1 dimensions join a
+  neighbouring group (or make a group of their own with nothing on the other side)."""
+  src, dst = tuple(src), tuple(dst)
+  if 0 in src or 0 in dst:
+    return None
+  groups, i, j = [], 0, 0
+  while i < len(src) or j < len(dst):
+    si, dj, ps, pd = i, j, 1, 1
+    if i < len(src):
+      ps, i = src[i], i + 1
+    if j < len(dst):
+      pd, j = dst[j], j + 1
+    while ps != pd:
+      if ps < pd:
+        ps, i = ps * src[i], i + 1
+      else:
+        pd, j = pd * dst[j], j + 1
+    # a following size-1 dimension joins this group
+    while i < len(src) and src[i] == 1 and (j == len(dst) or dst[j] != 1):
+      i += 1
+    while j < len(dst) and dst[j] == 1 and (i == len(src) or src[i] != 1):
+      j += 1
+    groups.append(((si, i), (dj, j)))
+  return groups
+
+
+
 # ---------------------------------------------------------------------------------------------
 # shape rules
 # ---------------------------------------------------------------------------------------------

@@ -291,35 +291,6 @@ def delinearize(b: ir.IRBuilder, lin: ir.Value, dims: Sequence[int]) -> list:
   return out
 
 
-def reshape_groups(src: Sequence[int], dst: Sequence[int]):
-  """The shortest consecutive groups of ``src`` and ``dst`` dimensions with equal element
-  counts, as ``((s0, s1), (d0, d1))`` ranges (a reshape maps each group to its partner and
-  keeps the order of the groups), or None when a size is 0.  Size-1 dimensions join a
-  neighbouring group (or make a group of their own with nothing on the other side)."""
-  src, dst = tuple(src), tuple(dst)
-  if 0 in src or 0 in dst:
-    return None
-  groups, i, j = [], 0, 0
-  while i < len(src) or j < len(dst):
-    si, dj, ps, pd = i, j, 1, 1
-    if i < len(src):
-      ps, i = src[i], i + 1
-    if j < len(dst):
-      pd, j = dst[j], j + 1
-    while ps != pd:
-      if ps < pd:
-        ps, i = ps * src[i], i + 1
-      else:
-        pd, j = pd * dst[j], j + 1
-    # a following size-1 dimension joins this group
-    while i < len(src) and src[i] == 1 and (j == len(dst) or dst[j] != 1):
-      i += 1
-    while j < len(dst) and dst[j] == 1 and (i == len(src) or src[i] != 1):
-      j += 1
-    groups.append(((si, i), (dj, j)))
-  return groups
-
-
 def linearize(b: ir.IRBuilder, multi: Sequence[ir.Value], dims: Sequence[int]) -> ir.Value:
   dims = tuple(dims)
   if not dims:
@@ -1120,14 +1091,14 @@ class Emitter:
     return self.value(x, Index(self.b, x.dims, multi=multi))
 
   def _op_reshape(self, instr, index):
-    """The operand's index group by group (``reshape_groups``): dimensions a reshape keeps,
+    """The operand's index group by group (``hlo.reshape_groups``): dimensions a reshape keeps,
     adds or drops (size 1) map directly; only a group it really splits or merges goes
     through that group's linear index (one division per operand dimension of the group, not
     one per dimension of the whole array)."""
     x = instr.operands[0]
     if x.dims == instr.dims:
       return self.value(x, index)
-    groups = reshape_groups(x.dims, instr.dims)
+    groups = hlo.reshape_groups(x.dims, instr.dims)
     if groups is None:
       return self.value(x, Index(self.b, x.dims, linear=index.linear))
     b = self.b

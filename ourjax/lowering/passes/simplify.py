@@ -584,11 +584,39 @@ def sink_broadcast(instr, ctx):
   return ctx.b.broadcast(small, instr.dims, dims)
 
 
+def _kept_broadcast_dims(o, src, dst):
+  """For ``o`` = broadcast(v) of shape ``dst``: the dimensions of ``src`` its operand maps to
+  when each dimension it broadcasts along is one a reshape ``src -> dst`` keeps as it is (a
+  group of one dimension of the same size on both sides), else None."""
+  if o.opcode != "broadcast":
+    return None
+  groups = hlo.reshape_groups(src, dst)
+  if groups is None:
+    return None
+  kept = {}
+  for (s0, s1), (d0, d1) in groups:
+    real_s = [k for k in range(s0, s1) if src[k] != 1]
+    real_d = [k for k in range(d0, d1) if dst[k] != 1]
+    if len(real_s) == len(real_d) == 1 and src[real_s[0]] == dst[real_d[0]]:
+      kept[real_d[0]] = real_s[0]
+  out = []
+  for d, n in zip(o.attrs["dimensions"], o.operands[0].dims):
+    if n == 1:
+      continue
+    if d not in kept:
+      return None
+    out.append(kept[d])
+  return out if out == sorted(out) else None
+
+
 def sink_reshape(instr, ctx):
-  """op(reshape(a), reshape(b)) -> reshape(op(a, b)) for a, b of one shape (scalar operands too)"""
+  """op(reshape(a), reshape(b)) -> reshape(op(a, b)) for a, b of one shape (scalar operands too,
+  and broadcasts along dimensions the reshape keeps)"""
   # Moves reshapes below elementwise ops (XLA's ReshapeMover), so that chains such as
   # mean(x, keepdims=True) -> rsqrt(var + eps) compute on the reduction's own shape and the
-  # reshapes on both sides meet and cancel; a row reduction then feeds its consumers directly.
+  # reshapes on both sides meet and cancel; a row reduction then feeds its consumers directly,
+  # and a GEMM (a convolution's, through its [N*H*W, O] -> [N, H, W, O] reshape) its
+  # per-channel scale, shift and activation as its epilogue.
   src = None
   for o in instr.operands:
     if o.opcode == "reshape":
@@ -596,14 +624,22 @@ def sink_reshape(instr, ctx):
       if src is not None and dims != src:
         return None
       src = dims
-    elif splat_value(o) is None and _scalar_operand(o) is None:
-      return None
   if src is None:
     return None
+  for o in instr.operands:
+    if (o.opcode != "reshape" and splat_value(o) is None and _scalar_operand(o) is None
+        and _kept_broadcast_dims(o, src, instr.dims) is None):
+      return None
   ops = []
   for o in instr.operands:
     if o.opcode == "reshape":
       ops.append(o.operands[0])
+    elif splat_value(o) is None and _scalar_operand(o) is None:
+      v = o.operands[0]
+      keep = [n for n in v.dims if n != 1]
+      if list(v.dims) != keep:
+        v = ctx.b.reshape(v, keep)
+      ops.append(ctx.b.broadcast(v, src, tuple(_kept_broadcast_dims(o, src, instr.dims))))
     elif splat_value(o) is not None:
       ops.append(ctx.b.full(splat_value(o), o.shape.with_dims(src)))
     else:
