@@ -17,6 +17,9 @@ computes every kernel's parameters from it, and the launches.  A program without
 control flow and with at least ``GRAPH_MIN_LAUNCHES`` kernels is replayed as a CUDA graph from
 its second call on (one ``cuGraphLaunch`` per call; nodes are updated only where buffer
 addresses changed, see ``_GraphReplay``); ``OURJAX_CUDA_GRAPHS=0`` launches kernel by kernel.
+A *timed* call (``timed_call``: ``profile()``, ``ourjax.profiler`` via ``cuda/profiling.py``)
+launches kernel by kernel, each launch between two timing events, and times the host round
+trips of ``while``/``conditional`` on the host.
 
 Modules with what the native backends do not compile yet (complex or 8-bit float types, some
 opcodes) and modules whose code generation fails run on the CPU backend instead, their arguments
@@ -585,8 +588,7 @@ class CudaExecutable:
       outs = self(*args)
     finally:
       self._timings = None
-    for o in outs:
-      o.synchronize()
+    self._dev.synchronize("a timed call")     # (every event done: their times can be read)
     return outs, timings
 
   _timings = None
