@@ -26,10 +26,12 @@ writes the timeline): one row per kernel, sorted by time, with its kind (the pla
 class), its time and share of the call, launches per call (kernels inside a loop launch once
 per iteration; their times are summed), the bytes of its input and output buffers (an
 estimate of its memory traffic) and the GB/s they make, GFLOP/s of the dots and convolutions
-it computes, and the HLO instructions it covers.  Host overheads are rows of their own: device
-copies, host round trips (a GPU ``while``'s predicate read back each iteration) and Python
-dispatch (a call's wall time minus the rows above).  An executable that is not compiled
-natively (the reference backend, a jaxpr run op by op) is one row, its wall time.
+it computes, and the HLO instructions it covers.  Host overheads are rows of their own: the
+CPU's thread pool (waking the workers, waiting for them), device copies, host round trips (a
+GPU ``while``'s predicate read back each iteration) and Python dispatch (a call's wall time
+minus the rows above: ``Compiled.profile`` measures it on calls through jit's fast path, a
+trace on the calls it records, which take the general path).  An executable that is not
+compiled natively (the reference backend, a jaxpr run op by op) is one row, its wall time.
 """
 from __future__ import annotations
 

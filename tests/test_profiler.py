@@ -208,6 +208,26 @@ def test_reference_backend_is_one_row():
   assert row["kind"] == "ReferenceExecutable" and row["time_us"] > 0
 
 
+def test_op_by_op_jaxprs_and_unmeasurable_executables_are_one_row(monkeypatch, caplog):
+  from ourjax.backends import profiling
+  x = np.arange(6, dtype=np.float32)
+  closed = ourjax.make_jaxpr(lambda v: jnp.sin(v) * 2)(x)
+  ev = backends.JaxprEvaluator(closed)
+  outs, rec = profiling.profiled_call(ev, [x])
+  np.testing.assert_allclose(np.asarray(outs[0]), np.sin(x) * 2, rtol=1e-6)
+  (row,) = rec.rows
+  assert row["category"] == "executable" and rec.times[0][0] > 0
+
+  def broken(*a):
+    raise RuntimeError("no counters today")
+  monkeypatch.setattr(profiling, "_native_runner", broken)
+  f = ourjax.jit(lambda v: v * 3 + 1)
+  with caplog.at_level("WARNING", logger="ourjax"):
+    prof = f.lower(x).compile().profile(x, reps=2)
+  assert "no counters today" in caplog.text
+  assert [r["category"] for r in prof.rows] == ["executable"]
+
+
 def test_chrome_trace_of_a_profile(tmp_path):
   args = _args()
   prof = ourjax.jit(mlp).lower(*args).compile().profile(*args, reps=2)

@@ -18,8 +18,11 @@ every call of one executable), ``times`` ((seconds, launches) per row, this call
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
+
+log = logging.getLogger("ourjax")
 
 __all__ = ["CallRecord", "profiled_call", "runner_for", "DISPATCH_ROW"]
 
@@ -73,6 +76,23 @@ def _name(exe) -> str:
   return f"jit_{getattr(getattr(closed, 'jaxpr', None), 'debug_name', None) or 'jaxpr'}"
 
 
+def _native_runner(exe, compiled, name):
+  """The per-kernel runner of a natively compiled executable, or None."""
+  if exe.backend == "cpu":
+    from ourjax.backends.cpu import backend as cpu
+    if isinstance(compiled, cpu.CpuExecutable):
+      inst = compiled if compiled.meta.get("profile") else cpu.compile(exe.module, profile=True)
+      if isinstance(inst, cpu.CpuExecutable) and inst.meta.get("profile"):
+        from ourjax.backends.cpu import profiling as cpu_profiling
+        return cpu_profiling.Runner(inst, name)
+  elif exe.backend == "cuda":
+    from ourjax.backends.cuda import backend as cuda
+    if isinstance(compiled, cuda.CudaExecutable):
+      from ourjax.backends.cuda import profiling as cuda_profiling
+      return cuda_profiling.Runner(compiled, name)
+  return None
+
+
 def runner_for(exe):
   """The runner that measures calls of ``exe`` (made once, kept on it)."""
   r = getattr(exe, "_profile_runner", None)
@@ -86,19 +106,11 @@ def runner_for(exe):
   else:
     compiled = exe.compiled
     r = None
-    if exe.backend == "cpu":
-      from ourjax.backends.cpu import backend as cpu
-      if isinstance(compiled, cpu.CpuExecutable):
-        inst = compiled if compiled.meta.get("profile") else \
-            cpu.compile(exe.module, profile=True)
-        if isinstance(inst, cpu.CpuExecutable) and inst.meta.get("profile"):
-          from ourjax.backends.cpu import profiling as cpu_profiling
-          r = cpu_profiling.Runner(inst, name)
-    elif exe.backend == "cuda":
-      from ourjax.backends.cuda import backend as cuda
-      if isinstance(compiled, cuda.CudaExecutable):
-        from ourjax.backends.cuda import profiling as cuda_profiling
-        r = cuda_profiling.Runner(compiled, name)
+    try:
+      r = _native_runner(exe, compiled, name)
+    except Exception as e:   # noqa: BLE001 - measure the call as a whole instead
+      log.warning("profiler: %s is timed as a whole (its kernels could not be measured: "
+                  "%s: %s)", name, type(e).__name__, e)
     if r is None:
       kind = type(compiled).__name__
       note = {"ReferenceExecutable": "the reference (NumPy) backend",

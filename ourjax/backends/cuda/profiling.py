@@ -145,4 +145,5 @@ class Runner:
                       "cat": r["category"]}))
     times[self.dispatch_row] = [max((t1 - t0) - waited, 0) * 1e-9, 1]
     return CallRecord(self.name, "cuda", self.rows, [tuple(x) for x in times], t0, t1, events,
-                      note="device time per kernel between CUDA events")
+                      note="kernels: device time between CUDA events; host rows: host "
+                      "time, which overlaps the device's")
