@@ -87,8 +87,9 @@ def test_results_are_identical_while_tracing(tmp_path):
 
 def test_trace_writes_chrome_trace_json(tmp_path, capsys):
   args = _args()
-  f = ourjax.jit(mlp)
-  g = ourjax.jit(lambda v: lax.fori_loop(0, 4, lambda i, a: a * 0.5 + jnp.sum(a), v))
+  f = ourjax.jit(mlp, backend="cpu")
+  g = ourjax.jit(lambda v: lax.fori_loop(0, 4, lambda i, a: a * 0.5 + jnp.sum(a), v),
+                 backend="cpu")
 
   @profiler.annotate_function
   def helper(v):
@@ -153,7 +154,7 @@ def test_parallel_kernels_and_the_thread_pool_row():
   cpu.set_num_threads(2)
   try:
     x = np.linspace(0, 1, 1 << 19, dtype=np.float32).reshape(512, 1024)
-    f = ourjax.jit(lambda v: (jnp.exp(v) * 2 + 1, jnp.sum(v * v)))
+    f = ourjax.jit(lambda v: (jnp.exp(v) * 2 + 1, jnp.sum(v * v)), backend="cpu")
     c = f.lower(x).compile()
     assert c.runtime_executable().parallel
     rows = c.profile(x, reps=2).rows
@@ -168,15 +169,15 @@ def test_parallel_kernels_and_the_thread_pool_row():
 
 def test_profile_of_a_function_and_of_several_executables():
   args = _args()
-  g = ourjax.jit(lambda v: jnp.tanh(v) + 1)
-  h = ourjax.jit(mlp)
+  g = ourjax.jit(lambda v: jnp.tanh(v) + 1, backend="cpu")
+  h = ourjax.jit(mlp, backend="cpu")
 
   def two(w, b, x):
     return h(w, b, g(x))
   prof = profiler.profile(two, *args, reps=2)       # jitted whole: one executable
   assert {r["executable"] for r in prof.rows} == {"jit_two"}
   # a function that calls two jitted functions eagerly: one section each
-  prof = profiler.profile(ourjax.jit(mlp), *args, reps=2)
+  prof = profiler.profile(ourjax.jit(mlp, backend="cpu"), *args, reps=2)
   assert any(r["kind"] == "DotKernel" for r in prof.rows)
 
   def calls_two(w, b, x):
@@ -191,7 +192,7 @@ def test_profile_of_a_function_and_of_several_executables():
 
 def test_instrumented_code_is_cached_apart():
   args = _args()
-  m = ourjax.jit(mlp).lower(*args).compile()._executable.module
+  m = ourjax.jit(mlp, backend="cpu").lower(*args).compile()._executable.module
   assert cpu.cache_key(m, True) != cpu.cache_key(m, False)
   inst = cpu.compile(m, profile=True)
   assert inst.meta["profile"]["items"] and not cpu.compile(m).meta["profile"]
