@@ -20,6 +20,7 @@ from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
 from ourjax.config import enable_x64  # noqa: F401
 from ourjax import random, nn  # noqa: F401,E402
 from ourjax import scipy, typing, debug  # noqa: F401,E402
+from ourjax import profiler  # noqa: F401,E402  (OURJAX_PROFILE=1 starts recording here)
 from ourjax.core import ensure_compile_time_eval  # noqa: F401,E402
 from ourjax._named import named_scope, named_call  # noqa: F401,E402
 

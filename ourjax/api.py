@@ -177,6 +177,7 @@ def _static_str(v) -> str:
 
 
 _JIT_CACHES = weakref.WeakKeyDictionary()
+_PRIVATE_FAST = weakref.WeakSet()    # jitted functions whose caches are their own (see below)
 
 
 def _shared_cache(fun, options) -> dict:
@@ -248,6 +249,12 @@ class JitWrapped:
     self._fast: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
                                            donate_argnames, keep_unused, backend, inline, "fast"))
     self._no_fast = bool(static_argnums or static_argnames)
+    try:
+      shared = fun in _JIT_CACHES
+    except TypeError:
+      shared = False
+    if not shared:
+      _PRIVATE_FAST.add(self)
     # (updated=(): copying fun's __dict__ would overwrite attributes such as self.fun)
     functools.update_wrapper(self, fun, updated=())
 
@@ -484,6 +491,9 @@ def _fast_entry(exe, out_tree, leaves):
   make = getattr(exe, "fast_path", None)
   if make is None:
     return None
+  from ourjax import backends
+  if backends._profile_hook is not None:
+    return None       # the profiler records every call (it clears these when it stops)
   for a in leaves:
     dt = a.dtype                # (an Array's dtype also when it lives on a device)
     if dt != dtypes.canonicalize_dtype(dt):
@@ -501,6 +511,17 @@ def _fast_entry(exe, out_tree, leaves):
     outs = call(args)
     return None if outs is None else tree_unflatten(out_tree, outs)
   return tree
+
+
+def _clear_fast_paths() -> None:
+  """Forget every jitted function's dispatch fast paths (the profiler calls this when it
+  starts and stops recording: a fast path does not look for the profiler)."""
+  for per_fun in list(_JIT_CACHES.values()):
+    for options, cache in list(per_fun.items()):
+      if options and options[-1] == "fast":
+        cache.clear()
+  for j in list(_PRIVATE_FAST):
+    j._fast.clear()
 
 
 def _hoist_tracer_consts(closed: core.ClosedJaxpr):

@@ -8,7 +8,9 @@
 ``Lowered.as_text()`` prints the module the jaxpr lowered to; ``Compiled.as_text()`` prints it
 after the pass pipeline (fusions included once the fusion pass runs), and
 ``Compiled.as_text(dialect="llvm"|"ptx")`` the backend's code when its executable has it.
-``cost_analysis()`` counts flops, transcendentals and bytes from the module.
+``cost_analysis()`` counts flops, transcendentals and bytes from the module, and
+``Compiled.profile(*args)`` measures where a call's time goes, kernel by kernel
+(``ourjax.profiler``).
 """
 from __future__ import annotations
 
@@ -204,6 +206,23 @@ class Compiled(_Stage):
             "output_size_in_bytes": _bytes(entry.root.shape)}
 
   def __call__(self, *args, **kwargs):
+    outs = self._executable(*self._leaves(args, kwargs, "call"))
+    return tree_util.tree_unflatten(self._sig.out_tree, outs)
+
+  def profile(self, *args, reps: int = 10, **kwargs):
+    """Where a call's time goes: an ``ourjax.profiler.Profile`` whose ``str()`` is a table
+    with a row per kernel (its kind, median time over ``reps`` calls after one to warm up,
+    share, launches, bytes, GB/s, GFLOP/s, the HLO instructions it computes) and rows for host
+    overheads (copies, host round trips, Python dispatch); ``.rows`` has the numbers and
+    ``.to_chrome_trace(path)`` writes the timeline.  On the CPU the module is compiled once
+    more with cycle counters around its kernels (cached apart from the plain code)."""
+    from ourjax import profiler
+    leaves = self._leaves(args, kwargs, "profile")
+    return profiler._profile_executable(self._executable, leaves, self._sig.in_avals, reps,
+                                        f"jit({self._sig.fun_name})")
+
+  def _leaves(self, args, kwargs, what):
+    """The argument leaves of a call, checked against the compiled signature."""
     from ourjax.api import _abstractify, _check_arg
     leaves, in_tree = tree_util.tree_flatten((args, kwargs))
     sig = self._sig
@@ -213,7 +232,7 @@ class Compiled(_Stage):
           f"with: compiled for {sig.in_tree}, called with {in_tree}. (Static arguments are "
           "fixed at lowering and left out of the call.)")
     for x in leaves:
-      _check_arg(x, f"jit({sig.fun_name}) compiled")
+      _check_arg(x, f"jit({sig.fun_name}) compiled" + (".profile" if what == "profile" else ""))
     avals = [_abstractify(x) for x in leaves]
     bad = [f"Argument '{n}' compiled with {a.str_short(short_dtypes=False)} and called with "
            f"{b.str_short(short_dtypes=False)}"
@@ -223,8 +242,7 @@ class Compiled(_Stage):
                       "compiled. Perhaps you are calling the compiled executable with a "
                       "different enable_x64 mode than when it was compiled? The mismatches "
                       "are:\n" + "\n".join(bad))
-    outs = self._executable(*leaves)
-    return tree_util.tree_unflatten(sig.out_tree, outs)
+    return leaves
 
   def __repr__(self):
     return f"Compiled({self._sig.fun_name})"

@@ -9,7 +9,8 @@ nothing runs on a device, but every launch is *recorded* as it would execute:
     ("kernel", name, grid, block, shared, parameter values)     # cuLaunchKernel or a graph node
     ("copy", dst, src, nbytes)                                  # cuMemcpyDtoDAsync or a node
 
-in ``executed``, in stream order; a graph launch appends its nodes' records with the parameters
+in ``executed``, in stream order (events record a fake clock that advances a microsecond per
+record); a graph launch appends its nodes' records with the parameters
 the executable graph holds at that moment.  Two runs of one scenario, one replaying graphs and
 one launching kernel by kernel, must therefore record the same list.  ``calls`` counts every
 driver entry point used; ``fail`` names entry points that return an error (to test fallbacks).
@@ -77,6 +78,7 @@ class FakeDriver:
     self.next_ptr = 1 << 32
     self.functions: dict = {}     # int(CUfunction) -> (name, nparams)
     self._nfunc = 0x1000
+    self.clock_ms = 0.0           # the time of the last event recorded (cuEventRecord)
 
   def __getattr__(self, name):
     # enums and structs (CUdevice_attribute, CUDA_KERNEL_NODE_PARAMS, ...) are the real ones
@@ -201,6 +203,10 @@ class FakeDriver:
     return self._ok("cuEventCreate", _Handle("event"))
 
   def cuEventRecord(self, event, stream):
+    # a fake device clock: every record is one microsecond after the one before it, so that
+    # elapsed times are positive and in stream order
+    self.clock_ms += 0.001
+    event.ms = self.clock_ms
     return self._ok("cuEventRecord")
 
   def cuEventQuery(self, event):
@@ -210,7 +216,7 @@ class FakeDriver:
     return self._ok("cuEventSynchronize")
 
   def cuEventElapsedTime(self, a, b):
-    return self._ok("cuEventElapsedTime", 0.001)
+    return self._ok("cuEventElapsedTime", getattr(b, "ms", 0.001) - getattr(a, "ms", 0.0))
 
   def cuEventDestroy(self, event):
     return self._ok("cuEventDestroy")

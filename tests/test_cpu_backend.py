@@ -435,15 +435,21 @@ def test_barriers_under_oversubscription(monkeypatch):
   np.testing.assert_allclose(want, reference.compile(m)(*args)[0], rtol=1e-5, atol=1e-5)
 
 
-def test_profile_mode_reports_every_step(monkeypatch):
-  """OURJAX_CPU_PROFILE: cycles per top-level step of the last call (tooling for benchmarks)."""
-  monkeypatch.setattr(cpu, "PROFILE", True)
+def test_profile_mode_reports_every_kernel(monkeypatch):
+  """OURJAX_CPU_PROFILE: cycles per kernel of the last call (ourjax.profiler reads the same
+  counters); the results are the plain executable's."""
   m, args = _big_module()
+  plain = cpu.compile(m)
+  monkeypatch.setattr(cpu, "PROFILE", True)
   exe = cpu.compile(m)
-  exe(*args)
+  assert exe.meta["profile"] and not plain.meta["profile"]
+  outs = exe(*args)
   prof = exe.profile()
-  assert len(prof) == len(exe.meta["steps"]) and all(0 <= c < 10 ** 12 for c, _ in prof)
+  assert len(prof) == len(exe.meta["profile"]["items"]) == exe.meta["kernels"]
+  assert all(0 < c < 10 ** 12 for c, _ in prof)
   assert any("DotKernel" in name for _, name in prof)
+  for a, b in zip(outs, plain(*args)):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_concatenate_of_many_fused_parts():

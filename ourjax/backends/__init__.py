@@ -13,6 +13,11 @@
 A jaxpr holding a primitive that has no lowering rule yet runs through the jaxpr evaluator (each
 primitive's NumPy implementation) instead, so programs stay correct while the compiler grows;
 ``OURJAX_STRICT_LOWERING=1`` turns that fallback into an error (the tests use it).
+
+While ``ourjax.profiler`` records (a trace, ``OURJAX_PROFILE=1``), ``_profile_hook`` is set and
+every executable call goes through it (``backends/profiling.py`` measures it); otherwise it is
+None and costs one check on the general call path (jit's fast path does not look at it: the
+profiler clears the fast paths when it starts and stops).
 """
 from __future__ import annotations
 
@@ -24,6 +29,11 @@ from ourjax import core
 log = logging.getLogger("ourjax")
 _cache: dict = {}
 
+#: ``hook(executable, args) -> outputs`` while the profiler records, else None.
+_profile_hook = None
+#: Compile CPU modules with profiling instrumentation straight away (``OURJAX_PROFILE=1``).
+_profile_all = False
+
 
 class JaxprEvaluator:
   """Runs a closed jaxpr eagerly, op by op (the fallback executable)."""
@@ -32,6 +42,14 @@ class JaxprEvaluator:
     self.closed = closed
 
   def __call__(self, *args):
+    if _profile_hook is not None:
+      return _profile_hook(self, args)
+    return self._evaluate(*args)
+
+  def _run(self, runner, args):
+    return runner(*args)
+
+  def _evaluate(self, *args):
     with core.new_base_main():
       return core.eval_jaxpr(self.closed.jaxpr, self.closed.consts, *args)
 
@@ -48,19 +66,27 @@ class ModuleExecutable:
     self.kept_args = None if kept_args is None else tuple(kept_args)
     self._hoisted_arrays = None
 
+  _profile_runner = None     # (backends/profiling.py)
+
   def __call__(self, *args):
+    if _profile_hook is not None:
+      return _profile_hook(self, args)
+    return self._run(self.compiled, args)
+
+  def _run(self, compiled, args):
+    """Call ``compiled`` (``self.compiled``, or the profiler's stand-in for it)."""
     from ourjax.array import Array, to_numpy
     if self.kept_args is not None:
       args = [args[i] for i in self.kept_args]
-    if getattr(self.compiled, "device_resident", False):
+    if getattr(compiled, "device_resident", False):
       # a device backend takes Arrays as they are (their data may already be on the device)
       # and returns device buffers; hoisted constants become Arrays once, so that their
       # device copies are kept with them
       if self._hoisted_arrays is None:
         self._hoisted_arrays = [Array(c) for c in self.hoisted]
-      outs = self.compiled(*args, *self._hoisted_arrays)
+      outs = compiled(*args, *self._hoisted_arrays)
       return [Array._from_device(o, a) for o, a in zip(outs, self.out_avals)]
-    outs = self.compiled(*[to_numpy(a) for a in args], *self.hoisted)
+    outs = compiled(*[to_numpy(a) for a in args], *self.hoisted)
     return [Array._from_result(o, a) for o, a in zip(outs, self.out_avals)]
 
   def fast_path(self):
@@ -174,8 +200,10 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
   pipeline.optimize(module, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                     late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
   kept = lowering.kept_args
-  return ModuleExecutable(module, _backend_module(backend).compile(module), lowering.hoisted,
-                          closed.out_avals, backend or default_backend_name(),
+  # (under OURJAX_PROFILE=1 every call is profiled: compile the instrumented code only)
+  opts = {"profile": True} if _profile_all and name == "cpu" else {}
+  return ModuleExecutable(module, _backend_module(backend).compile(module, **opts),
+                          lowering.hoisted, closed.out_avals, backend or default_backend_name(),
                           None if len(kept) == len(closed.in_avals) else kept)
 
 

@@ -25,7 +25,10 @@ Compilation:
    threads spin briefly then sleep on a futex.  Small kernels and all control flow run on
    thread 0; a module without large kernels is called on the caller's thread only.  Piece
    boundaries do not depend on the thread count, so neither do results.
-   ``OURJAX_CPU_PROFILE=1`` records thread 0's cycle counter per step (``exe.profile()``).
+   ``compile(module, profile=True)`` (what ``ourjax.profiler`` and ``Compiled.profile`` ask
+   for; ``OURJAX_CPU_PROFILE=1`` makes it the default) instruments the entry: thread 0 reads
+   the cycle counter around every kernel and loop (``cpu/profiling.py``; ``exe.profile()``
+   lists the last call's cycles).  The instrumented code is cached apart from the plain one.
 5. *Caching*: the object code is kept on disk under ``OURJAX_CACHE_DIR`` (default
    ``~/.cache/ourjax``; ``OURJAX_CACHE_DIR=off`` disables it), keyed by the module text, the
    constants' bytes, this backend's source, the LLVM version and the host CPU; entries are
@@ -51,6 +54,7 @@ import zlib
 
 import numpy as np
 
+from ourjax.backends.cpu import profiling
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.lowering import hlo
@@ -315,16 +319,19 @@ class WhileStep:
   ``pred`` back), else None."""
   parallel = False
 
-  def __init__(self, cond_steps, pred: K.Buf, body_steps, trip_count=None):
+  def __init__(self, cond_steps, pred: K.Buf, body_steps, trip_count=None,
+               name: str = "while"):
     self.cond_steps, self.pred, self.body_steps = cond_steps, pred, body_steps
     self.trip_count = trip_count
+    self.name = name
 
 
 class CondStep:
   parallel = False
 
-  def __init__(self, selector: K.Buf, branches):
+  def __init__(self, selector: K.Buf, branches, name: str = "conditional"):
     self.selector, self.branches = selector, branches
+    self.name = name
 
 
 def _flat(tree):
@@ -347,6 +354,7 @@ class _Planner:
     self.const_of: dict = {}
     self.kernels: list[K.Kernel] = []
     self.nk = 0
+    self._group = None    # the instruction whose kernels are being planned (for the profiler)
 
   # -- buffers ---------------------------------------------------------------------------------
   def temp(self, dtype, dims, name=""):
@@ -388,8 +396,16 @@ class _Planner:
     self.nk += 1
     return f"k{self.nk}"
 
+  def _tag(self, kernel, source=None):
+    """Note on ``kernel`` the HLO instruction it was planned for (``llvm/kernel_info.py``)."""
+    if getattr(kernel, "hlo_group", None) is None:
+      kernel.hlo_group = self._group
+    if source is not None and source is not kernel:
+      kernel.hlo_source = source
+    return kernel
+
   def _add_kernel(self, steps, kernel):
-    self.kernels.append(kernel)
+    self.kernels.append(self._tag(kernel))
     steps.append(KernelStep(kernel))
 
   def _copy_into(self, steps, src_spec, dst: K.Buf):
@@ -452,7 +468,11 @@ class _Planner:
       elif op == "conditional":
         vals[instr] = self._plan_conditional(instr, vals, steps, want.get(instr))
       else:
-        vals[instr] = self._plan_group(instr, vals, steps, want, last_use, pos, comp)
+        self._group = instr
+        try:
+          vals[instr] = self._plan_group(instr, vals, steps, want, last_use, pos, comp)
+        finally:
+          self._group = None
     self._place(steps, vals[root], outs)
     return steps
 
@@ -612,7 +632,7 @@ class _Planner:
     # copy the next state back (skipping elements the body passes through)
     self._copy_back(body, body_out, state, body_steps)
     from ourjax.lowering import loops
-    steps.append(WhileStep(cond_steps, pred, body_steps, loops.trip_count(instr)))
+    steps.append(WhileStep(cond_steps, pred, body_steps, loops.trip_count(instr), instr.name))
     return state
 
   @staticmethod
@@ -688,7 +708,7 @@ class _Planner:
     branches = []
     for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
       branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
-    steps.append(CondStep(sel, branches))
+    steps.append(CondStep(sel, branches, instr.name))
     return out
 
 
@@ -706,25 +726,25 @@ ARENA_HEADER = 64
 ALIGN = 64
 
 
+#: Profiling instrumentation for every module compiled without an explicit ``profile``.
 PROFILE = bool(os.environ.get("OURJAX_CPU_PROFILE"))
 
 
-def _control_bytes(steps) -> int:
-  """Bytes of the control block at the start of the arena (see ``_Emission.emit_top``), plus,
-  with ``OURJAX_CPU_PROFILE``, one i64 cycle count per top-level step."""
+def _control_bytes(steps, profile_bytes: int = 0) -> int:
+  """Bytes of the control block at the start of the arena (see ``_Emission.emit_top``), plus
+  the profiling counters (``profile_bytes``, see ``cpu/profiling.py``)."""
   n = sum(1 for s in steps if s.parallel)
-  prof = 8 * len(steps) if PROFILE else 0
-  return (16 + 16 * n + prof + ALIGN - 1) // ALIGN * ALIGN
+  return (16 + 16 * n + profile_bytes + ALIGN - 1) // ALIGN * ALIGN
 
 
 def _profile_offset(steps) -> int:
   return 16 + 16 * sum(1 for s in steps if s.parallel)
 
 
-def _assign(planner: _Planner, steps) -> int:
+def _assign(planner: _Planner, steps, profile_bytes: int = 0) -> int:
   """Give every temporary an arena offset by a first-fit over live ranges; returns the arena
   size in bytes."""
-  header = _control_bytes(steps)
+  header = _control_bytes(steps, profile_bytes)
   first, last = {}, {}
   order = []
 
@@ -883,7 +903,7 @@ def _emit_sync(mod):
 
 
 class _Emission:
-  def __init__(self, planner: _Planner, steps, slots: dict, arena_slot: int):
+  def __init__(self, planner: _Planner, steps, slots: dict, arena_slot: int, profile=None):
     import llvmlite.ir as ir
     from ourjax.backends.cpu import jit
     self.ir = ir
@@ -928,6 +948,8 @@ class _Emission:
       b.ret(ir.Constant(E.I32, 1))
       b.position_at_end(run)
     self.body_start = b.block
+    # (profile: (offset, {id(kernel or step): item}) of the counters, see cpu/profiling.py)
+    self.prof = None if profile is None else profiling.Instrumentation(self, *profile)
     self.emit_top(steps)
     b.ret(ir.Constant(E.I32, 0))
 
@@ -981,25 +1003,12 @@ class _Emission:
     prev = None       # (p, chunks) of a parallel step thread 0 has not waited for
     p = 0
     i = 0
-    prof = None   # (with PROFILE: records thread 0's cycle counter after each step)
-    if PROFILE:
-      counter = self.mod.globals.get("llvm.readcyclecounter") or ir.Function(
-          self.mod, ir.FunctionType(E.I64, []), name="llvm.readcyclecounter")
-      base = b.bitcast(b.gep(self.arena, [E.i64(_profile_offset(steps))]), E.I64.as_pointer())
-
-      def _record_cycles(k):
-        with b.if_then(is0):
-          if k == 0:
-            b.store(b.call(counter, []), self.prof_start)
-          else:
-            b.store(b.call(counter, []), b.gep(base, [E.i64(k - 1)]))
-      self.prof_start = E.alloca_entry(b, E.I64)
-      prof = _record_cycles
-      prof(0)
+    prof = self.prof
+    if prof is not None:
+      with b.if_then(is0):
+        prof.begin()
     while i < len(steps):
       s = steps[i]
-      if prof is not None and i > 0:
-        prof(i)
       if s.parallel:
         k = s.kernel
         chunks = k.chunks
@@ -1007,6 +1016,8 @@ class _Emission:
           with first:
             if prev is not None:
               self._wait_done(*prev)
+            if prof is not None:
+              prof.mark()
             b.store_atomic(ir.Constant(i32, p + 1), self._word(0), "seq_cst", 4)
             b.call(self.wake_fn, [self._word(0), self._word(1)])
           with other:
@@ -1028,9 +1039,14 @@ class _Emission:
         prev = (p, chunks)
         p += 1
         i += 1
+        if prof is not None:   # the step ends when its last piece does
+          with b.if_then(is0):
+            self._wait_done(*prev)
+            prof.account(k, prof.marked())
+          prev = None
         continue
       j = i
-      while j < len(steps) and not steps[j].parallel and (j == i or prof is None):
+      while j < len(steps) and not steps[j].parallel:
         j += 1
       with b.if_then(is0):
         if prev is not None:
@@ -1042,20 +1058,15 @@ class _Emission:
       with b.if_then(is0):
         self._wait_done(*prev)
     if prof is not None:
-      prof(len(steps))
-      with b.if_then(is0):   # cycles per step: differences, the first from the start
-        start = b.load(self.prof_start)
-        last = b.alloca(E.I64)
-        b.store(start, last)
-        for k in range(len(steps)):
-          t = b.load(b.gep(base, [E.i64(k)]))
-          b.store(b.sub(t, b.load(last)), b.gep(base, [E.i64(k)]))
-          b.store(t, last)
+      with b.if_then(is0):
+        prof.end()
 
   def emit_serial(self, steps):
     ir, b = self.ir, self.b
     one, zero = E.i64(1), E.i64(0)
+    prof = self.prof
     for s in steps:
+      t0 = None if prof is None else prof.now()
       if isinstance(s, KernelStep):
         self.call_kernel(s.kernel, zero, one)
       elif isinstance(s, WhileStep):
@@ -1092,6 +1103,8 @@ class _Emission:
           self.emit_serial(br)
           b.branch(done)
         b.position_at_end(done)
+      if prof is not None:
+        prof.account(s.kernel if isinstance(s, KernelStep) else s, t0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1153,6 +1166,17 @@ class CpuExecutable:
     return self._fn(res[1], 0, 1)
 
   def __call__(self, *args):
+    res, outs, keep = self._bind(args)     # (keep: the arguments, alive through the call)
+    rc = self._run(res)
+    self._free.append(res)
+    if rc:
+      raise RuntimeError(f"{self.module.name}: the native entry refused its arguments")
+    return tuple(outs)
+
+  def _bind(self, args):
+    """(resources, outputs, arguments) of a call: a slot table holding ``args`` (converted to
+    the parameter types: the arrays returned last, which must live until the call returns)
+    and fresh output arrays."""
     if len(args) != self.nparams:
       raise TypeError(f"{self.module.name}: expected {self.nparams} arguments, got {len(args)}")
     keep = []
@@ -1177,11 +1201,7 @@ class CpuExecutable:
     n = self.nparams
     for j, o in enumerate(outs):
       slots[n + j] = id(o) if om else o.ctypes.data
-    rc = self._run(res)
-    self._free.append(res)
-    if rc:
-      raise RuntimeError(f"{self.module.name}: the native entry refused its arguments")
-    return tuple(outs)
+    return res, outs, keep
 
   def fast_caller(self, kept, fixed, array_type):
     """The per-signature dispatch path (see the class docstring).  ``kept``: indices of the
@@ -1226,19 +1246,20 @@ class CpuExecutable:
       rc = run(res)
       free.append(res)
       return None if rc else outs
+    call.resources = free      # (the last call's arena is [-1]: the profiler reads it)
     return call
 
   def profile(self):
-    """With ``OURJAX_CPU_PROFILE=1`` at compile time: (cycles, step) of the last call's
-    top-level steps as thread 0 saw them (a parallel step ends when all its pieces are done),
-    most expensive first."""
-    off = self.meta.get("profile_offset")
-    if off is None or not self._free:
+    """When compiled with profiling (``compile(module, profile=True)`` or
+    ``OURJAX_CPU_PROFILE=1``): (cycles, "Kind name") of every kernel and loop of the last call
+    as thread 0 saw them (a parallel kernel ends when all its pieces are done; a loop's cycles
+    include its kernels'), most expensive first; [] without profiling.  ``ourjax.profiler``
+    turns these into times per kernel."""
+    if not self.meta.get("profile") or not self._free:
       return []
-    arena = self._free[-1][2]
-    n = len(self.meta["steps"])
-    cyc = np.frombuffer(arena[off:off + 8 * n].tobytes(), np.int64)
-    return sorted(zip(cyc.tolist(), self.meta["steps"]), reverse=True)
+    counters = profiling.read_counters(self, self._free[-1][2])
+    labels = [f"{it['kind']} {it['name']}" for it in self.meta["profile"]["items"]]
+    return sorted(zip(counters.cycles.tolist(), labels), reverse=True)
 
   def __repr__(self):
     return f"<CpuExecutable {self.module.name}>"
@@ -1259,8 +1280,9 @@ def _backend_source_hash() -> str:
   if _source_hash is None:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
+    from ourjax.backends.llvm import kernel_info
     from ourjax.backends.llvm import math as llmath
-    for m in (E, K, llmath, jit):
+    for m in (E, K, llmath, jit, profiling, kernel_info):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
@@ -1269,7 +1291,7 @@ def _backend_source_hash() -> str:
   return _source_hash
 
 
-def cache_key(module: hlo.Module) -> str:
+def cache_key(module: hlo.Module, profile: bool = False) -> str:
   import llvmlite
   import llvmlite.binding as llvm
   from ourjax.backends.cpu import jit
@@ -1283,7 +1305,8 @@ def cache_key(module: hlo.Module) -> str:
         h.update(v.tobytes())
   h.update(_backend_source_hash().encode())
   h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
-           f"{jit.cpu_features()}/{MAX_THREADS}/{OBJECT_MODE}/{LOOP_UNROLLING}/{PROFILE}".encode())
+           f"{jit.cpu_features()}/{MAX_THREADS}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
+           f"{bool(profile)}".encode())
   return h.hexdigest()
 
 
@@ -1394,15 +1417,17 @@ def entry_buffers(entry: hlo.Computation):
   return params, outs, (tuple(outs) if root.is_tuple else outs[0])
 
 
-def _plan_and_emit(module: hlo.Module):
-  """(meta, llvm ir text) for ``module``."""
+def _plan_and_emit(module: hlo.Module, profile: bool = False):
+  """(meta, llvm ir text) for ``module`` (with profiling instrumentation when ``profile``)."""
   planner = _Planner(module)
   entry = module.entry
   params, outs, result = entry_buffers(entry)
   nparams = len(params)
   planner.n_params, planner.n_outputs = nparams, len(outs)
   steps = planner.plan_computation(entry, params, result, direct=True)
-  arena = _assign(planner, steps)
+  prof_meta, prof_index = profiling.plan_items(steps, _profile_offset(steps)) if profile else \
+      (None, None)
+  arena = _assign(planner, steps, profiling.counter_bytes(prof_meta))
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
@@ -1411,15 +1436,16 @@ def _plan_and_emit(module: hlo.Module):
     slot += 1
   arena_slot = slot
   nslots = slot + 1
-  em = _Emission(planner, steps, {}, arena_slot)
+  em = _Emission(planner, steps, {}, arena_slot,
+                 None if prof_meta is None else (prof_meta["offset"], prof_index))
   parallel = any(s.parallel for s in steps) and any(
       isinstance(s, KernelStep) and s.parallel for s in steps)
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
   symbols += ["math:%s:%s:%d" % u for u in E.math_symbols(em.mod)]
   meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
-          "symbols": symbols, "control_bytes": _control_bytes(steps),
-          "steps": [_step_label(st) for st in steps], "profile_offset": _profile_offset(steps)
-          if PROFILE else None,
+          "symbols": symbols,
+          "control_bytes": _control_bytes(steps, profiling.counter_bytes(prof_meta)),
+          "steps": [_step_label(st) for st in steps], "profile": prof_meta,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
           "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels)}
@@ -1518,9 +1544,11 @@ def _ensure_runtime_symbols() -> None:
   _runtime_ready = True
 
 
-def compile(module: hlo.Module):  # noqa: A001  (backend API name)
+def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  (backend API)
   """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
-  executable when something in it is not native yet (see ``native_unsupported``)."""
+  executable when something in it is not native yet (see ``native_unsupported``).  ``profile``
+  adds the profiling instrumentation (default: ``OURJAX_CPU_PROFILE``)."""
+  profile = PROFILE if profile is None else bool(profile)
   from ourjax.backends import reference
   from ourjax.backends.cpu import jit
   hlo.verify(module)
@@ -1529,7 +1557,7 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   if why is not None:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
     return reference.compile(module)
-  key = cache_key(module)
+  key = cache_key(module, profile)
   hit = _cache_read(key)
   if hit is not None:
     meta, obj, ir_text = hit
@@ -1542,7 +1570,7 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
                   key, e)
   dump = os.environ.get("OURJAX_DUMP")
   try:
-    meta, ir_text = _plan_and_emit(module)
+    meta, ir_text = _plan_and_emit(module, profile)
   except (E.EmitterError, E.PrefetchMiss) as e:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, e)
     return reference.compile(module)

@@ -17,6 +17,9 @@ computes every kernel's parameters from it, and the launches.  A program without
 control flow and with at least ``GRAPH_MIN_LAUNCHES`` kernels is replayed as a CUDA graph from
 its second call on (one ``cuGraphLaunch`` per call; nodes are updated only where buffer
 addresses changed, see ``_GraphReplay``); ``OURJAX_CUDA_GRAPHS=0`` launches kernel by kernel.
+A *timed* call (``timed_call``: ``profile()``, ``ourjax.profiler`` via ``cuda/profiling.py``)
+launches kernel by kernel, each launch between two timing events, and times the host round
+trips of ``while``/``conditional`` on the host.
 
 Modules with what the native backends do not compile yet (complex or 8-bit float types, some
 opcodes) and modules whose code generation fails run on the CPU backend instead, their arguments
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -239,11 +243,11 @@ def _resolve(program, funcs, starts):
       out.append(op)
     elif kind == "while":
       out.append(("while", _resolve(op[1], funcs, starts), op[2],
-                  _resolve(op[3], funcs, starts)))
+                  _resolve(op[3], funcs, starts), op[4]))
     elif kind == "repeat":
       out.append(("repeat", op[1], _resolve(op[2], funcs, starts)))
     elif kind == "cond":
-      out.append(("cond", op[1], op[2], [_resolve(b, funcs, starts) for b in op[3]]))
+      out.append(("cond", op[1], op[2], [_resolve(b, funcs, starts) for b in op[3]], op[4]))
     else:   # pragma: no cover
       raise AssertionError(kind)
   return out
@@ -602,59 +606,78 @@ class CudaExecutable:
   def profile(self, *args, reps: int = 3):
     """Device milliseconds of each kernel launch of one call (median of ``reps`` calls):
     a list of (kernel name, kernel class, ms), copies included as ('copy', ...).  The kernels
-    are launched one by one (not as a graph), each between two timing events."""
+    are launched one by one (not as a graph), each between two timing events.  (The per-kernel
+    table with host overheads is ``ourjax.profiler``'s, see ``cuda/profiling.py``.)"""
     runs = []
     for _ in range(reps + 1):           # the first call warms up
-      timings = []
-      self._timings = timings
-      try:
-        outs = self(*args)
-      finally:
-        self._timings = None
-      for o in outs:
-        o.synchronize()
-      runs.append([(name, cls, e0.elapsed_ms(e1)) for name, cls, e0, e1 in timings])
+      timings = self.timed_call(args)[1]
+      runs.append([(self.kernels[t[1]].name, type(self.kernels[t[1]]).__name__, t[2].elapsed_ms(
+          t[3])) if t[0] == "k" else ("copy", f"{t[1]} B", t[2].elapsed_ms(t[3]))
+          for t in timings if t[0] != "host"])
     runs = runs[1:]
     return [(name, cls, float(np.median([r[i][2] for r in runs])))
             for i, (name, cls, _) in enumerate(runs[0])]
 
+  def timed_call(self, args):
+    """``self(*args)`` with its launches one by one, each between two timing events, and its
+    outputs waited for: (outputs, timings), timings in launch order: ``("k", kernel index, e0,
+    e1)``, ``("copy", bytes, e0, e1)``, ``("host", what, t0_ns, t1_ns)`` (a predicate or branch
+    index read back, timed on the host with ``time.perf_counter_ns``)."""
+    timings = []
+    self._timings = timings
+    try:
+      outs = self(*args)
+    finally:
+      self._timings = None
+    self._dev.synchronize("a timed call")     # (every event done: their times can be read)
+    return outs, timings
+
   _timings = None
+
+  def _read_back(self, dev, host, addr, what):
+    """Copy a control value to the host (a round trip: waits for the stream)."""
+    timings = self._timings
+    if timings is None:
+      dev.copy_to_host(host, addr)
+      return
+    t0 = time.perf_counter_ns()
+    dev.copy_to_host(host, addr)
+    timings.append(("host", what, t0, time.perf_counter_ns()))
 
   def _run(self, dev, ops, slots, base: int):
     """Launch ``ops`` (``_resolve``d) kernel by kernel; kernel parameters are at ``base``."""
     for op in ops:
       kind = op[0]
       timings = self._timings
-      if timings is not None:
+      if timings is not None and kind in ("k", "copy"):
         e0 = driver.Event(dev, timing=True).record()
       if kind == "k":
         start = op[5]
         f = op[1]
         f.launch(op[2], op[3], 0 if start is None else base + start, op[4])
         if timings is not None:
-          timings.append((f.name, type(self.kernels[op[6]]).__name__, e0,
-                          driver.Event(dev, timing=True).record()))
+          timings.append(("k", op[6], e0, driver.Event(dev, timing=True).record()))
       elif kind == "copy":
         _, dst, src, nbytes = op
         dev.copy_device(_addr(slots, dst), _addr(slots, src), nbytes)
         if timings is not None:
-          timings.append(("copy", f"{nbytes} B", e0, driver.Event(dev, timing=True).record()))
+          timings.append(("copy", nbytes, e0, driver.Event(dev, timing=True).record()))
       elif kind == "repeat":
         for _ in range(op[1]):
           self._run(dev, op[2], slots, base)
       elif kind == "while":
-        _, cond, pred, body = op
+        _, cond, pred, body, name = op
         flag = np.zeros((), np.uint8)
         while True:
           self._run(dev, cond, slots, base)
-          dev.copy_to_host(flag, _addr(slots, pred))
+          self._read_back(dev, flag, _addr(slots, pred), name)
           if not flag:
             break
           self._run(dev, body, slots, base)
       elif kind == "cond":
-        _, sel, dt, branches = op
+        _, sel, dt, branches, name = op
         v = np.zeros((), dt)
-        dev.copy_to_host(v, _addr(slots, sel))
+        self._read_back(dev, v, _addr(slots, sel), name)
         if dt == np.bool_:
           k = 0 if v else 1
         else:
@@ -711,8 +734,9 @@ def _make_planner(cpu_be, module, info):
                                         outputs)
 
     def _add_kernel(self, steps, kernel):
+      self._tag(kernel)
       for g in codegen.translate(kernel, self.temp, info, cpu_be.MAX_THREADS):
-        self.kernels.append(g)
+        self.kernels.append(self._tag(g, source=kernel))
         steps.append(cpu_be.KernelStep(g))
 
   return GpuPlanner(module)
@@ -757,10 +781,11 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
       elif isinstance(s, cpu_be.WhileStep) and s.trip_count is not None:
         out.append(("repeat", s.trip_count, program(s.body_steps)))
       elif isinstance(s, cpu_be.WhileStep):
-        out.append(("while", program(s.cond_steps), spec(s.pred), program(s.body_steps)))
+        out.append(("while", program(s.cond_steps), spec(s.pred), program(s.body_steps),
+                    s.name))
       elif isinstance(s, cpu_be.CondStep):
         out.append(("cond", spec(s.selector), np.dtype(s.selector.dtype),
-                    [program(br) for br in s.branches]))
+                    [program(br) for br in s.branches], s.name))
       else:   # pragma: no cover
         raise K.PlanError(f"unknown step {s!r}")
     return out
