@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, strategies as st
 
 from hlo_programs import assert_bitwise_equal, programs, random_array
 from ourjax.backends import reference
@@ -205,6 +205,31 @@ def test_sink_reshape_past_broadcasts_along_kept_dimensions():
     return b.add(b.reshape(y, (4, 6)), b.broadcast(v, (4, 6), (1,)))
   _, m = simplified(split, S("f32", 24), S("f32", 6))
   assert m.entry.root.opcode == "add"
+
+
+@settings(max_examples=30, deadline=None)
+@given(nb=st.integers(0, 2), nl=st.integers(1, 2), nr=st.integers(1, 2), seed=st.integers(0, 99))
+def test_transpose_of_a_dot_swaps_its_operands(nb, nl, nr, seed):
+  """transpose(dot(a, b)) that swaps the free dimensions -> dot(b, a): no transpose left, the
+  same numbers (up to the order of the sums)."""
+  rng = np.random.default_rng(seed)
+  bs = [int(v) for v in rng.integers(1, 4, nb)]
+  ls, rs, k = [int(v) for v in rng.integers(1, 5, nl)], [int(v) for v in rng.integers(1, 5, nr)], 3
+
+  def build(b, x, y):
+    d = b.dot(x, y, lhs_batch_dims=tuple(range(nb)), rhs_batch_dims=tuple(range(nb)),
+              lhs_contracting_dims=(nb + nl,), rhs_contracting_dims=(nb,))
+    perm = tuple(range(nb)) + tuple(range(nb + nl, nb + nl + nr)) + tuple(range(nb, nb + nl))
+    return b.transpose(d, perm)
+  m = module(build, S("f32", *bs, *ls, k), S("f32", *bs, k, *rs))
+  m0 = m.clone()
+  simplify.run(m)
+  dce.run(m)
+  verify(m)
+  assert entry_ops(m) == ["dot"]
+  args = args_for(m0, seed)
+  np.testing.assert_allclose(reference.compile(m)(*args)[0], reference.compile(m0)(*args)[0],
+                             rtol=1e-5, atol=1e-5)
 
 
 def test_broadcast_rules():

@@ -469,6 +469,33 @@ def transpose_transpose(instr, ctx):
   return ctx.b.transpose(x.operands[0], composed)
 
 
+def transpose_of_dot(instr, ctx):
+  """transpose(dot(a, b)) -> dot(b, a) when the transpose swaps the two operands' free
+  dimensions and keeps the batch ones ((a b)^T = b^T a^T)"""
+  # The product then comes out in the layout its user wants: a weight gradient dW += (x^T g)^T
+  # in a scan's backward pass was a strided transposed read of the product every iteration.
+  (d,) = instr.operands
+  if d.opcode != "dot" or len(d.users) != 1:
+    return None
+  a = d.attrs
+  lhs, rhs = d.operands
+  nb = len(a["lhs_batch_dims"])
+  nl = lhs.shape.rank - nb - len(a["lhs_contracting_dims"])
+  nr = rhs.shape.rank - nb - len(a["rhs_contracting_dims"])
+  want = (tuple(range(nb)) + tuple(range(nb + nl, nb + nl + nr)) +
+          tuple(range(nb, nb + nl)))
+  if tuple(instr.attrs["dimensions"]) != want or nl == 0 or nr == 0:
+    return None
+  new = dict(a)
+  new["lhs_batch_dims"], new["rhs_batch_dims"] = a["rhs_batch_dims"], a["lhs_batch_dims"]
+  new["lhs_contracting_dims"] = a["rhs_contracting_dims"]
+  new["rhs_contracting_dims"] = a["lhs_contracting_dims"]
+  prec = a.get("operand_precision")
+  if prec is not None:
+    new["operand_precision"] = tuple(reversed(prec))
+  return ctx.b.emit("dot", [rhs, lhs], new, instr.shape.with_dtype(d.dtype))
+
+
 def broadcast_identity(instr, ctx):
   """broadcast(x) to x's own shape -> x"""
   (x,) = instr.operands
@@ -740,7 +767,8 @@ RULES: dict[str, tuple] = {
     "select": (select_const, select_not),
     "convert": (convert_identity, convert_convert),
     "reshape": (reshape_identity, reshape_reshape, broadcast_scalar_through),
-    "transpose": (transpose_identity, transpose_transpose, broadcast_scalar_through),
+    "transpose": (transpose_identity, transpose_transpose, transpose_of_dot,
+                  broadcast_scalar_through),
     "broadcast": (broadcast_identity, broadcast_broadcast),
     "slice": (slice_identity, slice_slice, broadcast_scalar_through),
     "reverse": (reverse_rules, broadcast_scalar_through),
