@@ -1068,6 +1068,18 @@ class GroupPlanner:
           self.kernels.append(CopyKernel(self._name(), spec, buf))
       else:
         pending.append((instr, buf))
+    # 2b. an output that a reduction of the group reads (a bias gradient summing the gate
+    #     gradients it also returns) is computed first and read back from its buffer, not
+    #     computed again inside the reduction's kernel
+    reduced = {id(o) for i in instrs if i.opcode == "reduce" and i not in leafmap
+               for o in i.operands[:len(i.operands) // 2]}
+    first = [(i, b) for i, b in pending if id(i) in reduced and i.opcode != "reduce"
+             and isinstance(b, Buf)]
+    if first:
+      for i, b in first:
+        self._loop_kernel(_dims(i), [(i, b)], leafmap, instrs)
+        leafmap[i] = b
+      pending = [(i, b) for i, b in pending if all(i is not f for f, _ in first)]
     # 3. reduction outputs with their own strategies, then loop kernels
     rest = []
     for instr, buf in pending:
