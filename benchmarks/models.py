@@ -663,19 +663,11 @@ def run_workload(w, libs: Libs, timing=True, repeat=5, min_time=0.5, profile=Fal
 
 
 def _profile_hook(libs, fn, args, name):
-  # --- profiler hook ----------------------------------------------------------------------------
-  # ourjax's profiler is being written alongside this suite; when it is there, print its table
-  # of where a step's time goes.  Without it, say nothing.
-  oj = libs.ourjax
-  profiler = getattr(oj, "profiler", None)
-  if profiler is not None and hasattr(profiler, "profile_table"):
-    print(f"--- profile of {name} ---")
-    print(profiler.profile_table(libs.ourjax_jit(fn), *args))
-    return
+  """``--profile``: ourjax's per-kernel table of the workload (``Compiled.profile``: kernels
+  sorted by device time, with their kind, launches, bytes, rates and the HLO they cover)."""
   compiled = libs.ourjax_jit(fn).lower(*args).compile()
-  if hasattr(compiled, "profile"):
-    print(f"--- profile of {name} ---")
-    print(compiled.profile(*args))
+  print(f"--- profile of {name} ---")
+  print(compiled.profile(*args, reps=5), flush=True)
 
 
 def run_suite(target="cpu", small=False, with_jax=True, timing=True, only=None, repeat=5,
