@@ -265,13 +265,14 @@ def _entry_path(m, d):
 
 
 def _count_compiles(monkeypatch):
+  """Count the CPU backend's compilations (one ``compile_to_objects`` call per module)."""
   calls = []
-  real = cpu_jit.compile_to_object
+  real = cpu_jit.compile_to_objects
 
   def counting(*a, **k):
     calls.append(1)
     return real(*a, **k)
-  monkeypatch.setattr(cpu_jit, "compile_to_object", counting)
+  monkeypatch.setattr(cpu_jit, "compile_to_objects", counting)
   return calls
 
 
@@ -463,3 +464,45 @@ def test_concatenate_of_many_fused_parts():
   ys = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(9)]
   g = ourjax.jit(lambda *a: jnp.stack([v[::-1] + 1 for v in a], axis=-1))
   np.testing.assert_array_equal(np.asarray(g(*ys)), np.stack([v[::-1] + 1 for v in ys], -1))
+
+
+def test_programs_of_many_kernels_compile_in_several_modules(tmp_path, monkeypatch):
+  """A program of many kernels is compiled as several LLVM modules at once (the entry calling
+  the kernels of the others), packed into one cache entry that loads back whole: the same
+  numbers from the fresh compile, the cache hit and the one-module compile."""
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  rng = np.random.default_rng(0)
+  xs = [rng.standard_normal((33, 17)).astype(F32) for _ in range(3)]
+
+  def f(a, b, c):
+    for k in range(12):                 # reductions between elementwise steps: many kernels
+      a = jnp.tanh(a * 1.1 + b) - jnp.mean(a, axis=0, keepdims=True) * 0.5
+      b = jnp.exp(-a * a) + jnp.max(c, axis=1, keepdims=True) * 0.1
+      c = c * 0.9 + a * b
+    return a, b, c
+
+  def run(per_module):
+    monkeypatch.setattr(cpu, "KERNELS_PER_MODULE", per_module)
+    exe = ourjax.jit(lambda *v: f(*v)).lower(*xs).compile()._executable
+    return exe, [np.asarray(o) for o in exe(*xs)]
+
+  calls = _count_compiles(monkeypatch)
+  split, got = run(4)
+  n = split.compiled.meta["kernels"]
+  assert n >= 16 and cpu.compile_groups(n) >= 2
+  assert split.compiled.llvm_ir.count("next module") == cpu.compile_groups(n)
+  _, hit = run(4)                                     # the same module: a cache hit
+  assert len(calls) == 1
+  # (the split is not part of the cache key: either layout of a module computes the same)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  one, single = run(10 ** 6)
+  assert one.compiled.llvm_ir.count("next module") == 0 and len(calls) == 2
+  a64, b64, c64 = (x.astype(np.float64) for x in xs)
+  for _ in range(12):
+    a64 = np.tanh(a64 * 1.1 + b64) - a64.mean(0, keepdims=True) * 0.5
+    b64 = np.exp(-a64 * a64) + c64.max(1, keepdims=True) * 0.1
+    c64 = c64 * 0.9 + a64 * b64
+  for outs in (got, hit, single):
+    for o, w in zip(outs, (a64, b64, c64)):
+      np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-4)

@@ -17,7 +17,10 @@ Compilation:
 2. *Buffer assignment*: temporaries get arena offsets by a first-fit over their live ranges
    (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
-   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order.
+   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order.  A
+   program of many kernels puts them in several LLVM modules (``compile_groups``), optimised
+   and code-generated at once on several threads (``jit.compile_to_objects``) and loaded
+   together; the objects are packed into one cache entry.
 4. *Threads*: a small pool of threads all call the entry at once (ctypes drops the GIL).  A
    kernel with enough work is cut into a fixed number of pieces that the threads claim with
    an atomic counter; thread 0 runs the steps in order, opens each parallel step and waits for
@@ -913,8 +916,21 @@ class _Emission:
     self.slots = slots
     self.arena_slot = arena_slot
     self.fns = {}
-    for k in planner.kernels:
-      self.fns[id(k)] = k.emit(self.mod)
+    # kernels in modules of their own (compiled at once on several threads), the entry calling
+    # them by name; a small module keeps its kernels beside the entry
+    groups = compile_groups(len(planner.kernels))
+    self.kernel_mods = []
+    for g in range(groups):
+      m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
+      E.use_outlined_math(m, "shared")
+      self.kernel_mods.append(m)
+    for n, k in enumerate(planner.kernels):
+      if not groups:
+        self.fns[id(k)] = k.emit(self.mod)
+        continue
+      fn = k.emit(self.kernel_mods[n % groups])
+      fn.linkage = ""                       # (external: the entry's module calls it)
+      self.fns[id(k)] = ir.Function(self.mod, fn.function_type, name=fn.name)
     self.wait_fn, self.wake_fn = _emit_sync(self.mod)
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
@@ -1441,7 +1457,8 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
   parallel = any(s.parallel for s in steps) and any(
       isinstance(s, KernelStep) and s.parallel for s in steps)
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
-  symbols += ["math:%s:%s:%d" % u for u in E.math_symbols(em.mod)]
+  symbols += sorted({"math:%s:%s:%d" % u for m in [em.mod] + em.kernel_mods
+                     for u in E.math_symbols(m)})
   meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
           "symbols": symbols,
           "control_bytes": _control_bytes(steps, profiling.counter_bytes(prof_meta)),
@@ -1450,7 +1467,23 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "object_mode": OBJECT_MODE,
           "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels)}
   _link_symbols(symbols)
-  return meta, E.finalize_module_text(em.mod)
+  texts = [E.finalize_module_text(m) for m in [em.mod] + em.kernel_mods]
+  return meta, texts, [em.fns[id(k)].name for k in planner.kernels] if em.kernel_mods else []
+
+
+#: Kernels per module when a program's kernels are compiled in several modules at once: LLVM
+#: optimises and generates code for one module on one thread, and whole programs of tens to
+#: hundreds of kernels spent most of their compile time there.  Fewer kernels than this stay in
+#: the entry's module (one module is cheapest when there is little to share out).
+KERNELS_PER_MODULE = 8
+
+
+def compile_groups(n_kernels: int) -> int:
+  """How many kernel modules a program of ``n_kernels`` kernels is compiled in (0: one module
+  with the entry): one per ``KERNELS_PER_MODULE`` kernels, at most one per core."""
+  if n_kernels < 2 * KERNELS_PER_MODULE:
+    return 0
+  return max(2, min(os.cpu_count() or 1, n_kernels // KERNELS_PER_MODULE))
 
 
 _runtime_ready = False
@@ -1544,6 +1577,9 @@ def _ensure_runtime_symbols() -> None:
   _runtime_ready = True
 
 
+_MODULE_SEPARATOR = "\n; ---- next module ----\n"
+
+
 def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  (backend API)
   """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
   executable when something in it is not native yet (see ``native_unsupported``).  ``profile``
@@ -1570,12 +1606,15 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
                   key, e)
   dump = os.environ.get("OURJAX_DUMP")
   try:
-    meta, ir_text = _plan_and_emit(module, profile)
+    meta, texts, kernel_names = _plan_and_emit(module, profile)
   except (E.EmitterError, E.PrefetchMiss) as e:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, e)
     return reference.compile(module)
+  ir_text = _MODULE_SEPARATOR.join(texts)
   try:
-    obj, optimized = jit.compile_to_object(ir_text, loop_unrolling=LOOP_UNROLLING)
+    objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING, provided=kernel_names)
+    obj = jit.pack_objects([o for o, _ in objs])
+    optimized = _MODULE_SEPARATOR.join(t for _, t in objs)
     cm = jit.load_object(obj, [ENTRY])
     if dump:
       _dump(dump, module.name, ir_text, optimized)

@@ -35,8 +35,8 @@ except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not
 
 __all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cpu_name",
            "cpu_features", "triple", "target_data_layout", "host_target_machine",
-           "compile_to_object", "load_object", "target_machine_for", "optimize_for",
-           "vector_isa"]
+           "compile_to_object", "compile_to_objects", "pack_objects", "load_object",
+           "target_machine_for", "optimize_for", "vector_isa"]
 
 _lock = threading.RLock()
 _state: Optional[dict] = None
@@ -242,11 +242,12 @@ class CompiledModule:
     return self._asm
 
 
-def _parse(text: str, st: dict):
+def _parse(text: str, st: dict, context=None):
   """``text`` parsed and verified for the host (its triple and data layout filled in when
-  absent); LLVM's complaint as a ``CompileError``.  Called with ``_lock`` held."""
+  absent); LLVM's complaint as a ``CompileError``.  Called with ``_lock`` held, unless in a
+  ``context`` of the caller's own."""
   try:
-    ref = llvm.parse_assembly(text)
+    ref = llvm.parse_assembly(text, context=context)
     ref.verify()
   except RuntimeError as e:
     raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
@@ -258,11 +259,12 @@ def _parse(text: str, st: dict):
   return ref
 
 
-def _check_externals(ref) -> None:
-  """MCJIT would abort the process on an unresolved symbol: refuse such a module here."""
+def _check_externals(ref, provided=frozenset()) -> None:
+  """MCJIT would abort the process on an unresolved symbol: refuse such a module here
+  (``provided``: names that objects loaded beside this one define)."""
   missing = [f.name for f in ref.functions
              if f.is_declaration and not f.name.startswith("llvm.")
-             and not llvm.address_of_symbol(f.name)]
+             and f.name not in provided and not llvm.address_of_symbol(f.name)]
   if missing:
     raise CompileError(f"the module calls undefined external function(s) {missing}")
 
@@ -321,6 +323,71 @@ def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
     return bytes(obj), str(ref)
 
 
+def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
+                       provided: Iterable[str] = (), threads: Optional[int] = None) -> list:
+  """:func:`compile_to_object` of several modules that are loaded together (each may call
+  what the others define: ``provided`` names those functions), at once on ``threads`` threads
+  (default: one per module, at most the CPU count).  Each module is parsed, optimised and
+  code-generated in an LLVM context and a target machine of its own, so the threads share
+  nothing (llvmlite releases the GIL inside LLVM).  Returns ``[(object_bytes, optimized_ir)]``
+  in the order of ``texts``."""
+  st = _setup()
+  provided = frozenset(provided)
+  if len(texts) == 1:
+    with _lock:
+      ref = _parse(texts[0], st)
+      _optimize(ref, st["tm"], loop_unrolling)
+      _check_externals(ref, provided)
+      return [(_emit(st["tm"], ref), str(ref))]
+
+  def one(text):
+    ctx = llvm.create_context()
+    ref = _parse(text, st, ctx)
+    tm = _make_tm(st["target"], st["name"], st["features"])
+    _optimize(ref, tm, loop_unrolling)
+    _check_externals(ref, provided)
+    return _emit(tm, ref), str(ref)
+
+  from concurrent.futures import ThreadPoolExecutor
+  n = threads or min(len(texts), os.cpu_count() or 1)
+  with ThreadPoolExecutor(max(1, n)) as pool:
+    return list(pool.map(one, texts))
+
+
+def _emit(tm, ref) -> bytes:
+  try:
+    return bytes(tm.emit_object(ref))
+  except RuntimeError as e:
+    raise CompileError(f"LLVM failed to generate code: {e}") from None
+
+
+_MULTI = b"OURJAXOBJS1\n"
+
+
+def pack_objects(objs: Sequence[bytes]) -> bytes:
+  """Several objects as one blob (for caches that store one): :func:`load_object` takes it."""
+  if len(objs) == 1:
+    return bytes(objs[0])
+  head = _MULTI + len(objs).to_bytes(4, "little") + b"".join(
+      len(o).to_bytes(8, "little") for o in objs)
+  return head + b"".join(bytes(o) for o in objs)
+
+
+def _unpack_objects(blob: bytes) -> list:
+  if not blob.startswith(_MULTI):
+    return [blob]
+  k = len(_MULTI)
+  n = int.from_bytes(blob[k:k + 4], "little")
+  sizes = [int.from_bytes(blob[k + 4 + 8 * i:k + 12 + 8 * i], "little") for i in range(n)]
+  pos, out = k + 4 + 8 * n, []
+  for size in sizes:
+    out.append(blob[pos:pos + size])
+    pos += size
+  if pos != len(blob):
+    raise ValueError("a multi-object blob of the wrong length")
+  return out
+
+
 def load_object(obj: bytes, entry_names: Sequence[str] = (),
                 optimized_ir: Optional[str] = None) -> CompiledModule:
   """JIT-load host object code (from :func:`compile_to_object`) into its own MCJIT engine and
@@ -334,7 +401,8 @@ def load_object(obj: bytes, entry_names: Sequence[str] = (),
       empty.data_layout = st["layout"]
       engine = llvm.create_mcjit_compiler(empty, _make_tm(st["target"], st["name"],
                                                           st["features"]))
-      engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(obj)))
+      for part in _unpack_objects(bytes(obj)):
+        engine.add_object_file(llvm.ObjectFileRef.from_data(part))
       engine.finalize_object()
     except (RuntimeError, ValueError) as e:
       raise CompileError(f"could not load object code: {e}") from None
