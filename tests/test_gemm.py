@@ -237,7 +237,7 @@ def test_threads_row_split_few_rows(dtype, blocking, accumulate):
   that a different order shows."""
   rng = np.random.default_rng(5)
   fn, bl = kernel(dtype, blocking=blocking, accumulate=accumulate)
-  kc = (bl or gemm.DEFAULT_BLOCKING[dtype]).kc
+  kc = (bl or gemm.default_blocking(dtype)).kc
   for K in (kc, kc + 1, 2 * kc + 7):  # one, two and three K slices
     for N in (1, 2, 3):
       for M in range(1, 18):
