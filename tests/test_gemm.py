@@ -6,6 +6,7 @@ bit)."""
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 
 import llvmlite.ir as ir
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ourjax.backends.cpu import jit
 from ourjax.backends.cpu.jit import compile_module, new_module
 from ourjax.backends.llvm import gemm
 from ourjax.backends.llvm.math import emit_unary
@@ -237,7 +239,7 @@ def test_threads_row_split_few_rows(dtype, blocking, accumulate):
   that a different order shows."""
   rng = np.random.default_rng(5)
   fn, bl = kernel(dtype, blocking=blocking, accumulate=accumulate)
-  kc = (bl or gemm.DEFAULT_BLOCKING[dtype]).kc
+  kc = (bl or gemm.default_blocking(dtype)).kc
   for K in (kc, kc + 1, 2 * kc + 7):  # one, two and three K slices
     for N in (1, 2, 3):
       for M in range(1, 18):
@@ -413,3 +415,165 @@ def test_shared_kernel_disk_cache(tmp_path, monkeypatch):
   finally:
     if original is not None:  # later modules link to the kernel the process started with
       llvm.add_symbol(sym, original[1].address(sym))
+
+
+# --------------------------------------------------------------------------------------------
+# vector targets: width and blocking per ISA
+
+_REGS = {"avx512": (32, 512), "avx2": (16, 256), "sse": (16, 128)}  # registers, bits each
+
+
+@pytest.mark.parametrize("isa", sorted(gemm.VECTOR_TARGETS))
+def test_vector_target_table(isa):
+  """Each ISA's W fills its vector registers, and its blockings keep the micro-kernel's
+  accumulators, B vectors, the broadcast (and without FMA the product) within the register
+  file."""
+  vt = gemm.vector_target(isa)
+  regs, bits = _REGS[isa]
+  assert vt.isa == isa
+  for dtype, size in (("f32", 4), ("f64", 8)):
+    w, bl = vt.lanes[dtype], vt.blocking[dtype]
+    assert w * size * 8 == bits
+    extra = 0 if vt.fma else 1
+    assert bl.mr * bl.nv + bl.nv + 1 + extra <= regs
+    assert bl.mc % bl.mr == 0 and bl.nc % (bl.nv * w) == 0
+  assert gemm.vector_target().isa == jit.vector_isa()
+  assert gemm.default_blocking("f32") == gemm.vector_target().blocking["f32"]
+  with pytest.raises(ValueError, match="no vector target"):
+    gemm.vector_target("neon")
+
+
+_MADD = re.compile(r"^\s+(vfmadd\w+|v?mulp[sd])\s")
+
+
+def _madd_block_stack_traffic(asm: str) -> tuple:
+  """(multiply-adds, stack accesses with a vector register among them) over the basic blocks
+  of the micro-kernels (functions ``*.ukernel*``) in ``asm`` that contain a multiply-add
+  (``vfmadd*``, or ``mulps``/``mulpd`` without FMA)."""
+  blocks, cur, fn = [], None, ""
+  for line in asm.splitlines():
+    label = re.match(r"^([\w.$\"]+|# %bb\.\d+):", line)
+    if label:                                  # a function or basic-block label
+      if not label.group(1).startswith((".L", "#")):
+        fn = label.group(1)
+      cur = []
+      if ".ukernel" in fn:
+        blocks.append(cur)
+    elif cur is not None and line.startswith("\t") and not line.startswith("\t."):
+      cur.append(line)
+  madds = stack = 0
+  for blk in blocks:
+    m = sum(1 for ins in blk if _MADD.match(ins))
+    if m:
+      madds += m
+      stack += sum(1 for ins in blk if "(%rsp)" in ins and "mm" in ins)
+  return madds, stack
+
+
+def _gemm_asm(cpu, dtype, isa=None):
+  import llvmlite.binding as llvm
+  tm = jit.target_machine_for(cpu)
+  mod = new_module("spills")
+  gemm.emit_gemm(mod, "gemm", dtype, isa=isa or jit.vector_isa(tm))
+  return tm.emit_assembly(llvm.parse_assembly(jit.optimize_for(mod, tm)))
+
+
+@pytest.mark.parametrize("cpu,isa", [("haswell", "avx2"), ("skylake-avx512", "avx512"),
+                                     ("x86-64", "sse")])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_no_spills_in_micro_kernels(cpu, isa, dtype):
+  """The GEMM generated for each vector ISA, optimised and assembled for a CPU of that ISA (any
+  host: nothing runs), keeps its micro-kernels' k loops in registers.  Measure: in the
+  micro-kernel functions (full, narrow and short-edge tiles), every basic block with a
+  multiply-add (the k loops; their stores have none) has no stack access through a vector
+  register (``vmovups %ymm3, 64(%rsp)``, ``vbroadcastss 8(%rsp), ...``, a folded
+  ``vfmadd231ps 96(%rsp), ...``): a spilled accumulator, B vector or broadcast shows up there.
+  Whole blocks are counted, so it does not depend on how LLVM schedules or lays out the loop
+  (rsp only: rbp may be a general register).  The control: the AVX-512 blocking (14 x 2 tiles
+  of 16 f32 lanes, what every host got before) compiled for haswell spills hundreds of times
+  in those blocks.  (The few-rows axpy kernels are left out on purpose: on 16-register ISAs
+  they keep a few of their 16 broadcasts on the stack, which measured faster than fitting.)"""
+  assert jit.vector_isa(jit.target_machine_for(cpu)) == isa
+  madds, stack = _madd_block_stack_traffic(_gemm_asm(cpu, dtype))
+  assert madds > 0
+  assert stack == 0, f"{stack} vector stack accesses among {madds} multiply-adds"
+  if isa == "avx2" and dtype == "f32":
+    madds, stack = _madd_block_stack_traffic(_gemm_asm(cpu, dtype, isa="avx512"))
+    assert stack > 100, (madds, stack)
+
+
+_JIT_MATMULS = r"""
+import os, sys, numpy as np, ourjax, ourjax.numpy as jnp
+from ourjax.backends.cpu import jit
+from ourjax.backends.llvm import gemm
+print(jit.cpu_name(), jit.vector_isa(), gemm.vector_target().lanes["f32"], flush=True)
+ourjax.config.update("jax_enable_x64", True)
+rng = np.random.default_rng(0)
+# (batch, M, N, K): edges of every blocking (W = 4, 8, 16; mr = 4, 6, 14), few-rows kernels,
+# K over one vector, and a few dots too small for the GEMM (loop kernels)
+shapes = [(1, 1, 70, 70), (1, 70, 9, 70), (1, 7, 70, 13), (1, 13, 17, 33), (1, 15, 31, 29),
+          (1, 29, 33, 7), (1, 45, 70, 1), (1, 64, 24, 23), (1, 5, 47, 61), (1, 70, 70, 70),
+          (2, 6, 65, 19), (3, 14, 33, 12), (4, 1, 40, 31), (2, 3, 3, 5)]
+def check(got, want, tol, what):
+  err = np.max(np.abs(np.asarray(got, np.float64) - want) / (1 + np.abs(want)))
+  assert err < tol, f"{what}: relative error {err:.2e}"
+n = 0
+for dt, tol in ((np.float32, 1e-4), (np.float64, 1e-12)):
+  for (B, M, N, K) in shapes:
+    a = rng.standard_normal((B, M, K)).astype(dt)
+    b = rng.standard_normal((B, K, N)).astype(dt)
+    c = rng.standard_normal((N,)).astype(dt)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    what = f"{np.dtype(dt).name} {B}x{M}x{N}x{K}"
+    if B == 1:
+      at, bt = np.ascontiguousarray(a[0].T), np.ascontiguousarray(b[0].T)   # [K, M], [N, K]
+      f = ourjax.jit(lambda x, y, z: jnp.tanh(x @ y + z))
+      check(f(a[0], b[0], c), np.tanh(ref[0] + c), tol, what + " tanh(a@b + c)")
+      g = ourjax.jit(lambda xt, yt: xt.T @ yt.T)
+      check(g(at, bt), ref[0], tol * np.sqrt(K), what + " a.T.T @ b.T.T")
+      n += 2
+    else:
+      f = ourjax.jit(lambda x, y, z: jnp.tanh(jnp.einsum("bmk,bkn->bmn", x, y) + z))
+      check(f(a, b, c), np.tanh(ref + c), tol, what + " batched tanh")
+      g = ourjax.jit(lambda x, y: jnp.einsum("bkm,bnk->bmn", x, y))
+      check(g(np.ascontiguousarray(a.transpose(0, 2, 1)), np.ascontiguousarray(b.transpose(0, 2, 1))),
+            ref, tol * np.sqrt(K), what + " batched transposed")
+      n += 2
+# the simpler register-blocked dot (kernels._emit_dot_blocked; W from the same vector target)
+os.environ["OURJAX_CPU_SIMPLE_DOT"] = "1"
+for dt, tol in ((np.float32, 1e-4), (np.float64, 1e-12)):
+  for (M, N, K) in [(13, 37, 29), (70, 9, 70), (6, 70, 1)]:
+    a = rng.standard_normal((M, K)).astype(dt)
+    b = rng.standard_normal((K, N)).astype(dt)
+    f = ourjax.jit(lambda x, y: x @ y * 1.0)
+    check(f(a, b), a.astype(np.float64) @ b, tol * np.sqrt(K), f"simple dot {M}x{N}x{K}")
+    n += 1
+print("ok", n)
+"""
+
+
+@pytest.mark.parametrize("cpu,isa,flag", [("haswell", "avx2", "avx2"), ("x86-64", "sse", None)])
+def test_jitted_matmuls_on_narrower_targets(cpu, isa, flag):
+  """Jitted matmuls (odd sizes 1..70, transposed operands, batches, f32 and f64, a fused
+  ``tanh(a@b + c)``; a few through the simpler fallback dot) against float64 NumPy in a child
+  process whose code is generated for
+  ``cpu`` (``OURJAX_CPU``; no disk cache), i.e. the GEMM with that ISA's width and blocking.
+  x86-64 (SSE2) code runs on any x86-64 host; haswell code needs AVX2 and FMA."""
+  import os, platform, subprocess, sys
+  if platform.machine() not in ("x86_64", "AMD64"):
+    pytest.skip("x86-64 host only")
+  if flag:
+    try:
+      flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+      pytest.skip("no /proc/cpuinfo")
+    if flag not in flags or "fma" not in flags:
+      pytest.skip(f"host lacks {flag}/fma")
+  env = dict(os.environ, OURJAX_CPU=cpu, OURJAX_CACHE_DIR="off")
+  out = subprocess.run([sys.executable, "-c", _JIT_MATMULS], env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  lanes = {"avx2": "8", "sse": "4"}[isa]
+  assert out.stdout.split()[:3] == [cpu, isa, lanes]
+  assert out.stdout.split()[3:] == ["ok", "62"]

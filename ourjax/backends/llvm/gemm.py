@@ -28,7 +28,8 @@ buffer holds no state between calls.
 
 Epilogue: ``epilogue(builder, value, row, col) -> value`` runs at generation time and emits IR
 that transforms a finished result before it is stored for the last time.  ``value`` is a
-``<W x T>`` vector (``W = 16`` for f32, 8 for f64) holding ``C[row, col .. col+W-1]``, or a scalar
+``<W x T>`` vector (W of the vector target, :func:`vector_target`: 16 f32 / 8 f64 lanes on
+AVX-512, 8 / 4 on AVX2, 4 / 2 on SSE) holding ``C[row, col .. col+W-1]``, or a scalar
 ``T`` holding ``C[row, col]`` (the last ``N mod W`` columns of a tile, and always when
 ``N < W``); ``row`` and ``col`` are ``i64``.  ``row`` counts rows of all batch entries together
 (``b*M + i``), so for a contiguous ``[batch, M, N]`` output the element offset is
@@ -37,23 +38,40 @@ The builder is positioned inside the kernel: the hook may add instructions and b
 must leave the builder at the end of the block where the result is available), but must not
 return from the function.
 
-Design (GotoBLAS/BLIS, written for AVX-512):
+Design (GotoBLAS/BLIS).  Vector width and register blocking follow the vector instruction set
+of the CPU code is generated for (``jit.vector_isa()``: the host, or ``OURJAX_CPU``), chosen in
+one table, :data:`VECTOR_TARGETS` (each entry says why its registers suffice):
+
+  ========  =====================  ==========  ============================================
+  ISA       W (f32 / f64)          mr x nv     registers of the micro-kernel
+  ========  =====================  ==========  ============================================
+  avx512    16 / 8   (zmm)         14 x 2      28 acc + 2 B + 1 broadcast = 31 of 32
+  avx2      8 / 4    (ymm)         6 x 2       12 acc + 2 B + 1 broadcast = 15 of 16
+  sse       4 / 2    (xmm, no FMA) 4 x 2       8 acc + 2 B + 1 broadcast + 1 product = 12 of 16
+  ========  =====================  ==========  ============================================
+
+The AVX-512 blocking was measured on AMD znver5; the AVX2 one by running AVX2 code
+(``OURJAX_CPU=haswell``) on an AVX-512 host; the SSE one is only meant to be correct (fmul +
+fadd, since ``llvm.fma`` without FMA hardware is a libm call per lane).  Rounding depends on the
+target (FMA or not, K slices), so the serial-bits property above holds within one target.
 
 * blocking: the N range of a thread is cut into ``nc`` wide column blocks, K into ``kc`` deep
   slices, M into ``mc`` tall row blocks.  For each (column block, K slice), B's ``kc x nc`` block is
   packed into ``nr``-wide column panels (``kc x nr`` each, contiguous, zero-padded at the edge);
   for each row block, A's ``mc x kc`` block is packed into ``mr``-tall row panels (``kc x mr``
-  each).  The loop over row panels is innermost, so one ``kc x nr`` B panel (32 KiB for f32 with
-  ``kc = 256``) stays in L1 while A panels stream from L2.
-* micro-kernel: ``mr x nr`` accumulators live in zmm registers (f32 default 14 x 32 = 28 zmm of
-  the 32); one step of k loads ``nr/W`` vectors of the B panel and broadcasts ``mr`` elements of
-  the A panel (``vbroadcastss``), i.e. ``mr * nr/W`` FMAs (``llvm.fma`` on ``<W x T>``) for
-  ``nr/W + mr`` loads; the k loop is unrolled ``unroll`` times.  The first K slice stores the
-  sums, the following ones add to C, the last one also applies the epilogue.
-* edges: tiles compute on zero-padded panels and store with row guards and AVX-512 lane masks;
+  each).  The loop over row panels is innermost, so one ``kc x nr`` B panel (f32 with
+  ``kc = 256``: 32 KiB on AVX-512, 16 KiB on AVX2) stays in L1 while A panels stream from L2.
+* micro-kernel: ``mr x nr`` accumulators (``nr = nv*W``) live in vector registers (AVX-512 f32:
+  14 x 32 = 28 zmm of the 32); one step of k loads ``nv`` vectors of the B panel and broadcasts
+  ``mr`` elements of the A panel (``vbroadcastss``), i.e. ``mr * nv`` FMAs (``llvm.fma`` on
+  ``<W x T>``, or fmul + fadd without FMA) for ``nv + mr`` loads; the k loop is unrolled
+  ``unroll`` times.  The first K slice stores the sums, the following ones add to C, the last
+  one also applies the epilogue.
+* edges: tiles compute on zero-padded panels and store with row guards and lane masks
+  (``llvm.masked.store``: AVX-512 mask registers, AVX2 ``vmaskmov``, scalarized on SSE);
   a tile of at most ``2*mr_small`` rows runs an ``mr_small``-row kernel (per ``mr_small`` rows),
   a panel of at most W columns a one-vector-wide kernel, so a 4-row or 10-column remainder does
-  not pay for a whole 14 x 32 tile.
+  not pay for a whole 14 x 32 tile (the small kernel is off unless ``2*mr_small < mr``).
 * small M: a thread with at most ``direct_b_rows`` rows reads a row-major B in place (only a
   partial last column panel is packed), since packing B would cost as much as using it.  A
   product with ``M <= stream_rows`` drops register tiles altogether and runs 4/2/1-row "axpy"
@@ -80,12 +98,12 @@ from typing import Callable, Optional
 
 import llvmlite.ir as ir
 
-__all__ = ["Blocking", "DEFAULT_BLOCKING", "emit_gemm", "pack_buffer_elements",
-           "pack_buffer_bytes", "ARG_NAMES", "operand_layout", "emit_gemm_call",
-           "shared_gemm_symbol", "declare_shared_gemm"]
+__all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "default_blocking",
+           "emit_gemm", "pack_buffer_elements", "pack_buffer_bytes", "ARG_NAMES",
+           "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-_TYPES = {"f32": (ir.FloatType, 16, 4), "f64": (ir.DoubleType, 8, 8)}
+_TYPES = {"f32": (ir.FloatType, 4), "f64": (ir.DoubleType, 8)}  # element type, bytes
 ARG_NAMES = ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "transA", "transB", "batch",
              "strideA", "strideB", "strideC", "tid", "nthreads", "pack")
 
@@ -110,11 +128,59 @@ class Blocking:
   stream_rows: int = 8       # a product with M <= this streams B through 4/2/1-row axpys
 
 
-# Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
-DEFAULT_BLOCKING = {
-    "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4),
-    "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4),
+@dataclasses.dataclass(frozen=True)
+class VectorTarget:
+  """What the GEMM generates for one vector instruction set (``jit.vector_isa()``): ``lanes[dtype]``
+  (W) elements per vector, ``llvm.fma`` or (``fma=False``) fmul + fadd, and ``blocking[dtype]``."""
+  isa: str
+  lanes: dict
+  fma: bool
+  blocking: dict
+
+
+# The one place that picks vector width and register blocking.  A micro-kernel step keeps
+# mr*nv accumulators, nv vectors of the B panel and one broadcast A element in vector registers
+# (without FMA also one product), so each blocking below is sized to its ISA's register file.
+# Cache blocks: the kc x nv*W B panel stays in L1 (16 to 32 KiB), mc x kc of A in L2.
+VECTOR_TARGETS = {
+    # AVX-512, 32 zmm of 512 bits: 14 x 2 = 28 accumulators + 2 B + 1 broadcast = 31.
+    # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
+    "avx512": VectorTarget("avx512", {"f32": 16, "f64": 8}, True, {
+        "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4),
+        "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4)}),
+    # AVX2, 16 ymm of 256 bits: 6 x 2 = 12 accumulators + 2 B + 1 broadcast = 15 (the classic
+    # Haswell kernel; the AVX-512 tiles, 28 accumulators, spill hundreds of times here).  4 x 3
+    # (12 + 3 + 1 = 16) ran as fast; mc = 72 beat 144 on 1024^3 f32 by ~5-10%, other mc and
+    # kc 128..384 were within the noise.  Measured under OURJAX_CPU=haswell, i.e. AVX2 code on
+    # an AVX-512 host (Intel Emerald Rapids), not on a native AVX2 machine.
+    "avx2": VectorTarget("avx2", {"f32": 8, "f64": 4}, True, {
+        "f32": Blocking(mr=6, nv=2, kc=256, mc=72, nc=2048, unroll=4, mr_small=2),
+        "f64": Blocking(mr=6, nv=2, kc=256, mc=72, nc=1024, unroll=4, mr_small=2)}),
+    # SSE2 (baseline x86-64; also AVX without FMA), 16 xmm of 128 bits, no FMA (llvm.fma would
+    # become a libm call per lane, ~20x slower): fmul + fadd, 4 x 2 = 8 accumulators + 2 B
+    # + 1 broadcast + 1 product = 12.  Correct first; its speed was not tuned.
+    "sse": VectorTarget("sse", {"f32": 4, "f64": 2}, False, {
+        "f32": Blocking(mr=4, nv=2, kc=256, mc=128, nc=1024, unroll=4, mr_small=1),
+        "f64": Blocking(mr=4, nv=2, kc=256, mc=64, nc=512, unroll=4, mr_small=1)}),
 }
+
+
+def vector_target(isa: Optional[str] = None) -> VectorTarget:
+  """The table entry for ``isa`` (``"avx512"``, ``"avx2"``, ``"sse"``); by default the one of
+  the CPU that code is generated for (``ourjax.backends.cpu.jit.vector_isa()``: the host, or
+  what ``OURJAX_CPU`` names)."""
+  if isa is None:
+    from ourjax.backends.cpu import jit
+    isa = jit.vector_isa()
+  try:
+    return VECTOR_TARGETS[isa]
+  except KeyError:
+    raise ValueError(f"gemm: no vector target {isa!r} (have {sorted(VECTOR_TARGETS)})") from None
+
+
+def default_blocking(dtype: str, isa: Optional[str] = None) -> Blocking:
+  """The blocking :func:`emit_gemm` uses for ``dtype`` on ``isa`` (default: the code target)."""
+  return vector_target(isa).blocking[dtype]
 
 
 _ROW_CHUNK = 512  # columns of C per pass of the few-rows kernel
@@ -124,27 +190,28 @@ def _cdiv(a, b):
   return -(-a // b)
 
 
-def _per_thread(dtype, M, N, K, bl: Blocking):
-  w = _TYPES[dtype][1]
+def _per_thread(dtype, M, N, K, bl: Blocking, w: int):
   nr = bl.nv * w
   kc = max(1, min(bl.kc, K))
   mc = min(bl.mc, _cdiv(max(M, 1), bl.mr) * bl.mr)
   nc = min(bl.nc, _cdiv(max(N, 1), nr) * nr)
-  align = 64 // _TYPES[dtype][2]
+  align = 64 // _TYPES[dtype][1]
   b_part = _cdiv(kc * nc, align) * align
   return b_part + mc * kc + align
 
 
 def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                         blocking: Optional[Blocking] = None) -> int:
-  """Elements of T that ``pack`` must hold for a call with these sizes and ``nthreads``."""
-  bl = blocking or DEFAULT_BLOCKING[dtype]
-  return nthreads * _per_thread(dtype, M, N, K, bl)
+                         blocking: Optional[Blocking] = None, isa: Optional[str] = None) -> int:
+  """Elements of T that ``pack`` must hold for a call with these sizes and ``nthreads`` (of a
+  kernel emitted with the same ``blocking`` and ``isa``)."""
+  vt = vector_target(isa)
+  bl = blocking or vt.blocking[dtype]
+  return nthreads * _per_thread(dtype, M, N, K, bl, vt.lanes[dtype])
 
 
 def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                      blocking: Optional[Blocking] = None) -> int:
-  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking) * _TYPES[dtype][2]
+                      blocking: Optional[Blocking] = None, isa: Optional[str] = None) -> int:
+  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking, isa) * _TYPES[dtype][1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,17 +288,18 @@ def _intrinsic(module, name, ret, args):
 
 
 class _Ctx:
-  """Per-dtype types and intrinsics of one generated kernel."""
+  """Per-dtype types and intrinsics of one generated kernel for one vector target."""
 
-  def __init__(self, module, dtype):
-    tycls, w, size = _TYPES[dtype]
+  def __init__(self, module, dtype, vt: VectorTarget):
+    tycls, size = _TYPES[dtype]
+    w = vt.lanes[dtype]
     self.module, self.dtype, self.w, self.size = module, dtype, w, size
     self.t = tycls()
     self.p = self.t.as_pointer()
     self.vt = ir.VectorType(self.t, w)
     self.mt = ir.VectorType(I1, w)
     sfx = f"v{w}{'f32' if dtype == 'f32' else 'f64'}"
-    self.fma = _intrinsic(module, f"llvm.fma.{sfx}", self.vt, [self.vt] * 3)
+    self.fma = _intrinsic(module, f"llvm.fma.{sfx}", self.vt, [self.vt] * 3) if vt.fma else None
     self.mstore = _intrinsic(module, f"llvm.masked.store.{sfx}.p0", ir.VoidType(),
                              [self.vt, self.p, I32, self.mt])
     self.mload = _intrinsic(module, f"llvm.masked.load.{sfx}.p0", self.vt,
@@ -239,6 +307,12 @@ class _Ctx:
     self.zero = ir.Constant(self.t, 0.0)
     self.vzero = ir.Constant(self.vt, [self.zero] * w)
     self.iota = ir.Constant(ir.VectorType(I64, w), list(range(w)))
+
+  def madd(self, b, x, y, acc):
+    """``x*y + acc`` on ``<W x T>``: one ``llvm.fma``, or fmul + fadd on a target without FMA."""
+    if self.fma is not None:
+      return b.call(self.fma, [x, y, acc])
+    return b.fadd(b.fmul(x, y), acc)
 
   def vload(self, b, ptr, align):
     p = b.bitcast(ptr, self.vt.as_pointer())
@@ -301,7 +375,9 @@ def _emit_pack(cx: _Ctx, name: str, w: int) -> ir.Function:
   groups = [(g, min(W, w - g)) for g in range(0, w, W)]  # (first row, rows) of W-row groups
   lanes_ = {n: ir.Constant(cx.mt, [1] * n + [0] * (W - n)) for _, n in groups}
   no_lanes = ir.Constant(cx.mt, [0] * W)
-  align_out = 64 if w % W == 0 else cx.size
+  # a panel row of w = a multiple of W elements keeps every W-vector aligned to its own size
+  # (the buffer is 64-byte aligned; panels and rows are whole vectors apart)
+  align_out = min(64, W * cx.size) if w % W == 0 else cx.size
 
   def store_lanes(val, ptr, n):
     if n == W:
@@ -389,7 +465,7 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
     for r in range(mr):
       a = _splat(b, b.load(b.gep(abase, [_c64(r)]), align=cx.size), w)
       for v in range(nv):
-        out[r * nv + v] = b.call(cx.fma, [a, bv[v], out[r * nv + v]])
+        out[r * nv + v] = cx.madd(b, a, bv[v], out[r * nv + v])
     return out
 
   def loop(accs_in, start, stop, unroll, tag):
@@ -419,7 +495,6 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
     return phis, k
 
   zeros = [cx.vzero] * (mr * nv)
-  # the edge kernels run on a small share of the tiles: less unrolling, less code to compile
   # the edge kernels run on a small share of the tiles: less unrolling, less code to compile
   u = max(1, bl.unroll if (mr, nv) == (bl.mr, bl.nv) else min(bl.unroll, 2))
   kmain = b.sub(kb, b.srem(kb, _c64(u)))
@@ -501,7 +576,10 @@ def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilo
 
   For a handful of rows a register tile wastes most of its FMAs and reads B in column panels
   (a strided walk); here every k step streams whole rows of B (four k at a time) into R rows of
-  C that stay in L1 (``chunk`` columns at once), i.e. about the speed of reading B."""
+  C that stay in L1 (``chunk`` columns at once), i.e. about the speed of reading B.  Four k
+  steps per pass over C: the 16 broadcast A values of 4 rows outnumber 16 registers (AVX2, SSE:
+  a few live on the stack), but two steps per pass, which fit, ran 15-30% slower there (twice
+  the loads and stores of C)."""
   w = cx.w
   fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [
       I64, cx.p, I64, I64, cx.p, I64, cx.p, I64, I64, I64, I64]), name)
@@ -547,7 +625,7 @@ def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilo
           p = b.gep(crow[r], [j])
           acc = b.call(cx.mload, [p, _c32(cx.size), m, cx.vzero])
           for u in range(n):
-            acc = b.call(cx.fma, [avals[r][u], bv[u], acc])
+            acc = cx.madd(b, avals[r][u], bv[u], acc)
           b.call(cx.mstore, [acc, p, _c32(cx.size), m])
 
     with _for(b, 0, kmain, U, name="k4") as k0:
@@ -565,13 +643,17 @@ def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilo
 # driver
 
 def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Epilogue] = None,
-              accumulate: bool = False, blocking: Optional[Blocking] = None) -> ir.Function:
+              accumulate: bool = False, blocking: Optional[Blocking] = None,
+              isa: Optional[str] = None) -> ir.Function:
   """Emit ``name`` (see the module docstring for its signature and contract) and its internal
-  helpers ``name.pack_a``, ``name.pack_b``, ``name.ukernel`` into ``module``."""
+  helpers ``name.pack_a``, ``name.pack_b``, ``name.ukernel`` into ``module``, for the vector
+  target ``isa`` (:data:`VECTOR_TARGETS`; default: the CPU code is generated for) with its
+  blocking unless ``blocking`` is given."""
   if dtype not in _TYPES:
     raise ValueError(f"emit_gemm: dtype must be 'f32' or 'f64', not {dtype!r}")
-  bl = blocking or DEFAULT_BLOCKING[dtype]
-  cx = _Ctx(module, dtype)
+  vt = vector_target(isa)
+  bl = blocking or vt.blocking[dtype]
+  cx = _Ctx(module, dtype, vt)
   w = cx.w
   mr, nr = bl.mr, bl.nv * w
   if bl.mc % mr or bl.nc % nr:
@@ -579,7 +661,8 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   pack_a = _emit_pack(cx, name + ".pack_a", mr)
   pack_b = _emit_pack(cx, name + ".pack_b", nr)
   uk = _emit_ukernel(cx, name + ".ukernel", bl, mr, bl.nv, epilogue, accumulate)
-  ms = bl.mr_small if 0 < bl.mr_small < mr else 0
+  # (off unless 2*mr_small < mr: else every tile would take the small kernel)
+  ms = bl.mr_small if 0 < 2 * bl.mr_small < mr else 0
   narrow = bl.narrow and bl.nv > 1
   uk_n = _emit_ukernel(cx, name + ".ukernel_n", bl, mr, 1, epilogue, accumulate) if narrow \
       else None
@@ -590,7 +673,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
               for r in (4, 2, 1)} if bl.stream_rows > 0 else None
 
-  fn = ir.Function(module, _signature(cx), name)
+  fn = ir.Function(module, _signature(cx.p), name)
   for a, n in zip(fn.args, ARG_NAMES):
     a.name = n
   (A, B, C, M, N, K, lda, ldb, ldc, ta, tb, batch, sA, sB, sC, tid, nth, pack) = fn.args
@@ -810,7 +893,8 @@ _OBJ_MAGIC = b"ourjax-gemm-obj-1\n"
 
 def _cache_path(sym: str) -> Optional[str]:
   """Where the object code of ``sym`` is cached (None: caching off), keyed by this file's and
-  the JIT engine's source, the LLVM version and the host CPU."""
+  the JIT engine's source, the LLVM version, the CPU code is generated for (name and features:
+  the host's or ``OURJAX_CPU``'s) and the vector target chosen for it (width, FMA, blocking)."""
   import hashlib
   import os
   import llvmlite.binding as llvm
@@ -827,7 +911,7 @@ def _cache_path(sym: str) -> Optional[str]:
     with open(f, "rb") as fh:
       h.update(fh.read())
   h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),
-                 jit.triple())).encode())
+                 jit.triple(), vector_target())).encode())
   return os.path.join(d, "gemm", f"{sym}-{h.hexdigest()[:32]}.o")
 
 
@@ -869,9 +953,10 @@ def _cache_store(path: Optional[str], obj: bytes) -> None:
     pass
 
 
-def _signature(cx: _Ctx) -> ir.FunctionType:
-  return ir.FunctionType(ir.VoidType(), [cx.p, cx.p, cx.p, I64, I64, I64, I64, I64, I64, I32, I32,
-                                         I64, I64, I64, I64, I64, I64, cx.p])
+def _signature(p: ir.Type) -> ir.FunctionType:
+  """The kernel's type, ``p`` the element pointer type."""
+  return ir.FunctionType(ir.VoidType(), [p, p, p, I64, I64, I64, I64, I64, I64, I32, I32,
+                                         I64, I64, I64, I64, I64, I64, p])
 
 
 def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
@@ -879,7 +964,7 @@ def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
   sym = shared_gemm_symbol(dtype)
   fn = module.globals.get(sym)
   if fn is None:
-    fn = ir.Function(module, _signature(_Ctx(module, dtype)), sym)
+    fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)
   return fn
 
 
@@ -908,7 +993,7 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   if batch_strides is None:
     batch_strides = (M * K, K * N, M * ldc)
   module = b.module
-  cx = _Ctx(module, dtype)
+  ptr_t = _TYPES[dtype][0]().as_pointer()
   if epilogue is None and not accumulate and shared:
     fn = declare_shared_gemm(module, dtype)
   else:
@@ -918,7 +1003,7 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
         i += 1
       name = f"gemm.{i}"
     fn = emit_gemm(module, name, dtype, epilogue=epilogue, accumulate=accumulate)
-  p = lambda v: b.bitcast(v, cx.p)  # noqa: E731
+  p = lambda v: b.bitcast(v, ptr_t)  # noqa: E731
   args = [p(A), p(B), p(C), _c64(M), _c64(N), _c64(K), _c64(la[1]), _c64(lb[1]), _c64(ldc),
           _c32(0 if la[0] else 1), _c32(1 if lb[0] else 0), _c64(batch),
           *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch)]

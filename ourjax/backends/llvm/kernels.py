@@ -782,9 +782,9 @@ def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
   ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``).
 
-  Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, register-blocked AVX-512
-  micro-kernel, one process-wide compiled kernel) when both operands have a unit stride, else
-  the simpler kernel below."""
+  Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, a micro-kernel register-blocked
+  for the target's vector ISA, one process-wide compiled kernel) when both operands have a unit
+  stride, else the simpler kernel below."""
   if _gemm_layout_ok(spec):
     from ourjax.backends.llvm import gemm
     gemm.emit_gemm_call(b, "f32" if spec.dtype == E.F32 else "f64", A, Bm, C, M=spec.M,
@@ -819,11 +819,15 @@ def gemm_symbols(spec) -> list:
 def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   """Register-blocked: for each block of NR columns, B[:, block] is packed into a contiguous
   K x NR panel (in the thread's scratch), then MR rows at a time accumulate MR x NR outputs in
-  vector registers (``<W x T>`` FMAs on a broadcast A element).  Threads split the column
-  blocks (or the rows when there are few of them).  Sums are accumulated with FMA in k order,
-  which differs from the reference's BLAS only by rounding."""
+  vector registers (``<W x T>`` FMAs on a broadcast A element; W and FMA or multiply + add come
+  from the GEMM's vector target, ``gemm.vector_target()``: 6 x 2 accumulators + 2 B + 1
+  broadcast fit 16 registers).  Threads split the column blocks (or the rows when there are few
+  of them).  Sums are accumulated in k order, which differs from the reference's BLAS only by
+  rounding."""
+  from ourjax.backends.llvm import gemm
+  vt = gemm.vector_target()
   t = E.compute_type(spec.dtype)
-  W = 16 if spec.dtype == E.F32 else 8
+  W = vt.lanes["f32" if spec.dtype == E.F32 else "f64"]
   NV = 2
   NR = W * NV
   MR = 6
@@ -835,7 +839,11 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   zero_v = ir.Constant(vty, [ir.Constant(t, 0.0)] * W)
   fma_name = f"llvm.fma.v{W}{'f32' if t == E.FLT else 'f64'}"
   mod = b.module
-  fma = mod.globals.get(fma_name) or ir.Function(mod, ir.FunctionType(vty, [vty] * 3), fma_name)
+  fma = (mod.globals.get(fma_name) or ir.Function(mod, ir.FunctionType(vty, [vty] * 3), fma_name)
+         if vt.fma else None)
+
+  def madd(x, y, acc):
+    return b.call(fma, [x, y, acc]) if fma is not None else b.fadd(b.fmul(x, y), acc)
 
   def vload(p):
     return b.load(b.bitcast(p, vty.as_pointer()), align=4 if t == E.FLT else 8)
@@ -886,7 +894,7 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
           for r in range(mr):
             av = splat(b.load(b.gep(arows[r], [b.mul(k.index, i64(spec.a_sk))])))
             for v in range(NV):
-              b.store(b.call(fma, [av, bv[v], b.load(slots[r][v])]), slots[r][v])
+              b.store(madd(av, bv[v], b.load(slots[r][v])), slots[r][v])
         fn = b.function
         fullb, partb, joinb = (fn.append_basic_block(x) for x in ("st.full", "st.part", "st.join"))
         b.cbranch(full, fullb, partb)
@@ -916,11 +924,11 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
 
 
 def dot_scratch_bytes(spec: DotSpec, max_threads: int) -> int:
+  from ourjax.backends.llvm import gemm
+  dtype = "f32" if spec.dtype == E.F32 else "f64"
   if _gemm_layout_ok(spec):
-    from ourjax.backends.llvm import gemm
-    return gemm.pack_buffer_bytes("f32" if spec.dtype == E.F32 else "f64", spec.M, spec.N,
-                                  spec.K, max_threads) + 64
-  W = 16 if spec.dtype == E.F32 else 8
+    return gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, max_threads) + 64
+  W = gemm.vector_target().lanes[dtype]   # _emit_dot_blocked's K x NR panel (NR = 2*W)
   return (spec.K * 2 * W * spec.dtype.itemsize + 64) * max_threads
 
 
