@@ -719,10 +719,18 @@ def machine(target: str, libs_have_jax: bool) -> dict:
 
 
 def _git_rev() -> str:
+  """`` (git HASH)``, with ``+changes`` when the tracked files differ from that commit (a copy
+  of a working tree, as on a lent machine, is then not that commit)."""
+  here = os.path.dirname(os.path.abspath(__file__))
   try:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True, cwd=os.path.dirname(os.path.abspath(__file__)), timeout=5)
-    return f" (git {rev.stdout.strip()})" if rev.returncode == 0 and rev.stdout.strip() else ""
+                         text=True, cwd=here, timeout=5)
+    if rev.returncode != 0 or not rev.stdout.strip():
+      return ""
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, cwd=here, timeout=10)
+    mark = "+changes" if dirty.returncode == 0 and dirty.stdout.strip() else ""
+    return f" (git {rev.stdout.strip()}{mark})"
   except (OSError, subprocess.SubprocessError):
     return ""
 
