@@ -227,7 +227,8 @@ def test_transpose_of_a_dot_swaps_its_operands(nb, nl, nr, seed):
   dce.run(m)
   verify(m)
   assert entry_ops(m) == ["dot"]
-  args = args_for(m0, seed)
+  # finite values: with infinities the order of the sums decides between inf and NaN
+  args = [rng.standard_normal(p.dims).astype(np.float32) for p in m0.entry.parameters]
   np.testing.assert_allclose(reference.compile(m)(*args)[0], reference.compile(m0)(*args)[0],
                              rtol=1e-5, atol=1e-5)
 

@@ -26,7 +26,12 @@ def _compiled(fn, args):
 
 
 def _assemble(ptx: str, arch: str | None = None):
-  """``ptxas`` for the PTX's own ``.target`` (sm_90a for modules with wgmma) unless given."""
+  """``ptxas`` for the PTX's own ``.target`` (sm_90a for modules with wgmma) unless given; an
+  executable's PTX of several modules is assembled module by module."""
+  if cuda_backend.MODULE_SEPARATOR in ptx:
+    for part in ptx.split(cuda_backend.MODULE_SEPARATOR):
+      _assemble(part, arch)
+    return
   if arch is None:
     import re
     m = re.search(r"^\.target (\w+)", ptx, re.M)
@@ -363,3 +368,26 @@ def test_highest_precision_convolution_stays_off_tf32():
   assert "wgmma" in default or "mma.sync" in default
   ptx = highest.as_text(dialect="ptx")
   assert "wgmma" not in ptx and "mma.sync" not in ptx
+
+
+def test_many_kernels_compile_to_several_modules(monkeypatch):
+  """A program of many kernels is cut into several PTX modules, made at once: every kernel is
+  an entry of the module the executable loads it from, and each module assembles."""
+  from ourjax.backends.cpu import backend as cpu_backend
+  monkeypatch.setattr(cpu_backend, "KERNELS_PER_MODULE", 4)
+
+  def f(a, c):
+    for _ in range(10):                 # reductions between elementwise steps: many kernels
+      a = ourjax.numpy.tanh(a * 1.1) - ourjax.numpy.mean(a, axis=0, keepdims=True)
+      c = c * 0.9 + ourjax.numpy.max(a, axis=1, keepdims=True)
+    return a, c
+  rng = np.random.default_rng(0)
+  args = (rng.standard_normal((64, 48)).astype(np.float32),
+          rng.standard_normal((64, 1)).astype(np.float32))
+  exe = _compiled(f, args).runtime_executable()
+  mods = exe.ptx_modules
+  assert len(mods) == max(1, cpu_backend.compile_groups(len(exe.kernels))) > 1
+  for n, k in enumerate(exe.kernels):
+    assert f".entry {k.name}(" in mods[n % len(mods)]
+  if PTXAS is not None:
+    _assemble(exe.ptx)

@@ -440,7 +440,10 @@ class CudaExecutable:
 
   def __init__(self, module, ptx, llvm_ir, program, kernels, consts, param_specs, out_specs,
                arena_bytes, nslots):
-    self.module, self.ptx, self.llvm_ir = module, ptx, llvm_ir
+    # ptx: the PTX of each module (kernel n lives in module n % len(ptx)), or one text
+    self.ptx_modules = [ptx] if isinstance(ptx, str) else list(ptx)
+    self.ptx = MODULE_SEPARATOR.join(self.ptx_modules)
+    self.module, self.llvm_ir = module, llvm_ir
     self.program = program
     self.kernels = kernels               # GpuKernels launched (copies excluded), by index
     self.consts = consts                 # (slot, numpy value)
@@ -459,10 +462,12 @@ class CudaExecutable:
   def _load(self):
     dev = driver.get_device(0)
     info = codegen.DeviceInfo(dev.arch, dev.multiprocessor_count)
-    mod = dev.load_module(self.ptx, self.module.name)
+    mods = [dev.load_module(p, f"{self.module.name}.{g}")
+            for g, p in enumerate(self.ptx_modules)]
+    mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []
-    for k in self.kernels:
-      f = mod.function(k.name)
+    for n, k in enumerate(self.kernels):
+      f = mods[n % len(mods)].function(k.name)
       grid, block, shared = k.launch(info)
       if shared > 48 * 1024:
         f.set_max_dynamic_shared(shared)
@@ -796,17 +801,25 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   return prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots
 
 
+#: Separates the PTX (and LLVM IR) texts of an executable's modules in ``exe.ptx``.
+MODULE_SEPARATOR = "\n// ---- next module ----\n"
+
+
 def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
-  """(plan, LLVM IR text, PTX text) of ``module``."""
+  """(plan, LLVM IR text, PTX texts) of ``module``: its kernels in one module, or, when there
+  are many (``cpu_backend.compile_groups``), in several, turned into PTX at once on several
+  threads and loaded as modules of their own (the kernels do not call each other)."""
   info = info or device_info()
   plan = _plan(module, info)
   kernels = plan[1]
-  irmod = codegen.new_module(module.name or "ourjax", info.arch)
-  for k in kernels:
-    k.emit_gpu(irmod)
-  ir_text = str(irmod)
-  ptx = codegen.compile_ptx(ir_text, info.arch)
-  return plan, ir_text, ptx
+  groups = max(1, _cpu_planning().compile_groups(len(kernels)))
+  irmods = [codegen.new_module(f"{module.name or 'ourjax'}.{g}", info.arch)
+            for g in range(groups)]
+  for n, k in enumerate(kernels):
+    k.emit_gpu(irmods[n % groups])
+  texts = [str(m) for m in irmods]
+  ptx = codegen.compile_ptx_modules(texts, info.arch)
+  return plan, MODULE_SEPARATOR.join(texts), ptx
 
 
 def _dump(module, ir_text, ptx):
@@ -842,7 +855,7 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
     log.warning("cuda backend: code generation failed for %s; running it on the CPU backend: "
                 "%s", module.name, str(e)[:2000])
     return HostFallbackExecutable(module, "code generation failed")
-  _dump(module, ir_text, ptx)
+  _dump(module, ir_text, MODULE_SEPARATOR.join(ptx))
   prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots = plan
   return CudaExecutable(module, ptx, ir_text, prog, kernels, consts, param_specs, out_specs,
                         arena_bytes, nslots)

@@ -115,26 +115,53 @@ def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
   """PTX text of an ``ir.Module`` (or IR text): verified, optimised at O3 (the NVPTX pipeline
   then vectorises adjacent loads/stores), printed.  Raises ``CompileError`` with LLVM's
   message."""
-  from ourjax.errors import CompileError
   text = str(module)
-  if arch == "90" and "wgmma." in text:
-    arch = "90a"      # wgmma (WgmmaDot) exists only in the arch-specific target
-  tm = target_machine(arch)
+  tm = target_machine(_arch_for(text, arch))
   with _lock:
-    try:
-      ref = llvm.parse_assembly(text)
-      ref.verify()
-    except RuntimeError as e:
-      raise CompileError(f"LLVM rejected the GPU module: {e}\n" + _ir_context(text, str(e))
-                         ) from None
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(ref, pb)
-    try:
-      return tm.emit_assembly(ref)
-    except RuntimeError as e:
-      raise CompileError(f"the NVPTX backend failed: {e}") from None
+    return _ptx(text, arch, tm, None)
+
+
+def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
+  """``compile_ptx`` of several independent modules at once, one thread each (at most one per
+  core), each in an LLVM context and a target machine of its own (llvmlite releases the GIL
+  inside LLVM): a program's kernels, cut into modules, are optimised and printed in parallel."""
+  texts = [str(m) for m in modules]
+  if len(texts) == 1:
+    return [compile_ptx(texts[0], arch)]
+  target_machine(arch)               # (initialises LLVM's targets once, under the lock)
+
+  def one(text):
+    a = _arch_for(text, arch)
+    tm = llvm.Target.from_triple(TRIPLE).create_target_machine(
+        cpu=f"sm_{a}", features=f"+ptx{PTX_VERSION}", opt=3)
+    return _ptx(text, a, tm, llvm.create_context())
+
+  import os
+  from concurrent.futures import ThreadPoolExecutor
+  with ThreadPoolExecutor(max(1, min(len(texts), os.cpu_count() or 1))) as pool:
+    return list(pool.map(one, texts))
+
+
+def _arch_for(text: str, arch: str) -> str:
+  return "90a" if arch == "90" and "wgmma." in text else arch   # wgmma: sm_90a only
+
+
+def _ptx(text: str, arch: str, tm, context) -> str:
+  from ourjax.errors import CompileError
+  try:
+    ref = llvm.parse_assembly(text, context=context)
+    ref.verify()
+  except RuntimeError as e:
+    raise CompileError(f"LLVM rejected the GPU module: {e}\n" + _ir_context(text, str(e))
+                       ) from None
+  pto = llvm.create_pipeline_tuning_options(speed_level=3)
+  pto.loop_unrolling = True
+  pb = llvm.create_pass_builder(tm, pto)
+  pb.getModulePassManager().run(ref, pb)
+  try:
+    return tm.emit_assembly(ref)
+  except RuntimeError as e:
+    raise CompileError(f"the NVPTX backend failed: {e}") from None
 
 
 def _ir_context(text: str, err: str, around: int = 3) -> str:
