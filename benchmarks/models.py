@@ -36,6 +36,8 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import _block  # noqa: E402  (waits for a tree of results, as benchmarks/run.py does)
 
 # ------------------------------------------------------------------------------------------------
 # Sizes: one table per target.  cpu: a step of about 1-50 ms for JAX on 2 cores; cuda: about
@@ -492,18 +494,6 @@ def _seed(name: str) -> int:
 
 # ------------------------------------------------------------------------------------------------
 # Running, checking, timing
-
-
-def _block(x):
-  if hasattr(x, "block_until_ready"):
-    x.block_until_ready()
-  elif isinstance(x, (tuple, list)):
-    for v in x:
-      _block(v)
-  elif isinstance(x, dict):
-    for v in x.values():
-      _block(v)
-  return x
 
 
 def _host_leaves(lib, tree):
