@@ -83,6 +83,10 @@ def test_im2col_convolution_uses_the_concat_kernel():
       want += np.einsum("nhwc,co->nhwo", xp[:, dy:dy + 9, dx:dx + 7], w[dy, dx])
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
   assert "ConcatKernel" in _kernel_kinds(f, x, w)
+  # the profiler names the HLO the patch kernel covers
+  rows = f.lower(x, w).compile().profile(x, w, reps=1).rows
+  (patch,) = [r for r in rows if r["kind"] == "ConcatKernel"]
+  assert "slice" in patch["hlo"] and "concatenate" in patch["hlo"]
 
 
 @st.composite

@@ -24,7 +24,7 @@ __all__ = ["describe", "covered", "contraction_flops"]
 #: Kernels that finish or prepare a contraction that another kernel counts.
 _NO_FLOPS = {"SplitKSum", "StridedTranspose"}
 
-_ROOT_ATTRS = ("dot", "reduce", "sort", "scatter", "dus")
+_ROOT_ATTRS = ("dot", "reduce", "sort", "scatter", "dus", "root")   # root: concat.ConcatKernel
 _PAIR_ATTRS = ("outputs", "inner_outs", "outer_outs")
 _LIST_ATTRS = ("prefetch", "prefetch_outer", "prefetch_elem", "reduces")
 
