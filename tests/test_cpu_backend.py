@@ -16,7 +16,7 @@ import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
 from jaxpr_programs import assert_outputs_close, programs
-from ourjax.backends import reference
+from ourjax.backends import disk_cache, reference
 from ourjax.backends.cpu import backend as cpu
 from ourjax.backends.cpu import jit as cpu_jit
 from ourjax.config import config
@@ -340,7 +340,7 @@ def test_disk_cache_two_concurrent_writers(tmp_path):
   entries = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp_path) for f in fs
              if not f.startswith("math-")]     # (the shared math functions have entries too)
   assert len(entries) == 1 and entries[0].endswith(".bin"), entries
-  meta, obj, ir_text = cpu._unpack(open(entries[0], "rb").read())
+  meta, obj, ir_text = disk_cache.unpack(open(entries[0], "rb").read())
   assert obj and cpu.ENTRY in ir_text
 
 
@@ -506,3 +506,27 @@ def test_programs_of_many_kernels_compile_in_several_modules(tmp_path, monkeypat
   for outs in (got, hit, single):
     for o, w in zip(outs, (a64, b64, c64)):
       np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-4)
+
+
+def test_an_entry_under_another_programs_key_is_not_run(tmp_path, monkeypatch, caplog):
+  """Entries record their own key: one copied to another program's path is refused as damaged
+  (and recompiled), never run as that program."""
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  x = np.linspace(-1, 1, 5).astype(F32)
+  a, b = _small_module(2.0), _small_module(3.0)
+  cpu.compile(a)
+  cpu.compile(b)
+  pa, pb = _entry_path(_small_module(2.0), str(tmp_path)), _entry_path(_small_module(3.0),
+                                                                        str(tmp_path))
+  with open(pa, "rb") as f:
+    foreign = f.read()
+  with open(pb, "wb") as f:                # program a's entry where program b's belongs
+    f.write(foreign)
+  calls = _count_compiles(monkeypatch)
+  with caplog.at_level(logging.WARNING, logger="ourjax"):
+    exe = cpu.compile(_small_module(3.0))
+  assert len(calls) == 1 and any("not" in r.getMessage() and "damaged" in r.getMessage()
+                                 for r in caplog.records)
+  want = reference.compile(_small_module(3.0))(x)[0]
+  np.testing.assert_allclose(exe(x)[0], want, rtol=1e-6)

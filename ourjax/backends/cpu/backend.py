@@ -32,11 +32,12 @@ Compilation:
    for; ``OURJAX_CPU_PROFILE=1`` makes it the default) instruments the entry: thread 0 reads
    the cycle counter around every kernel and loop (``cpu/profiling.py``; ``exe.profile()``
    lists the last call's cycles).  The instrumented code is cached apart from the plain one.
-5. *Caching*: the object code is kept on disk under ``OURJAX_CACHE_DIR`` (default
-   ``~/.cache/ourjax``; ``OURJAX_CACHE_DIR=off`` disables it), keyed by the module text, the
-   constants' bytes, this backend's source, the LLVM version and the host CPU; entries are
-   written atomically (temporary file + ``os.replace``) and checked (length + SHA-256) when read:
-   a damaged entry is logged and recompiled.
+5. *Caching* (``backends/disk_cache.py``): the object code is kept on disk under
+   ``OURJAX_CACHE_DIR`` (default ``~/.cache/ourjax``; ``OURJAX_CACHE_DIR=off`` disables it),
+   keyed by the module text, the constants' bytes, this backend's source, the LLVM version and
+   the host CPU; entries are written atomically (temporary file + ``os.replace``), record
+   their own key and are checked (length, SHA-256, key) when read: a damaged or foreign entry
+   is logged and recompiled.
 
 A module with something the emitter does not handle yet (complex or 8-bit float types, opcodes
 outside ``NATIVE_OPCODES``) runs on the reference backend instead (logged at debug level);
@@ -46,18 +47,16 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import logging
 import math
 import os
-import struct
 import sys
 import threading
-import zlib
 
 import numpy as np
 
 from ourjax.backends.cpu import profiling
+from ourjax.backends import disk_cache
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.lowering import hlo
@@ -1287,7 +1286,6 @@ class CpuExecutable:
 # compile + cache
 # ---------------------------------------------------------------------------------------------
 
-_MAGIC = b"OURJAXCPU1\n"
 _source_hash = None
 
 
@@ -1327,84 +1325,10 @@ def cache_key(module: hlo.Module, profile: bool = False) -> str:
   return h.hexdigest()
 
 
-def cache_dir() -> str | None:
-  """The on-disk compilation cache directory, or None when disabled."""
-  from ourjax.config import config
-  d = config.jax_compilation_cache_dir or os.environ.get("OURJAX_CACHE_DIR")
-  if d and d.strip().lower() in ("off", "none", "0", "false", "disabled"):
-    return None
-  return d or os.path.join(os.path.expanduser("~"), ".cache", "ourjax")
-
-
-def _pack(meta: dict, obj: bytes, ir_text: str) -> bytes:
-  m = json.dumps(meta).encode()
-  ir_z = zlib.compress(ir_text.encode(), 1)
-  payload = struct.pack("<Q", len(m)) + m + struct.pack("<Q", len(obj)) + obj + ir_z
-  return _MAGIC + struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload
-
-
-def _unpack(data: bytes):
-  """(meta, obj, ir) or raises ValueError naming what is wrong."""
-  if not data.startswith(_MAGIC):
-    raise ValueError("bad magic")
-  off = len(_MAGIC)
-  if len(data) < off + 40:
-    raise ValueError("truncated header")
-  (n,) = struct.unpack_from("<Q", data, off)
-  digest = data[off + 8:off + 40]
-  payload = data[off + 40:]
-  if len(payload) != n:
-    raise ValueError(f"payload is {len(payload)} bytes, header says {n}")
-  if hashlib.sha256(payload).digest() != digest:
-    raise ValueError("checksum mismatch")
-  (mlen,) = struct.unpack_from("<Q", payload, 0)
-  meta = json.loads(payload[8:8 + mlen].decode())
-  p = 8 + mlen
-  (olen,) = struct.unpack_from("<Q", payload, p)
-  obj = payload[p + 8:p + 8 + olen]
-  ir_text = zlib.decompress(payload[p + 8 + olen:]).decode()
-  return meta, obj, ir_text
-
-
-def _cache_read(key):
-  d = cache_dir()
-  if not d:
-    return None
-  path = os.path.join(d, key[:2], key + ".bin")
-  try:
-    with open(path, "rb") as f:
-      data = f.read()
-  except OSError:
-    return None
-  try:
-    return _unpack(data)
-  except Exception as e:   # damaged entry: say so, drop it, recompile
-    log.warning("ourjax: compilation cache entry %s is damaged (%s); recompiling", path, e)
-    try:
-      os.remove(path)
-    except OSError:
-      pass
-    return None
-
-
-def _cache_write(key, meta, obj, ir_text):
-  d = cache_dir()
-  if not d:
-    return
-  sub = os.path.join(d, key[:2])
-  path = os.path.join(sub, key + ".bin")
-  tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-  try:
-    os.makedirs(sub, exist_ok=True)
-    with open(tmp, "wb") as f:
-      f.write(_pack(meta, obj, ir_text))
-    os.replace(tmp, path)
-  except OSError as e:
-    log.debug("ourjax: could not write the compilation cache entry %s: %s", path, e)
-    try:
-      os.remove(tmp)
-    except OSError:
-      pass
+# the disk cache itself (entry format, atomic writes, checks) serves both native targets
+cache_dir = disk_cache.cache_dir
+_cache_read = disk_cache.read
+_cache_write = disk_cache.write
 
 
 def _step_label(step) -> str:

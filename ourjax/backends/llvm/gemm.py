@@ -858,7 +858,7 @@ _shared: dict = {}
 def shared_gemm_symbol(dtype: str) -> str:
   """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``, ready to
   be linked: on first use it is loaded from the on-disk cache of the CPU backend
-  (``ourjax.backends.cpu.backend.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.3 s)
+  (``ourjax.backends.disk_cache.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.3 s)
   and stored there, then registered with LLVM's symbol table (``llvm.add_symbol``), so a module
   that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled or loaded by
   ``ourjax.backends.cpu.jit`` and pays no compile time for it."""
@@ -900,7 +900,7 @@ def _cache_path(sym: str) -> Optional[str]:
   import llvmlite.binding as llvm
   from ourjax.backends.cpu import jit
   try:
-    from ourjax.backends.cpu.backend import cache_dir
+    from ourjax.backends.disk_cache import cache_dir
     d = cache_dir()
   except Exception:  # noqa: BLE001 - no backend, no cache
     return None
