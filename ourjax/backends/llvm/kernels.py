@@ -51,6 +51,9 @@ HARD_OPS = {"dot", "convolution", "sort", "scatter"}
 PARALLEL_MIN_WORK = 1 << 17
 #: Most pieces a parallel kernel is cut into.
 MAX_CHUNKS = 16
+#: Fewest multiply-adds in a piece of a parallel dot (claiming a piece and setting up its
+#: panels costs microseconds; a piece of this size computes for tens of them).
+DOT_PIECE_WORK = 1 << 22
 
 
 class PlanError(EmitterError):
@@ -961,8 +964,16 @@ class DotKernel(Kernel):
 
   @property
   def chunks(self) -> int:
-    # each piece packs its share of one operand and all of the other: few, large pieces
-    return 1 if not self.parallel else (2 if self.work < (1 << 28) else 4)
+    """A batched dot is cut into whole batch entries (nothing is packed twice), pieces of at
+    least ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Otherwise every piece
+    packs its share of one operand and all of the other: few, large pieces (2, or 4 past
+    2^28 multiply-adds; more pieces measured up to 6% slower on 2 cores)."""
+    if not self.parallel:
+      return 1
+    s = self.spec
+    if s.B >= 2:
+      return max(2, min(MAX_CHUNKS, s.B, self.work // DOT_PIECE_WORK))
+    return 2 if self.work < (1 << 28) else 4
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
