@@ -530,3 +530,33 @@ def test_an_entry_under_another_programs_key_is_not_run(tmp_path, monkeypatch, c
                                  for r in caplog.records)
   want = reference.compile(_small_module(3.0))(x)[0]
   np.testing.assert_allclose(exe(x)[0], want, rtol=1e-6)
+
+
+def test_dot_pieces_follow_the_host_threads_without_changing_bits():
+  """An unbatched dot gets more pieces on a host with more threads (up to its packing cost
+  bound), a batched one whole batch entries; the numbers are the same bits either way."""
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((1200, 300)).astype(F32)
+  b = rng.standard_normal((300, 700)).astype(F32)
+  q = rng.standard_normal((12, 64, 40)).astype(F32)
+  k = rng.standard_normal((12, 40, 64)).astype(F32)
+  saved = cpu.num_threads()
+  outs, pieces = {}, {}
+  try:
+    for n in (2, 16):
+      cpu.set_num_threads(n)
+      mm = ourjax.jit(lambda x, y: x @ y)
+      bmm = ourjax.jit(lambda x, y: jnp.einsum("bik,bkj->bij", x, y))
+      got = [np.asarray(mm(a, b)), np.asarray(bmm(q, k))]
+      outs[n] = got
+      exes = [f.lower(*args).compile()._executable.compiled
+              for f, args in ((mm, (a, b)), (bmm, (q, k)))]
+      pieces[n] = [[int(s.split(" x")[1].split()[0]) for s in e.meta["steps"]
+                    if s.startswith("DotKernel") and " x" in s] for e in exes]
+  finally:
+    cpu.set_num_threads(saved)
+  for x, y in zip(outs[2], outs[16]):
+    np.testing.assert_array_equal(x, y)
+  np.testing.assert_allclose(outs[2][0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+  assert pieces[2][0] == [2] and pieces[16][0] == [min(16, 1 + 1200 // 320)]
+  assert pieces[2][1] == pieces[16][1] and pieces[2][1][0] >= 2

@@ -563,7 +563,7 @@ class _Planner:
     """The planned kernels of one group (a backend may rearrange them)."""
     planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
                              widen_narrow_dots=self.widen_narrow_dots,
-                             concat_kernels=self.concat_kernels)
+                             concat_kernels=self.concat_kernels, threads=num_threads())
     return planner.plan(instrs, outputs, leafmap)
 
   def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp):
@@ -1320,7 +1320,7 @@ def cache_key(module: hlo.Module, profile: bool = False) -> str:
         h.update(v.tobytes())
   h.update(_backend_source_hash().encode())
   h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
-           f"{jit.cpu_features()}/{MAX_THREADS}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
+           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
            f"{bool(profile)}".encode())
   return h.hexdigest()
 

@@ -955,8 +955,9 @@ def _narrow_float_dot(dot) -> bool:
 
 
 class DotKernel(Kernel):
-  def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf):
+  def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
     self.dot, self.spec = dot, DotSpec(dot)
+    self.threads = threads           # the host's threads at planning time (see chunks)
     self.symbols = gemm_symbols(self.spec)
     self.lhs, self.rhs, self.out = lhs, rhs, out
     s = self.spec
@@ -966,14 +967,20 @@ class DotKernel(Kernel):
   def chunks(self) -> int:
     """A batched dot is cut into whole batch entries (nothing is packed twice), pieces of at
     least ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Otherwise every piece
-    packs its share of one operand and all of the other: few, large pieces (2, or 4 past
-    2^28 multiply-adds; more pieces measured up to 6% slower on 2 cores)."""
+    packs its share of one operand and all of the other: ``pieces - 1`` extra copies of
+    ``min(M, N) * K`` elements against ``M * N * K / 32`` vector multiply-adds, so a host with
+    threads to run them gets up to ``1 + max(M, N) / 320`` pieces (the extra packing under a
+    tenth of the products), and never fewer than 2 (4 past 2^28 multiply-adds): pieces
+    beyond the threads measured up to 6% slower on 2 cores.  The GEMM's results do not depend
+    on how it is cut, so neither do they on the host's threads."""
     if not self.parallel:
       return 1
     s = self.spec
+    by_work = self.work // DOT_PIECE_WORK
     if s.B >= 2:
-      return max(2, min(MAX_CHUNKS, s.B, self.work // DOT_PIECE_WORK))
-    return 2 if self.work < (1 << 28) else 4
+      return max(2, min(MAX_CHUNKS, s.B, by_work))
+    few = 2 if self.work < (1 << 28) else 4
+    return max(few, min(MAX_CHUNKS, self.threads, 1 + max(s.M, s.N) // 320, by_work))
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
@@ -1039,8 +1046,9 @@ class GroupPlanner:
   buffers; ``max_threads`` sizes per-thread scratch."""
 
   def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str,
-               widen_narrow_dots: bool = True, concat_kernels: bool = True):
+               widen_narrow_dots: bool = True, concat_kernels: bool = True, threads: int = 1):
     self.new_temp, self.new_scratch = new_temp, new_scratch
+    self.threads = min(threads, max_threads)   # the host's (DotKernel.chunks)
     # f16/bf16 dots go through the f32 GEMM on the CPU; a GPU has narrow-type tensor cores
     self.widen_narrow_dots = widen_narrow_dots
     # many-part concatenations written part by part (concat.ConcatKernel; CPU only for now)
@@ -1146,7 +1154,8 @@ class GroupPlanner:
       out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
       spec = DotSpec(instr)
       scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), instr.name)
-      self.kernels.append(DotKernel(self._name(), instr, lhs, rhs, out, scratch))
+      self.kernels.append(DotKernel(self._name(), instr, lhs, rhs, out, scratch,
+                                    threads=self.threads))
       leafmap[instr] = out
       return
     if op == "dot" and self.widen_narrow_dots and _narrow_float_dot(instr):
@@ -1212,7 +1221,7 @@ class GroupPlanner:
     spec = DotSpec(wide)
     scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), wide.name)
     self.kernels.append(DotKernel(self._name(), wide, leafmap[conv[0]], leafmap[conv[1]], res,
-                                  scratch))
+                                  scratch, threads=self.threads))
     leafmap[wide] = res
     if res is out_buf:
       leafmap[instr] = res
