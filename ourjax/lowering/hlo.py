@@ -570,6 +570,18 @@ class Module:
     return new
 
 
+def dot_operand_groups(dot: "Instruction", k: int) -> tuple:
+  """(batch, free, contracting) dimensions of operand ``k`` (0: lhs, 1: rhs) of ``dot``: batch
+  and contracting ones in the order of the dimension numbers (they pair with the other
+  operand's), free ones in increasing order (the result's)."""
+  side = ("lhs", "rhs")[k]
+  a = dot.attrs
+  batch = list(a[f"{side}_batch_dims"])
+  contract = list(a[f"{side}_contracting_dims"])
+  free = [d for d in range(dot.operands[k].shape.rank) if d not in batch and d not in contract]
+  return batch, free, contract
+
+
 def reshape_groups(src: Sequence[int], dst: Sequence[int]):
   """The shortest consecutive groups of ``src`` and ``dst`` dimensions with equal element
   counts, as ``((s0, s1), (d0, d1))`` ranges (a reshape maps each group to its partner and

@@ -13,6 +13,7 @@ from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm.emitter import I32, ForLoop, alloca_entry, i64
 from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, MAX_CHUNKS, Buf, Kernel,
                                           partition)
+from ourjax.lowering import hlo
 
 __all__ = ["DotSpec", "DotKernel", "emit_dot", "gemm_symbols", "dot_scratch_bytes",
            "fast_dot_ok"]
@@ -45,11 +46,8 @@ class DotSpec:
 
   def __init__(self, dot):
     lhs, rhs = dot.operands
-    a = dot.attrs
-    lb, rb = list(a["lhs_batch_dims"]), list(a["rhs_batch_dims"])
-    lc, rc = list(a["lhs_contracting_dims"]), list(a["rhs_contracting_dims"])
-    lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    lb, lf, lc = hlo.dot_operand_groups(dot, 0)
+    rb, rf, rc = hlo.dot_operand_groups(dot, 1)
     ls, rs = _row_major_strides(lhs.dims), _row_major_strides(rhs.dims)
     parts = [_group_stride(lhs.dims, ls, lb), _group_stride(lhs.dims, ls, lf),
              _group_stride(lhs.dims, ls, lc), _group_stride(rhs.dims, rs, rb),

@@ -1437,15 +1437,12 @@ class Emitter:
     res = [b.load(s) for s in slots]
     return tuple(res) if n > 1 else res[0]
 
-  # -- contractions (elemental forms: correct, simple; kernels.py has the fast dot) ----------
+  # -- contractions (elemental forms: correct, simple; dots.py has the fast dot) -------------
   def _op_dot(self, instr, index):
     b = self.b
     lhs, rhs = instr.operands
-    a = instr.attrs
-    lb, rb = list(a["lhs_batch_dims"]), list(a["rhs_batch_dims"])
-    lc, rc = list(a["lhs_contracting_dims"]), list(a["rhs_contracting_dims"])
-    lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    lb, lf, lc = hlo.dot_operand_groups(instr, 0)
+    rb, rf, rc = hlo.dot_operand_groups(instr, 1)
     acc_dt = _accumulation_dtype(lhs.dtype, rhs.dtype, instr.dtype)
     out = index.multi
     nb = len(lb)

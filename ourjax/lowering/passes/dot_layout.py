@@ -22,17 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ourjax.lowering.hlo import Builder, Instruction, Module
+from ourjax.lowering.hlo import Builder, Instruction, Module, dot_operand_groups
 
 PASS = "dot_layout"
-
-
-def _groups(instr: Instruction, side: str, rank: int):
-  a = instr.attrs
-  batch = list(a[f"{side}_batch_dims"])
-  contract = list(a[f"{side}_contracting_dims"])
-  free = [d for d in range(rank) if d not in batch and d not in contract]
-  return batch, free, contract
 
 
 def _chains(dims, group) -> bool:
@@ -48,15 +40,13 @@ def _chains(dims, group) -> bool:
 
 def layout_ok(instr: Instruction, k: int) -> bool:
   """Whether operand ``k`` of dot ``instr`` is in a layout the GEMMs take (as it is)."""
-  x = instr.operands[k]
-  groups = _groups(instr, ("lhs", "rhs")[k], x.shape.rank)
-  return all(_chains(x.dims, g) for g in groups)
+  dims = instr.operands[k].dims
+  return all(_chains(dims, g) for g in dot_operand_groups(instr, k))
 
 
 def _order(instr: Instruction, k: int) -> list:
   """The permutation that makes operand ``k``'s groups runs, keeping the groups' order."""
-  x = instr.operands[k]
-  groups = [g for g in _groups(instr, ("lhs", "rhs")[k], x.shape.rank) if g]
+  groups = [g for g in dot_operand_groups(instr, k) if g]
   groups.sort(key=min)
   return [d for g in groups for d in g]
 

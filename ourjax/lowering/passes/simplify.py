@@ -480,8 +480,7 @@ def transpose_of_dot(instr, ctx):
   a = d.attrs
   lhs, rhs = d.operands
   nb = len(a["lhs_batch_dims"])
-  nl = lhs.shape.rank - nb - len(a["lhs_contracting_dims"])
-  nr = rhs.shape.rank - nb - len(a["rhs_contracting_dims"])
+  nl, nr = len(hlo.dot_operand_groups(d, 0)[1]), len(hlo.dot_operand_groups(d, 1)[1])
   want = (tuple(range(nb)) + tuple(range(nb + nl, nb + nl + nr)) +
           tuple(range(nb, nb + nl)))
   if tuple(instr.attrs["dimensions"]) != want or nl == 0 or nr == 0:
@@ -653,20 +652,22 @@ def sink_reshape(instr, ctx):
       src = dims
   if src is None:
     return None
+  kept = {}         # broadcast operand -> the dimensions of src it maps to
   for o in instr.operands:
-    if (o.opcode != "reshape" and splat_value(o) is None and _scalar_operand(o) is None
-        and _kept_broadcast_dims(o, src, instr.dims) is None):
-      return None
+    if o.opcode != "reshape" and splat_value(o) is None and _scalar_operand(o) is None:
+      kept[o] = _kept_broadcast_dims(o, src, instr.dims)
+      if kept[o] is None:
+        return None
   ops = []
   for o in instr.operands:
     if o.opcode == "reshape":
       ops.append(o.operands[0])
-    elif splat_value(o) is None and _scalar_operand(o) is None:
+    elif o in kept:
       v = o.operands[0]
       keep = [n for n in v.dims if n != 1]
       if list(v.dims) != keep:
         v = ctx.b.reshape(v, keep)
-      ops.append(ctx.b.broadcast(v, src, tuple(_kept_broadcast_dims(o, src, instr.dims))))
+      ops.append(ctx.b.broadcast(v, src, tuple(kept[o])))
     elif splat_value(o) is not None:
       ops.append(ctx.b.full(splat_value(o), o.shape.with_dims(src)))
     else:
@@ -722,9 +723,8 @@ def dot_degenerate(instr, ctx):
   if rops.is_complex(acc):
     return None
   b = ctx.b
-  lb, rb = a["lhs_batch_dims"], a["rhs_batch_dims"]
-  lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
-  rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+  lb, lf, lc = hlo.dot_operand_groups(instr, 0)
+  rb, rf, rc = hlo.dot_operand_groups(instr, 1)
   nb, nl, nr = len(lb), len(lf), len(rf)
   acc_shape = instr.shape.with_dtype(acc)
 
