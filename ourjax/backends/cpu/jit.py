@@ -310,55 +310,45 @@ def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
   False skips LLVM's unroller (the vectorizer still interleaves): about half the code and a
   third less compile time for kernel-heavy modules."""
   st = _setup()
-  text = str(module)
   with _lock:
-    ref = _parse(text, st)
-    if optimize:
-      _optimize(ref, st["tm"], loop_unrolling)
-    _check_externals(ref)
-    try:
-      obj = st["tm"].emit_object(ref)
-    except RuntimeError as e:
-      raise CompileError(f"LLVM failed to generate code: {e}") from None
-    return bytes(obj), str(ref)
+    return _object(str(module), st, st["tm"], None, optimize, loop_unrolling, frozenset())
 
 
 def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
-                       provided: Iterable[str] = (), threads: Optional[int] = None) -> list:
+                       provided: Iterable[str] = ()) -> list:
   """:func:`compile_to_object` of several modules that are loaded together (each may call
-  what the others define: ``provided`` names those functions), at once on ``threads`` threads
-  (default: one per module, at most the CPU count).  Each module is parsed, optimised and
-  code-generated in an LLVM context and a target machine of its own, so the threads share
-  nothing (llvmlite releases the GIL inside LLVM).  Returns ``[(object_bytes, optimized_ir)]``
-  in the order of ``texts``."""
+  what the others define: ``provided`` names those functions), at once on one thread per
+  module (at most the CPU count).  Each module is parsed, optimised and code-generated in an
+  LLVM context and a target machine of its own, so the threads share nothing (llvmlite
+  releases the GIL inside LLVM).  Returns ``[(object_bytes, optimized_ir)]`` in the order of
+  ``texts``."""
   st = _setup()
   provided = frozenset(provided)
   if len(texts) == 1:
     with _lock:
-      ref = _parse(texts[0], st)
-      _optimize(ref, st["tm"], loop_unrolling)
-      _check_externals(ref, provided)
-      return [(_emit(st["tm"], ref), str(ref))]
+      return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided)]
 
   def one(text):
-    ctx = llvm.create_context()
-    ref = _parse(text, st, ctx)
     tm = _make_tm(st["target"], st["name"], st["features"])
-    _optimize(ref, tm, loop_unrolling)
-    _check_externals(ref, provided)
-    return _emit(tm, ref), str(ref)
+    return _object(text, st, tm, llvm.create_context(), True, loop_unrolling, provided)
 
   from concurrent.futures import ThreadPoolExecutor
-  n = threads or min(len(texts), os.cpu_count() or 1)
-  with ThreadPoolExecutor(max(1, n)) as pool:
+  with ThreadPoolExecutor(min(len(texts), os.cpu_count() or 1)) as pool:
     return list(pool.map(one, texts))
 
 
-def _emit(tm, ref) -> bytes:
+def _object(text, st, tm, context, optimize, loop_unrolling, provided):
+  """(object bytes, optimised IR) of one module: parsed in ``context`` (None: the global one,
+  under ``_lock``), optimised and code-generated with ``tm``."""
+  ref = _parse(text, st, context)
+  if optimize:
+    _optimize(ref, tm, loop_unrolling)
+  _check_externals(ref, provided)
   try:
-    return bytes(tm.emit_object(ref))
+    obj = tm.emit_object(ref)
   except RuntimeError as e:
     raise CompileError(f"LLVM failed to generate code: {e}") from None
+  return bytes(obj), str(ref)
 
 
 _MULTI = b"OURJAXOBJS1\n"

@@ -92,16 +92,19 @@ class DeviceInfo:
 # ---------------------------------------------------------------------------------------------
 
 def target_machine(arch: str = DEFAULT_ARCH):
+  """The process's shared NVPTX target machine for ``arch`` (used under ``_lock``)."""
   with _lock:
     tm = _tms.get(arch)
     if tm is None:
-      from ourjax.backends.cpu import jit
-      jit._setup()    # initialises every LLVM target (NVPTX included) once per process
-      target = llvm.Target.from_triple(TRIPLE)
-      tm = target.create_target_machine(cpu=f"sm_{arch}", features=f"+ptx{PTX_VERSION}",
-                                        opt=3)
-      _tms[arch] = tm
+      tm = _tms[arch] = _new_target_machine(arch)
     return tm
+
+
+def _new_target_machine(arch: str):
+  from ourjax.backends.cpu import jit
+  jit._setup()    # initialises every LLVM target (NVPTX included) once per process
+  return llvm.Target.from_triple(TRIPLE).create_target_machine(
+      cpu=f"sm_{arch}", features=f"+ptx{PTX_VERSION}", opt=3)
 
 
 def new_module(name: str, arch: str = DEFAULT_ARCH) -> ir.Module:
@@ -132,9 +135,7 @@ def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
 
   def one(text):
     a = _arch_for(text, arch)
-    tm = llvm.Target.from_triple(TRIPLE).create_target_machine(
-        cpu=f"sm_{a}", features=f"+ptx{PTX_VERSION}", opt=3)
-    return _ptx(text, a, tm, llvm.create_context())
+    return _ptx(text, a, _new_target_machine(a), llvm.create_context())
 
   import os
   from concurrent.futures import ThreadPoolExecutor
