@@ -470,6 +470,7 @@ def test_programs_of_many_kernels_compile_in_several_modules(tmp_path, monkeypat
   """A program of many kernels is compiled as several LLVM modules at once (the entry calling
   the kernels of the others), packed into one cache entry that loads back whole: the same
   numbers from the fresh compile, the cache hit and the one-module compile."""
+  monkeypatch.setattr(os, "cpu_count", lambda: 4)     # (a one-core host compiles one module)
   monkeypatch.setattr(config, "_values", dict(config._values,
                                               jax_compilation_cache_dir=str(tmp_path)))
   rng = np.random.default_rng(0)

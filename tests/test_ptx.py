@@ -375,6 +375,7 @@ def test_many_kernels_compile_to_several_modules(monkeypatch):
   an entry of the module the executable loads it from, and each module assembles."""
   from ourjax.backends.cpu import backend as cpu_backend
   monkeypatch.setattr(cpu_backend, "KERNELS_PER_MODULE", 4)
+  monkeypatch.setattr(os, "cpu_count", lambda: 4)     # (a one-core host compiles one module)
 
   def f(a, c):
     for _ in range(10):                 # reductions between elementwise steps: many kernels

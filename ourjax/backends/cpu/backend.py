@@ -1325,10 +1325,9 @@ def cache_key(module: hlo.Module, profile: bool = False) -> str:
   return h.hexdigest()
 
 
-# the disk cache itself (entry format, atomic writes, checks) serves both native targets
+# the disk cache itself (entry format, atomic writes, checks: disk_cache.read / write) serves
+# both native targets
 cache_dir = disk_cache.cache_dir
-_cache_read = disk_cache.read
-_cache_write = disk_cache.write
 
 
 def _step_label(step) -> str:
@@ -1359,7 +1358,9 @@ def entry_buffers(entry: hlo.Computation):
 
 
 def _plan_and_emit(module: hlo.Module, profile: bool = False):
-  """(meta, llvm ir text) for ``module`` (with profiling instrumentation when ``profile``)."""
+  """(meta, LLVM IR texts, kernel names) for ``module`` (with profiling instrumentation when
+  ``profile``): the entry's module first, then the kernel modules (``compile_groups``), whose
+  kernels the entry's module declares by those names (none when there is one module)."""
   planner = _Planner(module)
   entry = module.entry
   params, outs, result = entry_buffers(entry)
@@ -1406,9 +1407,10 @@ KERNELS_PER_MODULE = 8
 def compile_groups(n_kernels: int) -> int:
   """How many kernel modules a program of ``n_kernels`` kernels is compiled in (0: one module
   with the entry): one per ``KERNELS_PER_MODULE`` kernels, at most one per core."""
-  if n_kernels < 2 * KERNELS_PER_MODULE:
+  cores = os.cpu_count() or 1
+  if n_kernels < 2 * KERNELS_PER_MODULE or cores < 2:
     return 0
-  return max(2, min(os.cpu_count() or 1, n_kernels // KERNELS_PER_MODULE))
+  return max(2, min(cores, n_kernels // KERNELS_PER_MODULE))
 
 
 _runtime_ready = False
@@ -1465,7 +1467,7 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
     ckey = "math-" + h.hexdigest()
     names = E.MathLib.symbols(fn, tag)
     cm = None
-    hit = _cache_read(ckey)
+    hit = disk_cache.read(ckey)
     if hit is not None:
       try:
         cm = jit.load_object(hit[1], names)
@@ -1476,7 +1478,7 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
       E.MathLib(mod).define_all(fn, tag, nargs)
       obj, _ = jit.compile_to_object(str(mod))
       cm = jit.load_object(obj, names)
-      _cache_write(ckey, {"math": [fn, tag, nargs]}, obj, "")
+      disk_cache.write(ckey, {"math": [fn, tag, nargs]}, obj, "")
     for n in names:
       llvm.add_symbol(n, cm.address(n))
     _math_done[key] = cm     # keeps the machine code alive for the process
@@ -1519,7 +1521,7 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
     return reference.compile(module)
   key = cache_key(module, profile)
-  hit = _cache_read(key)
+  hit = disk_cache.read(key)
   if hit is not None:
     meta, obj, ir_text = hit
     try:
@@ -1547,5 +1549,5 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
     log.warning("cpu backend: LLVM failed on %s; running it on the reference backend: %s",
                 module.name, str(e)[:2000])
     return reference.compile(module)
-  _cache_write(key, meta, obj, ir_text)
+  disk_cache.write(key, meta, obj, ir_text)
   return CpuExecutable(module, cm, meta, ir_text)
