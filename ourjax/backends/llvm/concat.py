@@ -43,16 +43,6 @@ def concat_root(instr):
   return instr if instr.opcode == "concatenate" else None
 
 
-def _parts(concat):
-  d = concat.attrs["dimensions"][0]
-  out, offset = [], 0
-  for x in concat.operands:
-    if x.dims[d]:
-      out.append((x, offset))
-    offset += x.dims[d]
-  return d, out
-
-
 def wants_concat_kernel(root, leafmap, reachable) -> bool:
   """Whether output ``root`` is best written part by part: a concatenate (possibly under
   reshapes) of more than ``BRANCHY_CONCAT_PARTS`` parts, of a real dtype, whose parts are
@@ -64,7 +54,7 @@ def wants_concat_kernel(root, leafmap, reachable) -> bool:
     return False
   if np.dtype(concat.dtype).kind == "c" or concat.shape.size == 0:
     return False
-  if len(_parts(concat)[1]) <= E.BRANCHY_CONCAT_PARTS:
+  if len(E.concat_parts(concat)[1]) <= E.BRANCHY_CONCAT_PARTS:
     return False
   return all(i in leafmap or i.opcode in _PART_OPS for i in reachable)
 
@@ -89,10 +79,10 @@ class ConcatKernel(Kernel):
     dims = concat.dims
     rank = len(dims)
     strides = [math.prod(dims[k + 1:]) for k in range(rank)]
-    d, parts = _parts(concat)
+    d, parts = E.concat_parts(concat)
     out = ptr(self.buf)
     dt = concat.dtype
-    for part, off in parts:
+    for part, off, _ in parts:
       pd = part.dims
       outer = pd[:-1]
       lo, hi = partition(b, math.prod(outer), tid, nthreads)

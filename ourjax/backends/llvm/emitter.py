@@ -941,6 +941,19 @@ def reassociating_combine(b, opcode, acc, x, dt):
 # the emitter
 # ---------------------------------------------------------------------------------------------
 
+def concat_parts(instr) -> tuple:
+  """(dimension, [(operand, offset, size)]) of a concatenate: its non-empty parts, each with
+  its offset along the concatenated dimension."""
+  d = instr.attrs["dimensions"][0]
+  parts, offset = [], 0
+  for x in instr.operands:
+    n = x.dims[d]
+    if n:
+      parts.append((x, offset, n))
+    offset += n
+  return d, parts
+
+
 class Emitter:
   """Emits element values of the instructions of one computation.
 
@@ -1171,16 +1184,9 @@ class Emitter:
 
   def _op_concatenate(self, instr, index):
     b = self.b
-    d = instr.attrs["dimensions"][0]
+    d, parts = concat_parts(instr)
     pos = index.multi[d]
     result = None
-    offset = 0
-    parts = []
-    for x in instr.operands:
-      n = x.dims[d]
-      if n:
-        parts.append((x, offset, n))
-      offset += n
     if len(parts) > BRANCHY_CONCAT_PARTS:
       return self._concatenate_branches(instr, index, d, parts)
     for k, (x, off, n) in enumerate(parts):
