@@ -855,11 +855,10 @@ class GroupPlanner:
                for o in i.operands[:len(i.operands) // 2]}
     first = [(i, b) for i, b in pending if id(i) in reduced and i.opcode != "reduce"
              and isinstance(b, Buf)]
-    if first:
-      for i, b in first:
-        self._loop_kernel(_dims(i), [(i, b)], leafmap, instrs)
-        leafmap[i] = b
-      pending = [(i, b) for i, b in pending if all(i is not f for f, _ in first)]
+    for i, b in first:
+      self._loop_kernel(_dims(i), [(i, b)], leafmap, instrs)
+      leafmap[i] = b
+    pending = [pair for pair in pending if pair not in first]
     # 3. reduction outputs with their own strategies, then loop kernels
     rest = []
     for instr, buf in pending:

@@ -51,8 +51,9 @@ def run(module: Module) -> bool:
       if why is not None:
         module.note(PASS, f"%{instr.name} stays a convolution: {why}")
         continue
-      chunks = _batch_chunks(instr)
-      new = _rewrite_chunks(Builder.into(comp), instr, chunks)
+      per = _batch_per_chunk(instr)
+      new = _rewrite_chunks(Builder.into(comp), instr, per)
+      chunks = -(-_batch(instr) // per)
       comp.replace_all_uses(instr, new)
       comp.remove(instr)
       module.note(PASS, f"%{instr.name} -> patches @ kernel (%{new.name})" + (
@@ -78,7 +79,7 @@ def _refusal(conv: Instruction) -> str | None:
   if min(positions, out_spatial) > MAX_SLICES:
     return (f"{positions} kernel positions and {out_spatial} output positions, both > "
             f"MAX_SLICES")
-  patch = _patch_bytes(conv) // max(1, lhs.dims[lspec[0]])
+  patch = _patch_bytes(conv) // max(1, _batch(conv))
   if patch > MAX_PATCH_BYTES:
     return f"a patch matrix of {patch} bytes per batch element > MAX_PATCH_BYTES"
   if conv.shape.size == 0 or lhs.shape.size == 0 or rhs.shape.size == 0:
@@ -96,25 +97,29 @@ def _patch_bytes(conv: Instruction) -> int:
           * np.dtype(lhs.dtype).itemsize)
 
 
-def _batch_chunks(conv: Instruction) -> int:
-  """Into how many batch chunks the convolution is cut so that each chunk's patch matrix fits
-  MAX_PATCH_BYTES (the batch dimension is independent: out[n] depends on lhs[n] alone)."""
-  n = conv.operands[0].dims[conv.attrs["dimension_numbers"][0][0]]
+def _batch(conv: Instruction) -> int:
+  return conv.operands[0].dims[conv.attrs["dimension_numbers"][0][0]]
+
+
+def _batch_per_chunk(conv: Instruction) -> int:
+  """Batch elements per chunk, so that each chunk's patch matrix fits MAX_PATCH_BYTES (the
+  batch dimension is independent: out[n] depends on lhs[n] alone); the whole batch when the
+  patch matrix fits as it is."""
+  n = _batch(conv)
   chunks = min(n, max(1, -(-_patch_bytes(conv) // MAX_PATCH_BYTES)))
-  per = -(-n // chunks)
-  return -(-n // per)
+  return -(-n // chunks)
 
 
-def _rewrite_chunks(b: Builder, conv: Instruction, chunks: int) -> Instruction:
-  """``_rewrite`` of the convolution, or of ``chunks`` slices of its batch (each a convolution
-  of its own, rewritten, the results concatenated along the output's batch dimension: each
-  chunk's patch matrix is a temporary of its own, built just before its product)."""
-  if chunks == 1:
-    return _rewrite(b, conv)
+def _rewrite_chunks(b: Builder, conv: Instruction, per: int) -> Instruction:
+  """``_rewrite`` of the convolution, or of slices of ``per`` batch elements (each a
+  convolution of its own, rewritten, the results concatenated along the output's batch
+  dimension: each chunk's patch matrix is a temporary of its own, built just before its
+  product)."""
   lhs, rhs = conv.operands
   lspec, _, ospec = conv.attrs["dimension_numbers"]
-  n = lhs.dims[lspec[0]]
-  per = -(-n // chunks)
+  n = _batch(conv)
+  if per >= n:
+    return _rewrite(b, conv)
   outs = []
   for i0 in range(0, n, per):
     start = [0] * len(lhs.dims)
