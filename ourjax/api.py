@@ -1337,18 +1337,24 @@ def hessian(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool =
 
 
 def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
-  """Arrays of the leaves of ``x`` on ``device`` (a ``Device`` from ``ourjax.devices()``, a
-  backend name, or None for the default backend's first device: the GPU when one is present).
-  Tracers pass through unchanged."""
+  """Arrays of the leaves of ``x`` on ``device``: a ``Device`` from ``ourjax.devices()``, a
+  backend name, a ``Sharding`` (``ourjax.sharding``: the array is split into blocks over its
+  devices), a pytree of those matching ``x``, or None for the default backend's first device
+  (the GPU when one is present).  Tracers pass through unchanged."""
   from ourjax import backends
+  from ourjax.sharding import Sharding, shard_value
 
-  def put(v):
+  def put(v, dev):
     if isinstance(v, core.Tracer):
       return v
     if not isinstance(v, Array):
       v = Array(v, weak_type=dtypes.is_weakly_typed(v))
-    return backends.put_on(v, device)
-  return tree_map(put, x)
+    if isinstance(dev, Sharding):
+      return shard_value(v, dev)
+    return backends.put_on(v, dev)
+  if device is None or isinstance(device, (str, Sharding)) or hasattr(device, "platform"):
+    return tree_map(lambda v: put(v, device), x)
+  return tree_map(put, x, device)
 
 
 def device_get(x):
@@ -1403,3 +1409,12 @@ def typeof(x):
 
 def disable_jit(disable: bool = True):
   return config._override("jax_disable_jit", disable)
+
+
+def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),
+         devices=None, backend=None, axis_size=None, donate_argnums=(), global_arg_shapes=None):
+  """Map ``fun`` over devices (``interpreters/spmd.py``)."""
+  from ourjax.interpreters import spmd
+  return spmd.pmap(fun, axis_name, in_axes=in_axes, out_axes=out_axes,
+                   static_broadcasted_argnums=static_broadcasted_argnums, devices=devices,
+                   backend=backend, axis_size=axis_size, donate_argnums=donate_argnums)

@@ -30,6 +30,7 @@ class Config:
         "jax_default_matmul_precision": None,
         "jax_compilation_cache_dir": os.environ.get("OURJAX_CACHE_DIR") or None,
         "jax_numpy_rank_promotion": "allow",
+        "jax_num_cpu_devices": None,     # None: OURJAX_NUM_CPU_DEVICES, else 1 (backends)
     })
 
   def update(self, name: str, value) -> None:

@@ -394,10 +394,13 @@ if _have("fft"):
   example("fft", lambda x: lax.fft(x, "irfft", (4,)), [Arg((3,), C)], "fft:irfft")
 
 # primitives with no operands never see a batched value
-NO_OPERANDS = {"iota"}
+NO_OPERANDS = {"iota", "axis_index"}
 
 # primitives whose batching is tested in tests/test_vmap.py instead (they cannot run eagerly)
 TESTED_ELSEWHERE = {"custom_lin": "test_vmap.py::test_vmap_of_linearized_custom_vjp"}
+# the named-axis collectives need a vmap or pmap that binds their axis: tests/test_spmd.py
+TESTED_ELSEWHERE.update({n: "test_spmd.py" for n in (
+    "psum", "pmax", "pmin", "all_gather", "reduce_scatter", "all_to_all", "ppermute")})
 
 # Primitives that have no batching rule yet; a new one fails test_primitives_without_batching_rules
 # until it gets a rule (or is listed here, which makes the gap visible in review).

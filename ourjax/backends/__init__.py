@@ -124,6 +124,28 @@ class ModuleExecutable:
     return call
 
 
+  def for_device(self, device) -> "ModuleExecutable":
+    """This executable running on ``device`` (a GPU: the module is loaded there once)."""
+    per = self.__dict__.setdefault("_per_device", {})
+    exe = per.get(device.id)
+    if exe is None:
+      import copy
+      exe = copy.copy(self)
+      exe.compiled = self.compiled.for_device(device.id)
+      exe._hoisted_arrays = None
+      exe._per_device = {}
+      per[device.id] = exe
+    return exe
+
+
+def for_device(exe, device):
+  """``exe`` (from ``compile_jaxpr``) running on ``device``: executables of a device backend
+  are loaded on it; the others run where they always run."""
+  if isinstance(exe, ModuleExecutable) and hasattr(exe.compiled, "for_device"):
+    return exe.for_device(device)
+  return exe
+
+
 def _host(c):
   from ourjax.array import to_numpy
   return to_numpy(c)
@@ -250,7 +272,35 @@ class Device:
 
 
 _CPU = Device("cpu", 0)
+_CPUS: list = [_CPU]
 _GPUS: list = []
+
+
+def num_cpu_devices() -> int:
+  """How many CPU devices ourjax shows: ``OURJAX_NUM_CPU_DEVICES`` (or the config option
+  ``jax_num_cpu_devices``, or XLA's ``--xla_force_host_platform_device_count`` in
+  ``XLA_FLAGS``), else 1.  They share the host's memory and cores; their collectives run in
+  process (``backends/collectives.py``), so programs for several devices run and are tested
+  without GPUs."""
+  from ourjax.config import config
+  n = getattr(config, "jax_num_cpu_devices", None)
+  if n is None or int(n) < 1:
+    n = os.environ.get("OURJAX_NUM_CPU_DEVICES")
+    if not n:
+      for flag in os.environ.get("XLA_FLAGS", "").split():
+        if flag.startswith("--xla_force_host_platform_device_count="):
+          n = flag.split("=", 1)[1]
+  try:
+    return max(1, int(n)) if n else 1
+  except ValueError:
+    raise ValueError(f"OURJAX_NUM_CPU_DEVICES must be a positive integer, got {n!r}") from None
+
+
+def _cpu_devices() -> list:
+  n = num_cpu_devices()
+  while len(_CPUS) < n:
+    _CPUS.append(Device("cpu", len(_CPUS)))
+  return _CPUS[:n]
 
 
 def _cuda_devices() -> list:
@@ -270,7 +320,7 @@ def devices(backend=None):
       from ourjax.backends.cuda import driver
       raise RuntimeError(f"Backend 'cuda' is not available: {driver.unavailable_reason()}")
     return gpus
-  return [_CPU]
+  return _cpu_devices()
 
 
 def default_backend() -> str:
@@ -283,6 +333,9 @@ def cuda_device(id: int = 0) -> Device:
 
 
 def array_devices(array):
+  sharding = getattr(array, "_sharding", None)
+  if sharding is not None:
+    return set(sharding._device_list)
   buf = getattr(array, "_device_buf", None)
   if buf is not None and getattr(buf, "platform", None) == "gpu":
     return {_cuda_devices()[buf.device.ordinal]}
@@ -309,9 +362,14 @@ def put_on(value, device):
       return out
     a = value if isinstance(value, Array) else Array(value)
     return Array._from_device(cuda.DeviceBuffer.from_host(a._value, dev), a.aval)
-  # the host: an Array with host data only
-  if isinstance(value, Array):
-    if value._device_buf is None:
-      return value
-    return Array._from_result(value._value, value.aval)
-  return Array(value)
+  # the host: an Array with host data only (on a CPU device other than the first, tagged with
+  # its device)
+  if not isinstance(value, Array):
+    value = Array(value)
+  if device.id != 0:
+    from ourjax.sharding import ShardedArray, SingleDeviceSharding
+    host = Array._from_result(value._value, value.aval)
+    return ShardedArray._from_shards([host], SingleDeviceSharding(device), value.aval)
+  if value._device_buf is None and type(value) is Array:
+    return value
+  return Array._from_result(value._value, value.aval)

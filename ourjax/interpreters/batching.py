@@ -17,6 +17,8 @@ calls ``batch`` here.
 """
 from __future__ import annotations
 
+import threading
+
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -77,15 +79,25 @@ class BatchTrace(Trace):
   def process_primitive(self, primitive, tracers, params):
     vals = [t.val for t in tracers]
     dims = [t.batch_dim for t in tracers]
-    if all(d is not_mapped for d in dims):
+    if primitive in _rules_wanting_axis:
+      # named-axis collectives: the rule acts when the collective names this vmap's axis,
+      # batched or not
+      outs, out_dims = batch_rules[primitive](vals, dims, axis_data=self.axis_data, **params)
+    elif all(d is not_mapped for d in dims):
       return primitive.bind(*vals, **params)
-    rule = batch_rules.get(primitive)
-    if rule is None:
-      raise NotImplementedError(f"Batching rule for '{primitive.name}' not implemented")
-    if primitive in _rules_wanting_size:
-      outs, out_dims = rule(vals, dims, axis_size=self.axis_size, **params)
     else:
-      outs, out_dims = rule(vals, dims, **params)
+      rule = batch_rules.get(primitive)
+      if rule is None:
+        raise NotImplementedError(f"Batching rule for '{primitive.name}' not implemented")
+      prev = getattr(_current, "axis", None)
+      _current.axis = self.axis_data
+      try:
+        if primitive in _rules_wanting_size:
+          outs, out_dims = rule(vals, dims, axis_size=self.axis_size, **params)
+        else:
+          outs, out_dims = rule(vals, dims, **params)
+      finally:
+        _current.axis = prev
     if primitive.multiple_results:
       return [BatchTracer(self, o, d) for o, d in zip(outs, out_dims)]
     return BatchTracer(self, outs, out_dims)
@@ -93,6 +105,23 @@ class BatchTrace(Trace):
 
 # Rules registered here also receive ``axis_size=`` (e.g. to materialize unbatched operands).
 _rules_wanting_size: set = set()
+# Rules registered here receive ``axis_data=`` and are called even when no operand is batched.
+_rules_wanting_axis: set = set()
+# The axis of the batching rule running now: a jaxpr batched inside it (a jit call's, a loop
+# body's) is batched along the same named axis, so that its collectives find it.
+_current = threading.local()
+
+
+def register_rule_with_axis(primitive, rule):
+  batch_rules[primitive] = rule
+  _rules_wanting_axis.add(primitive)
+
+
+def _axis_for(axis_size: int) -> AxisData:
+  cur = getattr(_current, "axis", None)
+  if cur is not None and cur.size == axis_size:
+    return cur
+  return AxisData(None, axis_size)
 
 
 def register_rule_with_axis_size(primitive, rule):
@@ -175,7 +204,7 @@ def batch_jaxpr(closed: core.ClosedJaxpr, axis_size: int, in_dims: Sequence,
 
   def batched(*xs):
     vals, dims = trace_batched(lambda *ys: core.closed_call(closed, *ys), in_dims,
-                               AxisData(None, axis_size), xs)
+                               _axis_for(axis_size), xs)
     out_dims[:] = [0 if (i or d is not not_mapped) else not_mapped for i, d in zip(inst, dims)]
     return [matchaxis(axis_size, d, od, v) for v, d, od in zip(vals, dims, out_dims)]
 
@@ -191,9 +220,11 @@ def vmap_jaxpr(closed: core.ClosedJaxpr, axis_size: int, in_dims: Sequence,
   if out_dims is None:
     return batch_jaxpr(closed, axis_size, in_dims, instantiate=True)
   od = list(out_dims)
+  axis = _axis_for(axis_size)
   new = pe.trace_to_jaxpr(
-      lambda *xs: vmap_flat(lambda *ys: core.closed_call(closed, *ys), in_dims, od, axis_size,
-                            xs), _batched_avals(closed.in_avals, in_dims, axis_size), "vmap")
+      lambda *xs: batch(lambda *ys: core.closed_call(closed, *ys), in_dims, axis_size, xs,
+                        lambda: od, axis_name=axis.name, spmd_axis_name=axis.spmd_name),
+      _batched_avals(closed.in_avals, in_dims, axis_size), "vmap")
   return new, od
 
 

@@ -456,11 +456,22 @@ class CudaExecutable:
     self._graph = None
     self._dev = None
 
+  _ordinal = 0      # the GPU this copy runs on (for_device)
+
   def __repr__(self):
     return f"<CudaExecutable {self.module.name}: {len(self.kernels)} kernel(s)>"
 
+  def for_device(self, ordinal: int) -> "CudaExecutable":
+    """This program on GPU ``ordinal``: the same PTX, loaded there on its first call."""
+    if ordinal == self._ordinal:
+      return self
+    import copy
+    exe = copy.copy(self)
+    exe._ordinal, exe._dev, exe._graph, exe.graph_reason = ordinal, None, None, ""
+    return exe
+
   def _load(self):
-    dev = driver.get_device(0)
+    dev = driver.get_device(self._ordinal)
     info = codegen.DeviceInfo(dev.arch, dev.multiprocessor_count)
     mods = [dev.load_module(p, f"{self.module.name}.{g}")
             for g, p in enumerate(self.ptx_modules)]
@@ -707,12 +718,20 @@ class HostFallbackExecutable:
     self.inner = cpu_backend.compile(module)
     self.llvm_ir = getattr(self.inner, "llvm_ir", None)
 
+  _ordinal = 0
+
   def __repr__(self):
     return f"<HostFallbackExecutable {self.module.name}: {self.reason}>"
 
+  def for_device(self, ordinal: int) -> "HostFallbackExecutable":
+    import copy
+    exe = copy.copy(self)
+    exe._ordinal = ordinal
+    return exe
+
   def __call__(self, *args):
     from ourjax.array import to_numpy
-    dev = driver.get_device(0)
+    dev = driver.get_device(self._ordinal)
     host = [to_numpy(a) for a in args]
     outs = self.inner(*host)
     return tuple(DeviceBuffer.from_host(np.asarray(o), dev) for o in outs)

@@ -1,0 +1,1 @@
+"""``ourjax.experimental``: names JAX keeps under ``jax.experimental``."""

@@ -1,0 +1,696 @@
+"""SPMD execution over several devices: ``pmap`` and ``shard_map``.
+
+A function mapped over devices is traced once, for one device, into a *per-device jaxpr* in
+which the collectives (``lax.psum`` & co. over the mapped axes) are primitives
+(``lax/parallel.py``).  ``Program`` cuts that jaxpr at its collectives:
+
+    [compute segment] -> collective -> [compute segment] -> collective -> ...
+
+Each compute segment is an ordinary jaxpr, compiled once by the backend like any jitted
+function (on the GPU, loaded once per device); each collective runs through the communicator of
+the device set (``backends/collectives.py``: NCCL between GPUs, NumPy between CPU devices).
+A call runs every step on every device (*lane*) in turn; on GPUs each step only enqueues work
+on the device's stream, so the devices compute concurrently and NCCL orders itself between
+their kernels.  Calls to jitted functions, custom-derivative functions and checkpoints whose
+bodies hold collectives are inlined first; a ``cond``, ``while`` or ``scan`` whose body holds
+collectives is run step by step, its body again a ``Program``.
+
+``Lanes`` is the device set: the devices in mesh order, the mesh axis names and sizes, and the
+communicator; a collective over some axes runs within the *groups* of lanes that differ only
+along those axes.
+
+Under a transformation (pmap or shard_map called on tracers: inside ``jit``, ``grad``,
+``vmap``) the mapped function is evaluated by its definition instead, as ``vmap`` with named
+axes over the devices' blocks, so it composes with everything; the devices' parallelism is for
+concrete calls.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+
+from ourjax import core
+from ourjax.array import Array
+from ourjax.lax import parallel
+from ourjax.tree_util import tree_flatten, tree_unflatten
+
+# eqns whose params hold a body called with the eqn's inputs: inlined when it has collectives
+_CALL_BODIES = {"jit": "jaxpr", "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+                "checkpoint": "jaxpr", "name": "jaxpr"}
+_COLLECTIVES = set(parallel.COLLECTIVES)
+
+
+def _open(j):
+  """``(jaxpr, consts)`` of a ClosedJaxpr or Jaxpr."""
+  if isinstance(j, core.ClosedJaxpr):
+    return j.jaxpr, j.consts
+  return j, []
+
+
+def _sub_jaxprs(params):
+  for v in params.values():
+    if isinstance(v, (core.ClosedJaxpr, core.Jaxpr)):
+      yield _open(v)[0]
+    elif isinstance(v, (tuple, list)):
+      for x in v:
+        if isinstance(x, (core.ClosedJaxpr, core.Jaxpr)):
+          yield _open(x)[0]
+
+
+def has_collectives(jaxpr: core.Jaxpr) -> bool:
+  return any(e.primitive in _COLLECTIVES or
+             any(has_collectives(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns)
+
+
+def _inline(jaxpr: core.Jaxpr, consts) -> tuple[core.Jaxpr, list]:
+  """``jaxpr`` with the call eqns (jit, custom derivatives, checkpoint) whose bodies hold
+  collectives replaced by their bodies' eqns; returns ``(jaxpr, consts)``."""
+  if not has_collectives(jaxpr):
+    return jaxpr, list(consts)
+  constvars, consts = list(jaxpr.constvars), list(consts)
+  eqns = []
+  outer = {}       # a call's outputs -> the body's outputs, renamed into this jaxpr
+  ro = lambda x: outer.get(x, x) if isinstance(x, core.Var) else x  # noqa: E731
+  for e in jaxpr.eqns:
+    key = _CALL_BODIES.get(e.primitive.name)
+    body = e.params.get(key) if key else None
+    if body is None or not has_collectives(_open(body)[0]):
+      eqns.append(e._replace(inputs=[ro(x) for x in e.inputs]) if outer else e)
+      continue
+    inner, inner_consts = _open(body)
+    inner, inner_consts = _inline(inner, inner_consts)
+    if len(inner.invars) != len(e.inputs) or len(inner.outvars) != len(e.out_binders):
+      eqns.append(e)
+      continue
+    # rename the body's variables into this jaxpr
+    sub = {}
+    for v, c in zip(inner.constvars, inner_consts):
+      nv = core.Var(v.aval)
+      constvars.append(nv)
+      consts.append(c)
+      sub[v] = nv
+    for v, x in zip(inner.invars, e.inputs):
+      sub[v] = ro(x)
+    rd = lambda x: sub.get(x, x) if isinstance(x, core.Var) else x  # noqa: E731
+    for ie in inner.eqns:
+      outs = [core.Var(v.aval) for v in ie.out_binders]
+      for v, nv in zip(ie.out_binders, outs):
+        sub[v] = nv
+      eqns.append(ie._replace(inputs=[rd(x) for x in ie.inputs], out_binders=outs))
+    for ov, iv in zip(e.out_binders, inner.outvars):
+      outer[ov] = rd(iv)
+  return core.Jaxpr(constvars, jaxpr.invars, eqns, [ro(v) for v in jaxpr.outvars],
+                    jaxpr.debug_name), consts
+
+
+class Lanes:
+  """The devices of an SPMD computation, in mesh order, with the mesh's axis names and
+  sizes."""
+
+  def __init__(self, devices, axis_names, axis_sizes):
+    from ourjax.backends import collectives
+    self.devices = list(devices)
+    self.names, self.sizes = tuple(axis_names), tuple(int(s) for s in axis_sizes)
+    self.coords = [dict(zip(self.names, idx)) for idx in np.ndindex(*self.sizes)]
+    self.comm = collectives.for_devices(self.devices)
+    self.platform = self.devices[0].platform
+    self._groups: dict = {}
+
+  def __len__(self):
+    return len(self.devices)
+
+  def groups(self, axes) -> list[tuple]:
+    """The groups of lanes a collective over ``axes`` runs in, each in position order."""
+    g = self._groups.get(axes)
+    if g is None:
+      sizes = dict(zip(self.names, self.sizes))
+      groups: dict = {}
+      for lane, c in enumerate(self.coords):
+        key = tuple(c[n] for n in self.names if n not in axes)
+        pos = 0
+        for n in axes:
+          pos = pos * sizes[n] + c[n]
+        groups.setdefault(key, {})[pos] = lane
+      g = [tuple(m[p] for p in sorted(m)) for m in groups.values()]
+      self._groups[axes] = g
+    return g
+
+  def position(self, lane, axes) -> int:
+    for g in self.groups(axes):
+      if lane in g:
+        return g.index(lane)
+    raise AssertionError(lane)
+
+  def put(self, lane, value):
+    """``value`` (host or device) as an Array on the lane's device."""
+    from ourjax.backends import put_on
+    if not isinstance(value, Array):
+      value = Array(value)
+    if self.platform == "cpu":
+      return value if type(value) is Array else Array._from_result(value._value, value.aval)
+    return put_on(value, self.devices[lane])
+
+
+class _Compute:
+  """A segment of eqns compiled as one executable (per GPU, loaded on each)."""
+
+  def __init__(self, eqns, in_vars, out_vars, backend):
+    jaxpr = core.Jaxpr([], in_vars, eqns, out_vars, "spmd_segment")
+    self.closed = core.ClosedJaxpr(jaxpr, [])
+    self.in_vars, self.out_vars = in_vars, out_vars
+    self.backend = backend
+    self._exe = None
+    self._per_device: dict = {}
+
+  def executable(self, device):
+    from ourjax import backends
+    if self._exe is None:
+      self._exe = backends.compile_jaxpr(self.closed, self.backend, "spmd_segment", cache=False)
+    if device.platform != "gpu":
+      return self._exe
+    exe = self._per_device.get(device.id)
+    if exe is None:
+      exe = self._per_device[device.id] = backends.for_device(self._exe, device)
+    return exe
+
+
+class Program:
+  """A per-device jaxpr cut into compute segments and collectives (see the module docstring)."""
+
+  def __init__(self, closed: core.ClosedJaxpr, backend: str):
+    jaxpr, consts = _inline(closed.jaxpr, closed.consts)
+    self.jaxpr, self.consts, self.backend = jaxpr, consts, backend
+    self.steps = self._cut(jaxpr)
+    self._lane_consts: dict = {}
+
+  def _cut(self, jaxpr):
+    steps, seg = [], []
+    for e in jaxpr.eqns:
+      special = (e.primitive in _COLLECTIVES or any(has_collectives(j) for j in _sub_jaxprs(e.params)))
+      if special:
+        if seg:
+          steps.append(seg)
+          seg = []
+        steps.append(e)
+      else:
+        seg.append(e)
+    if seg:
+      steps.append(seg)
+    # which variables each later step (and the outputs) reads: a segment returns only those
+    later_reads: set = {v for v in jaxpr.outvars if isinstance(v, core.Var)}
+    out = []
+    for step in reversed(steps):
+      if isinstance(step, list):
+        defined = {v for e in step for v in e.out_binders}
+        reads = []
+        for e in step:
+          for x in e.inputs:
+            if isinstance(x, core.Var) and x not in defined and x not in reads:
+              reads.append(x)
+        outs = [v for e in step for v in e.out_binders if v in later_reads]
+        if outs:
+          out.append(_Compute(step, reads, outs, self.backend))
+          later_reads.update(reads)
+      else:
+        out.append(step)
+        later_reads.update(x for x in step.inputs if isinstance(x, core.Var))
+    out.reverse()
+    return out
+
+  def run(self, lanes: Lanes, args_per_lane):
+    """Per-lane outputs for per-lane arguments (lists of Arrays)."""
+    n = len(lanes)
+    envs = [dict() for _ in range(n)]
+    consts = self._lane_consts.get(id(lanes))
+    if consts is None:
+      consts = [[lanes.put(k, c) for c in self.consts] for k in range(n)]
+      self._lane_consts[id(lanes)] = consts
+    for k in range(n):
+      envs[k].update(zip(self.jaxpr.constvars, consts[k]))
+      envs[k].update(zip(self.jaxpr.invars, args_per_lane[k]))
+
+    def read(k, x):
+      return x.value() if isinstance(x, core.Literal) else envs[k][x]
+
+    for step in self.steps:
+      if isinstance(step, _Compute):
+        for k in range(n):
+          exe = step.executable(lanes.devices[k])
+          outs = exe(*[read(k, x) for x in step.in_vars])
+          envs[k].update(zip(step.out_vars, outs))
+      else:
+        outs = _run_eqn(step, lanes, [[read(k, x) for x in step.inputs] for k in range(n)],
+                        self.backend)
+        for k in range(n):
+          envs[k].update(zip(step.out_binders, outs[k]))
+    return [[read(k, v) for v in self.jaxpr.outvars] for k in range(n)]
+
+
+def _run_eqn(e, lanes: Lanes, ins, backend):
+  """Per-lane outputs (lists) of a collective or of a control-flow eqn holding collectives."""
+  p, params = e.primitive, e.params
+  n = len(lanes)
+  if p is parallel.axis_index_p:
+    return [[Array(np.int32(lanes.position(k, params["axes"])))] for k in range(n)]
+  groups = lanes.groups(params["axes"]) if p in _COLLECTIVES else None
+  comm = lanes.comm
+  if p in (parallel.psum_p, parallel.pmax_p, parallel.pmin_p):
+    return comm.all_reduce(groups, ins, {"psum": "sum", "pmax": "max", "pmin": "min"}[p.name])
+  if p is parallel.all_gather_p:
+    return [[o] for o in comm.all_gather(groups, [i[0] for i in ins])]
+  if p is parallel.reduce_scatter_p:
+    return [[o] for o in comm.reduce_scatter(groups, [i[0] for i in ins])]
+  if p is parallel.all_to_all_p:
+    return [[o] for o in comm.all_to_all(groups, [i[0] for i in ins])]
+  if p is parallel.ppermute_p:
+    return [[o] for o in comm.ppermute(groups, [i[0] for i in ins], params["perm"])]
+  if p.name == "cond":
+    return _run_cond(e, lanes, ins, backend)
+  if p.name == "while":
+    return _run_while(e, lanes, ins, backend)
+  if p.name == "scan":
+    return _run_scan(e, lanes, ins, backend)
+  raise NotImplementedError(f"pmap/shard_map: collectives inside '{p.name}' are not supported "
+                            "by ourjax")
+
+
+_programs: dict = {}
+
+
+def _program(closed, backend) -> Program:
+  key = (id(closed), backend)
+  hit = _programs.get(key)
+  if hit is None or hit[0] is not closed:
+    hit = _programs[key] = (closed, Program(closed, backend))
+  return hit[1]
+
+
+def _agree(values, what):
+  vals = [int(np.asarray(v)) for v in values]
+  if len(set(vals)) != 1:
+    raise ValueError(f"pmap/shard_map: {what} differs between devices ({vals}), but its body "
+                     "holds collectives, which every device must take part in")
+  return vals[0]
+
+
+def _run_cond(e, lanes, ins, backend):
+  branches = e.params["branches"]
+  i = _agree([x[0] for x in ins], "the branch index of lax.cond")
+  i = min(max(i, 0), len(branches) - 1)
+  return _program(branches[i], backend).run(lanes, [x[1:] for x in ins])
+
+
+def _run_while(e, lanes, ins, backend):
+  p = e.params
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  cond, body = _program(p["cond_jaxpr"], backend), _program(p["body_jaxpr"], backend)
+  cconsts = [x[:nc] for x in ins]
+  bconsts = [x[nc:nc + nb] for x in ins]
+  carry = [x[nc + nb:] for x in ins]
+  while True:
+    preds = cond.run(lanes, [cc + c for cc, c in zip(cconsts, carry)])
+    if not _agree([pr[0] for pr in preds], "the condition of lax.while_loop"):
+      return carry
+    carry = body.run(lanes, [bc + c for bc, c in zip(bconsts, carry)])
+
+
+def _run_scan(e, lanes, ins, backend):
+  from ourjax import numpy as jnp
+  p = e.params
+  nconst, ncarry, length = p["num_consts"], p["num_carry"], p["length"]
+  body = _program(p["jaxpr"], backend)
+  n = len(lanes)
+  consts = [x[:nconst] for x in ins]
+  carry = [x[nconst:nconst + ncarry] for x in ins]
+  xs = [x[nconst + ncarry:] for x in ins]
+  ys = [[] for _ in range(n)]
+  order = range(length - 1, -1, -1) if p["reverse"] else range(length)
+  for t in order:
+    outs = body.run(lanes, [consts[k] + carry[k] + [x[t] for x in xs[k]] for k in range(n)])
+    for k in range(n):
+      carry[k] = outs[k][:ncarry]
+      ys[k].append(outs[k][ncarry:])
+  out = []
+  for k in range(n):
+    steps = ys[k][::-1] if p["reverse"] else ys[k]
+    nys = len(p["jaxpr"].out_avals) - ncarry
+    stacked = [jnp.stack([s[j] for s in steps]) if steps else
+               jnp.zeros((0,) + p["jaxpr"].out_avals[ncarry + j].shape,
+                         p["jaxpr"].out_avals[ncarry + j].dtype) for j in range(nys)]
+    out.append(list(carry[k]) + [lanes.put(k, s) for s in stacked])
+  return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Moving blocks between global arrays and lanes
+
+
+def _reshaped(x: Array, shape) -> Array:
+  """``x`` with another shape of the same size, without copying (device data included)."""
+  shape = tuple(shape)
+  if x.shape == shape:
+    return x
+  buf = x._device_buf
+  if buf is not None and x._npy is None:
+    from ourjax.backends.cuda.backend import DeviceBuffer
+    nb = DeviceBuffer._wrap(buf.device, buf.allocation, shape, buf.dtype, buf._ready)
+    return Array._from_device(nb, x.aval.update(shape=shape))
+  return Array._from_result(x._value.reshape(shape), x.aval.update(shape=shape))
+
+
+def _blocks_of(value, sharding, lanes: Lanes):
+  """Per lane, its block of the global ``value`` under ``sharding`` (a NamedSharding over the
+  lanes' devices), taken from the value's shards when it is already laid out so."""
+  from ourjax.sharding import ShardedArray
+  if isinstance(value, ShardedArray) and value._sharding == sharding:
+    return [lanes.put(k, s) for k, s in enumerate(value._shards)]
+  if not isinstance(value, Array):
+    value = Array(value)
+  host = value._value
+  out = []
+  for k, (idx, _) in enumerate(sharding._blocks(host.shape)):
+    blk = Array._from_result(np.array(host[idx], order="C"),
+                             value.aval.update(shape=host[idx].shape))
+    out.append(lanes.put(k, blk))
+  return out
+
+
+def _assemble(per_lane, sharding, global_aval):
+  from ourjax.sharding import ShardedArray
+  return ShardedArray._from_shards(per_lane, sharding, global_aval)
+
+
+# ------------------------------------------------------------------------------------------------
+# pmap
+
+_pmap_names = itertools.count()
+
+
+def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),
+         devices=None, backend=None, axis_size=None, donate_argnums=(),
+         global_arg_shapes=None):
+  """Map ``fun`` over the leading (``in_axes``) axis of its arguments, one device per index,
+  running in parallel; collectives over ``axis_name`` communicate between the devices.  The
+  result is laid out over the devices (``ShardedArray``) along ``out_axes``."""
+  from ourjax import api
+  if not callable(fun):
+    raise TypeError(f"Expected a callable value, got {fun!r}")
+  statics = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
+             else tuple(static_broadcasted_argnums))
+  name = axis_name if axis_name is not None else f"_pmap_axis_{next(_pmap_names)}"
+  cache: dict = {}
+  fname = getattr(fun, "__name__", "fun")
+
+  @functools.wraps(fun)
+  def pmapped(*args, **kwargs):
+    if kwargs:
+      raise NotImplementedError("pmap: keyword arguments are not supported; pass them "
+                                "positionally")
+    nargs = len(args)
+    st = tuple(i % nargs for i in statics) if nargs else ()
+    dyn_idx = [i for i in range(nargs) if i not in st]
+    dyn = [args[i] for i in dyn_idx]
+    static_vals = tuple((i, args[i]) for i in st)
+    axes_all = in_axes
+    if isinstance(in_axes, (tuple, list)):
+      if len(in_axes) != nargs:
+        raise ValueError(f"pmap in_axes must be an int, None, or a tuple of entries "
+                         f"corresponding to the positional arguments passed to the function, but "
+                         f"got len(in_axes)={len(in_axes)}, len(args)={nargs}")
+      axes_all = tuple(in_axes[i] for i in dyn_idx)
+    dyn = tuple(dyn)
+    leaves, tree = tree_flatten(dyn)
+    axes = api._flatten_axes("pmap in_axes", tree, tuple(axes_all) if isinstance(
+        axes_all, (tuple, list)) else axes_all, dyn)
+
+    def call_fun(*dargs):
+      full = list(args)
+      for i, v in zip(dyn_idx, dargs):
+        full[i] = v
+      return fun(*full)
+
+    if any(isinstance(x, core.Tracer) for x in leaves):
+      # under a transformation: pmap is vmap with a named axis
+      vm_axes = tuple(in_axes[i] for i in dyn_idx) if isinstance(in_axes, (tuple, list)) \
+          else in_axes
+      return api.vmap(call_fun, in_axes=vm_axes, out_axes=out_axes, axis_name=name,
+                      axis_size=axis_size)(*dyn)
+    sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
+    if len(sizes) > 1:
+      raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: {sorted(sizes)}")
+    n = sizes.pop() if sizes else axis_size
+    if n is None:
+      raise ValueError("pmap requires at least one argument with a mapped axis (or axis_size)")
+    devs = list(devices) if devices is not None else api.devices(backend)
+    if n > len(devs):
+      raise ValueError(f"compiling computation that requires {n} logical devices, but only "
+                       f"{len(devs)} XLA devices are available (num_replicas={n})")
+    devs = devs[:n]
+    avals = [core.get_aval(x) for x in leaves]
+    lane_avals = [a if ax is None else a.update(shape=a.shape[:ax % a.ndim] +
+                                                a.shape[ax % a.ndim + 1:])
+                  for a, ax in zip(avals, axes)]
+    key = (tree, tuple(lane_avals), tuple(axes), n, tuple(d.id for d in devs), static_vals
+           if all(_hashable(v) for _, v in static_vals) else id(static_vals))
+    entry = cache.get(key)
+    if entry is None:
+      out_tree_cell = []
+
+      def flat(*xs):
+        outs = call_fun(*tree_unflatten(tree, xs))
+        out_leaves, out_tree = tree_flatten(outs)
+        out_tree_cell.append(out_tree)
+        return out_leaves
+      from ourjax.interpreters import partial_eval as pe
+      with parallel.spmd_axes({name: n}):
+        closed = pe.trace_to_jaxpr(flat, lane_avals, f"pmap({fname})")
+      lanes = Lanes(devs, (name,), (n,))
+      entry = cache[key] = (Program(closed, _backend_of(devs)), lanes, out_tree_cell[0],
+                            closed.out_avals)
+    program, lanes, out_tree, out_avals = entry
+    per_lane = [[] for _ in range(n)]
+    for x, a in zip(leaves, axes):
+      if a is None:
+        for k in range(n):
+          per_lane[k].append(lanes.put(k, x))
+      else:
+        for k, blk in enumerate(_pmap_blocks(x, a % core.get_aval(x).ndim, lanes, name)):
+          per_lane[k].append(blk)
+    outs = program.run(lanes, per_lane)
+    oaxes = api._flatten_axes("pmap out_axes", out_tree, out_axes)
+    results = []
+    for j, (aval, oa) in enumerate(zip(out_avals, oaxes)):
+      vals = [outs[k][j] for k in range(n)]
+      if oa is None:
+        results.append(vals[0])
+        continue
+      oa = oa % (aval.ndim + 1)
+      gshape = aval.shape[:oa] + (n,) + aval.shape[oa:]
+      from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
+      spec = PartitionSpec(*([None] * oa + [name]))
+      sharding = NamedSharding(Mesh(np.array(devs, dtype=object), (name,)), spec)
+      bshape = aval.shape[:oa] + (1,) + aval.shape[oa:]
+      results.append(_assemble([_reshaped(v, bshape) for v in vals], sharding,
+                               aval.update(shape=gshape)))
+    return tree_unflatten(out_tree, results)
+
+  pmapped._pmap_cache = cache
+  return pmapped
+
+
+def _hashable(v) -> bool:
+  try:
+    hash(v)
+    return True
+  except TypeError:
+    return False
+
+
+def _backend_of(devs) -> str:
+  return "cuda" if devs[0].platform == "gpu" else "cpu"
+
+
+def _pmap_blocks(x, axis, lanes: Lanes, name):
+  """Per lane, index ``axis`` of ``x`` (the lane's slice, without that axis)."""
+  from ourjax.sharding import ShardedArray
+  aval = core.get_aval(x)
+  bshape = aval.shape[:axis] + aval.shape[axis + 1:]
+  if isinstance(x, ShardedArray):
+    sh = x._sharding
+    devs = sh._device_list
+    blocks = sh._blocks(aval.shape)
+    if [d.id for d in devs] == [d.id for d in lanes.devices] and all(
+        rep == 0 and all((s == slice(None)) if d != axis else (s.stop - s.start == 1 and
+                                                               s.start == k)
+                         for d, s in enumerate(idx))
+        for k, (idx, rep) in enumerate(blocks)):
+      return [lanes.put(k, _reshaped(s, bshape)) for k, s in enumerate(x._shards)]
+  host = np.asarray(x._value if isinstance(x, Array) else x)
+  host = np.moveaxis(host, axis, 0)
+  out = []
+  for k in range(len(lanes)):
+    blk = np.array(host[k], order="C")
+    out.append(lanes.put(k, Array._from_result(blk, aval.update(shape=blk.shape))))
+  return out
+
+
+# ------------------------------------------------------------------------------------------------
+# shard_map
+
+
+def _spec_leaves(specs, tree, values, what):
+  from ourjax.sharding import PartitionSpec
+  is_leaf = lambda x: x is None or isinstance(x, PartitionSpec)  # noqa: E731
+  spec_leaves, spec_tree = tree_flatten(specs, is_leaf=is_leaf)
+  if spec_tree.num_leaves == 1 and is_leaf(specs):
+    return [specs] * tree.num_leaves
+  try:
+    per = spec_tree.flatten_up_to(values)
+  except Exception as e:
+    raise ValueError(f"shard_map {what} must be a tree prefix of the corresponding value: "
+                     f"{e}") from None
+  out = []
+  for s, sub in zip(spec_leaves, per):
+    out.extend([s] * len(tree_flatten(sub)[0]))
+  return out
+
+
+def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=frozenset(),
+              check_vma: bool = True, check_rep: bool | None = None, auto=frozenset()):
+  """Map ``f`` over the blocks of its arguments on ``mesh``: each device runs ``f`` on its own
+  block (as ``in_specs`` splits the arguments), collectives over mesh axis names communicate,
+  and the per-device results are put together as ``out_specs`` says (a mesh axis an out spec
+  does not name means the result is the same along it)."""
+  if f is None:
+    return lambda g: shard_map(g, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
+                               axis_names=axis_names, check_vma=check_vma)
+  from ourjax.sharding import Mesh, NamedSharding, PartitionSpec, current_mesh
+  cache: dict = {}
+
+  @functools.wraps(f)
+  def mapped(*args):
+    m = mesh if mesh is not None else current_mesh()
+    if not isinstance(m, Mesh):
+      raise ValueError("shard_map needs a mesh: pass mesh=... or call it inside `with mesh:`")
+    leaves, tree = tree_flatten(args)
+    specs = _spec_leaves(in_specs if in_specs is not None else PartitionSpec(), tree,
+                         args, "in_specs")
+    specs = [PartitionSpec() if s is None else s for s in specs]
+    avals = [core.get_aval(x) for x in leaves]
+    shardings = [NamedSharding(m, s) for s in specs]
+    for a, sh in zip(avals, shardings):
+      sh._blocks(a.shape)     # checks divisibility
+    if any(isinstance(x, core.Tracer) for x in leaves):
+      return _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs)
+    block_avals = [a.update(shape=sh.shard_shape(a.shape)) for a, sh in zip(avals, shardings)]
+    key = (tree, tuple(block_avals), tuple(specs), m)
+    entry = cache.get(key)
+    if entry is None:
+      out_tree_cell = []
+
+      def flat(*xs):
+        out_leaves, out_tree = tree_flatten(f(*tree_unflatten(tree, xs)))
+        out_tree_cell.append(out_tree)
+        return out_leaves
+      from ourjax.interpreters import partial_eval as pe
+      with parallel.spmd_axes(dict(m.shape)):
+        closed = pe.trace_to_jaxpr(flat, block_avals, f"shard_map({getattr(f, '__name__', 'f')})")
+      lanes = Lanes(list(m.devices.flat), m.axis_names, m.axis_sizes)
+      entry = cache[key] = (Program(closed, _backend_of(lanes.devices)), lanes,
+                            out_tree_cell[0], closed.out_avals)
+    program, lanes, out_tree, out_avals = entry
+    per_arg = [_blocks_of(x, sh, lanes) for x, sh in zip(leaves, shardings)]
+    per_lane = [[blocks[k] for blocks in per_arg] for k in range(len(lanes))]
+    outs = program.run(lanes, per_lane)
+    ospecs = _spec_leaves(out_specs, out_tree, tree_unflatten(out_tree, list(out_avals)),
+                          "out_specs")
+    results = []
+    for j, (aval, spec) in enumerate(zip(out_avals, ospecs)):
+      spec = PartitionSpec() if spec is None else spec
+      sh = NamedSharding(m, spec)
+      dim_axes = spec._axes(aval.ndim)
+      gshape = tuple(s * int(np.prod([m.shape[n] for n in ax], dtype=np.int64))
+                     for s, ax in zip(aval.shape, dim_axes))
+      results.append(_assemble([outs[k][j] for k in range(len(lanes))], sh,
+                               aval.update(shape=gshape)))
+    return tree_unflatten(out_tree, results)
+  return mapped
+
+
+def _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs):
+  """shard_map by its definition, for tracers: the blocks stacked along the mesh axes and
+  ``f`` vmapped over them with the mesh axis names."""
+  from ourjax import api, lax
+  from ourjax.sharding import PartitionSpec
+  names, sizes = m.axis_names, m.axis_sizes
+
+  def split(x, spec):
+    # [d0, d1, ...] -> [*mesh axes, block...]: each dim split by its mesh axes (major first)
+    aval = core.get_aval(x)
+    dim_axes = spec._axes(aval.ndim)
+    shape, pos = [], {}
+    for d, axes in enumerate(dim_axes):
+      for n in axes:
+        pos[n] = len(shape)
+        shape.append(m.shape[n])
+      shape.append(aval.shape[d] // int(np.prod([m.shape[n] for n in axes], dtype=np.int64)))
+    x = lax.reshape(x, tuple(shape))
+    # move the named mesh axes to the front in mesh order; unnamed ones are broadcast
+    order = [pos[n] for n in names if n in pos]
+    rest = [i for i in range(len(shape)) if i not in order]
+    x = lax.transpose(x, tuple(order + rest))
+    return x, [n in pos for n in names]
+
+  splits = [split(x, s) for x, s in zip(leaves, specs)]
+  out_tree_cell = []
+
+  def per_block(*blocks):
+    out_leaves, out_tree = tree_flatten(f(*tree_unflatten(tree, list(blocks))))
+    out_tree_cell.append(out_tree)
+    return out_leaves
+
+  fn = per_block
+  # vmap innermost over the last mesh axis; every value carries its mapped axes in front
+  for i in reversed(range(len(names))):
+    in_ax = [0 if mapped[i] else None for _, mapped in splits]
+    fn = _vmap_level(fn, in_ax, names[i], sizes[i], [mapped[:i] for _, mapped in splits])
+  outs = fn(*[x for x, _ in splits])
+  out_tree = out_tree_cell[-1]
+  ospecs = _spec_leaves(out_specs, out_tree, tree_unflatten(out_tree, outs), "out_specs")
+  results = []
+  for o, spec in zip(outs, ospecs):
+    spec = PartitionSpec() if spec is None else spec
+    # o: [*mesh axes in order, block...]
+    blk_nd = core.get_aval(o).ndim - len(names)
+    dim_axes = spec._axes(blk_nd)
+    named = {n for axes in dim_axes for n in axes}
+    for i in reversed(range(len(names))):     # replicated along unnamed mesh axes: take one
+      if names[i] not in named:
+        o = lax.squeeze(lax.slice_in_dim(o, 0, 1, axis=i), (i,))
+    kept = [n for n in names if n in named]
+    # bring each block dim's mesh axes just before it, then merge
+    perm = []
+    nk = len(kept)
+    for d, axes in enumerate(dim_axes):
+      perm.extend(kept.index(n) for n in axes)
+      perm.append(nk + d)
+    o = lax.transpose(o, tuple(perm))
+    bshape = core.get_aval(o).shape
+    merged, i = [], 0
+    for d, axes in enumerate(dim_axes):
+      k = len(axes)
+      merged.append(int(np.prod(bshape[i:i + k + 1], dtype=np.int64)))
+      i += k + 1
+    results.append(lax.reshape(o, tuple(merged)))
+  return tree_unflatten(out_tree, results)
+
+
+def _vmap_level(fn, in_axes, name, size, _):
+  from ourjax import api
+
+  def level(*xs):
+    return api.vmap(fn, in_axes=tuple(in_axes), out_axes=0, axis_name=name,
+                    axis_size=size)(*xs)
+  return level
