@@ -521,11 +521,16 @@ def _pmap_blocks(x, axis, lanes: Lanes, name):
     sh = x._sharding
     devs = sh._device_list
     blocks = sh._blocks(aval.shape)
+    def one_index(k, idx, rep):
+      if rep != 0:
+        return False
+      for d, sl in enumerate(idx):
+        lo, hi, _ = sl.indices(aval.shape[d])
+        if (d == axis and (lo, hi) != (k, k + 1)) or (d != axis and (lo, hi) != (0, aval.shape[d])):
+          return False
+      return True
     if [d.id for d in devs] == [d.id for d in lanes.devices] and all(
-        rep == 0 and all((s == slice(None)) if d != axis else (s.stop - s.start == 1 and
-                                                               s.start == k)
-                         for d, s in enumerate(idx))
-        for k, (idx, rep) in enumerate(blocks)):
+        one_index(k, idx, rep) for k, (idx, rep) in enumerate(blocks)):
       return [lanes.put(k, _reshaped(s, bshape)) for k, s in enumerate(x._shards)]
   host = np.asarray(x._value if isinstance(x, Array) else x)
   host = np.moveaxis(host, axis, 0)
