@@ -162,3 +162,56 @@ def _traces_of(leaves):
       out.append(x._trace)
       x = getattr(x, "primal", None)
   return out
+
+
+# bitwise names (JAX's newer spellings of and_/or_/xor/not_)
+def bitwise_and(x, y, /):
+  from ourjax.lax.elementwise import and_
+  return and_(x, y)
+
+
+def bitwise_or(x, y, /):
+  from ourjax.lax.elementwise import or_
+  return or_(x, y)
+
+
+def bitwise_xor(x, y, /):
+  from ourjax.lax.elementwise import xor
+  return xor(x, y)
+
+
+def bitwise_not(x, /):
+  from ourjax.lax.elementwise import not_
+  return not_(x)
+
+
+def mulhi(x, y, /):
+  """The high half of the double-width product of integers ``x`` and ``y`` (signed for signed
+  dtypes): ``(x * y) >> bits`` computed without a wider type, from half-width pieces."""
+  from ourjax.lax.elementwise import (_const, add, and_, bitcast_convert_type,
+                                      convert_element_type, lt, mul, shift_right_logical, sub)
+  xa, ya = get_aval(x), get_aval(y)
+  if xa.dtype != ya.dtype or not dtypes.is_integer(xa.dtype):
+    raise TypeError(f"mulhi requires integer arguments of one dtype, got {xa.dtype.name} and "
+                    f"{ya.dtype.name}")
+  dt = xa.dtype
+  bits = dt.itemsize * 8
+  signed = dtypes.issubdtype(dt, np.signedinteger)
+  udt = np.dtype(f"uint{bits}")
+  u = bitcast_convert_type(x, udt) if signed else x
+  v = bitcast_convert_type(y, udt) if signed else y
+  h = bits // 2
+  mask, half = _const(u, (1 << h) - 1), _const(u, h)
+  u_lo, u_hi = and_(u, mask), shift_right_logical(u, half)
+  v_lo, v_hi = and_(v, mask), shift_right_logical(v, half)
+  lo_lo, hi_lo = mul(u_lo, v_lo), mul(u_hi, v_lo)
+  lo_hi, hi_hi = mul(u_lo, v_hi), mul(u_hi, v_hi)
+  cross = add(add(shift_right_logical(lo_lo, half), and_(hi_lo, mask)), lo_hi)
+  out = add(add(hi_hi, shift_right_logical(hi_lo, half)), shift_right_logical(cross, half))
+  if not signed:
+    return out
+  # two's complement: x_signed * y_signed = x_u * y_u - 2^bits (x<0 ? y_u : 0) - ...
+  x_neg = convert_element_type(lt(x, _const(x, 0)), udt)
+  y_neg = convert_element_type(lt(y, _const(y, 0)), udt)
+  out = sub(sub(out, mul(x_neg, v)), mul(y_neg, u))
+  return bitcast_convert_type(out, dt)
