@@ -22,6 +22,7 @@ from ourjax.config import (enable_x64, checking_leaks, transfer_guard,  # noqa: 
                            transfer_guard_device_to_device)
 from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
+from ourjax._callback import pure_callback  # noqa: F401
 from ourjax import random, nn  # noqa: F401,E402
 from ourjax import scipy, typing, debug  # noqa: F401,E402
 from ourjax import profiler  # noqa: F401,E402  (OURJAX_PROFILE=1 starts recording here)
@@ -31,7 +32,7 @@ from ourjax._named import named_scope, named_call  # noqa: F401,E402
 
 def __getattr__(name):
   # subpackages that are loaded on first use (testing needs hypothesis)
-  if name in ("example_libraries", "testing", "flatten_util"):
+  if name in ("example_libraries", "testing", "flatten_util", "experimental"):
     import importlib
     return importlib.import_module(f"ourjax.{name}")
   raise AttributeError(f"module 'ourjax' has no attribute {name!r}")

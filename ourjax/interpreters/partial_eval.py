@@ -447,7 +447,7 @@ dce_rules: dict = {}
 
 def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool] | None = None,
               keep_invars: bool = True):
-  """Drop equations whose results are unused (every primitive here is pure).  Returns
+  """Drop equations whose results are unused, unless they have an effect.  Returns
   ``(new_jaxpr, used_inputs)``."""
   if used_outputs is None:
     used_outputs = [True] * len(jaxpr.outvars)
@@ -457,6 +457,10 @@ def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool] | None = None,
   for eqn in reversed(jaxpr.eqns):
     used = [v in live for v in eqn.out_binders]
     if not any(used):
+      if core.effectful_primitives and core.eqn_has_effects(eqn):
+        # a host callback (or a loop/call holding one) runs for its effect
+        live.update(x for x in eqn.inputs if isinstance(x, Var))
+        new_eqns.append(eqn)
       continue
     rule = dce_rules.get(eqn.primitive)
     if rule is not None:
