@@ -597,6 +597,9 @@ call_primitives: set = set()
 #: primitives with a side effect (host callbacks): their equations are never dropped for
 #: having unused results, and a jaxpr holding one is evaluated rather than compiled.
 effectful_primitives: set = set()
+#: primitives that call Python on the host (effectful or not): no compiled code can call them
+#: yet, so a jaxpr holding one is evaluated rather than compiled.
+host_callback_primitives: set = set()
 
 
 def _sub_jaxprs(params):
@@ -622,6 +625,16 @@ def jaxpr_has_effects(jaxpr) -> bool:
   if not effectful_primitives:
     return False
   return any(eqn_has_effects(e) for e in jaxpr.eqns)
+
+
+def jaxpr_calls_host(jaxpr) -> bool:
+  """True if ``jaxpr`` (or a jaxpr in an equation's parameters) has a host callback."""
+  if isinstance(jaxpr, ClosedJaxpr):
+    jaxpr = jaxpr.jaxpr
+  if not host_callback_primitives:
+    return False
+  return any(e.primitive in host_callback_primitives or
+             any(jaxpr_calls_host(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns)
 
 
 def _alpha_name(n: int) -> str:

@@ -397,7 +397,10 @@ if _have("fft"):
 NO_OPERANDS = {"iota"}
 
 # primitives whose batching is tested in tests/test_vmap.py instead (they cannot run eagerly)
-TESTED_ELSEWHERE = {"custom_lin": "test_vmap.py::test_vmap_of_linearized_custom_vjp"}
+TESTED_ELSEWHERE = {"custom_lin": "test_vmap.py::test_vmap_of_linearized_custom_vjp",
+                    "debug_callback": "test_callbacks.py (one call per element)",
+                    "pure_callback": "test_callbacks.py (each vmap_method)",
+                    "io_callback": "test_callbacks.py (sequential; ordered refused)"}
 
 # Primitives that have no batching rule yet; a new one fails test_primitives_without_batching_rules
 # until it gets a rule (or is listed here, which makes the gap visible in review).

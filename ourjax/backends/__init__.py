@@ -218,7 +218,7 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
   if hit is not None and hit[0] is closed:
     return hit[1]
   from ourjax.lowering import from_jaxpr
-  if core.jaxpr_has_effects(closed):
+  if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)
     exe = JaxprEvaluator(closed)
