@@ -17,7 +17,12 @@ from ourjax.api import linear_transpose  # noqa: F401
 from ourjax.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa
 from ourjax.ad_checkpoint import checkpoint, remat, checkpoint_policies  # noqa: F401
 from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
-from ourjax.config import enable_x64  # noqa: F401
+from ourjax.config import (enable_x64, checking_leaks, transfer_guard,  # noqa: F401
+                           transfer_guard_host_to_device, transfer_guard_device_to_host,
+                           transfer_guard_device_to_device)
+from ourjax.dtypes import float0  # noqa: F401
+from ourjax.api import clear_caches, effects_barrier  # noqa: F401
+from ourjax._callback import pure_callback  # noqa: F401
 from ourjax import random, nn  # noqa: F401,E402
 from ourjax import scipy, typing, debug  # noqa: F401,E402
 from ourjax import profiler  # noqa: F401,E402  (OURJAX_PROFILE=1 starts recording here)
@@ -30,7 +35,7 @@ from ourjax.interpreters.spmd import shard_map  # noqa: F401,E402
 
 def __getattr__(name):
   # subpackages that are loaded on first use (testing needs hypothesis)
-  if name in ("example_libraries", "testing"):
+  if name in ("example_libraries", "testing", "flatten_util", "experimental"):
     import importlib
     return importlib.import_module(f"ourjax.{name}")
   raise AttributeError(f"module 'ourjax' has no attribute {name!r}")

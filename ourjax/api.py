@@ -1407,6 +1407,25 @@ def typeof(x):
   return core.get_aval(x)
 
 
+def clear_caches() -> None:
+  """Forget every compiled executable and traced jaxpr (jit's caches, the backends' cache of
+  compiled jaxprs); later calls trace and compile again."""
+  from ourjax import backends
+  for per_fun in list(_JIT_CACHES.values()):
+    for cache in list(per_fun.values()):
+      cache.clear()
+  for j in list(_PRIVATE_FAST):
+    j._fast.clear()
+    j._cache.clear()
+  backends._cache.clear()
+
+
+def effects_barrier() -> None:
+  """Waits until the host callbacks of every computation dispatched so far have run.  ourjax
+  runs callbacks synchronously, within the call that reaches them, so there is nothing to
+  wait for."""
+
+
 def disable_jit(disable: bool = True):
   return config._override("jax_disable_jit", disable)
 

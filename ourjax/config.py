@@ -31,6 +31,11 @@ class Config:
         "jax_compilation_cache_dir": os.environ.get("OURJAX_CACHE_DIR") or None,
         "jax_numpy_rank_promotion": "allow",
         "jax_num_cpu_devices": None,     # None: OURJAX_NUM_CPU_DEVICES, else 1 (backends)
+        "jax_check_tracer_leaks": _env_bool("OURJAX_CHECK_TRACER_LEAKS"),
+        "jax_transfer_guard": None,
+        "jax_transfer_guard_host_to_device": None,
+        "jax_transfer_guard_device_to_host": None,
+        "jax_transfer_guard_device_to_device": None,
     })
 
   def update(self, name: str, value) -> None:
@@ -67,3 +72,38 @@ config = Config()
 def enable_x64(new_val: bool = True):
   """Context manager turning 64-bit types on (or off) inside a block."""
   return config._override("jax_enable_x64", new_val)
+
+
+def checking_leaks(new_val: bool = True):
+  """Context manager: while on, a jit trace whose tracers are still referenced after it ends
+  (stored in a list or a global by the traced function) raises ``UnexpectedTracerError``."""
+  return config._override("jax_check_tracer_leaks", new_val)
+
+
+_TRANSFER_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
+
+
+def _transfer_guard(name):
+  def guard(new_val: str):
+    if new_val not in _TRANSFER_LEVELS:
+      raise ValueError(f"{name} must be one of {_TRANSFER_LEVELS}, got {new_val!r}")
+    return config._override(name, new_val)
+  guard.__name__ = name[4:]
+  guard.__doc__ = (f"Context manager setting ``{name}`` (one of {', '.join(_TRANSFER_LEVELS)}). "
+                   "ourjax records the level; on the CPU, where host and device memory are "
+                   "the same, no transfer is ever guarded.")
+  return guard
+
+
+transfer_guard_host_to_device = _transfer_guard("jax_transfer_guard_host_to_device")
+transfer_guard_device_to_host = _transfer_guard("jax_transfer_guard_device_to_host")
+transfer_guard_device_to_device = _transfer_guard("jax_transfer_guard_device_to_device")
+
+
+@contextlib.contextmanager
+def transfer_guard(new_val: str):
+  """Context manager setting the three transfer guards (host to device, device to host, device
+  to device) to ``new_val`` at once."""
+  with transfer_guard_host_to_device(new_val), transfer_guard_device_to_host(new_val), \
+      transfer_guard_device_to_device(new_val), config._override("jax_transfer_guard", new_val):
+    yield

@@ -594,6 +594,48 @@ pp_param_rules: dict = {}
 # primitives whose ``jaxpr`` param is called on the equation's operands (jit-like)
 call_primitives: set = set()
 
+#: primitives with a side effect (host callbacks): their equations are never dropped for
+#: having unused results, and a jaxpr holding one is evaluated rather than compiled.
+effectful_primitives: set = set()
+#: primitives that call Python on the host (effectful or not): no compiled code can call them
+#: yet, so a jaxpr holding one is evaluated rather than compiled.
+host_callback_primitives: set = set()
+
+
+def _sub_jaxprs(params):
+  for v in params.values():
+    for x in (v if isinstance(v, (tuple, list)) else (v,)):
+      if isinstance(x, ClosedJaxpr):
+        yield x.jaxpr
+      elif isinstance(x, Jaxpr):
+        yield x
+
+
+def eqn_has_effects(eqn) -> bool:
+  """True if the equation's primitive is effectful or a jaxpr in its parameters has an
+  effectful equation."""
+  if eqn.primitive in effectful_primitives:
+    return True
+  return any(jaxpr_has_effects(j) for j in _sub_jaxprs(eqn.params))
+
+
+def jaxpr_has_effects(jaxpr) -> bool:
+  if isinstance(jaxpr, ClosedJaxpr):
+    jaxpr = jaxpr.jaxpr
+  if not effectful_primitives:
+    return False
+  return any(eqn_has_effects(e) for e in jaxpr.eqns)
+
+
+def jaxpr_calls_host(jaxpr) -> bool:
+  """True if ``jaxpr`` (or a jaxpr in an equation's parameters) has a host callback."""
+  if isinstance(jaxpr, ClosedJaxpr):
+    jaxpr = jaxpr.jaxpr
+  if not host_callback_primitives:
+    return False
+  return any(e.primitive in host_callback_primitives or
+             any(jaxpr_calls_host(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns)
+
 
 def _alpha_name(n: int) -> str:
   s = ""

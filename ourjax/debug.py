@@ -1,36 +1,44 @@
-"""``ourjax.debug``: ``print`` and ``callback``.
-
-Gap against JAX: ``jax.debug.print`` prints at run time from inside compiled code.  ourjax has no
-host-callback primitive, so ``debug.print`` formats and prints only when every argument is a
-concrete value (eager code, ``disable_jit``).  When any argument is a tracer (inside ``jit``,
-``grad``, ``vmap``, loops) it prints nothing and raises nothing: it does not print at trace
-time either, since that would print shapes instead of values and only once.
-"""
+"""``ourjax.debug``: ``print`` and ``callback``, host callbacks that run with concrete values
+from eager code and from inside ``jit``, ``grad`` (the forward values) and ``vmap`` (once per
+element), through ``debug_callback_p`` (``ourjax/_callback.py``)."""
 from __future__ import annotations
 
 import builtins
+import string
 
-from ourjax import core, tree_util
-
-
-def _has_tracer(tree) -> bool:
-  return any(isinstance(x, core.Tracer) for x in tree_util.tree_leaves(tree))
+from ourjax._callback import debug_callback
 
 
-def print(fmt: str, *args, ordered: bool = False, **kwargs) -> None:  # noqa: A001
-  """``print(fmt.format(*args, **kwargs))`` for concrete arguments (arrays show their values);
-  a no-op when any argument is traced (see the module docstring)."""
-  if _has_tracer((args, kwargs)):
-    return
-  builtins.print(fmt.format(*args, **kwargs))
+def _check_format(fmt: str, args, kwargs) -> None:
+  """A str.format check before tracing, so that a bad format fails at the call site."""
+  for _, field, _, _ in string.Formatter().parse(fmt):
+    if field is None:
+      continue
+    name = field.split(".")[0].split("[")[0]
+    if name.isdigit() and int(name) >= len(args):
+      raise ValueError(f"debug.print: format string {fmt!r} refers to positional argument "
+                       f"{name}, but only {len(args)} were given")
+    if name and not name.isdigit() and name not in kwargs:
+      raise ValueError(f"debug.print: format string {fmt!r} refers to {name!r}, which is not "
+                       "a keyword argument")
 
 
-def callback(callback, *args, ordered: bool = False, **kwargs) -> None:
-  """Calls ``callback(*args, **kwargs)`` with concrete values; a no-op under tracing (same gap as
-  ``print``)."""
-  if _has_tracer((args, kwargs)):
-    return
-  callback(*args, **kwargs)
+def print(fmt: str, *args, ordered: bool = False, partitioned: bool = False,  # noqa: A001
+          skip_format_check: bool = False, _use_logging: bool = False, **kwargs) -> None:
+  """Prints ``fmt.format(*args, **kwargs)`` with the run-time values of the arguments."""
+  if not skip_format_check:
+    _check_format(fmt, args, kwargs)
+
+  def show(*a, **k):
+    builtins.print(fmt.format(*a, **k))
+  debug_callback(show, *args, ordered=ordered, **kwargs)
+
+
+def callback(callback, *args, ordered: bool = False, partitioned: bool = False,  # noqa: A002
+             **kwargs) -> None:
+  """Calls ``callback(*args, **kwargs)`` with the run-time values of the arguments, for its
+  side effect (its return value is ignored)."""
+  debug_callback(callback, *args, ordered=ordered, **kwargs)
 
 
 def breakpoint(*args, **kwargs):  # noqa: A001

@@ -15,3 +15,9 @@ from ourjax.tree_util import (
 
 __all__ = ["all", "flatten", "flatten_with_path", "leaves", "leaves_with_path", "map",
            "map_with_path", "reduce", "structure", "transpose", "unflatten"]
+from ourjax.tree_util import (  # noqa: E402
+    tree_broadcast as broadcast,
+    tree_reduce_associative as reduce_associative,
+)
+
+__all__ += ["broadcast", "reduce_associative"]

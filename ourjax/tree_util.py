@@ -847,3 +847,89 @@ def _partial_unflatten(func, children):
 
 
 register_pytree_node(Partial, _partial_flatten, _partial_unflatten)
+
+
+# ------------------------------------------------------------------------------------------------
+# One-level flattening, broadcasting, associative reduction
+
+def _one_level(tree, with_keys: bool):
+  first = [True]
+
+  def stop_below_root(*args):
+    if first[0]:
+      first[0] = False
+      return False
+    return True
+  out: list = []
+  if with_keys:
+    node = _flatten_with_path(tree, (), out, stop_below_root, False)
+  else:
+    node = _flatten(tree, out, stop_below_root)
+  if node is _LEAF:
+    raise ValueError(f"can't tree-flatten type: {type(tree)}")
+  kind, aux, _ = node
+  if type(aux) is _Aux:
+    aux = aux.data
+  if kind is _NONE:
+    return (), None
+  if with_keys:
+    out = [(path[0], x) for path, x in out]
+  return (tuple(out) if kind is _DICT or with_keys else out), aux
+
+
+def flatten_one_level(tree):
+  """``(children, aux_data)`` of the root node of ``tree``; ValueError for a leaf."""
+  return _one_level(tree, False)
+
+
+def flatten_one_level_with_keys(tree):
+  """``(((key, child), ...), aux_data)`` of the root node of ``tree``; ValueError for a leaf."""
+  return _one_level(tree, True)
+
+
+def is_tree_node(typ) -> bool:
+  """True if ``typ`` is a pytree node type: a built-in container, None's type, a registered
+  type or a namedtuple class."""
+  if not isinstance(typ, type):
+    raise TypeError(f"is_tree_node expects a type, got {typ!r}")
+  return typ in _BUILTIN_NODE_TYPES or typ in _registry or _is_namedtuple_type(typ)
+
+
+def tree_broadcast(prefix_tree, full_tree, is_leaf: Callable[[Any], bool] | None = None):
+  """``full_tree``'s structure with each leaf taking the value of the ``prefix_tree`` leaf
+  above it (``prefix_tree`` must be a prefix of ``full_tree``)."""
+  leaves, treedef = tree_flatten(prefix_tree, is_leaf)
+  try:
+    subtrees = treedef.flatten_up_to(full_tree)
+  except ValueError as e:
+    raise ValueError(f"pytree structure error: the prefix tree {treedef!r} is not a prefix of "
+                     f"the full tree {tree_structure(full_tree, is_leaf)!r}: {e}") from None
+  return treedef.unflatten([tree_map(lambda _, v=v: v, sub, is_leaf=is_leaf)
+                            for v, sub in zip(leaves, subtrees)])
+
+
+class _Unspecified:
+  def __repr__(self):
+    return "<unspecified>"
+
+
+_unspecified = _Unspecified()
+
+
+def tree_reduce_associative(operation: Callable[[Any, Any], Any], tree, *,
+                            identity: Any = _unspecified,
+                            is_leaf: Callable[[Any], bool] | None = None):
+  """Reduces the leaves of ``tree`` with an associative ``operation`` as a balanced binary
+  tree (the first half's result on the left); ``identity`` is the result for no leaves."""
+  leaves = tree_leaves(tree, is_leaf)
+  if not leaves:
+    if identity is _unspecified:
+      raise TypeError("Must specify identity for parallel reduction of empty sequence.")
+    return identity
+
+  def reduce(xs):
+    if len(xs) == 1:
+      return xs[0]
+    half = len(xs) // 2
+    return operation(reduce(xs[:half]), reduce(xs[half:]))
+  return reduce(leaves)

@@ -530,7 +530,10 @@ def _import_all_of_ourjax():
 def test_coverage():
   """Every primitive (of every ourjax module) has a lowering rule and at least one case here."""
   _import_all_of_ourjax()
-  prims = sorted(core.abstract_eval_rules, key=lambda p: p.name)
+  # host callbacks are never lowered: a jaxpr holding one runs through the jaxpr evaluator
+  # (backends.compile_jaxpr; tests/test_callbacks.py)
+  prims = sorted((p for p in core.abstract_eval_rules if p not in core.host_callback_primitives),
+                 key=lambda p: p.name)
   no_rule = [p.name for p in prims if p not in from_jaxpr.lowering_rules]
   assert not no_rule, f"primitives without a lowering rule: {no_rule}"
   untested = [p.name for p in prims if p.name not in CASES and p.name != "custom_lin"]

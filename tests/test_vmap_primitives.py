@@ -397,7 +397,10 @@ if _have("fft"):
 NO_OPERANDS = {"iota", "axis_index"}
 
 # primitives whose batching is tested in tests/test_vmap.py instead (they cannot run eagerly)
-TESTED_ELSEWHERE = {"custom_lin": "test_vmap.py::test_vmap_of_linearized_custom_vjp"}
+TESTED_ELSEWHERE = {"custom_lin": "test_vmap.py::test_vmap_of_linearized_custom_vjp",
+                    "debug_callback": "test_callbacks.py (one call per element)",
+                    "pure_callback": "test_callbacks.py (each vmap_method)",
+                    "io_callback": "test_callbacks.py (sequential; ordered refused)"}
 # the named-axis collectives need a vmap or pmap that binds their axis: tests/test_spmd.py
 TESTED_ELSEWHERE.update({n: "test_spmd.py" for n in (
     "psum", "pmax", "pmin", "all_gather", "reduce_scatter", "all_to_all", "ppermute")})

@@ -240,6 +240,13 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
   if hit is not None and hit[0] is closed:
     return hit[1]
   from ourjax.lowering import from_jaxpr
+  if core.jaxpr_calls_host(closed):
+    # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
+    # (each callback then runs once per call, in program order, with concrete values)
+    exe = JaxprEvaluator(closed)
+    if cache:
+      _cache[key] = (closed, exe)
+    return exe
   try:
     lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
     exe = compile_lowering(lowering, closed, backend, name, log_reason)

@@ -1,1 +1,4 @@
-"""``ourjax.experimental``: names JAX keeps under ``jax.experimental``."""
+"""``ourjax.experimental``: the names JAX keeps there that ourjax has (``io_callback``, ``shard_map``,
+``enable_x64``)."""
+from ourjax._callback import io_callback  # noqa: F401
+from ourjax.config import enable_x64  # noqa: F401

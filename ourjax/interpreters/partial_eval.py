@@ -116,7 +116,32 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray], debug_name: s
       tracers_in = [trace.new_arg(a) for a in in_avals]
       outs = fun(*tracers_in)
       tracers_out = [core.full_raise(trace, o) for o in outs]
-      return builder.build(tracers_in, tracers_out, debug_name)
+      closed = builder.build(tracers_in, tracers_out, debug_name)
+  from ourjax.config import config
+  if config.jax_check_tracer_leaks:
+    del tracers_in, tracers_out, outs, trace
+    _check_leaks(builder, debug_name or getattr(fun, "__name__", ""))
+  return closed
+
+
+def _check_leaks(builder: JaxprBuilder, name: str) -> None:
+  """Raise if a tracer of a finished trace is still referenced from outside it (the traced
+  function stored it somewhere): such a tracer would fail later, far from its cause."""
+  import gc
+  import sys
+  tracers = [t for t in builder.tracers if isinstance(t, JaxprTracer)]
+  builder.tracers.clear()
+  builder.const_tracers.clear()
+  gc.collect()
+  # references: the list above, getrefcount's argument and the loop variable
+  leaked = [t for t in tracers if sys.getrefcount(t) > 3]
+  if leaked:
+    from ourjax.errors import UnexpectedTracerError
+    refs = [type(r).__name__ for r in gc.get_referrers(leaked[0]) if r is not tracers and r is not leaked]
+    raise UnexpectedTracerError(
+        f"Leaked trace of {name or 'a function'}: {len(leaked)} tracer(s) created while "
+        f"tracing it are still referenced after the trace ended (first: {leaked[0].aval}, held by {', '.join(refs) or 'an unknown object'}). A traced function must not store "
+        "its intermediate values outside itself (in a list, a global or an attribute).")
 
 
 def _is_scalar_literal(x) -> bool:
@@ -422,7 +447,7 @@ dce_rules: dict = {}
 
 def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool] | None = None,
               keep_invars: bool = True):
-  """Drop equations whose results are unused (every primitive here is pure).  Returns
+  """Drop equations whose results are unused, unless they have an effect.  Returns
   ``(new_jaxpr, used_inputs)``."""
   if used_outputs is None:
     used_outputs = [True] * len(jaxpr.outvars)
@@ -432,6 +457,10 @@ def dce_jaxpr(jaxpr: Jaxpr, used_outputs: Sequence[bool] | None = None,
   for eqn in reversed(jaxpr.eqns):
     used = [v in live for v in eqn.out_binders]
     if not any(used):
+      if core.effectful_primitives and core.eqn_has_effects(eqn):
+        # a host callback (or a loop/call holding one) runs for its effect
+        live.update(x for x in eqn.inputs if isinstance(x, Var))
+        new_eqns.append(eqn)
       continue
     rule = dce_rules.get(eqn.primitive)
     if rule is not None:

@@ -12,9 +12,11 @@ from ourjax.lax import control_flow as _control_flow
 from ourjax.lax import parallel as _parallel
 from ourjax.lax import windowed as _windowed
 from ourjax.lax import fft as _fft
+from ourjax.lax import convenience as _convenience
+from ourjax.lax import ragged as _ragged
 
 for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
-           _control_flow, _parallel, _windowed, _fft):
+           _control_flow, _parallel, _windowed, _fft, _convenience, _ragged):
   globals().update(_reexport(_m))
 del _m
 

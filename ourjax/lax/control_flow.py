@@ -992,8 +992,8 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   if isinstance(unroll, bool):
     unroll = max(length, 1) if unroll else 1
   unroll = int(unroll)
-  if unroll < 1:
-    raise ValueError("`unroll` must be a `bool` or a positive `int`.")
+  if unroll < 0:     # (0, like True, unrolls the whole loop)
+    raise ValueError("`unroll` must be a `bool` or a non-negative `int`.")
   x_avals = [_slice_aval(a) for a in xs_avals]
   init_flat, init_tree = tree_flatten(init)
   in_avals = [get_aval(x) for x in init_flat]

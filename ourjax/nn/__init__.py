@@ -27,7 +27,7 @@ __all__ = [
     "elu", "celu", "selu", "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish",
     "log_sigmoid", "mish", "squareplus", "sparse_plus", "sparse_sigmoid", "glu", "log1mexp",
     "tanh", "softmax", "log_softmax", "logsumexp", "logmeanexp", "one_hot", "standardize",
-    "initializers",
+    "initializers", "dot_product_attention",
 ]
 
 
@@ -349,3 +349,6 @@ def one_hot(x, num_classes: int, *, dtype=None, axis: int = -1):
   rhs_shape.insert(out_axis, num_classes)
   rhs = lax.broadcasted_iota(x.dtype, tuple(rhs_shape), out_axis)
   return (lhs == rhs).astype(dt)
+
+
+from ourjax.nn._attention import dot_product_attention  # noqa: E402

@@ -1,0 +1,153 @@
+"""Small public names JAX programs use: tree_util's one-level flattening, broadcasting and
+associative reduction, flatten_util.ravel_pytree, checking_leaks, clear_caches, float0,
+transfer guards."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import tree_util as tu
+from ourjax.flatten_util import ravel_pytree
+
+# pytrees of small lists/tuples/dicts with integer leaves
+leaf = st.integers(-5, 5)
+trees = st.recursive(leaf, lambda ch: st.one_of(
+    st.lists(ch, max_size=3), st.tuples(ch, ch),
+    st.dictionaries(st.sampled_from("abc"), ch, max_size=3)), max_leaves=8)
+
+
+@given(trees, st.integers(1, 3))
+def test_tree_broadcast_puts_each_prefix_leaf_over_its_subtree(tree, k):
+  full = tu.tree_map(lambda x: [x] * k, tree)
+  out = tu.tree_broadcast(tree, full)
+  assert out == full                       # each leaf x above [x]*k broadcasts to [x]*k
+  assert ourjax.tree.broadcast(tree, full) == full
+  # a leaf prefix covers the whole tree
+  assert tu.tree_broadcast(7, full) == tu.tree_map(lambda _: 7, full)
+
+
+def test_tree_broadcast_rejects_a_non_prefix():
+  with pytest.raises(ValueError, match="pytree structure error"):
+    tu.tree_broadcast((1, 2, 3), (0, {"a": 0, "b": 0}))
+  with pytest.raises(ValueError, match="pytree structure error"):
+    tu.tree_broadcast((1, {"a": 0}), (0, {"a": 0, "b": 0}))
+  assert tu.tree_broadcast((1, 2, 3), (0, {"a": 0, "b": 0}, (0, 0))) == \
+      (1, {"a": 2, "b": 2}, (3, 3))
+
+
+@given(st.lists(st.integers(-100, 100), max_size=9))
+def test_tree_reduce_associative_is_a_balanced_reduction(xs):
+  if not xs:
+    with pytest.raises(TypeError, match="identity"):
+      tu.tree_reduce_associative(lambda a, b: a + b, xs)
+    assert tu.tree_reduce_associative(lambda a, b: a + b, xs, identity=0) == 0
+    return
+  assert tu.tree_reduce_associative(lambda a, b: a + b, xs) == sum(xs)
+  nested = tu.tree_reduce_associative(lambda a, b: (a, b), xs)
+  assert tu.tree_leaves(nested) == xs      # order kept
+
+  def depth(t):
+    return 1 + max(depth(t[0]), depth(t[1])) if isinstance(t, tuple) else 0
+  assert depth(nested) == int(np.ceil(np.log2(len(xs))))
+
+
+def test_flatten_one_level():
+  assert tu.flatten_one_level({"b": [2], "a": 1}) == ((1, [2]), ("a", "b"))
+  assert tu.flatten_one_level([1, (2,)]) == ([1, (2,)], None)
+  assert tu.flatten_one_level(None) == ((), None)
+  children, aux = tu.flatten_one_level_with_keys({"a": 1, "b": [2]})
+  assert children == ((tu.DictKey("a"), 1), (tu.DictKey("b"), [2]))
+  with pytest.raises(ValueError, match="can't tree-flatten"):
+    tu.flatten_one_level(3)
+  assert tu.is_tree_node(list) and tu.is_tree_node(type(None)) and not tu.is_tree_node(int)
+
+
+shapes = st.lists(st.integers(0, 3), max_size=2).map(tuple)
+
+
+@given(st.lists(st.tuples(shapes, st.sampled_from([np.float32, np.int32, np.bool_])),
+                max_size=4), st.integers(0, 2**31 - 1))
+def test_ravel_pytree_round_trip(specs, seed):
+  rng = np.random.default_rng(seed)
+  leaves = [np.asarray(rng.integers(0, 2, size=s) if dt == np.bool_ else
+                       rng.integers(-9, 9, size=s)).astype(dt) for s, dt in specs]
+  tree = {"x": leaves}
+  flat, unravel = ravel_pytree(tree)
+  expect = np.concatenate([np.ravel(x) for x in leaves]) if leaves else np.zeros(0)
+  assert flat.shape == (sum(x.size for x in leaves),)
+  want_dtype = np.float32 if not leaves else jnp.result_type(*[x.dtype for x in leaves])
+  assert flat.dtype == want_dtype
+  np.testing.assert_array_equal(np.asarray(flat), expect.astype(flat.dtype))
+  back = unravel(flat)
+  for a, b in zip(back["x"], leaves):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(np.asarray(a), b)
+  with pytest.raises(ValueError, match="shape"):
+    unravel(jnp.zeros(flat.shape[0] + 1, flat.dtype))
+
+
+def test_ravel_pytree_single_dtype_unravel_keeps_the_given_dtype():
+  flat, unravel = ravel_pytree(jnp.arange(10, dtype=jnp.float32))
+  mask = unravel(flat < 5.3)
+  assert mask.dtype == np.bool_
+  _, unravel2 = ravel_pytree((jnp.arange(3.0), jnp.arange(3)))
+  with pytest.raises(TypeError, match="dtype"):
+    unravel2(jnp.zeros(6, jnp.int32))
+
+
+def test_ravel_pytree_gradient_and_jit():
+  params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(2)}
+  g = ourjax.grad(lambda p: (ravel_pytree(p)[0] ** 2).sum())(params)
+  np.testing.assert_allclose(np.asarray(g["w"]), 2 * np.arange(6.0).reshape(2, 3))
+  np.testing.assert_allclose(np.asarray(g["b"]), 2 * np.ones(2))
+  flat = ourjax.jit(lambda p: ravel_pytree(p)[0])(params)
+  np.testing.assert_array_equal(np.asarray(flat), [1, 1, 0, 1, 2, 3, 4, 5])
+
+
+def test_checking_leaks_catches_a_stored_tracer_only():
+  with ourjax.checking_leaks():
+    ourjax.vmap(lambda x: x)(np.arange(3.0))
+    ourjax.jit(lambda x: ourjax.jit(lambda y: y * 2)(x) + 1)(1.0)
+    ourjax.grad(ourjax.jit(lambda x: ourjax.lax.scan(
+        lambda c, x: (c * x, c), x, np.arange(1.0, 4.0))[0]))(2.0)
+    stash = []
+
+    @ourjax.jit
+    def f(x):
+      stash.append(x)
+      return x
+    with pytest.raises(Exception, match="Leaked"):
+      f(3)
+  stash.clear()
+  # off again: the same mistake goes unnoticed
+  ourjax.jit(lambda x: stash.append(x) or x)(3)
+
+
+def test_clear_caches_forces_a_new_trace():
+  traces = []
+
+  @ourjax.jit
+  def f(x):
+    traces.append(1)
+    return x + 1
+  f(1.0)
+  f(2.0)
+  assert len(traces) == 1
+  ourjax.clear_caches()
+  assert float(f(3.0)) == 4.0
+  assert len(traces) == 2
+  ourjax.effects_barrier()
+
+
+def test_float0_and_transfer_guard():
+  assert ourjax.float0 == np.dtype([("float0", np.void, 0)])
+  _, t = ourjax.jvp(lambda x: x * 2, (3,), (np.zeros((), ourjax.float0),))
+  assert t.dtype == ourjax.float0
+  with ourjax.transfer_guard("disallow"):
+    assert ourjax.config.jax_transfer_guard_host_to_device == "disallow"
+    assert float(ourjax.jit(lambda x: x * 2)(2.0)) == 4.0
+  assert ourjax.config.jax_transfer_guard_host_to_device is None
+  with pytest.raises(ValueError):
+    with ourjax.transfer_guard("sometimes"):
+      pass
