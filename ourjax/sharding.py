@@ -259,8 +259,15 @@ class NamedSharding(Sharding):
     return self.spec._axes(ndim)
 
   def _blocks(self, global_shape):
-    """Per device (mesh order): (index tuple of slices, replica id)."""
+    """Per device (mesh order): (index tuple of slices, replica id); computed once per shape."""
     shape = tuple(global_shape)
+    cache = self.__dict__.setdefault("_block_cache", {})
+    hit = cache.get(shape)
+    if hit is None:
+      hit = cache[shape] = self._compute_blocks(shape)
+    return hit
+
+  def _compute_blocks(self, shape):
     dim_axes = self.spec._axes(len(shape))
     sizes = self.mesh.shape
     for d, axes in enumerate(dim_axes):
