@@ -27,7 +27,7 @@ def _axis_names(axis_name) -> tuple:
 
 def _axis_main(name):
   from ourjax.interpreters.batching import BatchTrace
-  for main in reversed(core.trace_stack):
+  for main in reversed(core._state.trace_stack):
     if main.trace_type is BatchTrace and main.payload is not None and \
         main.payload.name == name:
       return main
