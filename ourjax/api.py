@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ourjax import _once, core, dtypes, tree_util
+from ourjax import _nan_check, _once, core, dtypes, tree_util
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
@@ -448,6 +448,10 @@ class JitWrapped:
       if exe is None:
         exe = entry.executable = _once.build_once(entry.compiled, None,
                                                   lambda: self._compile(entry))
+      if _nan_check.enabled():
+        outs = exe(*leaves)
+        _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
+        return tree_unflatten(entry.out_tree, outs)
       if fkey is not None and fkey not in self._fast:
         self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
       return tree_unflatten(entry.out_tree, exe(*leaves))

@@ -26,7 +26,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from ourjax import dtypes
+from ourjax import _nan_check, dtypes
 from ourjax.config import config
 from ourjax.errors import (ConcretizationTypeError, TracerArrayConversionError,
                            TracerBoolConversionError, TracerIntegerConversionError,
@@ -232,7 +232,10 @@ class EvalTrace(Trace):
   pure = lift = lambda self, x: x
 
   def process_primitive(self, primitive, args, params):
-    return primitive.impl(*args, **params)
+    outs = primitive.impl(*args, **params)
+    if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
+      _nan_check.check_outputs(primitive, outs, args, params)
+    return outs
 
 
 class _TraceState(threading.local):
