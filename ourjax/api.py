@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ourjax import core, dtypes, tree_util
+from ourjax import _nan_check, _once, core, dtypes, tree_util
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
@@ -145,10 +146,11 @@ def eval_shape(fun: Callable, *args, **kwargs):
 class _CacheEntry:
   """One traced signature of a jitted function: the closed jaxpr, the output structure, why
   the cache missed (for ``jax_log_compiles``), and the executable once compiled."""
-  __slots__ = ("closed", "out_tree", "executable", "reason", "sig")
+  __slots__ = ("closed", "out_tree", "executable", "reason", "sig", "compiled")
 
   def __init__(self, closed, out_tree, reason=None, sig=None):
     self.closed, self.out_tree, self.executable = closed, out_tree, None
+    self.compiled = {}        # {None: executable}, filled once (_once.build_once)
     self.reason, self.sig = reason, sig
 
 
@@ -180,14 +182,18 @@ _JIT_CACHES = weakref.WeakKeyDictionary()
 _PRIVATE_FAST = weakref.WeakSet()    # jitted functions whose caches are their own (see below)
 
 
+_JIT_CACHES_LOCK = threading.Lock()
+
+
 def _shared_cache(fun, options) -> dict:
   """The signature cache of ``fun`` under ``options``: shared by every ``jit(fun, ...)`` with
   the same options (so ``jit(f)(x)`` in a loop traces once, as in JAX), dropped with ``fun``."""
   try:
-    per_fun = _JIT_CACHES.get(fun)
-    if per_fun is None:
-      per_fun = _JIT_CACHES[fun] = {}
-    return per_fun.setdefault(options, {})
+    with _JIT_CACHES_LOCK:
+      per_fun = _JIT_CACHES.get(fun)
+      if per_fun is None:
+        per_fun = _JIT_CACHES[fun] = {}
+      return per_fun.setdefault(options, {})
   except TypeError:       # not weakly referenceable or not hashable: a cache of its own
     return {}
 
@@ -367,8 +373,13 @@ class JitWrapped:
     return f"{head}; differences from the closest cached signature:\n{lines}"
 
   def _trace(self, f, in_tree, avals, key, args_kwargs):
+    """The cache entry of ``key``, traced on a miss: once, when several threads miss at the
+    same time (the others wait for it; a failure reaches them all and is not cached)."""
     entry = self._cache.get(key)
-    if entry is None:
+    if entry is not None:
+      return entry
+
+    def trace():
       from ourjax.stages import _Signature
       args, kwargs = args_kwargs
       names = self._leaf_names(args, kwargs, len(avals))
@@ -378,8 +389,11 @@ class JitWrapped:
       sig = _Signature(_fun_name(self.fun), in_tree, tuple(avals), names,
                        self._donated(args, kwargs, names), out_tree[0])
       entry = _CacheEntry(closed, out_tree[0], reason, sig)
-      self._cache[key] = entry
-    return entry
+      if any(isinstance(c, core.Tracer) for c in closed.consts):
+        # it closes over values of an enclosing transformation of this thread: not reusable
+        return _once.Uncached(entry)
+      return entry
+    return _once.build_once(self._cache, key, trace)
 
   # -- calling ---------------------------------------------------------------------------------
 
@@ -387,8 +401,7 @@ class JitWrapped:
     # Fast path: positional NumPy/ourjax arrays of a signature seen before, nothing traced:
     # one dictionary lookup, then the executable's own call (no flattening, no avals).
     fkey = None
-    if not kwargs and not self._no_fast and core.dynamic_trace is None and \
-        len(core.trace_stack) == 1:
+    if not kwargs and not self._no_fast and core.nothing_traced():
       sig = []
       for a in args:
         t = type(a)
@@ -404,10 +417,14 @@ class JitWrapped:
         else:
           break
       else:
-        flags = _CONFIG_VALUES
-        fkey = (bool(flags["jax_enable_x64"]), tuple(sig))
+        if config._local.overrides:     # this thread's context-manager flags
+          x64, off = config.x64_enabled, _fast_path_off(config)
+        else:
+          flags = config._values
+          x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
+        fkey = (bool(x64), tuple(sig))
         hit = self._fast.get(fkey)
-        if hit and not flags["jax_disable_jit"]:
+        if hit and not off:
           outs = hit(args)
           if outs is not None:
             return outs
@@ -423,13 +440,18 @@ class JitWrapped:
       # The function closes over values of an enclosing transformation (grad of a loss that
       # calls a jitted closure over the parameters): they become explicit operands, so that
       # transformation sees them (JAX's closure conversion).  Such a trace is not reusable.
-      self._cache.pop(key, None)
       closed, hoisted = _hoist_tracer_consts(closed)
     elif isinstance(top, core.EvalTrace):
-      # Nothing is being traced: run the cached executable directly (what pjit's impl does).
+      # Nothing is being traced: run the cached executable directly (what pjit's impl does),
+      # compiled once however many threads call at the same time.
       exe = entry.executable
       if exe is None:
-        exe = entry.executable = self._compile(entry)
+        exe = entry.executable = _once.build_once(entry.compiled, None,
+                                                  lambda: self._compile(entry))
+      if _nan_check.enabled():
+        outs = exe(*leaves)
+        _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
+        return tree_unflatten(entry.out_tree, outs)
       if fkey is not None and fkey not in self._fast:
         self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
       return tree_unflatten(entry.out_tree, exe(*leaves))
@@ -481,7 +503,12 @@ class JitWrapped:
     return f"<jitted function {_fun_name(self.fun)}>"
 
 
-_CONFIG_VALUES = config._values   # (the fast path reads two flags without the attribute hooks)
+def _fast_path_off(flags) -> bool:
+  """Whether a flag of ``flags`` (the config, or its dict of global values) sends every call
+  down the general path."""
+  if isinstance(flags, dict):
+    return bool(flags["jax_disable_jit"] or flags["jax_debug_nans"] or flags["jax_debug_infs"])
+  return bool(flags.jax_disable_jit or flags.jax_debug_nans or flags.jax_debug_infs)
 
 
 def _fast_entry(exe, out_tree, leaves):

@@ -2,12 +2,18 @@
 
 Names follow JAX's (``jax_enable_x64`` ...) so that ``ourjax.config.update("jax_enable_x64", True)``
 works as in JAX.  Environment variables: ``OURJAX_ENABLE_X64``, ``OURJAX_PLATFORMS``,
-``OURJAX_LOG_COMPILES``, ``OURJAX_DEBUG_NANS``, ``OURJAX_CACHE_DIR``, ``OURJAX_DUMP``.
+``OURJAX_LOG_COMPILES``, ``OURJAX_DEBUG_NANS``, ``OURJAX_DEBUG_INFS``, ``OURJAX_CACHE_DIR``,
+``OURJAX_DUMP``.
+
+As in JAX, ``config.update`` changes a flag for every thread, while the context managers
+(``enable_x64(...)``, ``disable_jit()``, ``debug_nans(...)``) change it for the calling thread
+only, until the block ends: another thread keeps seeing the global value.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 
 def _env_bool(name: str, default: bool = False) -> bool:
@@ -17,15 +23,23 @@ def _env_bool(name: str, default: bool = False) -> bool:
   return v.strip().lower() in ("1", "true", "yes", "on")
 
 
+class _Local(threading.local):
+  def __init__(self):
+    self.overrides: dict = {}     # this thread's context-manager values, by flag name
+
+
 class Config:
-  """A small bag of named flags; unknown names raise AttributeError (as JAX's does)."""
+  """A small bag of named flags; unknown names raise AttributeError (as JAX's does).
+  ``_values`` holds the global values, ``_local.overrides`` the calling thread's."""
 
   def __init__(self):
+    object.__setattr__(self, "_local", _Local())
     object.__setattr__(self, "_values", {
         "jax_enable_x64": _env_bool("OURJAX_ENABLE_X64"),
         "jax_platforms": os.environ.get("OURJAX_PLATFORMS") or None,
         "jax_log_compiles": _env_bool("OURJAX_LOG_COMPILES"),
         "jax_debug_nans": _env_bool("OURJAX_DEBUG_NANS"),
+        "jax_debug_infs": _env_bool("OURJAX_DEBUG_INFS"),
         "jax_disable_jit": _env_bool("OURJAX_DISABLE_JIT"),
         "jax_default_matmul_precision": None,
         "jax_compilation_cache_dir": os.environ.get("OURJAX_CACHE_DIR") or None,
@@ -44,9 +58,17 @@ class Config:
     self._values[name] = value
 
   def read(self, name: str):
+    ov = self._local.overrides
+    if name in ov:
+      return ov[name]
     return self._values[name]
 
   def __getattr__(self, name):
+    if name.startswith("_"):
+      raise AttributeError(name)
+    ov = self._local.overrides
+    if name in ov:
+      return ov[name]
     try:
       return self._values[name]
     except KeyError:
@@ -54,23 +76,33 @@ class Config:
 
   @property
   def x64_enabled(self) -> bool:
-    return bool(self._values["jax_enable_x64"])
+    ov = self._local.overrides
+    return bool(ov["jax_enable_x64"] if "jax_enable_x64" in ov else
+                self._values["jax_enable_x64"])
 
   @contextlib.contextmanager
   def _override(self, name, value):
-    old = self._values[name]
-    self._values[name] = value
+    """Set ``name`` to ``value`` in the calling thread for the duration of the block."""
+    if name not in self._values:
+      raise AttributeError(f"Unrecognized config option: {name}")
+    ov = self._local.overrides
+    missing = object()
+    old = ov.get(name, missing)
+    ov[name] = value
     try:
       yield
     finally:
-      self._values[name] = old
+      if old is missing:
+        del ov[name]
+      else:
+        ov[name] = old
 
 
 config = Config()
 
 
 def enable_x64(new_val: bool = True):
-  """Context manager turning 64-bit types on (or off) inside a block."""
+  """Context manager turning 64-bit types on (or off) inside a block (this thread only)."""
   return config._override("jax_enable_x64", new_val)
 
 
@@ -107,3 +139,13 @@ def transfer_guard(new_val: str):
   with transfer_guard_host_to_device(new_val), transfer_guard_device_to_host(new_val), \
       transfer_guard_device_to_device(new_val), config._override("jax_transfer_guard", new_val):
     yield
+
+
+def debug_nans(new_val: bool = True):
+  """Context manager for ``jax_debug_nans`` inside a block (this thread only)."""
+  return config._override("jax_debug_nans", new_val)
+
+
+def debug_infs(new_val: bool = True):
+  """Context manager for ``jax_debug_infs`` inside a block (this thread only)."""
+  return config._override("jax_debug_infs", new_val)

@@ -20,12 +20,13 @@ import itertools
 import operator
 import os
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from ourjax import dtypes
+from ourjax import _nan_check, dtypes
 from ourjax.config import config
 from ourjax.errors import (ConcretizationTypeError, TracerArrayConversionError,
                            TracerBoolConversionError, TracerIntegerConversionError,
@@ -231,45 +232,71 @@ class EvalTrace(Trace):
   pure = lift = lambda self, x: x
 
   def process_primitive(self, primitive, args, params):
-    return primitive.impl(*args, **params)
+    outs = primitive.impl(*args, **params)
+    if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
+      _nan_check.check_outputs(primitive, outs, args, params)
+    return outs
 
 
-trace_stack: list[MainTrace] = [MainTrace(0, EvalTrace, None, "eval")]
-dynamic_trace: MainTrace | None = None
+class _TraceState(threading.local):
+  """The trace stack and the dynamic trace, one of each per thread: a thread tracing a jitted
+  function does not make another thread's operations traced.  ``trace_stack[0]`` is the
+  thread's ``EvalTrace``."""
+
+  def __init__(self):
+    self.trace_stack: list[MainTrace] = [MainTrace(0, EvalTrace, None, "eval")]
+    self.dynamic_trace: MainTrace | None = None
+
+
+_state = _TraceState()
+
+
+def __getattr__(name):
+  # ``core.trace_stack`` / ``core.dynamic_trace``: the calling thread's
+  if name in ("trace_stack", "dynamic_trace"):
+    return getattr(_state, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def nothing_traced() -> bool:
+  """True when the calling thread traces nothing (only its EvalTrace is on the stack)."""
+  st = _state
+  return st.dynamic_trace is None and len(st.trace_stack) == 1
 
 
 @contextmanager
 def new_main(trace_type, payload=None, name: str = ""):
-  level = len(trace_stack)
+  stack = _state.trace_stack
+  level = len(stack)
   main = MainTrace(level, trace_type, payload, name)
-  trace_stack.append(main)
+  stack.append(main)
   try:
     yield main
   finally:
     main.active = False
-    trace_stack.pop()
+    stack.pop()
 
 
 @contextmanager
 def new_dynamic(main: MainTrace):
   """Make ``main`` catch every bind, even of constants (JAX's "omnistaging")."""
-  global dynamic_trace
-  prev, dynamic_trace = dynamic_trace, main
+  st = _state
+  prev, st.dynamic_trace = st.dynamic_trace, main
   try:
     yield
   finally:
-    dynamic_trace = prev
+    st.dynamic_trace = prev
 
 
 @contextmanager
 def new_base_main():
   """Hide enclosing dynamic traces (used to evaluate concrete things while tracing)."""
-  global dynamic_trace
-  prev, dynamic_trace = dynamic_trace, None
+  st = _state
+  prev, st.dynamic_trace = st.dynamic_trace, None
   try:
     yield
   finally:
-    dynamic_trace = prev
+    st.dynamic_trace = prev
 
 
 def _leaked(tracer) -> UnexpectedTracerError:
@@ -282,7 +309,8 @@ def _leaked(tracer) -> UnexpectedTracerError:
 
 
 def find_top_trace(xs) -> Trace:
-  top = trace_stack[0]
+  st = _state
+  top = st.trace_stack[0]
   for x in xs:
     if isinstance(x, Tracer):
       m = x._trace.main
@@ -290,8 +318,9 @@ def find_top_trace(xs) -> Trace:
         raise _leaked(x)
       if m.level > top.level:
         top = m
-  if dynamic_trace is not None and dynamic_trace.level > top.level:
-    top = dynamic_trace
+  dyn = st.dynamic_trace
+  if dyn is not None and dyn.level > top.level:
+    top = dyn
   return top.trace_type(top)
 
 

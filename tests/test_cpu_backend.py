@@ -344,6 +344,94 @@ def test_disk_cache_two_concurrent_writers(tmp_path):
   assert obj and cpu.ENTRY in ir_text
 
 
+def test_disk_cache_entry_under_another_key_is_a_miss(tmp_path, monkeypatch, caplog):
+  """An entry file copied under another key's name (its recorded key differs) is not used:
+  the program of the requested key is compiled again and gives its own result."""
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  calls = _count_compiles(monkeypatch)
+  x = np.linspace(-1, 1, 5).astype(F32)
+  a, b = _small_module(5.0), _small_module(7.0)
+  cpu.compile(a), cpu.compile(b)
+  assert len(calls) == 2
+  path_a, path_b = _entry_path(a, str(tmp_path)), _entry_path(b, str(tmp_path))
+  with open(path_a, "rb") as f:
+    data_a = f.read()
+  with open(path_b, "wb") as f:         # b's path now holds a's program
+    f.write(data_a)
+  with caplog.at_level(logging.WARNING, logger="ourjax"):
+    exe = cpu.compile(_small_module(7.0))
+  assert len(calls) == 3
+  np.testing.assert_allclose(exe(x)[0], 7 * x + np.exp(x), rtol=1e-6)
+  assert any("holds the program of key" in r.getMessage() for r in caplog.records)
+  meta, _, _ = disk_cache.unpack(open(path_b, "rb").read(), cpu.cache_key(b))  # rewritten
+
+
+_DAMAGE_SCRIPT = r"""
+import logging, os, struct, sys
+import numpy as np
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {tests!r})
+from ourjax.backends import disk_cache
+from ourjax.backends.cpu import backend as cpu, elf
+from test_cpu_backend import _small_module
+logging.basicConfig(level=logging.WARNING)
+x = np.linspace(-1, 1, 5).astype(np.float32)
+want = 3 * x + np.exp(x)
+key = cpu.cache_key(_small_module())
+path = disk_cache.entry_path(key, disk_cache.cache_dir())
+np.testing.assert_allclose(cpu.compile(_small_module())(x)[0], want, rtol=1e-6)
+meta, obj, ir_text = disk_cache.unpack(open(path, "rb").read(), key)
+assert obj[:4] == b"\x7fELF"
+shoff, = struct.unpack_from("<Q", obj, 40)
+shnum, = struct.unpack_from("<H", obj, 60)
+sh = np.frombuffer(obj, elf._SHDR, shnum, shoff)
+rela = [i for i in range(shnum) if sh[i]["type"] == 4 and sh[i]["size"]][0]
+r0 = int(sh[rela]["offset"])
+symtab = [i for i in range(shnum) if sh[i]["type"] == 2][0]
+strtab = int(sh[int(sh[symtab]["link"])]["offset"])
+entry_at = obj.index(cpu.ENTRY.encode() + b"\0", strtab)
+
+def put(b, at, fmt, *v):
+  b = bytearray(b)
+  struct.pack_into(fmt, b, at, *v)
+  return bytes(b)
+
+damages = {{
+    "section table past the end": put(obj, 40, "<Q", len(obj) + 4096),
+    "relocation offset past its section": put(obj, r0, "<Q", 1 << 40),
+    "relocation of a symbol past the table": put(obj, r0 + 8, "<Q", (1 << 62) | 2),
+    "unknown relocation type": put(obj, r0 + 8, "<Q", 200),
+    "entry symbol renamed": put(obj, entry_at, "<B", ord("Q")),
+    "truncated": obj[:len(obj) // 2],
+    "section size enlarged": put(obj, shoff + rela * 64 + 32, "<Q", 1 << 30),
+}}
+for what, bad in damages.items():
+  assert bad != obj, what
+  with open(path, "wb") as f:          # a valid entry (its checksum recomputed) over bad code
+    f.write(disk_cache.pack(key, meta, bad, ir_text))
+  exe = cpu.compile(_small_module())
+  assert isinstance(exe, cpu.CpuExecutable), what
+  np.testing.assert_allclose(exe(x)[0], want, rtol=1e-6, err_msg=what)
+  assert disk_cache.unpack(open(path, "rb").read(), key)[1] == obj, what   # rewritten whole
+  print("ok:", what, flush=True)
+print("all ok")
+"""
+
+
+def test_disk_cache_damaged_object_with_valid_checksum(tmp_path):
+  """Object code damaged inside an entry whose checksum was recomputed over it is rejected
+  by the object check (a miss, compiled again), never loaded: the process gets the right
+  result and exits normally (run in a subprocess, so that a crash fails the test)."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(cpu.__file__))))
+  script = _DAMAGE_SCRIPT.format(root=root, tests=os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, OURJAX_CACHE_DIR=str(tmp_path), PYTHONPATH=root)
+  p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                     timeout=300)
+  assert p.returncode == 0 and "all ok" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+  assert p.stderr.count("failed its check") == 7, p.stderr[-3000:]
+
+
 # ---------------------------------------------------------------------------------------------
 # dispatch
 # ---------------------------------------------------------------------------------------------

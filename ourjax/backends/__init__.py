@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ourjax import core
+from ourjax import _once, core
 
 log = logging.getLogger("ourjax")
 _cache: dict = {}
@@ -235,10 +235,19 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
   ``cache=False``, for callers that keep it themselves): a ``ModuleExecutable``, or, when some
   primitive has no lowering rule and ``OURJAX_STRICT_LOWERING`` is not set, a
   ``JaxprEvaluator``."""
+  if not cache:
+    return _compile_jaxpr(closed, backend, name, keep_unused, log_reason)
   key = (id(closed), backend, keep_unused)
-  hit = _cache.get(key) if cache else None
+  hit = _cache.get(key)
   if hit is not None and hit[0] is closed:
     return hit[1]
+  # (compiled once when threads ask together; the entry keeps ``closed`` alive, so its id
+  # names it for good)
+  return _once.build_once(_cache, key, lambda: (closed, _compile_jaxpr(
+      closed, backend, name, keep_unused, log_reason)))[1]
+
+
+def _compile_jaxpr(closed, backend, name, keep_unused, log_reason):
   from ourjax.lowering import from_jaxpr
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
@@ -249,15 +258,12 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
     return exe
   try:
     lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
-    exe = compile_lowering(lowering, closed, backend, name, log_reason)
+    return compile_lowering(lowering, closed, backend, name, log_reason)
   except from_jaxpr.LoweringError as e:
     if os.environ.get("OURJAX_STRICT_LOWERING"):
       raise
     log.debug("jit(%s): %s; running the jaxpr op by op", name, e)
-    exe = JaxprEvaluator(closed)
-  if cache:
-    _cache[key] = (closed, exe)
-  return exe
+    return JaxprEvaluator(closed)
 
 
 class Device:

@@ -10,7 +10,10 @@ SHA-256, then the payload: the entry's own key, the JSON meta, the object code a
 compressed LLVM IR.  A read checks all of it: a truncated, damaged or foreign entry (one whose
 recorded key is not the key it was read under, e.g. copied from another program's path) is
 logged, removed and reported as a miss, so the program is compiled again; nothing runs code that
-an entry does not vouch for.  The GEMM's shared objects live under ``gemm/`` in the same
+an entry does not vouch for.  The object code itself is checked again when it is loaded
+(``cpu/jit.load_object`` -> ``cpu/elf.check``: ELF headers, section table, symbols, relocations,
+entry points, symbols it needs), so that a damaged object under a recomputed checksum is a
+miss too, never a crash of the loader.  The GEMM's shared objects live under ``gemm/`` in the same
 directory (``llvm/gemm.py``).
 """
 from __future__ import annotations

@@ -70,7 +70,7 @@ def spmd_axes(sizes: dict):
 
 def _vmap_main(name):
   from ourjax.interpreters.batching import BatchTrace
-  for main in reversed(core.trace_stack):
+  for main in reversed(core._state.trace_stack):
     if main.trace_type is BatchTrace and main.payload is not None and \
         main.payload.name == name:
       return main

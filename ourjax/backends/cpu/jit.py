@@ -378,13 +378,41 @@ def _unpack_objects(blob: bytes) -> list:
   return out
 
 
+def check_objects(parts: Sequence[bytes], entry_names: Sequence[str] = ()) -> None:
+  """Raise ValueError unless ``parts`` (objects loaded together) are sound ELF objects for
+  this host that define ``entry_names`` and need nothing LLVM cannot resolve."""
+  from ourjax.backends.cpu import elf
+  machine = elf.host_machine()
+  defined, undefined = set(), set()
+  for k, part in enumerate(parts):
+    try:
+      info = elf.check(part, machine)
+    except ValueError as e:
+      raise ValueError(f"object {k} of {len(parts)}: {e}") from None
+    defined |= info.defined
+    undefined |= info.undefined
+  missing = [n for n in entry_names if n not in defined]
+  if missing:
+    raise ValueError(f"entry point {missing[0]!r} is not defined in the object code")
+  for name in sorted(undefined - defined):
+    if name.startswith("_GLOBAL_OFFSET_TABLE_") or llvm.address_of_symbol(name):
+      continue
+    raise ValueError(f"it needs symbol {name!r}, which nothing defines")
+
+
 def load_object(obj: bytes, entry_names: Sequence[str] = (),
                 optimized_ir: Optional[str] = None) -> CompiledModule:
   """JIT-load host object code (from :func:`compile_to_object`) into its own MCJIT engine and
   resolve ``entry_names``.  Raises :class:`CompileError` when the bytes are not a loadable
-  object or an entry point is missing."""
+  object or an entry point is missing.  The objects are checked first (``elf.check``: headers,
+  sections, symbols, relocations; the entry points defined; every symbol they need defined by
+  one of them or known to LLVM), so that damaged bytes raise instead of crashing the loader."""
   st = _setup()
   with _lock:
+    try:
+      check_objects(_unpack_objects(bytes(obj)), entry_names)
+    except ValueError as e:
+      raise CompileError(f"object code failed its check: {e}") from None
     try:
       empty = llvm.parse_assembly("")
       empty.triple = st["triple"]
