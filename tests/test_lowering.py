@@ -143,8 +143,8 @@ def case(name, fn, make_args, xfail=None):
 
 UNARY = ["neg", "sign", "floor", "ceil", "is_finite", "exp", "exp2", "log", "log1p", "expm1",
          "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
-         "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "erf", "erf_inv", "lgamma", "digamma", "abs",
-         "not", "population_count", "clz", "real", "imag", "square", "conj", "stop_gradient"]
+         "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "erf", "erfc", "erf_inv", "lgamma", "digamma",
+         "abs", "not", "population_count", "clz", "real", "imag", "square", "conj", "stop_gradient"]
 BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "and", "or", "xor",
           "shift_left", "shift_right_arithmetic", "shift_right_logical", "nextafter", "eq", "ne",
           "lt", "le", "gt", "ge", "add_any"]
