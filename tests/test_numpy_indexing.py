@@ -961,3 +961,29 @@ def test_place_errors():
     jnp.place(X, np.array([True]), 1.0, inplace=False)
   with pytest.raises(ValueError, match="empty"):
     jnp.place(X, X > 0, np.zeros(0), inplace=False)
+
+
+@given(data=st.data())
+def test_grad_of_out_of_bounds_indexing_drops_cotangents(data):
+  """x[idx] with out-of-bounds integer indices (after negative ones are wrapped once): the
+  values clamp, as JAX's, and the gradient drops those cotangents, as JAX's (mode
+  promise_in_bounds: its transpose is a scatter-add that skips them); x.at[idx].get(mode="clip")
+  sends them to the clamped element."""
+  n = data.draw(st.integers(1, 6), label="n")
+  idx = np.array(data.draw(st.lists(st.integers(-2 * n, 2 * n), min_size=1, max_size=7),
+                           label="idx"), np.int32)
+  w = np.arange(1, idx.size + 1, dtype=np.float32) * 10.0 ** np.arange(idx.size) % 997
+  x = np.arange(n, dtype=np.float32) + 1
+  wrapped = np.where(idx < 0, idx + n, idx)
+  inb = (wrapped >= 0) & (wrapped < n)
+  clamped = np.clip(wrapped, 0, n - 1)
+  np.testing.assert_array_equal(np.asarray(jnp.asarray(x)[idx]), x[clamped])
+  want = np.zeros(n, np.float32)
+  np.add.at(want, wrapped[inb], w[inb])
+  for fn in (lambda f: f, ourjax.jit):
+    g = fn(ourjax.grad(lambda v: jnp.sum(v[idx] * w)))(x)
+    np.testing.assert_array_equal(np.asarray(g), want)
+  want_clip = np.zeros(n, np.float32)
+  np.add.at(want_clip, clamped, w)
+  g = ourjax.grad(lambda v: jnp.sum(v.at[idx].get(mode="clip") * w))(x)
+  np.testing.assert_array_equal(np.asarray(g), want_clip)
