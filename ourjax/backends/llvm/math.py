@@ -108,7 +108,8 @@ and type (random bit patterns, log-spaced magnitudes over the whole range, unifo
 interesting intervals, edge cases; tests/test_llvm_math.py holds the samplers) against float64
 references for float32 and 80-bit long double (with series and continued fractions for
 erf/erfc/erf_inv/lgamma/digamma) for float64, and for the float32 GPU variants (column gpu;
-'-': the GPU uses the CPU variant) over every float32 input (sin, cos, tan: the whole range, huge arguments sampled):
+'-': the GPU uses the CPU variant) over every float32 input (sin, cos, tan: the whole range,
+huge arguments sampled):
 
   function   float32  float64   gpu     function   float32  float64   gpu
   exp         0.77     0.76    0.90    sinh        0.73     0.70       -
