@@ -262,7 +262,7 @@ def _check_dialect(dialect, allowed, stage):
 TRANSCENDENTAL_OPS = {
     "exponential", "exp2", "exponential-minus-one", "log", "log-plus-one", "power", "sqrt",
     "rsqrt", "cbrt", "tanh", "logistic", "sine", "cosine", "tan", "asin", "acos", "atan", "sinh",
-    "cosh", "asinh", "acosh", "atanh", "atan2", "erf", "erf-inv", "lgamma", "digamma"}
+    "cosh", "asinh", "acosh", "atanh", "atan2", "erf", "erfc", "erf-inv", "lgamma", "digamma"}
 
 #: Elementwise opcodes that do no arithmetic (data movement and reinterpretation).
 _FREE_OPS = {"copy", "convert", "bitcast-convert", "real", "imag"}

@@ -70,7 +70,8 @@ for _name, _lo, _hi, _mode in [
     ("acos", -0.8, 0.8, "range"), ("atan", -3, 3, "range"), ("sinh", -2, 2, "range"),
     ("cosh", -2, 2, "range"), ("asinh", -3, 3, "range"), ("acosh", 1.2, 3, "range"),
     ("atanh", -0.8, 0.8, "range"), ("sqrt", 0.2, 3, "range"), ("rsqrt", 0.2, 3, "range"),
-    ("cbrt", 0.2, 3, "mag"), ("erf", -2, 2, "range"), ("erf_inv", -0.9, 0.9, "range"),
+    ("cbrt", 0.2, 3, "mag"), ("erf", -2, 2, "range"), ("erfc", -2, 4, "range"),
+    ("erf_inv", -0.9, 0.9, "range"),
     ("lgamma", 0.3, 4, "range"), ("digamma", 0.5, 4, "range"), ("abs", 0.1, 2, "mag"),
     ("square", -2, 2, "range")]:
   ex(_name, getattr(lax, _name), [V], lo=_lo, hi=_hi, mode=_mode)

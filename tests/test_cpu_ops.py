@@ -35,7 +35,7 @@ ALL = FLOATS + INTS + ("pred",)
 
 TRANSCENDENTAL = {"exponential", "exp2", "exponential-minus-one", "log", "log-plus-one", "tanh",
                   "logistic", "sine", "cosine", "tan", "asin", "acos", "atan", "sinh", "cosh",
-                  "asinh", "acosh", "atanh", "cbrt", "erf", "erf-inv", "lgamma", "digamma",
+                  "asinh", "acosh", "atanh", "cbrt", "erf", "erfc", "erf-inv", "lgamma", "digamma",
                   "power", "atan2"}
 
 

@@ -474,3 +474,61 @@ def test_optimize_preserves_reference_results_bitwise(prog):
   assert len(got) == len(want)
   for i, (a, b) in enumerate(zip(want, got)):
     assert_bitwise_equal(a, b, f"output {i} of\n{m}\noptimized to\n{opt}\n")
+
+
+_RED_OPS = {"add": np.sum, "maximum": np.max, "minimum": np.min, "and": np.bitwise_and.reduce,
+            "or": np.bitwise_or.reduce}
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_reduce_of_broadcast(data):
+  """reduce(broadcast(x)) becomes a reduction of x (times the broadcast count for add): the
+  same values as the reference on the unsimplified module (integers bitwise, wrapping
+  included; floats to rounding), and no reduction over the broadcast left."""
+  op = data.draw(st.sampled_from(sorted(_RED_OPS)), label="op")
+  dt = data.draw(st.sampled_from(["s32", "u8"] if op in ("and", "or") else
+                                 ["f32", "f64", "s32", "u8"]), label="dt")
+  rank = data.draw(st.integers(1, 4), label="rank")
+  out_dims = data.draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank), label="dims")
+  kept = sorted(data.draw(st.sets(st.integers(0, rank - 1)), label="x dims"))
+  x_dims = [out_dims[d] if data.draw(st.booleans(), label="full") else 1 for d in kept]
+  red = sorted(data.draw(st.sets(st.integers(0, rank - 1), min_size=1), label="reduced"))
+  m = Module("rb")
+  comp = scalar_computation(m, op, dt)
+  b = Builder(m, "main")
+  x = b.parameter(S(dt, *x_dims))
+  bc = b.broadcast(x, tuple(out_dims), tuple(kept))
+  init = {"add": 0, "maximum": -10 ** 6, "minimum": 10 ** 6, "and": -1, "or": 0}[op]
+  if dt == "u8":
+    init = {"maximum": 0, "minimum": 255, "and": 255}.get(op, init)
+  m.entry = b.build(b.reduce(bc, b.constant(init, dt), tuple(red), comp))
+  verify(m)
+  xv = random_array(np.random.default_rng(data.draw(st.integers(0, 99), label="seed")), dt,
+                    tuple(x_dims))
+  if dt in ("f32", "f64"):
+    xv = np.round(np.clip(xv, -1e3, 1e3) * 4) / 4      # quarter-integers: exact sums
+  want = reference.compile(m)(xv)[0]
+  simplify.run(m)
+  verify(m)
+  got = reference.compile(m)(xv)[0]
+  np.testing.assert_array_equal(got, want)
+  count = np.prod([out_dims[d] for d in red if d not in kept] +
+                  [out_dims[d] for d, xd in zip(kept, x_dims) if d in red and xd != out_dims[d]])
+  expanded_kept = any(d not in red and xd != out_dims[d] for d, xd in zip(kept, x_dims))
+  if count > 1 and not expanded_kept:
+    text = m.entry.to_string()
+    assert not any(i.opcode == "reduce" and i.operands[0].opcode == "broadcast"
+                   for i in m.entry.instructions), text
+
+
+def test_sum_of_a_huge_broadcast_answers_at_once():
+  """jit(sum(broadcast_to(x, (10^6, 10^6)))) is 10^12 x computed by one multiply (10^12
+  additions before), integers wrapping as the additions would."""
+  import ourjax
+  import ourjax.numpy as jnp
+  f = ourjax.jit(lambda x: jnp.sum(jnp.broadcast_to(x, (10 ** 6, 10 ** 6))))
+  assert f(np.float32(1.5)) == np.float32(1.5e12)
+  assert int(f(np.int32(3))) == np.int64(3 * 10 ** 12).astype(np.int32)
+  g = ourjax.jit(lambda x: jnp.max(jnp.broadcast_to(x, (10 ** 6, 10 ** 6, 3)), axis=(0, 1)))
+  np.testing.assert_array_equal(np.asarray(g(np.float32([1, -2, 3]))), [1, -2, 3])

@@ -218,3 +218,16 @@ def test_associative_scan_matches_loop(n, width, reverse, seed):
 def test_associative_scan_errors():
   with pytest.raises(ValueError, match="same first dimension"):
     lax.associative_scan(lax.add, (np.ones(3), np.ones(4)))
+
+
+@pytest.mark.parametrize("shape,axis", [((0,), 0), ((2, 0), 1), ((0, 3), 0), ((0, 3), 1)])
+@pytest.mark.parametrize("dt", [np.int32, np.int8, np.float32])
+def test_cumlogsumexp_of_an_empty_array(shape, axis, dt):
+  """An empty array (integer ones too, as JAX accepts them) comes back empty; eager and
+  jitted."""
+  x = np.zeros(shape, dt)
+  for fn in (lambda f: f, ourjax.jit):
+    got = fn(lambda v: ourjax.lax.cumlogsumexp(v, axis=axis))(x)
+    assert got.shape == shape and got.dtype == dt
+  with pytest.raises(ValueError, match="out of bounds"):
+    ourjax.lax.cumlogsumexp(x, axis=2)

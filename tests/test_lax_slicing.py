@@ -703,10 +703,19 @@ def test_gather_grads(case, seed, mode):
   shape, dn, sizes, idx = case
   rng = np.random.default_rng(seed)
   with ourjax.enable_x64(True):
-    # out-of-bounds windows are filled with a constant (not NaN, so differences apply); with
-    # PROMISE_IN_BOUNDS (mode None) they are clamped, and so is the transposed scatter-add
-    check_grads(lambda x: lax.gather(x, idx, dn, sizes, mode=mode, fill_value=1.5),
-                (rng.standard_normal(shape),), rng)
+    # out-of-bounds windows are filled with a constant (not NaN, so differences apply)
+    f = lambda x, mode=mode: lax.gather(x, idx, dn, sizes, mode=mode, fill_value=1.5)  # noqa
+    x = rng.standard_normal(shape)
+    if mode is not None:
+      check_grads(f, (x,), rng)
+      return
+    # PROMISE_IN_BOUNDS (mode None): the forward gather (and its JVP) clamps windows outside,
+    # while the transpose drops their cotangents, as JAX's: the VJP is the one of mode "fill"
+    check_jvp_fd(f, (x,), rng)
+    out, vjp = ourjax.vjp(f, x)
+    u = rng.standard_normal(np.shape(out))
+    want = ourjax.vjp(lambda x: f(x, "fill"), x)[1](u)[0]
+    np.testing.assert_allclose(npy(vjp(u)[0]), npy(want), rtol=1e-12, atol=1e-12)
 
 
 @settings(max_examples=20)

@@ -4,6 +4,7 @@ vmap; gradients of det/inv/solve/cholesky vs central finite differences (float64
 the shape."""
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -210,3 +211,29 @@ def test_grads_vs_finite_differences(x64, name):
   g = np.asarray(ourjax.grad(f)(a))
   want = _fd_grad(lambda x: float(np.asarray(f(x))), a)
   close(g, want, rtol=1e-5, atol=1e-7)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 6), seed=st.integers(0, 2 ** 31 - 1))
+def test_eigh_grad_matches_finite_differences(n, seed):
+  """The gradient of eigh (its JVP rule, JAX's: dw = diag(C), dV = V (F * C), C = V^T dA V,
+  F_ij = 1/(w_j - w_i) with the diagonal masked) is finite on ordinary random symmetric
+  matrices and matches float64 central differences of NumPy's eigh.  The loss uses the
+  eigenvectors only through sign-invariant forms v_k^T B v_k."""
+  r = np.random.default_rng(seed)
+  a = r.standard_normal((n, n))
+  a = a + a.T
+  w_np = np.linalg.eigvalsh(a)
+  assume(np.min(np.diff(w_np)) > 0.2)
+  b = r.standard_normal((n, n))
+  c = r.standard_normal(n)
+
+  def loss(x, eigh, xp):
+    w, v = eigh((x + x.T) / 2)
+    return xp.sum(c * w) + xp.sum(c * xp.sum(v * (b @ v), axis=0)) + xp.sum(w ** 2)
+
+  g = np.asarray(ourjax.grad(lambda x: loss(x, LA.eigh, jnp))(a.astype(np.float32)))
+  assert np.all(np.isfinite(g)), g
+  want = _fd_grad(lambda x: loss(x, np.linalg.eigh, np), a, h=1e-6)
+  scale = np.max(np.abs(want)) + 1
+  np.testing.assert_allclose(g, want, rtol=0, atol=2e-3 * scale)

@@ -39,7 +39,7 @@ BOUNDS = {
     "lgamma": (1, 1.5), "digamma": (1, 1),
     "pow": (1, 1), "atan2": (1.5, 1),
 }
-TRIG_LIMIT = 2.0 ** 48
+TRIG_LIMIT = 2.0 ** 48            # beyond: the huge-argument (Payne-Hanek) reduction
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,13 +416,12 @@ def samples(name, dtype, n=20000, seed=0):
   if name in ("lgamma", "digamma"):
     parts.append(rng.uniform(0, 3, n).astype(dtype))
   if name in ("sin", "cos", "tan"):
+    top = math.log2(finfo(dtype)[2])
     parts.append((10.0 ** rng.uniform(0, math.log10(TRIG_LIMIT), n)).astype(dtype))
+    parts.append((2.0 ** rng.uniform(math.log2(TRIG_LIMIT) - 2, top, n // 2)).astype(dtype))
   if name in ("log", "log2", "log10", "log1p"):
     parts.append(rng.uniform(0.5, 2, n).astype(dtype))
-  x = np.concatenate(parts)
-  if name in ("sin", "cos", "tan"):
-    x = x[~(np.abs(x) > TRIG_LIMIT)]
-  return x
+  return np.concatenate(parts)
 
 
 def _sample_size(name):
@@ -619,19 +618,45 @@ def test_atan2_quadrants(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_trig_large_arguments(dtype):
-  """Full accuracy up to 2^48 (tested up to there); beyond it results are bounded in [-1, 1]
-  but not accurate."""
+  """Full accuracy over the whole range: Cody-Waite below 2^48, the Payne-Hanek reduction
+  (2/pi from its bits table) beyond, up to the largest finite value; the values JAX gives for
+  sin(float32([1e17, 1e30, 3.4e38])) among them (-0.570, -0.791, -0.244)."""
   rng = np.random.default_rng(3)
-  x = (2.0 ** rng.uniform(20, 48, 20000)).astype(dtype)
-  for name in ("sin", "cos"):
+  top = math.log2(finfo(dtype)[2])
+  x = np.concatenate([2.0 ** rng.uniform(20, top, 40000), 2.0 ** rng.uniform(46, 50, 4000),
+                      2.0 ** np.arange(40, math.ceil(top)),              # every power of two
+                      [1e17, 1e30, 3.4e38, float(np.finfo(dtype).max)]]).astype(dtype)
+  x = np.concatenate([x, np.nextafter(x, dtype(0)), -x])
+  for name in ("sin", "cos", "tan"):
     err = ulp_error(run(name, dtype, x), reference(name, dtype, x), dtype)
-    assert err.max() <= 1, name
-  big = np.concatenate([(2.0 ** rng.uniform(49, 127, 2000)), [float(np.finfo(dtype).max)]])
-  big = big.astype(dtype)
-  for name in ("sin", "cos"):
-    r = run(name, dtype, big)
-    assert np.all(np.abs(r) <= 1), name
-  assert np.all(np.isfinite(run("tan", dtype, big)))
+    i = int(np.argmax(err))
+    assert err[i] <= BOUNDS[name][0 if dtype == F32 else 1], (name, x[i], err[i])
+  got = run("sin", dtype, np.array([1e17, 1e30, 3.4e38], dtype))
+  np.testing.assert_allclose(got, np.sin(np.array([1e17, 1e30, 3.4e38], dtype).astype(LD)),
+                             rtol=1e-6)
+
+
+# 2/pi in 24-bit words, as printed in the classic C libraries' reduction tables
+_TWO_OVER_PI_HEX = (
+    "A2F983 6E4E44 1529FC 2757D1 F534DD C0DB62 95993C 439041 FE5163 ABDEBB C561B7 246E3A 424DD2 "
+    "E00649 2EEA09 D1921C FE1DEB 1CB129 A73EE8 8235F5 2EBB44 84E99C 7026B4 5F7E41 3991D6 398353 "
+    "39F49C 845F8B BDF928 3B1FF8 97FFDE 05980F EF2F11 8B5A0A 6D1F6D 367ECF 27CB09 B74F46 3F669E "
+    "5FEA2D 7527BA C7EBE5 F17B3D 0739F7 8A5292 EA6BFB 5FB11F 8D5D08 560330 46FC7B 6BABF0 CFBC20 "
+    "9AF436 1DA9E3 91615E E61B08 659985 5F14A0 68408D FFD880 4D7327 310606 1556CA 73A8C9 60E27B "
+    "C08C6B")
+
+
+def test_two_over_pi_table():
+  """The huge-argument reduction's 2/pi bits (computed by Machin's formula) are the published
+  ones, and each table row D_j = 2^(16j-52) 2/pi mod 4 is those bits to ~210 bits."""
+  words = _TWO_OVER_PI_HEX.split()
+  published = int("".join(words), 16) >> (24 * len(words) - 1280)
+  assert lm.TWO_OVER_PI_BITS == published
+  from fractions import Fraction
+  for j in (3, 10, 40, 63):
+    row = lm._PH_TABLE[j]
+    exact = Fraction((published << (16 * j)) % (4 << (1280 + 52)), 1 << (1280 + 52))
+    assert abs(sum(map(Fraction, row)) - exact) < Fraction(1, 1 << 205), j
 
 
 def test_unknown_names_and_types():
@@ -695,10 +720,8 @@ def test_ir_has_no_calls_and_vectorizes(dtype, cpu):
                 max_size=64))
 def test_hypothesis_float32(xs):
   x0 = np.array(xs, dtype=F32)
-  for name in ("exp", "log", "tanh", "logistic", "sin", "cos", "expm1", "log1p", "atan"):
-    x = x0[~(np.abs(x0) > TRIG_LIMIT)] if name in ("sin", "cos") else x0
-    if x.size == 0:
-      continue
+  for name in ("exp", "log", "tanh", "logistic", "sin", "cos", "tan", "expm1", "log1p", "atan"):
+    x = x0
     err = ulp_error(run(name, F32, x), reference(name, F32, x), F32)
     assert err.max() <= BOUNDS[name][0], (name, x[np.argmax(err)])
 
@@ -744,6 +767,35 @@ def test_vector_operands_match_scalar(dtype):
     np.testing.assert_array_equal(out, run(nm, dtype, *args), err_msg=nm)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_vector_trig_takes_the_huge_argument_branch_per_vector(dtype):
+  """On vector operands sin/cos/tan branch once per vector to the huge-argument reduction (a
+  cold block) where some lane has |x| >= 2^48; the other lanes keep the fast path's values:
+  every lane equals the scalar (loop) result."""
+  lanes = 4
+  fty = ir.FloatType() if dtype == F32 else ir.DoubleType()
+  vty = ir.VectorType(fty, lanes)
+  mod = jit.new_module("vec_trig_huge")
+  names = ["sin", "cos", "tan"]
+  for nm in names:
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [vty.as_pointer()] * 2), f"v_{nm}")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.store(lm.emit_unary(b, nm, b.load(fn.args[0], align=4)), fn.args[1], align=4)
+    b.ret_void()
+    assert len(fn.blocks) == 3, nm                          # entry, cold block, join
+  cm = jit.compile_module(mod, [f"v_{n}" for n in names])
+  rng = np.random.default_rng(5)
+  top = math.log2(finfo(dtype)[2])
+  for _ in range(50):
+    x = np.where(rng.random(lanes) < 0.3, 2.0 ** rng.uniform(48, top, lanes),
+                 rng.uniform(-10, 10, lanes)).astype(dtype)
+    for nm in names:
+      f = cm.ctypes_function(f"v_{nm}", None, [ctypes.c_void_p] * 2)
+      out = np.empty(lanes, dtype=dtype)
+      f(x.ctypes.data, out.ctypes.data)
+      np.testing.assert_array_equal(out, run(nm, dtype, x), err_msg=f"{nm}{x}")
+
+
 # ---------------------------------------------------------------------------------------------
 # the float32 GPU variants (compiled for the host here; the same IR runs on NVPTX)
 # ---------------------------------------------------------------------------------------------
@@ -767,7 +819,7 @@ def _gpu_samples(name, n, seed):
     near = GPU_TRIG_MAX * 2.0 ** rng.uniform(-3, 1, n // 2)
     steps = np.nextafter(np.float32(GPU_TRIG_MAX), np.float32([0, np.inf]))
     x = np.concatenate([x, near.astype(F32), -near.astype(F32), steps, [GPU_TRIG_MAX]])
-    x = x[~(np.abs(x) > TRIG_LIMIT)].astype(F32)
+    x = x.astype(F32)
   return x
 
 
@@ -829,6 +881,13 @@ def test_gpu_variant_vector_operands_match_scalar():
   cm = jit.compile_module(mod, [f"v_{n}" for n in GPU])
   # one lane beyond the sin/cos fast path: the whole vector takes the slow path's call
   x = np.array([0.3, -2.5, 3e5, np.nan], dtype=F32)
+  x_huge = np.array([0.3, 1e30, -3e5, 3.4e38], dtype=F32)       # the double path's own branch
+  for nm in GPU:
+    for xs in (x, x_huge):
+      f = cm.ctypes_function(f"v_{nm}", None, [ctypes.c_void_p] * 2)
+      out = np.empty(lanes, dtype=F32)
+      f(xs.ctypes.data, out.ctypes.data)
+      np.testing.assert_array_equal(out, run(nm, F32, xs, variant="gpu"), err_msg=nm)
   for nm in GPU:
     f = cm.ctypes_function(f"v_{nm}", None, [ctypes.c_void_p] * 2)
     out = np.empty(lanes, dtype=F32)

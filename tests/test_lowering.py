@@ -143,8 +143,8 @@ def case(name, fn, make_args, xfail=None):
 
 UNARY = ["neg", "sign", "floor", "ceil", "is_finite", "exp", "exp2", "log", "log1p", "expm1",
          "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
-         "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "erf", "erf_inv", "lgamma", "digamma", "abs",
-         "not", "population_count", "clz", "real", "imag", "square", "conj", "stop_gradient"]
+         "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "erf", "erfc", "erf_inv", "lgamma", "digamma",
+         "abs", "not", "population_count", "clz", "real", "imag", "square", "conj", "stop_gradient"]
 BINARY = ["add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "and", "or", "xor",
           "shift_left", "shift_right_arithmetic", "shift_right_logical", "nextafter", "eq", "ne",
           "lt", "le", "gt", "ge", "add_any"]
@@ -637,3 +637,72 @@ def test_lowered_modules_verify():
     args = make_args(np.random.RandomState(0))
     closed = ourjax.jit(fn).trace(*args).jaxpr
     hlo.verify(from_jaxpr.lower(closed, name).module)
+
+
+# ------------------------------------------------------------------------------------------------
+# Programs JAX runs: lax binary ops with size-1 dimensions, pow with an integer exponent
+
+from hypothesis import given as _given, settings as _settings, strategies as _st  # noqa: E402
+
+_SIZE_ONE_OPS = [("add", np.add, np.float32), ("sub", np.subtract, np.float32),
+                 ("mul", np.multiply, np.float32), ("div", np.divide, np.float32),
+                 ("rem", np.fmod, np.float32), ("max", np.maximum, np.float32),
+                 ("atan2", np.arctan2, np.float32), ("lt", np.less, np.float32),
+                 ("shift_left", np.left_shift, np.int32), ("and_", np.bitwise_and, np.int32)]
+
+
+@pytest.mark.parametrize("name,ref,dt", _SIZE_ONE_OPS, ids=[o[0] for o in _SIZE_ONE_OPS])
+@_settings(max_examples=10, deadline=None)
+@_given(data=_st.data())
+def test_lax_binary_ops_broadcast_size_one_dims(name, ref, dt, data):
+  """As JAX 0.10's: operands of the same rank broadcast along their size-1 dimensions ((2, 3)
+  with (2, 1), (2, 1) with (1, 3)), eager, jitted and differentiated; other shapes are
+  errors."""
+  rank = data.draw(_st.integers(1, 3), label="rank")
+  full = data.draw(_st.lists(_st.integers(1, 4), min_size=rank, max_size=rank), label="shape")
+  pick = data.draw(_st.lists(_st.integers(0, 2), min_size=rank, max_size=rank), label="which")
+  sx = tuple(1 if p == 1 else n for n, p in zip(full, pick))
+  sy = tuple(1 if p == 2 else n for n, p in zip(full, pick))
+  rng = np.random.default_rng(data.draw(_st.integers(0, 99), label="seed"))
+  if dt == np.int32:
+    x = rng.integers(0, 100, sx).astype(dt)
+    y = rng.integers(0, 8, sy).astype(dt)
+  else:
+    x = rng.uniform(-3, 3, sx).astype(dt)
+    y = rng.uniform(0.5, 3, sy).astype(dt)
+  fn = getattr(lax, name)
+  want = ref(x, y)
+  for f in (fn, ourjax.jit(fn)):
+    got = np.asarray(f(x, y))
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  if name in ("add", "mul", "sub", "div"):
+    gx, gy = ourjax.grad(lambda a, b: jnp.sum(fn(a, b)), argnums=(0, 1))(x, y)
+    assert gx.shape == sx and gy.shape == sy
+  with pytest.raises(TypeError, match="incompatible shapes"):
+    fn(np.ones((2, 3), dt), np.ones((3, 2), dt))
+
+
+@_settings(max_examples=20, deadline=None)
+@_given(xs=_st.lists(_st.floats(-4, 4, width=32).filter(lambda v: v == 0 or abs(v) > 1e-3),
+                     min_size=1, max_size=5),
+        n=_st.integers(-6, 6), dt=_st.sampled_from([np.int8, np.int32, np.uint8]))
+def test_lax_pow_takes_an_integer_exponent(xs, n, dt):
+  """lax.pow(x, y) with y of an integer dtype, negative values included (JAX converts y to
+  x's dtype): eager, jitted, and its gradient in x."""
+  if dt == np.uint8:
+    n = abs(n)
+  x = np.array(xs, np.float32)
+  y = np.full(x.shape, n, dt)
+  with np.errstate(all="ignore"):
+    want = np.power(x.astype(np.float64), float(n))
+  for f in (lax.pow, ourjax.jit(lax.pow)):
+    got = np.asarray(f(x, y))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-30)
+  np.testing.assert_allclose(np.asarray(lax.pow(x, np.int32(n))), want, rtol=1e-5, atol=1e-30)
+  ok = x != 0
+  with np.errstate(all="ignore"):
+    dwant = n * np.power(x.astype(np.float64), n - 1.0)
+  g = np.asarray(ourjax.grad(lambda v: jnp.sum(lax.pow(v, y)))(x))
+  np.testing.assert_allclose(g[ok], dwant[ok], rtol=1e-4, atol=1e-30)

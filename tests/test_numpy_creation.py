@@ -170,6 +170,32 @@ def test_arange(args, kw, dtype):
   check(got, ref, dtype, weak=False)
 
 
+_ARANGE_NUM = st.one_of(st.integers(-20, 20), st.integers(-40, 40).map(lambda v: v / 4))
+
+
+@given(start=_ARANGE_NUM, stop=st.one_of(st.none(), _ARANGE_NUM),
+       step=st.one_of(st.none(), _ARANGE_NUM.filter(lambda v: v != 0)),
+       form=st.sampled_from(["positional", "keywords", "step_keyword"]))
+def test_arange_argument_forms_match_numpy(start, stop, step, form):
+  """Every way of passing start/stop/step gives NumPy's values: arange(5, step=2) counts from
+  0 to 5 by 2 (start is then the stop), arange(a, stop=b, step=s), arange(a, b, s)."""
+  if form == "positional":
+    args, kw = tuple(v for v in (start, stop, step) if v is not None), {}
+    if stop is None and step is not None:
+      args, kw = (start,), {"step": step}
+  elif form == "keywords":
+    args, kw = (start,), {k: v for k, v in (("stop", stop), ("step", step)) if v is not None}
+  else:
+    args, kw = ((start,) if stop is None else (start, stop)), ({} if step is None else
+                                                               {"step": step})
+  ref = np.arange(*args, **kw)
+  got = jnp.arange(*args, **kw)
+  want_dt = F32 if ref.dtype.kind == "f" else I32
+  assert got.dtype == want_dt, (args, kw, got.dtype)
+  np.testing.assert_allclose(np.asarray(got), ref.astype(want_dt), rtol=1e-6, atol=1e-6,
+                             err_msg=f"arange{args}{kw}")
+
+
 def test_arange_errors_and_x64(x64):
   assert jnp.arange(3).dtype == np.int64
   assert jnp.arange(3.0).dtype == np.float64

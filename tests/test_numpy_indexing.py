@@ -961,3 +961,72 @@ def test_place_errors():
     jnp.place(X, np.array([True]), 1.0, inplace=False)
   with pytest.raises(ValueError, match="empty"):
     jnp.place(X, X > 0, np.zeros(0), inplace=False)
+
+
+@given(data=st.data())
+def test_grad_of_out_of_bounds_indexing_drops_cotangents(data):
+  """x[idx] with out-of-bounds integer indices (after negative ones are wrapped once): the
+  values clamp, as JAX's, and the gradient drops those cotangents, as JAX's (mode
+  promise_in_bounds: its transpose is a scatter-add that skips them); x.at[idx].get(mode="clip")
+  sends them to the clamped element."""
+  n = data.draw(st.integers(1, 6), label="n")
+  idx = np.array(data.draw(st.lists(st.integers(-2 * n, 2 * n), min_size=1, max_size=7),
+                           label="idx"), np.int32)
+  w = np.arange(1, idx.size + 1, dtype=np.float32) * 10.0 ** np.arange(idx.size) % 997
+  x = np.arange(n, dtype=np.float32) + 1
+  wrapped = np.where(idx < 0, idx + n, idx)
+  inb = (wrapped >= 0) & (wrapped < n)
+  clamped = np.clip(wrapped, 0, n - 1)
+  np.testing.assert_array_equal(np.asarray(jnp.asarray(x)[idx]), x[clamped])
+  want = np.zeros(n, np.float32)
+  np.add.at(want, wrapped[inb], w[inb])
+  for fn in (lambda f: f, ourjax.jit):
+    g = fn(ourjax.grad(lambda v: jnp.sum(v[idx] * w)))(x)
+    np.testing.assert_array_equal(np.asarray(g), want)
+  want_clip = np.zeros(n, np.float32)
+  np.add.at(want_clip, clamped, w)
+  g = ourjax.grad(lambda v: jnp.sum(v.at[idx].get(mode="clip") * w))(x)
+  np.testing.assert_array_equal(np.asarray(g), want_clip)
+
+
+@given(data=st.data())
+def test_at_add_multiply_on_bool_arrays(data):
+  """bool_arr.at[i].add(v) / .mul(v) with integer values run, as in JAX: computed in the
+  promoted dtype and cast back to bool (True + 1 is True, True + -1 and True * 0 are False);
+  with bool values they are an error, as in JAX.  Eager and jitted."""
+  n = data.draw(st.integers(1, 5), label="n")
+  x = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="x"))
+  idx = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=4),
+                           label="idx"), np.int32)
+  v = np.array(data.draw(st.lists(st.integers(-2, 2), min_size=idx.size, max_size=idx.size),
+                         label="v"), np.int32)
+  want_add, want_mul = x.astype(np.int32), x.astype(np.int32)
+  np.add.at(want_add, idx, v)
+  np.multiply.at(want_mul, idx, v)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    for fn in (lambda f: f, ourjax.jit):
+      got = fn(lambda a, b: jnp.asarray(a).at[idx].add(b))(x, v)
+      assert got.dtype == np.bool_
+      np.testing.assert_array_equal(np.asarray(got), want_add != 0)
+      got = fn(lambda a, b: jnp.asarray(a).at[idx].mul(b))(x, v)
+      np.testing.assert_array_equal(np.asarray(got), want_mul != 0)
+    first = np.arange(n) == 0
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(x).at[0].add(1)), x | first)
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(x).at[0].mul(0)), x & ~first)
+  with pytest.raises(TypeError):
+    jnp.asarray(x).at[0].add(True)
+
+
+@pytest.mark.parametrize("method", ["add", "mul", "max", "min", "set"])
+def test_at_updates_with_nothing_to_update(method):
+  """Zero-size index arrays and empty slices update nothing (as JAX's), eager and jitted."""
+  x = np.arange(3, dtype=np.float32) + 1
+  empty = np.zeros((0,), np.int32)
+  for fn in (lambda f: f, ourjax.jit):
+    got = fn(lambda a: getattr(jnp.asarray(a).at[empty], method)(2.0))(x)
+    np.testing.assert_array_equal(np.asarray(got), x)
+    got = fn(lambda a: getattr(jnp.asarray(a).at[3:], method)(jnp.ones(0)))(x)
+    np.testing.assert_array_equal(np.asarray(got), x)
+    got = fn(lambda a: getattr(jnp.asarray(a[:1]).at[1:], method)(jnp.ones(0)))(x)
+    np.testing.assert_array_equal(np.asarray(got), x[:1])

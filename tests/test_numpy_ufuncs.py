@@ -628,3 +628,43 @@ def test_spacing_types():
   check(jnp.spacing(np.float32([0, 1e-40])), np.float32([1.4e-45, 1.4e-45]), rtol=0.01)
   with pytest.raises(ValueError, match="complex"):
     jnp.spacing(np.array([1j]))
+
+
+_BACKENDS = {"eager": lambda f: f, "cpu": ourjax.jit,
+             "reference": lambda f: ourjax.jit(f, backend="reference")}
+
+
+@pytest.mark.parametrize("backend", sorted(_BACKENDS))
+@given(data=st.data())
+def test_integer_division_by_zero(backend, data):
+  """Integer x / 0 as JAX gives it, in every backend: fmod and remainder 0 (NumPy's values),
+  lax.rem x and lax.div -1 (all ones unsigned; XLA's semantics)."""
+  dt = np.dtype(data.draw(st.sampled_from([np.int8, np.int32, np.uint8, np.uint32]), label="dt"))
+  info = np.iinfo(dt)
+  x = np.array(data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=1,
+                                  max_size=6), label="x"), dt)
+  y = np.array(data.draw(st.lists(st.sampled_from([0, 0, 1, 3, int(info.max)]), min_size=x.size,
+                                  max_size=x.size), label="y"), dt)
+  wrap = _BACKENDS[backend]
+  with np.errstate(all="ignore"):
+    for name, got_f, want in [
+        ("fmod", jnp.fmod, np.fmod(x, y)), ("remainder", jnp.remainder, np.remainder(x, y)),
+        ("lax.rem", ourjax.lax.rem, np.where(y == 0, x, np.fmod(x, np.where(y == 0, 1, y)))),
+        ("lax.div", ourjax.lax.div,
+         np.where(y == 0, np.array(-1).astype(dt), (np.sign(x) * np.sign(y) * (
+             np.abs(x.astype(np.int64)) // np.maximum(np.abs(y.astype(np.int64)), 1))).astype(dt)))]:
+      got = np.asarray(wrap(got_f)(x, y))
+      np.testing.assert_array_equal(got, want.astype(dt), err_msg=f"{name}{x, y} [{backend}]")
+
+
+@pytest.mark.parametrize("backend", sorted(_BACKENDS))
+@given(data=st.data())
+def test_hypot_infinity_beats_nan(backend, data):
+  """hypot(+-inf, nan) = hypot(nan, +-inf) = inf (C99, NumPy, JAX) in every backend."""
+  dt = data.draw(st.sampled_from([np.float32, np.float16]), label="dt")
+  vals = st.one_of(st.sampled_from([np.inf, -np.inf, np.nan, 0.0, -0.0]),
+                   st.floats(-1e4, 1e4, width=16))
+  x = np.array(data.draw(st.lists(vals, min_size=1, max_size=6), label="x"), dt)
+  y = np.array(data.draw(st.lists(vals, min_size=x.size, max_size=x.size), label="y"), dt)
+  got = np.asarray(_BACKENDS[backend](jnp.hypot)(x, y))
+  np.testing.assert_allclose(got, np.hypot(x, y), rtol=2e-3, err_msg=f"hypot{x, y}")

@@ -392,3 +392,17 @@ def test_many_kernels_compile_to_several_modules(monkeypatch):
     assert f".entry {k.name}(" in mods[n % len(mods)]
   if PTXAS is not None:
     _assemble(exe.ptx)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_trig_huge_argument_reduction_assembles(dtype):
+  """sin/cos/tan: the huge-argument (Payne-Hanek) reduction with its 2/pi table, reached from
+  the float32 GPU variants' slow path and inline in float64, assembles for the GPU."""
+  from ourjax.config import enable_x64
+  with enable_x64(dtype == np.float64):
+    x = np.linspace(-1e30, 1e30, 4096).astype(dtype)
+    c = _compiled(lambda v: jnp.sin(v) + jnp.cos(v) * jnp.tan(v), (x,))
+    ptx = c.as_text(dialect="ptx")
+  assert "ojx_m_two_over_pi_rows" in ptx
+  _assemble(ptx)

@@ -6,6 +6,7 @@ import statistics
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -29,6 +30,29 @@ def test_erf_erfc_tail():
   x = np.float32([-3, -1, 0, 0.5, 1.4, 1.6, 2, 4, 6, 9])
   # relative precision in the upper tail (1 - erf would round to 0 beyond ~4)
   close(sp.erfc(x), vec(math.erfc)(x.astype(np.float64)), rtol=1e-5, atol=0)
+
+
+_ERFC_BACKENDS = {"eager": lambda f: f, "cpu": ourjax.jit,
+                  "reference": lambda f: ourjax.jit(f, backend="reference")}
+
+
+@pytest.mark.parametrize("backend", sorted(_ERFC_BACKENDS))
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+@settings(max_examples=25, deadline=None)
+@given(xs=st.lists(st.floats(-6, 30), min_size=1, max_size=8))
+def test_lax_erfc_keeps_relative_precision_in_the_tail(backend, dt, xs):
+  """lax.erfc is its own function, not 1 - erf (which is 0 from erfc(4) in float32 and erfc(3)
+  in float16/bfloat16): relative error of a few ulp of the dtype against math.erfc in float64,
+  wherever the result is a normal number of the dtype."""
+  dtype = jnp.dtype(dt)
+  x = np.array(xs, np.float64).astype(dtype)
+  got = np.asarray(_ERFC_BACKENDS[backend](ourjax.lax.erfc)(x)).astype(np.float64)
+  want = vec(math.erfc)(x.astype(np.float64))
+  fi = jnp.finfo(dtype)
+  normal = want >= float(fi.tiny)
+  np.testing.assert_allclose(got[normal], want[normal], rtol=4 * float(fi.eps), atol=0,
+                             err_msg=f"erfc({x[normal]}) [{dt}, {backend}]")
+  assert np.all(np.abs(got[~normal]) <= 2 * float(fi.tiny)), (x, got)
 
 
 def test_erfinv():

@@ -55,6 +55,7 @@ _UNARY = {
     "cosine": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh, "sqrt": np.sqrt, "rsqrt": _rsqrt, "cbrt": np.cbrt, "erf": rops.erf,
+    "erfc": rops.erfc,
     "erf-inv": rops.erf_inv, "lgamma": rops.lgamma, "digamma": rops.digamma,
     "not": _logical(np.logical_not, np.invert), "popcnt": rops.population_count,
     "count-leading-zeros": rops.count_leading_zeros, "real": np.real, "imag": np.imag,

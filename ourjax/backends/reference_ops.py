@@ -35,8 +35,9 @@ __all__ = [
     "is_unsigned", "is_complex", "is_bool", "bitwidth", "iinfo_min", "iinfo_max",
     "round_half_away_from_zero", "round_half_to_even", "sign", "integer_div", "integer_rem",
     "integer_pow", "float_pow", "shift_left", "shift_right_logical", "shift_right_arithmetic",
-    "population_count", "count_leading_zeros", "erf", "erf_inv", "lgamma", "digamma", "logistic",
-    "convert_element_type", "bitcast_convert_type", "broadcast_in_dim", "iota", "pad", "slice",
+    "population_count", "count_leading_zeros", "erf", "erfc", "erf_inv", "lgamma", "digamma",
+    "logistic", "convert_element_type", "bitcast_convert_type", "broadcast_in_dim", "iota", "pad",
+    "slice",
     "dynamic_slice", "dynamic_update_slice", "concatenate", "reduce", "reduce_window",
     "dot_general", "conv_general_dilated", "gather", "scatter", "fft", "sort",
     "sort_by_comparator",
@@ -334,6 +335,13 @@ def erf(x):
   """Error function; evaluated in float64 and rounded to ``x``'s type."""
   x = np.asarray(x)
   return np.asarray(_erf_f64(x.astype(np.float64)), np.float64).astype(x.dtype)
+
+
+def erfc(x):
+  """Complementary error function 1 - erf(x), accurate in relative terms in the tail (its own
+  evaluation, not 1 - erf); float64, rounded to ``x``'s type."""
+  x = np.asarray(x)
+  return np.asarray(_erfc_f64(x.astype(np.float64)), np.float64).astype(x.dtype)
 
 
 @_ignore_fp_errors

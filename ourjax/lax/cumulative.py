@@ -124,6 +124,13 @@ def cummin(operand, axis: int = 0, reverse: bool = False):
 
 
 def cumlogsumexp(operand, axis: int = 0, reverse: bool = False):
+  aval = get_aval(operand)
+  if aval.size == 0 and dtypes.is_integer(aval.dtype):
+    # as JAX's: an empty integer array has nothing to accumulate and comes back as it is (a
+    # non-empty one is an error: integers have no -inf)
+    _cumulative_shape(aval, axis=int(axis), reverse=bool(reverse))
+    from ourjax import lax
+    return lax.full(aval.shape, 0, aval.dtype)
   return cumlogsumexp_p.bind(operand, axis=int(axis), reverse=bool(reverse))
 
 

@@ -70,6 +70,26 @@ def _bool_result(_):
 # User-facing wrappers take arrays or Python scalars; no promotion happens here.
 
 
+def _dtype_of(v):
+  return get_aval(v).dtype
+
+
+def _size_one_broadcast(x, y):
+  """(x, y) broadcast to their common shape where they have the same rank and differ only in
+  size-1 dimensions ((2, 3) with (2, 1)), as JAX's lax binary ops allow; other shapes are
+  returned as they are (the shape rule accepts rank-0 operands and reports the rest)."""
+  sx, sy = get_aval(x).shape, get_aval(y).shape
+  if sx == sy or not sx or not sy or len(sx) != len(sy):
+    return x, y
+  if any(a != b and a != 1 and b != 1 for a, b in zip(sx, sy)):
+    return x, y
+  from ourjax.lax.structural import broadcast_in_dim
+  shape = tuple(b if a == 1 else a for a, b in zip(sx, sy))
+  dims = tuple(range(len(shape)))
+  return tuple(v if s == shape else broadcast_in_dim(v, shape, dims)
+               for v, s in ((x, sx), (y, sy)))
+
+
 def neg(x): return neg_p.bind(x)
 def sign(x): return sign_p.bind(x)
 def floor(x): return floor_p.bind(x)
@@ -97,7 +117,7 @@ def sqrt(x, accuracy=None): return sqrt_p.bind(x)
 def rsqrt(x, accuracy=None): return rsqrt_p.bind(x)
 def cbrt(x, accuracy=None): return cbrt_p.bind(x)
 def erf(x): return erf_p.bind(x)
-def erfc(x): return sub(_const(x, 1), erf(x))
+def erfc(x): return erfc_p.bind(x)
 def erf_inv(x): return erf_inv_p.bind(x)
 def lgamma(x): return lgamma_p.bind(x)
 def digamma(x): return digamma_p.bind(x)
@@ -109,28 +129,35 @@ def clz(x): return clz_p.bind(x)
 def real(x): return real_p.bind(x)
 def imag(x): return imag_p.bind(x)
 def conj(x): return conj_p.bind(x)
-def add(x, y): return add_p.bind(x, y)
-def sub(x, y): return sub_p.bind(x, y)
-def mul(x, y): return mul_p.bind(x, y)
-def div(x, y): return div_p.bind(x, y)
-def rem(x, y): return rem_p.bind(x, y)
-def pow(x, y): return pow_p.bind(x, y)  # noqa: A001
-def max(x, y): return max_p.bind(x, y)  # noqa: A001
-def min(x, y): return min_p.bind(x, y)  # noqa: A001
-def atan2(x, y): return atan2_p.bind(x, y)
-def nextafter(x, y): return nextafter_p.bind(x, y)
-def and_(x, y): return and_p.bind(x, y)
-def or_(x, y): return or_p.bind(x, y)
-def xor(x, y): return xor_p.bind(x, y)
-def shift_left(x, y): return shift_left_p.bind(x, y)
-def shift_right_arithmetic(x, y): return shift_right_arithmetic_p.bind(x, y)
-def shift_right_logical(x, y): return shift_right_logical_p.bind(x, y)
-def eq(x, y): return eq_p.bind(x, y)
-def ne(x, y): return ne_p.bind(x, y)
-def lt(x, y): return lt_p.bind(x, y)
-def le(x, y): return le_p.bind(x, y)
-def gt(x, y): return gt_p.bind(x, y)
-def ge(x, y): return ge_p.bind(x, y)
+def add(x, y): return add_p.bind(*_size_one_broadcast(x, y))
+def sub(x, y): return sub_p.bind(*_size_one_broadcast(x, y))
+def mul(x, y): return mul_p.bind(*_size_one_broadcast(x, y))
+def div(x, y): return div_p.bind(*_size_one_broadcast(x, y))
+def rem(x, y): return rem_p.bind(*_size_one_broadcast(x, y))
+def pow(x, y):  # noqa: A001
+  """x ** y; y may also be an integer array (any sign), as in JAX: it is converted to x's
+  dtype."""
+  x, y = _size_one_broadcast(x, y)
+  xd, yd = np.result_type(_dtype_of(x)), np.result_type(_dtype_of(y))
+  if yd.kind in "iu" and xd.kind in "fcV" and xd != yd:
+    y = convert_element_type(y, xd)
+  return pow_p.bind(x, y)
+def max(x, y): return max_p.bind(*_size_one_broadcast(x, y))  # noqa: A001
+def min(x, y): return min_p.bind(*_size_one_broadcast(x, y))  # noqa: A001
+def atan2(x, y): return atan2_p.bind(*_size_one_broadcast(x, y))
+def nextafter(x, y): return nextafter_p.bind(*_size_one_broadcast(x, y))
+def and_(x, y): return and_p.bind(*_size_one_broadcast(x, y))
+def or_(x, y): return or_p.bind(*_size_one_broadcast(x, y))
+def xor(x, y): return xor_p.bind(*_size_one_broadcast(x, y))
+def shift_left(x, y): return shift_left_p.bind(*_size_one_broadcast(x, y))
+def shift_right_arithmetic(x, y): return shift_right_arithmetic_p.bind(*_size_one_broadcast(x, y))
+def shift_right_logical(x, y): return shift_right_logical_p.bind(*_size_one_broadcast(x, y))
+def eq(x, y): return eq_p.bind(*_size_one_broadcast(x, y))
+def ne(x, y): return ne_p.bind(*_size_one_broadcast(x, y))
+def lt(x, y): return lt_p.bind(*_size_one_broadcast(x, y))
+def le(x, y): return le_p.bind(*_size_one_broadcast(x, y))
+def gt(x, y): return gt_p.bind(*_size_one_broadcast(x, y))
+def ge(x, y): return ge_p.bind(*_size_one_broadcast(x, y))
 
 
 def integer_pow(x, y: int):
@@ -284,6 +311,7 @@ sqrt_p = unop("sqrt", _fp, np.sqrt)
 rsqrt_p = unop("rsqrt", _fp, lambda x: 1 / np.sqrt(x))
 cbrt_p = unop("cbrt", _float, np.cbrt)
 erf_p = unop("erf", _float, rops.erf)
+erfc_p = unop("erfc", _float, rops.erfc)
 erf_inv_p = unop("erf_inv", _float, rops.erf_inv)
 lgamma_p = unop("lgamma", _float, rops.lgamma)
 digamma_p = unop("digamma", _float, rops.digamma)
@@ -361,6 +389,8 @@ defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(_const(x, 0.5), ans)))   # inf at 0
 defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(_const(x, -0.5), div(ans, x))))
 defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
 defjvp(erf_p, lambda t, x: mul(t, mul(_const(x, 2 / math.sqrt(math.pi)), exp(neg(square(x))))))
+defjvp(erfc_p, lambda t, x: mul(t, mul(_const(x, -2 / math.sqrt(math.pi)),
+                                        exp(neg(square(x))))))
 defjvp2(erf_inv_p, lambda t, ans, x: mul(t, mul(_const(x, math.sqrt(math.pi) / 2),
                                                  exp(square(ans)))))
 defjvp(lgamma_p, lambda t, x: mul(t, digamma(x)))

@@ -479,7 +479,8 @@ class GatherScatterMode(enum.Enum):
   FILL_OR_DROP: a gathered window that is partly outside is all ``fill_value``; a scattered one
     is dropped.
   PROMISE_IN_BOUNDS: the caller promises every window is inside; in practice gathers clamp and
-    scatters drop, and gradients are wrong for windows outside.
+    scatters drop (as XLA's), so the gradient of a gather drops the cotangents of windows
+    outside (JAX's behaviour) and differs from its clamped forward values there.
   """
   CLIP = enum.auto()
   FILL_OR_DROP = enum.auto()
@@ -958,9 +959,12 @@ def _scatter_batch(p, vals, dims, *, dimension_numbers, indices_are_sorted, uniq
 
 
 def _scatter_mode_of_gather(mode):
-  """The mode of the scatter transposing a gather: a PROMISE_IN_BOUNDS gather clamps, so its
-  transpose clamps too (JAX's drops, which is wrong for windows outside the operand)."""
-  return GatherScatterMode.CLIP if mode == GatherScatterMode.PROMISE_IN_BOUNDS else mode
+  """The mode of the scatter transposing a gather: the gather's own.  As in JAX, the transpose
+  of a PROMISE_IN_BOUNDS gather (jnp indexing's default) is a PROMISE_IN_BOUNDS scatter-add,
+  which drops the cotangents of windows outside the operand while the forward gather clamped
+  them (x[7] of a length-5 x reads x[4], and its gradient goes nowhere); use mode="clip" for a
+  gradient that follows the clamp."""
+  return mode
 
 
 def _gather_mode_of_scatter(mode):

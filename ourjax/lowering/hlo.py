@@ -190,8 +190,8 @@ UNARY_OPS = {
     "log-plus-one": "float", "tanh": "float", "logistic": "float", "sine": "float",
     "cosine": "float", "tan": "float", "asin": "float", "acos": "float", "atan": "float",
     "sinh": "float", "cosh": "float", "asinh": "float", "acosh": "float", "atanh": "float",
-    "sqrt": "float", "rsqrt": "float", "cbrt": "real", "erf": "real", "erf-inv": "real",
-    "lgamma": "real", "digamma": "real", "not": "intpred", "popcnt": "int",
+    "sqrt": "float", "rsqrt": "float", "cbrt": "real", "erf": "real", "erfc": "real",
+    "erf-inv": "real", "lgamma": "real", "digamma": "real", "not": "intpred", "popcnt": "int",
     "count-leading-zeros": "int", "real": "complex", "imag": "complex", "copy": "any",
 }
 

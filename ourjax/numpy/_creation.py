@@ -254,11 +254,13 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None):
     return lax.iota(dtype, max(int(n), 0))
   if step is not None and host[2] == 0:
     raise ValueError("jnp.arange: step must not be zero")
+  if stop is None:                       # arange(stop, step=s): NumPy counts from 0
+    host = [type(host[0])(0), host[0], host[2]]
+  args = [h for h in host if h is not None]
   try:
-    out = np.arange(*[h for h in host if h is not None] if step is not None else host[:2],
-                    dtype=dtype)
+    out = np.arange(*args, dtype=dtype)
   except (TypeError, ValueError):
-    out = np.arange(*[h for h in host if h is not None]).astype(dtype)
+    out = np.arange(*args).astype(dtype)
   return Array(out)
 
 

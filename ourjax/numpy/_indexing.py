@@ -521,6 +521,15 @@ def _scatter_update(x, idx, y, scatter_fn, op_name, *, indices_are_sorted=False,
                     unique_indices=False, mode=None):
   x = asarray(x)
   aval = get_aval(x)
+  if (aval.dtype == np.bool_ and scatter_fn in (lax.scatter_add, lax.scatter_mul)
+      and dtypes.result_type(y) != np.bool_):
+    # as JAX's: a bool array and non-bool values add/multiply in their promoted dtype, the
+    # result cast back to bool (True + 1 is True, True * 0 and True + -1 are False); bool
+    # values alone are an error (scatter-add has no bool)
+    wide = lax.convert_element_type(x, dtypes.result_type(x, y))
+    out = _scatter_update(wide, idx, y, scatter_fn, op_name, indices_are_sorted=indices_are_sorted,
+                          unique_indices=unique_indices, mode=mode)
+    return lax.ne(out, lax.full_like(out, 0))
   plan = _plan(aval.shape, _parse_index(aval.shape, idx))
   y = _updates_to(x, y, plan, op_name)
   n_out = int(np.prod(plan.out_shape, dtype=np.int64))

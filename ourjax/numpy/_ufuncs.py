@@ -320,6 +320,10 @@ mod = remainder
 
 def fmod(x1, x2, /):
   x1, x2 = promote_args_numeric("fmod", x1, x2)
+  if dtypes.is_integer(get_aval(x2).dtype):   # as NumPy and JAX: an integer fmod(x, 0) is 0
+    zero = lax.eq(x2, _constant_like(x2, 0))
+    r = lax.rem(x1, _select(zero, x2, lax.full_like(x2, 1)))
+    return _select(zero, r, lax.full_like(r, 0))
   return lax.rem(x1, x2)
 
 
@@ -470,7 +474,9 @@ def hypot(x1, x2, /):
   safe_hi = _select(lax.eq(hi, lax._const(hi, 0)), hi, lax._const(hi, 1))
   r = lax.div(lo, safe_hi)
   out = lax.mul(hi, lax.sqrt(lax.add(lax._const(r, 1), lax.mul(r, r))))
-  return _select(lax.eq(hi, lax._const(hi, np.inf)), out, hi)
+  # an infinite side wins over a NaN one (C99, NumPy): hypot(inf, nan) = inf
+  inf = lax._const(hi, np.inf)
+  return _select(lax.or_(lax.eq(a, inf), lax.eq(b, inf)), out, inf)
 
 
 def sinc(x, /):

@@ -378,8 +378,38 @@ def eigh(a, UPLO=None, symmetrize_input: bool = True):
     a = jnp.tril(a) + matrix_transpose(jnp.tril(a, -1))
   else:
     a = jnp.triu(a) + matrix_transpose(jnp.triu(a, 1))
-  w, v = _batched(_eigh_single, a)
+  w, v = _eigh_symmetric()(a)
   return EighResult(w, v)
+
+
+_EIGH = []
+
+
+def _eigh_symmetric():
+  """(w, v) of a symmetric matrix (batched), with the JVP of the decomposition instead of the
+  derivative of the Jacobi iterations (whose rotation angles have no useful derivative and give
+  NaN where an off-diagonal element reaches 0): for dA, with C = V^T dA V,
+  dw = diag(C) and dV = V (F * C), F_ij = 1/(w_j - w_i) off the diagonal and 0 on it (the
+  diagonal of w_j - w_i is replaced by 1 before the division, then masked, so no 0 * inf)."""
+  if not _EIGH:
+    from ourjax.custom_derivatives import custom_jvp
+    jnp = _jnp()
+    f = custom_jvp(lambda a: _batched(_eigh_single, a))
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+      a, = primals
+      da, = tangents
+      w, v = f(a)
+      n = a.shape[-1]
+      eye = jnp.eye(n, dtype=bool)
+      gap = w[..., None, :] - w[..., :, None]                    # w_j - w_i
+      fmat = jnp.where(eye, 0, 1 / jnp.where(eye, 1, gap)).astype(w.dtype)
+      c = matrix_transpose(v) @ da @ v
+      dw = jnp.diagonal(c, axis1=-2, axis2=-1)
+      return (w, v), (dw, v @ (fmat * c))
+    _EIGH.append(f)
+  return _EIGH[0]
 
 
 def eigvalsh(a, UPLO=None):

@@ -1,9 +1,9 @@
 """``ourjax.scipy.special``: special functions written with lax / jnp ops (differentiable,
 jittable, vmappable through the existing rules).
 
-``erfc`` keeps relative precision in the upper tail (a continued fraction for ``x >= 1.5``,
-evaluated in log space for ``log_ndtr``), so ``ndtr``/``log_ndtr`` are accurate far into the
-lower tail.  ``ndtri`` starts from the Abramowitz & Stegun 26.2.23 rational guess and takes
+``erfc`` (``lax.erfc``) keeps relative precision in the upper tail, and ``log_ndtr`` uses a
+continued fraction for ``log(erfc(z))``, ``z >= 1.5``, evaluated in log space, so
+``ndtr``/``log_ndtr`` are accurate far into the lower tail.  ``ndtri`` starts from the Abramowitz & Stegun 26.2.23 rational guess and takes
 Newton steps on ``log_ndtr``.
 """
 from __future__ import annotations
@@ -79,11 +79,8 @@ def _log_erfc_cf(z):
 
 
 def erfc(x):
-  """Complementary error function with relative precision in the upper tail."""
-  jnp = _jnp()
-  x = _f("erfc", x)
-  tail = jnp.exp(_log_erfc_cf(x))
-  return jnp.where(x >= _CF_START, tail, 1 - lax.erf(x)).astype(x.dtype)
+  """Complementary error function with relative precision in the upper tail (``lax.erfc``)."""
+  return lax.erfc(_f("erfc", x))
 
 
 def ndtr(x):

@@ -83,7 +83,7 @@ _MATH_UNARY = {
     "log-plus-one": "log1p", "tanh": "tanh", "logistic": "logistic", "sine": "sin",
     "cosine": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
     "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
-    "cbrt": "cbrt", "erf": "erf", "erf-inv": "erf_inv", "lgamma": "lgamma",
+    "cbrt": "cbrt", "erf": "erf", "erfc": "erfc", "erf-inv": "erf_inv", "lgamma": "lgamma",
     "digamma": "digamma"}
 
 

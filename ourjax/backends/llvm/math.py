@@ -32,8 +32,13 @@ Methods (everything branch-free; "pair" = an unrounded hi + lo sum, "dd" = doubl
   tanh logistic      polynomial near 0, else from exp(2|x|) / exp(-|x|) kept as a pair, the
   sinh cosh          quotient's rounding error compensated
   sin cos tan        reduction in double by pi/2 in three parts (first product exact), kept as a
-                     pair; polynomials on |r| <= pi/4; tan = sin/cos of pairs.  Full accuracy for
-                     |x| < 2^48 (both types); beyond, results stay in [-1, 1] but are not accurate
+                     pair; polynomials on |r| <= pi/4; tan = sin/cos of pairs.  For |x| >= 2^48
+                     (both types) a Payne-Hanek reduction: x 2/pi mod 4 = M' D mod 4 with M' an
+                     integer-valued double and D = 2^k 2/pi mod 4 (four doubles per 16
+                     exponents, from the 2/pi bits table), products split exactly; scalar code
+                     selects it (evaluated always, so loops still vectorize), vector code and
+                     the GPU branch to it once per vector in a cold block.  Full accuracy over
+                     the whole range
   atan atan2         ranges t, (t-1)/(t+1), -1/t with the quotient's rounding error carried
   asin acos          polynomial for |x| <= 1/2, else 2*asin(sqrt((1-|x|)/2)) with sqrt's residual
   asinh acosh atanh  one log/log1p of an argument chosen per range, with correction terms
@@ -103,7 +108,8 @@ and type (random bit patterns, log-spaced magnitudes over the whole range, unifo
 interesting intervals, edge cases; tests/test_llvm_math.py holds the samplers) against float64
 references for float32 and 80-bit long double (with series and continued fractions for
 erf/erfc/erf_inv/lgamma/digamma) for float64, and for the float32 GPU variants (column gpu;
-'-': the GPU uses the CPU variant) over every float32 input (sin, cos: |x| < 2^48):
+'-': the GPU uses the CPU variant) over every float32 input (sin, cos, tan: the whole range,
+huge arguments sampled):
 
   function   float32  float64   gpu     function   float32  float64   gpu
   exp         0.77     0.76    0.90    sinh        0.73     0.70       -
@@ -667,11 +673,128 @@ _PIO2_1 = _hex("0x1.921fb54442d18p+0")
 _PIO2_2 = _hex("0x1.1a62633145c07p-54")
 _PIO2_3 = _hex("-0x1.f1976b7ed8fbcp-110")
 _TWO_OVER_PI = 0.6366197723675814
-_TRIG_LIMIT = 2.0 ** 48          # |x| below this: full accuracy (f32 and f64)
+_TRIG_LIMIT = 2.0 ** 48          # |x| below this: the Cody-Waite reduction (f32 and f64)
+
+
+def _two_over_pi_bits(n: int) -> int:
+  """floor(2/pi * 2^n), from pi by Machin's formula in integer arithmetic (64 guard bits)."""
+  g = n + 96
+  one = 1 << g
+
+  def atan_inv(k):                     # atan(1/k) * 2^g
+    total, term, i, k2 = 0, one // k, 0, k * k
+    while term:
+      total += term // (2 * i + 1) if i % 2 == 0 else -(term // (2 * i + 1))
+      term //= k2
+      i += 1
+    return total
+
+  pi = 16 * atan_inv(5) - 4 * atan_inv(239)          # pi * 2^g, off by a few units
+  return (1 << (n + 1 + g)) // pi
+
+
+_TWO_OVER_PI_NBITS = 1280
+#: floor(2/pi * 2^1280): the bits of 2/pi (0xA2F9836E4E44152...) the huge-argument reduction
+#: takes its table from
+TWO_OVER_PI_BITS = _two_over_pi_bits(_TWO_OVER_PI_NBITS)
+_PH_STEP = 16                    # table entry j serves exponents 16j .. 16j+15
+_PH_ROWS = 64                    # up to 2^1024
+_PH_PARTS = 4
+
+
+def _ph_table():
+  """Row j: D_j = (2^(16j - 52) * 2/pi) mod 4 as four doubles (each the rounding of the rest):
+  about 210 bits, enough that M * D_j with a 68-bit integer M keeps 2^-140 absolute."""
+  from fractions import Fraction
+  rows = []
+  den = 1 << (_TWO_OVER_PI_NBITS + 52)
+  for j in range(_PH_ROWS):
+    rest = Fraction((TWO_OVER_PI_BITS << (_PH_STEP * j)) % (4 * den), den)
+    row = []
+    for _ in range(_PH_PARTS):
+      v = float(rest)
+      row.append(v)
+      rest -= Fraction(v)
+    rows.append(row)
+  return rows
+
+
+_PH_TABLE = _ph_table()
+
+
+def _ph_rows(m: _M, j):
+  """The table's four doubles at row j (an i64 value or vector), loaded element by element."""
+  mod = m.b.module
+  name = "ojx_m_two_over_pi_rows"
+  g = mod.globals.get(name)
+  dbl = ir.DoubleType()
+  row_ty = ir.ArrayType(dbl, _PH_PARTS)
+  if g is None:
+    ty = ir.ArrayType(row_ty, _PH_ROWS)
+    g = ir.GlobalVariable(mod, ty, name)
+    g.global_constant = True
+    g.linkage = "internal"
+    g.initializer = ir.Constant(ty, [ir.Constant(row_ty, [ir.Constant(dbl, v) for v in r])
+                                     for r in _PH_TABLE])
+  b, i32 = m.b, ir.IntType(32)
+  zero = ir.Constant(i32, 0)
+
+  def load(jj, k):
+    return b.load(b.gep(g, [zero, jj, ir.Constant(i32, k)], inbounds=True))
+  if not m.lanes:
+    return [load(j, k) for k in range(_PH_PARTS)]
+  out = [ir.Constant(m.ty, ir.Undefined) for _ in range(_PH_PARTS)]
+  for lane in range(m.lanes):
+    jj = b.extract_element(j, ir.Constant(i32, lane))
+    for k in range(_PH_PARTS):
+      out[k] = b.insert_element(out[k], load(jj, k), ir.Constant(i32, lane))
+  return out
+
+
+def _trig_reduce_huge(m: _M, ax):
+  """Payne-Hanek: |x| (double, >= 2^48, finite) -> (r_hi, r_lo, j) as _trig_reduce.
+
+  x = M' 2^(16i - 52) with i = e >> 4 (e the exponent) and M' = x 2^(52 - 16i) an integer below
+  2^69; x 2/pi mod 4 = M' D_i mod 4 (M' is an integer), D_i = 2^(16i - 52) 2/pi mod 4 from the
+  table.  The products M' d_k are split exactly (two_prod), the large ones reduced mod 4 exactly,
+  and the fraction f = x 2/pi - q (|f| <= 1/2) summed as a pair, then r = f pi/2."""
+  e = m.isub(m.iashr(m.bits(ax), 52), m.ci(1023))
+  i = m.iashr(e, 4)
+  i = m.select(m.b.icmp_signed("<", i, m.ci(3)), m.ci(3), i)
+  i = m.select(m.b.icmp_signed(">", i, m.ci(_PH_ROWS - 1)), m.ci(_PH_ROWS - 1), i)
+  scale = m.from_bits(m.ishl(m.isub(m.ci(1023 + 52), m.ishl(i, 4)), 52))   # 2^(52 - 16i)
+  mm = m.mul(ax, scale)                                                    # exact
+  d0, d1, d2, d3 = _ph_rows(m, i)
+  four, quarter = m.c(4.0), m.c(0.25)
+
+  def mod4(v):                                      # v - 4 rint(v/4) in [-2, 2]: exact
+    return m.sub(v, m.mul(four, m.rint(m.mul(v, quarter))))
+  p0, e0 = m.two_prod(mm, d0)                       # < 2^71, < 2^18
+  p1, e1 = m.two_prod(mm, d1)                       # < 2^18, < 2^-35
+  p2, e2 = m.two_prod(mm, d2)                       # < 2^-35, < 2^-88
+  h, l1 = m.two_sum(mod4(p0), e0)
+  h, l2 = m.two_sum(mod4(h), p1)
+  h = mod4(h)
+  q = m.rint(h)
+  f, lo = m.sub(h, q), m.c(0.0)                     # exact
+  for v in (l1, l2, e1, p2, e2, m.mul(mm, d3)):
+    f, err = m.two_sum(f, v)
+    lo = m.add(lo, err)
+  f, lo = m.fast_two_sum(f, lo)
+  r_hi, r_err = m.two_prod(f, m.c(_PIO2_1))
+  r_lo = m.fma(f, m.c(_PIO2_2), m.fma(lo, m.c(_PIO2_1), r_err))
+  r_hi, r_lo = m.fast_two_sum(r_hi, r_lo)
+  j = m.sub(q, m.mul(four, m.floor(m.mul(q, quarter))))
+  return r_hi, r_lo, j
 
 
 def _trig_reduce(m: _M, ax):
-  """|x| (double) -> (r_hi, r_lo, j) with |x| = (q + j...)*pi/2 + r, j = q mod 4 (float)."""
+  """|x| (double) -> (r_hi, r_lo, j) with |x| = (q + j...)*pi/2 + r, j = q mod 4 (float).
+
+  Below 2^48 Cody-Waite with pi/2 in three parts; beyond (finite), Payne-Hanek
+  (_trig_reduce_huge).  Scalar code selects between the two, both evaluated (a loop over it
+  still vectorizes); vector code and the GPU branch, once per vector, to a cold block that runs
+  the huge-argument reduction only where some lane needs it."""
   q = m.rint(m.mul(ax, m.c(_TWO_OVER_PI)))
   t1 = m.fma(m.neg(q), m.c(_PIO2_1), ax)             # exact for q < 2^53
   p, pe = m.two_prod(q, m.c(_PIO2_2))
@@ -679,11 +802,28 @@ def _trig_reduce(m: _M, ax):
   lo = m.sub(m.sub(e, pe), m.mul(q, m.c(_PIO2_3)))
   r_hi, r_lo = m.fast_two_sum(t2, lo)
   j = m.sub(q, m.mul(m.c(4.0), m.floor(m.mul(q, m.c(0.25)))))
-  # beyond _TRIG_LIMIT the reduction loses its accuracy: keep the result bounded, not exact
-  big = m.gt(ax, m.c(_TRIG_LIMIT))
-  r_hi = m.select(big, m.min_(m.max_(r_hi, m.c(-0.78)), m.c(0.78)), r_hi)
-  r_lo = m.select(big, m.c(0.0), r_lo)
-  return r_hi, r_lo, j
+  fast = (r_hi, r_lo, j)
+  big = m.b.and_(m.gt(ax, m.c(_TRIG_LIMIT)), m.isfinite(ax))
+  if not m.lanes and not targets_gpu(m.b):
+    huge = _trig_reduce_huge(m, ax)
+    return tuple(m.select(big, h, f) for h, f in zip(huge, fast))
+  b = m.b
+  entry = b.block
+  cold = b.append_basic_block("trig.huge")
+  done = b.append_basic_block("trig.reduced")
+  b.cbranch(_any_lane(m, big), cold, done).set_weights([1, 1 << 20])
+  b.position_at_end(cold)
+  huge = [m.select(big, h, f) for h, f in zip(_trig_reduce_huge(m, ax), fast)]
+  cold_end = b.block
+  b.branch(done)
+  b.position_at_end(done)
+  out = []
+  for h, f in zip(huge, fast):
+    phi = b.phi(m.ty)
+    phi.add_incoming(f, entry)
+    phi.add_incoming(h, cold_end)
+    out.append(phi)
+  return tuple(out)
 
 
 def _sincos_kernels(m: _M, r_hi, r_lo, tag=None):

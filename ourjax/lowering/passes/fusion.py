@@ -86,8 +86,8 @@ CONTRACTION_OPS = frozenset({"dot", "convolution"})
 EXPENSIVE_OPS = frozenset({
     "exponential", "exp2", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
     "sine", "cosine", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
-    "sqrt", "rsqrt", "cbrt", "erf", "erf-inv", "lgamma", "digamma", "power", "atan2", "divide",
-    "remainder"})
+    "sqrt", "rsqrt", "cbrt", "erf", "erfc", "erf-inv", "lgamma", "digamma", "power", "atan2",
+    "divide", "remainder"})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -746,6 +746,77 @@ def dot_degenerate(instr, ctx):
   return prod if acc == out else b.convert(prod, out)
 
 
+def _reducer_opcode(comp: Computation):
+  """The opcode of a reducer ``op(p0, p1)`` (one binary op of its two parameters), else None."""
+  root = comp.root
+  if (len(comp.parameters) == 2 and len(root.operands) == 2 and not root.shape.is_tuple
+      and set(root.operands) == set(comp.parameters)):
+    return root.opcode
+  return None
+
+
+def reduce_of_broadcast(instr, ctx):
+  """reduce(broadcast(x)) -> reduce(x) (max/min/and/or), reduce(x) * count (add)
+
+  The dimensions a broadcast adds (or expands from size 1) that the reduction then sums carry
+  ``count`` copies of each element: an add-reduction of them is the reduction of x times count
+  (the multiply in the dtype: exact for integers, which wrap the same way; for floats one
+  rounding instead of count - 1, and only where count is finite in the dtype), a max, min, and
+  or or of them is the reduction of x alone.  x's remaining dimensions are reduced as before and
+  the result broadcast back where the broadcast had added kept dimensions.  The add needs a
+  zero init (it would be counted count times)."""
+  if len(instr.operands) != 2:
+    return None
+  src, init = instr.operands
+  if src.opcode != "broadcast":
+    return None
+  op = _reducer_opcode(instr.attrs["to_apply"])
+  dt = instr.dtype
+  if op not in ("add", "maximum", "minimum", "and", "or") or rops.is_complex(dt):
+    return None
+  (x,) = src.operands
+  bdims = tuple(src.attrs["dimensions"])
+  if list(bdims) != sorted(set(bdims)):
+    return None
+  reduced = set(instr.attrs["dimensions"])
+  count, x_reduced = 1, []
+  for d in reduced:
+    if d not in bdims:
+      count *= src.dims[d]
+  for i, d in enumerate(bdims):
+    if x.dims[i] != src.dims[d]:
+      if d not in reduced:
+        return None                      # a kept dimension expanded from size 1
+      count *= src.dims[d]
+    if d in reduced:
+      x_reduced.append(i)
+  if count == 1 or src.shape.size == 0:
+    return None                          # nothing repeated, or init alone (count 0)
+  if op == "add":
+    zero = splat_value(init)
+    if zero is None or zero != 0 or not (_is_float(dt) or _is_int(dt)):
+      return None
+    if _is_float(dt):
+      with np.errstate(over="ignore"):
+        if not np.isfinite(np.asarray(count).astype(dt)):
+          return None
+  b = ctx.b
+  r = b.reduce(x, init, tuple(x_reduced), instr.attrs["to_apply"]) if x_reduced else x
+  if not x_reduced and op != "add":
+    r = b.emit(op, [r, b.broadcast(init, r.dims, ())])
+  if op == "add":
+    with np.errstate(over="ignore"):
+      c = np.asarray(count % (1 << 64) if _is_int(dt) else count).astype(dt)
+    r = b.multiply(r, b.full(c[()], r.shape))
+    if not x_reduced:
+      r = b.add(r, b.broadcast(init, r.dims, ()))
+  kept = [d for d in range(src.shape.rank) if d not in reduced]
+  positions = tuple(kept.index(d) for i, d in enumerate(bdims) if d not in reduced)
+  if r.shape == instr.shape:
+    return r
+  return b.broadcast(r, instr.dims, positions)
+
+
 # ---------------------------------------------------------------------------------------------
 # the rule table
 # ---------------------------------------------------------------------------------------------
@@ -777,6 +848,7 @@ RULES: dict[str, tuple] = {
     "dynamic-slice": (dynamic_slice_const,),
     "get-tuple-element": (gte_of_tuple,),
     "dot": (dot_fold_transpose, dot_degenerate),
+    "reduce": (reduce_of_broadcast,),
 }
 
 #: Rules tried on every elementwise instruction after its opcode's own rules.
