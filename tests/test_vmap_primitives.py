@@ -101,7 +101,7 @@ F, I, B, C = "float32", "int32", "bool", "complex64"
 
 # --- elementwise unary
 for _n in ("exp", "exp2", "expm1", "tanh", "logistic", "sin", "cos", "tan", "atan", "sinh",
-           "cosh", "asinh", "cbrt", "erf", "floor", "ceil", "is_finite"):
+           "cosh", "asinh", "cbrt", "erf", "erfc", "floor", "ceil", "is_finite"):
   _unary(_n, [F])
 for _n in ("log", "sqrt", "rsqrt", "lgamma", "digamma", "log1p"):
   _unary(_n, [F], "pos")

@@ -252,10 +252,7 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason):
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)
-    exe = JaxprEvaluator(closed)
-    if cache:
-      _cache[key] = (closed, exe)
-    return exe
+    return JaxprEvaluator(closed)
   try:
     lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
     return compile_lowering(lowering, closed, backend, name, log_reason)
