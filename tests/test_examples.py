@@ -68,3 +68,22 @@ def test_heat_equation(examples):
   result = examples("heat_equation").main(["--small"])
   assert result["max_error"] < 1e-5
   assert 0.5 < result["heat_fraction"] < 1.0
+
+
+def test_data_parallel_step_matches_one_device(examples, monkeypatch):
+  """Two CPU devices take the step of the whole batch: the pmean of their losses is the loss of
+  the concatenated batch, and every device's parameters stay equal."""
+  monkeypatch.setenv("OURJAX_NUM_CPU_DEVICES", "2")
+  import ourjax
+  import data_parallel as dp
+  cfg = dict(seq=8, dim=16, heads=2, layers=1, vocab=12)
+  plain = dp.make_step(ourjax, cfg)
+  step = ourjax.pmap(plain, axis_name="devices", devices=ourjax.devices("cpu")[:2])
+  params, opt = dp.init(0, cfg)
+  x, labels = dp.batch(1, 2, 3, cfg)
+  new, _, loss = step(dp.replicate(params, 2), dp.replicate(opt, 2), x, labels)
+  whole = ourjax.jit(plain.loss)(params, x.reshape((6,) + x.shape[2:]), labels.reshape(6, -1))
+  np.testing.assert_allclose(np.asarray(loss), [float(whole)] * 2, rtol=1e-5)
+  w = np.asarray(new["w_out"])
+  np.testing.assert_array_equal(w[0], w[1])
+  assert not np.allclose(w[0], params["w_out"])
