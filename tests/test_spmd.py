@@ -83,6 +83,20 @@ def test_psum_scatter_and_all_to_all(tiled, seed):
   np.testing.assert_array_equal(got, np.asarray(ourjax.vmap(g, axis_name="i")(y)))
 
 
+@pytest.mark.parametrize("mapper", ["pmap", "vmap"])
+@pytest.mark.parametrize("tiled", [False, True])
+def test_psum_scatter_along_an_inner_dimension(mapper, tiled):
+  x = _x(np.random.default_rng(5), (N, 3, 2 * N if tiled else N, 2))
+  f = getattr(ourjax, mapper)(
+      lambda v: lax.psum_scatter(v, "i", scatter_dimension=1, tiled=tiled), axis_name="i")
+  total = x.sum(0)                                     # [3, d, 2]
+  if tiled:
+    want = np.stack([total[:, 2 * p:2 * p + 2] for p in range(N)])
+  else:
+    want = np.stack([total[:, p] for p in range(N)])
+  np.testing.assert_allclose(np.asarray(f(x)), want, rtol=1e-5, atol=1e-5)
+
+
 def test_ppermute_axis_index_and_pbroadcast():
   x = np.arange(N * 2, dtype=np.float32).reshape(N, 2)
   perm = [(i, (i + 1) % N) for i in range(N - 1)]       # the last one sends nothing

@@ -428,8 +428,8 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=
     elif aval.ndim == 0 or aval.shape[d] != size:
       raise ValueError(f"lax.psum_scatter: dimension {d} of {aval.str_short()} must equal the "
                        f"axis size {size} (or pass tiled=True)")
-    out = _bind(reduce_scatter_p, [_materialize(_moveaxis(v, d, 0))], axes, size)
-    return _moveaxis(out, 0, d) if tiled else out
+    # the member's block (tiled: the [d / size] dimension) is already back at position d
+    return _bind(reduce_scatter_p, [_materialize(_moveaxis(v, d, 0))], axes, size)
   return tree_map(one, x)
 
 
