@@ -236,7 +236,6 @@ def _register_rules():
   # -- batching along the named axis: the collective across the batch
   def this_axis(prim, vals, dims, n, p):
     from ourjax import lax
-    axes, size = p["axes"], p["size"]
     if prim in (psum_p, pmax_p, pmin_p):
       outs = []
       for v, d in zip(vals, dims):
@@ -247,7 +246,7 @@ def _register_rules():
           red = {psum_p: lax.reduce_sum, pmax_p: lax.reduce_max, pmin_p: lax.reduce_min}[prim]
           outs.append(red(v, (d,)))
       return outs
-    if len(axes) != 1:
+    if len(p["axes"]) != 1:
       raise NotImplementedError(f"lax.{prim.name} over several axes one of which is a vmap "
                                 "axis is not supported by ourjax")
     (v,), (d,) = vals, dims
@@ -379,6 +378,36 @@ def _materialize(v):
   return v if _traced(v) else lax.add(v, lax.full_like(v, 0))
 
 
+def _to_front(v, d, size, tiled, what):
+  """``v`` laid out for a leading-axis collective: dimension ``d`` split into ``size`` blocks
+  (``tiled``; else it must have the axis size) and that axis moved to the front."""
+  from ourjax import lax
+  aval = core.get_aval(v)
+  if tiled:
+    if aval.ndim == 0 or aval.shape[d] % size:
+      raise ValueError(f"lax.{what}: dimension {d} of {aval.str_short()} is not a multiple of "
+                       f"the axis size {size}")
+    shape = list(aval.shape)
+    shape[d:d + 1] = [size, aval.shape[d] // size]
+    v = lax.reshape(v, tuple(shape))
+  elif aval.ndim == 0 or aval.shape[d] != size:
+    raise ValueError(f"lax.{what}: dimension {d} of {aval.str_short()} must equal the axis size "
+                     f"{size} (or pass tiled=True)")
+  return _materialize(_moveaxis(v, d, 0))
+
+
+def _from_front(g, ax, tiled):
+  """The leading axis of a collective's result moved to ``ax``, and with ``tiled`` merged with
+  the dimension after it."""
+  from ourjax import lax
+  g = _moveaxis(g, 0, ax)
+  if not tiled:
+    return g
+  shape = list(core.get_aval(g).shape)
+  shape[ax:ax + 2] = [shape[ax] * shape[ax + 1]]
+  return lax.reshape(g, tuple(shape))
+
+
 def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bool = False):
   """The values of ``x`` at every position of the named axes, stacked along a new ``axis``
   (or concatenated along ``axis`` with ``tiled``)."""
@@ -397,12 +426,7 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bo
       g = _bind(all_gather_p, [v], axes, size)
     else:
       g = lax.broadcast_in_dim(v, (size,) + aval.shape, tuple(range(1, nd + 1)))
-    g = _moveaxis(g, 0, ax)
-    if tiled:   # [..., size, d_ax, ...] -> [..., size * d_ax, ...]
-      shape = list(aval.shape)
-      shape[ax] *= size
-      return lax.reshape(g, tuple(shape))
-    return g
+    return _from_front(g, ax, tiled)
   return tree_map(one, x)
 
 
@@ -410,26 +434,14 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=
                  tiled: bool = False):
   """``psum`` whose result is split along ``scatter_dimension``: each position of the named
   axes keeps its own block (``tiled``) or its own index of a dimension of the axis size."""
-  from ourjax import lax
   _check_groups(axis_index_groups, "psum_scatter")
   axes = _axis_names(axis_name)
   size = _size(axes, "psum_scatter")
 
   def one(v):
-    aval = core.get_aval(v)
-    d = scatter_dimension % max(aval.ndim, 1)
-    if tiled:
-      if aval.shape[d] % size:
-        raise ValueError(f"lax.psum_scatter: dimension {d} of {aval.str_short()} is not a "
-                         f"multiple of the axis size {size}")
-      shape = list(aval.shape)
-      shape[d:d + 1] = [size, aval.shape[d] // size]
-      v = lax.reshape(v, tuple(shape))
-    elif aval.ndim == 0 or aval.shape[d] != size:
-      raise ValueError(f"lax.psum_scatter: dimension {d} of {aval.str_short()} must equal the "
-                       f"axis size {size} (or pass tiled=True)")
+    d = scatter_dimension % max(core.get_aval(v).ndim, 1)
     # the member's block (tiled: the [d / size] dimension) is already back at position d
-    return _bind(reduce_scatter_p, [_materialize(_moveaxis(v, d, 0))], axes, size)
+    return _bind(reduce_scatter_p, [_to_front(v, d, size, tiled, "psum_scatter")], axes, size)
   return tree_map(one, x)
 
 
@@ -458,32 +470,15 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None,
   """Split ``x`` along ``split_axis`` into one chunk per position of the named axes, send
   chunk i to position i, and put the chunks received along ``concat_axis`` (a new axis of the
   axis size, or concatenated there with ``tiled``)."""
-  from ourjax import lax
   _check_groups(axis_index_groups, "all_to_all")
   axes = _axis_names(axis_name)
   size = _size(axes, "all_to_all")
 
   def one(v):
-    aval = core.get_aval(v)
-    nd = aval.ndim
+    nd = core.get_aval(v).ndim
     sa, ca = split_axis % nd, concat_axis % nd
-    shape = list(aval.shape)
-    if tiled:
-      if shape[sa] % size:
-        raise ValueError(f"lax.all_to_all: dimension {sa} of {aval.str_short()} is not a "
-                         f"multiple of the axis size {size}")
-      shape[sa:sa + 1] = [size, shape[sa] // size]
-      v = lax.reshape(v, tuple(shape))
-    elif shape[sa] != size:
-      raise ValueError(f"lax.all_to_all: dimension {sa} of {aval.str_short()} must equal the "
-                       f"axis size {size}")
-    out = _bind(all_to_all_p, [_materialize(_moveaxis(v, sa, 0))], axes, size)  # [source, ...]
-    if tiled:
-      out = _moveaxis(out, 0, ca)
-      oshape = list(core.get_aval(out).shape)
-      oshape[ca:ca + 2] = [oshape[ca] * oshape[ca + 1]]
-      return lax.reshape(out, tuple(oshape))
-    return _moveaxis(out, 0, ca)
+    out = _bind(all_to_all_p, [_to_front(v, sa, size, tiled, "all_to_all")], axes, size)
+    return _from_front(out, ca, tiled)          # out: [source, ...chunk...]
   return tree_map(one, x)
 
 
