@@ -3,8 +3,9 @@ computation (``interpreters/spmd.py``).
 
 Every method takes ``groups`` (tuples of lane numbers; a collective runs among the lanes of
 each group, in the group's order) and per-lane values (single-device Arrays, lane k's on
-``devices[k]``), and returns the per-lane results.  The operations work on the leading axis, as
-NCCL's do:
+``devices[k]``), and returns the per-lane results as the backend holds them (NumPy arrays, or
+``DeviceBuffer``s on the lanes' GPUs); the SPMD executor types them as the collective's jaxpr
+says.  The operations work on the leading axis, as NCCL's do:
 
 * ``all_reduce(groups, vals, op)``: ``vals[k]`` is a list of arrays; each is reduced ('sum',
   'max', 'min') elementwise over the group;
@@ -17,18 +18,16 @@ NCCL's do:
 
 ``HostCommunicator`` computes them in process with NumPy (CPU devices: all lanes live in this
 process).  ``NcclCommunicator`` runs them with NCCL (``nccl4py``) on each GPU's ourjax stream,
-between the kernels of the computation, handing NCCL device pointers; several collectives in a
-row form one NCCL group.  ``for_devices(devices)`` picks the communicator.
+between the kernels of the computation, handing NCCL device pointers; the arrays of one
+collective form one NCCL group.  ``for_devices(devices)`` picks the communicator.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ourjax.array import Array
-
-
-def _aval(x):
-  return x.aval
+_REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
 class HostCommunicator:
@@ -38,25 +37,17 @@ class HostCommunicator:
     self.devices = list(devices)
 
   @staticmethod
-  def _np(x):
-    return np.asarray(x._value) if isinstance(x, Array) else np.asarray(x)
-
-  @staticmethod
-  def _out(value, like):
-    return Array._from_result(np.array(value, order="C"),
-                              like.aval.update(shape=np.shape(value), weak_type=False)
-                              if isinstance(like, Array) else like)
+  def _fold(xs, op):
+    """The elementwise reduction of ``xs`` in their order, in their dtype."""
+    acc = np.array(xs[0], order="C")
+    for x in xs[1:]:
+      acc = np.asarray(_REDUCERS[op](acc, x), acc.dtype)   # (0-d: an array, not a scalar)
+    return acc
 
   def all_reduce(self, groups, vals, op):
-    red = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
     outs = [None] * len(vals)
     for g in groups:
-      per = []
-      for i in range(len(vals[g[0]])):
-        acc = self._np(vals[g[0]][i])
-        for k in g[1:]:
-          acc = red(acc, self._np(vals[k][i])).astype(acc.dtype, copy=False)
-        per.append(self._out(acc, vals[g[0]][i]))
+      per = [self._fold([vals[k][i]._value for k in g], op) for i in range(len(vals[g[0]]))]
       for k in g:
         outs[k] = list(per)
     return outs
@@ -64,36 +55,34 @@ class HostCommunicator:
   def all_gather(self, groups, vals):
     outs = [None] * len(vals)
     for g in groups:
-      stacked = np.stack([self._np(vals[k]) for k in g])
+      stacked = np.stack([vals[k]._value for k in g])
       for k in g:
-        outs[k] = self._out(stacked, vals[k])
+        outs[k] = stacked
     return outs
 
   def reduce_scatter(self, groups, vals):
     outs = [None] * len(vals)
     for g in groups:
-      total = self._np(vals[g[0]]).copy()
-      for k in g[1:]:
-        total = (total + self._np(vals[k])).astype(total.dtype, copy=False)
+      total = self._fold([vals[k]._value for k in g], "sum")
       for p, k in enumerate(g):
-        outs[k] = self._out(total[p], vals[k])
+        outs[k] = np.array(total[p], order="C")
     return outs
 
   def all_to_all(self, groups, vals):
     outs = [None] * len(vals)
     for g in groups:
-      xs = [self._np(vals[k]) for k in g]
+      xs = [vals[k]._value for k in g]
       for p, k in enumerate(g):
-        outs[k] = self._out(np.stack([x[p] for x in xs]), vals[k])
+        outs[k] = np.stack([x[p] for x in xs])
     return outs
 
   def ppermute(self, groups, vals, perm):
     outs = [None] * len(vals)
     for g in groups:
       for k in g:
-        outs[k] = self._out(np.zeros_like(self._np(vals[k])), vals[k])
+        outs[k] = np.zeros_like(vals[k]._value)
       for s, d in perm:
-        outs[g[d]] = self._out(self._np(vals[g[s]]), vals[g[d]])
+        outs[g[d]] = vals[g[s]]._value
     return outs
 
 
@@ -141,16 +130,6 @@ class NcclCommunicator:
       self._comms[key] = comms
     return comms
 
-  def _buffer(self, k, x):
-    """Lane k's value as a DeviceBuffer on its GPU."""
-    from ourjax.backends import put_on
-    buf = getattr(x, "_device_buf", None)
-    dev = self._drv(k)
-    if buf is None or buf.device is not dev:
-      x = put_on(x, self.devices[k])
-      buf = x._device_buf
-    return buf
-
   def _empty(self, k, shape, dtype):
     from ourjax.backends.cuda.backend import DeviceBuffer
     dev = self._drv(k)
@@ -158,128 +137,100 @@ class NcclCommunicator:
     return DeviceBuffer._wrap(dev, dev.allocator.allocate(max(nbytes, 1)), tuple(shape),
                               np.dtype(dtype), None)
 
-  def _dtype(self, dt):
+  @staticmethod
+  def _dtype(dt):
     name = np.dtype(dt).name
-    if name == "bool":
-      name = "uint8"
-    t = _NCCL_TYPES.get(name)
+    t = _NCCL_TYPES.get("uint8" if name == "bool" else name)
     if t is None:
       raise TypeError(f"NCCL collectives do not take {name} arrays")
     return t
 
-  def _run(self, calls):
-    """``calls``: (lane, fn(comm, stream)) pairs, enqueued as one NCCL group."""
+  def _plan(self, groups, vals, out_shape, issue, calls, outs):
+    """For each member k of each group, a fresh buffer of ``out_shape(input shape, group
+    size)`` appended to ``outs[k]``, and the NCCL call ``issue(src, dst, nccl dtype, comm,
+    stream)`` that fills it appended to ``calls``."""
+    for g in groups:
+      comms = self._group_comms(g)
+      for r, k in enumerate(g):
+        src = vals[k]._device_buf
+        dst = self._empty(k, out_shape(src.shape, len(g)), src.dtype)
+        calls.append((k, functools.partial(issue, src, dst, self._dtype(src.dtype), comms[r])))
+        outs[k].append(dst)
+
+  def _run(self, calls, outs):
+    """Enqueue ``calls`` ((lane, fn(stream)) pairs) as one NCCL group; each lane's outputs are
+    ready when one event recorded after them on its stream is."""
+    from ourjax.backends.cuda.backend import _Ready, _EVENT_POOLS
     nccl = self._nccl
     nccl.group_start()
     try:
-      for k, comm, fn in calls:
-        fn(comm, self._drv(k).stream_handle)
+      for k, fn in calls:
+        fn(self._drv(k).stream_handle)
     finally:
       nccl.group_end()
+    for k, bufs in enumerate(outs):
+      if bufs:
+        dev = self._drv(k)
+        ready = _Ready.record(dev, _EVENT_POOLS.setdefault(dev, []))
+        for b in bufs:
+          b._ready = ready
+    return outs
 
-  def _result(self, k, buf, like_aval):
-    from ourjax.backends.cuda.backend import _Ready, _EVENT_POOLS
-    dev = self._drv(k)
-    pool = _EVENT_POOLS.setdefault(dev, [])
-    buf._ready = _Ready.record(dev, pool)
-    return Array._from_device(buf, like_aval)
+  def _one(self, groups, vals, out_shape, issue):
+    calls, outs = [], [[] for _ in vals]
+    self._plan(groups, vals, out_shape, issue, calls, outs)
+    return [o[0] for o in self._run(calls, outs)]
 
   def all_reduce(self, groups, vals, op):
     nccl = self._nccl
-    outs = [None] * len(vals)
-    calls = []
-    for g in groups:
-      comms = self._group_comms(g)
-      for r, k in enumerate(g):
-        outs[k] = []
-        for x in vals[k]:
-          src = self._buffer(k, x)
-          dst = self._empty(k, src.shape, src.dtype)
-          n = int(np.prod(src.shape, dtype=np.int64))
-          dt = self._dtype(src.dtype)
-          if src.dtype == np.bool_:
-            opc = _NCCL_OPS["max" if op in ("sum", "max") else "min"]
-          else:
-            opc = _NCCL_OPS[op]
-          calls.append((k, comms[r], lambda c, s, a=src.ptr, b=dst.ptr, n=n, dt=dt, o=opc:
-                        nccl.all_reduce(a, b, n, dt, o, c, s)))
-          outs[k].append((dst, x.aval.update(weak_type=False) if op != "sum" else x.aval))
-    self._run(calls)
-    return [[self._result(k, b, a) for b, a in outs[k]] for k in range(len(vals))]
+
+    def issue(src, dst, dt, comm, stream):
+      # a boolean "sum" is an "or": the maximum of 0/1 bytes
+      o = _NCCL_OPS[("max" if op == "sum" else op) if src.dtype == np.bool_ else op]
+      nccl.all_reduce(src.ptr, dst.ptr, _size(src.shape), dt, o, comm, stream)
+    calls, outs = [], [[] for _ in vals]
+    for i in range(len(vals[0])):
+      self._plan(groups, [v[i] for v in vals], lambda s, n: s, issue, calls, outs)
+    return self._run(calls, outs)
 
   def all_gather(self, groups, vals):
     nccl = self._nccl
-    outs = [None] * len(vals)
-    calls = []
-    for g in groups:
-      comms = self._group_comms(g)
-      for r, k in enumerate(g):
-        src = self._buffer(k, vals[k])
-        dst = self._empty(k, (len(g),) + src.shape, src.dtype)
-        n = int(np.prod(src.shape, dtype=np.int64))
-        dt = self._dtype(src.dtype)
-        calls.append((k, comms[r], lambda c, s, a=src.ptr, b=dst.ptr, n=n, dt=dt:
-                      nccl.all_gather(a, b, n, dt, c, s)))
-        outs[k] = (dst, vals[k].aval.update(shape=dst.shape, weak_type=False))
-    self._run(calls)
-    return [self._result(k, b, a) for k, (b, a) in enumerate(outs)]
+    return self._one(groups, vals, lambda s, n: (n,) + s, lambda src, dst, dt, c, st:
+                     nccl.all_gather(src.ptr, dst.ptr, _size(src.shape), dt, c, st))
 
   def reduce_scatter(self, groups, vals):
     nccl = self._nccl
-    outs = [None] * len(vals)
-    calls = []
-    for g in groups:
-      comms = self._group_comms(g)
-      for r, k in enumerate(g):
-        src = self._buffer(k, vals[k])
-        dst = self._empty(k, src.shape[1:], src.dtype)
-        n = int(np.prod(src.shape[1:], dtype=np.int64))
-        dt = self._dtype(src.dtype)
-        calls.append((k, comms[r], lambda c, s, a=src.ptr, b=dst.ptr, n=n, dt=dt:
-                      nccl.reduce_scatter(a, b, n, dt, _NCCL_OPS["sum"], c, s)))
-        outs[k] = (dst, vals[k].aval.update(shape=dst.shape, weak_type=False))
-    self._run(calls)
-    return [self._result(k, b, a) for k, (b, a) in enumerate(outs)]
+    return self._one(groups, vals, lambda s, n: s[1:], lambda src, dst, dt, c, st:
+                     nccl.reduce_scatter(src.ptr, dst.ptr, _size(dst.shape), dt,
+                                         _NCCL_OPS["sum"], c, st))
 
   def all_to_all(self, groups, vals):
     nccl = self._nccl
-    outs = [None] * len(vals)
-    calls = []
-    for g in groups:
-      comms = self._group_comms(g)
-      for r, k in enumerate(g):
-        src = self._buffer(k, vals[k])
-        dst = self._empty(k, src.shape, src.dtype)
-        n = int(np.prod(src.shape[1:], dtype=np.int64))
-        dt = self._dtype(src.dtype)
-        calls.append((k, comms[r], lambda c, s, a=src.ptr, b=dst.ptr, n=n, dt=dt:
-                      nccl.allto_all(a, b, n, dt, c, s)))
-        outs[k] = (dst, vals[k].aval.update(weak_type=False))
-    self._run(calls)
-    return [self._result(k, b, a) for k, (b, a) in enumerate(outs)]
+    return self._one(groups, vals, lambda s, n: s, lambda src, dst, dt, c, st:
+                     nccl.allto_all(src.ptr, dst.ptr, _size(src.shape[1:]), dt, c, st))
 
   def ppermute(self, groups, vals, perm):
     nccl = self._nccl
-    outs = [None] * len(vals)
+    outs = [[] for _ in vals]
     calls = []
+    receivers = {d for _, d in perm}
     for g in groups:
       comms = self._group_comms(g)
-      bufs = [self._buffer(k, vals[k]) for k in g]
+      bufs = [vals[k]._device_buf for k in g]
       dsts = [self._empty(k, b.shape, b.dtype) for k, b in zip(g, bufs)]
-      receivers = {d for _, d in perm}
       for p, k in enumerate(g):
         if p not in receivers:
           self._drv(k).memset8(dsts[p].ptr, 0, max(dsts[p].nbytes, 1))
-        outs[k] = (dsts[p], vals[k].aval)
+        outs[k].append(dsts[p])
       for s, d in perm:
-        n = int(np.prod(bufs[s].shape, dtype=np.int64))
-        dt = self._dtype(bufs[s].dtype)
-        calls.append((g[s], comms[s], lambda c, st, a=bufs[s].ptr, n=n, dt=dt, peer=d:
-                      nccl.send(a, n, dt, peer, c, st)))
-        calls.append((g[d], comms[d], lambda c, st, b=dsts[d].ptr, n=n, dt=dt, peer=s:
-                      nccl.recv(b, n, dt, peer, c, st)))
-    self._run(calls)
-    return [self._result(k, b, a) for k, (b, a) in enumerate(outs)]
+        n, dt = _size(bufs[s].shape), self._dtype(bufs[s].dtype)
+        calls.append((g[s], functools.partial(nccl.send, bufs[s].ptr, n, dt, d, comms[s])))
+        calls.append((g[d], functools.partial(nccl.recv, dsts[d].ptr, n, dt, s, comms[d])))
+    return [o[0] for o in self._run(calls, outs)]
+
+
+def _size(shape) -> int:
+  return int(np.prod(shape, dtype=np.int64))
 
 
 def for_devices(devices):

@@ -76,14 +76,12 @@ def _inline(jaxpr: core.Jaxpr, consts) -> tuple[core.Jaxpr, list]:
   for e in jaxpr.eqns:
     key = _CALL_BODIES.get(e.primitive.name)
     body = e.params.get(key) if key else None
-    if body is None or not has_collectives(_open(body)[0]):
+    inner = _open(body)[0] if body is not None else None
+    if inner is None or not has_collectives(inner) or \
+        (len(inner.invars), len(inner.outvars)) != (len(e.inputs), len(e.out_binders)):
       eqns.append(e._replace(inputs=[ro(x) for x in e.inputs]) if outer else e)
       continue
-    inner, inner_consts = _open(body)
-    inner, inner_consts = _inline(inner, inner_consts)
-    if len(inner.invars) != len(e.inputs) or len(inner.outvars) != len(e.out_binders):
-      eqns.append(e)
-      continue
+    inner, inner_consts = _inline(inner, _open(body)[1])
     # rename the body's variables into this jaxpr
     sub = {}
     for v, c in zip(inner.constvars, inner_consts):
@@ -106,14 +104,13 @@ def _inline(jaxpr: core.Jaxpr, consts) -> tuple[core.Jaxpr, list]:
 
 
 class Lanes:
-  """The devices of an SPMD computation, in mesh order, with the mesh's axis names and
-  sizes."""
+  """The devices of an SPMD computation: ``mesh``'s, one lane each in mesh order."""
 
-  def __init__(self, devices, axis_names, axis_sizes):
+  def __init__(self, mesh):
     from ourjax.backends import collectives
-    self.devices = list(devices)
-    self.names, self.sizes = tuple(axis_names), tuple(int(s) for s in axis_sizes)
-    self.coords = [dict(zip(self.names, idx)) for idx in np.ndindex(*self.sizes)]
+    self.mesh = mesh
+    self.devices = list(mesh.devices.flat)
+    self.coords = mesh.coords()
     self.comm = collectives.for_devices(self.devices)
     self.platform = self.devices[0].platform
     self._groups: dict = {}
@@ -122,34 +119,24 @@ class Lanes:
   def __len__(self):
     return len(self.devices)
 
-  def each(self, fn):
-    """``fn(lane)`` for every lane, in turn: on GPUs each call only enqueues work on its
-    device's stream, so the devices compute at once.  (One host thread per GPU was measured
-    slower on 2 and 4 H100s: the work between driver calls holds the GIL.)"""
-    for k in range(len(self.devices)):
-      fn(k)
+  def position(self, lane, axes) -> int:
+    """The lane's position in its group for ``axes``: row-major over their coordinates."""
+    pos, c = 0, self.coords[lane]
+    for n in axes:
+      pos = pos * self.mesh.shape[n] + c[n]
+    return pos
 
   def groups(self, axes) -> list[tuple]:
-    """The groups of lanes a collective over ``axes`` runs in, each in position order."""
+    """The groups of lanes a collective over ``axes`` runs in (the lanes that differ only
+    along those axes), each in position order."""
     g = self._groups.get(axes)
     if g is None:
-      sizes = dict(zip(self.names, self.sizes))
       groups: dict = {}
       for lane, c in enumerate(self.coords):
-        key = tuple(c[n] for n in self.names if n not in axes)
-        pos = 0
-        for n in axes:
-          pos = pos * sizes[n] + c[n]
-        groups.setdefault(key, {})[pos] = lane
-      g = [tuple(m[p] for p in sorted(m)) for m in groups.values()]
-      self._groups[axes] = g
+        key = tuple(v for n, v in c.items() if n not in axes)
+        groups.setdefault(key, {})[self.position(lane, axes)] = lane
+      g = self._groups[axes] = [tuple(m[p] for p in sorted(m)) for m in groups.values()]
     return g
-
-  def position(self, lane, axes) -> int:
-    for g in self.groups(axes):
-      if lane in g:
-        return g.index(lane)
-    raise AssertionError(lane)
 
   def put(self, lane, value):
     """``value`` (host or device) as an Array on the lane's device."""
@@ -173,18 +160,14 @@ class _Compute:
     self.in_vars, self.out_vars = in_vars, out_vars
     self.backend = backend
     self._exe = None
-    self._per_device: dict = {}
 
   def executable(self, device):
+    """The segment's executable on ``device`` (compiled once; on a GPU, loaded there once:
+    ``backends.for_device`` keeps the per-device copies)."""
     from ourjax import backends
     if self._exe is None:
       self._exe = backends.compile_jaxpr(self.closed, self.backend, "spmd_segment", cache=False)
-    if device.platform != "gpu":
-      return self._exe
-    exe = self._per_device.get(device.id)
-    if exe is None:
-      exe = self._per_device[device.id] = backends.for_device(self._exe, device)
-    return exe
+    return backends.for_device(self._exe, device)
 
 
 _VIEWS = ("reshape", "squeeze")
@@ -217,8 +200,7 @@ class Program:
   def _cut(self, jaxpr):
     steps, seg = [], []
     for e in jaxpr.eqns:
-      special = (e.primitive in _COLLECTIVES or any(has_collectives(j) for j in _sub_jaxprs(e.params)))
-      if special:
+      if e.primitive in _COLLECTIVES or any(has_collectives(j) for j in _sub_jaxprs(e.params)):
         if seg:
           steps.append(seg)
           seg = []
@@ -239,11 +221,9 @@ class Program:
             if isinstance(x, core.Var) and x not in defined and x not in reads:
               reads.append(x)
         outs = [v for e in step for v in e.out_binders if v in later_reads]
-        if outs and all(e.primitive.name in _VIEWS for e in step):
-          out.append(_View(step))
-          later_reads.update(reads)
-        elif outs:
-          out.append(_Compute(step, reads, outs, self.backend))
+        if outs:
+          views = all(e.primitive.name in _VIEWS for e in step)
+          out.append(_View(step) if views else _Compute(step, reads, outs, self.backend))
           later_reads.update(reads)
       else:
         out.append(step)
@@ -252,13 +232,17 @@ class Program:
     return out
 
   def run(self, lanes: Lanes, args_per_lane):
-    """Per-lane outputs for per-lane arguments (lists of Arrays)."""
+    """Per-lane outputs for per-lane arguments (lists of Arrays).  Each step runs on the lanes
+    in turn: on GPUs a call only enqueues work on its device's stream, so the devices compute
+    at once.  (One host thread per GPU was measured slower on 2 and 4 H100s: the Python
+    between driver calls holds the GIL.)"""
     n = len(lanes)
     envs = [dict() for _ in range(n)]
-    consts = self._lane_consts.get(id(lanes))
+    key = tuple(lanes._ordinals)
+    consts = self._lane_consts.get(key)
     if consts is None:
-      consts = [[lanes.put(k, c) for c in self.consts] for k in range(n)]
-      self._lane_consts[id(lanes)] = consts
+      consts = self._lane_consts[key] = [[lanes.put(k, c) for c in self.consts]
+                                         for k in range(n)]
     for k in range(n):
       envs[k].update(zip(self.jaxpr.constvars, consts[k]))
       envs[k].update(zip(self.jaxpr.invars, args_per_lane[k]))
@@ -268,10 +252,9 @@ class Program:
 
     for step in self.steps:
       if isinstance(step, _Compute):
-        def lane(k, step=step):
+        for k in range(n):
           exe = step.executable(lanes.devices[k])
           envs[k].update(zip(step.out_vars, exe(*[read(k, x) for x in step.in_vars])))
-        lanes.each(lane)
       elif isinstance(step, _View):
         for k in range(n):
           step.run(envs[k])
@@ -289,18 +272,17 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
   n = len(lanes)
   if p is parallel.axis_index_p:
     return [[Array(np.int32(lanes.position(k, params["axes"])))] for k in range(n)]
-  groups = lanes.groups(params["axes"]) if p in _COLLECTIVES else None
-  comm = lanes.comm
-  if p in (parallel.psum_p, parallel.pmax_p, parallel.pmin_p):
-    return comm.all_reduce(groups, ins, {"psum": "sum", "pmax": "max", "pmin": "min"}[p.name])
-  if p is parallel.all_gather_p:
-    return [[o] for o in comm.all_gather(groups, [i[0] for i in ins])]
-  if p is parallel.reduce_scatter_p:
-    return [[o] for o in comm.reduce_scatter(groups, [i[0] for i in ins])]
-  if p is parallel.all_to_all_p:
-    return [[o] for o in comm.all_to_all(groups, [i[0] for i in ins])]
-  if p is parallel.ppermute_p:
-    return [[o] for o in comm.ppermute(groups, [i[0] for i in ins], params["perm"])]
+  if p in _COLLECTIVES:
+    groups, comm = lanes.groups(params["axes"]), lanes.comm
+    ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
+    if p in _REDUCTIONS:
+      raw = comm.all_reduce(groups, ins, _REDUCTIONS[p])
+    elif p is parallel.ppermute_p:
+      raw = [[o] for o in comm.ppermute(groups, [i[0] for i in ins], params["perm"])]
+    else:
+      raw = [[o] for o in getattr(comm, _MOVES[p])(groups, [i[0] for i in ins])]
+    # typed as the jaxpr says (the communicators return NumPy arrays or device buffers)
+    return [[_typed(r, v.aval) for r, v in zip(rs, e.out_binders)] for rs in raw]
   if p.name == "cond":
     return _run_cond(e, lanes, ins, backend)
   if p.name == "while":
@@ -309,6 +291,17 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
     return _run_scan(e, lanes, ins, backend)
   raise NotImplementedError(f"pmap/shard_map: collectives inside '{p.name}' are not supported "
                             "by ourjax")
+
+
+_REDUCTIONS = {parallel.psum_p: "sum", parallel.pmax_p: "max", parallel.pmin_p: "min"}
+_MOVES = {parallel.all_gather_p: "all_gather", parallel.reduce_scatter_p: "reduce_scatter",
+          parallel.all_to_all_p: "all_to_all"}
+
+
+def _typed(raw, aval) -> Array:
+  if isinstance(raw, np.ndarray):
+    return Array._from_result(raw, aval)
+  return Array._from_device(raw, aval)
 
 
 _programs: dict = {}
@@ -397,19 +390,12 @@ def _reshaped(x: Array, shape) -> Array:
 
 def _blocks_of(value, sharding, lanes: Lanes):
   """Per lane, its block of the global ``value`` under ``sharding`` (a NamedSharding over the
-  lanes' devices), taken from the value's shards when it is already laid out so."""
-  from ourjax.sharding import ShardedArray
-  if isinstance(value, ShardedArray) and value._sharding == sharding:
-    return [lanes.put(k, s) for k, s in enumerate(value._shards)]
-  if not isinstance(value, Array):
-    value = Array(value)
-  host = value._value
-  out = []
-  for k, (idx, _) in enumerate(sharding._blocks(host.shape)):
-    blk = Array._from_result(np.array(host[idx], order="C"),
-                             value.aval.update(shape=host[idx].shape))
-    out.append(lanes.put(k, blk))
-  return out
+  lanes' devices; ``sharding.shard_value`` lays it out, reusing the shards of a value already
+  laid out so)."""
+  from ourjax.sharding import ShardedArray, shard_value
+  v = shard_value(value if isinstance(value, Array) else Array(value), sharding)
+  shards = v._shards if isinstance(v, ShardedArray) else [v]
+  return [lanes.put(k, s) for k, s in enumerate(shards)]
 
 
 def _assemble(per_lane, sharding, global_aval):
@@ -421,6 +407,21 @@ def _assemble(per_lane, sharding, global_aval):
 # pmap
 
 _pmap_names = itertools.count()
+
+
+def _trace_per_device(fn, in_tree, avals, axis_sizes: dict, name: str):
+  """The per-device jaxpr of ``fn`` (taking the pytree ``in_tree`` of values of ``avals``)
+  under the SPMD axes ``axis_sizes``, and its output pytree."""
+  from ourjax.interpreters import partial_eval as pe
+  out_tree_cell = []
+
+  def flat(*xs):
+    out_leaves, out_tree = tree_flatten(fn(*tree_unflatten(in_tree, xs)))
+    out_tree_cell.append(out_tree)
+    return out_leaves
+  with parallel.spmd_axes(axis_sizes):
+    closed = pe.trace_to_jaxpr(flat, avals, name)
+  return closed, out_tree_cell[0]
 
 
 def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),
@@ -468,9 +469,7 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
 
     if any(isinstance(x, core.Tracer) for x in leaves):
       # under a transformation: pmap is vmap with a named axis
-      vm_axes = tuple(in_axes[i] for i in dyn_idx) if isinstance(in_axes, (tuple, list)) \
-          else in_axes
-      return api.vmap(call_fun, in_axes=vm_axes, out_axes=out_axes, axis_name=name,
+      return api.vmap(call_fun, in_axes=axes_all, out_axes=out_axes, axis_name=name,
                       axis_size=axis_size)(*dyn)
     sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
     if len(sizes) > 1:
@@ -487,52 +486,52 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
     lane_avals = [a if ax is None else a.update(shape=a.shape[:ax % a.ndim] +
                                                 a.shape[ax % a.ndim + 1:])
                   for a, ax in zip(avals, axes)]
-    key = (tree, tuple(lane_avals), tuple(axes), n, tuple(d.id for d in devs), static_vals
-           if all(_hashable(v) for _, v in static_vals) else id(static_vals))
-    entry = cache.get(key)
+    key = (tree, tuple(lane_avals), tuple(axes), n, tuple(d.id for d in devs), static_vals)
+    cacheable = all(_hashable(v) for _, v in static_vals)
+    entry = cache.get(key) if cacheable else None
     if entry is None:
-      out_tree_cell = []
-
-      def flat(*xs):
-        outs = call_fun(*tree_unflatten(tree, xs))
-        out_leaves, out_tree = tree_flatten(outs)
-        out_tree_cell.append(out_tree)
-        return out_leaves
-      from ourjax.interpreters import partial_eval as pe
-      with parallel.spmd_axes({name: n}):
-        closed = pe.trace_to_jaxpr(flat, lane_avals, f"pmap({fname})")
-      lanes = Lanes(devs, (name,), (n,))
-      entry = cache[key] = (Program(closed, _backend_of(devs)), lanes, out_tree_cell[0],
-                            closed.out_avals)
-    program, lanes, out_tree, out_avals = entry
+      entry = _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname)
+      if cacheable:
+        cache[key] = entry
+    program, lanes, out_tree, outs_how = entry
     per_lane = [[] for _ in range(n)]
     for x, a in zip(leaves, axes):
       if a is None:
         for k in range(n):
           per_lane[k].append(lanes.put(k, x))
       else:
-        for k, blk in enumerate(_pmap_blocks(x, a % core.get_aval(x).ndim, lanes, name)):
+        for k, blk in enumerate(_pmap_blocks(x, a % core.get_aval(x).ndim, lanes)):
           per_lane[k].append(blk)
     outs = program.run(lanes, per_lane)
-    oaxes = api._flatten_axes("pmap out_axes", out_tree, out_axes)
     results = []
-    for j, (aval, oa) in enumerate(zip(out_avals, oaxes)):
+    for j, (sharding, bshape, gaval) in enumerate(outs_how):
       vals = [outs[k][j] for k in range(n)]
-      if oa is None:
-        results.append(vals[0])
-        continue
-      oa = oa % (aval.ndim + 1)
-      gshape = aval.shape[:oa] + (n,) + aval.shape[oa:]
-      from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
-      spec = PartitionSpec(*([None] * oa + [name]))
-      sharding = NamedSharding(Mesh(np.array(devs, dtype=object), (name,)), spec)
-      bshape = aval.shape[:oa] + (1,) + aval.shape[oa:]
-      results.append(_assemble([_reshaped(v, bshape) for v in vals], sharding,
-                               aval.update(shape=gshape)))
+      results.append(vals[0] if sharding is None else
+                     _assemble([_reshaped(v, bshape) for v in vals], sharding, gaval))
     return tree_unflatten(out_tree, results)
 
   pmapped._pmap_cache = cache
   return pmapped
+
+
+def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname):
+  """What a pmap signature needs on every call: the program, the lanes, the output pytree and,
+  per output, its sharding over the devices (None: out_axes None, one device's value), its
+  blocks' shape and its global type."""
+  from ourjax import api
+  from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
+  closed, out_tree = _trace_per_device(call_fun, tree, lane_avals, {name: n}, f"pmap({fname})")
+  mesh = Mesh(np.array(devs, dtype=object), (name,))
+  how = []
+  for aval, oa in zip(closed.out_avals, api._flatten_axes("pmap out_axes", out_tree, out_axes)):
+    if oa is None:
+      how.append((None, None, None))
+      continue
+    oa = oa % (aval.ndim + 1)
+    sharding = NamedSharding(mesh, PartitionSpec(*([None] * oa + [name])))
+    how.append((sharding, aval.shape[:oa] + (1,) + aval.shape[oa:],
+                aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:])))
+  return Program(closed, _backend_of(devs)), Lanes(mesh), out_tree, how
 
 
 def _hashable(v) -> bool:
@@ -563,7 +562,7 @@ def _one_index_per_lane(sh, shape, axis, lanes) -> bool:
   return hit
 
 
-def _pmap_blocks(x, axis, lanes: Lanes, name):
+def _pmap_blocks(x, axis, lanes: Lanes):
   """Per lane, index ``axis`` of ``x`` (the lane's slice, without that axis)."""
   from ourjax.sharding import ShardedArray
   aval = core.get_aval(x)
@@ -620,52 +619,49 @@ def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=froz
     leaves, tree = tree_flatten(args)
     specs = _spec_leaves(in_specs if in_specs is not None else PartitionSpec(), tree,
                          args, "in_specs")
-    specs = [PartitionSpec() if s is None else s for s in specs]
-    avals = [core.get_aval(x) for x in leaves]
-    shardings = [NamedSharding(m, s) for s in specs]
-    for a, sh in zip(avals, shardings):
-      sh._blocks(a.shape)     # checks divisibility
+    specs = tuple(PartitionSpec() if s is None else s for s in specs)
+    avals = tuple(core.get_aval(x) for x in leaves)
     if any(isinstance(x, core.Tracer) for x in leaves):
+      for a, s in zip(avals, specs):
+        NamedSharding(m, s)._blocks(a.shape)     # checks divisibility
       return _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs)
-    block_avals = [a.update(shape=sh.shard_shape(a.shape)) for a, sh in zip(avals, shardings)]
-    key = (tree, tuple(block_avals), tuple(specs), m)
+    key = (tree, avals, specs, m)
     entry = cache.get(key)
     if entry is None:
-      out_tree_cell = []
-
-      def flat(*xs):
-        out_leaves, out_tree = tree_flatten(f(*tree_unflatten(tree, xs)))
-        out_tree_cell.append(out_tree)
-        return out_leaves
-      from ourjax.interpreters import partial_eval as pe
-      with parallel.spmd_axes(dict(m.shape)):
-        closed = pe.trace_to_jaxpr(flat, block_avals, f"shard_map({getattr(f, '__name__', 'f')})")
-      lanes = Lanes(list(m.devices.flat), m.axis_names, m.axis_sizes)
-      entry = cache[key] = (Program(closed, _backend_of(lanes.devices)), lanes,
-                            out_tree_cell[0], closed.out_avals)
-    program, lanes, out_tree, out_avals = entry
-    per_arg = [_blocks_of(x, sh, lanes) for x, sh in zip(leaves, shardings)]
-    per_lane = [[blocks[k] for blocks in per_arg] for k in range(len(lanes))]
-    outs = program.run(lanes, per_lane)
-    ospecs = _spec_leaves(out_specs, out_tree, tree_unflatten(out_tree, list(out_avals)),
-                          "out_specs")
-    results = []
-    for j, (aval, spec) in enumerate(zip(out_avals, ospecs)):
-      spec = PartitionSpec() if spec is None else spec
-      sh = NamedSharding(m, spec)
-      dim_axes = spec._axes(aval.ndim)
-      gshape = tuple(s * int(np.prod([m.shape[n] for n in ax], dtype=np.int64))
-                     for s, ax in zip(aval.shape, dim_axes))
-      results.append(_assemble([outs[k][j] for k in range(len(lanes))], sh,
-                               aval.update(shape=gshape)))
-    return tree_unflatten(out_tree, results)
+      entry = cache[key] = _shard_map_entry(f, m, tree, avals, specs, out_specs)
+    program, lanes, in_shardings, out_tree, outs_how = entry
+    per_arg = [_blocks_of(x, sh, lanes) for x, sh in zip(leaves, in_shardings)]
+    outs = program.run(lanes, [[blocks[k] for blocks in per_arg] for k in range(len(lanes))])
+    return tree_unflatten(out_tree, [
+        _assemble([outs[k][j] for k in range(len(lanes))], sh, gaval)
+        for j, (sh, gaval) in enumerate(outs_how)])
   return mapped
+
+
+def _shard_map_entry(f, m, tree, avals, specs, out_specs):
+  """What a shard_map signature needs on every call: the program, the lanes, the arguments'
+  shardings, the output pytree and, per output, its sharding and global type."""
+  from ourjax.sharding import NamedSharding, PartitionSpec
+  in_shardings = [NamedSharding(m, s) for s in specs]
+  block_avals = [a.update(shape=sh.shard_shape(a.shape)) for a, sh in zip(avals, in_shardings)]
+  closed, out_tree = _trace_per_device(f, tree, block_avals, dict(m.shape),
+                                       f"shard_map({getattr(f, '__name__', 'f')})")
+  ospecs = _spec_leaves(out_specs, out_tree, tree_unflatten(out_tree, list(closed.out_avals)),
+                        "out_specs")
+  how = []
+  for aval, spec in zip(closed.out_avals, ospecs):
+    spec = PartitionSpec() if spec is None else spec
+    gshape = tuple(s * int(np.prod([m.shape[n] for n in ax], dtype=np.int64))
+                   for s, ax in zip(aval.shape, spec._axes(aval.ndim)))
+    how.append((NamedSharding(m, spec), aval.update(shape=gshape)))
+  lanes = Lanes(m)
+  return (Program(closed, _backend_of(lanes.devices)), lanes, in_shardings, out_tree, how)
 
 
 def _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs):
   """shard_map by its definition, for tracers: the blocks stacked along the mesh axes and
   ``f`` vmapped over them with the mesh axis names."""
-  from ourjax import api, lax
+  from ourjax import lax
   from ourjax.sharding import PartitionSpec
   names, sizes = m.axis_names, m.axis_sizes
 
@@ -698,7 +694,7 @@ def _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs):
   # vmap innermost over the last mesh axis; every value carries its mapped axes in front
   for i in reversed(range(len(names))):
     in_ax = [0 if mapped[i] else None for _, mapped in splits]
-    fn = _vmap_level(fn, in_ax, names[i], sizes[i], [mapped[:i] for _, mapped in splits])
+    fn = _vmap_level(fn, in_ax, names[i], sizes[i])
   outs = fn(*[x for x, _ in splits])
   out_tree = out_tree_cell[-1]
   ospecs = _spec_leaves(out_specs, out_tree, tree_unflatten(out_tree, outs), "out_specs")
@@ -730,7 +726,7 @@ def _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs):
   return tree_unflatten(out_tree, results)
 
 
-def _vmap_level(fn, in_axes, name, size, _):
+def _vmap_level(fn, in_axes, name, size):
   from ourjax import api
 
   def level(*xs):
