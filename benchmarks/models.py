@@ -39,6 +39,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import _block  # noqa: E402  (waits for a tree of results, as benchmarks/run.py does)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import data_parallel  # noqa: E402  (the transformer: pre-LN blocks, causal MHA, GELU MLP, Adam)
+
 # ------------------------------------------------------------------------------------------------
 # Sizes: one table per target.  cpu: a step of about 1-50 ms for JAX on 2 cores; cuda: about
 # 1-50 ms on one H100 (batch 32-64, ResNet-like sizes); small: tiny, for the test suite.
@@ -142,45 +145,8 @@ def _normal(rng, shape, scale=1.0):
 # -- 1. transformer: pre-LN blocks, causal multi-head attention, GELU MLP, Adam -----------------
 
 def transformer_make(lib, cfg):
-  jnp, nn = lib.numpy, lib.nn
-  heads, vocab = cfg["heads"], cfg["vocab"]
-  b1, b2, lr, eps = 0.9, 0.999, 1e-3, 1e-8
-
-  def attention(x, p):
-    B, T, D = x.shape
-    q, k, v = jnp.split(x @ p["w_qkv"], 3, axis=-1)
-
-    def split_heads(t):
-      return t.reshape(B, T, heads, D // heads).transpose(0, 2, 1, 3)
-    q, k, v = split_heads(q), split_heads(k), split_heads(v)
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(D // heads).astype(np.float32)
-    causal = jnp.tril(jnp.ones((T, T), dtype=bool))
-    a = nn.softmax(jnp.where(causal, s, -1e9), axis=-1)
-    o = jnp.einsum("bhqk,bhkd->bhqd", a, v)
-    return o.transpose(0, 2, 1, 3).reshape(B, T, D) @ p["w_o"]
-
-  def block(x, p):
-    x = x + attention(_layernorm(lib, x, p["ln1_g"], p["ln1_b"]), p)
-    h = nn.gelu(_layernorm(lib, x, p["ln2_g"], p["ln2_b"]) @ p["w_up"] + p["b_up"])
-    return x + h @ p["w_down"] + p["b_down"]
-
-  def loss(params, x, labels):
-    for p in params["blocks"]:
-      x = block(x, p)
-    x = _layernorm(lib, x, params["lnf_g"], params["lnf_b"])
-    return _xent(lib, x @ params["w_out"], labels, vocab)
-
-  def step(params, opt, x, labels):
-    m, v, t = opt
-    value, grads = lib.value_and_grad(loss)(params, x, labels)
-    tmap = lib.tree_util.tree_map
-    m = tmap(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
-    v = tmap(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
-    t = t + 1.0
-    c1, c2 = 1.0 - b1 ** t, 1.0 - b2 ** t
-    params = tmap(lambda p, m, v: p - lr * (m / c1) / (jnp.sqrt(v / c2) + eps), params, m, v)
-    return params, (m, v, t), value
-  return step
+  # the model of examples/data_parallel.py, on one device
+  return data_parallel.make_step(lib, cfg, axis=None)
 
 
 def transformer_inputs(rng, cfg):

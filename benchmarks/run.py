@@ -104,8 +104,9 @@ def mlp_step_fn(lib):
   return step
 
 
-def mlp_step_numpy(params, x, y):
-  """The same training step by hand in NumPy (forward, backward, SGD)."""
+def mlp_step_numpy(params, x, y, lr=0.01):
+  """The same training step by hand in NumPy (forward, backward, SGD with step ``lr``; ``y``
+  one-hot labels): the new parameters and the loss, in the inputs' precision."""
   hs, h = [x], x
   for i, (w, b) in enumerate(params):
     h = h @ w + b
@@ -124,7 +125,7 @@ def mlp_step_numpy(params, x, y):
     gw, gb = hs[i].T @ g, g.sum(0)
     if i > 0:
       g = (g @ w.T) * (hs[i] > 0)
-    new.append((w - 0.01 * gw, b - 0.01 * gb))
+    new.append((w - lr * gw, b - lr * gb))
   return new[::-1], loss
 
 

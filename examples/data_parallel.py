@@ -23,7 +23,9 @@ CFG = dict(seq=128, dim=256, heads=4, layers=2, vocab=512)
 
 def make_step(lib, cfg=CFG, axis="devices"):
   """The per-device training step: ``step(params, opt, x, labels) -> params, opt, loss``
-  (``step.loss(params, x, labels)`` is the model's loss on one batch)."""
+  (``step.loss(params, x, labels)`` is the model's loss on one batch).  Its gradients are
+  averaged over the devices of the named ``axis``; ``axis=None`` makes the one-device step
+  (``benchmarks/models.py``'s transformer)."""
   jnp, nn, lax = lib.numpy, lib.nn, lib.lax
   heads, vocab = cfg["heads"], cfg["vocab"]
   b1, b2, lr, eps = 0.9, 0.999, 1e-3, 1e-8
@@ -58,8 +60,9 @@ def make_step(lib, cfg=CFG, axis="devices"):
   def step(params, opt, x, labels):
     m, v, t = opt
     value, grads = lib.value_and_grad(loss)(params, x, labels)
-    grads = lax.pmean(grads, axis)            # the all-reduce of data parallelism
-    value = lax.pmean(value, axis)
+    if axis is not None:
+      grads = lax.pmean(grads, axis)          # the all-reduce of data parallelism
+      value = lax.pmean(value, axis)
     tmap = lib.tree_util.tree_map
     m = tmap(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
     v = tmap(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
