@@ -89,15 +89,17 @@ class BatchTrace(Trace):
       rule = batch_rules.get(primitive)
       if rule is None:
         raise NotImplementedError(f"Batching rule for '{primitive.name}' not implemented")
-      prev = getattr(_current, "axis", None)
-      _current.axis = self.axis_data
-      try:
-        if primitive in _rules_wanting_size:
+      if primitive in _rules_wanting_size:
+        # the rules that batch a body (a jit call's, a loop's...) are these: it is batched
+        # along this same named axis (_axis_for)
+        prev = getattr(_current, "axis", None)
+        _current.axis = self.axis_data
+        try:
           outs, out_dims = rule(vals, dims, axis_size=self.axis_size, **params)
-        else:
-          outs, out_dims = rule(vals, dims, **params)
-      finally:
-        _current.axis = prev
+        finally:
+          _current.axis = prev
+      else:
+        outs, out_dims = rule(vals, dims, **params)
     if primitive.multiple_results:
       return [BatchTracer(self, o, d) for o, d in zip(outs, out_dims)]
     return BatchTracer(self, outs, out_dims)
@@ -107,8 +109,8 @@ class BatchTrace(Trace):
 _rules_wanting_size: set = set()
 # Rules registered here receive ``axis_data=`` and are called even when no operand is batched.
 _rules_wanting_axis: set = set()
-# The axis of the batching rule running now: a jaxpr batched inside it (a jit call's, a loop
-# body's) is batched along the same named axis, so that its collectives find it.
+# The axis of the sized batching rule running now: a jaxpr batched inside it (a jit call's, a
+# loop body's) is batched along the same named axis, so that its collectives find it.
 _current = threading.local()
 
 
