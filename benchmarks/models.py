@@ -174,6 +174,7 @@ def transformer_inputs(rng, cfg):
 
 
 def _tree_map_np(f, tree):
+  # (not tree_util.tree_map: the draws of transformer_inputs follow the dicts' own key order)
   if isinstance(tree, dict):
     return {k: _tree_map_np(f, v) for k, v in tree.items()}
   if isinstance(tree, (list, tuple)):

@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+from ourjax.tree_util import tree_map   # (on NumPy trees: the benchmark runs JAX on them too)
+
 CFG = dict(seq=128, dim=256, heads=4, layers=2, vocab=512)
 
 
@@ -90,7 +92,7 @@ def init(seed, cfg=CFG):
   params = {"blocks": [block() for _ in range(cfg["layers"])],
             "lnf_g": np.ones(D, np.float32), "lnf_b": np.zeros(D, np.float32),
             "w_out": normal((D, V), s)}
-  zeros = lambda tree: _map(lambda p: np.zeros_like(p), tree)  # noqa: E731
+  zeros = lambda tree: tree_map(np.zeros_like, tree)  # noqa: E731
   return params, (zeros(params), zeros(params), np.float32(0.0))
 
 
@@ -107,15 +109,7 @@ def batch(seed, n_dev, per_device, cfg=CFG):
 
 def replicate(tree, n):
   """Each leaf stacked ``n`` times along a new leading axis (one copy per device)."""
-  return _map(lambda a: np.broadcast_to(np.asarray(a), (n,) + np.shape(a)).copy(), tree)
-
-
-def _map(f, tree):
-  if isinstance(tree, dict):
-    return {k: _map(f, v) for k, v in tree.items()}
-  if isinstance(tree, (list, tuple)):
-    return type(tree)(_map(f, v) for v in tree)
-  return f(tree)
+  return tree_map(lambda a: np.broadcast_to(np.asarray(a), (n,) + np.shape(a)).copy(), tree)
 
 
 def main(argv=None):
