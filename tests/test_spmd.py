@@ -123,6 +123,18 @@ def test_pmap_in_axes_out_axes_and_static_args():
   np.testing.assert_allclose(np.asarray(s), x.sum(1), rtol=1e-5)
 
 
+def test_pmap_static_arguments_cache_only_when_hashable():
+  x = np.arange(N, dtype=np.float32)
+  f = ourjax.pmap(lambda v, k: v * k[0], axis_name="i", static_broadcasted_argnums=1)
+  for _ in range(3):     # a list is not hashable: computed anew each call, never cached
+    np.testing.assert_array_equal(np.asarray(f(x, [3.0])), x * 3)
+  assert len(f._pmap_cache) == 0
+  g = ourjax.pmap(lambda v, k: v * k, axis_name="i", static_broadcasted_argnums=1)
+  for _ in range(3):
+    np.testing.assert_array_equal(np.asarray(g(x, 2.0)), x * 2)
+  assert len(g._pmap_cache) == 1
+
+
 def test_grad_inside_and_outside_pmap():
   rng = np.random.default_rng(1)
   w, x = _x(rng, (3,)), _x(rng, (N, 3))
