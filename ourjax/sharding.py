@@ -255,9 +255,6 @@ class NamedSharding(Sharding):
   def is_fully_replicated(self) -> bool:
     return all(self.mesh.shape[n] == 1 for axes in self.spec._axes(len(self.spec)) for n in axes)
 
-  def _dim_axes(self, ndim):
-    return self.spec._axes(ndim)
-
   def _blocks(self, global_shape):
     """Per device (mesh order): (index tuple of slices, replica id); computed once per shape."""
     shape = tuple(global_shape)
