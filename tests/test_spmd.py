@@ -202,6 +202,8 @@ def test_named_sharding_layout_and_device_put():
   idx = s.devices_indices_map((4, 6))
   assert idx[mesh.devices[1, 0]] == (slice(2, 4), slice(None))
   assert s.shard_shape((4, 6)) == (2, 6) and not s.is_fully_replicated
+  assert s.is_equivalent_to(NamedSharding(mesh, P("x", None)), 2)
+  assert not s.is_equivalent_to(NamedSharding(mesh, P("y")), 2)
   x = np.arange(24, dtype=np.float32).reshape(4, 6)
   a = ourjax.device_put(x, NamedSharding(mesh, P("y", "x")))
   assert a.sharding == NamedSharding(mesh, P("y", "x"))
