@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ourjax import _nan_check, _once, core, dtypes, tree_util
+from ourjax import _nan_check, _once, core, dtypes, errors, tree_util
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
@@ -425,7 +425,10 @@ class JitWrapped:
         fkey = (bool(x64), tuple(sig))
         hit = self._fast.get(fkey)
         if hit and not off:
-          outs = hit(args)
+          try:
+            outs = hit(args)
+          except errors.ResourceExhaustedError:
+            outs = None       # (the general path below says which operation, and where)
           if outs is not None:
             return outs
     if config.jax_disable_jit:
@@ -448,13 +451,16 @@ class JitWrapped:
       if exe is None:
         exe = entry.executable = _once.build_once(entry.compiled, None,
                                                   lambda: self._compile(entry))
-      if _nan_check.enabled():
-        outs = exe(*leaves)
-        _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
-        return tree_unflatten(entry.out_tree, outs)
-      if fkey is not None and fkey not in self._fast:
+      nan_check = _nan_check.enabled()
+      if fkey is not None and fkey not in self._fast and not nan_check:
         self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
-      return tree_unflatten(entry.out_tree, exe(*leaves))
+      try:
+        outs = exe(*leaves)
+      except errors.ResourceExhaustedError as e:
+        raise _exhausted_in(e, entry.closed, self.fun) from None
+      if nan_check:
+        _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
+      return tree_unflatten(entry.out_tree, outs)
     outs = pjit_p.bind(*hoisted, *leaves, jaxpr=closed, name=_fun_name(self.fun),
                        backend=self.backend)
     return tree_unflatten(entry.out_tree, outs)
@@ -501,6 +507,20 @@ class JitWrapped:
 
   def __repr__(self):
     return f"<jitted function {_fun_name(self.fun)}>"
+
+
+def _exhausted_in(e, closed: core.ClosedJaxpr, fun):
+  """``e`` (an allocation that failed in a jitted call) naming the function and, for a result,
+  the operation that computes it and its line."""
+  msg = f"{e}, in jit({_fun_name(fun)}){_fun_location(fun)}"
+  outvars = closed.jaxpr.outvars
+  if e.output is not None and e.output < len(outvars):
+    v = outvars[e.output]
+    eqn = next((q for q in closed.jaxpr.eqns if any(b is v for b in q.out_binders)), None)
+    if eqn is not None:
+      msg += (f"; that result, {v.aval.str_short()}, is computed by {eqn.primitive.name} at "
+              f"{eqn.source_info or 'an unknown line'}")
+  return type(e)(msg, e.nbytes, e.output)
 
 
 def _fast_path_off(flags) -> bool:

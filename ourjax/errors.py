@@ -91,5 +91,27 @@ class DeviceError(OurJaxError):
   """A device (driver) call failed."""
 
 
-class DeviceOutOfMemoryError(DeviceError, MemoryError):
+def format_bytes(n: int) -> str:
+  """``n`` bytes for people: ``512 B``, ``1.5 MiB``, ..., up to ``PiB``."""
+  units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+  x = float(n)
+  for unit in units:
+    if abs(x) < 1024 or unit == units[-1]:
+      return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
+    x /= 1024
+  raise AssertionError(n)   # pragma: no cover
+
+
+class ResourceExhaustedError(OurJaxError, MemoryError):
+  """Memory for a computation could not be allocated (JAX's RESOURCE_EXHAUSTED).  ``nbytes``:
+  the size asked for; ``output``: the index of the result being allocated, or None (the
+  program's temporaries).  ``jit`` adds the function and, for a result, the operation that
+  computes it and its line."""
+
+  def __init__(self, message: str, nbytes: int = 0, output: int | None = None):
+    super().__init__(message)
+    self.nbytes, self.output = nbytes, output
+
+
+class DeviceOutOfMemoryError(DeviceError, ResourceExhaustedError):
   """The device allocator could not satisfy a request."""

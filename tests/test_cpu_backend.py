@@ -649,3 +649,32 @@ def test_dot_pieces_follow_the_host_threads_without_changing_bits():
   np.testing.assert_allclose(outs[2][0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
   assert pieces[2][0] == [2] and pieces[16][0] == [min(16, 1 + 1200 // 320)]
   assert pieces[2][1] == pieces[16][1] and pieces[2][1][0] >= 2
+
+
+def _too_big(x):
+  return jnp.broadcast_to(x, (2 ** 24, 2 ** 24)) * 2     # 1 PiB: more than any address space
+
+
+def test_a_result_too_large_to_allocate_names_the_operation_and_line():
+  f = ourjax.jit(_too_big, backend="cpu")
+  for _ in range(2):     # also once the signature has a dispatch fast path
+    with pytest.raises(ourjax.errors.ResourceExhaustedError) as info:
+      f(np.ones(2 ** 24, np.float32))
+    e = info.value
+    assert isinstance(e, MemoryError) and e.nbytes == 2 ** 50 and e.output == 0
+    msg = str(e)
+    assert msg.startswith("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                          f"{2 ** 50} bytes (1.0 PiB)")
+    assert "f32[16777216, 16777216]" in msg and "in jit(_too_big)" in msg
+    line = _too_big.__code__.co_firstlineno + 1
+    assert f"computed by mul at {__file__}:{line}" in msg
+
+
+def test_temporaries_too_large_to_allocate_name_the_largest_values():
+  f = ourjax.jit(lambda x: jnp.sort(_too_big(x), axis=0).sum(), backend="cpu")
+  with pytest.raises(ourjax.errors.ResourceExhaustedError) as info:
+    f(np.ones(2 ** 24, np.float32))
+  msg = str(info.value)
+  assert info.value.output is None and info.value.nbytes >= 2 ** 50
+  assert "for its temporaries; the largest values: " in msg
+  assert "sort f32[16777216, 16777216] (1.0 PiB)" in msg

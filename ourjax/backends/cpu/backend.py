@@ -1166,7 +1166,10 @@ class CpuExecutable:
 
   def _new_resources(self, fixed=()):
     slots = (ctypes.c_void_p * self.nslots)()
-    arena = np.zeros(max(self.arena_bytes, ARENA_HEADER), np.uint8)
+    try:
+      arena = np.zeros(max(self.arena_bytes, ARENA_HEADER), np.uint8)
+    except MemoryError:
+      raise self._exhausted(self.arena_bytes, None) from None
     for slot, v in self._consts:
       slots[slot] = v.ctypes.data
     slots[self.nslots - 1] = arena.ctypes.data
@@ -1212,11 +1215,43 @@ class CpuExecutable:
     om = self.object_mode
     for k, a in enumerate(keep):
       slots[k] = id(a) if om else a.ctypes.data
-    outs = [_outputs.empty(s, d) for s, d in self.out_specs]
+    try:
+      outs = [_outputs.empty(s, d) for s, d in self.out_specs]
+    except MemoryError:
+      raise self._exhausted_output() from None
     n = self.nparams
     for j, o in enumerate(outs):
       slots[n + j] = id(o) if om else o.ctypes.data
     return res, outs, keep
+
+  def _exhausted_output(self):
+    """The error for a result that could not be allocated: the first one that still cannot
+    be (asked again, on this error path only)."""
+    for j, (shape, dtype) in enumerate(self.out_specs):
+      try:
+        _outputs.empty(shape, dtype)
+      except MemoryError:
+        return self._exhausted(math.prod(shape) * dtype.itemsize, j)
+    return self._exhausted(sum(math.prod(s) * d.itemsize for s, d in self.out_specs), None)
+
+  def _exhausted(self, nbytes: int, output):
+    """``errors.ResourceExhaustedError`` for ``nbytes`` for result ``output`` (None: the
+    temporaries, named by the largest values of the module)."""
+    from ourjax.errors import ResourceExhaustedError, format_bytes
+    if output is not None:
+      shape, dtype = self.out_specs[output]
+      what = f"result {output} ({hlo.dtype_name(dtype)}{list(shape)})"
+    else:
+      from ourjax.lowering.passes.buffer_assignment import nbytes as shape_bytes
+      values = [i for c in self.module.computations for i in c.instructions
+                if not i.shape.is_tuple]
+      largest = sorted(values, key=lambda i: -shape_bytes(i.shape))[:3]
+      what = ("its temporaries; the largest values: " + ", ".join(
+          f"{i.opcode} {hlo.dtype_name(i.shape.dtype)}{list(i.shape.dims)} "
+          f"({format_bytes(shape_bytes(i.shape))})" for i in largest))
+    return ResourceExhaustedError(
+        f"RESOURCE_EXHAUSTED: Out of memory while trying to allocate {nbytes} bytes "
+        f"({format_bytes(nbytes)}) for {what} of {self.module.name}", nbytes, output)
 
   def fast_caller(self, kept, fixed, array_type):
     """The per-signature dispatch path (see the class docstring).  ``kept``: indices of the
@@ -1255,7 +1290,10 @@ class CpuExecutable:
         if type(a) is array_type:
           a = a._npy if a._npy is not None else a._value
         slots[i] = id(a)
-      outs = [empty(s, d) for s, d in out_specs]
+      try:
+        outs = [empty(s, d) for s, d in out_specs]
+      except MemoryError:
+        raise self._exhausted_output() from None
       for j, o in zip(out_slots, outs):
         slots[j] = id(o)
       rc = run(res)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import atexit
 import threading
 
-from ourjax.errors import DeviceError, DeviceOutOfMemoryError
+from ourjax.errors import DeviceError, DeviceOutOfMemoryError, format_bytes
 
 __all__ = ["DeviceAllocator", "Allocation", "size_class"]
 
@@ -49,14 +49,6 @@ def size_class(nbytes: int) -> int:
     return -(-n // SMALL_STEP) * SMALL_STEP
   step = (1 << (n - 1).bit_length()) >> 4
   return -(-n // step) * step
-
-
-def _fmt(n: int) -> str:
-  for unit in ("B", "KiB", "MiB", "GiB"):
-    if abs(n) < 1024 or unit == "GiB":
-      return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-    n /= 1024
-  return f"{n} B"   # pragma: no cover
 
 
 class Allocation:
@@ -139,11 +131,11 @@ class DeviceAllocator:
           free, total = -1, self.device.total_memory
         raise DeviceOutOfMemoryError(
             f"Out of memory on CUDA device {self.device.ordinal} ({self.device.name}) while "
-            f"allocating {nbytes} bytes ({_fmt(nbytes)}; block of {_fmt(size)}): the driver "
-            f"reports {free} bytes ({_fmt(free)}) free of {_fmt(total)}; ourjax's live arrays "
-            f"hold {self.bytes_in_use} bytes ({_fmt(self.bytes_in_use)}) in "
-            "blocks. Existing arrays are intact; free some (del) or use smaller batches."
-        ) from None
+            f"allocating {nbytes} bytes ({format_bytes(nbytes)}; block of {format_bytes(size)}): "
+            f"the driver reports {free} bytes ({format_bytes(free)}) free of "
+            f"{format_bytes(total)}; ourjax's live arrays hold {self.bytes_in_use} bytes "
+            f"({format_bytes(self.bytes_in_use)}) in blocks. Existing arrays are intact; free "
+            "some (del) or use smaller batches.", nbytes) from None
     self.num_allocs += 1
     return ptr
 
