@@ -565,27 +565,27 @@ def compare(got, want, mode: str) -> None:
                      f"(tolerance {tol} of the scale {scale:g})")
 
 
-def check(prog: Program, modes=MODES) -> int:
-  """Run ``prog`` in each of ``modes`` and compare with the reference backend; returns the
-  number of comparisons made.  Raises ``Mismatch`` (or the mode's exception)."""
+def check(prog: Program, modes=MODES, backend: str = "cpu") -> int:
+  """Run ``prog`` in each of ``modes`` (compiled for ``backend``) and compare with the
+  reference backend; returns the number of comparisons made.  Raises ``Mismatch`` (or the
+  mode's exception)."""
   n = 0
   with np.errstate(all="ignore"), warnings.catch_warnings():
     warnings.simplefilter("ignore")
     for mode in modes:
-      n += _check_mode(prog, mode)
+      n += _check_mode(prog, mode, backend)
   return n
 
 
-def _check_mode(prog: Program, mode: str) -> int:
-  n = 0
-  for mode in (mode,):
-    if not applicable(prog, mode):
-      continue
-    want = _reference(prog, mode)
-    try:
-      got = run_mode(prog, mode)
-    except Exception as e:     # the reference ran: any failure here is a finding
-      raise Mismatch(mode, f"raised {type(e).__name__}: {e}") from e
-    compare(got, want, mode)
-    n += 1
-  return n
+def _check_mode(prog: Program, mode: str, backend: str) -> int:
+  """1 when ``mode`` applies to ``prog`` and agrees with the reference, 0 when it does not
+  apply."""
+  if not applicable(prog, mode):
+    return 0
+  want = _reference(prog, mode)
+  try:
+    got = run_mode(prog, mode, backend)
+  except Exception as e:     # the reference ran: any failure here is a finding
+    raise Mismatch(mode, f"raised {type(e).__name__}: {e}") from e
+  compare(got, want, mode)
+  return 1

@@ -925,6 +925,34 @@ def test_collect_slow_paths_hands_over_the_guard(name):
       assert out[0] == w and np.signbit(out[0]) == np.signbit(w), (name, xv, out[0], w)
 
 
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_collect_slow_paths_outside_the_starting_block_branch_themselves(name):
+  """Code emitted under ``collect_slow_paths`` in another basic block than the one it started
+  in (an inner reduction loop's body) does not dominate the caller's branch: there the GPU
+  sin/cos take their own slow path and hand nothing over (it was handed over, and LLVM rejected
+  the kernel: ``sum(sin(x))`` over a short axis ran on the host)."""
+  f32 = ir.FloatType()
+  mod = jit.new_module(f"collect_inner_{name}")
+  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [f32.as_pointer()] * 2), "k")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  with lm.collect_slow_paths(b) as guards:
+    inner = b.append_basic_block("inner")
+    b.branch(inner)
+    b.position_at_end(inner)
+    y = lm.emit_unary(b, name, b.load(fn.args[0]), variant="gpu")
+  assert guards == []
+  b.store(y, fn.args[1])
+  b.ret_void()
+  cm = jit.compile_module(mod, ["k"])        # (verifies the module)
+  k = cm.ctypes_function("k", None, [ctypes.c_void_p] * 2)
+  xs = np.float32([1.5, -1e4, GPU_TRIG_MAX * 4, 3e30, np.inf])
+  want = run(name, F32, xs, variant="gpu")
+  for xv, w in zip(xs, want):
+    x, out = np.float32([xv]), np.empty(1, F32)
+    k(x.ctypes.data, out.ctypes.data)
+    np.testing.assert_array_equal(out[0], w, err_msg=f"{name}({xv})")
+
+
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_exact_fmod_is_c_fmod(dtype):
   """``emitter.exact_fmod`` (the GPU's float remainder; NVPTX's own ``frem`` is x - trunc(x/y)*y)

@@ -178,6 +178,17 @@ def test_llvm_ir_is_available_too(compiled_cases):
   assert "ptx_kernel" in ir
 
 
+@pytest.mark.parametrize("fn", [lambda x: jnp.sum(jnp.sin(x), axis=-1),
+                                lambda x: jnp.max(jnp.cos(x * 3.0), axis=-1) + 1.0])
+def test_gpu_trig_inside_an_inline_reduction_compiles_for_the_gpu(fn):
+  """sin/cos evaluated in the body of a short reduction that an elementwise kernel computes
+  inline: the GPU module is valid (it was rejected, and the program ran on the host)."""
+  c = _compiled(fn, (np.ones((7,), np.float32),))
+  assert not isinstance(c.runtime_executable(), cuda_backend.HostFallbackExecutable)
+  if PTXAS is not None:
+    _assemble(c.as_text(dialect="ptx"))
+
+
 def test_unsupported_module_falls_back_to_the_cpu_backend():
   x = np.ones(4, np.complex64)
   c = _compiled(lambda v: v * v, (x,))

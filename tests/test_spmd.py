@@ -19,7 +19,9 @@ N = 4
 @pytest.fixture(autouse=True)
 def four_cpu_devices(monkeypatch):
   monkeypatch.setenv("OURJAX_NUM_CPU_DEVICES", str(N))
-  monkeypatch.setenv("OURJAX_PLATFORMS", "cpu")
+  # (the CPU devices also where a GPU is present: the flag is read at import, not from the
+  # environment now)
+  monkeypatch.setitem(ourjax.config._values, "jax_platforms", "cpu")
 
 
 def _x(rng, shape):

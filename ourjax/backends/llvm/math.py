@@ -1732,10 +1732,12 @@ def collect_slow_paths(builder: ir.IRBuilder):
   their fast path on ``builder`` and append the condition under which it is wrong (an i1) to
   the yielded list instead of branching.  The caller branches once on any of them to a copy of
   its computation emitted outside the block (e.g. once per vector of elements instead of once
-  per element: ``codegen.Elementwise``)."""
+  per element: ``codegen.Elementwise``).  Only code in the basic block where the ``with``
+  starts hands its condition over (it dominates the caller's branch); code the computation
+  emits in other blocks (the body of an inner reduction loop) takes its own slow path."""
   prev = getattr(builder, _GUARDS, None)
   guards = []
-  setattr(builder, _GUARDS, guards)
+  setattr(builder, _GUARDS, (guards, builder.block))
   try:
     yield guards
   finally:
@@ -1757,9 +1759,9 @@ def _with_slow_path(m: _M, x, fast, bound: float, name: str):
     ab.ret(_UNARY[name](_M(ab, x.type), acc.args[0]))
   b = m.b
   slow = b.fcmp_unordered(">=", m.abs(x), m.c(bound))
-  guards = getattr(b, _GUARDS, None)
-  if guards is not None:
-    guards.append(_any_lane(m, slow))
+  collect = getattr(b, _GUARDS, None)
+  if collect is not None and collect[1] is b.block:
+    collect[0].append(_any_lane(m, slow))
     return fast
   entry = b.block
   cold = b.append_basic_block(f"{name}.slow")
