@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Long differential fuzzing run (``ourjax.fuzzing``): random programs run eagerly, under jit on
-the CPU backend, under grad and under vmap, each compared with the reference backend.
+the CPU backend (or ``--backend cuda``: the GPU, with f32 dots at full precision, as the
+reference computes them), under grad and under vmap, each compared with the reference backend.
 
     python tools/fuzz.py --minutes 10 [--out fuzz-repro] [--max-ops 10] [--seed N]
+                         [--backend cpu|cuda]
 
 On a mismatch (or an exception in a mode whose reference run succeeded) hypothesis shrinks the
 program to a minimal one, and a reproducer script is written to ``--out``
@@ -37,7 +39,11 @@ def main(argv=None) -> int:
   ap.add_argument("--out", default=os.path.join(ROOT, "fuzz-repro"))
   ap.add_argument("--max-ops", type=int, default=10)
   ap.add_argument("--seed", type=int, default=None)
+  ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
   args = ap.parse_args(argv)
+  if args.backend == "cuda":
+    import ourjax
+    ourjax.config.update("jax_default_matmul_precision", "highest")   # (not tf32)
   rng = random.Random(args.seed)
   deadline = time.monotonic() + 60 * args.minutes
   stats = {"programs": 0, "comparisons": 0, "mismatches": 0, "distinct": 0}
@@ -49,7 +55,7 @@ def main(argv=None) -> int:
       raise _Stop
     stats["programs"] += 1
     try:
-      stats["comparisons"] += fuzzing.check(prog)
+      stats["comparisons"] += fuzzing.check(prog, backend=args.backend)
     except _Stop:
       raise
     except Exception as e:           # noqa: BLE001 (a Mismatch, or a mode's exception)
