@@ -668,3 +668,15 @@ def test_hypot_infinity_beats_nan(backend, data):
   y = np.array(data.draw(st.lists(vals, min_size=x.size, max_size=x.size), label="y"), dt)
   got = np.asarray(_BACKENDS[backend](jnp.hypot)(x, y))
   np.testing.assert_allclose(got, np.hypot(x, y), rtol=2e-3, err_msg=f"hypot{x, y}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_sign_keeps_signed_zeros_eagerly_and_compiled(dtype):
+  """jnp.sign(-0.0) is -0.0 (XLA's and JAX's sign; NumPy's gives +0.0), eagerly and compiled:
+  arctan2 tells the two apart."""
+  x = np.array([-0.0, 0.0, -2.5, 3.0, np.nan], dtype)
+  for f in (jnp.sign, ourjax.jit(jnp.sign, backend="cpu")):
+    got = np.asarray(f(x))
+    np.testing.assert_array_equal(got, np.array([-0.0, 0.0, -1.0, 1.0, np.nan], dtype))
+    assert list(np.signbit(got[:2])) == [True, False]
+  assert float(jnp.arctan2(jnp.sign(dtype(-0.0)), dtype(-0.0))) == pytest.approx(-np.pi, 1e-3)

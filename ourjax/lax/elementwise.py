@@ -284,7 +284,7 @@ def _convert_impl(x, new_dtype, weak_type=False):
 
 
 neg_p = unop("neg", _num, np.negative)
-sign_p = unop("sign", _num, np.sign)
+sign_p = unop("sign", _num, rops.sign)   # (+-0 and NaN kept, as XLA; np.sign gives +0)
 floor_p = unop("floor", _float, np.floor)
 ceil_p = unop("ceil", _float, np.ceil)
 round_p = unop("round", _float, _round_impl)
