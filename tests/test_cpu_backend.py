@@ -678,3 +678,20 @@ def test_temporaries_too_large_to_allocate_name_the_largest_values():
   assert info.value.output is None and info.value.nbytes >= 2 ** 50
   assert "for its temporaries; the largest values: " in msg
   assert "sort f32[16777216, 16777216] (1.0 PiB)" in msg
+
+
+@pytest.mark.parametrize("n", [12, 4096])
+def test_a_sum_of_quotients_keeps_the_nan_of_0_over_0(n):
+  """sum(a / z) at z = 0 with some a = 0 is NaN (0/0) whatever the order of the sum; a
+  reassociating reduction must not factor it into sum(a) / z (an infinity).  Found by the
+  differential fuzzer, through the gradient of a / z."""
+  a = np.zeros(n, np.float32)
+  a[-1] = 1.0
+  z = np.float32(0.0)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    want = np.sum(a / z)
+  assert np.isnan(want)
+  got = ourjax.jit(lambda a, z: jnp.sum(a / z), backend="cpu")(a, z)
+  assert np.isnan(float(got))
+  g = ourjax.jit(ourjax.grad(lambda z, a: jnp.sum(a / z)), backend="cpu")(z, a)
+  assert np.isnan(float(g))

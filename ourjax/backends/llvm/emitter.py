@@ -916,13 +916,15 @@ def simple_reducer(comp: hlo.Computation):
 
 def reassociating_combine(b, opcode, acc, x, dt):
   """``opcode(acc, x)`` for a reduction that may be reordered: float add carries the
-  ``reassoc nsz`` flags (so LLVM vectorizes with partial accumulators; the result differs from
+  ``reassoc`` flag (so LLVM vectorizes with partial accumulators; the result differs from
   the sequential sum by rounding, and where partial sums overflow it may be another infinity or
   NaN), float max/min use ``llvm.maximum``/``llvm.minimum`` (NaN-propagating, exact); products
-  stay in order; narrow floats round every step."""
+  stay in order; narrow floats round every step.  Not ``nsz``: with it LLVM also factors the
+  summed elements (``a/z + b/z`` into ``(a + b)/z``), which turns the NaN of ``0/0`` terms
+  into an infinity (``sum(x / 0)``), and the vectorized sums need only ``reassoc``."""
   dt = np.dtype(dt)
   if _is_float(dt):
-    flags = ["reassoc", "nsz"]
+    flags = ["reassoc"]
     if opcode == "add":
       r = b.fadd(acc, x, flags=flags)
     elif opcode == "multiply":    # kept in order: reordered products overflow differently
