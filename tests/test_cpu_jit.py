@@ -114,3 +114,62 @@ print("ok")
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split() == ["x86-64", "sse", "ok"]
+
+
+def _select_shuffle_select(n: int) -> str:
+  """out = select(c, reverse(select(c, a, b)), d) with c = (x == y): the shape LLVM 22's AVX-512
+  code generator gets wrong (jit.masked_select_hazard)."""
+  v = f"<{n} x float>"
+  rev = ", ".join(f"i32 {n - 1 - i}" for i in range(n))
+  return f"""
+define void @f(ptr noalias %px, ptr noalias %py, ptr noalias %pa, ptr noalias %pb,
+               ptr noalias %pd, ptr noalias %po) {{
+  %x = load {v}, ptr %px, align 4
+  %y = load {v}, ptr %py, align 4
+  %a = load {v}, ptr %pa, align 4
+  %b = load {v}, ptr %pb, align 4
+  %d = load {v}, ptr %pd, align 4
+  %c = fcmp oeq {v} %x, %y
+  %s = select <{n} x i1> %c, {v} %a, {v} %b
+  %p = shufflevector {v} %s, {v} poison, <{n} x i32> <{rev}>
+  %r = select <{n} x i1> %c, {v} %p, {v} %d
+  store {v} %r, ptr %po, align 4
+  ret void
+}}
+"""
+
+
+def test_masked_select_hazard_is_detected():
+  assert jit.masked_select_hazard(_select_shuffle_select(8))
+  # the same selects without the shuffle between them, or with another condition: no hazard
+  plain = _select_shuffle_select(8).replace("%p = shufflevector <8 x float> %s", "%p = fneg <8 x float> %s").replace(", <8 x float> poison, <8 x i32> <i32 7, i32 6, i32 5, i32 4, i32 3, i32 2, i32 1, i32 0>", "")
+  assert not jit.masked_select_hazard(plain)
+  other = _select_shuffle_select(8).replace("%s = select <8 x i1> %c", "%s = select <8 x i1> %e").replace("%c = fcmp", "%e = fcmp one <8 x float> %x, %y\n  %c = fcmp")
+  assert not jit.masked_select_hazard(other)
+
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_select_of_shuffled_select_runs_right(n):
+  """The pattern gives NumPy's values through compile_module, on whatever this host has (on an
+  AVX-512 host the module is code-generated without AVX-512)."""
+  cm = jit.compile_module(_select_shuffle_select(n), ["f"])
+  f = cm.ctypes_function("f", None, [ctypes.c_void_p] * 6)
+  rng = np.random.default_rng(n)
+  x = rng.integers(0, 2, n).astype(np.float32)
+  y = np.zeros(n, np.float32)
+  a, b, d = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+  out = np.empty(n, np.float32)
+  f(*(v.ctypes.data for v in (x, y, a, b, d, out)))
+  c = x == y
+  np.testing.assert_array_equal(out, np.where(c, np.where(c, a, b)[::-1], d))
+
+
+def test_gradient_of_cumsum_of_cummax():
+  """The fuzzer's reproducer of the miscompile, end to end, against finite differences' exact
+  values (cummax of an increasing input passes each element's cotangent through)."""
+  import ourjax
+  import ourjax.numpy as jnp
+  from ourjax import lax
+  g = ourjax.jit(ourjax.grad(lambda x: jnp.sum(jnp.cumsum(lax.cummax(x)))))
+  for x, want in (([0., 1.], [2., 1.]), ([1., 0.], [3., 0.]), ([0., 1., 2., 3.], [4., 3., 2., 1.])):
+    np.testing.assert_array_equal(np.asarray(g(jnp.array(x, jnp.float32))), want)

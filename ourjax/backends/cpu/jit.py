@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 from typing import Iterable, Optional, Sequence, Union
 
@@ -294,8 +295,10 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
     optimized = str(ref)
     _check_externals(ref)
     try:
-      engine = llvm.create_mcjit_compiler(ref, _make_tm(st["target"], st["name"],
-                                                          st["features"]))
+      features = st["features"]
+      if masked_select_hazard(optimized):
+        features = _without_avx512(features)
+      engine = llvm.create_mcjit_compiler(ref, _make_tm(st["target"], st["name"], features))
       engine.finalize_object()
     except RuntimeError as e:
       raise CompileError(f"LLVM failed to generate code: {e}") from None
@@ -344,11 +347,52 @@ def _object(text, st, tm, context, optimize, loop_unrolling, provided):
   if optimize:
     _optimize(ref, tm, loop_unrolling)
   _check_externals(ref, provided)
+  optimized = str(ref)
+  if masked_select_hazard(optimized):
+    tm = _make_tm(st["target"], st["name"], _without_avx512(st["features"]))
   try:
     obj = tm.emit_object(ref)
   except RuntimeError as e:
     raise CompileError(f"LLVM failed to generate code: {e}") from None
-  return bytes(obj), str(ref)
+  return bytes(obj), optimized
+
+
+# LLVM 22's X86 back end miscompiles ``select(c, shufflevector(select(c, a, b)), d)`` when it
+# lowers the outer select to an AVX-512 mask: it folds the shuffle into a masked permute and then
+# simplifies the inner select to ``a`` as if ``c`` held in the lanes the permute reads, not the
+# lanes it writes (on 4 to 16 lanes, with and without AVX512VL; AVX2 code is right).  The optimised
+# IR is right, so a module that has the pattern is code-generated without AVX-512 (its 512-bit
+# vectors are split into 256-bit halves).  Found by the differential fuzzer through the gradient
+# of ``cumsum(lax.cummax(x))``; tests/test_cpu_jit.py holds the reproducer.
+_LINE = re.compile(r"^\s*(%[-\w.]+) = (select|shufflevector) (.*)$", re.M)
+_NAME = re.compile(r"%[-\w.]+")
+
+
+def masked_select_hazard(text: str) -> bool:
+  """Whether optimised IR ``text`` has a vector select whose operand is a shuffle of a select on
+  the same condition (the pattern above), in any function."""
+  if "shufflevector" not in text or "x i1> %" not in text:
+    return False
+  for fn in text.split("\ndefine ")[1:]:
+    selects, shuffles = {}, {}
+    for name, op, rest in _LINE.findall(fn):
+      if op == "select":
+        if rest.startswith("<"):                       # a vector condition
+          names = _NAME.findall(rest)
+          if names:
+            selects[name] = (names[0], names[1:])
+      else:
+        shuffles[name] = _NAME.findall(rest)
+    for cond, operands in selects.values():
+      for v in operands:
+        if any(selects.get(s, ("",))[0] == cond for s in shuffles.get(v, ())):
+          return True
+  return False
+
+
+def _without_avx512(features: str) -> str:
+  kept = [f for f in features.split(",") if f and not f[1:].startswith("avx512")]
+  return ",".join(kept + ["-avx512f"])
 
 
 _MULTI = b"OURJAXOBJS1\n"
