@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import ctypes
-import gc
-import threading
 
 import numpy as np
 import pytest
