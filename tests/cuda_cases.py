@@ -156,7 +156,7 @@ CASES = [
     ("dot_f16_tn", lambda a, b: a.T @ b,
      lambda r: (f32(r, 96, 128).astype(np.float16), f32(r, 96, 256).astype(np.float16)), 1e-2),
     ("dot_vec", lambda a, b: a @ b, lambda r: (f32(r, 300, 77), f32(r, 77)), 1e-5),
-    # epilogues fused into the dot kernel (codegen.fuse_dot_epilogues): bias + activation,
+    # epilogues fused into the dot kernel (dots.fuse_dot_epilogues): bias + activation,
     # a residual, a batched epilogue, bf16 results, and the SimtDot fallback (f64-free odd sizes)
     ("dot_epilogue_bias_gelu", lambda a, b, c: ourjax.nn.gelu(a @ b + c),
      lambda r: (f32(r, 256, 128), f32(r, 128, 256), f32(r, 256)), 5e-3),

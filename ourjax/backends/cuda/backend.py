@@ -754,8 +754,8 @@ def _make_planner(cpu_be, module, info):
 
     def _group_kernels(self, instrs, outputs, leafmap):
       # a dot's elementwise consumer (bias, activation) runs in the dot's kernel
-      return codegen.fuse_dot_epilogues(super()._group_kernels(instrs, outputs, leafmap),
-                                        outputs)
+      from ourjax.backends.cuda.dots import fuse_dot_epilogues
+      return fuse_dot_epilogues(super()._group_kernels(instrs, outputs, leafmap), outputs)
 
     def _add_kernel(self, steps, kernel):
       self._tag(kernel)

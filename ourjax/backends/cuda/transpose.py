@@ -161,7 +161,7 @@ class StridedTranspose(GpuKernel):
   """``dst[b, r, c] = src[b s_b + r + c s_c]``: a strided matrix whose unit stride is along
   ``r`` copied row-major (``dst`` of dims ``(B, R, C)``), through ``TILE x TILE`` tiles in
   shared memory so that both the reads (along ``r``) and the writes (along ``c``) are
-  coalesced.  Used to give a dot a K-major operand (``codegen._dot_kernels``); moves storage
+  coalesced.  Used to give a dot a K-major operand (``dots._dot_kernels``); moves storage
   words as they are."""
 
   def __init__(self, name, src, dst, B, R, C, s_b, s_c):

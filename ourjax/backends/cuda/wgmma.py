@@ -46,16 +46,16 @@ f32: 4.2e-4 (MmaDot, rounding both operands: 2.6e-4).
 Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stride along k);
 B K-major or N-major (N-major f32 uses the transposed form); the tile's sizes divide the
 problem (128 rows of the operand in X, Q of the one in Y, 128 bytes of k); 16-byte aligned rows
-and batch strides; an M-major A is copied K-major first (``codegen._dot_kernels`` decides).
-Everything else stays on ``MmaDot``.  A fused epilogue (``codegen.Epilogue``) is applied where
+and batch strides; an M-major A is copied K-major first (``dots._dot_kernels`` decides).
+Everything else stays on ``MmaDot``.  A fused epilogue (``dots.Epilogue``) is applied where
 the accumulators are stored.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ourjax.backends.cuda.codegen import (GpuKernel, DeviceInfo, _asm, _dot_buffers, barrier,
-                                          dot_writer, sreg64)
+from ourjax.backends.cuda.codegen import GpuKernel, DeviceInfo, barrier, sreg64
+from ourjax.backends.cuda.dots import _asm, _dot_buffers, dot_writer
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, i64
@@ -86,7 +86,7 @@ class WgmmaDot(GpuKernel):
   def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int,
                epilogue=None, spec=None):
     """``spec``: the operands' layout when it is not the dot's own (an operand staged in
-    another layout by an earlier kernel); ``epilogue``: a ``codegen.Epilogue``."""
+    another layout by an earlier kernel); ``epilogue``: a ``dots.Epilogue``."""
     self.dot, self.kind, self.mode, self.Q = dot, kind, mode, q_tile
     self.spec = spec or K.DotSpec(dot)
     self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
