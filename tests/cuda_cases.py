@@ -108,7 +108,8 @@ CASES = [
         x, w, (1, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
      lambda r: (f32(r, 4, 12, 13, 8), f32(r, 3, 3, 8, 16)), 5e-3),
     # split-K: few output tiles, a long contraction (a convolution's weight gradient)
-    ("dot_split_k", lambda a, b, c: jnp.tanh(a @ b + c),
+    # (at the highest precision: on the CUDA cores, not tf32 tensor cores)
+    ("dot_split_k", lambda a, b, c: jnp.tanh(jnp.matmul(a, b, precision="highest") + c),
      lambda r: (f32(r, 70, 8192, lo=-0.1, hi=0.1), f32(r, 8192, 40), f32(r, 40)), 1e-5),
     ("conv_weight_grad", ourjax.grad(lambda w, x: jnp.sum(lax.conv_general_dilated(
         x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) ** 2)),
@@ -325,6 +326,19 @@ WGMMA_CASES = [
     ("dot_wgmma_f16_batched", lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
      lambda r: (f32(r, 2, 128, 128).astype(np.float16), f32(r, 2, 128, 256).astype(np.float16)),
      1e-2),
+    # sizes the tiles do not divide: zeros loaded past the edges, stores guarded; one warpgroup
+    # for 64 rows or fewer; 32-, 64- and 128-wide tiles; a k tail of part of a slice
+    ("dot_wgmma_edges", lambda a, b: a @ b, lambda r: (f32(r, 200, 100), f32(r, 100, 72)), 5e-3),
+    ("dot_wgmma_narrow_nt", lambda a, b: a @ b.T,
+     lambda r: (f32(r, 90, 36), f32(r, 27, 36)), 5e-3),
+    ("dot_wgmma_bf16_edges", lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32),
+     lambda r: (f32(r, 130, 72).astype(BF16), f32(r, 72, 200).astype(BF16)), 1e-2),
+    ("dot_wgmma_batched_edges", lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
+     lambda r: (f32(r, 3, 40, 20), f32(r, 3, 20, 52)), 5e-3),
+    # a weight gradient (27 x 64 outputs, 32768 products each): M-major A copied K-major, the
+    # contraction split across blocks into partial products, summed with the epilogue applied
+    ("dot_wgmma_split_k", lambda a, b, c: jnp.tanh(a.T @ b + c),
+     lambda r: (f32(r, 32768, 27), f32(r, 32768, 64), f32(r, 64)), 5e-3),
 ]
 CASES += WGMMA_CASES
 

@@ -133,6 +133,21 @@ def test_wgmma_instructions(compiled_cases):
   assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
   ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and ", 0, 1; }" in ptx
+
+
+def test_wgmma_takes_any_sizes(compiled_cases):
+  """Sizes the tiles do not divide stay on the tensor cores: copies past an edge load zeros
+  (cp.async with a source size), stores are guarded, narrow products get one warpgroup and a
+  32-wide tile, and a long contraction with few output tiles is split into partial products."""
+  for name in ("dot_wgmma_edges", "dot_wgmma_narrow_nt", "dot_wgmma_bf16_edges",
+               "dot_wgmma_batched_edges"):
+    assert _kernel_kinds(compiled_cases[name]) == ["WgmmaDot"], name
+  ptx = compiled_cases["dot_wgmma_edges"].as_text(dialect="ptx")
+  assert "cp.async.cg.shared.global [%rd" in ptx and "[g], 16, %r" in ptx
+  ptx = compiled_cases["dot_wgmma_narrow_nt"].as_text(dialect="ptx")
+  assert "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32" in ptx
+  assert _kernel_kinds(compiled_cases["dot_wgmma_split_k"]) == [
+      "StridedTranspose", "WgmmaDot", "SplitKSum"]
   assert ".target sm_90\n" in compiled_cases["ew_f32"].as_text(dialect="ptx")
 
 

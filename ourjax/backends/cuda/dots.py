@@ -198,19 +198,13 @@ class TensorCoreDot(GpuKernel):
 
   @classmethod
   def supports(cls, dot, info: DeviceInfo, allow_tf32: bool) -> str | None:
-    """The kind of mma for ``dot`` or None."""
-    if info.cc < 80:
-      return None
-    lhs, rhs = dot.operands
+    """The kind of mma for ``dot`` (``mma_kind``) where this kernel's tiles divide it, or
+    None."""
+    kind = mma_kind(dot, info, allow_tf32)
     s = K.DotSpec(dot)
-    if not s.ok or not E._is_float(dot.dtype) or dot.dtype == E.F64:
+    if kind is None or not s.ok:
       return None
-    if lhs.dtype != rhs.dtype:
-      return None
-    dt = lhs.dtype
-    kind = {E.F32: "tf32" if allow_tf32 else None, E.BF16: "bf16", F16: "f16"}.get(dt)
-    if kind is None:
-      return None
+    dt = dot.operands[0].dtype
     if s.M % cls.BM or s.N % cls.BN or s.K % cls.BK or s.K == 0:
       return None
     if not (s.a_sk == 1 or s.a_sm == 1) or not (s.b_sn == 1 or s.b_sk == 1):
@@ -695,41 +689,38 @@ def _tf32_allowed(dot=None) -> bool:
   return str(p).lower() not in ("highest", "float32", "precision.highest")
 
 
+def mma_kind(dot, info: DeviceInfo, allow_tf32: bool) -> str | None:
+  """The tensor-core instruction type of ``dot`` (``"tf32"``, ``"bf16"``, ``"f16"``) from its
+  dtypes alone, or None (f64, mixed operand types, integers, before compute capability 8.0, or
+  f32 at the highest precision)."""
+  if info.cc < 80:
+    return None
+  lhs, rhs = dot.operands
+  if not E._is_float(dot.dtype) or dot.dtype == E.F64 or lhs.dtype != rhs.dtype:
+    return None
+  return {E.F32: "tf32" if allow_tf32 else None, E.BF16: "bf16", F16: "f16"}.get(lhs.dtype)
+
+
 def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=None) -> list:
   """The kernels computing ``dot`` into ``out`` (or, with a fused ``Epilogue``, its outputs).
 
-  Tensor-core dots use ``WgmmaDot`` (wgmma.py, Hopper) where its layouts and tiles fit; an A
-  stored M-major (``x.T @ dy``, every weight gradient) is first copied K-major by a
-  ``StridedTranspose`` (one pass over A; wgmma then runs at about twice MmaDot's rate);
-  elsewhere ``MmaDot``.  ``OURJAX_CUDA_MMA=v2`` keeps them on MmaDot, ``v1`` on
-  ``TensorCoreDot``.  Other dots use ``SimtDot``, which has no epilogue: its epilogue becomes
-  an elementwise kernel reading C; a SimtDot with too few output tiles for the GPU and a long
-  contraction is split along K (``_split_k``: partial products, then ``SplitKSum``, which
-  applies the epilogue)."""
-  from ourjax.backends.cuda.transpose import StridedTranspose
-  kind = TensorCoreDot.supports(dot, info, _tf32_allowed(dot))
-  pre, main = [], None
-  if kind is not None:
-    choice = os.environ.get("OURJAX_CUDA_MMA", "wgmma")
+  Tensor-core dots use ``WgmmaDot`` (wgmma.py, Hopper) wherever its operand layouts fit, at any
+  sizes (``_wgmma_kernels``); elsewhere ``MmaDot`` where its tiles divide the problem.
+  ``OURJAX_CUDA_MMA=v2`` keeps them on MmaDot, ``v1`` on ``TensorCoreDot``.  Other dots use
+  ``SimtDot``, which has no epilogue: its epilogue becomes an elementwise kernel reading C; a
+  SimtDot with too few output tiles for the GPU and a long contraction is split along K
+  (``_split_k``: partial products, then ``SplitKSum``, which applies the epilogue)."""
+  kind = mma_kind(dot, info, _tf32_allowed(dot))
+  choice = os.environ.get("OURJAX_CUDA_MMA", "wgmma")
+  if kind is not None and choice == "wgmma":
+    ks = _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue)
+    if ks is not None:
+      return ks
+  main = None
+  if kind is not None and TensorCoreDot.supports(dot, info, True) is not None:  # (kind: tf32 ok)
     if choice == "v1":
       main = TensorCoreDot(name, dot, lhs, rhs, out, kind, epilogue)
-    elif choice == "wgmma":
-      from ourjax.backends.cuda.wgmma import WgmmaDot
-      how = WgmmaDot.supports(dot, info, kind)
-      if how is not None:
-        main = WgmmaDot(name, dot, lhs, rhs, out, kind, *how, epilogue=epilogue)
-      else:
-        s = K.DotSpec(dot)
-        if s.ok and s.a_sm == 1 and s.a_sk != 1 and s.M > 1:
-          staged = copy.copy(s)
-          staged.a_sb, staged.a_sm, staged.a_sk = s.M * s.K, s.K, 1
-          how = WgmmaDot.supports(dot, info, kind, staged)
-          if how is not None:
-            lhs_k = new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
-            pre = [StridedTranspose(name + "_t", lhs, lhs_k, s.B, s.M, s.K, s.a_sb, s.a_sk)]
-            main = WgmmaDot(name, dot, lhs_k, rhs, out, kind, *how, epilogue=epilogue,
-                            spec=staged)
-    if main is None:
+    else:
       main = MmaDot(name, dot, lhs, rhs, out, kind, epilogue)
   else:
     split = _split_k(dot, info)
@@ -744,7 +735,35 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
   if epilogue is not None and getattr(main, "epilogue", None) is None:
     post = [Elementwise(name + "_e", dot.dims, epilogue.outputs,
                         {**epilogue.leafmap, dot: out})]
-  return pre + [main] + post
+  return [main] + post
+
+
+def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
+  """``WgmmaDot`` for ``dot`` (None where its layouts do not fit): an A stored M-major
+  (``x.T @ dy``, every weight gradient) is first copied K-major by a ``StridedTranspose`` (one
+  pass over A; wgmma then runs at about twice MmaDot's rate); a dot with few output tiles and a
+  long contraction is split along k (``wgmma.split_count``) into partial products that
+  ``SplitKSum`` adds up (and applies the epilogue to)."""
+  from ourjax.backends.cuda.transpose import StridedTranspose
+  from ourjax.backends.cuda.wgmma import WgmmaDot, split_count
+  s = K.DotSpec(dot)
+  spec, a, pre = s, lhs, []
+  how = WgmmaDot.supports(dot, info, kind)
+  if how is None and s.ok and s.a_sm == 1 and s.a_sk != 1 and s.M > 1:
+    staged = copy.copy(s)
+    staged.a_sb, staged.a_sm, staged.a_sk = s.M * s.K, s.K, 1
+    how = WgmmaDot.supports(dot, info, kind, staged)
+    if how is not None:
+      spec, a = staged, new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
+      pre = [StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk)]
+  if how is None:
+    return None
+  S = split_count(spec, how, kind, info)
+  if S > 1:
+    parts = new_temp(E.F32, (S, s.M, s.N), f"{name}.k_parts")
+    return pre + [WgmmaDot(name + "_p", dot, a, rhs, parts, kind, *how, split=S, spec=spec),
+                  SplitKSum(name, dot, parts, out, S, epilogue)]
+  return pre + [WgmmaDot(name, dot, a, rhs, out, kind, *how, epilogue=epilogue, spec=spec)]
 
 
 class FusedDot(K.Kernel):

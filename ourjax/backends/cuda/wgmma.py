@@ -64,8 +64,6 @@ F = ir.FloatType()
 STAGES = 4             # shared-memory ring of k slices
 AHEAD = STAGES - 2     # slices in flight while one is multiplied (see the module docstring)
 ROW = 128              # bytes of k per slice (one swizzled row)
-P_TILE = 128           # rows of X per block: two warpgroups of 64
-THREADS = 256
 SW128 = 1 << 62        # descriptor: 128-byte swizzle
 # the tf32 A fragment of the register form, per warp: (row, k) offsets of registers a0..a3
 # from (g, t) (the layout of mma.sync m16n8k8's A)
@@ -81,29 +79,39 @@ def mn_major_offsets(bk: int):
 class WgmmaDot(GpuKernel):
   """``wgmma.mma_async`` dot (see the module docstring).  ``mode`` is ``"ss"`` (X = A, Y = B,
   both from shared memory; ``b_mn``: B staged N-major, transpose flag set) or ``"rs_t"`` (tf32
-  with N-major B: X = B^T from registers, Y = A, C written transposed)."""
+  with N-major B: X = B^T from registers, Y = A, C written transposed).  ``q_tile``: the tile's
+  width Q (256, 128, 64 or 32), ``wg``: warpgroups (the tile's height is 64 ``wg``), ``split``:
+  blocks per output tile along k (``out`` then holds ``split`` f32 partial products
+  [split, M, N], which ``dots.SplitKSum`` adds up)."""
 
-  def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int,
-               epilogue=None, spec=None):
+  def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int, wg: int = 2,
+               split: int = 1, epilogue=None, spec=None):
     """``spec``: the operands' layout when it is not the dot's own (an operand staged in
     another layout by an earlier kernel); ``epilogue``: a ``dots.Epilogue``."""
-    self.dot, self.kind, self.mode, self.Q = dot, kind, mode, q_tile
+    self.dot, self.kind, self.mode, self.Q, self.WG, self.S = dot, kind, mode, q_tile, wg, split
     self.spec = spec or K.DotSpec(dot)
     self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
+    assert split == 1 or (epilogue is None and self.spec.B == 1)
     s = self.spec
     self.b_mn = mode == "ss" and s.b_sk != 1
     self.esz = 4 if kind == "tf32" else 2
     self.BK = ROW // self.esz
+    self.P_TILE, self.THREADS = 64 * wg, 128 * wg
     super().__init__(name, *_dot_buffers(lhs, rhs, out, epilogue), work=s.B * s.M * s.N * s.K)
 
   @classmethod
   def supports(cls, dot, info: DeviceInfo, kind: str | None, spec=None):
-    """(mode, Q tile) for ``dot`` of tensor-core ``kind`` (from ``TensorCoreDot.supports``), or
-    None when the kernel does not apply.  ``spec``: as for the constructor."""
+    """(mode, Q tile, warpgroups) for ``dot`` with tensor-core ``kind`` (``dots.mma_kind``),
+    or None when the kernel does not apply.  ``spec``: as for the constructor.
+
+    Any sizes: tiles at the edges of the problem load zeros beyond it and store only inside it.
+    What it needs is the operands' layout: A K-major (unit stride along k), B K-major or
+    N-major, every row and batch stride (and so K) a multiple of 16 bytes; a 16-bit B stored
+    N-major also needs Q >= 64 (its 128-byte swizzle atom is 64 values of n)."""
     if kind is None or info.arch != "90":
       return None
     s = spec or K.DotSpec(dot)
-    if not s.ok or s.a_sk != 1 or s.K == 0:
+    if not s.ok or s.a_sk != 1 or s.K == 0 or s.M == 0 or s.N == 0:
       return None
     esz = 4 if kind == "tf32" else 2
     epv = 16 // esz
@@ -113,45 +121,49 @@ class WgmmaDot(GpuKernel):
       mode, p, q = ("rs_t", s.N, s.M) if kind == "tf32" else ("ss", s.M, s.N)
     else:
       return None
-    if p % P_TILE or s.K % (ROW // esz):
-      return None
-    qt = 256 if q % 256 == 0 else 128 if q % 128 == 0 else None
-    if qt is None:
+    if s.K % epv:
       return None
     strides = [s.a_sm, s.b_sn if s.b_sk == 1 else s.b_sk]
     if s.B > 1:
       strides += [s.a_sb, s.b_sb]
     if any(x % epv for x in strides):
       return None
-    return mode, qt
+    qt = q_tile(q)
+    if mode == "ss" and s.b_sk != 1 and qt < 64:
+      qt = 64
+    return mode, qt, 1 if p <= 64 else 2
 
   # -- shared-memory plan ------------------------------------------------------------------------
   @property
   def x_bytes(self):
-    if self.mode == "rs_t":          # [k][n] f32 rows of 128 + 8 words (conflict-free fragments)
+    if self.mode == "rs_t":          # [k][n] f32 rows of 64 wg + 8 words (conflict-free fragments)
       return self.BK * self.x_ld * 4
-    return P_TILE * ROW
+    return self.P_TILE * ROW
 
   @property
   def x_ld(self):
-    return P_TILE + 8
+    return self.P_TILE + 8
 
   @property
   def stage_bytes(self):
-    return self.x_bytes + self.Q * ROW
+    # (a multiple of 1024 bytes: each stage's operands start on a swizzle-pattern boundary)
+    return -(-(self.x_bytes + self.Q * ROW) // 1024) * 1024
 
   def launch(self, info):
     s = self.spec
     p, q = (s.N, s.M) if self.mode == "rs_t" else (s.M, s.N)
-    return (q // self.Q, p // P_TILE, s.B), (THREADS, 1, 1), STAGES * self.stage_bytes + 1024
+    return ((-(-q // self.Q), -(-p // self.P_TILE), s.B * self.S), (self.THREADS, 1, 1),
+            STAGES * self.stage_bytes + 1024)
+
 
   # -- the kernel --------------------------------------------------------------------------------
   def gpu_body(self, b, ptr):
     s = self.spec
     M, N, Kd = s.M, s.N, s.K
-    Q, BK, esz = self.Q, self.BK, self.esz
+    Q, BK, esz, PT, NT = self.Q, self.BK, self.esz, self.P_TILE, self.THREADS
     epv = 16 // esz
     rs = self.mode == "rs_t"
+    P, Qn = (N, M) if rs else (M, N)        # rows of X and of Y
     mod = b.module
     smem = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(8), 0), self.name + "_smem",
                              addrspace=3)
@@ -165,70 +177,98 @@ class WgmmaDot(GpuKernel):
     g = b.udiv(lane, i64(4))
     t4 = b.urem(lane, i64(4))
     q0 = b.mul(sreg64(b, "ctaid.x"), i64(Q))
-    p0 = b.mul(sreg64(b, "ctaid.y"), i64(P_TILE))
-    bat = sreg64(b, "ctaid.z")
+    p0 = b.mul(sreg64(b, "ctaid.y"), i64(PT))
+    z = sreg64(b, "ctaid.z")
+    bat, part = (i64(0), z) if self.S > 1 else (z, None)
     A, Bm = ptr(self.lhs), ptr(self.rhs)
     a_base = b.mul(bat, i64(s.a_sb))
     b_base = b.mul(bat, i64(s.b_sb))
+    KT = -(-Kd // BK)                       # k slices of the whole contraction
+    KTB = KT // self.S                      # ... of this block's share
+    kt0 = b.mul(part, i64(KTB)) if part is not None else i64(0)
+    k_edge = Kd % BK != 0                   # the last slice reads zeros beyond K
 
     def gaddr(p_, off):
       return b.ptrtoint(b.gep(p_, [off], inbounds=True), I64)
 
-    def copy16(dst, src):
-      _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; cp.async.cg.shared.global [$0], [g], 16; }",
-           "l,l,~{memory}", [dst, src])
+    def copy16(dst, src_ptr, off, ok):
+      """16 bytes at element ``off`` of ``src_ptr`` into shared ``dst``; zeros where ``ok`` is
+      false (an i1, or None: always copied; the source is then not read)."""
+      if ok is None:
+        _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+             "cp.async.cg.shared.global [$0], [g], 16; }", "l,l,~{memory}",
+             [dst, gaddr(src_ptr, off)])
+        return
+      n = b.select(ok, ir.Constant(I32, 16), ir.Constant(I32, 0))
+      src = gaddr(src_ptr, b.select(ok, off, i64(0)))
+      _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+           "cp.async.cg.shared.global [$0], [g], 16, $2; }", "l,l,r,~{memory}", [dst, src, n])
 
-    def copy_kmajor(dst, src_ptr, src_base, row_stride, rows, k0):
-      """``rows`` rows of 128 bytes of k (unit stride) into the swizzled K-major layout."""
-      for i in range(rows * 8 // THREADS):
-        cid = b.add(tid, i64(i * THREADS))
+    def both(x, y):
+      return y if x is None else x if y is None else b.and_(x, y)
+
+    def below(v, bound, edge):
+      return b.icmp_unsigned("<", v, i64(bound)) if edge else None
+
+    def copy_kmajor(dst, src_ptr, src_base, row_stride, row0, rows, bound, k0):
+      """``rows`` rows (from ``row0``; those at or past ``bound`` are zeros) of 128 bytes of k
+      (unit stride) into the swizzled K-major layout."""
+      edge = bound % rows != 0
+      for i in range(rows * 8 // NT):
+        cid = b.add(tid, i64(i * NT))
         r = b.udiv(cid, i64(8))
         c = b.urem(cid, i64(8))
-        src = b.add(src_base, b.add(b.mul(r, row_stride), b.add(k0, b.mul(c, i64(epv)))))
+        k = b.add(k0, b.mul(c, i64(epv)))
+        ok = both(below(b.add(row0, r), bound, edge), below(k, Kd, k_edge))
+        src = b.add(src_base, b.add(b.mul(r, row_stride), k))
         sw = b.xor(c, b.urem(r, i64(8)))
-        copy16(b.add(dst, b.add(b.mul(r, i64(ROW)), b.mul(sw, i64(16)))), gaddr(src_ptr, src))
+        copy16(b.add(dst, b.add(b.mul(r, i64(ROW)), b.mul(sw, i64(16)))), src_ptr, src, ok)
 
     def copy_mnmajor(dst, k0):
       """B's slice (BK rows of k, Q values of n each) into the swizzled MN-major layout: blocks
       of 64 n (128 bytes) x BK rows, each row's chunks swizzled by the row."""
       per_row = Q // epv
-      for i in range(BK * per_row // THREADS):
-        cid = b.add(tid, i64(i * THREADS))
+      for i in range(BK * per_row // NT):
+        cid = b.add(tid, i64(i * NT))
         r = b.udiv(cid, i64(per_row))
         cc = b.urem(cid, i64(per_row))
         blk = b.udiv(cc, i64(8))
         c = b.urem(cc, i64(8))
-        src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)),
-                                  b.add(q0, b.mul(cc, i64(epv)))))
+        n = b.add(q0, b.mul(cc, i64(epv)))
+        ok = both(below(b.add(k0, r), Kd, k_edge), below(n, N, N % Q != 0))
+        src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)), n))
         off = b.add(b.mul(blk, i64(BK * ROW)),
                     b.add(b.mul(r, i64(ROW)), b.mul(b.xor(c, b.urem(r, i64(8))), i64(16))))
-        copy16(b.add(dst, off), gaddr(Bm, src))
+        copy16(b.add(dst, off), Bm, src, ok)
 
     def copy_padded(dst, k0):
       """B's slice as [k][n] f32 rows of ``x_ld`` words (the transposed form's X)."""
-      per_row = P_TILE // 4
-      for i in range(BK * per_row // THREADS):
-        cid = b.add(tid, i64(i * THREADS))
+      per_row = PT // 4
+      for i in range(BK * per_row // NT):
+        cid = b.add(tid, i64(i * NT))
         r = b.udiv(cid, i64(per_row))
         c = b.urem(cid, i64(per_row))
-        src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)), b.add(p0, b.mul(c, i64(4)))))
-        copy16(b.add(dst, b.add(b.mul(r, i64(self.x_ld * 4)), b.mul(c, i64(16)))),
-               gaddr(Bm, src))
+        n = b.add(p0, b.mul(c, i64(4)))
+        ok = both(below(b.add(k0, r), Kd, k_edge), below(n, N, N % PT != 0))
+        src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)), n))
+        copy16(b.add(dst, b.add(b.mul(r, i64(self.x_ld * 4)), b.mul(c, i64(16)))), Bm, src, ok)
 
     def issue(kt):
-      """The copies of k slice ``kt`` into its stage (one commit group)."""
+      """The copies of k slice ``kt`` (of this block's share) into its stage (one commit
+      group)."""
       stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
-      k0 = b.mul(kt, i64(BK))
+      k0 = b.mul(b.add(kt0, kt), i64(BK))
       if rs:
         copy_padded(xs, k0)
-        copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), Q, k0)
+        copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0)
       else:
-        copy_kmajor(xs, A, b.add(a_base, b.mul(p0, i64(s.a_sm))), i64(s.a_sm), P_TILE, k0)
+        copy_kmajor(xs, A, b.add(a_base, b.mul(p0, i64(s.a_sm))), i64(s.a_sm), p0, PT, M, k0)
         if self.b_mn:
           copy_mnmajor(ys, k0)
         else:
-          copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), Q, k0)
+          copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), q0, Q, N,
+                      k0)
 
     def commit():
       _asm(b, "cp.async.commit_group;", "~{memory}", [])
@@ -294,11 +334,11 @@ class WgmmaDot(GpuKernel):
     slots = [E.alloca_entry(b, F) for _ in range(nacc)]
     for sl in slots:
       b.store(ir.Constant(F, 0.0), sl)
-    KT = Kd // BK
     for j in range(AHEAD):
-      if j < KT:
+      if j < KTB:
         issue(i64(j))
       commit()
+
     def step(kt):
       """One k slice: publish its stage, issue its instructions, start the copies of slice
       kt + AHEAD, let slice kt - 1's instructions finish."""
@@ -309,7 +349,7 @@ class WgmmaDot(GpuKernel):
       for sl, v in zip(slots, accs):
         b.store(v, sl)
       nxt = b.add(kt, i64(AHEAD))
-      with b.if_then(b.icmp_signed("<", nxt, i64(KT))):
+      with b.if_then(b.icmp_signed("<", nxt, i64(KTB))):
         issue(nxt)
       commit()
       _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
@@ -318,14 +358,14 @@ class WgmmaDot(GpuKernel):
       # the register operand of slice kt must stay intact until its instructions complete,
       # i.e. while slice kt + 1 is issued: two copies of the step give consecutive slices
       # different (PTX) registers
-      with E.ForLoop(b, 0, KT // 2, "kt") as loop:
+      with E.ForLoop(b, 0, KTB // 2, "kt") as loop:
         kt = b.mul(loop.index, i64(2))
         step(kt)
         step(b.add(kt, i64(1)))
-      if KT % 2:
-        step(i64(KT - 1))
+      if KTB % 2:
+        step(i64(KTB - 1))
     else:
-      with E.ForLoop(b, 0, KT, "kt") as loop:
+      with E.ForLoop(b, 0, KTB, "kt") as loop:
         step(loop.index)
     _asm(b, "wgmma.wait_group.sync.aligned 0;", "~{memory}", [])
     _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
@@ -333,14 +373,25 @@ class WgmmaDot(GpuKernel):
     # be scheduled before the instructions that write them have completed
     r = _asm(b, "", acc_cons, [b.load(sl) for sl in slots], ret=RET)
     accs = [b.extract_value(r, i) for i in range(nacc)]
-    self._epilogue(b, accs, dot_writer(b, ptr, self), bat, p0, q0, wg, warp, g, t4)
+    if part is not None:     # partial products: f32 into slab ``part`` of [S, M, N]
+      C = ptr(self.out)
+      slab = b.mul(part, i64(M * N))
 
-  def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4):
+      def store(v, linear, where):
+        E.store_element(b, v, C, b.add(slab, linear), E.F32)
+    else:
+      store = dot_writer(b, ptr, self)
+    self._epilogue(b, accs, store, bat, p0, q0, wg, warp, g, t4, P % PT != 0, Qn % Q != 0)
+
+  def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4, p_edge, q_edge):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
-    warpgroup's 64 x Q tile, row = 16 warp + g; C[m, n] = D[p, q] (or D[q, p] transposed)."""
+    warpgroup's 64 x Q tile, row = 16 warp + g; C[m, n] = D[p, q] (or D[q, p] transposed).
+    Where the tile passes the problem's edge (``p_edge``, ``q_edge``) only elements inside it
+    are stored."""
     s = self.spec
     M, N = s.M, s.N
-    out_dt = self.dot.dtype
+    P, Qn = (N, M) if self.mode == "rs_t" else (M, N)
+    out_dt = E.F32 if self.S > 1 else self.dot.dtype
     c_base = b.mul(bat, i64(M * N))
     prow = b.add(p0, b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g))
     qcol = b.add(q0, b.mul(t4, i64(2)))
@@ -349,5 +400,45 @@ class WgmmaDot(GpuKernel):
         p = b.add(prow, i64(8)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
         m, n = (q, p) if self.mode == "rs_t" else (p, q)
-        v = E.convert_value(b, accs[4 * i + e], E.F32, out_dt)
-        store(v, b.add(c_base, b.add(b.mul(m, i64(N)), n)), (bat, m, n))
+        v = accs[4 * i + e] if out_dt == E.F32 else E.convert_value(b, accs[4 * i + e], E.F32,
+                                                                    out_dt)
+        ok = None
+        if p_edge:
+          ok = b.icmp_unsigned("<", p, i64(P))
+        if q_edge:
+          c = b.icmp_unsigned("<", q, i64(Qn))
+          ok = c if ok is None else b.and_(ok, c)
+        if ok is None:
+          store(v, b.add(c_base, b.add(b.mul(m, i64(N)), n)), (bat, m, n))
+        else:
+          with b.if_then(ok):
+            store(v, b.add(c_base, b.add(b.mul(m, i64(N)), n)), (bat, m, n))
+
+
+def q_tile(q: int) -> int:
+  """The tile width for ``q`` columns: 256 or 128 where it divides, else the narrowest of 256,
+  128, 64, 32 that wastes at most an eighth of the tile row at the edge (the smallest that
+  holds a narrow ``q`` whole)."""
+  for t in (256, 128):
+    if q % t == 0:
+      return t
+  for t in (256, 128, 64, 32):
+    if q >= t and (-q) % t <= t // 8:
+      return t
+  return next(t for t in (32, 64, 128, 256) if t >= q) if q <= 256 else 64
+
+
+def split_count(spec, how, kind: str, info: DeviceInfo) -> int:
+  """Blocks per output tile along k for a dot of layout ``spec`` planned as ``how`` (what
+  ``WgmmaDot.supports`` returned): enough blocks for about two per SM when the output has few
+  tiles and the contraction is long (a weight gradient: M x N outputs summing over the batch
+  and the image), each block keeping at least 8 k slices; a divisor of the slice count, so
+  every block multiplies the same number of slices.  1 for batched dots."""
+  mode, qt, wg = how
+  p, q = (spec.N, spec.M) if mode == "rs_t" else (spec.M, spec.N)
+  tiles = spec.B * -(-p // (64 * wg)) * -(-q // qt)
+  kt = -(-spec.K // (ROW // (4 if kind == "tf32" else 2)))
+  if spec.B != 1 or 2 * tiles >= info.sm_count or kt < 16:
+    return 1
+  want = min(-(-2 * info.sm_count // tiles), kt // 8)
+  return next((d for d in range(want, 1, -1) if kt % d == 0), 1)
