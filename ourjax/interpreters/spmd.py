@@ -64,10 +64,11 @@ def has_collectives(jaxpr: core.Jaxpr) -> bool:
              any(has_collectives(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns)
 
 
-def _inline(jaxpr: core.Jaxpr, consts) -> tuple[core.Jaxpr, list]:
+def _inline(jaxpr: core.Jaxpr, consts, want=has_collectives) -> tuple[core.Jaxpr, list]:
   """``jaxpr`` with the call eqns (jit, custom derivatives, checkpoint) whose bodies hold
-  collectives replaced by their bodies' eqns; returns ``(jaxpr, consts)``."""
-  if not has_collectives(jaxpr):
+  collectives (or, given ``want``, those bodies ``want`` says) replaced by their bodies' eqns;
+  returns ``(jaxpr, consts)``."""
+  if not want(jaxpr):
     return jaxpr, list(consts)
   constvars, consts = list(jaxpr.constvars), list(consts)
   eqns = []
@@ -77,11 +78,11 @@ def _inline(jaxpr: core.Jaxpr, consts) -> tuple[core.Jaxpr, list]:
     key = _CALL_BODIES.get(e.primitive.name)
     body = e.params.get(key) if key else None
     inner = _open(body)[0] if body is not None else None
-    if inner is None or not has_collectives(inner) or \
+    if inner is None or not want(inner) or \
         (len(inner.invars), len(inner.outvars)) != (len(e.inputs), len(e.out_binders)):
       eqns.append(e._replace(inputs=[ro(x) for x in e.inputs]) if outer else e)
       continue
-    inner, inner_consts = _inline(inner, _open(body)[1])
+    inner, inner_consts = _inline(inner, _open(body)[1], want)
     # rename the body's variables into this jaxpr
     sub = {}
     for v, c in zip(inner.constvars, inner_consts):
