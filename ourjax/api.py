@@ -1443,6 +1443,11 @@ def default_backend():
 
 
 def device_count(backend=None):
+  """The number of devices of all processes (``ourjax.distributed``), as JAX counts them."""
+  from ourjax import distributed
+  st = distributed.state()
+  if st is not None:
+    return sum(st.device_counts)
   return len(devices(backend))
 
 
@@ -1451,16 +1456,22 @@ def local_devices(process_index=None, backend=None):
 
 
 def local_device_count(backend=None) -> int:
+  from ourjax import distributed
+  st = distributed.state()
+  if st is not None:
+    return st.device_counts[st.process_id]
   return len(local_devices(backend=backend))
 
 
 def process_index(backend=None) -> int:
-  """0: ourjax runs in a single process."""
-  return 0
+  """This process's index (0 unless ``ourjax.distributed.initialize`` joined several)."""
+  from ourjax import distributed
+  return distributed.process_index()
 
 
 def process_count(backend=None) -> int:
-  return 1
+  from ourjax import distributed
+  return distributed.process_count()
 
 
 def typeof(x):
