@@ -174,3 +174,48 @@ def test_sharded_jit_errors():
   with mesh:      # a bare PartitionSpec takes the mesh of the context
     out = ourjax.jit(lambda u: u + 1, in_shardings=P("m"))(np.ones(8, np.float32))
   assert out.sharding == NamedSharding(mesh, P("m"))
+
+
+def test_slices_pads_and_concatenations_along_unsplit_dimensions_stay_local():
+  rng = np.random.default_rng(5)
+  x = _x(rng, (8, 6))
+  mesh = ourjax.make_mesh((N,), ("m",))
+  f = ourjax.jit(lambda v: jnp.concatenate(jnp.split(v, 3, axis=1)[::-1], axis=1) +
+                 jnp.pad(v[:, 2:], ((0, 0), (1, 1))),
+                 in_shardings=NamedSharding(mesh, P("m")))
+  out = f(x)
+  want = np.concatenate(np.split(x, 3, axis=1)[::-1], axis=1) + np.pad(x[:, 2:], ((0, 0), (1, 1)))
+  np.testing.assert_array_equal(np.asarray(out), want)
+  assert out.sharding.spec == P("m")
+  local = list(f._sharded.values())[0].local
+  assert not any(e.primitive.name == "all_gather" for e in local.jaxpr.eqns)
+
+
+def test_transformer_data_parallel_step_needs_only_the_gradient_all_reduce():
+  import importlib
+  import os
+  import sys
+  examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+  sys.path.insert(0, examples)
+  try:
+    dp = importlib.import_module("data_parallel")
+  finally:
+    sys.path.remove(examples)
+  cfg = dict(seq=8, dim=16, heads=2, layers=1, vocab=32)
+  step = dp.make_step(ourjax, cfg, axis=None)
+  params, opt = dp.init(0, cfg)
+  x, labels = dp.batch(1, N, 1, cfg)
+  x, labels = x.reshape((N,) + x.shape[2:]), labels.reshape((N,) + labels.shape[2:])
+  mesh = ourjax.make_mesh((N,), ("batch",))
+  rep, bat = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+  sharded = ourjax.jit(step, in_shardings=(rep, rep, bat, bat))
+  (p_s, _, loss_s), (p_1, _, loss_1) = sharded(params, opt, x, labels), \
+      ourjax.jit(step)(params, opt, x, labels)
+  np.testing.assert_allclose(float(loss_s), float(loss_1), rtol=1e-5)
+  for a, b in zip(ourjax.tree_util.tree_leaves(p_s), ourjax.tree_util.tree_leaves(p_1)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+  local = list(sharded._sharded.values())[0].local
+  names = [e.primitive.name for e in local.jaxpr.eqns]
+  # one psum per parameter and one for the loss; nothing gathered
+  assert names.count("psum") == len(ourjax.tree_util.tree_leaves(params)) + 1
+  assert "all_gather" not in names

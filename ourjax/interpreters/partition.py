@@ -62,6 +62,9 @@ class Partitioner:
   def __init__(self, mesh):
     self.mesh = mesh
     self.sizes = dict(mesh.shape)
+    # id of a replicated broadcast_in_dim result -> (it, its eqn, its operand and spec): split
+    # later, it is broadcast again to the block instead of sliced from the whole
+    self.broadcasts: dict = {}
 
   def parts(self, axes) -> int:
     return int(np.prod([self.sizes[n] for n in axes], dtype=np.int64))
@@ -77,6 +80,13 @@ class Partitioner:
     from ourjax import lax
     if src == dst:
       return x
+    made = self.broadcasts.get(id(x))
+    if made is not None and made[0] is x and not any(src):
+      _, e, (op, op_spec), op_shape = made
+      shape, bdims = e.params["shape"], e.params["broadcast_dimensions"]
+      want = tuple(dst[d] if op_shape[i] == shape[d] else () for i, d in enumerate(bdims))
+      op = self.reshard(op, op_spec, want, op_shape)
+      return e.primitive.bind(op, **dict(e.params, shape=self.local_shape(shape, dst)))
     for d, (a, b) in enumerate(zip(src, dst)):
       if a and a != b:
         x = lax.all_gather(x, a, axis=d, tiled=True)
@@ -121,8 +131,8 @@ class Partitioner:
   def eqn(self, e, ins):
     name = e.primitive.name
     avals_in = [x.aval for x in e.inputs]
-    if all(not any(s) for _, s in ins):     # whole values: the eqn as it is
-      return self.bind_replicated(e, ins)
+    if all(not any(s) for _, s in ins) and name != "broadcast_in_dim":
+      return self.bind_replicated(e, ins)     # whole values: the eqn as it is
     rule = _RULES.get(name)
     if rule is None and e.primitive in _elementwise():
       rule = Partitioner.elementwise
@@ -213,7 +223,10 @@ class Partitioner:
       out_spec[d] = keep[i]
     out_spec = tuple(out_spec)
     params = dict(e.params, shape=self.local_shape(shape, out_spec))
-    return [(e.primitive.bind(x, **params), out_spec)]
+    out = e.primitive.bind(x, **params)
+    if not any(out_spec):
+      self.broadcasts[id(out)] = (out, e, (x, tuple(keep)), a.shape)
+    return [(out, out_spec)]
 
   def reshape(self, e, ins, avals_in):
     (x, s), = ins
@@ -241,6 +254,36 @@ class Partitioner:
     params = dict(e.params, new_sizes=self.local_shape(new, out_spec))
     return [(e.primitive.bind(x, **params), out_spec)]
 
+  def slice(self, e, ins, avals_in):
+    (x, s), = ins
+    shape = avals_in[0].shape
+    start, limit = e.params["start_indices"], e.params["limit_indices"]
+    strides = e.params["strides"] or (1,) * len(shape)
+    # split dimensions that the slice takes whole stay split; the others are gathered
+    whole = [start[d] == 0 and limit[d] == shape[d] and strides[d] == 1
+             for d in range(len(shape))]
+    keep = tuple(a if w else () for a, w in zip(s, whole))
+    x = self.reshard(x, s, keep, shape)
+    local = self.local_shape(shape, keep)
+    params = dict(e.params, limit_indices=tuple(
+        local[d] if keep[d] else limit[d] for d in range(len(shape))))
+    return [(e.primitive.bind(x, **params), keep)]
+
+  def pad(self, e, ins, avals_in):
+    (x, s), (v, _) = ins
+    shape = avals_in[0].shape
+    # split dimensions without padding stay split; the others are gathered
+    keep = tuple(a if tuple(c) == (0, 0, 0) else ()
+                 for a, c in zip(s, e.params["padding_config"]))
+    x = self.reshard(x, s, keep, shape)
+    return [(e.primitive.bind(x, v, **e.params), keep)]
+
+  def concatenate(self, e, ins, avals_in):
+    dim = e.params["dimension"]
+    target = tuple(() if d == dim else a for d, a in enumerate(ins[0][1]))
+    vals = [self.reshard(x, sp, target, a.shape) for (x, sp), a in zip(ins, avals_in)]
+    return [(e.primitive.bind(*vals, **e.params), target)]
+
   def transpose(self, e, ins, avals_in):
     (x, s), = ins
     perm = e.params["permutation"]
@@ -258,6 +301,8 @@ _RULES = {
     "reduce_min": Partitioner.reduce, "dot_general": Partitioner.dot_general,
     "broadcast_in_dim": Partitioner.broadcast_in_dim, "reshape": Partitioner.reshape,
     "transpose": Partitioner.transpose, "squeeze": Partitioner.squeeze,
+    "slice": Partitioner.slice, "concatenate": Partitioner.concatenate,
+    "pad": Partitioner.pad,
 }
 
 
