@@ -259,6 +259,7 @@ class JitWrapped:
     # (in_shardings, out_shardings) when given; the sharded programs per signature and layout
     self._shardings = None
     self._sharded: dict = {}
+    self._plans: dict = {}
     try:
       shared = fun in _JIT_CACHES
     except TypeError:

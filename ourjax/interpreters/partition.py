@@ -33,6 +33,7 @@ from ourjax.lax import parallel
 
 Spec = tuple   # per dimension, a tuple of mesh axis names
 
+_BEFORE_PSUM = {"transpose", "reshape", "squeeze"}
 _REDUCE_COLLECTIVE = {"reduce_sum": "psum", "reduce_max": "pmax", "reduce_min": "pmin"}
 _ELEMENTWISE: set | None = None
 
@@ -330,7 +331,58 @@ def partition(closed: core.ClosedJaxpr, mesh, in_specs, out_req, name: str):
     return outs
   with parallel.spmd_axes(part.sizes):
     local = pe.trace_to_jaxpr(per_device, local_avals, name)
-  return local, cell[-1]
+  return core.ClosedJaxpr(_merge_psums(local.jaxpr), local.consts), cell[-1]
+
+
+def _merge_psums(jaxpr: core.Jaxpr) -> core.Jaxpr:
+  """``jaxpr`` with each psum moved down to just before the first eqn that reads its result,
+  and the psums that meet there over the same axes made one (a data-parallel step's gradient
+  psums, one per parameter, become one all-reduce of them all, after the backward pass)."""
+  pending: list = []
+  eqns: list = []
+
+  def flush():
+    by_axes: dict = {}
+    for e in pending:
+      by_axes.setdefault(e.params["axes"], []).append(e)
+    for group in by_axes.values():
+      eqns.append(group[0]._replace(inputs=[x for e in group for x in e.inputs],
+                                    out_binders=[v for e in group for v in e.out_binders]))
+    pending.clear()
+
+  uses: dict = {}
+  for e in jaxpr.eqns:
+    for x in e.inputs:
+      if isinstance(x, core.Var):
+        uses[x] = uses.get(x, 0) + 1
+  for v in jaxpr.outvars:
+    if isinstance(v, core.Var):
+      uses[v] = uses.get(v, 0) + 2
+  waiting: dict = {}          # a pending psum's output -> (its eqn's index in pending, position)
+  for e in jaxpr.eqns:
+    hit = [x for x in e.inputs if isinstance(x, core.Var) and x in waiting]
+    if hit and e.primitive.name in _BEFORE_PSUM and len(e.inputs) == 1 and uses[hit[0]] == 1:
+      # a transpose or reshape of a sum is the sum of the transposed (reshaped) terms: it runs
+      # first, and the psum waits on
+      i, j = waiting.pop(hit[0])
+      pe_ = pending[i]
+      term = core.Var(e.out_binders[0].aval)
+      eqns.append(e._replace(inputs=[pe_.inputs[j]], out_binders=[term]))
+      ins, outs = list(pe_.inputs), list(pe_.out_binders)
+      ins[j], outs[j] = term, e.out_binders[0]
+      pending[i] = pe_._replace(inputs=ins, out_binders=outs)
+      waiting[e.out_binders[0]] = (i, j)
+      continue
+    if hit:
+      flush()
+      waiting.clear()
+    if e.primitive is parallel.psum_p:
+      waiting.update({v: (len(pending), j) for j, v in enumerate(e.out_binders)})
+      pending.append(e)
+    else:
+      eqns.append(e)
+  flush()
+  return core.Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, jaxpr.debug_name)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -523,7 +575,20 @@ def call_sharded(jw, entry, leaves, args_kwargs):
   """The flat results of a jitted call whose arguments or results are laid out over a mesh
   (``in_shardings``, ``out_shardings`` or arguments already laid out so), or None when none
   is (the ordinary call)."""
-  plan = _jit_plan(jw, entry, leaves, args_kwargs)
+  from ourjax.sharding import ShardedArray
+  # the plan depends on the signature and on the shardings of the arguments laid out already
+  # (the same objects call after call, when results feed the next step)
+  committed = [x._sharding if type(x) is ShardedArray else None for x in leaves]
+  memo_key = (id(entry.closed), tuple(map(id, committed)))
+  memo = jw._plans.get(memo_key)
+  if memo is not None and memo[0] is entry.closed and \
+      all(a is b for a, b in zip(memo[1], committed)):
+    plan = memo[2]
+  else:
+    plan = _jit_plan(jw, entry, leaves, args_kwargs)
+    if len(jw._plans) > 256:      # (arguments laid out anew on every call)
+      jw._plans.clear()
+    jw._plans[memo_key] = (entry.closed, committed, plan)
   if plan is None:
     return None
   mesh, in_specs, out_specs, requested = plan
