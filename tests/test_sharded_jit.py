@@ -3,6 +3,7 @@
 float64, and the same function jitted on one device."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -223,3 +224,37 @@ def test_transformer_data_parallel_step_needs_only_the_gradient_all_reduce():
   psums = sorted(len(e.inputs) for e in local.jaxpr.eqns if e.primitive.name == "psum")
   assert psums == [1, len(ourjax.tree_util.tree_leaves(params))]
   assert "all_gather" not in names
+
+
+_AXES = [None, "x", "y", ("x", "y")]
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**16), a0=st.sampled_from(_AXES), a1=st.sampled_from(_AXES),
+       b1=st.sampled_from(_AXES), out=st.sampled_from([None, P(), P("y"), P(("x", "y"))]))
+def test_random_layouts_of_a_composite_function_match_numpy(seed, a0, a1, b1, out):
+  """Any layout of the operands (on a 2x2 mesh) gives NumPy's numbers: elementwise ops,
+  reductions, a dot, a reshape, a broadcast and a transpose, resharded as needed."""
+  def valid(*entries):
+    names = [n for e in entries if e for n in (e if isinstance(e, tuple) else (e,))]
+    return len(names) == len(set(names))
+  if not valid(a0, a1):
+    a1 = None
+  mesh = ourjax.make_mesh((2, 2), ("x", "y"))
+  rng = np.random.default_rng(seed)
+  x, w = _x(rng, (8, 4)), _x(rng, (4, 8))
+
+  def f(x, w):
+    h = jnp.tanh(x @ w) * 2.0 + x.sum(1, keepdims=True)     # [8, 8]
+    r = h.reshape(8, 2, 4).max(axis=2).T                     # [2, 8]
+    return (r * h[:2]).sum(0) + h.min(0)                     # [8]
+  g = ourjax.jit(f, in_shardings=(NamedSharding(mesh, P(a0, a1)), NamedSharding(mesh, P(b1))),
+                 out_shardings=None if out is None else NamedSharding(mesh, out))
+  got = g(x, w)
+  xd, wd = x.astype(np.float64), w.astype(np.float64)
+  h = np.tanh(xd @ wd) * 2.0 + xd.sum(1, keepdims=True)
+  r = h.reshape(8, 2, 4).max(axis=2).T
+  np.testing.assert_allclose(np.asarray(got), (r * h[:2]).sum(0) + h.min(0), rtol=1e-5,
+                             atol=1e-5)
+  if out is not None:
+    assert got.sharding == NamedSharding(mesh, out)
