@@ -153,6 +153,11 @@ def test_committed_inputs_fallback_operations_and_chained_calls():
   for got, w in zip(g(b), want):
     np.testing.assert_allclose(np.asarray(got), w, rtol=1e-5, atol=1e-5)
   assert g(b)[4].sharding.spec == P("m")      # a reshape that keeps the split dimension
+  # out_shardings alone: the whole computation on every device, each keeping its block
+  c = ourjax.jit(lambda v: v * 3, out_shardings=NamedSharding(mesh, P(None, "m")))(
+      np.ones((2, 8), np.float32))
+  assert [s.data.shape for s in c.addressable_shards] == [(2, 2)] * N
+  np.testing.assert_array_equal(np.asarray(c), np.full((2, 8), 3.0))
 
 
 def test_sharded_jit_errors():

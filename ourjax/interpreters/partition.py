@@ -427,8 +427,8 @@ def _resolve(s, what):
 
 
 def _jit_plan(jw, entry, leaves, args_kwargs):
-  """``(mesh, in specs, requested out specs)`` of a jitted call, or None when nothing in it
-  is laid out over several devices (the ordinary single-device call)."""
+  """``(mesh, in specs, requested out specs, requested out shardings)`` of a jitted call, or
+  None when nothing in it is laid out over a mesh (the ordinary single-device call)."""
   from ourjax.sharding import NamedSharding, ShardedArray, SingleDeviceSharding
   from ourjax.tree_util import tree_unflatten
   args, kwargs = args_kwargs
@@ -436,7 +436,7 @@ def _jit_plan(jw, entry, leaves, args_kwargs):
   names = entry.sig.arg_names if entry.sig is not None else [str(i) for i in range(len(leaves))]
   in_req, out_req = jw._shardings or (None, None)
   n = len(leaves)
-  n_pos = n - len([0 for _ in _kwarg_leaves(jw, args, kwargs)])
+  n_pos = n - len(_kwarg_leaves(jw, args, kwargs))      # (keyword arguments: unspecified)
   if isinstance(in_req, (tuple, list)) and not _is_spec_leaf(in_req):
     dyn = _dyn_args(jw, args)
     if len(in_req) != len(dyn):
@@ -452,8 +452,7 @@ def _jit_plan(jw, entry, leaves, args_kwargs):
   per_out = [_resolve(s, "out_shardings") for s in per_out]
 
   mesh, first = None, None
-
-  others = []
+  others = []         # shardings that are not NamedShardings
 
   def use(sh, what):
     nonlocal mesh, first
