@@ -1,4 +1,5 @@
-"""Data-parallel training of a small transformer on every device, with ``ourjax.pmap``.
+"""Data-parallel training of a small transformer on every device, with ``ourjax.pmap`` (or
+``jit`` with shardings: ``--jit``).
 
 Each device holds a copy of the parameters and Adam's moments and takes its own slice of the
 batch; the gradients are averaged over the devices with ``lax.pmean`` (NCCL on GPUs), so every
@@ -7,6 +8,7 @@ all.  On a machine without GPUs, ``OURJAX_NUM_CPU_DEVICES=4`` gives four CPU dev
 
     python examples/data_parallel.py
     python examples/data_parallel.py --steps 50 --batch 16 --devices 2
+    python examples/data_parallel.py --jit      # jit with shardings instead of pmap
 
 ``make_step(lib)`` and ``init(...)`` take the library as an argument, so that
 ``benchmarks/multigpu.py`` runs the same program with JAX for comparison.
@@ -118,14 +120,29 @@ def main(argv=None):
   ap.add_argument("--steps", type=int, default=20)
   ap.add_argument("--batch", type=int, default=8, help="examples per device")
   ap.add_argument("--devices", type=int, default=0, help="how many devices (0: all)")
+  ap.add_argument("--jit", action="store_true",
+                  help="jit with shardings (batch split, parameters replicated) instead of pmap")
   a = ap.parse_args(argv)
   devs = ourjax.devices()
   n = a.devices or len(devs)
   devs = devs[:n]
   print(f"{n} device(s): {devs}")
-  step = ourjax.pmap(make_step(ourjax), axis_name="devices", devices=devs)
   params, opt = init(0)
-  params, opt = replicate(params, n), replicate(opt, n)
+  if a.jit:
+    # the one-device step, partitioned: the compiler inserts the gradients' all-reduce
+    from ourjax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(devs, dtype=object), ("batch",))
+    rep, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+    one = ourjax.jit(make_step(ourjax, axis=None), in_shardings=(rep, rep, split, split),
+                     out_shardings=(rep, rep, rep))
+
+    def step(params, opt, x, labels):
+      flat = lambda t: t.reshape((-1,) + t.shape[2:])  # noqa: E731  [n, b, ...] -> [n*b, ...]
+      params, opt, loss = one(params, opt, flat(x), flat(labels))
+      return params, opt, np.broadcast_to(np.asarray(loss), (n,))
+  else:
+    step = ourjax.pmap(make_step(ourjax), axis_name="devices", devices=devs)
+    params, opt = replicate(params, n), replicate(opt, n)
   t_first = None
   t0 = time.perf_counter()
   for i in range(a.steps):

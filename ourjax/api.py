@@ -17,6 +17,7 @@ from ourjax import _nan_check, _once, core, dtypes, errors, tree_util
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
+from ourjax.sharding import ShardedArray
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 from ourjax.interpreters.pjit import pjit_p
@@ -255,6 +256,10 @@ class JitWrapped:
     self._fast: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
                                            donate_argnames, keep_unused, backend, inline, "fast"))
     self._no_fast = bool(static_argnums or static_argnames)
+    # (in_shardings, out_shardings) when given; the sharded programs per signature and layout
+    self._shardings = None
+    self._sharded: dict = {}
+    self._plans: dict = {}
     try:
       shared = fun in _JIT_CACHES
     except TypeError:
@@ -445,6 +450,12 @@ class JitWrapped:
       # transformation sees them (JAX's closure conversion).  Such a trace is not reusable.
       closed, hoisted = _hoist_tracer_consts(closed)
     elif isinstance(top, core.EvalTrace):
+      if self._shardings is not None or any(type(x) is ShardedArray for x in leaves):
+        # laid out over several devices: the partitioned program on the mesh
+        from ourjax.interpreters import partition
+        outs = partition.call_sharded(self, entry, leaves, ak)
+        if outs is not None:
+          return tree_unflatten(entry.out_tree, outs)
       # Nothing is being traced: run the cached executable directly (what pjit's impl does),
       # compiled once however many threads call at the same time.
       exe = entry.executable
@@ -601,8 +612,12 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
   def wrap(f):
     if not callable(f):
       raise TypeError(f"Expected a callable value, got {f!r}")
-    return JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
-                      inline, donate_argnames)
+    w = JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
+                   inline, donate_argnames)
+    if in_shardings is not None or out_shardings is not None:
+      w._shardings = (in_shardings, out_shardings)
+      w._no_fast = True
+    return w
   return wrap if fun is None else wrap(fun)
 
 
@@ -1429,6 +1444,11 @@ def default_backend():
 
 
 def device_count(backend=None):
+  """The number of devices of all processes (``ourjax.distributed``), as JAX counts them."""
+  from ourjax import distributed
+  st = distributed.state()
+  if st is not None:
+    return sum(st.device_counts)
   return len(devices(backend))
 
 
@@ -1437,16 +1457,22 @@ def local_devices(process_index=None, backend=None):
 
 
 def local_device_count(backend=None) -> int:
+  from ourjax import distributed
+  st = distributed.state()
+  if st is not None:
+    return st.device_counts[st.process_id]
   return len(local_devices(backend=backend))
 
 
 def process_index(backend=None) -> int:
-  """0: ourjax runs in a single process."""
-  return 0
+  """This process's index (0 unless ``ourjax.distributed.initialize`` joined several)."""
+  from ourjax import distributed
+  return distributed.process_index()
 
 
 def process_count(backend=None) -> int:
-  return 1
+  from ourjax import distributed
+  return distributed.process_count()
 
 
 def typeof(x):

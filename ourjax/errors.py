@@ -115,3 +115,8 @@ class ResourceExhaustedError(OurJaxError, MemoryError):
 
 class DeviceOutOfMemoryError(DeviceError, ResourceExhaustedError):
   """The device allocator could not satisfy a request."""
+
+
+class CollectiveTimeoutError(OurJaxError, TimeoutError):
+  """A collective (``psum`` & co.) or a coordination step that did not complete within
+  ``OURJAX_COLLECTIVE_TIMEOUT`` seconds (a device or process that never arrived)."""

@@ -24,6 +24,8 @@ collective form one NCCL group.  ``for_devices(devices)`` picks the communicator
 from __future__ import annotations
 
 import functools
+import os
+import time
 
 import numpy as np
 
@@ -86,6 +88,87 @@ class HostCommunicator:
     return outs
 
 
+class _Block:
+  """A NumPy array where HostCommunicator reads an Array (``._value``)."""
+  __slots__ = ("_value",)
+
+  def __init__(self, v):
+    self._value = v
+
+
+def _pack(arrays) -> bytes:
+  import io
+  buf = io.BytesIO()
+  np.savez(buf, *[np.ascontiguousarray(a) for a in arrays])
+  return buf.getvalue()
+
+
+def _unpack(data: bytes) -> list:
+  import io
+  with np.load(io.BytesIO(data), allow_pickle=False) as z:
+    return [z[f"arr_{i}"] for i in range(len(z.files))]
+
+
+class ProcessCommunicator:
+  """Collectives among the CPU devices of several processes (``ourjax.distributed``): this
+  process's lanes are positions ``process_index * n + k`` of one global group of
+  ``process_count * n`` members.  Each collective posts this process's blocks to the
+  coordinator, reads the other processes' (waiting at most ``OURJAX_COLLECTIVE_TIMEOUT``
+  seconds for each) and computes its own lanes' results with HostCommunicator's NumPy.  The
+  ``groups`` the executor passes are this process's lanes; every collective spans all
+  processes (a pmap axis)."""
+
+  def __init__(self, devices, state):
+    self.devices = list(devices)
+    self.state = state
+    self.n = len(self.devices)
+    self.host = HostCommunicator(devices)
+
+  def _global(self, per_lane: list[list], what: str) -> list[list]:
+    """Per global lane, its list of NumPy arrays (this process's from ``per_lane``)."""
+    from ourjax import distributed
+    st = self.state
+    key = st.next_key("collective")
+    n_proc, me = st.num_processes, st.process_id
+    flat = [a for lane in per_lane for a in lane]
+    st.client.set(f"{key}/{me}", _pack(flat), reads=n_proc - 1)
+    per_proc = {me: flat}
+    timeout = distributed.collective_timeout()
+    for q in range(n_proc):
+      if q != me:
+        per_proc[q] = _unpack(st.client.get(
+            f"{key}/{q}", timeout, f"{what}: process {me} waited for process {q}'s blocks"))
+    m = len(per_lane[0]) if per_lane else 0
+    out = []
+    for q in range(n_proc):
+      for k in range(self.n):
+        out.append(per_proc[q][k * m:(k + 1) * m])
+    return out
+
+  def _run(self, method, vals, what, *extra, many=False):
+    per_lane = [[v._value for v in lane] if many else [lane._value] for lane in vals]
+    glob = self._global(per_lane, what)
+    boxed = [[_Block(a) for a in g] if many else _Block(g[0]) for g in glob]
+    res = getattr(self.host, method)([tuple(range(len(glob)))], boxed, *extra)
+    base = self.state.process_id * self.n
+    return [res[base + k] for k in range(self.n)]
+
+  def all_reduce(self, groups, vals, op):
+    return self._run("all_reduce", vals, f"all-reduce ({op})", op, many=True)
+
+  def all_gather(self, groups, vals):
+    return self._run("all_gather", vals, "all-gather")
+
+  def reduce_scatter(self, groups, vals):
+    return self._run("reduce_scatter", vals, "reduce-scatter")
+
+  def all_to_all(self, groups, vals):
+    return self._run("all_to_all", vals, "all-to-all")
+
+  def ppermute(self, groups, vals, perm):
+    return self._run("ppermute", vals, "ppermute", perm)
+
+
 # ------------------------------------------------------------------------------------------------
 # NCCL
 
@@ -130,6 +213,10 @@ class NcclCommunicator:
       self._comms[key] = comms
     return comms
 
+  def _members(self, g) -> int:
+    """How many ranks a collective of group ``g`` spans."""
+    return len(g)
+
   def _empty(self, k, shape, dtype):
     from ourjax.backends.cuda.backend import DeviceBuffer
     dev = self._drv(k)
@@ -153,7 +240,7 @@ class NcclCommunicator:
       comms = self._group_comms(g)
       for r, k in enumerate(g):
         src = vals[k]._device_buf
-        dst = self._empty(k, out_shape(src.shape, len(g)), src.dtype)
+        dst = self._empty(k, out_shape(src.shape, self._members(g)), src.dtype)
         calls.append((k, functools.partial(issue, src, dst, self._dtype(src.dtype), comms[r])))
         outs[k].append(dst)
 
@@ -168,13 +255,40 @@ class NcclCommunicator:
         fn(self._drv(k).stream_handle)
     finally:
       nccl.group_end()
+    readies = []
     for k, bufs in enumerate(outs):
       if bufs:
         dev = self._drv(k)
         ready = _Ready.record(dev, _EVENT_POOLS.setdefault(dev, []))
+        readies.append(ready)
         for b in bufs:
           b._ready = ready
+    if os.environ.get("OURJAX_COLLECTIVE_TIMEOUT"):
+      self._await(readies)
     return outs
+
+  def _await(self, readies):
+    """Wait for the collective's events until ``OURJAX_COLLECTIVE_TIMEOUT`` seconds pass, then
+    abort every NCCL communicator of this set (``ncclCommAbort``: NCCL's kernels that wait for
+    a peer return) and raise.  Only when that variable is set: polling makes each collective
+    wait for the device.  (Written without a GPU to run it on: untested.)"""
+    from ourjax import distributed, errors
+    timeout = distributed.collective_timeout()
+    deadline = time.monotonic() + timeout
+    while not all(r.event.query() for r in readies):
+      if time.monotonic() > deadline:
+        comms = [c for cs in self._comms.values() for c in cs]
+        self._comms.clear()
+        for c in comms:
+          try:
+            self._nccl.comm_abort(c)
+          except Exception:     # pragma: no cover - already broken
+            pass
+        raise errors.CollectiveTimeoutError(
+            f"a NCCL collective over {len(self.devices)} GPUs did not complete within "
+            f"{timeout:g} s (OURJAX_COLLECTIVE_TIMEOUT); its communicators were aborted "
+            "(ncclCommAbort)")
+      time.sleep(0.0002)
 
   def _one(self, groups, vals, out_shape, issue):
     calls, outs = [], [[] for _ in vals]
@@ -227,6 +341,46 @@ class NcclCommunicator:
         calls.append((g[s], functools.partial(nccl.send, bufs[s].ptr, n, dt, d, comms[s])))
         calls.append((g[d], functools.partial(nccl.recv, dsts[d].ptr, n, dt, s, comms[d])))
     return [o[0] for o in self._run(calls, outs)]
+
+
+class NcclProcessCommunicator(NcclCommunicator):
+  """NCCL between the GPUs of several processes (``ourjax.distributed``), one GPU per process:
+  one communicator over all of them, made with ``ncclCommInitRank`` from the unique id that
+  process 0 draws (``ncclGetUniqueId``) and posts to the coordinator.  Every collective spans
+  all processes; ppermute is not supported.  (Written without GPUs to run it on: untested.)"""
+
+  def __init__(self, devices, state):
+    super().__init__(devices)
+    if len(self.devices) != 1:
+      raise NotImplementedError("NCCL across processes: ourjax runs one GPU per process")
+    self.state = state
+
+  def _members(self, g) -> int:
+    return self.state.num_processes
+
+  def _group_comms(self, g):
+    comms = self._comms.get("world")
+    if comms is None:
+      import pickle
+      from nccl import core as nccl_core
+      from ourjax import distributed
+      st = self.state
+      key = st.next_key("nccl-unique-id")
+      if st.process_id == 0:
+        uid = nccl_core.get_unique_id()
+        st.client.set(key, pickle.dumps(uid), reads=st.num_processes - 1)
+      else:
+        uid = pickle.loads(st.client.get(key, distributed.collective_timeout(),
+                                         "the NCCL unique id from process 0"))
+      self._drv(0).make_current()
+      comm = nccl_core.Communicator.init(st.num_processes, st.process_id, uid)
+      comms = self._comms["world"] = [comm.ptr]
+      self._keep = comm
+    return comms
+
+  def ppermute(self, groups, vals, perm):
+    raise NotImplementedError("lax.ppermute between the GPUs of several processes is not "
+                              "supported by ourjax")
 
 
 def _size(shape) -> int:

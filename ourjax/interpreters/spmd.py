@@ -64,10 +64,11 @@ def has_collectives(jaxpr: core.Jaxpr) -> bool:
              any(has_collectives(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns)
 
 
-def _inline(jaxpr: core.Jaxpr, consts) -> tuple[core.Jaxpr, list]:
+def _inline(jaxpr: core.Jaxpr, consts, want=has_collectives) -> tuple[core.Jaxpr, list]:
   """``jaxpr`` with the call eqns (jit, custom derivatives, checkpoint) whose bodies hold
-  collectives replaced by their bodies' eqns; returns ``(jaxpr, consts)``."""
-  if not has_collectives(jaxpr):
+  collectives (or, given ``want``, those bodies ``want`` says) replaced by their bodies' eqns;
+  returns ``(jaxpr, consts)``."""
+  if not want(jaxpr):
     return jaxpr, list(consts)
   constvars, consts = list(jaxpr.constvars), list(consts)
   eqns = []
@@ -77,11 +78,11 @@ def _inline(jaxpr: core.Jaxpr, consts) -> tuple[core.Jaxpr, list]:
     key = _CALL_BODIES.get(e.primitive.name)
     body = e.params.get(key) if key else None
     inner = _open(body)[0] if body is not None else None
-    if inner is None or not has_collectives(inner) or \
+    if inner is None or not want(inner) or \
         (len(inner.invars), len(inner.outvars)) != (len(e.inputs), len(e.out_binders)):
       eqns.append(e._replace(inputs=[ro(x) for x in e.inputs]) if outer else e)
       continue
-    inner, inner_consts = _inline(inner, _open(body)[1])
+    inner, inner_consts = _inline(inner, _open(body)[1], want)
     # rename the body's variables into this jaxpr
     sub = {}
     for v, c in zip(inner.constvars, inner_consts):
@@ -149,6 +150,26 @@ class Lanes:
     if buf is not None and type(value) is Array and buf.device.ordinal == self._ordinals[lane]:
       return value
     return put_on(value, self.devices[lane])
+
+
+class ProcessLanes(Lanes):
+  """This process's lanes of a pmap axis that spans the devices of every process
+  (``ourjax.distributed``): lane k is position ``process_index * len(lanes) + k`` of the
+  axis, and collectives run over all processes: through the coordinator between CPU devices
+  (``ProcessCommunicator``), with NCCL between GPUs (``NcclProcessCommunicator``)."""
+
+  def __init__(self, mesh, state):
+    from ourjax.backends import collectives
+    super().__init__(mesh)
+    self.state = state
+    self.comm = (collectives.ProcessCommunicator(self.devices, state) if self.platform == "cpu"
+                 else collectives.NcclProcessCommunicator(self.devices, state))
+
+  def position(self, lane, axes) -> int:
+    return self.state.process_id * len(self.devices) + lane
+
+  def groups(self, axes) -> list[tuple]:
+    return [tuple(range(len(self.devices)))]
 
 
 class _Compute:
@@ -273,14 +294,21 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
   if p is parallel.axis_index_p:
     return [[Array(np.int32(lanes.position(k, params["axes"])))] for k in range(n)]
   if p in _COLLECTIVES:
+    from ourjax import errors
     groups, comm = lanes.groups(params["axes"]), lanes.comm
     ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
-    if p in _REDUCTIONS:
-      raw = comm.all_reduce(groups, ins, _REDUCTIONS[p])
-    elif p is parallel.ppermute_p:
-      raw = [[o] for o in comm.ppermute(groups, [i[0] for i in ins], params["perm"])]
-    else:
-      raw = [[o] for o in getattr(comm, _MOVES[p])(groups, [i[0] for i in ins])]
+    try:
+      if p in _REDUCTIONS:
+        raw = comm.all_reduce(groups, ins, _REDUCTIONS[p])
+      elif p is parallel.ppermute_p:
+        raw = [[o] for o in comm.ppermute(groups, [i[0] for i in ins], params["perm"])]
+      else:
+        raw = [[o] for o in getattr(comm, _MOVES[p])(groups, [i[0] for i in ins])]
+    except errors.CollectiveTimeoutError as err:
+      types = ", ".join(v.aval.str_short() for v in e.inputs)
+      raise errors.CollectiveTimeoutError(
+          f"lax.{p.name} over axes {params['axes']} of {types} did not complete: "
+          f"{err}") from None
     # typed as the jaxpr says (the communicators return NumPy arrays or device buffers)
     return [[_typed(r, v.aval) for r, v in zip(rs, e.out_binders)] for rs in raw]
   if p.name == "cond":
@@ -477,7 +505,12 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
     n = sizes.pop() if sizes else axis_size
     if n is None:
       raise ValueError("pmap requires at least one argument with a mapped axis (or axis_size)")
+    from ourjax import distributed
+    dist = distributed.state()
     devs = list(devices) if devices is not None else api.devices(backend)
+    if dist is not None and dist.num_processes > 1 and devices is None:
+      from ourjax import backends
+      devs = distributed._local_devices(dist, backends)
     if n > len(devs):
       raise ValueError(f"compiling computation that requires {n} logical devices, but only "
                        f"{len(devs)} XLA devices are available (num_replicas={n})")
@@ -490,7 +523,7 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
     cacheable = all(_hashable(v) for _, v in static_vals)
     entry = cache.get(key) if cacheable else None
     if entry is None:
-      entry = _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname)
+      entry = _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist)
       if cacheable:
         cache[key] = entry
     program, lanes, out_tree, outs_how = entry
@@ -514,13 +547,20 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   return pmapped
 
 
-def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname):
+def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None):
   """What a pmap signature needs on every call: the program, the lanes, the output pytree and,
   per output, its sharding over the devices (None: out_axes None, one device's value), its
-  blocks' shape and its global type."""
+  blocks' shape and its global type.  Over several processes (``dist``) the axis spans every
+  process's ``n`` devices; the results hold this process's blocks."""
   from ourjax import api
   from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
-  closed, out_tree = _trace_per_device(call_fun, tree, lane_avals, {name: n}, f"pmap({fname})")
+  multi = dist is not None and dist.num_processes > 1
+  if multi and len(set(dist.device_counts)) != 1:
+    raise ValueError(f"pmap over several processes needs as many devices in each, got "
+                     f"{dist.device_counts}")
+  size = n * dist.num_processes if multi else n
+  closed, out_tree = _trace_per_device(call_fun, tree, lane_avals, {name: size},
+                                       f"pmap({fname})")
   mesh = Mesh(np.array(devs, dtype=object), (name,))
   how = []
   for aval, oa in zip(closed.out_avals, api._flatten_axes("pmap out_axes", out_tree, out_axes)):
@@ -531,7 +571,8 @@ def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname):
     sharding = NamedSharding(mesh, PartitionSpec(*([None] * oa + [name])))
     how.append((sharding, aval.shape[:oa] + (1,) + aval.shape[oa:],
                 aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:])))
-  return Program(closed, _backend_of(devs)), Lanes(mesh), out_tree, how
+  lanes = ProcessLanes(mesh, dist) if multi else Lanes(mesh)
+  return Program(closed, _backend_of(devs)), lanes, out_tree, how
 
 
 def _hashable(v) -> bool:
