@@ -342,4 +342,29 @@ WGMMA_CASES = [
 ]
 CASES += WGMMA_CASES
 
+
+def _conv(x, w, strides=(1, 1), padding="SAME", dil=None, dn=("NHWC", "HWIO", "NHWC")):
+  return lax.conv_general_dilated(x, w, strides, padding, rhs_dilation=dil,
+                                  dimension_numbers=dn)
+
+
+# Convolutions as implicit GEMMs (implicit_gemm.py): WgmmaDot reads the patch matrix in place
+# from the input (or from one kernel writing a prologue's value); every padding, stride and
+# dilation, 1-D, bf16, and an input gradient (a convolution of the output gradient)
+IMPLICIT_GEMM_CASES = [
+    ("conv_implicit_prologue", lambda x, w, s, b: _conv(jnp.maximum(x * s + b, 0.0), w),
+     lambda r: (f32(r, 4, 10, 12, 16), f32(r, 3, 3, 16, 32), f32(r, 16), f32(r, 16)), 5e-3),
+    ("conv_implicit_strided", lambda x, w: _conv(x, w, (2, 2), "VALID", (2, 1)),
+     lambda r: (f32(r, 2, 15, 17, 8), f32(r, 3, 3, 8, 24)), 5e-3),
+    ("conv_implicit_padding", lambda x, w: _conv(x, w, (1, 2), ((2, 0), (1, 3))),
+     lambda r: (f32(r, 3, 9, 11, 12), f32(r, 3, 4, 12, 20)), 5e-3),
+    ("conv_implicit_bf16", lambda x, w: _conv(x, w),
+     lambda r: (f32(r, 2, 9, 9, 16).astype(BF16), f32(r, 3, 3, 16, 64).astype(BF16)), 2e-2),
+    ("conv_implicit_1d", lambda x, w: _conv(x, w, (1,), ((2, 1),), dn=("NWC", "WIO", "NWC")),
+     lambda r: (f32(r, 3, 40, 8), f32(r, 5, 8, 12)), 5e-3),
+    ("conv_implicit_input_grad", ourjax.grad(lambda x, w: jnp.sum(jnp.tanh(_conv(x, w)))),
+     lambda r: (f32(r, 2, 12, 12, 16), f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3)), 5e-3),
+]
+CASES += IMPLICIT_GEMM_CASES
+
 CASE_NAMES = [c[0] for c in CASES]

@@ -2,6 +2,7 @@
 .compile()`` works anywhere (the module is loaded on the first call), ``as_text(dialect="ptx")``
 gives PTX, and the PTX of every kind of kernel assembles with ``ptxas -arch=sm_90`` (skipped
 when ptxas is not installed)."""
+import math
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import ourjax.numpy as jnp
 from ourjax.backends.cuda import codegen, memory
 from ourjax.backends.cuda import backend as cuda_backend
 
-from cuda_cases import CASES
+from cuda_cases import CASES, IMPLICIT_GEMM_CASES
 
 PTXAS = shutil.which("ptxas")
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas is not installed")
@@ -432,3 +433,19 @@ def test_trig_huge_argument_reduction_assembles(dtype):
     ptx = c.as_text(dialect="ptx")
   assert "ojx_m_two_over_pi_rows" in ptx
   _assemble(ptx)
+
+
+def test_convolutions_are_implicit_gemms(compiled_cases):
+  """The convolutions' dots read their patches from the input: no kernel writes a buffer as
+  large as a patch matrix (the others write the weights' reshape, a prologue's value of the
+  input's size, the result)."""
+  for name, *_ in IMPLICIT_GEMM_CASES:
+    ks = compiled_cases[name].runtime_executable().kernels
+    dots = [k for k in ks if getattr(k, "im2col", None) is not None]
+    assert dots, name
+    patch_bytes = min(math.prod(k.im2col.dims) * k.im2col.dtype.itemsize for k in dots)
+    for k in ks:
+      assert all(b.nbytes < patch_bytes for b in k.writes), (name, k, k.writes)
+  # a weight gradient's patches (A stored M-major) are still written; the forward is implicit
+  ks = compiled_cases["conv_weight_grad"].runtime_executable().kernels
+  assert len([k for k in ks if getattr(k, "im2col", None) is not None]) == 1

@@ -757,6 +757,50 @@ def _make_planner(cpu_be, module, info):
       from ourjax.backends.cuda.dots import fuse_dot_epilogues
       return fuse_dot_epilogues(super()._group_kernels(instrs, outputs, leafmap), outputs)
 
+    def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
+      patches = self._implicit_patches(instr, vals, steps, want, comp)
+      if patches is not None:
+        return patches
+      return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
+
+    def _implicit_patches(self, instr, vals, steps, want, comp):
+      """A convolution's patch matrix that its dot reads in place from the input
+      (``implicit_gemm``): only the input is planned (a kernel writes it unless it is a buffer
+      already) and an ``Im2colBuf`` stands for the matrix; None for other groups."""
+      from ourjax.backends.cuda import implicit_gemm as IG
+      if instr.opcode != "fusion" or instr in want or comp.root is instr:
+        return None
+      geo = IG.match(instr)
+      if geo is None:
+        return None
+      users = [u for u in comp.instructions if any(o is instr for o in u.operands)]
+      if len(users) != 1 or not IG.accepts(users[0], instr, info):
+        return None
+      fc = instr.attrs["calls"]
+      leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
+      base = geo.v
+      while base.opcode == "reshape":
+        base = base.operands[0]
+      src = leafmap.get(base) if base.opcode == "parameter" else None
+      if not isinstance(src, K.Buf) or isinstance(src, IG.Im2colBuf):
+        needed, stack = set(), [geo.v]
+        while stack:
+          x = stack.pop()
+          if id(x) not in needed:
+            needed.add(id(x))
+            stack.extend(x.operands)
+        instrs = [i for i in fc.instructions if id(i) in needed]
+        for i in instrs:
+          if i.opcode == "constant" and i.attrs["value"].ndim > 0:
+            leafmap[i] = self.const_buf(i)
+        src = self.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
+        for kern in self._group_kernels(instrs, [(geo.v, src)], leafmap):
+          self._add_kernel(steps, kern)
+      self.module.note("implicit_gemm", f"%{instr.name}: the patch matrix of %{users[0].name} "
+                       f"is read in place from its input {list(geo.in_dims)} "
+                       f"({geo.taps} kernel positions)")
+      return IG.Im2colBuf(src, geo, instr.dims, instr.name)
+
     def _add_kernel(self, steps, kernel):
       self._tag(kernel)
       for g in codegen.translate(kernel, self.temp, info, cpu_be.MAX_THREADS):

@@ -710,12 +710,15 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
   ``SimtDot``, which has no epilogue: its epilogue becomes an elementwise kernel reading C; a
   SimtDot with too few output tiles for the GPU and a long contraction is split along K
   (``_split_k``: partial products, then ``SplitKSum``, which applies the epilogue)."""
+  from ourjax.backends.cuda.implicit_gemm import Im2colBuf
   kind = mma_kind(dot, info, _tf32_allowed(dot))
   choice = os.environ.get("OURJAX_CUDA_MMA", "wgmma")
   if kind is not None and choice == "wgmma":
     ks = _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue)
     if ks is not None:
       return ks
+  if isinstance(lhs, Im2colBuf):     # (implicit_gemm.accepts promised a WgmmaDot)
+    raise K.PlanError(f"%{dot.name}: no WgmmaDot for a patch matrix read in place")
   main = None
   if kind is not None and TensorCoreDot.supports(dot, info, True) is not None:  # (kind: tf32 ok)
     if choice == "v1":

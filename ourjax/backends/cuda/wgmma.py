@@ -97,7 +97,11 @@ class WgmmaDot(GpuKernel):
     self.esz = 4 if kind == "tf32" else 2
     self.BK = ROW // self.esz
     self.P_TILE, self.THREADS = 64 * wg, 128 * wg
-    super().__init__(name, *_dot_buffers(lhs, rhs, out, epilogue), work=s.B * s.M * s.N * s.K)
+    from ourjax.backends.cuda.implicit_gemm import Im2colBuf
+    # A as a convolution's patch matrix read in place from its input (implicit_gemm.py)
+    self.im2col = lhs if isinstance(lhs, Im2colBuf) else None
+    a_buf = lhs.source if self.im2col is not None else lhs
+    super().__init__(name, *_dot_buffers(a_buf, rhs, out, epilogue), work=s.B * s.M * s.N * s.K)
 
   @classmethod
   def supports(cls, dot, info: DeviceInfo, kind: str | None, spec=None):
@@ -180,7 +184,8 @@ class WgmmaDot(GpuKernel):
     p0 = b.mul(sreg64(b, "ctaid.y"), i64(PT))
     z = sreg64(b, "ctaid.z")
     bat, part = (i64(0), z) if self.S > 1 else (z, None)
-    A, Bm = ptr(self.lhs), ptr(self.rhs)
+    A = ptr(self.im2col.source if self.im2col is not None else self.lhs)
+    Bm = ptr(self.rhs)
     a_base = b.mul(bat, i64(s.a_sb))
     b_base = b.mul(bat, i64(s.b_sb))
     KT = -(-Kd // BK)                       # k slices of the whole contraction
@@ -210,17 +215,22 @@ class WgmmaDot(GpuKernel):
     def below(v, bound, edge):
       return b.icmp_unsigned("<", v, i64(bound)) if edge else None
 
-    def copy_kmajor(dst, src_ptr, src_base, row_stride, row0, rows, bound, k0):
+    def copy_kmajor(dst, src_ptr, src_base, row_stride, row0, rows, bound, k0, gather=None):
       """``rows`` rows (from ``row0``; those at or past ``bound`` are zeros) of 128 bytes of k
-      (unit stride) into the swizzled K-major layout."""
+      (unit stride) into the swizzled K-major layout.  ``gather(row, k)``: (offset, in
+      bounds) of the 16 bytes at (row, k), for a matrix that is not stored as such."""
       edge = bound % rows != 0
       for i in range(rows * 8 // NT):
         cid = b.add(tid, i64(i * NT))
         r = b.udiv(cid, i64(8))
         c = b.urem(cid, i64(8))
         k = b.add(k0, b.mul(c, i64(epv)))
-        ok = both(below(b.add(row0, r), bound, edge), below(k, Kd, k_edge))
-        src = b.add(src_base, b.add(b.mul(r, row_stride), k))
+        if gather is not None:
+          src, inside = gather(b.add(row0, r), k)
+          ok = both(inside, below(k, Kd, k_edge))
+        else:
+          ok = both(below(b.add(row0, r), bound, edge), below(k, Kd, k_edge))
+          src = b.add(src_base, b.add(b.mul(r, row_stride), k))
         sw = b.xor(c, b.urem(r, i64(8)))
         copy16(b.add(dst, b.add(b.mul(r, i64(ROW)), b.mul(sw, i64(16)))), src_ptr, src, ok)
 
@@ -253,6 +263,11 @@ class WgmmaDot(GpuKernel):
         src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)), n))
         copy16(b.add(dst, b.add(b.mul(r, i64(self.x_ld * 4)), b.mul(c, i64(16)))), Bm, src, ok)
 
+    gather = None
+    if self.im2col is not None:
+      from ourjax.backends.cuda.implicit_gemm import chunk_source
+      gather = lambda row, k: chunk_source(b, self.im2col, row, k, mod)   # noqa: E731
+
     def issue(kt):
       """The copies of k slice ``kt`` (of this block's share) into its stage (one commit
       group)."""
@@ -261,9 +276,11 @@ class WgmmaDot(GpuKernel):
       k0 = b.mul(b.add(kt0, kt), i64(BK))
       if rs:
         copy_padded(xs, k0)
-        copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0)
+        copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
+                    gather)
       else:
-        copy_kmajor(xs, A, b.add(a_base, b.mul(p0, i64(s.a_sm))), i64(s.a_sm), p0, PT, M, k0)
+        copy_kmajor(xs, A, b.add(a_base, b.mul(p0, i64(s.a_sm))), i64(s.a_sm), p0, PT, M, k0,
+                    gather)
         if self.b_mn:
           copy_mnmajor(ys, k0)
         else:

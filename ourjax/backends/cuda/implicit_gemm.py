@@ -1,0 +1,197 @@
+"""Convolutions as implicit GEMMs on the GPU: the patch matrix of a convolution is never written.
+
+``lowering/passes/conv_to_dot`` turns a convolution into ``patches @ kernel``, the patches a
+fusion of the padded input's shifted slices, concatenated along a new kernel-position axis
+before the channels and reshaped to ``[N * out..., taps * C]``.  Written out, that matrix is
+``taps`` times the input (a 3x3 convolution: 9x), and building it costs more than the GEMM.
+
+Here the GPU planner (``backend._make_planner``) recognises such a fusion (``match``) whose only
+user is a dot that ``WgmmaDot`` takes as it stands (``accepts``) and plans, instead of the
+fusion, only what it pads: the input itself when it is a buffer already, else one elementwise
+kernel writing it (a previous layer's scale, shift and relu, say).  The dot's A operand becomes
+an ``Im2colBuf``: the patch matrix described, not stored.  ``WgmmaDot`` fills its shared-memory
+tiles from the input directly (``chunk_source``): for the 16 bytes at row ``m`` (an output
+position) and column ``k`` (kernel position ``t = k // C``, channel ``k % C``) it reads the
+input element at the output position times the stride plus the kernel position's offset, minus
+the padding; positions in the padding are zeros that ``cp.async`` writes without reading
+(source size 0).  So the 16 bytes must be one kernel position's consecutive channels: ``C``
+a multiple of 16 bytes of the element type.
+
+Like CUTLASS's implicit-GEMM convolutions (the patch gathered in the GEMM's tile loader), with
+cp.async's zero fill standing in for its predicated loads.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import llvmlite.ir as ir
+import numpy as np
+
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.emitter import I32, I64, i64
+
+__all__ = ["Geometry", "Im2colBuf", "match", "accepts", "chunk_source"]
+
+
+class Geometry:
+  """A patch matrix [N * prod(out), taps * C] over input ``v`` [N, in..., C]: tap ``t`` reads
+  input position ``o * stride + starts[t] - low`` at output position ``o`` (per spatial dim)."""
+
+  def __init__(self, v, in_dims, out_dims, starts, strides, low):
+    self.v = v                          # the padded instruction's operand (an HLO instruction)
+    self.in_dims = tuple(in_dims)       # [N, spatial..., C]
+    self.out_dims = tuple(out_dims)     # [N, out spatial...]
+    self.starts = [tuple(s) for s in starts]   # per tap, per spatial dim
+    self.strides = tuple(strides)
+    self.low = tuple(low)
+
+  @property
+  def channels(self) -> int:
+    return self.in_dims[-1]
+
+  @property
+  def taps(self) -> int:
+    return len(self.starts)
+
+
+class Im2colBuf(K.Buf):
+  """The patch matrix of ``geometry`` over the buffer ``source`` (the input, row-major
+  [N, in..., C]): never allocated or written; only ``WgmmaDot`` reads it, through
+  ``chunk_source``."""
+  __slots__ = ("source", "geometry")
+
+  def __init__(self, source: K.Buf, geometry: Geometry, dims, name: str):
+    super().__init__(source.dtype, dims, name, kind="virtual", nbytes=0)
+    self.source, self.geometry = source, geometry
+
+
+def _peel_reshapes(x):
+  while x.opcode == "reshape":
+    x = x.operands[0]
+  return x
+
+
+def _is_zero(c) -> bool:
+  if c.opcode != "constant":
+    return False
+  v = np.asarray(c.attrs["value"])
+  return v.ndim == 0 and float(v) == 0.0
+
+
+def match(fusion) -> Geometry | None:
+  """The geometry of a fusion computing a convolution's patch matrix (see the module
+  docstring), or None."""
+  if fusion.opcode != "fusion" or fusion.shape.is_tuple or len(fusion.dims) != 2:
+    return None
+  root = fusion.attrs["calls"].root
+  if root.opcode != "reshape" or root.operands[0].opcode != "concatenate":
+    return None
+  cat = root.operands[0]
+  cdims = cat.dims                      # [N, out..., taps, C]
+  axis = cat.attrs["dimensions"][0]
+  r = len(cdims) - 3                    # spatial rank
+  if r < 1 or axis != len(cdims) - 2:
+    return None
+  N, out, T, C = cdims[0], cdims[1:1 + r], cdims[-2], cdims[-1]
+  if tuple(fusion.dims) != (N * math.prod(out), T * C) or len(cat.operands) != T:
+    return None
+  source, starts, strides = None, [], None
+  for piece in cat.operands:
+    if piece.opcode != "reshape" or piece.operands[0].opcode != "slice":
+      return None
+    sl = piece.operands[0]
+    if tuple(sl.dims) != (N, *out, C):
+      return None
+    src = sl.operands[0]
+    if source is None:
+      source = src
+    elif src is not source:
+      return None
+    st = tuple(sl.attrs.get("strides") or (1,) * len(sl.dims))
+    start = sl.attrs["start_indices"]
+    if start[0] != 0 or start[-1] != 0 or st[0] != 1 or st[-1] != 1:
+      return None
+    if strides is None:
+      strides = st[1:-1]
+    elif st[1:-1] != strides:
+      return None
+    starts.append(tuple(start[1:-1]))
+  if source.opcode == "pad":
+    v, pv = source.operands
+    cfg = source.attrs["padding_config"]
+    if not _is_zero(pv) or any(i for _, _, i in cfg) or cfg[0][:2] != (0, 0) or \
+       cfg[-1][:2] != (0, 0):
+      return None
+    low = tuple(lo for lo, _, _ in cfg[1:-1])
+  else:
+    v, low = source, (0,) * r
+  if len(v.dims) != r + 2 or v.dims[0] != N or v.dims[-1] != C:
+    return None
+  return Geometry(v, v.dims, (N, *out), starts, strides, low)
+
+
+def accepts(dot, patches, info) -> bool:
+  """Whether ``dot`` (an HLO dot reading the patch fusion ``patches`` as its A operand, A = the
+  patch matrix as it is, [M, K] with k along its rows) will run on ``WgmmaDot`` with the
+  patches read in place: tensor cores for its types, the layouts ``WgmmaDot`` takes, and one
+  kernel position's channels filling whole 16-byte copies."""
+  from ourjax.backends.cuda.dots import _tf32_allowed, mma_kind
+  from ourjax.backends.cuda.wgmma import WgmmaDot
+  if os.environ.get("OURJAX_CUDA_MMA", "wgmma") != "wgmma" or \
+     os.environ.get("OURJAX_CUDA_IMPLICIT_GEMM", "1") == "0":
+    return False
+  if dot.opcode != "dot" or dot.operands[0] is not patches or dot.operands[1] is patches:
+    return False
+  lhs, rhs = dot.operands
+  if not all(E._is_float(x.dtype) for x in (lhs, rhs, dot)) or dot.shape.is_tuple:
+    return False
+  s = K.DotSpec(dot)
+  if not s.ok or s.B != 1 or s.a_sk != 1:
+    return False
+  kind = mma_kind(dot, info, _tf32_allowed(dot))
+  if kind is None:
+    return False
+  geo = match(patches)
+  epv = 16 // np.dtype(lhs.dtype).itemsize
+  return geo is not None and geo.channels % epv == 0 and \
+      WgmmaDot.supports(dot, info, kind) is not None
+
+
+def chunk_source(b, buf: Im2colBuf, m, k, mod):
+  """(element offset into ``buf.source``, i1 in bounds) of the 16 bytes of the patch matrix at
+  row ``m``, column ``k`` (i64 values; k a multiple of the 16 bytes' elements).  A row beyond
+  the matrix is out of bounds too (the caller checks k against K)."""
+  g = buf.geometry
+  C, r = g.channels, len(g.strides)
+  t = b.udiv(k, i64(C))
+  ch = b.urem(k, i64(C))
+  # per spatial dim, a table of the taps' offsets (start - low) in global memory
+  tables = []
+  for d in range(r):
+    name = f"{buf.name}_im2col_{d}"
+    gv = mod.globals.get(name)
+    if gv is None:
+      ty = ir.ArrayType(I32, g.taps)
+      gv = ir.GlobalVariable(mod, ty, name, addrspace=1)
+      gv.global_constant = True
+      gv.linkage = "internal"
+      gv.initializer = ir.Constant(ty, [ir.Constant(I32, s[d] - g.low[d]) for s in g.starts])
+    tables.append(gv)
+  ok = b.icmp_unsigned("<", m, i64(math.prod(g.out_dims)))
+  # m -> (n, o_1..o_r), row-major over out_dims
+  rest, coords = m, []
+  for n in reversed(g.out_dims[1:]):
+    coords.append(b.urem(rest, i64(n)))
+    rest = b.udiv(rest, i64(n))
+  coords.reverse()
+  off = rest                                  # n
+  for d in range(r):
+    p = b.gep(tables[d], [ir.Constant(I32, 0), t], inbounds=True)
+    shift = b.sext(b.load(p), I64)
+    pos = b.add(b.mul(coords[d], i64(g.strides[d])), shift)
+    ok = b.and_(ok, b.icmp_unsigned("<", pos, i64(g.in_dims[1 + d])))
+    off = b.add(b.mul(off, i64(g.in_dims[1 + d])), pos)
+  off = b.add(b.mul(off, i64(C)), ch)
+  return off, ok
