@@ -337,7 +337,7 @@ WGMMA_CASES = [
      lambda r: (f32(r, 3, 40, 20), f32(r, 3, 20, 52)), 5e-3),
     # a weight gradient (27 x 64 outputs, 32768 products each): M-major A copied K-major, the
     # contraction split across blocks into partial products, summed with the epilogue applied
-    ("dot_wgmma_split_k", lambda a, b, c: jnp.tanh(a.T @ b + c),
+    ("dot_wgmma_split_k", lambda a, b, c: jnp.maximum(a.T @ b + c, 0.0),
      lambda r: (f32(r, 32768, 27), f32(r, 32768, 64), f32(r, 64)), 5e-3),
 ]
 CASES += WGMMA_CASES
@@ -366,5 +366,9 @@ IMPLICIT_GEMM_CASES = [
      lambda r: (f32(r, 2, 12, 12, 16), f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3)), 5e-3),
 ]
 CASES += IMPLICIT_GEMM_CASES
+
+# (run with conv_to_dot.MAX_PATCH_BYTES lowered, so that it is cut into batch chunks)
+CHUNKED_CONV = ("conv_implicit_chunks", lambda x, w, s: jnp.maximum(_conv(x, w) * s, 0.0),
+                lambda r: (f32(r, 4, 8, 8, 16), f32(r, 3, 3, 16, 24), f32(r, 24)), 5e-3)
 
 CASE_NAMES = [c[0] for c in CASES]

@@ -75,6 +75,18 @@ def test_case_matches_reference(case):
     _compare(name, got, want, tol)
 
 
+def test_batch_chunks_of_a_convolution_match_reference(monkeypatch):
+  """A convolution cut into batch chunks (conv_to_dot.MAX_PATCH_BYTES lowered), each chunk an
+  implicit GEMM reading the whole input from its own first batch element."""
+  from ourjax.lowering.passes import conv_to_dot
+  from cuda_cases import CHUNKED_CONV
+  monkeypatch.setattr(conv_to_dot, "MAX_PATCH_BYTES", 1 << 16)
+  name, fn, make_args, tol = CHUNKED_CONV
+  args = make_args(np.random.default_rng(3))
+  want = ourjax.jit(fn, backend="reference")(*args)
+  _compare(name, ourjax.jit(fn, backend="cuda")(*args), want, tol)
+
+
 @settings(max_examples=30, deadline=None)
 @given(jaxpr_programs.programs())
 def test_random_programs_match_eager(prog):

@@ -449,3 +449,17 @@ def test_convolutions_are_implicit_gemms(compiled_cases):
   # a weight gradient's patches (A stored M-major) are still written; the forward is implicit
   ks = compiled_cases["conv_weight_grad"].runtime_executable().kernels
   assert len([k for k in ks if getattr(k, "im2col", None) is not None]) == 1
+
+
+def test_batch_chunks_of_a_convolution_are_implicit_gemms(monkeypatch):
+  """A convolution whose patch matrix would pass conv_to_dot.MAX_PATCH_BYTES is cut into batch
+  chunks (sibling fusions merged into one tuple-rooted fusion): each chunk's dot reads its
+  patches in place from the whole input, from its first batch element on."""
+  from ourjax.lowering.passes import conv_to_dot
+  from cuda_cases import CHUNKED_CONV
+  monkeypatch.setattr(conv_to_dot, "MAX_PATCH_BYTES", 1 << 16)
+  _, fn, make, _ = CHUNKED_CONV
+  c = _compiled(fn, make(np.random.default_rng(0)))
+  dots = [k for k in c.runtime_executable().kernels if getattr(k, "im2col", None) is not None]
+  assert len(dots) >= 2 and {k.im2col.geometry.batch0 for k in dots} != {0}
+  _assemble(c.as_text(dialect="ptx"))

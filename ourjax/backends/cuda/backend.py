@@ -764,26 +764,45 @@ def _make_planner(cpu_be, module, info):
       return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
 
     def _implicit_patches(self, instr, vals, steps, want, comp):
-      """A convolution's patch matrix that its dot reads in place from the input
-      (``implicit_gemm``): only the input is planned (a kernel writes it unless it is a buffer
-      already) and an ``Im2colBuf`` stands for the matrix; None for other groups."""
+      """Convolution patch matrices that their dots read in place from the input
+      (``implicit_gemm``): only the inputs are planned (a kernel writes them unless they are
+      buffers already) and an ``Im2colBuf`` stands for each matrix (a tuple of them for a
+      tuple-rooted fusion of batch chunks); None for other groups."""
       from ourjax.backends.cuda import implicit_gemm as IG
-      if instr.opcode != "fusion" or instr in want or comp.root is instr:
+      if instr.opcode != "fusion" or comp.root is instr or instr in want or \
+         any(isinstance(k, tuple) and k[1] is instr for k in want):
         return None
-      geo = IG.match(instr)
-      if geo is None:
+      geos = IG.match(instr)
+      if geos is None:
         return None
       users = [u for u in comp.instructions if any(o is instr for o in u.operands)]
-      if len(users) != 1 or not IG.accepts(users[0], instr, info):
-        return None
+      if instr.shape.is_tuple:   # each element read by one gte, read by one dot
+        if any(u.opcode != "get-tuple-element" for u in users) or \
+           sorted(u.attrs["index"] for u in users) != list(range(len(geos))):
+          return None
+        readers = {u.attrs["index"]: u for u in users}
+      else:
+        readers = {0: instr}
+      for k, geo in enumerate(geos):
+        x = readers[k]
+        dots = [u for u in comp.instructions if any(o is x for o in u.operands)]
+        if len(dots) != 1 or not IG.accepts(dots[0], x, geo, info):
+          return None
       fc = instr.attrs["calls"]
       leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
-      base = geo.v
-      while base.opcode == "reshape":
-        base = base.operands[0]
-      src = leafmap.get(base) if base.opcode == "parameter" else None
-      if not isinstance(src, K.Buf) or isinstance(src, IG.Im2colBuf):
-        needed, stack = set(), [geo.v]
+      srcs, todo = {}, []
+      for geo in geos:
+        base = geo.v
+        while base.opcode == "reshape":
+          base = base.operands[0]
+        src = leafmap.get(base) if base.opcode == "parameter" else None
+        if isinstance(src, K.Buf) and not isinstance(src, IG.Im2colBuf):
+          srcs[id(geo.v)] = src
+        elif id(geo.v) not in srcs:
+          srcs[id(geo.v)] = self.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
+          todo.append((geo.v, srcs[id(geo.v)]))
+      if todo:
+        needed, stack = set(), [v for v, _ in todo]
         while stack:
           x = stack.pop()
           if id(x) not in needed:
@@ -793,13 +812,15 @@ def _make_planner(cpu_be, module, info):
         for i in instrs:
           if i.opcode == "constant" and i.attrs["value"].ndim > 0:
             leafmap[i] = self.const_buf(i)
-        src = self.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
-        for kern in self._group_kernels(instrs, [(geo.v, src)], leafmap):
+        for kern in self._group_kernels(instrs, todo, leafmap):
           self._add_kernel(steps, kern)
-      self.module.note("implicit_gemm", f"%{instr.name}: the patch matrix of %{users[0].name} "
-                       f"is read in place from its input {list(geo.in_dims)} "
-                       f"({geo.taps} kernel positions)")
-      return IG.Im2colBuf(src, geo, instr.dims, instr.name)
+      self.module.note("implicit_gemm", f"%{instr.name}: {len(geos)} patch matri"
+                       f"{'ces' if len(geos) > 1 else 'x'} read in place from "
+                       f"{list(geos[0].in_dims)} ({geos[0].taps} kernel positions)")
+      out = [IG.Im2colBuf(srcs[id(g.v)], g, r.dims, f"{instr.name}.{k}")
+             for k, (g, r) in enumerate(zip(geos, (fc.root.operands if instr.shape.is_tuple
+                                                   else [fc.root])))]
+      return tuple(out) if instr.shape.is_tuple else out[0]
 
     def _add_kernel(self, steps, kernel):
       self._tag(kernel)

@@ -39,8 +39,10 @@ class Geometry:
   """A patch matrix [N * prod(out), taps * C] over input ``v`` [N, in..., C]: tap ``t`` reads
   input position ``o * stride + starts[t] - low`` at output position ``o`` (per spatial dim)."""
 
-  def __init__(self, v, in_dims, out_dims, starts, strides, low):
+  def __init__(self, v, in_dims, out_dims, starts, strides, low, batch0=0):
     self.v = v                          # the padded instruction's operand (an HLO instruction)
+    self.batch0 = batch0                # the first batch element of v the matrix reads (a
+                                        # batch chunk of a larger convolution)
     self.in_dims = tuple(in_dims)       # [N, spatial..., C]
     self.out_dims = tuple(out_dims)     # [N, out spatial...]
     self.starts = [tuple(s) for s in starts]   # per tap, per spatial dim
@@ -80,13 +82,23 @@ def _is_zero(c) -> bool:
   return v.ndim == 0 and float(v) == 0.0
 
 
-def match(fusion) -> Geometry | None:
-  """The geometry of a fusion computing a convolution's patch matrix (see the module
-  docstring), or None."""
-  if fusion.opcode != "fusion" or fusion.shape.is_tuple or len(fusion.dims) != 2:
+def match(fusion) -> list | None:
+  """The geometries of the patch matrices a fusion computes (see the module docstring): one,
+  or one per element of a tuple-rooted fusion (sibling batch chunks merged into one), or None
+  when it computes anything else."""
+  if fusion.opcode != "fusion":
     return None
   root = fusion.attrs["calls"].root
-  if root.opcode != "reshape" or root.operands[0].opcode != "concatenate":
+  roots = root.operands if root.opcode == "tuple" else [root]
+  geos = [match_root(r) for r in roots]
+  return geos if all(g is not None for g in geos) else None
+
+
+def match_root(root) -> Geometry | None:
+  """The geometry of the patch matrix ``root`` (an instruction of a fused computation)
+  computes, or None."""
+  if len(root.dims) != 2 or root.opcode != "reshape" or \
+     root.operands[0].opcode != "concatenate":
     return None
   cat = root.operands[0]
   cdims = cat.dims                      # [N, out..., taps, C]
@@ -95,7 +107,7 @@ def match(fusion) -> Geometry | None:
   if r < 1 or axis != len(cdims) - 2:
     return None
   N, out, T, C = cdims[0], cdims[1:1 + r], cdims[-2], cdims[-1]
-  if tuple(fusion.dims) != (N * math.prod(out), T * C) or len(cat.operands) != T:
+  if tuple(root.dims) != (N * math.prod(out), T * C) or len(cat.operands) != T:
     return None
   source, starts, strides = None, [], None
   for piece in cat.operands:
@@ -127,16 +139,23 @@ def match(fusion) -> Geometry | None:
     low = tuple(lo for lo, _, _ in cfg[1:-1])
   else:
     v, low = source, (0,) * r
-  if len(v.dims) != r + 2 or v.dims[0] != N or v.dims[-1] != C:
+  batch0 = 0
+  if v.opcode == "slice" and len(v.dims) == r + 2:   # a batch chunk: read the whole in place
+    whole = v.operands[0]
+    st = v.attrs.get("strides") or (1,) * len(v.dims)
+    if all(x == 1 for x in st) and tuple(v.dims[1:]) == tuple(whole.dims[1:]) and \
+       all(x == 0 for x in v.attrs["start_indices"][1:]):
+      v, batch0 = whole, v.attrs["start_indices"][0]
+  if len(v.dims) != r + 2 or v.dims[0] < batch0 + N or v.dims[-1] != C:
     return None
-  return Geometry(v, v.dims, (N, *out), starts, strides, low)
+  return Geometry(v, v.dims, (N, *out), starts, strides, low, batch0)
 
 
-def accepts(dot, patches, info) -> bool:
-  """Whether ``dot`` (an HLO dot reading the patch fusion ``patches`` as its A operand, A = the
-  patch matrix as it is, [M, K] with k along its rows) will run on ``WgmmaDot`` with the
-  patches read in place: tensor cores for its types, the layouts ``WgmmaDot`` takes, and one
-  kernel position's channels filling whole 16-byte copies."""
+def accepts(dot, patches, geo: Geometry, info) -> bool:
+  """Whether ``dot`` (an HLO dot reading the patch matrix ``patches`` of geometry ``geo`` as
+  its A operand, A = the patch matrix as it is, [M, K] with k along its rows) will run on
+  ``WgmmaDot`` with the patches read in place: tensor cores for its types, the layouts
+  ``WgmmaDot`` takes, and one kernel position's channels filling whole 16-byte copies."""
   from ourjax.backends.cuda.dots import _tf32_allowed, mma_kind
   from ourjax.backends.cuda.wgmma import WgmmaDot
   if os.environ.get("OURJAX_CUDA_MMA", "wgmma") != "wgmma" or \
@@ -153,9 +172,8 @@ def accepts(dot, patches, info) -> bool:
   kind = mma_kind(dot, info, _tf32_allowed(dot))
   if kind is None:
     return False
-  geo = match(patches)
   epv = 16 // np.dtype(lhs.dtype).itemsize
-  return geo is not None and geo.channels % epv == 0 and \
+  return geo.channels % epv == 0 and \
       WgmmaDot.supports(dot, info, kind) is not None
 
 
@@ -165,7 +183,10 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod):
   the matrix is out of bounds too (the caller checks k against K)."""
   g = buf.geometry
   C, r = g.channels, len(g.strides)
+  # (k may be past K in a tile's last slice: the tap is clamped so the table read stays inside;
+  # the caller's check of k against K zero-fills that chunk)
   t = b.udiv(k, i64(C))
+  t = b.select(b.icmp_unsigned("<", t, i64(g.taps)), t, i64(g.taps - 1))
   ch = b.urem(k, i64(C))
   # per spatial dim, a table of the taps' offsets (start - low) in global memory
   tables = []
@@ -186,7 +207,7 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod):
     coords.append(b.urem(rest, i64(n)))
     rest = b.udiv(rest, i64(n))
   coords.reverse()
-  off = rest                                  # n
+  off = b.add(rest, i64(g.batch0)) if g.batch0 else rest     # n
   for d in range(r):
     p = b.gep(tables[d], [ir.Constant(I32, 0), t], inbounds=True)
     shift = b.sext(b.load(p), I64)
