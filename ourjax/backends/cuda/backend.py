@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import weakref
@@ -477,8 +478,9 @@ class CudaExecutable:
             for g, p in enumerate(self.ptx_modules)]
     mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []
-    for n, k in enumerate(self.kernels):
-      f = mods[n % len(mods)].function(k.name)
+    for k in self.kernels:
+      g, name = k.ptx_entry
+      f = mods[g].function(name)
       grid, block, shared = k.launch(info)
       if shared > 48 * 1024:
         f.set_max_dynamic_shared(shared)
@@ -890,18 +892,26 @@ MODULE_SEPARATOR = "\n// ---- next module ----\n"
 
 
 def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
-  """(plan, LLVM IR text, PTX texts) of ``module``: its kernels in one module, or, when there
-  are many (``cpu_backend.compile_groups``), in several, turned into PTX at once on several
-  threads and loaded as modules of their own (the kernels do not call each other)."""
+  """(plan, LLVM IR text, PTX texts) of ``module``: each kernel in an LLVM module of its own,
+  kernels whose code is the same (a layer's dots and their gradients, repeated per layer) in
+  one: a kernel's code depends on its buffers' shapes and types, not on where they are, since
+  they are its parameters.  The distinct modules are turned into PTX at once on several
+  threads and loaded as modules of their own; ``kernel.ptx_entry`` is (module, function)."""
   info = info or device_info()
   plan = _plan(module, info)
   kernels = plan[1]
-  groups = max(1, _cpu_planning().compile_groups(len(kernels)))
-  irmods = [codegen.new_module(f"{module.name or 'ourjax'}.{g}", info.arch)
-            for g in range(groups)]
-  for n, k in enumerate(kernels):
-    k.emit_gpu(irmods[n % groups])
-  texts = [str(m) for m in irmods]
+  texts, names, first = [], [], {}
+  for k in kernels:
+    m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
+    k.emit_gpu(m)
+    text = str(m)
+    key = re.sub(re.escape(k.name) + r"(?![0-9])", "\x00", text)
+    if key not in first:
+      first[key] = len(texts)
+      texts.append(text)
+      names.append(k.name)
+    n = first[key]
+    k.ptx_entry = (n, names[n])
   ptx = codegen.compile_ptx_modules(texts, info.arch)
   return plan, MODULE_SEPARATOR.join(texts), ptx
 

@@ -236,10 +236,15 @@ class DotKernel(Kernel):
   def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
     self.dot, self.spec = dot, DotSpec(dot)
     self.threads = threads           # the host's threads at planning time (see chunks)
-    self.symbols = gemm_symbols(self.spec)
     self.lhs, self.rhs, self.out = lhs, rhs, out
     s = self.spec
     super().__init__(name, [lhs, rhs], [out], [scratch], work=s.B * s.M * s.N * s.K)
+
+  @property
+  def symbols(self) -> list:
+    """The process-wide GEMM this kernel's CPU code calls (compiled on first use: the GPU
+    backend, which plans with the same kernels, never asks)."""
+    return gemm_symbols(self.spec)
 
   @property
   def chunks(self) -> int:
