@@ -284,7 +284,8 @@ class JitWrapped:
       if not (abstract_ok and isinstance(x, ShapeDtypeStruct)):
         _check_arg(x, f"jit({_fun_name(self.fun)})")
     avals = tuple(_abstractify(x) for x in leaves)
-    key = (in_tree, avals, static_key, self.backend, config.x64_enabled)
+    key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
+           config.jax_default_matmul_precision)   # (read at trace time, as JAX's key has it)
     return f, leaves, in_tree, avals, key, (args, kwargs)
 
   def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
@@ -333,13 +334,15 @@ class JitWrapped:
     head = f"cache miss for {fname}{_fun_location(self.fun)}"
     if not self._cache:
       return f"{head}: first call (never traced before)"
-    in_tree, avals, static_key, backend, x64 = key
+    in_tree, avals, static_key, backend, x64, prec = key
     best = None
     for old in self._cache:
-      o_tree, o_avals, o_static, o_backend, o_x64 = old
+      o_tree, o_avals, o_static, o_backend, o_x64, o_prec = old
       diffs = []          # (weight, text): the closest signature has the least total weight
       if x64 != o_x64:
         diffs.append((2, f"jax_enable_x64 is now {x64} and was {o_x64}"))
+      if prec != o_prec:
+        diffs.append((2, f"jax_default_matmul_precision is now {prec} and was {o_prec}"))
       if in_tree != o_tree:
         diffs.append((1000, f"the argument structure is now {in_tree} and was {o_tree}"))
       else:
@@ -424,10 +427,12 @@ class JitWrapped:
       else:
         if config._local.overrides:     # this thread's context-manager flags
           x64, off = config.x64_enabled, _fast_path_off(config)
+          prec = config.jax_default_matmul_precision
         else:
           flags = config._values
           x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
-        fkey = (bool(x64), tuple(sig))
+          prec = flags["jax_default_matmul_precision"]
+        fkey = (bool(x64), prec, tuple(sig))
         hit = self._fast.get(fkey)
         if hit and not off:
           try:

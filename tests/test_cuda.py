@@ -90,9 +90,16 @@ def test_batch_chunks_of_a_convolution_match_reference(monkeypatch):
 @settings(max_examples=30, deadline=None)
 @given(jaxpr_programs.programs())
 def test_random_programs_match_eager(prog):
+  """(f32 dots at the highest precision, as eager computes them: by default the tensor cores
+  round their operands to tf32, as JAX's do)"""
   args = prog.inputs
   expected = prog(*args)
-  got = ourjax.jit(prog, backend="cuda")(*args)
+  before = ourjax.config.jax_default_matmul_precision
+  ourjax.config.update("jax_default_matmul_precision", "highest")
+  try:
+    got = ourjax.jit(prog, backend="cuda")(*args)
+  finally:
+    ourjax.config.update("jax_default_matmul_precision", before)
   jaxpr_programs.assert_outputs_close(got, expected, "cuda")
 
 

@@ -547,3 +547,27 @@ def test_compile_reuses_nothing_stale_after_clear_cache():
   g.clear_cache()
   g(1.0)
   assert len(f.calls) == 2
+
+
+def test_default_matmul_precision_is_part_of_the_cache_key():
+  """The default precision is read when a dot is traced, so a change of it retraces (as in
+  JAX), on the fast path too; going back finds the first trace again."""
+  traces = []
+
+  def f(a, b):
+    traces.append(1)
+    return a @ b
+  g = ourjax.jit(f)
+  a = np.ones((4, 4), np.float32)
+  before = ourjax.config.jax_default_matmul_precision
+  try:
+    g(a, a)
+    g(a, a)
+    ourjax.config.update("jax_default_matmul_precision", "highest")
+    g(a, a)
+    g(a, a)
+    ourjax.config.update("jax_default_matmul_precision", before)
+    np.testing.assert_array_equal(np.asarray(g(a, a)), a @ a)
+  finally:
+    ourjax.config.update("jax_default_matmul_precision", before)
+  assert len(traces) == 2
