@@ -335,6 +335,9 @@ WGMMA_CASES = [
      lambda r: (f32(r, 130, 72).astype(BF16), f32(r, 72, 200).astype(BF16)), 1e-2),
     ("dot_wgmma_batched_edges", lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
      lambda r: (f32(r, 3, 40, 20), f32(r, 3, 20, 52)), 5e-3),
+    # tf32, B row-major and narrow, A tall: B is copied K-major, A takes the 128-row operand
+    ("dot_wgmma_narrow_b", lambda a, b: a @ b,
+     lambda r: (f32(r, 2048, 96), f32(r, 96, 48)), 5e-3),
     # a weight gradient (27 x 64 outputs, 32768 products each): M-major A copied K-major, the
     # contraction split across blocks into partial products, summed with the epilogue applied
     ("dot_wgmma_split_k", lambda a, b, c: jnp.maximum(a.T @ b + c, 0.0),

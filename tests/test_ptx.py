@@ -149,6 +149,9 @@ def test_wgmma_takes_any_sizes(compiled_cases):
   assert "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32" in ptx
   assert _kernel_kinds(compiled_cases["dot_wgmma_split_k"]) == [
       "StridedTranspose", "WgmmaDot", "SplitKSum"]
+  k = compiled_cases["dot_wgmma_narrow_b"].runtime_executable().kernels
+  assert [type(x).__name__ for x in k] == ["StridedTranspose", "WgmmaDot"]
+  assert (k[1].mode, k[1].WG, k[1].Q) == ("ss", 2, 64)
   assert ".target sm_90\n" in compiled_cases["ew_f32"].as_text(dialect="ptx")
 
 

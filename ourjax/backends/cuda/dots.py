@@ -759,6 +759,19 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
     if how is not None:
       spec, a = staged, new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
       pre = [StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk)]
+  if how is not None and how[0] == "rs_t" and how[2] == 1 and spec.M >= 16 * 64 and \
+     spec.K % 4 == 0 and (spec.B == 1 or spec.b_sb % 4 == 0):
+    # tf32 with a row-major B of 64 columns or fewer and many rows of A (a convolution with
+    # few output channels): the transposed form would give each block one warpgroup and A
+    # through 256-wide tiles; B copied K-major first (a small copy) lets A take the 128-row X
+    # operand of two warpgroups and B a narrow Y tile instead
+    staged = copy.copy(spec)
+    staged.b_sb, staged.b_sk, staged.b_sn = s.N * s.K, 1, s.K
+    alt = WgmmaDot.supports(dot, info, kind, staged)
+    if alt is not None and alt[0] == "ss":
+      rhs_k = new_temp(rhs.dtype, (s.B, s.N, s.K), f"{name}.rhs_k_major")
+      pre = pre + [StridedTranspose(name + "_tb", rhs, rhs_k, s.B, s.N, s.K, s.b_sb, s.b_sk)]
+      spec, rhs, how = staged, rhs_k, alt
   if how is None:
     return None
   S = split_count(spec, how, kind, info)
