@@ -39,8 +39,12 @@ class Geometry:
   """A patch matrix [N * prod(out), taps * C] over input ``v`` [N, in..., C]: tap ``t`` reads
   input position ``o * stride + starts[t] - low`` at output position ``o`` (per spatial dim)."""
 
-  def __init__(self, v, in_dims, out_dims, starts, strides, low, batch0=0):
+  def __init__(self, v, in_dims, out_dims, starts, strides, low, batch0=0, layout="F"):
     self.v = v                          # the padded instruction's operand (an HLO instruction)
+    # "F": rows (n, out...), columns (tap, c): a convolution's (or an input gradient's) patches;
+    # "W": rows (n, tap), columns (out..., c): a weight gradient's, whose convolution has the
+    # input's channels as its batch and the batch as its channels
+    self.layout = layout
     self.batch0 = batch0                # the first batch element of v the matrix reads (a
                                         # batch chunk of a larger convolution)
     self.in_dims = tuple(in_dims)       # [N, spatial..., C]
@@ -101,13 +105,27 @@ def match_root(root) -> Geometry | None:
      root.operands[0].opcode != "concatenate":
     return None
   cat = root.operands[0]
-  cdims = cat.dims                      # [N, out..., taps, C]
+  cdims = cat.dims
   axis = cat.attrs["dimensions"][0]
-  r = len(cdims) - 3                    # spatial rank
-  if r < 1 or axis != len(cdims) - 2:
+  T = len(cat.operands)
+  if len(cdims) >= 4 and axis == len(cdims) - 2:
+    # a convolution's patches: [N, out..., taps, C] -> rows (n, out...), columns (tap, c)
+    layout, r = "F", len(cdims) - 3
+    N, out, C = cdims[0], cdims[1:1 + r], cdims[-1]
+    if tuple(root.dims) != (N * math.prod(out), T * C):
+      return None
+  elif len(cdims) == 3 and axis == 1 and cat.operands and \
+      cat.operands[0].opcode == "reshape" and len(cat.operands[0].operands[0].dims) >= 3:
+    # a weight gradient's: [C, taps, out... x N] -> rows (c, tap), columns (out..., n)
+    layout = "W"
+    sdims = cat.operands[0].operands[0].dims
+    r = len(sdims) - 2
+    N, out, C = sdims[0], sdims[1:1 + r], sdims[-1]
+    if tuple(root.dims) != (N * T, math.prod(out) * C) or cdims != (N, T, math.prod(out) * C):
+      return None
+  else:
     return None
-  N, out, T, C = cdims[0], cdims[1:1 + r], cdims[-2], cdims[-1]
-  if tuple(root.dims) != (N * math.prod(out), T * C) or len(cat.operands) != T:
+  if r < 1 or cdims[axis] != T:
     return None
   source, starts, strides = None, [], None
   for piece in cat.operands:
@@ -146,9 +164,10 @@ def match_root(root) -> Geometry | None:
     if all(x == 1 for x in st) and tuple(v.dims[1:]) == tuple(whole.dims[1:]) and \
        all(x == 0 for x in v.attrs["start_indices"][1:]):
       v, batch0 = whole, v.attrs["start_indices"][0]
-  if len(v.dims) != r + 2 or v.dims[0] < batch0 + N or v.dims[-1] != C:
+  if len(v.dims) != r + 2 or v.dims[0] < batch0 + N or v.dims[-1] != C or \
+     (batch0 and layout != "F"):
     return None
-  return Geometry(v, v.dims, (N, *out), starts, strides, low, batch0)
+  return Geometry(v, v.dims, (N, *out), starts, strides, low, batch0, layout)
 
 
 def accepts(dot, patches, geo: Geometry, info) -> bool:
@@ -200,13 +219,24 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod):
       gv.linkage = "internal"
       gv.initializer = ir.Constant(ty, [ir.Constant(I32, s[d] - g.low[d]) for s in g.starts])
     tables.append(gv)
-  ok = b.icmp_unsigned("<", m, i64(math.prod(g.out_dims)))
-  # m -> (n, o_1..o_r), row-major over out_dims
-  rest, coords = m, []
-  for n in reversed(g.out_dims[1:]):
-    coords.append(b.urem(rest, i64(n)))
-    rest = b.udiv(rest, i64(n))
-  coords.reverse()
+
+  def unravel(x, dims):
+    """(leading index, [the others]) of ``x`` over row-major ``dims``."""
+    coords = []
+    for n in reversed(dims[1:]):
+      coords.append(b.urem(x, i64(n)))
+      x = b.udiv(x, i64(n))
+    return x, coords[::-1]
+
+  if g.layout == "F":     # m -> (n, o_1..o_r); k -> (tap, c)
+    ok = b.icmp_unsigned("<", m, i64(math.prod(g.out_dims)))
+    rest, coords = unravel(m, g.out_dims)
+  else:                   # m -> (n, tap); k -> (o_1..o_r, c)
+    ok = b.icmp_unsigned("<", m, i64(g.out_dims[0] * g.taps))
+    rest = b.udiv(m, i64(g.taps))
+    t = b.urem(m, i64(g.taps))
+    o1, coords = unravel(b.udiv(k, i64(C)), g.out_dims[1:])
+    coords = [o1] + coords
   off = b.add(rest, i64(g.batch0)) if g.batch0 else rest     # n
   for d in range(r):
     p = b.gep(tables[d], [ir.Constant(I32, 0), t], inbounds=True)
