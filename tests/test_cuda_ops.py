@@ -46,8 +46,15 @@ class _OnGpu:
 
 @pytest.fixture(autouse=True)
 def _compile_for_the_gpu(monkeypatch):
+  import ourjax
   monkeypatch.setattr(T, "native", _OnGpu)
   monkeypatch.setattr(T, "_ELEMENTWISE_CACHE", {})      # not the CPU executables
+  # f32 dots and convolutions at the highest precision, as the CPU tests' tolerances assume
+  # (by default the tensor cores round their operands to tf32, as JAX's do)
+  before = ourjax.config.jax_default_matmul_precision
+  ourjax.config.update("jax_default_matmul_precision", "highest")
+  yield
+  ourjax.config.update("jax_default_matmul_precision", before)
 
 
 def _hitters(x, idx, upd, **dims):
