@@ -126,6 +126,11 @@ CASES = [
     ("sum_rows", lambda a: jnp.sum(a, axis=1), lambda r: (f32(r, 2048, 1000),), 1e-5),
     ("sum_cols", lambda a: jnp.sum(a, axis=0), lambda r: (f32(r, 3000, 257),), 1e-5),
     ("mean_middle", lambda a: jnp.mean(a, axis=1), lambda r: (f32(r, 6, 500, 7),), 1e-5),
+    # few outputs, long columns: thousands of partials per output, combined by a block each
+    ("sum_cols_tall", lambda a: jnp.sum(a, axis=0), lambda r: (f32(r, 40000, 24),), 1e-5),
+    ("max_cols_tall", lambda a: jnp.max(a, axis=(0, 1)), lambda r: (f32(r, 200, 300, 12),), 0),
+    ("bias_update_tall", lambda g, bias: (g * 2.0, bias - 0.1 * jnp.sum(g, axis=0)),
+     lambda r: (f32(r, 30000, 16), f32(r, 16)), 1e-5),
     ("max_rows", lambda a: jnp.max(a, axis=-1), lambda r: (f32(r, 700, 300),), 0),
     ("min_all_int", lambda a: jnp.min(a), lambda r: (r.integers(-10**6, 10**6, (100000,),
                                                                  dtype=np.int32),), 0),

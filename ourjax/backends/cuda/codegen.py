@@ -837,31 +837,38 @@ class ColumnReduce(GpuKernel):
 
 
 class ColumnFinish(GpuKernel):
-  """out[o] = init (+) fold over s of partials[s, o]."""
+  """out[o] = init (+) fold over s of partials[s, o]: one block per output, its threads folding
+  every ``BLOCK``-th partial, then a warp-shuffle and shared-memory combine (a column
+  reduction with few outputs has thousands of partials each: one thread per output folding
+  them in turn took 60 us for 64 outputs of 4,224 partials)."""
   BLOCK = 256
 
   def __init__(self, name, reduce, out, partials, leafmap, splits):
     self.reduce, self.out, self.partials = reduce, out, partials
     self.leafmap, self.splits = dict(leafmap), splits
     self.nout = out.size
+    self.block = min(self.BLOCK, max(32, _pow2_at_least(splits)))
     super().__init__(name, [partials] + K._leaf_bufs(self.leafmap), [out],
                      work=self.nout * splits)
 
   def launch(self, info):
-    return (max(1, -(-self.nout // self.BLOCK)), 1, 1), (self.BLOCK, 1, 1), 0
+    return (max(1, self.nout), 1, 1), (self.block, 1, 1), 0
 
   def gpu_body(self, b, ptr):
+    if self.nout == 0:
+      return
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
-    o = b.add(b.mul(sreg64(b, "ctaid.x"), i64(self.BLOCK)), sreg64(b, "tid.x"))
-    with b.if_then(b.icmp_signed("<", o, i64(self.nout))):
-      red = _Reducer(b, em, self.reduce)
-      acc = E.alloca_entry(b, red.ident[0].type)
-      b.store(red.ident[0], acc)
-      with E.ForLoop(b, 0, self.splits, "s") as s:
-        x = E.load_element(b, ptr(self.partials), b.add(b.mul(s.index, i64(self.nout)), o),
-                           self.partials.dtype)
-        b.store(red.combine([b.load(acc)], [x])[0], acc)
-      E.store_element(b, red.finish([b.load(acc)])[0], ptr(self.out), o, self.reduce.dtype)
+    o = sreg64(b, "ctaid.x")
+    red = _Reducer(b, em, self.reduce)
+    acc = E.alloca_entry(b, red.ident[0].type)
+    b.store(red.ident[0], acc)
+    with E.ForLoop(b, sreg64(b, "tid.x"), self.splits, "s", step=self.block) as s:
+      x = E.load_element(b, ptr(self.partials), b.add(b.mul(s.index, i64(self.nout)), o),
+                         self.partials.dtype)
+      b.store(red.combine([b.load(acc)], [x])[0], acc)
+    total = _block_allreduce(b, red, [b.load(acc)], self.block, self.name)
+    with b.if_then(b.icmp_unsigned("==", sreg(b, "tid.x"), ir.Constant(I32, 0))):
+      E.store_element(b, red.finish(total)[0], ptr(self.out), o, self.reduce.dtype)
 
 
 class ColumnOutputsFinish(GpuKernel):
