@@ -131,6 +131,12 @@ CASES = [
     ("max_cols_tall", lambda a: jnp.max(a, axis=(0, 1)), lambda r: (f32(r, 200, 300, 12),), 0),
     ("bias_update_tall", lambda g, bias: (g * 2.0, bias - 0.1 * jnp.sum(g, axis=0)),
      lambda r: (f32(r, 30000, 16), f32(r, 16)), 1e-5),
+    # sibling column reductions of one fusion (a batchnorm gradient's sums): one pass over the
+    # input; the variance reads the mean, so it is not a sibling
+    ("column_siblings", lambda x, y: (jnp.sum(x * y, axis=0), jnp.sum(x, axis=0),
+                                      jnp.max(x - y, axis=0),
+                                      jnp.sum((x - jnp.mean(x, axis=0)) ** 2, axis=0)),
+     lambda r: (f32(r, 20000, 24), f32(r, 20000, 24)), 1e-5),
     ("max_rows", lambda a: jnp.max(a, axis=-1), lambda r: (f32(r, 700, 300),), 0),
     ("min_all_int", lambda a: jnp.min(a), lambda r: (r.integers(-10**6, 10**6, (100000,),
                                                                  dtype=np.int32),), 0),

@@ -757,7 +757,9 @@ def _make_planner(cpu_be, module, info):
     def _group_kernels(self, instrs, outputs, leafmap):
       # a dot's elementwise consumer (bias, activation) runs in the dot's kernel
       from ourjax.backends.cuda.dots import fuse_dot_epilogues
-      return fuse_dot_epilogues(super()._group_kernels(instrs, outputs, leafmap), outputs)
+      kernels = fuse_dot_epilogues(super()._group_kernels(instrs, outputs, leafmap), outputs)
+      # sibling column reductions (a batchnorm gradient's sums) read their input once
+      return codegen.merge_column_reductions(kernels)
 
     def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
       patches = self._implicit_patches(instr, vals, steps, want, comp)

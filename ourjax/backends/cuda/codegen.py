@@ -771,25 +771,33 @@ class ColumnReduce(GpuKernel):
   """``reduce`` over a contiguous middle block ``red`` of ``pre + red + post``: thread
   (s, p, j) folds chunk ``s`` of the reduced block for output (p, j); with one chunk it folds
   the whole block in order into the output, else into ``partials[s, p*post + j]`` for
-  ``ColumnFinish``."""
+  ``ColumnFinish``.  ``reduce`` may be a list of sibling reductions over the same block (a
+  multi-output fusion's, e.g. a batchnorm gradient's sums): each thread folds them all in one
+  pass, their common operands read and computed once per element; ``out``/``partials`` are
+  then lists too."""
   BLOCK = 256
 
   def __init__(self, name, reduce, out, leafmap, pre, red, post, splits=1, partials=None):
-    self.reduce, self.out, self.leafmap = reduce, out, dict(leafmap)
+    many = isinstance(reduce, (list, tuple))
+    self.reduces = list(reduce) if many else [reduce]
+    self.outs = list(out) if many else [out]
+    self.partial_bufs = (list(partials) if many else [partials]) if partials is not None \
+        else None
+    self.reduce, self.out, self.partials = self.reduces[0], self.outs[0], partials
+    self.leafmap = dict(leafmap)
     self.pre, self.red, self.post = tuple(pre), tuple(red), tuple(post)
-    self.splits, self.partials = splits, partials
+    self.splits = splits
     self.nout = math.prod(self.pre) * math.prod(self.post)
     self.partial = partials is not None
-    tgt = partials if self.partial else out
-    super().__init__(name, K._leaf_bufs(self.leafmap), [tgt],
-                     work=self.nout * math.prod(self.red))
+    tgts = self.partial_bufs if self.partial else self.outs
+    super().__init__(name, K._leaf_bufs(self.leafmap), list(tgts),
+                     work=self.nout * math.prod(self.red) * len(self.reduces))
 
   def launch(self, info):
     n = self.nout * self.splits
     return (max(1, -(-n // self.BLOCK)), 1, 1), (self.BLOCK, 1, 1), 0
 
   def gpu_body(self, b, ptr):
-    r = self.reduce
     nred, npost = math.prod(self.red), math.prod(self.post)
     if self.nout == 0:
       return
@@ -801,39 +809,44 @@ class ColumnReduce(GpuKernel):
       rest = b.urem(t, i64(self.nout))
       p = b.udiv(rest, i64(npost))
       j = b.urem(rest, i64(npost))
-      red = _Reducer(b, em, r) if self.partial else None
-      src = r.operands[0]
-      comp = r.attrs["to_apply"]
-      dt = r.dtype
       if self.partial:
-        acc0 = red.ident[0]
+        reds = [_Reducer(b, em, r) for r in self.reduces]
+        acc0s = [red.ident[0] for red in reds]
         csize = -(-nred // S)
         klo = b.mul(s, i64(csize))
         khi = b.add(klo, i64(csize))
         khi = b.select(b.icmp_signed(">", khi, i64(nred)), i64(nred), khi)
       else:
-        acc0 = em.scalar(r.operands[1])
+        reds = None
+        acc0s = [em.scalar(r.operands[1]) for r in self.reduces]
         klo, khi = i64(0), i64(nred)
-      acc = E.alloca_entry(b, acc0.type)
-      b.store(acc0, acc)
+      accs = []
+      for a0 in acc0s:
+        acc = E.alloca_entry(b, a0.type)
+        b.store(a0, acc)
+        accs.append(acc)
       pmulti = E.delinearize(b, p, self.pre)
       jmulti = E.delinearize(b, j, self.post)
       with E.ForLoop(b, klo, khi, "k") as k:
         em.push_scope()
-        lin = b.add(b.mul(b.add(b.mul(p, i64(nred)), k.index), i64(npost)), j)
-        idx = Index(b, src.dims, linear=lin,
-                    multi=pmulti + E.delinearize(b, k.index, self.red) + jmulti)
-        x = em.value(src, idx)
-        if self.partial:
-          new = red.combine([b.load(acc)], [x])[0]
-        else:
-          new = em.combine(comp, [b.load(acc)], [x], [dt])[0]
-        b.store(new, acc)
+        for n, (r, acc) in enumerate(zip(self.reduces, accs)):
+          src = r.operands[0]
+          lin = b.add(b.mul(b.add(b.mul(p, i64(nred)), k.index), i64(npost)), j)
+          idx = Index(b, src.dims, linear=lin,
+                      multi=pmulti + E.delinearize(b, k.index, self.red) + jmulti)
+          x = em.value(src, idx)
+          if self.partial:
+            new = reds[n].combine([b.load(acc)], [x])[0]
+          else:
+            new = em.combine(r.attrs["to_apply"], [b.load(acc)], [x], [r.dtype])[0]
+          b.store(new, acc)
         em.pop_scope()
-      if self.partial:
-        E.store_element(b, b.load(acc), ptr(self.partials), t, self.partials.dtype)
-      else:
-        E.store_element(b, b.load(acc), ptr(self.out), rest, dt)
+      for n, (r, acc) in enumerate(zip(self.reduces, accs)):
+        if self.partial:
+          part = self.partial_bufs[n]
+          E.store_element(b, b.load(acc), ptr(part), t, part.dtype)
+        else:
+          E.store_element(b, b.load(acc), ptr(self.outs[n]), rest, r.dtype)
 
 
 class ColumnFinish(GpuKernel):
@@ -969,6 +982,8 @@ def translate(kernel: K.Kernel, new_temp, info: DeviceInfo, max_threads: int) ->
     return _split(name, r.dims, [(r, kernel.out)], [r], kernel.leafmap, new_temp, info)
   if isinstance(kernel, K.ColumnReduceKernel):
     return _column(kernel, new_temp, info)
+  if isinstance(kernel, SiblingColumnReduces):
+    return _sibling_columns(kernel, new_temp, info)
   if isinstance(kernel, K.LoopKernel):
     return _loop(kernel, new_temp, info)
   if isinstance(kernel, (K.SortKernel, K.ScatterKernel)):
@@ -1080,6 +1095,71 @@ def _split(name, dims, outs, reds, leafmap, new_temp, info):
   restricted = K._restrict_many(leafmap, [(r, None) for r in reds])
   return [SplitPartials(name + "_p", dims, reds, partials, restricted, groups, block),
           SplitFinish(name + "_f", dims, outs, reds, partials, leafmap, groups)]
+
+
+class SiblingColumnReduces(K.Kernel):
+  """Column reductions of one group over the same block of the same index space, none reading
+  another (``merge_column_reductions``): translated as one ``ColumnReduce`` pass."""
+
+  def __init__(self, kernels):
+    self.parts = list(kernels)
+    first = self.parts[0]
+    self.pre, self.red, self.post = first.pre, first.red, first.post
+    self.leafmap = {}
+    for k in self.parts:
+      self.leafmap.update(k.leafmap)
+    super().__init__(first.name, K._leaf_bufs(self.leafmap), [k.out for k in self.parts],
+                     work=sum(k.work for k in self.parts))
+
+
+def merge_column_reductions(kernels) -> list:
+  """Runs of ``ColumnReduceKernel``s over the same reduced block of the same dimensions whose
+  reductions are simple (add, max, ...) and do not read each other's results, as one
+  ``SiblingColumnReduces`` each: the GPU reads their common input once instead of once per
+  reduction."""
+  out, run = [], []
+
+  def flush():
+    if len(run) > 1:
+      out.append(SiblingColumnReduces(run))
+    else:
+      out.extend(run)
+    run.clear()
+  for k in kernels:
+    if isinstance(k, K.ColumnReduceKernel) and not k.reduce.shape.is_tuple and \
+       E.simple_reducer(k.reduce.attrs["to_apply"]) is not None:
+      if run and ((k.pre, k.red, k.post, tuple(k.reduce.operands[0].dims)) !=
+                  (run[0].pre, run[0].red, run[0].post, tuple(run[0].reduce.operands[0].dims))
+                  or any(x.out in k.reads for x in run)):
+        flush()
+      run.append(k)
+      continue
+    flush()
+    out.append(k)
+  flush()
+  return out
+
+
+def _sibling_columns(kernel: SiblingColumnReduces, new_temp, info):
+  nout = math.prod(kernel.pre) * math.prod(kernel.post)
+  nred = math.prod(kernel.red)
+  splits = 1
+  if nout and nred >= 64 and nout < info.sm_count * 1024:
+    splits = max(1, min(-(-info.sm_count * 2048 // nout), nred // 8))
+  reduces = [k.reduce for k in kernel.parts]
+  outs = [k.out for k in kernel.parts]
+  if splits == 1:
+    return [ColumnReduce(kernel.name, reduces, outs, kernel.leafmap, kernel.pre, kernel.red,
+                         kernel.post)]
+  parts = [new_temp(_partial_dtype(r.dtype), (splits * nout,), r.name + ".colpart")
+           for r in reduces]
+  restricted = K._restrict_many(kernel.leafmap, [(r, None) for r in reduces])
+  ks = [ColumnReduce(kernel.name + "_p", reduces, outs, restricted, kernel.pre, kernel.red,
+                     kernel.post, splits, parts)]
+  for n, (r, o, part) in enumerate(zip(reduces, outs, parts)):
+    ks.append(ColumnFinish(f"{kernel.name}_f{n}", r, o, part, K._restrict(kernel.leafmap, r),
+                           splits))
+  return ks
 
 
 def _column(kernel: K.ColumnReduceKernel, new_temp, info):
