@@ -10,14 +10,17 @@ import string
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax.array import Array
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
 from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes, static_argnames
 
 
 def _operands(name, *args):
-  check_arraylike(name, *args)
-  return [asarray(a) for a in promote_dtypes(*[_as_operand(a) for a in args])]
+  if type(args[0]) is not Array or type(args[-1]) is not Array:
+    check_arraylike(name, *args)
+    args = [_as_operand(a) for a in args]
+  return [a if type(a) is Array else asarray(a) for a in promote_dtypes(*args)]
 
 
 def _dot_general(lhs, rhs, contract, batch, precision, preferred_element_type):
@@ -74,6 +77,16 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
     if len(s) == 0:
       raise ValueError(f"matmul input operand {i} must have ndim at least 1, but it has ndim 0")
   a_vec, b_vec = len(sa) == 1, len(sb) == 1
+  if a_vec or b_vec or (len(sa) == 2 and len(sb) == 2):
+    # no batch dimensions to pair up: one dot_general contracting a's last axis with b's
+    # second-to-last (its only one if b is a vector), as JAX's jnp.matmul does
+    ka, kb = sa[-1], sb[0] if b_vec else sb[-2]
+    if ka != kb:
+      raise TypeError(f"matmul: contracting dimensions must have the same size, got shapes "
+                      f"{'(' + str(ka) + ',)' if a_vec else sa} and "
+                      f"{'(' + str(kb) + ',)' if b_vec else sb}: {ka} != {kb}")
+    return _dot_general(a, b, ((len(sa) - 1,), (0 if b_vec else len(sb) - 2,)), ((), ()),
+                        precision, pref)
   if a_vec:
     a = lax.reshape(a, (1,) + sa)
   if b_vec:

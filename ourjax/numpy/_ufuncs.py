@@ -565,7 +565,8 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   x, y = promote_dtypes(x, y)
   from ourjax.numpy._util import broadcast_shapes
   shapes = [get_aval(v).shape for v in (condition, x, y)]
-  shape = broadcast_shapes(*shapes, fun_name="where")
+  shape = shapes[0] if shapes[0] == shapes[1] == shapes[2] else \
+      broadcast_shapes(*shapes, fun_name="where")
   x = _broadcast_to(x, shape) if shapes[1] != shape else x
   y = _broadcast_to(y, shape) if shapes[2] != shape else y
   if shapes[0] and shapes[0] != shape:
