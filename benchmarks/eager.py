@@ -7,7 +7,9 @@ Each row is one operation (``x + y``, ``jnp.exp(x)``, ``x[1:3]``, ``x.at[1].set(
 float32 inputs of one size: ``8`` and ``64x64`` (small: the per-op overhead of Python, dtype
 handling and dispatch) and ``1024x1024`` (large: the kernel itself).  The three libraries run the
 same expression on the same NumPy inputs, converted once to each library's array; every call's
-result is waited for (``block_until_ready``: JAX dispatches asynchronously).  Timing alternates
+result is waited for (``block_until_ready``: JAX dispatches asynchronously).  Each op is first
+run 30 times (1 s at most): the steady state of an op in a loop, after JAX's compile of the
+signature and ourjax's choice between NumPy and a compiled kernel.  Timing alternates
 the libraries in one process: each round times a batch of calls per library (the batch sized to
 last ``--min-time`` seconds), and the table prints the median time per call over the rounds and
 the ratios ourjax/JAX and ourjax/NumPy (below 1.0: ourjax faster).  Each row also checks ourjax's
@@ -93,9 +95,22 @@ def _calibrate(call, min_time: float) -> int:
     n = max(n + 1, min(n * 8, int(n * min_time / max(dt, 1e-9) * 1.2) + 1))
 
 
+def _warm_up(call, calls: int = 30, seconds: float = 1.0):
+  """Run ``call`` at least ``calls`` times and for about ``seconds`` at most: the steady state
+  of an op used in a loop (JAX compiles each signature on its first call; ourjax decides after
+  a few large calls whether a compiled kernel beats NumPy)."""
+  t_end = time.perf_counter() + seconds
+  for i in range(calls):
+    call()
+    if i >= 2 and time.perf_counter() > t_end:
+      break
+
+
 def time_alternating(calls: dict, repeat: int, min_time: float) -> dict:
   """Median seconds per call of each of ``calls`` (name -> thunk), the libraries timed one after
-  the other in each of ``repeat`` rounds."""
+  the other in each of ``repeat`` rounds, after a warm-up."""
+  for c in calls.values():
+    _warm_up(c)
   batch = {k: _calibrate(c, min_time) for k, c in calls.items()}
   times = {k: [] for k in calls}
   for _ in range(repeat):

@@ -23,8 +23,8 @@ with several threads (the transcendental functions, where NumPy's own SIMD loops
 types, params) with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and
 the kernel is predicted to take ``dispatch + numpy_time * cost / threads``.  When it is
 predicted to save at least 30% per call, and the savings the calls so far would have made pay
-for a compile (``_compile_seconds``, the measured cost of compiling one such kernel: ski rental,
-so that a signature met once is never compiled), the kernel is compiled; its first timed calls
+for a compile (``_compile_seconds``, the measured cost of compiling a kernel of that primitive:
+ski rental, so that a signature met only a few times is not compiled), the kernel is compiled; its first timed calls
 are then compared with NumPy's, and the signature keeps whichever was faster.  The kernel is not
 used under ``disable_jit`` or while NaNs are being checked (whose re-runs are eager).
 """
@@ -115,10 +115,14 @@ def apply(prim, args, params):
 
 #: kernel time on one thread / NumPy time, per primitive (2-core AVX-512 Xeon, 1024x1024
 #: float32, ourjax's CPU backend against NumPy 2.4's SIMD loops).  Primitives not listed always
-#: run in NumPy: views and copies (reshape, slice, transpose...) and BLAS (dot_general).
+#: run in NumPy: views and copies (reshape, slice, transpose, concatenate...), gathers and
+#: scatters, and whatever has no kernel of its own.
 KERNEL_COST = {
     # NumPy's where branches per element; the kernel is a vector select
     "select_n": 0.15,
+    # the backend's packed GEMM against NumPy's BLAS (1024^3 float32: 35 against 66 ms, on
+    # two threads each)
+    "dot_general": 1.05,
     # NumPy: several passes or scalar loops (reference_ops); the kernel: one vectorized pass
     "erf": 0.02, "erfc": 0.02, "erf_inv": 0.005, "lgamma": 0.07, "digamma": 0.07,
     "integer_pow": 0.02, "logistic": 0.7, "rsqrt": 0.6,
@@ -134,7 +138,10 @@ KERNEL_COST = {
 }
 _MIN_KERNEL_ELEMENTS = 1 << 14   # below this, a kernel's dispatch costs about what NumPy does
 _DISPATCH_SECONDS = 2e-5         # a compiled call's fixed cost
-_compile_seconds = [0.15]        # the measured cost of compiling one kernel (running mean)
+#: what compiling one kernel costs, per primitive (running mean of the measured compiles;
+#: before the first: 0.15 s, a dot's packed GEMM 2.5 s, measured on the 2-core Xeon)
+_compile_seconds = {"dot_general": 2.5}
+_COMPILE_SECONDS_DEFAULT = 0.15
 _TRIALS = 2                      # timed kernel calls before the choice is made
 
 
@@ -201,10 +208,13 @@ def _kernel_allowed(args) -> bool:
 def _consider_kernel(prim, params, args, choice):
   """Compile the kernel when its predicted saving per call is real and the calls so far would
   have saved more than a compile costs."""
-  t_np = choice.np_best
-  t_kernel = _DISPATCH_SECONDS + t_np * KERNEL_COST[prim.name] / _kernel_threads()
+  t_np, name = choice.np_best, prim.name
+  compile_s = _compile_seconds.get(name, _COMPILE_SECONDS_DEFAULT)
+  if (t_np - _DISPATCH_SECONDS) * choice.np_calls < compile_s:
+    return            # not even a free kernel would have paid for its compile yet
+  t_kernel = _DISPATCH_SECONDS + t_np * KERNEL_COST[name] / _kernel_threads()
   saving = t_np - t_kernel
-  if saving < 0.3 * t_np or saving * choice.np_calls < _compile_seconds[0]:
+  if saving < 0.3 * t_np or saving * choice.np_calls < compile_s:
     return
   from ourjax import api
   fn = api.jit(functools.partial(_bind_one, prim, params), backend="cpu")
@@ -214,7 +224,8 @@ def _consider_kernel(prim, params, args, choice):
   except Exception:   # noqa: BLE001  (a kernel the backend cannot build: NumPy it is)
     choice.fn = False
     return
-  _compile_seconds[0] = 0.5 * _compile_seconds[0] + 0.5 * (time.perf_counter() - t0)
+  dt = time.perf_counter() - t0
+  _compile_seconds[name] = 0.5 * (_compile_seconds.get(name, dt) + dt)
   choice.fn, choice.state = fn, "trial"
 
 

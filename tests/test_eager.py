@@ -147,8 +147,10 @@ def test_single_window_scatters_match_numpy(mode):
 @pytest.fixture
 def eager_kernels(monkeypatch):
   """Kernels chosen as soon as they are predicted to help (compiles are free)."""
-  monkeypatch.setattr(_eager, "_compile_seconds", [0.0])
+  monkeypatch.setattr(_eager, "_compile_seconds", {})
+  monkeypatch.setattr(_eager, "_COMPILE_SECONDS_DEFAULT", 0.0)
   monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setattr(_eager, "_DISPATCH_SECONDS", 0.0)
   _eager.clear_cache()
   yield
   _eager.clear_cache()

@@ -68,6 +68,8 @@ def canonicalize_precision(precision):
 def _preferred(preferred_element_type, name):
   if preferred_element_type is None:
     return None
+  if isinstance(preferred_element_type, np.dtype) and preferred_element_type in _BLAS_DTYPES:
+    return dtypes.canonicalize_dtype(preferred_element_type)     # (the common case)
   return dtypes.canonicalize_dtype(dtypes.check_user_dtype(preferred_element_type, name))
 
 
@@ -223,7 +225,6 @@ _BLAS_DTYPES = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64, np
 
 def _dot_general_impl(lhs, rhs, dimension_numbers, precision, preferred_element_type,
                       out_sharding):
-  from ourjax.backends import reference_ops
   out = _dot_out_dtype(lhs.dtype, rhs.dtype, preferred_element_type)
   (lc, rc), (lb, _) = dimension_numbers
   if (not lb and lhs.ndim <= 2 and rhs.ndim <= 2 and len(lc) == 1 and lhs.dtype == out
@@ -232,13 +233,22 @@ def _dot_general_impl(lhs, rhs, dimension_numbers, precision, preferred_element_
     # np.matmul on (transposed) views, as the reference computes it without its copies
     a = lhs.T if lhs.ndim == 2 and lc[0] == 0 else lhs
     b = rhs.T if rhs.ndim == 2 and rc[0] == 1 else rhs
-    with np.errstate(all="ignore"):
-      r = np.asarray(np.matmul(a, b))
-      if not r.ndim:
-        return r + np.zeros((), out)     # -0 -> +0: the sum starts from +0
-      r += np.zeros((), out)
-      return r
-  return reference_ops.dot_general(lhs, rhs, dimension_numbers, preferred_element_type=out)
+    return _rops().quietly(_matmul_from_plus_zero, a, b, out)
+  return _rops().dot_general(lhs, rhs, dimension_numbers, preferred_element_type=out)
+
+
+def _matmul_from_plus_zero(a, b, out):
+  r = np.matmul(a, b)
+  if type(r) is not np.ndarray or not r.ndim:
+    return np.asarray(r + np.zeros((), out))    # -0 -> +0: the sum starts from +0
+  r += np.zeros((), out)
+  return r
+
+
+@functools.lru_cache(maxsize=1)
+def _rops():
+  from ourjax.backends import reference_ops
+  return reference_ops
 
 
 dot_general_p.def_impl(_dot_general_impl)

@@ -34,9 +34,8 @@ def _reducer(name, kinds, numpy_fn):
       kw["initial"] = _chooser_identity(numpy_fn is np.max, x.dtype)
     if x.dtype.itemsize < 4 and dtypes.is_float(x.dtype):
       return reduce_fn(x.astype(np.float32), axis=axes, **kw).astype(x.dtype)
-    out = rops.quietly(reduce_fn, x, axis=axes, **kw)
-    return out if type(out) is np.ndarray and out.dtype == x.dtype else \
-        np.asarray(out).astype(x.dtype)
+    out = np.asarray(rops.quietly(reduce_fn, x, axis=axes, **kw))
+    return out if out.dtype == x.dtype else out.astype(x.dtype)
   p.def_impl(impl)
 
   def batch(vals, dims, axes, **params):

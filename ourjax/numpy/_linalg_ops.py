@@ -13,10 +13,13 @@ from ourjax import core, dtypes, lax
 from ourjax.array import Array
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
-from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes, static_argnames
+from ourjax.numpy._util import (_as_operand, _same_strong_arrays, check_arraylike,
+                                promote_dtypes, static_argnames)
 
 
 def _operands(name, *args):
+  if _same_strong_arrays(args, same_shape=False):
+    return list(args)
   if type(args[0]) is not Array or type(args[-1]) is not Array:
     check_arraylike(name, *args)
     args = [_as_operand(a) for a in args]

@@ -155,7 +155,8 @@ def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_inte
   comp_dt = _upcast_f16(result_dt) if upcast_f16 else result_dt
   if name in ("all", "any"):
     comp_dt = result_dt = np.dtype(np.bool_)
-  a = lax.convert_element_type(a, comp_dt)
+  if aval.dtype != comp_dt or aval.weak_type:
+    a = lax.convert_element_type(a, comp_dt)
   lax_name = name
   if comp_dt == np.bool_ and name in ("sum", "prod", "max", "min"):
     lax_name = {"sum": "any", "prod": "all", "max": "any", "min": "all"}[name]
@@ -173,6 +174,9 @@ def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_inte
     res = combine(init, res)
   if keepdims:
     res = _keepdims(res, aval.shape, axes)
+  r_aval = get_aval(res)
+  if r_aval.dtype == result_dt and not r_aval.weak_type:
+    return res
   return lax.convert_element_type(res, result_dt)
 
 

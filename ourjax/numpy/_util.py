@@ -186,9 +186,10 @@ _INEXACT = frozenset(map(np.dtype, (np.float16, np.float32, np.float64, np.compl
                                     np.complex128))) | {dtypes.dtype("bfloat16")}
 
 
-def _same_strong_arrays(args) -> bool:
-  """All arguments are Arrays of one shape and one strongly typed canonical dtype: promotion
-  leaves them as they are (the common case of eager code, checked cheaply)."""
+def _same_strong_arrays(args, same_shape: bool = True) -> bool:
+  """All arguments are Arrays of one shape (unless not ``same_shape``) and one strongly typed
+  canonical dtype: promotion leaves them as they are (the common case of eager code, checked
+  cheaply)."""
   a0 = args[0]
   if type(a0) is not Array:
     return False
@@ -199,7 +200,7 @@ def _same_strong_arrays(args) -> bool:
     if type(a) is not Array:
       return False
     v = a.aval
-    if v.weak_type or v.shape != v0.shape or v.dtype != v0.dtype:
+    if v.weak_type or v.dtype != v0.dtype or (same_shape and v.shape != v0.shape):
       return False
   return True
 
