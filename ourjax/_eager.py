@@ -49,31 +49,34 @@ def clear_cache() -> None:
   _choices.clear()
 
 
-def _aval(a):
-  if type(a) is Array:
-    v = a._aval
-    return v if v is not None else a.aval
-  return core.get_aval(a)
-
-
 def abstract_eval(prim, avals: tuple, params: dict):
   """``prim.abstract_eval(*avals, **params)``, cached (a tuple for multiple results)."""
+  return _signature(prim, avals, params)[0]
+
+
+def _signature(prim, avals: tuple, params: dict):
+  """(abstract result, whether the operands are large enough for a kernel), cached."""
   try:
     # a param's type is part of the key: 1, 1.0 and True are equal as dict keys
     key = (prim, config.x64_enabled, avals,
            tuple([(k, v, type(v)) for k, v in params.items()]) if params else ())
-    out = _avals_cache.get(key)
+    entry = _avals_cache.get(key)
   except TypeError:      # an unhashable param
-    out = prim.abstract_eval(*avals, **params)
-    return tuple(out) if prim.multiple_results else out
-  if out is None:
-    out = prim.abstract_eval(*avals, **params)
-    if prim.multiple_results:
-      out = tuple(out)
+    return _evaluate(prim, avals, params), False
+  if entry is None:
+    out = _evaluate(prim, avals, params)
+    large = (not prim.multiple_results and prim.name in KERNEL_COST and
+             max([a.size for a in avals] + [out.size]) >= _MIN_KERNEL_ELEMENTS)
+    entry = (out, large)
     if len(_avals_cache) >= _CACHE_MAX:
       _avals_cache.clear()
-    _avals_cache[key] = out
-  return out
+    _avals_cache[key] = entry
+  return entry
+
+
+def _evaluate(prim, avals, params):
+  out = prim.abstract_eval(*avals, **params)
+  return tuple(out) if prim.multiple_results else out
 
 
 def wrap(value, aval) -> Array:
@@ -101,12 +104,11 @@ def _run_numpy(prim, args, params, out):
 
 
 def apply(prim, args, params):
-  avals = tuple([_aval(a) for a in args])
-  out = abstract_eval(prim, avals, params)
-  if not prim.multiple_results and prim.name in KERNEL_COST:
-    n = max([a.size for a in avals] + [out.size])
-    if n >= _MIN_KERNEL_ELEMENTS:
-      return _apply_large(prim, args, params, avals, out)
+  avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
+                 core.get_aval(a) for a in args])
+  out, large = _signature(prim, avals, params)
+  if large:
+    return _apply_large(prim, args, params, avals, out)
   return _run_numpy(prim, args, params, out)
 
 
