@@ -205,15 +205,43 @@ def _same_strong_arrays(args, same_shape: bool = True) -> bool:
   return True
 
 
+def _array_and_scalar(args):
+  """``x * 2.0``, ``1 - x``: a strongly typed float32/float64 Array and a Python float or int
+  promote to the Array's dtype, the scalar a 0-d Array of it; None for anything else."""
+  a, b = args
+  ta, tb = type(a), type(b)
+  if ta is Array and (tb is float or tb is int):
+    arr, sc = a, b
+  elif tb is Array and (ta is float or ta is int):
+    arr, sc = b, a
+  else:
+    return None
+  v = arr.aval
+  if v.weak_type or not (v.dtype == _f32 or (v.dtype == _f64 and config.x64_enabled)):
+    return None
+  s = _scalar_fast(sc, v.dtype, False)
+  if s is None:
+    return None
+  return [arr, s] if arr is a else [s, arr]
+
+
 def promote_args(fun_name: str, *args):
   if args and _same_strong_arrays(args):
     return list(args)
+  if len(args) == 2:
+    r = _array_and_scalar(args)
+    if r is not None:
+      return r
   return promote_shapes(fun_name, *promote_dtypes(*_operands(fun_name, args)))
 
 
 def promote_args_inexact(fun_name: str, *args):
   if args and _same_strong_arrays(args) and args[0].aval.dtype in _INEXACT:
     return list(args)
+  if len(args) == 2:
+    r = _array_and_scalar(args)
+    if r is not None:
+      return r
   return promote_shapes(fun_name, *promote_dtypes_inexact(*_operands(fun_name, args)))
 
 
