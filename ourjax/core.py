@@ -8,7 +8,8 @@ How a primitive runs (autodidax's design, which JAX's core shares):
   level on the trace stack, or the current dynamic trace when it is higher) and asks it to
   ``process_primitive``.  The bottom trace, ``EvalTrace``, runs the primitive's NumPy
   implementation; the other traces (jvp, vmap, partial evaluation, jaxpr building) are in
-  ``interpreters/``.
+  ``interpreters/``.  When no argument is a tracer and the thread has no dynamic trace, ``bind``
+  goes to the eager evaluation (``ourjax/_eager.py``) directly.
 * Rules live in tables keyed by the primitive: ``abstract_eval_rules`` and ``impl_rules`` here,
   ``jvp_rules``/``transpose_rules`` in ``interpreters/ad.py``, ``batch_rules`` in
   ``interpreters/batching.py``, ``lowering_rules`` in ``lowering/from_jaxpr.py``.  Each primitive's
