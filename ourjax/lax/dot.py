@@ -16,6 +16,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ourjax import core, dtypes
+from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import all_weak, standard_primitive
@@ -49,7 +50,6 @@ class Precision(enum.Enum):
 def canonicalize_precision(precision):
   """None, or a pair of ``Precision`` values (one per operand)."""
   if precision is None:
-    from ourjax.config import config
     default = config.read("jax_default_matmul_precision")
     return None if default is None else canonicalize_precision(default)
   try:
@@ -237,11 +237,15 @@ def _dot_general_impl(lhs, rhs, dimension_numbers, precision, preferred_element_
   return _rops().dot_general(lhs, rhs, dimension_numbers, preferred_element_type=out)
 
 
+_PLUS_ZERO = {dt: np.zeros((), dt) for dt in _BLAS_DTYPES}
+
+
 def _matmul_from_plus_zero(a, b, out):
   r = np.matmul(a, b)
+  zero = _PLUS_ZERO[out]
   if type(r) is not np.ndarray or not r.ndim:
-    return np.asarray(r + np.zeros((), out))    # -0 -> +0: the sum starts from +0
-  r += np.zeros((), out)
+    return np.asarray(r + zero)      # -0 -> +0: the sum starts from +0
+  r += zero
   return r
 
 

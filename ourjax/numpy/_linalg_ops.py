@@ -28,11 +28,12 @@ def _operands(name, *args):
 
 def _dot_general(lhs, rhs, contract, batch, precision, preferred_element_type):
   dn = ((tuple(contract[0]), tuple(contract[1])), (tuple(batch[0]), tuple(batch[1])))
-  weak = get_aval(lhs).weak_type and get_aval(rhs).weak_type
+  la, ra = get_aval(lhs), get_aval(rhs)
+  weak = la.weak_type and ra.weak_type
   # as JAX's jnp, the result dtype is passed as preferred_element_type (it shows in the jaxpr)
   pref = preferred_element_type
-  if pref is None and get_aval(lhs).dtype == get_aval(rhs).dtype:
-    pref = get_aval(lhs).dtype
+  if pref is None and la.dtype == ra.dtype:
+    pref = la.dtype
   out = lax.dot_general(lhs, rhs, dn, precision=precision, preferred_element_type=pref)
   if preferred_element_type is None and weak:
     out = lax._convert_element_type(out, get_aval(out).dtype, True)
