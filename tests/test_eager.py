@@ -41,7 +41,8 @@ CASES = [
     ("where", lambda x, y: jnp.where(x > 0, x, y)), ("where scalar", lambda x, y: jnp.where(x > 0, x, 0.0)),
     ("exp", lambda x, y: jnp.exp(x)), ("sign", lambda x, y: jnp.sign(x)),
     ("sum", lambda x, y: jnp.sum(x)), ("sum axis", lambda x, y: jnp.sum(x, axis=0)),
-    ("max", lambda x, y: jnp.max(x, axis=1)), ("matmul", lambda x, y: x @ y.T),
+    ("max", lambda x, y: jnp.max(x, axis=1)), ("min keepdims", lambda x, y: x.min(0, keepdims=True)),
+    ("prod", lambda x, y: jnp.prod(x, axis=(0, 1))), ("matmul", lambda x, y: x @ y.T),
     ("vec matmul", lambda x, y: x[0] @ y.T), ("matvec", lambda x, y: x @ y[1]),
     ("vecvec", lambda x, y: x[0] @ y[1]), ("dot -0", lambda x, y: x[:, 1] @ jnp.ones(2, x.dtype)),
     ("transpose", lambda x, y: x.T), ("reshape", lambda x, y: x.reshape(4, 2)),
@@ -69,6 +70,21 @@ def test_weak_types_through_the_fast_paths():
             lambda a, b: jnp.where(True, a, b)):
     for a, b in ((w, w), (w, s), (s, w), (s, s)):
       _same(f(a, b), _reference(f)(a, b))
+
+
+def test_float64_and_python_scalars_under_x64():
+  x = np.array([1.5, -0.0, 2.0])
+  with enable_x64():
+    for f in (lambda v: v * 2.0, lambda v: 1 - v, lambda v: v > 0, lambda v: jnp.sum(v),
+              lambda v: jnp.where(v > 0, v, 0.5)):
+      _same(f(jnp.asarray(x)), _reference(f)(x))
+
+
+def test_reductions_without_identity_reject_empty_axes():
+  for _ in range(2):
+    with pytest.raises(ValueError, match="zero-size array to reduction operation max"):
+      jnp.max(jnp.zeros((0, 3), jnp.float32), axis=0)
+  assert np.asarray(jnp.max(jnp.zeros((0, 3), jnp.float32), axis=1)).shape == (0,)
 
 
 def test_abstract_eval_errors_are_raised_every_time():
