@@ -12,6 +12,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.array import Array
 from ourjax.core import get_aval
+from ourjax.lax.dot import canonicalize_precision, dot_general_p
 from ourjax.numpy._creation import asarray
 from ourjax.numpy._util import (_as_operand, _same_strong_arrays, check_arraylike,
                                 promote_dtypes, static_argnames)
@@ -71,10 +72,31 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
   return _dot_general(a, b, ((na - 1,), (db,)), ((), ()), precision, pref)
 
 
+_EAGER_MATMUL_DTYPES = frozenset(map(np.dtype, (np.float32, np.complex64)))
+
+
+def _eager_matmul(a, b):
+  """The dot_general that the general path below binds for two float32/complex64 Arrays of rank
+  1 or 2 with matching contracting sizes (not both weak), bound directly; None otherwise."""
+  la, ra = a.aval, b.aval
+  if (la.dtype != ra.dtype or la.dtype not in _EAGER_MATMUL_DTYPES or
+      (la.weak_type and ra.weak_type) or not 1 <= la.ndim <= 2 or not 1 <= ra.ndim <= 2 or
+      la.shape[-1] != ra.shape[0]):
+    return None
+  dn = (((la.ndim - 1,), (0,)), ((), ()))
+  return dot_general_p.bind(a, b, dimension_numbers=dn, precision=canonicalize_precision(None),
+                            preferred_element_type=la.dtype, out_sharding=None)
+
+
 def matmul(a, b, *, precision=None, preferred_element_type=None):
   """Matrix product with NumPy's rules: 1-D operands are promoted to a matrix and the added
   axis removed afterwards; leading (batch) axes broadcast."""
   a, b = _operands("matmul", a, b)
+  if (precision is None and preferred_element_type is None and type(a) is Array
+      and type(b) is Array):
+    out = _eager_matmul(a, b)
+    if out is not None:
+      return out
   pref = _pref(preferred_element_type, "matmul")
   sa, sb = get_aval(a).shape, get_aval(b).shape
   for i, s in enumerate((sa, sb)):
