@@ -24,9 +24,10 @@ types, params) with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is
 the kernel is predicted to take ``dispatch + numpy_time * cost / threads``.  When it is
 predicted to save at least 30% per call, and the savings the calls so far would have made pay
 for a compile (``_compile_seconds``, the measured cost of compiling a kernel of that primitive:
-ski rental, so that a signature met only a few times is not compiled), the kernel is compiled; its first timed calls
-are then compared with NumPy's, and the signature keeps whichever was faster.  The kernel is not
-used under ``disable_jit`` or while NaNs are being checked (whose re-runs are eager).
+ski rental, so that a signature met only a few times is not compiled), the kernel is compiled;
+its first timed calls are then compared with NumPy's, and the signature keeps whichever was
+faster.  The kernel is not used under ``disable_jit`` or while NaNs are being checked (whose
+re-runs are eager).
 """
 from __future__ import annotations
 
@@ -149,12 +150,14 @@ _TRIALS = 2                      # timed kernel calls before the choice is made
 
 class _Choice:
   """What one large signature runs: ``'numpy'`` while undecided or when NumPy was faster,
-  ``'trial'`` while the kernel is being timed, ``'kernel'`` once it was faster."""
-  __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls")
+  ``'trial'`` while the kernel is being timed, ``'kernel'`` once it was faster.  ``settled``:
+  the kernel is not considered again (NumPy was faster, or it could not be built)."""
+  __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "settled")
 
   def __init__(self):
     self.state, self.np_best, self.np_calls = "numpy", float("inf"), 0
     self.fn, self.k_best, self.k_calls = None, float("inf"), 0
+    self.settled = False
 
 
 _choices: dict = {}
@@ -179,9 +182,10 @@ def _apply_large(prim, args, params, avals, out):
     if len(_choices) >= _CACHE_MAX:
       _choices.clear()
     choice = _choices[key] = _Choice()
-  if choice.state != "numpy" and _kernel_allowed(args):
+  fn = choice.fn       # (read once: another thread may settle the choice meanwhile)
+  if fn is not None and choice.state != "numpy" and _kernel_allowed(args):
     t0 = time.perf_counter()
-    r = choice.fn(*args)
+    r = fn(*args)
     if choice.state == "trial":
       r.block_until_ready()
       if not _time_kernel(choice, time.perf_counter() - t0, r, out):
@@ -193,7 +197,7 @@ def _apply_large(prim, args, params, avals, out):
   choice.np_calls += 1
   if dt < choice.np_best:
     choice.np_best = dt
-  if choice.fn is None and choice.state == "numpy" and _kernel_allowed(args):
+  if not choice.settled and choice.fn is None and _kernel_allowed(args):
     _consider_kernel(prim, params, args, choice)
   return r
 
@@ -224,26 +228,28 @@ def _consider_kernel(prim, params, args, choice):
   try:
     fn(*args).block_until_ready()        # compiles
   except Exception:   # noqa: BLE001  (a kernel the backend cannot build: NumPy it is)
-    choice.fn = False
+    choice.settled = True
     return
   dt = time.perf_counter() - t0
   _compile_seconds[name] = 0.5 * (_compile_seconds.get(name, dt) + dt)
-  choice.fn, choice.state = fn, "trial"
+  choice.state = "trial"
+  choice.fn = fn
 
 
 def _time_kernel(choice, dt, r, out) -> bool:
   """Record a timed kernel call; False if its result cannot be used (not of the abstract
   result's type: then NumPy runs this signature from now on)."""
   if type(r) is not Array or r.aval != out:
-    choice.state, choice.fn = "numpy", False
+    choice.settled, choice.state = True, "numpy"
     return False
   choice.k_calls += 1
   if dt < choice.k_best:
     choice.k_best = dt
   if choice.k_calls >= _TRIALS:
-    choice.state = "kernel" if choice.k_best < choice.np_best else "numpy"
-    if choice.state == "numpy":
-      choice.fn = False
+    if choice.k_best < choice.np_best:
+      choice.state = "kernel"
+    else:
+      choice.settled, choice.state = True, "numpy"
   return True
 
 

@@ -199,6 +199,7 @@ def test_no_kernel_where_none_is_predicted_to_help(eager_kernels, monkeypatch):
   assert np.allclose(np.asarray(r), np.tanh(np.linspace(-2, 2, 4096, dtype=np.float32)))
   (choice,) = _choice("tanh")
   assert choice.state == "numpy" and choice.fn is None and choice.np_calls == 4
+  assert not choice.settled
 
 
 def test_no_kernel_under_disable_jit(eager_kernels, monkeypatch):
