@@ -5,6 +5,7 @@ from ourjax import errors  # noqa: F401
 from ourjax import tree_util  # noqa: F401
 from ourjax import tree  # noqa: F401
 from ourjax.array import PublicArray as Array  # noqa: F401  (tracers are instances too)
+from ourjax import _eager  # noqa: F401  (installs the eager evaluation of primitives)
 from ourjax import lax  # noqa: F401
 from ourjax import numpy  # noqa: F401
 from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, jacfwd,  # noqa

@@ -1488,7 +1488,8 @@ def typeof(x):
 def clear_caches() -> None:
   """Forget every compiled executable and traced jaxpr (jit's caches, the backends' cache of
   compiled jaxprs); later calls trace and compile again."""
-  from ourjax import backends
+  from ourjax import _eager, backends
+  _eager.clear_cache()
   for per_fun in list(_JIT_CACHES.values()):
     for cache in list(per_fun.values()):
       cache.clear()

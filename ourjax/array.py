@@ -228,6 +228,9 @@ class Array:
     return self
 
 
+dtypes.aval_types.add(Array)
+
+
 class _PublicArrayMeta(type):
   """``isinstance(x, ourjax.Array)`` holds for concrete Arrays and, as in JAX, for tracers of
   arrays (so ``isinstance(x, jax.Array)`` is True inside jit, grad and vmap too)."""

@@ -59,7 +59,7 @@ class Config:
 
   def read(self, name: str):
     ov = self._local.overrides
-    if name in ov:
+    if ov and name in ov:
       return ov[name]
     return self._values[name]
 

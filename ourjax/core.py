@@ -8,7 +8,8 @@ How a primitive runs (autodidax's design, which JAX's core shares):
   level on the trace stack, or the current dynamic trace when it is higher) and asks it to
   ``process_primitive``.  The bottom trace, ``EvalTrace``, runs the primitive's NumPy
   implementation; the other traces (jvp, vmap, partial evaluation, jaxpr building) are in
-  ``interpreters/``.
+  ``interpreters/``.  When no argument is a tracer and the thread has no dynamic trace, ``bind``
+  goes to the eager evaluation (``ourjax/_eager.py``) directly.
 * Rules live in tables keyed by the primitive: ``abstract_eval_rules`` and ``impl_rules`` here,
   ``jvp_rules``/``transpose_rules`` in ``interpreters/ad.py``, ``batch_rules`` in
   ``interpreters/batching.py``, ``lowering_rules`` in ``lowering/from_jaxpr.py``.  Each primitive's
@@ -17,6 +18,7 @@ How a primitive runs (autodidax's design, which JAX's core shares):
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import os
 import sys
@@ -41,16 +43,17 @@ class ShapedArray:
 
   A weak type comes from a Python scalar; it does not widen the dtype of the arrays it meets
   (``f16_array + 1.0`` stays float16)."""
-  __slots__ = ("shape", "dtype", "weak_type")
+  __slots__ = ("shape", "dtype", "weak_type", "_hash")
   array_abstraction_level = 1
 
   def __init__(self, shape, dtype, weak_type: bool = False):
     self.shape = tuple(int(d) for d in shape)
     self.dtype = np.dtype(dtype)
     self.weak_type = bool(weak_type)
+    self._hash = None
 
   ndim = property(lambda self: len(self.shape))
-  size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+  size = property(lambda self: math.prod(self.shape))
 
   def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
     return ShapedArray(self.shape if shape is None else shape,
@@ -69,7 +72,13 @@ class ShapedArray:
             and self.dtype == other.dtype and self.weak_type == other.weak_type)
 
   def __hash__(self):
-    return hash((self.shape, self.dtype, self.weak_type))
+    h = self._hash      # an aval is not changed once made: its hash is computed once
+    if h is None:
+      h = self._hash = hash((self.shape, self.dtype, self.weak_type))
+    return h
+
+  def __reduce__(self):      # (not the cached hash: another process hashes differently)
+    return (ShapedArray, (self.shape, self.dtype, self.weak_type))
 
   def __repr__(self):
     w = ", weak_type=True" if self.weak_type else ""
@@ -135,6 +144,7 @@ impl_rules: dict["Primitive", Callable] = {}
 class Primitive:
   """A named operation.  Rules are registered in per-transformation tables keyed by it."""
   multiple_results = False
+  _custom_impl = False      # True once def_custom_impl replaced ``impl``
 
   def __init__(self, name: str):
     self.name = name
@@ -143,6 +153,19 @@ class Primitive:
     return self.name
 
   def bind(self, *args, **params):
+    # Eager fast path: no tracer among the operands and no dynamic trace in this thread means
+    # the top trace is this thread's EvalTrace (what find_top_trace would pick), so run the
+    # primitive directly, without building the trace objects.
+    if _state.dynamic_trace is None:
+      for a in args:
+        if isinstance(a, Tracer):
+          break
+      else:
+        outs = (self.impl(*args, **params) if self._custom_impl else
+                _eager_apply(self, args, params))
+        if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
+          _nan_check.check_outputs(self, outs, args, params)
+        return outs
     trace = find_top_trace(args)
     tracers = [full_raise(trace, a) for a in args]
     outs = trace.process_primitive(self, tracers, params)
@@ -164,6 +187,7 @@ class Primitive:
     """``fn(*values, **params)`` -> ourjax values; for primitives whose eager evaluation is not a
     NumPy function of NumPy arrays (jit calls, control flow, custom derivatives)."""
     self.impl = fn
+    self._custom_impl = True
     return fn
 
   # --- evaluation ---
@@ -177,17 +201,16 @@ class Primitive:
       raise _with_user_line(e, self.name) from None
 
   def impl(self, *args, **params):
-    """Eager evaluation: abstract-evaluate (for dtypes, weak types and errors), then run the NumPy
-    implementation on host values and wrap the results as Arrays."""
-    from ourjax.array import Array, to_numpy
-    out_avals = self.abstract_eval(*[get_aval(a) for a in args], **params)
-    rule = impl_rules.get(self)
-    if rule is None:
-      raise NotImplementedError(f"no implementation rule for primitive '{self.name}'")
-    outs = rule(*[to_numpy(a) for a in args], **params)
-    if self.multiple_results:
-      return [Array._from_result(o, a) for o, a in zip(outs, out_avals)]
-    return Array._from_result(outs, out_avals)
+    """Eager evaluation: abstract-evaluate (for dtypes, weak types and errors; the result is
+    cached per operand types and params), then run the NumPy implementation on host values and
+    wrap the results as Arrays."""
+    return _eager_apply(self, args, params)
+
+
+def _eager_apply(prim, args, params):
+  """Replaced by ``ourjax._eager.apply`` when that module is imported (it needs ``Array``)."""
+  from ourjax._eager import apply
+  return apply(prim, args, params)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -353,6 +376,10 @@ class Tracer:
   __slots__ = ("_trace", "__weakref__")
   __array_priority__ = 1000
 
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    dtypes.aval_types.add(cls)      # dtypes.result_type reads a tracer's aval directly
+
   @property
   def aval(self) -> ShapedArray:
     raise NotImplementedError
@@ -444,6 +471,8 @@ _python_scalar_types = (bool, int, float, complex)
 
 
 def get_aval(x) -> ShapedArray:
+  if type(x) in dtypes.aval_types:     # an Array or a tracer
+    return x.aval
   if isinstance(x, Tracer):
     return x.aval
   aval = getattr(x, "aval", None)   # ourjax.Array

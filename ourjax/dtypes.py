@@ -413,9 +413,28 @@ def promote_types(a: Any, b: Any) -> np.dtype:
   return _node_dtype(_join(frozenset({na, nb})))
 
 
+#: types whose instances carry an ``aval`` with the (valid, canonical) dtype and the weak type:
+#: ``ourjax.array.Array`` registers itself, and ``core.Tracer``'s subclasses are found by MRO.
+aval_types: set = set()
+_scalar_pairs = {bool: (np.dtype(np.bool_), False), int: (np.dtype(np.int64), True),
+                 float: (np.dtype(np.float64), True), complex: (np.dtype(np.complex128), True)}
+
+
 def _dtype_and_weakness(x: Any) -> tuple[np.dtype, bool]:
+  t = type(x)
+  pair = _scalar_pairs.get(t)
+  if pair is not None:
+    return pair
+  if t in aval_types:
+    a = x.aval
+    return a.dtype, a.weak_type
+  if t is np.ndarray:
+    return _checked(x.dtype, x), False
   weak = any(x is t for t in _weak_python_types) or is_weakly_typed(x)
   return dtype(x), weak
+
+
+_result_type_cache: dict = {}
 
 
 def result_type(*args: Any, return_weak_type_flag: bool = False):
@@ -429,7 +448,19 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
   """
   if not args:
     raise ValueError("at least one array or dtype is required")
-  pairs = [_dtype_and_weakness(np.float64 if a is None else a) for a in args]
+  pairs = tuple([_dtype_and_weakness(np.float64 if a is None else a) for a in args])
+  # the result depends only on the (dtype, weak) pairs and the x64 flag: cache it
+  key = (pairs, config.x64_enabled)
+  r = _result_type_cache.get(key)
+  if r is None:
+    r = _result_type_of_pairs(pairs)
+    if len(_result_type_cache) > 4096:
+      _result_type_cache.clear()
+    _result_type_cache[key] = r
+  return r if return_weak_type_flag else r[0]
+
+
+def _result_type_of_pairs(pairs):
   dts = [d for d, _ in pairs]
   weaks = [w for _, w in pairs]
   if len(pairs) == 1:
@@ -448,7 +479,7 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
     out = _default_dtype_of_kind[_kind(out)]()
   else:
     out = canonicalize_dtype(out)
-  return (out, weak) if return_weak_type_flag else out
+  return out, weak
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,8 +511,19 @@ def _issubdtype_types(a: type, b: type) -> bool:
   return bool(np.issubdtype(a, b))
 
 
+_issubdtype_of_dtype: dict = {}
+
+
 def issubdtype(a: Any, b: Any) -> bool:
   """np.issubdtype, with ml_dtypes' floats under np.floating and sub-byte ints under np.integer."""
+  if isinstance(a, np.dtype):       # the common case (is_float(aval.dtype)...): one dict lookup
+    try:
+      return _issubdtype_of_dtype[a, b]
+    except KeyError:
+      r = _issubdtype_of_dtype[a, b] = _issubdtype_types(_scalar_type(a), _scalar_type(b))
+      return r
+    except TypeError:   # an unhashable b
+      pass
   return _issubdtype_types(_scalar_type(a), _scalar_type(b))
 
 

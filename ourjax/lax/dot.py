@@ -9,12 +9,14 @@ that the result comes out in the operand's layout.
 from __future__ import annotations
 
 import enum
+import functools
 import operator
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from ourjax import core, dtypes
+from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import all_weak, standard_primitive
@@ -48,7 +50,6 @@ class Precision(enum.Enum):
 def canonicalize_precision(precision):
   """None, or a pair of ``Precision`` values (one per operand)."""
   if precision is None:
-    from ourjax.config import config
     default = config.read("jax_default_matmul_precision")
     return None if default is None else canonicalize_precision(default)
   try:
@@ -67,6 +68,8 @@ def canonicalize_precision(precision):
 def _preferred(preferred_element_type, name):
   if preferred_element_type is None:
     return None
+  if isinstance(preferred_element_type, np.dtype) and preferred_element_type in _BLAS_DTYPES:
+    return dtypes.canonicalize_dtype(preferred_element_type)     # (the common case)
   return dtypes.canonicalize_dtype(dtypes.check_user_dtype(preferred_element_type, name))
 
 
@@ -99,6 +102,12 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
 
 
 def _index_tuple(x) -> tuple:
+  if type(x) is tuple:
+    for i in x:
+      if type(i) is not int:
+        break
+    else:
+      return x
   if isinstance(x, (int, np.integer)):
     return (operator.index(x),)
   return tuple(operator.index(i) for i in x)
@@ -160,6 +169,7 @@ def _dot_general_shape(lhs, rhs, dimension_numbers, precision, preferred_element
           + tuple(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb)))
 
 
+@functools.lru_cache(maxsize=256)
 def _type_rank(dt):
   """XLA's order for picking the result type of a mixed-type product (complex over real, then
   exponent range, mantissa, width, signed over unsigned)."""
@@ -203,12 +213,46 @@ dot_general_p = standard_primitive("dot_general", _dot_general_shape, _dot_gener
                                    lambda lhs, rhs, **_: all_weak(lhs, rhs))
 
 
+@functools.lru_cache(maxsize=256)
+def _dot_out_dtype(lhs_dtype, rhs_dtype, preferred_element_type):
+  """The result dtype of dot_general on operands of these dtypes (``_dot_general_dtype``)."""
+  return _dot_general_dtype(ShapedArray((), lhs_dtype), ShapedArray((), rhs_dtype), None, None,
+                            preferred_element_type, None)
+
+
+_BLAS_DTYPES = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
+
+
 def _dot_general_impl(lhs, rhs, dimension_numbers, precision, preferred_element_type,
                       out_sharding):
+  out = _dot_out_dtype(lhs.dtype, rhs.dtype, preferred_element_type)
+  (lc, rc), (lb, _) = dimension_numbers
+  if (not lb and lhs.ndim <= 2 and rhs.ndim <= 2 and len(lc) == 1 and lhs.dtype == out
+      and rhs.dtype == out and out in _BLAS_DTYPES):
+    # a matrix/vector product without batch dimensions in the operands' own (BLAS) type: one
+    # np.matmul on (transposed) views, as the reference computes it without its copies
+    a = lhs.T if lhs.ndim == 2 and lc[0] == 0 else lhs
+    b = rhs.T if rhs.ndim == 2 and rc[0] == 1 else rhs
+    return _rops().quietly(_matmul_from_plus_zero, a, b, out)
+  return _rops().dot_general(lhs, rhs, dimension_numbers, preferred_element_type=out)
+
+
+_PLUS_ZERO = {dt: np.zeros((), dt) for dt in _BLAS_DTYPES}
+
+
+def _matmul_from_plus_zero(a, b, out):
+  r = np.matmul(a, b)
+  zero = _PLUS_ZERO[out]
+  if type(r) is not np.ndarray or not r.ndim:
+    return np.asarray(r + zero)      # -0 -> +0: the sum starts from +0
+  r += zero
+  return r
+
+
+@functools.lru_cache(maxsize=1)
+def _rops():
   from ourjax.backends import reference_ops
-  out = _dot_general_dtype(ShapedArray(lhs.shape, lhs.dtype), ShapedArray(rhs.shape, rhs.dtype),
-                           dimension_numbers, precision, preferred_element_type, out_sharding)
-  return reference_ops.dot_general(lhs, rhs, dimension_numbers, preferred_element_type=out)
+  return reference_ops
 
 
 dot_general_p.def_impl(_dot_general_impl)

@@ -25,13 +25,16 @@ from ourjax.lax._utils import (_any, _bool, _float, _fp, _int, _num, all_weak,
 
 def _low_precision(fn):
   """Run a NumPy float function in float32 for float16/bfloat16/float8 inputs (as XLA does)."""
+  def low(*xs, **params):
+    out = fn(*[np.asarray(x, np.float32) for x in xs], **params)
+    return np.asarray(out).astype(xs[0].dtype)
+
   def impl(*xs, **params):
     dt = xs[0].dtype
-    with np.errstate(all="ignore"):     # inf/NaN results are values here, not errors
-      if dtypes.is_float(dt) and dt.itemsize < 4:
-        out = fn(*[np.asarray(x, np.float32) for x in xs], **params)
-        return np.asarray(out).astype(dt)
-      return fn(*xs, **params)
+    # inf/NaN results are values here, not errors (rops.quietly: no floating-point warnings)
+    if dt.itemsize < 4 and dtypes.is_float(dt):
+      return rops.quietly(low, *xs, **params)
+    return rops.quietly(fn, *xs, **params)
   return impl
 
 
@@ -633,6 +636,8 @@ def _select_n_dtype(which, *cases):
 def _select_n_impl(which, *cases):
   if len(cases) == 1:
     return cases[0]
+  if which.dtype == np.bool_:     # (two cases) one pass, where np.choose takes several
+    return np.where(which, cases[1], cases[0])
   idx = which.astype(np.int64)
   return np.choose(np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cases[0].shape)),
                    [np.broadcast_to(c, np.broadcast_shapes(idx.shape, c.shape)) for c in cases],

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ourjax import core, dtypes
+from ourjax.backends import reference_ops as rops
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import _any, _num, check_dtypes, standard_primitive
@@ -23,14 +24,18 @@ def _reducer(name, kinds, numpy_fn):
                          lambda x, axes, **_: check_dtypes(name, [x], kinds),
                          lambda x, **_: x.weak_type)
 
+  # the ufunc's reduce is np.sum/np.max... without their Python wrapper
+  reduce_fn = {np.sum: np.add.reduce, np.prod: np.multiply.reduce, np.max: np.maximum.reduce,
+               np.min: np.minimum.reduce}.get(numpy_fn, numpy_fn)
+
   def impl(x, axes, **_):
     kw = {}
     if numpy_fn in (np.max, np.min):   # an empty reduction gives the identity, as in XLA
       kw["initial"] = _chooser_identity(numpy_fn is np.max, x.dtype)
-    if dtypes.is_float(x.dtype) and x.dtype.itemsize < 4:
-      return numpy_fn(x.astype(np.float32), axis=axes, **kw).astype(x.dtype)
-    with np.errstate(all="ignore"):
-      return np.asarray(numpy_fn(x, axis=axes, **kw)).astype(x.dtype)
+    if x.dtype.itemsize < 4 and dtypes.is_float(x.dtype):
+      return reduce_fn(x.astype(np.float32), axis=axes, **kw).astype(x.dtype)
+    out = np.asarray(rops.quietly(reduce_fn, x, axis=axes, **kw))
+    return out if out.dtype == x.dtype else out.astype(x.dtype)
   p.def_impl(impl)
 
   def batch(vals, dims, axes, **params):

@@ -11,10 +11,13 @@ from ourjax.array import Array
 
 def _defer_to_unrecognized(binary_op):
   """Return NotImplemented for operand types we do not know (so Python tries the other side)."""
-  from ourjax.numpy._util import is_arraylike
+  from ourjax.numpy._ufunc_api import ufunc
+  from ourjax.numpy._util import _PLAIN_OPERAND_TYPES, is_arraylike
+  if isinstance(binary_op, ufunc):
+    binary_op = binary_op._func      # (the function itself: one call less per operator)
 
   def op(self, other):
-    if not is_arraylike(other):
+    if type(other) not in _PLAIN_OPERAND_TYPES and not is_arraylike(other):
       return NotImplemented
     return binary_op(self, other)
   op.__name__ = getattr(binary_op, "__name__", "op")

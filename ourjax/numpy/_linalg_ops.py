@@ -10,23 +10,31 @@ import string
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax.array import Array
 from ourjax.core import get_aval
+from ourjax.lax.dot import canonicalize_precision, dot_general_p
 from ourjax.numpy._creation import asarray
-from ourjax.numpy._util import _as_operand, check_arraylike, promote_dtypes, static_argnames
+from ourjax.numpy._util import (_as_operand, _same_strong_arrays, check_arraylike,
+                                promote_dtypes, static_argnames)
 
 
 def _operands(name, *args):
-  check_arraylike(name, *args)
-  return [asarray(a) for a in promote_dtypes(*[_as_operand(a) for a in args])]
+  if _same_strong_arrays(args, same_shape=False):
+    return list(args)
+  if type(args[0]) is not Array or type(args[-1]) is not Array:
+    check_arraylike(name, *args)
+    args = [_as_operand(a) for a in args]
+  return [a if type(a) is Array else asarray(a) for a in promote_dtypes(*args)]
 
 
 def _dot_general(lhs, rhs, contract, batch, precision, preferred_element_type):
   dn = ((tuple(contract[0]), tuple(contract[1])), (tuple(batch[0]), tuple(batch[1])))
-  weak = get_aval(lhs).weak_type and get_aval(rhs).weak_type
+  la, ra = get_aval(lhs), get_aval(rhs)
+  weak = la.weak_type and ra.weak_type
   # as JAX's jnp, the result dtype is passed as preferred_element_type (it shows in the jaxpr)
   pref = preferred_element_type
-  if pref is None and get_aval(lhs).dtype == get_aval(rhs).dtype:
-    pref = get_aval(lhs).dtype
+  if pref is None and la.dtype == ra.dtype:
+    pref = la.dtype
   out = lax.dot_general(lhs, rhs, dn, precision=precision, preferred_element_type=pref)
   if preferred_element_type is None and weak:
     out = lax._convert_element_type(out, get_aval(out).dtype, True)
@@ -64,16 +72,47 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
   return _dot_general(a, b, ((na - 1,), (db,)), ((), ()), precision, pref)
 
 
+_EAGER_MATMUL_DTYPES = frozenset(map(np.dtype, (np.float32, np.complex64)))
+
+
+def _eager_matmul(a, b):
+  """The dot_general that the general path below binds for two float32/complex64 Arrays of rank
+  1 or 2 with matching contracting sizes (not both weak), bound directly; None otherwise."""
+  la, ra = a.aval, b.aval
+  if (la.dtype != ra.dtype or la.dtype not in _EAGER_MATMUL_DTYPES or
+      (la.weak_type and ra.weak_type) or not 1 <= la.ndim <= 2 or not 1 <= ra.ndim <= 2 or
+      la.shape[-1] != ra.shape[0]):
+    return None
+  dn = (((la.ndim - 1,), (0,)), ((), ()))
+  return dot_general_p.bind(a, b, dimension_numbers=dn, precision=canonicalize_precision(None),
+                            preferred_element_type=la.dtype, out_sharding=None)
+
+
 def matmul(a, b, *, precision=None, preferred_element_type=None):
   """Matrix product with NumPy's rules: 1-D operands are promoted to a matrix and the added
   axis removed afterwards; leading (batch) axes broadcast."""
   a, b = _operands("matmul", a, b)
+  if (precision is None and preferred_element_type is None and type(a) is Array
+      and type(b) is Array):
+    out = _eager_matmul(a, b)
+    if out is not None:
+      return out
   pref = _pref(preferred_element_type, "matmul")
   sa, sb = get_aval(a).shape, get_aval(b).shape
   for i, s in enumerate((sa, sb)):
     if len(s) == 0:
       raise ValueError(f"matmul input operand {i} must have ndim at least 1, but it has ndim 0")
   a_vec, b_vec = len(sa) == 1, len(sb) == 1
+  if a_vec or b_vec or (len(sa) == 2 and len(sb) == 2):
+    # no batch dimensions to pair up: one dot_general contracting a's last axis with b's
+    # second-to-last (its only one if b is a vector), as JAX's jnp.matmul does
+    ka, kb = sa[-1], sb[0] if b_vec else sb[-2]
+    if ka != kb:
+      raise TypeError(f"matmul: contracting dimensions must have the same size, got shapes "
+                      f"{'(' + str(ka) + ',)' if a_vec else sa} and "
+                      f"{'(' + str(kb) + ',)' if b_vec else sb}: {ka} != {kb}")
+    return _dot_general(a, b, ((len(sa) - 1,), (0 if b_vec else len(sb) - 2,)), ((), ()),
+                        precision, pref)
   if a_vec:
     a = lax.reshape(a, (1,) + sa)
   if b_vec:

@@ -14,6 +14,8 @@ import operator
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax.array import Array
+from ourjax.config import config
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
 from ourjax.numpy._util import _as_operand, _broadcast_to, check_arraylike, static_argnames
@@ -128,10 +130,28 @@ _LAX_REDUCERS = {"sum": lax.reduce_sum, "prod": lax.reduce_prod, "max": lax.redu
                  "min": lax.reduce_min, "all": lax.reduce_and, "any": lax.reduce_or}
 
 
+# dtypes whose sum/prod/max/min needs no conversion: computed and returned in the dtype itself
+_SAME_DTYPE_REDUCE = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64,
+                                              np.complex128)))
+_WIDE = frozenset(map(np.dtype, (np.float64, np.complex128)))
+
+
 def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_integers=False,
             has_identity=True, upcast_f16=False, bool_op=None):
   if out is not None:
     raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported.")
+  if type(a) is Array:
+    aval = a.aval
+    if (dtype is None and initial is None and where is None and not aval.weak_type
+        and aval.dtype in _SAME_DTYPE_REDUCE and name in ("sum", "prod", "max", "min")
+        and (aval.dtype not in _WIDE or config.x64_enabled)):
+      # the common case: what follows would convert nothing (eager code spends more time in
+      # those checks than in a small reduction)
+      axes = _reduction_axes(name, axis, aval.ndim)
+      if not has_identity and builtins.any(aval.shape[d] == 0 for d in axes):
+        raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+      res = _LAX_REDUCERS[name](a, axes) if axes else a
+      return _keepdims(res, aval.shape, axes) if keepdims else res
   a = _arr(name, a)
   aval = get_aval(a)
   axes = _reduction_axes(name, axis, aval.ndim)
@@ -155,7 +175,8 @@ def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_inte
   comp_dt = _upcast_f16(result_dt) if upcast_f16 else result_dt
   if name in ("all", "any"):
     comp_dt = result_dt = np.dtype(np.bool_)
-  a = lax.convert_element_type(a, comp_dt)
+  if aval.dtype != comp_dt or aval.weak_type:
+    a = lax.convert_element_type(a, comp_dt)
   lax_name = name
   if comp_dt == np.bool_ and name in ("sum", "prod", "max", "min"):
     lax_name = {"sum": "any", "prod": "all", "max": "any", "min": "all"}[name]
@@ -173,6 +194,9 @@ def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_inte
     res = combine(init, res)
   if keepdims:
     res = _keepdims(res, aval.shape, axes)
+  r_aval = get_aval(res)
+  if r_aval.dtype == result_dt and not r_aval.weak_type:
+    return res
   return lax.convert_element_type(res, result_dt)
 
 

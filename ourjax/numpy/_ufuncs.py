@@ -11,7 +11,7 @@ from ourjax.array import Array
 from ourjax.core import get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
                                 check_arraylike, _as_operand, _broadcast_to, promote_dtypes,
-                                static_argnames)
+                                _same_strong_arrays, static_argnames)
 
 
 def _constant_like(x, val):
@@ -558,6 +558,9 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   if size is not None or fill_value is not None:
     raise ValueError("size and fill_value arguments cannot be used in three-term where "
                      "function.")
+  if (type(condition) is Array and _same_strong_arrays((x, y))
+      and condition.aval.dtype == np.bool_ and condition.aval.shape == x.aval.shape):
+    return lax.select_n(condition, y, x)      # nothing to promote or broadcast
   check_arraylike("where", condition, x, y)
   condition, x, y = (_as_operand(v) for v in (condition, x, y))
   if get_aval(condition).dtype != np.bool_:
@@ -565,7 +568,8 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   x, y = promote_dtypes(x, y)
   from ourjax.numpy._util import broadcast_shapes
   shapes = [get_aval(v).shape for v in (condition, x, y)]
-  shape = broadcast_shapes(*shapes, fun_name="where")
+  shape = shapes[0] if shapes[0] == shapes[1] == shapes[2] else \
+      broadcast_shapes(*shapes, fun_name="where")
   x = _broadcast_to(x, shape) if shapes[1] != shape else x
   y = _broadcast_to(y, shape) if shapes[2] != shape else y
   if shapes[0] and shapes[0] != shape:

@@ -9,6 +9,7 @@ import numpy as np
 
 from ourjax import core, dtypes, lax
 from ourjax.array import Array
+from ourjax.config import config
 from ourjax.core import Tracer, get_aval
 
 
@@ -46,29 +47,86 @@ def _check_int_range(args, dt):
         raise OverflowError(f"Python int {a} too large to convert to {info.dtype.name}")
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+_f32, _f64 = np.dtype(np.float32), np.dtype(np.float64)
+_scalar_avals: dict = {}
+
+
+def _scalar_fast(a, dt, weak):
+  """A Python float or int as a 0-d Array of float32/float64 ``dt`` when NumPy's conversion is
+  exactly XLA's (a finite value in range, an int of the default int range); else None."""
+  t = type(a)
+  if dt is not _f32 and dt is not _f64 and dt != _f32 and dt != _f64:
+    return None
+  if t is float:
+    if dt == _f32 and not -_F32_MAX <= a <= _F32_MAX:
+      return None      # overflow, inf, NaN: the general conversion
+  elif t is int:
+    if not -2 ** 31 <= a < 2 ** 31:
+      return None      # the general conversion checks the default int's range
+  else:
+    return None
+  key = (dt, weak)
+  aval = _scalar_avals.get(key)
+  if aval is None:
+    aval = _scalar_avals[key] = core.ShapedArray((), dt, weak)
+  return Array._from_result(np.array(a, dt), aval)
+
+
+def _convert_all(args, dt, weak):
+  """Each argument as an Array (or tracer) of dtype ``dt`` and weak type ``weak``; an Array
+  that already is one is returned as it is."""
+  out = []
+  for a in args:
+    t = type(a)
+    if t is Array:
+      av = a.aval
+      if av.dtype == dt:
+        # the same buffer (read-only) under the other weak type, when that is what differs
+        out.append(a if av.weak_type == weak else
+                   Array._from_result(a._value, av.update(weak_type=weak)))
+        continue
+    elif t is float or t is int:
+      v = _scalar_fast(a, dt, weak)
+      if v is not None:
+        out.append(v)
+        continue
+    out.append(ensure_array(lax._convert_element_type(a, dt, weak)))
+  return out
+
+
+def _has_int(args) -> bool:
+  for a in args:
+    if type(a) is int:
+      return True
+  return False
+
+
 def promote_dtypes(*args):
   """Convert all arguments to their common dtype (JAX's ``result_type``); NumPy values and
   Python scalars become Arrays (of canonical dtype) even when there is only one."""
   if not args:
     return []
   dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
-  _check_int_range(args, dt)
-  return [ensure_array(lax._convert_element_type(a, dt, weak)) for a in args]
+  if _has_int(args):
+    _check_int_range(args, dt)
+  return _convert_all(args, dt, weak)
 
 
 def promote_dtypes_inexact(*args):
   """Promote, then make the common dtype inexact (ints -> default float)."""
   dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   dt = dtypes.to_inexact_dtype(dt)
-  return [ensure_array(lax._convert_element_type(a, dt, weak)) for a in args]
+  return _convert_all(args, dt, weak)
 
 
 def promote_dtypes_numeric(*args):
   dt, weak = dtypes.result_type(*args, return_weak_type_flag=True)
   if dt == np.bool_:
     dt = np.dtype(np.int32)   # JAX's to_numeric_dtype: int32 also with x64
-  _check_int_range(args, dt)
-  return [ensure_array(lax._convert_element_type(a, dt, weak)) for a in args]
+  if _has_int(args):
+    _check_int_range(args, dt)
+  return _convert_all(args, dt, weak)
 
 
 def broadcast_shapes(*shapes, fun_name: str = "broadcast_shapes") -> tuple:
@@ -84,9 +142,10 @@ def promote_shapes(fun_name: str, *args):
   elementwise ops broadcast those themselves)."""
   if len(args) < 2:
     return list(args)
-  shapes = [np.shape(a) if not isinstance(a, (Array, Tracer)) else a.shape for a in args]
+  shapes = [a.aval.shape if type(a) is Array else
+            np.shape(a) if not isinstance(a, Tracer) else a.shape for a in args]
   nonscalar = [s for s in shapes if len(s)]
-  if not nonscalar or len(set(nonscalar)) == 1 and len(nonscalar) == len(shapes):
+  if not nonscalar or len(set(nonscalar)) == 1:    # (rank-0 operands broadcast in lax)
     return list(args)
   try:
     result = tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
@@ -109,22 +168,85 @@ def _broadcast_to(x, shape):
   return lax.broadcast_in_dim(x, tuple(shape), tuple(lead + i for i in keep))
 
 
+_PLAIN_OPERAND_TYPES = frozenset({Array, float, int, bool, complex})
+
+
+def _operands(fun_name: str, args):
+  """``check_arraylike`` and ``_as_operand`` of each argument (Arrays and Python scalars pass
+  as they are)."""
+  for a in args:
+    if type(a) not in _PLAIN_OPERAND_TYPES:
+      check_arraylike(fun_name, *args)
+      return [_as_operand(a) for a in args]
+  return args
+
+
+_WIDE = frozenset(map(np.dtype, (np.int64, np.uint64, np.float64, np.complex128)))
+_INEXACT = frozenset(map(np.dtype, (np.float16, np.float32, np.float64, np.complex64,
+                                    np.complex128))) | {dtypes.dtype("bfloat16")}
+
+
+def _same_strong_arrays(args, same_shape: bool = True) -> bool:
+  """All arguments are Arrays of one shape (unless not ``same_shape``) and one strongly typed
+  canonical dtype: promotion leaves them as they are (the common case of eager code, checked
+  cheaply)."""
+  a0 = args[0]
+  if type(a0) is not Array:
+    return False
+  v0 = a0.aval
+  if v0.weak_type or (v0.dtype in _WIDE and not config.x64_enabled):
+    return False
+  for a in args[1:]:
+    if type(a) is not Array:
+      return False
+    v = a.aval
+    if v.weak_type or v.dtype != v0.dtype or (same_shape and v.shape != v0.shape):
+      return False
+  return True
+
+
+def _array_and_scalar(args):
+  """``x * 2.0``, ``1 - x``: a strongly typed float32/float64 Array and a Python float or int
+  promote to the Array's dtype, the scalar a 0-d Array of it; None for anything else."""
+  a, b = args
+  ta, tb = type(a), type(b)
+  if ta is Array and (tb is float or tb is int):
+    arr, sc = a, b
+  elif tb is Array and (ta is float or ta is int):
+    arr, sc = b, a
+  else:
+    return None
+  v = arr.aval
+  if v.weak_type or not (v.dtype == _f32 or (v.dtype == _f64 and config.x64_enabled)):
+    return None
+  s = _scalar_fast(sc, v.dtype, False)
+  if s is None:
+    return None
+  return [arr, s] if arr is a else [s, arr]
+
+
 def promote_args(fun_name: str, *args):
-  check_arraylike(fun_name, *args)
-  args = [_as_operand(a) for a in args]
-  return promote_shapes(fun_name, *promote_dtypes(*args))
+  if args and _same_strong_arrays(args):
+    return list(args)
+  if len(args) == 2:
+    r = _array_and_scalar(args)
+    if r is not None:
+      return r
+  return promote_shapes(fun_name, *promote_dtypes(*_operands(fun_name, args)))
 
 
 def promote_args_inexact(fun_name: str, *args):
-  check_arraylike(fun_name, *args)
-  args = [_as_operand(a) for a in args]
-  return promote_shapes(fun_name, *promote_dtypes_inexact(*args))
+  if args and _same_strong_arrays(args) and args[0].aval.dtype in _INEXACT:
+    return list(args)
+  if len(args) == 2:
+    r = _array_and_scalar(args)
+    if r is not None:
+      return r
+  return promote_shapes(fun_name, *promote_dtypes_inexact(*_operands(fun_name, args)))
 
 
 def promote_args_numeric(fun_name: str, *args):
-  check_arraylike(fun_name, *args)
-  args = [_as_operand(a) for a in args]
-  return promote_shapes(fun_name, *promote_dtypes_numeric(*args))
+  return promote_shapes(fun_name, *promote_dtypes_numeric(*_operands(fun_name, args)))
 
 
 def ensure_array(x):

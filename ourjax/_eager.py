@@ -1,0 +1,256 @@
+"""Eager evaluation of a primitive on concrete operands (``Primitive.impl``'s default).
+
+``Primitive.bind`` comes here directly when no operand is a tracer and the calling thread has
+no dynamic trace (``core.Primitive.bind``'s fast path).  Evaluation is abstract evaluation (the
+result's dtype and weak type, and the errors a bad call raises), then the primitive's NumPy
+implementation on the operands' host values, wrapped as Arrays of the abstract dtype.
+
+Abstract evaluation is cached per (primitive, x64 flag, operand avals, params): an eager program
+repeats the same few op signatures, and the rules (dtype checks, promotion, shape arithmetic)
+cost more than a small NumPy op.  Rules raise errors before anything is cached, so a bad call
+raises every time.  Params that cannot be hashed (NumPy arrays) skip the cache.
+
+Large operands: a compiled kernel or NumPy
+-------------------------------------------
+For some primitives a compiled kernel of the CPU backend (``jit`` of the single primitive,
+compiled once per signature: vectorized, and split across the backend's threads) beats the
+NumPy implementation by a wide margin: ``select_n`` (NumPy's ``where`` branches on every element
+of an unpredictable mask), ``erf``/``lgamma``/``integer_pow`` (NumPy evaluates them in many
+passes or elementwise Python-level loops), reductions over all axes; for others it wins only
+with several threads (the transcendental functions, where NumPy's own SIMD loops are fast).
+``KERNEL_COST`` holds, per primitive, the kernel's time on one thread relative to NumPy's
+(measured on a 2-core AVX-512 Xeon, 1024x1024 float32).  For each signature (primitive, operand
+types, params) with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and
+the kernel is predicted to take ``dispatch + numpy_time * cost / threads``.  When it is
+predicted to save at least 30% per call, and the savings the calls so far would have made pay
+for a compile (``_compile_seconds``, the measured cost of compiling a kernel of that primitive:
+ski rental, so that a signature met only a few times is not compiled), the kernel is compiled;
+its first timed calls are then compared with NumPy's, and the signature keeps whichever was
+faster.  The kernel is not used under ``disable_jit`` or while NaNs are being checked (whose
+re-runs are eager).
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from ourjax import _nan_check, core
+from ourjax.array import Array, to_numpy
+from ourjax.config import config
+from ourjax.core import impl_rules
+
+_avals_cache: dict = {}
+_CACHE_MAX = 8192      # entries; cleared when full (a few distinct signatures per program)
+
+
+def clear_cache() -> None:
+  _avals_cache.clear()
+  _choices.clear()
+
+
+def abstract_eval(prim, avals: tuple, params: dict):
+  """``prim.abstract_eval(*avals, **params)``, cached (a tuple for multiple results)."""
+  return _signature(prim, avals, params)[0]
+
+
+def _signature(prim, avals: tuple, params: dict):
+  """(abstract result, whether the operands are large enough for a kernel), cached."""
+  try:
+    # a param's type is part of the key: 1, 1.0 and True are equal as dict keys
+    key = (prim, config.x64_enabled, avals,
+           tuple([(k, v, type(v)) for k, v in params.items()]) if params else ())
+    entry = _avals_cache.get(key)
+  except TypeError:      # an unhashable param
+    return _evaluate(prim, avals, params), False
+  if entry is None:
+    out = _evaluate(prim, avals, params)
+    large = (not prim.multiple_results and prim.name in KERNEL_COST and
+             max([a.size for a in avals] + [out.size]) >= _MIN_KERNEL_ELEMENTS)
+    entry = (out, large)
+    if len(_avals_cache) >= _CACHE_MAX:
+      _avals_cache.clear()
+    _avals_cache[key] = entry
+  return entry
+
+
+def _evaluate(prim, avals, params):
+  out = prim.abstract_eval(*avals, **params)
+  return tuple(out) if prim.multiple_results else out
+
+
+def wrap(value, aval) -> Array:
+  """A freshly computed NumPy result as an Array of ``aval`` (no copy when it already has the
+  dtype and shape: the common case)."""
+  if type(value) is not np.ndarray or value.dtype != aval.dtype or value.shape != aval.shape:
+    return Array._from_result(value, aval)
+  value.flags.writeable = False
+  a = object.__new__(Array)
+  a._npy = value
+  a.weak_type = aval.weak_type
+  a._aval = aval
+  a._device_buf = None
+  return a
+
+
+def _run_numpy(prim, args, params, out):
+  rule = impl_rules.get(prim)
+  if rule is None:
+    raise NotImplementedError(f"no implementation rule for primitive '{prim.name}'")
+  outs = rule(*[a._value if type(a) is Array else to_numpy(a) for a in args], **params)
+  if prim.multiple_results:
+    return [wrap(o, a) for o, a in zip(outs, out)]
+  return wrap(outs, out)
+
+
+def apply(prim, args, params):
+  avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
+                 core.get_aval(a) for a in args])
+  out, large = _signature(prim, avals, params)
+  if large:
+    return _apply_large(prim, args, params, avals, out)
+  return _run_numpy(prim, args, params, out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Large operands: a compiled kernel or NumPy (see the module docstring)
+
+#: kernel time on one thread / NumPy time, per primitive (2-core AVX-512 Xeon, 1024x1024
+#: float32, ourjax's CPU backend against NumPy 2.4's SIMD loops).  Primitives not listed always
+#: run in NumPy: views and copies (reshape, slice, transpose, concatenate...), gathers and
+#: scatters, and whatever has no kernel of its own.
+KERNEL_COST = {
+    # NumPy's where branches per element; the kernel is a vector select
+    "select_n": 0.15,
+    # the backend's packed GEMM against NumPy's BLAS (1024^3 float32: 35 against 66 ms, on
+    # two threads each)
+    "dot_general": 1.05,
+    # NumPy: several passes or scalar loops (reference_ops); the kernel: one vectorized pass
+    "erf": 0.02, "erfc": 0.02, "erf_inv": 0.005, "lgamma": 0.07, "digamma": 0.07,
+    "integer_pow": 0.02, "logistic": 0.7, "rsqrt": 0.6,
+    # reductions: NumPy's pairwise sum on one thread; the kernel splits rows across threads
+    "reduce_sum": 0.8, "reduce_max": 1.05, "reduce_min": 1.05, "reduce_prod": 0.8,
+    # memory-bound one-pass ops: equal on one thread, the kernel wins with threads
+    "add": 0.7, "sub": 0.7, "mul": 0.7, "div": 0.93, "max": 1.5, "min": 1.5, "neg": 1.5,
+    "abs": 1.4, "sqrt": 0.96, "lt": 1.1, "le": 1.1, "gt": 1.1, "ge": 1.1, "eq": 1.1, "ne": 1.1,
+    "convert_element_type": 1.6,
+    # NumPy's SIMD transcendental loops are faster per element than the kernel's polynomials
+    "exp": 1.3, "exp2": 1.3, "log": 1.6, "log1p": 1.7, "expm1": 2.5, "tanh": 3.4, "sin": 3.2,
+    "cos": 3.2, "tan": 4.3, "atan2": 2.2, "pow": 3.5, "cbrt": 3.2,
+}
+_MIN_KERNEL_ELEMENTS = 1 << 14   # below this, a kernel's dispatch costs about what NumPy does
+_DISPATCH_SECONDS = 2e-5         # a compiled call's fixed cost
+#: what compiling one kernel costs, per primitive (running mean of the measured compiles;
+#: before the first: 0.15 s, a dot's packed GEMM 2.5 s, measured on the 2-core Xeon)
+_compile_seconds = {"dot_general": 2.5}
+_COMPILE_SECONDS_DEFAULT = 0.15
+_TRIALS = 2                      # timed kernel calls before the choice is made
+
+
+class _Choice:
+  """What one large signature runs: ``'numpy'`` while undecided or when NumPy was faster,
+  ``'trial'`` while the kernel is being timed, ``'kernel'`` once it was faster.  ``settled``:
+  the kernel is not considered again (NumPy was faster, or it could not be built)."""
+  __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "settled")
+
+  def __init__(self):
+    self.state, self.np_best, self.np_calls = "numpy", float("inf"), 0
+    self.fn, self.k_best, self.k_calls = None, float("inf"), 0
+    self.settled = False
+
+
+_choices: dict = {}
+
+
+def _bind_one(prim, params, *args):
+  return prim.bind(*args, **params)
+
+
+def _kernel_threads() -> int:
+  from ourjax.backends.cpu import backend as cpu_backend
+  return cpu_backend.num_threads()
+
+
+def _apply_large(prim, args, params, avals, out):
+  try:
+    key = (prim, config.x64_enabled, avals, tuple([(k, v, type(v)) for k, v in params.items()]))
+    choice = _choices.get(key)
+  except TypeError:          # an unhashable param
+    return _run_numpy(prim, args, params, out)
+  if choice is None:
+    if len(_choices) >= _CACHE_MAX:
+      _choices.clear()
+    choice = _choices[key] = _Choice()
+  fn = choice.fn       # (read once: another thread may settle the choice meanwhile)
+  if fn is not None and choice.state != "numpy" and _kernel_allowed(args):
+    t0 = time.perf_counter()
+    r = fn(*args)
+    if choice.state == "trial":
+      r.block_until_ready()
+      if not _time_kernel(choice, time.perf_counter() - t0, r, out):
+        return _run_numpy(prim, args, params, out)
+    return r
+  t0 = time.perf_counter()
+  r = _run_numpy(prim, args, params, out)
+  dt = time.perf_counter() - t0
+  choice.np_calls += 1
+  if dt < choice.np_best:
+    choice.np_best = dt
+  if not choice.settled and choice.fn is None and _kernel_allowed(args):
+    _consider_kernel(prim, params, args, choice)
+  return r
+
+
+def _kernel_allowed(args) -> bool:
+  if config.jax_disable_jit or _nan_check.enabled():
+    return False
+  for a in args:
+    if type(a) is not Array or a._npy is None:    # (device arrays stay with their backend)
+      return False
+  return True
+
+
+def _consider_kernel(prim, params, args, choice):
+  """Compile the kernel when its predicted saving per call is real and the calls so far would
+  have saved more than a compile costs."""
+  t_np, name = choice.np_best, prim.name
+  compile_s = _compile_seconds.get(name, _COMPILE_SECONDS_DEFAULT)
+  if (t_np - _DISPATCH_SECONDS) * choice.np_calls < compile_s:
+    return            # not even a free kernel would have paid for its compile yet
+  t_kernel = _DISPATCH_SECONDS + t_np * KERNEL_COST[name] / _kernel_threads()
+  saving = t_np - t_kernel
+  if saving < 0.3 * t_np or saving * choice.np_calls < compile_s:
+    return
+  from ourjax import api
+  fn = api.jit(functools.partial(_bind_one, prim, params), backend="cpu")
+  t0 = time.perf_counter()
+  try:
+    fn(*args).block_until_ready()        # compiles
+  except Exception:   # noqa: BLE001  (a kernel the backend cannot build: NumPy it is)
+    choice.settled = True
+    return
+  dt = time.perf_counter() - t0
+  _compile_seconds[name] = 0.5 * (_compile_seconds.get(name, dt) + dt)
+  choice.state = "trial"
+  choice.fn = fn
+
+
+def _time_kernel(choice, dt, r, out) -> bool:
+  """Record a timed kernel call; False if its result cannot be used (not of the abstract
+  result's type: then NumPy runs this signature from now on)."""
+  if type(r) is not Array or r.aval != out:
+    choice.settled, choice.state = True, "numpy"
+    return False
+  choice.k_calls += 1
+  if dt < choice.k_best:
+    choice.k_best = dt
+  if choice.k_calls >= _TRIALS:
+    if choice.k_best < choice.np_best:
+      choice.state = "kernel"
+    else:
+      choice.settled, choice.state = True, "numpy"
+  return True
+
+
+core._eager_apply = apply

@@ -1,0 +1,242 @@
+"""The eager path (``ourjax/_eager.py`` and the fast paths in front of it): results, dtypes and
+weak types as the traced path gives them, errors every time, the x64 switch, and the choice
+between a compiled kernel and NumPy for large operands."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import _eager, lax
+from ourjax.config import enable_x64
+
+
+def _reference(f):
+  return ourjax.jit(f, backend="reference")
+
+
+def _same(eager, ref):
+  """Same dtype, weak type, shape and values (NaNs and the sign of zeros included)."""
+  assert eager.dtype == ref.dtype
+  assert eager.weak_type == ref.weak_type
+  e, r = np.asarray(eager), np.asarray(ref)
+  assert e.shape == r.shape
+  if e.dtype.kind in "fc":
+    np.testing.assert_allclose(e, r, rtol=2e-6, atol=0)
+    assert np.array_equal(np.signbit(e.real), np.signbit(r.real))
+  else:
+    assert np.array_equal(e, r)
+
+
+_f32 = np.array([[-1.5, -0.0, 0.0, 2.25], [3.0, -4.0, 0.5, 7.0]], np.float32)
+_i32 = np.array([[-3, 0, 5, 7], [1, -2, 9, 4]], np.int32)
+
+CASES = [
+    ("add", lambda x, y: x + y), ("mul scalar", lambda x, y: x * 2.0),
+    ("int scalar", lambda x, y: x * 3), ("rsub", lambda x, y: 1.0 - x),
+    ("compare", lambda x, y: x < y), ("compare scalar", lambda x, y: x > 0),
+    ("where", lambda x, y: jnp.where(x > 0, x, y)), ("where scalar", lambda x, y: jnp.where(x > 0, x, 0.0)),
+    ("exp", lambda x, y: jnp.exp(x)), ("sign", lambda x, y: jnp.sign(x)),
+    ("sum", lambda x, y: jnp.sum(x)), ("sum axis", lambda x, y: jnp.sum(x, axis=0)),
+    ("max", lambda x, y: jnp.max(x, axis=1)), ("min keepdims", lambda x, y: x.min(0, keepdims=True)),
+    ("prod", lambda x, y: jnp.prod(x, axis=(0, 1))), ("matmul", lambda x, y: x @ y.T),
+    ("vec matmul", lambda x, y: x[0] @ y.T), ("matvec", lambda x, y: x @ y[1]),
+    ("vecvec", lambda x, y: x[0] @ y[1]), ("dot -0", lambda x, y: x[:, 1] @ jnp.ones(2, x.dtype)),
+    ("transpose", lambda x, y: x.T), ("reshape", lambda x, y: x.reshape(4, 2)),
+    ("slice", lambda x, y: x[1:2, 1:3]), ("at set", lambda x, y: x.at[1].set(0)),
+    ("at add", lambda x, y: x.at[0, 2].add(5)), ("at set oob", lambda x, y: x.at[7].set(1)),
+    ("astype int", lambda x, y: x.astype(jnp.int32)), ("astype f16", lambda x, y: x.astype(jnp.float16)),
+    ("concatenate", lambda x, y: jnp.concatenate([x, y])),
+]
+
+
+@pytest.mark.parametrize("name,f", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_eager_matches_the_reference_backend(name, f, dtype):
+  x = _f32 if dtype == "float32" else _i32
+  y = x[::-1] * 2
+  if dtype == "int32" and name in ("exp", "dot -0"):
+    pytest.skip("float only")
+  _same(f(jnp.asarray(x), jnp.asarray(y)), _reference(f)(x, y))
+
+
+def test_weak_types_through_the_fast_paths():
+  w = jnp.asarray(2.0) * 1.0                # weak f32 (a Python scalar times a weak array)
+  s = jnp.asarray(np.float32(2.0))          # strong f32
+  for f in (lambda a, b: a + b, lambda a, b: a * b, lambda a, b: jnp.maximum(a, b),
+            lambda a, b: jnp.where(True, a, b)):
+    for a, b in ((w, w), (w, s), (s, w), (s, s)):
+      _same(f(a, b), _reference(f)(a, b))
+
+
+def test_float64_and_python_scalars_under_x64():
+  x = np.array([1.5, -0.0, 2.0])
+  with enable_x64():
+    for f in (lambda v: v * 2.0, lambda v: 1 - v, lambda v: v > 0, lambda v: jnp.sum(v),
+              lambda v: jnp.where(v > 0, v, 0.5)):
+      _same(f(jnp.asarray(x)), _reference(f)(x))
+
+
+def test_reductions_without_identity_reject_empty_axes():
+  for _ in range(2):
+    with pytest.raises(ValueError, match="zero-size array to reduction operation max"):
+      jnp.max(jnp.zeros((0, 3), jnp.float32), axis=0)
+  assert np.asarray(jnp.max(jnp.zeros((0, 3), jnp.float32), axis=1)).shape == (0,)
+
+
+def test_abstract_eval_errors_are_raised_every_time():
+  a, b = jnp.ones(3, jnp.float32), jnp.ones(3, jnp.int32)
+  for _ in range(3):
+    with pytest.raises(TypeError, match="add requires arguments to have the same dtypes"):
+      lax.add(a, b)
+  for _ in range(3):
+    with pytest.raises(TypeError, match="incompatible shapes"):
+      lax.add(a, jnp.ones(4, jnp.float32))
+
+
+def test_cached_abstract_eval_follows_the_x64_switch():
+  x = np.arange(3, dtype=np.float64)
+  assert lax.neg(x).dtype == np.float32
+  with enable_x64():
+    assert lax.neg(x).dtype == np.float64
+    assert (jnp.ones(2) + 1).dtype == np.float64
+  assert lax.neg(x).dtype == np.float32
+  assert (jnp.ones(2) + 1).dtype == np.float32
+
+
+def test_python_scalars_keep_their_conversion_rules():
+  x8 = jnp.asarray(np.array([1, 2], np.int8))
+  _same(x8 + 300, _reference(lambda v: v + 300)(np.array([1, 2], np.int8)))   # wraps, as JAX
+  for x in (jnp.ones(2, jnp.int32), jnp.ones(2, jnp.float32)):   # (as JAX: beyond int32)
+    with pytest.raises(OverflowError):
+      x + 2 ** 40
+  with np.errstate(over="ignore"):
+    big = jnp.ones(2, jnp.float32) * 1e300     # overflows float32 to inf, as a conversion does
+  assert np.isinf(np.asarray(big)).all()
+  assert np.signbit(np.asarray(jnp.zeros(2, jnp.float32) * -0.0)).all()
+
+
+def test_float_to_int_conversion_truncates_and_saturates():
+  v = np.array([-2.7, -0.5, -0.0, 0.5, 2.9, np.nan, 3e9, -3e9, np.inf, -np.inf], np.float32)
+  got = np.asarray(lax.convert_element_type(v, np.int32))
+  with np.errstate(invalid="ignore"):
+    want = np.where(np.isnan(v), 0, np.clip(np.trunc(v.astype(np.float64)), -2 ** 31, 2 ** 31 - 1))
+  assert np.array_equal(got, want.astype(np.int32))
+  h = np.array([255.9, -0.0, 256.0, -1.0], np.float16)
+  assert np.array_equal(np.asarray(lax.convert_element_type(h, np.uint8)), [255, 0, 255, 0])
+
+
+@pytest.mark.parametrize("shape,perm", [((300, 520), (1, 0)), ((4, 260, 300), (0, 2, 1)),
+                                        ((260, 300, 3), (2, 1, 0)), ((260, 300, 3), (1, 0, 2))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_transposes_are_exact_copies(shape, perm, dtype):
+  x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+  with enable_x64(dtype == np.float64):
+    out = np.asarray(lax.transpose(x, perm))
+  assert out.flags.c_contiguous and out.dtype == dtype
+  assert np.array_equal(out, np.transpose(x, perm))
+
+
+@pytest.mark.parametrize("mode", [None, "clip", "drop"])
+def test_single_window_scatters_match_numpy(mode):
+  x = np.arange(20, dtype=np.float32).reshape(4, 5)
+  for idx, val in (((1,), 9.0), ((slice(None), 2), 7.0), ((2, slice(1, 3)), -1.0), ((-1, 0), 3.0),
+                   ((6,), 1.0), ((1, 9), 2.0)):
+    in_bounds = all(not isinstance(i, int) or -n <= i < n for i, n in zip(idx, x.shape))
+    want = x.copy()
+    if in_bounds:
+      want[idx] = val
+    elif mode == "clip":
+      want[tuple(min(i, n - 1) if isinstance(i, int) else i for i, n in zip(idx, x.shape))] = val
+    got = np.asarray(jnp.asarray(x).at[idx].set(val, mode=mode))
+    assert np.array_equal(got, want), (idx, mode)
+    want_add = x.copy()
+    if in_bounds:
+      want_add[idx] += val
+    if mode != "clip":
+      assert np.array_equal(np.asarray(jnp.asarray(x).at[idx].add(val, mode=mode)), want_add)
+
+
+@pytest.fixture
+def eager_kernels(monkeypatch):
+  """Kernels chosen as soon as they are predicted to help (compiles are free)."""
+  monkeypatch.setattr(_eager, "_compile_seconds", {})
+  monkeypatch.setattr(_eager, "_COMPILE_SECONDS_DEFAULT", 0.0)
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setattr(_eager, "_DISPATCH_SECONDS", 0.0)
+  _eager.clear_cache()
+  yield
+  _eager.clear_cache()
+
+
+def _choice(prim_name):
+  return [c for k, c in _eager._choices.items() if k[0].name == prim_name]
+
+
+def test_a_kernel_replaces_numpy_where_it_is_faster(eager_kernels, monkeypatch):
+  rng = np.random.default_rng(1)
+  m, a, b = rng.random((64, 64)) > 0.5, rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+  m, a, b = (jnp.asarray(v.astype(np.float32) if v.dtype != bool else v) for v in (m, a, b))
+  want = np.where(np.asarray(m), np.asarray(a), np.asarray(b))
+  monkeypatch.setitem(_eager.KERNEL_COST, "select_n", 0.0)       # predicted free
+  results = [lax.select(m, a, b) for _ in range(6)]
+  for r in results:
+    assert r.dtype == np.float32 and not r.weak_type
+    assert np.array_equal(np.asarray(r), want)
+  (choice,) = _choice("select_n")
+  assert choice.state in ("kernel", "numpy") and choice.k_calls == _eager._TRIALS
+  assert (choice.state == "kernel") == (choice.k_best < choice.np_best)
+
+
+def test_no_kernel_where_none_is_predicted_to_help(eager_kernels, monkeypatch):
+  x = jnp.asarray(np.linspace(-2, 2, 4096, dtype=np.float32))
+  monkeypatch.setitem(_eager.KERNEL_COST, "tanh", 1e6)           # predicted far slower
+  for _ in range(4):
+    r = jnp.tanh(x)
+  assert np.allclose(np.asarray(r), np.tanh(np.linspace(-2, 2, 4096, dtype=np.float32)))
+  (choice,) = _choice("tanh")
+  assert choice.state == "numpy" and choice.fn is None and choice.np_calls == 4
+  assert not choice.settled
+
+
+def test_no_kernel_under_disable_jit(eager_kernels, monkeypatch):
+  x = jnp.asarray(np.linspace(-2, 2, 4096, dtype=np.float32))
+  monkeypatch.setitem(_eager.KERNEL_COST, "erf", 0.0)
+  with ourjax.disable_jit():
+    for _ in range(3):
+      r = lax.erf(x)
+  (choice,) = _choice("erf")
+  assert choice.fn is None
+  ref = np.asarray(_reference(lax.erf)(x))
+  np.testing.assert_allclose(np.asarray(r), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_eager_ops_in_one_thread_while_another_traces():
+  """Per-thread trace state: a thread inside a jit trace does not make another thread's eager
+  operations traced (the fast path reads the calling thread's state)."""
+  inside, release, errors = threading.Event(), threading.Event(), []
+
+  def tracer_thread():
+    def f(x):
+      inside.set()
+      release.wait(10)
+      return x + 1
+    try:
+      ourjax.jit(f)(np.ones(3, np.float32))
+    except Exception as e:   # noqa: BLE001
+      errors.append(e)
+
+  t = threading.Thread(target=tracer_thread)
+  t.start()
+  assert inside.wait(10)
+  try:
+    r = jnp.asarray(np.arange(3, dtype=np.float32)) * 2.0 + 1.0
+    assert isinstance(r, ourjax.array.Array)
+    assert np.array_equal(np.asarray(r), [1.0, 3.0, 5.0])
+  finally:
+    release.set()
+    t.join()
+  assert not errors
