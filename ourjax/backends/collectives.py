@@ -347,7 +347,9 @@ class NcclProcessCommunicator(NcclCommunicator):
   """NCCL between the GPUs of several processes (``ourjax.distributed``), one GPU per process:
   one communicator over all of them, made with ``ncclCommInitRank`` from the unique id that
   process 0 draws (``ncclGetUniqueId``) and posts to the coordinator.  Every collective spans
-  all processes; ppermute is not supported.  (Written without GPUs to run it on: untested.)"""
+  all processes; ppermute is not supported.  Run on two H100s, one process each
+  (``tests/test_distributed.py``'s worker program, psum/all_gather/pmax/pmean of a gradient).
+  """
 
   def __init__(self, devices, state):
     super().__init__(devices)
@@ -374,7 +376,8 @@ class NcclProcessCommunicator(NcclCommunicator):
                                          "the NCCL unique id from process 0"))
       self._drv(0).make_current()
       comm = nccl_core.Communicator.init(st.num_processes, st.process_id, uid)
-      comms = self._comms["world"] = [comm.ptr]
+      # (the bindings' collectives take their Comm handle, which wraps the communicator's)
+      comms = self._comms["world"] = [self._nccl.Comm(comm.ptr)]
       self._keep = comm
     return comms
 
