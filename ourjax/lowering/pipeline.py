@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
+from ourjax import _phases
 from ourjax.lowering import hlo
 from ourjax.lowering.passes import (buffer_assignment, constant_folding, conv_to_dot, cse, dce,
                                     dot_layout, fusion, multi_output_fusion, simplify)
@@ -92,10 +93,12 @@ CHECK_PASSES = os.environ.get("OURJAX_CHECK_PASSES", "").strip().lower() not in 
 
 
 def _run_pass(module, name, fn, dumper, check):
-  changed = bool(fn(module))
+  with _phases.phase("pass:" + name):
+    changed = bool(fn(module))
   if check:
     try:
-      hlo.verify(module)
+      with _phases.phase("verify"):
+        hlo.verify(module)
     except hlo.VerifyError as e:
       raise PassError(f"after pass {name}: {e}\n{module.to_string()}") from None
   if changed:
@@ -115,7 +118,8 @@ def optimize(module: hlo.Module, dump_dir: str | None = None, *,
   late_passes = LATE_PASSES if late_passes is None else late_passes
   max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
   dumper = _Dumper(dump_dir or os.environ.get("OURJAX_DUMP") or None, module)
-  hlo.verify(module)
+  with _phases.phase("verify"):
+    hlo.verify(module)
   dumper.write("input")
   for name, fn in early_passes:
     _run_pass(module, name, fn, dumper, check)
@@ -129,7 +133,8 @@ def optimize(module: hlo.Module, dump_dir: str | None = None, *,
     _run_pass(module, name, fn, dumper, check)
   if not check:
     try:
-      hlo.verify(module)
+      with _phases.phase("verify"):
+        hlo.verify(module)
     except hlo.VerifyError as e:
       raise PassError(f"after the passes (OURJAX_CHECK_PASSES=1 finds the pass): {e}\n"
                       f"{module.to_string()}") from None

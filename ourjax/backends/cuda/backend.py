@@ -36,6 +36,7 @@ import weakref
 
 import numpy as np
 
+from ourjax import _phases
 from ourjax.backends.cuda import codegen, driver
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
@@ -473,8 +474,12 @@ class CudaExecutable:
   def _load(self):
     dev = driver.get_device(self._ordinal)
     info = codegen.DeviceInfo(dev.arch, dev.multiprocessor_count)
-    mods = [dev.load_module(p, f"{self.module.name}.{g}")
-            for g, p in enumerate(self.ptx_modules)]
+    # (on the first call, after the compile's log: with jax_log_compiles a line of its own)
+    times = _phases.begin(f"{self.module.name} (PTX load, GPU {self._ordinal})")
+    with _phases.collecting(times), _phases.phase("ptx_load"):
+      mods = [dev.load_module(p, f"{self.module.name}.{g}")
+              for g, p in enumerate(self.ptx_modules)]
+    _phases.report(times)
     mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []
     for n, k in enumerate(self.kernels):
@@ -829,15 +834,19 @@ def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
   are many (``cpu_backend.compile_groups``), in several, turned into PTX at once on several
   threads and loaded as modules of their own (the kernels do not call each other)."""
   info = info or device_info()
-  plan = _plan(module, info)
+  with _phases.phase("plan"):
+    plan = _plan(module, info)
   kernels = plan[1]
   groups = max(1, _cpu_planning().compile_groups(len(kernels)))
-  irmods = [codegen.new_module(f"{module.name or 'ourjax'}.{g}", info.arch)
-            for g in range(groups)]
-  for n, k in enumerate(kernels):
-    k.emit_gpu(irmods[n % groups])
-  texts = [str(m) for m in irmods]
-  ptx = codegen.compile_ptx_modules(texts, info.arch)
+  with _phases.phase("emit"):
+    irmods = [codegen.new_module(f"{module.name or 'ourjax'}.{g}", info.arch)
+              for g in range(groups)]
+    for n, k in enumerate(kernels):
+      k.emit_gpu(irmods[n % groups])
+  with _phases.phase("emit.text"):
+    texts = [str(m) for m in irmods]
+  with _phases.phase("llvm"):
+    ptx = codegen.compile_ptx_modules(texts, info.arch)
   return plan, MODULE_SEPARATOR.join(texts), ptx
 
 
@@ -859,7 +868,8 @@ def _dump(module, ir_text, ptx):
 def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   """A ``CudaExecutable`` for ``module``, or a ``HostFallbackExecutable`` when the GPU backend
   cannot compile it (see the module docstring)."""
-  hlo.verify(module)
+  with _phases.phase("verify"):
+    hlo.verify(module)
   cpu_be = _cpu_planning()
   why = cpu_be.native_unsupported(module)
   if why is not None:

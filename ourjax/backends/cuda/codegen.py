@@ -58,6 +58,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
+from ourjax import _phases
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I1, I8, I32, I64, Emitter, Index, i64
@@ -140,7 +141,7 @@ def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
   import os
   from concurrent.futures import ThreadPoolExecutor
   with ThreadPoolExecutor(max(1, min(len(texts), os.cpu_count() or 1))) as pool:
-    return list(pool.map(one, texts))
+    return list(pool.map(_phases.bound(one), texts))
 
 
 def _arch_for(text: str, arch: str) -> str:
@@ -150,17 +151,20 @@ def _arch_for(text: str, arch: str) -> str:
 def _ptx(text: str, arch: str, tm, context) -> str:
   from ourjax.errors import CompileError
   try:
-    ref = llvm.parse_assembly(text, context=context)
-    ref.verify()
+    with _phases.phase("llvm.parse"):
+      ref = llvm.parse_assembly(text, context=context)
+      ref.verify()
   except RuntimeError as e:
     raise CompileError(f"LLVM rejected the GPU module: {e}\n" + _ir_context(text, str(e))
                        ) from None
-  pto = llvm.create_pipeline_tuning_options(speed_level=3)
-  pto.loop_unrolling = True
-  pb = llvm.create_pass_builder(tm, pto)
-  pb.getModulePassManager().run(ref, pb)
+  with _phases.phase("llvm.opt"):
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(ref, pb)
   try:
-    return tm.emit_assembly(ref)
+    with _phases.phase("llvm.codegen"):
+      return tm.emit_assembly(ref)
   except RuntimeError as e:
     raise CompileError(f"the NVPTX backend failed: {e}") from None
 

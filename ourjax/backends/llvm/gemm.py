@@ -866,26 +866,35 @@ def shared_gemm_symbol(dtype: str) -> str:
     raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
   with _shared_lock:
     if dtype not in _shared:
-      import llvmlite.binding as llvm
-      from ourjax.backends.cpu import jit
-      sym = f"ourjax_gemm_{dtype}"
-      path = _cache_path(sym)
-      cm = None
-      obj = _cache_load(path)
-      if obj is not None:
-        try:
-          cm = jit.load_object(obj, [sym])
-        except jit.CompileError:
-          cm = None
-      if cm is None:
-        mod = jit.new_module(sym)
-        emit_gemm(mod, sym, dtype)
-        obj, _ = jit.compile_to_object(mod)
-        cm = jit.load_object(obj, [sym])
-        _cache_store(path, obj)
-      llvm.add_symbol(sym, cm.address(sym))
-      _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
+      return _shared_gemm(dtype)
     return _shared[dtype][0]
+
+
+def _shared_gemm(dtype: str) -> str:
+  """Load or compile the shared GEMM of ``dtype`` (``_shared_lock`` held); its own LLVM work
+  shows as one ``library`` phase in the compile log."""
+  from ourjax import _phases
+  import llvmlite.binding as llvm
+  from ourjax.backends.cpu import jit
+  with _phases.phase("library"), _phases.collecting(None):
+    sym = f"ourjax_gemm_{dtype}"
+    path = _cache_path(sym)
+    cm = None
+    obj = _cache_load(path)
+    if obj is not None:
+      try:
+        cm = jit.load_object(obj, [sym])
+      except jit.CompileError:
+        cm = None
+    if cm is None:
+      mod = jit.new_module(sym)
+      emit_gemm(mod, sym, dtype)
+      obj, _ = jit.compile_to_object(mod)
+      cm = jit.load_object(obj, [sym])
+      _cache_store(path, obj)
+    llvm.add_symbol(sym, cm.address(sym))
+    _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
+  return sym
 
 
 _OBJ_MAGIC = b"ourjax-gemm-obj-1\n"
