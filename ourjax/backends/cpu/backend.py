@@ -55,8 +55,10 @@ import threading
 
 import numpy as np
 
+from ourjax import _phases
 from ourjax.backends.cpu import profiling
 from ourjax.backends import disk_cache
+from ourjax.backends.llvm import dedupe
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.lowering import hlo
@@ -859,6 +861,9 @@ def _emit_sync(mod):
 
   wait = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32, i32p]), name="ourjax_wait")
   wait.linkage = "internal"
+  # (called at every parallel step: inlined, the entry of a whole program grew to thousands of
+  # lines, and optimising it took longer than most of its kernels together)
+  wait.attributes.add("noinline")
   word, target, sleepers = wait.args
   blk = {k: wait.append_basic_block(k) for k in ("entry", "spin", "sleep", "done")}
   b = ir.IRBuilder(blk["entry"])
@@ -893,6 +898,7 @@ def _emit_sync(mod):
 
   wake = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake")
   wake.linkage = "internal"
+  wake.attributes.add("noinline")
   word, sleepers = wake.args
   b = ir.IRBuilder(wake.append_basic_block("entry"))
   if sysc is not None:
@@ -923,13 +929,28 @@ class _Emission:
       m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
       E.use_outlined_math(m, "shared")
       self.kernel_mods.append(m)
-    for n, k in enumerate(planner.kernels):
-      if not groups:
-        self.fns[id(k)] = k.emit(self.mod)
+    # identical kernels (same body on the same shapes) are emitted once and shared
+    # (dedupe.function_key); each distinct one goes to the kernel module with the fewest
+    # instructions so far (LLVM's time grows with them; the modules compile at once)
+    kept, memos = {}, {}
+    sizes = [0] * groups
+    self.n_distinct = 0
+    for k in planner.kernels:
+      g = sizes.index(min(sizes)) if groups else None
+      m = self.kernel_mods[g] if groups else self.mod
+      fn = k.emit(m)
+      key = dedupe.function_key(fn, memos.setdefault(id(m), {}))
+      same = kept.get(key)
+      if same is not None:
+        dedupe.drop_function(fn)
+        self.fns[id(k)] = same
         continue
-      fn = k.emit(self.kernel_mods[n % groups])
-      fn.linkage = ""                       # (external: the entry's module calls it)
-      self.fns[id(k)] = ir.Function(self.mod, fn.function_type, name=fn.name)
+      self.n_distinct += 1
+      if groups:
+        sizes[g] += sum(len(blk.instructions) for blk in fn.blocks)
+        fn.linkage = ""                     # (external: the entry's module calls it)
+        fn = ir.Function(self.mod, fn.function_type, name=fn.name)
+      kept[key] = self.fns[id(k)] = fn
     self.wait_fn, self.wake_fn = _emit_sync(self.mod)
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
@@ -1399,15 +1420,16 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
   """(meta, LLVM IR texts, kernel names) for ``module`` (with profiling instrumentation when
   ``profile``): the entry's module first, then the kernel modules (``compile_groups``), whose
   kernels the entry's module declares by those names (none when there is one module)."""
-  planner = _Planner(module)
-  entry = module.entry
-  params, outs, result = entry_buffers(entry)
-  nparams = len(params)
-  planner.n_params, planner.n_outputs = nparams, len(outs)
-  steps = planner.plan_computation(entry, params, result, direct=True)
-  prof_meta, prof_index = profiling.plan_items(steps, _profile_offset(steps)) if profile else \
-      (None, None)
-  arena = _assign(planner, steps, profiling.counter_bytes(prof_meta))
+  with _phases.phase("plan"):
+    planner = _Planner(module)
+    entry = module.entry
+    params, outs, result = entry_buffers(entry)
+    nparams = len(params)
+    planner.n_params, planner.n_outputs = nparams, len(outs)
+    steps = planner.plan_computation(entry, params, result, direct=True)
+    prof_meta, prof_index = profiling.plan_items(steps, _profile_offset(steps)) if profile \
+        else (None, None)
+    arena = _assign(planner, steps, profiling.counter_bytes(prof_meta))
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
@@ -1416,8 +1438,9 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
     slot += 1
   arena_slot = slot
   nslots = slot + 1
-  em = _Emission(planner, steps, {}, arena_slot,
-                 None if prof_meta is None else (prof_meta["offset"], prof_index))
+  with _phases.phase("emit"):
+    em = _Emission(planner, steps, {}, arena_slot,
+                   None if prof_meta is None else (prof_meta["offset"], prof_index))
   parallel = any(s.parallel for s in steps) and any(
       isinstance(s, KernelStep) and s.parallel for s in steps)
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
@@ -1429,9 +1452,11 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "steps": [_step_label(st) for st in steps], "profile": prof_meta,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
-          "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels)}
+          "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels),
+          "distinct_kernels": em.n_distinct}
   _link_symbols(symbols)
-  texts = [E.finalize_module_text(m) for m in [em.mod] + em.kernel_mods]
+  with _phases.phase("emit.text"):
+    texts = [E.finalize_module_text(m) for m in [em.mod] + em.kernel_mods]
   return meta, texts, [em.fns[id(k)].name for k in planner.kernels] if em.kernel_mods else []
 
 
@@ -1488,7 +1513,7 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
   key = (fn, tag)
   if key in _math_done:
     return
-  with _math_lock:
+  with _math_lock, _phases.phase("library"), _phases.collecting(None):
     if key in _math_done:
       return
     import llvmlite
@@ -1544,6 +1569,10 @@ def _ensure_runtime_symbols() -> None:
 
 _MODULE_SEPARATOR = "\n; ---- next module ----\n"
 
+#: LLVM's optimisation level for an entry compiled in a module of its own (its kernels in
+#: others, ``compile_groups``): 0, code generated at -O0 too (``jit.compile_to_objects``).
+ENTRY_SPEED_LEVEL = 0
+
 
 def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  (backend API)
   """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
@@ -1552,19 +1581,23 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
   profile = PROFILE if profile is None else bool(profile)
   from ourjax.backends import reference
   from ourjax.backends.cpu import jit
-  hlo.verify(module)
+  with _phases.phase("verify"):
+    hlo.verify(module)
   _ensure_runtime_symbols()
   why = native_unsupported(module)
   if why is not None:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
     return reference.compile(module)
-  key = cache_key(module, profile)
-  hit = disk_cache.read(key)
+  with _phases.phase("cache_key"):
+    key = cache_key(module, profile)
+  with _phases.phase("cache_read"):
+    hit = disk_cache.read(key)
   if hit is not None:
     meta, obj, ir_text = hit
     try:
       _link_symbols(meta.get("symbols", ()))
-      cm = jit.load_object(obj, [ENTRY])
+      with _phases.phase("load"):
+        cm = jit.load_object(obj, [ENTRY])
       return CpuExecutable(module, cm, meta, ir_text)
     except Exception as e:
       log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
@@ -1577,15 +1610,23 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
     return reference.compile(module)
   ir_text = _MODULE_SEPARATOR.join(texts)
   try:
-    objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING, provided=kernel_names)
+    with _phases.phase("llvm"):
+      # an entry in a module of its own only calls kernels and waits for threads: it is not
+      # optimised (at O3 it took a third of a transformer step's LLVM time; unoptimised, a
+      # tenth of that, and the step runs as fast)
+      levels = [ENTRY_SPEED_LEVEL] + [3] * (len(texts) - 1) if kernel_names else None
+      objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING, provided=kernel_names,
+                                    keep_ir=bool(dump), speed_levels=levels)
     obj = jit.pack_objects([o for o, _ in objs])
     optimized = _MODULE_SEPARATOR.join(t for _, t in objs)
-    cm = jit.load_object(obj, [ENTRY])
+    with _phases.phase("load"):
+      cm = jit.load_object(obj, [ENTRY])
     if dump:
       _dump(dump, module.name, ir_text, optimized)
   except jit.CompileError as e:
     log.warning("cpu backend: LLVM failed on %s; running it on the reference backend: %s",
                 module.name, str(e)[:2000])
     return reference.compile(module)
-  disk_cache.write(key, meta, obj, ir_text)
+  with _phases.phase("cache_write"):
+    disk_cache.write(key, meta, obj, ir_text)
   return CpuExecutable(module, cm, meta, ir_text)

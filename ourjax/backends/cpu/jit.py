@@ -27,6 +27,8 @@ from typing import Iterable, Optional, Sequence, Union
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from ourjax import _phases
+
 try:  # the package's error type, when the package imports (it may be mid-construction)
   from ourjax.errors import CompileError
 except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not importable
@@ -135,8 +137,8 @@ def vector_isa(tm=None) -> str:
   return _VECTOR_ISA[key][0]
 
 
-def _make_tm(target, name, features):
-  return target.create_target_machine(cpu=name, features=features, opt=3, reloc="default",
+def _make_tm(target, name, features, opt: int = 3):
+  return target.create_target_machine(cpu=name, features=features, opt=opt, reloc="default",
                                       codemodel="jitdefault", jit=False)
 
 
@@ -177,15 +179,19 @@ def new_module(name: str) -> ir.Module:
   return mod
 
 
-def _optimize(mod: "llvm.ModuleRef", tm, loop_unrolling: bool = True) -> None:
-  pto = llvm.create_pipeline_tuning_options(speed_level=3)
+def _optimize(mod: "llvm.ModuleRef", tm, loop_unrolling: bool = True,
+              unlocked: bool = False, speed_level: int = 3) -> None:
+  pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
   pto.loop_vectorization = True
   pto.slp_vectorization = True
   pto.loop_interleaving = True
   pto.loop_unrolling = loop_unrolling
   pb = llvm.create_pass_builder(tm, pto)
   mpm = pb.getModulePassManager()
-  mpm.run(mod, pb)
+  if unlocked:      # (see _unlocked)
+    _unlocked("LLVMPY_RunNewModulePassManager")(mpm, mod, pb)
+  else:
+    mpm.run(mod, pb)
 
 
 def _excerpt(text: str, limit: int = 40) -> str:
@@ -242,12 +248,22 @@ class CompiledModule:
     return self._asm
 
 
-def _parse(text: str, st: dict, context=None):
+def _parse(text: str, st: dict, context=None, unlocked: bool = False):
   """``text`` parsed and verified for the host (its triple and data layout filled in when
   absent); LLVM's complaint as a ``CompileError``.  Called with ``_lock`` held, unless in a
-  ``context`` of the caller's own."""
+  ``context`` of the caller's own (``unlocked``: parsed outside llvmlite's lock too)."""
   try:
-    ref = llvm.parse_assembly(text, context=context)
+    if unlocked:
+      from llvmlite.binding import ffi
+      from llvmlite.binding.module import ModuleRef
+      with ffi.OutputString() as errmsg:
+        ref = ModuleRef(_unlocked("LLVMPY_ParseAssembly")(
+            context, ctypes.c_char_p(text.encode()), errmsg), context)
+        if errmsg:
+          ref.close()
+          raise RuntimeError(f"LLVM IR parsing error\n{errmsg}")
+    else:
+      ref = llvm.parse_assembly(text, context=context)
     ref.verify()
   except RuntimeError as e:
     raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
@@ -315,40 +331,85 @@ def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
 
 
 def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
-                       provided: Iterable[str] = ()) -> list:
+                       provided: Iterable[str] = (), keep_ir: bool = True,
+                       speed_levels: Optional[Sequence[int]] = None) -> list:
   """:func:`compile_to_object` of several modules that are loaded together (each may call
   what the others define: ``provided`` names those functions), at once on one thread per
   module (at most the CPU count).  Each module is parsed, optimised and code-generated in an
-  LLVM context and a target machine of its own, so the threads share nothing (llvmlite
-  releases the GIL inside LLVM).  Returns ``[(object_bytes, optimized_ir)]`` in the order of
-  ``texts``."""
+  LLVM context and a target machine of its own, so the threads share nothing, and those three
+  steps run outside llvmlite's process-wide lock (``_unlocked``; ctypes releases the GIL), so
+  they do run at once.  Returns ``[(object_bytes, optimized_ir)]`` in the order of ``texts``;
+  the optimised IR is "" unless ``keep_ir`` (printing it cost as much as a tenth of the LLVM
+  time).  ``speed_levels``: the optimisation level of each module (default 3, LLVM's O3; 0
+  also generates its code at LLVM's -O0: the fast instruction selector and register
+  allocator)."""
   st = _setup()
   provided = frozenset(provided)
+  levels = list(speed_levels) if speed_levels is not None else [3] * len(texts)
   if len(texts) == 1:
     with _lock:
-      return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided)]
+      return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided, keep_ir,
+                      speed_level=levels[0])]
 
-  def one(text):
-    tm = _make_tm(st["target"], st["name"], st["features"])
-    return _object(text, st, tm, llvm.create_context(), True, loop_unrolling, provided)
+  def one(text_level):
+    text, level = text_level
+    with _lock:
+      tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
+      context = llvm.create_context()
+    return _object(text, st, tm, context, True, loop_unrolling, provided, keep_ir,
+                   unlocked=True, speed_level=level)
 
   from concurrent.futures import ThreadPoolExecutor
   with ThreadPoolExecutor(min(len(texts), os.cpu_count() or 1)) as pool:
-    return list(pool.map(one, texts))
+    return list(pool.map(_phases.bound(one), zip(texts, levels)))
 
 
-def _object(text, st, tm, context, optimize, loop_unrolling, provided):
-  """(object bytes, optimised IR) of one module: parsed in ``context`` (None: the global one,
-  under ``_lock``), optimised and code-generated with ``tm``."""
-  ref = _parse(text, st, context)
+def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=True,
+            unlocked=False, speed_level=3):
+  """(object bytes, optimised IR or "" unless ``keep_ir``) of one module: parsed in
+  ``context`` (None: the global one, under ``_lock``), optimised and code-generated with
+  ``tm``; with ``unlocked`` (``context`` and ``tm`` this thread's own) the parse, the
+  optimisation and the code generation run outside llvmlite's lock."""
+  with _phases.phase("llvm.parse"):
+    ref = _parse(text, st, context, unlocked)
   if optimize:
-    _optimize(ref, tm, loop_unrolling)
+    with _phases.phase("llvm.opt"):
+      _optimize(ref, tm, loop_unrolling, unlocked, speed_level)
   _check_externals(ref, provided)
+  with _phases.phase("llvm.codegen"):
+    obj = _emit_object(tm, ref, unlocked)
+  if not keep_ir:
+    return obj, ""
+  with _phases.phase("llvm.print"):
+    return obj, str(ref)
+
+
+def _unlocked(name: str):
+  """llvmlite's ctypes function ``name`` (argument types set) without the process-wide lock
+  that llvmlite takes around every call.  LLVM allows work in different contexts with
+  different target machines on different threads at once; the lock would make the threads of
+  ``compile_to_objects`` take turns.  Only for objects of the calling thread's own."""
+  from llvmlite.binding import ffi
+  getattr(ffi.lib, name)              # (llvmlite wraps a function on first use)
+  return ffi.lib._fntab[name]._cfn
+
+
+def _emit_object(tm, ref, unlocked: bool = False) -> bytes:
+  """``tm.emit_object(ref)``; a ``CompileError`` when LLVM fails."""
+  if not unlocked:
+    try:
+      return bytes(tm.emit_object(ref))
+    except RuntimeError as e:
+      raise CompileError(f"LLVM failed to generate code: {e}") from None
+  from llvmlite.binding import ffi
+  with ffi.OutputString() as outerr:
+    mb = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, ref, 1, outerr)
+    if not mb:
+      raise CompileError(f"LLVM failed to generate code: {outerr}")
   try:
-    obj = tm.emit_object(ref)
-  except RuntimeError as e:
-    raise CompileError(f"LLVM failed to generate code: {e}") from None
-  return bytes(obj), str(ref)
+    return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(mb), ffi.lib.LLVMPY_GetBufferSize(mb))
+  finally:
+    ffi.lib.LLVMPY_DisposeMemoryBuffer(mb)
 
 
 _MULTI = b"OURJAXOBJS1\n"
