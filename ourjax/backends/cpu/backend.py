@@ -933,22 +933,26 @@ class _Emission:
     # (dedupe.function_key); each distinct one goes to the kernel module with the fewest
     # instructions so far (LLVM's time grows with them; the modules compile at once)
     kept, memos = {}, {}
+    self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
     sizes = [0] * groups
     self.n_distinct = 0
     for k in planner.kernels:
       g = sizes.index(min(sizes)) if groups else None
       m = self.kernel_mods[g] if groups else self.mod
       fn = k.emit(m)
-      key = dedupe.function_key(fn, memos.setdefault(id(m), {}))
+      if groups:
+        fn.linkage = ""                     # (external: the entry's module calls it)
+      text = str(fn)
+      key = dedupe.function_key(fn, memos.setdefault(id(m), {}), text)
       same = kept.get(key)
       if same is not None:
         dedupe.drop_function(fn)
         self.fns[id(k)] = same
         continue
       self.n_distinct += 1
+      self.texts.setdefault(id(m), {})[fn.name] = text
       if groups:
         sizes[g] += sum(len(blk.instructions) for blk in fn.blocks)
-        fn.linkage = ""                     # (external: the entry's module calls it)
         fn = ir.Function(self.mod, fn.function_type, name=fn.name)
       kept[key] = self.fns[id(k)] = fn
     self.wait_fn, self.wake_fn = _emit_sync(self.mod)
@@ -1456,7 +1460,8 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "distinct_kernels": em.n_distinct}
   _link_symbols(symbols)
   with _phases.phase("emit.text"):
-    texts = [E.finalize_module_text(m) for m in [em.mod] + em.kernel_mods]
+    texts = [dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
+             for m in [em.mod] + em.kernel_mods]
   return meta, texts, [em.fns[id(k)].name for k in planner.kernels] if em.kernel_mods else []
 
 
@@ -1573,6 +1578,9 @@ _MODULE_SEPARATOR = "\n; ---- next module ----\n"
 #: others, ``compile_groups``): 0, code generated at -O0 too (``jit.compile_to_objects``).
 ENTRY_SPEED_LEVEL = 0
 
+#: LLVM's optimisation level for the kernels (and for a program compiled as one module).
+KERNEL_SPEED_LEVEL = 3
+
 
 def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  (backend API)
   """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
@@ -1614,7 +1622,8 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
       # an entry in a module of its own only calls kernels and waits for threads: it is not
       # optimised (at O3 it took a third of a transformer step's LLVM time; unoptimised, a
       # tenth of that, and the step runs as fast)
-      levels = [ENTRY_SPEED_LEVEL] + [3] * (len(texts) - 1) if kernel_names else None
+      levels = ([ENTRY_SPEED_LEVEL] + [KERNEL_SPEED_LEVEL] * (len(texts) - 1) if kernel_names
+                else [KERNEL_SPEED_LEVEL])
       objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING, provided=kernel_names,
                                     keep_ir=bool(dump), speed_levels=levels)
     obj = jit.pack_objects([o for o, _ in objs])

@@ -18,19 +18,20 @@ import re
 
 import llvmlite.ir as ir
 
-__all__ = ["function_key", "drop_function"]
+__all__ = ["function_key", "drop_function", "module_text"]
 
 #: a global's name where the IR text refers to it: ``@"name"`` (llvmlite quotes every name)
 _REF = re.compile(r'@"((?:[^"\\]|\\.)*)"')
 
 
-def function_key(fn: ir.Function, memo: dict | None = None) -> str:
+def function_key(fn: ir.Function, memo: dict | None = None, text: str | None = None) -> str:
   """The key of ``fn`` (see the module docstring); ``memo`` caches the text of the module's
-  other definitions between calls (one dict per module)."""
+  other definitions between calls (one dict per module); ``text``: ``str(fn)`` when the caller
+  has it."""
   module = fn.module
   memo = {} if memo is None else memo
   own = fn.name
-  text = str(fn)
+  text = str(fn) if text is None else text
   deps, seen, todo = [], {own}, [text]
   while todo:
     for m in _REF.finditer(todo.pop()):
@@ -48,6 +49,29 @@ def function_key(fn: ir.Function, memo: dict | None = None) -> str:
       todo.append(t)
   body = text.replace(f'@"{own}"', '@"<self>"')
   return "\n".join([body] + sorted(deps))
+
+
+class _Text:
+  __slots__ = ("text",)
+
+  def __init__(self, text):
+    self.text = text
+
+  def __str__(self):
+    return self.text
+
+
+def module_text(module: ir.Module, known: dict, finalize=str) -> str:
+  """``finalize(module)`` (its IR text) with the functions whose text is ``known`` (name ->
+  ``str(fn)``, taken when they were keyed) not printed again."""
+  g = module.globals
+  saved = {n: g[n] for n in known if n in g}
+  try:
+    for n in saved:
+      g[n] = _Text(known[n])
+    return finalize(module)
+  finally:
+    g.update(saved)
 
 
 def drop_function(fn: ir.Function) -> None:
