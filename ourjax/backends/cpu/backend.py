@@ -17,10 +17,14 @@ Compilation:
 2. *Buffer assignment*: temporaries get arena offsets by a first-fit over their live ranges
    (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
-   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order.  A
-   program of many kernels puts them in several LLVM modules (``compile_groups``), optimised
-   and code-generated at once on several threads (``jit.compile_to_objects``) and loaded
-   together; the objects are packed into one cache entry.
+   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order;
+   identical kernels (``llvm/dedupe.py``: same IR text once the name is blanked) are emitted
+   once and called for each.  A program of many kernels puts them in several LLVM modules
+   (``compile_groups``, each kernel to the module with the fewest instructions so far),
+   optimised and code-generated at once on several threads (``jit.compile_to_objects``,
+   outside llvmlite's lock) and loaded together; the entry, then in a module of its own, is
+   not optimised (``ENTRY_SPEED_LEVEL``).  The objects are packed into one cache entry.
+   ``OURJAX_LOG_COMPILES=1`` logs the time of each phase (``ourjax/_phases.py``).
 4. *Threads*: a small pool of threads all call the entry at once (ctypes drops the GIL).  A
    kernel with enough work is cut into a fixed number of pieces that the threads claim with
    an atomic counter; thread 0 runs the steps in order, opens each parallel step and waits for
