@@ -187,11 +187,7 @@ def _optimize(mod: "llvm.ModuleRef", tm, loop_unrolling: bool = True,
   pto.loop_interleaving = True
   pto.loop_unrolling = loop_unrolling
   pb = llvm.create_pass_builder(tm, pto)
-  mpm = pb.getModulePassManager()
-  if unlocked:      # (see _unlocked)
-    _unlocked("LLVMPY_RunNewModulePassManager")(mpm, mod, pb)
-  else:
-    mpm.run(mod, pb)
+  run_passes(pb.getModulePassManager(), mod, pb, unlocked)
 
 
 def _excerpt(text: str, limit: int = 40) -> str:
@@ -253,17 +249,7 @@ def _parse(text: str, st: dict, context=None, unlocked: bool = False):
   absent); LLVM's complaint as a ``CompileError``.  Called with ``_lock`` held, unless in a
   ``context`` of the caller's own (``unlocked``: parsed outside llvmlite's lock too)."""
   try:
-    if unlocked:
-      from llvmlite.binding import ffi
-      from llvmlite.binding.module import ModuleRef
-      with ffi.OutputString() as errmsg:
-        ref = ModuleRef(_unlocked("LLVMPY_ParseAssembly")(
-            context, ctypes.c_char_p(text.encode()), errmsg), context)
-        if errmsg:
-          ref.close()
-          raise RuntimeError(f"LLVM IR parsing error\n{errmsg}")
-    else:
-      ref = llvm.parse_assembly(text, context=context)
+    ref = parse_assembly(text, context, unlocked)
     ref.verify()
   except RuntimeError as e:
     raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
@@ -384,6 +370,47 @@ def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=T
     return obj, str(ref)
 
 
+def parse_assembly(text: str, context=None, unlocked: bool = False):
+  """``llvm.parse_assembly(text, context)``; with ``unlocked`` (``context`` the calling
+  thread's own) outside llvmlite's lock (``_unlocked``).  LLVM's complaint as RuntimeError."""
+  if not unlocked:
+    return llvm.parse_assembly(text, context=context)
+  from llvmlite.binding import ffi
+  from llvmlite.binding.module import ModuleRef
+  with ffi.OutputString() as errmsg:
+    ref = ModuleRef(_unlocked("LLVMPY_ParseAssembly")(
+        context, ctypes.c_char_p(text.encode()), errmsg), context)
+    if errmsg:
+      ref.close()
+      raise RuntimeError(f"LLVM IR parsing error\n{errmsg}")
+  return ref
+
+
+def run_passes(mpm, ref, pb, unlocked: bool = False) -> None:
+  """``mpm.run(ref, pb)``; with ``unlocked`` outside llvmlite's lock (objects of the calling
+  thread's own)."""
+  if unlocked:
+    _unlocked("LLVMPY_RunNewModulePassManager")(mpm, ref, pb)
+  else:
+    mpm.run(ref, pb)
+
+
+def emit_to_memory(tm, ref, use_object: bool = True, unlocked: bool = False) -> bytes:
+  """``tm``'s object code (or assembly text, as bytes) of ``ref``; with ``unlocked`` outside
+  llvmlite's lock (objects of the calling thread's own).  LLVM's complaint as RuntimeError."""
+  if not unlocked:
+    return bytes(tm.emit_object(ref)) if use_object else tm.emit_assembly(ref).encode()
+  from llvmlite.binding import ffi
+  with ffi.OutputString() as outerr:
+    mb = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, ref, int(use_object), outerr)
+    if not mb:
+      raise RuntimeError(str(outerr))
+  try:
+    return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(mb), ffi.lib.LLVMPY_GetBufferSize(mb))
+  finally:
+    ffi.lib.LLVMPY_DisposeMemoryBuffer(mb)
+
+
 def _unlocked(name: str):
   """llvmlite's ctypes function ``name`` (argument types set) without the process-wide lock
   that llvmlite takes around every call.  LLVM allows work in different contexts with
@@ -396,20 +423,10 @@ def _unlocked(name: str):
 
 def _emit_object(tm, ref, unlocked: bool = False) -> bytes:
   """``tm.emit_object(ref)``; a ``CompileError`` when LLVM fails."""
-  if not unlocked:
-    try:
-      return bytes(tm.emit_object(ref))
-    except RuntimeError as e:
-      raise CompileError(f"LLVM failed to generate code: {e}") from None
-  from llvmlite.binding import ffi
-  with ffi.OutputString() as outerr:
-    mb = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, ref, 1, outerr)
-    if not mb:
-      raise CompileError(f"LLVM failed to generate code: {outerr}")
   try:
-    return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(mb), ffi.lib.LLVMPY_GetBufferSize(mb))
-  finally:
-    ffi.lib.LLVMPY_DisposeMemoryBuffer(mb)
+    return emit_to_memory(tm, ref, True, unlocked)
+  except RuntimeError as e:
+    raise CompileError(f"LLVM failed to generate code: {e}") from None
 
 
 _MULTI = b"OURJAXOBJS1\n"

@@ -128,7 +128,8 @@ def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
 def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
   """``compile_ptx`` of several independent modules at once, one thread each (at most one per
   core), each in an LLVM context and a target machine of its own (llvmlite releases the GIL
-  inside LLVM): a program's kernels, cut into modules, are optimised and printed in parallel."""
+  inside LLVM, and these threads call it outside its process-wide lock: ``jit._unlocked``): a
+  program's kernels, cut into modules, are optimised and printed in parallel."""
   texts = [str(m) for m in modules]
   if len(texts) == 1:
     return [compile_ptx(texts[0], arch)]
@@ -136,7 +137,7 @@ def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
 
   def one(text):
     a = _arch_for(text, arch)
-    return _ptx(text, a, _new_target_machine(a), llvm.create_context())
+    return _ptx(text, a, _new_target_machine(a), llvm.create_context(), unlocked=True)
 
   import os
   from concurrent.futures import ThreadPoolExecutor
@@ -148,11 +149,14 @@ def _arch_for(text: str, arch: str) -> str:
   return "90a" if arch == "90" and "wgmma." in text else arch   # wgmma: sm_90a only
 
 
-def _ptx(text: str, arch: str, tm, context) -> str:
+def _ptx(text: str, arch: str, tm, context, unlocked: bool = False) -> str:
+  """The PTX of ``text``; ``unlocked``: ``tm`` and ``context`` are this thread's own, and LLVM
+  runs outside llvmlite's lock (``jit.parse_assembly``, ``run_passes``, ``emit_to_memory``)."""
+  from ourjax.backends.cpu import jit
   from ourjax.errors import CompileError
   try:
     with _phases.phase("llvm.parse"):
-      ref = llvm.parse_assembly(text, context=context)
+      ref = jit.parse_assembly(text, context, unlocked)
       ref.verify()
   except RuntimeError as e:
     raise CompileError(f"LLVM rejected the GPU module: {e}\n" + _ir_context(text, str(e))
@@ -161,10 +165,10 @@ def _ptx(text: str, arch: str, tm, context) -> str:
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(ref, pb)
+    jit.run_passes(pb.getModulePassManager(), ref, pb, unlocked)
   try:
     with _phases.phase("llvm.codegen"):
-      return tm.emit_assembly(ref)
+      return jit.emit_to_memory(tm, ref, False, unlocked).decode()
   except RuntimeError as e:
     raise CompileError(f"the NVPTX backend failed: {e}") from None
 
