@@ -1462,7 +1462,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "object_mode": OBJECT_MODE,
           "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels),
           "distinct_kernels": em.n_distinct}
-  _link_symbols(symbols)
+  _link_symbols(symbols, wait=False)
   with _phases.phase("emit.text"):
     texts = [dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
              for m in [em.mod] + em.kernel_mods]
@@ -1500,13 +1500,15 @@ def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:
     log.debug("cpu backend: could not dump LLVM IR to %s: %s", d, e)
 
 
-def _link_symbols(symbols) -> None:
+def _link_symbols(symbols, wait: bool = True) -> None:
   """Compile and register the process-wide code a module calls: the shared GEMMs and the
-  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``)."""
+  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``).  ``wait`` False: the GEMMs
+  are only started (``gemm.prefetch_shared_gemm``), to be waited for before loading."""
   for sym in symbols:
     if sym.startswith("ourjax_gemm_"):
       from ourjax.backends.llvm import gemm
-      gemm.shared_gemm_symbol(sym[len("ourjax_gemm_"):])
+      dtype = sym[len("ourjax_gemm_"):]
+      gemm.shared_gemm_symbol(dtype) if wait else gemm.prefetch_shared_gemm(dtype)
     elif sym.startswith("math:"):
       _, fn, tag, nargs = sym.split(":")
       _shared_math(fn, tag, int(nargs))
@@ -1548,7 +1550,7 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
     if cm is None:
       mod = jit.new_module(f"ojx_math_{fn}_{tag}")
       E.MathLib(mod).define_all(fn, tag, nargs)
-      obj, _ = jit.compile_to_object(str(mod))
+      obj, _ = jit.compile_to_object(str(mod), keep_ir=False)
       cm = jit.load_object(obj, names)
       disk_cache.write(ckey, {"math": [fn, tag, nargs]}, obj, "")
     for n in names:
@@ -1628,8 +1630,12 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
       # tenth of that, and the step runs as fast)
       levels = ([ENTRY_SPEED_LEVEL] + [KERNEL_SPEED_LEVEL] * (len(texts) - 1) if kernel_names
                 else [KERNEL_SPEED_LEVEL])
-      objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING, provided=kernel_names,
+      # (the shared GEMMs build meanwhile on their own thread: linked before loading)
+      gemms = [s for s in meta["symbols"] if s.startswith("ourjax_gemm_")]
+      objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING,
+                                    provided=list(kernel_names) + gemms,
                                     keep_ir=bool(dump), speed_levels=levels)
+    _link_symbols(gemms)
     obj = jit.pack_objects([o for o, _ in objs])
     optimized = _MODULE_SEPARATOR.join(t for _, t in objs)
     with _phases.phase("load"):

@@ -261,6 +261,22 @@ def _parse(text: str, st: dict, context=None, unlocked: bool = False):
   return ref
 
 
+def _await_gemm(parts, skip=()) -> None:
+  """Wait for the shared GEMMs being built on their thread (``gemm.prefetch_shared_gemm``)
+  that ``parts`` (IR texts or object bytes) call, unless named in ``skip`` (provided beside
+  them, or defined there); before taking ``_lock``, which the build takes too."""
+  from ourjax.backends.llvm import gemm
+  if not gemm._pending or threading.current_thread().name.startswith("ourjax-gemm"):
+    return
+  for dtype in list(gemm._pending):
+    sym = f"ourjax_gemm_{dtype}"
+    if sym in skip:
+      continue
+    if any((sym in p and f'define void @"{sym}"(' not in p) if isinstance(p, str)
+           else sym.encode() in bytes(p) for p in parts):
+      gemm.shared_gemm_symbol(dtype)
+
+
 def _check_externals(ref, provided=frozenset()) -> None:
   """MCJIT would abort the process on an unresolved symbol: refuse such a module here
   (``provided``: names that objects loaded beside this one define)."""
@@ -282,6 +298,7 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
   text = str(module)
   if isinstance(entry_names, str):
     entry_names = [entry_names]
+  _await_gemm([text])
   with _lock:
     ref = _parse(text, st)
     for n in entry_names:
@@ -305,15 +322,27 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
 
 
 def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
-                      loop_unrolling: bool = True):
+                      loop_unrolling: bool = True, keep_ir: bool = True,
+                      own_thread: bool = False):
   """Parse, verify and optimise ``module`` like :func:`compile_module`, then emit host object
   code instead of JIT-ing it.  Returns ``(object_bytes, optimized_ir)``; load the bytes with
   :func:`load_object` (the CPU backend stores them in its on-disk cache).  ``loop_unrolling``
   False skips LLVM's unroller (the vectorizer still interleaves): about half the code and a
-  third less compile time for kernel-heavy modules."""
+  third less compile time for kernel-heavy modules.  ``keep_ir`` False: "" for the optimised
+  IR (not printed); ``own_thread``: in a context and target machine of its own, outside
+  llvmlite's lock (for a thread that compiles beside others)."""
   st = _setup()
+  text = str(module)
+  _await_gemm([text])
+  if own_thread:
+    with _lock:
+      tm = _make_tm(st["target"], st["name"], st["features"])
+      context = llvm.create_context()
+    return _object(text, st, tm, context, optimize, loop_unrolling, frozenset(),
+                   keep_ir, unlocked=True)
   with _lock:
-    return _object(str(module), st, st["tm"], None, optimize, loop_unrolling, frozenset())
+    return _object(text, st, st["tm"], None, optimize, loop_unrolling, frozenset(),
+                   keep_ir)
 
 
 def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
@@ -331,6 +360,7 @@ def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
   allocator)."""
   st = _setup()
   provided = frozenset(provided)
+  _await_gemm(texts, provided)
   levels = list(speed_levels) if speed_levels is not None else [3] * len(texts)
   if len(texts) == 1:
     with _lock:
@@ -486,6 +516,7 @@ def load_object(obj: bytes, entry_names: Sequence[str] = (),
   sections, symbols, relocations; the entry points defined; every symbol they need defined by
   one of them or known to LLVM), so that damaged bytes raise instead of crashing the loader."""
   st = _setup()
+  _await_gemm(_unpack_objects(bytes(obj)), set(entry_names))
   with _lock:
     try:
       check_objects(_unpack_objects(bytes(obj)), entry_names)

@@ -100,7 +100,8 @@ import llvmlite.ir as ir
 
 __all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "default_blocking",
            "emit_gemm", "pack_buffer_elements", "pack_buffer_bytes", "ARG_NAMES",
-           "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm"]
+           "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm",
+           "prefetch_shared_gemm"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 _TYPES = {"f32": (ir.FloatType, 4), "f64": (ir.DoubleType, 8)}  # element type, bytes
@@ -853,28 +854,73 @@ def operand_layout(outer: int, K: int, outer_stride: int, k_stride: int):
 
 _shared_lock = threading.Lock()
 _shared: dict = {}
+_pending: dict = {}       # dtype -> Future of (symbol, compiled module): being built on a thread
+_builder = None           # the thread that builds them (made on first use)
+
+
+def _check_dtype(dtype: str) -> None:
+  if dtype not in _TYPES:
+    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
+
+
+def prefetch_shared_gemm(dtype: str) -> str:
+  """The name of the shared GEMM of ``dtype`` (see :func:`shared_gemm_symbol`), its code loaded
+  or compiled meanwhile on a thread of its own (LLVM there runs outside llvmlite's lock), so
+  that a program's planning, emission and kernel compilation overlap with it; whatever links
+  or loads code that calls it first calls :func:`shared_gemm_symbol`, which waits for it."""
+  global _builder
+  _check_dtype(dtype)
+  with _shared_lock:
+    if dtype not in _shared and dtype not in _pending:
+      from concurrent.futures import ThreadPoolExecutor
+      from ourjax import _phases
+      if _builder is None:
+        _builder = ThreadPoolExecutor(1, thread_name_prefix="ourjax-gemm")
+      _pending[dtype] = _builder.submit(_phases.bound(_build_shared), dtype, True)
+  return f"ourjax_gemm_{dtype}"
 
 
 def shared_gemm_symbol(dtype: str) -> str:
   """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``, ready to
   be linked: on first use it is loaded from the on-disk cache of the CPU backend
-  (``ourjax.backends.disk_cache.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.3 s)
-  and stored there, then registered with LLVM's symbol table (``llvm.add_symbol``), so a module
-  that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled or loaded by
-  ``ourjax.backends.cpu.jit`` and pays no compile time for it."""
-  if dtype not in _TYPES:
-    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
+  (``ourjax.backends.disk_cache.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.75 s of
+  LLVM) and stored there, then registered with LLVM's symbol table (``llvm.add_symbol``), so a
+  module that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled or
+  loaded by ``ourjax.backends.cpu.jit`` and pays no compile time for it.  Waits for a build
+  :func:`prefetch_shared_gemm` started."""
+  _check_dtype(dtype)
+  with _shared_lock:
+    if dtype in _shared:
+      return _shared[dtype][0]
+    fut = _pending.get(dtype)
+    if fut is None:
+      _register(dtype, *_build_shared(dtype))
+      return _shared[dtype][0]
+  from ourjax import _phases
+  try:
+    with _phases.phase("library.wait"):
+      sym, cm = fut.result()
+  finally:
+    with _shared_lock:
+      if _pending.get(dtype) is fut:
+        del _pending[dtype]          # (a failed build is tried again by the next call)
   with _shared_lock:
     if dtype not in _shared:
-      return _shared_gemm(dtype)
+      _register(dtype, sym, cm)
     return _shared[dtype][0]
 
 
-def _shared_gemm(dtype: str) -> str:
-  """Load or compile the shared GEMM of ``dtype`` (``_shared_lock`` held); its own LLVM work
+def _register(dtype: str, sym: str, cm) -> None:
+  import llvmlite.binding as llvm
+  llvm.add_symbol(sym, cm.address(sym))
+  _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
+
+
+def _build_shared(dtype: str, own_thread: bool = False):
+  """(symbol, compiled module) of the shared GEMM of ``dtype``: from the disk cache, else
+  compiled (``own_thread``: outside llvmlite's lock, in a context of its own); its LLVM work
   shows as one ``library`` phase in the compile log."""
   from ourjax import _phases
-  import llvmlite.binding as llvm
   from ourjax.backends.cpu import jit
   with _phases.phase("library"), _phases.collecting(None):
     sym = f"ourjax_gemm_{dtype}"
@@ -889,12 +935,10 @@ def _shared_gemm(dtype: str) -> str:
     if cm is None:
       mod = jit.new_module(sym)
       emit_gemm(mod, sym, dtype)
-      obj, _ = jit.compile_to_object(mod)
+      obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread)
       cm = jit.load_object(obj, [sym])
       _cache_store(path, obj)
-    llvm.add_symbol(sym, cm.address(sym))
-    _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
-  return sym
+  return sym, cm
 
 
 _OBJ_MAGIC = b"ourjax-gemm-obj-1\n"
@@ -969,8 +1013,9 @@ def _signature(p: ir.Type) -> ir.FunctionType:
 
 
 def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
-  """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module``."""
-  sym = shared_gemm_symbol(dtype)
+  """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module`` (its code
+  is built meanwhile: :func:`prefetch_shared_gemm`)."""
+  sym = prefetch_shared_gemm(dtype)
   fn = module.globals.get(sym)
   if fn is None:
     fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)
