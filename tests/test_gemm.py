@@ -378,22 +378,23 @@ def test_shared_kernel_disk_cache(tmp_path, monkeypatch):
   import llvmlite.binding as llvm
   dtype, sym = "f64", "ourjax_gemm_f64"
   from ourjax.config import config
-  original = gemm._shared.get(dtype)
+  from ourjax.backends.llvm import gemm_library
+  original = gemm_library._shared.get(dtype)
   monkeypatch.setenv("OURJAX_CACHE_DIR", str(tmp_path))
   monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir=None))
   try:
     for damage in (False, False, True):
-      monkeypatch.setattr(gemm, "_shared", {})
-      path = gemm._cache_path(sym)
+      monkeypatch.setattr(gemm_library, "_shared", {})
+      path = gemm_library._cache_path(sym)
       assert path and path.startswith(str(tmp_path))
       if damage:
         with open(path, "r+b") as f:
           f.seek(100)
           f.write(b"\0garbage\0")
-        assert gemm._cache_load(path) is None
+        assert gemm_library._cache_load(path) is None
       assert gemm.shared_gemm_symbol(dtype) == sym
-      _KEEP.append(gemm._shared[dtype])
-      assert gemm._cache_load(path) is not None
+      _KEEP.append(gemm_library._shared[dtype])
+      assert gemm_library._cache_load(path) is not None
       # the registered symbol computes a product
       mod = new_module("use_shared")
       t = ir.DoubleType().as_pointer()

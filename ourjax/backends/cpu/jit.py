@@ -265,7 +265,7 @@ def _await_gemm(parts, skip=()) -> None:
   """Wait for the shared GEMMs being built on their thread (``gemm.prefetch_shared_gemm``)
   that ``parts`` (IR texts or object bytes) call, unless named in ``skip`` (provided beside
   them, or defined there); before taking ``_lock``, which the build takes too."""
-  from ourjax.backends.llvm import gemm
+  from ourjax.backends.llvm import gemm_library as gemm
   if not gemm._pending or threading.current_thread().name.startswith("ourjax-gemm"):
     return
   for dtype in list(gemm._pending):
