@@ -10,6 +10,7 @@ it (~0.75 s of LLVM) and stores it there.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Optional
 
@@ -17,6 +18,25 @@ _shared_lock = threading.Lock()
 _shared: dict = {}
 _pending: dict = {}       # dtype -> Future of (symbol, compiled module): being built on a thread
 _builder = None           # the thread that builds them (made on first use)
+
+
+def _before_fork() -> None:
+  """A fork waits for the builds under way (the child would inherit whatever locks the
+  builder thread held in LLVM, and no thread to release them)."""
+  for fut in list(_pending.values()):
+    try:
+      fut.result()
+    except Exception:   # noqa: BLE001  (the child's shared_gemm_symbol raises it again)
+      pass
+
+
+def _after_fork_in_child() -> None:
+  global _builder
+  _builder = None       # (its thread is not in the child; finished builds stay in _pending)
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _check_dtype(dtype: str) -> None:
