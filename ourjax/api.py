@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ourjax import _nan_check, _once, core, dtypes, errors, tree_util
+from ourjax import _nan_check, _once, _phases, core, dtypes, errors, tree_util
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
@@ -147,12 +147,13 @@ def eval_shape(fun: Callable, *args, **kwargs):
 class _CacheEntry:
   """One traced signature of a jitted function: the closed jaxpr, the output structure, why
   the cache missed (for ``jax_log_compiles``), and the executable once compiled."""
-  __slots__ = ("closed", "out_tree", "executable", "reason", "sig", "compiled")
+  __slots__ = ("closed", "out_tree", "executable", "reason", "sig", "compiled", "times")
 
-  def __init__(self, closed, out_tree, reason=None, sig=None):
+  def __init__(self, closed, out_tree, reason=None, sig=None, times=None):
     self.closed, self.out_tree, self.executable = closed, out_tree, None
     self.compiled = {}        # {None: executable}, filled once (_once.build_once)
     self.reason, self.sig = reason, sig
+    self.times = times        # the compile phases so far (_phases; jax_log_compiles only)
 
 
 def _positional_params(fun):
@@ -393,10 +394,12 @@ class JitWrapped:
       names = self._leaf_names(args, kwargs, len(avals))
       reason = self._explain_miss(key, names)
       flat, out_tree = flatten_fun(f, in_tree)
-      closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
+      times = _phases.begin(_fun_name(self.fun))
+      with _phases.collecting(times), _phases.phase("trace"):
+        closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
       sig = _Signature(_fun_name(self.fun), in_tree, tuple(avals), names,
                        self._donated(args, kwargs, names), out_tree[0])
-      entry = _CacheEntry(closed, out_tree[0], reason, sig)
+      entry = _CacheEntry(closed, out_tree[0], reason, sig, times)
       if any(isinstance(c, core.Tracer) for c in closed.consts):
         # it closes over values of an enclosing transformation of this thread: not reusable
         return _once.Uncached(entry)
@@ -485,7 +488,8 @@ class JitWrapped:
     from ourjax import backends
     return backends.compile_jaxpr(entry.closed, self.backend, _fun_name(self.fun),
                                   keep_unused=self.keep_unused, log_reason=entry.reason,
-                                  cache=False)     # (the cache entry keeps it)
+                                  cache=False,     # (the cache entry keeps it)
+                                  times=entry.times)
 
   # -- stages ----------------------------------------------------------------------------------
 

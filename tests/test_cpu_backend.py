@@ -695,3 +695,45 @@ def test_a_sum_of_quotients_keeps_the_nan_of_0_over_0(n):
   assert np.isnan(float(got))
   g = ourjax.jit(ourjax.grad(lambda z, a: jnp.sum(a / z)), backend="cpu")(z, a)
   assert np.isnan(float(g))
+
+
+def _chain(x):
+  return jnp.sum(jnp.tanh(x) * 1.5 + 1.0, axis=0)
+
+
+@pytest.mark.parametrize("per_module", [2, 10 ** 6])
+def test_identical_kernels_are_compiled_once(per_module, monkeypatch):
+  """Kernels of the same body on the same shapes (one per input here) are emitted once and
+  called for each; in one module or spread over several, the numbers stay right."""
+  monkeypatch.setattr(os, "cpu_count", lambda: 4)
+  monkeypatch.setattr(cpu, "KERNELS_PER_MODULE", per_module)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  rng = np.random.default_rng(1)
+  xs = [rng.standard_normal((19, 7)).astype(F32) for _ in range(6)]
+  exe = ourjax.jit(lambda *v: [_chain(x) for x in v]).lower(*xs).compile()._executable
+  meta = exe.compiled.meta
+  assert meta["kernels"] >= 6 and meta["distinct_kernels"] < meta["kernels"]
+  for got, x in zip(exe(*xs), xs):
+    np.testing.assert_allclose(got, (np.tanh(x.astype(np.float64)) * 1.5 + 1).sum(0),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_keys_see_the_helpers_they_call():
+  """Two kernels of the same text that call a helper of the same name are only alike when the
+  helpers are (they may sit in different modules of one program)."""
+  import llvmlite.ir as ir
+  from ourjax.backends.llvm import dedupe
+  f32 = ir.FloatType()
+
+  def module(scale, name):
+    m = cpu_jit.new_module("m")
+    helper = ir.Function(m, ir.FunctionType(f32, [f32]), name="helper")
+    b = ir.IRBuilder(helper.append_basic_block("entry"))
+    b.ret(b.fmul(helper.args[0], ir.Constant(f32, scale)))
+    fn = ir.Function(m, ir.FunctionType(f32, [f32]), name=name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.ret(b.call(helper, [fn.args[0]]))
+    return fn
+  k1, k2, k3 = module(2.0, "k1"), module(2.0, "k2"), module(3.0, "k1")
+  assert dedupe.function_key(k1) == dedupe.function_key(k2)
+  assert dedupe.function_key(k1) != dedupe.function_key(k3)

@@ -6,6 +6,7 @@ bit)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 
@@ -378,22 +379,23 @@ def test_shared_kernel_disk_cache(tmp_path, monkeypatch):
   import llvmlite.binding as llvm
   dtype, sym = "f64", "ourjax_gemm_f64"
   from ourjax.config import config
-  original = gemm._shared.get(dtype)
+  from ourjax.backends.llvm import gemm_library
+  original = gemm_library._shared.get(dtype)
   monkeypatch.setenv("OURJAX_CACHE_DIR", str(tmp_path))
   monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir=None))
   try:
     for damage in (False, False, True):
-      monkeypatch.setattr(gemm, "_shared", {})
-      path = gemm._cache_path(sym)
+      monkeypatch.setattr(gemm_library, "_shared", {})
+      path = gemm_library._cache_path(sym)
       assert path and path.startswith(str(tmp_path))
       if damage:
         with open(path, "r+b") as f:
           f.seek(100)
           f.write(b"\0garbage\0")
-        assert gemm._cache_load(path) is None
+        assert gemm_library._cache_load(path) is None
       assert gemm.shared_gemm_symbol(dtype) == sym
-      _KEEP.append(gemm._shared[dtype])
-      assert gemm._cache_load(path) is not None
+      _KEEP.append(gemm_library._shared[dtype])
+      assert gemm_library._cache_load(path) is not None
       # the registered symbol computes a product
       mod = new_module("use_shared")
       t = ir.DoubleType().as_pointer()
@@ -577,3 +579,39 @@ def test_jitted_matmuls_on_narrower_targets(cpu, isa, flag):
   lanes = {"avx2": "8", "sse": "4"}[isa]
   assert out.stdout.split()[:3] == [cpu, isa, lanes]
   assert out.stdout.split()[3:] == ["ok", "62"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_while_the_shared_kernel_builds(tmp_path, monkeypatch):
+  """A fork while the shared kernel is being built on its thread waits for it, so the child
+  links it (instead of waiting for a thread it does not have)."""
+  import signal
+  import time
+  from ourjax.backends.llvm import gemm_library
+  from ourjax.config import config
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  monkeypatch.setattr(gemm_library, "_shared", {})
+  monkeypatch.setattr(gemm_library, "_pending", {})
+  gemm.prefetch_shared_gemm("f64")
+  pid = os.fork()
+  if pid == 0:                                          # the child
+    try:
+      ok = gemm.shared_gemm_symbol("f64") == "ourjax_gemm_f64"
+    except BaseException:                               # noqa: BLE001
+      ok = False
+    os._exit(0 if ok else 1)
+  try:
+    _KEEP.append(gemm_library._pending["f64"].result())
+    assert gemm.shared_gemm_symbol("f64") == "ourjax_gemm_f64"
+  finally:
+    for _ in range(600):                                # (a hung child fails, not hangs, the test)
+      done, status = os.waitpid(pid, os.WNOHANG)
+      if done:
+        break
+      time.sleep(0.1)
+    else:
+      os.kill(pid, signal.SIGKILL)
+      os.waitpid(pid, 0)
+      status = -1
+  assert status == 0

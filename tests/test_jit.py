@@ -394,6 +394,56 @@ def test_log_compiles_names_nested_paths(caplog, log_compiles):
   assert "argument x: shape changed" in msg
 
 
+def _phase_logs(caplog):
+  return [r.getMessage() for r in caplog.records
+          if r.name == "ourjax" and r.getMessage().startswith("Finished compiling")]
+
+
+def _phases_of(msg):
+  """{phase: seconds} of a "Finished compiling" line."""
+  return {m.group(1): float(m.group(2))
+          for m in re.finditer(r"([\w.:]+) (\d+\.\d+) s(?: x\d+)?(?:,|$)", msg)}
+
+
+def test_log_compiles_times_each_phase(caplog, log_compiles, tmp_path):
+  # every phase of a CPU compile is reported (values are not checked: no timing in tests);
+  # a fresh disk cache misses first, then a new function of the same program hits it
+  caplog.set_level(logging.WARNING, logger="ourjax")
+  old = config.jax_compilation_cache_dir
+  config.update("jax_compilation_cache_dir", str(tmp_path))
+  try:
+    x = np.linspace(-1, 1, 12, dtype=F32).reshape(3, 4)
+    w = np.linspace(0, 2, 20, dtype=F32).reshape(4, 5)
+
+    def make():
+      def loss(x, w):
+        return jnp.tanh(x @ w).sum()
+      return loss
+    out = ourjax.jit(make(), backend="cpu")(x, w)
+    np.testing.assert_allclose(out, np.tanh(x.astype(np.float64) @ w).sum(), rtol=1e-5)
+    logs = _phase_logs(caplog)
+    assert len(logs) == 1 and logs[0].startswith("Finished compiling loss in ")
+    phases = _phases_of(logs[0])
+    for p in ("trace", "lower", "pass:simplify", "pass:cse", "pass:fusion",
+              "pass:buffer_assignment", "cache_read", "plan", "emit", "llvm", "llvm.opt",
+              "llvm.codegen", "load", "cache_write", "other"):
+      assert p in phases, (p, logs[0])
+    assert all(v >= 0 for v in phases.values())
+
+    out2 = ourjax.jit(make(), backend="cpu")(x, w)
+    np.testing.assert_allclose(out2, out)
+    phases = _phases_of(_phase_logs(caplog)[-1])
+    assert "cache_read" in phases and "load" in phases and "llvm.opt" not in phases
+  finally:
+    config.update("jax_compilation_cache_dir", old)
+
+
+def test_no_phase_times_when_disabled(caplog):
+  caplog.set_level(logging.DEBUG, logger="ourjax")
+  ourjax.jit(lambda x: x * 3)(2.0)
+  assert not _phase_logs(caplog)
+
+
 def test_no_logs_when_disabled(caplog):
   caplog.set_level(logging.DEBUG, logger="ourjax")
   ourjax.jit(lambda x: x + 1)(1.0)

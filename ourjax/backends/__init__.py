@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ourjax import _once, core
+from ourjax import _once, _phases, core
 
 log = logging.getLogger("ourjax")
 _cache: dict = {}
@@ -208,9 +208,20 @@ def _log_compile(name: str, in_avals, reason: str | None) -> None:
 def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str = "",
                      log_reason: str | None = None) -> ModuleExecutable:
   """Optimize a copy of a lowered module (``from_jaxpr.lower``; the lowering itself stays as it
-  was) and compile it with ``backend``."""
-  from ourjax.lowering import pipeline
+  was) and compile it with ``backend``; with ``jax_log_compiles`` the time of each phase is
+  logged after it (``_phases``)."""
   _log_compile(name, closed.in_avals, log_reason)
+  outer = _phases.current()
+  times = outer or _phases.begin(name)
+  with _phases.collecting(times):
+    exe = _compile_lowering(lowering, closed, backend)
+  if outer is None:
+    _phases.report(times)
+  return exe
+
+
+def _compile_lowering(lowering, closed, backend):
+  from ourjax.lowering import pipeline
   module = lowering.module.clone()
   dump = os.environ.get("OURJAX_DUMP")
   if dump:   # the jaxpr beside the module dumps the pipeline writes (module.NN-pass.txt)
@@ -230,13 +241,14 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
 
 
 def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
-                  keep_unused: bool = True, log_reason: str | None = None, cache: bool = True):
+                  keep_unused: bool = True, log_reason: str | None = None, cache: bool = True,
+                  times=None):
   """The executable of ``closed`` (cached per jaxpr object, backend and ``keep_unused`` unless
   ``cache=False``, for callers that keep it themselves): a ``ModuleExecutable``, or, when some
   primitive has no lowering rule and ``OURJAX_STRICT_LOWERING`` is not set, a
-  ``JaxprEvaluator``."""
+  ``JaxprEvaluator``.  ``times``: the compile-phase record begun at tracing (``_phases``)."""
   if not cache:
-    return _compile_jaxpr(closed, backend, name, keep_unused, log_reason)
+    return _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times)
   key = (id(closed), backend, keep_unused)
   hit = _cache.get(key)
   if hit is not None and hit[0] is closed:
@@ -247,15 +259,20 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
       closed, backend, name, keep_unused, log_reason)))[1]
 
 
-def _compile_jaxpr(closed, backend, name, keep_unused, log_reason):
+def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None):
   from ourjax.lowering import from_jaxpr
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)
     return JaxprEvaluator(closed)
   try:
-    lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
-    return compile_lowering(lowering, closed, backend, name, log_reason)
+    times = _phases.begin(name, times)
+    with _phases.collecting(times):
+      with _phases.phase("lower"):
+        lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
+      exe = compile_lowering(lowering, closed, backend, name, log_reason)
+    _phases.report(times)
+    return exe
   except from_jaxpr.LoweringError as e:
     if os.environ.get("OURJAX_STRICT_LOWERING"):
       raise

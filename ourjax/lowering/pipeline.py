@@ -4,7 +4,8 @@
 
 ``early_passes`` (the native backends': ``NATIVE_EARLY_PASSES``) run once first. ``PASSES`` run
 in order, repeatedly, until none of them changes the module (at most ``MAX_ITERATIONS``
-rounds). ``LATE_PASSES`` (the native backends': ``NATIVE_LATE_PASSES``) then run once each, in
+rounds); a pass that changed nothing is not run again until another pass has changed the
+module (passes are deterministic: on the same module it would change nothing again). ``LATE_PASSES`` (the native backends': ``NATIVE_LATE_PASSES``) then run once each, in
 order: this is where fusion and buffer assignment go (they want the simplified module and must
 not be undone by it).
 With ``OURJAX_CHECK_PASSES=1`` (the test suite sets it) the module is verified after every
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
+from ourjax import _phases
 from ourjax.lowering import hlo
 from ourjax.lowering.passes import (buffer_assignment, constant_folding, conv_to_dot, cse, dce,
                                     dot_layout, fusion, multi_output_fusion, simplify)
@@ -92,10 +94,12 @@ CHECK_PASSES = os.environ.get("OURJAX_CHECK_PASSES", "").strip().lower() not in 
 
 
 def _run_pass(module, name, fn, dumper, check):
-  changed = bool(fn(module))
+  with _phases.phase("pass:" + name):
+    changed = bool(fn(module))
   if check:
     try:
-      hlo.verify(module)
+      with _phases.phase("verify"):
+        hlo.verify(module)
     except hlo.VerifyError as e:
       raise PassError(f"after pass {name}: {e}\n{module.to_string()}") from None
   if changed:
@@ -115,21 +119,32 @@ def optimize(module: hlo.Module, dump_dir: str | None = None, *,
   late_passes = LATE_PASSES if late_passes is None else late_passes
   max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
   dumper = _Dumper(dump_dir or os.environ.get("OURJAX_DUMP") or None, module)
-  hlo.verify(module)
+  with _phases.phase("verify"):
+    hlo.verify(module)
   dumper.write("input")
   for name, fn in early_passes:
     _run_pass(module, name, fn, dumper, check)
+  changes = 0            # pass runs that changed the module so far
+  ran_at: dict = {}      # pass -> ``changes`` when it last ran and changed nothing
   for _ in range(max_iterations):
     changed = False
     for name, fn in passes:
-      changed |= _run_pass(module, name, fn, dumper, check)
+      if ran_at.get(name) == changes:
+        continue         # the module is as this pass left it, unchanged: it would do nothing
+      if _run_pass(module, name, fn, dumper, check):
+        changes += 1
+        changed = True
+        ran_at.pop(name, None)      # (it may find more in what it made: it runs again)
+      else:
+        ran_at[name] = changes
     if not changed:
       break
   for name, fn in late_passes:
     _run_pass(module, name, fn, dumper, check)
   if not check:
     try:
-      hlo.verify(module)
+      with _phases.phase("verify"):
+        hlo.verify(module)
     except hlo.VerifyError as e:
       raise PassError(f"after the passes (OURJAX_CHECK_PASSES=1 finds the pass): {e}\n"
                       f"{module.to_string()}") from None

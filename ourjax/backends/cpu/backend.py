@@ -17,10 +17,14 @@ Compilation:
 2. *Buffer assignment*: temporaries get arena offsets by a first-fit over their live ranges
    (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
-   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order.  A
-   program of many kernels puts them in several LLVM modules (``compile_groups``), optimised
-   and code-generated at once on several threads (``jit.compile_to_objects``) and loaded
-   together; the objects are packed into one cache entry.
+   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order;
+   identical kernels (``llvm/dedupe.py``: same IR text once the name is blanked) are emitted
+   once and called for each.  A program of many kernels puts them in several LLVM modules
+   (``compile_groups``, each kernel to the module with the fewest instructions so far),
+   optimised and code-generated at once on several threads (``jit.compile_to_objects``,
+   outside llvmlite's lock) and loaded together; the entry, then in a module of its own, is
+   not optimised (``ENTRY_SPEED_LEVEL``).  The objects are packed into one cache entry.
+   ``OURJAX_LOG_COMPILES=1`` logs the time of each phase (``ourjax/_phases.py``).
 4. *Threads*: a small pool of threads all call the entry at once (ctypes drops the GIL).  A
    kernel with enough work is cut into a fixed number of pieces that the threads claim with
    an atomic counter; thread 0 runs the steps in order, opens each parallel step and waits for
@@ -55,8 +59,10 @@ import threading
 
 import numpy as np
 
+from ourjax import _phases
 from ourjax.backends.cpu import profiling
 from ourjax.backends import disk_cache
+from ourjax.backends.llvm import dedupe
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.lowering import hlo
@@ -859,6 +865,9 @@ def _emit_sync(mod):
 
   wait = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32, i32p]), name="ourjax_wait")
   wait.linkage = "internal"
+  # (called at every parallel step: inlined, the entry of a whole program grew to thousands of
+  # lines, and optimising it took longer than most of its kernels together)
+  wait.attributes.add("noinline")
   word, target, sleepers = wait.args
   blk = {k: wait.append_basic_block(k) for k in ("entry", "spin", "sleep", "done")}
   b = ir.IRBuilder(blk["entry"])
@@ -893,6 +902,7 @@ def _emit_sync(mod):
 
   wake = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake")
   wake.linkage = "internal"
+  wake.attributes.add("noinline")
   word, sleepers = wake.args
   b = ir.IRBuilder(wake.append_basic_block("entry"))
   if sysc is not None:
@@ -923,13 +933,32 @@ class _Emission:
       m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
       E.use_outlined_math(m, "shared")
       self.kernel_mods.append(m)
-    for n, k in enumerate(planner.kernels):
-      if not groups:
-        self.fns[id(k)] = k.emit(self.mod)
+    # identical kernels (same body on the same shapes) are emitted once and shared
+    # (dedupe.function_key); each distinct one goes to the kernel module with the fewest
+    # instructions so far (LLVM's time grows with them; the modules compile at once)
+    kept, memos = {}, {}
+    self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
+    sizes = [0] * groups
+    self.n_distinct = 0
+    for k in planner.kernels:
+      g = sizes.index(min(sizes)) if groups else None
+      m = self.kernel_mods[g] if groups else self.mod
+      fn = k.emit(m)
+      if groups:
+        fn.linkage = ""                     # (external: the entry's module calls it)
+      text = str(fn)
+      key = dedupe.function_key(fn, memos.setdefault(id(m), {}), text)
+      same = kept.get(key)
+      if same is not None:
+        dedupe.drop_function(fn)
+        self.fns[id(k)] = same
         continue
-      fn = k.emit(self.kernel_mods[n % groups])
-      fn.linkage = ""                       # (external: the entry's module calls it)
-      self.fns[id(k)] = ir.Function(self.mod, fn.function_type, name=fn.name)
+      self.n_distinct += 1
+      self.texts.setdefault(id(m), {})[fn.name] = text
+      if groups:
+        sizes[g] += sum(len(blk.instructions) for blk in fn.blocks)
+        fn = ir.Function(self.mod, fn.function_type, name=fn.name)
+      kept[key] = self.fns[id(k)] = fn
     self.wait_fn, self.wake_fn = _emit_sync(self.mod)
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
@@ -1399,15 +1428,16 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
   """(meta, LLVM IR texts, kernel names) for ``module`` (with profiling instrumentation when
   ``profile``): the entry's module first, then the kernel modules (``compile_groups``), whose
   kernels the entry's module declares by those names (none when there is one module)."""
-  planner = _Planner(module)
-  entry = module.entry
-  params, outs, result = entry_buffers(entry)
-  nparams = len(params)
-  planner.n_params, planner.n_outputs = nparams, len(outs)
-  steps = planner.plan_computation(entry, params, result, direct=True)
-  prof_meta, prof_index = profiling.plan_items(steps, _profile_offset(steps)) if profile else \
-      (None, None)
-  arena = _assign(planner, steps, profiling.counter_bytes(prof_meta))
+  with _phases.phase("plan"):
+    planner = _Planner(module)
+    entry = module.entry
+    params, outs, result = entry_buffers(entry)
+    nparams = len(params)
+    planner.n_params, planner.n_outputs = nparams, len(outs)
+    steps = planner.plan_computation(entry, params, result, direct=True)
+    prof_meta, prof_index = profiling.plan_items(steps, _profile_offset(steps)) if profile \
+        else (None, None)
+    arena = _assign(planner, steps, profiling.counter_bytes(prof_meta))
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
@@ -1416,8 +1446,9 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
     slot += 1
   arena_slot = slot
   nslots = slot + 1
-  em = _Emission(planner, steps, {}, arena_slot,
-                 None if prof_meta is None else (prof_meta["offset"], prof_index))
+  with _phases.phase("emit"):
+    em = _Emission(planner, steps, {}, arena_slot,
+                   None if prof_meta is None else (prof_meta["offset"], prof_index))
   parallel = any(s.parallel for s in steps) and any(
       isinstance(s, KernelStep) and s.parallel for s in steps)
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
@@ -1429,9 +1460,12 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "steps": [_step_label(st) for st in steps], "profile": prof_meta,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
-          "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels)}
-  _link_symbols(symbols)
-  texts = [E.finalize_module_text(m) for m in [em.mod] + em.kernel_mods]
+          "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels),
+          "distinct_kernels": em.n_distinct}
+  _link_symbols(symbols, wait=False)
+  with _phases.phase("emit.text"):
+    texts = [dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
+             for m in [em.mod] + em.kernel_mods]
   return meta, texts, [em.fns[id(k)].name for k in planner.kernels] if em.kernel_mods else []
 
 
@@ -1466,13 +1500,15 @@ def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:
     log.debug("cpu backend: could not dump LLVM IR to %s: %s", d, e)
 
 
-def _link_symbols(symbols) -> None:
+def _link_symbols(symbols, wait: bool = True) -> None:
   """Compile and register the process-wide code a module calls: the shared GEMMs and the
-  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``)."""
+  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``).  ``wait`` False: the GEMMs
+  are only started (``gemm.prefetch_shared_gemm``), to be waited for before loading."""
   for sym in symbols:
     if sym.startswith("ourjax_gemm_"):
       from ourjax.backends.llvm import gemm
-      gemm.shared_gemm_symbol(sym[len("ourjax_gemm_"):])
+      dtype = sym[len("ourjax_gemm_"):]
+      gemm.shared_gemm_symbol(dtype) if wait else gemm.prefetch_shared_gemm(dtype)
     elif sym.startswith("math:"):
       _, fn, tag, nargs = sym.split(":")
       _shared_math(fn, tag, int(nargs))
@@ -1488,7 +1524,7 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
   key = (fn, tag)
   if key in _math_done:
     return
-  with _math_lock:
+  with _math_lock, _phases.phase("library"), _phases.collecting(None):
     if key in _math_done:
       return
     import llvmlite
@@ -1514,7 +1550,7 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
     if cm is None:
       mod = jit.new_module(f"ojx_math_{fn}_{tag}")
       E.MathLib(mod).define_all(fn, tag, nargs)
-      obj, _ = jit.compile_to_object(str(mod))
+      obj, _ = jit.compile_to_object(str(mod), keep_ir=False)
       cm = jit.load_object(obj, names)
       disk_cache.write(ckey, {"math": [fn, tag, nargs]}, obj, "")
     for n in names:
@@ -1544,6 +1580,13 @@ def _ensure_runtime_symbols() -> None:
 
 _MODULE_SEPARATOR = "\n; ---- next module ----\n"
 
+#: LLVM's optimisation level for an entry compiled in a module of its own (its kernels in
+#: others, ``compile_groups``): 0, code generated at -O0 too (``jit.compile_to_objects``).
+ENTRY_SPEED_LEVEL = 0
+
+#: LLVM's optimisation level for the kernels (and for a program compiled as one module).
+KERNEL_SPEED_LEVEL = 3
+
 
 def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  (backend API)
   """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
@@ -1552,19 +1595,23 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
   profile = PROFILE if profile is None else bool(profile)
   from ourjax.backends import reference
   from ourjax.backends.cpu import jit
-  hlo.verify(module)
+  with _phases.phase("verify"):
+    hlo.verify(module)
   _ensure_runtime_symbols()
   why = native_unsupported(module)
   if why is not None:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
     return reference.compile(module)
-  key = cache_key(module, profile)
-  hit = disk_cache.read(key)
+  with _phases.phase("cache_key"):
+    key = cache_key(module, profile)
+  with _phases.phase("cache_read"):
+    hit = disk_cache.read(key)
   if hit is not None:
     meta, obj, ir_text = hit
     try:
       _link_symbols(meta.get("symbols", ()))
-      cm = jit.load_object(obj, [ENTRY])
+      with _phases.phase("load"):
+        cm = jit.load_object(obj, [ENTRY])
       return CpuExecutable(module, cm, meta, ir_text)
     except Exception as e:
       log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
@@ -1577,15 +1624,28 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
     return reference.compile(module)
   ir_text = _MODULE_SEPARATOR.join(texts)
   try:
-    objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING, provided=kernel_names)
+    with _phases.phase("llvm"):
+      # an entry in a module of its own only calls kernels and waits for threads: it is not
+      # optimised (at O3 it took a third of a transformer step's LLVM time; unoptimised, a
+      # tenth of that, and the step runs as fast)
+      levels = ([ENTRY_SPEED_LEVEL] + [KERNEL_SPEED_LEVEL] * (len(texts) - 1) if kernel_names
+                else [KERNEL_SPEED_LEVEL])
+      # (the shared GEMMs build meanwhile on their own thread: linked before loading)
+      gemms = [s for s in meta["symbols"] if s.startswith("ourjax_gemm_")]
+      objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING,
+                                    provided=list(kernel_names) + gemms,
+                                    keep_ir=bool(dump), speed_levels=levels)
+    _link_symbols(gemms)
     obj = jit.pack_objects([o for o, _ in objs])
     optimized = _MODULE_SEPARATOR.join(t for _, t in objs)
-    cm = jit.load_object(obj, [ENTRY])
+    with _phases.phase("load"):
+      cm = jit.load_object(obj, [ENTRY])
     if dump:
       _dump(dump, module.name, ir_text, optimized)
   except jit.CompileError as e:
     log.warning("cpu backend: LLVM failed on %s; running it on the reference backend: %s",
                 module.name, str(e)[:2000])
     return reference.compile(module)
-  disk_cache.write(key, meta, obj, ir_text)
+  with _phases.phase("cache_write"):
+    disk_cache.write(key, meta, obj, ir_text)
   return CpuExecutable(module, cm, meta, ir_text)

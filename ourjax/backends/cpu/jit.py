@@ -28,6 +28,8 @@ from typing import Iterable, Optional, Sequence, Union
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from ourjax import _phases
+
 try:  # the package's error type, when the package imports (it may be mid-construction)
   from ourjax.errors import CompileError
 except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not importable
@@ -136,8 +138,8 @@ def vector_isa(tm=None) -> str:
   return _VECTOR_ISA[key][0]
 
 
-def _make_tm(target, name, features):
-  return target.create_target_machine(cpu=name, features=features, opt=3, reloc="default",
+def _make_tm(target, name, features, opt: int = 3):
+  return target.create_target_machine(cpu=name, features=features, opt=opt, reloc="default",
                                       codemodel="jitdefault", jit=False)
 
 
@@ -178,15 +180,15 @@ def new_module(name: str) -> ir.Module:
   return mod
 
 
-def _optimize(mod: "llvm.ModuleRef", tm, loop_unrolling: bool = True) -> None:
-  pto = llvm.create_pipeline_tuning_options(speed_level=3)
+def _optimize(mod: "llvm.ModuleRef", tm, loop_unrolling: bool = True,
+              unlocked: bool = False, speed_level: int = 3) -> None:
+  pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
   pto.loop_vectorization = True
   pto.slp_vectorization = True
   pto.loop_interleaving = True
   pto.loop_unrolling = loop_unrolling
   pb = llvm.create_pass_builder(tm, pto)
-  mpm = pb.getModulePassManager()
-  mpm.run(mod, pb)
+  run_passes(pb.getModulePassManager(), mod, pb, unlocked)
 
 
 def _excerpt(text: str, limit: int = 40) -> str:
@@ -243,12 +245,12 @@ class CompiledModule:
     return self._asm
 
 
-def _parse(text: str, st: dict, context=None):
+def _parse(text: str, st: dict, context=None, unlocked: bool = False):
   """``text`` parsed and verified for the host (its triple and data layout filled in when
   absent); LLVM's complaint as a ``CompileError``.  Called with ``_lock`` held, unless in a
-  ``context`` of the caller's own."""
+  ``context`` of the caller's own (``unlocked``: parsed outside llvmlite's lock too)."""
   try:
-    ref = llvm.parse_assembly(text, context=context)
+    ref = parse_assembly(text, context, unlocked)
     ref.verify()
   except RuntimeError as e:
     raise CompileError(f"LLVM rejected the module: {e}\n--- IR (start) ---\n"
@@ -258,6 +260,22 @@ def _parse(text: str, st: dict, context=None):
   if not ref.data_layout:
     ref.data_layout = st["layout"]
   return ref
+
+
+def _await_gemm(parts, skip=()) -> None:
+  """Wait for the shared GEMMs being built on their thread (``gemm.prefetch_shared_gemm``)
+  that ``parts`` (IR texts or object bytes) call, unless named in ``skip`` (provided beside
+  them, or defined there); before taking ``_lock``, which the build takes too."""
+  from ourjax.backends.llvm import gemm_library as gemm
+  if not gemm._pending or threading.current_thread().name.startswith("ourjax-gemm"):
+    return
+  for dtype in list(gemm._pending):
+    sym = f"ourjax_gemm_{dtype}"
+    if sym in skip:
+      continue
+    if any((sym in p and f'define void @"{sym}"(' not in p) if isinstance(p, str)
+           else sym.encode() in bytes(p) for p in parts):
+      gemm.shared_gemm_symbol(dtype)
 
 
 def _check_externals(ref, provided=frozenset()) -> None:
@@ -281,6 +299,7 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
   text = str(module)
   if isinstance(entry_names, str):
     entry_names = [entry_names]
+  _await_gemm([text])
   with _lock:
     ref = _parse(text, st)
     for n in entry_names:
@@ -306,55 +325,85 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
 
 
 def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
-                      loop_unrolling: bool = True):
+                      loop_unrolling: bool = True, keep_ir: bool = True,
+                      own_thread: bool = False):
   """Parse, verify and optimise ``module`` like :func:`compile_module`, then emit host object
   code instead of JIT-ing it.  Returns ``(object_bytes, optimized_ir)``; load the bytes with
   :func:`load_object` (the CPU backend stores them in its on-disk cache).  ``loop_unrolling``
   False skips LLVM's unroller (the vectorizer still interleaves): about half the code and a
-  third less compile time for kernel-heavy modules."""
+  third less compile time for kernel-heavy modules.  ``keep_ir`` False: "" for the optimised
+  IR (not printed); ``own_thread``: in a context and target machine of its own, outside
+  llvmlite's lock (for a thread that compiles beside others)."""
   st = _setup()
+  text = str(module)
+  _await_gemm([text])
+  if own_thread:
+    with _lock:
+      tm = _make_tm(st["target"], st["name"], st["features"])
+      context = llvm.create_context()
+    return _object(text, st, tm, context, optimize, loop_unrolling, frozenset(),
+                   keep_ir, unlocked=True)
   with _lock:
-    return _object(str(module), st, st["tm"], None, optimize, loop_unrolling, frozenset())
+    return _object(text, st, st["tm"], None, optimize, loop_unrolling, frozenset(),
+                   keep_ir)
 
 
 def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
-                       provided: Iterable[str] = ()) -> list:
+                       provided: Iterable[str] = (), keep_ir: bool = True,
+                       speed_levels: Optional[Sequence[int]] = None) -> list:
   """:func:`compile_to_object` of several modules that are loaded together (each may call
   what the others define: ``provided`` names those functions), at once on one thread per
   module (at most the CPU count).  Each module is parsed, optimised and code-generated in an
-  LLVM context and a target machine of its own, so the threads share nothing (llvmlite
-  releases the GIL inside LLVM).  Returns ``[(object_bytes, optimized_ir)]`` in the order of
-  ``texts``."""
+  LLVM context and a target machine of its own, so the threads share nothing, and those three
+  steps run outside llvmlite's process-wide lock (``_unlocked``; ctypes releases the GIL), so
+  they do run at once.  Returns ``[(object_bytes, optimized_ir)]`` in the order of ``texts``;
+  the optimised IR is "" unless ``keep_ir`` (printing it cost as much as a tenth of the LLVM
+  time).  ``speed_levels``: the optimisation level of each module (default 3, LLVM's O3; 0
+  also generates its code at LLVM's -O0: the fast instruction selector and register
+  allocator)."""
   st = _setup()
   provided = frozenset(provided)
+  _await_gemm(texts, provided)
+  levels = list(speed_levels) if speed_levels is not None else [3] * len(texts)
   if len(texts) == 1:
     with _lock:
-      return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided)]
+      return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided, keep_ir,
+                      speed_level=levels[0])]
 
-  def one(text):
-    tm = _make_tm(st["target"], st["name"], st["features"])
-    return _object(text, st, tm, llvm.create_context(), True, loop_unrolling, provided)
+  def one(text_level):
+    text, level = text_level
+    with _lock:
+      tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
+      context = llvm.create_context()
+    return _object(text, st, tm, context, True, loop_unrolling, provided, keep_ir,
+                   unlocked=True, speed_level=level)
 
   from concurrent.futures import ThreadPoolExecutor
   with ThreadPoolExecutor(min(len(texts), os.cpu_count() or 1)) as pool:
-    return list(pool.map(one, texts))
+    return list(pool.map(_phases.bound(one), zip(texts, levels)))
 
 
-def _object(text, st, tm, context, optimize, loop_unrolling, provided):
-  """(object bytes, optimised IR) of one module: parsed in ``context`` (None: the global one,
-  under ``_lock``), optimised and code-generated with ``tm``."""
-  ref = _parse(text, st, context)
+def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=True,
+            unlocked=False, speed_level=3):
+  """(object bytes, optimised IR or "" unless ``keep_ir``) of one module: parsed in
+  ``context`` (None: the global one, under ``_lock``), optimised and code-generated with
+  ``tm``; with ``unlocked`` (``context`` and ``tm`` this thread's own) the parse, the
+  optimisation and the code generation run outside llvmlite's lock."""
+  with _phases.phase("llvm.parse"):
+    ref = _parse(text, st, context, unlocked)
   if optimize:
-    _optimize(ref, tm, loop_unrolling)
+    with _phases.phase("llvm.opt"):
+      _optimize(ref, tm, loop_unrolling, unlocked, speed_level)
   _check_externals(ref, provided)
-  optimized = str(ref)
-  if masked_select_hazard(optimized):
-    tm = _make_tm(st["target"], st["name"], _without_avx512(st["features"]))
-  try:
-    obj = tm.emit_object(ref)
-  except RuntimeError as e:
-    raise CompileError(f"LLVM failed to generate code: {e}") from None
-  return bytes(obj), optimized
+  text = None
+  if keep_ir or _has_avx512(st):
+    with _phases.phase("llvm.print"):
+      text = str(ref)
+    if masked_select_hazard(text):
+      tm = _make_tm(st["target"], st["name"], _without_avx512(st["features"]))
+  with _phases.phase("llvm.codegen"):
+    obj = _emit_object(tm, ref, unlocked)
+  return obj, (text if keep_ir else "")
 
 
 # LLVM 22's X86 back end miscompiles ``select(c, shufflevector(select(c, a, b)), d)`` when it
@@ -363,7 +412,8 @@ def _object(text, st, tm, context, optimize, loop_unrolling, provided):
 # lanes it writes (on 4 to 16 lanes, with and without AVX512VL; AVX2 code is right).  The optimised
 # IR is right, so a module that has the pattern is code-generated without AVX-512 (its 512-bit
 # vectors are split into 256-bit halves).  Found by the differential fuzzer through the gradient
-# of ``cumsum(lax.cummax(x))``; tests/test_cpu_jit.py holds the reproducer.
+# of ``cumsum(lax.cummax(x))``; tests/test_cpu_jit.py holds the reproducer.  Only AVX-512 code
+# pays for printing the optimised IR to look for it.
 _LINE = re.compile(r"^\s*(%[-\w.]+) = (select|shufflevector) (.*)$", re.M)
 _NAME = re.compile(r"%[-\w.]+")
 
@@ -390,9 +440,73 @@ def masked_select_hazard(text: str) -> bool:
   return False
 
 
+def _has_avx512(st) -> bool:
+  """Whether code for ``st``'s target uses AVX-512 (where the miscompile above lives)."""
+  return vector_isa(st["tm"]) == "avx512"
+
+
 def _without_avx512(features: str) -> str:
   kept = [f for f in features.split(",") if f and not f[1:].startswith("avx512")]
   return ",".join(kept + ["-avx512f"])
+
+
+def parse_assembly(text: str, context=None, unlocked: bool = False):
+  """``llvm.parse_assembly(text, context)``; with ``unlocked`` (``context`` the calling
+  thread's own) outside llvmlite's lock (``_unlocked``).  LLVM's complaint as RuntimeError."""
+  if not unlocked:
+    return llvm.parse_assembly(text, context=context)
+  from llvmlite.binding import ffi
+  from llvmlite.binding.module import ModuleRef
+  with ffi.OutputString() as errmsg:
+    ref = ModuleRef(_unlocked("LLVMPY_ParseAssembly")(
+        context, ctypes.c_char_p(text.encode()), errmsg), context)
+    if errmsg:
+      ref.close()
+      raise RuntimeError(f"LLVM IR parsing error\n{errmsg}")
+  return ref
+
+
+def run_passes(mpm, ref, pb, unlocked: bool = False) -> None:
+  """``mpm.run(ref, pb)``; with ``unlocked`` outside llvmlite's lock (objects of the calling
+  thread's own)."""
+  if unlocked:
+    _unlocked("LLVMPY_RunNewModulePassManager")(mpm, ref, pb)
+  else:
+    mpm.run(ref, pb)
+
+
+def emit_to_memory(tm, ref, use_object: bool = True, unlocked: bool = False) -> bytes:
+  """``tm``'s object code (or assembly text, as bytes) of ``ref``; with ``unlocked`` outside
+  llvmlite's lock (objects of the calling thread's own).  LLVM's complaint as RuntimeError."""
+  if not unlocked:
+    return bytes(tm.emit_object(ref)) if use_object else tm.emit_assembly(ref).encode()
+  from llvmlite.binding import ffi
+  with ffi.OutputString() as outerr:
+    mb = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, ref, int(use_object), outerr)
+    if not mb:
+      raise RuntimeError(str(outerr))
+  try:
+    return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(mb), ffi.lib.LLVMPY_GetBufferSize(mb))
+  finally:
+    ffi.lib.LLVMPY_DisposeMemoryBuffer(mb)
+
+
+def _unlocked(name: str):
+  """llvmlite's ctypes function ``name`` (argument types set) without the process-wide lock
+  that llvmlite takes around every call.  LLVM allows work in different contexts with
+  different target machines on different threads at once; the lock would make the threads of
+  ``compile_to_objects`` take turns.  Only for objects of the calling thread's own."""
+  from llvmlite.binding import ffi
+  getattr(ffi.lib, name)              # (llvmlite wraps a function on first use)
+  return ffi.lib._fntab[name]._cfn
+
+
+def _emit_object(tm, ref, unlocked: bool = False) -> bytes:
+  """``tm.emit_object(ref)``; a ``CompileError`` when LLVM fails."""
+  try:
+    return emit_to_memory(tm, ref, True, unlocked)
+  except RuntimeError as e:
+    raise CompileError(f"LLVM failed to generate code: {e}") from None
 
 
 _MULTI = b"OURJAXOBJS1\n"
@@ -452,6 +566,7 @@ def load_object(obj: bytes, entry_names: Sequence[str] = (),
   sections, symbols, relocations; the entry points defined; every symbol they need defined by
   one of them or known to LLVM), so that damaged bytes raise instead of crashing the loader."""
   st = _setup()
+  _await_gemm(_unpack_objects(bytes(obj)), set(entry_names))
   with _lock:
     try:
       check_objects(_unpack_objects(bytes(obj)), entry_names)

@@ -37,6 +37,7 @@ import weakref
 
 import numpy as np
 
+from ourjax import _phases
 from ourjax.backends.cuda import codegen, driver
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
@@ -474,8 +475,12 @@ class CudaExecutable:
   def _load(self):
     dev = driver.get_device(self._ordinal)
     info = codegen.DeviceInfo(dev.arch, dev.multiprocessor_count)
-    mods = [dev.load_module(p, f"{self.module.name}.{g}")
-            for g, p in enumerate(self.ptx_modules)]
+    # (on the first call, after the compile's log: with jax_log_compiles a line of its own)
+    times = _phases.begin(f"{self.module.name} (PTX load, GPU {self._ordinal})")
+    with _phases.collecting(times), _phases.phase("ptx_load"):
+      mods = [dev.load_module(p, f"{self.module.name}.{g}")
+              for g, p in enumerate(self.ptx_modules)]
+    _phases.report(times)
     mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []
     for k in self.kernels:
@@ -900,21 +905,24 @@ def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
   they are its parameters.  The distinct modules are turned into PTX at once on several
   threads and loaded as modules of their own; ``kernel.ptx_entry`` is (module, function)."""
   info = info or device_info()
-  plan = _plan(module, info)
+  with _phases.phase("plan"):
+    plan = _plan(module, info)
   kernels = plan[1]
   texts, names, first = [], [], {}
-  for k in kernels:
-    m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
-    k.emit_gpu(m)
-    text = str(m)
-    key = re.sub(re.escape(k.name) + r"(?![0-9])", "\x00", text)
-    if key not in first:
-      first[key] = len(texts)
-      texts.append(text)
-      names.append(k.name)
-    n = first[key]
-    k.ptx_entry = (n, names[n])
-  ptx = codegen.compile_ptx_modules(texts, info.arch)
+  with _phases.phase("emit"):
+    for k in kernels:
+      m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
+      k.emit_gpu(m)
+      text = str(m)
+      key = re.sub(re.escape(k.name) + r"(?![0-9])", "\x00", text)
+      if key not in first:
+        first[key] = len(texts)
+        texts.append(text)
+        names.append(k.name)
+      n = first[key]
+      k.ptx_entry = (n, names[n])
+  with _phases.phase("llvm"):
+    ptx = codegen.compile_ptx_modules(texts, info.arch)
   return plan, MODULE_SEPARATOR.join(texts), ptx
 
 
@@ -936,7 +944,8 @@ def _dump(module, ir_text, ptx):
 def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   """A ``CudaExecutable`` for ``module``, or a ``HostFallbackExecutable`` when the GPU backend
   cannot compile it (see the module docstring)."""
-  hlo.verify(module)
+  with _phases.phase("verify"):
+    hlo.verify(module)
   cpu_be = _cpu_planning()
   why = cpu_be.native_unsupported(module)
   if why is not None:

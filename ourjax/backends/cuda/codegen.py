@@ -58,6 +58,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
+from ourjax import _phases
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I1, I32, I64, Emitter, Index, i64
@@ -126,7 +127,8 @@ def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
 def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
   """``compile_ptx`` of several independent modules at once, one thread each (at most one per
   core), each in an LLVM context and a target machine of its own (llvmlite releases the GIL
-  inside LLVM): a program's kernels, cut into modules, are optimised and printed in parallel."""
+  inside LLVM, and these threads call it outside its process-wide lock: ``jit._unlocked``): a
+  program's kernels, cut into modules, are optimised and printed in parallel."""
   texts = [str(m) for m in modules]
   if len(texts) == 1:
     return [compile_ptx(texts[0], arch)]
@@ -134,31 +136,37 @@ def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
 
   def one(text):
     a = _arch_for(text, arch)
-    return _ptx(text, a, _new_target_machine(a), llvm.create_context())
+    return _ptx(text, a, _new_target_machine(a), llvm.create_context(), unlocked=True)
 
   from concurrent.futures import ThreadPoolExecutor
   with ThreadPoolExecutor(max(1, min(len(texts), os.cpu_count() or 1))) as pool:
-    return list(pool.map(one, texts))
+    return list(pool.map(_phases.bound(one), texts))
 
 
 def _arch_for(text: str, arch: str) -> str:
   return "90a" if arch == "90" and "wgmma." in text else arch   # wgmma: sm_90a only
 
 
-def _ptx(text: str, arch: str, tm, context) -> str:
+def _ptx(text: str, arch: str, tm, context, unlocked: bool = False) -> str:
+  """The PTX of ``text``; ``unlocked``: ``tm`` and ``context`` are this thread's own, and LLVM
+  runs outside llvmlite's lock (``jit.parse_assembly``, ``run_passes``, ``emit_to_memory``)."""
+  from ourjax.backends.cpu import jit
   from ourjax.errors import CompileError
   try:
-    ref = llvm.parse_assembly(text, context=context)
-    ref.verify()
+    with _phases.phase("llvm.parse"):
+      ref = jit.parse_assembly(text, context, unlocked)
+      ref.verify()
   except RuntimeError as e:
     raise CompileError(f"LLVM rejected the GPU module: {e}\n" + _ir_context(text, str(e))
                        ) from None
-  pto = llvm.create_pipeline_tuning_options(speed_level=3)
-  pto.loop_unrolling = True
-  pb = llvm.create_pass_builder(tm, pto)
-  pb.getModulePassManager().run(ref, pb)
+  with _phases.phase("llvm.opt"):
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    jit.run_passes(pb.getModulePassManager(), ref, pb, unlocked)
   try:
-    return tm.emit_assembly(ref)
+    with _phases.phase("llvm.codegen"):
+      return jit.emit_to_memory(tm, ref, False, unlocked).decode()
   except RuntimeError as e:
     raise CompileError(f"the NVPTX backend failed: {e}") from None
 

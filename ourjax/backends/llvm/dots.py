@@ -93,7 +93,7 @@ def gemm_symbols(spec) -> list:
   """Process-wide symbols the dot's code links to (to register before loading cached code)."""
   if _gemm_layout_ok(spec):
     from ourjax.backends.llvm import gemm
-    return [gemm.shared_gemm_symbol("f32" if spec.dtype == E.F32 else "f64")]
+    return [gemm.prefetch_shared_gemm("f32" if spec.dtype == E.F32 else "f64")]
   return []
 
 

@@ -92,7 +92,6 @@ module that contains a dot does not recompile the GEMM.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from contextlib import contextmanager
 from typing import Callable, Optional
 
@@ -100,7 +99,8 @@ import llvmlite.ir as ir
 
 __all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "default_blocking",
            "emit_gemm", "pack_buffer_elements", "pack_buffer_bytes", "ARG_NAMES",
-           "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm"]
+           "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm",
+           "prefetch_shared_gemm"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 _TYPES = {"f32": (ir.FloatType, 4), "f64": (ir.DoubleType, 8)}  # element type, bytes
@@ -851,108 +851,6 @@ def operand_layout(outer: int, K: int, outer_stride: int, k_stride: int):
   return None
 
 
-_shared_lock = threading.Lock()
-_shared: dict = {}
-
-
-def shared_gemm_symbol(dtype: str) -> str:
-  """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``, ready to
-  be linked: on first use it is loaded from the on-disk cache of the CPU backend
-  (``ourjax.backends.disk_cache.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.3 s)
-  and stored there, then registered with LLVM's symbol table (``llvm.add_symbol``), so a module
-  that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled or loaded by
-  ``ourjax.backends.cpu.jit`` and pays no compile time for it."""
-  if dtype not in _TYPES:
-    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
-  with _shared_lock:
-    if dtype not in _shared:
-      import llvmlite.binding as llvm
-      from ourjax.backends.cpu import jit
-      sym = f"ourjax_gemm_{dtype}"
-      path = _cache_path(sym)
-      cm = None
-      obj = _cache_load(path)
-      if obj is not None:
-        try:
-          cm = jit.load_object(obj, [sym])
-        except jit.CompileError:
-          cm = None
-      if cm is None:
-        mod = jit.new_module(sym)
-        emit_gemm(mod, sym, dtype)
-        obj, _ = jit.compile_to_object(mod)
-        cm = jit.load_object(obj, [sym])
-        _cache_store(path, obj)
-      llvm.add_symbol(sym, cm.address(sym))
-      _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
-    return _shared[dtype][0]
-
-
-_OBJ_MAGIC = b"ourjax-gemm-obj-1\n"
-
-
-def _cache_path(sym: str) -> Optional[str]:
-  """Where the object code of ``sym`` is cached (None: caching off), keyed by this file's and
-  the JIT engine's source, the LLVM version, the CPU code is generated for (name and features:
-  the host's or ``OURJAX_CPU``'s) and the vector target chosen for it (width, FMA, blocking)."""
-  import hashlib
-  import os
-  import llvmlite.binding as llvm
-  from ourjax.backends.cpu import jit
-  try:
-    from ourjax.backends.disk_cache import cache_dir
-    d = cache_dir()
-  except Exception:  # noqa: BLE001 - no backend, no cache
-    return None
-  if not d:
-    return None
-  h = hashlib.sha256()
-  for f in (__file__, jit.__file__):
-    with open(f, "rb") as fh:
-      h.update(fh.read())
-  h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),
-                 jit.triple(), vector_target())).encode())
-  return os.path.join(d, "gemm", f"{sym}-{h.hexdigest()[:32]}.o")
-
-
-def _cache_load(path: Optional[str]) -> Optional[bytes]:
-  """The cached object bytes, or None (missing, or damaged: then it is removed)."""
-  import hashlib
-  import os
-  if not path:
-    return None
-  try:
-    with open(path, "rb") as f:
-      data = f.read()
-  except OSError:
-    return None
-  n = len(_OBJ_MAGIC)
-  if data[:n] == _OBJ_MAGIC and hashlib.sha256(data[n + 32:]).digest() == data[n:n + 32]:
-    return data[n + 32:]
-  try:
-    os.remove(path)
-  except OSError:
-    pass
-  return None
-
-
-def _cache_store(path: Optional[str], obj: bytes) -> None:
-  """Write atomically (temporary file + rename); a cache that cannot be written is skipped."""
-  import hashlib
-  import os
-  import tempfile
-  if not path:
-    return
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-      f.write(_OBJ_MAGIC + hashlib.sha256(obj).digest() + obj)
-    os.replace(tmp, path)
-  except OSError:
-    pass
-
-
 def _signature(p: ir.Type) -> ir.FunctionType:
   """The kernel's type, ``p`` the element pointer type."""
   return ir.FunctionType(ir.VoidType(), [p, p, p, I64, I64, I64, I64, I64, I64, I32, I32,
@@ -960,8 +858,9 @@ def _signature(p: ir.Type) -> ir.FunctionType:
 
 
 def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
-  """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module``."""
-  sym = shared_gemm_symbol(dtype)
+  """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module`` (its code
+  is built meanwhile: :func:`prefetch_shared_gemm`)."""
+  sym = prefetch_shared_gemm(dtype)
   fn = module.globals.get(sym)
   if fn is None:
     fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)
@@ -1008,3 +907,8 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
           _c32(0 if la[0] else 1), _c32(1 if lb[0] else 0), _c64(batch),
           *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch)]
   return b.call(fn, args)
+
+
+# the process-wide shared GEMMs (built, cached on disk, registered): gemm_library.py
+from ourjax.backends.llvm.gemm_library import (prefetch_shared_gemm,  # noqa: E402,F401
+                                               shared_gemm_symbol)

@@ -484,16 +484,18 @@ def _flow(producer: Instruction, consumer: Instruction):
   """Where ``producer``'s value goes inside ``consumer``: ``(source, tainted)``, the value as
   the consumer sees it (the producer, or the fused parameter it feeds) and every instruction of
   the consumer that depends on it, the source included."""
-  if consumer.opcode == "fusion":
-    fc = consumer.attrs["calls"]
-    src = fc.parameters[consumer.operands.index(producer)]
-    instrs = fc.instructions
-  else:
-    src, instrs = producer, [consumer]
-  tainted = {src}
-  for x in instrs:
-    if x is not src and any(o in tainted for o in x.operands):
-      tainted.add(x)
+  if consumer.opcode != "fusion":
+    return producer, {producer, consumer}
+  fc = consumer.attrs["calls"]
+  src = fc.parameters[consumer.operands.index(producer)]
+  # (everything that reads it, directly or not: its users' closure, not a walk of the whole
+  # fused computation for every operand decided)
+  tainted, todo = {src}, [src]
+  while todo:
+    for u in todo.pop().users:
+      if u not in tainted:
+        tainted.add(u)
+        todo.append(u)
   return src, tainted
 
 

@@ -1,0 +1,189 @@
+"""The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
+overwrite; see ``gemm.py``), each built once per process and registered with LLVM's symbol
+table, so that modules which only declare them (``gemm.declare_shared_gemm``) link to them.
+
+    name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
+    name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
+
+A build loads the object code from the disk cache (``disk_cache.cache_dir()/gemm/``) or compiles
+it (~0.75 s of LLVM) and stores it there.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional
+
+_shared_lock = threading.Lock()
+_shared: dict = {}
+_pending: dict = {}       # dtype -> Future of (symbol, compiled module): being built on a thread
+_builder = None           # the thread that builds them (made on first use)
+
+
+def _before_fork() -> None:
+  """A fork waits for the builds under way (the child would inherit whatever locks the
+  builder thread held in LLVM, and no thread to release them)."""
+  for fut in list(_pending.values()):
+    try:
+      fut.result()
+    except Exception:   # noqa: BLE001  (the child's shared_gemm_symbol raises it again)
+      pass
+
+
+def _after_fork_in_child() -> None:
+  global _builder
+  _builder = None       # (its thread is not in the child; finished builds stay in _pending)
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def _check_dtype(dtype: str) -> None:
+  if dtype not in ("f32", "f64"):
+    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
+
+
+def prefetch_shared_gemm(dtype: str) -> str:
+  """The name of the shared GEMM of ``dtype`` (see :func:`shared_gemm_symbol`), its code loaded
+  or compiled meanwhile on a thread of its own (LLVM there runs outside llvmlite's lock), so
+  that a program's planning, emission and kernel compilation overlap with it; whatever links
+  or loads code that calls it first calls :func:`shared_gemm_symbol`, which waits for it."""
+  global _builder
+  _check_dtype(dtype)
+  with _shared_lock:
+    if dtype not in _shared and dtype not in _pending:
+      from concurrent.futures import ThreadPoolExecutor
+      from ourjax import _phases
+      if _builder is None:
+        _builder = ThreadPoolExecutor(1, thread_name_prefix="ourjax-gemm")
+      _pending[dtype] = _builder.submit(_phases.bound(_build_shared), dtype, True)
+  return f"ourjax_gemm_{dtype}"
+
+
+def shared_gemm_symbol(dtype: str) -> str:
+  """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``, ready to
+  be linked: on first use it is loaded from the on-disk cache of the CPU backend
+  (``ourjax.backends.disk_cache.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.75 s of
+  LLVM) and stored there, then registered with LLVM's symbol table (``llvm.add_symbol``), so a
+  module that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled or
+  loaded by ``ourjax.backends.cpu.jit`` and pays no compile time for it.  Waits for a build
+  :func:`prefetch_shared_gemm` started."""
+  _check_dtype(dtype)
+  with _shared_lock:
+    if dtype in _shared:
+      return _shared[dtype][0]
+    fut = _pending.get(dtype)
+    if fut is None:
+      _register(dtype, *_build_shared(dtype))
+      return _shared[dtype][0]
+  from ourjax import _phases
+  try:
+    with _phases.phase("library.wait"):
+      sym, cm = fut.result()
+  finally:
+    with _shared_lock:
+      if _pending.get(dtype) is fut:
+        del _pending[dtype]          # (a failed build is tried again by the next call)
+  with _shared_lock:
+    if dtype not in _shared:
+      _register(dtype, sym, cm)
+    return _shared[dtype][0]
+
+
+def _register(dtype: str, sym: str, cm) -> None:
+  import llvmlite.binding as llvm
+  llvm.add_symbol(sym, cm.address(sym))
+  _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
+
+
+def _build_shared(dtype: str, own_thread: bool = False):
+  """(symbol, compiled module) of the shared GEMM of ``dtype``: from the disk cache, else
+  compiled (``own_thread``: outside llvmlite's lock, in a context of its own); its LLVM work
+  shows as one ``library`` phase in the compile log."""
+  from ourjax import _phases
+  from ourjax.backends.cpu import jit
+  from ourjax.backends.llvm.gemm import emit_gemm
+  with _phases.phase("library"), _phases.collecting(None):
+    sym = f"ourjax_gemm_{dtype}"
+    path = _cache_path(sym)
+    cm = None
+    obj = _cache_load(path)
+    if obj is not None:
+      try:
+        cm = jit.load_object(obj, [sym])
+      except jit.CompileError:
+        cm = None
+    if cm is None:
+      mod = jit.new_module(sym)
+      emit_gemm(mod, sym, dtype)
+      obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread)
+      cm = jit.load_object(obj, [sym])
+      _cache_store(path, obj)
+  return sym, cm
+
+
+_OBJ_MAGIC = b"ourjax-gemm-obj-1\n"
+
+
+def _cache_path(sym: str) -> Optional[str]:
+  """Where the object code of ``sym`` is cached (None: caching off), keyed by this file's and
+  the JIT engine's source, the LLVM version, the CPU code is generated for (name and features:
+  the host's or ``OURJAX_CPU``'s) and the vector target chosen for it (width, FMA, blocking)."""
+  import hashlib
+  import os
+  import llvmlite.binding as llvm
+  from ourjax.backends.cpu import jit
+  try:
+    from ourjax.backends.disk_cache import cache_dir
+    d = cache_dir()
+  except Exception:  # noqa: BLE001 - no backend, no cache
+    return None
+  if not d:
+    return None
+  from ourjax.backends.llvm import gemm
+  h = hashlib.sha256()
+  for f in (gemm.__file__, __file__, jit.__file__):
+    with open(f, "rb") as fh:
+      h.update(fh.read())
+  h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),
+                 jit.triple(), gemm.vector_target())).encode())
+  return os.path.join(d, "gemm", f"{sym}-{h.hexdigest()[:32]}.o")
+
+
+def _cache_load(path: Optional[str]) -> Optional[bytes]:
+  """The cached object bytes, or None (missing, or damaged: then it is removed)."""
+  import hashlib
+  import os
+  if not path:
+    return None
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError:
+    return None
+  n = len(_OBJ_MAGIC)
+  if data[:n] == _OBJ_MAGIC and hashlib.sha256(data[n + 32:]).digest() == data[n:n + 32]:
+    return data[n + 32:]
+  try:
+    os.remove(path)
+  except OSError:
+    pass
+  return None
+
+
+def _cache_store(path: Optional[str], obj: bytes) -> None:
+  """Write atomically (temporary file + rename); a cache that cannot be written is skipped."""
+  import hashlib
+  import os
+  import tempfile
+  if not path:
+    return
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+      f.write(_OBJ_MAGIC + hashlib.sha256(obj).digest() + obj)
+    os.replace(tmp, path)
+  except OSError:
+    pass
