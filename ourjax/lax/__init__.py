@@ -22,3 +22,6 @@ del _m
 
 # private helpers that jnp (like JAX's) reaches for
 from ourjax.lax.elementwise import _convert_element_type, _const  # noqa: E402,F401
+
+# ``lax.linalg`` is a submodule (as ``jax.lax.linalg``), not re-exported into ``lax``
+from ourjax.lax import linalg  # noqa: E402,F401
