@@ -60,6 +60,10 @@ class EigImplementation(enum.Enum):
   LAPACK = "lapack"
 
 
+#: Largest matrix whose Jacobi eigh/svd is compiled (the cyclic sweeps cost O(n^4) each)
+_JACOBI_MAX_N = 32
+
+
 def _jnp():
   import ourjax.numpy as jnp
   return jnp
@@ -67,6 +71,12 @@ def _jnp():
 
 def _T(x):
   return _jnp().swapaxes(x, -1, -2)
+
+
+def _mm(a, b):
+  """The products inside derivative rules run at full precision (as JAX's)."""
+  from ourjax.lax.dot import Precision
+  return _jnp().matmul(a, b, precision=Precision.HIGHEST)
 
 
 def _H(x):
@@ -105,9 +115,11 @@ def _front_batcher(prim):
   batching.batch_rules[prim] = rule
 
 
-def _lowering(prim, single, nresults_batched=None):
+def _lowering(prim, single, max_n=None):
   """Lower ``prim`` by inlining ``single`` (written for one real matrix, params as keywords)
-  mapped over the batch dims; complex operands have no native code: LoweringError."""
+  mapped over the batch dims.  Complex operands have no native code, and matrices larger than
+  ``max_n`` (where the composition's cost, O(n^4) per Jacobi sweep, is far above LAPACK's) are
+  left to the host: LoweringError, so the jitted function runs op by op."""
   from ourjax.interpreters import partial_eval as pe
   from ourjax.lowering.from_jaxpr import LoweringError, register_lowering
 
@@ -115,6 +127,9 @@ def _lowering(prim, single, nresults_batched=None):
   def rule(ctx, avals_in, avals_out, *operands, **params):
     if any(dtypes.is_complex(a.dtype) for a in avals_in):
       raise LoweringError(f"{prim.name}: complex operands run on the host (NumPy/LAPACK)")
+    if max_n is not None and max(avals_in[0].shape[-2:]) > max_n:
+      raise LoweringError(f"{prim.name}: matrices over {max_n} x {max_n} run on the host "
+                          f"(NumPy/LAPACK)")
     nb = avals_in[0].ndim - 2
 
     def flat(*args):
@@ -169,7 +184,7 @@ def _cholesky_jvp(primals, tangents):
   tmp = triangular_solve(L, tmp, left_side=True, transpose_a=False, lower=True)
   n = x.shape[-1]
   phi = jnp.tril(tmp, -1) + tmp * jnp.eye(n, dtype=x.dtype) / 2
-  return L, L @ phi
+  return L, _mm(L, phi)
 
 
 cholesky_p = Primitive("cholesky")
@@ -193,6 +208,10 @@ def triangular_solve(a, b, *, left_side: bool = False, lower: bool = False,
   a, b = jnp.asarray(a), jnp.asarray(b)
   params = dict(left_side=bool(left_side), lower=bool(lower), transpose_a=bool(transpose_a),
                 conjugate_a=bool(conjugate_a), unit_diagonal=bool(unit_diagonal))
+  if b.ndim == a.ndim - 1:      # one vector per matrix
+    b = b[..., None] if left_side else b[..., None, :]
+    out = triangular_solve_p.bind(a, b, **params)
+    return out[..., 0] if left_side else out[..., 0, :]
   return triangular_solve_p.bind(a, b, **params)
 
 
@@ -262,7 +281,7 @@ def _triangular_solve_jvp_a(da, a, b, *, left_side, lower, transpose_a, conjugat
   if conjugate_a:
     dt = jnp.conj(dt)
   # left: op(a) x = b -> op(a) dx = -op(da) x ; right: x op(a) = b -> dx op(a) = -x op(da)
-  rhs = -(dt @ x) if left_side else -(x @ dt)
+  rhs = -_mm(dt, x) if left_side else -_mm(x, dt)
   return triangular_solve_p.bind(a, rhs, **params)
 
 
@@ -360,7 +379,7 @@ def _lu_jvp(primals, tangents):
   pdx = jnp.take_along_axis(dx, perm[..., :, None].astype(jnp.int32), axis=-2)
   la = triangular_solve(l_, pdx, left_side=True, lower=True, unit_diagonal=True)
   lau = triangular_solve(u_, la, left_side=False, lower=False)
-  dlu = l_ @ jnp.tril(lau, -1) + jnp.triu(lau) @ u_
+  dlu = _mm(l_, jnp.tril(lau, -1)) + _mm(jnp.triu(lau), u_)
   return [lu_, piv, perm], [dlu] + zeros
 
 
@@ -442,9 +461,9 @@ def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues):
   eye = jnp.eye(n, dtype=bool)
   gap = w[..., None, :] - w[..., :, None]
   fmat = jnp.where(eye, 0, 1 / jnp.where(eye, 1, gap)).astype(w.dtype)
-  c = _H(v) @ dx @ v
+  c = _mm(_mm(_H(v), dx), v)
   dw = jnp.real(jnp.diagonal(c, axis1=-2, axis2=-1))
-  return [v, w], [v @ (fmat.astype(c.dtype) * c), dw]
+  return [v, w], [_mm(v, fmat.astype(c.dtype) * c), dw]
 
 
 eigh_p = Primitive("eigh")
@@ -461,7 +480,7 @@ def _eigh_single(a, *, lower, sort_eigenvalues):
   return alg.eigh(a, sort_eigenvalues)
 
 
-_lowering(eigh_p, _eigh_single)
+_lowering(eigh_p, _eigh_single, max_n=_JACOBI_MAX_N)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -506,13 +525,13 @@ def _qr_jvp(primals, tangents, *, full_matrices):
   if m < n or (full_matrices and m != n):
     raise NotImplementedError("Unimplemented case of QR decomposition derivative")
   dx_rinv = triangular_solve(r, dx)                 # dx R^{-1}
-  qt_dx_rinv = _H(q) @ dx_rinv
+  qt_dx_rinv = _mm(_H(q), dx_rinv)
   low = jnp.tril(qt_dx_rinv, -1)
   do = low - _H(low)                               # skew-Hermitian part
   eye = jnp.eye(n, dtype=x.dtype)
   do = do + eye * (qt_dx_rinv - jnp.real(qt_dx_rinv).astype(x.dtype))
-  dq = q @ (do - qt_dx_rinv) + dx_rinv
-  dr = (qt_dx_rinv - do) @ r
+  dq = _mm(q, do - qt_dx_rinv) + dx_rinv
+  dr = _mm(qt_dx_rinv - do, r)
   return [q, r], [dq, dr]
 
 
@@ -585,7 +604,7 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
                               "matrices")
   s, u, vh = svd_p.bind(x, full_matrices=False, compute_uv=True)
   v, ut = _H(vh), _H(u)
-  ds_mat = ut @ dx @ v
+  ds_mat = _mm(_mm(ut, dx), v)
   ds = jnp.real(jnp.diagonal(ds_mat, axis1=-2, axis2=-1))
   if not compute_uv:
     return outs, [ds]
@@ -603,14 +622,14 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
   s_inv = (1 / (s + s_zero) - s_zero).astype(dt)
   # the imaginary diagonal part (complex inputs): shared phase of u_i and v_i
   du_dv_diag = 0.5 * (ds_mat - _H(ds_mat)) * (jnp.eye(k, dtype=dt) * s_inv[..., None, :])
-  du = u @ (fmat * (dss + _H(dss)) + du_dv_diag)
-  dv = v @ (fmat * (sds + _H(sds)))
+  du = _mm(u, fmat * (dss + _H(dss)) + du_dv_diag)
+  dv = _mm(v, fmat * (sds + _H(sds)))
   if m > n:
-    dav = dx @ v
-    du = du + (dav - u @ (ut @ dav)) * s_inv[..., None, :]
+    dav = _mm(dx, v)
+    du = du + (dav - _mm(u, _mm(ut, dav))) * s_inv[..., None, :]
   if n > m:
-    dahu = _H(dx) @ u
-    dv = dv + (dahu - v @ (vh @ dahu)) * s_inv[..., None, :]
+    dahu = _mm(_H(dx), u)
+    dv = dv + (dahu - _mm(v, _mm(vh, dahu))) * s_inv[..., None, :]
   return outs, [ds, du, _H(dv)]
 
 
@@ -620,7 +639,7 @@ svd_p.def_abstract_eval(_svd_abstract_eval)
 svd_p.def_impl(_svd_impl)
 ad.jvp_rules[svd_p] = _svd_jvp
 _front_batcher(svd_p)
-_lowering(svd_p, alg.svd)
+_lowering(svd_p, alg.svd, max_n=_JACOBI_MAX_N)
 
 
 # ------------------------------------------------------------------------------------------------
