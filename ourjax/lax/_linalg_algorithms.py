@@ -171,7 +171,8 @@ def qr(a, full_matrices: bool):
     alpha = -s * nx
     v = x - alpha * ej
     nv = jnp.sqrt(jnp.sum(v * v))
-    ok = nv > 0
+    # as LAPACK's dlarfg: no reflection when the part below the diagonal is already zero
+    ok = (nv > 0) & (jnp.sum(jnp.where(idx > j, x * x, 0.0)) > 0)
     v = jnp.where(ok, v / jnp.where(ok, nv, 1.0), 0.0).astype(dt)
     r = r - 2.0 * jnp.outer(v, v @ r)
     q = q - 2.0 * jnp.outer(q @ v, v)

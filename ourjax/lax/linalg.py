@@ -34,7 +34,7 @@ from ourjax.interpreters import ad, batching
 from ourjax.lax import _linalg_algorithms as alg
 
 __all__ = ["cholesky", "cholesky_p", "lu", "lu_p", "triangular_solve", "triangular_solve_p",
-           "eigh", "eigh_p", "qr", "qr_p", "svd", "svd_p", "eig", "eig_p",
+           "eigh", "eigh_p", "qr", "qr_p", "svd", "svd_p", "eig", "eig_p", "schur", "schur_p",
            "lu_pivots_to_permutation", "tridiagonal_solve", "householder_product",
            "symmetric_product", "tridiagonal", "SvdAlgorithm", "EighImplementation",
            "EigImplementation"]
@@ -515,6 +515,22 @@ def _qr_impl(x, *, full_matrices):
   return [q, r]
 
 
+def _qr_jvp_tall(q, r, dx):
+  """Tangents of the reduced QR of a tall or square matrix (q m x n, r n x n): with
+  X = dA R^{-1} and C = Q^H X, Omega = Q^H dQ is the skew-Hermitian matrix whose strict lower
+  triangle is C's (its diagonal keeps C's imaginary part, the phase freedom LAPACK fixes by a
+  real diagonal of R); dQ = Q (Omega - C) + X, dR = (C - Omega) R.  Also returns X."""
+  jnp = _jnp()
+  n = r.shape[-1]
+  x = triangular_solve(r, dx)                       # dA R^{-1}
+  c = _mm(_H(q), x)
+  low = jnp.tril(c, -1)
+  omega = low - _H(low)
+  eye = jnp.eye(n, dtype=c.dtype)
+  omega = omega + eye * (c - jnp.real(c).astype(c.dtype))
+  return _mm(q, omega - c) + x, _mm(c - omega, r), x, omega
+
+
 def _qr_jvp(primals, tangents, *, full_matrices):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -522,17 +538,23 @@ def _qr_jvp(primals, tangents, *, full_matrices):
   if type(dx) is ad.Zero:
     return [q, r], [ad.Zero.from_primal_value(q), ad.Zero.from_primal_value(r)]
   m, n = x.shape[-2:]
-  if m < n or (full_matrices and m != n):
-    raise NotImplementedError("Unimplemented case of QR decomposition derivative")
-  dx_rinv = triangular_solve(r, dx)                 # dx R^{-1}
-  qt_dx_rinv = _mm(_H(q), dx_rinv)
-  low = jnp.tril(qt_dx_rinv, -1)
-  do = low - _H(low)                               # skew-Hermitian part
-  eye = jnp.eye(n, dtype=x.dtype)
-  do = do + eye * (qt_dx_rinv - jnp.real(qt_dx_rinv).astype(x.dtype))
-  dq = _mm(q, do - qt_dx_rinv) + dx_rinv
-  dr = _mm(qt_dx_rinv - do, r)
-  return [q, r], [dq, dr]
+  if m < n:
+    # A = Q [R1 R2] with A1 = Q R1 square: R2 = Q^H A2, so dR2 = dQ^H A2 + Q^H dA2
+    dq, dr1, _, _ = _qr_jvp_tall(q, r[..., :, :m], dx[..., :, :m])
+    dr2 = _mm(_H(dq), x[..., :, m:]) + _mm(_H(q), dx[..., :, m:])
+    return [q, r], [dq, jnp.concatenate([dr1, dr2], axis=-1)]
+  if not full_matrices or m == n:
+    dq, dr, _, _ = _qr_jvp_tall(q, r, dx)
+    return [q, r], [dq, dr]
+  # complete Q of a tall matrix: Q = [Q1 Q2], R = [R1; 0].  Omega's lower-left block is
+  # Q2^H dA R1^{-1} (so that dR stays zero below R1); its lower-right block (a rotation within
+  # the complement, which no equation fixes) is taken as zero.
+  q1, q2, r1 = q[..., :, :n], q[..., :, n:], r[..., :n, :]
+  dq1, dr1, xr, _ = _qr_jvp_tall(q1, r1, dx)
+  c2 = _mm(_H(q2), xr)
+  dq2 = -_mm(q1, _H(c2))
+  dr = jnp.concatenate([dr1, jnp.zeros(r.shape[:-2] + (m - n, n), r.dtype)], axis=-2)
+  return [q, r], [jnp.concatenate([dq1, dq2], axis=-1), dr]
 
 
 qr_p = Primitive("qr")
@@ -719,16 +741,80 @@ ad.jvp_rules[eig_p] = _eig_jvp
 _front_batcher(eig_p)
 
 
-def _register_eig_lowering():
-  from ourjax.lowering.from_jaxpr import LoweringError, register_lowering
-
-  @register_lowering(eig_p)
-  def _lower(ctx, avals_in, avals_out, x, **params):
-    raise LoweringError("eig: no compiled code for general eigenproblems; runs on the host "
-                        "(NumPy/LAPACK)")
+# ------------------------------------------------------------------------------------------------
+# Schur (host only): from the eigendecomposition
 
 
-_register_eig_lowering()
+def schur(x, *, compute_schur_vectors: bool = True, sort_eig_vals: bool = False,
+          select_callable=None):
+  """Schur decomposition ``x = S T S^H``: ``(T, S)``.  Real input gives the real Schur form
+  (T quasi upper triangular, 2 x 2 blocks for complex conjugate eigenvalue pairs), complex input
+  the complex one.  Computed on the host from the eigenvectors (orthonormalized by QR, which
+  keeps each leading set of them an invariant subspace), so ``x`` must be diagonalizable."""
+  if sort_eig_vals or select_callable is not None:
+    raise NotImplementedError("lax.linalg.schur: sorting/selecting eigenvalues is not "
+                              "supported by ourjax")
+  x = _jnp().asarray(x)
+  t, s = schur_p.bind(x, compute_schur_vectors=bool(compute_schur_vectors))
+  return (t, s) if compute_schur_vectors else t
+
+
+def _schur_abstract_eval(x, *, compute_schur_vectors):
+  _check_matrix("schur", x, square=True)
+  return [ShapedArray(x.shape, x.dtype), ShapedArray(x.shape, x.dtype)]
+
+
+def _schur_one(a):
+  n = a.shape[0]
+  real = not np.iscomplexobj(a)
+  if n == 0:
+    return a.copy(), np.eye(0, dtype=a.dtype)
+  if not np.all(np.isfinite(a)):
+    return np.full_like(a, np.nan), np.full_like(a, np.nan)
+  w, v = np.linalg.eig(a)
+  if real:     # a real basis: real eigenvectors, and (Re v, Im v) for each conjugate pair
+    # (LAPACK returns the two eigenvalues of a pair next to each other)
+    cols, blocks, j = [], [], 0
+    w = w.astype(np.complex128)
+    while j < n:
+      if abs(w[j].imag) > 0 and j + 1 < n:
+        cols += [v[:, j].real, v[:, j].imag]
+        blocks.append(j)
+        j += 2
+      else:
+        cols.append(v[:, j].real)
+        j += 1
+    basis = np.stack(cols, axis=1)
+  else:
+    basis, blocks = v, []
+  q, _ = np.linalg.qr(basis)
+  q = q.astype(a.dtype)
+  t = np.conj(q.T) @ a @ q
+  mask = np.tril(np.ones((n, n), bool), -1)
+  for j in blocks:
+    mask[j + 1, j] = False
+  t[mask] = 0
+  return t.astype(a.dtype), q
+
+
+def _schur_impl(x, *, compute_schur_vectors):
+  flat, _ = _flat_batch(x)
+  ts, ss = np.empty_like(flat), np.empty_like(flat)
+  for i, a in enumerate(flat):
+    ts[i], ss[i] = _schur_one(a)
+  return [ts.reshape(x.shape), ss.reshape(x.shape)]
+
+
+schur_p = Primitive("schur")
+schur_p.multiple_results = True
+schur_p.def_abstract_eval(_schur_abstract_eval)
+schur_p.def_impl(_schur_impl)
+_front_batcher(schur_p)
+
+
+#: Primitives with no lowering: a jitted function holding one runs op by op on the host
+#: (``backends.compile_jaxpr`` falls back to the jaxpr evaluator), as host callbacks do.
+HOST_ONLY = frozenset({eig_p, schur_p})
 
 
 # ------------------------------------------------------------------------------------------------

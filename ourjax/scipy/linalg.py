@@ -23,7 +23,8 @@ __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "co
            "convolution_matrix", "det", "dft", "eigh", "expm", "expm_frechet", "fiedler",
            "fiedler_companion", "hadamard", "hankel", "helmert", "hilbert", "inv", "invhilbert",
            "invpascal", "leslie", "lu", "lu_factor", "lu_solve", "pascal", "polar", "qr",
-           "qr_multiply", "solve", "solve_triangular", "sqrtm", "svd", "toeplitz"]
+           "qr_multiply", "solve", "solve_triangular", "sqrtm", "svd", "toeplitz", "schur",
+           "rsf2csf", "funm", "solve_sylvester"]
 
 
 def _jnp():
@@ -255,6 +256,121 @@ def sqrtm(A, blocksize: int = 1):
   # X = V sqrt(W) V^{-1}  <=>  V^T X^T = (V sqrt(W))^T
   vt = jnp.swapaxes(v, -1, -2)
   return jnp.swapaxes(jla.solve(vt, jnp.swapaxes(v * jnp.sqrt(w)[..., None, :], -1, -2)), -1, -2)
+
+
+def schur(a, output: str = "real"):
+  """``(T, Z)`` with ``a = Z T Z^H``: the real Schur form (``output='real'``, real input) or
+  the complex one (host only; see ``lax.linalg.schur``)."""
+  if output not in ("real", "complex"):
+    raise ValueError(f"Expected 'output' to be either 'real' or 'complex', got output={output}.")
+  a = _inexact("schur", a)
+  if output == "complex":
+    a = a.astype(dtypes.to_complex_dtype(a.dtype))
+  return lax_linalg.schur(a)
+
+
+def rsf2csf(T, Z, check_finite: bool = True):
+  """Real Schur form to complex Schur form: each 2 x 2 block of ``T`` (sub-diagonal entry above
+  ``eps`` relative to its diagonal neighbours) is triangularized by a complex Givens rotation,
+  applied to ``Z`` too, from the bottom up, as SciPy's."""
+  jnp = _jnp()
+  T, Z = _inexact("rsf2csf", T, Z)
+  if T.ndim < 2 or T.shape[-1] != T.shape[-2] or Z.shape[-2:] != T.shape[-2:]:
+    raise ValueError(f"rsf2csf: T and Z must be square matrices of one size, got {T.shape} "
+                     f"and {Z.shape}")
+  cdt = dtypes.to_complex_dtype(T.dtype)
+  batch = jnp.broadcast_shapes(T.shape[:-2], Z.shape[:-2])
+  T = jnp.broadcast_to(T, batch + T.shape[-2:]).astype(cdt)
+  Z = jnp.broadcast_to(Z, batch + Z.shape[-2:]).astype(cdt)
+  n = T.shape[-1]
+  eps = jnp.finfo(cdt).eps
+  for m in range(n - 1, 0, -1):
+    a, b = T[..., m - 1, m - 1], T[..., m - 1, m]
+    c, d = T[..., m, m - 1], T[..., m, m]
+    # the first eigenvalue of the block, in LAPACK's order (dlanv2 / the 2 x 2 QR step)
+    mean, half = (a + d) / 2, (a - d) / 2
+    root = jnp.sqrt(half * half + b * c)
+    # real blocks: dlanv2's order; complex ones: the eigenvalue farther from d comes first
+    # (the QR iteration converges to the one nearer d at the bottom)
+    real_in = jnp.all(jnp.imag(T) == 0)
+    sgn = jnp.where(real_in, jnp.real(half) >= 0, jnp.real(jnp.conj(half) * root) >= 0)
+    sgn = jnp.where(sgn, 1, -1).astype(cdt)
+    disc = jnp.real(half * half + b * c)
+    first = jnp.where(real_in & (disc < 0), mean + 1j * jnp.abs(jnp.imag(root)),
+                      mean + sgn * root)
+    first = jnp.where(b == 0, d, first)
+    mu = first - d
+    r = jnp.sqrt(jnp.abs(mu) ** 2 + jnp.abs(c) ** 2).astype(cdt)
+    do = jnp.abs(c) > eps * (jnp.abs(a) + jnp.abs(d))
+    r = jnp.where(do, r, 1)
+    cs, sn = mu / r, c / r
+    g = jnp.stack([jnp.stack([jnp.conj(cs), sn], -1), jnp.stack([-sn, cs], -1)], -2)
+    eye = jnp.eye(2, dtype=cdt)
+    g = jnp.where(do[..., None, None], g, eye)
+    gh = _H(g)
+    rows = g @ T[..., m - 1:m + 1, m - 1:]
+    T = T.at[..., m - 1:m + 1, m - 1:].set(rows)
+    T = T.at[..., :m + 1, m - 1:m + 1].set(T[..., :m + 1, m - 1:m + 1] @ gh)
+    Z = Z.at[..., :, m - 1:m + 1].set(Z[..., :, m - 1:m + 1] @ gh)
+    T = T.at[..., m, m - 1].set(0)
+  return T, Z
+
+
+def funm(A, func, disp: bool = True):
+  """``func`` of the matrix ``A`` by Parlett's recurrence on its complex Schur form (host
+  only); with ``disp=False`` also SciPy's error estimate."""
+  jnp = _jnp()
+  A = _inexact("funm", A)
+  if A.ndim != 2 or A.shape[0] != A.shape[1]:
+    raise ValueError(f"expected square array_like input, got shape {A.shape}")
+  T, Z = schur(A, output="complex")
+  n = T.shape[-1]
+  F = jnp.diag(func(jnp.diagonal(T))).astype(T.dtype)
+  diag = jnp.diagonal(T)
+  for p in range(1, n):       # one super-diagonal at a time: s = (T F - F T)[i, i + p]
+    s = jnp.diagonal(T @ F - F @ T, offset=p)
+    den = diag[p:] - diag[:-p]
+    s = jnp.where(den != 0, s / jnp.where(den != 0, den, 1), s)
+    F = F + jnp.diag(s, k=p)
+  F = Z @ F @ _H(Z)
+  if disp:
+    return F
+  tol = jnp.finfo(T.dtype).eps
+  gaps = jnp.abs(diag[None, :] - diag[:, None])
+  gaps = jnp.where(jnp.eye(n, dtype=bool), jnp.inf, gaps)
+  minden = jnp.minimum(jnp.abs(T[0, 0]), jnp.min(gaps)) if n > 1 else jnp.abs(T[0, 0])
+  minden = jnp.where(minden == 0, tol, minden)
+  err = jnp.minimum(1, jnp.maximum(tol, tol / minden
+                                   * jnp.max(jnp.sum(jnp.abs(jnp.triu(T, 1)), axis=0))))
+  err = jnp.where(jnp.all(jnp.isfinite(F)), err, jnp.inf)
+  return F, err
+
+
+def solve_sylvester(A, B, C, *, method: str = "schur", tol: float = 1e-8):
+  """``X`` with ``A X + X B = C``, from the eigendecompositions ``A = V diag(a) V^{-1}``,
+  ``B = W diag(b) W^{-1}``: ``X = V ((V^{-1} C W) / (a_i + b_j)) W^{-1}`` (host only, as
+  ``eig``; both methods).  All NaN where some ``|a_i + b_j| < tol`` (no unique solution), as
+  JAX's."""
+  jnp = _jnp()
+  if method not in ("schur", "eigen"):
+    raise ValueError(f"method must be 'schur' or 'eigen', got {method!r}")
+  A, B, C = _inexact("solve_sylvester", A, B, C)
+  batch = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
+  A = jnp.broadcast_to(A, batch + A.shape[-2:])
+  B = jnp.broadcast_to(B, batch + B.shape[-2:])
+  C = jnp.broadcast_to(C, batch + C.shape[-2:])
+  wa, va = lax_linalg.eig(A, compute_left_eigenvectors=False)
+  wb, vb = lax_linalg.eig(B, compute_left_eigenvectors=False)
+  cc = C.astype(va.dtype)
+  f = jla.solve(va, cc @ vb)
+  den = wa[..., :, None] + wb[..., None, :]
+  y = f / den
+  x = jnp.swapaxes(jla.solve(jnp.swapaxes(vb, -1, -2), jnp.swapaxes(va @ y, -1, -2)), -1, -2)
+  if not jnp.iscomplexobj(C):
+    x = jnp.real(x)
+  x = x.astype(C.dtype)
+  bad = jnp.any(jnp.abs(den) < tol, axis=(-2, -1))
+  return jnp.where(bad[..., None, None], jnp.nan, x)
 
 
 # ------------------------------------------------------------------------------------------------
