@@ -280,3 +280,35 @@ def test_errors_name_the_operation():
     LA.cholesky(jnp.ones((2, 3)))
   with pytest.raises(TypeError, match="triangular_solve: a and b must have the same dtype"):
     LA.triangular_solve(jnp.eye(2), jnp.ones((2, 2), jnp.int32))
+
+
+def test_pinv_derivative_also_at_repeated_singular_values():
+  # at the identity d pinv = -dA, so the Jacobian is -delta_ik delta_jl (through the SVD, whose
+  # singular values are equal there, it would be NaN)
+  jac = ourjax.jacobian(jnp.linalg.pinv)(jnp.eye(2, dtype=jnp.float32))
+  want = -np.einsum("ik,jl->ijkl", np.eye(2), np.eye(2))
+  np.testing.assert_allclose(jac, want, atol=1e-6)
+  rng = np.random.default_rng(10)
+  with enable_x64(True):
+    a = rng.standard_normal((4, 3))
+    g = ourjax.grad(lambda a: jnp.sum(jnp.sin(jnp.linalg.pinv(a))))(a)
+    np.testing.assert_allclose(g, _fd_grad(lambda a: np.sum(np.sin(np.linalg.pinv(a))), a),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_tridiagonal_solve_singular_with_and_without_perturbation():
+  z = np.zeros(3, np.float32)
+  b = np.ones((3, 1), np.float32)
+  x = LA.tridiagonal_solve(z, z, z, b)
+  assert not np.all(np.isfinite(x))
+  x = LA.tridiagonal_solve(z, z, z, b, perturb_singular=True)
+  assert np.all(np.isfinite(x)) and np.all(np.abs(x) > 1e6)
+
+
+def test_narrow_dtypes_as_jax_on_cpu():
+  with pytest.raises(NotImplementedError, match="Unsupported dtype float16"):
+    jnp.linalg.qr(np.ones((5, 6), np.float16))
+  # LU-based routines take them (computed in float32)
+  a = (np.eye(3) * 2).astype(np.float16)
+  assert jnp.linalg.det(a) == 8 and jnp.linalg.det(a).dtype == np.float16
+  np.testing.assert_array_equal(jnp.linalg.solve(a, np.ones(3, np.float16)), 0.5)

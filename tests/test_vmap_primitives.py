@@ -431,6 +431,7 @@ example("svd", lambda x: (lambda u, s, vh: (_la_sfix(u), s, _la_sfix(vh, -1)))(
 example("eig", lambda x: lax.sort(lax.real(_LA.eig(
     _la_pd(x) + np.diag(np.array([0, 2, 4], np.float32)), compute_left_eigenvectors=False,
     compute_right_eigenvectors=False)[0])), [Arg((3, 3))])
+example("schur", lambda x: _LA.schur(x), [Arg((3, 3))])
 
 # primitives with no operands never see a batched value
 NO_OPERANDS = {"iota", "axis_index"}

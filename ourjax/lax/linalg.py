@@ -95,6 +95,16 @@ def _check_matrix(name, x, square=False):
   return aval
 
 
+_LAPACK_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64,
+                                                 np.complex128))
+
+
+def _check_lapack_dtype(name, aval):
+  """As JAX on the CPU: the decompositions that LAPACK computes take only its four dtypes."""
+  if aval.dtype not in _LAPACK_DTYPES:
+    raise NotImplementedError(f"{name}: Unsupported dtype {aval.dtype}.")
+
+
 def _real_dtype(dtype):
   return np.finfo(np.dtype(dtype)).dtype
 
@@ -157,6 +167,7 @@ def cholesky(x, *, symmetrize_input: bool = True):
 
 def _cholesky_abstract_eval(x):
   _check_matrix("cholesky", x, square=True)
+  _check_lapack_dtype("cholesky", x)
   return ShapedArray(x.shape, x.dtype)
 
 
@@ -247,7 +258,13 @@ def _op_matrix(a, lower, transpose_a, conjugate_a, unit_diagonal, xp):
   return tri, lower != transpose_a
 
 
+def _widen(*xs):
+  """Narrow floats (float16, bfloat16) computed in float32; the caller casts back."""
+  return [x.astype(np.float32) if x.dtype not in _LAPACK_DTYPES else x for x in xs]
+
+
 def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
+  a, b = _widen(a, b)
   op, op_lower = _op_matrix(a, lower, transpose_a, conjugate_a, unit_diagonal, np)
   if not left_side:          # x op = b  <=>  op^T x^T = b^T
     op, op_lower, b = np.swapaxes(op, -1, -2), not op_lower, np.swapaxes(b, -1, -2)
@@ -349,6 +366,7 @@ def _lu_one(a):
 
 
 def _lu_impl(x):
+  x, = _widen(x)
   flat, batch = _flat_batch(x)
   m, n = x.shape[-2:]
   k = builtins.min(m, n)
@@ -440,6 +458,7 @@ def eigh(x, *, lower: bool = True, symmetrize_input: bool = True,
 
 def _eigh_abstract_eval(x, *, lower, sort_eigenvalues):
   _check_matrix("eigh", x, square=True)
+  _check_lapack_dtype("eigh", x)
   return [ShapedArray(x.shape, x.dtype), ShapedArray(x.shape[:-1], _real_dtype(x.dtype))]
 
 
@@ -498,6 +517,7 @@ def qr(x, *, pivoting: bool = False, full_matrices: bool = True, use_magma=None)
 
 def _qr_abstract_eval(x, *, full_matrices):
   _check_matrix("qr", x)
+  _check_lapack_dtype("qr", x)
   m, n = x.shape[-2:]
   k = m if full_matrices else builtins.min(m, n)
   b = x.shape[:-2]
@@ -588,6 +608,7 @@ def svd(x, *, full_matrices: bool = True, compute_uv: bool = True, subset_by_ind
 
 def _svd_abstract_eval(x, *, full_matrices, compute_uv):
   _check_matrix("svd", x)
+  _check_lapack_dtype("svd", x)
   m, n = x.shape[-2:]
   k = builtins.min(m, n)
   b = x.shape[:-2]
@@ -683,6 +704,7 @@ def _complex_dtype(dtype):
 
 def _eig_abstract_eval(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
   _check_matrix("eig", x, square=True)
+  _check_lapack_dtype("eig", x)
   c = _complex_dtype(x.dtype)
   out = [ShapedArray(x.shape[:-1], c)]
   out += [ShapedArray(x.shape, c)] * (int(compute_left_eigenvectors)
@@ -761,6 +783,7 @@ def schur(x, *, compute_schur_vectors: bool = True, sort_eig_vals: bool = False,
 
 def _schur_abstract_eval(x, *, compute_schur_vectors):
   _check_matrix("schur", x, square=True)
+  _check_lapack_dtype("schur", x)
   return [ShapedArray(x.shape, x.dtype), ShapedArray(x.shape, x.dtype)]
 
 
@@ -824,7 +847,8 @@ HOST_ONLY = frozenset({eig_p, schur_p})
 def tridiagonal_solve(dl, d, du, b, *, perturb_singular: bool = False):
   """Solve the tridiagonal systems with sub-diagonal ``dl`` (``dl[..., 0]`` unused), diagonal
   ``d`` and super-diagonal ``du`` (``du[..., -1]`` unused), all ``(..., m)``, for ``b``
-  ``(..., m, n)``: LU with partial pivoting of the dense matrix."""
+  ``(..., m, n)``: LU with partial pivoting of the dense matrix.  ``perturb_singular``
+  replaces zero pivots by ``eps * max|A|``, so singular systems give large finite results."""
   jnp = _jnp()
   dl, d, du, b = (jnp.asarray(v) for v in (dl, d, du, b))
   if b.ndim < 2:
@@ -848,7 +872,16 @@ def tridiagonal_solve(dl, d, du, b, *, perturb_singular: bool = False):
        + dl[..., :, None] * (idx[:, None] == idx[None, :] + 1)
        + du[..., :, None] * (idx[:, None] + 1 == idx[None, :])).astype(b.dtype)
   from ourjax.numpy import linalg as jla
-  return jla.solve(a, b)
+  lu_, _, perm = lu(a)
+  if perturb_singular:
+    # zero pivots replaced by eps * max|A| (eps where A is zero): large but finite results
+    diag = jnp.diagonal(lu_, axis1=-2, axis2=-1)
+    scale = jnp.max(jnp.abs(a), axis=(-2, -1))
+    eps = jnp.finfo(b.dtype).eps
+    tiny = (eps * jnp.where(scale > 0, scale, 1)).astype(b.dtype)[..., None]
+    diag = jnp.where(diag == 0, tiny, diag)
+    lu_ = jnp.where(jnp.eye(m, dtype=bool), diag[..., None, :], lu_)
+  return jla._lu_solve(lu_, perm, b)
 
 
 def householder_product(a, taus):

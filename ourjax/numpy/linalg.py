@@ -419,7 +419,9 @@ def multi_dot(arrays, *, precision=None):
 
 
 def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
-  """Pseudo-inverse from the SVD, cutting singular values below ``rtol * max(S)``."""
+  """Pseudo-inverse from the SVD, cutting singular values below ``rtol * max(S)``.  Its
+  derivative is the pseudo-inverse's own (Golub and Pereyra), not the SVD's, so it is defined
+  at repeated singular values too."""
   jnp = _jnp()
   a = _inexact("pinv", a)
   if a.ndim < 2:
@@ -434,10 +436,40 @@ def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
     rtol = 10 * builtins.max(m, n) * jnp.finfo(a.dtype).eps
   if builtins.min(m, n) == 0:
     return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
+  return _pinv_fn()(a, jnp.asarray(rtol))
+
+
+def _pinv_core(a, rtol):
+  jnp = _jnp()
   u, s, vh = svd(a, full_matrices=False)
-  cut = jnp.asarray(rtol, s.dtype)[..., None] * jnp.max(s, axis=-1, keepdims=True)
+  cut = rtol.astype(s.dtype)[..., None] * jnp.max(s, axis=-1, keepdims=True)
   sinv = jnp.where(s > cut, 1 / jnp.where(s > cut, s, 1), 0).astype(a.dtype)
   return matmul(_ct(vh) * sinv[..., None, :], _ct(u))
+
+
+_PINV = []
+
+
+def _pinv_fn():
+  if not _PINV:
+    from ourjax.custom_derivatives import custom_jvp
+    f = custom_jvp(_pinv_core, nondiff_argnums=(1,))
+
+    @f.defjvp
+    def _jvp(rtol, primals, tangents):
+      # dP = -P dA P + P P^H dA^H (I - A P) + (I - P A) dA^H P^H P
+      jnp = _jnp()
+      a, = primals
+      da, = tangents
+      p = f(a, rtol)
+      m, n = a.shape[-2:]
+      dah, ph = _ct(da), _ct(p)
+      dp = (-matmul(p, matmul(da, p))
+            + matmul(matmul(p, ph), matmul(dah, jnp.eye(m, dtype=a.dtype) - matmul(a, p)))
+            + matmul(jnp.eye(n, dtype=a.dtype) - matmul(p, a), matmul(dah, matmul(ph, p))))
+      return p, dp
+    _PINV.append(f)
+  return _PINV[0]
 
 
 def _ct(x):
