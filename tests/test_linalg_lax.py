@@ -312,3 +312,36 @@ def test_narrow_dtypes_as_jax_on_cpu():
   a = (np.eye(3) * 2).astype(np.float16)
   assert jnp.linalg.det(a) == 8 and jnp.linalg.det(a).dtype == np.float16
   np.testing.assert_array_equal(jnp.linalg.solve(a, np.ones(3, np.float16)), 0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_householder_reductions_reconstruct(dtype):
+  """geqrf, hessenberg and tridiagonal (LAPACK's packed forms): the reflectors rebuild Q with
+  householder_product and Q (R | H | T) Q^H gives the input back."""
+  rng = np.random.default_rng(11)
+  with enable_x64(True):
+    a = _rand(rng, (2, 5, 3), dtype)
+    h, tau = LA.geqrf(a)
+    q = np.asarray(LA.householder_product(h, tau))
+    np.testing.assert_allclose(q @ np.triu(np.asarray(h)[..., :3, :]), a, atol=1e-12)
+    s = _rand(rng, (5, 5), dtype)
+    packed, taus = LA.hessenberg(s)
+    hm = np.triu(np.asarray(packed), -1)
+    qs = np.eye(5, dtype=dtype)
+    qs[1:, 1:] = LA.householder_product(np.asarray(packed)[1:, :4], taus)
+    np.testing.assert_allclose(qs @ hm @ _ct(qs), s, atol=1e-12)
+    herm = s + _ct(s)
+    for lower in (True, False):
+      packed, d, e, taus = (np.asarray(v) for v in LA.tridiagonal(herm, lower=lower))
+      t = np.diag(d) + np.diag(e, -1) + np.diag(e, 1)
+      if lower:
+        qt = np.eye(5, dtype=dtype)
+        qt[1:, 1:] = LA.householder_product(packed[1:, :4], taus)
+      else:     # reflectors H(n-2) ... H(0), each with its 1 at row i, above it in column i + 1
+        qt = np.eye(5, dtype=dtype)
+        for i in range(3, -1, -1):
+          v = np.zeros(5, dtype)
+          v[i] = 1
+          v[:i] = packed[:i, i + 1]
+          qt = qt @ (np.eye(5) - taus[i] * np.outer(v, np.conj(v)))
+      np.testing.assert_allclose(qt @ t @ _ct(qt), herm, atol=1e-12, err_msg=str(lower))

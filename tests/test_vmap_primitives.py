@@ -432,6 +432,9 @@ example("eig", lambda x: lax.sort(lax.real(_LA.eig(
     _la_pd(x) + np.diag(np.array([0, 2, 4], np.float32)), compute_left_eigenvectors=False,
     compute_right_eigenvectors=False)[0])), [Arg((3, 3))])
 example("schur", lambda x: _LA.schur(x), [Arg((3, 3))])
+example("geqrf", lambda x: _LA.geqrf(x), [Arg((4, 3))])
+example("hessenberg", lambda x: _LA.hessenberg(x), [Arg((4, 4))])
+example("tridiagonal", lambda x: _LA.tridiagonal(x, lower=False), [Arg((4, 4))])
 
 # primitives with no operands never see a batched value
 NO_OPERANDS = {"iota", "axis_index"}

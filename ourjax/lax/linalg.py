@@ -1,25 +1,28 @@
 """``lax.linalg``: the dense decompositions as primitives, each followed by all of its rules.
 
 Primitives (JAX's names, parameters and result orders): ``cholesky_p``, ``lu_p`` (lu, pivots,
-permutation), ``triangular_solve_p``, ``eigh_p`` (v, w), ``qr_p`` (q, r), ``svd_p`` (s[, u, vh]),
-``eig_p`` (w[, vl][, vr]).  Operands are ``(..., m, n)``: leading dims are batch dims, which
-every implementation handles itself, so the batching rule only moves the mapped axis to the
-front.
+permutation), ``triangular_solve_p``, ``eigh_p`` (v, w), ``qr_p`` (q, r), ``svd_p`` (s[, u, vh]);
+and, host only (``_linalg_host.py``, re-exported here): ``eig_p`` (w[, vl][, vr]), ``schur_p``,
+``geqrf_p``, ``hessenberg_p``, ``tridiagonal_p``.  Operands are ``(..., m, n)``: leading dims are
+batch dims, which every implementation handles itself, so the batching rule only moves the
+mapped axis to the front.
 
 * Eager: NumPy (``numpy.linalg``, i.e. LAPACK), in the operand's dtype, real or complex.  As
   JAX's, nothing raises on singular / non-positive-definite matrices: a failed Cholesky is all
-  NaN, LU and triangular solves divide by zero pivots.
+  NaN, LU and triangular solves divide by zero pivots.  float16/bfloat16 are refused by the
+  LAPACK decompositions (as JAX on the CPU) and computed in float32 by LU and triangular solves.
 * Derivatives: the decompositions' own JVP rules (never the derivative of an iteration); the
   triangular solve is linear in ``b`` and has a transpose, so reverse mode works through all of
-  them.  As JAX: no JVP for full-matrix QR/SVD of non-square matrices, nor for ``eig``'s
+  them.  As JAX: no JVP for full-matrix SVD of non-square matrices, nor for ``eig``'s
   eigenvectors.
 * jit: a real-dtype primitive lowers to a lax composition (``_linalg_algorithms.py``: pivoted
-  LU, substitution, Householder QR, Jacobi eigh/svd) that compiles like any other code; complex
-  operands and ``eig`` raise ``LoweringError`` so the jitted function runs op by op through the
-  NumPy implementations (``backends.compile_jaxpr``).
+  LU, substitution, Householder QR, Jacobi eigh/svd up to 32 x 32) that compiles like any other
+  code; complex operands, larger Jacobi problems and the host-only primitives raise
+  ``LoweringError`` (or have no rule), so the jitted function runs op by op through the NumPy
+  implementations (``backends.compile_jaxpr``).
 
 Compositions without a primitive of their own: ``lu_pivots_to_permutation``,
-``tridiagonal_solve``, ``householder_product``, ``symmetric_product``, ``tridiagonal``.
+``tridiagonal_solve``, ``householder_product``, ``symmetric_product``.
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from ourjax.lax import _linalg_algorithms as alg
 __all__ = ["cholesky", "cholesky_p", "lu", "lu_p", "triangular_solve", "triangular_solve_p",
            "eigh", "eigh_p", "qr", "qr_p", "svd", "svd_p", "eig", "eig_p", "schur", "schur_p",
            "lu_pivots_to_permutation", "tridiagonal_solve", "householder_product",
-           "symmetric_product", "tridiagonal", "SvdAlgorithm", "EighImplementation",
+           "symmetric_product", "tridiagonal", "tridiagonal_p", "hessenberg", "hessenberg_p",
+           "geqrf", "geqrf_p", "HOST_ONLY", "SvdAlgorithm", "EighImplementation",
            "EigImplementation"]
 
 
@@ -686,161 +690,6 @@ _lowering(svd_p, alg.svd, max_n=_JACOBI_MAX_N)
 
 
 # ------------------------------------------------------------------------------------------------
-# eig (general matrices; host only)
-
-
-def eig(x, *, compute_left_eigenvectors: bool = True, compute_right_eigenvectors: bool = True,
-        enable_eigvec_derivs: bool = False, implementation=None, use_magma=None):
-  """Eigenvalues (complex) of (a batch of) square matrices, then the left and/or right
-  eigenvectors (columns, unit norm) as asked: ``[w, vl, vr]``."""
-  x = _jnp().asarray(x)
-  return eig_p.bind(x, compute_left_eigenvectors=bool(compute_left_eigenvectors),
-                    compute_right_eigenvectors=bool(compute_right_eigenvectors))
-
-
-def _complex_dtype(dtype):
-  return dtypes.to_complex_dtype(np.dtype(dtype))
-
-
-def _eig_abstract_eval(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
-  _check_matrix("eig", x, square=True)
-  _check_lapack_dtype("eig", x)
-  c = _complex_dtype(x.dtype)
-  out = [ShapedArray(x.shape[:-1], c)]
-  out += [ShapedArray(x.shape, c)] * (int(compute_left_eigenvectors)
-                                      + int(compute_right_eigenvectors))
-  return out
-
-
-def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
-  c = _complex_dtype(x.dtype)
-  if x.shape[-1] == 0:
-    w, vr = np.zeros(x.shape[:-1], c), np.zeros(x.shape, c)
-  elif not np.all(np.isfinite(x)):    # LAPACK's geev gives NaNs for non-finite inputs
-    w, vr = np.full(x.shape[:-1], np.nan, c), np.full(x.shape, np.nan, c)
-  else:
-    w, vr = np.linalg.eig(x)
-  w, vr = w.astype(c), vr.astype(c)
-  out = [w]
-  if compute_left_eigenvectors:
-    with np.errstate(all="ignore"):
-      try:
-        vl = np.conj(np.swapaxes(np.linalg.inv(vr), -1, -2))
-      except np.linalg.LinAlgError:
-        vl = np.full(x.shape, np.nan, c)
-      vl = vl / np.linalg.norm(vl, axis=-2, keepdims=True)
-    out.append(vl.astype(c))
-  if compute_right_eigenvectors:
-    out.append(vr)
-  return out
-
-
-def _eig_jvp(primals, tangents, *, compute_left_eigenvectors, compute_right_eigenvectors):
-  jnp = _jnp()
-  (x,), (dx,) = primals, tangents
-  params = dict(compute_left_eigenvectors=compute_left_eigenvectors,
-                compute_right_eigenvectors=compute_right_eigenvectors)
-  outs = eig_p.bind(x, **params)
-  if type(dx) is ad.Zero:
-    return outs, [ad.Zero.from_primal_value(o) for o in outs]
-  if compute_left_eigenvectors or compute_right_eigenvectors:
-    raise NotImplementedError(
-        "The derivatives of eigenvectors are not implemented, only eigenvalues. See "
-        "https://github.com/jax-ml/jax/issues/2748 for discussion.")
-  # dw_i = (V^{-1} dA V)_ii, V the right eigenvectors (computed here, not differentiated)
-  _, vr = eig_p.bind(x, compute_left_eigenvectors=False, compute_right_eigenvectors=True)
-  from ourjax.numpy import linalg as jla
-  c = vr.dtype
-  dw = jnp.diagonal(jla.solve(vr, dx.astype(c) @ vr), axis1=-2, axis2=-1)
-  return outs, [dw]
-
-
-eig_p = Primitive("eig")
-eig_p.multiple_results = True
-eig_p.def_abstract_eval(_eig_abstract_eval)
-eig_p.def_impl(_eig_impl)
-ad.jvp_rules[eig_p] = _eig_jvp
-_front_batcher(eig_p)
-
-
-# ------------------------------------------------------------------------------------------------
-# Schur (host only): from the eigendecomposition
-
-
-def schur(x, *, compute_schur_vectors: bool = True, sort_eig_vals: bool = False,
-          select_callable=None):
-  """Schur decomposition ``x = S T S^H``: ``(T, S)``.  Real input gives the real Schur form
-  (T quasi upper triangular, 2 x 2 blocks for complex conjugate eigenvalue pairs), complex input
-  the complex one.  Computed on the host from the eigenvectors (orthonormalized by QR, which
-  keeps each leading set of them an invariant subspace), so ``x`` must be diagonalizable."""
-  if sort_eig_vals or select_callable is not None:
-    raise NotImplementedError("lax.linalg.schur: sorting/selecting eigenvalues is not "
-                              "supported by ourjax")
-  x = _jnp().asarray(x)
-  t, s = schur_p.bind(x, compute_schur_vectors=bool(compute_schur_vectors))
-  return (t, s) if compute_schur_vectors else t
-
-
-def _schur_abstract_eval(x, *, compute_schur_vectors):
-  _check_matrix("schur", x, square=True)
-  _check_lapack_dtype("schur", x)
-  return [ShapedArray(x.shape, x.dtype), ShapedArray(x.shape, x.dtype)]
-
-
-def _schur_one(a):
-  n = a.shape[0]
-  real = not np.iscomplexobj(a)
-  if n == 0:
-    return a.copy(), np.eye(0, dtype=a.dtype)
-  if not np.all(np.isfinite(a)):
-    return np.full_like(a, np.nan), np.full_like(a, np.nan)
-  w, v = np.linalg.eig(a)
-  if real:     # a real basis: real eigenvectors, and (Re v, Im v) for each conjugate pair
-    # (LAPACK returns the two eigenvalues of a pair next to each other)
-    cols, blocks, j = [], [], 0
-    w = w.astype(np.complex128)
-    while j < n:
-      if abs(w[j].imag) > 0 and j + 1 < n:
-        cols += [v[:, j].real, v[:, j].imag]
-        blocks.append(j)
-        j += 2
-      else:
-        cols.append(v[:, j].real)
-        j += 1
-    basis = np.stack(cols, axis=1)
-  else:
-    basis, blocks = v, []
-  q, _ = np.linalg.qr(basis)
-  q = q.astype(a.dtype)
-  t = np.conj(q.T) @ a @ q
-  mask = np.tril(np.ones((n, n), bool), -1)
-  for j in blocks:
-    mask[j + 1, j] = False
-  t[mask] = 0
-  return t.astype(a.dtype), q
-
-
-def _schur_impl(x, *, compute_schur_vectors):
-  flat, _ = _flat_batch(x)
-  ts, ss = np.empty_like(flat), np.empty_like(flat)
-  for i, a in enumerate(flat):
-    ts[i], ss[i] = _schur_one(a)
-  return [ts.reshape(x.shape), ss.reshape(x.shape)]
-
-
-schur_p = Primitive("schur")
-schur_p.multiple_results = True
-schur_p.def_abstract_eval(_schur_abstract_eval)
-schur_p.def_impl(_schur_impl)
-_front_batcher(schur_p)
-
-
-#: Primitives with no lowering: a jitted function holding one runs op by op on the host
-#: (``backends.compile_jaxpr`` falls back to the jaxpr evaluator), as host callbacks do.
-HOST_ONLY = frozenset({eig_p, schur_p})
-
-
-# ------------------------------------------------------------------------------------------------
 # Compositions
 
 
@@ -922,5 +771,7 @@ def symmetric_product(a_matrix, c_matrix, *, alpha: float = 1.0, beta: float = 0
   return out.astype(c.dtype)
 
 
-def tridiagonal(a, *, lower: bool = True):
-  raise NotImplementedError("lax.linalg.tridiagonal is not supported by ourjax")
+# the host-only primitives (eig, schur, geqrf, hessenberg, tridiagonal)
+from ourjax.lax._linalg_host import (  # noqa: E402,F401
+    eig, eig_p, schur, schur_p, geqrf, geqrf_p, hessenberg, hessenberg_p, tridiagonal,
+    tridiagonal_p, HOST_ONLY)

@@ -192,13 +192,16 @@ class QRResult(NamedTuple):
 
 
 def qr(a, mode: str = "reduced"):
-  """QR decomposition; modes 'reduced', 'complete', 'r'."""
+  """QR decomposition; modes 'reduced' (also 'full', NumPy's old name), 'complete', 'r', 'raw'."""
   a = _inexact("qr", a)
   if a.ndim < 2:
     raise ValueError(f"jnp.linalg.qr: argument must have at least 2 dimensions, got shape "
                      f"{a.shape}")
-  if mode not in ("reduced", "complete", "r"):
+  if mode not in ("reduced", "complete", "r", "raw", "full"):
     raise ValueError(f"Unsupported QR decomposition mode '{mode}'")
+  if mode == "raw":     # LAPACK's packed form, transposed as NumPy's (host only)
+    h, tau = lax_linalg.geqrf(a)
+    return matrix_transpose(h), tau
   q, r = lax_linalg.qr(a, full_matrices=mode == "complete")
   if mode == "r":
     return r

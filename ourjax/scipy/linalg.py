@@ -24,7 +24,7 @@ __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "co
            "fiedler_companion", "hadamard", "hankel", "helmert", "hilbert", "inv", "invhilbert",
            "invpascal", "leslie", "lu", "lu_factor", "lu_solve", "pascal", "polar", "qr",
            "qr_multiply", "solve", "solve_triangular", "sqrtm", "svd", "toeplitz", "schur",
-           "rsf2csf", "funm", "solve_sylvester"]
+           "rsf2csf", "funm", "solve_sylvester", "hessenberg"]
 
 
 def _jnp():
@@ -256,6 +256,24 @@ def sqrtm(A, blocksize: int = 1):
   # X = V sqrt(W) V^{-1}  <=>  V^T X^T = (V sqrt(W))^T
   vt = jnp.swapaxes(v, -1, -2)
   return jnp.swapaxes(jla.solve(vt, jnp.swapaxes(v * jnp.sqrt(w)[..., None, :], -1, -2)), -1, -2)
+
+
+def hessenberg(a, *, calc_q: bool = False, overwrite_a: bool = False, check_finite: bool = True):
+  """Upper Hessenberg form ``H`` (and ``Q`` with ``a = Q H Q^H`` when ``calc_q``), by LAPACK's
+  Householder reduction (host only)."""
+  jnp = _jnp()
+  a = _inexact("hessenberg", a)
+  packed, taus = lax_linalg.hessenberg(a)
+  h = jnp.triu(packed, -1)
+  if not calc_q:
+    return h
+  n = a.shape[-1]
+  if n <= 1:
+    return h, jnp.broadcast_to(jnp.eye(n, dtype=a.dtype), a.shape)
+  # Q = H(0) ... H(n-2), reflector i living in rows i + 1: -> a product of size n - 1
+  q_sub = lax_linalg.householder_product(packed[..., 1:, :n - 1], taus)
+  q = jnp.zeros(a.shape, a.dtype).at[..., 0, 0].set(1).at[..., 1:, 1:].set(q_sub)
+  return h, q
 
 
 def schur(a, output: str = "real"):
