@@ -256,9 +256,13 @@ ex("svd", lambda x: (lambda u, s, vh: (_sfix(u), s, _sfix(vh, -1)))(
    label="svd:wide")
 ex("svd", lambda x: _LA.svd(x + jnp.diag(jnp.array([9.0, 5.0, 0.0])) + 0.3, compute_uv=False), [_Q],
    label="svd:values")
-ex("eig", lambda x: jnp.sort(jnp.real(_LA.eig(x + jnp.diag(jnp.array([0.0, 5.0, 10.0])),
+# (plus a dense part: LAPACK's geev loses eigenvector components next to entries near 1e-304)
+ex("eig", lambda x: jnp.sort(jnp.real(_LA.eig(x + jnp.diag(jnp.array([0.0, 15.0, 30.0])) + 0.25,
                                      compute_left_eigenvectors=False,
                                      compute_right_eigenvectors=False)[0])), [_Q])
+ex("eig", lambda x, y: _re_im(jnp.stack(_LA.eig(
+    _cplx(x, y) + jnp.diag(jnp.array([0.0, 15.0, 30.0])) + 0.25, enable_eigvec_derivs=True)[1:])),
+   [_Q, _Q], label="eig:left and right eigenvectors")
 ex("sort", lambda x: lax.sort(x), [M], mode="distinct")
 ex("sort", lambda k, v: lax.sort_key_val(k, v, 1), [M, M], mode="distinct",
    label="sort:key_val")

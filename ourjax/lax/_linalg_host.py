@@ -4,7 +4,8 @@ Householder reductions in LAPACK's conventions (``geqrf``, ``hessenberg``, ``tri
 They have NumPy implementations (LAPACK through ``numpy.linalg``, or LAPACK's algorithms written
 out in NumPy where NumPy has no binding), batching rules, and no lowering: a jitted function
 holding one runs op by op (``backends.compile_jaxpr`` falls back to the jaxpr evaluator), as one
-with a host callback does.  Only ``eig`` has a derivative (of its eigenvalues), as in JAX.
+with a host callback does.  Only ``eig`` has a derivative, as in JAX: of its eigenvalues, and of
+its eigenvectors when asked for (``enable_eigvec_derivs``).
 """
 from __future__ import annotations
 
@@ -26,17 +27,21 @@ from ourjax.lax.linalg import (_check_lapack_dtype, _check_matrix, _flat_batch, 
 def eig(x, *, compute_left_eigenvectors: bool = True, compute_right_eigenvectors: bool = True,
         enable_eigvec_derivs: bool = False, implementation=None, use_magma=None):
   """Eigenvalues (complex) of (a batch of) square matrices, then the left and/or right
-  eigenvectors (columns, unit norm) as asked: ``[w, vl, vr]``."""
+  eigenvectors (columns, unit norm, largest component real, as LAPACK's) as asked:
+  ``[w, vl, vr]``.  Eigenvectors are differentiable only with ``enable_eigvec_derivs`` (as
+  JAX; their derivative grows like 1 / min |w_i - w_j|)."""
   x = _jnp().asarray(x)
   return eig_p.bind(x, compute_left_eigenvectors=bool(compute_left_eigenvectors),
-                    compute_right_eigenvectors=bool(compute_right_eigenvectors))
+                    compute_right_eigenvectors=bool(compute_right_eigenvectors),
+                    enable_eigvec_derivs=bool(enable_eigvec_derivs))
 
 
 def _complex_dtype(dtype):
   return dtypes.to_complex_dtype(np.dtype(dtype))
 
 
-def _eig_abstract_eval(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
+def _eig_abstract_eval(x, *, compute_left_eigenvectors, compute_right_eigenvectors,
+                       enable_eigvec_derivs):
   _check_matrix("eig", x, square=True)
   _check_lapack_dtype("eig", x)
   c = _complex_dtype(x.dtype)
@@ -46,7 +51,16 @@ def _eig_abstract_eval(x, *, compute_left_eigenvectors, compute_right_eigenvecto
   return out
 
 
-def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
+def _unit_phase(v):
+  """Columns scaled to unit norm with their largest-magnitude component real and positive."""
+  v = v / np.linalg.norm(v, axis=-2, keepdims=True)
+  p = np.argmax(np.abs(v), axis=-2)[..., None, :]
+  top = np.take_along_axis(v, p, axis=-2)
+  return v * (np.conj(top) / np.where(top == 0, 1, np.abs(top)))
+
+
+def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors,
+              enable_eigvec_derivs):
   c = _complex_dtype(x.dtype)
   if x.shape[-1] == 0:
     w, vr = np.zeros(x.shape[:-1], c), np.zeros(x.shape, c)
@@ -54,7 +68,7 @@ def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
     w, vr = np.full(x.shape[:-1], np.nan, c), np.full(x.shape, np.nan, c)
   else:
     w, vr = np.linalg.eig(x)
-  w, vr = w.astype(c), vr.astype(c)
+  w, vr = w.astype(c), _unit_phase(vr).astype(c) if x.shape[-1] else vr.astype(c)
   out = [w]
   if compute_left_eigenvectors:
     with np.errstate(all="ignore"):
@@ -62,31 +76,63 @@ def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors):
         vl = np.conj(np.swapaxes(np.linalg.inv(vr), -1, -2))
       except np.linalg.LinAlgError:
         vl = np.full(x.shape, np.nan, c)
-      vl = vl / np.linalg.norm(vl, axis=-2, keepdims=True)
+      vl = _unit_phase(vl)
     out.append(vl.astype(c))
   if compute_right_eigenvectors:
     out.append(vr)
   return out
 
 
-def _eig_jvp(primals, tangents, *, compute_left_eigenvectors, compute_right_eigenvectors):
+def _eigvec_tangent(v, w, m):
+  """Tangent of eigenvectors ``v`` (columns; unit norm, largest component real) of a matrix with
+  eigenvalues ``w``, given ``m = V^{-1} dA V``: V (F * m), F_ij = 1 / (w_j - w_i) off the
+  diagonal, plus the multiple of each v that keeps its norm (Re v^H dv = 0) and keeps its
+  largest component real."""
+  jnp = _jnp()
+  from ourjax import lax
+  n = w.shape[-1]
+  eye = jnp.eye(n, dtype=bool)
+  gap = w[..., None, :] - w[..., :, None]
+  f = jnp.where(eye, 0, 1 / jnp.where(eye, 1, gap)).astype(v.dtype)
+  dv = v @ (f * m)
+  alpha = -jnp.real(jnp.sum(jnp.conj(v) * dv, axis=-2))
+  p = lax.stop_gradient(jnp.argmax(jnp.abs(v), axis=-2))[..., None, :]
+  top = jnp.real(jnp.take_along_axis(v, p, axis=-2))[..., 0, :]
+  beta = -jnp.imag(jnp.take_along_axis(dv, p, axis=-2))[..., 0, :] / top
+  return dv + v * lax.complex(alpha, beta)[..., None, :]
+
+
+def _eig_jvp(primals, tangents, *, compute_left_eigenvectors, compute_right_eigenvectors,
+             enable_eigvec_derivs):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
   params = dict(compute_left_eigenvectors=compute_left_eigenvectors,
-                compute_right_eigenvectors=compute_right_eigenvectors)
+                compute_right_eigenvectors=compute_right_eigenvectors,
+                enable_eigvec_derivs=enable_eigvec_derivs)
   outs = eig_p.bind(x, **params)
   if type(dx) is ad.Zero:
     return outs, [ad.Zero.from_primal_value(o) for o in outs]
-  if compute_left_eigenvectors or compute_right_eigenvectors:
+  if (compute_left_eigenvectors or compute_right_eigenvectors) and not enable_eigvec_derivs:
     raise NotImplementedError(
-        "The derivatives of eigenvectors are not implemented, only eigenvalues. See "
+        "Derivatives of non-symmetric eigenvectors are only valid under assumptions on the "
+        "input that ourjax cannot check (see the enable_eigvec_derivs argument to "
+        "lax.linalg.eig). Pass enable_eigvec_derivs=True to lax.linalg.eig to opt in. See "
         "https://github.com/jax-ml/jax/issues/2748 for discussion.")
-  # dw_i = (V^{-1} dA V)_ii, V the right eigenvectors (computed here, not differentiated)
-  _, vr = eig_p.bind(x, compute_left_eigenvectors=False, compute_right_eigenvectors=True)
   from ourjax.numpy import linalg as jla
+  w, vr = eig_p.bind(x, compute_left_eigenvectors=False, compute_right_eigenvectors=True,
+                     enable_eigvec_derivs=True)
   c = vr.dtype
-  dw = jnp.diagonal(jla.solve(vr, dx.astype(c) @ vr), axis1=-2, axis2=-1)
-  return outs, [dw]
+  da = dx.astype(c)
+  m = jla.solve(vr, da @ vr)                                   # V^{-1} dA V
+  tans = [jnp.diagonal(m, axis1=-2, axis2=-1)]                 # dw_i = m_ii
+  if compute_left_eigenvectors:
+    # the left eigenvectors are the right ones of A^H, whose eigenvalues are conj(w)
+    vl = outs[1]
+    dah = jnp.conj(jnp.swapaxes(da, -1, -2))
+    tans.append(_eigvec_tangent(vl, jnp.conj(w), jla.solve(vl, dah @ vl)))
+  if compute_right_eigenvectors:
+    tans.append(_eigvec_tangent(vr, w, m))
+  return outs, tans
 
 
 eig_p = Primitive("eig")

@@ -129,11 +129,13 @@ def _front_batcher(prim):
   batching.batch_rules[prim] = rule
 
 
-def _lowering(prim, single, max_n=None):
+def _lowering(prim, single, max_n=None, widen=False):
   """Lower ``prim`` by inlining ``single`` (written for one real matrix, params as keywords)
   mapped over the batch dims.  Complex operands have no native code, and matrices larger than
   ``max_n`` (where the composition's cost, O(n^4) per Jacobi sweep, is far above LAPACK's) are
-  left to the host: LoweringError, so the jitted function runs op by op."""
+  left to the host: LoweringError, so the jitted function runs op by op.  ``widen``: narrower
+  floats are computed in float64 and rounded once at the end (the Jacobi sweeps' rounding errors
+  add up; so the compiled results agree with LAPACK's to float32's precision)."""
   from ourjax.interpreters import partial_eval as pe
   from ourjax.lowering.from_jaxpr import LoweringError, register_lowering
 
@@ -147,7 +149,16 @@ def _lowering(prim, single, max_n=None):
     nb = avals_in[0].ndim - 2
 
     def flat(*args):
-      out = alg.batched(lambda *a: single(*a, **params), nb)(*args)
+      fn = alg.batched(lambda *a: single(*a, **params), nb)
+      if widen and any(a.dtype != np.float64 for a in avals_in):
+        from ourjax.config import enable_x64
+        from ourjax.lax.elementwise import convert_element_type
+        with enable_x64(True):
+          out = fn(*[convert_element_type(a, np.float64) for a in args])
+          out = [convert_element_type(o, a.dtype) for o, a in zip(
+              out if prim.multiple_results else [out], avals_out)]
+        return out
+      out = fn(*args)
       return list(out) if prim.multiple_results else [out]
     closed = pe.trace_to_jaxpr(flat, list(avals_in), prim.name)
     outs = ctx.inline(closed, list(operands))
@@ -503,7 +514,7 @@ def _eigh_single(a, *, lower, sort_eigenvalues):
   return alg.eigh(a, sort_eigenvalues)
 
 
-_lowering(eigh_p, _eigh_single, max_n=_JACOBI_MAX_N)
+_lowering(eigh_p, _eigh_single, max_n=_JACOBI_MAX_N, widen=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -686,7 +697,7 @@ svd_p.def_abstract_eval(_svd_abstract_eval)
 svd_p.def_impl(_svd_impl)
 ad.jvp_rules[svd_p] = _svd_jvp
 _front_batcher(svd_p)
-_lowering(svd_p, alg.svd, max_n=_JACOBI_MAX_N)
+_lowering(svd_p, alg.svd, max_n=_JACOBI_MAX_N, widen=True)
 
 
 # ------------------------------------------------------------------------------------------------
