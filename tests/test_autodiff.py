@@ -263,6 +263,20 @@ ex("eig", lambda x: jnp.sort(jnp.real(_LA.eig(x + jnp.diag(jnp.array([0.0, 15.0,
 ex("eig", lambda x, y: _re_im(jnp.stack(_LA.eig(
     _cplx(x, y) + jnp.diag(jnp.array([0.0, 15.0, 30.0])) + 0.25, enable_eigvec_derivs=True)[1:])),
    [_Q, _Q], label="eig:left and right eigenvectors")
+# special functions (float64 compositions): closed forms in x, central differences in a, b
+_SP = lax.special
+ex("igamma", lambda a, x: lax.igamma(a, x), [V, V], lo=0.5, hi=3.0, rtol=1e-4)
+ex("igammac", lambda a, x: lax.igammac(a, x), [V, V], lo=0.5, hi=3.0, rtol=1e-4)
+ex("igamma_grad_a", lambda a, x: lax.igamma_grad_a(a, x), [V, V], lo=0.5, hi=3.0, rtol=1e-3)
+ex("regularized_incomplete_beta", lambda a, b, x: lax.betainc(a, b, x), [V, V, V], lo=0.2,
+   hi=0.8, rtol=1e-4)
+ex("betainc_grad_a", lambda a, b, x: _SP._betainc_grad_a_p.bind(a, b, x), [V, V, V], lo=0.2,
+   hi=0.8, rtol=1e-3)
+ex("betainc_grad_b", lambda a, b, x: _SP._betainc_grad_b_p.bind(a, b, x), [V, V, V], lo=0.2,
+   hi=0.8, rtol=1e-3)
+# (|x| >= 0.1: exp(-|x|) has a kink at 0, which central differences straddle)
+ex("bessel_i0e", lambda x: lax.bessel_i0e(x), [V], lo=0.1, hi=40, mode="mag")
+ex("bessel_i1e", lambda x: lax.bessel_i1e(x), [V], lo=0.1, hi=40, mode="mag")
 ex("sort", lambda x: lax.sort(x), [M], mode="distinct")
 ex("sort", lambda k, v: lax.sort_key_val(k, v, 1), [M, M], mode="distinct",
    label="sort:key_val")

@@ -363,7 +363,8 @@ for _t, _shape, _lens, _dt in [("fft", (2, 5), (5,), np.complex64),
 # eigen/singular vectors are compared with their signs fixed (they are unique only up to sign)
 _LA = lax.linalg
 SUMMED = {"conv_general_dilated": 24, "cholesky": 24, "triangular_solve": 24, "lu": 24,
-          "qr": 24, "eigh": 24, "svd": 24}
+          "qr": 24, "eigh": 24, "svd": 24, "igamma_grad_a": 24, "betainc_grad_a": 24,
+          "betainc_grad_b": 24}
 
 
 def _spd(rng, n, batch=()):
@@ -404,6 +405,16 @@ for _shape, _full, _uv in [((4, 3), False, True), ((3, 5), False, True), ((4, 4)
       *_LA.svd_p.bind(x, full_matrices=f, compute_uv=uv)) if not (f and uv) else
       _LA.svd_p.bind(x, full_matrices=f, compute_uv=uv)[0],
       lambda rng, s=_shape: [rng.randn(*s).astype(F32)])
+# special functions: float64 compositions rounded to the operands' dtype, eager and compiled
+from ourjax.lax import special as _sp  # noqa: E402
+for _p, _n, _kind in [(_sp.igamma_p, 2, "positive"), (_sp.igammac_p, 2, "positive"),
+                      (_sp.igamma_grad_a_p, 2, "positive"),
+                      (_sp.regularized_incomplete_beta_p, 3, "unitpos"),
+                      (_sp._betainc_grad_a_p, 3, "unitpos"), (_sp._betainc_grad_b_p, 3, "unitpos"),
+                      (_sp.bessel_i0e_p, 1, "any"), (_sp.bessel_i1e_p, 1, "any")]:
+  case(_p.name, _p.bind, lambda rng, n=_n, k=_kind: [
+      (rng.uniform(0.05, 0.95, (3, 4)).astype(F32) if k == "unitpos" else
+       values(F32, (3, 4), rng, k)) for _ in range(n)])
 for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
   _fn = getattr(lax, _name)
   for _dt in (F32, BF16, np.int32, np.complex64):

@@ -393,6 +393,14 @@ if _have("fft"):
   example("fft", lambda x: lax.fft(x, "rfft", (2, 4)), [Arg((2, 4))], "fft:rfft 2d")
   example("fft", lambda x: lax.fft(x, "irfft", (4,)), [Arg((3,), C)], "fft:irfft")
 
+# special functions
+for _p, _n, _d in [("igamma", 2, "pos"), ("igammac", 2, "pos"), ("igamma_grad_a", 2, "pos"),
+                   ("regularized_incomplete_beta", 3, "unit"), ("betainc_grad_a", 3, "unit"),
+                   ("betainc_grad_b", 3, "unit"), ("bessel_i0e", 1, "normal"),
+                   ("bessel_i1e", 1, "normal")]:
+  example(_p, (lambda *xs, p=_primitive(_p): p.bind(*[lax.abs(x) for x in xs])) if _d == "unit"
+          else _prim_fun(_primitive(_p)), _elementwise_args(_n, F, _d))
+
 # linear algebra: each example's matrix made well conditioned inside the function (compiled
 # modes run other algorithms than LAPACK's; the tolerance is float32's); vectors sign-fixed
 _LA = lax.linalg
