@@ -260,6 +260,7 @@ ex("svd", lambda x: _LA.svd(x + jnp.diag(jnp.array([9.0, 5.0, 0.0])) + 0.3, comp
 ex("eig", lambda x: jnp.sort(jnp.real(_LA.eig(x + jnp.diag(jnp.array([0.0, 15.0, 30.0])) + 0.25,
                                      compute_left_eigenvectors=False,
                                      compute_right_eigenvectors=False)[0])), [_Q])
+ex("qr_pivots", lambda x: _LA.qr_pivots_p.bind(x)[0], [(3, 4)], kind="zero")
 ex("eig", lambda x, y: _re_im(jnp.stack(_LA.eig(
     _cplx(x, y) + jnp.diag(jnp.array([0.0, 15.0, 30.0])) + 0.25, enable_eigvec_derivs=True)[1:])),
    [_Q, _Q], label="eig:left and right eigenvectors")

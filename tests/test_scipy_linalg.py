@@ -191,3 +191,15 @@ def test_polar_sqrtm_qr_multiply():
   q, r2 = sl.qr(a, mode="economic")
   np.testing.assert_allclose(out, c @ np.asarray(q), atol=1e-5)
   np.testing.assert_allclose(rr, r2, atol=1e-6)
+
+
+def test_pivoted_qr_permutes_columns_by_norm():
+  rng = np.random.default_rng(6)
+  a = rng.standard_normal((5, 4)).astype(np.float32) * np.array([1, 10, 0.1, 3], np.float32)
+  q, r, p = sl.qr(a, pivoting=True)
+  assert p.dtype == np.int32 and p[0] == 1       # the largest column first
+  np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), a[:, np.asarray(p)], atol=1e-5)
+  d = np.abs(np.diagonal(np.asarray(r)))
+  assert np.all(d[:-1] >= d[1:] - 1e-5)          # |R_jj| non-increasing
+  out, r2, p2 = sl.qr_multiply(a, np.eye(5, dtype=np.float32)[:2], pivoting=True)
+  np.testing.assert_array_equal(p2, p)

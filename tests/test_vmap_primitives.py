@@ -441,6 +441,7 @@ example("eig", lambda x: lax.sort(lax.real(_LA.eig(
     compute_right_eigenvectors=False)[0])), [Arg((3, 3))])
 example("schur", lambda x: _LA.schur(x), [Arg((3, 3))])
 example("geqrf", lambda x: _LA.geqrf(x), [Arg((4, 3))])
+example("qr_pivots", lambda x: _LA.qr_pivots_p.bind(x), [Arg((3, 4))])
 example("hessenberg", lambda x: _LA.hessenberg(x), [Arg((4, 4))])
 example("tridiagonal", lambda x: _LA.tridiagonal(x, lower=False), [Arg((4, 4))])
 

@@ -318,7 +318,7 @@ def _householder_prim(name, one, shapes):
   p.multiple_results = True
 
   def abstract_eval(x, **params):
-    _check_matrix(name, x, square=name != "geqrf")
+    _check_matrix(name, x, square=name in ("hessenberg", "tridiagonal"))
     _check_lapack_dtype(name, x)
     return [ShapedArray(x.shape[:-2] + sh, dt) for sh, dt in shapes(x, **params)]
 
@@ -352,6 +352,35 @@ tridiagonal_p = _householder_prim(
                       ((_k(x.shape[-1]),), x.dtype)])
 
 
+def _qr_pivots_one(a):
+  """The column order of LAPACK's QR with column pivoting (geqp3): at each step the remaining
+  column of largest norm below the current row (the first of equal ones)."""
+  a = a.copy()
+  m, n = a.shape
+  perm = np.arange(n, dtype=np.int32)
+  for j in range(builtins.min(m, n)):
+    norms = np.linalg.norm(a[j:, j:], axis=0)
+    k = j + int(np.argmax(norms))
+    if k != j:
+      a[:, [j, k]] = a[:, [k, j]]
+      perm[[j, k]] = perm[[k, j]]
+    beta, tau, v = _larfg(a[j, j], a[j + 1:, j])
+    a[j, j], a[j + 1:, j] = beta, 0
+    vv = np.concatenate([[1], v]).astype(a.dtype)
+    a[j:, j + 1:] -= np.conj(tau) * np.outer(vv, np.conj(vv) @ a[j:, j + 1:])
+  return (perm,)
+
+
+qr_pivots_p = _householder_prim("qr_pivots", _qr_pivots_one,
+                                lambda x: [(x.shape[-1:], np.dtype(np.int32))])
+ad.defjvp_zero(qr_pivots_p)
+
+
+def qr_pivots(a):
+  """The column permutation ``p`` of the pivoted QR ``a[..., p] = q r`` (LAPACK's geqp3)."""
+  return qr_pivots_p.bind(_jnp().asarray(a))[0]
+
+
 def geqrf(a):
   """LAPACK's packed QR: (R on and above the diagonal with the reflectors below it, taus)."""
   return tuple(geqrf_p.bind(_jnp().asarray(a)))
@@ -370,4 +399,4 @@ def tridiagonal(a, *, lower: bool = True):
 
 #: Primitives with no lowering: a jitted function holding one runs op by op on the host
 #: (``backends.compile_jaxpr`` falls back to the jaxpr evaluator), as host callbacks do.
-HOST_ONLY = frozenset({eig_p, schur_p, geqrf_p, hessenberg_p, tridiagonal_p})
+HOST_ONLY = frozenset({eig_p, schur_p, geqrf_p, hessenberg_p, tridiagonal_p, qr_pivots_p})

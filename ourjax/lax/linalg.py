@@ -40,7 +40,7 @@ __all__ = ["cholesky", "cholesky_p", "lu", "lu_p", "triangular_solve", "triangul
            "eigh", "eigh_p", "qr", "qr_p", "svd", "svd_p", "eig", "eig_p", "schur", "schur_p",
            "lu_pivots_to_permutation", "tridiagonal_solve", "householder_product",
            "symmetric_product", "tridiagonal", "tridiagonal_p", "hessenberg", "hessenberg_p",
-           "geqrf", "geqrf_p", "HOST_ONLY", "SvdAlgorithm", "EighImplementation",
+           "geqrf", "geqrf_p", "qr_pivots_p", "HOST_ONLY", "SvdAlgorithm", "EighImplementation",
            "EigImplementation"]
 
 
@@ -522,10 +522,16 @@ _lowering(eigh_p, _eigh_single, max_n=_JACOBI_MAX_N, widen=True)
 
 
 def qr(x, *, pivoting: bool = False, full_matrices: bool = True, use_magma=None):
-  """QR decomposition: ``(q, r)`` with ``x = q @ r`` (``full_matrices``: q is m x m)."""
-  x = _jnp().asarray(x)
-  if pivoting:
-    raise NotImplementedError("lax.linalg.qr: pivoting=True is not supported by ourjax")
+  """QR decomposition: ``(q, r)`` with ``x = q @ r`` (``full_matrices``: q is m x m); with
+  ``pivoting``, ``(q, r, p)`` with ``x[..., p] = q @ r``, p LAPACK's column pivots."""
+  jnp = _jnp()
+  x = jnp.asarray(x)
+  if pivoting:     # the QR of the columns in LAPACK's pivoted order (host), then as usual
+    from ourjax.lax._linalg_host import qr_pivots
+    p = qr_pivots(x)
+    xp = jnp.take_along_axis(x, jnp.broadcast_to(p[..., None, :], x.shape), axis=-1)
+    q, r = qr_p.bind(xp, full_matrices=bool(full_matrices))
+    return q, r, p
   q, r = qr_p.bind(x, full_matrices=bool(full_matrices))
   return q, r
 
@@ -785,4 +791,4 @@ def symmetric_product(a_matrix, c_matrix, *, alpha: float = 1.0, beta: float = 0
 # the host-only primitives (eig, schur, geqrf, hessenberg, tridiagonal)
 from ourjax.lax._linalg_host import (  # noqa: E402,F401
     eig, eig_p, schur, schur_p, geqrf, geqrf_p, hessenberg, hessenberg_p, tridiagonal,
-    tridiagonal_p, HOST_ONLY)
+    tridiagonal_p, qr_pivots_p, HOST_ONLY)

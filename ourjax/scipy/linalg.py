@@ -194,18 +194,17 @@ def svd(a, full_matrices: bool = True, compute_uv: bool = True, overwrite_a: boo
 
 def qr(a, overwrite_a: bool = False, lwork=None, mode: str = "full", pivoting: bool = False,
        check_finite: bool = True):
-  """QR: mode 'full' (q m x m), 'economic' (q m x k), 'r' (``(r,)``)."""
+  """QR: mode 'full' (q m x m), 'economic' (q m x k), 'r' (``(r,)``); ``pivoting`` appends
+  LAPACK's column permutation p (``a[:, p] = q r``)."""
   a = _inexact("qr", a)
   if mode not in ("full", "economic", "r"):
     raise ValueError(f"Unsupported QR decomposition mode '{mode}'")
-  if pivoting:
-    raise NotImplementedError("scipy.linalg.qr: pivoting=True is not supported by ourjax")
-  q, r = lax_linalg.qr(a, full_matrices=mode == "full")
+  q, r, *p = lax_linalg.qr(a, full_matrices=mode == "full", pivoting=pivoting)
   if mode == "r":
     if a.shape[-2] > a.shape[-1]:
-      _, r = lax_linalg.qr(a, full_matrices=True)
-    return (r,)
-  return q, r
+      _, r, *_ = lax_linalg.qr(a, full_matrices=True, pivoting=pivoting)
+    return (r, *p)
+  return (q, r, *p)
 
 
 def qr_multiply(a, c, mode: str = "right", pivoting: bool = False, conjugate: bool = False,
@@ -215,17 +214,14 @@ def qr_multiply(a, c, mode: str = "right", pivoting: bool = False, conjugate: bo
   a, c = _inexact("qr_multiply", a, c)
   if mode not in ("right", "left"):
     raise ValueError(f"mode must be 'right' or 'left', got {mode!r}")
-  if pivoting:
-    raise NotImplementedError("scipy.linalg.qr_multiply: pivoting=True is not supported by "
-                              "ourjax")
-  q, r = lax_linalg.qr(a, full_matrices=False)
+  q, r, *p = lax_linalg.qr(a, full_matrices=False, pivoting=pivoting)
   if conjugate:
     q = jnp.conj(q)
   if c.ndim == 1:
     out = (q @ c[:, None])[..., 0] if mode == "left" else (c[None, :] @ q)[..., 0, :]
   else:
     out = q @ c if mode == "left" else c @ q
-  return out, r
+  return (out, r, *p)
 
 
 def polar(a, side: str = "right", *, method: str = "qdwh", eps=None, max_iterations=None):
