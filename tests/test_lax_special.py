@@ -98,3 +98,13 @@ def test_derivatives_match_finite_differences():
         g2 = ourjax.grad(ourjax.grad(f))(xv)
         np.testing.assert_allclose(g2, _fd(lambda t: float(ourjax.grad(f)(t)), xv, 1e-5),
                                    rtol=1e-5)
+
+
+def test_size_one_dimensions_broadcast_as_jax_lax():
+  a = np.array([[1.0], [3.0]], np.float32)
+  x = np.array([[0.5, 2.0, 4.0]], np.float32)
+  want = np.array([[_p_int(int(i), float(v)) for v in x[0]] for i in a[:, 0]])
+  np.testing.assert_allclose(lax.igamma(a, np.broadcast_to(x, (2, 3))), want, rtol=2e-6)
+  np.testing.assert_allclose(lax.igamma(np.broadcast_to(a, (2, 3)), x), want, rtol=2e-6)
+  with pytest.raises(TypeError, match="incompatible shapes"):
+    lax.igamma(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32))

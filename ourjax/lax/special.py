@@ -277,24 +277,39 @@ bessel_i0e_p = _special_prim("bessel_i0e", 1)
 bessel_i1e_p = _special_prim("bessel_i1e", 1)
 
 
+def _size_one_broadcast(*xs):
+  """Operands of one rank that differ only in size-1 dimensions broadcast to their common
+  shape, as JAX's lax elementwise ops allow; others are left for the shape rule."""
+  from ourjax.core import get_aval
+  from ourjax.lax.structural import broadcast_in_dim
+  shapes = [get_aval(x).shape for x in xs]
+  if len({len(sh) for sh in shapes}) != 1 or len(set(shapes)) == 1 or not shapes[0]:
+    return xs
+  out = tuple(max(ds) for ds in zip(*shapes))
+  if any(d not in (1, o) for sh in shapes for d, o in zip(sh, out)):
+    return xs
+  dims = tuple(range(len(out)))
+  return tuple(x if sh == out else broadcast_in_dim(x, out, dims) for x, sh in zip(xs, shapes))
+
+
 def igamma(a, x):
   """Regularized lower incomplete gamma function P(a, x) = gamma(a, x) / Gamma(a)."""
-  return igamma_p.bind(a, x)
+  return igamma_p.bind(*_size_one_broadcast(a, x))
 
 
 def igammac(a, x):
   """Regularized upper incomplete gamma function Q(a, x) = 1 - P(a, x)."""
-  return igammac_p.bind(a, x)
+  return igammac_p.bind(*_size_one_broadcast(a, x))
 
 
 def igamma_grad_a(a, x):
   """dP(a, x) / da."""
-  return igamma_grad_a_p.bind(a, x)
+  return igamma_grad_a_p.bind(*_size_one_broadcast(a, x))
 
 
 def regularized_incomplete_beta(a, b, x):
   """Regularized incomplete beta function I_x(a, b)."""
-  return regularized_incomplete_beta_p.bind(a, b, x)
+  return regularized_incomplete_beta_p.bind(*_size_one_broadcast(a, b, x))
 
 
 betainc = regularized_incomplete_beta
