@@ -25,7 +25,7 @@ from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401
 from ourjax import random, nn  # noqa: F401,E402
-from ourjax import scipy, typing, debug  # noqa: F401,E402
+from ourjax import scipy, typing, debug, ops  # noqa: F401,E402
 from ourjax import distributed  # noqa: F401,E402
 from ourjax import profiler  # noqa: F401,E402  (OURJAX_PROFILE=1 starts recording here)
 from ourjax.core import ensure_compile_time_eval  # noqa: F401,E402

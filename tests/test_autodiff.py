@@ -195,6 +195,89 @@ ex("fft", lambda x: _re_im(lax.fft(x, "rfft", (2, 4))), [(2, 4)], label="fft:rff
 ex("fft", lambda x, y: lax.fft(_cplx(x, y), "irfft", (2, 4)), [(2, 3), (2, 3)],
    label="fft:irfft even")
 ex("fft", lambda x, y: lax.fft(_cplx(x, y), "irfft", (5,)), [(3,), (3,)], label="fft:irfft odd")
+# linear algebra: inputs made well conditioned inside fn (positive definite, diagonally
+# dominant: pivots and eigenvalue order stay put), vectors with their signs fixed
+_LA = lax.linalg
+_Q = (3, 3)
+
+
+def _pd(x):
+  return x @ jnp.swapaxes(x, -1, -2) + 3 * jnp.eye(x.shape[-1])
+
+
+def _pdc(x, y):
+  z = _cplx(x, y)
+  return z @ jnp.conj(jnp.swapaxes(z, -1, -2)) + 3 * jnp.eye(x.shape[-1])
+
+
+def _dom(x, scale=6.0):
+  # (plus a dense part: exactly triangular inputs are where LAPACK's Householder QR switches
+  # between reflecting and not, a jump of the signs)
+  return x + scale * jnp.eye(*x.shape[-2:]) + 0.5
+
+
+def _sfix(v, axis=-2):
+  i = jnp.argmax(jnp.abs(v), axis=axis, keepdims=True)
+  return v * jnp.sign(lax.stop_gradient(jnp.take_along_axis(v, i, axis=axis)))
+
+
+_TS = dict(left_side=False, lower=False, transpose_a=False, conjugate_a=False,
+           unit_diagonal=False)
+ex("cholesky", lambda x: _LA.cholesky(_pd(x)), [_Q])
+ex("cholesky", lambda x: _LA.cholesky(_pd(x)), [(2, 3, 3)], label="cholesky:batched")
+ex("cholesky", lambda x, y: _re_im(_LA.cholesky(_pdc(x, y))), [_Q, _Q], label="cholesky:complex")
+ex("triangular_solve", lambda a, b: _LA.triangular_solve(_dom(a), b, left_side=True, lower=True),
+   [_Q, (3, 2)])
+ex("triangular_solve", lambda a, b: _LA.triangular_solve(
+    _dom(a), b, left_side=False, lower=False, transpose_a=True, unit_diagonal=True),
+   [_Q, (2, 3)], label="triangular_solve:right transposed unit")
+ex("triangular_solve", lambda a, b, c: _re_im(_LA.triangular_solve(
+    _dom(_cplx(a, b)), _cplx(c, c), left_side=True, lower=False, transpose_a=True,
+    conjugate_a=True)), [_Q, _Q, (3, 2)], label="triangular_solve:complex adjoint")
+ex("lu", lambda x: _LA.lu(_dom(x))[0], [_Q])
+ex("lu", lambda x: _LA.lu(_dom(x))[0], [(3, 4)], label="lu:wide")
+ex("lu", lambda x: _LA.lu(_dom(x))[0], [(4, 3)], label="lu:tall")
+ex("qr", lambda x: _LA.qr(_dom(x), full_matrices=False), [(4, 3)])
+ex("qr", lambda x: _LA.qr(_dom(x), full_matrices=True), [_Q], label="qr:square")
+# (the complete Q's last column is fixed only up to a rotation: its product with R is checked)
+ex("qr", lambda x: (lambda q, r: (q[:, :3], r, q @ r))(*_LA.qr(_dom(x), full_matrices=True)),
+   [(4, 3)], label="qr:tall complete")
+ex("qr", lambda x: _LA.qr(_dom(x), full_matrices=False), [(3, 4)], label="qr:wide")
+ex("qr", lambda x, y: _re_im(_LA.qr(_dom(_cplx(x, y)), full_matrices=False)[1]), [(4, 3)] * 2,
+   label="qr:complex r")
+ex("eigh", lambda x: (lambda v, w: (_sfix(v), w))(
+    *_LA.eigh(x + jnp.diag(jnp.array([0.0, 5.0, 10.0])))), [_Q])
+ex("eigh", lambda x, y: _LA.eigh(_pdc(x, y) + jnp.diag(jnp.array([0.0, 30.0, 60.0])))[1],
+   [_Q, _Q], label="eigh:complex eigenvalues")
+ex("svd", lambda x: (lambda u, s, vh: (_sfix(u), s, _sfix(vh, -1)))(
+    *_LA.svd(x + jnp.array([[6.0, 0], [0, 3.0], [0, 0]]), full_matrices=False)), [(3, 2)])
+ex("svd", lambda x: (lambda u, s, vh: (_sfix(u), s, _sfix(vh, -1)))(
+    *_LA.svd(x + jnp.array([[6.0, 0, 0], [0, 3.0, 0]]), full_matrices=False)), [(2, 3)],
+   label="svd:wide")
+ex("svd", lambda x: _LA.svd(x + jnp.diag(jnp.array([9.0, 5.0, 0.0])) + 0.3, compute_uv=False), [_Q],
+   label="svd:values")
+# (plus a dense part: LAPACK's geev loses eigenvector components next to entries near 1e-304)
+ex("eig", lambda x: jnp.sort(jnp.real(_LA.eig(x + jnp.diag(jnp.array([0.0, 15.0, 30.0])) + 0.25,
+                                     compute_left_eigenvectors=False,
+                                     compute_right_eigenvectors=False)[0])), [_Q])
+ex("qr_pivots", lambda x: _LA.qr_pivots_p.bind(x)[0], [(3, 4)], kind="zero")
+ex("eig", lambda x, y: _re_im(jnp.stack(_LA.eig(
+    _cplx(x, y) + jnp.diag(jnp.array([0.0, 15.0, 30.0])) + 0.25, enable_eigvec_derivs=True)[1:])),
+   [_Q, _Q], label="eig:left and right eigenvectors")
+# special functions (float64 compositions): closed forms in x, central differences in a, b
+_SP = lax.special
+ex("igamma", lambda a, x: lax.igamma(a, x), [V, V], lo=0.5, hi=3.0, rtol=1e-4)
+ex("igammac", lambda a, x: lax.igammac(a, x), [V, V], lo=0.5, hi=3.0, rtol=1e-4)
+ex("igamma_grad_a", lambda a, x: lax.igamma_grad_a(a, x), [V, V], lo=0.5, hi=3.0, rtol=1e-3)
+ex("regularized_incomplete_beta", lambda a, b, x: lax.betainc(a, b, x), [V, V, V], lo=0.2,
+   hi=0.8, rtol=1e-4)
+ex("betainc_grad_a", lambda a, b, x: _SP._betainc_grad_a_p.bind(a, b, x), [V, V, V], lo=0.2,
+   hi=0.8, rtol=1e-3)
+ex("betainc_grad_b", lambda a, b, x: _SP._betainc_grad_b_p.bind(a, b, x), [V, V, V], lo=0.2,
+   hi=0.8, rtol=1e-3)
+# (|x| >= 0.1: exp(-|x|) has a kink at 0, which central differences straddle)
+ex("bessel_i0e", lambda x: lax.bessel_i0e(x), [V], lo=0.1, hi=40, mode="mag")
+ex("bessel_i1e", lambda x: lax.bessel_i1e(x), [V], lo=0.1, hi=40, mode="mag")
 ex("sort", lambda x: lax.sort(x), [M], mode="distinct")
 ex("sort", lambda k, v: lax.sort_key_val(k, v, 1), [M, M], mode="distinct",
    label="sort:key_val")

@@ -359,6 +359,62 @@ for _t, _shape, _lens, _dt in [("fft", (2, 5), (5,), np.complex64),
                                ("irfft", (2, 3, 3), (3, 5), np.complex64)]:
   case("fft", lambda x, t=_t, n=_lens: lax.fft(x, t, n),
        lambda rng, s=_shape, dt=_dt: [values(dt, s, rng, "finite")])
+# linear algebra: compiled lax compositions against LAPACK (eager), on well-conditioned inputs;
+# eigen/singular vectors are compared with their signs fixed (they are unique only up to sign)
+_LA = lax.linalg
+SUMMED = {"conv_general_dilated": 24, "cholesky": 24, "triangular_solve": 24, "lu": 24,
+          "qr": 24, "eigh": 24, "svd": 24, "igamma_grad_a": 24, "betainc_grad_a": 24,
+          "betainc_grad_b": 24}
+
+
+def _spd(rng, n, batch=()):
+  a = rng.randn(*batch, n, n).astype(F32)
+  return (a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=F32)).astype(F32)
+
+
+def _signfix(v, axis=-2):
+  """Columns (axis -2) or rows (axis -1) of v scaled so that their largest entry is positive."""
+  i = jnp.argmax(jnp.abs(v), axis=axis, keepdims=True)
+  return v * jnp.sign(jnp.take_along_axis(v, i, axis=axis))
+
+
+case("cholesky", _LA.cholesky_p.bind, lambda rng: [_spd(rng, 4)])
+case("cholesky", _LA.cholesky_p.bind, lambda rng: [_spd(rng, 3, (2,))])
+for _kw in [dict(left_side=True, lower=True), dict(left_side=True, lower=False, transpose_a=True),
+            dict(left_side=False, lower=True, unit_diagonal=True),
+            dict(left_side=False, lower=False, transpose_a=True, conjugate_a=True)]:
+  _kw = dict(dict(left_side=False, lower=False, transpose_a=False, conjugate_a=False,
+                  unit_diagonal=False), **_kw)
+  case("triangular_solve", lambda a, b, kw=_kw: _LA.triangular_solve_p.bind(a, b, **kw),
+       lambda rng, kw=_kw: [rng.randn(2, 4, 4).astype(F32) + 4 * np.eye(4, dtype=F32),
+                            rng.randn(2, 4, 3).astype(F32) if kw["left_side"]
+                            else rng.randn(2, 3, 4).astype(F32)])
+for _shape in [(4, 4), (3, 5), (5, 3), (2, 3, 3)]:
+  case("lu", _LA.lu_p.bind, lambda rng, s=_shape: [rng.randn(*s).astype(F32)])
+for _shape, _full in [((5, 3), False), ((5, 3), True), ((3, 3), True), ((3, 5), False)]:
+  case("qr", lambda x, f=_full: _LA.qr_p.bind(x, full_matrices=f),
+       lambda rng, s=_shape: [rng.randn(*s).astype(F32)])
+for _lower in (True, False):
+  case("eigh", lambda x, lo=_lower: (lambda v, w: (_signfix(v), w))(
+      *_LA.eigh_p.bind(x, lower=lo, sort_eigenvalues=True)),
+      lambda rng: [_spd(rng, 4, (2,))])
+for _shape, _full, _uv in [((4, 3), False, True), ((3, 5), False, True), ((4, 4), True, True),
+                           ((5, 3), True, False)]:
+  case("svd", lambda x, f=_full, uv=_uv: (lambda s, *uvh: (s,) + (
+      (_signfix(uvh[0]), _signfix(uvh[1], -1)) if uvh else ()))(
+      *_LA.svd_p.bind(x, full_matrices=f, compute_uv=uv)) if not (f and uv) else
+      _LA.svd_p.bind(x, full_matrices=f, compute_uv=uv)[0],
+      lambda rng, s=_shape: [rng.randn(*s).astype(F32)])
+# special functions: float64 compositions rounded to the operands' dtype, eager and compiled
+from ourjax.lax import special as _sp  # noqa: E402
+for _p, _n, _kind in [(_sp.igamma_p, 2, "positive"), (_sp.igammac_p, 2, "positive"),
+                      (_sp.igamma_grad_a_p, 2, "positive"),
+                      (_sp.regularized_incomplete_beta_p, 3, "unitpos"),
+                      (_sp._betainc_grad_a_p, 3, "unitpos"), (_sp._betainc_grad_b_p, 3, "unitpos"),
+                      (_sp.bessel_i0e_p, 1, "any"), (_sp.bessel_i1e_p, 1, "any")]:
+  case(_p.name, _p.bind, lambda rng, n=_n, k=_kind: [
+      (rng.uniform(0.05, 0.95, (3, 4)).astype(F32) if k == "unitpos" else
+       values(F32, (3, 4), rng, k)) for _ in range(n)])
 for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
   _fn = getattr(lax, _name)
   for _dt in (F32, BF16, np.int32, np.complex64):
@@ -511,8 +567,9 @@ def test_lowering_matches_eager(name, k):
   fn, make_args, _ = CASES[name][k]
   rng = np.random.RandomState(zlib.crc32(f"{name}-{k}".encode()))
   args = make_args(rng)
-  # native convolutions run as GEMMs (lowering/passes/conv_to_dot.py): sums in another order
-  check(fn, *args, what=f"{name} case {k}", summed=24 if name == "conv_general_dilated" else 0)
+  # native convolutions run as GEMMs (lowering/passes/conv_to_dot.py): sums in another order;
+  # compiled decompositions are other algorithms than LAPACK's (rounded differently)
+  check(fn, *args, what=f"{name} case {k}", summed=SUMMED.get(name, 0))
 
 
 def _import_all_of_ourjax():
@@ -534,9 +591,11 @@ def test_coverage():
   # (backends.compile_jaxpr; tests/test_callbacks.py)
   # named-axis collectives are never lowered either: the SPMD executor runs them between the
   # compiled segments of a per-device program (interpreters/spmd.py; tests/test_spmd.py)
-  from ourjax.lax import parallel
+  # general eigenproblems (lax.linalg.eig) have no compiled code either: the host's LAPACK
+  from ourjax.lax import parallel, linalg
   prims = sorted((p for p in core.abstract_eval_rules if p not in core.host_callback_primitives
-                  and p not in parallel.COLLECTIVES), key=lambda p: p.name)
+                  and p not in parallel.COLLECTIVES and p not in linalg.HOST_ONLY),
+                 key=lambda p: p.name)
   no_rule = [p.name for p in prims if p not in from_jaxpr.lowering_rules]
   assert not no_rule, f"primitives without a lowering rule: {no_rule}"
   untested = [p.name for p in prims if p.name not in CASES and p.name != "custom_lin"]

@@ -393,6 +393,58 @@ if _have("fft"):
   example("fft", lambda x: lax.fft(x, "rfft", (2, 4)), [Arg((2, 4))], "fft:rfft 2d")
   example("fft", lambda x: lax.fft(x, "irfft", (4,)), [Arg((3,), C)], "fft:irfft")
 
+# special functions
+for _p, _n, _d in [("igamma", 2, "pos"), ("igammac", 2, "pos"), ("igamma_grad_a", 2, "pos"),
+                   ("regularized_incomplete_beta", 3, "unit"), ("betainc_grad_a", 3, "unit"),
+                   ("betainc_grad_b", 3, "unit"), ("bessel_i0e", 1, "normal"),
+                   ("bessel_i1e", 1, "normal")]:
+  example(_p, (lambda *xs, p=_primitive(_p): p.bind(*[lax.abs(x) for x in xs])) if _d == "unit"
+          else _prim_fun(_primitive(_p)), _elementwise_args(_n, F, _d))
+
+# linear algebra: each example's matrix made well conditioned inside the function (compiled
+# modes run other algorithms than LAPACK's; the tolerance is float32's); vectors sign-fixed
+_LA = lax.linalg
+
+
+def _la_pd(x):
+  import ourjax.numpy as jnp
+  return x @ jnp.swapaxes(x, -1, -2) / 4 + 2 * jnp.eye(x.shape[-1], dtype=x.dtype)
+
+
+def _la_dom(x):
+  import ourjax.numpy as jnp
+  return x / 4 + 3 * jnp.eye(*x.shape[-2:], dtype=x.dtype) + 0.25
+
+
+def _la_sfix(v, axis=-2):
+  import ourjax.numpy as jnp
+  i = jnp.argmax(jnp.abs(v), axis=axis, keepdims=True)
+  return v * jnp.sign(jnp.take_along_axis(v, i, axis=axis))
+
+
+example("cholesky", lambda x: _LA.cholesky(_la_pd(x)), [Arg((3, 3))])
+example("triangular_solve", lambda a, b: _LA.triangular_solve(_la_dom(a), b, left_side=True,
+                                                              lower=True), [Arg((3, 3)),
+                                                                            Arg((3, 2))])
+example("triangular_solve", lambda a, b: _LA.triangular_solve(_la_dom(a), b, transpose_a=True),
+        [Arg((3, 3)), Arg((2, 3))], "triangular_solve:right")
+example("lu", lambda x: _LA.lu(x), [Arg((3, 3))])
+example("lu", lambda x: _LA.lu(x), [Arg((2, 4))], "lu:wide")
+example("qr", lambda x: _LA.qr(_la_dom(x), full_matrices=False), [Arg((4, 3))])
+example("eigh", lambda x: (lambda v, w: (_la_sfix(v), w))(
+    *_LA.eigh(_la_pd(x) + np.diag(np.array([0, 2, 4], np.float32)))), [Arg((3, 3))])
+example("svd", lambda x: (lambda u, s, vh: (_la_sfix(u), s, _la_sfix(vh, -1)))(
+    *_LA.svd(x / 4 + np.array([[3, 0], [0, 1], [0, 0]], np.float32), full_matrices=False)),
+    [Arg((3, 2))])
+example("eig", lambda x: lax.sort(lax.real(_LA.eig(
+    _la_pd(x) + np.diag(np.array([0, 2, 4], np.float32)), compute_left_eigenvectors=False,
+    compute_right_eigenvectors=False)[0])), [Arg((3, 3))])
+example("schur", lambda x: _LA.schur(x), [Arg((3, 3))])
+example("geqrf", lambda x: _LA.geqrf(x), [Arg((4, 3))])
+example("qr_pivots", lambda x: _LA.qr_pivots_p.bind(x), [Arg((3, 4))])
+example("hessenberg", lambda x: _LA.hessenberg(x), [Arg((4, 4))])
+example("tridiagonal", lambda x: _LA.tridiagonal(x, lower=False), [Arg((4, 4))])
+
 # primitives with no operands never see a batched value
 NO_OPERANDS = {"iota", "axis_index"}
 

@@ -14,11 +14,15 @@ from ourjax.lax import windowed as _windowed
 from ourjax.lax import fft as _fft
 from ourjax.lax import convenience as _convenience
 from ourjax.lax import ragged as _ragged
+from ourjax.lax import special as _special
 
 for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
-           _control_flow, _parallel, _windowed, _fft, _convenience, _ragged):
+           _control_flow, _parallel, _windowed, _fft, _convenience, _ragged, _special):
   globals().update(_reexport(_m))
 del _m
 
 # private helpers that jnp (like JAX's) reaches for
 from ourjax.lax.elementwise import _convert_element_type, _const  # noqa: E402,F401
+
+# ``lax.linalg`` is a submodule (as ``jax.lax.linalg``), not re-exported into ``lax``
+from ourjax.lax import linalg  # noqa: E402,F401

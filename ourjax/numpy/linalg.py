@@ -1,15 +1,7 @@
-"""``jnp.linalg``: norms and dense factorizations written with lax ops and ``lax.fori_loop``.
-
-No new primitives: every routine is a composition of existing ops (static trip counts, one-hot
-masks instead of dynamic indexing), so jit, grad (reverse mode through the ``scan`` that a
-concrete-bound ``fori_loop`` becomes) and vmap work through the existing rules.  Each
-factorization is written for one matrix and mapped with ``ourjax.vmap`` over leading batch
-dimensions.
-
-Algorithms: LU with partial pivoting (det, slogdet, solve, inv), Cholesky column by column,
-Householder QR, cyclic Jacobi (eigh), one-sided Jacobi (svd) with a fixed number of sweeps.
-Real dtypes only.  Like JAX, nothing raises on singular / non-positive-definite inputs: the
-results contain inf/nan.
+"""``jnp.linalg``: norms and the decompositions' user-facing forms, built on ``lax.linalg``'s
+primitives (``ourjax/lax/linalg.py``: NumPy/LAPACK eagerly, lax compositions under jit, their own
+derivative rules) and on jnp ops.  Batched over leading dimensions.  Like JAX, nothing raises
+on singular / non-positive-definite inputs: the results contain inf/nan.
 """
 from __future__ import annotations
 
@@ -19,15 +11,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ourjax import dtypes, lax
+from ourjax import dtypes
+from ourjax.lax import linalg as lax_linalg
 from ourjax.numpy import _util
 from ourjax.numpy._linalg_ops import (matmul, outer, trace, vecdot, tensordot,  # noqa: F401
                                       diagonal as _diagonal)
 
 __all__ = ["norm", "vector_norm", "matrix_norm", "det", "slogdet", "inv", "solve", "cholesky",
            "matrix_power", "trace", "outer", "matmul", "vecdot", "tensordot", "qr", "eigh",
-           "eigvalsh", "svd", "svdvals", "pinv", "lstsq", "matrix_rank", "matrix_transpose",
-           "multi_dot", "diagonal", "cross"]
+           "eigvalsh", "eig", "eigvals", "svd", "svdvals", "pinv", "lstsq", "matrix_rank",
+           "matrix_transpose", "multi_dot", "diagonal", "cross", "cond", "tensorsolve",
+           "tensorinv"]
 
 
 def _jnp():
@@ -39,9 +33,6 @@ def _inexact(name, a):
   _util.check_arraylike(name, a)
   jnp = _jnp()
   (a,) = _util.promote_dtypes_inexact(jnp.asarray(a))
-  if np.issubdtype(a.dtype, np.complexfloating):
-    raise NotImplementedError(f"jnp.linalg.{name}: complex inputs are not supported "
-                              f"(got {a.dtype})")
   return a
 
 
@@ -53,131 +44,106 @@ def _square(name, a):
   return a
 
 
-def _batched(fn, a, *rest, core_dims=2):
-  """Apply ``fn`` (written for one matrix) over the leading dims of ``a`` (and of ``rest``,
-  which must share them)."""
-  import ourjax
-  nb = a.ndim - core_dims
-  for _ in range(nb):
-    fn = ourjax.vmap(fn)
-  return fn(a, *rest)
-
-
 def _eye(n, dtype):
   return _jnp().eye(n, dtype=dtype)
 
 
-def _e(idx, k, dtype):
-  """One-hot vector: ``idx == k`` as ``dtype``."""
-  return (idx == k).astype(dtype)
-
-
 # ------------------------------------------------------------------------------------------------
-# LU with partial pivoting
+# LU-based: det, slogdet, solve, inv
 
 
-def _lu_single(a):
-  """Packed LU of one square matrix: returns (lu, perm, parity) with ``a[perm] = L @ U``, L unit
-  lower (stored below the diagonal of ``lu``), U upper; ``parity`` is the number of row swaps
-  (mod 2) as an int32 0/1."""
+def _parity(pivots):
   jnp = _jnp()
-  n = a.shape[0]
-  dt = a.dtype
-  idx = jnp.arange(n)
-  perm0 = jnp.arange(n, dtype=jnp.int32)
-
-  def body(k, carry):
-    a, perm, parity = carry
-    ek = _e(idx, k, dt)
-    col = a @ ek
-    mag = jnp.where(idx >= k, jnp.abs(col), -1.0).astype(dt)
-    p = jnp.argmax(mag)
-    ep = _e(idx, p, dt)
-    rowk, rowp = ek @ a, ep @ a
-    a = a + jnp.outer(ek - ep, rowp - rowk)
-    eki, epi = (idx == k).astype(jnp.int32), (idx == p).astype(jnp.int32)
-    pk = jnp.sum(eki * perm, dtype=jnp.int32)
-    pp = jnp.sum(epi * perm, dtype=jnp.int32)
-    perm = perm + eki * (pp - pk) + epi * (pk - pp)
-    parity = parity ^ (p != k).astype(jnp.int32)
-    # eliminate below the pivot
-    row = rowp  # the new row k
-    pivot = jnp.sum(row * ek)
-    col = a @ ek
-    below = idx > k
-    l = jnp.where(below, col / pivot, 0.0).astype(dt)
-    urow = jnp.where(idx > k, row, 0.0).astype(dt)
-    a = a - jnp.outer(l, urow)
-    a = jnp.where(below[:, None] & (idx == k)[None, :], l[:, None], a)
-    return a, perm, parity
-
-  return lax.fori_loop(0, n, body, (a, perm0, jnp.int32(0)))
+  k = pivots.shape[-1]
+  return jnp.sum(pivots != jnp.arange(k, dtype=pivots.dtype), axis=-1) % 2
 
 
-def _lu(a):
-  if a.ndim == 2:
-    return _lu_single(a)
-  import ourjax
-  fn = _lu_single
-  for _ in range(a.ndim - 2):
-    fn = ourjax.vmap(fn)
-  return fn(a)
-
-
-def _lu_solve_single(lu, perm, b):
-  """Solve with a packed LU for ``b`` of shape (n, k)."""
+def _det_from_lu(a):
   jnp = _jnp()
-  n = lu.shape[0]
-  dt = lu.dtype
-  idx = jnp.arange(n)
-  pm = (perm[:, None] == idx[None, :]).astype(dt)  # permutation matrix: (P b)[i] = b[perm[i]]
-  y0 = pm @ b
-  lower = jnp.where(idx[:, None] > idx[None, :], lu, 0.0).astype(dt)
-  upper = jnp.where(idx[:, None] <= idx[None, :], lu, 0.0).astype(dt)
+  lu, piv, _ = lax_linalg.lu(a)
+  d = jnp.prod(_diagonal(lu, axis1=-2, axis2=-1), axis=-1)
+  return jnp.where(_parity(piv) == 1, -d, d)
 
-  def fwd(i, y):
-    ei = _e(idx, i, dt)
-    yi = ei @ y - (ei @ lower) @ y
-    return y + jnp.outer(ei, yi - ei @ y)
 
-  y = lax.fori_loop(0, n, fwd, y0)
+def _adjugate(a):
+  """adj(a) = det(a) a^{-1}, from the SVD so that it stays finite (and correct) for singular
+  matrices: a = U S Vh gives adj(a) = det(U) det(Vh) Vh^H adj(S) U^H, adj(S) the diagonal of the
+  products of all singular values but one."""
+  jnp = _jnp()
+  u, s, vh = lax_linalg.svd(a, full_matrices=False)
+  n = s.shape[-1]
+  eye = jnp.eye(n, dtype=bool)
+  others = jnp.prod(jnp.where(eye, 1, s[..., None, :]), axis=-1)      # prod_{j != i} s_j
+  scale = (_det_from_lu(u) * _det_from_lu(vh))[..., None, None]
+  return scale * (jnp.conj(jnp.swapaxes(vh, -1, -2)) * others[..., None, :].astype(a.dtype)) \
+      @ jnp.conj(jnp.swapaxes(u, -1, -2))
 
-  def bwd(t, x):
-    i = n - 1 - t
-    ei = _e(idx, i, dt)
-    urow = ei @ upper
-    d = jnp.sum(urow * ei)
-    strict = urow * (idx > i).astype(dt)
-    xi = (ei @ x - strict @ x) / d
-    return x + jnp.outer(ei, xi - ei @ x)
 
-  return lax.fori_loop(0, n, bwd, y)
+_DET = []
+
+
+def _det_fn():
+  if not _DET:
+    from ourjax.custom_derivatives import custom_jvp
+    f = custom_jvp(_det_from_lu)
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+      a, = primals
+      da, = tangents
+      jnp = _jnp()
+      # d det = tr(adj(a) da)
+      return f(a), jnp.sum(jnp.swapaxes(_adjugate(a), -1, -2) * da, axis=(-2, -1))
+    _DET.append(f)
+  return _DET[0]
 
 
 def det(a):
-  """Determinant via LU with partial pivoting."""
+  """Determinant via LU with partial pivoting; its derivative is ``tr(adj(a) da)`` with the
+  adjugate from the SVD, finite for singular matrices too."""
   a = _square("det", a)
-  jnp = _jnp()
-  lu, _, parity = _lu(a)
-  d = jnp.prod(_diagonal(lu, axis1=-2, axis2=-1), axis=-1)
-  sign = (1 - 2 * parity).astype(a.dtype)
-  return sign * d
+  return _det_fn()(a)
 
 
 def slogdet(a, *, method=None):
-  """(sign, log|det|) via LU with partial pivoting."""
+  """(sign, log|det|) via LU with partial pivoting (``method`` 'lu' or None)."""
   a = _square("slogdet", a)
+  if method not in (None, "lu"):
+    raise ValueError(f"Unknown slogdet method '{method}'. Supported methods are 'lu' (`None`)")
   jnp = _jnp()
-  lu, _, parity = _lu(a)
+  lu, piv, _ = lax_linalg.lu(a)
   diag = _diagonal(lu, axis1=-2, axis2=-1)
-  sign = (1 - 2 * parity).astype(a.dtype) * jnp.prod(jnp.sign(diag), axis=-1)
-  logdet = jnp.sum(jnp.log(jnp.abs(diag)), axis=-1)
+  absd = jnp.abs(diag)
+  sign = jnp.prod(diag / jnp.where(absd == 0, 1, absd).astype(diag.dtype), axis=-1)
+  sign = jnp.where(_parity(piv) == 1, -sign, sign)
+  logdet = jnp.sum(jnp.log(absd), axis=-1)
+  sign = jnp.where(jnp.isneginf(logdet), jnp.zeros_like(sign), sign)
   return SlogdetResult(sign, logdet)
 
 
 class SlogdetResult(NamedTuple):   # a NamedTuple (so a pytree), as JAX's
   sign: Any
   logabsdet: Any
+
+
+def _lu_solve(lu, perm, b, trans=0):
+  """Solve with the packed LU of ``a[perm] = L U``: ``a x = b`` (trans 0), ``a^T x = b`` (1) or
+  ``a^H x = b`` (2); ``b`` is (..., n, k) with ``lu``'s batch dims."""
+  jnp = _jnp()
+  if trans == 0:
+    pb = jnp.take_along_axis(b, jnp.broadcast_to(perm[..., :, None], perm.shape + (b.shape[-1],))
+                             .astype(jnp.int32), axis=-2)
+    y = lax_linalg.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
+    return lax_linalg.triangular_solve(lu, y, left_side=True, lower=False)
+  conj = trans == 2
+  # a^T = U^T L^T P  ->  solve U^T y = b, L^T z = y, x = P^T z
+  y = lax_linalg.triangular_solve(lu, b, left_side=True, lower=False, transpose_a=True,
+                                  conjugate_a=conj)
+  z = lax_linalg.triangular_solve(lu, y, left_side=True, lower=True, transpose_a=True,
+                                  conjugate_a=conj, unit_diagonal=True)
+  inv_perm = jnp.argsort(perm, axis=-1)
+  return jnp.take_along_axis(z, jnp.broadcast_to(inv_perm[..., :, None], inv_perm.shape
+                                                 + (b.shape[-1],)).astype(jnp.int32), axis=-2)
 
 
 def solve(a, b):
@@ -199,12 +165,8 @@ def solve(a, b):
   batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
   a = jnp.broadcast_to(a, batch + a.shape[-2:])
   b = jnp.broadcast_to(b, batch + b.shape[-2:])
-
-  def one(a, b):
-    lu, perm, _ = _lu_single(a)
-    return _lu_solve_single(lu, perm, b)
-
-  x = _batched(one, a, b)
+  lu, _, perm = lax_linalg.lu(a)
+  x = _lu_solve(lu, perm, b)
   return x[..., 0] if vec else x
 
 
@@ -216,72 +178,12 @@ def inv(a):
   return solve(a, eye)
 
 
-# ------------------------------------------------------------------------------------------------
-# Cholesky
-
-
-def _cholesky_single(a):
-  jnp = _jnp()
-  n = a.shape[0]
-  dt = a.dtype
-  idx = jnp.arange(n)
-
-  def body(j, L):
-    ej = _e(idx, j, dt)
-    rowj = ej @ L                      # L[j, :j] (zeros beyond)
-    v = a @ ej - L @ rowj              # A[:, j] - L[:, :j] L[j, :j]
-    d = jnp.sqrt(jnp.sum(v * ej))
-    colv = jnp.where(idx > j, v / d, jnp.where(idx == j, d, 0.0)).astype(dt)
-    return L + jnp.outer(colv, ej)
-
-  return lax.fori_loop(0, n, body, jnp.zeros_like(a))
-
-
 def cholesky(a, *, upper: bool = False, symmetrize_input: bool = True):
-  """Lower Cholesky factor (upper=True: its transpose).  Reads the lower triangle after
-  symmetrizing like JAX; a non-positive-definite input gives NaNs."""
+  """Lower Cholesky factor (upper=True: its conjugate transpose); a non-positive-definite input
+  gives NaNs."""
   a = _square("cholesky", a)
-  if symmetrize_input:
-    a = (a + matrix_transpose(a)) / 2
-  L = _batched(_cholesky_single, a)
-  return matrix_transpose(L) if upper else L
-
-
-# ------------------------------------------------------------------------------------------------
-# QR (Householder)
-
-
-def _qr_single(a, complete):
-  jnp = _jnp()
-  m, n = a.shape
-  dt = a.dtype
-  k = builtins.min(m, n)
-  idx = jnp.arange(m)
-
-  def body(j, carry):
-    q, r = carry
-    ej = _e(idx, j, dt)
-    ejn = (jnp.arange(n) == j).astype(dt)
-    x = jnp.where(idx >= j, r @ ejn, 0.0).astype(dt)
-    xj = jnp.sum(x * ej)
-    nx = jnp.sqrt(jnp.sum(x * x))
-    s = jnp.where(xj >= 0, 1.0, -1.0).astype(dt)
-    alpha = -s * nx
-    v = x - alpha * ej
-    nv = jnp.sqrt(jnp.sum(v * v))
-    ok = nv > 0
-    v = jnp.where(ok, v / jnp.where(ok, nv, 1.0), 0.0).astype(dt)
-    r = r - 2.0 * jnp.outer(v, v @ r)
-    q = q - 2.0 * jnp.outer(q @ v, v)
-    return q, r
-
-  q, r = lax.fori_loop(0, k, body, (_eye(m, dt), a))
-  rows = jnp.arange(m)[:, None]
-  cols = jnp.arange(n)[None, :]
-  r = jnp.where(rows <= cols, r, 0.0).astype(dt)
-  if complete:
-    return q, r
-  return q[:, :k], r[:k, :]
+  L = lax_linalg.cholesky(a, symmetrize_input=symmetrize_input)
+  return _jnp().conj(matrix_transpose(L)) if upper else L
 
 
 class QRResult(NamedTuple):
@@ -290,76 +192,20 @@ class QRResult(NamedTuple):
 
 
 def qr(a, mode: str = "reduced"):
-  """Householder QR; modes 'reduced', 'complete', 'r'."""
+  """QR decomposition; modes 'reduced' (also 'full', NumPy's old name), 'complete', 'r', 'raw'."""
   a = _inexact("qr", a)
   if a.ndim < 2:
     raise ValueError(f"jnp.linalg.qr: argument must have at least 2 dimensions, got shape "
                      f"{a.shape}")
-  if mode not in ("reduced", "complete", "r"):
-    raise ValueError(f"jnp.linalg.qr: unsupported mode {mode!r}")
-  q, r = _batched(lambda x: _qr_single(x, mode == "complete"), a)
+  if mode not in ("reduced", "complete", "r", "raw", "full"):
+    raise ValueError(f"Unsupported QR decomposition mode '{mode}'")
+  if mode == "raw":     # LAPACK's packed form, transposed as NumPy's (host only)
+    h, tau = lax_linalg.geqrf(a)
+    return matrix_transpose(h), tau
+  q, r = lax_linalg.qr(a, full_matrices=mode == "complete")
   if mode == "r":
     return r
   return QRResult(q, r)
-
-
-# ------------------------------------------------------------------------------------------------
-# Jacobi eigen / singular value decompositions
-
-
-def _pairs(n):
-  ps, qs = [], []
-  for p in range(n):
-    for q in range(p + 1, n):
-      ps.append(p)
-      qs.append(q)
-  return np.array(ps, np.int32), np.array(qs, np.int32)
-
-
-def _sweeps(dtype):
-  return 8 if np.dtype(dtype).itemsize <= 4 else 12
-
-
-def _eigh_single(a):
-  jnp = _jnp()
-  n = a.shape[0]
-  dt = a.dtype
-  if n == 1:
-    return a[0], jnp.ones((1, 1), dt)
-  idx = jnp.arange(n)
-  ps, qs = _pairs(n)
-  npairs = len(ps)
-  ps, qs = jnp.asarray(ps), jnp.asarray(qs)
-
-  def rot(t, carry):
-    a, v = carry
-    i = t % npairs
-    p = jnp.sum(jnp.where(jnp.arange(npairs) == i, ps, 0))
-    q = jnp.sum(jnp.where(jnp.arange(npairs) == i, qs, 0))
-    ep, eq = _e(idx, p, dt), _e(idx, q, dt)
-    ap, aq = a @ ep, a @ eq
-    app, aqq, apq = ep @ ap, eq @ aq, ep @ aq
-    nz = apq != 0
-    theta = (aqq - app) / (2 * jnp.where(nz, apq, 1.0))
-    sgn = jnp.where(theta >= 0, 1.0, -1.0).astype(dt)
-    tt = sgn / (jnp.abs(theta) + jnp.sqrt(theta * theta + 1))
-    tt = jnp.where(nz, tt, 0.0).astype(dt)
-    c = 1 / jnp.sqrt(tt * tt + 1)
-    s = tt * c
-    # a <- a J ; J = I + (c-1)(ep ep' + eq eq') + s (ep eq' - eq ep')
-    u1 = (c - 1) * ep + s * eq
-    u2 = (c - 1) * eq - s * ep
-    a = a + jnp.outer(ap, u1) + jnp.outer(aq, u2)
-    rp, rq = ep @ a, eq @ a
-    a = a + jnp.outer(u1, rp) + jnp.outer(u2, rq)
-    vp, vq = v @ ep, v @ eq
-    v = v + jnp.outer(vp, u1) + jnp.outer(vq, u2)
-    return a, v
-
-  a, v = lax.fori_loop(0, _sweeps(dt) * npairs, rot, (a, _eye(n, dt)))
-  w = _diagonal(a)
-  order = jnp.argsort(w)
-  return w[order], v[:, order]
 
 
 class EighResult(NamedTuple):
@@ -368,97 +214,33 @@ class EighResult(NamedTuple):
 
 
 def eigh(a, UPLO=None, symmetrize_input: bool = True):
-  """Symmetric eigendecomposition by cyclic Jacobi rotations (fixed sweep count); eigenvalues
-  ascending, eigenvectors in columns."""
+  """Hermitian eigendecomposition: eigenvalues ascending, eigenvectors in columns."""
   a = _square("eigh", a)
-  jnp = _jnp()
-  if symmetrize_input:
-    a = (a + matrix_transpose(a)) / 2
-  elif UPLO in (None, "L"):
-    a = jnp.tril(a) + matrix_transpose(jnp.tril(a, -1))
-  else:
-    a = jnp.triu(a) + matrix_transpose(jnp.triu(a, 1))
-  w, v = _eigh_symmetric()(a)
+  if UPLO not in (None, "L", "U"):
+    raise ValueError(f"UPLO must be one of None, 'L', or 'U', got {UPLO}")
+  v, w = lax_linalg.eigh(a, lower=UPLO in (None, "L"), symmetrize_input=symmetrize_input)
   return EighResult(w, v)
-
-
-_EIGH = []
-
-
-def _eigh_symmetric():
-  """(w, v) of a symmetric matrix (batched), with the JVP of the decomposition instead of the
-  derivative of the Jacobi iterations (whose rotation angles have no useful derivative and give
-  NaN where an off-diagonal element reaches 0): for dA, with C = V^T dA V,
-  dw = diag(C) and dV = V (F * C), F_ij = 1/(w_j - w_i) off the diagonal and 0 on it (the
-  diagonal of w_j - w_i is replaced by 1 before the division, then masked, so no 0 * inf)."""
-  if not _EIGH:
-    from ourjax.custom_derivatives import custom_jvp
-    jnp = _jnp()
-    f = custom_jvp(lambda a: _batched(_eigh_single, a))
-
-    @f.defjvp
-    def _jvp(primals, tangents):
-      a, = primals
-      da, = tangents
-      w, v = f(a)
-      n = a.shape[-1]
-      eye = jnp.eye(n, dtype=bool)
-      gap = w[..., None, :] - w[..., :, None]                    # w_j - w_i
-      fmat = jnp.where(eye, 0, 1 / jnp.where(eye, 1, gap)).astype(w.dtype)
-      c = matrix_transpose(v) @ da @ v
-      dw = jnp.diagonal(c, axis1=-2, axis2=-1)
-      return (w, v), (dw, v @ (fmat * c))
-    _EIGH.append(f)
-  return _EIGH[0]
 
 
 def eigvalsh(a, UPLO=None):
   return eigh(a, UPLO).eigenvalues
 
 
-def _svd_tall(a):
-  """One-sided Jacobi on the columns of a tall (m >= n) matrix: (u (m,n), s (n,), v (n,n)),
-  singular values descending."""
-  jnp = _jnp()
-  m, n = a.shape
-  dt = a.dtype
-  idx = jnp.arange(n)
-  if n == 1:
-    s = jnp.sqrt(jnp.sum(a * a, axis=0))
-    u = a / jnp.where(s > 0, s, 1.0)
-    return u, s, jnp.ones((1, 1), dt)
-  ps, qs = _pairs(n)
-  npairs = len(ps)
-  ps, qs = jnp.asarray(ps), jnp.asarray(qs)
+class EigResult(NamedTuple):
+  eigenvalues: Any
+  eigenvectors: Any
 
-  def rot(t, carry):
-    u, v = carry
-    i = t % npairs
-    p = jnp.sum(jnp.where(jnp.arange(npairs) == i, ps, 0))
-    q = jnp.sum(jnp.where(jnp.arange(npairs) == i, qs, 0))
-    ep, eq = _e(idx, p, dt), _e(idx, q, dt)
-    up, uq = u @ ep, u @ eq
-    alpha, beta, gamma = jnp.sum(up * up), jnp.sum(uq * uq), jnp.sum(up * uq)
-    nz = gamma != 0
-    zeta = (beta - alpha) / (2 * jnp.where(nz, gamma, 1.0))
-    sgn = jnp.where(zeta >= 0, 1.0, -1.0).astype(dt)
-    tt = sgn / (jnp.abs(zeta) + jnp.sqrt(1 + zeta * zeta))
-    tt = jnp.where(nz, tt, 0.0).astype(dt)
-    c = 1 / jnp.sqrt(1 + tt * tt)
-    s = c * tt
-    u1 = (c - 1) * ep + s * eq
-    u2 = (c - 1) * eq - s * ep
-    u = u + jnp.outer(up, u1) + jnp.outer(uq, u2)
-    vp, vq = v @ ep, v @ eq
-    v = v + jnp.outer(vp, u1) + jnp.outer(vq, u2)
-    return u, v
 
-  u, v = lax.fori_loop(0, _sweeps(dt) * npairs, rot, (a, _eye(n, dt)))
-  s = jnp.sqrt(jnp.sum(u * u, axis=0))
-  order = jnp.argsort(-s)
-  s, u, v = s[order], u[:, order], v[:, order]
-  u = u / jnp.where(s > 0, s, 1.0)
-  return u, s, v
+def eig(a):
+  """Eigenvalues and right eigenvectors (complex) of a general square matrix (host only)."""
+  a = _square("eig", a)
+  w, v = lax_linalg.eig(a, compute_left_eigenvectors=False)
+  return EigResult(w, v)
+
+
+def eigvals(a):
+  a = _square("eigvals", a)
+  return lax_linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
 
 
 class SVDResult(NamedTuple):
@@ -469,32 +251,16 @@ class SVDResult(NamedTuple):
 
 def svd(a, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False,
         subset_by_index=None):
-  """SVD by one-sided Jacobi (fixed sweep count); ``a = U @ diag(S) @ Vh``, S descending.
-  ``full_matrices`` completes U (or Vh) with a Householder QR of the thin factor.  Columns of U
-  for zero singular values are not orthonormalised (rank-deficient inputs)."""
+  """SVD, ``a = U @ diag(S) @ Vh``, S descending."""
   a = _inexact("svd", a)
-  jnp = _jnp()
   if a.ndim < 2:
     raise ValueError(f"jnp.linalg.svd: argument must have at least 2 dimensions, got shape "
                      f"{a.shape}")
-  m, n = a.shape[-2:]
-
-  def one(x):
-    wide = m < n
-    if wide:
-      x = x.T
-    u, s, v = _svd_tall(x)
-    if full_matrices and compute_uv and u.shape[0] != u.shape[1]:
-      qf, _ = _qr_single(u, True)
-      u = jnp.concatenate([u, qf[:, u.shape[1]:]], axis=1)
-    if wide:
-      u, v = v, u
-    return u, s, v.T
-
-  u, s, vh = _batched(one, a)
+  out = lax_linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv,
+                       subset_by_index=subset_by_index)
   if not compute_uv:
-    return s
-  return SVDResult(u, s, vh)
+    return out
+  return SVDResult(*out)
 
 
 def svdvals(x):
@@ -520,7 +286,7 @@ def _vector_norm(x, ord, axis, keepdims):
   if ord == 1:
     return jnp.sum(ax, axis=axis, keepdims=keepdims)
   if isinstance(ord, str):
-    raise ValueError(f"jnp.linalg.norm: invalid order {ord!r} for vectors")
+    raise ValueError(f"Invalid order '{ord}' for vector norm.")
   ordv = jnp.asarray(ord, dtype=ax.dtype)
   return jnp.sum(ax ** ordv, axis=axis, keepdims=keepdims) ** (1 / ordv)
 
@@ -529,7 +295,7 @@ def _matrix_norm(x, ord, axis, keepdims):
   jnp = _jnp()
   r, c = axis
   if ord is None or ord == "fro":
-    return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))
+    return _vector_norm(x, None, axis, keepdims)
   ax = jnp.abs(x)
   if ord in (1, -1):
     s = jnp.sum(ax, axis=r, keepdims=True)
@@ -552,7 +318,7 @@ def _matrix_norm(x, ord, axis, keepdims):
       out = jnp.expand_dims(out, tuple(sorted((r, c))))
     return out
   else:
-    raise ValueError(f"jnp.linalg.norm: invalid order {ord!r} for matrices")
+    raise ValueError(f"Invalid order '{ord}' for matrix norm.")
   if keepdims:
     return out
   return jnp.squeeze(out, axis=axis)
@@ -656,39 +422,92 @@ def multi_dot(arrays, *, precision=None):
 
 
 def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
-  """Pseudo-inverse from the SVD, cutting singular values below ``rtol * max(S)``."""
+  """Pseudo-inverse from the SVD, cutting singular values below ``rtol * max(S)``.  Its
+  derivative is the pseudo-inverse's own (Golub and Pereyra), not the SVD's, so it is defined
+  at repeated singular values too."""
   jnp = _jnp()
   a = _inexact("pinv", a)
+  if a.ndim < 2:
+    raise ValueError(f"jnp.linalg.pinv: argument must have at least 2 dimensions, got shape "
+                     f"{a.shape}")
   m, n = a.shape[-2:]
   if rcond is not None:
+    if rtol is not None:
+      raise ValueError("pinv: only one of rtol and rcond may be specified.")
     rtol = rcond
   if rtol is None:
     rtol = 10 * builtins.max(m, n) * jnp.finfo(a.dtype).eps
+  if builtins.min(m, n) == 0:
+    return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
+  return _pinv_fn()(a, jnp.asarray(rtol))
+
+
+def _pinv_core(a, rtol):
+  jnp = _jnp()
   u, s, vh = svd(a, full_matrices=False)
-  cut = jnp.asarray(rtol, a.dtype)[..., None] * jnp.max(s, axis=-1, keepdims=True)
+  cut = rtol.astype(s.dtype)[..., None] * jnp.max(s, axis=-1, keepdims=True)
   sinv = jnp.where(s > cut, 1 / jnp.where(s > cut, s, 1), 0).astype(a.dtype)
-  return matmul(matrix_transpose(vh) * sinv[..., None, :], matrix_transpose(u))
+  return matmul(_ct(vh) * sinv[..., None, :], _ct(u))
 
 
-def matrix_rank(M, rtol=None, *, tol=None):
+_PINV = []
+
+
+def _pinv_fn():
+  if not _PINV:
+    from ourjax.custom_derivatives import custom_jvp
+    f = custom_jvp(_pinv_core, nondiff_argnums=(1,))
+
+    @f.defjvp
+    def _jvp(rtol, primals, tangents):
+      # dP = -P dA P + P P^H dA^H (I - A P) + (I - P A) dA^H P^H P
+      jnp = _jnp()
+      a, = primals
+      da, = tangents
+      p = f(a, rtol)
+      m, n = a.shape[-2:]
+      dah, ph = _ct(da), _ct(p)
+      dp = (-matmul(p, matmul(da, p))
+            + matmul(matmul(p, ph), matmul(dah, jnp.eye(m, dtype=a.dtype) - matmul(a, p)))
+            + matmul(jnp.eye(n, dtype=a.dtype) - matmul(p, a), matmul(dah, matmul(ph, p))))
+      return p, dp
+    _PINV.append(f)
+  return _PINV[0]
+
+
+def _ct(x):
+  return _jnp().conj(matrix_transpose(x))
+
+
+def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
+  """The number of singular values above ``rtol * max(S)`` (default rtol: max(m, n) * eps);
+  ``tol`` is the older name of ``rtol``."""
   jnp = _jnp()
   M = _inexact("matrix_rank", M)
+  if tol is not None:
+    if rtol is not None:
+      raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
+    rtol = tol
   if M.ndim < 2:
     return jnp.any(M != 0).astype(jnp.int32)
-  s = svd(M, compute_uv=False)
-  if tol is None:
-    if rtol is None:
-      rtol = builtins.max(M.shape[-2:]) * jnp.finfo(M.dtype).eps
-    tol = jnp.max(s, axis=-1, keepdims=True) * jnp.asarray(rtol, M.dtype)[..., None]
+  if hermitian:
+    s = jnp.abs(eigvalsh(M))
   else:
-    tol = jnp.asarray(tol, M.dtype)[..., None]
-  return jnp.sum(s > tol, axis=-1).astype(jnp.int32)
+    s = svd(M, compute_uv=False)
+  if rtol is None:
+    rtol = builtins.max(M.shape[-2:]) * jnp.finfo(M.dtype).eps
+  if s.shape[-1] == 0:
+    return jnp.zeros(s.shape[:-1], jnp.int32)
+  cut = jnp.max(s, axis=-1, keepdims=True) * jnp.asarray(rtol, s.dtype)[..., None]
+  return jnp.sum(s > cut, axis=-1).astype(jnp.int32)
 
 
 def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
   """Least squares via the pseudo-inverse: (x, residuals, rank, singular values).  Residuals are
   the squared norms of each column of b - a x (one for a vector b), as JAX; with
-  ``numpy_resid`` they are empty for systems that are not tall, as NumPy."""
+  ``numpy_resid`` they are empty, as NumPy's, for systems that are not tall or are rank
+  deficient (which needs a concrete rank)."""
+  from ourjax import core
   jnp = _jnp()
   a = _inexact("lstsq", a)
   b = _inexact("lstsq", b)
@@ -698,17 +517,78 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
   if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
     raise ValueError(f"jnp.linalg.lstsq: incompatible shapes a {a.shape} and b {b.shape}")
   m, n = a.shape
+  b2 = b[:, None] if b.ndim == 1 else b            # a vector b is one column (JAX, NumPy)
+  rdt = jnp.finfo(a.dtype).dtype
   if rcond is None:
     rcond = jnp.finfo(a.dtype).eps * builtins.max(m, n)
+  elif rcond < 0:
+    rcond = jnp.finfo(a.dtype).eps
   u, s, vh = svd(a, full_matrices=False)
-  cut = rcond * jnp.max(s)
-  mask = s > cut
+  if s.shape[0]:
+    mask = s > rcond * jnp.max(s)
+  else:
+    mask = s > 0
   rank = jnp.sum(mask).astype(dtypes.default_int_dtype())   # as JAX
   sinv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(a.dtype)
-  b2 = b[:, None] if b.ndim == 1 else b            # a vector b is one column (JAX, NumPy)
-  x = vh.T @ ((u.T @ b2) * sinv[:, None])
+  x = _ct(vh) @ ((_ct(u) @ b2) * sinv[:, None])
   r = b2 - a @ x
-  resid = jnp.sum(r * r, axis=0)                   # JAX: always the squared residual norms
-  if numpy_resid and m <= n:
-    resid = jnp.zeros((0,), a.dtype)
+  resid = jnp.sum(jnp.abs(r) ** 2, axis=0).astype(rdt)  # JAX: always the squared norms
+  if numpy_resid:
+    full = m > n and core.concrete_or_error(
+        int, rank, "jnp.linalg.lstsq(numpy_resid=True) needs a concrete rank") == n
+    if not full:
+      resid = jnp.zeros((0,), rdt)
   return (x[:, 0] if b.ndim == 1 else x), resid, rank, s
+
+
+def cond(x, p=None):
+  """Condition number: ``norm(x, p) * norm(inv(x), p)``; for p None, 2 or -2 the ratio of the
+  extreme singular values.  inf where ``x`` is singular."""
+  jnp = _jnp()
+  x = _inexact("cond", x)
+  if x.ndim < 2:
+    raise ValueError(f"jnp.linalg.cond: argument must have at least 2 dimensions, got shape "
+                     f"{x.shape}")
+  if p in (None, 2, -2):
+    s = svd(x, compute_uv=False)
+    if p == -2:
+      r = s[..., -1] / s[..., 0]
+    else:
+      r = s[..., 0] / s[..., -1]
+  else:
+    r = norm(x, ord=p, axis=(-2, -1)) * norm(inv(x), ord=p, axis=(-2, -1))
+  # a singular matrix: inf (NumPy's convention), also where the inverse came out as nan
+  bad = jnp.isnan(r) & ~jnp.any(jnp.isnan(x), axis=(-2, -1))
+  return jnp.where(bad, jnp.inf, r)
+
+
+def tensorinv(a, ind: int = 2):
+  """Inverse of ``a`` seen as a linear map from its last dims to its first ``ind`` dims."""
+  a = _inexact("tensorinv", a)
+  ind = operator.index(ind)
+  if ind <= 0:
+    raise ValueError(f"ind must be a positive integer, got {ind}.")
+  out_shape, in_shape = a.shape[:ind], a.shape[ind:]
+  n = int(np.prod(out_shape))
+  if int(np.prod(in_shape)) != n:
+    raise ValueError(f"tensorinv: a.shape[:ind] ({out_shape}) and a.shape[ind:] ({in_shape}) "
+                     f"must have equal products")
+  return inv(a.reshape(n, n)).reshape(in_shape + out_shape)
+
+
+def tensorsolve(a, b, axes=None):
+  """``x`` with ``tensordot(a, x, x.ndim) == b``."""
+  jnp = _jnp()
+  a = _inexact("tensorsolve", a)
+  b = _inexact("tensorsolve", b)
+  a, b = _util.promote_dtypes_inexact(a, b)
+  if axes is not None:
+    axes = tuple(_util.canonicalize_axis(i, a.ndim) for i in axes)
+    rest = [i for i in range(a.ndim) if i not in axes]
+    a = jnp.transpose(a, rest + list(axes))
+  out_shape = a.shape[b.ndim:]
+  n = int(np.prod(b.shape))
+  if int(np.prod(out_shape)) != n:
+    raise ValueError(f"tensorsolve: the shapes of a {a.shape} and b {b.shape} do not make a "
+                     f"square system")
+  return solve(a.reshape(n, n), b.reshape(n)).reshape(out_shape)

@@ -1,4 +1,5 @@
 """``ourjax.scipy``: the subset of ``jax.scipy`` built on lax/jnp ops (special functions,
-distributions)."""
+distributions, linear algebra)."""
 from ourjax.scipy import special  # noqa: F401
 from ourjax.scipy import stats  # noqa: F401
+from ourjax.scipy import linalg  # noqa: F401

@@ -15,7 +15,8 @@ from ourjax.numpy import _util
 
 __all__ = ["logsumexp", "erf", "erfc", "erfinv", "gammaln", "digamma", "expit", "logit", "xlogy",
            "xlog1py", "log_ndtr", "ndtr", "ndtri", "softmax", "log_softmax", "entr", "gamma",
-           "betaln", "beta", "log_expit", "polygamma", "multigammaln", "sinc"]
+           "betaln", "beta", "log_expit", "polygamma", "multigammaln", "sinc", "gammainc",
+           "gammaincc", "betainc", "i0e", "i1e", "i0", "i1"]
 
 _CF_START = 1.5     # erfc switches from 1 - erf to the continued fraction here
 _CF_TERMS = 60
@@ -202,3 +203,43 @@ def multigammaln(a, d: int):
 
 def sinc(x):
   return _jnp().sinc(x)
+
+
+def gammainc(a, x):
+  """Regularized lower incomplete gamma function (``lax.igamma``)."""
+  a, x = _f("gammainc", a, x)
+  return lax.igamma(a, x)
+
+
+def gammaincc(a, x):
+  """Regularized upper incomplete gamma function (``lax.igammac``)."""
+  a, x = _f("gammaincc", a, x)
+  return lax.igammac(a, x)
+
+
+def betainc(a, b, x):
+  """Regularized incomplete beta function (``lax.betainc``)."""
+  a, b, x = _f("betainc", a, b, x)
+  return lax.betainc(a, b, x)
+
+
+def i0e(x):
+  """exp(-|x|) I_0(x)."""
+  return lax.bessel_i0e(_f("i0e", x))
+
+
+def i1e(x):
+  """exp(-|x|) I_1(x)."""
+  return lax.bessel_i1e(_f("i1e", x))
+
+
+def i0(x):
+  """Modified Bessel function of order 0."""
+  x = _f("i0", x)
+  return _jnp().exp(_jnp().abs(x)) * lax.bessel_i0e(x)
+
+
+def i1(x):
+  """Modified Bessel function of order 1."""
+  x = _f("i1", x)
+  return _jnp().exp(_jnp().abs(x)) * lax.bessel_i1e(x)
