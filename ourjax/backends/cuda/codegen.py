@@ -22,14 +22,17 @@ few long reductions         ``SplitReduce``: pass 1 has ``G`` blocks per output 
                             partials, pass 2 combines them (and computes the outputs)
 ColumnReduceKernel          ``ColumnReduce``: one thread per output element walking the reduced
                             block (coalesced across the kept minor dimensions), split into
-                            partials + a combine pass when there are few outputs
+                            partials + a combine pass (a block per output) when there are few
+                            outputs; sibling reductions of a group over the same block in one
+                            pass (``merge_column_reductions``)
 dot (f32, bf16, f16)        ``wgmma.WgmmaDot`` (Hopper ``wgmma.mma_async``, sm_90a PTX) when the
-                            layouts and tile sizes fit, else ``MmaDot`` (``mma.sync``; tf32 for
+                            layouts fit, at any sizes, else ``MmaDot`` (``mma.sync``; tf32 for
                             f32 unless the highest precision is configured) when the tile sizes
                             divide the problem, else ``SimtDot`` (64x64 shared-memory tiles);
                             f64 always ``SimtDot``.  An M-major A is first copied K-major
                             (``transpose.StridedTranspose``) where that makes it a WgmmaDot
-                            (the dot kernels and their choice: ``dots.py``)
+                            (the dot kernels and their choice: ``dots.py``); a convolution's
+                            patch matrix is read in place by the dot (``implicit_gemm.py``)
 dot + elementwise consumer  ``FusedDot`` (``fuse_dot_epilogues``, before translation): the
 (kOutput: bias, activation) consumer evaluated where the accumulators are stored (``Epilogue``)
 LoopKernel reading through  ``transpose.TiledTranspose``: 32x32 output tiles staged through

@@ -6,10 +6,13 @@ precision allows it) and for bf16/f16 operands, output in the dot's dtype.  The 
 that holds this kernel targets ``sm_90a`` (``codegen.compile_ptx`` switches the target when the
 IR contains ``wgmma``), so it runs on compute capability 9.0 only.
 
-How it works.  A block of two warpgroups (256 threads) computes a 128 x Q tile of a product
-D[p, q] = X[p, :] . Y[:, q]: each warpgroup issues ``m64nQk8`` (tf32) or ``m64nQk16`` (bf16/f16)
-instructions for its 64 rows, Q = 256 (or 128 when the size only allows that), the 64 x Q f32
-accumulators (Q/2 per thread) in registers.  The k dimension goes by slices of 128 bytes (32 f32
+How it works.  A block of two warpgroups (256 threads; one for 64 rows or fewer) computes a
+128 x Q tile of a product D[p, q] = X[p, :] . Y[:, q]: each warpgroup issues ``m64nQk8`` (tf32)
+or ``m64nQk16`` (bf16/f16) instructions for its 64 rows, Q = 256, 128, 64 or 32 (``q_tile``), the
+64 x Q f32 accumulators (Q/2 per thread) in registers.  At the problem's edges the copies of
+rows or k chunks past it write zeros (cp.async with a source size of 0) and the epilogue stores
+only elements inside it; a dot with few output tiles and a long contraction is split along k
+(``split_count``) into f32 partial products.  The k dimension goes by slices of 128 bytes (32 f32
 or 64 bf16 values) through a 4-stage shared-memory ring filled with ``cp.async`` (16 bytes per
 copy, every thread copies), two slices in flight while one is multiplied: per slice, each thread
 waits for its own copies, fences them for the tensor cores' proxy
@@ -44,11 +47,12 @@ Measured on an H200 (benchmarks/wgmma_check.py, CUDA events, median of 20): 4096
 f32: 4.2e-4 (MmaDot, rounding both operands: 2.6e-4).
 
 Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stride along k);
-B K-major or N-major (N-major f32 uses the transposed form); the tile's sizes divide the
-problem (128 rows of the operand in X, Q of the one in Y, 128 bytes of k); 16-byte aligned rows
-and batch strides; an M-major A is copied K-major first (``dots._dot_kernels`` decides).
-Everything else stays on ``MmaDot``.  A fused epilogue (``dots.Epilogue``) is applied where
-the accumulators are stored.
+B K-major or N-major (N-major f32 uses the transposed form); 16-byte aligned rows and batch
+strides (so K a multiple of 16 bytes); any sizes.  An M-major A is copied K-major first, and a
+narrow N-major f32 B too (``dots._wgmma_kernels`` decides); A may also be a convolution's patch
+matrix read in place from the input (``implicit_gemm``).  Everything else stays on ``MmaDot``
+or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where the accumulators are
+stored.
 """
 from __future__ import annotations
 
