@@ -779,29 +779,24 @@ class SplitFinish(GpuKernel):
 
 
 class ColumnReduce(GpuKernel):
-  """``reduce`` over a contiguous middle block ``red`` of ``pre + red + post``: thread
-  (s, p, j) folds chunk ``s`` of the reduced block for output (p, j); with one chunk it folds
-  the whole block in order into the output, else into ``partials[s, p*post + j]`` for
-  ``ColumnFinish``.  ``reduce`` may be a list of sibling reductions over the same block (a
-  multi-output fusion's, e.g. a batchnorm gradient's sums): each thread folds them all in one
-  pass, their common operands read and computed once per element; ``out``/``partials`` are
-  then lists too."""
+  """The ``reduces`` (sibling reductions over the same contiguous middle block ``red`` of
+  ``pre + red + post``; often one, several for a multi-output fusion such as a batchnorm
+  gradient's sums): thread (s, p, j) folds chunk ``s`` of the reduced block for output (p, j)
+  of each, their common operands read and computed once per element; with one chunk it folds
+  the whole block in order into ``outs``, else into ``partials[n][s, p*post + j]`` for
+  ``ColumnFinish``."""
   BLOCK = 256
 
-  def __init__(self, name, reduce, out, leafmap, pre, red, post, splits=1, partials=None):
-    many = isinstance(reduce, (list, tuple))
-    self.reduces = list(reduce) if many else [reduce]
-    self.outs = list(out) if many else [out]
-    self.partial_bufs = (list(partials) if many else [partials]) if partials is not None \
-        else None
-    self.reduce, self.out, self.partials = self.reduces[0], self.outs[0], partials
+  def __init__(self, name, reduces, outs, leafmap, pre, red, post, splits=1, partials=None):
+    self.reduces, self.outs = list(reduces), list(outs)
+    self.partials = list(partials) if partials is not None else None
     self.leafmap = dict(leafmap)
     self.pre, self.red, self.post = tuple(pre), tuple(red), tuple(post)
     self.splits = splits
     self.nout = math.prod(self.pre) * math.prod(self.post)
     self.partial = partials is not None
-    tgts = self.partial_bufs if self.partial else self.outs
-    super().__init__(name, K._leaf_bufs(self.leafmap), list(tgts),
+    super().__init__(name, K._leaf_bufs(self.leafmap),
+                     self.partials if self.partial else self.outs,
                      work=self.nout * math.prod(self.red) * len(self.reduces))
 
   def launch(self, info):
@@ -854,7 +849,7 @@ class ColumnReduce(GpuKernel):
         em.pop_scope()
       for n, (r, acc) in enumerate(zip(self.reduces, accs)):
         if self.partial:
-          part = self.partial_bufs[n]
+          part = self.partials[n]
           E.store_element(b, b.load(acc), ptr(part), t, part.dtype)
         else:
           E.store_element(b, b.load(acc), ptr(self.outs[n]), rest, r.dtype)
@@ -991,10 +986,8 @@ def translate(kernel: K.Kernel, new_temp, info: DeviceInfo, max_threads: int) ->
   if isinstance(kernel, K.SplitReduceFinish):
     r = kernel.reduce
     return _split(name, r.dims, [(r, kernel.out)], [r], kernel.leafmap, new_temp, info)
-  if isinstance(kernel, K.ColumnReduceKernel):
+  if isinstance(kernel, (K.ColumnReduceKernel, SiblingColumnReduces)):
     return _column(kernel, new_temp, info)
-  if isinstance(kernel, SiblingColumnReduces):
-    return _sibling_columns(kernel, new_temp, info)
   if isinstance(kernel, K.LoopKernel):
     return _loop(kernel, new_temp, info)
   if isinstance(kernel, (K.SortKernel, K.ScatterKernel)):
@@ -1078,16 +1071,13 @@ def _column_outputs(name, odims, inner, outer, reds, leafmap, new_temp, info):
   if inner:
     kernels.append(Elementwise(name + "_e", K._dims(inner[0][0]), inner,
                                K._restrict_many(leafmap, inner)))
-  splits = 1
-  if nout < info.sm_count * 1024:
-    longest = max(math.prod(bk[1]) for bk in blocks)
-    splits = max(1, min(-(-info.sm_count * 2048 // nout), longest // 8))
+  splits = _column_splits(nout, max(math.prod(bk[1]) for bk in blocks), info)
   parts = []
   for j, (r, (pre, red, post)) in enumerate(zip(reds, blocks)):
     part = new_temp(_partial_dtype(r.dtype), (splits * nout,), f"{r.name}.colpart")
     parts.append(part)
-    kernels.append(ColumnReduce(f"{name}_c{j}", r, None, K._restrict(leafmap, r), pre, red,
-                                post, splits, part))
+    kernels.append(ColumnReduce(f"{name}_c{j}", [r], [None], K._restrict(leafmap, r), pre, red,
+                                post, splits, [part]))
   kernels.append(ColumnOutputsFinish(name + "_f", odims, outer, reds, parts,
                                      K._restrict_many(leafmap, outer), splits))
   return kernels
@@ -1151,41 +1141,33 @@ def merge_column_reductions(kernels) -> list:
   return out
 
 
-def _sibling_columns(kernel: SiblingColumnReduces, new_temp, info):
+def _column_splits(nout: int, nred: int, info) -> int:
+  """Chunks per column for ``nout`` columns of ``nred`` elements: enough threads for about
+  2,048 per SM, each folding at least 8 elements."""
+  if nout >= info.sm_count * 1024:
+    return 1
+  return max(1, min(-(-info.sm_count * 2048 // nout), nred // 8))
+
+
+def _column(kernel, new_temp, info):
+  """A ``ColumnReduceKernel``, or ``SiblingColumnReduces`` (several in one pass): one
+  ``ColumnReduce``, or with few outputs column partials and a ``ColumnFinish`` per
+  reduction."""
+  parts = getattr(kernel, "parts", [kernel])
+  reduces, outs = [k.reduce for k in parts], [k.out for k in parts]
   nout = math.prod(kernel.pre) * math.prod(kernel.post)
   nred = math.prod(kernel.red)
-  splits = 1
-  if nout and nred >= 64 and nout < info.sm_count * 1024:
-    splits = max(1, min(-(-info.sm_count * 2048 // nout), nred // 8))
-  reduces = [k.reduce for k in kernel.parts]
-  outs = [k.out for k in kernel.parts]
+  simple = all(E.simple_reducer(r.attrs["to_apply"]) is not None for r in reduces)
+  splits = _column_splits(nout, nred, info) if simple and nout and nred >= 64 else 1
   if splits == 1:
     return [ColumnReduce(kernel.name, reduces, outs, kernel.leafmap, kernel.pre, kernel.red,
                          kernel.post)]
-  parts = [new_temp(_partial_dtype(r.dtype), (splits * nout,), r.name + ".colpart")
-           for r in reduces]
+  partials = [new_temp(_partial_dtype(r.dtype), (splits * nout,), r.name + ".colpart")
+              for r in reduces]
   restricted = K._restrict_many(kernel.leafmap, [(r, None) for r in reduces])
   ks = [ColumnReduce(kernel.name + "_p", reduces, outs, restricted, kernel.pre, kernel.red,
-                     kernel.post, splits, parts)]
-  for n, (r, o, part) in enumerate(zip(reduces, outs, parts)):
-    ks.append(ColumnFinish(f"{kernel.name}_f{n}", r, o, part, K._restrict(kernel.leafmap, r),
-                           splits))
+                     kernel.post, splits, partials)]
+  for n, (r, o, part) in enumerate(zip(reduces, outs, partials)):
+    ks.append(ColumnFinish(kernel.name + ("_f" if len(reduces) == 1 else f"_f{n}"), r, o,
+                           part, K._restrict(kernel.leafmap, r), splits))
   return ks
-
-
-def _column(kernel: K.ColumnReduceKernel, new_temp, info):
-  r = kernel.reduce
-  nout = math.prod(kernel.pre) * math.prod(kernel.post)
-  nred = math.prod(kernel.red)
-  op = E.simple_reducer(r.attrs["to_apply"])
-  splits = 1
-  if op is not None and nout and nred >= 64 and nout < info.sm_count * 1024:
-    splits = max(1, min(-(-info.sm_count * 2048 // nout), nred // 8))
-  if splits == 1:
-    return [ColumnReduce(kernel.name, r, kernel.out, kernel.leafmap, kernel.pre, kernel.red,
-                         kernel.post)]
-  part = new_temp(_partial_dtype(r.dtype), (splits * nout,), r.name + ".colpart")
-  restricted = K._restrict(kernel.leafmap, r)
-  return [ColumnReduce(kernel.name + "_p", r, kernel.out, restricted, kernel.pre, kernel.red,
-                       kernel.post, splits, part),
-          ColumnFinish(kernel.name + "_f", r, kernel.out, part, restricted, splits)]
