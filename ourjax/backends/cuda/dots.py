@@ -197,25 +197,21 @@ class TensorCoreDot(GpuKernel):
     super().__init__(name, *_dot_buffers(lhs, rhs, out, epilogue), work=s.B * s.M * s.N * s.K)
 
   @classmethod
-  def supports(cls, dot, info: DeviceInfo, allow_tf32: bool) -> str | None:
-    """The kind of mma for ``dot`` (``mma_kind``) where this kernel's tiles divide it, or
-    None."""
-    kind = mma_kind(dot, info, allow_tf32)
+  def fits(cls, dot) -> bool:
+    """Whether this kernel's tiles divide ``dot`` and its operands' layouts suit it."""
     s = K.DotSpec(dot)
-    if kind is None or not s.ok:
-      return None
+    if not s.ok:
+      return False
     dt = dot.operands[0].dtype
     if s.M % cls.BM or s.N % cls.BN or s.K % cls.BK or s.K == 0:
-      return None
+      return False
     if not (s.a_sk == 1 or s.a_sm == 1) or not (s.b_sn == 1 or s.b_sk == 1):
-      return None
+      return False
     per_vec = 16 // dt.itemsize          # 16-byte accesses need every stride to keep alignment
     strides = [s.a_sm if s.a_sk == 1 else s.a_sk, s.b_sk if s.b_sn == 1 else s.b_sn]
     if s.B > 1:
       strides += [s.a_sb, s.b_sb]
-    if any(x % per_vec for x in strides):
-      return None
-    return kind
+    return not any(x % per_vec for x in strides)
 
   def launch(self, info):
     s = self.spec
@@ -720,7 +716,7 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
   if isinstance(lhs, Im2colBuf):     # (implicit_gemm.accepts promised a WgmmaDot)
     raise K.PlanError(f"%{dot.name}: no WgmmaDot for a patch matrix read in place")
   main = None
-  if kind is not None and TensorCoreDot.supports(dot, info, True) is not None:  # (kind: tf32 ok)
+  if kind is not None and TensorCoreDot.fits(dot):
     if choice == "v1":
       main = TensorCoreDot(name, dot, lhs, rhs, out, kind, epilogue)
     else:
@@ -759,8 +755,7 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
     if how is not None:
       spec, a = staged, new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
       pre = [StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk)]
-  if how is not None and how[0] == "rs_t" and how[2] == 1 and spec.M >= 16 * 64 and \
-     spec.K % 4 == 0 and (spec.B == 1 or spec.b_sb % 4 == 0):
+  if how is not None and how[0] == "rs_t" and how[2] == 1 and spec.M >= 16 * 64:
     # tf32 with a row-major B of 64 columns or fewer and many rows of A (a convolution with
     # few output channels): the transposed form would give each block one warpgroup and A
     # through 256-wide tiles; B copied K-major first (a small copy) lets A take the 128-row X
