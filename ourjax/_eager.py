@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import time
 
-import numpy as np
 
 from ourjax import _nan_check, core
 from ourjax.array import Array, to_numpy
@@ -80,28 +79,14 @@ def _evaluate(prim, avals, params):
   return tuple(out) if prim.multiple_results else out
 
 
-def wrap(value, aval) -> Array:
-  """A freshly computed NumPy result as an Array of ``aval`` (no copy when it already has the
-  dtype and shape: the common case)."""
-  if type(value) is not np.ndarray or value.dtype != aval.dtype or value.shape != aval.shape:
-    return Array._from_result(value, aval)
-  value.flags.writeable = False
-  a = object.__new__(Array)
-  a._npy = value
-  a.weak_type = aval.weak_type
-  a._aval = aval
-  a._device_buf = None
-  return a
-
-
 def _run_numpy(prim, args, params, out):
   rule = impl_rules.get(prim)
   if rule is None:
     raise NotImplementedError(f"no implementation rule for primitive '{prim.name}'")
   outs = rule(*[a._value if type(a) is Array else to_numpy(a) for a in args], **params)
   if prim.multiple_results:
-    return [wrap(o, a) for o, a in zip(outs, out)]
-  return wrap(outs, out)
+    return [Array._from_result(o, a) for o, a in zip(outs, out)]
+  return Array._from_result(outs, out)
 
 
 def apply(prim, args, params):
