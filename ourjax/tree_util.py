@@ -908,6 +908,18 @@ def tree_broadcast(prefix_tree, full_tree, is_leaf: Callable[[Any], bool] | None
                             for v, sub in zip(leaves, subtrees)])
 
 
+def broadcast_prefix(prefix_tree, full_tree, is_leaf: Callable[[Any], bool] | None = None
+                     ) -> list:
+  """One entry per leaf of ``full_tree``: the leaf of ``prefix_tree`` above it (JAX's internal
+  helper of the same name; shardings and specs given per argument subtree).  Raises ValueError
+  when ``prefix_tree`` is not a prefix of ``full_tree``."""
+  leaves, treedef = tree_flatten(prefix_tree, is_leaf)
+  out = []
+  for v, sub in zip(leaves, treedef.flatten_up_to(full_tree)):
+    out.extend([v] * len(tree_leaves(sub)))
+  return out
+
+
 class _Unspecified:
   def __repr__(self):
     return "<unspecified>"

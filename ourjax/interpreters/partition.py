@@ -397,20 +397,12 @@ def _is_spec_leaf(x) -> bool:
 def _prefix_leaves(prefix, value, what: str) -> list:
   """``prefix`` (a tree prefix of ``value`` whose leaves are shardings, specs or None) as one
   entry per leaf of ``value``."""
-  from ourjax.tree_util import tree_flatten
-  n = len(tree_flatten(value)[0])
-  if _is_spec_leaf(prefix):
-    return [prefix] * n
-  p_leaves, p_tree = tree_flatten(prefix, is_leaf=_is_spec_leaf)
+  from ourjax.tree_util import broadcast_prefix
   try:
-    subs = p_tree.flatten_up_to(value)
+    return broadcast_prefix(prefix, value, _is_spec_leaf)
   except Exception as e:
     raise ValueError(f"jit {what} must be a tree prefix of the corresponding value: "
                      f"{e}") from None
-  out = []
-  for s, sub in zip(p_leaves, subs):
-    out.extend([s] * len(tree_flatten(sub)[0]))
-  return out
 
 
 def _resolve(s, what):

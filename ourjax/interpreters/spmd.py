@@ -623,21 +623,16 @@ def _pmap_blocks(x, axis, lanes: Lanes):
 # shard_map
 
 
-def _spec_leaves(specs, tree, values, what):
+def _spec_leaves(specs, values, what):
+  """``specs`` (a tree prefix of ``values`` whose leaves are PartitionSpecs or None) as one
+  entry per leaf of ``values``."""
   from ourjax.sharding import PartitionSpec
-  is_leaf = lambda x: x is None or isinstance(x, PartitionSpec)  # noqa: E731
-  spec_leaves, spec_tree = tree_flatten(specs, is_leaf=is_leaf)
-  if spec_tree.num_leaves == 1 and is_leaf(specs):
-    return [specs] * tree.num_leaves
+  from ourjax.tree_util import broadcast_prefix
   try:
-    per = spec_tree.flatten_up_to(values)
+    return broadcast_prefix(specs, values, lambda x: x is None or isinstance(x, PartitionSpec))
   except Exception as e:
     raise ValueError(f"shard_map {what} must be a tree prefix of the corresponding value: "
                      f"{e}") from None
-  out = []
-  for s, sub in zip(spec_leaves, per):
-    out.extend([s] * len(tree_flatten(sub)[0]))
-  return out
 
 
 def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=frozenset(),
@@ -658,8 +653,8 @@ def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=froz
     if not isinstance(m, Mesh):
       raise ValueError("shard_map needs a mesh: pass mesh=... or call it inside `with mesh:`")
     leaves, tree = tree_flatten(args)
-    specs = _spec_leaves(in_specs if in_specs is not None else PartitionSpec(), tree,
-                         args, "in_specs")
+    specs = _spec_leaves(in_specs if in_specs is not None else PartitionSpec(), args,
+                         "in_specs")
     specs = tuple(PartitionSpec() if s is None else s for s in specs)
     avals = tuple(core.get_aval(x) for x in leaves)
     if any(isinstance(x, core.Tracer) for x in leaves):
@@ -687,7 +682,7 @@ def _shard_map_entry(f, m, tree, avals, specs, out_specs):
   block_avals = [a.update(shape=sh.shard_shape(a.shape)) for a, sh in zip(avals, in_shardings)]
   closed, out_tree = _trace_per_device(f, tree, block_avals, dict(m.shape),
                                        f"shard_map({getattr(f, '__name__', 'f')})")
-  ospecs = _spec_leaves(out_specs, out_tree, tree_unflatten(out_tree, list(closed.out_avals)),
+  ospecs = _spec_leaves(out_specs, tree_unflatten(out_tree, list(closed.out_avals)),
                         "out_specs")
   how = []
   for aval, spec in zip(closed.out_avals, ospecs):
@@ -738,7 +733,7 @@ def _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs):
     fn = _vmap_level(fn, in_ax, names[i], sizes[i])
   outs = fn(*[x for x, _ in splits])
   out_tree = out_tree_cell[-1]
-  ospecs = _spec_leaves(out_specs, out_tree, tree_unflatten(out_tree, outs), "out_specs")
+  ospecs = _spec_leaves(out_specs, tree_unflatten(out_tree, outs), "out_specs")
   results = []
   for o, spec in zip(outs, ospecs):
     spec = PartitionSpec() if spec is None else spec
