@@ -204,6 +204,31 @@ def _sweeps(dtype):
   return 8 if np.dtype(dtype).itemsize <= 4 else 12
 
 
+def _pair_vectors(t, ps, qs, idx, dt):
+  """The one-hot vectors (e_p, e_q) of rotation ``t`` of the cyclic order ``(ps, qs)``."""
+  jnp = _jnp()
+  npairs = ps.shape[0]
+  i = t % npairs
+  p = jnp.sum(jnp.where(jnp.arange(npairs) == i, ps, 0))
+  q = jnp.sum(jnp.where(jnp.arange(npairs) == i, qs, 0))
+  return _e(idx, p, dt), _e(idx, q, dt)
+
+
+def _rotation(app, aqq, apq, ep, eq, dt):
+  """The Jacobi rotation zeroing the (p, q) entry of the symmetric 2x2 [[app, apq], [apq, aqq]]
+  (no rotation when apq is 0), as the update directions (u1, u2) = ((c-1) e_p + s e_q,
+  (c-1) e_q - s e_p): J = I + e_p u1' + e_q u2'."""
+  jnp = _jnp()
+  nz = apq != 0
+  theta = (aqq - app) / (2 * jnp.where(nz, apq, 1.0))
+  sgn = jnp.where(theta >= 0, 1.0, -1.0).astype(dt)
+  tt = sgn / (jnp.abs(theta) + jnp.sqrt(theta * theta + 1))
+  tt = jnp.where(nz, tt, 0.0).astype(dt)
+  c = 1 / jnp.sqrt(tt * tt + 1)
+  s = tt * c
+  return (c - 1) * ep + s * eq, (c - 1) * eq - s * ep
+
+
 def eigh(a, sort_eigenvalues: bool = True):
   """(v, w) of one symmetric matrix by cyclic Jacobi rotations (fixed sweep count)."""
   jnp = _jnp()
@@ -220,22 +245,10 @@ def eigh(a, sort_eigenvalues: bool = True):
 
   def rot(t, carry):
     a, v = carry
-    i = t % npairs
-    p = jnp.sum(jnp.where(jnp.arange(npairs) == i, ps, 0))
-    q = jnp.sum(jnp.where(jnp.arange(npairs) == i, qs, 0))
-    ep, eq = _e(idx, p, dt), _e(idx, q, dt)
+    ep, eq = _pair_vectors(t, ps, qs, idx, dt)
     ap, aq = a @ ep, a @ eq
-    app, aqq, apq = ep @ ap, eq @ aq, ep @ aq
-    nz = apq != 0
-    theta = (aqq - app) / (2 * jnp.where(nz, apq, 1.0))
-    sgn = jnp.where(theta >= 0, 1.0, -1.0).astype(dt)
-    tt = sgn / (jnp.abs(theta) + jnp.sqrt(theta * theta + 1))
-    tt = jnp.where(nz, tt, 0.0).astype(dt)
-    c = 1 / jnp.sqrt(tt * tt + 1)
-    s = tt * c
     # a <- J^T a J ; J = I + (c-1)(ep ep' + eq eq') + s (ep eq' - eq ep')
-    u1 = (c - 1) * ep + s * eq
-    u2 = (c - 1) * eq - s * ep
+    u1, u2 = _rotation(ep @ ap, eq @ aq, ep @ aq, ep, eq, dt)
     a = a + jnp.outer(ap, u1) + jnp.outer(aq, u2)
     rp, rq = ep @ a, eq @ a
     a = a + jnp.outer(u1, rp) + jnp.outer(u2, rq)
@@ -268,21 +281,9 @@ def _svd_tall(a):
 
   def rot(t, carry):
     u, v = carry
-    i = t % npairs
-    p = jnp.sum(jnp.where(jnp.arange(npairs) == i, ps, 0))
-    q = jnp.sum(jnp.where(jnp.arange(npairs) == i, qs, 0))
-    ep, eq = _e(idx, p, dt), _e(idx, q, dt)
+    ep, eq = _pair_vectors(t, ps, qs, idx, dt)
     up, uq = u @ ep, u @ eq
-    alpha, beta, gamma = jnp.sum(up * up), jnp.sum(uq * uq), jnp.sum(up * uq)
-    nz = gamma != 0
-    zeta = (beta - alpha) / (2 * jnp.where(nz, gamma, 1.0))
-    sgn = jnp.where(zeta >= 0, 1.0, -1.0).astype(dt)
-    tt = sgn / (jnp.abs(zeta) + jnp.sqrt(1 + zeta * zeta))
-    tt = jnp.where(nz, tt, 0.0).astype(dt)
-    c = 1 / jnp.sqrt(1 + tt * tt)
-    s = c * tt
-    u1 = (c - 1) * ep + s * eq
-    u2 = (c - 1) * eq - s * ep
+    u1, u2 = _rotation(jnp.sum(up * up), jnp.sum(uq * uq), jnp.sum(up * uq), ep, eq, dt)
     u = u + jnp.outer(up, u1) + jnp.outer(uq, u2)
     vp, vq = v @ ep, v @ eq
     v = v + jnp.outer(vp, u1) + jnp.outer(vq, u2)
