@@ -505,17 +505,23 @@ def toeplitz(c, r=None):
   else:
     _util.check_arraylike("toeplitz", r)
     r = _vec(r)
-  c, r = _util.promote_dtypes(c, r)
-  batch = jnp.broadcast_shapes(c.shape[:-1], r.shape[:-1])
-  m, n = c.shape[-1], r.shape[-1]
-  c = jnp.broadcast_to(c, batch + (m,))
-  r = jnp.broadcast_to(r, batch + (n,))
+  c, r, batch, m, n = _column_and_row(c, r)
   if m == 0 or n == 0:
     return jnp.zeros(batch + (m, n), c.dtype)
   # one vector: r reversed (without r[0]) then c; out[i, j] = v[n - 1 + i - j]
   v = jnp.concatenate([jnp.flip(r[..., 1:], axis=-1), c], axis=-1)
   idx = (n - 1) + np.arange(m)[:, None] - np.arange(n)[None, :]
   return v[..., idx]
+
+
+def _column_and_row(c, r):
+  """``c`` and ``r`` of toeplitz/hankel promoted to one dtype and broadcast over their shared
+  batch dims: (c, r, batch, m, n)."""
+  jnp = _jnp()
+  c, r = _util.promote_dtypes(c, r)
+  batch = jnp.broadcast_shapes(c.shape[:-1], r.shape[:-1])
+  m, n = c.shape[-1], r.shape[-1]
+  return jnp.broadcast_to(c, batch + (m,)), jnp.broadcast_to(r, batch + (n,)), batch, m, n
 
 
 def hankel(c, r=None):
@@ -525,11 +531,7 @@ def hankel(c, r=None):
   _util.check_arraylike("hankel", c)
   c = _vec(c)
   r = jnp.zeros_like(c) if r is None else _vec(r)
-  c, r = _util.promote_dtypes(c, r)
-  batch = jnp.broadcast_shapes(c.shape[:-1], r.shape[:-1])
-  m, n = c.shape[-1], r.shape[-1]
-  c = jnp.broadcast_to(c, batch + (m,))
-  r = jnp.broadcast_to(r, batch + (n,))
+  c, r, batch, m, n = _column_and_row(c, r)
   if m == 0 or n == 0:
     return jnp.zeros(batch + (m, n), c.dtype)
   v = jnp.concatenate([c, r[..., 1:]], axis=-1)
