@@ -811,12 +811,7 @@ def _make_planner(cpu_be, module, info):
           srcs[id(geo.v)] = self.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
           todo.append((geo.v, srcs[id(geo.v)]))
       if todo:
-        needed, stack = set(), [v for v, _ in todo]
-        while stack:
-          x = stack.pop()
-          if id(x) not in needed:
-            needed.add(id(x))
-            stack.extend(x.operands)
+        needed = K._reachable([v for v, _ in todo], leafmap)
         instrs = [i for i in fc.instructions if id(i) in needed]
         for i in instrs:
           if i.opcode == "constant" and i.attrs["value"].ndim > 0:
