@@ -228,3 +228,80 @@ def test_loops_of_known_trip_count_read_nothing_back(monkeypatch, trips):
     assert rep[1] == trips and per_call >= trips * body
   if trips:
     assert replay[1].get("cuGraphLaunch", 0) == 2
+
+
+def _dataflow(exe, while_trips=3):
+  """What the entry's outputs hold after running ``exe.program`` symbolically: each buffer
+  (by address spec) holds a token naming how its value was made (kernel, inputs' tokens);
+  a host-driven while runs ``while_trips`` iterations.  Equal tokens: equal values.  Returns
+  (output tokens, device copies run)."""
+  mem = {}
+  copied = [0]
+
+  def get(spec):
+    return mem.get(spec, ("uninitialised", spec))
+
+  def run(prog):
+    for op in prog:
+      if op[0] == "k":
+        k = exe.kernels[op[1]]
+        specs = [(int(i), int(o)) for i, o in zip(op[2], op[3])]
+        writes = {id(w) for w in k.writes}
+        reads = {id(r) for r in k.reads}
+        ins = tuple(get(s) for b, s in zip(k.buffers, specs) if id(b) in reads)
+        for pos, (b, s) in enumerate(zip(k.buffers, specs)):
+          if id(b) in writes:
+            mem[s] = ("k", k.name, pos, ins)
+      elif op[0] == "copy":
+        mem[op[1]] = get(op[2])
+        copied[0] += 1
+      elif op[0] == "repeat":
+        list(cuda_backend._iterations(op, run))
+      elif op[0] == "while":
+        _, cond, _pred, body, _name, odd_cond, odd, fixup = op
+        for i in range(while_trips):
+          swapped = i & 1 and odd is not None
+          run(odd_cond if swapped else cond)
+          run(odd if swapped else body)
+        run(odd_cond if while_trips & 1 and odd is not None else cond)
+        if while_trips & 1 and odd is not None:
+          run(fixup)
+      else:
+        raise AssertionError(op[0])
+  run(exe.program)
+  n = len(exe.param_specs)
+  return [get((n + j, 0)) for j in range(len(exe.out_specs))], copied[0]
+
+
+_LOOPS = {
+    "scan": lambda v: ourjax.lax.scan(lambda c, x: (c * 2 + jnp.sum(c) + x, jnp.max(c)), v,
+                                      jnp.ones((5,) + v.shape, v.dtype)),
+    "fori_pair": lambda v: ourjax.lax.fori_loop(
+        0, 4, lambda i, ab: (ab[1] * 2 + i, ab[0] + jnp.sum(ab[1])), (v, v + 1)),
+    "fori_odd": lambda v: ourjax.lax.fori_loop(0, 3, lambda i, w: jnp.roll(w, 1) * 2 + i, v),
+    "while": lambda v: ourjax.lax.while_loop(lambda c: c[0] < 100.0,
+                                             lambda c: (c[0] + jnp.sum(c[1]), c[1] * 0.5),
+                                             (jnp.float32(0), v)),
+    "nested": lambda v: ourjax.lax.fori_loop(
+        0, 3, lambda i, w: ourjax.lax.fori_loop(0, 3, lambda j, u: u * 2 - jnp.sum(u) + j, w)
+        + 1, v),
+    "grad_scan": ourjax.grad(lambda v: jnp.sum(ourjax.lax.scan(
+        lambda c, x: (jnp.tanh(c * x), c), v, jnp.ones((4,) + v.shape, v.dtype))[1])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOOPS))
+def test_double_buffered_loops_compute_what_copies_do(name, monkeypatch):
+  """Loops whose iterations alternate between each state buffer and its next buffer (no copy
+  back) leave in the outputs the same values as loops that copy the next state back."""
+  x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+  monkeypatch.setenv("OURJAX_CUDA_DOUBLE_BUFFER", "0")
+  plain = _exe(_LOOPS[name], x)
+  monkeypatch.setenv("OURJAX_CUDA_DOUBLE_BUFFER", "1")
+  swapped = _exe(_LOOPS[name], x)
+  loops = [op for op in swapped.program if op[0] in ("repeat", "while")]
+  assert loops and any(op[3 if op[0] == "repeat" else 6] is not None for op in loops)
+  assert [k.name for k in plain.kernels] == [k.name for k in swapped.kernels]
+  (want, plain_copies), (got, copies) = _dataflow(plain), _dataflow(swapped)
+  assert got == want
+  assert copies < plain_copies

@@ -328,10 +328,16 @@ class WhileStep:
   parallel = False
 
   def __init__(self, cond_steps, pred: K.Buf, body_steps, trip_count=None,
-               name: str = "while"):
+               name: str = "while", copies_back=()):
     self.cond_steps, self.pred, self.body_steps = cond_steps, pred, body_steps
     self.trip_count = trip_count
     self.name = name
+    #: the copies ending ``body_steps`` that move the next state into the state buffers
+    self.copies_back = list(copies_back)
+    #: set by a backend that runs the loop double-buffered (the GPU's): instead of copying
+    #: back, iterations alternate between the state and next buffers, so ``_assign`` keeps
+    #: the next buffers alive across the whole loop
+    self.double_buffered = False
 
 
 class CondStep:
@@ -638,9 +644,10 @@ class _Planner:
                        else bo for k, (st, bo) in enumerate(zip(state, body_out)))
     body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
     # copy the next state back (skipping elements the body passes through)
-    self._copy_back(body, body_out, state, body_steps)
+    copies = self._copy_back(body, body_out, state, body_steps)
     from ourjax.lowering import loops
-    steps.append(WhileStep(cond_steps, pred, body_steps, loops.trip_count(instr), instr.name))
+    steps.append(WhileStep(cond_steps, pred, body_steps, loops.trip_count(instr), instr.name,
+                           copies))
     return state
 
   @staticmethod
@@ -691,8 +698,11 @@ class _Planner:
     return out
 
   def _copy_back(self, body, nxt, state, steps):
+    """Append the copies of the next state into the state buffers to ``steps``; returns
+    their kernels."""
     root = body.root
     p = body.parameters[0]
+    copies = []
 
     def rec(n, s, elem):
       if isinstance(s, tuple):
@@ -705,8 +715,10 @@ class _Planner:
         return   # passes the state element through unchanged
       if n is s:
         return   # updated in place
-      self._add_kernel(steps, K.CopyKernel(self._kname(), n, s))
+      copies.append(K.CopyKernel(self._kname(), n, s))
+      self._add_kernel(steps, copies[-1])
     rec(nxt, state, root)
+    return copies
 
   def _plan_conditional(self, instr, vals, steps, want):
     sel = self._as_buf(vals[instr.operands[0]], instr.operands[0], steps)
@@ -784,6 +796,10 @@ def _assign(planner: _Planner, steps, profile_bytes: int = 0) -> int:
           if id(s.pred) in first and first[id(s.pred)] < ls:
             last[id(s.pred)] = max(last[id(s.pred)], le)
         inner = loops + [(start, end)]
+        if s.double_buffered:   # the next state holds the carry every other iteration
+          for c in s.copies_back:
+            touch(c.src, start)
+            touch(c.src, end - 1)
         t = walk(s.cond_steps, t, inner)
         touch(s.pred, t)
         t = walk(s.body_steps, t, inner)

@@ -10,7 +10,10 @@ Compilation reuses the CPU backend's planning of the entry computation (``cpu/ba
 (``llvm/kernels.py``), and turns every planned kernel into GPU kernels (``codegen.translate``).
 Temporaries live in one *arena* allocation per call; parameters, outputs and the module's array
 constants (uploaded once, on the first call) have their own.  ``while`` and ``conditional`` run
-their computations' kernels from the host, reading the predicate or branch index back.
+their computations' kernels from the host, reading the predicate or branch index back; a loop
+of known trip count (a scan, a fori_loop) reads nothing back.  Loops are double-buffered: the
+next state is not copied into the state after each iteration, odd iterations run the body with
+each state buffer and its next buffer exchanged (``_double_buffer``).
 
 A call's Python work is small and fixed: the *slot table* of buffer addresses, one gather that
 computes every kernel's parameters from it, and the launches.  A program without host-driven
@@ -218,14 +221,20 @@ def _launch_ops(program):
   for op in program:
     if op[0] == "k":
       yield op
-    elif op[0] == "while":
-      yield from _launch_ops(op[1])
-      yield from _launch_ops(op[3])
-    elif op[0] == "repeat":
-      yield from _launch_ops(op[2])
+    elif op[0] in ("while", "repeat"):
+      for prog in _loop_programs(op):
+        yield from _launch_ops(prog)
     elif op[0] == "cond":
       for br in op[3]:
         yield from _launch_ops(br)
+
+
+def _loop_programs(op):
+  """The programs inside a ``repeat`` or ``while`` op: its body (and condition), their
+  double-buffered odd versions where there are, and the fix-up copies."""
+  if op[0] == "repeat":
+    return [p for p in (op[2], op[3], op[4]) if p is not None]
+  return [p for p in (op[1], op[3], op[5], op[6], op[7]) if p is not None]
 
 
 def _resolve(program, funcs, starts):
@@ -245,9 +254,12 @@ def _resolve(program, funcs, starts):
       out.append(op)
     elif kind == "while":
       out.append(("while", _resolve(op[1], funcs, starts), op[2],
-                  _resolve(op[3], funcs, starts), op[4]))
+                  _resolve(op[3], funcs, starts), op[4],
+                  None if op[5] is None else _resolve(op[5], funcs, starts),
+                  None if op[6] is None else _resolve(op[6], funcs, starts), op[7]))
     elif kind == "repeat":
-      out.append(("repeat", op[1], _resolve(op[2], funcs, starts)))
+      out.append(("repeat", op[1], _resolve(op[2], funcs, starts),
+                  None if op[3] is None else _resolve(op[3], funcs, starts), op[4]))
     elif kind == "cond":
       out.append(("cond", op[1], op[2], [_resolve(b, funcs, starts) for b in op[3]], op[4]))
     else:   # pragma: no cover
@@ -297,10 +309,24 @@ def _flat_program(program):
   once per iteration; yields ("while" | "cond", ...) ops as they are (the host drives them)."""
   for op in program:
     if op[0] == "repeat":
-      for _ in range(op[1]):
-        yield from _flat_program(op[2])
+      yield from _iterations(op, _flat_program)
     else:
       yield op
+
+
+def _iterations(op, run):
+  """``run(program)`` for each iteration of the ``repeat`` op ``op`` (alternating with its
+  double-buffered odd body when it has one), then its fix-up copies when due; yields what
+  each ``run`` yields."""
+  _, n, body, odd, fixup = op
+  for i in range(n):
+    r = run(odd if (i & 1 and odd is not None) else body)
+    if r is not None:
+      yield from r
+  if odd is not None and n & 1:
+    r = run(fixup)
+    if r is not None:
+      yield from r
 
 
 def _count_flat(program) -> tuple:
@@ -309,7 +335,7 @@ def _count_flat(program) -> tuple:
   for op in program:
     if op[0] == "repeat":
       n, h = _count_flat(op[2])
-      nodes += op[1] * n
+      nodes += op[1] * n + (len(op[4]) if op[3] is not None and op[1] & 1 else 0)
       host |= h
     elif op[0] in ("while", "cond"):
       host.add(op[0])
@@ -686,17 +712,22 @@ class CudaExecutable:
         if timings is not None:
           timings.append(("copy", nbytes, e0, driver.Event(dev, timing=True).record()))
       elif kind == "repeat":
-        for _ in range(op[1]):
-          self._run(dev, op[2], slots, base)
+        for _ in _iterations(op, lambda prog: self._run(dev, prog, slots, base)):
+          pass
       elif kind == "while":
-        _, cond, pred, body, name = op
+        _, cond, pred, body, name, odd_cond, odd, fixup = op
         flag = np.zeros((), np.uint8)
+        i = 0
         while True:
-          self._run(dev, cond, slots, base)
+          swapped = i & 1 and odd is not None
+          self._run(dev, odd_cond if swapped else cond, slots, base)
           self._read_back(dev, flag, _addr(slots, pred), name)
           if not flag:
             break
-          self._run(dev, body, slots, base)
+          self._run(dev, odd if swapped else body, slots, base)
+          i += 1
+        if i & 1 and odd is not None:
+          self._run(dev, fixup, slots, base)
       elif kind == "cond":
         _, sel, dt, branches, name = op
         v = np.zeros((), dt)
@@ -826,6 +857,11 @@ def _make_planner(cpu_be, module, info):
                                                    else [fc.root])))]
       return tuple(out) if instr.shape.is_tuple else out[0]
 
+    def _plan_while(self, instr, vals, steps, want, last_use, pos):
+      state = super()._plan_while(instr, vals, steps, want, last_use, pos)
+      _double_buffer(steps[-1])
+      return state
+
     def _add_kernel(self, steps, kernel):
       self._tag(kernel)
       for g in codegen.translate(kernel, self.temp, info, cpu_be.MAX_THREADS):
@@ -833,6 +869,45 @@ def _make_planner(cpu_be, module, info):
         steps.append(cpu_be.KernelStep(g))
 
   return GpuPlanner(module)
+
+
+def _double_buffer(step) -> None:
+  """Run the while loop ``step`` double-buffered when it copies a next state back: the copies
+  (a device copy per carried array per iteration, e.g. a scan's hidden state or a gradient
+  accumulator) give way to renaming, iterations alternating which buffer of each pair holds
+  the state (``_plan``'s ``loop``).  ``OURJAX_CUDA_DOUBLE_BUFFER=0`` keeps the copies."""
+  if os.environ.get("OURJAX_CUDA_DOUBLE_BUFFER", "1").strip().lower() in ("0", "false", "no",
+                                                                           "off"):
+    return
+  step.double_buffered = bool(step.copies_back)
+
+
+def _renamed(program, swap):
+  """``program`` with every buffer address spec in ``swap`` replaced by its partner (the same
+  iteration run with each state buffer and its next buffer exchanged)."""
+  out = []
+  for op in program:
+    kind = op[0]
+    if kind == "k":
+      pairs = [swap.get((int(i), int(o)), (int(i), int(o))) for i, o in zip(op[2], op[3])]
+      out.append(("k", op[1], np.array([x[0] for x in pairs], np.int64),
+                  np.array([x[1] for x in pairs], np.uint64)))
+    elif kind == "copy":
+      out.append(("copy", swap.get(op[1], op[1]), swap.get(op[2], op[2]), op[3]))
+    elif kind == "repeat":
+      out.append(("repeat", op[1], _renamed(op[2], swap),
+                  None if op[3] is None else _renamed(op[3], swap), _renamed(op[4], swap)))
+    elif kind == "while":
+      out.append(("while", _renamed(op[1], swap), swap.get(op[2], op[2]),
+                  _renamed(op[3], swap), op[4],
+                  None if op[5] is None else _renamed(op[5], swap),
+                  None if op[6] is None else _renamed(op[6], swap), _renamed(op[7], swap)))
+    elif kind == "cond":
+      out.append(("cond", swap.get(op[1], op[1]), op[2],
+                  [_renamed(b, swap) for b in op[3]], op[4]))
+    else:   # pragma: no cover
+      raise AssertionError(kind)
+  return out
 
 
 def _plan(module: hlo.Module, info: codegen.DeviceInfo):
@@ -871,17 +946,37 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
         sp = [spec(x) for x in k.buffers]
         out.append(("k", index[id(k)], np.array([x[0] for x in sp], np.int64),
                     np.array([x[1] for x in sp], np.uint64)))
-      elif isinstance(s, cpu_be.WhileStep) and s.trip_count is not None:
-        out.append(("repeat", s.trip_count, program(s.body_steps)))
       elif isinstance(s, cpu_be.WhileStep):
-        out.append(("while", program(s.cond_steps), spec(s.pred), program(s.body_steps),
-                    s.name))
+        out.append(loop(s))
       elif isinstance(s, cpu_be.CondStep):
         out.append(("cond", spec(s.selector), np.dtype(s.selector.dtype),
                     [program(br) for br in s.branches], s.name))
       else:   # pragma: no cover
         raise K.PlanError(f"unknown step {s!r}")
     return out
+
+  def loop(s):
+    """A ``repeat`` (trip count known) or host-driven ``while`` op.  A double-buffered loop
+    (``_double_buffer``) leaves out the copies of its next state into the state: its odd
+    iterations run the body with each (state, next) buffer pair swapped, and ``fixup``
+    copies the state into place after an odd number of iterations."""
+    skip = {(id(c.src), id(c.dst)) for c in s.copies_back} if s.double_buffered else set()
+    body = program([x for x in s.body_steps
+                    if not (isinstance(x, cpu_be.KernelStep) and x.kernel.is_copy
+                            and (id(x.kernel.src), id(x.kernel.dst)) in skip)])
+    cond = program(s.cond_steps)
+    odd = odd_cond = None
+    fixup = []
+    if skip:
+      swap = {}
+      for c in s.copies_back:
+        a, b = spec(c.src), spec(c.dst)
+        swap[a], swap[b] = b, a
+        fixup.append(("copy", b, a, c.dst.nbytes))
+      odd, odd_cond = _renamed(body, swap), _renamed(cond, swap)
+    if s.trip_count is not None:
+      return ("repeat", s.trip_count, body, odd, fixup)
+    return ("while", cond, spec(s.pred), body, s.name, odd_cond, odd, fixup)
 
   prog = program(steps)
   param_specs = [(p.dtype, p.dims) for p in entry.parameters]
