@@ -244,14 +244,16 @@ def _dataflow(exe, while_trips=3):
   def run(prog):
     for op in prog:
       if op[0] == "k":
-        k = exe.kernels[op[1]]
-        specs = [(int(i), int(o)) for i, o in zip(op[2], op[3])]
-        writes = {id(w) for w in k.writes}
-        reads = {id(r) for r in k.reads}
-        ins = tuple(get(s) for b, s in zip(k.buffers, specs) if id(b) in reads)
-        for pos, (b, s) in enumerate(zip(k.buffers, specs)):
-          if id(b) in writes:
-            mem[s] = ("k", k.name, pos, ins)
+        merged = exe.kernels[op[1]]
+        where = {id(b): (int(i), int(o)) for b, i, o in zip(merged.buffers, op[2], op[3])}
+        for k in getattr(merged, "parts", [merged]):    # (independent: any order will do)
+          specs = [where[id(b)] for b in k.buffers]
+          writes = {id(w) for w in k.writes}
+          reads = {id(r) for r in k.reads}
+          ins = tuple(get(s) for b, s in zip(k.buffers, specs) if id(b) in reads)
+          for pos, (b, s) in enumerate(zip(k.buffers, specs)):
+            if id(b) in writes:
+              mem[s] = ("k", k.name, pos, ins)
       elif op[0] == "copy":
         mem[op[1]] = get(op[2])
         copied[0] += 1
@@ -295,13 +297,58 @@ def test_double_buffered_loops_compute_what_copies_do(name, monkeypatch):
   """Loops whose iterations alternate between each state buffer and its next buffer (no copy
   back) leave in the outputs the same values as loops that copy the next state back."""
   x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+  monkeypatch.setenv("OURJAX_CUDA_HORIZONTAL", "0")
   monkeypatch.setenv("OURJAX_CUDA_DOUBLE_BUFFER", "0")
   plain = _exe(_LOOPS[name], x)
   monkeypatch.setenv("OURJAX_CUDA_DOUBLE_BUFFER", "1")
   swapped = _exe(_LOOPS[name], x)
   loops = [op for op in swapped.program if op[0] in ("repeat", "while")]
   assert loops and any(op[3 if op[0] == "repeat" else 6] is not None for op in loops)
-  assert [k.name for k in plain.kernels] == [k.name for k in swapped.kernels]
   (want, plain_copies), (got, copies) = _dataflow(plain), _dataflow(swapped)
   assert got == want
   assert copies < plain_copies
+
+
+def _lstm_like(params, xs):
+  def cell(carry, x):
+    h, c = carry
+    z = x @ params[0] + h @ params[1]
+    i, f, g, o = jnp.split(z, 4, axis=-1)
+    c = ourjax.nn.sigmoid(f) * c + ourjax.nn.sigmoid(i) * jnp.tanh(g)
+    h = ourjax.nn.sigmoid(o) * jnp.tanh(c)
+    return (h, c), h
+  zeros = jnp.zeros((xs.shape[1], params[1].shape[0]), xs.dtype)
+  return jnp.sum(ourjax.lax.scan(cell, (zeros, zeros), xs)[1] ** 2)
+
+
+_MERGED = dict(_LOOPS, lstm_grad=None, siblings=lambda v: (jnp.exp(v), v * 2, jnp.sin(v).T,
+                                                           jnp.cumsum(v, 0) + 1))
+
+
+@pytest.mark.parametrize("name", sorted(_MERGED))
+def test_horizontal_kernels_compute_what_their_parts_do(name, monkeypatch):
+  """Independent kernels merged into one launch (``cuda/horizontal.py``) leave the same values
+  in the outputs as the kernels launched one by one, and the merged program has fewer
+  launches."""
+  if name == "lstm_grad":
+    rng = np.random.RandomState(0)
+    args = ((rng.randn(3, 16).astype(np.float32), rng.randn(4, 16).astype(np.float32)),
+            rng.randn(5, 2, 3).astype(np.float32))
+    fn = ourjax.grad(_lstm_like)
+  else:
+    args = (np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6),)
+    fn = _MERGED[name]
+  monkeypatch.setenv("OURJAX_CUDA_HORIZONTAL", "0")
+  plain = _exe(fn, *args)
+  monkeypatch.setenv("OURJAX_CUDA_HORIZONTAL", "1")
+  merged = _exe(fn, *args)
+  assert _dataflow(merged)[0] == _dataflow(plain)[0]
+  assert len(list(cuda_backend._launch_ops(merged.program))) <= \
+      len(list(cuda_backend._launch_ops(plain.program)))
+  parts = [p for k in merged.kernels for p in getattr(k, "parts", [])]
+  for k in merged.kernels:        # every part is launched exactly once, inside one kernel
+    if hasattr(k, "parts"):
+      assert len(k.parts) >= 2 and k.launch(None)[0][0] == k.ranges[-1][1]
+  assert len({id(p) for p in parts}) == len(parts)
+  if name in ("lstm_grad", "siblings"):
+    assert parts

@@ -41,7 +41,7 @@ import weakref
 import numpy as np
 
 from ourjax import _phases
-from ourjax.backends.cuda import codegen, driver
+from ourjax.backends.cuda import codegen, driver, horizontal
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.errors import CompileError, DeviceError
@@ -910,6 +910,31 @@ def _renamed(program, swap):
   return out
 
 
+def _merge_horizontal(planner, steps, info, cpu_be):
+  """``steps`` with independent neighbouring kernels launched as one (``horizontal.py``); the
+  planner's kernel list follows."""
+  gone, first = set(), {}
+
+  def replaced(merged, parts):
+    merged.hlo_group = getattr(parts[0], "hlo_group", None)
+    first[id(parts[0])] = merged
+    gone.update(id(p) for p in parts)
+
+  def name_of(parts):
+    return parts[0].name + "_h"
+
+  steps = horizontal.merge_steps(steps, info, cpu_be.KernelStep, name_of, replaced)
+  if gone:
+    kernels = []
+    for k in planner.kernels:
+      if id(k) in first:
+        kernels.append(first[id(k)])
+      if id(k) not in gone:
+        kernels.append(k)
+    planner.kernels = kernels
+  return steps
+
+
 def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   cpu_be = _cpu_planning()
   planner = _make_planner(cpu_be, module, info)
@@ -917,6 +942,8 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   params, outs, result = cpu_be.entry_buffers(entry)
   nparams = len(params)
   steps = planner.plan_computation(entry, params, result, direct=True)
+  if horizontal.enabled():
+    steps = _merge_horizontal(planner, steps, info, cpu_be)
   arena_bytes = cpu_be._assign(planner, steps)
   slot = nparams + len(outs)
   consts = []
@@ -1004,7 +1031,9 @@ def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
       m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
       k.emit_gpu(m)
       text = str(m)
-      key = re.sub(re.escape(k.name) + r"(?![0-9])", "\x00", text)
+      key = text
+      for own in getattr(k, "function_names", lambda: [k.name])():
+        key = re.sub(re.escape(own) + r"(?![0-9])", "\x00", key)
       if key not in first:
         first[key] = len(texts)
         texts.append(text)

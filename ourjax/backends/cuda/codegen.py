@@ -198,7 +198,12 @@ def _decl(mod, name, ret, args):
 
 
 def sreg(b, name: str):
-  """A special register (``tid.x``, ``ctaid.x``, ``ntid.x``, ``nctaid.x``...) as i32."""
+  """A special register (``tid.x``, ``ctaid.x``, ``ntid.x``, ``nctaid.x``...) as i32, or the
+  value a kernel emitted as part of another sets for it (``b.sreg_values``, see
+  ``horizontal.py``)."""
+  over = getattr(b, "sreg_values", None)
+  if over and name in over:
+    return over[name]
   return b.call(_decl(b.module, f"llvm.nvvm.read.ptx.sreg.{name}", I32, []), [])
 
 

@@ -120,6 +120,13 @@ def _group_of(kernel):
 def describe(kernel) -> dict:
   """The profiler's record of ``kernel`` (see the module docstring); JSON-serialisable."""
   kind = type(kernel).__name__
+  parts = getattr(kernel, "parts", None)
+  if parts:                     # kernels launched as one (cuda/horizontal.py)
+    ds = [describe(p) for p in parts]
+    return {"name": kernel.name, "kind": kind,
+            "hlo": " + ".join(d["hlo"] for d in ds),
+            "group": ds[0]["group"], "bytes": sum(d["bytes"] for d in ds),
+            "flops": sum(d["flops"] for d in ds)}
   instrs = covered(kernel)
   group = _group_of(kernel)
   names = [i.name or i.opcode for i in instrs]

@@ -1,0 +1,172 @@
+"""Horizontal fusion: independent GPU kernels that run one after the other become one launch.
+
+A kernel launch costs the device about a microsecond and a half even inside a CUDA graph, more
+than the work of a small kernel: a scan iteration of an LSTM's forward pass plans a dozen small
+kernels (the step's gates, each residual written into its stacked slice), an RK4 step several.
+Kernels that neither read what another writes nor write what another reads or writes can run
+at the same time; XLA's horizontal fusion puts such kernels into one.  Here the planned steps
+of every straight-line stretch are grouped (``merge_steps``) and each group of two or more
+becomes one ``Horizontal`` kernel: its grid is the parts' grids end to end, block ``b`` runs
+part ``i`` when ``b`` falls in part ``i``'s range, with the special registers the part reads
+(``ctaid.x``, ``nctaid.x``, ``ntid.x``) answering as in the part's own launch
+(``codegen.sreg``'s overrides); threads beyond a part's block size skip it.
+
+Parts are the grid-stride kernels without block-wide barriers or scratch (``Elementwise``,
+``Threaded``).  A kernel joins the nearest open group above it when nothing between the group
+and the kernel (nor the group itself) conflicts with it, looking back at most ``LOOKBACK``
+steps, so kernels move up only past independent neighbours and live ranges barely change.
+Grouping runs before buffer assignment: the parts' buffers are distinct ``Buf`` objects, all
+alive at the merged step, so they get disjoint memory.  ``OURJAX_CUDA_HORIZONTAL=0`` turns it
+off.
+"""
+from __future__ import annotations
+
+import os
+
+from llvmlite import ir
+
+from ourjax.backends.cuda import codegen
+from ourjax.backends.cuda.codegen import I32, GpuKernel
+
+__all__ = ["Horizontal", "merge_steps", "enabled"]
+
+#: How many steps back a kernel may move to join a group.
+LOOKBACK = 12
+
+
+def enabled() -> bool:
+  return os.environ.get("OURJAX_CUDA_HORIZONTAL", "1").strip().lower() not in (
+      "0", "false", "no", "off")
+
+
+def mergeable(kernel) -> bool:
+  """Whether ``kernel`` can be a part: a 1-D grid-stride kernel whose blocks need no barrier,
+  shared memory or scratch of their own."""
+  if isinstance(kernel, Horizontal):
+    return True
+  if type(kernel) not in (codegen.Elementwise, codegen.Threaded) or kernel.scratch:
+    return False
+  return True
+
+
+class Horizontal(GpuKernel):
+  """Independent kernels ``parts`` launched as one (see the module docstring).  The parts'
+  grids are fixed here from ``info`` (each part's own launch on that device); a part's code
+  covers its elements whatever grid it gets, so a device with another SM count only changes
+  how the work is spread."""
+
+  def __init__(self, name, parts, info):
+    flat = []
+    for p in parts:
+      flat.extend(p.parts if isinstance(p, Horizontal) else [p])
+    self.parts = flat
+    self.ranges = []
+    start = 0
+    block = 1
+    for p in flat:
+      (gx, gy, gz), (bx, by, bz), shared = p.launch(info)
+      if gy != 1 or gz != 1 or by != 1 or bz != 1 or shared:
+        raise ValueError(f"{p.name}: not a 1-D launch without shared memory")
+      self.ranges.append((start, start + gx, bx))
+      start += gx
+      block = max(block, bx)
+    self.blocks, self.block = start, block
+    reads, writes, seen = [], [], set()
+    for p in flat:
+      for x in p.writes:
+        if id(x) not in seen:
+          seen.add(id(x))
+          writes.append(x)
+    for p in flat:
+      for x in p.reads:
+        if id(x) not in seen:
+          seen.add(id(x))
+          reads.append(x)
+    super().__init__(name, reads, writes, work=sum(p.work for p in flat))
+
+  def launch(self, info):
+    return (self.blocks, 1, 1), (self.block, 1, 1), 0
+
+  def emit_gpu(self, module):
+    for p in self.parts:
+      if isinstance(p, codegen.Threaded):
+        p.inner.emit(module)
+    return super().emit_gpu(module)
+
+  def gpu_body(self, b, ptr):
+    blk = codegen.sreg(b, "ctaid.x")
+    tid = codegen.sreg(b, "tid.x")
+    for p, (lo, hi, bx) in zip(self.parts, self.ranges):
+      inside = b.and_(b.icmp_unsigned(">=", blk, ir.Constant(I32, lo)),
+                      b.icmp_unsigned("<", blk, ir.Constant(I32, hi)))
+      if bx < self.block:
+        inside = b.and_(inside, b.icmp_unsigned("<", tid, ir.Constant(I32, bx)))
+      with b.if_then(inside):
+        saved = getattr(b, "sreg_values", None)
+        b.sreg_values = {"ctaid.x": b.sub(blk, ir.Constant(I32, lo)),
+                         "nctaid.x": ir.Constant(I32, hi - lo),
+                         "ntid.x": ir.Constant(I32, bx)}
+        try:
+          p.gpu_body(b, ptr)
+        finally:
+          b.sreg_values = saved
+
+  def function_names(self):
+    """Names this kernel's module defines (its own and its parts' helper functions)."""
+    return [self.name] + [p.inner.name for p in self.parts if isinstance(p, codegen.Threaded)]
+
+
+def _conflict(a, b) -> bool:
+  """Whether kernels ``a`` and ``b`` must run in order: one writes a buffer the other reads
+  or writes."""
+  wa = {id(x) for x in a.writes}
+  wb = {id(x) for x in b.writes}
+  if wa & wb:
+    return True
+  return bool(wa & {id(x) for x in b.reads}) or bool(wb & {id(x) for x in a.reads})
+
+
+def merge_steps(steps, info, step_type, name_of, replaced):
+  """``steps`` with the kernels of each straight-line stretch grouped (module docstring);
+  loops' and conditionals' steps are grouped inside.  ``step_type(kernel)`` makes a step,
+  ``name_of(parts)`` names a merged kernel, ``replaced(merged, parts)`` is told of each."""
+  out = []          # steps; a group is a list of kernels until the stretch ends
+  for s in steps:
+    k = getattr(s, "kernel", None)
+    if k is None:
+      for attr in ("cond_steps", "body_steps"):
+        if hasattr(s, attr):
+          setattr(s, attr, merge_steps(getattr(s, attr), info, step_type, name_of, replaced))
+      if hasattr(s, "branches"):
+        s.branches = [merge_steps(br, info, step_type, name_of, replaced) for br in s.branches]
+      out.append(s)
+      continue
+    target = None
+    if mergeable(k):
+      for j in range(len(out) - 1, max(-1, len(out) - 1 - LOOKBACK), -1):
+        item = out[j]
+        if isinstance(item, list):
+          if any(_conflict(m, k) for m in item):
+            break
+          target = item
+          break
+        other = getattr(item, "kernel", None)
+        if other is None or _conflict(other, k):
+          break
+    if target is not None:
+      target.append(k)
+    elif mergeable(k):
+      out.append([k])
+    else:
+      out.append(s)
+  result = []
+  for item in out:
+    if not isinstance(item, list):
+      result.append(item)
+    elif len(item) == 1:
+      result.append(step_type(item[0]))
+    else:
+      merged = Horizontal(name_of(item), item, info)
+      replaced(merged, item)
+      result.append(step_type(merged))
+  return result
