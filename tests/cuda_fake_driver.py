@@ -34,6 +34,7 @@ class CUresult(enum.IntEnum):
   CUDA_ERROR_INVALID_VALUE = 1
   CUDA_ERROR_OUT_OF_MEMORY = 2
   CUDA_ERROR_NOT_READY = 600
+  CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 
 
 class _Handle:
@@ -202,7 +203,14 @@ class FakeDriver:
   def cuEventCreate(self, flags):
     return self._ok("cuEventCreate", _Handle("event"))
 
+  def _dead(self, name, event):
+    """The error a real driver gives for an event that was destroyed (its memory reused)."""
+    self.calls[name] += 1
+    return (CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,)
+
   def cuEventRecord(self, event, stream):
+    if getattr(event, "destroyed", False):
+      return self._dead("cuEventRecord", event)
     # a fake device clock: every record is one microsecond after the one before it, so that
     # elapsed times are positive and in stream order
     self.clock_ms += 0.001
@@ -219,6 +227,9 @@ class FakeDriver:
     return self._ok("cuEventElapsedTime", getattr(b, "ms", 0.001) - getattr(a, "ms", 0.0))
 
   def cuEventDestroy(self, event):
+    if getattr(event, "destroyed", False):
+      return self._dead("cuEventDestroy", event)
+    event.destroyed = True
     return self._ok("cuEventDestroy")
 
   # -- graphs ----------------------------------------------------------------------------------

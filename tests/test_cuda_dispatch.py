@@ -352,3 +352,21 @@ def test_horizontal_kernels_compute_what_their_parts_do(name, monkeypatch):
   assert len({id(p) for p in parts}) == len(parts)
   if name in ("lstm_grad", "siblings"):
     assert parts
+
+
+def test_events_finalized_in_a_garbage_cycle_are_not_reused():
+  """Arrays that die in a reference cycle are finalized together with their ``_Ready`` and its
+  event; the ``_Ready``'s finalizer returning the event to the pool must not hand a destroyed
+  event to a later call (on a GPU: CUDA_ERROR_CONTEXT_IS_DESTROYED at cuEventRecord)."""
+  import gc
+  x = np.ones((8, 8), np.float32)
+  with cuda_fake_driver.installed() as fake:
+    f = ourjax.jit(lambda v: v * 2 + 1)
+    for _ in range(20):
+      out = f(x)
+      cycle = [out]
+      cycle.append(cycle)
+      del out, cycle
+      gc.collect()
+    f(x)
+    assert fake.calls.get("cuEventRecord", 0) >= 21

@@ -72,16 +72,19 @@ class _Ready:
   @classmethod
   def record(cls, dev, pool: list) -> "_Ready":
     """An event recorded on ``dev``'s stream now, taken from ``pool`` when it has one."""
-    try:
+    event = None
+    while pool and event is None:
       event = pool.pop()
-    except IndexError:
+      if not event.alive:          # finalized along with a garbage cycle (``Event.alive``)
+        event = None
+    if event is None:
       event = driver.Event(dev)
     return cls(event.record(), pool)
 
   def __del__(self):
     try:
       pool = self._pool
-      if pool is not None and len(pool) < _EVENT_POOL_MAX:
+      if pool is not None and len(pool) < _EVENT_POOL_MAX and self.event.alive:
         pool.append(self.event)
     except Exception:   # pragma: no cover - interpreter shutdown
       pass

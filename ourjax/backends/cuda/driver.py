@@ -374,10 +374,20 @@ class Event:
     return float(_check(_driver().cuEventElapsedTime(self.handle, later.handle),
                         "cuEventElapsedTime"))
 
+  @property
+  def alive(self) -> bool:
+    """False once the event is destroyed: an event can be finalized and still be reachable
+    (the garbage collector runs the finalizers of a whole cycle, e.g. an array, its
+    ``_Ready`` and this event, before it finds that ``_Ready``'s finalizer put the event back
+    in its pool)."""
+    return self.handle is not None
+
   def __del__(self):
     try:
-      if _drv is not None and getattr(self, "handle", None) is not None:
-        _drv.cuEventDestroy(self.handle)
+      h = getattr(self, "handle", None)
+      self.handle = None
+      if _drv is not None and h is not None:
+        _drv.cuEventDestroy(h)
     except Exception:   # pragma: no cover - interpreter shutdown
       pass
 
