@@ -59,12 +59,14 @@ class ModuleExecutable:
   the jaxpr's outputs (weak types included).  ``kept_args`` are the indices of the arguments
   the module takes (unused ones are dropped before the call), None for all of them."""
 
-  def __init__(self, module, compiled, hoisted, out_avals, backend: str, kept_args=None):
+  def __init__(self, module, compiled, hoisted, out_avals, backend: str, kept_args=None,
+               donation=None):
     self.module, self.compiled, self.backend = module, compiled, backend
     self.hoisted = [_host(c) for c in hoisted]
     self.out_avals = list(out_avals)
     self.kept_args = None if kept_args is None else tuple(kept_args)
     self._hoisted_arrays = None
+    self.donation = donation      # (``_donation.Donation`` of the module's parameters, or None)
 
   _profile_runner = None     # (backends/profiling.py)
 
@@ -75,9 +77,15 @@ class ModuleExecutable:
 
   def _run(self, compiled, args):
     """Call ``compiled`` (``self.compiled``, or the profiler's stand-in for it)."""
-    from ourjax.array import Array, to_numpy
     if self.kept_args is not None:
       args = [args[i] for i in self.kept_args]
+    if self.donation is not None:
+      from ourjax import _donation
+      return _donation.run(self, compiled, args, lambda a: self._call(compiled, a))
+    return self._call(compiled, args)
+
+  def _call(self, compiled, args):
+    from ourjax.array import Array, to_numpy
     if getattr(compiled, "device_resident", False):
       # a device backend takes Arrays as they are (their data may already be on the device)
       # and returns device buffers; hoisted constants become Arrays once, so that their
@@ -97,6 +105,10 @@ class ModuleExecutable:
     maker = getattr(self.compiled, "fast_caller", None)
     if maker is None:
       return None
+    if self.donation is not None:
+      # (the executable's own call, which hands donated buffers over and deletes the arrays)
+      run, compiled = self._run, self.compiled
+      return lambda args: run(compiled, args)
     if getattr(self.compiled, "device_resident", False):
       # device results stay on the device; hoisted constants share their device copies with
       # the general path's (see __call__)
@@ -205,22 +217,36 @@ def _log_compile(name: str, in_avals, reason: str | None) -> None:
   log.warning(msg)
 
 
+def donation_of(lowering, closed: core.ClosedJaxpr, donated):
+  """The ``_donation.Donation`` of ``lowering``'s module for ``donated`` (a bool per argument
+  leaf of ``closed``; pruned arguments are not donated), warning about unusable ones; None when
+  nothing is donated."""
+  if not donated or not any(donated):
+    return None
+  from ourjax import _donation
+  kept = lowering.kept_args
+  return _donation.set_up([closed.in_avals[i] for i in kept], closed.out_avals,
+                          [bool(donated[i]) for i in kept])
+
+
 def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str = "",
-                     log_reason: str | None = None) -> ModuleExecutable:
+                     log_reason: str | None = None, donation=None) -> ModuleExecutable:
   """Optimize a copy of a lowered module (``from_jaxpr.lower``; the lowering itself stays as it
   was) and compile it with ``backend``; with ``jax_log_compiles`` the time of each phase is
-  logged after it (``_phases``)."""
+  logged after it (``_phases``).  ``donation`` (``donation_of``): the module's outputs that
+  are written into donated parameters (``module.input_output_alias``) and the arguments a call
+  deletes."""
   _log_compile(name, closed.in_avals, log_reason)
   outer = _phases.current()
   times = outer or _phases.begin(name)
   with _phases.collecting(times):
-    exe = _compile_lowering(lowering, closed, backend)
+    exe = _compile_lowering(lowering, closed, backend, donation)
   if outer is None:
     _phases.report(times)
   return exe
 
 
-def _compile_lowering(lowering, closed, backend):
+def _compile_lowering(lowering, closed, backend, donation=None):
   from ourjax.lowering import pipeline
   module = lowering.module.clone()
   dump = os.environ.get("OURJAX_DUMP")
@@ -233,33 +259,38 @@ def _compile_lowering(lowering, closed, backend):
   pipeline.optimize(module, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                     late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
   kept = lowering.kept_args
+  if donation is not None and donation.aliases:
+    # XLA's input_output_alias: output j is written into parameter k's buffer
+    module.input_output_alias = dict(donation.aliases)
   # (under OURJAX_PROFILE=1 every call is profiled: compile the instrumented code only)
   opts = {"profile": True} if _profile_all and name == "cpu" else {}
   return ModuleExecutable(module, _backend_module(backend).compile(module, **opts),
                           lowering.hoisted, closed.out_avals, backend or default_backend_name(),
-                          None if len(kept) == len(closed.in_avals) else kept)
+                          None if len(kept) == len(closed.in_avals) else kept, donation)
 
 
 def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
                   keep_unused: bool = True, log_reason: str | None = None, cache: bool = True,
-                  times=None):
+                  times=None, donated=None):
   """The executable of ``closed`` (cached per jaxpr object, backend and ``keep_unused`` unless
   ``cache=False``, for callers that keep it themselves): a ``ModuleExecutable``, or, when some
   primitive has no lowering rule and ``OURJAX_STRICT_LOWERING`` is not set, a
-  ``JaxprEvaluator``.  ``times``: the compile-phase record begun at tracing (``_phases``)."""
+  ``JaxprEvaluator``.  ``times``: the compile-phase record begun at tracing (``_phases``).
+  ``donated``: a bool per argument leaf (``jit``'s donate_argnums, see ``_donation``)."""
+  donated = tuple(donated) if donated and any(donated) else None
   if not cache:
-    return _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times)
-  key = (id(closed), backend, keep_unused)
+    return _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times, donated)
+  key = (id(closed), backend, keep_unused, donated)
   hit = _cache.get(key)
   if hit is not None and hit[0] is closed:
     return hit[1]
   # (compiled once when threads ask together; the entry keeps ``closed`` alive, so its id
   # names it for good)
   return _once.build_once(_cache, key, lambda: (closed, _compile_jaxpr(
-      closed, backend, name, keep_unused, log_reason)))[1]
+      closed, backend, name, keep_unused, log_reason, None, donated)))[1]
 
 
-def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None):
+def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, donated=None):
   from ourjax.lowering import from_jaxpr
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
@@ -270,7 +301,8 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None):
     with _phases.collecting(times):
       with _phases.phase("lower"):
         lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
-      exe = compile_lowering(lowering, closed, backend, name, log_reason)
+      exe = compile_lowering(lowering, closed, backend, name, log_reason,
+                             donation_of(lowering, closed, donated))
     _phases.report(times)
     return exe
   except from_jaxpr.LoweringError as e:

@@ -1,0 +1,434 @@
+"""Buffer donation (``jit(..., donate_argnums=...)``) against JAX's semantics: results equal the
+undonated call's (random shape-preserving programs, hypothesis, including ones that read a
+donated input after the output that reuses it is computed), the donated buffer really holds
+the output afterwards, donated arrays are deleted (JAX's errors and warning), training-loop
+style repeated calls, the planner's decisions on the CPU and (compiled without a GPU) the CUDA
+backend, and ``Compiled.memory_analysis()``."""
+from __future__ import annotations
+
+import gc
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import lax
+from ourjax.errors import JaxRuntimeError
+
+F32 = np.float32
+
+
+def _addr(a) -> int:
+  """The address of a host Array's data (what JAX's ``unsafe_buffer_pointer`` gives)."""
+  return a._npy.ctypes.data
+
+
+def _fresh(x):
+  """An Array that owns its buffer (as a jitted result or an eager one does)."""
+  return ourjax.jit(lambda v: v + 0)(np.asarray(x))
+
+
+def _kinds(f, *args):
+  exe = f.lower(*args).compile().runtime_executable()
+  return dict(zip([j for j, _ in exe.aliases], exe.meta["alias_kinds"]))
+
+
+# ------------------------------------------------------------------------------------------------
+# random shape-preserving programs: donated == not donated
+
+
+_UNARY = [("neg", lambda x: -x), ("sin", jnp.sin), ("exp", lambda x: jnp.exp(-x * x)),
+          ("rev0", lambda x: x[::-1]), ("rev1", lambda x: x[:, ::-1]), ("T", lambda x: x.T),
+          ("roll", lambda x: jnp.roll(x, 1, axis=1)), ("cumsum", lambda x: jnp.cumsum(x, 0)),
+          ("center", lambda x: x - x.mean(axis=1, keepdims=True)),
+          ("colsum", lambda x: x + x.sum(axis=0)), ("dot", lambda x: x @ x),
+          ("loop", lambda x: lax.fori_loop(0, 2, lambda i, c: c * 0.5 + 1.0, x)),
+          ("dus", lambda x: x.at[1].set(x[0]))]
+_BINARY = [("add", lambda x, y: x + y), ("mul", lambda x, y: x * y),
+           ("max", jnp.maximum), ("sub", lambda x, y: x - 2.0 * y),
+           ("dotT", lambda x, y: x @ y.T), ("where", lambda x, y: jnp.where(x > y, x, y))]
+
+
+@st.composite
+def _programs(draw):
+  n = draw(st.sampled_from([3, 4, 8]))
+  n_in = draw(st.integers(1, 3))
+  ops = []
+  for _ in range(draw(st.integers(1, 7))):
+    nvals = n_in + len(ops)
+    if draw(st.booleans()):
+      name, fn = draw(st.sampled_from(_UNARY))
+      ops.append((name, fn, (draw(st.integers(0, nvals - 1)),)))
+    else:
+      name, fn = draw(st.sampled_from(_BINARY))
+      ops.append((name, fn, (draw(st.integers(0, nvals - 1)), draw(st.integers(0, nvals - 1)))))
+  nvals = n_in + len(ops)
+  outs = draw(st.lists(st.integers(0, nvals - 1), min_size=1, max_size=4))
+  donated = draw(st.lists(st.booleans(), min_size=n_in, max_size=n_in))
+  seed = draw(st.integers(0, 2 ** 31 - 1))
+  return n, n_in, ops, outs, donated, seed
+
+
+def _run_program(ops, outs):
+  def f(*xs):
+    env = list(xs)
+    for _, fn, args in ops:
+      env.append(fn(*[env[i] for i in args]))
+    return [env[i] for i in outs]
+  return f
+
+
+@settings(deadline=None)
+@given(_programs())
+def test_random_programs_donated_equal_undonated(prog):
+  n, n_in, ops, outs, donated, seed = prog
+  rng = np.random.default_rng(seed)
+  inputs = [rng.standard_normal((n, n)).astype(F32) for _ in range(n_in)]
+  f = _run_program(ops, outs)
+  want = ourjax.jit(f)(*inputs)
+  nums = tuple(i for i in range(n_in) if donated[i])
+  g = ourjax.jit(f, donate_argnums=nums)
+  args = [_fresh(x) for x in inputs]
+  addrs = [_addr(a) for a in args]
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    got = g(*args)
+  for k, (a, b) in enumerate(zip(got, want)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"output {k} {ops}")
+  # a donated input the outputs depend on is deleted when an output has its shape (all do
+  # here), and the output it was paired with (the first unpaired one, in order) lives in its
+  # buffer; an unused one is pruned (keep_unused=False), so not donated
+  used, stack = set(), list(outs)
+  while stack:
+    v = stack.pop()
+    if v not in used:
+      used.add(v)
+      if v >= n_in:
+        stack.extend(ops[v - n_in][2])
+  paired = iter(range(len(outs)))
+  for i in range(n_in):
+    if not donated[i] or i not in used:
+      assert not args[i].is_deleted()
+      np.testing.assert_array_equal(np.asarray(args[i]), inputs[i])    # untouched
+      continue
+    j = next(paired, None)
+    if j is None:
+      assert not args[i].is_deleted()
+    else:
+      assert args[i].is_deleted()
+      assert _addr(got[j]) == addrs[i]
+
+
+# ------------------------------------------------------------------------------------------------
+# the buffer is reused; training loops
+
+
+def test_output_written_into_donated_buffer_cpu():
+  f = ourjax.jit(lambda x, y: x * 2.0 + y, donate_argnums=0)
+  x, y = _fresh(np.arange(6, dtype=F32)), _fresh(np.ones(6, F32))
+  px = _addr(x)
+  out = f(x, y)
+  assert _addr(out) == px and x.is_deleted() and not y.is_deleted()
+  np.testing.assert_array_equal(out, np.arange(6) * 2.0 + 1)
+  assert _kinds(f, np.ones(6, F32), np.ones(6, F32)) == {0: "direct"}
+
+
+def test_read_after_write_is_copied_not_clobbered():
+  # output 0 (paired with x) is computed before x is read reversed for output 1
+  f = ourjax.jit(lambda x: (jnp.sin(x), x[::-1] * 2.0), donate_argnums=0)
+  x0 = np.arange(8, dtype=F32)
+  assert _kinds(f, x0) == {0: "copy"}
+  x = _fresh(x0)
+  px = _addr(x)
+  a, b = f(x)
+  np.testing.assert_allclose(a, np.sin(x0), rtol=1e-6)
+  np.testing.assert_array_equal(b, x0[::-1] * 2)
+  assert _addr(a) == px
+  # one kernel reading the donated input at other indices than it writes
+  g = ourjax.jit(lambda x: x[::-1] + x, donate_argnums=0)
+  assert _kinds(g, x0) == {0: "copy"}
+  np.testing.assert_array_equal(g(_fresh(x0)), x0[::-1] + x0)
+
+
+def test_training_loop_with_donation():
+  def step(params, opt, x, y):
+    def loss(p):
+      return jnp.mean((jnp.tanh(x @ p["w"] + p["b"]) - y) ** 2)
+    g = ourjax.grad(loss)(params)
+    opt = ourjax.tree_util.tree_map(lambda m, gi: 0.9 * m + gi, opt, g)
+    params = ourjax.tree_util.tree_map(lambda p, m: p - 0.05 * m, params, opt)
+    return params, opt, loss(params)
+
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((32, 8)).astype(F32)
+  y = rng.standard_normal((32, 4)).astype(F32)
+  p0 = {"w": rng.standard_normal((8, 4)).astype(F32) * 0.3, "b": np.zeros(4, F32)}
+  m0 = {"w": np.zeros((8, 4), F32), "b": np.zeros(4, F32)}
+  plain = ourjax.jit(step)
+  donating = ourjax.jit(step, donate_argnums=(0, 1))
+  pa, ma = p0, m0
+  pb = ourjax.tree_util.tree_map(_fresh, p0)
+  mb = ourjax.tree_util.tree_map(_fresh, m0)
+  addrs = sorted(_addr(a) for a in ourjax.tree_util.tree_leaves((pb, mb)))
+  for _ in range(6):
+    pa, ma, la = plain(pa, ma, x, y)
+    old = ourjax.tree_util.tree_leaves((pb, mb))
+    pb, mb, lb = donating(pb, mb, x, y)
+    assert all(a.is_deleted() for a in old)
+    for u, v in zip(ourjax.tree_util.tree_leaves((pa, ma)), ourjax.tree_util.tree_leaves((pb, mb))):
+      np.testing.assert_array_equal(u, v)
+    assert float(la) == float(lb)
+    # parameters and optimizer state stay in the same four buffers, step after step
+    assert sorted(_addr(a) for a in ourjax.tree_util.tree_leaves((pb, mb))) == addrs
+
+
+def test_loop_state_donated():
+  f = ourjax.jit(lambda x: lax.fori_loop(0, 5, lambda i, c: c * 0.5 + 1.0, x), donate_argnums=0)
+  x0 = np.linspace(-1, 1, 12, dtype=F32).reshape(3, 4)
+  want = x0.copy()
+  for _ in range(5):
+    want = want * np.float32(0.5) + np.float32(1.0)
+  x = _fresh(x0)
+  px = _addr(x)
+  out = f(x)
+  np.testing.assert_array_equal(out, want)
+  assert _addr(out) == px
+
+
+def test_identity_and_swapped_outputs():
+  f = ourjax.jit(lambda x: x, donate_argnums=0)
+  x = _fresh(np.arange(3, dtype=F32))
+  px = _addr(x)
+  y = f(x)
+  assert x.is_deleted() and _addr(y) == px
+  np.testing.assert_array_equal(y, [0, 1, 2])
+  g = ourjax.jit(lambda a, b: (b, a), donate_argnums=(0, 1))
+  a, b = _fresh(np.ones(4, F32)), _fresh(np.full(4, 2.0, F32))
+  pa, pb = _addr(a), _addr(b)
+  u, v = g(a, b)
+  np.testing.assert_array_equal(u, 2.0)
+  np.testing.assert_array_equal(v, 1.0)
+  assert (_addr(u), _addr(v)) == (pa, pb)
+
+
+def test_shared_buffers_are_not_overwritten():
+  f = ourjax.jit(lambda x: x * 3.0, donate_argnums=0)
+  x = _fresh(np.arange(6, dtype=F32))
+  view = np.asarray(x)                       # a NumPy view of x's buffer is still alive
+  out = f(x)
+  np.testing.assert_array_equal(view, np.arange(6))
+  np.testing.assert_array_equal(out, np.arange(6) * 3.0)
+  assert x.is_deleted()
+  n = np.arange(6, dtype=F32)                # NumPy arguments are never overwritten
+  np.testing.assert_array_equal(f(n), np.arange(6) * 3.0)
+  np.testing.assert_array_equal(n, np.arange(6))
+  x = jnp.arange(6.0)
+  r = x.reshape(2, 3)                        # an eager view of x
+  f(x)
+  np.testing.assert_array_equal(r, np.arange(6.0).reshape(2, 3))
+
+
+# ------------------------------------------------------------------------------------------------
+# JAX's errors and warnings
+
+
+def test_deleted_array_errors():
+  f = ourjax.jit(lambda x: x + 1.0, donate_argnums=0)
+  x = _fresh(np.zeros(3, F32))
+  f(x)
+  assert x.is_deleted()
+  assert x.shape == (3,) and x.dtype == np.float32
+  msg = r"Array has been deleted with shape=float32\[3\]\."
+  for use in (lambda: x + 1, lambda: np.asarray(x), lambda: repr(x), lambda: x[0],
+              lambda: f(x), lambda: x.block_until_ready(), lambda: jnp.sin(x)):
+    with pytest.raises(RuntimeError, match=msg):
+      use()
+  y = jnp.ones((2, 2), jnp.int32)
+  y.delete()
+  assert y.is_deleted()
+  y.delete()                                  # twice is fine
+  with pytest.raises(RuntimeError, match=r"shape=int32\[2,2\]"):
+    np.asarray(y)
+
+
+def test_unusable_donation_warns_and_keeps_the_array():
+  g = ourjax.jit(lambda x: x.sum(), donate_argnums=0)
+  x = _fresh(np.arange(3, dtype=F32))
+  with pytest.warns(UserWarning, match=r"Some donated buffers were not usable: float32\[3\]\.\n"
+                    r"See an explanation at https://docs.jax.dev/en/latest/faq.html"):
+    assert float(g(x)) == 3.0
+  assert not x.is_deleted()
+  with pytest.warns(UserWarning, match="not usable: float32\\[2\\]"):
+    g.lower(jnp.ones(2))
+  # matched by element count only (JAX donates it to XLA): deleted, no warning
+  h = ourjax.jit(lambda x: x.astype(jnp.int32) + 1, donate_argnums=0)
+  x = _fresh(np.arange(3, dtype=F32))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    np.testing.assert_array_equal(h(x), [1, 2, 3])
+  assert x.is_deleted()
+  # an argument the computation does not use is pruned: neither deleted nor warned about
+  k = ourjax.jit(lambda x, y: y * 2.0, donate_argnums=0)
+  x = _fresh(np.arange(3, dtype=F32))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    k(x, jnp.ones(3))
+  assert not x.is_deleted()
+
+
+def test_donating_a_buffer_also_passed():
+  f = ourjax.jit(lambda x, y: x + y, donate_argnums=0)
+  x = _fresh(np.arange(3, dtype=F32))
+  with pytest.raises(JaxRuntimeError, match=r"Attempt to use a buffer that was previously "
+                     r"donated in the same call to Execute\(\) \(flattened argument 1, replica 0, "
+                     r"partition 0, first use: 0\)"):
+    f(x, x)
+  assert not x.is_deleted()
+  g = ourjax.jit(lambda x, y: x + y, donate_argnums=1)
+  with pytest.raises(JaxRuntimeError, match=r"Attempt to donate a buffer which is also used"):
+    g(x, x)
+  h = ourjax.jit(lambda x, y: x + y, donate_argnums=(0, 1))
+  with pytest.raises(JaxRuntimeError, match="previously donated"):
+    h(x, x)
+  assert not x.is_deleted()
+  np.testing.assert_array_equal(h(x, _fresh(np.ones(3, F32))), [1, 2, 3])
+
+
+def test_donation_by_name_pytrees_and_static():
+  f = ourjax.jit(lambda d, s: {"a": d["a"] + s, "b": d["b"].sum()}, donate_argnames="d",
+                 static_argnums=1)
+  d = {"a": _fresh(np.ones(3, F32)), "b": _fresh(np.ones(2, F32))}
+  pa = _addr(d["a"])
+  with pytest.warns(UserWarning, match=r"not usable: float32\[2\]"):
+    out = f(d, 2.0)
+  assert d["a"].is_deleted() and not d["b"].is_deleted()
+  assert _addr(out["a"]) == pa
+  np.testing.assert_array_equal(out["a"], [3, 3, 3])
+
+
+def test_compiled_call_donates():
+  f = ourjax.jit(lambda x: x * 2.0, donate_argnums=0)
+  c = f.lower(jnp.ones(4)).compile()
+  x = _fresh(np.arange(4, dtype=F32))
+  px = _addr(x)
+  out = c(x)
+  assert x.is_deleted() and _addr(out) == px
+  np.testing.assert_array_equal(out, [0, 2, 4, 6])
+
+
+# ------------------------------------------------------------------------------------------------
+# memory_analysis
+
+
+def test_memory_analysis_numbers():
+  f = ourjax.jit(lambda x, y: (x * 2 + y, x.sum()), donate_argnums=0)
+  m = f.lower(jnp.ones((16, 8)), jnp.ones((16, 8))).compile().memory_analysis()
+  assert m.argument_size_in_bytes == 2 * 16 * 8 * 4
+  assert m.output_size_in_bytes == 16 * 8 * 4 + 4
+  assert m.alias_size_in_bytes == 16 * 8 * 4
+  assert m.temp_size_in_bytes >= 0
+  assert m.peak_memory_in_bytes == (m.argument_size_in_bytes + m.output_size_in_bytes
+                                    + m.temp_size_in_bytes - m.alias_size_in_bytes)
+  plain = ourjax.jit(lambda x, y: (x * 2 + y, x.sum())).lower(
+      jnp.ones((16, 8)), jnp.ones((16, 8))).compile().memory_analysis()
+  assert plain.alias_size_in_bytes == 0
+  assert plain.peak_memory_in_bytes - m.peak_memory_in_bytes >= 16 * 8 * 4 - (
+      m.temp_size_in_bytes - plain.temp_size_in_bytes)
+
+
+def test_memory_analysis_temporaries():
+  # a chain of large intermediates that fusion cannot remove: dots
+  def f(x):
+    h = jnp.tanh(x @ x)
+    return (h @ h).sum()
+  n = 64
+  m = ourjax.jit(f).lower(jnp.ones((n, n))).compile().memory_analysis()
+  assert m.argument_size_in_bytes == n * n * 4 and m.output_size_in_bytes == 4
+  assert m.temp_size_in_bytes >= n * n * 4          # at least one intermediate matrix
+  assert m.alias_size_in_bytes == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# the CUDA backend's plan (compiled without a GPU)
+
+
+def _cuda_exe(f, *args):
+  return f.lower(*args).compile().runtime_executable()
+
+
+def _slots_written(program, slot):
+  return [op for op in program if op[0] == "k" and slot in op[2].tolist()]
+
+
+def test_cuda_plan_writes_outputs_into_donated_parameters():
+  def step(p, m, g):
+    m2 = 0.9 * m + g
+    return p - 0.1 * m2, m2
+  f = ourjax.jit(step, donate_argnums=(0, 1), backend="cuda")
+  x = jnp.ones((256, 64))
+  exe = _cuda_exe(f, x, x, x)
+  if type(exe).__name__ != "CudaExecutable":
+    pytest.skip("the CUDA backend did not compile this module")
+  assert exe.aliases == [(0, 0), (1, 1)]
+  # no kernel writes the output slots (3, 4): the outputs live in the parameters' slots
+  nparams = 3
+  assert not any(_slots_written(exe.program, nparams + j) for j in range(2))
+  m = ourjax.jit(step, donate_argnums=(0, 1), backend="cuda").lower(x, x, x).compile() \
+      .memory_analysis()
+  assert m.alias_size_in_bytes == 2 * 256 * 64 * 4
+
+
+def test_cuda_plan_copies_when_read_after_write():
+  f = ourjax.jit(lambda x: (jnp.sin(x), x[::-1] * 2.0), donate_argnums=0, backend="cuda")
+  exe = _cuda_exe(f, jnp.ones((64, 8)))
+  if type(exe).__name__ != "CudaExecutable":
+    pytest.skip("the CUDA backend did not compile this module")
+  assert exe.aliases == [(0, 0)]
+  # the last step copies a temporary into parameter 0's buffer
+  last = exe.program[-1]
+  assert last[0] == "copy" and last[1] == (0, 0)
+
+
+@pytest.fixture
+def gpu():
+  from ourjax.backends.cuda import driver
+  if not driver.available():
+    pytest.skip(f"no CUDA GPU ({driver.unavailable_reason()})")
+
+
+def test_cuda_donation_on_gpu(gpu):
+  def step(p, m, g):
+    m2 = 0.9 * m + g
+    return p - 0.1 * m2, m2
+  rng = np.random.default_rng(1)
+  p0, m0, g0 = (rng.standard_normal((128, 64)).astype(F32) for _ in range(3))
+  plain = ourjax.jit(step, backend="cuda")
+  f = ourjax.jit(step, donate_argnums=(0, 1), backend="cuda")
+  p, m = ourjax.device_put(p0), ourjax.device_put(m0)
+  pa, ma = p0, m0
+  ptrs = {p._device_buf.ptr, m._device_buf.ptr}
+  for _ in range(4):
+    old = (p, m)
+    p, m = f(p, m, g0)
+    pa, ma = plain(pa, ma, g0)
+    assert all(a.is_deleted() for a in old)
+    assert {p._device_buf.ptr, m._device_buf.ptr} == ptrs
+    np.testing.assert_array_equal(np.asarray(p), np.asarray(pa))
+    np.testing.assert_array_equal(np.asarray(m), np.asarray(ma))
+  # read after write: copied at the end, still into the donated buffer
+  h = ourjax.jit(lambda x: (jnp.sin(x), x[::-1] * 2.0), donate_argnums=0, backend="cuda")
+  x = ourjax.device_put(p0)
+  px = x._device_buf.ptr
+  a, b = h(x)
+  np.testing.assert_allclose(np.asarray(a), np.sin(p0), rtol=2e-6, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(b), p0[::-1] * 2)
+  assert a._device_buf.ptr == px and x.is_deleted()
+  # a buffer another Array shares is copied first
+  x = ourjax.device_put(p0)
+  gc.collect()
+  y = f(x, ourjax.device_put(m0), g0)
+  np.testing.assert_array_equal(np.asarray(y[0]), np.asarray(plain(p0, m0, g0)[0]))
