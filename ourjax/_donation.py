@@ -47,10 +47,11 @@ class Donation(NamedTuple):
   deleted: tuple
 
 
-def set_up(in_avals, out_avals, donated, warn: bool = True) -> Donation | None:
+def set_up(in_avals, out_avals, donated, warn: bool = True, names=None) -> Donation | None:
   """The donation of a module with parameters of ``in_avals`` (``donated``: a bool for each,
   missing ones False) and results of ``out_avals``; None when nothing is donated.  Warns (as
-  JAX does, once per lowering) about donated parameters that no result can use."""
+  JAX does, once per lowering) about donated parameters that no result can use (named by
+  their avals, or by ``names[k]``)."""
   donated = list(donated) + [False] * (len(in_avals) - len(donated))
   if not any(donated):
     return None
@@ -78,8 +79,9 @@ def set_up(in_avals, out_avals, donated, warn: bool = True) -> Donation | None:
     else:
       unusable.append(k)
   if unusable and warn:
-    names = ", ".join(in_avals[k].str_short(short_dtypes=False) for k in unusable)
-    warnings.warn(f"Some donated buffers were not usable: {names}.\n{FAQ}", stacklevel=4)
+    text = ", ".join(names[k] if names is not None else
+                     in_avals[k].str_short(short_dtypes=False) for k in unusable)
+    warnings.warn(f"Some donated buffers were not usable: {text}.\n{FAQ}", stacklevel=4)
   if not aliases and not donors:
     return None
   return Donation(aliases, tuple(donors), tuple(sorted(set(aliases.values()) | set(donors))))

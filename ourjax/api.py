@@ -481,8 +481,11 @@ class JitWrapped:
       if nan_check:
         _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
       return tree_unflatten(entry.out_tree, outs)
+    donated = entry.sig.donated if entry.sig is not None else ()
+    extra = ({"donated_invars": (False,) * len(hoisted) + tuple(donated)}
+             if any(donated) else {})
     outs = pjit_p.bind(*hoisted, *leaves, jaxpr=closed, name=_fun_name(self.fun),
-                       backend=self.backend)
+                       backend=self.backend, **extra)
     return tree_unflatten(entry.out_tree, outs)
 
   def _compile(self, entry):

@@ -69,6 +69,7 @@ class _ExeStats:
 
   def __init__(self, rec, seq: int):
     self.name, self.backend, self.rows, self.note = rec.name, rec.backend, rec.rows, rec.note
+    self.memory = rec.memory
     self.seq = seq
     n = len(rec.rows)
     self.calls = 0
@@ -197,7 +198,8 @@ def _section(st: _ExeStats, per_call: bool) -> dict:
   rows.sort(key=lambda x: -x["time_us"])
   return {"name": st.name, "backend": st.backend, "calls": st.calls, "rows": rows,
           "time_us": per, "total_us": sum(x["total_us"] for x in rows), "note": st.note,
-          "seq": st.seq}
+          "seq": st.seq, "memory": None if st.memory is None else dict(
+              st.memory._asdict(), peak_memory_in_bytes=st.memory.peak_memory_in_bytes)}
 
 
 def _dedupe_names(sections):
@@ -277,6 +279,14 @@ class Profile:
         head += f" ({s['note']})"
       out.append("")
       out.append(head)
+      m = s.get("memory")
+      if m:
+        size = lambda k: _fmt_bytes(m[k]) if m[k] else "0 B"
+        alias = m["alias_size_in_bytes"]
+        out.append(f"  peak memory {size('peak_memory_in_bytes')} = arguments "
+                   f"{size('argument_size_in_bytes')} + outputs {size('output_size_in_bytes')}"
+                   f" + temporaries {size('temp_size_in_bytes')}"
+                   + (f" - outputs in donated buffers {_fmt_bytes(alias)}" if alias else ""))
       cols = ["kernel", "kind"]
       cols += ["time(us)"] if self.per_call else ["total(ms)", "mean(us)"]
       cols += ["%", "launches", "bytes", "GB/s", "GFLOP/s", "HLO"]
@@ -522,19 +532,38 @@ def _profile_executable(exe, leaves, in_avals, reps: int, name: str) -> Profile:
   # are made once, as for arrays that live there)
   leaves = [x if isinstance(x, Array) and x.dtype == a.dtype else
             Array(np.asarray(x, a.dtype), a.weak_type) for x, a in zip(leaves, in_avals)]
+  # donated arguments: each call gets copies of its own (made before it is timed), so that
+  # the caller's arrays are neither deleted nor overwritten
+  donation = getattr(exe, "donation", None)
+  donated = [] if donation is None else [
+      i if exe.kept_args is None else exe.kept_args[i] for i in donation.deleted]
+  values = {i: np.asarray(leaves[i]) for i in donated}
+
+  def args():
+    if not donated:
+      return leaves
+    out = list(leaves)
+    for i in donated:
+      a = Array(values[i], leaves[i].weak_type)
+      if getattr(exe, "backend", None) == "cuda":
+        a.block_until_ready()
+        from ourjax import api
+        a = api.device_put(a)
+      out[i] = a
+    return out
   rec = _Recorder()
   th = threading.current_thread()
-  _block(profiling.profiled_call(exe, leaves)[0])
+  _block(profiling.profiled_call(exe, args())[0])
   rec.start_ns = time.perf_counter_ns()
   for _ in range(reps):
-    outs, r = profiling.profiled_call(exe, leaves)
+    outs, r = profiling.profiled_call(exe, args())
     _block(outs)
     rec.add(r, (th.ident, th.name))
   runner = profiling.runner_for(exe)
   st = rec.stats[id(runner.rows)]
   rows = runner.rows
   drow = next((i for i, r in enumerate(rows) if r["category"] == "dispatch"), None)
-  if drow is not None and hasattr(runner, "plain_dispatch"):
+  if drow is not None and hasattr(runner, "plain_dispatch") and not donated:
     disp = runner.plain_dispatch(exe, leaves, reps, st.samples)
     if disp:
       st.samples[drow] = disp

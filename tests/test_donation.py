@@ -292,8 +292,9 @@ def test_donating_a_buffer_also_passed():
   with pytest.raises(JaxRuntimeError, match=r"Attempt to donate a buffer which is also used"):
     g(x, x)
   h = ourjax.jit(lambda x, y: x + y, donate_argnums=(0, 1))
-  with pytest.raises(JaxRuntimeError, match="previously donated"):
-    h(x, x)
+  with pytest.raises(JaxRuntimeError, match="previously donated"), \
+       pytest.warns(UserWarning, match=r"not usable: float32\[3\]"):
+    h(x, x)                                  # (one output for two donated inputs)
   assert not x.is_deleted()
   np.testing.assert_array_equal(h(x, _fresh(np.ones(3, F32))), [1, 2, 3])
 
@@ -432,3 +433,93 @@ def test_cuda_donation_on_gpu(gpu):
   gc.collect()
   y = f(x, ourjax.device_put(m0), g0)
   np.testing.assert_array_equal(np.asarray(y[0]), np.asarray(plain(p0, m0, g0)[0]))
+
+
+# ------------------------------------------------------------------------------------------------
+# under transformations (JAX keeps a jitted call's donation for its primal inputs)
+
+
+def test_donation_under_grad_vmap_jvp():
+  f = ourjax.jit(lambda x, y: x * y + 1.0, donate_argnums=0)
+  y0 = np.arange(3, dtype=F32)
+  p = _fresh(np.ones(3, F32))
+  g = ourjax.grad(lambda p: jnp.sum(f(p, y0)))(p)
+  np.testing.assert_array_equal(g, y0)
+  assert p.is_deleted()
+  p = _fresh(np.ones(3, F32))
+  v, t = ourjax.jvp(lambda p: f(p, y0), (p,), (np.ones(3, F32),))
+  np.testing.assert_array_equal(v, y0 + 1)
+  np.testing.assert_array_equal(t, y0)
+  assert p.is_deleted()
+  pp = _fresh(np.ones((2, 3), F32))
+  out = ourjax.vmap(f)(pp, np.full((2, 3), 2.0, F32))
+  np.testing.assert_array_equal(out, np.full((2, 3), 3.0))
+  assert pp.is_deleted()
+  # an inner jit's donation does not reach through an outer jit (its jaxpr is inlined)
+  p = _fresh(np.ones(3, F32))
+  np.testing.assert_array_equal(ourjax.jit(lambda p: f(p, y0))(p), y0 + 1)
+  assert not p.is_deleted()
+  text = str(ourjax.make_jaxpr(lambda p: f(p, y0))(np.ones(3, F32)))
+  assert "donated_invars=(True, False)" in text
+  assert "donated_invars" not in str(ourjax.make_jaxpr(ourjax.jit(lambda x: x + 1))(1.0))
+  # the gradient of a function whose parameter is donated (JAX: the forwarded cotangent
+  # source is not an output the parameter can be paired with)
+  q = _fresh(np.ones(3, F32))
+  h = ourjax.jit(ourjax.grad(lambda q, y: jnp.sum(q * y)), donate_argnums=0)
+  np.testing.assert_array_equal(h(q, y0), y0)
+  assert not q.is_deleted()
+
+
+# ------------------------------------------------------------------------------------------------
+# the profiler
+
+
+def test_profiles_of_donating_functions():
+  def step(p, g):
+    return p - 0.1 * jnp.tanh(g @ p)
+  f = ourjax.jit(step, donate_argnums=0)
+  p, g = _fresh(np.ones((32, 32), F32)), _fresh(np.eye(32, dtype=F32))
+  c = f.lower(p, g).compile()
+  prof = c.profile(p, g, reps=2)              # the caller's arrays stay as they were
+  assert not p.is_deleted()
+  np.testing.assert_array_equal(p, np.ones((32, 32)))
+  m = c.memory_analysis()
+  text = str(prof)
+  assert f"peak memory {m.peak_memory_in_bytes / 1e3:.1f} KB" in text
+  assert "outputs in donated buffers 4.1 KB" in text
+  mem = prof.sections[0]["memory"]
+  assert mem["alias_size_in_bytes"] == 32 * 32 * 4
+  assert mem["peak_memory_in_bytes"] == m.peak_memory_in_bytes
+  # a trace records donating calls with their semantics
+  want = np.ones((32, 32), F32)
+  for _ in range(3):
+    want = want - np.float32(0.1) * np.tanh(np.eye(32, dtype=F32) @ want)
+  from ourjax import profiler
+  with profiler._recording() as rec:
+    for _ in range(3):
+      old = p
+      p = f(p, g)
+      assert old.is_deleted()
+  np.testing.assert_allclose(p, want, rtol=1e-6)
+  assert "peak memory" in str(rec.profile(per_call=False, title="trace"))
+
+
+def test_pmap_donation_deletes_inputs():
+  f = ourjax.pmap(lambda x: x * 2.0, donate_argnums=0)
+  x = _fresh(np.ones((1, 3), F32))
+  np.testing.assert_array_equal(f(x), np.full((1, 3), 2.0))
+  assert x.is_deleted()
+  y = f(_fresh(np.ones((1, 3), F32)))        # a result laid out over the devices
+  z = f(y)
+  assert y.is_deleted() and not z.is_deleted()
+  with pytest.raises(RuntimeError, match=r"Array has been deleted with shape=float32\[1,3\]"):
+    np.asarray(y)
+  np.testing.assert_array_equal(z, np.full((1, 3), 4.0))
+  n = np.ones((1, 3), F32)
+  f(n)
+  np.testing.assert_array_equal(n, 1.0)      # NumPy arguments are never touched
+  g = ourjax.pmap(lambda x: x.sum(), donate_argnums=0)
+  x = _fresh(np.ones((1, 3), F32))
+  with pytest.warns(UserWarning, match=r"not usable: float32\[1,3\]"):
+    np.testing.assert_array_equal(g(x), [3.0])
+  assert not x.is_deleted()
