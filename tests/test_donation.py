@@ -47,7 +47,9 @@ _UNARY = [("neg", lambda x: -x), ("sin", jnp.sin), ("exp", lambda x: jnp.exp(-x 
           ("center", lambda x: x - x.mean(axis=1, keepdims=True)),
           ("colsum", lambda x: x + x.sum(axis=0)), ("dot", lambda x: x @ x),
           ("loop", lambda x: lax.fori_loop(0, 2, lambda i, c: c * 0.5 + 1.0, x)),
-          ("dus", lambda x: x.at[1].set(x[0]))]
+          ("dus", lambda x: x.at[1].set(x[0])),
+          ("dus2", lambda x: lax.dynamic_update_slice(x, jnp.ones((1, x.shape[1])), (1, 0))),
+          ("scatter_add", lambda x: x.at[jnp.array([0, 2, 0])].add(1.0))]
 _BINARY = [("add", lambda x, y: x + y), ("mul", lambda x, y: x * y),
            ("max", jnp.maximum), ("sub", lambda x, y: x - 2.0 * y),
            ("dotT", lambda x, y: x @ y.T), ("where", lambda x, y: jnp.where(x > y, x, y))]
@@ -184,6 +186,32 @@ def test_training_loop_with_donation():
     assert float(la) == float(lb)
     # parameters and optimizer state stay in the same four buffers, step after step
     assert sorted(_addr(a) for a in ourjax.tree_util.tree_leaves((pb, mb))) == addrs
+
+
+def test_updates_in_place():
+  c0 = np.arange(64 * 32, dtype=F32).reshape(64, 32)
+  # dynamic_update_slice and scatter write the donated operand's buffer in place (no copy of
+  # the whole operand: the plan has one kernel for the update)
+  f = ourjax.jit(lambda c, v, i: lax.dynamic_update_slice(c, v, (i, 0)), donate_argnums=0)
+  g = ourjax.jit(lambda c, v, i: c.at[i].add(jnp.tanh(v)), donate_argnums=0)
+  for fn, upd in ((f, np.ones((1, 32), F32)), (g, np.ones(32, F32))):
+    steps = fn.lower(c0, upd, 5).compile().runtime_executable().meta["steps"]
+    assert not any(s.startswith("CopyKernel") for s in steps), steps
+    assert sum("[64, 32]" in s for s in steps) == 1, steps
+    x = _fresh(c0)
+    px = _addr(x)
+    y = fn(x, upd, 5)
+    want = c0.copy()
+    want[5] = 1.0 if fn is f else c0[5] + np.tanh(np.float32(1.0))
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    assert _addr(y) == px
+  # a KV-cache style loop: one row per step, in the same buffer throughout
+  x = _fresh(np.zeros((8, 4), F32))
+  px = _addr(x)
+  for i in range(8):
+    x = f(x, np.full((1, 4), i, F32), i)
+  np.testing.assert_array_equal(x, np.repeat(np.arange(8, dtype=F32)[:, None], 4, 1))
+  assert _addr(x) == px
 
 
 def test_loop_state_donated():

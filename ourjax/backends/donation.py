@@ -9,7 +9,8 @@ straight into the parameter's buffer (``safe``): every step that reads the param
 before the first step that writes the output, or the last reader *is* the first writer and it
 reads the parameter only at the index of the element it writes (``same_index``: a copy, or an
 elementwise kernel whose every use of the parameter is elementwise over the output's shape; it
-loads an element's operands before storing it).  A ``while`` or ``conditional`` counts as one
+loads an element's operands before storing it; a dynamic-update-slice's operand counts as read
+elementwise).  A ``while`` or ``conditional`` counts as one
 step (its body may run many times).  The entry is then planned again with output ``j``'s buffer
 *being* parameter ``k``'s (the same ``Buf``: a kernel that reads one and writes the other gets
 one pointer) for the safe aliases; each other alias computes its output into a temporary that
@@ -29,7 +30,14 @@ def _step_buffers(step, reads: set, writes: set) -> None:
   """ids of the buffers ``step`` (and the steps inside it) reads and writes."""
   kernel = getattr(step, "kernel", None)
   if kernel is not None:
-    for b in list(kernel.reads) + list(getattr(kernel, "scratch", ())):
+    read = list(kernel.reads)
+    sc = kernel if hasattr(kernel, "scatter") else getattr(kernel, "inner", None)
+    if getattr(sc, "scatter", None) is not None and hasattr(sc, "leafmap"):
+      # a scatter updates ``out``, which holds its operand already: the operand's own buffer
+      # is not read (only listed)
+      op0 = sc.scatter.operands[0]
+      read = [sc.out] + K._leaf_bufs({i: v for i, v in sc.leafmap.items() if i is not op0})
+    for b in read + list(getattr(kernel, "scratch", ())):
       reads.add(id(b))
       src = getattr(b, "source", None)       # (a virtual buffer over another one)
       if src is not None:
@@ -106,7 +114,11 @@ def same_index(kernel, param, out, elementwise_kinds, copy_kinds) -> bool:
     else:
       deps = [reads_param(o) for o in x.operands]
       v = any(deps)
-      if v and not (x.is_elementwise() and not x.shape.is_tuple and tuple(x.dims) == dims and
+      # (a dynamic-update-slice reads its operand where it does not write the update: at the
+      # index it writes)
+      dus = x.opcode == "dynamic-update-slice" and deps[0] and not any(deps[1:])
+      if v and not ((x.is_elementwise() or dus) and not x.shape.is_tuple and
+                    tuple(x.dims) == dims and
                     all(tuple(o.dims) == dims for o, d in zip(x.operands, deps) if d)):
         bad.append(x)
     memo[k] = v

@@ -541,7 +541,8 @@ class _Planner:
     # result buffers
     inplace = self._forced.get(instr)
     if inplace is None:
-      inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp)
+      inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp,
+                                     want.get(instr))
     if inplace is not None:
       res = inplace
     elif instr.shape.is_tuple:
@@ -572,24 +573,32 @@ class _Planner:
                              concat_kernels=self.concat_kernels, threads=num_threads())
     return planner.plan(instrs, outputs, leafmap)
 
-  def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp):
-    """The operand buffer a dynamic-update-slice may update in place, or None."""
+  def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp, target=None):
+    """The operand buffer a dynamic-update-slice may update in place, or None.  ``target``:
+    the buffer the result is to be written into; when that is the operand's own (a donated
+    parameter the result is aliased to, ``backends/donation.py``, which made sure nothing
+    reads it afterwards), the update happens there."""
     if root.opcode != "dynamic-update-slice" or instr.shape.is_tuple:
       return None
     operand = root.operands[0]
     spec = leafmap.get(operand)
-    if not isinstance(spec, K.Buf) or spec.kind != "temp":
+    if not isinstance(spec, K.Buf):
       return None
     # the top-level instruction whose buffer this is must be used last here
     top = operand if instr.opcode != "fusion" else \
         instr.operands[instr.attrs["calls"].parameters.index(operand)]
-    base = top
-    while base.opcode in ("reshape", "get-tuple-element") and base.parent is comp:
-      base = base.operands[0]
-    if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
+    if spec.kind == "param" and spec is target:
+      pass
+    elif spec.kind != "temp":
       return None
-    if last_use.get(base, math.inf) != pos:
-      return None
+    else:
+      base = top
+      while base.opcode in ("reshape", "get-tuple-element") and base.parent is comp:
+        base = base.operands[0]
+      if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
+        return None
+      if last_use.get(base, math.inf) != pos:
+        return None
     if any(vals.get(o) is spec for o in instr.operands if o is not top):
       return None
     if instr.opcode == "fusion":   # the fused update must not read the operand
