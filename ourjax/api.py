@@ -428,6 +428,7 @@ class JitWrapped:
         else:
           break
       else:
+        v = None        # (keeps no argument's value alive: a donated one has no other owner)
         if config._local.overrides:     # this thread's context-manager flags
           x64, off = config.x64_enabled, _fast_path_off(config)
           prec = config.jax_default_matmul_precision

@@ -500,21 +500,38 @@ def profile(fn, *args, reps: int = 10, **kwargs) -> Profile:
   """Profile ``fn(*args, **kwargs)``: ``fn`` is jitted unless it is already a jitted function,
   called once to compile and once more to compile the measured variant, then ``reps`` times
   measured.  The ``Profile`` has a section per executable the calls ran (times: median per
-  call)."""
+  call).  A function that donates arguments gets copies of the array arguments at each call
+  (the caller's stay alive)."""
   from ourjax import api
   if reps < 1:
     raise ValueError(f"profiler.profile: reps must be at least 1, got {reps}")
   f = fn if isinstance(fn, api.JitWrapped) else api.jit(fn)
-  _block(f(*args, **kwargs))
+  call = (lambda: f(*_copies(args), **_copies(kwargs))) if (
+      f.donate_argnums or f.donate_argnames) else (lambda: f(*args, **kwargs))
+  _block(call())
   with _recording() as rec:
-    _block(f(*args, **kwargs))
+    _block(call())
     rec.stats.clear()
     rec.events.clear()
     rec.start_ns = time.perf_counter_ns()
     for _ in range(reps):
-      _block(f(*args, **kwargs))
+      _block(call())
   name = getattr(fn, "__name__", None) or type(fn).__name__
   return rec.profile(per_call=True, title=f"ourjax profile of {name}: {reps} measured call(s)")
+
+
+def _copies(tree):
+  """``tree`` with each Array replaced by a copy of its own (on the Array's device)."""
+  from ourjax import api, tree_util
+  from ourjax.array import Array
+
+  def copy(x):
+    if not isinstance(x, Array):
+      return x
+    c = Array(np.asarray(x), x.weak_type)
+    return api.device_put(c, x.device) if x._device_buf is not None else c
+  import numpy as np
+  return tree_util.tree_map(copy, tree)
 
 
 def _profile_executable(exe, leaves, in_avals, reps: int, name: str) -> Profile:

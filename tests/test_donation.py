@@ -551,3 +551,26 @@ def test_pmap_donation_deletes_inputs():
   with pytest.warns(UserWarning, match=r"not usable: float32\[1,3\]"):
     np.testing.assert_array_equal(g(x), [3.0])
   assert not x.is_deleted()
+
+
+def test_fast_path_repeated_calls():
+  # positional Arrays of a signature seen before take jit's dispatch fast path: it donates too
+  f = ourjax.jit(lambda p, g: (p - 0.5 * g, jnp.sum(g)), donate_argnums=0)
+  g = _fresh(np.ones((4, 4), F32))
+  p = _fresh(np.full((4, 4), 8.0, F32))
+  px = _addr(p)
+  for k in range(1, 5):
+    old = p
+    p, s = f(p, g)
+    assert old.is_deleted() and _addr(p) == px and float(s) == 16.0
+    np.testing.assert_array_equal(p, np.full((4, 4), 8.0 - 0.5 * k))
+  view = np.asarray(p)                      # shared: this call copies instead of overwriting
+  q, _ = f(p, g)
+  assert p.is_deleted() and _addr(q) != px
+  np.testing.assert_array_equal(view, np.full((4, 4), 6.0))
+  np.testing.assert_array_equal(q, np.full((4, 4), 5.5))
+  with pytest.raises(JaxRuntimeError, match="previously donated"):
+    f(q, q)
+  assert not q.is_deleted()
+  with pytest.raises(RuntimeError, match="Array has been deleted"):
+    f(p, g)

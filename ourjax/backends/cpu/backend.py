@@ -1315,8 +1315,10 @@ class CpuExecutable:
     """The per-signature dispatch path (see the class docstring).  ``kept``: indices of the
     caller's arguments that are parameters 0.. (None: all of them, in order); ``fixed``: arrays
     passed as the remaining parameters (hoisted constants); ``array_type``: ourjax's Array
-    class (its NumPy value is ``._npy``, or ``._value`` when it lives elsewhere)."""
-    if not self.object_mode or self.aliases:
+    class (its NumPy value is ``._npy``, or ``._value`` when it lives elsewhere).  Outputs
+    aliased to parameters (``aliases``) are returned in the arguments' own arrays: the caller
+    donates them (``backends.ModuleExecutable.fast_path`` checks that it may)."""
+    if not self.object_mode:
       return None
     nparams = self.nparams
     nfixed = len(fixed)
@@ -1336,6 +1338,8 @@ class CpuExecutable:
     run = self._run
     slot_of = list(enumerate(kept))
     out_slots = list(range(nparams, nparams + len(out_specs)))
+    if self.aliases:
+      return self._aliased_fast_caller(fixed, slot_of, out_slots, array_type)
 
     def call(args):
       try:
@@ -1358,6 +1362,48 @@ class CpuExecutable:
       free.append(res)
       return None if rc else outs
     call.resources = free      # (the last call's arena is [-1]: the profiler reads it)
+    return call
+
+  def _aliased_fast_caller(self, fixed, slot_of, out_slots, array_type):
+    """``fast_caller``'s call for an executable with aliased outputs."""
+    free = []
+    new = self._new_resources
+    empty = _outputs.empty
+    run = self._run
+    alias = dict(self.aliases)
+    specs = [(s, d, alias.get(j)) for j, (s, d) in enumerate(self.out_specs)]
+    nslots = len(slot_of)
+
+    def call(args):
+      try:
+        res = free.pop()
+      except IndexError:
+        res = new(fixed)
+      slots = res[0]
+      vals = [None] * nslots
+      for i, k in slot_of:
+        a = args[k]
+        if type(a) is array_type:
+          a = a._npy if a._npy is not None else a._value
+        vals[i] = a
+        slots[i] = id(a)
+      outs = []
+      try:
+        for s, d, k in specs:
+          if k is None:
+            outs.append(empty(s, d))
+          else:
+            a = vals[k]
+            outs.append(a if a.shape == s and a.dtype == d else a.view(d).reshape(s))
+      except MemoryError:
+        raise self._exhausted_output() from None
+      del vals, a
+      for j, o in zip(out_slots, outs):
+        slots[j] = id(o)
+      rc = run(res)
+      free.append(res)
+      return None if rc else outs
+    call.resources = free
     return call
 
   def profile(self):
