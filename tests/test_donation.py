@@ -456,11 +456,21 @@ def test_cuda_donation_on_gpu(gpu):
   np.testing.assert_allclose(np.asarray(a), np.sin(p0), rtol=2e-6, atol=1e-6)
   np.testing.assert_array_equal(np.asarray(b), p0[::-1] * 2)
   assert a._device_buf.ptr == px and x.is_deleted()
-  # a buffer another Array shares is copied first
+  # a device buffer another Array shares is copied first, not overwritten
   x = ourjax.device_put(p0)
+  from ourjax.array import Array
+  twin = Array._from_device(x._device_buf, x.aval)
   gc.collect()
   y = f(x, ourjax.device_put(m0), g0)
+  assert x.is_deleted() and y[0]._device_buf.ptr != twin._device_buf.ptr
+  np.testing.assert_array_equal(np.asarray(twin), p0)
   np.testing.assert_array_equal(np.asarray(y[0]), np.asarray(plain(p0, m0, g0)[0]))
+  # host arguments are uploaded into buffers of their own, which the outputs then use
+  z = f(p0, m0, g0)
+  np.testing.assert_array_equal(np.asarray(z[1]), np.asarray(plain(p0, m0, g0)[1]))
+  # memory_analysis from the GPU plan
+  m = f.lower(p0, m0, g0).compile().memory_analysis()
+  assert m.alias_size_in_bytes == 2 * p0.nbytes and m.generated_code_size_in_bytes > 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -574,3 +584,41 @@ def test_fast_path_repeated_calls():
   assert not q.is_deleted()
   with pytest.raises(RuntimeError, match="Array has been deleted"):
     f(p, g)
+
+
+def test_cuda_runtime_with_the_stand_in_driver(monkeypatch):
+  """The CUDA backend's host side (``tests/cuda_fake_driver.py`` records every launch with its
+  parameters, nothing runs): outputs are written into the donated arguments' allocations."""
+  fake_driver = pytest.importorskip("cuda_fake_driver")
+  from ourjax.array import Array
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "0")
+  with fake_driver.installed() as fake:
+    def step(p, m, g):
+      m2 = 0.9 * m + g
+      return p - 0.1 * m2, m2
+    f = ourjax.jit(step, donate_argnums=(0, 1), backend="cuda")
+    p, m, g = (ourjax.device_put(np.full((64, 32), v, F32)) for v in (1.0, 0.0, 2.0))
+    ptrs = (p._device_buf.ptr, m._device_buf.ptr)
+    for _ in range(3):                        # (the general path, then jit's fast path)
+      fake.executed.clear()
+      old = (p, m)
+      p, m = f(p, m, g)
+      assert all(a.is_deleted() for a in old) and not g.is_deleted()
+      assert (p._device_buf.ptr, m._device_buf.ptr) == ptrs
+      (k,) = [r for r in fake.executed if r[0] == "kernel"]
+      assert set(ptrs) | {g._device_buf.ptr} <= set(int(v) for v in k[5])
+    # a buffer another Array shares: the call works on a copy of it
+    twin = Array._from_device(p._device_buf, p.aval)
+    q, _ = f(p, m, g)
+    assert p.is_deleted() and not twin.is_deleted()
+    assert q._device_buf.ptr != twin._device_buf.ptr
+    # read after write: the output goes to a temporary copied into the argument at the end
+    h = ourjax.jit(lambda x: (jnp.sin(x), x[::-1] * 2.0), donate_argnums=0, backend="cuda")
+    x = ourjax.device_put(np.ones((64, 8), F32))
+    px = x._device_buf.ptr
+    fake.executed.clear()
+    a, _ = h(x)
+    assert x.is_deleted() and a._device_buf.ptr == px
+    last = fake.executed[-1]
+    assert last[0] == "copy" and last[1] == px
+    del p, m, g, q, twin, a, x
