@@ -47,6 +47,8 @@ _UNARY = [("neg", lambda x: -x), ("sin", jnp.sin), ("exp", lambda x: jnp.exp(-x 
           ("center", lambda x: x - x.mean(axis=1, keepdims=True)),
           ("colsum", lambda x: x + x.sum(axis=0)), ("dot", lambda x: x @ x),
           ("loop", lambda x: lax.fori_loop(0, 2, lambda i, c: c * 0.5 + 1.0, x)),
+          ("loop_reads_x", lambda x: lax.fori_loop(0, 2, lambda i, c: c * 0.5 + x[::-1], x)),
+          ("cond", lambda x: lax.cond(x[0, 0] > 0, lambda v: v * 2.0, lambda v: v[::-1], x)),
           ("dus", lambda x: x.at[1].set(x[0])),
           ("dus2", lambda x: lax.dynamic_update_slice(x, jnp.ones((1, x.shape[1])), (1, 0))),
           ("scatter_add", lambda x: x.at[jnp.array([0, 2, 0])].add(1.0))]
@@ -137,6 +139,8 @@ def test_output_written_into_donated_buffer_cpu():
   assert _addr(out) == px and x.is_deleted() and not y.is_deleted()
   np.testing.assert_array_equal(out, np.arange(6) * 2.0 + 1)
   assert _kinds(f, np.ones(6, F32), np.ones(6, F32)) == {0: "direct"}
+  text = f.lower(np.ones(6, F32), np.ones(6, F32)).compile().as_text()
+  assert text.splitlines()[0] == "HloModule jit_lambda, input_output_alias={ {0}: (0, {}, may-alias) }"
 
 
 def test_read_after_write_is_copied_not_clobbered():
