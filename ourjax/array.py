@@ -195,8 +195,9 @@ class Array:
     if self._device_buf is not None:
       self._device_buf.synchronize()
     elif self._npy is None:
-      from ourjax._donation import deleted_error
-      raise deleted_error(self.aval)
+      from ourjax.errors import JaxRuntimeError
+      raise JaxRuntimeError("INVALID_ARGUMENT: BlockHostUntilReady() called on deleted or "
+                            "donated buffer")
     return self
 
   def is_ready(self) -> bool:

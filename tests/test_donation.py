@@ -276,9 +276,12 @@ def test_deleted_array_errors():
   assert x.shape == (3,) and x.dtype == np.float32
   msg = r"Array has been deleted with shape=float32\[3\]\."
   for use in (lambda: x + 1, lambda: np.asarray(x), lambda: repr(x), lambda: x[0],
-              lambda: f(x), lambda: x.block_until_ready(), lambda: jnp.sin(x)):
+              lambda: f(x), lambda: jnp.sin(x)):
     with pytest.raises(RuntimeError, match=msg):
       use()
+  with pytest.raises(JaxRuntimeError, match=r"INVALID_ARGUMENT: BlockHostUntilReady\(\) called "
+                     "on deleted or donated buffer"):
+    x.block_until_ready()
   y = jnp.ones((2, 2), jnp.int32)
   y.delete()
   assert y.is_deleted()

@@ -1397,7 +1397,6 @@ class CpuExecutable:
             outs.append(a if a.shape == s and a.dtype == d else a.view(d).reshape(s))
       except MemoryError:
         raise self._exhausted_output() from None
-      del vals, a
       for j, o in zip(out_slots, outs):
         slots[j] = id(o)
       rc = run(res)
