@@ -629,3 +629,19 @@ def test_cuda_runtime_with_the_stand_in_driver(monkeypatch):
     last = fake.executed[-1]
     assert last[0] == "copy" and last[1] == px
     del p, m, g, q, twin, a, x
+
+
+def test_donation_when_the_jaxpr_runs_op_by_op():
+  # a host callback keeps the jaxpr out of the compiler: the call still deletes what it donates
+  def f(x):
+    ourjax.debug.callback(lambda v: None, x)
+    return x * 2.0
+  g = ourjax.jit(f, donate_argnums=0)
+  x = _fresh(np.ones(3, F32))
+  np.testing.assert_array_equal(g(x), [2, 2, 2])
+  assert x.is_deleted()
+  h = ourjax.jit(lambda x, y: f(x) + y, donate_argnums=0)
+  y = _fresh(np.ones(3, F32))
+  with pytest.raises(JaxRuntimeError, match="previously donated"):
+    h(y, y)
+  assert not y.is_deleted()

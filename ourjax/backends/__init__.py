@@ -38,15 +38,21 @@ _profile_all = False
 class JaxprEvaluator:
   """Runs a closed jaxpr eagerly, op by op (the fallback executable)."""
 
-  def __init__(self, closed: core.ClosedJaxpr):
+  def __init__(self, closed: core.ClosedJaxpr, donated=None):
     self.closed = closed
+    # (donated arguments are deleted after a call, as a compiled call would; none is reused)
+    self.donation = None if donated is None else _donation_of_jaxpr(closed, donated)
+    self.kept_args = None
 
   def __call__(self, *args):
     if _profile_hook is not None:
       return _profile_hook(self, args)
-    return self._evaluate(*args)
+    return self._run(lambda *a: self._evaluate(*a), args)
 
   def _run(self, runner, args):
+    if self.donation is not None:
+      from ourjax import _donation
+      return _donation.run(self, runner, args, lambda a: runner(*a))
     return runner(*args)
 
   def _evaluate(self, *args):
@@ -251,6 +257,11 @@ def _log_compile(name: str, in_avals, reason: str | None) -> None:
   log.warning(msg)
 
 
+def _donation_of_jaxpr(closed, donated):
+  from ourjax import _donation
+  return _donation.set_up(closed.in_avals, closed.out_avals, donated)
+
+
 def donation_of(lowering, closed: core.ClosedJaxpr, donated):
   """The ``_donation.Donation`` of ``lowering``'s module for ``donated`` (a bool per argument
   leaf of ``closed``; pruned arguments are not donated), warning about unusable ones; None when
@@ -329,7 +340,7 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, d
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)
-    return JaxprEvaluator(closed)
+    return JaxprEvaluator(closed, donated)
   try:
     times = _phases.begin(name, times)
     with _phases.collecting(times):
@@ -343,7 +354,7 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, d
     if os.environ.get("OURJAX_STRICT_LOWERING"):
       raise
     log.debug("jit(%s): %s; running the jaxpr op by op", name, e)
-    return JaxprEvaluator(closed)
+    return JaxprEvaluator(closed, donated)
 
 
 class Device:
