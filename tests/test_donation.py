@@ -645,3 +645,21 @@ def test_donation_when_the_jaxpr_runs_op_by_op():
   with pytest.raises(JaxRuntimeError, match="previously donated"):
     h(y, y)
   assert not y.is_deleted()
+
+
+def test_sharded_jit_donation_deletes(monkeypatch):
+  monkeypatch.setenv("OURJAX_NUM_CPU_DEVICES", "4")
+  monkeypatch.setitem(ourjax.config._values, "jax_platforms", "cpu")
+  from ourjax.sharding import NamedSharding, PartitionSpec as P
+  mesh = ourjax.make_mesh((4,), ("m",))
+  x0 = np.arange(8 * 6, dtype=F32).reshape(8, 6)
+  a = ourjax.device_put(x0, NamedSharding(mesh, P("m")))
+  step = ourjax.jit(lambda v: v * 2 + 1, donate_argnums=0)
+  b = step(a)
+  assert a.is_deleted() and not b.is_deleted()
+  np.testing.assert_array_equal(b, x0 * 2 + 1)
+  with pytest.raises(RuntimeError, match=r"Array has been deleted with shape=float32\[8,6\]"):
+    np.asarray(a)
+  c = step(b)                                  # the plan made once; results feed the next call
+  assert b.is_deleted()
+  np.testing.assert_array_equal(c, (x0 * 2 + 1) * 2 + 1)
