@@ -14,6 +14,10 @@ A jaxpr holding a primitive that has no lowering rule yet runs through the jaxpr
 primitive's NumPy implementation) instead, so programs stay correct while the compiler grows;
 ``OURJAX_STRICT_LOWERING=1`` turns that fallback into an error (the tests use it).
 
+``jit``'s donation (``_donation.py``): ``compile_jaxpr(..., donated=)`` pairs donated
+arguments with outputs (``donation_of``), sets ``module.input_output_alias`` for the backend,
+and the ``ModuleExecutable`` hands the donated buffers over and deletes the arrays.
+
 While ``ourjax.profiler`` records (a trace, ``OURJAX_PROFILE=1``), ``_profile_hook`` is set and
 every executable call goes through it (``backends/profiling.py`` measures it); otherwise it is
 None and costs one check on the general call path (jit's fast path does not look at it: the

@@ -13,7 +13,10 @@ Compilation:
    (``llvm/kernels.py``: ``plan_group``); ``while`` and ``conditional`` become control flow around
    the kernels of their computations.  Values that are outputs are computed straight into the
    output arrays; a ``dynamic-update-slice`` whose operand is a temporary at its last use
-   updates that buffer in place.
+   updates that buffer in place.  Outputs aliased to donated parameters
+   (``module.input_output_alias``, ``jit``'s donation) live in those parameters' buffers
+   (``plan_entry``, ``backends/donation.py``; the GPU backend plans the same way), and a call
+   returns the donated argument's own array for them.
 2. *Buffer assignment*: temporaries get arena offsets by a first-fit over their live ranges
    (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
