@@ -20,9 +20,13 @@ same Array for a donated parameter and for another parameter raises JAX's
 
 How a backend honours an alias (``backends/donation.py``): the output is computed straight into
 the parameter's buffer when no kernel reads the parameter afterwards (or only the kernel that
-writes the output, element by element), else into a temporary copied over the parameter at the
-end.  Backends without aliasing (the reference backend) allocate the output; the donated array
-is deleted all the same.
+writes the output, element by element; a dynamic-update-slice or scatter then updates it in
+place), else into a temporary copied over the parameter at the end.  Backends without aliasing
+(the reference backend, a jaxpr run op by op) allocate the output; the donated array is deleted
+all the same.  So are the donated arguments of ``pmap`` and of a sharded ``jit``
+(``interpreters/spmd.py``, ``partition.py``), whose memory is not reused.  Under ``jvp``
+(``grad``) and ``vmap`` a jitted call keeps its donation for the primal inputs
+(``interpreters/pjit.py``: ``donated_invars``), as JAX's does.
 """
 from __future__ import annotations
 
