@@ -26,11 +26,14 @@ writes the timeline): one row per kernel, sorted by time, with its kind (the pla
 class), its time and share of the call, launches per call (kernels inside a loop launch once
 per iteration; their times are summed), the bytes of its input and output buffers (an
 estimate of its memory traffic) and the GB/s they make, GFLOP/s of the dots and convolutions
-it computes, and the HLO instructions it covers.  Host overheads are rows of their own: the
-CPU's thread pool (waking the workers, waiting for them), device copies, host round trips (a
-GPU ``while``'s predicate read back each iteration) and Python dispatch (a call's wall time
-minus the rows above: ``Compiled.profile`` measures it on calls through jit's fast path, a
-trace on the calls it records, which take the general path).  An executable that is not
+it computes, and the HLO instructions it covers; each executable's section starts with its peak
+memory (arguments + outputs + the temporaries' arena - outputs written into donated arguments:
+``Compiled.memory_analysis()``, also in ``sections[i]["memory"]`` and the trace's
+``otherData``).  Host overheads are rows of their own: the CPU's thread pool (waking the
+workers, waiting for them), device copies, host round trips (a GPU ``while``'s predicate read
+back each iteration) and Python dispatch (a call's wall time minus the rows above:
+``Compiled.profile`` measures it on calls through jit's fast path, a trace on the calls it
+records, which take the general path).  An executable that is not
 compiled natively (the reference backend, a jaxpr run op by op) is one row, its wall time.
 """
 from __future__ import annotations
@@ -361,7 +364,8 @@ class Profile:
                   "ts": round(max(t0 - start, 0) / 1e3, 3), "dur": round(max(dur, 0) / 1e3, 3),
                   "args": args})
     meta = {"title": self.title, "clock": "time.perf_counter_ns, microseconds from the "
-            "recording's start", "dropped_events": self.dropped}
+            "recording's start", "dropped_events": self.dropped,
+            "memory": {s["name"]: s["memory"] for s in self.sections if s.get("memory")}}
     return {"traceEvents": out, "displayTimeUnit": "ns", "otherData": meta}
 
 

@@ -553,7 +553,10 @@ def test_profiles_of_donating_functions():
       p = f(p, g)
       assert old.is_deleted()
   np.testing.assert_allclose(p, want, rtol=1e-6)
-  assert "peak memory" in str(rec.profile(per_call=False, title="trace"))
+  traced = rec.profile(per_call=False, title="trace")
+  assert "peak memory" in str(traced)
+  assert traced._trace_json()["otherData"]["memory"]["jit_step"]["peak_memory_in_bytes"] == \
+      m.peak_memory_in_bytes
 
 
 def test_pmap_donation_deletes_inputs():
