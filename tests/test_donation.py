@@ -436,6 +436,29 @@ def test_cuda_plan_copies_when_read_after_write():
   assert last[0] == "copy" and last[1] == (0, 0)
 
 
+def _sgd_dot_step(w, x, d):
+  # a weight update whose gradient is a dot: on the GPU the update is the dot's fused epilogue
+  return w - 0.1 * (x.T @ d)
+
+
+def test_cuda_plan_updates_weights_in_the_dot_epilogue():
+  f = ourjax.jit(_sgd_dot_step, donate_argnums=0, backend="cuda")
+  w, x, d = np.ones((512, 256), F32), np.ones((1024, 512), F32), np.ones((1024, 256), F32)
+  exe = _cuda_exe(f, w, x, d)
+  if type(exe).__name__ != "CudaExecutable":
+    pytest.skip("the CUDA backend did not compile this module")
+  assert exe.aliases == [(0, 0)]
+  writers = [exe.kernels[op[1]] for op in exe.program if op[0] == "k" and 0 in op[2].tolist()
+             and any(b.kind == "param" and b.slot == 0 for b in exe.kernels[op[1]].writes)]
+  # one kernel writes the new weights, into the argument's own buffer (no copy at the end):
+  # the dot's, its epilogue being the update (or, where the dot cannot take an epilogue, the
+  # elementwise kernel after it)
+  assert len(writers) == 1 and not [op for op in exe.program
+                                    if op[0] == "copy" and op[1] == (0, 0)]
+  assert getattr(writers[0], "epilogue", None) is not None or \
+      type(writers[0]).__name__ == "Elementwise"
+
+
 @pytest.fixture
 def gpu():
   from ourjax.backends.cuda import driver
@@ -470,6 +493,19 @@ def test_cuda_donation_on_gpu(gpu):
   np.testing.assert_allclose(np.asarray(a), np.sin(p0), rtol=2e-6, atol=1e-6)
   np.testing.assert_array_equal(np.asarray(b), p0[::-1] * 2)
   assert a._device_buf.ptr == px and x.is_deleted()
+  # a weight update fused into a dot's epilogue, in place
+  rng2 = np.random.default_rng(2)
+  w0 = rng2.standard_normal((512, 256)).astype(F32)
+  x0 = rng2.standard_normal((1024, 512)).astype(F32)
+  d0 = rng2.standard_normal((1024, 256)).astype(F32)
+  plain_sgd = ourjax.jit(_sgd_dot_step, backend="cuda")
+  sgd = ourjax.jit(_sgd_dot_step, donate_argnums=0, backend="cuda")
+  wa, wb = w0, ourjax.device_put(w0)
+  pw = wb._device_buf.ptr
+  for _ in range(3):
+    wa, wb = plain_sgd(wa, x0, d0), sgd(wb, x0, d0)
+    np.testing.assert_array_equal(np.asarray(wb), np.asarray(wa))
+    assert wb._device_buf.ptr == pw
   # a device buffer another Array shares is copied first, not overwritten
   x = ourjax.device_put(p0)
   from ourjax.array import Array

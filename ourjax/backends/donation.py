@@ -78,13 +78,41 @@ def safe(steps, param: K.Buf, out: K.Buf, elementwise_kinds, copy_kinds) -> bool
   return kernel is not None and same_index(kernel, param, out, elementwise_kinds, copy_kinds)
 
 
+class _EpilogueView:
+  """A GPU dot kernel's fused elementwise epilogue (``cuda/dots.py``: ``Epilogue``) seen as an
+  elementwise kernel over the dot's shape: the dot's element is a leaf (it is handed to the
+  epilogue where each accumulator is stored, once per element)."""
+
+  def __init__(self, kernel):
+    epi = kernel.epilogue
+    self.dims = tuple(kernel.dot.dims)
+    self.outputs = epi.outputs
+    self.leafmap = {**epi.leafmap, kernel.dot: None}
+
+
+def _epilogue_view(kernel, param):
+  """``_EpilogueView`` of a dot kernel with a fused epilogue that does not take ``param`` as an
+  operand of the product, else None."""
+  if getattr(kernel, "epilogue", None) is None or not hasattr(kernel, "dot"):
+    return None
+  for name in ("lhs", "rhs", "parts"):
+    b = getattr(kernel, name, None)
+    if b is not None and (b is param or getattr(b, "source", None) is param):
+      return None
+  return _EpilogueView(kernel)
+
+
 def same_index(kernel, param, out, elementwise_kinds, copy_kinds) -> bool:
   """Whether ``kernel`` reads ``param`` only at the index of the element of ``out`` it writes
-  (so it may write ``out`` over ``param``)."""
+  (so it may write ``out`` over ``param``): a copy, an elementwise kernel, or a GPU dot kernel
+  whose fused epilogue reads ``param`` elementwise (it evaluates an element's epilogue outputs
+  before storing them, and stores each element once)."""
   if isinstance(kernel, copy_kinds):
     return kernel.src is param and kernel.dst is out
   if not isinstance(kernel, elementwise_kinds):
-    return False
+    kernel = _epilogue_view(kernel, param)
+    if kernel is None:
+      return False
   dims = tuple(kernel.dims)
   if out.size != math.prod(dims) or param.nbytes != out.nbytes:
     return False
