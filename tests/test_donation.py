@@ -147,7 +147,8 @@ def test_output_written_into_donated_buffer_cpu():
   np.testing.assert_array_equal(out, np.arange(6) * 2.0 + 1)
   assert _kinds(f, np.ones(6, F32), np.ones(6, F32)) == {0: "direct"}
   text = f.lower(np.ones(6, F32), np.ones(6, F32)).compile().as_text()
-  assert text.splitlines()[0] == "HloModule jit_lambda, input_output_alias={ {0}: (0, {}, may-alias) }"
+  assert text.splitlines()[0] == ("HloModule jit_lambda, "
+                                  "input_output_alias={ {0}: (0, {}, may-alias) }")
 
 
 def test_read_after_write_is_copied_not_clobbered():

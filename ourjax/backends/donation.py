@@ -1,21 +1,23 @@
 """Outputs written into donated parameters' buffers (``module.input_output_alias``, set by
 ``jit``'s donation, see ``ourjax/_donation.py``): the planning both native targets share.
 
-    plan = plan_with_aliases(module, make_planner, add_copy)
+    planner, steps, params, outs, aliases = plan_with_aliases(module, plan, add_copy,
+                                                              elementwise_kinds, copy_kinds)
 
 The entry is planned once as usual (parameters and outputs in buffers of their own) and the
 steps tell, for each alias ``output j -> parameter k``, whether the output may be computed
 straight into the parameter's buffer (``safe``): every step that reads the parameter comes
 before the first step that writes the output, or the last reader *is* the first writer and it
-reads the parameter only at the index of the element it writes (``same_index``: a copy, or an
-elementwise kernel whose every use of the parameter is elementwise over the output's shape; it
-loads an element's operands before storing it; a dynamic-update-slice's operand counts as read
-elementwise).  A ``while`` or ``conditional`` counts as one
-step (its body may run many times).  The entry is then planned again with output ``j``'s buffer
-*being* parameter ``k``'s (the same ``Buf``: a kernel that reads one and writes the other gets
-one pointer) for the safe aliases; each other alias computes its output into a temporary that
-one last copy moves into the parameter's buffer once nothing reads the parameter any more.
-Either way the caller finds output ``j`` in argument ``k``'s memory and allocates nothing for it.
+reads the parameter only at the index of the element it writes (``same_index``: a copy, an
+elementwise kernel whose every use of the parameter is elementwise over the output's shape, or
+a GPU dot kernel whose fused epilogue is such a use; these evaluate an element's outputs before
+storing them; a dynamic-update-slice's operand counts as read elementwise, and a scatter does
+not read its operand's buffer).  A ``while`` or ``conditional`` counts as one step (its body
+may run many times).  The entry is then planned again with output ``j``'s buffer *being*
+parameter ``k``'s (the same ``Buf``: a kernel that reads one and writes the other gets one
+pointer) for the safe aliases; each other alias computes its output into a temporary that one
+last copy moves into the parameter's buffer once nothing reads the parameter any more.  Either
+way the caller finds output ``j`` in argument ``k``'s memory and allocates nothing for it.
 """
 from __future__ import annotations
 
@@ -164,10 +166,11 @@ def plan_with_aliases(module, plan, add_copy, elementwise_kinds, copy_kinds):
   """Plan ``module``'s entry with its outputs in donated parameters' buffers.
 
   ``plan(outs_for) -> (planner, steps, params, outs)`` plans the entry, the output buffers
-  chosen by ``outs_for(params, outs)`` (which returns the buffer of each output: its own, a
-  parameter's, or a temporary); ``add_copy(planner, steps, src, dst)`` appends a copy step.
-  Returns ``(planner, steps, params, outs, aliases)``: ``aliases`` lists ``(j, k, "direct" |
-  "copy")``."""
+  chosen by ``outs_for(params, outs, new_temp)`` (None: the outputs' own), which returns the
+  buffer of each output: its own, a parameter's, or a temporary; ``add_copy(planner, steps,
+  src, dst)`` appends a copy step; ``elementwise_kinds``/``copy_kinds``: the target's kernel
+  classes ``same_index`` accepts.  Returns ``(planner, steps, params, outs, aliases)``:
+  ``aliases`` lists ``(j, k, "direct" | "copy")``."""
   aliases = dict(getattr(module, "input_output_alias", None) or {})
   planner, steps, params, outs = plan(None)
   if not aliases:
@@ -195,7 +198,7 @@ def plan_with_aliases(module, plan, add_copy, elementwise_kinds, copy_kinds):
   for j, (k, kind) in sorted(how.items()):
     if kind == "copy":
       add_copy(planner, steps, temps[j], params[k])
-  module.note("donation", ", ".join(f"output {j} in parameter {k}'s buffer"
-                                    f"{' (computed in place)' if kind == 'direct' else ' (copied at the end)'}"
+  where = {"direct": "computed in place", "copy": "copied there at the end"}
+  module.note("donation", ", ".join(f"output {j} in parameter {k}'s buffer ({where[kind]})"
                                     for j, (k, kind) in sorted(how.items())))
   return planner, steps, params, outs, [(j, k, kind) for j, (k, kind) in sorted(how.items())]
