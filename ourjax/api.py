@@ -245,8 +245,8 @@ class JitWrapped:
                               if n in pos and pos.index(n) not in dnums
                               and pos.index(n) not in donate_argnums)
     self.static_argnums, self.static_argnames = static_argnums, static_argnames
-    # Donation is recorded (args_info, Lowered/Compiled.donate_argnums); outputs do not reuse
-    # donated buffers yet.
+    # donated leaves (``_donated``): outputs written into their buffers, the arrays deleted
+    # after the call (``_donation``)
     self.donate_argnums, self.donate_argnames = donate_argnums, donate_argnames
     self.keep_unused = keep_unused
     self.backend = backend
@@ -428,6 +428,7 @@ class JitWrapped:
         else:
           break
       else:
+        v = None        # (keeps no argument's value alive: a donated one has no other owner)
         if config._local.overrides:     # this thread's context-manager flags
           x64, off = config.x64_enabled, _fast_path_off(config)
           prec = config.jax_default_matmul_precision
@@ -444,6 +445,7 @@ class JitWrapped:
             outs = None       # (the general path below says which operation, and where)
           if outs is not None:
             return outs
+      v = None    # (keeps no argument's value alive: a donated one must have no other owner)
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
@@ -480,8 +482,11 @@ class JitWrapped:
       if nan_check:
         _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
       return tree_unflatten(entry.out_tree, outs)
+    donated = entry.sig.donated if entry.sig is not None else ()
+    extra = ({"donated_invars": (False,) * len(hoisted) + tuple(donated)}
+             if any(donated) else {})
     outs = pjit_p.bind(*hoisted, *leaves, jaxpr=closed, name=_fun_name(self.fun),
-                       backend=self.backend)
+                       backend=self.backend, **extra)
     return tree_unflatten(entry.out_tree, outs)
 
   def _compile(self, entry):
@@ -489,7 +494,7 @@ class JitWrapped:
     return backends.compile_jaxpr(entry.closed, self.backend, _fun_name(self.fun),
                                   keep_unused=self.keep_unused, log_reason=entry.reason,
                                   cache=False,     # (the cache entry keeps it)
-                                  times=entry.times)
+                                  times=entry.times, donated=entry.sig.donated)
 
   # -- stages ----------------------------------------------------------------------------------
 
@@ -509,9 +514,10 @@ class JitWrapped:
     from ourjax.lowering import from_jaxpr
     from ourjax.stages import Lowered
     name = _fun_name(self.fun)
+    from ourjax.backends import donation_of
     lowering = from_jaxpr.lower(entry.closed, name, keep_unused=self.keep_unused)
     return Lowered(lowering, entry.closed, sig, self.backend, self.donate_argnums, name,
-                   entry.reason)
+                   entry.reason, donation_of(lowering, entry.closed, sig.donated))
 
   def eval_shape(self, *args, **kwargs):
     entry = self.trace(*args, **kwargs)._entry
@@ -614,7 +620,9 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
 
   ``static_argnums``/``static_argnames`` name arguments passed to ``fun`` as Python values
   (hashable; part of the cache key), each inferred from the other through the signature.
-  ``donate_argnums``/``donate_argnames`` are recorded.  With ``keep_unused=False`` arguments the
+  ``donate_argnums``/``donate_argnames`` give the arguments' buffers to the call: an output
+  of the same shape and dtype is written into them, and the donated arrays are deleted (see
+  ``ourjax/_donation.py``).  With ``keep_unused=False`` arguments the
   outputs do not depend on are left out of the compiled module (still accepted).  ``backend``
   picks where it compiles.  ``inline=True`` traces ``fun`` into an enclosing jaxpr instead of
   a nested call."""

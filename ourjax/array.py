@@ -95,6 +95,9 @@ class Array:
   @property
   def _value(self) -> np.ndarray:
     if self._npy is None:
+      if self._device_buf is None:
+        from ourjax._donation import deleted_error
+        raise deleted_error(self.aval)
       v = self._device_buf.to_host()
       if self._aval is not None and v.shape != self._aval.shape:
         v = v.reshape(self._aval.shape)
@@ -191,6 +194,10 @@ class Array:
     """Wait until the value has been computed (device arrays are produced asynchronously)."""
     if self._device_buf is not None:
       self._device_buf.synchronize()
+    elif self._npy is None:
+      from ourjax.errors import JaxRuntimeError
+      raise JaxRuntimeError("INVALID_ARGUMENT: BlockHostUntilReady() called on deleted or "
+                            "donated buffer")
     return self
 
   def is_ready(self) -> bool:
@@ -201,11 +208,18 @@ class Array:
     return None
 
   def delete(self):
-    """Release the device copy now (the host copy, if any, stays readable)."""
-    if self._device_buf is not None:
-      if self._npy is None:
-        self._value        # keep the value readable
-      self._device_buf = None
+    """Free the array's memory now (host and device); using it afterwards raises
+    ``RuntimeError: Array has been deleted with shape=...`` (its shape and dtype stay)."""
+    self._delete()
+
+  def _delete(self):
+    self.aval                # (kept: a deleted array still has its shape and dtype)
+    self._npy = None
+    self._device_buf = None
+
+  def is_deleted(self) -> bool:
+    """Whether the array was deleted (``delete()``, or donated to a jitted call)."""
+    return self._npy is None and self._device_buf is None
 
   def is_fully_replicated(self):
     return True

@@ -91,6 +91,11 @@ class DeviceError(OurJaxError):
   """A device (driver) call failed."""
 
 
+class JaxRuntimeError(OurJaxError, RuntimeError):
+  """The runtime refused a call (JAX's ``jax.errors.JaxRuntimeError``): e.g. a donated buffer
+  that the same call also reads."""
+
+
 def format_bytes(n: int) -> str:
   """``n`` bytes for people: ``512 B``, ``1.5 MiB``, ..., up to ``PiB``."""
   units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")

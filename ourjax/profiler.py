@@ -26,11 +26,14 @@ writes the timeline): one row per kernel, sorted by time, with its kind (the pla
 class), its time and share of the call, launches per call (kernels inside a loop launch once
 per iteration; their times are summed), the bytes of its input and output buffers (an
 estimate of its memory traffic) and the GB/s they make, GFLOP/s of the dots and convolutions
-it computes, and the HLO instructions it covers.  Host overheads are rows of their own: the
-CPU's thread pool (waking the workers, waiting for them), device copies, host round trips (a
-GPU ``while``'s predicate read back each iteration) and Python dispatch (a call's wall time
-minus the rows above: ``Compiled.profile`` measures it on calls through jit's fast path, a
-trace on the calls it records, which take the general path).  An executable that is not
+it computes, and the HLO instructions it covers; each executable's section starts with its peak
+memory (arguments + outputs + the temporaries' arena - outputs written into donated arguments:
+``Compiled.memory_analysis()``, also in ``sections[i]["memory"]`` and the trace's
+``otherData``).  Host overheads are rows of their own: the CPU's thread pool (waking the
+workers, waiting for them), device copies, host round trips (a GPU ``while``'s predicate read
+back each iteration) and Python dispatch (a call's wall time minus the rows above:
+``Compiled.profile`` measures it on calls through jit's fast path, a trace on the calls it
+records, which take the general path).  An executable that is not
 compiled natively (the reference backend, a jaxpr run op by op) is one row, its wall time.
 """
 from __future__ import annotations
@@ -69,6 +72,7 @@ class _ExeStats:
 
   def __init__(self, rec, seq: int):
     self.name, self.backend, self.rows, self.note = rec.name, rec.backend, rec.rows, rec.note
+    self.memory = rec.memory
     self.seq = seq
     n = len(rec.rows)
     self.calls = 0
@@ -197,7 +201,8 @@ def _section(st: _ExeStats, per_call: bool) -> dict:
   rows.sort(key=lambda x: -x["time_us"])
   return {"name": st.name, "backend": st.backend, "calls": st.calls, "rows": rows,
           "time_us": per, "total_us": sum(x["total_us"] for x in rows), "note": st.note,
-          "seq": st.seq}
+          "seq": st.seq, "memory": None if st.memory is None else dict(
+              st.memory._asdict(), peak_memory_in_bytes=st.memory.peak_memory_in_bytes)}
 
 
 def _dedupe_names(sections):
@@ -277,6 +282,14 @@ class Profile:
         head += f" ({s['note']})"
       out.append("")
       out.append(head)
+      m = s.get("memory")
+      if m:
+        size = lambda k: _fmt_bytes(m[k]) if m[k] else "0 B"
+        alias = m["alias_size_in_bytes"]
+        out.append(f"  peak memory {size('peak_memory_in_bytes')} = arguments "
+                   f"{size('argument_size_in_bytes')} + outputs {size('output_size_in_bytes')}"
+                   f" + temporaries {size('temp_size_in_bytes')}"
+                   + (f" - outputs in donated buffers {_fmt_bytes(alias)}" if alias else ""))
       cols = ["kernel", "kind"]
       cols += ["time(us)"] if self.per_call else ["total(ms)", "mean(us)"]
       cols += ["%", "launches", "bytes", "GB/s", "GFLOP/s", "HLO"]
@@ -351,7 +364,8 @@ class Profile:
                   "ts": round(max(t0 - start, 0) / 1e3, 3), "dur": round(max(dur, 0) / 1e3, 3),
                   "args": args})
     meta = {"title": self.title, "clock": "time.perf_counter_ns, microseconds from the "
-            "recording's start", "dropped_events": self.dropped}
+            "recording's start", "dropped_events": self.dropped,
+            "memory": {s["name"]: s["memory"] for s in self.sections if s.get("memory")}}
     return {"traceEvents": out, "displayTimeUnit": "ns", "otherData": meta}
 
 
@@ -490,21 +504,38 @@ def profile(fn, *args, reps: int = 10, **kwargs) -> Profile:
   """Profile ``fn(*args, **kwargs)``: ``fn`` is jitted unless it is already a jitted function,
   called once to compile and once more to compile the measured variant, then ``reps`` times
   measured.  The ``Profile`` has a section per executable the calls ran (times: median per
-  call)."""
+  call).  A function that donates arguments gets copies of the array arguments at each call
+  (the caller's stay alive)."""
   from ourjax import api
   if reps < 1:
     raise ValueError(f"profiler.profile: reps must be at least 1, got {reps}")
   f = fn if isinstance(fn, api.JitWrapped) else api.jit(fn)
-  _block(f(*args, **kwargs))
+  call = (lambda: f(*_copies(args), **_copies(kwargs))) if (
+      f.donate_argnums or f.donate_argnames) else (lambda: f(*args, **kwargs))
+  _block(call())
   with _recording() as rec:
-    _block(f(*args, **kwargs))
+    _block(call())
     rec.stats.clear()
     rec.events.clear()
     rec.start_ns = time.perf_counter_ns()
     for _ in range(reps):
-      _block(f(*args, **kwargs))
+      _block(call())
   name = getattr(fn, "__name__", None) or type(fn).__name__
   return rec.profile(per_call=True, title=f"ourjax profile of {name}: {reps} measured call(s)")
+
+
+def _copies(tree):
+  """``tree`` with each Array replaced by a copy of its own (on the Array's device)."""
+  from ourjax import api, tree_util
+  from ourjax.array import Array
+
+  def copy(x):
+    if not isinstance(x, Array):
+      return x
+    c = Array(np.asarray(x), x.weak_type)
+    return api.device_put(c, x.device) if x._device_buf is not None else c
+  import numpy as np
+  return tree_util.tree_map(copy, tree)
 
 
 def _profile_executable(exe, leaves, in_avals, reps: int, name: str) -> Profile:
@@ -522,19 +553,38 @@ def _profile_executable(exe, leaves, in_avals, reps: int, name: str) -> Profile:
   # are made once, as for arrays that live there)
   leaves = [x if isinstance(x, Array) and x.dtype == a.dtype else
             Array(np.asarray(x, a.dtype), a.weak_type) for x, a in zip(leaves, in_avals)]
+  # donated arguments: each call gets copies of its own (made before it is timed), so that
+  # the caller's arrays are neither deleted nor overwritten
+  donation = getattr(exe, "donation", None)
+  donated = [] if donation is None else [
+      i if exe.kept_args is None else exe.kept_args[i] for i in donation.deleted]
+  values = {i: np.asarray(leaves[i]) for i in donated}
+
+  def args():
+    if not donated:
+      return leaves
+    out = list(leaves)
+    for i in donated:
+      a = Array(values[i], leaves[i].weak_type)
+      if getattr(exe, "backend", None) == "cuda":
+        a.block_until_ready()
+        from ourjax import api
+        a = api.device_put(a)
+      out[i] = a
+    return out
   rec = _Recorder()
   th = threading.current_thread()
-  _block(profiling.profiled_call(exe, leaves)[0])
+  _block(profiling.profiled_call(exe, args())[0])
   rec.start_ns = time.perf_counter_ns()
   for _ in range(reps):
-    outs, r = profiling.profiled_call(exe, leaves)
+    outs, r = profiling.profiled_call(exe, args())
     _block(outs)
     rec.add(r, (th.ident, th.name))
   runner = profiling.runner_for(exe)
   st = rec.stats[id(runner.rows)]
   rows = runner.rows
   drow = next((i for i, r in enumerate(rows) if r["category"] == "dispatch"), None)
-  if drow is not None and hasattr(runner, "plain_dispatch"):
+  if drow is not None and hasattr(runner, "plain_dispatch") and not donated:
     disp = runner.plain_dispatch(exe, leaves, reps, st.samples)
     if disp:
       st.samples[drow] = disp

@@ -327,6 +327,9 @@ class ShardedArray(Array):
   @property
   def _value(self) -> np.ndarray:
     if self._npy is None:
+      if not self._shards:
+        from ourjax._donation import deleted_error
+        raise deleted_error(self._aval)
       aval = self._aval
       out = np.empty(aval.shape, aval.dtype)
       for (idx, rep), s in zip(self._sharding._blocks(aval.shape), self._shards):
@@ -369,10 +372,14 @@ class ShardedArray(Array):
   def is_ready(self) -> bool:
     return all(s.is_ready() for s in self._shards)
 
-  def delete(self):
-    self._value      # noqa: B018  (keep the value readable)
+  def _delete(self):
     for s in self._shards:
-      s.delete()
+      s._delete()
+    self._shards = []
+    self._npy = None
+
+  def is_deleted(self) -> bool:
+    return not self._shards
 
 
 def _base_sharding(self):

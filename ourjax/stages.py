@@ -116,10 +116,11 @@ class Lowered(_Stage):
   """The HLO module a traced function lowered to, before the pass pipeline."""
 
   def __init__(self, lowering, closed: ClosedJaxpr, sig: _Signature, backend, donate_argnums,
-               name: str, log_reason: str | None = None):
+               name: str, log_reason: str | None = None, donation=None):
     self._lowering, self._closed, self._sig = lowering, closed, sig
     self._backend, self._donate_argnums, self._name = backend, donate_argnums, name
     self._log_reason = log_reason
+    self._donation = donation     # (``_donation.Donation``: set up, and warned about, here)
 
   @property
   def out_info(self):
@@ -142,7 +143,8 @@ class Lowered(_Stage):
   def compile(self, compiler_options: dict | None = None) -> "Compiled":
     from ourjax import backends
     exe = backends.compile_lowering(self._lowering, self._closed, backend=self._backend,
-                                    name=self._name, log_reason=self._log_reason)
+                                    name=self._name, log_reason=self._log_reason,
+                                    donation=self._donation)
     return Compiled(exe, self._closed, self._sig, self._donate_argnums)
 
   def __repr__(self):
@@ -196,14 +198,13 @@ class Compiled(_Stage):
       return {}
     return cost_analysis(module)
 
-  def memory_analysis(self) -> dict:
-    """Bytes of the arguments and the outputs (without buffer reuse)."""
-    module = getattr(self._executable, "module", None)
-    if module is None:
-      return {}
-    entry = module.entry
-    return {"argument_size_in_bytes": sum(_bytes(p.shape) for p in entry.parameters),
-            "output_size_in_bytes": _bytes(entry.root.shape)}
+  def memory_analysis(self):
+    """JAX's ``CompiledMemoryStats`` (``_donation.MemoryStats``) from the backend's plan: bytes
+    of the arguments, the outputs, the outputs written into donated arguments
+    (``alias_size_in_bytes``), the temporaries' arena (``temp_size_in_bytes``), the generated
+    code (machine code on the CPU, PTX on the GPU) and ``peak_memory_in_bytes``; None for a
+    function that runs op by op."""
+    return memory_stats(self._executable)
 
   def __call__(self, *args, **kwargs):
     outs = self._executable(*self._leaves(args, kwargs, "call"))
@@ -246,6 +247,34 @@ class Compiled(_Stage):
 
   def __repr__(self):
     return f"Compiled({self._sig.fun_name})"
+
+
+def memory_stats(executable):
+  """``Compiled.memory_analysis()`` of a ``backends.ModuleExecutable`` (None without a
+  module)."""
+  from ourjax._donation import MemoryStats
+  module = getattr(executable, "module", None)
+  if module is None:
+    return None
+  entry = module.entry
+  rt = getattr(executable, "compiled", executable)
+  root = entry.root.shape
+  outs = list(root.tuple_shapes) if root.is_tuple else [root]
+  aliases = getattr(rt, "aliases", ())
+  inner = getattr(rt, "inner", None)          # (the GPU backend's host fallback)
+  planned = rt if hasattr(rt, "arena_bytes") else inner
+  if planned is not None and hasattr(planned, "arena_bytes"):
+    temp = int(planned.arena_bytes)
+  else:
+    ba = getattr(module, "buffer_assignment", None)
+    temp = int(ba.temp_bytes) if ba is not None else 0
+  code = getattr(rt, "code_bytes", None)
+  return MemoryStats(
+      generated_code_size_in_bytes=int(code() if callable(code) else code or 0),
+      argument_size_in_bytes=sum(_bytes(p.shape) for p in entry.parameters),
+      output_size_in_bytes=sum(_bytes(s) for s in outs),
+      alias_size_in_bytes=sum(_bytes(outs[j]) for j, _ in aliases),
+      temp_size_in_bytes=temp)
 
 
 def _check_dialect(dialect, allowed, stage):

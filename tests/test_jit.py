@@ -252,7 +252,7 @@ def test_donate_argnums_recorded():
   h = ourjax.jit(f, donate_argnames="y")
   assert h.donate_argnums == (1,)
   np.testing.assert_array_equal(h(x, y=y), [3, 3, 3])
-  np.testing.assert_array_equal(x, [1, 1, 1])         # nothing is overwritten yet
+  np.testing.assert_array_equal(x, [1, 1, 1])         # NumPy arguments are never overwritten
 
 
 def test_keep_unused():

@@ -14,6 +14,10 @@ A jaxpr holding a primitive that has no lowering rule yet runs through the jaxpr
 primitive's NumPy implementation) instead, so programs stay correct while the compiler grows;
 ``OURJAX_STRICT_LOWERING=1`` turns that fallback into an error (the tests use it).
 
+``jit``'s donation (``_donation.py``): ``compile_jaxpr(..., donated=)`` pairs donated
+arguments with outputs (``donation_of``), sets ``module.input_output_alias`` for the backend,
+and the ``ModuleExecutable`` hands the donated buffers over and deletes the arrays.
+
 While ``ourjax.profiler`` records (a trace, ``OURJAX_PROFILE=1``), ``_profile_hook`` is set and
 every executable call goes through it (``backends/profiling.py`` measures it); otherwise it is
 None and costs one check on the general call path (jit's fast path does not look at it: the
@@ -38,15 +42,21 @@ _profile_all = False
 class JaxprEvaluator:
   """Runs a closed jaxpr eagerly, op by op (the fallback executable)."""
 
-  def __init__(self, closed: core.ClosedJaxpr):
+  def __init__(self, closed: core.ClosedJaxpr, donated=None):
     self.closed = closed
+    # (donated arguments are deleted after a call, as a compiled call would; none is reused)
+    self.donation = None if donated is None else _donation_of_jaxpr(closed, donated)
+    self.kept_args = None
 
   def __call__(self, *args):
     if _profile_hook is not None:
       return _profile_hook(self, args)
-    return self._evaluate(*args)
+    return self._run(lambda *a: self._evaluate(*a), args)
 
   def _run(self, runner, args):
+    if self.donation is not None:
+      from ourjax import _donation
+      return _donation.run(self, runner, args, lambda a: runner(*a))
     return runner(*args)
 
   def _evaluate(self, *args):
@@ -59,12 +69,14 @@ class ModuleExecutable:
   the jaxpr's outputs (weak types included).  ``kept_args`` are the indices of the arguments
   the module takes (unused ones are dropped before the call), None for all of them."""
 
-  def __init__(self, module, compiled, hoisted, out_avals, backend: str, kept_args=None):
+  def __init__(self, module, compiled, hoisted, out_avals, backend: str, kept_args=None,
+               donation=None):
     self.module, self.compiled, self.backend = module, compiled, backend
     self.hoisted = [_host(c) for c in hoisted]
     self.out_avals = list(out_avals)
     self.kept_args = None if kept_args is None else tuple(kept_args)
     self._hoisted_arrays = None
+    self.donation = donation      # (``_donation.Donation`` of the module's parameters, or None)
 
   _profile_runner = None     # (backends/profiling.py)
 
@@ -75,9 +87,15 @@ class ModuleExecutable:
 
   def _run(self, compiled, args):
     """Call ``compiled`` (``self.compiled``, or the profiler's stand-in for it)."""
-    from ourjax.array import Array, to_numpy
     if self.kept_args is not None:
       args = [args[i] for i in self.kept_args]
+    if self.donation is not None:
+      from ourjax import _donation
+      return _donation.run(self, compiled, args, lambda a: self._call(compiled, a))
+    return self._call(compiled, args)
+
+  def _call(self, compiled, args):
+    from ourjax.array import Array, to_numpy
     if getattr(compiled, "device_resident", False):
       # a device backend takes Arrays as they are (their data may already be on the device)
       # and returns device buffers; hoisted constants become Arrays once, so that their
@@ -97,6 +115,8 @@ class ModuleExecutable:
     maker = getattr(self.compiled, "fast_caller", None)
     if maker is None:
       return None
+    if self.donation is not None:
+      return self._donating_fast_path(maker)
     if getattr(self.compiled, "device_resident", False):
       # device results stay on the device; hoisted constants share their device copies with
       # the general path's (see __call__)
@@ -123,6 +143,42 @@ class ModuleExecutable:
       return None if outs is None else [wrap(o, a) for o, a in zip(outs, avals)]
     return call
 
+
+  def _donating_fast_path(self, maker):
+    """``fast_path`` of an executable with donated parameters: on the host, the backend's own
+    fast caller for calls whose donated arguments are distinct Arrays owning their memory (the
+    others take the general path, which copies or raises); on a device, the general call."""
+    from ourjax import _donation
+    from ourjax.array import Array
+    run, compiled = self._run, self.compiled
+    general = lambda args: run(compiled, args)   # noqa: E731
+    inner = None if getattr(compiled, "device_resident", False) else \
+        maker(self.kept_args, self.hoisted, Array)
+    if inner is None:
+      return general
+    leaf = (lambda k: k) if self.kept_args is None else (lambda k: self.kept_args[k])
+    deleted = [leaf(k) for k in self.donation.deleted]
+    reused = [leaf(k) for k in sorted({k for _, k in getattr(compiled, "aliases", ())})]
+    sole = _donation.sole_host_owner
+    avals = self.out_avals
+    wrap = Array._from_result
+
+    def call(args):
+      for i in deleted:
+        if type(args[i]) is not Array:
+          return None
+      if len({id(a) for a in args}) != len(args):
+        return None
+      for i in reused:
+        if not sole(args[i]):
+          return None
+      outs = inner(args)
+      if outs is None:
+        return None
+      for i in deleted:
+        args[i]._delete()
+      return [wrap(o, a) for o, a in zip(outs, avals)]
+    return call
 
   def for_device(self, device) -> "ModuleExecutable":
     """This executable running on ``device`` (a GPU: the module is loaded there once)."""
@@ -205,22 +261,41 @@ def _log_compile(name: str, in_avals, reason: str | None) -> None:
   log.warning(msg)
 
 
+def _donation_of_jaxpr(closed, donated):
+  from ourjax import _donation
+  return _donation.set_up(closed.in_avals, closed.out_avals, donated)
+
+
+def donation_of(lowering, closed: core.ClosedJaxpr, donated):
+  """The ``_donation.Donation`` of ``lowering``'s module for ``donated`` (a bool per argument
+  leaf of ``closed``; pruned arguments are not donated), warning about unusable ones; None when
+  nothing is donated."""
+  if not donated or not any(donated):
+    return None
+  from ourjax import _donation
+  kept = lowering.kept_args
+  return _donation.set_up([closed.in_avals[i] for i in kept], closed.out_avals,
+                          [bool(donated[i]) for i in kept])
+
+
 def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str = "",
-                     log_reason: str | None = None) -> ModuleExecutable:
+                     log_reason: str | None = None, donation=None) -> ModuleExecutable:
   """Optimize a copy of a lowered module (``from_jaxpr.lower``; the lowering itself stays as it
   was) and compile it with ``backend``; with ``jax_log_compiles`` the time of each phase is
-  logged after it (``_phases``)."""
+  logged after it (``_phases``).  ``donation`` (``donation_of``): the module's outputs that
+  are written into donated parameters (``module.input_output_alias``) and the arguments a call
+  deletes."""
   _log_compile(name, closed.in_avals, log_reason)
   outer = _phases.current()
   times = outer or _phases.begin(name)
   with _phases.collecting(times):
-    exe = _compile_lowering(lowering, closed, backend)
+    exe = _compile_lowering(lowering, closed, backend, donation)
   if outer is None:
     _phases.report(times)
   return exe
 
 
-def _compile_lowering(lowering, closed, backend):
+def _compile_lowering(lowering, closed, backend, donation=None):
   from ourjax.lowering import pipeline
   module = lowering.module.clone()
   dump = os.environ.get("OURJAX_DUMP")
@@ -233,51 +308,57 @@ def _compile_lowering(lowering, closed, backend):
   pipeline.optimize(module, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                     late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
   kept = lowering.kept_args
+  if donation is not None and donation.aliases:
+    # XLA's input_output_alias: output j is written into parameter k's buffer
+    module.input_output_alias = dict(donation.aliases)
   # (under OURJAX_PROFILE=1 every call is profiled: compile the instrumented code only)
   opts = {"profile": True} if _profile_all and name == "cpu" else {}
   return ModuleExecutable(module, _backend_module(backend).compile(module, **opts),
                           lowering.hoisted, closed.out_avals, backend or default_backend_name(),
-                          None if len(kept) == len(closed.in_avals) else kept)
+                          None if len(kept) == len(closed.in_avals) else kept, donation)
 
 
 def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
                   keep_unused: bool = True, log_reason: str | None = None, cache: bool = True,
-                  times=None):
+                  times=None, donated=None):
   """The executable of ``closed`` (cached per jaxpr object, backend and ``keep_unused`` unless
   ``cache=False``, for callers that keep it themselves): a ``ModuleExecutable``, or, when some
   primitive has no lowering rule and ``OURJAX_STRICT_LOWERING`` is not set, a
-  ``JaxprEvaluator``.  ``times``: the compile-phase record begun at tracing (``_phases``)."""
+  ``JaxprEvaluator``.  ``times``: the compile-phase record begun at tracing (``_phases``).
+  ``donated``: a bool per argument leaf (``jit``'s donate_argnums, see ``_donation``)."""
+  donated = tuple(donated) if donated and any(donated) else None
   if not cache:
-    return _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times)
-  key = (id(closed), backend, keep_unused)
+    return _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times, donated)
+  key = (id(closed), backend, keep_unused, donated)
   hit = _cache.get(key)
   if hit is not None and hit[0] is closed:
     return hit[1]
   # (compiled once when threads ask together; the entry keeps ``closed`` alive, so its id
   # names it for good)
   return _once.build_once(_cache, key, lambda: (closed, _compile_jaxpr(
-      closed, backend, name, keep_unused, log_reason)))[1]
+      closed, backend, name, keep_unused, log_reason, None, donated)))[1]
 
 
-def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None):
+def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, donated=None):
   from ourjax.lowering import from_jaxpr
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)
-    return JaxprEvaluator(closed)
+    return JaxprEvaluator(closed, donated)
   try:
     times = _phases.begin(name, times)
     with _phases.collecting(times):
       with _phases.phase("lower"):
         lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
-      exe = compile_lowering(lowering, closed, backend, name, log_reason)
+      exe = compile_lowering(lowering, closed, backend, name, log_reason,
+                             donation_of(lowering, closed, donated))
     _phases.report(times)
     return exe
   except from_jaxpr.LoweringError as e:
     if os.environ.get("OURJAX_STRICT_LOWERING"):
       raise
     log.debug("jit(%s): %s; running the jaxpr op by op", name, e)
-    return JaxprEvaluator(closed)
+    return JaxprEvaluator(closed, donated)
 
 
 class Device:

@@ -14,7 +14,9 @@ op-by-op ``JaxprEvaluator``) once, as its ``__call__`` would, and measures it:
 A ``CallRecord`` holds ``rows`` (static descriptions, one per kernel or host overhead, shared by
 every call of one executable), ``times`` ((seconds, launches) per row, this call's) and
 ``events`` (its timeline: ``(track, name, start_ns, duration_ns, args)`` with
-``time.perf_counter_ns`` clocks; a track is ``("thread", ident)`` or ``("gpu", ordinal)``).
+``time.perf_counter_ns`` clocks; a track is ``("thread", ident)`` or ``("gpu", ordinal)``) and
+``memory``: the executable's ``Compiled.memory_analysis()`` (``_donation.MemoryStats``: its peak
+is arguments + outputs + temporaries - outputs in donated buffers), or None.
 """
 from __future__ import annotations
 
@@ -34,11 +36,14 @@ DISPATCH_ROW = {"name": "Python dispatch", "kind": "host", "category": "dispatch
 
 class CallRecord:
   """One measured call (see the module docstring)."""
-  __slots__ = ("name", "backend", "rows", "times", "start_ns", "end_ns", "events", "note")
+  __slots__ = ("name", "backend", "rows", "times", "start_ns", "end_ns", "events", "note",
+               "memory")
 
-  def __init__(self, name, backend, rows, times, start_ns, end_ns, events, note=""):
+  def __init__(self, name, backend, rows, times, start_ns, end_ns, events, note="",
+               memory=None):
     self.name, self.backend, self.rows, self.times = name, backend, rows, times
     self.start_ns, self.end_ns, self.events, self.note = start_ns, end_ns, events, note
+    self.memory = memory
 
   @property
   def wall_s(self) -> float:
@@ -51,6 +56,7 @@ class WallRunner:
   def __init__(self, target, name: str, backend: str, kind: str, note: str = ""):
     self.target, self.name, self.backend = target, name, backend
     self.device_resident = bool(getattr(target, "device_resident", False))
+    self.aliases = getattr(target, "aliases", ())     # (outputs written into donated args)
     self.lock = threading.Lock()
     self.rows = [{"name": name, "kind": kind, "category": "executable", "hlo": note or
                   "the whole executable", "bytes": 0, "flops": 0, "loop": None}]
@@ -117,6 +123,11 @@ def runner_for(exe):
               "HostFallbackExecutable": "run by the CPU backend on host copies: "
               + str(getattr(compiled, "reason", ""))[:60]}.get(kind, "the whole executable")
       r = WallRunner(compiled, name, exe.backend, kind, note)
+    from ourjax.stages import memory_stats
+    try:
+      r.memory = memory_stats(exe)
+    except Exception as e:   # noqa: BLE001 - the table goes without it
+      log.debug("profiler: no memory analysis of %s (%s: %s)", name, type(e).__name__, e)
   exe._profile_runner = r
   return r
 
@@ -128,4 +139,6 @@ def profiled_call(exe, args):
     t0 = time.perf_counter_ns()
     outs = exe._run(runner, args)
     t1 = time.perf_counter_ns()
-    return outs, runner.record(t0, t1)
+    rec = runner.record(t0, t1)
+    rec.memory = getattr(runner, "memory", None)
+    return outs, rec

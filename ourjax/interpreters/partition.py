@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ourjax import core
+from ourjax.array import Array
 from ourjax.lax import parallel
 
 Spec = tuple   # per dimension, a tuple of mesh axis names
@@ -588,4 +589,24 @@ def call_sharded(jw, entry, leaves, args_kwargs):
   if hit is None or hit.closed is not entry.closed:
     name = entry.sig.fun_name if entry.sig is not None else "fun"
     hit = jw._sharded[key] = _Sharded(entry, mesh, in_specs, out_specs, requested, name)
-  return hit(leaves)
+  outs = hit(leaves)
+  donated = entry.sig.donated if entry.sig is not None else ()
+  if any(donated):
+    # donated arguments are deleted after the call, as JAX's are (their memory is not reused
+    # here); those no result can use are warned about (once, when the plan is made)
+    d = getattr(hit, "donation", False)
+    if d is False:
+      from ourjax import _donation
+      from ourjax.interpreters import partial_eval as pe
+      closed = entry.closed
+      used = [True] * len(closed.in_avals) if jw.keep_unused else \
+          pe.dce_jaxpr(closed.jaxpr, keep_invars=False)[1]
+      kept = [i for i, u in enumerate(used) if u]
+      d = _donation.set_up([closed.in_avals[i] for i in kept], closed.out_avals,
+                           [donated[i] for i in kept])
+      hit.donation = None if d is None else tuple(kept[k] for k in d.deleted)
+      d = hit.donation
+    for i in d or ():
+      if isinstance(leaves[i], Array):
+        leaves[i]._delete()
+  return outs

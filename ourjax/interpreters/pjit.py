@@ -1,6 +1,9 @@
 """``pjit_p`` (printed ``jit``): the primitive a jitted function binds.  Its single parameter of substance is the
 closed jaxpr of the function; its rules transform that jaxpr and bind pjit again, so a jitted
-function stays one compiled call under vmap, and under jvp.
+function stays one compiled call under vmap, and under jvp.  ``donated_invars`` (present only
+when something is donated: a bool per input) carries ``jit``'s donation through the rules as
+JAX's does: primal inputs keep it under jvp and vmap (so the arrays are deleted when the call
+finally runs), tangents, residuals and cotangents are never donated.
 
 Eagerly (``impl``) the jaxpr is compiled by a backend (``ourjax.backends``) and the executable
 is cached on the jaxpr object."""
@@ -15,8 +18,10 @@ pjit_p = Primitive("jit")          # JAX prints this primitive as ``jit[name=...
 pjit_p.multiple_results = True
 jit_p = pjit_p
 core.call_primitives.add(pjit_p)
-core.pp_param_rules[pjit_p] = lambda params: [("name", params["name"]),
-                                              ("jaxpr", params["jaxpr"])]
+core.pp_param_rules[pjit_p] = lambda params: (
+    [("name", params["name"])]
+    + [("donated_invars", params.get("donated_invars"))] * ("donated_invars" in params)
+    + [("jaxpr", params["jaxpr"])])
 
 
 def _pjit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str, **_):
@@ -26,10 +31,18 @@ def _pjit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str, **_):
 pjit_p.def_abstract_eval(_pjit_abstract_eval)
 
 
-def _pjit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, **_):
+def _pjit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=None, **_):
   from ourjax.backends import compile_jaxpr
-  exe = compile_jaxpr(jaxpr, backend=backend, name=name)
+  exe = compile_jaxpr(jaxpr, backend=backend, name=name, donated=donated_invars)
   return exe(*args)
+
+
+def _donating(params, flags):
+  """``params`` with ``donated_invars`` set to ``flags`` (removed when none is donated)."""
+  params = {k: v for k, v in params.items() if k != "donated_invars"}
+  if flags is not None and any(flags):
+    params["donated_invars"] = tuple(bool(f) for f in flags)
+  return params
 
 
 pjit_p.def_custom_impl(_pjit_impl)
@@ -40,6 +53,9 @@ def _pjit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str, **params):
   # symbolic zeros stay symbolic across the call (and float0 tangents never enter the jaxpr)
   jvp_closed, out_nz = ad.jvp_jaxpr_nonzeros(jaxpr, nonzeros, instantiate=False)
   nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
+  donated = params.get("donated_invars")
+  params = _donating(params, None if donated is None else
+                     tuple(donated) + (False,) * len(nz_tangents))
   outs = pjit_p.bind(*primals, *nz_tangents, jaxpr=jvp_closed, name=f"jvp({name})", **params)
   n = len(jaxpr.out_avals)
   tans = iter(outs[n:])
@@ -58,7 +74,12 @@ def _pjit_partial_eval(trace, tracers, *, jaxpr: ClosedJaxpr, name: str, **param
   unknowns = [False] * len(jaxpr.consts) + in_unknowns
   jk, ju, out_unknowns, num_res = pe.partial_eval_jaxpr(flat, unknowns, instantiate=False)
   known_ins = list(jaxpr.consts) + [t.pval.const for t in tracers if t.pval.is_known]
-  known_outs = pjit_p.bind(*known_ins, jaxpr=ClosedJaxpr(jk, []), name=name, **params)
+  donated = params.get("donated_invars")
+  known_params = _donating(params, None if donated is None else
+                           [False] * len(jaxpr.consts) +
+                           [d for d, t in zip(donated, tracers) if t.pval.is_known])
+  params = _donating(params, None)
+  known_outs = pjit_p.bind(*known_ins, jaxpr=ClosedJaxpr(jk, []), name=name, **known_params)
   n_known_out = len(known_outs) - num_res
   outs_k, residuals = known_outs[:n_known_out], known_outs[n_known_out:]
   res_tracers = [trace.instantiate_const(trace.pure(r)) for r in residuals]
@@ -83,11 +104,13 @@ def _pjit_partial_eval_jaxpr(eqn, in_unknowns):
                           closed.consts)
   res_vars = [core.Var(v.aval) for v in jk.outvars[len(jk.outvars) - num_res:]]
   known_outs = [v for v, u in zip(eqn.out_binders, out_unknowns) if not u]
+  donated = eqn.params.get("donated_invars")
   eqn_k = eqn._replace(inputs=[x for x, u in zip(eqn.inputs, in_unknowns) if not u],
-                       params=dict(eqn.params, jaxpr=jk_closed),
+                       params=_donating(dict(eqn.params, jaxpr=jk_closed), None if donated is None
+                                        else [d for d, u in zip(donated, in_unknowns) if not u]),
                        out_binders=known_outs + res_vars)
   eqn_u = eqn._replace(inputs=res_vars + [x for x, u in zip(eqn.inputs, in_unknowns) if u],
-                       params=dict(eqn.params, jaxpr=ClosedJaxpr(ju, [])),
+                       params=_donating(dict(eqn.params, jaxpr=ClosedJaxpr(ju, [])), None),
                        out_binders=[v for v, u in zip(eqn.out_binders, out_unknowns) if u])
   return eqn_k, eqn_u, out_unknowns
 
@@ -113,6 +136,7 @@ def _pjit_transpose(cts, *args, jaxpr: ClosedJaxpr, name: str, **params):
 
   in_avals = [core.get_aval(v) for v in defined_vals] + [core.get_aval(c) for c in nz_cts]
   bwd = pe.trace_to_jaxpr(backward, in_avals, f"transpose({name})")
+  params = _donating(params, None)
   outs = pjit_p.bind(*defined_vals, *nz_cts, jaxpr=bwd, name=f"transpose({name})", **params)
   outs = iter(outs)
   return [next(outs) if u else None for u in undefined]
@@ -141,7 +165,10 @@ def _pjit_dce(eqn, used_outputs):
                                    if v in keep])
   outs = [v for v, u in zip(eqn.out_binders, used_outputs) if u]
   ins = [x for x, u in zip(eqn.inputs, used_inputs) if u]
-  new_eqn = eqn._replace(params=dict(eqn.params, jaxpr=new_closed), out_binders=outs, inputs=ins)
+  donated = eqn.params.get("donated_invars")
+  params = _donating(dict(eqn.params, jaxpr=new_closed), None if donated is None else
+                     [d for d, u in zip(donated, used_inputs) if u])
+  new_eqn = eqn._replace(params=params, out_binders=outs, inputs=ins)
   return used_inputs, new_eqn
 
 

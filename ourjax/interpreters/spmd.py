@@ -31,7 +31,7 @@ import itertools
 
 import numpy as np
 
-from ourjax import core
+from ourjax import _donation, core
 from ourjax.array import Array
 from ourjax.lax import parallel
 from ourjax.tree_util import tree_flatten, tree_unflatten
@@ -465,7 +465,9 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
              else tuple(static_broadcasted_argnums))
   name = axis_name if axis_name is not None else f"_pmap_axis_{next(_pmap_names)}"
   cache: dict = {}
+  donations: dict = {}      # signature -> its _donation.Donation (None: nothing donated)
   fname = getattr(fun, "__name__", "fun")
+  donate = ((donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums))
 
   @functools.wraps(fun)
   def pmapped(*args, **kwargs):
@@ -527,6 +529,16 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
       if cacheable:
         cache[key] = entry
     program, lanes, out_tree, outs_how = entry
+    donation = donations.get(key, False) if cacheable else False
+    if donation is False and donate:
+      # JAX's pairing of donated inputs with outputs, per device (``_donation.set_up``): the
+      # donated arrays are deleted after the call, unusable ones warned about
+      dpos = {i % nargs for i in donate} if nargs else set()
+      flags = [dyn_idx[p] in dpos for p, a in enumerate(dyn) for _ in tree_flatten(a)[0]]
+      donation = _donation.set_up(lane_avals, [v.aval for v in program.jaxpr.outvars], flags,
+                                  names=[a.str_short(short_dtypes=False) for a in avals])
+      if cacheable:
+        donations[key] = donation
     per_lane = [[] for _ in range(n)]
     for x, a in zip(leaves, axes):
       if a is None:
@@ -541,6 +553,10 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
       vals = [outs[k][j] for k in range(n)]
       results.append(vals[0] if sharding is None else
                      _assemble([_reshaped(v, bshape) for v in vals], sharding, gaval))
+    if donation:
+      for i in donation.deleted:
+        if isinstance(leaves[i], Array):
+          leaves[i]._delete()
     return tree_unflatten(out_tree, results)
 
   pmapped._pmap_cache = cache

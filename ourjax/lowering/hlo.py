@@ -527,7 +527,13 @@ class Module:
     return order + [c for c in reach if c not in seen]
 
   def to_string(self, operand_shapes: bool = True) -> str:
-    parts = [f"HloModule {self.name}", ""]
+    head = f"HloModule {self.name}"
+    alias = getattr(self, "input_output_alias", None)
+    if alias:
+      # (XLA's text: output {j} is written into parameter k's buffer, ``jit``'s donation)
+      head += ", input_output_alias={ " + ", ".join(
+          f"{{{j}}}: ({k}, {{}}, may-alias)" for j, k in sorted(alias.items())) + " }"
+    parts = [head, ""]
     for comp in self.computation_post_order():
       parts.append(comp.to_string(operand_shapes, entry=comp is self._entry))
       parts.append("")

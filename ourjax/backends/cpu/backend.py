@@ -13,7 +13,10 @@ Compilation:
    (``llvm/kernels.py``: ``plan_group``); ``while`` and ``conditional`` become control flow around
    the kernels of their computations.  Values that are outputs are computed straight into the
    output arrays; a ``dynamic-update-slice`` whose operand is a temporary at its last use
-   updates that buffer in place.
+   updates that buffer in place.  Outputs aliased to donated parameters
+   (``module.input_output_alias``, ``jit``'s donation) live in those parameters' buffers
+   (``plan_entry``, ``backends/donation.py``; the GPU backend plans the same way), and a call
+   returns the donated argument's own array for them.
 2. *Buffer assignment*: temporaries get arena offsets by a first-fit over their live ranges
    (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
@@ -547,7 +550,8 @@ class _Planner:
     # result buffers
     inplace = self._forced.get(instr)
     if inplace is None:
-      inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp)
+      inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp,
+                                     want.get(instr))
     if inplace is not None:
       res = inplace
     elif instr.shape.is_tuple:
@@ -578,24 +582,32 @@ class _Planner:
                              concat_kernels=self.concat_kernels, threads=num_threads())
     return planner.plan(instrs, outputs, leafmap)
 
-  def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp):
-    """The operand buffer a dynamic-update-slice may update in place, or None."""
+  def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp, target=None):
+    """The operand buffer a dynamic-update-slice may update in place, or None.  ``target``:
+    the buffer the result is to be written into; when that is the operand's own (a donated
+    parameter the result is aliased to, ``backends/donation.py``, which made sure nothing
+    reads it afterwards), the update happens there."""
     if root.opcode != "dynamic-update-slice" or instr.shape.is_tuple:
       return None
     operand = root.operands[0]
     spec = leafmap.get(operand)
-    if not isinstance(spec, K.Buf) or spec.kind != "temp":
+    if not isinstance(spec, K.Buf):
       return None
     # the top-level instruction whose buffer this is must be used last here
     top = operand if instr.opcode != "fusion" else \
         instr.operands[instr.attrs["calls"].parameters.index(operand)]
-    base = top
-    while base.opcode in ("reshape", "get-tuple-element") and base.parent is comp:
-      base = base.operands[0]
-    if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
+    if spec.kind == "param" and spec is target:
+      pass
+    elif spec.kind != "temp":
       return None
-    if last_use.get(base, math.inf) != pos:
-      return None
+    else:
+      base = top
+      while base.opcode in ("reshape", "get-tuple-element") and base.parent is comp:
+        base = base.operands[0]
+      if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
+        return None
+      if last_use.get(base, math.inf) != pos:
+        return None
     if any(vals.get(o) is spec for o in instr.operands if o is not top):
       return None
     if instr.opcode == "fusion":   # the fused update must not read the operand
@@ -1208,6 +1220,9 @@ class CpuExecutable:
       self._consts.append((slot, v))
     self._free = []   # (slots, slots address, arena) triples not in use
     self.result_is_tuple = bool(meta["tuple_result"])
+    # (output j, parameter k): output j is written into argument k's buffer and returned as it
+    self.aliases = [tuple(a) for a in meta.get("aliases", ())]
+    self.code_bytes = int(meta.get("code_bytes", 0))     # (the object code's size)
 
   def _new_resources(self, fixed=()):
     slots = (ctypes.c_void_p * self.nslots)()
@@ -1261,13 +1276,30 @@ class CpuExecutable:
     for k, a in enumerate(keep):
       slots[k] = id(a) if om else a.ctypes.data
     try:
-      outs = [_outputs.empty(s, d) for s, d in self.out_specs]
+      if self.aliases:
+        outs = self._aliased_outputs(keep)
+      else:
+        outs = [_outputs.empty(s, d) for s, d in self.out_specs]
     except MemoryError:
       raise self._exhausted_output() from None
     n = self.nparams
     for j, o in enumerate(outs):
       slots[n + j] = id(o) if om else o.ctypes.data
     return res, outs, keep
+
+  def _aliased_outputs(self, params):
+    """The output arrays of a call: argument k's own array for an output aliased to it (the
+    caller donated it), fresh ones for the others."""
+    alias = dict(self.aliases)
+    outs = []
+    for j, (s, d) in enumerate(self.out_specs):
+      k = alias.get(j)
+      if k is None:
+        outs.append(_outputs.empty(s, d))
+      else:
+        a = params[k]
+        outs.append(a if a.shape == s and a.dtype == d else a.view(d).reshape(s))
+    return outs
 
   def _exhausted_output(self):
     """The error for a result that could not be allocated: the first one that still cannot
@@ -1302,7 +1334,9 @@ class CpuExecutable:
     """The per-signature dispatch path (see the class docstring).  ``kept``: indices of the
     caller's arguments that are parameters 0.. (None: all of them, in order); ``fixed``: arrays
     passed as the remaining parameters (hoisted constants); ``array_type``: ourjax's Array
-    class (its NumPy value is ``._npy``, or ``._value`` when it lives elsewhere)."""
+    class (its NumPy value is ``._npy``, or ``._value`` when it lives elsewhere).  Outputs
+    aliased to parameters (``aliases``) are returned in the arguments' own arrays: the caller
+    donates them (``backends.ModuleExecutable.fast_path`` checks that it may)."""
     if not self.object_mode:
       return None
     nparams = self.nparams
@@ -1323,6 +1357,8 @@ class CpuExecutable:
     run = self._run
     slot_of = list(enumerate(kept))
     out_slots = list(range(nparams, nparams + len(out_specs)))
+    if self.aliases:
+      return self._aliased_fast_caller(fixed, slot_of, out_slots, array_type)
 
     def call(args):
       try:
@@ -1345,6 +1381,47 @@ class CpuExecutable:
       free.append(res)
       return None if rc else outs
     call.resources = free      # (the last call's arena is [-1]: the profiler reads it)
+    return call
+
+  def _aliased_fast_caller(self, fixed, slot_of, out_slots, array_type):
+    """``fast_caller``'s call for an executable with aliased outputs."""
+    free = []
+    new = self._new_resources
+    empty = _outputs.empty
+    run = self._run
+    alias = dict(self.aliases)
+    specs = [(s, d, alias.get(j)) for j, (s, d) in enumerate(self.out_specs)]
+    nslots = len(slot_of)
+
+    def call(args):
+      try:
+        res = free.pop()
+      except IndexError:
+        res = new(fixed)
+      slots = res[0]
+      vals = [None] * nslots
+      for i, k in slot_of:
+        a = args[k]
+        if type(a) is array_type:
+          a = a._npy if a._npy is not None else a._value
+        vals[i] = a
+        slots[i] = id(a)
+      outs = []
+      try:
+        for s, d, k in specs:
+          if k is None:
+            outs.append(empty(s, d))
+          else:
+            a = vals[k]
+            outs.append(a if a.shape == s and a.dtype == d else a.view(d).reshape(s))
+      except MemoryError:
+        raise self._exhausted_output() from None
+      for j, o in zip(out_slots, outs):
+        slots[j] = id(o)
+      rc = run(res)
+      free.append(res)
+      return None if rc else outs
+    call.resources = free
     return call
 
   def profile(self):
@@ -1380,7 +1457,8 @@ def _backend_source_hash() -> str:
     from ourjax.backends.llvm import concat, dots, gemm, kernel_info
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
-    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, concat, dots):
+    from ourjax.backends import donation
+    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, concat, dots, donation):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
@@ -1402,6 +1480,7 @@ def cache_key(module: hlo.Module, profile: bool = False) -> str:
         h.update(f"{i.name}:{v.dtype.str}:{v.shape}".encode())
         h.update(v.tobytes())
   h.update(_backend_source_hash().encode())
+  h.update(repr(sorted((getattr(module, "input_output_alias", None) or {}).items())).encode())
   h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
            f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
            f"{bool(profile)}".encode())
@@ -1440,17 +1519,37 @@ def entry_buffers(entry: hlo.Computation):
   return params, outs, (tuple(outs) if root.is_tuple else outs[0])
 
 
+def plan_entry(module: hlo.Module, make_planner, copy_kinds=(K.CopyKernel,),
+               elementwise_kinds=(K.LoopKernel,)):
+  """(planner, steps, parameter Bufs, output Bufs, aliases) of ``module``'s entry, outputs
+  written into donated parameters' buffers as ``module.input_output_alias`` asks
+  (``backends/donation.py``; ``aliases``: its ``(j, k, "direct" | "copy")``).
+  ``make_planner(module)`` makes a planner (the GPU backend's translates kernels as they come,
+  so its kinds of copy and elementwise kernels are its own)."""
+  from ourjax.backends import donation
+
+  def plan(outs_for):
+    planner = make_planner(module)
+    params, outs, result = entry_buffers(module.entry)
+    if outs_for is not None:
+      chosen = outs_for(params, outs, planner.temp)
+      result = tuple(chosen) if isinstance(result, tuple) else chosen[0]
+    steps = planner.plan_computation(module.entry, params, result, direct=True)
+    return planner, steps, params, outs
+
+  def add_copy(planner, steps, src, dst):
+    planner._add_kernel(steps, K.CopyKernel(planner._kname(), src, dst))
+  return donation.plan_with_aliases(module, plan, add_copy, elementwise_kinds, copy_kinds)
+
+
 def _plan_and_emit(module: hlo.Module, profile: bool = False):
   """(meta, LLVM IR texts, kernel names) for ``module`` (with profiling instrumentation when
   ``profile``): the entry's module first, then the kernel modules (``compile_groups``), whose
   kernels the entry's module declares by those names (none when there is one module)."""
   with _phases.phase("plan"):
-    planner = _Planner(module)
-    entry = module.entry
-    params, outs, result = entry_buffers(entry)
+    planner, steps, params, outs, aliases = plan_entry(module, _Planner)
     nparams = len(params)
     planner.n_params, planner.n_outputs = nparams, len(outs)
-    steps = planner.plan_computation(entry, params, result, direct=True)
     prof_meta, prof_index = profiling.plan_items(steps, _profile_offset(steps)) if profile \
         else (None, None)
     arena = _assign(planner, steps, profiling.counter_bytes(prof_meta))
@@ -1476,7 +1575,9 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "steps": [_step_label(st) for st in steps], "profile": prof_meta,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
-          "tuple_result": isinstance(result, tuple), "kernels": len(planner.kernels),
+          "tuple_result": module.entry.root.shape.is_tuple, "kernels": len(planner.kernels),
+          "aliases": [[j, k] for j, k, _ in aliases],
+          "alias_kinds": [kind for _, _, kind in aliases],
           "distinct_kernels": em.n_distinct}
   _link_symbols(symbols, wait=False)
   with _phases.phase("emit.text"):
@@ -1662,6 +1763,7 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
     log.warning("cpu backend: LLVM failed on %s; running it on the reference backend: %s",
                 module.name, str(e)[:2000])
     return reference.compile(module)
+  meta["code_bytes"] = len(obj)
   with _phases.phase("cache_write"):
     disk_cache.write(key, meta, obj, ir_text)
   return CpuExecutable(module, cm, meta, ir_text)

@@ -224,6 +224,7 @@ class Runner:
   def __init__(self, exe, name: str):
     from ourjax.backends.profiling import DISPATCH_ROW
     self.exe, self.name = exe, name
+    self.aliases = exe.aliases          # (outputs written into donated arguments' buffers)
     self.lock = threading.Lock()
     self.items = exe.meta["profile"]["items"]
     self.kernel_ids = [k for k, it in enumerate(self.items) if it["category"] != "control"]

@@ -184,6 +184,21 @@ def _device_pointer(dev, a, dtype, dims, keep):
   return buf.ptr
 
 
+def _donated_blocks(aliases, args, slots, uploaded):
+  """{output j: the allocation of the argument k it is aliased to} for a call whose parameter
+  slots are filled (``uploaded``: the buffers the call made for host arguments), or None."""
+  if not aliases:
+    return None
+  out = {}
+  for j, k in aliases:
+    a, ptr = args[k], int(slots[k])
+    buf = a if type(a) is DeviceBuffer else getattr(a, "_device_buf", None)
+    if buf is None or buf.ptr != ptr:
+      buf = next(b for b in uploaded if b.ptr == ptr)
+    out[j] = buf.allocation
+  return out
+
+
 # ---------------------------------------------------------------------------------------------
 # launch programs: kernel parameters and CUDA graphs
 # ---------------------------------------------------------------------------------------------
@@ -470,7 +485,7 @@ class CudaExecutable:
   backend = "cuda"
 
   def __init__(self, module, ptx, llvm_ir, program, kernels, consts, param_specs, out_specs,
-               arena_bytes, nslots):
+               arena_bytes, nslots, aliases=()):
     # ptx: the PTX of each module (kernel n lives in module n % len(ptx)), or one text
     self.ptx_modules = [ptx] if isinstance(ptx, str) else list(ptx)
     self.ptx = MODULE_SEPARATOR.join(self.ptx_modules)
@@ -480,6 +495,10 @@ class CudaExecutable:
     self.consts = consts                 # (slot, numpy value)
     self.param_specs, self.out_specs = param_specs, out_specs
     self.arena_bytes, self.nslots = arena_bytes, nslots
+    # (output j, parameter k): output j is written into argument k's device buffer, which the
+    # caller donated (``backends/donation.py``), and returned in it
+    self.aliases = [(j, k) for j, k, _ in aliases]
+    self.code_bytes = sum(len(p) for p in self.ptx_modules)      # (PTX text)
     # per output: (bytes, dims, dtype), so that a call computes no sizes
     self._out_meta = [(int(np.prod(dims, dtype=np.int64)) * dt.itemsize, tuple(dims), dt)
                       for dt, dims in out_specs]
@@ -560,7 +579,7 @@ class CudaExecutable:
       else:
         dt, dims = specs[k]
         slots[k] = _device_pointer(dev, a, dt, dims, keep)
-    return self._execute(dev, slots)
+    return self._execute(dev, slots, _donated_blocks(self.aliases, args, slots, keep))
 
   def fast_caller(self, kept, fixed, array_type):
     """``call(args) -> tuple of DeviceBuffer`` for ``jit``'s dispatch fast path
@@ -583,6 +602,7 @@ class CudaExecutable:
       template[ndyn + j] = _device_pointer(dev, a, dt, dims, keep_fixed)
     slot_of = tuple(enumerate(kept))
     execute = self._execute
+    aliases = self.aliases
 
     def call(args):
       dev.make_current()
@@ -596,18 +616,22 @@ class CudaExecutable:
         else:
           dt, dims = specs[i]
           slots[i] = _device_pointer(dev, a, dt, dims, keep)
+      if aliases:
+        return execute(dev, slots, _donated_blocks(aliases, [args[k] for k in kept], slots,
+                                                   keep))
       return execute(dev, slots)
     call.keep = keep_fixed
     return call
 
-  def _execute(self, dev, slots):
+  def _execute(self, dev, slots, donated=None):
     """Allocate the outputs and the arena into ``slots`` (parameters and constants already
-    there), enqueue the program, and return the outputs."""
+    there), enqueue the program, and return the outputs.  ``donated``: {output: the donated
+    argument's allocation it is written into}."""
     n = len(self.param_specs)
     alloc = dev.allocator.allocate
     outs = []
     for j, (nbytes, dims, dt) in enumerate(self._out_meta):
-      a = alloc(nbytes)
+      a = (donated.get(j) if donated else None) or alloc(nbytes)
       outs.append(a)
       slots[n + j] = a.ptr
     arena = alloc(self.arena_bytes) if self.arena_bytes else None
@@ -940,11 +964,13 @@ def _merge_horizontal(planner, steps, info, cpu_be):
 
 def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   cpu_be = _cpu_planning()
-  planner = _make_planner(cpu_be, module, info)
   entry = module.entry
-  params, outs, result = cpu_be.entry_buffers(entry)
+  planner, steps, params, outs, aliases = cpu_be.plan_entry(
+      module, lambda m: _make_planner(cpu_be, m, info), copy_kinds=(codegen.Copy,),
+      elementwise_kinds=(codegen.Elementwise,))
   nparams = len(params)
-  steps = planner.plan_computation(entry, params, result, direct=True)
+  # (after donation's planning: an output in a donated parameter's buffer is that parameter's
+  # Buf, so merging sees the kernels that read it and the one that writes over it)
   if horizontal.enabled():
     steps = _merge_horizontal(planner, steps, info, cpu_be)
   arena_bytes = cpu_be._assign(planner, steps)
@@ -1011,7 +1037,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   prog = program(steps)
   param_specs = [(p.dtype, p.dims) for p in entry.parameters]
   out_specs = [(np.dtype(o.dtype), tuple(o.dims)) for o in outs]
-  return prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots
+  return prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots, aliases
 
 
 #: Separates the PTX (and LLVM IR) texts of an executable's modules in ``exe.ptx``.
@@ -1083,6 +1109,6 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
                 "%s", module.name, str(e)[:2000])
     return HostFallbackExecutable(module, "code generation failed")
   _dump(module, ir_text, MODULE_SEPARATOR.join(ptx))
-  prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots = plan
+  prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots, aliases = plan
   return CudaExecutable(module, ptx, ir_text, prog, kernels, consts, param_specs, out_specs,
-                        arena_bytes, nslots)
+                        arena_bytes, nslots, aliases)

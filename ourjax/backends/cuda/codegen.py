@@ -375,7 +375,8 @@ class Elementwise(GpuKernel):
     if self.total % V:
       with E.ForLoop(b, b.add(gid, i64(nvec * V)), self.total, "t", step=stride) as lp:
         em.push_scope()
-        K.store_outputs(b, em, self.outputs, Index(b, dims, linear=lp.index), ptr)
+        K.store_outputs(b, em, self.outputs, Index(b, dims, linear=lp.index), ptr,
+                        evaluate_first=True)
         em.pop_scope()
 
   def _evaluate(self, em, idxs, loaded):

@@ -440,7 +440,9 @@ def dot_writer(b, ptr, kernel):
     multi = list(where[1:]) if plain else list(where) if batched else None
     idx = Index(b, dims, linear=linear, multi=multi)
     em.remember(dot, idx, v)
-    K.store_outputs(b, em, epi.outputs, idx, ptr)
+    # (every output evaluated before any is stored: an output may be written over a donated
+    # argument that another one reads at this index, ``backends/donation.py``)
+    K.store_outputs(b, em, epi.outputs, idx, ptr, evaluate_first=True)
     em.pop_scope()
   return store
 

@@ -58,6 +58,7 @@ class Runner:
   def __init__(self, exe, name: str):
     from ourjax.backends.profiling import DISPATCH_ROW
     self.exe, self.name = exe, name
+    self.aliases = exe.aliases          # (outputs written into donated arguments' buffers)
     self.lock = threading.Lock()
     rows = []
     for k in exe.kernels:

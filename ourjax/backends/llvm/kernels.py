@@ -191,8 +191,15 @@ def store_output(b, instr, buf, value, index, ptr):
     E.store_element(b, value, ptr(buf), index.linear, instr.dtype)
 
 
-def store_outputs(b, em, outputs, index, ptr):
-  """Evaluate each output of ``outputs`` ((instr, buf) pairs) at ``index`` and store it."""
+def store_outputs(b, em, outputs, index, ptr, evaluate_first: bool = False):
+  """Evaluate each output of ``outputs`` ((instr, buf) pairs) at ``index`` and store it.
+  ``evaluate_first``: every output is evaluated before the first store, so that an output may
+  be written over a buffer the kernel reads at the same index (``backends/donation.py``)."""
+  if evaluate_first and len(outputs) > 1:
+    vals = [em.value(instr, index) for instr, _ in outputs]
+    for (instr, buf), v in zip(outputs, vals):
+      store_output(b, instr, buf, v, index, ptr)
+    return
   for instr, buf in outputs:
     store_output(b, instr, buf, em.value(instr, index), index, ptr)
 
@@ -235,7 +242,7 @@ class LoopKernel(Kernel):
         em.reduce_ok = None
 
     def store(outs, index):
-      store_outputs(b, em, outs, index, ptr)
+      store_outputs(b, em, outs, index, ptr, evaluate_first=True)
 
     if self.rows:
       n = self.dims[-1]
