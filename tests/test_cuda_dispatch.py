@@ -370,3 +370,21 @@ def test_events_finalized_in_a_garbage_cycle_are_not_reused():
       gc.collect()
     f(x)
     assert fake.calls.get("cuEventRecord", 0) >= 21
+
+
+def test_profiler_describes_every_gpu_kernel():
+  """The profiler's description of each kernel of a GPU program (merged kernels name their
+  parts' HLO; split-K dots, whose ``parts`` are partial-sum buffers, are dots)."""
+  from ourjax.backends.llvm import kernel_info
+  rng = np.random.RandomState(1)
+  params = (rng.randn(96, 512).astype(np.float32), rng.randn(128, 512).astype(np.float32))
+  xs = rng.randn(6, 16, 96).astype(np.float32)
+  exe = _exe(ourjax.grad(_lstm_like), params, xs)
+  kinds = set()
+  for k in exe.kernels:
+    d = kernel_info.describe(k)
+    kinds.add(d["kind"])
+    assert d["hlo"] and d["bytes"] > 0
+    if d["kind"] == "Horizontal":
+      assert d["hlo"] == " + ".join(kernel_info.describe(p)["hlo"] for p in k.parts)
+  assert "Horizontal" in kinds

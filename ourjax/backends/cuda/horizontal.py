@@ -12,9 +12,11 @@ part ``i`` when ``b`` falls in part ``i``'s range, with the special registers th
 (``codegen.sreg``'s overrides); threads beyond a part's block size skip it.
 
 Parts are the grid-stride kernels without block-wide barriers or scratch (``Elementwise``,
-``Threaded``).  A kernel joins the nearest open group above it when nothing between the group
-and the kernel (nor the group itself) conflicts with it, looking back at most ``LOOKBACK``
-steps, so kernels move up only past independent neighbours and live ranges barely change.
+``Threaded``).  A kernel joins the earliest group above it that it can reach: nothing between
+the group and the kernel (nor the group itself) conflicts with it, looking back at most
+``LOOKBACK`` steps, so kernels move up only past independent neighbours, live ranges change
+little, and kernels that depend on one group all land in the group after it (an LSTM step's
+residuals: computed in one launch, stored into their stacked slices in the next).
 Grouping runs before buffer assignment: the parts' buffers are distinct ``Buf`` objects, all
 alive at the merged step, so they get disjoint memory.  ``OURJAX_CUDA_HORIZONTAL=0`` turns it
 off.
@@ -142,14 +144,14 @@ def merge_steps(steps, info, step_type, name_of, replaced):
       out.append(s)
       continue
     target = None
-    if mergeable(k):
+    if mergeable(k):      # the earliest group it can join, moving up past independent steps
       for j in range(len(out) - 1, max(-1, len(out) - 1 - LOOKBACK), -1):
         item = out[j]
         if isinstance(item, list):
           if any(_conflict(m, k) for m in item):
             break
           target = item
-          break
+          continue
         other = getattr(item, "kernel", None)
         if other is None or _conflict(other, k):
           break

@@ -121,7 +121,8 @@ def describe(kernel) -> dict:
   """The profiler's record of ``kernel`` (see the module docstring); JSON-serialisable."""
   kind = type(kernel).__name__
   parts = getattr(kernel, "parts", None)
-  if parts:                     # kernels launched as one (cuda/horizontal.py)
+  if isinstance(parts, list) and parts and all(hasattr(p, "writes") for p in parts):
+    # kernels launched as one (cuda/horizontal.py)
     ds = [describe(p) for p in parts]
     return {"name": kernel.name, "kind": kind,
             "hlo": " + ".join(d["hlo"] for d in ds),
