@@ -22,6 +22,22 @@ from ourjax.errors import JaxRuntimeError
 F32 = np.float32
 
 
+@pytest.fixture(autouse=True)
+def _cpu_semantics(request):
+  """Tests of the CPU backend's donation (host buffer addresses, its plan's metadata) run on
+  the CPU backend also where a GPU makes CUDA the default; the CUDA ones name their backend."""
+  if "cuda" in request.node.name or "gpu" in request.node.name:
+    yield
+    return
+  from ourjax.config import config
+  saved = config.jax_platforms
+  ourjax.config.update("jax_platforms", "cpu")
+  try:
+    yield
+  finally:
+    ourjax.config.update("jax_platforms", saved)
+
+
 def _addr(a) -> int:
   """The address of a host Array's data (what JAX's ``unsafe_buffer_pointer`` gives)."""
   return a._npy.ctypes.data
