@@ -8,7 +8,7 @@ import pytest
 
 import ourjax
 import ourjax.numpy as jnp
-from ourjax.backends.cuda import backend as cuda_backend
+from ourjax.backends.cuda import program as cuda_program
 
 cuda_fake_driver = pytest.importorskip("cuda_fake_driver")   # needs cuda.bindings (types only)
 
@@ -26,7 +26,7 @@ def _reductions(x):
 
 def test_which_executables_replay_a_graph():
   x = np.ones((64, 300), np.float32)
-  why = cuda_backend.graph_unsuitable
+  why = cuda_program.graph_unsuitable
   assert why(_exe(_reductions, x).program) is None
   assert why(_exe(lambda v: (v, v * 2 + jnp.sum(v)), x).program) is None     # with a copy
   assert "fewer than GRAPH_MIN_LAUNCHES" in why(_exe(lambda v: v * 2 + 1, x).program)
@@ -36,7 +36,7 @@ def test_which_executables_replay_a_graph():
   loop = _exe(lambda v: ourjax.lax.while_loop(lambda w: jnp.sum(w) < 1e6,
                                               lambda w: w * 2 + jnp.sum(w), v), x)
   assert why(loop.program) == "host-driven control flow (while)"
-  big = _exe(lambda v: ourjax.lax.fori_loop(0, cuda_backend.GRAPH_MAX_NODES,
+  big = _exe(lambda v: ourjax.lax.fori_loop(0, cuda_program.GRAPH_MAX_NODES,
                                             lambda i, w: w * 2 + jnp.sum(w), v), x)
   assert "more than GRAPH_MAX_NODES" in why(big.program)
   cond = _exe(lambda v: ourjax.lax.cond(jnp.sum(v) > 0, lambda w: w + jnp.sum(w),
@@ -46,17 +46,17 @@ def test_which_executables_replay_a_graph():
 
 def test_graphs_env_switch(monkeypatch):
   monkeypatch.delenv("OURJAX_CUDA_GRAPHS", raising=False)
-  assert cuda_backend.graphs_enabled()
+  assert cuda_program.graphs_enabled()
   for off in ("0", "false", "off"):
     monkeypatch.setenv("OURJAX_CUDA_GRAPHS", off)
-    assert not cuda_backend.graphs_enabled()
+    assert not cuda_program.graphs_enabled()
   monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
-  assert cuda_backend.graphs_enabled()
+  assert cuda_program.graphs_enabled()
 
 
 def test_parameter_block_packs_every_launch():
   exe = _exe(lambda v: (v, _reductions(v)), np.ones((8, 30), np.float32))
-  block = cuda_backend._ParamBlock(exe.program)
+  block = cuda_program._ParamBlock(exe.program)
   slots = np.arange(1, exe.nslots + 1, dtype=np.uint64) << np.uint64(32)
   block.fill(slots)
   ptrs = np.frombuffer(block._ptrs.tobytes(), np.uint64)
@@ -135,7 +135,7 @@ def test_graph_replay_launches_what_plain_launches_do(monkeypatch):
   k_f, k_g = replay["kernels"]
   assert calls["cuGraphLaunch"] == (n_f - 1) + (n_g - 1)
   assert calls["cuLaunchKernel"] == n_h + k_f + k_g
-  assert calls["cuGraphInstantiate"] <= 2 * cuda_backend.GRAPH_INSTANCES
+  assert calls["cuGraphInstantiate"] <= 2 * cuda_program.GRAPH_INSTANCES
   assert calls.get("cuGraphExecMemcpyNodeSetParams", 0) > 0   # g's copy followed its buffers
   assert 0 < sum(replay["updates"]) == (calls["cuGraphExecKernelNodeSetParams"]
                                         + calls["cuGraphExecMemcpyNodeSetParams"])
@@ -258,7 +258,7 @@ def _dataflow(exe, while_trips=3):
         mem[op[1]] = get(op[2])
         copied[0] += 1
       elif op[0] == "repeat":
-        list(cuda_backend._iterations(op, run))
+        list(cuda_program._iterations(op, run))
       elif op[0] == "while":
         _, cond, _pred, body, _name, odd_cond, odd, fixup = op
         for i in range(while_trips):
@@ -343,8 +343,8 @@ def test_horizontal_kernels_compute_what_their_parts_do(name, monkeypatch):
   monkeypatch.setenv("OURJAX_CUDA_HORIZONTAL", "1")
   merged = _exe(fn, *args)
   assert _dataflow(merged)[0] == _dataflow(plain)[0]
-  assert len(list(cuda_backend._launch_ops(merged.program))) <= \
-      len(list(cuda_backend._launch_ops(plain.program)))
+  assert len(list(cuda_program._launch_ops(merged.program))) <= \
+      len(list(cuda_program._launch_ops(plain.program)))
   parts = [p for k in merged.kernels for p in getattr(k, "parts", [])]
   for k in merged.kernels:        # every part is launched exactly once, inside one kernel
     if hasattr(k, "parts"):

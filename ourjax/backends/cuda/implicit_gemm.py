@@ -5,7 +5,7 @@ fusion of the padded input's shifted slices, concatenated along a new kernel-pos
 before the channels and reshaped to ``[N * out..., taps * C]``.  Written out, that matrix is
 ``taps`` times the input (a 3x3 convolution: 9x), and building it costs more than the GEMM.
 
-Here the GPU planner (``backend._make_planner``) recognises such a fusion (``match``) whose only
+Here the GPU planner (``planning._make_planner``) recognises such a fusion (``match``) whose only
 user is a dot that ``WgmmaDot`` takes as it stands (``accepts``) and plans, instead of the
 fusion, only what it pads: the input itself when it is a buffer already, else one elementwise
 kernel writing it (a previous layer's scale, shift and relu, say).  The dot's A operand becomes

@@ -31,20 +31,20 @@ __all__ = ["Runner"]
 
 
 def _control_ops(program, out):
-  from ourjax.backends.cuda import backend      # (imports this module)
+  from ourjax.backends.cuda.program import _loop_programs
   for op in program:
     if op[0] == "copy":
       out.setdefault(("copy", op[3]), None)
     elif op[0] == "while":
       out.setdefault(("host", op[4]), "while")
-      for prog in backend._loop_programs(op):
+      for prog in _loop_programs(op):
         _control_ops(prog, out)
     elif op[0] == "cond":
       out.setdefault(("host", op[4]), "conditional")
       for br in op[3]:
         _control_ops(br, out)
     elif op[0] == "repeat":          # a loop of known trip count: no round trips of its own
-      for prog in backend._loop_programs(op):
+      for prog in _loop_programs(op):
         _control_ops(prog, out)
   return out
 

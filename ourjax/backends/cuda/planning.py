@@ -1,0 +1,222 @@
+"""Planning for the CUDA backend: the CPU backend's planner (``cpu/backend.py``: ``_Planner``,
+buffer assignment by live ranges) with every planned kernel translated into GPU kernels as it is
+added (``codegen.translate``), convolution patch matrices read in place by implicit GEMMs,
+double-buffered loops, and independent kernels merged into one launch (``horizontal.py``);
+``_plan`` turns the planned steps into the executable's launch program (``program.py``).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ourjax.backends.cuda import codegen, horizontal
+from ourjax.backends.cuda.program import _renamed
+from ourjax.backends.llvm import kernels as K
+from ourjax.lowering import hlo
+
+
+def _cpu_planning():
+  from ourjax.backends.cpu import backend as cpu_backend
+  return cpu_backend
+
+
+def _make_planner(cpu_be, module, info):
+  class GpuPlanner(cpu_be._Planner):
+    """The CPU backend's planner whose kernels become GPU kernels as they are added."""
+    widen_narrow_dots = False   # bf16/f16 dots run on the tensor cores as they are
+    concat_kernels = False      # (no GPU translation of concat.ConcatKernel yet)
+
+    def _group_kernels(self, instrs, outputs, leafmap):
+      # a dot's elementwise consumer (bias, activation) runs in the dot's kernel
+      from ourjax.backends.cuda.dots import fuse_dot_epilogues
+      kernels = fuse_dot_epilogues(super()._group_kernels(instrs, outputs, leafmap), outputs)
+      # sibling column reductions (a batchnorm gradient's sums) read their input once
+      return codegen.merge_column_reductions(kernels)
+
+    def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
+      patches = self._implicit_patches(instr, vals, steps, want, comp)
+      if patches is not None:
+        return patches
+      return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
+
+    def _implicit_patches(self, instr, vals, steps, want, comp):
+      """Convolution patch matrices that their dots read in place from the input
+      (``implicit_gemm``): only the inputs are planned (a kernel writes them unless they are
+      buffers already) and an ``Im2colBuf`` stands for each matrix (a tuple of them for a
+      tuple-rooted fusion of batch chunks); None for other groups."""
+      from ourjax.backends.cuda import implicit_gemm as IG
+      if instr.opcode != "fusion" or comp.root is instr or instr in want or \
+         any(isinstance(k, tuple) and k[1] is instr for k in want):
+        return None
+      geos = IG.match(instr)
+      if geos is None:
+        return None
+      users = [u for u in comp.instructions if any(o is instr for o in u.operands)]
+      if instr.shape.is_tuple:   # each element read by one gte, read by one dot
+        if any(u.opcode != "get-tuple-element" for u in users) or \
+           sorted(u.attrs["index"] for u in users) != list(range(len(geos))):
+          return None
+        readers = {u.attrs["index"]: u for u in users}
+      else:
+        readers = {0: instr}
+      for k, geo in enumerate(geos):
+        x = readers[k]
+        dots = [u for u in comp.instructions if any(o is x for o in u.operands)]
+        if len(dots) != 1 or not IG.accepts(dots[0], x, geo, info):
+          return None
+      fc = instr.attrs["calls"]
+      leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
+      srcs, todo = {}, []
+      for geo in geos:
+        base = geo.v
+        while base.opcode == "reshape":
+          base = base.operands[0]
+        src = leafmap.get(base) if base.opcode == "parameter" else None
+        if isinstance(src, K.Buf) and not isinstance(src, IG.Im2colBuf):
+          srcs[id(geo.v)] = src
+        elif id(geo.v) not in srcs:
+          srcs[id(geo.v)] = self.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
+          todo.append((geo.v, srcs[id(geo.v)]))
+      if todo:
+        needed = K._reachable([v for v, _ in todo], leafmap)
+        instrs = [i for i in fc.instructions if id(i) in needed]
+        for i in instrs:
+          if i.opcode == "constant" and i.attrs["value"].ndim > 0:
+            leafmap[i] = self.const_buf(i)
+        for kern in self._group_kernels(instrs, todo, leafmap):
+          self._add_kernel(steps, kern)
+      self.module.note("implicit_gemm", f"%{instr.name}: {len(geos)} patch matri"
+                       f"{'ces' if len(geos) > 1 else 'x'} read in place from "
+                       f"{list(geos[0].in_dims)} ({geos[0].taps} kernel positions)")
+      out = [IG.Im2colBuf(srcs[id(g.v)], g, r.dims, f"{instr.name}.{k}")
+             for k, (g, r) in enumerate(zip(geos, (fc.root.operands if instr.shape.is_tuple
+                                                   else [fc.root])))]
+      return tuple(out) if instr.shape.is_tuple else out[0]
+
+    def _plan_while(self, instr, vals, steps, want, last_use, pos):
+      state = super()._plan_while(instr, vals, steps, want, last_use, pos)
+      _double_buffer(steps[-1])
+      return state
+
+    def _add_kernel(self, steps, kernel):
+      self._tag(kernel)
+      for g in codegen.translate(kernel, self.temp, info, cpu_be.MAX_THREADS):
+        self.kernels.append(self._tag(g, source=kernel))
+        steps.append(cpu_be.KernelStep(g))
+
+  return GpuPlanner(module)
+
+
+def _double_buffer(step) -> None:
+  """Run the while loop ``step`` double-buffered when it copies a next state back: the copies
+  (a device copy per carried array per iteration, e.g. a scan's hidden state or a gradient
+  accumulator) give way to renaming, iterations alternating which buffer of each pair holds
+  the state (``_plan``'s ``loop``).  ``OURJAX_CUDA_DOUBLE_BUFFER=0`` keeps the copies."""
+  if os.environ.get("OURJAX_CUDA_DOUBLE_BUFFER", "1").strip().lower() in ("0", "false", "no",
+                                                                           "off"):
+    return
+  step.double_buffered = bool(step.copies_back)
+
+
+def _merge_horizontal(planner, steps, info, cpu_be):
+  """``steps`` with independent neighbouring kernels launched as one (``horizontal.py``); the
+  planner's kernel list follows."""
+  gone, first = set(), {}
+
+  def replaced(merged, parts):
+    merged.hlo_group = getattr(parts[0], "hlo_group", None)
+    first[id(parts[0])] = merged
+    gone.update(id(p) for p in parts)
+
+  def name_of(parts):
+    return parts[0].name + "_h"
+
+  steps = horizontal.merge_steps(steps, info, cpu_be.KernelStep, name_of, replaced)
+  if gone:
+    kernels = []
+    for k in planner.kernels:
+      if id(k) in first:
+        kernels.append(first[id(k)])
+      if id(k) not in gone:
+        kernels.append(k)
+    planner.kernels = kernels
+  return steps
+
+
+def _plan(module: hlo.Module, info: codegen.DeviceInfo):
+  cpu_be = _cpu_planning()
+  entry = module.entry
+  planner, steps, params, outs, aliases = cpu_be.plan_entry(
+      module, lambda m: _make_planner(cpu_be, m, info), copy_kinds=(codegen.Copy,),
+      elementwise_kinds=(codegen.Elementwise,))
+  nparams = len(params)
+  # (after donation's planning: an output in a donated parameter's buffer is that parameter's
+  # Buf, so merging sees the kernels that read it and the one that writes over it)
+  if horizontal.enabled():
+    steps = _merge_horizontal(planner, steps, info, cpu_be)
+  arena_bytes = cpu_be._assign(planner, steps)
+  slot = nparams + len(outs)
+  consts = []
+  for c in planner.consts:
+    c.slot = slot
+    consts.append((slot, c.const_value))
+    slot += 1
+  arena_slot = slot
+  nslots = slot + 1
+  kernels = [k for k in planner.kernels if not k.is_copy]
+  index = {id(k): n for n, k in enumerate(kernels)}
+
+  def spec(buf):
+    if buf.kind in ("param", "output", "const"):
+      return (buf.slot, 0)
+    return (arena_slot, int(buf.offset))
+
+  def program(steps):
+    out = []
+    for s in steps:
+      if isinstance(s, cpu_be.KernelStep):
+        k = s.kernel
+        if k.is_copy:
+          if k.dst.nbytes:
+            out.append(("copy", spec(k.dst), spec(k.src), k.dst.nbytes))
+          continue
+        sp = [spec(x) for x in k.buffers]
+        out.append(("k", index[id(k)], np.array([x[0] for x in sp], np.int64),
+                    np.array([x[1] for x in sp], np.uint64)))
+      elif isinstance(s, cpu_be.WhileStep):
+        out.append(loop(s))
+      elif isinstance(s, cpu_be.CondStep):
+        out.append(("cond", spec(s.selector), np.dtype(s.selector.dtype),
+                    [program(br) for br in s.branches], s.name))
+      else:   # pragma: no cover
+        raise K.PlanError(f"unknown step {s!r}")
+    return out
+
+  def loop(s):
+    """A ``repeat`` (trip count known) or host-driven ``while`` op.  A double-buffered loop
+    (``_double_buffer``) leaves out the copies of its next state into the state: its odd
+    iterations run the body with each (state, next) buffer pair swapped, and ``fixup``
+    copies the state into place after an odd number of iterations."""
+    skip = {(id(c.src), id(c.dst)) for c in s.copies_back} if s.double_buffered else set()
+    body = program([x for x in s.body_steps
+                    if not (isinstance(x, cpu_be.KernelStep) and x.kernel.is_copy
+                            and (id(x.kernel.src), id(x.kernel.dst)) in skip)])
+    cond = program(s.cond_steps)
+    odd = odd_cond = None
+    fixup = []
+    if skip:
+      swap = {}
+      for c in s.copies_back:
+        a, b = spec(c.src), spec(c.dst)
+        swap[a], swap[b] = b, a
+        fixup.append(("copy", b, a, c.dst.nbytes))
+      odd, odd_cond = _renamed(body, swap), _renamed(cond, swap)
+    if s.trip_count is not None:
+      return ("repeat", s.trip_count, body, odd, fixup)
+    return ("while", cond, spec(s.pred), body, s.name, odd_cond, odd, fixup)
+
+  prog = program(steps)
+  param_specs = [(p.dtype, p.dims) for p in entry.parameters]
+  out_specs = [(np.dtype(o.dtype), tuple(o.dims)) for o in outs]
+  return prog, kernels, consts, param_specs, out_specs, arena_bytes, nslots, aliases
