@@ -632,3 +632,29 @@ def test_stencil_chains_stop_fusing_at_the_duplication_limit(monkeypatch):
     noted = any("times per element" in n for n in exe.module.notes)
     assert noted == (limit != 10 ** 9)
   assert 2 * sizes[limits[0]] < sizes[10 ** 9], sizes
+
+
+# ---------------------------------------------------------------------------------------------
+# in-place dynamic-update-slice fusions
+# ---------------------------------------------------------------------------------------------
+
+def test_dynamic_update_slice_computes_its_window_in_place():
+  """A scan's stacked output: ``dynamic_update_slice(stack, f(x), i)`` becomes one kLoop fusion
+  rooted at the update, the window's values computed where they are stored; the array updated
+  in place is never fused (its producer stays a kernel of its own), and results are those of
+  the unfused module."""
+  def build(b, stack, x, i):
+    upd = b.tanh(b.add(b.multiply(x, x), x))
+    base = b.exponential(stack)                # the updated array: computed, then updated
+    zero = b.constant(np.int32(0))
+    return b.dynamic_update_slice(base, b.reshape(upd, (1,) + x.dims), [i, zero])
+  m0, m = optimized(module(build, S("f32", 5, 8), S("f32", 8), S("s32")))
+  (dus,) = [f for f in fusions(m) if fusion.dus_root(f) is not None]
+  fc = dus.attrs["calls"]
+  assert {i.opcode for i in fc.instructions} >= {"tanh", "multiply", "add"}
+  assert "exponential" not in {i.opcode for i in fc.instructions}
+  assert fc.root.operands[0].opcode == "parameter"
+  assert any("window of an in-place dynamic-update-slice" in n for n in notes(m, "fusion"))
+  assert any("updates in place stays in memory" in n for n in notes(m, "fusion"))
+  assert not fusion.is_loop_op(dus)                      # never fused into a consumer
+  assert fusion.space_of(dus) is None               # (nor merged with other fusions)

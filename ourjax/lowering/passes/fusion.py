@@ -22,7 +22,10 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
 * a parameter is an input, never fused (not noted: there is nothing to decide);
 * reductions are roots of their own fusions: a reduce is never fused into a consumer here
   (``multi_output_fusion`` lets its consumers join it as a reduction epilogue);
-* while, conditional, sort, scatter, dynamic-update-slice, tuples and the like are never fused;
+* while, conditional, sort, scatter, dynamic-update-slice, tuples and the like are never fused
+  into a consumer; a dynamic-update-slice consumes the producers of its window (the update and
+  the start indices: a kLoop fusion rooted at it, computing the window's values where they are
+  stored, XLA's in-place DUS fusion), never of the array it updates in place;
 * a dot (or convolution) is fused only into an elementwise consumer that is its only user, which
   makes a ``kOutput`` fusion; nothing is fused into a dot's operands;
 * a producer with users outside the consumer is duplicated when cheap; an expensive one
@@ -98,11 +101,22 @@ def _kind(instr: Instruction) -> str | None:
   return instr.attrs.get("kind") if instr.opcode == "fusion" else None
 
 
+def dus_root(instr: Instruction) -> Instruction | None:
+  """The ``dynamic-update-slice`` that ``instr`` is, or that is the root of the fusion
+  ``instr`` (an in-place update: its operand 0 is the buffer it writes its window into)."""
+  if instr.opcode == "dynamic-update-slice":
+    return instr
+  if instr.opcode == "fusion" and instr.attrs["calls"].root.opcode == "dynamic-update-slice":
+    return instr.attrs["calls"].root
+  return None
+
+
 def is_loop_op(instr: Instruction) -> bool:
   """Whether ``instr`` can be evaluated at any index on demand inside a loop fusion."""
   op = instr.opcode
   if op == "fusion":
-    return _kind(instr) == "kLoop" and not instr.shape.is_tuple
+    return (_kind(instr) == "kLoop" and not instr.shape.is_tuple
+            and dus_root(instr) is None)
   if op not in LOOP_OPS:
     return False
   if op == "bitcast-convert":
@@ -262,6 +276,16 @@ def check(fusion: Instruction) -> str | None:
            space it may also be elementwise over the full dims, a row broadcast (kept -> full,
            dimensions 0..k-1), or another reduce (the next pass over the same row)."""
   kind, comp = fusion.attrs["kind"], fusion.attrs["calls"]
+  dus = dus_root(fusion)
+  if dus is not None:
+    target = dus.operands[0]
+    if kind != "kLoop":
+      return "an in-place dynamic-update-slice is the root of a kLoop fusion"
+    if target.opcode != "parameter" or target.users != [dus]:
+      return f"%{dus.name} updates a value the fusion computes or reads elsewhere"
+    bad = [i for i in comp.instructions if i is not dus and i.opcode not in LOOP_OPS
+           and i.opcode != "parameter"]
+    return f"%{bad[0].name}: {bad[0].opcode} cannot be fused" if bad else None
   heroes = [i for i in comp.instructions if i.opcode in REDUCTION_OPS | CONTRACTION_OPS]
   for i in comp.instructions:
     if i.opcode not in LOOP_OPS and i not in heroes and i.opcode != "parameter" and not (
@@ -552,6 +576,13 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> D
   src, tainted = _flow(P, consumer)
   inside = [x for x in tainted if x is not src]
   ckind = _kind(consumer)
+  dus = dus_root(consumer)
+  if dus is not None:
+    # an in-place update computes its window's values (and start indices) on the fly; the
+    # array it updates stays in memory, updated where it is
+    target = dus.operands[0]
+    if target is P or target in tainted or contraction:
+      return no("the array a dynamic-update-slice updates in place stays in memory")
   if any(x.opcode in CONTRACTION_OPS for x in inside):
     return no("the operands of a dot or convolution stay in memory")
   n_users = len(P.users) + (P is comp.root)
@@ -589,12 +620,15 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> D
     return Decision(True, f"{_what(P)} producer into the input of a reduction")
   if ckind == "kOutput":
     return Decision(True, f"{_what(P)} producer into a dot's epilogue")
+  if dus is not None:
+    return Decision(True, f"{_what(P)} producer into the window of an in-place "
+                          f"dynamic-update-slice")
   return Decision(True, f"{_what(P)} producer into {_what(consumer)} consumer")
 
 
 def _is_consumer(instr: Instruction) -> bool:
-  return instr.opcode == "fusion" or instr.opcode in REDUCTION_OPS or (
-      instr.operands and is_loop_op(instr))
+  return instr.opcode in ("fusion", "dynamic-update-slice") or instr.opcode in REDUCTION_OPS \
+      or (instr.operands and is_loop_op(instr))
 
 
 # ---------------------------------------------------------------------------------------------
