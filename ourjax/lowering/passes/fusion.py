@@ -499,30 +499,57 @@ def _flow(producer: Instruction, consumer: Instruction):
   return src, tainted
 
 
-def emitted_count(fused: Computation, value: Instruction) -> int:
+def emitted_count(fused: Computation, value: Instruction, counts: dict | None = None) -> int:
   """How many times ``value`` (an instruction of ``fused``) is computed per element of the
   fusion's iteration: once per distinct index it is read at (XLA's fusion indexing evaluation).
   An elementwise user of the same shape reads its operand at its own index, so it passes its
   readers on (two such paths to one value share its evaluation, as the emitter memoises by
   index); any other user (slice, pad, broadcast, reshape, concatenate, reduce, ...) reads at
-  an index of its own and counts as one reader, each reader weighing its own count."""
+  an index of its own and counts as one reader, each reader weighing its own count.
+  ``counts``: ``emitted_counts(fused)`` when the caller has it (one walk answers every value
+  of an unchanged computation)."""
+  if counts is None:
+    counts = emitted_counts(fused)
+  return counts.get(value, 1)
+
+
+def emitted_counts(fused: Computation) -> dict:
+  """``emitted_count`` of every instruction of ``fused`` (one walk, users first).  A value
+  whose only reader passes its readers on shares that reader's set (copied when a second one
+  adds to it): along an elementwise chain no set is copied."""
   readers: dict = {}
+  own: set = set()        # the instructions whose set is their own (others share a user's)
   count: dict = {}
+  root = fused.root
   for x in reversed(fused.instructions):
-    if x is fused.root:
-      mine, count[x] = {x}, 1
+    if x is root:
+      mine, c = {x}, 1
     else:
-      mine = readers.get(x, set())
-      count[x] = sum(count[u] for u in mine)
+      mine = readers.get(x, ())
+      c = 0
+      for u in mine:
+        c += count[u]
+    count[x] = c
+    if not x.operands:
+      continue
     passes = x.is_elementwise()
     for o in x.operands:
       if o.parent is not fused:
         continue
-      if passes and o.dims == x.dims:
-        readers.setdefault(o, set()).update(mine)
+      add = mine if passes and o.dims == x.dims else (x,)
+      r = readers.get(o)
+      if r is None:
+        if add is mine and mine:
+          readers[o] = mine
+        else:
+          readers[o] = set(add)
+          own.add(o)
       else:
-        readers.setdefault(o, set()).add(x)
-  return count.get(value, 1)
+        if o not in own:
+          r = readers[o] = set(r)
+          own.add(o)
+        r.update(add)
+  return count
 
 
 def _what(instr: Instruction) -> str:
@@ -531,9 +558,12 @@ def _what(instr: Instruction) -> str:
   return "elementwise" if instr.is_elementwise() else instr.opcode
 
 
-def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> Decision | None:
+def decide(comp: Computation, producer: Instruction, consumer: Instruction,
+           memo: dict | None = None) -> Decision | None:
   """Whether to fuse ``producer`` into ``consumer`` (an instruction, or a fusion made from
-  one), and why; None when there is nothing to decide (a parameter)."""
+  one), and why; None when there is nothing to decide (a parameter).  ``memo``: a dict the
+  caller keeps while ``consumer`` stays as it is (what is computed once for all its operands:
+  ``emitted_counts`` of its fused computation); clear it when something is fused into it."""
   P, op = producer, producer.opcode
   if op == "parameter":
     return None
@@ -579,7 +609,13 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> D
     total = len(consumer.operands) - 1 + new
     if total > MAX_FUSION_PARAMETERS and new > 1:
       return no(f"the fusion would take {total} operands (limit {MAX_FUSION_PARAMETERS})")
-    times = emitted_count(consumer.attrs["calls"], src)
+    fc = consumer.attrs["calls"]
+    counts = None
+    if memo is not None:
+      counts = memo.get(id(fc))
+      if counts is None:
+        counts = memo[id(fc)] = emitted_counts(fc)
+    times = emitted_count(fc, src, counts)
     if times > MAX_DUPLICATION:
       return no(f"it would be computed {times} times per element (read at that many "
                 f"positions; limit {MAX_DUPLICATION})")
@@ -623,8 +659,9 @@ class _Fuser:
     progress = True
     while progress:
       progress = False
+      memo: dict = {}     # (what decide computes once per state of the target)
       for P in list(dict.fromkeys(target.operands)):
-        d = decide(self.comp, P, target)
+        d = decide(self.comp, P, target, memo)
         if d is None:
           continue
         if not d:
