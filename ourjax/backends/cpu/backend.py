@@ -471,6 +471,9 @@ class _Planner:
         vals[instr] = vals[instr.operands[0]][instr.attrs["index"]]
       elif op == "reshape" and not isinstance(vals[instr.operands[0]], tuple):
         vals[instr] = vals[instr.operands[0]]
+      elif _reshape_view(instr) is not None and not isinstance(vals[_reshape_view(instr)],
+                                                               tuple):
+        vals[instr] = vals[_reshape_view(instr)]     # (its operand's buffer, as a reshape's)
       elif op == "while":
         vals[instr] = self._plan_while(instr, vals, steps, want, last_use, pos)
       elif op == "conditional":
@@ -501,6 +504,8 @@ class _Planner:
     for i in comp.instructions:
       if i.opcode in ("get-tuple-element", "reshape", "tuple"):
         alias_of[i] = [o for o in i.operands]
+      elif _reshape_view(i) is not None:
+        alias_of[i] = [_reshape_view(i)]
     last = {}
 
     def bases(i):
@@ -584,8 +589,13 @@ class _Planner:
     top = operand if instr.opcode != "fusion" else \
         instr.operands[instr.attrs["calls"].parameters.index(operand)]
     base = top
-    while base.opcode in ("reshape", "get-tuple-element") and base.parent is comp:
-      base = base.operands[0]
+    while base.parent is comp:
+      if base.opcode in ("reshape", "get-tuple-element"):
+        base = base.operands[0]
+      elif _reshape_view(base) is not None:
+        base = _reshape_view(base)
+      else:
+        break
     if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
       return None
     if last_use.get(base, math.inf) != pos:
@@ -718,6 +728,22 @@ class _Planner:
       branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
     steps.append(CondStep(sel, branches, instr.name))
     return out
+
+
+def _reshape_view(instr):
+  """The operand that ``instr`` only reshapes, when it is a fusion of reshapes of one of its
+  operands (the fusion pass puts a reshape with nothing to fuse in a fusion of its own), else
+  None.  Like a reshape, it is planned as a view of that operand's buffer (a reshape keeps the
+  row-major order of the elements), not as a kernel that copies it."""
+  if instr.opcode != "fusion":
+    return None
+  fc = instr.attrs["calls"]
+  x = fc.root
+  while x.opcode == "reshape":
+    x = x.operands[0]
+  if x is fc.root or x.opcode != "parameter":
+    return None
+  return instr.operands[fc.parameters.index(x)]
 
 
 def _proxy(buf: K.Buf) -> hlo.Instruction:
@@ -963,6 +989,11 @@ class _Emission:
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
     self.entry = entry
+    if ENTRY_OPTNONE and not self.kernel_mods:
+      # (beside its kernels in one module: left unoptimised as in a module of its own, see
+      # ENTRY_SPEED_LEVEL; LLVM's O3 pipeline and code generator skip an optnone function)
+      entry.attributes.add("noinline")
+      entry.attributes.add("optnone")
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     self.b = b
     args, self.tid, self.nthreads = entry.args
@@ -1583,6 +1614,11 @@ _MODULE_SEPARATOR = "\n; ---- next module ----\n"
 #: LLVM's optimisation level for an entry compiled in a module of its own (its kernels in
 #: others, ``compile_groups``): 0, code generated at -O0 too (``jit.compile_to_objects``).
 ENTRY_SPEED_LEVEL = 0
+
+#: An entry compiled in one module with its kernels is marked ``optnone``: it only calls kernels
+#: and waits for threads, and at O3 it was a sixth to a quarter of the LLVM time of small
+#: programs (a convolution, an attention), for no faster step.
+ENTRY_OPTNONE = True
 
 #: LLVM's optimisation level for the kernels (and for a program compiled as one module).
 KERNEL_SPEED_LEVEL = 3
