@@ -772,3 +772,54 @@ def test_a_fusion_that_only_reshapes_is_a_view_of_its_operand():
   want = sum(np.einsum("nhwc,co->nhwo", xp[:, dy:dy + 6, dx:dx + 6], wc[dy, dx])
              for dy in range(3) for dx in range(3))
   np.testing.assert_allclose(np.asarray(conv(xc, wc)), want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_program_cached_by_its_source_skips_the_passes(tmp_path, monkeypatch, caplog):
+  """A jitted program found in the disk cache by its module as lowered (``source_key``) runs
+  neither the passes nor LLVM; its optimised module is made only when asked for (and is the
+  one compiled before).  A pass setting that differs is another key; a damaged entry is a
+  miss that compiles again."""
+  from ourjax.lowering import pipeline
+  from ourjax.lowering.passes import constant_folding
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  compiles = _count_compiles(monkeypatch)
+  optimized = []
+  real = pipeline.optimize
+  monkeypatch.setattr(pipeline, "optimize", lambda m, *a, **k: optimized.append(1) or
+                      real(m, *a, **k))
+  x = np.linspace(-2, 2, 24).astype(F32).reshape(4, 6)
+  want = np.tanh(x.astype(np.float64)).sum(axis=1) * 3 + np.arange(4)
+
+  def program():   # a new function object each time: nothing cached in this process
+    return ourjax.jit(lambda x: jnp.tanh(x).sum(axis=1) * 3 + jnp.arange(4.0))
+
+  first = program()
+  np.testing.assert_allclose(np.asarray(first(x)), want, rtol=1e-5)
+  assert len(compiles) == 1 and len(optimized) == 1
+  assert any(f.startswith("src-") for _, _, fs in os.walk(tmp_path) for f in fs)
+  second = program()
+  np.testing.assert_allclose(np.asarray(second(x)), want, rtol=1e-5)
+  assert len(compiles) == 1 and len(optimized) == 1      # neither LLVM nor the passes
+  text = second.lower(x).compile().as_text()            # (the passes run now, for the text)
+  assert len(optimized) == 2 and len(compiles) == 1
+  with config._override("jax_compilation_cache_dir", "off"):   # the passes' module, fresh
+    assert program().lower(x).compile().as_text() == text
+  assert len(compiles) == 2
+  # another setting of a pass: another source key, so the passes run (their module is the
+  # same, and so is its code: that comes from the cache by the optimised module's key)
+  n = len(optimized)
+  monkeypatch.setattr(constant_folding, "MAX_ELEMENTS", constant_folding.MAX_ELEMENTS + 1)
+  np.testing.assert_allclose(np.asarray(program()(x)), want, rtol=1e-5)
+  assert len(optimized) == n + 1 and len(compiles) == 2
+  # a damaged entry: said, compiled again
+  for dp, _, fs in os.walk(tmp_path):
+    for f in fs:
+      if f.startswith("src-"):
+        with open(os.path.join(dp, f), "r+b") as fh:
+          fh.seek(-8, os.SEEK_END)
+          fh.write(b"\0" * 8)
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="ourjax"):
+    np.testing.assert_allclose(np.asarray(program()(x)), want, rtol=1e-5)
+  assert any("damaged" in r.getMessage() for r in caplog.records)
