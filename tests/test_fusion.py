@@ -636,6 +636,32 @@ def test_emitted_counts_match_their_definition(ops):
   assert fusion.emitted_counts(comp) == _counts_by_definition(comp)
 
 
+@settings(max_examples=60, deadline=None)
+@given(programs(max_ops=40))
+def test_counts_kept_up_to_date_while_fusing_match_a_fresh_count(prog):
+  """The fusion pass keeps each consumer's counts (``_Counts``) up to date as producers are
+  fused in one at a time; at every decision they equal a fresh count of the fused
+  computation (random programs, slices and pads among them)."""
+  m, _ = prog
+  checked = []
+  real = fusion.decide
+
+  def checking(comp, P, consumer, memo=None):
+    if memo and consumer.opcode == "fusion":
+      fc = consumer.attrs["calls"]
+      kept = memo.get(id(fc))
+      if kept is not None:
+        fresh = fusion._Counts(fc).count
+        assert {x: kept.count.get(x) for x in fc.instructions} == fresh, fc
+        checked.append(1)
+    return real(comp, P, consumer, memo)
+  fusion.decide = checking
+  try:
+    pipeline.optimize(m.clone())
+  finally:
+    fusion.decide = real
+
+
 def test_stencil_chains_stop_fusing_at_the_duplication_limit(monkeypatch):
   """Four stages of a rolled stencil (an RK4 step's shape): fused without a limit, each stage
   triples the positions the first is computed at.  With MAX_DUPLICATION the fusion stops

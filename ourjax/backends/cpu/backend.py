@@ -1772,10 +1772,14 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
   if why is not None:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
     return reference.compile(module)
-  with _phases.phase("cache_key"):
-    key = cache_key(module, profile)
-  with _phases.phase("cache_read"):
-    hit = disk_cache.read(key)
+  # (no key without a cache: hashing a large module's text costs tens of milliseconds)
+  cached = disk_cache.cache_dir() is not None
+  key = hit = None
+  if cached:
+    with _phases.phase("cache_key"):
+      key = cache_key(module, profile)
+    with _phases.phase("cache_read"):
+      hit = disk_cache.read(key)
   if hit is not None:
     meta, obj, ir_text = hit
     try:
@@ -1816,6 +1820,7 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
     log.warning("cpu backend: LLVM failed on %s; running it on the reference backend: %s",
                 module.name, str(e)[:2000])
     return reference.compile(module)
-  with _phases.phase("cache_write"):
-    disk_cache.write(key, meta, obj, ir_text)
+  if cached:
+    with _phases.phase("cache_write"):
+      disk_cache.write(key, meta, obj, ir_text)
   return CpuExecutable(module, cm, meta, ir_text)
