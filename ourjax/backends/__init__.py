@@ -262,6 +262,8 @@ def _compile_lowering(lowering, closed, backend):
       if compiled is not None:
         return ModuleExecutable(lazy, compiled, lowering.hoisted, closed.out_avals, name, kept)
   optimized(module)
+  if name == "cpu":
+    opts["verified"] = True       # (pipeline.optimize verified it, last)
   compiled = _backend_module(backend).compile(module, **opts)
   if skey is not None:
     cpu.store_by_source(skey, compiled)

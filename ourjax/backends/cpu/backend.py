@@ -1758,15 +1758,18 @@ ENTRY_OPTNONE = True
 KERNEL_SPEED_LEVEL = 3
 
 
-def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  (backend API)
+def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (backend API)
+            verified: bool = False):
   """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
   executable when something in it is not native yet (see ``native_unsupported``).  ``profile``
-  adds the profiling instrumentation (default: ``OURJAX_CPU_PROFILE``)."""
+  adds the profiling instrumentation (default: ``OURJAX_CPU_PROFILE``); ``verified``: the
+  caller has just verified ``module`` (``pipeline.optimize`` does, last), so it is not again."""
   profile = PROFILE if profile is None else bool(profile)
   from ourjax.backends import reference
   from ourjax.backends.cpu import jit
-  with _phases.phase("verify"):
-    hlo.verify(module)
+  if not verified:
+    with _phases.phase("verify"):
+      hlo.verify(module)
   _ensure_runtime_symbols()
   why = native_unsupported(module)
   if why is not None:
