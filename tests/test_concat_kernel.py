@@ -3,6 +3,7 @@ group (hlo.reshape_groups): jitted results against NumPy."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
@@ -87,6 +88,42 @@ def test_im2col_convolution_uses_the_concat_kernel():
   rows = f.lower(x, w).compile().profile(x, w, reps=1).rows
   (patch,) = [r for r in rows if r["kind"] == "ConcatKernel"]
   assert "slice" in patch["hlo"] and "concatenate" in patch["hlo"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), stride=st.integers(1, 2), taps=st.integers(3, 4),
+       mixed=st.booleans(), dtype=st.sampled_from([np.float32, np.int32]))
+def test_parts_alike_but_for_slice_starts_share_one_loop(seed, stride, taps, mixed, dtype):
+  """Parts that are the same computation on windows at different starts (im2col's taps, in two
+  dimensions, strided) are written by one loop over the parts; parts of another computation
+  (``mixed``: every third tap from ``y``) form a group of their own.  Results against NumPy."""
+  rng = np.random.default_rng(seed)
+  x = (rng.standard_normal((2, 7, 6, 3)) * 10).astype(dtype)
+  y = (rng.standard_normal((2, 7, 6, 3)) * 10).astype(dtype)
+  ho, wo = (7 + 2 - taps) // stride + 1, (6 + 2 - taps) // stride + 1
+
+  def build(np_, x, y):
+    xp = np_.pad(x * 2, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    yp = np_.pad(y + 1, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    parts = []
+    for dy in range(taps):
+      for dx in range(taps):
+        src = yp if mixed and (dy * taps + dx) % 3 == 2 else xp
+        parts.append(src[:, dy:dy + stride * (ho - 1) + 1:stride,
+                         dx:dx + stride * (wo - 1) + 1:stride, :][:, :, :, None, :])
+    return np_.concatenate(parts, axis=3).reshape(2 * ho * wo, -1)
+
+  want = build(np, x, y)
+  f = ourjax.jit(lambda x, y: build(jnp, x, y))
+  got = np.asarray(f(x, y))
+  assert got.dtype == want.dtype and got.shape == want.shape
+  np.testing.assert_array_equal(got, want)
+  exe = f.lower(x, y).compile()._executable.compiled
+  assert "ConcatKernel" in [s.split()[0] for s in exe.meta["steps"]]
+  # one loop over the parts per group of two or more: the x taps, and the y taps when there
+  # are several
+  loops = len(re.findall(r"^part\.head(\.\d+)?:", exe.llvm_ir, re.M))
+  assert loops == 1 + mixed, loops
 
 
 @st.composite

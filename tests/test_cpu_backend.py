@@ -737,3 +737,89 @@ def test_kernel_keys_see_the_helpers_they_call():
   k1, k2, k3 = module(2.0, "k1"), module(2.0, "k2"), module(3.0, "k1")
   assert dedupe.function_key(k1) == dedupe.function_key(k2)
   assert dedupe.function_key(k1) != dedupe.function_key(k3)
+
+
+def test_a_fusion_that_only_reshapes_is_a_view_of_its_operand():
+  """A reshape with nothing to fuse (a convolution's weights flattened for its GEMM, here a
+  temporary's) is a fusion of its own after the fusion pass; it is planned as a view of its
+  operand's buffer, not copied, and that buffer lives as long as the view is read (other
+  temporaries made meanwhile must not take its place).  Results against NumPy float64."""
+  def f(x, w, y):
+    t = jnp.exp(w)                                   # a temporary
+    u = jnp.tanh(y) * 2.0                            # made while t is still needed
+    return x @ t.reshape(12, 5) + u.sum(), u
+
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((7, 12)).astype(F32)
+  w = rng.standard_normal((3, 4, 5)).astype(F32) * 0.3
+  y = rng.standard_normal((12, 5)).astype(F32)
+  jf = ourjax.jit(f, backend="cpu")
+  got, got_u = (np.asarray(v) for v in jf(x, w, y))
+  u = np.tanh(y.astype(np.float64)) * 2.0
+  want = x.astype(np.float64) @ np.exp(w.astype(np.float64)).reshape(12, 5) + u.sum()
+  np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+  np.testing.assert_allclose(got_u, u, rtol=2e-6, atol=1e-6)
+  # the weights of a convolution as its GEMM reads them: no kernel copies them
+  conv = ourjax.jit(lambda x, w: lax.conv_general_dilated(
+      x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")), backend="cpu")
+  xc = rng.standard_normal((2, 6, 6, 8)).astype(F32)
+  wc = rng.standard_normal((3, 3, 8, 4)).astype(F32)
+  exe = _native_exe(conv, xc, wc)
+  steps = exe.meta["steps"]
+  # (the weights reshaped to [72, 4] were a fusion's, written by a kernel of their own)
+  assert not any("-> fusion" in s and "[72, 4]" in s for s in steps), steps
+  xp = np.pad(xc.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+  want = sum(np.einsum("nhwc,co->nhwo", xp[:, dy:dy + 6, dx:dx + 6], wc[dy, dx])
+             for dy in range(3) for dx in range(3))
+  np.testing.assert_allclose(np.asarray(conv(xc, wc)), want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_program_cached_by_its_source_skips_the_passes(tmp_path, monkeypatch, caplog):
+  """A jitted program found in the disk cache by its module as lowered (``source_key``) runs
+  neither the passes nor LLVM; its optimised module is made only when asked for (and is the
+  one compiled before).  A pass setting that differs is another key; a damaged entry is a
+  miss that compiles again."""
+  from ourjax.lowering import pipeline
+  from ourjax.lowering.passes import constant_folding
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  compiles = _count_compiles(monkeypatch)
+  optimized = []
+  real = pipeline.optimize
+  monkeypatch.setattr(pipeline, "optimize", lambda m, *a, **k: optimized.append(1) or
+                      real(m, *a, **k))
+  x = np.linspace(-2, 2, 24).astype(F32).reshape(4, 6)
+  want = np.tanh(x.astype(np.float64)).sum(axis=1) * 3 + np.arange(4)
+
+  def program():   # a new function object each time: nothing cached in this process
+    return ourjax.jit(lambda x: jnp.tanh(x).sum(axis=1) * 3 + jnp.arange(4.0))
+
+  first = program()
+  np.testing.assert_allclose(np.asarray(first(x)), want, rtol=1e-5)
+  assert len(compiles) == 1 and len(optimized) == 1
+  assert any(f.startswith("src-") for _, _, fs in os.walk(tmp_path) for f in fs)
+  second = program()
+  np.testing.assert_allclose(np.asarray(second(x)), want, rtol=1e-5)
+  assert len(compiles) == 1 and len(optimized) == 1      # neither LLVM nor the passes
+  text = second.lower(x).compile().as_text()            # (the passes run now, for the text)
+  assert len(optimized) == 2 and len(compiles) == 1
+  with config._override("jax_compilation_cache_dir", "off"):   # the passes' module, fresh
+    assert program().lower(x).compile().as_text() == text
+  assert len(compiles) == 2
+  # another setting of a pass: another source key, so the passes run (their module is the
+  # same, and so is its code: that comes from the cache by the optimised module's key)
+  n = len(optimized)
+  monkeypatch.setattr(constant_folding, "MAX_ELEMENTS", constant_folding.MAX_ELEMENTS + 1)
+  np.testing.assert_allclose(np.asarray(program()(x)), want, rtol=1e-5)
+  assert len(optimized) == n + 1 and len(compiles) == 2
+  # a damaged entry: said, compiled again
+  for dp, _, fs in os.walk(tmp_path):
+    for f in fs:
+      if f.startswith("src-"):
+        with open(os.path.join(dp, f), "r+b") as fh:
+          fh.seek(-8, os.SEEK_END)
+          fh.write(b"\0" * 8)
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="ourjax"):
+    np.testing.assert_allclose(np.asarray(program()(x)), want, rtol=1e-5)
+  assert any("damaged" in r.getMessage() for r in caplog.records)

@@ -594,6 +594,74 @@ def test_emitted_count_counts_distinct_read_positions():
   assert emitted_count(comp, x) == 3               # at i, i+1 (slices) and i+2 (through e)
 
 
+def _counts_by_definition(comp):
+  """``emitted_count`` of every instruction, straight from its definition: each instruction's
+  readers (the non-elementwise users, and what an elementwise user of the same shape passes
+  on), a count the sum of its readers' counts."""
+  readers, count = {}, {}
+  for x in reversed(comp.instructions):
+    mine = {x} if x is comp.root else readers.get(x, set())
+    count[x] = 1 if x is comp.root else sum(count[u] for u in mine)
+    for o in x.operands:
+      if x.is_elementwise() and o.dims == x.dims:
+        readers.setdefault(o, set()).update(mine)
+      else:
+        readers.setdefault(o, set()).add(x)
+  return count
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "exp", "slice"]), st.integers(0, 10 ** 6),
+                          st.integers(0, 10 ** 6)), min_size=1, max_size=30))
+def test_emitted_counts_match_their_definition(ops):
+  """The one-walk ``emitted_counts`` (readers' sets shared along elementwise chains) against
+  the definition, on random DAGs of elementwise ops (diamonds) and shifting slices."""
+  m = Module("dup")
+  b = Builder(m, "fused")
+  vals = [b.parameter(S("f32", 16))]
+  for op, i, j in ops:
+    x, y = vals[i % len(vals)], vals[j % len(vals)]
+    if op == "exp":
+      vals.append(b.exp(x))
+    elif op == "add":
+      vals.append(b.add(x, y))
+    else:      # a slice read at a shift, padded back to 16 elements
+      k = 1 + j % 3
+      vals.append(b.pad(b.slice(x, (k,), (16,)), b.constant(np.float32(0)), [(0, k, 0)]))
+  out = vals[-1]
+  for v in vals[:-1]:
+    if not v.users:
+      out = b.add(out, v)
+  comp = b.build(out)
+  assert fusion.emitted_counts(comp) == _counts_by_definition(comp)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs(max_ops=40))
+def test_counts_kept_up_to_date_while_fusing_match_a_fresh_count(prog):
+  """The fusion pass keeps each consumer's counts (``_Counts``) up to date as producers are
+  fused in one at a time; at every decision they equal a fresh count of the fused
+  computation (random programs, slices and pads among them)."""
+  m, _ = prog
+  checked = []
+  real = fusion.decide
+
+  def checking(comp, P, consumer, memo=None):
+    if memo and consumer.opcode == "fusion":
+      fc = consumer.attrs["calls"]
+      kept = memo.get(id(fc))
+      if kept is not None:
+        fresh = fusion._Counts(fc).count
+        assert {x: kept.count.get(x) for x in fc.instructions} == fresh, fc
+        checked.append(1)
+    return real(comp, P, consumer, memo)
+  fusion.decide = checking
+  try:
+    pipeline.optimize(m.clone())
+  finally:
+    fusion.decide = real
+
+
 def test_stencil_chains_stop_fusing_at_the_duplication_limit(monkeypatch):
   """Four stages of a rolled stencil (an RK4 step's shape): fused without a limit, each stage
   triples the positions the first is computed at.  With MAX_DUPLICATION the fusion stops

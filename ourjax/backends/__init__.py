@@ -71,7 +71,8 @@ class ModuleExecutable:
 
   def __init__(self, module, compiled, hoisted, out_avals, backend: str, kept_args=None,
                donation=None):
-    self.module, self.compiled, self.backend = module, compiled, backend
+    # (``module``: the optimised module, or a function that makes it when first asked for)
+    self._module, self.compiled, self.backend = module, compiled, backend
     self.hoisted = [_host(c) for c in hoisted]
     self.out_avals = list(out_avals)
     self.kept_args = None if kept_args is None else tuple(kept_args)
@@ -79,6 +80,13 @@ class ModuleExecutable:
     self.donation = donation      # (``_donation.Donation`` of the module's parameters, or None)
 
   _profile_runner = None     # (backends/profiling.py)
+
+  @property
+  def module(self):
+    """The optimised module (made now when the code came from the disk cache)."""
+    if callable(self._module):
+      self._module = self._module()
+    return self._module
 
   def __call__(self, *args):
     if _profile_hook is not None:
@@ -305,17 +313,58 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       f.write(str(closed) + "\n")
   name = backend or default_backend_name()
   native = name != "reference"
-  pipeline.optimize(module, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
-                    late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
   kept = lowering.kept_args
-  if donation is not None and donation.aliases:
-    # XLA's input_output_alias: output j is written into parameter k's buffer
-    module.input_output_alias = dict(donation.aliases)
+  kept = None if len(kept) == len(closed.in_avals) else kept
   # (under OURJAX_PROFILE=1 every call is profiled: compile the instrumented code only)
   opts = {"profile": True} if _profile_all and name == "cpu" else {}
-  return ModuleExecutable(module, _backend_module(backend).compile(module, **opts),
-                          lowering.hoisted, closed.out_avals, backend or default_backend_name(),
-                          None if len(kept) == len(closed.in_avals) else kept, donation)
+  aliases = dict(donation.aliases) if donation is not None and donation.aliases else None
+
+  def aliased(m):
+    if aliases:   # XLA's input_output_alias: output j is written into parameter k's buffer
+      m.input_output_alias = dict(aliases)
+    return m
+
+  def optimized(m):
+    pipeline.optimize(m, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
+                      late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
+    return aliased(m)
+
+  # the CPU's disk cache is first asked by the module as lowered (its aliases included): a
+  # program an earlier process compiled skips the passes too (its optimised module is made
+  # again only if asked for)
+  skey = None
+  if name == "cpu" and not opts and not dump:
+    from ourjax.backends.cpu import backend as cpu
+    from ourjax.backends import disk_cache
+    if disk_cache.cache_dir():
+      with _phases.phase("cache_key"):
+        skey = cpu.source_key(aliased(module))
+      lazy = _LazyModule(lambda: optimized(lowering.module.clone()))
+      compiled = cpu.load_by_source(skey, lazy)
+      if compiled is not None:
+        return ModuleExecutable(lazy, compiled, lowering.hoisted, closed.out_avals, name, kept,
+                                donation)
+  optimized(module)
+  if name == "cpu":
+    opts["verified"] = True       # (pipeline.optimize verified it, last)
+  compiled = _backend_module(backend).compile(module, **opts)
+  if skey is not None:
+    cpu.store_by_source(skey, compiled)
+  return ModuleExecutable(module, compiled, lowering.hoisted, closed.out_avals, name, kept,
+                          donation)
+
+
+class _LazyModule:
+  """A module made on first call and kept (what an executable loaded by its source key gives
+  for ``.module``)."""
+
+  def __init__(self, make):
+    self.make, self.value = make, None
+
+  def __call__(self):
+    if self.value is None:
+      self.value = self.make()
+    return self.value
 
 
 def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,

@@ -44,7 +44,11 @@ Compilation:
    keyed by the module text, the constants' bytes, this backend's source, the LLVM version and
    the host CPU; entries are written atomically (temporary file + ``os.replace``), record
    their own key and are checked (length, SHA-256, key) when read: a damaged or foreign entry
-   is logged and recompiled.
+   is logged and recompiled.  A jitted program is first looked up by its module as lowered,
+   before the passes (``source_key``: that text, the sources and settings of the passes and
+   this backend), under which its code is stored with the parameters and constants of its
+   optimised module: a program an earlier process compiled skips the passes as well as LLVM
+   (``load_by_source``), and its optimised module is made again only if asked for.
 
 A module with something the emitter does not handle yet (complex or 8-bit float types, opcodes
 outside ``NATIVE_OPCODES``) runs on the reference backend instead (logged at debug level);
@@ -52,6 +56,7 @@ outside ``NATIVE_OPCODES``) runs on the reference backend instead (logged at deb
 """
 from __future__ import annotations
 
+import base64
 import ctypes
 import hashlib
 import logging
@@ -480,6 +485,9 @@ class _Planner:
         vals[instr] = vals[instr.operands[0]][instr.attrs["index"]]
       elif op == "reshape" and not isinstance(vals[instr.operands[0]], tuple):
         vals[instr] = vals[instr.operands[0]]
+      elif _reshape_view(instr) is not None and not isinstance(vals[_reshape_view(instr)],
+                                                               tuple):
+        vals[instr] = vals[_reshape_view(instr)]     # (its operand's buffer, as a reshape's)
       elif op == "while":
         vals[instr] = self._plan_while(instr, vals, steps, want, last_use, pos)
       elif op == "conditional":
@@ -510,6 +518,8 @@ class _Planner:
     for i in comp.instructions:
       if i.opcode in ("get-tuple-element", "reshape", "tuple"):
         alias_of[i] = [o for o in i.operands]
+      elif _reshape_view(i) is not None:
+        alias_of[i] = [_reshape_view(i)]
     last = {}
 
     def bases(i):
@@ -602,8 +612,13 @@ class _Planner:
       return None
     else:
       base = top
-      while base.opcode in ("reshape", "get-tuple-element") and base.parent is comp:
-        base = base.operands[0]
+      while base.parent is comp:
+        if base.opcode in ("reshape", "get-tuple-element"):
+          base = base.operands[0]
+        elif _reshape_view(base) is not None:
+          base = _reshape_view(base)
+        else:
+          break
       if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
         return None
       if last_use.get(base, math.inf) != pos:
@@ -742,6 +757,22 @@ class _Planner:
       branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
     steps.append(CondStep(sel, branches, instr.name))
     return out
+
+
+def _reshape_view(instr):
+  """The operand that ``instr`` only reshapes, when it is a fusion of reshapes of one of its
+  operands (the fusion pass puts a reshape with nothing to fuse in a fusion of its own), else
+  None.  Like a reshape, it is planned as a view of that operand's buffer (a reshape keeps the
+  row-major order of the elements), not as a kernel that copies it."""
+  if instr.opcode != "fusion":
+    return None
+  fc = instr.attrs["calls"]
+  x = fc.root
+  while x.opcode == "reshape":
+    x = x.operands[0]
+  if x is fc.root or x.opcode != "parameter":
+    return None
+  return instr.operands[fc.parameters.index(x)]
 
 
 def _proxy(buf: K.Buf) -> hlo.Instruction:
@@ -991,6 +1022,11 @@ class _Emission:
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
     self.entry = entry
+    if ENTRY_OPTNONE and not self.kernel_mods:
+      # (beside its kernels in one module: left unoptimised as in a module of its own, see
+      # ENTRY_SPEED_LEVEL; LLVM's O3 pipeline and code generator skip an optnone function)
+      entry.attributes.add("noinline")
+      entry.attributes.add("optnone")
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     self.b = b
     args, self.tid, self.nthreads = entry.args
@@ -1191,28 +1227,38 @@ class CpuExecutable:
   returning the list of output arrays, or None when an argument is not C-contiguous (then the
   caller takes the general path)."""
 
-  def __init__(self, module: hlo.Module, compiled, meta: dict, llvm_ir: str | None):
-    self.module = module
+  def __init__(self, module, compiled, meta: dict, llvm_ir: str | None):
+    # ``module``: the optimised hlo.Module, or a function that makes it (an executable loaded
+    # by its source key: ``load_by_source``; then the parameters and constants come from meta)
+    if isinstance(module, hlo.Module):
+      self._module, self._make_module = module, None
+    else:
+      self._module, self._make_module = None, module
     self.compiled = compiled
     self.meta = meta
     self.llvm_ir = llvm_ir
     addr = compiled.address(ENTRY)
     self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_int64)(addr)
-    entry = module.entry
-    self.param_shapes = [(p.dtype, p.dims) for p in entry.parameters]
-    self.nparams = len(entry.parameters)
+    if self._module is not None:
+      self.param_shapes = [(p.dtype, p.dims) for p in module.entry.parameters]
+      consts = {}
+      for comp in module.computations:
+        for i in comp.instructions:
+          if i.opcode == "constant":
+            consts[i.name] = i.attrs["value"]
+    else:
+      self.param_shapes = [(hlo.to_dtype(d), tuple(s)) for d, s in meta["params"]]
+      consts = {n: np.frombuffer(base64.b64decode(data), np.dtype(d)).reshape(s)
+                for n, (d, s, data) in meta["const_values"].items()}
+    self.nparams = len(self.param_shapes)
+    self.name = meta.get("name") or (module.name if self._module is not None else "")
     self.out_specs = [(tuple(s), hlo.to_dtype(d)) for d, s in meta["outputs"]]
     self.parallel = bool(meta["parallel"])
     self.control_bytes = int(meta.get("control_bytes", ARENA_HEADER))
     self.object_mode = bool(meta.get("object_mode"))
     self.arena_bytes = int(meta["arena_bytes"])
     self.nslots = int(meta["nslots"])
-    consts = {}
-    for comp in module.computations:
-      for i in comp.instructions:
-        if i.opcode == "constant":
-          consts[i.name] = i.attrs["value"]
     self._consts = []
     for slot, name in meta["consts"]:
       v = consts[name]
@@ -1223,6 +1269,14 @@ class CpuExecutable:
     # (output j, parameter k): output j is written into argument k's buffer and returned as it
     self.aliases = [tuple(a) for a in meta.get("aliases", ())]
     self.code_bytes = int(meta.get("code_bytes", 0))     # (the object code's size)
+
+  @property
+  def module(self) -> hlo.Module:
+    """The optimised module this code was compiled from (made on first use when the code came
+    from the disk cache by its source key)."""
+    if self._module is None:
+      self._module = self._make_module()
+    return self._module
 
   def _new_resources(self, fixed=()):
     slots = (ctypes.c_void_p * self.nslots)()
@@ -1248,7 +1302,7 @@ class CpuExecutable:
     rc = self._run(res)
     self._free.append(res)
     if rc:
-      raise RuntimeError(f"{self.module.name}: the native entry refused its arguments")
+      raise RuntimeError(f"{self.name}: the native entry refused its arguments")
     return tuple(outs)
 
   def _bind(self, args):
@@ -1256,7 +1310,7 @@ class CpuExecutable:
     the parameter types: the arrays returned last, which must live until the call returns)
     and fresh output arrays."""
     if len(args) != self.nparams:
-      raise TypeError(f"{self.module.name}: expected {self.nparams} arguments, got {len(args)}")
+      raise TypeError(f"{self.name}: expected {self.nparams} arguments, got {len(args)}")
     keep = []
     for k, (a, (dt, dims)) in enumerate(zip(args, self.param_shapes)):
       if not isinstance(a, np.ndarray) or a.dtype != dt:
@@ -1264,7 +1318,7 @@ class CpuExecutable:
       if not (a.flags.c_contiguous and a.flags.aligned):
         a = np.array(a, order="C")
       if a.shape != dims:
-        raise ValueError(f"{self.module.name}: argument {k} must be "
+        raise ValueError(f"{self.name}: argument {k} must be "
                          f"{hlo.dtype_name(dt)}{list(dims)}, got {a.dtype}{list(a.shape)}")
       keep.append(a)
     try:
@@ -1437,7 +1491,7 @@ class CpuExecutable:
     return sorted(zip(counters.cycles.tolist(), labels), reverse=True)
 
   def __repr__(self):
-    return f"<CpuExecutable {self.module.name}>"
+    return f"<CpuExecutable {self.meta.get('name') or self.module.name}>"
 
 
 
@@ -1485,6 +1539,117 @@ def cache_key(module: hlo.Module, profile: bool = False) -> str:
            f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
            f"{bool(profile)}".encode())
   return h.hexdigest()
+
+
+# A warm start by the program's source: the key of the module as lowered, before the passes
+# (``source_key``), finds an entry that holds what running the passes would give the backend
+# (the code, the parameters and the constants of the optimised module), so a program compiled
+# by an earlier process skips its optimisation passes too, not only LLVM.  Its optimised
+# module is made again only when something asks for it (``CpuExecutable.module``).
+
+_pipeline_hash = None
+
+
+def _pipeline_source_hash() -> str:
+  """The backend's source hash and that of everything between a lowered module and the
+  backend (the HLO IR, the pipeline and its passes)."""
+  global _pipeline_hash
+  if _pipeline_hash is None:
+    from ourjax.lowering import pipeline
+    h = hashlib.sha256(_backend_source_hash().encode())
+    root = os.path.dirname(pipeline.__file__)
+    for d, dirs, files in sorted(os.walk(root)):
+      dirs.sort()
+      for fn in sorted(files):
+        if fn.endswith(".py"):
+          with open(os.path.join(d, fn), "rb") as f:
+            h.update(fn.encode() + f.read())
+    _pipeline_hash = h.hexdigest()
+  return _pipeline_hash
+
+
+def _settings() -> str:
+  """The module-level settings the passes, the planner and the emitter read (upper-case
+  scalars, which tests and users may change, and the pipeline's pass lists)."""
+  from ourjax.backends.llvm import concat, dots
+  from ourjax.lowering import pipeline
+  from ourjax.lowering import passes as _passes
+  mods = [pipeline, sys.modules[__name__], K, E, concat, dots]
+  mods += [m for n, m in sorted(vars(_passes).items()) if type(m) is type(os)]
+  parts = [f"{os.cpu_count()}/{os.environ.get('OURJAX_CPU_SIMPLE_DOT', '')}"]
+  for m in mods:
+    parts.extend(f"{m.__name__}.{k}={v!r}" for k, v in vars(m).items()
+                 if k.isupper() and isinstance(v, (bool, int, float, str)))
+  for k, v in vars(pipeline).items():
+    if k.isupper() and isinstance(v, (list, tuple)):
+      parts.append(f"{k}=" + ",".join(f"{n}:{getattr(f, '__module__', '')}."
+                                      f"{getattr(f, '__qualname__', '')}" for n, f in v))
+  return "\n".join(parts)
+
+
+def source_key(module: hlo.Module, profile: bool = False) -> str:
+  """The disk-cache key of ``module`` as lowered (before the passes): its text and constants,
+  the sources and settings of the passes and the backend, and what ``cache_key`` adds."""
+  import llvmlite
+  import llvmlite.binding as llvm
+  from ourjax.backends.cpu import jit
+  h = hashlib.sha256(b"source\n")
+  h.update(module.to_string().encode())
+  for comp in module.computation_post_order():
+    for i in comp.instructions:
+      if i.opcode == "constant":
+        v = np.ascontiguousarray(i.attrs["value"])
+        h.update(f"{i.name}:{v.dtype.str}:{v.shape}".encode())
+        h.update(v.tobytes())
+  h.update(_pipeline_source_hash().encode())
+  h.update(_settings().encode())
+  h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
+           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
+           f"{bool(profile)}".encode())
+  return "src-" + h.hexdigest()
+
+
+def load_by_source(key: str, make_module):
+  """The executable cached under source key ``key`` (None: no such entry, or it would not
+  load); ``make_module()`` makes its optimised module when something asks for it."""
+  from ourjax.backends.cpu import jit
+  with _phases.phase("cache_read"):
+    hit = disk_cache.read(key)
+  if hit is None:
+    return None
+  meta, obj, ir_text = hit
+  try:
+    _ensure_runtime_symbols()
+    _link_symbols(meta.get("symbols", ()))
+    with _phases.phase("load"):
+      cm = jit.load_object(obj, [ENTRY])
+    return CpuExecutable(make_module, cm, meta, ir_text)
+  except Exception as e:   # noqa: BLE001  (compiled again by the caller)
+    log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
+                key, e)
+    return None
+
+
+def store_by_source(key: str, exe) -> None:
+  """Cache ``exe`` (a ``CpuExecutable`` fresh from ``compile``) under source key ``key``, with
+  the parameters and the constants of its optimised module."""
+  if not isinstance(exe, CpuExecutable) or not disk_cache.cache_dir():
+    return
+  obj = getattr(exe.compiled, "_object", None)
+  if obj is None:
+    return
+  module = exe.module
+  want = {name for _, name in exe.meta["consts"]}
+  values = {}
+  for comp in module.computations:
+    for i in comp.instructions:
+      if i.opcode == "constant" and i.name in want:
+        v = np.ascontiguousarray(i.attrs["value"])
+        values[i.name] = [v.dtype.str, list(v.shape), base64.b64encode(v.tobytes()).decode()]
+  meta = dict(exe.meta, name=module.name, const_values=values,
+              params=[[hlo.dtype_name(d), list(s)] for d, s in exe.param_shapes])
+  with _phases.phase("cache_write"):
+    disk_cache.write(key, meta, bytes(obj), exe.llvm_ir or "")
 
 
 # the disk cache itself (entry format, atomic writes, checks: disk_cache.read / write) serves
@@ -1701,28 +1866,40 @@ _MODULE_SEPARATOR = "\n; ---- next module ----\n"
 #: others, ``compile_groups``): 0, code generated at -O0 too (``jit.compile_to_objects``).
 ENTRY_SPEED_LEVEL = 0
 
+#: An entry compiled in one module with its kernels is marked ``optnone``: it only calls kernels
+#: and waits for threads, and at O3 it was a sixth to a quarter of the LLVM time of small
+#: programs (a convolution, an attention), for no faster step.
+ENTRY_OPTNONE = True
+
 #: LLVM's optimisation level for the kernels (and for a program compiled as one module).
 KERNEL_SPEED_LEVEL = 3
 
 
-def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  (backend API)
+def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (backend API)
+            verified: bool = False):
   """Compile ``module`` for this CPU (``CpuExecutable``), or return the reference backend's
   executable when something in it is not native yet (see ``native_unsupported``).  ``profile``
-  adds the profiling instrumentation (default: ``OURJAX_CPU_PROFILE``)."""
+  adds the profiling instrumentation (default: ``OURJAX_CPU_PROFILE``); ``verified``: the
+  caller has just verified ``module`` (``pipeline.optimize`` does, last), so it is not again."""
   profile = PROFILE if profile is None else bool(profile)
   from ourjax.backends import reference
   from ourjax.backends.cpu import jit
-  with _phases.phase("verify"):
-    hlo.verify(module)
+  if not verified:
+    with _phases.phase("verify"):
+      hlo.verify(module)
   _ensure_runtime_symbols()
   why = native_unsupported(module)
   if why is not None:
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, why)
     return reference.compile(module)
-  with _phases.phase("cache_key"):
-    key = cache_key(module, profile)
-  with _phases.phase("cache_read"):
-    hit = disk_cache.read(key)
+  # (no key without a cache: hashing a large module's text costs tens of milliseconds)
+  cached = disk_cache.cache_dir() is not None
+  key = hit = None
+  if cached:
+    with _phases.phase("cache_key"):
+      key = cache_key(module, profile)
+    with _phases.phase("cache_read"):
+      hit = disk_cache.read(key)
   if hit is not None:
     meta, obj, ir_text = hit
     try:
@@ -1764,6 +1941,7 @@ def compile(module: hlo.Module, *, profile: bool | None = None):  # noqa: A001  
                 module.name, str(e)[:2000])
     return reference.compile(module)
   meta["code_bytes"] = len(obj)
-  with _phases.phase("cache_write"):
-    disk_cache.write(key, meta, obj, ir_text)
+  if cached:
+    with _phases.phase("cache_write"):
+      disk_cache.write(key, meta, obj, ir_text)
   return CpuExecutable(module, cm, meta, ir_text)

@@ -308,18 +308,36 @@ def linearize(b: ir.IRBuilder, multi: Sequence[ir.Value], dims: Sequence[int]) -
 
 
 class Index:
-  """A position in an array of ``dims``: ``linear`` (row-major) and ``multi`` (one i64 per
-  dimension), both computed where the index is made."""
-  __slots__ = ("dims", "linear", "multi", "key")
+  """A position in an array of ``dims``: ``multi`` (one i64 per dimension, computed where the
+  index is made) and ``linear`` (row-major), computed when first asked for: most indices
+  only pass their ``multi`` on (through slices, broadcasts, transposes), and an unused linear
+  index was IR that LLVM had to delete.  It is computed where it is asked for; it is kept
+  for later requests when that is the block the index was made in (a value made inside a
+  loop or a branch would not dominate a later use elsewhere)."""
+  __slots__ = ("dims", "_linear", "multi", "key", "_b", "_block", "_elsewhere")
 
   def __init__(self, b: ir.IRBuilder, dims, linear=None, multi=None):
     self.dims = tuple(dims)
     if multi is None:
       multi = delinearize(b, linear, self.dims)
-    if linear is None:
-      linear = linearize(b, multi, self.dims)
-    self.linear, self.multi = linear, list(multi)
+    self._linear, self.multi = linear, list(multi)
+    self._b, self._block, self._elsewhere = b, b.block, None
     self.key = tuple(id(v) for v in self.multi) if self.multi else ()
+
+  @property
+  def linear(self):
+    v = self._linear
+    if v is not None:
+      return v
+    block = self._b.block
+    if self._elsewhere is not None and self._elsewhere[0] is block:
+      return self._elsewhere[1]
+    v = linearize(self._b, self.multi, self.dims)
+    if block is self._block:
+      self._linear = v
+    else:
+      self._elsewhere = (block, v)     # (again in this block: the same value)
+    return v
 
   @classmethod
   def scalar(cls, b):

@@ -523,30 +523,92 @@ def _flow(producer: Instruction, consumer: Instruction):
   return src, tainted
 
 
-def emitted_count(fused: Computation, value: Instruction) -> int:
+def emitted_count(fused: Computation, value: Instruction, counts: dict | None = None) -> int:
   """How many times ``value`` (an instruction of ``fused``) is computed per element of the
   fusion's iteration: once per distinct index it is read at (XLA's fusion indexing evaluation).
   An elementwise user of the same shape reads its operand at its own index, so it passes its
   readers on (two such paths to one value share its evaluation, as the emitter memoises by
   index); any other user (slice, pad, broadcast, reshape, concatenate, reduce, ...) reads at
-  an index of its own and counts as one reader, each reader weighing its own count."""
-  readers: dict = {}
-  count: dict = {}
-  for x in reversed(fused.instructions):
-    if x is fused.root:
-      mine, count[x] = {x}, 1
-    else:
-      mine = readers.get(x, set())
-      count[x] = sum(count[u] for u in mine)
-    passes = x.is_elementwise()
-    for o in x.operands:
-      if o.parent is not fused:
-        continue
-      if passes and o.dims == x.dims:
-        readers.setdefault(o, set()).update(mine)
+  an index of its own and counts as one reader, each reader weighing its own count.
+  ``counts``: ``emitted_counts(fused)`` when the caller has it (one walk answers every value
+  of an unchanged computation)."""
+  if counts is None:
+    counts = emitted_counts(fused)
+  return counts.get(value, 1)
+
+
+def emitted_counts(fused: Computation) -> dict:
+  """``emitted_count`` of every instruction of ``fused`` (one walk, users first)."""
+  return _Counts(fused).count
+
+
+class _Counts:
+  """``emitted_count`` of every instruction of a fused computation and its readers' sets (see
+  ``emitted_count``), kept up to date as single instructions are fused in (``fused_in``)
+  instead of a walk of the whole computation per fusion.  A value whose only reader passes its
+  readers on shares that reader's set (copied when a second one adds to it): along an
+  elementwise chain no set is copied."""
+
+  def __init__(self, fused: Computation):
+    self.fused = fused
+    self.readers: dict = {}
+    self.own: set = set()        # the instructions whose set is their own (not a user's)
+    self.count: dict = {}
+    root = fused.root
+    for x in reversed(fused.instructions):
+      if x is root:
+        mine, c = {x}, 1
       else:
-        readers.setdefault(o, set()).add(x)
-  return count.get(value, 1)
+        mine = self.readers.get(x, ())
+        c = 0
+        for u in mine:
+          c += self.count[u]
+      self.count[x] = c
+      if x.operands:
+        self._read(x, mine)
+
+  def _read(self, x, mine) -> None:
+    """Record that ``x`` (whose readers are ``mine``) reads its operands."""
+    passes = x.is_elementwise()
+    readers, own = self.readers, self.own
+    for o in x.operands:
+      if o.parent is not self.fused:
+        continue
+      add = mine if passes and o.dims == x.dims else (x,)
+      r = readers.get(o)
+      if r is None:
+        if add is mine and mine:
+          readers[o] = mine
+        else:
+          readers[o] = set(add)
+          own.add(o)
+      else:
+        if o not in own:
+          r = readers[o] = set(r)
+          own.add(o)
+        r.update(add)
+
+  def fused_in(self, param: Instruction, clone: Instruction) -> bool:
+    """Update after ``clone`` (one instruction reading parameters only) took the place of
+    ``param``: it has the parameter's readers, and its operands gain it as a reader; False
+    when the change is of another kind (then compute the counts again)."""
+    fused = self.fused
+    if (clone.parent is not fused or clone is fused.root or param not in self.count
+        or clone.opcode == "parameter" or clone in self.count or any(o.opcode != "parameter" or o.parent is not fused for o in clone.operands)):
+      return False
+    mine = self.readers.get(param, ())
+    self.readers[clone] = mine
+    self.count[clone] = self.count[param]
+    fresh = set(dict.fromkeys(clone.operands)) - set(self.count)
+    self._read(clone, mine)
+    for o in dict.fromkeys(clone.operands):
+      if o in fresh:
+        self.count[o] = 0
+      c = 0
+      for u in self.readers.get(o, ()):
+        c += self.count[u]
+      self.count[o] = c
+    return True
 
 
 def _what(instr: Instruction) -> str:
@@ -555,9 +617,12 @@ def _what(instr: Instruction) -> str:
   return "elementwise" if instr.is_elementwise() else instr.opcode
 
 
-def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> Decision | None:
+def decide(comp: Computation, producer: Instruction, consumer: Instruction,
+           memo: dict | None = None) -> Decision | None:
   """Whether to fuse ``producer`` into ``consumer`` (an instruction, or a fusion made from
-  one), and why; None when there is nothing to decide (a parameter)."""
+  one), and why; None when there is nothing to decide (a parameter).  ``memo``: a dict the
+  caller keeps for ``consumer`` (what is computed once for all its operands: the ``_Counts``
+  of its fused computation), updated or cleared when something is fused into it."""
   P, op = producer, producer.opcode
   if op == "parameter":
     return None
@@ -610,7 +675,14 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction) -> D
     total = len(consumer.operands) - 1 + new
     if total > MAX_FUSION_PARAMETERS and new > 1:
       return no(f"the fusion would take {total} operands (limit {MAX_FUSION_PARAMETERS})")
-    times = emitted_count(consumer.attrs["calls"], src)
+    fc = consumer.attrs["calls"]
+    counts = None
+    if memo is not None:
+      st = memo.get(id(fc))
+      if st is None:
+        st = memo[id(fc)] = _Counts(fc)
+      counts = st.count
+    times = emitted_count(fc, src, counts)
     if times > MAX_DUPLICATION:
       return no(f"it would be computed {times} times per element (read at that many "
                 f"positions; limit {MAX_DUPLICATION})")
@@ -655,10 +727,11 @@ class _Fuser:
     """Fuse into ``consumer`` every operand that may be fused, one at a time."""
     target, changed = consumer, False
     progress = True
+    memo: dict = {}     # (what decide keeps for the target: its _Counts, kept up to date)
     while progress:
       progress = False
       for P in list(dict.fromkeys(target.operands)):
-        d = decide(self.comp, P, target)
+        d = decide(self.comp, P, target, memo)
         if d is None:
           continue
         if not d:
@@ -672,7 +745,13 @@ class _Fuser:
           self.origin[target] = name
         if P.opcode in CONTRACTION_OPS or _kind(P) == "kOutput":
           target.attrs["kind"] = "kOutput"
-        fuse_into(self.comp, target, P, self.inner.setdefault(target, {}))
+        fc = target.attrs["calls"]
+        param = fc.parameters[target.operands.index(P)]
+        inner = self.inner.setdefault(target, {})
+        fuse_into(self.comp, target, P, inner)
+        st = memo.get(id(fc))
+        if st is not None and (P.opcode == "fusion" or not st.fused_in(param, inner[P])):
+          del memo[id(fc)]        # (counted again when next asked for)
         progress = changed = True
         break
     return changed
