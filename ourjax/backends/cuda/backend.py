@@ -5,9 +5,9 @@ the device's stream; results are ``DeviceBuffer``s that stay on the GPU until re
     exe.ptx                      # Compiled.as_text(dialect="ptx")
     outs = exe(x, y)             # tuple of DeviceBuffer; the first call loads the module
 
-Compilation (``planning.py``) reuses the CPU backend's planning of the entry computation
-(``cpu/backend.py``: ``_Planner``, buffer assignment by live ranges) and the shared group
-planner (``llvm/kernels.py``), turns every planned kernel into GPU kernels
+Compilation (``planning.py``) reuses the shared planning of the entry computation
+(``llvm/planning.py``: buffer assignment by live ranges) and the shared group planner
+(``llvm/kernels.py``), turns every planned kernel into GPU kernels
 (``codegen.translate``), merges independent ones into one launch (``horizontal.py``) and makes
 the *launch program* (``program.py``).
 Temporaries live in one *arena* allocation per call; parameters, outputs and the module's array

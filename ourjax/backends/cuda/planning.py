@@ -1,6 +1,7 @@
-"""Planning for the CUDA backend: the CPU backend's planner (``cpu/backend.py``: ``_Planner``,
-buffer assignment by live ranges) with every planned kernel translated into GPU kernels as it is
-added (``codegen.translate``), convolution patch matrices read in place by implicit GEMMs,
+"""Planning for the CUDA backend: the shared planner (``llvm/planning.py``: ``Planner``, buffer
+assignment by live ranges; the CPU backend's subclass) with every planned kernel translated
+into GPU kernels as it is added (``codegen.translate``), convolution patch matrices read in
+place by implicit GEMMs,
 double-buffered loops, and independent kernels merged into one launch (``horizontal.py``);
 ``_plan`` turns the planned steps into the executable's launch program (``program.py``).
 """
@@ -13,6 +14,7 @@ import numpy as np
 from ourjax.backends.cuda import codegen, horizontal
 from ourjax.backends.cuda.program import _renamed
 from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm import planning as LP
 from ourjax.lowering import hlo
 
 
@@ -103,7 +105,7 @@ def _make_planner(cpu_be, module, info):
       self._tag(kernel)
       for g in codegen.translate(kernel, self.temp, info, cpu_be.MAX_THREADS):
         self.kernels.append(self._tag(g, source=kernel))
-        steps.append(cpu_be.KernelStep(g))
+        steps.append(LP.KernelStep(g))
 
   return GpuPlanner(module)
 
@@ -132,7 +134,7 @@ def _merge_horizontal(planner, steps, info, cpu_be):
   def name_of(parts):
     return parts[0].name + "_h"
 
-  steps = horizontal.merge_steps(steps, info, cpu_be.KernelStep, name_of, replaced)
+  steps = horizontal.merge_steps(steps, info, LP.KernelStep, name_of, replaced)
   if gone:
     kernels = []
     for k in planner.kernels:
@@ -147,7 +149,7 @@ def _merge_horizontal(planner, steps, info, cpu_be):
 def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   cpu_be = _cpu_planning()
   entry = module.entry
-  planner, steps, params, outs, aliases = cpu_be.plan_entry(
+  planner, steps, params, outs, aliases = LP.plan_entry(
       module, lambda m: _make_planner(cpu_be, m, info), copy_kinds=(codegen.Copy,),
       elementwise_kinds=(codegen.Elementwise,))
   nparams = len(params)
@@ -155,7 +157,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   # Buf, so merging sees the kernels that read it and the one that writes over it)
   if horizontal.enabled():
     steps = _merge_horizontal(planner, steps, info, cpu_be)
-  arena_bytes = cpu_be._assign(planner, steps)
+  arena_bytes = LP._assign(planner, steps)
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
@@ -175,7 +177,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   def program(steps):
     out = []
     for s in steps:
-      if isinstance(s, cpu_be.KernelStep):
+      if isinstance(s, LP.KernelStep):
         k = s.kernel
         if k.is_copy:
           if k.dst.nbytes:
@@ -184,9 +186,9 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
         sp = [spec(x) for x in k.buffers]
         out.append(("k", index[id(k)], np.array([x[0] for x in sp], np.int64),
                     np.array([x[1] for x in sp], np.uint64)))
-      elif isinstance(s, cpu_be.WhileStep):
+      elif isinstance(s, LP.WhileStep):
         out.append(loop(s))
-      elif isinstance(s, cpu_be.CondStep):
+      elif isinstance(s, LP.CondStep):
         out.append(("cond", spec(s.selector), np.dtype(s.selector.dtype),
                     [program(br) for br in s.branches], s.name))
       else:   # pragma: no cover
@@ -200,7 +202,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
     copies the state into place after an odd number of iterations."""
     skip = {(id(c.src), id(c.dst)) for c in s.copies_back} if s.double_buffered else set()
     body = program([x for x in s.body_steps
-                    if not (isinstance(x, cpu_be.KernelStep) and x.kernel.is_copy
+                    if not (isinstance(x, LP.KernelStep) and x.kernel.is_copy
                             and (id(x.kernel.src), id(x.kernel.dst)) in skip)])
     cond = program(s.cond_steps)
     odd = odd_cond = None

@@ -1,0 +1,641 @@
+"""Kernel planning shared by the native backends: an HLO module's entry computation becomes
+*steps* over buffers, and the buffers get arena offsets.
+
+1. *Planning* (``Planner``): every instruction of the entry computation gets a buffer (tree):
+   parameters and outputs are passed in by the caller, array constants are kept by the
+   executable, everything else is a temporary in one *arena*.  ``reshape``,
+   ``get-tuple-element`` and ``tuple`` are aliases; each fusion or other op becomes kernels
+   (``kernels.GroupPlanner``); ``while`` and ``conditional`` become ``WhileStep``/``CondStep``
+   around the steps of their computations.  Values that are outputs are computed straight into
+   the output buffers; a ``dynamic-update-slice`` whose operand is a temporary at its last use
+   updates that buffer in place; outputs of a donating call are planned into their parameters'
+   buffers (``plan_entry``, ``backends/donation.py``).
+2. *Buffer assignment* (``_assign``): temporaries get arena offsets by a first-fit over their
+   live ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop).
+
+The CPU backend (``cpu/backend.py``) emits the steps as one native entry function; the CUDA
+backend (``cuda/planning.py``) translates each planned kernel into GPU kernels as it is added and
+launches the steps from the host.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ourjax.backends.llvm import kernels as K
+from ourjax.lowering import hlo
+
+#: Upper bound of threads a compiled module is sized for (per-thread scratch, partials).
+MAX_THREADS = 16
+
+ALIGN = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+# ---------------------------------------------------------------------------------------------
+
+class KernelStep:
+  def __init__(self, kernel: K.Kernel):
+    self.kernel = kernel
+
+  @property
+  def parallel(self):
+    return self.kernel.parallel
+
+
+class WhileStep:
+  """A while loop: ``cond_steps`` compute ``pred``, ``body_steps`` the next state.
+  ``trip_count``: how many times the body runs when that is known at compile time
+  (``lowering.loops.trip_count``; the GPU then runs the body that many times without reading
+  ``pred`` back), else None."""
+  parallel = False
+
+  def __init__(self, cond_steps, pred: K.Buf, body_steps, trip_count=None,
+               name: str = "while", copies_back=()):
+    self.cond_steps, self.pred, self.body_steps = cond_steps, pred, body_steps
+    self.trip_count = trip_count
+    self.name = name
+    #: the copies ending ``body_steps`` that move the next state into the state buffers
+    self.copies_back = list(copies_back)
+    #: set by a backend that runs the loop double-buffered (the GPU's): instead of copying
+    #: back, iterations alternate between the state and next buffers, so ``_assign`` keeps
+    #: the next buffers alive across the whole loop
+    self.double_buffered = False
+
+
+class CondStep:
+  parallel = False
+
+  def __init__(self, selector: K.Buf, branches, name: str = "conditional"):
+    self.selector, self.branches = selector, branches
+    self.name = name
+
+
+def _flat(tree):
+  if isinstance(tree, tuple) and not (tree and tree[0] == "imm"):
+    for t in tree:
+      yield from _flat(t)
+  else:
+    yield tree
+
+
+class Planner:
+  """Buffers and steps of the entry computation and the computations it calls.  ``threads()``:
+  how many threads the kernels will be cut into pieces for (the CPU backend's pool size)."""
+  widen_narrow_dots = True    # see GroupPlanner; the GPU planner turns it off
+  concat_kernels = True       # likewise
+
+  def threads(self) -> int:
+    return 1
+
+  def __init__(self, module: hlo.Module):
+    self.module = module
+    self.temps: list[K.Buf] = []
+    self.consts: list[K.Buf] = []
+    self.const_of: dict = {}
+    self.kernels: list[K.Kernel] = []
+    self.nk = 0
+    self._group = None    # the instruction whose kernels are being planned (for the profiler)
+
+  # -- buffers ---------------------------------------------------------------------------------
+  def temp(self, dtype, dims, name=""):
+    b = K.Buf(dtype, dims, name)
+    self.temps.append(b)
+    return b
+
+  def scratch(self, nbytes, name=""):
+    b = K.Buf(np.uint8, (int(nbytes),), name + ".scratch", kind="scratch")
+    self.temps.append(b)
+    return b
+
+  def const_buf(self, instr):
+    b = self.const_of.get(instr)
+    if b is None:
+      b = K.Buf(instr.dtype, instr.dims, instr.name, kind="const")
+      b.const_value = instr.attrs["value"]
+      self.const_of[instr] = b
+      self.consts.append(b)
+    return b
+
+  def _new_tree(self, shape, name, want=None):
+    if shape.is_tuple:
+      return tuple(self._new_tree(s, f"{name}.{k}", None if want is None else want.get(k))
+                   for k, s in enumerate(shape.tuple_shapes))
+    if isinstance(want, K.Buf):
+      return want
+    return self.temp(shape.dtype, shape.dims, name)
+
+  def _as_buf(self, spec, instr, steps):
+    """A Buf holding ``spec`` (materialising an immediate)."""
+    if isinstance(spec, K.Buf):
+      return spec
+    buf = self.temp(instr.dtype, instr.dims, instr.name + ".imm")
+    self._copy_into(steps, spec, buf)
+    return buf
+
+  def _kname(self):
+    self.nk += 1
+    return f"k{self.nk}"
+
+  def _tag(self, kernel, source=None):
+    """Note on ``kernel`` the HLO instruction it was planned for (``llvm/kernel_info.py``)."""
+    if getattr(kernel, "hlo_group", None) is None:
+      kernel.hlo_group = self._group
+    if source is not None and source is not kernel:
+      kernel.hlo_source = source
+    return kernel
+
+  def _add_kernel(self, steps, kernel):
+    self.kernels.append(self._tag(kernel))
+    steps.append(KernelStep(kernel))
+
+  def _copy_into(self, steps, src_spec, dst: K.Buf):
+    if isinstance(src_spec, tuple) and src_spec and src_spec[0] == "imm":
+      proxy = _proxy(dst)
+      self._add_kernel(steps, K.LoopKernel(self._kname(), dst.dims, [(proxy, dst)],
+                                           {proxy: src_spec}, rows=False))
+    elif src_spec is not dst:
+      if not isinstance(src_spec, K.Buf):
+        raise K.PlanError(f"cannot copy {src_spec!r} into a buffer")
+      self._add_kernel(steps, K.CopyKernel(self._kname(), src_spec, dst))
+
+  # -- computations ----------------------------------------------------------------------------
+  def plan_computation(self, comp: hlo.Computation, params, outs, direct: bool, forced=None):
+    """Steps computing ``comp`` with parameter buffer trees ``params``, leaving the result in
+    the buffer tree ``outs``.  With ``direct``, instructions whose value is an output are
+    computed straight into it.  ``forced``: dynamic-update-slices (or fusions rooted at one) to
+    run in place in the given buffer (their operand's)."""
+    saved_forced = getattr(self, "_forced", {})
+    self._forced = forced or {}
+    try:
+      return self._plan_computation(comp, params, outs, direct)
+    finally:
+      self._forced = saved_forced
+
+  def _plan_computation(self, comp, params, outs, direct):
+    steps = []
+    root = comp.root
+    want = {}
+    if direct:
+      elems = root.operands if root.opcode == "tuple" else [root]
+      dsts = list(outs) if root.opcode == "tuple" else [outs]
+      for e, d in zip(elems, dsts):
+        if isinstance(d, K.Buf) and e.opcode not in ("parameter", "constant", "tuple",
+                                                     "get-tuple-element", "reshape"):
+          want.setdefault(e, d)
+        elif (isinstance(d, K.Buf) and e.opcode == "get-tuple-element"
+              and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element",
+                                               "conditional")):
+          want.setdefault(("elem", e.operands[0], e.attrs["index"]), d)
+    last_use = self._last_uses(comp)
+    vals = {}
+    for p, t in zip(comp.parameters, params):
+      vals[p] = t
+    for pos, instr in enumerate(comp.instructions):
+      op = instr.opcode
+      if op == "parameter":
+        continue
+      if op == "constant":
+        v = instr.attrs["value"]
+        vals[instr] = ("imm", v[()]) if v.ndim == 0 else self.const_buf(instr)
+      elif op == "tuple":
+        vals[instr] = tuple(vals[o] for o in instr.operands)
+      elif op == "get-tuple-element":
+        vals[instr] = vals[instr.operands[0]][instr.attrs["index"]]
+      elif op == "reshape" and not isinstance(vals[instr.operands[0]], tuple):
+        vals[instr] = vals[instr.operands[0]]
+      elif _reshape_view(instr) is not None and not isinstance(vals[_reshape_view(instr)],
+                                                               tuple):
+        vals[instr] = vals[_reshape_view(instr)]     # (its operand's buffer, as a reshape's)
+      elif op == "while":
+        vals[instr] = self._plan_while(instr, vals, steps, want, last_use, pos)
+      elif op == "conditional":
+        vals[instr] = self._plan_conditional(instr, vals, steps, want.get(instr))
+      else:
+        self._group = instr
+        try:
+          vals[instr] = self._plan_group(instr, vals, steps, want, last_use, pos, comp)
+        finally:
+          self._group = None
+    self._place(steps, vals[root], outs)
+    return steps
+
+  def _place(self, steps, src, dst):
+    """Copy the value tree ``src`` into the buffer tree ``dst`` (skipping identical buffers)."""
+    if isinstance(dst, tuple):
+      for a, d in zip(src, dst):
+        self._place(steps, a, d)
+      return
+    if src is not dst:
+      self._copy_into(steps, src, dst)
+
+  def _last_uses(self, comp):
+    """instr -> position of its last use, counting uses through aliases (tuple/gte/reshape) and
+    the root (infinity)."""
+    pos = {i: k for k, i in enumerate(comp.instructions)}
+    alias_of = {}
+    for i in comp.instructions:
+      if i.opcode in ("get-tuple-element", "reshape", "tuple"):
+        alias_of[i] = [o for o in i.operands]
+      elif _reshape_view(i) is not None:
+        alias_of[i] = [_reshape_view(i)]
+    last = {}
+
+    def bases(i):
+      out, stack = set(), [i]
+      while stack:
+        x = stack.pop()
+        if x in alias_of:
+          stack.extend(alias_of[x])
+        else:
+          out.add(x)
+      return out
+    for i in comp.instructions:
+      for o in i.operands:
+        for base in bases(o):
+          last[base] = max(last.get(base, -1), pos[i])
+    for base in bases(comp.root):
+      last[base] = math.inf
+    for i in comp.instructions:   # an alias that is itself used later extends its bases
+      if i in alias_of:
+        for base in bases(i):
+          last[base] = max(last.get(base, -1), last.get(i, -1))
+    return last
+
+  def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
+    op = instr.opcode
+    if op == "fusion":
+      fc = instr.attrs["calls"]
+      instrs = fc.instructions
+      leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
+      for i in instrs:
+        if i.opcode == "constant" and i.attrs["value"].ndim > 0:
+          leafmap[i] = self.const_buf(i)
+      root = fc.root
+    else:
+      instrs = [instr]
+      leafmap = {o: vals[o] for o in instr.operands}
+      root = instr
+    # result buffers
+    inplace = self._forced.get(instr)
+    if inplace is None:
+      inplace = self._inplace_target(instr, root, leafmap, vals, last_use, pos, comp,
+                                     want.get(instr))
+    if inplace is not None:
+      res = inplace
+    elif instr.shape.is_tuple:
+      res = tuple(want.get(("elem", instr, k)) or self.temp(s.dtype, s.dims, f"{instr.name}.{k}")
+                  for k, s in enumerate(instr.shape.tuple_shapes))
+      if any(isinstance(s, hlo.Shape) and s.is_tuple for s in instr.shape.tuple_shapes):
+        raise K.PlanError(f"nested tuple result of %{instr.name}")
+    else:
+      res = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
+    if op == "fusion" and root.opcode == "tuple":
+      outputs = list(zip(root.operands, res))
+    else:
+      outputs = [(root, res)]
+    if inplace is not None:
+      kern = K.DynamicUpdateInPlace(self._kname(), root, inplace,
+                                    K._restrict_many(leafmap, [(root.operands[1], None)] +
+                                                     [(o, None) for o in root.operands[2:]]))
+      self._add_kernel(steps, kern)
+      return res
+    for kern in self._group_kernels(instrs, outputs, leafmap):
+      self._add_kernel(steps, kern)
+    return res
+
+  def _group_kernels(self, instrs, outputs, leafmap) -> list:
+    """The planned kernels of one group (a backend may rearrange them)."""
+    planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
+                             widen_narrow_dots=self.widen_narrow_dots,
+                             concat_kernels=self.concat_kernels, threads=self.threads())
+    return planner.plan(instrs, outputs, leafmap)
+
+  def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp, target=None):
+    """The operand buffer a dynamic-update-slice may update in place, or None.  ``target``:
+    the buffer the result is to be written into; when that is the operand's own (a donated
+    parameter the result is aliased to, ``backends/donation.py``, which made sure nothing
+    reads it afterwards), the update happens there."""
+    if root.opcode != "dynamic-update-slice" or instr.shape.is_tuple:
+      return None
+    operand = root.operands[0]
+    spec = leafmap.get(operand)
+    if not isinstance(spec, K.Buf):
+      return None
+    # the top-level instruction whose buffer this is must be used last here
+    top = operand if instr.opcode != "fusion" else \
+        instr.operands[instr.attrs["calls"].parameters.index(operand)]
+    if spec.kind == "param" and spec is target:
+      pass
+    elif spec.kind != "temp":
+      return None
+    else:
+      base = top
+      while base.parent is comp:
+        if base.opcode in ("reshape", "get-tuple-element"):
+          base = base.operands[0]
+        elif _reshape_view(base) is not None:
+          base = _reshape_view(base)
+        else:
+          break
+      if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
+        return None
+      if last_use.get(base, math.inf) != pos:
+        return None
+    if any(vals.get(o) is spec for o in instr.operands if o is not top):
+      return None
+    if instr.opcode == "fusion":   # the fused update must not read the operand
+      reach = K._reachable(root.operands[1:], {})
+      if id(operand) in reach or operand.users != [root]:
+        return None
+    return spec
+
+  def _plan_while(self, instr, vals, steps, want, last_use, pos):
+    cond, body = instr.attrs["condition"], instr.attrs["body"]
+    init = vals[instr.operands[0]]
+    passthrough = self._passthrough(body)
+    # state buffers: a pass-through element stays in its initial buffer (never written); an
+    # initial temporary that dies here becomes the state; a result that is an entry output
+    # lives in the output buffer; anything else gets a buffer of its own
+    if isinstance(init, tuple) and instr.shape.is_tuple:
+      uses = {}
+      for v in init:
+        uses[id(v)] = uses.get(id(v), 0) + 1
+      init_instr = instr.operands[0]
+      dies = last_use.get(init_instr, math.inf) == pos if init_instr.opcode != "tuple" else all(
+          last_use.get(o, math.inf) == pos for o in init_instr.operands)
+      elems = []
+      for k, (v, shp) in enumerate(zip(init, instr.shape.tuple_shapes)):
+        out = want.get(("elem", instr, k))
+        if isinstance(v, K.Buf) and k in passthrough and out is None:
+          elems.append(v)
+        elif (isinstance(v, K.Buf) and v.kind == "temp" and dies and uses[id(v)] == 1
+              and out is None and not shp.is_tuple):
+          elems.append(v)
+        elif isinstance(out, K.Buf):
+          elems.append(out)
+        else:
+          elems.append(self._new_tree(shp, f"{instr.name}.state.{k}"))
+      state = tuple(elems)
+    else:
+      state = self._new_tree(instr.shape, instr.name + ".state")
+    self._place(steps, init, state)
+    pred = self.temp(np.bool_, (), instr.name + ".pred")
+    cond_steps = self.plan_computation(cond, [state], pred, direct=True)
+    forced = self._body_inplace(body, state)
+    in_place = {id(b) for b in forced.values()}
+    body_out = self._new_tree(instr.shape, instr.name + ".next")
+    if isinstance(body_out, tuple):
+      body_out = tuple(st if isinstance(st, K.Buf) and (id(st) in in_place or k in passthrough)
+                       else bo for k, (st, bo) in enumerate(zip(state, body_out)))
+    body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
+    # copy the next state back (skipping elements the body passes through)
+    copies = self._copy_back(body, body_out, state, body_steps)
+    from ourjax.lowering import loops
+    steps.append(WhileStep(cond_steps, pred, body_steps, loops.trip_count(instr), instr.name,
+                           copies))
+    return state
+
+  @staticmethod
+  def _passthrough(body) -> set:
+    """Positions of the state the body returns unchanged (root element k is gte(param, k))."""
+    root, p = body.root, body.parameters[0]
+    if root.opcode != "tuple":
+      return set()
+    return {k for k, e in enumerate(root.operands)
+            if e.opcode == "get-tuple-element" and e.operands[0] is p and e.attrs["index"] == k}
+
+  def _body_inplace(self, body, state):
+    """Root elements of a while body that update their own state element with a
+    dynamic-update-slice nobody reads the old state after: {instruction: state buffer}."""
+    root = body.root
+    if root.opcode != "tuple" or not isinstance(state, tuple):
+      return {}
+    p = body.parameters[0]
+    pos = {i: n for n, i in enumerate(body.instructions)}
+
+    def reads_state(i, k):   # gte(p, k) or an alias of it
+      while i.opcode == "reshape":
+        i = i.operands[0]
+      return (i.opcode == "get-tuple-element" and i.operands[0] is p
+              and i.attrs["index"] == k)
+    out = {}
+    for k, e in enumerate(root.operands):
+      if root.operands.count(e) != 1 or not isinstance(state[k], K.Buf):
+        continue
+      if e.opcode == "dynamic-update-slice":
+        target, others = e.operands[0], e.operands[1:]
+      elif e.opcode == "fusion" and e.attrs["calls"].root.opcode == "dynamic-update-slice":
+        fc = e.attrs["calls"]
+        fop = fc.root.operands[0]
+        if fop.opcode != "parameter" or fop.users != [fc.root]:
+          continue
+        n = fc.parameters.index(fop)
+        target = e.operands[n]
+        others = [o for j, o in enumerate(e.operands) if j != n]
+      else:
+        continue
+      if not reads_state(target, k) or any(reads_state(o, k) for o in others):
+        continue
+      readers = [u for i in body.instructions if reads_state(i, k) for u in i.users]
+      if any(pos.get(u, -1) > pos[e] for u in readers if u is not root):
+        continue
+      out[e] = state[k]
+    return out
+
+  def _copy_back(self, body, nxt, state, steps):
+    """Append the copies of the next state into the state buffers to ``steps``; returns
+    their kernels."""
+    root = body.root
+    p = body.parameters[0]
+    copies = []
+
+    def rec(n, s, elem):
+      if isinstance(s, tuple):
+        sub = elem.operands if elem is not None and elem.opcode == "tuple" else [None] * len(s)
+        for k, (a, c) in enumerate(zip(n, s)):
+          rec(a, c, sub[k] if k < len(sub) else None)
+        return
+      if (elem is not None and elem.opcode == "get-tuple-element"
+          and elem.operands[0] is p and s is state[elem.attrs["index"]]):
+        return   # passes the state element through unchanged
+      if n is s:
+        return   # updated in place
+      copies.append(K.CopyKernel(self._kname(), n, s))
+      self._add_kernel(steps, copies[-1])
+    rec(nxt, state, root)
+    return copies
+
+  def _plan_conditional(self, instr, vals, steps, want):
+    sel = self._as_buf(vals[instr.operands[0]], instr.operands[0], steps)
+    out = self._new_tree(instr.shape, instr.name, None)
+    if isinstance(want, K.Buf):
+      out = want
+    branches = []
+    for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
+      branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
+    steps.append(CondStep(sel, branches, instr.name))
+    return out
+
+
+def _reshape_view(instr):
+  """The operand that ``instr`` only reshapes, when it is a fusion of reshapes of one of its
+  operands (the fusion pass puts a reshape with nothing to fuse in a fusion of its own), else
+  None.  Like a reshape, it is planned as a view of that operand's buffer (a reshape keeps the
+  row-major order of the elements), not as a kernel that copies it."""
+  if instr.opcode != "fusion":
+    return None
+  fc = instr.attrs["calls"]
+  x = fc.root
+  while x.opcode == "reshape":
+    x = x.operands[0]
+  if x is fc.root or x.opcode != "parameter":
+    return None
+  return instr.operands[fc.parameters.index(x)]
+
+
+def _proxy(buf: K.Buf) -> hlo.Instruction:
+  """A stand-in instruction of ``buf``'s shape (the key of an immediate's leaf)."""
+  return hlo.Instruction("constant", [], hlo.Shape(buf.dtype, buf.dims),
+                         {"value": np.zeros((), buf.dtype)})
+
+
+
+def _control_bytes(steps, profile_bytes: int = 0) -> int:
+  """Bytes of the control block at the start of the arena (``cpu/backend.py``: ``_Emission.emit_top``), plus
+  the profiling counters (``profile_bytes``, see ``cpu/profiling.py``)."""
+  n = sum(1 for s in steps if s.parallel)
+  return (16 + 16 * n + profile_bytes + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _profile_offset(steps) -> int:
+  return 16 + 16 * sum(1 for s in steps if s.parallel)
+
+
+def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
+  """Give every temporary an arena offset by a first-fit over live ranges; returns the arena
+  size in bytes."""
+  header = _control_bytes(steps, profile_bytes)
+  first, last = {}, {}
+  order = []
+
+  def touch(buf, t):
+    if buf.kind not in ("temp", "scratch"):
+      return
+    k = id(buf)
+    if k not in first:
+      first[k] = t
+      order.append(buf)
+    last[k] = max(last.get(k, t), t)
+
+  def walk(steps, t, loops):
+    for s in steps:
+      if isinstance(s, KernelStep):
+        for buf in s.kernel.buffers:
+          touch(buf, t)
+          if id(buf) not in first:
+            continue
+          for (ls, le) in loops:   # used inside a loop but defined before it: live to its end
+            if first[id(buf)] < ls:
+              last[id(buf)] = max(last[id(buf)], le)
+        t += 1
+      elif isinstance(s, WhileStep):
+        start = t
+        end = start + _count(s.cond_steps) + _count(s.body_steps) + 1
+        touch(s.pred, t)
+        for (ls, le) in loops:
+          if id(s.pred) in first and first[id(s.pred)] < ls:
+            last[id(s.pred)] = max(last[id(s.pred)], le)
+        inner = loops + [(start, end)]
+        if s.double_buffered:   # the next state holds the carry every other iteration
+          for c in s.copies_back:
+            touch(c.src, start)
+            touch(c.src, end - 1)
+        t = walk(s.cond_steps, t, inner)
+        touch(s.pred, t)
+        t = walk(s.body_steps, t, inner)
+        t = end
+      elif isinstance(s, CondStep):
+        touch(s.selector, t)
+        t += 1
+        for br in s.branches:
+          t = walk(br, t, loops)
+    return t
+
+  walk(steps, 0, [])
+  # a buffer first used inside a loop but read before written in a later iteration cannot
+  # exist (values are defined before use in every iteration), so intervals are enough.
+  bufs = sorted(order, key=lambda x: (first[id(x)], -x.nbytes))
+  active = []   # (offset, end, last)
+  top = header
+  for buf in bufs:
+    size = (max(buf.nbytes, 1) + ALIGN - 1) // ALIGN * ALIGN
+    f = first[id(buf)]
+    active = [a for a in active if a[2] >= f]
+    active.sort()
+    off = header
+    for a_off, a_end, _ in active:
+      if off + size <= a_off:
+        break
+      off = max(off, a_end)
+    buf.offset = off
+    active.append((off, off + size, last[id(buf)]))
+    top = max(top, off + size)
+  return top
+
+
+def _count(steps) -> int:
+  n = 0
+  for s in steps:
+    if isinstance(s, KernelStep):
+      n += 1
+    elif isinstance(s, WhileStep):
+      n += _count(s.cond_steps) + _count(s.body_steps) + 1
+    elif isinstance(s, CondStep):
+      n += 1 + sum(_count(b) for b in s.branches)
+  return n
+
+
+
+def entry_buffers(entry: hlo.Computation):
+  """The entry's argument buffers: parameters in slots 0..n-1, then one output buffer per
+  result.  Returns (params, outs, result) where result is outs' tuple or single buffer."""
+  params = []
+  for k, p in enumerate(entry.parameters):
+    b = K.Buf(p.dtype, p.dims, p.name, kind="param")
+    b.slot = k
+    params.append(b)
+  root = entry.root.shape
+  shapes = list(root.tuple_shapes) if root.is_tuple else [root]
+  outs = []
+  for j, s in enumerate(shapes):
+    b = K.Buf(s.dtype, s.dims, f"out{j}", kind="output")
+    b.slot = len(params) + j
+    outs.append(b)
+  return params, outs, (tuple(outs) if root.is_tuple else outs[0])
+
+
+def plan_entry(module: hlo.Module, make_planner, copy_kinds=(K.CopyKernel,),
+               elementwise_kinds=(K.LoopKernel,)):
+  """(planner, steps, parameter Bufs, output Bufs, aliases) of ``module``'s entry, outputs
+  written into donated parameters' buffers as ``module.input_output_alias`` asks
+  (``backends/donation.py``; ``aliases``: its ``(j, k, "direct" | "copy")``).
+  ``make_planner(module)`` makes a planner (the GPU backend's translates kernels as they come,
+  so its kinds of copy and elementwise kernels are its own)."""
+  from ourjax.backends import donation
+
+  def plan(outs_for):
+    planner = make_planner(module)
+    params, outs, result = entry_buffers(module.entry)
+    if outs_for is not None:
+      chosen = outs_for(params, outs, planner.temp)
+      result = tuple(chosen) if isinstance(result, tuple) else chosen[0]
+    steps = planner.plan_computation(module.entry, params, result, direct=True)
+    return planner, steps, params, outs
+
+  def add_copy(planner, steps, src, dst):
+    planner._add_kernel(steps, K.CopyKernel(planner._kname(), src, dst))
+  return donation.plan_with_aliases(module, plan, add_copy, elementwise_kinds, copy_kinds)
+
