@@ -403,17 +403,33 @@ def _run_scan(e, lanes, ins, backend):
 # Moving blocks between global arrays and lanes
 
 
+_RESHAPED_AVALS: dict = {}
+
+
+def _reshaped_aval(aval, shape):
+  """``aval`` with ``shape`` (made once per pair: a data-parallel step reshapes every parameter's
+  block on every call, in and out)."""
+  key = (aval, shape)
+  a = _RESHAPED_AVALS.get(key)
+  if a is None:
+    if len(_RESHAPED_AVALS) > 4096:
+      _RESHAPED_AVALS.clear()
+    a = _RESHAPED_AVALS[key] = aval.update(shape=shape)
+  return a
+
+
 def _reshaped(x: Array, shape) -> Array:
   """``x`` with another shape of the same size, without copying (device data included)."""
   shape = tuple(shape)
   if x.shape == shape:
     return x
   buf = x._device_buf
+  aval = _reshaped_aval(x.aval, shape)
   if buf is not None and x._npy is None:
     from ourjax.backends.cuda.backend import DeviceBuffer
     nb = DeviceBuffer._wrap(buf.device, buf.allocation, shape, buf.dtype, buf._ready)
-    return Array._from_device(nb, x.aval.update(shape=shape))
-  return Array._from_result(x._value.reshape(shape), x.aval.update(shape=shape))
+    return Array._from_device(nb, aval)
+  return Array._from_result(x._value.reshape(shape), aval)
 
 
 def _blocks_of(value, sharding, lanes: Lanes):
