@@ -8,6 +8,7 @@ import pytest
 
 import ourjax
 import ourjax.numpy as jnp
+from ourjax.backends.llvm import kernels as K
 from ourjax.backends.cuda import program as cuda_program
 
 cuda_fake_driver = pytest.importorskip("cuda_fake_driver")   # needs cuda.bindings (types only)
@@ -246,14 +247,22 @@ def _dataflow(exe, while_trips=3):
       if op[0] == "k":
         merged = exe.kernels[op[1]]
         where = {id(b): (int(i), int(o)) for b, i, o in zip(merged.buffers, op[2], op[3])}
-        for k in getattr(merged, "parts", [merged]):    # (independent: any order will do)
-          specs = [where[id(b)] for b in k.buffers]
-          writes = {id(w) for w in k.writes}
-          reads = {id(r) for r in k.reads}
-          ins = tuple(get(s) for b, s in zip(k.buffers, specs) if id(b) in reads)
-          for pos, (b, s) in enumerate(zip(k.buffers, specs)):
-            if id(b) in writes:
-              mem[s] = ("k", k.name, pos, ins)
+        group = merged.parts if type(merged).__name__ == "Horizontal" else [merged]
+        for k in group:                      # (independent: any order will do)
+          if getattr(k, "epilogues", None):    # a finish, then the kernels folded into it
+            ins = tuple(get(where[id(b)]) for b in [k.partials] + K._leaf_bufs(k.leafmap))
+            mem[where[id(k.out)]] = ("k", k.name, 0, ins)
+            todo = k.epilogues
+          else:
+            todo = [k]
+          for k in todo:
+            specs = [where[id(b)] for b in k.buffers]
+            writes = {id(w) for w in k.writes}
+            reads = {id(r) for r in k.reads}
+            ins = tuple(get(s) for b, s in zip(k.buffers, specs) if id(b) in reads)
+            for pos, (b, s) in enumerate(zip(k.buffers, specs)):
+              if id(b) in writes:
+                mem[s] = ("k", k.name, pos, ins)
       elif op[0] == "copy":
         mem[op[1]] = get(op[2])
         copied[0] += 1
@@ -321,8 +330,14 @@ def _lstm_like(params, xs):
   return jnp.sum(ourjax.lax.scan(cell, (zeros, zeros), xs)[1] ** 2)
 
 
-_MERGED = dict(_LOOPS, lstm_grad=None, siblings=lambda v: (jnp.exp(v), v * 2, jnp.sin(v).T,
-                                                           jnp.cumsum(v, 0) + 1))
+def _sgd_step(w, b, x):
+  loss = lambda w, b: jnp.sum(jnp.maximum(x @ w + b, 0.0) ** 2)
+  gw, gb = ourjax.grad(loss, argnums=(0, 1))(w, b)
+  return w - 0.1 * gw, b - 0.1 * gb
+
+
+_MERGED = dict(_LOOPS, lstm_grad=None, sgd_bias=None,
+               siblings=lambda v: (jnp.exp(v), v * 2, jnp.sin(v).T, jnp.cumsum(v, 0) + 1))
 
 
 @pytest.mark.parametrize("name", sorted(_MERGED))
@@ -335,6 +350,11 @@ def test_horizontal_kernels_compute_what_their_parts_do(name, monkeypatch):
     args = ((rng.randn(3, 16).astype(np.float32), rng.randn(4, 16).astype(np.float32)),
             rng.randn(5, 2, 3).astype(np.float32))
     fn = ourjax.grad(_lstm_like)
+  elif name == "sgd_bias":
+    rng = np.random.RandomState(0)
+    args = (rng.randn(64, 32).astype(np.float32), rng.randn(32).astype(np.float32),
+            rng.randn(512, 64).astype(np.float32))
+    fn = _sgd_step
   else:
     args = (np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6),)
     fn = _MERGED[name]
@@ -345,13 +365,15 @@ def test_horizontal_kernels_compute_what_their_parts_do(name, monkeypatch):
   assert _dataflow(merged)[0] == _dataflow(plain)[0]
   assert len(list(cuda_program._launch_ops(merged.program))) <= \
       len(list(cuda_program._launch_ops(plain.program)))
-  parts = [p for k in merged.kernels for p in getattr(k, "parts", [])]
-  for k in merged.kernels:        # every part is launched exactly once, inside one kernel
-    if hasattr(k, "parts"):
-      assert len(k.parts) >= 2 and k.launch(None)[0][0] == k.ranges[-1][1]
+  horizontal = [k for k in merged.kernels if type(k).__name__ == "Horizontal"]
+  parts = [p for k in horizontal for p in k.parts]
+  for k in horizontal:            # every part is launched exactly once, inside one kernel
+    assert len(k.parts) >= 2 and k.launch(None)[0][0] == k.ranges[-1][1]
   assert len({id(p) for p in parts}) == len(parts)
   if name in ("lstm_grad", "siblings"):
     assert parts
+  if name == "sgd_bias":     # the bias's update is computed where its gradient is finished
+    assert any(getattr(k, "epilogues", None) for k in merged.kernels)
 
 
 def test_events_finalized_in_a_garbage_cycle_are_not_reused():

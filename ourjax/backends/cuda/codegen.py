@@ -868,13 +868,21 @@ class ColumnFinish(GpuKernel):
   them in turn took 60 us for 64 outputs of 4,224 partials)."""
   BLOCK = 256
 
-  def __init__(self, name, reduce, out, partials, leafmap, splits):
+  def __init__(self, name, reduce, out, partials, leafmap, splits, epilogues=()):
     self.reduce, self.out, self.partials = reduce, out, partials
     self.leafmap, self.splits = dict(leafmap), splits
+    # elementwise kernels over the outputs that read them at their own index (an optimizer's
+    # update of a bias from its gradient): computed here by the thread that finishes ``out[o]``
+    # (``horizontal.fold_finish_epilogues``)
+    self.epilogues = list(epilogues)
     self.nout = out.size
     self.block = min(self.BLOCK, max(32, _pow2_at_least(splits)))
-    super().__init__(name, [partials] + K._leaf_bufs(self.leafmap), [out],
-                     work=self.nout * splits)
+    reads = [partials] + K._leaf_bufs(self.leafmap)
+    writes = [out]
+    for e in self.epilogues:
+      reads += [x for x in e.reads if x is not out]
+      writes += e.writes
+    super().__init__(name, reads, writes, work=self.nout * splits)
 
   def launch(self, info):
     return (max(1, self.nout), 1, 1), (self.block, 1, 1), 0
@@ -893,7 +901,15 @@ class ColumnFinish(GpuKernel):
       b.store(red.combine([b.load(acc)], [x])[0], acc)
     total = _block_allreduce(b, red, [b.load(acc)], self.block, self.name)
     with b.if_then(b.icmp_unsigned("==", sreg(b, "tid.x"), ir.Constant(I32, 0))):
-      E.store_element(b, red.finish(total)[0], ptr(self.out), o, self.reduce.dtype)
+      v = red.finish(total)[0]
+      E.store_element(b, v, ptr(self.out), o, self.reduce.dtype)
+      for e in self.epilogues:
+        em_e = Emitter(b, K._make_leaves(b, e.leafmap, ptr))
+        oidx = Index(b, e.dims, linear=o)
+        for leaf, buf in e.leafmap.items():
+          if buf is self.out:
+            em_e.remember(leaf, oidx, v)
+        K.store_outputs(b, em_e, e.outputs, oidx, ptr)
 
 
 class ColumnOutputsFinish(GpuKernel):

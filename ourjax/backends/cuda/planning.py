@@ -121,6 +121,31 @@ def _double_buffer(step) -> None:
   step.double_buffered = bool(step.copies_back)
 
 
+def _fold_epilogues(planner, steps):
+  """``steps`` with the elementwise epilogues of column reductions folded into their finishing
+  kernels (``horizontal.fold_finish_epilogues``); the planner's kernel list follows."""
+  swap = {}
+
+  def replaced(new, old):
+    swap[id(old[0])] = new
+    for k in old[1:]:
+      swap[id(k)] = None
+    # (a finish folded twice: the kernel it replaced was itself a replacement)
+    for key, v in list(swap.items()):
+      if v is old[0]:
+        swap[key] = new
+
+  steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep, replaced)
+  if swap:
+    kernels = []
+    for k in planner.kernels:
+      r = swap.get(id(k), k)
+      if r is not None and (not kernels or kernels[-1] is not r):
+        kernels.append(r)
+    planner.kernels = [k for k in kernels if k is not None]
+  return steps
+
+
 def _merge_horizontal(planner, steps, info, cpu_be):
   """``steps`` with independent neighbouring kernels launched as one (``horizontal.py``); the
   planner's kernel list follows."""
@@ -155,6 +180,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   nparams = len(params)
   # (after donation's planning: an output in a donated parameter's buffer is that parameter's
   # Buf, so merging sees the kernels that read it and the one that writes over it)
+  steps = _fold_epilogues(planner, steps)
   if horizontal.enabled():
     steps = _merge_horizontal(planner, steps, info, cpu_be)
   arena_bytes = LP._assign(planner, steps)
