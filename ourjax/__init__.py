@@ -20,11 +20,16 @@ from ourjax.ad_checkpoint import checkpoint, remat, checkpoint_policies  # noqa:
 from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
 from ourjax.config import (enable_x64, checking_leaks, transfer_guard,  # noqa: F401
                            transfer_guard_host_to_device, transfer_guard_device_to_host,
-                           transfer_guard_device_to_device)
+                           transfer_guard_device_to_device, default_prng_impl,
+                           enable_custom_prng, legacy_prng_key)
 from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401
 from ourjax import random, nn  # noqa: F401,E402
+from ourjax import _keys as _keys  # noqa: E402
+# typed PRNG key arrays pass through the structural jnp/lax functions (see ourjax._keys)
+_keys.wrap_module(numpy, _keys.STRUCTURAL_NUMPY)
+_keys.wrap_module(lax, _keys.STRUCTURAL_LAX)
 from ourjax import scipy, typing, debug, ops  # noqa: F401,E402
 from ourjax import distributed  # noqa: F401,E402
 from ourjax import profiler  # noqa: F401,E402  (OURJAX_PROFILE=1 starts recording here)

@@ -30,7 +30,7 @@ from ourjax import core
 from ourjax.core import ClosedJaxpr, Jaxpr, Primitive, Var, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax.tree_util import tree_flatten, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_unflatten
 
 __all__ = ["checkpoint", "remat", "checkpoint_policies", "remat_p", "checkpoint_name"]
 

@@ -13,7 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ourjax import _nan_check, _once, _phases, core, dtypes, errors, tree_util
+from ourjax import _nan_check, _once, _phases, core, dtypes, errors
+from ourjax import _pytree as tree_util
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
@@ -21,7 +22,7 @@ from ourjax.sharding import ShardedArray
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 from ourjax.interpreters.pjit import pjit_p
-from ourjax.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
 def _fun_name(f) -> str:
@@ -62,12 +63,18 @@ class ShapeDtypeStruct:
 
   def __init__(self, shape, dtype, weak_type: bool = False, sharding=None):
     self.shape = tuple(shape)
-    self.dtype = np.dtype(dtype)
+    self.dtype = dtype if isinstance(dtype, dtypes.KeyDType) else np.dtype(dtype)
     self.weak_type = weak_type
     self.sharding = sharding
 
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+  @classmethod
+  def like(cls, x):
+    """The shape, dtype (and weak type, sharding) of ``x``."""
+    return cls(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False),
+               sharding=getattr(x, "sharding", None))
 
   def __repr__(self):
     w = ", weak_type=True" if self.weak_type else ""
@@ -79,6 +86,14 @@ class ShapeDtypeStruct:
 
   def __hash__(self):
     return hash((self.shape, self.dtype, self.weak_type))
+
+
+def _key_struct_in(x):
+  """A ShapeDtypeStruct of a key dtype, as the key array over its data's struct."""
+  if type(x) is ShapeDtypeStruct and isinstance(x.dtype, dtypes.KeyDType):
+    from ourjax._keys import key_from_struct
+    return key_from_struct(x)
+  return x
 
 
 def _abstractify(x) -> ShapedArray:
@@ -133,6 +148,7 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
 
 
 def eval_shape(fun: Callable, *args, **kwargs):
+  args, kwargs = tree_map(_key_struct_in, (args, kwargs))
   leaves, in_tree = tree_flatten((args, kwargs))
   flat, out_tree = flatten_fun(fun, in_tree)
   closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
@@ -1188,6 +1204,11 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
     kw_leaves, kw_tree = tree_flatten(kwargs)
     axes = _flatten_axes("vmap in_axes", arg_tree, in_axes, args) + [0] * len(kw_leaves)
     leaves = arg_leaves + kw_leaves
+    if any(ax is not None and ax < 0 for ax in axes):
+      # a negative axis of a typed key array counts from the end of its shape, before its key
+      # data's trailing dimensions
+      axes = [ax if ax is None or ax >= 0 else ax - t
+              for ax, t in zip(axes, _key_data_dims((args, kwargs)))]
     size = _vmap_axis_size(fun, args, kwargs, leaves, axes, axis_size)
     in_dims = [None if ax is None else ax % get_aval(x).ndim for x, ax in zip(leaves, axes)]
     n_args = len(arg_leaves)
@@ -1209,6 +1230,10 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
     out_dims = _flatten_axes("vmap out_axes", out_tree, out_axes,
                              tree_unflatten(out_tree, proxies))
     spec_paths = _leaf_spec_paths(out_tree, out_axes)
+    if any(od is not None and od < 0 for od in out_dims):
+      trail = _key_data_dims(tree_unflatten(out_tree, proxies))
+      out_dims = [od if od is None or od >= 0 or not t else od % (p.aval.ndim + 1 - t)
+                  for od, t, p in zip(out_dims, trail, proxies)]
     outs = [batching.matchaxis(size, d, od, v, axis_name=axis_name, where=p)
             for v, d, od, p in zip(vals, dims, out_dims, spec_paths)]
     # an argument returned as it is comes back as an Array (canonical dtype), as from jit
@@ -1222,6 +1247,19 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
     doc += "\n\nOriginal documentation:\n\n" + fun.__doc__
   vmapped.__doc__ = doc
   return vmapped
+
+
+def _key_data_dims(tree) -> list[int]:
+  """Per leaf of ``tree`` (as transformations flatten it): the number of trailing key-data
+  dimensions (0 for an ordinary array; the key shape's rank for a typed key array's data)."""
+  from ourjax._keys import PRNGKeyArray
+  out = []
+  for x in tree_util.tree_leaves(tree, is_leaf=lambda y: type(y) is PRNGKeyArray):
+    if type(x) is PRNGKeyArray:
+      out.extend([len(x._impl.key_shape)] * len(tree_util.tree_leaves(x)))
+    else:
+      out.append(0)
+  return out
 
 
 def _leaf_spec_paths(tree, spec) -> list[str]:

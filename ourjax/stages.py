@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ourjax import core, tree_util
+from ourjax import core
+from ourjax import _pytree as tree_util
 from ourjax.core import ClosedJaxpr, ShapedArray
 from ourjax.lowering import hlo
 

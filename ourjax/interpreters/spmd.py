@@ -34,7 +34,7 @@ import numpy as np
 from ourjax import core
 from ourjax.array import Array
 from ourjax.lax import parallel
-from ourjax.tree_util import tree_flatten, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_unflatten
 
 # eqns whose params hold a body called with the eqn's inputs: inlined when it has collectives
 _CALL_BODIES = {"jit": "jaxpr", "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
@@ -627,7 +627,7 @@ def _spec_leaves(specs, values, what):
   """``specs`` (a tree prefix of ``values`` whose leaves are PartitionSpecs or None) as one
   entry per leaf of ``values``."""
   from ourjax.sharding import PartitionSpec
-  from ourjax.tree_util import broadcast_prefix
+  from ourjax._pytree import broadcast_prefix
   try:
     return broadcast_prefix(specs, values, lambda x: x is None or isinstance(x, PartitionSpec))
   except Exception as e:

@@ -104,7 +104,7 @@ def optimization_barrier(operand, /):
   """``operand`` (a pytree of arrays) unchanged.  The compiler reorders nothing across
   XLA's barrier; ourjax's passes have no such reordering to prevent, so this is the
   identity (differentiable and batchable as such)."""
-  from ourjax.tree_util import tree_map
+  from ourjax._pytree import tree_map
   return tree_map(_asarray, operand)
 
 
@@ -145,7 +145,7 @@ def composite(decomposition: Callable, name: str, version: int = 0):
   @functools.wraps(decomposition)
   def call(*args, **attributes):
     from ourjax.interpreters import ad
-    from ourjax.tree_util import tree_leaves
+    from ourjax._pytree import tree_leaves
     if any(isinstance(t, ad.JVPTrace) for t in _traces_of(tree_leaves(args))):
       raise ValueError("JVP rule for composite not implemented. You can use `jax.custom_jvp` "
                        "to add support. See "

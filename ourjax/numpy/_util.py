@@ -8,6 +8,7 @@ import inspect
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._keys import PRNGKeyArray
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import Tracer, get_aval
@@ -21,8 +22,29 @@ def is_arraylike(x) -> bool:
 def check_arraylike(fun_name: str, *args):
   for pos, arg in enumerate(args):
     if not is_arraylike(arg):
+      if type(arg) is PRNGKeyArray:
+        _key_operand_error(fun_name, args)
       raise TypeError(f"{fun_name} requires ndarray or scalar arguments, got "
                       f"{type(arg).__name__} at position {pos}.")
+
+
+_UFUNC_NAMES = {"negative": "neg", "positive": "pos", "absolute": "abs", "invert": "not",
+                "bitwise_not": "not", "logical_not": "not"}
+
+
+def _key_operand_error(fun_name, args):
+  """Arithmetic on a typed PRNG key array: JAX's message (``add does not accept dtypes
+  key<fry>, int32.``)."""
+  from ourjax._keys import operand_dtype_name
+  name = _UFUNC_NAMES.get(fun_name, fun_name)
+  if len(args) == 1:
+    raise TypeError(f"{name} does not accept dtype {args[0].dtype}. Accepted dtypes are "
+                    "subtypes of integer, floating, complexfloating.")
+  names = [operand_dtype_name(a) for a in args]
+  if len(set(names)) == 1:
+    raise TypeError(f"{name} does not accept dtype {names[0]} at position 0. Accepted dtypes "
+                    "at position 0 are subtypes of integer, floating, complexfloating.")
+  raise TypeError(f"{name} does not accept dtypes {', '.join(names)}.")
 
 
 def _as_operand(x):
