@@ -104,8 +104,10 @@ def key_issubdtype(a, b) -> bool | None:
   ca, cb = cat(a), cat(b)
   if ca is None and cb is None:
     return None
-  if isinstance(a, PRNGKeyArray):
-    raise TypeError(f"Cannot interpret '{a!r}' as a data type")
+  if isinstance(a, PRNGKeyArray):   # an array is not a dtype (NumPy's error, by version)
+    if tuple(int(v) for v in np.__version__.split(".")[:2]) < (2, 4):
+      raise TypeError(f"Cannot interpret '{a!r}' as a data type")
+    raise ValueError(f"Could not convert {a!r} to a NumPy dtype.")
   if isinstance(ca, KeyDType):
     if isinstance(cb, KeyDType):
       return ca == cb
@@ -119,8 +121,7 @@ def key_issubdtype(a, b) -> bool | None:
   return False          # an ordinary dtype is never under a key type
 
 
-def _base_ndim_of(impl):
-  return len(impl.key_shape)
+_FLOAT0 = np.dtype([("float0", np.void, 0)])     # dtypes.float0 (dtypes imports this module)
 
 
 class PRNGKeyArray:
@@ -141,7 +142,7 @@ class PRNGKeyArray:
   @property
   def dtype(self):
     bd = getattr(self._base_array, "dtype", None)
-    if bd is not None and bd.name == "float0":   # a key's tangent: float0 (JAX's)
+    if bd is not None and bd == _FLOAT0:   # a key's tangent: float0 (JAX's)
       return bd
     return KeyDType(self._impl)
 
@@ -272,6 +273,9 @@ def _arith_error(name, unary=False):
     if unary:
       raise TypeError(f"{name} does not accept dtype {self.dtype}. Accepted dtypes are "
                       "subtypes of integer, floating, complexfloating.")
+    if isinstance(other[0], PRNGKeyArray) and other[0].dtype == self.dtype:
+      raise TypeError(f"{name} does not accept dtype {self.dtype} at position 0. Accepted "
+                      "dtypes at position 0 are subtypes of integer, floating, complexfloating.")
     raise TypeError(f"{name} does not accept dtypes {operand_dtype_name(self)}, "
                     f"{operand_dtype_name(other[0])}.")
   return method

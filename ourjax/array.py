@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ourjax import dtypes
+from ourjax._keys import PRNGKeyArray
 from ourjax.core import ShapedArray, Tracer
 
 _PY_SCALARS = (bool, int, float, complex)
@@ -236,8 +237,8 @@ class _PublicArrayMeta(type):
   arrays (so ``isinstance(x, jax.Array)`` is True inside jit, grad and vmap too)."""
 
   def __instancecheck__(cls, x):
-    return isinstance(x, Array) or (isinstance(x, Tracer)
-                                    and isinstance(getattr(x, "aval", None), ShapedArray))
+    return isinstance(x, Array) or (isinstance(x, Tracer) and isinstance(
+        getattr(x, "aval", None), ShapedArray)) or type(x) is PRNGKeyArray
 
   def __subclasscheck__(cls, sub):
     return isinstance(sub, type) and issubclass(sub, (Array, Tracer))

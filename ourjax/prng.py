@@ -1,4 +1,5 @@
-"""PRNG implementations for ``ourjax.random``: Threefry-2x32 and the ``rbg`` family.
+"""PRNG implementations for ``ourjax.random``: Threefry-2x32 (the default), Threefry-4x32,
+Philox-2x32, Philox-4x32 and the ``rbg`` family.
 
 Each implementation is a ``_keys.PRNGImpl`` whose functions act on one key's ``uint32`` data:
 
@@ -11,6 +12,11 @@ Each implementation is a ``_keys.PRNGImpl`` whose functions act on one key's ``u
     ``(0, i)`` under the key; the two output words are xor-ed (32 bits) or concatenated (64).
   - ``split(key, shape)``: element ``i`` of the result is the hash of ``(0, i)`` (both words).
   - ``fold_in(key, d)``: the hash of the single counter pair ``(0, d)``.
+
+* ``threefry4x32`` (key data ``uint32[4]``), ``philox2x32`` (``uint32[1]``) and ``philox4x32``
+  (``uint32[2]``): Random123's Threefry-4x32-20, Philox-2x32-10 and Philox-4x32-10 block
+  functions, with JAX's placement of the seed, split index, fold-in datum and element index in
+  the counter words (noted at each function), so keys and bits are JAX's bit for bit.
 
 * ``rbg`` and ``unsafe_rbg`` (key data ``uint32[4]``, two threefry keys side by side): seeding,
   ``split`` and ``fold_in`` apply the threefry functions to each half, as JAX does, so keys
@@ -225,9 +231,193 @@ def rbg_random_bits(key, bit_width: int, shape):
   return threefry_random_bits(mixed, bit_width, shape)
 
 
+# ---------------------------------------------------------------------------------------------
+# Philox-2x32-10, Philox-4x32-10 and Threefry-4x32-20 (Random123's block functions), with JAX's
+# choice of which counter words carry the seed, the split index, the fold-in datum and the
+# element index (see each function).
+
+_PHILOX_M2 = np.uint32(0xD256D193)
+_PHILOX_M4 = (np.uint32(0xD2511F53), np.uint32(0xCD9E8D57))
+_PHILOX_W = (np.uint32(0x9E3779B9), np.uint32(0xBB67AE85))
+
+
+def philox2x32(k0, x0, x1):
+  """Philox-2x32 with 10 rounds: key word ``k0``, counter ``(x0, x1)``; rank-0 operands
+  broadcast."""
+  shape = np.broadcast_shapes(*(_shape_of(v) for v in (k0, x0, x1)))
+  x0, x1 = _bcast(_as_u32(x0), shape), _bcast(_as_u32(x1), shape)
+  k0 = _as_u32(k0)
+  m = _bcast(_PHILOX_M2, shape)
+  for r in range(10):
+    if r:
+      k0 = lax.add(k0, _PHILOX_W[0])
+    hi, lo = lax.mulhi(m, x0), lax.mul(m, x0)
+    x0, x1 = lax.xor(lax.xor(hi, x1), k0), lo
+  return x0, x1
+
+
+def philox4x32(k0, k1, x0, x1, x2, x3):
+  """Philox-4x32 with 10 rounds: key ``(k0, k1)``, counter ``(x0, x1, x2, x3)``."""
+  shape = np.broadcast_shapes(*(_shape_of(v) for v in (k0, k1, x0, x1, x2, x3)))
+  x0, x1, x2, x3 = (_bcast(_as_u32(v), shape) for v in (x0, x1, x2, x3))
+  k0, k1 = _as_u32(k0), _as_u32(k1)
+  m0, m1 = _bcast(_PHILOX_M4[0], shape), _bcast(_PHILOX_M4[1], shape)
+  for r in range(10):
+    if r:
+      k0, k1 = lax.add(k0, _PHILOX_W[0]), lax.add(k1, _PHILOX_W[1])
+    hi0, lo0 = lax.mulhi(m0, x0), lax.mul(m0, x0)
+    hi1, lo1 = lax.mulhi(m1, x2), lax.mul(m1, x2)
+    x0, x1, x2, x3 = (lax.xor(lax.xor(hi1, x1), k0), lo1,
+                      lax.xor(lax.xor(hi0, x3), k1), lo0)
+  return x0, x1, x2, x3
+
+
+_ROTATIONS_4 = ((10, 26), (11, 21), (13, 27), (23, 5), (6, 20), (17, 11), (25, 10), (18, 20))
+
+
+def threefry4x32(k0, k1, k2, k3, x0, x1, x2, x3):
+  """Threefry-4x32 with 20 rounds: key ``(k0..k3)``, counter ``(x0..x3)``."""
+  shape = np.broadcast_shapes(*(_shape_of(v) for v in (k0, k1, k2, k3, x0, x1, x2, x3)))
+  ks = [_as_u32(k) for k in (k0, k1, k2, k3)]
+  ks.append(lax.xor(lax.xor(lax.xor(lax.xor(ks[0], ks[1]), ks[2]), ks[3]), _u32(_KS_PARITY)))
+  x = [lax.add(_bcast(_as_u32(v), shape), k) for v, k in zip((x0, x1, x2, x3), ks)]
+  for r in range(20):
+    a, b = _ROTATIONS_4[r % 8]
+    if r % 2 == 0:
+      x[0] = lax.add(x[0], x[1])
+      x[1] = lax.xor(x[0], _rotl(x[1], a))
+      x[2] = lax.add(x[2], x[3])
+      x[3] = lax.xor(x[2], _rotl(x[3], b))
+    else:
+      x[0] = lax.add(x[0], x[3])
+      x[3] = lax.xor(x[0], _rotl(x[3], a))
+      x[2] = lax.add(x[2], x[1])
+      x[1] = lax.xor(x[2], _rotl(x[1], b))
+    if r % 4 == 3:
+      i = r // 4
+      x = [lax.add(x[j], ks[(1 + i + j) % 5]) for j in range(4)]
+      x[3] = lax.add(x[3], _u32(1 + i))
+  return tuple(x)
+
+
+def _as_u32(v):
+  if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+    return np.uint32(v)
+  return v
+
+
+def _seed_words(seed):
+  """The (high, low) uint32 words of an integer seed (high is 0 for a 32-bit seed)."""
+  data = threefry_seed(seed)
+  return lax.reshape(lax.slice(data, (0,), (1,)), ()), lax.reshape(lax.slice(data, (1,), (2,)), ())
+
+
+def _words(key, n):
+  return [lax.reshape(lax.slice(key, (i,), (i + 1,)), ()) for i in range(n)]
+
+
+def _stack_last(parts):
+  nd = len(_shape_of(parts[0]))
+  return lax.concatenate([lax.expand_dims(p, (nd,)) for p in parts], nd)
+
+
+def _fold_bits(outs, bit_width, shape, wide):
+  """The bits of ``bit_width`` from block outputs ``outs``: xor of all words (8 to 32 bits) or
+  ``wide = (hi, lo)`` words joined (64 bits)."""
+  if bit_width == 64:
+    dt = _UINT_DTYPES[64]
+    hi, lo = (lax.convert_element_type(w, dt) for w in wide)
+    return lax.or_(lax.shift_left(hi, np.array(32, dt)), lo)
+  out = outs[0]
+  for o in outs[1:]:
+    out = lax.xor(out, o)
+  return out if bit_width == 32 else lax.convert_element_type(out, _UINT_DTYPES[bit_width])
+
+
+# philox2x32 (key data uint32[1]): seed = word 0 of philox(0; seed_hi, seed_lo); split and bits
+# hash the element index (hi, lo); fold_in hashes (0, d).
+def philox2x32_seed(seed):
+  hi, lo = _seed_words(seed)
+  return lax.reshape(philox2x32(np.uint32(0), hi, lo)[0], (1,))
+
+
+def philox2x32_split(key, shape):
+  hi, lo = _counters(shape)
+  return lax.expand_dims(philox2x32(_words(key, 1)[0], hi, lo)[0], (len(shape),))
+
+
+def philox2x32_fold_in(key, data):
+  return lax.reshape(philox2x32(_words(key, 1)[0], np.uint32(0), data)[0], (1,))
+
+
+def philox2x32_random_bits(key, bit_width, shape):
+  hi, lo = _counters(shape)
+  y0, y1 = philox2x32(_words(key, 1)[0], hi, lo)
+  return _fold_bits((y0, y1), bit_width, shape, (y0, y1))
+
+
+# philox4x32 (key data uint32[2]): seed = words 0, 1 of philox(0, 0; seed_hi, seed_lo, 0, 0);
+# split hashes (0, 0, hi, lo) of the index, bits (hi, lo, 0, 0), fold_in (0, 0, 0, d).
+def philox4x32_seed(seed):
+  hi, lo = _seed_words(seed)
+  y = philox4x32(np.uint32(0), np.uint32(0), hi, lo, np.uint32(0), np.uint32(0))
+  return _stack_last(y[:2])
+
+
+def philox4x32_split(key, shape):
+  hi, lo = _counters(shape)
+  z = lax.full(shape, 0, _U32)
+  return _stack_last(philox4x32(*_words(key, 2), z, z, hi, lo)[:2])
+
+
+def philox4x32_fold_in(key, data):
+  z = np.uint32(0)
+  return _stack_last(philox4x32(*_words(key, 2), z, z, z, data)[:2])
+
+
+def philox4x32_random_bits(key, bit_width, shape):
+  hi, lo = _counters(shape)
+  z = lax.full(shape, 0, _U32)
+  y = philox4x32(*_words(key, 2), hi, lo, z, z)
+  return _fold_bits(y, bit_width, shape, y[:2])
+
+
+# threefry4x32 (key data uint32[4]): seed = threefry4x32(seed_hi, seed_lo, 0, 0; 0, 0, 0, 0);
+# split hashes (0, 0, hi, lo) of the index, bits (hi, lo, 0, 0), fold_in (0, 0, 0, d); 64-bit
+# bits join (y0 ^ y2, y1 ^ y3).
+def threefry4x32_seed(seed):
+  hi, lo = _seed_words(seed)
+  z = np.uint32(0)
+  return _stack_last(threefry4x32(hi, lo, z, z, z, z, z, z))
+
+
+def threefry4x32_split(key, shape):
+  hi, lo = _counters(shape)
+  z = lax.full(shape, 0, _U32)
+  return _stack_last(threefry4x32(*_words(key, 4), z, z, hi, lo))
+
+
+def threefry4x32_fold_in(key, data):
+  z = np.uint32(0)
+  return _stack_last(threefry4x32(*_words(key, 4), z, z, z, data))
+
+
+def threefry4x32_random_bits(key, bit_width, shape):
+  hi, lo = _counters(shape)
+  z = lax.full(shape, 0, _U32)
+  y = threefry4x32(*_words(key, 4), hi, lo, z, z)
+  return _fold_bits(y, bit_width, shape, (lax.xor(y[0], y[2]), lax.xor(y[1], y[3])))
+
+
 for _impl in (PRNGImpl("threefry2x32", (2,), "fry", threefry_seed, threefry_split,
                        threefry_fold_in, threefry_random_bits),
               PRNGImpl("rbg", (4,), "rbg", rbg_seed, rbg_split, rbg_fold_in, rbg_random_bits),
               PRNGImpl("unsafe_rbg", (4,), "urbg", rbg_seed, rbg_split, rbg_fold_in,
-                       rbg_random_bits)):
+                       rbg_random_bits),
+              PRNGImpl("threefry4x32", (4,), "fry4", threefry4x32_seed, threefry4x32_split,
+                       threefry4x32_fold_in, threefry4x32_random_bits),
+              PRNGImpl("philox2x32", (1,), "phx2", philox2x32_seed, philox2x32_split,
+                       philox2x32_fold_in, philox2x32_random_bits),
+              PRNGImpl("philox4x32", (2,), "phx4", philox4x32_seed, philox4x32_split,
+                       philox4x32_fold_in, philox4x32_random_bits)):
   PRNG_IMPLS[_impl.name] = _impl

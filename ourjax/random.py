@@ -7,7 +7,8 @@ Every function takes either; ``split``/``fold_in`` return keys of the form they 
 gives the same numbers, and ``split`` / ``fold_in`` derive new independent keys.
 
 The implementations (``ourjax.prng``): ``threefry2x32`` (the default, bit for bit JAX's with
-``jax_threefry_partitionable=True``), ``rbg`` and ``unsafe_rbg``; ``impl=`` or the
+``jax_threefry_partitionable=True``), ``threefry4x32``, ``philox2x32``, ``philox4x32`` (bit for
+bit JAX's too), ``rbg`` and ``unsafe_rbg`` (keys as JAX's, random bits not); ``impl=`` or the
 ``jax_default_prng_impl`` flag picks one.
 
 Samplers transform the bits exactly as JAX does (uniform: mantissa bits under an exponent of
