@@ -161,7 +161,7 @@ class Primitive:
         if isinstance(a, Tracer):
           break
       else:
-        outs = (self.impl(*args, **params) if self._custom_impl else
+        outs = (self._custom_fn(*args, **params) if self._custom_impl else
                 _eager_apply(self, args, params))
         if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
           _nan_check.check_outputs(self, outs, args, params)
@@ -179,14 +179,18 @@ class Primitive:
     return rule
 
   def def_impl(self, rule):
-    """``rule(*numpy_arrays, **params)`` -> numpy array (or list of them)."""
+    """``rule(*numpy_arrays, **params)`` -> numpy array (or list of them).  A rule may also
+    return ourjax Arrays, and may be a previous ``p.impl`` (restoring it, as JAX code does after
+    wrapping a primitive's implementation)."""
+    if type(rule) is _BoundImpl and rule.prim is self:
+      rule = rule.rule
     impl_rules[self] = rule
     return rule
 
   def def_custom_impl(self, fn):
     """``fn(*values, **params)`` -> ourjax values; for primitives whose eager evaluation is not a
     NumPy function of NumPy arrays (jit calls, control flow, custom derivatives)."""
-    self.impl = fn
+    self._custom_fn = fn
     self._custom_impl = True
     return fn
 
@@ -200,11 +204,32 @@ class Primitive:
     except (TypeError, ValueError) as e:
       raise _with_user_line(e, self.name) from None
 
-  def impl(self, *args, **params):
-    """Eager evaluation: abstract-evaluate (for dtypes, weak types and errors; the result is
-    cached per operand types and params), then run the NumPy implementation on host values and
-    wrap the results as Arrays."""
-    return _eager_apply(self, args, params)
+  @property
+  def impl(self):
+    """Eager evaluation, ``p.impl(*values, **params)``: abstract-evaluate (for dtypes, weak
+    types and errors; the result is cached per operand types and params), then run the NumPy
+    implementation on host values and wrap the results as Arrays.
+
+    As JAX's ``Primitive.impl`` it is read as a value: what is read keeps the implementation
+    registered at that moment, so ``old = p.impl; p.def_impl(lambda x: ... old(x))`` wraps the
+    old implementation instead of calling itself, and ``p.def_impl(old)`` restores it."""
+    if self._custom_impl:
+      return self._custom_fn
+    return _BoundImpl(self, impl_rules.get(self))
+
+
+class _BoundImpl:
+  """``Primitive.impl`` read as a value (see there)."""
+  __slots__ = ("prim", "rule")
+
+  def __init__(self, prim, rule):
+    self.prim, self.rule = prim, rule
+
+  def __call__(self, *args, **params):
+    if impl_rules.get(self.prim) is self.rule:
+      return _eager_apply(self.prim, args, params)
+    from ourjax._eager import apply_rule
+    return apply_rule(self.prim, self.rule, args, params)
 
 
 def _eager_apply(prim, args, params):
@@ -255,7 +280,8 @@ class EvalTrace(Trace):
   pure = lift = lambda self, x: x
 
   def process_primitive(self, primitive, args, params):
-    outs = primitive.impl(*args, **params)
+    outs = (primitive._custom_fn(*args, **params) if primitive._custom_impl else
+            _eager_apply(primitive, args, params))
     if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
       _nan_check.check_outputs(primitive, outs, args, params)
     return outs
