@@ -536,7 +536,8 @@ def _up_to_or_explain(treedef: PyTreeDef, tree, i: int, what: str) -> list:
     except ValueError:
       other = "(unflattenable)"
     raise ValueError(
-        f"{what}: the tree in argument {i} does not have the structure of the first tree "
+        f"pytree structure error: {what}: the tree in argument {i} does not have the structure "
+        "of the first tree "
         f"(up to its leaves): {e}\n"
         f"  first tree:  {treedef!r}\n"
         f"  argument {i}: {other}") from None

@@ -739,8 +739,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
       return outs
     out = tree_unflatten(out_tree[0], outs)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
-      raise TypeError("linearize with has_aux=True requires the function to return a pair "
-                      f"(output, aux), got {out_tree[0]}.")
+      _aux_error(out)
     m_leaves, m_tree = tree_flatten(out[0])
     a_leaves, a_tree = tree_flatten(out[1])
     cell[:] = [m_tree, a_tree, len(m_leaves)]
@@ -787,8 +786,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
       outs = flat(*leaves)
       out = tree_unflatten(out_tree[0], outs)
       if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError("vjp with has_aux=True requires the function to return a pair "
-                        f"(output, aux), got {out_tree[0]}.")
+        _aux_error(out)
       m_leaves, m_tree = tree_flatten(out[0])
       a_leaves, a_tree = tree_flatten(out[1])
       aux_cell[:] = [m_tree, a_tree, len(m_leaves)]
@@ -809,7 +807,14 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
   in_avals = [get_aval(p) for p in p_leaves]
   fname = _fun_name(fun)
 
-  def vjp_fn(ct):
+  def vjp_fn(ct, *extra):
+    if extra:
+      raise TypeError(
+          f"The function returned by `jax.vjp` applied to {fname} was called with "
+          f"{1 + len(extra)} arguments, but functions returned by `jax.vjp` must be called with "
+          "a single argument corresponding to the single value returned by the function being "
+          "differentiated (even if that returned value is a tuple or other container): for "
+          "f(x) = (x, x), call f_vjp((2.0, 2.0)), not f_vjp(2.0, 2.0).")
     ct_leaves, ct_tree = tree_flatten(ct)
     if ct_tree != tree:
       raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match structure "
@@ -819,8 +824,12 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
       _check_arg(c, "vjp")
       ca = get_aval(c)
       if ca.shape != a.shape:
-        raise ValueError(f"Shape of cotangent input to vjp pullback function {ca.shape} must "
-                         f"be the same as the shape of corresponding primal input {a.shape}.")
+        raise ValueError(
+            f"unexpected JAX type (e.g. shape/dtype) for argument to VJP function: got "
+            f"{ca.str_short(short_dtypes=False)}, but expected "
+            f"{ad.tangent_aval(a).str_short(short_dtypes=False)} because the corresponding "
+            f"output of the differentiated function had JAX type "
+            f"{a.str_short(short_dtypes=False)} (the cotangent's shape must be the output's)")
       expected = ad.tangent_dtype(a.dtype)
       if expected == dtypes.float0:
         cts.append(ad.Zero(ad.tangent_aval(a)))
@@ -840,6 +849,11 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
 
   out = tree_unflatten(tree, primals_out)
   return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _aux_error(out):
+  raise TypeError("expected function with aux output to return a two-element tuple, but got "
+                  f"type {type(out)} with value {out!r}")
 
 
 def linear_transpose(fun: Callable, *primals, reduce_axes=()):

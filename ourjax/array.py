@@ -14,7 +14,7 @@ import numpy as np
 
 from ourjax import dtypes
 from ourjax._keys import PRNGKeyArray
-from ourjax.core import ShapedArray, Tracer
+from ourjax.core import ShapedArray, Tracer, check_integer_conversion, check_scalar_conversion
 
 _PY_SCALARS = (bool, int, float, complex)
 
@@ -136,17 +136,19 @@ class Array:
     return bool(self._value)
 
   def __int__(self):
+    check_scalar_conversion(self.aval)
     return int(self._value)
 
   def __float__(self):
+    check_scalar_conversion(self.aval)
     return float(self._value)
 
   def __complex__(self):
+    check_scalar_conversion(self.aval)
     return complex(self._value)
 
   def __index__(self):
-    if not dtypes.is_integer(self.dtype) and self.dtype != np.bool_:
-      raise TypeError(f"only integer arrays can be used as an index, got {self.dtype.name}")
+    check_integer_conversion(self.aval)
     return int(self._value)
 
   def __len__(self):

@@ -418,35 +418,39 @@ class Tracer:
     return None
 
   # The following make Python-level use of an abstract value fail with a clear error.
+  # (the shape and dtype errors come first: they hold whatever the values, as in JAX)
   def __bool__(self):
+    check_bool_conversion(self.aval)
     v = self.to_concrete_value()
     if v is None:
       raise TracerBoolConversionError(self, _at_user_line())
     return bool(v)
 
-  def __int__(self):
+  def _scalar_conversion(self, fn):
+    check_scalar_conversion(self.aval)
     v = self.to_concrete_value()
     if v is None:
-      raise TracerIntegerConversionError(self, _at_user_line())
-    return int(v)
+      name = fn.__name__
+      raise ConcretizationTypeError(
+          self, f"The problem arose with the `{name}` function. If trying to convert the data "
+          f"type of a value, try using `x.astype({name})` or `jnp.array(x, {name})` instead.")
+    return fn(v)
+
+  def __int__(self):
+    return self._scalar_conversion(int)
+
+  def __float__(self):
+    return self._scalar_conversion(float)
+
+  def __complex__(self):
+    return self._scalar_conversion(complex)
 
   def __index__(self):
+    check_integer_conversion(self.aval)
     v = self.to_concrete_value()
     if v is None:
       raise TracerIntegerConversionError(self, _at_user_line())
     return operator.index(v)
-
-  def __float__(self):
-    v = self.to_concrete_value()
-    if v is None:
-      raise ConcretizationTypeError(self, "The problem arose with the float() function.")
-    return float(v)
-
-  def __complex__(self):
-    v = self.to_concrete_value()
-    if v is None:
-      raise ConcretizationTypeError(self, "The problem arose with the complex() function.")
-    return complex(v)
 
   def __array__(self, dtype=None, copy=None):
     v = self.to_concrete_value()
@@ -494,6 +498,29 @@ class Tracer:
 
 
 _python_scalar_types = (bool, int, float, complex)
+
+
+def check_scalar_conversion(aval) -> None:
+  """int()/float()/complex() need a 0-d array (JAX's error otherwise, as NumPy 2.5's)."""
+  if aval.ndim:
+    raise TypeError("Only scalar arrays can be converted to Python scalars; "
+                    f"got arr.ndim={aval.ndim}")
+
+
+def check_integer_conversion(aval) -> None:
+  """``__index__`` (operator.index, hex, list indexing) needs a 0-d integer array."""
+  if aval.ndim or not (dtypes.is_integer(aval.dtype) or aval.dtype == np.bool_):
+    raise TypeError("Only integer scalar arrays can be converted to a scalar index.")
+
+
+def check_bool_conversion(aval) -> None:
+  """bool() needs exactly one element (NumPy's errors otherwise)."""
+  if aval.size == 0:
+    raise ValueError("The truth value of an empty array is ambiguous. Use `array.size > 0` to "
+                     "check that an array is not empty.")
+  if aval.size > 1:
+    raise ValueError("The truth value of an array with more than one element is ambiguous. "
+                     "Use a.any() or a.all()")
 
 
 def get_aval(x) -> ShapedArray:

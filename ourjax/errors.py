@@ -42,7 +42,9 @@ class TracerIntegerConversionError(ConcretizationTypeError):
   def __init__(self, tracer, where: str = ""):
     aval = getattr(tracer, "aval", None)
     what = aval.str_short() if aval is not None else "?"
-    TypeError.__init__(self, f"Attempted integer conversion of traced array with shape "
+    if aval is not None and hasattr(aval, "str_short"):
+      what = aval.str_short(short_dtypes=False)
+    TypeError.__init__(self, f"The __index__() method was called on traced array with shape "
                              f"{what}{where}. Use static arguments for values that must be "
                              "Python integers.")
     self.tracer = tracer

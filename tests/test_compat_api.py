@@ -151,3 +151,55 @@ def test_float0_and_transfer_guard():
   with pytest.raises(ValueError):
     with ourjax.transfer_guard("sometimes"):
       pass
+
+
+def test_scalar_conversion_errors_match_jax():
+  """int/float/complex/operator.index/bool on arrays: JAX's errors, eager and under jit (shape
+  and dtype errors first, concretization errors only for scalars)."""
+  import operator
+  from ourjax.errors import (ConcretizationTypeError, TracerBoolConversionError,
+                             TracerIntegerConversionError)
+  a = ourjax.numpy.arange(10)
+  for f in (operator.index, hex):
+    for x in (a, ourjax.numpy.float32(0), ourjax.numpy.arange(0)):
+      for g in (f, ourjax.jit(f)):
+        with pytest.raises(TypeError, match="Only integer scalar arrays can be converted"):
+          g(x)
+    with pytest.raises(TracerIntegerConversionError, match=r"__index__\(\) method was called on "
+                       r"traced array with shape int32\[\]"):
+      ourjax.jit(f)(ourjax.numpy.int32(3))
+    assert f(ourjax.numpy.int32(3)) == f(3)
+  for f in (int, float, complex):
+    for g in (f, ourjax.jit(f)):
+      with pytest.raises(TypeError, match="Only scalar arrays can be converted to Python scalars"):
+        g(a)
+    with pytest.raises(ConcretizationTypeError, match=rf"x.astype\({f.__name__}\)"):
+      ourjax.jit(f)(ourjax.numpy.int32(0))
+    assert f(ourjax.numpy.int32(2)) == f(2)
+  for g in (bool, ourjax.jit(bool)):
+    with pytest.raises(ValueError, match="truth value of an empty array"):
+      g(ourjax.numpy.arange(0))
+    with pytest.raises(ValueError, match="more than one element"):
+      g(a)
+  with pytest.raises(TracerBoolConversionError):
+    ourjax.jit(bool)(ourjax.numpy.int32(1))
+
+
+def test_autodiff_error_messages_match_jax():
+  with pytest.raises(TypeError, match="two-element tuple"):
+    ourjax.grad(lambda x: (x, x, x), has_aux=True)(1.)
+  with pytest.raises(TypeError, match="two-element tuple"):
+    ourjax.grad(lambda x: x, has_aux=True)(1.)
+  _, f_vjp = ourjax.vjp(lambda x: (x, x), 1.0)
+  with pytest.raises(TypeError, match="applied to <lambda> was called with 2 arguments"):
+    f_vjp(1.0, 1.0)
+  assert f_vjp((1.0, 2.0))[0] == 3.0
+  f0 = ourjax.grad(lambda x: x + 0., allow_int=True)(1)
+  assert f0.dtype == ourjax.dtypes.float0
+  with pytest.raises(TypeError, match="Called add with a float0 array. float0s do not support"):
+    f0 + ourjax.numpy.zeros(())
+  with pytest.raises(TypeError, match="Called add with a float0 at position 0"):
+    ourjax.lax.add(f0, ourjax.numpy.zeros(()))
+  with pytest.raises(TypeError, match=r"dot_general requires contracting dimensions to have the "
+                     r"same shape, got \(3,\) and \(4,\)"):
+    ourjax.numpy.dot(np.zeros(3), np.zeros(4))

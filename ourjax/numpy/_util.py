@@ -254,7 +254,7 @@ def promote_args(fun_name: str, *args):
     r = _array_and_scalar(args)
     if r is not None:
       return r
-  return promote_shapes(fun_name, *promote_dtypes(*_operands(fun_name, args)))
+  return promote_shapes(fun_name, *_promoted(fun_name, promote_dtypes, args))
 
 
 def promote_args_inexact(fun_name: str, *args):
@@ -264,11 +264,22 @@ def promote_args_inexact(fun_name: str, *args):
     r = _array_and_scalar(args)
     if r is not None:
       return r
-  return promote_shapes(fun_name, *promote_dtypes_inexact(*_operands(fun_name, args)))
+  return promote_shapes(fun_name, *_promoted(fun_name, promote_dtypes_inexact, args))
 
 
 def promote_args_numeric(fun_name: str, *args):
-  return promote_shapes(fun_name, *promote_dtypes_numeric(*_operands(fun_name, args)))
+  return promote_shapes(fun_name, *_promoted(fun_name, promote_dtypes_numeric, args))
+
+
+def _promoted(fun_name, promote, args):
+  ops = _operands(fun_name, args)
+  try:
+    return promote(*ops)
+  except dtypes.TypePromotionError:
+    if any(getattr(a, "dtype", None) == dtypes.float0 for a in ops):
+      from ourjax.lax._utils import FLOAT0_ERROR
+      raise TypeError(f"Called {fun_name} with a float0 array. {FLOAT0_ERROR}") from None
+    raise
 
 
 def ensure_array(x):
