@@ -10,7 +10,8 @@ from ourjax import lax  # noqa: F401
 from ourjax import numpy  # noqa: F401
 from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, jacfwd,  # noqa
                         jacrev, jacobian, hessian, make_jaxpr, eval_shape, ShapeDtypeStruct,
-                        device_put, device_get, block_until_ready, devices, default_backend,
+                        device_put, device_get, block_until_ready, copy_to_host_async, devices,
+                        default_backend,
                         device_count, local_devices, disable_jit, local_device_count,
                         process_index, process_count, typeof, pmap)
 from ourjax.lax import stop_gradient  # noqa: F401
@@ -36,7 +37,7 @@ from ourjax import profiler  # noqa: F401,E402  (OURJAX_PROFILE=1 starts recordi
 from ourjax.core import ensure_compile_time_eval  # noqa: F401,E402
 from ourjax._named import named_scope, named_call  # noqa: F401,E402
 from ourjax import sharding  # noqa: F401,E402
-from ourjax.sharding import make_mesh  # noqa: F401,E402
+from ourjax.sharding import make_mesh, NamedSharding, P  # noqa: F401,E402
 from ourjax.interpreters.spmd import shard_map  # noqa: F401,E402
 
 

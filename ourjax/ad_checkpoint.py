@@ -82,6 +82,23 @@ def save_only_these_names(*names):
   return policy
 
 
+def save_any_names_but_these(*names):
+  """Values tagged with ``checkpoint_name`` may be saved, except those named in ``names``;
+  untagged values are recomputed."""
+  names = set(names)
+
+  def policy(prim, *avals, **params):
+    return prim is name_p and params.get("name") not in names
+  return policy
+
+
+def save_from_both_policies(policy_1, policy_2):
+  """What either policy saves."""
+  def policy(prim, *avals, **params):
+    return policy_1(prim, *avals, **params) or policy_2(prim, *avals, **params)
+  return policy
+
+
 class checkpoint_policies:
   """The policies JAX names (``jax.checkpoint_policies``)."""
   nothing_saveable = staticmethod(nothing_saveable)
@@ -92,6 +109,8 @@ class checkpoint_policies:
   checkpoint_dots_with_no_batch_dims = staticmethod(dots_with_no_batch_dims_saveable)
   save_anything_except_these_names = staticmethod(save_anything_except_these_names)
   save_only_these_names = staticmethod(save_only_these_names)
+  save_any_names_but_these = staticmethod(save_any_names_but_these)
+  save_from_both_policies = staticmethod(save_from_both_policies)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -243,8 +243,9 @@ class JitWrapped:
                            "positional arguments.")
       for what, names in (("static_argnames", static_argnames),
                           ("donate_argnames", donate_argnames)):
-        bad = {n for n in names if n not in kw}
-        if bad and not has_var_kw:
+        # positional-only parameters and *args cannot be named, even with **kwargs
+        bad = {n for n in names if n not in kw and (not has_var_kw or n in pos or n == var)}
+        if bad:
           raise ValueError(f"Jitted function has invalid argnames {bad} in {what}. Function "
                            "does not take these args.")
       # JAX infers each of static_argnums/static_argnames from the other through the signature
@@ -542,7 +543,19 @@ class JitWrapped:
     return len(self._cache)
 
   def __repr__(self):
-    return f"<jitted function {_fun_name(self.fun)}>"
+    try:
+      return f"<PjitFunction of {self.__wrapped__!r}>"    # JAX's form
+    except Exception:    # noqa: BLE001  (a failing or missing repr of the function)
+      return "<PjitFunction>"
+
+  def __getattr__(self, name):
+    # attributes set on the function (f.some_value = ...) read through the jitted function,
+    # as JAX's (which copies the function's __dict__)
+    fun = self.__dict__.get("fun")
+    d = getattr(fun, "__dict__", None)
+    if name.startswith("__") or not isinstance(d, dict) or name not in d:
+      raise AttributeError(f"'JitWrapped' object has no attribute {name!r}")
+    return d[name]
 
 
 def _exhausted_in(e, closed: core.ClosedJaxpr, fun):
@@ -624,7 +637,7 @@ def _hoist_tracer_consts(closed: core.ClosedJaxpr):
 def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
         donate_argnums=(), donate_argnames=(), keep_unused: bool = False, device=None,
         backend: str | None = None, inline: bool = False, abstracted_axes=None,
-        in_shardings=None, out_shardings=None):
+        in_shardings=None, out_shardings=None, compiler_options: dict | None = None):
   """Compile ``fun``: trace it once per argument signature and run it as one executable.
   Usable as ``@jit`` or ``@jit(static_argnames=...)``.
 
@@ -633,8 +646,19 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
   ``donate_argnums``/``donate_argnames`` are recorded.  With ``keep_unused=False`` arguments the
   outputs do not depend on are left out of the compiled module (still accepted).  ``backend``
   picks where it compiles.  ``inline=True`` traces ``fun`` into an enclosing jaxpr instead of
-  a nested call."""
+  a nested call.  ``compiler_options`` (XLA's options: ``{"xla_...": value}``) are accepted and
+  recorded; ourjax's compiler has no such options, so they change nothing."""
+  if compiler_options is not None and not (
+      isinstance(compiler_options, dict) and all(isinstance(k, str) for k in compiler_options)):
+    raise TypeError(f"jit: compiler_options must be a dict with str keys, got "
+                    f"{compiler_options!r}")
+
   def wrap(f):
+    if isinstance(f, staticmethod):
+      raise TypeError(f"staticmethod arguments are not supported, got {f}; apply jit to the "
+                      "function before staticmethod (@staticmethod above @jit)")
+    if inspect.isgeneratorfunction(f):
+      raise TypeError(f"Expected a function, got a generator function: {f}")
     if not callable(f):
       raise TypeError(f"Expected a callable value, got {f!r}")
     w = JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
@@ -642,6 +666,7 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
     if in_shardings is not None or out_shardings is not None:
       w._shardings = (in_shardings, out_shardings)
       w._no_fast = True
+    w.compiler_options = dict(compiler_options or {})
     return w
   return wrap if fun is None else wrap(fun)
 
@@ -1492,6 +1517,19 @@ def block_until_ready(x):
       v.block_until_ready()
     return v
   return tree_map(block, x)
+
+
+def copy_to_host_async(x):
+  """Start copying every array in ``x`` to the host (a no-op where device memory is host
+  memory); returns ``x`` itself.  Leaves without ``copy_to_host_async`` are skipped."""
+  from ourjax import tree_util as public_tree_util
+  for v in public_tree_util.tree_leaves(x):
+    try:
+      start = v.copy_to_host_async
+    except AttributeError:
+      continue
+    start()
+  return x
 
 
 def devices(backend=None):

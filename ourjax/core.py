@@ -350,11 +350,29 @@ def new_base_main():
 
 def _leaked(tracer) -> UnexpectedTracerError:
   main = tracer._trace.main
+  where = _creation_line(tracer)
+  created = f"The leaked intermediate value was created on line {where}.\n" if where else ""
   return UnexpectedTracerError(
-      f"Encountered an unexpected tracer: a value with shape {tracer.aval.str_short()} was "
-      f"created inside the transformation {main.name or main.trace_type.__name__} and used after "
-      "it had returned. Pass values out of a transformed function through its return value, "
-      "not by assigning them to outer (global or closed-over) variables.")
+      "Encountered an unexpected tracer. A function transformed by JAX had a side effect, "
+      f"allowing for a reference to an intermediate value with type "
+      f"{tracer.aval.str_short(short_dtypes=False)} wrapped in a {type(tracer).__name__} to "
+      f"escape the scope of the transformation {main.name or main.trace_type.__name__}.\n"
+      "JAX transformations require that functions explicitly return their outputs, and "
+      "disallow saving intermediate values to global state.\n" + created +
+      "Pass values out of a transformed function through its return value, not by assigning "
+      "them to outer (global or closed-over) variables.")
+
+
+def _creation_line(tracer):
+  """'file:line (function)' of the equation that made a jaxpr tracer, when known."""
+  builder = getattr(tracer._trace.main, "payload", None)
+  var = getattr(builder, "tracer_to_var", {}).get(id(tracer))
+  if var is None:
+    return None
+  for eqn in getattr(builder, "eqns", ()):
+    if any(v is var for v in eqn.out_binders):
+      return eqn.source_info
+  return None
 
 
 def find_top_trace(xs) -> Trace:
