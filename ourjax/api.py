@@ -1115,10 +1115,10 @@ class _AxisProxy:
     return "*" if self.aval is None else self.aval.str_short()
 
 
-def _check_axis_spec_leaves(what: str, spec):
+def _check_axis_spec_leaves(what: str, spec, transform: str = "vmap"):
   leaves = tree_util.tree_leaves(spec, is_leaf=lambda x: x is None)
   if not all(_is_axis_spec_leaf(l) for l in leaves):
-    raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those types "
+    raise TypeError(f"{transform} {what} must be an int, None, or (nested) container with those types "
                     f"as leaves, but got {spec}.")
 
 

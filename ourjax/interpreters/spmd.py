@@ -461,6 +461,8 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   from ourjax import api
   if not callable(fun):
     raise TypeError(f"Expected a callable value, got {fun!r}")
+  api._check_axis_spec_leaves("in_axes", in_axes, "pmap")
+  api._check_axis_spec_leaves("out_axes", out_axes, "pmap")
   statics = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
              else tuple(static_broadcasted_argnums))
   name = axis_name if axis_name is not None else f"_pmap_axis_{next(_pmap_names)}"
