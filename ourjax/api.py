@@ -29,15 +29,23 @@ def _fun_name(f) -> str:
   return getattr(f, "__name__", None) or type(f).__name__
 
 
-def flatten_fun(f: Callable, in_tree):
+def flatten_fun(f: Callable, in_tree, check_outputs: str | None = None):
   """``flat(*leaves) -> out leaves`` for ``f(*args, **kwargs)`` with (args, kwargs) = in_tree;
-  the output treedef is stored in the returned cell after a call."""
+  the output treedef is stored in the returned cell after a call.  ``check_outputs`` (the
+  transformation's name) checks that every output leaf is an array or scalar."""
   out_tree_cell = []
 
   def flat(*leaves):
     args, kwargs = tree_unflatten(in_tree, leaves)
     out = f(*args, **kwargs)
     out_leaves, out_tree = tree_flatten(out)
+    if check_outputs is not None:
+      for i, x in enumerate(out_leaves):
+        if not _is_jax_value(x):
+          where = f" at output component [{i}]" if len(out_leaves) > 1 else ""
+          raise TypeError(f"function {_fun_name(f)}{_fun_location(f).replace(' defined at', ' at')} "
+                          f"traced for {check_outputs} returned a value of type {type(x)}{where}, "
+                          "which is not a valid JAX type")
     out_tree_cell.clear()
     out_tree_cell.append(out_tree)
     return out_leaves
@@ -46,9 +54,13 @@ def flatten_fun(f: Callable, in_tree):
   return flat, out_tree_cell
 
 
+def _is_jax_value(x) -> bool:
+  return (isinstance(x, (core.Tracer, Array, np.ndarray, np.generic, bool, int, float, complex))
+          or hasattr(x, "__jax_array__"))
+
+
 def _check_arg(x, fname):
-  if not (isinstance(x, (core.Tracer, Array, np.ndarray, np.generic, bool, int, float, complex))
-          or hasattr(x, "__jax_array__")):
+  if not _is_jax_value(x):
     raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
                     f"(in {fname}).")
 
@@ -410,7 +422,7 @@ class JitWrapped:
       args, kwargs = args_kwargs
       names = self._leaf_names(args, kwargs, len(avals))
       reason = self._explain_miss(key, names)
-      flat, out_tree = flatten_fun(f, in_tree)
+      flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
       times = _phases.begin(_fun_name(self.fun))
       with _phases.collecting(times), _phases.phase("trace"):
         closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))

@@ -470,6 +470,13 @@ class Tracer:
       raise TracerIntegerConversionError(self, _at_user_line())
     return operator.index(v)
 
+  @property
+  def sharding(self):
+    raise AttributeError(
+        "The 'sharding' attribute is not available on tracers of "
+        f"{self.aval.str_short(short_dtypes=False)}: while tracing, a value is known by its "
+        "type, jax.typeof(x) (JAX's types carry the sharding; ourjax's do not yet).")
+
   def __array__(self, dtype=None, copy=None):
     v = self.to_concrete_value()
     if v is None:

@@ -28,8 +28,9 @@ class TracerBoolConversionError(ConcretizationTypeError):
 
   def __init__(self, tracer, where: str = ""):
     aval = getattr(tracer, "aval", None)
-    what = aval.str_short() if aval is not None else "?"
-    ctx = (f"Attempted boolean conversion of traced array with shape {what}{where}.\n"
+    what = aval.str_short(short_dtypes=False) if aval is not None else "?"
+    where = f"The error occurred{where}.\n" if where else ""
+    ctx = (f"Attempted boolean conversion of traced array with shape {what}.\n{where}"
            "Python control flow (if/while/and/or/not) needs a concrete bool; on a traced value "
            "use lax.cond or jnp.where instead.")
     TypeError.__init__(self, ctx)

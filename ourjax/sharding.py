@@ -79,8 +79,10 @@ class Mesh:
     devs = np.array(devices, dtype=object)
     names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
     if devs.ndim != len(names):
-      raise ValueError(f"Mesh: devices of shape {devs.shape} need {devs.ndim} axis names, got "
-                       f"{names}")
+      raise ValueError("Mesh requires the ndim of its first argument (`devices`) to equal the "
+                       "length of its second argument (`axis_names`), but got devices.ndim == "
+                       f"{devs.ndim} (shape {devs.shape}) and len(axis_names) == {len(names)} "
+                       f"({names}).")
     if len(set(names)) != len(names):
       raise ValueError(f"Mesh: duplicate axis names in {names}")
     ids = [d.id for d in devs.flat]

@@ -203,3 +203,37 @@ def test_autodiff_error_messages_match_jax():
   with pytest.raises(TypeError, match=r"dot_general requires contracting dimensions to have the "
                      r"same shape, got \(3,\) and \(4,\)"):
     ourjax.numpy.dot(np.zeros(3), np.zeros(4))
+
+
+def test_tracing_error_messages_match_jax():
+  import enum
+
+  class E(enum.Enum):
+    A = 1
+
+  with pytest.raises(TypeError, match=r"traced for jit returned a value of type <enum 'E'>, "
+                     "which is not a valid JAX type"):
+    ourjax.jit(lambda x: E.A)(1)
+  with pytest.raises(TypeError, match=r"returned a value of type <class 'str'> at output "
+                     r"component \[1\]"):
+    ourjax.jit(lambda x: (x, "abc"))(1)
+  assert ourjax.jit(lambda x: (x, None))(1)[1] is None
+
+  @ourjax.jit
+  def branchy(x):
+    return 1 if x > 0 else 0
+  with pytest.raises(ourjax.errors.TracerBoolConversionError,
+                     match=r"with shape bool\[\]\.\nThe error occurred at .*test_compat_api"):
+    branchy(0)
+
+  @ourjax.jit
+  def reads_sharding(x):
+    with pytest.raises(AttributeError, match="typeof"):
+      x.sharding
+    return x
+  reads_sharding(jnp.arange(2.))
+  with pytest.raises(TypeError, match="Error interpreting argument to add as a JAX value.* "
+                     "passed to add at position 1"):
+    ourjax.lax.add(jnp.array(7), np.array("hello"))
+  with pytest.raises(ValueError, match="ndim of its first argument"):
+    ourjax.sharding.Mesh(ourjax.devices(), ("x", "y"))

@@ -46,6 +46,10 @@ def check_dtypes(name: str, avals: Sequence[ShapedArray], kinds: Sequence[str],
   for pos, a in enumerate(avals):
     if a.dtype == dtypes.float0:
       raise TypeError(f"Called {name} with a float0 at position {pos}. {FLOAT0_ERROR}")
+    if a.dtype.kind in "OUSMm":   # strings, objects, dates: not array data at all
+      raise TypeError(f"Error interpreting argument to {name} as a JAX value. The problematic "
+                      f"value is of type array of {a.dtype} and was passed to {name} at "
+                      f"position {pos}.")
     if dtype_kind(a.dtype) not in kinds:
       raise TypeError(f"{name} does not accept dtype {a.dtype.name}. Accepted dtype kinds: "
                       f"{', '.join(kinds)}.")
