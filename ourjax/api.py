@@ -228,6 +228,21 @@ def _shared_cache(fun, options) -> dict:
     return {}
 
 
+def _axis_env_key() -> tuple:
+  """The named axes in scope (enclosing vmap(axis_name=...), pmap and shard_map axes) with their
+  sizes: a trace may read them (lax.axis_size), so they are part of jit's cache key."""
+  from ourjax.lax.parallel import _spmd_env
+  env = _spmd_env()
+  stack = core._state.trace_stack
+  if len(stack) == 1 and not env:
+    return ()
+  from ourjax.interpreters.batching import BatchTrace
+  named = tuple((m.payload.name, m.payload.size) for m in stack
+                if m.trace_type is BatchTrace and m.payload is not None
+                and m.payload.name is not None)
+  return named + tuple(sorted(env.items(), key=lambda kv: str(kv[0])))
+
+
 class JitWrapped:
   """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs and their
   executables.  The cache key is the argument structure, each argument leaf's shape, dtype and
@@ -315,7 +330,8 @@ class JitWrapped:
         _check_arg(x, f"jit({_fun_name(self.fun)})")
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
-           config.jax_default_matmul_precision)   # (read at trace time, as JAX's key has it)
+           config.jax_default_matmul_precision,   # (read at trace time, as JAX's key has it)
+           _axis_env_key())
     return f, leaves, in_tree, avals, key, (args, kwargs)
 
   def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
@@ -364,11 +380,13 @@ class JitWrapped:
     head = f"cache miss for {fname}{_fun_location(self.fun)}"
     if not self._cache:
       return f"{head}: first call (never traced before)"
-    in_tree, avals, static_key, backend, x64, prec = key
+    in_tree, avals, static_key, backend, x64, prec, axes = key
     best = None
     for old in self._cache:
-      o_tree, o_avals, o_static, o_backend, o_x64, o_prec = old
+      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes = old
       diffs = []          # (weight, text): the closest signature has the least total weight
+      if axes != o_axes:
+        diffs.append((2, f"the named axes in scope are now {axes} and were {o_axes}"))
       if x64 != o_x64:
         diffs.append((2, f"jax_enable_x64 is now {x64} and was {o_x64}"))
       if prec != o_prec:
@@ -419,6 +437,9 @@ class JitWrapped:
 
     def trace():
       from ourjax.stages import _Signature
+      if config.jax_no_tracing:
+        raise RuntimeError(f"re-tracing function {_fun_name(self.fun)}"
+                           f"{_fun_location(self.fun)} for `jit`, but 'no_tracing' is set")
       args, kwargs = args_kwargs
       names = self._leaf_names(args, kwargs, len(avals))
       reason = self._explain_miss(key, names)
@@ -499,6 +520,9 @@ class JitWrapped:
       if exe is None:
         exe = entry.executable = _once.build_once(entry.compiled, None,
                                                   lambda: self._compile(entry))
+      if config.jax_no_execution:
+        raise RuntimeError(f"executing jit-compiled function {_fun_name(self.fun)}, but "
+                           "'no_execution' is set")
       nan_check = _nan_check.enabled()
       if fkey is not None and fkey not in self._fast and not nan_check:
         self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
@@ -588,8 +612,10 @@ def _fast_path_off(flags) -> bool:
   """Whether a flag of ``flags`` (the config, or its dict of global values) sends every call
   down the general path."""
   if isinstance(flags, dict):
-    return bool(flags["jax_disable_jit"] or flags["jax_debug_nans"] or flags["jax_debug_infs"])
-  return bool(flags.jax_disable_jit or flags.jax_debug_nans or flags.jax_debug_infs)
+    return bool(flags["jax_disable_jit"] or flags["jax_debug_nans"] or flags["jax_debug_infs"]
+                or flags["jax_no_execution"])
+  return bool(flags.jax_disable_jit or flags.jax_debug_nans or flags.jax_debug_infs
+              or flags.jax_no_execution)
 
 
 def _fast_entry(exe, out_tree, leaves):
@@ -1508,6 +1534,7 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     if isinstance(v, core.Tracer):
       return v
     if not isinstance(v, Array):
+      core.check_not_masked(v)
       v = Array(v, weak_type=dtypes.is_weakly_typed(v))
     if isinstance(dev, Sharding):
       return shard_value(v, dev)

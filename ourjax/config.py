@@ -53,6 +53,8 @@ class Config:
         "jax_default_prng_impl": os.environ.get("OURJAX_DEFAULT_PRNG_IMPL") or "threefry2x32",
         "jax_enable_custom_prng": _env_bool("OURJAX_ENABLE_CUSTOM_PRNG"),
         "jax_legacy_prng_key": "allow",
+        "jax_no_tracing": False,
+        "jax_no_execution": False,
     })
 
   def update(self, name: str, value) -> None:
@@ -175,3 +177,14 @@ def legacy_prng_key(new_val: str):
   if new_val not in _LEGACY_KEY_LEVELS:
     raise ValueError(f"jax_legacy_prng_key must be one of {_LEGACY_KEY_LEVELS}, got {new_val!r}")
   return config._override("jax_legacy_prng_key", new_val)
+
+
+def no_tracing(new_val: bool = True):
+  """Context manager: while on, a jit cache miss (a function traced again) raises RuntimeError
+  (to check that a loop reuses its compiled functions)."""
+  return config._override("jax_no_tracing", new_val)
+
+
+def no_execution(new_val: bool = True):
+  """Context manager: while on, running a jit-compiled function raises RuntimeError."""
+  return config._override("jax_no_execution", new_val)

@@ -548,6 +548,13 @@ def check_bool_conversion(aval) -> None:
                      "Use a.any() or a.all()")
 
 
+def check_not_masked(x) -> None:
+  """NumPy masked arrays are rejected (their mask would be silently dropped), as in JAX."""
+  if isinstance(x, np.ma.MaskedArray):
+    raise ValueError("numpy masked arrays are not supported as direct inputs to JAX functions. "
+                     "Use arr.filled() to convert the value to a standard numpy array.")
+
+
 def get_aval(x) -> ShapedArray:
   if type(x) in dtypes.aval_types:     # an Array or a tracer
     return x.aval
@@ -557,6 +564,8 @@ def get_aval(x) -> ShapedArray:
   if aval is not None:
     return aval
   if isinstance(x, (np.ndarray, np.generic)):
+    if type(x) is not np.ndarray:
+      check_not_masked(x)
     return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
   if isinstance(x, _python_scalar_types):
     return ShapedArray((), dtypes.dtype(x, canonicalize=True), not isinstance(x, bool))

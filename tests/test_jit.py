@@ -675,3 +675,29 @@ def test_escaped_tracer_error_names_the_line():
   with pytest.raises(ourjax.errors.UnexpectedTracerError,
                      match=r"(?s)global state.*created on line .*test_jit.py:\d+ \(leak\)"):
     use(1.0)
+
+
+def test_jit_cache_depends_on_named_axes_in_scope():
+  g = ourjax.jit(lambda: lax.axis_size("i"))
+  for n in (2, 3, 2):
+    assert int(ourjax.vmap(g, axis_name="i", axis_size=n, out_axes=None)()) == n
+
+
+def test_no_tracing_no_execution_and_masked_arrays():
+  @ourjax.jit
+  def f(x):
+    return x * 2
+
+  f(jnp.arange(3))
+  with ourjax.no_tracing():
+    np.testing.assert_array_equal(np.asarray(f(jnp.arange(3))), [0, 2, 4])   # a cache hit
+    with pytest.raises(RuntimeError, match="no_tracing"):
+      f(jnp.arange(4))
+  with ourjax.no_execution():
+    with pytest.raises(RuntimeError, match="no_execution"):
+      f(jnp.arange(3))
+  np.testing.assert_array_equal(np.asarray(f(jnp.arange(3))), [0, 2, 4])
+  m = np.ma.array([1, 2, 3], mask=[True, False, True])
+  for g in (f, jnp.asarray, jnp.sin, ourjax.device_put):
+    with pytest.raises(ValueError, match="masked arrays are not supported"):
+      g(m)

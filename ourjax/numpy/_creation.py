@@ -59,6 +59,7 @@ def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, d
     raise NotImplementedError("jnp.array: only order='K' is implemented")
   if type(object) is PRNGKeyArray or isinstance(dtype, KeyDType):
     return _key_array(object, dtype, copy)
+  core.check_not_masked(object)
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
   if object is None:
