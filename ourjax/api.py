@@ -143,15 +143,20 @@ def _split_static(f, args, kwargs, static_argnums, static_argnames, fname):
 
 def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bool = False,
                abstracted_axes=None):
-  """``make_jaxpr(f)(*args)`` returns the ClosedJaxpr of f at the args' shapes and dtypes."""
+  """``make_jaxpr(f)(*args)`` returns the ClosedJaxpr of f at the args' shapes and dtypes.
+  ``axis_env`` (a sequence of ``(axis_name, size)``) binds named axes for collectives
+  (``lax.psum(x, 'i')``) while tracing, as an enclosing ``pmap`` would."""
   static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
   @functools.wraps(fun)
   def make(*args, **kwargs):
+    import contextlib
+    from ourjax.lax.parallel import spmd_axes
     f, dargs, dkwargs, _ = _split_static(fun, args, kwargs, static_argnums, (), "make_jaxpr")
     leaves, in_tree = tree_flatten((dargs, dkwargs))
     flat, out_tree = flatten_fun(f, in_tree)
-    closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
+    with spmd_axes(dict(axis_env)) if axis_env else contextlib.nullcontext():
+      closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
     if return_shape:
       shapes = [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
       return closed, tree_unflatten(out_tree[0], shapes)

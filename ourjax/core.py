@@ -470,6 +470,13 @@ class Tracer:
       raise TracerIntegerConversionError(self, _at_user_line())
     return operator.index(v)
 
+  # a tracer is immutable: copies are the tracer itself
+  def __copy__(self):
+    return self
+
+  def __deepcopy__(self, memo):
+    return self
+
   @property
   def sharding(self):
     raise AttributeError(

@@ -86,11 +86,16 @@ class KeyReuseError(OurJaxError):
   pass
 
 
-class CompileError(OurJaxError):
+class JaxRuntimeError(OurJaxError, RuntimeError):
+  """An error of the runtime rather than of the program's types: compiling, running, memory
+  (JAX's ``jax.errors.JaxRuntimeError``, XLA's runtime errors)."""
+
+
+class CompileError(JaxRuntimeError):
   """The backend failed to compile a module (the message carries the backend's log)."""
 
 
-class DeviceError(OurJaxError):
+class DeviceError(JaxRuntimeError):
   """A device (driver) call failed."""
 
 
@@ -105,7 +110,7 @@ def format_bytes(n: int) -> str:
   raise AssertionError(n)   # pragma: no cover
 
 
-class ResourceExhaustedError(OurJaxError, MemoryError):
+class ResourceExhaustedError(JaxRuntimeError, MemoryError):
   """Memory for a computation could not be allocated (JAX's RESOURCE_EXHAUSTED).  ``nbytes``:
   the size asked for; ``output``: the index of the result being allocated, or None (the
   program's temporaries).  ``jit`` adds the function and, for a result, the operation that

@@ -237,3 +237,16 @@ def test_tracing_error_messages_match_jax():
     ourjax.lax.add(jnp.array(7), np.array("hello"))
   with pytest.raises(ValueError, match="ndim of its first argument"):
     ourjax.sharding.Mesh(ourjax.devices(), ("x", "y"))
+
+
+def test_large_python_ints_copies_of_tracers_and_axis_env():
+  import copy
+  with pytest.raises(OverflowError):
+    jnp.multiply(2 ** 100, 3.)
+  assert float(ourjax.lax.convert_element_type(2 ** 100, jnp.float32)) == np.float32(2 ** 100)
+  assert float(ourjax.lax.convert_element_type(2 ** 40 + 1, jnp.float32)) == np.float32(2 ** 40)
+  assert int(ourjax.jit(lambda x: copy.copy(x) + copy.deepcopy(x))(2)) == 4
+  jaxpr = ourjax.make_jaxpr(lambda x: x - ourjax.lax.psum(x, "i"), axis_env=[("i", 4)])(2)
+  assert "psum" in str(jaxpr)
+  assert issubclass(ourjax.errors.CompileError, ourjax.errors.JaxRuntimeError)
+  assert issubclass(ourjax.errors.JaxRuntimeError, RuntimeError)

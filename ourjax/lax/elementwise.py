@@ -181,6 +181,11 @@ def convert_element_type(x, new_dtype):
   if isinstance(new_dtype, KeyDType) or type(x) is PRNGKeyArray:
     _key_convert_error(x, new_dtype)
     return x
+  if type(x) is int and dtypes.is_inexact(dtypes.canonicalize_dtype(new_dtype)) and not (
+      -2 ** 31 <= x < 2 ** 31):
+    # a Python int too large for any integer dtype still converts to a float (2 ** 100), as
+    # in JAX (jnp's promotion, which goes through the default integer type, does not)
+    x = float(x) if dtypes.is_float(dtypes.canonicalize_dtype(new_dtype)) else complex(x)
   return _convert_element_type(x, new_dtype, weak_type=False)
 
 
