@@ -297,3 +297,20 @@ def test_counter_based_impls(impl, key_shape):
   assert len(np.unique(np.asarray(jr.bits(k, (2000,))))) > 1990
   # keys seeded differently differ
   assert not np.array_equal(data(jr.key(1, impl=impl)), data(jr.key(2, impl=impl)))
+
+
+def test_arrays_assembled_from_device_blocks():
+  devices = ourjax.devices()
+  mesh = ourjax.sharding.Mesh(np.array(devices), ("x",))
+  s = ourjax.NamedSharding(mesh, ourjax.P("x"))
+  n = 2 * len(devices)
+  full = np.arange(3.0 * n, dtype=np.float32).reshape(n, 3)
+  x = ourjax.make_array_from_callback((n, 3), s, lambda idx: full[idx])
+  np.testing.assert_array_equal(np.asarray(x), full)
+  ks = jr.split(jr.key(1), n)
+  k2 = ourjax.make_array_from_callback((n,), s, lambda idx: ks[idx])
+  assert k2.dtype == ks.dtype
+  np.testing.assert_array_equal(data(k2), data(ks))
+  blocks = [ourjax.device_put(full[idx], d) for d, idx in s.devices_indices_map((n, 3)).items()]
+  y = ourjax.make_array_from_single_device_arrays((n, 3), s, blocks)
+  np.testing.assert_array_equal(np.asarray(y), full)
