@@ -210,8 +210,27 @@ class Array:
         self._value        # keep the value readable
       self._device_buf = None
 
-  def is_fully_replicated(self):
+  @property
+  def is_fully_replicated(self) -> bool:
     return True
+
+  @property
+  def is_fully_addressable(self) -> bool:
+    return True            # one process: every device's data is addressable
+
+  def on_device_size_in_bytes(self) -> int:
+    return int(self.nbytes)
+
+  def unsafe_buffer_pointer(self) -> int:
+    """The address of the array's data (its host buffer; on a GPU, its device buffer)."""
+    buf = self._device_buf
+    if buf is not None and hasattr(buf, "ptr"):
+      return int(buf.ptr)
+    return int(self._value.ctypes.data)
+
+  def addressable_data(self, index: int):
+    """The data of the ``index``-th addressable shard (the array itself on one device)."""
+    return self.addressable_shards[index].data
 
   def devices(self):
     from ourjax.backends import array_devices

@@ -350,7 +350,8 @@ class ShardedArray(Array):
 
   global_shards = addressable_shards
 
-  def is_fully_replicated(self):
+  @property
+  def is_fully_replicated(self) -> bool:
     return self._sharding.is_fully_replicated
 
   def devices(self):

@@ -250,3 +250,15 @@ def test_large_python_ints_copies_of_tracers_and_axis_env():
   assert "psum" in str(jaxpr)
   assert issubclass(ourjax.errors.CompileError, ourjax.errors.JaxRuntimeError)
   assert issubclass(ourjax.errors.JaxRuntimeError, RuntimeError)
+
+
+def test_array_buffer_attributes():
+  x = jnp.arange(4.0)
+  assert x.is_fully_replicated is True and x.is_fully_addressable is True
+  assert x.on_device_size_in_bytes() == x.nbytes == 16
+  assert x.unsafe_buffer_pointer() == np.asarray(x).ctypes.data
+  np.testing.assert_array_equal(np.asarray(x.addressable_data(0)), np.arange(4.0))
+  k = ourjax.random.split(ourjax.random.key(0), 3)
+  assert k.on_device_size_in_bytes() == k.nbytes == 24
+  assert k.unsafe_buffer_pointer() == k._base_array.unsafe_buffer_pointer()
+  assert k.addressable_data(0).dtype == k.dtype
