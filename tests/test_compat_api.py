@@ -262,3 +262,23 @@ def test_array_buffer_attributes():
   assert k.on_device_size_in_bytes() == k.nbytes == 24
   assert k.unsafe_buffer_pointer() == k._base_array.unsafe_buffer_pointer()
   assert k.addressable_data(0).dtype == k.dtype
+
+
+def test_with_sharding_constraint():
+  from ourjax.sharding import Mesh, NamedSharding, P
+  devices = ourjax.devices()
+  mesh = Mesh(np.array(devices), ("x",))
+  s = NamedSharding(mesh, P("x"))
+  x = jnp.arange(2.0 * len(devices))
+  y = ourjax.lax.with_sharding_constraint({"a": x}, s)["a"]
+  np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+  if len(devices) > 1:
+    assert y.sharding == s
+  f = ourjax.jit(lambda v: ourjax.lax.with_sharding_constraint(v * 2, s))
+  np.testing.assert_array_equal(np.asarray(f(x)), 2 * np.asarray(x))
+  assert float(ourjax.grad(lambda v: ourjax.lax.with_sharding_constraint(v, s) * 3)(1.0)) == 3.0
+  with mesh:
+    np.testing.assert_array_equal(np.asarray(ourjax.lax.with_sharding_constraint(x, P("x"))),
+                                  np.asarray(x))
+  with pytest.raises(ValueError, match="needs a mesh"):
+    ourjax.lax.with_sharding_constraint(x, P("x"))
