@@ -701,3 +701,16 @@ def test_no_tracing_no_execution_and_masked_arrays():
   for g in (f, jnp.asarray, jnp.sin, ourjax.device_put):
     with pytest.raises(ValueError, match="masked arrays are not supported"):
       g(m)
+
+
+def test_compiled_rejects_transformations_and_lower_takes_platforms():
+  f = ourjax.jit(lambda x: x * 2)
+  lowered = f.trace(jnp.arange(4)).lower(lowering_platforms=("cpu", "tpu"))
+  np.testing.assert_array_equal(np.asarray(lowered.compile()(jnp.arange(4))), [0, 2, 4, 6])
+  c = f.lower(1.0).compile()
+  assert float(c(3.0)) == 6.0
+  with pytest.raises(TypeError, match="Cannot apply JAX transformations to a function lowered "
+                     "and compiled.*BatchTracer"):
+    ourjax.vmap(c)(jnp.arange(3.0))
+  with pytest.raises(TypeError, match="Cannot apply JAX transformations"):
+    ourjax.grad(c)(1.0)
