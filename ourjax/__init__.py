@@ -10,7 +10,8 @@ from ourjax import lax  # noqa: F401
 from ourjax import numpy  # noqa: F401
 from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, jacfwd,  # noqa
                         jacrev, jacobian, hessian, make_jaxpr, eval_shape, ShapeDtypeStruct,
-                        device_put, device_get, block_until_ready, devices, default_backend,
+                        device_put, device_get, block_until_ready, copy_to_host_async, devices,
+                        default_backend,
                         device_count, local_devices, disable_jit, local_device_count,
                         process_index, process_count, typeof, pmap)
 from ourjax.lax import stop_gradient  # noqa: F401
@@ -20,18 +21,24 @@ from ourjax.ad_checkpoint import checkpoint, remat, checkpoint_policies  # noqa:
 from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
 from ourjax.config import (enable_x64, checking_leaks, transfer_guard,  # noqa: F401
                            transfer_guard_host_to_device, transfer_guard_device_to_host,
-                           transfer_guard_device_to_device)
+                           transfer_guard_device_to_device, default_prng_impl,
+                           enable_custom_prng, legacy_prng_key, no_tracing, no_execution)
 from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401
 from ourjax import random, nn  # noqa: F401,E402
+from ourjax import _keys as _keys  # noqa: E402
+# typed PRNG key arrays pass through the structural jnp/lax functions (see ourjax._keys)
+_keys.wrap_module(numpy, _keys.STRUCTURAL_NUMPY)
+_keys.wrap_module(lax, _keys.STRUCTURAL_LAX)
 from ourjax import scipy, typing, debug, ops  # noqa: F401,E402
 from ourjax import distributed  # noqa: F401,E402
 from ourjax import profiler  # noqa: F401,E402  (OURJAX_PROFILE=1 starts recording here)
 from ourjax.core import ensure_compile_time_eval  # noqa: F401,E402
 from ourjax._named import named_scope, named_call  # noqa: F401,E402
 from ourjax import sharding  # noqa: F401,E402
-from ourjax.sharding import make_mesh  # noqa: F401,E402
+from ourjax.sharding import (make_mesh, NamedSharding, P, make_array_from_callback,  # noqa
+                             make_array_from_single_device_arrays)
 from ourjax.interpreters.spmd import shard_map  # noqa: F401,E402
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from ourjax import core, dtypes
 from ourjax.core import Primitive, ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
-from ourjax.tree_util import tree_flatten, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_unflatten
 
 
 class _Fn:

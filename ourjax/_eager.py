@@ -79,14 +79,25 @@ def _evaluate(prim, avals, params):
   return tuple(out) if prim.multiple_results else out
 
 
-def _run_numpy(prim, args, params, out):
-  rule = impl_rules.get(prim)
+def _run_numpy(prim, args, params, out, rule=None):
   if rule is None:
-    raise NotImplementedError(f"no implementation rule for primitive '{prim.name}'")
+    rule = impl_rules.get(prim)
+    if rule is None:
+      raise NotImplementedError(f"no implementation rule for primitive '{prim.name}'")
   outs = rule(*[a._value if type(a) is Array else to_numpy(a) for a in args], **params)
   if prim.multiple_results:
-    return [Array._from_result(o, a) for o, a in zip(outs, out)]
+    return [Array._from_result(o if type(o) is not Array else o._value, a)
+            for o, a in zip(outs, out)]
+  if type(outs) is Array:      # a rule written with ourjax operations (a wrapper of p.impl)
+    outs = outs._value
   return Array._from_result(outs, out)
+
+
+def apply_rule(prim, rule, args, params):
+  """``apply`` with the implementation ``rule`` instead of the registered one."""
+  avals = tuple([core.get_aval(a) for a in args])
+  out, _ = _signature(prim, avals, params)
+  return _run_numpy(prim, args, params, out, rule)
 
 
 def apply(prim, args, params):

@@ -24,13 +24,14 @@ constants become leading operands).  Its rules:
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Callable, Sequence
 
 from ourjax import core
 from ourjax.core import ClosedJaxpr, Jaxpr, Primitive, Var, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax.tree_util import tree_flatten, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_unflatten
 
 __all__ = ["checkpoint", "remat", "checkpoint_policies", "remat_p", "checkpoint_name"]
 
@@ -82,6 +83,23 @@ def save_only_these_names(*names):
   return policy
 
 
+def save_any_names_but_these(*names):
+  """Values tagged with ``checkpoint_name`` may be saved, except those named in ``names``;
+  untagged values are recomputed."""
+  names = set(names)
+
+  def policy(prim, *avals, **params):
+    return prim is name_p and params.get("name") not in names
+  return policy
+
+
+def save_from_both_policies(policy_1, policy_2):
+  """What either policy saves."""
+  def policy(prim, *avals, **params):
+    return policy_1(prim, *avals, **params) or policy_2(prim, *avals, **params)
+  return policy
+
+
 class checkpoint_policies:
   """The policies JAX names (``jax.checkpoint_policies``)."""
   nothing_saveable = staticmethod(nothing_saveable)
@@ -92,6 +110,8 @@ class checkpoint_policies:
   checkpoint_dots_with_no_batch_dims = staticmethod(dots_with_no_batch_dims_saveable)
   save_anything_except_these_names = staticmethod(save_anything_except_these_names)
   save_only_these_names = staticmethod(save_only_these_names)
+  save_any_names_but_these = staticmethod(save_any_names_but_these)
+  save_from_both_policies = staticmethod(save_from_both_policies)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,25 +167,55 @@ def checkpoint(fun: Callable | None = None, *, prevent_cse: bool = True,
       return fun(*[args[i] if i in static else next(it) for i in range(nargs)], **kw)
 
     leaves, in_tree = tree_flatten((dyn_args, kwargs))
-    out_tree_cell: list = []
+    avals = [get_aval(x) for x in leaves]
+    key = _trace_key(in_tree, avals, [args[i] for i in sorted(static)])
+    cache = _trace_cache(fun) if key is not None else None
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+      out_tree_cell: list = []
 
-    def flat(*xs):
-      a, kw = tree_unflatten(in_tree, list(xs))
-      out_leaves, out_tree = tree_flatten(f_dyn(*a, **kw))
-      out_tree_cell[:] = [out_tree]
-      return out_leaves
+      def flat(*xs):
+        a, kw = tree_unflatten(in_tree, list(xs))
+        out_leaves, out_tree = tree_flatten(f_dyn(*a, **kw))
+        out_tree_cell[:] = [out_tree]
+        return out_leaves
 
-    closed = pe.trace_to_jaxpr(flat, [get_aval(x) for x in leaves],
-                               getattr(fun, "__name__", "checkpoint"))
-    jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
-    outs = remat_p.bind(*closed.consts, *leaves, jaxpr=jaxpr, prevent_cse=prevent_cse,
+      closed = pe.trace_to_jaxpr(flat, avals, getattr(fun, "__name__", "checkpoint"))
+      hit = (pe.convert_constvars_jaxpr(closed.jaxpr), list(closed.consts), out_tree_cell[0])
+      # a trace that closed over another transformation's tracers is only good for this call
+      if cache is not None and not any(isinstance(c, core.Tracer) for c in hit[1]):
+        cache[key] = hit
+    jaxpr, consts, out_tree = hit
+    outs = remat_p.bind(*consts, *leaves, jaxpr=jaxpr, prevent_cse=prevent_cse,
                         differentiated=False, policy=policy)
-    return tree_unflatten(out_tree_cell[0], outs)
+    return tree_unflatten(out_tree, outs)
 
   return fun_remat
 
 
 remat = checkpoint
+
+# Traces of checkpointed functions, per function (weakly held) and argument signature, as JAX
+# caches them: calling a checkpointed function again with the same argument types does not
+# trace it again.
+_TRACES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _trace_cache(fun):
+  try:
+    return _TRACES.setdefault(fun, {})
+  except TypeError:          # not weakly referenceable: no cache
+    return None
+
+
+def _trace_key(in_tree, avals, static_vals):
+  from ourjax.config import config
+  key = (in_tree, tuple(avals), tuple((type(v), v) for v in static_vals), config.x64_enabled)
+  try:
+    hash(key)
+  except TypeError:          # an unhashable static argument: no cache
+    return None
+  return key
 
 
 # ------------------------------------------------------------------------------------------------

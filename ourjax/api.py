@@ -13,7 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ourjax import _nan_check, _once, _phases, core, dtypes, errors, tree_util
+from ourjax import _nan_check, _once, _phases, core, dtypes, errors
+from ourjax import _pytree as tree_util
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
@@ -21,22 +22,30 @@ from ourjax.sharding import ShardedArray
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 from ourjax.interpreters.pjit import pjit_p
-from ourjax.tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
 def _fun_name(f) -> str:
   return getattr(f, "__name__", None) or type(f).__name__
 
 
-def flatten_fun(f: Callable, in_tree):
+def flatten_fun(f: Callable, in_tree, check_outputs: str | None = None):
   """``flat(*leaves) -> out leaves`` for ``f(*args, **kwargs)`` with (args, kwargs) = in_tree;
-  the output treedef is stored in the returned cell after a call."""
+  the output treedef is stored in the returned cell after a call.  ``check_outputs`` (the
+  transformation's name) checks that every output leaf is an array or scalar."""
   out_tree_cell = []
 
   def flat(*leaves):
     args, kwargs = tree_unflatten(in_tree, leaves)
     out = f(*args, **kwargs)
     out_leaves, out_tree = tree_flatten(out)
+    if check_outputs is not None:
+      for i, x in enumerate(out_leaves):
+        if not _is_jax_value(x):
+          where = f" at output component [{i}]" if len(out_leaves) > 1 else ""
+          raise TypeError(f"function {_fun_name(f)}{_fun_location(f).replace(' defined at', ' at')} "
+                          f"traced for {check_outputs} returned a value of type {type(x)}{where}, "
+                          "which is not a valid JAX type")
     out_tree_cell.clear()
     out_tree_cell.append(out_tree)
     return out_leaves
@@ -45,9 +54,13 @@ def flatten_fun(f: Callable, in_tree):
   return flat, out_tree_cell
 
 
+def _is_jax_value(x) -> bool:
+  return (isinstance(x, (core.Tracer, Array, np.ndarray, np.generic, bool, int, float, complex))
+          or hasattr(x, "__jax_array__"))
+
+
 def _check_arg(x, fname):
-  if not (isinstance(x, (core.Tracer, Array, np.ndarray, np.generic, bool, int, float, complex))
-          or hasattr(x, "__jax_array__")):
+  if not _is_jax_value(x):
     raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
                     f"(in {fname}).")
 
@@ -62,12 +75,18 @@ class ShapeDtypeStruct:
 
   def __init__(self, shape, dtype, weak_type: bool = False, sharding=None):
     self.shape = tuple(shape)
-    self.dtype = np.dtype(dtype)
+    self.dtype = dtype if isinstance(dtype, dtypes.KeyDType) else np.dtype(dtype)
     self.weak_type = weak_type
     self.sharding = sharding
 
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+  @classmethod
+  def like(cls, x):
+    """The shape, dtype (and weak type, sharding) of ``x``."""
+    return cls(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False),
+               sharding=getattr(x, "sharding", None))
 
   def __repr__(self):
     w = ", weak_type=True" if self.weak_type else ""
@@ -79,6 +98,14 @@ class ShapeDtypeStruct:
 
   def __hash__(self):
     return hash((self.shape, self.dtype, self.weak_type))
+
+
+def _key_struct_in(x):
+  """A ShapeDtypeStruct of a key dtype, as the key array over its data's struct."""
+  if type(x) is ShapeDtypeStruct and isinstance(x.dtype, dtypes.KeyDType):
+    from ourjax._keys import key_from_struct
+    return key_from_struct(x)
+  return x
 
 
 def _abstractify(x) -> ShapedArray:
@@ -116,15 +143,20 @@ def _split_static(f, args, kwargs, static_argnums, static_argnames, fname):
 
 def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bool = False,
                abstracted_axes=None):
-  """``make_jaxpr(f)(*args)`` returns the ClosedJaxpr of f at the args' shapes and dtypes."""
+  """``make_jaxpr(f)(*args)`` returns the ClosedJaxpr of f at the args' shapes and dtypes.
+  ``axis_env`` (a sequence of ``(axis_name, size)``) binds named axes for collectives
+  (``lax.psum(x, 'i')``) while tracing, as an enclosing ``pmap`` would."""
   static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
   @functools.wraps(fun)
   def make(*args, **kwargs):
+    import contextlib
+    from ourjax.lax.parallel import spmd_axes
     f, dargs, dkwargs, _ = _split_static(fun, args, kwargs, static_argnums, (), "make_jaxpr")
     leaves, in_tree = tree_flatten((dargs, dkwargs))
     flat, out_tree = flatten_fun(f, in_tree)
-    closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
+    with spmd_axes(dict(axis_env)) if axis_env else contextlib.nullcontext():
+      closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
     if return_shape:
       shapes = [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
       return closed, tree_unflatten(out_tree[0], shapes)
@@ -133,6 +165,7 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
 
 
 def eval_shape(fun: Callable, *args, **kwargs):
+  args, kwargs = tree_map(_key_struct_in, (args, kwargs))
   leaves, in_tree = tree_flatten((args, kwargs))
   flat, out_tree = flatten_fun(fun, in_tree)
   closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
@@ -200,6 +233,21 @@ def _shared_cache(fun, options) -> dict:
     return {}
 
 
+def _axis_env_key() -> tuple:
+  """The named axes in scope (enclosing vmap(axis_name=...), pmap and shard_map axes) with their
+  sizes: a trace may read them (lax.axis_size), so they are part of jit's cache key."""
+  from ourjax.lax.parallel import _spmd_env
+  env = _spmd_env()
+  stack = core._state.trace_stack
+  if len(stack) == 1 and not env:
+    return ()
+  from ourjax.interpreters.batching import BatchTrace
+  named = tuple((m.payload.name, m.payload.size) for m in stack
+                if m.trace_type is BatchTrace and m.payload is not None
+                and m.payload.name is not None)
+  return named + tuple(sorted(env.items(), key=lambda kv: str(kv[0])))
+
+
 class JitWrapped:
   """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs and their
   executables.  The cache key is the argument structure, each argument leaf's shape, dtype and
@@ -227,8 +275,9 @@ class JitWrapped:
                            "positional arguments.")
       for what, names in (("static_argnames", static_argnames),
                           ("donate_argnames", donate_argnames)):
-        bad = {n for n in names if n not in kw}
-        if bad and not has_var_kw:
+        # positional-only parameters and *args cannot be named, even with **kwargs
+        bad = {n for n in names if n not in kw and (not has_var_kw or n in pos or n == var)}
+        if bad:
           raise ValueError(f"Jitted function has invalid argnames {bad} in {what}. Function "
                            "does not take these args.")
       # JAX infers each of static_argnums/static_argnames from the other through the signature
@@ -286,7 +335,8 @@ class JitWrapped:
         _check_arg(x, f"jit({_fun_name(self.fun)})")
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
-           config.jax_default_matmul_precision)   # (read at trace time, as JAX's key has it)
+           config.jax_default_matmul_precision,   # (read at trace time, as JAX's key has it)
+           _axis_env_key())
     return f, leaves, in_tree, avals, key, (args, kwargs)
 
   def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
@@ -335,11 +385,13 @@ class JitWrapped:
     head = f"cache miss for {fname}{_fun_location(self.fun)}"
     if not self._cache:
       return f"{head}: first call (never traced before)"
-    in_tree, avals, static_key, backend, x64, prec = key
+    in_tree, avals, static_key, backend, x64, prec, axes = key
     best = None
     for old in self._cache:
-      o_tree, o_avals, o_static, o_backend, o_x64, o_prec = old
+      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes = old
       diffs = []          # (weight, text): the closest signature has the least total weight
+      if axes != o_axes:
+        diffs.append((2, f"the named axes in scope are now {axes} and were {o_axes}"))
       if x64 != o_x64:
         diffs.append((2, f"jax_enable_x64 is now {x64} and was {o_x64}"))
       if prec != o_prec:
@@ -390,10 +442,13 @@ class JitWrapped:
 
     def trace():
       from ourjax.stages import _Signature
+      if config.jax_no_tracing:
+        raise RuntimeError(f"re-tracing function {_fun_name(self.fun)}"
+                           f"{_fun_location(self.fun)} for `jit`, but 'no_tracing' is set")
       args, kwargs = args_kwargs
       names = self._leaf_names(args, kwargs, len(avals))
       reason = self._explain_miss(key, names)
-      flat, out_tree = flatten_fun(f, in_tree)
+      flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
       times = _phases.begin(_fun_name(self.fun))
       with _phases.collecting(times), _phases.phase("trace"):
         closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
@@ -472,6 +527,9 @@ class JitWrapped:
       if exe is None:
         exe = entry.executable = _once.build_once(entry.compiled, None,
                                                   lambda: self._compile(entry))
+      if config.jax_no_execution:
+        raise RuntimeError(f"executing jit-compiled function {_fun_name(self.fun)}, but "
+                           "'no_execution' is set")
       nan_check = _nan_check.enabled()
       if fkey is not None and fkey not in self._fast and not nan_check:
         self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
@@ -532,7 +590,19 @@ class JitWrapped:
     return len(self._cache)
 
   def __repr__(self):
-    return f"<jitted function {_fun_name(self.fun)}>"
+    try:
+      return f"<PjitFunction of {self.__wrapped__!r}>"    # JAX's form
+    except Exception:    # noqa: BLE001  (a failing or missing repr of the function)
+      return "<PjitFunction>"
+
+  def __getattr__(self, name):
+    # attributes set on the function (f.some_value = ...) read through the jitted function,
+    # as JAX's (which copies the function's __dict__)
+    fun = self.__dict__.get("fun")
+    d = getattr(fun, "__dict__", None)
+    if name.startswith("__") or not isinstance(d, dict) or name not in d:
+      raise AttributeError(f"'JitWrapped' object has no attribute {name!r}")
+    return d[name]
 
 
 def _exhausted_in(e, closed: core.ClosedJaxpr, fun):
@@ -553,8 +623,10 @@ def _fast_path_off(flags) -> bool:
   """Whether a flag of ``flags`` (the config, or its dict of global values) sends every call
   down the general path."""
   if isinstance(flags, dict):
-    return bool(flags["jax_disable_jit"] or flags["jax_debug_nans"] or flags["jax_debug_infs"])
-  return bool(flags.jax_disable_jit or flags.jax_debug_nans or flags.jax_debug_infs)
+    return bool(flags["jax_disable_jit"] or flags["jax_debug_nans"] or flags["jax_debug_infs"]
+                or flags["jax_no_execution"])
+  return bool(flags.jax_disable_jit or flags.jax_debug_nans or flags.jax_debug_infs
+              or flags.jax_no_execution)
 
 
 def _fast_entry(exe, out_tree, leaves):
@@ -614,7 +686,7 @@ def _hoist_tracer_consts(closed: core.ClosedJaxpr):
 def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
         donate_argnums=(), donate_argnames=(), keep_unused: bool = False, device=None,
         backend: str | None = None, inline: bool = False, abstracted_axes=None,
-        in_shardings=None, out_shardings=None):
+        in_shardings=None, out_shardings=None, compiler_options: dict | None = None):
   """Compile ``fun``: trace it once per argument signature and run it as one executable.
   Usable as ``@jit`` or ``@jit(static_argnames=...)``.
 
@@ -625,8 +697,19 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
   ``ourjax/_donation.py``).  With ``keep_unused=False`` arguments the
   outputs do not depend on are left out of the compiled module (still accepted).  ``backend``
   picks where it compiles.  ``inline=True`` traces ``fun`` into an enclosing jaxpr instead of
-  a nested call."""
+  a nested call.  ``compiler_options`` (XLA's options: ``{"xla_...": value}``) are accepted and
+  recorded; ourjax's compiler has no such options, so they change nothing."""
+  if compiler_options is not None and not (
+      isinstance(compiler_options, dict) and all(isinstance(k, str) for k in compiler_options)):
+    raise TypeError(f"jit: compiler_options must be a dict with str keys, got "
+                    f"{compiler_options!r}")
+
   def wrap(f):
+    if isinstance(f, staticmethod):
+      raise TypeError(f"staticmethod arguments are not supported, got {f}; apply jit to the "
+                      "function before staticmethod (@staticmethod above @jit)")
+    if inspect.isgeneratorfunction(f):
+      raise TypeError(f"Expected a function, got a generator function: {f}")
     if not callable(f):
       raise TypeError(f"Expected a callable value, got {f!r}")
     w = JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
@@ -634,6 +717,7 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
     if in_shardings is not None or out_shardings is not None:
       w._shardings = (in_shardings, out_shardings)
       w._no_fast = True
+    w.compiler_options = dict(compiler_options or {})
     return w
   return wrap if fun is None else wrap(fun)
 
@@ -731,8 +815,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
       return outs
     out = tree_unflatten(out_tree[0], outs)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
-      raise TypeError("linearize with has_aux=True requires the function to return a pair "
-                      f"(output, aux), got {out_tree[0]}.")
+      _aux_error(out)
     m_leaves, m_tree = tree_flatten(out[0])
     a_leaves, a_tree = tree_flatten(out[1])
     cell[:] = [m_tree, a_tree, len(m_leaves)]
@@ -779,8 +862,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
       outs = flat(*leaves)
       out = tree_unflatten(out_tree[0], outs)
       if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError("vjp with has_aux=True requires the function to return a pair "
-                        f"(output, aux), got {out_tree[0]}.")
+        _aux_error(out)
       m_leaves, m_tree = tree_flatten(out[0])
       a_leaves, a_tree = tree_flatten(out[1])
       aux_cell[:] = [m_tree, a_tree, len(m_leaves)]
@@ -801,7 +883,14 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
   in_avals = [get_aval(p) for p in p_leaves]
   fname = _fun_name(fun)
 
-  def vjp_fn(ct):
+  def vjp_fn(ct, *extra):
+    if extra:
+      raise TypeError(
+          f"The function returned by `jax.vjp` applied to {fname} was called with "
+          f"{1 + len(extra)} arguments, but functions returned by `jax.vjp` must be called with "
+          "a single argument corresponding to the single value returned by the function being "
+          "differentiated (even if that returned value is a tuple or other container): for "
+          "f(x) = (x, x), call f_vjp((2.0, 2.0)), not f_vjp(2.0, 2.0).")
     ct_leaves, ct_tree = tree_flatten(ct)
     if ct_tree != tree:
       raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match structure "
@@ -811,8 +900,12 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
       _check_arg(c, "vjp")
       ca = get_aval(c)
       if ca.shape != a.shape:
-        raise ValueError(f"Shape of cotangent input to vjp pullback function {ca.shape} must "
-                         f"be the same as the shape of corresponding primal input {a.shape}.")
+        raise ValueError(
+            f"unexpected JAX type (e.g. shape/dtype) for argument to VJP function: got "
+            f"{ca.str_short(short_dtypes=False)}, but expected "
+            f"{ad.tangent_aval(a).str_short(short_dtypes=False)} because the corresponding "
+            f"output of the differentiated function had JAX type "
+            f"{a.str_short(short_dtypes=False)} (the cotangent's shape must be the output's)")
       expected = ad.tangent_dtype(a.dtype)
       if expected == dtypes.float0:
         cts.append(ad.Zero(ad.tangent_aval(a)))
@@ -832,6 +925,11 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
 
   out = tree_unflatten(tree, primals_out)
   return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _aux_error(out):
+  raise TypeError("expected function with aux output to return a two-element tuple, but got "
+                  f"type {type(out)} with value {out!r}")
 
 
 def linear_transpose(fun: Callable, *primals, reduce_axes=()):
@@ -1068,10 +1166,10 @@ class _AxisProxy:
     return "*" if self.aval is None else self.aval.str_short()
 
 
-def _check_axis_spec_leaves(what: str, spec):
+def _check_axis_spec_leaves(what: str, spec, transform: str = "vmap"):
   leaves = tree_util.tree_leaves(spec, is_leaf=lambda x: x is None)
   if not all(_is_axis_spec_leaf(l) for l in leaves):
-    raise TypeError(f"vmap {what} must be an int, None, or (nested) container with those types "
+    raise TypeError(f"{transform} {what} must be an int, None, or (nested) container with those types "
                     f"as leaves, but got {spec}.")
 
 
@@ -1196,6 +1294,11 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
     kw_leaves, kw_tree = tree_flatten(kwargs)
     axes = _flatten_axes("vmap in_axes", arg_tree, in_axes, args) + [0] * len(kw_leaves)
     leaves = arg_leaves + kw_leaves
+    if any(ax is not None and ax < 0 for ax in axes):
+      # a negative axis of a typed key array counts from the end of its shape, before its key
+      # data's trailing dimensions
+      axes = [ax if ax is None or ax >= 0 else ax - t
+              for ax, t in zip(axes, _key_data_dims((args, kwargs)))]
     size = _vmap_axis_size(fun, args, kwargs, leaves, axes, axis_size)
     in_dims = [None if ax is None else ax % get_aval(x).ndim for x, ax in zip(leaves, axes)]
     n_args = len(arg_leaves)
@@ -1217,6 +1320,10 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
     out_dims = _flatten_axes("vmap out_axes", out_tree, out_axes,
                              tree_unflatten(out_tree, proxies))
     spec_paths = _leaf_spec_paths(out_tree, out_axes)
+    if any(od is not None and od < 0 for od in out_dims):
+      trail = _key_data_dims(tree_unflatten(out_tree, proxies))
+      out_dims = [od if od is None or od >= 0 or not t else od % (p.aval.ndim + 1 - t)
+                  for od, t, p in zip(out_dims, trail, proxies)]
     outs = [batching.matchaxis(size, d, od, v, axis_name=axis_name, where=p)
             for v, d, od, p in zip(vals, dims, out_dims, spec_paths)]
     # an argument returned as it is comes back as an Array (canonical dtype), as from jit
@@ -1230,6 +1337,19 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size=None,
     doc += "\n\nOriginal documentation:\n\n" + fun.__doc__
   vmapped.__doc__ = doc
   return vmapped
+
+
+def _key_data_dims(tree) -> list[int]:
+  """Per leaf of ``tree`` (as transformations flatten it): the number of trailing key-data
+  dimensions (0 for an ordinary array; the key shape's rank for a typed key array's data)."""
+  from ourjax._keys import PRNGKeyArray
+  out = []
+  for x in tree_util.tree_leaves(tree, is_leaf=lambda y: type(y) is PRNGKeyArray):
+    if type(x) is PRNGKeyArray:
+      out.extend([len(x._impl.key_shape)] * len(tree_util.tree_leaves(x)))
+    else:
+      out.append(0)
+  return out
 
 
 def _leaf_spec_paths(tree, spec) -> list[str]:
@@ -1427,6 +1547,7 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     if isinstance(v, core.Tracer):
       return v
     if not isinstance(v, Array):
+      core.check_not_masked(v)
       v = Array(v, weak_type=dtypes.is_weakly_typed(v))
     if isinstance(dev, Sharding):
       return shard_value(v, dev)
@@ -1448,6 +1569,19 @@ def block_until_ready(x):
       v.block_until_ready()
     return v
   return tree_map(block, x)
+
+
+def copy_to_host_async(x):
+  """Start copying every array in ``x`` to the host (a no-op where device memory is host
+  memory); returns ``x`` itself.  Leaves without ``copy_to_host_async`` are skipped."""
+  from ourjax import tree_util as public_tree_util
+  for v in public_tree_util.tree_leaves(x):
+    try:
+      start = v.copy_to_host_async
+    except AttributeError:
+      continue
+    start()
+  return x
 
 
 def devices(backend=None):

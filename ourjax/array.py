@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ourjax import dtypes
-from ourjax.core import ShapedArray, Tracer
+from ourjax._keys import PRNGKeyArray
+from ourjax.core import ShapedArray, Tracer, check_integer_conversion, check_scalar_conversion
 
 _PY_SCALARS = (bool, int, float, complex)
 
@@ -138,17 +139,19 @@ class Array:
     return bool(self._value)
 
   def __int__(self):
+    check_scalar_conversion(self.aval)
     return int(self._value)
 
   def __float__(self):
+    check_scalar_conversion(self.aval)
     return float(self._value)
 
   def __complex__(self):
+    check_scalar_conversion(self.aval)
     return complex(self._value)
 
   def __index__(self):
-    if not dtypes.is_integer(self.dtype) and self.dtype != np.bool_:
-      raise TypeError(f"only integer arrays can be used as an index, got {self.dtype.name}")
+    check_integer_conversion(self.aval)
     return int(self._value)
 
   def __len__(self):
@@ -221,8 +224,27 @@ class Array:
     """Whether the array was deleted (``delete()``, or donated to a jitted call)."""
     return self._npy is None and self._device_buf is None
 
-  def is_fully_replicated(self):
+  @property
+  def is_fully_replicated(self) -> bool:
     return True
+
+  @property
+  def is_fully_addressable(self) -> bool:
+    return True            # one process: every device's data is addressable
+
+  def on_device_size_in_bytes(self) -> int:
+    return int(self.nbytes)
+
+  def unsafe_buffer_pointer(self) -> int:
+    """The address of the array's data (its host buffer; on a GPU, its device buffer)."""
+    buf = self._device_buf
+    if buf is not None and hasattr(buf, "ptr"):
+      return int(buf.ptr)
+    return int(self._value.ctypes.data)
+
+  def addressable_data(self, index: int):
+    """The data of the ``index``-th addressable shard (the array itself on one device)."""
+    return self.addressable_shards[index].data
 
   def devices(self):
     from ourjax.backends import array_devices
@@ -250,8 +272,8 @@ class _PublicArrayMeta(type):
   arrays (so ``isinstance(x, jax.Array)`` is True inside jit, grad and vmap too)."""
 
   def __instancecheck__(cls, x):
-    return isinstance(x, Array) or (isinstance(x, Tracer)
-                                    and isinstance(getattr(x, "aval", None), ShapedArray))
+    return isinstance(x, Array) or (isinstance(x, Tracer) and isinstance(
+        getattr(x, "aval", None), ShapedArray)) or type(x) is PRNGKeyArray
 
   def __subclasscheck__(cls, sub):
     return isinstance(sub, type) and issubclass(sub, (Array, Tracer))

@@ -50,6 +50,11 @@ class Config:
         "jax_transfer_guard_host_to_device": None,
         "jax_transfer_guard_device_to_host": None,
         "jax_transfer_guard_device_to_device": None,
+        "jax_default_prng_impl": os.environ.get("OURJAX_DEFAULT_PRNG_IMPL") or "threefry2x32",
+        "jax_enable_custom_prng": _env_bool("OURJAX_ENABLE_CUSTOM_PRNG"),
+        "jax_legacy_prng_key": "allow",
+        "jax_no_tracing": False,
+        "jax_no_execution": False,
     })
 
   def update(self, name: str, value) -> None:
@@ -149,3 +154,37 @@ def debug_nans(new_val: bool = True):
 def debug_infs(new_val: bool = True):
   """Context manager for ``jax_debug_infs`` inside a block (this thread only)."""
   return config._override("jax_debug_infs", new_val)
+
+
+def default_prng_impl(new_val: str):
+  """Context manager for ``jax_default_prng_impl`` (the PRNG that ``random.key`` and
+  ``random.PRNGKey`` use when given no ``impl``: ``threefry2x32``, ``rbg``, ``unsafe_rbg``)."""
+  return config._override("jax_default_prng_impl", new_val)
+
+
+def enable_custom_prng(new_val: bool = True):
+  """Context manager for ``jax_enable_custom_prng``: while on, ``random.PRNGKey`` returns a
+  typed key array (as ``random.key`` does) instead of raw ``uint32`` key data."""
+  return config._override("jax_enable_custom_prng", new_val)
+
+
+_LEGACY_KEY_LEVELS = ("allow", "warn", "error")
+
+
+def legacy_prng_key(new_val: str):
+  """Context manager for ``jax_legacy_prng_key``: what ``jax.random`` functions do when given
+  a raw ``uint32`` key (``allow``, ``warn`` or ``error``)."""
+  if new_val not in _LEGACY_KEY_LEVELS:
+    raise ValueError(f"jax_legacy_prng_key must be one of {_LEGACY_KEY_LEVELS}, got {new_val!r}")
+  return config._override("jax_legacy_prng_key", new_val)
+
+
+def no_tracing(new_val: bool = True):
+  """Context manager: while on, a jit cache miss (a function traced again) raises RuntimeError
+  (to check that a loop reuses its compiled functions)."""
+  return config._override("jax_no_tracing", new_val)
+
+
+def no_execution(new_val: bool = True):
+  """Context manager: while on, running a jit-compiled function raises RuntimeError."""
+  return config._override("jax_no_execution", new_val)

@@ -161,7 +161,7 @@ class Primitive:
         if isinstance(a, Tracer):
           break
       else:
-        outs = (self.impl(*args, **params) if self._custom_impl else
+        outs = (self._custom_fn(*args, **params) if self._custom_impl else
                 _eager_apply(self, args, params))
         if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
           _nan_check.check_outputs(self, outs, args, params)
@@ -179,14 +179,18 @@ class Primitive:
     return rule
 
   def def_impl(self, rule):
-    """``rule(*numpy_arrays, **params)`` -> numpy array (or list of them)."""
+    """``rule(*numpy_arrays, **params)`` -> numpy array (or list of them).  A rule may also
+    return ourjax Arrays, and may be a previous ``p.impl`` (restoring it, as JAX code does after
+    wrapping a primitive's implementation)."""
+    if type(rule) is _BoundImpl and rule.prim is self:
+      rule = rule.rule
     impl_rules[self] = rule
     return rule
 
   def def_custom_impl(self, fn):
     """``fn(*values, **params)`` -> ourjax values; for primitives whose eager evaluation is not a
     NumPy function of NumPy arrays (jit calls, control flow, custom derivatives)."""
-    self.impl = fn
+    self._custom_fn = fn
     self._custom_impl = True
     return fn
 
@@ -200,11 +204,32 @@ class Primitive:
     except (TypeError, ValueError) as e:
       raise _with_user_line(e, self.name) from None
 
-  def impl(self, *args, **params):
-    """Eager evaluation: abstract-evaluate (for dtypes, weak types and errors; the result is
-    cached per operand types and params), then run the NumPy implementation on host values and
-    wrap the results as Arrays."""
-    return _eager_apply(self, args, params)
+  @property
+  def impl(self):
+    """Eager evaluation, ``p.impl(*values, **params)``: abstract-evaluate (for dtypes, weak
+    types and errors; the result is cached per operand types and params), then run the NumPy
+    implementation on host values and wrap the results as Arrays.
+
+    As JAX's ``Primitive.impl`` it is read as a value: what is read keeps the implementation
+    registered at that moment, so ``old = p.impl; p.def_impl(lambda x: ... old(x))`` wraps the
+    old implementation instead of calling itself, and ``p.def_impl(old)`` restores it."""
+    if self._custom_impl:
+      return self._custom_fn
+    return _BoundImpl(self, impl_rules.get(self))
+
+
+class _BoundImpl:
+  """``Primitive.impl`` read as a value (see there)."""
+  __slots__ = ("prim", "rule")
+
+  def __init__(self, prim, rule):
+    self.prim, self.rule = prim, rule
+
+  def __call__(self, *args, **params):
+    if impl_rules.get(self.prim) is self.rule:
+      return _eager_apply(self.prim, args, params)
+    from ourjax._eager import apply_rule
+    return apply_rule(self.prim, self.rule, args, params)
 
 
 def _eager_apply(prim, args, params):
@@ -255,7 +280,8 @@ class EvalTrace(Trace):
   pure = lift = lambda self, x: x
 
   def process_primitive(self, primitive, args, params):
-    outs = primitive.impl(*args, **params)
+    outs = (primitive._custom_fn(*args, **params) if primitive._custom_impl else
+            _eager_apply(primitive, args, params))
     if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
       _nan_check.check_outputs(primitive, outs, args, params)
     return outs
@@ -324,11 +350,29 @@ def new_base_main():
 
 def _leaked(tracer) -> UnexpectedTracerError:
   main = tracer._trace.main
+  where = _creation_line(tracer)
+  created = f"The leaked intermediate value was created on line {where}.\n" if where else ""
   return UnexpectedTracerError(
-      f"Encountered an unexpected tracer: a value with shape {tracer.aval.str_short()} was "
-      f"created inside the transformation {main.name or main.trace_type.__name__} and used after "
-      "it had returned. Pass values out of a transformed function through its return value, "
-      "not by assigning them to outer (global or closed-over) variables.")
+      "Encountered an unexpected tracer. A function transformed by JAX had a side effect, "
+      f"allowing for a reference to an intermediate value with type "
+      f"{tracer.aval.str_short(short_dtypes=False)} wrapped in a {type(tracer).__name__} to "
+      f"escape the scope of the transformation {main.name or main.trace_type.__name__}.\n"
+      "JAX transformations require that functions explicitly return their outputs, and "
+      "disallow saving intermediate values to global state.\n" + created +
+      "Pass values out of a transformed function through its return value, not by assigning "
+      "them to outer (global or closed-over) variables.")
+
+
+def _creation_line(tracer):
+  """'file:line (function)' of the equation that made a jaxpr tracer, when known."""
+  builder = getattr(tracer._trace.main, "payload", None)
+  var = getattr(builder, "tracer_to_var", {}).get(id(tracer))
+  if var is None:
+    return None
+  for eqn in getattr(builder, "eqns", ()):
+    if any(v is var for v in eqn.out_binders):
+      return eqn.source_info
+  return None
 
 
 def find_top_trace(xs) -> Trace:
@@ -392,35 +436,53 @@ class Tracer:
     return None
 
   # The following make Python-level use of an abstract value fail with a clear error.
+  # (the shape and dtype errors come first: they hold whatever the values, as in JAX)
   def __bool__(self):
+    check_bool_conversion(self.aval)
     v = self.to_concrete_value()
     if v is None:
       raise TracerBoolConversionError(self, _at_user_line())
     return bool(v)
 
-  def __int__(self):
+  def _scalar_conversion(self, fn):
+    check_scalar_conversion(self.aval)
     v = self.to_concrete_value()
     if v is None:
-      raise TracerIntegerConversionError(self, _at_user_line())
-    return int(v)
+      name = fn.__name__
+      raise ConcretizationTypeError(
+          self, f"The problem arose with the `{name}` function. If trying to convert the data "
+          f"type of a value, try using `x.astype({name})` or `jnp.array(x, {name})` instead.")
+    return fn(v)
+
+  def __int__(self):
+    return self._scalar_conversion(int)
+
+  def __float__(self):
+    return self._scalar_conversion(float)
+
+  def __complex__(self):
+    return self._scalar_conversion(complex)
 
   def __index__(self):
+    check_integer_conversion(self.aval)
     v = self.to_concrete_value()
     if v is None:
       raise TracerIntegerConversionError(self, _at_user_line())
     return operator.index(v)
 
-  def __float__(self):
-    v = self.to_concrete_value()
-    if v is None:
-      raise ConcretizationTypeError(self, "The problem arose with the float() function.")
-    return float(v)
+  # a tracer is immutable: copies are the tracer itself
+  def __copy__(self):
+    return self
 
-  def __complex__(self):
-    v = self.to_concrete_value()
-    if v is None:
-      raise ConcretizationTypeError(self, "The problem arose with the complex() function.")
-    return complex(v)
+  def __deepcopy__(self, memo):
+    return self
+
+  @property
+  def sharding(self):
+    raise AttributeError(
+        "The 'sharding' attribute is not available on tracers of "
+        f"{self.aval.str_short(short_dtypes=False)}: while tracing, a value is known by its "
+        "type, jax.typeof(x) (JAX's types carry the sharding; ourjax's do not yet).")
 
   def __array__(self, dtype=None, copy=None):
     v = self.to_concrete_value()
@@ -470,6 +532,36 @@ class Tracer:
 _python_scalar_types = (bool, int, float, complex)
 
 
+def check_scalar_conversion(aval) -> None:
+  """int()/float()/complex() need a 0-d array (JAX's error otherwise, as NumPy 2.5's)."""
+  if aval.ndim:
+    raise TypeError("Only scalar arrays can be converted to Python scalars; "
+                    f"got arr.ndim={aval.ndim}")
+
+
+def check_integer_conversion(aval) -> None:
+  """``__index__`` (operator.index, hex, list indexing) needs a 0-d integer array."""
+  if aval.ndim or not (dtypes.is_integer(aval.dtype) or aval.dtype == np.bool_):
+    raise TypeError("Only integer scalar arrays can be converted to a scalar index.")
+
+
+def check_bool_conversion(aval) -> None:
+  """bool() needs exactly one element (NumPy's errors otherwise)."""
+  if aval.size == 0:
+    raise ValueError("The truth value of an empty array is ambiguous. Use `array.size > 0` to "
+                     "check that an array is not empty.")
+  if aval.size > 1:
+    raise ValueError("The truth value of an array with more than one element is ambiguous. "
+                     "Use a.any() or a.all()")
+
+
+def check_not_masked(x) -> None:
+  """NumPy masked arrays are rejected (their mask would be silently dropped), as in JAX."""
+  if isinstance(x, np.ma.MaskedArray):
+    raise ValueError("numpy masked arrays are not supported as direct inputs to JAX functions. "
+                     "Use arr.filled() to convert the value to a standard numpy array.")
+
+
 def get_aval(x) -> ShapedArray:
   if type(x) in dtypes.aval_types:     # an Array or a tracer
     return x.aval
@@ -479,6 +571,8 @@ def get_aval(x) -> ShapedArray:
   if aval is not None:
     return aval
   if isinstance(x, (np.ndarray, np.generic)):
+    if type(x) is not np.ndarray:
+      check_not_masked(x)
     return ShapedArray(x.shape, dtypes.canonicalize_dtype(x.dtype), False)
   if isinstance(x, _python_scalar_types):
     return ShapedArray((), dtypes.dtype(x, canonicalize=True), not isinstance(x, bool))

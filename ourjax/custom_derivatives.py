@@ -34,7 +34,7 @@ from ourjax.core import ClosedJaxpr, Primitive, get_aval
 from ourjax.errors import UnexpectedTracerError
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax.tree_util import (tree_flatten, tree_flatten_with_path, tree_map, tree_structure,
+from ourjax._pytree import (tree_flatten, tree_flatten_with_path, tree_map, tree_structure,
                               tree_unflatten, keystr)
 
 __all__ = ["custom_jvp", "custom_vjp", "closure_convert", "linear_call",

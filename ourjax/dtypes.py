@@ -9,7 +9,8 @@ What this module decides:
   lattice, in which Python scalars (and values derived from them) are *weakly typed* and
   give way to the dtype of a strongly typed operand of the same kind.
 
-Nothing here imports the rest of ourjax except ``ourjax.config``.
+Nothing here imports the rest of ourjax except ``ourjax.config`` and ``ourjax._keys`` (the key
+dtype classes, which import nothing of ourjax).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+
+from ourjax._keys import KeyDType, extended, key_issubdtype, prng_key  # noqa: F401
 
 from ourjax.config import config
 
@@ -448,7 +451,13 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
   """
   if not args:
     raise ValueError("at least one array or dtype is required")
-  pairs = tuple([_dtype_and_weakness(np.float64 if a is None else a) for a in args])
+  try:
+    pairs = tuple([_dtype_and_weakness(np.float64 if a is None else a) for a in args])
+  except TypeError:
+    kd = _key_result_type(args)
+    if kd is None:
+      raise
+    return (kd, False) if return_weak_type_flag else kd
   # the result depends only on the (dtype, weak) pairs and the x64 flag: cache it
   key = (pairs, config.x64_enabled)
   r = _result_type_cache.get(key)
@@ -458,6 +467,18 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
       _result_type_cache.clear()
     _result_type_cache[key] = r
   return r if return_weak_type_flag else r[0]
+
+
+def _key_result_type(args):
+  """The key dtype of ``args`` that are all typed PRNG keys (or key dtypes) of one
+  implementation; None when none is; TypeError when keys meet other dtypes."""
+  kds = [a if isinstance(a, KeyDType) else getattr(a, "dtype", None) for a in args]
+  if not any(isinstance(d, KeyDType) for d in kds):
+    return None
+  if not all(isinstance(d, KeyDType) for d in kds) or len(set(kds)) != 1:
+    raise TypeError("result_type: PRNG key dtypes do not promote with other dtypes; got "
+                    f"{', '.join(str(d) for d in kds)}")
+  return kds[0]
 
 
 def _result_type_of_pairs(pairs):
@@ -515,8 +536,9 @@ _issubdtype_of_dtype: dict = {}
 
 
 def issubdtype(a: Any, b: Any) -> bool:
-  """np.issubdtype, with ml_dtypes' floats under np.floating and sub-byte ints under np.integer."""
-  if isinstance(a, np.dtype):       # the common case (is_float(aval.dtype)...): one dict lookup
+  """np.issubdtype, with ml_dtypes' floats under np.floating and sub-byte ints under np.integer,
+  and PRNG key dtypes under ``prng_key`` and ``extended`` (see ``ourjax._keys``)."""
+  if isinstance(a, np.dtype) and not isinstance(b, KeyDType):       # the common case (is_float(aval.dtype)...): one dict lookup
     try:
       return _issubdtype_of_dtype[a, b]
     except KeyError:
@@ -524,6 +546,9 @@ def issubdtype(a: Any, b: Any) -> bool:
       return r
     except TypeError:   # an unhashable b
       pass
+  r = key_issubdtype(a, b)
+  if r is not None:
+    return r
   return _issubdtype_types(_scalar_type(a), _scalar_type(b))
 
 

@@ -28,8 +28,9 @@ class TracerBoolConversionError(ConcretizationTypeError):
 
   def __init__(self, tracer, where: str = ""):
     aval = getattr(tracer, "aval", None)
-    what = aval.str_short() if aval is not None else "?"
-    ctx = (f"Attempted boolean conversion of traced array with shape {what}{where}.\n"
+    what = aval.str_short(short_dtypes=False) if aval is not None else "?"
+    where = f"The error occurred{where}.\n" if where else ""
+    ctx = (f"Attempted boolean conversion of traced array with shape {what}.\n{where}"
            "Python control flow (if/while/and/or/not) needs a concrete bool; on a traced value "
            "use lax.cond or jnp.where instead.")
     TypeError.__init__(self, ctx)
@@ -42,7 +43,9 @@ class TracerIntegerConversionError(ConcretizationTypeError):
   def __init__(self, tracer, where: str = ""):
     aval = getattr(tracer, "aval", None)
     what = aval.str_short() if aval is not None else "?"
-    TypeError.__init__(self, f"Attempted integer conversion of traced array with shape "
+    if aval is not None and hasattr(aval, "str_short"):
+      what = aval.str_short(short_dtypes=False)
+    TypeError.__init__(self, f"The __index__() method was called on traced array with shape "
                              f"{what}{where}. Use static arguments for values that must be "
                              "Python integers.")
     self.tracer = tracer
@@ -83,11 +86,16 @@ class KeyReuseError(OurJaxError):
   pass
 
 
-class CompileError(OurJaxError):
+class JaxRuntimeError(OurJaxError, RuntimeError):
+  """An error of the runtime rather than of the program's types: compiling, running, memory
+  (JAX's ``jax.errors.JaxRuntimeError``, XLA's runtime errors)."""
+
+
+class CompileError(JaxRuntimeError):
   """The backend failed to compile a module (the message carries the backend's log)."""
 
 
-class DeviceError(OurJaxError):
+class DeviceError(JaxRuntimeError):
   """A device (driver) call failed."""
 
 
@@ -107,7 +115,7 @@ def format_bytes(n: int) -> str:
   raise AssertionError(n)   # pragma: no cover
 
 
-class ResourceExhaustedError(OurJaxError, MemoryError):
+class ResourceExhaustedError(JaxRuntimeError, MemoryError):
   """Memory for a computation could not be allocated (JAX's RESOURCE_EXHAUSTED).  ``nbytes``:
   the size asked for; ``output``: the index of the result being allocated, or None (the
   program's temporaries).  ``jit`` adds the function and, for a result, the operation that

@@ -6,7 +6,7 @@ import numpy as np
 from ourjax import dtypes
 from ourjax import numpy as jnp
 from ourjax import lax
-from ourjax.tree_util import tree_flatten, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_unflatten
 
 
 def ravel_pytree(pytree):

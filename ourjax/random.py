@@ -1,21 +1,17 @@
 """``ourjax.random``: counter-based pseudo-random numbers, bit for bit the ones JAX draws.
 
-A key is a ``uint32[2]`` array (JAX's legacy "raw" key; ``key(seed)`` returns the same
-representation, so ``key_data``/``wrap_key_data`` are identities that check the shape).  Every
-sampler is a pure function of a key: the same key gives the same numbers, and ``split`` /
-``fold_in`` derive new independent keys.
+Keys come in JAX's two forms: ``key(seed)`` returns a typed key array (shape ``()``, dtype
+``key<fry>``; see ``ourjax._keys``), ``PRNGKey(seed)`` the legacy raw ``uint32[2]`` key data.
+Every function takes either; ``split``/``fold_in`` return keys of the form they were given, and
+``key_data``/``wrap_key_data`` convert.  Every sampler is a pure function of a key: the same key
+gives the same numbers, and ``split`` / ``fold_in`` derive new independent keys.
 
-The generator is Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy
-as 1, 2, 3", SC'11), written with ourjax's uint32 primitives (add, xor, shifts and or for the
-rotations), so it traces, jits and vmaps like any other array code.  The bit streams follow JAX's
-default configuration (``jax_threefry_partitionable=True``, the default since JAX 0.5):
+The implementations (``ourjax.prng``): ``threefry2x32`` (the default, bit for bit JAX's with
+``jax_threefry_partitionable=True``), ``threefry4x32``, ``philox2x32``, ``philox4x32`` (bit for
+bit JAX's too), ``rbg`` and ``unsafe_rbg`` (keys as JAX's, random bits not); ``impl=`` or the
+``jax_default_prng_impl`` flag picks one.
 
-* ``bits(key, shape)``: element ``i`` (row-major flat index) hashes the counter pair ``(0, i)``
-  under the key; the two output words are xor-ed (32 bits), or concatenated (64 bits).
-* ``split(key, shape)``: element ``i`` of the result is the hash of ``(0, i)`` (both words kept).
-* ``fold_in(key, d)``: the hash of the single counter pair ``(0, d)``.
-
-Samplers then transform the bits exactly as JAX does (uniform: mantissa bits under an exponent of
+Samplers transform the bits exactly as JAX does (uniform: mantissa bits under an exponent of
 one; normal: ``sqrt(2) * erfinv(u)``; randint: two bit streams reduced modulo the span; ...).
 Integer and uniform outputs are bit-identical to JAX's; outputs that go through transcendental
 functions (normal, gumbel, exponential, ...) can differ from JAX's in the last bit or two where
@@ -33,7 +29,9 @@ import numpy as np
 from ourjax import dtypes, lax
 from ourjax import numpy as jnp
 from ourjax.config import config
+from ourjax._keys import PRNG_IMPLS, KeyDType, PRNGImpl, PRNGKeyArray
 from ourjax.core import Tracer, get_aval
+from ourjax.prng import threefry2x32, threefry_2x32  # noqa: F401  (public names)
 
 __all__ = [
     "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl", "clone", "split", "fold_in",
@@ -50,83 +48,6 @@ _UINT_DTYPES = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.
                 64: np.dtype(np.uint64)}
 
 # ---------------------------------------------------------------------------------------------
-# Threefry-2x32
-
-
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-_KS_PARITY = 0x1BD11BDA
-
-
-def _u32(v):
-  return np.uint32(v)
-
-
-def _rotl(x, d: int):
-  return lax.or_(lax.shift_left(x, _u32(d)), lax.shift_right_logical(x, _u32(32 - d)))
-
-
-def threefry2x32(key1, key2, x1, x2):
-  """The Threefry-2x32 block function (20 rounds) on uint32 values.
-
-  ``key1, key2`` are the two key words, ``x1, x2`` the two counter words; rank-0 operands
-  broadcast against the others.  Returns the two output words.
-
-  The 20 rounds are 5 iterations of a ``fori_loop`` over 4 rounds and a key injection (JAX's
-  CPU lowering does the same): the traced program stays small, which keeps compile times
-  short, and the loop carries the key schedule and the rotation constants.
-  """
-  for v in (key1, key2, x1, x2):
-    if dtypes.dtype(v) != _U32:
-      raise TypeError("threefry2x32 requires uint32 arguments, got "
-                      f"{[dtypes.dtype(a).name for a in (key1, key2, x1, x2)]}")
-  ks2 = lax.xor(lax.xor(key1, key2), _u32(_KS_PARITY))
-  shape = np.broadcast_shapes(*(_shape_of(v) for v in (key1, key2, x1, x2)))
-  x1 = lax.add(_bcast(x1, shape), key1)
-  x2 = lax.add(_bcast(x2, shape), key2)
-
-  def step(i, state):
-    x1, x2, k0, k1, k2, rot_now, rot_next = state
-    for j in range(4):
-      r = lax.reshape(lax.slice(rot_now, (j,), (j + 1,)), ())
-      x1 = lax.add(x1, x2)
-      x2 = lax.xor(x1, lax.or_(lax.shift_left(x2, r),
-                               lax.shift_right_logical(x2, lax.sub(_u32(32), r))))
-    # key injection after every four rounds; the key words rotate one place each time
-    x1 = lax.add(x1, k0)
-    x2 = lax.add(lax.add(x2, k1), lax.convert_element_type(i + 1, _U32))
-    return x1, x2, k1, k2, k0, rot_next, rot_now
-
-  rotations = (np.array(_ROTATIONS[0], _U32), np.array(_ROTATIONS[1], _U32))
-  out = lax.fori_loop(0, 5, step, (x1, x2, key2, ks2, key1) + rotations)
-  return out[0], out[1]
-
-
-def threefry_2x32(keypair, count):
-  """Hash the uint32 array ``count`` under ``keypair`` (JAX's ``threefry_2x32``): the flattened
-  counts (padded with a zero to even length) are cut into two halves that form the counter
-  pairs; the two output halves are concatenated back into ``count``'s shape."""
-  key = _check_key("threefry_2x32", keypair)
-  count = jnp.asarray(count)
-  if count.dtype != _U32:
-    raise TypeError(f"threefry_2x32 requires uint32 counts, got {count.dtype}")
-  shape = count.shape
-  flat = lax.reshape(count, (math.prod(shape),))
-  n = math.prod(shape)
-  odd = n % 2
-  if odd:
-    flat = lax.concatenate([flat, np.zeros((1,), _U32)], 0)
-  half = (n + odd) // 2
-  x1 = lax.slice(flat, (0,), (half,))
-  x2 = lax.slice(flat, (half,), (2 * half,))
-  k1, k2 = _key_words(key)
-  y1, y2 = threefry2x32(k1, k2, x1, x2)
-  out = lax.concatenate([y1, y2], 0)
-  if odd:
-    out = lax.slice(out, (0,), (n,))
-  return lax.reshape(out, shape)
-
-
-# ---------------------------------------------------------------------------------------------
 # Keys
 
 
@@ -134,7 +55,11 @@ def _is_concrete(x) -> bool:
   return not isinstance(x, Tracer)
 
 
-def _seed_to_key(seed, ctor: str):
+def _check_seed(seed, ctor: str):
+  """``seed`` checked (an integer scalar) and, with x64 off, narrowed to 32 bits as JAX does."""
+  if isinstance(seed, PRNGKeyArray):
+    raise TypeError(f"{ctor} accepts a scalar seed, but was given a PRNG key array of shape "
+                    f"{seed.shape}.")
   if isinstance(seed, bool) or (hasattr(seed, "dtype") and not dtypes.issubdtype(
       dtypes.dtype(seed), np.integer)) or isinstance(seed, (float, complex)):
     raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
@@ -142,7 +67,6 @@ def _seed_to_key(seed, ctor: str):
   if seed_shape:
     raise TypeError(f"{ctor} accepts a scalar seed, but was given an array of shape "
                     f"{seed_shape} != (). Use jax.vmap for batching")
-  x64 = config.x64_enabled
   if isinstance(seed, int):
     if not -2 ** 63 <= seed < 2 ** 63:
       raise OverflowError(f"Python int {seed} too large to convert to int64 (a PRNG seed is a "
@@ -150,38 +74,28 @@ def _seed_to_key(seed, ctor: str):
     seed = np.int64(seed)
   if _is_concrete(seed):
     s = np.asarray(seed)
-    if not x64:  # as JAX with x64 off: the seed is first narrowed to 32 bits
+    if not config.x64_enabled:  # as JAX with x64 off: the seed is first narrowed to 32 bits
       s = s.astype(dtypes.canonicalize_dtype(s.dtype))
-    v = int(s)
-    bits = s.dtype.itemsize * 8
-    v %= 2 ** bits
-    hi = (v >> 32) if bits == 64 else 0
-    return jnp.asarray(np.array([hi, v & 0xFFFFFFFF], dtype=_U32))
-  # a traced seed: the same arithmetic with ourjax operations
-  dt = get_aval(seed).dtype
-  lo = lax.convert_element_type(seed, _U32)
-  if dt.itemsize == 8:
-    hi = lax.convert_element_type(lax.shift_right_logical(seed, np.array(32, dt)), _U32)
-  else:
-    hi = lax.full((), 0, _U32)
-  return lax.concatenate([lax.expand_dims(hi, (0,)), lax.expand_dims(lo, (0,))], 0)
+    return s
+  return seed
 
 
-def PRNGKey(seed, *, impl=None):  # noqa: N802 (JAX's name)
-  """A legacy PRNG key (``uint32[2]``) from an integer seed.
-
-  A 64-bit seed is split into its high and low words; with x64 off the seed is first narrowed
-  to 32 bits (so ``PRNGKey(-1)`` is ``[0, 4294967295]``), as JAX does."""
-  _check_impl(impl)
-  return _seed_to_key(seed, "PRNGKey")
-
-
-def key(seed, *, impl=None, dtype=None):
-  """A PRNG key from an integer seed.  ourjax has no typed key arrays: the key is the same
-  ``uint32[2]`` array ``PRNGKey`` returns (``key_data`` of it is itself).  ``dtype`` (a
-  ``key_dtype()``) is another way to name ``impl``."""
-  _check_impl(_impl_or_dtype("key", impl, dtype))
-  return _seed_to_key(seed, "key")
+def _resolve_impl(impl) -> PRNGImpl:
+  """The ``PRNGImpl`` named by ``impl``: None (the ``jax_default_prng_impl`` flag), a name, a
+  key dtype, or a ``PRNGImpl``."""
+  if impl is None:
+    impl = config.read("jax_default_prng_impl")
+  if isinstance(impl, PRNGImpl):
+    return impl
+  if isinstance(impl, KeyDType):
+    return impl._impl
+  if isinstance(impl, str):
+    got = PRNG_IMPLS.get(impl)
+    if got is None:
+      raise ValueError(f"unrecognized PRNG implementation {impl!r}; ourjax implements "
+                       f"{', '.join(repr(n) for n in PRNG_IMPLS)}")
+    return got
+  raise TypeError(f"unrecognized type {type(impl)} for specifying PRNG implementation.")
 
 
 def _impl_or_dtype(name, impl, dtype):
@@ -192,32 +106,62 @@ def _impl_or_dtype(name, impl, dtype):
   return dtype
 
 
-def _check_impl(impl):
-  if isinstance(impl, _KeyDType):
-    return
-  if impl is not None and impl != "threefry2x32":
-    raise ValueError(f"unrecognized PRNG implementation {impl!r}; ourjax implements "
-                     "'threefry2x32' only")
+def PRNGKey(seed, *, impl=None):  # noqa: N802 (JAX's name)
+  """A legacy PRNG key: the raw ``uint32`` key data (``uint32[2]`` for threefry2x32) of an
+  integer seed, or a typed key array while ``jax_enable_custom_prng`` is on.
+
+  A 64-bit seed is split into its high and low words; with x64 off the seed is first narrowed
+  to 32 bits (so ``PRNGKey(-1)`` is ``[0, 4294967295]``), as JAX does."""
+  impl = _resolve_impl(impl)
+  data = impl.seed(_check_seed(seed, "PRNGKey"))
+  if config.read("jax_enable_custom_prng"):
+    return PRNGKeyArray(impl, data)
+  return data
+
+
+def key(seed, *, impl=None, dtype=None):
+  """A typed PRNG key array of shape ``()`` (dtype ``key<fry>`` for threefry2x32) from an
+  integer seed.  ``impl`` names the implementation (default: ``jax_default_prng_impl``);
+  ``dtype`` (a key dtype) is another way to name it."""
+  impl = _resolve_impl(_impl_or_dtype("key", impl, dtype))
+  return PRNGKeyArray(impl, impl.seed(_check_seed(seed, "key")))
 
 
 def key_data(keys):
-  """The ``uint32`` words of a key (or of an array of keys, shape ``(..., 2)``)."""
+  """The ``uint32`` data of a key array, shape ``(*keys.shape, *key_shape)``; raw key data is
+  returned as it is."""
+  if isinstance(keys, PRNGKeyArray):
+    return keys._base_array
   keys = jnp.asarray(keys)
-  _check_key_array("key_data", keys)
+  _check_key_data("key_data", keys, _resolve_impl(None))
   return keys
 
 
 def wrap_key_data(key_bits_array, *, impl=None, dtype=None):
-  """The key array whose words are ``key_bits_array`` (``uint32``, trailing dimension 2)."""
-  _check_impl(_impl_or_dtype("wrap_key_data", impl, dtype))
-  keys = jnp.asarray(key_bits_array)
-  _check_key_array("wrap_key_data", keys)
-  return keys
+  """The key array whose data is ``key_bits_array`` (``uint32``, trailing dimensions the
+  implementation's key shape)."""
+  impl = _resolve_impl(_impl_or_dtype("wrap_key_data", impl, dtype))
+  if isinstance(key_bits_array, PRNGKeyArray):
+    raise TypeError("wrap_key_data takes raw uint32 key data, got a key array of dtype "
+                    f"{key_bits_array.dtype}")
+  data = jnp.asarray(key_bits_array)
+  _check_key_data("wrap_key_data", data, impl)
+  return PRNGKeyArray(impl, data)
 
 
 def key_impl(keys):
-  _check_key_array("key_impl", jnp.asarray(keys))
-  return "threefry2x32"
+  """The name of a key array's PRNG implementation (raw key data: the default one's)."""
+  if isinstance(keys, PRNGKeyArray):
+    return keys._impl.name
+  keys = jnp.asarray(keys)
+  impl = _resolve_impl(None)
+  _check_key_data("key_impl", keys, impl)
+  return impl.name
+
+
+def key_dtype(impl=None):
+  """The key dtype of PRNG implementation ``impl`` (default: ``jax_default_prng_impl``)."""
+  return KeyDType(_resolve_impl(impl))
 
 
 def clone(key):
@@ -225,32 +169,50 @@ def clone(key):
   return key
 
 
-def _check_key_array(name, keys):
-  aval = get_aval(keys)
-  if aval.dtype != _U32 or not aval.shape or aval.shape[-1] != 2:
-    raise TypeError(f"{name}: a PRNG key is a uint32 array whose last dimension is 2 (the "
-                    f"threefry2x32 key words); got {aval.dtype.name}{list(aval.shape)}")
+def _check_key_data(name, data, impl):
+  aval = get_aval(data)
+  n = len(impl.key_shape)
+  if aval.dtype != _U32:
+    raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.dtype = uint32; "
+                    f"got dtype={aval.dtype.name} (in {name})")
+  if tuple(aval.shape[len(aval.shape) - n:]) != impl.key_shape or len(aval.shape) < n:
+    raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.shape to end "
+                    f"with {impl.key_shape}; got shape={tuple(aval.shape)} "
+                    f"(dtype {aval.dtype.name}) for impl={impl.name} (in {name})")
 
 
-def _check_key(name, key):
-  if not isinstance(key, Tracer):
-    if isinstance(key, (list, tuple)) or not hasattr(key, "shape"):
-      raise TypeError(f"{name}: unexpected PRNG key type {type(key).__name__}; create keys "
-                      "with ourjax.random.PRNGKey(seed) or ourjax.random.key(seed)")
-    key = jnp.asarray(key)
-  aval = get_aval(key)
-  if aval.dtype != _U32 or not aval.shape or aval.shape[-1] != 2:
-    raise TypeError(f"{name}: invalid PRNG key data: expected a uint32[2] key, got "
-                    f"{aval.dtype.name}{list(aval.shape)}")
-  if aval.shape != (2,):
+def _check_key(name, key, allow_batched=False):
+  """``(typed key, was_raw)`` for a key argument: a typed key array, or raw ``uint32`` key
+  data of the default implementation (``jax_legacy_prng_key`` says whether that warns)."""
+  if isinstance(key, PRNGKeyArray):
+    typed = key
+    raw = False
+  else:
+    if not isinstance(key, Tracer):
+      if isinstance(key, (list, tuple)) or not hasattr(key, "shape"):
+        raise TypeError(f"{name}: unexpected PRNG key type {type(key).__name__}; create keys "
+                        "with ourjax.random.key(seed) or ourjax.random.PRNGKey(seed)")
+      key = jnp.asarray(key)
+    impl = _resolve_impl(None)
+    _check_key_data(name, key, impl)
+    level = config.read("jax_legacy_prng_key")
+    if level != "allow":
+      msg = "Legacy uint32 key array passed as key to jax.random function."
+      if level == "error":
+        raise ValueError(msg + " Please create keys with jax.random.key().")
+      import warnings
+      warnings.warn(msg + " Please create keys with jax.random.key().", UserWarning,
+                    stacklevel=3)
+    typed = PRNGKeyArray(impl, key)
+    raw = True
+  if typed.shape and not allow_batched:
     raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
-                     f"{aval.shape[:-1]} != (). Use jax.vmap for batching.")
-  return key
+                     f"{typed.shape} != (). Use jax.vmap for batching.")
+  return typed, raw
 
 
-def _key_words(key):
-  return (lax.reshape(lax.slice(key, (0,), (1,)), ()),
-          lax.reshape(lax.slice(key, (1,), (2,)), ()))
+def _out(keys, raw):
+  return keys._base_array if raw else keys
 
 
 def _canonicalize_shape(shape, name="shape"):
@@ -276,35 +238,18 @@ def operator_index(d):
   return operator.index(d)
 
 
-def _counters(shape):
-  """The (high, low) words of the row-major flat index of every element of ``shape``."""
-  n = math.prod(shape)
-  if n > 2 ** 32:
-    raise NotImplementedError(f"random bits arrays of more than 2**32 elements ({n})")
-  lo = lax.reshape(lax.iota(_U32, n), shape)
-  hi = lax.full(shape, 0, _U32)
-  return hi, lo
-
-
-def _hash_counters(key, shape):
-  k1, k2 = _key_words(key)
-  hi, lo = _counters(shape)
-  return threefry2x32(k1, k2, hi, lo)
-
-
 def split(key, num=2):
-  """``num`` new keys (an int, or a shape: the result has shape ``(*num, 2)``)."""
-  key = _check_key("split", key)
+  """``num`` new keys (an int, or a shape: the result has shape ``num``)."""
+  key, raw = _check_key("split", key)
   shape = tuple(num) if isinstance(num, Sequence) else (num,)
   shape = _canonicalize_shape(shape, "split's num")
-  b1, b2 = _hash_counters(key, shape)
-  nd = len(shape)
-  return lax.concatenate([lax.expand_dims(b1, (nd,)), lax.expand_dims(b2, (nd,))], nd)
+  impl = key._impl
+  return _out(PRNGKeyArray(impl, impl.split(key._base_array, shape)), raw)
 
 
 def fold_in(key, data):
   """A new key that is a deterministic function of ``key`` and the 32-bit integer ``data``."""
-  key = _check_key("fold_in", key)
+  key, raw = _check_key("fold_in", key)
   if np.ndim(data) if not isinstance(data, Tracer) else get_aval(data).ndim:
     raise TypeError("fold_in accepts a scalar, but was given an array of shape "
                     f"{np.shape(data)} != (). Use jax.vmap for batching.")
@@ -312,27 +257,22 @@ def fold_in(key, data):
     d = jnp.asarray(np.array(data % 2 ** 32, _U32))
   else:
     d = lax.convert_element_type(jnp.asarray(data), _U32)
-  k1, k2 = _key_words(key)
-  y1, y2 = threefry2x32(k1, k2, np.zeros((1,), _U32), lax.reshape(d, (1,)))
-  return lax.concatenate([y1, y2], 0)
+  impl = key._impl
+  return _out(PRNGKeyArray(impl, impl.fold_in(key._base_array, d)), raw)
 
 
 def _random_bits(key, bit_width: int, shape):
-  b1, b2 = _hash_counters(key, shape)
-  if bit_width == 64:
-    dt = _UINT_DTYPES[64]
-    hi = lax.convert_element_type(b1, dt)
-    lo = lax.convert_element_type(b2, dt)
-    return lax.or_(lax.shift_left(hi, np.array(32, dt)), lo)
-  out = lax.xor(b1, b2)
-  if bit_width != 32:
-    out = lax.convert_element_type(out, _UINT_DTYPES[bit_width])
-  return out
+  return key._impl.random_bits(key._base_array, bit_width, shape)
+
+
+def _unstack(keys, n):
+  return [PRNGKeyArray(keys._impl, lax.index_in_dim(keys._base_array, i, 0, keepdims=False))
+          for i in range(n)]
 
 
 def bits(key, shape=(), dtype=None):
   """Uniform random bits as unsigned integers (default ``uint32``; ``uint64`` with x64)."""
-  key = _check_key("bits", key)
+  key, _ = _check_key("bits", key)
   if dtype is None:
     dtype = dtypes.default_uint_dtype()
   else:
@@ -408,7 +348,7 @@ def _take(arr, ind, axis):
 def uniform(key, shape=(), dtype=None, minval=0., maxval=1.):
   """Uniform floats in ``[minval, maxval)``.  The random mantissa bits fill a float in
   ``[1, 2)``, which is shifted and scaled (JAX's construction, bit for bit)."""
-  key = _check_key("uniform", key)
+  key, _ = _check_key("uniform", key)
   dt = _float_dtype(dtype, "uniform")
   shape = _canonicalize_shape(shape)
   return _uniform(key, shape, dt, minval, maxval)
@@ -448,7 +388,7 @@ def _convert_and_clip_integer(val, dt):
 def randint(key, shape, minval, maxval, dtype=None):
   """Uniform integers in ``[minval, maxval)`` (JAX's algorithm: two 32-bit streams reduced
   modulo the span; 8- and 16-bit dtypes are sampled in 32 bits)."""
-  key = _check_key("randint", key)
+  key, _ = _check_key("randint", key)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype, "randint")
   if not dtypes.issubdtype(dt, np.integer):
     raise TypeError(f"randint only accepts integer dtypes, got {dt}")
@@ -497,13 +437,9 @@ def _randint(key, shape, minval, maxval, dt):
   return lax.add(minval, lax.convert_element_type(off, dt))
 
 
-def _unstack(keys, n):
-  return [lax.reshape(lax.index_in_dim(keys, i, 0, keepdims=False), (2,)) for i in range(n)]
-
-
 def bernoulli(key, p=0.5, shape=None, mode="low"):
   """Booleans that are True with probability ``p``."""
-  key = _check_key("bernoulli", key)
+  key, _ = _check_key("bernoulli", key)
   if mode not in ("high", "low"):
     raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
   dt = dtypes.dtype(p, canonicalize=True)
@@ -526,7 +462,7 @@ def bernoulli(key, p=0.5, shape=None, mode="low"):
 
 def rademacher(key, shape=(), dtype=None):
   """+1 or -1 with equal probability."""
-  key = _check_key("rademacher", key)
+  key, _ = _check_key("rademacher", key)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype, "rademacher")
   shape = _canonicalize_shape(shape)
   b = bernoulli(key, 0.5, shape).astype(dt)
@@ -551,7 +487,7 @@ def _shuffle(key, x, axis):
 
 def permutation(key, x, axis: int = 0, independent: bool = False):
   """A random permutation of ``arange(x)`` (int ``x``) or of ``x`` along ``axis``."""
-  key = _check_key("permutation", key)
+  key, _ = _check_key("permutation", key)
   if np.ndim(x) == 0 and not isinstance(x, Tracer):
     if not dtypes.issubdtype(dtypes.dtype(x), np.integer):
       raise TypeError("x must be an integer or at least 1-dimensional")
@@ -576,7 +512,7 @@ def _canon_axis(axis, ndim):
 def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0, mode=None):
   """Samples from ``a`` (an array, or ``arange(a)`` for an int), with or without replacement,
   optionally with probabilities ``p``."""
-  key = _check_key("choice", key)
+  key, _ = _check_key("choice", key)
   if not isinstance(shape, Sequence):
     raise TypeError(f"shape argument of jax.random.choice must be a sequence, got {shape}")
   shape = _canonicalize_shape(shape)
@@ -661,7 +597,7 @@ def _erf_inv(x):
 
 def normal(key, shape=(), dtype=None):
   """Standard normal samples: ``sqrt(2) * erfinv(u)`` with ``u`` uniform in (-1, 1)."""
-  key = _check_key("normal", key)
+  key, _ = _check_key("normal", key)
   dt = _float_dtype(dtype, "normal", (np.floating, np.complexfloating))
   shape = _canonicalize_shape(shape)
   return _normal(key, shape, dt)
@@ -687,7 +623,7 @@ def _normal_real(key, shape, dt):
 
 def truncated_normal(key, lower, upper, shape=None, dtype=None):
   """Standard normal samples conditioned on ``lower < x < upper`` (inverse-CDF method)."""
-  key = _check_key("truncated_normal", key)
+  key, _ = _check_key("truncated_normal", key)
   dt = _float_dtype(dtype, "truncated_normal")
   if shape is None:
     shape = tuple(np.broadcast_shapes(_shape_of(lower), _shape_of(upper)))
@@ -708,7 +644,7 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None):
 
 def exponential(key, shape=(), dtype=None):
   """Exponential(1) samples: ``-log1p(-u)``."""
-  key = _check_key("exponential", key)
+  key, _ = _check_key("exponential", key)
   dt = _float_dtype(dtype, "exponential")
   shape = _canonicalize_shape(shape)
   u = _uniform(key, shape, dt, 0., 1.)
@@ -718,7 +654,7 @@ def exponential(key, shape=(), dtype=None):
 def gumbel(key, shape=(), dtype=None, mode=None):
   """Gumbel samples ``-log(-log(u))`` (mode "high" spends two uniforms per sample for a wider
   range of the largest values)."""
-  key = _check_key("gumbel", key)
+  key, _ = _check_key("gumbel", key)
   dt = _float_dtype(dtype, "gumbel")
   shape = _canonicalize_shape(shape)
   mode = "low" if mode is None else mode
@@ -743,7 +679,7 @@ def _gumbel(key, shape, dt, mode):
 def categorical(key, logits, axis: int = -1, shape=None, replace: bool = True, mode=None):
   """Indices drawn from ``softmax(logits, axis)`` (the Gumbel-max trick; without replacement
   the Gumbel-top-k trick)."""
-  key = _check_key("categorical", key)
+  key, _ = _check_key("categorical", key)
   logits = jnp.asarray(logits)
   nd = logits.ndim
   axis = _canon_axis(axis, nd)
@@ -772,7 +708,7 @@ def categorical(key, logits, axis: int = -1, shape=None, replace: bool = True, m
 
 def laplace(key, shape=(), dtype=None):
   """Laplace(0, 1) samples."""
-  key = _check_key("laplace", key)
+  key, _ = _check_key("laplace", key)
   dt = _float_dtype(dtype, "laplace")
   shape = _canonicalize_shape(shape)
   u = _uniform(key, shape, dt, np.array(-1. + dtypes.finfo(dt).epsneg, dt), 1.)
@@ -781,7 +717,7 @@ def laplace(key, shape=(), dtype=None):
 
 def logistic(key, shape=(), dtype=None):
   """Standard logistic samples ``log(u) - log1p(-u)``."""
-  key = _check_key("logistic", key)
+  key, _ = _check_key("logistic", key)
   dt = _float_dtype(dtype, "logistic")
   shape = _canonicalize_shape(shape)
   x = _uniform(key, shape, dt, np.array(dtypes.finfo(dt).tiny, dt), 1.)
@@ -790,7 +726,7 @@ def logistic(key, shape=(), dtype=None):
 
 def cauchy(key, shape=(), dtype=None):
   """Standard Cauchy samples ``tan(pi * (u - 1/2))``."""
-  key = _check_key("cauchy", key)
+  key, _ = _check_key("cauchy", key)
   dt = _float_dtype(dtype, "cauchy")
   shape = _canonicalize_shape(shape)
   u = _uniform(key, shape, dt, np.array(dtypes.finfo(dt).eps, dt), 1.)
@@ -800,7 +736,7 @@ def cauchy(key, shape=(), dtype=None):
 
 def lognormal(key, sigma=1., shape=None, dtype=None):
   """``exp(sigma * normal)``."""
-  key = _check_key("lognormal", key)
+  key, _ = _check_key("lognormal", key)
   dt = _float_dtype(dtype, "lognormal")
   if shape is None:
     shape = tuple(_shape_of(sigma))
@@ -816,7 +752,7 @@ def orthogonal(key, n: int, shape=(), dtype=None, m=None):
   the Q factor of a normal matrix, with the signs that make R's diagonal positive (Mezzadri's
   recipe).  Q comes from Gram-Schmidt, repeated once for orthogonality to working precision;
   with those signs it is the unique Q that JAX's Householder QR gives."""
-  key = _check_key("orthogonal", key)
+  key, _ = _check_key("orthogonal", key)
   dt = _float_dtype(dtype, "orthogonal")
   shape = _canonicalize_shape(shape)
   n = operator_index(n)
@@ -910,7 +846,7 @@ def _gamma(key, a, shape, dt, log_space):
 def gamma(key, a, shape=None, dtype=None):
   """Gamma(a, 1) samples (Marsaglia and Tsang's method; not differentiable in ``a`` in
   ourjax)."""
-  key = _check_key("gamma", key)
+  key, _ = _check_key("gamma", key)
   dt = _float_dtype(dtype, "gamma")
   shape = None if shape is None else _canonicalize_shape(shape)
   return _gamma(key, a, shape, dt, False)
@@ -918,7 +854,7 @@ def gamma(key, a, shape=None, dtype=None):
 
 def loggamma(key, a, shape=None, dtype=None):
   """``log`` of Gamma(a, 1) samples, computed in log space (accurate for small ``a``)."""
-  key = _check_key("loggamma", key)
+  key, _ = _check_key("loggamma", key)
   dt = _float_dtype(dtype, "loggamma")
   shape = None if shape is None else _canonicalize_shape(shape)
   return _gamma(key, a, shape, dt, True)
@@ -926,7 +862,7 @@ def loggamma(key, a, shape=None, dtype=None):
 
 def beta(key, a, b, shape=None, dtype=None):
   """Beta(a, b) samples from two log-gamma draws."""
-  key = _check_key("beta", key)
+  key, _ = _check_key("beta", key)
   dt = _float_dtype(dtype, "beta")
   if shape is None:
     shape = tuple(np.broadcast_shapes(_shape_of(a), _shape_of(b)))
@@ -945,7 +881,7 @@ def beta(key, a, b, shape=None, dtype=None):
 
 def dirichlet(key, alpha, shape=None, dtype=None):
   """Dirichlet(alpha) samples (the last axis of ``alpha`` holds the concentrations)."""
-  key = _check_key("dirichlet", key)
+  key, _ = _check_key("dirichlet", key)
   dt = _float_dtype(dtype, "dirichlet")
   alpha_shape = tuple(_shape_of(alpha))
   if len(alpha_shape) < 1:
@@ -963,7 +899,7 @@ def dirichlet(key, alpha, shape=None, dtype=None):
 def poisson(key, lam, shape=None, dtype=None):
   """Poisson(lam) samples (Knuth's product method for lam < 10, Hormann's transformed
   rejection above)."""
-  key = _check_key("poisson", key)
+  key, _ = _check_key("poisson", key)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype, "poisson")
   if shape is None:
     shape = tuple(_shape_of(lam))
@@ -1064,7 +1000,7 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method: str = "c
   ``shape``."""
   from ourjax.numpy import linalg
   from ourjax.numpy._util import promote_dtypes_inexact
-  key = _check_key("multivariate_normal", key)
+  key, _ = _check_key("multivariate_normal", key)
   mean, cov = promote_dtypes_inexact(jnp.asarray(mean), jnp.asarray(cov))
   if method not in {"svd", "eigh", "cholesky"}:
     raise ValueError("method must be one of {'svd', 'eigh', 'cholesky'}")
@@ -1100,7 +1036,7 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method: str = "c
 
 def pareto(key, b, shape=None, dtype=None):
   """Pareto(b) samples (support ``[1, inf)``): ``exp(e / b)`` with ``e`` Exponential(1)."""
-  key = _check_key("pareto", key)
+  key, _ = _check_key("pareto", key)
   dt = _float_dtype(dtype, "pareto")
   shape = _check_broadcast_shapes("pareto", shape, b)
   _check_all_safe_to_cast("pareto", dt, b)
@@ -1112,7 +1048,7 @@ def pareto(key, b, shape=None, dtype=None):
 def t(key, df, shape=None, dtype=None):
   """Student's t samples with ``df`` degrees of freedom: ``z * sqrt((df / 2) / g)`` with ``z``
   standard normal and ``g`` Gamma(df / 2)."""
-  key = _check_key("t", key)
+  key, _ = _check_key("t", key)
   dt = _float_dtype(dtype, "t")
   shape = _check_broadcast_shapes("t", shape, df)
   _check_all_safe_to_cast("t", dt, df)
@@ -1127,7 +1063,7 @@ def t(key, df, shape=None, dtype=None):
 def chisquare(key, df, shape=None, dtype=None):
   """Chi-square samples with ``df`` degrees of freedom: twice a Gamma(df / 2) draw (sampled in
   log space)."""
-  key = _check_key("chisquare", key)
+  key, _ = _check_key("chisquare", key)
   dt = _float_dtype(dtype, "chisquare")
   shape = _check_broadcast_shapes("chisquare", shape, df)
   _check_all_safe_to_cast("chisquare", dt, df)
@@ -1143,7 +1079,7 @@ def _chisquare(key, df, shape, dt):
 def f(key, dfnum, dfden, shape=None, dtype=None):
   """F-distribution samples: the ratio of two chi-square draws, each over its degrees of
   freedom."""
-  key = _check_key("f", key)
+  key, _ = _check_key("f", key)
   dt = _float_dtype(dtype, "f")
   shape = _check_broadcast_shapes("f", shape, dfnum, dfden)
   _check_all_safe_to_cast("f", dt, dfnum, dfden)
@@ -1157,7 +1093,7 @@ def f(key, dfnum, dfden, shape=None, dtype=None):
 
 def maxwell(key, shape=(), dtype=None):
   """Maxwell samples: the length of a standard normal 3-vector."""
-  key = _check_key("maxwell", key)
+  key, _ = _check_key("maxwell", key)
   dt = _float_dtype(dtype, "maxwell")
   shape = _canonicalize_shape(shape)
   return _maxwell(key, shape, dt)
@@ -1172,7 +1108,7 @@ def double_sided_maxwell(key, loc, scale, shape=(), dtype=None):
   """Double-sided Maxwell samples ``sign * maxwell * scale + loc``.  As JAX's, the result has
   shape ``shape + broadcast(loc.shape, scale.shape)`` (with ``shape`` defaulting to the
   parameters' shape when empty)."""
-  key = _check_key("double_sided_maxwell", key)
+  key, _ = _check_key("double_sided_maxwell", key)
   dt = _float_dtype(dtype, "double_sided_maxwell")
   shape = _canonicalize_shape(shape)
   params_shape = tuple(np.broadcast_shapes(_shape_of(loc), _shape_of(scale)))
@@ -1187,7 +1123,7 @@ def double_sided_maxwell(key, loc, scale, shape=(), dtype=None):
 
 def weibull_min(key, scale, concentration, shape=(), dtype=None):
   """Weibull samples by the inverse CDF: ``(-log1p(-u)) ** (1 / concentration) * scale``."""
-  key = _check_key("weibull_min", key)
+  key, _ = _check_key("weibull_min", key)
   dt = _float_dtype(dtype, "weibull_min")
   shape = _canonicalize_shape(shape)
   u = _uniform(key, shape, dt, 0, 1)
@@ -1197,7 +1133,7 @@ def weibull_min(key, scale, concentration, shape=(), dtype=None):
 def generalized_normal(key, p: float, shape=(), dtype=None):
   """Generalized normal samples (density proportional to ``exp(-|x|**p)``): a random sign times
   ``Gamma(1/p) ** (1/p)``."""
-  key = _check_key("generalized_normal", key)
+  key, _ = _check_key("generalized_normal", key)
   dt = _float_dtype(dtype, "generalized_normal")
   shape = _canonicalize_shape(shape)
   return _generalized_normal(key, p, shape, dt)
@@ -1212,7 +1148,7 @@ def _generalized_normal(key, p, shape, dt):
 
 def ball(key, d: int, p: float = 2, shape=(), dtype=None):
   """Points uniform in the unit ``p``-norm ball of dimension ``d`` (shape ``shape + (d,)``)."""
-  key = _check_key("ball", key)
+  key, _ = _check_key("ball", key)
   dt = _float_dtype(dtype, "ball")
   shape = _canonicalize_shape(shape)
   from ourjax import core
@@ -1225,7 +1161,7 @@ def ball(key, d: int, p: float = 2, shape=(), dtype=None):
 
 def rayleigh(key, scale, shape=None, dtype=None):
   """Rayleigh samples ``scale * sqrt(-2 log u)``."""
-  key = _check_key("rayleigh", key)
+  key, _ = _check_key("rayleigh", key)
   dt = _float_dtype(dtype, "rayleigh")
   shape = _check_broadcast_shapes("rayleigh", shape, scale)
   _check_all_safe_to_cast("rayleigh", dt, scale)
@@ -1237,7 +1173,7 @@ def rayleigh(key, scale, shape=None, dtype=None):
 def wald(key, mean, shape=None, dtype=None):
   """Wald (inverse Gaussian, unit shape) samples by Michael, Schucany and Haas' transformation
   of a normal and a uniform draw."""
-  key = _check_key("wald", key)
+  key, _ = _check_key("wald", key)
   dt = _float_dtype(dtype, "wald")
   shape = _check_broadcast_shapes("wald", shape, mean)
   _check_all_safe_to_cast("wald", dt, mean)
@@ -1257,7 +1193,7 @@ def geometric(key, p, shape=None, dtype=None):
   """Geometric samples (trials up to the first success, ``>= 1``): ``floor(log u / log1p(-p))
   + 1`` in ``p``'s float dtype, converted to the integer ``dtype``."""
   from ourjax.numpy._util import check_arraylike, promote_dtypes_inexact
-  key = _check_key("geometric", key)
+  key, _ = _check_key("geometric", key)
   dt = dtypes.check_user_dtype(int if dtype is None else dtype, "geometric")
   if not dtypes.issubdtype(dt, np.integer):
     raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {dt}")
@@ -1274,7 +1210,7 @@ def geometric(key, p, shape=None, dtype=None):
 
 def triangular(key, left, mode, right, shape=None, dtype=None):
   """Triangular(left, mode, right) samples by the inverse CDF."""
-  key = _check_key("triangular", key)
+  key, _ = _check_key("triangular", key)
   dt = _float_dtype(dtype, "triangular")
   shape = _check_broadcast_shapes("triangular", shape, left, mode, right)
   _check_all_safe_to_cast("triangular", dt, left, mode, right)
@@ -1375,7 +1311,7 @@ def binomial(key, n, p, shape=None, dtype=None):
   """Binomial(n, p) samples, as floats (``n`` may be a float; NaN for invalid parameters, inf
   for an infinite ``n``)."""
   from ourjax.numpy._util import check_arraylike, promote_dtypes_inexact
-  key = _check_key("binomial", key)
+  key, _ = _check_key("binomial", key)
   check_arraylike("binomial", n, p)
   dt = _float_dtype(dtype, "binomial")
   if shape is None:
@@ -1414,7 +1350,7 @@ def multinomial(key, n, p, *, shape=None, dtype=None, unroll=1):
   """Multinomial(n, p) counts over the last axis of ``p`` (one binomial draw per category from
   what the previous categories left, scanned over the categories)."""
   from ourjax.numpy._util import check_arraylike, promote_dtypes_inexact
-  key = _check_key("multinomial", key)
+  key, _ = _check_key("multinomial", key)
   check_arraylike("multinomial", n, p)
   n, p = promote_dtypes_inexact(n, p)
   if shape is None:
@@ -1434,28 +1370,3 @@ def multinomial(key, n, p, *, shape=None, dtype=None, unroll=1):
   _, counts = lax.scan(step, n, (ratios, keys), unroll=unroll)
   out = jnp.moveaxis(counts, 0, -1)
   return out.astype(dtypes.default_float_dtype() if dtype is None else dtype)
-
-
-class _KeyDType:
-  """What ``key_dtype()`` returns.  ourjax has no typed key arrays (a key is ``uint32[2]``):
-  this stands for the threefry2x32 key type where an API takes one (``key(seed, dtype=...)``,
-  ``wrap_key_data(..., dtype=...)``), and prints as JAX's does."""
-  name = "key<fry>"
-  impl = "threefry2x32"
-
-  def __repr__(self):
-    return self.name
-
-  __str__ = __repr__
-
-  def __eq__(self, other):
-    return isinstance(other, _KeyDType)
-
-  def __hash__(self):
-    return hash(self.name)
-
-
-def key_dtype(impl=None):
-  """The key type of the PRNG implementation ``impl`` (only threefry2x32 exists in ourjax)."""
-  _check_impl(impl)
-  return _KeyDType()

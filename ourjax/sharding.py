@@ -79,8 +79,10 @@ class Mesh:
     devs = np.array(devices, dtype=object)
     names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
     if devs.ndim != len(names):
-      raise ValueError(f"Mesh: devices of shape {devs.shape} need {devs.ndim} axis names, got "
-                       f"{names}")
+      raise ValueError("Mesh requires the ndim of its first argument (`devices`) to equal the "
+                       "length of its second argument (`axis_names`), but got devices.ndim == "
+                       f"{devs.ndim} (shape {devs.shape}) and len(axis_names) == {len(names)} "
+                       f"({names}).")
     if len(set(names)) != len(names):
       raise ValueError(f"Mesh: duplicate axis names in {names}")
     ids = [d.id for d in devs.flat]
@@ -351,7 +353,8 @@ class ShardedArray(Array):
 
   global_shards = addressable_shards
 
-  def is_fully_replicated(self):
+  @property
+  def is_fully_replicated(self) -> bool:
     return self._sharding.is_fully_replicated
 
   def devices(self):
@@ -411,3 +414,55 @@ def shard_value(value: Array, sharding: Sharding) -> Array:
                                value.aval.update(shape=host[idx].shape))
     shards.append(backends.put_on(block, d) if d.platform == "gpu" else block)
   return ShardedArray._from_shards(shards, sharding, value.aval)
+
+
+# ------------------------------------------------------------------------------------------------
+# Arrays assembled from per-device blocks
+
+
+def make_array_from_callback(shape, sharding: Sharding, data_callback, dtype=None):
+  """The array of global ``shape`` laid out by ``sharding`` whose block on each device is
+  ``data_callback(index)``, ``index`` a tuple of slices into the global array (JAX's
+  ``jax.make_array_from_callback``).  Blocks may be NumPy or ourjax arrays, or key arrays."""
+  shape = tuple(int(d) for d in shape)
+  blocks = [(idx, data_callback(idx))
+            for idx in sharding.devices_indices_map(shape).values()]
+  return _assemble(shape, sharding, blocks, dtype)
+
+
+def make_array_from_single_device_arrays(shape, sharding: Sharding, arrays, *, dtype=None):
+  """The array of global ``shape`` laid out by ``sharding`` from one array per device (each
+  the block ``sharding`` gives its device; JAX's ``jax.make_array_from_single_device_arrays``)."""
+  shape = tuple(int(d) for d in shape)
+  imap = sharding.devices_indices_map(shape)
+  arrays = list(arrays)
+  if len(arrays) != len(imap):
+    raise ValueError(f"make_array_from_single_device_arrays: {len(arrays)} arrays for a "
+                     f"sharding over {len(imap)} devices")
+  blocks = []
+  for a in arrays:
+    dev = a.device
+    if dev not in imap:
+      raise ValueError(f"make_array_from_single_device_arrays: an array on {dev}, which "
+                       f"{sharding} does not use")
+    blocks.append((imap[dev], a))
+  return _assemble(shape, sharding, blocks, dtype)
+
+
+def _assemble(shape, sharding, blocks, dtype):
+  from ourjax import api
+  from ourjax._keys import PRNGKeyArray
+  first = blocks[0][1]
+  if type(first) is PRNGKeyArray:       # key arrays: assemble their data
+    impl = first._impl
+    data = _assemble(shape + impl.key_shape, sharding,
+                     [(idx, b._base_array) for idx, b in blocks], None)
+    return PRNGKeyArray(impl, data)
+  host = [(idx, np.asarray(b)) for idx, b in blocks]
+  full = np.zeros(shape, dtype=dtype if dtype is not None else host[0][1].dtype)
+  for idx, b in host:
+    if full[idx].shape != b.shape:
+      raise ValueError(f"a block of shape {b.shape} for index {idx} of an array of shape "
+                       f"{shape} (expected {full[idx].shape})")
+    full[idx] = b
+  return api.device_put(full, sharding)

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ourjax import core, tree_util
+from ourjax import core
+from ourjax import _pytree as tree_util
 from ourjax.core import ClosedJaxpr, ShapedArray
 from ourjax.lowering import hlo
 
@@ -105,7 +106,16 @@ class Traced(_Stage):
   def out_info(self):
     return _shape_dtype_structs(self._entry.closed.out_avals, self._sig.out_tree)
 
-  def lower(self) -> "Lowered":
+  def lower(self, *, lowering_platforms: tuple | None = None,
+            _private_parameters=None) -> "Lowered":
+    """The ``Lowered`` stage.  ``lowering_platforms`` (JAX's cross-platform lowering, e.g.
+    ``('tpu',)``) is accepted: ourjax's HLO module is the same for every backend until it is
+    compiled, so it changes nothing."""
+    if lowering_platforms is not None and (
+        isinstance(lowering_platforms, str) or
+        not all(isinstance(p, str) for p in lowering_platforms)):
+      raise TypeError("lowering_platforms must be a tuple of platform names, got "
+                      f"{lowering_platforms!r}")
     return self._jit._lower_entry(self._entry, self._sig)
 
   def __repr__(self):
@@ -234,6 +244,11 @@ class Compiled(_Stage):
           "fixed at lowering and left out of the call.)")
     for x in leaves:
       _check_arg(x, f"jit({sig.fun_name}) compiled" + (".profile" if what == "profile" else ""))
+      if isinstance(x, core.Tracer):
+        raise TypeError(
+            "Cannot apply JAX transformations to a function lowered and compiled for a "
+            f"particular signature. Detected argument of Tracer type {type(x)} (in "
+            f"jit({sig.fun_name}) compiled); transform the jitted function before lowering it.")
     avals = [_abstractify(x) for x in leaves]
     bad = [f"Argument '{n}' compiled with {a.str_short(short_dtypes=False)} and called with "
            f"{b.str_short(short_dtypes=False)}"

@@ -219,7 +219,7 @@ def _isnan(x):
 
 
 def _compare_trees(what, expected, actual, rtol, atol):
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   e_leaves, e_tree = tree_util.tree_flatten_with_path(expected)
   a_leaves, a_tree = tree_util.tree_flatten_with_path(actual)
   if e_tree != a_tree:
@@ -240,7 +240,7 @@ def check_jit_matches_eager(f: Callable, *args, rtol: float | None = None,
   compared the same way (eager ``grad`` against ``jit(grad)``).  Returns the eager result.
   """
   import ourjax
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   with ourjax.disable_jit():
     expected = f(*args, **kwargs)
   jitted = ourjax.jit(f, static_argnums=static_argnums)
@@ -281,7 +281,7 @@ def check_grads(f: Callable, args, order: int = 1, modes=("fwd", "rev"), *,
   the arguments (finite differences in float32 are good to about 1e-2)."""
   import ourjax
   from ourjax import numpy as jnp
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   args = tuple(args)
   rng = np.random.default_rng(seed)
   leaves = tree_util.tree_leaves(args)

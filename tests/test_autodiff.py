@@ -580,9 +580,8 @@ def test_vjp_cotangent_checks():
   _, pullback = ourjax.vjp(lambda x: (x, x * 2), np.ones(3, np.float32))
   with pytest.raises(TypeError, match="Tree structure of cotangent input"):
     pullback(np.ones(3, np.float32))
-  with pytest.raises(ValueError, match=r"Shape of cotangent input to vjp pullback function "
-                     r"\(4,\) must be the same as the shape of corresponding primal input "
-                     r"\(3,\)"):
+  with pytest.raises(ValueError, match=r"unexpected JAX type \(e.g. shape/dtype\) for argument "
+                     r"to VJP function: got float32\[4\], but expected float32\[3\]"):
     pullback((np.ones(4, np.float32), np.ones(3, np.float32)))
   with pytest.raises(ValueError, match="unexpected JAX type"):
     pullback((np.ones(3, np.int32), np.ones(3, np.float32)))

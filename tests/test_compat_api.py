@@ -151,3 +151,134 @@ def test_float0_and_transfer_guard():
   with pytest.raises(ValueError):
     with ourjax.transfer_guard("sometimes"):
       pass
+
+
+def test_scalar_conversion_errors_match_jax():
+  """int/float/complex/operator.index/bool on arrays: JAX's errors, eager and under jit (shape
+  and dtype errors first, concretization errors only for scalars)."""
+  import operator
+  from ourjax.errors import (ConcretizationTypeError, TracerBoolConversionError,
+                             TracerIntegerConversionError)
+  a = ourjax.numpy.arange(10)
+  for f in (operator.index, hex):
+    for x in (a, ourjax.numpy.float32(0), ourjax.numpy.arange(0)):
+      for g in (f, ourjax.jit(f)):
+        with pytest.raises(TypeError, match="Only integer scalar arrays can be converted"):
+          g(x)
+    with pytest.raises(TracerIntegerConversionError, match=r"__index__\(\) method was called on "
+                       r"traced array with shape int32\[\]"):
+      ourjax.jit(f)(ourjax.numpy.int32(3))
+    assert f(ourjax.numpy.int32(3)) == f(3)
+  for f in (int, float, complex):
+    for g in (f, ourjax.jit(f)):
+      with pytest.raises(TypeError, match="Only scalar arrays can be converted to Python scalars"):
+        g(a)
+    with pytest.raises(ConcretizationTypeError, match=rf"x.astype\({f.__name__}\)"):
+      ourjax.jit(f)(ourjax.numpy.int32(0))
+    assert f(ourjax.numpy.int32(2)) == f(2)
+  for g in (bool, ourjax.jit(bool)):
+    with pytest.raises(ValueError, match="truth value of an empty array"):
+      g(ourjax.numpy.arange(0))
+    with pytest.raises(ValueError, match="more than one element"):
+      g(a)
+  with pytest.raises(TracerBoolConversionError):
+    ourjax.jit(bool)(ourjax.numpy.int32(1))
+
+
+def test_autodiff_error_messages_match_jax():
+  with pytest.raises(TypeError, match="two-element tuple"):
+    ourjax.grad(lambda x: (x, x, x), has_aux=True)(1.)
+  with pytest.raises(TypeError, match="two-element tuple"):
+    ourjax.grad(lambda x: x, has_aux=True)(1.)
+  _, f_vjp = ourjax.vjp(lambda x: (x, x), 1.0)
+  with pytest.raises(TypeError, match="applied to <lambda> was called with 2 arguments"):
+    f_vjp(1.0, 1.0)
+  assert f_vjp((1.0, 2.0))[0] == 3.0
+  f0 = ourjax.grad(lambda x: x + 0., allow_int=True)(1)
+  assert f0.dtype == ourjax.dtypes.float0
+  with pytest.raises(TypeError, match="Called add with a float0 array. float0s do not support"):
+    f0 + ourjax.numpy.zeros(())
+  with pytest.raises(TypeError, match="Called add with a float0 at position 0"):
+    ourjax.lax.add(f0, ourjax.numpy.zeros(()))
+  with pytest.raises(TypeError, match=r"dot_general requires contracting dimensions to have the "
+                     r"same shape, got \(3,\) and \(4,\)"):
+    ourjax.numpy.dot(np.zeros(3), np.zeros(4))
+
+
+def test_tracing_error_messages_match_jax():
+  import enum
+
+  class E(enum.Enum):
+    A = 1
+
+  with pytest.raises(TypeError, match=r"traced for jit returned a value of type <enum 'E'>, "
+                     "which is not a valid JAX type"):
+    ourjax.jit(lambda x: E.A)(1)
+  with pytest.raises(TypeError, match=r"returned a value of type <class 'str'> at output "
+                     r"component \[1\]"):
+    ourjax.jit(lambda x: (x, "abc"))(1)
+  assert ourjax.jit(lambda x: (x, None))(1)[1] is None
+
+  @ourjax.jit
+  def branchy(x):
+    return 1 if x > 0 else 0
+  with pytest.raises(ourjax.errors.TracerBoolConversionError,
+                     match=r"with shape bool\[\]\.\nThe error occurred at .*test_compat_api"):
+    branchy(0)
+
+  @ourjax.jit
+  def reads_sharding(x):
+    with pytest.raises(AttributeError, match="typeof"):
+      x.sharding
+    return x
+  reads_sharding(jnp.arange(2.))
+  with pytest.raises(TypeError, match="Error interpreting argument to add as a JAX value.* "
+                     "passed to add at position 1"):
+    ourjax.lax.add(jnp.array(7), np.array("hello"))
+  with pytest.raises(ValueError, match="ndim of its first argument"):
+    ourjax.sharding.Mesh(ourjax.devices(), ("x", "y"))
+
+
+def test_large_python_ints_copies_of_tracers_and_axis_env():
+  import copy
+  with pytest.raises(OverflowError):
+    jnp.multiply(2 ** 100, 3.)
+  assert float(ourjax.lax.convert_element_type(2 ** 100, jnp.float32)) == np.float32(2 ** 100)
+  assert float(ourjax.lax.convert_element_type(2 ** 40 + 1, jnp.float32)) == np.float32(2 ** 40)
+  assert int(ourjax.jit(lambda x: copy.copy(x) + copy.deepcopy(x))(2)) == 4
+  jaxpr = ourjax.make_jaxpr(lambda x: x - ourjax.lax.psum(x, "i"), axis_env=[("i", 4)])(2)
+  assert "psum" in str(jaxpr)
+  assert issubclass(ourjax.errors.CompileError, ourjax.errors.JaxRuntimeError)
+  assert issubclass(ourjax.errors.JaxRuntimeError, RuntimeError)
+
+
+def test_array_buffer_attributes():
+  x = jnp.arange(4.0)
+  assert x.is_fully_replicated is True and x.is_fully_addressable is True
+  assert x.on_device_size_in_bytes() == x.nbytes == 16
+  assert x.unsafe_buffer_pointer() == np.asarray(x).ctypes.data
+  np.testing.assert_array_equal(np.asarray(x.addressable_data(0)), np.arange(4.0))
+  k = ourjax.random.split(ourjax.random.key(0), 3)
+  assert k.on_device_size_in_bytes() == k.nbytes == 24
+  assert k.unsafe_buffer_pointer() == k._base_array.unsafe_buffer_pointer()
+  assert k.addressable_data(0).dtype == k.dtype
+
+
+def test_with_sharding_constraint():
+  from ourjax.sharding import Mesh, NamedSharding, P
+  devices = ourjax.devices()
+  mesh = Mesh(np.array(devices), ("x",))
+  s = NamedSharding(mesh, P("x"))
+  x = jnp.arange(2.0 * len(devices))
+  y = ourjax.lax.with_sharding_constraint({"a": x}, s)["a"]
+  np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+  if len(devices) > 1:
+    assert y.sharding == s
+  f = ourjax.jit(lambda v: ourjax.lax.with_sharding_constraint(v * 2, s))
+  np.testing.assert_array_equal(np.asarray(f(x)), 2 * np.asarray(x))
+  assert float(ourjax.grad(lambda v: ourjax.lax.with_sharding_constraint(v, s) * 3)(1.0)) == 3.0
+  with mesh:
+    np.testing.assert_array_equal(np.asarray(ourjax.lax.with_sharding_constraint(x, P("x"))),
+                                  np.asarray(x))
+  with pytest.raises(ValueError, match="needs a mesh"):
+    ourjax.lax.with_sharding_constraint(x, P("x"))

@@ -240,3 +240,22 @@ def test_eager_ops_in_one_thread_while_another_traces():
     release.set()
     t.join()
   assert not errors
+
+
+def test_primitive_impl_read_as_a_value_wraps_and_restores():
+  """``p.impl`` as JAX code uses it: read, wrapped with def_impl, then restored."""
+  from ourjax import core
+  original = core.impl_rules[lax.sin_p]
+  old = lax.sin_p.impl
+  calls = []
+  lax.sin_p.def_impl(lambda x, **kw: calls.append(np.shape(x)) or old(x, **kw))
+  try:
+    x = np.array([0.5, 1.5], np.float32)
+    np.testing.assert_allclose(np.asarray(jnp.sin(x)), np.sin(x), rtol=1e-6)
+    assert calls == [(2,)]
+    np.testing.assert_allclose(np.asarray(old(x)), np.sin(x), rtol=1e-6)
+    assert calls == [(2,)]          # the value read before def_impl keeps the old rule
+  finally:
+    lax.sin_p.def_impl(old)
+  assert core.impl_rules[lax.sin_p] is original
+  np.testing.assert_allclose(float(lax.sin_p.impl(np.float32(1.0))), np.sin(1.0), rtol=1e-6)

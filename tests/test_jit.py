@@ -303,7 +303,7 @@ def test_decorator_forms_and_methods():
   assert ourjax.jit(static_argnums=0)(lambda n, x: x * n)(3, 2.0) == 6
   with pytest.raises(TypeError, match="Expected a callable"):
     ourjax.jit(3)
-  assert a.__name__ == "a" and "jitted function a" in repr(a)
+  assert a.__name__ == "a" and repr(a) == f"<PjitFunction of {a.__wrapped__!r}>"
 
 
 def test_pytrees_kwargs_and_no_outputs():
@@ -628,3 +628,96 @@ def test_default_matmul_precision_is_part_of_the_cache_key():
   finally:
     ourjax.config.update("jax_default_matmul_precision", before)
   assert len(traces) == 2
+
+
+def test_jit_wrapper_behaves_as_jaxs():
+  def f(x: int) -> int:
+    """doc of f."""
+    return x + 1
+  f.some_value = 4
+  jf = ourjax.jit(f)
+  assert (jf.__doc__, jf.__name__, jf.__qualname__, jf.__annotations__) == (
+      f.__doc__, f.__name__, f.__qualname__, f.__annotations__)
+  assert jf.some_value == 4 and repr(jf) == f"<PjitFunction of {f!r}>"
+  with pytest.raises(AttributeError):
+    jf.no_such_attribute
+
+  def gen(x):
+    yield x
+  with pytest.raises(TypeError, match="generator function"):
+    ourjax.jit(gen)
+  with pytest.raises(TypeError, match="staticmethod arguments are not supported"):
+    ourjax.jit(staticmethod(f))
+
+  def h(a, /, b, c, *args, **kwargs):
+    return a
+  ourjax.jit(h, static_argnames=("b", "not_a_parameter"))     # **kwargs may take it
+  for bad in (("a",), ("args",)):                             # positional-only, *args
+    with pytest.raises(ValueError, match="invalid argnames"):
+      ourjax.jit(h, static_argnames=bad)
+  # XLA compiler options are accepted (and change nothing here)
+  g = ourjax.jit(lambda x: jnp.sqrt(x ** 2) + 1., compiler_options={"xla_foo": True})
+  assert float(g(2.0)) == 3.0
+
+
+def test_copy_to_host_async_returns_its_argument():
+  x = [jnp.ones(3), 1, object()]
+  assert ourjax.copy_to_host_async(x) is x
+
+
+def test_escaped_tracer_error_names_the_line():
+  saved = []
+
+  @ourjax.jit
+  def leak(x):
+    saved.append(x * 2)
+    return x
+
+  leak(1.0)
+
+  @ourjax.jit
+  def use(y):
+    return y + saved[0]
+
+  with pytest.raises(ourjax.errors.UnexpectedTracerError,
+                     match=r"(?s)global state.*created on line .*test_jit.py:\d+ \(leak\)"):
+    use(1.0)
+
+
+def test_jit_cache_depends_on_named_axes_in_scope():
+  g = ourjax.jit(lambda: lax.axis_size("i"))
+  for n in (2, 3, 2):
+    assert int(ourjax.vmap(g, axis_name="i", axis_size=n, out_axes=None)()) == n
+
+
+def test_no_tracing_no_execution_and_masked_arrays():
+  @ourjax.jit
+  def f(x):
+    return x * 2
+
+  f(jnp.arange(3))
+  with ourjax.no_tracing():
+    np.testing.assert_array_equal(np.asarray(f(jnp.arange(3))), [0, 2, 4])   # a cache hit
+    with pytest.raises(RuntimeError, match="no_tracing"):
+      f(jnp.arange(4))
+  with ourjax.no_execution():
+    with pytest.raises(RuntimeError, match="no_execution"):
+      f(jnp.arange(3))
+  np.testing.assert_array_equal(np.asarray(f(jnp.arange(3))), [0, 2, 4])
+  m = np.ma.array([1, 2, 3], mask=[True, False, True])
+  for g in (f, jnp.asarray, jnp.sin, ourjax.device_put):
+    with pytest.raises(ValueError, match="masked arrays are not supported"):
+      g(m)
+
+
+def test_compiled_rejects_transformations_and_lower_takes_platforms():
+  f = ourjax.jit(lambda x: x * 2)
+  lowered = f.trace(jnp.arange(4)).lower(lowering_platforms=("cpu", "tpu"))
+  np.testing.assert_array_equal(np.asarray(lowered.compile()(jnp.arange(4))), [0, 2, 4, 6])
+  c = f.lower(1.0).compile()
+  assert float(c(3.0)) == 6.0
+  with pytest.raises(TypeError, match="Cannot apply JAX transformations to a function lowered "
+                     "and compiled.*BatchTracer"):
+    ourjax.vmap(c)(jnp.arange(3.0))
+  with pytest.raises(TypeError, match="Cannot apply JAX transformations"):
+    ourjax.grad(c)(1.0)

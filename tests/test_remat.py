@@ -116,6 +116,26 @@ def test_save_only_these_names():
                              ourjax.grad(f)(x), rtol=1e-6)
 
 
+def test_save_any_names_but_these():
+  def f(x):
+    y = checkpoint_name(jnp.sin(x), "y")
+    z = checkpoint_name(jnp.cos(x), "z")
+    return jnp.sum(jnp.sin(y) * jnp.sin(z) * jnp.exp(x))
+
+  x = np.linspace(0.1, 1.0, 3).astype(np.float32)
+  pols = ourjax.checkpoint_policies
+  n = {names: len(_residuals(ourjax.checkpoint(
+      f, policy=pols.save_any_names_but_these(*names)), x)[0])
+      for names in [("y", "z"), ("z",), ()]}
+  assert n[("y", "z")] + 1 == n[("z",)] and n[("z",)] + 1 == n[()]   # one more name, one more
+  both = pols.save_from_both_policies(pols.save_only_these_names("y"),
+                                      pols.save_only_these_names("z"))
+  assert len(_residuals(ourjax.checkpoint(f, policy=both), x)[0]) == n[()]
+  np.testing.assert_allclose(
+      ourjax.grad(ourjax.checkpoint(f, policy=pols.save_any_names_but_these("y")))(x),
+      ourjax.grad(f)(x), rtol=1e-6)
+
+
 def test_remat_under_jit_vmap_and_decorator_forms(x64):
   @ourjax.checkpoint
   def g(x, w):

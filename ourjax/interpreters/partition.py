@@ -398,7 +398,7 @@ def _is_spec_leaf(x) -> bool:
 def _prefix_leaves(prefix, value, what: str) -> list:
   """``prefix`` (a tree prefix of ``value`` whose leaves are shardings, specs or None) as one
   entry per leaf of ``value``."""
-  from ourjax.tree_util import broadcast_prefix
+  from ourjax._pytree import broadcast_prefix
   try:
     return broadcast_prefix(prefix, value, _is_spec_leaf)
   except Exception as e:
@@ -423,7 +423,7 @@ def _jit_plan(jw, entry, leaves, args_kwargs):
   """``(mesh, in specs, requested out specs, requested out shardings)`` of a jitted call, or
   None when nothing in it is laid out over a mesh (the ordinary single-device call)."""
   from ourjax.sharding import NamedSharding, ShardedArray, SingleDeviceSharding
-  from ourjax.tree_util import tree_unflatten
+  from ourjax._pytree import tree_unflatten
   args, kwargs = args_kwargs
   fname = entry.sig.fun_name if entry.sig is not None else "fun"
   names = entry.sig.arg_names if entry.sig is not None else [str(i) for i in range(len(leaves))]
@@ -524,7 +524,7 @@ def _dyn_args(jw, args):
 
 
 def _kwarg_leaves(jw, args, kwargs):
-  from ourjax.tree_util import tree_flatten
+  from ourjax._pytree import tree_flatten
   return tree_flatten({k: v for k, v in kwargs.items() if k not in jw.static_argnames})[0]
 
 

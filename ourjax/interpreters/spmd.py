@@ -34,7 +34,7 @@ import numpy as np
 from ourjax import _donation, core
 from ourjax.array import Array
 from ourjax.lax import parallel
-from ourjax.tree_util import tree_flatten, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_unflatten
 
 # eqns whose params hold a body called with the eqn's inputs: inlined when it has collectives
 _CALL_BODIES = {"jit": "jaxpr", "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
@@ -477,6 +477,8 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   from ourjax import api
   if not callable(fun):
     raise TypeError(f"Expected a callable value, got {fun!r}")
+  api._check_axis_spec_leaves("in_axes", in_axes, "pmap")
+  api._check_axis_spec_leaves("out_axes", out_axes, "pmap")
   statics = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
              else tuple(static_broadcasted_argnums))
   name = axis_name if axis_name is not None else f"_pmap_axis_{next(_pmap_names)}"
@@ -659,7 +661,7 @@ def _spec_leaves(specs, values, what):
   """``specs`` (a tree prefix of ``values`` whose leaves are PartitionSpecs or None) as one
   entry per leaf of ``values``."""
   from ourjax.sharding import PartitionSpec
-  from ourjax.tree_util import broadcast_prefix
+  from ourjax._pytree import broadcast_prefix
   try:
     return broadcast_prefix(specs, values, lambda x: x is None or isinstance(x, PartitionSpec))
   except Exception as e:

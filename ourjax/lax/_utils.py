@@ -32,10 +32,24 @@ def dtype_kind(dt: np.dtype) -> str:
   return "other"
 
 
+FLOAT0_ERROR = (
+    "float0s do not support any operations by design, because they are not compatible with "
+    "non-trivial vector spaces. No implicit dtype conversion is done. You can use "
+    "np.zeros_like(arr, dtype=np.float32) to cast a float0 array to a regular zeros array. If "
+    "you didn't expect to get a float0 you might have accidentally taken a gradient with respect "
+    "to an integer argument.")
+
+
 def check_dtypes(name: str, avals: Sequence[ShapedArray], kinds: Sequence[str],
                  same: bool = True) -> np.dtype:
   """All operands of an elementwise op must share a dtype of an accepted kind."""
-  for a in avals:
+  for pos, a in enumerate(avals):
+    if a.dtype == dtypes.float0:
+      raise TypeError(f"Called {name} with a float0 at position {pos}. {FLOAT0_ERROR}")
+    if a.dtype.kind in "OUSMm":   # strings, objects, dates: not array data at all
+      raise TypeError(f"Error interpreting argument to {name} as a JAX value. The problematic "
+                      f"value is of type array of {a.dtype} and was passed to {name} at "
+                      f"position {pos}.")
     if dtype_kind(a.dtype) not in kinds:
       raise TypeError(f"{name} does not accept dtype {a.dtype.name}. Accepted dtype kinds: "
                       f"{', '.join(kinds)}.")

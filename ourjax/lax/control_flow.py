@@ -38,7 +38,7 @@ from ourjax.config import config
 from ourjax.core import ClosedJaxpr, Jaxpr, Literal, Primitive, ShapedArray, Var, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax.tree_util import (keystr, tree_flatten, tree_flatten_with_path, tree_unflatten)
+from ourjax._pytree import (keystr, tree_flatten, tree_flatten_with_path, tree_unflatten)
 
 _any = builtins.any
 _all = builtins.all
@@ -1045,7 +1045,7 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 (lax.m
   from ourjax import api
   from ourjax.lax.slicing import slice_in_dim
   from ourjax.lax.structural import concatenate, reshape
-  from ourjax.tree_util import tree_map
+  from ourjax._pytree import tree_map
   batch_size = int(batch_size)
   if batch_size < 1:
     raise ValueError(f"lax.map: batch_size must be a positive integer, got {batch_size}")

@@ -104,7 +104,7 @@ def optimization_barrier(operand, /):
   """``operand`` (a pytree of arrays) unchanged.  The compiler reorders nothing across
   XLA's barrier; ourjax's passes have no such reordering to prevent, so this is the
   identity (differentiable and batchable as such)."""
-  from ourjax.tree_util import tree_map
+  from ourjax._pytree import tree_map
   return tree_map(_asarray, operand)
 
 
@@ -145,7 +145,7 @@ def composite(decomposition: Callable, name: str, version: int = 0):
   @functools.wraps(decomposition)
   def call(*args, **attributes):
     from ourjax.interpreters import ad
-    from ourjax.tree_util import tree_leaves
+    from ourjax._pytree import tree_leaves
     if any(isinstance(t, ad.JVPTrace) for t in _traces_of(tree_leaves(args))):
       raise ValueError("JVP rule for composite not implemented. You can use `jax.custom_jvp` "
                        "to add support. See "
@@ -215,3 +215,33 @@ def mulhi(x, y, /):
   y_neg = convert_element_type(lt(y, _const(y, 0)), udt)
   out = sub(sub(out, mul(x_neg, v)), mul(y_neg, u))
   return bitcast_convert_type(out, dt)
+
+
+def with_sharding_constraint(x, shardings):
+  """``x`` (a pytree of arrays) constrained to ``shardings``: a ``Sharding`` or
+  ``PartitionSpec`` (read against the mesh of an enclosing ``with mesh:``), or a prefix tree of
+  them.  Outside transformations the arrays are laid out by the shardings (``device_put``).
+  Inside ``jit`` the constraint is a layout hint that ourjax's partitioner does not use yet:
+  the values pass through unchanged (as they do in JAX, where only their layout changes)."""
+  from ourjax import _pytree, api
+  from ourjax.core import Tracer
+  from ourjax.sharding import NamedSharding, PartitionSpec, Sharding, current_mesh
+
+  def is_spec(s):
+    return s is None or isinstance(s, (Sharding, PartitionSpec)) or not (
+        isinstance(s, (list, tuple, dict)) or _pytree.is_tree_node(type(s)))
+  leaves, tree = _pytree.tree_flatten(x)
+  specs = _pytree.broadcast_prefix(shardings, x, is_leaf=is_spec)
+  out = []
+  for v, s in zip(leaves, specs):
+    if isinstance(v, Tracer) or s is None:
+      out.append(v)
+      continue
+    if isinstance(s, PartitionSpec):
+      mesh = current_mesh()
+      if mesh is None:
+        raise ValueError("with_sharding_constraint: a PartitionSpec needs a mesh: pass a "
+                         "NamedSharding or call it inside `with mesh:`")
+      s = NamedSharding(mesh, s)
+    out.append(api.device_put(v, s) if isinstance(s, Sharding) else v)
+  return _pytree.tree_unflatten(tree, out)

@@ -27,7 +27,7 @@ def associative_scan(fn, elems, reverse: bool = False, axis: int = 0):
   """``[e0, fn(e0, e1), fn(fn(e0, e1), e2), ...]`` along ``axis`` of every leaf of ``elems``
   (a pytree of arrays of equal length along ``axis``); ``fn`` must be associative and act
   elementwise on pytrees shaped like ``elems``."""
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   from ourjax.lax._utils import canonicalize_axis
   flat, tree = tree_util.tree_flatten(elems)
   if not flat:

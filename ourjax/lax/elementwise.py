@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ourjax import dtypes
+from ourjax._keys import KeyDType, PRNGKeyArray
 from ourjax.core import ShapedArray, Tracer, get_aval, impl_rules
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters.ad import Zero, defjvp, defjvp2, defjvp_zero
@@ -177,7 +178,25 @@ def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001
 
 
 def convert_element_type(x, new_dtype):
+  if isinstance(new_dtype, KeyDType) or type(x) is PRNGKeyArray:
+    _key_convert_error(x, new_dtype)
+    return x
+  if type(x) is int and dtypes.is_inexact(dtypes.canonicalize_dtype(new_dtype)) and not (
+      -2 ** 31 <= x < 2 ** 31):
+    # a Python int too large for any integer dtype still converts to a float (2 ** 100), as
+    # in JAX (jnp's promotion, which goes through the default integer type, does not)
+    x = float(x) if dtypes.is_float(dtypes.canonicalize_dtype(new_dtype)) else complex(x)
   return _convert_element_type(x, new_dtype, weak_type=False)
+
+
+def _key_convert_error(x, new_dtype):
+  """Key arrays convert to nothing and nothing converts to a key dtype (use key_data and
+  wrap_key_data), as in JAX."""
+  src = x.dtype if type(x) is PRNGKeyArray else dtypes.dtype(x, canonicalize=True)
+  dst = new_dtype if isinstance(new_dtype, KeyDType) else dtypes.canonicalize_dtype(new_dtype)
+  if src == dst:
+    return
+  raise ValueError(f"Cannot convert_element_type from {src} to {dst}")
 
 
 def _convert_element_type(x, new_dtype, weak_type: bool = False):
@@ -759,7 +778,7 @@ batching.batch_rules[clamp_p] = _clamp_batch
 
 
 def stop_gradient(x):
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   return tree_util.tree_map(lambda v: stop_gradient_p.bind(v) if dtypes.is_inexact(
       get_aval(v).dtype) else v, x)
 

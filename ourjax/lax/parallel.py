@@ -33,7 +33,7 @@ import threading
 import numpy as np
 
 from ourjax import core
-from ourjax.tree_util import tree_map
+from ourjax._pytree import tree_map
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "axis_index", "axis_size",
            "psum_scatter", "ppermute", "pshuffle", "all_to_all", "pbroadcast"]
@@ -304,7 +304,7 @@ def _traced(x) -> bool:
 
 
 def _reduction(x, axis_name, groups, what, prim, replicated):
-  from ourjax.tree_util import tree_flatten, tree_unflatten
+  from ourjax._pytree import tree_flatten, tree_unflatten
   _check_groups(groups, what)
   axes = _axis_names(axis_name)
   size = _size(axes, what)

@@ -258,7 +258,7 @@ def flatten_operands(operands, init_values, none_error: str, gap: str = " "):
   """(flat operands, flat init values, their tree) of a reduction over pytrees, with JAX's
   errors (``none_error`` when there are no operands; ``gap``: JAX's spacing in its count error,
   which differs between reduce and reduce_window)."""
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   flat_ops, op_tree = tree_util.tree_flatten(operands)
   flat_inits, init_tree = tree_util.tree_flatten(init_values)
   if op_tree != init_tree:
@@ -273,7 +273,7 @@ def flatten_operands(operands, init_values, none_error: str, gap: str = " "):
 
 
 def reduce(operands, init_values, computation, dimensions):  # noqa: A001 (lax's name)
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   flat_ops, flat_inits, init_tree = flatten_operands(operands, init_values,
                                                      "reduce requires at least one operand")
   dims = tuple(int(d) for d in dimensions)
@@ -334,7 +334,7 @@ def _identity_value(prim, dtype):
 def _monoid_primitive(computation, dtype, tree):
   """The elementwise primitive that ``computation(a, b)`` applies to two scalars of ``dtype``,
   if that is all it does; else None."""
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   from ourjax.interpreters import partial_eval as pe
   aval = ShapedArray((), dtype)
 
@@ -361,7 +361,7 @@ def trace_combiner(computation, tree, init_avals, name: str):
   """(closed jaxpr, output tree) of the binary ``computation`` of a reduction over pytrees
   (``tree``), traced on scalars of the init values' types: it takes (accumulators...,
   elements...) flat.  The callers check the result's structure with their own errors."""
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   from ourjax.interpreters import partial_eval as pe
   n = len(init_avals)
   out_trees = []

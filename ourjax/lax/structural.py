@@ -286,6 +286,12 @@ def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
   if not isinstance(fill_value, core.Tracer):
     from ourjax.array import Array, to_numpy
     from ourjax.lax.elementwise import _convert_impl
+    if type(fill_value) is int and dtype.kind in "iu":
+      # a Python int wraps to an integer dtype as in JAX (full((2,), 2**32 - 1, uint32),
+      # full((2,), -1, uint8)), whatever the default integer dtype could hold
+      bits = dtype.itemsize * 8
+      v = np.asarray(fill_value & ((1 << bits) - 1), np.dtype(f"u{dtype.itemsize}")).view(dtype)
+      return broadcast_in_dim(Array._from_result(v, ShapedArray((), dtype, weak_type)), shape, ())
     v = _convert_impl(np.asarray(to_numpy(fill_value)), dtype, weak_type)
     return broadcast_in_dim(Array._from_result(v, ShapedArray((), dtype, weak_type)), shape, ())
   fill_value = _convert_element_type(fill_value, dtype, weak_type)

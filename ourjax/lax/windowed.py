@@ -157,7 +157,7 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
   with a concrete init value equal to that operation's identity binds reduce_window_sum / _max /
   _min, which have derivatives in both modes; anything else binds the general ``reduce_window``
   primitive, which carries the computation as a jaxpr (forward mode only, like JAX's)."""
-  from ourjax import tree_util
+  from ourjax import _pytree as tree_util
   from ourjax.lax.reductions import flatten_operands
   flat_ops, flat_inits, op_tree = flatten_operands(
       operand, init_value, "reduce_window must have at least one operand.", gap="  ")

@@ -11,6 +11,7 @@ import operator
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._keys import KeyDType, PRNGKeyArray
 from ourjax.array import Array, to_numpy
 from ourjax.core import Tracer, get_aval
 from ourjax.numpy._util import _broadcast_to, check_arraylike, static_argnames
@@ -56,6 +57,9 @@ def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, d
   ``jnp.array(1.0)`` is a weak float32, ``jnp.array([1.0])`` a strong one."""
   if order is not None and order != "K":
     raise NotImplementedError("jnp.array: only order='K' is implemented")
+  if type(object) is PRNGKeyArray or isinstance(dtype, KeyDType):
+    return _key_array(object, dtype, copy)
+  core.check_not_masked(object)
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
   if object is None:
@@ -117,6 +121,8 @@ def asarray(a, dtype=None, order=None, *, copy=None, device=None):
   change is asked for."""
   if dtype is None and isinstance(a, (Array, Tracer)) and not copy:
     return a
+  if type(a) is PRNGKeyArray and (dtype is None or dtype == a.dtype) and not copy:
+    return a
   return array(a, dtype=dtype, copy=bool(copy), order=order)
 
 
@@ -160,20 +166,54 @@ def _filled(name, shape, value, dtype):
   return lax.full(canonicalize_shape(shape, name), value, dt)
 
 
+def _key_array(x, dtype, copy):
+  """``jnp.array`` of a key array (a copy, or the array itself) or with a key dtype."""
+  if type(x) is PRNGKeyArray:
+    if dtype is not None and dtype != x.dtype:
+      raise TypeError(f"jnp.array: cannot convert a key array of dtype {x.dtype} to {dtype}; "
+                      "use jax.random.key_data")
+    return x.copy() if copy else x
+  raise TypeError(f"jnp.array: cannot make an array of key dtype {dtype} from "
+                  f"{type(x).__name__}; use jax.random.wrap_key_data")
+
+
+def _key_filled(shape, fill_value, dtype):
+  """``full(shape, fill_value, dtype=<key dtype>)``: the key data filled with ``fill_value``
+  (a number for every word, or a key broadcast to ``shape``)."""
+  impl = dtype._impl
+  shape = canonicalize_shape(shape, "full")
+  if type(fill_value) is PRNGKeyArray:
+    if fill_value.dtype != dtype:
+      raise TypeError(f"full: fill value of dtype {fill_value.dtype} for dtype {dtype}")
+    from ourjax._keys import keywise
+    from ourjax.numpy._shape import broadcast_to
+    return keywise(lambda v: broadcast_to(v, shape), (fill_value,), {})
+  data = lax.full(shape + impl.key_shape, fill_value, np.dtype(np.uint32))
+  return PRNGKeyArray(impl, data)
+
+
 def zeros(shape, dtype=None, *, device=None):
+  if isinstance(dtype, KeyDType):
+    return _key_filled(shape, 0, dtype)
   return _filled("zeros", shape, 0, dtype)
 
 
 def ones(shape, dtype=None, *, device=None):
+  if isinstance(dtype, KeyDType):
+    return _key_filled(shape, 1, dtype)
   return _filled("ones", shape, 1, dtype)
 
 
 def empty(shape, dtype=None, *, device=None):
+  if isinstance(dtype, KeyDType):
+    return _key_filled(shape, 0, dtype)
   return _filled("empty", shape, 0, dtype)
 
 
 def full(shape, fill_value, dtype=None, *, device=None):
   """An array of ``shape`` filled with ``fill_value`` (a scalar, or an array that broadcasts)."""
+  if isinstance(dtype, KeyDType):
+    return _key_filled(shape, fill_value, dtype)
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "full")
   check_arraylike("full", fill_value)

@@ -51,10 +51,11 @@ def _pref(preferred_element_type, name):
 
 def _check_contract(name, a, b, da, db):
   sa, sb = get_aval(a).shape, get_aval(b).shape
-  if tuple(sa[i] for i in da) != tuple(sb[i] for i in db):
-    raise TypeError(f"{name}: contracting dimensions must have the same size, got shapes {sa} "
-                    f"and {sb} (dimensions {tuple(da)} of the first and {tuple(db)} of the "
-                    "second)")
+  ca, cb = tuple(sa[i] for i in da), tuple(sb[i] for i in db)
+  if ca != cb:
+    raise TypeError(f"dot_general requires contracting dimensions to have the same shape, got "
+                    f"{ca} and {cb}. ({name} of shapes {sa} and {sb}, contracting dimensions "
+                    f"{tuple(da)} of the first and {tuple(db)} of the second)")
 
 
 def dot(a, b, *, precision=None, preferred_element_type=None):

@@ -8,6 +8,7 @@ import inspect
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._keys import PRNGKeyArray
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import Tracer, get_aval
@@ -21,8 +22,29 @@ def is_arraylike(x) -> bool:
 def check_arraylike(fun_name: str, *args):
   for pos, arg in enumerate(args):
     if not is_arraylike(arg):
+      if type(arg) is PRNGKeyArray:
+        _key_operand_error(fun_name, args)
       raise TypeError(f"{fun_name} requires ndarray or scalar arguments, got "
                       f"{type(arg).__name__} at position {pos}.")
+
+
+_UFUNC_NAMES = {"negative": "neg", "positive": "pos", "absolute": "abs", "invert": "not",
+                "bitwise_not": "not", "logical_not": "not"}
+
+
+def _key_operand_error(fun_name, args):
+  """Arithmetic on a typed PRNG key array: JAX's message (``add does not accept dtypes
+  key<fry>, int32.``)."""
+  from ourjax._keys import operand_dtype_name
+  name = _UFUNC_NAMES.get(fun_name, fun_name)
+  if len(args) == 1:
+    raise TypeError(f"{name} does not accept dtype {args[0].dtype}. Accepted dtypes are "
+                    "subtypes of integer, floating, complexfloating.")
+  names = [operand_dtype_name(a) for a in args]
+  if len(set(names)) == 1:
+    raise TypeError(f"{name} does not accept dtype {names[0]} at position 0. Accepted dtypes "
+                    "at position 0 are subtypes of integer, floating, complexfloating.")
+  raise TypeError(f"{name} does not accept dtypes {', '.join(names)}.")
 
 
 def _as_operand(x):
@@ -232,7 +254,7 @@ def promote_args(fun_name: str, *args):
     r = _array_and_scalar(args)
     if r is not None:
       return r
-  return promote_shapes(fun_name, *promote_dtypes(*_operands(fun_name, args)))
+  return promote_shapes(fun_name, *_promoted(fun_name, promote_dtypes, args))
 
 
 def promote_args_inexact(fun_name: str, *args):
@@ -242,11 +264,22 @@ def promote_args_inexact(fun_name: str, *args):
     r = _array_and_scalar(args)
     if r is not None:
       return r
-  return promote_shapes(fun_name, *promote_dtypes_inexact(*_operands(fun_name, args)))
+  return promote_shapes(fun_name, *_promoted(fun_name, promote_dtypes_inexact, args))
 
 
 def promote_args_numeric(fun_name: str, *args):
-  return promote_shapes(fun_name, *promote_dtypes_numeric(*_operands(fun_name, args)))
+  return promote_shapes(fun_name, *_promoted(fun_name, promote_dtypes_numeric, args))
+
+
+def _promoted(fun_name, promote, args):
+  ops = _operands(fun_name, args)
+  try:
+    return promote(*ops)
+  except dtypes.TypePromotionError:
+    if any(getattr(a, "dtype", None) == dtypes.float0 for a in ops):
+      from ourjax.lax._utils import FLOAT0_ERROR
+      raise TypeError(f"Called {fun_name} with a float0 array. {FLOAT0_ERROR}") from None
+    raise
 
 
 def ensure_array(x):
