@@ -87,8 +87,9 @@ class KeyReuseError(OurJaxError):
 
 
 class JaxRuntimeError(OurJaxError, RuntimeError):
-  """An error of the runtime rather than of the program's types: compiling, running, memory
-  (JAX's ``jax.errors.JaxRuntimeError``, XLA's runtime errors)."""
+  """An error of the runtime rather than of the program's types: compiling, running, memory,
+  a call the runtime refuses (e.g. a donated buffer that the same call also reads) (JAX's
+  ``jax.errors.JaxRuntimeError``, XLA's runtime errors)."""
 
 
 class CompileError(JaxRuntimeError):
@@ -97,11 +98,6 @@ class CompileError(JaxRuntimeError):
 
 class DeviceError(JaxRuntimeError):
   """A device (driver) call failed."""
-
-
-class JaxRuntimeError(OurJaxError, RuntimeError):
-  """The runtime refused a call (JAX's ``jax.errors.JaxRuntimeError``): e.g. a donated buffer
-  that the same call also reads."""
 
 
 def format_bytes(n: int) -> str:
