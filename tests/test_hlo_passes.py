@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from hlo_programs import assert_bitwise_equal, programs, random_array
 from ourjax.backends import reference
-from ourjax.lowering import pipeline
+from ourjax.lowering import hlo, pipeline
 from ourjax.lowering.hlo import Builder, Module, Shape, scalar_computation, verify
 from ourjax.lowering.passes import constant_folding, cse, dce, simplify
 
@@ -532,3 +532,33 @@ def test_sum_of_a_huge_broadcast_answers_at_once():
   assert int(f(np.int32(3))) == np.int64(3 * 10 ** 12).astype(np.int32)
   g = ourjax.jit(lambda x: jnp.max(jnp.broadcast_to(x, (10 ** 6, 10 ** 6, 3)), axis=(0, 1)))
   np.testing.assert_array_equal(np.asarray(g(np.float32([1, -2, 3]))), [1, -2, 3])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "s32"])
+@pytest.mark.parametrize("windows, overlap", [
+    ([(0, 3), (3, 5), (8, 4)], False),          # the gradient of a split, with a gap of zeros
+    ([(2, 4), (7, 5)], False),
+    ([(0, 6), (4, 8)], True),                    # overlapping windows: a real sum, kept
+])
+def test_sum_of_disjoint_zero_pads_becomes_a_concatenate(dtype, windows, overlap):
+  """add(pad(a, 0), pad(b, 0), ...) over disjoint windows of one dimension is their
+  concatenation (zeros between), bit for bit (a float part is added to +0.0, as the sum does:
+  -0.0 becomes +0.0); overlapping windows stay a sum."""
+  n = 12
+
+  def build(b, *xs):
+    total = None
+    for (lo, size), x in zip(windows, xs):
+      p = b.pad(x, b.constant(np.zeros((), hlo.to_dtype(dtype))),
+                [(0, 0, 0), (lo, n - lo - size, 0)])
+      total = p if total is None else b.add(total, p)
+    return total
+  shapes = [S(dtype, 3, size) for _, size in windows]
+  m0, m = simplified(build, *shapes)
+  ops = entry_ops(m)
+  assert ("concatenate" in ops) != overlap and ("pad" in ops) == overlap
+  if dtype == "f32":       # signed zeros, NaNs and infinities as the sum gives them
+    xs = [np.array([[-0.0, np.nan, np.inf] + [1.5] * (size - 3)] * 3, np.float32)[:, :size]
+          for _, size in windows]
+    for a, c in zip(reference.compile(m0)(*xs), reference.compile(m)(*xs)):
+      assert_bitwise_equal(a, c)

@@ -225,6 +225,53 @@ def add_zero(instr, ctx):
       return a
 
 
+def add_of_disjoint_pads(instr, ctx):
+  """sum of zero-padded windows -> concatenate (the gradient of a split: each gate's part)"""
+  dt = instr.dtype
+  if not (_is_float(dt) or _is_int(dt)) or instr.shape.is_tuple:
+    return None
+  if len(instr.users) == 1 and instr.users[0].opcode == "add":
+    return None                     # (the sum it is part of is rewritten whole)
+  leaves, todo = [], [instr]
+  while todo:
+    x = todo.pop()
+    if x.opcode == "add" and (x is instr or len(x.users) == 1):
+      todo.extend(x.operands)
+    elif x.opcode == "pad":
+      leaves.append(x)
+    else:
+      return None
+  if len(leaves) < 2:
+    return None
+  axis, windows = None, []
+  for p in leaves:
+    if p.dims != instr.dims or not is_splat(p.operands[1], 0) or (
+        _is_float(dt) and np.signbit(np.asarray(splat_value(p.operands[1])))):
+      return None
+    moved = [d for d, c in enumerate(p.attrs["padding_config"]) if tuple(c) != (0, 0, 0)]
+    if len(moved) != 1 or (axis is not None and moved[0] != axis):
+      return None
+    axis = moved[0]
+    lo, hi, interior = p.attrs["padding_config"][axis]
+    if lo < 0 or hi < 0 or interior:
+      return None
+    windows.append((lo, lo + p.operands[0].dims[axis], p.operands[0]))
+  windows.sort(key=lambda w: w[0])
+  if any(a[1] > b[0] for a, b in zip(windows, windows[1:])):
+    return None                                     # overlapping windows: a real sum
+  parts, at = [], 0
+  for lo, hi, x in windows + [(instr.dims[axis], instr.dims[axis], None)]:
+    if lo > at:                                     # no window here: zeros
+      dims = list(instr.dims)
+      dims[axis] = lo - at
+      parts.append(_full(ctx, 0, instr.shape.with_dims(tuple(dims))))
+    if x is not None:
+      # (x + 0.0 + ... is x but for -0.0, which the sum turns into +0.0: kept bit-exact)
+      parts.append(ctx.b.add(x, _full(ctx, 0, x.shape)) if _is_float(dt) else x)
+    at = hi
+  return parts[0] if len(parts) == 1 else ctx.b.concatenate(parts, axis)
+
+
 def sub_zero(instr, ctx):
   """x-0 -> x (x-(-0.0) -> x only under fast math)"""
   x, y = instr.operands
@@ -823,7 +870,7 @@ def reduce_of_broadcast(instr, ctx):
 
 RULES: dict[str, tuple] = {
     "multiply": (mul_one, mul_zero_int, mul_minus_one),
-    "add": (add_zero,),
+    "add": (add_zero, add_of_disjoint_pads),
     "subtract": (sub_zero, zero_sub, sub_self_int),
     "divide": (div_one, div_pow2),
     "negate": (neg_neg,),
