@@ -829,12 +829,20 @@ def _no_nan_sign_observers(m):
 
 def _loose_check(g, w, what):
   """Random programs mix transcendental functions and reductions: results agree to a relative
-  1e-2 (NaN positions and integers exactly)."""
+  1e-2 (NaN positions and integers exactly).  Sums near the float range's end are the exception:
+  where one side is NaN and the other infinite or beyond 1e37 (an accumulation whose order
+  decides whether partial sums overflow to +inf and -inf, whose sum is NaN: the GEMM's order is
+  not the reference's), either is accepted."""
   g, w = np.asarray(g), np.asarray(w)
   assert g.dtype == w.dtype and g.shape == w.shape, what
   if rops.is_float(g.dtype):
     g64, w64 = g.astype(np.float64), w.astype(np.float64)
-    assert np.array_equal(np.isnan(g64), np.isnan(w64)), f"{what}: NaN positions\n{g}\n{w}"
+    nan_g, nan_w = np.isnan(g64), np.isnan(w64)
+    with np.errstate(invalid="ignore"):
+      overflowing = (nan_g & (np.abs(w64) >= 1e37)) | (nan_w & (np.abs(g64) >= 1e37))
+    assert np.array_equal(nan_g | overflowing, nan_w | overflowing), \
+        f"{what}: NaN positions\n{g}\n{w}"
+    g64 = np.where(overflowing, w64, g64)
     with np.errstate(invalid="ignore"):
       ok = (g64 == w64) | np.isnan(w64) | (np.abs(g64 - w64) <= 1e-2 * np.abs(w64))
     assert ok.all(), f"{what}\n{g}\n{w}"
