@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.planning import reads_at_own_index
 
 __all__ = ["plan_with_aliases", "safe", "same_index"]
 
@@ -123,43 +124,10 @@ def same_index(kernel, param, out, elementwise_kinds, copy_kinds) -> bool:
     return False
   if any(isinstance(b, tuple) and out in b for _, b in kernel.outputs):
     return False
-  tainted = set()
-  for instr, spec in kernel.leafmap.items():
-    if spec is out or (isinstance(spec, tuple) and any(x is param or x is out for x in spec)):
-      return False
-    if spec is param:
-      if instr.shape.is_tuple or tuple(instr.dims) != dims:
-        return False
-      tainted.add(id(instr))
-  memo = {}
-
-  def reads_param(x) -> bool:
-    """Whether ``x`` depends on the parameter; False (and ``bad``) when not elementwise."""
-    k = id(x)
-    if k in memo:
-      return memo[k]
-    memo[k] = False
-    if x in kernel.leafmap:
-      v = k in tainted
-    else:
-      deps = [reads_param(o) for o in x.operands]
-      v = any(deps)
-      # (a dynamic-update-slice reads its operand where it does not write the update: at the
-      # index it writes)
-      dus = x.opcode == "dynamic-update-slice" and deps[0] and not any(deps[1:])
-      if v and not ((x.is_elementwise() or dus) and not x.shape.is_tuple and
-                    tuple(x.dims) == dims and
-                    all(tuple(o.dims) == dims for o, d in zip(x.operands, deps) if d)):
-        bad.append(x)
-    memo[k] = v
-    return v
-  bad = []
-  for instr, _ in kernel.outputs:
-    reads_param(instr)
-  for r in list(getattr(kernel, "prefetch_outer", ())) + list(getattr(kernel, "prefetch_elem",
-                                                                        ())):
-    reads_param(r)
-  return not bad
+  if any(spec is out or (isinstance(spec, tuple) and any(x is out for x in spec))
+         for spec in kernel.leafmap.values()):
+    return False
+  return reads_at_own_index(kernel, param, dims)
 
 
 def plan_with_aliases(module, plan, add_copy, elementwise_kinds, copy_kinds):

@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from ourjax.backends.cuda import codegen
 from ourjax.backends.cuda.codegen import I32, GpuKernel
+from ourjax.backends.llvm.planning import reads_at_own_index
 
 __all__ = ["Horizontal", "merge_steps", "enabled"]
 
@@ -128,19 +129,24 @@ def _conflict(a, b) -> bool:
   return bool(wa & {id(x) for x in b.reads}) or bool(wb & {id(x) for x in a.reads})
 
 
-def merge_steps(steps, info, step_type, name_of, replaced):
+def _within(step, transform) -> None:
+  """Replace each step list inside ``step`` (a loop's condition and body, a conditional's
+  branches) by ``transform`` of it."""
+  for attr in ("cond_steps", "body_steps"):
+    if hasattr(step, attr):
+      setattr(step, attr, transform(getattr(step, attr)))
+  if hasattr(step, "branches"):
+    step.branches = [transform(br) for br in step.branches]
+
+
+def merge_steps(steps, info, step_type):
   """``steps`` with the kernels of each straight-line stretch grouped (module docstring);
-  loops' and conditionals' steps are grouped inside.  ``step_type(kernel)`` makes a step,
-  ``name_of(parts)`` names a merged kernel, ``replaced(merged, parts)`` is told of each."""
+  loops' and conditionals' steps are grouped inside.  ``step_type(kernel)`` makes a step."""
   out = []          # steps; a group is a list of kernels until the stretch ends
   for s in steps:
     k = getattr(s, "kernel", None)
     if k is None:
-      for attr in ("cond_steps", "body_steps"):
-        if hasattr(s, attr):
-          setattr(s, attr, merge_steps(getattr(s, attr), info, step_type, name_of, replaced))
-      if hasattr(s, "branches"):
-        s.branches = [merge_steps(br, info, step_type, name_of, replaced) for br in s.branches]
+      _within(s, lambda sub: merge_steps(sub, info, step_type))
       out.append(s)
       continue
     target = None
@@ -168,69 +174,35 @@ def merge_steps(steps, info, step_type, name_of, replaced):
     elif len(item) == 1:
       result.append(step_type(item[0]))
     else:
-      merged = Horizontal(name_of(item), item, info)
-      replaced(merged, item)
+      merged = Horizontal(item[0].name + "_h", item, info)
+      merged.hlo_group = getattr(item[0], "hlo_group", None)
       result.append(step_type(merged))
   return result
 
 
-def _reads_only_at_own_index(e, buf) -> bool:
-  """Whether the elementwise kernel ``e`` reads ``buf`` only at the index of the element it
-  computes: every value depending on ``buf``'s leaves is elementwise over ``e``'s dims."""
-  leaves = [i for i, b in e.leafmap.items() if b is buf]
-  if not leaves or any(tuple(i.dims) != e.dims for i in leaves):
-    return False
-  tainted = {id(i) for i in leaves}
-  memo = {}
-
-  def check(x) -> bool:      # x depends on buf only through elementwise same-shape ops
-    k = id(x)
-    if k in memo:
-      return memo[k]
-    if k in tainted:
-      memo[k] = True
-      return True
-    if x in e.leafmap:
-      memo[k] = None
-      return None            # another leaf: does not depend on buf
-    deps = [check(o) for o in x.operands]
-    if any(d is False for d in deps):
-      memo[k] = False
-    elif any(d for d in deps):
-      memo[k] = x.is_elementwise() and tuple(x.dims) == e.dims
-    else:
-      memo[k] = None
-    return memo[k]
-  return all(check(i) is not False for i, _ in e.outputs)
-
-
-def fold_finish_epilogues(steps, step_type, replaced):
+def fold_finish_epilogues(steps, step_type):
   """``steps`` with each elementwise kernel that follows a ``ColumnFinish`` and reads its
   output only at the index of the element it computes (a bias's update from its gradient, the
   gradient's scaling) computed by that kernel, one launch instead of two; loops' and
-  conditionals' steps are folded inside.  ``replaced(new, old_kernels)`` is told of each."""
+  conditionals' steps are folded inside."""
   out = []
   for s in steps:
     k = getattr(s, "kernel", None)
     if k is None:
-      for attr in ("cond_steps", "body_steps"):
-        if hasattr(s, attr):
-          setattr(s, attr, fold_finish_epilogues(getattr(s, attr), step_type, replaced))
-      if hasattr(s, "branches"):
-        s.branches = [fold_finish_epilogues(br, step_type, replaced) for br in s.branches]
+      _within(s, lambda sub: fold_finish_epilogues(sub, step_type))
       out.append(s)
       continue
     prev = getattr(out[-1], "kernel", None) if out else None
     if (type(prev) is codegen.ColumnFinish and type(k) is codegen.Elementwise
         and k.total == prev.nout and not k.scratch
+        and any(b is prev.out for b in k.leafmap.values())
         and not ({id(x) for x in k.writes} & {id(x) for x in prev.reads + prev.writes})
-        and _reads_only_at_own_index(k, prev.out)):
+        and reads_at_own_index(k, prev.out, k.dims)):
       new = codegen.ColumnFinish(prev.name, prev.reduce, prev.out, prev.partials,
                                  prev.leafmap, prev.splits, prev.epilogues + [k])
       for a in ("hlo_group", "hlo_source"):
         if hasattr(prev, a):
           setattr(new, a, getattr(prev, a))
-      replaced(new, [prev, k])
       out[-1] = step_type(new)
       continue
     out.append(s)

@@ -121,54 +121,18 @@ def _double_buffer(step) -> None:
   step.double_buffered = bool(step.copies_back)
 
 
-def _fold_epilogues(planner, steps):
-  """``steps`` with the elementwise epilogues of column reductions folded into their finishing
-  kernels (``horizontal.fold_finish_epilogues``); the planner's kernel list follows."""
-  swap = {}
-
-  def replaced(new, old):
-    swap[id(old[0])] = new
-    for k in old[1:]:
-      swap[id(k)] = None
-    # (a finish folded twice: the kernel it replaced was itself a replacement)
-    for key, v in list(swap.items()):
-      if v is old[0]:
-        swap[key] = new
-
-  steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep, replaced)
-  if swap:
-    kernels = []
-    for k in planner.kernels:
-      r = swap.get(id(k), k)
-      if r is not None and (not kernels or kernels[-1] is not r):
-        kernels.append(r)
-    planner.kernels = [k for k in kernels if k is not None]
-  return steps
-
-
-def _merge_horizontal(planner, steps, info, cpu_be):
-  """``steps`` with independent neighbouring kernels launched as one (``horizontal.py``); the
-  planner's kernel list follows."""
-  gone, first = set(), {}
-
-  def replaced(merged, parts):
-    merged.hlo_group = getattr(parts[0], "hlo_group", None)
-    first[id(parts[0])] = merged
-    gone.update(id(p) for p in parts)
-
-  def name_of(parts):
-    return parts[0].name + "_h"
-
-  steps = horizontal.merge_steps(steps, info, LP.KernelStep, name_of, replaced)
-  if gone:
-    kernels = []
-    for k in planner.kernels:
-      if id(k) in first:
-        kernels.append(first[id(k)])
-      if id(k) not in gone:
-        kernels.append(k)
-    planner.kernels = kernels
-  return steps
+def _kernels_in(steps) -> list:
+  """The kernels of ``steps`` in order, those inside loops and conditionals included."""
+  out = []
+  for s in steps:
+    k = getattr(s, "kernel", None)
+    if k is not None:
+      out.append(k)
+    for sub in [getattr(s, a, None) for a in ("cond_steps", "body_steps")] + list(
+        getattr(s, "branches", ())):
+      if sub:
+        out.extend(_kernels_in(sub))
+  return out
 
 
 def _plan(module: hlo.Module, info: codegen.DeviceInfo):
@@ -180,9 +144,10 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   nparams = len(params)
   # (after donation's planning: an output in a donated parameter's buffer is that parameter's
   # Buf, so merging sees the kernels that read it and the one that writes over it)
-  steps = _fold_epilogues(planner, steps)
+  steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep)
   if horizontal.enabled():
-    steps = _merge_horizontal(planner, steps, info, cpu_be)
+    steps = horizontal.merge_steps(steps, info, LP.KernelStep)
+  planner.kernels = _kernels_in(steps)    # (what the transformations left)
   arena_bytes = LP._assign(planner, steps)
   slot = nparams + len(outs)
   consts = []

@@ -640,3 +640,48 @@ def plan_entry(module: hlo.Module, make_planner, copy_kinds=(K.CopyKernel,),
     planner._add_kernel(steps, K.CopyKernel(planner._kname(), src, dst))
   return donation.plan_with_aliases(module, plan, add_copy, elementwise_kinds, copy_kinds)
 
+
+
+def reads_at_own_index(kernel, buf, dims) -> bool:
+  """Whether the elementwise ``kernel`` (over ``dims``: its ``leafmap`` and ``outputs``) reads
+  ``buf`` only at the index of the element it computes: every value depending on ``buf``'s
+  leaves is elementwise over ``dims`` (a dynamic-update-slice reads its operand where it
+  writes).  Then an output may be written over ``buf`` (donation), or computed by the thread
+  that has just finished ``buf``'s element (a GPU reduction's epilogue)."""
+  dims = tuple(dims)
+  tainted = set()
+  for instr, spec in kernel.leafmap.items():
+    if isinstance(spec, tuple) and any(x is buf for x in spec):
+      return False
+    if spec is buf:
+      if instr.shape.is_tuple or tuple(instr.dims) != dims:
+        return False
+      tainted.add(id(instr))
+  memo = {}
+  bad = []
+
+  def reads_buf(x) -> bool:
+    """Whether ``x`` depends on ``buf`` (noting in ``bad`` a value that does so not
+    elementwise)."""
+    k = id(x)
+    if k in memo:
+      return memo[k]
+    memo[k] = False
+    if x in kernel.leafmap:
+      v = k in tainted
+    else:
+      deps = [reads_buf(o) for o in x.operands]
+      v = any(deps)
+      dus = x.opcode == "dynamic-update-slice" and deps[0] and not any(deps[1:])
+      if v and not ((x.is_elementwise() or dus) and not x.shape.is_tuple and
+                    tuple(x.dims) == dims and
+                    all(tuple(o.dims) == dims for o, d in zip(x.operands, deps) if d)):
+        bad.append(x)
+    memo[k] = v
+    return v
+  for instr, _ in kernel.outputs:
+    reads_buf(instr)
+  for r in list(getattr(kernel, "prefetch_outer", ())) + list(getattr(kernel, "prefetch_elem",
+                                                                        ())):
+    reads_buf(r)
+  return not bad
