@@ -970,11 +970,8 @@ def _backend_source_hash() -> str:
   return _source_hash
 
 
-def cache_key(module: hlo.Module, profile: bool = False) -> str:
-  import llvmlite
-  import llvmlite.binding as llvm
-  from ourjax.backends.cpu import jit
-  h = hashlib.sha256()
+def _hash_module(h, module: hlo.Module) -> None:
+  """Feed ``module``'s text and its constants' bytes to the hash ``h``."""
   h.update(module.to_string().encode())
   for comp in module.computation_post_order():
     for i in comp.instructions:
@@ -982,11 +979,25 @@ def cache_key(module: hlo.Module, profile: bool = False) -> str:
         v = np.ascontiguousarray(i.attrs["value"])
         h.update(f"{i.name}:{v.dtype.str}:{v.shape}".encode())
         h.update(v.tobytes())
+
+
+def _host_tag(profile: bool) -> bytes:
+  """What the object code depends on besides the module: LLVM, the host CPU, the thread
+  counts and the code-generation settings."""
+  import llvmlite
+  import llvmlite.binding as llvm
+  from ourjax.backends.cpu import jit
+  return (f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
+          f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
+          f"{bool(profile)}").encode()
+
+
+def cache_key(module: hlo.Module, profile: bool = False) -> str:
+  h = hashlib.sha256()
+  _hash_module(h, module)
   h.update(_backend_source_hash().encode())
   h.update(repr(sorted((getattr(module, "input_output_alias", None) or {}).items())).encode())
-  h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
-           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
-           f"{bool(profile)}".encode())
+  h.update(_host_tag(profile))
   return h.hexdigest()
 
 
@@ -1039,22 +1050,11 @@ def _settings() -> str:
 def source_key(module: hlo.Module, profile: bool = False) -> str:
   """The disk-cache key of ``module`` as lowered (before the passes): its text and constants,
   the sources and settings of the passes and the backend, and what ``cache_key`` adds."""
-  import llvmlite
-  import llvmlite.binding as llvm
-  from ourjax.backends.cpu import jit
   h = hashlib.sha256(b"source\n")
-  h.update(module.to_string().encode())
-  for comp in module.computation_post_order():
-    for i in comp.instructions:
-      if i.opcode == "constant":
-        v = np.ascontiguousarray(i.attrs["value"])
-        h.update(f"{i.name}:{v.dtype.str}:{v.shape}".encode())
-        h.update(v.tobytes())
+  _hash_module(h, module)
   h.update(_pipeline_source_hash().encode())
   h.update(_settings().encode())
-  h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
-           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
-           f"{bool(profile)}".encode())
+  h.update(_host_tag(profile))
   return "src-" + h.hexdigest()
 
 
