@@ -267,7 +267,8 @@ def _dataflow(exe, while_trips=3):
         mem[op[1]] = get(op[2])
         copied[0] += 1
       elif op[0] == "repeat":
-        list(cuda_program._iterations(op, run))
+        for prog in cuda_program._iterations(op):
+          run(prog)
       elif op[0] == "while":
         _, cond, _pred, body, _name, odd_cond, odd, fixup = op
         for i in range(while_trips):

@@ -483,8 +483,8 @@ class CudaExecutable:
         if timings is not None:
           timings.append(("copy", nbytes, e0, driver.Event(dev, timing=True).record()))
       elif kind == "repeat":
-        for _ in _iterations(op, lambda prog: self._run(dev, prog, slots, base)):
-          pass
+        for prog in _iterations(op):
+          self._run(dev, prog, slots, base)
       elif kind == "while":
         _, cond, pred, body, name, odd_cond, odd, fixup = op
         flag = np.zeros((), np.uint8)

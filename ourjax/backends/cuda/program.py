@@ -146,24 +146,20 @@ def _flat_program(program):
   once per iteration; yields ("while" | "cond", ...) ops as they are (the host drives them)."""
   for op in program:
     if op[0] == "repeat":
-      yield from _iterations(op, _flat_program)
+      for prog in _iterations(op):
+        yield from _flat_program(prog)
     else:
       yield op
 
 
-def _iterations(op, run):
-  """``run(program)`` for each iteration of the ``repeat`` op ``op`` (alternating with its
-  double-buffered odd body when it has one), then its fix-up copies when due; yields what
-  each ``run`` yields."""
+def _iterations(op):
+  """The programs a ``repeat`` op runs, in order: its body once per iteration (alternating with
+  its double-buffered odd body when it has one), then its fix-up copies when due."""
   _, n, body, odd, fixup = op
   for i in range(n):
-    r = run(odd if (i & 1 and odd is not None) else body)
-    if r is not None:
-      yield from r
+    yield odd if (i & 1 and odd is not None) else body
   if odd is not None and n & 1:
-    r = run(fixup)
-    if r is not None:
-      yield from r
+    yield fixup
 
 
 def _count_flat(program) -> tuple:
