@@ -18,13 +18,15 @@ LoopKernel with row         ``RowReduce``: one block per row; each reduction of 
 reductions (softmax,        computed cooperatively (strided loop, warp butterfly shuffles, one
 layernorm) or reduction     shared-memory step across warps), memoised for the emitter, then
 outputs                     the row's outputs are written by all threads
-few long reductions         ``SplitReduce``: pass 1 has ``G`` blocks per output write block
-                            partials, pass 2 combines them (and computes the outputs)
+few long reductions         ``SplitPartials``: ``G`` blocks per output write block partials;
+                            ``SplitFinish`` combines them (and computes the outputs)
 ColumnReduceKernel          ``ColumnReduce``: one thread per output element walking the reduced
                             block (coalesced across the kept minor dimensions), split into
-                            partials + a combine pass (a block per output) when there are few
-                            outputs; sibling reductions of a group over the same block in one
-                            pass (``merge_column_reductions``)
+                            partials + a combine pass (``ColumnFinish``, a block per output) when
+                            there are few outputs, which also computes the elementwise kernels
+                            that read its result at their own index (``horizontal.py``);
+                            sibling reductions of a group over the same block in one pass
+                            (``merge_column_reductions``)
 dot (f32, bf16, f16)        ``wgmma.WgmmaDot`` (Hopper ``wgmma.mma_async``, sm_90a PTX) when the
                             layouts fit, at any sizes, else ``MmaDot`` (``mma.sync``; tf32 for
                             f32 unless the highest precision is configured) when the tile sizes
