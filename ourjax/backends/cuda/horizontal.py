@@ -20,6 +20,10 @@ residuals: computed in one launch, stored into their stacked slices in the next)
 Grouping runs before buffer assignment: the parts' buffers are distinct ``Buf`` objects, all
 alive at the merged step, so they get disjoint memory.  ``OURJAX_CUDA_HORIZONTAL=0`` turns it
 off.
+
+The same pass over the steps folds an elementwise kernel that reads a ``ColumnFinish``'s result
+only at its own index into that kernel (``fold_finish_epilogues``: vertically, a bias's update
+computed where its gradient is finished).
 """
 from __future__ import annotations
 
