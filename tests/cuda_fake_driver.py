@@ -244,6 +244,14 @@ class FakeDriver:
       graph.nodes.append(res[1])
     return res
 
+  def cuGraphAddDependencies(self, graph, frm, to, edges, n):
+    assert len(frm) == len(to) == len(edges) == n
+    for a, b, e in zip(frm, to, edges):
+      assert a in graph.nodes and b in graph.nodes and a not in b.deps, (a, b)
+      b.deps.append(a)
+      b.edge_types = getattr(b, "edge_types", []) + [(int(e.type), int(e.from_port))]
+    return self._ok("cuGraphAddDependencies")
+
   def _kernel_node_record(self, p):
     assert int(p.extra or 0) == 0
     return self._kernel_record(p.func, (p.gridDimX, p.gridDimY, p.gridDimZ),

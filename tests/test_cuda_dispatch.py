@@ -3,6 +3,7 @@ packing of kernel parameters, and graph replay against kernel-by-kernel launches
 stand-in driver of ``cuda_fake_driver`` (which records every launch as it would execute)."""
 import logging
 
+import llvmlite.ir as ir
 import numpy as np
 import pytest
 
@@ -140,6 +141,57 @@ def test_graph_replay_launches_what_plain_launches_do(monkeypatch):
   assert calls.get("cuGraphExecMemcpyNodeSetParams", 0) > 0   # g's copy followed its buffers
   assert 0 < sum(replay["updates"]) == (calls["cuGraphExecKernelNodeSetParams"]
                                         + calls["cuGraphExecMemcpyNodeSetParams"])
+
+
+@pytest.mark.parametrize("pdl", [True, False])
+def test_kernel_to_kernel_graph_edges_are_programmatic(monkeypatch, pdl):
+  """Consecutive kernels of a graph are joined by programmatic edges (the second kernel is
+  scheduled early and waits in its prologue); an edge from or to a copy stays a full one;
+  OURJAX_CUDA_PDL=0 makes every edge a full one.  The launches are the same either way."""
+  monkeypatch.setenv("OURJAX_CUDA_PDL", "1" if pdl else "0")
+  run = _run_scenario(monkeypatch, graphs=True)
+  assert run["executed"] == _run_scenario(monkeypatch, graphs=False)["executed"]
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
+  with cuda_fake_driver.installed():
+    exes = _scenario()
+    seen = {"programmatic": 0, "full": 0}
+    for e in exes:
+      g = e._graph.graph
+      kinds = dict(zip(map(id, g.nodes), g.names))
+      for n, name in zip(g.nodes, g.names):
+        edges = getattr(n, "edge_types", [])
+        if not n.deps:
+          continue
+        prev = kinds[id(n.deps[0])]
+        if pdl and name != "copy" and prev != "copy":
+          assert edges == [(1, 1)], (prev, name, edges)   # PROGRAMMATIC, port PROGRAMMATIC
+          seen["programmatic"] += 1
+        else:
+          assert edges == [], (prev, name, edges)
+          seen["full"] += 1
+    assert seen["programmatic"] > 0 if pdl else seen["programmatic"] == 0
+    assert seen["full"] > 0                       # g's copy keeps full edges
+    del exes
+
+
+def test_kernels_wait_for_their_grid_dependencies_first():
+  """Every kernel for sm_90 starts with griddepcontrol.wait (before any memory access: a
+  programmatic edge lets it start while its predecessor runs), and none for sm_80."""
+  from ourjax.backends.cuda import codegen
+  c = ourjax.jit(lambda a, b: (ourjax.numpy.sum(a * b, axis=1), a @ b.T + 1.0),
+                 backend="cuda").lower(np.ones((64, 96), np.float32),
+                                       np.ones((64, 96), np.float32)).compile()
+  exe = c.runtime_executable()
+  for arch, want in (("90", True), ("80", False)):
+    for k in exe.kernels:
+      if k.is_copy:
+        continue
+      m = codegen.new_module("t", arch)
+      fn = k.emit_gpu(m)
+      first = next(i for i in fn.entry_basic_block.instructions
+                   if not isinstance(i, ir.AllocaInstr))
+      has = "griddepcontrol.wait" in str(first)
+      assert has == want, (arch, k.name, str(first))
 
 
 def test_alternating_buffers_replay_without_updates(monkeypatch):

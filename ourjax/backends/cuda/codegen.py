@@ -116,7 +116,30 @@ def new_module(name: str, arch: str = DEFAULT_ARCH) -> ir.Module:
   mod = ir.Module(name=name)
   mod.triple = TRIPLE
   mod.data_layout = str(target_machine(arch).target_data)
+  mod.ourjax_arch = arch           # (read by GpuKernel.emit_gpu)
   return mod
+
+
+PDL_MIN_CC = 90
+"""The compute capability from which kernels take part in programmatic dependent launch
+(Hopper's ``griddepcontrol``)."""
+
+
+def grid_dependency_prologue(b) -> None:
+  """The first instructions of a kernel on sm_90+: ``griddepcontrol.wait`` (touch no memory
+  until the grids this one depends on have completed and their writes are visible: a no-op
+  for a launch without a programmatic dependency), then ``griddepcontrol.launch_dependents``
+  (the next kernel may be scheduled once every block of this one is past its wait).
+
+  Together they let a graph edge between two kernels be *programmatic* (``driver.Graph``):
+  the next kernel's blocks are launched and waiting while this one runs, so a chain of small
+  dependent kernels (a loop body's) does not pay the full launch latency at every boundary,
+  while its results are exactly those of a fully serialised chain (every kernel waits before
+  its first access, reads and writes alike, so a buffer reused for a later value is not
+  overwritten early either)."""
+  fty = ir.FunctionType(ir.VoidType(), [])
+  b.call(ir.InlineAsm(fty, "griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;",
+                      "~{memory}", side_effect=True), [])
 
 
 def compile_ptx(module, arch: str = DEFAULT_ARCH) -> str:
@@ -283,6 +306,8 @@ class GpuKernel(K.Kernel):
       a.add_attribute("noalias")
       a.attributes.align = 16
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    if int(getattr(module, "ourjax_arch", DEFAULT_ARCH).rstrip("a")) >= PDL_MIN_CC:
+      grid_dependency_prologue(b)
     ptrs = {id(x): a for x, a in zip(self.buffers, fn.args)}
     self.gpu_body(b, lambda buf: ptrs[id(buf)])
     b.ret_void()

@@ -427,7 +427,8 @@ class Graph:
 
   def add_kernel(self, function: "Function", grid, block, shared: int,
                  params_address: int) -> int:
-    """Append a launch of ``function``; returns the node's index."""
+    """Append a launch of ``function``; returns the node's index.  After another kernel the
+    edge is programmatic where the device allows it (``programmatic_launch``)."""
     d = _driver()
     p = d.CUDA_KERNEL_NODE_PARAMS()
     p.func = function.handle
@@ -435,10 +436,19 @@ class Graph:
     p.blockDimX, p.blockDimY, p.blockDimZ = (int(b) for b in block)
     p.sharedMemBytes = int(shared)
     p.kernelParams = int(params_address) or None
+    what = (f"cuGraphAddKernelNode({function.name}, grid {tuple(grid)}, block "
+            f"{tuple(block)}, {shared} bytes shared)")
     deps = self._deps()
-    node = _check(d.cuGraphAddKernelNode(self.handle, deps, len(deps), p),
-                  f"cuGraphAddKernelNode({function.name}, grid {tuple(grid)}, block "
-                  f"{tuple(block)}, {shared} bytes shared)")
+    if deps and self.names[-1] != "copy" and programmatic_launch(self.device):
+      node = _check(d.cuGraphAddKernelNode(self.handle, [], 0, p), what)
+      e = d.CUgraphEdgeData()
+      e.type = int(d.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+      e.from_port = int(d.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC)
+      _check(d.cuGraphAddDependencies(self.handle, deps, [node], [e], 1),
+             f"cuGraphAddDependencies (a programmatic edge {self.names[-1]} -> "
+             f"{function.name})")
+    else:
+      node = _check(d.cuGraphAddKernelNode(self.handle, deps, len(deps), p), what)
     return self._add(node, p, function.name)
 
   def add_copy(self, dst: int, src: int, nbytes: int) -> int:
@@ -459,6 +469,17 @@ class Graph:
         _drv.cuGraphDestroy(self.handle)
     except Exception:   # pragma: no cover - interpreter shutdown
       pass
+
+
+def programmatic_launch(device: "Device") -> bool:
+  """Whether graph edges between two kernels on ``device`` are programmatic (Hopper's
+  programmatic dependent launch: the second kernel's blocks are scheduled while the first
+  runs and wait in their prologue, ``codegen.grid_dependency_prologue``, for its completion).
+  Off below compute capability 9.0 and with ``OURJAX_CUDA_PDL=0``."""
+  import os
+  if os.environ.get("OURJAX_CUDA_PDL", "1").strip().lower() in ("0", "false", "no", "off"):
+    return False
+  return device.compute_capability[0] >= 9
 
 
 def _copy_params(d, dst: int, src: int, nbytes: int):
