@@ -389,8 +389,23 @@ def _sgd_step(w, b, x):
   return w - 0.1 * gw, b - 0.1 * gb
 
 
-_MERGED = dict(_LOOPS, lstm_grad=None, sgd_bias=None,
-               siblings=lambda v: (jnp.exp(v), v * 2, jnp.sin(v).T, jnp.cumsum(v, 0) + 1))
+def _stencil_scan(v):
+  """An integrator step with a rolled stencil and a scalar per step (``ys[t] = mean(..)``): its
+  split reduction joins the step's elementwise launch, and the one-thread store of the scalar
+  into its stacked slice runs in the reduction's finishing launch."""
+  s = jnp.concatenate([v, v[::-1]]).reshape(2, -1)
+
+  def step(s, _):
+    x, w = s[0], s[1]
+    k = jnp.stack([w, jnp.roll(x, 1) + jnp.roll(x, -1) - 2.0 * x - 0.1 * w])
+    s = s + 0.01 * k
+    return s, jnp.mean(s[0] * s[0])
+  return ourjax.lax.scan(step, s, None, length=5)
+
+
+_MERGED = dict(_LOOPS, lstm_grad=None, sgd_bias=None, stencil_scan=_stencil_scan,
+               siblings=lambda v: (jnp.exp(v), v * 2, jnp.sin(v).T, jnp.cumsum(v, 0) + 1),
+               rows=lambda v: (jnp.sum(v, axis=1), jnp.exp(v) * 2, jnp.max(v, axis=1) - 1))
 
 
 @pytest.mark.parametrize("name", sorted(_MERGED))
@@ -463,3 +478,35 @@ def test_profiler_describes_every_gpu_kernel():
     if d["kind"] == "Horizontal":
       assert d["hlo"] == " + ".join(kernel_info.describe(p)["hlo"] for p in k.parts)
   assert "Horizontal" in kinds
+
+
+def test_synchronising_parts_join_only_at_their_block_size():
+  """A split reduction's partials (blocks that synchronise) join a horizontal launch only when
+  the merged block is their own block size; a one-thread store after a one-output split
+  reduction runs in the reduction's finishing launch."""
+  from ourjax.backends.cuda import codegen, horizontal
+  x = np.linspace(-1, 1, 4096 * 16, dtype=np.float32)
+  exe = _exe(_stencil_scan, x)
+  info = codegen.DeviceInfo()
+  kinds = [type(k).__name__ for k in exe.kernels]
+  merged = [k for k in exe.kernels if isinstance(k, horizontal.Horizontal)
+            and any(isinstance(p, codegen.SplitPartials) for p in k.parts)]
+  assert merged, kinds
+  for h in merged:
+    blk = h.launch(info)[1][0]
+    for p in h.parts:
+      if isinstance(p, horizontal.SYNCED):
+        assert p.launch(info)[1][0] == blk
+  assert any(isinstance(k, codegen.SplitFinish) and k.tails for k in exe.kernels), kinds
+  # the guard itself: a synchronising part at another block size is refused
+  sp = next(p for h in merged for p in h.parts if isinstance(p, codegen.SplitPartials))
+  big = next(p for h in merged for p in h.parts if not isinstance(p, horizontal.SYNCED))
+  assert horizontal._fits([big], sp, info)
+
+  class Wide:            # an independent part launched with a wider block than sp's
+    name, reads, writes, work = "wide", [], [], 1
+
+    def launch(self, info):
+      return (1, 1, 1), (2 * sp.launch(info)[1][0], 1, 1), 0
+  with pytest.raises(ValueError, match="synchronises"):
+    horizontal.Horizontal("h", [sp, Wide()], info)

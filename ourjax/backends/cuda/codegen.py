@@ -772,20 +772,35 @@ class SplitPartials(GpuKernel):
 
 class SplitFinish(GpuKernel):
   """Pass 2: one thread per output combines the ``G`` partials of each reduction (then the
-  init value), memoises them and writes the outputs."""
+  init value), memoises them and writes the outputs.
+
+  ``tails``: serial kernels (``Kernel``s of one thread) that followed it and are run by the
+  thread that computed the only output, after its stores (``horizontal.fold_finish_epilogues``:
+  a scan step's ``ys[t] = mean(...)`` stored into its stacked slice by the same launch)."""
   BLOCK = 128
 
-  def __init__(self, name, dims, outputs, prefetch, partials, leafmap, groups):
+  def __init__(self, name, dims, outputs, prefetch, partials, leafmap, groups, tails=()):
     self.dims, self.outputs = tuple(dims), list(outputs)
     self.prefetch, self.partials = list(prefetch), list(partials)
     self.leafmap, self.groups = dict(leafmap), groups
+    self.tails = list(tails)
     self.nout = math.prod(self.dims)
+    assert not self.tails or self.nout == 1, "serial tails follow a single output"
     flat = [p for ps in self.partials for p in ps]
-    super().__init__(name, flat + K._leaf_bufs(self.leafmap), K.output_bufs(outputs),
-                     work=self.nout * groups)
+    reads = flat + K._leaf_bufs(self.leafmap) + [x for t in self.tails for x in t.reads]
+    writes = K.output_bufs(outputs) + [x for t in self.tails for x in t.writes]
+    super().__init__(name, reads, writes, work=self.nout * groups)
 
   def launch(self, info):
     return (-(-self.nout // self.BLOCK), 1, 1), (self.BLOCK, 1, 1), 0
+
+  def emit_gpu(self, module):
+    for t in self.tails:
+      t.emit(module)
+    return super().emit_gpu(module)
+
+  def function_names(self):
+    return [self.name] + [t.name for t in self.tails]
 
   def gpu_body(self, b, ptr):
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
@@ -809,6 +824,8 @@ class SplitFinish(GpuKernel):
             b.store(v, a)
         em.remember(r, oidx, red.result(red.finish([b.load(a) for a in accs])))
       K.store_outputs(b, em, self.outputs, oidx, ptr)
+      for t in self.tails:      # (this thread's own stores are visible to it)
+        b.call(b.module.globals[t.name], [ptr(x) for x in t.buffers] + [i64(0), i64(1)])
 
 
 class ColumnReduce(GpuKernel):

@@ -11,8 +11,11 @@ part ``i`` when ``b`` falls in part ``i``'s range, with the special registers th
 (``ctaid.x``, ``nctaid.x``, ``ntid.x``) answering as in the part's own launch
 (``codegen.sreg``'s overrides); threads beyond a part's block size skip it.
 
-Parts are the grid-stride kernels without block-wide barriers or scratch (``Elementwise``,
-``Threaded``).  A kernel joins the earliest group above it that it can reach: nothing between
+Parts are the 1-D kernels without scratch or dynamic shared memory whose blocks are
+independent: the grid-stride ones (``Elementwise``, ``Threaded``), and those whose blocks
+synchronise only within themselves (``SplitPartials``, ``RowReduce``: block-wide reductions),
+which join a group only at their own block size, so that every thread of a block reaches their
+barriers.  A kernel joins the earliest group above it that it can reach: nothing between
 the group and the kernel (nor the group itself) conflicts with it, looking back at most
 ``LOOKBACK`` steps, so kernels move up only past independent neighbours, live ranges change
 little, and kernels that depend on one group all land in the group after it (an LSTM step's
@@ -22,8 +25,9 @@ alive at the merged step, so they get disjoint memory.  ``OURJAX_CUDA_HORIZONTAL
 off.
 
 The same pass over the steps folds an elementwise kernel that reads a ``ColumnFinish``'s result
-only at its own index into that kernel (``fold_finish_epilogues``: vertically, a bias's update
-computed where its gradient is finished).
+only at its own index into that kernel, and a one-thread kernel into the ``SplitFinish`` of one
+output before it (``fold_finish_epilogues``: vertically, a bias's update computed where its
+gradient is finished, a scan step's scalar stored where it is reduced).
 """
 from __future__ import annotations
 
@@ -46,14 +50,34 @@ def enabled() -> bool:
       "0", "false", "no", "off")
 
 
+#: Kernels whose blocks synchronise (block-wide reductions through static shared memory and
+#: ``bar.sync``): parts only where every thread of the merged block runs them, i.e. where
+#: their block size is the merged kernel's.
+SYNCED = (codegen.SplitPartials, codegen.RowReduce)
+
+
 def mergeable(kernel) -> bool:
-  """Whether ``kernel`` can be a part: a 1-D grid-stride kernel whose blocks need no barrier,
-  shared memory or scratch of their own."""
+  """Whether ``kernel`` can be a part: a 1-D kernel without dynamic shared memory or scratch
+  whose blocks are independent of each other: a grid-stride kernel, or one whose blocks
+  synchronise within themselves (``SYNCED``, at the merged block size only)."""
   if isinstance(kernel, Horizontal):
     return True
-  if type(kernel) not in (codegen.Elementwise, codegen.Threaded) or kernel.scratch:
+  if type(kernel) not in (codegen.Elementwise, codegen.Threaded) + SYNCED or kernel.scratch:
     return False
   return True
+
+
+def _parts(kernel) -> list:
+  return kernel.parts if isinstance(kernel, Horizontal) else [kernel]
+
+
+def _fits(group, kernel, info) -> bool:
+  """Whether ``kernel`` can join ``group`` as far as block sizes go: every synchronising part
+  must get exactly its own block size (all its threads reach its barriers)."""
+  parts = [p for k in group + [kernel] for p in _parts(k)]
+  blocks = {id(p): p.launch(info)[1][0] for p in parts}
+  block = max(blocks.values())
+  return all(blocks[id(p)] == block for p in parts if isinstance(p, SYNCED))
 
 
 class Horizontal(GpuKernel):
@@ -78,6 +102,9 @@ class Horizontal(GpuKernel):
       start += gx
       block = max(block, bx)
     self.blocks, self.block = start, block
+    for p, (_, _, bx) in zip(flat, self.ranges):
+      if isinstance(p, SYNCED) and bx != block:
+        raise ValueError(f"{p.name}: synchronises blocks of {bx} threads, merged block {block}")
     reads, writes, seen = [], [], set()
     for p in flat:
       for x in p.writes:
@@ -160,7 +187,8 @@ def merge_steps(steps, info, step_type):
         if isinstance(item, list):
           if any(_conflict(m, k) for m in item):
             break
-          target = item
+          if _fits(item, k, info):
+            target = item
           continue
         other = getattr(item, "kernel", None)
         if other is None or _conflict(other, k):
@@ -187,8 +215,10 @@ def merge_steps(steps, info, step_type):
 def fold_finish_epilogues(steps, step_type):
   """``steps`` with each elementwise kernel that follows a ``ColumnFinish`` and reads its
   output only at the index of the element it computes (a bias's update from its gradient, the
-  gradient's scaling) computed by that kernel, one launch instead of two; loops' and
-  conditionals' steps are folded inside."""
+  gradient's scaling) computed by that kernel, and each serial (one-thread) kernel that follows
+  a ``SplitFinish`` of one output run by that output's thread after it (a scan step's scalar
+  result stored into its stacked slice): one launch instead of two; loops' and conditionals'
+  steps are folded inside."""
   out = []
   for s in steps:
     k = getattr(s, "kernel", None)
@@ -204,6 +234,17 @@ def fold_finish_epilogues(steps, step_type):
         and reads_at_own_index(k, prev.out, k.dims)):
       new = codegen.ColumnFinish(prev.name, prev.reduce, prev.out, prev.partials,
                                  prev.leafmap, prev.splits, prev.epilogues + [k])
+      for a in ("hlo_group", "hlo_source"):
+        if hasattr(prev, a):
+          setattr(new, a, getattr(prev, a))
+      out[-1] = step_type(new)
+      continue
+    if (type(prev) is codegen.SplitFinish and prev.nout == 1 and type(k) is codegen.Threaded
+        and k.nthreads == 1 and not k.scratch
+        and not ({id(x) for x in k.writes} & {id(x) for x in prev.reads + prev.writes})):
+      new = codegen.SplitFinish(prev.name, prev.dims, prev.outputs, prev.prefetch,
+                                prev.partials, prev.leafmap, prev.groups,
+                                prev.tails + [k.inner])
       for a in ("hlo_group", "hlo_source"):
         if hasattr(prev, a):
           setattr(new, a, getattr(prev, a))
