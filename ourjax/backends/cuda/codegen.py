@@ -772,7 +772,8 @@ class SplitPartials(GpuKernel):
 
 class SplitFinish(GpuKernel):
   """Pass 2: one thread per output combines the ``G`` partials of each reduction (then the
-  init value), memoises them and writes the outputs.
+  init value), memoises them and writes the outputs; from ``WIDE_GROUPS`` partials on, one
+  block per output does.
 
   ``tails``: serial kernels (``Kernel``s of one thread) that followed it and are run by the
   thread that computed the only output, after its stores (``horizontal.fold_finish_epilogues``:
@@ -791,7 +792,20 @@ class SplitFinish(GpuKernel):
     writes = K.output_bufs(outputs) + [x for t in self.tails for x in t.writes]
     super().__init__(name, reads, writes, work=self.nout * groups)
 
+  #: From this many partials per output, a block per output combines them (its threads
+  #: striding over them, then a block reduction) instead of one thread per output: one thread
+  #: adding hundreds of partials one after the other (a large sum's, or a stencil chain's one
+  #: per tile) took longer than the launch.
+  WIDE_GROUPS = 32
+  WIDE_BLOCK = 128
+
+  @property
+  def wide(self) -> bool:
+    return self.groups >= self.WIDE_GROUPS and self.nout <= 65535
+
   def launch(self, info):
+    if self.wide:
+      return (self.nout, 1, 1), (self.WIDE_BLOCK, 1, 1), 0
     return (-(-self.nout // self.BLOCK), 1, 1), (self.BLOCK, 1, 1), 0
 
   def emit_gpu(self, module):
@@ -802,7 +816,36 @@ class SplitFinish(GpuKernel):
   def function_names(self):
     return [self.name] + [t.name for t in self.tails]
 
+  def _wide_body(self, b, ptr):
+    em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
+    G, T = self.groups, self.WIDE_BLOCK
+    o = sreg64(b, "ctaid.x")
+    tid = sreg64(b, "tid.x")
+    oidx = Index(b, self.dims, linear=o)
+    for j, (r, parts) in enumerate(zip(self.prefetch, self.partials)):
+      red = _Reducer(b, em, r)
+      accs = [E.alloca_entry(b, v.type) for v in red.ident]
+      for a, v in zip(accs, red.ident):
+        b.store(v, a)
+      with E.ForLoop(b, tid, G, "g", step=i64(T)) as g:
+        pos = b.add(b.mul(o, i64(G)), g.index)
+        xs = []
+        for p, dt in zip(parts, red.dtypes):
+          x = E.load_element(b, ptr(p), pos, p.dtype)
+          xs.append(E.convert_value(b, x, p.dtype, dt) if p.dtype != np.dtype(dt) else x)
+        new = red.combine([b.load(a) for a in accs], xs)
+        for a, v in zip(accs, new):
+          b.store(v, a)
+      vals = _block_allreduce(b, red, [b.load(a) for a in accs], T, f"{self.name}_w{j}")
+      em.remember(r, oidx, red.result(red.finish(vals)))
+    with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
+      K.store_outputs(b, em, self.outputs, oidx, ptr)
+      for t in self.tails:      # (this thread's own stores are visible to it)
+        b.call(b.module.globals[t.name], [ptr(x) for x in t.buffers] + [i64(0), i64(1)])
+
   def gpu_body(self, b, ptr):
+    if self.wide:
+      return self._wide_body(b, ptr)
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
     G = self.groups
     o = b.add(b.mul(sreg64(b, "ctaid.x"), i64(self.BLOCK)), sreg64(b, "tid.x"))

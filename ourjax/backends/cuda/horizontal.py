@@ -56,13 +56,18 @@ def enabled() -> bool:
 SYNCED = (codegen.SplitPartials, codegen.RowReduce)
 
 
+def _synced():
+  from ourjax.backends.cuda import stencil     # (stencil chains synchronise their blocks too)
+  return SYNCED + (stencil.StencilChain,)
+
+
 def mergeable(kernel) -> bool:
   """Whether ``kernel`` can be a part: a 1-D kernel without dynamic shared memory or scratch
   whose blocks are independent of each other: a grid-stride kernel, or one whose blocks
   synchronise within themselves (``SYNCED``, at the merged block size only)."""
   if isinstance(kernel, Horizontal):
     return True
-  if type(kernel) not in (codegen.Elementwise, codegen.Threaded) + SYNCED or kernel.scratch:
+  if type(kernel) not in (codegen.Elementwise, codegen.Threaded) + _synced() or kernel.scratch:
     return False
   return True
 
@@ -77,7 +82,7 @@ def _fits(group, kernel, info) -> bool:
   parts = [p for k in group + [kernel] for p in _parts(k)]
   blocks = {id(p): p.launch(info)[1][0] for p in parts}
   block = max(blocks.values())
-  return all(blocks[id(p)] == block for p in parts if isinstance(p, SYNCED))
+  return all(blocks[id(p)] == block for p in parts if isinstance(p, _synced()))
 
 
 class Horizontal(GpuKernel):
@@ -103,7 +108,7 @@ class Horizontal(GpuKernel):
       block = max(block, bx)
     self.blocks, self.block = start, block
     for p, (_, _, bx) in zip(flat, self.ranges):
-      if isinstance(p, SYNCED) and bx != block:
+      if isinstance(p, _synced()) and bx != block:
         raise ValueError(f"{p.name}: synchronises blocks of {bx} threads, merged block {block}")
     reads, writes, seen = [], [], set()
     for p in flat:

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from ourjax.backends.cuda import codegen, horizontal
+from ourjax.backends.cuda import codegen, horizontal, stencil
 from ourjax.backends.cuda.program import _renamed
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning as LP
@@ -144,6 +144,8 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   nparams = len(params)
   # (after donation's planning: an output in a donated parameter's buffer is that parameter's
   # Buf, so merging sees the kernels that read it and the one that writes over it)
+  if stencil.enabled():
+    steps = stencil.chain_steps(steps, info, LP.KernelStep)
   steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep)
   if horizontal.enabled():
     steps = horizontal.merge_steps(steps, info, LP.KernelStep)
