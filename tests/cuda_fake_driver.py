@@ -77,6 +77,7 @@ class FakeDriver:
     self.calls = Counter()
     self.fail: set = set()
     self.next_ptr = 1 << 32
+    self.cubins: list = []        # (the fake linker's outputs, alive while it is)
     self.functions: dict = {}     # int(CUfunction) -> (name, nparams)
     self._nfunc = 0x1000
     self.clock_ms = 0.0           # the time of the last event recorded (cuEventRecord)
@@ -169,6 +170,33 @@ class FakeDriver:
   def cuModuleLoadDataEx(self, image, nopts, opts, vals):
     ptx = bytes(image).rstrip(b"\0").decode()
     return self._ok("cuModuleLoadDataEx", _Handle("module", entries=_entries(ptx)))
+
+  # the linker: a "cubin" is the PTX behind a marker, kept alive for ctypes.string_at
+  def cuLinkCreate(self, nopts, opts, vals):
+    return self._ok("cuLinkCreate", _Handle("link", ptx=None, out=None))
+
+  def cuLinkAddData(self, state, kind, data, size, name, nopts, opts, vals):
+    assert kind == _real.CUjitInputType.CU_JIT_INPUT_PTX and len(data) == size
+    state.ptx = bytes(data).rstrip(b"\0")
+    return self._ok("cuLinkAddData")
+
+  def cuLinkComplete(self, state):
+    import ctypes
+    state.out = ctypes.create_string_buffer(b"FAKECUBIN\n" + state.ptx, len(state.ptx) + 10)
+    self.cubins.append(state.out)
+    return self._ok("cuLinkComplete", ctypes.addressof(state.out), len(state.ptx) + 10)
+
+  def cuLinkDestroy(self, state):
+    return self._ok("cuLinkDestroy")
+
+  def cuModuleLoadData(self, image):
+    image = bytes(image)
+    assert image.startswith(b"FAKECUBIN\n"), image[:20]
+    return self._ok("cuModuleLoadData",
+                    _Handle("module", entries=_entries(image[10:].decode())))
+
+  def cuDriverGetVersion(self):
+    return self._ok("cuDriverGetVersion", 13000)
 
   def cuModuleGetFunction(self, module, name):
     name = name.decode()

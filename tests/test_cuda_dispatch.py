@@ -510,3 +510,46 @@ def test_synchronising_parts_join_only_at_their_block_size():
       return (1, 1, 1), (2 * sp.launch(info)[1][0], 1, 1), 0
   with pytest.raises(ValueError, match="synchronises"):
     horizontal.Horizontal("h", [sp, Wide()], info)
+
+
+@pytest.mark.parametrize("fail", [(), ("cuLinkComplete",)])
+def test_modules_load_as_linked_cubins_cached_on_disk(tmp_path, fail):
+  """An executable's PTX modules are compiled by the driver's linker (several at once) and
+  loaded as cubins, which the compilation cache keeps: a new executable of the same program
+  loads them from disk without linking.  A module the linker fails on is loaded as PTX."""
+  from ourjax.config import config
+  old = config.jax_compilation_cache_dir
+  config.update("jax_compilation_cache_dir", str(tmp_path))
+  try:
+    _linked_cubins(tmp_path, fail)
+  finally:
+    config.update("jax_compilation_cache_dir", old)
+
+
+def _linked_cubins(tmp_path, fail):
+  x = np.linspace(-1, 1, 4096, dtype=np.float32).reshape(64, 64)
+
+  def run():
+    f = ourjax.jit(lambda v: (jnp.sum(jnp.exp(v), axis=1), v @ v.T + 1.0))
+    out = f(ourjax.device_put(x))
+    return _called_executable(f), out
+  with cuda_fake_driver.installed() as fake:
+    fake.fail = set(fail)
+    exe, _ = run()
+    n = len(exe.ptx_modules)
+    assert n >= 2
+    if fail:
+      assert fake.calls["cuModuleLoadDataEx"] == n and fake.calls["cuModuleLoadData"] == 0
+      assert not list(tmp_path.rglob("*.bin"))
+    else:
+      assert fake.calls["cuLinkComplete"] == n and fake.calls["cuModuleLoadData"] == n
+      assert fake.calls["cuModuleLoadDataEx"] == 0
+      assert len(list(tmp_path.rglob("cuda-*.bin"))) == n
+    del exe
+  if fail:
+    return
+  ourjax.clear_caches()
+  with cuda_fake_driver.installed() as fake:
+    exe, _ = run()
+    assert fake.calls["cuLinkComplete"] == 0 and fake.calls["cuModuleLoadData"] == n
+    del exe

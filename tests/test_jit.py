@@ -79,7 +79,8 @@ def test_random_programs_keep_unused_and_abstract_lowering(prog):
   assert ourjax.jit(prog).lower(*structs).as_text() == text
   kept = ourjax.jit(prog, keep_unused=True)
   assert kept.lower(*args).as_text().count("parameter(") >= len(args)
-  jaxpr_programs.assert_outputs_close(kept(*args), prog(*args), "keep_unused")
+  # (against the same program jitted: the same backend and dot precision)
+  jaxpr_programs.assert_outputs_close(kept(*args), ourjax.jit(prog)(*args), "keep_unused")
 
 
 # ------------------------------------------------------------------------------------------------

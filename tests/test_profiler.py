@@ -77,7 +77,10 @@ def test_results_are_identical_while_tracing(tmp_path):
     traced2 = np.asarray(f(*args))
   np.testing.assert_array_equal(traced, plain)
   np.testing.assert_array_equal(traced2, plain)
-  np.testing.assert_allclose(plain, mlp_np(*args), rtol=2e-5, atol=1e-4)
+  # (a GPU's f32 dots at default precision are TF32, as JAX's: 10 bits of mantissa)
+  tf32 = ourjax.default_backend() == "gpu"
+  np.testing.assert_allclose(plain, mlp_np(*args), rtol=3e-3 if tf32 else 2e-5,
+                             atol=1e-1 if tf32 else 1e-4)
   # afterwards: no hook, and the dispatch fast path is back
   assert backends._profile_hook is None
   f(*args)

@@ -212,6 +212,55 @@ def _donated_blocks(aliases, args, slots, uploaded):
 _EVENT_POOLS = weakref.WeakKeyDictionary()   # device -> events free for reuse
 
 
+LINK_THREADS = 8
+"""The most modules the driver's linker compiles at once (``_module_images``)."""
+
+
+def _cubin_key(ptx: str, dev) -> str:
+  import hashlib
+  h = hashlib.sha256(b"ourjax-cubin-1\0")
+  h.update(f"sm_{dev.arch}\0{dev.driver_version}\0".encode())
+  h.update(ptx.encode())
+  return "cuda-" + h.hexdigest()
+
+
+def _module_images(dev, ptx_modules, name):
+  """What to load for each PTX module: its cubin, from the compilation cache (``disk_cache``,
+  keyed by the PTX, the GPU's architecture and the driver's version) or from the driver's
+  linker, several modules at once on ``LINK_THREADS`` threads (loading the PTX itself makes the
+  driver compile the modules one after the other: measured on an H100 with its cache off,
+  ResNet inference's 25 modules 2.6 -> 0.4 s, the transformer step's 77 modules 5.0 -> 0.7 s).
+  A module the linker fails on is loaded as PTX, whose error names the problem."""
+  from ourjax.backends import disk_cache
+  images = list(ptx_modules)
+  keys = [_cubin_key(p, dev) for p in ptx_modules]
+  todo = []
+  for g, key in enumerate(keys):
+    hit = disk_cache.read(key)
+    if hit is not None:
+      images[g] = hit[1]
+    else:
+      todo.append(g)
+
+  def link(g):
+    try:
+      return dev.link_ptx(ptx_modules[g], f"{name}.{g}")
+    except Exception as e:   # (the PTX load that follows reports it, with the JIT's log)
+      log.debug("cuda: linking %s.%d failed: %s", name, g, e)
+      return None
+  if len(todo) > 1 and LINK_THREADS > 1:
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(min(LINK_THREADS, len(todo), os.cpu_count() or 1)) as pool:
+      cubins = list(pool.map(link, todo))
+  else:
+    cubins = [link(g) for g in todo]
+  for g, cubin in zip(todo, cubins):
+    if cubin is not None:
+      images[g] = cubin
+      disk_cache.write(keys[g], {"kind": "cubin", "arch": dev.arch}, cubin, "")
+  return images
+
+
 class CudaExecutable:
   """A module compiled for the GPU: ``exe(*args) -> tuple of DeviceBuffer`` (``args``: Arrays,
   DeviceBuffers or host values).  ``ptx`` is the module's PTX text.
@@ -270,8 +319,8 @@ class CudaExecutable:
     # (on the first call, after the compile's log: with jax_log_compiles a line of its own)
     times = _phases.begin(f"{self.module.name} (PTX load, GPU {self._ordinal})")
     with _phases.collecting(times), _phases.phase("ptx_load"):
-      mods = [dev.load_module(p, f"{self.module.name}.{g}")
-              for g, p in enumerate(self.ptx_modules)]
+      images = _module_images(dev, self.ptx_modules, self.module.name)
+      mods = [dev.load_module(img, f"{self.module.name}.{g}") for g, img in enumerate(images)]
     _phases.report(times)
     mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []

@@ -233,8 +233,42 @@ class Device:
            f"cuMemsetD8Async({nbytes} bytes)")
 
   # -- modules ---------------------------------------------------------------------------------
-  def load_module(self, ptx: str, name: str = "module") -> "Module":
-    return Module(self, ptx, name)
+  def load_module(self, image, name: str = "module") -> "Module":
+    """A ``Module`` from PTX text (compiled by the driver's JIT as it loads) or a cubin
+    (``bytes``, from ``link_ptx``)."""
+    return Module(self, image, name)
+
+  def link_ptx(self, ptx: str, name: str = "module") -> bytes:
+    """The cubin of ``ptx`` for this device, from the driver's JIT linker (``cuLink*``).
+    Unlike loading PTX, which the driver compiles one module at a time however many threads
+    load, linking runs on the calling thread: several modules compile at once from several
+    threads.  Raises ``DeviceError`` with the linker's log."""
+    d = _driver()
+    self.make_current()
+    size = 1 << 16
+    log_buf = bytearray(size)
+    opts = [d.CUjit_option.CU_JIT_ERROR_LOG_BUFFER,
+            d.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES]
+    state = _check(d.cuLinkCreate(len(opts), opts, [log_buf, size]),
+                   f"cuLinkCreate (module {name!r})")
+    try:
+      data = ptx.encode() + b"\0"
+      res = d.cuLinkAddData(state, d.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data),
+                            name.encode(), 0, [], [])
+      if int(res[0]) == 0:
+        res = d.cuLinkComplete(state)
+      if int(res[0]) != 0:
+        jit_log = bytes(log_buf).split(b"\0", 1)[0].decode(errors="replace").strip()
+        raise DeviceError(f"CUDA linking module {name!r} failed: {_error_text(res[0])}\n"
+                          f"JIT log:\n{jit_log or '(empty)'}")
+      _, ptr, nbytes = res
+      return ctypes.string_at(int(ptr), int(nbytes))
+    finally:
+      d.cuLinkDestroy(state)
+
+  @property
+  def driver_version(self) -> int:
+    return int(_check(_driver().cuDriverGetVersion(), "cuDriverGetVersion"))
 
   def new_graph(self, keep=None) -> "Graph":
     """An empty ``Graph`` for work on this device's stream (``keep``: what must outlive it)."""
@@ -242,12 +276,17 @@ class Device:
 
 
 class Module:
-  """A loaded PTX module.  Loading failures raise ``DeviceError`` with the JIT's error log."""
+  """A loaded module, from PTX text or a cubin (``bytes``).  Loading failures raise
+  ``DeviceError`` with the JIT's error log."""
 
-  def __init__(self, device: Device, ptx: str, name: str = "module"):
+  def __init__(self, device: Device, ptx, name: str = "module"):
     d = _driver()
     device.make_current()
     self.device, self.name = device, name
+    if isinstance(ptx, bytes):
+      self.handle = _check(d.cuModuleLoadData(ptx), f"cuModuleLoadData (cubin of {name!r})")
+      self._functions: dict = {}
+      return
     image = ptx.encode() + b"\0"
     size = 1 << 16
     log_buf = bytearray(size)
