@@ -553,3 +553,21 @@ def _linked_cubins(tmp_path, fail):
     exe, _ = run()
     assert fake.calls["cuLinkComplete"] == 0 and fake.calls["cuModuleLoadData"] == n
     del exe
+
+
+def test_no_driver_library_is_found_without_importing_the_bindings():
+  """Where libcuda cannot be loaded, ``available()`` says so without importing cuda-python (a
+  tenth of a second of every CPU-only program's first jit call)."""
+  import ctypes
+  import subprocess
+  import sys
+  try:
+    ctypes.CDLL("libcuda.so.1")
+    pytest.skip("this machine has the CUDA driver library")
+  except OSError:
+    pass
+  code = ("import sys; from ourjax.backends.cuda import driver; "
+          "print(driver.available(), 'cuda.bindings' in sys.modules, driver.unavailable_reason())")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120).stdout.split()
+  assert out[:2] == ["False", "False"] and "libcuda" in " ".join(out[2:]), out
