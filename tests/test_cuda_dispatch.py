@@ -553,6 +553,17 @@ def _linked_cubins(tmp_path, fail):
     exe, _ = run()
     assert fake.calls["cuLinkComplete"] == 0 and fake.calls["cuModuleLoadData"] == n
     del exe
+  # an entry that reads back intact but does not load: the PTX is loaded, the entry dropped
+  from ourjax.backends import disk_cache
+  (bad,) = [p for p in tmp_path.rglob("cuda-*.bin")][:1]
+  key = bad.name[:-4]
+  disk_cache.write(key, {"kind": "cubin"}, b"not a cubin", "")
+  ourjax.clear_caches()
+  with cuda_fake_driver.installed() as fake:
+    exe, _ = run()
+    assert fake.calls["cuModuleLoadDataEx"] == 1 and fake.calls["cuModuleLoadData"] == n
+    assert not bad.exists()
+    del exe
 
 
 def test_no_driver_library_is_found_without_importing_the_bindings():

@@ -30,7 +30,7 @@ import zlib
 
 log = logging.getLogger("ourjax")
 
-__all__ = ["MAGIC", "cache_dir", "entry_path", "pack", "unpack", "read", "write"]
+__all__ = ["MAGIC", "cache_dir", "entry_path", "pack", "unpack", "read", "write", "remove"]
 
 MAGIC = b"OURJAXCPU2\n"
 
@@ -107,6 +107,16 @@ def read(key: str):
     except OSError:
       pass
     return None
+
+
+def remove(key: str) -> None:
+  """Drop the entry of ``key`` (one that read back intact but does not work), if any."""
+  d = cache_dir()
+  if d:
+    try:
+      os.remove(entry_path(key, d))
+    except OSError:
+      pass
 
 
 def write(key: str, meta: dict, obj: bytes, ir_text: str) -> None:

@@ -261,6 +261,20 @@ def _module_images(dev, ptx_modules, name):
   return images
 
 
+def _load_image(dev, image, ptx, name):
+  """``dev.load_module(image)``; a cubin the driver refuses (a damaged or foreign cache entry)
+  is dropped from the cache and the PTX loaded instead."""
+  if isinstance(image, bytes):
+    try:
+      return dev.load_module(image, name)
+    except DeviceError as e:
+      log.warning("ourjax: the cached cubin of %s does not load (%s); loading its PTX", name,
+                  str(e).splitlines()[0])
+      from ourjax.backends import disk_cache
+      disk_cache.remove(_cubin_key(ptx, dev))
+  return dev.load_module(ptx, name)
+
+
 class CudaExecutable:
   """A module compiled for the GPU: ``exe(*args) -> tuple of DeviceBuffer`` (``args``: Arrays,
   DeviceBuffers or host values).  ``ptx`` is the module's PTX text.
@@ -320,7 +334,8 @@ class CudaExecutable:
     times = _phases.begin(f"{self.module.name} (PTX load, GPU {self._ordinal})")
     with _phases.collecting(times), _phases.phase("ptx_load"):
       images = _module_images(dev, self.ptx_modules, self.module.name)
-      mods = [dev.load_module(img, f"{self.module.name}.{g}") for g, img in enumerate(images)]
+      mods = [_load_image(dev, img, ptx, f"{self.module.name}.{g}")
+              for g, (img, ptx) in enumerate(zip(images, self.ptx_modules))]
     _phases.report(times)
     mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []

@@ -121,21 +121,24 @@ class SimtDot(GpuKernel):
           E.store_element(b, v, C, b.add(c_base, b.add(b.mul(gm, i64(N)), gn)), self.out_dt)
 
 
-SPLIT_K_MIN = 2048        # shortest contraction split into partial products
+SPLIT_K_MIN = 256         # shortest contraction split into partial products
+SPLIT_K_CHUNK = 64        # shortest contraction of one partial product
 
 
 def _split_k(dot, info: DeviceInfo):
   """(S, spec of S partial products over K/S each) for a dot with too few 64x64 output tiles
-  to fill the GPU and a long contraction (a convolution's weight gradient: 288x64 outputs of
-  25088 products each), else None.  S divides K."""
+  to fill the GPU and a long enough contraction (a convolution's weight gradient: 288x64
+  outputs of 25088 products each; a classifier layer's 1024x10 outputs of 512 products, 16
+  blocks that each ran a K loop of 32 shared-memory steps, 32 us on an H100), else None.
+  S divides K."""
   s = K.DotSpec(dot)
   if not s.ok or s.B != 1 or not E._is_float(dot.dtype) or s.K < SPLIT_K_MIN:
     return None
   tiles = -(-s.M // SimtDot.BM) * -(-s.N // SimtDot.BN)
   if 2 * tiles >= info.sm_count:
     return None
-  want = min(-(-2 * info.sm_count // tiles), s.K // 256)
-  S = next((d for d in range(want, 3, -1) if s.K % d == 0), None)
+  want = min(-(-2 * info.sm_count // tiles), s.K // SPLIT_K_CHUNK)
+  S = next((d for d in range(want, 1, -1) if s.K % d == 0), None)
   if S is None:
     return None
   staged = copy.copy(s)
