@@ -43,7 +43,7 @@ def plan_items(steps, offset: int):
   ``kernel_info.describe`` plus ``category`` ('kernel', 'copy' or 'control'), ``parent``
   (index of the enclosing loop's item, -1 at the top) and ``loop`` (its name)), ``index``
   maps ``id(kernel)`` / ``id(step)`` to its item."""
-  from ourjax.backends.cpu import backend as B
+  from ourjax.backends.llvm import planning as B
   items, index = [], {}
 
   def walk(steps, parent, loop):
