@@ -3,8 +3,9 @@ scan, fori and while bodies and of cond/switch branches are split across the thr
 thread 0 runs the control flow.  Every test runs its program with several thread counts (more
 threads than cores too), checks that the results are the same bits whatever the count (piece
 boundaries do not depend on it) and compares them with a float64 NumPy computation or the
-reference backend.  ``PARALLEL_MIN_WORK`` is lowered so that small programs have parallel
-kernels (many pieces each), which keeps the tests quick."""
+reference backend.  ``PARALLEL_MIN_WORK`` and ``LOOP_JOB_MIN_WORK`` are lowered so that small
+programs have parallel kernels (many pieces each) inside their loops, which keeps the tests
+quick."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +15,7 @@ import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
 from ourjax.backends.cpu import backend as cpu
+from ourjax.backends.cpu import entry
 from ourjax.backends.llvm import kernels
 from ourjax.config import config
 from ourjax.tree_util import tree_leaves
@@ -25,6 +27,7 @@ THREADS = (1, 2, 3, 5)
 @pytest.fixture(autouse=True)
 def _small_parallel(monkeypatch):
   monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 512)
+  monkeypatch.setattr(entry, "LOOP_JOB_MIN_WORK", 512)
   monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
   saved = cpu.num_threads()
   yield

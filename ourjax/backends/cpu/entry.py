@@ -11,7 +11,8 @@ Every thread of the pool (``backend._Pool``) calls the entry at once with its ``
   claimed) before anything that may read them.  Serial kernels run on thread 0 alone.
 * *Loops and conditionals* (``while``/``conditional`` steps: scans, fori and while loops, cond
   and switch): thread 0 runs the control flow and the serial kernels inside it.  When parallel
-  kernels are inside, the stretch of top-level steps holding that control flow is a *region*:
+  kernels of at least ``LOOP_JOB_MIN_WORK`` are inside, the stretch of top-level steps holding
+  that control flow is a *region*:
   the other threads run a dispatch loop (``emit_worker``) while thread 0 publishes each
   parallel kernel it reaches as a *job*.  A job is one 64-bit claim word
   ``generation << 32 | site << 16 | pieces claimed`` (``site``: which kernel of the region);
@@ -21,8 +22,9 @@ Every thread of the pool (``backend._Pool``) calls the entry at once with its ``
   exit job.  Called with one thread, thread 0 runs a second copy of the region's code, the
   code it had without regions (kernels called whole, so LLVM inlines and specialises them
   where they are beside the entry: a job's kernel gets a function of its own for its pieces).
-* Waiting (``_emit_sync``): threads spin ``WAIT_SPINS`` pauses on a word, then sleep on a
-  futex (Linux; elsewhere they yield); whoever changes a word that has sleepers wakes them.
+* Waiting (``_emit_sync``): threads spin ``SPIN_PAUSES`` pauses on a word, then yield their
+  CPU between checks, then sleep on a futex (Linux; elsewhere they keep yielding); whoever
+  changes a word that has sleepers wakes them.
 
 The control block: i32 words at the start of the arena, zeroed by the caller before a parallel
 call (``control_bytes``): ``[0]`` gate, ``[1]`` its sleepers, ``[4 + 4p .. 6 + 4p]`` claimed,
@@ -96,6 +98,20 @@ REGION_BYTES = 32
 #: The site of the exit job (a region has fewer kernels than this).
 EXIT_SITE = 0xFFFF
 
+#: Least work (``Kernel.work``) of a parallel kernel inside a loop or conditional that runs as a
+#: job; smaller ones run whole on thread 0.  A job costs thread 0 its publication, the claims
+#: and the wait for the last piece at every iteration, and its piece function is compiled
+#: apart from the loop (not inlined and specialised there): the RK4 scan's kernels of work
+#: 155k-975k (2-11 us each, 2-7 pieces) took 9-26 us each as jobs on the 2-core test host with
+#: its other core busy, 26 -> 36 ms a call with yielding waits.  The LSTM's dots (1-2M
+#: multiply-adds, 25-60 us) are jobs.
+LOOP_JOB_MIN_WORK = 1 << 20
+
+
+def _is_job(kernel) -> bool:
+  """Whether ``kernel``, inside a loop or conditional, runs as a job of its region."""
+  return kernel.parallel and kernel.work >= LOOP_JOB_MIN_WORK
+
 
 def has_loops(steps) -> bool:
   """Whether ``steps`` (or the steps of a conditional among them) include a loop."""
@@ -108,10 +124,11 @@ def has_loops(steps) -> bool:
 
 
 def _inner_parallel(steps) -> bool:
-  """Whether a loop or conditional among ``steps`` has a parallel kernel inside (any depth)."""
+  """Whether a loop or conditional among ``steps`` has a job inside (``_is_job``, any
+  depth)."""
   def any_parallel(steps):
     for s in steps:
-      if isinstance(s, KernelStep) and s.kernel.parallel:
+      if isinstance(s, KernelStep) and _is_job(s.kernel):
         return True
       if isinstance(s, WhileStep) and (any_parallel(s.cond_steps) or
                                        any_parallel(s.body_steps)):
@@ -129,7 +146,7 @@ def _job_kernels(steps) -> list:
   def walk(steps, inner):
     for s in steps:
       if isinstance(s, KernelStep):
-        if inner and s.kernel.parallel:
+        if inner and _is_job(s.kernel):
           out.append(s.kernel)
       elif isinstance(s, WhileStep):
         walk(s.cond_steps, True)
@@ -175,8 +192,14 @@ def control_bytes(steps, extra: int = 0) -> int:
 # waiting
 # ---------------------------------------------------------------------------------------------
 
-#: Pauses a waiting thread spins before it sleeps (on a futex, Linux) or yields.
-WAIT_SPINS = 4000
+#: Pauses a waiting thread spins before it starts yielding its CPU (``sched_yield``).
+SPIN_PAUSES = 128
+#: Checks of the word (a pause, then a yield each) before a waiting thread sleeps (on a futex,
+#: Linux; elsewhere it keeps yielding).  Yielding instead of spinning matters where the cores
+#: are busy with other work: two threads of the pool on one CPU, a spinning one held the other
+#: (which it was waiting for) off that CPU until its timeslice ended; a yielding one hands the
+#: CPU over.  Where the CPU has nothing else to run, a yield returns at once (~0.3 us).
+WAIT_SPINS = 384
 
 
 def _futex_syscall():
@@ -189,9 +212,10 @@ def _futex_syscall():
 
 def _emit_wait(mod, name: str, until: str, sysc, futex):
   """``void name(i32* word, i32 target, i32* sleepers)``: return once ``*word until target``
-  (``until``: '>=' or '!='); spin ``WAIT_SPINS`` pauses, then sleep on a futex on ``word``
-  (after raising ``*sleepers`` and checking again, so a waker either sees the flag or the
-  sleeper sees the new value); without futexes, yield."""
+  (``until``: '>=' or '!='); spin ``SPIN_PAUSES`` pauses, then yield up to ``WAIT_SPINS``
+  checks in all, then sleep on a futex on ``word`` (after raising ``*sleepers`` and checking
+  again, so a waker either sees the flag or the sleeper sees the new value); without futexes,
+  keep yielding."""
   import llvmlite.ir as ir
   i32, i8p = E.I32, E.I8.as_pointer()
   i32p = i32.as_pointer()
@@ -217,9 +241,13 @@ def _emit_wait(mod, name: str, until: str, sysc, futex):
   b.store(k, spins)
   b.cbranch(ready(cur), blk["done"], blk["sleep"])
   b.position_at_end(blk["sleep"])
+  sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
+                                                      name="sched_yield")
   with b.if_else(b.icmp_signed("<", k, ir.Constant(i32, WAIT_SPINS))) as (spin_more, sleep):
     with spin_more:
       b.call(pause, [])
+      with b.if_then(b.icmp_signed(">=", k, ir.Constant(i32, SPIN_PAUSES))):
+        b.call(sy, [])
     with sleep:
       b.store(ir.Constant(i32, WAIT_SPINS), spins)
       if sysc is not None:
@@ -229,8 +257,6 @@ def _emit_wait(mod, name: str, until: str, sysc, futex):
           b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(128),      # FUTEX_WAIT_PRIVATE
                         b.zext(again, E.I64), ir.Constant(i8p, None)])
       else:
-        sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
-                                                            name="sched_yield")
         b.call(sy, [])
   b.branch(blk["spin"])
   b.position_at_end(blk["done"])
@@ -551,7 +577,7 @@ class _Emission:
     for s in steps:
       t0 = None if prof is None else prof.now()
       if isinstance(s, KernelStep):
-        if s.kernel.parallel and self.region is not None:
+        if self.region is not None and _is_job(s.kernel):
           self.emit_job(s.kernel)
         else:
           self.call_kernel(s.kernel, zero, one)
