@@ -93,7 +93,7 @@ def read_counter(mod, b):
 
 
 class Instrumentation:
-  """Emits the counter updates into the entry of ``em`` (a ``backend._Emission``); every
+  """Emits the counter updates into the entry of ``em`` (an ``entry._Emission``); every
   method is called where thread 0 alone runs."""
 
   def __init__(self, em, offset: int, index: dict):

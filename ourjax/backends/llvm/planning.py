@@ -13,7 +13,7 @@
 2. *Buffer assignment* (``_assign``): temporaries get arena offsets by a first-fit over their
    live ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 
-The CPU backend (``cpu/backend.py``) emits the steps as one native entry function; the CUDA
+The CPU backend (``cpu/entry.py``) emits the steps as one native entry function; the CUDA
 backend (``cuda/planning.py``) translates each planned kernel into GPU kernels as it is added and
 launches the steps from the host.
 """
