@@ -3,9 +3,9 @@ scan, fori and while bodies and of cond/switch branches are split across the thr
 thread 0 runs the control flow.  Every test runs its program with several thread counts (more
 threads than cores too), checks that the results are the same bits whatever the count (piece
 boundaries do not depend on it) and compares them with a float64 NumPy computation or the
-reference backend.  ``PARALLEL_MIN_WORK`` and ``LOOP_JOB_MIN_WORK`` are lowered so that small
-programs have parallel kernels (many pieces each) inside their loops, which keeps the tests
-quick."""
+reference backend.  ``PARALLEL_MIN_WORK`` and the least work and bytes of a job are lowered so
+that small programs have parallel kernels and copies (many pieces each) inside their loops,
+which keeps the tests quick."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +28,7 @@ THREADS = (1, 2, 3, 5)
 def _small_parallel(monkeypatch):
   monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 512)
   monkeypatch.setattr(entry, "LOOP_JOB_MIN_WORK", 512)
+  monkeypatch.setattr(entry, "LOOP_JOB_MIN_COPY_BYTES", 1024)
   monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
   saved = cpu.num_threads()
   yield

@@ -106,11 +106,19 @@ EXIT_SITE = 0xFFFF
 #: its other core busy, 26 -> 36 ms a call with yielding waits.  The LSTM's dots (1-2M
 #: multiply-adds, 25-60 us) are jobs.
 LOOP_JOB_MIN_WORK = 1 << 20
+#: Least bytes of a parallel copy inside a loop or conditional that runs as a job (a copy's
+#: work counts elements: moving a scan's 1 MiB carry back took 48 us, as long as an elementwise
+#: kernel of 4M work).
+LOOP_JOB_MIN_COPY_BYTES = 1 << 20
 
 
 def _is_job(kernel) -> bool:
   """Whether ``kernel``, inside a loop or conditional, runs as a job of its region."""
-  return kernel.parallel and kernel.work >= LOOP_JOB_MIN_WORK
+  if not kernel.parallel:
+    return False
+  if isinstance(kernel, K.CopyKernel):
+    return kernel.dst.nbytes >= LOOP_JOB_MIN_COPY_BYTES
+  return kernel.work >= LOOP_JOB_MIN_WORK
 
 
 def has_loops(steps) -> bool:
@@ -199,7 +207,7 @@ SPIN_PAUSES = 128
 #: are busy with other work: two threads of the pool on one CPU, a spinning one held the other
 #: (which it was waiting for) off that CPU until its timeslice ended; a yielding one hands the
 #: CPU over.  Where the CPU has nothing else to run, a yield returns at once (~0.3 us).
-WAIT_SPINS = 384
+WAIT_SPINS = 4096
 
 
 def _futex_syscall():
