@@ -764,8 +764,9 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
     planner.n_params, planner.n_outputs = nparams, len(outs)
     # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then
     # the profiling counters)
-    region_bytes = _entry.control_bytes(steps) - _profile_offset(steps)
-    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps)) \
+    groups = compile_groups(len(planner.kernels))
+    region_bytes = _entry.control_bytes(steps, groups > 0) - _profile_offset(steps)
+    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, groups > 0)) \
         if profile else (None, None)
     extra = region_bytes + profiling.counter_bytes(prof_meta)
     arena = _assign(planner, steps, extra)
@@ -778,7 +779,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
   arena_slot = slot
   nslots = slot + 1
   with _phases.phase("emit"):
-    em = _entry._Emission(planner, steps, arena_slot, compile_groups(len(planner.kernels)),
+    em = _entry._Emission(planner, steps, arena_slot, groups,
                           OBJECT_MODE, ENTRY_OPTNONE,
                           None if prof_meta is None else (prof_meta["offset"], prof_index))
   # (the pool runs a module with a parallel kernel at the top level or in its control flow)

@@ -99,12 +99,15 @@ REGION_BYTES = 32
 EXIT_SITE = 0xFFFF
 
 #: Least work (``Kernel.work``) of a parallel kernel inside a loop or conditional that runs as a
-#: job; smaller ones run whole on thread 0.  A job costs thread 0 its publication, the claims
-#: and the wait for the last piece at every iteration, and its piece function is compiled
-#: apart from the loop (not inlined and specialised there): the RK4 scan's kernels of work
-#: 155k-975k (2-11 us each, 2-7 pieces) took 9-26 us each as jobs on the 2-core test host with
-#: its other core busy, 26 -> 36 ms a call with yielding waits.  The LSTM's dots (1-2M
-#: multiply-adds, 25-60 us) are jobs.
+#: job when the kernels are beside the entry (a program of few kernels, ``_is_job``); smaller
+#: ones run whole on thread 0, inlined into the loop.  A job costs thread 0 its publication,
+#: the claims and the wait for the last piece at every iteration, and its piece function is not
+#: inlined and specialised in the loop: the RK4 scan's kernels of work 155k-975k (2-11 us each)
+#: took 9-26 us each as jobs on the 2-core test host with its other core busy, 26 -> 36 ms a
+#: call with yielding waits (its largest kernel, inlined, vectorizes a roll with plain loads;
+#: its piece function with gathers).  Where the kernels are compiled apart (the LSTM's 73), every
+#: parallel kernel is a job: the LSTM's backward loop kernel of work 671k took 106 us on one
+#: thread, 60 us on two (profile, idle host).
 LOOP_JOB_MIN_WORK = 1 << 20
 #: Least bytes of a parallel copy inside a loop or conditional that runs as a job (a copy's
 #: work counts elements: moving a scan's 1 MiB carry back took 48 us, as long as an elementwise
@@ -112,10 +115,14 @@ LOOP_JOB_MIN_WORK = 1 << 20
 LOOP_JOB_MIN_COPY_BYTES = 1 << 20
 
 
-def _is_job(kernel) -> bool:
-  """Whether ``kernel``, inside a loop or conditional, runs as a job of its region."""
+def _is_job(kernel, apart: bool) -> bool:
+  """Whether ``kernel``, inside a loop or conditional, runs as a job of its region.  ``apart``:
+  the kernels are compiled in modules of their own (``backend.compile_groups``), where no
+  call of them is inlined anyway: there every parallel kernel is a job."""
   if not kernel.parallel:
     return False
+  if apart:
+    return True
   if isinstance(kernel, K.CopyKernel):
     return kernel.dst.nbytes >= LOOP_JOB_MIN_COPY_BYTES
   return kernel.work >= LOOP_JOB_MIN_WORK
@@ -131,12 +138,12 @@ def has_loops(steps) -> bool:
   return False
 
 
-def _inner_parallel(steps) -> bool:
+def _inner_parallel(steps, apart: bool) -> bool:
   """Whether a loop or conditional among ``steps`` has a job inside (``_is_job``, any
   depth)."""
   def any_parallel(steps):
     for s in steps:
-      if isinstance(s, KernelStep) and _is_job(s.kernel):
+      if isinstance(s, KernelStep) and _is_job(s.kernel, apart):
         return True
       if isinstance(s, WhileStep) and (any_parallel(s.cond_steps) or
                                        any_parallel(s.body_steps)):
@@ -147,14 +154,14 @@ def _inner_parallel(steps) -> bool:
   return any(isinstance(s, (WhileStep, CondStep)) and any_parallel([s]) for s in steps)
 
 
-def _job_kernels(steps) -> list:
+def _job_kernels(steps, apart: bool) -> list:
   """The parallel kernels inside the control flow of the regions of ``steps`` (the jobs)."""
   out = []
 
   def walk(steps, inner):
     for s in steps:
       if isinstance(s, KernelStep):
-        if inner and _is_job(s.kernel):
+        if inner and _is_job(s.kernel, apart):
           out.append(s.kernel)
       elif isinstance(s, WhileStep):
         walk(s.cond_steps, True)
@@ -163,7 +170,7 @@ def _job_kernels(steps) -> list:
         for br in s.branches:
           walk(br, True)
   for i, j in _serial_runs(steps):
-    if _inner_parallel(steps[i:j]):
+    if _inner_parallel(steps[i:j], apart):
       walk(steps[i:j], False)
   return out
 
@@ -183,17 +190,17 @@ def _serial_runs(steps):
     i = j
 
 
-def regions(steps) -> int:
+def regions(steps, apart: bool) -> int:
   """How many regions the top-level ``steps`` have (serial runs with parallel kernels inside
   their control flow)."""
-  return sum(1 for i, j in _serial_runs(steps) if _inner_parallel(steps[i:j]))
+  return sum(1 for i, j in _serial_runs(steps) if _inner_parallel(steps[i:j], apart))
 
 
-def control_bytes(steps, extra: int = 0) -> int:
+def control_bytes(steps, apart: bool, extra: int = 0) -> int:
   """Bytes of the control block before the profiling counters: the top-level words
   (``planning._profile_offset``) and the regions' (``extra``: what follows, passed on)."""
   from ourjax.backends.llvm.planning import _profile_offset
-  return _profile_offset(steps) + REGION_BYTES * regions(steps) + extra
+  return _profile_offset(steps) + REGION_BYTES * regions(steps, apart) + extra
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,6 +358,7 @@ class _Emission:
     # kernels in modules of their own (compiled at once on several threads), the entry calling
     # them by name; a small module keeps its kernels beside the entry
     self.kernel_mods = []
+    self.apart = bool(groups)
     for g in range(groups):
       m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
       E.use_outlined_math(m, "shared")
@@ -386,7 +394,7 @@ class _Emission:
     # from one place, and LLVM inlines and specialises it there as without the region
     self.piece_fns = {}
     if not groups:
-      for k in _job_kernels(steps):
+      for k in _job_kernels(steps, False):
         if id(self.fns[id(k)]) in self.piece_fns:
           continue
         name, k.name = k.name, k.name + "_pieces"
@@ -545,7 +553,7 @@ class _Emission:
       j = i
       while j < len(steps) and not steps[j].parallel:
         j += 1
-      if _inner_parallel(steps[i:j]):
+      if _inner_parallel(steps[i:j], self.apart):
         region = _Region(self, self.region_offset + REGION_BYTES * self.n_regions)
         self.n_regions += 1
         with b.if_else(is0) as (first, other):
@@ -585,7 +593,7 @@ class _Emission:
     for s in steps:
       t0 = None if prof is None else prof.now()
       if isinstance(s, KernelStep):
-        if self.region is not None and _is_job(s.kernel):
+        if self.region is not None and _is_job(s.kernel, self.apart):
           self.emit_job(s.kernel)
         else:
           self.call_kernel(s.kernel, zero, one)
