@@ -11,10 +11,9 @@ Every thread of the pool (``backend._Pool``) calls the entry at once with its ``
   claimed) before anything that may read them.  Serial kernels run on thread 0 alone.
 * *Loops and conditionals* (``while``/``conditional`` steps: scans, fori and while loops, cond
   and switch): thread 0 runs the control flow and the serial kernels inside it.  When parallel
-  kernels of at least ``LOOP_JOB_MIN_WORK`` are inside, the stretch of top-level steps holding
-  that control flow is a *region*:
-  the other threads run a dispatch loop (``emit_worker``) while thread 0 publishes each
-  parallel kernel it reaches as a *job*.  A job is one 64-bit claim word
+  kernels that are worth it (``_is_job``) are inside, the stretch of top-level steps holding
+  that control flow is a *region*: the other threads run a dispatch loop (``emit_worker``)
+  while thread 0 publishes each such kernel it reaches as a *job*.  A job is one 64-bit claim word
   ``generation << 32 | site << 16 | pieces claimed`` (``site``: which kernel of the region);
   any thread claims a piece by compare-and-swap on it (so a thread that is late, having read
   an older job, can never claim a piece of a newer one), runs it and counts it finished, and
