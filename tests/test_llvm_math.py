@@ -986,3 +986,30 @@ def test_exact_fmod_is_c_fmod(dtype):
     want = np.fmod(xs, ys)
   same = (out.view(bits) == want.view(bits)) | (np.isnan(out) & np.isnan(want))
   assert same.all(), (xs[~same][:5], ys[~same][:5], out[~same][:5], want[~same][:5])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_outlined_scalar_trig_branches_to_the_huge_argument_reduction(dtype):
+  """The CPU backend's out-of-line scalar sin/cos/tan (``emitter.MathLib``: what scalar work,
+  a while loop's say, calls) branch to the Payne-Hanek reduction instead of computing it for
+  every argument (2x a 10,000-step while loop of scalar sin): small, large and huge arguments
+  keep their accuracy (float32 through jit, one scalar call each)."""
+  from ourjax.backends.llvm import emitter
+  tag = "f32" if dtype == F32 else "f64"
+  mod = jit.new_module("outlined")
+  emitter.MathLib(mod).define_all("sin", tag, 1)
+  text = str(mod)
+  scalar = text[text.index('@"ojx_m_sin_%s"(' % tag):]
+  assert "trig.huge" in scalar[:scalar.index("\n}")]    # a branch, not a select of both
+  if dtype == F64:
+    return
+  import ourjax
+  import ourjax.numpy as jnp
+  x = np.array([0.3, -2.5, 1e4, -3e5, 2.0 ** 47, 2.0 ** 49, -1e17, 1e30, 3.4e38,
+                float(np.finfo(dtype).max)], dtype)
+  for name in ("sin", "cos", "tan"):
+    f = ourjax.jit(getattr(jnp, name))
+    got = np.array([np.asarray(f(v)) for v in x], dtype)
+    err = ulp_error(got, reference(name, dtype, x), dtype)
+    i = int(np.argmax(err))
+    assert err[i] <= BOUNDS[name][0], (name, x[i], err[i])

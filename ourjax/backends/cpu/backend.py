@@ -21,8 +21,9 @@ Compilation:
 2. *Buffer assignment* (``llvm/planning.py``: ``_assign``): temporaries get arena offsets by a
    first-fit over their live ranges (64-byte aligned; a buffer used inside a loop lives for the
    whole loop).
-3. *Emission*: one function per kernel (noalias pointer parameters, so loops vectorize) and the
-   entry ``void ourjax_entry(void** slots, i64 tid, i64 nthreads)`` calling them in order;
+3. *Emission* (``cpu/entry.py``): one function per kernel (noalias pointer parameters, so
+   loops vectorize) and the entry ``int ourjax_entry(void** slots, i64 tid, i64 nthreads)``
+   calling them in order;
    identical kernels (``llvm/dedupe.py``: same IR text once the name is blanked) are emitted
    once and called for each.  A program of many kernels puts them in several LLVM modules
    (``compile_groups``, each kernel to the module with the fewest instructions so far),
@@ -30,13 +31,15 @@ Compilation:
    outside llvmlite's lock) and loaded together; the entry, then in a module of its own, is
    not optimised (``ENTRY_SPEED_LEVEL``).  The objects are packed into one cache entry.
    ``OURJAX_LOG_COMPILES=1`` logs the time of each phase (``ourjax/_phases.py``).
-4. *Threads*: a small pool of threads all call the entry at once (ctypes drops the GIL).  A
-   kernel with enough work is cut into a fixed number of pieces that the threads claim with
-   an atomic counter; thread 0 runs the steps in order, opens each parallel step and waits for
-   its pieces (not for threads: a thread the OS has not scheduled holds nothing up), waiting
-   threads spin briefly then sleep on a futex.  Small kernels and all control flow run on
-   thread 0; a module without large kernels is called on the caller's thread only.  Piece
-   boundaries do not depend on the thread count, so neither do results.
+4. *Threads* (the entry's code: ``cpu/entry.py``): a small pool of threads all call the entry
+   at once (ctypes drops the GIL).  A kernel with enough work is cut into a fixed number of
+   pieces that the threads claim with an atomic counter; thread 0 runs the steps in order,
+   opens each parallel step and waits for its pieces (not for threads: a thread the OS has not
+   scheduled holds up only the pieces it claimed), waiting threads spin briefly then sleep on
+   a futex.  Small kernels and the control flow run on thread 0; the large kernels inside
+   loops and conditionals are *jobs* thread 0 publishes as it reaches them, whose pieces the
+   other threads claim meanwhile.  A module without large kernels is called on the caller's
+   thread only.  Piece boundaries do not depend on the thread count, so neither do results.
    ``compile(module, profile=True)`` (what ``ourjax.profiler`` and ``Compiled.profile`` ask
    for; ``OURJAX_CPU_PROFILE=1`` makes it the default) instruments the entry: thread 0 reads
    the cycle counter around every kernel and loop (``cpu/profiling.py``; ``exe.profile()``
@@ -70,13 +73,15 @@ import threading
 import numpy as np
 
 from ourjax import _phases
+from ourjax.backends.cpu import entry as _entry
 from ourjax.backends.cpu import profiling
+from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
 from ourjax.backends import disk_cache
 from ourjax.backends.llvm import dedupe
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning
-from ourjax.backends.llvm.planning import (MAX_THREADS, CondStep, KernelStep, WhileStep,
+from ourjax.backends.llvm.planning import (MAX_THREADS, KernelStep,
                                            _assign, _control_bytes, _profile_offset, plan_entry)
 from ourjax.lowering import hlo
 
@@ -84,8 +89,6 @@ log = logging.getLogger("ourjax")
 
 __all__ = ["compile", "CpuExecutable", "native_unsupported", "NATIVE_OPCODES", "set_num_threads",
            "num_threads", "cache_dir"]
-
-ENTRY = "ourjax_entry"
 
 #: Opcodes the native backend compiles (anything else falls back to the reference backend).
 NATIVE_OPCODES = frozenset(E.ELEMENTAL_OPS | K.HARD_OPS | {
@@ -120,44 +123,6 @@ def _leaf_shapes(shape):
   else:
     yield shape
 
-
-# ---------------------------------------------------------------------------------------------
-# NumPy arrays as objects
-# ---------------------------------------------------------------------------------------------
-# Reading ``a.ctypes.data`` costs microseconds; the entry function instead receives the
-# addresses of the NumPy array objects (``id(a)``) and reads the data pointer and the flags from
-# the ``PyArrayObject`` struct (NumPy's stable ABI: ``data`` right after the object header,
-# ``flags`` after nd/dimensions/strides/base/descr).  The layout is checked once at import; when
-# the check fails, slots carry data pointers instead.
-
-_DATA_OFFSET = 16
-_FLAGS_OFFSET = 64
-_C_CONTIGUOUS_ALIGNED = 0x0001 | 0x0100
-
-
-def _probe_object_layout() -> bool:
-  try:
-    if ctypes.sizeof(ctypes.c_void_p) != 8:
-      return False
-    samples = [np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros((), np.int8),
-               np.ones((2, 3), np.float64).T, np.arange(10, dtype=np.int16)[1::2],
-               np.empty((0, 3), np.uint8)]
-    for a in samples:
-      data = ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value or 0
-      flags = ctypes.c_int32.from_address(id(a) + _FLAGS_OFFSET).value
-      if a.size and data != a.ctypes.data:
-        return False
-      want = a.flags.c_contiguous and a.flags.aligned
-      if bool((flags & _C_CONTIGUOUS_ALIGNED) == _C_CONTIGUOUS_ALIGNED) != want:
-        return False
-      if bool(flags & 0x0400) != a.flags.writeable:
-        return False
-    return True
-  except Exception:  # pragma: no cover
-    return False
-
-
-OBJECT_MODE = _probe_object_layout()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,333 +300,6 @@ ARENA_HEADER = 64
 
 #: Profiling instrumentation for every module compiled without an explicit ``profile``.
 PROFILE = bool(os.environ.get("OURJAX_CPU_PROFILE"))
-
-
-# ---------------------------------------------------------------------------------------------
-# emission
-# ---------------------------------------------------------------------------------------------
-
-#: Pauses a waiting thread spins before it sleeps (on a futex, Linux) or yields.
-WAIT_SPINS = 4000
-
-
-def _futex_syscall():
-  """SYS_futex for this host, or None (then waiting threads yield instead of sleeping)."""
-  import platform
-  if not sys.platform.startswith("linux"):
-    return None
-  return {"x86_64": 202, "aarch64": 98}.get(platform.machine())
-
-
-def _emit_sync(mod):
-  """Two helpers over i32 words of the control block (all atomics sequentially consistent):
-
-  ``void wait_ge(i32* word, i32 target, i32* sleepers)``: return once ``*word >= target``;
-  spin ``WAIT_SPINS`` pauses, then sleep on a futex on ``word`` (after raising ``*sleepers``
-  and checking again, so a waker either sees the flag or the sleeper sees the new value);
-  without futexes, yield.
-  ``void wake(i32* word, i32* sleepers)``: wake the sleepers of ``word`` if there are any."""
-  import llvmlite.ir as ir
-  i32, i8p = E.I32, E.I8.as_pointer()
-  i32p = i32.as_pointer()
-  futex = _futex_syscall()
-  sysc = None
-  if futex is not None:
-    sysc = mod.globals.get("syscall") or ir.Function(
-        mod, ir.FunctionType(E.I64, [E.I64], var_arg=True), name="syscall")
-  pause = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "pause", "", side_effect=True)
-
-  wait = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32, i32p]), name="ourjax_wait")
-  wait.linkage = "internal"
-  # (called at every parallel step: inlined, the entry of a whole program grew to thousands of
-  # lines, and optimising it took longer than most of its kernels together)
-  wait.attributes.add("noinline")
-  word, target, sleepers = wait.args
-  blk = {k: wait.append_basic_block(k) for k in ("entry", "spin", "sleep", "done")}
-  b = ir.IRBuilder(blk["entry"])
-  spins = b.alloca(i32)
-  b.store(ir.Constant(i32, 0), spins)
-  b.branch(blk["spin"])
-  b.position_at_end(blk["spin"])
-  cur = b.load_atomic(word, "seq_cst", 4)
-  ready = b.icmp_signed(">=", cur, target)
-  k = b.add(b.load(spins), ir.Constant(i32, 1))
-  b.store(k, spins)
-  b.cbranch(ready, blk["done"], blk["sleep"])
-  b.position_at_end(blk["sleep"])
-  with b.if_else(b.icmp_signed("<", k, ir.Constant(i32, WAIT_SPINS))) as (spin_more, sleep):
-    with spin_more:
-      b.call(pause, [])
-    with sleep:
-      b.store(ir.Constant(i32, WAIT_SPINS), spins)
-      if sysc is not None:
-        b.store_atomic(ir.Constant(i32, 1), sleepers, "seq_cst", 4)
-        again = b.load_atomic(word, "seq_cst", 4)
-        with b.if_then(b.icmp_signed("<", again, target)):
-          b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(128),      # FUTEX_WAIT_PRIVATE
-                        b.zext(again, E.I64), ir.Constant(i8p, None)])
-      else:
-        sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
-                                                            name="sched_yield")
-        b.call(sy, [])
-  b.branch(blk["spin"])
-  b.position_at_end(blk["done"])
-  b.ret_void()
-
-  wake = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake")
-  wake.linkage = "internal"
-  wake.attributes.add("noinline")
-  word, sleepers = wake.args
-  b = ir.IRBuilder(wake.append_basic_block("entry"))
-  if sysc is not None:
-    had = b.atomic_rmw("xchg", sleepers, ir.Constant(i32, 0), "seq_cst")
-    with b.if_then(b.icmp_signed("!=", had, ir.Constant(i32, 0))):
-      b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(129),             # FUTEX_WAKE_PRIVATE
-                    E.i64(0x7FFFFFFF)])
-  b.ret_void()
-  return wait, wake
-
-
-class _Emission:
-  def __init__(self, planner: _Planner, steps, slots: dict, arena_slot: int, profile=None):
-    import llvmlite.ir as ir
-    from ourjax.backends.cpu import jit
-    self.ir = ir
-    self.mod = jit.new_module(planner.module.name or "ourjax")
-    E.use_outlined_math(self.mod, "shared")
-    self.steps = steps
-    self.slots = slots
-    self.arena_slot = arena_slot
-    self.fns = {}
-    # kernels in modules of their own (compiled at once on several threads), the entry calling
-    # them by name; a small module keeps its kernels beside the entry
-    groups = compile_groups(len(planner.kernels))
-    self.kernel_mods = []
-    for g in range(groups):
-      m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
-      E.use_outlined_math(m, "shared")
-      self.kernel_mods.append(m)
-    # identical kernels (same body on the same shapes) are emitted once and shared
-    # (dedupe.function_key); each distinct one goes to the kernel module with the fewest
-    # instructions so far (LLVM's time grows with them; the modules compile at once)
-    kept, memos = {}, {}
-    self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
-    sizes = [0] * groups
-    self.n_distinct = 0
-    for k in planner.kernels:
-      g = sizes.index(min(sizes)) if groups else None
-      m = self.kernel_mods[g] if groups else self.mod
-      fn = k.emit(m)
-      if groups:
-        fn.linkage = ""                     # (external: the entry's module calls it)
-      text = str(fn)
-      key = dedupe.function_key(fn, memos.setdefault(id(m), {}), text)
-      same = kept.get(key)
-      if same is not None:
-        dedupe.drop_function(fn)
-        self.fns[id(k)] = same
-        continue
-      self.n_distinct += 1
-      self.texts.setdefault(id(m), {})[fn.name] = text
-      if groups:
-        sizes[g] += sum(len(blk.instructions) for blk in fn.blocks)
-        fn = ir.Function(self.mod, fn.function_type, name=fn.name)
-      kept[key] = self.fns[id(k)] = fn
-    self.wait_fn, self.wake_fn = _emit_sync(self.mod)
-    fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
-    entry = ir.Function(self.mod, fty, name=ENTRY)
-    self.entry = entry
-    if ENTRY_OPTNONE and not self.kernel_mods and not _has_loops(steps):
-      # (beside its kernels in one module: left unoptimised as in a module of its own, see
-      # ENTRY_SPEED_LEVEL; LLVM's O3 pipeline and code generator skip an optnone function)
-      entry.attributes.add("noinline")
-      entry.attributes.add("optnone")
-    b = ir.IRBuilder(entry.append_basic_block("entry"))
-    self.b = b
-    args, self.tid, self.nthreads = entry.args
-    self.args = args
-    self.arena = b.load(b.gep(args, [E.i64(arena_slot)]))
-    self.ctl = b.bitcast(self.arena, E.I32.as_pointer())
-    self.ptr_cache = {}
-    self.data = {}
-    if OBJECT_MODE:
-      # slots of parameters and outputs hold NumPy array objects: read their data pointers,
-      # and refuse (return 1) parameters that are not C-contiguous and aligned
-      fn = entry
-      ok = ir.Constant(E.I1, 1)
-      for slot in range(planner.n_params + planner.n_outputs):
-        obj = b.load(b.gep(args, [E.i64(slot)]))
-        self.data[slot] = b.load(b.bitcast(b.gep(obj, [E.i64(_DATA_OFFSET)]),
-                                           E.I8.as_pointer().as_pointer()))
-        if slot < planner.n_params:
-          flags = b.load(b.bitcast(b.gep(obj, [E.i64(_FLAGS_OFFSET)]), E.I32.as_pointer()))
-          good = b.icmp_unsigned("==", b.and_(flags, ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED)),
-                                 ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED))
-          ok = b.and_(ok, good)
-      run = fn.append_basic_block("run")
-      bad = fn.append_basic_block("bad_args")
-      b.cbranch(ok, run, bad)
-      b.position_at_end(bad)
-      b.ret(ir.Constant(E.I32, 1))
-      b.position_at_end(run)
-    self.body_start = b.block
-    # (profile: (offset, {id(kernel or step): item}) of the counters, see cpu/profiling.py)
-    self.prof = None if profile is None else profiling.Instrumentation(self, *profile)
-    self.emit_top(steps)
-    b.ret(ir.Constant(E.I32, 0))
-
-  def ptr(self, buf):
-    p = self.ptr_cache.get(id(buf))
-    if p is not None:
-      return p
-    b = self.b
-    saved = b.block
-    # compute pointers where the body starts (they dominate every use)
-    blk = self.body_start
-    if blk.instructions:
-      b.position_before(blk.instructions[0])
-    else:
-      b.position_at_start(blk)
-    if buf.kind in ("param", "output") and buf.slot in self.data:
-      raw = self.data[buf.slot]
-    elif buf.kind in ("param", "output", "const"):
-      raw = b.load(b.gep(self.args, [E.i64(buf.slot)]))
-    else:
-      raw = b.gep(self.arena, [E.i64(buf.offset)])
-    p = b.bitcast(raw, K._ptr_type(buf))
-    b.position_at_end(saved)
-    self.ptr_cache[id(buf)] = p
-    return p
-
-  def call_kernel(self, kernel, tid, nthreads):
-    fn = self.fns[id(kernel)]
-    self.b.call(fn, [self.ptr(x) for x in kernel.buffers] + [tid, nthreads])
-
-  # -- the control block (i32 words at the start of the arena, zeroed by the caller) --------
-  #   [0] gate: parallel steps opened so far    [1] sleepers on the gate
-  #   [4 + 4p] claimed pieces of parallel step p, [5 + 4p] finished pieces, [6 + 4p] sleepers
-  def _word(self, k):
-    return self.b.gep(self.ctl, [self.ir.Constant(E.I32, k)])
-
-  def _wait_done(self, p, chunks):
-    ir = self.ir
-    self.b.call(self.wait_fn, [self._word(5 + 4 * p), ir.Constant(E.I32, chunks),
-                               self._word(6 + 4 * p)])
-
-  def emit_top(self, steps):
-    """Top level.  Thread 0 runs the steps in order: it waits for the pieces of the previous
-    parallel step to be finished before anything that may read them, runs serial steps alone,
-    and opens each parallel step (the gate) for the others.  Every thread claims pieces of an
-    open parallel step until none is left, so a thread that is late (not scheduled) holds up
-    nothing but the pieces it has already claimed."""
-    ir, b = self.ir, self.b
-    i32 = E.I32
-    is0 = b.icmp_signed("==", self.tid, E.i64(0))
-    prev = None       # (p, chunks) of a parallel step thread 0 has not waited for
-    p = 0
-    i = 0
-    prof = self.prof
-    if prof is not None:
-      with b.if_then(is0):
-        prof.begin()
-    while i < len(steps):
-      s = steps[i]
-      if s.parallel:
-        k = s.kernel
-        chunks = k.chunks
-        with b.if_else(is0) as (first, other):
-          with first:
-            if prev is not None:
-              self._wait_done(*prev)
-            if prof is not None:
-              prof.mark()
-            b.store_atomic(ir.Constant(i32, p + 1), self._word(0), "seq_cst", 4)
-            b.call(self.wake_fn, [self._word(0), self._word(1)])
-          with other:
-            b.call(self.wait_fn, [self._word(0), ir.Constant(i32, p + 1), self._word(1)])
-        fn = b.function
-        head, body, done = (fn.append_basic_block(f"step{p}.{x}")
-                            for x in ("claim", "run", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        c = b.atomic_rmw("add", self._word(4 + 4 * p), ir.Constant(i32, 1), "seq_cst")
-        b.cbranch(b.icmp_signed("<", c, ir.Constant(i32, chunks)), body, done)
-        b.position_at_end(body)
-        self.call_kernel(k, b.sext(c, E.I64), E.i64(chunks))
-        d = b.atomic_rmw("add", self._word(5 + 4 * p), ir.Constant(i32, 1), "seq_cst")
-        with b.if_then(b.icmp_signed("==", d, ir.Constant(i32, chunks - 1))):
-          b.call(self.wake_fn, [self._word(5 + 4 * p), self._word(6 + 4 * p)])
-        b.branch(head)
-        b.position_at_end(done)
-        prev = (p, chunks)
-        p += 1
-        i += 1
-        if prof is not None:   # the step ends when its last piece does
-          with b.if_then(is0):
-            self._wait_done(*prev)
-            prof.account(k, prof.marked())
-          prev = None
-        continue
-      j = i
-      while j < len(steps) and not steps[j].parallel:
-        j += 1
-      with b.if_then(is0):
-        if prev is not None:
-          self._wait_done(*prev)
-        self.emit_serial(steps[i:j])
-      prev = None
-      i = j
-    if prev is not None:
-      with b.if_then(is0):
-        self._wait_done(*prev)
-    if prof is not None:
-      with b.if_then(is0):
-        prof.end()
-
-  def emit_serial(self, steps):
-    ir, b = self.ir, self.b
-    one, zero = E.i64(1), E.i64(0)
-    prof = self.prof
-    for s in steps:
-      t0 = None if prof is None else prof.now()
-      if isinstance(s, KernelStep):
-        self.call_kernel(s.kernel, zero, one)
-      elif isinstance(s, WhileStep):
-        fn = b.function
-        head = fn.append_basic_block("while.cond")
-        body = fn.append_basic_block("while.body")
-        done = fn.append_basic_block("while.done")
-        b.branch(head)
-        b.position_at_end(head)
-        self.emit_serial(s.cond_steps)
-        pred = b.load(self.ptr(s.pred))
-        b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(E.I8, 0)), body, done)
-        b.position_at_end(body)
-        self.emit_serial(s.body_steps)
-        b.branch(head)
-        b.position_at_end(done)
-      elif isinstance(s, CondStep):
-        fn = b.function
-        sel = b.load(self.ptr(s.selector))
-        nb = len(s.branches)
-        if s.selector.dtype == np.bool_:
-          k = b.select(b.icmp_unsigned("!=", sel, ir.Constant(E.I8, 0)), zero, one)
-        else:
-          k = b.sext(sel, E.I64)
-          bad = b.or_(b.icmp_signed("<", k, zero), b.icmp_signed(">=", k, E.i64(nb)))
-          k = b.select(bad, E.i64(nb - 1), k)
-        done = fn.append_basic_block("cond.done")
-        blocks = [fn.append_basic_block(f"cond.b{n}") for n in range(nb)]
-        sw = b.switch(k, blocks[-1])
-        for n, blk in enumerate(blocks[:-1]):
-          sw.add_case(E.i64(n), blk)
-        for blk, br in zip(blocks, s.branches):
-          b.position_at_end(blk)
-          self.emit_serial(br)
-          b.branch(done)
-        b.position_at_end(done)
-      if prof is not None:
-        prof.account(s.kernel if isinstance(s, KernelStep) else s, t0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -961,7 +599,8 @@ def _backend_source_hash() -> str:
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
-    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, concat, dots, donation):
+    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, concat, dots, donation,
+              _entry):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
@@ -1034,7 +673,7 @@ def _settings() -> str:
   from ourjax.backends.llvm import concat, dots
   from ourjax.lowering import pipeline
   from ourjax.lowering import passes as _passes
-  mods = [pipeline, sys.modules[__name__], K, E, concat, dots]
+  mods = [pipeline, sys.modules[__name__], _entry, K, E, concat, dots]
   mods += [m for n, m in sorted(vars(_passes).items()) if type(m) is type(os)]
   parts = [f"{os.cpu_count()}/{os.environ.get('OURJAX_CPU_SIMPLE_DOT', '')}"]
   for m in mods:
@@ -1123,9 +762,14 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
     planner, steps, params, outs, aliases = plan_entry(module, _Planner)
     nparams = len(params)
     planner.n_params, planner.n_outputs = nparams, len(outs)
-    prof_meta, prof_index = profiling.plan_items(steps, _profile_offset(steps)) if profile \
-        else (None, None)
-    arena = _assign(planner, steps, profiling.counter_bytes(prof_meta))
+    # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then
+    # the profiling counters)
+    groups = compile_groups(len(planner.kernels))
+    region_bytes = _entry.control_bytes(steps, groups > 0) - _profile_offset(steps)
+    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, groups > 0)) \
+        if profile else (None, None)
+    extra = region_bytes + profiling.counter_bytes(prof_meta)
+    arena = _assign(planner, steps, extra)
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
@@ -1135,23 +779,25 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
   arena_slot = slot
   nslots = slot + 1
   with _phases.phase("emit"):
-    em = _Emission(planner, steps, {}, arena_slot,
-                   None if prof_meta is None else (prof_meta["offset"], prof_index))
-  parallel = any(s.parallel for s in steps) and any(
-      isinstance(s, KernelStep) and s.parallel for s in steps)
+    em = _entry._Emission(planner, steps, arena_slot, groups,
+                          OBJECT_MODE, ENTRY_OPTNONE,
+                          None if prof_meta is None else (prof_meta["offset"], prof_index))
+  # (the pool runs a module with a parallel kernel at the top level or in its control flow)
+  parallel = any(s.parallel for s in steps) or em.n_regions > 0
   symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
   symbols += sorted({"math:%s:%s:%d" % u for m in [em.mod] + em.kernel_mods
                      for u in E.math_symbols(m)})
   meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
           "symbols": symbols,
-          "control_bytes": _control_bytes(steps, profiling.counter_bytes(prof_meta)),
+          "control_bytes": _control_bytes(steps, extra),
           "steps": [_step_label(st) for st in steps], "profile": prof_meta,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,
           "tuple_result": module.entry.root.shape.is_tuple, "kernels": len(planner.kernels),
           "aliases": [[j, k] for j, k, _ in aliases],
           "alias_kinds": [kind for _, _, kind in aliases],
-          "distinct_kernels": em.n_distinct, "loops": _has_loops(steps)}
+          "distinct_kernels": em.n_distinct, "loops": _entry.has_loops(steps),
+          "regions": em.n_regions}
   _link_symbols(symbols, wait=False)
   with _phases.phase("emit.text"):
     texts = [dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
@@ -1285,15 +931,6 @@ ENTRY_OPTNONE = True
 #: (34.2 ms against 27.7 ms, 2-core AVX-512 host).
 LOOP_ENTRY_SPEED_LEVEL = 2
 
-
-def _has_loops(steps) -> bool:
-  """Whether ``steps`` (or the steps of a conditional among them) include a loop."""
-  for s in steps:
-    if isinstance(s, WhileStep):
-      return True
-    if isinstance(s, CondStep) and any(_has_loops(b) for b in s.branches):
-      return True
-  return False
 
 #: LLVM's optimisation level for the kernels (and for a program compiled as one module).
 KERNEL_SPEED_LEVEL = 3

@@ -43,7 +43,7 @@ def plan_items(steps, offset: int):
   ``kernel_info.describe`` plus ``category`` ('kernel', 'copy' or 'control'), ``parent``
   (index of the enclosing loop's item, -1 at the top) and ``loop`` (its name)), ``index``
   maps ``id(kernel)`` / ``id(step)`` to its item."""
-  from ourjax.backends.cpu import backend as B
+  from ourjax.backends.llvm import planning as B
   items, index = [], {}
 
   def walk(steps, parent, loop):
@@ -93,7 +93,7 @@ def read_counter(mod, b):
 
 
 class Instrumentation:
-  """Emits the counter updates into the entry of ``em`` (a ``backend._Emission``); every
+  """Emits the counter updates into the entry of ``em`` (an ``entry._Emission``); every
   method is called where thread 0 alone runs."""
 
   def __init__(self, em, offset: int, index: dict):

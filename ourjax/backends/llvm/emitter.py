@@ -632,6 +632,7 @@ class MathLib:
       return f
     if internal:
       f.linkage = "internal"
+    f.ojx_outlined_math = True      # (math.py may branch where inline code would select)
     b = ir.IRBuilder(f.append_basic_block("entry"))
     if nargs == 1:
       b.ret(llmath.emit_unary(b, fn, f.args[0]))

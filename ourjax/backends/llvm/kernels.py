@@ -226,6 +226,24 @@ class LoopKernel(Kernel):
     work = math.prod(self.dims) * max(1, _cost_per_element(outputs, leafmap))
     super().__init__(name, _leaf_bufs(leafmap), output_bufs(outputs), work=work)
 
+  def _units(self) -> int:
+    """What ``body`` shares out: rows in rows mode, else blocks of 64 elements (see its
+    ``partition``)."""
+    total = math.prod(self.dims)
+    if self.rows:
+      return math.prod(self.dims[:-1])
+    return -(-total // 64) if total >= 256 else total
+
+  @property
+  def parallel(self) -> bool:
+    return super().parallel and self._units() >= 2
+
+  @property
+  def chunks(self) -> int:
+    """``Kernel.chunks``, at most one piece per unit ``body`` shares out (more would be empty:
+    a (2, 4096) kernel in rows mode had 7 pieces, 5 of them empty)."""
+    return min(super().chunks, self._units()) if self.parallel else 1
+
   def body(self, b, ptr, tid, nthreads):
     total = math.prod(self.dims)
     if total == 0:

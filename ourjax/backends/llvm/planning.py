@@ -13,7 +13,7 @@
 2. *Buffer assignment* (``_assign``): temporaries get arena offsets by a first-fit over their
    live ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop).
 
-The CPU backend (``cpu/backend.py``) emits the steps as one native entry function; the CUDA
+The CPU backend (``cpu/entry.py``) emits the steps as one native entry function; the CUDA
 backend (``cuda/planning.py``) translates each planned kernel into GPU kernels as it is added and
 launches the steps from the host.
 """
@@ -504,9 +504,9 @@ def _proxy(buf: K.Buf) -> hlo.Instruction:
 
 
 def _control_bytes(steps, profile_bytes: int = 0) -> int:
-  """Bytes of the control block at the start of the arena (``cpu/backend.py``:
-  ``_Emission.emit_top``), plus the profiling counters (``profile_bytes``, see
-  ``cpu/profiling.py``)."""
+  """Bytes of the control block at the start of the arena (``cpu/entry.py``), plus
+  ``profile_bytes`` after the top-level steps' words (the CPU backend's loop regions and
+  profiling counters, see ``cpu/profiling.py``)."""
   n = sum(1 for s in steps if s.parallel)
   return (16 + 16 * n + profile_bytes + ALIGN - 1) // ALIGN * ALIGN
 

@@ -1,0 +1,720 @@
+"""The CPU backend's native entry function: ``int ourjax_entry(void** slots, i64 tid, i64 n)``.
+
+Every thread of the pool (``backend._Pool``) calls the entry at once with its ``tid`` of ``n``;
+``_Emission`` emits it from the planned steps (``llvm/planning.py``):
+
+* *Top level* (``emit_top``): thread 0 runs the steps in order.  A parallel kernel is cut into a
+  fixed number of pieces (``Kernel.chunks``, independent of the thread count, so results are
+  too); thread 0 opens it (a gate word counts the parallel steps opened so far), every thread
+  claims pieces with an atomic counter of its own step, and thread 0 waits for the pieces to be
+  finished (not for threads: a thread the OS has not scheduled holds up only pieces it has
+  claimed) before anything that may read them.  Serial kernels run on thread 0 alone.
+* *Loops and conditionals* (``while``/``conditional`` steps: scans, fori and while loops, cond
+  and switch): thread 0 runs the control flow and the serial kernels inside it.  When parallel
+  kernels that are worth it (``_is_job``) are inside, the stretch of top-level steps holding
+  that control flow is a *region*: the other threads run a dispatch loop (``emit_worker``)
+  while thread 0 publishes each such kernel it reaches as a *job*.  A job is one 64-bit claim word
+  ``generation << 32 | site << 16 | pieces claimed`` (``site``: which kernel of the region);
+  any thread claims a piece by compare-and-swap on it (so a thread that is late, having read
+  an older job, can never claim a piece of a newer one), runs it and counts it finished, and
+  thread 0 waits for ``chunks`` finished pieces before going on.  The region ends with an
+  exit job.  Called with one thread, thread 0 runs a second copy of the region's code, the
+  code it had without regions (kernels called whole, so LLVM inlines and specialises them
+  where they are beside the entry: a job's kernel gets a function of its own for its pieces).
+* Waiting (``_emit_sync``): threads spin ``SPIN_PAUSES`` pauses on a word, then yield their
+  CPU between checks, then sleep on a futex (Linux; elsewhere they keep yielding); whoever
+  changes a word that has sleepers wakes them.
+
+The control block: i32 words at the start of the arena, zeroed by the caller before a parallel
+call (``control_bytes``): ``[0]`` gate, ``[1]`` its sleepers, ``[4 + 4p .. 6 + 4p]`` claimed,
+finished, sleepers of top-level parallel step ``p``; then ``REGION_BYTES`` per region; then the
+profiling counters (``cpu/profiling.py``).
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+
+from ourjax.backends.cpu import profiling
+from ourjax.backends.llvm import dedupe
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.planning import CondStep, KernelStep, WhileStep
+
+__all__ = ["ENTRY", "OBJECT_MODE", "WAIT_SPINS", "REGION_BYTES", "regions", "control_bytes",
+           "has_loops"]
+
+ENTRY = "ourjax_entry"
+
+# ---------------------------------------------------------------------------------------------
+# NumPy arrays as objects
+# ---------------------------------------------------------------------------------------------
+# Reading ``a.ctypes.data`` costs microseconds; the entry function instead receives the
+# addresses of the NumPy array objects (``id(a)``) and reads the data pointer and the flags from
+# the ``PyArrayObject`` struct (NumPy's stable ABI: ``data`` right after the object header,
+# ``flags`` after nd/dimensions/strides/base/descr).  The layout is checked once at import; when
+# the check fails, slots carry data pointers instead.
+
+_DATA_OFFSET = 16
+_FLAGS_OFFSET = 64
+_C_CONTIGUOUS_ALIGNED = 0x0001 | 0x0100
+
+
+def _probe_object_layout() -> bool:
+  try:
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+      return False
+    samples = [np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros((), np.int8),
+               np.ones((2, 3), np.float64).T, np.arange(10, dtype=np.int16)[1::2],
+               np.empty((0, 3), np.uint8)]
+    for a in samples:
+      data = ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value or 0
+      flags = ctypes.c_int32.from_address(id(a) + _FLAGS_OFFSET).value
+      if a.size and data != a.ctypes.data:
+        return False
+      want = a.flags.c_contiguous and a.flags.aligned
+      if bool((flags & _C_CONTIGUOUS_ALIGNED) == _C_CONTIGUOUS_ALIGNED) != want:
+        return False
+      if bool(flags & 0x0400) != a.flags.writeable:
+        return False
+    return True
+  except Exception:  # pragma: no cover
+    return False
+
+
+OBJECT_MODE = _probe_object_layout()
+
+# ---------------------------------------------------------------------------------------------
+# regions: stretches of the top level whose loops or conditionals hold parallel kernels
+# ---------------------------------------------------------------------------------------------
+
+#: Bytes of a region's words in the control block: i32 generation (jobs published), i32 its
+#: sleepers, i64 claim word, i32 finished pieces, i32 their sleepers (padded to 32).
+REGION_BYTES = 32
+
+#: The site of the exit job (a region has fewer kernels than this).
+EXIT_SITE = 0xFFFF
+
+#: Least work (``Kernel.work``) of a parallel kernel inside a loop or conditional that runs as a
+#: job when the kernels are beside the entry (a program of few kernels, ``_is_job``); smaller
+#: ones run whole on thread 0, inlined into the loop.  A job costs thread 0 its publication,
+#: the claims and the wait for the last piece at every iteration, and its piece function is not
+#: inlined and specialised in the loop: the RK4 scan's kernels of work 155k-975k (2-11 us each)
+#: took 9-26 us each as jobs on the 2-core test host with its other core busy, 26 -> 36 ms a
+#: call with yielding waits (its largest kernel, inlined, vectorizes a roll with plain loads;
+#: its piece function with gathers).  Where the kernels are compiled apart (the LSTM's 73), every
+#: parallel kernel is a job: the LSTM's backward loop kernel of work 671k took 106 us on one
+#: thread, 60 us on two (profile, idle host).
+LOOP_JOB_MIN_WORK = 1 << 20
+#: Least bytes of a parallel copy inside a loop or conditional that runs as a job (a copy's
+#: work counts elements: moving a scan's 1 MiB carry back took 48 us, as long as an elementwise
+#: kernel of 4M work).
+LOOP_JOB_MIN_COPY_BYTES = 1 << 20
+
+
+def _is_job(kernel, apart: bool) -> bool:
+  """Whether ``kernel``, inside a loop or conditional, runs as a job of its region.  ``apart``:
+  the kernels are compiled in modules of their own (``backend.compile_groups``), where no
+  call of them is inlined anyway: there every parallel kernel is a job."""
+  if not kernel.parallel:
+    return False
+  if apart:
+    return True
+  if isinstance(kernel, K.CopyKernel):
+    return kernel.dst.nbytes >= LOOP_JOB_MIN_COPY_BYTES
+  return kernel.work >= LOOP_JOB_MIN_WORK
+
+
+def has_loops(steps) -> bool:
+  """Whether ``steps`` (or the steps of a conditional among them) include a loop."""
+  for s in steps:
+    if isinstance(s, WhileStep):
+      return True
+    if isinstance(s, CondStep) and any(has_loops(b) for b in s.branches):
+      return True
+  return False
+
+
+def _inner_parallel(steps, apart: bool) -> bool:
+  """Whether a loop or conditional among ``steps`` has a job inside (``_is_job``, any
+  depth)."""
+  def any_parallel(steps):
+    for s in steps:
+      if isinstance(s, KernelStep) and _is_job(s.kernel, apart):
+        return True
+      if isinstance(s, WhileStep) and (any_parallel(s.cond_steps) or
+                                       any_parallel(s.body_steps)):
+        return True
+      if isinstance(s, CondStep) and any(any_parallel(b) for b in s.branches):
+        return True
+    return False
+  return any(isinstance(s, (WhileStep, CondStep)) and any_parallel([s]) for s in steps)
+
+
+def _job_kernels(steps, apart: bool) -> list:
+  """The parallel kernels inside the control flow of the regions of ``steps`` (the jobs)."""
+  out = []
+
+  def walk(steps, inner):
+    for s in steps:
+      if isinstance(s, KernelStep):
+        if inner and _is_job(s.kernel, apart):
+          out.append(s.kernel)
+      elif isinstance(s, WhileStep):
+        walk(s.cond_steps, True)
+        walk(s.body_steps, True)
+      elif isinstance(s, CondStep):
+        for br in s.branches:
+          walk(br, True)
+  for i, j in _serial_runs(steps):
+    if _inner_parallel(steps[i:j], apart):
+      walk(steps[i:j], False)
+  return out
+
+
+def _serial_runs(steps):
+  """(i, j) of each maximal run ``steps[i:j]`` of steps that are not parallel kernels (what
+  thread 0 runs alone at the top level), in order."""
+  i = 0
+  while i < len(steps):
+    if steps[i].parallel:
+      i += 1
+      continue
+    j = i
+    while j < len(steps) and not steps[j].parallel:
+      j += 1
+    yield i, j
+    i = j
+
+
+def regions(steps, apart: bool) -> int:
+  """How many regions the top-level ``steps`` have (serial runs with parallel kernels inside
+  their control flow)."""
+  return sum(1 for i, j in _serial_runs(steps) if _inner_parallel(steps[i:j], apart))
+
+
+def control_bytes(steps, apart: bool, extra: int = 0) -> int:
+  """Bytes of the control block before the profiling counters: the top-level words
+  (``planning._profile_offset``) and the regions' (``extra``: what follows, passed on)."""
+  from ourjax.backends.llvm.planning import _profile_offset
+  return _profile_offset(steps) + REGION_BYTES * regions(steps, apart) + extra
+
+
+# ---------------------------------------------------------------------------------------------
+# waiting
+# ---------------------------------------------------------------------------------------------
+
+#: Pauses a waiting thread spins before it starts yielding its CPU (``sched_yield``).
+SPIN_PAUSES = 128
+#: Checks of the word (a pause, then a yield each) before a waiting thread sleeps (on a futex,
+#: Linux; elsewhere it keeps yielding).  Yielding instead of spinning matters where the cores
+#: are busy with other work: two threads of the pool on one CPU, a spinning one held the other
+#: (which it was waiting for) off that CPU until its timeslice ended; a yielding one hands the
+#: CPU over.  Where the CPU has nothing else to run, a yield returns at once (~0.3 us).
+WAIT_SPINS = 4096
+
+
+def _futex_syscall():
+  """SYS_futex for this host, or None (then waiting threads yield instead of sleeping)."""
+  import platform
+  if not sys.platform.startswith("linux"):
+    return None
+  return {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+
+
+def _emit_wait(mod, name: str, until: str, sysc, futex):
+  """``void name(i32* word, i32 target, i32* sleepers)``: return once ``*word until target``
+  (``until``: '>=' or '!='); spin ``SPIN_PAUSES`` pauses, then yield up to ``WAIT_SPINS``
+  checks in all, then sleep on a futex on ``word`` (after raising ``*sleepers`` and checking
+  again, so a waker either sees the flag or the sleeper sees the new value); without futexes,
+  keep yielding."""
+  import llvmlite.ir as ir
+  i32, i8p = E.I32, E.I8.as_pointer()
+  i32p = i32.as_pointer()
+  pause = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "pause", "", side_effect=True)
+  wait = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32, i32p]), name=name)
+  wait.linkage = "internal"
+  # (called at every parallel step: inlined, the entry of a whole program grew to thousands of
+  # lines, and optimising it took longer than most of its kernels together)
+  wait.attributes.add("noinline")
+  word, target, sleepers = wait.args
+  blk = {k: wait.append_basic_block(k) for k in ("entry", "spin", "sleep", "done")}
+  b = ir.IRBuilder(blk["entry"])
+  spins = b.alloca(i32)
+  b.store(ir.Constant(i32, 0), spins)
+  b.branch(blk["spin"])
+  b.position_at_end(blk["spin"])
+
+  def ready(v):
+    return (b.icmp_signed(">=", v, target) if until == ">=" else
+            b.icmp_unsigned("!=", v, target))
+  cur = b.load_atomic(word, "seq_cst", 4)
+  k = b.add(b.load(spins), ir.Constant(i32, 1))
+  b.store(k, spins)
+  b.cbranch(ready(cur), blk["done"], blk["sleep"])
+  b.position_at_end(blk["sleep"])
+  sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
+                                                      name="sched_yield")
+  with b.if_else(b.icmp_signed("<", k, ir.Constant(i32, WAIT_SPINS))) as (spin_more, sleep):
+    with spin_more:
+      b.call(pause, [])
+      with b.if_then(b.icmp_signed(">=", k, ir.Constant(i32, SPIN_PAUSES))):
+        b.call(sy, [])
+    with sleep:
+      b.store(ir.Constant(i32, WAIT_SPINS), spins)
+      if sysc is not None:
+        b.store_atomic(ir.Constant(i32, 1), sleepers, "seq_cst", 4)
+        again = b.load_atomic(word, "seq_cst", 4)
+        with b.if_then(b.not_(ready(again))):
+          b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(128),      # FUTEX_WAIT_PRIVATE
+                        b.zext(again, E.I64), ir.Constant(i8p, None)])
+      else:
+        b.call(sy, [])
+  b.branch(blk["spin"])
+  b.position_at_end(blk["done"])
+  b.ret_void()
+  return wait
+
+
+def _emit_sync(mod):
+  """Three helpers over i32 words of the control block (all atomics sequentially consistent):
+  ``wait_ge(word, target, sleepers)`` returns once ``*word >= target``, ``wait_ne`` once
+  ``*word != target`` (``_emit_wait``); ``void wake(i32* word, i32* sleepers)`` wakes the
+  sleepers of ``word`` if there are any."""
+  import llvmlite.ir as ir
+  i32, i8p = E.I32, E.I8.as_pointer()
+  i32p = i32.as_pointer()
+  futex = _futex_syscall()
+  sysc = None
+  if futex is not None:
+    sysc = mod.globals.get("syscall") or ir.Function(
+        mod, ir.FunctionType(E.I64, [E.I64], var_arg=True), name="syscall")
+  wait = _emit_wait(mod, "ourjax_wait", ">=", sysc, futex)
+  wait_ne = _emit_wait(mod, "ourjax_wait_ne", "!=", sysc, futex)
+  wake = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake")
+  wake.linkage = "internal"
+  wake.attributes.add("noinline")
+  word, sleepers = wake.args
+  b = ir.IRBuilder(wake.append_basic_block("entry"))
+  if sysc is not None:
+    had = b.atomic_rmw("xchg", sleepers, ir.Constant(i32, 0), "seq_cst")
+    with b.if_then(b.icmp_signed("!=", had, ir.Constant(i32, 0))):
+      b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(129),             # FUTEX_WAKE_PRIVATE
+                    E.i64(0x7FFFFFFF)])
+  b.ret_void()
+  return wait, wait_ne, wake
+
+
+# ---------------------------------------------------------------------------------------------
+# emission
+# ---------------------------------------------------------------------------------------------
+
+class _Region:
+  """The words of one region (byte ``offset`` in the arena) and its kernels' sites."""
+
+  def __init__(self, em, offset: int):
+    b = em.b
+    self.em = em
+    base = b.gep(em.arena, [E.i64(offset)])
+    i32p, i64p = E.I32.as_pointer(), E.I64.as_pointer()
+    self.gen = b.bitcast(base, i32p)
+    self.gen_sleepers = b.bitcast(b.gep(em.arena, [E.i64(offset + 4)]), i32p)
+    self.claim = b.bitcast(b.gep(em.arena, [E.i64(offset + 8)]), i64p)
+    self.finished = b.bitcast(b.gep(em.arena, [E.i64(offset + 16)]), i32p)
+    self.fin_sleepers = b.bitcast(b.gep(em.arena, [E.i64(offset + 20)]), i32p)
+    self.sites = {}     # id(kernel) -> site
+    self.kernels = []   # by site
+
+  def site(self, kernel) -> int:
+    s = self.sites.get(id(kernel))
+    if s is None:
+      s = self.sites[id(kernel)] = len(self.kernels)
+      self.kernels.append(kernel)
+      if s >= EXIT_SITE:
+        raise E.EmitterError(f"a loop region of more than {EXIT_SITE - 1} parallel kernels")
+    return s
+
+
+class _Emission:
+  """The entry of a planned module (``steps``, the kernels of ``planner``): ``groups`` kernel
+  modules besides the entry's (``backend.compile_groups``), ``object_mode``: parameter and
+  output slots hold NumPy array objects, ``optnone``: an entry beside its kernels and without
+  loops is left unoptimised (``backend.ENTRY_OPTNONE``), ``profile``: (counter offset,
+  {id(kernel or step): item}) of the profiling instrumentation."""
+
+  def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
+               optnone: bool, profile=None):
+    import llvmlite.ir as ir
+    from ourjax.backends.cpu import jit
+    self.ir = ir
+    self.mod = jit.new_module(planner.module.name or "ourjax")
+    E.use_outlined_math(self.mod, "shared")
+    self.steps = steps
+    self.arena_slot = arena_slot
+    self.fns = {}
+    # kernels in modules of their own (compiled at once on several threads), the entry calling
+    # them by name; a small module keeps its kernels beside the entry
+    self.kernel_mods = []
+    self.apart = bool(groups)
+    for g in range(groups):
+      m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
+      E.use_outlined_math(m, "shared")
+      self.kernel_mods.append(m)
+    # identical kernels (same body on the same shapes) are emitted once and shared
+    # (dedupe.function_key); each distinct one goes to the kernel module with the fewest
+    # instructions so far (LLVM's time grows with them; the modules compile at once)
+    kept, memos = {}, {}
+    self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
+    sizes = [0] * groups
+    self.n_distinct = 0
+    for k in planner.kernels:
+      g = sizes.index(min(sizes)) if groups else None
+      m = self.kernel_mods[g] if groups else self.mod
+      fn = k.emit(m)
+      if groups:
+        fn.linkage = ""                     # (external: the entry's module calls it)
+      text = str(fn)
+      key = dedupe.function_key(fn, memos.setdefault(id(m), {}), text)
+      same = kept.get(key)
+      if same is not None:
+        dedupe.drop_function(fn)
+        self.fns[id(k)] = same
+        continue
+      self.n_distinct += 1
+      self.texts.setdefault(id(m), {})[fn.name] = text
+      if groups:
+        sizes[g] += sum(len(blk.instructions) for blk in fn.blocks)
+        fn = ir.Function(self.mod, fn.function_type, name=fn.name)
+      kept[key] = self.fns[id(k)] = fn
+    # a kernel that runs as a job of a region gets a second function for its pieces when the
+    # kernels are beside the entry: the serial copy of the region's code then calls the first
+    # from one place, and LLVM inlines and specialises it there as without the region
+    self.piece_fns = {}
+    if not groups:
+      for k in _job_kernels(steps, False):
+        if id(self.fns[id(k)]) in self.piece_fns:
+          continue
+        name, k.name = k.name, k.name + "_pieces"
+        try:
+          fn = k.emit(self.mod)
+        finally:
+          k.name = name
+        self.piece_fns[id(self.fns[id(k)])] = fn
+    self.wait_fn, self.wait_ne_fn, self.wake_fn = _emit_sync(self.mod)
+    fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
+    entry = ir.Function(self.mod, fty, name=ENTRY)
+    self.entry = entry
+    if optnone and not self.kernel_mods and not has_loops(steps):
+      # (beside its kernels in one module: left unoptimised as in a module of its own, see
+      # backend.ENTRY_SPEED_LEVEL; LLVM's O3 pipeline and code generator skip an optnone
+      # function)
+      entry.attributes.add("noinline")
+      entry.attributes.add("optnone")
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    self.b = b
+    args, self.tid, self.nthreads = entry.args
+    self.args = args
+    self.arena = b.load(b.gep(args, [E.i64(arena_slot)]))
+    self.ctl = b.bitcast(self.arena, E.I32.as_pointer())
+    self.ptr_cache = {}
+    self.data = {}
+    if object_mode:
+      # slots of parameters and outputs hold NumPy array objects: read their data pointers,
+      # and refuse (return 1) parameters that are not C-contiguous and aligned
+      fn = entry
+      ok = ir.Constant(E.I1, 1)
+      for slot in range(planner.n_params + planner.n_outputs):
+        obj = b.load(b.gep(args, [E.i64(slot)]))
+        self.data[slot] = b.load(b.bitcast(b.gep(obj, [E.i64(_DATA_OFFSET)]),
+                                           E.I8.as_pointer().as_pointer()))
+        if slot < planner.n_params:
+          flags = b.load(b.bitcast(b.gep(obj, [E.i64(_FLAGS_OFFSET)]), E.I32.as_pointer()))
+          good = b.icmp_unsigned("==", b.and_(flags, ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED)),
+                                 ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED))
+          ok = b.and_(ok, good)
+      run = fn.append_basic_block("run")
+      bad = fn.append_basic_block("bad_args")
+      b.cbranch(ok, run, bad)
+      b.position_at_end(bad)
+      b.ret(ir.Constant(E.I32, 1))
+      b.position_at_end(run)
+    self.body_start = b.block
+    from ourjax.backends.llvm.planning import _profile_offset
+    self.region_offset = _profile_offset(steps)    # (the regions' words follow the steps')
+    self.region = None                             # the _Region being emitted
+    self.n_regions = 0
+    # (profile: (offset, {id(kernel or step): item}) of the counters, see cpu/profiling.py)
+    self.prof = None if profile is None else profiling.Instrumentation(self, *profile)
+    self.emit_top(steps)
+    b.ret(ir.Constant(E.I32, 0))
+
+  def ptr(self, buf):
+    p = self.ptr_cache.get(id(buf))
+    if p is not None:
+      return p
+    b = self.b
+    saved = b.block
+    # compute pointers where the body starts (they dominate every use)
+    blk = self.body_start
+    if blk.instructions:
+      b.position_before(blk.instructions[0])
+    else:
+      b.position_at_start(blk)
+    if buf.kind in ("param", "output") and buf.slot in self.data:
+      raw = self.data[buf.slot]
+    elif buf.kind in ("param", "output", "const"):
+      raw = b.load(b.gep(self.args, [E.i64(buf.slot)]))
+    else:
+      raw = b.gep(self.arena, [E.i64(buf.offset)])
+    p = b.bitcast(raw, K._ptr_type(buf))
+    b.position_at_end(saved)
+    self.ptr_cache[id(buf)] = p
+    return p
+
+  def call_kernel(self, kernel, tid, nthreads, pieces=False):
+    """Call ``kernel``'s piece ``tid`` of ``nthreads`` (``pieces``: a piece of a region's job,
+    through the kernel's piece function where it has one)."""
+    fn = self.fns[id(kernel)]
+    if pieces:
+      fn = self.piece_fns.get(id(fn), fn)
+    self.b.call(fn, [self.ptr(x) for x in kernel.buffers] + [tid, nthreads])
+
+  # -- the control block (i32 words at the start of the arena, zeroed by the caller) --------
+  #   [0] gate: parallel steps opened so far    [1] sleepers on the gate
+  #   [4 + 4p] claimed pieces of parallel step p, [5 + 4p] finished pieces, [6 + 4p] sleepers
+  #   then REGION_BYTES per region (_Region)
+  def _word(self, k):
+    return self.b.gep(self.ctl, [self.ir.Constant(E.I32, k)])
+
+  def _wait_done(self, p, chunks):
+    ir = self.ir
+    self.b.call(self.wait_fn, [self._word(5 + 4 * p), ir.Constant(E.I32, chunks),
+                               self._word(6 + 4 * p)])
+
+  def emit_top(self, steps):
+    """Top level.  Thread 0 runs the steps in order: it waits for the pieces of the previous
+    parallel step to be finished before anything that may read them, runs serial steps alone,
+    and opens each parallel step (the gate) for the others.  Every thread claims pieces of an
+    open parallel step until none is left, so a thread that is late (not scheduled) holds up
+    nothing but the pieces it has already claimed.  A serial run whose control flow holds
+    parallel kernels is a region: meanwhile the other threads serve its jobs (``emit_job``,
+    ``emit_worker``)."""
+    ir, b = self.ir, self.b
+    i32 = E.I32
+    is0 = b.icmp_signed("==", self.tid, E.i64(0))
+    prev = None       # (p, chunks) of a parallel step thread 0 has not waited for
+    p = 0
+    i = 0
+    prof = self.prof
+    if prof is not None:
+      with b.if_then(is0):
+        prof.begin()
+    while i < len(steps):
+      s = steps[i]
+      if s.parallel:
+        k = s.kernel
+        chunks = k.chunks
+        with b.if_else(is0) as (first, other):
+          with first:
+            if prev is not None:
+              self._wait_done(*prev)
+            if prof is not None:
+              prof.mark()
+            b.store_atomic(ir.Constant(i32, p + 1), self._word(0), "seq_cst", 4)
+            b.call(self.wake_fn, [self._word(0), self._word(1)])
+          with other:
+            b.call(self.wait_fn, [self._word(0), ir.Constant(i32, p + 1), self._word(1)])
+        fn = b.function
+        head, body, done = (fn.append_basic_block(f"step{p}.{x}")
+                            for x in ("claim", "run", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        c = b.atomic_rmw("add", self._word(4 + 4 * p), ir.Constant(i32, 1), "seq_cst")
+        b.cbranch(b.icmp_signed("<", c, ir.Constant(i32, chunks)), body, done)
+        b.position_at_end(body)
+        self.call_kernel(k, b.sext(c, E.I64), E.i64(chunks))
+        d = b.atomic_rmw("add", self._word(5 + 4 * p), ir.Constant(i32, 1), "seq_cst")
+        with b.if_then(b.icmp_signed("==", d, ir.Constant(i32, chunks - 1))):
+          b.call(self.wake_fn, [self._word(5 + 4 * p), self._word(6 + 4 * p)])
+        b.branch(head)
+        b.position_at_end(done)
+        prev = (p, chunks)
+        p += 1
+        i += 1
+        if prof is not None:   # the step ends when its last piece does
+          with b.if_then(is0):
+            self._wait_done(*prev)
+            prof.account(k, prof.marked())
+          prev = None
+        continue
+      j = i
+      while j < len(steps) and not steps[j].parallel:
+        j += 1
+      if _inner_parallel(steps[i:j], self.apart):
+        region = _Region(self, self.region_offset + REGION_BYTES * self.n_regions)
+        self.n_regions += 1
+        with b.if_else(is0) as (first, other):
+          with first:
+            if prev is not None:
+              self._wait_done(*prev)
+            # (alone, thread 0 runs the code it would run without the region: its kernels
+            # whole; with other threads, the region's jobs)
+            with b.if_else(b.icmp_signed("==", self.nthreads, E.i64(1))) as (alone, shared):
+              with alone:
+                self.emit_serial(steps[i:j])
+              with shared:
+                self.region = region
+                self.emit_serial(steps[i:j])
+                self.region = None
+                self._publish(region, E.i64(EXIT_SITE << 16))
+          with other:
+            self.emit_worker(region)
+      else:
+        with b.if_then(is0):
+          if prev is not None:
+            self._wait_done(*prev)
+          self.emit_serial(steps[i:j])
+      prev = None
+      i = j
+    if prev is not None:
+      with b.if_then(is0):
+        self._wait_done(*prev)
+    if prof is not None:
+      with b.if_then(is0):
+        prof.end()
+
+  def emit_serial(self, steps):
+    ir, b = self.ir, self.b
+    one, zero = E.i64(1), E.i64(0)
+    prof = self.prof
+    for s in steps:
+      t0 = None if prof is None else prof.now()
+      if isinstance(s, KernelStep):
+        if self.region is not None and _is_job(s.kernel, self.apart):
+          self.emit_job(s.kernel)
+        else:
+          self.call_kernel(s.kernel, zero, one)
+      elif isinstance(s, WhileStep):
+        fn = b.function
+        head = fn.append_basic_block("while.cond")
+        body = fn.append_basic_block("while.body")
+        done = fn.append_basic_block("while.done")
+        b.branch(head)
+        b.position_at_end(head)
+        self.emit_serial(s.cond_steps)
+        pred = b.load(self.ptr(s.pred))
+        b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(E.I8, 0)), body, done)
+        b.position_at_end(body)
+        self.emit_serial(s.body_steps)
+        b.branch(head)
+        b.position_at_end(done)
+      elif isinstance(s, CondStep):
+        fn = b.function
+        sel = b.load(self.ptr(s.selector))
+        nb = len(s.branches)
+        if s.selector.dtype == np.bool_:
+          k = b.select(b.icmp_unsigned("!=", sel, ir.Constant(E.I8, 0)), zero, one)
+        else:
+          k = b.sext(sel, E.I64)
+          bad = b.or_(b.icmp_signed("<", k, zero), b.icmp_signed(">=", k, E.i64(nb)))
+          k = b.select(bad, E.i64(nb - 1), k)
+        done = fn.append_basic_block("cond.done")
+        blocks = [fn.append_basic_block(f"cond.b{n}") for n in range(nb)]
+        sw = b.switch(k, blocks[-1])
+        for n, blk in enumerate(blocks[:-1]):
+          sw.add_case(E.i64(n), blk)
+        for blk, br in zip(blocks, s.branches):
+          b.position_at_end(blk)
+          self.emit_serial(br)
+          b.branch(done)
+        b.position_at_end(done)
+      if prof is not None:
+        prof.account(s.kernel if isinstance(s, KernelStep) else s, t0)
+
+  # -- jobs of a region -----------------------------------------------------------------------
+  #   a region's words (_Region): gen (i32, jobs published), its sleepers, the claim word
+  #   (i64: gen << 32 | site << 16 | pieces claimed), finished pieces (i32), their sleepers
+
+  def _publish(self, region, site_bits):
+    """Thread 0: publish the next job of ``region`` (``site_bits``: i64 ``site << 16``) and
+    wake the threads asleep on it; returns the job's generation (i64)."""
+    ir, b = self.ir, self.b
+    g = b.add(b.load_atomic(region.gen, "monotonic", 4), ir.Constant(E.I32, 1))
+    g64 = b.zext(g, E.I64)
+    b.store_atomic(b.or_(b.shl(g64, E.i64(32)), site_bits), region.claim, "seq_cst", 8)
+    b.store_atomic(g, region.gen, "seq_cst", 4)
+    b.call(self.wake_fn, [region.gen, region.gen_sleepers])
+    return g64
+
+  def _claim_pieces(self, region, kernel, gen, done):
+    """Claim and run pieces of ``kernel``'s job of generation ``gen`` (i64) until none is
+    left (or, for a late thread, another job is out), then branch to ``done``."""
+    ir, b = self.ir, self.b
+    chunks = kernel.chunks
+    fn = b.function
+    head = fn.append_basic_block("job.claim")
+    try_ = fn.append_basic_block("job.try")
+    run = fn.append_basic_block("job.run")
+    b.branch(head)
+    b.position_at_end(head)
+    w = b.load_atomic(region.claim, "seq_cst", 8)
+    cnt = b.and_(w, E.i64(0xFFFF))
+    mine = b.and_(b.icmp_unsigned("==", b.lshr(w, E.i64(32)), gen),
+                  b.icmp_unsigned("<", cnt, E.i64(chunks)))
+    b.cbranch(mine, try_, done)
+    b.position_at_end(try_)
+    res = b.cmpxchg(region.claim, w, b.add(w, E.i64(1)), "seq_cst", "seq_cst")
+    b.cbranch(b.extract_value(res, 1), run, head)
+    b.position_at_end(run)
+    self.call_kernel(kernel, cnt, E.i64(chunks), pieces=True)
+    d = b.atomic_rmw("add", region.finished, ir.Constant(E.I32, 1), "seq_cst")
+    with b.if_then(b.icmp_signed("==", d, ir.Constant(E.I32, chunks - 1))):
+      b.call(self.wake_fn, [region.finished, region.fin_sleepers])
+    b.branch(head)
+
+  def emit_job(self, kernel):
+    """Thread 0, inside a region's control flow (several threads): run the parallel
+    ``kernel`` as a job that the other threads join."""
+    ir, b = self.ir, self.b
+    region = self.region
+    chunks = kernel.chunks
+    site = region.site(kernel)
+    fn = b.function
+    b.store_atomic(ir.Constant(E.I32, 0), region.finished, "seq_cst", 4)
+    g = self._publish(region, E.i64(site << 16))
+    wait = fn.append_basic_block("job.wait")
+    self._claim_pieces(region, kernel, g, wait)
+    b.position_at_end(wait)
+    b.call(self.wait_fn, [region.finished, ir.Constant(E.I32, chunks), region.fin_sleepers])
+
+  def emit_worker(self, region):
+    """Threads other than 0 during a region: wait for a job newer than the last one served,
+    claim its pieces, until the exit job."""
+    b = self.b
+    fn = b.function
+    last = E.alloca_entry(b, E.I64)
+    b.store(E.i64(0), last)
+    top = fn.append_basic_block("worker.top")
+    wait = fn.append_basic_block("worker.wait")
+    dispatch = fn.append_basic_block("worker.job")
+    out = fn.append_basic_block("worker.exit")
+    b.branch(top)
+    b.position_at_end(top)
+    w = b.load_atomic(region.claim, "seq_cst", 8)
+    g = b.lshr(w, E.i64(32))
+    b.cbranch(b.icmp_unsigned("==", g, b.load(last)), wait, dispatch)
+    b.position_at_end(wait)
+    b.call(self.wait_ne_fn, [region.gen, b.trunc(b.load(last), E.I32), region.gen_sleepers])
+    b.branch(top)
+    b.position_at_end(dispatch)
+    b.store(g, last)
+    site = b.and_(b.lshr(w, E.i64(16)), E.i64(0xFFFF))
+    sw = b.switch(site, out)
+    for s, kernel in enumerate(region.kernels):
+      blk = fn.append_basic_block(f"worker.site{s}")
+      sw.add_case(E.i64(s), blk)
+      b.position_at_end(blk)
+      self._claim_pieces(region, kernel, g, top)
+    b.position_at_end(out)
