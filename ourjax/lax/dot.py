@@ -113,7 +113,7 @@ def _index_tuple(x) -> tuple:
   return tuple(operator.index(i) for i in x)
 
 
-def dot(lhs, rhs, precision=None, preferred_element_type=None, out_sharding=None):
+def dot(lhs, rhs, *, precision=None, preferred_element_type=None, out_sharding=None):
   """Vector/matrix products: (n)·(n), (m,n)·(n), (n)·(n,k), (m,n)·(n,k)."""
   ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
   if 1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]:
@@ -554,8 +554,9 @@ def _conv_shape(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation
   for nm, v in (("window_strides", window_strides), ("padding", padding),
                 ("lhs_dilation", lhs_dilation), ("rhs_dilation", rhs_dilation)):
     if len(v) != nsp:
-      raise ValueError(f"{name} {nm} must have one entry per spatial dimension ({nsp}), got "
-                       f"{tuple(v)}")
+      raise ValueError(f"{name} window and {nm} must have the same number of dimensions, "
+                       f"but got {nsp} and {len(v)} (one entry per spatial dimension: "
+                       f"{tuple(v)})")
   for nm, v in (("window_strides", window_strides), ("lhs_dilation", lhs_dilation),
                 ("rhs_dilation", rhs_dilation)):
     if any(s <= 0 for s in v):

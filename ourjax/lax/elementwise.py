@@ -337,9 +337,17 @@ erfc_p = unop("erfc", _float, rops.erfc)
 erf_inv_p = unop("erf_inv", _float, rops.erf_inv)
 lgamma_p = unop("lgamma", _float, rops.lgamma)
 digamma_p = unop("digamma", _float, rops.digamma)
-abs_p = unop("abs", _num, np.abs,
-             result_dtype=lambda d: np.dtype(np.float32 if d == np.complex64 else np.float64)
-             if dtypes.is_complex(d) else d)
+def _abs_dtype(d):
+  if d.name in ("int1", "int2", "int4", "uint1", "uint2", "uint4"):
+    raise TypeError(f"abs does not accept dtype {d.name}. Support for narrow-width integers "
+                    "is platform-dependent and limited to a few specific operations, e.g. "
+                    "basic arithmetic and type casting.")
+  if dtypes.is_complex(d):
+    return np.dtype(np.float32 if d == np.complex64 else np.float64)
+  return d
+
+
+abs_p = unop("abs", _num, np.abs, result_dtype=_abs_dtype)
 square_p = unop("square", _num, np.square)
 not_p = unop("not", _bool + _int, np.invert)
 population_count_p = unop("population_count", _int, rops.population_count)
@@ -354,7 +362,7 @@ add_p = binop("add", _num, np.add)
 sub_p = binop("sub", _num, np.subtract)
 mul_p = binop("mul", _num, np.multiply)
 div_p = binop("div", _num, _int_or_float(rops.integer_div, np.divide))
-rem_p = binop("rem", _num, _int_or_float(rops.integer_rem, np.fmod))
+rem_p = binop("rem", _int + _float, _int_or_float(rops.integer_rem, np.fmod))
 pow_p = binop("pow", _fp, np.power)
 max_p = binop("max", _any, np.maximum)   # NaN-propagating, like XLA
 min_p = binop("min", _any, np.minimum)
