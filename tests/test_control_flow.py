@@ -170,8 +170,11 @@ def test_cond_errors():
     lax.cond(True, lambda: (1.0, 2.0), lambda: 1.0)
   with pytest.raises(TypeError, match="Pred must be a scalar"):
     lax.cond(np.array([True, False]), lambda: 1.0, lambda: 2.0)
+  # as JAX: any nonzero number is true (floats too); complex predicates are refused
+  assert float(lax.cond(1.5, lambda: 1.0, lambda: 2.0)) == 1.0
+  assert float(lax.cond(np.float32(0.0), lambda: 1.0, lambda: 2.0)) == 2.0
   with pytest.raises(TypeError, match="Pred type must be"):
-    lax.cond(1.5, lambda: 1.0, lambda: 2.0)
+    lax.cond(np.complex64(1), lambda: 1.0, lambda: 2.0)
   with pytest.raises(TypeError, match="Branch index must be scalar"):
     lax.switch(np.array([0, 1]), [lambda: 1.0, lambda: 2.0])
   with pytest.raises(TypeError, match="Index type must be an integer"):

@@ -390,7 +390,8 @@ def cond(*args, **kwargs):
   """``cond(pred, true_fun, false_fun, *operands)``: ``true_fun(*operands)`` if ``pred`` else
   ``false_fun(*operands)``, staged as one ``cond`` primitive (both branches are traced).  The
   older form ``cond(pred, true_operand, true_fun, false_operand, false_fun)`` is accepted."""
-  if len(args) == 5 and not kwargs and callable(args[2]) and callable(args[4]):
+  if (len(args) == 5 and not kwargs and not (callable(args[1]) and callable(args[2]))
+      and callable(args[2]) and callable(args[4])):
     pred, t_op, t_fun, f_op, f_fun = args
     return _cond(pred, lambda ops: t_fun(ops[0]), lambda ops: f_fun(ops[1]), (t_op, f_op))
   return _cond(*args, **kwargs)
@@ -407,14 +408,17 @@ def _cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_no_
     operands = (operand,)
   if pred is None:
     raise TypeError("cond predicate is None")
-  if isinstance(pred, (list, tuple)):
+  if isinstance(pred, (list, tuple, str)):
     raise TypeError(f"Pred must be a scalar, got {pred} of type {type(pred)}")
-  pa = get_aval(pred)
+  try:
+    pa = get_aval(pred)
+  except TypeError:
+    raise TypeError(f"Pred type must be either boolean or number, got {pred}.") from None
   if pa.shape != ():
     raise TypeError(f"Pred must be a scalar, got {pred} of shape {pa.shape}.")
   if pa.dtype != np.bool_:
-    if dtypes.is_integer(pa.dtype):
-      pred = ne(pred, _const(pred, 0))
+    if dtypes.is_integer(pa.dtype) or dtypes.is_float(pa.dtype):
+      pred = ne(pred, _const(pred, 0))        # any nonzero number is true, as JAX
     else:
       raise TypeError(f"Pred type must be either boolean or number, got {pa.dtype.name}.")
   if config.jax_disable_jit and core.is_concrete(pred):
@@ -437,7 +441,12 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
       raise TypeError("if 'operand' keyword is passed then no positional operands can be "
                       f"passed, got operand={operand} and positional operands {operands}")
     operands = (operand,)
-  ia = get_aval(index)
+  if isinstance(index, (list, tuple)):
+    raise TypeError(f"Branch index must be scalar, got {index} of shape {np.shape(index)}.")
+  try:
+    ia = get_aval(index)
+  except TypeError:
+    raise TypeError(f"Index type must be an integer, got {index}.") from None
   if ia.shape != ():
     raise TypeError(f"Branch index must be scalar, got {index} of shape {ia.shape}.")
   if not dtypes.is_integer(ia.dtype):
@@ -688,7 +697,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
     raise TypeError(f"cond_fun must return a boolean scalar, but got pytree {pred_tree}.")
   if pred_avals[0].shape != () or pred_avals[0].dtype != np.bool_:
     raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
-                    f"[{pred_avals[0].str_short()}].")
+                    f"[{pred_avals[0]!r}].")
   outs = _bind_while(cond_closed, [], body_closed, [], init_flat)
   return tree_unflatten(init_tree, _loop_result_types(outs, in_avals, bc[1]))
 
@@ -712,6 +721,9 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
   if la.shape != () or ua.shape != ():
     raise TypeError(f"lax.fori_loop: lower and upper must be scalars, got shapes {la.shape} "
                     f"and {ua.shape}")
+  if la.dtype != ua.dtype and not (la.weak_type or ua.weak_type):
+    raise TypeError(f"lower and upper arguments to fori_loop must have equal types, got "
+                    f"{la.dtype.name} and {ua.dtype.name}")
   if core.is_concrete(lower) and core.is_concrete(upper):
     # as JAX: the trip count is static and the loop index starts from ``int(lower)``, a Python
     # int (so it is weakly typed, whatever the bounds' dtype)
@@ -720,11 +732,8 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     (_, result), _ = scan(_fori_scan_body(body_fun), (lo, init_val), None,
                           length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
     return result
-  if not (dtypes.is_integer(la.dtype) and dtypes.is_integer(ua.dtype)):
-    raise TypeError(f"lax.fori_loop: lower and upper must be integers, got "
-                    f"{la.dtype.name} and {ua.dtype.name}")
-  if la.dtype != ua.dtype:
-    dt = dtypes.promote_types(la.dtype, ua.dtype)
+  if la.dtype != ua.dtype:       # one is weakly typed: it takes the other's dtype
+    dt = ua.dtype if la.weak_type else la.dtype
     lower, upper = convert_element_type(lower, dt), convert_element_type(upper, dt)
   if unroll is not None and unroll is not False and unroll != 1:
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
@@ -1007,7 +1016,11 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
       x = tree_unflatten(xs_tree, args[n:])
       out = f(carry, x)
       if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"scan body output must be a pair, got {out}.")
+        try:
+          what = get_aval(out).str_short(short_dtypes=False)    # JAX names the type
+        except TypeError:
+          what = out
+        raise TypeError(f"scan body output must be a pair, got {what}.")
       c_flat, c_tree = tree_flatten(out[0])
       y_flat, y_tree = tree_flatten(out[1])
       c_avals = [get_aval(c) for c in c_flat]

@@ -1,0 +1,96 @@
+"""Control-flow argument handling as JAX's: predicates and branch indices of the wrong kind,
+callables among cond's operands, fori_loop bound types (float bounds run as a while loop),
+and the messages of the checks JAX's tests match."""
+import re
+
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import lax, tree_util
+
+
+def test_cond_predicates():
+  assert float(lax.cond(1, lambda x: x + 1, lambda x: x - 1, 1.0)) == 2.0
+  assert float(lax.cond(0.0, lambda x: x + 1, lambda x: x - 1, 1.0)) == 0.0
+  f = ourjax.jit(lambda p: lax.cond(p, lambda: 1.0, lambda: 2.0))
+  assert float(f(0.5)) == 1.0 and float(f(0.0)) == 2.0
+  with pytest.raises(TypeError, match=re.escape("Pred type must be either boolean or number, "
+                                                "got <function")):
+    lax.cond(lambda x: True, lambda t: 2., lambda f: 3., 1.)
+  with pytest.raises(TypeError, match=re.escape("Pred must be a scalar, got foo of type "
+                                                "<class 'str'>")):
+    lax.cond("foo", lambda t: 2., lambda f: 3., 1.)
+  with pytest.raises(TypeError, match=re.escape("Pred must be a scalar, got (1.0, 1.0) of "
+                                                "type <class 'tuple'>")):
+    lax.cond((1., 1.), lambda t: 2., lambda f: 3., 1.)
+
+
+def test_switch_indices():
+  with pytest.raises(TypeError, match=re.escape("Index type must be an integer, got <function")):
+    lax.switch(lambda x: True, [lambda _: 2., lambda _: 3.], 1.)
+  with pytest.raises(TypeError, match=re.escape("Index type must be an integer, got foo.")):
+    lax.switch("foo", [lambda _: 2., lambda _: 3.], 1.)
+  with pytest.raises(TypeError, match=re.escape("Branch index must be scalar, got (1.0, 1.0) "
+                                                "of shape (2,).")):
+    lax.switch((1., 1.), [lambda _: 2., lambda _: 3.], 1.)
+  assert float(lax.switch(5, [lambda x: x, lambda x: 2 * x], 3.0)) == 6.0   # clamped
+
+
+def test_cond_with_callable_operands():
+  @tree_util.register_pytree_node_class
+  class Box:
+    def __init__(self, x):
+      self.x = x
+
+    def __call__(self, *xs):
+      raise AssertionError("an operand is not a branch")
+
+    def tree_flatten(self):
+      return (self.x,), None
+
+    @classmethod
+    def tree_unflatten(cls, _, xs):
+      return cls(*xs)
+
+  f = lambda a, b: a + b.x
+  assert int(lax.cond(True, f, f, 3, Box(4))) == 7
+  g = lambda a, b: a.x + b.x
+  assert int(lax.cond(False, g, g, Box(3), Box(4))) == 7
+  # the older form cond(pred, true_operand, true_fun, false_operand, false_fun)
+  assert float(lax.cond(False, 1.0, lambda x: x, 2.0, lambda x: 10 * x)) == 20.0
+
+
+def test_fori_loop_bounds():
+  with pytest.raises(TypeError, match="lower and upper arguments to fori_loop must have equal "
+                     "types, got int16 and int32"):
+    lax.fori_loop(np.int16(0), jnp.int32(10), lambda i, c: c, jnp.float32(7))
+  # a Python int takes the other bound's type
+  assert float(lax.fori_loop(np.int16(0), 10, lambda i, c: c + 1, jnp.float32(1))) == 11.0
+  assert int(ourjax.jit(lambda a, b: lax.fori_loop(a, b, lambda i, c: c + i, 0))(
+      np.int16(1), 5)) == 10
+  # float bounds count in floats (a while loop when traced), as JAX's
+  assert float(lax.fori_loop(0., 3., lambda i, c: c + i, 0.)) == 3.0
+  f = ourjax.jit(lambda x: lax.fori_loop(x, x + 2., lambda i, c: c * 2., x))
+  assert float(f(1.5)) == 6.0
+  np.testing.assert_allclose(float(ourjax.jvp(lambda x: lax.fori_loop(
+      x, x + 2., lambda i, c: c * c, x), (1.5,), (1.0,))[1]), 4 * 1.5 ** 3, rtol=1e-6)
+  # bounds known under grad stay a scan; traced ones (inside cond) are a while loop
+  assert float(ourjax.grad(lambda x: lax.fori_loop(x, x + 2., lambda i, c: c * 2., x))(1.)) \
+      == 4.0
+  with pytest.raises(ValueError, match="Reverse-mode differentiation does not work for "
+                     "lax.while_loop"):
+    ourjax.grad(lambda x: lax.cond(True, lambda x, _: lax.fori_loop(
+        x, x + 2., lambda i, c: c * 2., x), lambda _, x: x, x, 1.))(1.)
+
+
+def test_callable_checks_and_messages():
+  with pytest.raises(TypeError, match="lax.associative_scan.*callable"):
+    lax.associative_scan(42, 0)
+  with pytest.raises(TypeError, match=re.escape("scan body output must be a pair, got "
+                                                "float32[].")):
+    lax.scan(lambda c, x: np.float32(0.), 0, jnp.arange(5.))
+  with pytest.raises(TypeError, match=re.escape("cond_fun must return a boolean scalar, but "
+                                                "got output type(s) [ShapedArray(float32[])].")):
+    lax.while_loop(lambda c: np.float32(1.), lambda c: c, np.float32(0.))
