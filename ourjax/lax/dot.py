@@ -17,6 +17,7 @@ import numpy as np
 
 from ourjax import core, dtypes
 from ourjax.config import config
+from ourjax.lax import dot_algorithm as _dot_algorithm
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import all_weak, standard_primitive
@@ -61,8 +62,9 @@ def canonicalize_precision(precision):
   except ValueError:
     pass
   raise ValueError(f"Precision argument must be one of:\n- None,\n- a Precision enum value,\n"
-                   f"- a string, or\n- a tuple of two Precision enums or strings; got "
-                   f"{precision}.")
+                   f"- a string, or\n- a tuple of two Precision enums or strings,\n- a "
+                   f"lax.DotAlgorithmPreset or the name of one of these presets, or\n- a "
+                   f"lax.DotAlgorithm (with dot/dot_general); got {precision}.")
 
 
 def _preferred(preferred_element_type, name):
@@ -94,6 +96,10 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     raise TypeError(f"dot_general dimension_numbers must be ((lhs_contracting, "
                     f"rhs_contracting), (lhs_batch, rhs_batch)) of integer sequences, got "
                     f"{dimension_numbers!r}") from None
+  algorithm = _dot_algorithm._from_any(precision)
+  if algorithm is not None:
+    return _dot_algorithm._apply(algorithm, lhs, rhs, preferred_element_type,
+                                lambda l, r, pt: dot_general(l, r, dims, None, pt))
   return dot_general_p.bind(lhs, rhs, dimension_numbers=dims,
                             precision=canonicalize_precision(precision),
                             preferred_element_type=_preferred(preferred_element_type,
