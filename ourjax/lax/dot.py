@@ -821,10 +821,15 @@ def _conv_transpose_padding(k, s, padding):
 
 
 def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numbers=None,
-                   transpose_kernel: bool = False, precision=None, preferred_element_type=None):
+                   transpose_kernel: bool = False, precision=None, preferred_element_type=None,
+                   use_consistent_padding: bool = False):
   """A transposed ("fractionally strided") convolution: the input is dilated by ``strides``.
   With ``transpose_kernel`` the kernel is flipped spatially and its in/out features swapped,
-  which makes this the gradient of ``conv_general_dilated`` with the same arguments."""
+  which makes this the gradient of ``conv_general_dilated`` with the same arguments.
+  ``padding`` 'SAME'/'VALID' names the forward convolution's padding; explicit (low, high)
+  pairs pad the transposed convolution itself, unless ``use_consistent_padding``: then they
+  are the forward convolution's too (PyTorch's meaning), so the transposed convolution pads
+  ``(k - 1 - low, k - 1 - high + max(stride - k, 0))`` with ``k`` the dilated kernel size."""
   from ourjax import lax
   ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
   nd = len(ls)
@@ -838,9 +843,12 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numb
   k_sp = [rs[i] for i in dn.rhs_spec[2:]]
   if rhs_dilation is None:
     rhs_dilation = (1,) * (nd - 2)
+  eff = _dilate_shape(k_sp, rhs_dilation)
   if isinstance(padding, str) and padding in ("SAME", "VALID"):
-    eff = _dilate_shape(k_sp, rhs_dilation)
     pads = [_conv_transpose_padding(k, s, padding) for k, s in zip(eff, strides)]
+  elif use_consistent_padding:
+    pads = [(k - 1 - lo, k - 1 - hi + max(s - k, 0))
+            for k, s, (lo, hi) in zip(eff, strides, padding)]
   else:
     pads = padding
   if transpose_kernel:
