@@ -94,3 +94,58 @@ def test_callable_checks_and_messages():
   with pytest.raises(TypeError, match=re.escape("cond_fun must return a boolean scalar, but "
                                                 "got output type(s) [ShapedArray(float32[])].")):
     lax.while_loop(lambda c: np.float32(1.), lambda c: c, np.float32(0.))
+
+
+def _raises(msg, f, *args):
+  with pytest.raises(TypeError, match=re.escape(msg)):
+    f(*args)
+
+
+def test_carry_mismatch_messages():
+  head = "function carry input and carry output must have the same pytree structure, but " \
+         "they differ:\n\n"
+  _raises("scan body " + head + "The input carry c is a tuple of length 2 but the corresponding"
+          " component of the carry output is a tuple of length 3, so the lengths do not match.",
+          lax.scan, lambda c, x: ((0, 0, 0), x), (1, (2, 3)), jnp.arange(5.))
+  _raises("scan body " + head + "The input carry x is a <class 'tuple'> but the corres",
+          lax.scan, lambda x, _: ([x[0].astype("float32")] * 2, None),
+          (jnp.array(0, "int32"),) * 2, None, 1)
+  _raises("scan body " + head + "  * the input carry component x[0] is a <class 'dict'> with 1 "
+          "child but the corresponding component of the carry output is a <class 'dict'> with "
+          "2 children, so the numbers of children do not match, with the symmetric difference "
+          "of key sets: {'b'};\n  * the input carry component x[1]",
+          lax.scan, lambda x, _: (({"a": x[0]["a"], "b": x[0]["a"]},) * 2, None),
+          ({"a": jnp.array(0, "int32")},) * 2, None, 1)
+  _raises("with pytree metadata ('t',) but the corresponding component of the carry output is "
+          "a <class 'dict'> with pytree metadata ('T',)", lax.fori_loop, 0, 1,
+          lambda i, x: {"T": jnp.array([0.5])}, {"t": jnp.array([1.0])})
+  _raises("scan body function carry input and carry output must have equal types, but they "
+          "differ:\n\nThe input carry component x[1] has type int32[] but the corresponding "
+          "output carry component has type float32[], so the dtypes do not match.",
+          lax.scan, lambda x, _: ((x[0], x[1].astype("float32")), None),
+          (jnp.array(0, "int32"),) * 2, None, 1)
+  _raises("The input carry x has type float32[3] but the corresponding output carry component "
+          "has type int32[2], so the dtypes do not match, and the shapes do not match.",
+          lax.scan, lambda x, _: (jnp.zeros(2, jnp.int32), None), jnp.zeros(3), None, 1)
+  _raises("while_loop body function carry input and carry output must have equal types",
+          lax.while_loop, lambda c: True, lambda c: (True, True),
+          (np.bool_(True), np.float32(0.)))
+
+
+def test_branch_mismatch_messages():
+  _raises("cond branch outputs must have the same pytree structure, but they differ:\n\n"
+          "true_fun is <lambda> at ", lax.cond, True, lambda t: dict(a=2.),
+          lambda f: dict(a=(3., 3.)), 1.)
+  _raises("true_fun output at path ['a'] is a pytree leaf but false_fun output at path ['a'] "
+          "is a <class 'tuple'>, so their Python types differ.", lax.cond, True,
+          lambda t: dict(a=2.), lambda f: dict(a=(3., 3.)), 1.)
+  _raises("The output of true_fun has type float32[1] but the corresponding output of false_fun "
+          "has type float32[], so the shapes do not match", lax.cond, True,
+          lambda t: jnp.ones(1), lambda f: 1., 1.)
+  _raises("branch 0 output at path ['a'] is a pytree leaf but branch1 output at path ['a'] is a "
+          "<class 'tuple'>, so their Python types differ.", lax.switch, 1,
+          [lambda _: dict(a=2.), lambda _: dict(a=(3., 3.))], 1.)
+  _raises("  * the output of true_fun at path [0] has type float32[] but the corresponding "
+          "output of false_fun has type int32[], so the dtypes do not match;\n  * the output "
+          "of true_fun at path [1]", lax.cond, True, lambda t: (1., jnp.ones(1)),
+          lambda f: (1, 1.), 1.)

@@ -39,6 +39,7 @@ from ourjax.core import ClosedJaxpr, Jaxpr, Literal, Primitive, ShapedArray, Var
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 from ourjax._pytree import (keystr, tree_flatten, tree_flatten_with_path, tree_unflatten)
+from ourjax.lax import _mismatch as _mm
 
 _any = builtins.any
 _all = builtins.all
@@ -250,10 +251,6 @@ def _match_weak(x, aval: ShapedArray):
   return _convert_element_type(x, aval.dtype, aval.weak_type)
 
 
-def _avals_str(tree, avals) -> str:
-  return str(tree_unflatten(tree, [a.str_short() for a in avals])).replace("'", "")
-
-
 def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True):
   """Trace each branch on the operand avals; check that their outputs agree (up to weak types,
   which are joined: an output is weak only if it is weak in every branch; with ``join_weak``
@@ -265,12 +262,10 @@ def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True)
     traced.append((closed, cell[0], cell[1]))
   tree0, avals0 = traced[0][1], traced[0][2]
   for i, (_, tree, avals) in enumerate(traced[1:], 1):
-    what = describe(i)
-    if tree != tree0:
-      raise TypeError(f"{what} must have same type structure, got {tree0} and {tree}.")
-    if len(avals) != len(avals0) or not _all(_map(core.typematch, avals0, avals)):
-      raise TypeError(f"{what} must have identical types, got\n{_avals_str(tree0, avals0)}\n"
-                      f"and\n{_avals_str(tree, avals)}.")
+    kind, names = describe(i)
+    err = _mm.branch_mismatch(kind, names, (funs[0], funs[i]), tree0, avals0, tree, avals)
+    if err is not None:
+      raise err
   joined = [a.update(weak_type=_all(t[2][k].weak_type for t in traced)) if join_weak else a
             for k, a in enumerate(avals0)]
   closeds = []
@@ -290,29 +285,27 @@ def _carry_name(fun, index=0):
 
 
 def _check_carry(what, carry_name, init_tree, in_avals, out_tree, out_avals):
-  """The body's carry output must have the carry input's structure and types."""
+  """The body's carry output must have the carry input's structure and types (``what``: 'scan
+  body', 'while_loop body'; the messages are JAX's)."""
+  name = carry_name or ""
+
+  def comp(path):
+    return (f"the input carry component {name}{_mm.path_str(path)}" if path
+            else f"the input carry {name}".rstrip())
   if out_tree != init_tree:
-    raise TypeError(f"{what} output and input must have same type structure, got {out_tree} "
-                    f"and {init_tree}.")
+    items = [f"{comp(p)} is {da} but the corresponding component of the carry output is {db}, "
+             f"so {why}" for p, da, db, why in _mm.structure_diffs(init_tree, out_tree)]
+    raise TypeError(f"{what} function carry input and carry output must have the same pytree "
+                    f"structure, but they differ:\n\n{_mm.join(items)}\n\nRevise the function "
+                    "so that the carry output has the same pytree structure as the carry input.")
   paths = [p for p, _ in tree_flatten_with_path(tree_unflatten(init_tree, in_avals))[0]]
-  diffs = []
-  for path, a, b in zip(paths, in_avals, out_avals):
-    if core.typematch(a, b):
-      continue
-    comp = (f"the input carry component {carry_name or ''}{keystr(path)}" if path or carry_name
-            else "the input carry")
-    why = []
-    if a.dtype != b.dtype:
-      why.append("the dtypes do not match")
-    if a.shape != b.shape:
-      why.append("the shapes do not match")
-    diffs.append(f"{comp} has type {a.str_short()} but the corresponding output carry "
-                 f"component has type {b.str_short()}, so {' and also '.join(why)}")
-  if diffs:
-    raise TypeError(f"{what} output and input must have identical types (shapes and dtypes), "
-                    f"but they differ:\n" + "".join(f"  * {d}\n" for d in diffs)
-                    + "Revise the function so that all output types match the corresponding "
-                    "input types.")
+  items = [f"{comp(path)} has type {_mm.aval_str(a)} but the corresponding output carry "
+           f"component has type {_mm.aval_str(b)}, so {_mm.type_reason(a, b)}"
+           for path, a, b in zip(paths, in_avals, out_avals) if not core.typematch(a, b)]
+  if items:
+    raise TypeError(f"{what} function carry input and carry output must have equal types, but "
+                    f"they differ:\n\n{_mm.join(items)}\n\nRevise the function so that all "
+                    "output types match the corresponding input types.")
 
 
 def _promote_weak_carries(init_flat, in_avals, out_avals):
@@ -426,7 +419,7 @@ def _cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_no_
   ops, ops_tree = tree_flatten(operands)
   ops_avals = [get_aval(x) for x in ops]
   closeds, out_tree = _trace_branches((true_fun, false_fun), ops_tree, ops_avals,
-                                      lambda i: "true_fun and false_fun output")
+                                      lambda i: ("cond", ("true_fun", "false_fun")))
   index = convert_element_type(pred, np.int32)
   return tree_unflatten(out_tree, _bind_cond(index, ops, closeds[::-1]))
 
@@ -463,7 +456,8 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
   ops, ops_tree = tree_flatten(operands)
   ops_avals = [get_aval(x) for x in ops]
   closeds, out_tree = _trace_branches(branches, ops_tree, ops_avals,
-                                      lambda i: f"branch 0 and {i} outputs", join_weak=False)
+                                      lambda i: ("switch", ("branch 0", f"branch{i}")),
+                                      join_weak=False)
   return tree_unflatten(out_tree, _bind_cond(index, ops, closeds))
 
 
@@ -687,11 +681,12 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
 
   cond_closed, cc, body_closed, bc = trace(in_avals)
   if bc[0] != init_tree:
-    _check_carry("body_fun", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
+    _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0],
+                 bc[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, bc[1])
   if changed:
     cond_closed, cc, body_closed, bc = trace(in_avals)
-  _check_carry("body_fun", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
+  _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
   pred_tree, pred_avals = cc
   if pred_tree.num_leaves != 1 or len(pred_avals) != 1:
     raise TypeError(f"cond_fun must return a boolean scalar, but got pytree {pred_tree}.")
@@ -1036,12 +1031,12 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
 
   closed, cell = trace(in_avals)
   if cell[0] != init_tree:
-    _check_carry("scan body function carry", _carry_name(f), init_tree, in_avals, cell[0],
+    _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                  cell[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, cell[1])
   if changed:
     closed, cell = trace(in_avals)
-  _check_carry("scan body function carry", _carry_name(f), init_tree, in_avals, cell[0],
+  _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                cell[1])
   outs = _bind_scan(closed, [], init_flat, xs_flat, length=length, reverse=bool(reverse),
                     unroll=unroll)
