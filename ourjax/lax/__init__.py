@@ -10,6 +10,7 @@ from ourjax.lax import sorting as _sorting
 from ourjax.lax import dot as _dot
 from ourjax.lax import dot_algorithm as _dot_algorithm
 from ourjax.lax import conv_patches as _conv_patches
+from ourjax.lax import rng as _rng
 from ourjax.lax import control_flow as _control_flow
 from ourjax.lax import parallel as _parallel
 from ourjax.lax import windowed as _windowed
@@ -20,7 +21,7 @@ from ourjax.lax import special as _special
 
 for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
            _dot_algorithm, _conv_patches, _control_flow, _parallel, _windowed, _fft,
-           _convenience, _ragged, _special):
+           _convenience, _ragged, _special, _rng):
   globals().update(_reexport(_m))
 del _m
 
