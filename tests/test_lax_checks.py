@@ -144,3 +144,53 @@ def test_gather_scatter_checks_in_jax_order():
                      "in scatter op must be disjoint"):
     lax.scatter(np.ones((50, 49, 48, 47, 46), np.float32),
                 np.zeros((10, 9, 8, 7, 4), np.int32), upd, sdn)
+
+
+# ------------------------------------------------------------------------------------------------
+# values: out_dtype products, Python ints converted as JAX converts them, complex log1p, expm1
+
+
+def test_mul_out_dtype():
+  a, b = np.int8([100, -100, 7]), np.int8([100, 3, -2])
+  out = lax.mul(a, b, out_dtype=np.int32)
+  assert out.dtype == np.int32
+  np.testing.assert_array_equal(np.asarray(out), a.astype(np.int64) * b)
+  h = np.float16([1.1, 2.3])
+  out = ourjax.jit(lambda x, y: lax.mul(x, y, out_dtype=np.float32))(h, h)
+  assert out.dtype == np.float32
+  np.testing.assert_array_equal(np.asarray(out), h.astype(np.float32) * h.astype(np.float32))
+
+
+def test_convert_python_int_wraps():
+  # through a 64-bit integer, as JAX: 2**32 -> int32 0
+  for v, dt in [(2 ** 32, np.int32), (2 ** 31, np.int32), (-2 ** 31 - 1, np.int32),
+                (2 ** 32 + 5, np.uint8), (300, np.int8), (-1, np.uint32), (5, np.int32)]:
+    out = lax.convert_element_type(v, dt)
+    assert out.dtype == dt
+    assert int(out) == int(np.array(v % 2 ** (8 * np.dtype(dt).itemsize),
+                                    f"uint{8 * np.dtype(dt).itemsize}").view(dt))
+  with pytest.raises(OverflowError):
+    lax.convert_element_type(2 ** 64, np.int32)
+  assert float(lax.convert_element_type(2 ** 40, np.float32)) == 2.0 ** 40
+
+
+def test_complex_log1p_is_accurate_near_zero():
+  z = np.array([1e-5, 1e-5 + 1e-5j, -0.5 + 0.2j, 3 + 4j, 1e-30j, -1 + 1e-3j, 2e-8 - 3e-8j],
+               np.complex64)
+  # float64 reference: re = log|1+z| via log1p of 2x + x^2 + y^2, im = atan2(y, 1+x)
+  x, y = z.real.astype(np.float64), z.imag.astype(np.float64)
+  want = 0.5 * np.log1p(x * (2 + x) + y * y) + 1j * np.arctan2(y, 1 + x)
+  for f in (lax.log1p, ourjax.jit(lax.log1p)):
+    got = np.asarray(f(z)).astype(np.complex128)
+    np.testing.assert_allclose(got.real, want.real, rtol=2e-7, atol=1e-37)
+    np.testing.assert_allclose(got.imag, want.imag, rtol=2e-7, atol=1e-37)
+  e = np.log1p(np.float32(1e-5))
+  np.testing.assert_array_almost_equal_nulp(e.astype(np.complex64),
+                                            np.asarray(lax.log1p(np.complex64(1e-5))))
+
+
+def test_expm1_derivative_is_exp():
+  x = np.arange(-80.0, 80.0, 1.0, dtype=np.float32)
+  d_expm1 = ourjax.vmap(ourjax.grad(lax.expm1))(x)
+  np.testing.assert_array_equal(np.asarray(d_expm1), np.asarray(lax.exp(x)))
+  np.testing.assert_allclose(np.asarray(d_expm1), np.exp(x.astype(np.float64)), rtol=1e-6)

@@ -135,7 +135,13 @@ def imag(x): return imag_p.bind(x)
 def conj(x): return conj_p.bind(x)
 def add(x, y): return add_p.bind(*_size_one_broadcast(x, y))
 def sub(x, y): return sub_p.bind(*_size_one_broadcast(x, y))
-def mul(x, y): return mul_p.bind(*_size_one_broadcast(x, y))
+def mul(x, y, *, out_dtype=None):
+  """``x * y``; with ``out_dtype`` the operands are converted to it first, so the product is
+  formed in that (usually wider) type: int8 * int8 -> int32 without wrapping."""
+  if out_dtype is not None:
+    dt = dtypes.canonicalize_dtype(out_dtype)
+    x, y = (v if get_aval(v).dtype == dt else convert_element_type(v, dt) for v in (x, y))
+  return mul_p.bind(*_size_one_broadcast(x, y))
 def div(x, y): return div_p.bind(*_size_one_broadcast(x, y))
 def rem(x, y): return rem_p.bind(*_size_one_broadcast(x, y))
 def pow(x, y):  # noqa: A001
@@ -186,6 +192,16 @@ def convert_element_type(x, new_dtype):
     # a Python int too large for any integer dtype still converts to a float (2 ** 100), as
     # in JAX (jnp's promotion, which goes through the default integer type, does not)
     x = float(x) if dtypes.is_float(dtypes.canonicalize_dtype(new_dtype)) else complex(x)
+  elif type(x) is int and dtypes.is_integer(dtypes.canonicalize_dtype(new_dtype)):
+    dt = dtypes.canonicalize_dtype(new_dtype)
+    info = dtypes.iinfo(dt)
+    if not info.min <= x <= info.max:
+      # as JAX (through a 64-bit integer): wrapped modulo 2**bits, 2**32 -> int32 0
+      if not -2 ** 63 <= x < 2 ** 64:
+        raise OverflowError(f"Python int {x} too large to convert to {dt.name}")
+      bits = info.bits
+      x = np.array(x & ((1 << bits) - 1), f"uint{bits}").view(dt) if bits >= 8 else \
+          np.array(x & ((1 << bits) - 1), np.uint8).astype(dt)
   return _convert_element_type(x, new_dtype, weak_type=False)
 
 
@@ -314,7 +330,7 @@ is_finite_p = unop("is_finite", _float, np.isfinite, result_dtype=_bool_result)
 exp_p = unop("exp", _fp, np.exp)
 exp2_p = unop("exp2", _fp, np.exp2)
 log_p = unop("log", _fp, np.log)
-log1p_p = unop("log1p", _fp, np.log1p)
+log1p_p = unop("log1p", _fp, rops.log1p)
 expm1_p = unop("expm1", _fp, np.expm1)
 tanh_p = unop("tanh", _fp, np.tanh)
 logistic_p = unop("logistic", _fp, rops.logistic)
@@ -401,7 +417,7 @@ defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
 defjvp2(exp2_p, lambda t, ans, x: mul(t, mul(ans, _const(x, math.log(2)))))
 defjvp(log_p, lambda t, x: div(t, x))
 defjvp(log1p_p, lambda t, x: div(t, add(x, _const(x, 1))))
-defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, _const(x, 1))))
+defjvp(expm1_p, lambda t, x: mul(t, exp(x)))   # exp(x), not expm1(x) + 1 (rounds)
 defjvp2(tanh_p, lambda t, ans, x: mul(t, sub(_const(x, 1), square(ans))))
 defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(_const(x, 1), ans))))
 defjvp(sin_p, lambda t, x: mul(t, cos(x)))
