@@ -43,7 +43,8 @@ from ourjax.numpy._ufuncs import (abs, round, pow, where, clip, isclose, allclos
 from ourjax.numpy._creation import (array, asarray, copy, zeros, ones, empty, full,  # noqa
                                     zeros_like, ones_like, empty_like, full_like, arange,
                                     linspace, logspace, geomspace, eye, identity, tri, tril,
-                                    triu, diag, diagflat, meshgrid, indices, fromfunction)
+                                    triu, diag, diagflat, meshgrid, indices, fromfunction,
+                                    frombuffer, fromstring)
 from ourjax.numpy._reductions import (sum, prod, max, min, amax, amin, mean, all, any,  # noqa
                                       var, std, ptp, count_nonzero, average, argmax, argmin,
                                       nanargmax, nanargmin, cumsum, cumprod, cumproduct,

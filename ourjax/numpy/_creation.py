@@ -147,8 +147,8 @@ def canonicalize_shape(shape, name="shape"):
   except TypeError as e:
     if isinstance(e, core.ConcretizationTypeError):
       raise
-    raise TypeError(f"jnp.{name}: shapes must be 1D sequences of concrete values of integer "
-                    f"type, got {shape!r}.") from None
+    raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type, got "
+                    f"{shape!r} (in jnp.{name}).") from None
   if any(d < 0 for d in shape):
     raise TypeError(f"jnp.{name}: shape must not contain negative dimensions, got {shape}.")
   return shape
@@ -156,8 +156,10 @@ def canonicalize_shape(shape, name="shape"):
 
 def _forgot_tuple(name, shape, dtype):
   if isinstance(dtype, int) and not isinstance(dtype, bool) and isinstance(shape, int):
-    raise TypeError(f"Cannot interpret '{dtype}' as a data type. Did you mean "
-                    f"jnp.{name}(({shape}, {dtype})), with the shape as one tuple?")
+    raise TypeError(f"Cannot interpret '{dtype}' as a data type.\n\nDid you accidentally "
+                    f"write `jax.numpy.{name}({shape}, {dtype})` when you meant "
+                    f"`jax.numpy.{name}(({shape}, {dtype}))`, i.e. with a single tuple argument "
+                    "for the shape?")
 
 
 def _filled(name, shape, value, dtype):
@@ -277,6 +279,9 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None):
   promoted dtype of the arguments, Python ints giving int32 (int64 with x64) and Python floats
   float32; the result is never weakly typed."""
   check_arraylike("arange", start)
+  if any(x is not None and dtypes.is_complex(dtypes.dtype(x)) for x in (start, stop, step)):
+    raise ValueError("Passing complex start/stop/step to jnp.arange is no longer supported "
+                     "starting in JAX v0.10.0.")
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "arange")
   only_stop = stop is None and step is None
@@ -540,6 +545,20 @@ def indices(dimensions, dtype=None, sparse: bool = False):
     return lax.full((0,), 0, dt)
   grids = [lax.broadcasted_iota(dt, (1,) + dims, i + 1) for i in range(len(dims))]
   return lax.concatenate(grids, 0) if len(grids) > 1 else grids[0]
+
+
+def frombuffer(buffer, dtype=float, count: int = -1, offset: int = 0):
+  """The bytes of ``buffer`` (read by NumPy's ``frombuffer``) as an array of ``dtype``
+  (``float`` is the default float type)."""
+  dt = dtypes.check_user_dtype(dtype, "frombuffer")
+  return asarray(np.frombuffer(buffer, dtype=np.dtype(dt), count=count, offset=offset))
+
+
+def fromstring(string, dtype=float, count: int = -1, *, sep: str):
+  """The numbers written in ``string`` separated by ``sep`` (NumPy's ``fromstring`` text
+  mode), as an array of ``dtype``."""
+  dt = dtypes.check_user_dtype(dtype, "fromstring")
+  return asarray(np.fromstring(string, dtype=np.dtype(dt), count=count, sep=sep))
 
 
 def fromfunction(function, shape, *, dtype=float, **kwargs):

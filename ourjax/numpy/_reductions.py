@@ -81,7 +81,8 @@ def _where_mask(name, where, a, fill):
   shape = get_aval(a).shape
   w = asarray(where)
   if get_aval(w).dtype != np.bool_:
-    w = lax.ne(w, lax._const(w, 0))
+    raise ValueError(f"jnp.{name}: where must be None or a boolean array; got "
+                     f"where.dtype={get_aval(w).dtype!r}.")
   try:
     np.broadcast_shapes(get_aval(w).shape, shape)
   except ValueError:

@@ -258,7 +258,10 @@ def broadcast_to(array, shape):
   if aval.shape == shape:
     return a
   nlead = len(shape) - aval.ndim
-  if nlead < 0 or any(d != 1 and d != s for d, s in zip(aval.shape, shape[nlead:])):
+  if nlead < 0:
+    raise ValueError(f"Cannot broadcast to shape with fewer dimensions: arr_shape={aval.shape} "
+                     f"shape={shape}")
+  if any(d != 1 and d != s for d, s in zip(aval.shape, shape[nlead:])):
     raise ValueError(f"Incompatible shapes for broadcasting: {aval.shape} and requested "
                      f"shape {shape}")
   return _broadcast_to(a, shape)
@@ -714,6 +717,10 @@ def rot90(m, k=1, axes=(0, 1)):
   """Rotate by 90 degrees ``k`` times in the plane of ``axes`` (from the first axis towards the
   second)."""
   m = _arr("rot90", m)
+  if get_aval(m).ndim < 2:
+    raise ValueError(f"rot90 requires its first argument to have ndim at least two, but got "
+                     f"first argument of shape {get_aval(m).shape}, which has ndim "
+                     f"{get_aval(m).ndim}")
   axes = tuple(axes)
   if len(axes) != 2:
     raise ValueError("len(axes) must be 2.")

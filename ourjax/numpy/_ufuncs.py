@@ -469,6 +469,9 @@ radians, degrees = deg2rad, rad2deg
 
 def hypot(x1, x2, /):
   x1, x2 = promote_args_inexact("hypot", x1, x2)
+  if dtypes.is_complex(get_aval(x1).dtype):
+    raise ValueError("jnp.hypot is not well defined for complex-valued inputs. Please convert "
+                     "to real values first, such as by using abs(x)")
   a, b = lax.abs(x1), lax.abs(x2)
   hi, lo = lax.max(a, b), lax.min(a, b)
   safe_hi = _select(lax.eq(hi, lax._const(hi, 0)), hi, lax._const(hi, 1))
@@ -896,20 +899,24 @@ def _take_1d(arr, idx):
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):
-  """Piecewise-linear interpolation of the points ``(xp, fp)`` (``xp`` increasing) at ``x``."""
+  """Piecewise-linear interpolation of the points ``(xp, fp)`` (``xp`` increasing) at ``x``.
+  Outside ``xp``: ``left``/``right`` (default the end values of ``fp``), or the end segments'
+  lines continued for ``'extrapolate'``."""
   from ourjax.numpy._creation import asarray
   check_arraylike("interp", x, xp, fp)
-  if np.ndim(xp) != 1 or np.ndim(fp) != 1:
-    raise ValueError("xp and fp must be one-dimensional")
-  if np.shape(xp)[0] != np.shape(fp)[0]:
-    raise ValueError("xp and fp must be of the same length")
+  if np.ndim(xp) != 1 or np.ndim(fp) != 1 or np.shape(xp)[0] != np.shape(fp)[0]:
+    raise ValueError("xp and fp must be one-dimensional arrays of equal size")
+  for side, v in (("left", left), ("right", right)):
+    if isinstance(v, str) and v != "extrapolate":
+      raise ValueError(f"the only valid string value of `{side}` is 'extrapolate', but got: "
+                       f"{v!r}")
   if np.shape(xp)[0] == 0:
     raise ValueError("xp and fp must not be empty")
   from ourjax.numpy._util import promote_dtypes_inexact
   x, xp = promote_dtypes_inexact(_as_operand(x), _as_operand(xp))
   fp, = promote_dtypes_inexact(_as_operand(fp))
   if dtypes.is_complex(get_aval(x).dtype):
-    raise ValueError("jnp.interp: complex x or xp are not supported")
+    raise ValueError("jnp.interp: complex x values not supported.")
   x, xp, fp = asarray(x), asarray(xp), asarray(fp)
   if period is not None:
     if np.ndim(period) != 0:
@@ -950,8 +957,11 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     last = _take_1d(fp, np.full((), n - 1, np.int32))
     left = first if left is None else left
     right = last if right is None else right
-    f = where(lax.lt(x, _take_1d(xp, np.zeros((), np.int32))), left, f)
-    f = where(lax.gt(x, _take_1d(xp, np.full((), n - 1, np.int32))), right, f)
+    # 'extrapolate': the end segments' lines continue (what f already holds there)
+    if not isinstance(left, str):
+      f = where(lax.lt(x, _take_1d(xp, np.zeros((), np.int32))), left, f)
+    if not isinstance(right, str):
+      f = where(lax.gt(x, _take_1d(xp, np.full((), n - 1, np.int32))), right, f)
   return f
 
 

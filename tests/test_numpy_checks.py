@@ -1,0 +1,78 @@
+"""``jnp`` argument checks with JAX's exception types and words (the messages JAX's own tests
+match), and the behaviours that came with them: interp's 'extrapolate', frombuffer and
+fromstring."""
+import re
+
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+
+
+@pytest.mark.parametrize("f,err,msg", [
+    (lambda: jnp.arange(1j), ValueError,
+     "Passing complex start/stop/step to jnp.arange is no longer supported"),
+    (lambda: jnp.arange(0, 2, 0.5j), ValueError,
+     "Passing complex start/stop/step to jnp.arange is no longer supported"),
+    (lambda: jnp.sum(jnp.zeros(10), where=jnp.ones(10, int)), ValueError,
+     "jnp.sum: where must be None or a boolean array"),
+    (lambda: jnp.max(jnp.zeros(10), where=jnp.ones(10, int), initial=0.), ValueError,
+     "jnp.max: where must be None or a boolean array"),
+    (lambda: jnp.hypot(jnp.ones(2, jnp.complex64), jnp.ones(2)), ValueError,
+     "jnp.hypot is not well defined for complex-valued inputs"),
+    (lambda: jnp.trace(jnp.ones((2, 3, 2)), axis1=1, axis2=-2), ValueError,
+     "axis1 and axis2 can not be same"),
+    (lambda: jnp.rot90(jnp.ones(2)), ValueError,
+     "rot90 requires its first argument to have ndim at least two, but got first argument of"),
+    (lambda: jnp.zeros(2, 3), TypeError,
+     r"Did you accidentally write `jax\.numpy\.zeros\(2, 3\)` when you meant "
+     r"`jax\.numpy\.zeros\(\(2, 3\)\)`"),
+    (lambda: jnp.broadcast_to(jnp.zeros((3, 4, 5)), (4, 5)), ValueError,
+     "Cannot broadcast to shape with fewer dimensions"),
+    (lambda: jnp.interp(0.0, jnp.arange(2.0), jnp.arange(3.0)), ValueError,
+     "xp and fp must be one-dimensional arrays of equal size"),
+    (lambda: jnp.interp(0.0, jnp.arange(3.0), jnp.arange(3.0), left="interpolate"), ValueError,
+     "the only valid string value of `left` is 'extrapolate', but got: 'interpolate'"),
+    (lambda: jnp.tensordot(np.ones((3, 2, 2)), np.ones(2), axes=2), TypeError,
+     "Number of tensordot axes.*exceeds input ranks"),
+    (lambda: jnp.tensordot(np.ones((3, 2, 2)), np.ones(2), axes=("bad", "axes")), TypeError,
+     "tensordot requires both axes lists to be either ints, tuples or lists"),
+    (lambda: jnp.zeros((2, 3.0)), TypeError,
+     "Shapes must be 1D sequences of concrete values of integer type"),
+])
+def test_errors(f, err, msg):
+  with pytest.raises(err, match=msg):
+    f()
+
+
+def test_valid_neighbours_of_the_errors():
+  assert jnp.arange(4, dtype=jnp.complex64).dtype == np.complex64
+  assert float(jnp.sum(jnp.arange(4.0), where=np.array([True, False, True, False]))) == 2.0
+  np.testing.assert_allclose(np.asarray(jnp.hypot(3.0, 4.0)), 5.0)
+  np.testing.assert_array_equal(np.asarray(jnp.rot90(np.arange(4).reshape(2, 2))),
+                                np.rot90(np.arange(4).reshape(2, 2)))
+
+
+def test_interp_extrapolate():
+  xp, fp = np.arange(3.0), np.array([0.0, 2.0, 3.0])
+  x = np.array([-1.0, 0.5, 2.5, 5.0])
+  got = jnp.interp(x, xp, fp, left="extrapolate", right="extrapolate")
+  # the end segments' lines continued: slope 2 on the left, 1 on the right
+  np.testing.assert_allclose(np.asarray(got), [-2.0, 1.0, 3.5, 6.0])
+  got = ourjax.jit(lambda x: jnp.interp(x, xp, fp, left="extrapolate"))(x)
+  np.testing.assert_allclose(np.asarray(got), [-2.0, 1.0, 3.0, 3.0])
+  np.testing.assert_allclose(np.asarray(jnp.interp(x, xp, fp)), np.interp(x, xp, fp))
+
+
+def test_frombuffer_fromstring():
+  buf = b"\x01\x00\x00\x00\x02\x00\x00\x00"
+  for kw in [dict(dtype="int32"), dict(dtype="uint8", count=3, offset=1), dict(dtype="uint8")]:
+    got, want = jnp.frombuffer(buf, **kw), np.frombuffer(buf, **kw)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got), want)
+  assert jnp.frombuffer(b"\x00" * 8).dtype == np.float32       # float: the default float type
+  got = jnp.fromstring("1,2,3", sep=",", dtype=int)
+  np.testing.assert_array_equal(np.asarray(got), [1, 2, 3])
+  assert got.dtype == np.int32
+  assert re.match("float", str(jnp.fromstring("1 2.5", sep=" ").dtype))
