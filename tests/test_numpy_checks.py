@@ -76,3 +76,22 @@ def test_frombuffer_fromstring():
   np.testing.assert_array_equal(np.asarray(got), [1, 2, 3])
   assert got.dtype == np.int32
   assert re.match("float", str(jnp.fromstring("1 2.5", sep=" ").dtype))
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "logaddexp2"])
+def test_logaddexp_complex(name):
+  rng = np.random.default_rng(0)
+  x1 = (rng.normal(size=50) * 3 + 1j * rng.normal(size=50) * 3).astype(np.complex64)
+  x2 = (rng.normal(size=50) * 3 + 1j * rng.normal(size=50) * 3).astype(np.complex64)
+  a, b = x1.astype(np.complex128), x2.astype(np.complex128)
+  want = np.log(np.exp(a) + np.exp(b)) if name == "logaddexp" else np.log2(2 ** a + 2 ** b)
+  f = getattr(jnp, name)
+  for g in (f, ourjax.jit(f)):
+    got = np.asarray(g(x1, x2))
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  # the derivative (holomorphic): exp(x1) / (exp(x1) + exp(x2)) for logaddexp
+  if name == "logaddexp":
+    d = ourjax.grad(lambda z: f(z, x2[0]).real)(x1[0])
+    w = np.exp(a[0]) / (np.exp(a[0]) + np.exp(b[0]))
+    np.testing.assert_allclose(complex(d), w, rtol=1e-4)   # (JAX's convention for grad of Re f)

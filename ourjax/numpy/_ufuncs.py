@@ -398,7 +398,23 @@ def spacing(x, /):
 
 def logaddexp(x1, x2, /):
   x1, x2 = promote_args_inexact("logaddexp", x1, x2)
+  if dtypes.is_complex(get_aval(x1).dtype):
+    return _logaddexp_complex(x1, x2)
   return _logaddexp_custom()(x1, x2)
+
+
+def _logaddexp_complex(x1, x2):
+  """log(exp(x1) + exp(x2)) for complex values: ``m + log1p(exp(x1 + x2 - 2m))`` with ``m``
+  the larger (by real part, then imaginary) of the two, its imaginary part brought back into
+  [-pi, pi] (the principal branch, as ``log`` gives)."""
+  amax = lax.max(x1, x2)
+  delta = lax.sub(lax.sub(lax.add(x1, x2), amax), amax)
+  out = lax.add(amax, lax.log1p(lax.exp(delta)))
+  re, im = lax.real(out), lax.imag(out)
+  two_pi = lax._const(im, 2 * np.pi)
+  im = lax.sub(im, lax.mul(two_pi, lax.floor(lax.div(lax.add(im, lax._const(im, np.pi)),
+                                                        two_pi))))
+  return lax.complex(re, im)
 
 
 def _logaddexp_primal(x1, x2):
