@@ -95,3 +95,32 @@ def test_logaddexp_complex(name):
     d = ourjax.grad(lambda z: f(z, x2[0]).real)(x1[0])
     w = np.exp(a[0]) / (np.exp(a[0]) + np.exp(b[0]))
     np.testing.assert_allclose(complex(d), w, rtol=1e-4)   # (JAX's convention for grad of Re f)
+
+
+def test_bincount_clips_negative_values():
+  x = np.array([-3, 2, -1, 0, 4], np.int32)
+  w = np.array([1.0, 2.0, 3.0, 4.0, 5.0], np.float32)
+  xc = np.clip(x, 0, None)                      # JAX's rule: negative values count in bin 0
+  np.testing.assert_array_equal(np.asarray(jnp.bincount(x)), np.bincount(xc))
+  np.testing.assert_allclose(np.asarray(jnp.bincount(x, w)), np.bincount(xc, w))
+  got = ourjax.jit(lambda x: jnp.bincount(x, length=6))(x)
+  np.testing.assert_array_equal(np.asarray(got), np.bincount(xc, minlength=6))
+
+
+def test_size_along_axes():
+  a = jnp.zeros((2, 3, 4))
+  assert jnp.size(a, (0, 2)) == 8 and jnp.size(a, ()) == 1 and jnp.size(a, -1) == 4
+  with pytest.raises(ValueError, match="repeated axis"):
+    jnp.size(a, (1, -2))
+
+
+def test_cumulative_sum_to_bool_and_astype():
+  x = np.array([[0.1], [0.1], [0.0]])
+  got = jnp.cumulative_sum(x, axis=-1, dtype=jnp.bool_)
+  np.testing.assert_array_equal(np.asarray(got), np.cumulative_sum(x, axis=-1, dtype=np.bool_))
+  np.testing.assert_array_equal(np.asarray(jnp.cumsum(np.array([0.0, 0.5, 0.0]), dtype=bool)),
+                                np.cumsum(np.array([0.0, 0.5, 0.0]), dtype=bool))
+  assert jnp.astype(jnp.ones(2, jnp.int32), None).dtype == np.float32   # the default float
+  with pytest.warns(DeprecationWarning, match="Casting from complex to real dtypes"):
+    out = jnp.ones(2, jnp.complex64).astype(jnp.float32)
+  np.testing.assert_array_equal(np.asarray(out), [1.0, 1.0])

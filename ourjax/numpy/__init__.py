@@ -122,13 +122,19 @@ def can_cast(from_, to, casting="safe"):
 
 
 def astype(x, dtype, /, *, copy: bool = False, device=None):
-  """Convert to ``dtype`` (NumPy's casts; float to int truncates toward zero)."""
+  """Convert to ``dtype`` (NumPy's casts; float to int truncates toward zero; None is the
+  default float type).  Complex to real keeps the real part, with JAX's DeprecationWarning."""
+  import warnings as _warnings
   from ourjax import lax as _lax
   from ourjax.numpy._util import check_arraylike
   check_arraylike("astype", x)
   x = asarray(x)
-  dt = _dtypes.check_user_dtype(dtype, "astype")
+  dt = _dtypes.default_float_dtype() if dtype is None else \
+      _dtypes.check_user_dtype(dtype, "astype")
   if _dtypes.is_complex(x.dtype) and not _dtypes.is_complex(dt):
+    _warnings.warn("Casting from complex to real dtypes will soon raise a ValueError. Please "
+                   "first use jnp.real or jnp.imag to take the real/imaginary component of "
+                   "your input.", DeprecationWarning, stacklevel=2)
     x = real(x)  # noqa: F405
   return _lax.convert_element_type(x, dt)
 

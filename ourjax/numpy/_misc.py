@@ -289,8 +289,8 @@ def correlate(a, v, mode: str = "valid", *, precision=None, preferred_element_ty
 
 
 def bincount(x, weights=None, minlength: int = 0, *, length=None):
-  """Counts (or summed ``weights``) of each non-negative integer value in ``x``; under jit the
-  number of bins must be given as ``length``."""
+  """Counts (or summed ``weights``) of each integer value in ``x``, negative values clipped to
+  0 (as JAX); under jit the number of bins must be given as ``length``."""
   from ourjax.numpy._shape import ravel
   check_arraylike("bincount", x)
   x = asarray(_as_operand(x))
@@ -306,9 +306,7 @@ def bincount(x, weights=None, minlength: int = 0, *, length=None):
     xv = core.concrete_or_error(None, x, "The error occurred because of argument 'length' of "
                                 "jnp.bincount: with traced x, give a static length.")
     xv = np.asarray(xv)
-    if xv.size and xv.min() < 0:
-      raise ValueError("jnp.bincount: x must be non-negative")
-    length = max(minlength, int(xv.max()) + 1 if xv.size else 0)
+    length = max(minlength, max(int(xv.max()), 0) + 1 if xv.size else 0)
   else:
     length = core.concrete_or_error(operator.index, length, "jnp.bincount length must be "
                                     "concrete")
@@ -322,8 +320,8 @@ def bincount(x, weights=None, minlength: int = 0, *, length=None):
       raise ValueError(f"bincount: weights shape {get_aval(w).shape} does not match x shape "
                        f"{get_aval(x).shape}")
   idx = lax.convert_element_type(x, np.int32)
-  # negative values are dropped (as out of range), as JAX does
-  idx = lax.select_n(lax.lt(idx, np.int32(0)), idx, lax.full_like(idx, length))
+  # negative values count in bin 0 (clipped), as JAX's
+  idx = lax.max(idx, np.int32(0))
   dn = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
                                    scatter_dims_to_operand_dims=(0,))
   return lax.scatter_add(lax.full((length,), 0, get_aval(w).dtype),

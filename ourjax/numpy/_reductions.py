@@ -465,6 +465,8 @@ def _cumulative(name, lax_fn, a, axis, dtype, out, *, fill_nan=None, promote_int
     result_dt = dtypes.check_user_dtype(dtype, name)
   else:
     result_dt = aval.dtype
+  if result_dt == np.bool_ and aval.dtype != np.bool_:
+    a = lax.convert_element_type(a, np.bool_)     # as NumPy: 0.1 is True, then the bools add
   if (dtype is None and promote_integers) or result_dt == np.bool_:
     result_dt = _promote_integer_dtype(result_dt)
   a = lax.convert_element_type(a, result_dt)

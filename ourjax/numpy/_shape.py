@@ -52,9 +52,15 @@ def ndim(a):
 
 
 def size(a, axis=None):
+  """The number of elements, along ``axis`` (an int or a tuple of ints) if given."""
   s = shape(a)
   if axis is None:
     return math.prod(s)
+  if isinstance(axis, (tuple, list)):
+    axes = [_axis(ax, len(s), "size") for ax in axis]
+    if len(set(axes)) != len(axes):
+      raise ValueError(f"repeated axis: {tuple(axis)}")
+    return math.prod(s[ax] for ax in axes)
   return s[_axis(axis, len(s), "size")]
 
 
