@@ -124,3 +124,22 @@ def test_cumulative_sum_to_bool_and_astype():
   with pytest.warns(DeprecationWarning, match="Casting from complex to real dtypes"):
     out = jnp.ones(2, jnp.complex64).astype(jnp.float32)
   np.testing.assert_array_equal(np.asarray(out), [1.0, 1.0])
+
+
+def test_frexp_derivative_round_complex_unravel_dtype():
+  x = np.array([3.0, -0.1, 0.0, 7e30, 1.0, 1e-3], np.float32)
+  m, e = jnp.frexp(x)
+  mr, er = np.frexp(x)
+  np.testing.assert_array_equal(np.asarray(m), mr)
+  np.testing.assert_array_equal(np.asarray(e), er)
+  g = ourjax.vmap(ourjax.grad(lambda v: jnp.frexp(v)[0]))(x)
+  np.testing.assert_allclose(np.asarray(g), 2.0 ** -er.astype(np.float64), rtol=1e-7)
+  z = np.array([1.26 + 2.71j, -0.55 - 1.45j, 2.5 + 0.5j], np.complex64)
+  for d in (0, 1):
+    np.testing.assert_allclose(np.asarray(jnp.round(z, d)), np.round(z, d), rtol=1e-6)
+  for dt in (np.int8, np.uint16, np.int32):
+    idx = np.array([3, 5, 7], dt)
+    got = jnp.unravel_index(idx, (2, 4))
+    for g_, w in zip(got, np.unravel_index(idx, (2, 4))):
+      assert g_.dtype == dt
+      np.testing.assert_array_equal(np.asarray(g_), w)

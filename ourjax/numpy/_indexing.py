@@ -1151,7 +1151,8 @@ def unravel_index(indices, shape):
   dt = get_aval(indices).dtype
   if not dtypes.is_integer(dt):
     raise TypeError(f"unravel_index: only integer indices are allowed, got {dt.name}")
-  dt = dtypes.result_type(dt, dtypes.default_int_dtype())
+  out_dt = dt                   # the indices' dtype, as JAX's (the shape is weakly typed)
+  dt = dtypes.result_type(dt, dtypes.default_int_dtype())    # (computed at least this wide)
   shape = _shape_arg(shape, "unravel_index")
   if any(d < 0 for d in shape):
     raise ValueError(f"unravel_index: dimensions must be non-negative, got {shape}")
@@ -1169,7 +1170,8 @@ def unravel_index(indices, shape):
   for d in reversed(shape):
     out.append(lax.rem(i, np.array(d, dt)))
     i = lax.div(i, np.array(d, dt))
-  return tuple(reversed(out))
+  return tuple(o if out_dt == dt else lax.convert_element_type(o, out_dt)
+               for o in reversed(out))
 
 
 def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None):

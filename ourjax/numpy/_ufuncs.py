@@ -186,6 +186,8 @@ def rint(x, /):
 def round(a, decimals: int = 0, out=None):  # noqa: A001
   a, = promote_args("round", a)
   dt = get_aval(a).dtype
+  if dtypes.is_complex(dt):      # real and imaginary parts each, as NumPy
+    return lax.complex(round(lax.real(a), decimals), round(lax.imag(a), decimals))
   if not dtypes.is_inexact(dt):
     return a if decimals >= 0 else _round_int(a, decimals)
   if decimals == 0:
@@ -744,14 +746,37 @@ def _exact_pow2(n, dt):
 
 def frexp(x, /):
   """Split ``x`` into a mantissa in [0.5, 1) (sign kept) and an int32 exponent:
-  ``x == m * 2 ** e``.  Zero, inf and NaN give ``(x, 0)``."""
+  ``x == m * 2 ** e``.  Zero, inf and NaN give ``(x, 0)``.  The mantissa's derivative is
+  ``2 ** -e`` (the exponent is piecewise constant)."""
   x, = promote_args_inexact("frexp", x)
-  dt = get_aval(x).dtype
-  if dtypes.is_complex(dt):
+  if dtypes.is_complex(get_aval(x).dtype):
     raise TypeError("frexp does not support complex-valued inputs")
+  return _frexp_mantissa()(x), _frexp_bits(x)[1]
+
+
+_FREXP = []
+
+
+def _frexp_mantissa():
+  if not _FREXP:
+    from ourjax.custom_derivatives import custom_jvp
+    f = custom_jvp(lambda x: _frexp_bits(x)[0])
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+      (x,), (t,) = primals, tangents
+      m, e = _frexp_bits(x)
+      return m, lax.mul(t, ldexp(lax.full_like(t, 1), lax.neg(e)))
+    _FREXP.append(f)
+  return _FREXP[0]
+
+
+def _frexp_bits(x):
+  """(mantissa, exponent) of a real float array, read off its bits."""
+  dt = get_aval(x).dtype
   if dt.itemsize < 2 or dt not in (np.dtype(np.float16), np.dtype(np.float32),
                                    np.dtype(np.float64), np.dtype(dtypes.bfloat16)):
-    m, e = frexp(lax.convert_element_type(x, np.float32))
+    m, e = _frexp_bits(lax.convert_element_type(x, np.float32))
     return lax.convert_element_type(m, dt), e
   info = dtypes.finfo(dt)
   itype = _int_type_of(dt)
