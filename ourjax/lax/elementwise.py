@@ -484,10 +484,12 @@ def _replace_zero(x):
 
 
 def _pow_jvp_lhs(t, x, y):
-  # d/dx x**y = y * x**(y-1); where y == 0 the exponent is taken as 1 so that the derivative is
-  # 0 * x = 0 even at x == 0 (no 0 * inf)
-  exponent = select_n(eq(y, _const(y, 0)), sub(y, _const(y, 1)), _ones(y))
-  return mul(t, mul(y, pow(x, exponent)))
+  # d/dx x**y = y * x**(y-1).  Where x == 0 and y == 0 the exponent is taken as 1, so that the
+  # derivative is 0 * x = 0 (no 0 * inf); elsewhere y * x**(y-1) as it is, so that its own
+  # derivative in y at y == 0 is 1/x (JAX's issue 12033)
+  at_zero = mul(y, pow(x, select_n(eq(y, _const(y, 0)), sub(y, _const(y, 1)), _ones(y))))
+  general = mul(y, pow(_replace_zero(x), sub(y, _const(y, 1))))
+  return mul(t, select_n(eq(x, _const(x, 0)), general, at_zero))
 
 
 def _pow_jvp_rhs(t, x, y):
@@ -500,8 +502,10 @@ defjvp(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
 defjvp(add_p, lambda t, x, y: _bcast_like(t, x, y), lambda t, x, y: _bcast_like(t, y, x))
 defjvp(sub_p, lambda t, x, y: _bcast_like(t, x, y), lambda t, x, y: neg(_bcast_like(t, y, x)))
 defjvp(mul_p, lambda t, x, y: mul(t, y), lambda t, x, y: mul(x, t))
+# d(x/y)/dy = -x * y**-2 with integer_pow: its own derivatives lower the exponent by one each
+# time, where x / square(y) squared y again at every order (y**64 by the sixth: overflow)
 defjvp(div_p, lambda t, x, y: div(t, y),
-       lambda t, x, y: mul(neg(t), div(x, square(y))))
+       lambda t, x, y: mul(mul(neg(t), x), integer_pow(y, -2)))
 defjvp(rem_p, lambda t, x, y: _bcast_like(t, x, y),
        lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))
 defjvp(atan2_p, lambda t, x, y: mul(t, div(y, add(square(x), square(y)))),
