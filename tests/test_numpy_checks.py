@@ -143,3 +143,39 @@ def test_frexp_derivative_round_complex_unravel_dtype():
     for g_, w in zip(got, np.unravel_index(idx, (2, 4))):
       assert g_.dtype == dt
       np.testing.assert_array_equal(np.asarray(g_), w)
+
+
+def test_array_contains():
+  assert 1 in jnp.arange(4) and 100 not in jnp.arange(4) and 2.0 in jnp.arange(3)
+  with pytest.raises(ValueError, match="search array must be one-dimensional"):
+    _ = 1 in jnp.array(1)
+  with pytest.raises(ValueError, match="query value must be a scalar"):
+    _ = jnp.arange(2) in jnp.arange(2)
+  for bad in ("abc", None):
+    with pytest.raises(TypeError, match="Array.__contains__: unsupported operand type"):
+      _ = bad in jnp.arange(2)
+
+
+@pytest.mark.parametrize("name", ["ndim", "shape", "size"])
+def test_ndim_shape_size_of_sequences_warn(name):
+  with pytest.warns(DeprecationWarning, match=f"{name} requires ndarray or scalar arguments"):
+    got = getattr(jnp, name)([1, 2, 3])
+  assert got == getattr(np, name)([1, 2, 3])
+
+
+def test_array_copy_semantics_and_positional_arguments():
+  import copy
+  x = jnp.arange(3.0)
+  assert jnp.asarray(x) is x and jnp.array(x, copy=False) is x
+  for y in (jnp.array(x), jnp.copy(x), copy.copy(x), copy.deepcopy(x)):
+    assert y is not x and y.unsafe_buffer_pointer() != x.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+  y, ydot = ourjax.jvp(lambda v: jnp.array(v, copy=True), (x,), (jnp.ones(3),))
+  assert y is not x
+  with pytest.warns(DeprecationWarning, match="Passing the copy, order, and ndmin arguments"):
+    assert jnp.array(x, None, False) is x
+  with pytest.raises(TypeError, match="got multiple values for argument 'copy'"):
+    jnp.array(x, None, True, copy=False)
+  with pytest.raises(TypeError, match="takes at most 5 positional arguments"):
+    jnp.array(x, None, True, "K", 0, "extra")
+  assert jnp.array(3, ndmin=2).shape == (1, 1)

@@ -49,12 +49,34 @@ def _check_host_dtype(host: np.ndarray, what) -> None:
                     f"NumPy dtype {host.dtype}); ourjax arrays hold numbers and bools only.")
 
 
-def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, device=None):
+_UNSET = object()
+
+
+def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, device=None):
   """``jnp.array``: an Array from a scalar, array, nested list/tuple (which may hold traced
-  values: they are stacked), or anything NumPy can convert.
+  values: they are stacked), or anything NumPy can convert.  ``copy`` (default True),
+  ``order`` ('K') and ``ndmin`` (0) are keyword arguments; passing them positionally is
+  deprecated (a DeprecationWarning, as JAX).
 
   Only a weakly typed input (a Python scalar, or a weak array) gives a weakly typed result:
   ``jnp.array(1.0)`` is a weak float32, ``jnp.array([1.0])`` a strong one."""
+  if args:
+    if len(args) > 3:
+      raise TypeError(f"array() takes at most 5 positional arguments but {2 + len(args)} were "
+                      "given")
+    given = {"copy": copy, "order": order, "ndmin": ndmin}
+    for name, v in zip(("copy", "order", "ndmin"), args):
+      if given[name] is not _UNSET:
+        raise TypeError(f"array() got multiple values for argument {name!r}")
+      given[name] = v
+    copy, order, ndmin = given["copy"], given["order"], given["ndmin"]
+    import warnings
+    warnings.warn("Passing the copy, order, and ndmin arguments to jnp.array positionally is "
+                  "deprecated. Use keyword arguments instead.", DeprecationWarning,
+                  stacklevel=2)
+  copy = True if copy is _UNSET else copy
+  order = "K" if order is _UNSET else order
+  ndmin = 0 if ndmin is _UNSET else ndmin
   if order is not None and order != "K":
     raise NotImplementedError("jnp.array: only order='K' is implemented")
   if type(object) is PRNGKeyArray or isinstance(dtype, KeyDType):
@@ -69,6 +91,10 @@ def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, d
   weak = dtype is None and dtypes.is_weakly_typed(object)
   if isinstance(object, (Array, Tracer)):
     out = lax._convert_element_type(object, dtype or get_aval(object).dtype, weak)
+    if copy and out is object:
+      # a new array (a copy primitive when traced), as JAX: jnp.array(x) is not x
+      from ourjax.lax.elementwise import copy_p
+      out = copy_p.bind(out)
   elif isinstance(object, (list, tuple)):
     leaves = _leaves(object, [])
     dt = dtype

@@ -43,17 +43,34 @@ def _axes(axis, ndim, name=""):
 # Shape queries
 
 
-def shape(a):
+def _shape_of(a):
   return tuple(get_aval(a).shape) if isinstance(a, (Array, Tracer)) else np.shape(a)
 
 
+def _warn_sequence(name, a):
+  if isinstance(a, (list, tuple)):
+    import warnings
+    warnings.warn(f"{name} requires ndarray or scalar arguments, got {type(a)} at position 0. "
+                  "In a future JAX release this will be an error.", DeprecationWarning,
+                  stacklevel=3)
+
+
+def shape(a):
+  """``a``'s shape (a list or tuple argument is deprecated, as in JAX)."""
+  _warn_sequence("shape", a)
+  return _shape_of(a)
+
+
 def ndim(a):
+  """``a``'s number of dimensions (a list or tuple argument is deprecated, as in JAX)."""
+  _warn_sequence("ndim", a)
   return get_aval(a).ndim if isinstance(a, (Array, Tracer)) else np.ndim(a)
 
 
 def size(a, axis=None):
   """The number of elements, along ``axis`` (an int or a tuple of ints) if given."""
-  s = shape(a)
+  _warn_sequence("size", a)
+  s = _shape_of(a)
   if axis is None:
     return math.prod(s)
   if isinstance(axis, (tuple, list)):
@@ -527,19 +544,19 @@ def array_split(ary, indices_or_sections, axis: int = 0):
 
 
 def vsplit(ary, indices_or_sections):
-  if ndim(ary) < 2:
+  if np.ndim(ary) < 2:
     raise ValueError("vsplit only works on arrays of 2 or more dimensions")
   return _split("vsplit", ary, indices_or_sections, 0)
 
 
 def hsplit(ary, indices_or_sections):
-  if ndim(ary) < 1:
+  if np.ndim(ary) < 1:
     raise ValueError("hsplit only works on arrays of 1 or more dimensions")
-  return _split("hsplit", ary, indices_or_sections, 1 if ndim(ary) > 1 else 0)
+  return _split("hsplit", ary, indices_or_sections, 1 if np.ndim(ary) > 1 else 0)
 
 
 def dsplit(ary, indices_or_sections):
-  if ndim(ary) < 3:
+  if np.ndim(ary) < 3:
     raise ValueError("dsplit only works on arrays of 3 or more dimensions")
   return _split("dsplit", ary, indices_or_sections, 2)
 
