@@ -149,3 +149,17 @@ def test_branch_mismatch_messages():
           "output of false_fun has type int32[], so the dtypes do not match;\n  * the output "
           "of true_fun at path [1]", lax.cond, True, lambda t: (1., jnp.ones(1)),
           lambda f: (1, 1.), 1.)
+
+
+def test_cond_forwards_unchanged_operands():
+  def f(x, y):
+    return lax.cond(x < 3, lambda x, y: (x * 2, y), lambda x, y: (x * 3, y), x, y)
+  x, y = jnp.arange(4), jnp.array(3.0)
+  # y passes through both branches: it stays y, unbatched under vmap
+  x2, y2 = ourjax.vmap(f, in_axes=(0, None), out_axes=(0, None))(x, y)
+  np.testing.assert_array_equal(np.asarray(x2), np.where(np.arange(4) < 3, 2, 3) * np.arange(4))
+  assert y2 is y
+  assert f(1, y)[1] is y
+  assert float(ourjax.grad(lambda v: f(5, v)[1] * 2)(3.0)) == 2.0
+  out = lax.cond(True, lambda a: (a, a + 1), lambda a: (a, a - 1), 5.0)
+  assert float(out[0]) == 5.0 and out[0].dtype == np.float32

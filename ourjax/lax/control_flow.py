@@ -421,7 +421,50 @@ def _cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_no_
   closeds, out_tree = _trace_branches((true_fun, false_fun), ops_tree, ops_avals,
                                       lambda i: ("cond", ("true_fun", "false_fun")))
   index = convert_element_type(pred, np.int32)
-  return tree_unflatten(out_tree, _bind_cond(index, ops, closeds[::-1]))
+  return tree_unflatten(out_tree, _bind_cond_forwarding(index, ops, closeds[::-1]))
+
+
+def _forwarded_operands(closeds):
+  """For each output: the operand index that every branch returns unchanged there, or None."""
+  fwd = []
+  for k in range(len(closeds[0].jaxpr.outvars)):
+    idx = set()
+    for c in closeds:
+      v = c.jaxpr.outvars[k]
+      j = next((i for i, w in enumerate(c.jaxpr.invars) if w is v), None)
+      idx.add(j)
+    j = idx.pop() if len(idx) == 1 else None
+    fwd.append(j if j is not None and
+               core.typematch(closeds[0].out_avals[k], closeds[0].in_avals[j]) and
+               closeds[0].out_avals[k].weak_type == closeds[0].in_avals[j].weak_type
+               else None)
+  return fwd
+
+
+def _bind_cond_forwarding(index, ops, closeds):
+  """``_bind_cond``, with the outputs that every branch passes through unchanged taken from
+  the operands directly (as JAX forwards them): they stay the operands themselves, and stay
+  unbatched under vmap when the operand is."""
+  fwd = _forwarded_operands(closeds)
+  if not any(j is not None for j in fwd):
+    return _bind_cond(index, ops, closeds)
+  keep = [k for k, j in enumerate(fwd) if j is None]
+  slim = [_with_io(c.jaxpr, c.jaxpr.invars, [c.jaxpr.outvars[k] for k in keep]) if not c.consts
+          else ClosedJaxpr(Jaxpr(c.jaxpr.constvars, c.jaxpr.invars, c.jaxpr.eqns,
+                                 [c.jaxpr.outvars[k] for k in keep], c.jaxpr.debug_name),
+                           c.consts) for c in closeds]
+  outs = iter(_bind_cond(index, ops, slim) if keep else [])
+  return [_forwarded(ops[j], closeds[0].in_avals[j]) if j is not None else next(outs)
+          for j in fwd]
+
+
+def _forwarded(x, aval):
+  """An operand returned as an output: itself when it is an array or tracer, else (a Python
+  or NumPy scalar) the Array it stands for."""
+  if isinstance(x, core.Tracer):
+    return x
+  from ourjax.array import Array
+  return x if isinstance(x, Array) and x.aval == aval else _as_arrays([x], [aval])[0]
 
 
 def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
