@@ -194,3 +194,12 @@ def test_expm1_derivative_is_exp():
   d_expm1 = ourjax.vmap(ourjax.grad(lax.expm1))(x)
   np.testing.assert_array_equal(np.asarray(d_expm1), np.asarray(lax.exp(x)))
   np.testing.assert_allclose(np.asarray(d_expm1), np.exp(x.astype(np.float64)), rtol=1e-6)
+
+
+def test_full_with_large_python_int_in_float_dtypes():
+  assert float(lax.full((), 2 ** 32, np.float32)) == 2.0 ** 32
+  assert complex(lax.full((), 2 ** 40, np.complex64)) == 2.0 ** 40
+  assert float(lax.full((), 2 ** 70, np.float32)) == np.float32(2.0 ** 70)
+  # a mean over 2**32 elements: its count is such a value (shapes only)
+  out = ourjax.eval_shape(jnp.mean, ourjax.ShapeDtypeStruct((1 << 32,), np.float32))
+  assert out.shape == () and out.dtype == np.float32

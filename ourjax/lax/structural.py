@@ -307,6 +307,8 @@ def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
       bits = dtype.itemsize * 8
       v = np.asarray(fill_value & ((1 << bits) - 1), np.dtype(f"u{dtype.itemsize}")).view(dtype)
       return broadcast_in_dim(Array._from_result(v, ShapedArray((), dtype, weak_type)), shape, ())
+    if type(fill_value) is int and dtype.kind in "fc":
+      fill_value = float(fill_value) if dtype.kind == "f" else complex(fill_value)  # (2**32)
     v = _convert_impl(np.asarray(to_numpy(fill_value)), dtype, weak_type)
     return broadcast_in_dim(Array._from_result(v, ShapedArray((), dtype, weak_type)), shape, ())
   fill_value = _convert_element_type(fill_value, dtype, weak_type)
