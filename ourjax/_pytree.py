@@ -109,6 +109,24 @@ def keystr(keys: KeyPath, *, simple: bool = False, separator: str = "") -> str:
 # ------------------------------------------------------------------------------------------------
 # Node kinds
 
+def _checked_flatten(flatten):
+  """``flatten`` with its result checked: a (children, aux_data) pair with iterable children
+  (JAX's errors), so a bad registration fails at the node rather than somewhere later."""
+  def checked(x):
+    out = flatten(x)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+      raise ValueError(f"The to_iterable function for a custom PyTree node should return a "
+                       f"(children, aux_data) tuple, got {out!r}")
+    try:
+      iter(out[0])
+    except TypeError:
+      raise ValueError(f"The to_iterable function for a custom PyTree node should return a "
+                       f"(children, aux_data) tuple where 'children' is iterable, got "
+                       f"{tuple(out)!r}") from None
+    return out
+  return checked
+
+
 class _NodeKind:
   """How one node type flattens and unflattens.  Compared by identity inside structures."""
   __slots__ = ("type", "name", "flatten", "unflatten", "flatten_with_keys")
@@ -116,7 +134,7 @@ class _NodeKind:
   def __init__(self, nodetype, name, flatten, unflatten, flatten_with_keys=None):
     self.type = nodetype
     self.name = name
-    self.flatten = flatten                        # x -> (children iterable, aux)
+    self.flatten = _checked_flatten(flatten)      # x -> (children iterable, aux)
     self.unflatten = unflatten                    # (aux, children tuple) -> x
     self.flatten_with_keys = flatten_with_keys    # x -> (iterable of (key, child), aux)
 
@@ -727,8 +745,8 @@ def register_dataclass(nodetype: type, data_fields: Iterable[str] | None = None,
   """
   if data_fields is None and meta_fields is None:
     if not dataclasses.is_dataclass(nodetype):
-      raise TypeError(f"register_dataclass: {nodetype!r} is not a dataclass; pass data_fields "
-                      "and meta_fields explicitly.")
+      raise TypeError(f"register_dataclass: data_fields and meta_fields are required when "
+                      f"nodetype is not a dataclass. Got nodetype={nodetype!r}.")
     drop = set(drop_fields)
     data_fields, meta_fields = [], []
     for f in dataclasses.fields(nodetype):
@@ -736,8 +754,26 @@ def register_dataclass(nodetype: type, data_fields: Iterable[str] | None = None,
         continue
       (meta_fields if f.metadata.get("static", False) else data_fields).append(f.name)
   elif data_fields is None or meta_fields is None:
-    raise TypeError("register_dataclass: give both data_fields and meta_fields, or neither.")
+    raise TypeError(f"register_dataclass: data_fields and meta_fields must both be specified "
+                    f"when either is specified. Got data_fields={data_fields} "
+                    f"meta_fields={meta_fields}.")
   data_fields, meta_fields = tuple(data_fields), tuple(meta_fields)
+  if dataclasses.is_dataclass(nodetype):
+    # the fields must be exactly the dataclass's init fields (less the dropped ones)
+    given, overlap = set(data_fields) | set(meta_fields), set(data_fields) & set(meta_fields)
+    if overlap:
+      raise ValueError(f"data_fields and meta_fields must not overlap. Overlapping fields: "
+                       f"{overlap}.")
+    init = {f.name for f in dataclasses.fields(nodetype) if f.init}
+    missing = init - given - set(drop_fields)
+    if missing:
+      raise ValueError(f"data_fields and meta_fields must include all dataclass fields with "
+                       f"``init=True`` and only them. Missing fields: {missing}. Add them to "
+                       "drop_fields to suppress this error.")
+    unexpected = given - init
+    if unexpected:
+      raise ValueError(f"data_fields and meta_fields must include all dataclass fields with "
+                       f"``init=True`` and only them. Unexpected fields: {unexpected}.")
   keys = tuple(GetAttrKey(n) for n in data_fields)
 
   def flatten(x):

@@ -266,7 +266,14 @@ class JitWrapped:
       donate_argnames = (donate_argnames,)
     static_argnums, static_argnames = tuple(static_argnums), tuple(static_argnames)
     donate_argnums, donate_argnames = tuple(donate_argnums), tuple(donate_argnames)
+    if set(static_argnames) & set(donate_argnames):
+      raise ValueError(f"static_argnames and donate_argnames cannot intersect. Argument names "
+                       f"{set(static_argnames) & set(donate_argnames)} appear in both "
+                       "static_argnames and donate_argnames")
     sig = _positional_params(fun)
+    if sig is None and donate_argnames:
+      raise ValueError(f"Getting the signature of function {fun} failed. Pass donate_argnums "
+                       "instead of donate_argnames.")
     if sig is not None:
       pos, var, kw, has_var_kw = sig
       for what, nums in (("static_argnums", static_argnums), ("donate_argnums", donate_argnums)):

@@ -258,10 +258,13 @@ class Array:
     return (Array, (np.asarray(self._value), self.weak_type))
 
   def __copy__(self):
-    return self
+    """A new array with its own buffer (as JAX's; the arrays are immutable either way, but a
+    copy survives ``delete()`` of the original)."""
+    from ourjax.lax.elementwise import copy_p
+    return copy_p.bind(self)
 
   def __deepcopy__(self, memo):
-    return self
+    return self.__copy__()
 
 
 dtypes.aval_types.add(Array)

@@ -3,7 +3,8 @@
 Names follow JAX's (``jax_enable_x64`` ...) so that ``ourjax.config.update("jax_enable_x64", True)``
 works as in JAX.  Environment variables: ``OURJAX_ENABLE_X64``, ``OURJAX_PLATFORMS``,
 ``OURJAX_LOG_COMPILES``, ``OURJAX_DEBUG_NANS``, ``OURJAX_DEBUG_INFS``, ``OURJAX_CACHE_DIR``,
-``OURJAX_DUMP``.
+``OURJAX_DUMP``, ``OURJAX_CHECK_STATIC_INDICES`` (out-of-bounds static integer indices raise
+IndexError in ``x[idx]``, as ``jax_check_static_indices``).
 
 As in JAX, ``config.update`` changes a flag for every thread, while the context managers
 (``enable_x64(...)``, ``disable_jit()``, ``debug_nans(...)``) change it for the calling thread
@@ -55,6 +56,7 @@ class Config:
         "jax_legacy_prng_key": "allow",
         "jax_no_tracing": False,
         "jax_no_execution": False,
+        "jax_check_static_indices": _env_bool("OURJAX_CHECK_STATIC_INDICES"),
     })
 
   def update(self, name: str, value) -> None:

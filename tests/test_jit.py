@@ -722,3 +722,22 @@ def test_compiled_rejects_transformations_and_lower_takes_platforms():
     ourjax.vmap(c)(jnp.arange(3.0))
   with pytest.raises(TypeError, match="Cannot apply JAX transformations"):
     ourjax.grad(c)(1.0)
+
+
+def test_static_and_donated_argnames_checks():
+  with pytest.raises(ValueError, match="static_argnames and donate_argnames cannot intersect"):
+    ourjax.jit(lambda x: x, static_argnames="x", donate_argnames="x")
+
+  class NoSignature:
+    @property
+    def __signature__(self):
+      raise TypeError("no signature")
+
+    def __call__(self, *args, **kwargs):
+      return args[0]
+
+  with pytest.raises(ValueError, match="Getting the signature of function.*failed. Pass "
+                     "donate_argnums instead of donate_argnames."):
+    ourjax.jit(NoSignature(), donate_argnames="a")(np.arange(4))
+  np.testing.assert_array_equal(np.asarray(ourjax.jit(NoSignature())(np.arange(4))),
+                                np.arange(4))

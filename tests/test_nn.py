@@ -316,3 +316,98 @@ def test_initializer_errors():
     nn.initializers.variance_scaling(1.0, "fan_bad", "normal")
   with pytest.raises(ValueError, match="1-dimensional"):
     nn.initializers.glorot_uniform()(random.PRNGKey(0), (3,))
+
+
+# complex variance scaling: jax.nn.initializers.variance_scaling(1, "fan_in", d,
+# dtype=complex64)(PRNGKey(0), (3, 2)), flattened (real JAX 0.10.2)
+JAX_COMPLEX_INITS = {
+    "uniform": [0.7485747 + 0.03433j, 0.3456918 + 0.045639j, -0.3393368 - 0.1905325j,
+                -0.1833473 + 0.2164891j, 0.0602908 + 0.3524779j, 0.5078691 + 0.4726651j],
+    "truncated_normal": [0.8013652 + 0.036751j, 0.2667372 + 0.0352153j,
+                         -0.2653258 - 0.1489764j, -0.1390446 + 0.1641782j,
+                         0.0466483 + 0.2727197j, 0.4925237 + 0.4583833j],
+    "normal": [0.4098871 - 0.9971284j, -0.3700106 - 0.831063j, -0.30544 + 0.0839131j,
+               -0.4782085 - 0.1443363j, -0.3556793 - 0.3110746j, 0.2403921 - 0.4811417j],
+}
+
+
+@pytest.mark.parametrize("dist", sorted(JAX_COMPLEX_INITS))
+def test_complex_variance_scaling(dist):
+  init = nn.initializers.variance_scaling(1.0, "fan_in", dist, dtype=jnp.complex64)
+  w = init(random.PRNGKey(0), (3, 2))
+  assert w.dtype == np.complex64 and w.shape == (3, 2)
+  np.testing.assert_allclose(np.asarray(w).ravel(), JAX_COMPLEX_INITS[dist], atol=2e-6)
+  # the distribution: mean 0, E|z|^2 = scale / fan_in (JAX's truncated normal: 1.019x that),
+  # uniform on the disk of radius sqrt(2 var), the truncated normal cut at modulus 2 std
+  fan_in = 400
+  z = np.asarray(init(random.PRNGKey(5), (fan_in, 300)), np.complex128)
+  var = 1.0 / fan_in
+  # truncated: E r^2 = (1 - 5 e^-4) / (1 - e^-4) for the unit complex normal cut at r < 2,
+  # divided by JAX's scale 1 - 5 e^-4
+  want = var / (1 - np.exp(-4)) if dist == "truncated_normal" else var
+  np.testing.assert_allclose(np.mean(np.abs(z) ** 2), want, rtol=0.02)
+  assert abs(z.mean()) < 0.05 * np.sqrt(var)
+  np.testing.assert_allclose(np.var(z.real), np.var(z.imag), rtol=0.05)   # circular
+  if dist == "uniform":
+    assert np.abs(z).max() <= np.sqrt(2 * var) * (1 + 1e-6)
+    # uniform on the disk: P(|z| < R/2) = 1/4
+    np.testing.assert_allclose(np.mean(np.abs(z) < np.sqrt(2 * var) / 2), 0.25, atol=0.01)
+  if dist == "truncated_normal":
+    assert np.abs(z).max() <= 2 * np.sqrt(var) / 0.95311164380491208 * (1 + 1e-6)
+  for name in ("glorot_normal", "he_uniform", "lecun_normal"):
+    assert getattr(nn.initializers, name)(dtype=jnp.complex64)(
+        random.PRNGKey(0), (4, 3)).dtype == np.complex64
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 3), (3, 4, 2, 2), (2, 3, 3, 1, 4)])
+def test_delta_orthogonal(shape):
+  w = np.asarray(nn.initializers.delta_orthogonal(scale=2.0)(random.PRNGKey(1), shape),
+                 np.float64)
+  centre = tuple((k - 1) // 2 for k in shape[:-2])
+  m = w[centre]
+  np.testing.assert_allclose(m @ m.T, 4 * np.eye(shape[-2]), atol=1e-5)   # orthogonal rows
+  rest = w.copy()
+  rest[centre] = 0
+  assert not rest.any()
+  with pytest.raises(ValueError, match="3D, 4D or 5D"):
+    nn.initializers.delta_orthogonal()(random.PRNGKey(0), (2, 3))
+  with pytest.raises(ValueError, match="fan_in"):
+    nn.initializers.delta_orthogonal()(random.PRNGKey(0), (3, 4, 2))
+
+
+def test_one_hot_inputs():
+  np.testing.assert_array_equal(np.asarray(nn.one_hot([0, 2, 1], 3)), np.eye(3)[[0, 2, 1]])
+  with pytest.warns(DeprecationWarning, match="one_hot input should be integer-typed"):
+    np.testing.assert_array_equal(np.asarray(nn.one_hot(jnp.array([1.0]), 3)), [[0, 1, 0]])
+  with pytest.raises(ourjax.errors.ConcretizationTypeError, match="argument `num_classes`"):
+    ourjax.jit(nn.one_hot)(3, 5)
+
+
+def test_standardize_stable_algorithm():
+  x = np.array([1e6, 1e6 + 1, 1e6 + 2, 1e6 + 5], np.float32)
+  x64 = x.astype(np.float64)
+  want = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5)
+  np.testing.assert_allclose(np.asarray(nn.standardize(x, algorithm="stable")), want,
+                             rtol=1e-5)
+  np.testing.assert_allclose(
+      np.asarray(ourjax.jit(lambda v: nn.standardize(v, algorithm="stable"))(x)), want,
+      rtol=1e-5)
+  # the one-pass formula cancels here (mean**2 ~ 1e12 in float32), but stays finite
+  assert np.isfinite(np.asarray(nn.standardize(x, algorithm="fast"))).all()
+  with pytest.raises(ValueError, match="Unknown algorithm"):
+    nn.standardize(x, algorithm="exact")
+
+
+def test_jit_returns_float0_cotangents():
+  # the cotangent of a boolean argument is float0: a jitted vjp returns it as NumPy zeros
+  def bwd(x, b, m):
+    return ourjax.vjp(lambda x, b, m: nn.dot_product_attention(x, x, x, bias=b, mask=m),
+                      x, b, m)[1](x)
+  x = random.normal(random.PRNGKey(0), (2, 8, 2, 4))
+  bias = random.normal(random.PRNGKey(1), (2, 2, 8, 8))
+  mask = jnp.arange(8)[None, None, :] < 6
+  got, want = ourjax.jit(bwd)(x, bias, mask), bwd(x, bias, mask)
+  for g, w in zip(got[:2], want[:2]):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
+  assert isinstance(got[2], np.ndarray) and got[2].dtype == ourjax.dtypes.float0
+  assert got[2].shape == (1, 1, 8)

@@ -233,7 +233,7 @@ def test_trace_diagonal(data):
 def test_diagonal_errors():
   with pytest.raises(ValueError, match="two dimensions"):
     jnp.diagonal(np.ones(3))
-  with pytest.raises(ValueError, match="must not be equal"):
+  with pytest.raises(ValueError, match="axis1 and axis2 can not be same"):
     jnp.diagonal(np.ones((2, 2)), 0, 1, 1)
   with pytest.raises(ValueError, match="axis 2"):
     jnp.diagonal(np.ones((2, 2)), 0, 0, 2)

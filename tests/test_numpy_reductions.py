@@ -349,8 +349,23 @@ def test_average(data):
 def test_average_errors():
   with pytest.raises(ValueError, match="Axis must be specified"):
     jnp.average(np.ones((2, 3)), weights=np.ones(3))
-  with pytest.raises(ValueError, match="Length of weights"):
+  with pytest.raises(ValueError, match="Shape of weights must be consistent"):   # NumPy's
     jnp.average(np.ones((2, 3)), axis=1, weights=np.ones(2))
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 3, 4), (1, 2)), ((2, 3, 4), (2, 0)),
+                                        ((2, 3, 4), (2, 1, 0)), ((2, 3, 4, 5), (3, 0, 2, 1)),
+                                        ((2, 3, 4), -1)])
+def test_average_nd_weights(shape, axis):
+  # weights shaped like a along ``axis``, in the order given (NumPy 2's rule)
+  rng = np.random.default_rng(0)
+  axes = axis if isinstance(axis, tuple) else (axis,)
+  x = rng.random(shape).astype(F32)
+  w = rng.random(tuple(shape[a] for a in axes)).astype(F32)
+  want = np.average(x.astype(np.float64), axis, w.astype(np.float64))
+  np.testing.assert_allclose(np.asarray(jnp.average(x, axis, w)), want, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(ourjax.jit(lambda x, w: jnp.average(x, axis, w))(x, w)),
+                             want, rtol=1e-5)
 
 
 @given(xa=array_and_axis(ALL, lo=-2, hi=2, nan=True), keepdims=st.booleans())
@@ -393,3 +408,41 @@ def test_reductions_under_transformations():
   check(ourjax.grad(lambda v: jnp.var(v))(x[0]), (2 * (x[0] - x[0].mean()) / 4))
   check(ourjax.grad(lambda v: jnp.sum(jnp.cumprod(v)))(np.float32([1, 2, 3])),
         np.float32([1 + 2 + 6, 1 + 3, 2]))
+
+
+@pytest.mark.parametrize("name", ["var", "std", "nanvar", "nanstd"])
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_var_with_given_mean(name, keepdims, ddof):
+  rng = np.random.default_rng(0)
+  x = rng.random((5, 4, 3)).astype(F32)
+  x[0, 0, 0] = np.nan if name.startswith("nan") else x[0, 0, 0]
+  m = rng.random((5, 1, 1)).astype(F32)          # not x's mean: it is used as given
+  want = getattr(np, name)(x.astype(np.float64), axis=(1, -1), ddof=ddof, keepdims=keepdims,
+                           mean=m.astype(np.float64))
+  f = lambda x, m: getattr(jnp, name)(x, axis=(1, -1), ddof=ddof, keepdims=keepdims, mean=m)
+  np.testing.assert_allclose(np.asarray(f(x, m)), want, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(ourjax.jit(f)(x, m)), want, rtol=1e-5)
+
+
+def test_cov_corrcoef_dtype():
+  x = np.arange(5.0)
+  c = jnp.cov(jnp.arange(5), dtype="bfloat16")
+  assert c.dtype == jnp.bfloat16 and float(c) == np.cov(x)
+  c = jnp.corrcoef(jnp.arange(5), jnp.arange(5)[::-1], dtype="float16")
+  assert c.dtype == np.float16
+  np.testing.assert_allclose(np.asarray(c, np.float64), np.corrcoef(x, x[::-1]), atol=1e-3)
+  with pytest.raises(ValueError, match="cov: dtype must be a subclass of float or complex"):
+    jnp.cov(jnp.arange(5), dtype=int)
+  with pytest.raises(ValueError, match="corrcoef: dtype must be a subclass of float or complex"):
+    jnp.corrcoef(jnp.arange(5), dtype=int)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint32, np.int32])
+def test_argsort_dtype(dtype):
+  x = np.random.default_rng(1).random(10).astype(F32)
+  got = jnp.argsort(x, dtype=dtype)
+  assert got.dtype == dtype
+  np.testing.assert_array_equal(np.asarray(got), np.argsort(x, kind="stable"))
+  got = jnp.argsort(x, dtype=dtype, descending=True)
+  np.testing.assert_array_equal(np.asarray(got), np.argsort(-x, kind="stable"))

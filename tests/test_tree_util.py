@@ -710,3 +710,47 @@ def test_tree_namespace_reexports():
   assert jtree.leaves_with_path is tu.tree_leaves_with_path
   assert jtree.map(lambda x, y: x * y, [1, (2,)], [3, (4,)]) == [3, (8,)]
   assert isinstance(jtree.structure([1]), PyTreeDef)
+
+
+def test_bad_flatten_results_are_reported():
+  def make(result):
+    class Node:
+      def __init__(self, a):
+        self.a = a
+    tu.register_pytree_node(Node, lambda n: result, lambda aux, ch: Node(*ch))
+    return Node(1)
+  with pytest.raises(ValueError, match=r"should return a \(children, aux_data\) tuple, got "
+                     r"'hello'"):
+    tu.tree_flatten(make("hello"))
+  with pytest.raises(ValueError, match=r"tuple, got \(2, 3, 4\)"):
+    tu.tree_leaves(make((2, 3, 4)))
+  with pytest.raises(ValueError, match=r"where 'children' is iterable, got \(7, 7\)"):
+    tu.tree_flatten(make((7, 7)))
+  leaves, tree = tu.tree_flatten(make(([1, 2], None)))
+  assert leaves == [1, 2]
+
+
+def test_register_dataclass_field_checks():
+  @dataclasses.dataclass
+  class Foo:
+    x: int
+    y: int
+    z: float = dataclasses.field(init=False)
+
+  with pytest.raises(ValueError, match="Missing fields: {'y'}"):
+    tu.register_dataclass(Foo, data_fields=["x"], meta_fields=[])
+  with pytest.raises(ValueError, match="Unexpected fields: {'w'}"):
+    tu.register_dataclass(Foo, data_fields=["x"], meta_fields=["y", "w"])
+  with pytest.raises(ValueError, match="must not overlap. Overlapping fields: {'x'}"):
+    tu.register_dataclass(Foo, data_fields=["x", "y"], meta_fields=["x"])
+  tu.register_dataclass(Foo, data_fields=["x"], meta_fields=["y"])   # z: not in init
+  f = Foo(1, 2)
+  assert tu.tree_leaves(f) == [1]
+  assert tu.tree_map(lambda v: v * 10, f).x == 10
+
+  class Bar:
+    pass
+  with pytest.raises(TypeError, match="required when nodetype is not a dataclass"):
+    tu.register_dataclass(Bar)
+  with pytest.raises(TypeError, match="must both be specified when either is specified"):
+    tu.register_dataclass(Bar, data_fields=["x"])

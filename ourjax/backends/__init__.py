@@ -28,7 +28,9 @@ from __future__ import annotations
 import logging
 import os
 
-from ourjax import _once, _phases, core
+import numpy as np
+
+from ourjax import _once, _phases, core, dtypes
 
 log = logging.getLogger("ourjax")
 _cache: dict = {}
@@ -388,8 +390,39 @@ def compile_jaxpr(closed: core.ClosedJaxpr, backend=None, name: str = "", *,
       closed, backend, name, keep_unused, log_reason, None, donated)))[1]
 
 
+class Float0ResultsExecutable:
+  """The executable of a jaxpr with ``float0`` results (the cotangents of integer or boolean
+  arguments, say): those carry no data, so ``inner`` computes the other results and the
+  float0 ones are filled in as NumPy float0 zeros, as JAX returns them."""
+
+  def __init__(self, inner, out_avals):
+    self.inner, self.out_avals = inner, list(out_avals)
+    self.kept_args = getattr(inner, "kept_args", None)
+
+  def __call__(self, *args):
+    outs = iter(self.inner(*args))
+    return [np.zeros(a.shape, dtypes.float0) if a.dtype == dtypes.float0 else next(outs)
+            for a in self.out_avals]
+
+
+def _without_float0_results(closed):
+  """``closed`` without its float0 results (and the constants only they used)."""
+  from ourjax.interpreters import partial_eval as pe
+  keep = [a.dtype != dtypes.float0 for a in closed.out_avals]
+  jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, keep)
+  used = {id(x) for e in jaxpr.eqns for x in e.inputs} | {id(v) for v in jaxpr.outvars}
+  pairs = [(v, c) for v, c in zip(jaxpr.constvars, closed.consts) if id(v) in used]
+  jaxpr = core.Jaxpr([v for v, _ in pairs], jaxpr.invars, jaxpr.eqns, jaxpr.outvars,
+                     jaxpr.debug_name)
+  return core.ClosedJaxpr(jaxpr, [c for _, c in pairs])
+
+
 def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, donated=None):
   from ourjax.lowering import from_jaxpr
+  if any(a.dtype == dtypes.float0 for a in closed.out_avals):
+    inner = _compile_jaxpr(_without_float0_results(closed), backend, name, keep_unused,
+                           log_reason, times, donated)
+    return Float0ResultsExecutable(inner, closed.out_avals)
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)

@@ -51,7 +51,7 @@ _UNARY = {
     "round-nearest-even": rops.round_half_to_even,
     "round-nearest-afz": rops.round_half_away_from_zero, "is-finite": np.isfinite,
     "exponential": np.exp, "exp2": np.exp2, "exponential-minus-one": np.expm1, "log": np.log,
-    "log-plus-one": np.log1p, "tanh": np.tanh, "logistic": rops.logistic, "sine": np.sin,
+    "log-plus-one": rops.log1p, "tanh": np.tanh, "logistic": rops.logistic, "sine": np.sin,
     "cosine": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh, "sqrt": np.sqrt, "rsqrt": _rsqrt, "cbrt": np.cbrt, "erf": rops.erf,

@@ -365,6 +365,22 @@ def erfc(x):
 
 
 @_ignore_fp_errors
+def log1p(x):
+  """log(1 + x); for complex x accurate near 0 too (NumPy forms 1 + x first, which loses
+  small x): the real part is 0.5 * log1p(x.re * (2 + x.re) + x.im**2) (log|1 + x| where that
+  would overflow), the imaginary part atan2(x.im, 1 + x.re); in float64 for complex64."""
+  x = np.asarray(x)
+  if not np.iscomplexobj(x):
+    return np.log1p(x)
+  z = x.astype(np.complex128)
+  re, im = z.real, z.imag
+  big = np.maximum(np.abs(re), np.abs(im)) > 1e150
+  small_re = 0.5 * np.log1p(np.where(big, 0.0, re * (2.0 + re) + im * im))
+  out_re = np.where(big, np.log(np.abs(np.where(big, z, 0.0) + 1.0)), small_re)
+  return (out_re + 1j * np.arctan2(im, 1.0 + re)).astype(x.dtype)
+
+
+@_ignore_fp_errors
 def erf_inv(x):
   """Inverse error function on (-1, 1); +-inf at +-1 and NaN outside. Float64 Newton steps from
   Winitzki's closed-form start, on erfc near the tails to keep the precision."""

@@ -8,6 +8,9 @@ from ourjax.lax import slicing as _slicing
 from ourjax.lax import cumulative as _cumulative
 from ourjax.lax import sorting as _sorting
 from ourjax.lax import dot as _dot
+from ourjax.lax import dot_algorithm as _dot_algorithm
+from ourjax.lax import conv_patches as _conv_patches
+from ourjax.lax import rng as _rng
 from ourjax.lax import control_flow as _control_flow
 from ourjax.lax import parallel as _parallel
 from ourjax.lax import windowed as _windowed
@@ -17,7 +20,8 @@ from ourjax.lax import ragged as _ragged
 from ourjax.lax import special as _special
 
 for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
-           _control_flow, _parallel, _windowed, _fft, _convenience, _ragged, _special):
+           _dot_algorithm, _conv_patches, _control_flow, _parallel, _windowed, _fft,
+           _convenience, _ragged, _special, _rng):
   globals().update(_reexport(_m))
 del _m
 

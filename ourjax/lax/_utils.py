@@ -2,6 +2,7 @@
 rules, and the argument checks whose error messages name the operation, shapes and dtypes."""
 from __future__ import annotations
 
+import operator
 from typing import Callable, Sequence
 
 import numpy as np
@@ -106,7 +107,7 @@ def as_shape(shape) -> tuple:
   if isinstance(shape, (int, np.integer)):
     return (int(shape),)
   try:
-    return tuple(core.concrete_or_error(int, d, "The shape argument must be concrete.")
+    return tuple(core.concrete_or_error(operator.index, d, "The shape argument must be concrete.")
                  for d in shape)
   except TypeError as e:
     if isinstance(e, core.ConcretizationTypeError):

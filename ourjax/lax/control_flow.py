@@ -39,6 +39,7 @@ from ourjax.core import ClosedJaxpr, Jaxpr, Literal, Primitive, ShapedArray, Var
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 from ourjax._pytree import (keystr, tree_flatten, tree_flatten_with_path, tree_unflatten)
+from ourjax.lax import _mismatch as _mm
 
 _any = builtins.any
 _all = builtins.all
@@ -250,10 +251,6 @@ def _match_weak(x, aval: ShapedArray):
   return _convert_element_type(x, aval.dtype, aval.weak_type)
 
 
-def _avals_str(tree, avals) -> str:
-  return str(tree_unflatten(tree, [a.str_short() for a in avals])).replace("'", "")
-
-
 def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True):
   """Trace each branch on the operand avals; check that their outputs agree (up to weak types,
   which are joined: an output is weak only if it is weak in every branch; with ``join_weak``
@@ -265,12 +262,10 @@ def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True)
     traced.append((closed, cell[0], cell[1]))
   tree0, avals0 = traced[0][1], traced[0][2]
   for i, (_, tree, avals) in enumerate(traced[1:], 1):
-    what = describe(i)
-    if tree != tree0:
-      raise TypeError(f"{what} must have same type structure, got {tree0} and {tree}.")
-    if len(avals) != len(avals0) or not _all(_map(core.typematch, avals0, avals)):
-      raise TypeError(f"{what} must have identical types, got\n{_avals_str(tree0, avals0)}\n"
-                      f"and\n{_avals_str(tree, avals)}.")
+    kind, names = describe(i)
+    err = _mm.branch_mismatch(kind, names, (funs[0], funs[i]), tree0, avals0, tree, avals)
+    if err is not None:
+      raise err
   joined = [a.update(weak_type=_all(t[2][k].weak_type for t in traced)) if join_weak else a
             for k, a in enumerate(avals0)]
   closeds = []
@@ -290,29 +285,27 @@ def _carry_name(fun, index=0):
 
 
 def _check_carry(what, carry_name, init_tree, in_avals, out_tree, out_avals):
-  """The body's carry output must have the carry input's structure and types."""
+  """The body's carry output must have the carry input's structure and types (``what``: 'scan
+  body', 'while_loop body'; the messages are JAX's)."""
+  name = carry_name or ""
+
+  def comp(path):
+    return (f"the input carry component {name}{_mm.path_str(path)}" if path
+            else f"the input carry {name}".rstrip())
   if out_tree != init_tree:
-    raise TypeError(f"{what} output and input must have same type structure, got {out_tree} "
-                    f"and {init_tree}.")
+    items = [f"{comp(p)} is {da} but the corresponding component of the carry output is {db}, "
+             f"so {why}" for p, da, db, why in _mm.structure_diffs(init_tree, out_tree)]
+    raise TypeError(f"{what} function carry input and carry output must have the same pytree "
+                    f"structure, but they differ:\n\n{_mm.join(items)}\n\nRevise the function "
+                    "so that the carry output has the same pytree structure as the carry input.")
   paths = [p for p, _ in tree_flatten_with_path(tree_unflatten(init_tree, in_avals))[0]]
-  diffs = []
-  for path, a, b in zip(paths, in_avals, out_avals):
-    if core.typematch(a, b):
-      continue
-    comp = (f"the input carry component {carry_name or ''}{keystr(path)}" if path or carry_name
-            else "the input carry")
-    why = []
-    if a.dtype != b.dtype:
-      why.append("the dtypes do not match")
-    if a.shape != b.shape:
-      why.append("the shapes do not match")
-    diffs.append(f"{comp} has type {a.str_short()} but the corresponding output carry "
-                 f"component has type {b.str_short()}, so {' and also '.join(why)}")
-  if diffs:
-    raise TypeError(f"{what} output and input must have identical types (shapes and dtypes), "
-                    f"but they differ:\n" + "".join(f"  * {d}\n" for d in diffs)
-                    + "Revise the function so that all output types match the corresponding "
-                    "input types.")
+  items = [f"{comp(path)} has type {_mm.aval_str(a)} but the corresponding output carry "
+           f"component has type {_mm.aval_str(b)}, so {_mm.type_reason(a, b)}"
+           for path, a, b in zip(paths, in_avals, out_avals) if not core.typematch(a, b)]
+  if items:
+    raise TypeError(f"{what} function carry input and carry output must have equal types, but "
+                    f"they differ:\n\n{_mm.join(items)}\n\nRevise the function so that all "
+                    "output types match the corresponding input types.")
 
 
 def _promote_weak_carries(init_flat, in_avals, out_avals):
@@ -390,7 +383,8 @@ def cond(*args, **kwargs):
   """``cond(pred, true_fun, false_fun, *operands)``: ``true_fun(*operands)`` if ``pred`` else
   ``false_fun(*operands)``, staged as one ``cond`` primitive (both branches are traced).  The
   older form ``cond(pred, true_operand, true_fun, false_operand, false_fun)`` is accepted."""
-  if len(args) == 5 and not kwargs and callable(args[2]) and callable(args[4]):
+  if (len(args) == 5 and not kwargs and not (callable(args[1]) and callable(args[2]))
+      and callable(args[2]) and callable(args[4])):
     pred, t_op, t_fun, f_op, f_fun = args
     return _cond(pred, lambda ops: t_fun(ops[0]), lambda ops: f_fun(ops[1]), (t_op, f_op))
   return _cond(*args, **kwargs)
@@ -407,14 +401,17 @@ def _cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_no_
     operands = (operand,)
   if pred is None:
     raise TypeError("cond predicate is None")
-  if isinstance(pred, (list, tuple)):
+  if isinstance(pred, (list, tuple, str)):
     raise TypeError(f"Pred must be a scalar, got {pred} of type {type(pred)}")
-  pa = get_aval(pred)
+  try:
+    pa = get_aval(pred)
+  except TypeError:
+    raise TypeError(f"Pred type must be either boolean or number, got {pred}.") from None
   if pa.shape != ():
     raise TypeError(f"Pred must be a scalar, got {pred} of shape {pa.shape}.")
   if pa.dtype != np.bool_:
-    if dtypes.is_integer(pa.dtype):
-      pred = ne(pred, _const(pred, 0))
+    if dtypes.is_integer(pa.dtype) or dtypes.is_float(pa.dtype):
+      pred = ne(pred, _const(pred, 0))        # any nonzero number is true, as JAX
     else:
       raise TypeError(f"Pred type must be either boolean or number, got {pa.dtype.name}.")
   if config.jax_disable_jit and core.is_concrete(pred):
@@ -422,9 +419,52 @@ def _cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_no_
   ops, ops_tree = tree_flatten(operands)
   ops_avals = [get_aval(x) for x in ops]
   closeds, out_tree = _trace_branches((true_fun, false_fun), ops_tree, ops_avals,
-                                      lambda i: "true_fun and false_fun output")
+                                      lambda i: ("cond", ("true_fun", "false_fun")))
   index = convert_element_type(pred, np.int32)
-  return tree_unflatten(out_tree, _bind_cond(index, ops, closeds[::-1]))
+  return tree_unflatten(out_tree, _bind_cond_forwarding(index, ops, closeds[::-1]))
+
+
+def _forwarded_operands(closeds):
+  """For each output: the operand index that every branch returns unchanged there, or None."""
+  fwd = []
+  for k in range(len(closeds[0].jaxpr.outvars)):
+    idx = set()
+    for c in closeds:
+      v = c.jaxpr.outvars[k]
+      j = next((i for i, w in enumerate(c.jaxpr.invars) if w is v), None)
+      idx.add(j)
+    j = idx.pop() if len(idx) == 1 else None
+    fwd.append(j if j is not None and
+               core.typematch(closeds[0].out_avals[k], closeds[0].in_avals[j]) and
+               closeds[0].out_avals[k].weak_type == closeds[0].in_avals[j].weak_type
+               else None)
+  return fwd
+
+
+def _bind_cond_forwarding(index, ops, closeds):
+  """``_bind_cond``, with the outputs that every branch passes through unchanged taken from
+  the operands directly (as JAX forwards them): they stay the operands themselves, and stay
+  unbatched under vmap when the operand is."""
+  fwd = _forwarded_operands(closeds)
+  if not any(j is not None for j in fwd):
+    return _bind_cond(index, ops, closeds)
+  keep = [k for k, j in enumerate(fwd) if j is None]
+  slim = [_with_io(c.jaxpr, c.jaxpr.invars, [c.jaxpr.outvars[k] for k in keep]) if not c.consts
+          else ClosedJaxpr(Jaxpr(c.jaxpr.constvars, c.jaxpr.invars, c.jaxpr.eqns,
+                                 [c.jaxpr.outvars[k] for k in keep], c.jaxpr.debug_name),
+                           c.consts) for c in closeds]
+  outs = iter(_bind_cond(index, ops, slim) if keep else [])
+  return [_forwarded(ops[j], closeds[0].in_avals[j]) if j is not None else next(outs)
+          for j in fwd]
+
+
+def _forwarded(x, aval):
+  """An operand returned as an output: itself when it is an array or tracer, else (a Python
+  or NumPy scalar) the Array it stands for."""
+  if isinstance(x, core.Tracer):
+    return x
+  from ourjax.array import Array
+  return x if isinstance(x, Array) and x.aval == aval else _as_arrays([x], [aval])[0]
 
 
 def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
@@ -437,7 +477,12 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
       raise TypeError("if 'operand' keyword is passed then no positional operands can be "
                       f"passed, got operand={operand} and positional operands {operands}")
     operands = (operand,)
-  ia = get_aval(index)
+  if isinstance(index, (list, tuple)):
+    raise TypeError(f"Branch index must be scalar, got {index} of shape {np.shape(index)}.")
+  try:
+    ia = get_aval(index)
+  except TypeError:
+    raise TypeError(f"Index type must be an integer, got {index}.") from None
   if ia.shape != ():
     raise TypeError(f"Branch index must be scalar, got {index} of shape {ia.shape}.")
   if not dtypes.is_integer(ia.dtype):
@@ -454,7 +499,8 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
   ops, ops_tree = tree_flatten(operands)
   ops_avals = [get_aval(x) for x in ops]
   closeds, out_tree = _trace_branches(branches, ops_tree, ops_avals,
-                                      lambda i: f"branch 0 and {i} outputs", join_weak=False)
+                                      lambda i: ("switch", ("branch 0", f"branch{i}")),
+                                      join_weak=False)
   return tree_unflatten(out_tree, _bind_cond(index, ops, closeds))
 
 
@@ -678,17 +724,18 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
 
   cond_closed, cc, body_closed, bc = trace(in_avals)
   if bc[0] != init_tree:
-    _check_carry("body_fun", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
+    _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0],
+                 bc[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, bc[1])
   if changed:
     cond_closed, cc, body_closed, bc = trace(in_avals)
-  _check_carry("body_fun", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
+  _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
   pred_tree, pred_avals = cc
   if pred_tree.num_leaves != 1 or len(pred_avals) != 1:
     raise TypeError(f"cond_fun must return a boolean scalar, but got pytree {pred_tree}.")
   if pred_avals[0].shape != () or pred_avals[0].dtype != np.bool_:
     raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
-                    f"[{pred_avals[0].str_short()}].")
+                    f"[{pred_avals[0]!r}].")
   outs = _bind_while(cond_closed, [], body_closed, [], init_flat)
   return tree_unflatten(init_tree, _loop_result_types(outs, in_avals, bc[1]))
 
@@ -712,6 +759,9 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
   if la.shape != () or ua.shape != ():
     raise TypeError(f"lax.fori_loop: lower and upper must be scalars, got shapes {la.shape} "
                     f"and {ua.shape}")
+  if la.dtype != ua.dtype and not (la.weak_type or ua.weak_type):
+    raise TypeError(f"lower and upper arguments to fori_loop must have equal types, got "
+                    f"{la.dtype.name} and {ua.dtype.name}")
   if core.is_concrete(lower) and core.is_concrete(upper):
     # as JAX: the trip count is static and the loop index starts from ``int(lower)``, a Python
     # int (so it is weakly typed, whatever the bounds' dtype)
@@ -720,11 +770,8 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     (_, result), _ = scan(_fori_scan_body(body_fun), (lo, init_val), None,
                           length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
     return result
-  if not (dtypes.is_integer(la.dtype) and dtypes.is_integer(ua.dtype)):
-    raise TypeError(f"lax.fori_loop: lower and upper must be integers, got "
-                    f"{la.dtype.name} and {ua.dtype.name}")
-  if la.dtype != ua.dtype:
-    dt = dtypes.promote_types(la.dtype, ua.dtype)
+  if la.dtype != ua.dtype:       # one is weakly typed: it takes the other's dtype
+    dt = ua.dtype if la.weak_type else la.dtype
     lower, upper = convert_element_type(lower, dt), convert_element_type(upper, dt)
   if unroll is not None and unroll is not False and unroll != 1:
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
@@ -1007,7 +1054,11 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
       x = tree_unflatten(xs_tree, args[n:])
       out = f(carry, x)
       if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"scan body output must be a pair, got {out}.")
+        try:
+          what = get_aval(out).str_short(short_dtypes=False)    # JAX names the type
+        except TypeError:
+          what = out
+        raise TypeError(f"scan body output must be a pair, got {what}.")
       c_flat, c_tree = tree_flatten(out[0])
       y_flat, y_tree = tree_flatten(out[1])
       c_avals = [get_aval(c) for c in c_flat]
@@ -1023,12 +1074,12 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
 
   closed, cell = trace(in_avals)
   if cell[0] != init_tree:
-    _check_carry("scan body function carry", _carry_name(f), init_tree, in_avals, cell[0],
+    _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                  cell[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, cell[1])
   if changed:
     closed, cell = trace(in_avals)
-  _check_carry("scan body function carry", _carry_name(f), init_tree, in_avals, cell[0],
+  _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                cell[1])
   outs = _bind_scan(closed, [], init_flat, xs_flat, length=length, reverse=bool(reverse),
                     unroll=unroll)

@@ -29,6 +29,8 @@ def associative_scan(fn, elems, reverse: bool = False, axis: int = 0):
   elementwise on pytrees shaped like ``elems``."""
   from ourjax import _pytree as tree_util
   from ourjax.lax._utils import canonicalize_axis
+  if not callable(fn):
+    raise TypeError("lax.associative_scan: fn argument should be callable.")
   flat, tree = tree_util.tree_flatten(elems)
   if not flat:
     return elems

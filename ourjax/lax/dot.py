@@ -17,6 +17,7 @@ import numpy as np
 
 from ourjax import core, dtypes
 from ourjax.config import config
+from ourjax.lax import dot_algorithm as _dot_algorithm
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import all_weak, standard_primitive
@@ -61,8 +62,9 @@ def canonicalize_precision(precision):
   except ValueError:
     pass
   raise ValueError(f"Precision argument must be one of:\n- None,\n- a Precision enum value,\n"
-                   f"- a string, or\n- a tuple of two Precision enums or strings; got "
-                   f"{precision}.")
+                   f"- a string, or\n- a tuple of two Precision enums or strings,\n- a "
+                   f"lax.DotAlgorithmPreset or the name of one of these presets, or\n- a "
+                   f"lax.DotAlgorithm (with dot/dot_general); got {precision}.")
 
 
 def _preferred(preferred_element_type, name):
@@ -94,6 +96,10 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     raise TypeError(f"dot_general dimension_numbers must be ((lhs_contracting, "
                     f"rhs_contracting), (lhs_batch, rhs_batch)) of integer sequences, got "
                     f"{dimension_numbers!r}") from None
+  algorithm = _dot_algorithm._from_any(precision)
+  if algorithm is not None:
+    return _dot_algorithm._apply(algorithm, lhs, rhs, preferred_element_type,
+                                lambda l, r, pt: dot_general(l, r, dims, None, pt))
   return dot_general_p.bind(lhs, rhs, dimension_numbers=dims,
                             precision=canonicalize_precision(precision),
                             preferred_element_type=_preferred(preferred_element_type,
@@ -113,7 +119,7 @@ def _index_tuple(x) -> tuple:
   return tuple(operator.index(i) for i in x)
 
 
-def dot(lhs, rhs, precision=None, preferred_element_type=None, out_sharding=None):
+def dot(lhs, rhs, *, precision=None, preferred_element_type=None, out_sharding=None):
   """Vector/matrix products: (n)·(n), (m,n)·(n), (n)·(n,k), (m,n)·(n,k)."""
   ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
   if 1 <= len(ls) <= 2 and 1 <= len(rs) <= 2 and ls[-1] == rs[0]:
@@ -554,8 +560,9 @@ def _conv_shape(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation
   for nm, v in (("window_strides", window_strides), ("padding", padding),
                 ("lhs_dilation", lhs_dilation), ("rhs_dilation", rhs_dilation)):
     if len(v) != nsp:
-      raise ValueError(f"{name} {nm} must have one entry per spatial dimension ({nsp}), got "
-                       f"{tuple(v)}")
+      raise ValueError(f"{name} window and {nm} must have the same number of dimensions, "
+                       f"but got {nsp} and {len(v)} (one entry per spatial dimension: "
+                       f"{tuple(v)})")
   for nm, v in (("window_strides", window_strides), ("lhs_dilation", lhs_dilation),
                 ("rhs_dilation", rhs_dilation)):
     if any(s <= 0 for s in v):
@@ -814,10 +821,15 @@ def _conv_transpose_padding(k, s, padding):
 
 
 def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numbers=None,
-                   transpose_kernel: bool = False, precision=None, preferred_element_type=None):
+                   transpose_kernel: bool = False, precision=None, preferred_element_type=None,
+                   use_consistent_padding: bool = False):
   """A transposed ("fractionally strided") convolution: the input is dilated by ``strides``.
   With ``transpose_kernel`` the kernel is flipped spatially and its in/out features swapped,
-  which makes this the gradient of ``conv_general_dilated`` with the same arguments."""
+  which makes this the gradient of ``conv_general_dilated`` with the same arguments.
+  ``padding`` 'SAME'/'VALID' names the forward convolution's padding; explicit (low, high)
+  pairs pad the transposed convolution itself, unless ``use_consistent_padding``: then they
+  are the forward convolution's too (PyTorch's meaning), so the transposed convolution pads
+  ``(k - 1 - low, k - 1 - high + max(stride - k, 0))`` with ``k`` the dilated kernel size."""
   from ourjax import lax
   ls, rs = get_aval(lhs).shape, get_aval(rhs).shape
   nd = len(ls)
@@ -831,9 +843,12 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numb
   k_sp = [rs[i] for i in dn.rhs_spec[2:]]
   if rhs_dilation is None:
     rhs_dilation = (1,) * (nd - 2)
+  eff = _dilate_shape(k_sp, rhs_dilation)
   if isinstance(padding, str) and padding in ("SAME", "VALID"):
-    eff = _dilate_shape(k_sp, rhs_dilation)
     pads = [_conv_transpose_padding(k, s, padding) for k, s in zip(eff, strides)]
+  elif use_consistent_padding:
+    pads = [(k - 1 - lo, k - 1 - hi + max(s - k, 0))
+            for k, s, (lo, hi) in zip(eff, strides, padding)]
   else:
     pads = padding
   if transpose_kernel:

@@ -135,7 +135,13 @@ def imag(x): return imag_p.bind(x)
 def conj(x): return conj_p.bind(x)
 def add(x, y): return add_p.bind(*_size_one_broadcast(x, y))
 def sub(x, y): return sub_p.bind(*_size_one_broadcast(x, y))
-def mul(x, y): return mul_p.bind(*_size_one_broadcast(x, y))
+def mul(x, y, *, out_dtype=None):
+  """``x * y``; with ``out_dtype`` the operands are converted to it first, so the product is
+  formed in that (usually wider) type: int8 * int8 -> int32 without wrapping."""
+  if out_dtype is not None:
+    dt = dtypes.canonicalize_dtype(out_dtype)
+    x, y = (v if get_aval(v).dtype == dt else convert_element_type(v, dt) for v in (x, y))
+  return mul_p.bind(*_size_one_broadcast(x, y))
 def div(x, y): return div_p.bind(*_size_one_broadcast(x, y))
 def rem(x, y): return rem_p.bind(*_size_one_broadcast(x, y))
 def pow(x, y):  # noqa: A001
@@ -186,6 +192,16 @@ def convert_element_type(x, new_dtype):
     # a Python int too large for any integer dtype still converts to a float (2 ** 100), as
     # in JAX (jnp's promotion, which goes through the default integer type, does not)
     x = float(x) if dtypes.is_float(dtypes.canonicalize_dtype(new_dtype)) else complex(x)
+  elif type(x) is int and dtypes.is_integer(dtypes.canonicalize_dtype(new_dtype)):
+    dt = dtypes.canonicalize_dtype(new_dtype)
+    info = dtypes.iinfo(dt)
+    if not info.min <= x <= info.max:
+      # as JAX (through a 64-bit integer): wrapped modulo 2**bits, 2**32 -> int32 0
+      if not -2 ** 63 <= x < 2 ** 64:
+        raise OverflowError(f"Python int {x} too large to convert to {dt.name}")
+      bits = info.bits
+      x = np.array(x & ((1 << bits) - 1), f"uint{bits}").view(dt) if bits >= 8 else \
+          np.array(x & ((1 << bits) - 1), np.uint8).astype(dt)
   return _convert_element_type(x, new_dtype, weak_type=False)
 
 
@@ -314,7 +330,7 @@ is_finite_p = unop("is_finite", _float, np.isfinite, result_dtype=_bool_result)
 exp_p = unop("exp", _fp, np.exp)
 exp2_p = unop("exp2", _fp, np.exp2)
 log_p = unop("log", _fp, np.log)
-log1p_p = unop("log1p", _fp, np.log1p)
+log1p_p = unop("log1p", _fp, rops.log1p)
 expm1_p = unop("expm1", _fp, np.expm1)
 tanh_p = unop("tanh", _fp, np.tanh)
 logistic_p = unop("logistic", _fp, rops.logistic)
@@ -337,9 +353,17 @@ erfc_p = unop("erfc", _float, rops.erfc)
 erf_inv_p = unop("erf_inv", _float, rops.erf_inv)
 lgamma_p = unop("lgamma", _float, rops.lgamma)
 digamma_p = unop("digamma", _float, rops.digamma)
-abs_p = unop("abs", _num, np.abs,
-             result_dtype=lambda d: np.dtype(np.float32 if d == np.complex64 else np.float64)
-             if dtypes.is_complex(d) else d)
+def _abs_dtype(d):
+  if d.name in ("int1", "int2", "int4", "uint1", "uint2", "uint4"):
+    raise TypeError(f"abs does not accept dtype {d.name}. Support for narrow-width integers "
+                    "is platform-dependent and limited to a few specific operations, e.g. "
+                    "basic arithmetic and type casting.")
+  if dtypes.is_complex(d):
+    return np.dtype(np.float32 if d == np.complex64 else np.float64)
+  return d
+
+
+abs_p = unop("abs", _num, np.abs, result_dtype=_abs_dtype)
 square_p = unop("square", _num, np.square)
 not_p = unop("not", _bool + _int, np.invert)
 population_count_p = unop("population_count", _int, rops.population_count)
@@ -354,7 +378,7 @@ add_p = binop("add", _num, np.add)
 sub_p = binop("sub", _num, np.subtract)
 mul_p = binop("mul", _num, np.multiply)
 div_p = binop("div", _num, _int_or_float(rops.integer_div, np.divide))
-rem_p = binop("rem", _num, _int_or_float(rops.integer_rem, np.fmod))
+rem_p = binop("rem", _int + _float, _int_or_float(rops.integer_rem, np.fmod))
 pow_p = binop("pow", _fp, np.power)
 max_p = binop("max", _any, np.maximum)   # NaN-propagating, like XLA
 min_p = binop("min", _any, np.minimum)
@@ -393,7 +417,7 @@ defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
 defjvp2(exp2_p, lambda t, ans, x: mul(t, mul(ans, _const(x, math.log(2)))))
 defjvp(log_p, lambda t, x: div(t, x))
 defjvp(log1p_p, lambda t, x: div(t, add(x, _const(x, 1))))
-defjvp2(expm1_p, lambda t, ans, x: mul(t, add(ans, _const(x, 1))))
+defjvp(expm1_p, lambda t, x: mul(t, exp(x)))   # exp(x), not expm1(x) + 1 (rounds)
 defjvp2(tanh_p, lambda t, ans, x: mul(t, sub(_const(x, 1), square(ans))))
 defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(_const(x, 1), ans))))
 defjvp(sin_p, lambda t, x: mul(t, cos(x)))
@@ -460,10 +484,12 @@ def _replace_zero(x):
 
 
 def _pow_jvp_lhs(t, x, y):
-  # d/dx x**y = y * x**(y-1); where y == 0 the exponent is taken as 1 so that the derivative is
-  # 0 * x = 0 even at x == 0 (no 0 * inf)
-  exponent = select_n(eq(y, _const(y, 0)), sub(y, _const(y, 1)), _ones(y))
-  return mul(t, mul(y, pow(x, exponent)))
+  # d/dx x**y = y * x**(y-1).  Where x == 0 and y == 0 the exponent is taken as 1, so that the
+  # derivative is 0 * x = 0 (no 0 * inf); elsewhere y * x**(y-1) as it is, so that its own
+  # derivative in y at y == 0 is 1/x (JAX's issue 12033)
+  at_zero = mul(y, pow(x, select_n(eq(y, _const(y, 0)), sub(y, _const(y, 1)), _ones(y))))
+  general = mul(y, pow(_replace_zero(x), sub(y, _const(y, 1))))
+  return mul(t, select_n(eq(x, _const(x, 0)), general, at_zero))
 
 
 def _pow_jvp_rhs(t, x, y):
@@ -476,8 +502,10 @@ defjvp(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
 defjvp(add_p, lambda t, x, y: _bcast_like(t, x, y), lambda t, x, y: _bcast_like(t, y, x))
 defjvp(sub_p, lambda t, x, y: _bcast_like(t, x, y), lambda t, x, y: neg(_bcast_like(t, y, x)))
 defjvp(mul_p, lambda t, x, y: mul(t, y), lambda t, x, y: mul(x, t))
+# d(x/y)/dy = -x * y**-2 with integer_pow: its own derivatives lower the exponent by one each
+# time, where x / square(y) squared y again at every order (y**64 by the sixth: overflow)
 defjvp(div_p, lambda t, x, y: div(t, y),
-       lambda t, x, y: mul(neg(t), div(x, square(y))))
+       lambda t, x, y: mul(mul(neg(t), x), integer_pow(y, -2)))
 defjvp(rem_p, lambda t, x, y: _bcast_like(t, x, y),
        lambda t, x, y: mul(neg(t), mul(sign(div(x, y)), floor(abs(div(x, y))))))
 defjvp(atan2_p, lambda t, x, y: mul(t, div(y, add(square(x), square(y)))),

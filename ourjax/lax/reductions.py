@@ -277,10 +277,13 @@ def reduce(operands, init_values, computation, dimensions):  # noqa: A001 (lax's
   flat_ops, flat_inits, init_tree = flatten_operands(operands, init_values,
                                                      "reduce requires at least one operand")
   dims = tuple(int(d) for d in dimensions)
+  shapes = [get_aval(v).shape for v in flat_inits]
+  if any(shapes):
+    raise ValueError(f"reduce found non-scalar initial value: {shapes}")
   if len(flat_ops) == 1:
     out = _monoid_reduce(flat_ops[0], flat_inits[0], computation, dims, init_tree)
     if out is not None:
-      return out
+      return tree_util.tree_unflatten(init_tree, [out])
   closed, out_tree = _reduction_jaxpr(computation, init_tree,
                                       tuple(get_aval(v).strip_weak_type() for v in flat_inits))
   outs = reduce_p.bind(*flat_ops, *flat_inits, computation=computation, jaxpr=closed,
@@ -338,12 +341,17 @@ def _monoid_primitive(computation, dtype, tree):
   from ourjax.interpreters import partial_eval as pe
   aval = ShapedArray((), dtype)
 
+  out_trees = []
+
   def fun(a, b):
     out = computation(tree_util.tree_unflatten(tree, [a]), tree_util.tree_unflatten(tree, [b]))
+    out_trees.append(tree_util.tree_structure(out))
     return tree_util.tree_leaves(out)
   try:
     closed = pe.trace_to_jaxpr(fun, [aval, aval], "reduce_computation")
   except Exception:   # not traceable as a scalar function: leave it to the general reduce
+    return None
+  if out_trees != [tree]:     # (a result of another structure: the general path reports it)
     return None
   jaxpr = closed.jaxpr
   if len(jaxpr.eqns) != 1 or len(jaxpr.outvars) != 1 or closed.consts:

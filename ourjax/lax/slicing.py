@@ -171,7 +171,8 @@ def _is_static_int(i) -> bool:
   return aval.ndim == 0 and dtypes.is_integer(aval.dtype)
 
 
-def _dynamic_slice_indices(operand, start_indices, allow_negative_indices):
+def _dynamic_slice_indices(operand, start_indices, allow_negative_indices,
+                           name="dynamic_slice"):
   """Scalar start indices of one integer dtype, negative ones counted from the end."""
   shape = get_aval(operand).shape
   if not isinstance(start_indices, (list, tuple)):
@@ -185,10 +186,19 @@ def _dynamic_slice_indices(operand, start_indices, allow_negative_indices):
                      f"({len(start_indices)} vs {len(shape)})")
   if isinstance(allow_negative_indices, bool):
     allow_negative_indices = [allow_negative_indices] * len(shape)
-  # the array indices decide the index dtype; Python ints follow them
+  # the typed indices (arrays and NumPy scalars) must share one integer dtype, as JAX's; it is
+  # the index dtype, which Python ints (and weakly typed values) follow
+  typed = [get_aval(i) for i in start_indices if not isinstance(i, (int, np.ndarray))
+           or isinstance(i, np.ndarray) and i.ndim == 0]
+  typed = [a for a in typed if not a.weak_type]
+  if len({a.dtype for a in typed}) > 1:
+    raise TypeError(f"index arguments to {name} must be integers of the same type, got: "
+                    f"{', '.join(a.dtype.name for a in typed)}")
   array_dtypes = [get_aval(i).dtype for i in start_indices if not _is_static_int(i)]
   array_dtypes = [d for d in array_dtypes if dtypes.is_integer(d)]
-  idx_dtype = array_dtypes[0] if array_dtypes else dtypes.canonicalize_dtype(np.int64)
+  idx_dtype = (array_dtypes[0] if array_dtypes else
+               typed[0].dtype if typed and dtypes.is_integer(typed[0].dtype) else
+               dtypes.canonicalize_dtype(np.int64))
   out = []
   for i, n, neg in zip(start_indices, shape, allow_negative_indices):
     if _is_static_int(i):
@@ -327,7 +337,8 @@ def dynamic_index_in_dim(operand, index, axis: int = 0, keepdims: bool = True, *
 
 
 def dynamic_update_slice(operand, update, start_indices, *, allow_negative_indices=True):
-  idx = _dynamic_slice_indices(operand, start_indices, allow_negative_indices)
+  idx = _dynamic_slice_indices(operand, start_indices, allow_negative_indices,
+                               "dynamic_update_slice")
   return dynamic_update_slice_p.bind(operand, update, *idx)
 
 
@@ -587,10 +598,14 @@ def _check_index_operand(indices, op):
                     f"dimension), got shape {indices.shape}")
 
 
-def _check_batching_dims(operand, indices, operand_bdims, indices_bdims, op, iname):
+def _check_operand_batching_dims(operand, operand_bdims, op):
   _check_unique(operand_bdims, op, "operand_batching_dims")
   _check_sorted(operand_bdims, op, "operand_batching_dims")
   _check_in_range(operand_bdims, operand.ndim, op, "operand_batching_dims")
+
+
+def _check_batching_dims(operand, indices, operand_bdims, indices_bdims, op, iname):
+  """(after ``_check_operand_batching_dims`` and the disjointness checks, JAX's order)"""
   _check_unique(indices_bdims, op, iname)
   _check_in_range(indices_bdims, indices.ndim, op, iname)
   if indices.ndim - 1 in indices_bdims:
@@ -673,12 +688,13 @@ def _gather_shape(x, idx, *, dimension_numbers, slice_sizes, unique_indices, ind
   _check_sorted(collapsed, "gather", "collapsed_slice_dims")
   _check_in_range(collapsed, x.ndim, "gather", "collapsed_slice_dims")
   _check_unique(collapsed, "gather", "collapsed_slice_dims")
-  _check_batching_dims(x, idx, dn.operand_batching_dims, dn.start_indices_batching_dims,
-                       "gather", "start_indices_batching_dims")
+  _check_operand_batching_dims(x, dn.operand_batching_dims, "gather")
   _check_disjoint(collapsed, dn.operand_batching_dims, "gather", "collapsed_slice_dims",
                   "operand_batching_dims")
   _check_disjoint(dn.start_index_map, dn.operand_batching_dims, "gather", "start_index_map",
                   "operand_batching_dims")
+  _check_batching_dims(x, idx, dn.operand_batching_dims, dn.start_indices_batching_dims,
+                       "gather", "start_indices_batching_dims")
   if len(slice_sizes) != x.ndim:
     raise TypeError(f"Gather op must have one slice size for every input dimension; got: "
                     f"len(slice_sizes)={len(slice_sizes)}, input_shape.rank={x.ndim}")
@@ -825,12 +841,13 @@ def _scatter_shape(x, idx, u, *, dimension_numbers, indices_are_sorted, unique_i
   _check_sorted(dn.inserted_window_dims, "scatter", "inserted_window_dims")
   _check_unique(dn.inserted_window_dims, "scatter", "inserted_window_dims")
   _check_in_range(dn.inserted_window_dims, x.ndim, "scatter", "inserted_window_dims")
-  _check_batching_dims(x, idx, dn.operand_batching_dims, dn.scatter_indices_batching_dims,
-                       "scatter", "scatter_indices_batching_dims")
+  _check_operand_batching_dims(x, dn.operand_batching_dims, "scatter")
   _check_disjoint(dn.inserted_window_dims, dn.operand_batching_dims, "scatter",
                   "inserted_window_dims", "operand_batching_dims")
   _check_disjoint(dn.scatter_dims_to_operand_dims, dn.operand_batching_dims, "scatter",
                   "scatter_dims_to_operand_dims", "operand_batching_dims")
+  _check_batching_dims(x, idx, dn.operand_batching_dims, dn.scatter_indices_batching_dims,
+                       "scatter", "scatter_indices_batching_dims")
   window = len(dn.update_window_dims) + len(dn.inserted_window_dims) + \
       len(dn.operand_batching_dims)
   if x.ndim != window:

@@ -153,6 +153,10 @@ def _top_k_abstract_eval(x, k, axis):
     raise TypeError(f"top_k operand must have >= 1 dimension, got {x.shape}")
   if not 0 <= axis < x.ndim:
     raise ValueError(f"axis argument out of range: axis={axis} for operand.shape={x.shape}")
+  if x.shape[axis] > np.iinfo(np.int32).max:
+    raise ValueError(f"top_k returns int32 indices, which will overflow for array dimensions "
+                     f"larger than the maximum int32 ({np.iinfo(np.int32).max}). Got "
+                     f"operand.shape={x.shape}")
   if x.shape[axis] < k:
     raise ValueError(f"k argument to top_k must be no larger than size along axis; got k={k} "
                      f"with shape={x.shape} and axis={axis}")

@@ -2,6 +2,8 @@
 and the constant creators built on them.  Each primitive is followed by all of its rules."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ourjax import core, dtypes
@@ -48,10 +50,20 @@ def _broadcast_in_dim_shape(x, shape, broadcast_dimensions, sharding):
     raise TypeError(f"broadcast_in_dim broadcast_dimensions must have length equal to operand "
                     f"ndim; got broadcast_dimensions {broadcast_dimensions} for operand ndim "
                     f"{x.ndim}.")
-  if len(set(broadcast_dimensions)) != len(broadcast_dimensions) or any(
-      not 0 <= d < len(shape) for d in broadcast_dimensions):
-    raise TypeError(f"broadcast_in_dim broadcast_dimensions must be unique and in range for "
-                    f"output shape {shape}; got {broadcast_dimensions}.")
+  if len(shape) < x.ndim:
+    raise TypeError(f"broadcast_in_dim target broadcast shape must have equal or higher rank "
+                    f"to the operand shape; got operand ndim {x.ndim} and target broadcast "
+                    f"ndim {len(shape)}.")
+  if any(d < 0 for d in broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must have every element be "
+                    f"nonnegative, got {broadcast_dimensions}.")
+  if any(d >= len(shape) for d in broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must be a subset of output "
+                    f"dimensions, got {broadcast_dimensions} for operand ndim {x.ndim} and "
+                    f"shape {shape}.")
+  if len(set(broadcast_dimensions)) != len(broadcast_dimensions):
+    raise TypeError(f"broadcast_in_dim broadcast_dimensions must not contain duplicates, got "
+                    f"broadcast_dimensions {broadcast_dimensions}")
   if list(broadcast_dimensions) != sorted(broadcast_dimensions):
     raise TypeError(f"broadcast_in_dim broadcast_dimensions must be strictly increasing; got "
                     f"broadcast_dimensions {broadcast_dimensions}")
@@ -206,7 +218,10 @@ batching.batch_rules[transpose_p] = _transpose_batch
 
 def squeeze(array, dimensions):
   aval = get_aval(array)
-  dims = tuple(sorted(canonicalize_axis(d, aval.ndim) for d in dimensions))
+  dims = [canonicalize_axis(operator.index(d), aval.ndim) for d in dimensions]
+  if len(set(dims)) != len(dims):
+    raise ValueError(f"dimensions are not unique: {tuple(dimensions)}")
+  dims = tuple(sorted(dims))
   if not dims:
     return array
   return squeeze_p.bind(array, dimensions=dims)
@@ -292,6 +307,8 @@ def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
       bits = dtype.itemsize * 8
       v = np.asarray(fill_value & ((1 << bits) - 1), np.dtype(f"u{dtype.itemsize}")).view(dtype)
       return broadcast_in_dim(Array._from_result(v, ShapedArray((), dtype, weak_type)), shape, ())
+    if type(fill_value) is int and dtype.kind in "fc":
+      fill_value = float(fill_value) if dtype.kind == "f" else complex(fill_value)  # (2**32)
     v = _convert_impl(np.asarray(to_numpy(fill_value)), dtype, weak_type)
     return broadcast_in_dim(Array._from_result(v, ShapedArray((), dtype, weak_type)), shape, ())
   fill_value = _convert_element_type(fill_value, dtype, weak_type)
@@ -356,8 +373,8 @@ def pad(operand, padding_value, padding_config):
 
 def _pad_shape(x, padding_value, padding_config):
   if padding_value.ndim != 0:
-    raise TypeError(f"pad padding_value must be a scalar, got padding_value of shape "
-                    f"{padding_value.shape}.")
+    raise ValueError(f"pad padding_value must be a scalar; got padding_value of shape "
+                     f"{padding_value.shape}")
   if len(padding_config) != x.ndim:
     raise ValueError(f"length of padding_config must equal the number of axes of operand, got "
                      f"padding_config {padding_config} for operand shape {x.shape}")

@@ -13,10 +13,11 @@ vmaps and differentiates.  The numerically delicate ones:
 from __future__ import annotations
 
 import operator
+import warnings
 
 import numpy as np
 
-from ourjax import dtypes, lax
+from ourjax import core, dtypes, errors, lax
 from ourjax import numpy as jnp
 from ourjax.custom_derivatives import custom_jvp
 from ourjax.nn import initializers  # noqa: F401
@@ -314,29 +315,44 @@ def log_softmax(x, axis=-1, where=None):
   return result
 
 
-def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None, *,
+                algorithm="fast"):
   """``(x - mean) / sqrt(variance + epsilon)`` with the mean and variance over ``axis``
-  (computed when not given; variance as ``mean(x**2) - mean(x)**2``, clipped at 0)."""
+  (computed when not given).  ``algorithm``: 'fast' computes the variance as ``mean(x**2) -
+  mean(x)**2`` clipped at 0 (one pass, but it cancels catastrophically when the mean is large
+  against the spread); 'stable' as ``mean((x - mean)**2)`` (two passes)."""
+  if algorithm not in ("fast", "stable"):
+    raise ValueError(f"Unknown algorithm {algorithm!r}. Expected 'fast' or 'stable'.")
   x = _arr("standardize", x)
   if isinstance(axis, list):
     axis = tuple(axis)
   if mean is None:
     mean = jnp.mean(x, axis, keepdims=True, where=where)
   if variance is None:
-    variance = jnp.mean(jnp.square(x), axis, keepdims=True, where=where) - jnp.square(mean)
-    variance = jnp.clip(variance, 0)
+    if algorithm == "stable":
+      variance = jnp.mean(jnp.square(jnp.subtract(x, mean)), axis, keepdims=True, where=where)
+    else:
+      variance = jnp.mean(jnp.square(x), axis, keepdims=True, where=where) - jnp.square(mean)
+      variance = jnp.clip(variance, 0)
   return jnp.subtract(x, mean) * lax.rsqrt(variance + epsilon)
 
 
 def one_hot(x, num_classes: int, *, dtype=None, axis: int = -1):
-  """One-hot encode the integers ``x`` along a new axis ``axis`` of size ``num_classes``;
-  indices outside ``[0, num_classes)`` encode as all zeros."""
+  """One-hot encode the integers ``x`` (an array or a nested sequence) along a new axis
+  ``axis`` of size ``num_classes``; indices outside ``[0, num_classes)`` encode as all zeros.
+  Non-integer ``x`` is deprecated (a DeprecationWarning, as JAX's), compared as it is."""
+  if isinstance(num_classes, core.Tracer) and num_classes.to_concrete_value() is None:
+    raise errors.ConcretizationTypeError(
+        num_classes, "The error arose in jax.nn.one_hot argument `num_classes`.")
   try:
     num_classes = operator.index(num_classes)
   except TypeError:
     raise TypeError("one_hot: num_classes must be a concrete integer (it is the size of "
                     f"the new axis), got {num_classes!r}") from None
-  x = _arr("one_hot", x)
+  x = jnp.asarray(x)
+  if not dtypes.issubdtype(x.dtype, np.integer):
+    warnings.warn(f"jax.nn.one_hot input should be integer-typed; got dtype={x.dtype.name}",
+                  DeprecationWarning, stacklevel=2)
   dt = dtypes.default_float_dtype() if dtype is None else dtypes.check_user_dtype(
       dtype, "one_hot")
   out_axis = operator.index(axis)

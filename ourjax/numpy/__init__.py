@@ -43,7 +43,8 @@ from ourjax.numpy._ufuncs import (abs, round, pow, where, clip, isclose, allclos
 from ourjax.numpy._creation import (array, asarray, copy, zeros, ones, empty, full,  # noqa
                                     zeros_like, ones_like, empty_like, full_like, arange,
                                     linspace, logspace, geomspace, eye, identity, tri, tril,
-                                    triu, diag, diagflat, meshgrid, indices, fromfunction)
+                                    triu, diag, diagflat, meshgrid, indices, fromfunction,
+                                    frombuffer, fromstring)
 from ourjax.numpy._reductions import (sum, prod, max, min, amax, amin, mean, all, any,  # noqa
                                       var, std, ptp, count_nonzero, average, argmax, argmin,
                                       nanargmax, nanargmin, cumsum, cumprod, cumproduct,
@@ -121,13 +122,19 @@ def can_cast(from_, to, casting="safe"):
 
 
 def astype(x, dtype, /, *, copy: bool = False, device=None):
-  """Convert to ``dtype`` (NumPy's casts; float to int truncates toward zero)."""
+  """Convert to ``dtype`` (NumPy's casts; float to int truncates toward zero; None is the
+  default float type).  Complex to real keeps the real part, with JAX's DeprecationWarning."""
+  import warnings as _warnings
   from ourjax import lax as _lax
   from ourjax.numpy._util import check_arraylike
   check_arraylike("astype", x)
   x = asarray(x)
-  dt = _dtypes.check_user_dtype(dtype, "astype")
+  dt = _dtypes.default_float_dtype() if dtype is None else \
+      _dtypes.check_user_dtype(dtype, "astype")
   if _dtypes.is_complex(x.dtype) and not _dtypes.is_complex(dt):
+    _warnings.warn("Casting from complex to real dtypes will soon raise a ValueError. Please "
+                   "first use jnp.real or jnp.imag to take the real/imaginary component of "
+                   "your input.", DeprecationWarning, stacklevel=2)
     x = real(x)  # noqa: F405
   return _lax.convert_element_type(x, dt)
 
@@ -146,3 +153,4 @@ _am._install()
 del _am
 from ourjax.numpy import linalg  # noqa: E402,F401
 from ourjax.numpy import fft  # noqa: E402,F401
+from ourjax.numpy._index_tricks import index_exp, mgrid, ogrid, s_  # noqa: E402,F401

@@ -55,6 +55,7 @@ def _install():
   methods["__round__"] = lambda self, ndigits=None: (
       jnp.round(self, ndigits) if ndigits is not None else jnp.round(self).astype(int))
   methods["__iter__"] = _iter
+  methods["__contains__"] = _contains
   from ourjax.numpy import _indexing
   methods["__getitem__"] = _indexing._getitem
   methods["__setitem__"] = _indexing._setitem
@@ -102,6 +103,22 @@ def _deferred(name):
     return fn(self, *args, **kwargs)
   method.__name__ = name
   return method
+
+
+def _contains(self, value):
+  """``value in x``: whether a 1-D ``x`` holds the scalar ``value`` (JAX's rules)."""
+  import numbers
+  from ourjax.core import Tracer
+  if not isinstance(value, (numbers.Number, np.generic, np.ndarray, Array, Tracer)):
+    raise TypeError(f"Array.__contains__: unsupported operand type {type(value)}.")
+  if self.ndim != 1:
+    raise ValueError(f"Array.__contains__: search array must be one-dimensional, got "
+                     f"arr.shape={self.shape}.")
+  if np.ndim(value) != 0:
+    raise ValueError(f"Array.__contains__: query value must be a scalar, got "
+                     f"query.shape={np.shape(value)}")
+  from ourjax import numpy as jnp
+  return bool(jnp.any(jnp.equal(self, value)))
 
 
 def _iter(self):

@@ -49,12 +49,34 @@ def _check_host_dtype(host: np.ndarray, what) -> None:
                     f"NumPy dtype {host.dtype}); ourjax arrays hold numbers and bools only.")
 
 
-def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, device=None):
+_UNSET = object()
+
+
+def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, device=None):
   """``jnp.array``: an Array from a scalar, array, nested list/tuple (which may hold traced
-  values: they are stacked), or anything NumPy can convert.
+  values: they are stacked), or anything NumPy can convert.  ``copy`` (default True),
+  ``order`` ('K') and ``ndmin`` (0) are keyword arguments; passing them positionally is
+  deprecated (a DeprecationWarning, as JAX).
 
   Only a weakly typed input (a Python scalar, or a weak array) gives a weakly typed result:
   ``jnp.array(1.0)`` is a weak float32, ``jnp.array([1.0])`` a strong one."""
+  if args:
+    if len(args) > 3:
+      raise TypeError(f"array() takes at most 5 positional arguments but {2 + len(args)} were "
+                      "given")
+    given = {"copy": copy, "order": order, "ndmin": ndmin}
+    for name, v in zip(("copy", "order", "ndmin"), args):
+      if given[name] is not _UNSET:
+        raise TypeError(f"array() got multiple values for argument {name!r}")
+      given[name] = v
+    copy, order, ndmin = given["copy"], given["order"], given["ndmin"]
+    import warnings
+    warnings.warn("Passing the copy, order, and ndmin arguments to jnp.array positionally is "
+                  "deprecated. Use keyword arguments instead.", DeprecationWarning,
+                  stacklevel=2)
+  copy = True if copy is _UNSET else copy
+  order = "K" if order is _UNSET else order
+  ndmin = 0 if ndmin is _UNSET else ndmin
   if order is not None and order != "K":
     raise NotImplementedError("jnp.array: only order='K' is implemented")
   if type(object) is PRNGKeyArray or isinstance(dtype, KeyDType):
@@ -69,6 +91,10 @@ def array(object, dtype=None, copy: bool = True, order="K", ndmin: int = 0, *, d
   weak = dtype is None and dtypes.is_weakly_typed(object)
   if isinstance(object, (Array, Tracer)):
     out = lax._convert_element_type(object, dtype or get_aval(object).dtype, weak)
+    if copy and out is object:
+      # a new array (a copy primitive when traced), as JAX: jnp.array(x) is not x
+      from ourjax.lax.elementwise import copy_p
+      out = copy_p.bind(out)
   elif isinstance(object, (list, tuple)):
     leaves = _leaves(object, [])
     dt = dtype
@@ -147,8 +173,8 @@ def canonicalize_shape(shape, name="shape"):
   except TypeError as e:
     if isinstance(e, core.ConcretizationTypeError):
       raise
-    raise TypeError(f"jnp.{name}: shapes must be 1D sequences of concrete values of integer "
-                    f"type, got {shape!r}.") from None
+    raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type, got "
+                    f"{shape!r} (in jnp.{name}).") from None
   if any(d < 0 for d in shape):
     raise TypeError(f"jnp.{name}: shape must not contain negative dimensions, got {shape}.")
   return shape
@@ -156,8 +182,10 @@ def canonicalize_shape(shape, name="shape"):
 
 def _forgot_tuple(name, shape, dtype):
   if isinstance(dtype, int) and not isinstance(dtype, bool) and isinstance(shape, int):
-    raise TypeError(f"Cannot interpret '{dtype}' as a data type. Did you mean "
-                    f"jnp.{name}(({shape}, {dtype})), with the shape as one tuple?")
+    raise TypeError(f"Cannot interpret '{dtype}' as a data type.\n\nDid you accidentally "
+                    f"write `jax.numpy.{name}({shape}, {dtype})` when you meant "
+                    f"`jax.numpy.{name}(({shape}, {dtype}))`, i.e. with a single tuple argument "
+                    "for the shape?")
 
 
 def _filled(name, shape, value, dtype):
@@ -277,6 +305,9 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None):
   promoted dtype of the arguments, Python ints giving int32 (int64 with x64) and Python floats
   float32; the result is never weakly typed."""
   check_arraylike("arange", start)
+  if any(x is not None and dtypes.is_complex(dtypes.dtype(x)) for x in (start, stop, step)):
+    raise ValueError("Passing complex start/stop/step to jnp.arange is no longer supported "
+                     "starting in JAX v0.10.0.")
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "arange")
   only_stop = stop is None and step is None
@@ -540,6 +571,20 @@ def indices(dimensions, dtype=None, sparse: bool = False):
     return lax.full((0,), 0, dt)
   grids = [lax.broadcasted_iota(dt, (1,) + dims, i + 1) for i in range(len(dims))]
   return lax.concatenate(grids, 0) if len(grids) > 1 else grids[0]
+
+
+def frombuffer(buffer, dtype=float, count: int = -1, offset: int = 0):
+  """The bytes of ``buffer`` (read by NumPy's ``frombuffer``) as an array of ``dtype``
+  (``float`` is the default float type)."""
+  dt = dtypes.check_user_dtype(dtype, "frombuffer")
+  return asarray(np.frombuffer(buffer, dtype=np.dtype(dt), count=count, offset=offset))
+
+
+def fromstring(string, dtype=float, count: int = -1, *, sep: str):
+  """The numbers written in ``string`` separated by ``sep`` (NumPy's ``fromstring`` text
+  mode), as an array of ``dtype``."""
+  dt = dtypes.check_user_dtype(dtype, "fromstring")
+  return asarray(np.fromstring(string, dtype=np.dtype(dt), count=count, sep=sep))
 
 
 def fromfunction(function, shape, *, dtype=float, **kwargs):

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax.config import config
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
 from ourjax.errors import NonConcreteBooleanIndexError
@@ -105,6 +106,21 @@ def _list_index(seq):
   return a
 
 
+class _ArrayInt(int):
+  """A static index that came from a concrete 0-d array rather than a Python/NumPy integer
+  (``jax_check_static_indices`` checks only the latter, as JAX does)."""
+
+
+def _check_static_indices(entries, normalize_indices):
+  """``jax_check_static_indices``: an out-of-bounds static integer index is an IndexError."""
+  for e in entries:
+    if e.kind == _INT and type(e.value) is int and not e.dummy:
+      lo = -e.n if normalize_indices else 0
+      if not lo <= e.value < e.n:
+        raise IndexError(f"index {e.value} out of bounds for axis {e.axis} with size {e.n} "
+                         f"(normalize_indices={normalize_indices})")
+
+
 def _classify(i, pos):
   """(kind, value) of one user index entry; kinds are _Entry's plus "..." and "mask"."""
   if i is None:
@@ -119,7 +135,7 @@ def _classify(i, pos):
   if isinstance(i, (int, np.integer)):
     return _INT, int(i)
   if isinstance(i, str):
-    raise TypeError(f"ourjax does not support string indexing; got idx={i!r}")
+    raise TypeError(f"JAX does not support string indexing; got idx={i!r}")   # JAX's words
   if isinstance(i, (float, complex)):
     raise TypeError(f"Indexer must have integer or boolean type, got indexer with type "
                     f"{np.dtype(type(i)).name} at position {pos}, indexer value {i}")
@@ -138,7 +154,7 @@ def _classify(i, pos):
                     f"{aval.dtype.name} at position {pos}, indexer value {i}")
   c = _concrete(i)
   if aval.ndim == 0:
-    return (_INT, int(c)) if c is not None else (_SCALAR, i)
+    return (_INT, _ArrayInt(c)) if c is not None else (_SCALAR, i)
   return _ARRAY, (c if c is not None else i)
 
 
@@ -197,9 +213,11 @@ def _parse_index(shape, idx):
         entries.append(_Entry(_BOOL0, value=bool(m)))
         continue
       expected = tuple(shape[axis:axis + m.ndim])
-      if m.shape != expected:
+      # NumPy's rule: each mask axis has the indexed axis's size, or is empty (then the mask
+      # selects nothing, whatever the other sizes)
+      if len(expected) != m.ndim or any(a not in (b, 0) for a, b in zip(m.shape, expected)):
         raise IndexError(f"boolean index did not match shape of indexed array in index {pos}: "
-                         f"got {m.shape}, expected {expected}")
+                         f"got {m.shape}, expected {list(expected)}")
       for k, a in enumerate(np.nonzero(m)):
         entries.append(_Entry(_ARRAY, axis + k, a, shape[axis + k]))
       axis += m.ndim
@@ -405,8 +423,8 @@ def _plan(shape, entries, normalize_indices=True) -> _Plan:
   else:
     col_shape = batch_shape + (1,)
     indices = lax.concatenate(
-        [lax.full(col_shape, c.value, dt) if isinstance(c, _Const) else lax.reshape(c, col_shape)
-         for c in cols], len(batch_shape))
+        [lax.full(col_shape, c.value, dt) if isinstance(c, _Const)
+         else lax.expand_dims(c, (len(batch_shape),)) for c in cols], len(batch_shape))
   collapsed = tuple(e.axis for e in columns if not (e.kind == _SLICE and e.step == 1))
   sizes = list(shape)
   for e in entries:
@@ -435,6 +453,8 @@ def _rewriting_take(x, idx, *, indices_are_sorted=False, unique_indices=False, m
   aval = get_aval(x)
   entries = _parse_index(aval.shape, idx)
   mode = _gather_mode(mode)
+  if mode == GatherScatterMode.PROMISE_IN_BOUNDS and config.read("jax_check_static_indices"):
+    _check_static_indices(entries, normalize_indices)
   fill = mode == GatherScatterMode.FILL_OR_DROP
   if not any(e.kind in (_ARRAY, _BOOL0) for e in entries) and not (
       (fill or not normalize_indices) and any(e.kind in (_INT, _SCALAR) for e in entries)):
@@ -473,14 +493,11 @@ def _slice_take(x, entries):
       starts[e.axis] = v if get_aval(v).dtype == dt else lax.convert_element_type(v, dt)
       sizes[e.axis] = 1
     x = lax.dynamic_slice(x, starts, sizes)
-  final = []
-  for e in entries:
-    if e.kind == _NEW:
-      final.append(1)
-    elif e.kind == _SLICE:
-      final.append(e.size)
-  final = tuple(final)
-  return x if get_aval(x).shape == final else lax.reshape(x, final)
+  # the integer-indexed axes (size 1 now) are squeezed out, then the new axes inserted
+  x = lax.squeeze(x, tuple(e.axis for e in entries if e.kind in (_INT, _SCALAR)))
+  kept = [e for e in entries if e.kind in (_NEW, _SLICE)]
+  new = tuple(j for j, e in enumerate(kept) if e.kind == _NEW)
+  return lax.expand_dims(x, new) if new else x
 
 
 # ------------------------------------------------------------------------------------------------
@@ -490,13 +507,20 @@ def _slice_take(x, entries):
 def _updates_to(x, y, plan, op_name):
   """``y`` cast to the array's dtype and broadcast to the indexed shape, in the layout of the
   scatter's updates."""
+  dt = get_aval(x).dtype
+  if type(y) in (int, float, complex) and dtypes.result_type(y, x) == dt and (
+      type(y) is not int or not dtypes.is_integer(dt)
+      or np.iinfo(dt).min <= y <= np.iinfo(dt).max):
+    # a weakly typed scalar that the array's dtype holds takes that dtype directly (so
+    # 2**32 - 1 goes into uint32); other ints wrap from int32, as JAX's
+    y = asarray(y, dtype=dt)
   y = asarray(y)
   y_aval = get_aval(y)
-  dt = get_aval(x).dtype
   if dtypes.result_type(y, x) != dt:
-    warnings.warn(f"x.at[...].{op_name}: the values of dtype {y_aval.dtype.name} are cast to the "
-                  f"array's dtype {dt.name}, which cannot represent all of them; cast them "
-                  "explicitly to silence this warning.", FutureWarning, stacklevel=4)
+    warnings.warn(f"scatter inputs have incompatible types: cannot safely cast value from "
+                  f"dtype={y_aval.dtype.name} to dtype={dt.name} with jax_numpy_dtype_promotion="
+                  f"standard. In future JAX releases this will result in an error. (x.at[...].{op_name}: cast the values explicitly to "
+                  "silence this warning.)", FutureWarning, stacklevel=4)
   if y_aval.dtype != dt:
     if dtypes.is_complex(y_aval.dtype) and not dtypes.is_complex(dt):
       y = lax.real(y)
@@ -518,7 +542,9 @@ def _updates_to(x, y, plan, op_name):
 
 
 def _scatter_update(x, idx, y, scatter_fn, op_name, *, indices_are_sorted=False,
-                    unique_indices=False, mode=None):
+                    unique_indices=False, mode=None, normalize_indices=True):
+  """``x.at[idx].<op_name>(y)`` with ``scatter_fn``; without ``normalize_indices`` negative
+  indices are not counted from the end (so their updates are out of bounds)."""
   x = asarray(x)
   aval = get_aval(x)
   if (aval.dtype == np.bool_ and scatter_fn in (lax.scatter_add, lax.scatter_mul)
@@ -528,9 +554,10 @@ def _scatter_update(x, idx, y, scatter_fn, op_name, *, indices_are_sorted=False,
     # values alone are an error (scatter-add has no bool)
     wide = lax.convert_element_type(x, dtypes.result_type(x, y))
     out = _scatter_update(wide, idx, y, scatter_fn, op_name, indices_are_sorted=indices_are_sorted,
-                          unique_indices=unique_indices, mode=mode)
+                          unique_indices=unique_indices, mode=mode,
+                          normalize_indices=normalize_indices)
     return lax.ne(out, lax.full_like(out, 0))
-  plan = _plan(aval.shape, _parse_index(aval.shape, idx))
+  plan = _plan(aval.shape, _parse_index(aval.shape, idx), normalize_indices)
   y = _updates_to(x, y, plan, op_name)
   n_out = int(np.prod(plan.out_shape, dtype=np.int64))
   if n_out == 0:
@@ -578,64 +605,79 @@ class _IndexUpdateRef:
     return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
 
   def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None,
-          out_sharding=None):
-    """``x[idx]``, with a choice of out-of-bounds ``mode`` ('fill' gathers ``fill_value``)."""
+          out_sharding=None, wrap_negative_indices=True):
+    """``x[idx]``, with a choice of out-of-bounds ``mode`` ('fill' gathers ``fill_value``).
+    With ``wrap_negative_indices=False`` negative indices are out of bounds instead of counted
+    from the end (this holds for every method of ``x.at[idx]``)."""
     return _rewriting_take(self.array, self.index, indices_are_sorted=indices_are_sorted,
-                           unique_indices=unique_indices, mode=mode, fill_value=fill_value)
+                           unique_indices=unique_indices, mode=mode, fill_value=fill_value,
+                           normalize_indices=wrap_negative_indices)
 
-  def _scatter(self, fn, name, values, indices_are_sorted, unique_indices, mode):
+  def _scatter(self, fn, name, values, indices_are_sorted, unique_indices, mode, wrap=True):
     return _scatter_update(self.array, self.index, values, fn, name,
                            indices_are_sorted=indices_are_sorted,
-                           unique_indices=unique_indices, mode=mode)
+                           unique_indices=unique_indices, mode=mode, normalize_indices=wrap)
 
-  def set(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
-    return self._scatter(lax.scatter, "set", values, indices_are_sorted, unique_indices, mode)
+  def set(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+          wrap_negative_indices=True):
+    return self._scatter(lax.scatter, "set", values, indices_are_sorted, unique_indices, mode,
+                         wrap_negative_indices)
 
-  def add(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def add(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+          wrap_negative_indices=True):
     return self._scatter(lax.scatter_add, "add", values, indices_are_sorted, unique_indices,
-                         mode)
+                         mode, wrap_negative_indices)
 
-  def subtract(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def subtract(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+               wrap_negative_indices=True):
     return self._scatter(lax.scatter_sub, "subtract", values, indices_are_sorted,
-                         unique_indices, mode)
+                         unique_indices, mode, wrap_negative_indices)
 
-  def multiply(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def multiply(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+               wrap_negative_indices=True):
     return self._scatter(lax.scatter_mul, "multiply", values, indices_are_sorted,
-                         unique_indices, mode)
+                         unique_indices, mode, wrap_negative_indices)
 
   mul = multiply
 
-  def min(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def min(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+          wrap_negative_indices=True):
     return self._scatter(lax.scatter_min, "min", values, indices_are_sorted, unique_indices,
-                         mode)
+                         mode, wrap_negative_indices)
 
-  def max(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def max(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+          wrap_negative_indices=True):
     return self._scatter(lax.scatter_max, "max", values, indices_are_sorted, unique_indices,
-                         mode)
+                         mode, wrap_negative_indices)
 
-  def _factor(self, values, indices_are_sorted, unique_indices, mode):
+  def _factor(self, values, indices_are_sorted, unique_indices, mode, wrap):
     """Ones with the product of the values at the indexed places (the divisor/exponent of
     ``divide``/``power``, whose results have ``x / d``'s and ``x ** d``'s dtype, as JAX's)."""
     from ourjax.numpy._creation import ones_like
     ones = ones_like(self.array)
     return _scatter_update(ones, self.index, values, lax.scatter_mul, "multiply",
                            indices_are_sorted=indices_are_sorted,
-                           unique_indices=unique_indices, mode=mode)
+                           unique_indices=unique_indices, mode=mode, normalize_indices=wrap)
 
-  def divide(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def divide(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+             wrap_negative_indices=True):
     from ourjax.numpy._ufuncs import true_divide
     return true_divide(self.array, self._factor(values, indices_are_sorted, unique_indices,
-                                                mode))
+                                                mode, wrap_negative_indices))
 
-  def power(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def power(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            wrap_negative_indices=True):
     from ourjax.numpy._ufuncs import power
-    return power(self.array, self._factor(values, indices_are_sorted, unique_indices, mode))
+    return power(self.array, self._factor(values, indices_are_sorted, unique_indices, mode,
+                                          wrap_negative_indices))
 
-  def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None):
+  def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            wrap_negative_indices=True):
     """``func`` (elementwise) applied at the indexed places, once per occurrence of a place in
     the index (as JAX's scatter-apply)."""
     x = self.array
-    kw = dict(indices_are_sorted=indices_are_sorted, unique_indices=unique_indices)
+    kw = dict(indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
+              normalize_indices=wrap_negative_indices)
     v = _rewriting_take(x, self.index, mode=GatherScatterMode.CLIP, **kw)
     v = asarray(func(v))
     if not unique_indices:
@@ -1109,7 +1151,8 @@ def unravel_index(indices, shape):
   dt = get_aval(indices).dtype
   if not dtypes.is_integer(dt):
     raise TypeError(f"unravel_index: only integer indices are allowed, got {dt.name}")
-  dt = dtypes.result_type(dt, dtypes.default_int_dtype())
+  out_dt = dt                   # the indices' dtype, as JAX's (the shape is weakly typed)
+  dt = dtypes.result_type(dt, dtypes.default_int_dtype())    # (computed at least this wide)
   shape = _shape_arg(shape, "unravel_index")
   if any(d < 0 for d in shape):
     raise ValueError(f"unravel_index: dimensions must be non-negative, got {shape}")
@@ -1127,7 +1170,8 @@ def unravel_index(indices, shape):
   for d in reversed(shape):
     out.append(lax.rem(i, np.array(d, dt)))
     i = lax.div(i, np.array(d, dt))
-  return tuple(reversed(out))
+  return tuple(o if out_dt == dt else lax.convert_element_type(o, out_dt)
+               for o in reversed(out))
 
 
 def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None):

@@ -280,13 +280,16 @@ def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
     if n < 0:
       raise ValueError(f"tensordot: axes must be non-negative, got {axes}")
     if n > min(na, nb):
-      raise TypeError(f"Number of tensordot axes (axes {n}) exceeds input ranks ({na} and "
-                      f"{nb})")
+      raise TypeError(f"Number of tensordot axes (axes {n}) exceeds input ranks "
+                      f"({get_aval(a).shape} and {get_aval(b).shape})")
     ca, cb = tuple(range(na - n, na)), tuple(range(n))
   elif isinstance(axes, (list, tuple)) and len(axes) == 2:
     ax_a, ax_b = axes
     if isinstance(ax_a, (int, np.integer)) and isinstance(ax_b, (int, np.integer)):
       ax_a, ax_b = (ax_a,), (ax_b,)
+    if not all(isinstance(x, (int, np.integer, list, tuple)) for x in (ax_a, ax_b)):
+      raise TypeError(f"tensordot requires both axes lists to be either ints, tuples or lists, "
+                      f"got {ax_a} and {ax_b}")
     ax_a, ax_b = tuple(ax_a), tuple(ax_b)
     if len(ax_a) != len(ax_b):
       raise TypeError(f"tensordot requires axes lists to have equal length, got {ax_a} and "
@@ -337,7 +340,7 @@ def diagonal(a, offset=0, axis1: int = 0, axis2: int = 1):
   offset = core.concrete_or_error(operator.index, offset, "diagonal offset must be concrete")
   ax1, ax2 = _canon(axis1, aval.ndim, "diagonal"), _canon(axis2, aval.ndim, "diagonal")
   if ax1 == ax2:
-    raise ValueError("axis1 and axis2 must not be equal")
+    raise ValueError(f"axis1 and axis2 can not be same. axis1={axis1} and axis2={axis2}")
   from ourjax.numpy._shape import moveaxis, _slice_axis
   a = moveaxis(a, (ax1, ax2), (-2, -1))
   *batch, n, m = get_aval(a).shape

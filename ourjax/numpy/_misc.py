@@ -112,15 +112,28 @@ def cross(a, b, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis=None):
   return moveaxis(stack(c, axis=-1), -1, axisc)
 
 
+def _inexact_dtype_arg(name, dtype):
+  if dtype is None:
+    return None
+  dt = dtypes.canonicalize_dtype(dtypes.check_user_dtype(dtype, name))
+  if not dtypes.is_inexact(dt):
+    raise ValueError(f"{name}: dtype must be a subclass of float or complex; got {dtype}")
+  return dt
+
+
 def cov(m, y=None, rowvar: bool = True, bias: bool = False, ddof=None, fweights=None,
-        aweights=None):
-  """Covariance matrix of the variables in the rows (``rowvar``) or columns of ``m``."""
+        aweights=None, dtype=None):
+  """Covariance matrix of the variables in the rows (``rowvar``) or columns of ``m``, computed
+  in ``dtype`` (inexact) if given."""
+  dtype = _inexact_dtype_arg("cov", dtype)
   from ourjax.numpy._shape import atleast_2d, concatenate, squeeze
   from ourjax.numpy._reductions import average, sum as _sum
   from ourjax.numpy._linalg_ops import dot
   from ourjax.numpy._ufuncs import conjugate, multiply
   check_arraylike("cov", m)
   x, = promote_dtypes_inexact(atleast_2d(_as_operand(m)))
+  if dtype is not None:
+    x = lax.convert_element_type(x, dtype)
   if get_aval(x).ndim > 2:
     raise ValueError("m has more than 2 dimensions")
   if not rowvar and get_aval(x).shape[0] != 1:
@@ -128,6 +141,8 @@ def cov(m, y=None, rowvar: bool = True, bias: bool = False, ddof=None, fweights=
   if y is not None:
     check_arraylike("cov", y)
     yy = atleast_2d(_as_operand(y))
+    if dtype is not None:
+      yy = lax.convert_element_type(yy, dtype)
     if not rowvar and get_aval(yy).shape[0] != 1:
       yy = lax.transpose(yy, (1, 0))
     x = concatenate([x, yy], 0)
@@ -165,11 +180,12 @@ def cov(m, y=None, rowvar: bool = True, bias: bool = False, ddof=None, fweights=
   return squeeze(c)
 
 
-def corrcoef(x, y=None, rowvar: bool = True):
-  """Pearson correlation coefficients (the covariance normalised by the deviations)."""
+def corrcoef(x, y=None, rowvar: bool = True, dtype=None):
+  """Pearson correlation coefficients (the covariance normalised by the deviations), computed
+  in ``dtype`` (inexact) if given."""
   from ourjax.numpy._creation import diag
   from ourjax.numpy._ufuncs import sqrt, real, clip, divide, iscomplexobj, imag
-  c = cov(x, y, rowvar)
+  c = cov(x, y, rowvar, dtype=_inexact_dtype_arg("corrcoef", dtype))
   if get_aval(c).ndim == 0:
     return divide(c, c)
   d = diag(c)
@@ -273,8 +289,8 @@ def correlate(a, v, mode: str = "valid", *, precision=None, preferred_element_ty
 
 
 def bincount(x, weights=None, minlength: int = 0, *, length=None):
-  """Counts (or summed ``weights``) of each non-negative integer value in ``x``; under jit the
-  number of bins must be given as ``length``."""
+  """Counts (or summed ``weights``) of each integer value in ``x``, negative values clipped to
+  0 (as JAX); under jit the number of bins must be given as ``length``."""
   from ourjax.numpy._shape import ravel
   check_arraylike("bincount", x)
   x = asarray(_as_operand(x))
@@ -290,9 +306,7 @@ def bincount(x, weights=None, minlength: int = 0, *, length=None):
     xv = core.concrete_or_error(None, x, "The error occurred because of argument 'length' of "
                                 "jnp.bincount: with traced x, give a static length.")
     xv = np.asarray(xv)
-    if xv.size and xv.min() < 0:
-      raise ValueError("jnp.bincount: x must be non-negative")
-    length = max(minlength, int(xv.max()) + 1 if xv.size else 0)
+    length = max(minlength, max(int(xv.max()), 0) + 1 if xv.size else 0)
   else:
     length = core.concrete_or_error(operator.index, length, "jnp.bincount length must be "
                                     "concrete")
@@ -306,8 +320,8 @@ def bincount(x, weights=None, minlength: int = 0, *, length=None):
       raise ValueError(f"bincount: weights shape {get_aval(w).shape} does not match x shape "
                        f"{get_aval(x).shape}")
   idx = lax.convert_element_type(x, np.int32)
-  # negative values are dropped (as out of range), as JAX does
-  idx = lax.select_n(lax.lt(idx, np.int32(0)), idx, lax.full_like(idx, length))
+  # negative values count in bin 0 (clipped), as JAX's
+  idx = lax.max(idx, np.int32(0))
   dn = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
                                    scatter_dims_to_operand_dims=(0,))
   return lax.scatter_add(lax.full((length,), 0, get_aval(w).dtype),

@@ -18,7 +18,8 @@ from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import get_aval
 from ourjax.numpy._creation import asarray
-from ourjax.numpy._util import _as_operand, _broadcast_to, check_arraylike, static_argnames
+from ourjax.numpy._util import (_as_operand, _broadcast_to, canonicalize_axis, check_arraylike,
+                                static_argnames)
 
 _builtin_max, _builtin_min, _builtin_sum, _builtin_all = (builtins.max, builtins.min,
                                                           builtins.sum, builtins.all)
@@ -80,7 +81,8 @@ def _where_mask(name, where, a, fill):
   shape = get_aval(a).shape
   w = asarray(where)
   if get_aval(w).dtype != np.bool_:
-    w = lax.ne(w, lax._const(w, 0))
+    raise ValueError(f"jnp.{name}: where must be None or a boolean array; got "
+                     f"where.dtype={get_aval(w).dtype!r}.")
   try:
     np.broadcast_shapes(get_aval(w).shape, shape)
   except ValueError:
@@ -273,10 +275,14 @@ def _var_dtypes(a_dt, dtype):
   return _upcast_f16(a_dt), real
 
 
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
+_mean = mean      # (var and nanvar take a ``mean`` argument)
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Variance, dividing by ``N - ddof`` (``correction`` is the array-API name of ``ddof``);
-  NaN where that is not positive."""
+  NaN where that is not positive.  ``mean``: the mean to center on (broadcastable against
+  ``a``, e.g. computed with ``keepdims=True``) instead of computing it."""
   if correction is None:
     correction = ddof
   elif not isinstance(ddof, int) or ddof != 0:
@@ -288,8 +294,14 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
   axes = _reduction_axes("var", axis, aval.ndim)
   comp_dt, result_dt = _var_dtypes(aval.dtype, dtype)
   a = lax.convert_element_type(a, comp_dt)
-  m = mean(a, axes, dtype=comp_dt, keepdims=True, where=where)
-  centered = lax.sub(a, _broadcast_to(m, aval.shape) if aval.shape else m)
+  if mean is not None:
+    m = lax.convert_element_type(asarray(_as_operand(mean)), comp_dt)
+    if get_aval(m).shape != aval.shape:
+      m = _broadcast_to(m, aval.shape)
+  else:
+    m = _mean(a, axes, dtype=comp_dt, keepdims=True, where=where)
+  centered = lax.sub(a, _broadcast_to(m, aval.shape) if aval.shape and get_aval(m).shape !=
+                     aval.shape else m)
   if dtypes.is_complex(comp_dt):
     centered = lax.real(lax.mul(centered, lax.conj(centered)))
     comp_dt = get_aval(centered).dtype
@@ -307,12 +319,13 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
                 if get_aval(res).shape else np.array(np.nan, result_dt))
 
 
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Standard deviation: the square root of ``var``."""
   if dtype is not None and not dtypes.is_inexact(dtypes.check_user_dtype(dtype, "std")):
     raise ValueError(f"dtype argument to jnp.std must be inexact; got {dtype}")
-  return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, correction=correction))
+  return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
+                      correction=correction))
 
 
 def ptp(a, axis=None, out=None, keepdims=False):
@@ -351,16 +364,20 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
     a_shape, w_shape = get_aval(a).shape, get_aval(weights).shape
     nd = len(a_shape)
     if a_shape != w_shape:
-      if len(w_shape) != 1:
-        raise ValueError("1D weights expected when shapes of a and weights differ.")
+      # (NumPy 2's rule) the weights' shape is a's along ``axis``, in the order given there
       if axis is None:
         raise ValueError("Axis must be specified when shapes of a and weights differ.")
-      if isinstance(axis, (tuple, list)):
-        raise ValueError("Single axis expected when shapes of a and weights differ")
-      ax = _reduction_axes("average", axis, nd)[0]
-      if w_shape[0] != a_shape[ax]:
-        raise ValueError("Length of weights not compatible with specified axis.")
-      weights = lax.broadcast_in_dim(weights, a_shape, (ax,))
+      axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+      axes = tuple(canonicalize_axis(ax, nd) for ax in axes)
+      if len(set(axes)) != len(axes):
+        raise ValueError(f"repeated axis in average: {axis}")
+      if w_shape != tuple(a_shape[ax] for ax in axes):
+        raise ValueError("Shape of weights must be consistent with shape of a along specified "
+                         "axis.")
+      order = sorted(range(len(axes)), key=lambda k: axes[k])
+      if order != list(range(len(axes))):
+        weights = lax.transpose(weights, tuple(order))
+      weights = lax.broadcast_in_dim(weights, a_shape, tuple(sorted(axes)))
     wsum = sum(weights, axis=axis, keepdims=keepdims)
     avg = lax.div(sum(lax.mul(a, weights), axis=axis, keepdims=keepdims), wsum)
   if returned:
@@ -448,6 +465,8 @@ def _cumulative(name, lax_fn, a, axis, dtype, out, *, fill_nan=None, promote_int
     result_dt = dtypes.check_user_dtype(dtype, name)
   else:
     result_dt = aval.dtype
+  if result_dt == np.bool_ and aval.dtype != np.bool_:
+    a = lax.convert_element_type(a, np.bool_)     # as NumPy: 0.1 is True, then the bools add
   if (dtype is None and promote_integers) or result_dt == np.bool_:
     result_dt = _promote_integer_dtype(result_dt)
   a = lax.convert_element_type(a, result_dt)
@@ -572,16 +591,20 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
 
 
 @static_argnames("axis", "dtype", "keepdims")
-def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
-  """Variance ignoring NaN."""
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
+  """Variance ignoring NaN (centered on ``mean`` if given, as ``var``)."""
   from ourjax.numpy._ufuncs import isnan, where as _where
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.nanvar is not supported.")
   a = _arr("nanvar", a)
   comp_dt, result_dt = _var_dtypes(get_aval(a).dtype, dtype)
   a = lax.convert_element_type(a, comp_dt)
-  a_mean = nanmean(a, axis=axis, dtype=comp_dt, keepdims=True, where=where)
-  a_mean = _broadcast_to(a_mean, get_aval(a).shape) if get_aval(a).ndim else a_mean
+  if mean is not None:
+    a_mean = lax.convert_element_type(asarray(_as_operand(mean)), comp_dt)
+  else:
+    a_mean = nanmean(a, axis=axis, dtype=comp_dt, keepdims=True, where=where)
+  if get_aval(a).ndim and get_aval(a_mean).shape != get_aval(a).shape:
+    a_mean = _broadcast_to(a_mean, get_aval(a).shape)
   centered = _where(isnan(a), lax.full_like(a, 0), lax.sub(a, a_mean))
   if dtypes.is_complex(comp_dt):
     centered = lax.real(lax.mul(centered, lax.conj(centered)))
@@ -599,9 +622,9 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
 
 
 @static_argnames("axis", "dtype", "keepdims")
-def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
   return lax.sqrt(nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
-                         where=where))
+                         where=where, mean=mean))
 
 
 # ------------------------------------------------------------------------------------------------

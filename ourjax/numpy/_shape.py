@@ -43,18 +43,41 @@ def _axes(axis, ndim, name=""):
 # Shape queries
 
 
-def shape(a):
+def _shape_of(a):
   return tuple(get_aval(a).shape) if isinstance(a, (Array, Tracer)) else np.shape(a)
 
 
+def _warn_sequence(name, a):
+  if isinstance(a, (list, tuple)):
+    import warnings
+    warnings.warn(f"{name} requires ndarray or scalar arguments, got {type(a)} at position 0. "
+                  "In a future JAX release this will be an error.", DeprecationWarning,
+                  stacklevel=3)
+
+
+def shape(a):
+  """``a``'s shape (a list or tuple argument is deprecated, as in JAX)."""
+  _warn_sequence("shape", a)
+  return _shape_of(a)
+
+
 def ndim(a):
+  """``a``'s number of dimensions (a list or tuple argument is deprecated, as in JAX)."""
+  _warn_sequence("ndim", a)
   return get_aval(a).ndim if isinstance(a, (Array, Tracer)) else np.ndim(a)
 
 
 def size(a, axis=None):
-  s = shape(a)
+  """The number of elements, along ``axis`` (an int or a tuple of ints) if given."""
+  _warn_sequence("size", a)
+  s = _shape_of(a)
   if axis is None:
     return math.prod(s)
+  if isinstance(axis, (tuple, list)):
+    axes = [_axis(ax, len(s), "size") for ax in axis]
+    if len(set(axes)) != len(axes):
+      raise ValueError(f"repeated axis: {tuple(axis)}")
+    return math.prod(s[ax] for ax in axes)
   return s[_axis(axis, len(s), "size")]
 
 
@@ -258,7 +281,10 @@ def broadcast_to(array, shape):
   if aval.shape == shape:
     return a
   nlead = len(shape) - aval.ndim
-  if nlead < 0 or any(d != 1 and d != s for d, s in zip(aval.shape, shape[nlead:])):
+  if nlead < 0:
+    raise ValueError(f"Cannot broadcast to shape with fewer dimensions: arr_shape={aval.shape} "
+                     f"shape={shape}")
+  if any(d != 1 and d != s for d, s in zip(aval.shape, shape[nlead:])):
     raise ValueError(f"Incompatible shapes for broadcasting: {aval.shape} and requested "
                      f"shape {shape}")
   return _broadcast_to(a, shape)
@@ -518,19 +544,19 @@ def array_split(ary, indices_or_sections, axis: int = 0):
 
 
 def vsplit(ary, indices_or_sections):
-  if ndim(ary) < 2:
+  if np.ndim(ary) < 2:
     raise ValueError("vsplit only works on arrays of 2 or more dimensions")
   return _split("vsplit", ary, indices_or_sections, 0)
 
 
 def hsplit(ary, indices_or_sections):
-  if ndim(ary) < 1:
+  if np.ndim(ary) < 1:
     raise ValueError("hsplit only works on arrays of 1 or more dimensions")
-  return _split("hsplit", ary, indices_or_sections, 1 if ndim(ary) > 1 else 0)
+  return _split("hsplit", ary, indices_or_sections, 1 if np.ndim(ary) > 1 else 0)
 
 
 def dsplit(ary, indices_or_sections):
-  if ndim(ary) < 3:
+  if np.ndim(ary) < 3:
     raise ValueError("dsplit only works on arrays of 3 or more dimensions")
   return _split("dsplit", ary, indices_or_sections, 2)
 
@@ -714,6 +740,10 @@ def rot90(m, k=1, axes=(0, 1)):
   """Rotate by 90 degrees ``k`` times in the plane of ``axes`` (from the first axis towards the
   second)."""
   m = _arr("rot90", m)
+  if get_aval(m).ndim < 2:
+    raise ValueError(f"rot90 requires its first argument to have ndim at least two, but got "
+                     f"first argument of shape {get_aval(m).shape}, which has ndim "
+                     f"{get_aval(m).ndim}")
   axes = tuple(axes)
   if len(axes) != 2:
     raise ValueError("len(axes) must be 2.")

@@ -46,12 +46,15 @@ def sort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
 
 
 @static_argnames("axis", "kind", "order", "stable", "descending")
-def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False):
-  """Indices that sort ``a`` along ``axis``; ties keep their order (also when descending)."""
+def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False, dtype=None):
+  """Indices that sort ``a`` along ``axis``; ties keep their order (also when descending).
+  ``dtype``: the indices' dtype (the default integer type if None)."""
   _no_order("argsort", order)
   a, axis = _sort_axis("argsort", _arr("argsort", a), axis)
   aval = get_aval(a)
-  iota = lax.broadcasted_iota(dtypes.default_int_dtype(), aval.shape, axis)
+  idx_dt = dtypes.default_int_dtype() if dtype is None else \
+      dtypes.canonicalize_dtype(dtypes.check_user_dtype(dtype, "argsort"))
+  iota = lax.broadcasted_iota(idx_dt, aval.shape, axis)
   if descending and stable:
     # reverse first so that equal keys come out in their original order once reversed back
     a, iota = lax.rev(a, (axis,)), lax.rev(iota, (axis,))

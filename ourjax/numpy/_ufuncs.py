@@ -186,6 +186,8 @@ def rint(x, /):
 def round(a, decimals: int = 0, out=None):  # noqa: A001
   a, = promote_args("round", a)
   dt = get_aval(a).dtype
+  if dtypes.is_complex(dt):      # real and imaginary parts each, as NumPy
+    return lax.complex(round(lax.real(a), decimals), round(lax.imag(a), decimals))
   if not dtypes.is_inexact(dt):
     return a if decimals >= 0 else _round_int(a, decimals)
   if decimals == 0:
@@ -398,7 +400,23 @@ def spacing(x, /):
 
 def logaddexp(x1, x2, /):
   x1, x2 = promote_args_inexact("logaddexp", x1, x2)
+  if dtypes.is_complex(get_aval(x1).dtype):
+    return _logaddexp_complex(x1, x2)
   return _logaddexp_custom()(x1, x2)
+
+
+def _logaddexp_complex(x1, x2):
+  """log(exp(x1) + exp(x2)) for complex values: ``m + log1p(exp(x1 + x2 - 2m))`` with ``m``
+  the larger (by real part, then imaginary) of the two, its imaginary part brought back into
+  [-pi, pi] (the principal branch, as ``log`` gives)."""
+  amax = lax.max(x1, x2)
+  delta = lax.sub(lax.sub(lax.add(x1, x2), amax), amax)
+  out = lax.add(amax, lax.log1p(lax.exp(delta)))
+  re, im = lax.real(out), lax.imag(out)
+  two_pi = lax._const(im, 2 * np.pi)
+  im = lax.sub(im, lax.mul(two_pi, lax.floor(lax.div(lax.add(im, lax._const(im, np.pi)),
+                                                        two_pi))))
+  return lax.complex(re, im)
 
 
 def _logaddexp_primal(x1, x2):
@@ -469,6 +487,9 @@ radians, degrees = deg2rad, rad2deg
 
 def hypot(x1, x2, /):
   x1, x2 = promote_args_inexact("hypot", x1, x2)
+  if dtypes.is_complex(get_aval(x1).dtype):
+    raise ValueError("jnp.hypot is not well defined for complex-valued inputs. Please convert "
+                     "to real values first, such as by using abs(x)")
   a, b = lax.abs(x1), lax.abs(x2)
   hi, lo = lax.max(a, b), lax.min(a, b)
   safe_hi = _select(lax.eq(hi, lax._const(hi, 0)), hi, lax._const(hi, 1))
@@ -725,14 +746,37 @@ def _exact_pow2(n, dt):
 
 def frexp(x, /):
   """Split ``x`` into a mantissa in [0.5, 1) (sign kept) and an int32 exponent:
-  ``x == m * 2 ** e``.  Zero, inf and NaN give ``(x, 0)``."""
+  ``x == m * 2 ** e``.  Zero, inf and NaN give ``(x, 0)``.  The mantissa's derivative is
+  ``2 ** -e`` (the exponent is piecewise constant)."""
   x, = promote_args_inexact("frexp", x)
-  dt = get_aval(x).dtype
-  if dtypes.is_complex(dt):
+  if dtypes.is_complex(get_aval(x).dtype):
     raise TypeError("frexp does not support complex-valued inputs")
+  return _frexp_mantissa()(x), _frexp_bits(x)[1]
+
+
+_FREXP = []
+
+
+def _frexp_mantissa():
+  if not _FREXP:
+    from ourjax.custom_derivatives import custom_jvp
+    f = custom_jvp(lambda x: _frexp_bits(x)[0])
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+      (x,), (t,) = primals, tangents
+      m, e = _frexp_bits(x)
+      return m, lax.mul(t, ldexp(lax.full_like(t, 1), lax.neg(e)))
+    _FREXP.append(f)
+  return _FREXP[0]
+
+
+def _frexp_bits(x):
+  """(mantissa, exponent) of a real float array, read off its bits."""
+  dt = get_aval(x).dtype
   if dt.itemsize < 2 or dt not in (np.dtype(np.float16), np.dtype(np.float32),
                                    np.dtype(np.float64), np.dtype(dtypes.bfloat16)):
-    m, e = frexp(lax.convert_element_type(x, np.float32))
+    m, e = _frexp_bits(lax.convert_element_type(x, np.float32))
     return lax.convert_element_type(m, dt), e
   info = dtypes.finfo(dt)
   itype = _int_type_of(dt)
@@ -896,20 +940,24 @@ def _take_1d(arr, idx):
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):
-  """Piecewise-linear interpolation of the points ``(xp, fp)`` (``xp`` increasing) at ``x``."""
+  """Piecewise-linear interpolation of the points ``(xp, fp)`` (``xp`` increasing) at ``x``.
+  Outside ``xp``: ``left``/``right`` (default the end values of ``fp``), or the end segments'
+  lines continued for ``'extrapolate'``."""
   from ourjax.numpy._creation import asarray
   check_arraylike("interp", x, xp, fp)
-  if np.ndim(xp) != 1 or np.ndim(fp) != 1:
-    raise ValueError("xp and fp must be one-dimensional")
-  if np.shape(xp)[0] != np.shape(fp)[0]:
-    raise ValueError("xp and fp must be of the same length")
+  if np.ndim(xp) != 1 or np.ndim(fp) != 1 or np.shape(xp)[0] != np.shape(fp)[0]:
+    raise ValueError("xp and fp must be one-dimensional arrays of equal size")
+  for side, v in (("left", left), ("right", right)):
+    if isinstance(v, str) and v != "extrapolate":
+      raise ValueError(f"the only valid string value of `{side}` is 'extrapolate', but got: "
+                       f"{v!r}")
   if np.shape(xp)[0] == 0:
     raise ValueError("xp and fp must not be empty")
   from ourjax.numpy._util import promote_dtypes_inexact
   x, xp = promote_dtypes_inexact(_as_operand(x), _as_operand(xp))
   fp, = promote_dtypes_inexact(_as_operand(fp))
   if dtypes.is_complex(get_aval(x).dtype):
-    raise ValueError("jnp.interp: complex x or xp are not supported")
+    raise ValueError("jnp.interp: complex x values not supported.")
   x, xp, fp = asarray(x), asarray(xp), asarray(fp)
   if period is not None:
     if np.ndim(period) != 0:
@@ -950,8 +998,11 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     last = _take_1d(fp, np.full((), n - 1, np.int32))
     left = first if left is None else left
     right = last if right is None else right
-    f = where(lax.lt(x, _take_1d(xp, np.zeros((), np.int32))), left, f)
-    f = where(lax.gt(x, _take_1d(xp, np.full((), n - 1, np.int32))), right, f)
+    # 'extrapolate': the end segments' lines continue (what f already holds there)
+    if not isinstance(left, str):
+      f = where(lax.lt(x, _take_1d(xp, np.zeros((), np.int32))), left, f)
+    if not isinstance(right, str):
+      f = where(lax.gt(x, _take_1d(xp, np.full((), n - 1, np.int32))), right, f)
   return f
 
 
