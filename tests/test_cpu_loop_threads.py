@@ -29,7 +29,9 @@ def _small_parallel(monkeypatch):
   monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 512)
   monkeypatch.setattr(entry, "LOOP_JOB_MIN_WORK", 512)
   monkeypatch.setattr(entry, "LOOP_JOB_MIN_COPY_BYTES", 1024)
-  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  # (the CPU backend even where a GPU is the default)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off",
+                                              jax_platforms="cpu"))
   saved = cpu.num_threads()
   yield
   cpu.set_num_threads(saved)
