@@ -816,59 +816,50 @@ class SplitFinish(GpuKernel):
   def function_names(self):
     return [self.name] + [t.name for t in self.tails]
 
-  def _wide_body(self, b, ptr):
-    em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
-    G, T = self.groups, self.WIDE_BLOCK
-    o = sreg64(b, "ctaid.x")
-    tid = sreg64(b, "tid.x")
-    oidx = Index(b, self.dims, linear=o)
-    for j, (r, parts) in enumerate(zip(self.prefetch, self.partials)):
-      red = _Reducer(b, em, r)
-      accs = [E.alloca_entry(b, v.type) for v in red.ident]
-      for a, v in zip(accs, red.ident):
+  def _fold(self, b, ptr, red, parts, o, start, step):
+    """This thread's combination of partials ``start, start + step, ...`` of output ``o``."""
+    G = self.groups
+    accs = [E.alloca_entry(b, v.type) for v in red.ident]
+    for a, v in zip(accs, red.ident):
+      b.store(v, a)
+    with E.ForLoop(b, start, G, "g", step=step) as g:
+      pos = b.add(b.mul(o, i64(G)), g.index)
+      xs = []
+      for p, dt in zip(parts, red.dtypes):
+        x = E.load_element(b, ptr(p), pos, p.dtype)
+        xs.append(E.convert_value(b, x, p.dtype, dt) if p.dtype != np.dtype(dt) else x)
+      new = red.combine([b.load(a) for a in accs], xs)
+      for a, v in zip(accs, new):
         b.store(v, a)
-      with E.ForLoop(b, tid, G, "g", step=i64(T)) as g:
-        pos = b.add(b.mul(o, i64(G)), g.index)
-        xs = []
-        for p, dt in zip(parts, red.dtypes):
-          x = E.load_element(b, ptr(p), pos, p.dtype)
-          xs.append(E.convert_value(b, x, p.dtype, dt) if p.dtype != np.dtype(dt) else x)
-        new = red.combine([b.load(a) for a in accs], xs)
-        for a, v in zip(accs, new):
-          b.store(v, a)
-      vals = _block_allreduce(b, red, [b.load(a) for a in accs], T, f"{self.name}_w{j}")
-      em.remember(r, oidx, red.result(red.finish(vals)))
-    with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
-      K.store_outputs(b, em, self.outputs, oidx, ptr)
-      for t in self.tails:      # (this thread's own stores are visible to it)
-        b.call(b.module.globals[t.name], [ptr(x) for x in t.buffers] + [i64(0), i64(1)])
+    return [b.load(a) for a in accs]
+
+  def _outputs(self, b, em, oidx, ptr):
+    K.store_outputs(b, em, self.outputs, oidx, ptr)
+    for t in self.tails:      # (this thread's own stores are visible to it)
+      b.call(b.module.globals[t.name], [ptr(x) for x in t.buffers] + [i64(0), i64(1)])
 
   def gpu_body(self, b, ptr):
-    if self.wide:
-      return self._wide_body(b, ptr)
     em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
-    G = self.groups
+    if self.wide:              # a block per output
+      T = self.WIDE_BLOCK
+      o = sreg64(b, "ctaid.x")
+      tid = sreg64(b, "tid.x")
+      oidx = Index(b, self.dims, linear=o)
+      for j, (r, parts) in enumerate(zip(self.prefetch, self.partials)):
+        red = _Reducer(b, em, r)
+        vals = _block_allreduce(b, red, self._fold(b, ptr, red, parts, o, tid, i64(T)), T,
+                                f"{self.name}_w{j}")
+        em.remember(r, oidx, red.result(red.finish(vals)))
+      with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
+        self._outputs(b, em, oidx, ptr)
+      return
     o = b.add(b.mul(sreg64(b, "ctaid.x"), i64(self.BLOCK)), sreg64(b, "tid.x"))
     with b.if_then(b.icmp_signed("<", o, i64(self.nout))):
       oidx = Index(b, self.dims, linear=o)
       for r, parts in zip(self.prefetch, self.partials):
         red = _Reducer(b, em, r)
-        accs = [E.alloca_entry(b, v.type) for v in red.ident]
-        for a, v in zip(accs, red.ident):
-          b.store(v, a)
-        with E.ForLoop(b, 0, G, "g") as g:
-          pos = b.add(b.mul(o, i64(G)), g.index)
-          xs = []
-          for p, dt in zip(parts, red.dtypes):
-            x = E.load_element(b, ptr(p), pos, p.dtype)
-            xs.append(E.convert_value(b, x, p.dtype, dt) if p.dtype != np.dtype(dt) else x)
-          new = red.combine([b.load(a) for a in accs], xs)
-          for a, v in zip(accs, new):
-            b.store(v, a)
-        em.remember(r, oidx, red.result(red.finish([b.load(a) for a in accs])))
-      K.store_outputs(b, em, self.outputs, oidx, ptr)
-      for t in self.tails:      # (this thread's own stores are visible to it)
-        b.call(b.module.globals[t.name], [ptr(x) for x in t.buffers] + [i64(0), i64(1)])
+        em.remember(r, oidx, red.result(red.finish(self._fold(b, ptr, red, parts, o, 0, 1))))
+      self._outputs(b, em, oidx, ptr)
 
 
 class ColumnReduce(GpuKernel):
