@@ -484,22 +484,22 @@ def test_synchronising_parts_join_only_at_their_block_size():
   """A split reduction's partials (blocks that synchronise) join a horizontal launch only when
   the merged block is their own block size; a one-thread store after a one-output split
   reduction runs in the reduction's finishing launch."""
-  from ourjax.backends.cuda import codegen, horizontal
+  from ourjax.backends.cuda import codegen, horizontal, reductions
   x = np.linspace(-1, 1, 4096 * 16, dtype=np.float32)
   exe = _exe(_stencil_scan, x)
   info = codegen.DeviceInfo()
   kinds = [type(k).__name__ for k in exe.kernels]
   merged = [k for k in exe.kernels if isinstance(k, horizontal.Horizontal)
-            and any(isinstance(p, codegen.SplitPartials) for p in k.parts)]
+            and any(isinstance(p, reductions.SplitPartials) for p in k.parts)]
   assert merged, kinds
   for h in merged:
     blk = h.launch(info)[1][0]
     for p in h.parts:
       if isinstance(p, horizontal.SYNCED):
         assert p.launch(info)[1][0] == blk
-  assert any(isinstance(k, codegen.SplitFinish) and k.tails for k in exe.kernels), kinds
+  assert any(isinstance(k, reductions.SplitFinish) and k.tails for k in exe.kernels), kinds
   # the guard itself: a synchronising part at another block size is refused
-  sp = next(p for h in merged for p in h.parts if isinstance(p, codegen.SplitPartials))
+  sp = next(p for h in merged for p in h.parts if isinstance(p, reductions.SplitPartials))
   big = next(p for h in merged for p in h.parts if not isinstance(p, horizontal.SYNCED))
   assert horizontal._fits([big], sp, info)
 

@@ -35,7 +35,7 @@ import os
 
 from llvmlite import ir
 
-from ourjax.backends.cuda import codegen
+from ourjax.backends.cuda import codegen, reductions
 from ourjax.backends.cuda.codegen import I32, GpuKernel
 from ourjax.backends.llvm.planning import reads_at_own_index
 
@@ -53,7 +53,7 @@ def enabled() -> bool:
 #: Kernels whose blocks synchronise (block-wide reductions through static shared memory and
 #: ``bar.sync``): parts only where every thread of the merged block runs them, i.e. where
 #: their block size is the merged kernel's.
-SYNCED = (codegen.SplitPartials, codegen.RowReduce)
+SYNCED = (reductions.SplitPartials, reductions.RowReduce)
 
 
 def _synced():
@@ -232,22 +232,22 @@ def fold_finish_epilogues(steps, step_type):
       out.append(s)
       continue
     prev = getattr(out[-1], "kernel", None) if out else None
-    if (type(prev) is codegen.ColumnFinish and type(k) is codegen.Elementwise
+    if (type(prev) is reductions.ColumnFinish and type(k) is codegen.Elementwise
         and k.total == prev.nout and not k.scratch
         and any(b is prev.out for b in k.leafmap.values())
         and not ({id(x) for x in k.writes} & {id(x) for x in prev.reads + prev.writes})
         and reads_at_own_index(k, prev.out, k.dims)):
-      new = codegen.ColumnFinish(prev.name, prev.reduce, prev.out, prev.partials,
+      new = reductions.ColumnFinish(prev.name, prev.reduce, prev.out, prev.partials,
                                  prev.leafmap, prev.splits, prev.epilogues + [k])
       for a in ("hlo_group", "hlo_source"):
         if hasattr(prev, a):
           setattr(new, a, getattr(prev, a))
       out[-1] = step_type(new)
       continue
-    if (type(prev) is codegen.SplitFinish and prev.nout == 1 and type(k) is codegen.Threaded
+    if (type(prev) is reductions.SplitFinish and prev.nout == 1 and type(k) is codegen.Threaded
         and k.nthreads == 1 and not k.scratch
         and not ({id(x) for x in k.writes} & {id(x) for x in prev.reads + prev.writes})):
-      new = codegen.SplitFinish(prev.name, prev.dims, prev.outputs, prev.prefetch,
+      new = reductions.SplitFinish(prev.name, prev.dims, prev.outputs, prev.prefetch,
                                 prev.partials, prev.leafmap, prev.groups,
                                 prev.tails + [k.inner])
       for a in ("hlo_group", "hlo_source"):

@@ -40,7 +40,7 @@ import os
 import numpy as np
 from llvmlite import ir
 
-from ourjax.backends.cuda import codegen
+from ourjax.backends.cuda import codegen, reductions
 from ourjax.backends.cuda.codegen import I32, GpuKernel, sreg64
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
@@ -313,7 +313,7 @@ class StencilChain(GpuKernel):
     lead = st.dims[:-1]
     rows = math.prod(lead)
     for jr, (r, parts) in enumerate(zip(st.reduces, st.partials)):
-      red = codegen._Reducer(b, em, r)
+      red = reductions._Reducer(b, em, r)
       accs = [E.alloca_entry(b, v.type) for v in red.ident]
       for a, v in zip(accs, red.ident):
         b.store(v, a)
@@ -331,7 +331,7 @@ class StencilChain(GpuKernel):
           for a, v in zip(accs, new):
             b.store(v, a)
         em.pop_scope()
-      vals = codegen._block_allreduce(b, red, [b.load(a) for a in accs], BLOCK,
+      vals = reductions._block_allreduce(b, red, [b.load(a) for a in accs], BLOCK,
                                       f"{self.name}_r{j}_{jr}")
       with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
         tile = sreg64(b, "ctaid.x")
@@ -379,7 +379,7 @@ def _stage_of(kernel):
            for _, buf in kernel.outputs):
       return None
     return _Stage("elementwise", kernel, dims, kernel.outputs, kernel.leafmap)
-  if type(kernel) is codegen.SplitPartials and kernel.nout == 1 and len(kernel.prefetch) == 1:
+  if type(kernel) is reductions.SplitPartials and kernel.nout == 1 and len(kernel.prefetch) == 1:
     r = kernel.prefetch[0]
     src = r.operands[0].dims
     if (not src or not src[-1] or sorted(r.attrs["dimensions"]) != list(range(len(src)))
@@ -480,7 +480,7 @@ def _plan_chain(kernels, readers_outside, new_temp_name):
   if last.kind == "partials":
     r = last.reduces[0]
     shapes = r.shape.tuple_shapes if r.shape.is_tuple else [r.shape]
-    last.partials = [[K.Buf(codegen._partial_dtype(sh.dtype), (tiles,),
+    last.partials = [[K.Buf(reductions._partial_dtype(sh.dtype), (tiles,),
                             f"{r.name}.tile{k}") for k, sh in enumerate(shapes)]]
     partial_bufs = last.partials
   return StencilChain(new_temp_name, stages, n, staged, globals_out, partial_bufs)
@@ -557,9 +557,9 @@ def chain_steps(steps, info, step_type, readers=None):
     for end in range(len(run), 1, -1):
       kernels = run[:end]
       fin = None
-      if kernels[-1].__class__ is codegen.SplitPartials:
+      if kernels[-1].__class__ is reductions.SplitPartials:
         nxt = _kernel(steps[i + end]) if i + end < len(steps) else None
-        if type(nxt) is not codegen.SplitFinish or nxt.partials != kernels[-1].partials:
+        if type(nxt) is not reductions.SplitFinish or nxt.partials != kernels[-1].partials:
           continue
         fin = nxt
       members = {id(x) for x in kernels}
@@ -577,7 +577,7 @@ def chain_steps(steps, info, step_type, readers=None):
       i += end
       if fin is not None:
         last = chain.stages[-1]
-        new = codegen.SplitFinish(fin.name, fin.dims, fin.outputs, fin.prefetch,
+        new = reductions.SplitFinish(fin.name, fin.dims, fin.outputs, fin.prefetch,
                                   last.partials, fin_leaves, chain.tiles, fin.tails)
         for a in ("hlo_group", "hlo_source"):
           if hasattr(fin, a):
