@@ -433,6 +433,30 @@ def test_pad_errors_and_traced_values():
   check(g(a), 2 * a * np.array([2, 4, 1], np.float32))
 
 
+def test_pad_callable_mode():
+  """NumPy's vector-function protocol: NumPy's in-place function and ourjax's functional one
+  (returning the filled vector) give the same padding, with per-axis widths and kwargs."""
+  def np_fn(v, width, axis, kw):
+    v[:width[0]] = kw.get("val", 7) + axis
+    if width[1]:
+      v[-width[1]:] = v[width[0]:v.shape[0] - width[1]].sum()
+
+  def our_fn(v, width, axis, kw):
+    v = v.at[:width[0]].set(kw.get("val", 7) + axis)
+    if width[1]:
+      v = v.at[v.shape[0] - width[1]:].set(jnp.sum(v[width[0]:v.shape[0] - width[1]]))
+    return v
+  x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+  for pw, kw in [(((1, 2), (0, 1)), {"val": 3}), (1, {}), (((0, 0), (2, 3)), {"val": -1})]:
+    same(jnp.pad(x, pw, our_fn, **kw), np.pad(x, pw, np_fn, **kw))
+  xi = np.arange(6, dtype=np.int32).reshape(2, 3)
+  same(jnp.pad(xi, 2, our_fn), np.pad(xi, 2, np_fn))
+  same(ourjax.jit(lambda a: jnp.pad(a, ((2, 1), (1, 1)), our_fn, val=5))(x),
+       np.pad(x, ((2, 1), (1, 1)), np_fn, val=5))
+  with pytest.raises(TypeError, match="returned None"):
+    jnp.pad(x, 1, lambda *a: None)
+
+
 # ------------------------------------------------------------------------------------------------
 # diff, delete, insert
 

@@ -811,7 +811,9 @@ _PAD_KWARGS = {
 def pad(array, pad_width, mode="constant", **kwargs):
   """Pad with NumPy's modes: constant (``constant_values``), edge, wrap, reflect and symmetric
   (``reflect_type`` 'even' or 'odd'), linear_ramp (``end_values``), maximum/minimum/mean/median
-  (``stat_length``) and empty.  Axes are padded one after another, as NumPy does."""
+  (``stat_length``) and empty, or a callable ``mode(vector, (before, after), axis, kwargs)``
+  that returns each zero-padded 1-D slice filled in (NumPy's protocol, but functional).  Axes
+  are padded one after another, as NumPy does."""
   x = _arr("pad", array)
   aval = get_aval(x)
   nd = aval.ndim
@@ -820,7 +822,7 @@ def pad(array, pad_width, mode="constant", **kwargs):
   if any(b < 0 or a < 0 for b, a in widths):
     raise ValueError("index can't contain negative values")
   if callable(mode):
-    raise NotImplementedError("jnp.pad with a callable mode is not supported")
+    return _pad_func(x, widths, mode, kwargs)
   if mode not in _PAD_KWARGS:
     raise ValueError(f"Unimplemented padding mode '{mode}' for np.pad.")
   bad = set(kwargs) - _PAD_KWARGS[mode]
@@ -854,6 +856,25 @@ def pad(array, pad_width, mode="constant", **kwargs):
       lens = _pairs(stat, nd, "stat_length", integral=True) if stat is not None else \
           [(None, None)] * nd
       x = _pad_stat(x, ax, b, a, mode, lens[ax])
+  return x
+
+
+def _pad_func(x, widths, func, kwargs):
+  """NumPy's vector-function protocol, functionally: zero-pad, then for each axis in turn call
+  ``func(vector, (before, after), axis, kwargs)`` on every 1-D slice along it (vectorized with
+  vmap); ``func`` returns the padded vector (ourjax arrays cannot be modified in place)."""
+  from ourjax.numpy._misc import apply_along_axis
+  x = _pad_constant(x, widths, 0)
+
+  def one(vector, width, axis, kw):
+    out = func(vector, width, axis, kw)
+    if out is None:
+      raise TypeError("jnp.pad: the padding function returned None; it must return the padded "
+                      "vector (ourjax arrays are immutable, so NumPy's in-place protocol "
+                      "cannot be used)")
+    return out
+  for ax in range(get_aval(x).ndim):
+    x = apply_along_axis(one, ax, x, widths[ax], ax, kwargs)
   return x
 
 
