@@ -631,6 +631,24 @@ def test_take_along_axis_like_jax():
     jnp.take_along_axis(a, jnp.array([[0, 1]]), axis=0)
   with pytest.raises(TypeError, match="integer"):
     jnp.take_along_axis(a, jnp.array([[0.0]]), axis=0)
+  # mode= and fill_value= as JAX takes them ('fill' is the default; 'wrap'/'raise' are refused)
+  i = np.array([[0, 5, -1, -6], [1, 2, 3, 4], [-4, -5, 0, 0]], np.int32)
+  A = np.asarray(a)
+  w = np.where(i < 0, i + 4, i)
+  ok = (w >= 0) & (w < 4)
+  near = np.take_along_axis(A, np.clip(w, 0, 3), axis=1)
+  _check(jnp.take_along_axis(a, i, axis=1, mode="fill", fill_value=-9),
+         np.where(ok, near, np.float32(-9)))
+  _check(jnp.take_along_axis(a, i, axis=1, fill_value=3), np.where(ok, near, np.float32(3)))
+  _check(jnp.take_along_axis(a, i, axis=1, mode="clip"), near)
+  ok_raw = (i >= 0) & (i < 4)
+  _check(jnp.take_along_axis(a, i, axis=1, mode="clip", wrap_negative_indices=False),
+         np.take_along_axis(A, np.clip(i, 0, 3), axis=1))
+  _check(jnp.take_along_axis(a, i, axis=1, mode="fill", wrap_negative_indices=False),
+         np.where(ok_raw, np.take_along_axis(A, np.clip(i, 0, 3), axis=1), np.nan))
+  for bad in ("wrap", "raise", "bogus"):
+    with pytest.raises(ValueError, match="Unknown gather mode"):
+      jnp.take_along_axis(a, i, axis=1, mode=bad)
   # batched arr and indices under vmap
   X = _x((3, 4, 5))
   I = (np.arange(3 * 4 * 2).reshape(3, 4, 2) % 5).astype(np.int32)
