@@ -153,4 +153,4 @@ _am._install()
 del _am
 from ourjax.numpy import linalg  # noqa: E402,F401
 from ourjax.numpy import fft  # noqa: E402,F401
-from ourjax.numpy._index_tricks import index_exp, mgrid, ogrid, s_  # noqa: E402,F401
+from ourjax.numpy._index_tricks import c_, index_exp, mgrid, ogrid, r_, s_  # noqa: E402,F401
