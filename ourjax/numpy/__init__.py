@@ -19,6 +19,7 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
                    packbits/unpackbits, trim_zeros, unwrap, mask_indices, ...
   _polynomial.py   poly, polyadd/polysub/polymul/polydiv, polyder/polyint, polyfit, roots
   _windows.py      bartlett, blackman, hamming, hanning, kaiser, i0
+  _index_tricks.py mgrid, ogrid, r_, c_, index_exp, s_
   _gathers.py      the internal gathers the functions above use
   _ufunc_api.py    the ufunc objects (jnp.add.reduce/.accumulate/.outer/.at)
   _scalar_types.py jnp.float32 & co., int4 & co. (callable dtype objects)
