@@ -649,6 +649,21 @@ def test_take_along_axis_like_jax():
   for bad in ("wrap", "raise", "bogus"):
     with pytest.raises(ValueError, match="Unknown gather mode"):
       jnp.take_along_axis(a, i, axis=1, mode=bad)
+  # wrap_negative_indices=None (the default) wraps, except for 'promise_in_bounds', which
+  # promises indices in [0, n) and so is left without the wrap's compare/add/select
+  x3 = jnp.array([10, 20, 30])
+  neg = jnp.array([-1, -2])
+  _check(jnp.take_along_axis(x3, neg, axis=0, mode="promise_in_bounds",
+                             wrap_negative_indices=True), np.array([30, 20], np.int32))
+  _check(jnp.take_along_axis(x3, jnp.array([2, 0]), axis=0, mode="promise_in_bounds"),
+         np.array([30, 10], np.int32))
+
+  def prims(**kw):
+    jaxpr = ourjax.make_jaxpr(lambda v, j: jnp.take_along_axis(v, j, axis=0, **kw))(x3, neg)
+    return {e.primitive.name for e in jaxpr.jaxpr.eqns}
+  assert "select_n" not in prims(mode="promise_in_bounds")
+  assert "select_n" in prims(mode="promise_in_bounds", wrap_negative_indices=True)
+  assert "select_n" in prims(mode="clip")
   # batched arr and indices under vmap
   X = _x((3, 4, 5))
   I = (np.arange(3 * 4 * 2).reshape(3, 4, 2) % 5).astype(np.int32)

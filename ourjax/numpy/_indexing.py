@@ -759,9 +759,11 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
 
 
 def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
-                    wrap_negative_indices=True):
+                    wrap_negative_indices=None):
   """``out[..., i, ...] = arr[..., indices[..., i, ...], ...]`` along ``axis``; the other
-  dimensions of ``arr`` and ``indices`` broadcast.  ``mode`` as ``take``'s (default 'fill')."""
+  dimensions of ``arr`` and ``indices`` broadcast.  ``mode`` as ``take``'s (default 'fill').
+  Negative indices count from the end unless ``wrap_negative_indices`` is False; its default
+  (None) wraps them except in mode 'promise_in_bounds', which promises indices in [0, n)."""
   check_arraylike("take_along_axis", arr, indices)
   arr = asarray(_as_operand(arr))
   indices = asarray(_as_operand(indices))
@@ -806,6 +808,8 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
     return lax.full(out_shape, fv, a_aval.dtype, weak_type=a_aval.weak_type)
   e = _Entry(_ARRAY, axis, indices, n)
   dt = _index_dtype([e], a_shape)
+  if wrap_negative_indices is None:
+    wrap_negative_indices = mode != GatherScatterMode.PROMISE_IN_BOUNDS
   idx = _normalized_index(e, dt) if wrap_negative_indices else (
       indices if i_aval.dtype == dt else lax.convert_element_type(indices, dt))
   idx = lax.reshape(idx, out_shape + (1,)) if not isinstance(idx, np.ndarray) else \
