@@ -74,7 +74,8 @@ _CONCAT = [
     lambda m: m.c_[_A, _B], lambda m: m.c_[1:4, 4:7], lambda m: m.c_[0:1:3j, 1:4],
     lambda m: m.c_[1, 2], lambda m: m.c_[[1, 2], [3, 4]], lambda m: m.c_["0", [1, 2], [3, 4]],
     lambda m: m.r_[True, False], lambda m: m.r_[np.float16(1), 2], lambda m: m.r_[1 + 2j, 3],
-    lambda m: m.r_[np.array(5), 6], lambda m: m.r_[[], 1],
+    lambda m: m.r_[np.array(5), 6], lambda m: m.r_[[], 1], lambda m: m.r_[1.2:4.8:0.24],
+    lambda m: m.c_[1.2:4.8:0.24], lambda m: m.c_["0,4,-1", [1, 2, 3], [4, 5, 6]],
 ]
 
 
