@@ -418,8 +418,9 @@ def test_pad_errors_and_traced_values():
     jnp.pad(np.ones((0, 2)), 1, mode="edge")
   with pytest.raises(ValueError, match="unsupported keyword"):
     jnp.pad(np.ones(3), 1, mode="edge", constant_values=2)
-  with pytest.raises(ValueError, match="Unimplemented padding mode"):
-    jnp.pad(np.ones(3), 1, mode="bogus")
+  for mode in ("bogus", 1, None):    # NotImplementedError, as in JAX
+    with pytest.raises(NotImplementedError, match=f"Unimplemented padding mode '{mode}'"):
+      jnp.pad(np.ones(3), 1, mode=mode)
   with pytest.raises(TypeError, match="integral"):
     jnp.pad(np.ones(3), 1.5)
   with pytest.raises(ValueError, match="unsupported shape"):
@@ -455,6 +456,20 @@ def test_pad_callable_mode():
        np.pad(x, ((2, 1), (1, 1)), np_fn, val=5))
   with pytest.raises(TypeError, match="returned None"):
     jnp.pad(x, 1, lambda *a: None)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "linear_ramp", "maximum", "mean", "median",
+                                  "minimum", "reflect", "symmetric", "wrap", "empty", "func"])
+def test_pad_keeps_weak_type(mode):
+  """A weakly typed input pads to a weakly typed result (JAX's rule); a strong one stays
+  strong."""
+  m = (lambda v, *a: v) if mode == "func" else mode
+  for width in (0, 2):
+    got = jnp.pad(jnp.array(1.0)[None], width, mode=m)
+    assert got.weak_type and got.dtype == F32, (width, got.weak_type, got.dtype)
+    if mode != "empty":
+      same(got, np.pad(np.ones(1, np.float32), width, mode=m if mode != "func" else "constant"))
+  assert not jnp.pad(np.ones(3, np.float32), 2, mode=m).weak_type
 
 
 # ------------------------------------------------------------------------------------------------

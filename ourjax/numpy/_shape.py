@@ -822,9 +822,23 @@ def pad(array, pad_width, mode="constant", **kwargs):
   if any(b < 0 or a < 0 for b, a in widths):
     raise ValueError("index can't contain negative values")
   if callable(mode):
-    return _pad_func(x, widths, mode, kwargs)
-  if mode not in _PAD_KWARGS:
-    raise ValueError(f"Unimplemented padding mode '{mode}' for np.pad.")
+    return _keep_weak(_pad_func(x, widths, mode, kwargs), aval)
+  if not isinstance(mode, str) or mode not in _PAD_KWARGS:
+    raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
+  return _keep_weak(_pad(x, widths, mode, kwargs), aval)
+
+
+def _keep_weak(out, aval):
+  """A weakly typed input pads to a weakly typed result, as in JAX."""
+  from ourjax.lax.elementwise import _convert_element_type
+  o = get_aval(out)
+  if aval.weak_type and not o.weak_type and o.dtype == aval.dtype:
+    return _convert_element_type(out, o.dtype, weak_type=True)
+  return out
+
+
+def _pad(x, widths, mode, kwargs):
+  nd = len(widths)
   bad = set(kwargs) - _PAD_KWARGS[mode]
   if bad:
     raise ValueError(f"unsupported keyword arguments for mode '{mode}': {bad}")
