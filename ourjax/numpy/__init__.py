@@ -6,7 +6,8 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
   _ufuncs.py       elementwise math, where, clip, isclose/allclose, nan_to_num, frexp/ldexp, ...
   _reductions.py   sum ... std, argmax/argmin, cumsum/cumprod, nan*, quantile/median, average
   _shape.py        reshape, transpose, stack/concatenate/split, broadcast_*, tile/repeat,
-                   flip/roll/rot90, pad, diff
+                   flip/roll/rot90, diff, delete/insert
+  _pad.py          pad (all of NumPy's modes and a callable mode)
   _linalg_ops.py   dot, matmul, einsum, tensordot, inner/outer/vdot, matvec/vecmat, kron, trace,
                    diagonal
   _sorting.py      sort, argsort, lexsort, searchsorted, digitize, isin
@@ -60,7 +61,8 @@ from ourjax.numpy._shape import (shape, ndim, size, reshape, ravel, transpose,  
                                  concat, stack, vstack, row_stack, hstack, dstack,
                                  column_stack, append, block, split, array_split, vsplit,
                                  hsplit, dsplit, unstack, tile, repeat, flip, fliplr, flipud,
-                                 roll, rot90, pad, diff, ediff1d, delete, insert)
+                                 roll, rot90, diff, ediff1d, delete, insert)
+from ourjax.numpy._pad import pad  # noqa: F401
 from ourjax.numpy._linalg_ops import (dot, matmul, vdot, vecdot, inner, outer,  # noqa: F401
                                       tensordot, kron, diagonal, trace, einsum, einsum_path,
                                       matvec, vecmat)
