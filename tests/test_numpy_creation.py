@@ -159,6 +159,9 @@ def test_like_weak_types():
     ((0, 1, 0.25), {}, F32), ((1.5,), {}, F32), ((-3,), {}, I32), ((10, 2, -3), {}, I32),
     ((5,), {"dtype": np.float16}, np.float16), ((0, 2, 0.5), {"dtype": bf16}, bf16),
     ((np.int8(4),), {}, np.int8), ((np.int16(1), 7), {}, np.int16),
+    # the length from Python floats is NumPy's double-precision one (15), from float32 bounds
+    # NumPy's float32 one (16)
+    ((1.2, 4.8, 0.24), {}, F32), ((np.float32(1.2), np.float32(4.8), np.float32(0.24)), {}, F32),
 ])
 def test_arange(args, kw, dtype):
   if dtype is None:

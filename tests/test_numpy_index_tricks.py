@@ -1,5 +1,6 @@
 """``jnp.mgrid``/``jnp.ogrid`` against NumPy's (values; integer grids in the default integer
-type, others in the default float type), and ``jnp.index_exp``/``jnp.s_``."""
+type, others in the default float type), ``jnp.index_exp``/``jnp.s_``, and ``jnp.r_``/``jnp.c_``
+(against NumPy's, and JAX's rules where they differ: trans1d on N-D items, weak types)."""
 import numpy as np
 import pytest
 
@@ -50,3 +51,69 @@ def test_index_exp_and_s_():
   assert jnp.index_exp[5:3:2j] == np.index_exp[5:3:2j]
   x = np.arange(10)
   np.testing.assert_array_equal(np.asarray(jnp.asarray(x)[jnp.s_[::3]]), x[::3])
+
+
+# ------------------------------------------------------------------------------------------------
+# r_ and c_
+
+_A = np.arange(6, dtype=np.float32).reshape(2, 3)
+_B = np.ones((2, 3), np.int32)
+_I = np.array([1, 2, 3], np.int32)
+_CONCAT = [
+    lambda m: m.r_[1, 2, 3], lambda m: m.r_[1.0, 2, 3], lambda m: m.r_[0:5],
+    lambda m: m.r_[0:1:5j], lambda m: m.r_[-1:1:6j, 0, 0, 0, 5, 6], lambda m: m.r_[1:10:2],
+    lambda m: m.r_[5:0:-1], lambda m: m.r_[0:3:0.5], lambda m: m.r_[:3, 1],
+    lambda m: m.r_[_I, 0, 0, _I], lambda m: m.r_[_A, _B], lambda m: m.r_["-1", _A, _B],
+    lambda m: m.r_["1", _A, _B], lambda m: m.r_["0,2", [1, 2, 3], [4, 5, 6]],
+    lambda m: m.r_["0,2,0", [1, 2, 3], [4, 5, 6]], lambda m: m.r_["1,2,0", [1, 2, 3], [4, 5, 6]],
+    lambda m: m.r_["0,2,1", [1, 2, 3]], lambda m: m.r_["0,3,1", [1, 2]],
+    lambda m: m.r_["0,3,-2", [1, 2]], lambda m: m.r_["0,3,1", 0:3], lambda m: m.r_["0,2", 1, 2],
+    lambda m: m.r_["0,2,0", _A], lambda m: m.r_["0,4,-2", _A], lambda m: m.r_["r", [1, 2, 3], 4],
+    lambda m: m.r_["c", [1, 2, 3], [4, 5, 6]], lambda m: m.r_["c", _A, _A],
+    lambda m: m.c_[_I, _I], lambda m: m.c_[np.array([[1, 2, 3]]), 0, 0, np.array([[4, 5, 6]])],
+    lambda m: m.c_[_A, _B], lambda m: m.c_[1:4, 4:7], lambda m: m.c_[0:1:3j, 1:4],
+    lambda m: m.c_[1, 2], lambda m: m.c_[[1, 2], [3, 4]], lambda m: m.c_["0", [1, 2], [3, 4]],
+    lambda m: m.r_[True, False], lambda m: m.r_[np.float16(1), 2], lambda m: m.r_[1 + 2j, 3],
+    lambda m: m.r_[np.array(5), 6], lambda m: m.r_[[], 1], lambda m: m.r_[1.2:4.8:0.24],
+    lambda m: m.c_[1.2:4.8:0.24], lambda m: m.c_["0,4,-1", [1, 2, 3], [4, 5, 6]],
+]
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")   # NumPy's 'r'/'c' matrices
+@pytest.mark.parametrize("case", range(len(_CONCAT)))
+def test_r_c_like_numpy(case):
+  """Values and shapes as NumPy's; dtypes NumPy's in the default (32-bit) types."""
+  got, want = _CONCAT[case](jnp), _CONCAT[case](np)
+  want = np.asarray(want)
+  dt = {"i": np.int32, "f": np.float32, "c": np.complex64}.get(want.dtype.kind, want.dtype)
+  if want.dtype == np.float16:
+    dt = np.float16
+  assert got.shape == want.shape
+  assert got.dtype == dt
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+def test_r_c_like_jax():
+  a3 = np.arange(6, dtype=np.float32).reshape(2, 3)
+  # trans1d rotates the padded axes so the last lands at trans1d, for N-D items too (NumPy
+  # instead keeps an N-D item's axes together)
+  np.testing.assert_array_equal(jnp.r_["0,4,2", a3], a3.reshape(1, 2, 3, 1))
+  np.testing.assert_array_equal(jnp.r_["0,3,0", [[1, 2]]], np.array([1, 2]).reshape(2, 1, 1))
+  np.testing.assert_array_equal(jnp.r_["0,2,5", [1, 2]], np.array([[1, 2]]))
+  # Python scalars are weakly typed; a NumPy scalar's type is kept
+  assert jnp.r_[1, 2].weak_type and jnp.r_[1, 2].dtype == np.int32
+  assert jnp.r_[0:3, 2.5].weak_type and jnp.r_[0:3, 2.5].dtype == np.float32
+  x8 = jnp.r_[np.array([1, 2], np.int8), 3]
+  assert x8.dtype == np.int8 and not x8.weak_type
+  assert jnp.r_[np.int8(3):7].dtype == np.int8
+  f = ourjax.jit(lambda v: jnp.r_[v, 0, v])
+  np.testing.assert_array_equal(f(np.ones(2, np.float32)), [1, 1, 0, 1, 1])
+  assert len(jnp.r_) == 0 and len(jnp.c_) == 0
+  with pytest.raises(ValueError, match="could not understand directive 'x,2'"):
+    jnp.r_["x,2", 1]
+  with pytest.raises(ValueError, match="must be placed at the beginning"):
+    jnp.r_[1, "r", 2]
+  with pytest.raises(ValueError, match="at least one array"):
+    jnp.r_["r"]
+  with pytest.raises(ValueError, match="out of bounds"):
+    jnp.r_["2", a3, a3]

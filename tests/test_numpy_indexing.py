@@ -617,6 +617,44 @@ def test_take_along_axis(shape, data):
     _check(g, want_g)
 
 
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, None])
+def test_take_along_axis_one_hot(axis):
+  """mode='one_hot' (a one-hot mask contracted with arr): NumPy's take_along_axis for in-bounds
+  indices (negatives wrapped unless wrap_negative_indices=False), 0 out of bounds, for
+  float/int/bool arrays, with broadcasting, under jit, and its gradient."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 3, 4)).astype(np.float32)
+  if axis is None:
+    xa, ax, ishape = x.reshape(-1), 0, (7,)
+  else:
+    ax = axis % 3
+    xa, ishape = x, tuple(5 if d == ax else (1 if d == 0 else x.shape[d]) for d in range(3))
+  n = xa.shape[ax]
+  i = rng.integers(-n - 2, n + 2, ishape).astype(np.int32)
+  bshape = tuple(ishape[d] if d == ax else xa.shape[d] for d in range(xa.ndim))
+  for wrap in (True, False):
+    w = np.where(i < 0, i + n, i) if wrap else i
+    ok = np.broadcast_to((w >= 0) & (w < n), bshape)
+    for a in (x, (x * 4).astype(np.int32), x > 0):
+      an = a.reshape(-1) if axis is None else a
+      ref = np.where(ok, np.take_along_axis(an, np.broadcast_to(np.clip(w, 0, n - 1), bshape),
+                                            axis=ax), np.zeros((), a.dtype))
+      _check(jnp.take_along_axis(a, i, axis=axis, mode="one_hot", wrap_negative_indices=wrap),
+             ref)
+  ok = np.broadcast_to((np.where(i < 0, i + n, i) >= 0) & (np.where(i < 0, i + n, i) < n),
+                       bshape)
+  near = np.take_along_axis(xa, np.broadcast_to(np.clip(np.where(i < 0, i + n, i), 0, n - 1),
+                                                bshape), axis=ax)
+  f = ourjax.jit(lambda a, j: jnp.take_along_axis(a, j, axis=axis, mode="one_hot"))
+  _check(f(x, i), np.where(ok, near, np.float32(0)))
+  g = ourjax.grad(lambda a: (jnp.take_along_axis(a, i, axis=axis, mode="one_hot") * 3).sum())(x)
+  want = np.zeros_like(xa)
+  rows = list(np.indices(bshape))
+  rows[ax] = np.broadcast_to(np.clip(np.where(i < 0, i + n, i), 0, n - 1), bshape)
+  np.add.at(want, tuple(r[ok] for r in rows), 3.0)
+  _check(g, want.reshape(x.shape))
+
+
 def test_take_along_axis_like_jax():
   a = jnp.arange(12.0).reshape(3, 4)
   _check(jnp.take_along_axis(a, jnp.array([[0, 1, -1]]).reshape(-1), axis=None),
@@ -631,6 +669,39 @@ def test_take_along_axis_like_jax():
     jnp.take_along_axis(a, jnp.array([[0, 1]]), axis=0)
   with pytest.raises(TypeError, match="integer"):
     jnp.take_along_axis(a, jnp.array([[0.0]]), axis=0)
+  # mode= and fill_value= as JAX takes them ('fill' is the default; 'wrap'/'raise' are refused)
+  i = np.array([[0, 5, -1, -6], [1, 2, 3, 4], [-4, -5, 0, 0]], np.int32)
+  A = np.asarray(a)
+  w = np.where(i < 0, i + 4, i)
+  ok = (w >= 0) & (w < 4)
+  near = np.take_along_axis(A, np.clip(w, 0, 3), axis=1)
+  _check(jnp.take_along_axis(a, i, axis=1, mode="fill", fill_value=-9),
+         np.where(ok, near, np.float32(-9)))
+  _check(jnp.take_along_axis(a, i, axis=1, fill_value=3), np.where(ok, near, np.float32(3)))
+  _check(jnp.take_along_axis(a, i, axis=1, mode="clip"), near)
+  ok_raw = (i >= 0) & (i < 4)
+  _check(jnp.take_along_axis(a, i, axis=1, mode="clip", wrap_negative_indices=False),
+         np.take_along_axis(A, np.clip(i, 0, 3), axis=1))
+  _check(jnp.take_along_axis(a, i, axis=1, mode="fill", wrap_negative_indices=False),
+         np.where(ok_raw, np.take_along_axis(A, np.clip(i, 0, 3), axis=1), np.nan))
+  for bad in ("wrap", "raise", "bogus"):
+    with pytest.raises(ValueError, match="Unknown gather mode"):
+      jnp.take_along_axis(a, i, axis=1, mode=bad)
+  # wrap_negative_indices=None (the default) wraps, except for 'promise_in_bounds', which
+  # promises indices in [0, n) and so is left without the wrap's compare/add/select
+  x3 = jnp.array([10, 20, 30])
+  neg = jnp.array([-1, -2])
+  _check(jnp.take_along_axis(x3, neg, axis=0, mode="promise_in_bounds",
+                             wrap_negative_indices=True), np.array([30, 20], np.int32))
+  _check(jnp.take_along_axis(x3, jnp.array([2, 0]), axis=0, mode="promise_in_bounds"),
+         np.array([30, 10], np.int32))
+
+  def prims(**kw):
+    jaxpr = ourjax.make_jaxpr(lambda v, j: jnp.take_along_axis(v, j, axis=0, **kw))(x3, neg)
+    return {e.primitive.name for e in jaxpr.jaxpr.eqns}
+  assert "select_n" not in prims(mode="promise_in_bounds")
+  assert "select_n" in prims(mode="promise_in_bounds", wrap_negative_indices=True)
+  assert "select_n" in prims(mode="clip")
   # batched arr and indices under vmap
   X = _x((3, 4, 5))
   I = (np.arange(3 * 4 * 2).reshape(3, 4, 2) % 5).astype(np.int32)

@@ -317,6 +317,73 @@ def test_median_and_nan_quantiles(data):
           rtol=1e-5, atol=1e-4)
 
 
+def _dyadic_weights(data, shape):
+  """Positive weights k/8 with small sums: exact in float32, so NumPy's float32 cumulative
+  weights are ours bit for bit."""
+  n = int(np.prod(shape, dtype=int))
+  return np.array(data.draw(st.lists(st.integers(1, 16), min_size=n, max_size=n), label="w"),
+                  np.float32).reshape(shape) / 8
+
+
+@pytest.mark.parametrize("name", ["quantile", "nanquantile", "percentile", "nanpercentile"])
+@given(data=st.data())
+def test_weighted_quantile(name, data):
+  """method='inverted_cdf' with weights shaped like ``a`` or like the reduced axis, against
+  NumPy's in float32 (NaNs for the nan-variants); unweighted inverted_cdf too."""
+  nan = name.startswith("nan")
+  x = data.draw(array_of([F32], lo=-20, hi=20, nan=nan, min_dims=1, max_dims=3, min_side=1),
+                label="x")
+  axis = data.draw(st.one_of(st.none(), st.integers(-x.ndim, x.ndim - 1)), label="axis")
+  full = axis is None or data.draw(st.booleans(), label="full")
+  w = _dyadic_weights(data, x.shape if full else (x.shape[axis],))
+  keepdims = data.draw(st.booleans(), label="keepdims")
+  q = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.4, 0.5, 0.77, 0.9, 1.0]),
+                                  min_size=1, max_size=3), label="q"), np.float32)
+  if name.endswith("percentile"):
+    q = q * np.float32(100)
+  kw = dict(axis=axis, method="inverted_cdf", keepdims=keepdims)
+  with _quiet():
+    wn = w if full or axis is None else np.broadcast_to(
+        np.expand_dims(w, tuple(d for d in range(x.ndim) if d != axis % x.ndim)), x.shape)
+    ref = getattr(np, name)(x, q, weights=wn, **kw)
+    ref_u = getattr(np, name)(x, q, **kw)
+  check(getattr(jnp, name)(x, q, weights=w, **kw), ref.astype(F32), F32)
+  check(getattr(jnp, name)(x, q, **kw), ref_u.astype(F32), F32)
+
+
+def test_weighted_quantile_like_jax():
+  x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)[..., ::-1] % 7
+  w = np.arange(1, 9, dtype=np.float32).reshape(2, 4)
+  q = np.array([0.2, 0.7], np.float32)
+  # weights over a tuple of axes, in the order the axes are named
+  xs = np.moveaxis(x, 1, 0).reshape(3, 8)
+  ref = np.quantile(xs, q, axis=1, weights=np.broadcast_to(w.reshape(8), (3, 8)),
+                    method="inverted_cdf")
+  check(jnp.quantile(x, q, axis=(0, 2), weights=w, method="inverted_cdf"), ref)
+  check(jnp.quantile(x, q, axis=(2, 0), weights=w.T, method="inverted_cdf"), ref)
+  check(ourjax.jit(lambda a, v: jnp.quantile(a, q, axis=(0, 2), weights=v,
+                                             method="inverted_cdf"))(x, w), ref)
+  # int data and weights give the default float
+  check(jnp.quantile(np.arange(5), 0.5, weights=np.arange(5), method="inverted_cdf"),
+        np.float32(3))
+  # a negative or NaN weight gives NaN (NumPy raises; JAX cannot look at traced weights)
+  check(jnp.quantile(np.ones(3), 0.5, weights=np.array([1.0, -1.0, 1.0]),
+                     method="inverted_cdf"), np.float32(np.nan))
+  check(jnp.nanquantile(np.ones(3), 0.5, weights=np.array([1.0, np.nan, 1.0]),
+                        method="inverted_cdf"), np.float32(np.nan))
+  with pytest.raises(NotImplementedError, match="Only method 'inverted_cdf' supports weights"):
+    jnp.quantile(x, 0.5, axis=0, weights=np.ones(2), method="linear")
+  with pytest.raises(ValueError, match="must match 'a' shape when axis is None"):
+    jnp.quantile(x, 0.5, weights=w, method="inverted_cdf")
+  with pytest.raises(ValueError, match=r"Weights shape \(4, 2\) must match reduction axes "
+                                       r"\(2, 4\)"):
+    jnp.quantile(x, 0.5, axis=(0, 2), weights=w.T, method="inverted_cdf")
+  with pytest.raises(ValueError, match="complex"):
+    jnp.quantile(x, 0.5, axis=0, weights=np.ones(2, np.complex64), method="inverted_cdf")
+  with pytest.raises(ValueError, match="method can only be"):
+    jnp.quantile(x, 0.5, weights=x, method="hazen")
+
+
 def test_quantile_errors_and_traced_q():
   with pytest.raises(ValueError, match="method"):
     jnp.quantile(np.ones(3), 0.5, method="bogus")

@@ -418,8 +418,9 @@ def test_pad_errors_and_traced_values():
     jnp.pad(np.ones((0, 2)), 1, mode="edge")
   with pytest.raises(ValueError, match="unsupported keyword"):
     jnp.pad(np.ones(3), 1, mode="edge", constant_values=2)
-  with pytest.raises(ValueError, match="Unimplemented padding mode"):
-    jnp.pad(np.ones(3), 1, mode="bogus")
+  for mode in ("bogus", 1, None):    # NotImplementedError, as in JAX
+    with pytest.raises(NotImplementedError, match=f"Unimplemented padding mode '{mode}'"):
+      jnp.pad(np.ones(3), 1, mode=mode)
   with pytest.raises(TypeError, match="integral"):
     jnp.pad(np.ones(3), 1.5)
   with pytest.raises(ValueError, match="unsupported shape"):
@@ -431,6 +432,44 @@ def test_pad_errors_and_traced_values():
   a = np.array([1.0, 2.0, 3.0], np.float32)
   # reflect of [1,2,3] with (1,3): [2,1,2,3,2,1,2] -> d/da sum(sq) = 2*a*count
   check(g(a), 2 * a * np.array([2, 4, 1], np.float32))
+
+
+def test_pad_callable_mode():
+  """NumPy's vector-function protocol: NumPy's in-place function and ourjax's functional one
+  (returning the filled vector) give the same padding, with per-axis widths and kwargs."""
+  def np_fn(v, width, axis, kw):
+    v[:width[0]] = kw.get("val", 7) + axis
+    if width[1]:
+      v[-width[1]:] = v[width[0]:v.shape[0] - width[1]].sum()
+
+  def our_fn(v, width, axis, kw):
+    v = v.at[:width[0]].set(kw.get("val", 7) + axis)
+    if width[1]:
+      v = v.at[v.shape[0] - width[1]:].set(jnp.sum(v[width[0]:v.shape[0] - width[1]]))
+    return v
+  x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+  for pw, kw in [(((1, 2), (0, 1)), {"val": 3}), (1, {}), (((0, 0), (2, 3)), {"val": -1})]:
+    same(jnp.pad(x, pw, our_fn, **kw), np.pad(x, pw, np_fn, **kw))
+  xi = np.arange(6, dtype=np.int32).reshape(2, 3)
+  same(jnp.pad(xi, 2, our_fn), np.pad(xi, 2, np_fn))
+  same(ourjax.jit(lambda a: jnp.pad(a, ((2, 1), (1, 1)), our_fn, val=5))(x),
+       np.pad(x, ((2, 1), (1, 1)), np_fn, val=5))
+  with pytest.raises(TypeError, match="returned None"):
+    jnp.pad(x, 1, lambda *a: None)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "linear_ramp", "maximum", "mean", "median",
+                                  "minimum", "reflect", "symmetric", "wrap", "empty", "func"])
+def test_pad_keeps_weak_type(mode):
+  """A weakly typed input pads to a weakly typed result (JAX's rule); a strong one stays
+  strong."""
+  m = (lambda v, *a: v) if mode == "func" else mode
+  for width in (0, 2):
+    got = jnp.pad(jnp.array(1.0)[None], width, mode=m)
+    assert got.weak_type and got.dtype == F32, (width, got.weak_type, got.dtype)
+    if mode != "empty":
+      same(got, np.pad(np.ones(1, np.float32), width, mode=m if mode != "func" else "constant"))
+  assert not jnp.pad(np.ones(3, np.float32), 2, mode=m).weak_type
 
 
 # ------------------------------------------------------------------------------------------------

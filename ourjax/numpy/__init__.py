@@ -6,7 +6,8 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
   _ufuncs.py       elementwise math, where, clip, isclose/allclose, nan_to_num, frexp/ldexp, ...
   _reductions.py   sum ... std, argmax/argmin, cumsum/cumprod, nan*, quantile/median, average
   _shape.py        reshape, transpose, stack/concatenate/split, broadcast_*, tile/repeat,
-                   flip/roll/rot90, pad, diff
+                   flip/roll/rot90, diff, delete/insert
+  _pad.py          pad (all of NumPy's modes and a callable mode)
   _linalg_ops.py   dot, matmul, einsum, tensordot, inner/outer/vdot, matvec/vecmat, kron, trace,
                    diagonal
   _sorting.py      sort, argsort, lexsort, searchsorted, digitize, isin
@@ -19,6 +20,7 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
                    packbits/unpackbits, trim_zeros, unwrap, mask_indices, ...
   _polynomial.py   poly, polyadd/polysub/polymul/polydiv, polyder/polyint, polyfit, roots
   _windows.py      bartlett, blackman, hamming, hanning, kaiser, i0
+  _index_tricks.py mgrid, ogrid, r_, c_, index_exp, s_
   _gathers.py      the internal gathers the functions above use
   _ufunc_api.py    the ufunc objects (jnp.add.reduce/.accumulate/.outer/.at)
   _scalar_types.py jnp.float32 & co., int4 & co. (callable dtype objects)
@@ -59,7 +61,8 @@ from ourjax.numpy._shape import (shape, ndim, size, reshape, ravel, transpose,  
                                  concat, stack, vstack, row_stack, hstack, dstack,
                                  column_stack, append, block, split, array_split, vsplit,
                                  hsplit, dsplit, unstack, tile, repeat, flip, fliplr, flipud,
-                                 roll, rot90, pad, diff, ediff1d, delete, insert)
+                                 roll, rot90, diff, ediff1d, delete, insert)
+from ourjax.numpy._pad import pad  # noqa: F401
 from ourjax.numpy._linalg_ops import (dot, matmul, vdot, vecdot, inner, outer,  # noqa: F401
                                       tensordot, kron, diagonal, trace, einsum, einsum_path,
                                       matvec, vecmat)
@@ -153,4 +156,4 @@ _am._install()
 del _am
 from ourjax.numpy import linalg  # noqa: E402,F401
 from ourjax.numpy import fft  # noqa: E402,F401
-from ourjax.numpy._index_tricks import index_exp, mgrid, ogrid, s_  # noqa: E402,F401
+from ourjax.numpy._index_tricks import c_, index_exp, mgrid, ogrid, r_, s_  # noqa: E402,F401

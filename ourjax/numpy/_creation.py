@@ -317,7 +317,10 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None):
   if dtype is None:
     dtype = dtypes.result_type(start, *(x for x in (stop, step) if x is not None))
   dtype = dtypes.canonicalize_dtype(dtype)
-  host = [None if x is None else to_numpy(x)[()] for x in (start, stop, step)]
+  # Python numbers stay Python (double) numbers on the host, so the length is NumPy's (and
+  # JAX's): arange(1.2, 4.8, 0.24) has 15 elements, where float32 bounds would give 16
+  host = [x if x is None or type(x) in (int, float) else to_numpy(x)[()]
+          for x in (start, stop, step)]
   if only_stop:
     n = host[0]
     if not dtypes.is_integer(np.asarray(n).dtype):

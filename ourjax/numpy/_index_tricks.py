@@ -1,5 +1,6 @@
-"""Index tricks: ``mgrid`` and ``ogrid`` (dense and open mesh grids written as slices), and
-``index_exp``/``s_`` (NumPy's own objects, as JAX re-exports them).
+"""Index tricks: ``mgrid`` and ``ogrid`` (dense and open mesh grids written as slices),
+``r_`` and ``c_`` (concatenation written as indexing), and ``index_exp``/``s_`` (NumPy's own
+objects, as JAX re-exports them).
 
 A slice ``start:stop:step`` is ``arange(start, stop, step)``; a complex step ``n * 1j`` asks for
 ``n`` points from ``start`` to ``stop`` inclusive (``linspace``).  Values are integers when
@@ -92,3 +93,60 @@ class _Ogrid:
 
 mgrid = _Mgrid()
 ogrid = _Ogrid()
+
+
+class _AxisConcat:
+  """``r_``/``c_``: the items of the index (arrays, scalars, slices standing for ranges as in
+  ``mgrid``) concatenated along an axis.  A leading string directive sets
+  ``"axis[,ndmin[,trans1d]]"``: each item with fewer than ``ndmin`` dimensions gets leading
+  size-1 axes, then (unless ``trans1d`` is -1) its axes are rotated so that its last axis lands
+  at position ``trans1d``; ``"r"``/``"c"`` make a 1-D result a row/column matrix (2-D)."""
+
+  def __init__(self, name, axis, ndmin, trans1d):
+    self._name, self._axis, self._ndmin, self._trans1d = name, axis, ndmin, trans1d
+
+  def __len__(self):
+    return 0
+
+  def __getitem__(self, key):
+    from ourjax.numpy._creation import asarray
+    from ourjax.numpy._shape import concatenate
+    from ourjax import lax
+    from ourjax.core import get_aval
+    key = key if isinstance(key, tuple) else (key,)
+    axis, ndmin, trans1d, matrix = self._axis, self._ndmin, self._trans1d, None
+    if key and isinstance(key[0], str):
+      directive, key = key[0], key[1:]
+      if directive in ("r", "c"):
+        matrix = directive
+      else:
+        try:
+          vec = [int(v) for v in directive.split(",")]
+        except ValueError:
+          raise ValueError(f"could not understand directive {directive!r}") from None
+        axis = vec[0]
+        ndmin = vec[1] if len(vec) > 1 else ndmin
+        trans1d = vec[2] if len(vec) > 2 else trans1d
+    parts = []
+    for item in key:
+      if isinstance(item, str):
+        raise ValueError(f"jnp.{self._name}: string directive must be placed at the beginning")
+      arr = _range(item, self._name) if isinstance(item, slice) else asarray(item)
+      shape = get_aval(arr).shape
+      if len(shape) < ndmin:
+        arr = lax.reshape(arr, (1,) * (ndmin - len(shape)) + shape)
+        k = (trans1d + 1) % ndmin      # rotate the axes: the last one moves to ``trans1d``
+        if k:
+          arr = lax.transpose(arr, tuple((i - k) % ndmin for i in range(ndmin)))
+      parts.append(arr)
+    if not parts:
+      raise ValueError("Need at least one array to concatenate.")
+    out = concatenate(parts, axis=axis)
+    if matrix is not None and get_aval(out).ndim == 1:
+      n = get_aval(out).shape[0]
+      out = lax.reshape(out, (1, n) if matrix == "r" else (n, 1))
+    return out
+
+
+r_ = _AxisConcat("r_", 0, 1, -1)
+c_ = _AxisConcat("c_", -1, 2, 0)

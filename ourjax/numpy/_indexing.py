@@ -759,9 +759,12 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
 
 
 def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
-                    wrap_negative_indices=True):
+                    wrap_negative_indices=None):
   """``out[..., i, ...] = arr[..., indices[..., i, ...], ...]`` along ``axis``; the other
-  dimensions of ``arr`` and ``indices`` broadcast.  ``mode`` as ``take``'s (default 'fill')."""
+  dimensions of ``arr`` and ``indices`` broadcast.  ``mode`` as ``take``'s (default 'fill'), or
+  'one_hot' (a one-hot mask contracted with ``arr``; out-of-bounds indices give 0).
+  Negative indices count from the end unless ``wrap_negative_indices`` is False; its default
+  (None) wraps them except in mode 'promise_in_bounds', which promises indices in [0, n)."""
   check_arraylike("take_along_axis", arr, indices)
   arr = asarray(_as_operand(arr))
   indices = asarray(_as_operand(indices))
@@ -794,10 +797,11 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
     arr = _broadcast_to(arr, tuple(a_shape))
   if tuple(i_shape) != i_aval.shape:
     indices = _broadcast_to(indices, tuple(i_shape))
-  mode = GatherScatterMode.from_any("fill" if mode is None else mode)
+  one_hot = isinstance(mode, str) and mode == "one_hot"
+  mode = None if one_hot else GatherScatterMode.from_any("fill" if mode is None else mode)
   out_shape = tuple(i_shape)
   n = a_shape[axis]
-  if int(np.prod(out_shape, dtype=np.int64)) == 0:
+  if int(np.prod(out_shape, dtype=np.int64)) == 0 or (one_hot and n == 0):
     return lax.full(out_shape, 0, a_aval.dtype, weak_type=a_aval.weak_type)
   if n == 0:
     if mode != GatherScatterMode.FILL_OR_DROP:
@@ -806,8 +810,13 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
     return lax.full(out_shape, fv, a_aval.dtype, weak_type=a_aval.weak_type)
   e = _Entry(_ARRAY, axis, indices, n)
   dt = _index_dtype([e], a_shape)
+  if wrap_negative_indices is None:
+    wrap_negative_indices = mode != GatherScatterMode.PROMISE_IN_BOUNDS
   idx = _normalized_index(e, dt) if wrap_negative_indices else (
       indices if i_aval.dtype == dt else lax.convert_element_type(indices, dt))
+  if one_hot:
+    from ourjax.numpy._gathers import take_along_one_hot
+    return take_along_one_hot(arr, asarray(idx), axis, others)
   idx = lax.reshape(idx, out_shape + (1,)) if not isinstance(idx, np.ndarray) else \
       idx.reshape(out_shape + (1,))
   dn = GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(axis,),

@@ -637,28 +637,55 @@ def _take_last(s, idx):
   return take_along_last(s, idx)
 
 
-_QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+_QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest", "inverted_cdf")
 
 
-def _quantile(name, a, q, axis, method, keepdims, squash_nans):
+def _quantile_weights(name, weights, aval, axis, axes):
+  """``weights`` checked against ``a`` (its shape, or the reduced axes' sizes in ``axis``'s
+  order) as JAX checks them."""
+  check_arraylike(name, weights)
+  w = asarray(_as_operand(weights))
+  w_aval = get_aval(w)
+  if dtypes.is_complex(w_aval.dtype):
+    raise ValueError("Weights cannot be complex types.")
+  red = tuple(aval.shape[i] for i in axes)
+  if axis is None:
+    if w_aval.shape != aval.shape:
+      raise ValueError("Weights shape must match 'a' shape when axis is None.")
+  elif w_aval.shape != aval.shape and w_aval.shape != red:
+    raise ValueError(f"Weights shape {w_aval.shape} must match reduction axes {red}")
+  return w
+
+
+def _quantile(name, a, q, axis, method, keepdims, squash_nans, weights=None):
   from ourjax.numpy._ufuncs import isnan, where
   from ourjax.numpy._util import promote_dtypes_inexact
   if method not in _QUANTILE_METHODS:
-    raise ValueError(f"method can only be one of {list(_QUANTILE_METHODS)}; got {method!r}")
+    raise ValueError("method can only be 'linear', 'lower', 'higher', 'midpoint', 'nearest' "
+                     f"or 'inverted_cdf'; got {method!r}")
+  if weights is not None and method != "inverted_cdf":
+    raise NotImplementedError(f"{method} doesn't support weights. Only method 'inverted_cdf' "
+                              "supports weights.")
   check_arraylike(name, a, q)
   a, q = asarray(_as_operand(a)), asarray(_as_operand(q))
   if get_aval(q).ndim > 1:
     raise ValueError(f"q must be have rank <= 1, got shape {get_aval(q).shape}")
-  a, = promote_dtypes_inexact(a)
-  dt = get_aval(a).dtype
-  if dtypes.is_complex(dt):
-    raise ValueError(f"{name} does not support complex input")
-  q = lax.convert_element_type(q, dt)
   aval = get_aval(a)
   axes = _reduction_axes(name, axis, aval.ndim)
+  w = None if weights is None else _quantile_weights(name, weights, aval, axis, axes)
+  a, w = promote_dtypes_inexact(a) + [None] if w is None else promote_dtypes_inexact(a, w)
+  dt = get_aval(a).dtype
+  if dtypes.is_complex(dt):
+    raise ValueError(f"{name} does not support complex input, as the operation is poorly "
+                     "defined.")
+  q = lax.convert_element_type(q, dt)
+  aval = get_aval(a)
   keep_shape = tuple(1 if i in axes else d for i, d in enumerate(aval.shape))
+  w_full = w is not None and get_aval(w).shape == aval.shape
   if aval.ndim == 0:
     a = lax.reshape(a, (1,))
+    w = None if w is None else lax.reshape(w, (1,))
+    w_full = w is not None
     axes = (0,)
     aval = get_aval(a)
   # move the reduced axes to the end and merge them
@@ -669,17 +696,43 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
   batch = get_aval(a).shape[:-1]
   if n == 0:
     raise ValueError(f"jnp.{name}: cannot compute a quantile of an empty array")
-  s = lax.sort(a, dimension=get_aval(a).ndim - 1)
-  nan_any = any(isnan(a), axis=-1)
+  if w is not None:
+    if w_full:
+      w = lax.transpose(w, rest + axes)
+    else:                      # the reduced axes' sizes, in the order ``axis`` names them
+      red = get_aval(w).shape
+      w = lax.broadcast_in_dim(w, batch + red, tuple(range(len(batch), len(batch) + len(red))))
+    w = lax.reshape(w, batch + (n,))
+  q_shape = get_aval(q).shape
+  # results have shape q_shape + batch
+  out_shape = q_shape + batch
   if squash_nans:
     counts = sum(lax.not_(isnan(a)), axis=-1, dtype=dt)
   else:
     counts = lax.full(batch, n, dt)
-  q_shape = get_aval(q).shape
-  # results have shape q_shape + batch
-  out_shape = q_shape + batch
-  qb = lax.broadcast_in_dim(q, out_shape, tuple(range(len(q_shape))))
   cb = lax.broadcast_in_dim(counts, out_shape, tuple(range(len(q_shape), len(out_shape))))
+  if method == "inverted_cdf":
+    res = _inverted_cdf(a, w, q, out_shape, squash_nans)
+  else:
+    res = _interpolated(a, q, cb, out_shape, method)
+  if squash_nans:
+    empty = lax.eq(cb, lax._const(cb, 0))
+    res = where(empty, np.nan, res)
+  else:
+    nan_any = any(isnan(a), axis=-1)
+    nb = lax.broadcast_in_dim(nan_any, out_shape, tuple(range(len(q_shape), len(out_shape))))
+    res = where(nb, np.nan, res)
+  if keepdims:
+    res = lax.reshape(res, q_shape + keep_shape)
+  return res
+
+
+def _interpolated(a, q, cb, out_shape, method):
+  """The linear/lower/higher/midpoint/nearest quantiles of the rows of ``a`` (count ``cb``)."""
+  q_shape = get_aval(q).shape
+  n = get_aval(a).shape[-1]
+  s = lax.sort(a, dimension=get_aval(a).ndim - 1)
+  qb = lax.broadcast_in_dim(q, out_shape, tuple(range(len(q_shape))))
   pos = lax.mul(qb, lax.sub(cb, lax._const(cb, 1)))
   lo = lax.floor(pos)
   hi = lax.ceil(pos)
@@ -693,61 +746,82 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans):
   v_hi = _take_last(sb, hi_i)
   if method == "linear":
     frac = lax.sub(pos, lo)
-    res = lax.add(lax.mul(v_lo, lax.sub(lax._const(frac, 1), frac)), lax.mul(v_hi, frac))
-  elif method == "lower":
-    res = v_lo
-  elif method == "higher":
-    res = v_hi
-  elif method == "midpoint":
-    res = lax.mul(lax.add(v_lo, v_hi), lax._const(v_lo, 0.5))
-  else:
-    near = lax.round(pos, lax.RoundingMethod.TO_NEAREST_EVEN)
-    near = lax.min(lax.max(near, lax._const(near, 0)), top)
-    res = _take_last(sb, lax.convert_element_type(near, np.int32))
+    return lax.add(lax.mul(v_lo, lax.sub(lax._const(frac, 1), frac)), lax.mul(v_hi, frac))
+  if method == "lower":
+    return v_lo
+  if method == "higher":
+    return v_hi
+  if method == "midpoint":
+    return lax.mul(lax.add(v_lo, v_hi), lax._const(v_lo, 0.5))
+  near = lax.round(pos, lax.RoundingMethod.TO_NEAREST_EVEN)
+  near = lax.min(lax.max(near, lax._const(near, 0)), top)
+  return _take_last(sb, lax.convert_element_type(near, np.int32))
+
+
+def _inverted_cdf(a, w, q, out_shape, squash_nans):
+  """NumPy's 'inverted_cdf' quantile of the rows of ``a`` with weights ``w`` (ones if None):
+  the first sorted value whose normalized cumulative weight reaches ``q``.  NaNs weigh nothing
+  for the nan-variants; a negative or NaN weight makes the row's result NaN."""
+  from ourjax.numpy._ufuncs import isnan, where
+  q_shape = get_aval(q).shape
+  nd = get_aval(a).ndim
+  n = get_aval(a).shape[-1]
+  if w is None:
+    w = lax.full_like(a, 1)
+  s, ws = lax.sort((a, w), dimension=nd - 1, num_keys=1)
   if squash_nans:
-    empty = lax.eq(cb, lax._const(cb, 0))
-    res = where(empty, np.nan, res)
-  else:
-    nb = lax.broadcast_in_dim(nan_any, out_shape, tuple(range(len(q_shape), len(out_shape))))
-    res = where(nb, np.nan, res)
-  if keepdims:
-    res = lax.reshape(res, q_shape + keep_shape)
-  return res
+    ws = where(isnan(s), lax._const(ws, 0), ws)
+  bad = any(lax.or_(lax.lt(ws, lax._const(ws, 0)), isnan(ws)), axis=-1)
+  cdf = lax.cumsum(ws, axis=nd - 1)
+  total = lax.slice_in_dim(cdf, n - 1, n, axis=nd - 1)
+  cdf = lax.div(cdf, lax.broadcast_in_dim(total, get_aval(cdf).shape, tuple(range(nd))))
+  batch_dims = tuple(range(len(q_shape), len(out_shape) + 1))
+  cdfb = lax.broadcast_in_dim(cdf, out_shape + (n,), batch_dims)
+  qb = lax.broadcast_in_dim(q, out_shape + (n,), tuple(range(len(q_shape))))
+  # the position of the first cumulative weight >= q: how many fall short of it
+  idx = sum(lax.lt(cdfb, qb), axis=-1, dtype=np.int32)
+  idx = lax.min(idx, lax._const(idx, n - 1))
+  res = _take_last(lax.broadcast_in_dim(s, out_shape + (n,), batch_dims), idx)
+  badb = lax.broadcast_in_dim(bad, out_shape, tuple(range(len(q_shape), len(out_shape))))
+  return where(badb, np.nan, res)
 
 
 def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
-             keepdims=False):
+             keepdims=False, *, weights=None):
   """The ``q``-th quantile(s) (``q`` in [0, 1], a scalar or 1-D) over ``axis``; methods
-  linear, lower, higher, midpoint, nearest."""
+  linear, lower, higher, midpoint, nearest and inverted_cdf, the only one that takes
+  ``weights`` (shaped like ``a`` or like the reduced axes, in ``axis``'s order)."""
   if overwrite_input or out is not None:
     raise ValueError("jax.numpy.quantile does not support overwrite_input=True or out != None")
-  return _quantile("quantile", a, q, axis, method, keepdims, False)
+  return _quantile("quantile", a, q, axis, method, keepdims, False, weights)
 
 
 def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
-                keepdims=False):
+                keepdims=False, *, weights=None):
   if overwrite_input or out is not None:
     raise ValueError("jax.numpy.nanquantile does not support overwrite_input=True or "
                      "out != None")
-  return _quantile("nanquantile", a, q, axis, method, keepdims, True)
+  return _quantile("nanquantile", a, q, axis, method, keepdims, True, weights)
 
 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
-               keepdims=False):
+               keepdims=False, *, weights=None):
   from ourjax.numpy._util import promote_dtypes_inexact
   check_arraylike("percentile", a, q)
   q, = promote_dtypes_inexact(asarray(_as_operand(q)))
   return quantile(a, lax.div(q, lax._const(q, 100)), axis=axis, out=out,
-                  overwrite_input=overwrite_input, method=method, keepdims=keepdims)
+                  overwrite_input=overwrite_input, method=method, keepdims=keepdims,
+                  weights=weights)
 
 
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
-                  keepdims=False):
+                  keepdims=False, *, weights=None):
   from ourjax.numpy._util import promote_dtypes_inexact
   check_arraylike("nanpercentile", a, q)
   q, = promote_dtypes_inexact(asarray(_as_operand(q)))
   return nanquantile(a, lax.div(q, lax._const(q, 100)), axis=axis, out=out,
-                     overwrite_input=overwrite_input, method=method, keepdims=keepdims)
+                     overwrite_input=overwrite_input, method=method, keepdims=keepdims,
+                     weights=weights)
 
 
 @static_argnames("axis", "overwrite_input", "keepdims")
