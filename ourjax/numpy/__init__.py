@@ -11,8 +11,9 @@ weak types, 32-bit defaults unless x64 is enabled).  Re-exports only; the functi
   _linalg_ops.py   dot, matmul, einsum, tensordot, inner/outer/vdot, matvec/vecmat, kron, trace,
                    diagonal
   _sorting.py      sort, argsort, lexsort, searchsorted, digitize, isin
-  _indexing.py     x[idx], x.at[idx], take/take_along_axis, put/put_along_axis/place,
-                   nonzero/argwhere, compress/extract, choose, ix_, unravel_index/ravel_multi_index
+  _indexing.py     x[idx], x.at[idx]
+  _index_functions.py  take/take_along_axis, put/put_along_axis/place, nonzero/argwhere,
+                   compress/extract, choose, ix_, unravel_index/ravel_multi_index
   _setops.py       unique, unique_values/_counts/_inverse/_all, union1d, intersect1d, setdiff1d,
                    setxor1d
   _misc.py         select, piecewise, trapezoid, cross, cov/corrcoef, polyval, vander,
@@ -68,9 +69,10 @@ from ourjax.numpy._linalg_ops import (dot, matmul, vdot, vecdot, inner, outer,  
                                       matvec, vecmat)
 from ourjax.numpy._sorting import (sort, argsort, lexsort, partition, argpartition,  # noqa
                                    sort_complex, searchsorted, digitize, isin, in1d)
-from ourjax.numpy._indexing import (take, take_along_axis, put, nonzero, flatnonzero,  # noqa
-                                    argwhere, compress, extract, choose, ix_,
-                                    unravel_index, ravel_multi_index, put_along_axis, place)
+from ourjax.numpy._index_functions import (take, take_along_axis, put, nonzero,  # noqa
+                                           flatnonzero, argwhere, compress, extract, choose,
+                                           ix_, unravel_index, ravel_multi_index,
+                                           put_along_axis, place)
 from ourjax.numpy._setops import (unique, unique_values, unique_counts,  # noqa: F401
                                   unique_inverse, unique_all, union1d, intersect1d, setdiff1d,
                                   setxor1d)

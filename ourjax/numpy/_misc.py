@@ -389,7 +389,7 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):  # noq
   cell, and the list of each dimension's bin edges.  ``bins`` and ``range`` are one value for
   all dimensions or one per dimension, as ``histogram``'s (each value's last bin includes its
   right edge; values outside the range are dropped)."""
-  from ourjax.numpy._indexing import ravel_multi_index, ix_
+  from ourjax.numpy._index_functions import ravel_multi_index, ix_
   from ourjax.numpy._reductions import sum as _sum
   from ourjax.numpy._shape import diff, reshape
   from ourjax.numpy._sorting import searchsorted
@@ -648,7 +648,7 @@ def mask_indices(n, mask_func, k=0, *, size=None):
   """The (row, column) indices of the nonzero entries of ``mask_func(ones((n, n)), k)``, e.g.
   ``mask_indices(n, jnp.triu)``; ``size`` as ``nonzero``'s."""
   from ourjax.numpy._creation import ones
-  from ourjax.numpy._indexing import nonzero
+  from ourjax.numpy._index_functions import nonzero
   rows, cols = nonzero(mask_func(ones((_static_int(n, "n"),) * 2), k), size=size)
   return rows, cols
 

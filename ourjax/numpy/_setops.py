@@ -11,7 +11,7 @@ then states the function: an intersection keeps the runs holding both tags, a di
 holding only tag 0, a symmetric difference those holding one tag.  ``assume_unique`` changes
 nothing but JAX's error under jit without ``size``.
 
-The kept positions are compacted to the front in order (``_indexing._compact``: a cumsum and a
+The kept positions are compacted to the front in order (``_index_functions._compact``: a cumsum and a
 scatter, no shape that depends on values).  How many there are is the length of the result:
 known for concrete inputs, unknown under a transformation, where these functions raise
 ConcretizationTypeError unless a static ``size`` is given; the result is then cut to, or padded
@@ -33,8 +33,8 @@ from ourjax.core import Tracer, get_aval
 from ourjax.errors import NonConcreteBooleanIndexError
 from ourjax.numpy._creation import asarray
 from ourjax.numpy._gathers import take_1d
-from ourjax.numpy._indexing import (_compact, _count, _rewriting_take, _scatter_update,
-                                    _static_size)
+from ourjax.numpy._index_functions import _compact, _count, _static_size
+from ourjax.numpy._indexing import _rewriting_take, _scatter_update
 from ourjax.numpy._util import (_as_operand, canonicalize_axis, check_arraylike,
                                 check_static, promote_dtypes)
 
