@@ -1,0 +1,581 @@
+"""``jit``: ``JitWrapped`` traces a function once per input signature (its cache, keyed by the
+arguments' types, the static arguments and the configuration that changes a trace), compiles the
+jaxpr for its backend and calls it; a fast path per entry skips the flattening and checks
+of an ordinary call.  ``lower``/``trace`` give the AOT stages (``stages.py``)."""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import weakref
+from typing import Callable
+
+import numpy as np
+
+from ourjax import _nan_check, _once, _phases, core, dtypes, errors
+from ourjax import _pytree as tree_util
+from ourjax.array import Array
+from ourjax.config import config
+from ourjax.sharding import ShardedArray
+from ourjax.interpreters import partial_eval as pe
+from ourjax.interpreters.pjit import pjit_p
+from ourjax._pytree import tree_flatten, tree_structure, tree_unflatten
+# (defined in api before it imports this module)
+from ourjax.api import (ShapeDtypeStruct, _abstractify, _check_arg, _fun_name, _split_static,
+                        flatten_fun)
+
+
+# ------------------------------------------------------------------------------------------------
+# jit
+
+
+class _CacheEntry:
+  """One traced signature of a jitted function: the closed jaxpr, the output structure, why
+  the cache missed (for ``jax_log_compiles``), and the executable once compiled."""
+  __slots__ = ("closed", "out_tree", "executable", "reason", "sig", "compiled", "times")
+
+  def __init__(self, closed, out_tree, reason=None, sig=None, times=None):
+    self.closed, self.out_tree, self.executable = closed, out_tree, None
+    self.compiled = {}        # {None: executable}, filled once (_once.build_once)
+    self.reason, self.sig = reason, sig
+    self.times = times        # the compile phases so far (_phases; jax_log_compiles only)
+
+
+def _positional_params(fun):
+  """(names of the positional parameters, name of *args or None, keyword names), or None when
+  the signature is unknown."""
+  try:
+    params = list(inspect.signature(fun).parameters.values())
+  except (TypeError, ValueError):
+    return None
+  pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+  kw = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+  has_var_kw = any(p.kind == p.VAR_KEYWORD for p in params)
+  return pos, var, kw, has_var_kw
+
+
+def _fun_location(fun) -> str:
+  code = getattr(inspect.unwrap(fun), "__code__", None)
+  return f" defined at {code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+
+
+def _static_str(v) -> str:
+  r = repr(v)
+  return r if len(r) <= 60 else r[:57] + "..."
+
+
+_JIT_CACHES = weakref.WeakKeyDictionary()
+_PRIVATE_FAST = weakref.WeakSet()    # jitted functions whose caches are their own (see below)
+
+
+_JIT_CACHES_LOCK = threading.Lock()
+
+
+def _shared_cache(fun, options) -> dict:
+  """The signature cache of ``fun`` under ``options``: shared by every ``jit(fun, ...)`` with
+  the same options (so ``jit(f)(x)`` in a loop traces once, as in JAX), dropped with ``fun``."""
+  try:
+    with _JIT_CACHES_LOCK:
+      per_fun = _JIT_CACHES.get(fun)
+      if per_fun is None:
+        per_fun = _JIT_CACHES[fun] = {}
+      return per_fun.setdefault(options, {})
+  except TypeError:       # not weakly referenceable or not hashable: a cache of its own
+    return {}
+
+
+def _axis_env_key() -> tuple:
+  """The named axes in scope (enclosing vmap(axis_name=...), pmap and shard_map axes) with their
+  sizes: a trace may read them (lax.axis_size), so they are part of jit's cache key."""
+  from ourjax.lax.parallel import _spmd_env
+  env = _spmd_env()
+  stack = core._state.trace_stack
+  if len(stack) == 1 and not env:
+    return ()
+  from ourjax.interpreters.batching import BatchTrace
+  named = tuple((m.payload.name, m.payload.size) for m in stack
+                if m.trace_type is BatchTrace and m.payload is not None
+                and m.payload.name is not None)
+  return named + tuple(sorted(env.items(), key=lambda kv: str(kv[0])))
+
+
+class JitWrapped:
+  """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs and their
+  executables.  The cache key is the argument structure, each argument leaf's shape, dtype and
+  weak type, the static arguments (by hash and ==), the backend and the x64 flag."""
+
+  def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(),
+               keep_unused=False, backend=None, inline=False, donate_argnames=()):
+    self.fun = fun
+    if isinstance(static_argnums, int):
+      static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+      static_argnames = (static_argnames,)
+    if isinstance(donate_argnums, int):
+      donate_argnums = (donate_argnums,)
+    if isinstance(donate_argnames, str):
+      donate_argnames = (donate_argnames,)
+    static_argnums, static_argnames = tuple(static_argnums), tuple(static_argnames)
+    donate_argnums, donate_argnames = tuple(donate_argnums), tuple(donate_argnames)
+    if set(static_argnames) & set(donate_argnames):
+      raise ValueError(f"static_argnames and donate_argnames cannot intersect. Argument names "
+                       f"{set(static_argnames) & set(donate_argnames)} appear in both "
+                       "static_argnames and donate_argnames")
+    sig = _positional_params(fun)
+    if sig is None and donate_argnames:
+      raise ValueError(f"Getting the signature of function {fun} failed. Pass donate_argnums "
+                       "instead of donate_argnames.")
+    if sig is not None:
+      pos, var, kw, has_var_kw = sig
+      for what, nums in (("static_argnums", static_argnums), ("donate_argnums", donate_argnums)):
+        if var is None and any(i >= len(pos) or i < -len(pos) for i in nums):
+          raise ValueError(f"Jitted function has {what}={nums}, but only accepts {len(pos)} "
+                           "positional arguments.")
+      for what, names in (("static_argnames", static_argnames),
+                          ("donate_argnames", donate_argnames)):
+        # positional-only parameters and *args cannot be named, even with **kwargs
+        bad = {n for n in names if n not in kw and (not has_var_kw or n in pos or n == var)}
+        if bad:
+          raise ValueError(f"Jitted function has invalid argnames {bad} in {what}. Function "
+                           "does not take these args.")
+      # JAX infers each of static_argnums/static_argnames from the other through the signature
+      nums = {i % len(pos) if i < 0 else i for i in static_argnums if -len(pos) <= i < len(pos)}
+      static_argnames += tuple(pos[i] for i in sorted(nums) if pos[i] in kw
+                               and pos[i] not in static_argnames)
+      static_argnums += tuple(pos.index(n) for n in static_argnames
+                              if n in pos and pos.index(n) not in nums
+                              and pos.index(n) not in static_argnums)
+      dnums = {i % len(pos) if i < 0 else i for i in donate_argnums if -len(pos) <= i < len(pos)}
+      donate_argnames += tuple(pos[i] for i in sorted(dnums) if pos[i] in kw
+                               and pos[i] not in donate_argnames)
+      donate_argnums += tuple(pos.index(n) for n in donate_argnames
+                              if n in pos and pos.index(n) not in dnums
+                              and pos.index(n) not in donate_argnums)
+    self.static_argnums, self.static_argnames = static_argnums, static_argnames
+    # donated leaves (``_donated``): outputs written into their buffers, the arrays deleted
+    # after the call (``_donation``)
+    self.donate_argnums, self.donate_argnames = donate_argnums, donate_argnames
+    self.keep_unused = keep_unused
+    self.backend = backend
+    self.inline = inline
+    self._cache: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
+                                            donate_argnames, keep_unused, backend, inline))
+    # dispatch fast path: (x64, per-argument (shape, dtype[, weak])) -> call(args) | False
+    self._fast: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
+                                           donate_argnames, keep_unused, backend, inline, "fast"))
+    self._no_fast = bool(static_argnums or static_argnames)
+    # (in_shardings, out_shardings) when given; the sharded programs per signature and layout
+    self._shardings = None
+    self._sharded: dict = {}
+    self._plans: dict = {}
+    try:
+      shared = fun in _JIT_CACHES
+    except TypeError:
+      shared = False
+    if not shared:
+      _PRIVATE_FAST.add(self)
+    # (updated=(): copying fun's __dict__ would overwrite attributes such as self.fun)
+    functools.update_wrapper(self, fun, updated=())
+
+  def __get__(self, obj, objtype=None):
+    if obj is None:
+      return self
+    return functools.partial(self, obj)
+
+  # -- signatures ----------------------------------------------------------------------------
+
+  def _signature(self, args, kwargs, abstract_ok=False):
+    f, dargs, dkwargs, static_key = _split_static(self.fun, args, kwargs, self.static_argnums,
+                                                  self.static_argnames, "jit")
+    leaves, in_tree = tree_flatten((dargs, dkwargs))
+    for x in leaves:
+      if not (abstract_ok and isinstance(x, ShapeDtypeStruct)):
+        _check_arg(x, f"jit({_fun_name(self.fun)})")
+    avals = tuple(_abstractify(x) for x in leaves)
+    key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
+           config.jax_default_matmul_precision,   # (read at trace time, as JAX's key has it)
+           _axis_env_key())
+    return f, leaves, in_tree, avals, key, (args, kwargs)
+
+  def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
+    """A readable name per dynamic argument leaf: ``x``, ``params['w']``, ``args[2]``."""
+    sig = _positional_params(self.fun)
+    pos, var = (sig[0], sig[1]) if sig else ([], None)
+    nargs = len(args)
+    static = {i % nargs if i < 0 and nargs else i for i in self.static_argnums}
+    dyn_pos = [i for i in range(nargs) if i not in static]
+    dargs = tuple(args[i] for i in dyn_pos)
+    dkwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+    names = []
+    for path, _ in tree_util.tree_flatten_with_path((dargs, dkwargs))[0]:
+      head, rest = path[0], path[1:]
+      if getattr(head, "idx", 0) == 0 and rest:
+        k = dyn_pos[rest[0].idx]
+        base = pos[k] if k < len(pos) else (f"{var}[{k - len(pos)}]" if var else f"args[{k}]")
+      elif rest:
+        base = str(rest[0].key)
+      else:
+        base = "?"
+      names.append(base + tree_util.keystr(tuple(rest[1:])))
+    if len(names) != n_leaves:
+      names = [f"argument {i}" for i in range(n_leaves)]
+    return tuple(names)
+
+  def _donated(self, args, kwargs, names) -> tuple:
+    nargs = len(args)
+    static = {i % nargs if i < 0 and nargs else i for i in self.static_argnums}
+    dyn_pos = [i for i in range(nargs) if i not in static]
+    donated_pos = {i % nargs if i < 0 and nargs else i for i in self.donate_argnums}
+    dargs = tuple(args[i] for i in dyn_pos)
+    dkwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+    out = []
+    for path, _ in tree_util.tree_flatten_with_path((dargs, dkwargs))[0]:
+      head, rest = path[0], path[1:]
+      if getattr(head, "idx", 0) == 0 and rest:
+        out.append(dyn_pos[rest[0].idx] in donated_pos)
+      else:
+        out.append(bool(rest) and str(rest[0].key) in self.donate_argnames)
+    return tuple(out) if len(out) == len(names) else (False,) * len(names)
+
+  def _explain_miss(self, key, names) -> str:
+    """Why ``key`` missed the cache, against the closest cached signature."""
+    fname = _fun_name(self.fun)
+    head = f"cache miss for {fname}{_fun_location(self.fun)}"
+    if not self._cache:
+      return f"{head}: first call (never traced before)"
+    in_tree, avals, static_key, backend, x64, prec, axes = key
+    best = None
+    for old in self._cache:
+      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes = old
+      diffs = []          # (weight, text): the closest signature has the least total weight
+      if axes != o_axes:
+        diffs.append((2, f"the named axes in scope are now {axes} and were {o_axes}"))
+      if x64 != o_x64:
+        diffs.append((2, f"jax_enable_x64 is now {x64} and was {o_x64}"))
+      if prec != o_prec:
+        diffs.append((2, f"jax_default_matmul_precision is now {prec} and was {o_prec}"))
+      if in_tree != o_tree:
+        diffs.append((1000, f"the argument structure is now {in_tree} and was {o_tree}"))
+      else:
+        for n, a, b in zip(names, avals, o_avals):
+          if a == b:
+            continue
+          if a.shape == b.shape and a.dtype == b.dtype:
+            diffs.append((1, f"argument {n}: now {a.str_short()}{' (weak type)' * a.weak_type} "
+                          f"and before {b.str_short()}{' (weak type)' * b.weak_type}: the weak "
+                          "type changed (a Python scalar is weakly typed, an array is not)"))
+          else:
+            what = "shape" if a.dtype == b.dtype else ("dtype" if a.shape == b.shape else
+                                                       "shape and dtype")
+            diffs.append((3, f"argument {n}: {what} changed, now {a.str_short()} and before "
+                          f"{b.str_short()}"))
+      if static_key != o_static:
+        new_s = dict(static_key[0] + static_key[1]) if static_key else {}
+        old_s = dict(o_static[0] + o_static[1]) if o_static else {}
+        pnames = (_positional_params(self.fun) or ([],))[0]
+        for k in sorted(set(new_s) | set(old_s), key=str):
+          nm = pnames[k] if isinstance(k, int) and k < len(pnames) else k
+          if k not in new_s or k not in old_s:
+            nv = _static_str(new_s[k]) if k in new_s else "not passed"
+            ov = _static_str(old_s[k]) if k in old_s else "not passed"
+            diffs.append((3, f"static argument {nm}: now {nv} and before {ov}"))
+          elif new_s[k] != old_s[k] or hash(new_s[k]) != hash(old_s[k]):
+            diffs.append((2, f"static argument {nm}: now {_static_str(new_s[k])} and before "
+                          f"{_static_str(old_s[k])}"))
+      if backend != o_backend:
+        diffs.append((2, f"backend is now {backend} and was {o_backend}"))
+      score = sum(w for w, _ in diffs)
+      if best is None or score < best[0]:
+        best = (score, [d for _, d in diffs])
+    best = best[1]
+    lines = "\n".join(f"  * {d}" for d in best) or "  * (an equal signature was evicted)"
+    return f"{head}; differences from the closest cached signature:\n{lines}"
+
+  def _trace(self, f, in_tree, avals, key, args_kwargs):
+    """The cache entry of ``key``, traced on a miss: once, when several threads miss at the
+    same time (the others wait for it; a failure reaches them all and is not cached)."""
+    entry = self._cache.get(key)
+    if entry is not None:
+      return entry
+
+    def trace():
+      from ourjax.stages import _Signature
+      if config.jax_no_tracing:
+        raise RuntimeError(f"re-tracing function {_fun_name(self.fun)}"
+                           f"{_fun_location(self.fun)} for `jit`, but 'no_tracing' is set")
+      args, kwargs = args_kwargs
+      names = self._leaf_names(args, kwargs, len(avals))
+      reason = self._explain_miss(key, names)
+      flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
+      times = _phases.begin(_fun_name(self.fun))
+      with _phases.collecting(times), _phases.phase("trace"):
+        closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
+      sig = _Signature(_fun_name(self.fun), in_tree, tuple(avals), names,
+                       self._donated(args, kwargs, names), out_tree[0])
+      entry = _CacheEntry(closed, out_tree[0], reason, sig, times)
+      if any(isinstance(c, core.Tracer) for c in closed.consts):
+        # it closes over values of an enclosing transformation of this thread: not reusable
+        return _once.Uncached(entry)
+      return entry
+    return _once.build_once(self._cache, key, trace)
+
+  # -- calling ---------------------------------------------------------------------------------
+
+  def __call__(self, *args, **kwargs):
+    # Fast path: positional NumPy/ourjax arrays of a signature seen before, nothing traced:
+    # one dictionary lookup, then the executable's own call (no flattening, no avals).
+    fkey = None
+    if not kwargs and not self._no_fast and core.nothing_traced():
+      sig = []
+      for a in args:
+        t = type(a)
+        if t is Array:
+          v = a._npy
+          if v is None:
+            v = a._aval               # an array that lives on a device: its type
+            if v is None:
+              break
+          sig.append((v.shape, v.dtype, a.weak_type))
+        elif t is np.ndarray:
+          sig.append((a.shape, a.dtype))
+        else:
+          break
+      else:
+        v = None        # (keeps no argument's value alive: a donated one has no other owner)
+        if config._local.overrides:     # this thread's context-manager flags
+          x64, off = config.x64_enabled, _fast_path_off(config)
+          prec = config.jax_default_matmul_precision
+        else:
+          flags = config._values
+          x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
+          prec = flags["jax_default_matmul_precision"]
+        fkey = (bool(x64), prec, tuple(sig))
+        hit = self._fast.get(fkey)
+        if hit and not off:
+          try:
+            outs = hit(args)
+          except errors.ResourceExhaustedError:
+            outs = None       # (the general path below says which operation, and where)
+          if outs is not None:
+            return outs
+      v = None    # (keeps no argument's value alive: a donated one must have no other owner)
+    if config.jax_disable_jit:
+      return self.fun(*args, **kwargs)
+    f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
+    top = core.find_top_trace(leaves)
+    if self.inline and not isinstance(top, core.EvalTrace):
+      return self.fun(*args, **kwargs)      # traced into the enclosing jaxpr
+    entry = self._trace(f, in_tree, avals, key, ak)
+    closed, hoisted = entry.closed, []
+    if any(isinstance(c, core.Tracer) for c in closed.consts):
+      # The function closes over values of an enclosing transformation (grad of a loss that
+      # calls a jitted closure over the parameters): they become explicit operands, so that
+      # transformation sees them (JAX's closure conversion).  Such a trace is not reusable.
+      closed, hoisted = _hoist_tracer_consts(closed)
+    elif isinstance(top, core.EvalTrace):
+      if self._shardings is not None or any(type(x) is ShardedArray for x in leaves):
+        # laid out over several devices: the partitioned program on the mesh
+        from ourjax.interpreters import partition
+        outs = partition.call_sharded(self, entry, leaves, ak)
+        if outs is not None:
+          return tree_unflatten(entry.out_tree, outs)
+      # Nothing is being traced: run the cached executable directly (what pjit's impl does),
+      # compiled once however many threads call at the same time.
+      exe = entry.executable
+      if exe is None:
+        exe = entry.executable = _once.build_once(entry.compiled, None,
+                                                  lambda: self._compile(entry))
+      if config.jax_no_execution:
+        raise RuntimeError(f"executing jit-compiled function {_fun_name(self.fun)}, but "
+                           "'no_execution' is set")
+      nan_check = _nan_check.enabled()
+      if fkey is not None and fkey not in self._fast and not nan_check:
+        self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
+      try:
+        outs = exe(*leaves)
+      except errors.ResourceExhaustedError as e:
+        raise _exhausted_in(e, entry.closed, self.fun) from None
+      if nan_check:
+        _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
+      return tree_unflatten(entry.out_tree, outs)
+    donated = entry.sig.donated if entry.sig is not None else ()
+    extra = ({"donated_invars": (False,) * len(hoisted) + tuple(donated)}
+             if any(donated) else {})
+    outs = pjit_p.bind(*hoisted, *leaves, jaxpr=closed, name=_fun_name(self.fun),
+                       backend=self.backend, **extra)
+    return tree_unflatten(entry.out_tree, outs)
+
+  def _compile(self, entry):
+    from ourjax import backends
+    return backends.compile_jaxpr(entry.closed, self.backend, _fun_name(self.fun),
+                                  keep_unused=self.keep_unused, log_reason=entry.reason,
+                                  cache=False,     # (the cache entry keeps it)
+                                  times=entry.times, donated=entry.sig.donated)
+
+  # -- stages ----------------------------------------------------------------------------------
+
+  def trace(self, *args, **kwargs):
+    """The ``Traced`` stage: ``.jaxpr``, ``.out_info``, ``.lower()``."""
+    from ourjax.stages import Traced
+    f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs, abstract_ok=True)
+    entry = self._trace(f, in_tree, avals, key, ak)
+    return Traced(self, entry, entry.sig)
+
+  def lower(self, *args, **kwargs):
+    """The ``Lowered`` stage: the HLO module (``.as_text()``), ``.compile()``.  Arguments may
+    be arrays or ``ShapeDtypeStruct``s."""
+    return self.trace(*args, **kwargs).lower()
+
+  def _lower_entry(self, entry, sig):
+    from ourjax.lowering import from_jaxpr
+    from ourjax.stages import Lowered
+    name = _fun_name(self.fun)
+    from ourjax.backends import donation_of
+    lowering = from_jaxpr.lower(entry.closed, name, keep_unused=self.keep_unused)
+    return Lowered(lowering, entry.closed, sig, self.backend, self.donate_argnums, name,
+                   entry.reason, donation_of(lowering, entry.closed, sig.donated))
+
+  def eval_shape(self, *args, **kwargs):
+    entry = self.trace(*args, **kwargs)._entry
+    return tree_unflatten(entry.out_tree, [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type)
+                                           for a in entry.closed.out_avals])
+
+  def clear_cache(self):
+    self._cache.clear()
+    self._fast.clear()
+
+  def _cache_size(self) -> int:
+    return len(self._cache)
+
+  def __repr__(self):
+    try:
+      return f"<PjitFunction of {self.__wrapped__!r}>"    # JAX's form
+    except Exception:    # noqa: BLE001  (a failing or missing repr of the function)
+      return "<PjitFunction>"
+
+  def __getattr__(self, name):
+    # attributes set on the function (f.some_value = ...) read through the jitted function,
+    # as JAX's (which copies the function's __dict__)
+    fun = self.__dict__.get("fun")
+    d = getattr(fun, "__dict__", None)
+    if name.startswith("__") or not isinstance(d, dict) or name not in d:
+      raise AttributeError(f"'JitWrapped' object has no attribute {name!r}")
+    return d[name]
+
+
+def _exhausted_in(e, closed: core.ClosedJaxpr, fun):
+  """``e`` (an allocation that failed in a jitted call) naming the function and, for a result,
+  the operation that computes it and its line."""
+  msg = f"{e}, in jit({_fun_name(fun)}){_fun_location(fun)}"
+  outvars = closed.jaxpr.outvars
+  if e.output is not None and e.output < len(outvars):
+    v = outvars[e.output]
+    eqn = next((q for q in closed.jaxpr.eqns if any(b is v for b in q.out_binders)), None)
+    if eqn is not None:
+      msg += (f"; that result, {v.aval.str_short()}, is computed by {eqn.primitive.name} at "
+              f"{eqn.source_info or 'an unknown line'}")
+  return type(e)(msg, e.nbytes, e.output)
+
+
+def _fast_path_off(flags) -> bool:
+  """Whether a flag of ``flags`` (the config, or its dict of global values) sends every call
+  down the general path."""
+  if isinstance(flags, dict):
+    return bool(flags["jax_disable_jit"] or flags["jax_debug_nans"] or flags["jax_debug_infs"]
+                or flags["jax_no_execution"])
+  return bool(flags.jax_disable_jit or flags.jax_debug_nans or flags.jax_debug_infs
+              or flags.jax_no_execution)
+
+
+def _fast_entry(exe, out_tree, leaves):
+  """``call(args) -> result | None`` running ``exe`` on arguments of ``leaves``' signature
+  (None from ``call`` sends that call down the general path), or None when ``exe`` has no fast
+  path or the arguments need converting (e.g. float64 NumPy arrays without x64)."""
+  make = getattr(exe, "fast_path", None)
+  if make is None:
+    return None
+  from ourjax import backends
+  if backends._profile_hook is not None:
+    return None       # the profiler records every call (it clears these when it stops)
+  for a in leaves:
+    dt = a.dtype                # (an Array's dtype also when it lives on a device)
+    if dt != dtypes.canonicalize_dtype(dt):
+      return None
+  call = make()
+  if call is None:
+    return None
+  if out_tree.num_leaves == 1 and out_tree == tree_structure(0):
+    def single(args):
+      outs = call(args)
+      return None if outs is None else outs[0]
+    return single
+
+  def tree(args):
+    outs = call(args)
+    return None if outs is None else tree_unflatten(out_tree, outs)
+  return tree
+
+
+def _clear_fast_paths() -> None:
+  """Forget every jitted function's dispatch fast paths (the profiler calls this when it
+  starts and stops recording: a fast path does not look for the profiler)."""
+  for per_fun in list(_JIT_CACHES.values()):
+    for options, cache in list(per_fun.items()):
+      if options and options[-1] == "fast":
+        cache.clear()
+  for j in list(_PRIVATE_FAST):
+    j._fast.clear()
+
+
+def _hoist_tracer_consts(closed: core.ClosedJaxpr):
+  """Turn the constants of ``closed`` that are tracers into leading inputs; returns the new
+  closed jaxpr and those constants."""
+  jaxpr = closed.jaxpr
+  is_tr = [isinstance(c, core.Tracer) for c in closed.consts]
+  keep_v = [v for v, t in zip(jaxpr.constvars, is_tr) if not t]
+  keep_c = [c for c, t in zip(closed.consts, is_tr) if not t]
+  hoist_v = [v for v, t in zip(jaxpr.constvars, is_tr) if t]
+  hoist_c = [c for c, t in zip(closed.consts, is_tr) if t]
+  new = core.Jaxpr(keep_v, hoist_v + list(jaxpr.invars), jaxpr.eqns, jaxpr.outvars,
+                   jaxpr.debug_name)
+  return core.ClosedJaxpr(new, keep_c), hoist_c
+
+
+def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
+        donate_argnums=(), donate_argnames=(), keep_unused: bool = False, device=None,
+        backend: str | None = None, inline: bool = False, abstracted_axes=None,
+        in_shardings=None, out_shardings=None, compiler_options: dict | None = None):
+  """Compile ``fun``: trace it once per argument signature and run it as one executable.
+  Usable as ``@jit`` or ``@jit(static_argnames=...)``.
+
+  ``static_argnums``/``static_argnames`` name arguments passed to ``fun`` as Python values
+  (hashable; part of the cache key), each inferred from the other through the signature.
+  ``donate_argnums``/``donate_argnames`` give the arguments' buffers to the call: an output
+  of the same shape and dtype is written into them, and the donated arrays are deleted (see
+  ``ourjax/_donation.py``).  With ``keep_unused=False`` arguments the
+  outputs do not depend on are left out of the compiled module (still accepted).  ``backend``
+  picks where it compiles.  ``inline=True`` traces ``fun`` into an enclosing jaxpr instead of
+  a nested call.  ``compiler_options`` (XLA's options: ``{"xla_...": value}``) are accepted and
+  recorded; ourjax's compiler has no such options, so they change nothing."""
+  if compiler_options is not None and not (
+      isinstance(compiler_options, dict) and all(isinstance(k, str) for k in compiler_options)):
+    raise TypeError(f"jit: compiler_options must be a dict with str keys, got "
+                    f"{compiler_options!r}")
+
+  def wrap(f):
+    if isinstance(f, staticmethod):
+      raise TypeError(f"staticmethod arguments are not supported, got {f}; apply jit to the "
+                      "function before staticmethod (@staticmethod above @jit)")
+    if inspect.isgeneratorfunction(f):
+      raise TypeError(f"Expected a function, got a generator function: {f}")
+    if not callable(f):
+      raise TypeError(f"Expected a callable value, got {f!r}")
+    w = JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
+                   inline, donate_argnames)
+    if in_shardings is not None or out_shardings is not None:
+      w._shardings = (in_shardings, out_shardings)
+      w._no_fast = True
+    w.compiler_options = dict(compiler_options or {})
+    return w
+  return wrap if fun is None else wrap(fun)
