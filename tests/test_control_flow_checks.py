@@ -163,3 +163,74 @@ def test_cond_forwards_unchanged_operands():
   assert float(ourjax.grad(lambda v: f(5, v)[1] * 2)(3.0)) == 2.0
   out = lax.cond(True, lambda a: (a, a + 1), lambda a: (a, a - 1), 5.0)
   assert float(out[0]) == 5.0 and out[0].dtype == np.float32
+
+
+def _eqn_of(jaxpr, name):
+  return next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == name)
+
+
+def test_loops_keep_unchanged_carries_unbatched():
+  # a carry the body returns unchanged is a loop constant (as in JAX): under vmap over the other
+  # inputs it stays unbatched, also with a batched while_loop predicate
+  def f_scan(x, y):
+    return lax.scan(lambda c, _: ((c[0] * 2 + c[1], c[1]), c[0]), (x, y), None, length=3)
+
+  def f_while(x, y):     # predicate on the batched carry
+    return lax.while_loop(lambda c: c[0] < 10., lambda c: (c[0] + c[1], c[1]), (x, y))
+
+  def f_fori(x, y):
+    return lax.fori_loop(0, 3, lambda i, c: (c[0] * c[1] + i, c[1]), (x, y))
+
+  def py_scan(x, y):
+    ys = []
+    for _ in range(3):
+      ys.append(x)
+      x = x * 2 + y
+    return (x, y), np.stack(ys)
+
+  def py_while(x, y):
+    while x < 10.:
+      x = x + y
+    return x, y
+
+  def py_fori(x, y):
+    for i in range(3):
+      x = x * y + i
+    return x, y
+
+  x, y = np.array([0., 3., 9.5, 12.], np.float32), np.float32(1.5)
+  for f, ref, out_axes in [(f_scan, py_scan, ((0, None), 0)), (f_while, py_while, (0, None)),
+                           (f_fori, py_fori, (0, None))]:
+    vf = ourjax.vmap(f, in_axes=(0, None), out_axes=out_axes)
+    got = vf(jnp.asarray(x), jnp.asarray(y))
+    want = [ref(np.float64(xi), np.float64(y)) for xi in x]
+    got_l, _ = ourjax.tree_util.tree_flatten(got)
+    want_l = [np.stack(w) for w in zip(*[ourjax.tree_util.tree_flatten(w)[0] for w in want])]
+    want_l[1] = want_l[1][0]           # y is unbatched (out_axes None)
+    for g, w in zip(got_l, want_l):
+      np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
+    jaxpr = ourjax.make_jaxpr(vf)(jnp.asarray(x), jnp.asarray(y))
+    loop = _eqn_of(jaxpr, "scan" if f is not f_while else "while")
+    # y goes in as a loop constant of shape () (unbatched); only the x carry is batched
+    carry_avals = [v.aval for v in loop.outvars[:loop.params.get("num_carry", 99)]]
+    assert jaxpr.jaxpr.invars[1] in loop.invars
+    assert all(a.shape == (4,) for a in carry_avals if a.dtype == np.float32)
+    if f is f_while:
+      assert loop.params["body_nconsts"] == 1 and loop.invars[0] is jaxpr.jaxpr.invars[1]
+    else:
+      assert loop.params["num_consts"] == 1 and loop.invars[0] is jaxpr.jaxpr.invars[1]
+
+
+def test_loops_forward_unchanged_carries():
+  y = jnp.float32(2.)
+  (a, b, c), _ = lax.scan(lambda c, _: (c, None), (0., y, 1), None, length=3)
+  assert b is y and a.dtype == np.float32 and a.weak_type and int(c) == 1
+  i, a, b = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1], c[2]), (0, 0., y))
+  assert b is y and int(i) == 3 and float(a) == 0.
+  # a forwarded carry that cond_fun reads stays a carry
+  out = lax.while_loop(lambda c: c[0] < c[1], lambda c: (c[0] + 1, c[1]), (0, 5))
+  assert [int(v) for v in out] == [5, 5]
+  # gradients through a scan with a pass-through carry
+  g = ourjax.grad(lambda y: lax.scan(lambda c, x: ((c[0] + x * c[1], c[1]), None),
+                                     (0., y), jnp.arange(3.))[0][0])(2.)
+  assert float(g) == 3.0

@@ -39,6 +39,7 @@ from ourjax.core import ClosedJaxpr, Jaxpr, Literal, Primitive, ShapedArray, Var
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
 from ourjax._pytree import (keystr, tree_flatten, tree_flatten_with_path, tree_unflatten)
+from ourjax.lax import _loop_forwarding as _lf
 from ourjax.lax import _mismatch as _mm
 
 _any = builtins.any
@@ -736,7 +737,19 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   if pred_avals[0].shape != () or pred_avals[0].dtype != np.bool_:
     raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
                     f"[{pred_avals[0]!r}].")
-  outs = _bind_while(cond_closed, [], body_closed, [], init_flat)
+  # carries the body returns unchanged and cond_fun does not read are loop constants of the
+  # body (see _loop_forwarding)
+  move = _lf.forwarded_carries(body_closed, len(init_flat))
+  if _any(move):
+    cond_dce, unread = _lf.unused_by(cond_closed)
+    move = [m and u for m, u in zip(move, unread)]
+  if _any(move):
+    cond_closed = _lf.drop_inputs(cond_dce, move)
+    body_closed = _lf.carries_to_consts(body_closed, move)
+  fixed, carried = _lf.split(init_flat, move)
+  outs = _bind_while(cond_closed, [], body_closed, fixed, carried)
+  kept = [_forwarded(x, a) for x, a, m in zip(init_flat, in_avals, move) if m]
+  outs = _lf.merge(move, kept, outs)
   return tree_unflatten(init_tree, _loop_result_types(outs, in_avals, bc[1]))
 
 
@@ -1081,8 +1094,16 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     closed, cell = trace(in_avals)
   _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                cell[1])
-  outs = _bind_scan(closed, [], init_flat, xs_flat, length=length, reverse=bool(reverse),
+  # carries the body returns unchanged are loop constants (see _loop_forwarding)
+  move = _lf.forwarded_carries(closed, n)
+  if _any(move):
+    closed = _lf.carries_to_consts(closed, move)
+  fixed, carried = _lf.split(init_flat, move)
+  outs = _bind_scan(closed, fixed, carried, xs_flat, length=length, reverse=bool(reverse),
                     unroll=unroll)
+  n_left = len(carried)
+  kept = [_forwarded(x, a) for x, a, m in zip(init_flat, in_avals, move) if m]
+  outs = _lf.merge(move, kept, outs[:n_left]) + list(outs[n_left:])
   carry_out, ys = _loop_result_types(outs[:n], in_avals, cell[1]), outs[n:]
   return tree_unflatten(init_tree, carry_out), tree_unflatten(cell[2], ys)
 
