@@ -45,6 +45,7 @@ class Config:
         "jax_default_matmul_precision": None,
         "jax_compilation_cache_dir": os.environ.get("OURJAX_CACHE_DIR") or None,
         "jax_numpy_rank_promotion": "allow",
+        "jax_numpy_dtype_promotion": "standard",
         "jax_num_cpu_devices": None,     # None: OURJAX_NUM_CPU_DEVICES, else 1 (backends)
         "jax_check_tracer_leaks": _env_bool("OURJAX_CHECK_TRACER_LEAKS"),
         "jax_transfer_guard": None,
@@ -62,6 +63,7 @@ class Config:
   def update(self, name: str, value) -> None:
     if name not in self._values:
       raise AttributeError(f"Unrecognized config option: {name}")
+    _check_value(name, value)
     self._values[name] = value
 
   def read(self, name: str):
@@ -92,6 +94,7 @@ class Config:
     """Set ``name`` to ``value`` in the calling thread for the duration of the block."""
     if name not in self._values:
       raise AttributeError(f"Unrecognized config option: {name}")
+    _check_value(name, value)
     ov = self._local.overrides
     missing = object()
     old = ov.get(name, missing)
@@ -105,7 +108,25 @@ class Config:
         ov[name] = old
 
 
+_DTYPE_PROMOTIONS = ("standard", "strict")
+
+
+def _check_value(name, value):
+  if name == "jax_numpy_dtype_promotion" and value not in _DTYPE_PROMOTIONS:
+    raise ValueError(f"{value!r} is not a valid NumpyDtypePromotion (jax_numpy_dtype_promotion "
+                     f"must be one of {_DTYPE_PROMOTIONS})")
+
+
 config = Config()
+
+
+def numpy_dtype_promotion(new_val: str):
+  """Context manager for ``jax_numpy_dtype_promotion`` inside a block (this thread only):
+  'standard' (JAX's promotion lattice) or 'strict' (operands of different dtypes raise
+  ``TypePromotionError``, except weakly typed Python scalars of a kind the other dtype holds:
+  an int with any number, a float with any float or complex, a complex with any complex)."""
+  _check_value("jax_numpy_dtype_promotion", new_val)
+  return config._override("jax_numpy_dtype_promotion", new_val)
 
 
 def enable_x64(new_val: bool = True):

@@ -367,14 +367,35 @@ def _upper_bounds(x64: bool = True) -> dict[Any, frozenset]:
   return out
 
 
+@functools.lru_cache(maxsize=None)
+def _strict_upper_bounds() -> dict[Any, frozenset]:
+  """The upper bounds under ``jax_numpy_dtype_promotion='strict'``, as JAX's strict lattice: a
+  strong type promotes with nothing but itself; a weak int goes to any int, float or complex
+  type, a weak float to any float or complex, a weak complex to any complex (bool only with
+  itself)."""
+  ints = {d for d in _LATTICE if not isinstance(d, _Weak) and _kind(d) in "iu"}
+  floats = {d for d in _LATTICE if not isinstance(d, _Weak) and _kind(d) == "f"}
+  cplx = {d for d in _LATTICE if not isinstance(d, _Weak) and _kind(d) == "c"}
+  out: dict[Any, frozenset] = {d: frozenset({d}) for d in _LATTICE}
+  out[C_WEAK] = frozenset({C_WEAK} | cplx)
+  out[F_WEAK] = frozenset({F_WEAK} | floats) | out[C_WEAK]
+  out[I_WEAK] = frozenset({I_WEAK} | ints) | out[F_WEAK]
+  return out
+
+
+def strict_promotion() -> bool:
+  """Whether ``jax_numpy_dtype_promotion`` is 'strict' (in this thread)."""
+  return config.jax_numpy_dtype_promotion == "strict"
+
+
 def _join(nodes: frozenset) -> Any:
-  return _join_x64(nodes, config.x64_enabled)
+  return _join_x64(nodes, config.x64_enabled, strict_promotion())
 
 
 @functools.lru_cache(maxsize=1024)
-def _join_x64(nodes: frozenset, x64: bool) -> Any:
-  """Least upper bound of a set of lattice nodes."""
-  ub = _upper_bounds(x64)
+def _join_x64(nodes: frozenset, x64: bool, strict: bool = False) -> Any:
+  """Least upper bound of a set of lattice nodes (in the strict lattice with ``strict``)."""
+  ub = _strict_upper_bounds() if strict else _upper_bounds(x64)
   for n in nodes:
     if n not in ub:
       raise TypePromotionError(f"dtype {n} is not a valid dtype for type promotion.")
@@ -383,6 +404,12 @@ def _join_x64(nodes: frozenset, x64: bool) -> Any:
   if len(least) == 1:
     return least[0]
   names = tuple(str(n) for n in nodes)
+  if not least and strict:
+    names = tuple(str(n.pytype) if isinstance(n, _Weak) else str(n) for n in nodes)
+    raise TypePromotionError(
+        f"Input dtypes {names} have no available implicit dtype promotion path when "
+        "jax_numpy_dtype_promotion=strict. Try explicitly casting inputs to the desired output "
+        "type, or set jax_numpy_dtype_promotion=standard.")
   if not least:
     if any(n in _custom_float_dtypes or n in _subbyte_int_dtypes for n in nodes):
       raise TypePromotionError(
@@ -459,7 +486,7 @@ def result_type(*args: Any, return_weak_type_flag: bool = False):
       raise
     return (kd, False) if return_weak_type_flag else kd
   # the result depends only on the (dtype, weak) pairs and the x64 flag: cache it
-  key = (pairs, config.x64_enabled)
+  key = (pairs, config.x64_enabled, strict_promotion())
   r = _result_type_cache.get(key)
   if r is None:
     r = _result_type_of_pairs(pairs)
@@ -482,6 +509,10 @@ def _key_result_type(args):
 
 
 def _result_type_of_pairs(pairs):
+  if strict_promotion() and not config.x64_enabled:
+    # as JAX's result_type: strict promotion sees the canonical (32-bit) input dtypes, so a
+    # NumPy float64 meets a float32 as float32
+    pairs = [(canonicalize_dtype(d), w) for d, w in pairs]
   dts = [d for d, _ in pairs]
   weaks = [w for _, w in pairs]
   if len(pairs) == 1:
@@ -491,7 +522,8 @@ def _result_type_of_pairs(pairs):
   elif all(weaks):
     # Join the strong counterparts and mark the result weak (weak int16 + weak int32 -> weak
     # int32, not the join of two i* nodes, which would lose the widths).
-    out, weak = _node_dtype(_join(frozenset(dts))), True
+    # (weak values always promote with each other, also under strict promotion)
+    out, weak = _node_dtype(_join_x64(frozenset(dts), config.x64_enabled)), True
   else:
     top = _join(frozenset(_node(d, w) for d, w in pairs))
     out, weak = _node_dtype(top), isinstance(top, _Weak)
