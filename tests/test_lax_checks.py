@@ -203,3 +203,22 @@ def test_full_with_large_python_int_in_float_dtypes():
   # a mean over 2**32 elements: its count is such a value (shapes only)
   out = ourjax.eval_shape(jnp.mean, ourjax.ShapeDtypeStruct((1 << 32,), np.float32))
   assert out.shape == () and out.dtype == np.float32
+
+
+def test_ordered_comparisons_reject_complex():
+  # as JAX's: lax.lt/le/gt/ge take no complex operands (eq/ne do); jnp's comparisons order
+  # complex numbers by real part, then imaginary part, as NumPy does
+  z = np.array([1 + 2j, 3 + 0j, 2 + 1j, 2 + 1j], np.complex64)
+  w = np.array([1 + 3j, 2 + 0j, 2 + 1j, 2 + 0j], np.complex64)
+  for op in (lax.lt, lax.le, lax.gt, lax.ge):
+    with pytest.raises(TypeError, match=f"{op.__name__} does not accept dtype complex64"):
+      op(z, w)
+  np.testing.assert_array_equal(np.asarray(lax.eq(z, w)), z == w)
+  for jop, nop in [(jnp.less, np.less), (jnp.less_equal, np.less_equal),
+                   (jnp.greater, np.greater), (jnp.greater_equal, np.greater_equal)]:
+    np.testing.assert_array_equal(np.asarray(jop(z, w)), nop(z, w))
+    np.testing.assert_array_equal(np.asarray(ourjax.jit(jop)(z, w)), nop(z, w))
+  np.testing.assert_array_equal(np.asarray(jnp.fmax(z, w)), np.fmax(z, w))
+  np.testing.assert_array_equal(np.asarray(jnp.fmin(z, w)), np.fmin(z, w))
+  np.testing.assert_array_equal(np.asarray(jnp.sort(w)), np.sort(w))
+  np.testing.assert_array_equal(np.asarray(jnp.asarray(z) < w), z < w)

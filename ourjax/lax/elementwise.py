@@ -393,10 +393,12 @@ shift_right_arithmetic_p = binop("shift_right_arithmetic", _int, rops.shift_righ
 shift_right_logical_p = binop("shift_right_logical", _int, rops.shift_right_logical)
 eq_p = binop("eq", _any, np.equal, result_dtype=_bool_result)
 ne_p = binop("ne", _any, np.not_equal, result_dtype=_bool_result)
-lt_p = binop("lt", _any, np.less, result_dtype=_bool_result)
-le_p = binop("le", _any, np.less_equal, result_dtype=_bool_result)
-gt_p = binop("gt", _any, np.greater, result_dtype=_bool_result)
-ge_p = binop("ge", _any, np.greater_equal, result_dtype=_bool_result)
+# ordered comparisons take no complex operands, as JAX's (jnp.less & co. compare complex numbers
+# lexicographically with these on the real and imaginary parts)
+lt_p = binop("lt", _bool + _int + _float, np.less, result_dtype=_bool_result)
+le_p = binop("le", _bool + _int + _float, np.less_equal, result_dtype=_bool_result)
+gt_p = binop("gt", _bool + _int + _float, np.greater, result_dtype=_bool_result)
+ge_p = binop("ge", _bool + _int + _float, np.greater_equal, result_dtype=_bool_result)
 
 # integer_pow: x ** y for a static Python int y
 integer_pow_p = standard_primitive(

@@ -129,8 +129,8 @@ def sort_complex(a):
 def _total_lt(x, y):
   """x < y in NumPy's sort order: NaN after everything (for floats)."""
   if dtypes.is_inexact(get_aval(x).dtype):
-    from ourjax.numpy._ufuncs import isnan
-    return lax.or_(lax.lt(x, y), lax.and_(isnan(y), lax.not_(isnan(x))))
+    from ourjax.numpy._ufuncs import isnan, _ordered
+    return lax.or_(_ordered(lax.lt)(x, y), lax.and_(isnan(y), lax.not_(isnan(x))))
   return lax.lt(x, y)
 
 
@@ -183,7 +183,8 @@ def digitize(x, bins, right: bool = False, *, method=None):
   dec = lax.sub(np.int32(n), searchsorted(rb, x, side=side))
   first, last = _take_1d(bins, np.zeros((), np.int32)), _take_1d(bins, np.full((), n - 1,
                                                                                   np.int32))
-  return where(lax.le(first, last), inc, dec)
+  from ourjax.numpy._ufuncs import _ordered
+  return where(_ordered(lax.le)(first, last), inc, dec)
 
 
 def isin(element, test_elements, assume_unique: bool = False, invert: bool = False, *,

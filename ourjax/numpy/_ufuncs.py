@@ -90,10 +90,23 @@ logical_xor = _binary("logical_xor", lambda x, y: lax.xor(_to_bool(x), _to_bool(
 left_shift = bitwise_left_shift = _binary("left_shift", lax.shift_left)
 equal = _binary("equal", lax.eq)
 not_equal = _binary("not_equal", lax.ne)
-less = _binary("less", lax.lt)
-less_equal = _binary("less_equal", lax.le)
-greater = _binary("greater", lax.gt)
-greater_equal = _binary("greater_equal", lax.ge)
+
+
+def _ordered(lax_op):
+  """``lax_op`` (lt/le/gt/ge, which take no complex operands) extended to complex operands as
+  NumPy and JAX order them: by the real part, then by the imaginary part."""
+  def op(x, y):
+    if not dtypes.is_complex(get_aval(x).dtype):
+      return lax_op(x, y)
+    rx, ry = lax.real(x), lax.real(y)
+    return lax.select(lax.eq(rx, ry), lax_op(lax.imag(x), lax.imag(y)), lax_op(rx, ry))
+  return op
+
+
+less = _binary("less", _ordered(lax.lt))
+less_equal = _binary("less_equal", _ordered(lax.le))
+greater = _binary("greater", _ordered(lax.gt))
+greater_equal = _binary("greater_equal", _ordered(lax.ge))
 
 
 def _to_bool(x):
@@ -722,13 +735,13 @@ def fabs(x, /):
 def fmax(x1, x2, /):
   """Elementwise maximum ignoring NaN (NaN only where both are NaN)."""
   x1, x2 = promote_args("fmax", x1, x2)
-  return where(lax.or_(lax.gt(x1, x2), isnan(x2)), x1, x2)
+  return where(lax.or_(_ordered(lax.gt)(x1, x2), isnan(x2)), x1, x2)
 
 
 def fmin(x1, x2, /):
   """Elementwise minimum ignoring NaN (NaN only where both are NaN)."""
   x1, x2 = promote_args("fmin", x1, x2)
-  return where(lax.or_(lax.lt(x1, x2), isnan(x2)), x1, x2)
+  return where(lax.or_(_ordered(lax.lt)(x1, x2), isnan(x2)), x1, x2)
 
 
 def _int_type_of(dt):
