@@ -868,7 +868,8 @@ def _pp_eqn(eqn: "JaxprEqn", namer, used, col, indent) -> str:
       if isinstance(ov, Var) and ov not in inner.invars and b in used:
         namer.alias(ov, namer(b))
   args = " ".join(namer(x) for x in eqn.inputs)
-  head = f"{outs} = {eqn.primitive.name}"
+  # as JAX's: an equation without results prints no ' = '
+  head = f"{outs} = {eqn.primitive.name}" if eqn.out_binders else eqn.primitive.name
   tail = f" {args}"     # as JAX's: the space is there also when there are no operands
   if not params:
     return head + tail

@@ -234,3 +234,11 @@ def test_loops_forward_unchanged_carries():
   g = ourjax.grad(lambda y: lax.scan(lambda c, x: ((c[0] + x * c[1], c[1]), None),
                                      (0., y), jnp.arange(3.))[0][0])(2.)
   assert float(g) == 3.0
+
+
+def test_scan_of_only_forwarded_carries_prints_as_jax():
+  # every carry is a constant: the scan has no results, printed (as JAX's) without ' = '
+  text = str(ourjax.make_jaxpr(lambda y: lax.scan(lambda c, _: (c, None), (0., y), None,
+                                                   length=3))(2.))
+  assert "\n    scan[" in text and "num_carry=0" in text and "num_consts=2" in text
+  assert text.rstrip().endswith("in (0.0:f32[], a) }")
