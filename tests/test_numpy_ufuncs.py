@@ -461,6 +461,9 @@ def test_interp(data):
   n = data.draw(st.integers(1, 6), label="n")
   xp = np.sort(data.draw(arrays(np.float32, (n,), -10, 10), label="xp"))
   xp = np.unique(xp)
+  # (JAX takes an interval narrower than spacing(eps) as empty and gives its left value, where
+  # NumPy divides by it: xp=[-1.25e-33, 0] at 0 is fp[0] for JAX, fp[1] for NumPy)
+  xp = xp[np.concatenate([[True], np.diff(xp) > 1e-6])]
   fp = data.draw(arrays(np.float32, xp.shape, -10, 10), label="fp")
   x = data.draw(array_of([np.dtype(np.float32)], lo=-12, hi=12), label="x")
   check(jnp.interp(x, xp, fp), np.interp(x, xp, fp), np.float32, rtol=1e-4, atol=1e-4)
