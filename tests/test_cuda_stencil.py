@@ -111,6 +111,18 @@ def test_rk4_scan_step_is_one_chain_and_one_finishing_launch():
                                          if "next" in b.name or "tile" in b.name}
   (loop,) = [op for op in exe.program if op[0] == "repeat"]
   assert len([op for op in loop[2] if op[0] == "k"]) == 2
+  # the profiler names every stage's HLO, and counts only the chain's own buffers
+  from ourjax.backends.llvm import kernel_info
+  d = kernel_info.describe(ch)
+  assert d["hlo"] == " > ".join(kernel_info.describe(st.kernel)["hlo"] for st in ch.stages)
+  assert d["bytes"] == sum(b.nbytes for b in {id(b): b for b in ch.reads + ch.writes}.values())
+  assert d["bytes"] < sum(kernel_info.describe(st.kernel)["bytes"] for st in ch.stages)
+
+
+def test_a_short_axis_chains_too():
+  """An axis shorter than a tile: the window wraps around it several times."""
+  _, chains = _chains(_rk(), *_rk_args(5))
+  assert len(chains) == 1 and chains[0].n == 5 and chains[0].tiles == 1
 
 
 def test_no_chain_without_a_dependency_or_with_the_switch_off(monkeypatch):
@@ -131,8 +143,8 @@ def test_heat_chain_writes_what_is_read_outside():
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
 def test_chain_ptx_assembles():
-  for fn, args in ((_rk(), _rk_args(1000)), (_heat, (np.ones((3, 700), np.float32),
-                                                      np.float32(0.1)))):
+  for fn, args in ((_rk(), _rk_args(1000)), (_rk(), _rk_args(5)),
+                   (_heat, (np.ones((3, 700), np.float32), np.float32(0.1)))):
     ptx = ourjax.jit(fn, backend="cuda").lower(*args).compile().as_text(dialect="ptx")
     assert "bar.sync" in ptx
     from ourjax.backends.cuda import backend as cb
@@ -166,7 +178,7 @@ def _both(monkeypatch, fn, *args):
 
 
 @needs_gpu
-@pytest.mark.parametrize("n", [256, 1000, 4096, 70001])
+@pytest.mark.parametrize("n", [5, 256, 1000, 4096, 70001])
 def test_rk4_chain_matches_separate_kernels_and_reference(monkeypatch, n):
   on, off, ref = _both(monkeypatch, _rk(), *_rk_args(n))
   np.testing.assert_array_equal(on[0], off[0])              # the state: bit for bit

@@ -216,15 +216,20 @@ LINK_THREADS = 8
 """The most modules the driver's linker compiles at once (``_module_images``)."""
 
 
-def _cubin_key(ptx: str, dev) -> str:
+def _cubin_keys(ptx_modules, dev) -> list:
+  """The compilation-cache key of each PTX module's cubin on ``dev``."""
   import hashlib
-  h = hashlib.sha256(b"ourjax-cubin-1\0")
-  h.update(f"sm_{dev.arch}\0{dev.driver_version}\0".encode())
-  h.update(ptx.encode())
-  return "cuda-" + h.hexdigest()
+  target = f"sm_{dev.arch}\0{dev.driver_version}\0".encode()    # (the driver asked once)
+  keys = []
+  for ptx in ptx_modules:
+    h = hashlib.sha256(b"ourjax-cubin-1\0")
+    h.update(target)
+    h.update(ptx.encode())
+    keys.append("cuda-" + h.hexdigest())
+  return keys
 
 
-def _module_images(dev, ptx_modules, name):
+def _module_images(dev, ptx_modules, keys, name):
   """What to load for each PTX module: its cubin, from the compilation cache (``disk_cache``,
   keyed by the PTX, the GPU's architecture and the driver's version) or from the driver's
   linker, several modules at once on ``LINK_THREADS`` threads (loading the PTX itself makes the
@@ -233,7 +238,6 @@ def _module_images(dev, ptx_modules, name):
   A module the linker fails on is loaded as PTX, whose error names the problem."""
   from ourjax.backends import disk_cache
   images = list(ptx_modules)
-  keys = [_cubin_key(p, dev) for p in ptx_modules]
   todo = []
   for g, key in enumerate(keys):
     hit = disk_cache.read(key)
@@ -261,7 +265,7 @@ def _module_images(dev, ptx_modules, name):
   return images
 
 
-def _load_image(dev, image, ptx, name):
+def _load_image(dev, image, ptx, key, name):
   """``dev.load_module(image)``; a cubin the driver refuses (a damaged or foreign cache entry)
   is dropped from the cache and the PTX loaded instead."""
   if isinstance(image, bytes):
@@ -271,7 +275,7 @@ def _load_image(dev, image, ptx, name):
       log.warning("ourjax: the cached cubin of %s does not load (%s); loading its PTX", name,
                   str(e).splitlines()[0])
       from ourjax.backends import disk_cache
-      disk_cache.remove(_cubin_key(ptx, dev))
+      disk_cache.remove(key)
   return dev.load_module(ptx, name)
 
 
@@ -333,9 +337,10 @@ class CudaExecutable:
     # (on the first call, after the compile's log: with jax_log_compiles a line of its own)
     times = _phases.begin(f"{self.module.name} (PTX load, GPU {self._ordinal})")
     with _phases.collecting(times), _phases.phase("ptx_load"):
-      images = _module_images(dev, self.ptx_modules, self.module.name)
-      mods = [_load_image(dev, img, ptx, f"{self.module.name}.{g}")
-              for g, (img, ptx) in enumerate(zip(images, self.ptx_modules))]
+      keys = _cubin_keys(self.ptx_modules, dev)
+      images = _module_images(dev, self.ptx_modules, keys, self.module.name)
+      mods = [_load_image(dev, img, ptx, key, f"{self.module.name}.{g}")
+              for g, (img, ptx, key) in enumerate(zip(images, self.ptx_modules, keys))]
     _phases.report(times)
     mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []

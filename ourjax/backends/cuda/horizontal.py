@@ -35,8 +35,9 @@ import os
 
 from llvmlite import ir
 
-from ourjax.backends.cuda import codegen, reductions
+from ourjax.backends.cuda import codegen, reductions, stencil
 from ourjax.backends.cuda.codegen import I32, GpuKernel
+from ourjax.backends.llvm.kernel_info import same_origin
 from ourjax.backends.llvm.planning import reads_at_own_index
 
 __all__ = ["Horizontal", "merge_steps", "enabled"]
@@ -53,12 +54,7 @@ def enabled() -> bool:
 #: Kernels whose blocks synchronise (block-wide reductions through static shared memory and
 #: ``bar.sync``): parts only where every thread of the merged block runs them, i.e. where
 #: their block size is the merged kernel's.
-SYNCED = (reductions.SplitPartials, reductions.RowReduce)
-
-
-def _synced():
-  from ourjax.backends.cuda import stencil     # (stencil chains synchronise their blocks too)
-  return SYNCED + (stencil.StencilChain,)
+SYNCED = (reductions.SplitPartials, reductions.RowReduce, stencil.StencilChain)
 
 
 def mergeable(kernel) -> bool:
@@ -67,7 +63,7 @@ def mergeable(kernel) -> bool:
   synchronise within themselves (``SYNCED``, at the merged block size only)."""
   if isinstance(kernel, Horizontal):
     return True
-  if type(kernel) not in (codegen.Elementwise, codegen.Threaded) + _synced() or kernel.scratch:
+  if type(kernel) not in (codegen.Elementwise, codegen.Threaded) + SYNCED or kernel.scratch:
     return False
   return True
 
@@ -82,7 +78,7 @@ def _fits(group, kernel, info) -> bool:
   parts = [p for k in group + [kernel] for p in _parts(k)]
   blocks = {id(p): p.launch(info)[1][0] for p in parts}
   block = max(blocks.values())
-  return all(blocks[id(p)] == block for p in parts if isinstance(p, _synced()))
+  return all(blocks[id(p)] == block for p in parts if isinstance(p, SYNCED))
 
 
 class Horizontal(GpuKernel):
@@ -108,7 +104,7 @@ class Horizontal(GpuKernel):
       block = max(block, bx)
     self.blocks, self.block = start, block
     for p, (_, _, bx) in zip(flat, self.ranges):
-      if isinstance(p, _synced()) and bx != block:
+      if isinstance(p, SYNCED) and bx != block:
         raise ValueError(f"{p.name}: synchronises blocks of {bx} threads, merged block {block}")
     reads, writes, seen = [], [], set()
     for p in flat:
@@ -238,22 +234,16 @@ def fold_finish_epilogues(steps, step_type):
         and not ({id(x) for x in k.writes} & {id(x) for x in prev.reads + prev.writes})
         and reads_at_own_index(k, prev.out, k.dims)):
       new = reductions.ColumnFinish(prev.name, prev.reduce, prev.out, prev.partials,
-                                 prev.leafmap, prev.splits, prev.epilogues + [k])
-      for a in ("hlo_group", "hlo_source"):
-        if hasattr(prev, a):
-          setattr(new, a, getattr(prev, a))
-      out[-1] = step_type(new)
+                                    prev.leafmap, prev.splits, prev.epilogues + [k])
+      out[-1] = step_type(same_origin(new, prev))
       continue
     if (type(prev) is reductions.SplitFinish and prev.nout == 1 and type(k) is codegen.Threaded
         and k.nthreads == 1 and not k.scratch
         and not ({id(x) for x in k.writes} & {id(x) for x in prev.reads + prev.writes})):
       new = reductions.SplitFinish(prev.name, prev.dims, prev.outputs, prev.prefetch,
-                                prev.partials, prev.leafmap, prev.groups,
-                                prev.tails + [k.inner])
-      for a in ("hlo_group", "hlo_source"):
-        if hasattr(prev, a):
-          setattr(new, a, getattr(prev, a))
-      out[-1] = step_type(new)
+                                   prev.partials, prev.leafmap, prev.groups,
+                                   prev.tails + [k.inner])
+      out[-1] = step_type(same_origin(new, prev))
       continue
     out.append(s)
   return out

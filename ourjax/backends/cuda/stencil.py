@@ -44,6 +44,7 @@ from ourjax.backends.cuda import codegen, reductions
 from ourjax.backends.cuda.codegen import I32, GpuKernel, sreg64
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.kernel_info import same_origin
 from ourjax.backends.llvm.emitter import Emitter, Index, i64
 
 __all__ = ["StencilChain", "chain_steps", "read_offsets", "enabled"]
@@ -215,7 +216,7 @@ class StencilChain(GpuKernel):
 
   def __init__(self, name, stages, n, staged, globals_out, partial_bufs):
     self.stages, self.n = list(stages), n
-    self.staged = dict(staged)            # id(Buf) -> (Buf, rows, stage index)
+    self.staged = set(staged)             # id(Buf) of outputs kept in shared memory
     self.globals_out = set(globals_out)   # id(Buf) of outputs also written to memory
     self.tiles = -(-n // TILE)
     reads, writes, seen = [], [], set()
@@ -246,10 +247,10 @@ class StencilChain(GpuKernel):
     tile = sreg64(b, "ctaid.x")
     t0 = b.mul(tile, i64(TILE), flags=["nuw", "nsw"])
     tid = sreg64(b, "tid.x")
-    arrays = {}                        # id(Buf) -> (smem pointer, window length, base, rows)
-    for j, st in enumerate(self.stages):
-      win = TILE + st.lo + st.hi
-      base = b.sub(t0, i64(st.lo)) if st.lo else t0
+    # id(Buf) -> (shared-memory pointer, window length, window start, axis length, dtype)
+    arrays = {}
+    for st in self.stages:
+      win, base = _window(b, st, t0)
       for _, buf in st.outputs:
         if id(buf) in self.staged:
           rows = math.prod(buf.dims[:-1])
@@ -272,25 +273,16 @@ class StencilChain(GpuKernel):
         self._partials(b, em, st, t0, tid, ptr, j)
       pending |= {id(buf) for _, buf in st.outputs if id(buf) in arrays}
 
-  @staticmethod
-  def _position(b, base, w, n):
-    """Position ``base + w`` of a tile axis of length ``n``, modulo ``n`` (``base`` may be
-    negative, ``base + w`` past the end)."""
-    p = b.add(base, w)
-    p = b.select(b.icmp_signed("<", p, i64(0)), b.add(p, i64(n)), p)
-    return b.select(b.icmp_signed(">=", p, i64(n)), b.sub(p, i64(n)), p)
-
   def _elementwise(self, b, em, st, t0, tid, arrays, ptr):
     dims = st.dims
     lead = dims[:-1]
     rows = math.prod(lead)
-    win = TILE + st.lo + st.hi
-    base = b.sub(t0, i64(st.lo)) if st.lo else t0
+    win, base = _window(b, st, t0)
     with E.ForLoop(b, tid, rows * win, "e", step=i64(BLOCK)) as lp:
       em.push_scope()
       r = b.udiv(lp.index, i64(win))
       w = b.urem(lp.index, i64(win))
-      pos = self._position(b, base, w, dims[-1])
+      pos = _wrap(b, b.add(base, w), dims[-1])
       multi = (E.delinearize(b, r, lead) if lead else []) + [pos]
       idx = Index(b, dims, multi=multi)
       vals = [em.value(instr, idx) for instr, _ in st.outputs]
@@ -340,6 +332,23 @@ class StencilChain(GpuKernel):
           E.store_element(b, v, ptr(p), tile, p.dtype)
 
 
+def _window(b, st, t0):
+  """(length, first position) of stage ``st``'s window in the tile starting at ``t0``."""
+  return TILE + st.lo + st.hi, (b.sub(t0, i64(st.lo)) if st.lo else t0)
+
+
+def _wrap(b, v, n):
+  """``v`` modulo ``n``: a window's position, or a position's offset from a window's start.
+  On an axis of at least a window and two halos (``TILE + 2 * MAX_HALO``) these fall at most
+  one axis length out either way, and two selects do; on a shorter one a window wraps around
+  it several times, and the remainder is taken."""
+  if n >= TILE + 2 * MAX_HALO:
+    v = b.select(b.icmp_signed("<", v, i64(0)), b.add(v, i64(n)), v)
+    return b.select(b.icmp_signed(">=", v, i64(n)), b.sub(v, i64(n)), v)
+  r = b.srem(v, i64(n))
+  return b.select(b.icmp_signed("<", r, i64(0)), b.add(r, i64(n)), r)
+
+
 class _StagedEmitter(Emitter):
   """The shared emitter, with some leaves read from the block's shared-memory windows."""
 
@@ -354,9 +363,7 @@ class _StagedEmitter(Emitter):
     b = self.b
     p, win, base, n, dtype = st
     lead = instr.dims[:-1]
-    slot = b.sub(index.multi[-1], base)
-    slot = b.select(b.icmp_signed("<", slot, i64(0)), b.add(slot, i64(n)), slot)
-    slot = b.select(b.icmp_signed(">=", slot, i64(n)), b.sub(slot, i64(n)), slot)
+    slot = _wrap(b, b.sub(index.multi[-1], base), n)
     # (a read that is then discarded may fall outside the window: kept inside it)
     slot = b.select(b.icmp_unsigned(">", slot, i64(win - 1)), i64(win - 1), slot)
     if lead:
@@ -454,13 +461,13 @@ def _plan_chain(kernels, readers_outside, new_temp_name):
   if not any(st.reads for st in stages):
     return None                      # nothing depends on anything: horizontal fusion's case
   # staged: outputs a later stage reads; to memory: outputs anything else may read
-  staged, globals_out = {}, set()
+  staged, globals_out = set(), set()
   smem = 0
   for j, st in enumerate(stages):
     for _, buf in st.outputs:
       if any(any(rd.leafmap[l] is buf for l in rd.reads) for rd in stages[j + 1:]):
         rows = math.prod(buf.dims[:-1])
-        staged[id(buf)] = (buf, rows, j)
+        staged.add(id(buf))
         smem += rows * (TILE + st.lo + st.hi) * max(1, buf.dtype.itemsize)
       if buf.kind != "temp" or id(buf) in readers_outside:
         if st.dims[-1] != n:
@@ -570,19 +577,13 @@ def chain_steps(steps, info, step_type, readers=None):
       chain = _plan_chain(kernels, outside, kernels[0].name + "_st")
       if chain is None:
         continue
-      for a in ("hlo_group", "hlo_source"):
-        if hasattr(kernels[0], a):
-          setattr(chain, a, getattr(kernels[0], a))
-      out.append(step_type(chain))
+      out.append(step_type(same_origin(chain, kernels[0])))
       i += end
       if fin is not None:
         last = chain.stages[-1]
         new = reductions.SplitFinish(fin.name, fin.dims, fin.outputs, fin.prefetch,
-                                  last.partials, fin_leaves, chain.tiles, fin.tails)
-        for a in ("hlo_group", "hlo_source"):
-          if hasattr(fin, a):
-            setattr(new, a, getattr(fin, a))
-        out.append(step_type(new))
+                                     last.partials, fin_leaves, chain.tiles, fin.tails)
+        out.append(step_type(same_origin(new, fin)))
         i += 1
       done = True
       break

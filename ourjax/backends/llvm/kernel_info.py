@@ -19,7 +19,7 @@ import math
 
 from ourjax.lowering import hlo
 
-__all__ = ["describe", "covered", "contraction_flops"]
+__all__ = ["describe", "covered", "contraction_flops", "same_origin"]
 
 #: Kernels that finish or prepare a contraction that another kernel counts.
 _NO_FLOPS = {"SplitKSum", "StridedTranspose"}
@@ -109,6 +109,15 @@ def contraction_flops(instr) -> int:
   return 0
 
 
+def same_origin(new, old):
+  """``new`` (a kernel made from ``old``: rebuilt, folded or chained) with ``old``'s tags
+  (``hlo_group``, ``hlo_source``)."""
+  for a in ("hlo_group", "hlo_source"):
+    if hasattr(old, a):
+      setattr(new, a, getattr(old, a))
+  return new
+
+
 def _group_of(kernel):
   g = getattr(kernel, "hlo_group", None)
   if g is None:
@@ -128,6 +137,14 @@ def describe(kernel) -> dict:
             "hlo": " + ".join(d["hlo"] for d in ds),
             "group": ds[0]["group"], "bytes": sum(d["bytes"] for d in ds),
             "flops": sum(d["flops"] for d in ds)}
+  stages = getattr(kernel, "stages", None)
+  if isinstance(stages, list) and stages and all(hasattr(st, "kernel") for st in stages):
+    # elementwise kernels run one after another in one launch (cuda/stencil.py): theirs is
+    # the HLO, the launch's own buffers the traffic (intermediates stay on chip)
+    ds = [describe(st.kernel) for st in stages]
+    return {"name": kernel.name, "kind": kind, "hlo": " > ".join(d["hlo"] for d in ds),
+            "group": ds[0]["group"], "bytes": _traffic(kernel),
+            "flops": sum(d["flops"] for d in ds)}
   instrs = covered(kernel)
   group = _group_of(kernel)
   names = [i.name or i.opcode for i in instrs]
@@ -144,12 +161,17 @@ def describe(kernel) -> dict:
     text = group.name if group is not None else ""
   if not text:
     text = "writes " + ", ".join(w.name for w in kernel.writes if w.name)
+  flops = 0 if kind in _NO_FLOPS else sum(contraction_flops(i) for i in instrs)
+  return {"name": kernel.name, "kind": kind, "hlo": text,
+          "group": group.name if group is not None else None,
+          "bytes": _traffic(kernel), "flops": int(flops)}
+
+
+def _traffic(kernel) -> int:
+  """The bytes of the buffers ``kernel`` reads and writes, each once (scratch left out)."""
   seen, nbytes = set(), 0
   for b in list(kernel.reads) + list(kernel.writes):
     if id(b) not in seen and getattr(b, "kind", "") != "scratch":
       seen.add(id(b))
       nbytes += int(b.nbytes)
-  flops = 0 if kind in _NO_FLOPS else sum(contraction_flops(i) for i in instrs)
-  return {"name": kernel.name, "kind": kind, "hlo": text,
-          "group": group.name if group is not None else None,
-          "bytes": nbytes, "flops": int(flops)}
+  return nbytes
