@@ -17,6 +17,12 @@ import os
 import threading
 
 
+def env_switch(name: str) -> bool:
+  """A switch that is on unless the environment variable ``name`` is 0, false, no or off (the
+  backends' ``OURJAX_CUDA_GRAPHS``, ``OURJAX_CUDA_PDL`` and the like, read where used)."""
+  return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def _env_bool(name: str, default: bool = False) -> bool:
   v = os.environ.get(name)
   if v is None:

@@ -464,6 +464,7 @@ class Graph:
     self.nodes: list = []         # node handles, in order
     self.params: list = []        # per node: its CUDA_KERNEL_NODE_PARAMS or CUDA_MEMCPY3D
     self.names: list = []         # per node: kernel name or "copy"
+    self._programmatic = programmatic_launch(device)   # (kernel -> kernel edges)
 
   def _add(self, node, params, name) -> int:
     self.nodes.append(node)
@@ -488,7 +489,7 @@ class Graph:
     what = (f"cuGraphAddKernelNode({function.name}, grid {tuple(grid)}, block "
             f"{tuple(block)}, {shared} bytes shared)")
     deps = self._deps()
-    if deps and self.names[-1] != "copy" and programmatic_launch(self.device):
+    if deps and self.names[-1] != "copy" and self._programmatic:
       node = _check(d.cuGraphAddKernelNode(self.handle, [], 0, p), what)
       e = d.CUgraphEdgeData()
       e.type = int(d.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
@@ -525,10 +526,8 @@ def programmatic_launch(device: "Device") -> bool:
   programmatic dependent launch: the second kernel's blocks are scheduled while the first
   runs and wait in their prologue, ``codegen.grid_dependency_prologue``, for its completion).
   Off below compute capability 9.0 and with ``OURJAX_CUDA_PDL=0``."""
-  import os
-  if os.environ.get("OURJAX_CUDA_PDL", "1").strip().lower() in ("0", "false", "no", "off"):
-    return False
-  return device.compute_capability[0] >= 9
+  from ourjax.config import env_switch
+  return env_switch("OURJAX_CUDA_PDL") and device.compute_capability[0] >= 9
 
 
 def _copy_params(d, dst: int, src: int, nbytes: int):

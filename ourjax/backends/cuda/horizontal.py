@@ -31,14 +31,13 @@ gradient is finished, a scan step's scalar stored where it is reduced).
 """
 from __future__ import annotations
 
-import os
-
 from llvmlite import ir
 
 from ourjax.backends.cuda import codegen, reductions, stencil
 from ourjax.backends.cuda.codegen import I32, GpuKernel
 from ourjax.backends.llvm.kernel_info import same_origin
 from ourjax.backends.llvm.planning import reads_at_own_index
+from ourjax.config import env_switch
 
 __all__ = ["Horizontal", "merge_steps", "enabled"]
 
@@ -47,8 +46,7 @@ LOOKBACK = 12
 
 
 def enabled() -> bool:
-  return os.environ.get("OURJAX_CUDA_HORIZONTAL", "1").strip().lower() not in (
-      "0", "false", "no", "off")
+  return env_switch("OURJAX_CUDA_HORIZONTAL")
 
 
 #: Kernels whose blocks synchronise (block-wide reductions through static shared memory and

@@ -7,8 +7,6 @@ double-buffered loops, and independent kernels merged into one launch (``horizon
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ourjax.backends.cuda import codegen, horizontal, stencil
@@ -16,6 +14,7 @@ from ourjax.backends.cuda.program import _renamed
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning as LP
 from ourjax.lowering import hlo
+from ourjax.config import env_switch
 
 
 def _cpu_planning():
@@ -115,8 +114,7 @@ def _double_buffer(step) -> None:
   (a device copy per carried array per iteration, e.g. a scan's hidden state or a gradient
   accumulator) give way to renaming, iterations alternating which buffer of each pair holds
   the state (``_plan``'s ``loop``).  ``OURJAX_CUDA_DOUBLE_BUFFER=0`` keeps the copies."""
-  if os.environ.get("OURJAX_CUDA_DOUBLE_BUFFER", "1").strip().lower() in ("0", "false", "no",
-                                                                           "off"):
+  if not env_switch("OURJAX_CUDA_DOUBLE_BUFFER"):
     return
   step.double_buffered = bool(step.copies_back)
 

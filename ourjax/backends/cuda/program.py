@@ -18,9 +18,9 @@ launches and copies as a CUDA graph.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from ourjax.config import env_switch
 
 # Kernel parameters: every launch of a program reads its 64-bit parameters (buffer addresses:
 # a slot's address plus an offset) from one packed block, refilled by one gather per call.
@@ -125,8 +125,7 @@ while the next one is allocated), so two instances replay such a loop without up
 
 def graphs_enabled() -> bool:
   """False when ``OURJAX_CUDA_GRAPHS`` is 0/false/no/off (read when an executable is loaded)."""
-  return os.environ.get("OURJAX_CUDA_GRAPHS", "1").strip().lower() not in ("0", "false", "no",
-                                                                             "off")
+  return env_switch("OURJAX_CUDA_GRAPHS")
 
 
 GRAPH_MAX_COPY_BYTES = (1 << 31) - 1

@@ -35,7 +35,6 @@ stage, and the staged values fit in shared memory.  ``OURJAX_CUDA_STENCIL=0`` tu
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from llvmlite import ir
@@ -46,6 +45,7 @@ from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.kernel_info import same_origin
 from ourjax.backends.llvm.emitter import Emitter, Index, i64
+from ourjax.config import env_switch
 
 __all__ = ["StencilChain", "chain_steps", "read_offsets", "enabled"]
 
@@ -62,8 +62,7 @@ MAX_OFFSETS = 64
 
 
 def enabled() -> bool:
-  return os.environ.get("OURJAX_CUDA_STENCIL", "1").strip().lower() not in (
-      "0", "false", "no", "off")
+  return env_switch("OURJAX_CUDA_STENCIL")
 
 
 class NotStencil(Exception):
