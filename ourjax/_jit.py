@@ -100,6 +100,17 @@ def _axis_env_key() -> tuple:
   return named + tuple(sorted(env.items(), key=lambda kv: str(kv[0])))
 
 
+def _infer_nums_and_names(argnums: tuple, argnames: tuple, pos, kw) -> tuple:
+  """``(argnums, argnames)`` each completed from the other through the signature: the names
+  of the numbered parameters that can be passed by keyword, and the positions of the named
+  ones (``pos``: the positional parameters' names, ``kw``: those that take keywords)."""
+  nums = {i % len(pos) if i < 0 else i for i in argnums if -len(pos) <= i < len(pos)}
+  argnames += tuple(pos[i] for i in sorted(nums) if pos[i] in kw and pos[i] not in argnames)
+  argnums += tuple(pos.index(n) for n in argnames
+                   if n in pos and pos.index(n) not in nums and pos.index(n) not in argnums)
+  return argnums, argnames
+
+
 class JitWrapped:
   """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs and their
   executables.  The cache key is the argument structure, each argument leaf's shape, dtype and
@@ -140,18 +151,10 @@ class JitWrapped:
           raise ValueError(f"Jitted function has invalid argnames {bad} in {what}. Function "
                            "does not take these args.")
       # JAX infers each of static_argnums/static_argnames from the other through the signature
-      nums = {i % len(pos) if i < 0 else i for i in static_argnums if -len(pos) <= i < len(pos)}
-      static_argnames += tuple(pos[i] for i in sorted(nums) if pos[i] in kw
-                               and pos[i] not in static_argnames)
-      static_argnums += tuple(pos.index(n) for n in static_argnames
-                              if n in pos and pos.index(n) not in nums
-                              and pos.index(n) not in static_argnums)
-      dnums = {i % len(pos) if i < 0 else i for i in donate_argnums if -len(pos) <= i < len(pos)}
-      donate_argnames += tuple(pos[i] for i in sorted(dnums) if pos[i] in kw
-                               and pos[i] not in donate_argnames)
-      donate_argnums += tuple(pos.index(n) for n in donate_argnames
-                              if n in pos and pos.index(n) not in dnums
-                              and pos.index(n) not in donate_argnums)
+      static_argnums, static_argnames = _infer_nums_and_names(static_argnums, static_argnames,
+                                                              pos, kw)
+      donate_argnums, donate_argnames = _infer_nums_and_names(donate_argnums, donate_argnames,
+                                                              pos, kw)
     self.static_argnums, self.static_argnames = static_argnums, static_argnames
     # donated leaves (``_donated``): outputs written into their buffers, the arrays deleted
     # after the call (``_donation``)
