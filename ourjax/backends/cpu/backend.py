@@ -31,8 +31,8 @@ Compilation:
    outside llvmlite's lock) and loaded together; the entry, then in a module of its own, is
    not optimised (``ENTRY_SPEED_LEVEL``).  The objects are packed into one cache entry.
    ``OURJAX_LOG_COMPILES=1`` logs the time of each phase (``ourjax/_phases.py``).
-4. *Threads* (the entry's code: ``cpu/entry.py``): a small pool of threads all call the entry
-   at once (ctypes drops the GIL).  A kernel with enough work is cut into a fixed number of
+4. *Threads* (the entry's code: ``cpu/entry.py``; the pool: ``cpu/threads.py``, native
+   workers that never take the GIL): every thread of the pool calls the entry at once.  A kernel with enough work is cut into a fixed number of
    pieces that the threads claim with an atomic counter; thread 0 runs the steps in order,
    opens each parallel step and waits for its pieces (not for threads: a thread the OS has not
    scheduled holds up only the pieces it claimed), waiting threads spin briefly then sleep on
@@ -76,6 +76,7 @@ from ourjax import _phases
 from ourjax.backends.cpu import entry as _entry
 from ourjax.backends.cpu import profiling
 from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
+from ourjax.backends.cpu.threads import get_pool, num_threads, set_num_threads
 from ourjax.backends import disk_cache
 from ourjax.backends.llvm import dedupe
 from ourjax.backends.llvm import emitter as E
@@ -187,96 +188,6 @@ class _OutputPool:
 _outputs = _OutputPool()
 
 
-# ---------------------------------------------------------------------------------------------
-# threads
-# ---------------------------------------------------------------------------------------------
-
-def _default_threads() -> int:
-  env = os.environ.get("OURJAX_CPU_THREADS")
-  if env:
-    return max(1, int(env))
-  try:
-    return max(1, len(os.sched_getaffinity(0)))
-  except AttributeError:  # pragma: no cover
-    return max(1, os.cpu_count() or 1)
-
-
-class _Pool:
-  """``nthreads - 1`` daemon workers; ``run(fn, slots, n)`` calls ``fn(slots, tid, n)`` on every
-  thread (the caller is thread 0) and returns when all have returned.  A call that finds the
-  pool busy (another Python thread is using it) runs on its caller's thread alone."""
-
-  def __init__(self, nthreads: int):
-    self.nthreads = nthreads
-    self._busy = threading.Lock()
-    self._workers = []
-    for t in range(1, nthreads):
-      go, done = threading.Semaphore(0), threading.Semaphore(0)
-      w = {"go": go, "done": done, "job": None}
-      th = threading.Thread(target=self._work, args=(w, t), daemon=True,
-                            name=f"ourjax-cpu-{t}")
-      th.start()
-      self._workers.append(w)
-
-  @staticmethod
-  def _work(w, tid):
-    while True:
-      w["go"].acquire()
-      fn, slots, n = w["job"]
-      try:
-        fn(slots, tid, n)
-      finally:
-        w["done"].release()
-
-  def run(self, fn, slots) -> int:
-    if self.nthreads == 1 or not self._busy.acquire(blocking=False):
-      return fn(slots, 0, 1)
-    try:
-      n = self.nthreads
-      for w in self._workers:
-        w["job"] = (fn, slots, n)
-        w["go"].release()
-      rc = fn(slots, 0, n)
-      for w in self._workers:
-        w["done"].acquire()
-      return rc
-    finally:
-      self._busy.release()
-
-
-_pool: _Pool | None = None
-_pool_lock = threading.Lock()
-_num_threads = None
-
-
-def num_threads() -> int:
-  """Threads the CPU backend uses for large kernels (``OURJAX_CPU_THREADS``, default: the CPUs
-  this process may run on)."""
-  global _num_threads
-  if _num_threads is None:
-    _num_threads = _default_threads()
-  return _num_threads
-
-
-def set_num_threads(n: int) -> None:
-  """Change the thread count for later calls (1 = everything on the caller's thread)."""
-  global _num_threads, _pool
-  with _pool_lock:
-    _num_threads = max(1, int(n))
-    _pool = None
-
-
-def _get_pool() -> _Pool:
-  global _pool
-  p = _pool
-  if p is None or p.nthreads != num_threads():
-    with _pool_lock:
-      if _pool is None or _pool.nthreads != num_threads():
-        _pool = _Pool(num_threads())
-      p = _pool
-  return p
-
-
 #: LLVM's loop unroller (OURJAX_CPU_UNROLL=0 turns it off: ~30% less compile time for
 #: kernel-heavy modules, ~8% slower MLP steps, no change on large elementwise kernels).
 LOOP_UNROLLING = os.environ.get("OURJAX_CPU_UNROLL", "1") not in ("0", "")
@@ -327,6 +238,7 @@ class CpuExecutable:
     addr = compiled.address(ENTRY)
     self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_int64)(addr)
+    self._fn_addr = addr
     if self._module is not None:
       self.param_shapes = [(p.dtype, p.dims) for p in module.entry.parameters]
       consts = {}
@@ -381,7 +293,7 @@ class CpuExecutable:
   def _run(self, res) -> int:
     if self.parallel:
       res[2][:self.control_bytes] = 0    # (before any thread starts)
-      return _get_pool().run(self._fn, res[1])
+      return get_pool().run(self._fn, res[1], self._fn_addr)
     return self._fn(res[1], 0, 1)
 
   def __call__(self, *args):

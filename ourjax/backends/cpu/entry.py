@@ -1,6 +1,6 @@
 """The CPU backend's native entry function: ``int ourjax_entry(void** slots, i64 tid, i64 n)``.
 
-Every thread of the pool (``backend._Pool``) calls the entry at once with its ``tid`` of ``n``;
+Every thread of the pool (``threads.Pool``) calls the entry at once with its ``tid`` of ``n``;
 ``_Emission`` emits it from the planned steps (``llvm/planning.py``):
 
 * *Top level* (``emit_top``): thread 0 runs the steps in order.  A parallel kernel is cut into a

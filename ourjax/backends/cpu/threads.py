@@ -1,0 +1,258 @@
+"""The CPU backend's thread pool: native worker threads that never touch Python.
+
+A parallel executable's entry (``cpu/entry.py``) is called at once on every thread of the pool
+with its ``tid`` of ``n``.  The workers are POSIX threads started through ``pthread_create``
+(ctypes) on a small function of our own, compiled once per process by llvmlite:
+
+* ``ourjax_pool_worker(arg)``: wait until the control block's *generation* word changes, call
+  the published entry ``fn(slots, tid, n)``, count itself *done*, and wait again; a job whose
+  ``fn`` is null ends the thread (``set_num_threads`` retires a pool that way).
+* ``ourjax_pool_run(ctl, fn, slots, n)``: publish the job, bump the generation and wake the
+  sleepers, run thread 0's part, then wait until the ``n - 1`` workers are done.
+
+Waiting is the entry's own (``entry._emit_sync``): spin a little, then yield the CPU between
+checks, then sleep on a futex; so a training loop that calls the same executable back to back
+finds its workers still awake, and an idle process has them asleep.
+
+Why not Python threads: a worker that is a Python thread must take the GIL to return from its
+semaphore and again to report back, one worker after another; on 16 cores that cost
+0.5-1 ms per call (the profiler's *thread pool* row), more than many whole kernels.  Here
+``pool_run`` is one ctypes call (it drops the GIL once) and the wake-up is one futex call.
+
+A call that finds the pool busy (another Python thread is in it) runs on its caller's thread
+alone, as does every call where the native pool cannot be built (no ``pthread_create``).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+
+import numpy as np
+
+__all__ = ["num_threads", "set_num_threads", "get_pool", "Pool"]
+
+log = logging.getLogger("ourjax.cpu")
+
+#: Control block layout (bytes): each word on its own cache line, so that workers polling the
+#: generation do not share a line with the done counter they bump.
+_GEN, _GEN_SLEEPERS, _DONE, _DONE_SLEEPERS, _JOB = 0, 64, 128, 192, 256
+_CTL_BYTES = 320          # job: fn (i64 at 256), slots (i64 at 264), n (i64 at 272)
+_ARG_BYTES = 64           # per worker: ctl pointer (i64 at 0), tid (i64 at 8)
+
+_retired = []             # control blocks of closed pools (kept: see Pool.close)
+_native = None            # (CompiledModule, worker address, run function) once built
+_native_lock = threading.Lock()
+
+
+def _build():
+  """Compile the pool's two functions (once per process); None when threads cannot start."""
+  global _native
+  with _native_lock:
+    if _native is not None:
+      return _native or None
+    try:
+      libc = ctypes.CDLL(None, use_errno=True)
+      create = libc.pthread_create
+      detach = libc.pthread_detach
+    except (OSError, AttributeError):
+      log.debug("no pthread_create in this process: the CPU backend runs on one thread")
+      _native = False
+      return None
+    create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p]
+    create.restype = ctypes.c_int
+    detach.argtypes = [ctypes.c_ulong]
+    detach.restype = ctypes.c_int
+    cm = _compile()
+    run = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_int64)(cm.address("ourjax_pool_run"))
+    _native = (cm, cm.address("ourjax_pool_worker"), run, create, detach)
+    return _native
+
+
+def _compile():
+  import llvmlite.ir as ir
+
+  from ourjax.backends.cpu import jit
+  from ourjax.backends.cpu.entry import _emit_sync
+  from ourjax.backends.llvm import emitter as E
+  i8p, i32, i64 = E.I8.as_pointer(), E.I32, E.I64
+  mod = jit.new_module("ourjax_pool")
+  wait_ge, wait_ne, wake = _emit_sync(mod)
+  entry_t = ir.FunctionType(i32, [i8p, i64, i64])
+
+  def word(b, ctl, off, ty=i32):
+    return b.bitcast(b.gep(ctl, [E.i64(off)]), ty.as_pointer())
+
+  # void* ourjax_pool_worker(void* arg)
+  worker = ir.Function(mod, ir.FunctionType(i8p, [i8p]), name="ourjax_pool_worker")
+  b = ir.IRBuilder(worker.append_basic_block("entry"))
+  arg = worker.args[0]
+  ctl = b.inttoptr(b.load(word(b, arg, 0, i64)), i8p)
+  tid = b.load(word(b, arg, 8, i64))
+  seen = b.alloca(i32)
+  b.store(ir.Constant(i32, 0), seen)
+  loop, call, stop = (worker.append_basic_block(n) for n in ("loop", "call", "stop"))
+  b.branch(loop)
+  b.position_at_end(loop)
+  gen = word(b, ctl, _GEN)
+  b.call(wait_ne, [gen, b.load(seen), word(b, ctl, _GEN_SLEEPERS)])
+  b.store(b.load_atomic(gen, "seq_cst", 4), seen)
+  fn = b.load_atomic(word(b, ctl, _JOB, i64), "seq_cst", 8)
+  b.cbranch(b.icmp_unsigned("==", fn, E.i64(0)), stop, call)
+  b.position_at_end(call)
+  slots = b.inttoptr(b.load(word(b, ctl, _JOB + 8, i64)), i8p)
+  n = b.load(word(b, ctl, _JOB + 16, i64))
+  b.call(b.inttoptr(fn, entry_t.as_pointer()), [slots, tid, n])
+  done = word(b, ctl, _DONE)
+  d = b.atomic_rmw("add", done, ir.Constant(i32, 1), "seq_cst")
+  with b.if_then(b.icmp_signed("==", b.add(d, ir.Constant(i32, 2)), b.trunc(n, i32))):
+    b.call(wake, [done, word(b, ctl, _DONE_SLEEPERS)])
+  b.branch(loop)
+  b.position_at_end(stop)
+  b.ret(ir.Constant(i8p, None))
+
+  # i32 ourjax_pool_run(void* ctl, entry* fn, void* slots, i64 n)
+  run = ir.Function(mod, ir.FunctionType(i32, [i8p, i8p, i8p, i64]), name="ourjax_pool_run")
+  ctl, fnp, slots, n = run.args
+  b = ir.IRBuilder(run.append_basic_block("entry"))
+  done = word(b, ctl, _DONE)
+  b.store_atomic(ir.Constant(i32, 0), done, "seq_cst", 4)
+  b.store(b.ptrtoint(slots, i64), word(b, ctl, _JOB + 8, i64))
+  b.store(n, word(b, ctl, _JOB + 16, i64))
+  b.store_atomic(b.ptrtoint(fnp, i64), word(b, ctl, _JOB, i64), "seq_cst", 8)
+  gen = word(b, ctl, _GEN)
+  b.atomic_rmw("add", gen, ir.Constant(i32, 1), "seq_cst")
+  b.call(wake, [gen, word(b, ctl, _GEN_SLEEPERS)])
+  rc = b.call(b.bitcast(fnp, entry_t.as_pointer()), [slots, E.i64(0), n])
+  b.call(wait_ge, [done, b.trunc(b.sub(n, E.i64(1)), i32), word(b, ctl, _DONE_SLEEPERS)])
+  b.ret(rc)
+  return jit.compile_module(mod, ["ourjax_pool_worker", "ourjax_pool_run"])
+
+
+class Pool:
+  """``nthreads - 1`` native workers; ``run(fn, slots)`` calls the entry ``fn`` (a ctypes
+  function of the entry's type) on every thread, the caller being thread 0, and returns thread
+  0's result once all have returned."""
+
+  def __init__(self, nthreads: int):
+    self.nthreads = self.wanted = nthreads
+    self._busy = threading.Lock()
+    self._ctl = np.zeros(_CTL_BYTES, np.uint8)
+    self._args = np.zeros((max(nthreads - 1, 1), _ARG_BYTES), np.uint8)
+    self._native = _build() if nthreads > 1 else None
+    if self._native is None:
+      self.nthreads = 1
+      return
+    _cm, worker, self._run, create, detach = self._native
+    ctl = self._ctl_addr = self._ctl.ctypes.data
+    for t in range(1, nthreads):
+      a = self._args[t - 1]
+      a[:16].view(np.int64)[:] = (ctl, t)
+      th = ctypes.c_ulong()
+      err = create(ctypes.byref(th), None, worker, a.ctypes.data)
+      if err:
+        # (workers started so far are told to end; the pool runs on one thread)
+        self.nthreads = t
+        log.warning("pthread_create failed (error %d): the CPU backend uses %d thread(s)",
+                     err, t)
+        break
+      detach(th.value)
+
+  def run(self, fn, slots, addr: int | None = None) -> int:
+    """``fn(slots, tid, n)`` on every thread (``addr``: ``fn``'s address, when the caller
+    knows it); thread 0's result."""
+    n = self.nthreads
+    if n == 1 or not self._busy.acquire(blocking=False):
+      return fn(slots, 0, 1)
+    try:
+      if addr is None:
+        addr = ctypes.cast(fn, ctypes.c_void_p).value
+      return self._run(self._ctl_addr, addr, slots, n)
+    finally:
+      self._busy.release()
+
+  def close(self) -> None:
+    """End the workers: publish a job with a null entry (they exit once they see it)."""
+    if self.nthreads > 1:
+      with self._busy:
+        ctl = self._ctl
+        ctl[_JOB:_JOB + 8].view(np.int64)[0] = 0
+        ctl[_GEN:_GEN + 4].view(np.int32)[0] += 1
+        _futex_wake_all(ctl.ctypes.data + _GEN)
+        _retired.append((self._ctl, self._args))   # (a worker may still be reading them)
+      self.nthreads = 1
+
+
+def _futex_wake_all(addr: int) -> None:
+  from ourjax.backends.cpu.entry import _futex_syscall
+  sysc = _futex_syscall()
+  if sysc is None:
+    return
+  libc = ctypes.CDLL(None)
+  libc.syscall(ctypes.c_long(sysc), ctypes.c_void_p(addr), ctypes.c_long(129),   # FUTEX_WAKE_PRIVATE
+               ctypes.c_long(0x7FFFFFFF))
+
+
+# ---------------------------------------------------------------------------------------------
+# the process's pool
+# ---------------------------------------------------------------------------------------------
+
+_pool: Pool | None = None
+_pool_lock = threading.Lock()
+_num_threads = None
+
+
+def _default_threads() -> int:
+  env = os.environ.get("OURJAX_CPU_THREADS")
+  if env:
+    return max(1, int(env))
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError:  # pragma: no cover
+    return max(1, os.cpu_count() or 1)
+
+
+def num_threads() -> int:
+  """Threads the CPU backend uses for large kernels (``OURJAX_CPU_THREADS``, default: the CPUs
+  this process may run on)."""
+  global _num_threads
+  if _num_threads is None:
+    _num_threads = _default_threads()
+  return _num_threads
+
+
+def set_num_threads(n: int) -> None:
+  """Change the thread count for later calls (1 = everything on the caller's thread)."""
+  global _num_threads, _pool
+  with _pool_lock:
+    _num_threads = max(1, int(n))
+    old, _pool = _pool, None
+  if old is not None:
+    old.close()
+
+
+def get_pool() -> Pool:
+  """The process's pool for the current thread count (started on first use)."""
+  global _pool
+  p = _pool
+  if p is None or p.wanted != num_threads():
+    with _pool_lock:
+      if _pool is None or _pool.wanted != num_threads():
+        old, _pool = _pool, Pool(num_threads())
+        if old is not None:
+          old.close()
+      p = _pool
+  return p
+
+
+def _after_fork() -> None:
+  """A forked child has none of its parent's workers: it starts a pool of its own."""
+  global _pool
+  _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_after_fork)

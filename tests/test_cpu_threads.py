@@ -1,0 +1,122 @@
+"""The CPU backend's native thread pool (``ourjax/backends/cpu/threads.py``): its workers are
+POSIX threads, retired pools end them, a forked child starts its own, and two Python threads
+calling at once both get right answers."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from ourjax.backends import reference
+from ourjax.backends.cpu import backend as cpu
+from ourjax.backends.cpu import threads
+from ourjax.lowering import pipeline
+from test_cpu_backend import _big_module
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="counts threads in /proc/self/task")
+
+
+def _tasks() -> int:
+  return len(os.listdir("/proc/self/task"))
+
+
+@pytest.fixture(scope="module")
+def program():
+  m, args = _big_module()
+  pipeline.optimize(m)
+  exe = cpu.compile(m)
+  assert isinstance(exe, cpu.CpuExecutable) and exe.parallel
+  old = cpu.num_threads()
+  cpu.set_num_threads(1)
+  try:
+    one = [np.array(o) for o in exe(*args)]
+  finally:
+    cpu.set_num_threads(old)
+  for o, w in zip(one, reference.compile(m)(*args)):
+    np.testing.assert_allclose(o, np.asarray(w), rtol=1e-4, atol=1e-3)
+  return exe, args, one
+
+
+def _check(outs, want):
+  """Bit for bit the one-thread results: piece boundaries do not depend on the thread count."""
+  for o, w in zip(outs, want):
+    np.testing.assert_array_equal(o, w)
+
+
+@pytest.fixture
+def saved_threads():
+  old = cpu.num_threads()
+  yield
+  cpu.set_num_threads(old)
+
+
+def _wait_for_tasks(want: int) -> int:
+  import time
+  for _ in range(400):              # (an ended worker leaves /proc/self/task when it exits)
+    n = _tasks()
+    if n <= want:
+      return n
+    time.sleep(0.005)
+  return _tasks()
+
+
+def test_workers_are_native_and_retired_pools_end_them(program, saved_threads):
+  exe, args, want = program
+  cpu.set_num_threads(1)
+  _check(exe(*args), want)
+  base = _tasks()
+  for n in (3, 5, 2, 4):
+    cpu.set_num_threads(n)
+    _check(exe(*args), want)
+    assert threads.get_pool().nthreads == n
+    # n - 1 workers beside the threads the process had; the retired pools' workers are gone
+    assert _wait_for_tasks(base + n - 1) == base + n - 1
+    # none of them is a Python thread
+    assert not any(t.name.startswith("ourjax-cpu") for t in threading.enumerate())
+  cpu.set_num_threads(1)
+  assert _wait_for_tasks(base) == base
+
+
+def _child(exe, args, want, q):
+  try:
+    _check(exe(*args), want)
+    q.put(threads.get_pool().nthreads)
+  except BaseException as e:        # pragma: no cover - reported to the parent
+    q.put(repr(e))
+
+
+def test_a_forked_child_starts_its_own_workers(program, saved_threads):
+  exe, args, want = program
+  cpu.set_num_threads(3)
+  _check(exe(*args), want)          # (the parent's pool is running)
+  ctx = multiprocessing.get_context("fork")
+  q = ctx.Queue()
+  p = ctx.Process(target=_child, args=(exe, args, want, q))
+  p.start()
+  got = q.get(timeout=120)
+  p.join(60)
+  assert got == 3 and p.exitcode == 0
+
+
+def test_two_python_threads_at_once(program, saved_threads):
+  exe, args, want = program
+  cpu.set_num_threads(3)
+  errors = []
+
+  def work():
+    try:
+      for _ in range(4):
+        _check(exe(*args), want)
+    except BaseException as e:      # pragma: no cover - reported below
+      errors.append(e)
+  ts = [threading.Thread(target=work) for _ in range(2)]
+  for t in ts:
+    t.start()
+  for t in ts:
+    t.join()
+  assert not errors, errors
