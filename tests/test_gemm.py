@@ -213,7 +213,7 @@ def test_epilogue_indices(dtype, blocking):
 @settings(max_examples=15)
 @given(M=dims, N=dims, K=dims, ta=st.booleans(), tb=st.booleans(),
        dtype=st.sampled_from(["f32", "f64"]), blocking=st.sampled_from(["default", "tiny"]),
-       nthreads=st.sampled_from([2, 2, 3]), seed=st.integers(0, 2 ** 31))
+       nthreads=st.sampled_from([2, 2, 3, 4, 6]), seed=st.integers(0, 2 ** 31))
 def test_threads_match_one_thread(M, N, K, ta, tb, dtype, blocking, nthreads, seed):
   """tid 0..n-1 from n Python threads write disjoint parts: the same bits as one thread."""
   rng = np.random.default_rng(seed)
@@ -227,6 +227,36 @@ def test_threads_match_one_thread(M, N, K, ta, tb, dtype, blocking, nthreads, se
   if nthreads == 2 and M * N >= 2 * 32 * 16:
     part = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb, nthreads=2, tids=[0])
     assert np.isnan(part).any() and not np.isnan(part).all()
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("M,N,nthreads", [(512, 512, 16), (96, 700, 6), (300, 40, 4)])
+def test_threads_split_into_a_grid_of_blocks(dtype, M, N, nthreads):
+  """Each piece writes one block of C (its row tiles x its column panels), the blocks cover C
+  once with the serial bits, and a large square product on many threads is cut both ways (a
+  piece packs part of A's rows and part of B's columns, not all of one operand)."""
+  rng = np.random.default_rng(3)
+  K = 40
+  a, am, lda = _operand(rng, dtype, M, K, False, 1)
+  b, bm, ldb = _operand(rng, dtype, K, N, False, 0)
+  fn, bl = kernel(dtype)
+  one = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, 0)[0]
+  seen = np.zeros((M, N), np.int32)
+  shapes = []
+  for tid in range(nthreads):
+    part = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, 0, nthreads=nthreads, tids=[tid])[0]
+    mine = ~np.isnan(part)
+    rows, cols = np.flatnonzero(mine.any(axis=1)), np.flatnonzero(mine.any(axis=0))
+    if len(rows):
+      blk = np.ix_(rows, cols)
+      assert mine[blk].all() and mine.sum() == len(rows) * len(cols)   # a whole block
+      assert rows[-1] - rows[0] + 1 == len(rows) and cols[-1] - cols[0] + 1 == len(cols)
+      np.testing.assert_array_equal(part[blk], one[blk])
+      shapes.append((len(rows), len(cols)))
+    seen += mine
+  assert (seen == 1).all()
+  if M == N:
+    assert any(r < M and c < N for r, c in shapes), shapes
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
@@ -572,7 +602,7 @@ def test_jitted_matmuls_on_narrower_targets(cpu, isa, flag):
       pytest.skip("no /proc/cpuinfo")
     if flag not in flags or "fma" not in flags:
       pytest.skip(f"host lacks {flag}/fma")
-  env = dict(os.environ, OURJAX_CPU=cpu, OURJAX_CACHE_DIR="off")
+  env = dict(os.environ, OURJAX_CPU=cpu, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
   out = subprocess.run([sys.executable, "-c", _JIT_MATMULS], env=env, capture_output=True,
                        text=True, timeout=300)
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
