@@ -248,22 +248,25 @@ class DotKernel(Kernel):
 
   @property
   def chunks(self) -> int:
-    """A batched dot is cut into whole batch entries (nothing is packed twice), pieces of at
-    least ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Otherwise every piece
-    packs its share of one operand and all of the other: ``pieces - 1`` extra copies of
-    ``min(M, N) * K`` elements against ``M * N * K / 32`` vector multiply-adds, so a host with
-    threads to run them gets up to ``1 + max(M, N) / 320`` pieces (the extra packing under a
-    tenth of the products), and never fewer than 2 (4 past 2^28 multiply-adds): pieces
+    """A dot of at least as many batch entries as threads is cut into whole entries (nothing is
+    packed twice), pieces of at least ``DOT_PIECE_WORK`` multiply-adds, as many as
+    ``MAX_CHUNKS``.  Any other on the packed GEMM gets a piece per thread (as work allows): the GEMM cuts C into a grid of blocks
+    whose packing is each block's own rows of A and columns of B (``gemm.py``), so more pieces
+    cost little extra packing; the register-blocked kernel for other layouts cuts rows only,
+    each piece reading all of B, so it keeps to ``1 + max(M, N) / 320`` pieces (the extra reads
+    under a tenth of the products).  Never fewer than 2 (4 past 2^28 multiply-adds): pieces
     beyond the threads measured up to 6% slower on 2 cores.  The GEMM's results do not depend
     on how it is cut, so neither do they on the host's threads."""
     if not self.parallel:
       return 1
     s = self.spec
     by_work = self.work // DOT_PIECE_WORK
-    if s.B >= 2:
+    gemm_ok = _gemm_layout_ok(s)
+    if s.B >= 2 and (s.B >= self.threads or not gemm_ok):
       return max(2, min(MAX_CHUNKS, s.B, by_work))
     few = 2 if self.work < (1 << 28) else 4
-    return max(few, min(MAX_CHUNKS, self.threads, 1 + max(s.M, s.N) // 320, by_work))
+    bound = MAX_CHUNKS if gemm_ok else 1 + max(s.M, s.N) // 320
+    return max(few, min(MAX_CHUNKS, self.threads, bound, by_work))
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),

@@ -16,7 +16,7 @@ is at ``C + b*strideC + i*ldc + j``.  ``T`` is ``float`` or ``double``.
 
 Threading: ``nthreads`` callers run the function at once with ``tid = 0 .. nthreads-1`` and the
 same arguments; each writes a disjoint part of C (whole batch entries when ``batch >= nthreads``,
-else a range of row tiles or of column panels of every entry), so no barrier is needed inside and
+else a block of row tiles x column panels of every entry), so no barrier is needed inside and
 the work is done once all calls have returned.  ``nthreads = 1, tid = 0`` is the serial call.
 Every split gives the serial call's bits: it changes which thread computes an element, never the
 order of that element's sum (the K slices and the choice between axpy kernels and register tiles
@@ -80,9 +80,9 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   run one fma chain over all of K (from C with ``accumulate``), the tiles one per K slice with
   the partial sums added to C, so the two round differently once K spans several slices (with
   ``accumulate``, always).
-* threads split the row tiles or the column panels (whichever gives the smaller largest share),
-  so a thread packs only its own part of one operand (the other operand is packed by every
-  thread: no sharing, no barrier).
+* threads split C into a grid of row-tile groups x column-panel groups (the grid whose largest
+  piece costs least: its FMAs plus packing its rows of A and its columns of B), so a thread
+  packs only its own rows of A and columns of B (no sharing, no barrier).
 
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
@@ -807,27 +807,40 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       with _for(b, b0, b1, name="bb") as bi:
         gemm_block(bi, _c64(0), M, _c64(0), N)
     with split:
-      # split the dimension that gives the smaller largest share of tiles; on a tie the one
-      # whose redundant packing (the other operand, packed by every thread) is smaller
+      # a grid of pm x pn pieces (pm * pn = nth): piece tid gets the row tiles of group
+      # tid / pn and the column panels of group tid % pn, and packs just those rows of A and
+      # columns of B.  The grid minimises a piece's cost per step of k (in half cycles): its
+      # tiles' FMAs (mr * nv vector FMAs a tile, two a cycle), packing its rows of A (about a
+      # cycle an element) and its column panels of B (a vector load and store each).
       tm = _sdiv_up(b, M, _c64(mr))
       tn = _sdiv_up(b, N, _c64(nr))
-      share_m = b.mul(_sdiv_up(b, tm, nth), tn)
-      share_n = b.mul(_sdiv_up(b, tn, nth), tm)
-      split_m = b.or_(b.icmp_signed("<", share_m, share_n),
-                      b.and_(b.icmp_signed("==", share_m, share_n), b.icmp_signed(">=", M, N)))
-      tiles = b.select(split_m, tm, tn)
-      t0 = b.sdiv(b.mul(tiles, tid), nth)
-      t1 = b.sdiv(b.mul(tiles, b.add(tid, one)), nth)
-      tile = b.select(split_m, _c64(mr), _c64(nr))
-      lo = b.mul(t0, tile)
-      hi = b.mul(t1, tile)
-      ext = b.select(split_m, M, N)
-      hi = _smin(b, hi, ext)
-      m0 = b.select(split_m, lo, _c64(0))
-      m1 = b.select(split_m, hi, M)
-      n0 = b.select(split_m, _c64(0), lo)
-      n1 = b.select(split_m, N, hi)
-      with _if(b, b.icmp_signed("<", lo, hi), name="mine"):
+      eb = ir.IRBuilder(fn.entry_basic_block)
+      eb.position_at_start(fn.entry_basic_block)
+      best_cost, best_pm = eb.alloca(I64, name="best_cost"), eb.alloca(I64, name="best_pm")
+      b.store(_c64(-1), best_cost)
+      b.store(one, best_pm)
+      with _for(b, 1, b.add(nth, one), name="pm") as pm:
+        with _if(b, b.icmp_signed("==", b.srem(nth, pm), _c64(0)), name="divides"):
+          sm = _sdiv_up(b, tm, pm)
+          sn = _sdiv_up(b, tn, b.sdiv(nth, pm))
+          cost = b.add(b.mul(b.mul(sm, sn), _c64(mr * bl.nv)),
+                       b.add(b.mul(sm, _c64(2 * mr)), b.mul(sn, _c64(2 * bl.nv))))
+          old = b.load(best_cost)
+          better = b.or_(b.icmp_signed("<", old, _c64(0)), b.icmp_signed("<", cost, old))
+          with _if(b, better, name="better"):
+            b.store(cost, best_cost)
+            b.store(pm, best_pm)
+      pm = b.load(best_pm)
+      pn = b.sdiv(nth, pm)
+      gi, gj = b.sdiv(tid, pn), b.srem(tid, pn)
+
+      def share(tiles, groups, g, tile, ext):
+        lo = b.mul(b.sdiv(b.mul(tiles, g), groups), _c64(tile))
+        hi = b.mul(b.sdiv(b.mul(tiles, b.add(g, one)), groups), _c64(tile))
+        return lo, _smin(b, hi, ext)
+      m0, m1 = share(tm, pm, gi, mr, M)
+      n0, n1 = share(tn, pn, gj, nr, N)
+      with _if(b, b.and_(b.icmp_signed("<", m0, m1), b.icmp_signed("<", n0, n1)), name="mine"):
         with _for(b, 0, batch, name="bs") as bi:
           gemm_block(bi, m0, m1, n0, n1)
   b.ret_void()
