@@ -28,9 +28,16 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
   stored, XLA's in-place DUS fusion), never of the array it updates in place;
 * a dot (or convolution) is fused only into an elementwise consumer that is its only user, which
   makes a ``kOutput`` fusion; nothing is fused into a dot's operands;
-* a producer with users outside the consumer is duplicated when cheap; an expensive one
-  (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...) is
-  never duplicated;
+* a producer with users outside the consumer is duplicated when cheap and when copies in its
+  ``n`` users read no more memory than computing it once: ``n`` times the bytes of its
+  operands that the consumer does not read already (``_duplicate_read_bytes``) against those
+  bytes once plus its result written once and read ``n`` times, plus ``KERNEL_BYTES`` for the
+  kernel that stores it.  Broadcasts, reshapes and
+  slices are copied; an add of two arrays is copied into at most three users.  (Copied
+  without that bound, a transformer's residual stream went through every layer, and each
+  layer-norm read all the earlier layers' outputs.)  An expensive producer
+  (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...)
+  is never duplicated;
 * an expensive producer is not fused where the consumer reads each of its elements many times
   (a broadcast that grows it, a gather's operand, overlapping reduce-windows), which would
   recompute it for every read;
@@ -76,6 +83,13 @@ MAX_FUSION_PARAMETERS = 64
 #: once per position, and a chain of such fusions multiplies the positions (an RK4 step of
 #: rolled stencils reached 3^4 per element and 30,000 lines of LLVM IR).  XLA's limit.
 MAX_DUPLICATION = 15
+
+#: What one more kernel costs, counted in bytes of memory traffic: a shared cheap producer is
+#: stored once (a kernel of its own) rather than copied into its users only when the copies
+#: would read more than this beyond what storing it costs (a launch and its ramp-up is a few
+#: microseconds on a GPU, megabytes of traffic; on a CPU, tens of kilobytes).  Small arrays
+#: (threefry's rounds on a few keys) are always copied.
+KERNEL_BYTES = 1 << 18
 
 #: Ops that compute each result element from operand elements at indices derived from the
 #: result index: what a loop fusion is made of.
@@ -687,6 +701,12 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
       return no(f"it would be computed {times} times per element (read at that many "
                 f"positions; limit {MAX_DUPLICATION})")
   if shared:
+    # copies in all n users read n * extra; one stored result costs its own reads (about
+    # extra), its write and n reads of it
+    extra, own = _duplicate_read_bytes(P, consumer), _bytes(P)
+    if (n_users - 1) * extra > (n_users + 1) * own + KERNEL_BYTES:
+      return no(f"cheap, but a copy in each of its {n_users} users would read {extra} bytes of "
+                f"its operands each, more than computing it once and reading its {own}")
     return Decision(True, f"cheap {_what(P)} producer, duplicated (it has {n_users} users)")
   if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
     return Decision(True, f"{_what(P)} producer into the input of a reduction")
@@ -696,6 +716,21 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     return Decision(True, f"{_what(P)} producer into the window of an in-place "
                           f"dynamic-update-slice")
   return Decision(True, f"{_what(P)} producer into {_what(consumer)} consumer")
+
+
+def _bytes(instr: Instruction) -> int:
+  return instr.shape.size * instr.dtype.itemsize
+
+
+def _duplicate_read_bytes(producer: Instruction, consumer: Instruction) -> int:
+  """Bytes a copy of ``producer`` inside ``consumer`` reads from memory that the consumer does
+  not read already: each of its other operands, at most one element per element of the
+  producer's result (a slice or a gather reads a part; a broadcast its small operand whole)."""
+  have = set(consumer.operands)
+  n = producer.shape.size
+  return sum(min(o.shape.size, n) * o.dtype.itemsize
+             for o in dict.fromkeys(producer.operands)
+             if o not in have and o is not consumer and not o.shape.is_tuple)
 
 
 def _is_consumer(instr: Instruction) -> bool:
