@@ -135,6 +135,22 @@ def numpy_dtype_promotion(new_val: str):
   return config._override("jax_numpy_dtype_promotion", new_val)
 
 
+def default_matmul_precision(new_val):
+  """Context manager for ``jax_default_matmul_precision`` inside a block (this thread only):
+  the precision of dots, matmuls and convolutions that name none ('highest', 'high',
+  'default', 'bfloat16', 'tensorfloat32', 'float32', ... or a ``lax.Precision``), read when
+  a function is traced, as JAX's.  Like JAX's, it takes a name or None (not the enum)."""
+  if new_val is not None and new_val not in _MATMUL_PRECISIONS:
+    raise ValueError(f"new enum value must be None or in {list(_MATMUL_PRECISIONS)}, got "
+                     f"{new_val} of type {type(new_val)}.")
+  return config._override("jax_default_matmul_precision", new_val)
+
+
+#: The names ``default_matmul_precision`` takes (JAX's also lists its dot-algorithm presets,
+#: which ourjax takes only as ``precision=`` of a dot).
+_MATMUL_PRECISIONS = ("default", "high", "highest", "bfloat16", "tensorfloat32", "float32")
+
+
 def enable_x64(new_val: bool = True):
   """Context manager turning 64-bit types on (or off) inside a block (this thread only)."""
   return config._override("jax_enable_x64", new_val)

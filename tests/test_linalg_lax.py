@@ -345,3 +345,41 @@ def test_householder_reductions_reconstruct(dtype):
           v[:i] = packed[:i, i + 1]
           qt = qt @ (np.eye(5) - taus[i] * np.outer(v, np.conj(v)))
       np.testing.assert_allclose(qt @ t @ _ct(qt), herm, atol=1e-12, err_msg=str(lower))
+
+
+@pytest.mark.parametrize("name", ["cholesky", "lu", "qr", "triangular_solve", "eigh"])
+def test_compiled_decompositions_run_their_products_at_full_precision(name):
+  """The compositions' products (one-hot row and column selections included) are at the
+  highest precision whatever the default: at a GPU's default (TF32) they would round the
+  matrices' elements, which JAX's solvers do not."""
+  rng = np.random.default_rng(0)
+  a = _rand(rng, (5, 5))
+  spd = a @ a.T + 5 * np.eye(5, dtype=np.float32)
+  fns = {"cholesky": lambda x: LA.cholesky(x), "lu": lambda x: LA.lu(x)[0],
+         "qr": lambda x: jnp.linalg.qr(x)[1], "eigh": lambda x: jnp.linalg.eigh(x)[0],
+         "triangular_solve": lambda x: LA.triangular_solve(x, x[:, :2], left_side=True,
+                                                           lower=True)}
+  with ourjax.default_matmul_precision("bfloat16"):
+    text = ourjax.jit(fns[name]).lower(spd).as_text()
+    got = ourjax.jit(fns[name])(spd)
+  dots = [ln for ln in text.splitlines() if " dot(" in ln]
+  assert dots and all("operand_precision={highest,highest}" in ln for ln in dots), dots[:2]
+  np.testing.assert_allclose(got, ourjax.jit(fns[name], backend="reference")(spd), rtol=2e-4,
+                             atol=2e-4)
+
+
+def test_default_matmul_precision_is_a_context_manager_of_names():
+  x = np.ones((3, 3), np.float32)
+  f = lambda a: a @ a  # noqa: E731
+  with ourjax.default_matmul_precision(None):
+    plain = ourjax.jit(f).lower(x).as_text()
+    assert ourjax.config.jax_default_matmul_precision is None
+  with ourjax.default_matmul_precision("highest"):
+    inside = ourjax.jit(f).lower(x).as_text()
+    assert ourjax.config.jax_default_matmul_precision == "highest"
+  assert "operand_precision={highest,highest}" in inside
+  assert "operand_precision" not in plain
+  with pytest.raises(ValueError, match="new enum value must be None or in"):
+    ourjax.default_matmul_precision("bogus")
+  with pytest.raises(ValueError, match="new enum value must be None or in"):
+    ourjax.default_matmul_precision(lax.Precision.HIGHEST)     # (JAX takes names only)

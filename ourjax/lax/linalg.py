@@ -136,6 +136,7 @@ def _lowering(prim, single, max_n=None, widen=False):
   left to the host: LoweringError, so the jitted function runs op by op.  ``widen``: narrower
   floats are computed in float64 and rounded once at the end (the Jacobi sweeps' rounding errors
   add up; so the compiled results agree with LAPACK's to float32's precision)."""
+  from ourjax.config import default_matmul_precision
   from ourjax.interpreters import partial_eval as pe
   from ourjax.lowering.from_jaxpr import LoweringError, register_lowering
 
@@ -149,6 +150,12 @@ def _lowering(prim, single, max_n=None, widen=False):
     nb = avals_in[0].ndim - 2
 
     def flat(*args):
+      # (the compositions' products, one-hot selections included, at full precision: a
+      # GPU's default TF32 would round the matrices' elements, where JAX's solvers do not)
+      with default_matmul_precision("highest"):
+        return flat_highest(*args)
+
+    def flat_highest(*args):
       fn = alg.batched(lambda *a: single(*a, **params), nb)
       if widen and any(a.dtype != np.float64 for a in avals_in):
         from ourjax.config import enable_x64
