@@ -24,3 +24,26 @@ def x64():
   from ourjax.config import enable_x64
   with enable_x64(True):
     yield
+
+
+#: Test modules of the GPU backend itself: they test its default (TF32) dots as they are.
+_GPU_MODULES = ("test_cuda", "test_ptx", "test_models", "test_profiler", "test_multigpu",
+                "test_wgmma", "test_implicit_gemm")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _full_precision_dots_on_a_gpu(request):
+  """On a host whose default backend is a GPU, f32 dots at the default precision run on the
+  tensor cores in TF32 (as JAX's do); the suite's other tests compare with float64 NumPy at
+  float32 tolerances, so there their dots run at the highest precision.  Nothing changes on a
+  CPU host."""
+  name = request.module.__name__.rpartition(".")[2]
+  import ourjax
+  from ourjax.config import config
+  if name.startswith(_GPU_MODULES) or ourjax.default_backend() != "gpu":
+    yield
+    return
+  old = config.jax_default_matmul_precision
+  config.update("jax_default_matmul_precision", "highest")
+  yield
+  config.update("jax_default_matmul_precision", old)

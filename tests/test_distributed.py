@@ -61,7 +61,7 @@ def _free_port() -> int:
 def _launch(mode, timeout_s="60"):
   port = _free_port()
   env = dict(os.environ, OURJAX_NUM_CPU_DEVICES="1", JAX_PLATFORMS="cpu",
-             OURJAX_COLLECTIVE_TIMEOUT=timeout_s,
+             OURJAX_PLATFORMS="cpu", OURJAX_COLLECTIVE_TIMEOUT=timeout_s,
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(port), str(pid), mode],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
