@@ -4,6 +4,7 @@ under jit with static and traced indices, under vmap and grad; ``x.at[idx]`` upd
 ``ufunc.at`` on the flat positions an index selects; JAX's out-of-bounds modes; and the index
 functions (take, take_along_axis, put, nonzero & co., unique, compress/extract, choose, ix_,
 unravel_index, ravel_multi_index)."""
+import math
 import warnings
 
 import numpy as np
@@ -1101,3 +1102,25 @@ def test_at_updates_with_nothing_to_update(method):
     np.testing.assert_array_equal(np.asarray(got), x)
     got = fn(lambda a: getattr(jnp.asarray(a[:1]).at[1:], method)(jnp.ones(0)))(x)
     np.testing.assert_array_equal(np.asarray(got), x[:1])
+
+
+@pytest.mark.parametrize("shape,idx", [
+    ((2, 3, 4), (slice(None), 0, Ellipsis, np.array([0]))),
+    ((2, 3, 4, 5), (slice(None), 0, Ellipsis, 0, np.array([0, 2]))),
+    ((0, 1, 1, 1), (slice(None), 0, Ellipsis, 0, np.array([0]))),
+    ((2, 3, 4), (slice(None), np.array([0, 1]), Ellipsis, np.array([1]))),
+    ((2, 3), (np.array([0]), Ellipsis, np.array([1]))),
+    ((2, 3, 4), (Ellipsis, np.array([1]), 0)),
+])
+def test_an_ellipsis_of_no_axes_separates_advanced_indices(shape, idx):
+  """NumPy (and JAX) put the broadcast index dimensions first when an Ellipsis stands between
+  advanced indices, even an Ellipsis that stands for no axes (found by the device's run of
+  test_getitem_matches_numpy: (1, 0) expected, (0, 1) given)."""
+  x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+  want = x[idx]
+  _check(jnp.asarray(x)[idx], want)
+  _check(ourjax.jit(lambda a: a[idx])(x), want)
+  upd = np.full(want.shape, -1.0, np.float32)
+  ref = x.copy()
+  ref[idx] = upd
+  _check(jnp.asarray(x).at[idx].set(upd), ref)

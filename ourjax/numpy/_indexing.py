@@ -46,16 +46,17 @@ class _Entry:
   """One entry of an expanded index.  ``axis`` is the operand axis it consumes (None for new
   axes and scalar booleans).  Slices are normalised to a positive ``step`` over ``size``
   elements from ``start``; ``rev`` says the user's slice lists them in decreasing order."""
-  __slots__ = ("kind", "axis", "value", "n", "start", "size", "step", "rev", "dummy")
+  __slots__ = ("kind", "axis", "value", "n", "start", "size", "step", "rev", "dummy", "gap")
 
   def __init__(self, kind, axis=None, value=None, n=0, start=0, size=0, step=1, rev=False,
-               dummy=False):
+               dummy=False, gap=False):
     self.kind, self.axis, self.value, self.n = kind, axis, value, n
     self.start, self.size, self.step, self.rev, self.dummy = start, size, step, rev, dummy
+    self.gap = gap     # an Ellipsis that stood for no axes came just before (see _plan)
 
   def copy(self, **kw):
     e = _Entry(self.kind, self.axis, self.value, self.n, self.start, self.size, self.step,
-               self.rev, self.dummy)
+               self.rev, self.dummy, self.gap)
     for k, v in kw.items():
       setattr(e, k, v)
     return e
@@ -191,13 +192,18 @@ def _parse_index(shape, idx):
   if used > nd:
     raise IndexError(f"Too many indices: array is {nd}-dimensional, but {used} were indexed")
   rest = [(None, _SLICE, slice(None))] * (nd - used)
+  gap = None      # (the item after an Ellipsis that stands for no axes)
   if n_ellipsis:
     at = next(j for j, (_, k, _) in enumerate(items) if k == "...")
     items = items[:at] + rest + items[at + 1:]
+    if not rest:
+      gap = at
   else:
     items = items + rest
   entries, axis = [], 0
-  for pos, kind, v in items:
+  for j, (pos, kind, v) in enumerate(items):
+    if j == gap:
+      first = len(entries)
     if kind == _NEW:
       entries.append(_Entry(_NEW))
     elif kind == _BOOL0:
@@ -226,6 +232,8 @@ def _parse_index(shape, idx):
     else:
       entries.append(_Entry(kind, axis, v, shape[axis]))
       axis += 1
+  if gap is not None and gap < len(items) and first < len(entries):
+    entries[first].gap = True
   return entries
 
 
@@ -363,7 +371,10 @@ def _plan(shape, entries, normalize_indices=True) -> _Plan:
   adv = [j for j, e in enumerate(entries)
          if e.kind in (_ARRAY, _BOOL0) or (has_arrays and e.kind in (_INT, _SCALAR)
                                             and not e.dummy)]
-  adjacent = bool(adv) and adv[-1] - adv[0] + 1 == len(adv)
+  # (NumPy's and JAX's rule: an Ellipsis between them separates them even where it stands
+  # for no axes)
+  adjacent = (bool(adv) and adv[-1] - adv[0] + 1 == len(adv)
+              and not any(entries[j].gap for j in adv[1:]))
   shapes = [_adv_shape(entries[j]) for j in adv]
   try:
     B = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
