@@ -54,6 +54,7 @@ from ourjax.errors import CompileError, DeviceError
 from ourjax.lowering import hlo
 
 log = logging.getLogger("ourjax")
+_LOAD_LOCK = threading.Lock()     # (CudaExecutable._load)
 
 __all__ = ["compile", "CudaExecutable", "HostFallbackExecutable", "DeviceBuffer", "device_put",
            "device_info"]
@@ -332,6 +333,15 @@ class CudaExecutable:
     return exe
 
   def _load(self):
+    """Load the code on the device once (threads that call a fresh executable at once wait
+    for the first: a second load replaced the parameter block and its lock while the first
+    thread held them)."""
+    with _LOAD_LOCK:
+      if self._dev is not None:
+        return self._dev
+      return self._load_now()
+
+  def _load_now(self):
     dev = driver.get_device(self._ordinal)
     info = codegen.DeviceInfo(dev.arch, dev.multiprocessor_count)
     # (on the first call, after the compile's log: with jax_log_compiles a line of its own)
