@@ -619,6 +619,7 @@ def test_default_matmul_precision_is_part_of_the_cache_key():
   a = np.ones((4, 4), np.float32)
   before = ourjax.config.jax_default_matmul_precision
   try:
+    ourjax.config.update("jax_default_matmul_precision", None)
     g(a, a)
     g(a, a)
     ourjax.config.update("jax_default_matmul_precision", "highest")
