@@ -492,13 +492,42 @@ def _fmin(b, x, y):
 
 
 def _imax(b, x, y, signed):
+  if _nvptx_int32(b, x):
+    return _ptx_select_minmax(b, x, y, signed, "gt")
   c = b.icmp_signed(">", x, y) if signed else b.icmp_unsigned(">", x, y)
   return b.select(c, x, y)
 
 
 def _imin(b, x, y, signed):
+  if _nvptx_int32(b, x):
+    return _ptx_select_minmax(b, x, y, signed, "lt")
   c = b.icmp_signed("<", x, y) if signed else b.icmp_unsigned("<", x, y)
   return b.select(c, x, y)
+
+
+def _nvptx_int32(b, x) -> bool:
+  """An integer of at most 32 bits in a GPU (NVPTX) module: see ``_ptx_select_minmax``."""
+  return (isinstance(x.type, ir.IntType) and x.type.width <= 32
+          and (b.module.triple or "").startswith("nvptx"))
+
+
+def _ptx_select_minmax(b, x, y, signed, cmp):
+  """Integer max/min as PTX ``setp`` + ``selp`` (inline assembly, which LLVM passes through).
+  LLVM would emit ``max.s32``/``min.s32``, and the CUDA 13.0 driver's JIT (ptxas) computes a
+  chain of them over negated values wrongly: max(max(-a, -b), -c) of (-3, 4, 11) gave 4 on an
+  H200 (driver 580, both the JIT and its linker); the same values through setp/selp, or in 64
+  bits, give 3.  Narrower integers are widened to 32 bits and back."""
+  ty = x.type
+  i32 = ir.IntType(32)
+  if ty.width < 32:
+    ext = b.sext if signed else b.zext
+    x, y = ext(x, i32), ext(y, i32)
+  kind = "s32" if signed else "u32"
+  asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]),
+                     "{ .reg .pred %p; setp." + cmp + "." + kind + " %p, $1, $2; "
+                     "selp.b32 $0, $1, $2, %p; }", "=r,r,r")
+  r = b.call(asm, [x, y])
+  return b.trunc(r, ty) if ty.width < 32 else r
 
 
 def _int_div(b, x, y, dt):
