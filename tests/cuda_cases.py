@@ -149,8 +149,11 @@ CASES = [
     ("argmax_rows", lambda a: jnp.argmax(a, axis=-1), lambda r: (f32(r, 300, 1000),), 0),
     # integer max/min over negated values: the CUDA 13.0 driver's ptxas computed a chain of
     # max.s32 over negations wrongly (emitter._ptx_select_minmax); small and wide reductions
-    ("int_max_of_negated", lambda a: (jnp.max(-a), jnp.min(-jnp.abs(a)), jnp.max(-a, axis=1)),
+    ("int_max_of_negated", lambda a: (jnp.max(-a), jnp.min(-jnp.abs(a)), jnp.max(-a, axis=1),
+                                      jnp.max(-jnp.abs(a[0])), jnp.max(-a[1])),
      lambda r: (r.integers(-30, 30, (5, 3)).astype(np.int32),), 0),
+    ("uint_min_of_negated", lambda a: (jnp.min(-a), jnp.max(-a[0]), jnp.min(0 - a, axis=1)),
+     lambda r: (r.integers(0, 30, (5, 3)).astype(np.uint32),), 0),
     ("int8_max_of_negated", lambda a: jnp.max(-a, axis=0),
      lambda r: (r.integers(-100, 100, (7, 300)).astype(np.int8),), 0),
     ("softmax", lambda a: ourjax.nn.softmax(a, axis=-1), lambda r: (f32(r, 512, 1000),), 1e-5),

@@ -512,20 +512,26 @@ def _nvptx_int32(b, x) -> bool:
 
 
 def _ptx_select_minmax(b, x, y, signed, cmp):
-  """Integer max/min as PTX ``setp`` + ``selp`` (inline assembly, which LLVM passes through).
-  LLVM would emit ``max.s32``/``min.s32``, and the CUDA 13.0 driver's JIT (ptxas) computes a
-  chain of them over negated values wrongly: max(max(-a, -b), -c) of (-3, 4, 11) gave 4 on an
-  H200 (driver 580, both the JIT and its linker); the same values through setp/selp, or in 64
-  bits, give 3.  Narrower integers are widened to 32 bits and back."""
+  """Integer max/min for the GPU as inline PTX whose comparison ptxas cannot rewrite.
+  LLVM would emit ``max.s32``/``min.s32`` (or setp + selp), and the CUDA 13.0 driver's ptxas
+  (driver 580, its JIT and its linker alike) rewrites a max of negated values as the negated
+  min, which is wrong where a value is INT_MIN: max(-|x|) over [21, 8, 0] from the reduction's
+  initial INT_MIN gave INT_MIN, max(-a, -b, -c) of (-3, 4, 11) gave 4 (an H200).  Signed
+  operands are compared as unsigned with the sign bit flipped, unsigned ones in 64 bits;
+  narrower integers are widened to 32 bits and back."""
   ty = x.type
   i32 = ir.IntType(32)
   if ty.width < 32:
     ext = b.sext if signed else b.zext
     x, y = ext(x, i32), ext(y, i32)
-  kind = "s32" if signed else "u32"
-  asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]),
-                     "{ .reg .pred %p; setp." + cmp + "." + kind + " %p, $1, $2; "
-                     "selp.b32 $0, $1, $2, %p; }", "=r,r,r")
+  if signed:
+    text = ("{ .reg .b32 %a, %b; .reg .pred %p; xor.b32 %a, $1, -2147483648; "
+            "xor.b32 %b, $2, -2147483648; setp." + cmp + ".u32 %p, %a, %b; "
+            "selp.b32 $0, $1, $2, %p; }")
+  else:
+    text = ("{ .reg .b64 %a, %b; .reg .pred %p; cvt.u64.u32 %a, $1; cvt.u64.u32 %b, $2; "
+            "setp." + cmp + ".u64 %p, %a, %b; selp.b32 $0, $1, $2, %p; }")
+  asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]), text, "=r,r,r")
   r = b.call(asm, [x, y])
   return b.trunc(r, ty) if ty.width < 32 else r
 
