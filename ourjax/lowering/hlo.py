@@ -110,7 +110,7 @@ def bit_width(dt) -> int:
 
 class Shape:
   """An array shape (element type + dimensions) or a tuple of shapes."""
-  __slots__ = ("dtype", "dims", "tuple_shapes")
+  __slots__ = ("dtype", "dims", "tuple_shapes", "_text")
 
   def __init__(self, dtype=None, dims: Sequence[int] = (), tuple_shapes=None):
     if tuple_shapes is not None:
@@ -163,15 +163,24 @@ class Shape:
     return (self.dtype, self.dims, self.tuple_shapes)
 
   def __eq__(self, other):
-    return isinstance(other, Shape) and self._key() == other._key()
+    return self is other or (isinstance(other, Shape) and self._key() == other._key())
 
   def __hash__(self):
     return hash(self._key())
 
   def __str__(self):
+    # (made once: every instruction's text names its shape and its operands'; the disk
+    # cache's key is the module's text)
+    try:
+      return self._text
+    except AttributeError:
+      pass
     if self.is_tuple:
-      return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
-    return f"{dtype_name(self.dtype)}[{','.join(map(str, self.dims))}]"
+      text = "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+    else:
+      text = f"{dtype_name(self.dtype)}[{','.join(map(str, self.dims))}]"
+    object.__setattr__(self, "_text", text)
+    return text
 
   __repr__ = __str__
 
@@ -256,9 +265,12 @@ class Instruction:
 
   @property
   def called_computations(self) -> list["Computation"]:
+    a = self.attrs
+    if not a:
+      return []
     out = []
     for k in CALLED_COMPUTATION_KEYS:
-      v = self.attrs.get(k)
+      v = a.get(k)
       if v is None:
         continue
       out.extend(v if isinstance(v, (list, tuple)) else [v])
