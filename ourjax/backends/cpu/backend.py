@@ -838,8 +838,9 @@ def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:
 
 def _link_symbols(symbols, wait: bool = True) -> None:
   """Compile and register the process-wide code a module calls: the shared GEMMs and the
-  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``).  ``wait`` False: the GEMMs
-  are only started (``gemm.prefetch_shared_gemm``), to be waited for before loading."""
+  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``).  ``wait`` False: they are only
+  started, on threads of their own (``gemm.prefetch_shared_gemm``, ``_prefetch_math``), and
+  the caller links them (``wait`` True) before loading code that calls them."""
   for sym in symbols:
     if sym.startswith("ourjax_gemm_"):
       from ourjax.backends.llvm import gemm
@@ -847,19 +848,84 @@ def _link_symbols(symbols, wait: bool = True) -> None:
       gemm.shared_gemm_symbol(dtype) if wait else gemm.prefetch_shared_gemm(dtype)
     elif sym.startswith("math:"):
       _, fn, tag, nargs = sym.split(":")
-      _shared_math(fn, tag, int(nargs))
+      _shared_math(fn, tag, int(nargs)) if wait else _prefetch_math(fn, tag, int(nargs))
+
+
+def _provided_symbols(symbols) -> list:
+  """The function names that the process-wide code of ``symbols`` (``_link_symbols``)
+  defines: a module that calls them compiles before they are linked."""
+  out = []
+  for sym in symbols:
+    if sym.startswith("ourjax_gemm_"):
+      out.append(sym)
+    elif sym.startswith("math:"):
+      _, fn, tag, _n = sym.split(":")
+      out.extend(E.MathLib.symbols(fn, tag))
+  return out
 
 
 _math_lock = threading.Lock()
 _math_done: dict = {}
+_math_prefetch_lock = threading.Lock()
+_math_pending: dict = {}    # (fn, tag) -> Future of its build on the math thread
+_math_builder = None        # that thread (made on first use)
 
 
-def _shared_math(fn: str, tag: str, nargs: int) -> None:
-  """Compile (or load from the disk cache) one math function's scalar and vector versions and
-  register them with LLVM's symbol table, once per process."""
+def _prefetch_math(fn: str, tag: str, nargs: int) -> None:
+  """Start building a math function's library (``_shared_math``) on a thread of its own, its
+  LLVM work outside llvmlite's lock, so that it overlaps with the program's own LLVM work (a
+  process's first programs spent 20-65 ms per function waiting for it, before their kernels'
+  compilation began); ``_shared_math`` then waits for it (or builds it again, if it failed)."""
+  global _math_builder
   key = (fn, tag)
   if key in _math_done:
     return
+  with _math_prefetch_lock:
+    fut = _math_pending.get(key)
+    if fut is not None and not fut.done():
+      return
+    from concurrent.futures import ThreadPoolExecutor
+    if _math_builder is None:
+      _math_builder = ThreadPoolExecutor(1, thread_name_prefix="ourjax-math")
+    _math_pending[key] = _math_builder.submit(_shared_math, fn, tag, nargs, True)
+
+
+def _math_before_fork() -> None:
+  """A fork waits for the math builds under way (the child would inherit the locks their
+  thread holds, and no thread to release them)."""
+  for fut in list(_math_pending.values()):
+    try:
+      fut.result()
+    except Exception:   # noqa: BLE001  (the child's _shared_math builds it again)
+      pass
+
+
+def _math_after_fork_in_child() -> None:
+  global _math_builder
+  _math_builder = None
+  _math_pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(before=_math_before_fork, after_in_child=_math_after_fork_in_child)
+
+
+def _shared_math(fn: str, tag: str, nargs: int, own_thread: bool = False) -> None:
+  """Compile (or load from the disk cache) one math function's scalar and vector versions and
+  register them with LLVM's symbol table, once per process (``own_thread``: the math thread's
+  build, ``_prefetch_math``; a caller meanwhile waits for it on ``_math_lock``)."""
+  key = (fn, tag)
+  if key in _math_done:
+    return
+  fut = None if own_thread else _math_pending.pop(key, None)
+  if fut is not None:
+    with _phases.phase("library.wait"):
+      try:
+        fut.result()
+      except Exception:   # noqa: BLE001  (built again below, where it raises)
+        pass
+    if key in _math_done:
+      return
   with _math_lock, _phases.phase("library"), _phases.collecting(None):
     if key in _math_done:
       return
@@ -886,7 +952,7 @@ def _shared_math(fn: str, tag: str, nargs: int) -> None:
     if cm is None:
       mod = jit.new_module(f"ojx_math_{fn}_{tag}")
       E.MathLib(mod).define_all(fn, tag, nargs)
-      obj, _ = jit.compile_to_object(str(mod), keep_ir=False)
+      obj, _ = jit.compile_to_object(str(mod), keep_ir=False, own_thread=own_thread)
       cm = jit.load_object(obj, names)
       disk_cache.write(ckey, {"math": [fn, tag, nargs]}, obj, "")
     for n in names:
@@ -986,12 +1052,13 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
       entry_level = LOOP_ENTRY_SPEED_LEVEL if meta["loops"] else ENTRY_SPEED_LEVEL
       levels = ([entry_level] + [KERNEL_SPEED_LEVEL] * (len(texts) - 1) if kernel_names
                 else [KERNEL_SPEED_LEVEL])
-      # (the shared GEMMs build meanwhile on their own thread: linked before loading)
-      gemms = [s for s in meta["symbols"] if s.startswith("ourjax_gemm_")]
+      # (the shared GEMMs and the math libraries build meanwhile on threads of their own:
+      # linked before loading)
       objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING,
-                                    provided=list(kernel_names) + gemms,
+                                    provided=list(kernel_names)
+                                    + _provided_symbols(meta["symbols"]),
                                     keep_ir=bool(dump), speed_levels=levels)
-    _link_symbols(gemms)
+    _link_symbols(meta["symbols"])
     obj = jit.pack_objects([o for o, _ in objs])
     optimized = _MODULE_SEPARATOR.join(t for _, t in objs)
     with _phases.phase("load"):
