@@ -65,9 +65,19 @@ _DTYPE_TO_NAME = {np.dtype(t): n for n, t in _ELEMENT_TYPES}
 _FLOAT_NAMES = {"f16", "bf16", "f32", "f64", "f8e4m3fn", "f8e5m2"}
 
 
+_CANONICAL = {np.dtype(t): _NAME_TO_DTYPE[n] for n, t in _ELEMENT_TYPES}
+
+
 def to_dtype(dtype) -> np.dtype:
   """Canonical numpy dtype for an XLA type name ('f32'), a numpy dtype or a scalar type."""
-  if isinstance(dtype, str) and dtype in _NAME_TO_DTYPE:
+  if type(dtype) is not str:
+    try:
+      c = _CANONICAL.get(dtype)     # (a supported dtype: the common case, one lookup)
+    except TypeError:               # (unhashable: np.dtype says what it is, below)
+      c = None
+    if c is not None:
+      return c
+  elif dtype in _NAME_TO_DTYPE:
     return _NAME_TO_DTYPE[dtype]
   dt = np.dtype(dtype)
   name = _DTYPE_TO_NAME.get(dt)
@@ -118,9 +128,10 @@ class Shape:
       object.__setattr__(self, "dims", ())
       object.__setattr__(self, "tuple_shapes", tuple(tuple_shapes))
       return
-    dims = tuple(int(d) for d in dims)
-    if any(d < 0 for d in dims):
-      raise ShapeError(f"negative dimension in {dims}")
+    dims = tuple(map(int, dims))
+    for d in dims:
+      if d < 0:
+        raise ShapeError(f"negative dimension in {dims}")
     object.__setattr__(self, "dtype", to_dtype(dtype))
     object.__setattr__(self, "dims", dims)
     object.__setattr__(self, "tuple_shapes", None)

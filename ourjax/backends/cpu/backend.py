@@ -968,9 +968,17 @@ def _ensure_runtime_symbols() -> None:
   global _runtime_ready
   if _runtime_ready:
     return
-  import ctypes.util
   import llvmlite.binding as llvm
   for lib in ("c", "m"):
+    # (glibc's sonames first: find_library runs ldconfig, a few ms of a new process's first
+    # call)
+    if sys.platform.startswith("linux"):
+      try:
+        llvm.load_library_permanently(f"lib{lib}.so.6")
+        continue
+      except RuntimeError:
+        pass
+    import ctypes.util
     path = ctypes.util.find_library(lib)
     if path:
       try:
