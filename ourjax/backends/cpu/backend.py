@@ -978,14 +978,18 @@ def _ensure_runtime_symbols() -> None:
         continue
       except RuntimeError:
         pass
-    import ctypes.util
-    path = ctypes.util.find_library(lib)
+    path = _find_library(lib)
     if path:
       try:
         llvm.load_library_permanently(path)
       except RuntimeError as e:   # pragma: no cover
         log.debug("cpu backend: could not load %s for the JIT: %s", path, e)
   _runtime_ready = True
+
+
+def _find_library(name: str):
+  import ctypes.util
+  return ctypes.util.find_library(name)
 
 
 _MODULE_SEPARATOR = "\n; ---- next module ----\n"
