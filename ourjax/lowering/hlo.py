@@ -411,6 +411,15 @@ class Computation:
     for start in self.instructions:
       if start in state:
         continue
+      # (the common case, one already in order: every operand placed, or from elsewhere; what
+      # the walk below would do, without its stack)
+      for op in start.operands:
+        if op not in state and op.parent is self:
+          break
+      else:
+        state[start] = 2
+        order.append(start)
+        continue
       stack = [(start, 0)]
       while stack:
         node, i = stack.pop()
@@ -1751,6 +1760,7 @@ def verify(module: Module) -> None:
     raise VerifyError(f"verify: module {module.name} has no entry computation")
   names: dict[str, Instruction] = {}
   comp_names = set()
+  in_module = set(module.computations)
   for comp in module.computations:
     if comp.name in comp_names:
       raise VerifyError(f"verify: duplicate computation name %{comp.name}")
@@ -1761,10 +1771,11 @@ def verify(module: Module) -> None:
       _verify_fail(comp, None, "no root")
     if comp.root.parent is not comp:
       _verify_fail(comp, comp.root, "the root is not in this computation")
+    listed = set(comp.instructions) if comp.parameters else ()
     for i, p in enumerate(comp.parameters):
       if p is None or p.opcode != "parameter" or p.attrs["parameter_number"] != i:
         _verify_fail(comp, p, f"parameter {i} missing or misnumbered")
-      if p.parent is not comp or p not in comp.instructions:
+      if p.parent is not comp or p not in listed:
         _verify_fail(comp, p, "parameter not in the instruction list")
     position = {}
     for k, instr in enumerate(comp.instructions):
@@ -1789,7 +1800,7 @@ def verify(module: Module) -> None:
       if len(set(map(id, instr.users))) != len(instr.users):
         _verify_fail(comp, instr, "duplicate entries in users")
       for sub in instr.called_computations:
-        if sub not in module.computations:
+        if sub not in in_module:
           _verify_fail(comp, instr, f"calls %{sub.name}, which is not in the module")
         if sub is comp:
           _verify_fail(comp, instr, "calls its own computation")
