@@ -47,7 +47,7 @@ class ShapedArray:
   array_abstraction_level = 1
 
   def __init__(self, shape, dtype, weak_type: bool = False):
-    self.shape = tuple(int(d) for d in shape)
+    self.shape = tuple(map(int, shape))
     self.dtype = np.dtype(dtype)
     self.weak_type = bool(weak_type)
     self._hash = None
