@@ -830,18 +830,18 @@ import os, sys
 sys.path.insert(0, {root!r})
 import numpy as np
 import ourjax, ourjax.numpy as jnp
-from ourjax.backends.cpu import backend as cpu
+from ourjax.backends.cpu import libraries as lib
 started = []
-real = cpu._prefetch_math
-cpu._prefetch_math = lambda fn, tag, n: (started.append((fn, tag)), real(fn, tag, n))
+real = lib._prefetch_math
+lib._prefetch_math = lambda fn, tag, n: (started.append((fn, tag)), real(fn, tag, n))
 x = np.linspace(0.1, 3.0, 1000).astype(np.float32)
 got = ourjax.jit(lambda v: jnp.tanh(v) * jnp.exp(-v) + jnp.log(v), backend="cpu")(x)
 want = np.tanh(x.astype(np.float64)) * np.exp(-x.astype(np.float64)) + np.log(x.astype(np.float64))
 np.testing.assert_allclose(np.asarray(got), want, rtol=2e-6, atol=2e-6)
 assert {{f for f, _ in started}} >= {{"tanh", "exp", "log"}}, started
-assert all(k in cpu._math_done for k in started) and not cpu._math_pending, cpu._math_pending
+assert all(k in lib._math_done for k in started) and not lib._math_pending, lib._math_pending
 if hasattr(os, "fork"):      # a fork waits for builds under way; the child builds its own
-  cpu._prefetch_math("erf", "f32", 1)
+  lib._prefetch_math("erf", "f32", 1)
   pid = os.fork()
   if pid == 0:
     y = ourjax.jit(lambda v: ourjax.scipy.special.erf(v) + jnp.sinh(v), backend="cpu")(x)
