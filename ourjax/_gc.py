@@ -6,8 +6,8 @@
 Tracing, the HLO passes and the LLVM IR emission allocate hundreds of thousands of small
 objects that stay alive until the compilation ends (tracers, equations, instructions,
 llvmlite values); each allocation batch triggers a collection that walks them all again, for no
-garbage: a tenth to a fifth of the Python-side compile time of the model suite
-(benchmarks/models.py) went to the collector.  While paused, objects are still freed by
+garbage: 6-20% of the Python-side compile time of the model suite (benchmarks/models.py; a
+transformer step's 115-150 ms of 660-720) went to the collector.  While paused, objects are still freed by
 reference counting as usual; cyclic garbage made meanwhile waits for the first collection after
 the pause.  Nested and concurrent pauses (threads compiling at once) count: the collector is on
 again when the last one ends, and only if it was on when the first began.
