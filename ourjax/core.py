@@ -47,7 +47,7 @@ class ShapedArray:
   array_abstraction_level = 1
 
   def __init__(self, shape, dtype, weak_type: bool = False):
-    self.shape = tuple(int(d) for d in shape)
+    self.shape = tuple(map(int, shape))
     self.dtype = np.dtype(dtype)
     self.weak_type = bool(weak_type)
     self._hash = None
@@ -556,8 +556,11 @@ def check_bool_conversion(aval) -> None:
 
 
 def check_not_masked(x) -> None:
-  """NumPy masked arrays are rejected (their mask would be silently dropped), as in JAX."""
-  if isinstance(x, np.ma.MaskedArray):
+  """NumPy masked arrays are rejected (their mask would be silently dropped), as in JAX.
+  (``numpy.ma`` is looked up, not imported: a masked array exists only once it is, and
+  importing it cost 10-20 ms of a process's first call.)"""
+  ma = sys.modules.get("numpy.ma")
+  if ma is not None and isinstance(x, ma.MaskedArray):
     raise ValueError("numpy masked arrays are not supported as direct inputs to JAX functions. "
                      "Use arr.filled() to convert the value to a standard numpy array.")
 

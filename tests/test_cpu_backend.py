@@ -831,3 +831,43 @@ def test_a_program_cached_by_its_source_skips_the_passes(tmp_path, monkeypatch, 
   with caplog.at_level(logging.WARNING, logger="ourjax"):
     np.testing.assert_allclose(np.asarray(program()(x)), want, rtol=1e-5)
   assert any("damaged" in r.getMessage() for r in caplog.records)
+
+
+_MATH_THREAD_SCRIPT = r"""
+import os, sys
+sys.path.insert(0, {root!r})
+import numpy as np
+import ourjax, ourjax.numpy as jnp
+from ourjax.backends.cpu import libraries as lib
+started = []
+real = lib._prefetch_math
+lib._prefetch_math = lambda fn, tag, n: (started.append((fn, tag)), real(fn, tag, n))
+x = np.linspace(0.1, 3.0, 1000).astype(np.float32)
+got = ourjax.jit(lambda v: jnp.tanh(v) * jnp.exp(-v) + jnp.log(v), backend="cpu")(x)
+want = np.tanh(x.astype(np.float64)) * np.exp(-x.astype(np.float64)) + np.log(x.astype(np.float64))
+np.testing.assert_allclose(np.asarray(got), want, rtol=2e-6, atol=2e-6)
+assert {{f for f, _ in started}} >= {{"tanh", "exp", "log"}}, started
+assert all(k in lib._math_done for k in started) and not lib._math_pending, lib._math_pending
+if hasattr(os, "fork"):      # a fork waits for builds under way; the child builds its own
+  lib._prefetch_math("erf", "f32", 1)
+  pid = os.fork()
+  if pid == 0:
+    y = ourjax.jit(lambda v: ourjax.scipy.special.erf(v) + jnp.sinh(v), backend="cpu")(x)
+    import math
+    w = np.array([math.erf(v) + math.sinh(v) for v in x.astype(np.float64)])
+    os._exit(0 if np.allclose(np.asarray(y), w, rtol=2e-6, atol=2e-6) else 3)
+  assert os.waitpid(pid, 0)[1] == 0
+print("all ok")
+"""
+
+
+def test_math_libraries_build_on_their_thread_beside_the_kernels():
+  """A new process's first program starts its math libraries (tanh, exp, log) on the math
+  thread and compiles its kernels meanwhile; they are linked before the program loads, and it
+  computes what NumPy does.  A fork while one builds waits for it; the child compiles its own
+  programs (run in a subprocess: the libraries must not be there yet)."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(cpu.__file__))))
+  env = dict(os.environ, OURJAX_CACHE_DIR="off", PYTHONPATH=root)
+  p = subprocess.run([sys.executable, "-c", _MATH_THREAD_SCRIPT.format(root=root)], env=env,
+                     capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0 and "all ok" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])

@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from ourjax import _once, _phases, core, dtypes
+from ourjax import _gc, _once, _phases, core, dtypes
 
 log = logging.getLogger("ourjax")
 _cache: dict = {}
@@ -298,7 +298,7 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
   _log_compile(name, closed.in_avals, log_reason)
   outer = _phases.current()
   times = outer or _phases.begin(name)
-  with _phases.collecting(times):
+  with _phases.collecting(times), _gc.paused():
     exe = _compile_lowering(lowering, closed, backend, donation)
   if outer is None:
     _phases.report(times)
@@ -429,7 +429,7 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, d
     return JaxprEvaluator(closed, donated)
   try:
     times = _phases.begin(name, times)
-    with _phases.collecting(times):
+    with _phases.collecting(times), _gc.paused():
       with _phases.phase("lower"):
         lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
       exe = compile_lowering(lowering, closed, backend, name, log_reason,

@@ -20,8 +20,18 @@ _any = ("bool", "int", "float", "complex")
 _fp = ("float", "complex")
 
 
+_kinds: dict = {}     # dtype -> dtype_kind (every elementwise op asks, for each operand)
+
+
 def dtype_kind(dt: np.dtype) -> str:
   dt = np.dtype(dt)
+  k = _kinds.get(dt)
+  if k is None:
+    k = _kinds[dt] = _dtype_kind(dt)
+  return k
+
+
+def _dtype_kind(dt: np.dtype) -> str:
   if dt == np.bool_:
     return "bool"
   if dtypes.is_integer(dt):

@@ -65,9 +65,19 @@ _DTYPE_TO_NAME = {np.dtype(t): n for n, t in _ELEMENT_TYPES}
 _FLOAT_NAMES = {"f16", "bf16", "f32", "f64", "f8e4m3fn", "f8e5m2"}
 
 
+_CANONICAL = {np.dtype(t): _NAME_TO_DTYPE[n] for n, t in _ELEMENT_TYPES}
+
+
 def to_dtype(dtype) -> np.dtype:
   """Canonical numpy dtype for an XLA type name ('f32'), a numpy dtype or a scalar type."""
-  if isinstance(dtype, str) and dtype in _NAME_TO_DTYPE:
+  if type(dtype) is not str:
+    try:
+      c = _CANONICAL.get(dtype)     # (a supported dtype: the common case, one lookup)
+    except TypeError:               # (unhashable: np.dtype says what it is, below)
+      c = None
+    if c is not None:
+      return c
+  elif dtype in _NAME_TO_DTYPE:
     return _NAME_TO_DTYPE[dtype]
   dt = np.dtype(dtype)
   name = _DTYPE_TO_NAME.get(dt)
@@ -110,7 +120,7 @@ def bit_width(dt) -> int:
 
 class Shape:
   """An array shape (element type + dimensions) or a tuple of shapes."""
-  __slots__ = ("dtype", "dims", "tuple_shapes")
+  __slots__ = ("dtype", "dims", "tuple_shapes", "_text")
 
   def __init__(self, dtype=None, dims: Sequence[int] = (), tuple_shapes=None):
     if tuple_shapes is not None:
@@ -118,9 +128,10 @@ class Shape:
       object.__setattr__(self, "dims", ())
       object.__setattr__(self, "tuple_shapes", tuple(tuple_shapes))
       return
-    dims = tuple(int(d) for d in dims)
-    if any(d < 0 for d in dims):
-      raise ShapeError(f"negative dimension in {dims}")
+    dims = tuple(map(int, dims))
+    for d in dims:
+      if d < 0:
+        raise ShapeError(f"negative dimension in {dims}")
     object.__setattr__(self, "dtype", to_dtype(dtype))
     object.__setattr__(self, "dims", dims)
     object.__setattr__(self, "tuple_shapes", None)
@@ -163,15 +174,24 @@ class Shape:
     return (self.dtype, self.dims, self.tuple_shapes)
 
   def __eq__(self, other):
-    return isinstance(other, Shape) and self._key() == other._key()
+    return self is other or (isinstance(other, Shape) and self._key() == other._key())
 
   def __hash__(self):
     return hash(self._key())
 
   def __str__(self):
+    # (made once: every instruction's text names its shape and its operands'; the disk
+    # cache's key is the module's text)
+    try:
+      return self._text
+    except AttributeError:
+      pass
     if self.is_tuple:
-      return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
-    return f"{dtype_name(self.dtype)}[{','.join(map(str, self.dims))}]"
+      text = "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+    else:
+      text = f"{dtype_name(self.dtype)}[{','.join(map(str, self.dims))}]"
+    object.__setattr__(self, "_text", text)
+    return text
 
   __repr__ = __str__
 
@@ -256,9 +276,12 @@ class Instruction:
 
   @property
   def called_computations(self) -> list["Computation"]:
+    a = self.attrs
+    if not a:
+      return []
     out = []
     for k in CALLED_COMPUTATION_KEYS:
-      v = self.attrs.get(k)
+      v = a.get(k)
       if v is None:
         continue
       out.extend(v if isinstance(v, (list, tuple)) else [v])
@@ -387,6 +410,15 @@ class Computation:
     order, state = [], {}
     for start in self.instructions:
       if start in state:
+        continue
+      # (the common case, one already in order: every operand placed, or from elsewhere; what
+      # the walk below would do, without its stack)
+      for op in start.operands:
+        if op not in state and op.parent is self:
+          break
+      else:
+        state[start] = 2
+        order.append(start)
         continue
       stack = [(start, 0)]
       while stack:
@@ -1728,6 +1760,7 @@ def verify(module: Module) -> None:
     raise VerifyError(f"verify: module {module.name} has no entry computation")
   names: dict[str, Instruction] = {}
   comp_names = set()
+  in_module = set(module.computations)
   for comp in module.computations:
     if comp.name in comp_names:
       raise VerifyError(f"verify: duplicate computation name %{comp.name}")
@@ -1738,10 +1771,11 @@ def verify(module: Module) -> None:
       _verify_fail(comp, None, "no root")
     if comp.root.parent is not comp:
       _verify_fail(comp, comp.root, "the root is not in this computation")
+    listed = set(comp.instructions) if comp.parameters else ()
     for i, p in enumerate(comp.parameters):
       if p is None or p.opcode != "parameter" or p.attrs["parameter_number"] != i:
         _verify_fail(comp, p, f"parameter {i} missing or misnumbered")
-      if p.parent is not comp or p not in comp.instructions:
+      if p.parent is not comp or p not in listed:
         _verify_fail(comp, p, "parameter not in the instruction list")
     position = {}
     for k, instr in enumerate(comp.instructions):
@@ -1766,7 +1800,7 @@ def verify(module: Module) -> None:
       if len(set(map(id, instr.users))) != len(instr.users):
         _verify_fail(comp, instr, "duplicate entries in users")
       for sub in instr.called_computations:
-        if sub not in module.computations:
+        if sub not in in_module:
           _verify_fail(comp, instr, f"calls %{sub.name}, which is not in the module")
         if sub is comp:
           _verify_fail(comp, instr, "calls its own computation")

@@ -68,13 +68,14 @@ import logging
 import math
 import os
 import sys
-import threading
 
 import numpy as np
 
 from ourjax import _phases
 from ourjax.backends.cpu import entry as _entry
 from ourjax.backends.cpu import profiling
+from ourjax.backends.cpu.libraries import (_ensure_runtime_symbols, _link_symbols,
+                                           _provided_symbols)
 from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
 from ourjax.backends.cpu.threads import get_pool, num_threads, set_num_threads
 from ourjax.backends import disk_cache
@@ -733,9 +734,6 @@ def compile_groups(n_kernels: int) -> int:
   return max(2, min(cores, n_kernels // KERNELS_PER_MODULE))
 
 
-_runtime_ready = False
-
-
 def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:
   """``OURJAX_DUMP=dir``: the LLVM IR as emitted and as optimized, next to the pass dumps."""
   try:
@@ -746,84 +744,6 @@ def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:
         f.write(text)
   except OSError as e:   # pragma: no cover
     log.debug("cpu backend: could not dump LLVM IR to %s: %s", d, e)
-
-
-def _link_symbols(symbols, wait: bool = True) -> None:
-  """Compile and register the process-wide code a module calls: the shared GEMMs and the
-  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``).  ``wait`` False: the GEMMs
-  are only started (``gemm.prefetch_shared_gemm``), to be waited for before loading."""
-  for sym in symbols:
-    if sym.startswith("ourjax_gemm_"):
-      from ourjax.backends.llvm import gemm
-      dtype = sym[len("ourjax_gemm_"):]
-      gemm.shared_gemm_symbol(dtype) if wait else gemm.prefetch_shared_gemm(dtype)
-    elif sym.startswith("math:"):
-      _, fn, tag, nargs = sym.split(":")
-      _shared_math(fn, tag, int(nargs))
-
-
-_math_lock = threading.Lock()
-_math_done: dict = {}
-
-
-def _shared_math(fn: str, tag: str, nargs: int) -> None:
-  """Compile (or load from the disk cache) one math function's scalar and vector versions and
-  register them with LLVM's symbol table, once per process."""
-  key = (fn, tag)
-  if key in _math_done:
-    return
-  with _math_lock, _phases.phase("library"), _phases.collecting(None):
-    if key in _math_done:
-      return
-    import llvmlite
-    import llvmlite.binding as llvm
-    from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import math as llmath
-    h = hashlib.sha256()
-    with open(llmath.__file__, "rb") as f:
-      h.update(f.read())
-    with open(E.__file__, "rb") as f:
-      h.update(f.read())
-    h.update(f"{fn}/{tag}/{nargs}/{llvmlite.__version__}/{llvm.llvm_version_info}/"
-             f"{jit.cpu_name()}/{jit.cpu_features()}".encode())
-    ckey = "math-" + h.hexdigest()
-    names = E.MathLib.symbols(fn, tag)
-    cm = None
-    hit = disk_cache.read(ckey)
-    if hit is not None:
-      try:
-        cm = jit.load_object(hit[1], names)
-      except Exception as e:   # pragma: no cover
-        log.warning("ourjax: cached math library %s could not be loaded (%s)", ckey, e)
-    if cm is None:
-      mod = jit.new_module(f"ojx_math_{fn}_{tag}")
-      E.MathLib(mod).define_all(fn, tag, nargs)
-      obj, _ = jit.compile_to_object(str(mod), keep_ir=False)
-      cm = jit.load_object(obj, names)
-      disk_cache.write(ckey, {"math": [fn, tag, nargs]}, obj, "")
-    for n in names:
-      llvm.add_symbol(n, cm.address(n))
-    _math_done[key] = cm     # keeps the machine code alive for the process
-
-
-def _ensure_runtime_symbols() -> None:
-  """Make the C library and libm visible to LLVM's symbol resolution (waiting threads call
-  ``syscall`` (futex) or ``sched_yield``; ``frem`` becomes ``fmod``/``fmodf``): in some
-  processes nothing has loaded them into LLVM's search path, and an unresolved symbol would
-  abort MCJIT."""
-  global _runtime_ready
-  if _runtime_ready:
-    return
-  import ctypes.util
-  import llvmlite.binding as llvm
-  for lib in ("c", "m"):
-    path = ctypes.util.find_library(lib)
-    if path:
-      try:
-        llvm.load_library_permanently(path)
-      except RuntimeError as e:   # pragma: no cover
-        log.debug("cpu backend: could not load %s for the JIT: %s", path, e)
-  _runtime_ready = True
 
 
 _MODULE_SEPARATOR = "\n; ---- next module ----\n"
@@ -898,12 +818,13 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
       entry_level = LOOP_ENTRY_SPEED_LEVEL if meta["loops"] else ENTRY_SPEED_LEVEL
       levels = ([entry_level] + [KERNEL_SPEED_LEVEL] * (len(texts) - 1) if kernel_names
                 else [KERNEL_SPEED_LEVEL])
-      # (the shared GEMMs build meanwhile on their own thread: linked before loading)
-      gemms = [s for s in meta["symbols"] if s.startswith("ourjax_gemm_")]
+      # (the shared GEMMs and the math libraries build meanwhile on threads of their own:
+      # linked before loading)
       objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING,
-                                    provided=list(kernel_names) + gemms,
+                                    provided=list(kernel_names)
+                                    + _provided_symbols(meta["symbols"]),
                                     keep_ir=bool(dump), speed_levels=levels)
-    _link_symbols(gemms)
+    _link_symbols(meta["symbols"])
     obj = jit.pack_objects([o for o, _ in objs])
     optimized = _MODULE_SEPARATOR.join(t for _, t in objs)
     with _phases.phase("load"):

@@ -492,19 +492,36 @@ def _attr_key(v):
 def dedupe(comp: Computation) -> int:
   """Merge identical instructions of a fused computation (copies of one cheap producer that
   several fusions brought in before they were combined); returns how many went."""
+  # (keyed first by opcode, shape and operands; the attributes' key, the costly part, only
+  # where two instructions share those)
   seen, n = {}, 0
   for i in list(comp.instructions):
     if i.opcode == "parameter":
       continue
-    key = (i.opcode, i.shape, tuple(map(id, i.operands)),
-           tuple(sorted((k, _attr_key(v)) for k, v in i.attrs.items())))
-    j = seen.setdefault(key, i)
-    if j is not i:
-      comp.replace_all_uses(i, j)
-      if i is not comp.root:
-        comp.remove(i)
-      n += 1
+    head = (i.opcode, i.shape, tuple(map(id, i.operands)))
+    group = seen.get(head)
+    if group is None:
+      seen[head] = [[None, i]]
+      continue
+    key = _attrs_key(i)
+    for entry in group:
+      if entry[0] is None:
+        entry[0] = _attrs_key(entry[1])
+      if entry[0] == key:
+        j = entry[1]
+        break
+    else:
+      group.append([key, i])
+      continue
+    comp.replace_all_uses(i, j)
+    if i is not comp.root:
+      comp.remove(i)
+    n += 1
   return n
+
+
+def _attrs_key(i: Instruction) -> tuple:
+  return tuple(sorted((k, _attr_key(v)) for k, v in i.attrs.items()))
 
 
 def remove_unreachable_computations(module: Module) -> None:

@@ -107,6 +107,8 @@ def splat_value(instr: Instruction):
     v = instr.value
     if v.size == 0:
       return None
+    if v.size == 1:     # (most splats: a scalar, broadcast)
+      return np.asarray(v.reshape(-1)[0])
     flat = _bits(v).reshape(-1)
     if np.all(flat == flat[0]):
       return np.asarray(v.reshape(-1)[0])
@@ -122,9 +124,27 @@ def is_splat(instr: Instruction, value) -> bool:
   v = splat_value(instr)
   if v is None:
     return False
+  return bool(_bits(v) == _want_bits(value, instr.dtype))
+
+
+_WANT: dict = {}     # (type, value (a float by its bits: -0.0 is not 0.0), dtype) -> bits
+
+
+def _want_bits(value, dtype) -> np.ndarray:
+  """The bits of ``value`` converted to ``dtype`` (the rules ask for a few constants, 0, 1,
+  -1, ..., thousands of times per program: converted once)."""
+  t = type(value)
+  key = None
+  if t is int or t is bool or t is float:
+    key = (t, value.hex() if t is float else value, dtype)
+    hit = _WANT.get(key)
+    if hit is not None:
+      return hit
   with np.errstate(all="ignore"):
-    want = np.asarray(value).astype(instr.dtype)
-  return bool(_bits(v) == _bits(want))
+    want = _bits(np.asarray(value).astype(dtype))
+  if key is not None:
+    _WANT[key] = want
+  return want
 
 
 def _is_float(dt) -> bool:

@@ -1,0 +1,185 @@
+"""The process-wide code compiled programs call, linked once per process: the shared GEMMs
+(``llvm/gemm_library.py``), the out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``:
+exp, log, tanh, pow, ... in scalar and vector versions, ``emitter.MathLib``) and the C library.
+
+    _link_symbols(meta["symbols"], wait=False)   # start building what a program calls
+    ...                                          # (compile its kernels meanwhile)
+    _link_symbols(meta["symbols"])               # linked: load code that calls them
+
+A library is built on a thread of its own, its LLVM work outside llvmlite's lock, while the
+program's kernels compile; a module that calls one compiles with its names provided
+(``_provided_symbols``) and is loaded after it is linked.  Each library is read from the disk
+cache when there (``disk_cache``), compiled and stored otherwise.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import threading
+
+from ourjax import _phases
+from ourjax.backends import disk_cache
+from ourjax.backends.llvm import emitter as E
+
+log = logging.getLogger("ourjax")
+
+_runtime_ready = False
+
+
+def _link_symbols(symbols, wait: bool = True) -> None:
+  """Compile and register the process-wide code a module calls: the shared GEMMs and the
+  out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``).  ``wait`` False: they are only
+  started, on threads of their own (``gemm.prefetch_shared_gemm``, ``_prefetch_math``), and
+  the caller links them (``wait`` True) before loading code that calls them."""
+  for sym in symbols:
+    if sym.startswith("ourjax_gemm_"):
+      from ourjax.backends.llvm import gemm
+      dtype = sym[len("ourjax_gemm_"):]
+      gemm.shared_gemm_symbol(dtype) if wait else gemm.prefetch_shared_gemm(dtype)
+    elif sym.startswith("math:"):
+      _, fn, tag, nargs = sym.split(":")
+      _shared_math(fn, tag, int(nargs)) if wait else _prefetch_math(fn, tag, int(nargs))
+
+
+def _provided_symbols(symbols) -> list:
+  """The function names that the process-wide code of ``symbols`` (``_link_symbols``)
+  defines: a module that calls them compiles before they are linked."""
+  out = []
+  for sym in symbols:
+    if sym.startswith("ourjax_gemm_"):
+      out.append(sym)
+    elif sym.startswith("math:"):
+      _, fn, tag, _n = sym.split(":")
+      out.extend(E.MathLib.symbols(fn, tag))
+  return out
+
+
+_math_lock = threading.Lock()
+_math_done: dict = {}
+_math_prefetch_lock = threading.Lock()
+_math_pending: dict = {}    # (fn, tag) -> Future of its build on the math thread
+_math_builder = None        # that thread (made on first use)
+
+
+def _prefetch_math(fn: str, tag: str, nargs: int) -> None:
+  """Start building a math function's library (``_shared_math``) on a thread of its own, its
+  LLVM work outside llvmlite's lock, so that it overlaps with the program's own LLVM work (a
+  process's first programs spent 20-65 ms per function waiting for it, before their kernels'
+  compilation began); ``_shared_math`` then waits for it (or builds it again, if it failed)."""
+  global _math_builder
+  key = (fn, tag)
+  if key in _math_done:
+    return
+  with _math_prefetch_lock:
+    fut = _math_pending.get(key)
+    if fut is not None and not fut.done():
+      return
+    from concurrent.futures import ThreadPoolExecutor
+    if _math_builder is None:
+      _math_builder = ThreadPoolExecutor(1, thread_name_prefix="ourjax-math")
+    _math_pending[key] = _math_builder.submit(_shared_math, fn, tag, nargs, True)
+
+
+def _math_before_fork() -> None:
+  """A fork waits for the math builds under way (the child would inherit the locks their
+  thread holds, and no thread to release them)."""
+  for fut in list(_math_pending.values()):
+    try:
+      fut.result()
+    except Exception:   # noqa: BLE001  (the child's _shared_math builds it again)
+      pass
+
+
+def _math_after_fork_in_child() -> None:
+  global _math_builder
+  _math_builder = None
+  _math_pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(before=_math_before_fork, after_in_child=_math_after_fork_in_child)
+
+
+def _shared_math(fn: str, tag: str, nargs: int, own_thread: bool = False) -> None:
+  """Compile (or load from the disk cache) one math function's scalar and vector versions and
+  register them with LLVM's symbol table, once per process (``own_thread``: the math thread's
+  build, ``_prefetch_math``; another caller waits for that build, or for one under way on
+  ``_math_lock``)."""
+  key = (fn, tag)
+  if key in _math_done:
+    return
+  fut = None if own_thread else _math_pending.pop(key, None)
+  if fut is not None:
+    with _phases.phase("library.wait"):
+      try:
+        fut.result()
+      except Exception:   # noqa: BLE001  (built again below, where it raises)
+        pass
+    if key in _math_done:
+      return
+  with _math_lock, _phases.phase("library"), _phases.collecting(None):
+    if key in _math_done:
+      return
+    import llvmlite
+    import llvmlite.binding as llvm
+    from ourjax.backends.cpu import jit
+    from ourjax.backends.llvm import math as llmath
+    h = hashlib.sha256()
+    with open(llmath.__file__, "rb") as f:
+      h.update(f.read())
+    with open(E.__file__, "rb") as f:
+      h.update(f.read())
+    h.update(f"{fn}/{tag}/{nargs}/{llvmlite.__version__}/{llvm.llvm_version_info}/"
+             f"{jit.cpu_name()}/{jit.cpu_features()}".encode())
+    ckey = "math-" + h.hexdigest()
+    names = E.MathLib.symbols(fn, tag)
+    cm = None
+    hit = disk_cache.read(ckey)
+    if hit is not None:
+      try:
+        cm = jit.load_object(hit[1], names)
+      except Exception as e:   # pragma: no cover
+        log.warning("ourjax: cached math library %s could not be loaded (%s)", ckey, e)
+    if cm is None:
+      mod = jit.new_module(f"ojx_math_{fn}_{tag}")
+      E.MathLib(mod).define_all(fn, tag, nargs)
+      obj, _ = jit.compile_to_object(str(mod), keep_ir=False, own_thread=own_thread)
+      cm = jit.load_object(obj, names)
+      disk_cache.write(ckey, {"math": [fn, tag, nargs]}, obj, "")
+    for n in names:
+      llvm.add_symbol(n, cm.address(n))
+    _math_done[key] = cm     # keeps the machine code alive for the process
+
+
+def _ensure_runtime_symbols() -> None:
+  """Make the C library and libm visible to LLVM's symbol resolution (waiting threads call
+  ``syscall`` (futex) or ``sched_yield``; ``frem`` becomes ``fmod``/``fmodf``): in some
+  processes nothing has loaded them into LLVM's search path, and an unresolved symbol would
+  abort MCJIT."""
+  global _runtime_ready
+  if _runtime_ready:
+    return
+  import llvmlite.binding as llvm
+  for lib in ("c", "m"):
+    # (glibc's sonames first: find_library runs ldconfig, a few ms of a new process's first
+    # call)
+    if sys.platform.startswith("linux"):
+      try:
+        llvm.load_library_permanently(f"lib{lib}.so.6")
+        continue
+      except RuntimeError:
+        pass
+    path = _find_library(lib)
+    if path:
+      try:
+        llvm.load_library_permanently(path)
+      except RuntimeError as e:   # pragma: no cover
+        log.debug("cpu backend: could not load %s for the JIT: %s", path, e)
+  _runtime_ready = True
+
+
+def _find_library(name: str):
+  import ctypes.util
+  return ctypes.util.find_library(name)
