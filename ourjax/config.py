@@ -64,6 +64,9 @@ class Config:
         "jax_no_tracing": False,
         "jax_no_execution": False,
         "jax_check_static_indices": _env_bool("OURJAX_CHECK_STATIC_INDICES"),
+        # False: lax.reduce_sum of f16/bf16 over a non-singleton axis raises (jnp.sum sums in
+        # f32 and is unaffected)
+        "jax_allow_f16_reductions": True,
     })
 
   def update(self, name: str, value) -> None:
@@ -135,6 +138,12 @@ def numpy_dtype_promotion(new_val: str):
   return config._override("jax_numpy_dtype_promotion", new_val)
 
 
+def allow_f16_reductions(new_val: bool = True):
+  """Context manager for ``jax_allow_f16_reductions`` (this thread only): with False,
+  ``lax.reduce_sum`` of a float16/bfloat16 operand over an axis longer than 1 raises."""
+  return config._override("jax_allow_f16_reductions", bool(new_val))
+
+
 def enable_x64(new_val: bool = True):
   """Context manager turning 64-bit types on (or off) inside a block (this thread only)."""
   return config._override("jax_enable_x64", new_val)
@@ -144,6 +153,10 @@ def checking_leaks(new_val: bool = True):
   """Context manager: while on, a jit trace whose tracers are still referenced after it ends
   (stored in a list or a global by the traced function) raises ``UnexpectedTracerError``."""
   return config._override("jax_check_tracer_leaks", new_val)
+
+
+#: JAX's other name for ``checking_leaks``.
+check_tracer_leaks = checking_leaks
 
 
 _TRANSFER_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
@@ -217,3 +230,62 @@ def no_tracing(new_val: bool = True):
 def no_execution(new_val: bool = True):
   """Context manager: while on, running a jit-compiled function raises RuntimeError."""
   return config._override("jax_no_execution", new_val)
+
+
+# ------------------------------------------------------------------------------------------------
+# User contexts: values that jit's caches are keyed on (JAX's ``jax.make_user_context``)
+
+
+class UserContext:
+  """A value that ``jit``'s caches depend on: a function traced under one value is traced
+  again under another.  ``ctx.value`` is the calling thread's value (``with ctx(v):`` sets it
+  for a block), else the global one (``get_global``/``set_global``).  Values must be
+  hashable."""
+
+  def __init__(self, default_value=None):
+    self._global = default_value
+    self._local = threading.local()
+
+  @property
+  def value(self):
+    stack = getattr(self._local, "stack", None)
+    return stack[-1] if stack else self._global
+
+  def get_global(self):
+    return self._global
+
+  def set_global(self, value) -> None:
+    hash(value)
+    self._global = value
+
+  @contextlib.contextmanager
+  def __call__(self, new_value):
+    hash(new_value)
+    stack = getattr(self._local, "stack", None)
+    if stack is None:
+      stack = self._local.stack = []
+    stack.append(new_value)
+    try:
+      yield
+    finally:
+      stack.pop()
+
+  def __repr__(self):
+    return f"UserContext(value={self.value!r})"
+
+
+_USER_CONTEXTS: list = []
+
+
+def make_user_context(default_value=None) -> UserContext:
+  """A new ``UserContext`` whose value (``default_value`` until set) is part of the cache key
+  of every jitted function: ``with ctx(1): f(x)`` and ``with ctx(2): f(x)`` trace ``f`` once
+  each."""
+  ctx = UserContext(default_value)
+  _USER_CONTEXTS.append(ctx)
+  return ctx
+
+
+def user_context_key() -> tuple:
+  """The current values of every user context (empty while none was made)."""
+  return tuple(c.value for c in _USER_CONTEXTS) if _USER_CONTEXTS else ()

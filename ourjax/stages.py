@@ -151,7 +151,12 @@ class Lowered(_Stage):
     return cost_analysis(self._lowering.module)
 
   def compile(self, compiler_options: dict | None = None) -> "Compiled":
-    from ourjax import backends
+    """A new ``Compiled`` (each call compiles again).  ``compiler_options`` (with the
+    ``jit``'s own) are checked as XLA checks them (``ourjax/_compiler_options.py``) and change
+    nothing else."""
+    from ourjax import _compiler_options, backends
+    _compiler_options.check({**getattr(self, "_compiler_options", {}),
+                             **(compiler_options or {})})
     exe = backends.compile_lowering(self._lowering, self._closed, backend=self._backend,
                                     name=self._name, log_reason=self._log_reason,
                                     donation=self._donation)

@@ -1,0 +1,214 @@
+"""jit and device_put surface as JAX has it: compiler_options checked when compiling, user
+contexts in jit's cache key, static arguments whose __eq__ fails, device_put's device trees and
+aliasing, __jax_array__ objects as transformation arguments, allow_f16_reductions, lax.dce_sink,
+pmap's static arguments given by keyword.  Expected errors and messages are JAX 0.10.2's."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import errors, lax
+
+
+def _f(x):
+  return jnp.sqrt(x ** 2) + 1.0
+
+
+# ---- compiler_options --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opts", [
+    {"xla_embed_ir_in_executable": True}, {"xla_dump_to": "/tmp/x"},
+    {"xla_backend_optimization_level": 2}, {"exec_time_optimization_effort": 0.0},
+    {"memory_fitting_effort": 1}, {"optimization_level": 19}, {"memory_fitting_level": 9}])
+def test_accepted_compiler_options_change_no_result(opts):
+  x = np.float32(-3.0)
+  assert float(ourjax.jit(_f, compiler_options=opts)(x)) == pytest.approx(4.0)
+  low = ourjax.jit(_f).lower(x)
+  assert float(low.compile(compiler_options=opts)(x)) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"invalid_key": "v"}, "No such compile option: 'invalid_key'"),
+    ({"exec_time_compilation_effort": 0.0}, "No such compile option"),
+    ({"xla_embed_ir_in_executable": "invalid_value"}, "'invalid_value' is not a valid bool value"),
+    ({"xla_embed_ir_in_executable": 1}, "'1' is not a valid bool value"),
+    ({"xla_backend_optimization_level": 1.5}, "'1.5' is not a valid int32 value"),
+    ({"xla_dump_to": 7}, "'7' is not a valid string value")])
+def test_refused_compiler_options_raise_when_compiling(opts, match):
+  f = ourjax.jit(_f, compiler_options=opts)         # (building the jit object is fine)
+  with pytest.raises(errors.JaxRuntimeError, match=match):
+    f(1.0)
+  with pytest.raises(errors.JaxRuntimeError, match=match):
+    ourjax.jit(_f).lower(1.0).compile(compiler_options=opts)
+
+
+def test_compiler_options_are_part_of_the_cache_key():
+  # a function compiled with valid options does not let a later jit with invalid ones through
+  # (True and 1 are equal dict keys: the key holds each value's type too)
+  with pytest.raises(errors.JaxRuntimeError, match="not a valid bool"):
+    ourjax.jit(_f, compiler_options={"xla_embed_ir_in_executable": 1})(1.0)
+  assert float(ourjax.jit(_f, compiler_options={"xla_embed_ir_in_executable": True})(1.0)) == 2.0
+  with pytest.raises(errors.JaxRuntimeError, match="invalid_key"):
+    ourjax.jit(_f, compiler_options={"invalid_key": 1})(1.0)
+  low = ourjax.jit(_f).lower(1.0)
+  assert low.compile() is not low.compile(compiler_options={"xla_embed_ir_in_executable": True})
+
+
+def test_exec_time_effort_of_the_wrong_python_type_is_a_type_error():
+  with pytest.raises(TypeError):
+    ourjax.jit(_f).lower(1.0).compile(compiler_options={"exec_time_optimization_effort": "x"})
+
+
+# ---- user contexts -----------------------------------------------------------------------------
+
+
+def test_user_context_values_retrace_and_hit_the_cache():
+  ctx = ourjax.make_user_context(default_value=0)
+  traces = []
+
+  @ourjax.jit
+  def f(x):
+    traces.append(ctx.value)
+    return x * 2
+
+  x = np.arange(3, dtype=np.float32)
+  f(x)
+  f(x)
+  with ctx(1):
+    f(x)
+    with ctx(2):
+      f(x)
+    f(x)                          # (value 1 again: cached)
+  f(x)
+  assert traces == [0, 1, 2]
+  assert ctx.value == 0 and ctx.get_global() == 0
+  ctx.set_global(5)
+  f(x)
+  assert traces == [0, 1, 2, 5]
+  np.testing.assert_array_equal(f(x), 2 * x)
+
+
+# ---- static arguments ----------------------------------------------------------------------------
+
+
+def test_static_argument_whose_eq_raises_is_a_value_error():
+  class HashableWithoutEq:
+    def __hash__(self):
+      return 1
+
+    def __eq__(self, other):
+      raise NotImplementedError("no comparison")
+
+  f = ourjax.jit(lambda x, y: x + 3, static_argnums=1)
+  assert int(f(1, 1)) == 4                # a cached static value with the same hash
+  with pytest.raises(ValueError, match="static arguments should be comparable using __eq__"):
+    f(1, HashableWithoutEq())
+    f(1, HashableWithoutEq())      # (a second call could hit the first one's cache entry)
+
+
+# ---- device_put ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["cpu", 3])
+def test_device_put_refuses_values_that_are_not_devices(bad):
+  with pytest.raises(ValueError, match="Received invalid value"):
+    ourjax.device_put(jnp.arange(8), bad)
+
+
+def test_device_put_tree_mismatches_are_all_listed():
+  x = {"a": jnp.arange(2), "b": jnp.arange(3)}
+  with pytest.raises(ValueError, match=r"(?s)Mismatch details \(2 found\).*device\['a'\]"
+                                       r".*device\['b'\]"):
+    ourjax.device_put(x, device={"a": [None, None], "b": (None, None)})
+  with pytest.raises(ValueError, match=r"(?s)must be a tree prefix.*different types"):
+    ourjax.device_put(x, device={"a": None, "b": (None, None)})
+  with pytest.raises(ValueError, match=r"(?s)\(1 found\).*different numbers of pytree children"):
+    ourjax.device_put(x, device={"a": ourjax.devices()[0]})
+
+
+def test_device_put_device_tree_prefix_broadcasts():
+  d = ourjax.devices()[0]
+  x = {"a": np.arange(2.0), "b": (np.arange(3), np.ones(2))}
+  out = ourjax.device_put(x, {"a": d, "b": d})
+  assert ourjax.tree_util.tree_structure(out) == ourjax.tree_util.tree_structure(x)
+  for o, v in zip(ourjax.tree_util.tree_leaves(out), ourjax.tree_util.tree_leaves(x)):
+    assert isinstance(o, ourjax.Array)
+    np.testing.assert_array_equal(o, v.astype(o.dtype))
+
+
+def test_device_put_aliasing():
+  arr = ourjax.device_put(np.arange(8))
+  assert ourjax.device_put(arr) is arr
+  assert ourjax.device_put(arr, may_alias=True, donate=False) is arr
+  out = ourjax.device_put(arr, may_alias=False, donate=False)
+  assert out is not arr
+  np.testing.assert_array_equal(out, arr)
+  with pytest.raises(ValueError, match="may_alias and donate cannot be True at the same time"):
+    ourjax.device_put(arr, may_alias=True, donate=True)
+
+
+# ---- __jax_array__ -------------------------------------------------------------------------------
+
+
+class _Wrapper:
+  def __init__(self, v):
+    self.v = v
+
+  def __jax_array__(self):
+    return self.v
+
+
+@pytest.mark.parametrize("call", [
+    lambda a: ourjax.jit(lambda x: x)(a),
+    lambda a: ourjax.vjp(lambda x: x, a),
+    lambda a: ourjax.grad(lambda x: x.sum())(a),
+    lambda a: ourjax.device_put(a)])
+def test_jax_array_objects_are_refused_as_transformation_arguments(call):
+  with pytest.raises(ValueError, match=r"Triggering __jax_array__\(\) during abstractification"):
+    call(_Wrapper(jnp.arange(4.0)))
+
+
+def test_jax_array_objects_still_convert_with_asarray():
+  np.testing.assert_array_equal(jnp.asarray(_Wrapper(jnp.arange(4.0))), np.arange(4.0))
+
+
+# ---- allow_f16_reductions, dce_sink, pmap ----------------------------------------------------------
+
+
+@settings(max_examples=20)
+@given(st.sampled_from(["float16", "bfloat16", "float32"]), st.integers(1, 4),
+       st.integers(1, 3))
+def test_allow_f16_reductions(dtype, n, m):
+  x = jnp.ones((n, m), dtype)
+  expected = np.full(m, n, np.float32)
+  np.testing.assert_allclose(np.asarray(lax.reduce_sum(x, [0]), np.float32), expected)
+  with ourjax.allow_f16_reductions(False):
+    if dtype != "float32" and n > 1:
+      with pytest.raises(ValueError, match="not allowed when jax_allow_f16_reductions=False"):
+        lax.reduce_sum(x, [0])
+      with pytest.raises(ValueError, match="not allowed"):
+        ourjax.jit(lambda y: lax.reduce_sum(y, [0]))(x)
+    else:                          # other dtypes, and singleton axes, are allowed
+      np.testing.assert_allclose(np.asarray(lax.reduce_sum(x, [0]), np.float32), expected)
+    # jnp.sum sums in float32 and is unaffected
+    np.testing.assert_allclose(np.asarray(jnp.sum(x, axis=0), np.float32), expected)
+
+
+def test_dce_sink_returns_none_and_changes_nothing():
+  def f(x):
+    assert lax.dce_sink(x * 2) is None
+    return x + 1
+  x = np.arange(3.0, dtype=np.float32)
+  np.testing.assert_array_equal(ourjax.vmap(f)(x), x + 1)
+  np.testing.assert_array_equal(ourjax.jit(f)(x), x + 1)
+  assert float(ourjax.grad(lambda y: f(y).sum())(x).sum()) == 3.0
+
+
+def test_pmap_static_argument_passed_by_keyword():
+  g = ourjax.pmap(lambda a, b: a + b, static_broadcasted_argnums=(1,))
+  with pytest.raises(ValueError, match=r"pmapped function has static_broadcasted_argnums=\(1,\) "
+                                       r"but was called with only 1 positional argument"):
+    g(jnp.ones((1, 1)), b=1)
+  np.testing.assert_array_equal(g(jnp.ones((1, 1)), 1), np.full((1, 1), 2.0))
