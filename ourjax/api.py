@@ -842,9 +842,10 @@ def _leaf_spec_paths(tree, spec) -> list[str]:
 
 
 def _basis(aval: ShapedArray):
-  """The standard basis of ``aval``'s space: an array of shape ``(size,) + aval.shape``."""
+  """The standard basis of ``aval``'s space: an array of shape ``(size,) + aval.shape``, weakly
+  typed when ``aval`` is (so ``jacfwd`` of a Python scalar is weakly typed, as JAX's)."""
   n = aval.size
-  return np.eye(n, dtype=aval.dtype).reshape((n,) + aval.shape)
+  return Array(np.eye(n, dtype=aval.dtype).reshape((n,) + aval.shape), weak_type=aval.weak_type)
 
 
 def _argnums_partial(fun, args, kwargs, argnums_t):

@@ -120,7 +120,16 @@ class Config:
 _DTYPE_PROMOTIONS = ("standard", "strict")
 
 
+#: the values ``jax_default_matmul_precision`` takes here (JAX's precision names; JAX also takes
+#: dot-algorithm preset names, which ``lax.dot_general``'s ``precision=`` accepts instead)
+_MATMUL_PRECISIONS = ("default", "high", "highest", "bfloat16", "tensorfloat32", "float32")
+
+
 def _check_value(name, value):
+  if name == "jax_default_matmul_precision" and value is not None and (
+      not isinstance(value, str) or value.lower() not in _MATMUL_PRECISIONS):
+    raise ValueError(f"new enum value must be None or in {list(_MATMUL_PRECISIONS)}, got "
+                     f"{value!r} of type {type(value)}.")
   if name == "jax_numpy_dtype_promotion" and value not in _DTYPE_PROMOTIONS:
     raise ValueError(f"{value!r} is not a valid NumpyDtypePromotion (jax_numpy_dtype_promotion "
                      f"must be one of {_DTYPE_PROMOTIONS})")
@@ -136,6 +145,15 @@ def numpy_dtype_promotion(new_val: str):
   an int with any number, a float with any float or complex, a complex with any complex)."""
   _check_value("jax_numpy_dtype_promotion", new_val)
   return config._override("jax_numpy_dtype_promotion", new_val)
+
+
+def default_matmul_precision(new_val):
+  """Context manager for ``jax_default_matmul_precision`` (this thread only): the precision
+  of matrix products (``lax.dot_general`` and what uses it) that give none, recorded in their
+  ``precision`` parameter; None, or one of 'default'/'bfloat16', 'high'/'tensorfloat32',
+  'highest'/'float32'.  jit's cache is keyed on it."""
+  _check_value("jax_default_matmul_precision", new_val)
+  return config._override("jax_default_matmul_precision", new_val)
 
 
 def allow_f16_reductions(new_val: bool = True):
