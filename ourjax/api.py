@@ -71,8 +71,10 @@ def _check_arg(x, fname):
   or it can be registered as a pytree."""
   if isinstance(x, _ARG_TYPES):
     return
-  if hasattr(x, "__jax_array__"):
+  if getattr(x, "__jax_array__", None) is not None:
     raise _jax_array_error(fname)
+  if hasattr(x, "__jax_array__"):       # (set to None: not the array protocol)
+    return
   raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
                   f"(in {fname}).")
 
