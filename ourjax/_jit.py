@@ -12,7 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from ourjax import _compiler_options, _nan_check, _once, _phases, core, dtypes, errors
+from ourjax import (_cache_miss, _compiler_options, _nan_check, _once, _phases, core, dtypes,
+                    errors)
 from ourjax import _pytree as tree_util
 from ourjax.array import Array
 from ourjax.config import config, user_context_key
@@ -331,6 +332,9 @@ class JitWrapped:
                            f"{_fun_location(self.fun)} for `jit`, but 'no_tracing' is set")
       args, kwargs = args_kwargs
       names = self._leaf_names(args, kwargs, len(avals))
+      if config.jax_explain_cache_misses:
+        _cache_miss.explain(self.fun, _fun_name(self.fun), key, self._cache, names,
+                            core.user_frame())
       reason = self._explain_miss(key, names)
       flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
       times = _phases.begin(_fun_name(self.fun))

@@ -45,6 +45,8 @@ class Config:
         "jax_enable_x64": _env_bool("OURJAX_ENABLE_X64"),
         "jax_platforms": os.environ.get("OURJAX_PLATFORMS") or None,
         "jax_log_compiles": _env_bool("OURJAX_LOG_COMPILES"),
+        # a warning per jit trace-cache miss, saying why (``_cache_miss.py``)
+        "jax_explain_cache_misses": _env_bool("OURJAX_EXPLAIN_CACHE_MISSES"),
         "jax_debug_nans": _env_bool("OURJAX_DEBUG_NANS"),
         "jax_debug_infs": _env_bool("OURJAX_DEBUG_INFS"),
         "jax_disable_jit": _env_bool("OURJAX_DISABLE_JIT"),
@@ -154,6 +156,18 @@ def default_matmul_precision(new_val):
   'highest'/'float32'.  jit's cache is keyed on it."""
   _check_value("jax_default_matmul_precision", new_val)
   return config._override("jax_default_matmul_precision", new_val)
+
+
+def explain_cache_misses(new_val: bool = True):
+  """Context manager for ``jax_explain_cache_misses`` (this thread only): each jit trace-cache
+  miss logs a warning saying why (``TRACING CACHE MISS at ...``)."""
+  return config._override("jax_explain_cache_misses", bool(new_val))
+
+
+def log_compiles(new_val: bool = True):
+  """Context manager for ``jax_log_compiles`` (this thread only): each compilation logs a
+  warning naming the function, its argument types and why the cache missed."""
+  return config._override("jax_log_compiles", bool(new_val))
 
 
 def allow_f16_reductions(new_val: bool = True):
