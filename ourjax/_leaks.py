@@ -5,7 +5,7 @@ chain of references that keeps it alive::
 
     Leaked trace BatchTrace. Leaked tracer(s):
 
-    BatchTracer(aval=int32[], batch_dim=0)
+    VmapTracer(aval=int32[], batched=int32[3])
     This BatchTracer with object id 1403... was created on line:
       /path/prog.py:21 (main)
     <BatchTracer 1403...> is referred to by <function 1403...> (foo) closed-over variable x
