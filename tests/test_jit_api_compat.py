@@ -1,7 +1,10 @@
 """jit and device_put surface as JAX has it: compiler_options checked when compiling, user
 contexts in jit's cache key, static arguments whose __eq__ fails, device_put's device trees and
 aliasing, __jax_array__ objects as transformation arguments, allow_f16_reductions, lax.dce_sink,
-pmap's static arguments given by keyword.  Expected errors and messages are JAX 0.10.2's."""
+pmap's static arguments given by keyword, default_matmul_precision, weak types of Jacobians,
+Lowered.as_text(dialect="stablehlo"), explain_cache_misses, device.client.live_executables.
+Expected errors and messages are JAX 0.10.2's (this file, with ``ourjax`` read as ``jax``, was
+run against JAX 0.10.2 too)."""
 import logging
 import os
 import re
@@ -363,3 +366,26 @@ def test_explain_cache_misses_context_and_redefinitions(caplog):
   assert "racing context" in ctx and "now high and before None" in ctx
   assert "another function defined on the same line" not in first
   assert "another function defined on the same line" in again
+
+
+# ---- device.client.live_executables ----------------------------------------------------------------
+
+
+def test_client_live_executables_follow_the_jit_cache():
+  import gc
+  client = ourjax.devices()[0].client
+  assert client.platform == ourjax.devices()[0].platform
+
+  @ourjax.jit
+  def f(x, y):
+    return x + y
+  gc.collect()
+  n0 = len(client.live_executables())
+  f(1, 2).block_until_ready()
+  gc.collect()
+  assert len(client.live_executables()) == n0 + 1
+  f(1, 2)                                     # (a cache hit makes nothing new)
+  assert len(client.live_executables()) == n0 + 1
+  f.clear_cache()
+  gc.collect()
+  assert len(client.live_executables()) <= n0
