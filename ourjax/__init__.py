@@ -19,11 +19,12 @@ from ourjax.api import linear_transpose  # noqa: F401
 from ourjax.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa
 from ourjax.ad_checkpoint import checkpoint, remat, checkpoint_policies  # noqa: F401
 from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
-from ourjax.config import (enable_x64, checking_leaks, transfer_guard,  # noqa: F401
+from ourjax.config import (enable_x64, checking_leaks, check_tracer_leaks, transfer_guard,  # noqa: F401
                            transfer_guard_host_to_device, transfer_guard_device_to_host,
                            transfer_guard_device_to_device, default_prng_impl,
                            enable_custom_prng, legacy_prng_key, no_tracing, no_execution,
-                           numpy_dtype_promotion, default_matmul_precision)
+                           numpy_dtype_promotion, make_user_context, allow_f16_reductions,
+                           default_matmul_precision, explain_cache_misses, log_compiles)
 from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401

@@ -12,10 +12,11 @@ from typing import Callable
 
 import numpy as np
 
-from ourjax import _nan_check, _once, _phases, core, dtypes, errors
+from ourjax import (_cache_miss, _compiler_options, _nan_check, _once, _phases, core, dtypes,
+                    errors)
 from ourjax import _pytree as tree_util
 from ourjax.array import Array
-from ourjax.config import config
+from ourjax.config import config, user_context_key
 from ourjax.sharding import ShardedArray
 from ourjax.interpreters import partial_eval as pe
 from ourjax.interpreters.pjit import pjit_p
@@ -117,8 +118,17 @@ class JitWrapped:
   weak type, the static arguments (by hash and ==), the backend and the x64 flag."""
 
   def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(),
-               keep_unused=False, backend=None, inline=False, donate_argnames=()):
+               keep_unused=False, backend=None, inline=False, donate_argnames=(),
+               compiler_options=None):
     self.fun = fun
+    # (checked when compiling, as JAX's; part of the cache key: they make another executable)
+    self.compiler_options = dict(compiler_options or {})
+    try:
+      opts_key = tuple(sorted((k, type(v).__name__, v) for k, v in
+                              self.compiler_options.items()))
+      hash(opts_key)
+    except TypeError:
+      opts_key = ("unhashable", id(self))
     if isinstance(static_argnums, int):
       static_argnums = (static_argnums,)
     if isinstance(static_argnames, str):
@@ -163,10 +173,12 @@ class JitWrapped:
     self.backend = backend
     self.inline = inline
     self._cache: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
-                                            donate_argnames, keep_unused, backend, inline))
+                                            donate_argnames, keep_unused, backend, inline,
+                                            opts_key))
     # dispatch fast path: (x64, per-argument (shape, dtype[, weak])) -> call(args) | False
     self._fast: dict = _shared_cache(fun, (static_argnums, static_argnames, donate_argnums,
-                                           donate_argnames, keep_unused, backend, inline, "fast"))
+                                           donate_argnames, keep_unused, backend, inline,
+                                           opts_key, "fast"))
     self._no_fast = bool(static_argnums or static_argnames)
     # (in_shardings, out_shardings) when given; the sharded programs per signature and layout
     self._shardings = None
@@ -198,7 +210,7 @@ class JitWrapped:
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
            config.jax_default_matmul_precision,   # (read at trace time, as JAX's key has it)
-           _axis_env_key(), config.jax_numpy_dtype_promotion)
+           _axis_env_key(), config.jax_numpy_dtype_promotion, user_context_key())
     return f, leaves, in_tree, avals, key, (args, kwargs)
 
   def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
@@ -247,11 +259,14 @@ class JitWrapped:
     head = f"cache miss for {fname}{_fun_location(self.fun)}"
     if not self._cache:
       return f"{head}: first call (never traced before)"
-    in_tree, avals, static_key, backend, x64, prec, axes, promo = key
+    in_tree, avals, static_key, backend, x64, prec, axes, promo, user = key
     best = None
     for old in self._cache:
-      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo = old
+      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user = old
       diffs = []          # (weight, text): the closest signature has the least total weight
+      if user != o_user:
+        diffs.append((2, f"the user contexts' values (make_user_context) are now {user} and "
+                      f"were {o_user}"))
       if promo != o_promo:
         diffs.append((2, f"jax_numpy_dtype_promotion is now {promo} and was {o_promo}"))
       if axes != o_axes:
@@ -300,7 +315,13 @@ class JitWrapped:
   def _trace(self, f, in_tree, avals, key, args_kwargs):
     """The cache entry of ``key``, traced on a miss: once, when several threads miss at the
     same time (the others wait for it; a failure reaches them all and is not cached)."""
-    entry = self._cache.get(key)
+    try:
+      entry = self._cache.get(key)
+    except Exception as e:    # noqa: BLE001  (a static argument's __eq__ raised)
+      raise ValueError(
+          "static arguments should be comparable using __eq__. The following error was raised "
+          f"when comparing the static arguments of {_fun_name(self.fun)} with those of a cached "
+          f"call: {type(e).__name__}: {e}") from e
     if entry is not None:
       return entry
 
@@ -311,6 +332,9 @@ class JitWrapped:
                            f"{_fun_location(self.fun)} for `jit`, but 'no_tracing' is set")
       args, kwargs = args_kwargs
       names = self._leaf_names(args, kwargs, len(avals))
+      if config.jax_explain_cache_misses:
+        _cache_miss.explain(self.fun, _fun_name(self.fun), key, self._cache, names,
+                            core.user_frame())
       reason = self._explain_miss(key, names)
       flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
       times = _phases.begin(_fun_name(self.fun))
@@ -355,7 +379,7 @@ class JitWrapped:
           flags = config._values
           x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
           prec = (flags["jax_default_matmul_precision"], flags["jax_numpy_dtype_promotion"])
-        fkey = (bool(x64), prec, tuple(sig))
+        fkey = (bool(x64), prec, tuple(sig), user_context_key())
         hit = self._fast.get(fkey)
         if hit and not off:
           try:
@@ -413,6 +437,7 @@ class JitWrapped:
 
   def _compile(self, entry):
     from ourjax import backends
+    _compiler_options.check(self.compiler_options)
     return backends.compile_jaxpr(entry.closed, self.backend, _fun_name(self.fun),
                                   keep_unused=self.keep_unused, log_reason=entry.reason,
                                   cache=False,     # (the cache entry keeps it)
@@ -438,13 +463,23 @@ class JitWrapped:
     name = _fun_name(self.fun)
     from ourjax.backends import donation_of
     lowering = from_jaxpr.lower(entry.closed, name, keep_unused=self.keep_unused)
-    return Lowered(lowering, entry.closed, sig, self.backend, self.donate_argnums, name,
-                   entry.reason, donation_of(lowering, entry.closed, sig.donated))
+    low = Lowered(lowering, entry.closed, sig, self.backend, self.donate_argnums, name,
+                  entry.reason, donation_of(lowering, entry.closed, sig.donated))
+    low._compiler_options = self.compiler_options
+    return low
 
   def eval_shape(self, *args, **kwargs):
+    """The outputs' ``ShapeDtypeStruct``s; with ``out_shardings`` given, each carries its
+    sharding (the prefix tree broadcast over the outputs), as JAX's."""
     entry = self.trace(*args, **kwargs)._entry
-    return tree_unflatten(entry.out_tree, [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type)
-                                           for a in entry.closed.out_avals])
+    avals = entry.closed.out_avals
+    shardings = [None] * len(avals)
+    out_s = self._shardings[1] if self._shardings is not None else None
+    if out_s is not None:
+      out_struct = tree_unflatten(entry.out_tree, list(range(len(avals))))
+      shardings = tree_util.broadcast_prefix(out_s, out_struct)
+    return tree_unflatten(entry.out_tree, [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type, s)
+                                           for a, s in zip(avals, shardings)])
 
   def clear_cache(self):
     self._cache.clear()
@@ -561,8 +596,10 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
   ``ourjax/_donation.py``).  With ``keep_unused=False`` arguments the
   outputs do not depend on are left out of the compiled module (still accepted).  ``backend``
   picks where it compiles.  ``inline=True`` traces ``fun`` into an enclosing jaxpr instead of
-  a nested call.  ``compiler_options`` (XLA's options: ``{"xla_...": value}``) are accepted and
-  recorded; ourjax's compiler has no such options, so they change nothing."""
+  a nested call.  ``compiler_options`` (XLA's options: ``{"xla_...": value}``) are checked when
+  the function compiles, as XLA checks them (``ourjax/_compiler_options.py``: an unknown name
+  raises ``JaxRuntimeError``); ourjax's compiler has no such options, so they change nothing
+  else."""
   if compiler_options is not None and not (
       isinstance(compiler_options, dict) and all(isinstance(k, str) for k in compiler_options)):
     raise TypeError(f"jit: compiler_options must be a dict with str keys, got "
@@ -577,10 +614,9 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
     if not callable(f):
       raise TypeError(f"Expected a callable value, got {f!r}")
     w = JitWrapped(f, static_argnums, static_argnames, donate_argnums, keep_unused, backend,
-                   inline, donate_argnames)
+                   inline, donate_argnames, compiler_options)
     if in_shardings is not None or out_shardings is not None:
       w._shardings = (in_shardings, out_shardings)
       w._no_fast = True
-    w.compiler_options = dict(compiler_options or {})
     return w
   return wrap if fun is None else wrap(fun)

@@ -413,11 +413,35 @@ def _remat_dce(eqn, used_outputs):
 pe.dce_rules[remat_p] = _remat_dce
 
 
+def _wants_barrier(prevent_cse) -> bool:
+  """``prevent_cse`` is a bool, or a pytree of bools per argument: any True asks for it."""
+  if isinstance(prevent_cse, bool):
+    return prevent_cse
+  return any(bool(x) for x in tree_flatten(prevent_cse)[0])
+
+
+def _is_constant(instr) -> bool:
+  while instr.opcode == "broadcast":
+    instr = instr.operands[0]
+  return instr.opcode in ("constant", "iota")
+
+
 def _register_lowering():
-  from ourjax.lowering import from_jaxpr
+  from ourjax.lowering import from_jaxpr, hlo
 
   @from_jaxpr.register_lowering(remat_p)
-  def _lower(ctx, avals_in, avals_out, *args, jaxpr, **_):
+  def _lower(ctx, avals_in, avals_out, *args, jaxpr, prevent_cse, differentiated, **_):
+    # The recomputation of a differentiated checkpoint reads its inputs through an optimization
+    # barrier (as JAX lowers it), so that CSE cannot merge it with the forward pass it repeats.
+    # Constants (and splats of them) are left outside: merging those loses nothing, and the
+    # simplifier still folds them (x * 1.0 of a cotangent of ones).
+    args = list(args)
+    if differentiated and _wants_barrier(prevent_cse):
+      guard = [i for i, a in enumerate(args) if isinstance(a, hlo.Instruction)
+               and not a.shape.is_tuple and not _is_constant(a)]
+      if guard:
+        for i, g in zip(guard, ctx.builder.opt_barrier([args[i] for i in guard])):
+          args[i] = g
     return from_jaxpr.lower_eqns(ctx, jaxpr, [], args)
 
   @from_jaxpr.register_lowering(name_p)

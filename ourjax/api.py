@@ -51,15 +51,32 @@ def flatten_fun(f: Callable, in_tree, check_outputs: str | None = None):
   return flat, out_tree_cell
 
 
+_ARG_TYPES = (core.Tracer, Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
 def _is_jax_value(x) -> bool:
-  return (isinstance(x, (core.Tracer, Array, np.ndarray, np.generic, bool, int, float, complex))
-          or hasattr(x, "__jax_array__"))
+  return isinstance(x, _ARG_TYPES) or hasattr(x, "__jax_array__")
+
+
+def _jax_array_error(fname) -> ValueError:
+  return ValueError(
+      "Triggering __jax_array__() during abstractification is no longer supported. To avoid "
+      "this error, either explicitly convert your object using jax.numpy.array(), or register "
+      f"your object as a pytree. (in {fname})")
 
 
 def _check_arg(x, fname):
-  if not _is_jax_value(x):
-    raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
-                    f"(in {fname}).")
+  """An argument of a transformation (jit, vjp, ...) must be an array or a scalar.  As in JAX,
+  an object that only has ``__jax_array__`` is refused here: ``jnp.asarray(obj)`` converts it,
+  or it can be registered as a pytree."""
+  if isinstance(x, _ARG_TYPES):
+    return
+  if getattr(x, "__jax_array__", None) is not None:
+    raise _jax_array_error(fname)
+  if hasattr(x, "__jax_array__"):       # (set to None: not the array protocol)
+    return
+  raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
+                  f"(in {fname}).")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -827,9 +844,10 @@ def _leaf_spec_paths(tree, spec) -> list[str]:
 
 
 def _basis(aval: ShapedArray):
-  """The standard basis of ``aval``'s space: an array of shape ``(size,) + aval.shape``."""
+  """The standard basis of ``aval``'s space: an array of shape ``(size,) + aval.shape``, weakly
+  typed when ``aval`` is (so ``jacfwd`` of a Python scalar is weakly typed, as JAX's)."""
   n = aval.size
-  return np.eye(n, dtype=aval.dtype).reshape((n,) + aval.shape)
+  return Array(np.eye(n, dtype=aval.dtype).reshape((n,) + aval.shape), weak_type=aval.weak_type)
 
 
 def _argnums_partial(fun, args, kwargs, argnums_t):
@@ -986,98 +1004,12 @@ def hessian(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool =
 
 
 # ------------------------------------------------------------------------------------------------
-# Devices and synchronization
+# Devices and synchronization: ``_device_api.py`` (re-exported here)
 
-
-def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
-  """Arrays of the leaves of ``x`` on ``device``: a ``Device`` from ``ourjax.devices()``, a
-  backend name, a ``Sharding`` (``ourjax.sharding``: the array is split into blocks over its
-  devices), a pytree of those matching ``x``, or None for the default backend's first device
-  (the GPU when one is present).  Tracers pass through unchanged."""
-  from ourjax import backends
-  from ourjax.sharding import Sharding, shard_value
-
-  def put(v, dev):
-    if isinstance(v, core.Tracer):
-      return v
-    if not isinstance(v, Array):
-      core.check_not_masked(v)
-      v = Array(v, weak_type=dtypes.is_weakly_typed(v))
-    if isinstance(dev, Sharding):
-      return shard_value(v, dev)
-    return backends.put_on(v, dev)
-  if device is None or isinstance(device, (str, Sharding)) or hasattr(device, "platform"):
-    return tree_map(lambda v: put(v, device), x)
-  return tree_map(put, x, device)
-
-
-def device_get(x):
-  """Host NumPy copies of the Arrays in ``x`` (other leaves unchanged)."""
-  return tree_map(lambda v: np.asarray(v) if isinstance(v, Array) else v, x)
-
-
-def block_until_ready(x):
-  """Wait until every Array in ``x`` has been computed; returns ``x``."""
-  def block(v):
-    if hasattr(v, "block_until_ready"):
-      v.block_until_ready()
-    return v
-  return tree_map(block, x)
-
-
-def copy_to_host_async(x):
-  """Start copying every array in ``x`` to the host (a no-op where device memory is host
-  memory); returns ``x`` itself.  Leaves without ``copy_to_host_async`` are skipped."""
-  from ourjax import tree_util as public_tree_util
-  for v in public_tree_util.tree_leaves(x):
-    try:
-      start = v.copy_to_host_async
-    except AttributeError:
-      continue
-    start()
-  return x
-
-
-def devices(backend=None):
-  from ourjax import backends
-  return backends.devices(backend)
-
-
-def default_backend():
-  from ourjax import backends
-  return backends.default_backend()
-
-
-def device_count(backend=None):
-  """The number of devices of all processes (``ourjax.distributed``), as JAX counts them."""
-  from ourjax import distributed
-  st = distributed.state()
-  if st is not None:
-    return sum(st.device_counts)
-  return len(devices(backend))
-
-
-def local_devices(process_index=None, backend=None):
-  return devices(backend)
-
-
-def local_device_count(backend=None) -> int:
-  from ourjax import distributed
-  st = distributed.state()
-  if st is not None:
-    return st.device_counts[st.process_id]
-  return len(local_devices(backend=backend))
-
-
-def process_index(backend=None) -> int:
-  """This process's index (0 unless ``ourjax.distributed.initialize`` joined several)."""
-  from ourjax import distributed
-  return distributed.process_index()
-
-
-def process_count(backend=None) -> int:
-  from ourjax import distributed
-  return distributed.process_count()
+from ourjax._device_api import (  # noqa: E402,F401
+    _is_device_spec, _prefix_mismatches, device_put, device_get, block_until_ready,
+    copy_to_host_async, devices, default_backend, device_count, local_devices,
+    local_device_count, process_index, process_count)
 
 
 def typeof(x):

@@ -45,6 +45,8 @@ class Config:
         "jax_enable_x64": _env_bool("OURJAX_ENABLE_X64"),
         "jax_platforms": os.environ.get("OURJAX_PLATFORMS") or None,
         "jax_log_compiles": _env_bool("OURJAX_LOG_COMPILES"),
+        # a warning per jit trace-cache miss, saying why (``_cache_miss.py``)
+        "jax_explain_cache_misses": _env_bool("OURJAX_EXPLAIN_CACHE_MISSES"),
         "jax_debug_nans": _env_bool("OURJAX_DEBUG_NANS"),
         "jax_debug_infs": _env_bool("OURJAX_DEBUG_INFS"),
         "jax_disable_jit": _env_bool("OURJAX_DISABLE_JIT"),
@@ -64,6 +66,9 @@ class Config:
         "jax_no_tracing": False,
         "jax_no_execution": False,
         "jax_check_static_indices": _env_bool("OURJAX_CHECK_STATIC_INDICES"),
+        # False: lax.reduce_sum of f16/bf16 over a non-singleton axis raises (jnp.sum sums in
+        # f32 and is unaffected)
+        "jax_allow_f16_reductions": True,
     })
 
   def update(self, name: str, value) -> None:
@@ -117,7 +122,16 @@ class Config:
 _DTYPE_PROMOTIONS = ("standard", "strict")
 
 
+#: the values ``jax_default_matmul_precision`` takes here (JAX's precision names; JAX also takes
+#: dot-algorithm preset names, which ``lax.dot_general``'s ``precision=`` accepts instead)
+_MATMUL_PRECISIONS = ("default", "high", "highest", "bfloat16", "tensorfloat32", "float32")
+
+
 def _check_value(name, value):
+  if name == "jax_default_matmul_precision" and value is not None and (
+      not isinstance(value, str) or value.lower() not in _MATMUL_PRECISIONS):
+    raise ValueError(f"new enum value must be None or in {list(_MATMUL_PRECISIONS)}, got "
+                     f"{value!r} of type {type(value)}.")
   if name == "jax_numpy_dtype_promotion" and value not in _DTYPE_PROMOTIONS:
     raise ValueError(f"{value!r} is not a valid NumpyDtypePromotion (jax_numpy_dtype_promotion "
                      f"must be one of {_DTYPE_PROMOTIONS})")
@@ -136,19 +150,30 @@ def numpy_dtype_promotion(new_val: str):
 
 
 def default_matmul_precision(new_val):
-  """Context manager for ``jax_default_matmul_precision`` inside a block (this thread only):
-  the precision of dots, matmuls and convolutions that name none ('highest', 'high',
-  'default', 'bfloat16', 'tensorfloat32', 'float32', ... or a ``lax.Precision``), read when
-  a function is traced, as JAX's.  Like JAX's, it takes a name or None (not the enum)."""
-  if new_val is not None and new_val not in _MATMUL_PRECISIONS:
-    raise ValueError(f"new enum value must be None or in {list(_MATMUL_PRECISIONS)}, got "
-                     f"{new_val} of type {type(new_val)}.")
+  """Context manager for ``jax_default_matmul_precision`` (this thread only): the precision
+  of matrix products (``lax.dot_general`` and what uses it) that give none, recorded in their
+  ``precision`` parameter; None, or one of 'default'/'bfloat16', 'high'/'tensorfloat32',
+  'highest'/'float32'.  jit's cache is keyed on it."""
+  _check_value("jax_default_matmul_precision", new_val)
   return config._override("jax_default_matmul_precision", new_val)
 
 
-#: The names ``default_matmul_precision`` takes (JAX's also lists its dot-algorithm presets,
-#: which ourjax takes only as ``precision=`` of a dot).
-_MATMUL_PRECISIONS = ("default", "high", "highest", "bfloat16", "tensorfloat32", "float32")
+def explain_cache_misses(new_val: bool = True):
+  """Context manager for ``jax_explain_cache_misses`` (this thread only): each jit trace-cache
+  miss logs a warning saying why (``TRACING CACHE MISS at ...``)."""
+  return config._override("jax_explain_cache_misses", bool(new_val))
+
+
+def log_compiles(new_val: bool = True):
+  """Context manager for ``jax_log_compiles`` (this thread only): each compilation logs a
+  warning naming the function, its argument types and why the cache missed."""
+  return config._override("jax_log_compiles", bool(new_val))
+
+
+def allow_f16_reductions(new_val: bool = True):
+  """Context manager for ``jax_allow_f16_reductions`` (this thread only): with False,
+  ``lax.reduce_sum`` of a float16/bfloat16 operand over an axis longer than 1 raises."""
+  return config._override("jax_allow_f16_reductions", bool(new_val))
 
 
 def enable_x64(new_val: bool = True):
@@ -160,6 +185,10 @@ def checking_leaks(new_val: bool = True):
   """Context manager: while on, a jit trace whose tracers are still referenced after it ends
   (stored in a list or a global by the traced function) raises ``UnexpectedTracerError``."""
   return config._override("jax_check_tracer_leaks", new_val)
+
+
+#: JAX's other name for ``checking_leaks``.
+check_tracer_leaks = checking_leaks
 
 
 _TRANSFER_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
@@ -233,3 +262,62 @@ def no_tracing(new_val: bool = True):
 def no_execution(new_val: bool = True):
   """Context manager: while on, running a jit-compiled function raises RuntimeError."""
   return config._override("jax_no_execution", new_val)
+
+
+# ------------------------------------------------------------------------------------------------
+# User contexts: values that jit's caches are keyed on (JAX's ``jax.make_user_context``)
+
+
+class UserContext:
+  """A value that ``jit``'s caches depend on: a function traced under one value is traced
+  again under another.  ``ctx.value`` is the calling thread's value (``with ctx(v):`` sets it
+  for a block), else the global one (``get_global``/``set_global``).  Values must be
+  hashable."""
+
+  def __init__(self, default_value=None):
+    self._global = default_value
+    self._local = threading.local()
+
+  @property
+  def value(self):
+    stack = getattr(self._local, "stack", None)
+    return stack[-1] if stack else self._global
+
+  def get_global(self):
+    return self._global
+
+  def set_global(self, value) -> None:
+    hash(value)
+    self._global = value
+
+  @contextlib.contextmanager
+  def __call__(self, new_value):
+    hash(new_value)
+    stack = getattr(self._local, "stack", None)
+    if stack is None:
+      stack = self._local.stack = []
+    stack.append(new_value)
+    try:
+      yield
+    finally:
+      stack.pop()
+
+  def __repr__(self):
+    return f"UserContext(value={self.value!r})"
+
+
+_USER_CONTEXTS: list = []
+
+
+def make_user_context(default_value=None) -> UserContext:
+  """A new ``UserContext`` whose value (``default_value`` until set) is part of the cache key
+  of every jitted function: ``with ctx(1): f(x)`` and ``with ctx(2): f(x)`` trace ``f`` once
+  each."""
+  ctx = UserContext(default_value)
+  _USER_CONTEXTS.append(ctx)
+  return ctx
+
+
+def user_context_key() -> tuple:
+  """The current values of every user context (empty while none was made)."""
+  return tuple(c.value for c in _USER_CONTEXTS) if _USER_CONTEXTS else ()

@@ -485,10 +485,10 @@ class Tracer:
         "type, jax.typeof(x) (JAX's types carry the sharding; ourjax's do not yet).")
 
   def __array__(self, dtype=None, copy=None):
-    v = self.to_concrete_value()
-    if v is None:
-      raise TracerArrayConversionError(self)
-    return np.asarray(v, dtype=dtype)
+    # Always an error, as in JAX, even for a tracer with a known value (under grad or jvp):
+    # np.exp(x) on it would return a constant, silently dropping x's derivative.  (bool(),
+    # .item() and the static-argument paths read known values through to_concrete_value.)
+    raise TracerArrayConversionError(self)
 
   def __hash__(self):
     raise TypeError(f"unhashable type: {type(self).__name__} (a traced array)")

@@ -136,22 +136,35 @@ class Lowered(_Stage):
   def out_info(self):
     return _shape_dtype_structs(self._closed.out_avals, self._sig.out_tree)
 
-  def compiler_ir(self, dialect: str | None = None) -> hlo.Module:
-    """A copy of the (unoptimized) HLO module."""
-    _check_dialect(dialect, ("hlo",), "Lowered")
+  def compiler_ir(self, dialect: str | None = None):
+    """A copy of the (unoptimized) HLO module, or with ``dialect="stablehlo"`` its
+    StableHLO-style text (``lowering/stablehlo_text.py``)."""
+    _check_dialect(dialect, ("hlo", "stablehlo"), "Lowered")
+    if dialect == "stablehlo":
+      return self.as_text(dialect="stablehlo")
     return self._lowering.module.clone()
 
   def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
     """The HLO module (``%add.1 = f32[3] add(%p0, %p1)``; ``debug_info=True`` also prints the
-    operands' shapes)."""
-    _check_dialect(dialect, ("hlo",), "Lowered")
+    operands' shapes), or with ``dialect="stablehlo"`` the same module as StableHLO-style MLIR
+    text, JAX's default form (``module @jit_f attributes {mhlo.num_partitions = 1 : i32, ...}
+    { func.func public @main(...) }``; see ``lowering/stablehlo_text.py``)."""
+    _check_dialect(dialect, ("hlo", "stablehlo"), "Lowered")
+    if dialect == "stablehlo":
+      from ourjax.lowering import stablehlo_text
+      return stablehlo_text.module_text(self._lowering.module, self._name)
     return self._lowering.module.to_string(operand_shapes=debug_info)
 
   def cost_analysis(self) -> dict:
     return cost_analysis(self._lowering.module)
 
   def compile(self, compiler_options: dict | None = None) -> "Compiled":
-    from ourjax import backends
+    """A new ``Compiled`` (each call compiles again).  ``compiler_options`` (with the
+    ``jit``'s own) are checked as XLA checks them (``ourjax/_compiler_options.py``) and change
+    nothing else."""
+    from ourjax import _compiler_options, backends
+    _compiler_options.check({**getattr(self, "_compiler_options", {}),
+                             **(compiler_options or {})})
     exe = backends.compile_lowering(self._lowering, self._closed, backend=self._backend,
                                     name=self._name, log_reason=self._log_reason,
                                     donation=self._donation)

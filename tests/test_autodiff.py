@@ -476,7 +476,7 @@ def test_integer_primitives_have_float0_tangents(name):
     pytest.skip(f"{name} not defined")
   x = np.array([3, 5, 12], np.int32)
   f = (lambda a: p.bind(a)) if name in ("not", "population_count", "clz") else \
-      (lambda a: p.bind(a, np.ones_like(a)))
+      (lambda a: p.bind(a, np.ones_like(x)))
   out, t = ourjax.jvp(f, (x,), (np.zeros(x.shape, float0),))
   assert t.dtype == float0 and t.shape == np.shape(out)
 

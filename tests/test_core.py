@@ -157,6 +157,25 @@ def test_tracer_to_numpy_raises():
     ourjax.jit(lambda x: np.asarray(x) + 1)(np.ones(2, np.float32))
 
 
+@pytest.mark.parametrize("transform", [
+    lambda f, x: ourjax.grad(lambda y: f(y).sum())(x),
+    lambda f, x: ourjax.jvp(f, (x,), (x,)),
+    lambda f, x: ourjax.vmap(f)(x)])
+def test_tracer_to_numpy_raises_even_when_its_value_is_known(transform):
+  # (under grad/jvp the primal is known, but np.exp of it would return a constant: the
+  # derivative would be silently lost; JAX refuses it too)
+  x = np.linspace(-1, 1, 3).astype(np.float32)
+  with pytest.raises(errors.TracerArrayConversionError):
+    transform(np.exp, x)
+  out = transform(jnp.exp, x)                      # (the jnp function is fine)
+  np.testing.assert_allclose(out[0] if isinstance(out, tuple) else out, np.exp(x), rtol=1e-6)
+
+
+def test_known_values_still_read_by_python_under_grad():
+  assert float(ourjax.grad(lambda x: x.item() * x)(2.0)) == 2.0
+  assert float(ourjax.grad(lambda x: x * 3 if x > 0 else -x)(2.0)) == 3.0
+
+
 def test_leaked_tracer_is_reported_with_the_transformation():
   leaked = []
 

@@ -562,3 +562,27 @@ def test_sum_of_disjoint_zero_pads_becomes_a_concatenate(dtype, windows, overlap
           for _, size in windows]
     for a, c in zip(reference.compile(m0)(*xs), reference.compile(m)(*xs)):
       assert_bitwise_equal(a, c)
+
+
+def test_opt_barrier_keeps_cse_apart_until_the_barriers_pass_removes_it():
+  from ourjax.lowering.passes import barriers
+
+  def build(b, x):
+    s1 = b.sine(x)
+    (xb,) = b.opt_barrier([x])
+    s2 = b.sine(xb)                                # equal work, read through the barrier
+    return b.tuple([b.add(s1, s2), b.multiply(s1, s2)])
+  m = module(build, S("f32", 5))
+  m0 = m.clone()
+  assert entry_ops(m).count("opt-barrier") == 1
+  pipeline.optimize(m, late_passes=[])            # the fixed point: CSE cannot merge the sines
+  assert entry_ops(m).count("sine") == 2 and entry_ops(m).count("opt-barrier") == 1
+  check_same_results(m0, m)
+  assert barriers.run(m)
+  verify(m)
+  assert "opt-barrier" not in entry_ops(m) and "get-tuple-element" not in entry_ops(m)
+  check_same_results(m0, m)
+  assert cse.run(m)                               # (without it the sines merge)
+  dce.run(m)
+  assert entry_ops(m).count("sine") == 1
+  check_same_results(m0, m)

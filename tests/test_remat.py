@@ -211,3 +211,21 @@ def test_checkpoint_jaxpr_and_eager():
   eqn = jaxpr.jaxpr.eqns[0]
   assert eqn.params["prevent_cse"] is True and eqn.params["differentiated"] is False
   assert float(f(np.float32(1))) == pytest.approx(2 * np.sin(1.0), rel=1e-6)
+
+
+@pytest.mark.parametrize("prevent_cse", [True, False, (True,)])
+def test_differentiated_checkpoint_lowers_through_an_optimization_barrier(prevent_cse):
+  """As JAX lowers it: the recomputation in the backward pass reads its inputs through an
+  opt-barrier (so CSE cannot merge it with the forward pass), with prevent_cse; the forward
+  alone has none; the compiled module has none left, and the gradient is unchanged."""
+  g = ourjax.checkpoint(lambda x: jnp.sin(jnp.sin(x)) * x, prevent_cse=prevent_cse)
+  f = lambda x: g(x).sum()
+  x = np.linspace(-1.0, 1.0, 7).astype(np.float32)
+  assert "opt-barrier" not in ourjax.jit(f).lower(x).as_text()
+  low = ourjax.jit(ourjax.grad(f)).lower(x)
+  assert ("opt-barrier" in low.as_text()) == (prevent_cse is not False)
+  assert "opt-barrier" not in low.compile().as_text()
+  want = ourjax.grad(lambda x: (jnp.sin(jnp.sin(x)) * x).sum())(x)
+  for backend in ("cpu", "reference"):
+    np.testing.assert_allclose(ourjax.jit(ourjax.grad(f), backend=backend)(x), want,
+                               rtol=1e-6, atol=1e-6)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 
 import numpy as np
 
@@ -80,6 +81,7 @@ class ModuleExecutable:
     self.kept_args = None if kept_args is None else tuple(kept_args)
     self._hoisted_arrays = None
     self.donation = donation      # (``_donation.Donation`` of the module's parameters, or None)
+    _LIVE_EXECUTABLES.add(self)   # (``Client.live_executables``)
 
   _profile_runner = None     # (backends/profiling.py)
 
@@ -443,12 +445,43 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, d
     return JaxprEvaluator(closed, donated)
 
 
+#: every ModuleExecutable still referenced (by a jit cache, a ``Compiled``, ...)
+_LIVE_EXECUTABLES: "weakref.WeakSet" = weakref.WeakSet()
+
+
+class Client:
+  """The runtime a device belongs to, as JAX's ``device.client``: ``platform`` and
+  ``live_executables()``, the compiled programs for that platform still alive (dropped from
+  jit's caches by ``clear_cache``/``clear_caches``, they go once nothing else holds them)."""
+
+  def __init__(self, platform: str):
+    self.platform = platform
+
+  def live_executables(self) -> list:
+    names = ("cuda",) if self.platform == "gpu" else ("cpu", "reference")
+    return [e for e in list(_LIVE_EXECUTABLES) if e.backend in names]
+
+  def __repr__(self):
+    return f"Client(platform={self.platform!r})"
+
+
+_CLIENTS: dict = {}
+
+
 class Device:
-  """A device as JAX shows it: ``platform`` ('cpu' or 'gpu'), ``id``, ``device_kind``."""
+  """A device as JAX shows it: ``platform`` ('cpu' or 'gpu'), ``id``, ``device_kind``,
+  ``client``."""
 
   def __init__(self, platform: str, id: int = 0, device_kind: str | None = None):
     self.platform, self.id = platform, id
     self.device_kind = device_kind or platform
+
+  @property
+  def client(self) -> Client:
+    c = _CLIENTS.get(self.platform)
+    if c is None:
+      c = _CLIENTS[self.platform] = Client(self.platform)
+    return c
 
   def __repr__(self):
     return f"{'CpuDevice' if self.platform == 'cpu' else 'CudaDevice'}(id={self.id})"

@@ -314,6 +314,7 @@ _IMPLS = {
     "fft": lambda instr, x: rops.fft(x, fft_type=instr.attrs["fft_type"],
                                      fft_lengths=instr.attrs["fft_length"]),
     "tuple": lambda instr, *xs: tuple(xs),
+    "opt-barrier": lambda instr, *xs: tuple(xs),
     "get-tuple-element": lambda instr, t: t[instr.attrs["index"]],
     "fusion": _impl_fusion,
 }

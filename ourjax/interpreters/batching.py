@@ -150,6 +150,9 @@ def trace_batched(f: Callable, in_dims: Sequence, axis: AxisData, args: Sequence
   """Run the flat function ``f(*args) -> list`` once on batch tracers (the batch of each
   argument at ``in_dims[i]``, or unbatched for None); returns the outputs' values and batch
   dims (None for an output that does not depend on the batch)."""
+  from ourjax.config import config
+  leak_check = config.jax_check_tracer_leaks
+  where = core.user_frame() if leak_check else None
   with new_main(BatchTrace, axis, name=name) as main:
     trace = BatchTrace(main)
     tracers_in = [BatchTracer(trace, x, d) if d is not not_mapped else x
@@ -158,7 +161,12 @@ def trace_batched(f: Callable, in_dims: Sequence, axis: AxisData, args: Sequence
     for o in outs:
       _check_output_type(o)
     outs = [full_raise(trace, o) for o in outs]
-    return [t.val for t in outs], [t.batch_dim for t in outs]
+    result = [t.val for t in outs], [t.batch_dim for t in outs]
+  if leak_check:
+    from ourjax import _leaks
+    del trace, tracers_in, outs, o
+    _leaks.check(main, BatchTracer, "BatchTrace", where)
+  return result
 
 
 def batch(f: Callable, in_dims: Sequence, axis_size: int, args: Sequence,

@@ -139,8 +139,10 @@ def _check_leaks(builder: JaxprBuilder, name: str) -> None:
   if leaked:
     from ourjax.errors import UnexpectedTracerError
     refs = [type(r).__name__ for r in gc.get_referrers(leaked[0]) if r is not tracers and r is not leaked]
+    # (JAX's words first: "Leaked trace DynamicJaxprTrace" names the kind of trace that leaked)
     raise UnexpectedTracerError(
-        f"Leaked trace of {name or 'a function'}: {len(leaked)} tracer(s) created while "
+        f"Leaked trace DynamicJaxprTrace (the jaxpr trace of {name or 'a function'}): "
+        f"{len(leaked)} tracer(s) created while "
         f"tracing it are still referenced after the trace ended (first: {leaked[0].aval}, held by {', '.join(refs) or 'an unknown object'}). A traced function must not store "
         "its intermediate values outside itself (in a list, a global or an attribute).")
 

@@ -489,6 +489,12 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
 
   @functools.wraps(fun)
   def pmapped(*args, **kwargs):
+    if statics and max(statics) >= len(args):
+      n = len(args)
+      raise ValueError(
+          f"pmapped function has static_broadcasted_argnums={statics} but was called with only "
+          f"{n} positional argument{'s' if n != 1 else ''}. All static broadcasted arguments "
+          "must be passed positionally.")
     if kwargs:
       raise NotImplementedError("pmap: keyword arguments are not supported; pass them "
                                 "positionally")

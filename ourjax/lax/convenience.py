@@ -1,5 +1,5 @@
 """lax functions that are compositions of other primitives (no primitive of their own): split,
-tile, collapse, reciprocal, complex, broadcast_shapes, empty, optimization_barrier,
+tile, collapse, reciprocal, complex, broadcast_shapes, empty, optimization_barrier, dce_sink,
 platform_dependent, scatter_apply, composite.  Their derivatives and batching come from the
 primitives they are built of."""
 from __future__ import annotations
@@ -106,6 +106,16 @@ def optimization_barrier(operand, /):
   identity (differentiable and batchable as such)."""
   from ourjax._pytree import tree_map
   return tree_map(_asarray, operand)
+
+
+def dce_sink(val, *, prevent_mlir_dce: bool = False) -> None:
+  """JAX's marker that keeps ``val``'s computation in the jaxpr although nothing uses it.
+  ourjax computes values only for their uses and they have no side effects, so dropping an
+  unused one changes no result: this checks that ``val`` is a pytree of arrays and returns
+  None, as JAX's does."""
+  from ourjax._pytree import tree_map
+  tree_map(_asarray, val)
+  return None
 
 
 def platform_dependent(*args, default: Callable | None = None, **per_platform: Callable):

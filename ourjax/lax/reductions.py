@@ -19,9 +19,28 @@ def _reduce_shape(x, axes, **_):
   return tuple(s for i, s in enumerate(x.shape) if i not in axes)
 
 
+def _check_f16_sum(x, axes) -> None:
+  """With ``jax_allow_f16_reductions=False``, a float16/bfloat16 sum over an axis longer than
+  1 is refused (checked by the abstract rule, and by ``reduce_sum`` itself: eager calls cache
+  their abstract evaluation per signature, not per flag value)."""
+  if x.dtype in (np.float16, dtypes.bfloat16):
+    from ourjax.config import config
+    if not config.jax_allow_f16_reductions and any(x.shape[a] != 1 for a in axes):
+      raise ValueError(f"reduce_sum on operand {x.str_short(short_dtypes=True)} is not "
+                       "allowed when jax_allow_f16_reductions=False.")
+
+
+def _reduce_dtype(name, kinds):
+  def rule(x, axes, **_):
+    dt = check_dtypes(name, [x], kinds)
+    if name == "reduce_sum":
+      _check_f16_sum(x, axes)
+    return dt
+  return rule
+
+
 def _reducer(name, kinds, numpy_fn):
-  p = standard_primitive(name, _reduce_shape,
-                         lambda x, axes, **_: check_dtypes(name, [x], kinds),
+  p = standard_primitive(name, _reduce_shape, _reduce_dtype(name, kinds),
                          lambda x, **_: x.weak_type)
 
   # the ufunc's reduce is np.sum/np.max... without their Python wrapper
@@ -66,7 +85,9 @@ def _canon_axes(x, axes):
 
 
 def reduce_sum(operand, axes):
-  return reduce_sum_p.bind(operand, axes=_canon_axes(operand, axes), out_sharding=None)
+  axes = _canon_axes(operand, axes)
+  _check_f16_sum(get_aval(operand), axes)
+  return reduce_sum_p.bind(operand, axes=axes, out_sharding=None)
 
 
 def reduce_prod(operand, axes):

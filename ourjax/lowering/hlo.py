@@ -1215,6 +1215,12 @@ def _rule_tuple(ops, attrs, declared):
   return Shape.tuple(ops)
 
 
+def _rule_opt_barrier(ops, attrs, declared):
+  for o in ops:
+    _array("opt-barrier", o)
+  return Shape.tuple(ops)
+
+
 def _rule_gte(ops, attrs, declared):
   _require(len(ops) == 1 and ops[0].is_tuple, "get-tuple-element", "needs a tuple operand")
   i = attrs.get("index")
@@ -1247,6 +1253,7 @@ SHAPE_RULES: dict[str, Callable] = {
     "gather": _rule_gather, "scatter": _rule_scatter, "sort": _rule_sort, "fft": _rule_fft,
     "while": _rule_while,
     "conditional": _rule_conditional, "tuple": _rule_tuple, "get-tuple-element": _rule_gte,
+    "opt-barrier": _rule_opt_barrier,
     "fusion": _rule_fusion,
 }
 
@@ -1515,6 +1522,14 @@ class Builder:
 
   def get_tuple_element(self, x, index: int):
     return self.emit("get-tuple-element", (x,), {"index": index})
+
+  def opt_barrier(self, xs: Sequence[Instruction]) -> list:
+    """XLA's optimization barrier: ``xs`` unchanged (read through get-tuple-elements), but no
+    pass merges or moves work across it (remat's recomputation reads its inputs through one,
+    so CSE cannot merge it with the forward pass).  ``passes/barriers.py`` removes it once the
+    simplifying passes are done."""
+    t = self.emit("opt-barrier", tuple(xs))
+    return [self.get_tuple_element(t, i) for i in range(len(xs))]
 
   def fusion(self, operands: Sequence[Instruction], calls: Computation, kind: str = "kLoop"):
     return self.emit("fusion", tuple(operands), {"kind": kind, "calls": calls})

@@ -23,8 +23,8 @@ from typing import Callable, Sequence
 
 from ourjax import _phases
 from ourjax.lowering import hlo
-from ourjax.lowering.passes import (buffer_assignment, constant_folding, conv_to_dot, cse, dce,
-                                    dot_layout, fusion, multi_output_fusion, simplify)
+from ourjax.lowering.passes import (barriers, buffer_assignment, constant_folding, conv_to_dot,
+                                    cse, dce, dot_layout, fusion, multi_output_fusion, simplify)
 
 #: (name, run) pairs, run in order to a fixed point.
 PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
@@ -41,8 +41,10 @@ NATIVE_EARLY_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("conv_to_dot", conv_to_dot.run),
 ]
 
-#: (name, run) pairs run once after the fixed point: fusion, then buffer assignment.
+#: (name, run) pairs run once after the fixed point: optimization barriers go (they only
+#: guard against the fixed-point passes), fusion, then buffer assignment.
 LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
+    ("barriers", barriers.run),
     ("fusion", fusion.run),
     ("multi_output_fusion", multi_output_fusion.run),
     ("buffer_assignment", buffer_assignment.run),
@@ -51,8 +53,9 @@ LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
 #: The native backends' ``LATE_PASSES``: dot operands are first put in a layout their GEMMs
 #: take (after the fixed point, which would fold the transposes back into the dots).
 NATIVE_LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
+    ("barriers", barriers.run),
     ("dot_layout", dot_layout.run),
-    *LATE_PASSES,
+    *LATE_PASSES[1:],
 ]
 
 #: Rounds of ``PASSES`` before giving up on a fixed point.

@@ -4,6 +4,7 @@
 ``constant_folding``  evaluate all-constant instructions with the reference executor
 ``cse``               structural hashing: merge identical instructions and sub-computations
 ``dce``               drop unused instructions and unreachable computations
+``barriers``          remove optimization barriers (after the fixed point: they guard only it)
 ``fusion``            loop (kLoop), reduction-input (kInput) and dot-epilogue (kOutput) fusion;
                       each decision noted with its reason; expensive producers never duplicated
 ``multi_output_fusion``  merge siblings reading the same input, fold producers needed outside
