@@ -316,10 +316,18 @@ def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
 
 
 def full_like(x, fill_value, dtype=None, shape=None):
-  aval = get_aval(x)
-  weak = aval.weak_type if dtype is None else False
-  return full(aval.shape if shape is None else shape, fill_value,
-              aval.dtype if dtype is None else dtype, weak_type=weak)
+  """An array like ``x`` (its shape and dtype unless given) filled with ``fill_value``.  ``x``
+  may be anything with ``shape`` and ``dtype`` (a ``ShapeDtypeStruct``, ...), as JAX's."""
+  try:
+    aval = get_aval(x)
+  except TypeError:
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+      raise
+    x_shape, x_dtype, weak = tuple(x.shape), x.dtype, getattr(x, "weak_type", False)
+  else:
+    x_shape, x_dtype, weak = aval.shape, aval.dtype, aval.weak_type
+  return full(x_shape if shape is None else shape, fill_value,
+              x_dtype if dtype is None else dtype, weak_type=weak if dtype is None else False)
 
 
 def zeros_like_array(x):

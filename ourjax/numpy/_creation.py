@@ -14,6 +14,7 @@ from ourjax import core, dtypes, lax
 from ourjax._keys import KeyDType, PRNGKeyArray
 from ourjax.array import Array, to_numpy
 from ourjax.core import Tracer, get_aval
+from ourjax.lax._utils import shape_error
 from ourjax.numpy._util import _broadcast_to, check_arraylike, static_argnames
 
 # ------------------------------------------------------------------------------------------------
@@ -170,11 +171,9 @@ def canonicalize_shape(shape, name="shape"):
     shape = tuple(core.concrete_or_error(operator.index, d,
                                          f"The shape argument to jnp.{name} must be concrete.")
                   for d in shape)
-  except TypeError as e:
-    if isinstance(e, core.ConcretizationTypeError):
-      raise
-    raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type, got "
-                    f"{shape!r} (in jnp.{name}).") from None
+  except TypeError:  # a traced or non-integer size: JAX's TypeError (not a concretization one)
+    raise shape_error(tuple(shape) if isinstance(shape, (tuple, list)) else shape,
+                      f" (in jnp.{name})") from None
   if any(d < 0 for d in shape):
     raise TypeError(f"jnp.{name}: shape must not contain negative dimensions, got {shape}.")
   return shape
@@ -435,6 +434,9 @@ def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axi
 
 
 def _int_arg(x, what):
+  """A size argument (eye's/tri's N, M, ...) as an int; a traced one is JAX's shape error."""
+  if isinstance(x, Tracer) and not core.is_concrete(x):
+    raise shape_error((x,), f" (the '{what}' argument)")
   return core.concrete_or_error(operator.index, x, f"The '{what}' argument must be concrete.")
 
 

@@ -76,6 +76,11 @@ def trapezoid(y, x=None, dx=1.0, axis: int = -1):
   if x is None:
     check_arraylike("trapezoid", y)
     y, = promote_dtypes_inexact(_as_operand(y))
+    dx = _as_operand(dx)
+    if np.ndim(dx) > 0:  # an array of spacings broadcasts against y, as NumPy's
+      dx = asarray(dx)
+      nd_y, nd_dx = get_aval(y).ndim, get_aval(dx).ndim
+      dx = moveaxis(lax.expand_dims(dx, tuple(range(nd_y - nd_dx))), axis, -1)
   else:
     check_arraylike("trapezoid", y, x)
     y, x = promote_dtypes_inexact(_as_operand(y), _as_operand(x))
@@ -346,10 +351,10 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002
     lo = lax.select_n(same, lo, lax.sub(lo, lax._const(lo, 0.5)))
     hi = lax.select_n(same, hi, lax.add(hi, lax._const(hi, 0.5)))
     return linspace(lo, hi, bins + 1)
-  bins = asarray(bins)
-  if get_aval(bins).ndim != 1:
+  if np.ndim(bins) != 1:
     raise ValueError("bins must be 1-dimensional")
-  return bins
+  # explicit edges take the (inexact) dtype of the values, as JAX's
+  return asarray(bins, dtype=get_aval(a).dtype)
 
 
 def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002

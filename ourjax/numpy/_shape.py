@@ -11,6 +11,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
+from ourjax.lax._utils import shape_error
 from ourjax.numpy._creation import asarray, canonicalize_shape
 from ourjax.numpy._util import (_broadcast_to, _as_operand, check_arraylike, promote_dtypes,
                                 static_argnames)
@@ -111,8 +112,12 @@ def _compute_newshape(aval, newshape):
 def canonicalize_shape_allow_neg(s):
   if isinstance(s, (int, np.integer)) or (not isinstance(s, (tuple, list)) and np.ndim(s) == 0):
     s = (s,)
-  return tuple(core.concrete_or_error(operator.index, d, "The new shape in jnp.reshape must "
-                                      "be concrete.") for d in s)
+  try:
+    return tuple(core.concrete_or_error(operator.index, d, "The new shape in jnp.reshape must "
+                                        "be concrete.") for d in s)
+  except TypeError:  # traced or non-integer sizes: JAX's shape TypeError
+    raise shape_error(tuple(s) if isinstance(s, (tuple, list)) else s,
+                      " (in jnp.reshape)") from None
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
@@ -513,7 +518,8 @@ def _split_sizes(op, size, indices_or_sections):
       start, stop, _ = slice(a, b).indices(size)
       out.append((start, max(start, stop)))
     return out
-  sections = core.concrete_or_error(operator.index, indices_or_sections,
+  # a count of sections is truncated to an int, as JAX's (and NumPy's) int(): 2.0 is 2
+  sections = core.concrete_or_error(int, indices_or_sections,
                                     f"jnp.{op}: the number of sections must be concrete")
   if sections <= 0:
     raise ValueError("number sections must be larger than 0.")
@@ -615,6 +621,8 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
           repeats, "When jit-compiling jnp.repeat, the total number of repeats must be static. "
           "To fix this, either specify a static value for `repeats`, or pass a static value to "
           "`total_repeat_length`.")
+    if n == 0:  # nothing to repeat: JAX returns the empty operand whatever the length asked
+      return a
     return _repeat_traced(a, repeats, axis, total_repeat_length)
   reps = np.asarray(core.concrete_or_error(None, repeats, "jnp.repeat repeats"))
   if not (dtypes.is_integer(reps.dtype) or reps.dtype == np.bool_ or reps.size == 0):

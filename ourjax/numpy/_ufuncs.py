@@ -88,8 +88,21 @@ logical_and = _binary("logical_and", lambda x, y: lax.and_(_to_bool(x), _to_bool
 logical_or = _binary("logical_or", lambda x, y: lax.or_(_to_bool(x), _to_bool(y)))
 logical_xor = _binary("logical_xor", lambda x, y: lax.xor(_to_bool(x), _to_bool(y)))
 left_shift = bitwise_left_shift = _binary("left_shift", lax.shift_left)
-equal = _binary("equal", lax.eq)
-not_equal = _binary("not_equal", lax.ne)
+def _key_equality(fn, negate):
+  """``fn`` that also compares typed PRNG key arrays (whole keys, as JAX's eq/ne on them)."""
+  def wrapped(x, y, /):
+    from ourjax._keys import PRNGKeyArray, _key_equal
+    if type(x) is PRNGKeyArray or type(y) is PRNGKeyArray:
+      out = _key_equal(x, y)
+      return lax.not_(out) if negate else out
+    return fn(x, y)
+  wrapped.__name__ = wrapped.__qualname__ = fn.__name__
+  wrapped.__doc__ = fn.__doc__
+  return wrapped
+
+
+equal = _key_equality(_binary("equal", lax.eq), negate=False)
+not_equal = _key_equality(_binary("not_equal", lax.ne), negate=True)
 
 
 def _ordered(lax_op):
@@ -645,7 +658,11 @@ def clip(arr=None, /, min=None, max=None, *, a=_UNSET, a_min=_UNSET, a_max=_UNSE
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
   """``|a - b| <= atol + rtol * |b|`` elementwise, in the promoted inexact dtype; infinities
-  are close only to themselves and NaN to nothing (or to NaN, with ``equal_nan``)."""
+  are close only to themselves and NaN to nothing (or to NaN, with ``equal_nan``).  Typed PRNG
+  key arrays are close when equal."""
+  from ourjax._keys import PRNGKeyArray
+  if type(a) is PRNGKeyArray or type(b) is PRNGKeyArray:
+    return equal(a, b)
   a, b = promote_args_inexact("isclose", a, b)
   dt = get_aval(a).dtype
   rdt = np.dtype(dtypes.finfo(dt).dtype) if dtypes.is_complex(dt) else dt
@@ -904,8 +921,9 @@ def iscomplexobj(x) -> bool:
     return False
   try:
     return dtypes.is_complex(dtypes.dtype(x))
-  except Exception:
-    return dtypes.is_complex(np.asarray(x).dtype)
+  except Exception:  # e.g. a list holding tracers: its dtype is the array it makes
+    from ourjax.numpy._creation import asarray
+    return dtypes.is_complex(asarray(x).dtype)
 
 
 def isrealobj(x) -> bool:

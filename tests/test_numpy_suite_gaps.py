@@ -1,0 +1,118 @@
+"""jnp behaviours that JAX's own test files (lax_numpy_test & co.) exercise and ourjax got wrong:
+each checked against NumPy (float64 where it matters) or JAX's documented semantics."""
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+
+
+def test_repeat_traced_counts_of_an_empty_axis_give_the_empty_operand():
+  # JAX returns the operand when there is nothing to repeat, whatever total_repeat_length says
+  f = ourjax.jit(lambda a, r: jnp.repeat(a, r, total_repeat_length=0))
+  out = f(jnp.zeros((0,), jnp.int8), 0)
+  assert out.shape == (0,) and out.dtype == np.int8
+  g = ourjax.jit(lambda a, r: jnp.repeat(a, r, axis=1, total_repeat_length=2))
+  assert g(jnp.zeros((2, 0)), jnp.zeros((0,), jnp.int32)).shape == (2, 0)
+  # non-empty operands still repeat as NumPy does
+  x = np.arange(6.0).reshape(2, 3)
+  h = ourjax.jit(lambda a, r: jnp.repeat(a, r, axis=1, total_repeat_length=6))
+  np.testing.assert_array_equal(h(x, jnp.array([1, 2, 3])), np.repeat(x, [1, 2, 3], axis=1))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_compress_method_takes_the_condition_first(axis):
+  x = np.arange(12.0).reshape(3, 4)
+  n = x.size if axis is None else x.shape[axis]
+  cond = np.arange(n) % 2 == 0
+  np.testing.assert_array_equal(jnp.asarray(x).compress(cond, axis=axis),
+                                x.compress(cond, axis=axis))
+  k = int(cond.sum())   # traced conditions need a static size, as in JAX
+  np.testing.assert_array_equal(
+      ourjax.jit(lambda c, a: a.compress(c, axis=axis, size=k))(cond, x),
+      x.compress(cond, axis=axis))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.float16, np.float32,
+                                   np.complex64, np.bool_])
+def test_byteswap_matches_numpy(dtype):
+  rng = np.random.RandomState(0)
+  x = (rng.randn(3, 4) * 50).astype(dtype)
+  if np.dtype(dtype).kind == "c":
+    x = x + 1j * (rng.randn(3, 4) * 50).astype(dtype)
+  expect = x.byteswap()
+  for out in (jnp.asarray(x).byteswap(), ourjax.jit(lambda a: a.byteswap())(x)):
+    assert out.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint8), expect.view(np.uint8))
+  np.testing.assert_array_equal(jnp.asarray(x).byteswap().byteswap(), x)
+
+
+def test_histogram_explicit_edges_take_the_inexact_value_dtype():
+  edges = np.array([-5, 0, 4])
+  assert jnp.histogram_bin_edges(jnp.ones(5, jnp.int16), edges).dtype == np.float32
+  assert jnp.histogram_bin_edges(jnp.ones(5, jnp.float16), edges).dtype == np.float16
+  rng = np.random.RandomState(1)
+  sample = (rng.randn(40, 3) * 3).astype(np.int16)
+  bins = [np.array([-5, 0, 4]), np.array([-4, -1, 2]), np.array([-6, -1, 4])]
+  hist, out_edges = jnp.histogramdd(sample, bins=bins)
+  np_hist, _ = np.histogramdd(sample.astype(np.float64), bins=bins)
+  np.testing.assert_array_equal(hist, np_hist)
+  assert all(e.dtype == np.float32 for e in out_edges)
+  h2, ex, ey = jnp.histogram2d(sample[:, 0], sample[:, 1], bins=bins[:2])
+  np.testing.assert_array_equal(h2, np.histogram2d(sample[:, 0].astype(float),
+                                                   sample[:, 1].astype(float), bins=bins[:2])[0])
+
+
+def test_split_counts_are_truncated_to_int():
+  x = np.arange(24.0).reshape(12, 2)
+  for sections in (2.0, np.float32(3), 4):
+    parts = jnp.split(x, sections)
+    expect = np.split(x, int(sections))
+    assert len(parts) == len(expect)
+    for p, e in zip(parts, expect):
+      np.testing.assert_array_equal(p, e)
+  # a concrete tracer (jvp) is fine; a traced count under jit is a concretization error
+  jnp_out = ourjax.jvp(lambda s: jnp.split(jnp.zeros((12, 2)), s), (2.0,), (1.0,))[0]
+  assert len(jnp_out) == 2
+  with pytest.raises(TypeError, match="Abstract tracer value encountered"):
+    ourjax.jit(lambda s: jnp.split(jnp.zeros((12, 2)), s))(2.0)
+
+
+@pytest.mark.parametrize("yshape,dxshape,axis", [
+    ((3, 10), (3, 1), -1), ((2, 3), (3,), 0), ((3, 4, 5), (4, 5), 0), ((3, 4, 5), (3, 5), 1),
+    ((2, 3, 4, 5), (2, 1, 3, 5), 2), ((3, 4, 5), (2, 4, 5), 0), ((3, 4, 5), (3, 3, 5), 1)])
+def test_trapezoid_with_an_array_of_spacings_broadcasts_like_numpy(yshape, dxshape, axis):
+  rng = np.random.RandomState(2)
+  y, dx = rng.randn(*yshape), rng.randn(*dxshape)
+  expect = np.trapezoid(y, dx=dx, axis=axis)
+  got = jnp.trapezoid(y.astype(np.float32), dx=dx.astype(np.float32), axis=axis)
+  assert got.shape == expect.shape
+  np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_equality_and_isclose_of_typed_keys():
+  k = ourjax.random.key(0)
+  ks = ourjax.random.split(k, 3)
+  assert bool(jnp.isclose(k, k)) and bool(jnp.equal(k, k)) and not bool(jnp.not_equal(k, k))
+  np.testing.assert_array_equal(ourjax.jit(jnp.isclose)(k, ks),
+                                [bool(k == ks[i]) for i in range(3)])
+  np.testing.assert_array_equal(jnp.not_equal(ks, ks[0]), [False, True, True])
+  with pytest.raises(TypeError, match="does not accept dtype"):
+    jnp.less(k, k)
+
+
+def test_like_functions_accept_shape_dtype_structs():
+  x = ourjax.ShapeDtypeStruct((1, 2, 3), np.dtype("int32"))
+  for fn, value in ((jnp.zeros_like, 0), (jnp.ones_like, 1)):
+    out = fn(x)
+    assert out.shape == x.shape and out.dtype == x.dtype and not out.weak_type
+    np.testing.assert_array_equal(out, np.full(x.shape, value))
+  np.testing.assert_array_equal(jnp.full_like(x, 2), np.full(x.shape, 2, np.int32))
+  assert jnp.empty_like(x).shape == x.shape
+  assert ourjax.lax.full_like(x, 2.5, np.float32).dtype == np.float32
+
+
+def test_iscomplexobj_of_a_list_of_tracers():
+  out = ourjax.jit(lambda z: jnp.array(jnp.iscomplexobj([z])))(1 + 1j)
+  assert bool(out)
+  assert not bool(ourjax.jit(lambda z: jnp.array(jnp.iscomplexobj([z])))(1.0))
