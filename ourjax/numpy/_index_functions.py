@@ -5,6 +5,7 @@ bind what ``x[idx]`` and ``x.at[idx]`` bind (``_indexing.py``: ``_rewriting_take
 ``_scatter_update``, one gather or scatter each)."""
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -499,7 +500,8 @@ def unravel_index(indices, shape):
 
 def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None):
   """Flat indices of the coordinate arrays ``multi_index`` into an array of shape ``dims``.
-  ``mode``: 'raise' (coordinates must be concrete and in range), 'wrap' or 'clip'."""
+  ``mode``: 'raise' (coordinates must be concrete and in range), 'wrap', 'clip' or 'ignore'
+  (coordinates used as they are).  ``dtype``: of the result (default: the coordinates')."""
   dims = _shape_arg(dims, "ravel_multi_index")
   multi_index = tuple(multi_index)
   if len(multi_index) != len(dims):
@@ -515,7 +517,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
   if mode == "raise":
     for i, d in zip(idx, dims):
       c = core.concrete_or_error(
-          np.asarray, i, "The error occurred because ravel_multi_index was traced with "
+          np.asarray, i, "The error occurred because ravel_multi_index was jit-compiled with "
           "mode='raise'. Use mode='wrap' or mode='clip' instead.")
       if np.any((c < 0) | (c >= d)):
         raise ValueError("invalid entry in coordinates array")
@@ -523,12 +525,20 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
     idx = [remainder(i, np.array(d, get_aval(i).dtype)) for i, d in zip(idx, dims)]
   elif mode == "clip":
     idx = [clip(i, 0, d - 1) for i, d in zip(idx, dims)]
+  elif mode != "ignore":
+    raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', 'clip', or 'ignore'.")
+  if dtype is not None:
+    dt = dtypes.check_user_dtype(dtype, "ravel_multi_index")
+    if not dtypes.is_integer(dt) or dt == np.bool_:
+      raise ValueError(f"dtype={dt} is not an integer type.")
   else:
-    raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', or 'clip'")
-  dt = dtypes.check_user_dtype(dtype, "ravel_multi_index") if dtype is not None else \
-      dtypes.result_type(*[get_aval(i).dtype for i in idx])
-  if dt == np.bool_ or not dtypes.is_integer(dt):
-    dt = dtypes.default_int_dtype()
+    dt = dtypes.result_type(*[get_aval(i).dtype for i in idx])
+    if dt == np.bool_ or not dtypes.is_integer(dt):
+      dt = dtypes.default_int_dtype()
+  if math.prod(dims) - 1 > np.iinfo(dt).max:
+    raise ValueError(f"jnp.ravel_multi_index: dtype={dt} not large enough to hold flattened "
+                     f"index for dims={dims}. Use the dtype argument to pass a suitable dtype "
+                     "(e.g. dtype=np.min_scalar_type(prod(dims))).")
   strides, s = [], 1
   for d in (reversed(dims) if order == "C" else dims):
     strides.append(s)
