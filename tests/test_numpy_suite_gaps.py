@@ -116,3 +116,69 @@ def test_iscomplexobj_of_a_list_of_tracers():
   out = ourjax.jit(lambda z: jnp.array(jnp.iscomplexobj([z])))(1 + 1j)
   assert bool(out)
   assert not bool(ourjax.jit(lambda z: jnp.array(jnp.iscomplexobj([z])))(1.0))
+
+
+def test_masked_arrays_jnp_array_drops_the_mask_everything_else_refuses():
+  m = np.ma.array([1, 2], mask=[True, False])
+  np.testing.assert_array_equal(jnp.array(m), np.array(m))
+  for f in (jnp.asarray, lambda v: jnp.add(v, 1), ourjax.jit(jnp.asarray)):
+    with pytest.raises(ValueError, match="numpy masked arrays are not supported"):
+      f(m)
+
+
+def test_rint_of_complex_rounds_each_part_to_even():
+  x = np.array([1.5 + 2.5j, -0.5 - 1.5j, 2.5 + 0.49j, 3.5 - 4.5j], np.complex64)
+  for out in (jnp.rint(x), ourjax.jit(jnp.rint)(x)):
+    assert out.dtype == np.complex64
+    np.testing.assert_array_equal(out, np.rint(x))
+
+
+def test_save_load_roundtrip_and_refused_impure_readers(tmp_path):
+  import io
+  x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+  buf = io.BytesIO()
+  jnp.save(buf, jnp.asarray(x))
+  buf.seek(0)
+  out = jnp.load(buf)
+  assert isinstance(out, ourjax.Array) and out.dtype == np.float32
+  np.testing.assert_array_equal(out, x)
+  path = tmp_path / "a.npz"
+  jnp.savez(path, a=x)
+  np.testing.assert_array_equal(np.load(path)["a"], x)
+  for fn in (jnp.fromfile, jnp.fromiter):
+    with pytest.raises(NotImplementedError, match="non-pure"):
+      fn(iter([1, 2]))
+
+
+def test_from_dlpack_of_a_numpy_array():
+  x = np.arange(5, dtype=np.int16)
+  out = jnp.from_dlpack(x)
+  assert isinstance(out, ourjax.Array) and out.dtype == np.int16
+  np.testing.assert_array_equal(out, x)
+  with pytest.raises(TypeError):
+    jnp.from_dlpack([1, 2])
+
+
+def test_frompyfunc_is_a_vectorized_ufunc():
+  f = jnp.frompyfunc(lambda a, b: a * b + 1, 2, 1, identity=0)
+  x = np.arange(4.0)
+  np.testing.assert_allclose(f(x, 2.0), x * 2 + 1)
+  acc = 0.0
+  for v in x:                      # NumPy's reduce folds from the identity, left to right
+    acc = acc * v + 1
+  np.testing.assert_allclose(f.reduce(x), acc)
+  assert (f.nin, f.nout, f.identity) == (2, 1, 0)
+  lo, hi = jnp.frompyfunc(lambda a: (a - 1, a + 1), 1, 2)(np.arange(3))
+  np.testing.assert_array_equal(lo, np.arange(3) - 1)
+  np.testing.assert_array_equal(hi, np.arange(3) + 1)
+
+
+def test_numpy_parameter_names():
+  import inspect
+  for name, params in (("real", ["val"]), ("imag", ["val"]), ("isneginf", ["x", "out"]),
+                       ("isposinf", ["x", "out"]), ("issubdtype", ["arg1", "arg2"]),
+                       ("isdtype", ["dtype", "kind"])):
+    assert list(inspect.signature(getattr(jnp, name)).parameters) == params, name
+  assert bool(jnp.issubdtype(arg1=np.float32, arg2=np.floating))
+  with pytest.raises(NotImplementedError):
+    jnp.isneginf(jnp.ones(2), out=jnp.ones(2))

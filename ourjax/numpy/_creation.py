@@ -53,11 +53,13 @@ def _check_host_dtype(host: np.ndarray, what) -> None:
 _UNSET = object()
 
 
-def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, device=None):
+def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, device=None,
+          out_sharding=None):
   """``jnp.array``: an Array from a scalar, array, nested list/tuple (which may hold traced
   values: they are stacked), or anything NumPy can convert.  ``copy`` (default True),
   ``order`` ('K') and ``ndmin`` (0) are keyword arguments; passing them positionally is
-  deprecated (a DeprecationWarning, as JAX).
+  deprecated (a DeprecationWarning, as JAX).  ``device`` and ``out_sharding`` are accepted
+  and do not move anything (the array is on the one device).
 
   Only a weakly typed input (a Python scalar, or a weak array) gives a weakly typed result:
   ``jnp.array(1.0)`` is a weak float32, ``jnp.array([1.0])`` a strong one."""
@@ -82,7 +84,8 @@ def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, de
     raise NotImplementedError("jnp.array: only order='K' is implemented")
   if type(object) is PRNGKeyArray or isinstance(dtype, KeyDType):
     return _key_array(object, dtype, copy)
-  core.check_not_masked(object)
+  if isinstance(object, np.ma.MaskedArray):
+    object = np.asarray(object)    # as np.array (and JAX): the data, without the mask
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
   if object is None:
@@ -150,6 +153,7 @@ def asarray(a, dtype=None, order=None, *, copy=None, device=None):
     return a
   if type(a) is PRNGKeyArray and (dtype is None or dtype == a.dtype) and not copy:
     return a
+  core.check_not_masked(a)     # jnp.array drops a mask, as np.array; asarray refuses (JAX)
   return array(a, dtype=dtype, copy=bool(copy), order=order)
 
 

@@ -405,7 +405,6 @@ def vstack(tup, dtype=None):
   return concatenate([_atleast(a, 2, "vstack") for a in _seq("vstack", tup)], 0, dtype)
 
 
-row_stack = vstack
 
 
 def hstack(tup, dtype=None):

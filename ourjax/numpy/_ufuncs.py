@@ -197,7 +197,6 @@ def trunc(x, /):
   return _select(lax.lt(x, lax._const(x, 0)), lax.floor(x), lax.ceil(x))
 
 
-fix = trunc
 
 
 def rint(x, /):
@@ -205,6 +204,9 @@ def rint(x, /):
   dt = get_aval(x).dtype
   if not dtypes.is_inexact(dt):   # as JAX's: a (strongly typed) conversion to the default float
     return lax.convert_element_type(x, dtypes.default_float_dtype())
+  if dtypes.is_complex(dt):         # each part rounded, as NumPy's and JAX's
+    return lax.complex(lax.round(lax.real(x), lax.RoundingMethod.TO_NEAREST_EVEN),
+                       lax.round(lax.imag(x), lax.RoundingMethod.TO_NEAREST_EVEN))
   return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 
 
@@ -380,13 +382,17 @@ def isnan(x, /):
   return lax.ne(x, x)
 
 
-def isposinf(x, /):
+def isposinf(x, /, out=None):
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   x, = promote_args("isposinf", x)
   return lax.eq(x, _constant_like(x, np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
 
 
-def isneginf(x, /):
+def isneginf(x, /, out=None):
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   x, = promote_args("isneginf", x)
   return lax.eq(x, _constant_like(x, -np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
@@ -568,13 +574,13 @@ def where_(c, x, y):
   return where(c, x, y)
 
 
-def real(x, /):
-  x, = promote_args("real", x)
+def real(val, /):
+  x, = promote_args("real", val)
   return lax.real(x) if dtypes.is_complex(get_aval(x).dtype) else x
 
 
-def imag(x, /):
-  x, = promote_args("imag", x)
+def imag(val, /):
+  x, = promote_args("imag", val)
   return lax.imag(x) if dtypes.is_complex(get_aval(x).dtype) else lax.full_like(x, 0)
 
 
