@@ -182,3 +182,38 @@ def test_numpy_parameter_names():
   assert bool(jnp.issubdtype(arg1=np.float32, arg2=np.floating))
   with pytest.raises(NotImplementedError):
     jnp.isneginf(jnp.ones(2), out=jnp.ones(2))
+
+
+@pytest.mark.parametrize("da,db", [("int8", "bfloat16"), ("float16", "float32"),
+                                   ("bool", "int32"), ("float32", "complex64"),
+                                   ("int8", "uint8")])
+def test_mixed_dtype_products_keep_their_operands(da, db):
+  # JAX's jnp.dot/matmul: one dot_general on the operands as given, the promoted dtype as its
+  # preferred_element_type (no convert_element_type of an input)
+  import ml_dtypes
+  rng = np.random.RandomState(3)
+  a = (rng.randn(3, 4) * 3).astype(getattr(ml_dtypes, da, da))
+  b = (rng.randn(4, 2) * 3).astype(getattr(ml_dtypes, db, db))
+  expect_dtype = jnp.result_type(a, b)
+  for fn in (jnp.dot, jnp.matmul):
+    jaxpr = ourjax.make_jaxpr(fn)(a, b)
+    assert [str(e.primitive) for e in jaxpr.eqns] == ["dot_general"]
+    out = ourjax.jit(fn)(a, b)
+    assert out.dtype == expect_dtype
+    wide = lambda x: x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    ref = np.dot(wide(a), wide(b))
+    np.testing.assert_allclose(np.asarray(out).astype(ref.dtype if expect_dtype.kind != "c"
+                                                      else np.complex128), ref, rtol=2e-2)
+
+
+def test_matmul_squeezes_batch_dims_that_are_one_on_both_sides():
+  x = np.random.RandomState(4).randn(1, 5, 4).astype(np.float32)
+  y = np.random.RandomState(5).randn(1, 4, 3).astype(np.float32)
+  jaxpr = ourjax.make_jaxpr(jnp.matmul)(x, y)
+  [dot] = [e for e in jaxpr.eqns if str(e.primitive) == "dot_general"]
+  assert [v.aval.shape for v in dot.invars] == [(5, 4), (4, 3)]
+  np.testing.assert_allclose(jnp.matmul(x, y), np.matmul(x, y), rtol=1e-5)
+  for sa, sb in (((2, 1, 5, 4), (1, 1, 4, 3)), ((1, 1, 5, 4), (3, 4, 3)), ((4,), (1, 1, 4, 2))):
+    a = np.random.RandomState(6).randn(*sa).astype(np.float32)
+    b = np.random.RandomState(7).randn(*sb).astype(np.float32)
+    np.testing.assert_allclose(ourjax.jit(jnp.matmul)(a, b), np.matmul(a, b), rtol=1e-5)
