@@ -217,3 +217,35 @@ def test_matmul_squeezes_batch_dims_that_are_one_on_both_sides():
     a = np.random.RandomState(6).randn(*sa).astype(np.float32)
     b = np.random.RandomState(7).randn(*sb).astype(np.float32)
     np.testing.assert_allclose(ourjax.jit(jnp.matmul)(a, b), np.matmul(a, b), rtol=1e-5)
+
+
+def test_piecewise_traces_its_functions_once_and_matches_numpy():
+  calls = []
+
+  def g(v):
+    calls.append(1)
+    return v * 2
+
+  def h(v):
+    return v + 1
+
+  x = np.arange(-3.0, 4.0, dtype=np.float32)
+  for _ in range(4):
+    out = jnp.piecewise(x, [x < 0, x > 2], [g, h, 7.0])
+  assert len(calls) == 1                       # a jit with the functions as static arguments
+  np.testing.assert_allclose(out, np.piecewise(x, [x < 0, x > 2], [lambda v: v * 2,
+                                                                  lambda v: v + 1, 7.0]))
+  # extra positional and keyword arguments are passed to every function
+  np.testing.assert_allclose(
+      jnp.piecewise(x, [x < 0], [lambda v, a, k=1: v * a * k, lambda v, a, k=1: a + k], 3.0, k=2),
+      np.piecewise(x, [x < 0], [lambda v, a, k=1: v * a * k, lambda v, a, k=1: a + k], 3.0, k=2))
+
+
+def test_grad_seed_keeps_the_output_weak_type():
+  # JAX seeds the cotangent with ones_like(output): a weak output gives a weak gradient with no
+  # conversion at the end (and so no literal True in the jaxpr of where's gradient)
+  f = lambda x: jnp.where(x > 0, x, -x)
+  g = ourjax.grad(f)(3.0)
+  assert g.weak_type and float(g) == 1.0
+  assert "True" not in str(ourjax.make_jaxpr(ourjax.grad(f))(3.0))
+  assert not ourjax.grad(lambda x: x * jnp.float32(2))(jnp.float32(3.0)).weak_type

@@ -40,8 +40,9 @@ def piecewise(x, condlist, funclist, *args, **kw):
   """Elementwise, the function (or constant) of ``funclist`` whose condition of ``condlist``
   holds, the last one that does winning; one extra function is the default (0 otherwise).
   Each function gets a scalar element (and ``args``, ``kw``) and its result is cast to
-  ``x``'s dtype: JAX's ``vectorize`` over ``lax.switch``."""
-  from ourjax.numpy._reductions import argmax, cumsum
+  ``x``'s dtype: JAX's ``vectorize`` over ``lax.switch``, in a jit that holds the functions as
+  static arguments (calling piecewise again with the same functions does not trace them again;
+  the constants, ``args`` and ``kw`` are traced)."""
   check_arraylike("piecewise", x)
   x = asarray(_as_operand(x))
   nc, nf = len(condlist), len(funclist)
@@ -54,16 +55,32 @@ def piecewise(x, condlist, funclist, *args, **kw):
                      f"got {nf}")
   dt = get_aval(x).dtype
   conds = asarray(condlist, dtype=np.bool_)
+  funcs = tuple(f if callable(f) else None for f in funclist)
+  consts = tuple(None if callable(f) else lax.convert_element_type(asarray(_as_operand(f)), dt)
+                 for f in funclist)
+  global _piecewise_jit
+  if _piecewise_jit is None:
+    from ourjax.api import jit
+    _piecewise_jit = jit(_piecewise, static_argnums=(3,))
+  return _piecewise_jit(x, conds, consts, funcs, args, kw)
+
+
+_piecewise_jit = None
+
+
+def _piecewise(x, conds, consts, funcs, args, kw):
+  from ourjax.numpy._reductions import argmax, cumsum
+  dt = get_aval(x).dtype
   # the branch: 1 + the last condition that holds, 0 for none
   counts = cumsum(lax.concatenate([lax.full((1,) + get_aval(conds).shape[1:], False, np.bool_),
                                    conds], 0), axis=0)
   index = argmax(counts, axis=0)
 
-  def branch(f):
-    if callable(f):
+  def branch(f, c):
+    if f is not None:
       return lambda v: lax.convert_element_type(asarray(f(v, *args, **kw)), dt)
-    return lambda v: lax.full((), f, dt)
-  branches = [branch(f) for f in funclist]
+    return lambda v: lax.broadcast_in_dim(c, get_aval(v).shape, ())
+  branches = [branch(f, c) for f, c in zip(funcs, consts)]
   return vectorize(lambda i, v: lax.switch(i, branches, v))(index, x)
 
 
