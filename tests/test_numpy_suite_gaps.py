@@ -249,3 +249,19 @@ def test_grad_seed_keeps_the_output_weak_type():
   assert g.weak_type and float(g) == 1.0
   assert "True" not in str(ourjax.make_jaxpr(ourjax.grad(f))(3.0))
   assert not ourjax.grad(lambda x: x * jnp.float32(2))(jnp.float32(3.0)).weak_type
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint16, np.int32])
+def test_unravel_index_with_the_shape_traced(dtype):
+  # jit(unravel_index)(i, shape) traces the sizes: same coordinates as with a static shape
+  # (NumPy's for in-range indices; negatives from the end; out of range clipped)
+  shape = (2, 3)
+  idx = np.array([0, 1, 5, 3, 4], dtype)
+  traced = ourjax.jit(jnp.unravel_index)(idx, shape)
+  for t, e in zip(traced, np.unravel_index(idx, shape)):
+    assert t.dtype == dtype
+    np.testing.assert_array_equal(t, e)
+  if np.dtype(dtype).kind == "i":
+    odd = np.array([-2, 7, -9, 100 if np.iinfo(dtype).max >= 100 else 50], dtype)
+    for t, s in zip(ourjax.jit(jnp.unravel_index)(odd, shape), jnp.unravel_index(odd, shape)):
+      np.testing.assert_array_equal(t, s)

@@ -477,6 +477,9 @@ def unravel_index(indices, shape):
     raise TypeError(f"unravel_index: only integer indices are allowed, got {dt.name}")
   out_dt = dt                   # the indices' dtype, as JAX's (the shape is weakly typed)
   dt = dtypes.result_type(dt, dtypes.default_int_dtype())    # (computed at least this wide)
+  dims = list(shape) if isinstance(shape, (tuple, list)) or np.ndim(shape) == 1 else [shape]
+  if any(isinstance(d, Tracer) and not core.is_concrete(d) for d in dims):
+    return _unravel_traced_shape(indices, dims)
   shape = _shape_arg(shape, "unravel_index")
   if any(d < 0 for d in shape):
     raise ValueError(f"unravel_index: dimensions must be non-negative, got {shape}")
@@ -496,6 +499,24 @@ def unravel_index(indices, shape):
     i = lax.div(i, np.array(d, dt))
   return tuple(o if out_dt == dt else lax.convert_element_type(o, out_dt)
                for o in reversed(out))
+
+
+def _unravel_traced_shape(indices, dims):
+  """``unravel_index`` into a shape given by traced sizes (a jitted call that passes the shape
+  as an argument): the coordinates by repeated divmod, out-of-range indices clipped to the
+  last (or first) element, as JAX's."""
+  from ourjax.numpy._ufuncs import divmod as _divmod, where, greater, less, subtract
+  if any(np.ndim(d) != 0 for d in dims):
+    raise ValueError("unravel_index: shape should be a scalar or 1D sequence.")
+  out = [None] * len(dims)
+  rest = indices
+  for k in reversed(range(len(dims))):
+    rest, out[k] = _divmod(rest, dims[k])
+  over = greater(rest, 0)
+  under = less(rest, -1) if not np.issubdtype(get_aval(indices).dtype, np.unsignedinteger) else \
+      lax.full_like(over, False)
+  return tuple(where(over, subtract(d, 1), where(under, 0, c)).astype(get_aval(indices).dtype)
+               for d, c in zip(dims, out))
 
 
 def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None):
