@@ -265,3 +265,17 @@ def test_unravel_index_with_the_shape_traced(dtype):
     odd = np.array([-2, 7, -9, 100 if np.iinfo(dtype).max >= 100 else 50], dtype)
     for t, s in zip(ourjax.jit(jnp.unravel_index)(odd, shape), jnp.unravel_index(odd, shape)):
       np.testing.assert_array_equal(t, s)
+
+
+def test_pow_derivative_at_zero_float_versus_integer_exponent():
+  # JAX: lax.pow(x, y) with a float y has d/dx = y * x**(y-1), nan at 0 ** 0.0; an integer
+  # exponent array gives 0 there (jnp.power passes it to lax.pow without converting it)
+  assert np.isnan(float(ourjax.grad(ourjax.lax.pow)(0.0, 0.0)))
+  assert float(ourjax.grad(ourjax.jit(lambda x, n: x ** n))(0.0, 0)) == 0.0
+  assert float(ourjax.grad(ourjax.jit(lambda x, n: x ** n))(2.0, 3)) == 12.0
+  jac = ourjax.jacfwd(lambda x: x ** jnp.arange(3))(0.0)
+  np.testing.assert_array_equal(jac, [0.0, 1.0, 0.0])
+  x, n = np.array([0.0, 2.0, np.nan], np.float32), np.array([0, 3, 0], np.int32)
+  np.testing.assert_array_equal(ourjax.lax.pow(x, n), np.power(x, n))   # nan ** 0 is 1
+  out = jnp.power(jnp.asarray(x, jnp.float16), jnp.asarray(n))
+  assert out.dtype == np.float16 and not out.weak_type

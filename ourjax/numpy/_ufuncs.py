@@ -8,7 +8,7 @@ import numpy as np
 
 from ourjax import dtypes, lax
 from ourjax.array import Array
-from ourjax.core import get_aval
+from ourjax.core import Tracer, get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
                                 check_arraylike, _as_operand, _broadcast_to, promote_dtypes,
                                 _same_strong_arrays, static_argnames)
@@ -253,11 +253,18 @@ def power(x1, x2, /):
     return lax.integer_pow(x1, n)
   d1, d2 = dtypes.dtype(x1), dtypes.dtype(x2)
   weak = dtypes.is_weakly_typed(x1) and dtypes.is_weakly_typed(x2)
-  x1, x2 = promote_args_numeric("power", x1, x2)   # bool ** bool is an int32 power, as JAX's
-  dt = get_aval(x1).dtype
+  p1, p2 = promote_args_numeric("power", x1, x2)   # bool ** bool is an int32 power, as JAX's
+  dt = get_aval(p1).dtype
   if dtypes.is_integer(dt):
-    return _integer_power(x1, x2)
-  out = lax.pow(x1, x2)
+    return _integer_power(p1, p2)
+  if dtypes.is_inexact(d1) and dtypes.is_integer(d2) and isinstance(x2, (Array, Tracer)):
+    # an integer array exponent goes to lax.pow as it is (JAX: its derivative in x is 0 where
+    # the exponent is 0)
+    from ourjax.numpy._util import promote_shapes
+    b, e = promote_shapes("power", p1, x2)
+    out = lax.pow(b, e)
+    return out if get_aval(out).dtype == dt else lax.convert_element_type(out, dt)
+  out = lax.pow(p1, p2)
   if dtypes.is_inexact(d1) and dtypes.is_integer(d2) and get_aval(out).weak_type and not weak:
     # JAX applies lax.pow to an inexact base and an integer exponent without promoting them:
     # the result is weakly typed only when both operands are (``2.0 ** int_array`` is not)
