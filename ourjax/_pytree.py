@@ -52,6 +52,9 @@ class SequenceKey:
   def __str__(self):
     return f"[{self.idx!r}]"
 
+  def __hash__(self):   # the kind of entry counts: SequenceKey(1) and FlattenedIndexKey(1) differ
+    return hash(('SequenceKey', self.idx))
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DictKey:
@@ -60,6 +63,9 @@ class DictKey:
 
   def __str__(self):
     return f"[{self.key!r}]"
+
+  def __hash__(self):   # the kind of entry counts: SequenceKey(1) and FlattenedIndexKey(1) differ
+    return hash(('DictKey', self.key))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,6 +76,9 @@ class GetAttrKey:
   def __str__(self):
     return f".{self.name}"
 
+  def __hash__(self):   # the kind of entry counts: SequenceKey(1) and FlattenedIndexKey(1) differ
+    return hash(('GetAttrKey', self.name))
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlattenedIndexKey:
@@ -78,6 +87,9 @@ class FlattenedIndexKey:
 
   def __str__(self):
     return f"[<flat index {self.key}>]"
+
+  def __hash__(self):   # the kind of entry counts: SequenceKey(1) and FlattenedIndexKey(1) differ
+    return hash(('FlattenedIndexKey', self.key))
 
 
 KeyEntry = Any
@@ -190,7 +202,14 @@ class _Aux:
     if type(other) is not _Aux:
       return NotImplemented
     a, b = self.data, other.data
-    return a is b or bool(a == b)
+    if a is b:
+      return True
+    try:
+      return bool(a == b)
+    except Exception as e:   # arrays as static metadata, ...: JAX's error
+      raise ValueError("Exception raised while checking equality of metadata fields of pytree. "
+                       "Make sure that metadata fields are hashable and have simple equality "
+                       "semantics. (Note: arrays cannot be passed as metadata fields!)") from e
 
   def __hash__(self):
     return 0x5eed
@@ -455,6 +474,23 @@ class PyTreeDef:
       raise ValueError(f"Too {few} leaves for PyTreeDef; expected {n}, got {len(leaves)}. "
                        f"Structure: {self!r}")
     return _unflatten(self._node, iter(leaves))
+
+  def walk(self, f_node, f_leaf, leaves):
+    """Rebuilds bottom-up: ``f_leaf(leaf)`` for each of ``leaves`` (in order; the leaf itself
+    when ``f_leaf`` is None), ``f_node(children_results, node_data)`` at each node, where
+    node_data is the sorted key list of a dict, the class of a namedtuple, the aux data of a
+    custom node and None for tuples, lists and None."""
+    it = iter(leaves)
+
+    def go(node):
+      if node is _LEAF:
+        leaf = next(it)
+        return leaf if f_leaf is None else f_leaf(leaf)
+      kind, aux, children = node
+      res = tuple(go(c) for c in children)
+      data = list(aux) if kind is _DICT else (aux.data if isinstance(aux, _Aux) else aux)
+      return f_node(res, data)
+    return go(self._node)
 
   def flatten_up_to(self, xs) -> list:
     """Flattens ``xs`` down to this structure's leaves: a leaf here matches any subtree of
