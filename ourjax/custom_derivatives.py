@@ -34,10 +34,10 @@ from ourjax.core import ClosedJaxpr, Primitive, get_aval
 from ourjax.errors import UnexpectedTracerError
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax._pytree import (tree_flatten, tree_flatten_with_path, tree_map, tree_structure,
-                              tree_unflatten, keystr)
+from ourjax._pytree import (register_pytree_node, tree_flatten, tree_flatten_with_path,
+                              tree_map, tree_structure, tree_unflatten, keystr)
 
-__all__ = ["custom_jvp", "custom_vjp", "closure_convert", "linear_call",
+__all__ = ["custom_jvp", "custom_vjp", "custom_gradient", "closure_convert", "linear_call",
            "CustomJVPException", "CustomVJPException",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"]
 
@@ -718,6 +718,52 @@ def closure_convert(fun: Callable, *example_args):
   converted.__name__ = _fun_name(fun)
   assert n == len(jaxpr.invars)
   return converted, hoisted_vals
+
+
+class _GradRule:
+  """A custom_gradient rule carried as a custom_vjp residual: the closure-converted rule is
+  static (pytree aux data), the array constants it closes over are the residual arrays."""
+
+  def __init__(self, rule, consts):
+    self.rule, self.consts = rule, consts
+
+
+register_pytree_node(_GradRule, lambda r: (tuple(r.consts), r.rule),
+                     lambda rule, consts: _GradRule(rule, list(consts)))
+
+
+def custom_gradient(fun: Callable) -> Callable:
+  """``fun(*args)`` returns ``(out, rule)`` where ``rule(ct_out)`` gives the cotangents of the
+  arguments (a tuple, or a single value when there is one argument); the result is a function
+  whose VJP is ``rule`` (a ``custom_vjp`` underneath), as ``jax.custom_gradient``."""
+  @custom_vjp
+  def wrapped(*args, **kwargs):
+    out, _ = fun(*args, **kwargs)
+    return out
+
+  def fwd(*args, **kwargs):
+    out, rule = fun(*args, **kwargs)
+    example = tree_map(lambda x: _ct_example(get_aval(x)), out)
+    converted, consts = closure_convert(rule, example)
+    return out, _GradRule(converted, consts)
+
+  def bwd(res, ct):
+    cts_in = res.rule(ct, *res.consts)
+    if not isinstance(cts_in, tuple):
+      cts_in = (cts_in,)
+    return cts_in
+
+  wrapped.defvjp(fwd, bwd)
+  try:
+    functools.update_wrapper(wrapped, fun)
+  except Exception:
+    pass
+  return wrapped
+
+
+def _ct_example(aval):
+  ta = ad.tangent_aval(aval)
+  return np.zeros(ta.shape, ta.dtype)
 
 
 def linear_call(*args, **kwargs):

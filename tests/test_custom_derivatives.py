@@ -452,3 +452,32 @@ def test_differentiating_a_closed_over_value_is_an_error():
   # closing over traced values is fine for the other transformations
   np.testing.assert_allclose(ourjax.vmap(with_jvp)(jnp.array([1.0, 2.0])), [2.0, 8.0])
   np.testing.assert_allclose(ourjax.jit(with_vjp)(3.0), 18.0)
+
+
+def test_custom_gradient_rule_is_the_vjp():
+  # jax.custom_gradient: fun returns (out, rule); rule(ct) gives the argument cotangents
+  @ourjax.custom_gradient
+  def f(x):
+    return x ** 2, lambda g: (g * x,)          # deliberately half the true derivative
+
+  assert float(f(3.0)) == 9.0
+  for g in (ourjax.grad(f), ourjax.jit(ourjax.grad(f))):
+    assert float(g(3.0)) == 3.0
+  np.testing.assert_allclose(ourjax.vmap(ourjax.grad(f))(jnp.arange(3.0)), [0.0, 1.0, 2.0])
+
+  @ourjax.custom_gradient
+  def h(x, y):
+    return x * y, lambda g: (g * y * 10, g * x)
+  gx, gy = ourjax.jit(ourjax.grad(h, (0, 1)))(2.0, 3.0)
+  assert (float(gx), float(gy)) == (30.0, 2.0)
+
+  @ourjax.custom_gradient
+  def clip_gradient(x):                        # a single cotangent, not a tuple
+    return x, lambda g: jnp.clip(g, -0.5, 0.5)
+  assert float(ourjax.grad(lambda x: 3 * clip_gradient(x))(1.0)) == 0.5
+
+  @ourjax.custom_gradient
+  def with_int(x):                             # an integer output gets a float0 cotangent
+    return (x, jnp.round(x).astype(jnp.int32)), lambda g: jnp.ones_like(x)
+  np.testing.assert_array_equal(
+      ourjax.grad(lambda x: jnp.sum(with_int(with_int(x)[0])[0]))(jnp.arange(3.0)), np.ones(3))
