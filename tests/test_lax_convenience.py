@@ -115,3 +115,14 @@ def test_scan_accepts_every_non_negative_unroll(unroll):
 def test_scan_rejects_a_negative_unroll():
   with pytest.raises(ValueError, match="non-negative"):
     lax.scan(lambda c, x: (c, x), 0.0, np.arange(3.0), unroll=-1)
+
+
+def test_shape_as_value_of_static_shapes():
+  from ourjax import lax as _lax
+  empty = _lax.shape_as_value(())
+  assert empty.shape == (0,) and empty.dtype == np.int32
+  for shape in ((2,), (2, 3), (4, 0, 7)):
+    out = _lax.shape_as_value(shape)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, np.array(shape))
+  assert _lax.shape_as_value((2 ** 31, 1)).dtype == np.int64

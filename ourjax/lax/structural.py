@@ -330,6 +330,16 @@ def full_like(x, fill_value, dtype=None, shape=None):
               x_dtype if dtype is None else dtype, weak_type=weak if dtype is None else False)
 
 
+def shape_as_value(shape):
+  """A shape as an integer array (int32, int64 for sizes past int32): an empty Array for (),
+  otherwise a NumPy array, as JAX's for static shapes (ourjax has no symbolic dimensions)."""
+  shape = tuple(operator.index(d) for d in shape)
+  dt = np.dtype(np.int64 if any(d > np.iinfo(np.int32).max for d in shape) else np.int32)
+  if not shape:
+    return full((0,), np.array(0, dt))
+  return np.asarray(shape, dtype=dt)
+
+
 def zeros_like_array(x):
   return full_like(x, 0)
 
