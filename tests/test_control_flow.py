@@ -654,3 +654,30 @@ def test_vmap_over_closed_over_values(x64):
   g = ourjax.vmap(ourjax.jacfwd(f))(ws)    # forward mode: the while_loop has no transpose
   np.testing.assert_allclose(np.asarray(g), [central_diff(f, np.float64(w)) for w in ws],
                              rtol=1e-6)
+
+
+def test_disable_jit_while_loop_copies_numpy_carries_and_falls_back_under_vmap():
+  # JAX: with jit disabled the loop runs in Python on arrays (a body that updates a NumPy carry
+  # in place does not alias the other carry), and a traced predicate (vmap) uses the primitive
+  def body(carry):
+    x, y = carry
+    x += 1
+    return x, y + x
+
+  def f():
+    val = np.array(1.0)
+    return lax.while_loop(lambda c: c[0] < 10, body, (val, val))[1]
+
+  with ourjax.disable_jit(False):
+    jitted = f()
+  with ourjax.disable_jit(True):
+    eager = f()
+    batched = ourjax.vmap(lambda y: lax.while_loop(lambda x: x < 10.0, lambda x: x + 1.0, y))(
+        jnp.array([3.0, 4.0]))
+  assert float(jitted) == float(eager) == sum(range(1, 11))
+  np.testing.assert_array_equal(batched, [10.0, 10.0])
+
+
+def test_platform_dependent_without_a_branch_for_the_platform():
+  with pytest.raises(NotImplementedError, match="translation rule .* not found for platform"):
+    lax.platform_dependent(3.0, tpu=lambda x: x + 2.0)

@@ -701,16 +701,29 @@ def _bind_while(cond_closed, cconsts, body_closed, bconsts, init):
                       body_nconsts=len(bconsts))
 
 
+def _leaves_as_arrays(tree):
+  from ourjax.array import Array
+  leaves, treedef = tree_flatten(tree)
+  return tree_unflatten(treedef, [x if isinstance(x, (Array, core.Tracer)) else Array(
+      np.array(x, dtype=get_aval(x).dtype), weak_type=get_aval(x).weak_type) for x in leaves])
+
+
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   """``while cond_fun(val): val = body_fun(val)``; returns the final ``val``.  Forward-mode
   differentiable (reverse mode needs a static trip count: use ``scan`` or ``fori_loop``)."""
   if not (callable(cond_fun) and callable(body_fun)):
     raise TypeError("lax.while_loop: body_fun and cond_fun arguments should be callable.")
   if config.jax_disable_jit:
-    val = init_val
-    while cond_fun(val):
-      val = body_fun(val)
-    return val
+    # a Python loop over arrays (NumPy leaves become Arrays, so a body that updates its carry
+    # in place cannot alias it); a traced predicate (under vmap, ...) falls back to the
+    # primitive, as in JAX
+    try:
+      val = _leaves_as_arrays(init_val)
+      while cond_fun(val):
+        val = _leaves_as_arrays(body_fun(val))
+      return val
+    except core.ConcretizationTypeError:
+      pass
   init_flat, init_tree = tree_flatten(init_val)
   args_tree = tree_flatten((init_val,))[1]
   in_avals = [get_aval(x) for x in init_flat]
