@@ -279,3 +279,20 @@ def test_pow_derivative_at_zero_float_versus_integer_exponent():
   np.testing.assert_array_equal(ourjax.lax.pow(x, n), np.power(x, n))   # nan ** 0 is 1
   out = jnp.power(jnp.asarray(x, jnp.float16), jnp.asarray(n))
   assert out.dtype == np.float16 and not out.weak_type
+
+
+def test_histogram_drops_values_outside_and_nans_like_jax():
+  # slots from searchsorted(edges, v, 'right'): below the first edge and above the last (NaN
+  # sorts last) are dropped; the last edge counts in the last bin; NaN edges count nothing
+  a = np.array([-3.0, 0.0, 0.5, np.nan, 1.0, 2.0, 5.0], np.float32)
+  counts, _ = jnp.histogram(a, bins=np.array([0.0, 1.0, 2.0]))
+  np.testing.assert_array_equal(counts, [2.0, 2.0])   # {0, 0.5} and {1, 2}
+  np.testing.assert_array_equal(counts, np.histogram(a[~np.isnan(a)], [0.0, 1.0, 2.0])[0])
+  counts, edges = jnp.histogram(np.array([1.0, np.nan, 2.0, 3.0]), bins=3)
+  assert np.isnan(np.asarray(edges)).all()
+  np.testing.assert_array_equal(counts, [0.0, 0.0, 0.0])
+  w = np.linspace(0.1, 0.7, 7).astype(np.float32)
+  got, _ = jnp.histogram(a, bins=3, range=(-1, 2), weights=w)
+  ok = ~np.isnan(a)
+  np.testing.assert_allclose(got, np.histogram(a[ok], bins=3, range=(-1, 2), weights=w[ok])[0],
+                             rtol=1e-6)

@@ -386,20 +386,19 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
   edges = histogram_bin_edges(a, bins, range, weights)
   n = get_aval(edges).shape[0] - 1
   a, edges = promote_dtypes_inexact(a, edges)
-  idx = lax.sub(searchsorted(edges, a, side="right"), np.int32(1))
-  # values equal to the last edge go into the last bin; values outside are dropped
+  # as JAX's: a value's slot is searchsorted(edges, value, 'right') in 0..n+1, the last edge
+  # itself counting in the last bin; slot 0 (below the range) and slot n+1 (above it, or NaN,
+  # which sorts last) are dropped -- and with NaN edges every value falls outside
+  idx = searchsorted(edges, a, side="right")
   from ourjax.numpy._gathers import take_1d
   last = take_1d(edges, np.full((), n, np.int32))
-  first = take_1d(edges, np.zeros((), np.int32))
-  idx = where(lax.eq(a, last), n - 1, idx)
-  outside = lax.or_(lax.lt(a, first), lax.gt(a, last))
-  idx = where(outside, n, idx)
-  # as JAX's: the counts have the (inexact) dtype of the weights, ones like a by default
+  idx = where(lax.eq(a, last), n, idx)
+  # the counts have the (inexact) dtype of the weights, ones like a by default
   w = lax.full_like(a, 1) if weights is None else ravel(asarray(weights,
                                                                dtype=get_aval(a).dtype))
-  counts = bincount(idx, w, length=n + 1)
+  counts = bincount(idx, w, length=n + 2)
   from ourjax.numpy._shape import _slice_axis
-  counts = _slice_axis(counts, 0, n, 0)
+  counts = _slice_axis(counts, 1, n + 1, 0)
   if density:
     widths = diff(edges)
     counts = divide(divide(counts, widths), _sum(counts))
