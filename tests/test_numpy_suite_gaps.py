@@ -296,3 +296,20 @@ def test_histogram_drops_values_outside_and_nans_like_jax():
   got, _ = jnp.histogram(a, bins=edges, weights=w)
   ok = ~np.isnan(a)
   np.testing.assert_allclose(got, np.histogram(a[ok], bins=edges, weights=w[ok])[0], rtol=1e-6)
+
+
+def test_linalg_array_api_functions():
+  # jnp.linalg.trace/outer follow the array API (JAX): trace over the last two axes, outer of
+  # vectors only; eigvalsh takes symmetrize_input
+  x = np.arange(24.0).reshape(2, 3, 4)
+  np.testing.assert_allclose(jnp.linalg.trace(x), np.trace(x, axis1=-2, axis2=-1))
+  np.testing.assert_allclose(jnp.linalg.trace(x, offset=1), np.trace(x, 1, axis1=-2, axis2=-1))
+  np.testing.assert_allclose(jnp.linalg.outer(np.arange(2.0), np.arange(3.0)),
+                             np.outer(np.arange(2.0), np.arange(3.0)))
+  with pytest.raises(ValueError, match="one-dimensional"):
+    jnp.linalg.outer(np.ones((2, 2)), np.arange(3.0))
+  a = np.array([[2.0, 1.0], [0.0, 3.0]])
+  np.testing.assert_allclose(jnp.linalg.eigvalsh(a, symmetrize_input=False),
+                             np.linalg.eigvalsh(a), rtol=1e-6)   # the lower triangle: diag(2, 3)
+  np.testing.assert_allclose(jnp.linalg.tensordot(np.ones((2, 3)), np.ones((3, 4)), axes=1),
+                             np.full((2, 4), 3.0))
