@@ -161,7 +161,7 @@ def pow(x, y):  # noqa: A001
 def max(x, y): return max_p.bind(*_size_one_broadcast(x, y))  # noqa: A001
 def min(x, y): return min_p.bind(*_size_one_broadcast(x, y))  # noqa: A001
 def atan2(x, y): return atan2_p.bind(*_size_one_broadcast(x, y))
-def nextafter(x, y): return nextafter_p.bind(*_size_one_broadcast(x, y))
+def nextafter(x1, x2): return nextafter_p.bind(*_size_one_broadcast(x1, x2))
 def and_(x, y): return and_p.bind(*_size_one_broadcast(x, y))
 def or_(x, y): return or_p.bind(*_size_one_broadcast(x, y))
 def xor(x, y): return xor_p.bind(*_size_one_broadcast(x, y))
@@ -189,7 +189,8 @@ def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001
   return round_p.bind(x, rounding_method=int(rounding_method))
 
 
-def convert_element_type(x, new_dtype):
+def convert_element_type(operand, new_dtype):
+  x = operand
   if isinstance(new_dtype, KeyDType) or type(x) is PRNGKeyArray:
     _key_convert_error(x, new_dtype)
     return x
@@ -235,8 +236,8 @@ def _convert_element_type(x, new_dtype, weak_type: bool = False):
   return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
 
 
-def bitcast_convert_type(x, new_dtype):
-  return bitcast_convert_type_p.bind(x, new_dtype=dtypes.canonicalize_dtype(new_dtype))
+def bitcast_convert_type(operand, new_dtype):
+  return bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize_dtype(new_dtype))
 
 
 def select_n(which, *cases):

@@ -287,8 +287,9 @@ iota_p.def_abstract_eval(lambda dtype, shape, dimension, sharding: ShapedArray(s
 iota_p.def_impl(_iota_impl)
 
 
-def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
-  """An array of ``shape`` filled with a scalar (``broadcast_in_dim`` of a 0-d value)."""
+def full(shape, fill_value, dtype=None, *, sharding=None, weak_type: bool = False):
+  """An array of ``shape`` filled with a scalar (``broadcast_in_dim`` of a 0-d value).
+  ``sharding`` is accepted as JAX's; the array is not placed by it."""
   from ourjax.lax.elementwise import _convert_element_type
   shape = as_shape(shape)
   fill_aval = get_aval(fill_value)
@@ -315,7 +316,7 @@ def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
   return broadcast_in_dim(fill_value, shape, ())
 
 
-def full_like(x, fill_value, dtype=None, shape=None):
+def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
   """An array like ``x`` (its shape and dtype unless given) filled with ``fill_value``.  ``x``
   may be anything with ``shape`` and ``dtype`` (a ``ShapeDtypeStruct``, ...), as JAX's."""
   try:
