@@ -481,3 +481,50 @@ def test_custom_gradient_rule_is_the_vjp():
     return (x, jnp.round(x).astype(jnp.int32)), lambda g: jnp.ones_like(x)
   np.testing.assert_array_equal(
       ourjax.grad(lambda x: jnp.sum(with_int(with_int(x)[0])[0]))(jnp.arange(3.0)), np.ones(3))
+
+
+def test_custom_vjp_symbolic_zeros():
+  # JAX's symbolic_zeros=True: fwd sees CustomVJPPrimal(value, perturbed) leaves (a key array is
+  # one leaf), bwd sees SymbolicZero for zero cotangents (float0 for keys and integers) and may
+  # return SymbolicZero or None for a zero cotangent
+  from ourjax.custom_derivatives import CustomVJPPrimal, SymbolicZero
+  seen = {}
+
+  @ourjax.custom_vjp
+  def g(x, y):
+    return x * y, x + y
+
+  def g_fwd(x, y):
+    assert isinstance(x, CustomVJPPrimal) and isinstance(y, CustomVJPPrimal)
+    seen["perturbed"] = (x.perturbed, y.perturbed)
+    return g(x.value, y.value), (x.value, y.value)
+
+  def g_bwd(res, cts):
+    a, b = cts
+    seen["zero"] = (isinstance(a, SymbolicZero), isinstance(b, SymbolicZero))
+    x, y = res
+    ga = 0.0 if isinstance(a, SymbolicZero) else a
+    gb = 0.0 if isinstance(b, SymbolicZero) else b
+    return ga * y + gb, (SymbolicZero.from_primal_value(x) if isinstance(b, SymbolicZero)
+                         else ga * x + gb)
+
+  g.defvjp(g_fwd, g_bwd, symbolic_zeros=True)
+  assert float(ourjax.grad(lambda x: g(x, 2.0)[0])(3.0)) == 2.0
+  assert seen == {"perturbed": (True, False), "zero": (False, True)}
+  dx, dy = ourjax.jit(ourjax.grad(lambda x, y: g(x, y)[1], (0, 1)))(3.0, 2.0)
+  assert (float(dx), float(dy)) == (1.0, 1.0)
+  assert seen == {"perturbed": (True, True), "zero": (True, False)}
+  np.testing.assert_allclose(ourjax.vmap(ourjax.grad(lambda x: g(x, 2.0)[0]))(jnp.arange(3.0)),
+                             [2.0, 2.0, 2.0])
+
+  @ourjax.custom_vjp
+  def f(_, state):
+    return state
+  state = (8.0, ourjax.random.key(123))
+
+  def bwd_keys(_, ct):
+    assert isinstance(ct[1], SymbolicZero) and ct[1].dtype == ourjax.dtypes.float0
+    return ct[0], ct
+  f.defvjp(lambda _, state: (ourjax.tree.map(lambda p: p.value, state), None), bwd_keys,
+           symbolic_zeros=True)
+  assert float(ourjax.grad(lambda t: f(t, state)[0])(3.0)) == 1.0
