@@ -313,3 +313,19 @@ def test_linalg_array_api_functions():
                              np.linalg.eigvalsh(a), rtol=1e-6)   # the lower triangle: diag(2, 3)
   np.testing.assert_allclose(jnp.linalg.tensordot(np.ones((2, 3)), np.ones((3, 4)), axes=1),
                              np.full((2, 4), 3.0))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_reductions_accumulate_in_float32_unless_a_dtype_is_given(dtype):
+  x = jnp.asarray(np.linspace(0.5, 3.0, 10), dtype)
+  prims = lambda f: [str(e.primitive) for e in ourjax.make_jaxpr(f)(x).eqns]
+  assert prims(jnp.sum) == ["convert_element_type", "reduce_sum", "convert_element_type"]
+  assert prims(lambda v: jnp.sum(v, dtype=dtype)) == ["reduce_sum"]
+  assert prims(lambda v: jnp.prod(v, dtype=dtype)) == ["reduce_prod"]
+  assert prims(lambda v: jnp.mean(v, dtype=dtype)) == ["reduce_sum", "div"]
+  ref = np.asarray(x, np.float64)
+  for f, r in ((lambda v: jnp.sum(v, dtype=dtype), ref.sum()), (jnp.mean, ref.mean()),
+               (lambda v: jnp.mean(v, dtype=dtype), ref.mean())):
+    out = f(x)
+    assert out.dtype == x.dtype
+    np.testing.assert_allclose(float(out), r, rtol=2e-2)
