@@ -181,6 +181,7 @@ class CustomVJPPrimal:
 # flat fwd/bwd (which may run under vmap wrappers) for rules with symbolic_zeros=True
 _PERTURBED: list = []
 _ZERO_CTS: list = []
+_ZERO_TANS: list = []      # (the same for the tangents a custom_jvp rule is called with)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -207,9 +208,13 @@ def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts, symb
   if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
     raise CustomJVPException()
   args = primals[num_consts:]
-  tans = [ad.instantiate_zeros(t) for t, p in zip(tangents[num_consts:], args)
-          if _inexact(get_aval(p))]
-  outs = jvp(*primals, *tans)
+  arg_tangents = [t for t, p in zip(tangents[num_consts:], args) if _inexact(get_aval(p))]
+  tans = [ad.instantiate_zeros(t) for t in arg_tangents]
+  _ZERO_TANS.append([type(t) is ad.Zero for t in arg_tangents] if symbolic_zeros else None)
+  try:
+    outs = jvp(*primals, *tans)
+  finally:
+    _ZERO_TANS.pop()
   n = len(call_jaxpr.out_avals)
   primals_out, touts = outs[:n], iter(outs[n:])
   tangents_out = [next(touts) if _inexact(a) else ad.Zero(ad.tangent_aval(a))
@@ -260,11 +265,11 @@ class custom_jvp:
 
   def defjvp(self, jvp: Callable, symbolic_zeros: bool = False) -> Callable:
     """Define the rule: ``jvp(primals, tangents) -> (primal_out, tangent_out)``, where primals
-    and tangents are tuples with one entry per (differentiable) argument.  Returns ``jvp``."""
-    if symbolic_zeros:
-      raise NotImplementedError("custom_jvp rules with symbolic_zeros=True are not supported "
-                                "by ourjax yet; zero tangents are passed as zero arrays")
+    and tangents are tuples with one entry per (differentiable) argument.  Returns ``jvp``.
+    With ``symbolic_zeros`` zero tangents reach the rule as ``SymbolicZero`` objects (and the
+    rule may return them)."""
     self.jvp = jvp
+    self.symbolic_zeros = bool(symbolic_zeros)
     return jvp
 
   def defjvps(self, *jvps: Callable | None):
@@ -342,12 +347,20 @@ def _make_flat_jvp(rule, name, static_args, in_tree, in_avals, out_tree, out_ava
     tangents = [next(tans) if _inexact(a) else _float0_zeros(a) for a in in_avals]
     py_primals = tree_unflatten(in_tree, list(primals))
     py_tangents = tree_unflatten(in_tree, tangents)
+    zero_tans = _ZERO_TANS[-1] if _ZERO_TANS else None
+    if zero_tans is not None:
+      zero = iter(zero_tans)
+      py_tangents = _as_symbolic_zeros(py_tangents, [not _inexact(a) or bool(next(zero))
+                                                     for a in in_avals])
     res = rule(*static_args, tuple(py_primals), tuple(py_tangents))
     if not isinstance(res, (list, tuple)) or len(res) != 2:
       raise TypeError(f"Custom JVP rule {rule_name} for function {name} must produce a pair "
                       f"(list or tuple of length two) representing primal and tangent outputs, "
                       f"but got {res}.")
     p_out, t_out = res
+    if zero_tans is not None:   # SymbolicZero tangents out: zeros of the primal output's type
+      t_out = tree_map(lambda t: t.instantiate() if isinstance(t, SymbolicZero) else t, t_out,
+                       is_leaf=lambda t: isinstance(t, SymbolicZero))
     p_leaves, p_tree = tree_flatten(p_out)
     t_leaves, t_tree = tree_flatten(t_out)
     if p_tree != t_tree:

@@ -528,3 +528,38 @@ def test_custom_vjp_symbolic_zeros():
   f.defvjp(lambda _, state: (ourjax.tree.map(lambda p: p.value, state), None), bwd_keys,
            symbolic_zeros=True)
   assert float(ourjax.grad(lambda t: f(t, state)[0])(3.0)) == 1.0
+
+
+def test_custom_jvp_symbolic_zeros():
+  # JAX: with symbolic_zeros=True a rule sees SymbolicZero for a tangent that is symbolically
+  # zero (an argument not differentiated) and may return one
+  from ourjax.custom_derivatives import SymbolicZero
+  seen = []
+
+  @ourjax.custom_jvp
+  def f(x, y):
+    return x * y
+
+  def f_jvp(primals, tangents):
+    x, y = primals
+    tx, ty = tangents
+    seen.append((isinstance(tx, SymbolicZero), isinstance(ty, SymbolicZero)))
+    out = 0.0
+    if not isinstance(tx, SymbolicZero):
+      out = out + 10 * tx * y                   # deliberately not the true derivative
+    if not isinstance(ty, SymbolicZero):
+      out = out + x * ty
+    return x * y, out
+  f.defjvp(f_jvp, symbolic_zeros=True)
+
+  assert float(ourjax.grad(f)(2.0, 3.0)) == 30.0 and seen[-1] == (False, True)
+  assert float(ourjax.jit(ourjax.grad(f, 1))(2.0, 3.0)) == 2.0 and seen[-1] == (True, False)
+  out, tan = ourjax.jvp(f, (2.0, 3.0), (1.0, 0.0))    # an explicit 0 is a value, not symbolic
+  assert (float(out), float(tan)) == (6.0, 30.0) and seen[-1] == (False, False)
+  np.testing.assert_allclose(ourjax.vmap(ourjax.grad(f))(jnp.arange(3.0), jnp.ones(3)), 10.0)
+
+  @ourjax.custom_jvp
+  def g(x):
+    return 2 * x
+  g.defjvp(lambda p, t: (g(p[0]), SymbolicZero.from_primal_value(p[0])), symbolic_zeros=True)
+  assert float(ourjax.grad(g)(1.0)) == 0.0
