@@ -681,3 +681,26 @@ def test_disable_jit_while_loop_copies_numpy_carries_and_falls_back_under_vmap()
 def test_platform_dependent_without_a_branch_for_the_platform():
   with pytest.raises(NotImplementedError, match="translation rule .* not found for platform"):
     lax.platform_dependent(3.0, tpu=lambda x: x + 2.0)
+
+
+def test_scan_with_jit_disabled_runs_the_body_in_python():
+  calls = []
+
+  def body(c, x):
+    calls.append(type(c).__name__)          # concrete values, not tracers
+    return c + x["a"], (c * 2, x["b"])
+
+  xs = {"a": np.arange(4.0, dtype=np.float32), "b": np.arange(8).reshape(4, 2)}
+  with ourjax.disable_jit():
+    carry, (y1, y2) = lax.scan(body, 0.0, xs)
+    rcarry, (ry1, _) = lax.scan(body, 0.0, xs, reverse=True)
+    with pytest.raises(ValueError, match="zero-length scan"):
+      lax.scan(lambda c, x: (c + x, x), 0.0, np.array([], np.float32))
+    assert float(lax.fori_loop(0, 0, lambda i, x: x + i, 1.0)) == 1.0
+  assert len(calls) == 8 and "Tracer" not in "".join(calls)
+  ref = lax.scan(body, 0.0, xs)                # the same with jit on
+  assert float(carry) == float(ref[0]) == 6.0
+  np.testing.assert_array_equal(y1, ref[1][0])
+  np.testing.assert_array_equal(y2, xs["b"])
+  np.testing.assert_array_equal(ry1, 2 * np.array([6.0, 5.0, 3.0, 0.0]))
+  assert float(rcarry) == 6.0

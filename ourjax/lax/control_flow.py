@@ -793,6 +793,8 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     # int (so it is weakly typed, whatever the bounds' dtype)
     from ourjax.array import to_numpy
     lo, hi = int(to_numpy(lower)), int(to_numpy(upper))
+    if config.jax_disable_jit and hi <= lo:
+      return init_val      # (scan without jit refuses zero trips; the loop runs none)
     (_, result), _ = scan(_fori_scan_body(body_fun), (lo, init_val), None,
                           length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
     return result
@@ -1067,6 +1069,8 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   unroll = int(unroll)
   if unroll < 0:     # (0, like True, unrolls the whole loop)
     raise ValueError("`unroll` must be a `bool` or a non-negative `int`.")
+  if config.jax_disable_jit:
+    return _scan_in_python(f, init, xs_flat, xs_tree, length, reverse)
   x_avals = [_slice_aval(a) for a in xs_avals]
   init_flat, init_tree = tree_flatten(init)
   in_avals = [get_aval(x) for x in init_flat]
@@ -1119,6 +1123,27 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   outs = _lf.merge(move, kept, outs[:n_left]) + list(outs[n_left:])
   carry_out, ys = _loop_result_types(outs[:n], in_avals, cell[1]), outs[n:]
   return tree_unflatten(init_tree, carry_out), tree_unflatten(cell[2], ys)
+
+
+def _scan_in_python(f, init, xs_flat, xs_tree, length, reverse):
+  """scan with jit disabled, as JAX's: the body runs in Python on each slice, the ys stacked;
+  a zero-length scan is an error (the type of its ys is unknown without tracing)."""
+  from ourjax.lax.slicing import index_in_dim
+  from ourjax.lax.structural import concatenate, expand_dims
+  from ourjax._pytree import tree_map
+  if length == 0:
+    raise ValueError("zero-length scan is not supported in disable_jit() mode because the "
+                     "output type is unknown.")
+  carry, ys = init, []
+  order = range(length - 1, -1, -1) if reverse else range(length)
+  for i in order:
+    x = tree_unflatten(xs_tree, [index_in_dim(x, i, keepdims=False) for x in xs_flat])
+    carry, y = f(carry, x)
+    ys.append(y)
+  if reverse:
+    ys.reverse()
+  stacked = tree_map(lambda *y: concatenate([expand_dims(v, (0,)) for v in y], 0), *ys)
+  return carry, stacked
 
 
 def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 (lax.map, as in JAX)
