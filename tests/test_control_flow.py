@@ -704,3 +704,21 @@ def test_scan_with_jit_disabled_runs_the_body_in_python():
   np.testing.assert_array_equal(y2, xs["b"])
   np.testing.assert_array_equal(ry1, 2 * np.array([6.0, 5.0, 3.0, 0.0]))
   assert float(rcarry) == 6.0
+
+
+def test_scan_forwards_xs_returned_as_ys():
+  # a y that is the x as it came in is the xs array itself (JAX): the loop computes only the rest
+  f = lambda xs: lax.scan(lambda c, x: (c + 1, x), 0, xs)
+  scan_eqn = ourjax.make_jaxpr(f)(jnp.arange(3.0)).eqns[0]
+  assert len(scan_eqn.params["jaxpr"].jaxpr.outvars) == 1
+  xs = {"a": np.arange(3.0, dtype=np.float32), "b": np.ones((3, 2), np.float32)}
+  for rev in (False, True):
+    c, (b, cs, a) = lax.scan(lambda c, x: (c + x["a"], (x["b"], c, x["a"])), 0.0, xs,
+                             reverse=rev)
+    np.testing.assert_array_equal(a, xs["a"])
+    np.testing.assert_array_equal(b, xs["b"])
+    expect = np.cumsum(xs["a"][::-1])[::-1] - xs["a"] if rev else np.cumsum(xs["a"]) - xs["a"]
+    np.testing.assert_array_equal(cs, expect)
+  g = ourjax.grad(lambda v: lax.scan(lambda c, x: (c * x, x), 1.0, v)[1].sum() +
+                  lax.scan(lambda c, x: (c * x, x), 1.0, v)[0])(jnp.arange(1.0, 4.0))
+  np.testing.assert_allclose(g, 1 + np.array([6.0, 3.0, 2.0]))

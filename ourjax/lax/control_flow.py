@@ -1116,8 +1116,14 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   if _any(move):
     closed = _lf.carries_to_consts(closed, move)
   fixed, carried = _lf.split(init_flat, move)
+  # ys that are an x as it came in are that xs array itself, not a loop output (as in JAX)
+  closed, y_from_x = _lf.forward_xs_to_ys(closed, len(carried), len(xs_flat))
   outs = _bind_scan(closed, fixed, carried, xs_flat, length=length, reverse=bool(reverse),
                     unroll=unroll)
+  if _any(k is not None for k in y_from_x):
+    rest = iter(outs[len(carried):])
+    outs = list(outs[:len(carried)]) + [xs_flat[k] if k is not None else next(rest)
+                                        for k in y_from_x]
   n_left = len(carried)
   kept = [_forwarded(x, a) for x, a, m in zip(init_flat, in_avals, move) if m]
   outs = _lf.merge(move, kept, outs[:n_left]) + list(outs[n_left:])
