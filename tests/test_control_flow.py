@@ -722,3 +722,24 @@ def test_scan_forwards_xs_returned_as_ys():
   g = ourjax.grad(lambda v: lax.scan(lambda c, x: (c * x, x), 1.0, v)[1].sum() +
                   lax.scan(lambda c, x: (c * x, x), 1.0, v)[0])(jnp.arange(1.0, 4.0))
   np.testing.assert_allclose(g, 1 + np.array([6.0, 3.0, 2.0]))
+
+
+def test_switch_branches_share_residual_slots():
+  # JAX merges the branches' residuals by type: sin and cos (one f32 residual each) share one
+  # slot, sin + cos needs a second; gradients stay right
+  branches = [jnp.sin, jnp.cos, jnp.sinh, lambda x: jnp.sin(x) + jnp.cos(x)]
+  refs = [np.cos, lambda x: -np.sin(x), np.cosh, lambda x: np.cos(x) - np.sin(x)]
+
+  def conds(bs):
+    j = ourjax.make_jaxpr(ourjax.grad(lambda x, i: lax.switch(i + 1, bs, x)))(0.0, 0)
+    return [e for e in j.eqns if str(e.primitive) == "cond"]
+
+  fwd2, bwd2 = conds(branches[:2])
+  fwd3, _ = conds(branches[:3])
+  fwd4, bwd4 = conds(branches)
+  n_out = lambda e: {len(b.jaxpr.outvars) for b in e.params["branches"]}
+  assert n_out(fwd2) == n_out(fwd3) == {2} and n_out(fwd4) == {3}
+  assert {len(b.jaxpr.invars) for b in bwd4.params["branches"]} == {3}
+  g = ourjax.jit(ourjax.grad(lambda x, i: lax.switch(i, branches, x)))
+  for i, ref in enumerate(refs):
+    np.testing.assert_allclose(g(0.7, i), ref(0.7), rtol=1e-6)

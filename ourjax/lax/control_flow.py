@@ -523,6 +523,24 @@ def _cond_jvp(primals, tangents, *, branches):
 ad.jvp_rules[cond_p] = _cond_jvp
 
 
+def _merge_residual_slots(res_avals):
+  """Residual slots shared by branches: ``(slot avals, per branch the slot of each of its
+  residuals)``; a slot holds one type, and as many slots of a type as the branch that needs
+  most of them."""
+  slots, assign = [], []
+  for avals in res_avals:
+    used, idx = set(), []
+    for a in avals:
+      j = next((k for k, sa in enumerate(slots) if k not in used and sa == a), None)
+      if j is None:
+        slots.append(a)
+        j = len(slots) - 1
+      used.add(j)
+      idx.append(j)
+    assign.append(idx)
+  return slots, assign
+
+
 def _cond_partial_eval(trace, tracers, *, branches):
   if not tracers[0].pval.is_known:     # unknown index: stage the whole cond
     return trace.default_process_primitive(cond_p, tracers, dict(branches=branches))
@@ -532,23 +550,26 @@ def _cond_partial_eval(trace, tracers, *, branches):
   for b in branches:
     out_uk = _or(out_uk, _pe_jaxpr(b, ops_uk, [False] * nout)[2])
   splits = [_pe_jaxpr(b, ops_uk, out_uk) for b in branches]
-  # every branch's known side returns the residuals of all branches (zeros for the others')
+  # the branches' residuals share slots (as JAX merges them): a residual goes to a slot of its
+  # type that its branch does not use yet; a branch returns zeros in the slots it does not use
   res_avals = [list(jk.out_avals[len(jk.out_avals) - nres:]) for jk, _, _, nres in splits]
+  slots, assign = _merge_residual_slots(res_avals)
   n_known_out = nout - sum(out_uk)
   known_avals = [t.aval for t in tracers[1:] if t.pval.is_known]
   knowns, unknowns = [], []
   for i, (jk, ju, _, nres) in enumerate(splits):
     def known_fun(*xs, jk=jk, i=i):
       outs = core.closed_call(jk, *xs)
-      out = outs[:n_known_out]
-      for k, avals in enumerate(res_avals):
-        out += outs[n_known_out:] if k == i else [ad.zeros_like_aval(a) for a in avals]
-      return out
+      vals = [None] * len(slots)
+      for r, j in zip(outs[n_known_out:], assign[i]):
+        vals[j] = r
+      return outs[:n_known_out] + [ad.zeros_like_aval(a) if v is None else v
+                                   for v, a in zip(vals, slots)]
     knowns.append(pe.trace_to_jaxpr(known_fun, known_avals, "known"))
     res_vars, unk_vars = ju.invars[:nres], ju.invars[nres:]
-    lead = []
-    for k, avals in enumerate(res_avals):
-      lead += res_vars if k == i else [Var(a) for a in avals]
+    lead = [Var(a) for a in slots]
+    for v, j in zip(res_vars, assign[i]):
+      lead[j] = v
     unknowns.append(_with_io(ju, lead + unk_vars))
   index = tracers[0].pval.const
   known_ops = [t.pval.const for t in tracers[1:] if t.pval.is_known]
