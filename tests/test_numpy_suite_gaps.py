@@ -329,3 +329,12 @@ def test_half_precision_reductions_accumulate_in_float32_unless_a_dtype_is_given
     out = f(x)
     assert out.dtype == x.dtype
     np.testing.assert_allclose(float(out), r, rtol=2e-2)
+
+
+def test_creation_functions_accept_out_sharding():
+  # JAX 0.10's signatures: the values are the same whatever the placement
+  np.testing.assert_array_equal(jnp.zeros(3, out_sharding=None), np.zeros(3))
+  np.testing.assert_array_equal(jnp.full((2,), 7, out_sharding=None), [7, 7])
+  np.testing.assert_array_equal(jnp.ones_like(np.arange(3), out_sharding=None), np.ones(3))
+  np.testing.assert_array_equal(jnp.arange(4, out_sharding=None), np.arange(4))
+  np.testing.assert_array_equal(jnp.asarray([1, 2], out_sharding=None), [1, 2])

@@ -2,7 +2,8 @@
 geomspace), and the structured ones (eye, identity, tri, tril/triu, diag, meshgrid, indices).
 
 Dtype rules follow JAX: Python scalars are weak and take the default dtype of their kind
-(int32/float32 with x64 off); ``jnp.array(1.0)`` stays weakly typed, lists do not."""
+(int32/float32 with x64 off); ``jnp.array(1.0)`` stays weakly typed, lists do not.  The
+placement keywords ``device`` and ``out_sharding`` are accepted, as JAX's, and place nothing."""
 from __future__ import annotations
 
 import math
@@ -146,7 +147,7 @@ def _stack_nested(obj, dtype):
   return lax._convert_element_type(x, dtype, False)
 
 
-def asarray(a, dtype=None, order=None, *, copy=None, device=None):
+def asarray(a, dtype=None, order=None, *, copy=None, device=None, out_sharding=None):
   """``jnp.asarray``: like ``array``, but returns an Array or tracer unchanged when no dtype
   change is asked for."""
   if dtype is None and isinstance(a, (Array, Tracer)) and not copy:
@@ -223,25 +224,25 @@ def _key_filled(shape, fill_value, dtype):
   return PRNGKeyArray(impl, data)
 
 
-def zeros(shape, dtype=None, *, device=None):
+def zeros(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 0, dtype)
   return _filled("zeros", shape, 0, dtype)
 
 
-def ones(shape, dtype=None, *, device=None):
+def ones(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 1, dtype)
   return _filled("ones", shape, 1, dtype)
 
 
-def empty(shape, dtype=None, *, device=None):
+def empty(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 0, dtype)
   return _filled("empty", shape, 0, dtype)
 
 
-def full(shape, fill_value, dtype=None, *, device=None):
+def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
   """An array of ``shape`` filled with ``fill_value`` (a scalar, or an array that broadcasts)."""
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, fill_value, dtype)
@@ -264,22 +265,22 @@ def _like_args(name, a, dtype, shape):
   return dtype, shape
 
 
-def zeros_like(a, dtype=None, shape=None, *, device=None):
+def zeros_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("zeros_like", a, dtype, shape)
   return lax.full_like(a, 0, dtype, shape)
 
 
-def ones_like(a, dtype=None, shape=None, *, device=None):
+def ones_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("ones_like", a, dtype, shape)
   return lax.full_like(a, 1, dtype, shape)
 
 
-def empty_like(prototype, dtype=None, shape=None, *, device=None):
+def empty_like(prototype, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("empty_like", prototype, dtype, shape)
   return lax.full_like(prototype, 0, dtype, shape)
 
 
-def full_like(a, fill_value, dtype=None, shape=None, *, device=None):
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("full_like", a, dtype, shape)
   check_arraylike("full_like", fill_value)
   if np.ndim(fill_value) == 0:
@@ -303,7 +304,7 @@ def _concrete_scalar(x, argname):
   return x
 
 
-def arange(start, stop=None, step=None, dtype=None, *, device=None):
+def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding=None):
   """``jnp.arange``: concrete bounds only (the length is part of the shape).  The dtype is the
   promoted dtype of the arguments, Python ints giving int32 (int64 with x64) and Python floats
   float32; the result is never weakly typed."""
