@@ -16,7 +16,8 @@ from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, ja
                         process_index, process_count, typeof, pmap)
 from ourjax.lax import stop_gradient  # noqa: F401
 from ourjax.api import linear_transpose  # noqa: F401
-from ourjax.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa
+from ourjax.custom_derivatives import (custom_jvp, custom_vjp, custom_gradient,  # noqa
+                                       closure_convert)
 from ourjax.ad_checkpoint import checkpoint, remat, checkpoint_policies  # noqa: F401
 from ourjax import custom_derivatives, ad_checkpoint  # noqa: F401,E402
 from ourjax.config import (enable_x64, checking_leaks, check_tracer_leaks, transfer_guard,  # noqa: F401

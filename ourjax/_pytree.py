@@ -42,68 +42,10 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------------
-# Key path entries
+# Key path entries (in _pytree_keys)
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class SequenceKey:
-  """Path entry for the ``idx``-th child of a tuple or list; prints as ``[idx]``."""
-  idx: int
-
-  def __str__(self):
-    return f"[{self.idx!r}]"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DictKey:
-  """Path entry for the child of a dict under ``key``; prints as ``['key']``."""
-  key: Any
-
-  def __str__(self):
-    return f"[{self.key!r}]"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GetAttrKey:
-  """Path entry for an attribute (namedtuple field, dataclass field); prints as ``.name``."""
-  name: str
-
-  def __str__(self):
-    return f".{self.name}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FlattenedIndexKey:
-  """Path entry for the ``key``-th child of a custom node registered without keys."""
-  key: int
-
-  def __str__(self):
-    return f"[<flat index {self.key}>]"
-
-
-KeyEntry = Any
-KeyPath = tuple
-
-
-def _simple_str(entry) -> str:
-  if isinstance(entry, SequenceKey):
-    return str(entry.idx)
-  if isinstance(entry, DictKey):
-    return str(entry.key)
-  if isinstance(entry, GetAttrKey):
-    return entry.name
-  if isinstance(entry, FlattenedIndexKey):
-    return str(entry.key)
-  return str(entry)
-
-
-def keystr(keys: KeyPath, *, simple: bool = False, separator: str = "") -> str:
-  """Renders a key path: ``keystr((DictKey('a'), SequenceKey(0)))`` is ``"['a'][0]"``.
-
-  With ``simple=True`` each entry is printed bare (``a``, ``0``) and the entries are joined
-  with ``separator``.
-  """
-  to_str = _simple_str if simple else str
-  return separator.join(to_str(k) for k in keys)
+from ourjax._pytree_keys import (  # noqa: E402,F401
+    DictKey, FlattenedIndexKey, GetAttrKey, KeyEntry, KeyPath, SequenceKey, _simple_str, keystr)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -190,7 +132,14 @@ class _Aux:
     if type(other) is not _Aux:
       return NotImplemented
     a, b = self.data, other.data
-    return a is b or bool(a == b)
+    if a is b:
+      return True
+    try:
+      return bool(a == b)
+    except Exception as e:   # arrays as static metadata, ...: JAX's error
+      raise ValueError("Exception raised while checking equality of metadata fields of pytree. "
+                       "Make sure that metadata fields are hashable and have simple equality "
+                       "semantics. (Note: arrays cannot be passed as metadata fields!)") from e
 
   def __hash__(self):
     return 0x5eed
@@ -455,6 +404,23 @@ class PyTreeDef:
       raise ValueError(f"Too {few} leaves for PyTreeDef; expected {n}, got {len(leaves)}. "
                        f"Structure: {self!r}")
     return _unflatten(self._node, iter(leaves))
+
+  def walk(self, f_node, f_leaf, leaves):
+    """Rebuilds bottom-up: ``f_leaf(leaf)`` for each of ``leaves`` (in order; the leaf itself
+    when ``f_leaf`` is None), ``f_node(children_results, node_data)`` at each node, where
+    node_data is the sorted key list of a dict, the class of a namedtuple, the aux data of a
+    custom node and None for tuples, lists and None."""
+    it = iter(leaves)
+
+    def go(node):
+      if node is _LEAF:
+        leaf = next(it)
+        return leaf if f_leaf is None else f_leaf(leaf)
+      kind, aux, children = node
+      res = tuple(go(c) for c in children)
+      data = list(aux) if kind is _DICT else (aux.data if isinstance(aux, _Aux) else aux)
+      return f_node(res, data)
+    return go(self._node)
 
   def flatten_up_to(self, xs) -> list:
     """Flattens ``xs`` down to this structure's leaves: a leaf here matches any subtree of

@@ -540,7 +540,8 @@ def _value_and_grad(fun, argnums, int_argnums, has_aux, holomorphic, allow_int, 
                     f"{out_aval.shape}.")
   _check_output_dtype_grad(holomorphic, out_aval, fname)
   from ourjax import lax
-  g = vjp_fn(lax.full((), 1, out_aval.dtype))
+  # the seed has the output's weak type, as JAX's (a weak output gives weak cotangents)
+  g = vjp_fn(lax.full((), 1, out_aval.dtype, weak_type=out_aval.weak_type))
   g = g[0] if int_argnums else tuple(g)
   return ((out, aux), g) if has_aux else (out, g)
 

@@ -23,9 +23,10 @@ rules are only called by the interpreters in this package.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,10 +35,11 @@ from ourjax.core import ClosedJaxpr, Primitive, get_aval
 from ourjax.errors import UnexpectedTracerError
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax._pytree import (tree_flatten, tree_flatten_with_path, tree_map, tree_structure,
-                              tree_unflatten, keystr)
+from ourjax._pytree import (register_pytree_node, tree_flatten, tree_flatten_with_path,
+                              tree_map, tree_structure, tree_unflatten, keystr)
 
-__all__ = ["custom_jvp", "custom_vjp", "closure_convert", "linear_call",
+__all__ = ["custom_jvp", "custom_vjp", "custom_gradient", "closure_convert", "linear_call",
+           "SymbolicZero", "CustomVJPPrimal",
            "CustomJVPException", "CustomVJPException",
            "custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"]
 
@@ -140,6 +142,48 @@ class CustomVJPException(Exception):
 # (No DCE rules: the rule callables return every output, so a call is kept whole.)
 
 
+class SymbolicZero:
+  """A zero (co)tangent not materialised: what a ``symbolic_zeros=True`` rule receives in place
+  of an all-zeros array.  Attributes (``shape``, ``dtype``, ...) are those of its ``aval``."""
+
+  def __init__(self, aval):
+    self.aval = aval
+
+  def __repr__(self):
+    return "SymbolicZero"
+
+  def __getattr__(self, name):
+    if name == "aval":
+      raise AttributeError(name)
+    return getattr(self.aval, name)
+
+  @staticmethod
+  def from_primal_value(val) -> "SymbolicZero":
+    return SymbolicZero(ad.tangent_aval(get_aval(val)))
+
+  def instantiate(self):
+    from ourjax import lax
+    if self.aval.dtype == dtypes.float0:
+      return np.zeros(self.aval.shape, dtypes.float0)
+    return lax.full(self.aval.shape, 0, self.aval.dtype)
+
+
+@dataclasses.dataclass(slots=True)
+class CustomVJPPrimal:
+  """A primal argument of a ``custom_vjp`` fwd rule defined with ``symbolic_zeros=True``: its
+  value and whether it is perturbed (has a nonzero tangent)."""
+  value: Any
+  perturbed: bool
+
+
+# which arguments of the custom_vjp being differentiated are perturbed, and which output
+# cotangents of the custom_lin being transposed are symbolic zeros: set around the calls of the
+# flat fwd/bwd (which may run under vmap wrappers) for rules with symbolic_zeros=True
+_PERTURBED: list = []
+_ZERO_CTS: list = []
+_ZERO_TANS: list = []      # (the same for the tangents a custom_jvp rule is called with)
+
+
 # ------------------------------------------------------------------------------------------------
 # custom_jvp
 
@@ -164,9 +208,13 @@ def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts, symb
   if any(type(t) is not ad.Zero for t in tangents[:num_consts]):
     raise CustomJVPException()
   args = primals[num_consts:]
-  tans = [ad.instantiate_zeros(t) for t, p in zip(tangents[num_consts:], args)
-          if _inexact(get_aval(p))]
-  outs = jvp(*primals, *tans)
+  arg_tangents = [t for t, p in zip(tangents[num_consts:], args) if _inexact(get_aval(p))]
+  tans = [ad.instantiate_zeros(t) for t in arg_tangents]
+  _ZERO_TANS.append([type(t) is ad.Zero for t in arg_tangents] if symbolic_zeros else None)
+  try:
+    outs = jvp(*primals, *tans)
+  finally:
+    _ZERO_TANS.pop()
   n = len(call_jaxpr.out_avals)
   primals_out, touts = outs[:n], iter(outs[n:])
   tangents_out = [next(touts) if _inexact(a) else ad.Zero(ad.tangent_aval(a))
@@ -217,11 +265,11 @@ class custom_jvp:
 
   def defjvp(self, jvp: Callable, symbolic_zeros: bool = False) -> Callable:
     """Define the rule: ``jvp(primals, tangents) -> (primal_out, tangent_out)``, where primals
-    and tangents are tuples with one entry per (differentiable) argument.  Returns ``jvp``."""
-    if symbolic_zeros:
-      raise NotImplementedError("custom_jvp rules with symbolic_zeros=True are not supported "
-                                "by ourjax yet; zero tangents are passed as zero arrays")
+    and tangents are tuples with one entry per (differentiable) argument.  Returns ``jvp``.
+    With ``symbolic_zeros`` zero tangents reach the rule as ``SymbolicZero`` objects (and the
+    rule may return them)."""
     self.jvp = jvp
+    self.symbolic_zeros = bool(symbolic_zeros)
     return jvp
 
   def defjvps(self, *jvps: Callable | None):
@@ -299,12 +347,20 @@ def _make_flat_jvp(rule, name, static_args, in_tree, in_avals, out_tree, out_ava
     tangents = [next(tans) if _inexact(a) else _float0_zeros(a) for a in in_avals]
     py_primals = tree_unflatten(in_tree, list(primals))
     py_tangents = tree_unflatten(in_tree, tangents)
+    zero_tans = _ZERO_TANS[-1] if _ZERO_TANS else None
+    if zero_tans is not None:
+      zero = iter(zero_tans)
+      py_tangents = _as_symbolic_zeros(py_tangents, [not _inexact(a) or bool(next(zero))
+                                                     for a in in_avals])
     res = rule(*static_args, tuple(py_primals), tuple(py_tangents))
     if not isinstance(res, (list, tuple)) or len(res) != 2:
       raise TypeError(f"Custom JVP rule {rule_name} for function {name} must produce a pair "
                       f"(list or tuple of length two) representing primal and tangent outputs, "
                       f"but got {res}.")
     p_out, t_out = res
+    if zero_tans is not None:   # SymbolicZero tangents out: zeros of the primal output's type
+      t_out = tree_map(lambda t: t.instantiate() if isinstance(t, SymbolicZero) else t, t_out,
+                       is_leaf=lambda t: isinstance(t, SymbolicZero))
     p_leaves, p_tree = tree_flatten(p_out)
     t_leaves, t_tree = tree_flatten(t_out)
     if p_tree != t_tree:
@@ -373,12 +429,17 @@ def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd, bwd, num_consts,
   args = primals[num_consts:]
   arg_tangents = tangents[num_consts:]
   out_avals = call_jaxpr.out_avals
-  outs = fwd(*args)
+  if all(type(t) is ad.Zero for t in arg_tangents):
+    return (core.eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *primals),
+            [ad.Zero(ad.tangent_aval(a)) for a in out_avals])
+  _PERTURBED.append([type(t) is not ad.Zero for t in arg_tangents])
+  try:
+    outs = fwd(*args)
+  finally:
+    _PERTURBED.pop()
   res_tree = fwd.res_tree[0]
   n = len(out_avals)
   primals_out, res = outs[:n], outs[n:]
-  if all(type(t) is ad.Zero for t in arg_tangents):
-    return primals_out, [ad.Zero(ad.tangent_aval(a)) for a in out_avals]
   tans = [ad.instantiate_zeros(t) for t, p in zip(arg_tangents, args) if _inexact(get_aval(p))]
   lin_outs = custom_lin_p.bind(
       *res, *tans, num_res=len(res), bwd=bwd, res_tree=res_tree,
@@ -449,8 +510,11 @@ ad.jvp_rules[custom_lin_p] = lambda primals, tangents, **params: _custom_lin_no_
 
 def _custom_lin_transpose(cts, *args, num_res, bwd, res_tree, out_avals, symbolic_zeros):
   res = args[:num_res]
-  cts = [ad.instantiate_zeros(c) for c in cts]
-  cts_in = bwd(res_tree, *res, *cts)
+  _ZERO_CTS.append([type(c) is ad.Zero for c in cts] if symbolic_zeros else None)
+  try:
+    cts_in = bwd(res_tree, *res, *[ad.instantiate_zeros(c) for c in cts])
+  finally:
+    _ZERO_CTS.pop()
   return [None] * num_res + list(cts_in)
 
 
@@ -498,10 +562,8 @@ class custom_vjp:
 
   def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False,
              optimize_remat: bool = False) -> None:
-    if symbolic_zeros:
-      raise NotImplementedError("custom_vjp rules with symbolic_zeros=True are not supported "
-                                "by ourjax yet")
     self.fwd, self.bwd = fwd, bwd
+    self.symbolic_zeros = bool(symbolic_zeros)
 
   def __call__(self, *args, **kwargs):
     name = _fun_name(self.fun)
@@ -555,8 +617,9 @@ class custom_vjp:
     out_tree = out_tree_cell[0]
     fwd = _make_flat_fwd(with_static(self.fwd), _fun_name(self.fwd), name, in_tree, out_tree,
                          call_jaxpr.out_avals)
+    fwd.symbolic_zeros = self.symbolic_zeros
     bwd = _make_flat_bwd(self.bwd, _fun_name(self.bwd), name, static_args, in_tree, in_avals,
-                         out_tree, call_jaxpr.out_avals)
+                         out_tree, call_jaxpr.out_avals, self.symbolic_zeros)
     outs = custom_vjp_call_p.bind(*consts, *leaves, call_jaxpr=call_jaxpr, fwd=fwd, bwd=bwd,
                                   num_consts=len(consts), symbolic_zeros=self.symbolic_zeros)
     return tree_unflatten(out_tree, outs)
@@ -570,10 +633,14 @@ class _FlatFwd:
     self.fwd, self.fwd_name, self.name = fwd, fwd_name, name
     self.in_tree, self.out_tree, self.out_avals = in_tree, out_tree, out_avals
     self.res_tree: list = []
+    self.symbolic_zeros = False
     self.__name__ = f"fwd({fwd_name})"
 
   def __call__(self, *xs):
-    res = self.fwd(*tree_unflatten(self.in_tree, list(xs)))
+    args = tree_unflatten(self.in_tree, list(xs))
+    if self.symbolic_zeros:
+      args = _as_vjp_primals(args, _PERTURBED[-1] if _PERTURBED else [True] * len(xs))
+    res = self.fwd(*args)
     if not isinstance(res, (list, tuple)) or len(res) != 2:
       raise TypeError(f"Custom VJP fwd rule {self.fwd_name} for function {self.name} must "
                       f"produce a pair (list or tuple of length two) where the first element "
@@ -611,12 +678,43 @@ class _FlatFwd:
     return out_leaves + res_leaves
 
 
+def _as_vjp_primals(args, perturbed):
+  """``args`` with each leaf as the user sees leaves (a key array is one) wrapped in a
+  ``CustomVJPPrimal``, perturbed when any of its flat leaves is."""
+  from ourjax import tree_util as _tu
+  leaves, tree = _tu.tree_flatten(args)
+  flags, out = iter(perturbed), []
+  for leaf in leaves:
+    n = len(tree_flatten(leaf)[0])
+    out.append(CustomVJPPrimal(leaf, any([bool(next(flags)) for _ in range(n)])))
+  return tree_unflatten(tree, out)
+
+
+def _as_symbolic_zeros(cts, is_zero):
+  """``cts`` with each leaf as the user sees leaves whose flat leaves are all zero replaced by a
+  ``SymbolicZero`` (a key array's cotangent is a float0 one of the key array's shape)."""
+  from ourjax import tree_util as _tu
+  from ourjax._keys import PRNGKeyArray
+  leaves, tree = _tu.tree_flatten(cts)
+  flags, out = iter(is_zero), []
+  for leaf in leaves:
+    n = len(tree_flatten(leaf)[0])
+    if all([next(flags) for _ in range(n)]):
+      aval = (core.ShapedArray(leaf.shape, dtypes.float0) if type(leaf) is PRNGKeyArray
+              else ad.tangent_aval(get_aval(leaf)))
+      leaf = SymbolicZero(aval)
+    out.append(leaf)
+  return tree_unflatten(tree, out)
+
+
 def _make_flat_fwd(fwd, fwd_name, name, in_tree, out_tree, out_avals):
   return _FlatFwd(fwd, fwd_name, name, in_tree, out_tree, out_avals)
 
 
-def _make_flat_bwd(bwd, bwd_name, name, static_args, in_tree, in_avals, out_tree, out_avals):
-  """``bwd_flat(res_tree, *residuals, *cts of inexact outputs) -> cts of inexact inputs``."""
+def _make_flat_bwd(bwd, bwd_name, name, static_args, in_tree, in_avals, out_tree, out_avals,
+                   symbolic_zeros=False):
+  """``bwd_flat(res_tree, *residuals, *cts of inexact outputs) -> cts of inexact inputs``.
+  With ``symbolic_zeros`` the zero cotangents reach ``bwd`` as ``SymbolicZero`` objects."""
   def bwd_flat(res_tree, *xs):
     from ourjax import lax
     n_res = res_tree.num_leaves
@@ -624,6 +722,11 @@ def _make_flat_bwd(bwd, bwd_name, name, static_args, in_tree, in_avals, out_tree
     cts = iter(xs[n_res:])
     ct_leaves = [next(cts) if _inexact(a) else _float0_zeros(a) for a in out_avals]
     py_ct = tree_unflatten(out_tree, ct_leaves)
+    if symbolic_zeros:
+      zero = iter(_ZERO_CTS[-1] if _ZERO_CTS and _ZERO_CTS[-1] is not None else
+                  [False] * len(ct_leaves))
+      py_ct = _as_symbolic_zeros(py_ct, [not _inexact(a) or bool(next(zero))
+                                         for a in out_avals])
     cts_in = bwd(*static_args, res, py_ct)
     # None stands for a zero cotangent of a whole subtree (as in JAX); otherwise the output must
     # have the structure of the args tuple.
@@ -632,9 +735,10 @@ def _make_flat_bwd(bwd, bwd_name, name, static_args, in_tree, in_avals, out_tree
     ok = isinstance(cts_in, tuple) and len(cts_in) == len(dummy)
     if ok:
       try:
-        c_leaves, c_tree = tree_flatten(cts_in, is_leaf=lambda x: x is None)
+        c_leaves, c_tree = tree_flatten(
+            cts_in, is_leaf=lambda x: x is None or isinstance(x, SymbolicZero))
         for c, sub in zip(c_leaves, c_tree.flatten_up_to(dummy)):
-          if c is None:
+          if c is None or isinstance(c, SymbolicZero):
             continue
           if not isinstance(sub, int):
             raise ValueError
@@ -718,6 +822,52 @@ def closure_convert(fun: Callable, *example_args):
   converted.__name__ = _fun_name(fun)
   assert n == len(jaxpr.invars)
   return converted, hoisted_vals
+
+
+class _GradRule:
+  """A custom_gradient rule carried as a custom_vjp residual: the closure-converted rule is
+  static (pytree aux data), the array constants it closes over are the residual arrays."""
+
+  def __init__(self, rule, consts):
+    self.rule, self.consts = rule, consts
+
+
+register_pytree_node(_GradRule, lambda r: (tuple(r.consts), r.rule),
+                     lambda rule, consts: _GradRule(rule, list(consts)))
+
+
+def custom_gradient(fun: Callable) -> Callable:
+  """``fun(*args)`` returns ``(out, rule)`` where ``rule(ct_out)`` gives the cotangents of the
+  arguments (a tuple, or a single value when there is one argument); the result is a function
+  whose VJP is ``rule`` (a ``custom_vjp`` underneath), as ``jax.custom_gradient``."""
+  @custom_vjp
+  def wrapped(*args, **kwargs):
+    out, _ = fun(*args, **kwargs)
+    return out
+
+  def fwd(*args, **kwargs):
+    out, rule = fun(*args, **kwargs)
+    example = tree_map(lambda x: _ct_example(get_aval(x)), out)
+    converted, consts = closure_convert(rule, example)
+    return out, _GradRule(converted, consts)
+
+  def bwd(res, ct):
+    cts_in = res.rule(ct, *res.consts)
+    if not isinstance(cts_in, tuple):
+      cts_in = (cts_in,)
+    return cts_in
+
+  wrapped.defvjp(fwd, bwd)
+  try:
+    functools.update_wrapper(wrapped, fun)
+  except Exception:
+    pass
+  return wrapped
+
+
+def _ct_example(aval):
+  ta = ad.tangent_aval(aval)
+  return np.zeros(ta.shape, ta.dtype)
 
 
 def linear_call(*args, **kwargs):

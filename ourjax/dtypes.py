@@ -282,7 +282,8 @@ def check_user_dtype(dtype_like: Any, fname: str | None = None) -> np.dtype:
     raise InvalidDtypeError(f"dtype {dtype_like!r} not understood{where}.") from e
   if dt not in _valid_dtypes:
     raise InvalidDtypeError(
-        f"ourjax only supports number and bool dtypes, got dtype {dtype_like!r}{where}.")
+        f"JAX only supports number, bool, and string dtypes (ourjax: number and bool), got "
+        f"dtype {dtype_like!r}{where}.")   # JAX's words first: code matches on them
   canonical = canonicalize_dtype(dt)
   if canonical != dt:
     requested = f" requested{where}" if fname else ""

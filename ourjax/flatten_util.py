@@ -32,7 +32,25 @@ def ravel_pytree(pytree):
   total = sum(sizes)
   flat_dt = flat.dtype
 
-  def unravel(v):
+  return flat, _Unravel(treedef, tuple(shapes), tuple(sizes), tuple(leaf_dtypes), mixed, total,
+                       flat_dt)
+
+
+class _Unravel:
+  """The ``unravel`` of ``ravel_pytree``: equal (and hashing equal) for equal structures, shapes
+  and dtypes, as JAX's, so that passing it as a static argument of a jit does not retrace."""
+
+  def __init__(self, treedef, shapes, sizes, leaf_dtypes, mixed, total, flat_dt):
+    self._key = (treedef, shapes, sizes, leaf_dtypes, mixed, total, flat_dt)
+
+  def __eq__(self, other):
+    return type(other) is _Unravel and self._key == other._key
+
+  def __hash__(self):
+    return hash(self._key)
+
+  def __call__(self, v):
+    treedef, shapes, sizes, leaf_dtypes, mixed, total, flat_dt = self._key
     v_shape = np.shape(v)
     if v_shape != (total,):
       raise ValueError(f"The unravel function expected an array of shape {(total,)}, got "
@@ -52,4 +70,3 @@ def ravel_pytree(pytree):
       parts.append(part)
       start += size
     return tree_unflatten(treedef, parts)
-  return flat, unravel

@@ -159,9 +159,9 @@ def key_impl(keys):
   return impl.name
 
 
-def key_dtype(impl=None):
-  """The key dtype of PRNG implementation ``impl`` (default: ``jax_default_prng_impl``)."""
-  return KeyDType(_resolve_impl(impl))
+def key_dtype(impl_spec=None):
+  """The key dtype of PRNG implementation ``impl_spec`` (default: ``jax_default_prng_impl``)."""
+  return KeyDType(_resolve_impl(impl_spec))
 
 
 def clone(key):

@@ -21,3 +21,14 @@ from ourjax.tree_util import (  # noqa: E402
 )
 
 __all__ += ["broadcast", "reduce_associative"]
+
+
+def static(**kwargs):
+  """A ``dataclasses.field`` marked static for ``tree_util.register_dataclass``: its
+  ``metadata`` gets ``static=True`` (unless the given metadata says otherwise), as JAX's."""
+  import dataclasses
+  metadata = {"static": True, **(kwargs.pop("metadata", None) or {})}
+  return dataclasses.field(metadata=metadata, **kwargs)
+
+
+__all__ += ["static"]

@@ -654,3 +654,92 @@ def test_vmap_over_closed_over_values(x64):
   g = ourjax.vmap(ourjax.jacfwd(f))(ws)    # forward mode: the while_loop has no transpose
   np.testing.assert_allclose(np.asarray(g), [central_diff(f, np.float64(w)) for w in ws],
                              rtol=1e-6)
+
+
+def test_disable_jit_while_loop_copies_numpy_carries_and_falls_back_under_vmap():
+  # JAX: with jit disabled the loop runs in Python on arrays (a body that updates a NumPy carry
+  # in place does not alias the other carry), and a traced predicate (vmap) uses the primitive
+  def body(carry):
+    x, y = carry
+    x += 1
+    return x, y + x
+
+  def f():
+    val = np.array(1.0)
+    return lax.while_loop(lambda c: c[0] < 10, body, (val, val))[1]
+
+  with ourjax.disable_jit(False):
+    jitted = f()
+  with ourjax.disable_jit(True):
+    eager = f()
+    batched = ourjax.vmap(lambda y: lax.while_loop(lambda x: x < 10.0, lambda x: x + 1.0, y))(
+        jnp.array([3.0, 4.0]))
+  assert float(jitted) == float(eager) == sum(range(1, 11))
+  np.testing.assert_array_equal(batched, [10.0, 10.0])
+
+
+def test_platform_dependent_without_a_branch_for_the_platform():
+  with pytest.raises(NotImplementedError, match="translation rule .* not found for platform"):
+    lax.platform_dependent(3.0, tpu=lambda x: x + 2.0)
+
+
+def test_scan_with_jit_disabled_runs_the_body_in_python():
+  calls = []
+
+  def body(c, x):
+    calls.append(type(c).__name__)          # concrete values, not tracers
+    return c + x["a"], (c * 2, x["b"])
+
+  xs = {"a": np.arange(4.0, dtype=np.float32), "b": np.arange(8).reshape(4, 2)}
+  with ourjax.disable_jit():
+    carry, (y1, y2) = lax.scan(body, 0.0, xs)
+    rcarry, (ry1, _) = lax.scan(body, 0.0, xs, reverse=True)
+    with pytest.raises(ValueError, match="zero-length scan"):
+      lax.scan(lambda c, x: (c + x, x), 0.0, np.array([], np.float32))
+    assert float(lax.fori_loop(0, 0, lambda i, x: x + i, 1.0)) == 1.0
+  assert len(calls) == 8 and "Tracer" not in "".join(calls)
+  ref = lax.scan(body, 0.0, xs)                # the same with jit on
+  assert float(carry) == float(ref[0]) == 6.0
+  np.testing.assert_array_equal(y1, ref[1][0])
+  np.testing.assert_array_equal(y2, xs["b"])
+  np.testing.assert_array_equal(ry1, 2 * np.array([6.0, 5.0, 3.0, 0.0]))
+  assert float(rcarry) == 6.0
+
+
+def test_scan_forwards_xs_returned_as_ys():
+  # a y that is the x as it came in is the xs array itself (JAX): the loop computes only the rest
+  f = lambda xs: lax.scan(lambda c, x: (c + 1, x), 0, xs)
+  scan_eqn = ourjax.make_jaxpr(f)(jnp.arange(3.0)).eqns[0]
+  assert len(scan_eqn.params["jaxpr"].jaxpr.outvars) == 1
+  xs = {"a": np.arange(3.0, dtype=np.float32), "b": np.ones((3, 2), np.float32)}
+  for rev in (False, True):
+    c, (b, cs, a) = lax.scan(lambda c, x: (c + x["a"], (x["b"], c, x["a"])), 0.0, xs,
+                             reverse=rev)
+    np.testing.assert_array_equal(a, xs["a"])
+    np.testing.assert_array_equal(b, xs["b"])
+    expect = np.cumsum(xs["a"][::-1])[::-1] - xs["a"] if rev else np.cumsum(xs["a"]) - xs["a"]
+    np.testing.assert_array_equal(cs, expect)
+  g = ourjax.grad(lambda v: lax.scan(lambda c, x: (c * x, x), 1.0, v)[1].sum() +
+                  lax.scan(lambda c, x: (c * x, x), 1.0, v)[0])(jnp.arange(1.0, 4.0))
+  np.testing.assert_allclose(g, 1 + np.array([6.0, 3.0, 2.0]))
+
+
+def test_switch_branches_share_residual_slots():
+  # JAX merges the branches' residuals by type: sin and cos (one f32 residual each) share one
+  # slot, sin + cos needs a second; gradients stay right
+  branches = [jnp.sin, jnp.cos, jnp.sinh, lambda x: jnp.sin(x) + jnp.cos(x)]
+  refs = [np.cos, lambda x: -np.sin(x), np.cosh, lambda x: np.cos(x) - np.sin(x)]
+
+  def conds(bs):
+    j = ourjax.make_jaxpr(ourjax.grad(lambda x, i: lax.switch(i + 1, bs, x)))(0.0, 0)
+    return [e for e in j.eqns if str(e.primitive) == "cond"]
+
+  fwd2, bwd2 = conds(branches[:2])
+  fwd3, _ = conds(branches[:3])
+  fwd4, bwd4 = conds(branches)
+  n_out = lambda e: {len(b.jaxpr.outvars) for b in e.params["branches"]}
+  assert n_out(fwd2) == n_out(fwd3) == {2} and n_out(fwd4) == {3}
+  assert {len(b.jaxpr.invars) for b in bwd4.params["branches"]} == {3}
+  g = ourjax.jit(ourjax.grad(lambda x, i: lax.switch(i, branches, x)))
+  for i, ref in enumerate(refs):
+    np.testing.assert_allclose(g(0.7, i), ref(0.7), rtol=1e-6)

@@ -452,3 +452,114 @@ def test_differentiating_a_closed_over_value_is_an_error():
   # closing over traced values is fine for the other transformations
   np.testing.assert_allclose(ourjax.vmap(with_jvp)(jnp.array([1.0, 2.0])), [2.0, 8.0])
   np.testing.assert_allclose(ourjax.jit(with_vjp)(3.0), 18.0)
+
+
+def test_custom_gradient_rule_is_the_vjp():
+  # jax.custom_gradient: fun returns (out, rule); rule(ct) gives the argument cotangents
+  @ourjax.custom_gradient
+  def f(x):
+    return x ** 2, lambda g: (g * x,)          # deliberately half the true derivative
+
+  assert float(f(3.0)) == 9.0
+  for g in (ourjax.grad(f), ourjax.jit(ourjax.grad(f))):
+    assert float(g(3.0)) == 3.0
+  np.testing.assert_allclose(ourjax.vmap(ourjax.grad(f))(jnp.arange(3.0)), [0.0, 1.0, 2.0])
+
+  @ourjax.custom_gradient
+  def h(x, y):
+    return x * y, lambda g: (g * y * 10, g * x)
+  gx, gy = ourjax.jit(ourjax.grad(h, (0, 1)))(2.0, 3.0)
+  assert (float(gx), float(gy)) == (30.0, 2.0)
+
+  @ourjax.custom_gradient
+  def clip_gradient(x):                        # a single cotangent, not a tuple
+    return x, lambda g: jnp.clip(g, -0.5, 0.5)
+  assert float(ourjax.grad(lambda x: 3 * clip_gradient(x))(1.0)) == 0.5
+
+  @ourjax.custom_gradient
+  def with_int(x):                             # an integer output gets a float0 cotangent
+    return (x, jnp.round(x).astype(jnp.int32)), lambda g: jnp.ones_like(x)
+  np.testing.assert_array_equal(
+      ourjax.grad(lambda x: jnp.sum(with_int(with_int(x)[0])[0]))(jnp.arange(3.0)), np.ones(3))
+
+
+def test_custom_vjp_symbolic_zeros():
+  # JAX's symbolic_zeros=True: fwd sees CustomVJPPrimal(value, perturbed) leaves (a key array is
+  # one leaf), bwd sees SymbolicZero for zero cotangents (float0 for keys and integers) and may
+  # return SymbolicZero or None for a zero cotangent
+  from ourjax.custom_derivatives import CustomVJPPrimal, SymbolicZero
+  seen = {}
+
+  @ourjax.custom_vjp
+  def g(x, y):
+    return x * y, x + y
+
+  def g_fwd(x, y):
+    assert isinstance(x, CustomVJPPrimal) and isinstance(y, CustomVJPPrimal)
+    seen["perturbed"] = (x.perturbed, y.perturbed)
+    return g(x.value, y.value), (x.value, y.value)
+
+  def g_bwd(res, cts):
+    a, b = cts
+    seen["zero"] = (isinstance(a, SymbolicZero), isinstance(b, SymbolicZero))
+    x, y = res
+    ga = 0.0 if isinstance(a, SymbolicZero) else a
+    gb = 0.0 if isinstance(b, SymbolicZero) else b
+    return ga * y + gb, (SymbolicZero.from_primal_value(x) if isinstance(b, SymbolicZero)
+                         else ga * x + gb)
+
+  g.defvjp(g_fwd, g_bwd, symbolic_zeros=True)
+  assert float(ourjax.grad(lambda x: g(x, 2.0)[0])(3.0)) == 2.0
+  assert seen == {"perturbed": (True, False), "zero": (False, True)}
+  dx, dy = ourjax.jit(ourjax.grad(lambda x, y: g(x, y)[1], (0, 1)))(3.0, 2.0)
+  assert (float(dx), float(dy)) == (1.0, 1.0)
+  assert seen == {"perturbed": (True, True), "zero": (True, False)}
+  np.testing.assert_allclose(ourjax.vmap(ourjax.grad(lambda x: g(x, 2.0)[0]))(jnp.arange(3.0)),
+                             [2.0, 2.0, 2.0])
+
+  @ourjax.custom_vjp
+  def f(_, state):
+    return state
+  state = (8.0, ourjax.random.key(123))
+
+  def bwd_keys(_, ct):
+    assert isinstance(ct[1], SymbolicZero) and ct[1].dtype == ourjax.dtypes.float0
+    return ct[0], ct
+  f.defvjp(lambda _, state: (ourjax.tree.map(lambda p: p.value, state), None), bwd_keys,
+           symbolic_zeros=True)
+  assert float(ourjax.grad(lambda t: f(t, state)[0])(3.0)) == 1.0
+
+
+def test_custom_jvp_symbolic_zeros():
+  # JAX: with symbolic_zeros=True a rule sees SymbolicZero for a tangent that is symbolically
+  # zero (an argument not differentiated) and may return one
+  from ourjax.custom_derivatives import SymbolicZero
+  seen = []
+
+  @ourjax.custom_jvp
+  def f(x, y):
+    return x * y
+
+  def f_jvp(primals, tangents):
+    x, y = primals
+    tx, ty = tangents
+    seen.append((isinstance(tx, SymbolicZero), isinstance(ty, SymbolicZero)))
+    out = 0.0
+    if not isinstance(tx, SymbolicZero):
+      out = out + 10 * tx * y                   # deliberately not the true derivative
+    if not isinstance(ty, SymbolicZero):
+      out = out + x * ty
+    return x * y, out
+  f.defjvp(f_jvp, symbolic_zeros=True)
+
+  assert float(ourjax.grad(f)(2.0, 3.0)) == 30.0 and seen[-1] == (False, True)
+  assert float(ourjax.jit(ourjax.grad(f, 1))(2.0, 3.0)) == 2.0 and seen[-1] == (True, False)
+  out, tan = ourjax.jvp(f, (2.0, 3.0), (1.0, 0.0))    # an explicit 0 is a value, not symbolic
+  assert (float(out), float(tan)) == (6.0, 30.0) and seen[-1] == (False, False)
+  np.testing.assert_allclose(ourjax.vmap(ourjax.grad(f))(jnp.arange(3.0), jnp.ones(3)), 10.0)
+
+  @ourjax.custom_jvp
+  def g(x):
+    return 2 * x
+  g.defjvp(lambda p, t: (g(p[0]), SymbolicZero.from_primal_value(p[0])), symbolic_zeros=True)
+  assert float(ourjax.grad(g)(1.0)) == 0.0

@@ -115,3 +115,27 @@ def test_scan_accepts_every_non_negative_unroll(unroll):
 def test_scan_rejects_a_negative_unroll():
   with pytest.raises(ValueError, match="non-negative"):
     lax.scan(lambda c, x: (c, x), 0.0, np.arange(3.0), unroll=-1)
+
+
+def test_shape_as_value_of_static_shapes():
+  from ourjax import lax as _lax
+  empty = _lax.shape_as_value(())
+  assert empty.shape == (0,) and empty.dtype == np.int32
+  for shape in ((2,), (2, 3), (4, 0, 7)):
+    out = _lax.shape_as_value(shape)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, np.array(shape))
+  assert _lax.shape_as_value((2 ** 31, 1)).dtype == np.int64
+
+
+def test_parameter_names_are_jaxs():
+  import inspect
+  from ourjax import lax as _lax
+  names = lambda f: list(inspect.signature(f).parameters)
+  assert names(_lax.convert_element_type) == ["operand", "new_dtype"]
+  assert names(_lax.bitcast_convert_type) == ["operand", "new_dtype"]
+  assert names(_lax.nextafter) == ["x1", "x2"]
+  assert names(ourjax.random.key_dtype) == ["impl_spec"]
+  assert _lax.convert_element_type(operand=np.int32(3), new_dtype=np.float32).dtype == np.float32
+  np.testing.assert_array_equal(_lax.full((2,), 1.5, sharding=None), [1.5, 1.5])
+  np.testing.assert_array_equal(_lax.full_like(np.zeros(2), 3, sharding=None), [3.0, 3.0])

@@ -113,8 +113,14 @@ def test_shape_forms_and_errors():
     jnp.zeros((2, 1.5))
   with pytest.raises(TypeError, match="negative"):
     jnp.ones((-1,))
-  with pytest.raises(ourjax.errors.ConcretizationTypeError):
-    ourjax.jit(lambda n: jnp.zeros(n))(3)
+  # a traced size: JAX's plain TypeError about shapes (not a ConcretizationTypeError), with
+  # the hint about jit, for the creation functions, eye/tri sizes and reshape alike
+  for f in (lambda n: jnp.zeros(n), lambda n: jnp.ones((n, 2)), lambda n: jnp.eye(n),
+            lambda n: jnp.tri(n), lambda n: jnp.zeros((2, 3)).reshape(n, 6)):
+    with pytest.raises(TypeError, match=r"Shapes must be 1D sequences of concrete values of "
+                       r"integer type.*\nIf using `jit`, try using `static_argnums`") as e:
+      ourjax.jit(f)(1)
+    assert not isinstance(e.value, ourjax.errors.ConcretizationTypeError)
 
 
 def test_full_dtypes_and_broadcast():

@@ -496,12 +496,18 @@ def test_delete_insert(data):
                 label="x")
   axis = data.draw(st.one_of(st.none(), st.integers(-x.ndim, x.ndim - 1)), label="axis")
   n = x.size if axis is None else x.shape[axis]
-  idx = data.draw(st.lists(st.integers(-n, n - 1), max_size=3, unique=True), label="idx")
+  idx = data.draw(st.lists(st.integers(-n, n - 1), max_size=3, unique_by=lambda i: i % n),
+                  label="idx")
+  idx = np.asarray(idx, np.int32)     # as JAX's, jnp.delete/insert take arrays, not lists
   same(jnp.delete(x, idx, axis), np.delete(x, idx, axis))
   same(jnp.delete(x, slice(0, None, 2), axis), np.delete(x, slice(0, None, 2), axis))
-  pos = data.draw(st.lists(st.integers(0, n), min_size=1, max_size=3), label="pos")
+  pos = np.asarray(data.draw(st.lists(st.integers(0, n), min_size=1, max_size=3), label="pos"))
   same(jnp.insert(x, pos, 7, axis), np.insert(x, pos, 7, axis))
   same(jnp.insert(x, pos[0], 7, axis), np.insert(x, pos[0], 7, axis))
+  # traced indices: insert clips them (JAX), delete needs assume_unique_indices
+  same(ourjax.jit(lambda a, p: jnp.insert(a, p, 7, axis))(x, pos), np.insert(x, pos, 7, axis))
+  same(ourjax.jit(lambda a, i: jnp.delete(a, i, axis, assume_unique_indices=True))(x, idx),
+       np.delete(x, idx, axis))
 
 
 def test_shape_functions_under_jit_and_vmap():

@@ -82,7 +82,7 @@ SAME_UNARY = [
     ("absolute", np.absolute, ALL), ("abs", np.abs, SIGNED + UNSIGNED + FLOATS),
     ("sign", np.sign, SIGNED + FLOATS), ("square", np.square, SIGNED + FLOATS),
     ("floor", np.floor, ALL), ("ceil", np.ceil, ALL), ("trunc", np.trunc, ALL),
-    ("fix", np.fix, FLOATS), ("invert", np.invert, BOOL + INTS),
+    ("invert", np.invert, BOOL + INTS),
     ("bitwise_not", np.bitwise_not, INTS), ("conjugate", np.conjugate, NUMERIC),
     ("real", np.real, NUMERIC), ("round", np.round, FLOATS + INTS),
 ]

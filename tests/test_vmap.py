@@ -503,3 +503,21 @@ def test_missing_batching_rule_is_named():
   # unbatched operands never need the rule
   out = ourjax.vmap(lambda x, y: p.bind(y) + x, in_axes=(0, None))(np.ones(2), np.ones(()))
   assert out.shape == (2,)
+
+
+def test_axis_index_inside_a_loop_traced_under_vmap():
+  # lax.axis_index in a while_loop's cond_fun (or a scan body) traced under vmap: the positions
+  # are a constant of the vmap, not a value of the inner trace (no leaked tracer), as in JAX
+  from ourjax import lax as _lax
+
+  def fun(x):
+    return _lax.while_loop(lambda v: v < _lax.axis_index("i"), lambda v: v + 2, x)
+
+  x = np.zeros(4, np.int32)
+  for f in (fun, ourjax.jit(fun)):
+    np.testing.assert_array_equal(ourjax.vmap(f, axis_name="i")(x), [0, 2, 2, 4])
+  np.testing.assert_array_equal(
+      ourjax.vmap(lambda _, v: fun(v), axis_name="i", in_axes=(0, None))(x, 0), [0, 2, 2, 4])
+  out = ourjax.vmap(lambda v: _lax.scan(lambda c, _: (c + _lax.axis_index("i"), None), v, None,
+                                        length=3)[0], axis_name="i")(np.zeros(3, np.int32))
+  np.testing.assert_array_equal(out, 3 * np.arange(3))

@@ -44,6 +44,22 @@ def drop_inputs(closed: ClosedJaxpr, drop) -> ClosedJaxpr:
                            j.outvars, j.debug_name), closed.consts)
 
 
+def forward_xs_to_ys(body: ClosedJaxpr, n_carry: int, n_xs: int):
+  """A scan body (outputs: ``n_carry`` carries then the ys; last ``n_xs`` inputs: the xs)
+  without the ys that are an x input returned as it is, and for each y the index of the x it
+  is (None for the ys the loop still computes)."""
+  j = body.jaxpr
+  xs_vars = j.invars[len(j.invars) - n_xs:] if n_xs else []
+  where = {id(v): k for k, v in enumerate(xs_vars)}
+  ys = j.outvars[n_carry:]
+  y_from_x = [where.get(id(v)) for v in ys]
+  if all(k is None for k in y_from_x):
+    return body, y_from_x
+  outs = j.outvars[:n_carry] + [v for v, k in zip(ys, y_from_x) if k is None]
+  return ClosedJaxpr(Jaxpr(j.constvars, j.invars, j.eqns, outs, j.debug_name),
+                     body.consts), y_from_x
+
+
 def split(vals, move):
   """(the values marked in ``move``, the others)."""
   return ([v for v, m in zip(vals, move) if m], [v for v, m in zip(vals, move) if not m])

@@ -113,14 +113,23 @@ def canonicalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
   return axis % ndim if ndim else 0
 
 
+def shape_error(shape, where: str = "") -> TypeError:
+  """JAX's TypeError for a shape that is not a sequence of concrete integers (a traced value,
+  a float, ...): the same first line, and the hint about jit when a value is traced."""
+  msg = f"Shapes must be 1D sequences of concrete values of integer type, got {shape!r}{where}."
+  if any(isinstance(d, core.Tracer) for d in (shape if isinstance(shape, (tuple, list))
+                                               else (shape,))):
+    msg += ("\nIf using `jit`, try using `static_argnums` or applying `jit` to smaller "
+            "subfunctions.\nA traced value (computed inside jit, grad, vmap, ...) has no concrete "
+            "value while tracing; only its shape and dtype are known.")
+  return TypeError(msg)
+
+
 def as_shape(shape) -> tuple:
   if isinstance(shape, (int, np.integer)):
     return (int(shape),)
   try:
     return tuple(core.concrete_or_error(operator.index, d, "The shape argument must be concrete.")
                  for d in shape)
-  except TypeError as e:
-    if isinstance(e, core.ConcretizationTypeError):
-      raise
-    raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type, got "
-                    f"{shape!r}.") from None
+  except TypeError:
+    raise shape_error(tuple(shape) if isinstance(shape, (tuple, list)) else shape) from None

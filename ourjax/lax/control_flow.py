@@ -523,6 +523,24 @@ def _cond_jvp(primals, tangents, *, branches):
 ad.jvp_rules[cond_p] = _cond_jvp
 
 
+def _merge_residual_slots(res_avals):
+  """Residual slots shared by branches: ``(slot avals, per branch the slot of each of its
+  residuals)``; a slot holds one type, and as many slots of a type as the branch that needs
+  most of them."""
+  slots, assign = [], []
+  for avals in res_avals:
+    used, idx = set(), []
+    for a in avals:
+      j = next((k for k, sa in enumerate(slots) if k not in used and sa == a), None)
+      if j is None:
+        slots.append(a)
+        j = len(slots) - 1
+      used.add(j)
+      idx.append(j)
+    assign.append(idx)
+  return slots, assign
+
+
 def _cond_partial_eval(trace, tracers, *, branches):
   if not tracers[0].pval.is_known:     # unknown index: stage the whole cond
     return trace.default_process_primitive(cond_p, tracers, dict(branches=branches))
@@ -532,23 +550,26 @@ def _cond_partial_eval(trace, tracers, *, branches):
   for b in branches:
     out_uk = _or(out_uk, _pe_jaxpr(b, ops_uk, [False] * nout)[2])
   splits = [_pe_jaxpr(b, ops_uk, out_uk) for b in branches]
-  # every branch's known side returns the residuals of all branches (zeros for the others')
+  # the branches' residuals share slots (as JAX merges them): a residual goes to a slot of its
+  # type that its branch does not use yet; a branch returns zeros in the slots it does not use
   res_avals = [list(jk.out_avals[len(jk.out_avals) - nres:]) for jk, _, _, nres in splits]
+  slots, assign = _merge_residual_slots(res_avals)
   n_known_out = nout - sum(out_uk)
   known_avals = [t.aval for t in tracers[1:] if t.pval.is_known]
   knowns, unknowns = [], []
   for i, (jk, ju, _, nres) in enumerate(splits):
     def known_fun(*xs, jk=jk, i=i):
       outs = core.closed_call(jk, *xs)
-      out = outs[:n_known_out]
-      for k, avals in enumerate(res_avals):
-        out += outs[n_known_out:] if k == i else [ad.zeros_like_aval(a) for a in avals]
-      return out
+      vals = [None] * len(slots)
+      for r, j in zip(outs[n_known_out:], assign[i]):
+        vals[j] = r
+      return outs[:n_known_out] + [ad.zeros_like_aval(a) if v is None else v
+                                   for v, a in zip(vals, slots)]
     knowns.append(pe.trace_to_jaxpr(known_fun, known_avals, "known"))
     res_vars, unk_vars = ju.invars[:nres], ju.invars[nres:]
-    lead = []
-    for k, avals in enumerate(res_avals):
-      lead += res_vars if k == i else [Var(a) for a in avals]
+    lead = [Var(a) for a in slots]
+    for v, j in zip(res_vars, assign[i]):
+      lead[j] = v
     unknowns.append(_with_io(ju, lead + unk_vars))
   index = tracers[0].pval.const
   known_ops = [t.pval.const for t in tracers[1:] if t.pval.is_known]
@@ -701,16 +722,29 @@ def _bind_while(cond_closed, cconsts, body_closed, bconsts, init):
                       body_nconsts=len(bconsts))
 
 
+def _leaves_as_arrays(tree):
+  from ourjax.array import Array
+  leaves, treedef = tree_flatten(tree)
+  return tree_unflatten(treedef, [x if isinstance(x, (Array, core.Tracer)) else Array(
+      np.array(x, dtype=get_aval(x).dtype), weak_type=get_aval(x).weak_type) for x in leaves])
+
+
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   """``while cond_fun(val): val = body_fun(val)``; returns the final ``val``.  Forward-mode
   differentiable (reverse mode needs a static trip count: use ``scan`` or ``fori_loop``)."""
   if not (callable(cond_fun) and callable(body_fun)):
     raise TypeError("lax.while_loop: body_fun and cond_fun arguments should be callable.")
   if config.jax_disable_jit:
-    val = init_val
-    while cond_fun(val):
-      val = body_fun(val)
-    return val
+    # a Python loop over arrays (NumPy leaves become Arrays, so a body that updates its carry
+    # in place cannot alias it); a traced predicate (under vmap, ...) falls back to the
+    # primitive, as in JAX
+    try:
+      val = _leaves_as_arrays(init_val)
+      while cond_fun(val):
+        val = _leaves_as_arrays(body_fun(val))
+      return val
+    except core.ConcretizationTypeError:
+      pass
   init_flat, init_tree = tree_flatten(init_val)
   args_tree = tree_flatten((init_val,))[1]
   in_avals = [get_aval(x) for x in init_flat]
@@ -780,6 +814,8 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     # int (so it is weakly typed, whatever the bounds' dtype)
     from ourjax.array import to_numpy
     lo, hi = int(to_numpy(lower)), int(to_numpy(upper))
+    if config.jax_disable_jit and hi <= lo:
+      return init_val      # (scan without jit refuses zero trips; the loop runs none)
     (_, result), _ = scan(_fori_scan_body(body_fun), (lo, init_val), None,
                           length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
     return result
@@ -1054,6 +1090,8 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   unroll = int(unroll)
   if unroll < 0:     # (0, like True, unrolls the whole loop)
     raise ValueError("`unroll` must be a `bool` or a non-negative `int`.")
+  if config.jax_disable_jit:
+    return _scan_in_python(f, init, xs_flat, xs_tree, length, reverse)
   x_avals = [_slice_aval(a) for a in xs_avals]
   init_flat, init_tree = tree_flatten(init)
   in_avals = [get_aval(x) for x in init_flat]
@@ -1099,13 +1137,40 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   if _any(move):
     closed = _lf.carries_to_consts(closed, move)
   fixed, carried = _lf.split(init_flat, move)
+  # ys that are an x as it came in are that xs array itself, not a loop output (as in JAX)
+  closed, y_from_x = _lf.forward_xs_to_ys(closed, len(carried), len(xs_flat))
   outs = _bind_scan(closed, fixed, carried, xs_flat, length=length, reverse=bool(reverse),
                     unroll=unroll)
+  if _any(k is not None for k in y_from_x):
+    rest = iter(outs[len(carried):])
+    outs = list(outs[:len(carried)]) + [xs_flat[k] if k is not None else next(rest)
+                                        for k in y_from_x]
   n_left = len(carried)
   kept = [_forwarded(x, a) for x, a, m in zip(init_flat, in_avals, move) if m]
   outs = _lf.merge(move, kept, outs[:n_left]) + list(outs[n_left:])
   carry_out, ys = _loop_result_types(outs[:n], in_avals, cell[1]), outs[n:]
   return tree_unflatten(init_tree, carry_out), tree_unflatten(cell[2], ys)
+
+
+def _scan_in_python(f, init, xs_flat, xs_tree, length, reverse):
+  """scan with jit disabled, as JAX's: the body runs in Python on each slice, the ys stacked;
+  a zero-length scan is an error (the type of its ys is unknown without tracing)."""
+  from ourjax.lax.slicing import index_in_dim
+  from ourjax.lax.structural import concatenate, expand_dims
+  from ourjax._pytree import tree_map
+  if length == 0:
+    raise ValueError("zero-length scan is not supported in disable_jit() mode because the "
+                     "output type is unknown.")
+  carry, ys = init, []
+  order = range(length - 1, -1, -1) if reverse else range(length)
+  for i in order:
+    x = tree_unflatten(xs_tree, [index_in_dim(x, i, keepdims=False) for x in xs_flat])
+    carry, y = f(carry, x)
+    ys.append(y)
+  if reverse:
+    ys.reverse()
+  stacked = tree_map(lambda *y: concatenate([expand_dims(v, (0,)) for v in y], 0), *ys)
+  return carry, stacked
 
 
 def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 (lax.map, as in JAX)

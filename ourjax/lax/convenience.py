@@ -128,8 +128,10 @@ def platform_dependent(*args, default: Callable | None = None, **per_platform: C
     if n in per_platform:
       return per_platform[n](*args)
   if default is None:
-    raise NotImplementedError(f"lax.platform_dependent: no branch for platform {plat!r} and "
-                              f"no default (branches: {sorted(per_platform)})")
+    # JAX's words ("translation rule ... not found for platform"), then what is missing
+    raise NotImplementedError(
+        f"translation rule for lax.platform_dependent not found for platform {plat}: no branch "
+        f"for it and no default (branches: {sorted(per_platform)})")
   return default(*args)
 
 

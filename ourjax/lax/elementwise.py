@@ -146,16 +146,22 @@ def div(x, y): return div_p.bind(*_size_one_broadcast(x, y))
 def rem(x, y): return rem_p.bind(*_size_one_broadcast(x, y))
 def pow(x, y):  # noqa: A001
   """x ** y; y may also be an integer array (any sign), as in JAX: it is converted to x's
-  dtype."""
+  dtype, and where it is 0 the result is 1 with derivative 0 in x (JAX's integer-exponent
+  rule: no 0 * inf at x == 0, where a float exponent 0 gives nan)."""
   x, y = _size_one_broadcast(x, y)
   xd, yd = np.result_type(_dtype_of(x)), np.result_type(_dtype_of(y))
   if yd.kind in "iu" and xd.kind in "fcV" and xd != yd:
-    y = convert_element_type(y, xd)
+    if not isinstance(y, Tracer) and not np.any(np.asarray(y) == 0):
+      return pow_p.bind(x, convert_element_type(y, xd))
+    yf = convert_element_type(y, xd)
+    zero = eq(y, _const(y, 0))
+    safe = pow_p.bind(x, select_n(zero, yf, _ones(yf)))
+    return select_n(zero, safe, _ones(safe))
   return pow_p.bind(x, y)
 def max(x, y): return max_p.bind(*_size_one_broadcast(x, y))  # noqa: A001
 def min(x, y): return min_p.bind(*_size_one_broadcast(x, y))  # noqa: A001
 def atan2(x, y): return atan2_p.bind(*_size_one_broadcast(x, y))
-def nextafter(x, y): return nextafter_p.bind(*_size_one_broadcast(x, y))
+def nextafter(x1, x2): return nextafter_p.bind(*_size_one_broadcast(x1, x2))
 def and_(x, y): return and_p.bind(*_size_one_broadcast(x, y))
 def or_(x, y): return or_p.bind(*_size_one_broadcast(x, y))
 def xor(x, y): return xor_p.bind(*_size_one_broadcast(x, y))
@@ -183,7 +189,8 @@ def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001
   return round_p.bind(x, rounding_method=int(rounding_method))
 
 
-def convert_element_type(x, new_dtype):
+def convert_element_type(operand, new_dtype):
+  x = operand
   if isinstance(new_dtype, KeyDType) or type(x) is PRNGKeyArray:
     _key_convert_error(x, new_dtype)
     return x
@@ -229,8 +236,8 @@ def _convert_element_type(x, new_dtype, weak_type: bool = False):
   return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
 
 
-def bitcast_convert_type(x, new_dtype):
-  return bitcast_convert_type_p.bind(x, new_dtype=dtypes.canonicalize_dtype(new_dtype))
+def bitcast_convert_type(operand, new_dtype):
+  return bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize_dtype(new_dtype))
 
 
 def select_n(which, *cases):
@@ -486,12 +493,9 @@ def _replace_zero(x):
 
 
 def _pow_jvp_lhs(t, x, y):
-  # d/dx x**y = y * x**(y-1).  Where x == 0 and y == 0 the exponent is taken as 1, so that the
-  # derivative is 0 * x = 0 (no 0 * inf); elsewhere y * x**(y-1) as it is, so that its own
-  # derivative in y at y == 0 is 1/x (JAX's issue 12033)
-  at_zero = mul(y, pow(x, select_n(eq(y, _const(y, 0)), sub(y, _const(y, 1)), _ones(y))))
-  general = mul(y, pow(_replace_zero(x), sub(y, _const(y, 1))))
-  return mul(t, select_n(eq(x, _const(x, 0)), general, at_zero))
+  # d/dx x**y = y * x**(y-1), as JAX writes it: at x == 0, y == 0 that is 0 * inf = nan (JAX's
+  # choice, kept); its own derivative in y at y == 0 is 1/x (JAX's issue 12033)
+  return mul(t, mul(y, pow(x, sub(y, _const(y, 1)))))
 
 
 def _pow_jvp_rhs(t, x, y):

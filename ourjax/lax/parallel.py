@@ -359,7 +359,14 @@ def axis_index(axis_name):
     size = _name_size(name, "axis_index")
     main = _vmap_main(name)
     if main is not None:
-      idx = BatchTracer(BatchTrace(main), lax.iota(np.int32, size), 0)
+      if main is core._state.trace_stack[-1]:
+        pos = lax.iota(np.int32, size)
+      else:
+        # inside a trace opened under the vmap (a loop body, a cond_fun): an iota would be
+        # bound there and leak into the vmap's tracer; the positions are a constant instead
+        from ourjax.array import Array
+        pos = Array(np.arange(size, dtype=np.int32))
+      idx = BatchTracer(BatchTrace(main), pos, 0)
     else:
       idx = axis_index_p.bind(axes=(name,), size=size)
     out = idx if out is None else out * np.int32(size) + idx

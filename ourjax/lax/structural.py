@@ -287,8 +287,9 @@ iota_p.def_abstract_eval(lambda dtype, shape, dimension, sharding: ShapedArray(s
 iota_p.def_impl(_iota_impl)
 
 
-def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
-  """An array of ``shape`` filled with a scalar (``broadcast_in_dim`` of a 0-d value)."""
+def full(shape, fill_value, dtype=None, *, sharding=None, weak_type: bool = False):
+  """An array of ``shape`` filled with a scalar (``broadcast_in_dim`` of a 0-d value).
+  ``sharding`` is accepted as JAX's; the array is not placed by it."""
   from ourjax.lax.elementwise import _convert_element_type
   shape = as_shape(shape)
   fill_aval = get_aval(fill_value)
@@ -315,11 +316,29 @@ def full(shape, fill_value, dtype=None, *, weak_type: bool = False):
   return broadcast_in_dim(fill_value, shape, ())
 
 
-def full_like(x, fill_value, dtype=None, shape=None):
-  aval = get_aval(x)
-  weak = aval.weak_type if dtype is None else False
-  return full(aval.shape if shape is None else shape, fill_value,
-              aval.dtype if dtype is None else dtype, weak_type=weak)
+def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
+  """An array like ``x`` (its shape and dtype unless given) filled with ``fill_value``.  ``x``
+  may be anything with ``shape`` and ``dtype`` (a ``ShapeDtypeStruct``, ...), as JAX's."""
+  try:
+    aval = get_aval(x)
+  except TypeError:
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+      raise
+    x_shape, x_dtype, weak = tuple(x.shape), x.dtype, getattr(x, "weak_type", False)
+  else:
+    x_shape, x_dtype, weak = aval.shape, aval.dtype, aval.weak_type
+  return full(x_shape if shape is None else shape, fill_value,
+              x_dtype if dtype is None else dtype, weak_type=weak if dtype is None else False)
+
+
+def shape_as_value(shape):
+  """A shape as an integer array (int32, int64 for sizes past int32): an empty Array for (),
+  otherwise a NumPy array, as JAX's for static shapes (ourjax has no symbolic dimensions)."""
+  shape = tuple(operator.index(d) for d in shape)
+  dt = np.dtype(np.int64 if any(d > np.iinfo(np.int32).max for d in shape) else np.int32)
+  if not shape:
+    return full((0,), np.array(0, dt))
+  return np.asarray(shape, dtype=dt)
 
 
 def zeros_like_array(x):

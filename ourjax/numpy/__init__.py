@@ -32,7 +32,20 @@ import numpy as _np
 from ourjax import dtypes as _dtypes
 from ourjax.array import PublicArray as ndarray  # noqa: F401  (jnp.ndarray is ourjax.Array)
 from ourjax.array import Array  # noqa: F401
-from ourjax.dtypes import (float0, finfo, iinfo, issubdtype, isdtype)  # noqa: F401
+from ourjax.dtypes import (float0, finfo, iinfo)  # noqa: F401
+
+
+def issubdtype(arg1, arg2) -> bool:
+  """``np.issubdtype`` (NumPy's parameter names), with ourjax's dtypes: see ``dtypes``."""
+  return _dtypes.issubdtype(arg1, arg2)
+
+
+def isdtype(dtype, kind) -> bool:
+  """Array-API ``isdtype``: whether ``dtype`` is of ``kind`` (a kind name such as 'real
+  floating', a dtype, or a tuple of these)."""
+  return _dtypes.isdtype(dtype, kind)
+
+
 from ourjax.numpy._scalar_types import (  # noqa: F401
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16,
     float32, float64, complex64, complex128, single, double, csingle, cdouble, int_, uint,
@@ -59,7 +72,7 @@ from ourjax.numpy._shape import (shape, ndim, size, reshape, ravel, transpose,  
                                  permute_dims, matrix_transpose, swapaxes, moveaxis, rollaxis,
                                  expand_dims, squeeze, atleast_1d, atleast_2d, atleast_3d,
                                  broadcast_shapes, broadcast_to, broadcast_arrays, concatenate,
-                                 concat, stack, vstack, row_stack, hstack, dstack,
+                                 concat, stack, vstack, hstack, dstack,
                                  column_stack, append, block, split, array_split, vsplit,
                                  hsplit, dsplit, unstack, tile, repeat, flip, fliplr, flipud,
                                  roll, rot90, diff, ediff1d, delete, insert)
@@ -68,7 +81,7 @@ from ourjax.numpy._linalg_ops import (dot, matmul, vdot, vecdot, inner, outer,  
                                       tensordot, kron, diagonal, trace, einsum, einsum_path,
                                       matvec, vecmat)
 from ourjax.numpy._sorting import (sort, argsort, lexsort, partition, argpartition,  # noqa
-                                   sort_complex, searchsorted, digitize, isin, in1d)
+                                   sort_complex, searchsorted, digitize, isin)
 from ourjax.numpy._index_functions import (take, take_along_axis, put, nonzero,  # noqa
                                            flatnonzero, argwhere, compress, extract, choose,
                                            ix_, unravel_index, ravel_multi_index,
@@ -92,7 +105,8 @@ globals().update(_narrow_types)
 
 # the binary functions become ufunc objects (jnp.add.reduce, .accumulate, .outer, .at)
 from ourjax.numpy import _ufuncs as _ufuncs_module  # noqa: E402
-from ourjax.numpy._ufunc_api import ufunc, _make as _make_ufuncs  # noqa: E402,F401
+from ourjax.numpy._ufunc_api import ufunc, frompyfunc, _make as _make_ufuncs  # noqa: E402,F401
+from ourjax.numpy._io import save, savez, load, fromfile, fromiter, from_dlpack  # noqa: E402,F401
 globals().update(_make_ufuncs(_ufuncs_module))
 del _make_ufuncs
 bool = bool_  # noqa: A001
@@ -159,3 +173,14 @@ del _am
 from ourjax.numpy import linalg  # noqa: E402,F401
 from ourjax.numpy import fft  # noqa: E402,F401
 from ourjax.numpy._index_tricks import c_, index_exp, mgrid, ogrid, r_, s_  # noqa: E402,F401
+
+
+# names NumPy had and JAX removed (JAX 0.10): an AttributeError that says what to use instead
+_REMOVED = {"fix": "jnp.trunc", "in1d": "jnp.isin", "row_stack": "jnp.vstack"}
+
+
+def __getattr__(name):
+  if name in _REMOVED:
+    raise AttributeError(f"ourjax.numpy.{name} was removed, as in JAX (v0.10); use "
+                         f"{_REMOVED[name]} instead.")
+  raise AttributeError(f"module 'ourjax.numpy' has no attribute {name!r}")

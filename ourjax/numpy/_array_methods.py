@@ -65,7 +65,7 @@ def _install():
       sum=jnp.sum, prod=jnp.prod, max=jnp.max, min=jnp.min, mean=jnp.mean, all=jnp.all,
       any=jnp.any, var=jnp.var, std=jnp.std, ptp=jnp.ptp, argmax=jnp.argmax,
       argmin=jnp.argmin, cumsum=jnp.cumsum, cumprod=jnp.cumprod, nonzero=_deferred("nonzero"),
-      take=_deferred("take"), compress=_deferred("compress"), choose=_deferred("choose"),
+      take=_deferred("take"), compress=_compress_method, choose=_deferred("choose"),
       astype=lambda self, dtype, copy=False, device=None: jnp.astype(self, dtype),
       reshape=_reshape_method, transpose=_transpose_method, conj=jnp.conjugate,
       conjugate=jnp.conjugate, round=lambda self, decimals=0, out=None: jnp.round(self,
@@ -74,7 +74,7 @@ def _install():
       clip=_clip_method, dot=jnp.dot, sort=jnp.sort, argsort=jnp.argsort,
       searchsorted=jnp.searchsorted, repeat=jnp.repeat, diagonal=jnp.diagonal, trace=jnp.trace,
       argpartition=jnp.argpartition, view=_view, copy=lambda self: jnp.array(self, copy=True),
-      to_device=lambda self, device, *, stream=None: self,
+      to_device=lambda self, device, *, stream=None: self, byteswap=_byteswap,
   )
   props = {
       "real": jnp.real, "imag": jnp.imag, "T": lambda self: jnp.transpose(self),
@@ -103,6 +103,23 @@ def _deferred(name):
     return fn(self, *args, **kwargs)
   method.__name__ = name
   return method
+
+
+def _byteswap(self):
+  """The elements with their bytes in reverse order (NumPy's ``byteswap``; the dtype stays, so
+  the result read as the same dtype holds the other endianness).  Complex: each part swapped."""
+  if dtypes.is_complex(self.dtype):
+    return lax.complex(_byteswap(lax.real(self)), _byteswap(lax.imag(self)))
+  if self.dtype.itemsize == 1:
+    return self
+  as_bytes = lax.bitcast_convert_type(self, np.dtype(np.uint8))
+  return lax.bitcast_convert_type(lax.rev(as_bytes, (self.ndim,)), self.dtype)
+
+
+def _compress_method(self, condition, axis=None, *, size=None, fill_value=0, out=None):
+  """``x.compress(condition, axis)`` is ``jnp.compress(condition, x, axis)`` (NumPy's order)."""
+  import ourjax.numpy as jnp
+  return jnp.compress(condition, self, axis, size=size, fill_value=fill_value, out=out)
 
 
 def _contains(self, value):

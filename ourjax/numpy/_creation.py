@@ -2,7 +2,8 @@
 geomspace), and the structured ones (eye, identity, tri, tril/triu, diag, meshgrid, indices).
 
 Dtype rules follow JAX: Python scalars are weak and take the default dtype of their kind
-(int32/float32 with x64 off); ``jnp.array(1.0)`` stays weakly typed, lists do not."""
+(int32/float32 with x64 off); ``jnp.array(1.0)`` stays weakly typed, lists do not.  The
+placement keywords ``device`` and ``out_sharding`` are accepted, as JAX's, and place nothing."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ from ourjax import core, dtypes, lax
 from ourjax._keys import KeyDType, PRNGKeyArray
 from ourjax.array import Array, to_numpy
 from ourjax.core import Tracer, get_aval
+from ourjax.lax._utils import shape_error
 from ourjax.numpy._util import _broadcast_to, check_arraylike, static_argnames
 
 # ------------------------------------------------------------------------------------------------
@@ -52,11 +54,13 @@ def _check_host_dtype(host: np.ndarray, what) -> None:
 _UNSET = object()
 
 
-def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, device=None):
+def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, device=None,
+          out_sharding=None):
   """``jnp.array``: an Array from a scalar, array, nested list/tuple (which may hold traced
   values: they are stacked), or anything NumPy can convert.  ``copy`` (default True),
   ``order`` ('K') and ``ndmin`` (0) are keyword arguments; passing them positionally is
-  deprecated (a DeprecationWarning, as JAX).
+  deprecated (a DeprecationWarning, as JAX).  ``device`` and ``out_sharding`` are accepted
+  and do not move anything (the array is on the one device).
 
   Only a weakly typed input (a Python scalar, or a weak array) gives a weakly typed result:
   ``jnp.array(1.0)`` is a weak float32, ``jnp.array([1.0])`` a strong one."""
@@ -81,7 +85,8 @@ def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, de
     raise NotImplementedError("jnp.array: only order='K' is implemented")
   if type(object) is PRNGKeyArray or isinstance(dtype, KeyDType):
     return _key_array(object, dtype, copy)
-  core.check_not_masked(object)
+  if isinstance(object, np.ma.MaskedArray):
+    object = np.asarray(object)    # as np.array (and JAX): the data, without the mask
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
   if object is None:
@@ -142,13 +147,14 @@ def _stack_nested(obj, dtype):
   return lax._convert_element_type(x, dtype, False)
 
 
-def asarray(a, dtype=None, order=None, *, copy=None, device=None):
+def asarray(a, dtype=None, order=None, *, copy=None, device=None, out_sharding=None):
   """``jnp.asarray``: like ``array``, but returns an Array or tracer unchanged when no dtype
   change is asked for."""
   if dtype is None and isinstance(a, (Array, Tracer)) and not copy:
     return a
   if type(a) is PRNGKeyArray and (dtype is None or dtype == a.dtype) and not copy:
     return a
+  core.check_not_masked(a)     # jnp.array drops a mask, as np.array; asarray refuses (JAX)
   return array(a, dtype=dtype, copy=bool(copy), order=order)
 
 
@@ -170,11 +176,9 @@ def canonicalize_shape(shape, name="shape"):
     shape = tuple(core.concrete_or_error(operator.index, d,
                                          f"The shape argument to jnp.{name} must be concrete.")
                   for d in shape)
-  except TypeError as e:
-    if isinstance(e, core.ConcretizationTypeError):
-      raise
-    raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type, got "
-                    f"{shape!r} (in jnp.{name}).") from None
+  except TypeError:  # a traced or non-integer size: JAX's TypeError (not a concretization one)
+    raise shape_error(tuple(shape) if isinstance(shape, (tuple, list)) else shape,
+                      f" (in jnp.{name})") from None
   if any(d < 0 for d in shape):
     raise TypeError(f"jnp.{name}: shape must not contain negative dimensions, got {shape}.")
   return shape
@@ -220,25 +224,25 @@ def _key_filled(shape, fill_value, dtype):
   return PRNGKeyArray(impl, data)
 
 
-def zeros(shape, dtype=None, *, device=None):
+def zeros(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 0, dtype)
   return _filled("zeros", shape, 0, dtype)
 
 
-def ones(shape, dtype=None, *, device=None):
+def ones(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 1, dtype)
   return _filled("ones", shape, 1, dtype)
 
 
-def empty(shape, dtype=None, *, device=None):
+def empty(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 0, dtype)
   return _filled("empty", shape, 0, dtype)
 
 
-def full(shape, fill_value, dtype=None, *, device=None):
+def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
   """An array of ``shape`` filled with ``fill_value`` (a scalar, or an array that broadcasts)."""
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, fill_value, dtype)
@@ -261,22 +265,22 @@ def _like_args(name, a, dtype, shape):
   return dtype, shape
 
 
-def zeros_like(a, dtype=None, shape=None, *, device=None):
+def zeros_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("zeros_like", a, dtype, shape)
   return lax.full_like(a, 0, dtype, shape)
 
 
-def ones_like(a, dtype=None, shape=None, *, device=None):
+def ones_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("ones_like", a, dtype, shape)
   return lax.full_like(a, 1, dtype, shape)
 
 
-def empty_like(prototype, dtype=None, shape=None, *, device=None):
+def empty_like(prototype, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("empty_like", prototype, dtype, shape)
   return lax.full_like(prototype, 0, dtype, shape)
 
 
-def full_like(a, fill_value, dtype=None, shape=None, *, device=None):
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("full_like", a, dtype, shape)
   check_arraylike("full_like", fill_value)
   if np.ndim(fill_value) == 0:
@@ -300,7 +304,7 @@ def _concrete_scalar(x, argname):
   return x
 
 
-def arange(start, stop=None, step=None, dtype=None, *, device=None):
+def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding=None):
   """``jnp.arange``: concrete bounds only (the length is part of the shape).  The dtype is the
   promoted dtype of the arguments, Python ints giving int32 (int64 with x64) and Python floats
   float32; the result is never weakly typed."""
@@ -435,6 +439,9 @@ def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axi
 
 
 def _int_arg(x, what):
+  """A size argument (eye's/tri's N, M, ...) as an int; a traced one is JAX's shape error."""
+  if isinstance(x, Tracer) and not core.is_concrete(x):
+    raise shape_error((x,), f" (the '{what}' argument)")
   return core.concrete_or_error(operator.index, x, f"The '{what}' argument must be concrete.")
 
 

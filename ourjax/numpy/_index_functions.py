@@ -5,6 +5,7 @@ bind what ``x[idx]`` and ``x.at[idx]`` bind (``_indexing.py``: ``_rewriting_take
 ``_scatter_update``, one gather or scatter each)."""
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -476,6 +477,9 @@ def unravel_index(indices, shape):
     raise TypeError(f"unravel_index: only integer indices are allowed, got {dt.name}")
   out_dt = dt                   # the indices' dtype, as JAX's (the shape is weakly typed)
   dt = dtypes.result_type(dt, dtypes.default_int_dtype())    # (computed at least this wide)
+  dims = list(shape) if isinstance(shape, (tuple, list)) or np.ndim(shape) == 1 else [shape]
+  if any(isinstance(d, Tracer) and not core.is_concrete(d) for d in dims):
+    return _unravel_traced_shape(indices, dims)
   shape = _shape_arg(shape, "unravel_index")
   if any(d < 0 for d in shape):
     raise ValueError(f"unravel_index: dimensions must be non-negative, got {shape}")
@@ -497,9 +501,28 @@ def unravel_index(indices, shape):
                for o in reversed(out))
 
 
+def _unravel_traced_shape(indices, dims):
+  """``unravel_index`` into a shape given by traced sizes (a jitted call that passes the shape
+  as an argument): the coordinates by repeated divmod, out-of-range indices clipped to the
+  last (or first) element, as JAX's."""
+  from ourjax.numpy._ufuncs import divmod as _divmod, where, greater, less, subtract
+  if any(np.ndim(d) != 0 for d in dims):
+    raise ValueError("unravel_index: shape should be a scalar or 1D sequence.")
+  out = [None] * len(dims)
+  rest = indices
+  for k in reversed(range(len(dims))):
+    rest, out[k] = _divmod(rest, dims[k])
+  over = greater(rest, 0)
+  under = less(rest, -1) if not np.issubdtype(get_aval(indices).dtype, np.unsignedinteger) else \
+      lax.full_like(over, False)
+  return tuple(where(over, subtract(d, 1), where(under, 0, c)).astype(get_aval(indices).dtype)
+               for d, c in zip(dims, out))
+
+
 def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None):
   """Flat indices of the coordinate arrays ``multi_index`` into an array of shape ``dims``.
-  ``mode``: 'raise' (coordinates must be concrete and in range), 'wrap' or 'clip'."""
+  ``mode``: 'raise' (coordinates must be concrete and in range), 'wrap', 'clip' or 'ignore'
+  (coordinates used as they are).  ``dtype``: of the result (default: the coordinates')."""
   dims = _shape_arg(dims, "ravel_multi_index")
   multi_index = tuple(multi_index)
   if len(multi_index) != len(dims):
@@ -515,7 +538,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
   if mode == "raise":
     for i, d in zip(idx, dims):
       c = core.concrete_or_error(
-          np.asarray, i, "The error occurred because ravel_multi_index was traced with "
+          np.asarray, i, "The error occurred because ravel_multi_index was jit-compiled with "
           "mode='raise'. Use mode='wrap' or mode='clip' instead.")
       if np.any((c < 0) | (c >= d)):
         raise ValueError("invalid entry in coordinates array")
@@ -523,12 +546,20 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None)
     idx = [remainder(i, np.array(d, get_aval(i).dtype)) for i, d in zip(idx, dims)]
   elif mode == "clip":
     idx = [clip(i, 0, d - 1) for i, d in zip(idx, dims)]
+  elif mode != "ignore":
+    raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', 'clip', or 'ignore'.")
+  if dtype is not None:
+    dt = dtypes.check_user_dtype(dtype, "ravel_multi_index")
+    if not dtypes.is_integer(dt) or dt == np.bool_:
+      raise ValueError(f"dtype={dt} is not an integer type.")
   else:
-    raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', or 'clip'")
-  dt = dtypes.check_user_dtype(dtype, "ravel_multi_index") if dtype is not None else \
-      dtypes.result_type(*[get_aval(i).dtype for i in idx])
-  if dt == np.bool_ or not dtypes.is_integer(dt):
-    dt = dtypes.default_int_dtype()
+    dt = dtypes.result_type(*[get_aval(i).dtype for i in idx])
+    if dt == np.bool_ or not dtypes.is_integer(dt):
+      dt = dtypes.default_int_dtype()
+  if math.prod(dims) - 1 > np.iinfo(dt).max:
+    raise ValueError(f"jnp.ravel_multi_index: dtype={dt} not large enough to hold flattened "
+                     f"index for dims={dims}. Use the dtype argument to pass a suitable dtype "
+                     "(e.g. dtype=np.min_scalar_type(prod(dims))).")
   strides, s = [], 1
   for d in (reversed(dims) if order == "C" else dims):
     strides.append(s)

@@ -27,6 +27,23 @@ def _operands(name, *args):
   return [a if type(a) is Array else asarray(a) for a in promote_dtypes(*args)]
 
 
+def _dot_operands(name, a, b):
+  """``a, b, dtype``: the operands of a jnp product and its result dtype.  As JAX's jnp.dot and
+  matmul, operands of different dtypes are not converted: dot_general takes them as they are,
+  with the promoted dtype as its preferred_element_type (None when they already agree)."""
+  if _same_strong_arrays((a, b), same_shape=False):
+    return a, b, None
+  check_arraylike(name, a, b)
+  oa, ob = (x if isinstance(x, (Array, core.Tracer)) else asarray(_as_operand(x))
+            for x in (a, b))
+  la, lb = get_aval(oa), get_aval(ob)
+  dt = dtypes.result_type(oa, ob)
+  if (la.dtype == dt and lb.dtype == dt) or la.ndim == 0 or lb.ndim == 0:
+    pa, pb = _operands(name, a, b)    # one dtype already, or a scalar product: promoted
+    return pa, pb, None
+  return oa, ob, dt
+
+
 def _dot_general(lhs, rhs, contract, batch, precision, preferred_element_type):
   dn = ((tuple(contract[0]), tuple(contract[1])), (tuple(batch[0]), tuple(batch[1])))
   la, ra = get_aval(lhs), get_aval(rhs)
@@ -61,8 +78,9 @@ def _check_contract(name, a, b, da, db):
 def dot(a, b, *, precision=None, preferred_element_type=None):
   """NumPy's ``dot``: products with scalars; the inner product of vectors; otherwise the sum
   over the last axis of ``a`` and the second-to-last of ``b`` (the last, if ``b`` is 1-D)."""
-  a, b = _operands("dot", a, b)
+  a, b, mixed = _dot_operands("dot", a, b)
   pref = _pref(preferred_element_type, "dot")
+  pref = mixed if pref is None else pref
   na, nb = get_aval(a).ndim, get_aval(b).ndim
   if na == 0 or nb == 0:
     from ourjax.numpy._ufuncs import multiply
@@ -92,13 +110,14 @@ def _eager_matmul(a, b):
 def matmul(a, b, *, precision=None, preferred_element_type=None):
   """Matrix product with NumPy's rules: 1-D operands are promoted to a matrix and the added
   axis removed afterwards; leading (batch) axes broadcast."""
-  a, b = _operands("matmul", a, b)
-  if (precision is None and preferred_element_type is None and type(a) is Array
-      and type(b) is Array):
+  a, b, mixed = _dot_operands("matmul", a, b)
+  if (precision is None and preferred_element_type is None and mixed is None and
+      type(a) is Array and type(b) is Array):
     out = _eager_matmul(a, b)
     if out is not None:
       return out
   pref = _pref(preferred_element_type, "matmul")
+  pref = mixed if pref is None else pref
   sa, sb = get_aval(a).shape, get_aval(b).shape
   for i, s in enumerate((sa, sb)):
     if len(s) == 0:
@@ -133,14 +152,15 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
     raise ValueError(f"matmul: batch dimensions of shapes {get_aval(a).shape} and "
                      f"{get_aval(b).shape} do not broadcast") from None
   # Each batch position is shared (a batch dim of dot_general) when both sides have it with
-  # the same size; where one side is 1 or missing, the other side's axis is a free dimension.
+  # the same size; where one side is 1 or missing, the other side's axis is a free dimension;
+  # where both are 1 (or missing) it is squeezed out of both, as JAX does.
   a_squeeze, b_squeeze, a_batch, b_batch = [], [], [], []
   a_free_batch, b_free_batch = [], []   # (output position, operand axis)
   out_kind = []                         # per batch position: 'shared', 'a', 'b' or 'one'
   for i, (x, y) in enumerate(zip(ba_p, bb_p)):
     ax_a = None if x is None else i - (nbatch - len(ba))
     ax_b = None if y is None else i - (nbatch - len(bb))
-    if x is not None and y is not None and x == y:
+    if x is not None and y is not None and x == y and not (x == 1 and y == 1):
       a_batch.append(ax_a)
       b_batch.append(ax_b)
       out_kind.append("shared")

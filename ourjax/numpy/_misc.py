@@ -40,8 +40,9 @@ def piecewise(x, condlist, funclist, *args, **kw):
   """Elementwise, the function (or constant) of ``funclist`` whose condition of ``condlist``
   holds, the last one that does winning; one extra function is the default (0 otherwise).
   Each function gets a scalar element (and ``args``, ``kw``) and its result is cast to
-  ``x``'s dtype: JAX's ``vectorize`` over ``lax.switch``."""
-  from ourjax.numpy._reductions import argmax, cumsum
+  ``x``'s dtype: JAX's ``vectorize`` over ``lax.switch``, in a jit that holds the functions as
+  static arguments (calling piecewise again with the same functions does not trace them again;
+  the constants, ``args`` and ``kw`` are traced)."""
   check_arraylike("piecewise", x)
   x = asarray(_as_operand(x))
   nc, nf = len(condlist), len(funclist)
@@ -54,16 +55,32 @@ def piecewise(x, condlist, funclist, *args, **kw):
                      f"got {nf}")
   dt = get_aval(x).dtype
   conds = asarray(condlist, dtype=np.bool_)
+  funcs = tuple(f if callable(f) else None for f in funclist)
+  consts = tuple(None if callable(f) else lax.convert_element_type(asarray(_as_operand(f)), dt)
+                 for f in funclist)
+  global _piecewise_jit
+  if _piecewise_jit is None:
+    from ourjax.api import jit
+    _piecewise_jit = jit(_piecewise, static_argnums=(3,))
+  return _piecewise_jit(x, conds, consts, funcs, args, kw)
+
+
+_piecewise_jit = None
+
+
+def _piecewise(x, conds, consts, funcs, args, kw):
+  from ourjax.numpy._reductions import argmax, cumsum
+  dt = get_aval(x).dtype
   # the branch: 1 + the last condition that holds, 0 for none
   counts = cumsum(lax.concatenate([lax.full((1,) + get_aval(conds).shape[1:], False, np.bool_),
                                    conds], 0), axis=0)
   index = argmax(counts, axis=0)
 
-  def branch(f):
-    if callable(f):
+  def branch(f, c):
+    if f is not None:
       return lambda v: lax.convert_element_type(asarray(f(v, *args, **kw)), dt)
-    return lambda v: lax.full((), f, dt)
-  branches = [branch(f) for f in funclist]
+    return lambda v: lax.broadcast_in_dim(c, get_aval(v).shape, ())
+  branches = [branch(f, c) for f, c in zip(funcs, consts)]
   return vectorize(lambda i, v: lax.switch(i, branches, v))(index, x)
 
 
@@ -76,6 +93,11 @@ def trapezoid(y, x=None, dx=1.0, axis: int = -1):
   if x is None:
     check_arraylike("trapezoid", y)
     y, = promote_dtypes_inexact(_as_operand(y))
+    dx = _as_operand(dx)
+    if np.ndim(dx) > 0:  # an array of spacings broadcasts against y, as NumPy's
+      dx = asarray(dx)
+      nd_y, nd_dx = get_aval(y).ndim, get_aval(dx).ndim
+      dx = moveaxis(lax.expand_dims(dx, tuple(range(nd_y - nd_dx))), axis, -1)
   else:
     check_arraylike("trapezoid", y, x)
     y, x = promote_dtypes_inexact(_as_operand(y), _as_operand(x))
@@ -346,10 +368,10 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002
     lo = lax.select_n(same, lo, lax.sub(lo, lax._const(lo, 0.5)))
     hi = lax.select_n(same, hi, lax.add(hi, lax._const(hi, 0.5)))
     return linspace(lo, hi, bins + 1)
-  bins = asarray(bins)
-  if get_aval(bins).ndim != 1:
+  if np.ndim(bins) != 1:
     raise ValueError("bins must be 1-dimensional")
-  return bins
+  # explicit edges take the (inexact) dtype of the values, as JAX's
+  return asarray(bins, dtype=get_aval(a).dtype)
 
 
 def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
@@ -364,20 +386,19 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
   edges = histogram_bin_edges(a, bins, range, weights)
   n = get_aval(edges).shape[0] - 1
   a, edges = promote_dtypes_inexact(a, edges)
-  idx = lax.sub(searchsorted(edges, a, side="right"), np.int32(1))
-  # values equal to the last edge go into the last bin; values outside are dropped
+  # as JAX's: a value's slot is searchsorted(edges, value, 'right') in 0..n+1, the last edge
+  # itself counting in the last bin; slot 0 (below the range) and slot n+1 (above it, or NaN,
+  # which sorts last) are dropped -- and with NaN edges every value falls outside
+  idx = searchsorted(edges, a, side="right")
   from ourjax.numpy._gathers import take_1d
   last = take_1d(edges, np.full((), n, np.int32))
-  first = take_1d(edges, np.zeros((), np.int32))
-  idx = where(lax.eq(a, last), n - 1, idx)
-  outside = lax.or_(lax.lt(a, first), lax.gt(a, last))
-  idx = where(outside, n, idx)
-  # as JAX's: the counts have the (inexact) dtype of the weights, ones like a by default
+  idx = where(lax.eq(a, last), n, idx)
+  # the counts have the (inexact) dtype of the weights, ones like a by default
   w = lax.full_like(a, 1) if weights is None else ravel(asarray(weights,
                                                                dtype=get_aval(a).dtype))
-  counts = bincount(idx, w, length=n + 1)
+  counts = bincount(idx, w, length=n + 2)
   from ourjax.numpy._shape import _slice_axis
-  counts = _slice_axis(counts, 0, n, 0)
+  counts = _slice_axis(counts, 1, n + 1, 0)
   if density:
     widths = diff(edges)
     counts = divide(divide(counts, widths), _sum(counts))

@@ -4,7 +4,8 @@ count_nonzero and ptp.
 
 Dtype rules are JAX's: sums and products of bool and narrow integers accumulate in the default
 integer type (int32, uint32 for unsigned; 64-bit with x64) unless ``promote_integers=False``;
-float16/bfloat16 are accumulated in float32; mean/var/std of integers are float32."""
+float16/bfloat16 are accumulated in float32 (sum, prod and mean: unless a ``dtype`` is given,
+then in it); mean/var/std of integers are float32."""
 from __future__ import annotations
 
 import builtins
@@ -174,7 +175,8 @@ def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_inte
     if promote_integers:
       result_dt = _promote_integer_dtype(result_dt)
   result_dt = dtypes.canonicalize_dtype(result_dt)
-  comp_dt = _upcast_f16(result_dt) if upcast_f16 else result_dt
+  # float16/bfloat16 accumulate in float32 unless a dtype is asked for (then in it, as JAX)
+  comp_dt = _upcast_f16(result_dt) if upcast_f16 and dtype is None else result_dt
   if name in ("all", "any"):
     comp_dt = result_dt = np.dtype(np.bool_)
   if aval.dtype != comp_dt or aval.weak_type:
@@ -252,7 +254,8 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     result_dt = dtypes.to_inexact_dtype(aval.dtype)
   else:
     result_dt = dtypes.check_user_dtype(dtype, "mean")
-  comp_dt = _upcast_f16(result_dt) if dtypes.is_inexact(result_dt) else result_dt
+  comp_dt = _upcast_f16(result_dt) if dtypes.is_inexact(result_dt) and dtype is None else \
+      result_dt
   if where is None:
     norm = lax.full((), _axis_count(aval.shape, axes), comp_dt)
   else:

@@ -11,6 +11,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
+from ourjax.lax._utils import shape_error
 from ourjax.numpy._creation import asarray, canonicalize_shape
 from ourjax.numpy._util import (_broadcast_to, _as_operand, check_arraylike, promote_dtypes,
                                 static_argnames)
@@ -111,8 +112,12 @@ def _compute_newshape(aval, newshape):
 def canonicalize_shape_allow_neg(s):
   if isinstance(s, (int, np.integer)) or (not isinstance(s, (tuple, list)) and np.ndim(s) == 0):
     s = (s,)
-  return tuple(core.concrete_or_error(operator.index, d, "The new shape in jnp.reshape must "
-                                      "be concrete.") for d in s)
+  try:
+    return tuple(core.concrete_or_error(operator.index, d, "The new shape in jnp.reshape must "
+                                        "be concrete.") for d in s)
+  except TypeError:  # traced or non-integer sizes: JAX's shape TypeError
+    raise shape_error(tuple(s) if isinstance(s, (tuple, list)) else s,
+                      " (in jnp.reshape)") from None
 
 
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
@@ -400,7 +405,6 @@ def vstack(tup, dtype=None):
   return concatenate([_atleast(a, 2, "vstack") for a in _seq("vstack", tup)], 0, dtype)
 
 
-row_stack = vstack
 
 
 def hstack(tup, dtype=None):
@@ -513,7 +517,8 @@ def _split_sizes(op, size, indices_or_sections):
       start, stop, _ = slice(a, b).indices(size)
       out.append((start, max(start, stop)))
     return out
-  sections = core.concrete_or_error(operator.index, indices_or_sections,
+  # a count of sections is truncated to an int, as JAX's (and NumPy's) int(): 2.0 is 2
+  sections = core.concrete_or_error(int, indices_or_sections,
                                     f"jnp.{op}: the number of sections must be concrete")
   if sections <= 0:
     raise ValueError("number sections must be larger than 0.")
@@ -615,6 +620,8 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
           repeats, "When jit-compiling jnp.repeat, the total number of repeats must be static. "
           "To fix this, either specify a static value for `repeats`, or pass a static value to "
           "`total_repeat_length`.")
+    if n == 0:  # nothing to repeat: JAX returns the empty operand whatever the length asked
+      return a
     return _repeat_traced(a, repeats, axis, total_repeat_length)
   reps = np.asarray(core.concrete_or_error(None, repeats, "jnp.repeat repeats"))
   if not (dtypes.is_integer(reps.dtype) or reps.dtype == np.bool_ or reps.size == 0):
@@ -644,6 +651,31 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
   if n == 0:
     return a
   return _take_static(a, idx, axis)
+
+
+def _insert_traced(a, idx, vals, axis):
+  """``insert`` at traced indices ``idx`` (k of them, one per entry of ``vals`` along ``axis``):
+  the entries of ``a`` and ``vals`` are scattered to their places in the longer result."""
+  from ourjax.numpy._sorting import argsort
+  n, k = get_aval(a).shape[axis], get_aval(idx).shape[0]
+  idx = lax.clamp(np.int32(0), lax.select_n(lax.lt(idx, np.int32(0)), idx,
+                                            lax.add(idx, np.int32(n))), np.int32(n))
+  # inserted entry j (j-th in stable order of idx) lands at idx_j + j; input entry i moves past
+  # every index <= i
+  order = lax.convert_element_type(argsort(idx, stable=True), np.int32)
+  new_pos = moveaxis(lax.iota(np.int32, k), 0, 0).at[order].set(
+      lax.add(_take_traced(idx, order, 0), lax.iota(np.int32, k)))
+  i = lax.iota(np.int32, n)
+  before = lax.le(lax.broadcast_in_dim(idx, (k, n), (0,)), lax.broadcast_in_dim(i, (k, n), (1,)))
+  old_pos = lax.add(i, lax.reduce_sum(lax.convert_element_type(before, np.int32), (0,)))
+  out = moveaxis(lax.full_like(a, 0, shape=_with(get_aval(a).shape, axis, n + k)), axis, 0)
+  out = out.at[old_pos].set(moveaxis(a, axis, 0), unique_indices=True)
+  out = out.at[new_pos].set(moveaxis(vals, axis, 0), unique_indices=True)
+  return moveaxis(out, 0, axis)
+
+
+def _with(shape, axis, size):
+  return tuple(size if d == axis else s for d, s in enumerate(shape))
 
 
 def _repeat_traced(a, repeats, axis, total):
@@ -831,6 +863,10 @@ def delete(arr, obj, axis=None, *, assume_unique_indices: bool = False):
   if isinstance(obj, slice):
     drop = np.arange(n)[obj]
   else:
+    check_arraylike("delete", obj)
+    if (assume_unique_indices and isinstance(obj, Tracer) and not core.is_concrete(obj)
+        and dtypes.is_integer(get_aval(obj).dtype)):
+      return _delete_traced(a, obj, axis)
     o = np.asarray(core.concrete_or_error(None, obj, "jnp.delete indices must be concrete"))
     if o.dtype == np.bool_:
       if o.shape != (n,):
@@ -845,8 +881,28 @@ def delete(arr, obj, axis=None, *, assume_unique_indices: bool = False):
   return _take_static(a, keep, axis)
 
 
+def _delete_traced(a, obj, axis):
+  """``delete`` of traced indices known to be unique (JAX's ``assume_unique_indices``): output
+  entry ``i`` is input entry ``i + #{j : d_j <= i}``, ``d`` the sorted indices less their rank."""
+  from ourjax.numpy._sorting import sort
+  n = get_aval(a).shape[axis]
+  d = lax.convert_element_type(ravel(obj), np.int32)
+  k = get_aval(d).shape[0]
+  d = lax.clamp(np.int32(0), lax.select_n(lax.lt(d, np.int32(0)), d,
+                                          lax.add(d, np.int32(n))), np.int32(n))
+  d = lax.sub(sort(d), lax.iota(np.int32, k))
+  i = lax.iota(np.int32, n - k)
+  before = lax.le(lax.broadcast_in_dim(d, (k, n - k), (0,)),
+                  lax.broadcast_in_dim(i, (k, n - k), (1,)))
+  src = lax.add(i, lax.reduce_sum(lax.convert_element_type(before, np.int32), (0,)))
+  return _take_traced(a, src, axis)
+
+
 def insert(arr, obj, values, axis=None):
-  """Insert ``values`` before the concrete index/indices ``obj`` along ``axis``."""
+  """Insert ``values`` before the index/indices ``obj`` (or a slice) along ``axis``, with
+  JAX's rules: indices (concrete or traced) are clipped into ``[-n, n]``; ``values`` gets
+  leading unit dimensions up to ``arr``'s rank and, for a scalar index, its first axis is
+  moved to ``axis``; a one-element index repeats for every inserted slice."""
   a = _arr("insert", arr)
   if axis is None:
     a, axis = ravel(a), 0
@@ -854,33 +910,42 @@ def insert(arr, obj, values, axis=None):
   axis = _axis(axis, aval.ndim, "insert")
   n = aval.shape[axis]
   if isinstance(obj, slice):
-    idx = np.arange(n)[obj]
+    idx = np.arange(*obj.indices(n))
   else:
-    idx = np.asarray(core.concrete_or_error(None, obj, "jnp.insert indices must be concrete"))
-  scalar = idx.ndim == 0
-  idx = np.atleast_1d(idx).astype(np.int64)
-  if ((idx < -n) | (idx > n)).any():
-    raise IndexError(f"index out of bounds for axis {axis} with size {n}")
-  idx = np.where(idx < 0, idx + n, idx)
-  vals = asarray(values, dtype=aval.dtype)
-  vaval = get_aval(vals)
-  vshape = list(aval.shape)
-  if scalar:
-    # NumPy: a scalar index inserts values (moved to axis) as one block
-    if vaval.ndim == aval.ndim:
-      vshape[axis] = vaval.shape[axis]
+    check_arraylike("insert", obj)
+    idx = obj if isinstance(obj, Tracer) and not core.is_concrete(obj) else \
+        np.asarray(core.concrete_or_error(None, obj, "jnp.insert indices"))
+  traced = isinstance(idx, Tracer)
+  if np.ndim(idx) > 1:
+    raise ValueError(f"jnp.insert(): obj must be a slice, a one-dimensional array, or a "
+                     f"scalar; got {obj}")
+  idt = dtypes.dtype(idx)
+  if not dtypes.is_integer(idt) or idt == np.bool_:
+    if np.size(idx) == 0 and not isinstance(obj, (Array, Tracer)):
+      idx = np.zeros((0,), np.int64)
     else:
-      vals = lax.broadcast_to_rank(vals, aval.ndim)
-      vals = moveaxis(vals, 0, axis) if get_aval(vals).ndim and vaval.ndim == 1 and \
-          aval.ndim > 1 else vals
-      vshape[axis] = get_aval(vals).shape[axis]
-    vals = broadcast_to(vals, tuple(vshape))
-    k = vshape[axis]
-    idx = np.full(k, idx[0])
-  else:
-    k = idx.size
-    vshape[axis] = k
-    vals = broadcast_to(vals, tuple(vshape))
+      raise ValueError(f"jnp.insert(): index array must be integer typed; got {obj}")
+  vals = asarray(values, dtype=aval.dtype)
+  vnd = get_aval(vals).ndim
+  if vnd < aval.ndim:
+    vals = lax.reshape(vals, (1,) * (aval.ndim - vnd) + get_aval(vals).shape)
+  if np.size(idx) == 1:
+    if np.ndim(idx) == 0:
+      vals = moveaxis(vals, 0, axis)
+    k = get_aval(vals).shape[axis]
+    idx = lax.broadcast_in_dim(lax.reshape(idx, ()), (k,), ()) if traced else \
+        np.full(k, np.ravel(idx)[0])
+  k = np.broadcast_shapes(np.shape(idx), (get_aval(vals).shape[axis],))[0]
+  if k == 0:  # nothing to insert (the values are not checked, as in JAX)
+    return a
+  vals = broadcast_to(vals, tuple(k if d == axis else s for d, s in enumerate(aval.shape)))
+  if traced:
+    idx = lax.convert_element_type(idx, np.int32)
+    if get_aval(idx).shape != (k,):
+      idx = lax.broadcast_in_dim(lax.reshape(idx, ()), (k,), ())
+    return _insert_traced(a, idx, vals, axis)
+  idx = np.clip(np.where(idx < 0, idx + n, idx), 0, n).astype(np.int64)
+  idx = np.broadcast_to(idx, (k,))
   order = np.argsort(idx, kind="stable")
   new_pos = idx[order] + np.arange(k)       # where the inserted entries land
   combined = concatenate([a, vals], axis)

@@ -202,7 +202,3 @@ def isin(element, test_elements, assume_unique: bool = False, invert: bool = Fal
   out = lax.reduce_or(hit, (len(es),)) if m else lax.full(es, False, np.bool_)
   return lax.not_(out) if invert else out
 
-
-def in1d(ar1, ar2, assume_unique: bool = False, invert: bool = False, *, method="auto"):
-  from ourjax.numpy._shape import ravel
-  return isin(ravel(ar1), ar2, assume_unique=assume_unique, invert=invert)

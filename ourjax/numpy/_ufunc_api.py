@@ -12,6 +12,14 @@ from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
 
 
+def frompyfunc(func, /, nin, nout, *, identity=None):
+  """A ``ufunc`` from a function of ``nin`` scalars (vectorized over arrays, as
+  ``jnp.vectorize``); ``nout > 1`` gives a tuple of arrays."""
+  from ourjax.numpy._misc import vectorize
+  return ufunc(vectorize(func), getattr(func, "__name__", "<ufunc>"), operator.index(nin),
+               operator.index(nout), identity=identity)
+
+
 class ufunc:
   """A callable elementwise function with NumPy's ufunc methods."""
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ourjax import dtypes, lax
 from ourjax.array import Array
-from ourjax.core import get_aval
+from ourjax.core import Tracer, get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
                                 check_arraylike, _as_operand, _broadcast_to, promote_dtypes,
                                 _same_strong_arrays, static_argnames)
@@ -88,8 +88,21 @@ logical_and = _binary("logical_and", lambda x, y: lax.and_(_to_bool(x), _to_bool
 logical_or = _binary("logical_or", lambda x, y: lax.or_(_to_bool(x), _to_bool(y)))
 logical_xor = _binary("logical_xor", lambda x, y: lax.xor(_to_bool(x), _to_bool(y)))
 left_shift = bitwise_left_shift = _binary("left_shift", lax.shift_left)
-equal = _binary("equal", lax.eq)
-not_equal = _binary("not_equal", lax.ne)
+def _key_equality(fn, negate):
+  """``fn`` that also compares typed PRNG key arrays (whole keys, as JAX's eq/ne on them)."""
+  def wrapped(x, y, /):
+    from ourjax._keys import PRNGKeyArray, _key_equal
+    if type(x) is PRNGKeyArray or type(y) is PRNGKeyArray:
+      out = _key_equal(x, y)
+      return lax.not_(out) if negate else out
+    return fn(x, y)
+  wrapped.__name__ = wrapped.__qualname__ = fn.__name__
+  wrapped.__doc__ = fn.__doc__
+  return wrapped
+
+
+equal = _key_equality(_binary("equal", lax.eq), negate=False)
+not_equal = _key_equality(_binary("not_equal", lax.ne), negate=True)
 
 
 def _ordered(lax_op):
@@ -184,7 +197,6 @@ def trunc(x, /):
   return _select(lax.lt(x, lax._const(x, 0)), lax.floor(x), lax.ceil(x))
 
 
-fix = trunc
 
 
 def rint(x, /):
@@ -192,6 +204,9 @@ def rint(x, /):
   dt = get_aval(x).dtype
   if not dtypes.is_inexact(dt):   # as JAX's: a (strongly typed) conversion to the default float
     return lax.convert_element_type(x, dtypes.default_float_dtype())
+  if dtypes.is_complex(dt):         # each part rounded, as NumPy's and JAX's
+    return lax.complex(lax.round(lax.real(x), lax.RoundingMethod.TO_NEAREST_EVEN),
+                       lax.round(lax.imag(x), lax.RoundingMethod.TO_NEAREST_EVEN))
   return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 
 
@@ -238,11 +253,18 @@ def power(x1, x2, /):
     return lax.integer_pow(x1, n)
   d1, d2 = dtypes.dtype(x1), dtypes.dtype(x2)
   weak = dtypes.is_weakly_typed(x1) and dtypes.is_weakly_typed(x2)
-  x1, x2 = promote_args_numeric("power", x1, x2)   # bool ** bool is an int32 power, as JAX's
-  dt = get_aval(x1).dtype
+  p1, p2 = promote_args_numeric("power", x1, x2)   # bool ** bool is an int32 power, as JAX's
+  dt = get_aval(p1).dtype
   if dtypes.is_integer(dt):
-    return _integer_power(x1, x2)
-  out = lax.pow(x1, x2)
+    return _integer_power(p1, p2)
+  if dtypes.is_inexact(d1) and dtypes.is_integer(d2) and isinstance(x2, (Array, Tracer)):
+    # an integer array exponent goes to lax.pow as it is (JAX: its derivative in x is 0 where
+    # the exponent is 0)
+    from ourjax.numpy._util import promote_shapes
+    b, e = promote_shapes("power", p1, x2)
+    out = lax.pow(b, e)
+    return out if get_aval(out).dtype == dt else lax.convert_element_type(out, dt)
+  out = lax.pow(p1, p2)
   if dtypes.is_inexact(d1) and dtypes.is_integer(d2) and get_aval(out).weak_type and not weak:
     # JAX applies lax.pow to an inexact base and an integer exponent without promoting them:
     # the result is weakly typed only when both operands are (``2.0 ** int_array`` is not)
@@ -367,13 +389,17 @@ def isnan(x, /):
   return lax.ne(x, x)
 
 
-def isposinf(x, /):
+def isposinf(x, /, out=None):
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   x, = promote_args("isposinf", x)
   return lax.eq(x, _constant_like(x, np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
 
 
-def isneginf(x, /):
+def isneginf(x, /, out=None):
+  if out is not None:
+    raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   x, = promote_args("isneginf", x)
   return lax.eq(x, _constant_like(x, -np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
@@ -555,13 +581,13 @@ def where_(c, x, y):
   return where(c, x, y)
 
 
-def real(x, /):
-  x, = promote_args("real", x)
+def real(val, /):
+  x, = promote_args("real", val)
   return lax.real(x) if dtypes.is_complex(get_aval(x).dtype) else x
 
 
-def imag(x, /):
-  x, = promote_args("imag", x)
+def imag(val, /):
+  x, = promote_args("imag", val)
   return lax.imag(x) if dtypes.is_complex(get_aval(x).dtype) else lax.full_like(x, 0)
 
 
@@ -645,7 +671,11 @@ def clip(arr=None, /, min=None, max=None, *, a=_UNSET, a_min=_UNSET, a_max=_UNSE
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
   """``|a - b| <= atol + rtol * |b|`` elementwise, in the promoted inexact dtype; infinities
-  are close only to themselves and NaN to nothing (or to NaN, with ``equal_nan``)."""
+  are close only to themselves and NaN to nothing (or to NaN, with ``equal_nan``).  Typed PRNG
+  key arrays are close when equal."""
+  from ourjax._keys import PRNGKeyArray
+  if type(a) is PRNGKeyArray or type(b) is PRNGKeyArray:
+    return equal(a, b)
   a, b = promote_args_inexact("isclose", a, b)
   dt = get_aval(a).dtype
   rdt = np.dtype(dtypes.finfo(dt).dtype) if dtypes.is_complex(dt) else dt
@@ -904,8 +934,9 @@ def iscomplexobj(x) -> bool:
     return False
   try:
     return dtypes.is_complex(dtypes.dtype(x))
-  except Exception:
-    return dtypes.is_complex(np.asarray(x).dtype)
+  except Exception:  # e.g. a list holding tracers: its dtype is the array it makes
+    from ourjax.numpy._creation import asarray
+    return dtypes.is_complex(asarray(x).dtype)
 
 
 def isrealobj(x) -> bool:

@@ -14,8 +14,8 @@ import numpy as np
 from ourjax import dtypes
 from ourjax.lax import linalg as lax_linalg
 from ourjax.numpy import _util
-from ourjax.numpy._linalg_ops import (matmul, outer, trace, vecdot, tensordot,  # noqa: F401
-                                      diagonal as _diagonal)
+from ourjax.numpy import _linalg_ops
+from ourjax.numpy._linalg_ops import vecdot, diagonal as _diagonal  # noqa: F401
 
 __all__ = ["norm", "vector_norm", "matrix_norm", "det", "slogdet", "inv", "solve", "cholesky",
            "matrix_power", "trace", "outer", "matmul", "vecdot", "tensordot", "qr", "eigh",
@@ -222,8 +222,36 @@ def eigh(a, UPLO=None, symmetrize_input: bool = True):
   return EighResult(w, v)
 
 
-def eigvalsh(a, UPLO=None):
-  return eigh(a, UPLO).eigenvalues
+def eigvalsh(a, UPLO="L", *, symmetrize_input: bool = True):
+  return eigh(a, UPLO, symmetrize_input=symmetrize_input).eigenvalues
+
+
+# The array-API functions of jnp.linalg: positional-only operands and the array API's rules
+# (trace over the last two axes, outer of vectors only), unlike their jnp namesakes.
+
+def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
+  return _linalg_ops.matmul(x1, x2, precision=precision,
+                            preferred_element_type=preferred_element_type)
+
+
+def outer(x1, x2, /):
+  """The outer product of two 1-D arrays."""
+  _util.check_arraylike("jnp.linalg.outer", x1, x2)
+  n1, n2 = np.ndim(x1), np.ndim(x2)
+  if n1 != 1 or n2 != 1:
+    raise ValueError(f"Input arrays must be one-dimensional, but they are x1.ndim={n1} "
+                     f"x2.ndim={n2}")
+  return _linalg_ops.outer(x1, x2)
+
+
+def tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None):
+  return _linalg_ops.tensordot(x1, x2, axes, precision=precision,
+                               preferred_element_type=preferred_element_type)
+
+
+def trace(x, /, *, offset: int = 0, dtype=None):
+  """The sums of the ``offset`` diagonals of the matrices in the last two axes of ``x``."""
+  return _linalg_ops.trace(x, offset, axis1=-2, axis2=-1, dtype=dtype)
 
 
 class EigResult(NamedTuple):
