@@ -20,6 +20,17 @@ import ourjax.numpy as jnp
 from ourjax import errors, lax
 
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _plain_default_precision():
+  """These tests set the default matmul precision themselves, from None (conftest makes it
+  'highest' on a GPU host)."""
+  from ourjax.config import config
+  old = config.jax_default_matmul_precision
+  config.update("jax_default_matmul_precision", None)
+  yield
+  config.update("jax_default_matmul_precision", old)
+
 def _f(x):
   return jnp.sqrt(x ** 2) + 1.0
 

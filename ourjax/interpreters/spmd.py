@@ -108,14 +108,26 @@ class Lanes:
   """The devices of an SPMD computation: ``mesh``'s, one lane each in mesh order."""
 
   def __init__(self, mesh):
-    from ourjax.backends import collectives
     self.mesh = mesh
     self.devices = list(mesh.devices.flat)
     self.coords = mesh.coords()
-    self.comm = collectives.for_devices(self.devices)
+    self._comm = None
     self.platform = self.devices[0].platform
     self._groups: dict = {}
     self._ordinals = [d.id for d in self.devices]
+
+  @property
+  def comm(self):
+    """The communicator, made when a collective first runs: a computation without
+    collectives (a pmap over one GPU, say) needs no NCCL."""
+    if self._comm is None:
+      from ourjax.backends import collectives
+      self._comm = collectives.for_devices(self.devices)
+    return self._comm
+
+  @comm.setter
+  def comm(self, value):
+    self._comm = value
 
   def __len__(self):
     return len(self.devices)
