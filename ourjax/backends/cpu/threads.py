@@ -8,7 +8,8 @@ with its ``tid`` of ``n``.  The workers are POSIX threads started through ``pthr
   the published entry ``fn(slots, tid, n)``, count itself *done*, and wait again; a job whose
   ``fn`` is null ends the thread (``set_num_threads`` retires a pool that way).
 * ``ourjax_pool_run(ctl, fn, slots, n)``: publish the job, bump the generation and wake the
-  sleepers, run thread 0's part, then wait until the ``n - 1`` workers are done.
+  sleepers, run thread 0's part, then wait until the ``n - 1`` workers are done (a null ``fn``
+  only publishes: the workers end).
 
 Waiting is the entry's own (``entry._emit_sync``): spin a little, then yield the CPU between
 checks, then sleep on a futex; so a training loop that calls the same executable back to back
@@ -42,7 +43,7 @@ _CTL_BYTES = 320          # job: fn (i64 at 256), slots (i64 at 264), n (i64 at 
 _ARG_BYTES = 64           # per worker: ctl pointer (i64 at 0), tid (i64 at 8)
 
 _retired = []             # control blocks of closed pools (kept: see Pool.close)
-_native = None            # (CompiledModule, worker address, run function) once built
+_native = None            # (module, worker address, run, pthread_create, pthread_detach)
 _native_lock = threading.Lock()
 
 
@@ -114,7 +115,7 @@ def _compile():
   b.position_at_end(stop)
   b.ret(ir.Constant(i8p, None))
 
-  # i32 ourjax_pool_run(void* ctl, entry* fn, void* slots, i64 n)
+  # i32 ourjax_pool_run(void* ctl, entry* fn, void* slots, i64 n); a null fn ends the workers
   run = ir.Function(mod, ir.FunctionType(i32, [i8p, i8p, i8p, i64]), name="ourjax_pool_run")
   ctl, fnp, slots, n = run.args
   b = ir.IRBuilder(run.append_basic_block("entry"))
@@ -126,6 +127,8 @@ def _compile():
   gen = word(b, ctl, _GEN)
   b.atomic_rmw("add", gen, ir.Constant(i32, 1), "seq_cst")
   b.call(wake, [gen, word(b, ctl, _GEN_SLEEPERS)])
+  with b.if_then(b.icmp_unsigned("==", b.ptrtoint(fnp, i64), E.i64(0))):
+    b.ret(ir.Constant(i32, 0))              # (the null job: the workers end, nobody waits)
   rc = b.call(b.bitcast(fnp, entry_t.as_pointer()), [slots, E.i64(0), n])
   b.call(wait_ge, [done, b.trunc(b.sub(n, E.i64(1)), i32), word(b, ctl, _DONE_SLEEPERS)])
   b.ret(rc)
@@ -154,7 +157,7 @@ class Pool:
       th = ctypes.c_ulong()
       err = create(ctypes.byref(th), None, worker, a.ctypes.data)
       if err:
-        # (workers started so far are told to end; the pool runs on one thread)
+        # (the pool runs with the t - 1 workers started so far)
         self.nthreads = t
         log.warning("pthread_create failed (error %d): the CPU backend uses %d thread(s)",
                      err, t)
@@ -178,22 +181,9 @@ class Pool:
     """End the workers: publish a job with a null entry (they exit once they see it)."""
     if self.nthreads > 1:
       with self._busy:
-        ctl = self._ctl
-        ctl[_JOB:_JOB + 8].view(np.int64)[0] = 0
-        ctl[_GEN:_GEN + 4].view(np.int32)[0] += 1
-        _futex_wake_all(ctl.ctypes.data + _GEN)
+        self._run(self._ctl_addr, None, None, self.nthreads)
         _retired.append((self._ctl, self._args))   # (a worker may still be reading them)
       self.nthreads = 1
-
-
-def _futex_wake_all(addr: int) -> None:
-  from ourjax.backends.cpu.entry import _futex_syscall
-  sysc = _futex_syscall()
-  if sysc is None:
-    return
-  libc = ctypes.CDLL(None)
-  libc.syscall(ctypes.c_long(sysc), ctypes.c_void_p(addr), ctypes.c_long(129),   # FUTEX_WAKE_PRIVATE
-               ctypes.c_long(0x7FFFFFFF))
 
 
 # ---------------------------------------------------------------------------------------------
