@@ -193,6 +193,7 @@ def _parse_index(shape, idx):
     raise IndexError(f"Too many indices: array is {nd}-dimensional, but {used} were indexed")
   rest = [(None, _SLICE, slice(None))] * (nd - used)
   gap = None      # (the item after an Ellipsis that stands for no axes)
+  first = None    # (the first entry made from that item)
   if n_ellipsis:
     at = next(j for j, (_, k, _) in enumerate(items) if k == "...")
     items = items[:at] + rest + items[at + 1:]
@@ -232,7 +233,7 @@ def _parse_index(shape, idx):
     else:
       entries.append(_Entry(kind, axis, v, shape[axis]))
       axis += 1
-  if gap is not None and gap < len(items) and first < len(entries):
+  if first is not None and first < len(entries):
     entries[first].gap = True
   return entries
 

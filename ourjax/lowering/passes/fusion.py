@@ -66,6 +66,7 @@ import numpy as np
 
 from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Computation, Instruction, Module
+from ourjax.lowering.passes.buffer_assignment import nbytes
 
 __all__ = ["run", "check", "decide", "is_expensive", "is_loop_op", "fusible_computations",
            "Decision", "Space", "space_of", "outputs_of", "LOOP_OPS", "EXPENSIVE_OPS"]
@@ -720,7 +721,7 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
   if shared:
     # copies in all n users read n * extra; one stored result costs its own reads (about
     # extra), its write and n reads of it
-    extra, own = _duplicate_read_bytes(P, consumer), _bytes(P)
+    extra, own = _duplicate_read_bytes(P, consumer), nbytes(P.shape)
     if (n_users - 1) * extra > (n_users + 1) * own + KERNEL_BYTES:
       return no(f"cheap, but a copy in each of its {n_users} users would read {extra} bytes of "
                 f"its operands each, more than computing it once and reading its {own}")
@@ -733,10 +734,6 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     return Decision(True, f"{_what(P)} producer into the window of an in-place "
                           f"dynamic-update-slice")
   return Decision(True, f"{_what(P)} producer into {_what(consumer)} consumer")
-
-
-def _bytes(instr: Instruction) -> int:
-  return instr.shape.size * instr.dtype.itemsize
 
 
 def _duplicate_read_bytes(producer: Instruction, consumer: Instruction) -> int:
