@@ -302,7 +302,19 @@ class GpuKernel(K.Kernel):
   ``gpu_body(b, ptr)`` and ``launch(info) -> (grid, block, shared_bytes)``."""
   is_copy = False
 
+  def helpers(self) -> list:
+    """The device functions (planned ``Kernel``s, emitted by their own ``emit``) this kernel's
+    body calls: emitted into its module before it, and named by ``function_names``."""
+    return []
+
+  def function_names(self) -> list:
+    """Names this kernel's module defines: its own and its helpers'."""
+    return [self.name] + [h.name for h in self.helpers()]
+
   def emit_gpu(self, module: ir.Module) -> ir.Function:
+    for h in self.helpers():
+      if h.name not in module.globals:
+        h.emit(module)
     fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in self.buffers])
     fn = ir.Function(module, fty, name=self.name)
     fn.calling_convention = "ptx_kernel"
@@ -480,9 +492,8 @@ class Threaded(GpuKernel):
     blk = min(128, self.nthreads)
     return (-(-self.nthreads // blk), 1, 1), (blk, 1, 1), 0
 
-  def emit_gpu(self, module):
-    self.inner.emit(module)
-    return super().emit_gpu(module)
+  def helpers(self):
+    return [self.inner]
 
   def gpu_body(self, b, ptr):
     inner = b.module.globals[self.inner.name]

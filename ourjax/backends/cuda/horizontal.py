@@ -120,11 +120,8 @@ class Horizontal(GpuKernel):
   def launch(self, info):
     return (self.blocks, 1, 1), (self.block, 1, 1), 0
 
-  def emit_gpu(self, module):
-    for p in self.parts:
-      if isinstance(p, codegen.Threaded):
-        p.inner.emit(module)
-    return super().emit_gpu(module)
+  def helpers(self):
+    return [h for p in self.parts for h in p.helpers()]
 
   def gpu_body(self, b, ptr):
     blk = codegen.sreg(b, "ctaid.x")
@@ -143,10 +140,6 @@ class Horizontal(GpuKernel):
           p.gpu_body(b, ptr)
         finally:
           b.sreg_values = saved
-
-  def function_names(self):
-    """Names this kernel's module defines (its own and its parts' helper functions)."""
-    return [self.name] + [p.inner.name for p in self.parts if isinstance(p, codegen.Threaded)]
 
 
 def _conflict(a, b) -> bool:

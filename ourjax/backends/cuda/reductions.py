@@ -391,13 +391,8 @@ class SplitFinish(GpuKernel):
       return (self.nout, 1, 1), (self.WIDE_BLOCK, 1, 1), 0
     return (-(-self.nout // self.BLOCK), 1, 1), (self.BLOCK, 1, 1), 0
 
-  def emit_gpu(self, module):
-    for t in self.tails:
-      t.emit(module)
-    return super().emit_gpu(module)
-
-  def function_names(self):
-    return [self.name] + [t.name for t in self.tails]
+  def helpers(self):
+    return list(self.tails)
 
   def _fold(self, b, ptr, red, parts, o, start, step):
     """This thread's combination of partials ``start, start + step, ...`` of output ``o``."""
