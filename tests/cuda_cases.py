@@ -387,6 +387,15 @@ IMPLICIT_GEMM_CASES = [
      lambda r: (f32(r, 3, 40, 8), f32(r, 5, 8, 12)), 5e-3),
     ("conv_implicit_input_grad", ourjax.grad(lambda x, w: jnp.sum(jnp.tanh(_conv(x, w)))),
      lambda r: (f32(r, 2, 12, 12, 16), f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3)), 5e-3),
+    # three channels (an image's): zero-padded to four for whole 16-byte copies, weights too
+    ("conv_implicit_rgb", lambda x, w, s: jnp.maximum(_conv(x, w, (2, 2)) * s, 0.0),
+     lambda r: (f32(r, 2, 17, 15, 3), f32(r, 3, 3, 3, 32), f32(r, 32)), 5e-3),
+    # a residual block: the first convolution's scale, shift and relu in its epilogue, the
+    # second convolution's patches read in place from its stored result
+    ("conv_implicit_block", lambda x, w1, w2, s, b: jnp.maximum(
+        _conv(jnp.maximum(_conv(x, w1) * s + b, 0.0), w2) * s - b + x, 0.0),
+     lambda r: (f32(r, 2, 10, 10, 16), f32(r, 3, 3, 16, 16, lo=-0.3, hi=0.3),
+                f32(r, 3, 3, 16, 16, lo=-0.3, hi=0.3), f32(r, 16), f32(r, 16)), 5e-3),
 ]
 CASES += IMPLICIT_GEMM_CASES
 

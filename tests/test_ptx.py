@@ -13,6 +13,7 @@ import pytest
 
 import ourjax
 import ourjax.numpy as jnp
+from ourjax import lax
 from ourjax.backends.cuda import codegen, memory
 from ourjax.backends.cuda import backend as cuda_backend
 
@@ -459,15 +460,59 @@ def test_convolutions_are_implicit_gemms(compiled_cases):
                 if getattr(k, "im2col", None) is not None) == ["F", "W"]
 
 
+def _resnet_blocks(x, ws, ss, bs):
+  """A stem convolution and relu, then three residual blocks: conv, scale and shift, relu,
+  conv, scale and shift, plus the block's input, relu; each block's result read by the next
+  block twice."""
+  x = jnp.maximum(lax.conv_general_dilated(x, ws[-1], (1, 1), "SAME", dimension_numbers=(
+      "NHWC", "HWIO", "NHWC")), 0.0)
+  for w1, w2, s, b in zip(ws[::2], ws[1::2], ss, bs):
+    h = jnp.maximum(lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=(
+        "NHWC", "HWIO", "NHWC")) * s + b, 0.0)
+    y = lax.conv_general_dilated(h, w2, (1, 1), "SAME", dimension_numbers=(
+        "NHWC", "HWIO", "NHWC")) * s - b
+    x = jnp.maximum(y + x, 0.0)
+  return x
+
+
+def test_convolution_epilogues_run_in_their_dots():
+  """With patches read in place, every convolution's scale, shift, residual add and relu is its
+  dot's epilogue: a block's result is stored once, by the dot that computes it, and read by the
+  next block's patches and residual add (not recomputed in each of them from the dots it
+  comes from); the fusion dump says why."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((2, 8, 8, 16)).astype(np.float32)
+  ws = [(0.1 * rng.standard_normal((3, 3, 16, 16))).astype(np.float32) for _ in range(7)]
+  ss = [rng.standard_normal(16).astype(np.float32) for _ in range(3)]
+  bs = [rng.standard_normal(16).astype(np.float32) for _ in range(3)]
+  c = _compiled(_resnet_blocks, (x, ws, ss, bs))
+  ks = c.runtime_executable().kernels
+  dots = [k for k in ks if getattr(k, "im2col", None) is not None]
+  assert len(dots) == 7 and all(k.epilogue is not None for k in dots)
+  assert not [k for k in ks if type(k).__name__ in ("Elementwise", "Horizontal")]
+  notes = "\n".join(c._executable.compiled.module.notes)
+  assert "reads in place from its input" in notes and "the epilogue of %dot" in notes
+  _assemble(c.as_text(dialect="ptx"))
+
+
 def test_batch_chunks_of_a_convolution_are_implicit_gemms(monkeypatch):
-  """A convolution whose patch matrix would pass conv_to_dot.MAX_PATCH_BYTES is cut into batch
-  chunks (sibling fusions merged into one tuple-rooted fusion): each chunk's dot reads its
-  patches in place from the whole input, from its first batch element on."""
+  """A patch matrix past conv_to_dot.MAX_PATCH_BYTES is cut into batch chunks only where it
+  would be written: a forward convolution's, read in place (``Module.patches_in_place``), is
+  one dot over the whole batch; a weight gradient's (its own layout) is still cut into chunks
+  (sibling fusions merged into one tuple-rooted fusion), each chunk's dot reading its patches
+  in place."""
   from ourjax.lowering.passes import conv_to_dot
   from cuda_cases import CHUNKED_CONV
   monkeypatch.setattr(conv_to_dot, "MAX_PATCH_BYTES", 1 << 16)
   _, fn, make, _ = CHUNKED_CONV
-  c = _compiled(fn, make(np.random.default_rng(0)))
+  args = make(np.random.default_rng(0))
+  c = _compiled(fn, args)
   dots = [k for k in c.runtime_executable().kernels if getattr(k, "im2col", None) is not None]
-  assert len(dots) >= 2 and {k.im2col.geometry.batch0 for k in dots} != {0}
+  assert [k.im2col.geometry.batch0 for k in dots] == [0]
+  assert dots[0].im2col.dims[0] == math.prod(args[0].shape[:-1])      # every output position
+  _assemble(c.as_text(dialect="ptx"))
+  grad_w = ourjax.grad(lambda x, w, s: jnp.sum(fn(x, w, s)), argnums=1)
+  c = _compiled(grad_w, args)
+  dots = [k for k in c.runtime_executable().kernels if getattr(k, "im2col", None) is not None]
+  assert sum(k.im2col.geometry.layout == "W" for k in dots) >= 2
   _assemble(c.as_text(dialect="ptx"))

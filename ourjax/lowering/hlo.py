@@ -470,7 +470,11 @@ class Computation:
 
 class Module:
   """An entry computation plus the sub-computations its instructions call. ``notes`` collects
-  the reason strings that passes record (``note``)."""
+  the reason strings that passes record (``note``).  ``patches_in_place``: the backend reads
+  convolutions' patch matrices in place from their input (the GPU's implicit GEMM), so
+  ``conv_to_dot`` need not cut them into batch chunks and fusion keeps their input in memory;
+  ``dot_epilogues``: the backend runs a dot's elementwise consumers in the dot's kernel (its
+  epilogue), so fusion stores such an epilogue's result rather than copying it into its users."""
 
   def __init__(self, name: str = "module"):
     self.name = name
@@ -479,6 +483,8 @@ class Module:
     self._name_counts: dict[str, int] = {}
     self._used_names: set[str] = set()
     self.notes: list[str] = []
+    self.patches_in_place = False
+    self.dot_epilogues = False
 
   @property
   def entry(self) -> Computation:
@@ -580,6 +586,8 @@ class Module:
     new._name_counts = dict(self._name_counts)
     new._used_names = set(self._used_names)
     new.notes = list(self.notes)
+    new.patches_in_place = self.patches_in_place
+    new.dot_epilogues = self.dot_epilogues
     comp_map: dict[Computation, Computation] = {}
     for comp in self.computation_post_order():
       c2 = Computation(comp.name, new)

@@ -5,6 +5,8 @@ them and ``wgmma.WgmmaDot`` (Hopper) for one planned dot.  ``codegen.translate``
 table in codegen's docstring says which kernel a dot gets."""
 from __future__ import annotations
 
+import math
+
 import copy
 import os
 
@@ -804,6 +806,15 @@ def _dot_producer(k):
   return None
 
 
+def _peeled(outputs, dims) -> list:
+  """``outputs`` ((instr, Buf) pairs) with each reshape of a value over ``dims`` replaced by
+  that value: a reshape keeps the row-major order, so the value's element at a linear position
+  is the reshape's there (an epilogue stores by linear position: a convolution's product
+  ``[N*H*W, C]`` stored as the ``[N, H, W, C]`` it is reshaped to)."""
+  return [(i.operands[0] if i.opcode == "reshape" and not i.shape.is_tuple
+           and tuple(i.operands[0].dims) == dims else i, buf) for i, buf in outputs]
+
+
 def _epilogue_ok(c, dot, out) -> bool:
   """Whether planned kernel ``c`` can run as ``dot``'s epilogue: an elementwise kernel over the
   dot's shape reading the dot's buffer ``out`` only as the dot, through elementwise ops at its
@@ -811,11 +822,13 @@ def _epilogue_ok(c, dot, out) -> bool:
   if not isinstance(c, K.LoopKernel) or c.prefetch_outer or c.prefetch_elem:
     return False
   dims = tuple(dot.dims)
-  if c.dims != dims or any(i.shape.is_tuple or K._dims(i) != dims for i, _ in c.outputs):
+  outs = _peeled(c.outputs, dims)
+  if math.prod(c.dims) != math.prod(dims) or \
+     any(i.shape.is_tuple or K._dims(i) != dims for i, _ in outs):
     return False
   if c.leafmap.get(dot) is not out or sum(v is out for v in c.leafmap.values()) != 1:
     return False
-  seen, stack = set(), [i for i, _ in c.outputs]
+  seen, stack = set(), [i for i, _ in outs]
   while stack:
     x = stack.pop()
     if id(x) in seen or x is dot or x in c.leafmap:
@@ -848,7 +861,8 @@ def fuse_dot_epilogues(kernels, outputs) -> list:
       continue
     c = kernels[readers[0]]
     kernels[readers[0]] = FusedDot(k.name, dot, lhs, rhs, out,
-                                   Epilogue(dot, c.outputs, c.leafmap))
+                                   Epilogue(dot, _peeled(c.outputs, tuple(dot.dims)),
+                                            c.leafmap))
     kernels[i] = None
   return [k for k in kernels if k is not None]
 

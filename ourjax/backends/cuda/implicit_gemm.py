@@ -32,7 +32,7 @@ from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, i64
 
-__all__ = ["Geometry", "Im2colBuf", "match", "accepts", "chunk_source"]
+__all__ = ["Geometry", "Im2colBuf", "match", "accepts", "enabled", "chunk_source"]
 
 
 class Geometry:
@@ -170,6 +170,14 @@ def match_root(root) -> Geometry | None:
   return Geometry(v, v.dims, (N, *out), starts, strides, low, batch0, layout)
 
 
+def enabled(info) -> bool:
+  """Whether patch matrices can be read in place on the device ``info`` describes (the
+  ``WgmmaDot`` kernel: sm_90), unless ``OURJAX_CUDA_MMA`` or ``OURJAX_CUDA_IMPLICIT_GEMM=0``
+  turn it off.  The passes are told (``hlo.Module.patches_in_place``)."""
+  return (os.environ.get("OURJAX_CUDA_MMA", "wgmma") == "wgmma"
+          and os.environ.get("OURJAX_CUDA_IMPLICIT_GEMM", "1") != "0" and info.arch == "90")
+
+
 def accepts(dot, patches, geo: Geometry, info) -> bool:
   """Whether ``dot`` (an HLO dot reading the patch matrix ``patches`` of geometry ``geo`` as
   its A operand, A = the patch matrix as it is, [M, K] with k along its rows) will run on
@@ -177,8 +185,7 @@ def accepts(dot, patches, geo: Geometry, info) -> bool:
   ``WgmmaDot`` takes, and one kernel position's channels filling whole 16-byte copies."""
   from ourjax.backends.cuda.dots import _tf32_allowed, mma_kind
   from ourjax.backends.cuda.wgmma import WgmmaDot
-  if os.environ.get("OURJAX_CUDA_MMA", "wgmma") != "wgmma" or \
-     os.environ.get("OURJAX_CUDA_IMPLICIT_GEMM", "1") == "0":
+  if not enabled(info):
     return False
   if dot.opcode != "dot" or dot.operands[0] is not patches or dot.operands[1] is patches:
     return False

@@ -63,8 +63,9 @@ def _make_planner(cpu_be, module, info):
         readers = {0: instr}
       for k, geo in enumerate(geos):
         x = readers[k]
-        dots = [u for u in comp.instructions if any(o is x for o in u.operands)]
-        if len(dots) != 1 or not IG.accepts(dots[0], x, geo, info):
+        users = [u for u in comp.instructions if any(o is x for o in u.operands)]
+        dot, seen_as = _patch_reader(users[0], x) if len(users) == 1 else (None, None)
+        if dot is None or not IG.accepts(dot, seen_as, geo, info):
           return None
       fc = instr.attrs["calls"]
       leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
@@ -107,6 +108,23 @@ def _make_planner(cpu_be, module, info):
         steps.append(LP.KernelStep(g))
 
   return GpuPlanner(module)
+
+
+def _patch_reader(user, x):
+  """(the dot reading patch matrix ``x`` as its A operand, ``x`` as that dot sees it) when
+  ``user`` is a dot, or a dot's kOutput fusion (its epilogue: a scale, a shift, a relu) whose
+  dot reads ``x`` and nothing else does; (None, None) otherwise."""
+  if user.opcode == "dot":
+    return user, x
+  if user.opcode != "fusion" or user.attrs.get("kind") != "kOutput":
+    return None, None
+  where = [i for i, o in enumerate(user.operands) if o is x]
+  fc = user.attrs["calls"]
+  dots = [i for i in fc.instructions if i.opcode == "dot"]
+  if len(where) != 1 or len(dots) != 1:
+    return None, None
+  p = fc.parameters[where[0]]
+  return (dots[0], p) if p.users == [dots[0]] else (None, None)
 
 
 def _double_buffer(step) -> None:

@@ -19,8 +19,9 @@ The products and sums are the convolution's own; only the order of the sums chan
 GEMM's blocking does).  Rewritten: ``feature_group_count == batch_group_count == 1`` (grouped and
 depthwise convolutions stay direct), real types, at most ``MAX_SLICES`` slices; a patch matrix
 larger than ``MAX_PATCH_BYTES`` is built and multiplied in batch chunks that fit (only a
-convolution whose patch matrix of one batch element is larger stays direct); every decision is
-noted.
+convolution whose patch matrix of one batch element is larger stays direct), except where the
+backend reads the patches in place and never writes them (``Module.patches_in_place``,
+``_read_in_place``); every decision is noted.
 """
 from __future__ import annotations
 
@@ -47,12 +48,13 @@ def run(module: Module) -> bool:
     for instr in list(comp.instructions):
       if instr.opcode != "convolution" or instr.parent is not comp:
         continue
-      why = _refusal(instr)
+      in_place = module.patches_in_place and _read_in_place(instr)
+      why = _refusal(instr, in_place)
       if why is not None:
         module.note(PASS, f"%{instr.name} stays a convolution: {why}")
         continue
-      per = _batch_per_chunk(instr)
-      new = _rewrite_chunks(Builder.into(comp), instr, per)
+      per = _batch(instr) if in_place else _batch_per_chunk(instr)
+      new = _rewrite_chunks(Builder.into(comp), instr, per, _padded_channels(instr, in_place))
       chunks = -(-_batch(instr) // per)
       comp.replace_all_uses(instr, new)
       comp.remove(instr)
@@ -65,8 +67,31 @@ def run(module: Module) -> bool:
   return changed
 
 
-def _refusal(conv: Instruction) -> str | None:
-  """Why ``conv`` is not rewritten, or None."""
+def _read_in_place(conv: Instruction) -> bool:
+  """Whether a backend that reads patch matrices in place (``Module.patches_in_place``: the
+  GPU's implicit GEMM) will read this one so: a forward layout (a slice per kernel position)
+  of real values whose channels fill whole 16-byte copies.  Its patch matrix is never written,
+  so its size does not matter."""
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = conv.attrs["dimension_numbers"]
+  positions = math.prod(rhs.dims[d] for d in rspec[2:])
+  out_spatial = math.prod(conv.dims[d] for d in ospec[2:])
+  return np.dtype(lhs.dtype).kind == "f" and positions <= out_spatial
+
+
+def _padded_channels(conv: Instruction, in_place: bool) -> int:
+  """The input channels the patches are built with: read in place, a kernel position's
+  channels must fill whole 16-byte copies, so a few channels (an image's 3) are padded with
+  zeros (in the weights too: the products they add are zeros); else the channels as they
+  are."""
+  lhs = conv.operands[0]
+  c = lhs.dims[conv.attrs["dimension_numbers"][0][1]]
+  per = 16 // np.dtype(lhs.dtype).itemsize
+  return -(-c // per) * per if in_place and per > 0 else c
+
+
+def _refusal(conv: Instruction, in_place: bool = False) -> str | None:
+  """Why ``conv`` is not rewritten, or None (``in_place``: its patches are never written)."""
   a = conv.attrs
   lhs, rhs = conv.operands
   if a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1:
@@ -80,7 +105,7 @@ def _refusal(conv: Instruction) -> str | None:
     return (f"{positions} kernel positions and {out_spatial} output positions, both > "
             f"MAX_SLICES")
   patch = _patch_bytes(conv) // max(1, _batch(conv))
-  if patch > MAX_PATCH_BYTES:
+  if patch > MAX_PATCH_BYTES and not in_place:
     return f"a patch matrix of {patch} bytes per batch element > MAX_PATCH_BYTES"
   if conv.shape.size == 0 or lhs.shape.size == 0 or rhs.shape.size == 0:
     return "empty"
@@ -110,7 +135,7 @@ def _batch_per_chunk(conv: Instruction) -> int:
   return -(-n // chunks)
 
 
-def _rewrite_chunks(b: Builder, conv: Instruction, per: int) -> Instruction:
+def _rewrite_chunks(b: Builder, conv: Instruction, per: int, channels: int) -> Instruction:
   """``_rewrite`` of the convolution, or of slices of ``per`` batch elements (each a
   convolution of its own, rewritten, the results concatenated along the output's batch
   dimension: each chunk's patch matrix is a temporary of its own, built just before its
@@ -119,19 +144,20 @@ def _rewrite_chunks(b: Builder, conv: Instruction, per: int) -> Instruction:
   lspec, _, ospec = conv.attrs["dimension_numbers"]
   n = _batch(conv)
   if per >= n:
-    return _rewrite(b, conv)
+    return _rewrite(b, conv, channels)
   outs = []
   for i0 in range(0, n, per):
     start = [0] * len(lhs.dims)
     limit = list(lhs.dims)
     start[lspec[0]], limit[lspec[0]] = i0, min(n, i0 + per)
     part = b.emit("convolution", [b.slice(lhs, start, limit), rhs], dict(conv.attrs))
-    outs.append(_rewrite(b, part))
+    outs.append(_rewrite(b, part, channels))
     b.computation.remove(part)
   return b.concatenate(outs, ospec[0])
 
 
-def _rewrite(b: Builder, conv: Instruction) -> Instruction:
+def _rewrite(b: Builder, conv: Instruction, channels: int) -> Instruction:
+  """``conv`` as patches @ kernel, its input channels zero-padded to ``channels``."""
   a = conv.attrs
   lhs, rhs = conv.operands
   lspec, rspec, ospec = a["dimension_numbers"]
@@ -144,6 +170,9 @@ def _rewrite(b: Builder, conv: Instruction) -> Instruction:
   osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
   # channels-last input, padded and dilated (negative padding: cropped by the slices)
   x = b.transpose(lhs, [lspec[0]] + [lspec[2 + i] for i in range(nd)] + [lspec[1]])
+  c0, c = c, max(c, channels)
+  if c > c0:
+    x = b.pad(x, b.constant(0, lhs.dtype), [(0, 0, 0)] * (nd + 1) + [(0, c - c0, 0)])
   config = [(0, 0, 0)] + [(max(lo, 0), max(hi, 0), d - 1)
                           for (lo, hi), d in zip(padding, ld)] + [(0, 0, 0)]
   if any(cfg != (0, 0, 0) for cfg in config):
@@ -171,6 +200,8 @@ def _rewrite(b: Builder, conv: Instruction) -> Instruction:
   stacked = parts[0] if len(parts) == 1 else b.concatenate(parts, axis)
   patches = b.reshape(stacked, [n * math.prod(osizes), positions * c])
   w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
+  if c > c0:
+    w = b.pad(w, b.constant(0, rhs.dtype), [(0, 0, 0)] * nd + [(0, c - c0, 0), (0, 0, 0)])
   w = b.reshape(w, [positions * c, o])
   y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype,
             operand_precision=a.get("operand_precision"))

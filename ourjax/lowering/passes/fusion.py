@@ -41,7 +41,13 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
 * an expensive producer is not fused where the consumer reads each of its elements many times
   (a broadcast that grows it, a gather's operand, overlapping reduce-windows), which would
   recompute it for every read;
-* a fusion takes at most ``MAX_FUSION_PARAMETERS`` operands.
+* a fusion takes at most ``MAX_FUSION_PARAMETERS`` operands;
+* where the backend reads convolution patch matrices in place (``patches_read_in_place``),
+  only the patches' own pads, slices, reshapes and concatenation are fused into them;
+* where the backend runs a dot's elementwise epilogue in the dot's kernel
+  (``Module.dot_epilogues``), a cheap producer that can be such an epilogue is not duplicated
+  into its users (``_dot_epilogue_of``): stored in place of the dot's result, it is read
+  instead of the dot's result and its other operands.
 
 Afterwards every loop op, reduce and reduce-window left unfused becomes a fusion of one
 instruction, so that each kernel a backend emits is a fusion. What stays unfused at top level:
@@ -664,6 +670,10 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
   if op in REDUCTION_OPS or _kind(P) == "kInput":
     return no("a reduction is the root of its own fusion")
   contraction = op in CONTRACTION_OPS or _kind(P) == "kOutput"
+  if op not in PATCH_OPS and patches_read_in_place(comp, consumer):
+    return no("the consumer is a convolution's patch matrix, which the backend reads in place "
+              "from its input: the input stays in memory (computed by its producer's kernel, "
+              "a dot's epilogue)")
   if not contraction and not is_loop_op(P):
     if op == "constant":
       return no(f"a constant of {P.shape.size} elements stays in memory")
@@ -689,7 +699,8 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
       return no("a fusion holds at most one dot or convolution")
     if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
       return no("a dot is not fused into a reduction")
-    if not all(x.is_elementwise() and x.dims == P.dims for x in inside):
+    if not all((x.is_elementwise() and x.dims == P.dims) or _trailing_reshape(x, consumer)
+               for x in inside):
       return no("a dot is fused only into an elementwise epilogue")
     if shared:
       return no(f"expensive and has {n_users} users")
@@ -715,10 +726,15 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
         st = memo[id(fc)] = _Counts(fc)
       counts = st.count
     times = emitted_count(fc, src, counts)
-    if times > MAX_DUPLICATION:
+    if times > MAX_DUPLICATION and not (op == "constant" and P.shape.size == 1):
+      # (a scalar constant costs nothing where it is read, however many times)
       return no(f"it would be computed {times} times per element (read at that many "
                 f"positions; limit {MAX_DUPLICATION})")
   if shared:
+    if getattr(comp.module, "dot_epilogues", False) and _dot_epilogue_of(P) is not None:
+      return no(f"cheap, but the epilogue of %{_dot_epilogue_of(P).name}: computed once where "
+                f"the dot's result would be stored, and read by its {n_users} users instead "
+                f"of the dot's result and its other operands")
     # copies in all n users read n * extra; one stored result costs its own reads (about
     # extra), its write and n reads of it
     extra, own = _duplicate_read_bytes(P, consumer), nbytes(P.shape)
@@ -734,6 +750,56 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     return Decision(True, f"{_what(P)} producer into the window of an in-place "
                           f"dynamic-update-slice")
   return Decision(True, f"{_what(P)} producer into {_what(consumer)} consumer")
+
+
+def _dot_epilogue_of(p: Instruction, depth: int = 8) -> Instruction | None:
+  """The dot whose elementwise epilogue ``p`` can be: ``p`` is elementwise over the dot's
+  shape, of the dot's result (within ``depth`` elementwise steps), every step read only by
+  the next one, so that the dot's result is read by nothing else; or None."""
+  if not p.is_elementwise() or depth <= 0:
+    return None
+  for o in p.operands:
+    if o.dims != p.dims or len(o.users) != 1:
+      continue
+    if o.opcode == "dot":
+      return o
+    d = _dot_epilogue_of(o, depth - 1)
+    if d is not None:
+      return d
+  return None
+
+
+def _trailing_reshape(x: Instruction, consumer: Instruction) -> bool:
+  """Whether ``x`` is a reshape that ends ``consumer``'s computation (its root, read by
+  nothing else inside): a view of the epilogue's result, which the dot's kernel stores in
+  the dot's own order (a convolution's ``[N*H*W, C]`` product seen as ``[N, H, W, C]``)."""
+  if x.opcode != "reshape" or consumer.opcode != "fusion":
+    return False
+  return x is consumer.attrs["calls"].root and not x.users
+
+
+#: What a convolution's patch matrix is made of (``conv_to_dot``): the input's padding (and
+#: its value), its shifted slices, their reshapes and concatenation.
+PATCH_OPS = frozenset({"pad", "slice", "reshape", "concatenate", "constant"})
+
+
+def patches_read_in_place(comp: Computation, consumer: Instruction) -> bool:
+  """Whether ``consumer`` is a fusion computing convolution patch matrices (a 2-D reshape of a
+  concatenation, per tuple element) read only by dots, in a module whose backend reads such
+  matrices in place from their input (``Module.patches_in_place``: the GPU's implicit GEMM).
+  Nothing but the patches' own structure is fused into it then: its input has to be in memory
+  anyway, and an elementwise producer is better computed once, in the epilogue of the dot that
+  makes it, than at every kernel position of the patch matrix."""
+  if not getattr(comp.module, "patches_in_place", False) or consumer.opcode != "fusion":
+    return False
+  root = consumer.attrs["calls"].root
+  roots = root.operands if root.opcode == "tuple" else [root]
+  if not all(r.opcode == "reshape" and len(r.dims) == 2 and
+             r.operands[0].opcode == "concatenate" for r in roots):
+    return False
+  readers = [g for u in consumer.users for g in (u.users if u.opcode == "get-tuple-element"
+                                                 else [u])]
+  return bool(readers) and all(r.opcode == "dot" or _kind(r) == "kOutput" for r in readers)
 
 
 def _duplicate_read_bytes(producer: Instruction, consumer: Instruction) -> int:
