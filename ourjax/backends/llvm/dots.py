@@ -15,8 +15,8 @@ from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, MAX_CHUNKS, Buf, Kerne
                                           partition)
 from ourjax.lowering import hlo
 
-__all__ = ["DotSpec", "DotKernel", "emit_dot", "gemm_symbols", "dot_scratch_bytes",
-           "fast_dot_ok"]
+__all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "emit_dot", "gemm_symbols",
+           "dot_scratch_bytes", "fast_dot_ok"]
 
 
 
@@ -271,3 +271,19 @@ class DotKernel(Kernel):
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
              tid, nthreads)
+
+
+class Im2colDotKernel(DotKernel):
+  """A dot whose A operand is a convolution's patch matrix that is never written
+  (``llvm/im2col.Im2colBuf``): the shared GEMM's implicit-im2col kernel packs A's panels
+  straight from the convolution's input (``gemm_im2col.py``), so the kernel reads the input
+  buffer, not the matrix."""
+
+  def __init__(self, name, dot, patches, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
+    super().__init__(name, dot, patches.source, rhs, out, scratch, threads)
+    self.patches = patches
+
+  def body(self, b, ptr, tid, nthreads):
+    from ourjax.backends.llvm import gemm_im2col
+    gemm_im2col.emit_call(b, self.spec, self.patches.geometry, ptr(self.lhs), ptr(self.rhs),
+                          ptr(self.out), ptr(self.scratch[0]), tid, nthreads)

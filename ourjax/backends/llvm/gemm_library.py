@@ -1,5 +1,6 @@
 """The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
-overwrite; see ``gemm.py``), each built once per process and registered with LLVM's symbol
+overwrite; see ``gemm.py``), each with its implicit-im2col twin ``ourjax_gemm_<dtype>_im2col``
+(``gemm_im2col.py``) in the same object code, each built once per process and registered with LLVM's symbol
 table, so that modules which only declare them (``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
@@ -91,9 +92,16 @@ def shared_gemm_symbol(dtype: str) -> str:
     return _shared[dtype][0]
 
 
+def _symbols(dtype: str) -> list:
+  """The functions the shared library of ``dtype`` defines: the GEMM and its implicit-im2col
+  twin (``gemm_im2col.py``), which shares its micro-kernels."""
+  return [f"ourjax_gemm_{dtype}", f"ourjax_gemm_{dtype}_im2col"]
+
+
 def _register(dtype: str, sym: str, cm) -> None:
   import llvmlite.binding as llvm
-  llvm.add_symbol(sym, cm.address(sym))
+  for name in _symbols(dtype):
+    llvm.add_symbol(name, cm.address(name))
   _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
 
 
@@ -111,18 +119,18 @@ def _build_shared(dtype: str, own_thread: bool = False):
     obj = _cache_load(path)
     if obj is not None:
       try:
-        cm = jit.load_object(obj, [sym])
+        cm = jit.load_object(obj, _symbols(dtype))
       except jit.CompileError:
         cm = None
     if cm is None:
       mod = jit.new_module(sym)
-      emit_gemm(mod, sym, dtype)
+      emit_gemm(mod, sym, dtype, im2col_name=_symbols(dtype)[1])
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build)
       obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
                                      loop_unrolling=False)
-      cm = jit.load_object(obj, [sym])
+      cm = jit.load_object(obj, _symbols(dtype))
       _cache_store(path, obj)
   return sym, cm
 
@@ -147,7 +155,8 @@ def _cache_path(sym: str) -> Optional[str]:
     return None
   from ourjax.backends.llvm import gemm
   h = hashlib.sha256()
-  for f in (gemm.__file__, __file__, jit.__file__):
+  from ourjax.backends.llvm import gemm_im2col
+  for f in (gemm.__file__, gemm_im2col.__file__, __file__, jit.__file__):
     with open(f, "rb") as fh:
       h.update(fh.read())
   h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),

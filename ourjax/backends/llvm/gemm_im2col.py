@@ -1,0 +1,332 @@
+"""Convolutions on the CPU's packed GEMM without a patch matrix in memory (implicit im2col).
+
+``lowering/passes/conv_to_dot`` rewrites a convolution to ``patches @ kernel``; the planner
+(``llvm/planning.py``, ``Planner._implicit_patches``) recognises the patch matrix's fusion
+(``llvm/im2col.match``) when its only reader is a dot this module ``accepts``, and plans only
+the (unpadded) input.  The dot then runs the shared GEMM's second kernel,
+``ourjax_gemm_<dtype>_im2col`` (``gemm.emit_gemm(im2col_name=...)``: the same blocking, threads
+and micro-kernels as ``ourjax_gemm_<dtype>``), whose A panels are packed by :func:`emit_pack`
+straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
+column ``k`` (kernel position ``t = k // C``, channel ``c = k % C``) it reads
+``input[n, o_1*s_1 + d_1(t), o_2*s_2 + d_2(t), o_3*s_3 + d_3(t), c]``, or a zero where that
+position is in the padding; ``d(t)`` (the tap's start in the padded input minus the low
+padding, i.e. ``k_i * dilation_i - low_i``) comes from a table per convolution.  Since A is
+packed in the same order and blocks as from a written matrix, the products and sums are the
+same and the results are bit-identical to the explicit patch matrix's.
+
+Packing: per panel of ``mr`` rows and per run of at most W channels of one kernel position, each
+row loads its run with one masked vector load (the run's channels are contiguous in an NHWC
+input; a row whose position is in the padding loads nothing, i.e. zeros), a W x W transpose in
+registers turns rows into k, and each k stores ``mr`` lanes, as the plain packing of a row-major
+A does.  Convolutions with at most 3 spatial dimensions (fewer are padded with unit ones).
+
+The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
+
+    0 input (the address of input[batch0, 0.., 0])   1 C
+    2..4 out spatial dims O_1..O_3    5..7 input spatial dims I_1..I_3    8..10 strides s_1..s_3
+    11 the address of the table: per tap, d_1, d_2, d_3 (i64)
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import llvmlite.ir as ir
+
+from ourjax.backends.llvm import emitter as E
+
+__all__ = ["DESC_WORDS", "emit_pack", "accepts", "emit_call", "symbol"]
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+DESC_WORDS = 12
+_DIMS = 3    # spatial dimensions of the descriptor
+
+
+def symbol(dtype: str) -> str:
+  """The name of the implicit-im2col kernel of the shared GEMM library of ``dtype``."""
+  return f"ourjax_gemm_{dtype}_im2col"
+
+
+def _c64(v):
+  return ir.Constant(I64, v)
+
+
+def emit_pack(cx, name: str, w: int) -> ir.Function:
+  """``void pack(i64* desc, i64 m0, i64 k0, i64 rows, i64 kb, T* out)``:
+  ``out[p][k][r] = patches[m0 + p*w + r, k0 + k]`` for ``p < ceil(rows/w)``, ``k < kb``,
+  ``r < w``, zero where ``p*w + r >= rows`` (panels ``kb*w`` elements long, as
+  ``gemm._emit_pack``'s), the patch matrix described by ``desc`` (see the module docstring)."""
+  from ourjax.backends.llvm.gemm import _for, _sdiv_up, _smin, _transpose
+  W = cx.w
+  fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I64, I64,
+                                                              I64, cx.p]), name)
+  fn.linkage = "internal"
+  fn.attributes.add("noinline")
+  desc, m0, k0, rows, kb, out = fn.args
+  desc.add_attribute("noalias")
+  out.add_attribute("noalias")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+  def word(i):
+    return b.load(b.gep(desc, [_c64(i)]), align=8)
+  src = b.inttoptr(word(0), cx.p)
+  C = word(1)
+  O = [word(2 + d) for d in range(_DIMS)]
+  I_ = [word(5 + d) for d in range(_DIMS)]
+  S = [word(8 + d) for d in range(_DIMS)]
+  table = b.inttoptr(word(11), I64.as_pointer())
+  wc = _c64(w)
+  npanels = _sdiv_up(b, rows, wc)
+  groups = [(g, min(W, w - g)) for g in range(0, w, W)]  # (first row, rows) of W-row groups
+  lanes_ = {n: ir.Constant(cx.mt, [1] * n + [0] * (W - n)) for _, n in groups}
+  no_lanes = ir.Constant(cx.mt, [0] * W)
+  align_out = min(64, W * cx.size) if w % W == 0 else cx.size
+  zero = _c64(0)
+  one = _c64(1)
+
+  def store_lanes(val, ptr, n):
+    if n == W:
+      cx.vstore(b, val, ptr, align_out)
+    else:
+      b.call(cx.mstore, [val, ptr, ir.Constant(I32, cx.size), lanes_[n]])
+
+  t0 = b.udiv(k0, C)      # the tap and channel of column k0
+  c0 = b.urem(k0, C)
+
+  with _for(b, 0, npanels, name="p") as p:
+    r0 = b.mul(p, wc)
+    dst0 = b.gep(out, [b.mul(r0, kb)])
+    # the panel's first row m0 + r0 as (n, o_1, o_2, o_3): one division chain per panel, the
+    # following rows step from it with carries
+    pos = []
+    q = b.add(m0, r0)
+    for d in reversed(range(_DIMS)):
+      pos.append(b.urem(q, O[d]))
+      q = b.udiv(q, O[d])
+    pos = [q] + pos[::-1]
+    rowinfo = []    # per row of the panel (all groups): (valid, base_1..3, linear offset)
+    for g, n in groups:
+      for i in range(W):
+        valid = b.and_(b.icmp_signed("<", b.add(r0, _c64(g + i)), rows), ir.Constant(I1, i < n))
+        base = [b.mul(pos[1 + d], S[d]) for d in range(_DIMS)]
+        lin = pos[0]
+        for d in range(_DIMS):
+          lin = b.add(b.mul(lin, I_[d]), base[d])
+        rowinfo.append((valid, base, b.mul(lin, C)))
+        # the next row's position: o_3 + 1, carrying into o_2, o_1, n
+        nxt = list(pos)
+        carry = ir.Constant(I1, 1)
+        for d in reversed(range(_DIMS)):
+          inc = b.add(nxt[1 + d], one)
+          wrap = b.icmp_unsigned(">=", inc, O[d])
+          nxt[1 + d] = b.select(carry, b.select(wrap, zero, inc), nxt[1 + d])
+          carry = b.and_(carry, wrap)
+        nxt[0] = b.select(carry, b.add(nxt[0], one), nxt[0])
+        pos = nxt
+
+    # runs of one tap's channels: at most W, ending at the tap's last channel or at kb
+    pre = b.block
+    hdr = b.append_basic_block("run.hdr")
+    body = b.append_basic_block("run.body")
+    done = b.append_basic_block("run.done")
+    b.branch(hdr)
+    b.position_at_end(hdr)
+    kk = b.phi(I64, name="kk")
+    t = b.phi(I64, name="tap")
+    c = b.phi(I64, name="ch")
+    kk.add_incoming(zero, pre)
+    t.add_incoming(t0, pre)
+    c.add_incoming(c0, pre)
+    b.cbranch(b.icmp_signed("<", kk, kb), body, done)
+    b.position_at_end(body)
+    n_run = _smin(b, _smin(b, _c64(W), b.sub(C, c)), b.sub(kb, kk))
+    kmask = cx.lane_mask(b, n_run)
+    trow = b.gep(table, [b.mul(t, _c64(_DIMS))])
+    dd = [b.load(b.gep(trow, [_c64(d)]), align=8) for d in range(_DIMS)]
+    toff = zero
+    for d in range(_DIMS):
+      toff = b.add(b.mul(toff, I_[d]), dd[d])
+    toff = b.add(b.mul(toff, C), c)
+    vals = []
+    for valid, base, lin in rowinfo:
+      ok = valid
+      for d in range(_DIMS):
+        ok = b.and_(ok, b.icmp_unsigned("<", b.add(base[d], dd[d]), I_[d]))
+      ptr = b.gep(src, [b.select(ok, b.add(lin, toff), zero)])
+      vals.append(b.call(cx.mload, [ptr, ir.Constant(I32, cx.size),
+                                    b.select(ok, kmask, no_lanes), cx.vzero]))
+    full = b.icmp_signed("==", n_run, _c64(W))
+    for gi, (g, n) in enumerate(groups):
+      ts = _transpose(b, vals[gi * W:(gi + 1) * W])
+      with b.if_else(full) as (all_, part):
+        with all_:
+          for k in range(W):
+            store_lanes(ts[k], b.gep(dst0, [b.add(b.mul(b.add(kk, _c64(k)), wc), _c64(g))]), n)
+        with part:
+          for k in range(W):
+            d = b.gep(dst0, [b.add(b.mul(b.add(kk, _c64(k)), wc), _c64(g))])
+            if k == 0:
+              store_lanes(ts[k], d, n)
+            else:
+              then = b.append_basic_block(f"kt{k}.then")
+              nxt_b = b.append_basic_block(f"kt{k}.end")
+              b.cbranch(b.icmp_signed("<", _c64(k), n_run), then, nxt_b)
+              b.position_at_end(then)
+              store_lanes(ts[k], d, n)
+              b.branch(nxt_b)
+              b.position_at_end(nxt_b)
+    c2 = b.add(c, n_run)
+    wrap = b.icmp_signed(">=", c2, C)
+    kk.add_incoming(b.add(kk, n_run), b.block)
+    t.add_incoming(b.select(wrap, b.add(t, one), t), b.block)
+    c.add_incoming(b.select(wrap, zero, c2), b.block)
+    b.branch(hdr)
+    b.position_at_end(done)
+  b.ret_void()
+  return fn
+
+
+def accepts(dot, patches, geo) -> bool:
+  """Whether ``dot`` (an HLO dot reading the patch matrix ``patches`` of geometry ``geo``) can
+  run on the implicit-im2col GEMM: ``patches`` is its A operand as it is ([M, K], k
+  contiguous), f32 or f64 throughout, B readable by the packed GEMM, a convolution's patches
+  (not a weight gradient's) of at most 3 spatial dimensions.  ``OURJAX_CPU_IMPLICIT_GEMM=0``
+  turns it off (the patch matrix is written, as before)."""
+  from ourjax.backends.llvm.dots import DotSpec, _gemm_layout_ok, fast_dot_ok
+  if os.environ.get("OURJAX_CPU_IMPLICIT_GEMM", "1") == "0":
+    return False
+  if dot.opcode != "dot" or dot.operands[0] is not patches or dot.operands[1] is patches:
+    return False
+  if dot.shape.is_tuple or not fast_dot_ok(dot) or geo.layout != "F":
+    return False
+  if not 1 <= len(geo.strides) <= _DIMS:
+    return False
+  s = DotSpec(dot)
+  return s.ok and s.B == 1 and s.a_sk == 1 and s.K == geo.taps * geo.channels and \
+      s.M == math.prod(geo.out_dims) and _gemm_layout_ok(s)
+
+
+def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads):
+  """Emit the call of the implicit-im2col GEMM: ``C = patches @ Bm`` for the dot ``spec``
+  (``DotSpec``), the patches of geometry ``geo`` over the input buffer at ``src`` (a typed
+  pointer to its first element)."""
+  from ourjax.backends.llvm import gemm
+  dtype = "f32" if spec.dtype == E.F32 else "f64"
+  r = len(geo.strides)
+  pad = _DIMS - r
+  out = (1,) * pad + tuple(geo.out_dims[1:])
+  ins = (1,) * pad + tuple(geo.in_dims[1:-1])
+  strides = (1,) * pad + tuple(geo.strides)
+  C_ = geo.channels
+  mod = b.module
+  i = 0
+  while f"im2col.taps.{i}" in mod.globals:
+    i += 1
+  ty = ir.ArrayType(I64, geo.taps * _DIMS)
+  tab = ir.GlobalVariable(mod, ty, f"im2col.taps.{i}")
+  tab.global_constant = True
+  tab.linkage = "internal"
+  tab.initializer = ir.Constant(ty, [_c64(x) for s in geo.starts for x in
+                                     (0,) * pad + tuple(s[d] - geo.low[d] for d in range(r))])
+  # the descriptor, on the stack of the calling function
+  dsc = E.alloca_entry(b, ir.ArrayType(I64, DESC_WORDS), name="im2col.desc")
+  words = b.bitcast(dsc, I64.as_pointer())
+  first = b.gep(src, [_c64(geo.batch0 * math.prod(geo.in_dims[1:]))])
+  vals = [b.ptrtoint(first, I64), _c64(C_), *map(_c64, out), *map(_c64, ins),
+          *map(_c64, strides), b.ptrtoint(b.bitcast(tab, I64.as_pointer()), I64)]
+  assert len(vals) == DESC_WORDS
+  for k, v in enumerate(vals):
+    b.store(v, b.gep(words, [_c64(k)]), align=8)
+  gemm.emit_gemm_call(b, dtype, words, Bm, C, M=spec.M, N=spec.N, K=spec.K,
+                      a_strides=(spec.K, 1), b_strides=(spec.b_sk, spec.b_sn), tid=tid,
+                      nthreads=nthreads, scratch=scratch, im2col=True)
+
+
+def _reader_dot(x, comp):
+  """The dot that alone reads ``x`` (an instruction of ``comp``) as its A operand, and the
+  value it reads it as (``x``, or the parameter of the fusion the dot is in: a dot with its
+  elementwise consumers), or None."""
+  users = [u for u in comp.instructions if any(o is x for o in u.operands)]
+  if len(users) != 1 or sum(o is x for o in users[0].operands) != 1:
+    return None
+  u = users[0]
+  if u.opcode == "dot":
+    return u, x
+  if u.opcode != "fusion":
+    return None
+  fc = u.attrs["calls"]
+  p = fc.parameters[[k for k, o in enumerate(u.operands) if o is x][0]]
+  inner = [i for i in fc.instructions if any(o is p for o in i.operands)]
+  if len(inner) != 1 or inner[0].opcode != "dot":
+    return None
+  return inner[0], p
+
+
+def plan_patches(planner, instr, vals, steps, want, comp):
+  """For ``Planner._plan_group``: when ``instr`` is a fusion computing convolution patch
+  matrices (``im2col.match_root``; a tuple-rooted fusion computes several: batch chunks, or a
+  forward convolution's and a weight gradient's patches of one input) of which some are read
+  by one dot each that ``accepts`` them (that dot alone, or inside a fusion with its
+  elementwise consumers), plan only the inputs of those (a kernel writes an input unless it is
+  a buffer already: the previous layer's activation, say) and the other elements as before,
+  and return the value: an ``Im2colBuf`` standing for each such matrix (a tuple for a tuple);
+  else None."""
+  from ourjax.backends.llvm import im2col as IM
+  from ourjax.backends.llvm import kernels as K
+  if instr.opcode != "fusion" or comp.root is instr or instr in want or \
+     any(isinstance(k, tuple) and k[1] is instr for k in want):
+    return None
+  fc = instr.attrs["calls"]
+  tup = instr.shape.is_tuple
+  roots = fc.root.operands if tup else [fc.root]
+  if tup and fc.root.opcode != "tuple":
+    return None
+  if tup:   # element k read through one get-tuple-element
+    users = [u for u in comp.instructions if any(o is instr for o in u.operands)]
+    if any(u.opcode != "get-tuple-element" for u in users):
+      return None
+    readers = {}
+    for u in users:
+      readers.setdefault(u.attrs["index"], []).append(u)
+    readers = {k: v[0] for k, v in readers.items() if len(v) == 1}
+  else:
+    readers = {0: instr}
+  geos = {}
+  for k, r in enumerate(roots):
+    geo = IM.match_root(r, one_tap=True) if k in readers else None
+    found = _reader_dot(readers[k], comp) if geo is not None else None
+    if found is not None and accepts(found[0], found[1], geo):
+      geos[k] = geo
+  if not geos:
+    return None
+  leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
+  for i in fc.instructions:
+    if i.opcode == "constant" and i.attrs["value"].ndim > 0:
+      leafmap[i] = planner.const_buf(i)
+  srcs, todo = {}, []
+  for geo in geos.values():
+    base = geo.v
+    while base.opcode == "reshape":
+      base = base.operands[0]
+    src = leafmap.get(base) if base.opcode == "parameter" else None
+    if isinstance(src, K.Buf) and not isinstance(src, IM.Im2colBuf):
+      srcs[id(geo.v)] = src
+    elif id(geo.v) not in srcs:
+      srcs[id(geo.v)] = planner.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
+      todo.append((geo.v, srcs[id(geo.v)]))
+  # the other elements of a tuple, written as before
+  written = {k: planner.temp(r.dtype, r.dims, f"{instr.name}.{k}")
+             for k, r in enumerate(roots) if k not in geos}
+  todo += [(roots[k], buf) for k, buf in written.items()]
+  if todo:
+    needed = K._reachable([v for v, _ in todo], leafmap)
+    instrs = [i for i in fc.instructions if id(i) in needed]
+    for kern in planner._group_kernels(instrs, todo, leafmap):
+      planner._add_kernel(steps, kern)
+  first = next(iter(geos.values()))
+  planner.module.note("implicit_im2col", f"%{instr.name}: {len(geos)} patch matri"
+                      f"{'ces' if len(geos) > 1 else 'x'} packed by the GEMM straight from "
+                      f"{list(first.in_dims)} ({first.taps} kernel positions)")
+  out = [IM.Im2colBuf(srcs[id(geos[k].v)], geos[k], r.dims, f"{instr.name}.{k}")
+         if k in geos else written[k] for k, r in enumerate(roots)]
+  return tuple(out) if tup else out[0]
