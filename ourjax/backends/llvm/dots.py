@@ -281,9 +281,10 @@ class Im2colDotKernel(DotKernel):
 
   def __init__(self, name, dot, patches, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
     super().__init__(name, dot, patches.source, rhs, out, scratch, threads)
-    self.patches = patches
+    # (reads: the input; ``lhs`` stays the virtual matrix, as a GPU translation expects)
+    self.lhs = self.patches = patches
 
   def body(self, b, ptr, tid, nthreads):
     from ourjax.backends.llvm import gemm_im2col
-    gemm_im2col.emit_call(b, self.spec, self.patches.geometry, ptr(self.lhs), ptr(self.rhs),
-                          ptr(self.out), ptr(self.scratch[0]), tid, nthreads)
+    gemm_im2col.emit_call(b, self.spec, self.patches.geometry, ptr(self.patches.source),
+                          ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]), tid, nthreads)
