@@ -24,7 +24,9 @@ The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
 
     0 input (the address of input[batch0, 0.., 0])   1 C
     2..4 out spatial dims O_1..O_3    5..7 input spatial dims I_1..I_3    8..10 strides s_1..s_3
-    11 the address of the table: per tap, d_1, d_2, d_3 (i64)
+    11 the address of the table: per tap, d_1, d_2, d_3 and span (i64): the elements from the
+       tap's first channel on that lie contiguous in the input (C, or more where the next
+       taps are the next positions along the last spatial dimension)
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ __all__ = ["DESC_WORDS", "emit_pack", "accepts", "emit_call", "symbol"]
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 DESC_WORDS = 12
 _DIMS = 3    # spatial dimensions of the descriptor
+_TAB = _DIMS + 1   # words per tap in the table: d_1..d_3, span
 
 
 def symbol(dtype: str) -> str:
@@ -56,7 +59,7 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
   ``out[p][k][r] = patches[m0 + p*w + r, k0 + k]`` for ``p < ceil(rows/w)``, ``k < kb``,
   ``r < w``, zero where ``p*w + r >= rows`` (panels ``kb*w`` elements long, as
   ``gemm._emit_pack``'s), the patch matrix described by ``desc`` (see the module docstring)."""
-  from ourjax.backends.llvm.gemm import _for, _sdiv_up, _smin, _transpose
+  from ourjax.backends.llvm.gemm import _for, _sdiv_up, _smax, _smin, _transpose
   W = cx.w
   fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I64, I64,
                                                               I64, cx.p]), name)
@@ -79,7 +82,6 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
   npanels = _sdiv_up(b, rows, wc)
   groups = [(g, min(W, w - g)) for g in range(0, w, W)]  # (first row, rows) of W-row groups
   lanes_ = {n: ir.Constant(cx.mt, [1] * n + [0] * (W - n)) for _, n in groups}
-  no_lanes = ir.Constant(cx.mt, [0] * W)
   align_out = min(64, W * cx.size) if w % W == 0 else cx.size
   zero = _c64(0)
   one = _c64(1)
@@ -124,7 +126,11 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
         nxt[0] = b.select(carry, b.add(nxt[0], one), nxt[0])
         pos = nxt
 
-    # runs of one tap's channels: at most W, ending at the tap's last channel or at kb
+    # runs of contiguous input: at most W elements of one tap's channels, or, where the next
+    # taps are the next positions along the last spatial dimension (rhs dilation 1 there),
+    # on into their channels (``span``: a 3x3 kernel of 3 channels gives runs of 9); a run
+    # ends at kb.  A row loads the lanes whose last-dimension position is inside the input:
+    # one range of lanes, as the run's taps are consecutive positions.
     pre = b.block
     hdr = b.append_basic_block("run.hdr")
     body = b.append_basic_block("run.body")
@@ -139,22 +145,29 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
     c.add_incoming(c0, pre)
     b.cbranch(b.icmp_signed("<", kk, kb), body, done)
     b.position_at_end(body)
-    n_run = _smin(b, _smin(b, _c64(W), b.sub(C, c)), b.sub(kb, kk))
-    kmask = cx.lane_mask(b, n_run)
-    trow = b.gep(table, [b.mul(t, _c64(_DIMS))])
+    trow = b.gep(table, [b.mul(t, _c64(_TAB))])
     dd = [b.load(b.gep(trow, [_c64(d)]), align=8) for d in range(_DIMS)]
+    span = b.load(b.gep(trow, [_c64(_DIMS)]), align=8)
+    n_run = _smin(b, _smin(b, _c64(W), b.sub(span, c)), b.sub(kb, kk))
     toff = zero
     for d in range(_DIMS):
       toff = b.add(b.mul(toff, I_[d]), dd[d])
     toff = b.add(b.mul(toff, C), c)
+    last = _DIMS - 1
     vals = []
     for valid, base, lin in rowinfo:
       ok = valid
-      for d in range(_DIMS):
+      for d in range(last):
         ok = b.and_(ok, b.icmp_unsigned("<", b.add(base[d], dd[d]), I_[d]))
+      # lanes [lo, hi): the taps at last-dimension positions a + j, 0 <= a + j < I_last
+      a = b.add(base[last], dd[last])
+      lo = _smin(b, n_run, _smax(b, zero, b.sub(b.mul(b.sub(zero, a), C), c)))
+      hi = _smin(b, n_run, b.sub(b.mul(b.sub(I_[last], a), C), c))
+      hi = b.select(ok, _smax(b, hi, lo), lo)
+      bits = b.xor(b.sub(b.shl(one, hi), one), b.sub(b.shl(one, lo), one))
+      mask = b.bitcast(b.trunc(bits, ir.IntType(W)), cx.mt)
       ptr = b.gep(src, [b.select(ok, b.add(lin, toff), zero)])
-      vals.append(b.call(cx.mload, [ptr, ir.Constant(I32, cx.size),
-                                    b.select(ok, kmask, no_lanes), cx.vzero]))
+      vals.append(b.call(cx.mload, [ptr, ir.Constant(I32, cx.size), mask, cx.vzero]))
     full = b.icmp_signed("==", n_run, _c64(W))
     for gi, (g, n) in enumerate(groups):
       ts = _transpose(b, vals[gi * W:(gi + 1) * W])
@@ -177,9 +190,10 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
               b.position_at_end(nxt_b)
     c2 = b.add(c, n_run)
     wrap = b.icmp_signed(">=", c2, C)
+    step = b.select(wrap, b.udiv(c2, C), zero)    # (taps the run ended past)
     kk.add_incoming(b.add(kk, n_run), b.block)
-    t.add_incoming(b.select(wrap, b.add(t, one), t), b.block)
-    c.add_incoming(b.select(wrap, zero, c2), b.block)
+    t.add_incoming(b.add(t, step), b.block)
+    c.add_incoming(b.sub(c2, b.mul(step, C)), b.block)
     b.branch(hdr)
     b.position_at_end(done)
   b.ret_void()
@@ -222,12 +236,19 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads):
   i = 0
   while f"im2col.taps.{i}" in mod.globals:
     i += 1
-  ty = ir.ArrayType(I64, geo.taps * _DIMS)
+  offs = [(0,) * pad + tuple(s[d] - geo.low[d] for d in range(r)) for s in geo.starts]
+  table = []
+  for t, d in enumerate(offs):
+    run = 1          # taps t, t+1, ... at consecutive positions of the last dimension
+    while t + run < len(offs) and offs[t + run][:-1] == d[:-1] and \
+        offs[t + run][-1] == d[-1] + run:
+      run += 1
+    table += [*d, run * C_]
+  ty = ir.ArrayType(I64, len(table))
   tab = ir.GlobalVariable(mod, ty, f"im2col.taps.{i}")
   tab.global_constant = True
   tab.linkage = "internal"
-  tab.initializer = ir.Constant(ty, [_c64(x) for s in geo.starts for x in
-                                     (0,) * pad + tuple(s[d] - geo.low[d] for d in range(r))])
+  tab.initializer = ir.Constant(ty, [_c64(x) for x in table])
   # the descriptor, on the stack of the calling function
   dsc = E.alloca_entry(b, ir.ArrayType(I64, DESC_WORDS), name="im2col.desc")
   words = b.bitcast(dsc, I64.as_pointer())
