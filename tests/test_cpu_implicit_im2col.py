@@ -2,7 +2,8 @@
 A panels straight from the convolution's input.  Hypothesis-drawn convolutions (1 to 3 spatial
 dimensions, strides, rhs dilation, padding including negative, channel counts around the vector
 width, f32 and f64, several dimension numbers) against NumPy float64, bit-identical to the
-written patch matrix (``OURJAX_CPU_IMPLICIT_GEMM=0``), and the same on AVX2 code
+written patch matrix (``OURJAX_CPU_IMPLICIT_GEMM=0``); elementwise consumers run on the GEMM's
+finished blocks (``OURJAX_CPU_GEMM_EPILOGUE=0``: a pass of their own); the same on AVX2 code
 (``OURJAX_CPU=haswell``) and baseline SSE2 code in child processes."""
 from __future__ import annotations
 
@@ -170,7 +171,9 @@ def test_conv_bn_relu_layer_and_other_layouts():
   h = np.maximum(h * s + t, 0.0)
   want, _ = _reference(h, wp.astype(np.float64), (2, 2), [(0, 0), (0, 0)], (1, 1))
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-  assert _steps(f, x, w, wp, s, t).count("Im2colDotKernel") == 2
+  steps = _steps(f, x, w, wp, s, t)
+  # the scale, shift and relu run on the GEMM's finished blocks: no loop kernel of their own
+  assert steps.count("Im2colDotKernel") == 2 and "LoopKernel" not in steps, steps
 
   xn = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
   wn = np.ascontiguousarray(w.transpose(3, 2, 0, 1))
@@ -181,6 +184,51 @@ def test_conv_bn_relu_layer_and_other_layouts():
   assert np.all(np.abs(got - want.transpose(0, 3, 1, 2)) <=
                 2 * 288 * np.finfo(np.float32).eps * mag.transpose(0, 3, 1, 2))
   assert "Im2colDotKernel" in _steps(g, xn, wn)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), o=st.sampled_from([16, 24, 40]),
+       stride=st.integers(1, 2), residual=st.booleans(), relu=st.booleans())
+def test_block_epilogues_match_a_separate_pass(seed, o, stride, residual, relu):
+  """A convolution's elementwise consumer (per-channel scale and shift, optionally a residual
+  of the output's shape and a relu; its last dimension the output channels) run by the GEMM
+  on each finished block gives the bits of the same consumer as a pass of its own
+  (``OURJAX_CPU_GEMM_EPILOGUE=0``) and NumPy's values."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((2, 11, 9, 16)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, 16, o)) * 0.2).astype(np.float32)
+  s = rng.uniform(0.5, 1.5, o).astype(np.float32)
+  t = rng.standard_normal(o).astype(np.float32)
+  ho, wo = -(-11 // stride), -(-9 // stride)
+  r = rng.standard_normal((2, ho, wo, o)).astype(np.float32)
+
+  def layer(x, w, s, t, r):
+    y = lax.conv_general_dilated(x, w, (stride, stride), "SAME", dimension_numbers=_SPECS[2])
+    y = y * s + t
+    if residual:
+      y = y + r
+    return jnp.maximum(y, 0.0) if relu else y
+  args = (x, w, s, t, r)
+  f = ourjax.jit(layer)
+  got = np.asarray(f(*args))
+  assert "LoopKernel" not in _steps(f, *args)
+  pad = [max(0, (m - 1) * stride + 3 - n) for m, n in ((ho, 11), (wo, 9))]
+  want, mag = _reference(x, w, (stride, stride), [(p // 2, p - p // 2) for p in pad], (1, 1))
+  want = want * s + t + (r if residual else 0)
+  want = np.maximum(want, 0) if relu else want
+  assert np.all(np.abs(got - want) <= 1e-5 * (mag * s + np.abs(t) + 1)), np.abs(got - want).max()
+  old = os.environ.get("OURJAX_CPU_GEMM_EPILOGUE")
+  os.environ["OURJAX_CPU_GEMM_EPILOGUE"] = "0"
+  try:
+    g = ourjax.jit(layer)
+    apart = np.asarray(g(*args))
+    assert "LoopKernel" in _steps(g, *args)
+  finally:
+    if old is None:
+      del os.environ["OURJAX_CPU_GEMM_EPILOGUE"]
+    else:
+      os.environ["OURJAX_CPU_GEMM_EPILOGUE"] = old
+  np.testing.assert_array_equal(got, apart)
 
 
 def test_gradients_of_a_convolution_through_jit(x64):

@@ -214,6 +214,20 @@ class _Planner(planning.Planner):
         return patches
     return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
 
+  def _add_kernel(self, steps, kernel):
+    # the elementwise consumer of an implicit-im2col dot planned just before it (conv +
+    # scale, shift, residual, relu) runs on each block the GEMM finishes, not as a pass of
+    # its own (``gemm_im2col.fusable_epilogue``; OURJAX_CPU_GEMM_EPILOGUE=0: not)
+    prev = steps[-1].kernel if steps and isinstance(steps[-1], planning.KernelStep) else None
+    if self.implicit_im2col and isinstance(prev, K.Im2colDotKernel) and \
+       isinstance(kernel, K.LoopKernel) and \
+       os.environ.get("OURJAX_CPU_GEMM_EPILOGUE", "1") != "0" and prev.fuse_epilogue(kernel):
+      self._tag(kernel)
+      self.module.note("implicit_im2col", f"{kernel.name} ({getattr(kernel.hlo_group, 'name', '')}"
+                       f") runs on the blocks of {prev.name} as the GEMM finishes them")
+      return
+    super()._add_kernel(steps, kernel)
+
 
 # ---------------------------------------------------------------------------------------------
 # buffer assignment
@@ -553,7 +567,8 @@ def _host_tag(profile: bool) -> bytes:
   from ourjax.backends.cpu import jit
   return (f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
-          f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}").encode()
+          f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
+          f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}").encode()
 
 
 def cache_key(module: hlo.Module, profile: bool = False) -> str:

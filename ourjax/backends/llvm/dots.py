@@ -283,8 +283,23 @@ class Im2colDotKernel(DotKernel):
     super().__init__(name, dot, patches.source, rhs, out, scratch, threads)
     # (reads: the input; ``lhs`` stays the virtual matrix, as a GPU translation expects)
     self.lhs = self.patches = patches
+    self.epilogue = None
+
+  def fuse_epilogue(self, kern) -> bool:
+    """Run the loop kernel ``kern`` (the dot's elementwise consumer, planned next) on each
+    block of the result as the GEMM finishes it, if ``gemm_im2col.fusable_epilogue``; then
+    this kernel also reads and writes what ``kern`` does."""
+    from ourjax.backends.llvm import gemm_im2col
+    if self.epilogue is not None or not gemm_im2col.fusable_epilogue(self, kern):
+      return False
+    self.epilogue = kern
+    self.reads += [x for x in kern.reads if x not in self.reads]
+    self.writes += [x for x in kern.writes if x not in self.writes]
+    self.buffers += [x for x in kern.buffers if x not in self.buffers]
+    return True
 
   def body(self, b, ptr, tid, nthreads):
     from ourjax.backends.llvm import gemm_im2col
     gemm_im2col.emit_call(b, self.spec, self.patches.geometry, ptr(self.patches.source),
-                          ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]), tid, nthreads)
+                          ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]), tid, nthreads,
+                          self.epilogue, ptr)

@@ -809,6 +809,15 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                       with _for(b, 0, mv, ms, name="es") as r0:
                         call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
                              _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+            if pack_conv is not None:
+              # the rows' columns of this block are final: the block epilogue the
+              # descriptor names, if any (gemm_im2col.py), while they are in cache
+              desc = b.bitcast(A, I64.as_pointer())
+              epi = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE)]), align=8)
+              ctx = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE + 1)]), align=8)
+              with _if(b, b.and_(last, b.icmp_signed("!=", epi, _c64(0))), name="epi"):
+                b.call(b.inttoptr(epi, gemm_im2col.EPILOGUE_TYPE.as_pointer()),
+                       [b.inttoptr(ctx, ir.IntType(8).as_pointer()), ic, mb, jc, nb])
 
     # work split
     by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
@@ -858,9 +867,9 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     b.ret_void()
     return fn
 
+  from ourjax.backends.llvm import gemm_im2col
   fn = driver(name, None)
   if im2col_name is not None:
-    from ourjax.backends.llvm import gemm_im2col
     driver(im2col_name, gemm_im2col.emit_pack(cx, name + ".pack_im2col", mr))
   return fn
 

@@ -27,6 +27,12 @@ The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
     11 the address of the table: per tap, d_1, d_2, d_3 and span (i64): the elements from the
        tap's first channel on that lie contiguous in the input (C, or more where the next
        taps are the next positions along the last spatial dimension)
+    12 a block epilogue (``EPILOGUE_TYPE``) or 0     13 its context
+
+Block epilogue: the dot's elementwise consumer (``Im2colDotKernel.epilogue``: a loop kernel
+over the dot's result, per-channel scale and shift, a residual, relu...), run by the GEMM on
+each block of C as soon as its sums are final (the last K slice of a row block and column
+block), while the block is in cache, instead of as a pass of its own over memory.
 """
 from __future__ import annotations
 
@@ -37,10 +43,15 @@ import llvmlite.ir as ir
 
 from ourjax.backends.llvm import emitter as E
 
-__all__ = ["DESC_WORDS", "emit_pack", "accepts", "emit_call", "symbol"]
+__all__ = ["DESC_WORDS", "DESC_EPILOGUE", "EPILOGUE_TYPE", "emit_pack", "accepts", "emit_call",
+           "symbol", "plan_patches", "fusable_epilogue"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-DESC_WORDS = 12
+DESC_WORDS = 14
+DESC_EPILOGUE = 12
+#: ``void epilogue(i8* ctx, i64 row0, i64 rows, i64 col0, i64 cols)``
+EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(64),
+                                                ir.IntType(64), ir.IntType(64), ir.IntType(64)])
 _DIMS = 3    # spatial dimensions of the descriptor
 _TAB = _DIMS + 1   # words per tap in the table: d_1..d_3, span
 
@@ -220,10 +231,11 @@ def accepts(dot, patches, geo) -> bool:
       s.M == math.prod(geo.out_dims) and _gemm_layout_ok(s)
 
 
-def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads):
+def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, ptr=None):
   """Emit the call of the implicit-im2col GEMM: ``C = patches @ Bm`` for the dot ``spec``
   (``DotSpec``), the patches of geometry ``geo`` over the input buffer at ``src`` (a typed
-  pointer to its first element)."""
+  pointer to its first element); ``epilogue``: a loop kernel run on each finished block
+  (``fusable_epilogue``), its buffers' pointers from ``ptr``."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   r = len(geo.strides)
@@ -255,6 +267,20 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads):
   first = b.gep(src, [_c64(geo.batch0 * math.prod(geo.in_dims[1:]))])
   vals = [b.ptrtoint(first, I64), _c64(C_), *map(_c64, out), *map(_c64, ins),
           *map(_c64, strides), b.ptrtoint(b.bitcast(tab, I64.as_pointer()), I64)]
+  if epilogue is None:
+    vals += [_c64(0), _c64(0)]
+  else:
+    bufs = list(epilogue.buffers)
+    i8p = ir.IntType(8).as_pointer()
+    ctx = E.alloca_entry(b, ir.ArrayType(i8p, len(bufs)), name="im2col.epilogue")
+    slots = b.bitcast(ctx, i8p.as_pointer())
+    for k, buf in enumerate(bufs):
+      b.store(b.bitcast(ptr(buf), i8p), b.gep(slots, [_c64(k)]))
+    j = 0
+    while f"im2col.epilogue.{j}" in mod.globals:
+      j += 1
+    fn = _emit_block_epilogue(mod, f"im2col.epilogue.{j}", epilogue, bufs, spec.N)
+    vals += [b.ptrtoint(fn, I64), b.ptrtoint(ctx, I64)]
   assert len(vals) == DESC_WORDS
   for k, v in enumerate(vals):
     b.store(v, b.gep(words, [_c64(k)]), align=8)
@@ -351,3 +377,83 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   out = [IM.Im2colBuf(srcs[id(geos[k].v)], geos[k], r.dims, f"{instr.name}.{k}")
          if k in geos else written[k] for k, r in enumerate(roots)]
   return tuple(out) if tup else out[0]
+
+
+def _emit_block_epilogue(module, name, kern, bufs, N):
+  """``EPILOGUE_TYPE`` function ``name``: the loop kernel ``kern`` (rows mode, its last
+  dimension the dot's N columns: see ``fusable_epilogue``) on rows ``[row0, row0+rows)`` and
+  columns ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers)
+  read from the context."""
+  from ourjax.backends.llvm import kernels as K
+  from ourjax.backends.llvm.emitter import Emitter, ForLoop, Index
+  fn = ir.Function(module, EPILOGUE_TYPE, name)
+  fn.linkage = "internal"
+  ctx, row0, rows, col0, cols = fn.args
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  slots = b.bitcast(ctx, ir.IntType(8).as_pointer().as_pointer())
+  ptrs = {id(buf): b.bitcast(b.load(b.gep(slots, [_c64(k)])), K._ptr_type(buf))
+          for k, buf in enumerate(bufs)}
+
+  def ptr(buf):
+    return ptrs[id(buf)]
+  em = Emitter(b, K._make_leaves(b, kern.leafmap, ptr), kern.fast_reductions)
+  em.reduce_ok = None
+  outer = kern.dims[:-1]
+  with ForLoop(b, row0, b.add(row0, rows), "row") as row:
+    omulti = E.delinearize(b, row.index, outer)
+    em.push_scope()
+    base = b.mul(row.index, _c64(N), flags=["nuw", "nsw"])
+    with ForLoop(b, col0, b.add(col0, cols), "col") as col:
+      em.push_scope()
+      idx = Index(b, kern.dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
+                  multi=omulti + [col.index])
+      K.store_outputs(b, em, kern.outputs, idx, ptr, evaluate_first=True)
+      em.pop_scope()
+    em.pop_scope()
+  b.ret_void()
+  return fn
+
+
+def fusable_epilogue(dot_kernel, kern) -> bool:
+  """Whether the loop kernel ``kern`` may run as the block epilogue of ``dot_kernel`` (an
+  ``Im2colDotKernel`` without one, its result C = [M, N]): rows mode over dims whose last is
+  N and whose size is M * N, every output over all of them, no reductions, and every value
+  that depends on C elementwise (or a reshape: the same linear index), so each element reads
+  C only at its own position, which is final once its block is; nothing it writes is read or
+  written by the dot."""
+  from ourjax.backends.llvm import kernels as K
+  s = dot_kernel.spec
+  if type(kern) is not K.LoopKernel or not kern.rows or kern.prefetch_outer or \
+     kern.prefetch_elem or not kern.dims or kern.dims[-1] != s.N or \
+     math.prod(kern.dims) != s.M * s.N:
+    return False
+  if any(tuple(K._dims(i)) != kern.dims or getattr(i.shape, "is_tuple", False)
+         for i, _ in kern.outputs):
+    return False
+  C = dot_kernel.out
+  mine = {id(x) for x in dot_kernel.buffers}
+  if any(id(w) in mine for w in kern.writes) or not any(v is C for v in kern.leafmap.values()):
+    return False
+  tainted = {id(i) for i, v in kern.leafmap.items() if v is C}
+  if any(isinstance(v, tuple) and any(x is C for x in v) for v in kern.leafmap.values()):
+    return False
+  memo = {}
+
+  def reads_c(x):
+    k = id(x)
+    if k in memo:
+      return memo[k]
+    memo[k] = False
+    if x in kern.leafmap:
+      v = k in tainted
+    else:
+      v = any([reads_c(o) for o in x.operands])
+      if v and (x.shape.is_tuple or x.shape.size != s.M * s.N or
+                not (x.is_elementwise() or x.opcode == "reshape")):
+        bad.append(x)
+    memo[k] = v
+    return v
+  bad = []
+  for i, _ in kern.outputs:
+    reads_c(i)
+  return not bad
