@@ -103,6 +103,22 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
     else:
       b.call(cx.mstore, [val, ptr, ir.Constant(I32, cx.size), lanes_[n]])
 
+  iota32 = ir.Constant(ir.VectorType(I32, W), list(range(W)))
+
+  def _splat32(x):
+    v = b.insert_element(ir.Constant(ir.VectorType(I32, W), None), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(v, ir.Constant(ir.VectorType(I32, W), None),
+                            ir.Constant(ir.VectorType(I32, W), [0] * W))
+  zt = ir.ArrayType(cx.t, W)
+  zname = name + ".zeros"
+  zg = cx.module.globals.get(zname)
+  if zg is None:
+    zg = ir.GlobalVariable(cx.module, zt, zname)
+    zg.global_constant = True
+    zg.linkage = "internal"
+    zg.initializer = ir.Constant(zt, None)
+    zg.align = 64
+  zeros = b.bitcast(zg, cx.p)
   t0 = b.udiv(k0, C)      # the tap and channel of column k0
   c0 = b.urem(k0, C)
 
@@ -165,7 +181,25 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
       toff = b.add(b.mul(toff, I_[d]), dd[d])
     toff = b.add(b.mul(toff, C), c)
     last = _DIMS - 1
-    vals = []
+    # the common run, W channels of one tap: each row all inside the input or all in the
+    # padding, a plain vector load from the input or from a vector of zeros
+    simple = b.and_(b.icmp_signed("==", n_run, _c64(W)), b.icmp_signed("<=", b.add(c, _c64(W)), C))
+    fn_ = b.function
+    blk_s, blk_m, join = (fn_.append_basic_block(x) for x in ("run.plain", "run.masked",
+                                                              "run.loaded"))
+    b.cbranch(simple, blk_s, blk_m)
+    b.position_at_end(blk_s)
+    plain = []
+    for valid, base, lin in rowinfo:
+      ok = valid
+      for d in range(_DIMS):
+        ok = b.and_(ok, b.icmp_unsigned("<", b.add(base[d], dd[d]), I_[d]))
+      ptr = b.select(ok, b.gep(src, [b.add(lin, toff)]), zeros)
+      plain.append(cx.vload(b, ptr, cx.size))
+    end_s = b.block
+    b.branch(join)
+    b.position_at_end(blk_m)
+    masked = []
     for valid, base, lin in rowinfo:
       ok = valid
       for d in range(last):
@@ -175,10 +209,19 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
       lo = _smin(b, n_run, _smax(b, zero, b.sub(b.mul(b.sub(zero, a), C), c)))
       hi = _smin(b, n_run, b.sub(b.mul(b.sub(I_[last], a), C), c))
       hi = b.select(ok, _smax(b, hi, lo), lo)
-      bits = b.xor(b.sub(b.shl(one, hi), one), b.sub(b.shl(one, lo), one))
-      mask = b.bitcast(b.trunc(bits, ir.IntType(W)), cx.mt)
+      mask = b.and_(b.icmp_signed(">=", iota32, _splat32(b.trunc(lo, I32))),
+                    b.icmp_signed("<", iota32, _splat32(b.trunc(hi, I32))))
       ptr = b.gep(src, [b.select(ok, b.add(lin, toff), zero)])
-      vals.append(b.call(cx.mload, [ptr, ir.Constant(I32, cx.size), mask, cx.vzero]))
+      masked.append(b.call(cx.mload, [ptr, ir.Constant(I32, cx.size), mask, cx.vzero]))
+    end_m = b.block
+    b.branch(join)
+    b.position_at_end(join)
+    vals = []
+    for x, y in zip(plain, masked):
+      ph = b.phi(cx.vt)
+      ph.add_incoming(x, end_s)
+      ph.add_incoming(y, end_m)
+      vals.append(ph)
     full = b.icmp_signed("==", n_run, _c64(W))
     for gi, (g, n) in enumerate(groups):
       ts = _transpose(b, vals[gi * W:(gi + 1) * W])
