@@ -1,9 +1,10 @@
 """Convolutions on the CPU's packed GEMM without a patch matrix in memory (implicit im2col).
 
-``lowering/passes/conv_to_dot`` rewrites a convolution to ``patches @ kernel``; the planner
-(``llvm/planning.py``, ``Planner._implicit_patches``) recognises the patch matrix's fusion
-(``llvm/im2col.match``) when its only reader is a dot this module ``accepts``, and plans only
-the (unpadded) input.  The dot then runs the shared GEMM's second kernel,
+``lowering/passes/conv_to_dot`` rewrites a convolution to ``patches @ kernel``; the CPU planner
+(``cpu/backend._Planner._plan_group`` -> :func:`plan_patches`) recognises the patch matrix's
+fusion (``llvm/im2col.match_root``) when its only reader is a dot this module ``accepts`` (alone
+or in a fusion with its consumers), and plans only the (unpadded) input; the dot becomes an
+``Im2colDotKernel`` (``llvm/dots.py``).  The dot then runs the shared GEMM's second kernel,
 ``ourjax_gemm_<dtype>_im2col`` (``gemm.emit_gemm(im2col_name=...)``: the same blocking, threads
 and micro-kernels as ``ourjax_gemm_<dtype>``), whose A panels are packed by :func:`emit_pack`
 straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
@@ -14,11 +15,14 @@ padding, i.e. ``k_i * dilation_i - low_i``) comes from a table per convolution. 
 packed in the same order and blocks as from a written matrix, the products and sums are the
 same and the results are bit-identical to the explicit patch matrix's.
 
-Packing: per panel of ``mr`` rows and per run of at most W channels of one kernel position, each
-row loads its run with one masked vector load (the run's channels are contiguous in an NHWC
-input; a row whose position is in the padding loads nothing, i.e. zeros), a W x W transpose in
-registers turns rows into k, and each k stores ``mr`` lanes, as the plain packing of a row-major
-A does.  Convolutions with at most 3 spatial dimensions (fewer are padded with unit ones).
+Packing: per panel of ``mr`` rows and per run of at most W contiguous input elements (channels
+of one kernel position, or on into the next positions' along the last spatial dimension when C
+is small), each row loads its run with one vector load (a whole run of one tap: a plain load
+from the input, or from a vector of zeros where the row's position is in the padding; other
+runs: a masked load of the lanes whose positions lie inside the input), a W x W transpose in
+registers turns rows into k, and each k stores ``mr`` lanes, as the plain packing of a
+row-major A does.  Convolutions with at most 3 spatial dimensions (fewer are padded with unit
+ones).
 
 The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
 
