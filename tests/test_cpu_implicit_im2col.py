@@ -89,14 +89,18 @@ def convolutions(draw):
 
 
 def _expect_implicit(n, c, o, spatial, kernel, strides, rd, padding, dtype) -> bool:
-  """Whether conv_to_dot makes patches per kernel position and the GEMM takes the dot."""
+  """Whether conv_to_dot makes a patch matrix and the GEMM takes the dot."""
   nd = len(spatial)
   outs = [(spatial[d] + sum(padding[d]) - (kernel[d] - 1) * rd[d] - 1) // strides[d] + 1
           for d in range(nd)]
   M, K, taps = n * math.prod(outs), c * math.prod(kernel), math.prod(kernel)
   if taps == 1 and all(p == (0, 0) for p in padding) and all(s == 1 for s in strides):
     return False     # (a 1x1 convolution without strides or padding: a plain dot of the input)
-  return taps <= math.prod(outs) and taps <= 64 and M * o * K >= 4096 and o >= 8
+  # (patches per kernel position, or per output position where there are fewer of those;
+  # a single window is no concatenation and is written)
+  if taps > math.prod(outs) == 1:
+    return False
+  return min(taps, math.prod(outs)) <= 64 and M * o * K >= 4096 and o >= 8
 
 
 def check_convolution(case, seed, bitwise=True):
@@ -229,6 +233,75 @@ def test_block_epilogues_match_a_separate_pass(seed, o, stride, residual, relu):
     else:
       os.environ["OURJAX_CPU_GEMM_EPILOGUE"] = old
   np.testing.assert_array_equal(got, apart)
+
+
+@settings(max_examples=15, deadline=None)
+@given(case=convolutions(), seed=st.integers(0, 2 ** 31))
+def test_weight_gradients_match_numpy_and_the_written_patches(case, seed):
+  """Weight gradients (a convolution of the input, channels and batch swapped, by the output
+  gradient: patches of rows (input channel, kernel position), columns (output position, batch
+  element), conv_to_dot's "W" layout) packed by the GEMM from the transposed input: against
+  NumPy float64 and bitwise against the written patch matrix."""
+  from ourjax.config import enable_x64
+  n, c, o, spatial, kernel, strides, rd, padding, dtype = case
+  nd = len(spatial)
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((n, *spatial, c)).astype(dtype)
+  w = rng.standard_normal((*kernel, c, o)).astype(dtype)
+  y, _ = _reference(x, w, strides, padding, rd)
+  g = rng.standard_normal(y.shape).astype(dtype)
+
+  def wgrad(w, x, g):
+    return ourjax.grad(lambda w: jnp.sum(lax.conv_general_dilated(
+        x, w, strides, padding, rhs_dilation=rd, dimension_numbers=_SPECS[nd]) * g))(w)
+  # NumPy: dw[k] = sum over batch and output positions of x at the tap's window times g
+  x64 = x.astype(np.float64)
+  xp, xa = x64, np.abs(x64)
+  for d, (lo, hi) in enumerate(padding):
+    widths = [(0, 0)] * x.ndim
+    widths[1 + d] = (max(lo, 0), max(hi, 0))
+    xp, xa = np.pad(xp, widths), np.pad(xa, widths)
+    sl = [slice(None)] * x.ndim
+    sl[1 + d] = slice(max(-lo, 0), xp.shape[1 + d] - max(-hi, 0))
+    xp, xa = xp[tuple(sl)], xa[tuple(sl)]
+  outs = g.shape[1:-1]
+  want, mag = np.zeros(w.shape), np.zeros(w.shape)
+  axes = list(range(nd + 1))
+  for k in itertools.product(*(range(s) for s in kernel)):
+    sl = (slice(None),) + tuple(slice(k[d] * rd[d], k[d] * rd[d] + (outs[d] - 1) * strides[d] + 1,
+                                      strides[d]) for d in range(nd)) + (slice(None),)
+    want[k] = np.tensordot(xp[sl], g.astype(np.float64), axes=(axes, axes))
+    mag[k] = np.tensordot(xa[sl], np.abs(g.astype(np.float64)), axes=(axes, axes))
+  with enable_x64(True):
+    f = ourjax.jit(wgrad)
+    got = np.asarray(f(w, x, g))
+    K = n * math.prod(outs)
+    eps = np.finfo(dtype).eps
+    assert np.all(np.abs(got - want) <= 2 * K * eps * mag + 1e-30), np.abs(got - want).max()
+    if "Im2colDotKernel" not in _steps(f, w, x, g):
+      return
+    old = os.environ.get("OURJAX_CPU_IMPLICIT_GEMM")
+    os.environ["OURJAX_CPU_IMPLICIT_GEMM"] = "0"
+    try:
+      explicit = np.asarray(ourjax.jit(wgrad)(w, x, g))
+    finally:
+      if old is None:
+        del os.environ["OURJAX_CPU_IMPLICIT_GEMM"]
+      else:
+        os.environ["OURJAX_CPU_IMPLICIT_GEMM"] = old
+  if c * math.prod(kernel) > 8:
+    np.testing.assert_array_equal(got, explicit)
+
+
+def test_a_weight_gradient_packs_from_the_transposed_input():
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((4, 12, 12, 16)).astype(np.float32)
+  w = rng.standard_normal((3, 3, 16, 24)).astype(np.float32)
+  g = rng.standard_normal((4, 12, 12, 24)).astype(np.float32)
+  f = ourjax.jit(lambda w, x, g: ourjax.grad(lambda w: jnp.sum(lax.conv_general_dilated(
+      x, w, (1, 1), "SAME", dimension_numbers=_SPECS[2]) * g))(w))
+  steps = _steps(f, w, x, g)
+  assert "Im2colDotKernel" in steps and "ConcatKernel" not in steps, steps
 
 
 def test_gradients_of_a_convolution_through_jit(x64):

@@ -771,8 +771,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
             if pack_conv is None:
               src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
               b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
-            else:   # (batch is 1: A is the descriptor of one patch matrix)
-              b.call(pack_conv, [b.bitcast(A, I64.as_pointer()), ic, pc, mb, kb, apk])
+            else:   # (batch is 1: A is the descriptor of one patch matrix, of its layout)
+              desc = b.bitcast(A, I64.as_pointer())
+              lay = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_LAYOUT)]), align=8)
+              packer = b.select(b.icmp_signed("!=", lay, _c64(0)), pack_conv[1], pack_conv[0])
+              b.call(packer, [desc, ic, pc, mb, kb, apk])
             with _for(b, 0, nb, nr, name="jr") as jr:
               nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
               unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
@@ -870,7 +873,8 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   from ourjax.backends.llvm import gemm_im2col
   fn = driver(name, None)
   if im2col_name is not None:
-    driver(im2col_name, gemm_im2col.emit_pack(cx, name + ".pack_im2col", mr))
+    driver(im2col_name, (gemm_im2col.emit_pack(cx, name + ".pack_im2col", mr),
+                         gemm_im2col.emit_pack(cx, name + ".pack_im2col_w", mr, "W")))
   return fn
 
 

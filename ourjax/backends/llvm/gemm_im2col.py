@@ -32,6 +32,9 @@ The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
        tap's first channel on that lie contiguous in the input (C, or more where the next
        taps are the next positions along the last spatial dimension)
     12 a block epilogue (``EPILOGUE_TYPE``) or 0     13 its context
+    14 taps     15 layout: 0 a convolution's patches ("F"), 1 a weight gradient's ("W": rows
+       (n, tap), columns (o_1, o_2, o_3, c); the offsets come from the row's tap, the
+       stride's multiples from the column's position; runs of one position's channels)
 
 Block epilogue: the dot's elementwise consumer (``Im2colDotKernel.epilogue``: a loop kernel
 over the dot's result, per-channel scale and shift, a residual, relu...), run by the GEMM on
@@ -51,8 +54,10 @@ __all__ = ["DESC_WORDS", "DESC_EPILOGUE", "EPILOGUE_TYPE", "emit_pack", "accepts
            "symbol", "plan_patches", "fusable_epilogue"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-DESC_WORDS = 14
+DESC_WORDS = 16
 DESC_EPILOGUE = 12
+DESC_TAPS = 14      # the number of taps
+DESC_LAYOUT = 15    # 0: "F", 1: "W"
 #: ``void epilogue(i8* ctx, i64 row0, i64 rows, i64 col0, i64 cols)``
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(64),
                                                 ir.IntType(64), ir.IntType(64), ir.IntType(64)])
@@ -69,11 +74,12 @@ def _c64(v):
   return ir.Constant(I64, v)
 
 
-def emit_pack(cx, name: str, w: int) -> ir.Function:
+def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
   """``void pack(i64* desc, i64 m0, i64 k0, i64 rows, i64 kb, T* out)``:
   ``out[p][k][r] = patches[m0 + p*w + r, k0 + k]`` for ``p < ceil(rows/w)``, ``k < kb``,
   ``r < w``, zero where ``p*w + r >= rows`` (panels ``kb*w`` elements long, as
-  ``gemm._emit_pack``'s), the patch matrix described by ``desc`` (see the module docstring)."""
+  ``gemm._emit_pack``'s), the patch matrix described by ``desc`` (see the module docstring)
+  of ``layout`` ``"F"`` or ``"W"`` (``im2col.Geometry``)."""
   from ourjax.backends.llvm.gemm import _for, _sdiv_up, _smax, _smin, _transpose
   W = cx.w
   fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I64, I64,
@@ -123,39 +129,69 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
     zg.initializer = ir.Constant(zt, None)
     zg.align = 64
   zeros = b.bitcast(zg, cx.p)
-  t0 = b.udiv(k0, C)      # the tap and channel of column k0
-  c0 = b.urem(k0, C)
+  taps = word(DESC_TAPS)
+  if layout == "F":
+    t0 = b.udiv(k0, C)      # the tap and channel of column k0
+    c0 = b.urem(k0, C)
+  else:                     # the output position and channel of column k0
+    q = b.udiv(k0, C)
+    c0 = b.urem(k0, C)
+    o0 = []
+    for d in reversed(range(_DIMS)):
+      o0.append(b.urem(q, O[d]))
+      q = b.udiv(q, O[d])
+    o0 = o0[::-1]
 
   with _for(b, 0, npanels, name="p") as p:
     r0 = b.mul(p, wc)
     dst0 = b.gep(out, [b.mul(r0, kb)])
-    # the panel's first row m0 + r0 as (n, o_1, o_2, o_3): one division chain per panel, the
-    # following rows step from it with carries
-    pos = []
-    q = b.add(m0, r0)
-    for d in reversed(range(_DIMS)):
-      pos.append(b.urem(q, O[d]))
-      q = b.udiv(q, O[d])
-    pos = [q] + pos[::-1]
     rowinfo = []    # per row of the panel (all groups): (valid, base_1..3, linear offset)
-    for g, n in groups:
-      for i in range(W):
-        valid = b.and_(b.icmp_signed("<", b.add(r0, _c64(g + i)), rows), ir.Constant(I1, i < n))
-        base = [b.mul(pos[1 + d], S[d]) for d in range(_DIMS)]
-        lin = pos[0]
-        for d in range(_DIMS):
-          lin = b.add(b.mul(lin, I_[d]), base[d])
-        rowinfo.append((valid, base, b.mul(lin, C)))
-        # the next row's position: o_3 + 1, carrying into o_2, o_1, n
-        nxt = list(pos)
-        carry = ir.Constant(I1, 1)
-        for d in reversed(range(_DIMS)):
-          inc = b.add(nxt[1 + d], one)
-          wrap = b.icmp_unsigned(">=", inc, O[d])
-          nxt[1 + d] = b.select(carry, b.select(wrap, zero, inc), nxt[1 + d])
-          carry = b.and_(carry, wrap)
-        nxt[0] = b.select(carry, b.add(nxt[0], one), nxt[0])
-        pos = nxt
+    if layout == "F":
+      # the panel's first row m0 + r0 as (n, o_1, o_2, o_3): one division chain per panel,
+      # the following rows step from it with carries
+      pos = []
+      q = b.add(m0, r0)
+      for d in reversed(range(_DIMS)):
+        pos.append(b.urem(q, O[d]))
+        q = b.udiv(q, O[d])
+      pos = [q] + pos[::-1]
+      for g, n in groups:
+        for i in range(W):
+          valid = b.and_(b.icmp_signed("<", b.add(r0, _c64(g + i)), rows),
+                         ir.Constant(I1, i < n))
+          base = [b.mul(pos[1 + d], S[d]) for d in range(_DIMS)]
+          lin = pos[0]
+          for d in range(_DIMS):
+            lin = b.add(b.mul(lin, I_[d]), base[d])
+          rowinfo.append((valid, base, b.mul(lin, C)))
+          # the next row's position: o_3 + 1, carrying into o_2, o_1, n
+          nxt = list(pos)
+          carry = ir.Constant(I1, 1)
+          for d in reversed(range(_DIMS)):
+            inc = b.add(nxt[1 + d], one)
+            wrap = b.icmp_unsigned(">=", inc, O[d])
+            nxt[1 + d] = b.select(carry, b.select(wrap, zero, inc), nxt[1 + d])
+            carry = b.and_(carry, wrap)
+          nxt[0] = b.select(carry, b.add(nxt[0], one), nxt[0])
+          pos = nxt
+    else:
+      # row m = (n, tap): the tap's offsets from the table; the next row steps the tap
+      q = b.add(m0, r0)
+      rn, rt = b.udiv(q, taps), b.urem(q, taps)
+      for g, n in groups:
+        for i in range(W):
+          valid = b.and_(b.icmp_signed("<", b.add(r0, _c64(g + i)), rows),
+                         ir.Constant(I1, i < n))
+          trow = b.gep(table, [b.mul(_smin(b, rt, b.sub(taps, one)), _c64(_TAB))])
+          base = [b.load(b.gep(trow, [_c64(d)]), align=8) for d in range(_DIMS)]
+          lin = rn
+          for d in range(_DIMS):
+            lin = b.add(b.mul(lin, I_[d]), base[d])
+          rowinfo.append((valid, base, b.mul(lin, C)))
+          inc = b.add(rt, one)
+          wrap = b.icmp_unsigned(">=", inc, taps)
+          rt = b.select(wrap, zero, inc)
+          rn = b.select(wrap, b.add(rn, one), rn)
 
     # runs of contiguous input: at most W elements of one tap's channels, or, where the next
     # taps are the next positions along the last spatial dimension (rhs dilation 1 there),
@@ -169,16 +205,25 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
     b.branch(hdr)
     b.position_at_end(hdr)
     kk = b.phi(I64, name="kk")
-    t = b.phi(I64, name="tap")
     c = b.phi(I64, name="ch")
     kk.add_incoming(zero, pre)
-    t.add_incoming(t0, pre)
     c.add_incoming(c0, pre)
+    if layout == "F":     # the run's tap
+      t = b.phi(I64, name="tap")
+      t.add_incoming(t0, pre)
+    else:                 # the run's output position
+      o = [b.phi(I64, name=f"o{d}") for d in range(_DIMS)]
+      for ph, v in zip(o, o0):
+        ph.add_incoming(v, pre)
     b.cbranch(b.icmp_signed("<", kk, kb), body, done)
     b.position_at_end(body)
-    trow = b.gep(table, [b.mul(t, _c64(_TAB))])
-    dd = [b.load(b.gep(trow, [_c64(d)]), align=8) for d in range(_DIMS)]
-    span = b.load(b.gep(trow, [_c64(_DIMS)]), align=8)
+    if layout == "F":
+      trow = b.gep(table, [b.mul(t, _c64(_TAB))])
+      dd = [b.load(b.gep(trow, [_c64(d)]), align=8) for d in range(_DIMS)]
+      span = b.load(b.gep(trow, [_c64(_DIMS)]), align=8)
+    else:
+      dd = [b.mul(o[d], S[d]) for d in range(_DIMS)]
+      span = C
     n_run = _smin(b, _smin(b, _c64(W), b.sub(span, c)), b.sub(kb, kk))
     toff = zero
     for d in range(_DIMS):
@@ -248,10 +293,19 @@ def emit_pack(cx, name: str, w: int) -> ir.Function:
               b.position_at_end(nxt_b)
     c2 = b.add(c, n_run)
     wrap = b.icmp_signed(">=", c2, C)
-    step = b.select(wrap, b.udiv(c2, C), zero)    # (taps the run ended past)
     kk.add_incoming(b.add(kk, n_run), b.block)
-    t.add_incoming(b.add(t, step), b.block)
-    c.add_incoming(b.sub(c2, b.mul(step, C)), b.block)
+    if layout == "F":
+      step = b.select(wrap, b.udiv(c2, C), zero)    # (taps the run ended past)
+      t.add_incoming(b.add(t, step), b.block)
+      c.add_incoming(b.sub(c2, b.mul(step, C)), b.block)
+    else:                 # (a run ends at the position's last channel at the latest)
+      c.add_incoming(b.select(wrap, zero, c2), b.block)
+      carry = wrap
+      for d in reversed(range(_DIMS)):
+        inc = b.add(o[d], one)
+        w_ = b.icmp_unsigned(">=", inc, O[d])
+        o[d].add_incoming(b.select(carry, b.select(w_, zero, inc), o[d]), b.block)
+        carry = b.and_(carry, w_)
     b.branch(hdr)
     b.position_at_end(done)
   b.ret_void()
@@ -262,20 +316,24 @@ def accepts(dot, patches, geo) -> bool:
   """Whether ``dot`` (an HLO dot reading the patch matrix ``patches`` of geometry ``geo``) can
   run on the implicit-im2col GEMM: ``patches`` is its A operand as it is ([M, K], k
   contiguous), f32 or f64 throughout, B readable by the packed GEMM, a convolution's patches
-  (not a weight gradient's) of at most 3 spatial dimensions.  ``OURJAX_CPU_IMPLICIT_GEMM=0``
+  (layout "F") or a weight gradient's (layout "W", not a batch chunk) of at most 3 spatial
+  dimensions.  ``OURJAX_CPU_IMPLICIT_GEMM=0``
   turns it off (the patch matrix is written, as before)."""
   from ourjax.backends.llvm.dots import DotSpec, _gemm_layout_ok, fast_dot_ok
   if os.environ.get("OURJAX_CPU_IMPLICIT_GEMM", "1") == "0":
     return False
   if dot.opcode != "dot" or dot.operands[0] is not patches or dot.operands[1] is patches:
     return False
-  if dot.shape.is_tuple or not fast_dot_ok(dot) or geo.layout != "F":
+  if dot.shape.is_tuple or not fast_dot_ok(dot) or geo.layout not in ("F", "W"):
     return False
-  if not 1 <= len(geo.strides) <= _DIMS:
+  if not 1 <= len(geo.strides) <= _DIMS or (geo.layout == "W" and geo.batch0):
     return False
   s = DotSpec(dot)
-  return s.ok and s.B == 1 and s.a_sk == 1 and s.K == geo.taps * geo.channels and \
-      s.M == math.prod(geo.out_dims) and _gemm_layout_ok(s)
+  if geo.layout == "F":
+    shape = (math.prod(geo.out_dims), geo.taps * geo.channels)
+  else:
+    shape = (geo.out_dims[0] * geo.taps, math.prod(geo.out_dims[1:]) * geo.channels)
+  return s.ok and s.B == 1 and s.a_sk == 1 and (s.M, s.K) == shape and _gemm_layout_ok(s)
 
 
 def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, ptr=None):
@@ -314,6 +372,7 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
   first = b.gep(src, [_c64(geo.batch0 * math.prod(geo.in_dims[1:]))])
   vals = [b.ptrtoint(first, I64), _c64(C_), *map(_c64, out), *map(_c64, ins),
           *map(_c64, strides), b.ptrtoint(b.bitcast(tab, I64.as_pointer()), I64)]
+  tail = [_c64(geo.taps), _c64(0 if geo.layout == "F" else 1)]
   if epilogue is None:
     vals += [_c64(0), _c64(0)]
   else:
@@ -328,6 +387,7 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
       j += 1
     fn = _emit_block_epilogue(mod, f"im2col.epilogue.{j}", epilogue, bufs, spec.N)
     vals += [b.ptrtoint(fn, I64), b.ptrtoint(ctx, I64)]
+  vals += tail
   assert len(vals) == DESC_WORDS
   for k, v in enumerate(vals):
     b.store(v, b.gep(words, [_c64(k)]), align=8)
