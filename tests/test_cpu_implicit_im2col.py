@@ -98,8 +98,8 @@ def _expect_implicit(n, c, o, spatial, kernel, strides, rd, padding, dtype) -> b
     return False     # (a 1x1 convolution without strides or padding: a plain dot of the input)
   # (patches per kernel position, or per output position where there are fewer of those;
   # a single window is no concatenation and is written)
-  if taps > math.prod(outs) == 1:
-    return False
+  if taps > math.prod(outs) and (math.prod(outs) == 1 or c < 4):
+    return False   # (per-window patches of fewer than 4 channels are written: _MIN_W_RUN)
   return min(taps, math.prod(outs)) <= 64 and M * o * K >= 4096 and o >= 8
 
 

@@ -87,9 +87,10 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
 kernel (:func:`shared_gemm_symbol`, compiled once and registered with ``llvm.add_symbol``), so a
-module that contains a dot does not recompile the GEMM.  That object code also holds the
-kernel's implicit-im2col twin (``emit_gemm(im2col_name=...)``, ``gemm_im2col.py``): the same
-driver and micro-kernels, A's panels packed from a convolution's input instead of a matrix.
+module that contains a dot does not recompile the GEMM.  Its implicit-im2col twin
+(``emit_gemm(im2col=True)``, ``gemm_im2col.py``: the same driver and micro-kernels, A's panels
+packed from a convolution's input instead of a matrix) is a process-wide kernel of its own,
+built only for programs with convolutions.
 """
 from __future__ import annotations
 
@@ -646,13 +647,13 @@ def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilo
 
 def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Epilogue] = None,
               accumulate: bool = False, blocking: Optional[Blocking] = None,
-              isa: Optional[str] = None, im2col_name: Optional[str] = None) -> ir.Function:
+              isa: Optional[str] = None, im2col: bool = False) -> ir.Function:
   """Emit ``name`` (see the module docstring for its signature and contract) and its internal
   helpers ``name.pack_a``, ``name.pack_b``, ``name.ukernel`` into ``module``, for the vector
   target ``isa`` (:data:`VECTOR_TARGETS`; default: the CPU code is generated for) with its
-  blocking unless ``blocking`` is given.  With ``im2col_name``, also a second kernel of that
-  name and the same signature, sharing the micro-kernels, whose ``A`` points to the descriptor
-  of a convolution's patch matrix, which it packs straight from the convolution's input
+  blocking unless ``blocking`` is given.  ``im2col``: instead, its implicit-im2col twin (the
+  same signature, driver and micro-kernels), whose ``A`` points to the descriptor of a
+  convolution's patch matrix, which it packs straight from the convolution's input
   (``gemm_im2col.py``; ``batch`` must be 1, ``lda`` and ``transA`` are not read)."""
   if dtype not in _TYPES:
     raise ValueError(f"emit_gemm: dtype must be 'f32' or 'f64', not {dtype!r}")
@@ -663,7 +664,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   mr, nr = bl.mr, bl.nv * w
   if bl.mc % mr or bl.nc % nr:
     raise ValueError(f"emit_gemm: mc must be a multiple of mr and nc of nr ({bl})")
-  pack_a = _emit_pack(cx, name + ".pack_a", mr)
+  pack_a = None if im2col else _emit_pack(cx, name + ".pack_a", mr)
   pack_b = _emit_pack(cx, name + ".pack_b", nr)
   uk = _emit_ukernel(cx, name + ".ukernel", bl, mr, bl.nv, epilogue, accumulate)
   # (off unless 2*mr_small < mr: else every tile would take the small kernel)
@@ -676,7 +677,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   uk_sn = _emit_ukernel(cx, name + ".ukernel_sn", bl, ms, 1, epilogue, accumulate) \
       if ms and narrow else None
   rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
-              for r in (4, 2, 1)} if bl.stream_rows > 0 else None
+              for r in (4, 2, 1)} if bl.stream_rows > 0 and not im2col else None
 
   def driver(fname, pack_conv):
     """The kernel ``fname``: A a matrix (``pack_conv`` None), or (``pack_conv``, see
@@ -871,11 +872,10 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     return fn
 
   from ourjax.backends.llvm import gemm_im2col
-  fn = driver(name, None)
-  if im2col_name is not None:
-    driver(im2col_name, (gemm_im2col.emit_pack(cx, name + ".pack_im2col", mr),
+  if im2col:
+    return driver(name, (gemm_im2col.emit_pack(cx, name + ".pack_im2col", mr),
                          gemm_im2col.emit_pack(cx, name + ".pack_im2col_w", mr, "W")))
-  return fn
+  return driver(name, None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -905,10 +905,7 @@ def declare_shared_gemm(module: ir.Module, dtype: str, im2col: bool = False) -> 
   """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module`` (its code
   is built meanwhile: :func:`prefetch_shared_gemm`); ``im2col``: its implicit-im2col twin
   (``gemm_im2col.py``), built with it."""
-  sym = prefetch_shared_gemm(dtype)
-  if im2col:
-    from ourjax.backends.llvm.gemm_im2col import symbol
-    sym = symbol(dtype)
+  sym = prefetch_shared_gemm(dtype + ("_im2col" if im2col else ""))
   fn = module.globals.get(sym)
   if fn is None:
     fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)

@@ -63,6 +63,9 @@ EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.I
                                                 ir.IntType(64), ir.IntType(64), ir.IntType(64)])
 _DIMS = 3    # spatial dimensions of the descriptor
 _TAB = _DIMS + 1   # words per tap in the table: d_1..d_3, span
+#: A weight gradient's patches are packed in runs of one output position's batch elements:
+#: with fewer than this many the written matrix (ConcatKernel) is kept.
+_MIN_W_RUN = 4
 
 
 def symbol(dtype: str) -> str:
@@ -316,8 +319,8 @@ def accepts(dot, patches, geo) -> bool:
   """Whether ``dot`` (an HLO dot reading the patch matrix ``patches`` of geometry ``geo``) can
   run on the implicit-im2col GEMM: ``patches`` is its A operand as it is ([M, K], k
   contiguous), f32 or f64 throughout, B readable by the packed GEMM, a convolution's patches
-  (layout "F") or a weight gradient's (layout "W", not a batch chunk) of at most 3 spatial
-  dimensions.  ``OURJAX_CPU_IMPLICIT_GEMM=0``
+  (layout "F") or a weight gradient's (layout "W", not a batch chunk, of at least
+  ``_MIN_W_RUN`` batch elements) of at most 3 spatial dimensions.  ``OURJAX_CPU_IMPLICIT_GEMM=0``
   turns it off (the patch matrix is written, as before)."""
   from ourjax.backends.llvm.dots import DotSpec, _gemm_layout_ok, fast_dot_ok
   if os.environ.get("OURJAX_CPU_IMPLICIT_GEMM", "1") == "0":
@@ -328,6 +331,8 @@ def accepts(dot, patches, geo) -> bool:
     return False
   if not 1 <= len(geo.strides) <= _DIMS or (geo.layout == "W" and geo.batch0):
     return False
+  if geo.layout == "W" and geo.channels < _MIN_W_RUN:
+    return False    # (runs of a position's channels, i.e. batch elements: too short to pay)
   s = DotSpec(dot)
   if geo.layout == "F":
     shape = (math.prod(geo.out_dims), geo.taps * geo.channels)

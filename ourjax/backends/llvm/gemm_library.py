@@ -1,6 +1,7 @@
 """The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
-overwrite; see ``gemm.py``), each with its implicit-im2col twin ``ourjax_gemm_<dtype>_im2col``
-(``gemm_im2col.py``) in the same object code, each built once per process and registered with LLVM's symbol
+overwrite; see ``gemm.py``) and their implicit-im2col twins ``ourjax_gemm_f32_im2col`` and
+``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for programs with convolutions, keyed
+``"f32_im2col"``, ``"f64_im2col"`` below), each built once per process and registered with LLVM's symbol
 table, so that modules which only declare them (``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
@@ -41,8 +42,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def _check_dtype(dtype: str) -> None:
-  if dtype not in ("f32", "f64"):
-    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
+  if dtype not in ("f32", "f64", "f32_im2col", "f64_im2col"):
+    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64' (or the implicit-im2col "
+                     f"kernels' 'f32_im2col', 'f64_im2col'), not {dtype!r}")
 
 
 def prefetch_shared_gemm(dtype: str) -> str:
@@ -92,16 +94,9 @@ def shared_gemm_symbol(dtype: str) -> str:
     return _shared[dtype][0]
 
 
-def _symbols(dtype: str) -> list:
-  """The functions the shared library of ``dtype`` defines: the GEMM and its implicit-im2col
-  twin (``gemm_im2col.py``), which shares its micro-kernels."""
-  return [f"ourjax_gemm_{dtype}", f"ourjax_gemm_{dtype}_im2col"]
-
-
 def _register(dtype: str, sym: str, cm) -> None:
   import llvmlite.binding as llvm
-  for name in _symbols(dtype):
-    llvm.add_symbol(name, cm.address(name))
+  llvm.add_symbol(sym, cm.address(sym))
   _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
 
 
@@ -119,18 +114,19 @@ def _build_shared(dtype: str, own_thread: bool = False):
     obj = _cache_load(path)
     if obj is not None:
       try:
-        cm = jit.load_object(obj, _symbols(dtype))
+        cm = jit.load_object(obj, [sym])
       except jit.CompileError:
         cm = None
     if cm is None:
       mod = jit.new_module(sym)
-      emit_gemm(mod, sym, dtype, im2col_name=_symbols(dtype)[1])
+      im2col = dtype.endswith("_im2col")
+      emit_gemm(mod, sym, dtype[:3], im2col=im2col)
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build)
       obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
                                      loop_unrolling=False)
-      cm = jit.load_object(obj, _symbols(dtype))
+      cm = jit.load_object(obj, [sym])
       _cache_store(path, obj)
   return sym, cm
 
