@@ -289,7 +289,8 @@ class Im2colDotKernel(DotKernel):
   def symbols(self) -> list:
     """The process-wide implicit-im2col GEMM its code calls."""
     from ourjax.backends.llvm import gemm
-    return [gemm.prefetch_shared_gemm(("f32" if self.spec.dtype == E.F32 else "f64") + "_im2col")]
+    dtype = "f32" if self.spec.dtype == E.F32 else "f64"
+    return [gemm.prefetch_shared_gemm(dtype + "_im2col")]
 
   def fuse_epilogue(self, kern) -> bool:
     """Run the loop kernel ``kern`` (the dot's elementwise consumer, planned next) on each
