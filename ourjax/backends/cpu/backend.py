@@ -199,8 +199,34 @@ class _Planner(planning.Planner):
   """The shared planner (``llvm/planning.py``) cutting kernels into pieces for this backend's
   thread pool."""
 
+  #: convolution patch matrices packed by the GEMM from the input (``llvm/gemm_im2col.py``);
+  #: the GPU's subclass reads them in place its own way (``cuda/implicit_gemm.py``)
+  implicit_im2col = True
+
   def threads(self) -> int:
     return num_threads()
+
+  def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
+    if self.implicit_im2col:
+      from ourjax.backends.llvm import gemm_im2col
+      patches = gemm_im2col.plan_patches(self, instr, vals, steps, want, comp)
+      if patches is not None:
+        return patches
+    return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
+
+  def _add_kernel(self, steps, kernel):
+    # the elementwise consumer of an implicit-im2col dot planned just before it (conv +
+    # scale, shift, residual, relu) runs on each block the GEMM finishes, not as a pass of
+    # its own (``gemm_im2col.fusable_epilogue``; OURJAX_CPU_GEMM_EPILOGUE=0: not)
+    prev = steps[-1].kernel if steps and isinstance(steps[-1], planning.KernelStep) else None
+    if self.implicit_im2col and isinstance(prev, K.Im2colDotKernel) and \
+       isinstance(kernel, K.LoopKernel) and \
+       os.environ.get("OURJAX_CPU_GEMM_EPILOGUE", "1") != "0" and prev.fuse_epilogue(kernel):
+      self._tag(kernel)
+      self.module.note("implicit_im2col", f"{kernel.name} ({getattr(kernel.hlo_group, 'name', '')}"
+                       f") runs on the blocks of {prev.name} as the GEMM finishes them")
+      return
+    super()._add_kernel(steps, kernel)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,12 +534,12 @@ def _backend_source_hash() -> str:
   if _source_hash is None:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import concat, dots, gemm, kernel_info
+    from ourjax.backends.llvm import concat, dots, gemm, gemm_im2col, im2col, kernel_info
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
-    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, concat, dots, donation,
-              _entry):
+    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
+              dots, donation, _entry):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
@@ -541,7 +567,8 @@ def _host_tag(profile: bool) -> bytes:
   from ourjax.backends.cpu import jit
   return (f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
-          f"{bool(profile)}").encode()
+          f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
+          f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}").encode()
 
 
 def cache_key(module: hlo.Module, profile: bool = False) -> str:

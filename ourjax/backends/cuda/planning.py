@@ -27,6 +27,7 @@ def _make_planner(cpu_be, module, info):
     """The CPU backend's planner whose kernels become GPU kernels as they are added."""
     widen_narrow_dots = False   # bf16/f16 dots run on the tensor cores as they are
     concat_kernels = False      # (no GPU translation of concat.ConcatKernel yet)
+    implicit_im2col = False     # (the CPU's; patches are read in place here: _implicit_patches)
 
     def _group_kernels(self, instrs, outputs, leafmap):
       # a dot's elementwise consumer (bias, activation) runs in the dot's kernel

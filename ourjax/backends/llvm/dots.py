@@ -15,8 +15,8 @@ from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, MAX_CHUNKS, Buf, Kerne
                                           partition)
 from ourjax.lowering import hlo
 
-__all__ = ["DotSpec", "DotKernel", "emit_dot", "gemm_symbols", "dot_scratch_bytes",
-           "fast_dot_ok"]
+__all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "emit_dot", "gemm_symbols",
+           "dot_scratch_bytes", "fast_dot_ok"]
 
 
 
@@ -271,3 +271,42 @@ class DotKernel(Kernel):
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
              tid, nthreads)
+
+
+class Im2colDotKernel(DotKernel):
+  """A dot whose A operand is a convolution's patch matrix that is never written
+  (``llvm/im2col.Im2colBuf``): the shared GEMM's implicit-im2col kernel packs A's panels
+  straight from the convolution's input (``gemm_im2col.py``), so the kernel reads the input
+  buffer, not the matrix."""
+
+  def __init__(self, name, dot, patches, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
+    super().__init__(name, dot, patches.source, rhs, out, scratch, threads)
+    # (reads: the input; ``lhs`` stays the virtual matrix, as a GPU translation expects)
+    self.lhs = self.patches = patches
+    self.epilogue = None
+
+  @property
+  def symbols(self) -> list:
+    """The process-wide implicit-im2col GEMM its code calls."""
+    from ourjax.backends.llvm import gemm
+    dtype = "f32" if self.spec.dtype == E.F32 else "f64"
+    return [gemm.prefetch_shared_gemm(dtype + "_im2col")]
+
+  def fuse_epilogue(self, kern) -> bool:
+    """Run the loop kernel ``kern`` (the dot's elementwise consumer, planned next) on each
+    block of the result as the GEMM finishes it, if ``gemm_im2col.fusable_epilogue``; then
+    this kernel also reads and writes what ``kern`` does."""
+    from ourjax.backends.llvm import gemm_im2col
+    if self.epilogue is not None or not gemm_im2col.fusable_epilogue(self, kern):
+      return False
+    self.epilogue = kern
+    self.reads += [x for x in kern.reads if x not in self.reads]
+    self.writes += [x for x in kern.writes if x not in self.writes]
+    self.buffers += [x for x in kern.buffers if x not in self.buffers]
+    return True
+
+  def body(self, b, ptr, tid, nthreads):
+    from ourjax.backends.llvm import gemm_im2col
+    gemm_im2col.emit_call(b, self.spec, self.patches.geometry, ptr(self.patches.source),
+                          ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]), tid, nthreads,
+                          self.epilogue, ptr)

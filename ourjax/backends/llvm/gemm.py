@@ -87,7 +87,10 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
 kernel (:func:`shared_gemm_symbol`, compiled once and registered with ``llvm.add_symbol``), so a
-module that contains a dot does not recompile the GEMM.
+module that contains a dot does not recompile the GEMM.  Its implicit-im2col twin
+(``emit_gemm(im2col=True)``, ``gemm_im2col.py``: the same driver and micro-kernels, A's panels
+packed from a convolution's input instead of a matrix) is a process-wide kernel of its own,
+built only for programs with convolutions.
 """
 from __future__ import annotations
 
@@ -644,11 +647,14 @@ def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilo
 
 def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Epilogue] = None,
               accumulate: bool = False, blocking: Optional[Blocking] = None,
-              isa: Optional[str] = None) -> ir.Function:
+              isa: Optional[str] = None, im2col: bool = False) -> ir.Function:
   """Emit ``name`` (see the module docstring for its signature and contract) and its internal
   helpers ``name.pack_a``, ``name.pack_b``, ``name.ukernel`` into ``module``, for the vector
   target ``isa`` (:data:`VECTOR_TARGETS`; default: the CPU code is generated for) with its
-  blocking unless ``blocking`` is given."""
+  blocking unless ``blocking`` is given.  ``im2col``: instead, its implicit-im2col twin (the
+  same signature, driver and micro-kernels), whose ``A`` points to the descriptor of a
+  convolution's patch matrix, which it packs straight from the convolution's input
+  (``gemm_im2col.py``; ``batch`` must be 1, ``lda`` and ``transA`` are not read)."""
   if dtype not in _TYPES:
     raise ValueError(f"emit_gemm: dtype must be 'f32' or 'f64', not {dtype!r}")
   vt = vector_target(isa)
@@ -658,7 +664,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   mr, nr = bl.mr, bl.nv * w
   if bl.mc % mr or bl.nc % nr:
     raise ValueError(f"emit_gemm: mc must be a multiple of mr and nc of nr ({bl})")
-  pack_a = _emit_pack(cx, name + ".pack_a", mr)
+  pack_a = None if im2col else _emit_pack(cx, name + ".pack_a", mr)
   pack_b = _emit_pack(cx, name + ".pack_b", nr)
   uk = _emit_ukernel(cx, name + ".ukernel", bl, mr, bl.nv, epilogue, accumulate)
   # (off unless 2*mr_small < mr: else every tile would take the small kernel)
@@ -671,180 +677,205 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   uk_sn = _emit_ukernel(cx, name + ".ukernel_sn", bl, ms, 1, epilogue, accumulate) \
       if ms and narrow else None
   rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
-              for r in (4, 2, 1)} if bl.stream_rows > 0 else None
+              for r in (4, 2, 1)} if bl.stream_rows > 0 and not im2col else None
 
-  fn = ir.Function(module, _signature(cx.p), name)
-  for a, n in zip(fn.args, ARG_NAMES):
-    a.name = n
-  (A, B, C, M, N, K, lda, ldb, ldc, ta, tb, batch, sA, sB, sC, tid, nth, pack) = fn.args
-  for a in (A, B, C, pack):
-    a.add_attribute("noalias")
-  b = ir.IRBuilder(fn.append_basic_block("entry"))
-  one = _c64(1)
+  def driver(fname, pack_conv):
+    """The kernel ``fname``: A a matrix (``pack_conv`` None), or (``pack_conv``, see
+    ``gemm_im2col.py``) a convolution's patch matrix read through the descriptor ``A``
+    points to."""
+    fn = ir.Function(module, _signature(cx.p), fname)
+    for a, n in zip(fn.args, ARG_NAMES):
+      a.name = n
+    (A, B, C, M, N, K, lda, ldb, ldc, ta, tb, batch, sA, sB, sC, tid, nth, pack) = fn.args
+    for a in (A, B, C, pack):
+      a.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    one = _c64(1)
 
-  # strides of A (i, k) and B (k, j)
-  ta1 = b.icmp_signed("!=", ta, _c32(0))
-  tb1 = b.icmp_signed("!=", tb, _c32(0))
-  a_rs = b.select(ta1, one, lda)
-  a_ks = b.select(ta1, lda, one)
-  b_ks = b.select(tb1, one, ldb)
-  b_cs = b.select(tb1, ldb, one)
+    # strides of A (i, k) and B (k, j)
+    ta1 = b.icmp_signed("!=", ta, _c32(0))
+    tb1 = b.icmp_signed("!=", tb, _c32(0))
+    a_rs = b.select(ta1, one, lda)
+    a_ks = b.select(ta1, lda, one)
+    b_ks = b.select(tb1, one, ldb)
+    b_cs = b.select(tb1, ldb, one)
 
-  # this thread's scratch: the same formula as _per_thread
-  align = 64 // cx.size
-  kc_e = _smax(b, one, _smin(b, _c64(bl.kc), K))
-  mc_e = _smin(b, _c64(bl.mc), b.mul(_sdiv_up(b, _smax(b, M, one), _c64(mr)), _c64(mr)))
-  nc_e = _smin(b, _c64(bl.nc), b.mul(_sdiv_up(b, _smax(b, N, one), _c64(nr)), _c64(nr)))
-  b_part = b.mul(_sdiv_up(b, b.mul(kc_e, nc_e), _c64(align)), _c64(align))
-  per_thread = b.add(b.add(b_part, b.mul(mc_e, kc_e)), _c64(align))
-  raw = b.ptrtoint(b.gep(pack, [b.mul(tid, per_thread)]), I64)
-  aligned = b.and_(b.add(raw, _c64(63)), _c64(-64))
-  bpk = b.inttoptr(aligned, cx.p)
-  apk = b.gep(bpk, [b_part])
+    # this thread's scratch: the same formula as _per_thread
+    align = 64 // cx.size
+    kc_e = _smax(b, one, _smin(b, _c64(bl.kc), K))
+    mc_e = _smin(b, _c64(bl.mc), b.mul(_sdiv_up(b, _smax(b, M, one), _c64(mr)), _c64(mr)))
+    nc_e = _smin(b, _c64(bl.nc), b.mul(_sdiv_up(b, _smax(b, N, one), _c64(nr)), _c64(nr)))
+    b_part = b.mul(_sdiv_up(b, b.mul(kc_e, nc_e), _c64(align)), _c64(align))
+    per_thread = b.add(b.add(b_part, b.mul(mc_e, kc_e)), _c64(align))
+    raw = b.ptrtoint(b.gep(pack, [b.mul(tid, per_thread)]), I64)
+    aligned = b.and_(b.add(raw, _c64(63)), _c64(-64))
+    bpk = b.inttoptr(aligned, cx.p)
+    apk = b.gep(bpk, [b_part])
 
-  # K slices of balanced depth (at least one slice, so K == 0 still stores zeros)
-  nks = _smax(b, one, _sdiv_up(b, K, _c64(bl.kc)))
-  kstep = _smax(b, one, _sdiv_up(b, K, nks))
-  klimit = _smax(b, K, one)
+    # K slices of balanced depth (at least one slice, so K == 0 still stores zeros)
+    nks = _smax(b, one, _sdiv_up(b, K, _c64(bl.kc)))
+    kstep = _smax(b, one, _sdiv_up(b, K, nks))
+    klimit = _smax(b, K, one)
 
-  def gemm_block(bi, m0, m1, n0, n1):
-    Ab = b.gep(A, [b.mul(bi, sA)])
-    Bb = b.gep(B, [b.mul(bi, sB)])
-    Cb = b.gep(C, [b.mul(bi, sC)])
-    rowbase = b.mul(bi, M)
-    if rows_fns is None:
-      tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
-      return
-    # decided by M, not by this thread's rows: the axpy kernels sum over all of K in one fma
-    # chain, the tiles per K slice (partial sums added to C), so a per-thread choice would
-    # round differently from the serial call when a row split leaves a thread few rows
-    few = b.and_(b.icmp_signed("==", tb, _c32(0)), b.icmp_signed("<=", M, _c64(bl.stream_rows)))
-    with b.if_else(few) as (f_, t_):
-      with f_:
-        # groups of 4 rows, then 2, then 1: each group streams B once
-        start = m0
-        for r, fn_r in rows_fns.items():
-          count = b.mul(b.sdiv(b.sub(m1, start), _c64(r)), _c64(r))
-          with _for(b, start, b.add(start, count), r, name=f"rr{r}") as r0:
-            b.call(fn_r, [K, b.gep(Ab, [b.mul(r0, a_rs)]), a_rs, a_ks, b.gep(Bb, [n0]), ldb,
-                          b.gep(Cb, [b.add(b.mul(r0, ldc), n0)]), ldc, b.sub(n1, n0),
-                          b.add(rowbase, r0), n0])
-          start = b.add(start, count)
-      with t_:
+    def gemm_block(bi, m0, m1, n0, n1):
+      Ab = b.gep(A, [b.mul(bi, sA)])
+      Bb = b.gep(B, [b.mul(bi, sB)])
+      Cb = b.gep(C, [b.mul(bi, sC)])
+      rowbase = b.mul(bi, M)
+      if rows_fns is None or pack_conv is not None:
         tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
+        return
+      # decided by M, not by this thread's rows: the axpy kernels sum over all of K in one fma
+      # chain, the tiles per K slice (partial sums added to C), so a per-thread choice would
+      # round differently from the serial call when a row split leaves a thread few rows
+      few = b.and_(b.icmp_signed("==", tb, _c32(0)), b.icmp_signed("<=", M, _c64(bl.stream_rows)))
+      with b.if_else(few) as (f_, t_):
+        with f_:
+          # groups of 4 rows, then 2, then 1: each group streams B once
+          start = m0
+          for r, fn_r in rows_fns.items():
+            count = b.mul(b.sdiv(b.sub(m1, start), _c64(r)), _c64(r))
+            with _for(b, start, b.add(start, count), r, name=f"rr{r}") as r0:
+              b.call(fn_r, [K, b.gep(Ab, [b.mul(r0, a_rs)]), a_rs, a_ks, b.gep(Bb, [n0]), ldb,
+                            b.gep(Cb, [b.add(b.mul(r0, ldc), n0)]), ldc, b.sub(n1, n0),
+                            b.add(rowbase, r0), n0])
+            start = b.add(start, count)
+        with t_:
+          tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
 
-  def tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1):
-    direct = b.and_(b.icmp_signed("==", tb, _c32(0)),
-                    b.icmp_signed("<=", b.sub(m1, m0), _c64(bl.direct_b_rows)))
-    # balanced mc: ceil(rows / ceil(rows/mc)) rounded up to mr
-    rows = b.sub(m1, m0)
-    nmb = _smax(b, one, _sdiv_up(b, rows, _c64(bl.mc)))
-    mstep = b.mul(_sdiv_up(b, _sdiv_up(b, rows, nmb), _c64(mr)), _c64(mr))
-    mstep = _smax(b, mstep, _c64(mr))
-    with _for(b, n0, n1, bl.nc, name="jc") as jc:
-      nb = _smin(b, _c64(bl.nc), b.sub(n1, jc))
-      with _for(b, 0, klimit, kstep, name="pc") as pc:
-        kb = _smin(b, kstep, b.sub(K, pc))
-        kb = _smax(b, kb, _c64(0))
-        first = b.icmp_signed("==", pc, _c64(0))
-        last = b.icmp_signed(">=", b.add(pc, kstep), K)
-        src_b = b.gep(Bb, [b.add(b.mul(pc, b_ks), b.mul(jc, b_cs))])
-        # unpacked B: only a partial last column panel is packed (zero-padded)
-        nb_full = b.mul(b.sdiv(nb, _c64(nr)), _c64(nr))
-        with b.if_else(direct) as (d_, p_):
-          with d_:
-            with _if(b, b.icmp_signed("<", nb_full, nb), name="edgeb"):
-              b.call(pack_b, [b.gep(src_b, [nb_full]), b_cs, b_ks, b.sub(nb, nb_full), kb, bpk])
-          with p_:
-            b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
-        with _for(b, m0, m1, mstep, name="ic") as ic:
-          mb = _smin(b, mstep, b.sub(m1, ic))
-          src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
-          b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
-          with _for(b, 0, nb, nr, name="jr") as jr:
-            nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
-            unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
-            bpanel = b.select(unpacked, b.gep(src_b, [jr]),
-                              b.gep(bpk, [b.select(direct, _c64(0), b.mul(jr, kb))]))
-            bstride = b.select(unpacked, ldb, _c64(nr))
-            col = b.add(jc, jr)
-            is_narrow = b.icmp_signed("<=", nvalid, _c64(w)) if narrow else None
-            with _for(b, 0, mb, mr, name="ir") as ir_:
-              mv = _smin(b, _c64(mr), b.sub(mb, ir_))
-              apanel = b.gep(apk, [b.mul(ir_, kb)])
-              row = b.add(ic, ir_)
-              cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
+    def tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1):
+      direct = b.and_(b.icmp_signed("==", tb, _c32(0)),
+                      b.icmp_signed("<=", b.sub(m1, m0), _c64(bl.direct_b_rows)))
+      # balanced mc: ceil(rows / ceil(rows/mc)) rounded up to mr
+      rows = b.sub(m1, m0)
+      nmb = _smax(b, one, _sdiv_up(b, rows, _c64(bl.mc)))
+      mstep = b.mul(_sdiv_up(b, _sdiv_up(b, rows, nmb), _c64(mr)), _c64(mr))
+      mstep = _smax(b, mstep, _c64(mr))
+      with _for(b, n0, n1, bl.nc, name="jc") as jc:
+        nb = _smin(b, _c64(bl.nc), b.sub(n1, jc))
+        with _for(b, 0, klimit, kstep, name="pc") as pc:
+          kb = _smin(b, kstep, b.sub(K, pc))
+          kb = _smax(b, kb, _c64(0))
+          first = b.icmp_signed("==", pc, _c64(0))
+          last = b.icmp_signed(">=", b.add(pc, kstep), K)
+          src_b = b.gep(Bb, [b.add(b.mul(pc, b_ks), b.mul(jc, b_cs))])
+          # unpacked B: only a partial last column panel is packed (zero-padded)
+          nb_full = b.mul(b.sdiv(nb, _c64(nr)), _c64(nr))
+          with b.if_else(direct) as (d_, p_):
+            with d_:
+              with _if(b, b.icmp_signed("<", nb_full, nb), name="edgeb"):
+                b.call(pack_b, [b.gep(src_b, [nb_full]), b_cs, b_ks, b.sub(nb, nb_full), kb, bpk])
+            with p_:
+              b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
+          with _for(b, m0, m1, mstep, name="ic") as ic:
+            mb = _smin(b, mstep, b.sub(m1, ic))
+            if pack_conv is None:
+              src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
+              b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
+            else:   # (batch is 1: A is the descriptor of one patch matrix, of its layout)
+              desc = b.bitcast(A, I64.as_pointer())
+              lay = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_LAYOUT)]), align=8)
+              packer = b.select(b.icmp_signed("!=", lay, _c64(0)), pack_conv[1], pack_conv[0])
+              b.call(packer, [desc, ic, pc, mb, kb, apk])
+            with _for(b, 0, nb, nr, name="jr") as jr:
+              nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
+              unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
+              bpanel = b.select(unpacked, b.gep(src_b, [jr]),
+                                b.gep(bpk, [b.select(direct, _c64(0), b.mul(jr, kb))]))
+              bstride = b.select(unpacked, ldb, _c64(nr))
+              col = b.add(jc, jr)
+              is_narrow = b.icmp_signed("<=", nvalid, _c64(w)) if narrow else None
+              with _for(b, 0, mb, mr, name="ir") as ir_:
+                mv = _smin(b, _c64(mr), b.sub(mb, ir_))
+                apanel = b.gep(apk, [b.mul(ir_, kb)])
+                row = b.add(ic, ir_)
+                cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
 
-              def call(k_wide, k_narrow, ap_, c_, mv_, row_):
-                args = [kb, ap_, bpanel, bstride, c_, ldc, mv_, nvalid, first, last,
-                        b.add(rowbase, row_), col]
-                if k_narrow is None:
-                  b.call(k_wide, args)
+                def call(k_wide, k_narrow, ap_, c_, mv_, row_):
+                  args = [kb, ap_, bpanel, bstride, c_, ldc, mv_, nvalid, first, last,
+                          b.add(rowbase, row_), col]
+                  if k_narrow is None:
+                    b.call(k_wide, args)
+                  else:
+                    with b.if_else(is_narrow) as (n_, w_):
+                      with n_:
+                        b.call(k_narrow, args)
+                      with w_:
+                        b.call(k_wide, args)
+
+                if not ms:
+                  call(uk, uk_n, apanel, cptr, mv, row)
                 else:
-                  with b.if_else(is_narrow) as (n_, w_):
-                    with n_:
-                      b.call(k_narrow, args)
-                    with w_:
-                      b.call(k_wide, args)
+                  with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
+                    with big:
+                      call(uk, uk_n, apanel, cptr, mv, row)
+                    with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
+                      with _for(b, 0, mv, ms, name="es") as r0:
+                        call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
+                             _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+            if pack_conv is not None:
+              # the rows' columns of this block are final: the block epilogue the
+              # descriptor names, if any (gemm_im2col.py), while they are in cache
+              desc = b.bitcast(A, I64.as_pointer())
+              epi = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE)]), align=8)
+              ctx = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE + 1)]), align=8)
+              with _if(b, b.and_(last, b.icmp_signed("!=", epi, _c64(0))), name="epi"):
+                b.call(b.inttoptr(epi, gemm_im2col.EPILOGUE_TYPE.as_pointer()),
+                       [b.inttoptr(ctx, ir.IntType(8).as_pointer()), ic, mb, jc, nb])
 
-              if not ms:
-                call(uk, uk_n, apanel, cptr, mv, row)
-              else:
-                with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
-                  with big:
-                    call(uk, uk_n, apanel, cptr, mv, row)
-                  with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
-                    with _for(b, 0, mv, ms, name="es") as r0:
-                      call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
-                           _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+    # work split
+    by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
+    with b.if_else(by_batch) as (whole, split):
+      with whole:
+        b0 = b.sdiv(b.mul(batch, tid), nth)
+        b1 = b.sdiv(b.mul(batch, b.add(tid, one)), nth)
+        with _for(b, b0, b1, name="bb") as bi:
+          gemm_block(bi, _c64(0), M, _c64(0), N)
+      with split:
+        # a grid of pm x pn pieces (pm * pn = nth): piece tid gets the row tiles of group
+        # tid / pn and the column panels of group tid % pn, and packs just those rows of A and
+        # columns of B.  The grid minimises a piece's cost per step of k (in half cycles): its
+        # tiles' FMAs (mr * nv vector FMAs a tile, two a cycle), packing its rows of A (about a
+        # cycle an element) and its column panels of B (a vector load and store each).
+        tm = _sdiv_up(b, M, _c64(mr))
+        tn = _sdiv_up(b, N, _c64(nr))
+        eb = ir.IRBuilder(fn.entry_basic_block)
+        eb.position_at_start(fn.entry_basic_block)
+        best_cost, best_pm = eb.alloca(I64, name="best_cost"), eb.alloca(I64, name="best_pm")
+        b.store(_c64(-1), best_cost)
+        b.store(one, best_pm)
+        with _for(b, 1, b.add(nth, one), name="pm") as pm:
+          with _if(b, b.icmp_signed("==", b.srem(nth, pm), _c64(0)), name="divides"):
+            sm = _sdiv_up(b, tm, pm)
+            sn = _sdiv_up(b, tn, b.sdiv(nth, pm))
+            cost = b.add(b.mul(b.mul(sm, sn), _c64(mr * bl.nv)),
+                         b.add(b.mul(sm, _c64(2 * mr)), b.mul(sn, _c64(2 * bl.nv))))
+            old = b.load(best_cost)
+            better = b.or_(b.icmp_signed("<", old, _c64(0)), b.icmp_signed("<", cost, old))
+            with _if(b, better, name="better"):
+              b.store(cost, best_cost)
+              b.store(pm, best_pm)
+        pm = b.load(best_pm)
+        pn = b.sdiv(nth, pm)
+        gi, gj = b.sdiv(tid, pn), b.srem(tid, pn)
 
-  # work split
-  by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
-  with b.if_else(by_batch) as (whole, split):
-    with whole:
-      b0 = b.sdiv(b.mul(batch, tid), nth)
-      b1 = b.sdiv(b.mul(batch, b.add(tid, one)), nth)
-      with _for(b, b0, b1, name="bb") as bi:
-        gemm_block(bi, _c64(0), M, _c64(0), N)
-    with split:
-      # a grid of pm x pn pieces (pm * pn = nth): piece tid gets the row tiles of group
-      # tid / pn and the column panels of group tid % pn, and packs just those rows of A and
-      # columns of B.  The grid minimises a piece's cost per step of k (in half cycles): its
-      # tiles' FMAs (mr * nv vector FMAs a tile, two a cycle), packing its rows of A (about a
-      # cycle an element) and its column panels of B (a vector load and store each).
-      tm = _sdiv_up(b, M, _c64(mr))
-      tn = _sdiv_up(b, N, _c64(nr))
-      eb = ir.IRBuilder(fn.entry_basic_block)
-      eb.position_at_start(fn.entry_basic_block)
-      best_cost, best_pm = eb.alloca(I64, name="best_cost"), eb.alloca(I64, name="best_pm")
-      b.store(_c64(-1), best_cost)
-      b.store(one, best_pm)
-      with _for(b, 1, b.add(nth, one), name="pm") as pm:
-        with _if(b, b.icmp_signed("==", b.srem(nth, pm), _c64(0)), name="divides"):
-          sm = _sdiv_up(b, tm, pm)
-          sn = _sdiv_up(b, tn, b.sdiv(nth, pm))
-          cost = b.add(b.mul(b.mul(sm, sn), _c64(mr * bl.nv)),
-                       b.add(b.mul(sm, _c64(2 * mr)), b.mul(sn, _c64(2 * bl.nv))))
-          old = b.load(best_cost)
-          better = b.or_(b.icmp_signed("<", old, _c64(0)), b.icmp_signed("<", cost, old))
-          with _if(b, better, name="better"):
-            b.store(cost, best_cost)
-            b.store(pm, best_pm)
-      pm = b.load(best_pm)
-      pn = b.sdiv(nth, pm)
-      gi, gj = b.sdiv(tid, pn), b.srem(tid, pn)
+        def share(tiles, groups, g, tile, ext):
+          lo = b.mul(b.sdiv(b.mul(tiles, g), groups), _c64(tile))
+          hi = b.mul(b.sdiv(b.mul(tiles, b.add(g, one)), groups), _c64(tile))
+          return lo, _smin(b, hi, ext)
+        m0, m1 = share(tm, pm, gi, mr, M)
+        n0, n1 = share(tn, pn, gj, nr, N)
+        with _if(b, b.and_(b.icmp_signed("<", m0, m1), b.icmp_signed("<", n0, n1)), name="mine"):
+          with _for(b, 0, batch, name="bs") as bi:
+            gemm_block(bi, m0, m1, n0, n1)
+    b.ret_void()
+    return fn
 
-      def share(tiles, groups, g, tile, ext):
-        lo = b.mul(b.sdiv(b.mul(tiles, g), groups), _c64(tile))
-        hi = b.mul(b.sdiv(b.mul(tiles, b.add(g, one)), groups), _c64(tile))
-        return lo, _smin(b, hi, ext)
-      m0, m1 = share(tm, pm, gi, mr, M)
-      n0, n1 = share(tn, pn, gj, nr, N)
-      with _if(b, b.and_(b.icmp_signed("<", m0, m1), b.icmp_signed("<", n0, n1)), name="mine"):
-        with _for(b, 0, batch, name="bs") as bi:
-          gemm_block(bi, m0, m1, n0, n1)
-  b.ret_void()
-  return fn
+  from ourjax.backends.llvm import gemm_im2col
+  if im2col:
+    return driver(name, (gemm_im2col.emit_pack(cx, name + ".pack_im2col", mr),
+                         gemm_im2col.emit_pack(cx, name + ".pack_im2col_w", mr, "W")))
+  return driver(name, None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -870,10 +901,11 @@ def _signature(p: ir.Type) -> ir.FunctionType:
                                          I64, I64, I64, I64, I64, I64, p])
 
 
-def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
+def declare_shared_gemm(module: ir.Module, dtype: str, im2col: bool = False) -> ir.Function:
   """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module`` (its code
-  is built meanwhile: :func:`prefetch_shared_gemm`)."""
-  sym = prefetch_shared_gemm(dtype)
+  is built meanwhile: :func:`prefetch_shared_gemm`); ``im2col``: its implicit-im2col twin
+  (``gemm_im2col.py``), built with it."""
+  sym = prefetch_shared_gemm(dtype + ("_im2col" if im2col else ""))
   fn = module.globals.get(sym)
   if fn is None:
     fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)
@@ -884,7 +916,7 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
                    a_strides, b_strides, tid, nthreads, scratch, batch: int = 1,
                    batch_strides=None, ldc: Optional[int] = None,
                    epilogue: Optional[Epilogue] = None, accumulate: bool = False,
-                   shared: bool = True, name: Optional[str] = None):
+                   shared: bool = True, name: Optional[str] = None, im2col: bool = False):
   """Emit a call computing ``C[b] = A[b] @ B[b]`` for static sizes and element strides.
 
   ``a_strides = (stride of m, stride of k)`` and ``b_strides = (stride of k, stride of n)`` in
@@ -895,7 +927,12 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   elements and is the same pointer for every thread.  With no epilogue and no accumulation
   (and ``shared``) the call goes to the process-wide kernel; otherwise a kernel is emitted into
   ``b.module`` (named ``name`` or a fresh ``gemm.N``).  Raises ValueError for strides the kernel
-  cannot read (neither unit); copy such an operand first."""
+  cannot read (neither unit); copy such an operand first.  ``im2col``: ``A`` is the descriptor
+  of a convolution's patch matrix (``gemm_im2col.emit_call``), read by the shared kernel's
+  implicit-im2col twin (no epilogue, no accumulation, batch 1)."""
+  if im2col and (epilogue is not None or accumulate or not shared or batch != 1):
+    raise ValueError("emit_gemm_call: the implicit-im2col GEMM is shared, without epilogue or "
+                     "accumulation, of batch 1")
   la = operand_layout(M, K, *a_strides)
   lb = operand_layout(N, K, b_strides[1], b_strides[0])
   if la is None or lb is None:
@@ -907,7 +944,7 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   module = b.module
   ptr_t = _TYPES[dtype][0]().as_pointer()
   if epilogue is None and not accumulate and shared:
-    fn = declare_shared_gemm(module, dtype)
+    fn = declare_shared_gemm(module, dtype, im2col)
   else:
     if name is None:
       i = 0

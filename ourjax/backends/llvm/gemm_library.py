@@ -1,6 +1,9 @@
 """The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
-overwrite; see ``gemm.py``), each built once per process and registered with LLVM's symbol
-table, so that modules which only declare them (``gemm.declare_shared_gemm``) link to them.
+overwrite; see ``gemm.py``) and their implicit-im2col twins ``ourjax_gemm_f32_im2col`` and
+``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for programs with convolutions, keyed
+``"f32_im2col"``, ``"f64_im2col"`` below), each built once per process and registered with
+LLVM's symbol table, so that modules which only declare them (``gemm.declare_shared_gemm``)
+link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
@@ -40,8 +43,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def _check_dtype(dtype: str) -> None:
-  if dtype not in ("f32", "f64"):
-    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64', not {dtype!r}")
+  if dtype not in ("f32", "f64", "f32_im2col", "f64_im2col"):
+    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64' (or the implicit-im2col "
+                     f"kernels' 'f32_im2col', 'f64_im2col'), not {dtype!r}")
 
 
 def prefetch_shared_gemm(dtype: str) -> str:
@@ -116,7 +120,8 @@ def _build_shared(dtype: str, own_thread: bool = False):
         cm = None
     if cm is None:
       mod = jit.new_module(sym)
-      emit_gemm(mod, sym, dtype)
+      im2col = dtype.endswith("_im2col")
+      emit_gemm(mod, sym, dtype[:3], im2col=im2col)
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build)
@@ -147,7 +152,8 @@ def _cache_path(sym: str) -> Optional[str]:
     return None
   from ourjax.backends.llvm import gemm
   h = hashlib.sha256()
-  for f in (gemm.__file__, __file__, jit.__file__):
+  from ourjax.backends.llvm import gemm_im2col
+  for f in (gemm.__file__, gemm_im2col.__file__, __file__, jit.__file__):
     with open(f, "rb") as fh:
       h.update(fh.read())
   h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),

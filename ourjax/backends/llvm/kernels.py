@@ -762,7 +762,8 @@ class SortKernel(Kernel):
 
 # the dot family (llvm/dots.py builds on Kernel and partition above, hence imported here)
 from ourjax.backends.llvm.dots import (DotKernel, DotSpec, dot_scratch_bytes,  # noqa: E402
-                                       emit_dot, fast_dot_ok, gemm_symbols, _narrow_float_dot)
+                                       emit_dot, fast_dot_ok, gemm_symbols, _narrow_float_dot,
+                                       Im2colDotKernel)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -931,8 +932,10 @@ class GroupPlanner:
       out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
       spec = DotSpec(instr)
       scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), instr.name)
-      self.kernels.append(DotKernel(self._name(), instr, lhs, rhs, out, scratch,
-                                    threads=self.threads))
+      # (a convolution's patch matrix the planner left unwritten: llvm/gemm_im2col.py)
+      kind = Im2colDotKernel if getattr(lhs, "geometry", None) is not None else DotKernel
+      self.kernels.append(kind(self._name(), instr, lhs, rhs, out, scratch,
+                               threads=self.threads))
       leafmap[instr] = out
       return
     if op == "dot" and self.widen_narrow_dots and _narrow_float_dot(instr):

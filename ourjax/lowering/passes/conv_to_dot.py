@@ -15,6 +15,11 @@ For lhs ``[N, spatial..., C]`` (after a transpose to channels-last), kernel ``[K
     result  = patches @ reshape(kernel, [K_total * C, O])  -> [N, out..., O], transposed to the
               convolution's output layout
 
+The backends mostly never write the patch matrix: the CPU's GEMM packs its panels straight from
+the input (``backends/llvm/gemm_im2col.py``), the GPU's tensor-core kernel fills its tiles from
+it (``backends/cuda/implicit_gemm.py``); both recognise the slices and concatenation below
+(``backends/llvm/im2col.py``).
+
 The products and sums are the convolution's own; only the order of the sums changes (as any
 GEMM's blocking does).  Rewritten: ``feature_group_count == batch_group_count == 1`` (grouped and
 depthwise convolutions stay direct), real types, at most ``MAX_SLICES`` slices; a patch matrix

@@ -1,0 +1,177 @@
+"""Convolution patch matrices described, not stored (implicit im2col), shared by the CPU and
+GPU backends.
+
+``lowering/passes/conv_to_dot`` turns a convolution into ``patches @ kernel``, the patches a
+fusion of the padded input's shifted slices, concatenated along a new kernel-position axis
+before the channels and reshaped to ``[N * out..., taps * C]``.  Written out, that matrix is
+``taps`` times the input (a 3x3 convolution: 9x), and building it can cost as much as the GEMM.
+
+``match`` recognises such a fusion and returns its ``Geometry``: which input element each
+element of the patch matrix is (or a zero of the padding).  A planner that finds one read only
+by a dot that can gather its patches itself plans, instead of the fusion, only what it pads,
+and an ``Im2colBuf`` stands for the matrix: the GPU's ``WgmmaDot`` fills its shared-memory tiles
+from the input (``cuda/implicit_gemm.py``), the CPU's GEMM packs its A panels from it
+(``llvm/gemm_im2col.py``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ourjax.backends.llvm import kernels as K
+from ourjax.lowering import hlo
+
+__all__ = ["Geometry", "Im2colBuf", "match", "match_root"]
+
+
+class Geometry:
+  """A patch matrix [N * prod(out), taps * C] over input ``v`` [N, in..., C]: tap ``t`` reads
+  input position ``o * stride + starts[t] - low`` at output position ``o`` (per spatial dim)."""
+
+  def __init__(self, v, in_dims, out_dims, starts, strides, low, batch0=0, layout="F"):
+    self.v = v                          # the padded instruction's operand (an HLO instruction)
+    # "F": rows (n, out...), columns (tap, c): a convolution's (or an input gradient's) patches;
+    # "W": rows (n, tap), columns (out..., c): a weight gradient's, whose convolution has the
+    # input's channels as its batch and the batch as its channels
+    self.layout = layout
+    self.batch0 = batch0                # the first batch element of v the matrix reads (a
+                                        # batch chunk of a larger convolution)
+    self.in_dims = tuple(in_dims)       # [N, spatial..., C]
+    self.out_dims = tuple(out_dims)     # [N, out spatial...]
+    self.starts = [tuple(s) for s in starts]   # per tap, per spatial dim
+    self.strides = tuple(strides)
+    self.low = tuple(low)
+
+  @property
+  def channels(self) -> int:
+    return self.in_dims[-1]
+
+  @property
+  def taps(self) -> int:
+    return len(self.starts)
+
+
+class Im2colBuf(K.Buf):
+  """The patch matrix of ``geometry`` over the buffer ``source`` (the input, row-major
+  [N, in..., C]): never allocated or written; only ``WgmmaDot`` reads it, through
+  ``chunk_source``."""
+  __slots__ = ("source", "geometry")
+
+  def __init__(self, source: K.Buf, geometry: Geometry, dims, name: str):
+    super().__init__(source.dtype, dims, name, kind="virtual", nbytes=0)
+    self.source, self.geometry = source, geometry
+
+
+def _peel_reshapes(x):
+  while x.opcode == "reshape":
+    x = x.operands[0]
+  return x
+
+
+def _is_zero(c) -> bool:
+  if c.opcode != "constant":
+    return False
+  v = np.asarray(c.attrs["value"])
+  return v.ndim == 0 and float(v) == 0.0
+
+
+def match(fusion, one_tap: bool = False) -> list | None:
+  """The geometries of the patch matrices a fusion computes (see the module docstring): one,
+  or one per element of a tuple-rooted fusion (sibling batch chunks merged into one), or None
+  when it computes anything else.  ``one_tap``: also the patches of a kernel of one position
+  (a 1x1 convolution with strides or padding: one slice, no concatenation)."""
+  if fusion.opcode != "fusion":
+    return None
+  root = fusion.attrs["calls"].root
+  roots = root.operands if root.opcode == "tuple" else [root]
+  geos = [match_root(r, one_tap) for r in roots]
+  return geos if all(g is not None for g in geos) else None
+
+
+def match_root(root, one_tap: bool = False) -> Geometry | None:
+  """The geometry of the patch matrix ``root`` (an instruction of a fused computation)
+  computes, or None (``one_tap``: see ``match``)."""
+  if len(root.dims) != 2 or root.opcode != "reshape":
+    return None
+  if root.operands[0].opcode != "concatenate":
+    if not one_tap:
+      return None
+    # one kernel position: reshape([N * out..., C]) of reshape([N, out..., 1, C]) of a slice
+    sl = _peel_reshapes(root)
+    if sl.opcode == "pad" and len(sl.dims) >= 3:   # (the slice of all of it, simplified away)
+      sl = hlo.Instruction("slice", [sl], sl.shape, {"start_indices": (0,) * len(sl.dims),
+                                                     "limit_indices": tuple(sl.dims)},
+                           name=f"{sl.name}.all")
+    if sl.opcode != "slice" or len(sl.dims) < 3 or \
+       tuple(root.dims) != (math.prod(sl.dims[:-1]), sl.dims[-1]):
+      return None
+    piece = hlo.Instruction("reshape", [sl], sl.shape.with_dims(
+        tuple(sl.dims[:-1]) + (1, sl.dims[-1])), name=f"{sl.name}.tap")
+    cat = hlo.Instruction("concatenate", [piece], piece.shape, {"dimensions": (len(sl.dims) - 1,)},
+                          name=f"{sl.name}.taps")
+    root = hlo.Instruction("reshape", [cat], root.shape, name=f"{root.name}.patches")
+  cat = root.operands[0]
+  cdims = cat.dims
+  axis = cat.attrs["dimensions"][0]
+  T = len(cat.operands)
+  if len(cdims) >= 4 and axis == len(cdims) - 2:
+    # a convolution's patches: [N, out..., taps, C] -> rows (n, out...), columns (tap, c)
+    layout, r = "F", len(cdims) - 3
+    N, out, C = cdims[0], cdims[1:1 + r], cdims[-1]
+    if tuple(root.dims) != (N * math.prod(out), T * C):
+      return None
+  elif len(cdims) == 3 and axis == 1 and cat.operands and \
+      cat.operands[0].opcode == "reshape" and len(cat.operands[0].operands[0].dims) >= 3:
+    # a weight gradient's: [C, taps, out... x N] -> rows (c, tap), columns (out..., n)
+    layout = "W"
+    sdims = cat.operands[0].operands[0].dims
+    r = len(sdims) - 2
+    N, out, C = sdims[0], sdims[1:1 + r], sdims[-1]
+    if tuple(root.dims) != (N * T, math.prod(out) * C) or cdims != (N, T, math.prod(out) * C):
+      return None
+  else:
+    return None
+  if r < 1 or cdims[axis] != T:
+    return None
+  source, starts, strides = None, [], None
+  for piece in cat.operands:
+    if piece.opcode != "reshape" or piece.operands[0].opcode != "slice":
+      return None
+    sl = piece.operands[0]
+    if tuple(sl.dims) != (N, *out, C):
+      return None
+    src = sl.operands[0]
+    if source is None:
+      source = src
+    elif src is not source:
+      return None
+    st = tuple(sl.attrs.get("strides") or (1,) * len(sl.dims))
+    start = sl.attrs["start_indices"]
+    if start[0] != 0 or start[-1] != 0 or st[0] != 1 or st[-1] != 1:
+      return None
+    if strides is None:
+      strides = st[1:-1]
+    elif st[1:-1] != strides:
+      return None
+    starts.append(tuple(start[1:-1]))
+  if source.opcode == "pad":
+    v, pv = source.operands
+    cfg = source.attrs["padding_config"]
+    if not _is_zero(pv) or any(i for _, _, i in cfg) or cfg[0][:2] != (0, 0) or \
+       cfg[-1][:2] != (0, 0):
+      return None
+    low = tuple(lo for lo, _, _ in cfg[1:-1])
+  else:
+    v, low = source, (0,) * r
+  batch0 = 0
+  if v.opcode == "slice" and len(v.dims) == r + 2:   # a batch chunk: read the whole in place
+    whole = v.operands[0]
+    st = v.attrs.get("strides") or (1,) * len(v.dims)
+    if all(x == 1 for x in st) and tuple(v.dims[1:]) == tuple(whole.dims[1:]) and \
+       all(x == 0 for x in v.attrs["start_indices"][1:]):
+      v, batch0 = whole, v.attrs["start_indices"][0]
+  if len(v.dims) != r + 2 or v.dims[0] < batch0 + N or v.dims[-1] != C or \
+     (batch0 and layout != "F"):
+    return None
+  return Geometry(v, v.dims, (N, *out), starts, strides, low, batch0, layout)

@@ -1,0 +1,374 @@
+"""Convolutions on the CPU GEMM without a patch matrix (llvm/gemm_im2col.py): the GEMM packs its
+A panels straight from the convolution's input.  Hypothesis-drawn convolutions (1 to 3 spatial
+dimensions, strides, rhs dilation, padding including negative, channel counts around the vector
+width, f32 and f64, several dimension numbers) against NumPy float64, bit-identical to the
+written patch matrix (``OURJAX_CPU_IMPLICIT_GEMM=0``); elementwise consumers run on the GEMM's
+finished blocks (``OURJAX_CPU_GEMM_EPILOGUE=0``: a pass of their own); the same on AVX2 code
+(``OURJAX_CPU=haswell``) and baseline SSE2 code in child processes."""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import lax
+from ourjax.config import config
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cpu_default():
+  """The CPU backend, even on a host whose default is a GPU."""
+  old = config.jax_platforms
+  config.update("jax_platforms", "cpu")
+  yield
+  config.update("jax_platforms", old)
+
+
+def _steps(f, *args):
+  exe = f.lower(*args).compile()._executable.compiled
+  return [s.split()[0] for s in exe.meta["steps"]]
+
+
+def _reference(x, w, strides, padding, rd):
+  """NumPy float64 convolution, NHWC x HWIO -> NHWC (any number of spatial dims), and the
+  same of the magnitudes (a bound for the rounding of the sums)."""
+  nd = x.ndim - 2
+  x64, w64 = x.astype(np.float64), w.astype(np.float64)
+  ks = w.shape[:nd]
+  # pad (negative padding crops)
+  xp, xa = x64, np.abs(x64)
+  for d, (lo, hi) in enumerate(padding):
+    widths = [(0, 0)] * x.ndim
+    widths[1 + d] = (max(lo, 0), max(hi, 0))
+    xp, xa = np.pad(xp, widths), np.pad(xa, widths)
+    sl = [slice(None)] * x.ndim
+    sl[1 + d] = slice(max(-lo, 0), xp.shape[1 + d] - max(-hi, 0))
+    xp, xa = xp[tuple(sl)], xa[tuple(sl)]
+  outs = [(xp.shape[1 + d] - (ks[d] - 1) * rd[d] - 1) // strides[d] + 1 for d in range(nd)]
+  y = np.zeros((x.shape[0], *outs, w.shape[-1]))
+  ya = np.zeros_like(y)
+  for k in itertools.product(*(range(s) for s in ks)):
+    sl = (slice(None),) + tuple(slice(k[d] * rd[d], k[d] * rd[d] + (outs[d] - 1) * strides[d] + 1,
+                                      strides[d]) for d in range(nd)) + (slice(None),)
+    y += np.tensordot(xp[sl], w64[k], axes=([x.ndim - 1], [0]))
+    ya += np.tensordot(xa[sl], np.abs(w64[k]), axes=([x.ndim - 1], [0]))
+  return y, ya
+
+
+_SPECS = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
+
+
+@st.composite
+def convolutions(draw):
+  nd = draw(st.sampled_from([2, 2, 2, 1, 3]))
+  n = draw(st.integers(1, 3))
+  c = draw(st.sampled_from([1, 3, 5, 8, 16, 17, 32, 40]))
+  o = draw(st.sampled_from([8, 9, 16, 24, 33]))
+  lim = {1: 12, 2: 9, 3: 4}[nd]
+  spatial = [draw(st.integers(1, lim)) for _ in range(nd)]
+  kernel = [draw(st.integers(1, 3)) for _ in range(nd)]
+  strides = [draw(st.integers(1, 3)) for _ in range(nd)]
+  rd = [draw(st.integers(1, 2)) for _ in range(nd)]
+  padding = [(draw(st.integers(-1, 2)), draw(st.integers(-1, 2))) for _ in range(nd)]
+  for i in range(nd):   # at least one output position
+    size = spatial[i] + padding[i][0] + padding[i][1]
+    need = (kernel[i] - 1) * rd[i] + 1
+    if size < need:
+      padding[i] = (padding[i][0] + need - size, padding[i][1])
+  dtype = draw(st.sampled_from([np.float32, np.float32, np.float64]))
+  return n, c, o, spatial, kernel, strides, rd, padding, dtype
+
+
+def _expect_implicit(n, c, o, spatial, kernel, strides, rd, padding, dtype) -> bool:
+  """Whether conv_to_dot makes a patch matrix and the GEMM takes the dot."""
+  nd = len(spatial)
+  outs = [(spatial[d] + sum(padding[d]) - (kernel[d] - 1) * rd[d] - 1) // strides[d] + 1
+          for d in range(nd)]
+  M, K, taps = n * math.prod(outs), c * math.prod(kernel), math.prod(kernel)
+  if taps == 1 and all(p == (0, 0) for p in padding) and all(s == 1 for s in strides):
+    return False     # (a 1x1 convolution without strides or padding: a plain dot of the input)
+  # (patches per kernel position, or per output position where there are fewer of those;
+  # a single window is no concatenation and is written)
+  if taps > math.prod(outs) and (math.prod(outs) == 1 or c < 4):
+    return False   # (per-window patches of fewer than 4 channels are written: _MIN_W_RUN)
+  return min(taps, math.prod(outs)) <= 64 and M * o * K >= 4096 and o >= 8
+
+
+def check_convolution(case, seed, bitwise=True):
+  """The convolution ``case`` (see ``convolutions``) jitted against NumPy float64; it packs
+  its patches in the GEMM when ``_expect_implicit``, and then (``bitwise``) gives the bits of
+  the written patch matrix."""
+  from ourjax.config import enable_x64
+  with enable_x64(True):
+    _check_convolution(case, seed, bitwise)
+
+
+def _check_convolution(case, seed, bitwise):
+  n, c, o, spatial, kernel, strides, rd, padding, dtype = case
+  nd = len(spatial)
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((n, *spatial, c)).astype(dtype)
+  w = rng.standard_normal((*kernel, c, o)).astype(dtype)
+
+  def conv(x, w):
+    return lax.conv_general_dilated(x, w, strides, padding, rhs_dilation=rd,
+                                    dimension_numbers=_SPECS[nd])
+  f = ourjax.jit(conv)
+  got = np.asarray(f(x, w))
+  want, mag = _reference(x, w, strides, padding, rd)
+  assert got.shape == want.shape and got.dtype == dtype
+  eps = np.finfo(dtype).eps
+  K = c * math.prod(kernel)
+  assert np.all(np.abs(got - want) <= 2 * K * eps * mag + 1e-30), np.abs(got - want).max()
+  implicit = "Im2colDotKernel" in _steps(f, x, w)
+  assert implicit == _expect_implicit(*case)
+  if implicit and bitwise:
+    # the same GEMM blocks, sums in the same order: the written patch matrix's bits
+    old = os.environ.get("OURJAX_CPU_IMPLICIT_GEMM")
+    os.environ["OURJAX_CPU_IMPLICIT_GEMM"] = "0"
+    try:
+      g = ourjax.jit(conv)
+      explicit = np.asarray(g(x, w))
+      assert "Im2colDotKernel" not in _steps(g, x, w)
+    finally:
+      if old is None:
+        del os.environ["OURJAX_CPU_IMPLICIT_GEMM"]
+      else:
+        os.environ["OURJAX_CPU_IMPLICIT_GEMM"] = old
+    if got.size // o > 8:   # (up to 8 rows a written matrix takes the GEMM's axpy kernels)
+      np.testing.assert_array_equal(got, explicit)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=convolutions(), seed=st.integers(0, 2 ** 31))
+def test_implicit_im2col_matches_numpy_and_the_written_patches(case, seed):
+  check_convolution(case, seed)
+
+
+def test_conv_bn_relu_layer_and_other_layouts():
+  """A layer as the model suite's (3x3 SAME conv, per-channel scale and shift, relu; then a
+  strided 1x1 projection) and an NCHW/OIHW convolution, whose channels-last input a kernel
+  writes first: each dot packs its patches from the input."""
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((2, 10, 9, 32)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, 32, 24)) * 0.2).astype(np.float32)
+  wp = (rng.standard_normal((1, 1, 24, 16)) * 0.2).astype(np.float32)
+  s = rng.uniform(0.5, 1.5, 24).astype(np.float32)
+  t = rng.standard_normal(24).astype(np.float32)
+
+  def layer(x, w, wp, s, t):
+    h = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_SPECS[2])
+    h = jnp.maximum(h * s + t, 0.0)
+    return lax.conv_general_dilated(h, wp, (2, 2), "SAME", dimension_numbers=_SPECS[2])
+  f = ourjax.jit(layer)
+  got = np.asarray(f(x, w, wp, s, t))
+  h, _ = _reference(x, w, (1, 1), [(1, 1), (1, 1)], (1, 1))
+  h = np.maximum(h * s + t, 0.0)
+  want, _ = _reference(h, wp.astype(np.float64), (2, 2), [(0, 0), (0, 0)], (1, 1))
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  steps = _steps(f, x, w, wp, s, t)
+  # the scale, shift and relu run on the GEMM's finished blocks: no loop kernel of their own
+  assert steps.count("Im2colDotKernel") == 2 and "LoopKernel" not in steps, steps
+
+  xn = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+  wn = np.ascontiguousarray(w.transpose(3, 2, 0, 1))
+  g = ourjax.jit(lambda x, w: lax.conv_general_dilated(x, w, (2, 1), [(1, 0), (2, 1)],
+                                                       rhs_dilation=(1, 2)))
+  got = np.asarray(g(xn, wn))
+  want, mag = _reference(x, w, (2, 1), [(1, 0), (2, 1)], (1, 2))
+  assert np.all(np.abs(got - want.transpose(0, 3, 1, 2)) <=
+                2 * 288 * np.finfo(np.float32).eps * mag.transpose(0, 3, 1, 2))
+  assert "Im2colDotKernel" in _steps(g, xn, wn)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), o=st.sampled_from([16, 24, 40]),
+       stride=st.integers(1, 2), residual=st.booleans(), relu=st.booleans())
+def test_block_epilogues_match_a_separate_pass(seed, o, stride, residual, relu):
+  """A convolution's elementwise consumer (per-channel scale and shift, optionally a residual
+  of the output's shape and a relu; its last dimension the output channels) run by the GEMM
+  on each finished block gives the bits of the same consumer as a pass of its own
+  (``OURJAX_CPU_GEMM_EPILOGUE=0``) and NumPy's values."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((2, 11, 9, 16)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, 16, o)) * 0.2).astype(np.float32)
+  s = rng.uniform(0.5, 1.5, o).astype(np.float32)
+  t = rng.standard_normal(o).astype(np.float32)
+  ho, wo = -(-11 // stride), -(-9 // stride)
+  r = rng.standard_normal((2, ho, wo, o)).astype(np.float32)
+
+  def layer(x, w, s, t, r):
+    y = lax.conv_general_dilated(x, w, (stride, stride), "SAME", dimension_numbers=_SPECS[2])
+    y = y * s + t
+    if residual:
+      y = y + r
+    return jnp.maximum(y, 0.0) if relu else y
+  args = (x, w, s, t, r)
+  f = ourjax.jit(layer)
+  got = np.asarray(f(*args))
+  assert "LoopKernel" not in _steps(f, *args)
+  pad = [max(0, (m - 1) * stride + 3 - n) for m, n in ((ho, 11), (wo, 9))]
+  want, mag = _reference(x, w, (stride, stride), [(p // 2, p - p // 2) for p in pad], (1, 1))
+  want = want * s + t + (r if residual else 0)
+  want = np.maximum(want, 0) if relu else want
+  assert np.all(np.abs(got - want) <= 1e-5 * (mag * s + np.abs(t) + 1)), np.abs(got - want).max()
+  old = os.environ.get("OURJAX_CPU_GEMM_EPILOGUE")
+  os.environ["OURJAX_CPU_GEMM_EPILOGUE"] = "0"
+  try:
+    g = ourjax.jit(layer)
+    apart = np.asarray(g(*args))
+    assert "LoopKernel" in _steps(g, *args)
+  finally:
+    if old is None:
+      del os.environ["OURJAX_CPU_GEMM_EPILOGUE"]
+    else:
+      os.environ["OURJAX_CPU_GEMM_EPILOGUE"] = old
+  np.testing.assert_array_equal(got, apart)
+
+
+@settings(max_examples=15, deadline=None)
+@given(case=convolutions(), seed=st.integers(0, 2 ** 31))
+def test_weight_gradients_match_numpy_and_the_written_patches(case, seed):
+  """Weight gradients (a convolution of the input, channels and batch swapped, by the output
+  gradient: patches of rows (input channel, kernel position), columns (output position, batch
+  element), conv_to_dot's "W" layout) packed by the GEMM from the transposed input: against
+  NumPy float64 and bitwise against the written patch matrix."""
+  from ourjax.config import enable_x64
+  n, c, o, spatial, kernel, strides, rd, padding, dtype = case
+  nd = len(spatial)
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((n, *spatial, c)).astype(dtype)
+  w = rng.standard_normal((*kernel, c, o)).astype(dtype)
+  y, _ = _reference(x, w, strides, padding, rd)
+  g = rng.standard_normal(y.shape).astype(dtype)
+
+  def wgrad(w, x, g):
+    return ourjax.grad(lambda w: jnp.sum(lax.conv_general_dilated(
+        x, w, strides, padding, rhs_dilation=rd, dimension_numbers=_SPECS[nd]) * g))(w)
+  # NumPy: dw[k] = sum over batch and output positions of x at the tap's window times g
+  x64 = x.astype(np.float64)
+  xp, xa = x64, np.abs(x64)
+  for d, (lo, hi) in enumerate(padding):
+    widths = [(0, 0)] * x.ndim
+    widths[1 + d] = (max(lo, 0), max(hi, 0))
+    xp, xa = np.pad(xp, widths), np.pad(xa, widths)
+    sl = [slice(None)] * x.ndim
+    sl[1 + d] = slice(max(-lo, 0), xp.shape[1 + d] - max(-hi, 0))
+    xp, xa = xp[tuple(sl)], xa[tuple(sl)]
+  outs = g.shape[1:-1]
+  want, mag = np.zeros(w.shape), np.zeros(w.shape)
+  axes = list(range(nd + 1))
+  for k in itertools.product(*(range(s) for s in kernel)):
+    sl = (slice(None),) + tuple(slice(k[d] * rd[d], k[d] * rd[d] + (outs[d] - 1) * strides[d] + 1,
+                                      strides[d]) for d in range(nd)) + (slice(None),)
+    want[k] = np.tensordot(xp[sl], g.astype(np.float64), axes=(axes, axes))
+    mag[k] = np.tensordot(xa[sl], np.abs(g.astype(np.float64)), axes=(axes, axes))
+  with enable_x64(True):
+    f = ourjax.jit(wgrad)
+    got = np.asarray(f(w, x, g))
+    K = n * math.prod(outs)
+    eps = np.finfo(dtype).eps
+    assert np.all(np.abs(got - want) <= 2 * K * eps * mag + 1e-30), np.abs(got - want).max()
+    if "Im2colDotKernel" not in _steps(f, w, x, g):
+      return
+    old = os.environ.get("OURJAX_CPU_IMPLICIT_GEMM")
+    os.environ["OURJAX_CPU_IMPLICIT_GEMM"] = "0"
+    try:
+      explicit = np.asarray(ourjax.jit(wgrad)(w, x, g))
+    finally:
+      if old is None:
+        del os.environ["OURJAX_CPU_IMPLICIT_GEMM"]
+      else:
+        os.environ["OURJAX_CPU_IMPLICIT_GEMM"] = old
+  if c * math.prod(kernel) > 8:
+    np.testing.assert_array_equal(got, explicit)
+
+
+def test_a_weight_gradient_packs_from_the_transposed_input():
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((4, 12, 12, 16)).astype(np.float32)
+  w = rng.standard_normal((3, 3, 16, 24)).astype(np.float32)
+  g = rng.standard_normal((4, 12, 12, 24)).astype(np.float32)
+  f = ourjax.jit(lambda w, x, g: ourjax.grad(lambda w: jnp.sum(lax.conv_general_dilated(
+      x, w, (1, 1), "SAME", dimension_numbers=_SPECS[2]) * g))(w))
+  steps = _steps(f, w, x, g)
+  assert "Im2colDotKernel" in steps and "ConcatKernel" not in steps, steps
+
+
+def test_gradients_of_a_convolution_through_jit(x64):
+  """The forward convolution inside value_and_grad (its patches packed by the GEMM; the
+  gradients' convolutions as before) against finite differences of the float64 reference."""
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((2, 6, 6, 8))
+  w = rng.standard_normal((3, 3, 8, 8)) * 0.3
+
+  def loss(w, x):
+    y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_SPECS[2])
+    return jnp.sum(jnp.tanh(y))
+  f = ourjax.jit(ourjax.value_and_grad(loss))
+  val, grad = f(w, x)
+  assert "Im2colDotKernel" in _steps(f, w, x)
+  want, _ = _reference(x, w, (1, 1), [(1, 1), (1, 1)], (1, 1))
+  np.testing.assert_allclose(float(val), np.sum(np.tanh(want)), rtol=1e-10)
+  d = rng.standard_normal(w.shape)
+  h = 1e-6
+  fd = (np.sum(np.tanh(_reference(x, w + h * d, (1, 1), [(1, 1)] * 2, (1, 1))[0])) -
+        np.sum(np.tanh(_reference(x, w - h * d, (1, 1), [(1, 1)] * 2, (1, 1))[0]))) / (2 * h)
+  np.testing.assert_allclose(np.sum(np.asarray(grad) * d), fd, rtol=1e-6)
+
+
+_CHILD = """
+import sys
+import numpy as np
+from ourjax.backends.cpu import jit
+from ourjax.config import config
+config.update("jax_platforms", "cpu")
+sys.path.insert(0, {tests!r})
+import test_cpu_implicit_im2col as T
+print(jit.cpu_name(), jit.vector_isa())
+rng = np.random.default_rng(11)
+n = 0
+for dtype in (np.float32, np.float64):
+  for c, o, spatial, kernel, strides, rd, padding in [
+      (16, 16, [7, 9], [3, 3], [1, 1], [1, 1], [(1, 1), (1, 1)]),
+      (8, 24, [9, 8], [3, 3], [2, 2], [1, 1], [(1, 1), (0, 1)]),
+      (3, 9, [11, 10], [3, 3], [1, 2], [2, 1], [(2, 2), (-1, 1)]),
+      (17, 8, [6, 7], [2, 3], [1, 1], [1, 2], [(0, 1), (2, 2)]),
+      (40, 33, [13], [3], [2], [1], [(1, 1)]),
+      (5, 16, [4, 3, 5], [2, 2, 2], [1, 1, 2], [1, 1, 1], [(1, 0), (0, 1), (1, 1)])]:
+    T.check_convolution((2, c, o, spatial, kernel, strides, rd, padding, dtype),
+                        int(rng.integers(1 << 30)))
+    n += 1
+print("ok", n)
+"""
+
+
+@pytest.mark.parametrize("cpu,isa,flag", [("haswell", "avx2", "avx2"), ("x86-64", "sse", None)])
+def test_implicit_im2col_on_narrower_targets(cpu, isa, flag):
+  """The cases above on AVX2 code (8 f32 lanes, 6-row tiles) and baseline SSE2 code (4 lanes,
+  no FMA), in a child process whose code is generated for ``cpu`` (``OURJAX_CPU``)."""
+  if platform.machine() not in ("x86_64", "AMD64"):
+    pytest.skip("x86-64 host only")
+  if flag:
+    try:
+      flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+      pytest.skip("no /proc/cpuinfo")
+    if flag not in flags or "fma" not in flags:
+      pytest.skip(f"host lacks {flag}/fma")
+  env = dict(os.environ, OURJAX_CPU=cpu, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
+  code = _CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(
+                           __file__))))
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert out.stdout.split() == [cpu, isa, "ok", "12"]
