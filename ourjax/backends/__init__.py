@@ -332,6 +332,7 @@ def _compile_lowering(lowering, closed, backend, donation=None):
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())
+      m.patch_channel_bytes = 16
       m.dot_epilogues = True
     pipeline.optimize(m, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                       late_passes=pipeline.NATIVE_LATE_PASSES if native else None)

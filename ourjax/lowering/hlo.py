@@ -473,6 +473,8 @@ class Module:
   the reason strings that passes record (``note``).  ``patches_in_place``: the backend reads
   convolutions' patch matrices in place from their input (the GPU's implicit GEMM), so
   ``conv_to_dot`` need not cut them into batch chunks and fusion keeps their input in memory;
+  ``patch_channel_bytes``: what a kernel position's channels must fill there (the GPU's
+  16-byte copies: ``conv_to_dot`` zero-pads fewer channels);
   ``dot_epilogues``: the backend runs a dot's elementwise consumers in the dot's kernel (its
   epilogue), so fusion stores such an epilogue's result rather than copying it into its users."""
 
@@ -484,6 +486,7 @@ class Module:
     self._used_names: set[str] = set()
     self.notes: list[str] = []
     self.patches_in_place = False
+    self.patch_channel_bytes = 1
     self.dot_epilogues = False
 
   @property
@@ -587,6 +590,7 @@ class Module:
     new._used_names = set(self._used_names)
     new.notes = list(self.notes)
     new.patches_in_place = self.patches_in_place
+    new.patch_channel_bytes = self.patch_channel_bytes
     new.dot_epilogues = self.dot_epilogues
     comp_map: dict[Computation, Computation] = {}
     for comp in self.computation_post_order():

@@ -59,7 +59,8 @@ def run(module: Module) -> bool:
         module.note(PASS, f"%{instr.name} stays a convolution: {why}")
         continue
       per = _batch(instr) if in_place else _batch_per_chunk(instr)
-      new = _rewrite_chunks(Builder.into(comp), instr, per, _padded_channels(instr, in_place))
+      new = _rewrite_chunks(Builder.into(comp), instr, per, _padded_channels(
+          instr, module.patch_channel_bytes if in_place else 1))
       chunks = -(-_batch(instr) // per)
       comp.replace_all_uses(instr, new)
       comp.remove(instr)
@@ -84,15 +85,15 @@ def _read_in_place(conv: Instruction) -> bool:
   return np.dtype(lhs.dtype).kind == "f" and positions <= out_spatial
 
 
-def _padded_channels(conv: Instruction, in_place: bool) -> int:
-  """The input channels the patches are built with: read in place, a kernel position's
-  channels must fill whole 16-byte copies, so a few channels (an image's 3) are padded with
-  zeros (in the weights too: the products they add are zeros); else the channels as they
-  are."""
+def _padded_channels(conv: Instruction, multiple_bytes: int) -> int:
+  """The input channels the patches are built with: a kernel position's channels must fill
+  whole ``multiple_bytes`` (``Module.patch_channel_bytes`` where the patches are read in
+  place: the GPU's 16-byte copies), so a few channels (an image's 3) are padded with zeros (in
+  the weights too: the products they add are zeros)."""
   lhs = conv.operands[0]
   c = lhs.dims[conv.attrs["dimension_numbers"][0][1]]
-  per = 16 // np.dtype(lhs.dtype).itemsize
-  return -(-c // per) * per if in_place and per > 0 else c
+  per = max(1, multiple_bytes // np.dtype(lhs.dtype).itemsize)
+  return -(-c // per) * per
 
 
 def _refusal(conv: Instruction, in_place: bool = False) -> str | None:
