@@ -709,7 +709,8 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "tuple_result": module.entry.root.shape.is_tuple, "kernels": len(planner.kernels),
           "aliases": [[j, k] for j, k, _ in aliases],
           "alias_kinds": [kind for _, _, kind in aliases],
-          "distinct_kernels": em.n_distinct, "loops": _entry.has_loops(steps),
+          "distinct_kernels": em.n_distinct, "unemitted_kernels": em.n_unemitted,
+          "loops": _entry.has_loops(steps),
           "regions": em.n_regions}
   _link_symbols(symbols, wait=False)
   with _phases.phase("emit.text"):
