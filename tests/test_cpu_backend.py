@@ -871,3 +871,34 @@ def test_math_libraries_build_on_their_thread_beside_the_kernels():
   p = subprocess.run([sys.executable, "-c", _MATH_THREAD_SCRIPT.format(root=root)], env=env,
                      capture_output=True, text=True, timeout=300)
   assert p.returncode == 0 and "all ok" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+
+
+@pytest.mark.parametrize("shape_a, shape_b, want", [
+    ((64, 64), (64, 48), ["ourjax_gemm_f32"]),       # a GEMM-sized dot
+    ((2, 3), (3, 2), []),                            # a dot its kernel computes
+    (None, None, []),                                # no dot
+])
+def test_the_shared_gemm_starts_building_before_the_passes(shape_a, shape_b, want, monkeypatch):
+  """A program whose dots will call the shared GEMM starts its build (on the GEMM's thread)
+  from the module as lowered, before the passes and the emission run; others start none.  The
+  results stay NumPy's."""
+  from ourjax.backends.cpu import libraries as lib
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  started, fused = [], []
+  monkeypatch.setattr(lib, "_link_symbols", lambda syms, wait=True: started.append(
+      (list(syms), wait)))
+  real = lib.prefetch_for
+  monkeypatch.setattr(lib, "prefetch_for", lambda m: (fused.append(any(
+      i.opcode == "fusion" for c in m.computations for i in c.instructions)), real(m)))
+  rng = np.random.default_rng(0)
+  if shape_a is None:
+    x = rng.standard_normal((5, 7)).astype(F32)
+    got = ourjax.jit(lambda v: jnp.tanh(v) + 1.0)(x)
+    np.testing.assert_allclose(np.asarray(got), np.tanh(x.astype(np.float64)) + 1, rtol=1e-6)
+  else:
+    a, b = rng.standard_normal(shape_a).astype(F32), rng.standard_normal(shape_b).astype(F32)
+    got = ourjax.jit(lambda u, v: jnp.maximum(u @ v, 0.0))(a, b)
+    np.testing.assert_allclose(np.asarray(got), np.maximum(a.astype(np.float64) @ b, 0),
+                               rtol=1e-5, atol=1e-5)
+  assert fused == [False]              # (called once, on the module before the fusion pass)
+  assert started == ([(want, False)] if want else [])

@@ -508,12 +508,13 @@ def _backend_source_hash() -> str:
   if _source_hash is None:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import concat, dots, gemm, kernel_info
+    from ourjax.backends.llvm import (concat, dedupe, dots, elemental, gemm, kernel_info,
+                                      kernel_key, planning as _planning)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
     for m in (E, K, llmath, jit, profiling, kernel_info, gemm, concat, dots, donation,
-              _entry):
+              _entry, elemental, dedupe, kernel_key, _planning):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
