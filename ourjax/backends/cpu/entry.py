@@ -344,10 +344,12 @@ class _Emission:
   modules besides the entry's (``backend.compile_groups``), ``object_mode``: parameter and
   output slots hold NumPy array objects, ``optnone``: an entry beside its kernels and without
   loops is left unoptimised (``backend.ENTRY_OPTNONE``), ``profile``: (counter offset,
-  {id(kernel or step): item}) of the profiling instrumentation."""
+  {id(kernel or step): item}) of the profiling instrumentation.  ``kernels_done(emission)``,
+  when given, is called once the kernel modules are complete, before the entry is emitted
+  (the backend starts compiling them meanwhile)."""
 
   def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
-               optnone: bool, profile=None):
+               optnone: bool, profile=None, kernels_done=None):
     import llvmlite.ir as ir
     from ourjax.backends.cpu import jit
     self.ir = ir
@@ -410,6 +412,8 @@ class _Emission:
     # kernels are beside the entry: the serial copy of the region's code then calls the first
     # from one place, and LLVM inlines and specialises it there as without the region
     self.piece_fns = {}
+    if groups and kernels_done is not None:
+      kernels_done(self)
     if not groups:
       for k in _job_kernels(steps, False):
         if id(self.fns[id(k)]) in self.piece_fns:
