@@ -24,10 +24,16 @@ The key is built from the kernel object itself, generically: its class and every
 * scalars tagged by type (``1``, ``1.0`` and ``True`` differ; floats by their bits, so ``-0.0``
   and each NaN payload too), arrays by dtype, shape and bytes, containers in order.
 
-Anything else in a kernel (an object of a class not listed in ``_OBJECTS``) makes the kernel
+Anything else in a kernel (an object of a class not in ``_OBJECTS``) makes the kernel
 unkeyed (``None``): it is emitted and keyed by its IR text as before, so a new kind of field
 can cost merges but never merge two different kernels.  A walk past ``MAX_NODES`` instructions
-gives up the same way.  ``CHECK`` (``OURJAX_CHECK_KERNEL_KEYS=1``; the tests set it) emits every
+gives up the same way.
+
+What the key leaves out, emission must not read: of a buffer, anything but its element type,
+dims, byte size and whether it is scratch (not its name, place or constant value); of a leaf,
+anything but its shape (and a constant's value), nor anything past it; of the kernel, its
+labels.  A kernel whose instructions reach past its leaf map to values it never reads says
+where to stop (``key_leaves()``: an in-place update's operand).  ``CHECK`` (``OURJAX_CHECK_KERNEL_KEYS=1``; the tests set it) emits every
 kernel anyway and raises if two of one key differ in IR text.
 """
 from __future__ import annotations
@@ -53,12 +59,23 @@ class _Unkeyable(Exception):
   pass
 
 
-def _objects():
+#: Scalars by exact type, tagged (``1``, ``1.0`` and ``True`` are equal in Python, not here;
+#: floats by their bits).
+_SCALARS = {
+    type(None): lambda v: v, str: lambda v: v, bool: lambda v: ("b", v), int: lambda v: ("i", v),
+    float: lambda v: ("f", struct.pack("<d", v)),
+    complex: lambda v: ("c", struct.pack("<dd", v.real, v.imag)),
+}
+
+_Buf = None        # kernels.Buf (imported on first use)
+_OBJECTS = ()      # other classes whose instances are keyed by their attributes
+
+
+def _setup():
+  global _Buf, _OBJECTS
   from ourjax.backends.llvm.dots import DotSpec
-  return (DotSpec,)
-
-
-_OBJECTS = None
+  from ourjax.backends.llvm.kernels import Buf
+  _Buf, _OBJECTS = Buf, (DotSpec,)
 
 
 class _Walk:
@@ -108,20 +125,20 @@ class _Walk:
 
   def value(self, v):
     t = type(v)
-    if v is None or t is str:
-      return v
-    if t is bool:
-      return ("b", v)
-    if t is int:
-      return ("i", v)
-    if t is float:
-      return ("f", struct.pack("<d", v))
+    f = _SCALARS.get(t)
+    if f is not None:
+      return f(v)
     if t is tuple or t is list:
-      return (t.__name__,) + tuple(self.value(x) for x in v)
-    if t is dict:
-      return ("d",) + tuple((self.value(k), self.value(x)) for k, x in v.items())
+      return (t.__name__,) + tuple([self.value(x) for x in v])
+    if t is _Buf:
+      n = self.bufs.get(id(v))
+      if n is None:
+        raise _Unkeyable
+      return ("B", n)
     if t is hlo.Instruction:
       return self.ref(v)
+    if t is dict:
+      return ("d",) + tuple([(self.value(k), self.value(x)) for k, x in v.items()])
     if t is hlo.Shape:
       return self.shape(v)
     if t is hlo.Computation:
@@ -132,19 +149,8 @@ class _Walk:
       return ("g", v.dtype.str, v.tobytes())
     if isinstance(v, np.dtype):
       return ("dt", v.str)
-    if t is complex:
-      return ("c", struct.pack("<dd", v.real, v.imag))
     if t is set or t is frozenset:
       return ("s",) + tuple(sorted((self.value(x) for x in v), key=repr))
-    from ourjax.backends.llvm.kernels import Buf
-    if t is Buf:
-      n = self.bufs.get(id(v))
-      if n is None:
-        raise _Unkeyable
-      return ("B", n)
-    global _OBJECTS
-    if _OBJECTS is None:
-      _OBJECTS = _objects()
     if t in _OBJECTS:
       return ("O", t.__qualname__, self.value(dict(vars(v))))
     raise _Unkeyable
@@ -193,12 +199,13 @@ def kernel_key(kernel, memo: dict | None = None):
   ``memo``: one dict per program (computations' keys by ``id``: the program's computations
   live while it is compiled)."""
   memo = {} if memo is None else memo
-  from ourjax.backends.llvm.kernels import Buf
+  if _Buf is None:
+    _setup()
   try:
     bufs = kernel.buffers
-    head = tuple((b.dtype.str, b.dims, b.nbytes, b.kind == "scratch") for b in bufs)
-    if any(type(b) is not Buf for b in bufs):
+    if any(type(b) is not _Buf for b in bufs):
       return None
+    head = tuple([(b.dtype.str, b.dims, b.nbytes, b.kind == "scratch") for b in bufs])
     w = _Walk(bufs, _leaves(kernel), memo)
     fields = tuple((k, w.value(v)) for k, v in vars(kernel).items() if k not in _LABELS)
     return (type(kernel).__module__, type(kernel).__qualname__, head, fields, w.finish())
