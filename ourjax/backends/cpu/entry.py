@@ -376,8 +376,14 @@ class _Emission:
     sizes = [0] * groups
     self.n_distinct = 0
     self.n_unemitted = 0    # (kernels found alike before emission, not emitted)
+    # (a kernel whose class and buffers no other kernel shares is alike to none: not keyed)
+    heads = {}
     for k in planner.kernels:
-      pkey = kernel_key(k, key_memo)
+      h = _kk.kernel_head(k)
+      heads[h] = heads.get(h, 0) + 1
+    for k in planner.kernels:
+      h = _kk.kernel_head(k)
+      pkey = kernel_key(k, key_memo) if h is not None and heads[h] > 1 else None
       first = planned.get(pkey) if pkey is not None else None
       if first is not None and not _kk.CHECK:
         self.fns[id(k)] = first

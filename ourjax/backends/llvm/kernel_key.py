@@ -45,7 +45,7 @@ import numpy as np
 
 from ourjax.lowering import hlo
 
-__all__ = ["kernel_key", "CHECK", "MAX_NODES"]
+__all__ = ["kernel_key", "kernel_head", "CHECK", "MAX_NODES"]
 
 #: Emit every kernel even when its key was met before, and raise ``AssertionError`` if its IR
 #: text differs from that of the first kernel of the key (a key that merges different kernels).
@@ -194,20 +194,30 @@ def _leaves(kernel):
   return out
 
 
+def kernel_head(kernel):
+  """The start of ``kernel``'s key, cheap to compute: its class and its buffers' types, dims,
+  sizes and kinds (None: the kernel has no key).  Kernels of different heads have different
+  keys, so a kernel whose head no other kernel of its program shares needs no key."""
+  if _Buf is None:
+    _setup()
+  bufs = kernel.buffers
+  if any(type(b) is not _Buf for b in bufs):
+    return None
+  return (type(kernel).__module__, type(kernel).__qualname__,
+          tuple([(b.dtype.str, b.dims, b.nbytes, b.kind == "scratch") for b in bufs]))
+
+
 def kernel_key(kernel, memo: dict | None = None):
   """The key of planned ``kernel`` (see the module docstring), or None when it has none;
   ``memo``: one dict per program (computations' keys by ``id``: the program's computations
   live while it is compiled)."""
   memo = {} if memo is None else memo
-  if _Buf is None:
-    _setup()
+  head = kernel_head(kernel)
+  if head is None:
+    return None
   try:
-    bufs = kernel.buffers
-    if any(type(b) is not _Buf for b in bufs):
-      return None
-    head = tuple([(b.dtype.str, b.dims, b.nbytes, b.kind == "scratch") for b in bufs])
-    w = _Walk(bufs, _leaves(kernel), memo)
+    w = _Walk(kernel.buffers, _leaves(kernel), memo)
     fields = tuple((k, w.value(v)) for k, v in vars(kernel).items() if k not in _LABELS)
-    return (type(kernel).__module__, type(kernel).__qualname__, head, fields, w.finish())
+    return head + (fields, w.finish())
   except (_Unkeyable, RecursionError):
     return None
