@@ -4,6 +4,9 @@ import os
 
 # every pass of the HLO pipeline verifies the module it leaves (ourjax.lowering.pipeline)
 os.environ.setdefault("OURJAX_CHECK_PASSES", "1")
+# every kernel the CPU backend would skip as alike to one emitted before (its kernel_key) is
+# emitted anyway and must print as that one (ourjax.backends.llvm.kernel_key)
+os.environ.setdefault("OURJAX_CHECK_KERNEL_KEYS", "1")
 
 import numpy as np
 import pytest

@@ -271,14 +271,21 @@ def _entry_path(m, d):
 
 
 def _count_compiles(monkeypatch):
-  """Count the CPU backend's compilations (one ``compile_to_objects`` call per module)."""
+  """Count the CPU backend's compilations (one ``compile_to_objects`` call per program, or,
+  for a program of several modules, one ``ObjectBuilds.results``)."""
   calls = []
   real = cpu_jit.compile_to_objects
+  real_results = cpu_jit.ObjectBuilds.results
 
   def counting(*a, **k):
     calls.append(1)
     return real(*a, **k)
+
+  def counting_results(self):
+    calls.append(1)
+    return real_results(self)
   monkeypatch.setattr(cpu_jit, "compile_to_objects", counting)
+  monkeypatch.setattr(cpu_jit.ObjectBuilds, "results", counting_results)
   return calls
 
 
@@ -605,6 +612,45 @@ def test_programs_of_many_kernels_compile_in_several_modules(tmp_path, monkeypat
       np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-4)
 
 
+def test_kernel_modules_compile_while_the_entry_is_emitted(monkeypatch):
+  """A program of several modules hands each kernel module to LLVM (``jit.ObjectBuilds``) as
+  soon as its kernels are emitted, before the entry is emitted; the entry's module follows,
+  the objects are packed in module order, and the numbers are NumPy's."""
+  from ourjax.backends.cpu import entry as cpu_entry
+  monkeypatch.setattr(os, "cpu_count", lambda: 4)
+  monkeypatch.setattr(cpu, "KERNELS_PER_MODULE", 2)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  events = []
+  real_submit, real_top = cpu_jit.ObjectBuilds.submit, cpu_entry._Emission.emit_top
+  monkeypatch.setattr(cpu_jit.ObjectBuilds, "submit", lambda self, text, *a: (
+      events.append("entry" if "ourjax_entry" in text else "kernels"),
+      real_submit(self, text, *a))[1])
+  monkeypatch.setattr(cpu_entry._Emission, "emit_top", lambda self, steps: (
+      events.append("emit entry"), real_top(self, steps))[1])
+  rng = np.random.default_rng(2)
+  xs = [rng.standard_normal((6, 9)).astype(F32) for _ in range(3)]
+
+  def f(a, b, c):
+    for _ in range(4):
+      a = jnp.tanh(a + b) - jnp.mean(a, axis=0, keepdims=True)
+      b = jnp.exp(-a * a) + jnp.max(c, axis=1, keepdims=True)
+      c = c * 0.5 + a * b
+    return a, b, c
+  exe = ourjax.jit(f).lower(*xs).compile()._executable
+  groups = exe.compiled.llvm_ir.count("next module")
+  assert groups >= 2
+  assert events == ["kernels"] * groups + ["emit entry", "entry"]
+  assert exe.compiled.llvm_ir.split("\n; ---- next module ----\n")[0].count(
+      'define i32 @"ourjax_entry"') == 1
+  a, b, c = (x.astype(np.float64) for x in xs)
+  for _ in range(4):
+    a = np.tanh(a + b) - a.mean(0, keepdims=True)
+    b = np.exp(-a * a) + c.max(1, keepdims=True)
+    c = c * 0.5 + a * b
+  for o, w in zip(exe(*xs), (a, b, c)):
+    np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-4)
+
+
 def test_an_entry_under_another_programs_key_is_not_run(tmp_path, monkeypatch, caplog):
   """Entries record their own key: one copied to another program's path is refused as damaged
   (and recompiled), never run as that program."""
@@ -871,3 +917,34 @@ def test_math_libraries_build_on_their_thread_beside_the_kernels():
   p = subprocess.run([sys.executable, "-c", _MATH_THREAD_SCRIPT.format(root=root)], env=env,
                      capture_output=True, text=True, timeout=300)
   assert p.returncode == 0 and "all ok" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+
+
+@pytest.mark.parametrize("shape_a, shape_b, want", [
+    ((64, 64), (64, 48), ["ourjax_gemm_f32"]),       # a GEMM-sized dot
+    ((2, 3), (3, 2), []),                            # a dot its kernel computes
+    (None, None, []),                                # no dot
+])
+def test_the_shared_gemm_starts_building_before_the_passes(shape_a, shape_b, want, monkeypatch):
+  """A program whose dots will call the shared GEMM starts its build (on the GEMM's thread)
+  from the module as lowered, before the passes and the emission run; others start none.  The
+  results stay NumPy's."""
+  from ourjax.backends.cpu import libraries as lib
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  started, fused = [], []
+  monkeypatch.setattr(lib, "_link_symbols", lambda syms, wait=True: started.append(
+      (list(syms), wait)))
+  real = lib.prefetch_for
+  monkeypatch.setattr(lib, "prefetch_for", lambda m: (fused.append(any(
+      i.opcode == "fusion" for c in m.computations for i in c.instructions)), real(m)))
+  rng = np.random.default_rng(0)
+  if shape_a is None:
+    x = rng.standard_normal((5, 7)).astype(F32)
+    got = ourjax.jit(lambda v: jnp.tanh(v) + 1.0)(x)
+    np.testing.assert_allclose(np.asarray(got), np.tanh(x.astype(np.float64)) + 1, rtol=1e-6)
+  else:
+    a, b = rng.standard_normal(shape_a).astype(F32), rng.standard_normal(shape_b).astype(F32)
+    got = ourjax.jit(lambda u, v: jnp.maximum(u @ v, 0.0))(a, b)
+    np.testing.assert_allclose(np.asarray(got), np.maximum(a.astype(np.float64) @ b, 0),
+                               rtol=1e-5, atol=1e-5)
+  assert fused == [False]              # (called once, on the module before the fusion pass)
+  assert started == ([(want, False)] if want else [])

@@ -353,6 +353,10 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       if compiled is not None:
         return ModuleExecutable(lazy, compiled, lowering.hoisted, closed.out_avals, name, kept,
                                 donation)
+  if name == "cpu":
+    # (the shared GEMMs its dots will call build on a thread of their own meanwhile)
+    from ourjax.backends.cpu.libraries import prefetch_for
+    prefetch_for(module)
   optimized(module)
   if name == "cpu":
     opts["verified"] = True       # (pipeline.optimize verified it, last)

@@ -24,12 +24,16 @@ Compilation:
 3. *Emission* (``cpu/entry.py``): one function per kernel (noalias pointer parameters, so
    loops vectorize) and the entry ``int ourjax_entry(void** slots, i64 tid, i64 nthreads)``
    calling them in order;
-   identical kernels (``llvm/dedupe.py``: same IR text once the name is blanked) are emitted
-   once and called for each.  A program of many kernels puts them in several LLVM modules
-   (``compile_groups``, each kernel to the module with the fewest instructions so far),
-   optimised and code-generated at once on several threads (``jit.compile_to_objects``,
-   outside llvmlite's lock) and loaded together; the entry, then in a module of its own, is
-   not optimised (``ENTRY_SPEED_LEVEL``).  The objects are packed into one cache entry.
+   identical kernels are emitted once and called for each: a kernel whose planned
+   description (``llvm/kernel_key.py``) was met before is not emitted at all, and the others
+   are also keyed by their IR text once the name is blanked (``llvm/dedupe.py``).  A program
+   of many kernels puts them in several LLVM modules (``compile_groups``, each kernel to the
+   module with the fewest instructions so far), optimised and code-generated at once on
+   several threads outside llvmlite's lock (``jit.ObjectBuilds``: the kernel modules start as
+   soon as their kernels are emitted, while the entry is) and loaded together; the entry,
+   then in a module of its own, is not optimised (``ENTRY_SPEED_LEVEL``).  The objects are
+   packed into one cache entry.  The shared GEMMs a program's dots call start building from
+   the module as lowered (``libraries.prefetch_for``), beside the passes.
    ``OURJAX_LOG_COMPILES=1`` logs the time of each phase (``ourjax/_phases.py``).
 4. *Threads* (the entry's code: ``cpu/entry.py``; the pool: ``cpu/threads.py``, native
    workers that never take the GIL): every thread of the pool calls the entry at once.  A kernel with enough work is cut into a fixed number of
@@ -534,12 +538,13 @@ def _backend_source_hash() -> str:
   if _source_hash is None:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import concat, dots, gemm, gemm_im2col, im2col, kernel_info
+    from ourjax.backends.llvm import (concat, dedupe, dots, elemental, gemm, gemm_im2col,
+                                      im2col, kernel_info, kernel_key, planning as _planning)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
     for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
-              dots, donation, _entry):
+              dots, donation, _entry, elemental, dedupe, kernel_key, _planning):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
@@ -694,10 +699,13 @@ def _step_label(step) -> str:
   return type(step).__name__
 
 
-def _plan_and_emit(module: hlo.Module, profile: bool = False):
+def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None = None):
   """(meta, LLVM IR texts, kernel names) for ``module`` (with profiling instrumentation when
   ``profile``): the entry's module first, then the kernel modules (``compile_groups``), whose
-  kernels the entry's module declares by those names (none when there is one module)."""
+  kernels the entry's module declares by those names (none when there is one module).
+  ``early``: a dict of ``jit.ObjectBuilds`` options; given, a program of several modules has
+  its kernel modules compiling (``early["builds"]``, that ObjectBuilds) as soon as they are
+  complete, while the entry is emitted (the caller then submits the entry's, ``texts[0]``)."""
   with _phases.phase("plan"):
     planner, steps, params, outs, aliases = plan_entry(module, _Planner)
     nparams = len(params)
@@ -718,13 +726,32 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
     slot += 1
   arena_slot = slot
   nslots = slot + 1
+  gemms = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
+  submitted = {}      # id(kernel module) -> its text, submitted to ``builds``
+  builds = None
+  if early is not None and groups:
+    from ourjax.backends.cpu import jit
+    builds = early["builds"] = jit.ObjectBuilds(groups + 1, **early)
+
+  def kernels_done(em):
+    # each kernel module to LLVM now, with the names of the process-wide code it calls (its
+    # math libraries start building too)
+    for m in em.kernel_mods:
+      syms = gemms + sorted({"math:%s:%s:%d" % u for u in E.math_symbols(m)})
+      _link_symbols(syms, wait=False)
+      with _phases.phase("emit.text"):
+        text = dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
+      builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms))
+      submitted[id(m)] = text
+
   with _phases.phase("emit"):
     em = _entry._Emission(planner, steps, arena_slot, groups,
                           OBJECT_MODE, ENTRY_OPTNONE,
-                          None if prof_meta is None else (prof_meta["offset"], prof_index))
+                          None if prof_meta is None else (prof_meta["offset"], prof_index),
+                          kernels_done if builds is not None else None)
   # (the pool runs a module with a parallel kernel at the top level or in its control flow)
   parallel = any(s.parallel for s in steps) or em.n_regions > 0
-  symbols = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
+  symbols = list(gemms)
   symbols += sorted({"math:%s:%s:%d" % u for m in [em.mod] + em.kernel_mods
                      for u in E.math_symbols(m)})
   meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
@@ -736,11 +763,13 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False):
           "tuple_result": module.entry.root.shape.is_tuple, "kernels": len(planner.kernels),
           "aliases": [[j, k] for j, k, _ in aliases],
           "alias_kinds": [kind for _, _, kind in aliases],
-          "distinct_kernels": em.n_distinct, "loops": _entry.has_loops(steps),
+          "distinct_kernels": em.n_distinct, "unemitted_kernels": em.n_unemitted,
+          "loops": _entry.has_loops(steps),
           "regions": em.n_regions}
   _link_symbols(symbols, wait=False)
   with _phases.phase("emit.text"):
-    texts = [dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
+    texts = [submitted.get(id(m)) or
+             dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
              for m in [em.mod] + em.kernel_mods]
   return meta, texts, [em.fns[id(k)].name for k in planner.kernels] if em.kernel_mods else []
 
@@ -831,11 +860,18 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
       log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
                   key, e)
   dump = os.environ.get("OURJAX_DUMP")
+  # (a program of several modules: LLVM starts on its kernel modules while the entry is
+  # emitted, see _plan_and_emit)
+  early = {"loop_unrolling": LOOP_UNROLLING, "keep_ir": bool(dump)}
   try:
-    meta, texts, kernel_names = _plan_and_emit(module, profile)
+    meta, texts, kernel_names = _plan_and_emit(module, profile, early)
   except (E.EmitterError, E.PrefetchMiss) as e:
+    builds = early.get("builds")
+    if builds is not None:
+      builds.abandon()
     log.debug("cpu backend: %s runs on the reference backend (%s)", module.name, e)
     return reference.compile(module)
+  builds = early.get("builds")
   ir_text = _MODULE_SEPARATOR.join(texts)
   try:
     with _phases.phase("llvm"):
@@ -847,10 +883,17 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
                 else [KERNEL_SPEED_LEVEL])
       # (the shared GEMMs and the math libraries build meanwhile on threads of their own:
       # linked before loading)
-      objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING,
-                                    provided=list(kernel_names)
-                                    + _provided_symbols(meta["symbols"]),
-                                    keep_ir=bool(dump), speed_levels=levels)
+      provided = list(kernel_names) + _provided_symbols(meta["symbols"])
+      if builds is not None and builds.futures:
+        # the kernel modules are under way: the entry's joins them (objects in module order)
+        builds.submit(texts[0], levels[0], provided)
+        objs = builds.results()
+        objs = objs[-1:] + objs[:-1]
+      else:
+        if builds is not None:
+          builds.abandon()
+        objs = jit.compile_to_objects(texts, loop_unrolling=LOOP_UNROLLING, provided=provided,
+                                      keep_ir=bool(dump), speed_levels=levels)
     _link_symbols(meta["symbols"])
     obj = jit.pack_objects([o for o, _ in objs])
     optimized = _MODULE_SEPARATOR.join(t for _, t in objs)

@@ -40,7 +40,9 @@ import numpy as np
 from ourjax.backends.cpu import profiling
 from ourjax.backends.llvm import dedupe
 from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import kernel_key as _kk
 from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.kernel_key import kernel_key
 from ourjax.backends.llvm.planning import CondStep, KernelStep, WhileStep
 
 __all__ = ["ENTRY", "OBJECT_MODE", "WAIT_SPINS", "REGION_BYTES", "regions", "control_bytes",
@@ -342,10 +344,12 @@ class _Emission:
   modules besides the entry's (``backend.compile_groups``), ``object_mode``: parameter and
   output slots hold NumPy array objects, ``optnone``: an entry beside its kernels and without
   loops is left unoptimised (``backend.ENTRY_OPTNONE``), ``profile``: (counter offset,
-  {id(kernel or step): item}) of the profiling instrumentation."""
+  {id(kernel or step): item}) of the profiling instrumentation.  ``kernels_done(emission)``,
+  when given, is called once the kernel modules are complete, before the entry is emitted
+  (the backend starts compiling them meanwhile)."""
 
   def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
-               optnone: bool, profile=None):
+               optnone: bool, profile=None, kernels_done=None):
     import llvmlite.ir as ir
     from ourjax.backends.cpu import jit
     self.ir = ir
@@ -362,14 +366,29 @@ class _Emission:
       m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
       E.use_outlined_math(m, "shared")
       self.kernel_mods.append(m)
-    # identical kernels (same body on the same shapes) are emitted once and shared
-    # (dedupe.function_key); each distinct one goes to the kernel module with the fewest
-    # instructions so far (LLVM's time grows with them; the modules compile at once)
-    kept, memos = {}, {}
+    # identical kernels (same body on the same shapes) are emitted once and shared: a kernel
+    # whose planned description (kernel_key) was met before is not emitted at all, and the
+    # others are keyed by their IR text too (dedupe.function_key); each distinct one goes to
+    # the kernel module with the fewest instructions so far (LLVM's time grows with them; the
+    # modules compile at once)
+    kept, memos, planned, key_memo = {}, {}, {}, {}
     self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
     sizes = [0] * groups
     self.n_distinct = 0
+    self.n_unemitted = 0    # (kernels found alike before emission, not emitted)
+    # (a kernel whose class and buffers no other kernel shares is alike to none: not keyed)
+    heads = {}
     for k in planner.kernels:
+      h = _kk.kernel_head(k)
+      heads[h] = heads.get(h, 0) + 1
+    for k in planner.kernels:
+      h = _kk.kernel_head(k)
+      pkey = kernel_key(k, key_memo) if h is not None and heads[h] > 1 else None
+      first = planned.get(pkey) if pkey is not None else None
+      if first is not None and not _kk.CHECK:
+        self.fns[id(k)] = first
+        self.n_unemitted += 1
+        continue
       g = sizes.index(min(sizes)) if groups else None
       m = self.kernel_mods[g] if groups else self.mod
       fn = k.emit(m)
@@ -378,9 +397,14 @@ class _Emission:
       text = str(fn)
       key = dedupe.function_key(fn, memos.setdefault(id(m), {}), text)
       same = kept.get(key)
+      if first is not None and same is not first:
+        raise AssertionError(f"kernel_key gave kernels {k.name} and {first.name} one key, "
+                             f"but their IR differs:\n{text}")
       if same is not None:
         dedupe.drop_function(fn)
         self.fns[id(k)] = same
+        if pkey is not None:
+          planned.setdefault(pkey, same)
         continue
       self.n_distinct += 1
       self.texts.setdefault(id(m), {})[fn.name] = text
@@ -388,10 +412,14 @@ class _Emission:
         sizes[g] += sum(len(blk.instructions) for blk in fn.blocks)
         fn = ir.Function(self.mod, fn.function_type, name=fn.name)
       kept[key] = self.fns[id(k)] = fn
+      if pkey is not None:
+        planned[pkey] = fn
     # a kernel that runs as a job of a region gets a second function for its pieces when the
     # kernels are beside the entry: the serial copy of the region's code then calls the first
     # from one place, and LLVM inlines and specialises it there as without the region
     self.piece_fns = {}
+    if groups and kernels_done is not None:
+      kernels_done(self)
     if not groups:
       for k in _job_kernels(steps, False):
         if id(self.fns[id(k)]) in self.piece_fns:

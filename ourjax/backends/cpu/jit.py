@@ -39,7 +39,7 @@ except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not
 __all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cpu_name",
            "cpu_features", "triple", "target_data_layout", "host_target_machine",
            "compile_to_object", "compile_to_objects", "pack_objects", "load_object",
-           "target_machine_for", "optimize_for", "vector_isa"]
+           "target_machine_for", "optimize_for", "vector_isa", "ObjectBuilds"]
 
 _lock = threading.RLock()
 _state: Optional[dict] = None
@@ -369,18 +369,53 @@ def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
     with _lock:
       return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided, keep_ir,
                       speed_level=levels[0])]
+  builds = ObjectBuilds(len(texts), loop_unrolling=loop_unrolling, keep_ir=keep_ir)
+  for text, level in zip(texts, levels):
+    builds.submit(text, level, provided)
+  return builds.results()
 
-  def one(text_level):
-    text, level = text_level
+
+class ObjectBuilds:
+  """What :func:`compile_to_objects` does for modules that are handed over one at a time:
+  each ``submit(text, level, provided)`` starts compiling a module at once on a thread (at
+  most ``modules`` or the CPU count of them), in an LLVM context and target machine of its
+  own, outside llvmlite's lock, while the caller goes on (emitting the next module, say);
+  ``results()`` waits and returns ``[(object_bytes, optimized_ir)]`` in submission order (a
+  module's ``CompileError`` raised there).  ``provided``: the names other modules (or the
+  process-wide libraries) define that this one may call."""
+
+  def __init__(self, modules: int, *, loop_unrolling: bool = True, keep_ir: bool = True):
+    from concurrent.futures import ThreadPoolExecutor
+    self.st = _setup()
+    self.loop_unrolling, self.keep_ir = loop_unrolling, keep_ir
+    self.pool = ThreadPoolExecutor(max(1, min(modules, os.cpu_count() or 1)),
+                                   thread_name_prefix="ourjax-llvm")
+    self.futures = []
+
+  def _one(self, text, level, provided):
+    st = self.st
     with _lock:
       tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
       context = llvm.create_context()
-    return _object(text, st, tm, context, True, loop_unrolling, provided, keep_ir,
+    return _object(text, st, tm, context, True, self.loop_unrolling, provided, self.keep_ir,
                    unlocked=True, speed_level=level)
 
-  from concurrent.futures import ThreadPoolExecutor
-  with ThreadPoolExecutor(min(len(texts), os.cpu_count() or 1)) as pool:
-    return list(pool.map(_phases.bound(one), zip(texts, levels)))
+  def submit(self, text: str, level: int = 3, provided: Iterable[str] = ()) -> None:
+    provided = frozenset(provided)
+    _await_gemm([text], provided)
+    self.futures.append(self.pool.submit(_phases.bound(self._one), text, level, provided))
+
+  def results(self) -> list:
+    try:
+      return [f.result() for f in self.futures]
+    finally:
+      self.pool.shutdown(wait=False)
+
+  def abandon(self) -> None:
+    """Drop the builds (those under way finish on their threads, unused)."""
+    for f in self.futures:
+      f.cancel()
+    self.pool.shutdown(wait=False)
 
 
 def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=True,

@@ -43,6 +43,38 @@ def _link_symbols(symbols, wait: bool = True) -> None:
       _shared_math(fn, tag, int(nargs)) if wait else _prefetch_math(fn, tag, int(nargs))
 
 
+#: Least multiply-adds of a dot (or any convolution) for which ``prefetch_for`` starts the
+#: shared GEMM's build (smaller dots run in their kernels, ``dots.fast_dot_ok``).
+PREFETCH_MIN_MACS = 4096
+
+
+def prefetch_for(module) -> None:
+  """Start building the shared GEMMs that a module as lowered (before the passes) will likely
+  call: those of its float dots and convolutions.  The build is the longest piece of a
+  process's first compilations (about a second of LLVM on the 2-core test host); started
+  after the program's emission, it ran mostly beside the program's own LLVM work, while the
+  passes and the emission before it left the other cores idle.  A guess that misses costs a
+  build that later programs may use."""
+  want = set()
+  for comp in module.computations:
+    for i in comp.instructions:
+      if i.opcode not in ("dot", "convolution") or i.shape.is_tuple:
+        continue
+      tag = "f64" if i.dtype == E.F64 else "f32" if i.dtype in (E.F32, E.F16, E.BF16) else None
+      if tag is None or tag in want:
+        continue
+      if i.opcode == "dot":
+        lhs = i.operands[0]
+        k = 1
+        for d in i.attrs.get("lhs_contracting_dims", ()):
+          k *= lhs.dims[d]
+        if i.shape.size * k < PREFETCH_MIN_MACS:
+          continue
+      want.add(tag)
+  if want:
+    _link_symbols([f"ourjax_gemm_{t}" for t in sorted(want)], wait=False)
+
+
 def _provided_symbols(symbols) -> list:
   """The function names that the process-wide code of ``symbols`` (``_link_symbols``)
   defines: a module that calls them compiles before they are linked."""

@@ -1,10 +1,11 @@
 """Identical kernels emitted once: ``function_key(fn)`` says when two LLVM functions behave alike.
 
 A whole program often has kernels of the same body on the same shapes (the layers of a
-transformer, a forward op and its copy in the backward pass).  The CPU backend emits each
-kernel, keys it with ``function_key`` and keeps the first of each key; the others are dropped
-before LLVM sees them and their calls go to the one kept, so LLVM optimises and generates code
-for each distinct kernel once.
+transformer, a forward op and its copy in the backward pass).  The CPU backend first keys
+each planned kernel before emitting it (``kernel_key.py``: one met before is not emitted at
+all), then keys each kernel it emits with ``function_key`` and keeps the first of each key;
+the others are dropped before LLVM sees them and their calls go to the one kept, so LLVM
+optimises and generates code for each distinct kernel once.
 
 The key is the function's IR text with its own name blanked, followed by the text of every
 definition of its module that it reaches (helper functions, constant tables), so two functions

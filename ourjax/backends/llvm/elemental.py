@@ -290,13 +290,14 @@ class Emitter:
     patch matrix has one part per kernel position)."""
     b = self.b
     pos = index.multi[d]
-    done = b.append_basic_block(f"{instr.name}.cat.done")
+    # (labels not named after the instruction: kernels alike print alike, see llvm/dedupe.py)
+    done = b.append_basic_block("cat.done")
     incoming = []
     for k, (x, off, n) in enumerate(parts):
       last = k == len(parts) - 1
       if not last:
-        here = b.append_basic_block(f"{instr.name}.cat{k}")
-        nxt = b.append_basic_block(f"{instr.name}.cat{k}.next")
+        here = b.append_basic_block(f"cat{k}")
+        nxt = b.append_basic_block(f"cat{k}.next")
         b.cbranch(b.icmp_signed("<", pos, i64(off + n)), here, nxt)
         b.position_at_end(here)
       multi = list(index.multi)
@@ -309,7 +310,7 @@ class Emitter:
       if not last:
         b.position_at_end(nxt)
     b.position_at_end(done)
-    phi = b.phi(incoming[0][0].type, name=f"{instr.name}.cat")
+    phi = b.phi(incoming[0][0].type, name="cat")
     for v, blk in incoming:
       phi.add_incoming(v, blk)
     return phi

@@ -502,6 +502,10 @@ class DynamicUpdateInPlace(Kernel):
     self.dus, self.buf, self.leafmap = dus, buf, dict(leafmap)
     super().__init__(name, _leaf_bufs(leafmap), [buf], work=dus.operands[1].shape.size)
 
+  def key_leaves(self):
+    """Where ``kernel_key`` stops: the leaves, and the operand updated in place (never read)."""
+    return list(self.leafmap) + [self.dus.operands[0]]
+
   def body(self, b, ptr, tid, nthreads):
     dus = self.dus
     u = dus.operands[1]
