@@ -210,7 +210,8 @@ class JitWrapped:
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
            config.jax_default_matmul_precision,   # (read at trace time, as JAX's key has it)
-           _axis_env_key(), config.jax_numpy_dtype_promotion, user_context_key())
+           _axis_env_key(), config.jax_numpy_dtype_promotion, user_context_key(),
+           config.jax_numpy_rank_promotion)
     return f, leaves, in_tree, avals, key, (args, kwargs)
 
   def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
@@ -259,16 +260,18 @@ class JitWrapped:
     head = f"cache miss for {fname}{_fun_location(self.fun)}"
     if not self._cache:
       return f"{head}: first call (never traced before)"
-    in_tree, avals, static_key, backend, x64, prec, axes, promo, user = key
+    in_tree, avals, static_key, backend, x64, prec, axes, promo, user, rank = key
     best = None
     for old in self._cache:
-      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user = old
+      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user, o_rank = old
       diffs = []          # (weight, text): the closest signature has the least total weight
       if user != o_user:
         diffs.append((2, f"the user contexts' values (make_user_context) are now {user} and "
                       f"were {o_user}"))
       if promo != o_promo:
         diffs.append((2, f"jax_numpy_dtype_promotion is now {promo} and was {o_promo}"))
+      if rank != o_rank:
+        diffs.append((2, f"jax_numpy_rank_promotion is now {rank} and was {o_rank}"))
       if axes != o_axes:
         diffs.append((2, f"the named axes in scope are now {axes} and were {o_axes}"))
       if x64 != o_x64:
@@ -374,11 +377,13 @@ class JitWrapped:
         v = None        # (keeps no argument's value alive: a donated one has no other owner)
         if config._local.overrides:     # this thread's context-manager flags
           x64, off = config.x64_enabled, _fast_path_off(config)
-          prec = (config.jax_default_matmul_precision, config.jax_numpy_dtype_promotion)
+          prec = (config.jax_default_matmul_precision, config.jax_numpy_dtype_promotion,
+                  config.jax_numpy_rank_promotion)
         else:
           flags = config._values
           x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
-          prec = (flags["jax_default_matmul_precision"], flags["jax_numpy_dtype_promotion"])
+          prec = (flags["jax_default_matmul_precision"], flags["jax_numpy_dtype_promotion"],
+                  flags["jax_numpy_rank_promotion"])
         fkey = (bool(x64), prec, tuple(sig), user_context_key())
         hit = self._fast.get(fkey)
         if hit and not off:

@@ -120,6 +120,7 @@ class Config:
 
 
 _DTYPE_PROMOTIONS = ("standard", "strict")
+_RANK_PROMOTIONS = ("allow", "warn", "raise")
 
 
 #: the values ``jax_default_matmul_precision`` takes here (JAX's precision names; JAX also takes
@@ -132,6 +133,9 @@ def _check_value(name, value):
       not isinstance(value, str) or value.lower() not in _MATMUL_PRECISIONS):
     raise ValueError(f"new enum value must be None or in {list(_MATMUL_PRECISIONS)}, got "
                      f"{value!r} of type {type(value)}.")
+  if name == "jax_numpy_rank_promotion" and value not in _RANK_PROMOTIONS:
+    raise ValueError(f"new enum value must be in {list(_RANK_PROMOTIONS)}, got {value} of type "
+                     f"{type(value)}.")
   if name == "jax_numpy_dtype_promotion" and value not in _DTYPE_PROMOTIONS:
     raise ValueError(f"{value!r} is not a valid NumpyDtypePromotion (jax_numpy_dtype_promotion "
                      f"must be one of {_DTYPE_PROMOTIONS})")
@@ -147,6 +151,15 @@ def numpy_dtype_promotion(new_val: str):
   an int with any number, a float with any float or complex, a complex with any complex)."""
   _check_value("jax_numpy_dtype_promotion", new_val)
   return config._override("jax_numpy_dtype_promotion", new_val)
+
+
+def numpy_rank_promotion(new_val: str):
+  """Context manager for ``jax_numpy_rank_promotion`` inside a block (this thread only): what
+  ``jax.numpy`` does when operands of different non-zero ranks broadcast (``ones(2) +
+  ones((1, 2))``): 'allow' (NumPy's rule, silently), 'warn' (a UserWarning) or 'raise' (a
+  ValueError).  Rank-0 operands never count."""
+  _check_value("jax_numpy_rank_promotion", new_val)
+  return config._override("jax_numpy_rank_promotion", new_val)
 
 
 def default_matmul_precision(new_val):
