@@ -51,3 +51,53 @@ def test_rank_promotion_warn_and_decorator_use():
       g()
   with pytest.raises(ValueError, match="allow"):
     ourjax.config.update("jax_numpy_rank_promotion", "sometimes")
+
+
+# -- jnp.arange: an iota (times the step, plus the start), as JAX ------------------------------
+
+@pytest.mark.parametrize("args,kw", [((5,), {}), ((1, 5), {}), ((1, 9, 2), {}), ((10, 0, -3), {}),
+                                     ((1.2, 4.8, 0.24), {}), ((0.0, 1.0, 0.1), {}),
+                                     ((5.5,), {}), ((0, 10, 3), {"dtype": np.float16}),
+                                     ((0, 5), {"dtype": np.uint8}), ((-3, 7), {})])
+def test_arange_values_lengths_and_dtypes(args, kw):
+  out = jnp.arange(*args, **kw)
+  ref = np.arange(*args)
+  assert out.shape == ref.shape
+  want = kw.get("dtype", np.int32 if ref.dtype.kind == "i" else np.float32)
+  assert out.dtype == want
+  # JAX's values: start + step * i in the (at least float32) result dtype
+  np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=2e-6 if
+                             want != np.float16 else 1e-3, atol=1e-6)
+
+
+def test_arange_is_traced_as_an_iota_not_a_constant():
+  prims = lambda f: [e.primitive.name for e in ourjax.make_jaxpr(f)().jaxpr.eqns]
+  assert prims(lambda: jnp.arange(5)) == ["iota"]
+  assert prims(lambda: jnp.arange(1, 5)) == ["iota", "add"]
+  assert prims(lambda: jnp.arange(1.0, 5.0, 0.5)) == ["iota", "mul", "add"]
+  with pytest.raises(TypeError, match="iota does not accept dtype bool"):
+    jnp.arange(3, dtype=bool)
+
+
+# -- astype(copy=...) and the messages of tobytes()/tolist() under jit -------------------------
+
+def test_astype_copy_true_gives_a_new_buffer():
+  x = jnp.arange(5, dtype="int32")
+  assert x.astype("int32") is x
+  y = x.astype("int32", copy=True)
+  assert y is not x
+  y.delete()
+  assert not x.is_deleted()
+  np.testing.assert_array_equal(x, np.arange(5))
+  prims = [e.primitive.name for e in
+           ourjax.make_jaxpr(lambda a: jnp.astype(a, "float32", copy=True))(x).jaxpr.eqns]
+  assert prims == ["convert_element_type", "copy"]
+
+
+@pytest.mark.parametrize("method", ["tobytes", "tolist"])
+def test_concrete_methods_under_jit_say_which_method(method):
+  f = ourjax.jit(lambda x: getattr(x, method)())
+  with pytest.raises(ourjax.errors.ConcretizationTypeError,
+                     match=rf"The {method}\(\) method was called on traced array with shape "
+                           r"int32\[3,4\]"):
+    f(np.arange(12, dtype=np.int32).reshape(3, 4))
