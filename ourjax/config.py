@@ -123,15 +123,24 @@ _DTYPE_PROMOTIONS = ("standard", "strict")
 _RANK_PROMOTIONS = ("allow", "warn", "raise")
 
 
-#: the values ``jax_default_matmul_precision`` takes here (JAX's precision names; JAX also takes
-#: dot-algorithm preset names, which ``lax.dot_general``'s ``precision=`` accepts instead)
+#: the precision names ``jax_default_matmul_precision`` takes (and, as JAX, the names of the
+#: ``lax.DotAlgorithmPreset``s: dots given no precision then use that algorithm)
 _MATMUL_PRECISIONS = ("default", "high", "highest", "bfloat16", "tensorfloat32", "float32")
+
+
+def _dot_algorithm_names() -> list:
+  """The names of ``lax.DotAlgorithmPreset``s other than DEFAULT (JAX takes them as a default
+  matmul precision too)."""
+  from ourjax.lax.dot_algorithm import DotAlgorithmPreset
+  return [n for n in DotAlgorithmPreset.__members__ if n != "DEFAULT"]
 
 
 def _check_value(name, value):
   if name == "jax_default_matmul_precision" and value is not None and (
-      not isinstance(value, str) or value.lower() not in _MATMUL_PRECISIONS):
-    raise ValueError(f"new enum value must be None or in {list(_MATMUL_PRECISIONS)}, got "
+      not isinstance(value, str) or (value.lower() not in _MATMUL_PRECISIONS and
+                                     value not in _dot_algorithm_names())):
+    raise ValueError(f"new enum value must be None or in "
+                     f"{list(_MATMUL_PRECISIONS) + _dot_algorithm_names()}, got "
                      f"{value!r} of type {type(value)}.")
   if name == "jax_numpy_rank_promotion" and value not in _RANK_PROMOTIONS:
     raise ValueError(f"new enum value must be in {list(_RANK_PROMOTIONS)}, got {value} of type "

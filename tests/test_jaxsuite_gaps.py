@@ -101,3 +101,32 @@ def test_concrete_methods_under_jit_say_which_method(method):
                      match=rf"The {method}\(\) method was called on traced array with shape "
                            r"int32\[3,4\]"):
     f(np.arange(12, dtype=np.int32).reshape(3, 4))
+
+
+# -- jax_default_matmul_precision takes the dot-algorithm presets' names, as JAX --------------
+
+def test_default_matmul_precision_takes_dot_algorithm_preset_names():
+  from ourjax import lax
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((3, 4)).astype(np.float32)
+  b = rng.standard_normal((4, 5)).astype(np.float32)
+  for name in ("F32_F32_F32", "BF16_BF16_F32"):
+    with ourjax.default_matmul_precision(name):
+      got = lax.dot(a, b)
+      want = lax.dot(a, b, precision=name)      # the same as naming the algorithm explicitly
+      np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+      np.testing.assert_allclose(np.asarray(a @ jnp.asarray(b)), a.astype(np.float64) @ b,
+                                 rtol=1e-2, atol=1e-2)
+  for bad in ("f32_f32_f32", "bogus"):
+    with pytest.raises(ValueError, match="new enum value must be None or in .*F32_F32_F32"):
+      ourjax.config.update("jax_default_matmul_precision", bad)
+
+
+def test_traced_python_int_index_is_made_a_strong_int32():
+  jaxpr = ourjax.make_jaxpr(lambda x, i: x[i])(jnp.ones((4,)), 2)
+  prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+  assert prims[0] == "convert_element_type" and prims[-2:] == ["dynamic_slice", "squeeze"]
+  f = ourjax.jit(lambda x, i: x[i])
+  x = np.arange(4.0)
+  for i in (0, 3, -1, -4):
+    assert float(f(x, i)) == x[i]
