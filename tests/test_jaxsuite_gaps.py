@@ -130,3 +130,20 @@ def test_traced_python_int_index_is_made_a_strong_int32():
   x = np.arange(4.0)
   for i in (0, 3, -1, -4):
     assert float(f(x, i)) == x[i]
+
+
+def test_custom_vjp_bwd_may_return_another_float_dtype_of_the_right_shape():
+  # JAX accepts a bwd cotangent of another dtype for an inexact input of the same shape (its
+  # "temporary dtype exception"); here the cotangent is cast to the input's dtype
+  @ourjax.custom_vjp
+  def f(x):
+    return x
+  f.defvjp(lambda x: (f(x), ()), lambda res, g: ((3.0 * g).astype(jnp.bfloat16),))
+  for dt in (jnp.float32, jnp.float8_e4m3fn):
+    x = jnp.arange(8, dtype=dt)
+    _, vjp_fn = ourjax.vjp(lambda x: f(x.at[jnp.argsort(x)].get()), x)
+    ct, = vjp_fn(jnp.ones((8,), dt))
+    np.testing.assert_array_equal(np.asarray(ct, np.float32), np.full(8, 3.0))
+  f.defvjp(lambda x: (f(x), ()), lambda res, g: (jnp.ones(3),))
+  with pytest.raises(ValueError, match="same shape/dtypes"):
+    ourjax.grad(f)(2.0)
