@@ -164,3 +164,17 @@ def process_index(backend=None) -> int:
 def process_count(backend=None) -> int:
   from ourjax import distributed
   return distributed.process_count()
+
+
+def live_arrays(platform=None) -> list:
+  """Every array not yet deleted or garbage collected (``jax.live_arrays``), optionally only
+  those on ``platform`` ('cpu', 'gpu').  A debugging aid: it walks the garbage collector's
+  objects, so its cost grows with the heap."""
+  import gc
+  from ourjax.backends import array_devices
+  out = []
+  for x in gc.get_objects():
+    if isinstance(x, Array) and not x.is_deleted():
+      if platform is None or any(d.platform == platform for d in array_devices(x)):
+        out.append(x)
+  return out

@@ -147,3 +147,18 @@ def test_custom_vjp_bwd_may_return_another_float_dtype_of_the_right_shape():
   f.defvjp(lambda x: (f(x), ()), lambda res, g: (jnp.ones(3),))
   with pytest.raises(ValueError, match="same shape/dtypes"):
     ourjax.grad(f)(2.0)
+
+
+def test_live_arrays_lists_the_arrays_alive():
+  import gc
+  gc.collect()
+  before = {id(x) for x in ourjax.live_arrays()}
+  a, b = jnp.ones(3), jnp.arange(4)
+  new = [x for x in ourjax.live_arrays() if id(x) not in before]
+  assert any(x is a for x in new) and any(x is b for x in new)
+  assert any(x is a for x in ourjax.live_arrays("cpu"))
+  b.delete()
+  assert not any(x is b for x in ourjax.live_arrays())
+  del a
+  gc.collect()
+  assert len([x for x in ourjax.live_arrays() if id(x) not in before]) == 0
