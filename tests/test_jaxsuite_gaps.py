@@ -157,6 +157,7 @@ def test_live_arrays_lists_the_arrays_alive():
   new = [x for x in ourjax.live_arrays() if id(x) not in before]
   assert any(x is a for x in new) and any(x is b for x in new)
   assert any(x is a for x in ourjax.live_arrays("cpu"))
+  del new
   b.delete()
   assert not any(x is b for x in ourjax.live_arrays())
   del a
