@@ -163,3 +163,18 @@ def test_live_arrays_lists_the_arrays_alive():
   del a
   gc.collect()
   assert len([x for x in ourjax.live_arrays() if id(x) not in before]) == 0
+
+
+def test_pmap_over_more_lanes_than_devices_raises_under_jit_and_loops_too():
+  from ourjax import lax
+  n = ourjax.device_count()
+  g = ourjax.pmap(lambda z: lax.psum(jnp.sin(z), "i"), axis_name="i")
+  x = jnp.ones(2 * n)
+  for f in (lambda: g(x), lambda: ourjax.jit(g)(x),
+            lambda: lax.fori_loop(0, 3, lambda i, v: g(v) + v, x)):
+    with pytest.raises(ValueError, match=f"requires {2 * n} logical devices"):
+      f()
+  # within the device count it runs, traced or not
+  y = jnp.arange(float(n))
+  np.testing.assert_allclose(ourjax.jit(g)(y), np.full(n, np.sin(np.arange(n)).sum()),
+                             rtol=1e-6)
