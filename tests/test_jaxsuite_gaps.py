@@ -178,3 +178,15 @@ def test_pmap_over_more_lanes_than_devices_raises_under_jit_and_loops_too():
   y = jnp.arange(float(n))
   np.testing.assert_allclose(ourjax.jit(g)(y), np.full(n, np.sin(np.arange(n)).sum()),
                              rtol=1e-6)
+
+
+def test_lowered_as_text_defaults_to_stablehlo_as_jax():
+  from ourjax import lax
+  x = np.arange(3, dtype=np.float32)
+  f = lambda x: lax.platform_dependent(x, cpu=jnp.sin, default=jnp.cos)
+  low = ourjax.jit(f).lower(x)
+  text = low.as_text()
+  assert text == low.as_text("stablehlo") and text.startswith("module @jit_")
+  assert "stablehlo.sine" in text and "stablehlo.cosine" not in text
+  assert "HloModule" in low.as_text("hlo")
+  assert "ENTRY" in low.compile().as_text()          # Compiled.as_text stays the HLO module
