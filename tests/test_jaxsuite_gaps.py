@@ -190,3 +190,25 @@ def test_lowered_as_text_defaults_to_stablehlo_as_jax():
   assert "stablehlo.sine" in text and "stablehlo.cosine" not in text
   assert "HloModule" in low.as_text("hlo")
   assert "ENTRY" in low.compile().as_text()          # Compiled.as_text stays the HLO module
+
+
+class _Duck:
+  """Only ``shape`` and ``dtype``: what JAX's eval_shape reads of an argument."""
+
+  def __init__(self, shape, dtype=np.float32):
+    self.shape, self.dtype = shape, np.dtype(dtype)
+
+
+def test_eval_shape_takes_duck_typed_arguments_and_searchsorted_widens_its_index():
+  out = ourjax.eval_shape(lambda a, b: jnp.sin(a) @ b, _Duck((2, 3)), _Duck((3,)))
+  assert out.shape == (2,) and out.dtype == np.float32
+  big = _Duck((np.iinfo(np.int32).max + 1,))
+  assert ourjax.eval_shape(jnp.searchsorted, _Duck((np.iinfo(np.int32).max,)),
+                           _Duck(())).dtype == np.int32
+  with pytest.warns(UserWarning, match="Explicitly requested dtype int64"):
+    with pytest.raises(OverflowError, match="2147483648 out of bounds for int32"):
+      ourjax.eval_shape(jnp.searchsorted, big, _Duck(()))
+  with ourjax.enable_x64(True):
+    assert ourjax.eval_shape(jnp.searchsorted, big, _Duck(())).dtype == np.int64
+  np.testing.assert_array_equal(jnp.searchsorted(jnp.array([1.0, 2, 3]), jnp.array([2.5, 0.0])),
+                                np.searchsorted([1.0, 2, 3], [2.5, 0.0]))
