@@ -1024,7 +1024,7 @@ def hessian(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool =
 from ourjax._device_api import (  # noqa: E402,F401
     _is_device_spec, _prefix_mismatches, device_put, device_get, block_until_ready,
     copy_to_host_async, devices, default_backend, device_count, local_devices,
-    local_device_count, process_index, process_count, live_arrays)
+    local_device_count, process_index, process_count, live_arrays, print_environment_info)
 
 
 def typeof(x):

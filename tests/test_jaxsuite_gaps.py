@@ -212,3 +212,12 @@ def test_eval_shape_takes_duck_typed_arguments_and_searchsorted_widens_its_index
     assert ourjax.eval_shape(jnp.searchsorted, big, _Duck(())).dtype == np.int64
   np.testing.assert_array_equal(jnp.searchsorted(jnp.array([1.0, 2, 3]), jnp.array([2.5, 0.0])),
                                 np.searchsorted([1.0, 2, 3], [2.5, 0.0]))
+
+
+def test_print_environment_info(capsys):
+  text = ourjax.print_environment_info(return_string=True)
+  assert capsys.readouterr().out == ""
+  assert f"ourjax:   {ourjax.__version__}" in text and f"numpy:    {np.__version__}" in text
+  assert f"{len(ourjax.devices())} local devices" in text
+  assert ourjax.print_environment_info() is None
+  assert capsys.readouterr().out.strip() == text.strip()
