@@ -53,6 +53,7 @@ class Config:
         "jax_default_matmul_precision": None,
         "jax_compilation_cache_dir": os.environ.get("OURJAX_CACHE_DIR") or None,
         "jax_numpy_rank_promotion": "allow",
+        "jax_random_seed_offset": 0,
         "jax_numpy_dtype_promotion": "standard",
         "jax_num_cpu_devices": None,     # None: OURJAX_NUM_CPU_DEVICES, else 1 (backends)
         "jax_check_tracer_leaks": _env_bool("OURJAX_CHECK_TRACER_LEAKS"),
@@ -142,6 +143,9 @@ def _check_value(name, value):
     raise ValueError(f"new enum value must be None or in "
                      f"{list(_MATMUL_PRECISIONS) + _dot_algorithm_names()}, got "
                      f"{value!r} of type {type(value)}.")
+  if name == "jax_random_seed_offset" and (isinstance(value, bool) or
+                                           not hasattr(value, "__index__")):
+    raise ValueError(f"jax_random_seed_offset must be an int, got {value!r}")
   if name == "jax_numpy_rank_promotion" and value not in _RANK_PROMOTIONS:
     raise ValueError(f"new enum value must be in {list(_RANK_PROMOTIONS)}, got {value} of type "
                      f"{type(value)}.")
@@ -169,6 +173,13 @@ def numpy_rank_promotion(new_val: str):
   ValueError).  Rank-0 operands never count."""
   _check_value("jax_numpy_rank_promotion", new_val)
   return config._override("jax_numpy_rank_promotion", new_val)
+
+
+def random_seed_offset(new_val: int):
+  """Context manager for ``jax_random_seed_offset`` (this thread only): an integer added to
+  every seed ``random.key`` and ``random.PRNGKey`` are given (so a program's random streams
+  change without editing its seeds)."""
+  return config._override("jax_random_seed_offset", new_val)
 
 
 def default_matmul_precision(new_val):

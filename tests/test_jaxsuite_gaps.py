@@ -221,3 +221,18 @@ def test_print_environment_info(capsys):
   assert f"{len(ourjax.devices())} local devices" in text
   assert ourjax.print_environment_info() is None
   assert capsys.readouterr().out.strip() == text.strip()
+
+
+def test_random_seed_offset_is_added_to_every_seed_and_keys_jit():
+  import sys
+  cfg = sys.modules["ourjax.config"]
+  f = ourjax.jit(lambda s: ourjax.random.PRNGKey(s))
+  want = np.asarray(ourjax.random.PRNGKey(20))
+  np.testing.assert_array_equal(f(17), np.asarray(ourjax.random.PRNGKey(17)))
+  with cfg.random_seed_offset(3):
+    np.testing.assert_array_equal(ourjax.random.PRNGKey(17), want)
+    np.testing.assert_array_equal(ourjax.random.key_data(ourjax.random.key(17)), want)
+    np.testing.assert_array_equal(f(17), want)          # traced again under the new offset
+  np.testing.assert_array_equal(f(17), np.asarray(ourjax.random.PRNGKey(17)))
+  with pytest.raises(ValueError, match="must be an int"):
+    ourjax.config.update("jax_random_seed_offset", 1.5)
