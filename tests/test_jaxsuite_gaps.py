@@ -236,3 +236,55 @@ def test_random_seed_offset_is_added_to_every_seed_and_keys_jit():
   np.testing.assert_array_equal(f(17), np.asarray(ourjax.random.PRNGKey(17)))
   with pytest.raises(ValueError, match="must be an int"):
     ourjax.config.update("jax_random_seed_offset", 1.5)
+
+
+# -- lax.composite: one stablehlo.composite op and a private decomposition function ----------
+
+def test_composite_lowers_to_a_stablehlo_composite_and_a_private_function():
+  from functools import partial
+  from ourjax import lax
+
+  @partial(lax.composite, name="my.square", version=1)
+  def square(x):
+    return x ** 2
+
+  x = jnp.array(2.0, dtype=jnp.float32)
+  text = ourjax.jit(square).lower(x).as_text()
+  assert ('%0 = stablehlo.composite "my.square" %arg0 {decomposition = @my.square, '
+          'version = 1 : i32} : (tensor<f32>) -> tensor<f32>') in text
+  assert "func.func private @my.square(%arg0: tensor<f32>) -> tensor<f32> {" in text
+  assert "stablehlo.multiply %arg0, %arg0 : tensor<f32>" in text
+
+  def tangent(x, **_):
+    return lax.sin(x) / lax.cos(x)
+  f = ourjax.jit(lambda x: lax.composite(tangent, "my.tangent")(
+      x, dtype=np.dtype(np.float32), int=1, omit=None, str="bar",
+      tensor=np.zeros((1, 2), np.float32)))
+  xs = np.array([0.0, 0.3, -1.0], np.float32)
+  np.testing.assert_allclose(f(xs), np.tan(xs.astype(np.float64)), rtol=1e-6)
+  assert ('{composite_attributes = {dtype = f32, int = 1 : i64, str = "bar", '
+          'tensor = dense<0.000000e+00> : tensor<1x2xf32>}, decomposition = @my.tangent} : '
+          '(tensor<3xf32>) -> tensor<3xf32>') in f.lower(xs).as_text()
+
+  @partial(lax.composite, name="my.ident")
+  def ident(*args):
+    return args
+  text = ourjax.jit(ident).lower(x, x).as_text()
+  assert ('%0:2 = stablehlo.composite "my.ident" %arg0, %arg1 {decomposition = @my.ident} : '
+          '(tensor<f32>, tensor<f32>) -> (tensor<f32>, tensor<f32>)') in text
+  assert "return %0#0, %0#1 : tensor<f32>, tensor<f32>" in text
+  assert [float(v) for v in ourjax.jit(ident)(x, 3.0)] == [2.0, 3.0]
+
+
+def test_composite_runs_under_jit_and_vmap_and_refuses_traced_attributes():
+  from ourjax import lax
+  sq = lax.composite(lambda x, *, scale: x * x * scale, name="my.scaled_square")
+  xs = np.arange(4.0, dtype=np.float32)
+  np.testing.assert_allclose(ourjax.jit(lambda x: sq(x, scale=2.0))(xs), 2 * xs * xs)
+  np.testing.assert_allclose(ourjax.vmap(lambda x: sq(x, scale=3.0))(xs), 3 * xs * xs)
+  np.testing.assert_allclose(sq(xs, scale=1.0), xs * xs)                  # eagerly
+  with pytest.raises(ourjax.errors.UnexpectedTracerError, match="use numpy arrays instead"):
+    ourjax.jit(lambda x: sq(x, scale=jnp.zeros(2)))(xs[:2])
+  with pytest.raises(ourjax.errors.UnexpectedTracerError, match="as a constant in the "
+                     "decomposition for the composite op 'my.c'"):
+    ourjax.jit(lambda x, s: lax.composite(lambda y: y * s, "my.c")(x))(xs, 2.0)
