@@ -288,3 +288,11 @@ def test_composite_runs_under_jit_and_vmap_and_refuses_traced_attributes():
   with pytest.raises(ourjax.errors.UnexpectedTracerError, match="as a constant in the "
                      "decomposition for the composite op 'my.c'"):
     ourjax.jit(lambda x, s: lax.composite(lambda y: y * s, "my.c")(x))(xs, 2.0)
+
+
+def test_a_jaxpr_equation_prints_as_in_a_jaxpr():
+  jaxpr = ourjax.make_jaxpr(lambda x: jnp.sin(x) * 2)(1.0)
+  assert str(jaxpr.eqns[0]) == repr(jaxpr.eqns[0]) == "a:f32[] = sin b"
+  assert str(jaxpr.eqns[1]) == "a:f32[] = mul b 2.0:f32[]"
+  pr = ourjax.make_jaxpr(lambda x: ourjax.debug.print("{}", x) or x)(1.0)
+  assert str(pr.eqns[0]).startswith("debug_print[")
