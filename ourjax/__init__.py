@@ -13,7 +13,8 @@ from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, ja
                         device_put, device_get, block_until_ready, copy_to_host_async, devices,
                         default_backend,
                         device_count, local_devices, disable_jit, local_device_count,
-                        process_index, process_count, typeof, pmap)
+                        process_index, process_count, typeof, pmap, live_arrays,
+                        print_environment_info)
 from ourjax.lax import stop_gradient  # noqa: F401
 from ourjax.api import linear_transpose  # noqa: F401
 from ourjax.custom_derivatives import (custom_jvp, custom_vjp, custom_gradient,  # noqa
@@ -24,7 +25,8 @@ from ourjax.config import (enable_x64, checking_leaks, check_tracer_leaks, trans
                            transfer_guard_host_to_device, transfer_guard_device_to_host,
                            transfer_guard_device_to_device, default_prng_impl,
                            enable_custom_prng, legacy_prng_key, no_tracing, no_execution,
-                           numpy_dtype_promotion, make_user_context, allow_f16_reductions,
+                           numpy_dtype_promotion, numpy_rank_promotion, make_user_context,
+                           allow_f16_reductions,
                            default_matmul_precision, explain_cache_misses, log_compiles)
 from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401

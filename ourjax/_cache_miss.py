@@ -85,8 +85,8 @@ def explain(fun, fname: str, key, cache: dict, names, where: str | None) -> None
 def _differences(key, old, names) -> list:
   """[(weight, (group heading, detail))] between two jit cache keys (``JitWrapped._signature``'s
   layout); the closest key has the least total weight."""
-  in_tree, avals, static_key, backend, x64, prec, axes, promo, user = key
-  o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user = old
+  in_tree, avals, static_key, backend, x64, prec, axes, promo, user, tflags = key
+  o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user, o_tflags = old
   out = []
   if in_tree != o_tree:
     out.append((1000, ("different input pytree:", f"now {in_tree} and before {o_tree}")))
@@ -105,7 +105,9 @@ def _differences(key, old, names) -> list:
   if static_key != o_static:
     out.append((3, ("different value of static args:", f"now {static_key} and before {o_static}")))
   ctx = "Tracing context doesn't match, e.g. due to config or context manager."
-  for flag, now, before in (("jax_enable_x64", x64, o_x64),
+  from ourjax._jit import TRACE_FLAGS
+  extra = tuple(zip(TRACE_FLAGS, tflags, o_tflags))
+  for flag, now, before in extra + (("jax_enable_x64", x64, o_x64),
                             ("jax_default_matmul_precision", prec, o_prec),
                             ("jax_numpy_dtype_promotion", promo, o_promo),
                             ("named axes in scope", axes, o_axes),

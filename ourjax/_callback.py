@@ -2,7 +2,8 @@
 
 Three primitives, each with its rules:
 
-* ``debug_callback_p`` (``debug.callback``, ``debug.print``): no results, an effect.
+* ``debug_callback_p`` (``debug.callback``) and ``debug_print_p`` (``debug.print``): no
+  results, an effect.
 * ``pure_callback_p`` (``pure_callback``): results of declared shapes and dtypes, no effect
   (unused results let it be removed; JAX may also call it more than once or not at all).
 * ``io_callback_p`` (``experimental.io_callback``): results and an effect.
@@ -108,34 +109,33 @@ def prim_results(prim, params):
 # debug_callback_p
 
 
-debug_callback_p = Primitive("debug_callback")
-debug_callback_p.multiple_results = True
-core.effectful_primitives.add(debug_callback_p)
-debug_callback_p.def_abstract_eval(lambda *avals, callback, ordered: [])
+def _debug_primitive(name: str) -> Primitive:
+  """A callback primitive with no results, an effect: ``debug_callback`` (``debug.callback``)
+  and ``debug_print`` (``debug.print``, as JAX names it in jaxprs) share these rules."""
+  p = Primitive(name)
+  p.multiple_results = True
+  core.effectful_primitives.add(p)
+  p.def_abstract_eval(lambda *avals, callback, ordered: [])
+
+  def impl(*args, callback, ordered):
+    callback.call(_as_arrays(args))
+    return []
+  p.def_custom_impl(impl)
+
+  def jvp(primals, tangents, *, callback, ordered):
+    p.bind(*primals, callback=callback, ordered=ordered)
+    return [], []
+  ad.jvp_rules[p] = jvp
+  ad.transpose_rules[p] = lambda cts, *args, **params: [None] * len(args)
+
+  def batch(vals, dims, *, axis_size, **params):
+    return _sequential(p, vals, dims, axis_size, params)
+  batching.register_rule_with_axis_size(p, batch)
+  return p
 
 
-def _debug_impl(*args, callback, ordered):
-  callback.call(_as_arrays(args))
-  return []
-
-
-debug_callback_p.def_custom_impl(_debug_impl)
-
-
-def _debug_jvp(primals, tangents, *, callback, ordered):
-  debug_callback_p.bind(*primals, callback=callback, ordered=ordered)
-  return [], []
-
-
-ad.jvp_rules[debug_callback_p] = _debug_jvp
-ad.transpose_rules[debug_callback_p] = lambda cts, *args, **params: [None] * len(args)
-
-
-def _debug_batch(vals, dims, *, axis_size, **params):
-  return _sequential(debug_callback_p, vals, dims, axis_size, params)
-
-
-batching.register_rule_with_axis_size(debug_callback_p, _debug_batch)
+debug_callback_p = _debug_primitive("debug_callback")
+debug_print_p = _debug_primitive("debug_print")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -268,11 +268,11 @@ def io_callback(callback, result_shape_dtypes, *args, sharding=None, ordered: bo
   return tree_unflatten(out_tree, outs)
 
 
-def debug_callback(callback, *args, ordered: bool = False, **kwargs):
+def debug_callback(callback, *args, ordered: bool = False, _primitive=None, **kwargs):
   """Calls ``callback(*args, **kwargs)`` for its side effect with concrete arrays, from eager
   code and from inside jit, grad (forward values) and vmap (once per element)."""
   fn, dynamic = _split(callback, args, kwargs)
-  debug_callback_p.bind(*dynamic, callback=fn, ordered=ordered)
+  (_primitive or debug_callback_p).bind(*dynamic, callback=fn, ordered=ordered)
 
 
 def jaxpr_has_effects(jaxpr) -> bool:
@@ -280,4 +280,5 @@ def jaxpr_has_effects(jaxpr) -> bool:
   return core.jaxpr_has_effects(jaxpr)
 
 
-core.host_callback_primitives.update((debug_callback_p, pure_callback_p, io_callback_p))
+core.host_callback_primitives.update((debug_callback_p, debug_print_p, pure_callback_p,
+                                     io_callback_p))

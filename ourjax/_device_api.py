@@ -164,3 +164,45 @@ def process_index(backend=None) -> int:
 def process_count(backend=None) -> int:
   from ourjax import distributed
   return distributed.process_count()
+
+
+def live_arrays(platform=None) -> list:
+  """Every array not yet deleted or garbage collected (``jax.live_arrays``), optionally only
+  those on ``platform`` ('cpu', 'gpu').  A debugging aid: it walks the garbage collector's
+  objects, so its cost grows with the heap."""
+  import gc
+  from ourjax.backends import array_devices
+  out = []
+  for x in gc.get_objects():
+    if isinstance(x, Array) and not x.is_deleted():
+      if platform is None or any(d.platform == platform for d in array_devices(x)):
+        out.append(x)
+  return out
+
+
+def print_environment_info(return_string: bool = False):
+  """The versions of ourjax, its dependencies and Python, the devices and the platform, as
+  ``jax.print_environment_info``: printed, or returned as a string with ``return_string``."""
+  import platform
+  import sys
+  import textwrap
+  import ourjax
+  try:
+    import llvmlite
+    llvm = llvmlite.__version__
+  except Exception:        # (llvmlite is a dependency; its absence is reported, not raised)
+    llvm = "not installed"
+  devs = devices()
+  kinds = sorted({d.platform for d in devs})
+  info = textwrap.dedent(f"""\
+  ourjax:   {ourjax.__version__}
+  llvmlite: {llvm}
+  numpy:    {np.__version__}
+  python:   {sys.version.replace(chr(10), ' ')}
+  device info: {'/'.join(kinds)}-{len(devs)}, {len(local_devices())} local devices
+  process_count: {process_count()}
+  platform: {platform.uname()}
+  """)
+  if return_string:
+    return info
+  print(info)

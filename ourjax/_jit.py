@@ -112,6 +112,15 @@ def _infer_nums_and_names(argnums: tuple, argnames: tuple, pos, kw) -> tuple:
   return argnums, argnames
 
 
+#: flags read while tracing (besides x64, the matmul precision and the dtype promotion), part
+#: of jit's cache keys: a function traced under other values is traced again
+TRACE_FLAGS = ("jax_numpy_rank_promotion", "jax_random_seed_offset")
+
+
+def _trace_flags(flags) -> tuple:
+  return tuple(getattr(flags, f) for f in TRACE_FLAGS)
+
+
 class JitWrapped:
   """What ``jit(f)`` returns: a callable with a per-signature cache of traced jaxprs and their
   executables.  The cache key is the argument structure, each argument leaf's shape, dtype and
@@ -210,7 +219,8 @@ class JitWrapped:
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
            config.jax_default_matmul_precision,   # (read at trace time, as JAX's key has it)
-           _axis_env_key(), config.jax_numpy_dtype_promotion, user_context_key())
+           _axis_env_key(), config.jax_numpy_dtype_promotion, user_context_key(),
+           _trace_flags(config))
     return f, leaves, in_tree, avals, key, (args, kwargs)
 
   def _leaf_names(self, args, kwargs, n_leaves) -> tuple:
@@ -259,16 +269,19 @@ class JitWrapped:
     head = f"cache miss for {fname}{_fun_location(self.fun)}"
     if not self._cache:
       return f"{head}: first call (never traced before)"
-    in_tree, avals, static_key, backend, x64, prec, axes, promo, user = key
+    in_tree, avals, static_key, backend, x64, prec, axes, promo, user, tflags = key
     best = None
     for old in self._cache:
-      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user = old
+      o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user, o_tflags = old
       diffs = []          # (weight, text): the closest signature has the least total weight
       if user != o_user:
         diffs.append((2, f"the user contexts' values (make_user_context) are now {user} and "
                       f"were {o_user}"))
       if promo != o_promo:
         diffs.append((2, f"jax_numpy_dtype_promotion is now {promo} and was {o_promo}"))
+      for flag, now, before in zip(TRACE_FLAGS, tflags, o_tflags):
+        if now != before:
+          diffs.append((2, f"{flag} is now {now} and was {before}"))
       if axes != o_axes:
         diffs.append((2, f"the named axes in scope are now {axes} and were {o_axes}"))
       if x64 != o_x64:
@@ -374,11 +387,13 @@ class JitWrapped:
         v = None        # (keeps no argument's value alive: a donated one has no other owner)
         if config._local.overrides:     # this thread's context-manager flags
           x64, off = config.x64_enabled, _fast_path_off(config)
-          prec = (config.jax_default_matmul_precision, config.jax_numpy_dtype_promotion)
+          prec = (config.jax_default_matmul_precision, config.jax_numpy_dtype_promotion,
+                  _trace_flags(config))
         else:
           flags = config._values
           x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
-          prec = (flags["jax_default_matmul_precision"], flags["jax_numpy_dtype_promotion"])
+          prec = (flags["jax_default_matmul_precision"], flags["jax_numpy_dtype_promotion"],
+                  (flags["jax_numpy_rank_promotion"], flags["jax_random_seed_offset"]))
         fkey = (bool(x64), prec, tuple(sig), user_context_key())
         hit = self._fast.get(fkey)
         if hit and not off:

@@ -178,11 +178,25 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
   return make
 
 
+def _duck_abstractify(x) -> ShapedArray:
+  """As ``_abstractify``; besides, as JAX's ``eval_shape``, any object with ``shape`` and
+  ``dtype`` attributes stands for an array of that type (only those are read)."""
+  if not isinstance(x, (Array, core.Tracer, np.ndarray, np.generic, ShapeDtypeStruct)) and \
+      hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type):
+    try:
+      shape = tuple(int(d) for d in x.shape)
+      dt = np.dtype(x.dtype)
+    except TypeError:
+      return _abstractify(x)
+    return ShapedArray(shape, dtypes.canonicalize_dtype(dt), bool(getattr(x, "weak_type", False)))
+  return _abstractify(x)
+
+
 def eval_shape(fun: Callable, *args, **kwargs):
   args, kwargs = tree_map(_key_struct_in, (args, kwargs))
   leaves, in_tree = tree_flatten((args, kwargs))
   flat, out_tree = flatten_fun(fun, in_tree)
-  closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
+  closed = pe.trace_to_jaxpr(flat, [_duck_abstractify(x) for x in leaves], _fun_name(fun))
   return tree_unflatten(out_tree[0], [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type)
                                       for a in closed.out_avals])
 
@@ -1010,7 +1024,7 @@ def hessian(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool =
 from ourjax._device_api import (  # noqa: E402,F401
     _is_device_spec, _prefix_mismatches, device_put, device_get, block_until_ready,
     copy_to_host_async, devices, default_backend, device_count, local_devices,
-    local_device_count, process_index, process_count)
+    local_device_count, process_index, process_count, live_arrays, print_environment_info)
 
 
 def typeof(x):

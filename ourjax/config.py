@@ -53,6 +53,7 @@ class Config:
         "jax_default_matmul_precision": None,
         "jax_compilation_cache_dir": os.environ.get("OURJAX_CACHE_DIR") or None,
         "jax_numpy_rank_promotion": "allow",
+        "jax_random_seed_offset": 0,
         "jax_numpy_dtype_promotion": "standard",
         "jax_num_cpu_devices": None,     # None: OURJAX_NUM_CPU_DEVICES, else 1 (backends)
         "jax_check_tracer_leaks": _env_bool("OURJAX_CHECK_TRACER_LEAKS"),
@@ -120,18 +121,34 @@ class Config:
 
 
 _DTYPE_PROMOTIONS = ("standard", "strict")
+_RANK_PROMOTIONS = ("allow", "warn", "raise")
 
 
-#: the values ``jax_default_matmul_precision`` takes here (JAX's precision names; JAX also takes
-#: dot-algorithm preset names, which ``lax.dot_general``'s ``precision=`` accepts instead)
+#: the precision names ``jax_default_matmul_precision`` takes (and, as JAX, the names of the
+#: ``lax.DotAlgorithmPreset``s: dots given no precision then use that algorithm)
 _MATMUL_PRECISIONS = ("default", "high", "highest", "bfloat16", "tensorfloat32", "float32")
+
+
+def _dot_algorithm_names() -> list:
+  """The names of ``lax.DotAlgorithmPreset``s other than DEFAULT (JAX takes them as a default
+  matmul precision too)."""
+  from ourjax.lax.dot_algorithm import DotAlgorithmPreset
+  return [n for n in DotAlgorithmPreset.__members__ if n != "DEFAULT"]
 
 
 def _check_value(name, value):
   if name == "jax_default_matmul_precision" and value is not None and (
-      not isinstance(value, str) or value.lower() not in _MATMUL_PRECISIONS):
-    raise ValueError(f"new enum value must be None or in {list(_MATMUL_PRECISIONS)}, got "
+      not isinstance(value, str) or (value.lower() not in _MATMUL_PRECISIONS and
+                                     value not in _dot_algorithm_names())):
+    raise ValueError(f"new enum value must be None or in "
+                     f"{list(_MATMUL_PRECISIONS) + _dot_algorithm_names()}, got "
                      f"{value!r} of type {type(value)}.")
+  if name == "jax_random_seed_offset" and (isinstance(value, bool) or
+                                           not hasattr(value, "__index__")):
+    raise ValueError(f"jax_random_seed_offset must be an int, got {value!r}")
+  if name == "jax_numpy_rank_promotion" and value not in _RANK_PROMOTIONS:
+    raise ValueError(f"new enum value must be in {list(_RANK_PROMOTIONS)}, got {value} of type "
+                     f"{type(value)}.")
   if name == "jax_numpy_dtype_promotion" and value not in _DTYPE_PROMOTIONS:
     raise ValueError(f"{value!r} is not a valid NumpyDtypePromotion (jax_numpy_dtype_promotion "
                      f"must be one of {_DTYPE_PROMOTIONS})")
@@ -147,6 +164,22 @@ def numpy_dtype_promotion(new_val: str):
   an int with any number, a float with any float or complex, a complex with any complex)."""
   _check_value("jax_numpy_dtype_promotion", new_val)
   return config._override("jax_numpy_dtype_promotion", new_val)
+
+
+def numpy_rank_promotion(new_val: str):
+  """Context manager for ``jax_numpy_rank_promotion`` inside a block (this thread only): what
+  ``jax.numpy`` does when operands of different non-zero ranks broadcast (``ones(2) +
+  ones((1, 2))``): 'allow' (NumPy's rule, silently), 'warn' (a UserWarning) or 'raise' (a
+  ValueError).  Rank-0 operands never count."""
+  _check_value("jax_numpy_rank_promotion", new_val)
+  return config._override("jax_numpy_rank_promotion", new_val)
+
+
+def random_seed_offset(new_val: int):
+  """Context manager for ``jax_random_seed_offset`` (this thread only): an integer added to
+  every seed ``random.key`` and ``random.PRNGKey`` are given (so a program's random streams
+  change without editing its seeds)."""
+  return config._override("jax_random_seed_offset", new_val)
 
 
 def default_matmul_precision(new_val):

@@ -673,6 +673,12 @@ class JaxprEqn(NamedTuple):
   def outvars(self):
     return self.out_binders
 
+  def __repr__(self):
+    """The equation as a jaxpr prints it, with names of its own (JAX's ``a:f32[] = sin b``)."""
+    return _pp_eqn(self, _Namer(), set(self.out_binders), 0, 0)
+
+  __str__ = __repr__
+
 
 class Jaxpr:
   """A typed SSA function: ``{ lambda constvars ; invars . let eqns in outvars }``."""

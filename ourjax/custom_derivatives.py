@@ -764,7 +764,9 @@ def _make_flat_bwd(bwd, bwd_name, name, static_args, in_tree, in_avals, out_tree
       from ourjax.api import _check_arg
       _check_arg(c, f"custom_vjp bwd rule {bwd_name}")
       ca = get_aval(c)
-      if ca.shape != a.shape or (ca.dtype != ta.dtype and not ca.weak_type):
+      # (as JAX, a cotangent of another dtype is accepted for an inexact input of its shape:
+      # bwd may give bfloat16 for a float8 input; here it is cast to the input's tangent type)
+      if ca.shape != a.shape:
         raise ValueError(
             f"Custom VJP bwd rule must produce an output with the same shape/dtypes as the args "
             f"tuple of the primal function {name}, but at output{path} the bwd rule produced an "

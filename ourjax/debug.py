@@ -1,12 +1,13 @@
 """``ourjax.debug``: ``print`` and ``callback``, host callbacks that run with concrete values
 from eager code and from inside ``jit``, ``grad`` (the forward values) and ``vmap`` (once per
-element), through ``debug_callback_p`` (``ourjax/_callback.py``)."""
+element), through ``debug_print_p`` and ``debug_callback_p`` (``ourjax/_callback.py``; the
+first named ``debug_print`` in jaxprs, as JAX's)."""
 from __future__ import annotations
 
 import builtins
 import string
 
-from ourjax._callback import debug_callback
+from ourjax._callback import debug_callback, debug_print_p
 
 
 def _check_format(fmt: str, args, kwargs) -> None:
@@ -31,7 +32,7 @@ def print(fmt: str, *args, ordered: bool = False, partitioned: bool = False,  # 
 
   def show(*a, **k):
     builtins.print(fmt.format(*a, **k))
-  debug_callback(show, *args, ordered=ordered, **kwargs)
+  debug_callback(show, *args, ordered=ordered, _primitive=debug_print_p, **kwargs)
 
 
 def callback(callback, *args, ordered: bool = False, partitioned: bool = False,  # noqa: A002

@@ -72,11 +72,17 @@ def _check_seed(seed, ctor: str):
       raise OverflowError(f"Python int {seed} too large to convert to int64 (a PRNG seed is a "
                           "64- or 32-bit integer)")
     seed = np.int64(seed)
+  offset = config.read("jax_random_seed_offset")    # (added to every seed, as JAX)
   if _is_concrete(seed):
     s = np.asarray(seed)
     if not config.x64_enabled:  # as JAX with x64 off: the seed is first narrowed to 32 bits
       s = s.astype(dtypes.canonicalize_dtype(s.dtype))
+    if offset:
+      with np.errstate(over="ignore"):
+        s = (s + np.asarray(offset).astype(s.dtype)).astype(s.dtype)
     return s
+  if offset:
+    seed = lax.add(seed, lax.convert_element_type(offset, get_aval(seed).dtype))
   return seed
 
 

@@ -145,12 +145,13 @@ class Lowered(_Stage):
     return self._lowering.module.clone()
 
   def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
-    """The HLO module (``%add.1 = f32[3] add(%p0, %p1)``; ``debug_info=True`` also prints the
-    operands' shapes), or with ``dialect="stablehlo"`` the same module as StableHLO-style MLIR
-    text, JAX's default form (``module @jit_f attributes {mhlo.num_partitions = 1 : i32, ...}
-    { func.func public @main(...) }``; see ``lowering/stablehlo_text.py``)."""
+    """The module as StableHLO-style MLIR text, JAX's default form (``dialect=None`` or
+    ``"stablehlo"``: ``module @jit_f attributes {mhlo.num_partitions = 1 : i32, ...}
+    { func.func public @main(...) }``; see ``lowering/stablehlo_text.py``), or with
+    ``dialect="hlo"`` the HLO module (``%add.1 = f32[3] add(%p0, %p1)``; ``debug_info=True``
+    also prints the operands' shapes)."""
     _check_dialect(dialect, ("hlo", "stablehlo"), "Lowered")
-    if dialect == "stablehlo":
+    if dialect in (None, "stablehlo"):
       from ourjax.lowering import stablehlo_text
       return stablehlo_text.module_text(self._lowering.module, self._name)
     return self._lowering.module.to_string(operand_shapes=debug_info)

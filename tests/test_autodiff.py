@@ -309,6 +309,7 @@ EXEMPT = {
     "custom_lin": "the linear half of custom_vjp: tests/test_custom_derivatives.py",
     "checkpoint": "tests/test_remat.py",
     "debug_callback": "no outputs; the forward values reach the callback: tests/test_callbacks.py",
+    "debug_print": "debug_callback's rules (debug.print): tests/test_callbacks.py",
     "pure_callback": "its JVP rule raises JAX's error: tests/test_callbacks.py",
     "io_callback": "its JVP rule raises JAX's error: tests/test_callbacks.py",
     **{n: "named-axis collectives: tests/test_spmd.py" for n in (

@@ -111,3 +111,19 @@ def test_io_callback_runs_once_per_call_and_refuses_jvp_and_ordered_vmap():
   with pytest.raises(ValueError, match="Cannot `vmap` ordered IO callback"):
     ourjax.vmap(lambda x: io_callback(record, spec, x, ordered=True))(jnp.arange(2.0))
   ourjax.effects_barrier()
+
+
+def test_debug_print_is_its_own_primitive_in_jaxprs_as_jax(capsys):
+  # JAX names debug.print's equation debug_print (debug.callback stays debug_callback), also
+  # in the jaxpr of a scan body under value_and_grad
+  def f(c, _):
+    ourjax.debug.print("c = {c}", c=c, ordered=True)
+    return c + 1, None
+  jaxpr = ourjax.make_jaxpr(ourjax.value_and_grad(lambda x: lax.scan(f, x, length=2)[0]))(1.0)
+  body = jaxpr.eqns[0].params["jaxpr"]
+  assert "debug_print" in [e.primitive.name for e in body.eqns]
+  cb = ourjax.make_jaxpr(lambda x: ourjax.debug.callback(lambda v: None, x) or x)(1.0)
+  assert [e.primitive.name for e in cb.eqns] == ["debug_callback"]
+  assert ourjax.jit(ourjax.vmap(lambda x: ourjax.debug.print("v={}", x) or x * 2))(
+      jnp.arange(2.0)).tolist() == [0.0, 2.0]
+  assert capsys.readouterr().out.split() == ["v=0.0", "v=1.0"]

@@ -75,10 +75,10 @@ def test_random_programs_keep_unused_and_abstract_lowering(prog):
   """Lowering from ShapeDtypeStructs gives the same module; keep_unused keeps every input."""
   args = prog.inputs
   structs = [ourjax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
-  text = ourjax.jit(prog).lower(*args).as_text()
-  assert ourjax.jit(prog).lower(*structs).as_text() == text
+  text = ourjax.jit(prog).lower(*args).as_text("hlo")
+  assert ourjax.jit(prog).lower(*structs).as_text("hlo") == text
   kept = ourjax.jit(prog, keep_unused=True)
-  assert kept.lower(*args).as_text().count("parameter(") >= len(args)
+  assert kept.lower(*args).as_text("hlo").count("parameter(") >= len(args)
   # (against the same program jitted: the same backend and dot precision)
   jaxpr_programs.assert_outputs_close(kept(*args), ourjax.jit(prog)(*args), "keep_unused")
 
@@ -268,11 +268,11 @@ def test_keep_unused():
   args = (np.ones(3, F32), np.ones((7, 7), F32), np.full(3, 3.0, F32))
   g = ourjax.jit(f)
   np.testing.assert_array_equal(g(*args), [3, 3, 3])
-  assert g.lower(*args).as_text().count("parameter(") == 2
+  assert g.lower(*args).as_text("hlo").count("parameter(") == 2
   assert "f32[7,7]" not in g.lower(*args).compile().as_text()
   np.testing.assert_array_equal(g.lower(*args).compile()(*args), [3, 3, 3])
   k = ourjax.jit(f, keep_unused=True)
-  assert k.lower(*args).as_text().count("parameter(") == 3
+  assert k.lower(*args).as_text("hlo").count("parameter(") == 3
   np.testing.assert_array_equal(k(*args), [3, 3, 3])
 
 
@@ -341,7 +341,7 @@ def test_nested_jit_inlines_into_one_module():
   outer = ourjax.jit(lambda x: inner(x) + inner(x + 1))
   np.testing.assert_array_equal(outer(np.ones(2, F32)), [6, 6])
   assert len(inner_f.calls) == 1                   # one signature, traced once
-  text = outer.lower(np.ones(2, F32)).as_text()
+  text = outer.lower(np.ones(2, F32)).as_text("hlo")
   assert text.count("ENTRY") == 1 and text.count("HloModule") == 1
 
 
@@ -524,15 +524,18 @@ def test_trace_lower_compile():
   assert "sin" in str(traced.jaxpr)
   assert traced.out_info.shape == (3,)
   lowered = traced.lower()
-  text = lowered.as_text()
+  text = lowered.as_text("hlo")
   assert text.startswith("HloModule jit_f") and "ENTRY" in text and "sine(" in text
+  # JAX's default form is StableHLO
+  assert lowered.as_text() == lowered.as_text("stablehlo")
+  assert lowered.as_text().startswith("module @jit_f") and "stablehlo.sine" in lowered.as_text()
   assert lowered.in_tree == ourjax.tree_util.tree_structure(((x,), {}))
   assert lowered.out_tree == ourjax.tree_util.tree_structure(x)
   assert lowered.out_info.shape == (3,) and lowered.out_info.dtype == np.float32
   compiled = lowered.compile()
   assert "ENTRY" in compiled.as_text() and compiled.as_text(dialect="hlo") == compiled.as_text()
-  assert re.search(r"%sine\.\d+ = f32\[3\] sine\(%p0\)", lowered.as_text())
-  assert "sine(f32[3] %p0)" in lowered.as_text(debug_info=True)
+  assert re.search(r"%sine\.\d+ = f32\[3\] sine\(%p0\)", lowered.as_text("hlo"))
+  assert "sine(f32[3] %p0)" in lowered.as_text("hlo", debug_info=True)
   np.testing.assert_allclose(compiled(x), np.sin(1) * 2 + 1, rtol=1e-6)   # static n left out
   np.testing.assert_allclose(g(x, 2), compiled(x))
   assert g.eval_shape(x, 2).shape == (3,)
@@ -552,7 +555,7 @@ def test_compiled_checks_its_arguments():
 def test_lower_from_shape_dtype_structs():
   s = ourjax.ShapeDtypeStruct((2, 3), np.float32)
   lowered = ourjax.jit(lambda a, b: a @ b.T).lower(s, s)
-  assert "dot(" in lowered.as_text()
+  assert "dot(" in lowered.as_text("hlo")
   out = lowered.compile()(np.ones((2, 3), F32), np.ones((2, 3), F32))
   np.testing.assert_array_equal(out, np.full((2, 2), 3))
 

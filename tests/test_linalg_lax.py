@@ -360,7 +360,7 @@ def test_compiled_decompositions_run_their_products_at_full_precision(name):
          "triangular_solve": lambda x: LA.triangular_solve(x, x[:, :2], left_side=True,
                                                            lower=True)}
   with ourjax.default_matmul_precision("bfloat16"):
-    text = ourjax.jit(fns[name]).lower(spd).as_text()
+    text = ourjax.jit(fns[name]).lower(spd).as_text("hlo")
     got = ourjax.jit(fns[name])(spd)
   dots = [ln for ln in text.splitlines() if " dot(" in ln]
   assert dots and all("operand_precision={highest,highest}" in ln for ln in dots), dots[:2]
@@ -372,10 +372,10 @@ def test_default_matmul_precision_is_a_context_manager_of_names():
   x = np.ones((3, 3), np.float32)
   f = lambda a: a @ a  # noqa: E731
   with ourjax.default_matmul_precision(None):
-    plain = ourjax.jit(f).lower(x).as_text()
+    plain = ourjax.jit(f).lower(x).as_text("hlo")
     assert ourjax.config.jax_default_matmul_precision is None
   with ourjax.default_matmul_precision("highest"):
-    inside = ourjax.jit(f).lower(x).as_text()
+    inside = ourjax.jit(f).lower(x).as_text("hlo")
     assert ourjax.config.jax_default_matmul_precision == "highest"
   assert "operand_precision={highest,highest}" in inside
   assert "operand_precision" not in plain

@@ -652,7 +652,7 @@ def test_strict_lowering_reports_missing_rule(monkeypatch):
 def test_nested_jit_is_one_module():
   inner = ourjax.jit(lambda x: jnp.sin(x) * 2)
   outer = ourjax.jit(lambda x: inner(x) + inner(x + 1))
-  text = outer.lower(np.ones(3, np.float32)).as_text()
+  text = outer.lower(np.ones(3, np.float32)).as_text("hlo")
   assert text.count("ENTRY") == 1 and "sine" in text
   np.testing.assert_allclose(outer(np.ones(3, np.float32)),
                              np.sin(1) * 2 + np.sin(2) * 2, rtol=1e-6)
@@ -663,14 +663,14 @@ def test_control_flow_lowers_to_hlo_control_flow():
     y = lax.switch(i, [jnp.sin, jnp.cos], x)
     z = lax.fori_loop(0, 3, lambda k, c: c * 2, y)
     return lax.scan(lambda c, v: (c + v, c), 0.0, z)
-  text = ourjax.jit(f).lower(np.ones(4, np.float32), 1).as_text()
+  text = ourjax.jit(f).lower(np.ones(4, np.float32), 1).as_text("hlo")
   for op in ("conditional(", "while(", "dynamic-slice(", "dynamic-update-slice("):
     assert op in text, op
 
 
 def test_sort_and_argmax_use_comparators():
   text = ourjax.jit(lambda x: (lax.sort(x), lax.argmax(x, 0, np.int32))).lower(
-      np.ones(5, np.float32)).as_text()
+      np.ones(5, np.float32)).as_text("hlo")
   assert "sort(" in text and "reduce(" in text and "TOTALORDER" in text
 
 
@@ -678,8 +678,8 @@ def test_keep_unused_prunes_parameters():
   def f(x, y, z):
     return x + z
   args = [np.ones(3, np.float32)] * 3
-  pruned = ourjax.jit(f).lower(*args).as_text()
-  kept = ourjax.jit(f, keep_unused=True).lower(*args).as_text()
+  pruned = ourjax.jit(f).lower(*args).as_text("hlo")
+  kept = ourjax.jit(f, keep_unused=True).lower(*args).as_text("hlo")
   assert pruned.count("parameter(") == 2 and kept.count("parameter(") == 3
   np.testing.assert_array_equal(ourjax.jit(f)(*args), 2 * np.ones(3))
   np.testing.assert_array_equal(ourjax.jit(f, keep_unused=True)(*args), 2 * np.ones(3))

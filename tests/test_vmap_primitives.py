@@ -454,6 +454,7 @@ NO_OPERANDS = {"iota", "axis_index"}
 # primitives whose batching is tested in tests/test_vmap.py instead (they cannot run eagerly)
 TESTED_ELSEWHERE = {"custom_lin": "test_vmap.py::test_vmap_of_linearized_custom_vjp",
                     "debug_callback": "test_callbacks.py (one call per element)",
+                    "debug_print": "test_callbacks.py (debug_callback's rules)",
                     "pure_callback": "test_callbacks.py (each vmap_method)",
                     "io_callback": "test_callbacks.py (sequential; ordered refused)"}
 # the named-axis collectives need a vmap or pmap that binds their axis: tests/test_spmd.py

@@ -534,7 +534,14 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
       return fun(*full)
 
     if any(isinstance(x, core.Tracer) for x in leaves):
-      # under a transformation: pmap is vmap with a named axis
+      # under a transformation: pmap is vmap with a named axis, over no more lanes than there
+      # are devices (as when it runs)
+      sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
+      n = max(sizes) if sizes else axis_size
+      devs = list(devices) if devices is not None else api.devices(backend)
+      if n is not None and n > len(devs):
+        raise ValueError(f"compiling computation that requires {n} logical devices, but only "
+                         f"{len(devs)} XLA devices are available (num_replicas={n})")
       return api.vmap(call_fun, in_axes=axes_all, out_axes=out_axes, axis_name=name,
                       axis_size=axis_size)(*dyn)
     sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}

@@ -152,8 +152,13 @@ def scatter_apply(operand, scatter_indices, func: Callable, dimension_numbers, *
 
 def composite(decomposition: Callable, name: str, version: int = 0):
   """``decomposition`` marked as the named composite operation ``name`` (keyword arguments
-  are its attributes).  ourjax's compiler has no composite-specific kernels, so calling it
-  runs ``decomposition``; as in JAX, it cannot be differentiated (wrap it in ``custom_jvp``)."""
+  are its attributes: NumPy arrays, numbers, strings, dtypes; None ones are left out).  Eagerly
+  it runs ``decomposition``; traced (under jit, vmap, ...) it is one call whose lowered module
+  shows it as JAX's does: ``stablehlo.composite "name" %arg0 {composite_attributes = {...},
+  decomposition = @name}`` with the decomposition as the private function ``@name``
+  (``Lowered.as_text()``).  ourjax's compiler has no composite-specific kernels: the compiled
+  code runs the decomposition.  As in JAX, it cannot be differentiated (wrap it in
+  ``custom_jvp``), and traced values may be neither attributes nor constants it closes over."""
   @functools.wraps(decomposition)
   def call(*args, **attributes):
     from ourjax.interpreters import ad
@@ -162,9 +167,43 @@ def composite(decomposition: Callable, name: str, version: int = 0):
       raise ValueError("JVP rule for composite not implemented. You can use `jax.custom_jvp` "
                        "to add support. See "
                        "https://docs.jax.dev/en/latest/_autosummary/jax.custom_jvp.html")
-    return decomposition(*args, **attributes)
+    if any(isinstance(v, core.Tracer) for v in tree_leaves(attributes)):
+      from ourjax.errors import UnexpectedTracerError
+      raise UnexpectedTracerError(
+          "Found a JAX Tracer as an attribute in the decomposition for the composite op "
+          f"'{name}'. This means that the decomposition function closes over a value that is "
+          "involved in a JAX transformation. Any values that aren't explicitly known at "
+          "compile time must be explicitly passed as arguments to the composite.\n\nNote: If "
+          "you are passing jax arrays as attributes, use numpy arrays instead.")
+    if core.nothing_traced():
+      return decomposition(*args, **attributes)
+    return _bind_composite(decomposition, name, version, args, attributes)
   call.composite_name, call.composite_version = name, version
   return call
+
+
+def _bind_composite(decomposition, name, version, args, attributes):
+  """The traced call: ``jit``'s primitive over the decomposition's jaxpr, with a ``composite``
+  parameter (name, attribute texts, version) that the lowering records (see
+  ``lowering/from_jaxpr.py``) and the StableHLO text prints."""
+  from ourjax import api
+  from ourjax._pytree import tree_flatten, tree_unflatten
+  from ourjax.errors import UnexpectedTracerError
+  from ourjax.interpreters import partial_eval as pe
+  from ourjax.interpreters.pjit import pjit_p
+  leaves, in_tree = tree_flatten((args, {}))
+  flat, out_tree = api.flatten_fun(functools.partial(decomposition, **attributes), in_tree)
+  closed = pe.trace_to_jaxpr(flat, [get_aval(x) for x in leaves], name)
+  if any(isinstance(c, core.Tracer) for c in closed.consts):
+    raise UnexpectedTracerError(
+        f"Found a JAX Tracer as a constant in the decomposition for the composite op '{name}'. "
+        "This means that the decomposition function closes over a value that is involved in a "
+        "JAX transformation. Any values that aren't explicitly known at compile time must be "
+        "explicitly passed as arguments to the composite.")
+  from ourjax.lowering.stablehlo_text import attribute_text
+  attrs = tuple((k, attribute_text(v)) for k, v in sorted(attributes.items()) if v is not None)
+  outs = pjit_p.bind(*leaves, jaxpr=closed, name=name, composite=(name, attrs, int(version)))
+  return tree_unflatten(out_tree[0], outs)
 
 
 def _traces_of(leaves):

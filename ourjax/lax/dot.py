@@ -52,7 +52,9 @@ def canonicalize_precision(precision):
   """None, or a pair of ``Precision`` values (one per operand)."""
   if precision is None:
     default = config.read("jax_default_matmul_precision")
-    return None if default is None else canonicalize_precision(default)
+    if default is None or _dot_algorithm._from_any(default) is not None:
+      return None          # (a preset's name: lax.dot_general applies that algorithm)
+    return canonicalize_precision(default)
   try:
     if isinstance(precision, (Precision, str)):
       p = Precision(precision)
@@ -96,10 +98,15 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     raise TypeError(f"dot_general dimension_numbers must be ((lhs_contracting, "
                     f"rhs_contracting), (lhs_batch, rhs_batch)) of integer sequences, got "
                     f"{dimension_numbers!r}") from None
-  algorithm = _dot_algorithm._from_any(precision)
+  algorithm = _dot_algorithm._from_any(
+      config.read("jax_default_matmul_precision") if precision is None else precision)
   if algorithm is not None:
     return _dot_algorithm._apply(algorithm, lhs, rhs, preferred_element_type,
-                                lambda l, r, pt: dot_general(l, r, dims, None, pt))
+                                lambda l, r, pt: _bind_dot_general(l, r, dims, None, pt))
+  return _bind_dot_general(lhs, rhs, dims, precision, preferred_element_type)
+
+
+def _bind_dot_general(lhs, rhs, dims, precision, preferred_element_type):
   return dot_general_p.bind(lhs, rhs, dimension_numbers=dims,
                             precision=canonicalize_precision(precision),
                             preferred_element_type=_preferred(preferred_element_type,

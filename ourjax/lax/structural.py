@@ -271,6 +271,9 @@ def iota(dtype, size: int):
 def broadcasted_iota(dtype, shape, dimension: int):
   shape = as_shape(shape)
   dtype = dtypes.canonicalize_dtype(dtype)
+  if dtype == np.bool_:
+    raise TypeError("iota does not accept dtype bool. Accepted dtypes are subtypes of integer, "
+                    "floating, complexfloating.")
   return iota_p.bind(dtype=dtype, shape=shape, dimension=canonicalize_axis(dimension, len(shape)),
                      sharding=None)
 

@@ -486,8 +486,34 @@ def _register_pjit():
   from ourjax.interpreters.pjit import pjit_p
 
   @register_lowering(pjit_p)
-  def _pjit(ctx, avals_in, avals_out, *args, jaxpr, name, **_):
+  def _pjit(ctx, avals_in, avals_out, *args, jaxpr, name, composite=None, **_):
+    if composite is not None:
+      return _lower_composite(ctx, args, jaxpr, composite)
     return ctx.inline(jaxpr, args)
+
+
+def _lower_composite(ctx, args, jaxpr, composite):
+  """A ``lax.composite`` call: its decomposition inlined here (what runs), recorded on the
+  module (``module.composites``) with the instructions it emitted, its results and the
+  decomposition lowered on its own (a function of a separate module), so that the StableHLO
+  text prints one ``stablehlo.composite`` op and a private function, as JAX's does."""
+  name, attrs, version = composite
+  comp = ctx.builder.computation
+  before = set(map(id, comp.instructions))
+  outs = ctx.inline(jaxpr, args)
+  # each result is an instruction of the call's own (an input passed through gets a copy)
+  outs = [o if id(o) not in before else ctx.builder.emit("copy", [o]) for o in outs]
+  region = [i for i in comp.instructions if id(i) not in before]
+  fn_module = hlo.Module(name)
+  b = hlo.Builder(fn_module, name)
+  sub = LoweringContext(fn_module, b)
+  params = [b.parameter(ctx.shape(a)) for a in jaxpr.in_avals]
+  fouts = sub.inline(jaxpr, params)
+  fn = b.build(fouts[0] if len(fouts) == 1 else b.tuple(fouts))
+  records = ctx.module.__dict__.setdefault("composites", [])
+  records.append(dict(name=name, attributes=attrs, version=version, operands=list(args),
+                      results=outs, region=region, function=fn, function_module=fn_module))
+  return outs
 
 
 _register_elementwise()

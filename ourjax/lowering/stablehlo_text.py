@@ -104,14 +104,82 @@ def _attr_text(v) -> str | None:
   return None
 
 
+def attribute_text(v) -> str:
+  """A ``lax.composite`` attribute as StableHLO prints it: ``1 : i64``, ``"bar"``, ``f32``,
+  ``dense<0.000000e+00> : tensor<1x2xf32>``."""
+  if isinstance(v, type) and issubclass(v, np.generic) or isinstance(v, np.dtype):
+    return _element(np.dtype(v))
+  if isinstance(v, (bool, np.bool_)):
+    return "true" if v else "false"
+  if isinstance(v, (int, np.integer)) and not isinstance(v, np.generic):
+    return f"{int(v)} : i64"
+  if isinstance(v, float):
+    return f"{v:.6e} : f32"
+  if isinstance(v, str):
+    return f'"{v}"'
+  if isinstance(v, (np.ndarray, np.generic)) or hasattr(v, "__array__"):
+    a = np.asarray(v)
+    return f"{_dense(a)} : {type_text(hlo.Shape(a.dtype, a.shape))}"
+  t = _attr_text(v)
+  if t is None:
+    raise TypeError(f"composite attribute of type {type(v).__name__} is not supported "
+                    f"(numbers, strings, dtypes, NumPy arrays): {v!r}")
+  return t
+
+
+def _composite_regions(module) -> dict:
+  """id(instruction) -> the ``lax.composite`` record whose call emitted it (see
+  ``from_jaxpr._lower_composite``); a call whose inner values are read from outside it (nothing
+  does that today) prints inline instead."""
+  out = {}
+  for rec in getattr(module, "composites", ()):
+    inside = set(map(id, rec["region"]))
+    results = set(map(id, rec["results"]))
+    if any(id(u) not in inside for i in rec["region"] if id(i) not in results
+           for u in i.users):
+      continue
+    for i in rec["region"]:
+      out.setdefault(id(i), rec)
+  return out
+
+
 class _Printer:
   """Values are numbered across the whole function, regions included (MLIR names are unique
   within a function): ``%0, %1, ...`` for results, ``%argN`` for arguments."""
 
-  def __init__(self, n_args: int):
+  def __init__(self, n_args: int, regions: dict | None = None, functions: list | None = None):
     self.lines: list[str] = []
     self.n_values = 0
     self.n_args = n_args
+    self.regions = regions or {}
+    self.printed: set = set()
+    self.functions = functions if functions is not None else []   # (symbol, record)
+
+  def composite(self, rec, names, indent, fresh) -> None:
+    """``%n = stablehlo.composite "name" %a, %b {attributes} : (types) -> types``."""
+    used = {s for s, _ in self.functions}
+    symbol, k = rec["name"], 0
+    while symbol in used:
+      symbol, k = f"{rec['name']}_{k}", k + 1
+    self.functions.append((symbol, rec))
+    name = fresh()
+    res = rec["results"]
+    for i, r in enumerate(res):
+      names[r] = name if len(res) == 1 else f"{name}#{i}"
+    attrs = []
+    if rec["attributes"]:
+      attrs.append("composite_attributes = {" + ", ".join(f"{k} = {t}" for k, t in
+                                                           rec["attributes"]) + "}")
+    attrs.append(f"decomposition = @{symbol}")
+    if rec["version"]:
+      attrs.append(f"version = {rec['version']} : i32")
+    ops = " " + ", ".join(names[o] for o in rec["operands"])    # (two spaces with none: JAX's)
+    in_ts = ", ".join(type_text(o.shape) for o in rec["operands"])
+    out_ts = [type_text(r.shape) for r in res]
+    out_t = out_ts[0] if len(out_ts) == 1 else "(" + ", ".join(out_ts) + ")"
+    lhs = name if len(res) == 1 else f"{name}:{len(res)}"
+    self.lines.append(f'{indent}{lhs} = stablehlo.composite "{rec["name"]}"{ops} '
+                      f'{{{", ".join(attrs)}}} : ({in_ts}) -> {out_t}')
 
   def computation(self, comp: hlo.Computation, indent: str, names: dict, entry: bool) -> None:
     def fresh() -> str:
@@ -119,6 +187,12 @@ class _Printer:
       return f"%{self.n_values - 1}"
     for instr in comp.instructions:
       if instr.opcode == "parameter":
+        continue
+      rec = self.regions.get(id(instr))
+      if rec is not None:                         # a lax.composite call: one op for all
+        if id(rec) not in self.printed:
+          self.printed.add(id(rec))
+          self.composite(rec, names, indent, fresh)
         continue
       ops = [names[o] for o in instr.operands]
       op = instr.opcode
@@ -198,11 +272,35 @@ def module_text(module: hlo.Module, name: str) -> str:
   names = {p: f"%arg{i}" for i, p in enumerate(params)}
   root = entry.root
   outs = list(root.operands) if root.opcode == "tuple" else [root]
-  p = _Printer(len(params))
+  functions: list = []
+  p = _Printer(len(params), _composite_regions(module), functions)
   p.computation(entry, "    ", names, entry=True)
   args = ", ".join(f"%arg{i}: {type_text(q.shape)}" for i, q in enumerate(params))
   results = ", ".join(type_text(o.shape) for o in outs)
   symbol = re.sub(r"[^A-Za-z0-9_]", "_", name.replace(">", ""))     # <lambda> -> _lambda
   head = (f"module @jit_{symbol} attributes {{mhlo.num_partitions = 1 : i32, "
           f"mhlo.num_replicas = 1 : i32}} {{\n  func.func public @main({args}) -> ({results}) {{")
-  return head + "\n" + "\n".join(p.lines) + "\n  }\n}\n"
+  text = head + "\n" + "\n".join(p.lines) + "\n  }\n"
+  done = 0
+  while done < len(functions):             # the composites' decompositions (and theirs)
+    fsym, rec = functions[done]
+    done += 1
+    text += _private_function(fsym, rec, functions)
+  return text + "}\n"
+
+
+def _private_function(symbol: str, rec: dict, functions: list) -> str:
+  """``func.func private @name(%arg0: ...) -> ... { ... return ... }``: a composite's
+  decomposition."""
+  fn = rec["function"]
+  params = [q for q in fn.parameters if q is not None]
+  names = {q: f"%arg{i}" for i, q in enumerate(params)}
+  p = _Printer(len(params), _composite_regions(rec["function_module"]), functions)
+  p.computation(fn, "    ", names, entry=True)
+  root = fn.root
+  outs = list(root.operands) if root.opcode == "tuple" else [root]
+  out_ts = [type_text(o.shape) for o in outs]
+  res = out_ts[0] if len(out_ts) == 1 else "(" + ", ".join(out_ts) + ")"
+  args = ", ".join(f"%arg{i}: {type_text(q.shape)}" for i, q in enumerate(params))
+  return (f"  func.func private @{symbol}({args}) -> {res} {{\n" + "\n".join(p.lines)
+          + "\n  }\n")

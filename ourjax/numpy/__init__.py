@@ -142,7 +142,9 @@ def can_cast(from_, to, casting="safe"):
 
 def astype(x, dtype, /, *, copy: bool = False, device=None):
   """Convert to ``dtype`` (NumPy's casts; float to int truncates toward zero; None is the
-  default float type).  Complex to real keeps the real part, with JAX's DeprecationWarning."""
+  default float type).  Complex to real keeps the real part, with JAX's DeprecationWarning.
+  ``copy=True`` always gives a new buffer (a ``copy`` after the conversion, as JAX); with
+  False, a conversion to the array's own dtype returns the array itself."""
   import warnings as _warnings
   from ourjax import lax as _lax
   from ourjax.numpy._util import check_arraylike
@@ -155,7 +157,11 @@ def astype(x, dtype, /, *, copy: bool = False, device=None):
                    "first use jnp.real or jnp.imag to take the real/imaginary component of "
                    "your input.", DeprecationWarning, stacklevel=2)
     x = real(x)  # noqa: F405
-  return _lax.convert_element_type(x, dt)
+  out = _lax.convert_element_type(x, dt)
+  if copy:
+    from ourjax.lax.elementwise import copy_p
+    out = copy_p.bind(out)
+  return out
 
 
 def iterable(y) -> bool:

@@ -66,7 +66,7 @@ def _install():
       any=jnp.any, var=jnp.var, std=jnp.std, ptp=jnp.ptp, argmax=jnp.argmax,
       argmin=jnp.argmin, cumsum=jnp.cumsum, cumprod=jnp.cumprod, nonzero=_deferred("nonzero"),
       take=_deferred("take"), compress=_compress_method, choose=_deferred("choose"),
-      astype=lambda self, dtype, copy=False, device=None: jnp.astype(self, dtype),
+      astype=lambda self, dtype, copy=False, device=None: jnp.astype(self, dtype, copy=copy),
       reshape=_reshape_method, transpose=_transpose_method, conj=jnp.conjugate,
       conjugate=jnp.conjugate, round=lambda self, decimals=0, out=None: jnp.round(self,
                                                                                   decimals),
@@ -155,7 +155,10 @@ def _rows(x, shape):
 def _concrete(self, what):
   v = self.to_concrete_value()
   if v is None:
-    raise core.ConcretizationTypeError(self, f"The problem arose with the {what} method.")
+    aval = getattr(self, "aval", None)
+    shape = aval.str_short(short_dtypes=False) if aval is not None else "?"
+    raise core.ConcretizationTypeError(
+        self, f"The {what} method was called on traced array with shape {shape}.")
   from ourjax.array import to_numpy
   return to_numpy(v)
 

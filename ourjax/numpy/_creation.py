@@ -321,25 +321,28 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding
   if dtype is None:
     dtype = dtypes.result_type(start, *(x for x in (stop, step) if x is not None))
   dtype = dtypes.canonicalize_dtype(dtype)
-  # Python numbers stay Python (double) numbers on the host, so the length is NumPy's (and
-  # JAX's): arange(1.2, 4.8, 0.24) has 15 elements, where float32 bounds would give 16
+  # the length from the host values (Python numbers in double precision, NumPy scalars in
+  # their own): arange(1.2, 4.8, 0.24) has 15 elements, where float32 bounds would give 16
   host = [x if x is None or type(x) in (int, float) else to_numpy(x)[()]
           for x in (start, stop, step)]
-  if only_stop:
-    n = host[0]
-    if not dtypes.is_integer(np.asarray(n).dtype):
-      n = np.ceil(n)
-    return lax.iota(dtype, max(int(n), 0))
   if step is not None and host[2] == 0:
     raise ValueError("jnp.arange: step must not be zero")
-  if stop is None:                       # arange(stop, step=s): NumPy counts from 0
-    host = [type(host[0])(0), host[0], host[2]]
-  args = [h for h in host if h is not None]
-  try:
-    out = np.arange(*args, dtype=dtype)
-  except (TypeError, ValueError):
-    out = np.arange(*args).astype(dtype)
-  return Array(out)
+  if stop is None:                       # arange(stop) / arange(stop, step=s): from 0
+    host = [0, host[0], host[2]]
+  h_start, h_stop, h_step = host
+  # As JAX: an iota, times the step and plus the start in the result dtype (float32 for
+  # narrower floats), so that a traced arange is an iota, never a constant of its values
+  if h_step is not None:
+    work = np.dtype(np.float32) if (dtypes.issubdtype(dtype, np.floating) and
+                                    dtypes.finfo(dtype).bits < 32) else dtype
+    size = max(0, int(np.ceil((h_stop - h_start) / h_step)))
+    out = lax.add(lax.convert_element_type(h_start, work),
+                  lax.mul(lax.convert_element_type(h_step, work), lax.iota(work, size)))
+    return lax.convert_element_type(out, dtype)
+  if h_start == 0:
+    return lax.iota(dtype, max(0, int(np.ceil(h_stop))))
+  size = max(0, int(np.ceil(h_stop - h_start)))
+  return lax.add(lax.convert_element_type(h_start, dtype), lax.iota(dtype, size))
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = False,

@@ -499,7 +499,9 @@ def _slice_take(x, entries):
     sizes = list(shape)
     for e in scalars:
       v = e.value
-      starts[e.axis] = v if get_aval(v).dtype == dt else lax.convert_element_type(v, dt)
+      av = get_aval(v)     # (a weakly typed index becomes a strong one, as in JAX's jaxpr)
+      starts[e.axis] = v if av.dtype == dt and not av.weak_type else \
+          lax.convert_element_type(v, dt)
       sizes[e.axis] = 1
     x = lax.dynamic_slice(x, starts, sizes)
   # the integer-indexed axes (size 1 now) are squeezed out, then the new axes inserted

@@ -160,11 +160,18 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
   vs = get_aval(v).shape
   if n == 0:
     return lax.full(vs, 0, np.int32)
+  # int32 positions, int64 past int32's range (as JAX: with x64 off that dtype is narrowed,
+  # with its warning, and the count no longer fits)
+  idx = np.dtype(np.int32)
+  if n > np.iinfo(np.int32).max:
+    idx = dtypes.check_user_dtype(np.int64, "searchsorted")
+    if n > np.iinfo(idx).max:
+      raise OverflowError(f"Python integer {n} out of bounds for {idx.name}")
   shape = vs + (n,)
   ab = lax.broadcast_in_dim(a, shape, (len(vs),))
   vb = lax.broadcast_in_dim(v, shape, tuple(range(len(vs))))
   below = _total_lt(ab, vb) if side == "left" else lax.not_(_total_lt(vb, ab))
-  return lax.reduce_sum(lax.convert_element_type(below, np.int32), (len(vs),))
+  return lax.reduce_sum(lax.convert_element_type(below, idx), (len(vs),))
 
 
 def digitize(x, bins, right: bool = False, *, method=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 
 import numpy as np
 
@@ -169,6 +170,8 @@ def promote_shapes(fun_name: str, *args):
   nonscalar = [s for s in shapes if len(s)]
   if not nonscalar or len(set(nonscalar)) == 1:    # (rank-0 operands broadcast in lax)
     return list(args)
+  if len({len(s) for s in nonscalar}) > 1:
+    _rank_promotion_check(fun_name, shapes)
   try:
     result = tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
   except ValueError:
@@ -177,6 +180,25 @@ def promote_shapes(fun_name: str, *args):
                     f"{', '.join(str(tuple(s)) for s in shapes)}.") from None
   return [a if len(s) == 0 or tuple(s) == result else _broadcast_to(a, result)
           for a, s in zip(args, shapes)]
+
+
+def _rank_promotion_check(fun_name: str, shapes):
+  """``jax_numpy_rank_promotion``: operands of different non-zero ranks warn or raise unless
+  the option is 'allow' (JAX's words)."""
+  mode = config.jax_numpy_rank_promotion
+  if mode == "allow":
+    return
+  shapes_str = " ".join(str(tuple(s)) for s in shapes)
+  if mode == "warn":
+    warnings.warn(f"Following NumPy automatic rank promotion for {fun_name} on shapes "
+                  f"{shapes_str}. Set the jax_numpy_rank_promotion config option to 'allow' to "
+                  "disable this warning; for more information, see "
+                  "https://docs.jax.dev/en/latest/rank_promotion_warning.html.", stacklevel=4)
+  else:
+    raise ValueError(f"Operands could not be broadcast together for {fun_name} on shapes "
+                     f"{shapes_str} and with the config option jax_numpy_rank_promotion="
+                     f"'{mode}'. For more information, see "
+                     "https://docs.jax.dev/en/latest/rank_promotion_warning.html.")
 
 
 def _broadcast_to(x, shape):
