@@ -948,3 +948,26 @@ def test_the_shared_gemm_starts_building_before_the_passes(shape_a, shape_b, wan
                                rtol=1e-5, atol=1e-5)
   assert fused == [False]              # (called once, on the module before the fusion pass)
   assert started == ([(want, False)] if want else [])
+
+
+def test_a_convolution_starts_its_implicit_im2col_gemm_too(monkeypatch):
+  """A convolution's program starts the build of the shared GEMM and of its implicit-im2col
+  twin before the passes (with OURJAX_CPU_IMPLICIT_GEMM=0, the plain GEMM only); the results
+  stay the reference's."""
+  from ourjax.backends.cpu import libraries as lib
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((2, 6, 6, 8)).astype(F32)
+  w = rng.standard_normal((3, 3, 8, 4)).astype(F32)
+  f = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME",  # noqa: E731
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  want = np.asarray(ourjax.jit(f, backend="reference")(x, w))
+  for implicit, syms in (("1", ["ourjax_gemm_f32", "ourjax_gemm_f32_im2col"]),
+                         ("0", ["ourjax_gemm_f32"])):
+    monkeypatch.setenv("OURJAX_CPU_IMPLICIT_GEMM", implicit)
+    started = []
+    monkeypatch.setattr(lib, "_link_symbols", lambda s, wait=True: started.append(
+        (list(s), wait)))
+    got = ourjax.jit(lambda x, w, i=implicit: f(x, w))(x, w)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    assert (syms, False) in started, started

@@ -50,7 +50,8 @@ PREFETCH_MIN_MACS = 4096
 
 def prefetch_for(module) -> None:
   """Start building the shared GEMMs that a module as lowered (before the passes) will likely
-  call: those of its float dots and convolutions.  The build is the longest piece of a
+  call: those of its float dots and convolutions (and the convolutions' implicit-im2col
+  twins).  The build is the longest piece of a
   process's first compilations (about a second of LLVM on the 2-core test host); started
   after the program's emission, it ran mostly beside the program's own LLVM work, while the
   passes and the emission before it left the other cores idle.  A guess that misses costs a
@@ -61,7 +62,7 @@ def prefetch_for(module) -> None:
       if i.opcode not in ("dot", "convolution") or i.shape.is_tuple:
         continue
       tag = "f64" if i.dtype == E.F64 else "f32" if i.dtype in (E.F32, E.F16, E.BF16) else None
-      if tag is None or tag in want:
+      if tag is None:
         continue
       if i.opcode == "dot":
         lhs = i.operands[0]
@@ -70,6 +71,8 @@ def prefetch_for(module) -> None:
           k *= lhs.dims[d]
         if i.shape.size * k < PREFETCH_MIN_MACS:
           continue
+      elif i.dtype in (E.F32, E.F64) and os.environ.get("OURJAX_CPU_IMPLICIT_GEMM", "1") != "0":
+        want.add(tag + "_im2col")   # (its implicit-im2col twin, gemm_im2col.accepts)
       want.add(tag)
   if want:
     _link_symbols([f"ourjax_gemm_{t}" for t in sorted(want)], wait=False)

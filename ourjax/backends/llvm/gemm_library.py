@@ -59,8 +59,10 @@ def prefetch_shared_gemm(dtype: str) -> str:
     if dtype not in _shared and dtype not in _pending:
       from concurrent.futures import ThreadPoolExecutor
       from ourjax import _phases
-      if _builder is None:
-        _builder = ThreadPoolExecutor(1, thread_name_prefix="ourjax-gemm")
+      if _builder is None:   # (two libraries at once where a core is left for the caller: a
+        # convolution's program waits for the GEMM and its implicit-im2col twin)
+        _builder = ThreadPoolExecutor(max(1, min(2, (os.cpu_count() or 1) - 1)),
+                                      thread_name_prefix="ourjax-gemm")
       _pending[dtype] = _builder.submit(_phases.bound(_build_shared), dtype, True)
   return f"ourjax_gemm_{dtype}"
 
