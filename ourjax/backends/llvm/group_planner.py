@@ -1,0 +1,387 @@
+"""Planning a group (``plan_group``, ``GroupPlanner``): which kernels a group of HLO
+instructions (a fusion, or one unfused op) becomes -- dots, sorts, scatters and reductions that
+need their own kernels, the loop kernels that evaluate everything else, their leaves and
+outputs (see ``kernels``'s module docstring).  Split from ``kernels.py``, which re-exports these
+names."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm.kernels import (  # (a module kernels.py imports as it loads)
+    HARD_OPS, SPLIT_CHUNKS, Buf, ColumnReduceKernel, CopyKernel, DotKernel, DotSpec,
+    Im2colDotKernel, Kernel, LoopKernel, PlanError, ScatterKernel, SortKernel,
+    SplitReduceFinish, SplitReducePartials, _cost_per_element, _narrow_float_dot,
+    dot_scratch_bytes, fast_dot_ok)
+from ourjax.lowering import hlo
+
+# ---------------------------------------------------------------------------------------------
+# planning a group
+# ---------------------------------------------------------------------------------------------
+
+_PREFIX_OPS = (set(hlo.UNARY_OPS) | set(hlo.BINARY_OPS) |
+               {"compare", "select", "clamp", "convert", "copy"})
+
+
+def _operand_class(instr, o, k):
+  """How many leading index components of ``o`` equal the kernel's index prefix when ``instr``
+  is evaluated at an index whose first ``k`` components are that prefix."""
+  op = instr.opcode
+  if op in _PREFIX_OPS:
+    return k if o.dims == instr.dims else 0
+  if op == "bitcast-convert" and o.dims == instr.dims:
+    return k
+  if op == "broadcast":
+    dims = instr.attrs["dimensions"]
+    m = 0
+    for i, d in enumerate(dims):
+      if d == i and o.dims[i] == instr.dims[i]:
+        m += 1
+      else:
+        break
+    return min(k, m)
+  if op == "reduce":
+    n = len(instr.operands) // 2
+    if o in instr.operands[n:]:
+      return 0
+    rd = sorted(instr.attrs["dimensions"])
+    lead = rd[0] if rd else len(o.dims)
+    return min(k, lead)
+  if op in ("tuple", "get-tuple-element"):
+    return k
+  return 0
+
+
+def _index_classes(roots, instrs, leafmap):
+  """instr -> the smallest prefix class over all its uses (see ``_operand_class``)."""
+  cls = {}
+  for r, k in roots:
+    cls[r] = min(cls.get(r, k), k)
+  for instr in reversed(instrs):
+    if instr not in cls or instr in leafmap:
+      continue
+    k = cls[instr]
+    for o in instr.operands:
+      if o in leafmap:
+        continue
+      ko = _operand_class(instr, o, k)
+      cls[o] = min(cls.get(o, ko), ko)
+  return cls
+
+
+class GroupPlanner:
+  """Plans the kernels of one group.  ``new_temp(dtype, dims, name) -> Buf`` makes arena
+  buffers; ``max_threads`` sizes per-thread scratch."""
+
+  def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str,
+               widen_narrow_dots: bool = True, concat_kernels: bool = True, threads: int = 1):
+    self.new_temp, self.new_scratch = new_temp, new_scratch
+    self.threads = min(threads, max_threads)   # the host's (DotKernel.chunks)
+    # f16/bf16 dots go through the f32 GEMM on the CPU; a GPU has narrow-type tensor cores
+    self.widen_narrow_dots = widen_narrow_dots
+    # many-part concatenations written part by part (concat.ConcatKernel; CPU only for now)
+    self.concat_kernels = concat_kernels
+    self.max_threads = max_threads
+    self.prefix = prefix
+    self.count = 0
+    self.kernels: list[Kernel] = []
+
+  def _name(self):
+    self.count += 1
+    return f"{self.prefix}_{self.count}"
+
+  def plan(self, instrs: Sequence[hlo.Instruction], outputs: Sequence, leafmap: dict):
+    """``instrs`` in topological order; ``outputs`` (instr, Buf) pairs; ``leafmap`` instr ->
+    Buf | tuple of Buf | ('imm', scalar).  Returns the kernels (in order)."""
+    leafmap = dict(leafmap)
+    instrs = [i for i in instrs if i.opcode != "parameter" or i not in leafmap]
+    for i in instrs:
+      if i.opcode == "parameter" and i not in leafmap:
+        raise PlanError(f"parameter %{i.name} has no buffer")
+      if i.opcode == "constant" and i not in leafmap:
+        v = i.attrs["value"]
+        if v.ndim == 0:
+          leafmap[i] = ("imm", v[()])
+        else:
+          raise PlanError(f"array constant %{i.name} has no buffer")
+      if i.opcode in ("while", "conditional", "fusion", "custom-call"):
+        raise PlanError(f"{i.opcode} inside a group")
+    out_of = {}
+    for instr, buf in outputs:
+      out_of.setdefault(instr, buf)
+    # 1. hard ops
+    for instr in instrs:
+      if instr in leafmap or instr.opcode not in HARD_OPS:
+        continue
+      self._hard(instr, out_of.get(instr), leafmap, instrs)
+    # 2. outputs that are leaves already: copies
+    pending = []
+    for instr, buf in outputs:
+      spec = leafmap.get(instr)
+      if isinstance(spec, Buf):
+        if spec is not buf:
+          self.kernels.append(CopyKernel(self._name(), spec, buf))
+      else:
+        pending.append((instr, buf))
+    # 2b. an output that a reduction of the group reads (a bias gradient summing the gate
+    #     gradients it also returns) is computed first and read back from its buffer, not
+    #     computed again inside the reduction's kernel
+    reduced = {id(o) for i in instrs if i.opcode == "reduce" and i not in leafmap
+               for o in i.operands[:len(i.operands) // 2]}
+    first = [(i, b) for i, b in pending if id(i) in reduced and i.opcode != "reduce"
+             and isinstance(b, Buf)]
+    for i, b in first:
+      self._loop_kernel(_dims(i), [(i, b)], leafmap, instrs)
+      leafmap[i] = b
+    pending = [pair for pair in pending if pair not in first]
+    # 3. reduction outputs with their own strategies, then loop kernels
+    rest = []
+    for instr, buf in pending:
+      if instr.opcode == "reduce" and self._reduce_kernel(instr, buf, leafmap, instrs):
+        continue
+      rest.append((instr, buf))
+    self._loop_kernels(rest, leafmap, instrs)
+    return self.kernels
+
+  # -- hard ops --------------------------------------------------------------------------------
+  def _materialize(self, instr, leafmap, instrs):
+    """A buffer holding ``instr``'s value (computing it with a loop kernel if needed)."""
+    spec = leafmap.get(instr)
+    if isinstance(spec, Buf):
+      return spec
+    if instr.shape.is_tuple:
+      raise PlanError(f"cannot materialise tuple-shaped %{instr.name}")
+    buf = self.new_temp(instr.dtype, instr.dims, instr.name)
+    if isinstance(spec, tuple) and spec and spec[0] == "imm":
+      self.kernels.append(LoopKernel(self._name(), instr.dims, [(instr, buf)], {instr: spec},
+                                     rows=False))
+    elif instr.opcode == "reduce" and self._reduce_kernel(instr, buf, leafmap, instrs):
+      pass
+    else:
+      self._loop_kernel(instr.dims, [(instr, buf)], leafmap, instrs)
+    leafmap[instr] = buf
+    return buf
+
+  def _materialize_reduces_under(self, root, leafmap, instrs):
+    """Materialise every reduction ``root`` reads (kernels other than ``LoopKernel`` evaluate
+    their operands at arbitrary indices)."""
+    below = _reachable([o for o in root.operands], leafmap)
+    for i in instrs:
+      if id(i) in below and i not in leafmap and i.opcode == "reduce" and i is not root:
+        if i.shape.is_tuple:
+          raise PlanError(f"variadic reduce %{i.name} under %{root.name}")
+        self._materialize(i, leafmap, instrs)
+
+  def _hard(self, instr, out_buf, leafmap, instrs):
+    op = instr.opcode
+    self._materialize_reduces_under(instr, leafmap, instrs)
+    if op == "dot" and fast_dot_ok(instr):
+      lhs = self._materialize(instr.operands[0], leafmap, instrs)
+      rhs = self._materialize(instr.operands[1], leafmap, instrs)
+      out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+      spec = DotSpec(instr)
+      scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), instr.name)
+      # (a convolution's patch matrix the planner left unwritten: llvm/gemm_im2col.py)
+      kind = Im2colDotKernel if getattr(lhs, "geometry", None) is not None else DotKernel
+      self.kernels.append(kind(self._name(), instr, lhs, rhs, out, scratch,
+                               threads=self.threads))
+      leafmap[instr] = out
+      return
+    if op == "dot" and self.widen_narrow_dots and _narrow_float_dot(instr):
+      self._narrow_dot(instr, out_buf, leafmap, instrs)
+      return
+    if op in ("dot", "convolution"):
+      for o in instr.operands:
+        if o not in leafmap and o.shape.size > 1:
+          self._materialize(o, leafmap, instrs)
+      out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+      self.kernels.append(LoopKernel(self._name(), instr.dims, [(instr, out)],
+                                     _restrict(leafmap, instr), rows=False))
+      leafmap[instr] = out
+      return
+    if op == "sort":
+      ins = [self._materialize(o, leafmap, instrs) for o in instr.operands]
+      shapes = instr.shape.tuple_shapes if instr.shape.is_tuple else [instr.shape]
+      if instr.shape.is_tuple:
+        outs = list(out_buf) if isinstance(out_buf, tuple) else [
+            self.new_temp(s.dtype, s.dims, f"{instr.name}.{k}") for k, s in enumerate(shapes)]
+      else:
+        outs = [out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)]
+      dims = instr.operands[0].dims
+      d = instr.attrs.get("dimension", 0) if dims else 0
+      n = dims[d] if dims else 1
+      scratch = self.new_scratch(2 * n * 8 * self.max_threads + 64, instr.name)
+      self.kernels.append(SortKernel(self._name(), instr, ins, outs, scratch))
+      leafmap[instr] = tuple(outs) if instr.shape.is_tuple else outs[0]
+      return
+    if op == "scatter":
+      operand, indices, updates = instr.operands
+      src = self._materialize(operand, leafmap, instrs)
+      self._materialize(indices, leafmap, instrs)
+      self._materialize(updates, leafmap, instrs)
+      out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+      if src is not out:
+        self.kernels.append(CopyKernel(self._name(), src, out))
+      self.kernels.append(ScatterKernel(self._name(), instr, out, _restrict(leafmap, instr)))
+      leafmap[instr] = out
+      return
+    raise PlanError(f"no kernel for {op}")
+
+  def _narrow_dot(self, instr, out_buf, leafmap, instrs):
+    """f16/bf16 dot: the operands widened to f32 buffers, the packed f32 GEMM (f32 is the
+    accumulation type, as the reference's), then the result rounded to its type."""
+    f32 = hlo.Shape(np.float32, ())
+    conv = []
+    for o in instr.operands:
+      c = hlo.Instruction("convert", [o], f32.with_dims(o.dims), name=f"{o.name}.f32")
+      buf = self.new_temp(np.float32, o.dims, c.name)
+      self.kernels.append(LoopKernel(self._name(), o.dims, [(c, buf)], _restrict(leafmap, o)
+                                     if o in leafmap else _restrict(leafmap, c),
+                                     rows=len(o.dims) >= 2 and o.dims[-1] >= 16))
+      leafmap[c] = buf
+      conv.append(c)
+    wide = hlo.Instruction("dot", conv, f32.with_dims(instr.dims), dict(instr.attrs),
+                           name=f"{instr.name}.f32")
+    wide.attrs.pop("preferred_element_type", None)
+    if instr.dtype == E.F32 and out_buf is not None:
+      res = out_buf
+    else:
+      res = self.new_temp(np.float32, instr.dims, wide.name)
+    spec = DotSpec(wide)
+    scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), wide.name)
+    self.kernels.append(DotKernel(self._name(), wide, leafmap[conv[0]], leafmap[conv[1]], res,
+                                  scratch, threads=self.threads))
+    leafmap[wide] = res
+    if res is out_buf:
+      leafmap[instr] = res
+      return
+    out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+    back = hlo.Instruction("convert", [wide], instr.shape, name=f"{instr.name}.round")
+    self.kernels.append(LoopKernel(self._name(), instr.dims, [(back, out)], {wide: res},
+                                   rows=len(instr.dims) >= 2 and instr.dims[-1] >= 16))
+    leafmap[instr] = out
+
+  # -- reductions ------------------------------------------------------------------------------
+  def _reduce_kernel(self, r, buf, leafmap, instrs) -> bool:
+    n = len(r.operands) // 2
+    if n != 1 or not isinstance(buf, Buf):
+      return False
+    src = r.operands[0].dims
+    rd = sorted(r.attrs["dimensions"])
+    if not rd or math.prod(src) == 0:
+      return False
+    contiguous = rd == list(range(rd[0], rd[-1] + 1))
+    trailing = contiguous and rd[-1] == len(src) - 1
+    if contiguous and not trailing:
+      self._materialize_reduces_under(r, leafmap, instrs)
+      self.kernels.append(ColumnReduceKernel(self._name(), r, buf, _restrict(leafmap, r)))
+      return True
+    op = E.simple_reducer(r.attrs["to_apply"])
+    count = math.prod(src[d] for d in rd)
+    if trailing and op is not None and r.shape.size <= 4 and count >= (1 << 15):
+      self._materialize_reduces_under(r, leafmap, instrs)
+      parts = self.new_temp(r.dtype, (SPLIT_CHUNKS, r.shape.size), r.name + ".partials")
+      self.kernels.append(SplitReducePartials(self._name(), r, parts, _restrict(leafmap, r)))
+      self.kernels.append(SplitReduceFinish(self._name(), r, parts, buf, _restrict(leafmap, r)))
+      return True
+    return False
+
+  # -- loop kernels ------------------------------------------------------------------------------
+  def _loop_kernels(self, outputs, leafmap, instrs):
+    if not outputs:
+      return
+    clusters: dict[tuple, list] = {}
+    for instr, buf in outputs:
+      clusters.setdefault(_dims(instr), []).append((instr, buf))
+    # fold clusters of dims D[:-1] into the cluster of D (written once per row)
+    for dims in sorted(clusters, key=len, reverse=True):
+      if dims not in clusters or len(dims) < 2:
+        continue
+      outer = dims[:-1]
+      if outer in clusters and dims[-1] >= 8:
+        clusters[dims].extend(clusters.pop(outer))
+    for dims, outs in clusters.items():
+      self._loop_kernel(dims, outs, leafmap, instrs)
+
+  def _loop_kernel(self, dims, outs, leafmap, instrs):
+    if self.concat_kernels and len(outs) == 1:
+      from ourjax.backends.llvm import concat
+      root, buf = outs[0]
+      seen = _reachable([root], leafmap)
+      if concat.wants_concat_kernel(root, leafmap, [i for i in instrs if id(i) in seen]):
+        self.kernels.append(concat.ConcatKernel(self._name(), root, buf,
+                                                _restrict(leafmap, root),
+                                                _cost_per_element(outs, leafmap)))
+        return
+    rank = len(dims)
+    while True:
+      has_outer = any(_dims(i) != dims for i, _ in outs)
+      roots = [(i, len(_dims(i))) for i, _ in outs]
+      cls = _index_classes(roots, instrs, leafmap)
+      reduces = [i for i in instrs if i in cls and i not in leafmap and i.opcode == "reduce"]
+      want_outer = [r for r in reduces if rank >= 2 and _dims(r) == dims[:-1]
+                    and cls[r] == rank - 1]
+      rows = rank >= 2 and (has_outer or bool(want_outer) or dims[-1] >= 16)
+      bad = []
+      pre_outer, pre_elem = [], []
+      for r in reduces:
+        k = cls[r]
+        if _column_reduce(r) and r not in [i for i, _ in outs]:
+          bad.append(r)          # its own vectorized column kernel, read back from a buffer
+        elif rows and _dims(r) == dims[:-1] and k == rank - 1:
+          pre_outer.append(r)
+        elif _dims(r) == dims and k == rank:
+          pre_elem.append(r)
+        else:
+          bad.append(r)
+      if not bad:
+        break
+      self._materialize(bad[0], leafmap, instrs)   # innermost first (topological order)
+    self.kernels.append(LoopKernel(self._name(), dims, outs, _restrict_many(leafmap, outs),
+                                   rows=rows, prefetch_outer=pre_outer, prefetch_elem=pre_elem))
+
+
+def _column_reduce(r) -> bool:
+  """A single-operand reduce over a contiguous block of dimensions followed by kept ones
+  (what ``ColumnReduceKernel`` does better than one strided loop per output)."""
+  if len(r.operands) != 2 or r.shape.is_tuple:
+    return False
+  rd = sorted(r.attrs["dimensions"])
+  src = r.operands[0].dims
+  return (bool(rd) and rd == list(range(rd[0], rd[-1] + 1)) and rd[-1] < len(src) - 1
+          and math.prod(src) > 0)
+
+
+def _dims(instr):
+  s = instr.shape
+  return s.tuple_shapes[0].dims if s.is_tuple else s.dims
+
+
+def _reachable(roots, leafmap):
+  seen, stack = set(), list(roots)
+  while stack:
+    x = stack.pop()
+    if id(x) in seen:
+      continue
+    seen.add(id(x))
+    if x in leafmap:
+      continue
+    stack.extend(x.operands)
+  return seen
+
+
+def _restrict(leafmap, root):
+  return _restrict_many(leafmap, [(root, None)])
+
+
+def _restrict_many(leafmap, outs):
+  """The part of ``leafmap`` reachable from the outputs (so kernels take only what they read)."""
+  seen = _reachable([i for i, _ in outs], leafmap)
+  return {k: v for k, v in leafmap.items() if id(k) in seen}
+
+
+def plan_group(instrs, outputs, leafmap, new_temp, new_scratch, max_threads, prefix):
+  return GroupPlanner(new_temp, new_scratch, max_threads, prefix).plan(instrs, outputs, leafmap)
