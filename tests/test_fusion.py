@@ -187,6 +187,18 @@ def test_dense_tanh_is_one_output_fusion():
   assert any("output fusion" in n for n in notes(m, "fusion"))
 
 
+def test_a_dots_epilogue_may_end_in_a_reshape():
+  """A dot's elementwise epilogue whose result is reshaped at the end (a convolution's
+  [N*H*W, C] product seen as [N, H, W, C]) is one kOutput fusion rooted at the reshape, a view
+  of the epilogue's result (``fusion.check`` accepts it); results bitwise unchanged."""
+  def f(b, x, w):
+    y = b.abs(b.dot(x, w, (1,), (0,)))
+    return b.reshape(y, (2, 3, 8))
+  _, m = optimized(module(f, S("f32", 6, 16), S("f32", 16, 8)))
+  (k,) = kernels(m)
+  assert k.attrs["kind"] == "kOutput" and k.attrs["calls"].root.opcode == "reshape"
+
+
 def test_nothing_is_fused_into_a_dots_operands():
   def f(b, x, w):
     return b.dot(b.exp(x), b.negate(w), (1,), (0,))

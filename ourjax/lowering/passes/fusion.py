@@ -11,8 +11,9 @@ module whose parameters are the fusion's operands) as one kernel. Its ``kind`` s
              ``MAX_FUSED_CONSTANT_ELEMENTS`` elements.
 ``kInput``   a reduce or reduce-window (the "hero") whose inputs are computed on the fly from
              fused loop ops, so that the reduction reads its inputs once.
-``kOutput``  a dot or convolution followed by an elementwise epilogue (bias add, tanh, ...); the
-             dot's operands stay in memory, the epilogue is applied to each result element.
+``kOutput``  a dot or convolution followed by an elementwise epilogue (bias add, tanh, ...),
+             possibly ending in a reshape (a view); the dot's operands stay in memory, the
+             epilogue is applied to each result element.
 
 The pass goes consumer first (reverse topological order, as XLA's ``InstructionFusion``): each
 consumer tries its operands one at a time, and every accepted producer is cloned into the
@@ -290,7 +291,8 @@ def check(fusion: Instruction) -> str | None:
 
   kLoop    no heroes; every output has the same dims (one loop).
   kOutput  exactly one dot or convolution, reading parameters; what depends on it is
-           elementwise over its dims, and the root does.
+           elementwise over its dims (or a reshape that is the root: a view of the result),
+           and the root does.
   kInput   either one reduce-window, the root; or reduces sharing one ``Space`` (same operand
            dims, same reduced dims). What depends on a reduce is elementwise over the kept dims
            (an epilogue), a get-tuple-element of a variadic reduce, or the root tuple; in a row
@@ -325,7 +327,8 @@ def check(fusion: Instruction) -> str | None:
     after = {dot}
     for x in comp.instructions:
       if x is not dot and any(o in after for o in x.operands):
-        if not (x.is_elementwise() and x.dims == dot.dims):
+        if not ((x.is_elementwise() and x.dims == dot.dims) or
+                (x.opcode == "reshape" and x is comp.root)):   # (a view of the result)
           return f"%{x.name} is not an elementwise epilogue of %{dot.name}"
         after.add(x)
     return None if comp.root in after else "the root does not depend on the dot"
