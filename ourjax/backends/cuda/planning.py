@@ -48,6 +48,7 @@ def _make_planner(cpu_be, module, info):
       buffers already) and an ``Im2colBuf`` stands for each matrix (a tuple of them for a
       tuple-rooted fusion of batch chunks); None for other groups."""
       from ourjax.backends.cuda import implicit_gemm as IG
+      from ourjax.backends.llvm import im2col as IM
       if instr.opcode != "fusion" or comp.root is instr or instr in want or \
          any(isinstance(k, tuple) and k[1] is instr for k in want):
         return None
@@ -69,26 +70,7 @@ def _make_planner(cpu_be, module, info):
         if dot is None or not IG.accepts(dot, seen_as, geo, info):
           return None
       fc = instr.attrs["calls"]
-      leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
-      srcs, todo = {}, []
-      for geo in geos:
-        base = geo.v
-        while base.opcode == "reshape":
-          base = base.operands[0]
-        src = leafmap.get(base) if base.opcode == "parameter" else None
-        if isinstance(src, K.Buf) and not isinstance(src, IG.Im2colBuf):
-          srcs[id(geo.v)] = src
-        elif id(geo.v) not in srcs:
-          srcs[id(geo.v)] = self.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
-          todo.append((geo.v, srcs[id(geo.v)]))
-      if todo:
-        needed = K._reachable([v for v, _ in todo], leafmap)
-        instrs = [i for i in fc.instructions if id(i) in needed]
-        for i in instrs:
-          if i.opcode == "constant" and i.attrs["value"].ndim > 0:
-            leafmap[i] = self.const_buf(i)
-        for kern in self._group_kernels(instrs, todo, leafmap):
-          self._add_kernel(steps, kern)
+      srcs = IM.plan_sources(self, instr, geos, vals, steps)
       self.module.note("implicit_gemm", f"%{instr.name}: {len(geos)} patch matri"
                        f"{'ces' if len(geos) > 1 else 'x'} read in place from "
                        f"{list(geos[0].in_dims)} ({geos[0].taps} kernel positions)")

@@ -431,7 +431,6 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   and return the value: an ``Im2colBuf`` standing for each such matrix (a tuple for a tuple);
   else None."""
   from ourjax.backends.llvm import im2col as IM
-  from ourjax.backends.llvm import kernels as K
   if instr.opcode != "fusion" or comp.root is instr or instr in want or \
      any(isinstance(k, tuple) and k[1] is instr for k in want):
     return None
@@ -458,30 +457,11 @@ def plan_patches(planner, instr, vals, steps, want, comp):
       geos[k] = geo
   if not geos:
     return None
-  leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
-  for i in fc.instructions:
-    if i.opcode == "constant" and i.attrs["value"].ndim > 0:
-      leafmap[i] = planner.const_buf(i)
-  srcs, todo = {}, []
-  for geo in geos.values():
-    base = geo.v
-    while base.opcode == "reshape":
-      base = base.operands[0]
-    src = leafmap.get(base) if base.opcode == "parameter" else None
-    if isinstance(src, K.Buf) and not isinstance(src, IM.Im2colBuf):
-      srcs[id(geo.v)] = src
-    elif id(geo.v) not in srcs:
-      srcs[id(geo.v)] = planner.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
-      todo.append((geo.v, srcs[id(geo.v)]))
   # the other elements of a tuple, written as before
   written = {k: planner.temp(r.dtype, r.dims, f"{instr.name}.{k}")
              for k, r in enumerate(roots) if k not in geos}
-  todo += [(roots[k], buf) for k, buf in written.items()]
-  if todo:
-    needed = K._reachable([v for v, _ in todo], leafmap)
-    instrs = [i for i in fc.instructions if id(i) in needed]
-    for kern in planner._group_kernels(instrs, todo, leafmap):
-      planner._add_kernel(steps, kern)
+  srcs = IM.plan_sources(planner, instr, list(geos.values()), vals, steps,
+                         [(roots[k], buf) for k, buf in written.items()])
   first = next(iter(geos.values()))
   planner.module.note("implicit_im2col", f"%{instr.name}: {len(geos)} patch matri"
                       f"{'ces' if len(geos) > 1 else 'x'} packed by the GEMM straight from "

@@ -22,7 +22,7 @@ import numpy as np
 from ourjax.backends.llvm import kernels as K
 from ourjax.lowering import hlo
 
-__all__ = ["Geometry", "Im2colBuf", "match", "match_root"]
+__all__ = ["Geometry", "Im2colBuf", "match", "match_root", "plan_sources"]
 
 
 class Geometry:
@@ -175,3 +175,32 @@ def match_root(root, one_tap: bool = False) -> Geometry | None:
      (batch0 and layout != "F"):
     return None
   return Geometry(v, v.dims, (N, *out), starts, strides, low, batch0, layout)
+
+
+def plan_sources(planner, instr, geos, vals, steps, others=()) -> dict:
+  """Plan what the patch matrices ``geos`` (``Geometry``s of the fusion ``instr``) are read
+  from, for a GEMM that reads them in place: ``{id(geo.v): Buf}``, the input's own buffer
+  where it is one already (the previous layer's activation, say), else a temporary that
+  kernels planned here (with ``planner``, into ``steps``) write, together with ``others``
+  ((value of the fused computation, Buf) pairs also written: a tuple's other elements).
+  ``vals`` maps ``instr``'s operands to their buffers."""
+  fc = instr.attrs["calls"]
+  leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
+  srcs, todo = {}, []
+  for geo in geos:
+    src = leafmap.get(_peel_reshapes(geo.v))
+    if isinstance(src, K.Buf) and not isinstance(src, Im2colBuf):
+      srcs[id(geo.v)] = src
+    elif id(geo.v) not in srcs:
+      srcs[id(geo.v)] = planner.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
+      todo.append((geo.v, srcs[id(geo.v)]))
+  todo += list(others)
+  if todo:
+    needed = K._reachable([v for v, _ in todo], leafmap)
+    instrs = [i for i in fc.instructions if id(i) in needed]
+    for i in instrs:
+      if i.opcode == "constant" and i.attrs["value"].ndim > 0:
+        leafmap[i] = planner.const_buf(i)
+    for kern in planner._group_kernels(instrs, todo, leafmap):
+      planner._add_kernel(steps, kern)
+  return srcs

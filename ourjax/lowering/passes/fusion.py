@@ -734,8 +734,9 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
       return no(f"it would be computed {times} times per element (read at that many "
                 f"positions; limit {MAX_DUPLICATION})")
   if shared:
-    if getattr(comp.module, "dot_epilogues", False) and _dot_epilogue_of(P) is not None:
-      return no(f"cheap, but the epilogue of %{_dot_epilogue_of(P).name}: computed once where "
+    dot = _dot_epilogue_of(P) if getattr(comp.module, "dot_epilogues", False) else None
+    if dot is not None:
+      return no(f"cheap, but the epilogue of %{dot.name}: computed once where "
                 f"the dot's result would be stored, and read by its {n_users} users instead "
                 f"of the dot's result and its other operands")
     # copies in all n users read n * extra; one stored result costs its own reads (about
