@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import platform
 import subprocess
 import sys
 
@@ -33,6 +32,19 @@ def _cpu_default():
   config.update("jax_platforms", old)
 
 
+def _padded(x, padding):
+  """``x`` (NHWC-like, float64) zero-padded on its spatial dimensions, negative padding
+  cropping, as a convolution's ``padding`` does."""
+  for d, (lo, hi) in enumerate(padding):
+    widths = [(0, 0)] * x.ndim
+    widths[1 + d] = (max(lo, 0), max(hi, 0))
+    x = np.pad(x, widths)
+    sl = [slice(None)] * x.ndim
+    sl[1 + d] = slice(max(-lo, 0), x.shape[1 + d] - max(-hi, 0))
+    x = x[tuple(sl)]
+  return x
+
+
 def _steps(f, *args):
   exe = f.lower(*args).compile()._executable.compiled
   return [s.split()[0] for s in exe.meta["steps"]]
@@ -45,14 +57,7 @@ def _reference(x, w, strides, padding, rd):
   x64, w64 = x.astype(np.float64), w.astype(np.float64)
   ks = w.shape[:nd]
   # pad (negative padding crops)
-  xp, xa = x64, np.abs(x64)
-  for d, (lo, hi) in enumerate(padding):
-    widths = [(0, 0)] * x.ndim
-    widths[1 + d] = (max(lo, 0), max(hi, 0))
-    xp, xa = np.pad(xp, widths), np.pad(xa, widths)
-    sl = [slice(None)] * x.ndim
-    sl[1 + d] = slice(max(-lo, 0), xp.shape[1 + d] - max(-hi, 0))
-    xp, xa = xp[tuple(sl)], xa[tuple(sl)]
+  xp, xa = _padded(x64, padding), _padded(np.abs(x64), padding)
   outs = [(xp.shape[1 + d] - (ks[d] - 1) * rd[d] - 1) // strides[d] + 1 for d in range(nd)]
   y = np.zeros((x.shape[0], *outs, w.shape[-1]))
   ya = np.zeros_like(y)
@@ -256,14 +261,7 @@ def test_weight_gradients_match_numpy_and_the_written_patches(case, seed):
         x, w, strides, padding, rhs_dilation=rd, dimension_numbers=_SPECS[nd]) * g))(w)
   # NumPy: dw[k] = sum over batch and output positions of x at the tap's window times g
   x64 = x.astype(np.float64)
-  xp, xa = x64, np.abs(x64)
-  for d, (lo, hi) in enumerate(padding):
-    widths = [(0, 0)] * x.ndim
-    widths[1 + d] = (max(lo, 0), max(hi, 0))
-    xp, xa = np.pad(xp, widths), np.pad(xa, widths)
-    sl = [slice(None)] * x.ndim
-    sl[1 + d] = slice(max(-lo, 0), xp.shape[1 + d] - max(-hi, 0))
-    xp, xa = xp[tuple(sl)], xa[tuple(sl)]
+  xp, xa = _padded(x64, padding), _padded(np.abs(x64), padding)
   outs = g.shape[1:-1]
   want, mag = np.zeros(w.shape), np.zeros(w.shape)
   axes = list(range(nd + 1))
@@ -356,15 +354,8 @@ print("ok", n)
 def test_implicit_im2col_on_narrower_targets(cpu, isa, flag):
   """The cases above on AVX2 code (8 f32 lanes, 6-row tiles) and baseline SSE2 code (4 lanes,
   no FMA), in a child process whose code is generated for ``cpu`` (``OURJAX_CPU``)."""
-  if platform.machine() not in ("x86_64", "AMD64"):
-    pytest.skip("x86-64 host only")
-  if flag:
-    try:
-      flags = open("/proc/cpuinfo").read().split()
-    except OSError:
-      pytest.skip("no /proc/cpuinfo")
-    if flag not in flags or "fma" not in flags:
-      pytest.skip(f"host lacks {flag}/fma")
+  from cpu_targets import skip_unless_host_runs
+  skip_unless_host_runs(flag)
   env = dict(os.environ, OURJAX_CPU=cpu, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
   code = _CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)))
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

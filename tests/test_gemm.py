@@ -592,16 +592,9 @@ def test_jitted_matmuls_on_narrower_targets(cpu, isa, flag):
   process whose code is generated for
   ``cpu`` (``OURJAX_CPU``; no disk cache), i.e. the GEMM with that ISA's width and blocking.
   x86-64 (SSE2) code runs on any x86-64 host; haswell code needs AVX2 and FMA."""
-  import os, platform, subprocess, sys
-  if platform.machine() not in ("x86_64", "AMD64"):
-    pytest.skip("x86-64 host only")
-  if flag:
-    try:
-      flags = open("/proc/cpuinfo").read().split()
-    except OSError:
-      pytest.skip("no /proc/cpuinfo")
-    if flag not in flags or "fma" not in flags:
-      pytest.skip(f"host lacks {flag}/fma")
+  import os, subprocess, sys
+  from cpu_targets import skip_unless_host_runs
+  skip_unless_host_runs(flag)
   env = dict(os.environ, OURJAX_CPU=cpu, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
   out = subprocess.run([sys.executable, "-c", _JIT_MATMULS], env=env, capture_output=True,
                        text=True, timeout=300)
