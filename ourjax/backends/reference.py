@@ -207,6 +207,20 @@ def _impl_dot(instr, lhs, rhs):
                           preferred_element_type=instr.dtype)
 
 
+def _impl_attention(instr, q, k, v):
+  """``softmax(q kᵀ * scale) v`` over the last dims (``lowering/passes/attention.py``), as
+  the unfused instructions compute it: in the operands' type, the max subtracted first."""
+  nb = q.ndim - 2
+  batch = tuple(range(nb))
+  s = rops.dot_general(q, k, (((nb + 1,), (nb + 1,)), (batch, batch)),
+                       preferred_element_type=q.dtype)
+  s = s * np.asarray(instr.attrs["scale"], s.dtype)
+  e = np.exp(s - np.max(s, axis=-1, keepdims=True))
+  p = (e / np.sum(e, axis=-1, keepdims=True)).astype(q.dtype)
+  return rops.dot_general(p, v, (((nb + 1,), (nb,)), (batch, batch)),
+                          preferred_element_type=instr.dtype)
+
+
 def _impl_convolution(instr, lhs, rhs):
   a = instr.attrs
   return rops.conv_general_dilated(
@@ -309,7 +323,7 @@ _IMPLS = {
     "reverse": lambda instr, x: np.flip(x, tuple(instr.attrs["dimensions"])) if
     instr.attrs["dimensions"] else x,
     "reduce": _impl_reduce, "reduce-window": _impl_reduce_window, "dot": _impl_dot,
-    "convolution": _impl_convolution, "gather": _impl_gather, "scatter": _impl_scatter,
+    "convolution": _impl_convolution, "attention": _impl_attention, "gather": _impl_gather, "scatter": _impl_scatter,
     "sort": _impl_sort, "while": _impl_while, "conditional": _impl_conditional,
     "fft": lambda instr, x: rops.fft(x, fft_type=instr.attrs["fft_type"],
                                      fft_lengths=instr.attrs["fft_length"]),

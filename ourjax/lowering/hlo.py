@@ -476,7 +476,11 @@ class Module:
   ``patch_channel_bytes``: what a kernel position's channels must fill there (the GPU's
   16-byte copies: ``conv_to_dot`` zero-pads fewer channels);
   ``dot_epilogues``: the backend runs a dot's elementwise consumers in the dot's kernel (its
-  epilogue), so fusion stores such an epilogue's result rather than copying it into its users."""
+  epilogue), so fusion stores such an epilogue's result rather than copying it into its users;
+  ``fused_attention``: None, or ``refuses(dtype, q_dims, k_dims, v_dims, dots) -> reason |
+  None`` when the backend
+  computes ``attention`` instructions in one kernel (``passes/attention.py`` makes them where
+  it does not refuse)."""
 
   def __init__(self, name: str = "module"):
     self.name = name
@@ -488,6 +492,7 @@ class Module:
     self.patches_in_place = False
     self.patch_channel_bytes = 1
     self.dot_epilogues = False
+    self.fused_attention = None
 
   @property
   def entry(self) -> Computation:
@@ -592,6 +597,7 @@ class Module:
     new.patches_in_place = self.patches_in_place
     new.patch_channel_bytes = self.patch_channel_bytes
     new.dot_epilogues = self.dot_epilogues
+    new.fused_attention = self.fused_attention
     comp_map: dict[Computation, Computation] = {}
     for comp in self.computation_post_order():
       c2 = Computation(comp.name, new)
@@ -1121,6 +1127,8 @@ def _attrs_text(instr: Instruction) -> list[str]:
       out.append("is_stable=true")
   elif op == "fusion":
     out.append(f"kind={a['kind']}")
+  elif op == "attention":
+    out.append(f"scale={_scalar_text(a['scale'], np.dtype(np.float32))}")
   # called computations last, in XLA's spelling
   if op == "while":
     out.append(f"condition=%{a['condition'].name}, body=%{a['body'].name}")

@@ -600,6 +600,22 @@ def _rule_fusion(ops, attrs, declared):
   return comp.root.shape
 
 
+def _rule_attention(ops, attrs, declared):
+  """``attention(q, k, v)`` (``passes/attention.py``): q ``[B..., Tq, D]``, k ``[B..., Tk, D]``,
+  v ``[B..., Tk, Dv]`` of one element type give ``[B..., Tq, Dv]``."""
+  _require(len(ops) == 3, "attention", "takes q, k and v")
+  q, k, v = (_array("attention", s) for s in ops)
+  _require(q.rank >= 2 and q.rank == k.rank == v.rank, "attention",
+           lambda: f"q {q}, k {k} and v {v} must have one rank, at least 2")
+  _require(q.dtype == k.dtype == v.dtype, "attention",
+           lambda: f"q {q}, k {k} and v {v} differ in element type")
+  _require(q.dims[:-2] == k.dims[:-2] == v.dims[:-2] and q.dims[-1] == k.dims[-1]
+           and k.dims[-2] == v.dims[-2], "attention",
+           lambda: f"q {q}, k {k} and v {v} do not fit [B..., Tq, D], [B..., Tk, D], [B..., Tk, Dv]")
+  _require(isinstance(attrs.get("scale"), float), "attention", "needs a float scale")
+  return Shape(q.dtype, q.dims[:-1] + (v.dims[-1],))
+
+
 SHAPE_RULES: dict[str, Callable] = {
     **{op: _rule_unary(op) for op in UNARY_OPS},
     **{op: _rule_binary(op) for op in BINARY_OPS},
@@ -615,7 +631,7 @@ SHAPE_RULES: dict[str, Callable] = {
     "while": _rule_while,
     "conditional": _rule_conditional, "tuple": _rule_tuple, "get-tuple-element": _rule_gte,
     "opt-barrier": _rule_opt_barrier,
-    "fusion": _rule_fusion,
+    "fusion": _rule_fusion, "attention": _rule_attention,
 }
 
 

@@ -23,8 +23,9 @@ from typing import Callable, Sequence
 
 from ourjax import _phases
 from ourjax.lowering import hlo
-from ourjax.lowering.passes import (barriers, buffer_assignment, constant_folding, conv_to_dot,
-                                    cse, dce, dot_layout, fusion, multi_output_fusion, simplify)
+from ourjax.lowering.passes import (attention, barriers, buffer_assignment, constant_folding,
+                                    conv_to_dot, cse, dce, dot_layout, fusion,
+                                    multi_output_fusion, simplify)
 
 #: (name, run) pairs, run in order to a fixed point.
 PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
@@ -50,10 +51,12 @@ LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("buffer_assignment", buffer_assignment.run),
 ]
 
-#: The native backends' ``LATE_PASSES``: dot operands are first put in a layout their GEMMs
-#: take (after the fixed point, which would fold the transposes back into the dots).
+#: The native backends' ``LATE_PASSES``: attention becomes one instruction where the backend
+#: has a kernel for it (``Module.fused_attention``), then dot operands are put in a layout their
+#: GEMMs take (after the fixed point, which would fold the transposes back into the dots).
 NATIVE_LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("barriers", barriers.run),
+    ("attention", attention.run),
     ("dot_layout", dot_layout.run),
     *LATE_PASSES[1:],
 ]

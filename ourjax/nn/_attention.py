@@ -69,23 +69,33 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     scale = 1.0 / np.sqrt(H)
   logits_dtype = dtypes.promote_types(query.dtype, np.float32)
 
-  # logits[b, k, g, t, s]: query head n = k * G + g reads key/value head k
-  q = jnp.reshape(query, (B, T, K, G, H))
-  logits = jnp.einsum("btkgh,bskh->bkgts", q, key, preferred_element_type=logits_dtype)
+  # logits[b, k, g, t, s]: query head n = k * G + g reads key/value head k (without the g
+  # dimension when every query head has its own key/value head: plain [B, N, T, S] products,
+  # which the GPU runs as one fused attention kernel)
+  grouped = G > 1
+  lg = (B, K, G, T, S) if grouped else (B, N, T, S)
+  if grouped:
+    q = jnp.reshape(query, (B, T, K, G, H))
+    logits = jnp.einsum("btkgh,bskh->bkgts", q, key, preferred_element_type=logits_dtype)
+  else:
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key, preferred_element_type=logits_dtype)
   logits = logits * jnp.asarray(scale, logits_dtype)
   if bias is not None:
-    b5 = jnp.reshape(_to_bnts(bias, B, N, T, S, "bias"), (B, K, G, T, S))
+    b5 = jnp.reshape(_to_bnts(bias, B, N, T, S, "bias"), lg)
     logits = (logits + b5).astype(logits_dtype)
 
   keep = None
 
   def both(a, b):
     return b if a is None else jnp.logical_and(a, b)
+
+  def per_batch(x):       # [B, T or S] (the last dim at the given logits dim) -> logits rank
+    return x[:, None, None] if grouped else x[:, None]
   if mask is not None:
     mask = jnp.asarray(mask)
     if mask.dtype != np.bool_:
       raise ValueError(f"dot_product_attention: mask must be boolean, got {mask.dtype}")
-    keep = both(keep, jnp.reshape(_to_bnts(mask, B, N, T, S, "mask"), (B, K, G, T, S)))
+    keep = both(keep, jnp.reshape(_to_bnts(mask, B, N, T, S, "mask"), lg))
   t_pos = jnp.arange(T)[:, None]
   s_pos = jnp.arange(S)[None, :]
   if is_causal:
@@ -96,10 +106,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     keep = both(keep, (t_pos <= s_pos + left) & (t_pos >= s_pos - right))
   if query_seq_lengths is not None:
     qlen = jnp.asarray(query_seq_lengths)
-    keep = both(keep, (jnp.arange(T)[None, :] < qlen[:, None])[:, None, None, :, None])
+    keep = both(keep, per_batch((jnp.arange(T)[None, :] < qlen[:, None])[:, :, None]))
   if key_value_seq_lengths is not None:
     kvlen = jnp.asarray(key_value_seq_lengths)
-    keep = both(keep, (jnp.arange(S)[None, :] < kvlen[:, None])[:, None, None, None, :])
+    keep = both(keep, per_batch((jnp.arange(S)[None, :] < kvlen[:, None])[:, None, :]))
   if keep is not None:
     logits = jnp.where(keep, logits, _mask_value(logits_dtype))
 
@@ -108,8 +118,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
   e = jnp.exp(logits32 - m)
   denom = jnp.sum(e, axis=-1, keepdims=True)
   probs = (e / denom).astype(key.dtype)
-  out = jnp.einsum("bkgts,bskh->btkgh", probs, value)
-  out = jnp.reshape(out, (B, T, N, H))
+  if grouped:
+    out = jnp.reshape(jnp.einsum("bkgts,bskh->btkgh", probs, value), (B, T, N, H))
+  else:
+    out = jnp.einsum("bnts,bsnh->btnh", probs, value)
   if query_seq_lengths is not None:
     live = jnp.arange(T)[None, :] < jnp.asarray(query_seq_lengths)[:, None]
     out = out * live[:, :, None, None].astype(out.dtype)
@@ -117,7 +129,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     out = out[0]
   if not return_residual:
     return out
-  lse = (jnp.log(denom[..., 0]) + m[..., 0]).astype(key.dtype)      # [B, K, G, T]
-  lse = jnp.reshape(jnp.transpose(lse, (0, 3, 1, 2)), (B, T, N))
+  lse = (jnp.log(denom[..., 0]) + m[..., 0]).astype(key.dtype)      # [B, K, G, T] / [B, N, T]
+  lse = (jnp.reshape(jnp.transpose(lse, (0, 3, 1, 2)), (B, T, N)) if grouped else
+         jnp.transpose(lse, (0, 2, 1)))
   lse = lax.stop_gradient(lse)
   return out, (lse[0] if unbatched else lse)

@@ -102,8 +102,10 @@ NATIVE_OPCODES = frozenset(E.ELEMENTAL_OPS | K.HARD_OPS | {
     "copy"})
 
 
-def native_unsupported(module: hlo.Module) -> str | None:
-  """Why ``module`` cannot be compiled natively (None when it can)."""
+def native_unsupported(module: hlo.Module, opcodes=None) -> str | None:
+  """Why ``module`` cannot be compiled natively (None when it can); ``opcodes``: those the
+  backend takes (default ``NATIVE_OPCODES``, the CPU's)."""
+  opcodes = NATIVE_OPCODES if opcodes is None else opcodes
   entry = module.entry
   for p in entry.parameters:
     if p.shape.is_tuple:
@@ -114,7 +116,7 @@ def native_unsupported(module: hlo.Module) -> str | None:
       return "nested tuple result"
   for comp in module.reachable_computations():
     for instr in comp.instructions:
-      if instr.opcode not in NATIVE_OPCODES:
+      if instr.opcode not in opcodes:
         return f"opcode {instr.opcode} (%{instr.name})"
       for s in _leaf_shapes(instr.shape):
         if s.dtype not in E.SUPPORTED_DTYPES:

@@ -37,10 +37,23 @@ def _make_planner(cpu_be, module, info):
       return codegen.merge_column_reductions(kernels)
 
     def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
+      if instr.opcode == "attention":
+        return self._attention(instr, vals, steps, want)
       patches = self._implicit_patches(instr, vals, steps, want, comp)
       if patches is not None:
         return patches
       return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
+
+    def _attention(self, instr, vals, steps, want):
+      """An ``attention`` instruction (``lowering/passes/attention.py``) as one
+      ``FlashAttention`` kernel over its operands' buffers."""
+      from ourjax.backends.cuda.attention import FlashAttention
+      q, k, v = (self._as_buf(vals[o], o, steps) for o in instr.operands)
+      out = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
+      kern = FlashAttention(self._kname(), instr, q, k, v, out)
+      self.kernels.append(self._tag(kern))
+      steps.append(LP.KernelStep(kern))
+      return out
 
     def _implicit_patches(self, instr, vals, steps, want, comp):
       """Convolution patch matrices that their dots read in place from the input

@@ -1,0 +1,293 @@
+"""Fused attention on the GPU: ``FlashAttention`` computes an ``attention(q, k, v)`` instruction
+(``lowering/passes/attention.py``: ``softmax(q kᵀ * scale) v`` over ``[B..., T, D]`` operands)
+in one kernel, the way FlashAttention-2 does, never writing the ``Tq x Tk`` scores to memory.
+
+One block of 4 warps takes 64 query rows of one batch entry (16 rows a warp, on the tensor
+cores' ``mma.sync.m16n8k8`` tf32 tiles) and walks the keys in tiles of ``BK``:
+
+* q's rows stay in registers as mma A fragments for the whole walk, scaled by
+  ``scale * log2(e)`` once, so that the softmax runs on ``ex2``;
+* each tile of k and of v is copied global -> shared with ``cp.async`` (16-byte chunks, rows
+  padded by 4 words so that the fragment reads hit 32 distinct banks; rows past ``Tk`` are
+  zero-filled): v's tile is in flight while the scores are multiplied, the next k tile while
+  the softmax and ``p v`` run;
+* the scores ``S = q kᵀ`` of the warp's 16 rows live in mma accumulators; the online softmax
+  keeps each row's running max ``m`` and each thread's part of the running sum ``l``,
+  rescales the output accumulators by ``2^(m_old - m_new)`` when the max grows, and turns
+  ``S`` into ``P = 2^(S - m)`` in place;
+* ``P`` is the A operand of ``P v`` as it sits in the accumulators: the C fragment of an
+  m16n8 tile holds columns ``2t, 2t+1`` where an A fragment wants ``t, t+4``, so the key order
+  within each 8-key step is permuted (key ``2t`` plays ``t``, ``2t+1`` plays ``t+4``) and v's
+  rows are read in the same order: a sum over keys does not depend on their order;
+* at the end each row is divided by its sum (the quad's parts added with shuffles).
+
+f32 operands are multiplied in tf32, JAX's default precision for f32 contractions on tensor
+cores: q and ``P`` are rounded (``cvt.rna``), k and v, read from shared memory for every
+fragment, are truncated by the tensor cores (rounding them too cost 12% of the kernel's time on
+an H100, for a normwise error of 0.04% against 0.09% at 64x1024 per head); a dot asking for the
+highest precision is not fused (``refuses``).  Registers are held to what 3 blocks an SM leave
+(``.minnctapersm``).
+``OURJAX_CUDA_ATTENTION=0`` turns the fusion off.
+"""
+from __future__ import annotations
+
+import math
+
+import llvmlite.ir as ir
+import numpy as np
+
+from ourjax.backends.cuda.codegen import GpuKernel, barrier, shared_array, shared_ptr, shfl_bfly, sreg64
+from ourjax.backends.cuda.dots import _asm, _mma, _saddr, _tf32_allowed
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm.emitter import I32, I64, i64
+from ourjax.config import env_switch
+
+F32 = np.dtype(np.float32)
+MAX_HEAD = 128      # largest D and Dv: q's fragments and the output accumulators are registers
+MIN_BLOCKS = 3      # blocks an SM: ptxas keeps the registers at 168 or fewer
+
+
+def enabled() -> bool:
+  return env_switch("OURJAX_CUDA_ATTENTION")
+
+
+def refuses(dtype, q_dims, k_dims, v_dims, dots) -> str | None:
+  """Why ``FlashAttention`` cannot compute this match (``Module.fused_attention``: the
+  operands' dims as ``[B..., T, D]``), or None."""
+  if dtype != F32:
+    return f"element type {dtype} (the kernel takes float32)"
+  if not all(_tf32_allowed(d) for d in dots):
+    return "a dot asks for the highest precision (the kernel multiplies in tf32)"
+  D, Dv = q_dims[-1], v_dims[-1]
+  if D % 8 or Dv % 8 or D > MAX_HEAD or Dv > MAX_HEAD:
+    return f"head sizes D={D}, Dv={Dv} (the kernel takes multiples of 8 up to {MAX_HEAD})"
+  return None
+
+
+def _ex2(b, x):
+  return _asm(b, "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], ret=ir.FloatType(),
+              side_effect=False)
+
+
+def _rna(b, x):
+  return _asm(b, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [x], ret=I32, side_effect=False)
+
+
+def _fmax(b, x, y):
+  fn = b.module.globals.get("llvm.maxnum.f32")
+  if fn is None:
+    F = ir.FloatType()
+    fn = ir.Function(b.module, ir.FunctionType(F, [F, F]), name="llvm.maxnum.f32")
+  return b.call(fn, [x, y])
+
+
+def _quad(b, x, op):
+  """``op`` over the 4 lanes of ``x``'s quad (the lanes holding one row of an mma tile)."""
+  F = ir.FloatType()
+  for mask in (1, 2):
+    y = b.bitcast(shfl_bfly(b, b.bitcast(x, I32), mask), F)
+    x = op(x, y)
+  return x
+
+
+class FlashAttention(GpuKernel):
+  """``out[b] = softmax(q[b] k[b]ᵀ * scale) v[b]`` for every batch entry ``b`` (row-major
+  ``[B, Tq, D]``, ``[B, Tk, D]``, ``[B, Tk, Dv]`` buffers, any ``Tq`` and ``Tk``); the module
+  docstring says how."""
+  BQ = 64           # query rows per block: 4 warps of 16
+  THREADS = 128
+
+  def __init__(self, name, instr, q, k, v, out):
+    self.instr, self.q, self.k, self.v, self.out = instr, q, k, v, out
+    self.B = int(np.prod(q.dims[:-2], dtype=np.int64))
+    self.Tq, self.D = q.dims[-2:]
+    self.Tk, self.Dv = k.dims[-2], v.dims[-1]
+    self.scale = float(instr.attrs["scale"])
+    # keys per tile: two tiles of padded rows in the 48 KB of static shared memory
+    self.BK = 64 if max(self.D, self.Dv) <= 64 else 32
+    super().__init__(name, [q, k, v], [out],
+                     work=self.B * self.Tq * self.Tk * (self.D + self.Dv))
+
+  def launch(self, info):
+    nq = -(-self.Tq // self.BQ)
+    return (nq * self.B, 1, 1), (self.THREADS, 1, 1), 0
+
+  def emit_gpu(self, module):
+    fn = super().emit_gpu(module)
+    # ptxas keeps the registers low enough for MIN_BLOCKS blocks an SM (latency hiding)
+    i32 = lambda n: ir.Constant(I32, n)  # noqa: E731
+    for key, val in (("maxntidx", self.THREADS), ("minctasm", MIN_BLOCKS)):
+      module.add_named_metadata("nvvm.annotations",
+                                module.add_metadata([fn, ir.MetaDataString(module, key),
+                                                     i32(val)]))
+    return fn
+
+  def gpu_body(self, b, ptr):
+    F = ir.FloatType()
+    Tq, Tk, D, Dv, BQ, BK, T = self.Tq, self.Tk, self.D, self.Dv, self.BQ, self.BK, self.THREADS
+    ldk, ldv = D + 4, Dv + 4
+    mod = b.module
+    Ks = shared_array(mod, F, BK * ldk, self.name + "_K")
+    Vs = shared_array(mod, F, BK * ldv, self.name + "_V")
+    tid = sreg64(b, "tid.x")
+    lane = b.urem(tid, i64(32))
+    warp = b.udiv(tid, i64(32))
+    g = b.udiv(lane, i64(4))
+    t = b.urem(lane, i64(4))
+    nq = -(-Tq // BQ)
+    bid = sreg64(b, "ctaid.x")
+    bat = b.udiv(bid, i64(nq))
+    row0 = b.add(b.mul(b.urem(bid, i64(nq)), i64(BQ)), b.add(b.mul(warp, i64(16)), g))
+    rows = [row0, b.add(row0, i64(8))]              # this thread's two query rows
+    Q, Kp, Vp, O = ptr(self.q), ptr(self.k), ptr(self.v), ptr(self.out)
+    q_base = b.mul(bat, i64(Tq * D))
+    k_base = b.mul(bat, i64(Tk * D))
+    v_base = b.mul(bat, i64(Tk * Dv))
+    o_base = b.mul(bat, i64(Tq * Dv))
+    zero = ir.Constant(F, 0.0)
+    ninf = ir.Constant(F, -math.inf)
+
+    # q's A fragments, scaled for ex2: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
+    c = ir.Constant(F, float(np.float32(self.scale * math.log2(math.e))))
+    inside = [b.icmp_unsigned("<", r, i64(Tq)) for r in rows]
+    clamped = [b.select(ok, r, i64(Tq - 1)) for ok, r in zip(inside, rows)]
+    qfr = []
+    for kk in range(D // 8):
+      regs = []
+      for h, dk in ((0, 0), (1, 0), (0, 4), (1, 4)):
+        off = b.add(q_base, b.add(b.mul(clamped[h], i64(D)), b.add(t, i64(8 * kk + dk))))
+        x = b.load(b.gep(Q, [off], inbounds=True))
+        regs.append(_rna(b, b.select(inside[h], b.fmul(x, c), zero)))
+      qfr.append(regs)
+
+    def copy16(dst, src, nbytes):
+      _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+           "cp.async.cg.shared.global [$0], [g], 16, $2; }",
+           "l,l,r,~{memory}", [_saddr(b, dst), b.ptrtoint(src, I64), nbytes])
+
+    def commit():
+      _asm(b, "cp.async.commit_group;", "~{memory}", [])
+
+    def wait(n):
+      _asm(b, f"cp.async.wait_group {n};", "~{memory}", [])
+
+    def issue(tile, S, G, base, width, ld):
+      """This thread's 16-byte chunks of keys ``tile*BK ...`` (rows of ``width`` floats) into
+      the shared tile ``S`` (rows past Tk zero-filled)."""
+      per_row = width // 4
+      for n in range(-(-BK * per_row // T)):
+        ch = b.add(tid, i64(n * T))
+        ok_ch = b.icmp_unsigned("<", ch, i64(BK * per_row))
+        r = b.udiv(ch, i64(per_row))
+        e = b.mul(b.urem(ch, i64(per_row)), i64(4))
+        key = b.add(b.mul(tile, i64(BK)), r)
+        ok = b.and_(ok_ch, b.icmp_unsigned("<", key, i64(Tk)))
+        src = b.add(base, b.add(b.mul(b.select(ok, key, i64(0)), i64(width)), e))
+        dst = shared_ptr(b, S, b.trunc(b.select(ok_ch, b.add(b.mul(r, i64(ld)), e), i64(0)),
+                                       I32))
+        if BK * per_row % T:
+          with b.if_then(ok_ch):
+            copy16(dst, b.gep(G, [src], inbounds=True), b.select(ok, ir.Constant(I32, 16),
+                                                                   ir.Constant(I32, 0)))
+        else:
+          copy16(dst, b.gep(G, [src], inbounds=True), b.select(ok, ir.Constant(I32, 16),
+                                                                 ir.Constant(I32, 0)))
+
+    def ks(row, col):
+      return b.load(shared_ptr(b, Ks, b.trunc(b.add(b.mul(row, i64(ldk)), col), I32)))
+
+    def vs(row, col):
+      return b.load(shared_ptr(b, Vs, b.trunc(b.add(b.mul(row, i64(ldv)), col), I32)))
+
+    def kv_word(x):     # (the tensor cores read the tf32 bits of the f32 word: truncation)
+      return b.bitcast(x, I32)
+
+    NI, ND = BK // 8, Dv // 8
+    m_run = [E.alloca_entry(b, F) for _ in range(2)]
+    l_run = [E.alloca_entry(b, F) for _ in range(2)]
+    acc = [[E.alloca_entry(b, F) for _ in range(4)] for _ in range(ND)]
+    for h in range(2):
+      b.store(ninf, m_run[h])
+      b.store(zero, l_run[h])
+    for row in acc:
+      for a in row:
+        b.store(zero, a)
+
+    NT = -(-Tk // BK)
+    issue(i64(0), Ks, Kp, k_base, D, ldk)
+    commit()
+    with E.ForLoop(b, 0, NT, "kv") as loop:
+      j = loop.index
+      issue(j, Vs, Vp, v_base, Dv, ldv)
+      commit()
+      wait(1)
+      barrier(b)
+      # S = q kᵀ: B fragment b0 = k[key 8ni+g][8kk+t], b1 = ... [8kk+t+4]
+      S = []
+      for ni in range(NI):
+        cur = [zero] * 4
+        key = b.add(g, i64(8 * ni))
+        for kk in range(D // 8):
+          bfr = [kv_word(ks(key, b.add(t, i64(8 * kk + dk)))) for dk in (0, 4)]
+          cur = _mma(b, "tf32", qfr[kk], bfr, cur)
+        S.append(cur)
+      barrier(b)
+      nxt = b.add(j, i64(1))
+      with b.if_then(b.icmp_unsigned("<", nxt, i64(NT))):
+        issue(nxt, Ks, Kp, k_base, D, ldk)
+      commit()
+      if Tk % BK:     # keys past Tk (the last tile's zero rows) take no part
+        first = b.mul(j, i64(BK))
+        for ni in range(NI):
+          for e in range(4):
+            col = b.add(first, b.add(b.mul(t, i64(2)), i64(8 * ni + e % 2)))
+            S[ni][e] = b.select(b.icmp_unsigned("<", col, i64(Tk)), S[ni][e], ninf)
+      # online softmax, row h's values are S[ni][2h], S[ni][2h+1]
+      for h in range(2):
+        mx = S[0][2 * h]
+        for ni in range(NI):
+          for e in range(2):
+            if ni or e:
+              mx = _fmax(b, mx, S[ni][2 * h + e])
+        mx = _quad(b, mx, lambda x, y: _fmax(b, x, y))
+        m_old = b.load(m_run[h])
+        m_new = _fmax(b, m_old, mx)
+        base = b.select(b.fcmp_ordered("==", m_new, ninf), zero, m_new)
+        alpha = _ex2(b, b.fsub(m_old, base))
+        rs = zero
+        for ni in range(NI):
+          for e in range(2):
+            p = _ex2(b, b.fsub(S[ni][2 * h + e], base))
+            S[ni][2 * h + e] = p
+            rs = b.fadd(rs, p)
+        b.store(b.fadd(b.fmul(b.load(l_run[h]), alpha), rs), l_run[h])
+        b.store(m_new, m_run[h])
+        for nd in range(ND):
+          for e in range(2):
+            a = acc[nd][2 * h + e]
+            b.store(b.fmul(b.load(a), alpha), a)
+      wait(1)
+      barrier(b)
+      # O += P v: in 8-key step kk, key 2t plays t and 2t+1 plays t+4 (module docstring)
+      for kk in range(NI):
+        afr = [_rna(b, S[kk][x]) for x in (0, 2, 1, 3)]
+        krow = b.add(b.mul(t, i64(2)), i64(8 * kk))
+        for nd in range(ND):
+          col = b.add(g, i64(8 * nd))
+          bfr = [kv_word(vs(krow, col)), kv_word(vs(b.add(krow, i64(1)), col))]
+          cur = [b.load(a) for a in acc[nd]]
+          for a, x in zip(acc[nd], _mma(b, "tf32", afr, bfr, cur)):
+            b.store(x, a)
+      barrier(b)
+    wait(0)
+    # each row divided by its sum; c0,c1 at (g, 8nd+2t..), c2,c3 at (g+8, ...)
+    for h in range(2):
+      total = _quad(b, b.load(l_run[h]), b.fadd)
+      inv = b.fdiv(ir.Constant(F, 1.0), total)
+      with b.if_then(inside[h]):
+        for nd in range(ND):
+          off = b.add(o_base, b.add(b.mul(rows[h], i64(Dv)), b.add(b.mul(t, i64(2)),
+                                                                    i64(8 * nd))))
+          for e in range(2):
+            x = b.fmul(b.load(acc[nd][2 * h + e]), inv)
+            b.store(x, b.gep(O, [b.add(off, i64(e)) if e else off], inbounds=True))

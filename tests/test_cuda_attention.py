@@ -1,0 +1,202 @@
+"""Fused attention: ``lowering/passes/attention.py`` turns ``softmax(q kᵀ * scale) v`` into one
+``attention`` instruction where the backend takes it, the reference evaluates that instruction
+as the unfused computation, and the GPU's ``FlashAttention`` kernel (``backends/cuda/
+attention.py``) computes it (its PTX assembled here; its numbers checked on a GPU).
+"""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax.backends import reference
+from ourjax.lowering import from_jaxpr, hlo, pipeline
+from ourjax.lowering.passes import attention
+
+from test_ptx import _assemble, needs_ptxas
+
+
+def _attend(scale_kind="divide", k_layout="last", axis_names="bhqd"):
+  def f(q, k, v):
+    d = q.shape[-1]
+    kt = jnp.swapaxes(k, -1, -2) if k_layout == "last" else k
+    s = jnp.matmul(q, kt)
+    if scale_kind == "divide":
+      s = s / np.float32(math.sqrt(d))
+    elif scale_kind == "multiply":
+      s = np.float32(0.3) * s
+    return jnp.matmul(ourjax.nn.softmax(s, axis=-1), v)
+  return f
+
+
+def _module(f, *args):
+  closed = ourjax.jit(f).trace(*args).jaxpr
+  return from_jaxpr.lower(closed, "attn").module
+
+
+def _optimized(f, args, refuses=lambda *a: None):
+  m = _module(f, *args)
+  m.fused_attention = refuses
+  return pipeline.optimize(m, late_passes=[("attention", attention.run)])
+
+
+def _opcodes(m):
+  return [i.opcode for i in m.entry.instructions]
+
+
+def _numpy_attention(q, k, v, scale):
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return np.matmul(e / e.sum(-1, keepdims=True), v)
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.lists(st.integers(2, 3), min_size=0, max_size=2), tq=st.integers(2, 9),
+       tk=st.integers(2, 9), d=st.integers(2, 6), dv=st.integers(2, 6),
+       scale_kind=st.sampled_from(["divide", "multiply", "none"]),
+       k_layout=st.sampled_from(["last", "first"]), seed=st.integers(0, 2 ** 31))
+def test_pass_fuses_and_the_reference_keeps_the_result(batch, tq, tk, d, dv, scale_kind,
+                                                       k_layout, seed):
+  # (sizes of 1 are simplified into other ops first: no dots left to match)
+  rng = np.random.default_rng(seed)
+  q = rng.standard_normal((*batch, tq, d)).astype(np.float32)
+  kshape = (*batch, tk, d) if k_layout == "last" else (*batch, d, tk)
+  k = rng.standard_normal(kshape).astype(np.float32)
+  v = rng.standard_normal((*batch, tk, dv)).astype(np.float32)
+  f = _attend(scale_kind, k_layout)
+  m = _optimized(f, (q, k, v))
+  hlo.verify(m)
+  ops = _opcodes(m)
+  assert ops.count("attention") == 1 and "dot" not in ops and "exponential" not in ops, ops
+  (att,) = [i for i in m.entry.instructions if i.opcode == "attention"]
+  scale = {"divide": 1 / math.sqrt(d), "multiply": 0.3, "none": 1.0}[scale_kind]
+  assert att.attrs["scale"] == pytest.approx(scale, rel=1e-6)
+  got = reference.compile(m)(q, k, v)[0]
+  kk = k if k_layout == "last" else np.swapaxes(k, -1, -2)
+  want = _numpy_attention(q, kk, v, scale)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  assert any("as one kernel" in n for n in m.notes)
+
+
+@pytest.mark.parametrize("use_nn", [False, True])
+def test_jax_layout_and_dot_product_attention_fuse(use_nn):
+  """``[B, T, N, H]`` operands (JAX's layout: heads inside, so the dots' batch dims are not
+  leading) and ``nn.dot_product_attention`` become one attention of transposed operands."""
+  rng = np.random.default_rng(6)
+  B, T, S, N, H = 2, 5, 7, 3, 4
+  q = rng.standard_normal((B, T, N, H)).astype(np.float32)
+  k = rng.standard_normal((B, S, N, H)).astype(np.float32)
+  v = rng.standard_normal((B, S, N, H)).astype(np.float32)
+
+  def f(q, k, v):
+    if use_nn:
+      return ourjax.nn.dot_product_attention(q, k, v)
+    s = jnp.einsum("btnh,bsnh->bnts", q, k) * np.float32(0.5)
+    return jnp.einsum("bnts,bsnh->btnh", ourjax.nn.softmax(s, axis=-1), v)
+  m = _optimized(f, (q, k, v))
+  assert _opcodes(m).count("attention") == 1, m.to_string()
+  got = reference.compile(m)(q, k, v)[0]
+  scale = 1 / math.sqrt(H) if use_nn else 0.5
+  want = _numpy_attention(*(np.swapaxes(x, 1, 2) for x in (q, k, v)), scale)
+  np.testing.assert_allclose(got, np.swapaxes(want, 1, 2), rtol=1e-4, atol=1e-5)
+
+
+def test_probabilities_read_elsewhere_are_not_fused():
+  """A training step's backward pass reads the probabilities: nothing is fused, and the
+  reason is noted."""
+  rng = np.random.default_rng(1)
+  q, k, v = (rng.standard_normal((2, 5, 4)).astype(np.float32) for _ in range(3))
+
+  def f(q, k, v):
+    p = ourjax.nn.softmax(jnp.matmul(q, jnp.swapaxes(k, -1, -2)), axis=-1)
+    return jnp.matmul(p, v), p
+  m = _optimized(f, (q, k, v))
+  assert "attention" not in _opcodes(m)
+  assert any("not fused" in n and "read elsewhere" in n for n in m.notes), m.notes
+
+
+def test_backend_refusal_is_noted_and_leaves_the_module():
+  rng = np.random.default_rng(2)
+  q, k, v = (rng.standard_normal((3, 6, 8)).astype(np.float32) for _ in range(3))
+  m = _optimized(_attend(), (q, k, v), refuses=lambda *a: "no kernel for this")
+  assert "attention" not in _opcodes(m)
+  assert any("not fused: no kernel for this" in n for n in m.notes)
+
+
+def test_modules_without_a_fused_kernel_are_left_alone():
+  rng = np.random.default_rng(3)
+  q, k, v = (rng.standard_normal((3, 6, 8)).astype(np.float32) for _ in range(3))
+  m = _module(_attend(), q, k, v)
+  assert not attention.run(m)        # (Module.fused_attention is None: the CPU, the reference)
+
+
+def test_jit_on_the_cpu_is_unchanged():
+  rng = np.random.default_rng(4)
+  q, k, v = (rng.standard_normal((2, 3, 7, 8)).astype(np.float32) for _ in range(3))
+  got = ourjax.jit(_attend(), backend="cpu")(q, k, v)
+  np.testing.assert_allclose(got, _numpy_attention(q, k, v, 1 / math.sqrt(8)), rtol=1e-4,
+                             atol=1e-5)
+
+
+# -- the GPU kernel --------------------------------------------------------------------------
+
+CUDA_CASES = [   # (q dims, Tk, Dv): tails in Tq and Tk, head sizes 8..128, batch dims 0..2
+    ((2, 3, 100, 64), 70, 64),
+    ((130, 32), 200, 16),
+    ((4, 64, 128), 64, 128),
+    ((2, 2, 3, 8), 5, 8),
+]
+
+
+def _cuda_args(qdims, tk, dv, seed=0):
+  rng = np.random.default_rng(seed)
+  q = rng.standard_normal(qdims).astype(np.float32)
+  k = rng.standard_normal((*qdims[:-2], tk, qdims[-1])).astype(np.float32)
+  v = rng.standard_normal((*qdims[:-2], tk, dv)).astype(np.float32)
+  return q, k, v
+
+
+def _cuda_compiled(args):
+  return ourjax.jit(_attend(), backend="cuda").lower(*args).compile()
+
+
+@pytest.mark.parametrize("case", CUDA_CASES)
+def test_cuda_kernel_is_chosen(case):
+  c = _cuda_compiled(_cuda_args(*case))
+  kinds = [type(k).__name__ for k in c.runtime_executable().kernels]
+  assert kinds == ["FlashAttention"], kinds
+
+
+@needs_ptxas
+@pytest.mark.parametrize("case", CUDA_CASES[:2])
+def test_cuda_kernel_ptx_assembles(case):
+  _assemble(_cuda_compiled(_cuda_args(*case)).as_text(dialect="ptx"))
+
+
+def test_cuda_highest_precision_is_not_fused():
+  args = _cuda_args((2, 16, 8), 16, 8)
+  with ourjax.default_matmul_precision("highest"):
+    c = ourjax.jit(_attend(), backend="cuda").lower(*args).compile()
+  assert "FlashAttention" not in [type(k).__name__ for k in c.runtime_executable().kernels]
+
+
+def _has_gpu():
+  try:
+    return bool(ourjax.devices("cuda"))
+  except Exception:
+    return False
+
+
+@pytest.mark.skipif(not _has_gpu(), reason="no GPU")
+@pytest.mark.parametrize("case", CUDA_CASES)
+def test_cuda_kernel_matches_float64(case):
+  q, k, v = _cuda_args(*case, seed=5)
+  got = np.asarray(ourjax.jit(_attend(), backend="cuda")(q, k, v))
+  want = _numpy_attention(q, k, v, 1 / math.sqrt(q.shape[-1]))
+  # tf32 products (10-bit significands): normwise, as the model benchmarks check the GPU
+  err = np.linalg.norm(got - want) / np.linalg.norm(want)
+  assert err < 5e-3, err
+  np.testing.assert_allclose(got, want, rtol=0.05, atol=0.02)
