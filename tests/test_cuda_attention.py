@@ -15,7 +15,7 @@ from ourjax.backends import reference
 from ourjax.lowering import from_jaxpr, hlo, pipeline
 from ourjax.lowering.passes import attention
 
-from test_ptx import _assemble, needs_ptxas
+from test_ptx import PTXAS, _assemble, needs_ptxas
 
 
 def _attend(scale_kind="divide", k_layout="last", axis_names="bhqd"):
@@ -104,6 +104,61 @@ def test_jax_layout_and_dot_product_attention_fuse(use_nn):
   np.testing.assert_allclose(got, np.swapaxes(want, 1, 2), rtol=1e-4, atol=1e-5)
 
 
+def _masked(kind):
+  """Attention whose scores a mask or a bias modifies before the softmax."""
+  def f(q, k, v, extra):
+    T, S = q.shape[-2], k.shape[-2]
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.float32(2.0)
+    if kind == "causal":
+      s = jnp.where(jnp.tril(jnp.ones((T, S), dtype=bool)), s, -1e9)
+    elif kind == "bias":
+      s = s + extra                                   # a [B, 1, T, S] bias, read from memory
+    elif kind == "padding":                           # keys past each batch entry's length
+      s = jnp.where((jnp.arange(S)[None, :] < extra[:, None])[:, None, None, :], s, -jnp.inf)
+    return jnp.einsum("bhqk,bhkd->bhqd", ourjax.nn.softmax(s, axis=-1), v)
+  return f
+
+
+def _masked_args(kind, B=2, H=3, T=6, S=9, D=4, seed=7):
+  rng = np.random.default_rng(seed)
+  q = rng.standard_normal((B, H, T, D)).astype(np.float32)
+  k = rng.standard_normal((B, H, S, D)).astype(np.float32)
+  v = rng.standard_normal((B, H, S, D)).astype(np.float32)
+  extra = {"causal": np.zeros((), np.float32),
+           "bias": rng.standard_normal((B, 1, T, S)).astype(np.float32),
+           "padding": np.array([S, 3] + [S - 1] * (B - 2), np.int32)}[kind]
+  return q, k, v, extra
+
+
+def _masked_want(kind, q, k, v, extra):
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  T, S = q.shape[-2], k.shape[-2]
+  s = np.matmul(q, np.swapaxes(k, -1, -2)) / 2.0
+  if kind == "causal":
+    s = np.where(np.tril(np.ones((T, S), bool)), s, -1e9)
+  elif kind == "bias":
+    s = s + extra
+  elif kind == "padding":
+    s = np.where((np.arange(S)[None, :] < extra[:, None])[:, None, None, :], s, -np.inf)
+  e = np.exp(s - s.max(-1, keepdims=True))
+  return np.matmul(e / e.sum(-1, keepdims=True), v)
+
+
+@pytest.mark.parametrize("kind", ["causal", "bias", "padding"])
+def test_masks_and_biases_fuse_as_a_scores_computation(kind):
+  args = _masked_args(kind)
+  m = _optimized(_masked(kind), args)
+  hlo.verify(m)
+  ops = _opcodes(m)
+  assert ops.count("attention") == 1 and "dot" not in ops and "exponential" not in ops, ops
+  (att,) = [i for i in m.entry.instructions if i.opcode == "attention"]
+  assert att.attrs["calls"].parameters[0].dims == (2, 3, 6, 9)
+  # the causal mask is computed from iotas inside; a bias or lengths are read from memory
+  assert len(att.operands) == (3 if kind == "causal" else 4)
+  got = reference.compile(m)(*args)[0]
+  np.testing.assert_allclose(got, _masked_want(kind, *args), rtol=1e-4, atol=1e-5)
+
+
 def test_probabilities_read_elsewhere_are_not_fused():
   """A training step's backward pass reads the probabilities: nothing is fused, and the
   reason is noted."""
@@ -188,6 +243,20 @@ def _has_gpu():
     return bool(ourjax.devices("cuda"))
   except Exception:
     return False
+
+
+@pytest.mark.parametrize("kind", ["causal", "bias", "padding"])
+def test_cuda_masked_kernel(kind):
+  args = _masked_args(kind, B=2, H=2, T=70, S=100, D=16)
+  c = ourjax.jit(_masked(kind), backend="cuda").lower(*args).compile()
+  assert "FlashAttention" in [type(k).__name__ for k in c.runtime_executable().kernels]
+  if PTXAS is not None:
+    _assemble(c.as_text(dialect="ptx"))
+  if _has_gpu():
+    got = np.asarray(c(*args))
+    want = _masked_want(kind, *args)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 5e-3
+    np.testing.assert_allclose(got, want, rtol=0.05, atol=0.02)
 
 
 @pytest.mark.skipif(not _has_gpu(), reason="no GPU")

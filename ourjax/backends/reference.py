@@ -207,14 +207,17 @@ def _impl_dot(instr, lhs, rhs):
                           preferred_element_type=instr.dtype)
 
 
-def _impl_attention(instr, q, k, v):
-  """``softmax(q kᵀ * scale) v`` over the last dims (``lowering/passes/attention.py``), as
-  the unfused instructions compute it: in the operands' type, the max subtracted first."""
+def _impl_attention(instr, q, k, v, *arrays):
+  """``softmax(f(q kᵀ * scale)) v`` over the last dims (``lowering/passes/attention.py``;
+  ``f`` the scores computation, ``calls``, of the scores and ``arrays``), as the unfused
+  instructions compute it: in the operands' type, the max subtracted first."""
   nb = q.ndim - 2
   batch = tuple(range(nb))
   s = rops.dot_general(q, k, (((nb + 1,), (nb + 1,)), (batch, batch)),
                        preferred_element_type=q.dtype)
   s = s * np.asarray(instr.attrs["scale"], s.dtype)
+  if instr.attrs.get("calls") is not None:
+    s = evaluate_computation(instr.attrs["calls"], [s, *arrays])
   e = np.exp(s - np.max(s, axis=-1, keepdims=True))
   p = (e / np.sum(e, axis=-1, keepdims=True)).astype(q.dtype)
   return rops.dot_general(p, v, (((nb + 1,), (nb,)), (batch, batch)),

@@ -1138,7 +1138,7 @@ def _attrs_text(instr: Instruction) -> list[str]:
       out.append(f"true_computation=%{br[0].name}, false_computation=%{br[1].name}")
     else:
       out.append("branch_computations={" + ", ".join(f"%{c.name}" for c in br) + "}")
-  elif op == "fusion":
+  elif op in ("fusion", "attention") and a.get("calls") is not None:
     out.append(f"calls=%{a['calls'].name}")
   elif "to_apply" in a:
     out.append(f"to_apply=%{a['to_apply'].name}")

@@ -601,10 +601,12 @@ def _rule_fusion(ops, attrs, declared):
 
 
 def _rule_attention(ops, attrs, declared):
-  """``attention(q, k, v)`` (``passes/attention.py``): q ``[B..., Tq, D]``, k ``[B..., Tk, D]``,
-  v ``[B..., Tk, Dv]`` of one element type give ``[B..., Tq, Dv]``."""
-  _require(len(ops) == 3, "attention", "takes q, k and v")
-  q, k, v = (_array("attention", s) for s in ops)
+  """``attention(q, k, v, arrays...)`` (``passes/attention.py``): q ``[B..., Tq, D]``, k
+  ``[B..., Tk, D]``, v ``[B..., Tk, Dv]`` of one element type give ``[B..., Tq, Dv]``; with
+  ``calls``, the scores' modification (a computation of the scores and of ``arrays``) returns
+  scores."""
+  _require(len(ops) >= 3, "attention", "takes q, k and v")
+  q, k, v = (_array("attention", s) for s in ops[:3])
   _require(q.rank >= 2 and q.rank == k.rank == v.rank, "attention",
            lambda: f"q {q}, k {k} and v {v} must have one rank, at least 2")
   _require(q.dtype == k.dtype == v.dtype, "attention",
@@ -613,6 +615,15 @@ def _rule_attention(ops, attrs, declared):
            and k.dims[-2] == v.dims[-2], "attention",
            lambda: f"q {q}, k {k} and v {v} do not fit [B..., Tq, D], [B..., Tk, D], [B..., Tk, Dv]")
   _require(isinstance(attrs.get("scale"), float), "attention", "needs a float scale")
+  scores = Shape(q.dtype, q.dims[:-1] + (k.dims[-2],))
+  comp = attrs.get("calls")
+  if comp is None:
+    _require(len(ops) == 3, "attention", "reads other arrays only through a scores computation")
+  else:
+    want = [scores] + list(ops[3:])
+    _require(comp.parameter_shapes == want and comp.root.shape == scores, "attention",
+             lambda: f"scores computation %{comp.name} takes ({', '.join(map(str, comp.parameter_shapes))}) "
+             f"-> {comp.root.shape}, not ({', '.join(map(str, want))}) -> {scores}")
   return Shape(q.dtype, q.dims[:-1] + (v.dims[-1],))
 
 

@@ -39,6 +39,9 @@ import numpy as np
 from ourjax.backends.cuda.codegen import GpuKernel, barrier, shared_array, shared_ptr, shfl_bfly, sreg64
 from ourjax.backends.cuda.dots import _asm, _mma, _saddr, _tf32_allowed
 from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.elemental import Emitter
+from ourjax.backends.llvm.emitter import Index
 from ourjax.backends.llvm.emitter import I32, I64, i64
 from ourjax.config import env_switch
 
@@ -97,15 +100,17 @@ class FlashAttention(GpuKernel):
   BQ = 64           # query rows per block: 4 warps of 16
   THREADS = 128
 
-  def __init__(self, name, instr, q, k, v, out):
+  def __init__(self, name, instr, q, k, v, out, leafmap=None):
     self.instr, self.q, self.k, self.v, self.out = instr, q, k, v, out
+    self.scores = instr.attrs.get("calls")      # the scores' modification (masks, biases)
+    self.leafmap = dict(leafmap or {})
     self.B = int(np.prod(q.dims[:-2], dtype=np.int64))
     self.Tq, self.D = q.dims[-2:]
     self.Tk, self.Dv = k.dims[-2], v.dims[-1]
     self.scale = float(instr.attrs["scale"])
     # keys per tile: two tiles of padded rows in the 48 KB of static shared memory
     self.BK = 64 if max(self.D, self.Dv) <= 64 else 32
-    super().__init__(name, [q, k, v], [out],
+    super().__init__(name, [q, k, v] + K._leaf_bufs(self.leafmap), [out],
                      work=self.B * self.Tq * self.Tk * (self.D + self.Dv))
 
   def launch(self, info):
@@ -147,8 +152,10 @@ class FlashAttention(GpuKernel):
     zero = ir.Constant(F, 0.0)
     ninf = ir.Constant(F, -math.inf)
 
-    # q's A fragments, scaled for ex2: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
-    c = ir.Constant(F, float(np.float32(self.scale * math.log2(math.e))))
+    # q's A fragments, scaled for ex2 (with a scores computation, after it): a0 (g, t),
+    # a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
+    log2e = math.log2(math.e)
+    c = ir.Constant(F, float(np.float32(self.scale * (1.0 if self.scores else log2e))))
     inside = [b.icmp_unsigned("<", r, i64(Tq)) for r in rows]
     clamped = [b.select(ok, r, i64(Tq - 1)) for ok, r in zip(inside, rows)]
     qfr = []
@@ -203,6 +210,10 @@ class FlashAttention(GpuKernel):
       return b.bitcast(x, I32)
 
     NI, ND = BK // 8, Dv // 8
+    if self.scores is not None:
+      em = Emitter(b, K._make_leaves(b, self.leafmap, ptr))
+      bdims = tuple(self.q.dims[:-2])
+      bmulti = list(E.delinearize(b, bat, bdims)) if bdims else []
     m_run = [E.alloca_entry(b, F) for _ in range(2)]
     l_run = [E.alloca_entry(b, F) for _ in range(2)]
     acc = [[E.alloca_entry(b, F) for _ in range(4)] for _ in range(ND)]
@@ -236,6 +247,18 @@ class FlashAttention(GpuKernel):
       with b.if_then(b.icmp_unsigned("<", nxt, i64(NT))):
         issue(nxt, Ks, Kp, k_base, D, ldk)
       commit()
+      if self.scores is not None:   # masks, biases: f(scores) at (batch..., row, key)
+        first = b.mul(j, i64(BK))
+        sdims = tuple(self.q.dims[:-1]) + (Tk,)
+        for ni in range(NI):
+          for e in range(4):
+            col = b.add(first, b.add(b.mul(t, i64(2)), i64(8 * ni + e % 2)))
+            col = b.select(b.icmp_unsigned("<", col, i64(Tk)), col, i64(Tk - 1))
+            idx = Index(b, sdims, multi=bmulti + [clamped[e // 2], col])
+            em.push_scope()
+            em.remember(self.scores.parameters[0], idx, S[ni][e])
+            S[ni][e] = b.fmul(em.value(self.scores.root, idx), ir.Constant(F, log2e))
+            em.pop_scope()
       if Tk % BK:     # keys past Tk (the last tile's zero rows) take no part
         first = b.mul(j, i64(BK))
         for ni in range(NI):

@@ -48,9 +48,12 @@ def _make_planner(cpu_be, module, info):
       """An ``attention`` instruction (``lowering/passes/attention.py``) as one
       ``FlashAttention`` kernel over its operands' buffers."""
       from ourjax.backends.cuda.attention import FlashAttention
-      q, k, v = (self._as_buf(vals[o], o, steps) for o in instr.operands)
+      q, k, v = (self._as_buf(vals[o], o, steps) for o in instr.operands[:3])
+      fc = instr.attrs.get("calls")
+      leafmap = {} if fc is None else {
+          p: vals[o] for p, o in zip(fc.parameters[1:], instr.operands[3:])}
       out = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
-      kern = FlashAttention(self._kname(), instr, q, k, v, out)
+      kern = FlashAttention(self._kname(), instr, q, k, v, out, leafmap)
       self.kernels.append(self._tag(kern))
       steps.append(LP.KernelStep(kern))
       return out

@@ -33,9 +33,14 @@ import math
 
 import numpy as np
 
-from ourjax.lowering.hlo import Computation, Instruction, Module, Shape, dtype_name
+from ourjax.lowering.passes import dce
+from ourjax.lowering.hlo import (ELEMENTWISE_OPS, Computation, Instruction, Module, Shape,
+                                 dtype_name)
 
 PASS = "attention"
+
+#: Most elementwise ops between the scores' dot and the softmax (masks, biases, the scale).
+MAX_SCORE_OPS = 16
 
 
 def _scalar_constant(x: Instruction):
@@ -129,19 +134,22 @@ def match(o: Instruction):
     inner.append(m)
   if _row_reduce(m, "maximum", rank, -math.inf) is not s:
     return None
-  scale = 1.0
-  d = s
-  if s.opcode in ("multiply", "divide"):
-    x, y = s.operands
+  path = _score_path(s, nb)
+  if path is None:
+    return None
+  d = path.pop()
+  scale, base = 1.0, d     # (base: the scaled scores, what the rest of the path modifies)
+  if path and path[-1].opcode in ("multiply", "divide"):     # the scale, next to the dot
+    x, y = path[-1].operands
     c = _scalar_constant(y)
-    if c is None and s.opcode == "multiply":
+    if c is None and path[-1].opcode == "multiply":
       x, y = y, x
       c = _scalar_constant(y)
-    if c is None:
-      return "the scores' scale is not a scalar constant"
-    scale = c if s.opcode == "multiply" else 1.0 / c
-    d = x
-    inner += [s] + ([y] if y.opcode == "broadcast" else [])
+    if c is not None and x is d:
+      scale = c if path[-1].opcode == "multiply" else 1.0 / c
+      base = path.pop()
+      inner += [base] + ([y] if y.opcode == "broadcast" else [])
+  inner += path
   qk = _perms(d, nb)
   if qk is None:
     return "the scores are not a dot of q and k over their batch dims and one head dim"
@@ -156,7 +164,73 @@ def match(o: Instruction):
   for x in inner:
     if any(u not in mine for u in x.users) or x is x.parent.root:
       return f"%{x.name} is read elsewhere (the scores or probabilities are needed)"
-  return q, k, v, scale, inner, perms
+  return q, k, v, scale, inner, perms, path, base
+
+
+def _depends(x: Instruction, d: Instruction, seen: dict) -> bool:
+  if x is d:
+    return True
+  if x not in seen:
+    seen[x] = any(_depends(o, d, seen) for o in x.operands)
+  return seen[x]
+
+
+def _score_path(s: Instruction, nb: int):
+  """The elementwise instructions from the scores ``s`` back to the dot of q and k that they
+  modify (a mask's select, a bias's add, the scale), that dot last; None when ``s`` does not
+  lead to such a dot through elementwise ops of its shape, one operand at a time."""
+  path, x = [], s
+  while x.opcode != "dot":
+    if x.opcode not in ELEMENTWISE_OPS or len(path) > MAX_SCORE_OPS:
+      return None
+    leads = [o for o in x.operands if o.shape == s.shape and _reaches_dot(o, nb)]
+    if len(leads) != 1:
+      return None
+    path.append(x)
+    x = leads[0]
+  if _perms(x, nb) is None:
+    return None
+  return path + [x]
+
+
+def _reaches_dot(x: Instruction, nb: int, depth: int = MAX_SCORE_OPS) -> bool:
+  if x.opcode == "dot":
+    return _perms(x, nb) is not None
+  if not depth or x.opcode not in ELEMENTWISE_OPS:
+    return False
+  return any(_reaches_dot(o, nb, depth - 1) for o in x.operands if o.shape == x.shape)
+
+
+def _score_computation(module: Module, path, d: Instruction):
+  """The scores' modification (``path``, the instructions between the scaled scores ``d`` and
+  the softmax, with the loop ops feeding them: iotas, compares, broadcasts, small constants) as a
+  computation of the scores (parameter 0) and of the arrays it reads (the other parameters),
+  and those arrays; (None, []) when there is nothing to modify."""
+  if not path:
+    return None, []
+  from ourjax.lowering.passes.fusion import is_loop_op
+  comp = Computation("attention_scores", module)
+  params = [comp.add(Instruction("parameter", [], d.shape, {"parameter_number": 0},
+                                 name="scores"))]
+  leaves, made = [], {d: params[0]}
+  inside = set(path)
+
+  def clone(x):
+    if x in made:
+      return made[x]
+    if x in inside or (is_loop_op(x) and x.opcode != "fusion" and x.opcode != "parameter"):
+      y = comp.add(Instruction(x.opcode, [clone(o) for o in x.operands], x.shape,
+                               dict(x.attrs)))
+    else:
+      y = comp.add(Instruction("parameter", [], x.shape,
+                               {"parameter_number": len(params)}))
+      params.append(y)
+      leaves.append(x)
+    made[x] = y
+    return y
+  comp.set_root(clone(path[0]))
+  module.add_computation(comp)
+  return comp, leaves
 
 
 def _canonical(comp: Computation, x: Instruction, perm, before: Instruction):
@@ -180,7 +254,7 @@ def run_on(comp: Computation, refuses) -> bool:
     if isinstance(m, str):
       module.note(PASS, f"%{o.name} not fused: {m}")
       continue
-    q, k, v, scale, inner, perms = m
+    q, k, v, scale, inner, perms, path, base = m
     dts = {x.dtype for x in (q, k, v, o)}
     canon = [tuple(x.dims[i] for i in p) for x, p in zip((q, k, v), perms)]
     why = (f"element types {sorted(dtype_name(t) for t in dts)} differ" if len(dts) != 1 else
@@ -189,8 +263,11 @@ def run_on(comp: Computation, refuses) -> bool:
       module.note(PASS, f"%{o.name} not fused: {why}")
       continue
     q, k, v = (_canonical(comp, x, p, o) for x, p in zip((q, k, v), perms))
-    fused = comp.add(Instruction("attention", [q, k, v], o.shape,
-                                 {"scale": float(np.float32(scale))}), before=o)
+    scores, leaves = _score_computation(module, path, base)
+    attrs = {"scale": float(np.float32(scale))}
+    if scores is not None:
+      attrs["calls"] = scores
+    fused = comp.add(Instruction("attention", [q, k, v] + leaves, o.shape, attrs), before=o)
     comp.replace_all_uses(o, fused)
     comp.remove(o)
     for x in inner:             # (users first: the list runs from the probabilities back)
@@ -210,4 +287,6 @@ def run(module: Module) -> bool:
   changed = False
   for comp in list(module.computations):
     changed |= run_on(comp, refuses)
+  if changed:     # (what only the scores' mask read: iotas, compares, broadcasts)
+    dce.run(module)
   return changed
