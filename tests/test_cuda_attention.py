@@ -159,6 +159,35 @@ def test_masks_and_biases_fuse_as_a_scores_computation(kind):
   np.testing.assert_allclose(got, _masked_want(kind, *args), rtol=1e-4, atol=1e-5)
 
 
+def test_causal_masks_are_recognized():
+  """The kernel skips key tiles past a block's last row only for masks that hide every key
+  after its query: jnp.where(tril), nn.dot_product_attention(is_causal=True), and-ed with
+  another mask; not a padding mask or the mirror image of causal."""
+  from ourjax.backends.cuda.attention import causal
+  args = _masked_args("causal")
+
+  def scores_of(f, *a):
+    m = _optimized(f, a)
+    (att,) = [i for i in m.entry.instructions if i.opcode == "attention"]
+    return att.attrs["calls"]
+  assert causal(scores_of(_masked("causal"), *args))
+  assert not causal(scores_of(_masked("padding"), *_masked_args("padding")))
+  q, k, v = (np.swapaxes(x, 1, 2) for x in args[:3])
+  assert causal(scores_of(lambda q, k, v: ourjax.nn.dot_product_attention(q, k, v,
+                                                                          is_causal=True),
+                          q, k, v))
+  lens = np.array([9, 4], np.int32)
+  assert causal(scores_of(lambda q, k, v, n: ourjax.nn.dot_product_attention(
+      q, k, v, is_causal=True, key_value_seq_lengths=n), q, k, v, lens))
+
+  def mirrored(q, k, v):
+    T, S = q.shape[-2], k.shape[-2]
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+    s = jnp.where(jnp.triu(jnp.ones((T, S), dtype=bool)), s, -1e9)
+    return jnp.einsum("bhqk,bhkd->bhqd", ourjax.nn.softmax(s, axis=-1), v)
+  assert not causal(scores_of(mirrored, *args[:3]))
+
+
 def test_probabilities_read_elsewhere_are_not_fused():
   """A training step's backward pass reads the probabilities: nothing is fused, and the
   reason is noted."""

@@ -67,6 +67,77 @@ def refuses(dtype, q_dims, k_dims, v_dims, dots) -> str | None:
   return None
 
 
+def causal(scores) -> bool:
+  """Whether the scores computation masks every key past its query's row (``select(row >=
+  key, s, c)``, alone or and-ed with other masks): whole key tiles past a block's last row
+  then need no visit."""
+  nb = scores.root.shape.rank - 2
+  row, col = nb, nb + 1
+  root = scores.root
+  s0 = scores.parameters[0]
+  if root.opcode != "select" or root.operands[1] is not s0 or \
+     root.operands[2].opcode not in ("constant", "broadcast"):
+    return False
+  return _masks_future(root.operands[0], {d: d for d in range(root.shape.rank)}, row, col)
+
+
+def _iota_dim(x, dims):
+  """The dim of the scores along which ``x`` counts (an iota, through broadcasts and
+  converts; ``dims`` maps x's dims to the scores'), or None."""
+  while x.opcode in ("broadcast", "convert", "reshape"):
+    if x.opcode == "broadcast":
+      dims = {k: dims[d] for k, d in enumerate(x.attrs["dimensions"]) if d in dims}
+    elif x.opcode == "reshape":
+      dims = _through_reshape(x, dims)
+      if dims is None:
+        return None
+    x = x.operands[0]
+  if x.opcode == "iota":
+    return dims.get(x.attrs["iota_dimension"])
+  return None
+
+
+def _through_reshape(x, dims):
+  """``dims`` (x's dims -> the scores') for the operand of ``x``, a reshape that only adds or
+  drops dims of size 1; None for other reshapes."""
+  src = [k for k, n in enumerate(x.operands[0].dims) if n != 1]
+  dst = [k for k, n in enumerate(x.dims) if n != 1]
+  if [x.operands[0].dims[k] for k in src] != [x.dims[k] for k in dst]:
+    return None
+  return {a: dims[b] for a, b in zip(src, dst) if b in dims}
+
+
+def _masks_future(p, dims, row, col) -> bool:
+  """Whether the predicate ``p`` is false wherever key > row (``dims``: p's dims -> the
+  scores')."""
+  if p.opcode == "reshape":
+    inner = _through_reshape(p, dims)
+    return inner is not None and _masks_future(p.operands[0], inner, row, col)
+  if p.opcode == "broadcast":
+    return _masks_future(p.operands[0], {k: dims[d] for k, d in
+                                         enumerate(p.attrs["dimensions"]) if d in dims},
+                         row, col)
+  if p.opcode == "and":
+    return any(_masks_future(o, dims, row, col) for o in p.operands)
+  if p.opcode == "select":       # select(c, true, false) is c
+    t, f = p.operands[1:]
+    tv, fv = (_const_value(x) for x in (t, f))
+    return tv is True and fv is False and _masks_future(p.operands[0], dims, row, col)
+  if p.opcode == "compare":
+    a, c = (_iota_dim(o, dims) for o in p.operands)
+    d = p.attrs["direction"]
+    return (a, c, d) in ((row, col, "GE"), (col, row, "LE"), (row, col, "GT"), (col, row, "LT"))
+  return False
+
+
+def _const_value(x):
+  while x.opcode == "broadcast":
+    x = x.operands[0]
+  if x.opcode == "constant" and x.attrs["value"].ndim == 0:
+    return bool(x.attrs["value"])
+  return None
+
+
 def _ex2(b, x):
   return _asm(b, "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], ret=ir.FloatType(),
               side_effect=False)
@@ -103,6 +174,7 @@ class FlashAttention(GpuKernel):
   def __init__(self, name, instr, q, k, v, out, leafmap=None):
     self.instr, self.q, self.k, self.v, self.out = instr, q, k, v, out
     self.scores = instr.attrs.get("calls")      # the scores' modification (masks, biases)
+    self.causal = self.scores is not None and causal(self.scores)
     self.leafmap = dict(leafmap or {})
     self.B = int(np.prod(q.dims[:-2], dtype=np.int64))
     self.Tq, self.D = q.dims[-2:]
@@ -142,7 +214,10 @@ class FlashAttention(GpuKernel):
     nq = -(-Tq // BQ)
     bid = sreg64(b, "ctaid.x")
     bat = b.udiv(bid, i64(nq))
-    row0 = b.add(b.mul(b.urem(bid, i64(nq)), i64(BQ)), b.add(b.mul(warp, i64(16)), g))
+    qblock = b.urem(bid, i64(nq))
+    if self.causal:     # (the blocks with the most keys first: they finish last otherwise)
+      qblock = b.sub(i64(nq - 1), qblock)
+    row0 = b.add(b.mul(qblock, i64(BQ)), b.add(b.mul(warp, i64(16)), g))
     rows = [row0, b.add(row0, i64(8))]              # this thread's two query rows
     Q, Kp, Vp, O = ptr(self.q), ptr(self.k), ptr(self.v), ptr(self.out)
     q_base = b.mul(bat, i64(Tq * D))
@@ -225,9 +300,15 @@ class FlashAttention(GpuKernel):
         b.store(zero, a)
 
     NT = -(-Tk // BK)
+    if self.causal:     # key tiles past the block's last row are masked whole: not visited
+      last = b.add(b.mul(qblock, i64(BQ)), i64(BQ - 1))
+      NT = b.add(b.udiv(b.select(b.icmp_unsigned("<", last, i64(Tk - 1)), last, i64(Tk - 1)),
+                        i64(BK)), i64(1))
+    else:
+      NT = i64(NT)
     issue(i64(0), Ks, Kp, k_base, D, ldk)
     commit()
-    with E.ForLoop(b, 0, NT, "kv") as loop:
+    with E.ForLoop(b, i64(0), NT, "kv") as loop:
       j = loop.index
       issue(j, Vs, Vp, v_base, Dv, ldv)
       commit()
@@ -244,7 +325,7 @@ class FlashAttention(GpuKernel):
         S.append(cur)
       barrier(b)
       nxt = b.add(j, i64(1))
-      with b.if_then(b.icmp_unsigned("<", nxt, i64(NT))):
+      with b.if_then(b.icmp_unsigned("<", nxt, NT)):
         issue(nxt, Ks, Kp, k_base, D, ldk)
       commit()
       if self.scores is not None:   # masks, biases: f(scores) at (batch..., row, key)
