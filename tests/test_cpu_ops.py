@@ -710,6 +710,43 @@ def test_dynamic_update_slice_in_place_chain():
   check(got[1], want[1], "sum", sum_bound=1e-3)
 
 
+@pytest.mark.parametrize("read_after", [False, True])
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_scatter_updates_a_dying_operand_in_place(read_after, backend):
+  """A scatter whose operand is a temporary it reads last updates that buffer in place (no
+  copy of the operand first, as XLA's); an operand read again afterwards (by something that
+  also reads the scatter's result, so after it) is copied first."""
+  import ourjax
+  import ourjax.numpy as jnp
+
+  def f(x, idx, upd):
+    base = jnp.zeros(x.shape, x.dtype) + x * 2.0            # a temporary
+    out = base.at[idx].add(upd)
+    return (out, jnp.sum(base * out)) if read_after else out * 1.5
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal(64).astype(np.float32)
+  idx = rng.integers(0, 64, 40).astype(np.int32)
+  upd = rng.standard_normal(40).astype(np.float32)
+  c = ourjax.jit(f, backend=backend).lower(x, idx, upd).compile()
+  exe = c.runtime_executable()
+  if backend == "cpu":
+    kinds = [s.split()[0].split("(")[0] for s in exe.meta["steps"]]
+  else:
+    kinds = [type(k).__name__ for k in exe.kernels] + (
+        ["Copy"] * sum(op[0] == "copy" for op in exe.program))
+  assert any(k.startswith(("CopyKernel", "Copy")) for k in kinds) == read_after, kinds
+  if backend == "cuda":
+    return                      # (the GPU's numbers: tests/test_cuda*.py on a GPU host)
+  want = 2.0 * x.astype(np.float64)
+  out = want.copy()
+  np.add.at(out, idx, upd)
+  got = c(x, idx, upd)
+  np.testing.assert_allclose(got[0] if read_after else got, out if read_after else out * 1.5,
+                             rtol=1e-6, atol=1e-6)
+  if read_after:
+    np.testing.assert_allclose(got[1], (want * out).sum(), rtol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # control flow
 # ---------------------------------------------------------------------------------------------

@@ -285,6 +285,9 @@ class Planner:
                                      want.get(instr))
     if inplace is not None:
       res = inplace
+    elif op == "scatter" and instr not in want and \
+        self._dying_operand(instr, vals, last_use, pos, comp) is not None:
+      res = vals[instr.operands[0]]      # (updated in place: no copy of the operand)
     elif instr.shape.is_tuple:
       res = tuple(want.get(("elem", instr, k)) or self.temp(s.dtype, s.dims, f"{instr.name}.{k}")
                   for k, s in enumerate(instr.shape.tuple_shapes))
@@ -313,6 +316,20 @@ class Planner:
                              concat_kernels=self.concat_kernels, threads=self.threads())
     return planner.plan(instrs, outputs, leafmap)
 
+  def _dying_operand(self, instr, vals, last_use, pos, comp):
+    """The temporary buffer of ``instr``'s operand 0 when ``instr`` is its last reader and
+    reads it through nothing else (a scatter may then update it in place, as XLA's does); None
+    otherwise."""
+    top = instr.operands[0]
+    spec = vals.get(top)
+    if not isinstance(spec, K.Buf) or spec.kind != "temp":
+      return None
+    if not _dies_at(top, comp, last_use, pos):
+      return None
+    if any(vals.get(o) is spec for o in instr.operands[1:]):
+      return None
+    return spec
+
   def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp, target=None):
     """The operand buffer a dynamic-update-slice may update in place, or None.  ``target``:
     the buffer the result is to be written into; when that is the operand's own (a donated
@@ -332,17 +349,7 @@ class Planner:
     elif spec.kind != "temp":
       return None
     else:
-      base = top
-      while base.parent is comp:
-        if base.opcode in ("reshape", "get-tuple-element"):
-          base = base.operands[0]
-        elif _reshape_view(base) is not None:
-          base = _reshape_view(base)
-        else:
-          break
-      if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
-        return None
-      if last_use.get(base, math.inf) != pos:
+      if not _dies_at(top, comp, last_use, pos):
         return None
     if any(vals.get(o) is spec for o in instr.operands if o is not top):
       return None
@@ -478,6 +485,22 @@ class Planner:
       branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
     steps.append(CondStep(sel, branches, instr.name))
     return out
+
+
+def _dies_at(top, comp, last_use, pos) -> bool:
+  """Whether the buffer of ``top`` (seen through reshapes and tuple elements) is a temporary
+  whose last reader is the instruction at ``pos``."""
+  base = top
+  while base.parent is comp:
+    if base.opcode in ("reshape", "get-tuple-element"):
+      base = base.operands[0]
+    elif _reshape_view(base) is not None:
+      base = _reshape_view(base)
+    else:
+      break
+  if base.opcode in ("parameter", "constant", "while", "conditional", "tuple"):
+    return False
+  return last_use.get(base, math.inf) == pos
 
 
 def _reshape_view(instr):
