@@ -44,6 +44,8 @@ SortKernel, ScatterKernel   ``sort_scatter``: a bitonic network per row in share
                             rows: chunks merged in global memory); one thread per update with
                             atomics (a compare-and-swap loop for other combiners)
 CopyKernel                  a device-to-device copy (no kernel)
+attention instruction       ``attention.FlashAttention`` (planned by the GPU planner itself, not
+                            translated): softmax(q kᵀ) v in one kernel, the scores never stored
 anything else               ``Threaded``: the planned kernel's own body (``Kernel.emit``) called
 (in-place dynamic-update-   with ``tid``/``nthreads`` = the GPU thread's global index / count,
 slice, rare sort/scatter)   so every op the CPU backend runs also runs here, correctly
