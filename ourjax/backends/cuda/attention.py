@@ -61,6 +61,8 @@ def refuses(dtype, q_dims, k_dims, v_dims, dots) -> str | None:
     return f"element type {dtype} (the kernel takes float32)"
   if not all(_tf32_allowed(d) for d in dots):
     return "a dot asks for the highest precision (the kernel multiplies in tf32)"
+  if 0 in tuple(q_dims) + tuple(k_dims) + tuple(v_dims):
+    return "an empty operand"
   D, Dv = q_dims[-1], v_dims[-1]
   if D % 8 or Dv % 8 or D > MAX_HEAD or Dv > MAX_HEAD:
     return f"head sizes D={D}, Dv={Dv} (the kernel takes multiples of 8 up to {MAX_HEAD})"
