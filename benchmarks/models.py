@@ -566,8 +566,24 @@ def _alternate(calls, repeat, min_time):
   return {n: statistics.median(v) for n, v in times.items()}
 
 
-def run_workload(w, libs: Libs, timing=True, repeat=5, min_time=0.5, profile=False):
-  """One table row (a dict) for workload ``w``; an exception becomes the row's ``error``."""
+def _peak_bytes(lib_jit, args):
+  """The compiled function's memory in bytes as its library's ``memory_analysis()`` accounts
+  it, the same sum for both: arguments + outputs + temporaries - what outputs reuse of donated
+  arguments (JAX's ``peak_memory_in_bytes`` is not filled in on every platform); None when
+  unavailable."""
+  stats = lib_jit.lower(*args).compile().memory_analysis()
+  if stats is None:
+    return None
+  parts = [getattr(stats, k, 0) or 0 for k in ("argument_size_in_bytes", "output_size_in_bytes",
+                                               "temp_size_in_bytes")]
+  return int(sum(parts) - (getattr(stats, "alias_size_in_bytes", 0) or 0)) or None
+
+
+def run_workload(w, libs: Libs, timing=True, repeat=5, min_time=0.5, profile=False,
+                 memory=False):
+  """One table row (a dict) for workload ``w``; an exception becomes the row's ``error``.
+  ``memory``: also each library's memory of the compiled step (``ourjax_peak_mb``,
+  ``jax_peak_mb``: ``_peak_bytes``)."""
   oj, jx = libs.ourjax, libs.jax
   row = {"name": w["name"], "ourjax_compile_s": None, "jax_compile_s": None,
          "ourjax_ms": None, "jax_ms": None, "ratio": None, "check": None, "error": None}
@@ -608,6 +624,12 @@ def run_workload(w, libs: Libs, timing=True, repeat=5, min_time=0.5, profile=Fal
       if "jax" in med:
         row["jax_ms"] = med["jax"] * 1e3
         row["ratio"] = row["ourjax_ms"] / row["jax_ms"]
+    if memory:
+      stage = "memory"
+      for lib, jitted, args in (("ourjax", o_jit, o_args), ("jax", j_jit, j_args)):
+        if jitted is not None:
+          b = _peak_bytes(jitted, args)
+          row[f"{lib}_peak_mb"] = None if b is None else b / 2 ** 20
     if profile:
       stage = "profile"
       _profile_hook(libs, o_fn, o_args, w["name"])
@@ -628,13 +650,13 @@ def _profile_hook(libs, fn, args, name):
 
 
 def run_suite(target="cpu", small=False, with_jax=True, timing=True, only=None, repeat=5,
-              min_time=0.5, profile=False, on_row=None, precision=None):
+              min_time=0.5, profile=False, on_row=None, precision=None, memory=False):
   """Run the workloads (``only``: family or workload names) and return their rows."""
   libs = Libs(target, with_jax, precision)
   rows = []
   for w in workloads(target, small, only):
     row = run_workload(w, libs, timing=timing, repeat=repeat, min_time=min_time,
-                       profile=profile)
+                       profile=profile, memory=memory)
     rows.append(row)
     if on_row is not None:
       on_row(row)
@@ -733,6 +755,16 @@ def summary(rows) -> str:
   return f"geomean ourjax/JAX: step {f(step)}, compile {f(comp)} (below 1: ourjax faster)"
 
 
+def memory_table(rows) -> str:
+  """``--memory``: each workload's peak memory (MB) in each library and their ratio."""
+  lines = [f"{'memory MB (args+outs+temps)':28s} {'ourjax':>10s} {'JAX':>10s} {'ratio':>6s}"]
+  for r in rows:
+    o, j = r.get("ourjax_peak_mb"), r.get("jax_peak_mb")
+    f = lambda v: f"{v:10.1f}" if v else f"{'-':>10s}"     # noqa: E731
+    lines.append(f"{r['name']:28s} {f(o)} {f(j)} " + (f"{o / j:6.2f}" if o and j else "     -"))
+  return "\n".join(lines)
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
@@ -748,6 +780,9 @@ def main(argv=None):
                   help="both libraries' jax_default_matmul_precision (e.g. highest: no tf32)")
   ap.add_argument("--profile", action="store_true",
                   help="print ourjax's profile of each workload (when ourjax has a profiler)")
+  ap.add_argument("--memory", action="store_true",
+                  help="also print each library's memory per workload (memory_analysis: "
+                  "arguments + outputs + temporaries)")
   a = ap.parse_args(argv)
   # before the first import of either library: the platform, and a cold compile cache
   if not a.cache:
@@ -767,8 +802,10 @@ def main(argv=None):
   print(HEADER, flush=True)
   rows = run_suite(a.target, a.small, not a.no_jax, True, only, a.repeat, a.min_time,
                    a.profile, on_row=lambda r: print(format_row(r), flush=True),
-                   precision=a.matmul_precision)
+                   precision=a.matmul_precision, memory=a.memory)
   print(summary(rows))
+  if a.memory:
+    print(memory_table(rows))
   bad = [r for r in rows if r["check"] != "ok"]
   for r in bad:
     if r.get("traceback"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 
 import numpy as np
 
@@ -85,8 +86,9 @@ def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, de
     raise NotImplementedError("jnp.array: only order='K' is implemented")
   if type(object) is PRNGKeyArray or isinstance(dtype, KeyDType):
     return _key_array(object, dtype, copy)
-  if isinstance(object, np.ma.MaskedArray):
-    object = np.asarray(object)    # as np.array (and JAX): the data, without the mask
+  ma = sys.modules.get("numpy.ma")   # (looked up, not imported: NumPy imports it lazily, and
+  if ma is not None and isinstance(object, ma.MaskedArray):   # threads racing that import saw
+    object = np.asarray(object)    # a half-made module) as np.array (and JAX): the data, no mask
   if dtype is not None:
     dtype = dtypes.check_user_dtype(dtype, "array")
   if object is None:

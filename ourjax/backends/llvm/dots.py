@@ -11,8 +11,8 @@ import llvmlite.ir as ir
 
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm.emitter import I32, ForLoop, alloca_entry, i64
-from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, MAX_CHUNKS, Buf, Kernel,
-                                          partition)
+from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, MAX_CHUNKS, PARALLEL_MIN_WORK, Buf,
+                                          Kernel, partition)
 from ourjax.lowering import hlo
 
 __all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "emit_dot", "gemm_symbols",
@@ -232,6 +232,34 @@ def _narrow_float_dot(dot) -> bool:
   return spec.ok and spec.M * spec.N * spec.K >= 4096 and spec.K > 0 and spec.N >= 8
 
 
+def dot_chunks(spec: DotSpec, threads: int) -> int:
+  """The pieces a parallel dot (``DotKernel``) is cut into.  A dot of at least as many batch
+  entries as threads is cut into whole entries (nothing is packed twice), pieces of at least
+  ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Any other on the packed GEMM
+  gets a piece per thread (as work allows): the GEMM cuts C into a grid of blocks whose
+  packing is each block's own rows of A and columns of B (``gemm.py``), so more pieces cost
+  little extra packing; the register-blocked kernel for other layouts cuts rows only, each
+  piece reading all of B, so it keeps to ``1 + max(M, N) / 320`` pieces (the extra reads under
+  a tenth of the products).  Never fewer than 2 (4 past 2^28 multiply-adds): pieces beyond the
+  threads measured up to 6% slower on 2 cores.  The GEMM's results do not depend on how it is
+  cut, so neither do they on the host's threads; its per-piece scratch (``dot_scratch_bytes``)
+  is sized for this count."""
+  work = spec.B * spec.M * spec.N * spec.K
+  by_work = work // DOT_PIECE_WORK
+  gemm_ok = _gemm_layout_ok(spec)
+  if spec.B >= 2 and (spec.B >= threads or not gemm_ok):
+    return max(2, min(MAX_CHUNKS, spec.B, by_work))
+  few = 2 if work < (1 << 28) else 4
+  bound = MAX_CHUNKS if gemm_ok else 1 + max(spec.M, spec.N) // 320
+  return max(few, min(MAX_CHUNKS, threads, bound, by_work))
+
+
+def dot_pieces(spec: DotSpec, threads: int) -> int:
+  """How many pieces (each with its own scratch) a ``DotKernel`` of ``spec`` runs as."""
+  parallel = spec.B * spec.M * spec.N * spec.K >= PARALLEL_MIN_WORK
+  return dot_chunks(spec, threads) if parallel else 1
+
+
 class DotKernel(Kernel):
   def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
     self.dot, self.spec = dot, DotSpec(dot)
@@ -248,25 +276,8 @@ class DotKernel(Kernel):
 
   @property
   def chunks(self) -> int:
-    """A dot of at least as many batch entries as threads is cut into whole entries (nothing is
-    packed twice), pieces of at least ``DOT_PIECE_WORK`` multiply-adds, as many as
-    ``MAX_CHUNKS``.  Any other on the packed GEMM gets a piece per thread (as work allows): the GEMM cuts C into a grid of blocks
-    whose packing is each block's own rows of A and columns of B (``gemm.py``), so more pieces
-    cost little extra packing; the register-blocked kernel for other layouts cuts rows only,
-    each piece reading all of B, so it keeps to ``1 + max(M, N) / 320`` pieces (the extra reads
-    under a tenth of the products).  Never fewer than 2 (4 past 2^28 multiply-adds): pieces
-    beyond the threads measured up to 6% slower on 2 cores.  The GEMM's results do not depend
-    on how it is cut, so neither do they on the host's threads."""
-    if not self.parallel:
-      return 1
-    s = self.spec
-    by_work = self.work // DOT_PIECE_WORK
-    gemm_ok = _gemm_layout_ok(s)
-    if s.B >= 2 and (s.B >= self.threads or not gemm_ok):
-      return max(2, min(MAX_CHUNKS, s.B, by_work))
-    few = 2 if self.work < (1 << 28) else 4
-    bound = MAX_CHUNKS if gemm_ok else 1 + max(s.M, s.N) // 320
-    return max(few, min(MAX_CHUNKS, self.threads, bound, by_work))
+    """``dot_pieces``: how many pieces this dot is cut into (its scratch holds as many)."""
+    return dot_pieces(self.spec, self.threads)
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),

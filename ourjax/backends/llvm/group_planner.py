@@ -15,7 +15,7 @@ from ourjax.backends.llvm.kernels import (  # (a module kernels.py imports as it
     HARD_OPS, SPLIT_CHUNKS, Buf, ColumnReduceKernel, CopyKernel, DotKernel, DotSpec,
     Im2colDotKernel, Kernel, LoopKernel, PlanError, ScatterKernel, SortKernel,
     SplitReduceFinish, SplitReducePartials, _cost_per_element, _narrow_float_dot,
-    dot_scratch_bytes, fast_dot_ok)
+    dot_pieces, dot_scratch_bytes, fast_dot_ok)
 from ourjax.lowering import hlo
 
 # ---------------------------------------------------------------------------------------------
@@ -183,7 +183,8 @@ class GroupPlanner:
       rhs = self._materialize(instr.operands[1], leafmap, instrs)
       out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
       spec = DotSpec(instr)
-      scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), instr.name)
+      scratch = self.new_scratch(dot_scratch_bytes(spec, dot_pieces(spec, self.threads)),
+                                 instr.name)
       # (a convolution's patch matrix the planner left unwritten: llvm/gemm_im2col.py)
       kind = Im2colDotKernel if getattr(lhs, "geometry", None) is not None else DotKernel
       self.kernels.append(kind(self._name(), instr, lhs, rhs, out, scratch,
@@ -251,7 +252,8 @@ class GroupPlanner:
     else:
       res = self.new_temp(np.float32, instr.dims, wide.name)
     spec = DotSpec(wide)
-    scratch = self.new_scratch(dot_scratch_bytes(spec, self.max_threads), wide.name)
+    scratch = self.new_scratch(dot_scratch_bytes(spec, dot_pieces(spec, self.threads)),
+                               wide.name)
     self.kernels.append(DotKernel(self._name(), wide, leafmap[conv[0]], leafmap[conv[1]], res,
                                   scratch, threads=self.threads))
     leafmap[wide] = res

@@ -764,7 +764,7 @@ class SortKernel(Kernel):
 
 
 # the dot family (llvm/dots.py builds on Kernel and partition above, hence imported here)
-from ourjax.backends.llvm.dots import (DotKernel, DotSpec, dot_scratch_bytes,  # noqa: E402,F401
+from ourjax.backends.llvm.dots import (DotKernel, DotSpec, dot_pieces, dot_scratch_bytes,  # noqa: E402,F401,E501
                                        emit_dot, fast_dot_ok, gemm_symbols, _narrow_float_dot,
                                        Im2colDotKernel)
 
