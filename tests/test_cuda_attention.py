@@ -19,14 +19,15 @@ from test_ptx import PTXAS, _assemble, needs_ptxas
 
 
 def _attend(scale_kind="divide", k_layout="last", axis_names="bhqd"):
+  """(Scales as Python floats: weakly typed, they keep 16-bit scores 16-bit.)"""
   def f(q, k, v):
     d = q.shape[-1]
     kt = jnp.swapaxes(k, -1, -2) if k_layout == "last" else k
     s = jnp.matmul(q, kt)
     if scale_kind == "divide":
-      s = s / np.float32(math.sqrt(d))
+      s = s / math.sqrt(d)
     elif scale_kind == "multiply":
-      s = np.float32(0.3) * s
+      s = 0.3 * s
     return jnp.matmul(ourjax.nn.softmax(s, axis=-1), v)
   return f
 
@@ -108,7 +109,7 @@ def _masked(kind):
   """Attention whose scores a mask or a bias modifies before the softmax."""
   def f(q, k, v, extra):
     T, S = q.shape[-2], k.shape[-2]
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.float32(2.0)
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 2.0
     if kind == "causal":
       s = jnp.where(jnp.tril(jnp.ones((T, S), dtype=bool)), s, -1e9)
     elif kind == "bias":
@@ -186,6 +187,20 @@ def test_causal_masks_are_recognized():
     s = jnp.where(jnp.triu(jnp.ones((T, S), dtype=bool)), s, -1e9)
     return jnp.einsum("bhqk,bhkd->bhqd", ourjax.nn.softmax(s, axis=-1), v)
   assert not causal(scores_of(mirrored, *args[:3]))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16bit_attention_fuses(dtype):
+  """bf16/f16 attention (whose softmax sums in f32: convert(reduce(convert(e)))) becomes one
+  attention instruction, and the reference's value stays within the type's precision."""
+  import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
+  rng = np.random.default_rng(8)
+  q, k, v = (rng.standard_normal((2, 3, 6, 16)).astype(dtype) for _ in range(3))
+  m = _optimized(_attend("multiply"), (q, k, v))
+  assert _opcodes(m).count("attention") == 1 and "exponential" not in _opcodes(m), m.to_string()
+  got = np.asarray(reference.compile(m)(q, k, v)[0], np.float64)
+  want = _numpy_attention(q, k, v, 0.3)
+  assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-2
 
 
 def test_probabilities_read_elsewhere_are_not_fused():
@@ -286,6 +301,27 @@ def test_cuda_masked_kernel(kind):
     want = _masked_want(kind, *args)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 5e-3
     np.testing.assert_allclose(got, want, rtol=0.05, atol=0.02)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("kind", ["none", "causal"])
+def test_cuda_16bit_kernel(dtype, kind):
+  """bf16/f16 operands run on m16n8k16 tiles (f32 sums, P rounded to the type for p v)."""
+  import ml_dtypes  # noqa: F401
+  q, k, v, extra = _masked_args("causal", B=2, H=2, T=70, S=100, D=64)
+  q, k, v = (x.astype(dtype) for x in (q, k, v))
+  f = _masked(kind) if kind != "none" else (lambda q, k, v, e: _attend("divide")(q, k, v))
+  c = ourjax.jit(f, backend="cuda").lower(q, k, v, extra).compile()
+  assert "FlashAttention" in [type(x).__name__ for x in c.runtime_executable().kernels]
+  if PTXAS is not None:
+    _assemble(c.as_text(dialect="ptx"))
+  if _has_gpu():
+    got = np.asarray(c(q, k, v, extra), np.float64)
+    if kind == "none":
+      want = _numpy_attention(q, k, v, 1 / math.sqrt(64))
+    else:
+      want = _masked_want(kind, q, k, v, extra)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-2
 
 
 @pytest.mark.skipif(not _has_gpu(), reason="no GPU")

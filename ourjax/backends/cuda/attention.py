@@ -57,15 +57,17 @@ def enabled() -> bool:
 def refuses(dtype, q_dims, k_dims, v_dims, dots) -> str | None:
   """Why ``FlashAttention`` cannot compute this match (``Module.fused_attention``: the
   operands' dims as ``[B..., T, D]``), or None."""
-  if dtype != F32:
-    return f"element type {dtype} (the kernel takes float32)"
-  if not all(_tf32_allowed(d) for d in dots):
+  if dtype not in (F32, E.BF16, E.F16):
+    return f"element type {dtype} (the kernel takes float32, bfloat16 and float16)"
+  if dtype == F32 and not all(_tf32_allowed(d) for d in dots):
     return "a dot asks for the highest precision (the kernel multiplies in tf32)"
   if 0 in tuple(q_dims) + tuple(k_dims) + tuple(v_dims):
     return "an empty operand"
   D, Dv = q_dims[-1], v_dims[-1]
-  if D % 8 or Dv % 8 or D > MAX_HEAD or Dv > MAX_HEAD:
-    return f"head sizes D={D}, Dv={Dv} (the kernel takes multiples of 8 up to {MAX_HEAD})"
+  step = 8 if dtype == F32 else 16
+  if D % step or Dv % 8 or D > MAX_HEAD or Dv > MAX_HEAD:
+    return (f"head sizes D={D}, Dv={Dv} (the kernel takes multiples of {step} and 8 up to "
+            f"{MAX_HEAD})")
   return None
 
 
@@ -182,6 +184,8 @@ class FlashAttention(GpuKernel):
     self.Tq, self.D = q.dims[-2:]
     self.Tk, self.Dv = k.dims[-2], v.dims[-1]
     self.scale = float(instr.attrs["scale"])
+    # 16-bit operands: m16n8k16 tiles (bf16/f16 products, f32 sums); f32: m16n8k8 tf32
+    self.kind = {F32: "tf32", E.BF16: "bf16", E.F16: "f16"}[np.dtype(q.dtype)]
     # keys per tile: two tiles of padded rows in the 48 KB of static shared memory
     self.BK = 64 if max(self.D, self.Dv) <= 64 else 32
     super().__init__(name, [q, k, v] + K._leaf_bufs(self.leafmap), [out],
@@ -204,10 +208,13 @@ class FlashAttention(GpuKernel):
   def gpu_body(self, b, ptr):
     F = ir.FloatType()
     Tq, Tk, D, Dv, BQ, BK, T = self.Tq, self.Tk, self.D, self.Dv, self.BQ, self.BK, self.THREADS
-    ldk, ldv = D + 4, Dv + 4
+    narrow = self.kind != "tf32"
+    pad = 8 if narrow else 4                       # (16 bytes a row: conflict-free fragments)
+    ldk, ldv = D + pad, Dv + pad
     mod = b.module
-    Ks = shared_array(mod, F, BK * ldk, self.name + "_K")
-    Vs = shared_array(mod, F, BK * ldv, self.name + "_V")
+    ety = E.I16 if narrow else F
+    Ks = shared_array(mod, ety, BK * ldk, self.name + "_K")
+    Vs = shared_array(mod, ety, BK * ldv, self.name + "_V")
     tid = sreg64(b, "tid.x")
     lane = b.urem(tid, i64(32))
     warp = b.udiv(tid, i64(32))
@@ -236,13 +243,24 @@ class FlashAttention(GpuKernel):
     inside = [b.icmp_unsigned("<", r, i64(Tq)) for r in rows]
     clamped = [b.select(ok, r, i64(Tq - 1)) for ok, r in zip(inside, rows)]
     qfr = []
-    for kk in range(D // 8):
-      regs = []
-      for h, dk in ((0, 0), (1, 0), (0, 4), (1, 4)):
-        off = b.add(q_base, b.add(b.mul(clamped[h], i64(D)), b.add(t, i64(8 * kk + dk))))
-        x = b.load(b.gep(Q, [off], inbounds=True))
-        regs.append(_rna(b, b.select(inside[h], b.fmul(x, c), zero)))
-      qfr.append(regs)
+    if narrow:    # words of two values: a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3
+      Qw = b.bitcast(Q, I32.as_pointer())
+      for kk in range(D // 16):
+        regs = []
+        for h, dk in ((0, 0), (1, 0), (0, 8), (1, 8)):
+          off = b.add(q_base, b.add(b.mul(clamped[h], i64(D)),
+                                    b.add(b.mul(t, i64(2)), i64(16 * kk + dk))))
+          w = b.load(b.gep(Qw, [b.udiv(off, i64(2))], inbounds=True))
+          regs.append(b.select(inside[h], w, ir.Constant(I32, 0)))
+        qfr.append(regs)
+    else:         # scaled for ex2 here: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
+      for kk in range(D // 8):
+        regs = []
+        for h, dk in ((0, 0), (1, 0), (0, 4), (1, 4)):
+          off = b.add(q_base, b.add(b.mul(clamped[h], i64(D)), b.add(t, i64(8 * kk + dk))))
+          x = b.load(b.gep(Q, [off], inbounds=True))
+          regs.append(_rna(b, b.select(inside[h], b.fmul(x, c), zero)))
+        qfr.append(regs)
 
     def copy16(dst, src, nbytes):
       _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
@@ -256,14 +274,15 @@ class FlashAttention(GpuKernel):
       _asm(b, f"cp.async.wait_group {n};", "~{memory}", [])
 
     def issue(tile, S, G, base, width, ld):
-      """This thread's 16-byte chunks of keys ``tile*BK ...`` (rows of ``width`` floats) into
+      """This thread's 16-byte chunks of keys ``tile*BK ...`` (rows of ``width`` values) into
       the shared tile ``S`` (rows past Tk zero-filled)."""
-      per_row = width // 4
+      epv = 8 if narrow else 4
+      per_row = width // epv
       for n in range(-(-BK * per_row // T)):
         ch = b.add(tid, i64(n * T))
         ok_ch = b.icmp_unsigned("<", ch, i64(BK * per_row))
         r = b.udiv(ch, i64(per_row))
-        e = b.mul(b.urem(ch, i64(per_row)), i64(4))
+        e = b.mul(b.urem(ch, i64(per_row)), i64(epv))
         key = b.add(b.mul(tile, i64(BK)), r)
         ok = b.and_(ok_ch, b.icmp_unsigned("<", key, i64(Tk)))
         src = b.add(base, b.add(b.mul(b.select(ok, key, i64(0)), i64(width)), e))
@@ -285,6 +304,18 @@ class FlashAttention(GpuKernel):
 
     def kv_word(x):     # (the tensor cores read the tf32 bits of the f32 word: truncation)
       return b.bitcast(x, I32)
+
+    def k_pair(row, col):     # two 16-bit values of a K row (col even) as one word
+      p = shared_ptr(b, Ks, b.trunc(b.add(b.mul(row, i64(ldk)), col), I32))
+      return b.load(b.bitcast(p, ir.PointerType(I32, addrspace=3)))
+
+    def v_pair(row, col):     # v[row][col] (low half) and v[row + 1][col]
+      lo, hi = (b.zext(vs(r, col), I32) for r in (row, b.add(row, i64(1))))
+      return b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
+
+    def pack(lo, hi):         # two f32 values rounded into one word of 16-bit values
+      return _asm(b, f"cvt.rn.{self.kind}x2.f32 $0, $2, $1;", "=r,f,f", [lo, hi], ret=I32,
+                  side_effect=False)
 
     NI, ND = BK // 8, Dv // 8
     if self.scores is not None:
@@ -321,9 +352,15 @@ class FlashAttention(GpuKernel):
       for ni in range(NI):
         cur = [zero] * 4
         key = b.add(g, i64(8 * ni))
-        for kk in range(D // 8):
-          bfr = [kv_word(ks(key, b.add(t, i64(8 * kk + dk)))) for dk in (0, 4)]
-          cur = _mma(b, "tf32", qfr[kk], bfr, cur)
+        if narrow:   # b0 = k[key][16kk+2t..], b1 = k[key][16kk+8+2t..]; the scale after
+          for kk in range(D // 16):
+            bfr = [k_pair(key, b.add(b.mul(t, i64(2)), i64(16 * kk + dk))) for dk in (0, 8)]
+            cur = _mma(b, self.kind, qfr[kk], bfr, cur)
+          cur = [b.fmul(x, c) for x in cur]
+        else:
+          for kk in range(D // 8):
+            bfr = [kv_word(ks(key, b.add(t, i64(8 * kk + dk)))) for dk in (0, 4)]
+            cur = _mma(b, "tf32", qfr[kk], bfr, cur)
         S.append(cur)
       barrier(b)
       nxt = b.add(j, i64(1))
@@ -374,15 +411,24 @@ class FlashAttention(GpuKernel):
             b.store(b.fmul(b.load(a), alpha), a)
       wait(1)
       barrier(b)
-      # O += P v: in 8-key step kk, key 2t plays t and 2t+1 plays t+4 (module docstring)
-      for kk in range(NI):
-        afr = [_rna(b, S[kk][x]) for x in (0, 2, 1, 3)]
-        krow = b.add(b.mul(t, i64(2)), i64(8 * kk))
+      # O += P v: in 8-key step kk, key 2t plays t and 2t+1 plays t+4 (module docstring);
+      # 16-bit: 16-key step kk, the C fragments of tiles 2kk and 2kk+1 are its A fragment
+      for kk in range(NI // 2 if narrow else NI):
+        if narrow:
+          afr = [pack(S[2 * kk + u][2 * h], S[2 * kk + u][2 * h + 1])
+                 for u, h in ((0, 0), (0, 1), (1, 0), (1, 1))]
+          krow = b.add(b.mul(t, i64(2)), i64(16 * kk))
+        else:
+          afr = [_rna(b, S[kk][x]) for x in (0, 2, 1, 3)]
+          krow = b.add(b.mul(t, i64(2)), i64(8 * kk))
         for nd in range(ND):
           col = b.add(g, i64(8 * nd))
-          bfr = [kv_word(vs(krow, col)), kv_word(vs(b.add(krow, i64(1)), col))]
+          if narrow:
+            bfr = [v_pair(krow, col), v_pair(b.add(krow, i64(8)), col)]
+          else:
+            bfr = [kv_word(vs(krow, col)), kv_word(vs(b.add(krow, i64(1)), col))]
           cur = [b.load(a) for a in acc[nd]]
-          for a, x in zip(acc[nd], _mma(b, "tf32", afr, bfr, cur)):
+          for a, x in zip(acc[nd], _mma(b, self.kind, afr, bfr, cur)):
             b.store(x, a)
       barrier(b)
     wait(0)
@@ -396,4 +442,5 @@ class FlashAttention(GpuKernel):
                                                                     i64(8 * nd))))
           for e in range(2):
             x = b.fmul(b.load(acc[nd][2 * h + e]), inv)
-            b.store(x, b.gep(O, [b.add(off, i64(e)) if e else off], inbounds=True))
+            E.store_element(b, E.convert_value(b, x, F32, self.out.dtype), O,
+                            b.add(off, i64(e)) if e else off, self.out.dtype)

@@ -10,7 +10,7 @@ ordinary spelling of attention) lowers to::
     s = d * c  |  d / c  |  d        c a scalar constant (the scale)
     m = max(-inf, reduce_max(s))     (or reduce_max(s) alone), over the last dimension
     e = exp(s - broadcast(m))
-    a = e / broadcast(reduce_sum(e))
+    a = e / broadcast(reduce_sum(e))  (for 16-bit types the sum may be taken in f32)
     o = dot(a, v)            v [B..., Tk, Dv] (dims in any order): o [B..., Tq, Dv]
 
 and replaces ``o`` with ``attention(q, k, v), scale=c``, each operand transposed to
@@ -112,7 +112,17 @@ def match(o: Instruction):
     return None
   e, zb = a.operands
   z = _row_broadcast(zb, rank)
-  if z is None or _row_reduce(z, "add", rank, 0.0) is not e or e.opcode != "exponential":
+  if z is None:
+    return None
+  wide = []       # (16-bit types: the sum is taken in f32, convert(reduce(convert(e))))
+  if z.opcode == "convert" and z.operands[0].opcode == "reduce":
+    wide.append(z)
+    z = z.operands[0]
+  summed = _row_reduce(z, "add", rank, 0.0)
+  if wide and summed is not None and summed.opcode == "convert":
+    wide.append(summed)
+    summed = summed.operands[0]
+  if summed is not e or e.opcode != "exponential":
     return None
   sub = e.operands[0]
   if sub.opcode != "subtract":
@@ -121,7 +131,7 @@ def match(o: Instruction):
   m = _row_broadcast(mb, rank)
   if m is None:
     return None
-  inner = [a, zb, z, e, sub, mb, m]
+  inner = [a, zb] + wide[:1] + [z] + wide[1:] + [e, sub, mb, m]
   if m.opcode == "maximum":
     lo, hi = m.operands
     if _scalar_constant(lo) != -math.inf:
