@@ -138,3 +138,18 @@ def test_donated_pmap_results_are_deleted_and_later_results_survive():
   d = step(step(c))
   assert c.is_deleted()
   np.testing.assert_array_equal(np.asarray(d), x + 3)
+
+
+def test_reductions_over_one_device_are_their_operands():
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((1, 3)).astype(np.float32)
+  k = np.array([[3, -4]], np.int32)
+  f = ourjax.pmap(lambda v, c: (lax.psum(v, "i"), lax.pmax(v * 2, "i"), lax.pmean(v, "i"),
+                                lax.pmin(c, "i"), lax.all_gather(v, "i")), axis_name="i")
+  s, m, mean, mn, g = f(x, k)
+  np.testing.assert_array_equal(np.asarray(s), x)
+  np.testing.assert_array_equal(np.asarray(m), x * 2)
+  np.testing.assert_array_equal(np.asarray(mean), x)
+  np.testing.assert_array_equal(np.asarray(mn), k)
+  assert np.asarray(mn).dtype == np.int32
+  np.testing.assert_array_equal(np.asarray(g), x[:, None])

@@ -386,8 +386,10 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
     return [[Array(np.int32(lanes.position(k, params["axes"])))] for k in range(n)]
   if p in _COLLECTIVES:
     from ourjax import errors
-    groups, comm = lanes.groups(params["axes"]), lanes.comm
     ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
+    if p in _REDUCTIONS and params["size"] == 1:
+      return ins            # (a reduction over one device: its operands; no communicator)
+    groups, comm = lanes.groups(params["axes"]), lanes.comm
     try:
       if p in _REDUCTIONS:
         raw = comm.all_reduce(groups, ins, _REDUCTIONS[p])
