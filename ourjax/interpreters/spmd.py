@@ -781,15 +781,14 @@ def _pmap_blocks(x, axis, lanes: Lanes):
   if isinstance(x, ShardedArray) and _one_index_per_lane(x._sharding, aval.shape, axis, lanes):
     return [lanes.put(k, _reshaped(s, bshape)) for k, s in enumerate(x._shards)]
   host = np.asarray(x._value if isinstance(x, Array) else x)
-  host = np.moveaxis(host, axis, 0)
+  if axis:
+    host = np.moveaxis(host, axis, 0)
   # (a GPU lane's block is copied to the device, the host data staged before put returns: no
   # host copy first; a CPU lane's block is its own copy)
-  copy = (lambda b: np.array(b, order="C")) if lanes.platform == "cpu" else np.ascontiguousarray
-  out = []
-  for k in range(len(lanes)):
-    blk = copy(host[k])
-    out.append(lanes.put(k, Array._from_result(blk, aval.update(shape=blk.shape))))
-  return out
+  copy = np.array if lanes.platform == "cpu" else np.asarray
+  baval = _reshaped_aval(aval, bshape)
+  return [lanes.put(k, Array._from_result(copy(host[k], order="C"), baval))
+          for k in range(len(lanes))]
 
 
 # ------------------------------------------------------------------------------------------------
