@@ -6,6 +6,8 @@ which the collectives (``lax.psum`` & co. over the mapped axes) are primitives
 
     [compute segment] -> collective -> [compute segment] -> collective -> ...
 
+The eqns are put in the order of ``spmd_schedule``: the collectives in as few rounds as their
+dependences allow, a round's reductions over the same axes one eqn over packed operands.
 Each compute segment is an ordinary jaxpr, compiled once by the backend like any jitted
 function (on the GPU, loaded once per device); each collective runs through the communicator of
 the device set (``backends/collectives.py``: NCCL between GPUs, NumPy between CPU devices).
