@@ -721,8 +721,9 @@ def _lanes_key(axis, lanes):
 def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None):
   """What a pmap signature needs on every call: the program, the lanes, the output pytree and,
   per output, its sharding over the devices (None: out_axes None, one device's value), its
-  blocks' shape, its global type and the key of its lanes' values (``_lanes_key``).  Over several processes (``dist``) the axis spans every
-  process's ``n`` devices; the results hold this process's blocks."""
+  blocks' shape, its global type and the key of its lanes' values (``_lanes_key``).  Over
+  several processes (``dist``) the axis spans every process's ``n`` devices; the results hold
+  this process's blocks."""
   from ourjax import api
   from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
   multi = dist is not None and dist.num_processes > 1
