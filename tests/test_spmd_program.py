@@ -153,3 +153,19 @@ def test_reductions_over_one_device_are_their_operands():
   np.testing.assert_array_equal(np.asarray(mn), k)
   assert np.asarray(mn).dtype == np.int32
   np.testing.assert_array_equal(np.asarray(g), x[:, None])
+
+
+def test_packs_hold_at_most_pack_parts_operands(monkeypatch):
+  from ourjax.interpreters import spmd_schedule
+  monkeypatch.setattr(spmd_schedule, "PACK_PARTS", 3)
+  rng = np.random.default_rng(3)
+  xs = [rng.standard_normal((N, i + 1)).astype(np.float32) for i in range(7)]
+  pf = ourjax.pmap(lambda *vs: lax.psum([v * (i + 1) for i, v in enumerate(vs)], "i"),
+                   axis_name="i")
+  outs = pf(*xs)
+  for i, (x, o) in enumerate(zip(xs, outs)):
+    np.testing.assert_allclose(np.asarray(o), np.broadcast_to((x * (i + 1)).sum(0), x.shape),
+                               rtol=1e-5, atol=1e-5)
+  (coll,) = _collectives(_program(pf))
+  # packs of operands 0-2 and 3-5 (1+2+3 and 4+5+6 elements), operand 6 alone
+  assert sorted(x.aval.shape for x in coll.inputs) == [(6,), (7,), (15,)]

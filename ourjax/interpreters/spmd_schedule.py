@@ -16,7 +16,7 @@ the reduction runs on the concatenation, and the next segment slices the results
 all-reduce of one buffer: one NCCL call and one output buffer a device where a step's 24
 gradients took 24; the sums are those of the separate operands, element by element).
 
-A jaxpr with effects (host callbacks) keeps its traced order.
+A jaxpr with effects (host callbacks) keeps its traced order (its reductions packed).
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from ourjax import core
 from ourjax.lax import parallel
 
 _MERGEABLE = (parallel.psum_p, parallel.pmax_p, parallel.pmin_p)
+#: the most operands packed into one buffer
+PACK_PARTS = 32
 
 
 def _merge_key(e):
@@ -41,7 +43,7 @@ def schedule(jaxpr: core.Jaxpr, is_barrier) -> list:
   eqns = list(jaxpr.eqns)
   barrier = [bool(is_barrier(e)) for e in eqns]
   if sum(barrier) < 2 or core.jaxpr_has_effects(jaxpr):
-    return eqns
+    return [q for e in eqns for q in (_packed(e) if e.primitive in _MERGEABLE else [e])]
   producer: dict = {}
   asap = [0] * len(eqns)
   for i, e in enumerate(eqns):
@@ -90,22 +92,26 @@ def schedule(jaxpr: core.Jaxpr, is_barrier) -> list:
 
 
 def _packed(e) -> list:
-  """A reduction eqn as eqns: its operands of each (dtype, weak type), two or more, flattened
-  and concatenated; the reduction; its results sliced out and reshaped back.  (Literal and
-  empty operands are left as they are.)"""
+  """A reduction eqn as eqns: its operands of each (dtype, weak type), two or more (up to
+  ``PACK_PARTS`` a pack), flattened and concatenated; the reduction; its results sliced out and
+  reshaped back.  (Literal and empty operands are left as they are.)"""
   groups: dict = {}
   for j, x in enumerate(e.inputs):
     a = x.aval
     if isinstance(x, core.Var) and a.size:
       groups.setdefault((a.dtype, a.weak_type), []).append(j)
-  groups = {k: g for k, g in groups.items() if len(g) > 1}
-  if not groups:
+  # (at most PACK_PARTS operands a pack: a GPU loop kernel finds an element's part through a
+  # chain of branches, one a part)
+  packs = [(k, g[i:i + PACK_PARTS]) for k, g in groups.items()
+           for i in range(0, len(g), PACK_PARTS)]
+  packs = [(k, g) for k, g in packs if len(g) > 1]
+  if not packs:
     return [e]
-  packed = {j for g in groups.values() for j in g}
+  packed = {j for _, g in packs for j in g}
   ins = [x for j, x in enumerate(e.inputs) if j not in packed]
   outs = [v for j, v in enumerate(e.out_binders) if j not in packed]
   before, after = [], []
-  for (dt, weak), g in groups.items():
+  for (dt, weak), g in packs:
     xs = [e.inputs[j] for j in g]
     sizes = [x.aval.size for x in xs]
     flat = core.Var(core.ShapedArray((sum(sizes),), dt, weak))
