@@ -5,6 +5,7 @@ References: NumPy on the global arrays, and the one-device function (jit on the 
 """
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -169,3 +170,31 @@ def test_packs_hold_at_most_pack_parts_operands(monkeypatch):
   (coll,) = _collectives(_program(pf))
   # packs of operands 0-2 and 3-5 (1+2+3 and 4+5+6 elements), operand 6 alone
   assert sorted(x.aval.shape for x in coll.inputs) == [(6,), (7,), (15,)]
+
+
+@settings(max_examples=6, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["sin", "mul", "psum", "pmax", "pmean", "gather"]),
+                              st.integers(0, 100), st.integers(0, 100)), min_size=2, max_size=7),
+       seed=st.integers(0, 2**16))
+def test_scheduled_programs_match_vmap(ops, seed):
+  """Random chains of computations and collectives, each reading earlier values: pmap (the
+  collectives gathered into rounds and packed) against vmap with the named axis."""
+  x = np.random.default_rng(seed).standard_normal((N, 3)).astype(np.float32)
+
+  def f(v):
+    vals = [v, v * 0.5]
+    for op, i, j in ops:
+      a, b = vals[i % len(vals)], vals[j % len(vals)]
+      if op == "sin":
+        vals.append(jnp.sin(a))
+      elif op == "mul":
+        vals.append(a * b * 0.5)
+      elif op == "gather":
+        vals.append(lax.all_gather(a, "i").sum(0) / N)
+      else:
+        vals.append(getattr(lax, op)(a, "i") / (N if op == "psum" else 1))
+    return vals[2:]
+  got = ourjax.pmap(f, axis_name="i")(x)
+  want = ourjax.vmap(f, axis_name="i")(x)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
