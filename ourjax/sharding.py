@@ -408,13 +408,19 @@ class ShardedArray(Array):
       raise ValueError("Length of devices is greater than 1. Please use `.devices()`.")
     return devs[0]
 
+  def _parts(self):
+    """The shards, or the lanes' values they are made from (the same data, not reshaped)."""
+    if self._shard_list is None:
+      return self._lane_info[1]
+    return self._shard_list
+
   def block_until_ready(self):
-    for s in self._shards:
+    for s in self._parts():
       s.block_until_ready()
     return self
 
   def is_ready(self) -> bool:
-    return all(s.is_ready() for s in self._shards)
+    return all(s.is_ready() for s in self._parts())
 
   def _delete(self):
     if self._shard_list is not None:

@@ -117,6 +117,7 @@ def test_pmap_results_feed_pmap_along_their_axis_or_another():
   np.testing.assert_array_equal(np.asarray(h(y)), want_y.sum((0, 2)))
   # the blocks and the values of a result read before and after it feeds a pmap
   y2 = f(x)
+  assert y2.block_until_ready() is y2 and y2.is_ready() and not y2.is_deleted()
   shards = y2.addressable_shards
   assert [s.data.shape for s in shards] == [(1, 2, 3)] * N
   for k, s in enumerate(shards):
