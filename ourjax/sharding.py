@@ -431,7 +431,7 @@ class ShardedArray(Array):
     self._npy = None
 
   def is_deleted(self) -> bool:
-    return not self._shards
+    return self._shard_list is not None and not self._shard_list
 
 
 def _base_sharding(self):
