@@ -155,6 +155,8 @@ def test_reductions_over_one_device_are_their_operands():
   np.testing.assert_array_equal(np.asarray(mn), k)
   assert np.asarray(mn).dtype == np.int32
   np.testing.assert_array_equal(np.asarray(g), x[:, None])
+  # the reductions are gone from the program: only the all_gather cuts it
+  assert [e.primitive.name for e in _collectives(_program(f))] == ["all_gather"]
 
 
 def test_packs_hold_at_most_pack_parts_operands(monkeypatch):

@@ -251,6 +251,7 @@ class Program:
   def __init__(self, closed: core.ClosedJaxpr, backend: str):
     from ourjax.interpreters import spmd_schedule
     jaxpr, consts = _inline(closed.jaxpr, closed.consts)
+    jaxpr = _without_lone_reductions(jaxpr)
     self.jaxpr, self.consts, self.backend = jaxpr, consts, backend
     self.steps = self._cut(spmd_schedule.schedule(jaxpr, _is_barrier))
     self._lane_envs: dict = {}
@@ -373,6 +374,23 @@ class Program:
             env[s] = r
     out_slots = self._out_slots
     return [[env[s] for s in out_slots] for env in envs]
+
+
+def _without_lone_reductions(jaxpr: core.Jaxpr) -> core.Jaxpr:
+  """``jaxpr`` without its psum/pmax/pmin eqns over one device (each result its operand): the
+  eqns around them are one segment (a pmap over one GPU runs the step as jit does)."""
+  if not any(e.primitive in _REDUCTIONS and e.params.get("size") == 1 for e in jaxpr.eqns):
+    return jaxpr
+  sub: dict = {}
+  rd = lambda x: sub.get(x, x) if isinstance(x, core.Var) else x  # noqa: E731
+  eqns = []
+  for e in jaxpr.eqns:
+    if e.primitive in _REDUCTIONS and e.params.get("size") == 1:
+      sub.update(zip(e.out_binders, [rd(x) for x in e.inputs]))
+    else:
+      eqns.append(e._replace(inputs=[rd(x) for x in e.inputs]) if sub else e)
+  return core.Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [rd(v) for v in jaxpr.outvars],
+                    jaxpr.debug_name)
 
 
 def _is_barrier(e) -> bool:
