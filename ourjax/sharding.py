@@ -312,8 +312,13 @@ class NamedSharding(Sharding):
 
 class ShardedArray(Array):
   """An Array whose value lies in blocks on several devices (or on one CPU device other than the
-  first).  ``_shards``: one single-device Array per device of ``_sharding._device_list``."""
-  __slots__ = ("_shards", "_sharding")
+  first).  ``_shards``: one single-device Array per device of ``_sharding._device_list``.
+
+  ``pmap``'s results are made from its lanes' values (``_from_lanes``): each block is a lane's
+  value with the mapped axis put back (size 1), made when first asked for; passed to ``pmap``
+  again along that axis over the same devices, the lanes' values are used as they are
+  (``_lanes``)."""
+  __slots__ = ("_shard_list", "_sharding", "_lane_info")
 
   @classmethod
   def _from_shards(cls, shards, sharding: Sharding, aval: ShapedArray) -> "ShardedArray":
@@ -322,9 +327,45 @@ class ShardedArray(Array):
     a.weak_type = aval.weak_type
     a._aval = aval
     a._device_buf = None
-    a._shards = list(shards)
+    a._shard_list = list(shards)
     a._sharding = sharding
+    a._lane_info = None
     return a
+
+  @classmethod
+  def _from_lanes(cls, values, key, block_shape, sharding: Sharding,
+                  aval: ShapedArray) -> "ShardedArray":
+    """The array laid out by ``sharding`` whose block on lane k's device is ``values[k]``
+    reshaped to ``block_shape``; ``key`` (the mapped axis and the devices' ids) says which
+    ``pmap`` calls may take ``values`` as their lanes' values."""
+    a = object.__new__(cls)
+    a._npy = None
+    a.weak_type = aval.weak_type
+    a._aval = aval
+    a._device_buf = None
+    a._shard_list = None
+    a._sharding = sharding
+    a._lane_info = (key, values, block_shape)
+    return a
+
+  def _lanes(self, key):
+    """The lanes' values this array was made from, when ``key`` is the one it was made with."""
+    info = self._lane_info
+    return info[1] if info is not None and info[0] == key else None
+
+  @property
+  def _shards(self):
+    s = self._shard_list
+    if s is None:
+      from ourjax.interpreters.spmd import _reshaped
+      _, values, bshape = self._lane_info
+      s = self._shard_list = [_reshaped(v, bshape) for v in values]
+    return s
+
+  @_shards.setter
+  def _shards(self, shards):
+    self._shard_list = list(shards)
+    self._lane_info = None
 
   @property
   def _value(self) -> np.ndarray:
@@ -367,22 +408,30 @@ class ShardedArray(Array):
       raise ValueError("Length of devices is greater than 1. Please use `.devices()`.")
     return devs[0]
 
+  def _parts(self):
+    """The shards, or the lanes' values they are made from (the same data, not reshaped)."""
+    if self._shard_list is None:
+      return self._lane_info[1]
+    return self._shard_list
+
   def block_until_ready(self):
-    for s in self._shards:
+    for s in self._parts():
       s.block_until_ready()
     return self
 
   def is_ready(self) -> bool:
-    return all(s.is_ready() for s in self._shards)
+    return all(s.is_ready() for s in self._parts())
 
   def _delete(self):
-    for s in self._shards:
-      s._delete()
+    if self._shard_list is not None:
+      for s in self._shard_list:
+        s._delete()
+    # (the lanes' values of a pmap result are only dropped: a later result may hold them)
     self._shards = []
     self._npy = None
 
   def is_deleted(self) -> bool:
-    return not self._shards
+    return self._shard_list is not None and not self._shard_list
 
 
 def _base_sharding(self):

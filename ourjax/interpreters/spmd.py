@@ -6,6 +6,8 @@ which the collectives (``lax.psum`` & co. over the mapped axes) are primitives
 
     [compute segment] -> collective -> [compute segment] -> collective -> ...
 
+The eqns are put in the order of ``spmd_schedule``: the collectives in as few rounds as their
+dependences allow, a round's reductions over the same axes one eqn over packed operands.
 Each compute segment is an ordinary jaxpr, compiled once by the backend like any jitted
 function (on the GPU, loaded once per device); each collective runs through the communicator of
 the device set (``backends/collectives.py``: NCCL between GPUs, NumPy between CPU devices).
@@ -34,6 +36,7 @@ import numpy as np
 from ourjax import _donation, core
 from ourjax.array import Array
 from ourjax.lax import parallel
+from ourjax.sharding import ShardedArray
 from ourjax._pytree import tree_flatten, tree_unflatten
 
 # eqns whose params hold a body called with the eqn's inputs: inlined when it has collectives
@@ -193,6 +196,7 @@ class _Compute:
     self.in_vars, self.out_vars = in_vars, out_vars
     self.backend = backend
     self._exe = None
+    self._callers: dict = {}
 
   def executable(self, device):
     """The segment's executable on ``device`` (compiled once; on a GPU, loaded there once:
@@ -201,6 +205,23 @@ class _Compute:
     if self._exe is None:
       self._exe = backends.compile_jaxpr(self.closed, self.backend, "spmd_segment", cache=False)
     return backends.for_device(self._exe, device)
+
+  def caller(self, device):
+    """``call(args) -> list of Arrays`` on ``device``: the executable's dispatch fast path (as
+    ``jit``'s: the segment's arguments always have its parameters' types), falling back to the
+    general call when the backend has none or it refuses the arguments."""
+    call = self._callers.get(device.id)
+    if call is None:
+      exe = self.executable(device)
+      fast = exe.fast_path() if hasattr(exe, "fast_path") else None
+      if fast is None:
+        call = lambda args: exe(*args)  # noqa: E731
+      else:
+        def call(args, fast=fast, exe=exe):
+          outs = fast(args)
+          return exe(*args) if outs is None else outs
+      self._callers[device.id] = call
+    return call
 
 
 _VIEWS = ("reshape", "squeeze")
@@ -213,27 +234,33 @@ class _View:
   def __init__(self, eqns):
     self.eqns = eqns
 
-  def run(self, env):
+  def run(self, env, slot):
     for e in self.eqns:
       x = e.inputs[0]
-      v = x.value() if isinstance(x, core.Literal) else env[x]
-      env[e.out_binders[0]] = _reshaped(v if isinstance(v, Array) else Array(v),
-                                        e.out_binders[0].aval.shape)
+      v = x.value() if isinstance(x, core.Literal) else env[slot[x]]
+      env[slot[e.out_binders[0]]] = _reshaped(v if isinstance(v, Array) else Array(v),
+                                              e.out_binders[0].aval.shape)
 
 
 class Program:
-  """A per-device jaxpr cut into compute segments and collectives (see the module docstring)."""
+  """A per-device jaxpr cut into compute segments and collectives (see the module docstring).
+  The collectives run in as few rounds as their dependences allow, those of a round over the
+  same axes as one (``spmd_schedule``).  Each lane's values live in a list, one slot per
+  variable (and literal), the slots each step reads and writes fixed here, once."""
 
   def __init__(self, closed: core.ClosedJaxpr, backend: str):
+    from ourjax.interpreters import spmd_schedule
     jaxpr, consts = _inline(closed.jaxpr, closed.consts)
+    jaxpr = _without_lone_reductions(jaxpr)
     self.jaxpr, self.consts, self.backend = jaxpr, consts, backend
-    self.steps = self._cut(jaxpr)
-    self._lane_consts: dict = {}
+    self.steps = self._cut(spmd_schedule.schedule(jaxpr, _is_barrier))
+    self._lane_envs: dict = {}
+    self._plan()
 
-  def _cut(self, jaxpr):
+  def _cut(self, eqns):
     steps, seg = [], []
-    for e in jaxpr.eqns:
-      if e.primitive in _COLLECTIVES or any(has_collectives(j) for j in _sub_jaxprs(e.params)):
+    for e in eqns:
+      if _is_barrier(e):
         if seg:
           steps.append(seg)
           seg = []
@@ -243,7 +270,7 @@ class Program:
     if seg:
       steps.append(seg)
     # which variables each later step (and the outputs) reads: a segment returns only those
-    later_reads: set = {v for v in jaxpr.outvars if isinstance(v, core.Var)}
+    later_reads: set = {v for v in self.jaxpr.outvars if isinstance(v, core.Var)}
     out = []
     for step in reversed(steps):
       if isinstance(step, list):
@@ -264,39 +291,111 @@ class Program:
     out.reverse()
     return out
 
+  def _plan(self):
+    """Slot numbers: constants, inputs, then every value a step reads or writes; literals get
+    slots of their own, filled once per lane set."""
+    slot: dict = {}
+    literals = []
+
+    def at(x):
+      if isinstance(x, core.Literal):
+        literals.append((len(slot), x))
+        slot[object()] = len(slot)
+        return literals[-1][0]
+      s = slot.get(x)
+      if s is None:
+        s = slot[x] = len(slot)
+      return s
+    self._const_slots = [at(v) for v in self.jaxpr.constvars]
+    self._in_slots = [at(v) for v in self.jaxpr.invars]
+    plan = []
+    for step in self.steps:
+      if isinstance(step, _Compute):
+        plan.append((0, step, [at(v) for v in step.in_vars], [at(v) for v in step.out_vars]))
+      elif isinstance(step, _View):
+        for e in step.eqns:
+          for x in [*e.inputs, *e.out_binders]:
+            if isinstance(x, core.Var):
+              at(x)
+        plan.append((1, step, slot, None))
+      else:
+        plan.append((2, step, [at(x) for x in step.inputs], [at(v) for v in step.out_binders]))
+    self._steps_plan = plan
+    self._out_slots = [at(v) for v in self.jaxpr.outvars]
+    # (the outputs that are literals: their lanes' values are NumPy or Python scalars)
+    self.literal_outs = {j for j, v in enumerate(self.jaxpr.outvars)
+                         if isinstance(v, core.Literal)}
+    self._literals = literals
+    self._nslots = len(slot)
+
+  def _envs(self, lanes):
+    """Per lane, the slot list with its constants and literals filled in (made once per lane
+    set)."""
+    key = tuple(lanes._ordinals)
+    envs = self._lane_envs.get(key)
+    if envs is None:
+      envs = []
+      for k in range(len(lanes)):
+        env = [None] * self._nslots
+        for s, c in zip(self._const_slots, self.consts):
+          env[s] = lanes.put(k, c)
+        for s, lit in self._literals:
+          env[s] = lit.value()
+        envs.append(env)
+      self._lane_envs[key] = envs
+    return envs
+
   def run(self, lanes: Lanes, args_per_lane):
     """Per-lane outputs for per-lane arguments (lists of Arrays).  Each step runs on the lanes
     in turn: on GPUs a call only enqueues work on its device's stream, so the devices compute
     at once.  (One host thread per GPU was measured slower on 2 and 4 H100s: the Python
     between driver calls holds the GIL.)"""
     n = len(lanes)
-    envs = [dict() for _ in range(n)]
-    key = tuple(lanes._ordinals)
-    consts = self._lane_consts.get(key)
-    if consts is None:
-      consts = self._lane_consts[key] = [[lanes.put(k, c) for c in self.consts]
-                                         for k in range(n)]
-    for k in range(n):
-      envs[k].update(zip(self.jaxpr.constvars, consts[k]))
-      envs[k].update(zip(self.jaxpr.invars, args_per_lane[k]))
-
-    def read(k, x):
-      return x.value() if isinstance(x, core.Literal) else envs[k][x]
-
-    for step in self.steps:
-      if isinstance(step, _Compute):
+    envs = [e.copy() for e in self._envs(lanes)]
+    in_slots = self._in_slots
+    for env, args in zip(envs, args_per_lane):
+      for s, a in zip(in_slots, args):
+        env[s] = a
+    devices = lanes.devices
+    for kind, step, ins, outs in self._steps_plan:
+      if kind == 0:
         for k in range(n):
-          exe = step.executable(lanes.devices[k])
-          envs[k].update(zip(step.out_vars, exe(*[read(k, x) for x in step.in_vars])))
-      elif isinstance(step, _View):
-        for k in range(n):
-          step.run(envs[k])
+          env = envs[k]
+          res = step.caller(devices[k])([env[s] for s in ins])
+          for s, r in zip(outs, res):
+            env[s] = r
+      elif kind == 1:
+        for env in envs:
+          step.run(env, ins)
       else:
-        outs = _run_eqn(step, lanes, [[read(k, x) for x in step.inputs] for k in range(n)],
-                        self.backend)
-        for k in range(n):
-          envs[k].update(zip(step.out_binders, outs[k]))
-    return [[read(k, v) for v in self.jaxpr.outvars] for k in range(n)]
+        res = _run_eqn(step, lanes, [[env[s] for s in ins] for env in envs], self.backend)
+        for env, rs in zip(envs, res):
+          for s, r in zip(outs, rs):
+            env[s] = r
+    out_slots = self._out_slots
+    return [[env[s] for s in out_slots] for env in envs]
+
+
+def _without_lone_reductions(jaxpr: core.Jaxpr) -> core.Jaxpr:
+  """``jaxpr`` without its psum/pmax/pmin eqns over one device (each result its operand): the
+  eqns around them are one segment (a pmap over one GPU runs the step as jit does)."""
+  if not any(e.primitive in _REDUCTIONS and e.params.get("size") == 1 for e in jaxpr.eqns):
+    return jaxpr
+  sub: dict = {}
+  rd = lambda x: sub.get(x, x) if isinstance(x, core.Var) else x  # noqa: E731
+  eqns = []
+  for e in jaxpr.eqns:
+    if e.primitive in _REDUCTIONS and e.params.get("size") == 1:
+      sub.update(zip(e.out_binders, [rd(x) for x in e.inputs]))
+    else:
+      eqns.append(e._replace(inputs=[rd(x) for x in e.inputs]) if sub else e)
+  return core.Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [rd(v) for v in jaxpr.outvars],
+                    jaxpr.debug_name)
+
+
+def _is_barrier(e) -> bool:
+  """Whether ``e`` needs the lanes together: a collective, or an eqn whose body holds one."""
+  return e.primitive in _COLLECTIVES or any(has_collectives(j) for j in _sub_jaxprs(e.params))
 
 
 def _run_eqn(e, lanes: Lanes, ins, backend):
@@ -307,8 +406,10 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
     return [[Array(np.int32(lanes.position(k, params["axes"])))] for k in range(n)]
   if p in _COLLECTIVES:
     from ourjax import errors
-    groups, comm = lanes.groups(params["axes"]), lanes.comm
     ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
+    if p in _REDUCTIONS and params["size"] == 1:
+      return ins            # (a reduction over one device: its operands; no communicator)
+    groups, comm = lanes.groups(params["axes"]), lanes.comm
     try:
       if p in _REDUCTIONS:
         raw = comm.all_reduce(groups, ins, _REDUCTIONS[p])
@@ -496,6 +597,7 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   name = axis_name if axis_name is not None else f"_pmap_axis_{next(_pmap_names)}"
   cache: dict = {}
   donations: dict = {}      # signature -> its _donation.Donation (None: nothing donated)
+  plans: dict = {}          # (tree, global avals, ..., devices) -> _pmap_plan's tuple
   fname = getattr(fun, "__name__", "fun")
   donate = ((donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums))
 
@@ -524,48 +626,88 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
       axes_all = tuple(in_axes[i] for i in dyn_idx)
     dyn = tuple(dyn)
     leaves, tree = tree_flatten(dyn)
-    axes = api._flatten_axes("pmap in_axes", tree, tuple(axes_all) if isinstance(
-        axes_all, (tuple, list)) else axes_all, dyn)
-
-    def call_fun(*dargs):
-      full = list(args)
-      for i, v in zip(dyn_idx, dargs):
-        full[i] = v
-      return fun(*full)
-
     if any(isinstance(x, core.Tracer) for x in leaves):
       # under a transformation: pmap is vmap with a named axis, over no more lanes than there
       # are devices (as when it runs)
+      axes = _leaf_axes(tree, axes_all, dyn)
       sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
       n = max(sizes) if sizes else axis_size
       devs = list(devices) if devices is not None else api.devices(backend)
       if n is not None and n > len(devs):
         raise ValueError(f"compiling computation that requires {n} logical devices, but only "
                          f"{len(devs)} XLA devices are available (num_replicas={n})")
-      return api.vmap(call_fun, in_axes=axes_all, out_axes=out_axes, axis_name=name,
-                      axis_size=axis_size)(*dyn)
-    sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
-    if len(sizes) > 1:
-      raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: {sorted(sizes)}")
-    n = sizes.pop() if sizes else axis_size
-    if n is None:
-      raise ValueError("pmap requires at least one argument with a mapped axis (or axis_size)")
+      return api.vmap(_caller(args, dyn_idx), in_axes=axes_all, out_axes=out_axes,
+                      axis_name=name, axis_size=axis_size)(*dyn)
     from ourjax import distributed
     dist = distributed.state()
     devs = list(devices) if devices is not None else api.devices(backend)
     if dist is not None and dist.num_processes > 1 and devices is None:
       from ourjax import backends
       devs = distributed._local_devices(dist, backends)
+    avals = tuple(core.get_aval(x) for x in leaves)
+    cacheable = all(_hashable(v) for _, v in static_vals)
+    pkey = (tree, avals, nargs, static_vals, tuple(devs), dist) if cacheable else None
+    plan = plans.get(pkey) if cacheable else None
+    if plan is None:
+      plan = _pmap_plan(tree, avals, _leaf_axes(tree, axes_all, dyn), devs, dist, nargs,
+                        dyn_idx, dyn, static_vals, cacheable, _caller(args, dyn_idx))
+      if cacheable:
+        plans[pkey] = plan
+    program, lanes, out_tree, outs_how, axes, donation, in_keys = plan
+    cols = []
+    for x, a, lkey in zip(leaves, axes, in_keys):
+      if a is None:
+        cols.append([lanes.put(k, x) for k in range(len(lanes))])
+      else:
+        vals = x._lanes(lkey) if type(x) is ShardedArray else None
+        cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes))
+    outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
+    results = []
+    literal = program.literal_outs
+    for j, (sharding, bshape, gaval, lkey) in enumerate(outs_how):
+      if sharding is None:
+        results.append(outs[0][j])
+      else:
+        vals = [Array(o[j]) for o in outs] if j in literal else [o[j] for o in outs]
+        results.append(ShardedArray._from_lanes(vals, lkey, bshape, sharding, gaval))
+    if donation:
+      for i in donation.deleted:
+        if isinstance(leaves[i], Array):
+          leaves[i]._delete()
+    return tree_unflatten(out_tree, results)
+
+  def _leaf_axes(tree, axes_all, dyn):
+    return api._flatten_axes("pmap in_axes", tree, tuple(axes_all) if isinstance(
+        axes_all, (tuple, list)) else axes_all, dyn)
+
+  def _caller(args, dyn_idx):
+    def call_fun(*dargs):
+      full = list(args)
+      for i, v in zip(dyn_idx, dargs):
+        full[i] = v
+      return fun(*full)
+    return call_fun
+
+  def _pmap_plan(tree, avals, axes, devs, dist, nargs, dyn_idx, dyn, static_vals, cacheable,
+                 call_fun):
+    """What every call of a signature needs: ``(program, lanes, out_tree, outs_how, axes,
+    donation, in_keys)``: per argument leaf its mapped axis (None: replicated) and the key of
+    the lanes' values a pmap result mapped along that axis holds (``ShardedArray._lanes``);
+    per output its sharding, block shape, global type and lanes' key (``_pmap_entry``)."""
+    sizes = {a.shape[ax] for a, ax in zip(avals, axes) if ax is not None}
+    if len(sizes) > 1:
+      raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: {sorted(sizes)}")
+    n = sizes.pop() if sizes else axis_size
+    if n is None:
+      raise ValueError("pmap requires at least one argument with a mapped axis (or axis_size)")
     if n > len(devs):
       raise ValueError(f"compiling computation that requires {n} logical devices, but only "
                        f"{len(devs)} XLA devices are available (num_replicas={n})")
     devs = devs[:n]
-    avals = [core.get_aval(x) for x in leaves]
-    lane_avals = [a if ax is None else a.update(shape=a.shape[:ax % a.ndim] +
-                                                a.shape[ax % a.ndim + 1:])
+    axes = [None if ax is None else ax % a.ndim for a, ax in zip(avals, axes)]
+    lane_avals = [a if ax is None else a.update(shape=a.shape[:ax] + a.shape[ax + 1:])
                   for a, ax in zip(avals, axes)]
     key = (tree, tuple(lane_avals), tuple(axes), n, tuple(d.id for d in devs), static_vals)
-    cacheable = all(_hashable(v) for _, v in static_vals)
     entry = cache.get(key) if cacheable else None
     if entry is None:
       entry = _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist)
@@ -582,35 +724,24 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
                                   names=[a.str_short(short_dtypes=False) for a in avals])
       if cacheable:
         donations[key] = donation
-    per_lane = [[] for _ in range(n)]
-    for x, a in zip(leaves, axes):
-      if a is None:
-        for k in range(n):
-          per_lane[k].append(lanes.put(k, x))
-      else:
-        for k, blk in enumerate(_pmap_blocks(x, a % core.get_aval(x).ndim, lanes)):
-          per_lane[k].append(blk)
-    outs = program.run(lanes, per_lane)
-    results = []
-    for j, (sharding, bshape, gaval) in enumerate(outs_how):
-      vals = [outs[k][j] for k in range(n)]
-      results.append(vals[0] if sharding is None else
-                     _assemble([_reshaped(v, bshape) for v in vals], sharding, gaval))
-    if donation:
-      for i in donation.deleted:
-        if isinstance(leaves[i], Array):
-          leaves[i]._delete()
-    return tree_unflatten(out_tree, results)
+    in_keys = [None if ax is None else _lanes_key(ax, lanes) for ax in axes]
+    return program, lanes, out_tree, outs_how, axes, donation, in_keys
 
   pmapped._pmap_cache = cache
   return pmapped
 
 
+def _lanes_key(axis, lanes):
+  """The key of the lanes' values of a pmap result mapped along ``axis`` over ``lanes``."""
+  return (axis, lanes.platform, tuple(lanes._ordinals))
+
+
 def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None):
   """What a pmap signature needs on every call: the program, the lanes, the output pytree and,
   per output, its sharding over the devices (None: out_axes None, one device's value), its
-  blocks' shape and its global type.  Over several processes (``dist``) the axis spans every
-  process's ``n`` devices; the results hold this process's blocks."""
+  blocks' shape, its global type and the key of its lanes' values (``_lanes_key``).  Over
+  several processes (``dist``) the axis spans every process's ``n`` devices; the results hold
+  this process's blocks."""
   from ourjax import api
   from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
   multi = dist is not None and dist.num_processes > 1
@@ -621,16 +752,17 @@ def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist
   closed, out_tree = _trace_per_device(call_fun, tree, lane_avals, {name: size},
                                        f"pmap({fname})")
   mesh = Mesh(np.array(devs, dtype=object), (name,))
+  lanes = ProcessLanes(mesh, dist) if multi else Lanes(mesh)
   how = []
   for aval, oa in zip(closed.out_avals, api._flatten_axes("pmap out_axes", out_tree, out_axes)):
     if oa is None:
-      how.append((None, None, None))
+      how.append((None, None, None, None))
       continue
     oa = oa % (aval.ndim + 1)
     sharding = NamedSharding(mesh, PartitionSpec(*([None] * oa + [name])))
     how.append((sharding, aval.shape[:oa] + (1,) + aval.shape[oa:],
-                aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:])))
-  lanes = ProcessLanes(mesh, dist) if multi else Lanes(mesh)
+                aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:]),
+                _lanes_key(oa, lanes)))
   return Program(closed, _backend_of(devs)), lanes, out_tree, how
 
 
@@ -670,12 +802,14 @@ def _pmap_blocks(x, axis, lanes: Lanes):
   if isinstance(x, ShardedArray) and _one_index_per_lane(x._sharding, aval.shape, axis, lanes):
     return [lanes.put(k, _reshaped(s, bshape)) for k, s in enumerate(x._shards)]
   host = np.asarray(x._value if isinstance(x, Array) else x)
-  host = np.moveaxis(host, axis, 0)
-  out = []
-  for k in range(len(lanes)):
-    blk = np.array(host[k], order="C")
-    out.append(lanes.put(k, Array._from_result(blk, aval.update(shape=blk.shape))))
-  return out
+  if axis:
+    host = np.moveaxis(host, axis, 0)
+  # (a GPU lane's block is copied to the device, the host data staged before put returns: no
+  # host copy first; a CPU lane's block is its own copy)
+  copy = np.array if lanes.platform == "cpu" else np.asarray
+  baval = _reshaped_aval(aval, bshape)
+  return [lanes.put(k, Array._from_result(copy(host[k], order="C"), baval))
+          for k in range(len(lanes))]
 
 
 # ------------------------------------------------------------------------------------------------
