@@ -539,12 +539,14 @@ def _backend_source_hash() -> str:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import (concat, dedupe, dots, elemental, gemm, gemm_im2col,
-                                      im2col, kernel_info, kernel_key, planning as _planning)
+                                      group_planner, im2col, kernel_info, kernel_key,
+                                      planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
     for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
-              dots, donation, _entry, elemental, dedupe, kernel_key, _planning):
+              dots, donation, _entry, elemental, dedupe, kernel_key, _planning, group_planner,
+              row_cache):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:

@@ -38,6 +38,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import row_cache
 from ourjax.backends.llvm.emitter import (I1, I8, I32, I64, Emitter, EmitterError, ForLoop,
                                           Index, Leaf, alloca_entry, i64)
 
@@ -252,11 +253,23 @@ class LoopKernel(Kernel):
     inner_outs = [(i, buf) for i, buf in self.outputs if _dims(i) == self.dims]
     outer_outs = [(i, buf) for i, buf in self.outputs if _dims(i) != self.dims]
 
+    fills = {}                      # id(reduction) -> the row caches its loop fills
+    if self.rows:
+      for x, r in row_cache.plan_row_caches(self.dims, self.outputs, self.leafmap,
+                                            self.prefetch_outer, self.prefetch_elem):
+        em.row_caches[id(x)] = c = row_cache.RowCache(b, x, self.dims[-1])
+        fills.setdefault(id(r), []).append(c)
+
     def prefetch(reduces, index):
       for r in reduces:
+        caches = fills.get(id(r), ())
+        for c in caches:
+          c.filling = True
         em.reduce_ok = r
         em.value(r, index)
         em.reduce_ok = None
+        for c in caches:
+          c.filling, c.filled = False, True
 
     def store(outs, index):
       store_outputs(b, em, outs, index, ptr, evaluate_first=True)
@@ -272,13 +285,17 @@ class LoopKernel(Kernel):
         prefetch(self.prefetch_outer, oidx)
         store(outer_outs, oidx)
         base = b.mul(row.index, i64(n), flags=["nuw", "nsw"])
-        with ForLoop(b, 0, n, "col") as col:
-          em.push_scope()
-          idx = Index(b, self.dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
-                      multi=omulti + [col.index])
-          prefetch(self.prefetch_elem, idx)
-          store(inner_outs, idx)
-          em.pop_scope()
+        segments = row_cache.column_segments(self.dims, inner_outs, self.leafmap)
+        for clo, chi in segments:
+          with ForLoop(b, clo, chi, "col") as col:
+            if len(segments) > 1:
+              em.ranges[id(col.index)] = (clo, chi)
+            em.push_scope()
+            idx = Index(b, self.dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
+                        multi=omulti + [col.index])
+            prefetch(self.prefetch_elem, idx)
+            store(inner_outs, idx)
+            em.pop_scope()
         em.pop_scope()
     else:
       assert not outer_outs
