@@ -206,6 +206,8 @@ class _Planner(planning.Planner):
   #: convolution patch matrices packed by the GEMM from the input (``llvm/gemm_im2col.py``);
   #: the GPU's subclass reads them in place its own way (``cuda/implicit_gemm.py``)
   implicit_im2col = True
+  #: a loop's accumulators updated elementwise are computed in their state buffers (no copy)
+  state_updates_in_place = True
 
   def threads(self) -> int:
     return num_threads()

@@ -1,0 +1,124 @@
+"""A CPU while loop computes a result straight into its state buffer (no copy back per
+iteration) when the planned body reads the old state before writing it, or reads it only at the
+index it writes (``Planner._own_index_candidates``, ``_state_in_place_ok``); otherwise it keeps
+the copy.  Values against NumPy in float64; the copies from the profiler's rows."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import lax
+from ourjax.config import config
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cpu_default():
+  old = config.jax_platforms
+  config.update("jax_platforms", "cpu")
+  yield
+  config.update("jax_platforms", old)
+
+
+def _loop_copies(f, *args):
+  """The kernels copying inside loops, from the profile of ``f``'s compiled code."""
+  rows = ourjax.jit(f).lower(*args).compile().profile(*args, reps=1).rows
+  return [r["hlo"] for r in rows if r.get("kind") == "CopyKernel" and r.get("loop")]
+
+
+def _run(f, f64, args, steps):
+  got = ourjax.jit(f)(*args)
+  want = f64(*[np.asarray(a, np.float64) for a in args])
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=2e-5, atol=2e-5)
+
+
+def _rng_args():
+  rng = np.random.default_rng(0)
+  acc = rng.standard_normal((24, 24)).astype(np.float32)
+  h = rng.standard_normal((8, 24)).astype(np.float32)
+  w = (rng.standard_normal((24, 24)) * 0.2).astype(np.float32)
+  return acc, h, w
+
+
+def test_accumulator_and_recurrence_update_in_place():
+  """acc += h^T h (the old acc read at its own index) and h = tanh(h @ w) (the old h read by
+  dots that run before it is written): both in their state buffers."""
+  def f(acc, h, w):
+    def body(i, c):
+      acc, h = c
+      return acc + h.T @ h, jnp.tanh(h @ w)
+    return lax.fori_loop(0, 6, body, (acc, h))
+
+  def f64(acc, h, w):
+    for _ in range(6):
+      acc, h = acc + h.T @ h, np.tanh(h @ w)
+    return acc, h
+  args = _rng_args()
+  _run(f, f64, args, 6)
+  assert _loop_copies(f, *args) == []
+
+
+@pytest.mark.parametrize("case", ["swap", "old_read_later", "reversed", "row_sum", "dot_root"])
+def test_state_read_elsewhere_keeps_its_copy(case):
+  """Results whose old state is still needed after (or while) they are written: the values
+  must be the loop's, whatever the planner chose."""
+  def step(np_, acc, h, w):
+    if case == "swap":                  # the old acc is the next h's value source
+      return h.T @ h * 0.1 + 1.0, acc[:8] * 0.5
+    if case == "old_read_later":        # new acc, then h reads the old acc
+      new = acc * 0.5 + 1.0
+      return new, np_.tanh(h @ acc) * 0.1
+    if case == "reversed":              # acc read at another index of the same kernel
+      return acc[:, ::-1] * 0.5 + acc, np_.tanh(h)
+    if case == "row_sum":               # a reduction of acc in the kernel writing acc
+      return acc - acc.sum(-1, keepdims=True) * 0.01, np_.tanh(h)
+    return acc @ w, h                   # dot_root: the dot itself writes acc
+
+  def f(acc, h, w):
+    def body(i, c):
+      return step(jnp, *c, w)
+    return lax.fori_loop(0, 4, body, (acc, h))
+
+  def f64(acc, h, w):
+    for _ in range(4):
+      acc, h = step(np, acc, h, w)
+    return acc, h
+  _run(f, f64, _rng_args(), 4)
+
+
+def test_scan_gradient_accumulators():
+  """The LSTM pattern: value_and_grad of a scan, whose backward loop accumulates dW += x^T dz;
+  against NumPy's hand-written gradient in float64."""
+  rng = np.random.default_rng(1)
+  T, B, I, H = 5, 3, 4, 6
+  xs = rng.standard_normal((T, B, I)).astype(np.float32)
+  w = (rng.standard_normal((I, H)) * 0.3).astype(np.float32)
+  u = (rng.standard_normal((H, H)) * 0.3).astype(np.float32)
+
+  def loss(w, u, xs):
+    def cell(h, x):
+      h = jnp.tanh(x @ w + h @ u)
+      return h, h
+    _, hs = lax.scan(cell, jnp.zeros((B, H), jnp.float32), xs)
+    return jnp.sum(hs * hs)
+
+  def grads64(w, u, xs):
+    hs, h = [], np.zeros((B, H))
+    for t in range(T):
+      h = np.tanh(xs[t] @ w + h @ u)
+      hs.append(h)
+    dw, du, dh = np.zeros_like(w), np.zeros_like(u), np.zeros((B, H))
+    for t in reversed(range(T)):
+      dh = dh + 2 * hs[t]
+      dz = dh * (1 - hs[t] ** 2)
+      hprev = hs[t - 1] if t else np.zeros((B, H))
+      dw += xs[t].T @ dz
+      du += hprev.T @ dz
+      dh = dz @ u.T
+    return dw, du
+  gw, gu = ourjax.jit(ourjax.grad(loss, argnums=(0, 1)))(w, u, xs)
+  ww, wu = grads64(*[a.astype(np.float64) for a in (w, u, xs)])
+  np.testing.assert_allclose(np.asarray(gw, np.float64), ww, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(gu, np.float64), wu, rtol=1e-4, atol=1e-4)
