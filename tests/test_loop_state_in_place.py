@@ -58,9 +58,42 @@ def test_accumulator_and_recurrence_update_in_place():
   args = _rng_args()
   _run(f, f64, args, 6)
   assert _loop_copies(f, *args) == []
+  # acc + h^T h: one GEMM adding into acc's state (the shared GEMM's accumulating twin)
+  text = ourjax.jit(f).lower(*args).compile()._executable.compiled.llvm_ir
+  assert "ourjax_gemm_f32_acc" in text
 
 
-@pytest.mark.parametrize("case", ["swap", "old_read_later", "reversed", "row_sum", "dot_root"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["acc_first", "dot_first"])
+def test_accumulating_dot_matches_numpy(dtype, order):
+  """acc = acc + x_i^T @ y_i (or dot + acc) over a loop of slices, both float types, shapes
+  that are no multiple of the vector width; against NumPy in float64."""
+  from ourjax.config import enable_x64
+  rng = np.random.default_rng(2)
+  T, B, M, N = 7, 11, 13, 37        # (M*N*B >= 4096: the packed GEMM, dots.fast_dot_ok)
+  xs = rng.standard_normal((T, B, M)).astype(dtype)
+  ys = rng.standard_normal((T, B, N)).astype(dtype)
+  acc0 = rng.standard_normal((M, N)).astype(dtype)
+
+  def f(acc, xs, ys):
+    def body(i, acc):
+      d = xs[i].T @ ys[i]
+      return acc + d if order == "acc_first" else d + acc
+    return lax.fori_loop(0, T, body, acc)
+  with enable_x64(dtype == np.float64):
+    got = ourjax.jit(f)(acc0, xs, ys)
+    text = ourjax.jit(f).lower(acc0, xs, ys).compile()._executable.compiled.llvm_ir
+  assert got.dtype == dtype
+  want = acc0.astype(np.float64) + np.einsum("tbm,tbn->mn", xs.astype(np.float64),
+                                              ys.astype(np.float64))
+  tol = 1e-5 if dtype == np.float32 else 1e-12
+  np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol * 10)
+  tag = "f32" if dtype == np.float32 else "f64"
+  assert f"ourjax_gemm_{tag}_acc" in text
+
+
+@pytest.mark.parametrize("case", ["swap", "old_read_later", "reversed", "row_sum", "dot_root",
+                                  "self_product"])
 def test_state_read_elsewhere_keeps_its_copy(case):
   """Results whose old state is still needed after (or while) they are written: the values
   must be the loop's, whatever the planner chose."""
@@ -74,6 +107,8 @@ def test_state_read_elsewhere_keeps_its_copy(case):
       return acc[:, ::-1] * 0.5 + acc, np_.tanh(h)
     if case == "row_sum":               # a reduction of acc in the kernel writing acc
       return acc - acc.sum(-1, keepdims=True) * 0.01, np_.tanh(h)
+    if case == "self_product":          # acc + acc @ w: the dot reads the accumulator
+      return acc + acc @ w, np_.tanh(h)
     return acc @ w, h                   # dot_root: the dot itself writes acc
 
   def f(acc, h, w):

@@ -208,6 +208,8 @@ class _Planner(planning.Planner):
   implicit_im2col = True
   #: a loop's accumulators updated elementwise are computed in their state buffers (no copy)
   state_updates_in_place = True
+  #: ... and an accumulator's dot adds into it (the shared GEMM's accumulating twin)
+  dot_accumulate = True
 
   def threads(self) -> int:
     return num_threads()

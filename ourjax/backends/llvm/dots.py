@@ -59,9 +59,10 @@ class DotSpec:
     self.dtype = dot.dtype
 
 
-def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
+def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: bool = False):
   """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
-  ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``).
+  ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``); ``accumulate``:
+  C[b] += A[b] @ B[b] (the packed GEMM only: ``_gemm_layout_ok``).
 
   Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, a micro-kernel register-blocked
   for the target's vector ISA, one process-wide compiled kernel) when both operands have a unit
@@ -72,8 +73,11 @@ def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
                         N=spec.N, K=spec.K, a_strides=(spec.a_sm, spec.a_sk),
                         b_strides=(spec.b_sk, spec.b_sn), tid=tid, nthreads=nthreads,
                         scratch=scratch, batch=spec.B,
-                        batch_strides=(spec.a_sb, spec.b_sb, spec.M * spec.N))
+                        batch_strides=(spec.a_sb, spec.b_sb, spec.M * spec.N),
+                        accumulate=accumulate)
     return
+  if accumulate:
+    raise ValueError("emit_dot: accumulate needs operands the packed GEMM reads")
   _emit_dot_blocked(b, spec, A, Bm, C, scratch, tid, nthreads)
 
 
@@ -89,11 +93,12 @@ def _gemm_layout_ok(spec) -> bool:
           gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk) is not None)
 
 
-def gemm_symbols(spec) -> list:
+def gemm_symbols(spec, accumulate: bool = False) -> list:
   """Process-wide symbols the dot's code links to (to register before loading cached code)."""
   if _gemm_layout_ok(spec):
     from ourjax.backends.llvm import gemm
-    return [gemm.prefetch_shared_gemm("f32" if spec.dtype == E.F32 else "f64")]
+    return [gemm.prefetch_shared_gemm(("f32" if spec.dtype == E.F32 else "f64") +
+                                      ("_acc" if accumulate else ""))]
   return []
 
 
@@ -233,18 +238,24 @@ def _narrow_float_dot(dot) -> bool:
 
 
 class DotKernel(Kernel):
-  def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
+  """``out = lhs @ rhs`` (``DotSpec``); ``accumulate``: ``out += lhs @ rhs`` (the packed GEMM's
+  accumulating twin; ``out`` is read as well)."""
+
+  def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1,
+               accumulate: bool = False):
     self.dot, self.spec = dot, DotSpec(dot)
     self.threads = threads           # the host's threads at planning time (see chunks)
     self.lhs, self.rhs, self.out = lhs, rhs, out
+    self.accumulate = accumulate
     s = self.spec
-    super().__init__(name, [lhs, rhs], [out], [scratch], work=s.B * s.M * s.N * s.K)
+    super().__init__(name, [lhs, rhs] + ([out] if accumulate else []), [out], [scratch],
+                     work=s.B * s.M * s.N * s.K)
 
   @property
   def symbols(self) -> list:
     """The process-wide GEMM this kernel's CPU code calls (compiled on first use: the GPU
     backend, which plans with the same kernels, never asks)."""
-    return gemm_symbols(self.spec)
+    return gemm_symbols(self.spec, self.accumulate)
 
   @property
   def chunks(self) -> int:
@@ -270,7 +281,7 @@ class DotKernel(Kernel):
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
-             tid, nthreads)
+             tid, nthreads, self.accumulate)
 
 
 class Im2colDotKernel(DotKernel):

@@ -901,11 +901,12 @@ def _signature(p: ir.Type) -> ir.FunctionType:
                                          I64, I64, I64, I64, I64, I64, p])
 
 
-def declare_shared_gemm(module: ir.Module, dtype: str, im2col: bool = False) -> ir.Function:
+def declare_shared_gemm(module: ir.Module, dtype: str, im2col: bool = False,
+                        accumulate: bool = False) -> ir.Function:
   """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module`` (its code
   is built meanwhile: :func:`prefetch_shared_gemm`); ``im2col``: its implicit-im2col twin
-  (``gemm_im2col.py``), built with it."""
-  sym = prefetch_shared_gemm(dtype + ("_im2col" if im2col else ""))
+  (``gemm_im2col.py``); ``accumulate``: its accumulating twin (``C += A @ B``)."""
+  sym = prefetch_shared_gemm(dtype + ("_im2col" if im2col else "_acc" if accumulate else ""))
   fn = module.globals.get(sym)
   if fn is None:
     fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)
@@ -924,9 +925,9 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   batches; 0 broadcasts an operand); ``ldc`` defaults to N.  ``A``, ``B``, ``C``
   and ``scratch`` are pointers (any pointee type: they are bitcast), ``tid``/``nthreads`` i64
   values; ``scratch`` holds :func:`pack_buffer_elements` ``(dtype, M, N, K, max threads)``
-  elements and is the same pointer for every thread.  With no epilogue and no accumulation
-  (and ``shared``) the call goes to the process-wide kernel; otherwise a kernel is emitted into
-  ``b.module`` (named ``name`` or a fresh ``gemm.N``).  Raises ValueError for strides the kernel
+  elements and is the same pointer for every thread.  With no epilogue (and ``shared``) the
+  call goes to the process-wide kernel (its accumulating twin with ``accumulate``); otherwise a
+  kernel is emitted into ``b.module`` (named ``name`` or a fresh ``gemm.N``).  Raises ValueError for strides the kernel
   cannot read (neither unit); copy such an operand first.  ``im2col``: ``A`` is the descriptor
   of a convolution's patch matrix (``gemm_im2col.emit_call``), read by the shared kernel's
   implicit-im2col twin (no epilogue, no accumulation, batch 1)."""
@@ -943,8 +944,8 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
     batch_strides = (M * K, K * N, M * ldc)
   module = b.module
   ptr_t = _TYPES[dtype][0]().as_pointer()
-  if epilogue is None and not accumulate and shared:
-    fn = declare_shared_gemm(module, dtype, im2col)
+  if epilogue is None and shared:
+    fn = declare_shared_gemm(module, dtype, im2col, accumulate)
   else:
     if name is None:
       i = 0

@@ -89,6 +89,8 @@ class Planner:
   #: while-body results are computed in their state buffers where the planned body allows
   #: (``_own_index_candidates``, ``_state_in_place_ok``); the CPU's planner turns it on
   state_updates_in_place = False
+  #: ``out = out + dot`` as one accumulating GEMM (``GroupPlanner._accumulating_dot``; CPU)
+  dot_accumulate = False
 
   def threads(self) -> int:
     return 1
@@ -313,7 +315,8 @@ class Planner:
     """The planned kernels of one group (a backend may rearrange them)."""
     planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
                              widen_narrow_dots=self.widen_narrow_dots,
-                             concat_kernels=self.concat_kernels, threads=self.threads())
+                             concat_kernels=self.concat_kernels, threads=self.threads(),
+                             dot_accumulate=self.dot_accumulate)
     return planner.plan(instrs, outputs, leafmap)
 
   def _inplace_target(self, instr, root, leafmap, vals, last_use, pos, comp, target=None):
@@ -496,8 +499,9 @@ class Planner:
     """Whether ``steps`` (a loop body's, copies back included) may write ``buf`` while also
     reading it: every step that reads it comes before the first that writes it, or the last
     reader is that writer, an elementwise kernel reading ``buf`` only at the index of the
-    element it writes (it loads an element's inputs before storing it), as a donated
-    parameter's buffer may take its output (``backends/donation.py``)."""
+    element it writes (it loads an element's inputs before storing it) or a dot accumulating
+    into ``buf``, as a donated parameter's buffer may take its output
+    (``backends/donation.py``)."""
     from ourjax.backends import donation
     last_read, first_write = -1, math.inf
     for t, s in enumerate(steps):
@@ -512,6 +516,9 @@ class Planner:
     if last_read > first_write:
       return False
     kernel = getattr(steps[last_read], "kernel", None)
+    if isinstance(kernel, K.DotKernel) and getattr(kernel, "accumulate", False):
+      # C += A @ B reads each element of C where it writes it
+      return kernel.out is buf and kernel.lhs is not buf and kernel.rhs is not buf
     if type(kernel) is not K.LoopKernel:
       return False
     dims = tuple(kernel.dims)
