@@ -11,8 +11,8 @@ import llvmlite.ir as ir
 
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm.emitter import I32, ForLoop, alloca_entry, i64
-from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, MAX_CHUNKS, Buf, Kernel,
-                                          partition)
+from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, DOT_SPLIT_WORK, MAX_CHUNKS, Buf,
+                                          Kernel, partition)
 from ourjax.lowering import hlo
 
 __all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "emit_dot", "gemm_symbols",
@@ -261,7 +261,8 @@ class DotKernel(Kernel):
   def chunks(self) -> int:
     """A dot of at least as many batch entries as threads is cut into whole entries (nothing is
     packed twice), pieces of at least ``DOT_PIECE_WORK`` multiply-adds, as many as
-    ``MAX_CHUNKS``.  Any other on the packed GEMM gets a piece per thread (as work allows): the GEMM cuts C into a grid of blocks
+    ``MAX_CHUNKS``.  Any other on the packed GEMM gets a piece per thread (as work allows:
+    pieces of at least ``DOT_SPLIT_WORK``): the GEMM cuts C into a grid of blocks
     whose packing is each block's own rows of A and columns of B (``gemm.py``), so more pieces
     cost little extra packing; the register-blocked kernel for other layouts cuts rows only,
     each piece reading all of B, so it keeps to ``1 + max(M, N) / 320`` pieces (the extra reads
@@ -276,8 +277,9 @@ class DotKernel(Kernel):
     if s.B >= 2 and (s.B >= self.threads or not gemm_ok):
       return max(2, min(MAX_CHUNKS, s.B, by_work))
     few = 2 if self.work < (1 << 28) else 4
-    bound = MAX_CHUNKS if gemm_ok else 1 + max(s.M, s.N) // 320
-    return max(few, min(MAX_CHUNKS, self.threads, bound, by_work))
+    if gemm_ok:
+      return max(few, min(MAX_CHUNKS, self.threads, self.work // DOT_SPLIT_WORK))
+    return max(few, min(MAX_CHUNKS, self.threads, 1 + max(s.M, s.N) // 320, by_work))
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),

@@ -54,6 +54,12 @@ MAX_CHUNKS = 16
 #: Fewest multiply-adds in a piece of a parallel dot (claiming a piece and setting up its
 #: panels costs microseconds; a piece of this size computes for tens of them).
 DOT_PIECE_WORK = 1 << 22
+#: Fewest multiply-adds in a piece of an unbatched dot on the packed GEMM, whose pieces pack only
+#: their own blocks of A and B: a piece of 512k computes for about 10 us on one core, and only
+#: hosts of more threads than ``work / DOT_PIECE_WORK`` cut a dot this finely (an LSTM step's
+#: 32x128x512 products, 2M multiply-adds each, ran on 2 of 16 threads with ``DOT_PIECE_WORK``;
+#: JAX's contractions there spread over more cores).
+DOT_SPLIT_WORK = 1 << 19
 
 
 class PlanError(EmitterError):
