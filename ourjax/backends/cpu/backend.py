@@ -208,7 +208,7 @@ class _Planner(planning.Planner):
   implicit_im2col = True
   #: a loop's accumulators updated elementwise are computed in their state buffers (no copy)
   state_updates_in_place = True
-  #: ... and an accumulator's dot adds into it (the shared GEMM's accumulating twin)
+  #: ... and an accumulator's dot adds into it (the shared GEMM adding into C)
   dot_accumulate = True
 
   def threads(self) -> int:

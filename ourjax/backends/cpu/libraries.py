@@ -74,31 +74,8 @@ def prefetch_for(module) -> None:
       elif i.dtype in (E.F32, E.F64) and os.environ.get("OURJAX_CPU_IMPLICIT_GEMM", "1") != "0":
         want.add(tag + "_im2col")   # (its implicit-im2col twin, gemm_im2col.accepts)
       want.add(tag)
-    want.update(_accumulator_tags(comp))
   if want:
     _link_symbols([f"ourjax_gemm_{t}" for t in sorted(want)], wait=False)
-
-
-def _accumulator_tags(comp) -> set:
-  """``{"f32_acc"}`` (or f64) when ``comp`` looks like a loop body accumulating a product into
-  its state (result k = state k + dot: ``GroupPlanner._accumulating_dot`` then calls the
-  shared GEMM's accumulating twin)."""
-  root = comp.root
-  if root is None or root.opcode != "tuple" or len(comp.parameters) != 1:
-    return set()
-  p = comp.parameters[0]
-  out = set()
-  for k, e in enumerate(root.operands):
-    if e.opcode != "add" or e.dtype not in (E.F32, E.F64):
-      continue
-    a, b = e.operands
-    for d, x in ((a, b), (b, a)):
-      while d.opcode in ("transpose", "reshape", "copy"):   # (the passes fold these in)
-        d = d.operands[0]
-      if (d.opcode == "dot" and x.opcode == "get-tuple-element" and x.operands[0] is p
-              and x.attrs["index"] == k):
-        out.add(("f64" if e.dtype == E.F64 else "f32") + "_acc")
-  return out
 
 
 def _provided_symbols(symbols) -> list:

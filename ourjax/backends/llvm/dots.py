@@ -93,12 +93,11 @@ def _gemm_layout_ok(spec) -> bool:
           gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk) is not None)
 
 
-def gemm_symbols(spec, accumulate: bool = False) -> list:
+def gemm_symbols(spec) -> list:
   """Process-wide symbols the dot's code links to (to register before loading cached code)."""
   if _gemm_layout_ok(spec):
     from ourjax.backends.llvm import gemm
-    return [gemm.prefetch_shared_gemm(("f32" if spec.dtype == E.F32 else "f64") +
-                                      ("_acc" if accumulate else ""))]
+    return [gemm.prefetch_shared_gemm("f32" if spec.dtype == E.F32 else "f64")]
   return []
 
 
@@ -238,8 +237,8 @@ def _narrow_float_dot(dot) -> bool:
 
 
 class DotKernel(Kernel):
-  """``out = lhs @ rhs`` (``DotSpec``); ``accumulate``: ``out += lhs @ rhs`` (the packed GEMM's
-  accumulating twin; ``out`` is read as well)."""
+  """``out = lhs @ rhs`` (``DotSpec``); ``accumulate``: ``out += lhs @ rhs`` (the packed GEMM
+  with its ``ACCUMULATE`` bit; ``out`` is read as well)."""
 
   def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1,
                accumulate: bool = False):
@@ -255,7 +254,7 @@ class DotKernel(Kernel):
   def symbols(self) -> list:
     """The process-wide GEMM this kernel's CPU code calls (compiled on first use: the GPU
     backend, which plans with the same kernels, never asks)."""
-    return gemm_symbols(self.spec, self.accumulate)
+    return gemm_symbols(self.spec)
 
   @property
   def chunks(self) -> int:

@@ -1,11 +1,9 @@
-"""The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
-overwrite; see ``gemm.py``), their implicit-im2col twins ``ourjax_gemm_f32_im2col`` and
-``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for programs with convolutions, keyed
-``"f32_im2col"``, ``"f64_im2col"`` below) and their accumulating twins ``ourjax_gemm_f32_acc``
-and ``ourjax_gemm_f64_acc`` (``C += A @ B``: a dot added to a buffer, ``dW + x^T @ dz``,
-keyed ``"f32_acc"``, ``"f64_acc"``), each built once per process and registered with LLVM's
-symbol table, so that modules which only declare them (``gemm.declare_shared_gemm``) link to
-them.
+"""The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue;
+overwrite, or add to C with ``gemm.ACCUMULATE``; see ``gemm.py``) and their implicit-im2col
+twins ``ourjax_gemm_f32_im2col`` and ``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for
+programs with convolutions, keyed ``"f32_im2col"``, ``"f64_im2col"`` below), each built once
+per process and registered with LLVM's symbol table, so that modules which only declare them
+(``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
@@ -45,10 +43,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def _check_dtype(dtype: str) -> None:
-  if dtype not in ("f32", "f64", "f32_im2col", "f64_im2col", "f32_acc", "f64_acc"):
+  if dtype not in ("f32", "f64", "f32_im2col", "f64_im2col"):
     raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64' (or the implicit-im2col "
-                     f"kernels' 'f32_im2col', 'f64_im2col', or the accumulating 'f32_acc', "
-                     f"'f64_acc'), not {dtype!r}")
+                     f"kernels' 'f32_im2col', 'f64_im2col'), not {dtype!r}")
 
 
 def prefetch_shared_gemm(dtype: str) -> str:
@@ -125,8 +122,8 @@ def _build_shared(dtype: str, own_thread: bool = False):
         cm = None
     if cm is None:
       mod = jit.new_module(sym)
-      emit_gemm(mod, sym, dtype[:3], im2col=dtype.endswith("_im2col"),
-                accumulate=dtype.endswith("_acc"))
+      im2col = dtype.endswith("_im2col")
+      emit_gemm(mod, sym, dtype[:3], im2col=im2col)
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build)
