@@ -12,8 +12,10 @@ into kernels:
 * Everything else is evaluated element by element (``emitter.Emitter``) in a ``LoopKernel``:
   a loop over the output's rows and columns (``rows`` mode: row reductions of the row being
   written are *prefetched* once per row, which is how softmax/layernorm become one pass over
-  each row) or over the flat index (``flat`` mode: same-shape operands are loaded at the linear
-  index, so the loop vectorizes).
+  each row; a costly value a row reduction computed is kept for the row's outputs in a one-row
+  cache, and a concatenation along the row is written one column loop per part:
+  ``row_cache.py``) or over the flat index (``flat`` mode: same-shape operands are loaded at the
+  linear index, so the loop vectorizes).
 * Reductions choose a strategy: over trailing dimensions, one loop per output element whose
   reducer (add/mul/max/min/and/or/xor) may reassociate so that LLVM vectorizes it with partial
   accumulators; over a middle/leading block, a *column* kernel that accumulates whole output
