@@ -253,3 +253,20 @@ def test_concatenations_along_rows_match_numpy(sizes, rows, seed):
   want = g(np, *[q.astype(np.float64) for q in parts])
   np.testing.assert_allclose(np.asarray(f(*parts), np.float64), want, rtol=1e-5,
                              atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+# -- pieces ------------------------------------------------------------------------------------
+
+def test_transcendental_kernels_are_cut_by_their_cost():
+  """A kernel of three transcendental functions an element is cut into pieces by what they cost
+  (kernels.TRANSCENDENTAL_COST), not as three cheap ops: 16 pieces here, not 3; the values do
+  not depend on the pieces (against NumPy in float64)."""
+  x = np.random.default_rng(8).standard_normal((64, 256)).astype(np.float32)
+  f = ourjax.jit(lambda x: jnp.tanh(x) * ourjax.nn.sigmoid(x) + jnp.tanh(2.0 * x))
+  x64 = x.astype(np.float64)
+  want = np.tanh(x64) / (1 + np.exp(-x64)) + np.tanh(2 * x64)
+  np.testing.assert_allclose(np.asarray(f(x), np.float64), want, rtol=1e-6, atol=1e-6)
+  steps = f.lower(x).compile()._executable.compiled.meta["steps"]
+  pieces = [int(s.split(" x")[1].split()[0]) for s in steps
+            if s.startswith("LoopKernel") and " x" in s]
+  assert pieces == [16], steps

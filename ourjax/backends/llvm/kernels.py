@@ -233,6 +233,10 @@ class LoopKernel(Kernel):
     self.fast_reductions = fast_reductions
     work = math.prod(self.dims) * max(1, _cost_per_element(outputs, leafmap))
     super().__init__(name, _leaf_bufs(leafmap), output_bufs(outputs), work=work)
+    # (what ``chunks`` cuts: transcendental functions at their cost; ``work``, which decides
+    # whether the kernel is parallel at all, keeps the weights PARALLEL_MIN_WORK was set with)
+    self.split_work = math.prod(self.dims) * max(1, _cost_per_element(
+        outputs, leafmap, TRANSCENDENTAL_COST))
 
   def _units(self) -> int:
     """What ``body`` shares out: rows in rows mode, else blocks of 64 elements (see its
@@ -248,9 +252,11 @@ class LoopKernel(Kernel):
 
   @property
   def chunks(self) -> int:
-    """``Kernel.chunks``, at most one piece per unit ``body`` shares out (more would be empty:
-    a (2, 4096) kernel in rows mode had 7 pieces, 5 of them empty)."""
-    return min(super().chunks, self._units()) if self.parallel else 1
+    """``Kernel.chunks`` of ``split_work``, at most one piece per unit ``body`` shares out (more
+    would be empty: a (2, 4096) kernel in rows mode had 7 pieces, 5 of them empty)."""
+    if not self.parallel:
+      return 1
+    return min(max(2, min(MAX_CHUNKS, self.split_work // PARALLEL_MIN_WORK)), self._units())
 
   def body(self, b, ptr, tid, nthreads):
     total = math.prod(self.dims)
@@ -317,10 +323,18 @@ class LoopKernel(Kernel):
 
 
 _EXPENSIVE = set(E._MATH_UNARY) | {"power", "atan2", "remainder", "divide", "sqrt", "rsqrt"}
+#: What a transcendental function costs in ``LoopKernel.chunks`` (in fused elementwise ops):
+#: vectorized, a fused op costs ~0.02 ns an element here and tanh, logistic or exp 0.7-1.7 ns
+#: (a 2M-element tanh took 3.2 ms on one core, an LSTM step's gate kernel, 5 of them per
+#: element, 30 us for 4096 elements); at 8 that kernel was cut in 2 pieces, so that 16 threads
+#: ran it on 2.
+TRANSCENDENTAL_COST = 64
 
 
-def _cost_per_element(outputs, leafmap) -> int:
-  """A rough count of operations per output element (reductions count their inputs)."""
+def _cost_per_element(outputs, leafmap, transcendental: int = 8) -> int:
+  """A rough count of operations per output element (reductions count their inputs);
+  ``transcendental``: what a transcendental function (``E._MATH_UNARY``, power, atan2)
+  counts."""
   seen = set()
   cost = 0
   stack = [i for i, _ in outputs]
@@ -335,7 +349,8 @@ def _cost_per_element(outputs, leafmap) -> int:
     elif x.opcode in ("dot", "convolution"):
       cost += 2 * max(1, x.operands[0].shape.size // max(1, x.shape.size))
     elif x.opcode in _EXPENSIVE:
-      cost += 8
+      cost += transcendental if x.opcode in E._MATH_UNARY or x.opcode in ("power", "atan2") \
+          else 8
     else:
       cost += 1
     stack.extend(x.operands)
