@@ -74,6 +74,27 @@ def _accumulating_calls(ir_text, tag):
   return n
 
 
+def test_multi_output_fusion_results_update_in_place():
+  """Two results of one multi-output kernel, each reading both old states at its own index
+  (a, b) -> (a * b + 1, tanh(a - b)): both written over their states, no copies."""
+  rng = np.random.default_rng(3)
+  a0 = rng.standard_normal((16, 64)).astype(np.float32)
+  b0 = rng.standard_normal((16, 64)).astype(np.float32)
+
+  def step(np_, a, b):
+    return a * b * 0.5 + 1.0, np_.tanh(a - b)
+
+  def f(a, b):
+    return lax.fori_loop(0, 5, lambda i, c: step(jnp, *c), (a, b))
+
+  def f64(a, b):
+    for _ in range(5):
+      a, b = step(np, a, b)
+    return a, b
+  _run(f, f64, (a0, b0), 5)
+  assert _loop_copies(f, a0, b0) == []
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("order", ["acc_first", "dot_first"])
 def test_accumulating_dot_matches_numpy(dtype, order):

@@ -483,10 +483,15 @@ class Planner:
     out = set()
     for k, e in enumerate(root.operands):
       st = state[k]
+      # (an element of a multi-output fusion's result is planned straight into its buffer
+      # too, ``want[("elem", fusion, i)]``; not one of the state's, a tuple's or a loop's)
+      gte_ok = (e.opcode == "get-tuple-element"
+                and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element",
+                                                 "while", "conditional"))
       if (k in passthrough or e in forced or not isinstance(st, K.Buf)
           or root.operands.count(e) != 1 or e.shape.is_tuple
-          or e.opcode in ("parameter", "constant", "get-tuple-element", "reshape", "tuple",
-                          "while", "conditional")
+          or (e.opcode == "get-tuple-element" and not gte_ok)
+          or e.opcode in ("parameter", "constant", "reshape", "tuple", "while", "conditional")
           or tuple(e.dims) != tuple(st.dims) or np.dtype(e.dtype) != st.dtype):
         continue
       if any(reads_state(o, k) for j, o in enumerate(root.operands) if j != k):
