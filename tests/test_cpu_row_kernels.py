@@ -65,6 +65,29 @@ def test_softmax_computes_each_exp_once(shape, dtype):
   assert _exp_calls(text, dtype) == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_masked_narrow_softmax_with_a_row_cache(dtype):
+  """A causal-masked softmax (-inf above the diagonal, a fully masked row, a NaN) in a narrow
+  float type: the cached exp is the value computed in the reduction's loop, rounded to the type
+  as the emitter keeps it; against NumPy float64 within the type's rounding."""
+  import ml_dtypes
+  dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+  n = 40
+  x = np.random.default_rng(9).standard_normal((n, n)).astype(dt)
+  x[3, 2] = np.nan                   # (below the diagonal: not masked)
+  mask = np.tril(np.ones((n, n), bool))
+  mask[7] = False
+  f = ourjax.jit(lambda x, m: ourjax.nn.softmax(jnp.where(m, x, -jnp.inf), axis=-1))
+  got = np.asarray(f(x, mask)).astype(np.float64)
+  x64 = np.where(mask, x.astype(np.float64), -np.inf)
+  with np.errstate(invalid="ignore"):
+    want = _softmax64(x64)
+  eps = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11
+  np.testing.assert_allclose(got, want, rtol=8 * eps, atol=8 * eps)   # NaN rows match NaN
+  assert np.isnan(got[7]).all() and np.isnan(got[3]).all()
+  assert "rowcache." in _llvm_ir(f, x, mask)
+
+
 def test_log_softmax_has_no_row_cache():
   """exp(x - max) only feeds the sum: nothing would read a cache."""
   x = np.random.default_rng(1).standard_normal((16, 100)).astype(np.float32)
