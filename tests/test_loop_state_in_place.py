@@ -188,3 +188,28 @@ def test_scan_gradient_accumulators():
   ww, wu = grads64(*[a.astype(np.float64) for a in (w, u, xs)])
   np.testing.assert_allclose(np.asarray(gw, np.float64), ww, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(np.asarray(gu, np.float64), wu, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("second", [False, True])
+def test_accumulating_dot_into_a_donated_argument(second):
+  """acc + x^T @ y with acc donated: the GEMM adds into acc's own buffer; with a second
+  result reading acc (acc * 2), the values must still be those of the old acc.  Against NumPy
+  in float64."""
+  rng = np.random.default_rng(6)
+  acc = rng.standard_normal((48, 40)).astype(np.float32)
+  x = rng.standard_normal((32, 48)).astype(np.float32)
+  y = rng.standard_normal((32, 40)).astype(np.float32)
+
+  def f(acc, x, y):
+    new = acc + x.T @ y
+    return (new, acc * 2.0) if second else new
+  want = acc.astype(np.float64) + x.astype(np.float64).T @ y
+  g = ourjax.jit(f, donate_argnums=0)
+  got = g(ourjax.device_put(acc), x, y)
+  if second:
+    got, twice = got
+    np.testing.assert_allclose(np.asarray(twice, np.float64), 2.0 * acc, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
+  if not second:
+    text = g.lower(acc, x, y).compile()._executable.compiled.llvm_ir
+    assert _accumulating_calls(text, "f32") == 1

@@ -247,8 +247,10 @@ class GroupPlanner:
         or not isinstance(buf, Buf) or instr.dtype not in (E.F32, E.F64)):
       return False
     for d, x in (instr.operands, instr.operands[::-1]):
+      # (x read by nothing else of the group: the dot writes buf before the group's other
+      # kernels run; a donated parameter's buffer is only checked on the plan without this)
       if (d.opcode == "dot" and d not in leafmap and d not in out_of and d.users == [instr]
-          and leafmap.get(x) is buf and x is not d and d.dtype == instr.dtype
+          and leafmap.get(x) is buf and x.users == [instr] and d.dtype == instr.dtype
           and tuple(d.dims) == tuple(instr.dims) and fast_dot_ok(d)):
         break
     else:
