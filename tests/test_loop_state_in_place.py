@@ -213,3 +213,34 @@ def test_accumulating_dot_into_a_donated_argument(second):
   if not second:
     text = g.lower(acc, x, y).compile()._executable.compiled.llvm_ir
     assert _accumulating_calls(text, "f32") == 1
+
+
+def test_residual_stores_run_side_by_side():
+  """A scan stacking several outputs (an LSTM's residuals): the in-place stores of one step are
+  independent serial kernels, run as the pieces of one parallel kernel (llvm/horizontal.py);
+  the stacks against NumPy in float64."""
+  rng = np.random.default_rng(7)
+  xs = rng.standard_normal((6, 8, 32)).astype(np.float32)
+
+  def f(xs):
+    def cell(h, x):
+      a = jnp.tanh(x + h)
+      b = a * x
+      c = 1.0 - a * a
+      return a * 0.5, (a, b, c, x * 2.0)
+    return lax.scan(cell, jnp.zeros((8, 32), jnp.float32), xs)
+
+  def f64(xs):
+    h, outs = np.zeros((8, 32)), []
+    for x in xs:
+      a = np.tanh(x + h)
+      outs.append((a, a * x, 1.0 - a * a, x * 2.0))
+      h = a * 0.5
+    return h, [np.stack(o) for o in zip(*outs)]
+  got_h, got = ourjax.jit(f)(xs)
+  want_h, want = f64(xs.astype(np.float64))
+  np.testing.assert_allclose(np.asarray(got_h, np.float64), want_h, rtol=2e-6, atol=2e-6)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=2e-6, atol=2e-6)
+  rows = ourjax.jit(f).lower(xs).compile().profile(xs, reps=1).rows
+  assert any(r.get("kind") == "Horizontal" and r.get("loop") for r in rows), rows

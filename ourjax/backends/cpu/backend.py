@@ -543,14 +543,14 @@ def _backend_source_hash() -> str:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import (concat, dedupe, dots, elemental, gemm, gemm_im2col,
-                                      group_planner, im2col, kernel_info, kernel_key,
-                                      planning as _planning, row_cache)
+                                      group_planner, horizontal, im2col, kernel_info,
+                                      kernel_key, planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
     for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
               dots, donation, _entry, elemental, dedupe, kernel_key, _planning, group_planner,
-              row_cache):
+              row_cache, horizontal):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
@@ -579,7 +579,8 @@ def _host_tag(profile: bool) -> bytes:
   return (f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
           f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}").encode()
+          f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}/"
+          f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}").encode()
 
 
 def cache_key(module: hlo.Module, profile: bool = False) -> str:
@@ -714,6 +715,10 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   complete, while the entry is emitted (the caller then submits the entry's, ``texts[0]``)."""
   with _phases.phase("plan"):
     planner, steps, params, outs, aliases = plan_entry(module, _Planner)
+    if os.environ.get("OURJAX_CPU_HORIZONTAL", "1") != "0":
+      # independent serial in-place updates in a row run side by side (llvm/horizontal.py)
+      from ourjax.backends.llvm import horizontal
+      steps = horizontal.merge_steps(steps, planner, KernelStep)
     nparams = len(params)
     planner.n_params, planner.n_outputs = nparams, len(outs)
     # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then
