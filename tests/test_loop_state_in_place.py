@@ -215,12 +215,14 @@ def test_accumulating_dot_into_a_donated_argument(second):
     assert _accumulating_calls(text, "f32") == 1
 
 
-def test_residual_stores_run_side_by_side():
+@pytest.mark.parametrize("rows", [64, 2])
+def test_residual_stores_run_side_by_side(rows):
   """A scan stacking several outputs (an LSTM's residuals): the in-place stores of one step are
-  independent serial kernels, run as the pieces of one parallel kernel (llvm/horizontal.py);
+  independent serial kernels, run as the pieces of one parallel kernel (llvm/horizontal.py)
+  when they store horizontal.MIN_WORK elements together (4 x 64 x 128 here; not 4 x 2 x 128);
   the stacks against NumPy in float64."""
   rng = np.random.default_rng(7)
-  xs = rng.standard_normal((6, 8, 32)).astype(np.float32)
+  xs = rng.standard_normal((6, rows, 128)).astype(np.float32)
 
   def f(xs):
     def cell(h, x):
@@ -228,10 +230,10 @@ def test_residual_stores_run_side_by_side():
       b = a * x
       c = 1.0 - a * a
       return a * 0.5, (a, b, c, x * 2.0)
-    return lax.scan(cell, jnp.zeros((8, 32), jnp.float32), xs)
+    return lax.scan(cell, jnp.zeros((rows, 128), jnp.float32), xs)
 
   def f64(xs):
-    h, outs = np.zeros((8, 32)), []
+    h, outs = np.zeros((rows, 128)), []
     for x in xs:
       a = np.tanh(x + h)
       outs.append((a, a * x, 1.0 - a * a, x * 2.0))
@@ -242,5 +244,6 @@ def test_residual_stores_run_side_by_side():
   np.testing.assert_allclose(np.asarray(got_h, np.float64), want_h, rtol=2e-6, atol=2e-6)
   for g, w in zip(got, want):
     np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=2e-6, atol=2e-6)
-  rows = ourjax.jit(f).lower(xs).compile().profile(xs, reps=1).rows
-  assert any(r.get("kind") == "Horizontal" and r.get("loop") for r in rows), rows
+  prof = ourjax.jit(f).lower(xs).compile().profile(xs, reps=1).rows
+  merged = any(r.get("kind") == "Horizontal" and r.get("loop") for r in prof)
+  assert merged == (rows == 64), prof

@@ -5,8 +5,9 @@ A serial kernel runs on thread 0 while the pool's other threads wait.  An LSTM's
 step stores a dozen residuals, each its own in-place ``dynamic-update-slice`` of 4096 elements
 into its stacked array (about 1.5-2.5 us each, mostly writing cold memory): one after the other
 on thread 0, with 15 threads idle on a 16-core host.  ``merge_steps`` groups runs of
-consecutive steps whose kernels are serial in-place updates (``DynamicUpdateInPlace``) that
-neither read nor write what another of the run writes; each run of two or more becomes one
+consecutive steps inside loops and conditionals whose kernels are serial in-place updates
+(``DynamicUpdateInPlace``) that neither read nor write what another of the run writes; each run
+of two or more, ``MIN_WORK`` elements together, becomes one
 ``Horizontal`` kernel whose piece ``i`` is part ``i`` (called with ``nthreads = 1``: every part
 whole; in general part ``i`` runs where ``i mod nthreads == tid``).  It is parallel, so inside a
 loop whose kernels are compiled apart it runs as a job (``cpu/entry.py``).  Merging runs after
@@ -23,6 +24,11 @@ __all__ = ["Horizontal", "merge_steps", "MAX_PARTS"]
 
 #: Most parts in one merged kernel (a piece each: ``kernels.MAX_CHUNKS``).
 MAX_PARTS = K.MAX_CHUNKS
+#: Least elements the parts of a merged kernel store together.  Inside a loop the merged kernel
+#: is a job of the loop's region, whose publication, claims and wait cost thread 0 a microsecond
+#: or two on an idle host (far more with its cores busy): the LSTM step's 13 stores of 4096
+#: elements took 25-30 us one after the other; a tiny scan's stores would take less than the job.
+MIN_WORK = 1 << 15
 
 #: The kernel classes merged (serial, independent of the thread count, no scratch).
 _PARTS = (K.DynamicUpdateInPlace,)
@@ -71,20 +77,23 @@ def _mergeable(step, step_type) -> bool:
           and not k.scratch)
 
 
-def merge_steps(steps, planner, step_type):
-  """``steps`` with runs of mergeable, mutually independent kernels as ``Horizontal`` kernels
-  (also inside loops and conditionals); ``planner.kernels`` updated to match."""
+def merge_steps(steps, planner, step_type, top: bool = True):
+  """``steps`` with runs of mergeable, mutually independent kernels inside loops and
+  conditionals as ``Horizontal`` kernels (the top level's stay: a program of serial kernels
+  runs on its caller's thread without waking the pool); ``planner.kernels`` updated to match."""
   for s in steps:
     for name in ("cond_steps", "body_steps"):
       sub = getattr(s, name, None)
       if sub:
-        setattr(s, name, merge_steps(sub, planner, step_type))
+        setattr(s, name, merge_steps(sub, planner, step_type, False))
     if getattr(s, "branches", None):
-      s.branches = [merge_steps(br, planner, step_type) for br in s.branches]
+      s.branches = [merge_steps(br, planner, step_type, False) for br in s.branches]
+  if top:
+    return steps
   out, run = [], []
 
   def flush():
-    if len(run) >= 2:
+    if len(run) >= 2 and sum(s.kernel.work for s in run) >= MIN_WORK:
       parts = [s.kernel for s in run]
       h = Horizontal(parts[0].name + "h", parts)
       h.hlo_group = getattr(parts[0], "hlo_group", None)
