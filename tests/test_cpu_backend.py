@@ -677,12 +677,15 @@ def test_an_entry_under_another_programs_key_is_not_run(tmp_path, monkeypatch, c
 
 def test_dot_pieces_follow_the_host_threads_without_changing_bits():
   """An unbatched dot gets more pieces on a host with more threads (up to its packing cost
-  bound), a batched one whole batch entries; the numbers are the same bits either way."""
+  bound, pieces of at least DOT_SPLIT_WORK products), a batched one whole batch entries where
+  it has as many as threads; the numbers are the same bits either way."""
   rng = np.random.default_rng(0)
   a = rng.standard_normal((1200, 300)).astype(F32)
   b = rng.standard_normal((300, 700)).astype(F32)
   q = rng.standard_normal((12, 64, 40)).astype(F32)
   k = rng.standard_normal((12, 40, 64)).astype(F32)
+  h = rng.standard_normal((32, 128)).astype(F32)       # an LSTM step's h @ W_h: 2M products
+  w = rng.standard_normal((128, 512)).astype(F32)
   saved = cpu.num_threads()
   outs, pieces = {}, {}
   try:
@@ -690,10 +693,10 @@ def test_dot_pieces_follow_the_host_threads_without_changing_bits():
       cpu.set_num_threads(n)
       mm = ourjax.jit(lambda x, y: x @ y)
       bmm = ourjax.jit(lambda x, y: jnp.einsum("bik,bkj->bij", x, y))
-      got = [np.asarray(mm(a, b)), np.asarray(bmm(q, k))]
+      got = [np.asarray(mm(a, b)), np.asarray(bmm(q, k)), np.asarray(mm(h, w))]
       outs[n] = got
       exes = [f.lower(*args).compile()._executable.compiled
-              for f, args in ((mm, (a, b)), (bmm, (q, k)))]
+              for f, args in ((mm, (a, b)), (bmm, (q, k)), (mm, (h, w)))]
       pieces[n] = [[int(s.split(" x")[1].split()[0]) for s in e.meta["steps"]
                     if s.startswith("DotKernel") and " x" in s] for e in exes]
   finally:
@@ -701,8 +704,12 @@ def test_dot_pieces_follow_the_host_threads_without_changing_bits():
   for x, y in zip(outs[2], outs[16]):
     np.testing.assert_array_equal(x, y)
   np.testing.assert_allclose(outs[2][0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(outs[2][2], h.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
   assert pieces[2][0] == [2] and pieces[16][0] == [16]
-  assert pieces[2][1] == pieces[16][1] and pieces[2][1][0] >= 2
+  # (12 entries: whole entries on 2 threads; on 16, fewer entries than threads, the GEMM's grid)
+  assert pieces[2][1][0] >= 2 and pieces[16][1][0] >= pieces[2][1][0]
+  # a small unbatched product: pieces of DOT_SPLIT_WORK (512k) where threads allow
+  assert pieces[2][2] == [2] and pieces[16][2] == [4]
 
 
 def _too_big(x):

@@ -326,6 +326,30 @@ def test_accumulate_and_ldc(dtype):
     np.testing.assert_array_equal(C, want)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["tiny", "default"])
+def test_accumulate_bit_adds_to_c(dtype, blocking):
+  """A call with gemm.ACCUMULATE in transA adds to C (what DotKernel(accumulate=True) calls
+  the shared kernel with): the few-row axpy path, register tiles over several K slices, A
+  stored transposed, two threads; the same kernel without the bit still overwrites.  Integer
+  values, so the sums are exact."""
+  rng = np.random.default_rng(5)
+  fn, bl = kernel(dtype, blocking=blocking)
+  for M, N, K, ta in [(3, 40, 70, 0), (41, 23, 300, 0), (29, 37, 45, 1), (1, 9, 600, 1)]:
+    a = rng.integers(-3, 4, (M, K)).astype(NP[dtype])
+    b = rng.integers(-3, 4, (K, N)).astype(NP[dtype])
+    am = np.ascontiguousarray(a.T) if ta else a
+    c0 = rng.integers(-9, 10, (1, M, N)).astype(NP[dtype])
+    want = c0.astype(np.float64) + a.astype(np.float64) @ b
+    C = c0.copy()
+    run(fn, bl, dtype, am, b, M, N, K, M if ta else K, N, ta | gemm.ACCUMULATE, 0, C=C, ldc=N,
+        nthreads=2)
+    np.testing.assert_array_equal(C, want)
+    C = c0.copy()
+    run(fn, bl, dtype, am, b, M, N, K, M if ta else K, N, ta, 0, C=C, ldc=N, nthreads=2)
+    np.testing.assert_array_equal(C[0], a.astype(np.float64) @ b)
+
+
 def test_signature_and_errors():
   mod = new_module("sig")
   fn = gemm.emit_gemm(mod, "g", "f32")

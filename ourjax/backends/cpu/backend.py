@@ -208,6 +208,10 @@ class _Planner(planning.Planner):
   #: convolution patch matrices packed by the GEMM from the input (``llvm/gemm_im2col.py``);
   #: the GPU's subclass reads them in place its own way (``cuda/implicit_gemm.py``)
   implicit_im2col = True
+  #: a loop's accumulators updated elementwise are computed in their state buffers (no copy)
+  state_updates_in_place = True
+  #: ... and an accumulator's dot adds into it (the shared GEMM adding into C)
+  dot_accumulate = True
 
   def threads(self) -> int:
     return num_threads()
@@ -541,12 +545,14 @@ def _backend_source_hash() -> str:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import (concat, dedupe, dots, elemental, gemm, gemm_im2col,
-                                      im2col, kernel_info, kernel_key, planning as _planning)
+                                      group_planner, horizontal, im2col, kernel_info,
+                                      kernel_key, planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
     for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
-              dots, donation, _entry, elemental, dedupe, kernel_key, _planning):
+              dots, donation, _entry, elemental, dedupe, kernel_key, _planning, group_planner,
+              row_cache, horizontal):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
@@ -575,7 +581,8 @@ def _host_tag(profile: bool) -> bytes:
   return (f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
           f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}").encode()
+          f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}/"
+          f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}").encode()
 
 
 def cache_key(module: hlo.Module, profile: bool = False) -> str:
@@ -710,6 +717,10 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   complete, while the entry is emitted (the caller then submits the entry's, ``texts[0]``)."""
   with _phases.phase("plan"):
     planner, steps, params, outs, aliases = plan_entry(module, _Planner)
+    if os.environ.get("OURJAX_CPU_HORIZONTAL", "1") != "0":
+      # independent serial in-place updates in a row run side by side (llvm/horizontal.py)
+      from ourjax.backends.llvm import horizontal
+      steps = horizontal.merge_steps(steps, planner, KernelStep)
     nparams = len(params)
     planner.n_params, planner.n_outputs = nparams, len(outs)
     # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then

@@ -11,8 +11,8 @@ import llvmlite.ir as ir
 
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm.emitter import I32, ForLoop, alloca_entry, i64
-from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, MAX_CHUNKS, PARALLEL_MIN_WORK, Buf,
-                                          Kernel, partition)
+from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, DOT_SPLIT_WORK, MAX_CHUNKS,
+                                          PARALLEL_MIN_WORK, Buf, Kernel, partition)
 from ourjax.lowering import hlo
 
 __all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "emit_dot", "gemm_symbols",
@@ -59,9 +59,10 @@ class DotSpec:
     self.dtype = dot.dtype
 
 
-def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
+def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: bool = False):
   """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
-  ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``).
+  ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``); ``accumulate``:
+  C[b] += A[b] @ B[b] (the packed GEMM only: ``_gemm_layout_ok``).
 
   Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, a micro-kernel register-blocked
   for the target's vector ISA, one process-wide compiled kernel) when both operands have a unit
@@ -72,8 +73,11 @@ def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
                         N=spec.N, K=spec.K, a_strides=(spec.a_sm, spec.a_sk),
                         b_strides=(spec.b_sk, spec.b_sn), tid=tid, nthreads=nthreads,
                         scratch=scratch, batch=spec.B,
-                        batch_strides=(spec.a_sb, spec.b_sb, spec.M * spec.N))
+                        batch_strides=(spec.a_sb, spec.b_sb, spec.M * spec.N),
+                        accumulate=accumulate)
     return
+  if accumulate:
+    raise ValueError("emit_dot: accumulate needs operands the packed GEMM reads")
   _emit_dot_blocked(b, spec, A, Bm, C, scratch, tid, nthreads)
 
 
@@ -236,9 +240,9 @@ def dot_chunks(spec: DotSpec, threads: int) -> int:
   """The pieces a parallel dot (``DotKernel``) is cut into.  A dot of at least as many batch
   entries as threads is cut into whole entries (nothing is packed twice), pieces of at least
   ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Any other on the packed GEMM
-  gets a piece per thread (as work allows): the GEMM cuts C into a grid of blocks whose
-  packing is each block's own rows of A and columns of B (``gemm.py``), so more pieces cost
-  little extra packing; the register-blocked kernel for other layouts cuts rows only, each
+  gets a piece per thread (as work allows: pieces of at least ``DOT_SPLIT_WORK``): the GEMM
+  cuts C into a grid of blocks whose packing is each block's own rows of A and columns of B
+  (``gemm.py``), so more pieces cost little extra packing; the register-blocked kernel for other layouts cuts rows only, each
   piece reading all of B, so it keeps to ``1 + max(M, N) / 320`` pieces (the extra reads under
   a tenth of the products).  Never fewer than 2 (4 past 2^28 multiply-adds): pieces beyond the
   threads measured up to 6% slower on 2 cores.  The GEMM's results do not depend on how it is
@@ -250,8 +254,9 @@ def dot_chunks(spec: DotSpec, threads: int) -> int:
   if spec.B >= 2 and (spec.B >= threads or not gemm_ok):
     return max(2, min(MAX_CHUNKS, spec.B, by_work))
   few = 2 if work < (1 << 28) else 4
-  bound = MAX_CHUNKS if gemm_ok else 1 + max(spec.M, spec.N) // 320
-  return max(few, min(MAX_CHUNKS, threads, bound, by_work))
+  if gemm_ok:
+    return max(few, min(MAX_CHUNKS, threads, work // DOT_SPLIT_WORK))
+  return max(few, min(MAX_CHUNKS, threads, 1 + max(spec.M, spec.N) // 320, by_work))
 
 
 def dot_pieces(spec: DotSpec, threads: int) -> int:
@@ -261,12 +266,18 @@ def dot_pieces(spec: DotSpec, threads: int) -> int:
 
 
 class DotKernel(Kernel):
-  def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
+  """``out = lhs @ rhs`` (``DotSpec``); ``accumulate``: ``out += lhs @ rhs`` (the packed GEMM
+  with its ``ACCUMULATE`` bit; ``out`` is read as well)."""
+
+  def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1,
+               accumulate: bool = False):
     self.dot, self.spec = dot, DotSpec(dot)
     self.threads = threads           # the host's threads at planning time (see chunks)
     self.lhs, self.rhs, self.out = lhs, rhs, out
+    self.accumulate = accumulate
     s = self.spec
-    super().__init__(name, [lhs, rhs], [out], [scratch], work=s.B * s.M * s.N * s.K)
+    super().__init__(name, [lhs, rhs] + ([out] if accumulate else []), [out], [scratch],
+                     work=s.B * s.M * s.N * s.K)
 
   @property
   def symbols(self) -> list:
@@ -281,7 +292,7 @@ class DotKernel(Kernel):
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
-             tid, nthreads)
+             tid, nthreads, self.accumulate)
 
 
 class Im2colDotKernel(DotKernel):

@@ -47,6 +47,12 @@ class Emitter:
     self.fast_reductions = fast_reductions
     # which reduce may be emitted as a loop here: ANY, or the one instruction being prefetched
     self.reduce_ok = ANY
+    # id(instr) -> row_cache.RowCache: stored while it fills, loaded once filled (a rows-mode
+    # LoopKernel's; see llvm/row_cache.py)
+    self.row_caches: dict = {}
+    # id(i64 value) -> (lo, hi): a loop index known to lie in [lo, hi) (a rows-mode LoopKernel's
+    # column segment), so that a concatenate along it evaluates only the part holding [lo, hi)
+    self.ranges: dict = {}
 
   # -- memo scopes -----------------------------------------------------------------------------
   def push_scope(self):
@@ -73,7 +79,13 @@ class Emitter:
     v = self._lookup(key)
     if v is not None:
       return v
-    v = self._compute(instr, index)
+    cache = self.row_caches.get(id(instr)) if self.row_caches else None
+    if cache is not None and cache.filled:
+      v = self.b.load(cache.element(self.b, index))
+    else:
+      v = self._compute(instr, index)
+      if cache is not None and cache.filling:
+        self.b.store(v, cache.element(self.b, index))
     self.scopes[-1][key] = v
     return v
 
@@ -263,6 +275,13 @@ class Emitter:
     b = self.b
     d, parts = concat_parts(instr)
     pos = index.multi[d]
+    known = self.ranges.get(id(pos)) if self.ranges else None
+    if known is not None:
+      for x, off, n in parts:
+        if off <= known[0] and known[1] <= off + n:
+          multi = list(index.multi)
+          multi[d] = b.sub(pos, i64(off), flags=["nuw", "nsw"]) if off else pos
+          return self.value(x, Index(b, x.dims, multi=multi))
     result = None
     if len(parts) > BRANCHY_CONCAT_PARTS:
       return self._concatenate_branches(instr, index, d, parts)

@@ -9,9 +9,11 @@ fused per-element epilogue.
               i64 tid, i64 nthreads, T* pack)
 
 computing, for every ``b < batch``, ``C_b = op(A_b) @ op(B_b)`` (row-major, ``M x N``, overwritten;
-``accumulate=True`` at generation time makes it ``C_b += ...``).  ``A_b = A + b*strideA`` holds
-``A[i, k]`` at ``i*lda + k`` (``transA == 0``) or at ``k*lda + i`` (``transA != 0``, i.e. the
-array in memory is ``K x M``); likewise ``B[k, j]`` at ``k*ldb + j`` or ``j*ldb + k``.  ``C[i, j]``
+``C_b += ...`` when bit 1 of ``transA`` is set (``ACCUMULATE``), or always with
+``accumulate=True`` at generation time).  ``A_b = A + b*strideA`` holds
+``A[i, k]`` at ``i*lda + k`` (bit 0 of ``transA`` clear) or at ``k*lda + i`` (set, i.e. the
+array in memory is ``K x M``); likewise ``B[k, j]`` at ``k*ldb + j`` or ``j*ldb + k``
+(``transB != 0``).  ``C[i, j]``
 is at ``C + b*strideC + i*ldc + j``.  ``T`` is ``float`` or ``double``.
 
 Threading: ``nthreads`` callers run the function at once with ``tid = 0 .. nthreads-1`` and the
@@ -101,6 +103,7 @@ from typing import Callable, Optional
 import llvmlite.ir as ir
 
 __all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "default_blocking",
+           "ACCUMULATE",
            "emit_gemm", "pack_buffer_elements", "pack_buffer_bytes", "ARG_NAMES",
            "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm",
            "prefetch_shared_gemm"]
@@ -111,6 +114,10 @@ ARG_NAMES = ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "transA", "trans
              "strideA", "strideB", "strideC", "tid", "nthreads", "pack")
 
 Epilogue = Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]
+
+#: The bit of ``transA`` that makes a call add to C (``C += A @ B``: an accumulator's dot, one
+#: compiled kernel for both; its own library doubled the LLVM time of a cold program's GEMMs).
+ACCUMULATE = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -574,8 +581,8 @@ def _emit_epilogue_loop(b, cx: _Ctx, epilogue: Epilogue, c, ldc, rows, cols, row
 def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilogue],
                accumulate: bool) -> ir.Function:
   """``void rows(i64 K, T* A, i64 a_rs, i64 a_ks, T* B, i64 ldb, T* C, i64 ldc, i64 ncols,
-  i64 row0, i64 col0)``: ``C[r, j] = sum_k A[r*a_rs + k*a_ks] * B[k*ldb + j]`` for ``r < R``,
-  ``j < ncols`` (row-major B only).
+  i64 row0, i64 col0, i1 zero)``: ``C[r, j] = sum_k A[r*a_rs + k*a_ks] * B[k*ldb + j]`` for
+  ``r < R``, ``j < ncols`` (row-major B only; added to C unless ``zero``).
 
   For a handful of rows a register tile wastes most of its FMAs and reads B in column panels
   (a strided walk); here every k step streams whole rows of B (four k at a time) into R rows of
@@ -585,10 +592,10 @@ def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilo
   the loads and stores of C)."""
   w = cx.w
   fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [
-      I64, cx.p, I64, I64, cx.p, I64, cx.p, I64, I64, I64, I64]), name)
+      I64, cx.p, I64, I64, cx.p, I64, cx.p, I64, I64, I64, I64, I1]), name)
   fn.linkage = "internal"
   fn.attributes.add("noinline")
-  K, a, a_rs, a_ks, bm, ldb, c, ldc, ncols, row0, col0 = fn.args
+  K, a, a_rs, a_ks, bm, ldb, c, ldc, ncols, row0, col0, zero = fn.args
   for x in (a, bm, c):
     x.add_attribute("noalias")
   b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -608,11 +615,12 @@ def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilo
                       cx.lane_mask(b, b.sub(width, j)))
 
     if not accumulate:
-      with _for(b, 0, nvec, name="z") as v:
-        j = b.mul(v, _c64(w))
-        m = mask_at(j)
-        for r in range(R):
-          b.call(cx.mstore, [cx.vzero, b.gep(crow[r], [j]), _c32(cx.size), m])
+      with _if(b, zero, name="zero"):
+        with _for(b, 0, nvec, name="z") as v:
+          j = b.mul(v, _c64(w))
+          m = mask_at(j)
+          for r in range(R):
+            b.call(cx.mstore, [cx.vzero, b.gep(crow[r], [j]), _c32(cx.size), m])
 
     def ksteps(k0, n):
       """C[:, chunk] += the terms k0 .. k0+n-1 (n static)."""
@@ -693,8 +701,10 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     one = _c64(1)
 
     # strides of A (i, k) and B (k, j)
-    ta1 = b.icmp_signed("!=", ta, _c32(0))
+    ta1 = b.icmp_signed("!=", b.and_(ta, _c32(1)), _c32(0))
     tb1 = b.icmp_signed("!=", tb, _c32(0))
+    # C += A @ B (a call's ACCUMULATE bit): no K slice overwrites C
+    overwrite_c = b.icmp_signed("==", b.and_(ta, _c32(ACCUMULATE)), _c32(0))
     a_rs = b.select(ta1, one, lda)
     a_ks = b.select(ta1, lda, one)
     b_ks = b.select(tb1, one, ldb)
@@ -738,7 +748,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
             with _for(b, start, b.add(start, count), r, name=f"rr{r}") as r0:
               b.call(fn_r, [K, b.gep(Ab, [b.mul(r0, a_rs)]), a_rs, a_ks, b.gep(Bb, [n0]), ldb,
                             b.gep(Cb, [b.add(b.mul(r0, ldc), n0)]), ldc, b.sub(n1, n0),
-                            b.add(rowbase, r0), n0])
+                            b.add(rowbase, r0), n0, overwrite_c])
             start = b.add(start, count)
         with t_:
           tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
@@ -756,7 +766,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
         with _for(b, 0, klimit, kstep, name="pc") as pc:
           kb = _smin(b, kstep, b.sub(K, pc))
           kb = _smax(b, kb, _c64(0))
-          first = b.icmp_signed("==", pc, _c64(0))
+          first = b.and_(b.icmp_signed("==", pc, _c64(0)), overwrite_c)
           last = b.icmp_signed(">=", b.add(pc, kstep), K)
           src_b = b.gep(Bb, [b.add(b.mul(pc, b_ks), b.mul(jc, b_cs))])
           # unpacked B: only a partial last column panel is packed (zero-padded)
@@ -924,9 +934,10 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   batches; 0 broadcasts an operand); ``ldc`` defaults to N.  ``A``, ``B``, ``C``
   and ``scratch`` are pointers (any pointee type: they are bitcast), ``tid``/``nthreads`` i64
   values; ``scratch`` holds :func:`pack_buffer_elements` ``(dtype, M, N, K, max threads)``
-  elements and is the same pointer for every thread.  With no epilogue and no accumulation
-  (and ``shared``) the call goes to the process-wide kernel; otherwise a kernel is emitted into
-  ``b.module`` (named ``name`` or a fresh ``gemm.N``).  Raises ValueError for strides the kernel
+  elements and is the same pointer for every thread.  With no epilogue (and ``shared``) the
+  call goes to the process-wide kernel (``accumulate``: ``C[b] += ...``, its ``ACCUMULATE``
+  bit); otherwise a kernel is emitted into ``b.module`` (named ``name`` or a fresh
+  ``gemm.N``).  Raises ValueError for strides the kernel
   cannot read (neither unit); copy such an operand first.  ``im2col``: ``A`` is the descriptor
   of a convolution's patch matrix (``gemm_im2col.emit_call``), read by the shared kernel's
   implicit-im2col twin (no epilogue, no accumulation, batch 1)."""
@@ -943,8 +954,10 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
     batch_strides = (M * K, K * N, M * ldc)
   module = b.module
   ptr_t = _TYPES[dtype][0]().as_pointer()
-  if epilogue is None and not accumulate and shared:
+  flags = 0
+  if epilogue is None and shared:
     fn = declare_shared_gemm(module, dtype, im2col)
+    flags = ACCUMULATE if accumulate else 0
   else:
     if name is None:
       i = 0
@@ -954,7 +967,7 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
     fn = emit_gemm(module, name, dtype, epilogue=epilogue, accumulate=accumulate)
   p = lambda v: b.bitcast(v, ptr_t)  # noqa: E731
   args = [p(A), p(B), p(C), _c64(M), _c64(N), _c64(K), _c64(la[1]), _c64(lb[1]), _c64(ldc),
-          _c32(0 if la[0] else 1), _c32(1 if lb[0] else 0), _c64(batch),
+          _c32((0 if la[0] else 1) | flags), _c32(1 if lb[0] else 0), _c64(batch),
           *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch)]
   return b.call(fn, args)
 

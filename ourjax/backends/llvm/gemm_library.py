@@ -1,9 +1,9 @@
-"""The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
-overwrite; see ``gemm.py``) and their implicit-im2col twins ``ourjax_gemm_f32_im2col`` and
-``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for programs with convolutions, keyed
-``"f32_im2col"``, ``"f64_im2col"`` below), each built once per process and registered with
-LLVM's symbol table, so that modules which only declare them (``gemm.declare_shared_gemm``)
-link to them.
+"""The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue;
+overwrite, or add to C with ``gemm.ACCUMULATE``; see ``gemm.py``) and their implicit-im2col
+twins ``ourjax_gemm_f32_im2col`` and ``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for
+programs with convolutions, keyed ``"f32_im2col"``, ``"f64_im2col"`` below), each built once
+per process and registered with LLVM's symbol table, so that modules which only declare them
+(``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)

@@ -77,8 +77,11 @@ class GroupPlanner:
   buffers; ``max_threads`` sizes per-thread scratch."""
 
   def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str,
-               widen_narrow_dots: bool = True, concat_kernels: bool = True, threads: int = 1):
+               widen_narrow_dots: bool = True, concat_kernels: bool = True, threads: int = 1,
+               dot_accumulate: bool = False):
     self.new_temp, self.new_scratch = new_temp, new_scratch
+    # out = out + dot as one accumulating GEMM (DotKernel.accumulate; CPU only for now)
+    self.dot_accumulate = dot_accumulate
     self.threads = min(threads, max_threads)   # the host's (DotKernel.chunks)
     # f16/bf16 dots go through the f32 GEMM on the CPU; a GPU has narrow-type tensor cores
     self.widen_narrow_dots = widen_narrow_dots
@@ -112,6 +115,11 @@ class GroupPlanner:
     out_of = {}
     for instr, buf in outputs:
       out_of.setdefault(instr, buf)
+    # 0. an output that adds a dot to the buffer it is written into (a loop's accumulator,
+    #    dW + x^T @ dz, computed in its state buffer): the dot accumulates there
+    if self.dot_accumulate:
+      for instr, buf in outputs:
+        self._accumulating_dot(instr, buf, leafmap, instrs, out_of)
     # 1. hard ops
     for instr in instrs:
       if instr in leafmap or instr.opcode not in HARD_OPS:
@@ -230,6 +238,39 @@ class GroupPlanner:
       leafmap[instr] = out
       return
     raise PlanError(f"no kernel for {op}")
+
+  def _accumulating_dot(self, instr, buf, leafmap, instrs, out_of) -> bool:
+    """Plan output ``instr = add(x, dot)`` (either order) whose ``x`` is read from ``buf``,
+    the buffer ``instr`` is written into, as one ``DotKernel`` accumulating into ``buf``
+    (the packed GEMM's ``C += A @ B``: the sum rounds as C + partial sums, not as x + the whole
+    sum; within a dot's rounding).  The dot's operands must not be ``buf``."""
+    if (instr.opcode != "add" or instr in leafmap or instr.shape.is_tuple
+        or not isinstance(buf, Buf) or instr.dtype not in (E.F32, E.F64)):
+      return False
+    for d, x in (instr.operands, instr.operands[::-1]):
+      # (x read by nothing else of the group: the dot writes buf before the group's other
+      # kernels run; a donated parameter's buffer is only checked on the plan without this)
+      if (d.opcode == "dot" and d not in leafmap and d not in out_of and d.users == [instr]
+          and leafmap.get(x) is buf and x.users == [instr] and d.dtype == instr.dtype
+          and tuple(d.dims) == tuple(instr.dims) and fast_dot_ok(d)):
+        break
+    else:
+      return False
+    from ourjax.backends.llvm.dots import _gemm_layout_ok
+    spec = DotSpec(d)
+    if not _gemm_layout_ok(spec):
+      return False
+    self._materialize_reduces_under(d, leafmap, instrs)
+    lhs = self._materialize(d.operands[0], leafmap, instrs)
+    rhs = self._materialize(d.operands[1], leafmap, instrs)
+    if lhs is buf or rhs is buf:
+      return False        # (operands materialised meanwhile stay: they are computed once)
+    scratch = self.new_scratch(dot_scratch_bytes(spec, dot_pieces(spec, self.threads)), d.name)
+    self.kernels.append(DotKernel(self._name(), d, lhs, rhs, buf, scratch, threads=self.threads,
+                                  accumulate=True))
+    leafmap[instr] = buf
+    leafmap[d] = buf      # (read by nothing else: its one user is ``instr``)
+    return True
 
   def _narrow_dot(self, instr, out_buf, leafmap, instrs):
     """f16/bf16 dot: the operands widened to f32 buffers, the packed f32 GEMM (f32 is the

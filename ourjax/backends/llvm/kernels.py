@@ -12,8 +12,10 @@ into kernels:
 * Everything else is evaluated element by element (``emitter.Emitter``) in a ``LoopKernel``:
   a loop over the output's rows and columns (``rows`` mode: row reductions of the row being
   written are *prefetched* once per row, which is how softmax/layernorm become one pass over
-  each row) or over the flat index (``flat`` mode: same-shape operands are loaded at the linear
-  index, so the loop vectorizes).
+  each row; a costly value a row reduction computed is kept for the row's outputs in a one-row
+  cache, and a concatenation along the row is written one column loop per part:
+  ``row_cache.py``) or over the flat index (``flat`` mode: same-shape operands are loaded at the
+  linear index, so the loop vectorizes).
 * Reductions choose a strategy: over trailing dimensions, one loop per output element whose
   reducer (add/mul/max/min/and/or/xor) may reassociate so that LLVM vectorizes it with partial
   accumulators; over a middle/leading block, a *column* kernel that accumulates whole output
@@ -38,6 +40,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import row_cache
 from ourjax.backends.llvm.emitter import (I1, I8, I32, I64, Emitter, EmitterError, ForLoop,
                                           Index, Leaf, alloca_entry, i64)
 
@@ -53,6 +56,12 @@ MAX_CHUNKS = 16
 #: Fewest multiply-adds in a piece of a parallel dot (claiming a piece and setting up its
 #: panels costs microseconds; a piece of this size computes for tens of them).
 DOT_PIECE_WORK = 1 << 22
+#: Fewest multiply-adds in a piece of an unbatched dot on the packed GEMM, whose pieces pack only
+#: their own blocks of A and B: a piece of 512k computes for about 10 us on one core, and only
+#: hosts of more threads than ``work / DOT_PIECE_WORK`` cut a dot this finely (an LSTM step's
+#: 32x128x512 products, 2M multiply-adds each, ran on 2 of 16 threads with ``DOT_PIECE_WORK``;
+#: JAX's contractions there spread over more cores).
+DOT_SPLIT_WORK = 1 << 19
 
 
 class PlanError(EmitterError):
@@ -224,6 +233,10 @@ class LoopKernel(Kernel):
     self.fast_reductions = fast_reductions
     work = math.prod(self.dims) * max(1, _cost_per_element(outputs, leafmap))
     super().__init__(name, _leaf_bufs(leafmap), output_bufs(outputs), work=work)
+    # (what ``chunks`` cuts: transcendental functions at their cost; ``work``, which decides
+    # whether the kernel is parallel at all, keeps the weights PARALLEL_MIN_WORK was set with)
+    self.split_work = math.prod(self.dims) * max(1, _cost_per_element(
+        outputs, leafmap, TRANSCENDENTAL_COST))
 
   def _units(self) -> int:
     """What ``body`` shares out: rows in rows mode, else blocks of 64 elements (see its
@@ -239,9 +252,11 @@ class LoopKernel(Kernel):
 
   @property
   def chunks(self) -> int:
-    """``Kernel.chunks``, at most one piece per unit ``body`` shares out (more would be empty:
-    a (2, 4096) kernel in rows mode had 7 pieces, 5 of them empty)."""
-    return min(super().chunks, self._units()) if self.parallel else 1
+    """``Kernel.chunks`` of ``split_work``, at most one piece per unit ``body`` shares out (more
+    would be empty: a (2, 4096) kernel in rows mode had 7 pieces, 5 of them empty)."""
+    if not self.parallel:
+      return 1
+    return min(max(2, min(MAX_CHUNKS, self.split_work // PARALLEL_MIN_WORK)), self._units())
 
   def body(self, b, ptr, tid, nthreads):
     total = math.prod(self.dims)
@@ -252,11 +267,23 @@ class LoopKernel(Kernel):
     inner_outs = [(i, buf) for i, buf in self.outputs if _dims(i) == self.dims]
     outer_outs = [(i, buf) for i, buf in self.outputs if _dims(i) != self.dims]
 
+    fills = {}                      # id(reduction) -> the row caches its loop fills
+    if self.rows:
+      for x, r in row_cache.plan_row_caches(self.dims, self.outputs, self.leafmap,
+                                            self.prefetch_outer, self.prefetch_elem):
+        em.row_caches[id(x)] = c = row_cache.RowCache(b, x, self.dims[-1])
+        fills.setdefault(id(r), []).append(c)
+
     def prefetch(reduces, index):
       for r in reduces:
+        caches = fills.get(id(r), ())
+        for c in caches:
+          c.filling = True
         em.reduce_ok = r
         em.value(r, index)
         em.reduce_ok = None
+        for c in caches:
+          c.filling, c.filled = False, True
 
     def store(outs, index):
       store_outputs(b, em, outs, index, ptr, evaluate_first=True)
@@ -272,13 +299,17 @@ class LoopKernel(Kernel):
         prefetch(self.prefetch_outer, oidx)
         store(outer_outs, oidx)
         base = b.mul(row.index, i64(n), flags=["nuw", "nsw"])
-        with ForLoop(b, 0, n, "col") as col:
-          em.push_scope()
-          idx = Index(b, self.dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
-                      multi=omulti + [col.index])
-          prefetch(self.prefetch_elem, idx)
-          store(inner_outs, idx)
-          em.pop_scope()
+        segments = row_cache.column_segments(self.dims, inner_outs, self.leafmap)
+        for clo, chi in segments:
+          with ForLoop(b, clo, chi, "col") as col:
+            if len(segments) > 1:
+              em.ranges[id(col.index)] = (clo, chi)
+            em.push_scope()
+            idx = Index(b, self.dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
+                        multi=omulti + [col.index])
+            prefetch(self.prefetch_elem, idx)
+            store(inner_outs, idx)
+            em.pop_scope()
         em.pop_scope()
     else:
       assert not outer_outs
@@ -292,10 +323,18 @@ class LoopKernel(Kernel):
 
 
 _EXPENSIVE = set(E._MATH_UNARY) | {"power", "atan2", "remainder", "divide", "sqrt", "rsqrt"}
+#: What a transcendental function costs in ``LoopKernel.chunks`` (in fused elementwise ops):
+#: vectorized, a fused op costs ~0.02 ns an element here and tanh, logistic or exp 0.7-1.7 ns
+#: (a 2M-element tanh took 3.2 ms on one core, an LSTM step's gate kernel, 5 of them per
+#: element, 30 us for 4096 elements); at 8 that kernel was cut in 2 pieces, so that 16 threads
+#: ran it on 2.
+TRANSCENDENTAL_COST = 64
 
 
-def _cost_per_element(outputs, leafmap) -> int:
-  """A rough count of operations per output element (reductions count their inputs)."""
+def _cost_per_element(outputs, leafmap, transcendental: int = 8) -> int:
+  """A rough count of operations per output element (reductions count their inputs);
+  ``transcendental``: what a transcendental function (``E._MATH_UNARY``, power, atan2)
+  counts."""
   seen = set()
   cost = 0
   stack = [i for i, _ in outputs]
@@ -310,7 +349,8 @@ def _cost_per_element(outputs, leafmap) -> int:
     elif x.opcode in ("dot", "convolution"):
       cost += 2 * max(1, x.operands[0].shape.size // max(1, x.shape.size))
     elif x.opcode in _EXPENSIVE:
-      cost += 8
+      cost += transcendental if x.opcode in E._MATH_UNARY or x.opcode in ("power", "atan2") \
+          else 8
     else:
       cost += 1
     stack.extend(x.operands)

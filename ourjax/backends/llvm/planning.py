@@ -86,6 +86,11 @@ class Planner:
   how many threads the kernels will be cut into pieces for (the CPU backend's pool size)."""
   widen_narrow_dots = True    # see GroupPlanner; the GPU planner turns it off
   concat_kernels = True       # likewise
+  #: while-body results are computed in their state buffers where the planned body allows
+  #: (``_own_index_candidates``, ``_state_in_place_ok``); the CPU's planner turns it on
+  state_updates_in_place = False
+  #: ``out = out + dot`` as one accumulating GEMM (``GroupPlanner._accumulating_dot``; CPU)
+  dot_accumulate = False
 
   def threads(self) -> int:
     return 1
@@ -313,7 +318,8 @@ class Planner:
     """The planned kernels of one group (a backend may rearrange them)."""
     planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
                              widen_narrow_dots=self.widen_narrow_dots,
-                             concat_kernels=self.concat_kernels, threads=self.threads())
+                             concat_kernels=self.concat_kernels, threads=self.threads(),
+                             dot_accumulate=self.dot_accumulate)
     return planner.plan(instrs, outputs, leafmap)
 
   def _dying_operand(self, instr, vals, last_use, pos, comp):
@@ -393,13 +399,27 @@ class Planner:
     cond_steps = self.plan_computation(cond, [state], pred, direct=True)
     forced = self._body_inplace(body, state)
     in_place = {id(b) for b in forced.values()}
-    body_out = self._new_tree(instr.shape, instr.name + ".next")
-    if isinstance(body_out, tuple):
-      body_out = tuple(st if isinstance(st, K.Buf) and (id(st) in in_place or k in passthrough)
-                       else bo for k, (st, bo) in enumerate(zip(state, body_out)))
-    body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
-    # copy the next state back (skipping elements the body passes through)
-    copies = self._copy_back(body, body_out, state, body_steps)
+    # results also computed in their state buffers, as planned and checked below
+    own = self._own_index_candidates(body, state, passthrough, forced) \
+        if self.state_updates_in_place else set()
+    next_tree = self._new_tree(instr.shape, instr.name + ".next")
+    while True:
+      body_out = next_tree
+      if isinstance(body_out, tuple):
+        body_out = tuple(st if isinstance(st, K.Buf) and (id(st) in in_place or k in passthrough
+                                                          or k in own)
+                         else bo for k, (st, bo) in enumerate(zip(state, body_out)))
+      mark = (len(self.kernels), len(self.temps))
+      body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
+      # copy the next state back (skipping elements the body passes through)
+      copies = self._copy_back(body, body_out, state, body_steps)
+      bad = {k for k in own if not self._state_in_place_ok(body_steps, state[k])}
+      if not bad:
+        break
+      # plan the body again with those results in their next buffers
+      del self.kernels[mark[0]:]
+      del self.temps[mark[1]:]
+      own -= bad
     from ourjax.lowering import loops
     steps.append(WhileStep(cond_steps, pred, body_steps, loops.trip_count(instr), instr.name,
                            copies))
@@ -451,6 +471,75 @@ class Planner:
         continue
       out[e] = state[k]
     return out
+
+  @staticmethod
+  def _own_index_candidates(body, state, passthrough, forced) -> set:
+    """Positions k of a while body's result that may be computed straight into state buffer k
+    (no next buffer, no copy back): an array instruction of the state element's type whose
+    old value is no other result; ``_state_in_place_ok`` then checks the planned steps."""
+    root = body.root
+    if root.opcode != "tuple" or not isinstance(state, tuple):
+      return set()
+    p = body.parameters[0]
+
+    def reads_state(i, k):   # gte(p, k) or a reshape of it
+      while i.opcode == "reshape":
+        i = i.operands[0]
+      return (i.opcode == "get-tuple-element" and i.operands[0] is p
+              and i.attrs["index"] == k)
+    out = set()
+    for k, e in enumerate(root.operands):
+      st = state[k]
+      # (an element of a multi-output fusion's result is planned straight into its buffer
+      # too, ``want[("elem", fusion, i)]``; not one of the state's, a tuple's or a loop's)
+      gte_ok = (e.opcode == "get-tuple-element"
+                and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element",
+                                                 "while", "conditional"))
+      if (k in passthrough or e in forced or not isinstance(st, K.Buf)
+          or root.operands.count(e) != 1 or e.shape.is_tuple
+          or (e.opcode == "get-tuple-element" and not gte_ok)
+          or e.opcode in ("parameter", "constant", "reshape", "tuple", "while", "conditional")
+          or tuple(e.dims) != tuple(st.dims) or np.dtype(e.dtype) != st.dtype):
+        continue
+      if any(reads_state(o, k) for j, o in enumerate(root.operands) if j != k):
+        continue                        # (the old state is also a result)
+      out.add(k)
+    return out
+
+  @staticmethod
+  def _state_in_place_ok(steps, buf) -> bool:
+    """Whether ``steps`` (a loop body's, copies back included) may write ``buf`` while also
+    reading it: every step that reads it comes before the first that writes it, or the last
+    reader is that writer, an elementwise kernel reading ``buf`` only at the index of the
+    element it writes (it loads an element's inputs before storing it) or a dot accumulating
+    into ``buf``, as a donated parameter's buffer may take its output
+    (``backends/donation.py``)."""
+    from ourjax.backends import donation
+    last_read, first_write = -1, math.inf
+    for t, s in enumerate(steps):
+      r, w = set(), set()
+      donation._step_buffers(s, r, w)
+      if id(buf) in r:
+        last_read = t
+      if id(buf) in w and first_write == math.inf:
+        first_write = t
+    if last_read < first_write:
+      return True
+    if last_read > first_write:
+      return False
+    kernel = getattr(steps[last_read], "kernel", None)
+    if isinstance(kernel, K.DotKernel) and getattr(kernel, "accumulate", False):
+      # C += A @ B reads each element of C where it writes it
+      return kernel.out is buf and kernel.lhs is not buf and kernel.rhs is not buf
+    if type(kernel) is not K.LoopKernel:
+      return False
+    dims = tuple(kernel.dims)
+    mine = [i for i, b in kernel.outputs if b is buf]
+    if (buf.size != math.prod(dims) or len(mine) != 1 or mine[0].shape.is_tuple
+        or tuple(mine[0].dims) != dims
+        or any(isinstance(b, tuple) and buf in b for _, b in kernel.outputs)):
+      return False
+    return reads_at_own_index(kernel, buf, dims)
 
   def _copy_back(self, body, nxt, state, steps):
     """Append the copies of the next state into the state buffers to ``steps``; returns

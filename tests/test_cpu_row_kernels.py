@@ -1,0 +1,295 @@
+"""Rows-mode loop kernels on the CPU (llvm/row_cache.py): a value a row reduction computed is
+kept for the row's outputs (softmax's exp, computed once per element), and a concatenate along
+the last dimension is written one column segment per part.  Results against NumPy in float64;
+the structure (one exp per element, one column loop per part) from the kernel's LLVM IR."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax.backends.cpu import backend as cpu
+from ourjax.config import config
+from ourjax.lowering import hlo
+from ourjax.lowering.hlo import Builder, Module, Shape, scalar_computation
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cpu_default():
+  """The CPU backend, even on a host whose default is a GPU."""
+  old = config.jax_platforms
+  config.update("jax_platforms", "cpu")
+  yield
+  config.update("jax_platforms", old)
+
+
+def _llvm_ir(f, *args):
+  return f.lower(*args).compile()._executable.compiled.llvm_ir
+
+
+def _exp_calls(ir_text, dtype):
+  tag = "f32" if np.dtype(dtype) == np.float32 else "f64"
+  return len(re.findall(rf"call \w+ @\"ojx_m_exp_{tag}\"", ir_text))
+
+
+def _softmax64(x, axis=-1):
+  x = np.asarray(x, np.float64)
+  e = np.exp(x - x.max(axis=axis, keepdims=True))
+  return e / e.sum(axis=axis, keepdims=True)
+
+
+def _close(got, want, dtype):
+  rtol = 2e-6 if np.dtype(dtype) == np.float32 else 1e-13
+  np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rtol,
+                             atol=rtol * np.abs(want).max())
+
+
+# -- row caches --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(3, 5), (64, 256), (2, 3, 130), (7, 1000)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_computes_each_exp_once(shape, dtype):
+  from ourjax.config import enable_x64
+  x = (np.random.default_rng(sum(shape)).standard_normal(shape) * 3).astype(dtype)
+  f = ourjax.jit(lambda x: ourjax.nn.softmax(x * 0.5, axis=-1))
+  with enable_x64(dtype == np.float64):
+    got = f(x)
+    text = _llvm_ir(f, x)
+  assert got.dtype == dtype
+  _close(got, _softmax64(x.astype(np.float64) * 0.5), dtype)
+  assert "rowcache." in text
+  assert _exp_calls(text, dtype) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_masked_narrow_softmax_with_a_row_cache(dtype):
+  """A causal-masked softmax (-inf above the diagonal, a fully masked row, a NaN) in a narrow
+  float type: the cached exp is the value computed in the reduction's loop, rounded to the type
+  as the emitter keeps it; against NumPy float64 within the type's rounding."""
+  import ml_dtypes
+  dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+  n = 40
+  x = np.random.default_rng(9).standard_normal((n, n)).astype(dt)
+  x[3, 2] = np.nan                   # (below the diagonal: not masked)
+  mask = np.tril(np.ones((n, n), bool))
+  mask[7] = False
+  f = ourjax.jit(lambda x, m: ourjax.nn.softmax(jnp.where(m, x, -jnp.inf), axis=-1))
+  got = np.asarray(f(x, mask)).astype(np.float64)
+  x64 = np.where(mask, x.astype(np.float64), -np.inf)
+  with np.errstate(invalid="ignore"):
+    want = _softmax64(x64)
+  eps = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11
+  np.testing.assert_allclose(got, want, rtol=8 * eps, atol=8 * eps)   # NaN rows match NaN
+  assert np.isnan(got[7]).all() and np.isnan(got[3]).all()
+  assert "rowcache." in _llvm_ir(f, x, mask)
+
+
+def test_log_softmax_has_no_row_cache():
+  """exp(x - max) only feeds the sum: nothing would read a cache."""
+  x = np.random.default_rng(1).standard_normal((16, 100)).astype(np.float32)
+  f = ourjax.jit(lambda x: ourjax.nn.log_softmax(x, axis=-1))
+  x64 = x.astype(np.float64)
+  m = x64.max(-1, keepdims=True)
+  _close(f(x), x64 - m - np.log(np.exp(x64 - m).sum(-1, keepdims=True)), np.float32)
+  assert "rowcache." not in _llvm_ir(f, x)
+
+
+def test_second_row_reduction_reads_the_cache():
+  """exp feeds two row sums and the output: the first sum's loop fills the cache, the second
+  and the output read it."""
+  x = np.random.default_rng(2).standard_normal((33, 77)).astype(np.float32)
+
+  def g(np_, x):
+    e = np_.exp(x - x.max(-1, keepdims=True))
+    s = e.sum(-1, keepdims=True)
+    return e / s + (e * x).sum(-1, keepdims=True)
+  f = ourjax.jit(lambda x: g(jnp, x))
+  _close(f(x), g(np, x.astype(np.float64)), np.float32)
+  text = _llvm_ir(f, x)
+  assert "rowcache." in text and _exp_calls(text, np.float32) == 1
+
+
+@pytest.mark.parametrize("kind", ["reverse", "transpose", "roll"])
+def test_value_read_at_other_positions_is_not_cached(kind):
+  """An output that reads exp at another position of the row (reversed, rolled) or of another
+  row (transposed) must not read a cache filled for the current row: either it is computed
+  again or the cache is not used for it.  Values against NumPy."""
+  x = np.random.default_rng(3).standard_normal((40, 40)).astype(np.float32)
+
+  def g(np_, x):
+    e = np_.exp(x - x.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    other = {"reverse": e[:, ::-1], "transpose": e.T, "roll": np_.roll(e, 3, axis=1)}[kind]
+    return p + other
+  f = ourjax.jit(lambda x: g(jnp, x))
+  _close(f(x), g(np, x.astype(np.float64)), np.float32)
+
+
+@pytest.mark.parametrize("kind", ["transpose", "reverse", "slice"])
+def test_hand_fused_softmax_reading_exp_elsewhere(kind):
+  """One fusion (built by hand: the fusion pass would materialise ``e`` first) computes
+  ``e / sum(e) + t(e)`` with ``t`` a transpose (``e`` of another row: it must not come from the
+  row's cache), a reverse or a shifted slice of the row; against NumPy in float64."""
+  m = Module("rows")
+  add = scalar_computation(m, "add", "f32")
+  mx = scalar_computation(m, "maximum", "f32")
+  R = C = 24
+
+  def body(fb, x, wide):
+    mxr = fb.reduce(x, fb.constant(-np.inf, "f32"), (1,), mx)
+    e = fb.exp(fb.sub(x, fb.broadcast(mxr, (R, C), (0,))))
+    s = fb.reduce(e, fb.constant(0.0, "f32"), (1,), add)
+    p = fb.div(e, fb.broadcast(s, (R, C), (0,)))
+    if kind == "transpose":
+      other = fb.emit("transpose", [e], {"dimensions": (1, 0)})
+    elif kind == "reverse":
+      other = fb.emit("reverse", [e], {"dimensions": (1,)})
+    else:
+      ew = fb.exp(fb.sub(wide, fb.broadcast(mxr, (R, C + 3), (0,))))
+      other = fb.emit("slice", [ew], {"start_indices": (0, 3), "limit_indices": (R, C + 3),
+                                      "strides": (1, 1)})
+    return fb.add(p, other)
+
+  fb = Builder(m, "rows_fused")
+  ps = [fb.parameter(Shape("f32", (R, C))), fb.parameter(Shape("f32", (R, C + 3)))]
+  comp = fb.build(body(fb, *ps))
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (R, C)), "x")
+  w = b.parameter(Shape("f32", (R, C + 3)), "w")
+  m.entry = b.build(b.tuple([b.fusion([x, w], comp, "kInput")]))
+  hlo.verify(m)
+  rng = np.random.default_rng(11)
+  xv = rng.standard_normal((R, C)).astype(np.float32)
+  wv = np.concatenate([rng.standard_normal((R, 3)).astype(np.float32), xv], axis=1)
+  exe = cpu.compile(m)
+  assert isinstance(exe, cpu.CpuExecutable)
+  got = np.asarray(exe(xv, wv)[0], np.float64)
+  x64 = xv.astype(np.float64)
+  e = np.exp(x64 - x64.max(1, keepdims=True))
+  other = {"transpose": e.T, "reverse": e[:, ::-1], "slice": e}[kind]
+  want = e / e.sum(1, keepdims=True) + other
+  np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_exp_as_a_second_output():
+  """softmax and exp(x - max) both returned (a multi-output kernel)."""
+  x = np.random.default_rng(4).standard_normal((12, 300)).astype(np.float32)
+
+  def g(np_, x):
+    e = np_.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True), e
+  f = ourjax.jit(lambda x: g(jnp, x))
+  for got, want in zip(f(x), g(np, x.astype(np.float64))):
+    _close(got, want, np.float32)
+
+
+def test_row_too_long_for_a_cache_is_computed_twice():
+  """A row of 20000 f32 (80 KB) exceeds row_cache.MAX_BYTES: no cache, the same values."""
+  from ourjax.backends.llvm import row_cache
+  n = row_cache.MAX_BYTES // 4 + 3616
+  x = np.random.default_rng(5).standard_normal((3, n)).astype(np.float32)
+  f = ourjax.jit(lambda x: ourjax.nn.softmax(x, axis=-1))
+  _close(f(x), _softmax64(x), np.float32)
+  text = _llvm_ir(f, x)
+  assert "rowcache." not in text and _exp_calls(text, np.float32) == 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 9), n=st.integers(2, 70), scale=st.sampled_from([0.1, 1.0, 30.0]),
+       fn=st.sampled_from(["exp", "tanh", "div"]), seed=st.integers(0, 2 ** 31))
+def test_cached_row_values_match_numpy(rows, n, scale, fn, seed):
+  """y = v / sum(v) + v * mean(v) for a costly elementwise v of the row (any row length,
+  including ones that are not a multiple of the vector width)."""
+  x = (np.random.default_rng(seed).standard_normal((rows, n)) * scale).astype(np.float32)
+
+  def g(np_, x):
+    v = {"exp": lambda: np_.exp(x - x.max(-1, keepdims=True)),
+         "tanh": lambda: np_.tanh(x) + 2.0,
+         "div": lambda: 1.0 / (x * x + 1.0)}[fn]()
+    return v / v.sum(-1, keepdims=True) + v * v.mean(-1, keepdims=True)
+  f = ourjax.jit(lambda x: g(jnp, x))
+  want = g(np, x.astype(np.float64))
+  np.testing.assert_allclose(np.asarray(f(x), np.float64), want, rtol=1e-5,
+                             atol=1e-6 * np.abs(want).max())
+
+
+# -- column segments ---------------------------------------------------------------------------
+
+def _col_loops(ir_text):
+  return len(re.findall(r"^col\.head(\.\d+)?:", ir_text, re.M))
+
+
+@pytest.mark.parametrize("sizes", [(128, 128, 128, 128), (3, 17, 1, 40), (5, 9)])
+def test_concatenate_along_rows_writes_each_part_in_its_own_loop(sizes):
+  """Four (or two) parts side by side along the last axis, each its own elementwise function
+  of different inputs (an LSTM's gate gradients), and their column sums."""
+  rng = np.random.default_rng(sum(sizes))
+  rows = 32
+  args = [rng.standard_normal((rows, n)).astype(np.float32) for n in sizes]
+  args += [rng.standard_normal((rows, n)).astype(np.float32) for n in sizes]
+
+  def g(np_, *a):
+    k = len(sizes)
+    xs, ys = a[:k], a[k:]
+    parts = [(x * y + 1.0) * (j + 1) if j % 2 else x - y * y for j, (x, y) in
+             enumerate(zip(xs, ys))]
+    z = np_.concatenate(parts, axis=-1)
+    return z, z.sum(0)
+  f = ourjax.jit(lambda *a: g(jnp, *a))
+  got = f(*args)
+  want = g(np, *[a.astype(np.float64) for a in args])
+  for gv, wv in zip(got, want):
+    np.testing.assert_allclose(np.asarray(gv, np.float64), wv, rtol=1e-6, atol=1e-5)
+  # (a row of fewer than 16 columns is written in flat mode: no column loop)
+  assert _col_loops(_llvm_ir(f, *args)) == (len(sizes) if sum(sizes) >= 16 else 0)
+
+
+def test_softmax_of_a_concatenation():
+  """A row reduction and the output both over a concatenate along the row."""
+  rng = np.random.default_rng(7)
+  a = rng.standard_normal((10, 24)).astype(np.float32)
+  b = rng.standard_normal((10, 40)).astype(np.float32)
+  f = ourjax.jit(lambda a, b: ourjax.nn.softmax(jnp.concatenate([a, jnp.tanh(b)], -1), axis=-1))
+  want = _softmax64(np.concatenate([a, np.tanh(b.astype(np.float64))], -1))
+  _close(f(a, b), want, np.float32)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(0, 20), min_size=2, max_size=12), rows=st.integers(1, 6),
+       seed=st.integers(0, 2 ** 31))
+def test_concatenations_along_rows_match_numpy(sizes, rows, seed):
+  """Any number of parts (past ``MAX_SEGMENTS`` the loop is not cut), empty ones included,
+  under an elementwise op with a row sum."""
+  if sum(sizes) < 2:
+    sizes = sizes + [2]
+  rng = np.random.default_rng(seed)
+  parts = [rng.standard_normal((rows, n)).astype(np.float32) for n in sizes]
+
+  def g(np_, *p):
+    z = np_.concatenate([q * (k + 1) for k, q in enumerate(p)], axis=-1)
+    return z * 2.0 - z.sum(-1, keepdims=True)
+  f = ourjax.jit(lambda *p: g(jnp, *p))
+  want = g(np, *[q.astype(np.float64) for q in parts])
+  np.testing.assert_allclose(np.asarray(f(*parts), np.float64), want, rtol=1e-5,
+                             atol=1e-5 * max(1.0, np.abs(want).max()))
+
+
+# -- pieces ------------------------------------------------------------------------------------
+
+def test_transcendental_kernels_are_cut_by_their_cost():
+  """A kernel of three transcendental functions an element is cut into pieces by what they cost
+  (kernels.TRANSCENDENTAL_COST), not as three cheap ops: 16 pieces here, not 3; the values do
+  not depend on the pieces (against NumPy in float64)."""
+  x = np.random.default_rng(8).standard_normal((64, 256)).astype(np.float32)
+  f = ourjax.jit(lambda x: jnp.tanh(x) * ourjax.nn.sigmoid(x) + jnp.tanh(2.0 * x))
+  x64 = x.astype(np.float64)
+  want = np.tanh(x64) / (1 + np.exp(-x64)) + np.tanh(2 * x64)
+  np.testing.assert_allclose(np.asarray(f(x), np.float64), want, rtol=1e-6, atol=1e-6)
+  steps = f.lower(x).compile()._executable.compiled.meta["steps"]
+  pieces = [int(s.split(" x")[1].split()[0]) for s in steps
+            if s.startswith("LoopKernel") and " x" in s]
+  assert pieces == [16], steps
