@@ -363,3 +363,41 @@ def test_implicit_im2col_on_narrower_targets(cpu, isa, flag):
                            __file__))))
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   assert out.stdout.split() == [cpu, isa, "ok", "12"]
+
+
+_CHILD_LIBRARIES = r"""
+import numpy as np
+import ourjax
+from ourjax import lax
+from ourjax.backends.llvm import gemm_library as L
+spec = ("NHWC", "HWIO", "NHWC")
+rng = np.random.default_rng(0)
+x = rng.standard_normal((4, 9, 9, 8)).astype(np.float32)
+w = (rng.standard_normal((3, 3, 8, 16)) * 0.2).astype(np.float32)
+conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=spec)
+y = np.asarray(ourjax.jit(conv)(x, w))
+print(" ".join(sorted(L._shared)))
+ref = np.asarray(ourjax.jit(conv, backend="reference")(x, w))
+np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+loss = lambda x, w: (conv(x, w) ** 2).sum()
+gx, gw = ourjax.jit(ourjax.grad(loss, argnums=(0, 1)))(x, w)
+print(" ".join(sorted(L._shared)))
+rx, rw = ourjax.jit(ourjax.grad(loss, argnums=(0, 1)), backend="reference")(x, w)
+np.testing.assert_allclose(np.asarray(gx), np.asarray(rx), rtol=1e-3, atol=1e-3)
+np.testing.assert_allclose(np.asarray(gw), np.asarray(rw), rtol=1e-3, atol=1e-3)
+print("ok")
+"""
+
+
+def test_only_the_packers_a_program_needs_are_built():
+  """A fresh process builds the shared GEMM and only the packers of the patch layouts its
+  programs use (gemm_library.py): a forward convolution the "F" packer alone; its gradient
+  (an input gradient, "F", and a weight gradient, "W") adds the "W" packer; the results match
+  the reference backend's."""
+  env = dict(os.environ, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
+  env.pop("OURJAX_CPU_IMPLICIT_GEMM", None)
+  out = subprocess.run([sys.executable, "-c", _CHILD_LIBRARIES], env=env, capture_output=True,
+                       text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(
+                           os.path.abspath(__file__))))
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert out.stdout.splitlines() == ["f32 f32_im2col_F", "f32 f32_im2col_F f32_im2col_W", "ok"]

@@ -4,10 +4,12 @@
 (``cpu/backend._Planner._plan_group`` -> :func:`plan_patches`) recognises the patch matrix's
 fusion (``llvm/im2col.match_root``) when its only reader is a dot this module ``accepts`` (alone
 or in a fusion with its consumers), and plans only the (unpadded) input; the dot becomes an
-``Im2colDotKernel`` (``llvm/dots.py``).  The dot then runs the shared GEMM's second kernel,
-``ourjax_gemm_<dtype>_im2col`` (``gemm.emit_gemm(im2col_name=...)``: the same blocking, threads
-and micro-kernels as ``ourjax_gemm_<dtype>``), whose A panels are packed by :func:`emit_pack`
-straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
+``Im2colDotKernel`` (``llvm/dots.py``).  The dot then calls the shared GEMM,
+``ourjax_gemm_<dtype>``, with ``transA == gemm.IM2COL`` and ``A`` the address of a descriptor
+(the same blocking, threads and micro-kernels as a matrix's), whose A panels are packed by the
+descriptor's packer (:func:`emit_pack`; one process-wide function per layout,
+``ourjax_gemm_<dtype>_im2col_<layout>``, :func:`pack_symbol`, built only when a program calls
+it) straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
 column ``k`` (kernel position ``t = k // C``, channel ``c = k % C``) it reads
 ``input[n, o_1*s_1 + d_1(t), o_2*s_2 + d_2(t), o_3*s_3 + d_3(t), c]``, or a zero where that
 position is in the padding; ``d(t)`` (the tap's start in the padded input minus the low
@@ -32,9 +34,10 @@ The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
        tap's first channel on that lie contiguous in the input (C, or more where the next
        taps are the next positions along the last spatial dimension)
     12 a block epilogue (``EPILOGUE_TYPE``) or 0     13 its context
-    14 taps     15 layout: 0 a convolution's patches ("F"), 1 a weight gradient's ("W": rows
-       (n, tap), columns (o_1, o_2, o_3, c); the offsets come from the row's tap, the
-       stride's multiples from the column's position; runs of one position's channels)
+    14 taps     15 the address of the packer of its layout (``PACK_TYPE``): a
+       convolution's patches ("F") or a weight gradient's ("W": rows (n, tap), columns (o_1,
+       o_2, o_3, c); the offsets come from the row's tap, the stride's multiples from the
+       column's position; runs of one position's channels)
 
 Block epilogue: the dot's elementwise consumer (``Im2colDotKernel.epilogue``: a loop kernel
 over the dot's result, per-channel scale and shift, a residual, relu...), run by the GEMM on
@@ -50,14 +53,15 @@ import llvmlite.ir as ir
 
 from ourjax.backends.llvm import emitter as E
 
-__all__ = ["DESC_WORDS", "DESC_EPILOGUE", "EPILOGUE_TYPE", "emit_pack", "accepts", "emit_call",
-           "symbol", "plan_patches", "fusable_epilogue"]
+__all__ = ["DESC_WORDS", "DESC_EPILOGUE", "DESC_PACK", "EPILOGUE_TYPE", "PACK_TYPE", "LAYOUTS",
+           "emit_pack", "emit_packer_library", "accepts", "emit_call", "pack_symbol",
+           "plan_patches", "fusable_epilogue"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 DESC_WORDS = 16
 DESC_EPILOGUE = 12
 DESC_TAPS = 14      # the number of taps
-DESC_LAYOUT = 15    # 0: "F", 1: "W"
+DESC_PACK = 15      # the address of the packer of the patch matrix's layout (pack_symbol)
 #: ``void epilogue(i8* ctx, i64 row0, i64 rows, i64 col0, i64 cols)``
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(64),
                                                 ir.IntType(64), ir.IntType(64), ir.IntType(64)])
@@ -68,9 +72,33 @@ _TAB = _DIMS + 1   # words per tap in the table: d_1..d_3, span
 _MIN_W_RUN = 4
 
 
-def symbol(dtype: str) -> str:
-  """The name of the implicit-im2col kernel of the shared GEMM library of ``dtype``."""
-  return f"ourjax_gemm_{dtype}_im2col"
+LAYOUTS = ("F", "W")
+
+
+def PACK_TYPE(p: ir.Type) -> ir.FunctionType:
+  """The type of a packer (:func:`emit_pack`), ``p`` the element pointer type."""
+  return ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I64, I64, I64, p])
+
+
+def pack_symbol(dtype: str, layout: str) -> str:
+  """The name of the process-wide packer of patch matrices of ``layout`` (``"F"``, ``"W"``) for
+  the shared GEMM of ``dtype`` (``gemm_library.py``: its library ``"<dtype>_im2col_<layout>"``,
+  built on first use)."""
+  if layout not in LAYOUTS:
+    raise ValueError(f"gemm_im2col: layout must be one of {LAYOUTS}, not {layout!r}")
+  return f"ourjax_gemm_{dtype}_im2col_{layout}"
+
+
+def emit_packer_library(module: ir.Module, dtype: str, layout: str,
+                        isa=None) -> ir.Function:
+  """The process-wide packer :func:`pack_symbol` ``(dtype, layout)`` (:func:`emit_pack` for the
+  shared GEMM's ``mr``, on the vector target ``isa``, default the code target's), exported."""
+  from ourjax.backends.llvm import gemm
+  vt = gemm.vector_target(isa)
+  cx = gemm._Ctx(module, dtype, vt)
+  fn = emit_pack(cx, pack_symbol(dtype, layout), vt.blocking[dtype].mr, layout)
+  fn.linkage = ""        # (external: other modules call it through the descriptor)
+  return fn
 
 
 def _c64(v):
@@ -377,7 +405,12 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
   first = b.gep(src, [_c64(geo.batch0 * math.prod(geo.in_dims[1:]))])
   vals = [b.ptrtoint(first, I64), _c64(C_), *map(_c64, out), *map(_c64, ins),
           *map(_c64, strides), b.ptrtoint(b.bitcast(tab, I64.as_pointer()), I64)]
-  tail = [_c64(geo.taps), _c64(0 if geo.layout == "F" else 1)]
+  sym = pack_symbol(dtype, geo.layout)
+  packer = mod.globals.get(sym)
+  if packer is None:    # (declared: the process-wide packer, gemm_library.py)
+    packer = ir.Function(mod, PACK_TYPE(ir.FloatType().as_pointer() if dtype == "f32" else
+                                        ir.DoubleType().as_pointer()), sym)
+  tail = [_c64(geo.taps), b.ptrtoint(packer, I64)]
   if epilogue is None:
     vals += [_c64(0), _c64(0)]
   else:
@@ -475,16 +508,30 @@ def _emit_block_epilogue(module, name, kern, bufs, N):
   """``EPILOGUE_TYPE`` function ``name``: the loop kernel ``kern`` (rows mode, its last
   dimension the dot's N columns: see ``fusable_epilogue``) on rows ``[row0, row0+rows)`` and
   columns ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers)
-  read from the context."""
+  read from the context.  The loops are a function of their own, ``name.body``, that takes
+  those pointers as ``noalias`` arguments (distinct buffers, as the kernel's own arguments
+  are) and is inlined: read from memory, they were pointers that might overlap, and LLVM
+  vectorised each loop with run-time overlap checks between every pair and a scalar copy
+  (about 50 ms of LLVM time per convolution, most of a ResNet's)."""
   from ourjax.backends.llvm import kernels as K
   from ourjax.backends.llvm.emitter import Emitter, ForLoop, Index
   fn = ir.Function(module, EPILOGUE_TYPE, name)
   fn.linkage = "internal"
-  ctx, row0, rows, col0, cols = fn.args
+  body = ir.Function(module, ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in bufs] +
+                                             [I64] * 4), name + ".body")
+  body.linkage = "internal"
+  body.attributes.add("alwaysinline")
+  for a in body.args[:len(bufs)]:
+    a.add_attribute("noalias")
+  ctx = fn.args[0]
   b = ir.IRBuilder(fn.append_basic_block("entry"))
   slots = b.bitcast(ctx, ir.IntType(8).as_pointer().as_pointer())
-  ptrs = {id(buf): b.bitcast(b.load(b.gep(slots, [_c64(k)])), K._ptr_type(buf))
-          for k, buf in enumerate(bufs)}
+  b.call(body, [b.bitcast(b.load(b.gep(slots, [_c64(k)])), K._ptr_type(buf))
+                for k, buf in enumerate(bufs)] + list(fn.args[1:]))
+  b.ret_void()
+  row0, rows, col0, cols = body.args[len(bufs):]
+  b = ir.IRBuilder(body.append_basic_block("entry"))
+  ptrs = {id(buf): a for buf, a in zip(bufs, body.args)}
 
   def ptr(buf):
     return ptrs[id(buf)]

@@ -1,15 +1,17 @@
-"""The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
-overwrite; see ``gemm.py``) and their implicit-im2col twins ``ourjax_gemm_f32_im2col`` and
-``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for programs with convolutions, keyed
-``"f32_im2col"``, ``"f64_im2col"`` below), each built once per process and registered with
-LLVM's symbol table, so that modules which only declare them (``gemm.declare_shared_gemm``)
-link to them.
+"""The process-wide shared GEMMs, ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue,
+overwrite; see ``gemm.py``; they also run convolutions without a patch matrix, ``transA ==
+gemm.IM2COL``), and the packers of implicit-im2col patch matrices they call through a
+descriptor, one per layout, ``ourjax_gemm_<dtype>_im2col_<F|W>`` (``gemm_im2col.py``; keyed
+``"f32_im2col_F"`` and so on below), each built once per process, on first use (a program
+without convolutions builds no packer, a forward pass no weight-gradient packer), and
+registered with LLVM's symbol table, so that modules which only declare them
+(``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
 
 A build loads the object code from the disk cache (``disk_cache.cache_dir()/gemm/``) or compiles
-it (~0.75 s of LLVM) and stores it there.
+it (~0.75 s of LLVM for a GEMM, ~0.3 s for a packer) and stores it there.
 """
 from __future__ import annotations
 
@@ -42,10 +44,14 @@ if hasattr(os, "register_at_fork"):
   os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
+#: the libraries' keys: the GEMMs' and the implicit-im2col packers'
+KEYS = ("f32", "f64") + tuple(f"{d}_im2col_{lay}" for d in ("f32", "f64") for lay in ("F", "W"))
+
+
 def _check_dtype(dtype: str) -> None:
-  if dtype not in ("f32", "f64", "f32_im2col", "f64_im2col"):
-    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64' (or the implicit-im2col "
-                     f"kernels' 'f32_im2col', 'f64_im2col'), not {dtype!r}")
+  if dtype not in KEYS:
+    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64' (or an implicit-im2col "
+                     f"packer's: 'f32_im2col_F', ...), not {dtype!r}")
 
 
 def prefetch_shared_gemm(dtype: str) -> str:
@@ -59,9 +65,9 @@ def prefetch_shared_gemm(dtype: str) -> str:
     if dtype not in _shared and dtype not in _pending:
       from concurrent.futures import ThreadPoolExecutor
       from ourjax import _phases
-      if _builder is None:   # (two libraries at once where a core is left for the caller: a
-        # convolution's program waits for the GEMM and its implicit-im2col twin)
-        _builder = ThreadPoolExecutor(max(1, min(2, (os.cpu_count() or 1) - 1)),
+      if _builder is None:   # (three libraries at once where cores are left for the caller: a
+        # convolution's program waits for the GEMM and its patch matrices' packers)
+        _builder = ThreadPoolExecutor(max(1, min(3, (os.cpu_count() or 1) - 1)),
                                       thread_name_prefix="ourjax-gemm")
       _pending[dtype] = _builder.submit(_phases.bound(_build_shared), dtype, True)
   return f"ourjax_gemm_{dtype}"
@@ -104,11 +110,13 @@ def _register(dtype: str, sym: str, cm) -> None:
 
 
 def _build_shared(dtype: str, own_thread: bool = False):
-  """(symbol, compiled module) of the shared GEMM of ``dtype``: from the disk cache, else
-  compiled (``own_thread``: outside llvmlite's lock, in a context of its own); its LLVM work
-  shows as one ``library`` phase in the compile log."""
+  """(symbol, compiled module) of the shared GEMM of ``dtype`` (or of the packer, for an
+  ``"<dtype>_im2col_<layout>"``): from the disk cache, else compiled (``own_thread``: outside
+  llvmlite's lock, in a context of its own); its LLVM work shows as one ``library`` phase in
+  the compile log."""
   from ourjax import _phases
   from ourjax.backends.cpu import jit
+  from ourjax.backends.llvm import gemm_im2col
   from ourjax.backends.llvm.gemm import emit_gemm
   with _phases.phase("library"), _phases.collecting(None):
     sym = f"ourjax_gemm_{dtype}"
@@ -122,8 +130,10 @@ def _build_shared(dtype: str, own_thread: bool = False):
         cm = None
     if cm is None:
       mod = jit.new_module(sym)
-      im2col = dtype.endswith("_im2col")
-      emit_gemm(mod, sym, dtype[:3], im2col=im2col)
+      if "_im2col_" in dtype:
+        gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
+      else:
+        emit_gemm(mod, sym, dtype, im2col=True)
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build)
