@@ -383,9 +383,6 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
   strides = (1,) * pad + tuple(geo.strides)
   C_ = geo.channels
   mod = b.module
-  i = 0
-  while f"im2col.taps.{i}" in mod.globals:
-    i += 1
   offs = [(0,) * pad + tuple(s[d] - geo.low[d] for d in range(r)) for s in geo.starts]
   table = []
   for t, d in enumerate(offs):
@@ -395,10 +392,15 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
       run += 1
     table += [*d, run * C_]
   ty = ir.ArrayType(I64, len(table))
-  tab = ir.GlobalVariable(mod, ty, f"im2col.taps.{i}")
-  tab.global_constant = True
-  tab.linkage = "internal"
-  tab.initializer = ir.Constant(ty, [_c64(x) for x in table])
+  # (named by its contents, as the block epilogue: kernels alike name the same helpers, so
+  # that the backend finds them alike, dedupe.function_key, and one table serves them all)
+  tname = "im2col.taps." + _digest(repr(table))
+  tab = mod.globals.get(tname)
+  if tab is None:
+    tab = ir.GlobalVariable(mod, ty, tname)
+    tab.global_constant = True
+    tab.linkage = "internal"
+    tab.initializer = ir.Constant(ty, [_c64(x) for x in table])
   # the descriptor, on the stack of the calling function
   dsc = E.alloca_entry(b, ir.ArrayType(I64, DESC_WORDS), name="im2col.desc")
   words = b.bitcast(dsc, I64.as_pointer())
@@ -420,10 +422,7 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
     slots = b.bitcast(ctx, i8p.as_pointer())
     for k, buf in enumerate(bufs):
       b.store(b.bitcast(ptr(buf), i8p), b.gep(slots, [_c64(k)]))
-    j = 0
-    while f"im2col.epilogue.{j}" in mod.globals:
-      j += 1
-    fn = _emit_block_epilogue(mod, f"im2col.epilogue.{j}", epilogue, bufs, spec.N)
+    fn = _emit_block_epilogue(mod, epilogue, bufs, spec.N)
     vals += [b.ptrtoint(fn, I64), b.ptrtoint(ctx, I64)]
   vals += tail
   assert len(vals) == DESC_WORDS
@@ -504,31 +503,66 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   return tuple(out) if tup else out[0]
 
 
-def _emit_block_epilogue(module, name, kern, bufs, N):
-  """``EPILOGUE_TYPE`` function ``name``: the loop kernel ``kern`` (rows mode, its last
-  dimension the dot's N columns: see ``fusable_epilogue``) on rows ``[row0, row0+rows)`` and
-  columns ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers)
-  read from the context.  The loops are a function of their own, ``name.body``, that takes
-  those pointers as ``noalias`` arguments (distinct buffers, as the kernel's own arguments
-  are) and is inlined: read from memory, they were pointers that might overlap, and LLVM
-  vectorised each loop with run-time overlap checks between every pair and a scalar copy
-  (about 50 ms of LLVM time per convolution, most of a ResNet's)."""
+#: The attribute of an ``ir.Module`` holding the registry of helper functions that the modules
+#: of one program share (``_emit_block_epilogue``): a dict, name -> the defining module.
+HELPERS_ATTR = "_ojx_shared_helpers"
+
+
+def _digest(text: str) -> str:
+  import hashlib
+  return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _emit_block_epilogue(module, kern, bufs, N):
+  """The ``EPILOGUE_TYPE`` function of the loop kernel ``kern`` (rows mode, its last dimension
+  the dot's N columns: see ``fusable_epilogue``) on rows ``[row0, row0+rows)`` and columns
+  ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers) read from
+  the context.  The loops are a function of their own, ``<name>.body``, that takes those
+  pointers as ``noalias`` arguments (distinct buffers, as the kernel's own arguments are) and
+  is inlined: read from memory, they were pointers that might overlap, and LLVM vectorised
+  each loop with run-time overlap checks between every pair and a scalar copy.  The function
+  is named by the body's IR (``im2col.epilogue.<digest>``): convolutions of one shape and
+  consumer (a ResNet's blocks) share one in a module, and their kernels, alike, are emitted
+  once (``dedupe.function_key``).  Where the program's kernel modules share a registry
+  (``HELPERS_ATTR``, set by the CPU backend: name -> the module that defines it), one module
+  defines it (external) and the others only declare it."""
   from ourjax.backends.llvm import kernels as K
-  from ourjax.backends.llvm.emitter import Emitter, ForLoop, Index
-  fn = ir.Function(module, EPILOGUE_TYPE, name)
-  fn.linkage = "internal"
-  body = ir.Function(module, ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in bufs] +
-                                             [I64] * 4), name + ".body")
+  fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in bufs] + [I64] * 4)
+  body = ir.Function(module, fty, module.get_unique_name("im2col.epilogue.new"))
   body.linkage = "internal"
   body.attributes.add("alwaysinline")
   for a in body.args[:len(bufs)]:
     a.add_attribute("noalias")
-  ctx = fn.args[0]
+  _emit_epilogue_loops(body, kern, bufs, N)
+  # (the key from the blocks' text: the function's own text, which names it, is not printed
+  # before it has its final name)
+  name = "im2col.epilogue." + _digest(str(fty) + "\n".join(str(blk) for blk in body.blocks))
+  del module.globals[body.name]
+  fn = module.globals.get(name)
+  if fn is not None:          # (one alike: this body is dropped)
+    return fn
+  shared = getattr(module, HELPERS_ATTR, None)
+  if shared is not None and shared.get(name, module) is not module:
+    return ir.Function(module, EPILOGUE_TYPE, name)   # (another module of the program's)
+  body.name = name + ".body"
+  module.globals[body.name] = body
+  fn = ir.Function(module, EPILOGUE_TYPE, name)
+  fn.linkage = "internal"
+  if shared is not None:
+    fn.linkage = ""           # (external: the program's other modules call it)
+    shared[name] = module
   b = ir.IRBuilder(fn.append_basic_block("entry"))
-  slots = b.bitcast(ctx, ir.IntType(8).as_pointer().as_pointer())
+  slots = b.bitcast(fn.args[0], ir.IntType(8).as_pointer().as_pointer())
   b.call(body, [b.bitcast(b.load(b.gep(slots, [_c64(k)])), K._ptr_type(buf))
                 for k, buf in enumerate(bufs)] + list(fn.args[1:]))
   b.ret_void()
+  return fn
+
+
+def _emit_epilogue_loops(body, kern, bufs, N):
+  """The loops of a block epilogue (``_emit_block_epilogue``) in ``body``."""
+  from ourjax.backends.llvm import kernels as K
+  from ourjax.backends.llvm.emitter import Emitter, ForLoop, Index
   row0, rows, col0, cols = body.args[len(bufs):]
   b = ir.IRBuilder(body.append_basic_block("entry"))
   ptrs = {id(buf): a for buf, a in zip(bufs, body.args)}
@@ -550,7 +584,6 @@ def _emit_block_epilogue(module, name, kern, bufs, N):
       em.pop_scope()
     em.pop_scope()
   b.ret_void()
-  return fn
 
 
 def fusable_epilogue(dot_kernel, kern) -> bool:
