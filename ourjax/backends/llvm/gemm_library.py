@@ -11,7 +11,8 @@ registered with LLVM's symbol table, so that modules which only declare them
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
 
 A build loads the object code from the disk cache (``disk_cache.cache_dir()/gemm/``) or compiles
-it (~0.75 s of LLVM for a GEMM, ~0.3 s for a packer) and stores it there.
+it (~0.75 s of LLVM for a GEMM, ~0.3 s for a packer) and stores it there.  On hosts of 4 or
+more cores a GEMM is compiled as three modules at once (``split_module``, ``library_parts``).
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
+  # (registered after concurrent.futures' own, which holds its shutdown lock across a fork and
+  # runs later therefore: a build under way may start a pool of its own, split_module's)
+  import concurrent.futures.thread  # noqa: F401
   os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
@@ -134,14 +138,62 @@ def _build_shared(dtype: str, own_thread: bool = False):
         gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
       else:
         emit_gemm(mod, sym, dtype, im2col=True)
+      parts = library_parts() if "_im2col_" not in dtype else 1
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build)
-      obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
-                                     loop_unrolling=False)
+      if parts > 1:
+        texts, names = split_module(mod, sym, parts)
+        builds = jit.ObjectBuilds(len(texts), loop_unrolling=False, keep_ir=False)
+        for text in texts:
+          builds.submit(text, 3, names)
+        obj = jit.pack_objects([o for o, _ in builds.results()])
+      else:
+        obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
+                                       loop_unrolling=False)
       cm = jit.load_object(obj, [sym])
       _cache_store(path, obj)
   return sym, cm
+
+
+#: Into how many LLVM modules a shared GEMM is cut, compiled at once on as many threads
+#: (``split_module``): where cores are idle, a process's first program with a dot waited for
+#: the whole GEMM's LLVM work on one thread (about 0.75 s).  ``OURJAX_GEMM_LIBRARY_PARTS``
+#: overrides; default 3 on hosts of at least 4 cores, else 1 (the cores are busy with the
+#: program's own work: no gain, only the parts' overhead).
+def library_parts() -> int:
+  env = os.environ.get("OURJAX_GEMM_LIBRARY_PARTS", "").strip()
+  if env:
+    return max(1, min(3, int(env)))
+  return 3 if (os.cpu_count() or 1) >= 4 else 1
+
+
+def split_module(mod, sym: str, parts: int):
+  """The IR texts of ``mod`` (a shared GEMM ``sym``, ``gemm.emit_gemm``) cut into ``parts``
+  modules by function: the driver with ``pack_a``; the micro-kernels; ``pack_b`` and the
+  few-rows kernels (at most three; ``parts`` 2 joins the last two), each module defining its
+  functions (external, named ``sym.<what>``) and declaring the others it calls; and the names
+  they define for one another.  The same code as one module: the helpers are ``noinline``
+  and the driver calls them as before."""
+  import llvmlite.ir as ir
+  from ourjax.backends.llvm import dedupe
+  fns = [g for g in mod.globals.values() if isinstance(g, ir.Function) and not g.is_declaration]
+  groups = [[f for f in fns if f.name in (sym, sym + ".pack_a")],
+            [f for f in fns if ".ukernel" in f.name],
+            [f for f in fns if f.name not in (sym, sym + ".pack_a") and ".ukernel" not in f.name]]
+  if parts == 2:
+    groups = [groups[0], groups[1] + groups[2]]
+  helpers = [f.name for f in fns if f.name != sym]
+  for f in fns:
+    if f.name != sym:
+      f.linkage = ""       # (external: another part calls it)
+  scratch = ir.Module()
+  decls = {f.name: str(ir.Function(scratch, f.function_type, f.name)) for f in fns}
+  texts = []
+  for group in groups:
+    mine = {f.name for f in group}
+    texts.append(dedupe.module_text(mod, {n: t for n, t in decls.items() if n not in mine}))
+  return texts, helpers
 
 
 _OBJ_MAGIC = b"ourjax-gemm-obj-1\n"
