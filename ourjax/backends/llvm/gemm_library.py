@@ -44,7 +44,7 @@ def _after_fork_in_child() -> None:
 if hasattr(os, "register_at_fork"):
   # (registered after concurrent.futures' own, which holds its shutdown lock across a fork and
   # runs later therefore: a build under way may start a pool of its own, split_module's)
-  import concurrent.futures.thread  # noqa: F401
+  __import__("concurrent.futures.thread")
   os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
