@@ -958,9 +958,9 @@ def test_the_shared_gemm_starts_building_before_the_passes(shape_a, shape_b, wan
 
 
 def test_a_convolution_starts_its_implicit_im2col_gemm_too(monkeypatch):
-  """A convolution's program starts the build of the shared GEMM and of its implicit-im2col
-  twin before the passes (with OURJAX_CPU_IMPLICIT_GEMM=0, the plain GEMM only); the results
-  stay the reference's."""
+  """A convolution's program starts the build of the shared GEMM and of the packer of its
+  patch matrix's layout before the passes (with OURJAX_CPU_IMPLICIT_GEMM=0, the GEMM only); the
+  results stay the reference's."""
   from ourjax.backends.cpu import libraries as lib
   monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
   rng = np.random.default_rng(1)
@@ -969,7 +969,7 @@ def test_a_convolution_starts_its_implicit_im2col_gemm_too(monkeypatch):
   f = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME",  # noqa: E731
                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
   want = np.asarray(ourjax.jit(f, backend="reference")(x, w))
-  for implicit, syms in (("1", ["ourjax_gemm_f32", "ourjax_gemm_f32_im2col"]),
+  for implicit, syms in (("1", ["ourjax_gemm_f32", "ourjax_gemm_f32_im2col_F"]),
                          ("0", ["ourjax_gemm_f32"])):
     monkeypatch.setenv("OURJAX_CPU_IMPLICIT_GEMM", implicit)
     started = []

@@ -363,3 +363,81 @@ def test_implicit_im2col_on_narrower_targets(cpu, isa, flag):
                            __file__))))
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   assert out.stdout.split() == [cpu, isa, "ok", "12"]
+
+
+_CHILD_LIBRARIES = r"""
+import numpy as np
+import ourjax
+from ourjax import lax
+from ourjax.backends.llvm import gemm_library as L
+spec = ("NHWC", "HWIO", "NHWC")
+rng = np.random.default_rng(0)
+x = rng.standard_normal((4, 9, 9, 8)).astype(np.float32)
+w = (rng.standard_normal((3, 3, 8, 16)) * 0.2).astype(np.float32)
+conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=spec)
+y = np.asarray(ourjax.jit(conv)(x, w))
+print(" ".join(sorted(L._shared)))
+ref = np.asarray(ourjax.jit(conv, backend="reference")(x, w))
+np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+loss = lambda x, w: (conv(x, w) ** 2).sum()
+gx, gw = ourjax.jit(ourjax.grad(loss, argnums=(0, 1)))(x, w)
+print(" ".join(sorted(L._shared)))
+rx, rw = ourjax.jit(ourjax.grad(loss, argnums=(0, 1)), backend="reference")(x, w)
+np.testing.assert_allclose(np.asarray(gx), np.asarray(rx), rtol=1e-3, atol=1e-3)
+np.testing.assert_allclose(np.asarray(gw), np.asarray(rw), rtol=1e-3, atol=1e-3)
+print("ok")
+"""
+
+
+def test_only_the_packers_a_program_needs_are_built():
+  """A fresh process builds the shared GEMM and only the packers of the patch layouts its
+  programs use (gemm_library.py): a forward convolution the "F" packer alone; its gradient
+  (an input gradient, "F", and a weight gradient, "W") adds the "W" packer; the results match
+  the reference backend's."""
+  env = dict(os.environ, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
+  env.pop("OURJAX_CPU_IMPLICIT_GEMM", None)
+  out = subprocess.run([sys.executable, "-c", _CHILD_LIBRARIES], env=env, capture_output=True,
+                       text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(
+                           os.path.abspath(__file__))))
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert out.stdout.splitlines() == ["f32 f32_im2col_F", "f32 f32_im2col_F f32_im2col_W", "ok"]
+
+
+def test_block_epilogues_alike_are_emitted_once():
+  """Convolutions of one output shape with the same consumer (3x3 convolutions, plain and
+  dilated, each with scale, shift and relu run as its GEMM's block epilogue; enough layers for
+  several LLVM modules) share one block epilogue, named by its IR and defined in one module of
+  the program (the others declare it); the result matches NumPy's."""
+  import re
+  rng = np.random.default_rng(5)
+  c, layers = 16, 20
+  x = rng.standard_normal((2, 12, 12, c)).astype(np.float32)
+  ws = [(rng.standard_normal((3, 3, c, c)) * 0.15).astype(np.float32) for _ in range(layers)]
+  ss = [rng.uniform(0.5, 1.5, c).astype(np.float32) for _ in range(layers)]
+  ts = [(rng.standard_normal(c) * 0.1).astype(np.float32) for _ in range(layers)]
+
+  def net(x, ws, ss, ts):
+    for k, (w, s, t) in enumerate(zip(ws, ss, ts)):
+      d = 1 + k % 2
+      h = lax.conv_general_dilated(x, w, (1, 1), [(d, d), (d, d)], rhs_dilation=(d, d),
+                                   dimension_numbers=_SPECS[2])
+      x = jnp.maximum(h * s + t, 0.0)
+    return x
+  f = ourjax.jit(net)
+  got = np.asarray(f(x, ws, ss, ts))
+  want = x.astype(np.float64)
+  for k, (w, s, t) in enumerate(zip(ws, ss, ts)):
+    d = 1 + k % 2
+    h, _ = _reference(want, w, (1, 1), [(d, d), (d, d)], (d, d))
+    want = np.maximum(h * s + t, 0.0)
+  np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+  ex = f.lower(x, ws, ss, ts).compile()._executable.compiled
+  # (each dot ran its consumer as its block epilogue: no loop kernel of its own)
+  assert all(s.startswith("Im2colDotKernel") for s in ex.meta["steps"]), ex.meta["steps"]
+  modules = ex.llvm_ir.split("; ---- next module ----")
+  defined = re.findall(r'^define .*@"(im2col\.epilogue\.\w+)"\(', ex.llvm_ir, re.M)
+  assert defined and len(defined) == len(set(defined)), defined     # (each once)
+  declared = re.findall(r'^declare .*@"(im2col\.epilogue\.\w+)"\(', ex.llvm_ir, re.M)
+  assert set(declared) <= set(defined), (declared, defined)
+  if len(modules) >= 3:     # (an entry and two kernel modules: kernels of both call one)
+    assert declared, [re.findall(r'^define .*@"(\S+)"\(', m, re.M) for m in modules]

@@ -754,7 +754,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
       _link_symbols(syms, wait=False)
       with _phases.phase("emit.text"):
         text = dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
-      builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms))
+      builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms) + list(em.helpers))
       submitted[id(m)] = text
 
   with _phases.phase("emit"):
@@ -784,7 +784,9 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     texts = [submitted.get(id(m)) or
              dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
              for m in [em.mod] + em.kernel_mods]
-  return meta, texts, [em.fns[id(k)].name for k in planner.kernels] if em.kernel_mods else []
+  # (the names the modules define for one another: the kernels, and the helpers they share)
+  return meta, texts, ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
+                       if em.kernel_mods else [])
 
 
 #: Kernels per module when a program's kernels are compiled in several modules at once: LLVM

@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 from ourjax.backends.cpu import profiling
-from ourjax.backends.llvm import dedupe
+from ourjax.backends.llvm import dedupe, gemm_im2col
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernel_key as _kk
 from ourjax.backends.llvm import kernels as K
@@ -362,9 +362,13 @@ class _Emission:
     # them by name; a small module keeps its kernels beside the entry
     self.kernel_mods = []
     self.apart = bool(groups)
+    # helper functions that kernels in several modules call (block epilogues alike): defined
+    # in one module, declared in the others (gemm_im2col.HELPERS_ATTR)
+    self.helpers = {}
     for g in range(groups):
       m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
       E.use_outlined_math(m, "shared")
+      setattr(m, gemm_im2col.HELPERS_ATTR, self.helpers)
       self.kernel_mods.append(m)
     # identical kernels (same body on the same shapes) are emitted once and shared: a kernel
     # whose planned description (kernel_key) was met before is not emitted at all, and the

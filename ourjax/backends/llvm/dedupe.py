@@ -9,9 +9,10 @@ optimises and generates code for each distinct kernel once.
 
 The key is the function's IR text with its own name blanked, followed by the text of every
 definition of its module that it reaches (helper functions, constant tables), so two functions
-of equal keys compute the same thing in any module of the program.  Declarations (shared
-GEMMs, math functions, intrinsics, ``syscall``) stand for the same code everywhere and are
-keyed by name.
+of equal keys compute the same thing in any module of the program.  A helper that another of
+the program's modules defines (``gemm_im2col.HELPERS_ATTR``) counts with its definition there.
+Other declarations (shared GEMMs, math functions, intrinsics, ``syscall``) stand for the same
+code everywhere and are keyed by name.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def function_key(fn: ir.Function, memo: dict | None = None, text: str | None = N
   other definitions between calls (one dict per module); ``text``: ``str(fn)`` when the caller
   has it."""
   module = fn.module
+  shared = getattr(module, "_ojx_shared_helpers", None) or {}   # (gemm_im2col.HELPERS_ATTR)
   memo = {} if memo is None else memo
   own = fn.name
   text = str(fn) if text is None else text
@@ -41,6 +43,8 @@ def function_key(fn: ir.Function, memo: dict | None = None, text: str | None = N
         continue
       seen.add(name)
       g = module.globals.get(name)
+      if (g is None or (isinstance(g, ir.Function) and g.is_declaration)) and name in shared:
+        g = shared[name].globals.get(name)
       if g is None or (isinstance(g, ir.Function) and g.is_declaration):
         continue
       t = memo.get(name)

@@ -297,9 +297,9 @@ class DotKernel(Kernel):
 
 class Im2colDotKernel(DotKernel):
   """A dot whose A operand is a convolution's patch matrix that is never written
-  (``llvm/im2col.Im2colBuf``): the shared GEMM's implicit-im2col kernel packs A's panels
-  straight from the convolution's input (``gemm_im2col.py``), so the kernel reads the input
-  buffer, not the matrix."""
+  (``llvm/im2col.Im2colBuf``): the shared GEMM, through the process-wide packer of the
+  matrix's layout, packs A's panels straight from the convolution's input (``gemm_im2col.py``),
+  so the kernel reads the input buffer, not the matrix."""
 
   def __init__(self, name, dot, patches, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
     super().__init__(name, dot, patches.source, rhs, out, scratch, threads)
@@ -309,10 +309,11 @@ class Im2colDotKernel(DotKernel):
 
   @property
   def symbols(self) -> list:
-    """The process-wide implicit-im2col GEMM its code calls."""
+    """The process-wide GEMM its code calls and the packer of its patch matrix's layout."""
     from ourjax.backends.llvm import gemm
     dtype = "f32" if self.spec.dtype == E.F32 else "f64"
-    return [gemm.prefetch_shared_gemm(dtype + "_im2col")]
+    return [gemm.prefetch_shared_gemm(dtype),
+            gemm.prefetch_shared_gemm(f"{dtype}_im2col_{self.patches.geometry.layout}")]
 
   def fuse_epilogue(self, kern) -> bool:
     """Run the loop kernel ``kern`` (the dot's elementwise consumer, planned next) on each

@@ -215,7 +215,9 @@ class Emitter:
       else:
         lin = linearize(b, index.multi[d0:d1], dst)
         multi.extend(delinearize(b, lin, src))
-    return self.value(x, Index(b, x.dims, multi=multi))
+    # (a reshape keeps the linear index: one the index already has is the operand's too, so
+    # an element read at it is not at the linear index rebuilt from the groups' divisions)
+    return self.value(x, Index(b, x.dims, linear=index._linear, multi=multi))
 
   def _op_copy(self, instr, index):
     return self.value(instr.operands[0], index)

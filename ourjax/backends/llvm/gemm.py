@@ -89,10 +89,13 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
 kernel (:func:`shared_gemm_symbol`, compiled once and registered with ``llvm.add_symbol``), so a
-module that contains a dot does not recompile the GEMM.  Its implicit-im2col twin
-(``emit_gemm(im2col=True)``, ``gemm_im2col.py``: the same driver and micro-kernels, A's panels
-packed from a convolution's input instead of a matrix) is a process-wide kernel of its own,
-built only for programs with convolutions.
+module that contains a dot does not recompile the GEMM.  The shared kernel also runs
+convolutions without a patch matrix (implicit im2col, ``gemm_im2col.py``): called with
+``transA == IM2COL`` its ``A`` points to a descriptor of the patch matrix, whose A panels a
+packing function the descriptor names packs from the convolution's input
+(``emit_gemm(im2col=True)``: the same driver and micro-kernels).  Those packers, one per
+patch layout, are process-wide functions of their own, each built only for programs that
+need it (``gemm_library.py``).
 """
 from __future__ import annotations
 
@@ -109,6 +112,8 @@ __all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "defau
            "prefetch_shared_gemm"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+#: ``transA`` of a call whose ``A`` is an implicit-im2col descriptor (``gemm_im2col.py``)
+IM2COL = 4        # (a value of its own: bit 0 is A's transposition, bit 1 ACCUMULATE)
 _TYPES = {"f32": (ir.FloatType, 4), "f64": (ir.DoubleType, 8)}  # element type, bytes
 ARG_NAMES = ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "transA", "transB", "batch",
              "strideA", "strideB", "strideC", "tid", "nthreads", "pack")
@@ -659,10 +664,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   """Emit ``name`` (see the module docstring for its signature and contract) and its internal
   helpers ``name.pack_a``, ``name.pack_b``, ``name.ukernel`` into ``module``, for the vector
   target ``isa`` (:data:`VECTOR_TARGETS`; default: the CPU code is generated for) with its
-  blocking unless ``blocking`` is given.  ``im2col``: instead, its implicit-im2col twin (the
-  same signature, driver and micro-kernels), whose ``A`` points to the descriptor of a
-  convolution's patch matrix, which it packs straight from the convolution's input
-  (``gemm_im2col.py``; ``batch`` must be 1, ``lda`` and ``transA`` are not read)."""
+  blocking unless ``blocking`` is given.  ``im2col``: the kernel also takes ``transA ==
+  IM2COL``: then ``A`` points to the descriptor of a convolution's patch matrix, whose panels
+  the packing function the descriptor names packs straight from the convolution's input, and
+  whose block epilogue, if any, runs on each finished block of C (``gemm_im2col.py``;
+  ``batch`` must be 1, ``lda`` is not read; never the few-rows kernels)."""
   if dtype not in _TYPES:
     raise ValueError(f"emit_gemm: dtype must be 'f32' or 'f64', not {dtype!r}")
   vt = vector_target(isa)
@@ -672,7 +678,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   mr, nr = bl.mr, bl.nv * w
   if bl.mc % mr or bl.nc % nr:
     raise ValueError(f"emit_gemm: mc must be a multiple of mr and nc of nr ({bl})")
-  pack_a = None if im2col else _emit_pack(cx, name + ".pack_a", mr)
+  pack_a = _emit_pack(cx, name + ".pack_a", mr)
   pack_b = _emit_pack(cx, name + ".pack_b", nr)
   uk = _emit_ukernel(cx, name + ".ukernel", bl, mr, bl.nv, epilogue, accumulate)
   # (off unless 2*mr_small < mr: else every tile would take the small kernel)
@@ -685,12 +691,12 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   uk_sn = _emit_ukernel(cx, name + ".ukernel_sn", bl, ms, 1, epilogue, accumulate) \
       if ms and narrow else None
   rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
-              for r in (4, 2, 1)} if bl.stream_rows > 0 and not im2col else None
+              for r in (4, 2, 1)} if bl.stream_rows > 0 else None
+  from ourjax.backends.llvm import gemm_im2col
 
-  def driver(fname, pack_conv):
-    """The kernel ``fname``: A a matrix (``pack_conv`` None), or (``pack_conv``, see
-    ``gemm_im2col.py``) a convolution's patch matrix read through the descriptor ``A``
-    points to."""
+  def driver(fname):
+    """The kernel ``fname``: A a matrix or (``im2col`` and ``transA == IM2COL``) the
+    descriptor of a convolution's patch matrix (``gemm_im2col.py``)."""
     fn = ir.Function(module, _signature(cx.p), fname)
     for a, n in zip(fn.args, ARG_NAMES):
       a.name = n
@@ -699,6 +705,8 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       a.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     one = _c64(1)
+    conv = b.icmp_signed("==", ta, _c32(IM2COL)) if im2col else None
+    desc = b.bitcast(A, I64.as_pointer()) if im2col else None
 
     # strides of A (i, k) and B (k, j)
     ta1 = b.icmp_signed("!=", b.and_(ta, _c32(1)), _c32(0))
@@ -732,13 +740,15 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       Bb = b.gep(B, [b.mul(bi, sB)])
       Cb = b.gep(C, [b.mul(bi, sC)])
       rowbase = b.mul(bi, M)
-      if rows_fns is None or pack_conv is not None:
+      if rows_fns is None:
         tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1)
         return
       # decided by M, not by this thread's rows: the axpy kernels sum over all of K in one fma
       # chain, the tiles per K slice (partial sums added to C), so a per-thread choice would
       # round differently from the serial call when a row split leaves a thread few rows
       few = b.and_(b.icmp_signed("==", tb, _c32(0)), b.icmp_signed("<=", M, _c64(bl.stream_rows)))
+      if conv is not None:   # (a patch matrix is packed, always)
+        few = b.and_(few, b.not_(conv))
       with b.if_else(few) as (f_, t_):
         with f_:
           # groups of 4 rows, then 2, then 1: each group streams B once
@@ -779,14 +789,19 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
               b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
           with _for(b, m0, m1, mstep, name="ic") as ic:
             mb = _smin(b, mstep, b.sub(m1, ic))
-            if pack_conv is None:
+            def plain_pack():
               src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
               b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
-            else:   # (batch is 1: A is the descriptor of one patch matrix, of its layout)
-              desc = b.bitcast(A, I64.as_pointer())
-              lay = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_LAYOUT)]), align=8)
-              packer = b.select(b.icmp_signed("!=", lay, _c64(0)), pack_conv[1], pack_conv[0])
-              b.call(packer, [desc, ic, pc, mb, kb, apk])
+            if conv is None:
+              plain_pack()
+            else:   # (batch is 1: A is the descriptor of one patch matrix and its packer)
+              with b.if_else(conv) as (c_, m_):
+                with c_:
+                  packer = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), align=8)
+                  b.call(b.inttoptr(packer, gemm_im2col.PACK_TYPE(cx.p).as_pointer()),
+                         [desc, ic, pc, mb, kb, apk])
+                with m_:
+                  plain_pack()
             with _for(b, 0, nb, nr, name="jr") as jr:
               nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
               unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
@@ -823,15 +838,15 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                       with _for(b, 0, mv, ms, name="es") as r0:
                         call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
                              _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
-            if pack_conv is not None:
+            if conv is not None:
               # the rows' columns of this block are final: the block epilogue the
               # descriptor names, if any (gemm_im2col.py), while they are in cache
-              desc = b.bitcast(A, I64.as_pointer())
-              epi = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE)]), align=8)
-              ctx = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE + 1)]), align=8)
-              with _if(b, b.and_(last, b.icmp_signed("!=", epi, _c64(0))), name="epi"):
-                b.call(b.inttoptr(epi, gemm_im2col.EPILOGUE_TYPE.as_pointer()),
-                       [b.inttoptr(ctx, ir.IntType(8).as_pointer()), ic, mb, jc, nb])
+              with _if(b, b.and_(conv, last), name="convlast"):
+                epi = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE)]), align=8)
+                ctx = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_EPILOGUE + 1)]), align=8)
+                with _if(b, b.icmp_signed("!=", epi, _c64(0)), name="epi"):
+                  b.call(b.inttoptr(epi, gemm_im2col.EPILOGUE_TYPE.as_pointer()),
+                         [b.inttoptr(ctx, ir.IntType(8).as_pointer()), ic, mb, jc, nb])
 
     # work split
     by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
@@ -881,11 +896,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     b.ret_void()
     return fn
 
-  from ourjax.backends.llvm import gemm_im2col
-  if im2col:
-    return driver(name, (gemm_im2col.emit_pack(cx, name + ".pack_im2col", mr),
-                         gemm_im2col.emit_pack(cx, name + ".pack_im2col_w", mr, "W")))
-  return driver(name, None)
+  return driver(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -911,11 +922,10 @@ def _signature(p: ir.Type) -> ir.FunctionType:
                                          I64, I64, I64, I64, I64, I64, p])
 
 
-def declare_shared_gemm(module: ir.Module, dtype: str, im2col: bool = False) -> ir.Function:
+def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
   """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module`` (its code
-  is built meanwhile: :func:`prefetch_shared_gemm`); ``im2col``: its implicit-im2col twin
-  (``gemm_im2col.py``), built with it."""
-  sym = prefetch_shared_gemm(dtype + ("_im2col" if im2col else ""))
+  is built meanwhile: :func:`prefetch_shared_gemm`)."""
+  sym = prefetch_shared_gemm(dtype)
   fn = module.globals.get(sym)
   if fn is None:
     fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)
@@ -939,8 +949,8 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   bit); otherwise a kernel is emitted into ``b.module`` (named ``name`` or a fresh
   ``gemm.N``).  Raises ValueError for strides the kernel
   cannot read (neither unit); copy such an operand first.  ``im2col``: ``A`` is the descriptor
-  of a convolution's patch matrix (``gemm_im2col.emit_call``), read by the shared kernel's
-  implicit-im2col twin (no epilogue, no accumulation, batch 1)."""
+  of a convolution's patch matrix (``gemm_im2col.emit_call``), read by the shared kernel
+  (``transA == IM2COL``; no epilogue, no accumulation, batch 1)."""
   if im2col and (epilogue is not None or accumulate or not shared or batch != 1):
     raise ValueError("emit_gemm_call: the implicit-im2col GEMM is shared, without epilogue or "
                      "accumulation, of batch 1")
@@ -956,7 +966,7 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   ptr_t = _TYPES[dtype][0]().as_pointer()
   flags = 0
   if epilogue is None and shared:
-    fn = declare_shared_gemm(module, dtype, im2col)
+    fn = declare_shared_gemm(module, dtype)
     flags = ACCUMULATE if accumulate else 0
   else:
     if name is None:
@@ -967,7 +977,8 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
     fn = emit_gemm(module, name, dtype, epilogue=epilogue, accumulate=accumulate)
   p = lambda v: b.bitcast(v, ptr_t)  # noqa: E731
   args = [p(A), p(B), p(C), _c64(M), _c64(N), _c64(K), _c64(la[1]), _c64(lb[1]), _c64(ldc),
-          _c32((0 if la[0] else 1) | flags), _c32(1 if lb[0] else 0), _c64(batch),
+          _c32(IM2COL if im2col else (0 if la[0] else 1) | flags), _c32(1 if lb[0] else 0),
+          _c64(batch),
           *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch)]
   return b.call(fn, args)
 

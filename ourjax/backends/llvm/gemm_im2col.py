@@ -4,10 +4,12 @@
 (``cpu/backend._Planner._plan_group`` -> :func:`plan_patches`) recognises the patch matrix's
 fusion (``llvm/im2col.match_root``) when its only reader is a dot this module ``accepts`` (alone
 or in a fusion with its consumers), and plans only the (unpadded) input; the dot becomes an
-``Im2colDotKernel`` (``llvm/dots.py``).  The dot then runs the shared GEMM's second kernel,
-``ourjax_gemm_<dtype>_im2col`` (``gemm.emit_gemm(im2col_name=...)``: the same blocking, threads
-and micro-kernels as ``ourjax_gemm_<dtype>``), whose A panels are packed by :func:`emit_pack`
-straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
+``Im2colDotKernel`` (``llvm/dots.py``).  The dot then calls the shared GEMM,
+``ourjax_gemm_<dtype>``, with ``transA == gemm.IM2COL`` and ``A`` the address of a descriptor
+(the same blocking, threads and micro-kernels as a matrix's), whose A panels are packed by the
+descriptor's packer (:func:`emit_pack`; one process-wide function per layout,
+``ourjax_gemm_<dtype>_im2col_<layout>``, :func:`pack_symbol`, built only when a program calls
+it) straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
 column ``k`` (kernel position ``t = k // C``, channel ``c = k % C``) it reads
 ``input[n, o_1*s_1 + d_1(t), o_2*s_2 + d_2(t), o_3*s_3 + d_3(t), c]``, or a zero where that
 position is in the padding; ``d(t)`` (the tap's start in the padded input minus the low
@@ -32,9 +34,10 @@ The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
        tap's first channel on that lie contiguous in the input (C, or more where the next
        taps are the next positions along the last spatial dimension)
     12 a block epilogue (``EPILOGUE_TYPE``) or 0     13 its context
-    14 taps     15 layout: 0 a convolution's patches ("F"), 1 a weight gradient's ("W": rows
-       (n, tap), columns (o_1, o_2, o_3, c); the offsets come from the row's tap, the
-       stride's multiples from the column's position; runs of one position's channels)
+    14 taps     15 the address of the packer of its layout (``PACK_TYPE``): a
+       convolution's patches ("F") or a weight gradient's ("W": rows (n, tap), columns (o_1,
+       o_2, o_3, c); the offsets come from the row's tap, the stride's multiples from the
+       column's position; runs of one position's channels)
 
 Block epilogue: the dot's elementwise consumer (``Im2colDotKernel.epilogue``: a loop kernel
 over the dot's result, per-channel scale and shift, a residual, relu...), run by the GEMM on
@@ -50,14 +53,15 @@ import llvmlite.ir as ir
 
 from ourjax.backends.llvm import emitter as E
 
-__all__ = ["DESC_WORDS", "DESC_EPILOGUE", "EPILOGUE_TYPE", "emit_pack", "accepts", "emit_call",
-           "symbol", "plan_patches", "fusable_epilogue"]
+__all__ = ["DESC_WORDS", "DESC_EPILOGUE", "DESC_PACK", "EPILOGUE_TYPE", "PACK_TYPE", "LAYOUTS",
+           "emit_pack", "emit_packer_library", "accepts", "emit_call", "pack_symbol",
+           "plan_patches", "fusable_epilogue"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 DESC_WORDS = 16
 DESC_EPILOGUE = 12
 DESC_TAPS = 14      # the number of taps
-DESC_LAYOUT = 15    # 0: "F", 1: "W"
+DESC_PACK = 15      # the address of the packer of the patch matrix's layout (pack_symbol)
 #: ``void epilogue(i8* ctx, i64 row0, i64 rows, i64 col0, i64 cols)``
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(64),
                                                 ir.IntType(64), ir.IntType(64), ir.IntType(64)])
@@ -68,9 +72,33 @@ _TAB = _DIMS + 1   # words per tap in the table: d_1..d_3, span
 _MIN_W_RUN = 4
 
 
-def symbol(dtype: str) -> str:
-  """The name of the implicit-im2col kernel of the shared GEMM library of ``dtype``."""
-  return f"ourjax_gemm_{dtype}_im2col"
+LAYOUTS = ("F", "W")
+
+
+def PACK_TYPE(p: ir.Type) -> ir.FunctionType:
+  """The type of a packer (:func:`emit_pack`), ``p`` the element pointer type."""
+  return ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I64, I64, I64, p])
+
+
+def pack_symbol(dtype: str, layout: str) -> str:
+  """The name of the process-wide packer of patch matrices of ``layout`` (``"F"``, ``"W"``) for
+  the shared GEMM of ``dtype`` (``gemm_library.py``: its library ``"<dtype>_im2col_<layout>"``,
+  built on first use)."""
+  if layout not in LAYOUTS:
+    raise ValueError(f"gemm_im2col: layout must be one of {LAYOUTS}, not {layout!r}")
+  return f"ourjax_gemm_{dtype}_im2col_{layout}"
+
+
+def emit_packer_library(module: ir.Module, dtype: str, layout: str,
+                        isa=None) -> ir.Function:
+  """The process-wide packer :func:`pack_symbol` ``(dtype, layout)`` (:func:`emit_pack` for the
+  shared GEMM's ``mr``, on the vector target ``isa``, default the code target's), exported."""
+  from ourjax.backends.llvm import gemm
+  vt = gemm.vector_target(isa)
+  cx = gemm._Ctx(module, dtype, vt)
+  fn = emit_pack(cx, pack_symbol(dtype, layout), vt.blocking[dtype].mr, layout)
+  fn.linkage = ""        # (external: other modules call it through the descriptor)
+  return fn
 
 
 def _c64(v):
@@ -355,9 +383,6 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
   strides = (1,) * pad + tuple(geo.strides)
   C_ = geo.channels
   mod = b.module
-  i = 0
-  while f"im2col.taps.{i}" in mod.globals:
-    i += 1
   offs = [(0,) * pad + tuple(s[d] - geo.low[d] for d in range(r)) for s in geo.starts]
   table = []
   for t, d in enumerate(offs):
@@ -367,17 +392,27 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
       run += 1
     table += [*d, run * C_]
   ty = ir.ArrayType(I64, len(table))
-  tab = ir.GlobalVariable(mod, ty, f"im2col.taps.{i}")
-  tab.global_constant = True
-  tab.linkage = "internal"
-  tab.initializer = ir.Constant(ty, [_c64(x) for x in table])
+  # (named by its contents, as the block epilogue: kernels alike name the same helpers, so
+  # that the backend finds them alike, dedupe.function_key, and one table serves them all)
+  tname = "im2col.taps." + _digest(repr(table))
+  tab = mod.globals.get(tname)
+  if tab is None:
+    tab = ir.GlobalVariable(mod, ty, tname)
+    tab.global_constant = True
+    tab.linkage = "internal"
+    tab.initializer = ir.Constant(ty, [_c64(x) for x in table])
   # the descriptor, on the stack of the calling function
   dsc = E.alloca_entry(b, ir.ArrayType(I64, DESC_WORDS), name="im2col.desc")
   words = b.bitcast(dsc, I64.as_pointer())
   first = b.gep(src, [_c64(geo.batch0 * math.prod(geo.in_dims[1:]))])
   vals = [b.ptrtoint(first, I64), _c64(C_), *map(_c64, out), *map(_c64, ins),
           *map(_c64, strides), b.ptrtoint(b.bitcast(tab, I64.as_pointer()), I64)]
-  tail = [_c64(geo.taps), _c64(0 if geo.layout == "F" else 1)]
+  sym = pack_symbol(dtype, geo.layout)
+  packer = mod.globals.get(sym)
+  if packer is None:    # (declared: the process-wide packer, gemm_library.py)
+    packer = ir.Function(mod, PACK_TYPE(ir.FloatType().as_pointer() if dtype == "f32" else
+                                        ir.DoubleType().as_pointer()), sym)
+  tail = [_c64(geo.taps), b.ptrtoint(packer, I64)]
   if epilogue is None:
     vals += [_c64(0), _c64(0)]
   else:
@@ -387,10 +422,7 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
     slots = b.bitcast(ctx, i8p.as_pointer())
     for k, buf in enumerate(bufs):
       b.store(b.bitcast(ptr(buf), i8p), b.gep(slots, [_c64(k)]))
-    j = 0
-    while f"im2col.epilogue.{j}" in mod.globals:
-      j += 1
-    fn = _emit_block_epilogue(mod, f"im2col.epilogue.{j}", epilogue, bufs, spec.N)
+    fn = _emit_block_epilogue(mod, epilogue, bufs, spec.N)
     vals += [b.ptrtoint(fn, I64), b.ptrtoint(ctx, I64)]
   vals += tail
   assert len(vals) == DESC_WORDS
@@ -471,20 +503,69 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   return tuple(out) if tup else out[0]
 
 
-def _emit_block_epilogue(module, name, kern, bufs, N):
-  """``EPILOGUE_TYPE`` function ``name``: the loop kernel ``kern`` (rows mode, its last
-  dimension the dot's N columns: see ``fusable_epilogue``) on rows ``[row0, row0+rows)`` and
-  columns ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers)
-  read from the context."""
+#: The attribute of an ``ir.Module`` holding the registry of helper functions that the modules
+#: of one program share (``_emit_block_epilogue``): a dict, name -> the defining module.
+HELPERS_ATTR = "_ojx_shared_helpers"
+
+
+def _digest(text: str) -> str:
+  import hashlib
+  return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _emit_block_epilogue(module, kern, bufs, N):
+  """The ``EPILOGUE_TYPE`` function of the loop kernel ``kern`` (rows mode, its last dimension
+  the dot's N columns: see ``fusable_epilogue``) on rows ``[row0, row0+rows)`` and columns
+  ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers) read from
+  the context.  The loops are a function of their own, ``<name>.body``, that takes those
+  pointers as ``noalias`` arguments (distinct buffers, as the kernel's own arguments are) and
+  is inlined: read from memory, they were pointers that might overlap, and LLVM vectorised
+  each loop with run-time overlap checks between every pair and a scalar copy.  The function
+  is named by the body's IR (``im2col.epilogue.<digest>``): convolutions of one shape and
+  consumer (a ResNet's blocks) share one in a module, and their kernels, alike, are emitted
+  once (``dedupe.function_key``).  Where the program's kernel modules share a registry
+  (``HELPERS_ATTR``, set by the CPU backend: name -> the module that defines it), one module
+  defines it (external) and the others only declare it."""
   from ourjax.backends.llvm import kernels as K
-  from ourjax.backends.llvm.emitter import Emitter, ForLoop, Index
+  fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in bufs] + [I64] * 4)
+  body = ir.Function(module, fty, module.get_unique_name("im2col.epilogue.new"))
+  body.linkage = "internal"
+  body.attributes.add("alwaysinline")
+  for a in body.args[:len(bufs)]:
+    a.add_attribute("noalias")
+  _emit_epilogue_loops(body, kern, bufs, N)
+  # (the key from the blocks' text: the function's own text, which names it, is not printed
+  # before it has its final name)
+  name = "im2col.epilogue." + _digest(str(fty) + "\n".join(str(blk) for blk in body.blocks))
+  del module.globals[body.name]
+  fn = module.globals.get(name)
+  if fn is not None:          # (one alike: this body is dropped)
+    return fn
+  shared = getattr(module, HELPERS_ATTR, None)
+  if shared is not None and shared.get(name, module) is not module:
+    return ir.Function(module, EPILOGUE_TYPE, name)   # (another module of the program's)
+  body.name = name + ".body"
+  module.globals[body.name] = body
   fn = ir.Function(module, EPILOGUE_TYPE, name)
   fn.linkage = "internal"
-  ctx, row0, rows, col0, cols = fn.args
+  if shared is not None:
+    fn.linkage = ""           # (external: the program's other modules call it)
+    shared[name] = module
   b = ir.IRBuilder(fn.append_basic_block("entry"))
-  slots = b.bitcast(ctx, ir.IntType(8).as_pointer().as_pointer())
-  ptrs = {id(buf): b.bitcast(b.load(b.gep(slots, [_c64(k)])), K._ptr_type(buf))
-          for k, buf in enumerate(bufs)}
+  slots = b.bitcast(fn.args[0], ir.IntType(8).as_pointer().as_pointer())
+  b.call(body, [b.bitcast(b.load(b.gep(slots, [_c64(k)])), K._ptr_type(buf))
+                for k, buf in enumerate(bufs)] + list(fn.args[1:]))
+  b.ret_void()
+  return fn
+
+
+def _emit_epilogue_loops(body, kern, bufs, N):
+  """The loops of a block epilogue (``_emit_block_epilogue``) in ``body``."""
+  from ourjax.backends.llvm import kernels as K
+  from ourjax.backends.llvm.emitter import Emitter, ForLoop, Index
+  row0, rows, col0, cols = body.args[len(bufs):]
+  b = ir.IRBuilder(body.append_basic_block("entry"))
+  ptrs = {id(buf): a for buf, a in zip(bufs, body.args)}
 
   def ptr(buf):
     return ptrs[id(buf)]
@@ -503,7 +584,6 @@ def _emit_block_epilogue(module, name, kern, bufs, N):
       em.pop_scope()
     em.pop_scope()
   b.ret_void()
-  return fn
 
 
 def fusable_epilogue(dot_kernel, kern) -> bool:

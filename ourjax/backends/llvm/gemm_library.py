@@ -1,15 +1,18 @@
-"""The process-wide shared GEMMs: ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue;
-overwrite, or add to C with ``gemm.ACCUMULATE``; see ``gemm.py``) and their implicit-im2col
-twins ``ourjax_gemm_f32_im2col`` and ``ourjax_gemm_f64_im2col`` (``gemm_im2col.py``; built for
-programs with convolutions, keyed ``"f32_im2col"``, ``"f64_im2col"`` below), each built once
-per process and registered with LLVM's symbol table, so that modules which only declare them
+"""The process-wide shared GEMMs, ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue;
+overwrite, or add to C with ``gemm.ACCUMULATE``; see ``gemm.py``; they also run convolutions
+without a patch matrix, ``transA == gemm.IM2COL``), and the packers of implicit-im2col patch
+matrices they call through a descriptor, one per layout, ``ourjax_gemm_<dtype>_im2col_<F|W>``
+(``gemm_im2col.py``; keyed ``"f32_im2col_F"`` and so on below), each built once per process, on
+first use (a program without convolutions builds no packer, a forward pass no weight-gradient
+packer), and registered with LLVM's symbol table, so that modules which only declare them
 (``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
 
 A build loads the object code from the disk cache (``disk_cache.cache_dir()/gemm/``) or compiles
-it (~0.75 s of LLVM) and stores it there.
+it (~0.75 s of LLVM for a GEMM, ~0.3 s for a packer) and stores it there.  On hosts of 4 or
+more cores a GEMM is compiled as three modules at once (``split_module``, ``library_parts``).
 """
 from __future__ import annotations
 
@@ -39,13 +42,20 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
+  # (registered after concurrent.futures' own, which holds its shutdown lock across a fork and
+  # runs later therefore: a build under way may start a pool of its own, split_module's)
+  __import__("concurrent.futures.thread")
   os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
+#: the libraries' keys: the GEMMs' and the implicit-im2col packers'
+KEYS = ("f32", "f64") + tuple(f"{d}_im2col_{lay}" for d in ("f32", "f64") for lay in ("F", "W"))
+
+
 def _check_dtype(dtype: str) -> None:
-  if dtype not in ("f32", "f64", "f32_im2col", "f64_im2col"):
-    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64' (or the implicit-im2col "
-                     f"kernels' 'f32_im2col', 'f64_im2col'), not {dtype!r}")
+  if dtype not in KEYS:
+    raise ValueError(f"shared_gemm_symbol: dtype must be 'f32' or 'f64' (or an implicit-im2col "
+                     f"packer's: 'f32_im2col_F', ...), not {dtype!r}")
 
 
 def prefetch_shared_gemm(dtype: str) -> str:
@@ -59,9 +69,9 @@ def prefetch_shared_gemm(dtype: str) -> str:
     if dtype not in _shared and dtype not in _pending:
       from concurrent.futures import ThreadPoolExecutor
       from ourjax import _phases
-      if _builder is None:   # (two libraries at once where a core is left for the caller: a
-        # convolution's program waits for the GEMM and its implicit-im2col twin)
-        _builder = ThreadPoolExecutor(max(1, min(2, (os.cpu_count() or 1) - 1)),
+      if _builder is None:   # (three libraries at once where cores are left for the caller: a
+        # convolution's program waits for the GEMM and its patch matrices' packers)
+        _builder = ThreadPoolExecutor(max(1, min(3, (os.cpu_count() or 1) - 1)),
                                       thread_name_prefix="ourjax-gemm")
       _pending[dtype] = _builder.submit(_phases.bound(_build_shared), dtype, True)
   return f"ourjax_gemm_{dtype}"
@@ -104,11 +114,13 @@ def _register(dtype: str, sym: str, cm) -> None:
 
 
 def _build_shared(dtype: str, own_thread: bool = False):
-  """(symbol, compiled module) of the shared GEMM of ``dtype``: from the disk cache, else
-  compiled (``own_thread``: outside llvmlite's lock, in a context of its own); its LLVM work
-  shows as one ``library`` phase in the compile log."""
+  """(symbol, compiled module) of the shared GEMM of ``dtype`` (or of the packer, for an
+  ``"<dtype>_im2col_<layout>"``): from the disk cache, else compiled (``own_thread``: outside
+  llvmlite's lock, in a context of its own); its LLVM work shows as one ``library`` phase in
+  the compile log."""
   from ourjax import _phases
   from ourjax.backends.cpu import jit
+  from ourjax.backends.llvm import gemm_im2col
   from ourjax.backends.llvm.gemm import emit_gemm
   with _phases.phase("library"), _phases.collecting(None):
     sym = f"ourjax_gemm_{dtype}"
@@ -122,16 +134,66 @@ def _build_shared(dtype: str, own_thread: bool = False):
         cm = None
     if cm is None:
       mod = jit.new_module(sym)
-      im2col = dtype.endswith("_im2col")
-      emit_gemm(mod, sym, dtype[:3], im2col=im2col)
+      if "_im2col_" in dtype:
+        gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
+      else:
+        emit_gemm(mod, sym, dtype, im2col=True)
+      parts = library_parts() if "_im2col_" not in dtype else 1
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build)
-      obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
-                                     loop_unrolling=False)
+      if parts > 1:
+        texts, names = split_module(mod, sym, parts)
+        builds = jit.ObjectBuilds(len(texts), loop_unrolling=False, keep_ir=False)
+        for text in texts:
+          builds.submit(text, 3, names)
+        obj = jit.pack_objects([o for o, _ in builds.results()])
+      else:
+        obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
+                                       loop_unrolling=False)
       cm = jit.load_object(obj, [sym])
       _cache_store(path, obj)
   return sym, cm
+
+
+#: Into how many LLVM modules a shared GEMM is cut, compiled at once on as many threads
+#: (``split_module``): where cores are idle, a process's first program with a dot waited for
+#: the whole GEMM's LLVM work on one thread (about 0.75 s).  ``OURJAX_GEMM_LIBRARY_PARTS``
+#: overrides; default 3 on hosts of at least 4 cores, else 1 (the cores are busy with the
+#: program's own work: no gain, only the parts' overhead).
+def library_parts() -> int:
+  env = os.environ.get("OURJAX_GEMM_LIBRARY_PARTS", "").strip()
+  if env:
+    return max(1, min(3, int(env)))
+  return 3 if (os.cpu_count() or 1) >= 4 else 1
+
+
+def split_module(mod, sym: str, parts: int):
+  """The IR texts of ``mod`` (a shared GEMM ``sym``, ``gemm.emit_gemm``) cut into ``parts``
+  modules by function: the driver with ``pack_a``; the micro-kernels; ``pack_b`` and the
+  few-rows kernels (at most three; ``parts`` 2 joins the last two), each module defining its
+  functions (external, named ``sym.<what>``) and declaring the others it calls; and the names
+  they define for one another.  The same code as one module: the helpers are ``noinline``
+  and the driver calls them as before."""
+  import llvmlite.ir as ir
+  from ourjax.backends.llvm import dedupe
+  fns = [g for g in mod.globals.values() if isinstance(g, ir.Function) and not g.is_declaration]
+  groups = [[f for f in fns if f.name in (sym, sym + ".pack_a")],
+            [f for f in fns if ".ukernel" in f.name],
+            [f for f in fns if f.name not in (sym, sym + ".pack_a") and ".ukernel" not in f.name]]
+  if parts == 2:
+    groups = [groups[0], groups[1] + groups[2]]
+  helpers = [f.name for f in fns if f.name != sym]
+  for f in fns:
+    if f.name != sym:
+      f.linkage = ""       # (external: another part calls it)
+  scratch = ir.Module()
+  decls = {f.name: str(ir.Function(scratch, f.function_type, f.name)) for f in fns}
+  texts = []
+  for group in groups:
+    mine = {f.name for f in group}
+    texts.append(dedupe.module_text(mod, {n: t for n, t in decls.items() if n not in mine}))
+  return texts, helpers
 
 
 _OBJ_MAGIC = b"ourjax-gemm-obj-1\n"

@@ -73,6 +73,16 @@ def run(module: Module) -> bool:
   return changed
 
 
+def patch_layout(conv: Instruction) -> str:
+  """How ``conv``'s patch matrix is built: ``"F"``, one slice per kernel position (rows the
+  output positions, columns (kernel position, channel)), or ``"W"``, one window per output
+  position where there are fewer of those than kernel positions (a weight gradient)."""
+  rhs = conv.operands[1]
+  _, rspec, ospec = conv.attrs["dimension_numbers"]
+  positions = math.prod(rhs.dims[d] for d in rspec[2:])
+  return "F" if positions <= math.prod(conv.dims[d] for d in ospec[2:]) else "W"
+
+
 def _read_in_place(conv: Instruction) -> bool:
   """Whether a backend that reads patch matrices in place (``Module.patches_in_place``: the
   GPU's implicit GEMM) will read this one so: a forward layout (a slice per kernel position)
@@ -185,7 +195,7 @@ def _rewrite(b: Builder, conv: Instruction, channels: int) -> Instruction:
     x = b.pad(x, b.constant(0, lhs.dtype), config)
   crop = [-min(lo, 0) for lo, _ in padding]
   positions = math.prod(ksizes)
-  if positions <= math.prod(osizes):
+  if patch_layout(conv) == "F":
     # one strided slice per kernel position k: every output position's element k
     parts = []
     for k in itertools.product(*(range(s) for s in ksizes)):
