@@ -196,3 +196,21 @@ def test_random_programs_next_to_a_copy_of_themselves(prog):
   k = len(got) // 2
   assert_outputs_close(got[:k], prog(*prog.inputs), repr(prog))
   assert_outputs_close(got[k:], prog(*other), repr(prog))
+
+
+def test_emitter_memo_keys_constant_indices_by_value():
+  """The emitter's memo keys an index of constants by their values: equal constant indices
+  share entries and other ones never do, however Python reuses the ids of freed constants (keyed
+  by id, the same program emitted its kernels differently from run to run, and an index could
+  hit the entry of another one)."""
+  import gc
+  import llvmlite.ir as ir
+  from ourjax.backends.llvm.emitter import Index, i64
+  fn = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "f")
+  b = ir.IRBuilder(fn.append_basic_block())
+  keys = []
+  for row, col in [(0, 3), (1, 2), (0, 3), (2, 1)]:
+    keys.append(Index(b, (4, 4), multi=[i64(row), i64(col)]).key)
+    gc.collect()
+  assert keys[0] == keys[2]
+  assert len({keys[0], keys[1], keys[3]}) == 3

@@ -307,6 +307,17 @@ def linearize(b: ir.IRBuilder, multi: Sequence[ir.Value], dims: Sequence[int]) -
   return acc
 
 
+def _value_key(v):
+  """What identifies an index value in the emitter's memo: a constant by its value (constants
+  are made afresh where they are used, and a freed one's ``id`` is reused by the next: keyed by
+  ``id``, an index of other constants could hit another index's memo entry, and equal constant
+  indices missed each other's, nondeterministically); an instruction by its identity (it lives
+  in the function being emitted)."""
+  if isinstance(v, ir.Constant):
+    return (str(v.type), v.constant)
+  return id(v)
+
+
 class Index:
   """A position in an array of ``dims``: ``multi`` (one i64 per dimension, computed where the
   index is made) and ``linear`` (row-major), computed when first asked for: most indices
@@ -322,7 +333,7 @@ class Index:
       multi = delinearize(b, linear, self.dims)
     self._linear, self.multi = linear, list(multi)
     self._b, self._block, self._elsewhere = b, b.block, None
-    self.key = tuple(id(v) for v in self.multi) if self.multi else ()
+    self.key = tuple([_value_key(v) for v in self.multi]) if self.multi else ()
 
   @property
   def linear(self):
