@@ -175,6 +175,16 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
       shapes = [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
       return closed, tree_unflatten(out_tree[0], shapes)
     return closed
+  # named after the function it traces, as in JAX: make_jaxpr(f).__name__ == "make_jaxpr(f)"
+  # (a partial keeps its function's name; a nameless callable gets "<unnamed function>")
+  if hasattr(fun, "__qualname__"):
+    make.__qualname__ = f"make_jaxpr({fun.__qualname__})"
+  if hasattr(fun, "__name__"):
+    make.__name__ = f"make_jaxpr({fun.__name__})"
+  elif isinstance(fun, functools.partial):
+    make.__name__ = getattr(fun.func, "__name__", "<unnamed function>")
+  else:
+    make.__name__ = "<unnamed function>"
   return make
 
 

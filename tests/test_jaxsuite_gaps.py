@@ -298,3 +298,50 @@ def test_a_jaxpr_equation_prints_as_in_a_jaxpr():
   assert str(jaxpr.eqns[1]) == "a:f32[] = mul b 2.0:f32[]"
   pr = ourjax.make_jaxpr(lambda x: ourjax.debug.print("{}", x) or x)(1.0)
   assert str(pr.eqns[0]).startswith("debug_print[")
+
+
+# -- make_jaxpr's name; take_along_axis's index dtype -------------------------------------------
+
+def test_make_jaxpr_is_named_after_the_traced_function():
+  import functools
+
+  def foo(x):
+    """doc of foo"""
+    return x + 1
+
+  mf = ourjax.make_jaxpr(foo)
+  assert mf.__name__ == "make_jaxpr(foo)"
+  assert mf.__qualname__.startswith("make_jaxpr(") and mf.__qualname__.endswith("foo)")
+  assert mf.__doc__ == foo.__doc__ and mf.__wrapped__ is foo
+  assert ourjax.make_jaxpr(lambda x: x).__name__ == "make_jaxpr(<lambda>)"
+  # a partial has no __name__: it keeps its function's; a callable object is unnamed
+  assert ourjax.make_jaxpr(functools.partial(foo)).__name__ == "foo"
+
+  class Callable:
+    def __call__(self, x):
+      return x
+  assert ourjax.make_jaxpr(Callable()).__name__ == "<unnamed function>"
+  assert len(mf(1.0).eqns) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_take_along_axis_unwrapped_indices_keep_their_dtype(dtype):
+  arr = np.arange(200, dtype=np.float32) * 0.5
+  idx = np.array([1, 7, 120], dtype=dtype)
+
+  def f(i):
+    return jnp.take_along_axis(arr, i, axis=0, mode="promise_in_bounds",
+                               wrap_negative_indices=False)
+  gathers = [e for e in ourjax.make_jaxpr(f)(idx).eqns if e.primitive.name == "gather"]
+  assert len(gathers) == 1 and gathers[0].invars[1].aval.dtype == np.dtype(dtype)
+  np.testing.assert_array_equal(f(idx), np.take_along_axis(arr, idx, axis=0))
+  np.testing.assert_array_equal(ourjax.jit(f)(idx), np.take_along_axis(arr, idx, axis=0))
+  # wrapping adds the axis size, so the indices are widened first (int8 -1 -> 199)
+  def g(i):
+    return jnp.take_along_axis(arr, i, axis=0, mode="promise_in_bounds",
+                               wrap_negative_indices=True)
+  [ge] = [e for e in ourjax.make_jaxpr(g)(idx).eqns if e.primitive.name == "gather"]
+  assert ge.invars[1].aval.dtype == np.dtype(np.int32)
+  if np.issubdtype(dtype, np.signedinteger):
+    neg = np.array([-1, 3], dtype=dtype)
+    np.testing.assert_array_equal(g(neg), arr[[199, 3]])
