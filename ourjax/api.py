@@ -1043,7 +1043,7 @@ def typeof(x):
 
 
 def clear_caches() -> None:
-  """Forget every compiled executable and traced jaxpr (jit's caches, the backends' cache of
+  """Forget every compiled executable and traced jaxpr (jit's caches, the traced bodies of control flow, the backends' cache of
   compiled jaxprs); later calls trace and compile again."""
   from ourjax import _eager, backends
   _eager.clear_cache()
@@ -1054,6 +1054,8 @@ def clear_caches() -> None:
     j._fast.clear()
     j._cache.clear()
   backends._cache.clear()
+  from ourjax.lax import _trace_cache
+  _trace_cache.clear()
 
 
 def effects_barrier() -> None:

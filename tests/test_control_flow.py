@@ -743,3 +743,61 @@ def test_switch_branches_share_residual_slots():
   g = ourjax.jit(ourjax.grad(lambda x, i: lax.switch(i, branches, x)))
   for i, ref in enumerate(refs):
     np.testing.assert_allclose(g(0.7, i), ref(0.7), rtol=1e-6)
+
+
+# -- control-flow traces are cached by function identity (as JAX's) --------------------------
+
+def test_control_flow_bodies_are_traced_once_per_signature():
+  import gc
+  import weakref
+  calls = {"cond": 0, "body": 0, "scan": 0, "t": 0, "f": 0}
+
+  def cond(x):
+    calls["cond"] += 1
+    return x < 5
+
+  def body(x):
+    calls["body"] += 1
+    return x + 2
+
+  def step(c, x):
+    calls["scan"] += 1
+    return c + x, c
+
+  def tb(x):
+    calls["t"] += 1
+    return x + 1
+
+  def fb(x):
+    calls["f"] += 1
+    return x - 1
+
+  for _ in range(3):
+    assert int(lax.while_loop(cond, body, 0)) == 6
+    c, ys = lax.scan(step, 0.0, jnp.ones(3))
+    np.testing.assert_allclose(ys, [0.0, 1.0, 2.0])
+    assert float(lax.cond(True, tb, fb, 1.0)) == 2.0
+    assert float(lax.switch(1, [tb, fb], 1.0)) == 0.0
+  assert calls == {"cond": 1, "body": 1, "scan": 1, "t": 2, "f": 2}   # (cond and switch)
+  # other operand types trace again; a longer scan does not (its body sees one slice)
+  assert float(lax.while_loop(cond, body, 0.0)) == 6.0
+  assert calls["body"] == 2
+  lax.scan(step, 0.0, jnp.ones(4))
+  assert calls["scan"] == 1
+  # a body closing over a tracer of an enclosing jit is traced again in each trace, with
+  # that trace's value
+  def g(y):
+    return lax.while_loop(cond, lambda x: x + y, 0.0)
+  assert float(ourjax.jit(g)(1.0)) == 5.0 and float(ourjax.jit(g)(2.5)) == 5.0
+  assert float(ourjax.jit(lambda y: g(y) * 2)(4.0)) == 16.0
+  # clear_caches forgets them
+  ourjax.clear_caches()
+  lax.while_loop(cond, body, 0)
+  assert calls["body"] == 3
+  # the cache does not keep a function alive
+  fn = lambda x: x + 1     # noqa: E731
+  lax.while_loop(cond, fn, 0)
+  ref = weakref.ref(fn)
+  del fn
+  gc.collect()
+  assert ref() is None

@@ -41,6 +41,7 @@ from ourjax.interpreters import partial_eval as pe
 from ourjax._pytree import (keystr, tree_flatten, tree_flatten_with_path, tree_unflatten)
 from ourjax.lax import _loop_forwarding as _lf
 from ourjax.lax import _mismatch as _mm
+from ourjax.lax import _trace_cache
 
 _any = builtins.any
 _all = builtins.all
@@ -255,7 +256,15 @@ def _match_weak(x, aval: ShapedArray):
 def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True):
   """Trace each branch on the operand avals; check that their outputs agree (up to weak types,
   which are joined: an output is weak only if it is weak in every branch; with ``join_weak``
-  False, as JAX's ``switch`` does, the outputs take the first branch's weak types)."""
+  False, as JAX's ``switch`` does, the outputs take the first branch's weak types).  Cached
+  by the branch functions' identity (``_trace_cache``)."""
+  return _trace_cache.cached_trace(
+      "branches", tuple(funs), (ops_tree, tuple(ops_avals), join_weak),
+      lambda: _trace_branches_now(funs, ops_tree, ops_avals, describe, join_weak),
+      lambda out: out[0])
+
+
+def _trace_branches_now(funs, ops_tree, ops_avals, describe, join_weak):
   traced = []
   for f in funs:
     cell = []
@@ -757,13 +766,17 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
                                     in_avals, "body_fun")
     return cond_closed, cc, body_closed, bc
 
-  cond_closed, cc, body_closed, bc = trace(in_avals)
+  def cached(in_avals):
+    return _trace_cache.cached_trace("while_loop", (cond_fun, body_fun),
+                                     (args_tree, tuple(in_avals)), lambda: trace(in_avals),
+                                     lambda out: (out[0], out[2]))
+  cond_closed, cc, body_closed, bc = cached(in_avals)
   if bc[0] != init_tree:
     _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0],
                  bc[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, bc[1])
   if changed:
-    cond_closed, cc, body_closed, bc = trace(in_avals)
+    cond_closed, cc, body_closed, bc = cached(in_avals)
   _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
   pred_tree, pred_avals = cc
   if pred_tree.num_leaves != 1 or len(pred_avals) != 1:
@@ -1123,13 +1136,17 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
     closed = pe.trace_to_jaxpr(body, list(carry_avals) + x_avals, "scan_body")
     return closed, cell
 
-  closed, cell = trace(in_avals)
+  def cached(carry_avals):
+    return _trace_cache.cached_trace(
+        "scan", (f,), (init_tree, xs_tree, tuple(carry_avals), tuple(x_avals)),
+        lambda: trace(carry_avals), lambda out: (out[0],))
+  closed, cell = cached(in_avals)
   if cell[0] != init_tree:
     _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                  cell[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, cell[1])
   if changed:
-    closed, cell = trace(in_avals)
+    closed, cell = cached(in_avals)
   _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                cell[1])
   # carries the body returns unchanged are loop constants (see _loop_forwarding)
