@@ -801,3 +801,35 @@ def test_control_flow_bodies_are_traced_once_per_signature():
   del fn
   gc.collect()
   assert ref() is None
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_unroll_gives_the_rolled_result_and_unrolls_the_lowered_loop(reverse):
+  def f(c, x):
+    c2 = jnp.sin(c) * 0.5 + x[0]
+    return c2, (c2 * 2, x[1] + c2.sum())
+
+  def python_scan(c, xs):        # the reference: a NumPy loop (float64)
+    n = len(xs[1])
+    ys0, ys1 = [None] * n, [None] * n
+    c = np.asarray(c, np.float64)
+    for t in (range(n - 1, -1, -1) if reverse else range(n)):
+      c = np.sin(c) * 0.5 + xs[0][t]
+      ys0[t], ys1[t] = c * 2, xs[1][t] + c.sum()
+    return c, np.stack(ys0), np.stack(ys1)
+
+  for length in [1, 3, 5]:
+    xs = (np.arange(length * 3, dtype=np.float32).reshape(length, 3) / 7,
+          np.arange(length, dtype=np.float32))
+    c0 = np.ones(3, np.float32)
+    want = python_scan(c0, xs)
+    for unroll in [1, 2, 3, True, 0, 10]:
+      c, (y0, y1) = ourjax.jit(lambda c, xs: lax.scan(f, c, xs, reverse=reverse,
+                                                      unroll=unroll))(c0, xs)
+      for got, w in zip((c, y0, y1), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+  # the lowered loop body holds `unroll` steps: the module grows with it
+  xs, c0 = jnp.ones((20, 3)), jnp.ones(3)
+  size = [len(ourjax.jit(lambda c, xs: lax.scan(f, c, xs, unroll=u)).lower(c0, xs)
+              .as_text("hlo")) for u in (1, 2, True)]
+  assert size[0] < size[1] < size[2]

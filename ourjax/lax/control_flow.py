@@ -1552,37 +1552,55 @@ def _register_lowerings():
     ys_init = [ctx.full(0, a) for a in y_avals]
     if length == 0:
       return list(carry) + ys_init
-    state_avals = ([ShapedArray((), i32)] + list(avals_in) + list(y_avals))
-    nx, ny = len(xs), len(y_avals)
+    nx = len(xs)
+    # ``unroll`` steps per loop iteration (0: every step, as True); the steps left over
+    # (length % unroll) follow the loop, and a loop of one iteration is inlined
+    u = length if unroll == 0 else builtins.max(1, builtins.min(int(unroll), length))
+    blocks, rest = divmod(length, u)
 
-    def cond_fn(sub, ps):
-      i = sub.builder.get_tuple_element(ps[0], 0)
-      return sub.builder.compare(i, sub.constant(length, i32), "LT")
-
-    def body_fn(sub, state):
+    def steps(sub, first, count, cs, cr, xv, yv):
+      """``count`` scan steps from step index ``first`` (an s32 instruction)."""
       sb = sub.builder
-      i, cs, cr, xv, yv = _split(state, [1, num_consts, num_carry, nx])
-      i = i[0]
-      t = sb.subtract(sub.constant(length - 1, i32), i) if reverse else i
       zero = sub.constant(0, i32)
-      x_t = []
-      for x, a in zip(xv, x_avals):
-        sl = sb.dynamic_slice(x, [t] + [zero] * (len(a.shape) - 1), (1,) + a.shape[1:])
-        x_t.append(sb.reshape(sl, a.shape[1:]))
-      outs = sub.inline(jaxpr, cs + cr + x_t)
-      new_carry, y_t = outs[:num_carry], outs[num_carry:]
-      new_ys = [sb.dynamic_update_slice(y, sb.reshape(v, (1,) + a.shape[1:]),
-                                        [t] + [zero] * (len(a.shape) - 1))
-                for y, v, a in zip(yv, y_t, y_avals)]
-      return [sb.add(i, sub.constant(1, i32))] + cs + new_carry + xv + new_ys
+      for k in range(count):
+        i = sb.add(first, sub.constant(k, i32)) if k else first
+        t = sb.subtract(sub.constant(length - 1, i32), i) if reverse else i
+        x_t = []
+        for x, a in zip(xv, x_avals):
+          sl = sb.dynamic_slice(x, [t] + [zero] * (len(a.shape) - 1), (1,) + a.shape[1:])
+          x_t.append(sb.reshape(sl, a.shape[1:]))
+        outs = sub.inline(jaxpr, cs + cr + x_t)
+        cr, y_t = list(outs[:num_carry]), outs[num_carry:]
+        yv = [sb.dynamic_update_slice(y, sb.reshape(v, (1,) + a.shape[1:]),
+                                      [t] + [zero] * (len(a.shape) - 1))
+              for y, v, a in zip(yv, y_t, y_avals)]
+      return cr, yv
 
-    state_shape = hlo.Shape.tuple([ctx.shape(a) for a in state_avals])
-    cond_comp = ctx.computation("scan_cond", [state_shape], cond_fn)
-    body_comp = ctx.lower_tuple_jaxpr("scan_body", state_avals, body_fn)
-    init = b.tuple([ctx.constant(0, i32)] + list(args) + ys_init)
-    out = ctx.unpack(b.while_loop(init, cond_comp, body_comp))
-    _, _, carry_out, _, ys_out = _split(out, [1, num_consts, num_carry, nx])
-    return carry_out + ys_out
+    if blocks == 1:
+      carry_out, ys_out = steps(ctx, ctx.constant(0, i32), u, list(consts), list(carry),
+                                list(xs), ys_init)
+    else:
+      state_avals = ([ShapedArray((), i32)] + list(avals_in) + list(y_avals))
+
+      def cond_fn(sub, ps):
+        i = sub.builder.get_tuple_element(ps[0], 0)
+        return sub.builder.compare(i, sub.constant(blocks * u, i32), "LT")
+
+      def body_fn(sub, state):
+        i, cs, cr, xv, yv = _split(state, [1, num_consts, num_carry, nx])
+        cr, yv = steps(sub, i[0], u, cs, cr, xv, yv)
+        return [sub.builder.add(i[0], sub.constant(u, i32))] + cs + cr + xv + yv
+
+      state_shape = hlo.Shape.tuple([ctx.shape(a) for a in state_avals])
+      cond_comp = ctx.computation("scan_cond", [state_shape], cond_fn)
+      body_comp = ctx.lower_tuple_jaxpr("scan_body", state_avals, body_fn)
+      init = b.tuple([ctx.constant(0, i32)] + list(args) + ys_init)
+      out = ctx.unpack(b.while_loop(init, cond_comp, body_comp))
+      _, _, carry_out, _, ys_out = _split(out, [1, num_consts, num_carry, nx])
+    if rest:
+      carry_out, ys_out = steps(ctx, ctx.constant(blocks * u, i32), rest, list(consts),
+                                list(carry_out), list(xs), list(ys_out))
+    return list(carry_out) + list(ys_out)
 
 
 _register_lowerings()
