@@ -790,6 +790,18 @@ def test_control_flow_bodies_are_traced_once_per_signature():
     return lax.while_loop(cond, lambda x: x + y, 0.0)
   assert float(ourjax.jit(g)(1.0)) == 5.0 and float(ourjax.jit(g)(2.5)) == 5.0
   assert float(ourjax.jit(lambda y: g(y) * 2)(4.0)) == 16.0
+  # fori_loop too, with static bounds (a scan) and traced ones (a while_loop)
+  fcalls = []
+
+  def fbody(i, x):
+    fcalls.append(i)
+    return x + i
+  for _ in range(3):
+    assert int(lax.fori_loop(0, 4, fbody, 0)) == 6
+  assert len(fcalls) == 1
+  for _ in range(3):
+    assert int(ourjax.jit(lambda hi: lax.fori_loop(0, hi, fbody, 0))(4)) == 6
+  assert len(fcalls) == 2
   # clear_caches forgets them
   ourjax.clear_caches()
   lax.while_loop(cond, body, 0)

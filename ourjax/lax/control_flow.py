@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import inspect
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
@@ -800,19 +801,47 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   return tree_unflatten(init_tree, _loop_result_types(outs, in_avals, bc[1]))
 
 
-def _fori_scan_body(body_fun):
-  from ourjax.lax.elementwise import _const, add
+_FORI_BODIES = weakref.WeakKeyDictionary()
 
-  def scanned(carry, _):
-    i, x = carry
-    return (add(i, _const(i, 1)), body_fun(i, x)), None
-  return scanned
+
+def _fori_body(kind: str, body_fun):
+  """The scan body ('scan') or while_loop body ('while') running ``body_fun(i, x)``: one
+  function object per ``body_fun`` (so that the loop's trace is cached, as JAX's), holding it
+  only weakly (a cached wrapper must not keep its key alive)."""
+  from ourjax.lax.elementwise import _const, add
+  try:
+    hit = _FORI_BODIES.get(body_fun)
+  except TypeError:            # not weakly referenceable / hashable: a wrapper of its own
+    hit, ref = None, (lambda f=body_fun: f)
+  else:
+    ref = weakref.ref(body_fun)
+  if hit is not None and kind in hit:
+    return hit[kind]
+  if kind == "scan":
+    def wrapper(carry, _):
+      i, x = carry
+      return (add(i, _const(i, 1)), ref()(i, x)), None
+  else:
+    def wrapper(c):
+      i, hi, x = c
+      return add(i, _const(i, 1)), hi, ref()(i, x)
+  try:
+    _FORI_BODIES.setdefault(body_fun, {})[kind] = wrapper
+  except TypeError:
+    pass
+  return wrapper
+
+
+def _fori_cond(c):
+  from ourjax.lax.elementwise import lt
+  i, hi, _ = c
+  return lt(i, hi)
 
 
 def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
   """``for i in range(lower, upper): val = body_fun(i, val)``.  With concrete bounds this is a
   ``scan`` (reverse-mode differentiable); with traced bounds a ``while_loop``."""
-  from ourjax.lax.elementwise import _const, add, convert_element_type, lt
+  from ourjax.lax.elementwise import convert_element_type
   if not callable(body_fun):
     raise TypeError("lax.fori_loop: body_fun argument should be callable.")
   la, ua = get_aval(lower), get_aval(upper)
@@ -829,7 +858,7 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     lo, hi = int(to_numpy(lower)), int(to_numpy(upper))
     if config.jax_disable_jit and hi <= lo:
       return init_val      # (scan without jit refuses zero trips; the loop runs none)
-    (_, result), _ = scan(_fori_scan_body(body_fun), (lo, init_val), None,
+    (_, result), _ = scan(_fori_body("scan", body_fun), (lo, init_val), None,
                           length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
     return result
   if la.dtype != ua.dtype:       # one is weakly typed: it takes the other's dtype
@@ -839,15 +868,7 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
                      "known.")
 
-  def cond_fun(c):
-    i, hi, _ = c
-    return lt(i, hi)
-
-  def body(c):
-    i, hi, x = c
-    return add(i, _const(i, 1)), hi, body_fun(i, x)
-
-  _, _, result = while_loop(cond_fun, body, (lower, upper, init_val))
+  _, _, result = while_loop(_fori_cond, _fori_body("while", body_fun), (lower, upper, init_val))
   return result
 
 
