@@ -176,7 +176,9 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
       return closed, tree_unflatten(out_tree[0], shapes)
     return closed
   # named after the function it traces, as in JAX: make_jaxpr(f).__name__ == "make_jaxpr(f)"
-  # (a partial keeps its function's name; a nameless callable gets "<unnamed function>")
+  # (a partial keeps its function's name; a nameless callable gets "<unnamed function>"), and
+  # belonging to the library (JAX's says "jax")
+  make.__module__ = "ourjax"
   if hasattr(fun, "__qualname__"):
     make.__qualname__ = f"make_jaxpr({fun.__qualname__})"
   if hasattr(fun, "__name__"):

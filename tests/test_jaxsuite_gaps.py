@@ -313,7 +313,7 @@ def test_make_jaxpr_is_named_after_the_traced_function():
   mf = ourjax.make_jaxpr(foo)
   assert mf.__name__ == "make_jaxpr(foo)"
   assert mf.__qualname__.startswith("make_jaxpr(") and mf.__qualname__.endswith("foo)")
-  assert mf.__doc__ == foo.__doc__ and mf.__wrapped__ is foo
+  assert mf.__doc__ == foo.__doc__ and mf.__wrapped__ is foo and mf.__module__ == "ourjax"
   assert ourjax.make_jaxpr(lambda x: x).__name__ == "make_jaxpr(<lambda>)"
   # a partial has no __name__: it keeps its function's; a callable object is unnamed
   assert ourjax.make_jaxpr(functools.partial(foo)).__name__ == "foo"
