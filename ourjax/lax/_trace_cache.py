@@ -41,33 +41,39 @@ def _leaf(funs, create: bool):
   return d
 
 
-def cached_trace(kind: str, funs, key, build, closed_of):
-  """``build()`` (which traces ``funs``), or its result from an earlier call with the same
-  ``kind``, functions, ``key`` (operand trees and avals) and tracing flags.  ``closed_of(out)``
-  lists the ClosedJaxprs in the result (checked for tracer constants)."""
+def lookup(kind: str, funs, key):
+  """``(hit, store)``: the result cached for ``kind``, the functions ``funs``, ``key`` (operand
+  trees and avals) and the tracing flags, or None; and ``store(out, closeds)``, which caches a
+  new result (``closeds``: its ClosedJaxprs, checked for tracer constants) and returns it.
+  (The caller traces between the two itself: no extra frames around the user's function.)"""
+  funs = tuple(funs)
   if config.jax_disable_jit:
-    return build()
+    return None, _no_store
   try:
     full = (kind, key, _state_key())
     hash(full)
     with _LOCK:
-      leaf = _leaf(tuple(funs), create=False)
+      leaf = _leaf(funs, create=False)
       hit = leaf.get(full) if leaf is not None else None
   except TypeError:       # a function without weak references / hash, or an unhashable key
-    return build()
-  if hit is not None:
-    return hit
-  out = build()
-  if any(isinstance(c, core.Tracer) for closed in closed_of(out) for c in closed.consts):
+    return None, _no_store
+
+  def store(out, closeds):
+    if any(isinstance(c, core.Tracer) for closed in closeds for c in closed.consts):
+      return out
+    try:
+      with _LOCK:
+        leaf = _leaf(funs, create=True)
+        if len(leaf) >= _MAX_PER_FUNS:
+          del leaf[next(iter(leaf))]
+        leaf[full] = out
+    except TypeError:
+      pass
     return out
-  try:
-    with _LOCK:
-      leaf = _leaf(tuple(funs), create=True)
-      if len(leaf) >= _MAX_PER_FUNS:
-        del leaf[next(iter(leaf))]
-      leaf[full] = out
-  except TypeError:
-    pass
+  return hit, store
+
+
+def _no_store(out, closeds):
   return out
 
 

@@ -259,13 +259,9 @@ def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True)
   which are joined: an output is weak only if it is weak in every branch; with ``join_weak``
   False, as JAX's ``switch`` does, the outputs take the first branch's weak types).  Cached
   by the branch functions' identity (``_trace_cache``)."""
-  return _trace_cache.cached_trace(
-      "branches", tuple(funs), (ops_tree, tuple(ops_avals), join_weak),
-      lambda: _trace_branches_now(funs, ops_tree, ops_avals, describe, join_weak),
-      lambda out: out[0])
-
-
-def _trace_branches_now(funs, ops_tree, ops_avals, describe, join_weak):
+  hit, store = _trace_cache.lookup("branches", funs, (ops_tree, tuple(ops_avals), join_weak))
+  if hit is not None:
+    return hit
   traced = []
   for f in funs:
     cell = []
@@ -284,7 +280,7 @@ def _trace_branches_now(funs, ops_tree, ops_avals, describe, join_weak):
     if [a.weak_type for a in avals] != [a.weak_type for a in joined]:
       closed = pe.trace_to_jaxpr(_flatten_call(f, ops_tree, [], joined), ops_avals, "branch")
     closeds.append(closed)
-  return closeds, tree0
+  return store((closeds, tree0), closeds)
 
 
 def _carry_name(fun, index=0):
@@ -759,25 +755,25 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   args_tree = tree_flatten((init_val,))[1]
   in_avals = [get_aval(x) for x in init_flat]
 
-  def trace(in_avals):
+  def trace(in_avals):      # (cached by the functions' identity: _trace_cache)
+    hit, store = _trace_cache.lookup("while_loop", (cond_fun, body_fun),
+                                     (args_tree, tuple(in_avals)))
+    if hit is not None:
+      return hit
     cc, bc = [], []
     cond_closed = pe.trace_to_jaxpr(_flatten_call(cond_fun, args_tree, cc), in_avals,
                                     "cond_fun")
     body_closed = pe.trace_to_jaxpr(_flatten_call(body_fun, args_tree, bc, in_avals),
                                     in_avals, "body_fun")
-    return cond_closed, cc, body_closed, bc
+    return store((cond_closed, cc, body_closed, bc), (cond_closed, body_closed))
 
-  def cached(in_avals):
-    return _trace_cache.cached_trace("while_loop", (cond_fun, body_fun),
-                                     (args_tree, tuple(in_avals)), lambda: trace(in_avals),
-                                     lambda out: (out[0], out[2]))
-  cond_closed, cc, body_closed, bc = cached(in_avals)
+  cond_closed, cc, body_closed, bc = trace(in_avals)
   if bc[0] != init_tree:
     _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0],
                  bc[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, bc[1])
   if changed:
-    cond_closed, cc, body_closed, bc = cached(in_avals)
+    cond_closed, cc, body_closed, bc = trace(in_avals)
   _check_carry("while_loop body", _carry_name(body_fun), init_tree, in_avals, bc[0], bc[1])
   pred_tree, pred_avals = cc
   if pred_tree.num_leaves != 1 or len(pred_avals) != 1:
@@ -1131,7 +1127,11 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   in_avals = [get_aval(x) for x in init_flat]
   n = len(init_flat)
 
-  def trace(carry_avals):
+  def trace(carry_avals):      # (cached by the function's identity: _trace_cache)
+    hit, store = _trace_cache.lookup(
+        "scan", (f,), (init_tree, xs_tree, tuple(carry_avals), tuple(x_avals)))
+    if hit is not None:
+      return hit
     cell = []
 
     def body(*args):
@@ -1155,19 +1155,15 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
       return list(c_flat) + list(y_flat)
 
     closed = pe.trace_to_jaxpr(body, list(carry_avals) + x_avals, "scan_body")
-    return closed, cell
+    return store((closed, cell), (closed,))
 
-  def cached(carry_avals):
-    return _trace_cache.cached_trace(
-        "scan", (f,), (init_tree, xs_tree, tuple(carry_avals), tuple(x_avals)),
-        lambda: trace(carry_avals), lambda out: (out[0],))
-  closed, cell = cached(in_avals)
+  closed, cell = trace(in_avals)
   if cell[0] != init_tree:
     _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                  cell[1])
   init_flat, in_avals, changed = _promote_weak_carries(init_flat, in_avals, cell[1])
   if changed:
-    closed, cell = cached(in_avals)
+    closed, cell = trace(in_avals)
   _check_carry("scan body", _carry_name(f), init_tree, in_avals, cell[0],
                cell[1])
   # carries the body returns unchanged are loop constants (see _loop_forwarding)
