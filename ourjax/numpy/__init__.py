@@ -161,6 +161,9 @@ def astype(x, dtype, /, *, copy: bool = False, device=None):
   if copy:
     from ourjax.lax.elementwise import copy_p
     out = copy_p.bind(out)
+  if device is not None:        # (placed as device_put does, as JAX's)
+    from ourjax._device_api import device_put
+    out = device_put(out, device)
   return out
 
 
