@@ -4,8 +4,8 @@ geomspace), and the structured ones (eye, identity, tri, tril/triu, diag, meshgr
 Dtype rules follow JAX: Python scalars are weak and take the default dtype of their kind
 (int32/float32 with x64 off); ``jnp.array(1.0)`` stays weakly typed, lists do not.  The
 placement keywords place the result as ``device_put`` does, as JAX's: ``device`` (a Device or a
-Sharding) and ``out_sharding`` (a Sharding; a bare PartitionSpec places nothing).  Under a
-transformation they change nothing (``device_put`` passes tracers through)."""
+Sharding) and ``out_sharding`` (a Sharding); other values (a bare PartitionSpec) place
+nothing.  Under a transformation they change nothing (``device_put`` passes tracers through)."""
 from __future__ import annotations
 
 import functools
@@ -58,19 +58,18 @@ _UNSET = object()
 
 
 def _placing(fun):
-  """``fun``'s result put where its ``device=`` / ``out_sharding=`` keywords ask."""
+  """``fun``'s result put where its ``device=`` / ``out_sharding=`` keywords ask (an ourjax
+  Device or Sharding; any other value places nothing, as before placement was supported)."""
   @functools.wraps(fun)
   def placed(*args, **kwargs):
     out = fun(*args, **kwargs)
     if kwargs:
+      from ourjax._device_api import _is_device_spec, device_put
       where = kwargs.get("device")
-      if where is None:
-        from ourjax.sharding import Sharding
+      if where is None or not _is_device_spec(where):
         where = kwargs.get("out_sharding")
-        if not isinstance(where, Sharding):
-          return out
-      from ourjax._device_api import device_put
-      out = device_put(out, where)
+      if where is not None and _is_device_spec(where):
+        out = device_put(out, where)
     return out
   return placed
 
