@@ -271,7 +271,7 @@ class JitWrapped:
       return f"{head}: first call (never traced before)"
     in_tree, avals, static_key, backend, x64, prec, axes, promo, user, tflags = key
     best = None
-    for old in self._cache:
+    for old in list(self._cache):     # (a snapshot: other threads may add signatures)
       o_tree, o_avals, o_static, o_backend, o_x64, o_prec, o_axes, o_promo, o_user, o_tflags = old
       diffs = []          # (weight, text): the closest signature has the least total weight
       if user != o_user:

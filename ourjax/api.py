@@ -175,6 +175,18 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
       shapes = [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
       return closed, tree_unflatten(out_tree[0], shapes)
     return closed
+  # named after the function it traces, as in JAX: make_jaxpr(f).__name__ == "make_jaxpr(f)"
+  # (a partial keeps its function's name; a nameless callable gets "<unnamed function>"), and
+  # belonging to the library (JAX's says "jax")
+  make.__module__ = "ourjax"
+  if hasattr(fun, "__qualname__"):
+    make.__qualname__ = f"make_jaxpr({fun.__qualname__})"
+  if hasattr(fun, "__name__"):
+    make.__name__ = f"make_jaxpr({fun.__name__})"
+  elif isinstance(fun, functools.partial):
+    make.__name__ = getattr(fun.func, "__name__", "<unnamed function>")
+  else:
+    make.__name__ = "<unnamed function>"
   return make
 
 
@@ -1033,7 +1045,7 @@ def typeof(x):
 
 
 def clear_caches() -> None:
-  """Forget every compiled executable and traced jaxpr (jit's caches, the backends' cache of
+  """Forget every compiled executable and traced jaxpr (jit's caches, the traced bodies of control flow, the backends' cache of
   compiled jaxprs); later calls trace and compile again."""
   from ourjax import _eager, backends
   _eager.clear_cache()
@@ -1044,6 +1056,8 @@ def clear_caches() -> None:
     j._fast.clear()
     j._cache.clear()
   backends._cache.clear()
+  from ourjax.lax import _trace_cache
+  _trace_cache.clear()
 
 
 def effects_barrier() -> None:

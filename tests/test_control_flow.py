@@ -743,3 +743,105 @@ def test_switch_branches_share_residual_slots():
   g = ourjax.jit(ourjax.grad(lambda x, i: lax.switch(i, branches, x)))
   for i, ref in enumerate(refs):
     np.testing.assert_allclose(g(0.7, i), ref(0.7), rtol=1e-6)
+
+
+# -- control-flow traces are cached by function identity (as JAX's) --------------------------
+
+def test_control_flow_bodies_are_traced_once_per_signature():
+  import gc
+  import weakref
+  calls = {"cond": 0, "body": 0, "scan": 0, "t": 0, "f": 0}
+
+  def cond(x):
+    calls["cond"] += 1
+    return x < 5
+
+  def body(x):
+    calls["body"] += 1
+    return x + 2
+
+  def step(c, x):
+    calls["scan"] += 1
+    return c + x, c
+
+  def tb(x):
+    calls["t"] += 1
+    return x + 1
+
+  def fb(x):
+    calls["f"] += 1
+    return x - 1
+
+  for _ in range(3):
+    assert int(lax.while_loop(cond, body, 0)) == 6
+    c, ys = lax.scan(step, 0.0, jnp.ones(3))
+    np.testing.assert_allclose(ys, [0.0, 1.0, 2.0])
+    assert float(lax.cond(True, tb, fb, 1.0)) == 2.0
+    assert float(lax.switch(1, [tb, fb], 1.0)) == 0.0
+  assert calls == {"cond": 1, "body": 1, "scan": 1, "t": 2, "f": 2}   # (cond and switch)
+  # other operand types trace again; a longer scan does not (its body sees one slice)
+  assert float(lax.while_loop(cond, body, 0.0)) == 6.0
+  assert calls["body"] == 2
+  lax.scan(step, 0.0, jnp.ones(4))
+  assert calls["scan"] == 1
+  # a body closing over a tracer of an enclosing jit is traced again in each trace, with
+  # that trace's value
+  def g(y):
+    return lax.while_loop(cond, lambda x: x + y, 0.0)
+  assert float(ourjax.jit(g)(1.0)) == 5.0 and float(ourjax.jit(g)(2.5)) == 5.0
+  assert float(ourjax.jit(lambda y: g(y) * 2)(4.0)) == 16.0
+  # fori_loop too, with static bounds (a scan) and traced ones (a while_loop)
+  fcalls = []
+
+  def fbody(i, x):
+    fcalls.append(i)
+    return x + i
+  for _ in range(3):
+    assert int(lax.fori_loop(0, 4, fbody, 0)) == 6
+  assert len(fcalls) == 1
+  for _ in range(3):
+    assert int(ourjax.jit(lambda hi: lax.fori_loop(0, hi, fbody, 0))(4)) == 6
+  assert len(fcalls) == 2
+  # clear_caches forgets them
+  ourjax.clear_caches()
+  lax.while_loop(cond, body, 0)
+  assert calls["body"] == 3
+  # the cache does not keep a function alive
+  fn = lambda x: x + 1     # noqa: E731
+  lax.while_loop(cond, fn, 0)
+  ref = weakref.ref(fn)
+  del fn
+  gc.collect()
+  assert ref() is None
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_unroll_gives_the_rolled_result_and_unrolls_the_lowered_loop(reverse):
+  def f(c, x):
+    c2 = jnp.sin(c) * 0.5 + x[0]
+    return c2, (c2 * 2, x[1] + c2.sum())
+
+  def python_scan(c, xs):        # the reference: a NumPy loop (float64)
+    n = len(xs[1])
+    ys0, ys1 = [None] * n, [None] * n
+    c = np.asarray(c, np.float64)
+    for t in (range(n - 1, -1, -1) if reverse else range(n)):
+      c = np.sin(c) * 0.5 + xs[0][t]
+      ys0[t], ys1[t] = c * 2, xs[1][t] + c.sum()
+    return c, np.stack(ys0), np.stack(ys1)
+
+  for length in [1, 3, 5]:
+    xs = (np.arange(length * 3, dtype=np.float32).reshape(length, 3) / 7,
+          np.arange(length, dtype=np.float32))
+    c0 = np.ones(3, np.float32)
+    want = python_scan(c0, xs)
+    for unroll in [1, 2, 3, True, 0, 10]:
+      c, (y0, y1) = ourjax.jit(lambda c, xs: lax.scan(f, c, xs, reverse=reverse,
+                                                      unroll=unroll))(c0, xs)
+      for got, w in zip((c, y0, y1), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+  # the lowered loop body holds `unroll` steps: the module grows with it
+  xs, c0 = jnp.ones((20, 3)), jnp.ones(3)
+  size = [len(ourjax.jit(lambda c, xs: lax.scan(f, c, xs, unroll=u)).lower(c0, xs)
+              .as_text("hlo")) for u in (1, 2, True)]
+  assert size[0] < size[1] < size[2]

@@ -7,6 +7,7 @@ import pytest
 
 import ourjax
 import ourjax.numpy as jnp
+from ourjax import lax
 
 
 # -- jax_numpy_rank_promotion -----------------------------------------------------------------
@@ -298,3 +299,102 @@ def test_a_jaxpr_equation_prints_as_in_a_jaxpr():
   assert str(jaxpr.eqns[1]) == "a:f32[] = mul b 2.0:f32[]"
   pr = ourjax.make_jaxpr(lambda x: ourjax.debug.print("{}", x) or x)(1.0)
   assert str(pr.eqns[0]).startswith("debug_print[")
+
+
+# -- make_jaxpr's name; take_along_axis's index dtype -------------------------------------------
+
+def test_make_jaxpr_is_named_after_the_traced_function():
+  import functools
+
+  def foo(x):
+    """doc of foo"""
+    return x + 1
+
+  mf = ourjax.make_jaxpr(foo)
+  assert mf.__name__ == "make_jaxpr(foo)"
+  assert mf.__qualname__.startswith("make_jaxpr(") and mf.__qualname__.endswith("foo)")
+  assert mf.__doc__ == foo.__doc__ and mf.__wrapped__ is foo and mf.__module__ == "ourjax"
+  assert ourjax.make_jaxpr(lambda x: x).__name__ == "make_jaxpr(<lambda>)"
+  # a partial has no __name__: it keeps its function's; a callable object is unnamed
+  assert ourjax.make_jaxpr(functools.partial(foo)).__name__ == "foo"
+
+  class Callable:
+    def __call__(self, x):
+      return x
+  assert ourjax.make_jaxpr(Callable()).__name__ == "<unnamed function>"
+  assert len(mf(1.0).eqns) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_take_along_axis_unwrapped_indices_keep_their_dtype(dtype):
+  arr = np.arange(200, dtype=np.float32) * 0.5
+  idx = np.array([1, 7, 120], dtype=dtype)
+
+  def f(i):
+    return jnp.take_along_axis(arr, i, axis=0, mode="promise_in_bounds",
+                               wrap_negative_indices=False)
+  gathers = [e for e in ourjax.make_jaxpr(f)(idx).eqns if e.primitive.name == "gather"]
+  assert len(gathers) == 1 and gathers[0].invars[1].aval.dtype == np.dtype(dtype)
+  np.testing.assert_array_equal(f(idx), np.take_along_axis(arr, idx, axis=0))
+  np.testing.assert_array_equal(ourjax.jit(f)(idx), np.take_along_axis(arr, idx, axis=0))
+  # wrapping adds the axis size, so the indices are widened first (int8 -1 -> 199)
+  def g(i):
+    return jnp.take_along_axis(arr, i, axis=0, mode="promise_in_bounds",
+                               wrap_negative_indices=True)
+  [ge] = [e for e in ourjax.make_jaxpr(g)(idx).eqns if e.primitive.name == "gather"]
+  assert ge.invars[1].aval.dtype == np.dtype(np.int32)
+  if np.issubdtype(dtype, np.signedinteger):
+    neg = np.array([-1, 3], dtype=dtype)
+    np.testing.assert_array_equal(g(neg), arr[[199, 3]])
+
+
+# -- int4 / uint4 under jit -----------------------------------------------------------------
+
+def _wrap4(n, signed):
+  n &= 0xF
+  return (n ^ 8) - 8 if signed else n
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4"])
+def test_int4_casts_arithmetic_and_bit_ops_follow_4bit_twos_complement(name):
+  import ml_dtypes
+  dt = np.dtype(getattr(ml_dtypes, name))
+  signed = name == "int4"
+  vals = list(range(-8, 8)) if signed else list(range(16))
+  x = np.array(vals, dtype=dt)
+  # casts: to int8 exact; from int8/float32 as NumPy (ml_dtypes) casts them
+  wide = np.array([1, -2, 9, -9, 100, 7, 15, 16], np.int8)
+  np.testing.assert_array_equal(ourjax.jit(lambda a: a.astype(jnp.int8))(x), x.astype(np.int8))
+  got = ourjax.jit(lambda a: a.astype(name))(wide)
+  assert got.dtype == dt
+  np.testing.assert_array_equal(np.asarray(got).astype(np.int8),
+                                wide.astype(dt).astype(np.int8))
+  # arithmetic wraps in 4 bits
+  y = x[::-1].copy()
+  add = ourjax.jit(lambda a, b: a + b)(x, y)
+  mul = ourjax.jit(lambda a, b: a * b)(x, y)
+  assert add.dtype == dt and mul.dtype == dt
+  np.testing.assert_array_equal(np.asarray(add).astype(int),
+                                [_wrap4(a + b, signed) for a, b in zip(vals, vals[::-1])])
+  np.testing.assert_array_equal(np.asarray(mul).astype(int),
+                                [_wrap4(a * b, signed) for a, b in zip(vals, vals[::-1])])
+  # shifts, population count and leading zeros on the 4-bit pattern (as StableHLO specifies
+  # them; XLA's CPU popcnt counts the sign-extended byte of an int4)
+  for amount in range(6):
+    a = np.array(amount, dtype=dt)
+    shl = [_wrap4(v << amount, signed) if amount < 4 else 0 for v in vals]
+    lsr = [_wrap4((v & 0xF) >> amount, signed) if amount < 4 else 0 for v in vals]
+    asr = [_wrap4(_wrap4(v, True) >> min(amount, 3), signed) for v in vals]
+    for f in (lambda u: u, ourjax.jit):
+      np.testing.assert_array_equal(np.asarray(f(lax.shift_left)(x, a)).astype(int), shl)
+      np.testing.assert_array_equal(np.asarray(f(lax.shift_right_logical)(x, a)).astype(int),
+                                    lsr)
+      np.testing.assert_array_equal(
+          np.asarray(f(lax.shift_right_arithmetic)(x, a)).astype(int), asr)
+  for f in (lambda u: u, ourjax.jit):
+    np.testing.assert_array_equal(np.asarray(f(lax.population_count)(x)).astype(int),
+                                  [bin(v & 0xF).count("1") for v in vals])
+    np.testing.assert_array_equal(np.asarray(f(lax.clz)(x)).astype(int),
+                                  [4 - (v & 0xF).bit_length() for v in vals])
+  np.testing.assert_array_equal(np.asarray(ourjax.jit(lambda u, v: u & v)(x, y)).astype(int),
+                                [_wrap4(a & b, signed) for a, b in zip(vals, vals[::-1])])

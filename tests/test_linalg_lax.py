@@ -63,6 +63,27 @@ def test_lu_pivots_to_permutation_applies_the_swaps():
                                 want)
 
 
+def test_lu_row_swaps_are_exact_under_jit():
+  # rows of very different magnitudes: swapping them by arithmetic would round the small
+  # row away (L[1, 0] became 0 and U[1, 1] 3 - 0)
+  a = np.array([[1e-3, 3.0], [1e8, 1.0]], np.float32)
+  for f in (LA.lu, ourjax.jit(LA.lu)):
+    lu, piv, perm = (np.asarray(v) for v in f(a))
+    np.testing.assert_array_equal(perm, [1, 0])
+    l10 = np.float32(1e-3) / np.float32(1e8)
+    assert lu[1, 0] == l10 and lu[0, 0] == np.float32(1e8) and lu[0, 1] == 1.0
+    assert lu[1, 1] == np.float32(3.0) - l10 * np.float32(1.0)
+  # eager and jit agree (as one kernel would): a solve of a tensor system matches too
+  rng = np.random.default_rng(3)
+  for shape in [(6, 6), (2, 5, 5)]:
+    x = _rand(rng, shape) * 3
+    for e, j in zip(LA.lu(x), ourjax.jit(LA.lu)(x)):
+      np.testing.assert_allclose(np.asarray(e), np.asarray(j), rtol=1e-6, atol=1e-6)
+  a4, b2 = _rand(rng, (2, 1, 3, 6)), _rand(rng, (1, 6))
+  f = lambda a, b: jnp.linalg.tensorsolve(a, b, axes=(0, 2))     # noqa: E731
+  np.testing.assert_allclose(ourjax.jit(f)(a4, b2), f(a4, b2), rtol=1e-6, atol=1e-6)
+
+
 def test_lu_of_a_zero_matrix_is_zero():
   lu, piv, _ = LA.lu(np.zeros((2, 2), np.float32))
   np.testing.assert_array_equal(lu, 0)

@@ -390,3 +390,39 @@ def test_subbyte_int_types_and_numpy_aliases():
   assert jnp.array_str(jnp.array([1.5, 2.0])) == "[1.5 2. ]"
   assert jnp.array_repr(jnp.arange(3)).endswith("([0, 1, 2], dtype=int32)")
   assert jnp.ComplexWarning is np.exceptions.ComplexWarning
+
+
+# -- device= / out_sharding= place the result (as JAX's) -------------------------------------
+
+def test_creation_functions_place_their_result(monkeypatch):
+  monkeypatch.setenv("OURJAX_NUM_CPU_DEVICES", "2")
+  monkeypatch.setitem(ourjax.config._values, "jax_platforms", "cpu")
+  from ourjax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
+  d1 = ourjax.devices()[1]
+  cases = [
+      (lambda **kw: jnp.arange(5, **kw), np.arange(5)),
+      (lambda **kw: jnp.zeros((2, 3), **kw), np.zeros((2, 3))),
+      (lambda **kw: jnp.ones(3, **kw), np.ones(3)),
+      (lambda **kw: jnp.full(2, 7.0, **kw), np.full(2, 7.0)),
+      (lambda **kw: jnp.array([1, 2], **kw), np.array([1, 2])),
+      (lambda **kw: jnp.asarray([1.5], **kw), np.array([1.5])),
+      (lambda **kw: jnp.full_like(np.ones(2), 3, **kw), np.full(2, 3.0)),
+      (lambda **kw: jnp.zeros_like(np.ones(2), **kw), np.zeros(2)),
+      (lambda **kw: jnp.eye(2, **kw), np.eye(2)),
+      (lambda **kw: jnp.linspace(0, 1, 3, **kw), np.linspace(0, 1, 3)),
+      (lambda **kw: jnp.astype(jnp.ones(2), np.int32, **kw), np.ones(2, np.int32)),
+      (lambda **kw: jnp.fft.fftfreq(4, **kw), np.fft.fftfreq(4)),
+  ]
+  for make, want in cases:
+    for where in (d1, SingleDeviceSharding(d1)):
+      out = make(device=where)
+      assert out.devices() == {d1}
+      np.testing.assert_allclose(out, want)
+    assert make().devices() == {ourjax.devices()[0]}
+    # under jit the keyword changes nothing (device_put passes tracers through)
+    np.testing.assert_allclose(ourjax.jit(lambda: make(device=d1))(), want)
+  # a Sharding over both devices splits the array
+  sh = NamedSharding(ourjax.make_mesh((2,), ("x",)), P("x"))
+  out = jnp.zeros((4, 3), device=sh)
+  assert out.sharding == sh and len(out.addressable_shards) == 2
+  np.testing.assert_array_equal(out, np.zeros((4, 3)))

@@ -271,6 +271,35 @@ def float_pow(x, y):
   return np.power(x, y).astype(dt)
 
 
+_INT4 = frozenset((np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)))
+
+
+def _nibble(x):
+  """A 4-bit integer array's bit patterns (ml_dtypes keeps them in the low half of a byte)."""
+  return x.view(np.uint8) & np.uint8(0xF)
+
+
+def _int4_bits(op, x, y=None):
+  """The bit-level ops on int4/uint4 (the byte-wide code below would see the storage byte):
+  each on the 4-bit pattern, the result wrapped back into the dtype."""
+  nib = _nibble(x).astype(np.int16)
+  if y is not None:
+    amount = y.astype(np.int16)
+    too_big = (amount < 0) | (amount >= 4)
+    s = np.where(too_big, 0, amount)
+  if op == "shl":
+    r = np.where(too_big, 0, nib << s)
+  elif op == "shr_logical":
+    r = np.where(too_big, 0, nib >> s)
+  elif op == "shr_arithmetic":
+    r = ((nib ^ 8) - 8) >> np.where(too_big, 3, s)
+  elif op == "popcnt":
+    r = np.bitwise_count(nib.astype(np.uint8)).astype(np.int16)
+  else:        # clz
+    r = 4 - np.select([nib >= 8, nib >= 4, nib >= 2, nib >= 1], [4, 3, 2, 1], 0)
+  return (r & 0xF).astype(np.uint8).astype(x.dtype)
+
+
 def _shift_amount(x, y):
   bits = bitwidth(x.dtype)
   yu = y.astype(_unsigned_of(y.dtype), copy=False) if is_signed(y.dtype) else y
@@ -282,6 +311,8 @@ def _shift_amount(x, y):
 def shift_left(x, y):
   """``x << y``; amounts ``>= bitwidth`` (as unsigned) give 0."""
   x, y = _broadcast_same(x, y)
+  if x.dtype in _INT4:
+    return _int4_bits("shl", x, y)
   too_big, s, _ = _shift_amount(x, y)
   xu = x.view(_unsigned_of(x.dtype))
   return np.where(too_big, 0, xu << s).astype(_unsigned_of(x.dtype)).view(x.dtype)
@@ -291,6 +322,8 @@ def shift_left(x, y):
 def shift_right_logical(x, y):
   """Zero-filling right shift of the bit pattern; amounts ``>= bitwidth`` give 0."""
   x, y = _broadcast_same(x, y)
+  if x.dtype in _INT4:
+    return _int4_bits("shr_logical", x, y)
   too_big, s, _ = _shift_amount(x, y)
   xu = x.view(_unsigned_of(x.dtype))
   return np.where(too_big, 0, xu >> s).astype(_unsigned_of(x.dtype)).view(x.dtype)
@@ -301,6 +334,8 @@ def shift_right_arithmetic(x, y):
   """Sign-filling right shift of the bit pattern (also for unsigned types); amounts
   ``>= bitwidth`` fill every bit with the sign bit."""
   x, y = _broadcast_same(x, y)
+  if x.dtype in _INT4:
+    return _int4_bits("shr_arithmetic", x, y)
   too_big, s, bits = _shift_amount(x, y)
   xs = x.view(_signed_of(x.dtype))
   s = np.where(too_big, bits - 1, s).astype(_signed_of(x.dtype))
@@ -310,12 +345,16 @@ def shift_right_arithmetic(x, y):
 def population_count(x):
   """Number of set bits of each element's bit pattern (two's complement for signed types)."""
   x = np.asarray(x)
+  if x.dtype in _INT4:
+    return _int4_bits("popcnt", x)
   return np.bitwise_count(x.view(_unsigned_of(x.dtype))).astype(x.dtype)
 
 
 def count_leading_zeros(x):
   """Number of leading zero bits of each element's bit pattern (``bitwidth`` for 0)."""
   x = np.asarray(x)
+  if x.dtype in _INT4:
+    return _int4_bits("clz", x)
   bits = bitwidth(x.dtype)
   v = x.view(_unsigned_of(x.dtype)).astype(np.uint64)
   length = np.zeros(x.shape, np.int64)

@@ -64,7 +64,10 @@ def lu(a):
     p = jnp.argmax(mag).astype(jnp.int32)
     ep = _e(idx, p, dt)
     rowj, rowp = ej @ a, ep @ a
-    a = a + jnp.outer(ej - ep, rowp - rowj)
+    # swap rows j and p exactly (a + outer(ej - ep, rowp - rowj) would round: rowj + (rowp -
+    # rowj) is not rowp in floating point)
+    a = jnp.where((idx == j)[:, None], rowp[None, :],
+                  jnp.where((idx == p)[:, None], rowj[None, :], a))
     eji, epi = (idx == j).astype(jnp.int32), (idx == p).astype(jnp.int32)
     pj = jnp.sum(eji * perm, dtype=jnp.int32)
     pp = jnp.sum(epi * perm, dtype=jnp.int32)

@@ -23,12 +23,15 @@ transforming its body once:
 Closed jaxprs stored in parameters never hold constants: constants (including tracers of
 enclosing transformations that a body closes over) are hoisted into explicit operands, so every
 transformation sees them.  Eager evaluation (``def_custom_impl``) runs the bodies with Python
-loops over ``core.eval_jaxpr``: that is the reference semantics.
+loops over ``core.eval_jaxpr``: that is the reference semantics.  The HLO lowerings are in
+``_control_flow_lowering.py``; the traced bodies are cached by the user functions' identity
+(``_trace_cache.py``), as JAX caches them.
 """
 from __future__ import annotations
 
 import builtins
 import inspect
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
@@ -41,6 +44,7 @@ from ourjax.interpreters import partial_eval as pe
 from ourjax._pytree import (keystr, tree_flatten, tree_flatten_with_path, tree_unflatten)
 from ourjax.lax import _loop_forwarding as _lf
 from ourjax.lax import _mismatch as _mm
+from ourjax.lax import _trace_cache
 
 _any = builtins.any
 _all = builtins.all
@@ -255,7 +259,11 @@ def _match_weak(x, aval: ShapedArray):
 def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True):
   """Trace each branch on the operand avals; check that their outputs agree (up to weak types,
   which are joined: an output is weak only if it is weak in every branch; with ``join_weak``
-  False, as JAX's ``switch`` does, the outputs take the first branch's weak types)."""
+  False, as JAX's ``switch`` does, the outputs take the first branch's weak types).  Cached
+  by the branch functions' identity (``_trace_cache``)."""
+  hit, store = _trace_cache.lookup("branches", funs, (ops_tree, tuple(ops_avals), join_weak))
+  if hit is not None:
+    return hit
   traced = []
   for f in funs:
     cell = []
@@ -274,7 +282,7 @@ def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True)
     if [a.weak_type for a in avals] != [a.weak_type for a in joined]:
       closed = pe.trace_to_jaxpr(_flatten_call(f, ops_tree, [], joined), ops_avals, "branch")
     closeds.append(closed)
-  return closeds, tree0
+  return store((closeds, tree0), closeds)
 
 
 def _carry_name(fun, index=0):
@@ -749,13 +757,17 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   args_tree = tree_flatten((init_val,))[1]
   in_avals = [get_aval(x) for x in init_flat]
 
-  def trace(in_avals):
+  def trace(in_avals):      # (cached by the functions' identity: _trace_cache)
+    hit, store = _trace_cache.lookup("while_loop", (cond_fun, body_fun),
+                                     (args_tree, tuple(in_avals)))
+    if hit is not None:
+      return hit
     cc, bc = [], []
     cond_closed = pe.trace_to_jaxpr(_flatten_call(cond_fun, args_tree, cc), in_avals,
                                     "cond_fun")
     body_closed = pe.trace_to_jaxpr(_flatten_call(body_fun, args_tree, bc, in_avals),
                                     in_avals, "body_fun")
-    return cond_closed, cc, body_closed, bc
+    return store((cond_closed, cc, body_closed, bc), (cond_closed, body_closed))
 
   cond_closed, cc, body_closed, bc = trace(in_avals)
   if bc[0] != init_tree:
@@ -787,19 +799,47 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
   return tree_unflatten(init_tree, _loop_result_types(outs, in_avals, bc[1]))
 
 
-def _fori_scan_body(body_fun):
-  from ourjax.lax.elementwise import _const, add
+_FORI_BODIES = weakref.WeakKeyDictionary()
 
-  def scanned(carry, _):
-    i, x = carry
-    return (add(i, _const(i, 1)), body_fun(i, x)), None
-  return scanned
+
+def _fori_body(kind: str, body_fun):
+  """The scan body ('scan') or while_loop body ('while') running ``body_fun(i, x)``: one
+  function object per ``body_fun`` (so that the loop's trace is cached, as JAX's), holding it
+  only weakly (a cached wrapper must not keep its key alive)."""
+  from ourjax.lax.elementwise import _const, add
+  try:
+    hit = _FORI_BODIES.get(body_fun)
+  except TypeError:            # not weakly referenceable / hashable: a wrapper of its own
+    hit, ref = None, (lambda f=body_fun: f)
+  else:
+    ref = weakref.ref(body_fun)
+  if hit is not None and kind in hit:
+    return hit[kind]
+  if kind == "scan":
+    def wrapper(carry, _):
+      i, x = carry
+      return (add(i, _const(i, 1)), ref()(i, x)), None
+  else:
+    def wrapper(c):
+      i, hi, x = c
+      return add(i, _const(i, 1)), hi, ref()(i, x)
+  try:
+    _FORI_BODIES.setdefault(body_fun, {})[kind] = wrapper
+  except TypeError:
+    pass
+  return wrapper
+
+
+def _fori_cond(c):
+  from ourjax.lax.elementwise import lt
+  i, hi, _ = c
+  return lt(i, hi)
 
 
 def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
   """``for i in range(lower, upper): val = body_fun(i, val)``.  With concrete bounds this is a
   ``scan`` (reverse-mode differentiable); with traced bounds a ``while_loop``."""
-  from ourjax.lax.elementwise import _const, add, convert_element_type, lt
+  from ourjax.lax.elementwise import convert_element_type
   if not callable(body_fun):
     raise TypeError("lax.fori_loop: body_fun argument should be callable.")
   la, ua = get_aval(lower), get_aval(upper)
@@ -816,7 +856,7 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     lo, hi = int(to_numpy(lower)), int(to_numpy(upper))
     if config.jax_disable_jit and hi <= lo:
       return init_val      # (scan without jit refuses zero trips; the loop runs none)
-    (_, result), _ = scan(_fori_scan_body(body_fun), (lo, init_val), None,
+    (_, result), _ = scan(_fori_body("scan", body_fun), (lo, init_val), None,
                           length=max(hi - lo, 0), unroll=1 if unroll is None else unroll)
     return result
   if la.dtype != ua.dtype:       # one is weakly typed: it takes the other's dtype
@@ -826,15 +866,7 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll=None):
     raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are statically "
                      "known.")
 
-  def cond_fun(c):
-    i, hi, _ = c
-    return lt(i, hi)
-
-  def body(c):
-    i, hi, x = c
-    return add(i, _const(i, 1)), hi, body_fun(i, x)
-
-  _, _, result = while_loop(cond_fun, body, (lower, upper, init_val))
+  _, _, result = while_loop(_fori_cond, _fori_body("while", body_fun), (lower, upper, init_val))
   return result
 
 
@@ -1097,7 +1129,11 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
   in_avals = [get_aval(x) for x in init_flat]
   n = len(init_flat)
 
-  def trace(carry_avals):
+  def trace(carry_avals):      # (cached by the function's identity: _trace_cache)
+    hit, store = _trace_cache.lookup(
+        "scan", (f,), (init_tree, xs_tree, tuple(carry_avals), tuple(x_avals)))
+    if hit is not None:
+      return hit
     cell = []
 
     def body(*args):
@@ -1121,7 +1157,7 @@ def scan(f: Callable, init, xs=None, length=None, reverse: bool = False, unroll=
       return list(c_flat) + list(y_flat)
 
     closed = pe.trace_to_jaxpr(body, list(carry_avals) + x_avals, "scan_body")
-    return closed, cell
+    return store((closed, cell), (closed,))
 
   closed, cell = trace(in_avals)
   if cell[0] != init_tree:
@@ -1477,95 +1513,5 @@ if hasattr(pe, "partial_eval_jaxpr_rules"):
   del _p
 
 
-# ------------------------------------------------------------------------------------------------
-# Lowerings.  cond: an HLO conditional on the clamped index, each branch taking the tuple of all
-# operands.  while: an HLO while over the tuple (cond consts, body consts, carry).  scan: a while
-# over (i, consts, carry, xs, ys) whose body reads x_i with dynamic-slice and writes y_i with
-# dynamic-update-slice (from the end with ``reverse``).
-
-
-def _register_lowerings():
-  from ourjax.lowering import hlo
-  from ourjax.lowering.from_jaxpr import register_lowering
-
-  @register_lowering(cond_p)
-  def _cond_lower(ctx, avals_in, avals_out, index, *ops, branches):
-    b = ctx.builder
-    n = len(branches)
-    if n == 1:
-      return ctx.inline(branches[0], ops)
-    index = b.clamp(ctx.constant(0, np.int32), index, ctx.constant(n - 1, np.int32))
-    op_avals = avals_in[1:]
-    comps = [ctx.lower_tuple_jaxpr(f"branch_{i}", op_avals,
-                                   lambda sub, xs, br=br: sub.inline(br, xs))
-             for i, br in enumerate(branches)]
-    arg = b.tuple(list(ops))
-    out = b.conditional(index, [arg] * n, comps)
-    return ctx.unpack(out)
-
-  @register_lowering(while_p)
-  def _while_lower(ctx, avals_in, avals_out, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
-                   body_nconsts):
-    b = ctx.builder
-    nc, nb = cond_nconsts, body_nconsts
-
-    def cond_body(sub, xs):
-      cconsts, _, carry = _split(xs, [nc, nb])
-      return sub.inline(cond_jaxpr, cconsts + carry)[0]
-
-    def body_body(sub, xs):
-      cconsts, bconsts, carry = _split(xs, [nc, nb])
-      return cconsts + bconsts + sub.inline(body_jaxpr, bconsts + carry)
-
-    state_shape = hlo.Shape.tuple([ctx.shape(a) for a in avals_in])
-    cond_comp = ctx.computation("while_cond", [state_shape],
-                                lambda sub, ps: cond_body(sub, sub.unpack(ps[0])))
-    body_comp = ctx.lower_tuple_jaxpr("while_body", avals_in, body_body)
-    out = b.while_loop(b.tuple(list(args)), cond_comp, body_comp)
-    return ctx.unpack(out)[nc + nb:]
-
-  @register_lowering(scan_p)
-  def _scan_lower(ctx, avals_in, avals_out, *args, jaxpr, length, reverse, num_consts,
-                  num_carry, linear, unroll, **_):
-    b = ctx.builder
-    consts, carry, xs = _split(args, [num_consts, num_carry])
-    x_avals = avals_in[num_consts + num_carry:]
-    y_avals = avals_out[num_carry:]
-    i32 = np.dtype(np.int32)
-    ys_init = [ctx.full(0, a) for a in y_avals]
-    if length == 0:
-      return list(carry) + ys_init
-    state_avals = ([ShapedArray((), i32)] + list(avals_in) + list(y_avals))
-    nx, ny = len(xs), len(y_avals)
-
-    def cond_fn(sub, ps):
-      i = sub.builder.get_tuple_element(ps[0], 0)
-      return sub.builder.compare(i, sub.constant(length, i32), "LT")
-
-    def body_fn(sub, state):
-      sb = sub.builder
-      i, cs, cr, xv, yv = _split(state, [1, num_consts, num_carry, nx])
-      i = i[0]
-      t = sb.subtract(sub.constant(length - 1, i32), i) if reverse else i
-      zero = sub.constant(0, i32)
-      x_t = []
-      for x, a in zip(xv, x_avals):
-        sl = sb.dynamic_slice(x, [t] + [zero] * (len(a.shape) - 1), (1,) + a.shape[1:])
-        x_t.append(sb.reshape(sl, a.shape[1:]))
-      outs = sub.inline(jaxpr, cs + cr + x_t)
-      new_carry, y_t = outs[:num_carry], outs[num_carry:]
-      new_ys = [sb.dynamic_update_slice(y, sb.reshape(v, (1,) + a.shape[1:]),
-                                        [t] + [zero] * (len(a.shape) - 1))
-                for y, v, a in zip(yv, y_t, y_avals)]
-      return [sb.add(i, sub.constant(1, i32))] + cs + new_carry + xv + new_ys
-
-    state_shape = hlo.Shape.tuple([ctx.shape(a) for a in state_avals])
-    cond_comp = ctx.computation("scan_cond", [state_shape], cond_fn)
-    body_comp = ctx.lower_tuple_jaxpr("scan_body", state_avals, body_fn)
-    init = b.tuple([ctx.constant(0, i32)] + list(args) + ys_init)
-    out = ctx.unpack(b.while_loop(init, cond_comp, body_comp))
-    _, _, carry_out, _, ys_out = _split(out, [1, num_consts, num_carry, nx])
-    return carry_out + ys_out
-
-
-_register_lowerings()
+# the lowerings of cond_p, while_p and scan_p (registered on import)
+from ourjax.lax import _control_flow_lowering  # noqa: E402,F401

@@ -59,6 +59,8 @@ _ELEMENT_TYPES = [
     ("u64", np.uint64), ("f16", np.float16), ("bf16", ml_dtypes.bfloat16),
     ("f32", np.float32), ("f64", np.float64), ("c64", np.complex64), ("c128", np.complex128),
     ("f8e4m3fn", ml_dtypes.float8_e4m3fn), ("f8e5m2", ml_dtypes.float8_e5m2),
+    # 4-bit integers: one value per byte in memory (ml_dtypes' layout)
+    ("s4", ml_dtypes.int4), ("u4", ml_dtypes.uint4),
 ]
 _NAME_TO_DTYPE = {n: np.dtype(t) for n, t in _ELEMENT_TYPES}
 _DTYPE_TO_NAME = {np.dtype(t): n for n, t in _ELEMENT_TYPES}
@@ -98,8 +100,11 @@ def is_complex(dt) -> bool:
   return dt.kind == "c"
 
 
+_INT4 = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4))
+
+
 def is_int(dt) -> bool:
-  return dt.kind in "iu"
+  return dt.kind in "iu" or dt in _INT4
 
 
 def is_pred(dt) -> bool:

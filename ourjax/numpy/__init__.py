@@ -161,6 +161,9 @@ def astype(x, dtype, /, *, copy: bool = False, device=None):
   if copy:
     from ourjax.lax.elementwise import copy_p
     out = copy_p.bind(out)
+  from ourjax._device_api import _is_device_spec, device_put
+  if device is not None and _is_device_spec(device):    # (placed as device_put does, as JAX's)
+    out = device_put(out, device)
   return out
 
 

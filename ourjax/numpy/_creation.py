@@ -3,9 +3,12 @@ geomspace), and the structured ones (eye, identity, tri, tril/triu, diag, meshgr
 
 Dtype rules follow JAX: Python scalars are weak and take the default dtype of their kind
 (int32/float32 with x64 off); ``jnp.array(1.0)`` stays weakly typed, lists do not.  The
-placement keywords ``device`` and ``out_sharding`` are accepted, as JAX's, and place nothing."""
+placement keywords place the result as ``device_put`` does, as JAX's: ``device`` (a Device or a
+Sharding) and ``out_sharding`` (a Sharding); other values (a bare PartitionSpec) place
+nothing.  Under a transformation they change nothing (``device_put`` passes tracers through)."""
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import sys
@@ -55,13 +58,31 @@ def _check_host_dtype(host: np.ndarray, what) -> None:
 _UNSET = object()
 
 
+def _placing(fun):
+  """``fun``'s result put where its ``device=`` / ``out_sharding=`` keywords ask (an ourjax
+  Device or Sharding; any other value places nothing, as before placement was supported)."""
+  @functools.wraps(fun)
+  def placed(*args, **kwargs):
+    out = fun(*args, **kwargs)
+    if kwargs:
+      from ourjax._device_api import _is_device_spec, device_put
+      where = kwargs.get("device")
+      if where is None or not _is_device_spec(where):
+        where = kwargs.get("out_sharding")
+      if where is not None and _is_device_spec(where):
+        out = device_put(out, where)
+    return out
+  return placed
+
+
+@_placing
 def array(object, dtype=None, *args, copy=_UNSET, order=_UNSET, ndmin=_UNSET, device=None,
           out_sharding=None):
   """``jnp.array``: an Array from a scalar, array, nested list/tuple (which may hold traced
   values: they are stacked), or anything NumPy can convert.  ``copy`` (default True),
   ``order`` ('K') and ``ndmin`` (0) are keyword arguments; passing them positionally is
-  deprecated (a DeprecationWarning, as JAX).  ``device`` and ``out_sharding`` are accepted
-  and do not move anything (the array is on the one device).
+  deprecated (a DeprecationWarning, as JAX).  ``device``/``out_sharding`` place the result
+  (see the module docstring).
 
   Only a weakly typed input (a Python scalar, or a weak array) gives a weakly typed result:
   ``jnp.array(1.0)`` is a weak float32, ``jnp.array([1.0])`` a strong one."""
@@ -149,6 +170,7 @@ def _stack_nested(obj, dtype):
   return lax._convert_element_type(x, dtype, False)
 
 
+@_placing
 def asarray(a, dtype=None, order=None, *, copy=None, device=None, out_sharding=None):
   """``jnp.asarray``: like ``array``, but returns an Array or tracer unchanged when no dtype
   change is asked for."""
@@ -226,24 +248,28 @@ def _key_filled(shape, fill_value, dtype):
   return PRNGKeyArray(impl, data)
 
 
+@_placing
 def zeros(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 0, dtype)
   return _filled("zeros", shape, 0, dtype)
 
 
+@_placing
 def ones(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 1, dtype)
   return _filled("ones", shape, 1, dtype)
 
 
+@_placing
 def empty(shape, dtype=None, *, device=None, out_sharding=None):
   if isinstance(dtype, KeyDType):
     return _key_filled(shape, 0, dtype)
   return _filled("empty", shape, 0, dtype)
 
 
+@_placing
 def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
   """An array of ``shape`` filled with ``fill_value`` (a scalar, or an array that broadcasts)."""
   if isinstance(dtype, KeyDType):
@@ -267,21 +293,25 @@ def _like_args(name, a, dtype, shape):
   return dtype, shape
 
 
+@_placing
 def zeros_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("zeros_like", a, dtype, shape)
   return lax.full_like(a, 0, dtype, shape)
 
 
+@_placing
 def ones_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("ones_like", a, dtype, shape)
   return lax.full_like(a, 1, dtype, shape)
 
 
+@_placing
 def empty_like(prototype, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("empty_like", prototype, dtype, shape)
   return lax.full_like(prototype, 0, dtype, shape)
 
 
+@_placing
 def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_sharding=None):
   dtype, shape = _like_args("full_like", a, dtype, shape)
   check_arraylike("full_like", fill_value)
@@ -306,6 +336,7 @@ def _concrete_scalar(x, argname):
   return x
 
 
+@_placing
 def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding=None):
   """``jnp.arange``: concrete bounds only (the length is part of the shape).  The dtype is the
   promoted dtype of the arguments, Python ints giving int32 (int64 with x64) and Python floats
@@ -347,6 +378,7 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding
   return lax.add(lax.convert_element_type(h_start, dtype), lax.iota(dtype, size))
 
 
+@_placing
 def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = False,
              dtype=None, axis: int = 0, *, device=None):
   """Evenly spaced values from ``start`` to ``stop`` (arrays broadcast; the new axis goes to
@@ -459,6 +491,7 @@ def _diag_mask(n, m, k):
   return lax.eq(lax.add(i, kk), j)
 
 
+@_placing
 def eye(N, M=None, k=0, dtype=None, *, device=None):
   """Ones on the k-th diagonal of an (N, M) array (k > 0 above the main diagonal)."""
   n = _int_arg(N, "N")

@@ -127,8 +127,9 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
   dt = _index_dtype([e], a_shape)
   if wrap_negative_indices is None:
     wrap_negative_indices = mode != GatherScatterMode.PROMISE_IN_BOUNDS
-  idx = _normalized_index(e, dt) if wrap_negative_indices else (
-      indices if i_aval.dtype == dt else lax.convert_element_type(indices, dt))
+  # unwrapped indices keep their dtype (as JAX's: an int8 index gathers as int8); wrapping
+  # adds the axis size, so it first widens them to ``dt``
+  idx = _normalized_index(e, dt) if wrap_negative_indices else indices
   if one_hot:
     from ourjax.numpy._gathers import take_along_one_hot
     return take_along_one_hot(arr, asarray(idx), axis, others)

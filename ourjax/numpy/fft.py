@@ -193,7 +193,7 @@ def fftfreq(n: int, d=1.0, *, dtype=None, device=None):
   dtype = dtypes.finfo(dtypes.to_inexact_dtype(dtype)).dtype
   i = jnp.arange(n, dtype=dtype)
   k = (i + n // 2) % n - n // 2
-  return (k.astype(dtype) / jnp.array(d * n, dtype=dtype)).astype(out_dtype)
+  return jnp.astype(k.astype(dtype) / jnp.array(d * n, dtype=dtype), out_dtype, device=device)
 
 
 def rfftfreq(n: int, d=1.0, *, dtype=None, device=None):
@@ -202,7 +202,11 @@ def rfftfreq(n: int, d=1.0, *, dtype=None, device=None):
   _check_freq_args("rfftfreq", n, d)
   dtype = dtype or dtypes.default_float_dtype()
   k = jnp.arange(0, n // 2 + 1 if n % 2 == 0 else (n - 1) // 2 + 1, dtype=dtype)
-  return k / jnp.array(d * n, dtype=dtype)
+  out = k / jnp.array(d * n, dtype=dtype)
+  if device is not None:
+    from ourjax._device_api import device_put
+    out = device_put(out, device)
+  return out
 
 
 def _shifts(x, axes, sign):
