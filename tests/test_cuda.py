@@ -361,3 +361,23 @@ def test_no_device_memory_leak_over_10000_calls():
   del s, y
   gc.collect()
   assert dev.allocator.memory_stats()["bytes_in_use"] == before
+
+
+def test_scan_gradient_accumulators_match_reference():
+  """A scan's weight gradients accumulate a dot per step (dW + x_t^T dz_t): on the GPU each step's
+  product is added, never written over the accumulator (the CPU planner's accumulating GEMM
+  has no GPU translation; planned there it gave the last step's product alone)."""
+  rng = np.random.default_rng(3)
+  W = rng.standard_normal((16, 32)).astype(np.float32) * 0.3
+  xs = rng.standard_normal((6, 8, 16)).astype(np.float32)
+
+  def loss(W, xs):
+    def cell(h, x):
+      h = jnp.tanh(x @ W + h)
+      return h, h
+    return jnp.sum(ourjax.lax.scan(cell, jnp.zeros((8, 32), np.float32), xs)[1] ** 2)
+  g = ourjax.grad(loss)
+  with ourjax.default_matmul_precision("highest"):
+    want = np.asarray(ourjax.jit(g, backend="reference")(W, xs))
+    got = np.asarray(ourjax.jit(g, backend="cuda")(W, xs))
+  np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)

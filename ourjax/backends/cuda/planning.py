@@ -28,6 +28,10 @@ def _make_planner(cpu_be, module, info):
     widen_narrow_dots = False   # bf16/f16 dots run on the tensor cores as they are
     concat_kernels = False      # (no GPU translation of concat.ConcatKernel yet)
     implicit_im2col = False     # (the CPU's; patches are read in place here: _implicit_patches)
+    # (the CPU's: its GPU translations have no accumulating dot, and loops here are
+    # double-buffered instead: _double_buffer)
+    dot_accumulate = False
+    state_updates_in_place = False
 
     def _group_kernels(self, instrs, outputs, leafmap):
       # a dot's elementwise consumer (bias, activation) runs in the dot's kernel
