@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 
 import numpy as np
 
@@ -156,7 +157,6 @@ class Lanes:
 
   def put(self, lane, value):
     """``value`` (host or device) as an Array on the lane's device."""
-    from ourjax.backends import put_on
     if not isinstance(value, Array):
       value = Array(value)
     if self.platform == "cpu":
@@ -164,6 +164,7 @@ class Lanes:
     buf = value._device_buf
     if buf is not None and type(value) is Array and buf.device.ordinal == self._ordinals[lane]:
       return value
+    from ourjax.backends import put_on
     return put_on(value, self.devices[lane])
 
 
@@ -242,6 +243,16 @@ class _View:
                                               e.out_binders[0].aval.shape)
 
 
+def _getter(slots):
+  """``get(env) -> tuple`` of ``env``'s values at ``slots`` (one C call: ``itemgetter``)."""
+  if len(slots) > 1:
+    return operator.itemgetter(*slots)
+  if slots:
+    s = slots[0]
+    return lambda env: (env[s],)
+  return lambda env: ()
+
+
 class Program:
   """A per-device jaxpr cut into compute segments and collectives (see the module docstring).
   The collectives run in as few rounds as their dependences allow, those of a round over the
@@ -308,6 +319,10 @@ class Program:
       return s
     self._const_slots = [at(v) for v in self.jaxpr.constvars]
     self._in_slots = [at(v) for v in self.jaxpr.invars]
+    lo = self._in_slots[0] if self._in_slots else 0
+    if self._in_slots != list(range(lo, lo + len(self._in_slots))):
+      raise AssertionError("spmd: the inputs' slots are not contiguous")
+    self._in_range = (lo, lo + len(self._in_slots))
     plan = []
     for step in self.steps:
       if isinstance(step, _Compute):
@@ -322,18 +337,21 @@ class Program:
         plan.append((2, step, [at(x) for x in step.inputs], [at(v) for v in step.out_binders]))
     self._steps_plan = plan
     self._out_slots = [at(v) for v in self.jaxpr.outvars]
+    self._get_outs = _getter(self._out_slots)
     # (the outputs that are literals: their lanes' values are NumPy or Python scalars)
     self.literal_outs = {j for j, v in enumerate(self.jaxpr.outvars)
                          if isinstance(v, core.Literal)}
     self._literals = literals
     self._nslots = len(slot)
 
-  def _envs(self, lanes):
-    """Per lane, the slot list with its constants and literals filled in (made once per lane
-    set)."""
+  def _lane_plan(self, lanes):
+    """Per lane set (made once): each lane's slot list with its constants and literals filled
+    in, and the steps with their per-lane callers resolved: ``(0, callers, get_ins, (lo,
+    hi))`` for a compute segment (its arguments gathered by ``get_ins``, its results stored
+    into the slots ``lo:hi``), ``(1, view, slots, None)``, ``(2, eqn, in slots, out slots)``."""
     key = tuple(lanes._ordinals)
-    envs = self._lane_envs.get(key)
-    if envs is None:
+    hit = self._lane_envs.get(key)
+    if hit is None:
       envs = []
       for k in range(len(lanes)):
         env = [None] * self._nslots
@@ -342,28 +360,36 @@ class Program:
         for s, lit in self._literals:
           env[s] = lit.value()
         envs.append(env)
-      self._lane_envs[key] = envs
-    return envs
+      steps = []
+      for kind, step, ins, outs in self._steps_plan:
+        if kind == 0:
+          callers = [step.caller(d) for d in lanes.devices]
+          lo = outs[0] if outs else 0
+          if outs != list(range(lo, lo + len(outs))):
+            raise AssertionError("spmd: a segment's output slots are not contiguous")
+          steps.append((0, callers, _getter(ins), (lo, lo + len(outs))))
+        else:
+          steps.append((kind, step, ins, outs))
+      hit = self._lane_envs[key] = (envs, steps)
+    return hit
 
   def run(self, lanes: Lanes, args_per_lane):
     """Per-lane outputs for per-lane arguments (lists of Arrays).  Each step runs on the lanes
     in turn: on GPUs a call only enqueues work on its device's stream, so the devices compute
     at once.  (One host thread per GPU was measured slower on 2 and 4 H100s: the Python
     between driver calls holds the GIL.)"""
-    n = len(lanes)
-    envs = [e.copy() for e in self._envs(lanes)]
-    in_slots = self._in_slots
-    for env, args in zip(envs, args_per_lane):
-      for s, a in zip(in_slots, args):
-        env[s] = a
-    devices = lanes.devices
-    for kind, step, ins, outs in self._steps_plan:
+    envs0, steps = self._lane_plan(lanes)
+    lo, hi = self._in_range
+    envs = []
+    for env, args in zip(envs0, args_per_lane):
+      env = env.copy()
+      env[lo:hi] = args
+      envs.append(env)
+    for kind, step, ins, outs in steps:
       if kind == 0:
-        for k in range(n):
-          env = envs[k]
-          res = step.caller(devices[k])([env[s] for s in ins])
-          for s, r in zip(outs, res):
-            env[s] = r
+        olo, ohi = outs
+        for env, call in zip(envs, step):
+          env[olo:ohi] = call(ins(env))
       elif kind == 1:
         for env in envs:
           step.run(env, ins)
@@ -372,8 +398,8 @@ class Program:
         for env, rs in zip(envs, res):
           for s, r in zip(outs, rs):
             env[s] = r
-    out_slots = self._out_slots
-    return [[env[s] for s in out_slots] for env in envs]
+    get = self._get_outs
+    return [list(get(env)) for env in envs]
 
 
 def _without_lone_reductions(jaxpr: core.Jaxpr) -> core.Jaxpr:
@@ -598,7 +624,9 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   cache: dict = {}
   donations: dict = {}      # signature -> its _donation.Donation (None: nothing donated)
   plans: dict = {}          # (tree, global avals, ..., devices) -> _pmap_plan's tuple
+  fasts: dict = {}          # (tree, nargs, static values) -> the last such call's _fast_entry
   fname = getattr(fun, "__name__", "fun")
+  from ourjax import distributed
   donate = ((donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums))
 
   @functools.wraps(fun)
@@ -626,50 +654,64 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
       axes_all = tuple(in_axes[i] for i in dyn_idx)
     dyn = tuple(dyn)
     leaves, tree = tree_flatten(dyn)
-    if any(isinstance(x, core.Tracer) for x in leaves):
-      # under a transformation: pmap is vmap with a named axis, over no more lanes than there
-      # are devices (as when it runs)
-      axes = _leaf_axes(tree, axes_all, dyn)
-      sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
-      n = max(sizes) if sizes else axis_size
-      devs = list(devices) if devices is not None else api.devices(backend)
-      if n is not None and n > len(devs):
-        raise ValueError(f"compiling computation that requires {n} logical devices, but only "
-                         f"{len(devs)} XLA devices are available (num_replicas={n})")
-      return api.vmap(_caller(args, dyn_idx), in_axes=axes_all, out_axes=out_axes,
-                      axis_name=name, axis_size=axis_size)(*dyn)
-    from ourjax import distributed
     dist = distributed.state()
     devs = list(devices) if devices is not None else api.devices(backend)
-    if dist is not None and dist.num_processes > 1 and devices is None:
-      from ourjax import backends
-      devs = distributed._local_devices(dist, backends)
-    avals = tuple(core.get_aval(x) for x in leaves)
-    cacheable = all(_hashable(v) for _, v in static_vals)
-    pkey = (tree, avals, nargs, static_vals, tuple(devs), dist) if cacheable else None
-    plan = plans.get(pkey) if cacheable else None
-    if plan is None:
-      plan = _pmap_plan(tree, avals, _leaf_axes(tree, axes_all, dyn), devs, dist, nargs,
-                        dyn_idx, dyn, static_vals, cacheable, _caller(args, dyn_idx))
+    # the signature seen last with this structure: its leaves checked one by one (the same
+    # test as the plan's key: each leaf's type), their lanes' values taken as they are
+    try:
+      fast = fasts.get((tree, nargs, static_vals))
+    except TypeError:         # (an unhashable static argument)
+      fast = None
+    cols = _fast_columns(fast, leaves, devs, dist) if fast is not None else None
+    if cols is not None:
+      plan = fast[0]
+    else:
+      if any(isinstance(x, core.Tracer) for x in leaves):
+        # under a transformation: pmap is vmap with a named axis, over no more lanes than
+        # there are devices (as when it runs)
+        axes = _leaf_axes(tree, axes_all, dyn)
+        sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
+        n = max(sizes) if sizes else axis_size
+        if n is not None and n > len(devs):
+          raise ValueError(f"compiling computation that requires {n} logical devices, but "
+                           f"only {len(devs)} XLA devices are available (num_replicas={n})")
+        return api.vmap(_caller(args, dyn_idx), in_axes=axes_all, out_axes=out_axes,
+                        axis_name=name, axis_size=axis_size)(*dyn)
+      asked = devs
+      if dist is not None and dist.num_processes > 1 and devices is None:
+        from ourjax import backends
+        devs = distributed._local_devices(dist, backends)
+      avals = tuple(core.get_aval(x) for x in leaves)
+      cacheable = all(_hashable(v) for _, v in static_vals)
+      pkey = (tree, avals, nargs, static_vals, tuple(devs), dist) if cacheable else None
+      plan = plans.get(pkey) if cacheable else None
+      if plan is None:
+        plan = _pmap_plan(tree, avals, _leaf_axes(tree, axes_all, dyn), devs, dist, nargs,
+                          dyn_idx, dyn, static_vals, cacheable, _caller(args, dyn_idx))
+        if cacheable:
+          plans[pkey] = plan
       if cacheable:
-        plans[pkey] = plan
+        fasts[(tree, nargs, static_vals)] = _fast_entry(plan, avals, asked, dist)
+      lanes, axes, in_keys = plan[1], plan[4], plan[6]
+      cols = []
+      for x, a, lkey in zip(leaves, axes, in_keys):
+        if a is None:
+          cols.append([lanes.put(k, x) for k in range(len(lanes))])
+        else:
+          vals = x._lanes(lkey) if type(x) is ShardedArray else None
+          cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes))
     program, lanes, out_tree, outs_how, axes, donation, in_keys = plan
-    cols = []
-    for x, a, lkey in zip(leaves, axes, in_keys):
-      if a is None:
-        cols.append([lanes.put(k, x) for k in range(len(lanes))])
-      else:
-        vals = x._lanes(lkey) if type(x) is ShardedArray else None
-        cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes))
     outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
     results = []
     literal = program.literal_outs
-    for j, (sharding, bshape, gaval, lkey) in enumerate(outs_how):
+    from_lanes = ShardedArray._from_lanes
+    for j, (vals, (sharding, bshape, gaval, lkey)) in enumerate(zip(zip(*outs), outs_how)):
       if sharding is None:
-        results.append(outs[0][j])
+        results.append(vals[0])
       else:
-        vals = [Array(o[j]) for o in outs] if j in literal else [o[j] for o in outs]
-        results.append(ShardedArray._from_lanes(vals, lkey, bshape, sharding, gaval))
+        if literal and j in literal:
+          vals = [Array(v) for v in vals]
+        results.append(from_lanes(vals, lkey, bshape, sharding, gaval))
     if donation:
       for i in donation.deleted:
         if isinstance(leaves[i], Array):
@@ -731,9 +773,56 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   return pmapped
 
 
+_LANES_KEYS: dict = {}
+
+
 def _lanes_key(axis, lanes):
-  """The key of the lanes' values of a pmap result mapped along ``axis`` over ``lanes``."""
-  return (axis, lanes.platform, tuple(lanes._ordinals))
+  """The key of the lanes' values of a pmap result mapped along ``axis`` over ``lanes`` (one
+  object per value: a pmap's fast path compares them by identity first)."""
+  key = (axis, lanes.platform, tuple(lanes._ordinals))
+  return _LANES_KEYS.setdefault(key, key)
+
+
+def _fast_entry(plan, avals, devs, dist):
+  """What ``pmap``'s fast path checks a call against: ``(plan, the leaves' global types,
+  devices asked for, distributed state)``.  A type equal to an output's is that output's
+  object, so that a result passed back is recognised by identity."""
+  outs = {h[2]: h[2] for h in plan[3] if h[2] is not None}
+  return plan, tuple(outs.get(a, a) for a in avals), tuple(devs), dist
+
+
+def _fast_columns(fast, leaves, devs, dist):
+  """Per leaf, its lanes' values (a list or tuple, one per lane), when the call's leaves have
+  the types of ``fast``'s (``_fast_entry``) and are NumPy arrays, Arrays or ShardedArrays (a
+  pmap result along the same axis over the same devices gives its lanes' values as they are);
+  None otherwise (the general path then decides)."""
+  plan, want, fdevs, fdist = fast
+  if dist is not fdist or len(leaves) != len(want) or tuple(devs) != fdevs:
+    return None
+  lanes, axes, in_keys = plan[1], plan[4], plan[6]
+  get_aval = core.get_aval
+  cols = []
+  for x, aval, a, lkey in zip(leaves, want, axes, in_keys):
+    t = type(x)
+    if t is ShardedArray:
+      xa = x._aval
+      if xa is not aval and xa != aval:
+        return None
+      if a is not None:
+        info = x._lane_info
+        if info is not None and (info[0] is lkey or info[0] == lkey):
+          cols.append(info[1])
+          continue
+    elif t is np.ndarray or t is Array:
+      if get_aval(x) != aval:
+        return None
+    else:
+      return None
+    if a is None:
+      cols.append([lanes.put(k, x) for k in range(len(lanes))])
+    else:
+      cols.append(_pmap_blocks(x, a, lanes))
+  return cols
 
 
 def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None):
@@ -754,15 +843,16 @@ def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist
   mesh = Mesh(np.array(devs, dtype=object), (name,))
   lanes = ProcessLanes(mesh, dist) if multi else Lanes(mesh)
   how = []
+  types: dict = {}        # (equal global types are one object: see _fast_entry)
   for aval, oa in zip(closed.out_avals, api._flatten_axes("pmap out_axes", out_tree, out_axes)):
     if oa is None:
       how.append((None, None, None, None))
       continue
     oa = oa % (aval.ndim + 1)
     sharding = NamedSharding(mesh, PartitionSpec(*([None] * oa + [name])))
+    gaval = aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:])
     how.append((sharding, aval.shape[:oa] + (1,) + aval.shape[oa:],
-                aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:]),
-                _lanes_key(oa, lanes)))
+                types.setdefault(gaval, gaval), _lanes_key(oa, lanes)))
   return Program(closed, _backend_of(devs)), lanes, out_tree, how
 
 
@@ -796,7 +886,6 @@ def _one_index_per_lane(sh, shape, axis, lanes) -> bool:
 
 def _pmap_blocks(x, axis, lanes: Lanes):
   """Per lane, index ``axis`` of ``x`` (the lane's slice, without that axis)."""
-  from ourjax.sharding import ShardedArray
   aval = core.get_aval(x)
   bshape = aval.shape[:axis] + aval.shape[axis + 1:]
   if isinstance(x, ShardedArray) and _one_index_per_lane(x._sharding, aval.shape, axis, lanes):
