@@ -155,6 +155,23 @@ def test_calls_of_one_structure_with_other_types_take_their_own_programs():
       np.testing.assert_array_equal(np.asarray(got_p), np.broadcast_to(na.sum(0), na.shape))
 
 
+def test_calls_with_other_structures_at_the_last_structures_leaves():
+  """The last call's structure is matched by generated code that does not examine its leaf
+  positions: a container there, another key, a list for a tuple are other structures."""
+  from ourjax.tree_util import tree_map
+  f = ourjax.pmap(lambda t: tree_map(lambda v: v * 2 + lax.psum(v, "i"), t), axis_name="i")
+  rng = np.random.default_rng(1)
+  x, y = _x(rng, (N, 2)), _x(rng, (N, 3))
+  calls = [{"a": x, "b": y}, {"a": x, "b": (y, x)}, {"a": x, "c": y}, {"a": x, "b": [y, x]},
+           {"a": x, "b": None}, {"a": (x,), "b": y}, {"a": x, "b": y}]
+  for t in calls * 2:
+    got = f(t)
+    want = tree_map(lambda v: v * 2 + v.sum(0), t)
+    assert ourjax.tree_util.tree_structure(got) == ourjax.tree_util.tree_structure(want)
+    for g, w in zip(ourjax.tree_util.tree_leaves(got), ourjax.tree_util.tree_leaves(want)):
+      np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
+
+
 def test_donated_pmap_results_are_deleted_and_later_results_survive():
   x = np.arange(N * 3, dtype=np.float32).reshape(N, 3)
   ident = ourjax.pmap(lambda v: v, axis_name="i")

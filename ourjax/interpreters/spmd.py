@@ -625,6 +625,7 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   donations: dict = {}      # signature -> its _donation.Donation (None: nothing donated)
   plans: dict = {}          # (tree, global avals, ..., devices) -> _pmap_plan's tuple
   fasts: dict = {}          # (tree, nargs, static values) -> the last such call's _fast_entry
+  last: list = []           # the last call's [key of fasts, its tree's generated flattener]
   fname = getattr(fun, "__name__", "fun")
   from ourjax import distributed
   donate = ((donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums))
@@ -653,19 +654,33 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
                          f"got len(in_axes)={len(in_axes)}, len(args)={nargs}")
       axes_all = tuple(in_axes[i] for i in dyn_idx)
     dyn = tuple(dyn)
-    leaves, tree = tree_flatten(dyn)
     dist = distributed.state()
     devs = list(devices) if devices is not None else api.devices(backend)
     # the signature seen last with this structure: its leaves checked one by one (the same
-    # test as the plan's key: each leaf's type), their lanes' values taken as they are
-    try:
-      fast = fasts.get((tree, nargs, static_vals))
-    except TypeError:         # (an unhashable static argument)
-      fast = None
+    # test as the plan's key: each leaf's type), their lanes' values taken as they are; the
+    # last call's structure is tried first by its generated flattener (_pytree_codegen)
+    leaves = fast = None
+    if last:
+      fkey, flat = last
+      if flat is not None and fkey[1] == nargs and fkey[2] == static_vals:
+        leaves = flat(dyn)
+        if leaves is not None:
+          tree, fast = fkey[0], fasts.get(fkey)
+    generated = leaves is not None
+    if leaves is None:
+      leaves, tree = tree_flatten(dyn)
+      try:
+        fast = fasts.get((tree, nargs, static_vals))
+      except TypeError:         # (an unhashable static argument)
+        fast = None
     cols = _fast_columns(fast, leaves, devs, dist) if fast is not None else None
     if cols is not None:
       plan = fast[0]
+      if not generated:
+        last[:] = [fast[4], fast[5]]
     else:
+      if generated:         # (what stands at its leaf positions was not examined)
+        leaves, tree = tree_flatten(dyn)
       if any(isinstance(x, core.Tracer) for x in leaves):
         # under a transformation: pmap is vmap with a named axis, over no more lanes than
         # there are devices (as when it runs)
@@ -691,7 +706,10 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
         if cacheable:
           plans[pkey] = plan
       if cacheable:
-        fasts[(tree, nargs, static_vals)] = _fast_entry(plan, avals, asked, dist)
+        fkey = (tree, nargs, static_vals)
+        fasts[fkey] = fast = _fast_entry(plan, avals, asked, dist, fkey)
+        last[:] = [fast[4], fast[5]]
+      fast = None
       lanes, axes, in_keys = plan[1], plan[4], plan[6]
       cols = []
       for x, a, lkey in zip(leaves, axes, in_keys):
@@ -716,7 +734,8 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
       for i in donation.deleted:
         if isinstance(leaves[i], Array):
           leaves[i]._delete()
-    return tree_unflatten(out_tree, results)
+    build = fast[6] if fast is not None else None
+    return build(results) if build is not None else tree_unflatten(out_tree, results)
 
   def _leaf_axes(tree, axes_all, dyn):
     return api._flatten_axes("pmap in_axes", tree, tuple(axes_all) if isinstance(
@@ -783,12 +802,16 @@ def _lanes_key(axis, lanes):
   return _LANES_KEYS.setdefault(key, key)
 
 
-def _fast_entry(plan, avals, devs, dist):
+def _fast_entry(plan, avals, devs, dist, key):
   """What ``pmap``'s fast path checks a call against: ``(plan, the leaves' global types,
-  devices asked for, distributed state)``.  A type equal to an output's is that output's
-  object, so that a result passed back is recognised by identity."""
+  devices asked for, distributed state, key, the key's tree's generated flattener, the output
+  tree's generated builder)`` (``_pytree_codegen``; None where it has none).  A type equal to
+  an output's is that output's object, so that a result passed back is recognised by
+  identity."""
+  from ourjax import _pytree_codegen
   outs = {h[2]: h[2] for h in plan[3] if h[2] is not None}
-  return plan, tuple(outs.get(a, a) for a in avals), tuple(devs), dist
+  return (plan, tuple(outs.get(a, a) for a in avals), tuple(devs), dist, key,
+          _pytree_codegen.leaves_of(key[0]), _pytree_codegen.builder(plan[2]))
 
 
 def _fast_columns(fast, leaves, devs, dist):
@@ -796,7 +819,7 @@ def _fast_columns(fast, leaves, devs, dist):
   the types of ``fast``'s (``_fast_entry``) and are NumPy arrays, Arrays or ShardedArrays (a
   pmap result along the same axis over the same devices gives its lanes' values as they are);
   None otherwise (the general path then decides)."""
-  plan, want, fdevs, fdist = fast
+  plan, want, fdevs, fdist = fast[:4]
   if dist is not fdist or len(leaves) != len(want) or tuple(devs) != fdevs:
     return None
   lanes, axes, in_keys = plan[1], plan[4], plan[6]
