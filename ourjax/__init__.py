@@ -44,7 +44,7 @@ from ourjax._named import named_scope, named_call  # noqa: F401,E402
 from ourjax import sharding  # noqa: F401,E402
 from ourjax.sharding import (make_mesh, NamedSharding, P, make_array_from_callback,  # noqa
                              make_array_from_single_device_arrays)
-from ourjax.interpreters.spmd import shard_map  # noqa: F401,E402
+from ourjax.interpreters.shard_map import shard_map  # noqa: F401,E402
 
 
 def __getattr__(name):

@@ -22,6 +22,10 @@ def four_cpu_devices(monkeypatch):
   monkeypatch.setitem(ourjax.config._values, "jax_platforms", "cpu")
 
 
+def _x(rng, shape):
+  return rng.standard_normal(shape).astype(np.float32)
+
+
 def _program(f) -> spmd.Program:
   (entry,) = f._pmap_cache.values()
   return entry[0]
@@ -123,6 +127,49 @@ def test_pmap_results_feed_pmap_along_their_axis_or_another():
   for k, s in enumerate(shards):
     np.testing.assert_array_equal(np.asarray(s.data), want_y[k:k + 1])
   np.testing.assert_array_equal(np.asarray(f(y2)), np.asarray(z))
+
+
+def test_calls_of_one_structure_with_other_types_take_their_own_programs():
+  """A call whose leaves have the structure of the last call but other types (shape, dtype, an
+  Array or a pmap result, over the same devices or others) is run by its own program, and the
+  lanes' values of a result over other devices are not taken as this call's."""
+  f = ourjax.pmap(lambda a, b: (a * 2 + b, lax.psum(a, "i")), axis_name="i")
+  rng = np.random.default_rng(0)
+  a3, a4 = _x(rng, (N, 3)), _x(rng, (N, 4))
+  b3 = _x(rng, (N, 3))
+  ai = np.arange(N * 3, dtype=np.int32).reshape(N, 3)
+  ys = f(a3, b3)[0]                                  # a result over devices 0..N-1, axis 0
+  rev = ourjax.pmap(lambda v: v + 0, axis_name="i", devices=ourjax.devices()[::-1])(a3)
+  sq = _x(rng, (N, N))
+  by_cols = ourjax.pmap(lambda v: v + 0, axis_name="i", in_axes=1, out_axes=1)(sq)
+  cases = [(a3, b3), (a4, a4), (ai, ai), (a3, b3), (ys, b3), (rev, b3),
+           (ourjax.numpy.asarray(a3), b3), (ai, ai.astype(np.float32)), (ys, ys),
+           (sq, sq), (by_cols, sq), (sq, by_cols)]
+  for _ in range(2):
+    for a, b in cases:
+      got_s, got_p = f(a, b)
+      na, nb = np.asarray(a), np.asarray(b)
+      want_s = na * 2 + nb
+      np.testing.assert_array_equal(np.asarray(got_s), want_s)
+      assert got_s.dtype == (np.int32 if nb.dtype == np.int32 else np.float32)
+      np.testing.assert_array_equal(np.asarray(got_p), np.broadcast_to(na.sum(0), na.shape))
+
+
+def test_calls_with_other_structures_at_the_last_structures_leaves():
+  """The last call's structure is matched by generated code that does not examine its leaf
+  positions: a container there, another key, a list for a tuple are other structures."""
+  from ourjax.tree_util import tree_map
+  f = ourjax.pmap(lambda t: tree_map(lambda v: v * 2 + lax.psum(v, "i"), t), axis_name="i")
+  rng = np.random.default_rng(1)
+  x, y = _x(rng, (N, 2)), _x(rng, (N, 3))
+  calls = [{"a": x, "b": y}, {"a": x, "b": (y, x)}, {"a": x, "c": y}, {"a": x, "b": [y, x]},
+           {"a": x, "b": None}, {"a": (x,), "b": y}, {"a": x, "b": y}]
+  for t in calls * 2:
+    got = f(t)
+    want = tree_map(lambda v: v * 2 + v.sum(0), t)
+    assert ourjax.tree_util.tree_structure(got) == ourjax.tree_util.tree_structure(want)
+    for g, w in zip(ourjax.tree_util.tree_leaves(got), ourjax.tree_util.tree_leaves(want)):
+      np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
 
 
 def test_donated_pmap_results_are_deleted_and_later_results_survive():

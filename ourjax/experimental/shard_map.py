@@ -1,2 +1,2 @@
 """``jax.experimental.shard_map.shard_map`` (the same function as ``ourjax.shard_map``)."""
-from ourjax.interpreters.spmd import shard_map  # noqa: F401
+from ourjax.interpreters.shard_map import shard_map  # noqa: F401

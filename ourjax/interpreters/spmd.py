@@ -1,4 +1,5 @@
-"""SPMD execution over several devices: ``pmap`` and ``shard_map``.
+"""SPMD execution over several devices: ``pmap``, and the ``Program`` that ``shard_map``
+(``shard_map.py``) and sharded ``jit`` (``partition.py``) run too.
 
 A function mapped over devices is traced once, for one device, into a *per-device jaxpr* in
 which the collectives (``lax.psum`` & co. over the mapped axes) are primitives
@@ -17,6 +18,12 @@ their kernels.  Calls to jitted functions, custom-derivative functions and check
 bodies hold collectives are inlined first; a ``cond``, ``while`` or ``scan`` whose body holds
 collectives is run step by step, its body again a ``Program``.
 
+A ``pmap`` call whose arguments have the structure and the types of the last call with that
+structure takes a fast path: the structure is matched by generated code
+(``_pytree_codegen``), each leaf's type checked against the plan's, and a pmap result along
+the same axis over the same devices gives its lanes' values as they are (no avals built, no
+key hashed); the results' tree is built by generated code too.
+
 ``Lanes`` is the device set: the devices in mesh order, the mesh axis names and sizes, and the
 communicator; a collective over some axes runs within the *groups* of lanes that differ only
 along those axes.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 
 import numpy as np
 
@@ -156,7 +164,6 @@ class Lanes:
 
   def put(self, lane, value):
     """``value`` (host or device) as an Array on the lane's device."""
-    from ourjax.backends import put_on
     if not isinstance(value, Array):
       value = Array(value)
     if self.platform == "cpu":
@@ -164,6 +171,7 @@ class Lanes:
     buf = value._device_buf
     if buf is not None and type(value) is Array and buf.device.ordinal == self._ordinals[lane]:
       return value
+    from ourjax.backends import put_on
     return put_on(value, self.devices[lane])
 
 
@@ -242,6 +250,16 @@ class _View:
                                               e.out_binders[0].aval.shape)
 
 
+def _getter(slots):
+  """``get(env) -> tuple`` of ``env``'s values at ``slots`` (one C call: ``itemgetter``)."""
+  if len(slots) > 1:
+    return operator.itemgetter(*slots)
+  if slots:
+    s = slots[0]
+    return lambda env: (env[s],)
+  return lambda env: ()
+
+
 class Program:
   """A per-device jaxpr cut into compute segments and collectives (see the module docstring).
   The collectives run in as few rounds as their dependences allow, those of a round over the
@@ -308,6 +326,10 @@ class Program:
       return s
     self._const_slots = [at(v) for v in self.jaxpr.constvars]
     self._in_slots = [at(v) for v in self.jaxpr.invars]
+    lo = self._in_slots[0] if self._in_slots else 0
+    if self._in_slots != list(range(lo, lo + len(self._in_slots))):
+      raise AssertionError("spmd: the inputs' slots are not contiguous")
+    self._in_range = (lo, lo + len(self._in_slots))
     plan = []
     for step in self.steps:
       if isinstance(step, _Compute):
@@ -322,18 +344,21 @@ class Program:
         plan.append((2, step, [at(x) for x in step.inputs], [at(v) for v in step.out_binders]))
     self._steps_plan = plan
     self._out_slots = [at(v) for v in self.jaxpr.outvars]
+    self._get_outs = _getter(self._out_slots)
     # (the outputs that are literals: their lanes' values are NumPy or Python scalars)
     self.literal_outs = {j for j, v in enumerate(self.jaxpr.outvars)
                          if isinstance(v, core.Literal)}
     self._literals = literals
     self._nslots = len(slot)
 
-  def _envs(self, lanes):
-    """Per lane, the slot list with its constants and literals filled in (made once per lane
-    set)."""
+  def _lane_plan(self, lanes):
+    """Per lane set (made once): each lane's slot list with its constants and literals filled
+    in, and the steps with their per-lane callers resolved: ``(0, callers, get_ins, (lo,
+    hi))`` for a compute segment (its arguments gathered by ``get_ins``, its results stored
+    into the slots ``lo:hi``), ``(1, view, slots, None)``, ``(2, eqn, in slots, out slots)``."""
     key = tuple(lanes._ordinals)
-    envs = self._lane_envs.get(key)
-    if envs is None:
+    hit = self._lane_envs.get(key)
+    if hit is None:
       envs = []
       for k in range(len(lanes)):
         env = [None] * self._nslots
@@ -342,28 +367,36 @@ class Program:
         for s, lit in self._literals:
           env[s] = lit.value()
         envs.append(env)
-      self._lane_envs[key] = envs
-    return envs
+      steps = []
+      for kind, step, ins, outs in self._steps_plan:
+        if kind == 0:
+          callers = [step.caller(d) for d in lanes.devices]
+          lo = outs[0] if outs else 0
+          if outs != list(range(lo, lo + len(outs))):
+            raise AssertionError("spmd: a segment's output slots are not contiguous")
+          steps.append((0, callers, _getter(ins), (lo, lo + len(outs))))
+        else:
+          steps.append((kind, step, ins, outs))
+      hit = self._lane_envs[key] = (envs, steps)
+    return hit
 
   def run(self, lanes: Lanes, args_per_lane):
     """Per-lane outputs for per-lane arguments (lists of Arrays).  Each step runs on the lanes
     in turn: on GPUs a call only enqueues work on its device's stream, so the devices compute
     at once.  (One host thread per GPU was measured slower on 2 and 4 H100s: the Python
     between driver calls holds the GIL.)"""
-    n = len(lanes)
-    envs = [e.copy() for e in self._envs(lanes)]
-    in_slots = self._in_slots
-    for env, args in zip(envs, args_per_lane):
-      for s, a in zip(in_slots, args):
-        env[s] = a
-    devices = lanes.devices
-    for kind, step, ins, outs in self._steps_plan:
+    envs0, steps = self._lane_plan(lanes)
+    lo, hi = self._in_range
+    envs = []
+    for env, args in zip(envs0, args_per_lane):
+      env = env.copy()
+      env[lo:hi] = args
+      envs.append(env)
+    for kind, step, ins, outs in steps:
       if kind == 0:
-        for k in range(n):
-          env = envs[k]
-          res = step.caller(devices[k])([env[s] for s in ins])
-          for s, r in zip(outs, res):
-            env[s] = r
+        olo, ohi = outs
+        for env, call in zip(envs, step):
+          env[olo:ohi] = call(ins(env))
       elif kind == 1:
         for env in envs:
           step.run(env, ins)
@@ -372,8 +405,11 @@ class Program:
         for env, rs in zip(envs, res):
           for s, r in zip(outs, rs):
             env[s] = r
-    out_slots = self._out_slots
-    return [[env[s] for s in out_slots] for env in envs]
+    get, nslots = self._get_outs, self._nslots
+    for env in envs:          # (a slice stored with another length would shift the slots)
+      if len(env) != nslots:
+        raise AssertionError("spmd: a step returned another number of values than planned")
+    return [list(get(env)) for env in envs]
 
 
 def _without_lone_reductions(jaxpr: core.Jaxpr) -> core.Jaxpr:
@@ -598,7 +634,10 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   cache: dict = {}
   donations: dict = {}      # signature -> its _donation.Donation (None: nothing donated)
   plans: dict = {}          # (tree, global avals, ..., devices) -> _pmap_plan's tuple
+  fasts: dict = {}          # (tree, nargs, static values) -> the last such call's _fast_entry
+  last: list = []           # the last call's [key of fasts, its tree's generated flattener]
   fname = getattr(fun, "__name__", "fun")
+  from ourjax import distributed
   donate = ((donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums))
 
   @functools.wraps(fun)
@@ -625,56 +664,88 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
                          f"got len(in_axes)={len(in_axes)}, len(args)={nargs}")
       axes_all = tuple(in_axes[i] for i in dyn_idx)
     dyn = tuple(dyn)
-    leaves, tree = tree_flatten(dyn)
-    if any(isinstance(x, core.Tracer) for x in leaves):
-      # under a transformation: pmap is vmap with a named axis, over no more lanes than there
-      # are devices (as when it runs)
-      axes = _leaf_axes(tree, axes_all, dyn)
-      sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
-      n = max(sizes) if sizes else axis_size
-      devs = list(devices) if devices is not None else api.devices(backend)
-      if n is not None and n > len(devs):
-        raise ValueError(f"compiling computation that requires {n} logical devices, but only "
-                         f"{len(devs)} XLA devices are available (num_replicas={n})")
-      return api.vmap(_caller(args, dyn_idx), in_axes=axes_all, out_axes=out_axes,
-                      axis_name=name, axis_size=axis_size)(*dyn)
-    from ourjax import distributed
     dist = distributed.state()
     devs = list(devices) if devices is not None else api.devices(backend)
-    if dist is not None and dist.num_processes > 1 and devices is None:
-      from ourjax import backends
-      devs = distributed._local_devices(dist, backends)
-    avals = tuple(core.get_aval(x) for x in leaves)
-    cacheable = all(_hashable(v) for _, v in static_vals)
-    pkey = (tree, avals, nargs, static_vals, tuple(devs), dist) if cacheable else None
-    plan = plans.get(pkey) if cacheable else None
-    if plan is None:
-      plan = _pmap_plan(tree, avals, _leaf_axes(tree, axes_all, dyn), devs, dist, nargs,
-                        dyn_idx, dyn, static_vals, cacheable, _caller(args, dyn_idx))
+    # the signature seen last with this structure: its leaves checked one by one (the same
+    # test as the plan's key: each leaf's type), their lanes' values taken as they are; the
+    # last call's structure is tried first by its generated flattener (_pytree_codegen)
+    leaves = fast = None
+    if last:
+      fkey, flat = last
+      if flat is not None and fkey[1] == nargs and fkey[2] == static_vals:
+        leaves = flat(dyn)
+        if leaves is not None:
+          tree, fast = fkey[0], fasts.get(fkey)
+    generated = leaves is not None
+    if leaves is None:
+      leaves, tree = tree_flatten(dyn)
+      try:
+        fast = fasts.get((tree, nargs, static_vals))
+      except TypeError:         # (an unhashable static argument)
+        fast = None
+    cols = _fast_columns(fast, leaves, devs, dist) if fast is not None else None
+    if cols is not None:
+      plan = fast[0]
+      if not generated:
+        last[:] = [fast[4], fast[5]]
+    else:
+      if generated:         # (what stands at its leaf positions was not examined)
+        leaves, tree = tree_flatten(dyn)
+      if any(isinstance(x, core.Tracer) for x in leaves):
+        # under a transformation: pmap is vmap with a named axis, over no more lanes than
+        # there are devices (as when it runs)
+        axes = _leaf_axes(tree, axes_all, dyn)
+        sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
+        n = max(sizes) if sizes else axis_size
+        if n is not None and n > len(devs):
+          raise ValueError(f"compiling computation that requires {n} logical devices, but "
+                           f"only {len(devs)} XLA devices are available (num_replicas={n})")
+        return api.vmap(_caller(args, dyn_idx), in_axes=axes_all, out_axes=out_axes,
+                        axis_name=name, axis_size=axis_size)(*dyn)
+      asked = devs
+      if dist is not None and dist.num_processes > 1 and devices is None:
+        from ourjax import backends
+        devs = distributed._local_devices(dist, backends)
+      avals = tuple(core.get_aval(x) for x in leaves)
+      cacheable = all(_hashable(v) for _, v in static_vals)
+      pkey = (tree, avals, nargs, static_vals, tuple(devs), dist) if cacheable else None
+      plan = plans.get(pkey) if cacheable else None
+      if plan is None:
+        plan = _pmap_plan(tree, avals, _leaf_axes(tree, axes_all, dyn), devs, dist, nargs,
+                          dyn_idx, dyn, static_vals, cacheable, _caller(args, dyn_idx))
+        if cacheable:
+          plans[pkey] = plan
       if cacheable:
-        plans[pkey] = plan
+        fkey = (tree, nargs, static_vals)
+        fasts[fkey] = fast = _fast_entry(plan, avals, asked, dist, fkey)
+        last[:] = [fast[4], fast[5]]
+      fast = None
+      lanes, axes, in_keys = plan[1], plan[4], plan[6]
+      cols = []
+      for x, a, lkey in zip(leaves, axes, in_keys):
+        if a is None:
+          cols.append([lanes.put(k, x) for k in range(len(lanes))])
+        else:
+          vals = x._lanes(lkey) if type(x) is ShardedArray else None
+          cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes))
     program, lanes, out_tree, outs_how, axes, donation, in_keys = plan
-    cols = []
-    for x, a, lkey in zip(leaves, axes, in_keys):
-      if a is None:
-        cols.append([lanes.put(k, x) for k in range(len(lanes))])
-      else:
-        vals = x._lanes(lkey) if type(x) is ShardedArray else None
-        cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes))
     outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
     results = []
     literal = program.literal_outs
-    for j, (sharding, bshape, gaval, lkey) in enumerate(outs_how):
+    from_lanes = ShardedArray._from_lanes
+    for j, (vals, (sharding, bshape, gaval, lkey)) in enumerate(zip(zip(*outs), outs_how)):
       if sharding is None:
-        results.append(outs[0][j])
+        results.append(vals[0])
       else:
-        vals = [Array(o[j]) for o in outs] if j in literal else [o[j] for o in outs]
-        results.append(ShardedArray._from_lanes(vals, lkey, bshape, sharding, gaval))
+        if literal and j in literal:
+          vals = [Array(v) for v in vals]
+        results.append(from_lanes(vals, lkey, bshape, sharding, gaval))
     if donation:
       for i in donation.deleted:
         if isinstance(leaves[i], Array):
           leaves[i]._delete()
-    return tree_unflatten(out_tree, results)
+    build = fast[6] if fast is not None else None
+    return build(results) if build is not None else tree_unflatten(out_tree, results)
 
   def _leaf_axes(tree, axes_all, dyn):
     return api._flatten_axes("pmap in_axes", tree, tuple(axes_all) if isinstance(
@@ -731,9 +802,60 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
   return pmapped
 
 
+_LANES_KEYS: dict = {}
+
+
 def _lanes_key(axis, lanes):
-  """The key of the lanes' values of a pmap result mapped along ``axis`` over ``lanes``."""
-  return (axis, lanes.platform, tuple(lanes._ordinals))
+  """The key of the lanes' values of a pmap result mapped along ``axis`` over ``lanes`` (one
+  object per value: a pmap's fast path compares them by identity first)."""
+  key = (axis, lanes.platform, tuple(lanes._ordinals))
+  return _LANES_KEYS.setdefault(key, key)
+
+
+def _fast_entry(plan, avals, devs, dist, key):
+  """What ``pmap``'s fast path checks a call against: ``(plan, the leaves' global types,
+  devices asked for, distributed state, key, the key's tree's generated flattener, the output
+  tree's generated builder)`` (``_pytree_codegen``; None where it has none).  A type equal to
+  an output's is that output's object, so that a result passed back is recognised by
+  identity."""
+  from ourjax import _pytree_codegen
+  outs = {h[2]: h[2] for h in plan[3] if h[2] is not None}
+  return (plan, tuple(outs.get(a, a) for a in avals), tuple(devs), dist, key,
+          _pytree_codegen.leaves_of(key[0]), _pytree_codegen.builder(plan[2]))
+
+
+def _fast_columns(fast, leaves, devs, dist):
+  """Per leaf, its lanes' values (a list or tuple, one per lane), when the call's leaves have
+  the types of ``fast``'s (``_fast_entry``) and are NumPy arrays, Arrays or ShardedArrays (a
+  pmap result along the same axis over the same devices gives its lanes' values as they are);
+  None otherwise (the general path then decides)."""
+  plan, want, fdevs, fdist = fast[:4]
+  if dist is not fdist or len(leaves) != len(want) or tuple(devs) != fdevs:
+    return None
+  lanes, axes, in_keys = plan[1], plan[4], plan[6]
+  get_aval = core.get_aval
+  cols = []
+  for x, aval, a, lkey in zip(leaves, want, axes, in_keys):
+    t = type(x)
+    if t is ShardedArray:
+      xa = x._aval
+      if xa is not aval and xa != aval:
+        return None
+      if a is not None:
+        info = x._lane_info
+        if info is not None and (info[0] is lkey or info[0] == lkey):
+          cols.append(info[1])
+          continue
+    elif t is np.ndarray or t is Array:
+      if get_aval(x) != aval:
+        return None
+    else:
+      return None
+    if a is None:
+      cols.append([lanes.put(k, x) for k in range(len(lanes))])
+    else:
+      cols.append(_pmap_blocks(x, a, lanes))
+  return cols
 
 
 def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None):
@@ -754,15 +876,16 @@ def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist
   mesh = Mesh(np.array(devs, dtype=object), (name,))
   lanes = ProcessLanes(mesh, dist) if multi else Lanes(mesh)
   how = []
+  types: dict = {}        # (equal global types are one object: see _fast_entry)
   for aval, oa in zip(closed.out_avals, api._flatten_axes("pmap out_axes", out_tree, out_axes)):
     if oa is None:
       how.append((None, None, None, None))
       continue
     oa = oa % (aval.ndim + 1)
     sharding = NamedSharding(mesh, PartitionSpec(*([None] * oa + [name])))
+    gaval = aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:])
     how.append((sharding, aval.shape[:oa] + (1,) + aval.shape[oa:],
-                aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:]),
-                _lanes_key(oa, lanes)))
+                types.setdefault(gaval, gaval), _lanes_key(oa, lanes)))
   return Program(closed, _backend_of(devs)), lanes, out_tree, how
 
 
@@ -796,7 +919,6 @@ def _one_index_per_lane(sh, shape, axis, lanes) -> bool:
 
 def _pmap_blocks(x, axis, lanes: Lanes):
   """Per lane, index ``axis`` of ``x`` (the lane's slice, without that axis)."""
-  from ourjax.sharding import ShardedArray
   aval = core.get_aval(x)
   bshape = aval.shape[:axis] + aval.shape[axis + 1:]
   if isinstance(x, ShardedArray) and _one_index_per_lane(x._sharding, aval.shape, axis, lanes):
@@ -811,154 +933,3 @@ def _pmap_blocks(x, axis, lanes: Lanes):
   return [lanes.put(k, Array._from_result(copy(host[k], order="C"), baval))
           for k in range(len(lanes))]
 
-
-# ------------------------------------------------------------------------------------------------
-# shard_map
-
-
-def _spec_leaves(specs, values, what):
-  """``specs`` (a tree prefix of ``values`` whose leaves are PartitionSpecs or None) as one
-  entry per leaf of ``values``."""
-  from ourjax.sharding import PartitionSpec
-  from ourjax._pytree import broadcast_prefix
-  try:
-    return broadcast_prefix(specs, values, lambda x: x is None or isinstance(x, PartitionSpec))
-  except Exception as e:
-    raise ValueError(f"shard_map {what} must be a tree prefix of the corresponding value: "
-                     f"{e}") from None
-
-
-def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=frozenset(),
-              check_vma: bool = True, check_rep: bool | None = None, auto=frozenset()):
-  """Map ``f`` over the blocks of its arguments on ``mesh``: each device runs ``f`` on its own
-  block (as ``in_specs`` splits the arguments), collectives over mesh axis names communicate,
-  and the per-device results are put together as ``out_specs`` says (a mesh axis an out spec
-  does not name means the result is the same along it)."""
-  if f is None:
-    return lambda g: shard_map(g, out_specs=out_specs, in_specs=in_specs, mesh=mesh,
-                               axis_names=axis_names, check_vma=check_vma)
-  from ourjax.sharding import Mesh, NamedSharding, PartitionSpec, current_mesh
-  cache: dict = {}
-
-  @functools.wraps(f)
-  def mapped(*args):
-    m = mesh if mesh is not None else current_mesh()
-    if not isinstance(m, Mesh):
-      raise ValueError("shard_map needs a mesh: pass mesh=... or call it inside `with mesh:`")
-    leaves, tree = tree_flatten(args)
-    specs = _spec_leaves(in_specs if in_specs is not None else PartitionSpec(), args,
-                         "in_specs")
-    specs = tuple(PartitionSpec() if s is None else s for s in specs)
-    avals = tuple(core.get_aval(x) for x in leaves)
-    if any(isinstance(x, core.Tracer) for x in leaves):
-      for a, s in zip(avals, specs):
-        NamedSharding(m, s)._blocks(a.shape)     # checks divisibility
-      return _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs)
-    key = (tree, avals, specs, m)
-    entry = cache.get(key)
-    if entry is None:
-      entry = cache[key] = _shard_map_entry(f, m, tree, avals, specs, out_specs)
-    program, lanes, in_shardings, out_tree, outs_how = entry
-    per_arg = [_blocks_of(x, sh, lanes) for x, sh in zip(leaves, in_shardings)]
-    outs = program.run(lanes, [[blocks[k] for blocks in per_arg] for k in range(len(lanes))])
-    return tree_unflatten(out_tree, [
-        _assemble([outs[k][j] for k in range(len(lanes))], sh, gaval)
-        for j, (sh, gaval) in enumerate(outs_how)])
-  return mapped
-
-
-def _shard_map_entry(f, m, tree, avals, specs, out_specs):
-  """What a shard_map signature needs on every call: the program, the lanes, the arguments'
-  shardings, the output pytree and, per output, its sharding and global type."""
-  from ourjax.sharding import NamedSharding, PartitionSpec
-  in_shardings = [NamedSharding(m, s) for s in specs]
-  block_avals = [a.update(shape=sh.shard_shape(a.shape)) for a, sh in zip(avals, in_shardings)]
-  closed, out_tree = _trace_per_device(f, tree, block_avals, dict(m.shape),
-                                       f"shard_map({getattr(f, '__name__', 'f')})")
-  ospecs = _spec_leaves(out_specs, tree_unflatten(out_tree, list(closed.out_avals)),
-                        "out_specs")
-  how = []
-  for aval, spec in zip(closed.out_avals, ospecs):
-    spec = PartitionSpec() if spec is None else spec
-    gshape = tuple(s * int(np.prod([m.shape[n] for n in ax], dtype=np.int64))
-                   for s, ax in zip(aval.shape, spec._axes(aval.ndim)))
-    how.append((NamedSharding(m, spec), aval.update(shape=gshape)))
-  lanes = Lanes(m)
-  return (Program(closed, _backend_of(lanes.devices)), lanes, in_shardings, out_tree, how)
-
-
-def _shard_map_by_vmap(f, m, args, tree, leaves, specs, out_specs):
-  """shard_map by its definition, for tracers: the blocks stacked along the mesh axes and
-  ``f`` vmapped over them with the mesh axis names."""
-  from ourjax import lax
-  from ourjax.sharding import PartitionSpec
-  names, sizes = m.axis_names, m.axis_sizes
-
-  def split(x, spec):
-    # [d0, d1, ...] -> [*mesh axes, block...]: each dim split by its mesh axes (major first)
-    aval = core.get_aval(x)
-    dim_axes = spec._axes(aval.ndim)
-    shape, pos = [], {}
-    for d, axes in enumerate(dim_axes):
-      for n in axes:
-        pos[n] = len(shape)
-        shape.append(m.shape[n])
-      shape.append(aval.shape[d] // int(np.prod([m.shape[n] for n in axes], dtype=np.int64)))
-    x = lax.reshape(x, tuple(shape))
-    # move the named mesh axes to the front in mesh order; unnamed ones are broadcast
-    order = [pos[n] for n in names if n in pos]
-    rest = [i for i in range(len(shape)) if i not in order]
-    x = lax.transpose(x, tuple(order + rest))
-    return x, [n in pos for n in names]
-
-  splits = [split(x, s) for x, s in zip(leaves, specs)]
-  out_tree_cell = []
-
-  def per_block(*blocks):
-    out_leaves, out_tree = tree_flatten(f(*tree_unflatten(tree, list(blocks))))
-    out_tree_cell.append(out_tree)
-    return out_leaves
-
-  fn = per_block
-  # vmap innermost over the last mesh axis; every value carries its mapped axes in front
-  for i in reversed(range(len(names))):
-    in_ax = [0 if mapped[i] else None for _, mapped in splits]
-    fn = _vmap_level(fn, in_ax, names[i], sizes[i])
-  outs = fn(*[x for x, _ in splits])
-  out_tree = out_tree_cell[-1]
-  ospecs = _spec_leaves(out_specs, tree_unflatten(out_tree, outs), "out_specs")
-  results = []
-  for o, spec in zip(outs, ospecs):
-    spec = PartitionSpec() if spec is None else spec
-    # o: [*mesh axes in order, block...]
-    blk_nd = core.get_aval(o).ndim - len(names)
-    dim_axes = spec._axes(blk_nd)
-    named = {n for axes in dim_axes for n in axes}
-    for i in reversed(range(len(names))):     # replicated along unnamed mesh axes: take one
-      if names[i] not in named:
-        o = lax.squeeze(lax.slice_in_dim(o, 0, 1, axis=i), (i,))
-    kept = [n for n in names if n in named]
-    # bring each block dim's mesh axes just before it, then merge
-    perm = []
-    nk = len(kept)
-    for d, axes in enumerate(dim_axes):
-      perm.extend(kept.index(n) for n in axes)
-      perm.append(nk + d)
-    o = lax.transpose(o, tuple(perm))
-    bshape = core.get_aval(o).shape
-    merged, i = [], 0
-    for d, axes in enumerate(dim_axes):
-      k = len(axes)
-      merged.append(int(np.prod(bshape[i:i + k + 1], dtype=np.int64)))
-      i += k + 1
-    results.append(lax.reshape(o, tuple(merged)))
-  return tree_unflatten(out_tree, results)
-
-
-def _vmap_level(fn, in_axes, name, size):
-  from ourjax import api
-
-  def level(*xs):
-    return api.vmap(fn, in_axes=tuple(in_axes), out_axes=0, axis_name=name,
-                    axis_size=size)(*xs)
-  return level
