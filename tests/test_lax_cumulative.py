@@ -231,3 +231,16 @@ def test_cumlogsumexp_of_an_empty_array(shape, axis, dt):
     assert got.shape == shape and got.dtype == dt
   with pytest.raises(ValueError, match="out of bounds"):
     ourjax.lax.cumlogsumexp(x, axis=2)
+
+
+def test_cumsum_of_negative_zeros_is_positive_zero_eagerly_and_compiled():
+  """XLA's sums start from +0, so -0.0 accumulates to +0.0 (JAX's eager and jitted cumsum); the
+  sign shows through arctan2, whose result at (-0, +0) and (-0, -0) differs by pi."""
+  import ourjax.numpy as jnp
+  x = np.array([-0.0, 0.0, -0.0, 1.0], np.float32)
+  for fn in (jnp.cumsum, ourjax.jit(jnp.cumsum)):
+    got = np.asarray(fn(x))
+    np.testing.assert_array_equal(got, [0.0, 0.0, 0.0, 1.0])
+    assert not np.signbit(got[:3]).any()
+    np.testing.assert_array_equal(np.signbit(np.asarray(jnp.arctan2(x, fn(x)))),
+                                  [True, False, True, False])

@@ -153,6 +153,8 @@ def _accumulate(ufunc):
       x = np.flip(x, axis)
     with np.errstate(all="ignore"):
       out = ufunc.accumulate(x, axis=axis, dtype=x.dtype) if x.size else x.copy()
+      if ufunc is np.add and x.dtype.kind in "fc":
+        out = out + x.dtype.type(0)   # (XLA's sums start from +0: -0.0 sums to +0.0, as JAX)
     if reverse:
       out = np.flip(out, axis)
     return np.ascontiguousarray(out).astype(dt)
