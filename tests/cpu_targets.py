@@ -1,8 +1,21 @@
-"""Tests that run code generated for another x86-64 CPU (``OURJAX_CPU``) in a child process:
-whether this host can run it."""
+"""CPU-backend test helpers: whether this host can run code generated for another x86-64 CPU
+(``OURJAX_CPU``, tested in a child process), and ``cpu_default``, a module fixture that makes
+the CPU the default backend even on a host whose default is a GPU (import it into a test
+module: it is autouse)."""
 import platform
 
 import pytest
+
+from ourjax.config import config
+
+
+@pytest.fixture(autouse=True, scope="module")
+def cpu_default():
+  """The CPU backend as the default, even on a host whose default is a GPU."""
+  old = config.jax_platforms
+  config.update("jax_platforms", "cpu")
+  yield
+  config.update("jax_platforms", old)
 
 
 def skip_unless_host_runs(flag):

@@ -6,24 +6,16 @@ import math
 import re
 
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
 from ourjax.backends.llvm import emitter as E
-from ourjax.config import config
 from ourjax.lowering import hlo
+from cpu_targets import cpu_default  # noqa: F401  (autouse: the CPU as the default backend)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cpu_default():
-  """The CPU backend's concatenation kernels, even on a host whose default is a GPU."""
-  old = config.jax_platforms
-  config.update("jax_platforms", "cpu")
-  yield
-  config.update("jax_platforms", old)
 
 
 def _kernel_kinds(fn, *args):

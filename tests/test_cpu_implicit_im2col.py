@@ -20,16 +20,9 @@ from hypothesis import given, settings, strategies as st
 import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
-from ourjax.config import config
+from cpu_targets import cpu_default  # noqa: F401  (autouse: the CPU as the default backend)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cpu_default():
-  """The CPU backend, even on a host whose default is a GPU."""
-  old = config.jax_platforms
-  config.update("jax_platforms", "cpu")
-  yield
-  config.update("jax_platforms", old)
 
 
 def _padded(x, padding):

@@ -13,18 +13,11 @@ from hypothesis import given, settings, strategies as st
 import ourjax
 import ourjax.numpy as jnp
 from ourjax.backends.cpu import backend as cpu
-from ourjax.config import config
 from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Module, Shape, scalar_computation
+from cpu_targets import cpu_default  # noqa: F401  (autouse: the CPU as the default backend)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cpu_default():
-  """The CPU backend, even on a host whose default is a GPU."""
-  old = config.jax_platforms
-  config.update("jax_platforms", "cpu")
-  yield
-  config.update("jax_platforms", old)
 
 
 def _llvm_ir(f, *args):

@@ -10,15 +10,9 @@ import pytest
 import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
-from ourjax.config import config
+from cpu_targets import cpu_default  # noqa: F401  (autouse: the CPU as the default backend)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cpu_default():
-  old = config.jax_platforms
-  config.update("jax_platforms", "cpu")
-  yield
-  config.update("jax_platforms", old)
 
 
 def _loop_copies(f, *args):

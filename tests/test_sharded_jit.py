@@ -11,17 +11,7 @@ from ourjax import lax
 from ourjax.interpreters import partition
 from ourjax.sharding import NamedSharding, PartitionSpec as P
 
-N = 4
-
-
-@pytest.fixture(autouse=True)
-def four_cpu_devices(monkeypatch):
-  monkeypatch.setenv("OURJAX_NUM_CPU_DEVICES", str(N))
-  monkeypatch.setitem(ourjax.config._values, "jax_platforms", "cpu")
-
-
-def _x(rng, shape):
-  return rng.standard_normal(shape).astype(np.float32)
+from cpu_devices import N, four_cpu_devices, random_f32 as _x  # noqa: F401,E402  (autouse)
 
 
 def _mlp_params(rng):

@@ -13,19 +13,7 @@ import ourjax.numpy as jnp
 from ourjax import lax
 from ourjax.sharding import Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
-N = 4
-
-
-@pytest.fixture(autouse=True)
-def four_cpu_devices(monkeypatch):
-  monkeypatch.setenv("OURJAX_NUM_CPU_DEVICES", str(N))
-  # (the CPU devices also where a GPU is present: the flag is read at import, not from the
-  # environment now)
-  monkeypatch.setitem(ourjax.config._values, "jax_platforms", "cpu")
-
-
-def _x(rng, shape):
-  return rng.standard_normal(shape).astype(np.float32)
+from cpu_devices import N, four_cpu_devices, random_f32 as _x  # noqa: F401,E402  (autouse)
 
 
 shapes = st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple)
