@@ -36,7 +36,8 @@ import math
 import llvmlite.ir as ir
 import numpy as np
 
-from ourjax.backends.cuda.codegen import GpuKernel, barrier, shared_array, shared_ptr, shfl_bfly, sreg64
+from ourjax.backends.cuda.codegen import (GpuKernel, barrier, launch_bounds, shared_array,
+                                          shared_ptr, shfl_bfly, sreg64)
 from ourjax.backends.cuda.dots import _asm, _mma, _saddr, _tf32_allowed
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
@@ -198,11 +199,7 @@ class FlashAttention(GpuKernel):
   def emit_gpu(self, module):
     fn = super().emit_gpu(module)
     # ptxas keeps the registers low enough for MIN_BLOCKS blocks an SM (latency hiding)
-    i32 = lambda n: ir.Constant(I32, n)  # noqa: E731
-    for key, val in (("maxntidx", self.THREADS), ("minctasm", MIN_BLOCKS)):
-      module.add_named_metadata("nvvm.annotations",
-                                module.add_metadata([fn, ir.MetaDataString(module, key),
-                                                     i32(val)]))
+    launch_bounds(module, fn, self.THREADS, MIN_BLOCKS)
     return fn
 
   def gpu_body(self, b, ptr):
@@ -288,13 +285,12 @@ class FlashAttention(GpuKernel):
         src = b.add(base, b.add(b.mul(b.select(ok, key, i64(0)), i64(width)), e))
         dst = shared_ptr(b, S, b.trunc(b.select(ok_ch, b.add(b.mul(r, i64(ld)), e), i64(0)),
                                        I32))
-        if BK * per_row % T:
+        nbytes = b.select(ok, ir.Constant(I32, 16), ir.Constant(I32, 0))
+        if BK * per_row % T:       # (the last round's spare threads copy nothing)
           with b.if_then(ok_ch):
-            copy16(dst, b.gep(G, [src], inbounds=True), b.select(ok, ir.Constant(I32, 16),
-                                                                   ir.Constant(I32, 0)))
+            copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
         else:
-          copy16(dst, b.gep(G, [src], inbounds=True), b.select(ok, ir.Constant(I32, 16),
-                                                                 ir.Constant(I32, 0)))
+          copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
 
     def ks(row, col):
       return b.load(shared_ptr(b, Ks, b.trunc(b.add(b.mul(row, i64(ldk)), col), I32)))
@@ -367,12 +363,14 @@ class FlashAttention(GpuKernel):
       with b.if_then(b.icmp_unsigned("<", nxt, NT)):
         issue(nxt, Ks, Kp, k_base, D, ldk)
       commit()
+      # the key of S[ni][e]: column 8ni + 2t + e % 2 of tile j
+      first = b.add(b.mul(j, i64(BK)), b.mul(t, i64(2)))
+      keys = [[b.add(first, i64(8 * ni + e % 2)) for e in range(4)] for ni in range(NI)]
       if self.scores is not None:   # masks, biases: f(scores) at (batch..., row, key)
-        first = b.mul(j, i64(BK))
         sdims = tuple(self.q.dims[:-1]) + (Tk,)
         for ni in range(NI):
           for e in range(4):
-            col = b.add(first, b.add(b.mul(t, i64(2)), i64(8 * ni + e % 2)))
+            col = keys[ni][e]
             col = b.select(b.icmp_unsigned("<", col, i64(Tk)), col, i64(Tk - 1))
             idx = Index(b, sdims, multi=bmulti + [clamped[e // 2], col])
             em.push_scope()
@@ -380,11 +378,9 @@ class FlashAttention(GpuKernel):
             S[ni][e] = b.fmul(em.value(self.scores.root, idx), ir.Constant(F, log2e))
             em.pop_scope()
       if Tk % BK:     # keys past Tk (the last tile's zero rows) take no part
-        first = b.mul(j, i64(BK))
         for ni in range(NI):
           for e in range(4):
-            col = b.add(first, b.add(b.mul(t, i64(2)), i64(8 * ni + e % 2)))
-            S[ni][e] = b.select(b.icmp_unsigned("<", col, i64(Tk)), S[ni][e], ninf)
+            S[ni][e] = b.select(b.icmp_unsigned("<", keys[ni][e], i64(Tk)), S[ni][e], ninf)
       # online softmax, row h's values are S[ni][2h], S[ni][2h+1]
       for h in range(2):
         mx = S[0][2 * h]

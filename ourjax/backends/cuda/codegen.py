@@ -252,6 +252,16 @@ def shfl_bfly(b, word, lanemask: int):
                      ir.Constant(I32, 0x1F)])
 
 
+def launch_bounds(module: ir.Module, fn, threads: int, min_blocks: int | None = None) -> None:
+  """Tell ptxas the block size (``.maxntid``), so that it keeps the registers per thread low
+  enough for blocks of ``threads``, and with ``min_blocks`` how many blocks an SM must hold
+  (``.minnctapersm``: registers held to what that many leave)."""
+  for key, val in (("maxntidx", threads), ("minctasm", min_blocks)):
+    if val is not None:
+      module.add_named_metadata("nvvm.annotations", module.add_metadata(
+          [fn, ir.MetaDataString(module, key), ir.Constant(I32, int(val))]))
+
+
 def shared_array(mod, elem, n: int, name: str, align: int = 16):
   ty = ir.ArrayType(elem, n)
   gv = ir.GlobalVariable(mod, ty, name, addrspace=3)

@@ -53,7 +53,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.codegen import (DeviceInfo, GpuKernel, Threaded, _grid_for,
-                                          _pow2_at_least, barrier, sreg, sreg64)
+                                          _pow2_at_least, barrier, launch_bounds, sreg,
+                                          sreg64)
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I1, I32, I64, Emitter, ForLoop, Index, i64
@@ -94,13 +95,6 @@ def _dynamic_shared(mod: ir.Module, name: str):
     gv.linkage = "external"
     gv.align = 16
   return gv
-
-
-def _max_threads(module: ir.Module, fn, threads: int) -> None:
-  """Tell ptxas the block size (``.maxntid``), so that it keeps the registers per thread low
-  enough for blocks of ``threads``."""
-  md = module.add_metadata([fn, ir.MetaDataString(module, "maxntidx"), _i32(threads)])
-  module.add_named_metadata("nvvm.annotations", md)
 
 
 def _i32(v: int) -> ir.Constant:
@@ -239,7 +233,7 @@ class GpuSort(GpuKernel):
 
   def emit_gpu(self, module):
     fn = super().emit_gpu(module)
-    _max_threads(module, fn, self.T)
+    launch_bounds(module, fn, self.T)
     return fn
 
   def gpu_body(self, b, ptr):

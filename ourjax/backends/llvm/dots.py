@@ -236,19 +236,22 @@ def _narrow_float_dot(dot) -> bool:
   return spec.ok and spec.M * spec.N * spec.K >= 4096 and spec.K > 0 and spec.N >= 8
 
 
-def dot_chunks(spec: DotSpec, threads: int) -> int:
-  """The pieces a parallel dot (``DotKernel``) is cut into.  A dot of at least as many batch
-  entries as threads is cut into whole entries (nothing is packed twice), pieces of at least
-  ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Any other on the packed GEMM
-  gets a piece per thread (as work allows: pieces of at least ``DOT_SPLIT_WORK``): the GEMM
-  cuts C into a grid of blocks whose packing is each block's own rows of A and columns of B
-  (``gemm.py``), so more pieces cost little extra packing; the register-blocked kernel for other layouts cuts rows only, each
-  piece reading all of B, so it keeps to ``1 + max(M, N) / 320`` pieces (the extra reads under
-  a tenth of the products).  Never fewer than 2 (4 past 2^28 multiply-adds): pieces beyond the
-  threads measured up to 6% slower on 2 cores.  The GEMM's results do not depend on how it is
-  cut, so neither do they on the host's threads; its per-piece scratch (``dot_scratch_bytes``)
-  is sized for this count."""
+def dot_pieces(spec: DotSpec, threads: int) -> int:
+  """How many pieces (each with its own scratch, ``dot_scratch_bytes``) a ``DotKernel`` of
+  ``spec`` runs as: one unless its work reaches ``PARALLEL_MIN_WORK``.  A dot of at least as
+  many batch entries as threads is cut into whole entries (nothing is packed twice), pieces of
+  at least ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Any other on the
+  packed GEMM gets a piece per thread (as work allows: pieces of at least ``DOT_SPLIT_WORK``):
+  the GEMM cuts C into a grid of blocks whose packing is each block's own rows of A and
+  columns of B (``gemm.py``), so more pieces cost little extra packing; the register-blocked
+  kernel for other layouts cuts rows only, each piece reading all of B, so it keeps to
+  ``1 + max(M, N) / 320`` pieces (the extra reads under a tenth of the products).  Never fewer
+  than 2 (4 past 2^28 multiply-adds): pieces beyond the threads measured up to 6% slower on 2
+  cores.  The GEMM's results do not depend on how it is cut, so neither do they on the host's
+  threads."""
   work = spec.B * spec.M * spec.N * spec.K
+  if work < PARALLEL_MIN_WORK:
+    return 1
   by_work = work // DOT_PIECE_WORK
   gemm_ok = _gemm_layout_ok(spec)
   if spec.B >= 2 and (spec.B >= threads or not gemm_ok):
@@ -257,12 +260,6 @@ def dot_chunks(spec: DotSpec, threads: int) -> int:
   if gemm_ok:
     return max(few, min(MAX_CHUNKS, threads, work // DOT_SPLIT_WORK))
   return max(few, min(MAX_CHUNKS, threads, 1 + max(spec.M, spec.N) // 320, by_work))
-
-
-def dot_pieces(spec: DotSpec, threads: int) -> int:
-  """How many pieces (each with its own scratch) a ``DotKernel`` of ``spec`` runs as."""
-  parallel = spec.B * spec.M * spec.N * spec.K >= PARALLEL_MIN_WORK
-  return dot_chunks(spec, threads) if parallel else 1
 
 
 class DotKernel(Kernel):

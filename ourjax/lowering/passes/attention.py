@@ -160,9 +160,7 @@ def match(o: Instruction):
       base = path.pop()
       inner += [base] + ([y] if y.opcode == "broadcast" else [])
   inner += path
-  qk = _perms(d, nb)
-  if qk is None:
-    return "the scores are not a dot of q and k over their batch dims and one head dim"
+  qk = _perms(d, nb)       # (a dot of q and k: _score_path saw to it)
   inner.append(d)
   q, k = d.operands
   perms = (qk[0], qk[1], pv[1])
@@ -175,14 +173,6 @@ def match(o: Instruction):
     if any(u not in mine for u in x.users) or x is x.parent.root:
       return f"%{x.name} is read elsewhere (the scores or probabilities are needed)"
   return q, k, v, scale, inner, perms, path, base
-
-
-def _depends(x: Instruction, d: Instruction, seen: dict) -> bool:
-  if x is d:
-    return True
-  if x not in seen:
-    seen[x] = any(_depends(o, d, seen) for o in x.operands)
-  return seen[x]
 
 
 def _score_path(s: Instruction, nb: int):
