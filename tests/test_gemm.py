@@ -711,3 +711,20 @@ print("ok")
                            __file__))))
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   assert out.stdout.split() == ["ok"]
+
+
+def test_dot_scratch_is_sized_for_its_pieces():
+  """A dot's packing scratch holds one set of panels per piece the dot is cut into
+  (``dots.dot_pieces``), not one per ``MAX_THREADS``: a dot too small to split has one, on any
+  host (it held 16 sets, the MLP step's temporaries were 26 MB against 9)."""
+  import ourjax
+  from ourjax.backends.llvm import gemm
+  from ourjax.backends.llvm.planning import MAX_THREADS
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((8, 64)).astype(np.float32)
+  w = rng.standard_normal((64, 32)).astype(np.float32)
+  c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x, w).compile()
+  temps = c.memory_analysis().temp_size_in_bytes
+  one = gemm.pack_buffer_bytes("f32", 8, 32, 64, 1)
+  assert one <= temps < 2 * one < gemm.pack_buffer_bytes("f32", 8, 32, 64, MAX_THREADS)
+  np.testing.assert_allclose(c(x, w), x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
