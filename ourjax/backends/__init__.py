@@ -334,8 +334,9 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())
       m.patch_channel_bytes = 16
       m.dot_epilogues = True
-      from ourjax.backends.cuda import attention
+      from ourjax.backends.cuda import attention, attention_grad
       m.fused_attention = attention.refuses if attention.enabled() else None
+      m.fused_attention_grad = attention_grad.refuses if attention.enabled() else None
     pipeline.optimize(m, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                       late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
     return aliased(m)

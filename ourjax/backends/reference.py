@@ -224,6 +224,37 @@ def _impl_attention(instr, q, k, v, *arrays):
                           preferred_element_type=instr.dtype)
 
 
+def _impl_attention_grad(instr, q, k, v, o, do, *arrays):
+  """``(dq, dk, dv)`` of ``attention(q, k, v)`` for the cotangent ``do``
+  (``lowering/passes/attention_grad.py``), as the unfused backward computes them: ``P (dP -
+  rowsum(P dP))`` through the gradient computation ``grad_calls``, then the three dots."""
+  nb = q.ndim - 2
+  batch = tuple(range(nb))
+  fc, gc = instr.attrs.get("calls"), instr.attrs.get("grad_calls")
+  n = 0 if fc is None else len(fc.parameters) - 1
+  s = rops.dot_general(q, k, (((nb + 1,), (nb + 1,)), (batch, batch)),
+                       preferred_element_type=q.dtype)
+  s = s * np.asarray(instr.attrs["scale"], s.dtype)
+  if fc is not None:
+    s = evaluate_computation(fc, [s, *arrays[:n]])
+  e = np.exp(s - np.max(s, axis=-1, keepdims=True))
+  p = (e / np.sum(e, axis=-1, keepdims=True)).astype(q.dtype)
+  dp = rops.dot_general(do, v, (((nb + 1,), (nb + 1,)), (batch, batch)),
+                        preferred_element_type=q.dtype)
+  t = p * dp
+  w = t + p * -np.sum(t, axis=-1, keepdims=True)
+  if gc is not None:
+    w = evaluate_computation(gc, [w, *arrays[n:]])
+  ds = np.asarray(w, q.dtype)
+  dq = rops.dot_general(ds, k, (((nb + 1,), (nb,)), (batch, batch)),
+                        preferred_element_type=q.dtype)
+  dk = rops.dot_general(ds, q, (((nb,), (nb,)), (batch, batch)),
+                        preferred_element_type=q.dtype)
+  dv = rops.dot_general(p, do, (((nb,), (nb,)), (batch, batch)),
+                        preferred_element_type=q.dtype)
+  return dq, dk, dv
+
+
 def _impl_convolution(instr, lhs, rhs):
   a = instr.attrs
   return rops.conv_general_dilated(
@@ -326,7 +357,8 @@ _IMPLS = {
     "reverse": lambda instr, x: np.flip(x, tuple(instr.attrs["dimensions"])) if
     instr.attrs["dimensions"] else x,
     "reduce": _impl_reduce, "reduce-window": _impl_reduce_window, "dot": _impl_dot,
-    "convolution": _impl_convolution, "attention": _impl_attention, "gather": _impl_gather, "scatter": _impl_scatter,
+    "convolution": _impl_convolution, "attention": _impl_attention,
+    "attention-grad": _impl_attention_grad, "gather": _impl_gather, "scatter": _impl_scatter,
     "sort": _impl_sort, "while": _impl_while, "conditional": _impl_conditional,
     "fft": lambda instr, x: rops.fft(x, fft_type=instr.attrs["fft_type"],
                                      fft_lengths=instr.attrs["fft_length"]),

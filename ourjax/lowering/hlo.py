@@ -238,7 +238,7 @@ ELEMENTWISE_OPS = set(UNARY_OPS) | set(BINARY_OPS) | {"compare", "select", "clam
 FUSION_KINDS = ("kLoop", "kInput", "kOutput")
 
 # Attributes that hold called computations (a Computation, or a list of them for "branches").
-CALLED_COMPUTATION_KEYS = ("to_apply", "condition", "body", "branches", "calls")
+CALLED_COMPUTATION_KEYS = ("to_apply", "condition", "body", "branches", "calls", "grad_calls")
 
 
 def _type_ok(kind: str, dt: np.dtype) -> bool:
@@ -485,7 +485,8 @@ class Module:
   ``fused_attention``: None, or ``refuses(dtype, q_dims, k_dims, v_dims, dots) -> reason |
   None`` when the backend
   computes ``attention`` instructions in one kernel (``passes/attention.py`` makes them where
-  it does not refuse)."""
+  it does not refuse); ``fused_attention_grad``: the same for ``attention-grad``, an
+  attention's backward (``passes/attention_grad.py``)."""
 
   def __init__(self, name: str = "module"):
     self.name = name
@@ -498,6 +499,7 @@ class Module:
     self.patch_channel_bytes = 1
     self.dot_epilogues = False
     self.fused_attention = None
+    self.fused_attention_grad = None
 
   @property
   def entry(self) -> Computation:
@@ -603,6 +605,7 @@ class Module:
     new.patch_channel_bytes = self.patch_channel_bytes
     new.dot_epilogues = self.dot_epilogues
     new.fused_attention = self.fused_attention
+    new.fused_attention_grad = self.fused_attention_grad
     comp_map: dict[Computation, Computation] = {}
     for comp in self.computation_post_order():
       c2 = Computation(comp.name, new)
@@ -1132,7 +1135,7 @@ def _attrs_text(instr: Instruction) -> list[str]:
       out.append("is_stable=true")
   elif op == "fusion":
     out.append(f"kind={a['kind']}")
-  elif op == "attention":
+  elif op in ("attention", "attention-grad"):
     out.append(f"scale={_scalar_text(a['scale'], np.dtype(np.float32))}")
   # called computations last, in XLA's spelling
   if op == "while":
@@ -1143,8 +1146,12 @@ def _attrs_text(instr: Instruction) -> list[str]:
       out.append(f"true_computation=%{br[0].name}, false_computation=%{br[1].name}")
     else:
       out.append("branch_computations={" + ", ".join(f"%{c.name}" for c in br) + "}")
-  elif op in ("fusion", "attention") and a.get("calls") is not None:
-    out.append(f"calls=%{a['calls'].name}")
+  elif op in ("fusion", "attention", "attention-grad") and (
+      a.get("calls") is not None or a.get("grad_calls") is not None):
+    if a.get("calls") is not None:
+      out.append(f"calls=%{a['calls'].name}")
+    if a.get("grad_calls") is not None:
+      out.append(f"grad_calls=%{a['grad_calls'].name}")
   elif "to_apply" in a:
     out.append(f"to_apply=%{a['to_apply'].name}")
   return out

@@ -627,6 +627,30 @@ def _rule_attention(ops, attrs, declared):
   return Shape(q.dtype, q.dims[:-1] + (v.dims[-1],))
 
 
+def _rule_attention_grad(ops, attrs, declared):
+  """``attention-grad(q, k, v, o, dO, arrays...)`` (``passes/attention_grad.py``): the
+  gradients ``(dq, dk, dv)`` of ``o = attention(q, k, v, arrays[:n])`` (``n`` the scores
+  computation's arrays) for the cotangent ``dO``; ``grad_calls``, the scores' cotangent's
+  modification, takes the cotangent and the remaining arrays."""
+  _require(len(ops) >= 5, "attention-grad", "takes q, k, v, o and dO")
+  fc, gc = attrs.get("calls"), attrs.get("grad_calls")
+  n = 0 if fc is None else len(fc.parameter_shapes) - 1
+  o = _rule_attention(list(ops[:3]) + list(ops[5:5 + n]), attrs, None)
+  q, k, v, out, do = (_array("attention-grad", s) for s in ops[:5])
+  _require(out == o and do == o, "attention-grad",
+           lambda: f"o {out} and dO {do} must be the attention's {o}")
+  scores = Shape(q.dtype, q.dims[:-1] + (k.dims[-2],))
+  rest = list(ops[5 + n:])
+  if gc is None:
+    _require(not rest, "attention-grad", "reads other arrays only through its computations")
+  else:
+    want = [scores] + rest
+    _require(gc.parameter_shapes == want and gc.root.shape == scores, "attention-grad",
+             lambda: f"gradient computation %{gc.name} takes ({', '.join(map(str, gc.parameter_shapes))}) "
+             f"-> {gc.root.shape}, not ({', '.join(map(str, want))}) -> {scores}")
+  return Shape.tuple([q, k, v])
+
+
 SHAPE_RULES: dict[str, Callable] = {
     **{op: _rule_unary(op) for op in UNARY_OPS},
     **{op: _rule_binary(op) for op in BINARY_OPS},
@@ -643,6 +667,7 @@ SHAPE_RULES: dict[str, Callable] = {
     "conditional": _rule_conditional, "tuple": _rule_tuple, "get-tuple-element": _rule_gte,
     "opt-barrier": _rule_opt_barrier,
     "fusion": _rule_fusion, "attention": _rule_attention,
+    "attention-grad": _rule_attention_grad,
 }
 
 

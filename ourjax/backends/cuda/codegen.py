@@ -46,6 +46,8 @@ SortKernel, ScatterKernel   ``sort_scatter``: a bitonic network per row in share
 CopyKernel                  a device-to-device copy (no kernel)
 attention instruction       ``attention.FlashAttention`` (planned by the GPU planner itself, not
                             translated): softmax(q kᵀ) v in one kernel, the scores never stored
+attention-grad instruction  ``attention_grad.FlashAttentionGrad``: its backward as two kernels
+                            (dq; dk and dv), the probabilities recomputed tile by tile
 anything else               ``Threaded``: the planned kernel's own body (``Kernel.emit``) called
 (in-place dynamic-update-   with ``tid``/``nthreads`` = the GPU thread's global index / count,
 slice, rare sort/scatter)   so every op the CPU backend runs also runs here, correctly

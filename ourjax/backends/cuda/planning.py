@@ -43,6 +43,8 @@ def _make_planner(cpu_be, module, info):
     def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
       if instr.opcode == "attention":
         return self._attention(instr, vals, steps, want)
+      if instr.opcode == "attention-grad":
+        return self._attention_grad(instr, vals, steps, want)
       patches = self._implicit_patches(instr, vals, steps, want, comp)
       if patches is not None:
         return patches
@@ -61,6 +63,30 @@ def _make_planner(cpu_be, module, info):
       self.kernels.append(self._tag(kern))
       steps.append(LP.KernelStep(kern))
       return out
+
+    def _attention_grad(self, instr, vals, steps, want):
+      """An ``attention-grad`` instruction (``lowering/passes/attention_grad.py``) as the two
+      ``FlashAttentionGrad`` kernels: dq (and the rows' statistics), then dk and dv."""
+      from ourjax.backends.cuda.attention_grad import FlashAttentionGrad
+      q, k, v, o, do = (self._as_buf(vals[x], x, steps) for x in instr.operands[:5])
+      fc, gc = instr.attrs.get("calls"), instr.attrs.get("grad_calls")
+      rest = list(instr.operands[5:])
+      leafmap = {}
+      for c in (fc, gc):
+        if c is not None:
+          n = len(c.parameters) - 1
+          leafmap.update({p: vals[x] for p, x in zip(c.parameters[1:], rest[:n])})
+          rest = rest[n:]
+      outs = tuple(want.get(("elem", instr, i)) or self.temp(s.dtype, s.dims, f"{instr.name}.{i}")
+                   for i, s in enumerate(instr.shape.tuple_shapes))
+      rows = int(np.prod(q.dims[:-1], dtype=np.int64))
+      stats = self.temp(np.dtype(np.float32), (rows, 2), f"{instr.name}.stats")
+      for mode, res in (("q", [outs[0]]), ("kv", [outs[1], outs[2]])):
+        kern = FlashAttentionGrad(self._kname(), instr, mode, q, k, v, o, do, stats, res,
+                                  leafmap)
+        self.kernels.append(self._tag(kern))
+        steps.append(LP.KernelStep(kern))
+      return outs
 
     def _implicit_patches(self, instr, vals, steps, want, comp):
       """Convolution patch matrices that their dots read in place from the input

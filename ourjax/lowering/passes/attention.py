@@ -23,6 +23,10 @@ element type, a head size, a dot asking for the highest precision; a module with
 alone).  Each match and each near miss is noted with its reason
 (``module.note("attention", ...)``).
 
+Where a training step's backward reads the probabilities, ``attention_grad.py`` first makes
+that backward one ``attention-grad`` instruction (``Module.fused_attention_grad``), after which
+nothing else reads them and the forward fuses too.
+
 It runs once, among the native backends' late passes, before ``dot_layout`` (which would move
 the dots' operands into other layouts) and fusion (which would fuse the softmax).  The
 reference semantics of ``attention`` are the unfused computation's (``reference.py``).
@@ -50,6 +54,12 @@ def _scalar_constant(x: Instruction):
   if x.opcode == "constant" and x.attrs["value"].ndim == 0:
     return float(x.attrs["value"])
   return None
+
+
+def _constant_broadcast(x: Instruction) -> bool:
+  """Whether ``x`` broadcasts a scalar constant (nothing to keep from other readers: it stays
+  where they read it, and costs no memory traffic inside the kernel)."""
+  return x.opcode == "broadcast" and _scalar_constant(x) is not None
 
 
 def _row_broadcast(x: Instruction, rank: int):
@@ -95,11 +105,12 @@ def _perms(d: Instruction, nb: int, rhs_contract_first: bool = False):
   return tuple(out)
 
 
-def match(o: Instruction):
+def match(o: Instruction, readers: bool = True):
   """``(q, k, v, scale, inner, perms)`` when ``o`` is the second dot of an attention (module
   docstring), ``inner`` the instructions it replaces (besides ``o``) and ``perms`` the
   permutations of q, k and v to ``[B..., T, D]``; else a string saying why not, or None when
-  ``o`` is no candidate at all (not a dot of probabilities)."""
+  ``o`` is no candidate at all (not a dot of probabilities).  ``readers=False`` skips the check
+  that nothing else reads ``inner`` (``attention_grad.match`` makes its own)."""
   if o.opcode != "dot":
     return None
   nb = len(o.attrs["lhs_batch_dims"])
@@ -169,7 +180,9 @@ def match(o: Instruction):
     return "q, k and v disagree in their sizes"
   # nothing outside reads what the fused kernel never writes
   mine = set(inner) | {o}
-  for x in inner:
+  for x in inner if readers else ():
+    if _constant_broadcast(x):      # (a scale's broadcast may serve other layers too)
+      continue
     if any(u not in mine for u in x.users) or x is x.parent.root:
       return f"%{x.name} is read elsewhere (the scores or probabilities are needed)"
   return q, k, v, scale, inner, perms, path, base
@@ -201,7 +214,7 @@ def _reaches_dot(x: Instruction, nb: int, depth: int = MAX_SCORE_OPS) -> bool:
   return any(_reaches_dot(o, nb, depth - 1) for o in x.operands if o.shape == x.shape)
 
 
-def _score_computation(module: Module, path, d: Instruction):
+def _score_computation(module: Module, path, d: Instruction, name: str = "attention_scores"):
   """The scores' modification (``path``, the instructions between the scaled scores ``d`` and
   the softmax, with the loop ops feeding them: iotas, compares, broadcasts, small constants) as a
   computation of the scores (parameter 0) and of the arrays it reads (the other parameters),
@@ -209,7 +222,7 @@ def _score_computation(module: Module, path, d: Instruction):
   if not path:
     return None, []
   from ourjax.lowering.passes.fusion import is_loop_op
-  comp = Computation("attention_scores", module)
+  comp = Computation(name, module)
   params = [comp.add(Instruction("parameter", [], d.shape, {"parameter_number": 0},
                                  name="scores"))]
   leaves, made = [], {d: params[0]}
@@ -233,21 +246,73 @@ def _score_computation(module: Module, path, d: Instruction):
   return comp, leaves
 
 
-def _canonical(comp: Computation, x: Instruction, perm, before: Instruction):
-  """``x`` as ``[B..., T, D]``: itself, or its transpose by ``perm``."""
+def _canonical(comp: Computation, x: Instruction, perm, before: Instruction, made=None):
+  """``x`` as ``[B..., T, D]``: itself, or its transpose by ``perm`` (one transpose for each
+  (x, perm) in ``made``)."""
   if tuple(perm) == tuple(range(len(perm))):
     return x
+  key = (x, tuple(perm))
+  if made is not None and key in made:
+    return made[key]
   dims = tuple(x.dims[p] for p in perm)
-  return comp.add(Instruction("transpose", [x], Shape(x.dtype, dims), {"dimensions": perm}),
-                  before=before)
+  t = comp.add(Instruction("transpose", [x], Shape(x.dtype, dims), {"dimensions": perm}),
+               before=before)
+  if made is not None:
+    made[key] = t
+  return t
 
 
-def run_on(comp: Computation, refuses) -> bool:
+def _fuse_backward(comp: Computation, o: Instruction, refuses_grad, made) -> None:
+  """Where the probabilities of the attention ending in ``o`` are read by its backward
+  (``attention_grad``), that backward as one ``attention-grad`` instruction, so that the
+  forward match then finds them read by nothing else."""
+  from ourjax.lowering.passes import attention_grad as AG
+  module = comp.module
+  fwd = match(o, readers=False)
+  if not isinstance(fwd, tuple):
+    return
+  m = AG.match(o, fwd)
+  if m is None:
+    return
+  if isinstance(m, str):
+    module.note(PASS, f"%{o.name}: backward not fused: {m}")
+    return
+  q, k, v, scale, inner, perms, path, base = fwd
+  dq, dk, dv, do = m[:4]
+  canon = [tuple(x.dims[i] for i in p) for x, p in zip((q, k, v), perms)]
+  dts = {x.dtype for x in (q, k, v, o, do, dq, dk, dv)}
+  why = (f"element types {sorted(dtype_name(t) for t in dts)} differ" if len(dts) != 1 else
+         refuses_grad(o.dtype, *canon, [o, dq, dk, dv, m[7][0]] +
+                      [x for x in inner if x.opcode == "dot"]))
+  if why:
+    module.note(PASS, f"%{o.name}: backward not fused: {why}")
+    return
+  first = min((dq, dk, dv), key=comp.instructions.index)
+  qkv = [_canonical(comp, x, p, o, made) for x, p in zip((q, k, v), perms)]
+  scores, fwd_leaves = _score_computation(module, path, base)
+  grad_comp, grad_leaves = AG.grad_computation(module, m[5], m[6])
+  g = AG.rewrite(comp, o, m, {"qkv": qkv,
+                              "make": lambda x, p, before: _canonical(comp, x, p, before, made)},
+                 scores, fwd_leaves, grad_comp, grad_leaves, float(np.float32(scale)))
+  if g is None:
+    for c in (scores, grad_comp):
+      if c is not None:
+        module.remove_computation(c)
+    module.note(PASS, f"%{o.name}: backward not fused: an operand is computed after "
+                f"%{first.name}")
+    return
+  module.note(PASS, f"%{g.name}: the backward of %{o.name} (dq, dk, dv) as one instruction")
+
+
+def run_on(comp: Computation, refuses, refuses_grad=None) -> bool:
   changed = False
   module = comp.module
+  made = {}
   for o in list(comp.instructions):
     if o.parent is not comp or o.opcode != "dot":
       continue
+    if refuses_grad is not None:
+      _fuse_backward(comp, o, refuses_grad, made)
     m = match(o)
     if m is None:
       continue
@@ -262,7 +327,7 @@ def run_on(comp: Computation, refuses) -> bool:
     if why:
       module.note(PASS, f"%{o.name} not fused: {why}")
       continue
-    q, k, v = (_canonical(comp, x, p, o) for x, p in zip((q, k, v), perms))
+    q, k, v = (_canonical(comp, x, p, o, made) for x, p in zip((q, k, v), perms))
     scores, leaves = _score_computation(module, path, base)
     attrs = {"scale": float(np.float32(scale))}
     if scores is not None:
@@ -285,8 +350,9 @@ def run(module: Module) -> bool:
   if refuses is None:
     return False
   changed = False
+  refuses_grad = getattr(module, "fused_attention_grad", None)
   for comp in list(module.computations):
-    changed |= run_on(comp, refuses)
+    changed |= run_on(comp, refuses, refuses_grad)
   if changed:     # (what only the scores' mask read: iotas, compares, broadcasts)
     dce.run(module)
   return changed

@@ -23,7 +23,8 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
 * a parameter is an input, never fused (not noted: there is nothing to decide);
 * reductions are roots of their own fusions: a reduce is never fused into a consumer here
   (``multi_output_fusion`` lets its consumers join it as a reduction epilogue);
-* while, conditional, sort, scatter, attention (``passes/attention.py``), dynamic-update-slice,
+* while, conditional, sort, scatter, attention and attention-grad (``passes/attention.py``),
+  dynamic-update-slice,
   tuples and the like are never fused into a consumer; a dynamic-update-slice consumes the producers of its window (the update and
   the start indices: a kLoop fusion rooted at it, computing the window's values where they are
   stored, XLA's in-place DUS fusion), never of the array it updates in place;
