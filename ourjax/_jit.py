@@ -365,26 +365,17 @@ class JitWrapped:
   # -- calling ---------------------------------------------------------------------------------
 
   def __call__(self, *args, **kwargs):
-    # Fast path: positional NumPy/ourjax arrays of a signature seen before, nothing traced:
-    # one dictionary lookup, then the executable's own call (no flattening, no avals).
+    # Fast path: positional NumPy/ourjax arrays (or pytrees of them: a training step's
+    # parameters) of a signature seen before, nothing traced: one dictionary lookup, then the
+    # executable's own call (no avals, no general signature).
     fkey = None
     if not kwargs and not self._no_fast and core.nothing_traced():
-      sig = []
-      for a in args:
-        t = type(a)
-        if t is Array:
-          v = a._npy
-          if v is None:
-            v = a._aval               # an array that lives on a device: its type
-            if v is None:
-              break
-          sig.append((v.shape, v.dtype, a.weak_type))
-        elif t is np.ndarray:
-          sig.append((a.shape, a.dtype))
-        else:
-          break
-      else:
-        v = None        # (keeps no argument's value alive: a donated one has no other owner)
+      flat, tdef = args, None
+      sig = _fast_signature(args)
+      if sig is None and args:
+        flat, tdef = tree_flatten(args)
+        sig = _fast_signature(flat)
+      if sig is not None:
         if config._local.overrides:     # this thread's context-manager flags
           x64, off = config.x64_enabled, _fast_path_off(config)
           prec = (config.jax_default_matmul_precision, config.jax_numpy_dtype_promotion,
@@ -394,16 +385,16 @@ class JitWrapped:
           x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
           prec = (flags["jax_default_matmul_precision"], flags["jax_numpy_dtype_promotion"],
                   (flags["jax_numpy_rank_promotion"], flags["jax_random_seed_offset"]))
-        fkey = (bool(x64), prec, tuple(sig), user_context_key())
+        fkey = (bool(x64), prec, sig if tdef is None else (tdef, sig), user_context_key())
         hit = self._fast.get(fkey)
         if hit and not off:
           try:
-            outs = hit(args)
+            outs = hit(flat)
           except errors.ResourceExhaustedError:
             outs = None       # (the general path below says which operation, and where)
           if outs is not None:
             return outs
-      v = None    # (keeps no argument's value alive: a donated one must have no other owner)
+      flat = None   # (keeps no argument alive: a donated one must have no other owner)
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
@@ -531,6 +522,27 @@ def _exhausted_in(e, closed: core.ClosedJaxpr, fun):
       msg += (f"; that result, {v.aval.str_short()}, is computed by {eqn.primitive.name} at "
               f"{eqn.source_info or 'an unknown line'}")
   return type(e)(msg, e.nbytes, e.output)
+
+
+def _fast_signature(xs):
+  """The fast path's key of arguments ``xs``: (shape, dtype[, weak type]) of each, or None
+  when one is not an Array or NumPy array (or is an Array without a value or type yet).
+  (It keeps no argument's value alive: a donated one has no other owner.)"""
+  sig = []
+  for a in xs:
+    t = type(a)
+    if t is Array:
+      v = a._npy
+      if v is None:
+        v = a._aval               # an array that lives on a device: its type
+        if v is None:
+          return None
+      sig.append((v.shape, v.dtype, a.weak_type))
+    elif t is np.ndarray:
+      sig.append((a.shape, a.dtype))
+    else:
+      return None
+  return tuple(sig)
 
 
 def _fast_path_off(flags) -> bool:

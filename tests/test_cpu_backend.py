@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -487,6 +487,36 @@ def test_dispatch_pytrees_and_multiple_outputs():
     a, b = h(x)
     np.testing.assert_array_equal(a, x)
     np.testing.assert_array_equal(b, 2 * x)
+
+
+@settings(max_examples=15, deadline=None)
+@given(keys=st.lists(st.sampled_from("abcd"), min_size=1, max_size=4, unique=True),
+       dtype=st.sampled_from([np.float32, np.int32]), weak=st.booleans(),
+       n=st.integers(1, 4))
+def test_dispatch_fast_path_over_pytrees(keys, dtype, weak, n):
+  """A pytree of arrays (a training step's parameters) takes the fast path on its second call,
+  keyed by its structure and its leaves' types: another structure, dtype or weak type of the
+  same leaves gets its own entry and the results of the general path."""
+  f = ourjax.jit(lambda p, s: ({k: v * s for k, v in p.items()}, [s + 1]), backend="cpu")
+  p = {k: jnp.asarray(np.arange(n, dtype=dtype) + i) for i, k in enumerate(keys)}
+  s = 2 if weak else jnp.asarray(2, dtype)
+  s = jnp.asarray(s)
+  for _ in range(3):
+    out, (t,) = f(p, s)
+    assert sorted(out) == sorted(keys)
+    for i, k in enumerate(keys):
+      want = (np.arange(n, dtype=dtype) + i) * 2
+      assert out[k].dtype == dtype       # (a weak scalar takes the array's type)
+      np.testing.assert_array_equal(np.asarray(out[k]), want)
+    assert int(t) == 3 and t.weak_type == s.weak_type
+  assert any(isinstance(k[2], tuple) and len(k[2]) == 2 and not isinstance(k[2][0], tuple)
+             for k in f._fast), list(f._fast)      # (PyTreeDef, leaf types)
+  # the same leaves under another structure: a list instead of a dict
+  q = [p[k] for k in keys]
+  g = ourjax.jit(lambda p, s: [v * s for v in p], backend="cpu")
+  for _ in range(2):
+    for v, k in zip(g(q, s), keys):
+      np.testing.assert_array_equal(np.asarray(v), np.asarray(p[k]) * np.asarray(s))
 
 
 def test_large_outputs_reuse_blocks_only_when_dead():

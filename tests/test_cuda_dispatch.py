@@ -582,3 +582,20 @@ def test_no_driver_library_is_found_without_importing_the_bindings():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120).stdout.split()
   assert out[:2] == ["False", "False"] and "libcuda" in " ".join(out[2:]), out
+
+
+def test_one_wait_for_all_outputs_of_a_call():
+  """The outputs of one call share its completion event: waiting for all of them (a training
+  step's parameters) makes one ``cuEventSynchronize``; a second wait, or ``is_ready``, makes
+  none (it used to synchronize the whole stream once an output had been waited for)."""
+  with cuda_fake_driver.installed() as fake:
+    f = ourjax.jit(lambda p: {k: v * 2 for k, v in p.items()})
+    p = {f"w{i}": ourjax.device_put(np.full((8,), i, np.float32)) for i in range(12)}
+    out = f(p)
+    before = fake.calls.get("cuEventSynchronize", 0), fake.calls.get("cuStreamSynchronize", 0)
+    ourjax.block_until_ready(out)
+    ourjax.block_until_ready(out)
+    assert all(x.is_ready() for x in out.values())
+    after = fake.calls.get("cuEventSynchronize", 0), fake.calls.get("cuStreamSynchronize", 0)
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 0), (before, after)
+    del out
