@@ -362,6 +362,14 @@ WGMMA_CASES = [
     # contraction split across blocks into partial products, summed with the epilogue applied
     ("dot_wgmma_split_k", lambda a, b, c: jnp.maximum(a.T @ b + c, 0.0),
      lambda r: (f32(r, 32768, 27), f32(r, 32768, 64), f32(r, 64)), 5e-3),
+    # a weight gradient whose B is the smaller: B copied K-major, A (M-major) read from a
+    # [k][m] tile as the register operand; odd sizes at every edge
+    ("dot_wgmma_wgrad_small_b", lambda a, b: a.T @ b,
+     lambda r: (f32(r, 4096, 384), f32(r, 4096, 64)), 5e-3),
+    ("dot_wgmma_wgrad_edges", lambda a, b: a.T @ b,
+     lambda r: (f32(r, 300, 200), f32(r, 300, 40)), 5e-3),
+    # A M-major and B K-major: the register form, no copy
+    ("dot_wgmma_tt", lambda a, b: a.T @ b.T, lambda r: (f32(r, 160, 96), f32(r, 72, 160)), 5e-3),
 ]
 CASES += WGMMA_CASES
 

@@ -745,9 +745,10 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
 
 
 def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
-  """``WgmmaDot`` for ``dot`` (None where its layouts do not fit): an A stored M-major
-  (``x.T @ dy``, every weight gradient) is first copied K-major by a ``StridedTranspose`` (one
-  pass over A; wgmma then runs at about twice MmaDot's rate); a dot with few output tiles and a
+  """``WgmmaDot`` for ``dot`` (None where its layouts do not fit): where A is stored M-major
+  and B N-major (``x.T @ dy``, every weight gradient) the smaller of the two is first copied
+  K-major by a ``StridedTranspose`` (one pass over it; wgmma then runs at about twice MmaDot's
+  rate; an M-major f32 A with a K-major B needs no copy); a dot with few output tiles and a
   long contraction is split along k (``wgmma.split_count``) into partial products that
   ``SplitKSum`` adds up (and applies the epilogue to)."""
   from ourjax.backends.cuda.transpose import StridedTranspose
@@ -756,12 +757,26 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
   spec, a, pre = s, lhs, []
   how = WgmmaDot.supports(dot, info, kind)
   if how is None and s.ok and s.a_sm == 1 and s.a_sk != 1 and s.M > 1:
+    # both operands stored k-outermost (a weight gradient): the smaller is copied K-major,
+    # A (then B is the transposed form's register operand) or, for tf32, B (then A is)
+    options = []
     staged = copy.copy(s)
     staged.a_sb, staged.a_sm, staged.a_sk = s.M * s.K, s.K, 1
-    how = WgmmaDot.supports(dot, info, kind, staged)
-    if how is not None:
-      spec, a = staged, new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
-      pre = [StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk)]
+    options.append((s.M, 0, staged, WgmmaDot.supports(dot, info, kind, staged)))
+    if s.b_sn == 1 and s.b_sk != 1 and s.N > 1:
+      staged_b = copy.copy(s)
+      staged_b.b_sb, staged_b.b_sk, staged_b.b_sn = s.N * s.K, 1, s.K
+      options.append((s.N, 1, staged_b, WgmmaDot.supports(dot, info, kind, staged_b)))
+    options = [o for o in options if o[3] is not None]
+    if options:
+      _, which, spec, how = min(options, key=lambda o: o[:2])
+      if which == 0:
+        a = new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
+        pre = [StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk)]
+      else:
+        rhs_k = new_temp(rhs.dtype, (s.B, s.N, s.K), f"{name}.rhs_k_major")
+        pre = [StridedTranspose(name + "_tb", rhs, rhs_k, s.B, s.N, s.K, s.b_sb, s.b_sk)]
+        rhs = rhs_k
   if how is not None and how[0] == "rs_t" and how[2] == 1 and spec.M >= 16 * 64:
     # tf32 with a row-major B of 64 columns or fewer and many rows of A (a convolution with
     # few output channels): the transposed form would give each block one warpgroup and A

@@ -34,7 +34,9 @@ tf32 has no transpose flag: both operands must be K-major.  A row-major B [K, N]
 therefore handled by computing the transposed product, C^T = B^T A^T: the warpgroups' operand X
 is B^T, read from a padded (bank-conflict-free) [k][n] tile into registers (the instruction's
 A-from-registers form) and rounded to tf32 with ``cvt.rna``, and Y is A, K-major as it comes;
-the epilogue writes the accumulators transposed.  A register operand must stay intact until
+the epilogue writes the accumulators transposed.  An A stored M-major (row-major [K, M],
+``x.T @ y``) with a K-major B is the same register form without the transposition: X is A, read
+from a [k][m] tile, and Y is B.  A register operand must stay intact until
 its instructions complete, which is one slice later here, so the k loop holds two copies of the
 step: consecutive slices read different (PTX) registers (with one copy, the next slice's
 fragment loads overwrote registers that slice kt's 256-wide instructions were still reading:
@@ -46,10 +48,11 @@ Measured on an H200 (benchmarks/wgmma_check.py, CUDA events, median of 20): 4096
 642); 8192^3: 344 and 705 (cuBLAS 359 and 702).  Norm-relative error against float64 at 4096^3
 f32: 4.2e-4 (MmaDot, rounding both operands: 2.6e-4).
 
-Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stride along k);
-B K-major or N-major (N-major f32 uses the transposed form); 16-byte aligned rows and batch
-strides (so K a multiple of 16 bytes); any sizes.  An M-major A is copied K-major first, and a
-narrow N-major f32 B too (``dots._wgmma_kernels`` decides); A may also be a convolution's patch
+Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stride along k),
+or M-major f32 with a K-major B; B K-major or N-major (N-major f32 uses the transposed form);
+16-byte aligned rows and batch strides (so K a multiple of 16 bytes); any sizes.  Where both
+operands are stored with k outermost (a weight gradient ``x.T @ dy``) the smaller is copied
+K-major first, and a narrow N-major f32 B too (``dots._wgmma_kernels`` decides); A may also be a convolution's patch
 matrix read in place from the input (``implicit_gemm``).  Everything else stays on ``MmaDot``
 or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where the accumulators are
 stored.
@@ -82,8 +85,9 @@ def mn_major_offsets(bk: int):
 
 class WgmmaDot(GpuKernel):
   """``wgmma.mma_async`` dot (see the module docstring).  ``mode`` is ``"ss"`` (X = A, Y = B,
-  both from shared memory; ``b_mn``: B staged N-major, transpose flag set) or ``"rs_t"`` (tf32
-  with N-major B: X = B^T from registers, Y = A, C written transposed).  ``q_tile``: the tile's
+  both from shared memory; ``b_mn``: B staged N-major, transpose flag set), ``"rs_t"`` (tf32
+  with N-major B: X = B^T from registers, Y = A, C written transposed) or ``"rs"`` (tf32 with
+  M-major A and K-major B: X = A from registers, read from a [k][m] tile, Y = B).  ``q_tile``: the tile's
   width Q (256, 128, 64 or 32), ``wg``: warpgroups (the tile's height is 64 ``wg``), ``split``:
   blocks per output tile along k (``out`` then holds ``split`` f32 partial products
   [split, M, N], which ``dots.SplitKSum`` adds up)."""
@@ -119,11 +123,17 @@ class WgmmaDot(GpuKernel):
     if kind is None or info.arch != "90":
       return None
     s = spec or K.DotSpec(dot)
-    if not s.ok or s.a_sk != 1 or s.K == 0 or s.M == 0 or s.N == 0:
+    if not s.ok or s.K == 0 or s.M == 0 or s.N == 0:
       return None
     esz = 4 if kind == "tf32" else 2
     epv = 16 // esz
-    if s.b_sk == 1:
+    if s.a_sk != 1:
+      # tf32, A stored M-major (row-major [K, M]: x.T @ y) with a K-major B: A is the
+      # register operand, read from a [k][m] tile like the transposed form's B
+      if kind != "tf32" or s.a_sm != 1 or s.b_sk != 1:
+        return None
+      mode, p, q = "rs", s.M, s.N
+    elif s.b_sk == 1:
       mode, p, q = "ss", s.M, s.N
     elif s.b_sn == 1:
       mode, p, q = ("rs_t", s.N, s.M) if kind == "tf32" else ("ss", s.M, s.N)
@@ -131,7 +141,7 @@ class WgmmaDot(GpuKernel):
       return None
     if s.K % epv:
       return None
-    strides = [s.a_sm, s.b_sn if s.b_sk == 1 else s.b_sk]
+    strides = [s.a_sk if mode == "rs" else s.a_sm, s.b_sn if s.b_sk == 1 else s.b_sk]
     if s.B > 1:
       strides += [s.a_sb, s.b_sb]
     if any(x % epv for x in strides):
@@ -144,7 +154,7 @@ class WgmmaDot(GpuKernel):
   # -- shared-memory plan ------------------------------------------------------------------------
   @property
   def x_bytes(self):
-    if self.mode == "rs_t":          # [k][n] f32 rows of 64 wg + 8 words (conflict-free fragments)
+    if self.mode in ("rs", "rs_t"):          # [k][n] f32 rows of 64 wg + 8 words (conflict-free fragments)
       return self.BK * self.x_ld * 4
     return self.P_TILE * ROW
 
@@ -170,8 +180,8 @@ class WgmmaDot(GpuKernel):
     M, N, Kd = s.M, s.N, s.K
     Q, BK, esz, PT, NT = self.Q, self.BK, self.esz, self.P_TILE, self.THREADS
     epv = 16 // esz
-    rs = self.mode == "rs_t"
-    P, Qn = (N, M) if rs else (M, N)        # rows of X and of Y
+    rs = self.mode in ("rs", "rs_t")        # X from registers
+    P, Qn = (N, M) if self.mode == "rs_t" else (M, N)        # rows of X and of Y
     mod = b.module
     smem = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(8), 0), self.name + "_smem",
                              addrspace=3)
@@ -256,16 +266,20 @@ class WgmmaDot(GpuKernel):
         copy16(b.add(dst, off), Bm, src, ok)
 
     def copy_padded(dst, k0):
-      """B's slice as [k][n] f32 rows of ``x_ld`` words (the transposed form's X)."""
+      """X's slice as [k][p] f32 rows of ``x_ld`` words: B's (the transposed form) or A's
+      (``rs``: A stored M-major)."""
       per_row = PT // 4
+      src_ptr, xbase, k_stride = (A, a_base, s.a_sk) if self.mode == "rs" else \
+          (Bm, b_base, s.b_sk)
       for i in range(BK * per_row // NT):
         cid = b.add(tid, i64(i * NT))
         r = b.udiv(cid, i64(per_row))
         c = b.urem(cid, i64(per_row))
         n = b.add(p0, b.mul(c, i64(4)))
-        ok = both(below(b.add(k0, r), Kd, k_edge), below(n, N, N % PT != 0))
-        src = b.add(b_base, b.add(b.mul(b.add(k0, r), i64(s.b_sk)), n))
-        copy16(b.add(dst, b.add(b.mul(r, i64(self.x_ld * 4)), b.mul(c, i64(16)))), Bm, src, ok)
+        ok = both(below(b.add(k0, r), Kd, k_edge), below(n, P, P % PT != 0))
+        src = b.add(xbase, b.add(b.mul(b.add(k0, r), i64(k_stride)), n))
+        copy16(b.add(dst, b.add(b.mul(r, i64(self.x_ld * 4)), b.mul(c, i64(16)))), src_ptr,
+               src, ok)
 
     gather = None
     if self.im2col is not None:
@@ -278,7 +292,10 @@ class WgmmaDot(GpuKernel):
       stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
       k0 = b.mul(b.add(kt0, kt), i64(BK))
-      if rs:
+      if self.mode == "rs":
+        copy_padded(xs, k0)
+        copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), q0, Q, N, k0)
+      elif rs:
         copy_padded(xs, k0)
         copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
                     gather)
