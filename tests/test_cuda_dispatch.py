@@ -127,7 +127,7 @@ def test_graph_replay_launches_what_plain_launches_do(monkeypatch):
   assert plain["reasons"] == ["OURJAX_CUDA_GRAPHS=0"] * 2
   assert plain["calls"].get("cuGraphLaunch", 0) == 0
   assert replay["reasons"] == [None, None] and replay["graphs"] == [True, True]
-  assert len(replay["executed"]) == len(plain["executed"]) > 200
+  assert len(replay["executed"]) == len(plain["executed"]) > 300
   # same kernels with the same parameters in the same order
   assert replay["executed"] == plain["executed"]
   # f and g run as one graph launch per call from their second call on; h (one kernel) and
@@ -480,13 +480,12 @@ def test_profiler_describes_every_gpu_kernel():
   assert "Horizontal" in kinds
 
 
-def test_synchronising_parts_join_only_at_their_block_size(monkeypatch):
+def test_synchronising_parts_join_only_at_their_block_size():
   """A split reduction's partials (blocks that synchronise) join a horizontal launch only when
   the merged block is their own block size; a one-thread store after a one-output split
   reduction runs in the reduction's finishing launch."""
   from ourjax.backends.cuda import codegen, horizontal, reductions
   x = np.linspace(-1, 1, 4096 * 16, dtype=np.float32)
-  monkeypatch.setenv("OURJAX_CUDA_LAST_BLOCK", "0")    # (the finishing launch kept apart)
   exe = _exe(_stencil_scan, x)
   info = codegen.DeviceInfo()
   kinds = [type(k).__name__ for k in exe.kernels]

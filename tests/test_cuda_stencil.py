@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as hst
 
 import ourjax
 import ourjax.numpy as jnp
-from ourjax.backends.cuda import codegen, driver, horizontal, last_block, stencil
+from ourjax.backends.cuda import codegen, driver, horizontal, stencil
 
 
 def _rk(n_steps=6, dt=0.01):
@@ -53,8 +53,6 @@ def _chains(fn, *args):
   exe = ourjax.jit(fn, backend="cuda").lower(*args).compile().runtime_executable()
   out = []
   for k in exe.kernels:
-    if isinstance(k, last_block.FinishInLastBlock):    # (its first kernel writes the partials)
-      k = k.first
     parts = k.parts if isinstance(k, horizontal.Horizontal) else [k]
     out.extend(p for p in parts if isinstance(p, stencil.StencilChain))
   return exe, out
@@ -102,7 +100,7 @@ def test_reads_that_are_not_shifts_are_refused(fn):
     _offsets_of(fn, (64,))
 
 
-def test_rk4_scan_step_is_one_launch():
+def test_rk4_scan_step_is_one_chain_and_one_finishing_launch():
   exe, chains = _chains(_rk(), *_rk_args(4096))
   assert len(chains) == 1
   (ch,) = chains
@@ -111,9 +109,8 @@ def test_rk4_scan_step_is_one_launch():
   # only the next state and the partials go to memory; the stages' results stay on chip
   assert {b.name for b in ch.writes} == {b.name for b in ch.writes
                                          if "next" in b.name or "tile" in b.name}
-  # the chain's last block finishes the mean (last_block.py): one launch a step
   (loop,) = [op for op in exe.program if op[0] == "repeat"]
-  assert len([op for op in loop[2] if op[0] == "k"]) == 1
+  assert len([op for op in loop[2] if op[0] == "k"]) == 2
   # the profiler names every stage's HLO, and counts only the chain's own buffers
   from ourjax.backends.llvm import kernel_info
   d = kernel_info.describe(ch)

@@ -81,8 +81,7 @@ def test_kernel_kinds(compiled_cases):
   assert kinds["ew_f32"] == ["Elementwise"]
   assert "RowReduce" in kinds["softmax"]
   assert "RowReduce" in kinds["layernorm"]
-  # (the partials' last block finishes the sum: one launch, last_block.py)
-  assert kinds["sum_all"] == ["FinishInLastBlock"]
+  assert kinds["sum_all"] == ["SplitPartials", "SplitFinish"]
   assert "ColumnReduce" in kinds["sum_cols"]
   assert kinds["dot_tf32"] == ["WgmmaDot"]
   assert "SimtDot" in kinds["dot_odd"]

@@ -19,9 +19,7 @@ reductions (softmax,        computed cooperatively (strided loop, warp butterfly
 layernorm) or reduction     shared-memory step across warps), memoised for the emitter, then
 outputs                     the row's outputs are written by all threads
 few long reductions         ``SplitPartials``: ``G`` blocks per output write block partials;
-                            ``SplitFinish`` combines them (and computes the outputs); for one
-                            output, in the last block of the partials' launch
-                            (``last_block.FinishInLastBlock``)
+                            ``SplitFinish`` combines them (and computes the outputs)
 ColumnReduceKernel          ``ColumnReduce``: one thread per output element walking the reduced
                             block (coalesced across the kept minor dimensions), split into
                             partials + a combine pass (``ColumnFinish``, a block per output) when

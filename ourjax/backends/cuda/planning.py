@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ourjax.backends.cuda import codegen, horizontal, last_block, stencil
+from ourjax.backends.cuda import codegen, horizontal, stencil
 from ourjax.backends.cuda.program import _renamed
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning as LP
@@ -194,8 +194,6 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep)
   if horizontal.enabled():
     steps = horizontal.merge_steps(steps, info, LP.KernelStep)
-  if last_block.enabled():
-    steps = last_block.fuse(steps, planner, info, LP.KernelStep)
   planner.kernels = _kernels_in(steps)    # (what the transformations left)
   arena_bytes = LP._assign(planner, steps)
   slot = nparams + len(outs)
