@@ -202,3 +202,17 @@ def test_layers_sharing_the_scale_each_fuse():
   want = ourjax.jit(f, backend="reference")(*args)
   for g, w in zip(got, want):
     np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("argnums", [(0,), (2,), (0, 2)])
+def test_partial_gradients_stay_unfused_and_right(argnums):
+  """Gradients of only some of q, k, v: the backward is not the whole pattern (no dk, or no
+  dP at all), so nothing of it is rewritten, and the numbers are the unfused ones."""
+  args = _args("causal", 2, 2, 5, 5, 3, 4, seed=6)
+  f = _loss("causal", argnums=argnums)
+  m = _optimized(f, args)
+  assert "attention-grad" not in _ops(m)
+  got = reference.compile(m)(*args)
+  want = ourjax.jit(f, backend="reference")(*args)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
