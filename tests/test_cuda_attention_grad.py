@@ -216,3 +216,38 @@ def test_partial_gradients_stay_unfused_and_right(argnums):
   want = ourjax.jit(f, backend="reference")(*args)
   for g, w in zip(got, want):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", ["plain", "is_causal", "mask", "bias"])
+def test_dot_product_attention_backward_fuses(kw):
+  """``nn.dot_product_attention`` ([B, T, N, H] operands; its einsum gives dv transposed): the
+  gradients of all three operands become one attention-grad, with the unfused numbers; on
+  the GPU its kernels are chosen and assemble."""
+  rng = np.random.default_rng(7)
+  B, T, N, H = 2, 12, 3, 8
+  q, k, v = (rng.standard_normal((B, T, N, H)).astype(np.float32) for _ in range(3))
+  e = {"plain": np.zeros((), np.float32), "is_causal": np.zeros((), np.float32),
+       "mask": np.tril(np.ones((T, T), bool))[None, None],
+       "bias": rng.standard_normal((1, N, T, T)).astype(np.float32)}[kw]
+
+  def att(q, k, v, e):
+    extra = {"plain": {}, "is_causal": {"is_causal": True}, "mask": {"mask": e},
+             "bias": {"bias": e}}[kw]
+    return ourjax.nn.dot_product_attention(q, k, v, **extra)
+  f = ourjax.grad(lambda q, k, v, e: jnp.sum(jnp.sin(att(q, k, v, e))), argnums=(0, 1, 2))
+  args = (q, k, v, e)
+  m = _optimized(f, args)
+  assert _ops(m).count("attention-grad") == 1, m.notes
+  got = reference.compile(m)(*args)
+  want = ourjax.jit(f, backend="reference")(*args)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+  c = ourjax.jit(f, backend="cuda").lower(*args).compile()
+  kinds = [type(x).__name__ for x in c.runtime_executable().kernels]
+  assert kinds.count("FlashAttentionGrad") == 2, kinds
+  if PTXAS is not None:
+    _assemble(c.as_text(dialect="ptx"))
+  if _has_gpu():
+    for g, w in zip(c(*args), want):
+      g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+      assert np.linalg.norm(g - w) / np.linalg.norm(w) < 1e-2

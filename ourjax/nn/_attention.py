@@ -113,11 +113,11 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
   if keep is not None:
     logits = jnp.where(keep, logits, _mask_value(logits_dtype))
 
+  from ourjax.nn import softmax
   logits32 = logits.astype(np.float32)
-  m = lax.stop_gradient(jnp.max(logits32, axis=-1, keepdims=True))
-  e = jnp.exp(logits32 - m)
-  denom = jnp.sum(e, axis=-1, keepdims=True)
-  probs = (e / denom).astype(key.dtype)
+  # (nn.softmax, as JAX's implementation: its derivative rule is the one the GPU's fused
+  # attention backward recognizes, lowering/passes/attention_grad.py)
+  probs = softmax(logits32, axis=-1).astype(key.dtype)
   if grouped:
     out = jnp.reshape(jnp.einsum("bkgts,bskh->btkgh", probs, value), (B, T, N, H))
   else:
@@ -129,6 +129,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     out = out[0]
   if not return_residual:
     return out
+  m = lax.stop_gradient(jnp.max(logits32, axis=-1, keepdims=True))
+  denom = jnp.sum(jnp.exp(logits32 - m), axis=-1, keepdims=True)
   lse = (jnp.log(denom[..., 0]) + m[..., 0]).astype(key.dtype)      # [B, K, G, T] / [B, N, T]
   lse = (jnp.reshape(jnp.transpose(lse, (0, 3, 1, 2)), (B, T, N)) if grouped else
          jnp.transpose(lse, (0, 2, 1)))

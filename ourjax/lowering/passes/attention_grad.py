@@ -7,7 +7,8 @@ and each row's log-sum-exp, and neither the scores nor their gradient are writte
 With ``P`` the probabilities and ``dO`` the output's cotangent, the gradient ``jax.nn.softmax``
 (its custom JVP, transposed) and two dots give, and that this pass matches, is::
 
-    dv  = dot(P, dO)                 over the query rows: [B..., Tk, Dv]
+    dv  = dot(P, dO)                 over the query rows: [B..., Tk, Dv] (or dot(dO, P), its
+                                     transpose, as nn.dot_product_attention's einsum gives)
     dP  = dot(dO, v)                 over Dv: [B..., Tq, Tk]
     t   = P * dP
     r   = reduce_sum(-t)  |  -reduce_sum(t)     over the keys
@@ -70,16 +71,25 @@ def match(o: Instruction, fwd):
   others = [u for u in P.users if u is not o]
   if not others:
     return None
-  # dv = dot(P, dO) over the query rows
-  dvs = [u for u in others if u.opcode == "dot" and u.operands[0] is P
-         and _dot_dims(u, nb, nb)]
+  # dv = dot(P, dO) over the query rows, or dot(dO, P) (dv transposed: [B..., Dv, Tk])
+  dvs = [u for u in others if u.opcode == "dot" and (
+      (u.operands[0] is P and _dot_dims(u, nb, nb)) or
+      (u.operands[1] is P and tuple(u.attrs["rhs_batch_dims"]) == tuple(range(nb))
+       and tuple(u.attrs["rhs_contracting_dims"]) == (nb,)))]
   if len(dvs) != 1:
     return "the probabilities are read by something other than a softmax backward"
   dv = dvs[0]
-  pdv = _perms(dv, nb, rhs_contract_first=True)
-  if pdv is None or pdv[0] != tuple(range(nb)) + (nb + 1, nb):
-    return "the dot of dv is not over the query rows"
-  do, do_perm = dv.operands[1], pdv[1]
+  dv_t = dv.operands[0] is not P
+  if dv_t:
+    pdv = _perms(dv, nb)            # dO: (batch, Dv, Tq); P: (batch, Tk, Tq)
+    if pdv is None or pdv[1] != tuple(range(nb)) + (nb + 1, nb):
+      return "the dot of dv is not over the query rows"
+    do, do_perm = dv.operands[0], pdv[0][:nb] + (pdv[0][nb + 1], pdv[0][nb])
+  else:
+    pdv = _perms(dv, nb, rhs_contract_first=True)
+    if pdv is None or pdv[0] != tuple(range(nb)) + (nb + 1, nb):
+      return "the dot of dv is not over the query rows"
+    do, do_perm = dv.operands[1], pdv[1]
   # t = P * dP, dP = dot(dO, v) over Dv
   ts = [u for u in others if u.opcode == "multiply" and _other(u, P) is not None
         and _other(u, P).opcode == "dot"]
@@ -144,7 +154,7 @@ def match(o: Instruction, fwd):
       continue
     if any(y not in ok for y in x.users) or x is x.parent.root:
       return f"%{x.name} is read elsewhere (the scores or probabilities are needed)"
-  return dq, dk, dv, do, do_perm, chain, w, mine
+  return dq, dk, dv, do, do_perm, chain, w, mine, dv_t
 
 
 def grad_computation(module, chain, w: Instruction):
@@ -161,7 +171,7 @@ def rewrite(comp: Computation, o: Instruction, m, canon, scores, fwd_leaves, gra
   """Replace the backward ``m`` (``match``) by one ``attention-grad``; ``canon(x, perm)`` gives
   an operand in ``[B..., T, D]`` order.  None (nothing changed) when an operand is computed
   after the first of the dots it replaces."""
-  dq, dk, dv, do, do_perm, chain, w, mine = m
+  dq, dk, dv, do, do_perm, chain, w, mine, dv_t = m
   q, k, v = (x for x in canon["qkv"])
   order = {x: i for i, x in enumerate(comp.instructions)}
   first = min((dq, dk, dv), key=lambda x: order[x])
@@ -169,7 +179,11 @@ def rewrite(comp: Computation, o: Instruction, m, canon, scores, fwd_leaves, gra
   if any(order.get(x, -1) >= order[first] for x in reads):
     return None
   doc = canon["make"](do, do_perm, first)
+  nb = len(q.dims) - 2
+  swap = tuple(range(nb)) + (nb + 1, nb)
   shapes = [Shape(x.dtype, x.dims) for x in (dq, dk, dv)]
+  if dv_t:                 # (the instruction's dv is [B..., Tk, Dv]; the dot gave its transpose)
+    shapes[2] = Shape(dv.dtype, tuple(dv.dims[i] for i in swap))
   attrs = {"scale": scale}
   if scores is not None:
     attrs["calls"] = scores
@@ -179,6 +193,9 @@ def rewrite(comp: Computation, o: Instruction, m, canon, scores, fwd_leaves, gra
                            + list(grad_leaves), Shape.tuple(shapes), attrs), before=first)
   for i, x in enumerate((dq, dk, dv)):
     e = comp.add(Instruction("get-tuple-element", [g], shapes[i], {"index": i}), before=first)
+    if i == 2 and dv_t:
+      e = comp.add(Instruction("transpose", [e], Shape(dv.dtype, dv.dims),
+                               {"dimensions": swap}), before=first)
     comp.replace_all_uses(x, e)
   dead = [dq, dk, dv] + list(reversed(mine))
   changed = True
