@@ -218,21 +218,25 @@ def test_partial_gradients_stay_unfused_and_right(argnums):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kw", ["plain", "is_causal", "mask", "bias"])
+@pytest.mark.parametrize("kw", ["plain", "is_causal", "mask", "bias", "grouped"])
 def test_dot_product_attention_backward_fuses(kw):
-  """``nn.dot_product_attention`` ([B, T, N, H] operands; its einsum gives dv transposed): the
-  gradients of all three operands become one attention-grad, with the unfused numbers; on
-  the GPU its kernels are chosen and assemble."""
+  """``nn.dot_product_attention`` ([B, T, N, H] operands; its einsum gives dv transposed;
+  grouped key/value heads repeated for their query heads): the gradients of all three
+  operands become one attention-grad, with the unfused numbers; on the GPU its kernels are
+  chosen and assemble."""
   rng = np.random.default_rng(7)
-  B, T, N, H = 2, 12, 3, 8
-  q, k, v = (rng.standard_normal((B, T, N, H)).astype(np.float32) for _ in range(3))
+  B, T, N, H = 2, 12, 4, 8
+  Nk = 2 if kw == "grouped" else N
+  q = rng.standard_normal((B, T, N, H)).astype(np.float32)
+  k, v = (rng.standard_normal((B, T, Nk, H)).astype(np.float32) for _ in range(2))
   e = {"plain": np.zeros((), np.float32), "is_causal": np.zeros((), np.float32),
+       "grouped": np.zeros((), np.float32),
        "mask": np.tril(np.ones((T, T), bool))[None, None],
        "bias": rng.standard_normal((1, N, T, T)).astype(np.float32)}[kw]
 
   def att(q, k, v, e):
     extra = {"plain": {}, "is_causal": {"is_causal": True}, "mask": {"mask": e},
-             "bias": {"bias": e}}[kw]
+             "bias": {"bias": e}, "grouped": {"is_causal": True}}[kw]
     return ourjax.nn.dot_product_attention(q, k, v, **extra)
   f = ourjax.grad(lambda q, k, v, e: jnp.sum(jnp.sin(att(q, k, v, e))), argnums=(0, 1, 2))
   args = (q, k, v, e)

@@ -2,7 +2,8 @@
 grouped-query attention (fewer key/value heads than query heads), as a composition of jnp
 operations (so it differentiates and batches like them).
 
-Shapes: query [B, T, N, H] (or [T, N, H]), key and value [B, S, K, H] with N a multiple of K;
+Shapes: query [B, T, N, H] (or [T, N, H]), key and value [B, S, K, H] with N a multiple of K
+(each key/value head repeated for its N/K query heads);
 bias and mask broadcast to [B, N, T, S].  The logits are formed in at least float32 and the
 softmax runs in float32; masked logits take a large finite negative value (so a fully masked
 row averages all values instead of producing NaN); query rows past ``query_seq_lengths`` give
@@ -69,16 +70,14 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     scale = 1.0 / np.sqrt(H)
   logits_dtype = dtypes.promote_types(query.dtype, np.float32)
 
-  # logits[b, k, g, t, s]: query head n = k * G + g reads key/value head k (without the g
-  # dimension when every query head has its own key/value head: plain [B, N, T, S] products,
-  # which the GPU runs as one fused attention kernel)
-  grouped = G > 1
-  lg = (B, K, G, T, S) if grouped else (B, N, T, S)
-  if grouped:
-    q = jnp.reshape(query, (B, T, K, G, H))
-    logits = jnp.einsum("btkgh,bskh->bkgts", q, key, preferred_element_type=logits_dtype)
-  else:
-    logits = jnp.einsum("btnh,bsnh->bnts", query, key, preferred_element_type=logits_dtype)
+  # query head n = k * G + g reads key/value head k: with grouped heads each key/value head is
+  # repeated for its G query heads (a copy of k and v, small beside the [B, N, T, S] scores),
+  # so that every form is the plain [B, N, T, S] products, which the GPU runs forward and
+  # backward as fused attention kernels (the repeat's derivative sums each group's gradients)
+  if G > 1:
+    key, value = jnp.repeat(key, G, axis=2), jnp.repeat(value, G, axis=2)
+  lg = (B, N, T, S)
+  logits = jnp.einsum("btnh,bsnh->bnts", query, key, preferred_element_type=logits_dtype)
   logits = logits * jnp.asarray(scale, logits_dtype)
   if bias is not None:
     b5 = jnp.reshape(_to_bnts(bias, B, N, T, S, "bias"), lg)
@@ -90,7 +89,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     return b if a is None else jnp.logical_and(a, b)
 
   def per_batch(x):       # [B, T or S] (the last dim at the given logits dim) -> logits rank
-    return x[:, None, None] if grouped else x[:, None]
+    return x[:, None]
   if mask is not None:
     mask = jnp.asarray(mask)
     if mask.dtype != np.bool_:
@@ -118,10 +117,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
   # (nn.softmax, as JAX's implementation: its derivative rule is the one the GPU's fused
   # attention backward recognizes, lowering/passes/attention_grad.py)
   probs = softmax(logits32, axis=-1).astype(key.dtype)
-  if grouped:
-    out = jnp.reshape(jnp.einsum("bkgts,bskh->btkgh", probs, value), (B, T, N, H))
-  else:
-    out = jnp.einsum("bnts,bsnh->btnh", probs, value)
+  out = jnp.einsum("bnts,bsnh->btnh", probs, value)
   if query_seq_lengths is not None:
     live = jnp.arange(T)[None, :] < jnp.asarray(query_seq_lengths)[:, None]
     out = out * live[:, :, None, None].astype(out.dtype)
@@ -131,8 +127,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     return out
   m = lax.stop_gradient(jnp.max(logits32, axis=-1, keepdims=True))
   denom = jnp.sum(jnp.exp(logits32 - m), axis=-1, keepdims=True)
-  lse = (jnp.log(denom[..., 0]) + m[..., 0]).astype(key.dtype)      # [B, K, G, T] / [B, N, T]
-  lse = (jnp.reshape(jnp.transpose(lse, (0, 3, 1, 2)), (B, T, N)) if grouped else
-         jnp.transpose(lse, (0, 2, 1)))
+  lse = (jnp.log(denom[..., 0]) + m[..., 0]).astype(key.dtype)      # [B, N, T]
+  lse = jnp.transpose(lse, (0, 2, 1))
   lse = lax.stop_gradient(lse)
   return out, (lse[0] if unbatched else lse)
