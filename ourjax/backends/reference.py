@@ -242,7 +242,8 @@ def _impl_attention_grad(instr, q, k, v, o, do, *arrays):
   dp = rops.dot_general(do, v, (((nb + 1,), (nb + 1,)), (batch, batch)),
                         preferred_element_type=q.dtype)
   t = p * dp
-  w = t + p * -np.sum(t, axis=-1, keepdims=True)
+  wide = np.float32 if t.dtype.itemsize < 4 else t.dtype     # (16-bit types sum in f32)
+  w = t + p * (-np.sum(t.astype(wide), axis=-1, keepdims=True)).astype(t.dtype)
   if gc is not None:
     w = evaluate_computation(gc, [w, *arrays[n:]])
   ds = np.asarray(w, q.dtype)

@@ -22,8 +22,9 @@ memory (rows padded by 4 words: conflict-free fragment reads), both operands of 
 A causal mask (``attention.causal``) skips the key tiles past a query block's last row in
 ``q`` mode and the query tiles before a key block's first key in ``kv`` mode.
 
-f32 only (tf32 products, f32 sums, JAX's default precision for f32 dots on tensor cores):
-16-bit types are refused (``refuses``), and their backward stays unfused.
+f32 operands are multiplied in tf32 (JAX's default precision for f32 dots on tensor cores),
+bf16 and f16 on ``m16n8k16`` tiles (P and dS rounded to the type as the A operand, f32 sums;
+head sizes multiples of 16).
 """
 from __future__ import annotations
 
@@ -53,8 +54,9 @@ def refuses(dtype, q_dims, k_dims, v_dims, dots) -> str | None:
   why = refuses_forward(dtype, q_dims, k_dims, v_dims, dots)
   if why:
     return why
-  if dtype != F32:
-    return f"element type {dtype} (the backward kernels take float32)"
+  if dtype != F32 and (v_dims[-1] % 16 or q_dims[-1] % 16):
+    return (f"head sizes D={q_dims[-1]}, Dv={v_dims[-1]} (16-bit backward kernels take "
+            f"multiples of 16)")
   return None
 
 
@@ -75,6 +77,8 @@ class FlashAttentionGrad(GpuKernel):
     self.Tq, self.D = q.dims[-2:]
     self.Tk, self.Dv = k.dims[-2], v.dims[-1]
     self.scale = float(instr.attrs["scale"])
+    # 16-bit operands: m16n8k16 tiles (bf16/f16 products, f32 sums); f32: m16n8k8 tf32
+    self.kind = {F32: "tf32", E.BF16: "bf16", E.F16: "f16"}[np.dtype(q.dtype)]
     # rows of the walked operand per tile: two padded tiles in the 48 KB of static shared memory
     self.BT = 64 if max(self.D, self.Dv) <= 64 else 32
     reads = [q, k, v, do] + ([o] if mode == "q" else [stats])
@@ -98,11 +102,13 @@ class FlashAttentionGrad(GpuKernel):
     # this block's own rows (queries in q mode, keys in kv mode) and the walked ones
     Trow, Twalk = (Tk, Tq) if kv else (Tq, Tk)
     mod = b.module
-    pad = 4
+    narrow = self.kind != "tf32"
+    pad = 8 if narrow else 4                        # (16 bytes a row: conflict-free fragments)
+    ety = E.I16 if narrow else F
     # walked tiles: q mode walks k (width D) and v (Dv); kv mode walks q (D) and dO (Dv)
     ld1, ld2 = D + pad, Dv + pad
-    S1 = shared_array(mod, F, BT * ld1, self.name + "_T1")
-    S2 = shared_array(mod, F, BT * ld2, self.name + "_T2")
+    S1 = shared_array(mod, ety, BT * ld1, self.name + "_T1")
+    S2 = shared_array(mod, ety, BT * ld2, self.name + "_T2")
     tid = sreg64(b, "tid.x")
     lane = b.urem(tid, i64(32))
     warp = b.udiv(tid, i64(32))
@@ -133,8 +139,21 @@ class FlashAttentionGrad(GpuKernel):
 
     def frags(G, base, width, mul=None):
       """A fragments of this thread's two rows of ``G`` (rows of ``width``): a0 (g, t), a1
-      (g+8, t), a2 (g, t+4), a3 (g+8, t+4) of each 8-column step, rounded to tf32."""
+      (g+8, t), a2 (g, t+4), a3 (g+8, t+4) of each 8-column step, rounded to tf32 (16-bit:
+      words of two values, a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..) of
+      each 16-column step; ``mul`` is then applied to the products instead)."""
       out = []
+      if narrow:
+        Gw = b.bitcast(G, I32.as_pointer())
+        for kk in range(width // 16):
+          regs = []
+          for h, dk in ((0, 0), (1, 0), (0, 8), (1, 8)):
+            off = b.add(base, b.add(b.mul(clamped[h], i64(width)),
+                                    b.add(b.mul(t, i64(2)), i64(16 * kk + dk))))
+            w = b.load(b.gep(Gw, [b.udiv(off, i64(2))], inbounds=True))
+            regs.append(b.select(inside[h], w, ir.Constant(I32, 0)))
+          out.append(regs)
+        return out
       for kk in range(width // 8):
         regs = []
         for h, dk in ((0, 0), (1, 0), (0, 4), (1, 4)):
@@ -146,12 +165,14 @@ class FlashAttentionGrad(GpuKernel):
         out.append(regs)
       return out
 
+    cq = None if narrow else c             # (16-bit: the scale multiplies the products)
+    cs = c if narrow else None
     if kv:
-      afr1 = frags(Kp, k_base, D, c)       # Sᵀ = k qᵀ
+      afr1 = frags(Kp, k_base, D, cq)      # Sᵀ = k qᵀ
       afr2 = frags(Vp, v_base, Dv)         # dPᵀ = v dOᵀ
       G1, G2, base1, base2 = Qp, DOp, q_base, o_base
     else:
-      afr1 = frags(Qp, q_base, D, c)       # S = q kᵀ
+      afr1 = frags(Qp, q_base, D, cq)      # S = q kᵀ
       afr2 = frags(DOp, o_base, Dv)        # dP = dO vᵀ
       G1, G2, base1, base2 = Kp, Vp, k_base, v_base
 
@@ -169,12 +190,13 @@ class FlashAttentionGrad(GpuKernel):
     def issue(tile, S, G, base, width, ld):
       """This thread's 16-byte chunks of walked rows ``tile*BT ...`` (of ``width`` values)
       into the shared tile ``S`` (rows past the end zero-filled)."""
-      per_row = width // 4
+      epv = 8 if narrow else 4
+      per_row = width // epv
       for n in range(-(-BT * per_row // THREADS)):
         ch = b.add(tid, i64(n * THREADS))
         ok_ch = b.icmp_unsigned("<", ch, i64(BT * per_row))
         r = b.udiv(ch, i64(per_row))
-        e = b.mul(b.urem(ch, i64(per_row)), i64(4))
+        e = b.mul(b.urem(ch, i64(per_row)), i64(epv))
         row = b.add(b.mul(tile, i64(BT)), r)
         ok = b.and_(ok_ch, b.icmp_unsigned("<", row, i64(Twalk)))
         src = b.add(base, b.add(b.mul(b.select(ok, row, i64(0)), i64(width)), e))
@@ -191,32 +213,64 @@ class FlashAttentionGrad(GpuKernel):
       return b.bitcast(b.load(shared_ptr(b, S, b.trunc(b.add(b.mul(row, i64(ld)), col), I32))),
                        I32)
 
+    def sh_pair(S, ld, row, col):     # two 16-bit values of a row (col even) as one word
+      p = shared_ptr(b, S, b.trunc(b.add(b.mul(row, i64(ld)), col), I32))
+      return b.load(b.bitcast(p, ir.PointerType(I32, addrspace=3)))
+
+    def sh_column_pair(S, ld, row, col):   # S[row][col] (low half) and S[row + 1][col]
+      lo, hi = (b.zext(b.load(shared_ptr(b, S, b.trunc(b.add(b.mul(r, i64(ld)), col), I32))),
+                       I32) for r in (row, b.add(row, i64(1))))
+      return b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
+
+    def pack(lo, hi):                 # two f32 values rounded into one word of 16-bit values
+      return _asm(b, f"cvt.rn.{self.kind}x2.f32 $0, $2, $1;", "=r,f,f", [lo, hi], ret=I32,
+                  side_effect=False)
+
     NI = BT // 8
 
-    def products(afr, S, ld, width):
+    def products(afr, S, ld, width, mul=None):
       """Accumulators of (this warp's 16 rows) x (the tile's BT walked rows)ᵀ over ``width``:
-      element e of tile ni is at row g + 8 (e // 2), walked row 8ni + 2t + e % 2."""
+      element e of tile ni is at row g + 8 (e // 2), walked row 8ni + 2t + e % 2 (times
+      ``mul``, for 16-bit operands whose fragments are not scaled)."""
       out = []
       for ni in range(NI):
         cur = [zero] * 4
         wrow = b.add(g, i64(8 * ni))
-        for kk in range(width // 8):
-          bfr = [sh(S, ld, wrow, b.add(t, i64(8 * kk + dk))) for dk in (0, 4)]
-          cur = _mma(b, "tf32", afr[kk], bfr, cur)
+        if narrow:
+          for kk in range(width // 16):
+            bfr = [sh_pair(S, ld, wrow, b.add(b.mul(t, i64(2)), i64(16 * kk + dk)))
+                   for dk in (0, 8)]
+            cur = _mma(b, self.kind, afr[kk], bfr, cur)
+          if mul is not None:
+            cur = [b.fmul(x, mul) for x in cur]
+        else:
+          for kk in range(width // 8):
+            bfr = [sh(S, ld, wrow, b.add(t, i64(8 * kk + dk))) for dk in (0, 4)]
+            cur = _mma(b, "tf32", afr[kk], bfr, cur)
         out.append(cur)
       return out
 
     def accumulate(acc, P, S, ld, width):
-      """``acc`` (alloca'd C fragments over ``width`` columns) += P (accumulators as A,
-      the key permutation) times the tile's rows."""
-      for kk in range(NI):
-        afr = [_rna(b, P[kk][x]) for x in (0, 2, 1, 3)]
-        krow = b.add(b.mul(t, i64(2)), i64(8 * kk))
+      """``acc`` (alloca'd C fragments over ``width`` columns) += P (accumulators as A: for
+      tf32 with the key permutation, for 16-bit the C fragments of tiles 2kk and 2kk+1 as
+      the A fragment of 16-key step kk) times the tile's rows."""
+      for kk in range(NI // 2 if narrow else NI):
+        if narrow:
+          afr = [pack(P[2 * kk + u][2 * h], P[2 * kk + u][2 * h + 1])
+                 for u, h in ((0, 0), (0, 1), (1, 0), (1, 1))]
+          krow = b.add(b.mul(t, i64(2)), i64(16 * kk))
+        else:
+          afr = [_rna(b, P[kk][x]) for x in (0, 2, 1, 3)]
+          krow = b.add(b.mul(t, i64(2)), i64(8 * kk))
         for nd in range(width // 8):
           col = b.add(g, i64(8 * nd))
-          bfr = [sh(S, ld, krow, col), sh(S, ld, b.add(krow, i64(1)), col)]
+          if narrow:
+            bfr = [sh_column_pair(S, ld, krow, col),
+                   sh_column_pair(S, ld, b.add(krow, i64(8)), col)]
+          else:
+            bfr = [sh(S, ld, krow, col), sh(S, ld, b.add(krow, i64(1)), col)]
           cur = [b.load(a) for a in acc[nd]]
-          for a, x in zip(acc[nd], _mma(b, "tf32", afr, bfr, cur)):
+          for a, x in zip(acc[nd], _mma(b, self.kind, afr, bfr, cur)):
             b.store(x, a)
 
     em = None
@@ -278,7 +332,7 @@ class FlashAttentionGrad(GpuKernel):
         commit()
         wait(0)
         barrier(b)
-        Sv = products(afr1, S1, ld1, D)
+        Sv = products(afr1, S1, ld1, D, cs)
         barrier(b)
         scores(j, Sv)
         for h in range(2):
@@ -309,7 +363,8 @@ class FlashAttentionGrad(GpuKernel):
         for cc in range(Dv // 4):
           off = b.add(o_base, b.add(b.mul(clamped[h], i64(Dv)), b.add(t, i64(4 * cc))))
           x = E.convert_value(b, E.load_element(b, Op, off, self.o.dtype), self.o.dtype, F32)
-          y = b.load(b.gep(DOp, [off], inbounds=True))
+          y = E.convert_value(b, E.load_element(b, DOp, off, self.do.dtype), self.do.dtype,
+                              F32)
           delta = b.fadd(delta, b.fmul(x, y))
         delta = _quad(b, delta, b.fadd)
         b.store(L, stat_L[h])
@@ -339,7 +394,7 @@ class FlashAttentionGrad(GpuKernel):
       commit()
       wait(0)
       barrier(b)
-      Sv = products(afr1, S1, ld1, W1)
+      Sv = products(afr1, S1, ld1, W1, cs)
       dP = products(afr2, S2, ld2, W2)
       walked = scores(j, Sv)
       if kv:      # the walked rows' statistics (this thread's columns)

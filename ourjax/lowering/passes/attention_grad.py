@@ -11,7 +11,7 @@ With ``P`` the probabilities and ``dO`` the output's cotangent, the gradient ``j
                                      transpose, as nn.dot_product_attention's einsum gives)
     dP  = dot(dO, v)                 over Dv: [B..., Tq, Tk]
     t   = P * dP
-    r   = reduce_sum(-t)  |  -reduce_sum(t)     over the keys
+    r   = reduce_sum(-t)  |  -reduce_sum(t)     over the keys (16-bit: summed in f32)
     w   = t + P * broadcast(r)       (= P (dP - rowsum(P dP)), the scores' cotangent)
     ds  = g(w)                       g: elementwise ops, one operand leading back to w (the
                                      transposes of the scores' mask and scale: select(m, w, 0),
@@ -110,20 +110,34 @@ def match(o: Instruction, fwd):
   r = _row_broadcast(rb, rank)
   if r is None:
     return "no row sum in the softmax backward"
-  if r.opcode == "negate":
-    neg, red = r, r.operands[0]
-    summed = _row_reduce(red, "add", rank, 0.0)
-    ok = summed is t
-  else:
-    red = r
-    neg = _row_reduce(red, "add", rank, 0.0)
-    ok = neg is not None and neg.opcode == "negate" and neg.operands[0] is t
-  if not ok:
+  # -rowsum(t): negate(reduce(t)) or reduce(negate(t)); 16-bit types sum in f32, with a
+  # convert after the reduce and one before it
+  inner_chain, x = [], r          # (rb's operand down to t, each read once)
+  if x.opcode == "convert":
+    inner_chain.append(x)
+    x = x.operands[0]
+  negated = False
+  if x.opcode == "negate":
+    inner_chain.append(x)
+    x, negated = x.operands[0], True
+  summed = _row_reduce(x, "add", rank, 0.0)
+  if summed is None:
+    return "no row sum in the softmax backward"
+  inner_chain.append(x)
+  x = summed
+  if x.opcode == "convert":
+    inner_chain.append(x)
+    x = x.operands[0]
+  if not negated and x.opcode == "negate":
+    inner_chain.append(x)
+    x, negated = x.operands[0], True
+  if x is not t or not negated:
     return "the softmax backward's row sum is not of P * dP"
-  ws = [x for x in t.users if x is not neg and x is not red]
+  head = inner_chain[-1]          # (the chain's node that reads t)
+  ws = [y for y in t.users if y is not head]
   if len(ws) != 1 or ws[0].opcode != "add" or _other(ws[0], t) is not u or \
      len(t.users) != 2 or len(u.users) != 1 or len(rb.users) != 1 or \
-     len(neg.users) != 1 or len(red.users) != 1:
+     any(len(y.users) != 1 for y in inner_chain):
     return "the softmax backward is not P * dP - P * rowsum(P * dP)"
   w = ws[0]
   # ds = g(w): a chain of elementwise ops
@@ -146,7 +160,7 @@ def match(o: Instruction, fwd):
   if pq is None or pk is None or dq.operands[1] is not k or dk.operands[1] is not q or \
      pq[1] != perms[1] or pk[1] != perms[0] or pk[0] != tuple(range(nb)) + (nb + 1, nb):
     return "dq and dk are not dot(ds, k) and dot(dsᵀ, q)"
-  mine = [dP, t, neg, red, rb, u, w] + chain
+  mine = [dP, t] + list(reversed(inner_chain)) + [rb, u, w] + chain
   # the forward's intermediates are read by the forward and this backward alone
   ok = set(inner) | {o, dv, dq, dk} | set(mine)
   for x in inner:
