@@ -336,6 +336,9 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       m.dot_epilogues = True
       from ourjax.backends.cuda import attention
       m.fused_attention = attention.refuses if attention.enabled() else None
+    if name == "cpu":
+      from ourjax.backends.llvm import attention as cpu_attention
+      m.fused_attention = cpu_attention.refuses if cpu_attention.enabled() else None
     pipeline.optimize(m, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                       late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
     return aliased(m)
