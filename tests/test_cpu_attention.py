@@ -31,6 +31,8 @@ def _masked(kind):
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * np.float32(0.4)
     if kind == "causal":
       s = jnp.where(jnp.tril(jnp.ones((T, S), dtype=bool)), s, -1e9)
+    elif kind == "tril_fill":   # (not causal: the hidden keys take part, with a score of 2)
+      s = jnp.where(jnp.tril(jnp.ones((T, S), dtype=bool)), s, 2.0)
     elif kind == "bias":
       s = s + extra
     elif kind == "padding":     # keys past each batch entry's length (none masks a whole row)
@@ -45,6 +47,8 @@ def _want(q, k, v, scale, kind=None, extra=None):
   s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
   if kind == "causal":
     s = np.where(np.tril(np.ones((T, S), bool)), s, -1e9)
+  elif kind == "tril_fill":
+    s = np.where(np.tril(np.ones((T, S), bool)), s, 2.0)
   elif kind == "bias":
     s = s + extra
   elif kind == "padding":
@@ -98,15 +102,17 @@ def test_several_key_tiles_use_the_online_softmax(tq, tk):
   _check(_attend(0.3), (q, k, v), _want(q, k, v, 0.3))
 
 
-@pytest.mark.parametrize("kind", ["causal", "bias", "padding"])
-@pytest.mark.parametrize("T,S", [(6, 9), (70, 300)])
+@pytest.mark.parametrize("kind", ["causal", "tril_fill", "bias", "padding"])
+@pytest.mark.parametrize("T,S", [(6, 9), (70, 300), (300, 290)])
 def test_masks_and_biases(kind, T, S):
+  """Masks and biases as the scores computation; a causal mask's blocks skip the key tiles
+  past their last row (a tril mask of a finite fill keeps them)."""
   rng = np.random.default_rng(T * S)
   B, H, D = 2, 3, 12
   q = rng.standard_normal((B, H, T, D)).astype(np.float32)
   k = rng.standard_normal((B, H, S, D)).astype(np.float32)
   v = rng.standard_normal((B, H, S, D)).astype(np.float32)
-  extra = {"causal": np.zeros((), np.float32),
+  extra = {"causal": np.zeros((), np.float32), "tril_fill": np.zeros((), np.float32),
            "bias": rng.standard_normal((B, 1, T, S)).astype(np.float32),
            "padding": np.array([S, 3], np.int32)}[kind]
   _check(_masked(kind), (q, k, v, extra), _want(q, k, v, 0.4, kind, extra))
@@ -203,3 +209,20 @@ def test_transformer_training_keeps_the_probabilities():
   for g, w in zip(got, want):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
   assert math.isfinite(float(np.sum(np.asarray(got[0]))))
+
+
+def test_only_a_mask_that_hides_its_keys_skips_them():
+  """``causal``: a tril mask filled with -1e9 (or less) is causal, one filled with a finite
+  score that still counts is not (its hidden keys take part in the softmax)."""
+  from ourjax.lowering import from_jaxpr, pipeline
+  from ourjax.lowering.passes import attention
+  rng = np.random.default_rng(5)
+  q, k, v = (rng.standard_normal((1, 2, 6, 4)).astype(np.float32) for _ in range(3))
+  extra = np.zeros((), np.float32)
+  for kind, want in (("causal", True), ("tril_fill", False)):
+    closed = ourjax.jit(_masked(kind)).trace(q, k, v, extra).jaxpr
+    m = from_jaxpr.lower(closed, "attn").module
+    m.fused_attention = lambda *a: None
+    m = pipeline.optimize(m, late_passes=[("attention", attention.run)])
+    (att,) = [i for i in m.entry.instructions if i.opcode == "attention"]
+    assert attention.causal(att.attrs["calls"]) is want, kind
