@@ -52,10 +52,12 @@ MAX_HEAD = 256
 TILE_BYTES = 64 * 1024
 #: Most keys per tile (longer key ranges are walked with the online softmax).
 MAX_BK = 256
-#: Tasks (query blocks) wanted per thread, so that pieces of whole tasks share out evenly.
-TASKS_PER_THREAD = 4
-#: Most pieces the kernel is cut into (tasks are whole query blocks).
-MAX_PIECES = 64
+#: Tasks (query blocks) wanted per thread: threads claim them one at a time, so the slowest
+#: thread finishes at most one task (an eighth of its share) after the others.
+TASKS_PER_THREAD = 8
+#: Most pieces the kernel is cut into (a piece is one or more whole tasks; claiming one is one
+#: atomic add).
+MAX_PIECES = 256
 
 
 def enabled() -> bool:
