@@ -226,3 +226,27 @@ def test_only_a_mask_that_hides_its_keys_skips_them():
     m = pipeline.optimize(m, late_passes=[("attention", attention.run)])
     (att,) = [i for i in m.entry.instructions if i.opcode == "attention"]
     assert attention.causal(att.attrs["calls"]) is want, kind
+
+
+def test_in_a_loop_and_in_jax_layout():
+  """``nn.dot_product_attention`` on ``[B, T, N, H]`` operands (transposed into the kernel's
+  layout) inside a ``fori_loop`` (the kernel's pieces dispatched as a loop's job)."""
+  rng = np.random.default_rng(6)
+  x = rng.standard_normal((2, 40, 3, 16)).astype(np.float32)
+  w = (rng.standard_normal((16, 16)) / 4).astype(np.float32)
+
+  def f(x, w):
+    def body(i, h):
+      return ourjax.nn.dot_product_attention(h, h @ w, h, is_causal=True) + 0.5 * h
+    return ourjax.lax.fori_loop(0, 3, body, x)
+  c = ourjax.jit(f).lower(x, w).compile()
+  assert "attention(" in c.as_text()
+  got = np.asarray(c(x, w))
+  h = x.astype(np.float64)
+  for _ in range(3):
+    q, k = np.swapaxes(h, 1, 2), np.swapaxes(h @ w, 1, 2)
+    s = q @ np.swapaxes(k, -1, -2) / 4.0
+    s = np.where(np.tril(np.ones((40, 40), bool)), s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    h = np.swapaxes((e / e.sum(-1, keepdims=True)) @ q, 1, 2) + 0.5 * h
+  np.testing.assert_allclose(got, h, rtol=1e-4, atol=1e-4)
