@@ -235,7 +235,11 @@ class _Planner(planning.Planner):
     leafmap = {} if fc is None else {
         p: vals[o] for p, o in zip(fc.parameters[1:], instr.operands[3:])}
     out = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
-    self._add_kernel(steps, AttentionKernel(self._kname(), instr, q, k, v, out, leafmap))
+    kern = AttentionKernel(self._kname(), instr, q, k, v, out, leafmap)
+    self.module.note("attention", f"%{instr.name}: {kern.tasks} blocks of {kern.BQ} query rows "
+                     f"x key tiles of {kern.BK}{' (causal)' if kern.causal else ''} in "
+                     f"{kern.chunks} piece(s), {kern.stack_bytes() // 1024} KiB of stack a thread")
+    self._add_kernel(steps, kern)
     return out
 
   def _add_kernel(self, steps, kernel):

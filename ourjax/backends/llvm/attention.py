@@ -275,11 +275,11 @@ def _hreduce(b, v, op):
   return b.extract_element(v, ir.Constant(E.I32, 0))
 
 
-def _row_pass(b, row, n, W, step, inits):
+def _row_pass(b, row, n, W, step, inits, combine=None):
   """One pass over ``row[0:n]`` (f32): ``step(x, accs) -> (new x or None, accs)`` on W-lane
-  vectors, then on the scalars past the last whole vector; returns the accumulators as vectors
-  (the scalar part folded into lane 0 by the same step's combine: ``accs`` are combined by the
-  caller through ``_hreduce``, so the tail's go into lane-wise slots of their own)."""
+  vectors, then on the scalars past the last whole vector (their accumulators of their own);
+  returns each accumulator as a vector, the scalar one folded into lane 0 by ``combine(b,
+  vector, vector)`` (default: maxnum) for the caller's ``_hreduce``."""
   F = ir.FloatType()
   VT = ir.VectorType(F, W)
   vslots = [alloca_entry(b, VT) for _ in inits]
@@ -303,17 +303,10 @@ def _row_pass(b, row, n, W, step, inits):
       b.store(y, p)
     for s, a in zip(sslots, accs):
       b.store(a, s)
-  # the tail's accumulators into lane 0 of a vector of the initial values
-  out = []
-  for v, s, x in zip(vslots, sslots, inits):
-    t = b.insert_element(ir.Constant(VT, [x] * W), b.load(s), ir.Constant(E.I32, 0))
-    out.append((b.load(v), t))
-  return [_combine_pair(b, vv, tv, step) for vv, tv in out]
-
-
-def _combine_pair(b, v, t, step):
-  # (both accumulate with the same operation: run it on the pair)
-  return step.combine(b, v, t) if hasattr(step, "combine") else _fmax(b, v, t)
+  combine = combine or _fmax
+  return [combine(b, b.load(v), b.insert_element(ir.Constant(VT, [x] * W), b.load(s),
+                                                 ir.Constant(E.I32, 0)))
+          for v, s, x in zip(vslots, sslots, inits)]
 
 
 def _exp_and_sum(b, row, n, W, base, scale=1.0):
@@ -328,8 +321,7 @@ def _exp_and_sum(b, row, n, W, base, scale=1.0):
                                            b.fneg(_splat(b, base, x.type))])
     p = M.emit_unary(b, "exp", arg)
     return p, [b.fadd(acc[0], p, flags=["reassoc", "nsz"])]
-  step.combine = lambda b_, v, t: b_.fadd(v, t)
-  (acc,) = _row_pass(b, row, n, W, step, [0.0])
+  (acc,) = _row_pass(b, row, n, W, step, [0.0], lambda b_, v, t: b_.fadd(v, t))
   return _hreduce(b, acc, lambda b_, x, y: b_.fadd(x, y))
 
 
@@ -337,5 +329,4 @@ def _scale_row(b, row, n, W, c):
   """``row[0:n] *= c`` (f32)."""
   def step(x, acc):
     return b.fmul(x, _splat(b, c, x.type)), acc
-  step.combine = lambda b_, v, t: v
   _row_pass(b, row, i64(n), W, step, [])
