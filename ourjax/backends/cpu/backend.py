@@ -602,7 +602,8 @@ def _host_tag(profile: bool) -> bytes:
           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
           f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
           f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}").encode()
+          f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}/"
+          f"{os.environ.get('OURJAX_CPU_ATTENTION', '1')}").encode()
 
 
 def cache_key(module: hlo.Module, profile: bool = False) -> str:
@@ -644,10 +645,10 @@ def _pipeline_source_hash() -> str:
 def _settings() -> str:
   """The module-level settings the passes, the planner and the emitter read (upper-case
   scalars, which tests and users may change, and the pipeline's pass lists)."""
-  from ourjax.backends.llvm import concat, dots
+  from ourjax.backends.llvm import attention, concat, dots
   from ourjax.lowering import pipeline
   from ourjax.lowering import passes as _passes
-  mods = [pipeline, sys.modules[__name__], _entry, K, E, concat, dots]
+  mods = [pipeline, sys.modules[__name__], _entry, K, E, concat, dots, attention]
   mods += [m for n, m in sorted(vars(_passes).items()) if type(m) is type(os)]
   parts = [f"{os.cpu_count()}/{os.environ.get('OURJAX_CPU_SIMPLE_DOT', '')}"]
   for m in mods:
