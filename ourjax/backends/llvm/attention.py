@@ -3,16 +3,20 @@
 operands, ``f`` the optional scores computation: masks, biases) without writing the
 ``Tq x Tk`` scores or probabilities to memory, the way FlashAttention does on a GPU.
 
-A *task* is one batch entry's block of ``BQ`` query rows; the tasks are shared out over the
-kernel's pieces (``chunks``: many more than threads, so that 16 threads claim balanced work and
-a thread the OS delays holds up little).  A task walks the keys in tiles of ``BK``:
+A *task* is one batch entry's block of ``BQ`` query rows (``tiles``); each of the kernel's
+pieces (``chunks``) is one task where there are up to ``MAX_PIECES`` of them, and ``tiles``
+makes at least 8 a thread for 16 threads where blocks of 32 rows or more allow, so that
+threads claiming pieces one at a time finish within about one task of each other and a thread
+the OS delays holds up little.  A task walks the keys in tiles of ``BK``:
 
 * ``S = q_blk k_tileᵀ`` into a ``BQ x BK`` f32 tile on the thread's stack (64 KiB at most: in L2,
   mostly L1), by the process-wide packed GEMM (``gemm.py``, called serially, its packing buffer
   on the stack too);
 * per row: ``s * scale`` (then ``f`` per score, through the shared elemental emitter, at the
-  score's ``(batch..., row, key)``), the tile's row max, the running max ``m``; ``P = exp(s -
-  m)`` in place in the tile (the inline vector ``exp`` of ``math.py``), the running sum
+  score's ``(batch..., row, key)``; without ``f``, a positive scale goes into the exponential's
+  argument as one fused multiply-add instead), the tile's row max, the running max ``m``;
+  ``P = exp(s - m)`` in place in the tile (the inline vector ``exp`` of ``math.py``, on
+  vectors of the code target's width), the running sum
   ``l = l * exp(m_old - m) + sum(P)``; the output row, already holding the earlier tiles'
   ``P v``, is scaled by ``exp(m_old - m)``;
 * ``out_blk += P v_tile`` by the same GEMM (its ``ACCUMULATE`` bit; the first tile stores);
