@@ -328,6 +328,12 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       m.input_output_alias = dict(aliases)
     return m
 
+  # (read now: an executable loaded from the disk cache makes its module later, on demand)
+  cpu_fused_attention = None
+  if name == "cpu":
+    from ourjax.backends.llvm import attention as cpu_attention
+    cpu_fused_attention = cpu_attention.refuses if cpu_attention.enabled() else None
+
   def optimized(m):
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
@@ -337,8 +343,7 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       from ourjax.backends.cuda import attention
       m.fused_attention = attention.refuses if attention.enabled() else None
     if name == "cpu":
-      from ourjax.backends.llvm import attention as cpu_attention
-      m.fused_attention = cpu_attention.refuses if cpu_attention.enabled() else None
+      m.fused_attention = cpu_fused_attention
     pipeline.optimize(m, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                       late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
     return aliased(m)
