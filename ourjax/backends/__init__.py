@@ -335,6 +335,8 @@ def _compile_lowering(lowering, closed, backend, donation=None):
     cpu_fused_attention = cpu_attention.refuses if cpu_attention.enabled() else None
 
   def optimized(m):
+    if name == "cpu":
+      m.fused_attention = cpu_fused_attention
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())
@@ -342,8 +344,6 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       m.dot_epilogues = True
       from ourjax.backends.cuda import attention
       m.fused_attention = attention.refuses if attention.enabled() else None
-    if name == "cpu":
-      m.fused_attention = cpu_fused_attention
     pipeline.optimize(m, early_passes=pipeline.NATIVE_EARLY_PASSES if native else (),
                       late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
     return aliased(m)

@@ -680,7 +680,7 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   with _phases.phase("verify"):
     hlo.verify(module)
   cpu_be = _cpu_planning()
-  why = cpu_be.native_unsupported(module, cpu_be.NATIVE_OPCODES)
+  why = cpu_be.native_unsupported(module, cpu_be.NATIVE_OPCODES | {"attention"})
   if why is not None:
     log.debug("cuda backend: %s runs on the CPU backend (%s)", module.name, why)
     return HostFallbackExecutable(module, why)
