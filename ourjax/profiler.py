@@ -238,8 +238,8 @@ def _clip(text: str, width: int) -> str:
 
 
 _BYTES_NOTE = ("bytes: the sizes of a kernel's input and output buffers per call, an estimate "
-               "of its memory traffic; GB/s = bytes / time; GFLOP/s counts dots and "
-               "convolutions (2*B*M*N*K); kernels inside loops: launches and times summed "
+               "of its memory traffic; GB/s = bytes / time; GFLOP/s counts dots, "
+               "convolutions and attentions (2*B*M*N*K per product); kernels inside loops: launches and times summed "
                "over the iterations.")
 
 

@@ -328,7 +328,15 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       m.input_output_alias = dict(aliases)
     return m
 
+  # (read now: an executable loaded from the disk cache makes its module later, on demand)
+  cpu_fused_attention = None
+  if name == "cpu":
+    from ourjax.backends.llvm import attention as cpu_attention
+    cpu_fused_attention = cpu_attention.refuses if cpu_attention.enabled() else None
+
   def optimized(m):
+    if name == "cpu":
+      m.fused_attention = cpu_fused_attention
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())

@@ -99,7 +99,7 @@ __all__ = ["compile", "CpuExecutable", "native_unsupported", "NATIVE_OPCODES", "
 #: Opcodes the native backend compiles (anything else falls back to the reference backend).
 NATIVE_OPCODES = frozenset(E.ELEMENTAL_OPS | K.HARD_OPS | {
     "parameter", "constant", "tuple", "get-tuple-element", "fusion", "while", "conditional",
-    "copy"})
+    "copy", "attention"})
 
 
 def native_unsupported(module: hlo.Module, opcodes=None) -> str | None:
@@ -217,12 +217,30 @@ class _Planner(planning.Planner):
     return num_threads()
 
   def _plan_group(self, instr, vals, steps, want, last_use, pos, comp):
+    if instr.opcode == "attention":
+      return self._attention(instr, vals, steps, want)
     if self.implicit_im2col:
       from ourjax.backends.llvm import gemm_im2col
       patches = gemm_im2col.plan_patches(self, instr, vals, steps, want, comp)
       if patches is not None:
         return patches
     return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
+
+  def _attention(self, instr, vals, steps, want):
+    """An ``attention`` instruction (``lowering/passes/attention.py``) as one
+    ``AttentionKernel`` (``llvm/attention.py``) over its operands' buffers."""
+    from ourjax.backends.llvm.attention import AttentionKernel
+    q, k, v = (self._as_buf(vals[o], o, steps) for o in instr.operands[:3])
+    fc = instr.attrs.get("calls")
+    leafmap = {} if fc is None else {
+        p: vals[o] for p, o in zip(fc.parameters[1:], instr.operands[3:])}
+    out = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
+    kern = AttentionKernel(self._kname(), instr, q, k, v, out, leafmap)
+    self.module.note("attention", f"%{instr.name}: {kern.tasks} blocks of {kern.BQ} query rows "
+                     f"x key tiles of {kern.BK}{' (causal)' if kern.causal else ''} in "
+                     f"{kern.chunks} piece(s), {kern.stack_bytes() // 1024} KiB of stack a thread")
+    self._add_kernel(steps, kern)
+    return out
 
   def _add_kernel(self, steps, kernel):
     # the elementwise consumer of an implicit-im2col dot planned just before it (conv +
@@ -544,13 +562,15 @@ def _backend_source_hash() -> str:
   if _source_hash is None:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import (concat, dedupe, dots, elemental, gemm, gemm_im2col,
+    from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, gemm,
+                                      gemm_im2col,
                                       group_planner, horizontal, im2col, kernel_info,
                                       kernel_key, planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
     for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
+              attention,
               dots, donation, _entry, elemental, dedupe, kernel_key, _planning, group_planner,
               row_cache, horizontal):
       with open(m.__file__, "rb") as f:
@@ -582,7 +602,8 @@ def _host_tag(profile: bool) -> bytes:
           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
           f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
           f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}").encode()
+          f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}/"
+          f"{os.environ.get('OURJAX_CPU_ATTENTION', '1')}").encode()
 
 
 def cache_key(module: hlo.Module, profile: bool = False) -> str:
@@ -624,10 +645,10 @@ def _pipeline_source_hash() -> str:
 def _settings() -> str:
   """The module-level settings the passes, the planner and the emitter read (upper-case
   scalars, which tests and users may change, and the pipeline's pass lists)."""
-  from ourjax.backends.llvm import concat, dots
+  from ourjax.backends.llvm import attention, concat, dots
   from ourjax.lowering import pipeline
   from ourjax.lowering import passes as _passes
-  mods = [pipeline, sys.modules[__name__], _entry, K, E, concat, dots]
+  mods = [pipeline, sys.modules[__name__], _entry, K, E, concat, dots, attention]
   mods += [m for n, m in sorted(vars(_passes).items()) if type(m) is type(os)]
   parts = [f"{os.cpu_count()}/{os.environ.get('OURJAX_CPU_SIMPLE_DOT', '')}"]
   for m in mods:

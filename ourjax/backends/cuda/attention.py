@@ -45,6 +45,7 @@ from ourjax.backends.llvm.elemental import Emitter
 from ourjax.backends.llvm.emitter import Index
 from ourjax.backends.llvm.emitter import I32, I64, i64
 from ourjax.config import env_switch
+from ourjax.lowering.passes.attention import causal  # noqa: F401  (the kernel's; tests')
 
 F32 = np.dtype(np.float32)
 MAX_HEAD = 128      # largest D and Dv: q's fragments and the output accumulators are registers
@@ -69,77 +70,6 @@ def refuses(dtype, q_dims, k_dims, v_dims, dots) -> str | None:
   if D % step or Dv % 8 or D > MAX_HEAD or Dv > MAX_HEAD:
     return (f"head sizes D={D}, Dv={Dv} (the kernel takes multiples of {step} and 8 up to "
             f"{MAX_HEAD})")
-  return None
-
-
-def causal(scores) -> bool:
-  """Whether the scores computation masks every key past its query's row (``select(row >=
-  key, s, c)``, alone or and-ed with other masks): whole key tiles past a block's last row
-  then need no visit."""
-  nb = scores.root.shape.rank - 2
-  row, col = nb, nb + 1
-  root = scores.root
-  s0 = scores.parameters[0]
-  if root.opcode != "select" or root.operands[1] is not s0 or \
-     root.operands[2].opcode not in ("constant", "broadcast"):
-    return False
-  return _masks_future(root.operands[0], {d: d for d in range(root.shape.rank)}, row, col)
-
-
-def _iota_dim(x, dims):
-  """The dim of the scores along which ``x`` counts (an iota, through broadcasts and
-  converts; ``dims`` maps x's dims to the scores'), or None."""
-  while x.opcode in ("broadcast", "convert", "reshape"):
-    if x.opcode == "broadcast":
-      dims = {k: dims[d] for k, d in enumerate(x.attrs["dimensions"]) if d in dims}
-    elif x.opcode == "reshape":
-      dims = _through_reshape(x, dims)
-      if dims is None:
-        return None
-    x = x.operands[0]
-  if x.opcode == "iota":
-    return dims.get(x.attrs["iota_dimension"])
-  return None
-
-
-def _through_reshape(x, dims):
-  """``dims`` (x's dims -> the scores') for the operand of ``x``, a reshape that only adds or
-  drops dims of size 1; None for other reshapes."""
-  src = [k for k, n in enumerate(x.operands[0].dims) if n != 1]
-  dst = [k for k, n in enumerate(x.dims) if n != 1]
-  if [x.operands[0].dims[k] for k in src] != [x.dims[k] for k in dst]:
-    return None
-  return {a: dims[b] for a, b in zip(src, dst) if b in dims}
-
-
-def _masks_future(p, dims, row, col) -> bool:
-  """Whether the predicate ``p`` is false wherever key > row (``dims``: p's dims -> the
-  scores')."""
-  if p.opcode == "reshape":
-    inner = _through_reshape(p, dims)
-    return inner is not None and _masks_future(p.operands[0], inner, row, col)
-  if p.opcode == "broadcast":
-    return _masks_future(p.operands[0], {k: dims[d] for k, d in
-                                         enumerate(p.attrs["dimensions"]) if d in dims},
-                         row, col)
-  if p.opcode == "and":
-    return any(_masks_future(o, dims, row, col) for o in p.operands)
-  if p.opcode == "select":       # select(c, true, false) is c
-    t, f = p.operands[1:]
-    tv, fv = (_const_value(x) for x in (t, f))
-    return tv is True and fv is False and _masks_future(p.operands[0], dims, row, col)
-  if p.opcode == "compare":
-    a, c = (_iota_dim(o, dims) for o in p.operands)
-    d = p.attrs["direction"]
-    return (a, c, d) in ((row, col, "GE"), (col, row, "LE"), (row, col, "GT"), (col, row, "LT"))
-  return False
-
-
-def _const_value(x):
-  while x.opcode == "broadcast":
-    x = x.operands[0]
-  if x.opcode == "constant" and x.attrs["value"].ndim == 0:
-    return bool(x.attrs["value"])
   return None
 
 

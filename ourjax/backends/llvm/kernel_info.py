@@ -10,8 +10,9 @@
   planned one, the planned kernel (``kernel.hlo_source``).
 * ``bytes``: the sizes of the buffers it reads and writes, each once (scratch space left out):
   an estimate of its memory traffic, exact for a kernel that streams each buffer once.
-* ``flops``: ``2*B*M*N*K`` per dot and ``2 * outputs * window * input features`` per
-  convolution it computes; 0 for kernels without contractions.
+* ``flops``: ``2*B*M*N*K`` per dot, ``2 * outputs * window * input features`` per
+  convolution and ``2*B*Tq*Tk*(D + Dv)`` per attention it computes (a causal one's skipped
+  tiles counted too); 0 for kernels without contractions.
 """
 from __future__ import annotations
 
@@ -97,11 +98,15 @@ def covered(kernel) -> list:
 
 
 def contraction_flops(instr) -> int:
-  """2*B*M*N*K of a dot, 2 * outputs * window * input features of a convolution, else 0."""
+  """2*B*M*N*K of a dot, 2 * outputs * window * input features of a convolution, the two
+  products of an attention, else 0."""
   if instr.opcode == "dot":
     lhs = instr.operands[0].dims
     k = math.prod(lhs[d] for d in instr.attrs.get("lhs_contracting_dims", ()))
     return 2 * instr.shape.size * k
+  if instr.opcode == "attention":     # q kᵀ and P v: 2*B*Tq*Tk*(D + Dv)
+    q, k, v = (o.dims for o in instr.operands[:3])
+    return 2 * math.prod(q[:-1]) * k[-2] * (q[-1] + v[-1])
   if instr.opcode == "convolution":
     _, rspec, _ = instr.attrs["dimension_numbers"]
     rhs = instr.operands[1].dims
@@ -161,6 +166,8 @@ def describe(kernel) -> dict:
     text = group.name if group is not None else ""
   if not text:
     text = "writes " + ", ".join(w.name for w in kernel.writes if w.name)
+  if group is not None and group.opcode == "attention" and group not in instrs:
+    instrs = instrs + [group]       # (an attention kernel computes its instruction whole)
   flops = 0 if kind in _NO_FLOPS else sum(contraction_flops(i) for i in instrs)
   return {"name": kernel.name, "kind": kind, "hlo": text,
           "group": group.name if group is not None else None,

@@ -45,6 +45,8 @@ PASS = "attention"
 
 #: Most elementwise ops between the scores' dot and the softmax (masks, biases, the scale).
 MAX_SCORE_OPS = 16
+#: The largest fill of a causal mask whose keys a kernel may skip (``causal``).
+MASKED = -1e9
 
 
 def _scalar_constant(x: Instruction):
@@ -356,3 +358,79 @@ def run(module: Module) -> bool:
   if changed:     # (what only the scores' mask read: iotas, compares, broadcasts)
     dce.run(module)
   return changed
+
+
+# -- what kernels ask of a match ----------------------------------------------------------------
+
+def causal(scores) -> bool:
+  """Whether the scores computation masks every key past its query's row (``select(row >=
+  key, s, c)``, alone or and-ed with other masks, ``c <= MASKED``: its exponential is 0 beside
+  any score up to ``-MASKED / 2``): whole key tiles past a block's last row then need no
+  visit."""
+  nb = scores.root.shape.rank - 2
+  row, col = nb, nb + 1
+  root = scores.root
+  s0 = scores.parameters[0]
+  if root.opcode != "select" or root.operands[1] is not s0:
+    return False
+  fill = _scalar_constant(root.operands[2])
+  if fill is None or not fill <= MASKED:
+    return False
+  return _masks_future(root.operands[0], {d: d for d in range(root.shape.rank)}, row, col)
+
+
+def _iota_dim(x, dims):
+  """The dim of the scores along which ``x`` counts (an iota, through broadcasts and
+  converts; ``dims`` maps x's dims to the scores'), or None."""
+  while x.opcode in ("broadcast", "convert", "reshape"):
+    if x.opcode == "broadcast":
+      dims = {k: dims[d] for k, d in enumerate(x.attrs["dimensions"]) if d in dims}
+    elif x.opcode == "reshape":
+      dims = _through_reshape(x, dims)
+      if dims is None:
+        return None
+    x = x.operands[0]
+  if x.opcode == "iota":
+    return dims.get(x.attrs["iota_dimension"])
+  return None
+
+
+def _through_reshape(x, dims):
+  """``dims`` (x's dims -> the scores') for the operand of ``x``, a reshape that only adds or
+  drops dims of size 1; None for other reshapes."""
+  src = [k for k, n in enumerate(x.operands[0].dims) if n != 1]
+  dst = [k for k, n in enumerate(x.dims) if n != 1]
+  if [x.operands[0].dims[k] for k in src] != [x.dims[k] for k in dst]:
+    return None
+  return {a: dims[b] for a, b in zip(src, dst) if b in dims}
+
+
+def _masks_future(p, dims, row, col) -> bool:
+  """Whether the predicate ``p`` is false wherever key > row (``dims``: p's dims -> the
+  scores')."""
+  if p.opcode == "reshape":
+    inner = _through_reshape(p, dims)
+    return inner is not None and _masks_future(p.operands[0], inner, row, col)
+  if p.opcode == "broadcast":
+    return _masks_future(p.operands[0], {k: dims[d] for k, d in
+                                         enumerate(p.attrs["dimensions"]) if d in dims},
+                         row, col)
+  if p.opcode == "and":
+    return any(_masks_future(o, dims, row, col) for o in p.operands)
+  if p.opcode == "select":       # select(c, true, false) is c
+    t, f = p.operands[1:]
+    tv, fv = (_const_value(x) for x in (t, f))
+    return tv is True and fv is False and _masks_future(p.operands[0], dims, row, col)
+  if p.opcode == "compare":
+    a, c = (_iota_dim(o, dims) for o in p.operands)
+    d = p.attrs["direction"]
+    return (a, c, d) in ((row, col, "GE"), (col, row, "LE"), (row, col, "GT"), (col, row, "LT"))
+  return False
+
+
+def _const_value(x):
+  while x.opcode == "broadcast":
+    x = x.operands[0]
+  if x.opcode == "constant" and x.attrs["value"].ndim == 0:
+    return bool(x.attrs["value"])
+  return None
