@@ -79,7 +79,7 @@ from ourjax import _phases
 from ourjax.backends.cpu import entry as _entry
 from ourjax.backends.cpu import profiling
 from ourjax.backends.cpu.libraries import (_ensure_runtime_symbols, _link_symbols,
-                                           _provided_symbols)
+                                           _provided_symbols, RUNTIME)
 from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
 from ourjax.backends.cpu.threads import get_pool, num_threads, set_num_threads
 from ourjax.backends import disk_cache
@@ -767,6 +767,8 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   symbols = list(gemms)
   symbols += sorted({"math:%s:%s:%d" % u for m in [em.mod] + em.kernel_mods
                      for u in E.math_symbols(m)})
+  if em.runtime:
+    symbols.append(RUNTIME)      # (the entry calls the runtime library's waiting helpers)
   meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
           "symbols": symbols,
           "control_bytes": _control_bytes(steps, extra),

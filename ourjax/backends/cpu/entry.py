@@ -37,7 +37,7 @@ import sys
 
 import numpy as np
 
-from ourjax.backends.cpu import profiling
+from ourjax.backends.cpu import profiling, threads
 from ourjax.backends.llvm import dedupe, gemm_im2col
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernel_key as _kk
@@ -309,6 +309,35 @@ def _emit_sync(mod):
   return wait, wait_ne, wake
 
 
+def _declare_sync(mod):
+  """Declarations of the three helpers of ``_emit_sync`` (defined by the runtime library,
+  ``threads.runtime_library``)."""
+  import llvmlite.ir as ir
+  i32p = E.I32.as_pointer()
+  wait_t = ir.FunctionType(ir.VoidType(), [i32p, E.I32, i32p])
+  return (ir.Function(mod, wait_t, name="ourjax_wait"),
+          ir.Function(mod, wait_t, name="ourjax_wait_ne"),
+          ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake"))
+
+
+def _uses_threads(steps) -> bool:
+  """Whether any step (in loops and conditionals too) runs a kernel in parallel: only then
+  does the entry wait for or wake threads."""
+  for s in steps:
+    if isinstance(s, KernelStep):
+      if s.parallel:
+        return True
+    elif isinstance(s, WhileStep):
+      if _uses_threads(s.cond_steps) or _uses_threads(s.body_steps):
+        return True
+    elif isinstance(s, CondStep):
+      if any(_uses_threads(br) for br in s.branches):
+        return True
+    elif getattr(s, "parallel", False):
+      return True
+  return False
+
+
 # ---------------------------------------------------------------------------------------------
 # emission
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +463,13 @@ class _Emission:
         finally:
           k.name = name
         self.piece_fns[id(self.fns[id(k)])] = fn
-    self.wait_fn, self.wait_ne_fn, self.wake_fn = _emit_sync(self.mod)
+    # (a program with parallel steps calls the waiting helpers of the process's runtime
+    # library, cpu/threads.py, declared here: compiling a copy per program cost ~20 ms of LLVM)
+    self.runtime = _uses_threads(steps) and threads.runtime_library() is not None
+    if self.runtime:
+      self.wait_fn, self.wait_ne_fn, self.wake_fn = _declare_sync(self.mod)
+    else:
+      self.wait_fn, self.wait_ne_fn, self.wake_fn = _emit_sync(self.mod)
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
     self.entry = entry
