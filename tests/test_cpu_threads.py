@@ -154,3 +154,18 @@ def test_runtime_library_cached_on_disk(tmp_path, monkeypatch):
   assert bytes(again._object) == bytes(first._object)
   for name in threads.RUNTIME_SYMBOLS:
     assert again.address(name)
+
+
+def test_library_source_digest_read_once(tmp_path):
+  """A library's source digest (part of its cache key) is the SHA-256 of its files, read once
+  per process: later loads of the process do not read the files again."""
+  import hashlib
+
+  from ourjax.backends import disk_cache
+  a, b = tmp_path / "a.py", tmp_path / "b.py"
+  a.write_bytes(b"x = 1\n")
+  b.write_bytes(b"y = 2\n")
+  want = hashlib.sha256(b"x = 1\ny = 2\n").hexdigest()
+  assert disk_cache.source_digest(str(a), str(b)) == want
+  a.unlink()
+  assert disk_cache.source_digest(str(a), str(b)) == want

@@ -118,11 +118,9 @@ def _runtime_key() -> str:
   import llvmlite
   import llvmlite.binding as llvm
 
+  from ourjax.backends import disk_cache
   from ourjax.backends.cpu import entry, jit
-  h = hashlib.sha256()
-  for f in (__file__, entry.__file__, jit.__file__):
-    with open(f, "rb") as fh:
-      h.update(fh.read())
+  h = hashlib.sha256(disk_cache.source_digest(__file__, entry.__file__, jit.__file__).encode())
   h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
            f"{jit.cpu_features()}/{jit.triple()}".encode())
   return "runtime-" + h.hexdigest()
