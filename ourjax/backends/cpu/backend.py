@@ -746,16 +746,15 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     from ourjax.backends.cpu import jit
     builds = early["builds"] = jit.ObjectBuilds(groups + 1, **early)
 
-  def kernels_done(em):
-    # each kernel module to LLVM now, with the names of the process-wide code it calls (its
-    # math libraries start building too)
-    for m in em.kernel_mods:
-      syms = gemms + sorted({"math:%s:%s:%d" % u for u in E.math_symbols(m)})
-      _link_symbols(syms, wait=False)
-      with _phases.phase("emit.text"):
-        text = dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
-      builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms) + list(em.helpers))
-      submitted[id(m)] = text
+  def kernels_done(em, m):
+    # a complete kernel module to LLVM now, with the names of the process-wide code it calls
+    # (its math libraries start building too)
+    syms = gemms + sorted({"math:%s:%s:%d" % u for u in E.math_symbols(m)})
+    _link_symbols(syms, wait=False)
+    with _phases.phase("emit.text"):
+      text = dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
+    builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms) + list(em.helpers))
+    submitted[id(m)] = text
 
   with _phases.phase("emit"):
     em = _entry._Emission(planner, steps, arena_slot, groups,
