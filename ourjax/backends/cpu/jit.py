@@ -423,6 +423,9 @@ class ObjectBuilds:
     """Drop the builds (those under way finish on their threads, unused)."""
     for f in self.futures:
       f.cancel()
+    if not self._waiting:           # (a build waiting for its slot goes on, and ends)
+      self._waiting = True
+      self._slots.release()
     self.pool.shutdown(wait=False)
 
 
