@@ -644,17 +644,32 @@ def test_programs_of_many_kernels_compile_in_several_modules(tmp_path, monkeypat
 
 def test_kernel_modules_compile_while_the_entry_is_emitted(monkeypatch):
   """A program of several modules hands each kernel module to LLVM (``jit.ObjectBuilds``) as
-  soon as its kernels are emitted, before the entry is emitted; the entry's module follows,
-  the objects are packed in module order, and the numbers are NumPy's."""
+  soon as its kernels are emitted: the modules take consecutive runs of the kernels, and the
+  first is compiling while later kernels are emitted, all before the entry is emitted; the
+  entry's module follows, the objects are packed in module order, and the numbers are
+  NumPy's."""
+  import re
+
   from ourjax.backends.cpu import entry as cpu_entry
+  from ourjax.backends.llvm import dedupe
   monkeypatch.setattr(os, "cpu_count", lambda: 4)
   monkeypatch.setattr(cpu, "KERNELS_PER_MODULE", 2)
   monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
-  events = []
+  events, emitted, texts = [], [], []
   real_submit, real_top = cpu_jit.ObjectBuilds.submit, cpu_entry._Emission.emit_top
-  monkeypatch.setattr(cpu_jit.ObjectBuilds, "submit", lambda self, text, *a: (
-      events.append("entry" if "ourjax_entry" in text else "kernels"),
-      real_submit(self, text, *a))[1])
+  real_key = dedupe.function_key
+
+  def submit(self, text, *a):
+    events.append("entry" if "ourjax_entry" in text else "kernels")
+    texts.append(text)
+    return real_submit(self, text, *a)
+
+  def key(fn, *a):                       # (called once per kernel emitted)
+    events.append("kernel")
+    emitted.append(fn.name)
+    return real_key(fn, *a)
+  monkeypatch.setattr(cpu_jit.ObjectBuilds, "submit", submit)
+  monkeypatch.setattr(cpu_entry.dedupe, "function_key", key)
   monkeypatch.setattr(cpu_entry._Emission, "emit_top", lambda self, steps: (
       events.append("emit entry"), real_top(self, steps))[1])
   rng = np.random.default_rng(2)
@@ -669,7 +684,11 @@ def test_kernel_modules_compile_while_the_entry_is_emitted(monkeypatch):
   exe = ourjax.jit(f).lower(*xs).compile()._executable
   groups = exe.compiled.llvm_ir.count("next module")
   assert groups >= 2
-  assert events == ["kernels"] * groups + ["emit entry", "entry"]
+  steps = [e for e in events if e != "kernel"]
+  assert steps == ["kernels"] * groups + ["emit entry", "entry"]
+  assert events.index("kernels") < len(events) - 1 - events[::-1].index("kernel")
+  defined = [re.findall(r'^define void @"(k[^"]*)"', t, re.M) for t in texts[:groups]]
+  assert [n for d in defined for n in d] == [n for n in emitted if any(n in d for d in defined)]
   assert exe.compiled.llvm_ir.split("\n; ---- next module ----\n")[0].count(
       'define i32 @"ourjax_entry"') == 1
   a, b, c = (x.astype(np.float64) for x in xs)

@@ -171,3 +171,35 @@ def test_gradient_of_cumsum_of_cummax():
   g = ourjax.jit(ourjax.grad(lambda x: jnp.sum(jnp.cumsum(lax.cummax(x)))))
   for x, want in (([0., 1.], [2., 1.]), ([1., 0.], [3., 0.]), ([0., 1., 2., 3.], [4., 3., 2., 1.])):
     np.testing.assert_array_equal(np.asarray(g(jnp.array(x, jnp.float32))), want)
+
+
+def test_object_builds_leave_the_caller_a_core_until_it_waits(monkeypatch):
+  """While the caller is still handing modules over, ``ObjectBuilds`` runs one build fewer
+  than it has threads (the caller's emission keeps a core); once the caller waits in
+  ``results`` the last slot opens, and the results come in submission order."""
+  import os
+  import threading
+  monkeypatch.setattr(os, "cpu_count", lambda: 3)
+  entered, go, lock = [], threading.Event(), threading.Lock()
+
+  def fake_object(text, *a, **k):
+    with lock:
+      entered.append(text)
+    assert go.wait(30)
+    return text.encode(), text
+
+  monkeypatch.setattr(jit, "_object", fake_object)
+  builds = jit.ObjectBuilds(3)
+  for t in ("a", "b", "c"):
+    builds.submit(t)
+  for _ in range(3000):                     # (until the two slots are taken)
+    if len(entered) == 2:
+      break
+    threading.Event().wait(0.001)
+  assert len(entered) == 2 and builds._slots._value == 0
+  out = []
+  waiter = threading.Thread(target=lambda: out.append(builds.results()))
+  waiter.start()
+  go.set()
+  waiter.join(30)
+  assert out == [[(b"a", "a"), (b"b", "b"), (b"c", "c")]] and len(entered) == 3

@@ -120,3 +120,52 @@ def test_two_python_threads_at_once(program, saved_threads):
   for t in ts:
     t.join()
   assert not errors, errors
+
+
+def test_parallel_entry_calls_the_runtime_library(program, saved_threads):
+  """A parallel program's entry declares the waiting helpers of the process's runtime library
+  instead of compiling its own copy, lists the library among the code it links, and computes
+  the reference's numbers on several threads."""
+  from ourjax.backends.cpu import libraries
+  exe, args, one = program
+  assert libraries.RUNTIME in exe.meta["symbols"]
+  entry_ir = exe.llvm_ir.split(cpu._MODULE_SEPARATOR)[0]
+  for name in threads.SYNC_SYMBOLS:
+    assert f'declare void @"{name}"(' in entry_ir
+    assert f'define void @"{name}"(' not in entry_ir
+    assert f'define internal void @"{name}"(' not in entry_ir
+  cpu.set_num_threads(2)
+  _check([np.array(o) for o in exe(*args)], one)
+
+
+def test_runtime_library_cached_on_disk(tmp_path, monkeypatch):
+  """The runtime library's object code is stored in the disk cache; a later build (a new
+  process's) loads those same bytes instead of compiling them."""
+  from ourjax.backends import disk_cache
+  from ourjax.backends.cpu import jit
+  monkeypatch.setattr(disk_cache, "cache_dir", lambda: str(tmp_path))
+  first = threads._load_or_compile()
+  assert any(tmp_path.rglob("*")), "nothing stored"
+
+  def no_compile(*a, **k):
+    raise AssertionError("compiled again instead of read from the cache")
+  monkeypatch.setattr(jit, "compile_to_object", no_compile)
+  again = threads._load_or_compile()
+  assert bytes(again._object) == bytes(first._object)
+  for name in threads.RUNTIME_SYMBOLS:
+    assert again.address(name)
+
+
+def test_library_source_digest_read_once(tmp_path):
+  """A library's source digest (part of its cache key) is the SHA-256 of its files, read once
+  per process: later loads of the process do not read the files again."""
+  import hashlib
+
+  from ourjax.backends import disk_cache
+  a, b = tmp_path / "a.py", tmp_path / "b.py"
+  a.write_bytes(b"x = 1\n")
+  b.write_bytes(b"y = 2\n")
+  want = hashlib.sha256(b"x = 1\ny = 2\n").hexdigest()
+  assert disk_cache.source_digest(str(a), str(b)) == want
+  a.unlink()
+  assert disk_cache.source_digest(str(a), str(b)) == want

@@ -79,7 +79,7 @@ from ourjax import _phases
 from ourjax.backends.cpu import entry as _entry
 from ourjax.backends.cpu import profiling
 from ourjax.backends.cpu.libraries import (_ensure_runtime_symbols, _link_symbols,
-                                           _provided_symbols)
+                                           _provided_symbols, RUNTIME)
 from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
 from ourjax.backends.cpu.threads import get_pool, num_threads, set_num_threads
 from ourjax.backends import disk_cache
@@ -767,16 +767,15 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     from ourjax.backends.cpu import jit
     builds = early["builds"] = jit.ObjectBuilds(groups + 1, **early)
 
-  def kernels_done(em):
-    # each kernel module to LLVM now, with the names of the process-wide code it calls (its
-    # math libraries start building too)
-    for m in em.kernel_mods:
-      syms = gemms + sorted({"math:%s:%s:%d" % u for u in E.math_symbols(m)})
-      _link_symbols(syms, wait=False)
-      with _phases.phase("emit.text"):
-        text = dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
-      builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms) + list(em.helpers))
-      submitted[id(m)] = text
+  def kernels_done(em, m):
+    # a complete kernel module to LLVM now, with the names of the process-wide code it calls
+    # (its math libraries start building too)
+    syms = gemms + sorted({"math:%s:%s:%d" % u for u in E.math_symbols(m)})
+    _link_symbols(syms, wait=False)
+    with _phases.phase("emit.text"):
+      text = dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
+    builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms) + list(em.helpers))
+    submitted[id(m)] = text
 
   with _phases.phase("emit"):
     em = _entry._Emission(planner, steps, arena_slot, groups,
@@ -788,6 +787,8 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   symbols = list(gemms)
   symbols += sorted({"math:%s:%s:%d" % u for m in [em.mod] + em.kernel_mods
                      for u in E.math_symbols(m)})
+  if em.runtime:
+    symbols.append(RUNTIME)      # (the entry calls the runtime library's waiting helpers)
   meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
           "symbols": symbols,
           "control_bytes": _control_bytes(steps, extra),
@@ -819,11 +820,13 @@ KERNELS_PER_MODULE = 8
 
 def compile_groups(n_kernels: int) -> int:
   """How many kernel modules a program of ``n_kernels`` kernels is compiled in (0: one module
-  with the entry): one per ``KERNELS_PER_MODULE`` kernels, at most one per core."""
+  with the entry): one per ``KERNELS_PER_MODULE`` kernels, at most two per core.  (Each module
+  goes to LLVM as soon as its kernels are emitted, ``entry._Emission``: smaller ones start
+  sooner and even out the threads' shares; a module costs LLVM ~2 ms of its own.)"""
   cores = os.cpu_count() or 1
   if n_kernels < 2 * KERNELS_PER_MODULE or cores < 2:
     return 0
-  return max(2, min(cores, n_kernels // KERNELS_PER_MODULE))
+  return max(2, min(2 * cores, n_kernels // KERNELS_PER_MODULE))
 
 
 def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:

@@ -37,7 +37,7 @@ import sys
 
 import numpy as np
 
-from ourjax.backends.cpu import profiling
+from ourjax.backends.cpu import profiling, threads
 from ourjax.backends.llvm import dedupe, gemm_im2col
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernel_key as _kk
@@ -309,6 +309,52 @@ def _emit_sync(mod):
   return wait, wait_ne, wake
 
 
+def _size_estimates(kernels, pkeys) -> list:
+  """A size estimate of each kernel's IR before it is emitted, to cut the kernels into
+  modules of about equal size (``_Emission``): the HLO instructions it evaluates
+  (``kernel_info.covered``) and a few for its loops; nothing for a kernel alike to an earlier
+  one (its planned key in ``pkeys`` met before: not emitted)."""
+  from ourjax.backends.llvm import kernel_info
+  seen, est = set(), []
+  for k, key in zip(kernels, pkeys):
+    if key is not None and key in seen:
+      est.append(0)
+      continue
+    if key is not None:
+      seen.add(key)
+    est.append(len(kernel_info.covered(k)) + 4)
+  return est
+
+
+def _declare_sync(mod):
+  """Declarations of the three helpers of ``_emit_sync`` (defined by the runtime library,
+  ``threads.runtime_library``)."""
+  import llvmlite.ir as ir
+  i32p = E.I32.as_pointer()
+  wait_t = ir.FunctionType(ir.VoidType(), [i32p, E.I32, i32p])
+  return (ir.Function(mod, wait_t, name="ourjax_wait"),
+          ir.Function(mod, wait_t, name="ourjax_wait_ne"),
+          ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake"))
+
+
+def _uses_threads(steps) -> bool:
+  """Whether any step (in loops and conditionals too) runs a kernel in parallel: only then
+  does the entry wait for or wake threads."""
+  for s in steps:
+    if isinstance(s, KernelStep):
+      if s.parallel:
+        return True
+    elif isinstance(s, WhileStep):
+      if _uses_threads(s.cond_steps) or _uses_threads(s.body_steps):
+        return True
+    elif isinstance(s, CondStep):
+      if any(_uses_threads(br) for br in s.branches):
+        return True
+    elif getattr(s, "parallel", False):
+      return True
+  return False
+
+
 # ---------------------------------------------------------------------------------------------
 # emission
 # ---------------------------------------------------------------------------------------------
@@ -344,9 +390,10 @@ class _Emission:
   modules besides the entry's (``backend.compile_groups``), ``object_mode``: parameter and
   output slots hold NumPy array objects, ``optnone``: an entry beside its kernels and without
   loops is left unoptimised (``backend.ENTRY_OPTNONE``), ``profile``: (counter offset,
-  {id(kernel or step): item}) of the profiling instrumentation.  ``kernels_done(emission)``,
-  when given, is called once the kernel modules are complete, before the entry is emitted
-  (the backend starts compiling them meanwhile)."""
+  {id(kernel or step): item}) of the profiling instrumentation.  ``kernels_done(emission,
+  module)``, when given, is called for each kernel module as soon as it is complete (the
+  kernels are emitted in order, each module taking the next run of them: the backend starts
+  compiling a module while the next ones and the entry are emitted)."""
 
   def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
                optnone: bool, profile=None, kernels_done=None):
@@ -372,12 +419,13 @@ class _Emission:
       self.kernel_mods.append(m)
     # identical kernels (same body on the same shapes) are emitted once and shared: a kernel
     # whose planned description (kernel_key) was met before is not emitted at all, and the
-    # others are keyed by their IR text too (dedupe.function_key); each distinct one goes to
-    # the kernel module with the fewest instructions so far (LLVM's time grows with them; the
-    # modules compile at once)
+    # others are keyed by their IR text too (dedupe.function_key).  The kernel modules take
+    # consecutive runs of the kernels, of about equal size (``_size_estimates``, corrected as
+    # the kernels are emitted; LLVM's time grows with a module's instructions, and the modules
+    # compile at once), so that each is handed to LLVM (``kernels_done``) as soon as its run is
+    # emitted, while the next ones and the entry are emitted
     kept, memos, planned, key_memo = {}, {}, {}, {}
     self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
-    sizes = [0] * groups
     self.n_distinct = 0
     self.n_unemitted = 0    # (kernels found alike before emission, not emitted)
     # (a kernel whose class and buffers no other kernel shares is alike to none: not keyed)
@@ -385,15 +433,27 @@ class _Emission:
     for k in planner.kernels:
       h = _kk.kernel_head(k)
       heads[h] = heads.get(h, 0) + 1
-    for k in planner.kernels:
-      h = _kk.kernel_head(k)
-      pkey = kernel_key(k, key_memo) if h is not None and heads[h] > 1 else None
+    pkeys = [kernel_key(k, key_memo) if h is not None and heads[h] > 1 else None
+             for k, h in ((k, _kk.kernel_head(k)) for k in planner.kernels)]
+    est = _size_estimates(planner.kernels, pkeys) if groups else []
+    left = sum(est)           # (estimated size of the kernels not emitted yet)
+    done_est = done = 0       # (estimated and actual size, in instructions, of those emitted)
+    g = 0
+    for k, pkey, e in zip(planner.kernels, pkeys, est or [0] * len(pkeys)):
+      # module g's run ends once it holds its share of the projected total (the estimates of
+      # the kernels left scaled by how the emitted ones came out)
+      while (groups and g < groups - 1 and done and
+             done * groups >= (g + 1) * (done + left * done / max(done_est, 1))):
+        if kernels_done is not None:
+          kernels_done(self, self.kernel_mods[g])
+        g += 1
+      left -= e
+      done_est += e
       first = planned.get(pkey) if pkey is not None else None
       if first is not None and not _kk.CHECK:
         self.fns[id(k)] = first
         self.n_unemitted += 1
         continue
-      g = sizes.index(min(sizes)) if groups else None
       m = self.kernel_mods[g] if groups else self.mod
       fn = k.emit(m)
       if groups:
@@ -413,7 +473,7 @@ class _Emission:
       self.n_distinct += 1
       self.texts.setdefault(id(m), {})[fn.name] = text
       if groups:
-        sizes[g] += sum(len(blk.instructions) for blk in fn.blocks)
+        done += sum(len(blk.instructions) for blk in fn.blocks)
         fn = ir.Function(self.mod, fn.function_type, name=fn.name)
       kept[key] = self.fns[id(k)] = fn
       if pkey is not None:
@@ -422,8 +482,10 @@ class _Emission:
     # kernels are beside the entry: the serial copy of the region's code then calls the first
     # from one place, and LLVM inlines and specialises it there as without the region
     self.piece_fns = {}
-    if groups and kernels_done is not None:
-      kernels_done(self)
+    while groups and g < groups:
+      if kernels_done is not None:
+        kernels_done(self, self.kernel_mods[g])
+      g += 1
     if not groups:
       for k in _job_kernels(steps, False):
         if id(self.fns[id(k)]) in self.piece_fns:
@@ -434,7 +496,13 @@ class _Emission:
         finally:
           k.name = name
         self.piece_fns[id(self.fns[id(k)])] = fn
-    self.wait_fn, self.wait_ne_fn, self.wake_fn = _emit_sync(self.mod)
+    # (a program with parallel steps calls the waiting helpers of the process's runtime
+    # library, cpu/threads.py, declared here: compiling a copy per program cost ~20 ms of LLVM)
+    self.runtime = _uses_threads(steps) and threads.runtime_library() is not None
+    if self.runtime:
+      self.wait_fn, self.wait_ne_fn, self.wake_fn = _declare_sync(self.mod)
+    else:
+      self.wait_fn, self.wait_ne_fn, self.wake_fn = _emit_sync(self.mod)
     fty = ir.FunctionType(E.I32, [E.I8.as_pointer().as_pointer(), E.I64, E.I64])
     entry = ir.Function(self.mod, fty, name=ENTRY)
     self.entry = entry

@@ -378,9 +378,9 @@ def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
 class ObjectBuilds:
   """What :func:`compile_to_objects` does for modules that are handed over one at a time:
   each ``submit(text, level, provided)`` starts compiling a module at once on a thread (at
-  most ``modules`` or the CPU count of them), in an LLVM context and target machine of its
-  own, outside llvmlite's lock, while the caller goes on (emitting the next module, say);
-  ``results()`` waits and returns ``[(object_bytes, optimized_ir)]`` in submission order (a
+  most ``modules`` or the CPU count of them, one fewer until the caller waits in ``results``),
+  in an LLVM context and target machine of its own, outside llvmlite's lock, while the caller
+  goes on (emitting the next module, say); ``results()`` waits and returns ``[(object_bytes, optimized_ir)]`` in submission order (a
   module's ``CompileError`` raised there).  ``provided``: the names other modules (or the
   process-wide libraries) define that this one may call."""
 
@@ -388,17 +388,22 @@ class ObjectBuilds:
     from concurrent.futures import ThreadPoolExecutor
     self.st = _setup()
     self.loop_unrolling, self.keep_ir = loop_unrolling, keep_ir
-    self.pool = ThreadPoolExecutor(max(1, min(modules, os.cpu_count() or 1)),
-                                   thread_name_prefix="ourjax-llvm")
+    threads = max(1, min(modules, os.cpu_count() or 1))
+    self.pool = ThreadPoolExecutor(threads, thread_name_prefix="ourjax-llvm")
+    # (until the caller waits in ``results``, it is still emitting the next modules: one core
+    # is left to it, so that its Python is not starved by as many LLVM threads as cores)
+    self._slots = threading.Semaphore(max(1, threads - 1))
+    self._waiting = False
     self.futures = []
 
   def _one(self, text, level, provided):
     st = self.st
-    with _lock:
-      tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
-      context = llvm.create_context()
-    return _object(text, st, tm, context, True, self.loop_unrolling, provided, self.keep_ir,
-                   unlocked=True, speed_level=level)
+    with self._slots:
+      with _lock:
+        tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
+        context = llvm.create_context()
+      return _object(text, st, tm, context, True, self.loop_unrolling, provided,
+                     self.keep_ir, unlocked=True, speed_level=level)
 
   def submit(self, text: str, level: int = 3, provided: Iterable[str] = ()) -> None:
     provided = frozenset(provided)
@@ -406,6 +411,9 @@ class ObjectBuilds:
     self.futures.append(self.pool.submit(_phases.bound(self._one), text, level, provided))
 
   def results(self) -> list:
+    if not self._waiting:           # (the caller only waits now: its core goes to LLVM)
+      self._waiting = True
+      self._slots.release()
     try:
       return [f.result() for f in self.futures]
     finally:
@@ -415,6 +423,9 @@ class ObjectBuilds:
     """Drop the builds (those under way finish on their threads, unused)."""
     for f in self.futures:
       f.cancel()
+    if not self._waiting:           # (a build waiting for its slot goes on, and ends)
+      self._waiting = True
+      self._slots.release()
     self.pool.shutdown(wait=False)
 
 

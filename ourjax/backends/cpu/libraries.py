@@ -1,6 +1,8 @@
 """The process-wide code compiled programs call, linked once per process: the shared GEMMs
 (``llvm/gemm_library.py``), the out-of-line math functions (``math:<fn>:<f32|f64>:<nargs>``:
-exp, log, tanh, pow, ... in scalar and vector versions, ``emitter.MathLib``) and the C library.
+exp, log, tanh, pow, ... in scalar and vector versions, ``emitter.MathLib``), the runtime
+library (``RUNTIME``: the thread pool and the entries' waiting helpers, ``threads.py``) and the
+C library.
 
     _link_symbols(meta["symbols"], wait=False)   # start building what a program calls
     ...                                          # (compile its kernels meanwhile)
@@ -27,6 +29,10 @@ log = logging.getLogger("ourjax")
 
 _runtime_ready = False
 
+#: The name under which a program's ``symbols`` list the process's runtime library (the thread
+#: pool and the waiting helpers its entry calls: ``threads.runtime_library``).
+RUNTIME = "ourjax_runtime"
+
 
 def _link_symbols(symbols, wait: bool = True) -> None:
   """Compile and register the process-wide code a module calls: the shared GEMMs and the
@@ -41,6 +47,10 @@ def _link_symbols(symbols, wait: bool = True) -> None:
     elif sym.startswith("math:"):
       _, fn, tag, nargs = sym.split(":")
       _shared_math(fn, tag, int(nargs)) if wait else _prefetch_math(fn, tag, int(nargs))
+    elif sym == RUNTIME:
+      from ourjax.backends.cpu import threads
+      if threads.runtime_library() is None:
+        raise RuntimeError("the CPU runtime library (threads.runtime_library) is unavailable")
 
 
 #: Least multiply-adds of a dot (or any convolution) for which ``prefetch_for`` starts the
@@ -91,6 +101,9 @@ def _provided_symbols(symbols) -> list:
     elif sym.startswith("math:"):
       _, fn, tag, _n = sym.split(":")
       out.extend(E.MathLib.symbols(fn, tag))
+    elif sym == RUNTIME:
+      from ourjax.backends.cpu import threads
+      out.extend(threads.SYNC_SYMBOLS)
   return out
 
 
@@ -164,11 +177,7 @@ def _shared_math(fn: str, tag: str, nargs: int, own_thread: bool = False) -> Non
     import llvmlite.binding as llvm
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import math as llmath
-    h = hashlib.sha256()
-    with open(llmath.__file__, "rb") as f:
-      h.update(f.read())
-    with open(E.__file__, "rb") as f:
-      h.update(f.read())
+    h = hashlib.sha256(disk_cache.source_digest(llmath.__file__, E.__file__).encode())
     h.update(f"{fn}/{tag}/{nargs}/{llvmlite.__version__}/{llvm.llvm_version_info}/"
              f"{jit.cpu_name()}/{jit.cpu_features()}".encode())
     ckey = "math-" + h.hexdigest()

@@ -11,9 +11,13 @@ with its ``tid`` of ``n``.  The workers are POSIX threads started through ``pthr
   sleepers, run thread 0's part, then wait until the ``n - 1`` workers are done (a null ``fn``
   only publishes: the workers end).
 
-Waiting is the entry's own (``entry._emit_sync``): spin a little, then yield the CPU between
-checks, then sleep on a futex; so a training loop that calls the same executable back to back
-finds its workers still awake, and an idle process has them asleep.
+Waiting (``entry._emit_sync``): spin a little, then yield the CPU between checks, then sleep on
+a futex; so a training loop that calls the same executable back to back finds its workers still
+awake, and an idle process has them asleep.  The three waiting helpers (``ourjax_wait``,
+``ourjax_wait_ne``, ``ourjax_wake``) live in the pool's module, which is the process's *runtime
+library*: built once per process (read from the disk cache, or compiled and stored there) and
+registered with LLVM's symbol table (``runtime_library``), so that an entry declares them
+instead of compiling its own copy (about 20 ms of LLVM per parallel program).
 
 Why not Python threads: a worker that is a Python thread must take the GIL to return from its
 semaphore and again to report back, one worker after another; on 16 cores that cost
@@ -66,14 +70,86 @@ def _build():
     create.restype = ctypes.c_int
     detach.argtypes = [ctypes.c_ulong]
     detach.restype = ctypes.c_int
-    cm = _compile()
+    cm = runtime_library()
+    if cm is None:
+      _native = False
+      return None
     run = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_int64)(cm.address("ourjax_pool_run"))
     _native = (cm, cm.address("ourjax_pool_worker"), run, create, detach)
     return _native
 
 
-def _compile():
+#: What the runtime library defines: the pool's two functions and the entries' waiting helpers.
+SYNC_SYMBOLS = ("ourjax_wait", "ourjax_wait_ne", "ourjax_wake")
+RUNTIME_SYMBOLS = ("ourjax_pool_worker", "ourjax_pool_run") + SYNC_SYMBOLS
+
+_runtime = None           # the runtime library's CompiledModule (False: it failed)
+_runtime_lock = threading.Lock()
+
+
+def runtime_library():
+  """The process's runtime library (a ``jit.CompiledModule`` defining ``RUNTIME_SYMBOLS``),
+  built on first use: its object code read from the disk cache (``disk_cache``, keyed by the
+  sources that emit it, LLVM and the CPU), or compiled (O3) and stored there; its waiting
+  helpers registered with LLVM (``llvm.add_symbol``) so that entries which declare them link
+  to them.  None when it cannot be built (the entries then define their own helpers)."""
+  global _runtime
+  if _runtime is not None:
+    return _runtime or None
+  with _runtime_lock:
+    if _runtime is not None:
+      return _runtime or None
+    try:
+      cm = _load_or_compile()
+      import llvmlite.binding as llvm
+      for name in SYNC_SYMBOLS:
+        llvm.add_symbol(name, cm.address(name))
+      _runtime = cm
+    except Exception as e:   # noqa: BLE001  (no runtime library: each entry has its helpers)
+      log.warning("ourjax: the CPU runtime library could not be built (%s)", e)
+      _runtime = False
+  return _runtime or None
+
+
+def _runtime_key() -> str:
+  import hashlib
+
+  import llvmlite
+  import llvmlite.binding as llvm
+
+  from ourjax.backends import disk_cache
+  from ourjax.backends.cpu import entry, jit
+  h = hashlib.sha256(disk_cache.source_digest(__file__, entry.__file__, jit.__file__).encode())
+  h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
+           f"{jit.cpu_features()}/{jit.triple()}".encode())
+  return "runtime-" + h.hexdigest()
+
+
+def _load_or_compile():
+  from ourjax import _phases
+  from ourjax.backends import disk_cache
+  from ourjax.backends.cpu import jit
+  from ourjax.backends.cpu.libraries import _ensure_runtime_symbols
+  _ensure_runtime_symbols()       # (its helpers call syscall and sched_yield)
+  with _phases.phase("library"), _phases.collecting(None):
+    key = _runtime_key() if disk_cache.cache_dir() else None
+    hit = disk_cache.read(key) if key else None
+    if hit is not None:
+      try:
+        return jit.load_object(hit[1], RUNTIME_SYMBOLS)
+      except jit.CompileError as e:   # pragma: no cover
+        log.warning("ourjax: cached CPU runtime library could not be loaded (%s)", e)
+    obj, _ = jit.compile_to_object(_emit(), keep_ir=False)
+    cm = jit.load_object(obj, RUNTIME_SYMBOLS)
+    if key:
+      disk_cache.write(key, {"runtime": list(RUNTIME_SYMBOLS)}, obj, "")
+    return cm
+
+
+def _emit():
+  """The runtime library's LLVM module: the pool's worker and run functions, and the waiting
+  helpers (external, for the entries)."""
   import llvmlite.ir as ir
 
   from ourjax.backends.cpu import jit
@@ -82,6 +158,8 @@ def _compile():
   i8p, i32, i64 = E.I8.as_pointer(), E.I32, E.I64
   mod = jit.new_module("ourjax_pool")
   wait_ge, wait_ne, wake = _emit_sync(mod)
+  for f in (wait_ge, wait_ne, wake):
+    f.linkage = ""          # (external: the entries call them)
   entry_t = ir.FunctionType(i32, [i8p, i64, i64])
 
   def word(b, ctl, off, ty=i32):
@@ -132,7 +210,7 @@ def _compile():
   rc = b.call(b.bitcast(fnp, entry_t.as_pointer()), [slots, E.i64(0), n])
   b.call(wait_ge, [done, b.trunc(b.sub(n, E.i64(1)), i32), word(b, ctl, _DONE_SLEEPERS)])
   b.ret(rc)
-  return jit.compile_module(mod, ["ourjax_pool_worker", "ourjax_pool_run"])
+  return mod
 
 
 class Pool:

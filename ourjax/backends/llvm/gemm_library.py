@@ -214,12 +214,10 @@ def _cache_path(sym: str) -> Optional[str]:
     return None
   if not d:
     return None
-  from ourjax.backends.llvm import gemm
-  h = hashlib.sha256()
-  from ourjax.backends.llvm import gemm_im2col
-  for f in (gemm.__file__, gemm_im2col.__file__, __file__, jit.__file__):
-    with open(f, "rb") as fh:
-      h.update(fh.read())
+  from ourjax.backends import disk_cache
+  from ourjax.backends.llvm import gemm, gemm_im2col
+  h = hashlib.sha256(disk_cache.source_digest(gemm.__file__, gemm_im2col.__file__, __file__,
+                                              jit.__file__).encode())
   h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),
                  jit.triple(), gemm.vector_target())).encode())
   return os.path.join(d, "gemm", f"{sym}-{h.hexdigest()[:32]}.o")
