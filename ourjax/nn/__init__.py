@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from ourjax import core, dtypes, errors, lax
+from ourjax._eager_replay import replayed
 from ourjax import numpy as jnp
 from ourjax.custom_derivatives import custom_jvp
 from ourjax.nn import initializers  # noqa: F401
@@ -210,6 +211,7 @@ def _reduction_axes(axis, ndim):
   return (operator.index(axis) % ndim,) if ndim else ()
 
 
+@replayed(static=("axis", "keepdims", "return_sign"))
 def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False,
               where=None):
   """``log(sum(b * exp(a), axis))``, stable for large inputs and for ``-inf`` ones.
@@ -285,6 +287,7 @@ def _softmax_masked_jvp(axis, initial, primals, tangents):
   return y, y * (t - jnp.sum(y * t, axis, where=where, keepdims=True))
 
 
+@replayed(static=("axis", "initial"))
 def softmax(x, axis=-1, where=None, initial=-np.inf):
   """``exp(x) / sum(exp(x), axis)``, computed after subtracting the maximum.  Masked-out
   elements (``where`` False) get 0."""
@@ -298,6 +301,7 @@ def softmax(x, axis=-1, where=None, initial=-np.inf):
   return _softmax_masked(x, jnp.asarray(where), axis, initial)
 
 
+@replayed(static=("axis",))
 def log_softmax(x, axis=-1, where=None):
   """``x - logsumexp(x, axis)``, computed stably.  Masked-out elements get ``-inf``."""
   x = _arr("log_softmax", x)

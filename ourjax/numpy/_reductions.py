@@ -15,6 +15,7 @@ import operator
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import get_aval
@@ -243,6 +244,7 @@ def _axis_count(shape, axes):
   return math.prod(shape[d] for d in axes)
 
 
+@replayed(static=("axis", "dtype", "keepdims"))
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
   """Arithmetic mean; integers and bools give the default float dtype."""
   if out is not None:
@@ -281,6 +283,7 @@ def _var_dtypes(a_dt, dtype):
 _mean = mean      # (var and nanvar take a ``mean`` argument)
 
 
+@replayed(static=("axis", "dtype", "ddof", "keepdims", "correction"))
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Variance, dividing by ``N - ddof`` (``correction`` is the array-API name of ``ddof``);
@@ -322,6 +325,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
                 if get_aval(res).shape else np.array(np.nan, result_dt))
 
 
+@replayed(static=("axis", "dtype", "ddof", "keepdims", "correction"))
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Standard deviation: the square root of ``var``."""

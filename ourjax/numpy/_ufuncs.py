@@ -7,6 +7,7 @@ import operator
 import numpy as np
 
 from ourjax import dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
@@ -603,6 +604,7 @@ conj = conjugate
 # where, clip, comparisons with tolerance
 
 
+@replayed(operands=("condition", "x", "y"))
 def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   """Elementwise choice between ``x`` (where ``condition``) and ``y``, promoted and broadcast.
   The one-argument form is ``nonzero`` (an indexing function)."""
@@ -645,6 +647,7 @@ class _Unset:
 _UNSET = _Unset()
 
 
+@replayed(operands=("arr", "min", "max"))
 def clip(arr=None, /, min=None, max=None, *, a=_UNSET, a_min=_UNSET, a_max=_UNSET):  # noqa: A002
   """Limit values to ``[min, max]`` (either may be None).  ``a``/``a_min``/``a_max`` are the
   older spellings of the arguments."""

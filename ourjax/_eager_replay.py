@@ -1,0 +1,285 @@
+"""Eager calls of ``jnp`` functions made of several primitives: traced once, then replayed.
+
+An eager ``jnp.var(x)`` binds about ten primitives, and each bind pays for the ``jnp`` and
+``lax`` wrappers' argument checks, dtype promotion and the abstract evaluation of the primitive
+(cached, but keyed per call) before its NumPy implementation runs: tens of microseconds for a
+few microseconds of NumPy.  JAX's ``jnp`` functions are ``jit``-compiled instead, so an eager
+call costs one cached dispatch.  ``replayed`` does the same without a compiler: the second time
+a decorated function is called eagerly with one signature (the avals of its array operands, its
+static arguments and Python scalars, the config flags), it is traced to a jaxpr, and that call
+and the later ones run the jaxpr's primitives' NumPy implementations one after the other on
+NumPy values, each result coerced to its equation's abstract dtype exactly as an eager bind
+does (``Array._from_result``).  The results, dtypes and weak types are the eager ones: the same
+implementations run on the same values; argument errors are raised by the first (direct) call
+of a signature and by its trace.
+
+A call goes the direct way (the function runs as written) when
+
+* something is being traced (the function's primitives are then recorded by that trace),
+* an operand is not a host ``Array``, a Python scalar or None (a NumPy array, a list, a tracer,
+  a PRNG key, an array living on a device), a static argument cannot be hashed, or a keyword
+  argument is not one the decorator names,
+* the signature was seen once only (a Python scalar that changes at every call is then never
+  traced), or
+* the trace failed or needs what a replay cannot give: a primitive with its own eager evaluation
+  (calls, control flow, custom derivatives), an operand or result of ``_eager``'s kernel size
+  (there the per-primitive choice between NumPy and a compiled kernel is worth its cost), NaN
+  checking, ``disable_jit`` or ``no_tracing``.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+
+import numpy as np
+
+from ourjax import core
+from ourjax.array import Array, to_numpy
+from ourjax.config import config
+from ourjax.core import Literal, impl_rules
+
+_DIRECT = object()          # a cache entry: this signature runs the function as written
+_CACHE_MAX = 512            # entries per function; the cache is cleared when full
+_PY_SCALARS = (bool, int, float, complex)
+#: primitives whose eager evaluation is their ``call_jaxpr`` (custom derivatives' primal)
+_INLINED = frozenset(["custom_jvp_call", "custom_vjp_call"])
+
+
+def replayed(static=(), operands=None):
+  """Decorate a ``jnp`` function whose eager calls replay its jaxpr (see the module docstring).
+
+  ``static``: the names of the parameters that only steer the computation (``axis``,
+  ``dtype``, ``keepdims``...), hashed into the cache key.  Every other parameter is an operand:
+  an ``Array`` (traced), a Python scalar (part of the key, by type and value) or None.
+  ``operands``: if given, the only non-static parameters a replayed call may pass (others, such
+  as deprecated spellings, go the direct way)."""
+  def deco(fun):
+    params = inspect.signature(fun).parameters
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    pos_names = [p.name for p in params.values() if p.kind in positional]
+    kw_names = {p.name for p in params.values()
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              inspect.Parameter.KEYWORD_ONLY)}
+    unknown = [n for n in static if n not in params]
+    if unknown:
+      raise TypeError(f"replayed: {fun.__name__} has no parameter(s) {unknown}")
+    static_set = frozenset(static)
+    allowed = frozenset(params) if operands is None else frozenset(operands) | static_set
+    pos_static = tuple(n in static_set for n in pos_names)
+    pos_ok = tuple(n in allowed for n in pos_names)
+    n_pos = len(pos_names)
+    cache: dict = {}
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+      st = core._state
+      if st.dynamic_trace is not None or len(st.trace_stack) != 1 or len(args) > n_pos:
+        return fun(*args, **kwargs)
+      parts, values, slots = [], [], []
+      try:
+        for i, v in enumerate(args):
+          if not pos_ok[i]:
+            return fun(*args, **kwargs)
+          if pos_static[i]:
+            parts.append((type(v), v))
+            continue
+          p = _operand_key(v)
+          if p is None:
+            return fun(*args, **kwargs)
+          parts.append(p)
+          if type(v) is Array:
+            values.append(v._npy)
+            slots.append(i)
+        for k, v in kwargs.items():
+          if k not in allowed or k not in kw_names:
+            return fun(*args, **kwargs)
+          if k in static_set:
+            parts.append((k, type(v), v))
+            continue
+          p = _operand_key(v)
+          if p is None:
+            return fun(*args, **kwargs)
+          parts.append((k, p))
+          if type(v) is Array:
+            values.append(v._npy)
+            slots.append(k)
+        key = (tuple(parts), tuple(config._values.values()),
+               tuple(config._local.overrides.items()))
+        entry = cache.get(key)
+      except TypeError:        # an unhashable static argument: the function raises
+        return fun(*args, **kwargs)
+      if entry is None:        # first sighting: run it as written
+        if len(cache) >= _CACHE_MAX:
+          cache.clear()
+        cache[key] = 1
+        return fun(*args, **kwargs)
+      if entry is _DIRECT:
+        return fun(*args, **kwargs)
+      if entry.__class__ is int:
+        entry = cache[key] = _build(fun, args, kwargs, slots)
+        if entry is _DIRECT:
+          return fun(*args, **kwargs)
+      return entry.run(values)
+
+    wrapper._replay_cache = cache
+    return wrapper
+  return deco
+
+
+def _operand_key(v):
+  """The cache-key part of an operand, None when the call cannot be replayed."""
+  t = type(v)
+  if t is Array:
+    if v._npy is None:     # (a device array stays with its backend)
+      return None
+    return v._aval if v._aval is not None else v.aval
+  if v is None:
+    return ("none",)
+  if t in _PY_SCALARS:
+    # by value, and by sign for zeros (0.0 == -0.0): the trace bakes the scalar in
+    if t is float:
+      return (t, v, math.copysign(1.0, v))
+    if t is complex:
+      return (t, v, repr(v))
+    return (t, v)
+  return None
+
+
+def _build(fun, args, kwargs, slots):
+  """The replay of one signature, or ``_DIRECT``."""
+  from ourjax import _eager, _nan_check
+  from ourjax.interpreters import partial_eval as pe
+  if config.jax_disable_jit or config.jax_no_tracing or _nan_check.enabled():
+    return _DIRECT
+  avals = [core.get_aval(args[s] if type(s) is int else kwargs[s]) for s in slots]
+  structure = []
+
+  def flat(*tracers):
+    a, kw = list(args), dict(kwargs)
+    for s, t in zip(slots, tracers):
+      if type(s) is int:
+        a[s] = t
+      else:
+        kw[s] = t
+    out = fun(*a, **kw)
+    if isinstance(out, (tuple, list)):
+      structure.append(type(out))
+      outs = list(out)
+    else:
+      outs = [out]
+    for o in outs:
+      if not isinstance(o, (core.Tracer, Array)):
+        raise _NoReplay
+    return outs
+
+  try:
+    closed = pe.trace_to_jaxpr(flat, avals, getattr(fun, "__name__", "replayed"))
+  except Exception:     # noqa: BLE001  (the direct call raises the user's error, or works)
+    return _DIRECT
+  jaxpr, _ = pe.dce_jaxpr(closed.jaxpr)
+  try:
+    return _Replay(jaxpr, closed.consts, structure[0] if structure else None,
+                   _eager._MIN_KERNEL_ELEMENTS)
+  except _NoReplay:
+    return _DIRECT
+
+
+class _NoReplay(Exception):
+  pass
+
+
+class _Replay:
+  """A jaxpr flattened into register slots: ``template`` holds the constants and literals,
+  ``steps`` the equations as (rule, params, input slots, output slot(s), output aval(s),
+  multiple results)."""
+  __slots__ = ("template", "in_slots", "steps", "out_slots", "out_avals", "structure",
+               "max_elements")
+
+  def __init__(self, jaxpr, consts, structure, max_elements):
+    self.template: list = []
+    self.steps: list = []
+    self.max_elements = max_elements
+    const_slots = [self._const(to_numpy(c), v.aval) for v, c in zip(jaxpr.constvars, consts)]
+    self.in_slots = [self._new() for _ in jaxpr.invars]
+    self.out_slots = self._emit(jaxpr, const_slots + self.in_slots)
+    self.out_avals = [x.aval for x in jaxpr.outvars]
+    self.structure = structure
+    del self.max_elements
+
+  def _new(self) -> int:
+    self.template.append(None)
+    return len(self.template) - 1
+
+  def _const(self, value, aval) -> int:
+    v = _coerce(np.asarray(value), aval)
+    if v.flags.writeable:          # (shared by every call: a rule must not write to it)
+      v = v.copy()
+      v.flags.writeable = False
+    self.template.append(v)
+    return len(self.template) - 1
+
+  def _emit(self, jaxpr, in_slots) -> list:
+    """Append the steps of ``jaxpr`` (constvars then invars read from ``in_slots``); its
+    outputs' slots."""
+    slot = dict(zip(list(jaxpr.constvars) + list(jaxpr.invars), in_slots))
+
+    def read(x):
+      return self._const(x.val, x.aval) if isinstance(x, Literal) else slot[x]
+
+    for eqn in jaxpr.eqns:
+      prim = eqn.primitive
+      ins = [read(x) for x in eqn.inputs]
+      if prim.name in _INLINED:      # a custom derivative's primal: its equations, inline
+        inner = eqn.params["call_jaxpr"]
+        cs = [self._const(to_numpy(c), v.aval) for v, c in zip(inner.jaxpr.constvars,
+                                                                inner.consts)]
+        for v, o in zip(eqn.out_binders, self._emit(inner.jaxpr, cs + ins)):
+          slot[v] = o
+        continue
+      rule = impl_rules.get(prim)
+      if rule is None or prim._custom_impl:
+        raise _NoReplay
+      avals = [v.aval for v in eqn.out_binders] + [x.aval for x in eqn.inputs]
+      if any(a.size >= self.max_elements for a in avals):
+        raise _NoReplay
+      outs = [self._new() for _ in eqn.out_binders]
+      for v, o in zip(eqn.out_binders, outs):
+        slot[v] = o
+      if prim.multiple_results:
+        self.steps.append((rule, eqn.params, tuple(ins), tuple(outs),
+                           tuple(v.aval for v in eqn.out_binders), True))
+      else:
+        self.steps.append((rule, eqn.params, tuple(ins), outs[0], eqn.out_binders[0].aval,
+                           False))
+    return [read(x) for x in jaxpr.outvars]
+
+  def run(self, values):
+    regs = self.template.copy()
+    for i, v in zip(self.in_slots, values):
+      regs[i] = v
+    for rule, params, ins, outs, avals, multi in self.steps:
+      r = rule(*[regs[i] for i in ins], **params)
+      if multi:
+        for o, a, x in zip(outs, avals, r):
+          regs[o] = _coerce(x, a)
+      else:
+        regs[outs] = _coerce(r, avals)
+    res = [Array._from_result(regs[i], a) for i, a in zip(self.out_slots, self.out_avals)]
+    if self.structure is None:
+      return res[0]
+    return self.structure(res)
+
+
+def _coerce(v, aval):
+  """``v`` as a NumPy array of ``aval``'s dtype and shape (what ``Array._from_result`` makes
+  of an eager result)."""
+  if type(v) is Array:
+    v = v._value
+  elif type(v) is not np.ndarray:
+    v = np.asarray(v)
+  if v.dtype != aval.dtype:
+    v = v.astype(aval.dtype)
+  if v.shape != aval.shape:
+    v = v.reshape(aval.shape) if v.size == aval.size else np.broadcast_to(v, aval.shape).copy()
+  return v
