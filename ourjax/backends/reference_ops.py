@@ -520,6 +520,29 @@ def compare(x, y, *, direction: str, total_order: bool = False):
 
 
 @_ignore_fp_errors
+def _indefinite_casts() -> frozenset:
+  """The integer dtypes to which NumPy's cast of NaN and of out-of-range float32/float64 values
+  gives the dtype's minimum on this machine (x86's cvtt instructions do; a machine whose casts
+  saturate or wrap is not listed, and its conversions check the range first)."""
+  bad = [np.nan, 3e9, -3e9, 1e19, -1e19, np.inf, -np.inf]
+  out = []
+  for dt in (np.int32, np.int64):
+    info = np.iinfo(dt)
+    ok = True
+    for src in (np.float32, np.float64):
+      for n in (1, 7, 64):       # (scalar and vector loops)
+        v = np.array(bad * n, src)
+        keep = np.abs(np.nan_to_num(v, nan=np.inf)) >= float(info.max) + 1.0
+        with np.errstate(all="ignore"):
+          ok &= bool(np.all(v.astype(dt)[keep] == info.min))
+    if ok:
+      out.append(np.dtype(dt))
+  return frozenset(out)
+
+
+_INDEFINITE_CASTS = _indefinite_casts()
+
+
 def convert_element_type(x, new_dtype):
   """XLA convert: to bool is ``x != 0``; float to int truncates and saturates (NaN -> 0);
   complex to real keeps the real part; everything else is NumPy's cast."""
@@ -537,7 +560,14 @@ def convert_element_type(x, new_dtype):
     info = np.iinfo(new_dtype)
     hi = float(info.max) + 1.0  # a power of two, exactly representable
     lo = float(info.min)
-    if src.kind == "f" and x.size and lo <= x.min() and x.max() < hi:
+    if src.kind == "f" and x.size and new_dtype in _INDEFINITE_CASTS:
+      # C's cast truncates toward 0; this machine's casts give the type's minimum (x86's
+      # "integer indefinite") for NaN and values out of range: one pass to cast and one to look
+      # for that minimum, where checking the range first would take two
+      out = quietly(x.astype, new_dtype)
+      if out.min() != info.min:
+        return out
+    elif src.kind == "f" and x.size and lo <= x.min() and x.max() < hi:
       # every value in range (no NaN: it fails the comparisons): C's cast truncates toward 0
       return x.astype(new_dtype)
     v = x.astype(np.float64)

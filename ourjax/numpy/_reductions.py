@@ -130,6 +130,8 @@ def _init_value(name, dt):
   raise KeyError(name)
 
 
+_REDUCE_PRIMS = {"sum": lax.reduce_sum_p, "prod": lax.reduce_prod_p, "max": lax.reduce_max_p,
+                 "min": lax.reduce_min_p}
 _LAX_REDUCERS = {"sum": lax.reduce_sum, "prod": lax.reduce_prod, "max": lax.reduce_max,
                  "min": lax.reduce_min, "all": lax.reduce_and, "any": lax.reduce_or}
 
@@ -154,7 +156,11 @@ def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_inte
       axes = _reduction_axes(name, axis, aval.ndim)
       if not has_identity and builtins.any(aval.shape[d] == 0 for d in axes):
         raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
-      res = _LAX_REDUCERS[name](a, axes) if axes else a
+      if axes:    # (the primitive itself: lax.reduce_* would canonicalize the axes again)
+        res = _REDUCE_PRIMS[name].bind(a, axes=tuple(sorted(axes)) if len(axes) > 1 else axes,
+                                       out_sharding=None)
+      else:
+        res = a
       return _keepdims(res, aval.shape, axes) if keepdims else res
   a = _arr(name, a)
   aval = get_aval(a)
