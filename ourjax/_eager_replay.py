@@ -16,8 +16,8 @@ of a signature and by its trace.
 A call goes the direct way (the function runs as written) when
 
 * something is being traced (the function's primitives are then recorded by that trace),
-* an operand is not a host ``Array``, a Python scalar or None (a NumPy array, a list, a tracer,
-  a PRNG key, an array living on a device), a static argument cannot be hashed, or a keyword
+* an operand is not a host ``Array``, a list or tuple of them, a Python scalar or None (a NumPy
+  array, a list of numbers, a tracer, a PRNG key, an array living on a device), a static argument cannot be hashed, or a keyword
   argument is not one the decorator names,
 * the signature was seen once only (a Python scalar that changes at every call is then never
   traced), or
@@ -51,7 +51,8 @@ def replayed(static=(), operands=None):
 
   ``static``: the names of the parameters that only steer the computation (``axis``,
   ``dtype``, ``keepdims``...), hashed into the cache key.  Every other parameter is an operand:
-  an ``Array`` (traced), a Python scalar (part of the key, by type and value) or None.
+  an ``Array`` (traced), a list or tuple of Arrays (each traced), a Python scalar (part of the
+  key, by type and value) or None.
   ``operands``: if given, the only non-static parameters a replayed call may pass (others, such
   as deprecated spellings, go the direct way)."""
   def deco(fun):
@@ -91,6 +92,9 @@ def replayed(static=(), operands=None):
           if type(v) is Array:
             values.append(v._npy)
             slots.append(i)
+          elif p.__class__ is _Seq:
+            values.extend([a._npy for a in v])
+            slots.append((i, len(v)))
         for k, v in kwargs.items():
           if k not in allowed or k not in kw_names:
             return fun(*args, **kwargs)
@@ -104,6 +108,9 @@ def replayed(static=(), operands=None):
           if type(v) is Array:
             values.append(v._npy)
             slots.append(k)
+          elif p.__class__ is _Seq:
+            values.extend([a._npy for a in v])
+            slots.append((k, len(v)))
         key = (tuple(parts), tuple(config._values.values()),
                tuple(config._local.overrides.items()))
         entry = cache.get(key)
@@ -136,6 +143,13 @@ def _operand_key(v):
     return v._aval if v._aval is not None else v.aval
   if v is None:
     return ("none",)
+  if t is list or t is tuple:       # a sequence of Arrays (jnp.stack's)
+    avals = []
+    for a in v:
+      if type(a) is not Array or a._npy is None:
+        return None
+      avals.append(a._aval if a._aval is not None else a.aval)
+    return _Seq((t, tuple(avals)))
   if t in _PY_SCALARS:
     # by value, and by sign for zeros (0.0 == -0.0): the trace bakes the scalar in
     if t is float:
@@ -146,22 +160,41 @@ def _operand_key(v):
   return None
 
 
+class _Seq(tuple):
+  """The key part of a list or tuple of Arrays: (its type, their avals)."""
+  __slots__ = ()
+
+
 def _build(fun, args, kwargs, slots):
   """The replay of one signature, or ``_DIRECT``."""
   from ourjax import _eager, _nan_check
   from ourjax.interpreters import partial_eval as pe
   if config.jax_disable_jit or config.jax_no_tracing or _nan_check.enabled():
     return _DIRECT
-  avals = [core.get_aval(args[s] if type(s) is int else kwargs[s]) for s in slots]
+  avals = []
+  for s in slots:
+    if type(s) is tuple:      # (position or name, length): a sequence of Arrays
+      seq = args[s[0]] if type(s[0]) is int else kwargs[s[0]]
+      avals.extend([core.get_aval(a) for a in seq])
+    else:
+      avals.append(core.get_aval(args[s] if type(s) is int else kwargs[s]))
   structure = []
 
   def flat(*tracers):
     a, kw = list(args), dict(kwargs)
-    for s, t in zip(slots, tracers):
-      if type(s) is int:
-        a[s] = t
+    i = 0
+    for s in slots:
+      if type(s) is tuple:
+        where, n = s
+        v = type(args[where] if type(where) is int else kwargs[where])(tracers[i:i + n])
+        i += n
       else:
-        kw[s] = t
+        where, v = s, tracers[i]
+        i += 1
+      if type(where) is int:
+        a[where] = v
+      else:
+        kw[where] = v
     out = fun(*a, **kw)
     if isinstance(out, (tuple, list)):
       structure.append(type(out))

@@ -310,3 +310,34 @@ def test_max_and_min_reductions_give_the_identity_only_when_empty(dtype, shape, 
     want = np_fn(v, axis=axes, initial=ident)
     assert got.dtype == v.dtype
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int8, np.uint8, np.complex64,
+                              np.float16, "bfloat16", np.int64]),
+       shape=st.sampled_from([(), (0,), (7,), (2, 3)]), y=st.integers(-4, 17),
+       seed=st.integers(0, 5))
+def test_integer_pow_by_its_static_exponent(dtype, shape, y, seed):
+  """lax.integer_pow (eager) is the repeated squaring of the reference executor's integer_pow,
+  bit for bit, in the operand's dtype (float32 for 16-bit floats), and close to float64 pow."""
+  import ml_dtypes
+  from ourjax.backends import reference_ops as rops
+  dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+  if y < 0 and dt.kind in "iu":
+    return
+  v = (np.random.default_rng(seed).standard_normal(shape) * 3).astype(dt)
+  with enable_x64(True):
+    got = np.asarray(lax.integer_pow(v, y))
+  low = dt.itemsize < 4 and dt.kind in "fV"
+  with np.errstate(all="ignore"):
+    base = v.astype(np.float32) if low else v
+    want = rops.integer_pow(base, np.array(abs(y)))
+    if y < 0:
+      want = np.asarray(1, base.dtype) / want
+    want = want.astype(dt)
+  assert got.dtype == dt and got.shape == v.shape
+  np.testing.assert_array_equal(got, want)
+  if dt.kind in "fc" and not low and v.size:
+    with np.errstate(all="ignore"):
+      close = np.power(v.astype(np.complex128 if dt.kind == "c" else np.float64), y)
+    np.testing.assert_allclose(got, close, rtol=1e-5 * (abs(y) + 1))

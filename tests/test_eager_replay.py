@@ -81,8 +81,25 @@ FUNCS = [
     ("log_softmax", lambda x: nn.log_softmax(x, axis=0)),
     ("logsumexp", lambda x: nn.logsumexp(x)),
     ("logsumexp sign", lambda x: nn.logsumexp(x, axis=0, return_sign=True)),
+    ("stack", lambda x: jnp.stack([x, x[::-1]], axis=-1)),
+    ("vstack", lambda x: jnp.vstack((x, x))), ("hstack", lambda x: jnp.hstack([x, x])),
+    ("average", lambda x: jnp.average(x, axis=0)),
+    ("average weights", lambda x: jnp.average(x, weights=x, returned=True)),
+    ("ptp", lambda x: jnp.ptp(x, axis=0, keepdims=True)),
+    ("isclose", lambda x: jnp.isclose(x, x[::-1], rtol=0.5)),
+    ("allclose", lambda x: jnp.allclose(x, x, equal_nan=True)),
+    ("nan_to_num", lambda x: jnp.nan_to_num(x / x, nan=-1.0)),
+    ("outer", lambda x: jnp.outer(x, x)), ("kron", lambda x: jnp.kron(x, x[:1])),
+    ("trace", lambda x: jnp.trace(x)),
+    ("gelu", lambda x: nn.gelu(x)), ("gelu exact", lambda x: nn.gelu(x, approximate=False)),
+    ("silu", lambda x: nn.silu(x)), ("softplus", lambda x: nn.softplus(x)),
+    ("log_sigmoid", lambda x: nn.log_sigmoid(x)), ("elu", lambda x: nn.elu(x, 0.5)),
+    ("selu", lambda x: nn.selu(x)), ("mish", lambda x: nn.mish(x)),
+    ("glu", lambda x: nn.glu(x, axis=-1)), ("one_hot", lambda x: nn.one_hot(x, 5)),
+    ("standardize", lambda x: nn.standardize(x, axis=0)),
 ]
-_FLOAT_ONLY = {"softmax", "log_softmax", "logsumexp", "logsumexp sign"}
+_FLOAT_ONLY = {"softmax", "log_softmax", "logsumexp", "logsumexp sign", "gelu", "gelu exact",
+               "silu", "softplus", "log_sigmoid", "elu", "selu", "mish", "glu", "standardize"}
 
 
 def _errors_alike(f, x):

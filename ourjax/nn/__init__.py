@@ -69,11 +69,13 @@ def sigmoid(x):
   return lax.logistic(x)
 
 
+@replayed()
 def softplus(x):
   """``log(1 + exp(x))``, computed as ``logaddexp(x, 0)``."""
   return jnp.logaddexp(_arr("softplus", x), 0)
 
 
+@replayed()
 def log_sigmoid(x):
   """``log(sigmoid(x)) = -softplus(-x)``."""
   return -softplus(-_arr("log_sigmoid", x))
@@ -85,6 +87,7 @@ def soft_sign(x):
   return x / (jnp.abs(x) + 1)
 
 
+@replayed()
 def silu(x):
   """``x * sigmoid(x)`` (also called swish)."""
   x = _arr("silu", x)
@@ -94,12 +97,14 @@ def silu(x):
 swish = silu
 
 
+@replayed()
 def mish(x):
   """``x * tanh(softplus(x))``."""
   x = _arr("mish", x)
   return x * jnp.tanh(softplus(x))
 
 
+@replayed()
 def elu(x, alpha=1.0):
   """``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``."""
   x = _arr("elu", x)
@@ -116,6 +121,7 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
+@replayed()
 def selu(x):
   """``scale * elu(x, alpha)`` with the self-normalising constants."""
   return _SELU_SCALE * elu(x, _SELU_ALPHA)
@@ -175,6 +181,7 @@ def log1mexp(x):
   return jnp.where(x < c, jnp.log(-jnp.expm1(-x)), jnp.log1p(-jnp.exp(-x)))
 
 
+@replayed(static=("approximate",))
 def gelu(x, approximate: bool = True):
   """Gaussian error linear unit: ``x * Phi(x)``; ``approximate=True`` uses
   ``0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)))`` for ``Phi``, ``False`` the exact
@@ -188,6 +195,7 @@ def gelu(x, approximate: bool = True):
   return (0.5 * x * lax.erfc(-x * sqrt_half)).astype(x.dtype)
 
 
+@replayed(static=("axis",))
 def glu(x, axis: int = -1):
   """Gated linear unit: the first half of ``x`` along ``axis`` times the sigmoid of the
   second half."""
@@ -319,6 +327,7 @@ def log_softmax(x, axis=-1, where=None):
   return result
 
 
+@replayed(static=("axis", "epsilon", "algorithm"))
 def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None, *,
                 algorithm="fast"):
   """``(x - mean) / sqrt(variance + epsilon)`` with the mean and variance over ``axis``
@@ -341,6 +350,7 @@ def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None, 
   return jnp.subtract(x, mean) * lax.rsqrt(variance + epsilon)
 
 
+@replayed(static=("num_classes", "dtype", "axis"))
 def one_hot(x, num_classes: int, *, dtype=None, axis: int = -1):
   """One-hot encode the integers ``x`` (an array or a nested sequence) along a new axis
   ``axis`` of size ``num_classes``; indices outside ``[0, num_classes)`` encode as all zeros.

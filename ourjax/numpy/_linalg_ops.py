@@ -10,6 +10,7 @@ import string
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.core import get_aval
 from ourjax.lax.dot import canonicalize_precision, dot_general_p
@@ -279,6 +280,7 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
   return _dot_general(a, b, ((na - 1,), (nb - 1,)), ((), ()), precision, pref)
 
 
+@replayed()
 def outer(a, b, out=None):
   """All products ``a[i] * b[j]`` of the flattened inputs."""
   if out is not None:
@@ -333,6 +335,7 @@ def _canon(ax, nd, name):
   return ax % nd
 
 
+@replayed()
 def kron(a, b):
   """Kronecker product: blocks ``a[i, j] * b``."""
   from ourjax.numpy._ufuncs import multiply
@@ -378,6 +381,7 @@ def diagonal(a, offset=0, axis1: int = 0, axis2: int = 1):
   return _slice_axis(flat, 0, d * d, nd - 2, stride=d + 1)
 
 
+@replayed(static=("offset", "axis1", "axis2", "dtype"))
 def trace(a, offset=0, axis1: int = 0, axis2: int = 1, dtype=None, out=None):
   """Sum of the ``offset`` diagonal (over axis1, axis2)."""
   if out is not None:

@@ -341,6 +341,7 @@ def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
                       correction=correction))
 
 
+@replayed(static=("axis", "keepdims"))
 def ptp(a, axis=None, out=None, keepdims=False):
   """Range (max - min) over ``axis``."""
   if out is not None:
@@ -362,6 +363,7 @@ def count_nonzero(a, axis=None, keepdims=False):
 # average
 
 
+@replayed(static=("axis", "returned", "keepdims"))
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
   """Weighted mean; 1-D ``weights`` may be given along a single ``axis``."""
   from ourjax.numpy._util import promote_dtypes_inexact
