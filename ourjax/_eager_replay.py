@@ -36,6 +36,7 @@ import numpy as np
 
 from ourjax import core
 from ourjax.array import Array, to_numpy
+from ourjax.backends import reference_ops as rops
 from ourjax.config import config
 from ourjax.core import Literal, impl_rules
 
@@ -279,29 +280,66 @@ class _Replay:
       outs = [self._new() for _ in eqn.out_binders]
       for v, o in zip(eqn.out_binders, outs):
         slot[v] = o
+      rule, params = _direct_numpy(rule, eqn.params, [x.aval for x in eqn.inputs])
       if prim.multiple_results:
-        self.steps.append((rule, eqn.params, tuple(ins), tuple(outs),
+        self.steps.append((rule, params, tuple(ins), tuple(outs),
                            tuple(v.aval for v in eqn.out_binders), True))
       else:
-        self.steps.append((rule, eqn.params, tuple(ins), outs[0], eqn.out_binders[0].aval,
-                           False))
+        self.steps.append((rule, params, tuple(ins), outs[0], eqn.out_binders[0].aval, False))
     return [read(x) for x in jaxpr.outvars]
 
   def run(self, values):
     regs = self.template.copy()
     for i, v in zip(self.in_slots, values):
       regs[i] = v
-    for rule, params, ins, outs, avals, multi in self.steps:
-      r = rule(*[regs[i] for i in ins], **params)
-      if multi:
-        for o, a, x in zip(outs, avals, r):
-          regs[o] = _coerce(x, a)
-      else:
-        regs[outs] = _coerce(r, avals)
+    token = _set_quiet()      # (inf and NaN are values: no NumPy warnings, as ``rops.quietly``)
+    try:
+      for rule, params, ins, outs, avals, multi in self.steps:
+        r = rule(*[regs[i] for i in ins], **params)
+        if multi:
+          for o, a, x in zip(outs, avals, r):
+            regs[o] = _coerce(x, a)
+        else:
+          regs[outs] = _coerce(r, avals)
+    finally:
+      _reset_quiet(token)
     res = [Array._from_result(regs[i], a) for i, a in zip(self.out_slots, self.out_avals)]
     if self.structure is None:
       return res[0]
     return self.structure(res)
+
+
+def _direct_numpy(rule, params, in_avals):
+  """(function, params) for one step: the NumPy function inside a standard elementwise or
+  reduction rule where the rule itself would only call it (operands of 32 bits or more, the
+  error state set by ``run``; a max/min over a non-empty operand needs no initial value), else
+  the rule itself."""
+  for a in in_avals:
+    if a.dtype.itemsize < 4 and a.dtype.kind in "fV":
+      return rule, params         # (16-bit floats are computed in float32 by the rule)
+  fn = getattr(rule, "numpy_fn", None)
+  if fn is not None:
+    return fn, params
+  fn = getattr(rule, "reduce_fn", None)
+  if fn is not None and (not rule.chooser or in_avals[0].size) and \
+      in_avals[0].dtype.itemsize >= 4:
+    return fn, {"axis": params["axes"]}
+  return rule, params
+
+
+def _set_quiet():
+  if rops._extobj_contextvar is None:
+    ctx = np.errstate(all="ignore")
+    ctx.__enter__()
+    return ctx
+  return rops._extobj_contextvar.set(rops._IGNORE_ALL)
+
+
+def _reset_quiet(token):
+  if rops._extobj_contextvar is None:
+    token.__exit__(None, None, None)
+  else:
+    rops._extobj_contextvar.reset(token)
 
 
 def _coerce(v, aval):

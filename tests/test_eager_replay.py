@@ -261,3 +261,16 @@ def test_global_flags_are_part_of_the_signature():
         jnp.clip(x, row, None)
   finally:
     config.update("jax_numpy_rank_promotion", "allow")
+
+
+def test_inf_and_nan_are_values_not_numpy_warnings():
+  import warnings
+  x = jnp.asarray(np.array([np.inf, -np.inf, 3e38, 0.0], np.float32))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    for _ in range(3):
+      v = jnp.var(x)
+      n = jnp.linalg.norm(x)
+      s = nn.softmax(x)
+    assert np.isnan(np.asarray(v)) and np.isinf(np.asarray(n))
+    assert np.isnan(np.asarray(s)).any()

@@ -60,6 +60,7 @@ def _reducer(name, kinds, numpy_fn):
     if type(out) is not np.ndarray:
       out = np.asarray(out)
     return out if out.dtype == dt else out.astype(dt)
+  impl.reduce_fn, impl.chooser = reduce_fn, chooser     # (for an eager replay's plan)
   p.def_impl(impl)
 
   def batch(vals, dims, axes, **params):
