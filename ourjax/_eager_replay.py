@@ -271,22 +271,42 @@ class _Replay:
         for v, o in zip(eqn.out_binders, self._emit(inner.jaxpr, cs + ins)):
           slot[v] = o
         continue
-      rule = impl_rules.get(prim)
-      if rule is None or prim._custom_impl:
-        raise _NoReplay
+      if prim.name == "scan":        # a loop: its body replayed once per iteration
+        rule = _ScanRunner(eqn.params, self.max_elements)
+      else:
+        rule = impl_rules.get(prim)
+        if rule is None or prim._custom_impl:
+          raise _NoReplay
       avals = [v.aval for v in eqn.out_binders] + [x.aval for x in eqn.inputs]
       if any(a.size >= self.max_elements for a in avals):
         raise _NoReplay
       outs = [self._new() for _ in eqn.out_binders]
       for v, o in zip(eqn.out_binders, outs):
         slot[v] = o
-      rule, params = _direct_numpy(rule, eqn.params, [x.aval for x in eqn.inputs])
+      if type(rule) is _ScanRunner:
+        params = {}
+      else:
+        rule, params = _direct_numpy(rule, eqn.params, [x.aval for x in eqn.inputs])
       if prim.multiple_results:
         self.steps.append((rule, params, tuple(ins), tuple(outs),
                            tuple(v.aval for v in eqn.out_binders), True))
       else:
         self.steps.append((rule, params, tuple(ins), outs[0], eqn.out_binders[0].aval, False))
     return [read(x) for x in jaxpr.outvars]
+
+  def run_raw(self, values) -> list:
+    """The outputs as NumPy values (the error state already set by the caller)."""
+    regs = self.template.copy()
+    for i, v in zip(self.in_slots, values):
+      regs[i] = v
+    for rule, params, ins, outs, avals, multi in self.steps:
+      r = rule(*[regs[i] for i in ins], **params)
+      if multi:
+        for o, a, x in zip(outs, avals, r):
+          regs[o] = _coerce(x, a)
+      else:
+        regs[outs] = _coerce(r, avals)
+    return [regs[i] for i in self.out_slots]
 
   def run(self, values):
     regs = self.template.copy()
@@ -307,6 +327,31 @@ class _Replay:
     if self.structure is None:
       return res[0]
     return self.structure(res)
+
+
+class _ScanRunner:
+  """A ``scan`` step: its body's replay run ``length`` times on NumPy values (what
+  ``control_flow._scan_impl`` does with one eager bind per body equation)."""
+
+  def __init__(self, params, max_elements):
+    closed = params["jaxpr"]
+    self.body = _Replay(closed.jaxpr, closed.consts, None, max_elements)
+    self.length, self.reverse = params["length"], params["reverse"]
+    self.num_consts, self.num_carry = params["num_consts"], params["num_carry"]
+    self.y_avals = closed.out_avals[self.num_carry:]
+
+  def __call__(self, *args):
+    nc, nk, n = self.num_consts, self.num_carry, self.length
+    consts, carry, xs = list(args[:nc]), list(args[nc:nc + nk]), args[nc + nk:]
+    ys = [np.empty((n,) + a.shape, a.dtype) for a in self.y_avals]
+    run = self.body.run_raw
+    for k in range(n):
+      i = n - 1 - k if self.reverse else k
+      outs = run(consts + carry + [x[i] for x in xs])
+      carry = outs[:nk]
+      for y, o in zip(ys, outs[nk:]):
+        y[i] = o
+    return carry + ys
 
 
 def _direct_numpy(rule, params, in_avals):

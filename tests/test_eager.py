@@ -341,3 +341,34 @@ def test_integer_pow_by_its_static_exponent(dtype, shape, y, seed):
     with np.errstate(all="ignore"):
       close = np.power(v.astype(np.complex128 if dt.kind == "c" else np.float64), y)
     np.testing.assert_allclose(got, close, rtol=1e-5 * (abs(y) + 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from([np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32,
+                              np.uint64, np.int64]),
+       amount_dtype=st.sampled_from([np.int32, np.uint32, np.int8, np.uint8]),
+       shape=st.sampled_from([(), (5,), (2, 3)]),
+       amount=st.sampled_from([0, 1, 3, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, -1, -8, 100]),
+       seed=st.integers(0, 9))
+def test_shifts_by_one_amount_match_the_elementwise_shift(dtype, amount_dtype, shape, amount,
+                                                          seed):
+  """A shift by a 0-d amount (the common case: a constant) takes a one-shift path; it gives
+  what shifting by the same amount broadcast to every element gives (XLA's rules for amounts
+  of the bit width or more, and negative ones)."""
+  from ourjax.backends import reference_ops as rops
+  info = np.iinfo(dtype)
+  x = np.random.default_rng(seed).integers(info.min, info.max, size=shape, dtype=dtype,
+                                           endpoint=True)
+  with np.errstate(all="ignore"):
+    y = np.asarray(amount).astype(amount_dtype)
+  for fn in (rops.shift_left, rops.shift_right_logical, rops.shift_right_arithmetic):
+    fast = np.asarray(fn(x, y))
+    slow = np.asarray(fn(x.reshape(x.shape or (1,)), np.full(x.shape or (1,), y))).reshape(
+        x.shape)
+    assert fast.dtype == slow.dtype == x.dtype
+    np.testing.assert_array_equal(fast, slow)
+  bits = 8 * np.dtype(dtype).itemsize
+  u = np.dtype(f"u{np.dtype(dtype).itemsize}")
+  s = int(y)
+  want = (x.view(u) << u.type(s)).view(dtype) if 0 <= s < bits else np.zeros_like(x)
+  np.testing.assert_array_equal(np.asarray(rops.shift_left(x, y)), want)
