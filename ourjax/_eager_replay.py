@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import time
 
 import numpy as np
 
@@ -91,10 +92,10 @@ def replayed(static=(), operands=None):
             return fun(*args, **kwargs)
           parts.append(p)
           if type(v) is Array:
-            values.append(v._npy)
+            values.append(v)
             slots.append(i)
           elif p.__class__ is _Seq:
-            values.extend([a._npy for a in v])
+            values.extend(v)
             slots.append((i, len(v)))
         for k, v in kwargs.items():
           if k not in allowed or k not in kw_names:
@@ -107,10 +108,10 @@ def replayed(static=(), operands=None):
             return fun(*args, **kwargs)
           parts.append((k, p))
           if type(v) is Array:
-            values.append(v._npy)
+            values.append(v)
             slots.append(k)
           elif p.__class__ is _Seq:
-            values.extend([a._npy for a in v])
+            values.extend(v)
             slots.append((k, len(v)))
         key = (tuple(parts), tuple(config._values.values()),
                tuple(config._local.overrides.items()))
@@ -128,7 +129,7 @@ def replayed(static=(), operands=None):
         entry = cache[key] = _build(fun, args, kwargs, slots)
         if entry is _DIRECT:
           return fun(*args, **kwargs)
-      return entry.run(values)
+      return entry.call(values)
 
     wrapper._replay_cache = cache
     return wrapper
@@ -213,14 +214,97 @@ def _build(fun, args, kwargs, slots):
     return _DIRECT
   jaxpr, _ = pe.dce_jaxpr(closed.jaxpr)
   try:
-    return _Replay(jaxpr, closed.consts, structure[0] if structure else None,
-                   _eager._MIN_KERNEL_ELEMENTS)
+    replay = _Replay(jaxpr, closed.consts, structure[0] if structure else None,
+                     _eager._MIN_KERNEL_ELEMENTS)
   except _NoReplay:
     return _DIRECT
+  return _Entry(replay, core.ClosedJaxpr(jaxpr, closed.consts),
+                getattr(fun, "__name__", "replayed"))
 
 
 class _NoReplay(Exception):
   pass
+
+
+# ------------------------------------------------------------------------------------------------
+# A replay or a compiled kernel.  A replay costs a few microseconds per equation; a signature
+# whose replay is slow (a loop: threefry's rounds in every random function) and that is called
+# again and again is compiled (``jit`` of its jaxpr on the CPU backend: one native call) once the
+# replays so far took as long as a compile takes (ski rental, as ``_eager`` does for large
+# operands); its first calls are timed against the replay, and the faster one is kept.
+
+#: running mean of the measured compiles of replayed signatures, seconds
+_compile_seconds = [0.5]
+_MIN_REPLAY_SECONDS = 1e-4     # a faster replay is not worth a compile (a jitted call: ~10 us)
+_TRIALS = 2
+
+
+def _eval_flat(closed, *args):
+  return core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+class _Entry:
+  """One replayed signature: its replay, and the state of its compiled alternative
+  (``state``: None while undecided, ``'trial'`` while the kernel is timed, ``'kernel'`` once it
+  was faster, ``'replay'`` when the replay stays)."""
+  __slots__ = ("replay", "closed", "name", "spent", "best", "fn", "state", "k_best", "k_calls")
+
+  def __init__(self, replay, closed, name):
+    self.replay, self.closed, self.name = replay, closed, name
+    self.spent, self.best, self.fn, self.state = 0.0, float("inf"), None, None
+    self.k_best, self.k_calls = float("inf"), 0
+
+  def call(self, arrays):
+    fn = self.fn      # (read once: another thread may settle the choice meanwhile)
+    if fn is not None and self.state != "replay":
+      t0 = time.perf_counter()
+      outs = fn(*arrays)
+      if self.state == "trial":
+        for o in outs:
+          o.block_until_ready()
+        self._timed(time.perf_counter() - t0)
+      st = self.replay.structure
+      return outs[0] if st is None else st(outs)
+    t0 = time.perf_counter()
+    r = self.replay.run([a._npy for a in arrays])
+    dt = time.perf_counter() - t0
+    self.spent += dt
+    if dt < self.best:
+      self.best = dt
+    if self.state is None and self.spent >= _compile_seconds[0]:
+      self._consider(arrays)
+    return r
+
+  def _consider(self, arrays):
+    from ourjax import api
+    if self.best < _MIN_REPLAY_SECONDS:
+      self.state = "replay"
+      return
+    fn = api.jit(functools.partial(_eval_flat, self.closed), backend="cpu")
+    t0 = time.perf_counter()
+    try:
+      outs = fn(*arrays)          # compiles
+      for o in outs:
+        o.block_until_ready()
+    except Exception:  # noqa: BLE001  (a kernel the backend cannot build: the replay stays)
+      self.state = "replay"
+      return
+    dt = time.perf_counter() - t0
+    _compile_seconds[0] = 0.5 * (_compile_seconds[0] + dt)
+    if [type(o) is Array and o.aval for o in outs] != self.replay.out_avals:
+      self.state = "replay"
+      return
+    self.state, self.fn = "trial", fn
+
+  def _timed(self, dt):
+    self.k_calls += 1
+    if dt < self.k_best:
+      self.k_best = dt
+    if self.k_calls >= _TRIALS:
+      if self.k_best < self.best:
+        self.state = "kernel"
+      else:
+        self.state, self.fn = "replay", None
 
 
 class _Replay:

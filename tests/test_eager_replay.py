@@ -309,9 +309,32 @@ def test_random_functions_replay_their_loops_bit_for_bit(name, f, x64):
     _same(first, replayed)
     fn_name = name.split()[0]
     entries = _unwrapped(getattr(random, fn_name))._replay_cache.values()
-    assert any(type(e).__name__ == "_Replay" for e in entries), fn_name
+    assert any(type(e).__name__ == "_Entry" for e in entries), fn_name
     typed = f(random.wrap_key_data(k))
     if name in ("split", "fold_in"):
       typed = random.key_data(typed)
     np.testing.assert_array_equal(np.asarray(typed), np.asarray(replayed))
     assert typed.dtype == replayed.dtype
+
+
+def test_slow_replays_are_compiled_and_give_the_same_values(monkeypatch):
+  """Once replays of a signature have cost a compile's worth of time, its jaxpr is compiled
+  (here at once: the thresholds patched to zero) and timed against the replay; either way the
+  values, dtypes and structure are the op-by-op ones."""
+  from ourjax import _eager_replay
+  monkeypatch.setattr(_eager_replay, "_compile_seconds", [0.0])
+  monkeypatch.setattr(_eager_replay, "_MIN_REPLAY_SECONDS", 0.0)
+  fns = (random.randint, random.split, nn.logsumexp, jnp.clip)
+  for fn in fns:
+    _unwrapped(fn)._replay_cache.clear()
+  k = random.PRNGKey(11)
+  cases = [(lambda: random.randint(k, (5,), 0, 100)), (lambda: random.split(k, 2)),
+           (lambda: nn.logsumexp(jnp.arange(4.0), return_sign=True)),
+           (lambda: jnp.clip(jnp.arange(6), 1, 4))]
+  for f in cases:
+    want = f()
+    for _ in range(6):
+      _eager_replay._compile_seconds[0] = 0.0     # (each compile updates the estimate)
+      _same(f(), want)
+  states = {e.state for fn in fns for e in _unwrapped(fn)._replay_cache.values() if type(e).__name__ == "_Entry"}
+  assert states & {"kernel", "replay"} and None not in states, states
