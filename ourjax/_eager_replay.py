@@ -11,18 +11,22 @@ and the later ones run the jaxpr's primitives' NumPy implementations one after t
 NumPy values, each result coerced to its equation's abstract dtype exactly as an eager bind
 does (``Array._from_result``).  The results, dtypes and weak types are the eager ones: the same
 implementations run on the same values; argument errors are raised by the first (direct) call
-of a signature and by its trace.
+of a signature and by its trace.  The primal of a custom derivative (``nn.softmax``) is replayed
+inline, a ``scan`` (threefry's rounds in every ``random`` sampler) by replaying its body once
+per iteration; a standard elementwise or reduction step calls its NumPy function directly, and
+the whole replay runs under one NumPy error state.  A slow replay that keeps being called is
+compiled (see ``_Entry``).
 
 A call goes the direct way (the function runs as written) when
 
 * something is being traced (the function's primitives are then recorded by that trace),
 * an operand is not a host ``Array``, a list or tuple of them, a Python scalar or None (a NumPy
-  array, a list of numbers, a tracer, a PRNG key, an array living on a device), a static argument cannot be hashed, or a keyword
-  argument is not one the decorator names,
+  array, a list of numbers, a tracer, a typed PRNG key, an array living on a device), a static
+  argument cannot be hashed, or a keyword argument is not one the decorator names,
 * the signature was seen once only (a Python scalar that changes at every call is then never
   traced), or
 * the trace failed or needs what a replay cannot give: a primitive with its own eager evaluation
-  (calls, control flow, custom derivatives), an operand or result of ``_eager``'s kernel size
+  (``jit`` calls, ``while``/``cond``), a result that is not an Array (typed keys), an operand or result of ``_eager``'s kernel size
   (there the per-primitive choice between NumPy and a compiled kernel is worth its cost), NaN
   checking, ``disable_jit`` or ``no_tracing``.
 """
