@@ -93,17 +93,19 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
 
 
 _EAGER_MATMUL_DTYPES = frozenset(map(np.dtype, (np.float32, np.complex64)))
+_VEC_DN, _MAT_DN = (((0,), (0,)), ((), ())), (((1,), (0,)), ((), ()))
 
 
 def _eager_matmul(a, b):
   """The dot_general that the general path below binds for two float32/complex64 Arrays of rank
   1 or 2 with matching contracting sizes (not both weak), bound directly; None otherwise."""
   la, ra = a.aval, b.aval
+  nl, nr = len(la.shape), len(ra.shape)
   if (la.dtype != ra.dtype or la.dtype not in _EAGER_MATMUL_DTYPES or
-      (la.weak_type and ra.weak_type) or not 1 <= la.ndim <= 2 or not 1 <= ra.ndim <= 2 or
+      (la.weak_type and ra.weak_type) or not 1 <= nl <= 2 or not 1 <= nr <= 2 or
       la.shape[-1] != ra.shape[0]):
     return None
-  dn = (((la.ndim - 1,), (0,)), ((), ()))
+  dn = _VEC_DN if nl == 1 else _MAT_DN
   return dot_general_p.bind(a, b, dimension_numbers=dn, precision=canonicalize_precision(None),
                             preferred_element_type=la.dtype, out_sharding=None)
 
