@@ -103,10 +103,22 @@ def apply_rule(prim, rule, args, params):
 def apply(prim, args, params):
   avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
                  core.get_aval(a) for a in args])
-  out, large = _signature(prim, avals, params)
+  try:      # (``_signature``, inline: this is every eager operation's path)
+    entry = _avals_cache.get((prim, config.x64_enabled, avals,
+                              tuple([(k, v, type(v)) for k, v in params.items()])
+                              if params else ()))
+  except TypeError:
+    entry = None
+  if entry is None:
+    entry = _signature(prim, avals, params)
+  out, large = entry
   if large:
     return _apply_large(prim, args, params, avals, out)
-  return _run_numpy(prim, args, params, out)
+  rule = impl_rules.get(prim)
+  if rule is None or prim.multiple_results:
+    return _run_numpy(prim, args, params, out)
+  r = rule(*[a._value if type(a) is Array else to_numpy(a) for a in args], **params)
+  return Array._from_result(r if type(r) is not Array else r._value, out)
 
 
 # ------------------------------------------------------------------------------------------------

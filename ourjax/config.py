@@ -41,6 +41,9 @@ class Config:
 
   def __init__(self):
     object.__setattr__(self, "_local", _Local())
+    # counts the updates of the global values: a cache keyed by it (the eager replays') sees a
+    # flag change without reading every flag
+    object.__setattr__(self, "_version", 0)
     object.__setattr__(self, "_values", {
         "jax_enable_x64": _env_bool("OURJAX_ENABLE_X64"),
         "jax_platforms": os.environ.get("OURJAX_PLATFORMS") or None,
@@ -77,6 +80,7 @@ class Config:
       raise AttributeError(f"Unrecognized config option: {name}")
     _check_value(name, value)
     self._values[name] = value
+    object.__setattr__(self, "_version", self._version + 1)
 
   def read(self, name: str):
     ov = self._local.overrides

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ourjax import dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax import numpy as jnp
 from ourjax.config import config
 from ourjax._keys import PRNG_IMPLS, KeyDType, PRNGImpl, PRNGKeyArray
@@ -112,6 +113,7 @@ def _impl_or_dtype(name, impl, dtype):
   return dtype
 
 
+@replayed(static=("impl",))
 def PRNGKey(seed, *, impl=None):  # noqa: N802 (JAX's name)
   """A legacy PRNG key: the raw ``uint32`` key data (``uint32[2]`` for threefry2x32) of an
   integer seed, or a typed key array while ``jax_enable_custom_prng`` is on.
@@ -244,6 +246,7 @@ def operator_index(d):
   return operator.index(d)
 
 
+@replayed(static=("num",))
 def split(key, num=2):
   """``num`` new keys (an int, or a shape: the result has shape ``num``)."""
   key, raw = _check_key("split", key)
@@ -253,6 +256,7 @@ def split(key, num=2):
   return _out(PRNGKeyArray(impl, impl.split(key._base_array, shape)), raw)
 
 
+@replayed(static=())
 def fold_in(key, data):
   """A new key that is a deterministic function of ``key`` and the 32-bit integer ``data``."""
   key, raw = _check_key("fold_in", key)
@@ -276,6 +280,7 @@ def _unstack(keys, n):
           for i in range(n)]
 
 
+@replayed(static=("shape", "dtype"))
 def bits(key, shape=(), dtype=None):
   """Uniform random bits as unsigned integers (default ``uint32``; ``uint64`` with x64)."""
   key, _ = _check_key("bits", key)
@@ -351,6 +356,7 @@ def _take(arr, ind, axis):
 # uniform, randint, bits-based samplers
 
 
+@replayed(static=("shape", "dtype"))
 def uniform(key, shape=(), dtype=None, minval=0., maxval=1.):
   """Uniform floats in ``[minval, maxval)``.  The random mantissa bits fill a float in
   ``[1, 2)``, which is shifted and scaled (JAX's construction, bit for bit)."""
@@ -391,6 +397,7 @@ def _convert_and_clip_integer(val, dt):
   return lax.convert_element_type(jnp.clip(val, np.array(lo, vdt), np.array(hi, vdt)), dt)
 
 
+@replayed(static=("shape", "dtype"))
 def randint(key, shape, minval, maxval, dtype=None):
   """Uniform integers in ``[minval, maxval)`` (JAX's algorithm: two 32-bit streams reduced
   modulo the span; 8- and 16-bit dtypes are sampled in 32 bits)."""
@@ -443,6 +450,7 @@ def _randint(key, shape, minval, maxval, dt):
   return lax.add(minval, lax.convert_element_type(off, dt))
 
 
+@replayed(static=("shape", "mode"))
 def bernoulli(key, p=0.5, shape=None, mode="low"):
   """Booleans that are True with probability ``p``."""
   key, _ = _check_key("bernoulli", key)
@@ -466,6 +474,7 @@ def bernoulli(key, p=0.5, shape=None, mode="low"):
   return _uniform(key, shape, dt, 0., 1.) < jnp.asarray(p, dt)
 
 
+@replayed(static=("shape", "dtype"))
 def rademacher(key, shape=(), dtype=None):
   """+1 or -1 with equal probability."""
   key, _ = _check_key("rademacher", key)
@@ -491,6 +500,7 @@ def _shuffle(key, x, axis):
   return x
 
 
+@replayed(static=("axis", "independent"))
 def permutation(key, x, axis: int = 0, independent: bool = False):
   """A random permutation of ``arange(x)`` (int ``x``) or of ``x`` along ``axis``."""
   key, _ = _check_key("permutation", key)
@@ -515,6 +525,7 @@ def _canon_axis(axis, ndim):
   return axis % ndim
 
 
+@replayed(static=("shape", "replace", "axis", "mode"))
 def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0, mode=None):
   """Samples from ``a`` (an array, or ``arange(a)`` for an int), with or without replacement,
   optionally with probabilities ``p``."""
@@ -601,6 +612,7 @@ def _erf_inv(x):
   return lax.select_n(lax.eq(lax.abs(x), c(1.0)), out, inf)
 
 
+@replayed(static=("shape", "dtype"))
 def normal(key, shape=(), dtype=None):
   """Standard normal samples: ``sqrt(2) * erfinv(u)`` with ``u`` uniform in (-1, 1)."""
   key, _ = _check_key("normal", key)
@@ -627,6 +639,7 @@ def _normal_real(key, shape, dt):
   return lax.mul(np.array(np.sqrt(2), dt), _erf_inv(u))
 
 
+@replayed(static=("shape", "dtype"))
 def truncated_normal(key, lower, upper, shape=None, dtype=None):
   """Standard normal samples conditioned on ``lower < x < upper`` (inverse-CDF method)."""
   key, _ = _check_key("truncated_normal", key)
@@ -648,6 +661,7 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None):
   return jnp.clip(out, lo, hi)
 
 
+@replayed(static=("shape", "dtype"))
 def exponential(key, shape=(), dtype=None):
   """Exponential(1) samples: ``-log1p(-u)``."""
   key, _ = _check_key("exponential", key)
@@ -657,6 +671,7 @@ def exponential(key, shape=(), dtype=None):
   return lax.neg(lax.log1p(lax.neg(u)))
 
 
+@replayed(static=("shape", "dtype", "mode"))
 def gumbel(key, shape=(), dtype=None, mode=None):
   """Gumbel samples ``-log(-log(u))`` (mode "high" spends two uniforms per sample for a wider
   range of the largest values)."""
@@ -682,6 +697,7 @@ def _gumbel(key, shape, dt, mode):
   return lax.neg(lax.log(lax.neg(lax.log(u))))
 
 
+@replayed(static=("axis", "shape", "replace", "mode"))
 def categorical(key, logits, axis: int = -1, shape=None, replace: bool = True, mode=None):
   """Indices drawn from ``softmax(logits, axis)`` (the Gumbel-max trick; without replacement
   the Gumbel-top-k trick)."""
@@ -712,6 +728,7 @@ def categorical(key, logits, axis: int = -1, shape=None, replace: bool = True, m
   return lax.reshape(idx, shape)
 
 
+@replayed(static=("shape", "dtype"))
 def laplace(key, shape=(), dtype=None):
   """Laplace(0, 1) samples."""
   key, _ = _check_key("laplace", key)
@@ -721,6 +738,7 @@ def laplace(key, shape=(), dtype=None):
   return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
 
 
+@replayed(static=("shape", "dtype"))
 def logistic(key, shape=(), dtype=None):
   """Standard logistic samples ``log(u) - log1p(-u)``."""
   key, _ = _check_key("logistic", key)
@@ -730,6 +748,7 @@ def logistic(key, shape=(), dtype=None):
   return lax.sub(lax.log(x), lax.log1p(lax.neg(x)))
 
 
+@replayed(static=("shape", "dtype"))
 def cauchy(key, shape=(), dtype=None):
   """Standard Cauchy samples ``tan(pi * (u - 1/2))``."""
   key, _ = _check_key("cauchy", key)

@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -127,6 +128,35 @@ def test_float_to_int_conversion_truncates_and_saturates():
   assert np.array_equal(got, want.astype(np.int32))
   h = np.array([255.9, -0.0, 256.0, -1.0], np.float16)
   assert np.array_equal(np.asarray(lax.convert_element_type(h, np.uint8)), [255, 0, 255, 0])
+
+
+_EDGES = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 2.0 ** 31, -2.0 ** 31, 2.0 ** 31 - 128,
+          2.0 ** 63, -2.0 ** 63, 3e9, -3e9, 1e19, -1e19, 255.5, -129.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(src=st.sampled_from([np.float32, np.float64]),
+       dst=st.sampled_from([np.int32, np.int64, np.int8, np.uint8, np.uint32, np.int16]),
+       n=st.integers(0, 40), picks=st.lists(st.integers(0, len(_EDGES) - 1), max_size=8),
+       seed=st.integers(0, 9))
+def test_float_to_int_conversions_saturate_for_every_shape(src, dst, n, picks, seed):
+  """Each element as XLA converts it (NaN -> 0, truncation, saturation at the type's bounds),
+  whether the array holds in-range values only or some NaN/out-of-range ones."""
+  rng = np.random.default_rng(seed)
+  v = (rng.standard_normal(n) * 10.0 ** rng.integers(0, 12)).astype(src)
+  for i, k in enumerate(picks):
+    if i < n:
+      v[rng.integers(0, n)] = _EDGES[k]
+  with enable_x64(True):
+    got = np.asarray(lax.convert_element_type(v, dst))
+  info = np.iinfo(dst)
+  with np.errstate(invalid="ignore"):
+    t = np.trunc(np.where(np.isnan(v), 0.0, v.astype(np.float64)))
+    high, low = t >= float(info.max) + 1.0, t < float(info.min)
+    want = np.where(high | low, 0.0, t).astype(dst)     # (exact: in range)
+  want[high], want[low] = info.max, info.min
+  assert got.dtype == np.dtype(dst)
+  np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("shape,perm", [((300, 520), (1, 0)), ((4, 260, 300), (0, 2, 1)),
@@ -259,3 +289,86 @@ def test_primitive_impl_read_as_a_value_wraps_and_restores():
     lax.sin_p.def_impl(old)
   assert core.impl_rules[lax.sin_p] is original
   np.testing.assert_allclose(float(lax.sin_p.impl(np.float32(1.0))), np.sin(1.0), rtol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.int8, np.uint16, np.int32, np.bool_, np.float16]),
+       shape=st.sampled_from([(0,), (3, 0), (0, 4), (2, 3), (5,), ()]),
+       axes=st.sampled_from([(0,), (-1,), None]), seed=st.integers(0, 5))
+def test_max_and_min_reductions_give_the_identity_only_when_empty(dtype, shape, axes, seed):
+  v = (np.random.default_rng(seed).standard_normal(shape) * 50).astype(dtype)
+  axes = tuple(range(len(shape))) if axes is None or not shape else \
+      tuple(a % len(shape) for a in axes)
+  for prim, np_fn, is_max in ((lax.reduce_max_p, np.max, True), (lax.reduce_min_p, np.min, False)):
+    got = prim.bind(jnp.asarray(v), axes=axes, out_sharding=None)
+    if v.dtype == np.bool_:
+      ident = not is_max
+    elif v.dtype.kind == "f":
+      ident = -np.inf if is_max else np.inf
+    else:
+      ident = np.iinfo(v.dtype).min if is_max else np.iinfo(v.dtype).max
+    want = np_fn(v, axis=axes, initial=ident)
+    assert got.dtype == v.dtype
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float64, np.int32, np.int8, np.uint8, np.complex64,
+                              np.float16, "bfloat16", np.int64]),
+       shape=st.sampled_from([(), (0,), (7,), (2, 3)]), y=st.integers(-4, 17),
+       seed=st.integers(0, 5))
+def test_integer_pow_by_its_static_exponent(dtype, shape, y, seed):
+  """lax.integer_pow (eager) is the repeated squaring of the reference executor's integer_pow,
+  bit for bit, in the operand's dtype (float32 for 16-bit floats), and close to float64 pow."""
+  import ml_dtypes
+  from ourjax.backends import reference_ops as rops
+  dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+  if y < 0 and dt.kind in "iu":
+    return
+  v = (np.random.default_rng(seed).standard_normal(shape) * 3).astype(dt)
+  with enable_x64(True):
+    got = np.asarray(lax.integer_pow(v, y))
+  low = dt.itemsize < 4 and dt.kind in "fV"
+  with np.errstate(all="ignore"):
+    base = v.astype(np.float32) if low else v
+    want = rops.integer_pow(base, np.array(abs(y)))
+    if y < 0:
+      want = np.asarray(1, base.dtype) / want
+    want = want.astype(dt)
+  assert got.dtype == dt and got.shape == v.shape
+  np.testing.assert_array_equal(got, want)
+  if dt.kind in "fc" and not low and v.size:
+    with np.errstate(all="ignore"):
+      close = np.power(v.astype(np.complex128 if dt.kind == "c" else np.float64), y)
+    np.testing.assert_allclose(got, close, rtol=1e-5 * (abs(y) + 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from([np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32,
+                              np.uint64, np.int64]),
+       amount_dtype=st.sampled_from([np.int32, np.uint32, np.int8, np.uint8]),
+       shape=st.sampled_from([(), (5,), (2, 3)]),
+       amount=st.sampled_from([0, 1, 3, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, -1, -8, 100]),
+       seed=st.integers(0, 9))
+def test_shifts_by_one_amount_match_the_elementwise_shift(dtype, amount_dtype, shape, amount,
+                                                          seed):
+  """A shift by a 0-d amount (the common case: a constant) takes a one-shift path; it gives
+  what shifting by the same amount broadcast to every element gives (XLA's rules for amounts
+  of the bit width or more, and negative ones)."""
+  from ourjax.backends import reference_ops as rops
+  info = np.iinfo(dtype)
+  x = np.random.default_rng(seed).integers(info.min, info.max, size=shape, dtype=dtype,
+                                           endpoint=True)
+  with np.errstate(all="ignore"):
+    y = np.asarray(amount).astype(amount_dtype)
+  for fn in (rops.shift_left, rops.shift_right_logical, rops.shift_right_arithmetic):
+    fast = np.asarray(fn(x, y))
+    slow = np.asarray(fn(x.reshape(x.shape or (1,)), np.full(x.shape or (1,), y))).reshape(
+        x.shape)
+    assert fast.dtype == slow.dtype == x.dtype
+    np.testing.assert_array_equal(fast, slow)
+  bits = 8 * np.dtype(dtype).itemsize
+  u = np.dtype(f"u{np.dtype(dtype).itemsize}")
+  s = int(y)
+  want = (x.view(u) << u.type(s)).view(dtype) if 0 <= s < bits else np.zeros_like(x)
+  np.testing.assert_array_equal(np.asarray(rops.shift_left(x, y)), want)

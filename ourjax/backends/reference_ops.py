@@ -126,12 +126,15 @@ def elementwise(fn: Callable, *xs, out_dtype=None) -> np.ndarray:
     return np.asarray(fn(*xs)).astype(in_dt if out_dtype is None else out_dtype, copy=False)
 
 
+_SAME_WIDTH = {k: {n: np.dtype(f"{k}{n}") for n in (1, 2, 4, 8)} for k in "ui"}
+
+
 def _unsigned_of(dtype) -> np.dtype:
-  return np.dtype(f"u{np.dtype(dtype).itemsize}")
+  return _SAME_WIDTH["u"][np.dtype(dtype).itemsize]
 
 
 def _signed_of(dtype) -> np.dtype:
-  return np.dtype(f"i{np.dtype(dtype).itemsize}")
+  return _SAME_WIDTH["i"][np.dtype(dtype).itemsize]
 
 
 try:   # NumPy >= 2: the error state is a context variable; setting it directly is cheaper
@@ -307,9 +310,32 @@ def _shift_amount(x, y):
   return too_big, np.where(too_big, 0, yu).astype(_unsigned_of(x.dtype)), bits
 
 
+def _scalar_shift(x, y, kind):
+  """A shift of ``x`` by one amount (a 0-d ``y``): one NumPy shift of the bit pattern, or None
+  where the general path is needed (int4 operands)."""
+  x = np.asarray(x)
+  if x.dtype in _INT4 or x.dtype.kind not in "iu":
+    return None
+  bits = bitwidth(x.dtype)
+  s = int(y)                     # (a negative amount is a huge one as unsigned)
+  if kind == "arithmetic":
+    t = _signed_of(x.dtype)
+    s = s if 0 <= s < bits else bits - 1     # (all sign bits)
+    return np.asarray(x.view(t) >> t.type(s)).view(x.dtype)
+  if not 0 <= s < bits:
+    return np.zeros_like(x)
+  t = _unsigned_of(x.dtype)
+  xu = x.view(t)
+  return np.asarray(xu << t.type(s) if kind == "left" else xu >> t.type(s)).view(x.dtype)
+
+
 @_ignore_fp_errors
 def shift_left(x, y):
   """``x << y``; amounts ``>= bitwidth`` (as unsigned) give 0."""
+  if np.ndim(y) == 0:
+    r = _scalar_shift(x, y, "left")
+    if r is not None:
+      return r
   x, y = _broadcast_same(x, y)
   if x.dtype in _INT4:
     return _int4_bits("shl", x, y)
@@ -321,6 +347,10 @@ def shift_left(x, y):
 @_ignore_fp_errors
 def shift_right_logical(x, y):
   """Zero-filling right shift of the bit pattern; amounts ``>= bitwidth`` give 0."""
+  if np.ndim(y) == 0:
+    r = _scalar_shift(x, y, "logical")
+    if r is not None:
+      return r
   x, y = _broadcast_same(x, y)
   if x.dtype in _INT4:
     return _int4_bits("shr_logical", x, y)
@@ -333,6 +363,10 @@ def shift_right_logical(x, y):
 def shift_right_arithmetic(x, y):
   """Sign-filling right shift of the bit pattern (also for unsigned types); amounts
   ``>= bitwidth`` fill every bit with the sign bit."""
+  if np.ndim(y) == 0:
+    r = _scalar_shift(x, y, "arithmetic")
+    if r is not None:
+      return r
   x, y = _broadcast_same(x, y)
   if x.dtype in _INT4:
     return _int4_bits("shr_arithmetic", x, y)
@@ -520,6 +554,29 @@ def compare(x, y, *, direction: str, total_order: bool = False):
 
 
 @_ignore_fp_errors
+def _indefinite_casts() -> frozenset:
+  """The integer dtypes to which NumPy's cast of NaN and of out-of-range float32/float64 values
+  gives the dtype's minimum on this machine (x86's cvtt instructions do; a machine whose casts
+  saturate or wrap is not listed, and its conversions check the range first)."""
+  bad = [np.nan, 3e9, -3e9, 1e19, -1e19, np.inf, -np.inf]
+  out = []
+  for dt in (np.int32, np.int64):
+    info = np.iinfo(dt)
+    ok = True
+    for src in (np.float32, np.float64):
+      for n in (1, 7, 64):       # (scalar and vector loops)
+        v = np.array(bad * n, src)
+        keep = np.abs(np.nan_to_num(v, nan=np.inf)) >= float(info.max) + 1.0
+        with np.errstate(all="ignore"):
+          ok &= bool(np.all(v.astype(dt)[keep] == info.min))
+    if ok:
+      out.append(np.dtype(dt))
+  return frozenset(out)
+
+
+_INDEFINITE_CASTS = _indefinite_casts()
+
+
 def convert_element_type(x, new_dtype):
   """XLA convert: to bool is ``x != 0``; float to int truncates and saturates (NaN -> 0);
   complex to real keeps the real part; everything else is NumPy's cast."""
@@ -537,7 +594,14 @@ def convert_element_type(x, new_dtype):
     info = np.iinfo(new_dtype)
     hi = float(info.max) + 1.0  # a power of two, exactly representable
     lo = float(info.min)
-    if src.kind == "f" and x.size and lo <= x.min() and x.max() < hi:
+    if src.kind == "f" and x.size and new_dtype in _INDEFINITE_CASTS:
+      # C's cast truncates toward 0; this machine's casts give the type's minimum (x86's
+      # "integer indefinite") for NaN and values out of range: one pass to cast and one to look
+      # for that minimum, where checking the range first would take two
+      out = quietly(x.astype, new_dtype)
+      if out.min() != info.min:
+        return out
+    elif src.kind == "f" and x.size and lo <= x.min() and x.max() < hi:
       # every value in range (no NaN: it fails the comparisons): C's cast truncates toward 0
       return x.astype(new_dtype)
     v = x.astype(np.float64)

@@ -14,6 +14,7 @@ from functools import partial
 import numpy as np
 
 from ourjax import dtypes
+from ourjax.backends import reference_ops as rops
 from ourjax.core import get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import check_dtypes, standard_primitive
@@ -151,13 +152,16 @@ def _accumulate(ufunc):
       x = x.astype(np.float32)
     if reverse:
       x = np.flip(x, axis)
-    with np.errstate(all="ignore"):
-      out = ufunc.accumulate(x, axis=axis, dtype=x.dtype) if x.size else x.copy()
+    if x.size:      # (quietly: np.errstate costs more than a small accumulation)
+      out = rops.quietly(ufunc.accumulate, x, axis=axis, dtype=x.dtype)
       if ufunc is np.add and x.dtype.kind in "fc":
-        out = out + x.dtype.type(0)   # (XLA's sums start from +0: -0.0 sums to +0.0, as JAX)
+        out += x.dtype.type(0)   # (XLA's sums start from +0: -0.0 sums to +0.0, as JAX)
+    else:
+      out = x.copy()
     if reverse:
       out = np.flip(out, axis)
-    return np.ascontiguousarray(out).astype(dt)
+    out = np.ascontiguousarray(out)
+    return out if out.dtype == dt else out.astype(dt)
   return impl
 
 

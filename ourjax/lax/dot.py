@@ -255,10 +255,11 @@ _PLUS_ZERO = {dt: np.zeros((), dt) for dt in _BLAS_DTYPES}
 
 def _matmul_from_plus_zero(a, b, out):
   r = np.matmul(a, b)
-  zero = _PLUS_ZERO[out]
   if type(r) is not np.ndarray or not r.ndim:
-    return np.asarray(r + zero)      # -0 -> +0: the sum starts from +0
-  r += zero
+    if out.kind == "f":    # -0 -> +0 (a comparison of NumPy scalars costs less than a sum)
+      return np.zeros((), out) if r == 0 else np.asarray(r)
+    return np.asarray(r + _PLUS_ZERO[out])      # -0 -> +0: the sum starts from +0
+  r += _PLUS_ZERO[out]
   return r
 
 

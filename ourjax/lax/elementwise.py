@@ -36,6 +36,7 @@ def _low_precision(fn):
     if dt.itemsize < 4 and dtypes.is_float(dt):
       return rops.quietly(low, *xs, **params)
     return rops.quietly(fn, *xs, **params)
+  impl.numpy_fn = fn     # (what an eager replay calls for operands of 32 bits or more, quietly)
   return impl
 
 
@@ -299,7 +300,17 @@ def _integer_pow(x, y):
   reciprocal for negative y."""
   if (dtypes.is_integer(x.dtype) or x.dtype == np.bool_) and y < 0:
     raise ValueError(f"integer_pow of an integer array requires y >= 0, got {y}")
-  acc = rops.integer_pow(x, np.array(builtins.abs(y)))
+  if x.dtype == np.bool_:
+    acc = rops.integer_pow(x, np.array(builtins.abs(y)))
+  else:      # the exponent is static: its bits unrolled here, one multiply per step
+    acc, base, n = None, x, builtins.abs(y)
+    while n:
+      if n & 1:
+        acc = base if acc is None else acc * base
+      n >>= 1
+      if n:
+        base = base * base
+    acc = np.ones_like(x) if acc is None else np.asarray(acc, x.dtype)
   return (np.asarray(1, x.dtype) / acc).astype(x.dtype) if y < 0 else acc
 
 

@@ -47,14 +47,20 @@ def _reducer(name, kinds, numpy_fn):
   reduce_fn = {np.sum: np.add.reduce, np.prod: np.multiply.reduce, np.max: np.maximum.reduce,
                np.min: np.minimum.reduce}.get(numpy_fn, numpy_fn)
 
+  chooser = numpy_fn in (np.max, np.min)
+
   def impl(x, axes, **_):
     kw = {}
-    if numpy_fn in (np.max, np.min):   # an empty reduction gives the identity, as in XLA
+    if chooser and x.size == 0:   # an empty reduction gives the identity, as in XLA
       kw["initial"] = _chooser_identity(numpy_fn is np.max, x.dtype)
-    if x.dtype.itemsize < 4 and dtypes.is_float(x.dtype):
-      return reduce_fn(x.astype(np.float32), axis=axes, **kw).astype(x.dtype)
-    out = np.asarray(rops.quietly(reduce_fn, x, axis=axes, **kw))
-    return out if out.dtype == x.dtype else out.astype(x.dtype)
+    dt = x.dtype
+    if dt.itemsize < 4 and dt.kind in "fV" and dtypes.is_float(dt):
+      return reduce_fn(x.astype(np.float32), axis=axes, **kw).astype(dt)
+    out = rops.quietly(reduce_fn, x, axis=axes, **kw)
+    if type(out) is not np.ndarray:
+      out = np.asarray(out)
+    return out if out.dtype == dt else out.astype(dt)
+  impl.reduce_fn, impl.chooser = reduce_fn, chooser     # (for an eager replay's plan)
   p.def_impl(impl)
 
   def batch(vals, dims, axes, **params):

@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from ourjax import core, dtypes, errors, lax
+from ourjax._eager_replay import replayed
 from ourjax import numpy as jnp
 from ourjax.custom_derivatives import custom_jvp
 from ourjax.nn import initializers  # noqa: F401
@@ -68,11 +69,13 @@ def sigmoid(x):
   return lax.logistic(x)
 
 
+@replayed()
 def softplus(x):
   """``log(1 + exp(x))``, computed as ``logaddexp(x, 0)``."""
   return jnp.logaddexp(_arr("softplus", x), 0)
 
 
+@replayed()
 def log_sigmoid(x):
   """``log(sigmoid(x)) = -softplus(-x)``."""
   return -softplus(-_arr("log_sigmoid", x))
@@ -84,6 +87,7 @@ def soft_sign(x):
   return x / (jnp.abs(x) + 1)
 
 
+@replayed()
 def silu(x):
   """``x * sigmoid(x)`` (also called swish)."""
   x = _arr("silu", x)
@@ -93,12 +97,14 @@ def silu(x):
 swish = silu
 
 
+@replayed()
 def mish(x):
   """``x * tanh(softplus(x))``."""
   x = _arr("mish", x)
   return x * jnp.tanh(softplus(x))
 
 
+@replayed()
 def elu(x, alpha=1.0):
   """``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``."""
   x = _arr("elu", x)
@@ -115,6 +121,7 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
+@replayed()
 def selu(x):
   """``scale * elu(x, alpha)`` with the self-normalising constants."""
   return _SELU_SCALE * elu(x, _SELU_ALPHA)
@@ -174,6 +181,7 @@ def log1mexp(x):
   return jnp.where(x < c, jnp.log(-jnp.expm1(-x)), jnp.log1p(-jnp.exp(-x)))
 
 
+@replayed(static=("approximate",))
 def gelu(x, approximate: bool = True):
   """Gaussian error linear unit: ``x * Phi(x)``; ``approximate=True`` uses
   ``0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)))`` for ``Phi``, ``False`` the exact
@@ -187,6 +195,7 @@ def gelu(x, approximate: bool = True):
   return (0.5 * x * lax.erfc(-x * sqrt_half)).astype(x.dtype)
 
 
+@replayed(static=("axis",))
 def glu(x, axis: int = -1):
   """Gated linear unit: the first half of ``x`` along ``axis`` times the sigmoid of the
   second half."""
@@ -210,6 +219,7 @@ def _reduction_axes(axis, ndim):
   return (operator.index(axis) % ndim,) if ndim else ()
 
 
+@replayed(static=("axis", "keepdims", "return_sign"))
 def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False,
               where=None):
   """``log(sum(b * exp(a), axis))``, stable for large inputs and for ``-inf`` ones.
@@ -285,6 +295,7 @@ def _softmax_masked_jvp(axis, initial, primals, tangents):
   return y, y * (t - jnp.sum(y * t, axis, where=where, keepdims=True))
 
 
+@replayed(static=("axis", "initial"))
 def softmax(x, axis=-1, where=None, initial=-np.inf):
   """``exp(x) / sum(exp(x), axis)``, computed after subtracting the maximum.  Masked-out
   elements (``where`` False) get 0."""
@@ -298,6 +309,7 @@ def softmax(x, axis=-1, where=None, initial=-np.inf):
   return _softmax_masked(x, jnp.asarray(where), axis, initial)
 
 
+@replayed(static=("axis",))
 def log_softmax(x, axis=-1, where=None):
   """``x - logsumexp(x, axis)``, computed stably.  Masked-out elements get ``-inf``."""
   x = _arr("log_softmax", x)
@@ -315,6 +327,7 @@ def log_softmax(x, axis=-1, where=None):
   return result
 
 
+@replayed(static=("axis", "epsilon", "algorithm"))
 def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None, *,
                 algorithm="fast"):
   """``(x - mean) / sqrt(variance + epsilon)`` with the mean and variance over ``axis``
@@ -337,6 +350,7 @@ def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None, 
   return jnp.subtract(x, mean) * lax.rsqrt(variance + epsilon)
 
 
+@replayed(static=("num_classes", "dtype", "axis"))
 def one_hot(x, num_classes: int, *, dtype=None, axis: int = -1):
   """One-hot encode the integers ``x`` (an array or a nested sequence) along a new axis
   ``axis`` of size ``num_classes``; indices outside ``[0, num_classes)`` encode as all zeros.

@@ -10,6 +10,7 @@ import string
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.core import get_aval
 from ourjax.lax.dot import canonicalize_precision, dot_general_p
@@ -92,17 +93,19 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
 
 
 _EAGER_MATMUL_DTYPES = frozenset(map(np.dtype, (np.float32, np.complex64)))
+_VEC_DN, _MAT_DN = (((0,), (0,)), ((), ())), (((1,), (0,)), ((), ()))
 
 
 def _eager_matmul(a, b):
   """The dot_general that the general path below binds for two float32/complex64 Arrays of rank
   1 or 2 with matching contracting sizes (not both weak), bound directly; None otherwise."""
   la, ra = a.aval, b.aval
+  nl, nr = len(la.shape), len(ra.shape)
   if (la.dtype != ra.dtype or la.dtype not in _EAGER_MATMUL_DTYPES or
-      (la.weak_type and ra.weak_type) or not 1 <= la.ndim <= 2 or not 1 <= ra.ndim <= 2 or
+      (la.weak_type and ra.weak_type) or not 1 <= nl <= 2 or not 1 <= nr <= 2 or
       la.shape[-1] != ra.shape[0]):
     return None
-  dn = (((la.ndim - 1,), (0,)), ((), ()))
+  dn = _VEC_DN if nl == 1 else _MAT_DN
   return dot_general_p.bind(a, b, dimension_numbers=dn, precision=canonicalize_precision(None),
                             preferred_element_type=la.dtype, out_sharding=None)
 
@@ -279,6 +282,7 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
   return _dot_general(a, b, ((na - 1,), (nb - 1,)), ((), ()), precision, pref)
 
 
+@replayed()
 def outer(a, b, out=None):
   """All products ``a[i] * b[j]`` of the flattened inputs."""
   if out is not None:
@@ -333,6 +337,7 @@ def _canon(ax, nd, name):
   return ax % nd
 
 
+@replayed()
 def kron(a, b):
   """Kronecker product: blocks ``a[i, j] * b``."""
   from ourjax.numpy._ufuncs import multiply
@@ -378,6 +383,7 @@ def diagonal(a, offset=0, axis1: int = 0, axis2: int = 1):
   return _slice_axis(flat, 0, d * d, nd - 2, stride=d + 1)
 
 
+@replayed(static=("offset", "axis1", "axis2", "dtype"))
 def trace(a, offset=0, axis1: int = 0, axis2: int = 1, dtype=None, out=None):
   """Sum of the ``offset`` diagonal (over axis1, axis2)."""
   if out is not None:

@@ -15,6 +15,7 @@ import operator
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.config import config
 from ourjax.core import get_aval
@@ -129,6 +130,8 @@ def _init_value(name, dt):
   raise KeyError(name)
 
 
+_REDUCE_PRIMS = {"sum": lax.reduce_sum_p, "prod": lax.reduce_prod_p, "max": lax.reduce_max_p,
+                 "min": lax.reduce_min_p}
 _LAX_REDUCERS = {"sum": lax.reduce_sum, "prod": lax.reduce_prod, "max": lax.reduce_max,
                  "min": lax.reduce_min, "all": lax.reduce_and, "any": lax.reduce_or}
 
@@ -153,7 +156,11 @@ def _reduce(name, a, axis, dtype, out, keepdims, initial, where, *, promote_inte
       axes = _reduction_axes(name, axis, aval.ndim)
       if not has_identity and builtins.any(aval.shape[d] == 0 for d in axes):
         raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
-      res = _LAX_REDUCERS[name](a, axes) if axes else a
+      if axes:    # (the primitive itself: lax.reduce_* would canonicalize the axes again)
+        res = _REDUCE_PRIMS[name].bind(a, axes=tuple(sorted(axes)) if len(axes) > 1 else axes,
+                                       out_sharding=None)
+      else:
+        res = a
       return _keepdims(res, aval.shape, axes) if keepdims else res
   a = _arr(name, a)
   aval = get_aval(a)
@@ -243,6 +250,7 @@ def _axis_count(shape, axes):
   return math.prod(shape[d] for d in axes)
 
 
+@replayed(static=("axis", "dtype", "keepdims"))
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
   """Arithmetic mean; integers and bools give the default float dtype."""
   if out is not None:
@@ -281,6 +289,7 @@ def _var_dtypes(a_dt, dtype):
 _mean = mean      # (var and nanvar take a ``mean`` argument)
 
 
+@replayed(static=("axis", "dtype", "ddof", "keepdims", "correction"))
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Variance, dividing by ``N - ddof`` (``correction`` is the array-API name of ``ddof``);
@@ -322,6 +331,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
                 if get_aval(res).shape else np.array(np.nan, result_dt))
 
 
+@replayed(static=("axis", "dtype", "ddof", "keepdims", "correction"))
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Standard deviation: the square root of ``var``."""
@@ -331,6 +341,7 @@ def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
                       correction=correction))
 
 
+@replayed(static=("axis", "keepdims"))
 def ptp(a, axis=None, out=None, keepdims=False):
   """Range (max - min) over ``axis``."""
   if out is not None:
@@ -352,6 +363,7 @@ def count_nonzero(a, axis=None, keepdims=False):
 # average
 
 
+@replayed(static=("axis", "returned", "keepdims"))
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
   """Weighted mean; 1-D ``weights`` may be given along a single ``axis``."""
   from ourjax.numpy._util import promote_dtypes_inexact

@@ -9,6 +9,7 @@ import operator
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
 from ourjax.lax._utils import shape_error
@@ -367,6 +368,7 @@ def concat(arrays, /, *, axis=0):
   return concatenate(arrays, axis=axis)
 
 
+@replayed(static=("axis", "dtype"))
 def stack(arrays, axis=0, out=None, dtype=None):
   """Join arrays of one shape along a new axis."""
   if out is not None:
@@ -401,12 +403,14 @@ def _index0(x, i):
   return lax.squeeze(_slice_axis(x, i, i + 1, 0), (0,))
 
 
+@replayed(static=("dtype",))
 def vstack(tup, dtype=None):
   return concatenate([_atleast(a, 2, "vstack") for a in _seq("vstack", tup)], 0, dtype)
 
 
 
 
+@replayed(static=("dtype",))
 def hstack(tup, dtype=None):
   arrs = [_atleast(a, 1, "hstack") for a in _seq("hstack", tup)]
   axis = 0 if arrs and get_aval(arrs[0]).ndim == 1 else 1

@@ -7,6 +7,7 @@ import operator
 import numpy as np
 
 from ourjax import dtypes, lax
+from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
 from ourjax.numpy._util import (promote_args, promote_args_inexact, promote_args_numeric,
@@ -603,6 +604,7 @@ conj = conjugate
 # where, clip, comparisons with tolerance
 
 
+@replayed(operands=("condition", "x", "y"))
 def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   """Elementwise choice between ``x`` (where ``condition``) and ``y``, promoted and broadcast.
   The one-argument form is ``nonzero`` (an indexing function)."""
@@ -645,6 +647,7 @@ class _Unset:
 _UNSET = _Unset()
 
 
+@replayed(operands=("arr", "min", "max"))
 def clip(arr=None, /, min=None, max=None, *, a=_UNSET, a_min=_UNSET, a_max=_UNSET):  # noqa: A002
   """Limit values to ``[min, max]`` (either may be None).  ``a``/``a_min``/``a_max`` are the
   older spellings of the arguments."""
@@ -669,6 +672,7 @@ def clip(arr=None, /, min=None, max=None, *, a=_UNSET, a_min=_UNSET, a_max=_UNSE
   return asarray(arr)
 
 
+@replayed(static=("equal_nan",))
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
   """``|a - b| <= atol + rtol * |b|`` elementwise, in the promoted inexact dtype; infinities
   are close only to themselves and NaN to nothing (or to NaN, with ``equal_nan``).  Typed PRNG
@@ -694,6 +698,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
   return out
 
 
+@replayed(static=("equal_nan",))
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
   from ourjax.numpy._reductions import all as _all
   return _all(isclose(a, b, rtol, atol, equal_nan))
@@ -727,6 +732,7 @@ def array_equiv(a1, a2):
   return _all(equal(a1, a2))
 
 
+@replayed(static=("copy",))
 def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
   """Replace NaN by ``nan`` and infinities by ``posinf``/``neginf`` (default: the largest and
   most negative finite values of the dtype)."""

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ourjax import dtypes
+from ourjax._eager_replay import replayed
 from ourjax.lax import linalg as lax_linalg
 from ourjax.numpy import _util
 from ourjax.numpy import _linalg_ops
@@ -352,6 +353,7 @@ def _matrix_norm(x, ord, axis, keepdims):
   return jnp.squeeze(out, axis=axis)
 
 
+@replayed(static=("ord", "axis", "keepdims"))
 def norm(x, ord=None, axis=None, keepdims: bool = False):
   """Vector or matrix norm, as ``numpy.linalg.norm``."""
   x = _inexact("norm", x)

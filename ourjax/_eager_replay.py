@@ -1,0 +1,504 @@
+"""Eager calls of ``jnp`` functions made of several primitives: traced once, then replayed.
+
+An eager ``jnp.var(x)`` binds about ten primitives, and each bind pays for the ``jnp`` and
+``lax`` wrappers' argument checks, dtype promotion and the abstract evaluation of the primitive
+(cached, but keyed per call) before its NumPy implementation runs: tens of microseconds for a
+few microseconds of NumPy.  JAX's ``jnp`` functions are ``jit``-compiled instead, so an eager
+call costs one cached dispatch.  ``replayed`` does the same without a compiler: the second time
+a decorated function is called eagerly with one signature (the avals of its array operands, its
+static arguments and Python scalars, the config flags), it is traced to a jaxpr, and that call
+and the later ones run the jaxpr's primitives' NumPy implementations one after the other on
+NumPy values, each result coerced to its equation's abstract dtype exactly as an eager bind
+does (``Array._from_result``).  The results, dtypes and weak types are the eager ones: the same
+implementations run on the same values; argument errors are raised by the first (direct) call
+of a signature and by its trace.  The primal of a custom derivative (``nn.softmax``) is replayed
+inline, a ``scan`` (threefry's rounds in every ``random`` sampler) by replaying its body once
+per iteration; a standard elementwise or reduction step calls its NumPy function directly, and
+the whole replay runs under one NumPy error state.  A slow replay that keeps being called is
+compiled (see ``_Entry``).
+
+A call goes the direct way (the function runs as written) when
+
+* something is being traced (the function's primitives are then recorded by that trace),
+* an operand is not a host ``Array``, a list or tuple of them, a Python scalar or None (a NumPy
+  array, a list of numbers, a tracer, a typed PRNG key, an array living on a device), a static
+  argument cannot be hashed, or a keyword argument is not one the decorator names,
+* the signature was seen once only (a Python scalar that changes at every call is then never
+  traced), or
+* the trace failed or needs what a replay cannot give: a primitive with its own eager evaluation
+  (``jit`` calls, ``while``/``cond``), a result that is not an Array (typed keys), an operand or result of ``_eager``'s kernel size
+  (there the per-primitive choice between NumPy and a compiled kernel is worth its cost), NaN
+  checking, ``disable_jit`` or ``no_tracing``.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import time
+
+import numpy as np
+
+from ourjax import core
+from ourjax.array import Array, to_numpy
+from ourjax.backends import reference_ops as rops
+from ourjax.config import config
+from ourjax.core import Literal, impl_rules
+
+_DIRECT = object()          # a cache entry: this signature runs the function as written
+_CACHE_MAX = 512            # entries per function; the cache is cleared when full
+_PY_SCALARS = (bool, int, float, complex)
+#: primitives whose eager evaluation is their ``call_jaxpr`` (custom derivatives' primal)
+_INLINED = frozenset(["custom_jvp_call", "custom_vjp_call"])
+
+
+def replayed(static=(), operands=None):
+  """Decorate a ``jnp`` function whose eager calls replay its jaxpr (see the module docstring).
+
+  ``static``: the names of the parameters that only steer the computation (``axis``,
+  ``dtype``, ``keepdims``...), hashed into the cache key.  Every other parameter is an operand:
+  an ``Array`` (traced), a list or tuple of Arrays (each traced), a Python scalar (part of the
+  key, by type and value) or None.
+  ``operands``: if given, the only non-static parameters a replayed call may pass (others, such
+  as deprecated spellings, go the direct way)."""
+  def deco(fun):
+    params = inspect.signature(fun).parameters
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    pos_names = [p.name for p in params.values() if p.kind in positional]
+    kw_names = {p.name for p in params.values()
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              inspect.Parameter.KEYWORD_ONLY)}
+    unknown = [n for n in static if n not in params]
+    if unknown:
+      raise TypeError(f"replayed: {fun.__name__} has no parameter(s) {unknown}")
+    static_set = frozenset(static)
+    allowed = frozenset(params) if operands is None else frozenset(operands) | static_set
+    pos_static = tuple(n in static_set for n in pos_names)
+    pos_ok = tuple(n in allowed for n in pos_names)
+    n_pos = len(pos_names)
+    cache: dict = {}
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+      st = core._state
+      if st.dynamic_trace is not None or len(st.trace_stack) != 1 or len(args) > n_pos:
+        return fun(*args, **kwargs)
+      parts, values, slots = [], [], []
+      try:
+        for i, v in enumerate(args):
+          if not pos_ok[i]:
+            return fun(*args, **kwargs)
+          if pos_static[i]:
+            parts.append((type(v), v))
+            continue
+          if type(v) is Array and v._aval is not None and v._npy is not None:
+            parts.append(v._aval)       # (the common operand, inline)
+            values.append(v)
+            slots.append(i)
+            continue
+          p = _operand_key(v)
+          if p is None:
+            return fun(*args, **kwargs)
+          parts.append(p)
+          if type(v) is Array:
+            values.append(v)
+            slots.append(i)
+          elif p.__class__ is _Seq:
+            values.extend(v)
+            slots.append((i, len(v)))
+        for k, v in kwargs.items():
+          if k not in allowed or k not in kw_names:
+            return fun(*args, **kwargs)
+          if k in static_set:
+            parts.append((k, type(v), v))
+            continue
+          p = _operand_key(v)
+          if p is None:
+            return fun(*args, **kwargs)
+          parts.append((k, p))
+          if type(v) is Array:
+            values.append(v)
+            slots.append(k)
+          elif p.__class__ is _Seq:
+            values.extend(v)
+            slots.append((k, len(v)))
+        ov = config._local.overrides
+        # the flags: the global values' version (and the dict itself: tests swap it) and this
+        # thread's context-manager values
+        key = (tuple(parts), config._version, id(config._values),
+               tuple(ov.items()) if ov else ())
+        entry = cache.get(key)
+      except TypeError:        # an unhashable static argument: the function raises
+        return fun(*args, **kwargs)
+      if entry is None:        # first sighting: run it as written
+        if len(cache) >= _CACHE_MAX:
+          cache.clear()
+        cache[key] = 1
+        return fun(*args, **kwargs)
+      if entry is _DIRECT:
+        return fun(*args, **kwargs)
+      if entry.__class__ is int:
+        entry = cache[key] = _build(fun, args, kwargs, slots)
+        if entry is _DIRECT:
+          return fun(*args, **kwargs)
+      return entry.call(values)
+
+    wrapper._replay_cache = cache
+    return wrapper
+  return deco
+
+
+def _operand_key(v):
+  """The cache-key part of an operand, None when the call cannot be replayed."""
+  t = type(v)
+  if t is Array:
+    if v._npy is None:     # (a device array stays with its backend)
+      return None
+    return v._aval if v._aval is not None else v.aval
+  if v is None:
+    return ("none",)
+  if t is list or t is tuple:       # a sequence of Arrays (jnp.stack's)
+    avals = []
+    for a in v:
+      if type(a) is not Array or a._npy is None:
+        return None
+      avals.append(a._aval if a._aval is not None else a.aval)
+    return _Seq((t, tuple(avals)))
+  if t in _PY_SCALARS:
+    # by value, and by sign for zeros (0.0 == -0.0): the trace bakes the scalar in
+    if t is float:
+      return (t, v, math.copysign(1.0, v))
+    if t is complex:
+      return (t, v, repr(v))
+    return (t, v)
+  return None
+
+
+class _Seq(tuple):
+  """The key part of a list or tuple of Arrays: (its type, their avals)."""
+  __slots__ = ()
+
+
+def _build(fun, args, kwargs, slots):
+  """The replay of one signature, or ``_DIRECT``."""
+  from ourjax import _eager, _nan_check
+  from ourjax.interpreters import partial_eval as pe
+  if config.jax_disable_jit or config.jax_no_tracing or _nan_check.enabled():
+    return _DIRECT
+  avals = []
+  for s in slots:
+    if type(s) is tuple:      # (position or name, length): a sequence of Arrays
+      seq = args[s[0]] if type(s[0]) is int else kwargs[s[0]]
+      avals.extend([core.get_aval(a) for a in seq])
+    else:
+      avals.append(core.get_aval(args[s] if type(s) is int else kwargs[s]))
+  structure = []
+
+  def flat(*tracers):
+    a, kw = list(args), dict(kwargs)
+    i = 0
+    for s in slots:
+      if type(s) is tuple:
+        where, n = s
+        v = type(args[where] if type(where) is int else kwargs[where])(tracers[i:i + n])
+        i += n
+      else:
+        where, v = s, tracers[i]
+        i += 1
+      if type(where) is int:
+        a[where] = v
+      else:
+        kw[where] = v
+    out = fun(*a, **kw)
+    if isinstance(out, (tuple, list)):
+      structure.append(type(out))
+      outs = list(out)
+    else:
+      outs = [out]
+    for o in outs:
+      if not isinstance(o, (core.Tracer, Array)):
+        raise _NoReplay
+    return outs
+
+  try:
+    closed = pe.trace_to_jaxpr(flat, avals, getattr(fun, "__name__", "replayed"))
+  except Exception:     # noqa: BLE001  (the direct call raises the user's error, or works)
+    return _DIRECT
+  jaxpr, _ = pe.dce_jaxpr(closed.jaxpr)
+  try:
+    replay = _Replay(jaxpr, closed.consts, structure[0] if structure else None,
+                     _eager._MIN_KERNEL_ELEMENTS)
+  except _NoReplay:
+    return _DIRECT
+  return _Entry(replay, core.ClosedJaxpr(jaxpr, closed.consts),
+                getattr(fun, "__name__", "replayed"))
+
+
+class _NoReplay(Exception):
+  pass
+
+
+# ------------------------------------------------------------------------------------------------
+# A replay or a compiled kernel.  A replay costs a few microseconds per equation; a signature
+# whose replay is slow (a loop: threefry's rounds in every random function) and that is called
+# again and again is compiled (``jit`` of its jaxpr on the CPU backend: one native call) once the
+# replays so far took as long as a compile takes (ski rental, as ``_eager`` does for large
+# operands); its first calls are timed against the replay, and the faster one is kept.
+
+#: running mean of the measured compiles of replayed signatures, seconds
+_compile_seconds = [0.5]
+_MIN_REPLAY_SECONDS = 1e-4     # a faster replay is not worth a compile (a jitted call: ~10 us)
+_TRIALS = 2
+
+
+def _eval_flat(closed, *args):
+  return core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+class _Entry:
+  """One replayed signature: its replay, and the state of its compiled alternative
+  (``state``: None while undecided, ``'trial'`` while the kernel is timed, ``'kernel'`` once it
+  was faster, ``'replay'`` when the replay stays)."""
+  __slots__ = ("replay", "closed", "name", "spent", "best", "fn", "state", "k_best", "k_calls")
+
+  def __init__(self, replay, closed, name):
+    self.replay, self.closed, self.name = replay, closed, name
+    self.spent, self.best, self.fn, self.state = 0.0, float("inf"), None, None
+    self.k_best, self.k_calls = float("inf"), 0
+
+  def call(self, arrays):
+    if self.state == "replay":
+      return self.replay.run([a._npy for a in arrays])
+    fn = self.fn      # (read once: another thread may settle the choice meanwhile)
+    if fn is not None and self.state != "replay":
+      t0 = time.perf_counter()
+      outs = fn(*arrays)
+      if self.state == "trial":
+        for o in outs:
+          o.block_until_ready()
+        self._timed(time.perf_counter() - t0)
+      st = self.replay.structure
+      return outs[0] if st is None else st(outs)
+    t0 = time.perf_counter()
+    r = self.replay.run([a._npy for a in arrays])
+    dt = time.perf_counter() - t0
+    self.spent += dt
+    if dt < self.best:
+      self.best = dt
+    if self.state is None and self.spent >= _compile_seconds[0]:
+      self._consider(arrays)
+    return r
+
+  def _consider(self, arrays):
+    from ourjax import api
+    if self.best < _MIN_REPLAY_SECONDS:
+      self.state = "replay"
+      return
+    closed = self.closed
+
+    def flat(*args):
+      return _eval_flat(closed, *args)
+    flat.__name__ = flat.__qualname__ = self.name     # (what log_compiles and profiles show)
+    fn = api.jit(flat, backend="cpu")
+    t0 = time.perf_counter()
+    try:
+      outs = fn(*arrays)          # compiles
+      for o in outs:
+        o.block_until_ready()
+    except Exception:  # noqa: BLE001  (a kernel the backend cannot build: the replay stays)
+      self.state = "replay"
+      return
+    dt = time.perf_counter() - t0
+    _compile_seconds[0] = 0.5 * (_compile_seconds[0] + dt)
+    if [type(o) is Array and o.aval for o in outs] != self.replay.out_avals:
+      self.state = "replay"
+      return
+    self.state, self.fn = "trial", fn
+
+  def _timed(self, dt):
+    self.k_calls += 1
+    if dt < self.k_best:
+      self.k_best = dt
+    if self.k_calls >= _TRIALS:
+      if self.k_best < self.best:
+        self.state = "kernel"
+      else:
+        self.state, self.fn = "replay", None
+
+
+class _Replay:
+  """A jaxpr flattened into register slots: ``template`` holds the constants and literals,
+  ``steps`` the equations as (rule, params, input slots, output slot(s), output aval(s),
+  multiple results)."""
+  __slots__ = ("template", "in_slots", "steps", "out_slots", "out_avals", "structure",
+               "max_elements")
+
+  def __init__(self, jaxpr, consts, structure, max_elements):
+    self.template: list = []
+    self.steps: list = []
+    self.max_elements = max_elements
+    const_slots = [self._const(to_numpy(c), v.aval) for v, c in zip(jaxpr.constvars, consts)]
+    self.in_slots = [self._new() for _ in jaxpr.invars]
+    self.out_slots = self._emit(jaxpr, const_slots + self.in_slots)
+    self.out_avals = [x.aval for x in jaxpr.outvars]
+    self.structure = structure
+    del self.max_elements
+
+  def _new(self) -> int:
+    self.template.append(None)
+    return len(self.template) - 1
+
+  def _const(self, value, aval) -> int:
+    v = _coerce(np.asarray(value), aval)
+    if v.flags.writeable:          # (shared by every call: a rule must not write to it)
+      v = v.copy()
+      v.flags.writeable = False
+    self.template.append(v)
+    return len(self.template) - 1
+
+  def _emit(self, jaxpr, in_slots) -> list:
+    """Append the steps of ``jaxpr`` (constvars then invars read from ``in_slots``); its
+    outputs' slots."""
+    slot = dict(zip(list(jaxpr.constvars) + list(jaxpr.invars), in_slots))
+
+    def read(x):
+      return self._const(x.val, x.aval) if isinstance(x, Literal) else slot[x]
+
+    for eqn in jaxpr.eqns:
+      prim = eqn.primitive
+      ins = [read(x) for x in eqn.inputs]
+      if prim.name in _INLINED:      # a custom derivative's primal: its equations, inline
+        inner = eqn.params["call_jaxpr"]
+        cs = [self._const(to_numpy(c), v.aval) for v, c in zip(inner.jaxpr.constvars,
+                                                                inner.consts)]
+        for v, o in zip(eqn.out_binders, self._emit(inner.jaxpr, cs + ins)):
+          slot[v] = o
+        continue
+      if prim.name == "scan":        # a loop: its body replayed once per iteration
+        rule = _ScanRunner(eqn.params, self.max_elements)
+      else:
+        rule = impl_rules.get(prim)
+        if rule is None or prim._custom_impl:
+          raise _NoReplay
+      avals = [v.aval for v in eqn.out_binders] + [x.aval for x in eqn.inputs]
+      if any(a.size >= self.max_elements for a in avals):
+        raise _NoReplay
+      outs = [self._new() for _ in eqn.out_binders]
+      for v, o in zip(eqn.out_binders, outs):
+        slot[v] = o
+      if type(rule) is _ScanRunner:
+        params = {}
+      else:
+        rule, params = _direct_numpy(rule, eqn.params, [x.aval for x in eqn.inputs])
+      if prim.multiple_results:
+        self.steps.append((rule, params, tuple(ins), tuple(outs),
+                           tuple(v.aval for v in eqn.out_binders), True))
+      else:
+        self.steps.append((rule, params, tuple(ins), outs[0], eqn.out_binders[0].aval, False))
+    return [read(x) for x in jaxpr.outvars]
+
+  def run_raw(self, values) -> list:
+    """The outputs as NumPy values (the error state already set by the caller)."""
+    regs = self.template.copy()
+    for i, v in zip(self.in_slots, values):
+      regs[i] = v
+    for rule, params, ins, outs, avals, multi in self.steps:
+      r = rule(*[regs[i] for i in ins], **params)
+      if multi:
+        for o, a, x in zip(outs, avals, r):
+          regs[o] = _coerce(x, a)
+      else:
+        regs[outs] = _coerce(r, avals)
+    return [regs[i] for i in self.out_slots]
+
+  def run(self, values):
+    regs = self.template.copy()
+    for i, v in zip(self.in_slots, values):
+      regs[i] = v
+    token = _set_quiet()      # (inf and NaN are values: no NumPy warnings, as ``rops.quietly``)
+    try:
+      for rule, params, ins, outs, avals, multi in self.steps:
+        r = rule(*[regs[i] for i in ins], **params)
+        if multi:
+          for o, a, x in zip(outs, avals, r):
+            regs[o] = _coerce(x, a)
+        else:
+          regs[outs] = _coerce(r, avals)
+    finally:
+      _reset_quiet(token)
+    res = [Array._from_result(regs[i], a) for i, a in zip(self.out_slots, self.out_avals)]
+    if self.structure is None:
+      return res[0]
+    return self.structure(res)
+
+
+class _ScanRunner:
+  """A ``scan`` step: its body's replay run ``length`` times on NumPy values (what
+  ``control_flow._scan_impl`` does with one eager bind per body equation)."""
+
+  def __init__(self, params, max_elements):
+    closed = params["jaxpr"]
+    self.body = _Replay(closed.jaxpr, closed.consts, None, max_elements)
+    self.length, self.reverse = params["length"], params["reverse"]
+    self.num_consts, self.num_carry = params["num_consts"], params["num_carry"]
+    self.y_avals = closed.out_avals[self.num_carry:]
+
+  def __call__(self, *args):
+    nc, nk, n = self.num_consts, self.num_carry, self.length
+    consts, carry, xs = list(args[:nc]), list(args[nc:nc + nk]), args[nc + nk:]
+    ys = [np.empty((n,) + a.shape, a.dtype) for a in self.y_avals]
+    run = self.body.run_raw
+    for k in range(n):
+      i = n - 1 - k if self.reverse else k
+      outs = run(consts + carry + [x[i] for x in xs])
+      carry = outs[:nk]
+      for y, o in zip(ys, outs[nk:]):
+        y[i] = o
+    return carry + ys
+
+
+def _direct_numpy(rule, params, in_avals):
+  """(function, params) for one step: the NumPy function inside a standard elementwise or
+  reduction rule where the rule itself would only call it (operands of 32 bits or more, the
+  error state set by ``run``; a max/min over a non-empty operand needs no initial value), else
+  the rule itself."""
+  for a in in_avals:
+    if a.dtype.itemsize < 4 and a.dtype.kind in "fV":
+      return rule, params         # (16-bit floats are computed in float32 by the rule)
+  fn = getattr(rule, "numpy_fn", None)
+  if fn is not None:
+    return fn, params
+  fn = getattr(rule, "reduce_fn", None)
+  if fn is not None and (not rule.chooser or in_avals[0].size) and \
+      in_avals[0].dtype.itemsize >= 4:
+    return fn, {"axis": params["axes"]}
+  return rule, params
+
+
+def _set_quiet():
+  if rops._extobj_contextvar is None:
+    ctx = np.errstate(all="ignore")
+    ctx.__enter__()
+    return ctx
+  return rops._extobj_contextvar.set(rops._IGNORE_ALL)
+
+
+def _reset_quiet(token):
+  if rops._extobj_contextvar is None:
+    token.__exit__(None, None, None)
+  else:
+    rops._extobj_contextvar.reset(token)
+
+
+def _coerce(v, aval):
+  """``v`` as a NumPy array of ``aval``'s dtype and shape (what ``Array._from_result`` makes
+  of an eager result)."""
+  if type(v) is Array:
+    v = v._value
+  elif type(v) is not np.ndarray:
+    v = np.asarray(v)
+  if v.dtype != aval.dtype:
+    v = v.astype(aval.dtype)
+  if v.shape != aval.shape:
+    v = v.reshape(aval.shape) if v.size == aval.size else np.broadcast_to(v, aval.shape).copy()
+  return v
