@@ -212,6 +212,8 @@ class _Planner(planning.Planner):
   state_updates_in_place = True
   #: ... and an accumulator's dot adds into it (the shared GEMM adding into C)
   dot_accumulate = True
+  #: values computed in the buffers of values that die where they are read elementwise
+  reuse_buffers = True
 
   def threads(self) -> int:
     return num_threads()
