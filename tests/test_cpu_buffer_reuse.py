@@ -215,6 +215,27 @@ def test_the_arena_is_no_larger_than_the_bytes_live_at_its_peak_in_either_order(
   _close(c(x), _reference(f, x))
 
 
+def test_a_softmax_over_the_last_dimension_runs_in_place_over_its_scores():
+  # the softmax reads its row of the scores (max, sum, then each element) before writing it:
+  # computed over the scores, which die there; live at the peak: the scores and one dot's
+  # packing scratch
+  rng = np.random.default_rng(9)
+  q, k, v = (rng.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(3))
+
+  def attend(q, k, v):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    return jnp.einsum("bhqk,bhkd->bhqd", ourjax.nn.softmax(s, axis=-1), v)
+  c = _compiled(attend, q, k, v)
+  planner, steps = _plan(c)
+  kernels = _kernels(steps)
+  scores = kernels[0].out
+  assert any(type(kk).__name__ == "LoopKernel" and kk.outputs[0][1] is scores
+             for kk in kernels[1:])
+  expect = P._control_bytes(steps) + _aligned(scores.nbytes) + max(_dot_scratch(c))
+  assert c.memory_analysis().temp_size_in_bytes == expect
+  _close(c(q, k, v), _reference(attend, q, k, v))
+
+
 def test_a_sorts_scratch_is_sized_for_the_pieces_it_runs_as():
   x = np.random.default_rng(7).standard_normal((4, 4096)).astype(np.float32)
   c = _compiled(lambda x: jnp.sort(x, axis=1), x)
@@ -227,3 +248,24 @@ def test_a_sorts_scratch_is_sized_for_the_pieces_it_runs_as():
   assert stats.temp_size_in_bytes == P._control_bytes(steps) + _aligned(scratch.nbytes)
   _close(c(x), _reference(lambda x: jnp.sort(x, axis=1), x))
 
+
+def test_the_entry_runs_in_an_order_that_frees_values_before_making_others():
+  # three independent chains (a sort of a growing array, then a small sample of it) traced
+  # one stage after another: run chain by chain, each large sort is dead before the next
+  x = np.random.default_rng(8).standard_normal(4096).astype(np.float32)
+
+  def f(x):
+    a = jnp.sort(x)
+    b = jnp.sort(jnp.tile(x, 2))
+    c = jnp.sort(jnp.tile(x, 3))
+    return jnp.sort(a[::64]) + jnp.sort(b[::128]) + jnp.sort(c[::192])
+  c = _compiled(f, x)
+  planner, steps = _plan(c)
+  sorts = [k for k in _kernels(steps) if type(k).__name__ == "SortKernel"]
+  big = max(sorts, key=lambda k: k.n)
+  # live while the largest sort runs: its input and output, its scratch, and the two sorted
+  # samples of the chains before it (a and b and their tiles are dead)
+  expect = (P._control_bytes(steps) + 2 * _aligned(3 * x.nbytes) +
+            _aligned(big.scratch[0].nbytes) + 2 * _aligned(64 * 4))
+  assert c.memory_analysis().temp_size_in_bytes == expect
+  _close(c(x), _reference(f, x))

@@ -718,7 +718,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   its kernel modules compiling (``early["builds"]``, that ObjectBuilds) as soon as they are
   complete, while the entry is emitted (the caller then submits the entry's, ``texts[0]``)."""
   with _phases.phase("plan"):
-    planner, steps, params, outs, aliases = plan_entry(module, _Planner)
+    planner, steps, params, outs, aliases = plan_entry(module, _Planner, reorder=True)
     if os.environ.get("OURJAX_CPU_HORIZONTAL", "1") != "0":
       # independent serial in-place updates in a row run side by side (llvm/horizontal.py)
       from ourjax.backends.llvm import horizontal

@@ -443,8 +443,9 @@ def overwrites_in_place(kernels, buf, new, writes_old: bool) -> bool:
   before it reads the old value, every one after it reads ``buf`` only as ``new`` (a
   reduction of the group's output, read back from its buffer); and if that kernel reads the
   old value, it is an elementwise loop kernel with ``buf`` as its one output of its shape
-  that reads ``buf`` only at the index of the element it writes
-  (``planning.reads_at_own_index``: it evaluates an element's outputs before storing them)."""
+  that reads ``buf`` only at the index of the element it writes, or in rows mode only in the
+  row it writes (``planning.reads_at_own_index``: it evaluates an element's outputs before
+  storing them, and a row's reductions before storing any of its elements)."""
   from ourjax.backends.llvm.planning import reads_at_own_index
   writers = [k for k, kern in enumerate(kernels) if any(w is buf for w in kern.writes)]
   if len(writers) != (2 if writes_old else 1):
@@ -469,7 +470,7 @@ def overwrites_in_place(kernels, buf, new, writes_old: bool) -> bool:
   mine = [i for i, b in kern.outputs if b is buf]
   if len(mine) != 1 or mine[0].shape.is_tuple or tuple(_dims(mine[0])) != tuple(kern.dims):
     return False
-  return reads_at_own_index(kern, buf, kern.dims, reshapes=True)
+  return reads_at_own_index(kern, buf, kern.dims, reshapes=True, rows=True)
 
 
 def _column_reduce(r) -> bool:

@@ -23,6 +23,7 @@ launches the steps from the host.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -798,13 +799,18 @@ def entry_buffers(entry: hlo.Computation):
 
 
 def plan_entry(module: hlo.Module, make_planner, copy_kinds=(K.CopyKernel,),
-               elementwise_kinds=(K.LoopKernel,)):
+               elementwise_kinds=(K.LoopKernel,), reorder: bool = False):
   """(planner, steps, parameter Bufs, output Bufs, aliases) of ``module``'s entry, outputs
   written into donated parameters' buffers as ``module.input_output_alias`` asks
   (``backends/donation.py``; ``aliases``: its ``(j, k, "direct" | "copy")``).
   ``make_planner(module)`` makes a planner (the GPU backend's translates kernels as they come,
-  so its kinds of copy and elementwise kernels are its own)."""
+  so its kinds of copy and elementwise kernels are its own).  ``reorder``: first run the entry
+  in the order ``llvm/schedule.py`` picks for memory (``OURJAX_SCHEDULE=0``: not)."""
   from ourjax.backends import donation
+  if reorder and os.environ.get("OURJAX_SCHEDULE", "1") != "0":
+    from ourjax.backends.llvm import schedule
+    if schedule.reorder(module.entry):
+      module.note("schedule", "entry instructions reordered for a lower peak of temporaries")
 
   def plan(outs_for):
     planner = make_planner(module)
@@ -823,16 +829,37 @@ def plan_entry(module: hlo.Module, make_planner, copy_kinds=(K.CopyKernel,),
 
 
 
-def reads_at_own_index(kernel, buf, dims, reshapes: bool = False) -> bool:
+def reads_at_own_index(kernel, buf, dims, reshapes: bool = False, rows: bool = False) -> bool:
   """Whether the elementwise ``kernel`` (over ``dims``: its ``leafmap`` and ``outputs``) reads
   ``buf`` only at the index of the element it computes: every value depending on ``buf``'s
   leaves is elementwise over ``dims`` (a dynamic-update-slice reads its operand where it
   writes).  Then an output may be written over ``buf`` (donation), or computed by the thread
   that has just finished ``buf``'s element (a GPU reduction's epilogue).  ``reshapes``: also
   through reshapes and leaves of other dims with as many elements (the CPU's loop kernels
-  read those at the same row-major linear index)."""
+  read those at the same row-major linear index).  ``rows``: also through reductions of the
+  last dimension that a loop kernel in rows mode computes for each row before storing any of
+  its elements (``prefetch_outer``), values over the rows and their broadcasts back along the
+  row (a softmax over the last dimension reads ``buf`` only in the row it writes; reshapes
+  then keep the last dimension)."""
   dims = tuple(dims)
   size = math.prod(dims)
+  rows = rows and getattr(kernel, "rows", False) and len(dims) >= 1
+  outer = dims[:-1]
+  pre_outer = {id(r) for r in getattr(kernel, "prefetch_outer", ())}
+
+  def row_op(x, deps) -> bool:
+    """A value over the rows computed from ``buf`` as a rows-mode kernel allows."""
+    if not rows or x.shape.is_tuple:
+      return False
+    if x.opcode == "reduce":
+      return (id(x) in pre_outer and len(x.operands) == 2 and not deps[1] and
+              sorted(x.attrs["dimensions"]) == [len(dims) - 1] and
+              tuple(x.operands[0].dims) == dims)
+    if x.opcode == "broadcast":
+      return (tuple(x.dims) == dims and tuple(x.operands[0].dims) == outer and
+              list(x.attrs["dimensions"]) == list(range(len(outer))))
+    return x.is_elementwise() and tuple(x.dims) == outer and all(
+        tuple(o.dims) == outer for o, d in zip(x.operands, deps) if d)
 
   def same(x_dims) -> bool:
     return tuple(x_dims) == dims or (reshapes and math.prod(x_dims) == size)
@@ -860,8 +887,9 @@ def reads_at_own_index(kernel, buf, dims, reshapes: bool = False) -> bool:
       deps = [reads_buf(o) for o in x.operands]
       v = any(deps)
       dus = x.opcode == "dynamic-update-slice" and deps[0] and not any(deps[1:])
-      reshape = reshapes and x.opcode == "reshape" and not x.shape.is_tuple and same(x.dims)
-      if v and not reshape and not (
+      reshape = reshapes and x.opcode == "reshape" and not x.shape.is_tuple and \
+          same(x.dims) and (not rows or tuple(x.dims[-1:]) == dims[-1:])
+      if v and not reshape and not row_op(x, deps) and not (
           (x.is_elementwise() or dus) and not x.shape.is_tuple and same(x.dims) and
           all(tuple(o.dims) == tuple(x.dims) for o, d in zip(x.operands, deps) if d)):
         bad.append(x)

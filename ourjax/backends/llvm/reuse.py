@@ -27,16 +27,35 @@ def outputs_reached(starts, instrs, is_output):
   """The outputs of the group ``instrs`` (topological order, a tuple root last) that depend on
   the values ``starts``, when every value of the group that depends on them is elementwise over
   their shape (operands of one shape) or a reshape of one (the same row-major linear index)
+  or a value over the rows (``by_rows``: the last dimension reduced, as a softmax does),
   except reductions of the outputs (``is_output``; the group's planner computes such an
   output first and the reduction reads it back from its buffer) and the root tuple; else
   None.  A loop kernel computing those outputs then reads each element of ``starts`` only
-  where it writes that element of each output, after evaluating them all
-  (``kernels.store_outputs``), so any one of them may be written over a start's buffer."""
+  where it writes that element of each output (or in its row, whose reductions it computes
+  first), after evaluating them all (``kernels.store_outputs``), so any one of them may be
+  written over a start's buffer."""
   group = {id(i) for i in instrs}
   root = instrs[-1] if instrs else None
   size = starts[0].shape.size
+  full = tuple(starts[0].dims)
+  outer = full[:-1]
   chain = {id(s) for s in starts}
   found, stack = [], list(starts)
+
+  def by_rows(u) -> bool:
+    """A value over the rows (the last dimension reduced, see ``reads_at_own_index``'s
+    ``rows``) or its broadcast back."""
+    if not full or u.shape.is_tuple:
+      return False
+    if u.opcode == "reduce":
+      return (len(u.operands) == 2 and id(u.operands[1]) not in chain and
+              sorted(u.attrs["dimensions"]) == [len(full) - 1] and
+              tuple(u.operands[0].dims) == full)
+    if u.opcode == "broadcast":
+      return (tuple(u.dims) == full and tuple(u.operands[0].dims) == outer and
+              list(u.attrs["dimensions"]) == list(range(len(outer))))
+    return u.is_elementwise() and tuple(u.dims) == outer and all(
+        tuple(o.dims) == outer for o in u.operands if id(o) in chain)
   while stack:
     x = stack.pop()
     for u in x.users:
@@ -47,6 +66,9 @@ def outputs_reached(starts, instrs, is_output):
       if u.opcode == "reduce" and is_output(x):
         continue
       chain.add(id(u))
+      if by_rows(u):
+        stack.append(u)
+        continue
       if u.shape.is_tuple or u.shape.size != size or not (
           u.opcode == "reshape" or u.is_elementwise() and
           all(tuple(o.dims) == tuple(u.dims) for o in u.operands if id(o) in chain)):
