@@ -180,12 +180,12 @@ class Planner:
     the buffer tree ``outs``.  With ``direct``, instructions whose value is an output are
     computed straight into it.  ``forced``: dynamic-update-slices (or fusions rooted at one) to
     run in place in the given buffer (their operand's)."""
-    saved_forced = getattr(self, "_forced", {})
+    saved = getattr(self, "_forced", {}), getattr(self, "_forwarded", {})
     self._forced = forced or {}
     try:
       return self._plan_computation(comp, params, outs, direct)
     finally:
-      self._forced = saved_forced
+      self._forced, self._forwarded = saved
 
   def _plan_computation(self, comp, params, outs, direct):
     steps = []
