@@ -26,7 +26,68 @@ import math
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.planning import reads_at_own_index
 
-__all__ = ["plan_with_aliases", "safe", "same_index"]
+__all__ = ["plan_with_aliases", "safe", "same_index", "reads_first"]
+
+
+_VIEWS = ("reshape", "get-tuple-element", "tuple")
+
+
+def reads_first(entry, aliases) -> bool:
+  """Reorder the entry computation ``entry`` so that an instruction that reads a donated
+  parameter after the instruction computing the output aliased to it (``aliases``: output j
+  -> parameter k) runs before that one where it can: when it does not depend on it, it moves
+  to just before it with those of its operands that come after it, unless one of them computes
+  an aliased output itself.  (A training step's loss, computed from the parameters by a fusion
+  the scheduler put last, then reads them before their update, which may be computed in place
+  instead of into a temporary copied over them at the end.)  Returns whether it moved any."""
+  root = entry.root
+  outs = list(root.operands) if root.opcode == "tuple" else [root]
+
+  def base(x):
+    while x.opcode in ("reshape", "get-tuple-element"):
+      x = x.operands[0]
+    return x
+  writers = {id(base(outs[j])) for j in aliases if j < len(outs)}
+  moved_any = False
+  for j, k in sorted(aliases.items()):
+    if j >= len(outs) or k >= len(entry.parameters):
+      continue
+    w = base(outs[j])
+    if w.opcode == "parameter" or w is root:
+      continue
+    p = entry.parameters[k]
+    readers, stack = [], [p]
+    while stack:       # (through views of the parameter)
+      for u in stack.pop().users:
+        if u is root:
+          continue
+        if u.opcode in _VIEWS:
+          stack.append(u)
+        else:
+          readers.append(u)
+    for r in dict.fromkeys(readers):
+      pos = {x: n for n, x in enumerate(entry.instructions)}
+      if pos[r] < pos[w]:
+        continue
+      # r and its operands after w: all move, or none
+      move, stack, ok = {}, [r], True
+      while stack and ok:
+        x = stack.pop()
+        if x in move or pos[x] < pos[w]:
+          continue
+        if x is w or (id(x) in writers and x is not r) or x.opcode == "parameter":
+          ok = False
+          break
+        move[x] = True
+        stack.extend(x.operands)
+      if not ok or id(r) in writers:
+        continue
+      at = pos[w]
+      order = entry.instructions
+      early = [x for x in order[at:] if x in move]
+      entry.instructions = order[:at] + early + [x for x in order[at:] if x not in move]
+      moved_any = True
+  return moved_any
 
 
 def _step_buffers(step, reads: set, writes: set) -> None:
@@ -140,6 +201,8 @@ def plan_with_aliases(module, plan, add_copy, elementwise_kinds, copy_kinds):
   classes ``same_index`` accepts.  Returns ``(planner, steps, params, outs, aliases)``:
   ``aliases`` lists ``(j, k, "direct" | "copy")``."""
   aliases = dict(getattr(module, "input_output_alias", None) or {})
+  if aliases:
+    reads_first(module.entry, aliases)
   planner, steps, params, outs = plan(None)
   if not aliases:
     return planner, steps, params, outs, []

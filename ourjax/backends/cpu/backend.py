@@ -212,6 +212,8 @@ class _Planner(planning.Planner):
   state_updates_in_place = True
   #: ... and an accumulator's dot adds into it (the shared GEMM adding into C)
   dot_accumulate = True
+  #: values computed in the buffers of values that die where they are read elementwise
+  reuse_buffers = True
 
   def threads(self) -> int:
     return num_threads()
@@ -737,7 +739,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   its kernel modules compiling (``early["builds"]``, that ObjectBuilds) as soon as they are
   complete, while the entry is emitted (the caller then submits the entry's, ``texts[0]``)."""
   with _phases.phase("plan"):
-    planner, steps, params, outs, aliases = plan_entry(module, _Planner)
+    planner, steps, params, outs, aliases = plan_entry(module, _Planner, reorder=True)
     if os.environ.get("OURJAX_CPU_HORIZONTAL", "1") != "0":
       # independent serial in-place updates in a row run side by side (llvm/horizontal.py)
       from ourjax.backends.llvm import horizontal

@@ -32,6 +32,10 @@ def _make_planner(cpu_be, module, info):
     # double-buffered instead: _double_buffer)
     dot_accumulate = False
     state_updates_in_place = False
+    # (the CPU's: a dot and its elementwise consumer become one kernel here
+    # (fuse_dot_epilogues), and the GPU's translations of kernels sharing a buffer in place
+    # have not been run on a device)
+    reuse_buffers = False
 
     def _group_kernels(self, instrs, outputs, leafmap):
       # a dot's elementwise consumer (bias, activation) runs in the dot's kernel

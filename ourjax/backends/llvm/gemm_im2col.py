@@ -592,7 +592,7 @@ def fusable_epilogue(dot_kernel, kern) -> bool:
   N and whose size is M * N, every output over all of them, no reductions, and every value
   that depends on C elementwise (or a reshape: the same linear index), so each element reads
   C only at its own position, which is final once its block is; nothing it writes is read or
-  written by the dot."""
+  written by the dot, except C itself (an output computed over C in place)."""
   from ourjax.backends.llvm import kernels as K
   s = dot_kernel.spec
   if type(kern) is not K.LoopKernel or not kern.rows or kern.prefetch_outer or \
@@ -604,7 +604,10 @@ def fusable_epilogue(dot_kernel, kern) -> bool:
     return False
   C = dot_kernel.out
   mine = {id(x) for x in dot_kernel.buffers}
-  if any(id(w) in mine for w in kern.writes) or not any(v is C for v in kern.leafmap.values()):
+  # (an output written over C itself, as the planner shares the buffers of a dot and its
+  # consumer: each element is read before it is stored, in the block the GEMM has finished)
+  if any(id(w) in mine and w is not C for w in kern.writes) or \
+     not any(v is C for v in kern.leafmap.values()):
     return False
   tainted = {id(i) for i, v in kern.leafmap.items() if v is C}
   if any(isinstance(v, tuple) and any(x is C for x in v) for v in kern.leafmap.values()):

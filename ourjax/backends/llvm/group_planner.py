@@ -78,8 +78,12 @@ class GroupPlanner:
 
   def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str,
                widen_narrow_dots: bool = True, concat_kernels: bool = True, threads: int = 1,
-               dot_accumulate: bool = False):
+               dot_accumulate: bool = False, reuse_outputs: bool = False):
     self.new_temp, self.new_scratch = new_temp, new_scratch
+    # a dot whose one consumer is an elementwise output of the group is computed in that
+    # output's buffer, which the consumer then updates in place (``_dot_home``), and a sort's
+    # scratch is sized for the pieces it runs as (CPU only)
+    self.reuse_outputs = reuse_outputs
     # out = out + dot as one accumulating GEMM (DotKernel.accumulate; CPU only for now)
     self.dot_accumulate = dot_accumulate
     self.threads = min(threads, max_threads)   # the host's (DotKernel.chunks)
@@ -99,6 +103,17 @@ class GroupPlanner:
   def plan(self, instrs: Sequence[hlo.Instruction], outputs: Sequence, leafmap: dict):
     """``instrs`` in topological order; ``outputs`` (instr, Buf) pairs; ``leafmap`` instr ->
     Buf | tuple of Buf | ('imm', scalar).  Returns the kernels (in order)."""
+    self._homes = []
+    kernels = self._plan(instrs, outputs, leafmap)
+    if self._homes and not all(overwrites_in_place(kernels, b, [o], True)
+                               for b, o in self._homes):
+      # (an output the kernels would overwrite while something still reads the dot in it:
+      # planned again with the dot in a buffer of its own)
+      self.reuse_outputs, self.kernels, self.count = False, [], 0
+      kernels = self._plan(instrs, outputs, leafmap)
+    return kernels
+
+  def _plan(self, instrs, outputs, leafmap):
     leafmap = dict(leafmap)
     instrs = [i for i in instrs if i.opcode != "parameter" or i not in leafmap]
     for i in instrs:
@@ -115,6 +130,7 @@ class GroupPlanner:
     out_of = {}
     for instr, buf in outputs:
       out_of.setdefault(instr, buf)
+    self._out_of, self._leaf_bufs = out_of, leafmap
     # 0. an output that adds a dot to the buffer it is written into (a loop's accumulator,
     #    dW + x^T @ dz, computed in its state buffer): the dot accumulates there
     if self.dot_accumulate:
@@ -189,7 +205,8 @@ class GroupPlanner:
     if op == "dot" and fast_dot_ok(instr):
       lhs = self._materialize(instr.operands[0], leafmap, instrs)
       rhs = self._materialize(instr.operands[1], leafmap, instrs)
-      out = out_buf or self.new_temp(instr.dtype, instr.dims, instr.name)
+      out = out_buf or self._dot_home(instr, instrs, leafmap) or \
+          self.new_temp(instr.dtype, instr.dims, instr.name)
       spec = DotSpec(instr)
       scratch = self.new_scratch(dot_scratch_bytes(spec, dot_pieces(spec, self.threads)),
                                  instr.name)
@@ -223,7 +240,12 @@ class GroupPlanner:
       d = instr.attrs.get("dimension", 0) if dims else 0
       n = dims[d] if dims else 1
       scratch = self.new_scratch(2 * n * 8 * self.max_threads + 64, instr.name)
-      self.kernels.append(SortKernel(self._name(), instr, ins, outs, scratch))
+      kern = SortKernel(self._name(), instr, ins, outs, scratch)
+      if self.reuse_outputs:
+        # (the CPU runs it as ``chunks`` pieces, each with its own two position arrays; the
+        # GPU's fallback runs ``max_threads`` threads)
+        scratch.nbytes = 2 * n * 8 * kern.chunks + 64
+      self.kernels.append(kern)
       leafmap[instr] = tuple(outs) if instr.shape.is_tuple else outs[0]
       return
     if op == "scatter":
@@ -238,6 +260,32 @@ class GroupPlanner:
       leafmap[instr] = out
       return
     raise PlanError(f"no kernel for {op}")
+
+  def _dot_home(self, d, instrs, leafmap):
+    """The buffer of an output ``o`` of the group that the dot ``d`` may be computed in (None
+    when there is none): ``o`` depends on ``d`` only through elementwise operations over its
+    shape (``reuse.outputs_reached``: its loop kernel reads each element of ``d`` where it
+    writes that element of ``o``), and ``o``'s buffer, of ``d``'s dtype, is an arena
+    temporary or the caller's output (not a donated parameter's, which
+    ``backends/donation.py`` decides about) that the group does not read.  Then ``d`` needs
+    no temporary of its own, as in XLA's buffer assignment.  ``plan`` checks the kernels that
+    result (``overwrites_in_place``)."""
+    if not self.reuse_outputs or d in self._out_of or d.shape.is_tuple:
+      return None
+    from ourjax.backends.llvm.reuse import outputs_reached
+    found = outputs_reached([d], instrs, lambda u: u in self._out_of)
+    for o in found or ():
+      buf = self._out_of[o]
+      if not isinstance(buf, Buf) or buf.kind not in ("temp", "output") or buf.donated or \
+         buf.dtype != np.dtype(d.dtype) or getattr(buf, "source", None) is not None or \
+         sum(1 for b in self._out_of.values() if b is buf) != 1 or \
+         any(b is buf for b, _ in self._homes) or any(
+             spec is buf or (isinstance(spec, tuple) and any(x is buf for x in spec))
+             for spec in self._leaf_bufs.values()):
+        continue
+      self._homes.append((buf, o))
+      return buf
+    return None
 
   def _accumulating_dot(self, instr, buf, leafmap, instrs, out_of) -> bool:
     """Plan output ``instr = add(x, dot)`` (either order) whose ``x`` is read from ``buf``,
@@ -385,6 +433,44 @@ class GroupPlanner:
       self._materialize(bad[0], leafmap, instrs)   # innermost first (topological order)
     self.kernels.append(LoopKernel(self._name(), dims, outs, _restrict_many(leafmap, outs),
                                    rows=rows, prefetch_outer=pre_outer, prefetch_elem=pre_elem))
+
+
+def overwrites_in_place(kernels, buf, new, writes_old: bool) -> bool:
+  """Whether ``kernels`` (a group's, in order) may compute the value of the instructions
+  ``new`` into ``buf`` over the value it held (the group's dot's when ``writes_old``, else one
+  computed before the group): exactly one kernel writes the new value, the last to write
+  ``buf`` (with ``writes_old``, one kernel before it writes the old value); every kernel
+  before it reads the old value, every one after it reads ``buf`` only as ``new`` (a
+  reduction of the group's output, read back from its buffer); and if that kernel reads the
+  old value, it is an elementwise loop kernel with ``buf`` as its one output of its shape
+  that reads ``buf`` only at the index of the element it writes, or in rows mode only in the
+  row it writes (``planning.reads_at_own_index``: it evaluates an element's outputs before
+  storing them, and a row's reductions before storing any of its elements)."""
+  from ourjax.backends.llvm.planning import reads_at_own_index
+  writers = [k for k, kern in enumerate(kernels) if any(w is buf for w in kern.writes)]
+  if len(writers) != (2 if writes_old else 1):
+    return False
+  last = writers[-1]
+  new = {id(i) for i in new}
+  for kern in kernels[last + 1:]:
+    if not any(r is buf or getattr(r, "source", None) is buf for r in kern.reads):
+      continue
+    leaves = getattr(kern, "leafmap", None)
+    if leaves is None or getattr(kern, "inner", None) is not None:
+      return False
+    for i, spec in leaves.items():
+      if (spec is buf or (isinstance(spec, tuple) and any(x is buf for x in spec))) and \
+         id(i) not in new:
+        return False
+  kern = kernels[last]
+  if not any(r is buf or getattr(r, "source", None) is buf for r in kern.reads):
+    return True
+  if type(kern) is not LoopKernel:
+    return False
+  mine = [i for i, b in kern.outputs if b is buf]
+  if len(mine) != 1 or mine[0].shape.is_tuple or tuple(_dims(mine[0])) != tuple(kern.dims):
+    return False
+  return reads_at_own_index(kern, buf, kern.dims, reshapes=True, rows=True)
 
 
 def _column_reduce(r) -> bool:

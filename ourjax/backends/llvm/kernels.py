@@ -70,8 +70,10 @@ class PlanError(EmitterError):
 
 class Buf:
   """A buffer: ``dims`` elements of ``dtype`` in row-major order.  The backend decides where it
-  lives (``kind``: param/output/const/temp/scratch, with ``slot`` or ``offset``)."""
-  __slots__ = ("dtype", "dims", "nbytes", "name", "kind", "slot", "offset", "const_value")
+  lives (``kind``: param/output/const/temp/scratch, with ``slot`` or ``offset``).  ``donated``:
+  an output that a call may write into a donated parameter's buffer."""
+  __slots__ = ("dtype", "dims", "nbytes", "name", "kind", "slot", "offset", "const_value",
+               "donated")
 
   def __init__(self, dtype, dims, name: str = "", kind: str = "temp", nbytes=None):
     self.dtype = np.dtype(dtype)
@@ -81,6 +83,7 @@ class Buf:
     self.name, self.kind = name, kind
     self.slot = self.offset = None
     self.const_value = None
+    self.donated = False
 
   @property
   def size(self):

@@ -9,9 +9,12 @@
    around the steps of their computations.  Values that are outputs are computed straight into
    the output buffers; a ``dynamic-update-slice`` whose operand is a temporary at its last use
    updates that buffer in place; outputs of a donating call are planned into their parameters'
-   buffers (``plan_entry``, ``backends/donation.py``).
+   buffers (``plan_entry``, ``backends/donation.py``).  With ``reuse_buffers`` (the CPU's), a
+   value read only elementwise by the group where it dies shares its buffer with that group's
+   result, or is computed in the output that result goes to (``llvm/reuse.py``).
 2. *Buffer assignment* (``_assign``): temporaries get arena offsets by a first-fit over their
-   live ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop).
+   live ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop), in
+   order of first use and in order of decreasing size, whichever needs the smaller arena.
 
 The CPU backend (``cpu/entry.py``) emits the steps as one native entry function; the CUDA
 backend (``cuda/planning.py``) translates each planned kernel into GPU kernels as it is added and
@@ -20,10 +23,12 @@ launches the steps from the host.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.group_planner import overwrites_in_place
 from ourjax.lowering import hlo
 
 #: Upper bound of threads a compiled module is sized for (per-thread scratch, partials).
@@ -91,6 +96,9 @@ class Planner:
   state_updates_in_place = False
   #: ``out = out + dot`` as one accumulating GEMM (``GroupPlanner._accumulating_dot``; CPU)
   dot_accumulate = False
+  #: values computed in the buffers of values that die where they are read elementwise
+  #: (``llvm/reuse.py``, ``GroupPlanner._dot_home``; the CPU's planner turns it on)
+  reuse_buffers = False
 
   def threads(self) -> int:
     return 1
@@ -172,12 +180,12 @@ class Planner:
     the buffer tree ``outs``.  With ``direct``, instructions whose value is an output are
     computed straight into it.  ``forced``: dynamic-update-slices (or fusions rooted at one) to
     run in place in the given buffer (their operand's)."""
-    saved_forced = getattr(self, "_forced", {})
+    saved = getattr(self, "_forced", {}), getattr(self, "_forwarded", {})
     self._forced = forced or {}
     try:
       return self._plan_computation(comp, params, outs, direct)
     finally:
-      self._forced = saved_forced
+      self._forced, self._forwarded = saved
 
   def _plan_computation(self, comp, params, outs, direct):
     steps = []
@@ -195,6 +203,10 @@ class Planner:
                                                "conditional")):
           want.setdefault(("elem", e.operands[0], e.attrs["index"]), d)
     last_use = self._last_uses(comp)
+    self._forwarded = {}
+    if self.reuse_buffers and comp is self.module.entry:
+      from ourjax.backends.llvm import reuse
+      self._forwarded = reuse.forward_outputs(comp, want, last_use)
     vals = {}
     for p, t in zip(comp.parameters, params):
       vals[p] = t
@@ -300,17 +312,46 @@ class Planner:
         raise K.PlanError(f"nested tuple result of %{instr.name}")
     else:
       res = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
-    if op == "fusion" and root.opcode == "tuple":
-      outputs = list(zip(root.operands, res))
-    else:
-      outputs = [(root, res)]
     if inplace is not None:
       kern = K.DynamicUpdateInPlace(self._kname(), root, inplace,
                                     K._restrict_many(leafmap, [(root.operands[1], None)] +
                                                      [(o, None) for o in root.operands[2:]]))
       self._add_kernel(steps, kern)
       return res
-    for kern in self._group_kernels(instrs, outputs, leafmap):
+    tuple_root = op == "fusion" and root.opcode == "tuple"
+    roots = root.operands if tuple_root else [root]
+
+    def outputs(res):
+      return list(zip(roots, res)) if tuple_root else [(root, res)]
+    shared, planned = [], res
+    if self.reuse_buffers and not (op == "scatter" and res is vals[instr.operands[0]]):
+      from ourjax.backends.llvm import reuse
+      wanted = {id(w) for w in want.values() if isinstance(w, K.Buf)}
+      fresh = {id(b) for b in (res if isinstance(res, tuple) else [res])
+               if isinstance(b, K.Buf) and b.kind == "temp" and id(b) not in wanted}
+      res, shared = reuse.share_results(instr, res, fresh, vals, last_use, pos, comp,
+                                        self._forwarded.get(instr, ()))
+    kernels = self._group_kernels(instrs, outputs(res), leafmap)
+    if shared and not all(overwrites_in_place(kernels, b, [roots[k]], False)
+                          for b, k in shared):
+      # (the kernels read the operand elsewhere than where they write: the group's own
+      # buffers, and a copy into an output its operand was computed in)
+      res = planned
+      copies = []
+      if isinstance(res, tuple):
+        res = list(res)
+        for b, k in shared:
+          if res[k] is b:
+            res[k] = self.temp(b.dtype, b.dims, f"{instr.name}.{k}")
+            copies.append((res[k], b))
+        res = tuple(res)
+      elif any(res is b for b, _ in shared):
+        res = self.temp(res.dtype, res.dims, instr.name)
+        copies.append((res, planned))
+      kernels = self._group_kernels(instrs, outputs(res), leafmap)
+      kernels += [K.CopyKernel(self._kname(), src, dst) for src, dst in copies]
+      res = planned
+    for kern in kernels:
       self._add_kernel(steps, kern)
     return res
 
@@ -319,7 +360,8 @@ class Planner:
     planner = K.GroupPlanner(self.temp, self.scratch, MAX_THREADS, self._kname(),
                              widen_narrow_dots=self.widen_narrow_dots,
                              concat_kernels=self.concat_kernels, threads=self.threads(),
-                             dot_accumulate=self.dot_accumulate)
+                             dot_accumulate=self.dot_accumulate,
+                             reuse_outputs=self.reuse_buffers)
     return planner.plan(instrs, outputs, leafmap)
 
   def _dying_operand(self, instr, vals, last_use, pos, comp):
@@ -680,23 +722,49 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
   walk(steps, 0, [])
   # a buffer first used inside a loop but read before written in a later iteration cannot
   # exist (values are defined before use in every iteration), so intervals are enough.
-  bufs = sorted(order, key=lambda x: (first[id(x)], -x.nbytes))
-  active = []   # (offset, end, last)
-  top = header
-  for buf in bufs:
-    size = (max(buf.nbytes, 1) + ALIGN - 1) // ALIGN * ALIGN
-    f = first[id(buf)]
-    active = [a for a in active if a[2] >= f]
-    active.sort()
+  spans = [(buf, (max(buf.nbytes, 1) + ALIGN - 1) // ALIGN * ALIGN, first[id(buf)],
+            last[id(buf)]) for buf in order]
+  # first-fit in the order of first use, and (as XLA's heap simulator also tries) in order of
+  # decreasing size: the smaller arena wins (the first on a tie)
+  orders = [sorted(spans, key=lambda x: (x[2], -x[1]))]
+  if len(spans) <= _BEST_OF_MAX:
+    orders.append(sorted(spans, key=lambda x: (-x[1], x[2])))
+    orders.append(sorted(spans, key=lambda x: (-x[1] * (x[3] - x[2] + 1), x[2])))
+    orders.append(sorted(spans, key=lambda x: (-(x[3] - x[2]), -x[1], x[2])))
+  best = None
+  for spans_in_order in orders:
+    offsets, top = _first_fit(spans_in_order, header)
+    if best is None or top < best[1]:
+      best = offsets, top
+  for buf, off in best[0]:
+    buf.offset = off
+  return best[1]
+
+
+#: Programs with more temporaries than this are placed in one order only (the other is
+#: quadratic in the number of temporaries: 400 took ~40 ms on the 2-core host).
+_BEST_OF_MAX = 400
+
+
+def _first_fit(spans, header: int):
+  """[(buffer, offset)] and the arena's top: each of ``spans`` ((buffer, aligned size, first
+  step, last step), in order) at the lowest offset from ``header`` where it overlaps no
+  buffer placed before it that is live at the same time."""
+  placed, out, top = [], [], header
+  by_first = all(a[2] <= b[2] for a, b in zip(spans, spans[1:]))
+  for buf, size, f, last in spans:
+    if by_first:       # (what was placed is live at f if it ends at f or later)
+      placed = [a for a in placed if a[3] >= f]
+    busy = sorted((o, e) for o, e, pf, pl in placed if pf <= last and f <= pl)
     off = header
-    for a_off, a_end, _ in active:
+    for a_off, a_end in busy:
       if off + size <= a_off:
         break
       off = max(off, a_end)
-    buf.offset = off
-    active.append((off, off + size, last[id(buf)]))
+    placed.append((off, off + size, f, last))
+    out.append((buf, off))
     top = max(top, off + size)
-  return top
+  return out, top
 
 
 def _count(steps) -> int:
@@ -731,17 +799,24 @@ def entry_buffers(entry: hlo.Computation):
 
 
 def plan_entry(module: hlo.Module, make_planner, copy_kinds=(K.CopyKernel,),
-               elementwise_kinds=(K.LoopKernel,)):
+               elementwise_kinds=(K.LoopKernel,), reorder: bool = False):
   """(planner, steps, parameter Bufs, output Bufs, aliases) of ``module``'s entry, outputs
   written into donated parameters' buffers as ``module.input_output_alias`` asks
   (``backends/donation.py``; ``aliases``: its ``(j, k, "direct" | "copy")``).
   ``make_planner(module)`` makes a planner (the GPU backend's translates kernels as they come,
-  so its kinds of copy and elementwise kernels are its own)."""
+  so its kinds of copy and elementwise kernels are its own).  ``reorder``: first run the entry
+  in the order ``llvm/schedule.py`` picks for memory (``OURJAX_SCHEDULE=0``: not)."""
   from ourjax.backends import donation
+  if reorder and os.environ.get("OURJAX_SCHEDULE", "1") != "0":
+    from ourjax.backends.llvm import schedule
+    if schedule.reorder(module.entry):
+      module.note("schedule", "entry instructions reordered for a lower peak of temporaries")
 
   def plan(outs_for):
     planner = make_planner(module)
     params, outs, result = entry_buffers(module.entry)
+    for j in getattr(module, "input_output_alias", None) or {}:
+      outs[j].donated = True     # (not shared with other values: donation decides about it)
     if outs_for is not None:
       chosen = outs_for(params, outs, planner.temp)
       result = tuple(chosen) if isinstance(result, tuple) else chosen[0]
@@ -754,19 +829,46 @@ def plan_entry(module: hlo.Module, make_planner, copy_kinds=(K.CopyKernel,),
 
 
 
-def reads_at_own_index(kernel, buf, dims) -> bool:
+def reads_at_own_index(kernel, buf, dims, reshapes: bool = False, rows: bool = False) -> bool:
   """Whether the elementwise ``kernel`` (over ``dims``: its ``leafmap`` and ``outputs``) reads
   ``buf`` only at the index of the element it computes: every value depending on ``buf``'s
   leaves is elementwise over ``dims`` (a dynamic-update-slice reads its operand where it
   writes).  Then an output may be written over ``buf`` (donation), or computed by the thread
-  that has just finished ``buf``'s element (a GPU reduction's epilogue)."""
+  that has just finished ``buf``'s element (a GPU reduction's epilogue).  ``reshapes``: also
+  through reshapes and leaves of other dims with as many elements (the CPU's loop kernels
+  read those at the same row-major linear index).  ``rows``: also through reductions of the
+  last dimension that a loop kernel in rows mode computes for each row before storing any of
+  its elements (``prefetch_outer``), values over the rows and their broadcasts back along the
+  row (a softmax over the last dimension reads ``buf`` only in the row it writes; reshapes
+  then keep the last dimension)."""
   dims = tuple(dims)
+  size = math.prod(dims)
+  rows = rows and getattr(kernel, "rows", False) and len(dims) >= 1
+  outer = dims[:-1]
+  pre_outer = {id(r) for r in getattr(kernel, "prefetch_outer", ())}
+
+  def row_op(x, deps) -> bool:
+    """A value over the rows computed from ``buf`` as a rows-mode kernel allows."""
+    if not rows or x.shape.is_tuple:
+      return False
+    if x.opcode == "reduce":
+      return (id(x) in pre_outer and len(x.operands) == 2 and not deps[1] and
+              sorted(x.attrs["dimensions"]) == [len(dims) - 1] and
+              tuple(x.operands[0].dims) == dims)
+    if x.opcode == "broadcast":
+      return (tuple(x.dims) == dims and tuple(x.operands[0].dims) == outer and
+              list(x.attrs["dimensions"]) == list(range(len(outer))))
+    return x.is_elementwise() and tuple(x.dims) == outer and all(
+        tuple(o.dims) == outer for o, d in zip(x.operands, deps) if d)
+
+  def same(x_dims) -> bool:
+    return tuple(x_dims) == dims or (reshapes and math.prod(x_dims) == size)
   tainted = set()
   for instr, spec in kernel.leafmap.items():
     if isinstance(spec, tuple) and any(x is buf for x in spec):
       return False
     if spec is buf:
-      if instr.shape.is_tuple or tuple(instr.dims) != dims:
+      if instr.shape.is_tuple or not same(instr.dims):
         return False
       tainted.add(id(instr))
   memo = {}
@@ -785,9 +887,11 @@ def reads_at_own_index(kernel, buf, dims) -> bool:
       deps = [reads_buf(o) for o in x.operands]
       v = any(deps)
       dus = x.opcode == "dynamic-update-slice" and deps[0] and not any(deps[1:])
-      if v and not ((x.is_elementwise() or dus) and not x.shape.is_tuple and
-                    tuple(x.dims) == dims and
-                    all(tuple(o.dims) == dims for o, d in zip(x.operands, deps) if d)):
+      reshape = reshapes and x.opcode == "reshape" and not x.shape.is_tuple and \
+          same(x.dims) and (not rows or tuple(x.dims[-1:]) == dims[-1:])
+      if v and not reshape and not row_op(x, deps) and not (
+          (x.is_elementwise() or dus) and not x.shape.is_tuple and same(x.dims) and
+          all(tuple(o.dims) == tuple(x.dims) for o, d in zip(x.operands, deps) if d)):
         bad.append(x)
     memo[k] = v
     return v
