@@ -215,10 +215,11 @@ def test_the_arena_is_no_larger_than_the_bytes_live_at_its_peak_in_either_order(
   _close(c(x), _reference(f, x))
 
 
-def test_a_softmax_over_the_last_dimension_runs_in_place_over_its_scores():
+def test_a_softmax_over_the_last_dimension_runs_in_place_over_its_scores(monkeypatch):
   # the softmax reads its row of the scores (max, sum, then each element) before writing it:
   # computed over the scores, which die there; live at the peak: the scores and one dot's
-  # packing scratch
+  # packing scratch (the CPU's fused attention off: it would never write the scores)
+  monkeypatch.setenv("OURJAX_CPU_ATTENTION", "0")
   rng = np.random.default_rng(9)
   q, k, v = (rng.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(3))
 
