@@ -296,6 +296,30 @@ def _float0_zeros(x):
   return np.zeros(get_aval(x).shape, dtypes.float0)
 
 
+def _lift_linearized(jaxpr, in_avals, trees, tangent_pvals, n_main, *consts_and_tangents):
+  """The JVP of a linearized function at its point: ``consts_and_tangents`` are the linear
+  jaxpr's constants, then the tangents (one tree of the primals' structure)."""
+  p_tree, tree = trees
+  consts, tangents = (consts_and_tangents[:len(jaxpr.constvars)],
+                      consts_and_tangents[len(jaxpr.constvars):])
+  t_leaves, t_tree = tree_flatten(tangents)
+  if t_tree != p_tree:
+    raise TypeError(f"linearized function called on tangents with tree structure {t_tree}, "
+                    f"expected {p_tree}")
+  for t, a in zip(t_leaves, in_avals):
+    ta, expected = get_aval(t), ad.tangent_dtype(a.dtype)
+    if ta.shape != a.shape:
+      raise ValueError(f"linearized function called on tangent of shape {ta.shape}, "
+                       f"expected {a.shape}")
+    if ta.dtype != expected and not (ta.weak_type and expected != dtypes.float0):
+      raise TypeError(f"linearized function called on tangent of dtype {_dtype_str(ta.dtype)}"
+                      f", expected {_dtype_str(expected)} (the tangent type of "
+                      f"{a.str_short()})")
+  outs = iter(core.eval_jaxpr(jaxpr, consts, *t_leaves))
+  res = [next(outs) if not p.is_known else p.const for p in tangent_pvals]
+  return tree_unflatten(tree, res[:n_main])
+
+
 def linearize(fun: Callable, *primals, has_aux: bool = False):
   """(fun(*primals), f_jvp[, aux]) where ``f_jvp(*tangents)`` evaluates the JVP at ``primals``
   from a linear jaxpr: the primal computation has run once, only the tangent map is kept."""
@@ -321,25 +345,12 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
   all_out, jaxpr, consts, tangent_pvals = ad.linearize_flat(flat_main_aux, p_leaves)
   tree, aux_tree, n_main = cell
   in_avals = [get_aval(p) for p in p_leaves]
-
-  def f_jvp(*tangents):
-    t_leaves, t_tree = tree_flatten(tangents)
-    if t_tree != p_tree:
-      raise TypeError(f"linearized function called on tangents with tree structure {t_tree}, "
-                      f"expected {p_tree}")
-    for t, a in zip(t_leaves, in_avals):
-      ta, expected = get_aval(t), ad.tangent_dtype(a.dtype)
-      if ta.shape != a.shape:
-        raise ValueError(f"linearized function called on tangent of shape {ta.shape}, "
-                         f"expected {a.shape}")
-      if ta.dtype != expected and not (ta.weak_type and expected != dtypes.float0):
-        raise TypeError(f"linearized function called on tangent of dtype {_dtype_str(ta.dtype)}"
-                        f", expected {_dtype_str(expected)} (the tangent type of "
-                        f"{a.str_short()})")
-    outs = iter(core.eval_jaxpr(jaxpr, consts, *t_leaves))
-    res = [next(outs) if not p.is_known else p.const for p in tangent_pvals]
-    return tree_unflatten(tree, res[:n_main])
-
+  # As JAX's: a ``tree_util.Partial`` whose leaves are the linearization's constants (so the
+  # linear function can be passed through jit/vmap as a pytree) and whose ``func.args[0]`` is
+  # the linear jaxpr.
+  f_jvp = tree_util.Partial(
+      functools.partial(_lift_linearized, jaxpr, in_avals, (p_tree, tree), tangent_pvals, n_main),
+      *consts)
   out = tree_unflatten(tree, all_out[:n_main])
   if has_aux:
     return out, f_jvp, tree_unflatten(aux_tree, all_out[n_main:])

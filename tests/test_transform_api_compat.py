@@ -1,0 +1,42 @@
+"""Public-API shapes of the transformations' results, as JAX 0.10 has them (checked against
+real JAX by hand): what a program can observe beyond the numbers."""
+import functools
+
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import tree_util
+
+
+def test_linearize_returns_partial_pytree_over_its_constants():
+  # JAX: the linearized function is a tree_util.Partial whose leaves are the linear jaxpr's
+  # constants and whose .func.args[0] is the linear jaxpr
+  x0 = 0.7
+  y, f_lin = ourjax.linearize(lambda x: jnp.sin(jnp.sin(x)), x0)
+  assert isinstance(f_lin, tree_util.Partial)
+  assert isinstance(f_lin.func, functools.partial)
+  jaxpr = f_lin.func.args[0]
+  assert " sin " not in str(jaxpr) and " mul " in str(jaxpr)
+  leaves = tree_util.tree_leaves(f_lin)
+  assert len(leaves) == len(jaxpr.constvars) > 0
+  expected = np.cos(np.sin(x0)) * np.cos(x0) * 3.0
+  np.testing.assert_allclose(f_lin(3.0), expected, rtol=1e-6)
+  # a pytree: it goes through jit (its constants as arguments) and vmap
+  np.testing.assert_allclose(ourjax.jit(lambda f, t: f(t))(f_lin, 3.0), expected, rtol=1e-6)
+  np.testing.assert_allclose(ourjax.vmap(f_lin)(jnp.array([1.0, 3.0])),
+                             np.cos(np.sin(x0)) * np.cos(x0) * np.array([1.0, 3.0]), rtol=1e-6)
+  np.testing.assert_allclose(y, np.sin(np.sin(x0)), rtol=1e-6)
+
+
+def test_linearize_partial_checks_tangents_and_keeps_structure():
+  _, f_lin, aux = ourjax.linearize(lambda a, b: ({"p": a * b}, a + 1.0), 2.0, 3.0, has_aux=True)
+  np.testing.assert_allclose(aux, 3.0)
+  out = f_lin(1.0, 0.5)
+  assert set(out) == {"p"}
+  np.testing.assert_allclose(out["p"], 3.0 * 1.0 + 2.0 * 0.5)
+  with pytest.raises(ValueError, match="shape"):
+    f_lin(jnp.ones(2), 1.0)
+  with pytest.raises(TypeError, match="tree structure"):
+    f_lin((1.0, 1.0))
