@@ -12,8 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from ourjax import (_cache_miss, _compiler_options, _nan_check, _once, _phases, core, dtypes,
-                    errors)
+from ourjax import (_cache_miss, _compiler_options, _events, _nan_check, _once, _phases, core,
+                    dtypes, errors)
 from ourjax import _pytree as tree_util
 from ourjax.array import Array
 from ourjax.config import config, user_context_key
@@ -349,6 +349,7 @@ class JitWrapped:
         _cache_miss.explain(self.fun, _fun_name(self.fun), key, self._cache, names,
                             core.user_frame())
       reason = self._explain_miss(key, names)
+      _events.fire("trace_to_jaxpr")
       flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
       times = _phases.begin(_fun_name(self.fun))
       with _phases.collecting(times), _phases.phase("trace"):
@@ -406,6 +407,7 @@ class JitWrapped:
       v = None    # (keeps no argument's value alive: a donated one must have no other owner)
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
+    _events.fire("jit_cpp_cache_miss")
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
     top = core.find_top_trace(leaves)
     if self.inline and not isinstance(top, core.EvalTrace):

@@ -40,3 +40,26 @@ def test_linearize_partial_checks_tangents_and_keeps_structure():
     f_lin(jnp.ones(2), 1.0)
   with pytest.raises(TypeError, match="tree structure"):
     f_lin((1.0, 1.0))
+
+
+def test_jit_test_events_count_traces_compiles_and_slow_calls():
+  # ourjax._events reports jit's work under JAX's test-event names: one trace and one
+  # compile per new signature, none on a cache hit
+  from ourjax import _events
+  seen = []
+  old, _events.listener = _events.listener, lambda name, *a: seen.append(name)
+  try:
+    f = ourjax.jit(lambda x: jnp.sin(x) * 2)
+    x = np.ones(3, np.float32)
+    f(x)
+    assert seen.count("trace_to_jaxpr") == 1
+    assert seen.count("lower_jaxpr_to_module") == 1
+    seen.clear()
+    f(x)
+    f(x)
+    assert "trace_to_jaxpr" not in seen and "lower_jaxpr_to_module" not in seen
+    f(np.ones(4, np.float32))                          # a new shape: traced and compiled again
+    assert seen.count("trace_to_jaxpr") == 1
+    assert seen.count("lower_jaxpr_to_module") == 1
+  finally:
+    _events.listener = old

@@ -432,10 +432,13 @@ def _without_float0_results(closed):
 
 def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, donated=None):
   from ourjax.lowering import from_jaxpr
+  from ourjax import _events
   if any(a.dtype == dtypes.float0 for a in closed.out_avals):
     inner = _compile_jaxpr(_without_float0_results(closed), backend, name, keep_unused,
                            log_reason, times, donated)
     return Float0ResultsExecutable(inner, closed.out_avals)
+  _events.fire("lower_jaxpr_to_module")
+  _events.fire("pxla_cached_compilation")
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)
