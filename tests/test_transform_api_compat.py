@@ -63,3 +63,47 @@ def test_jit_test_events_count_traces_compiles_and_slow_calls():
     assert seen.count("lower_jaxpr_to_module") == 1
   finally:
     _events.listener = old
+
+
+def _count_compiles(fn, times):
+  from ourjax import _events
+  seen = []
+  old, _events.listener = _events.listener, lambda name, *a: seen.append(name)
+  try:
+    counts = []
+    for i in range(times):
+      seen.clear()
+      fn(i)
+      counts.append(seen.count("lower_jaxpr_to_module"))
+    return counts
+  finally:
+    _events.listener = old
+
+
+def test_jitted_function_under_grad_vmap_remat_compiles_once():
+  # the pjit rules' transformed jaxprs are cached per jaxpr, so the executables compiled for
+  # them are reused (each call used to compile the jvp/known/transposed jaxprs again)
+  f = ourjax.jit(lambda x: jnp.sin(x) * x)
+  df = lambda x: np.cos(x) * x + np.sin(x)
+  vals = []
+  counts = _count_compiles(lambda i: vals.append(ourjax.grad(f)(0.5 + i)), 3)
+  assert counts[0] >= 1 and counts[1:] == [0, 0]
+  np.testing.assert_allclose(vals, [df(0.5 + i) for i in range(3)], rtol=1e-5)
+
+  counts = _count_compiles(lambda i: np.testing.assert_allclose(
+      ourjax.vmap(f)(jnp.arange(3.0) + i), np.sin(np.arange(3.0) + i) * (np.arange(3.0) + i),
+      rtol=1e-5), 3)
+  assert counts[1:] == [0, 0]
+
+  g = ourjax.checkpoint(ourjax.jit(lambda x: 2 * x))
+
+  def vjp_once(i):
+    y, f_vjp = ourjax.vjp(g, 1.0 + i)
+    np.testing.assert_allclose(y, 2 * (1.0 + i))
+    np.testing.assert_allclose(f_vjp(1.0)[0], 2.0)
+  assert _count_compiles(vjp_once, 3)[1:] == [0, 0]
+
+  h = ourjax.jit(lambda x: jnp.sum(x ** 3))
+  counts = _count_compiles(lambda i: np.testing.assert_allclose(
+      ourjax.hessian(h)(jnp.arange(2.0) + i), np.diag(6 * (np.arange(2.0) + i)), rtol=1e-5), 3)
+  assert counts[1:] == [0, 0]
