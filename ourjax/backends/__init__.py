@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 
 import numpy as np
@@ -263,14 +264,16 @@ def _backend_module(name: str):
 
 
 def _log_compile(name: str, in_avals, reason: str | None) -> None:
+  """"Compiling ...": a WARNING with ``jax_log_compiles``, else a DEBUG record (as JAX's)."""
   from ourjax.config import config
-  if not config.jax_log_compiles:
+  level = logging.WARNING if config.jax_log_compiles else logging.DEBUG
+  if not log.isEnabledFor(level):
     return
   shapes = ", ".join(a.str_short() + (" (weak)" if a.weak_type else "") for a in in_avals)
   msg = f"Compiling {name or 'jit'} for arguments ({shapes})."
   if reason:
     msg += "\n" + reason
-  log.warning(msg)
+  log.log(level, msg)
 
 
 def _donation_of_jaxpr(closed, donated):
@@ -445,11 +448,18 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, d
     return JaxprEvaluator(closed, donated)
   try:
     times = _phases.begin(name, times)
+    debug = times is None and log.isEnabledFor(logging.DEBUG)
+    t0 = time.perf_counter() if debug else 0.0
     with _phases.collecting(times), _gc.paused():
       with _phases.phase("lower"):
         lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
+      if debug:
+        t1 = time.perf_counter()
+        log.debug("Finished jaxpr to HLO module conversion %s in %.6f sec", name, t1 - t0)
       exe = compile_lowering(lowering, closed, backend, name, log_reason,
                              donation_of(lowering, closed, donated))
+    if debug:
+      log.debug("Finished compilation of %s in %.6f sec", name, time.perf_counter() - t1)
     _phases.report(times)
     return exe
   except from_jaxpr.LoweringError as e:
