@@ -197,6 +197,8 @@ def cov(m, y=None, rowvar: bool = True, bias: bool = False, ddof=None, fweights=
     from ourjax.numpy._gathers import take_1d
     fact = take_1d(fact, np.zeros((), np.int32))
   xc = lax.sub(x, lax.broadcast_in_dim(avg, get_aval(x).shape, (0,)))
+  if w is not None:     # (broadcast explicitly: no rank promotion inside the library)
+    w = lax.broadcast_in_dim(w, get_aval(xc).shape, (1,))
   xt = lax.transpose(xc if w is None else multiply(xc, w), (1, 0))
   c = lax.div(dot(xc, conjugate(xt)), lax.convert_element_type(fact, get_aval(xc).dtype))
   return squeeze(c)
