@@ -28,3 +28,51 @@ def test_cov_weights_without_rank_promotion(rank_raise, kw):
   kw = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in kw.items()}
   np.testing.assert_allclose(jnp.cov(x, **kw), np.cov(x, **kw), rtol=2e-5, atol=1e-6)
   np.testing.assert_allclose(jnp.cov(x[:1], **kw), np.cov(x[:1], **kw), rtol=2e-5, atol=1e-6)
+
+
+@pytest.fixture
+def strict_raise():
+  with ourjax.numpy_dtype_promotion("strict"), ourjax.numpy_rank_promotion("raise"):
+    yield
+
+
+def test_strict_promotion_applies_to_user_code(strict_raise):
+  with pytest.raises(ourjax.dtypes.TypePromotionError):
+    jnp.ones(2, jnp.float32) + jnp.ones(2, jnp.int32)
+
+
+def test_functions_under_strict_and_raise_match_numpy(strict_raise):
+  # each of these used to promote or rank-promote inside the library (JAX's do not)
+  r = np.random.RandomState(0)
+  x = np.float32([1, 4, 9, 16])
+  out = jnp.ediff1d(x, np.int32([7]), np.float32([2]))            # to_end cast to x's dtype
+  assert out.dtype == np.float32
+  np.testing.assert_array_equal(out, np.ediff1d(x, np.int32([7]), np.float32([2])))
+
+  a = np.int16([1, 2, 3, -4])
+  counts, edges = jnp.histogram(a, bins=np.array([-5, 0, 3]))
+  ref_counts, ref_edges = np.histogram(a, bins=np.array([-5, 0, 3]))
+  assert counts.dtype == edges.dtype == np.float32
+  np.testing.assert_array_equal(counts, ref_counts)
+  np.testing.assert_array_equal(edges, ref_edges)
+
+  m = r.randn(3, 3).astype(np.float32)
+  p = jnp.poly(m)                                     # eigenvalues: complex, as JAX's
+  assert p.dtype == np.complex64
+  np.testing.assert_allclose(p, np.poly(m.astype(np.float64)), rtol=1e-4, atol=1e-4)
+
+  np.testing.assert_allclose(jnp.outer(np.float32([1, 2]), np.float32([3, 4, 5])),
+                             np.outer([1, 2], [3, 4, 5]))
+  xs, ys, w = np.float32([1, 2, 3, 4, 5, 6]), r.randn(6, 2).astype(np.float32), np.float32(
+      [1, 2, 1, 2, 1, 2])
+  c, cov = jnp.polyfit(xs, ys, 2, w=w, cov=True)
+  c_ref, cov_ref = np.polyfit(xs.astype(np.float64), ys, 2, w=w, cov=True)
+  np.testing.assert_allclose(c, c_ref, rtol=1e-3, atol=1e-3)
+  np.testing.assert_allclose(cov, cov_ref, rtol=1e-2, atol=1e-3)
+
+  for idx in (np.uint16([1, 5, 7]), np.int8([1, -5, 7])):
+    out = jnp.unravel_index(idx, (2, 4))
+    assert all(o.dtype == idx.dtype for o in out)
+    expected = np.unravel_index(np.where(idx < 0, idx + 8, idx), (2, 4))
+    for o, e in zip(out, expected):
+      np.testing.assert_array_equal(o, e)

@@ -387,7 +387,8 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
   a = ravel(_as_operand(a))
   edges = histogram_bin_edges(a, bins, range, weights)
   n = get_aval(edges).shape[0] - 1
-  a, edges = promote_dtypes_inexact(a, edges)
+  # the edges have a's inexact dtype: a is cast to it (no promotion, so strict promotion holds)
+  a = lax.convert_element_type(a, get_aval(edges).dtype)
   # as JAX's: a value's slot is searchsorted(edges, value, 'right') in 0..n+1, the last edge
   # itself counting in the last bin; slot 0 (below the range) and slot n+1 (above it, or NaN,
   # which sorts last) are dropped -- and with NaN edges every value falls outside

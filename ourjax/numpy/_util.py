@@ -125,6 +125,19 @@ def _has_int(args) -> bool:
   return False
 
 
+def internal_promotion(fn):
+  """``fn`` (a library-internal algorithm) run with standard dtype promotion and rank
+  promotion allowed: its mixed real/complex and broadcast-by-rank arithmetic is the library's,
+  not the user's, so ``jax_numpy_dtype_promotion='strict'`` / ``jax_numpy_rank_promotion=
+  'raise'`` do not apply inside it (JAX's implementations never trip them either)."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with config._override("jax_numpy_dtype_promotion", "standard"), \
+        config._override("jax_numpy_rank_promotion", "allow"):
+      return fn(*args, **kwargs)
+  return wrapped
+
+
 def promote_dtypes(*args):
   """Convert all arguments to their common dtype (JAX's ``result_type``); NumPy values and
   Python scalars become Arrays (of canonical dtype) even when there is only one."""
