@@ -13,6 +13,7 @@ only, until the block ends: another thread keeps seeing the global value.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 
@@ -118,6 +119,19 @@ class Config:
         del ov[name]
       else:
         ov[name] = old
+
+
+def internal_promotion(fn):
+  """``fn`` (a library-internal algorithm) run with standard dtype promotion and rank
+  promotion allowed: its mixed real/complex and broadcast-by-rank arithmetic is the library's,
+  not the user's, so ``jax_numpy_dtype_promotion='strict'`` / ``jax_numpy_rank_promotion=
+  'raise'`` do not apply inside it (JAX's implementations never trip them either)."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with config._override("jax_numpy_dtype_promotion", "standard"), \
+        config._override("jax_numpy_rank_promotion", "allow"):
+      return fn(*args, **kwargs)
+  return wrapped
 
 
 _DTYPE_PROMOTIONS = ("standard", "strict")

@@ -76,3 +76,17 @@ def test_functions_under_strict_and_raise_match_numpy(strict_raise):
     expected = np.unravel_index(np.where(idx < 0, idx + 8, idx), (2, 4))
     for o, e in zip(out, expected):
       np.testing.assert_array_equal(o, e)
+
+
+def test_ragged_dot_under_strict_and_raise(strict_raise):
+  r = np.random.RandomState(0)
+  lhs = r.randn(10, 3).astype(np.float32)
+  rhs = r.randn(2, 3, 4).astype(np.float32)
+  gs = np.int32([4, 6])
+  ref = np.concatenate([lhs[:4] @ rhs[0], lhs[4:] @ rhs[1]])
+  np.testing.assert_allclose(ourjax.lax.ragged_dot(lhs, rhs, gs), ref, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(ourjax.jit(ourjax.lax.ragged_dot)(lhs, rhs, gs), ref, rtol=1e-5,
+                             atol=1e-5)
+  # the flags are back as the user set them afterwards
+  with pytest.raises(ValueError, match="rank_promotion"):
+    jnp.ones((2, 3)) * jnp.ones(3)

@@ -11,7 +11,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax._keys import PRNGKeyArray
 from ourjax.array import Array
-from ourjax.config import config
+from ourjax.config import config, internal_promotion  # noqa: F401 (re-exported)
 from ourjax.core import Tracer, get_aval
 
 
@@ -123,19 +123,6 @@ def _has_int(args) -> bool:
     if type(a) is int:
       return True
   return False
-
-
-def internal_promotion(fn):
-  """``fn`` (a library-internal algorithm) run with standard dtype promotion and rank
-  promotion allowed: its mixed real/complex and broadcast-by-rank arithmetic is the library's,
-  not the user's, so ``jax_numpy_dtype_promotion='strict'`` / ``jax_numpy_rank_promotion=
-  'raise'`` do not apply inside it (JAX's implementations never trip them either)."""
-  @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
-    with config._override("jax_numpy_dtype_promotion", "standard"), \
-        config._override("jax_numpy_rank_promotion", "allow"):
-      return fn(*args, **kwargs)
-  return wrapped
 
 
 def promote_dtypes(*args):
