@@ -303,7 +303,7 @@ class JitWrapped:
                                                        "shape and dtype")
             diffs.append((3, f"argument {n}: {what} changed, now {a.str_short()} and before "
                           f"{b.str_short()}"))
-      if static_key != o_static:
+      if _differs(static_key, o_static):
         new_s = dict(static_key[0] + static_key[1]) if static_key else {}
         old_s = dict(o_static[0] + o_static[1]) if o_static else {}
         pnames = (_positional_params(self.fun) or ([],))[0]
@@ -313,7 +313,8 @@ class JitWrapped:
             nv = _static_str(new_s[k]) if k in new_s else "not passed"
             ov = _static_str(old_s[k]) if k in old_s else "not passed"
             diffs.append((3, f"static argument {nm}: now {nv} and before {ov}"))
-          elif new_s[k] != old_s[k] or hash(new_s[k]) != hash(old_s[k]):
+          elif (type(new_s[k]) is not type(old_s[k]) or _differs(new_s[k], old_s[k])
+                or hash(new_s[k]) != hash(old_s[k])):
             diffs.append((2, f"static argument {nm}: now {_static_str(new_s[k])} and before "
                           f"{_static_str(old_s[k])}"))
       if backend != o_backend:
@@ -519,6 +520,15 @@ class JitWrapped:
     if name.startswith("__") or not isinstance(d, dict) or name not in d:
       raise AttributeError(f"'JitWrapped' object has no attribute {name!r}")
     return d[name]
+
+
+def _differs(a, b) -> bool:
+  """``a != b`` for the miss explanation; a comparison that raises counts as a difference
+  (a static argument whose __eq__ raises is JAX's ValueError only on a possible cache hit)."""
+  try:
+    return bool(a != b)
+  except Exception:    # noqa: BLE001
+    return True
 
 
 def _exhausted_in(e, closed: core.ClosedJaxpr, fun):

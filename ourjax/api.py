@@ -152,7 +152,10 @@ def _split_static(f, args, kwargs, static_argnums, static_argnames, fname):
     return f(*full, **dkwargs, **sk)
 
   functools.update_wrapper(f_dyn, f)
-  return f_dyn, dyn_args, dyn_kwargs, (static_args, static_kw)
+  # each value's type is part of the key, as in JAX: 1, True and 1.0 are equal but are not
+  # the same static argument (a cache hit would hand back the other's result)
+  return f_dyn, dyn_args, dyn_kwargs, (static_args, static_kw,
+                                       tuple(type(v) for _, v in static_args + static_kw))
 
 
 def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bool = False,

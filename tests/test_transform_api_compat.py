@@ -107,3 +107,24 @@ def test_jitted_function_under_grad_vmap_remat_compiles_once():
   counts = _count_compiles(lambda i: np.testing.assert_allclose(
       ourjax.hessian(h)(jnp.arange(2.0) + i), np.diag(6 * (np.arange(2.0) + i)), rtol=1e-5), 3)
   assert counts[1:] == [0, 0]
+
+
+def test_static_arguments_of_equal_value_but_other_type_are_not_a_cache_hit():
+  # JAX keys static arguments by value and type: 1, True and 1.0 are equal in Python
+  traces = []
+
+  @functools.partial(ourjax.jit, static_argnums=0)
+  def f(k):
+    traces.append(k)
+    return k
+
+  outs = [f(x) for x in (1, True, 1.0, 1, True)]
+  assert [type(t) for t in traces] == [int, bool, float]
+  assert [o.dtype for o in outs] == [np.int32, np.bool_, np.float32, np.int32, np.bool_]
+
+
+def test_vmap_of_function_without_outputs_under_leak_checking():
+  with ourjax.checking_leaks():
+    def f(x):
+      ourjax.lax.scan(lambda c, _: (1.0, None), x, None, length=1)
+    assert ourjax.vmap(f)(np.arange(5.0)) is None

@@ -158,6 +158,7 @@ def trace_batched(f: Callable, in_dims: Sequence, axis: AxisData, args: Sequence
     tracers_in = [BatchTracer(trace, x, d) if d is not not_mapped else x
                   for x, d in zip(args, in_dims)]
     outs = f(*tracers_in)
+    o = None
     for o in outs:
       _check_output_type(o)
     outs = [full_raise(trace, o) for o in outs]
