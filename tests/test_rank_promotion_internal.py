@@ -90,3 +90,23 @@ def test_ragged_dot_under_strict_and_raise(strict_raise):
   # the flags are back as the user set them afterwards
   with pytest.raises(ValueError, match="rank_promotion"):
     jnp.ones((2, 3)) * jnp.ones(3)
+
+
+def test_nn_attention_and_complex_initializers_under_strict_and_raise(strict_raise):
+  r = np.random.RandomState(0)
+  q = r.randn(2, 5, 3, 4).astype(np.float32)
+  k = r.randn(2, 6, 3, 4).astype(np.float32)
+  v = r.randn(2, 6, 3, 4).astype(np.float32)
+  mask = r.rand(2, 1, 5, 6) > 0.3
+  mask[..., 0] = True                          # every row keeps a key
+  out = ourjax.nn.dot_product_attention(q, k, v, mask=mask)
+  logits = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), k) / np.sqrt(4)
+  logits = np.where(mask, logits, -np.inf)
+  p = np.exp(logits - logits.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  np.testing.assert_allclose(out, np.einsum("bnts,bsnh->btnh", p, v), rtol=1e-4, atol=1e-5)
+
+  from ourjax.nn import initializers
+  w = initializers.glorot_normal()(ourjax.random.key(0), (256, 128), jnp.complex64)
+  assert w.dtype == np.complex64
+  np.testing.assert_allclose(np.var(np.asarray(w)), 2 / (256 + 128), rtol=0.1)
