@@ -88,12 +88,19 @@ class ShapeDtypeStruct:
   __slots__ = ("shape", "dtype", "weak_type", "sharding")
 
   def __init__(self, shape, dtype, weak_type: bool = False, sharding=None):
+    if dtype is None:
+      raise ValueError("ShapeDtypeStruct: dtype must be specified.")
     self.shape = tuple(shape)
     self.dtype = dtype if isinstance(dtype, dtypes.KeyDType) else np.dtype(dtype)
     self.weak_type = weak_type
     self.sharding = sharding
 
   ndim = property(lambda self: len(self.shape))
+
+  def __len__(self):
+    if not self.shape:
+      raise TypeError("len() of unsized object")
+    return self.shape[0]
   size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
 
   @classmethod
@@ -311,13 +318,11 @@ def _lift_linearized(jaxpr, in_avals, trees, tangent_pvals, n_main, *consts_and_
                     f"expected {p_tree}")
   for t, a in zip(t_leaves, in_avals):
     ta, expected = get_aval(t), ad.tangent_dtype(a.dtype)
-    if ta.shape != a.shape:
-      raise ValueError(f"linearized function called on tangent of shape {ta.shape}, "
-                       f"expected {a.shape}")
-    if ta.dtype != expected and not (ta.weak_type and expected != dtypes.float0):
-      raise TypeError(f"linearized function called on tangent of dtype {_dtype_str(ta.dtype)}"
-                      f", expected {_dtype_str(expected)} (the tangent type of "
-                      f"{a.str_short()})")
+    if ta.shape != a.shape or ta.dtype != expected:      # (as JAX: weak types too)
+      raise ValueError(
+          "linearized function called on tangent values inconsistent with the original primal "
+          f"values:\nGot tangent aval {ta.str_short()} for primal aval {a.str_short()} but "
+          f"expected {ShapedArray(a.shape, expected).str_short()}.")
   outs = iter(core.eval_jaxpr(jaxpr, consts, *t_leaves))
   res = [next(outs) if not p.is_known else p.const for p in tangent_pvals]
   return tree_unflatten(tree, res[:n_main])

@@ -36,8 +36,15 @@ def test_linearize_partial_checks_tangents_and_keeps_structure():
   out = f_lin(1.0, 0.5)
   assert set(out) == {"p"}
   np.testing.assert_allclose(out["p"], 3.0 * 1.0 + 2.0 * 0.5)
-  with pytest.raises(ValueError, match="shape"):
-    f_lin(jnp.ones(2), 1.0)
+  msg = "tangent values inconsistent with the original primal values"
+  with pytest.raises(ValueError, match=msg):
+    f_lin(jnp.ones(2), 1.0)                    # a shape other than the primal's
+  with pytest.raises(ValueError, match=msg):
+    f_lin(1, 1.0)                              # JAX: an int tangent for a float primal
+  _, f_int = ourjax.linearize(lambda x: x, np.ones(2, np.int32))
+  f_int(np.zeros(2, ourjax.dtypes.float0))
+  with pytest.raises(ValueError, match=msg):
+    f_int(np.ones(2, np.int32))                # an integer primal's tangent is float0
   with pytest.raises(TypeError, match="tree structure"):
     f_lin((1.0, 1.0))
 
@@ -128,3 +135,11 @@ def test_vmap_of_function_without_outputs_under_leak_checking():
     def f(x):
       ourjax.lax.scan(lambda c, _: (1.0, None), x, None, length=1)
     assert ourjax.vmap(f)(np.arange(5.0)) is None
+
+
+def test_shape_dtype_struct_len_and_missing_dtype():
+  assert len(ourjax.ShapeDtypeStruct((4, 2), jnp.float32)) == 4
+  with pytest.raises(TypeError, match="len\\(\\) of unsized object"):
+    len(ourjax.ShapeDtypeStruct((), jnp.float32))
+  with pytest.raises(ValueError, match="dtype must be specified"):
+    ourjax.ShapeDtypeStruct((), None)
