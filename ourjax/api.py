@@ -19,7 +19,7 @@ from ourjax.config import config
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad
 from ourjax.interpreters import partial_eval as pe
-from ourjax._pytree import tree_flatten, tree_map, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
 def _fun_name(f) -> str:
@@ -255,7 +255,8 @@ def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
                     f"{type(primals).__name__} and {type(tangents).__name__}.")
   p_leaves, p_tree = tree_flatten(tuple(primals))
   t_leaves, t_tree = tree_flatten(tuple(tangents))
-  if p_tree != t_tree:
+  if p_tree != t_tree or type(primals) is not type(tangents):   # (a tuple and a list differ)
+    p_tree, t_tree = tree_structure(primals), tree_structure(tangents)
     raise TypeError(f"primal and tangent arguments to jax.jvp must have the same tree "
                     f"structure; primals have tree structure {p_tree} whereas tangents have "
                     f"tree structure {t_tree}.")
@@ -455,9 +456,11 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()):
   p_leaves, p_tree = tree_flatten(primals)
   for x in p_leaves:
     _check_arg(x, "linear_transpose")
-  in_avals = [_abstractify(x).strip_weak_type() for x in p_leaves]
+  # traced with the primals' weak types (as JAX: 2. * x of a Python int x is a weak float,
+  # which strict promotion allows), checked and transposed as the strong types
   flat, out_tree_cell = _flatten_positional(fun, p_tree)
-  closed = pe.trace_to_jaxpr(flat, in_avals, _fun_name(fun))
+  closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in p_leaves], _fun_name(fun))
+  in_avals = [_abstractify(x).strip_weak_type() for x in p_leaves]
   out_tree = out_tree_cell[0]
   out_avals = closed.out_avals
   in_dtypes = [a.dtype for a in in_avals]

@@ -143,3 +143,20 @@ def test_shape_dtype_struct_len_and_missing_dtype():
     len(ourjax.ShapeDtypeStruct((), jnp.float32))
   with pytest.raises(ValueError, match="dtype must be specified"):
     ourjax.ShapeDtypeStruct((), None)
+
+
+def test_jvp_primals_and_tangents_must_be_the_same_sequence_type():
+  with pytest.raises(TypeError, match="must have the same tree structure"):
+    ourjax.jvp(lambda x, y: x * y, (np.float32(2),), [np.float32(2)])
+  out, tan = ourjax.jvp(lambda x: x * 3.0, [2.0], [1.0])       # both lists: fine
+  np.testing.assert_allclose((out, tan), (6.0, 3.0))
+
+
+def test_linear_transpose_traces_with_weak_types_then_checks_dtypes():
+  # JAX: 2. * x of a Python int is traced (a weak float), then refused as int -> float
+  with ourjax.numpy_dtype_promotion("strict"):
+    with pytest.raises(TypeError, match="linear_transpose only supports"):
+      ourjax.linear_transpose(lambda x: 2.0 * x, 1)
+    ct, = ourjax.linear_transpose(lambda x: 2.0 * x, 1.0)(3.0)
+  assert ct.dtype == np.float32 and not ct.weak_type
+  np.testing.assert_allclose(ct, 6.0)
