@@ -559,7 +559,8 @@ def _value_and_grad(fun, argnums, int_argnums, has_aux, holomorphic, allow_int, 
   nargs = len(args)
   for i in argnums:
     if not -nargs <= i < nargs:
-      raise TypeError(f"differentiating with respect to argnums={argnums} requires at least "
+      shown = argnums[0] if int_argnums else argnums      # (as the user gave it, as JAX)
+      raise TypeError(f"differentiating with respect to argnums={shown} requires at least "
                       f"{max(argnums) + 1} positional arguments to be passed by the caller, but "
                       f"got only {nargs} positional arguments.")
   argnums = tuple(i % nargs for i in argnums)

@@ -1,6 +1,7 @@
 """Public-API shapes of the transformations' results, as JAX 0.10 has them (checked against
 real JAX by hand): what a program can observe beyond the numbers."""
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -160,3 +161,10 @@ def test_linear_transpose_traces_with_weak_types_then_checks_dtypes():
     ct, = ourjax.linear_transpose(lambda x: 2.0 * x, 1.0)(3.0)
   assert ct.dtype == np.float32 and not ct.weak_type
   np.testing.assert_allclose(ct, 6.0)
+
+
+@pytest.mark.parametrize("argnums", [0, (0,)])
+def test_grad_argnums_error_shows_argnums_as_given(argnums):
+  df = ourjax.grad(lambda x, y: x + y, argnums=argnums)
+  with pytest.raises(TypeError, match=rf"argnums={re.escape(str(argnums))} requires at least 1 "):
+    functools.partial(df, x=0.0)(y=1.0)
