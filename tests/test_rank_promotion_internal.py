@@ -110,3 +110,23 @@ def test_nn_attention_and_complex_initializers_under_strict_and_raise(strict_rai
   w = initializers.glorot_normal()(ourjax.random.key(0), (256, 128), jnp.complex64)
   assert w.dtype == np.complex64
   np.testing.assert_allclose(np.var(np.asarray(w)), 2 / (256 + 128), rtol=0.1)
+
+
+def test_linalg_under_strict_and_raise(strict_raise):
+  # the compiled decompositions' algorithms, tridiagonal_solve and rsf2csf mixed dtypes / ranks
+  import ourjax.scipy.linalg as sl
+  r = np.random.RandomState(0)
+  a = r.randn(4, 4).astype(np.float32)
+  b = r.randn(4, 2).astype(np.float32)
+  a64 = a.astype(np.float64)
+  np.testing.assert_allclose(ourjax.jit(jnp.linalg.solve)(a, b), np.linalg.solve(a64, b),
+                             rtol=2e-3, atol=2e-3)
+  np.testing.assert_allclose(ourjax.grad(jnp.linalg.det)(a),
+                             np.linalg.det(a64) * np.linalg.inv(a64).T, rtol=2e-3, atol=2e-3)
+  dl, d, du = np.float32([0, 1, 2, 3]), np.float32([4, 5, 6, 7]), np.float32([1, 1, 1, 0])
+  full = np.diag(d) + np.diag(dl[1:], -1) + np.diag(du[:-1], 1)
+  np.testing.assert_allclose(ourjax.lax.linalg.tridiagonal_solve(dl, d, du, b),
+                             np.linalg.solve(full.astype(np.float64), b), rtol=1e-4, atol=1e-5)
+  t, z = sl.schur(a)
+  tc, zc = sl.rsf2csf(t, z)
+  np.testing.assert_allclose(zc @ tc @ np.conj(zc).T, a, rtol=1e-3, atol=1e-3)

@@ -32,6 +32,7 @@ import enum
 import numpy as np
 
 from ourjax import dtypes
+from ourjax.config import internal_promotion
 from ourjax.core import Primitive, ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax import _linalg_algorithms as alg
@@ -167,7 +168,9 @@ def _lowering(prim, single, max_n=None, widen=False):
         return out
       out = fn(*args)
       return list(out) if prim.multiple_results else [out]
-    closed = pe.trace_to_jaxpr(flat, list(avals_in), prim.name)
+    # (the algorithms mix dtypes and ranks as library code: the user's strict dtype / 'raise'
+    # rank promotion settings do not apply inside them)
+    closed = pe.trace_to_jaxpr(internal_promotion(flat), list(avals_in), prim.name)
     outs = ctx.inline(closed, list(operands))
     return outs if prim.multiple_results else outs[0]
 
@@ -717,6 +720,7 @@ _lowering(svd_p, alg.svd, max_n=_JACOBI_MAX_N, widen=True)
 # Compositions
 
 
+@internal_promotion       # (the band matrix is assembled with mixed dtypes and ranks)
 def tridiagonal_solve(dl, d, du, b, *, perturb_singular: bool = False):
   """Solve the tridiagonal systems with sub-diagonal ``dl`` (``dl[..., 0]`` unused), diagonal
   ``d`` and super-diagonal ``du`` (``du[..., -1]`` unused), all ``(..., m)``, for ``b``
