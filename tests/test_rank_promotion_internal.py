@@ -130,3 +130,14 @@ def test_linalg_under_strict_and_raise(strict_raise):
   t, z = sl.schur(a)
   tc, zc = sl.rsf2csf(t, z)
   np.testing.assert_allclose(zc @ tc @ np.conj(zc).T, a, rtol=1e-3, atol=1e-3)
+
+
+def test_mgrid_ogrid_mixed_ranges_under_strict(strict_raise):
+  # as JAX's: a complex-step (float) range and an int range share a dtype by standard promotion
+  g = jnp.mgrid[1:6:8j, 2:4]
+  assert g.dtype == np.float32
+  np.testing.assert_allclose(g, np.mgrid[1:6:8j, 2:4], rtol=1e-6)
+  o = jnp.ogrid[1:6:8j, 2:4]
+  assert [x.dtype for x in o] == [np.float32, np.float32]
+  for x, e in zip(o, np.ogrid[1:6:8j, 2:4]):
+    np.testing.assert_allclose(x, e, rtol=1e-6)
