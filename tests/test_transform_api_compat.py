@@ -168,3 +168,12 @@ def test_grad_argnums_error_shows_argnums_as_given(argnums):
   df = ourjax.grad(lambda x, y: x + y, argnums=argnums)
   with pytest.raises(TypeError, match=rf"argnums={re.escape(str(argnums))} requires at least 1 "):
     functools.partial(df, x=0.0)(y=1.0)
+
+
+def test_jaxpr_type_error_is_public():
+  from ourjax import core, errors
+  assert core.JaxprTypeError is errors.JaxprTypeError and issubclass(errors.JaxprTypeError,
+                                                                     TypeError)
+  v = core.Var(core.ShapedArray((), np.float32))
+  with pytest.raises(errors.JaxprTypeError, match="bound twice"):
+    core.typecheck_jaxpr(core.Jaxpr([], [v, v], [], [v]))
