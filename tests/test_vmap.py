@@ -455,7 +455,7 @@ def test_error_out_axes_none_for_a_batched_output():
       "at vmap out_axes[1], got axis spec None but output was batched on axis 0")):
     ourjax.vmap(lambda x: (x, x), out_axes=(0, None))(np.ones(2))
   with pytest.raises(ValueError, match=re.escape(
-      "vmap has mapped output (axis_name='foo') but out_axes is None")):
+      "vmap has mapped output (axis_name=foo) but out_axes is None")):
     ourjax.vmap(lambda x: x, out_axes=None, axis_name="foo")(np.ones(2))
 
 

@@ -275,7 +275,7 @@ def matchaxis(axis_size: int, src, dst, x, *, axis_name=None, where: str = ""):
     if src is not_mapped:
       return x
     if axis_name is not None:
-      raise ValueError(f"vmap has mapped output (axis_name={axis_name!r}) but out_axes is None")
+      raise ValueError(f"vmap has mapped output (axis_name={axis_name}) but out_axes is None")
     raise ValueError(f"vmap has mapped output but out_axes is None: at vmap out_axes{where}, "
                      f"got axis spec None but output was batched on axis {src}")
   nd = _ndim(x) + (1 if src is not_mapped else 0)
