@@ -75,7 +75,12 @@ def _flatten_axes(what: str, tree, axis_tree, values=None):
   out: list = []
   err = _expand_axis_spec(axis_tree, values, what, out)
   if err:
-    raise ValueError(f"{what} specification must be a tree prefix of the corresponding value, "
+    from ourjax._device_api import _prefix_mismatches
+    found = _prefix_mismatches(axis_tree, values, "", [], what, _is_axis_spec_leaf)
+    details = "".join(f"\n  {m}" for m in found)
+    # JAX's message (the mismatch details as tree_util's prefix errors give them), then ours
+    raise ValueError(f"{what} specification must be a tree prefix of the corresponding value; "
+                     f"\n  Mismatch details ({len(found)} found):{details}\n"
                      f"got specification {axis_tree} for value tree {tree}. (The mismatch: "
                      f"{err}.)")
   assert len(out) == tree.num_leaves

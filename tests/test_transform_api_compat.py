@@ -177,3 +177,12 @@ def test_jaxpr_type_error_is_public():
   v = core.Var(core.ShapedArray((), np.float32))
   with pytest.raises(errors.JaxprTypeError, match="bound twice"):
     core.typecheck_jaxpr(core.Jaxpr([], [v, v], [], [v]))
+
+
+def test_vmap_axes_prefix_error_has_jax_mismatch_details():
+  with pytest.raises(ValueError, match=r"(?s)vmap in_axes specification must be a tree prefix of "
+                     r"the corresponding value;.*Mismatch details \(1 found\).*different types at "
+                     r"key path\n    vmap in_axes\[0\]"):
+    ourjax.vmap(lambda x: x, in_axes=([0],))(jnp.ones(3))
+  with pytest.raises(ValueError, match=r"(?s)Mismatch details.*vmap out_axes\n"):
+    ourjax.vmap(lambda x: (x, x), out_axes=(0,))(jnp.ones(3))
