@@ -479,7 +479,7 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()):
     for c in ct_leaves:
       _check_arg(c, "linear_transpose")
     ct_avals = [get_aval(c) for c in ct_leaves]
-    if not all(c.shape == a.shape and (c.dtype == a.dtype or c.weak_type)
+    if not all(c.shape == a.shape and c.dtype == a.dtype      # (weak types too, as JAX)
                for c, a in zip(ct_avals, out_avals)):
       raise TypeError("cotangent type does not match function output, expected "
                       f"{[a.str_short() for a in out_avals]} but got "

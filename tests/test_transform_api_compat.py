@@ -186,3 +186,13 @@ def test_vmap_axes_prefix_error_has_jax_mismatch_details():
     ourjax.vmap(lambda x: x, in_axes=([0],))(jnp.ones(3))
   with pytest.raises(ValueError, match=r"(?s)Mismatch details.*vmap out_axes\n"):
     ourjax.vmap(lambda x: (x, x), out_axes=(0,))(jnp.ones(3))
+
+
+def test_linear_transpose_cotangent_dtype_must_match_output_dtype():
+  # JAX: a Python float cotangent (weak f32) for a complex output is a type mismatch
+  with pytest.raises(TypeError, match="cotangent type does not match"):
+    ourjax.linear_transpose(lambda x: 1j * x, 1.0)(1.0)
+  with pytest.raises(TypeError, match="cotangent type does not match"):
+    ourjax.linear_transpose(lambda x: x, 1.0)(1j)
+  ct, = ourjax.linear_transpose(lambda x: 2.0 * x, 1.0)(1.0)      # weak f32 for f32: fine
+  np.testing.assert_allclose(ct, 2.0)
