@@ -409,9 +409,12 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
           "differentiated (even if that returned value is a tuple or other container): for "
           "f(x) = (x, x), call f_vjp((2.0, 2.0)), not f_vjp(2.0, 2.0).")
     ct_leaves, ct_tree = tree_flatten(ct)
-    if ct_tree != tree:
-      raise TypeError(f"Tree structure of cotangent input {ct_tree}, does not match structure "
-                      f"of primal output {tree}.")
+    if ct_tree != tree:      # (JAX's ValueError and message)
+      raise ValueError(
+          "unexpected tree structure.\n\nThe argument to a VJP function returned by `jax.vjp` "
+          f"must match the pytree\nstructure of the differentiated function {fname}.\n\n"
+          f"But the tree structures differ:\n  * the cotangent has tree structure {ct_tree} "
+          f"but the output had {tree}.")
     cts = []
     for c, a in zip(ct_leaves, out_avals):
       _check_arg(c, "vjp")
