@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
+import time
 import weakref
 from typing import Callable
 
@@ -66,6 +68,7 @@ def _static_str(v) -> str:
   return r if len(r) <= 60 else r[:57] + "..."
 
 
+_log = logging.getLogger("ourjax")
 _JIT_CACHES = weakref.WeakKeyDictionary()
 _PRIVATE_FAST = weakref.WeakSet()    # jitted functions whose caches are their own (see below)
 
@@ -353,8 +356,13 @@ class JitWrapped:
       _events.fire("trace_to_jaxpr")
       flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
       times = _phases.begin(_fun_name(self.fun))
+      level = logging.WARNING if config.jax_log_compiles else logging.DEBUG
+      t0 = time.perf_counter() if _log.isEnabledFor(level) else None
       with _phases.collecting(times), _phases.phase("trace"):
         closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
+      if t0 is not None:      # (as JAX's: a WARNING with jax_log_compiles, else DEBUG)
+        _log.log(level, "Finished tracing %s for jit in %.6f sec", _fun_name(self.fun),
+                 time.perf_counter() - t0)
       sig = _Signature(_fun_name(self.fun), in_tree, tuple(avals), names,
                        self._donated(args, kwargs, names), out_tree[0])
       entry = _CacheEntry(closed, out_tree[0], reason, sig, times)

@@ -752,3 +752,23 @@ def test_static_and_donated_argnames_checks():
     ourjax.jit(NoSignature(), donate_argnames="a")(np.arange(4))
   np.testing.assert_array_equal(np.asarray(ourjax.jit(NoSignature())(np.arange(4))),
                                 np.arange(4))
+
+
+def test_tracing_is_logged_as_jax_does(caplog):
+  # "Finished tracing f for jit in ... sec": WARNING with jax_log_compiles, else DEBUG;
+  # clear_caches makes the next call trace again
+  def add(x):
+    return x * 2
+  f = ourjax.jit(add)
+  caplog.set_level(logging.DEBUG, logger="ourjax")
+  with ourjax.log_compiles(True):
+    f(np.arange(8))
+    ourjax.clear_caches()
+    f(np.arange(8))
+  warn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  assert sum(m.startswith("Finished tracing add for jit in ") for m in warn) == 2
+  caplog.clear()
+  ourjax.jit(lambda x: x + 1)(1.0)
+  assert any(r.levelno == logging.DEBUG and r.getMessage().startswith(
+      "Finished tracing <lambda> for jit") for r in caplog.records)
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
