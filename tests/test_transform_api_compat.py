@@ -196,3 +196,19 @@ def test_linear_transpose_cotangent_dtype_must_match_output_dtype():
     ourjax.linear_transpose(lambda x: x, 1.0)(1j)
   ct, = ourjax.linear_transpose(lambda x: 2.0 * x, 1.0)(1.0)      # weak f32 for f32: fine
   np.testing.assert_allclose(ct, 2.0)
+
+
+def test_config_flag_context_managers_have_value_and_get_global():
+  # as JAX's config States: jax.numpy_rank_promotion.value / .get_global()
+  flag = ourjax.numpy_rank_promotion
+  base = flag.get_global()
+  with flag("raise"):
+    assert flag.value == "raise" and flag.get_global() == base
+    with pytest.raises(ValueError):
+      jnp.ones((2, 3)) + jnp.ones(3)
+  assert flag.value == base
+
+  @ourjax.numpy_dtype_promotion("strict")
+  def strict_value():
+    return ourjax.numpy_dtype_promotion.value
+  assert strict_value() == "strict"
