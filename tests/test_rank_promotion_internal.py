@@ -141,3 +141,23 @@ def test_mgrid_ogrid_mixed_ranges_under_strict(strict_raise):
   assert [x.dtype for x in o] == [np.float32, np.float32]
   for x, e in zip(o, np.ogrid[1:6:8j, 2:4]):
     np.testing.assert_allclose(x, e, rtol=1e-6)
+
+
+def test_linalg_derivatives_under_strict_and_raise(strict_raise):
+  # the JVP rules of lu/triangular_solve and det's parity helper rank-promoted
+  r = np.random.RandomState(1)
+  a = r.randn(3, 4, 4).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+  a64 = a.astype(np.float64)
+  sign, logdet = jnp.linalg.slogdet(a)
+  ref_sign, ref_logdet = np.linalg.slogdet(a64)
+  np.testing.assert_allclose(sign, ref_sign)
+  np.testing.assert_allclose(logdet, ref_logdet, rtol=1e-5)
+  g = ourjax.grad(lambda x: jnp.sum(jnp.linalg.det(x)))(a)
+  np.testing.assert_allclose(g, np.linalg.det(a64)[:, None, None] *
+                             np.swapaxes(np.linalg.inv(a64), -1, -2), rtol=2e-3, atol=2e-3)
+  b = r.randn(3, 4, 2).astype(np.float32)
+  gs = ourjax.grad(lambda x: jnp.sum(jnp.linalg.solve(x, b)))(a)
+  eps = 1e-3
+  e = np.zeros_like(a64); e[0, 1, 2] = eps
+  fd = (np.sum(np.linalg.solve(a64 + e, b)) - np.sum(np.linalg.solve(a64 - e, b))) / (2 * eps)
+  np.testing.assert_allclose(gs[0, 1, 2], fd, rtol=2e-3, atol=2e-3)

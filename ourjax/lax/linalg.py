@@ -78,6 +78,7 @@ def _T(x):
   return _jnp().swapaxes(x, -1, -2)
 
 
+@internal_promotion
 def _mm(a, b):
   """The products inside derivative rules run at full precision (as JAX's)."""
   from ourjax.lax.dot import Precision
@@ -208,6 +209,7 @@ def _cholesky_impl(x):
   return out
 
 
+@internal_promotion
 def _cholesky_jvp(primals, tangents):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -303,6 +305,7 @@ def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, 
   return x if left_side else np.swapaxes(x, -1, -2)
 
 
+@internal_promotion
 def _tri_part(da, lower, unit_diagonal):
   jnp = _jnp()
   t = jnp.tril(da) if lower else jnp.triu(da)
@@ -311,6 +314,7 @@ def _tri_part(da, lower, unit_diagonal):
   return t
 
 
+@internal_promotion
 def _triangular_solve_jvp_a(da, a, b, *, left_side, lower, transpose_a, conjugate_a,
                             unit_diagonal):
   jnp = _jnp()
@@ -403,6 +407,7 @@ def _lu_impl(x):
   return [lus.reshape(x.shape), pivs.reshape(batch + (k,)), perms.reshape(batch + (m,))]
 
 
+@internal_promotion
 def _lu_jvp(primals, tangents):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -494,6 +499,7 @@ def _eigh_impl(x, *, lower, sort_eigenvalues):
   return [v, w]
 
 
+@internal_promotion
 def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -518,6 +524,7 @@ ad.jvp_rules[eigh_p] = _eigh_jvp
 _front_batcher(eigh_p)
 
 
+@internal_promotion
 def _eigh_single(a, *, lower, sort_eigenvalues):
   jnp = _jnp()
   a = jnp.tril(a) + jnp.tril(a, -1).T if lower else jnp.triu(a) + jnp.triu(a, 1).T
@@ -566,6 +573,7 @@ def _qr_impl(x, *, full_matrices):
   return [q, r]
 
 
+@internal_promotion
 def _qr_jvp_tall(q, r, dx):
   """Tangents of the reduced QR of a tall or square matrix (q m x n, r n x n): with
   X = dA R^{-1} and C = Q^H X, Omega = Q^H dQ is the skew-Hermitian matrix whose strict lower
@@ -582,6 +590,7 @@ def _qr_jvp_tall(q, r, dx):
   return _mm(q, omega - c) + x, _mm(c - omega, r), x, omega
 
 
+@internal_promotion
 def _qr_jvp(primals, tangents, *, full_matrices):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -666,6 +675,7 @@ def _svd_impl(x, *, full_matrices, compute_uv):
   return [s, u, vh]
 
 
+@internal_promotion
 def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
