@@ -102,7 +102,11 @@ def _differences(key, old, names) -> list:
       else:
         out.append((3, ("different input types:",
                         f"at {n}, now {_type_str(a)} and before {_type_str(b)}")))
-  if static_key != o_static:
+  try:
+    static_differs = bool(static_key != o_static)
+  except Exception:    # noqa: BLE001  (a static argument whose __eq__ raises)
+    static_differs = True
+  if static_differs:
     out.append((3, ("different value of static args:", f"now {static_key} and before {o_static}")))
   ctx = "Tracing context doesn't match, e.g. due to config or context manager."
   from ourjax._jit import TRACE_FLAGS

@@ -18,20 +18,21 @@ def _is_device_spec(d) -> bool:
   return isinstance(d, Sharding) or (hasattr(d, "platform") and hasattr(d, "id"))
 
 
-def _prefix_mismatches(prefix, full, path: str, out: list) -> list:
+def _prefix_mismatches(prefix, full, path: str, out: list, name: str = "device_put device",
+                       is_spec=_is_device_spec) -> list:
   """Where ``prefix`` (a pytree whose leaves are device specifications) fails to be a tree
   prefix of ``full``: one description per mismatching key path, all of them (JAX lists every
   mismatch of a device_put device tree).  ``None`` in ``prefix`` is an empty subtree, as in a
   pytree; it matches only an empty subtree of ``full``."""
-  if _is_device_spec(prefix):
+  if is_spec(prefix):
     return out
-  where = f"device_put device{path}"
+  where = f"{name}{path}"
   full_leaves = tree_util.tree_leaves(full)
   full_is_leaf = len(full_leaves) == 1 and full_leaves[0] is full
   if full_is_leaf or type(prefix) is not type(full):
     full_t = "a pytree leaf" if full_is_leaf else str(type(full))
     out.append(f"pytree structure error: different types at key path\n    {where}\nAt that key "
-               f"path, the prefix pytree device_put device has a subtree of type\n    "
+               f"path, the prefix pytree {name} has a subtree of type\n    "
                f"{type(prefix)}\nbut at the same key path the full pytree has a subtree of "
                f"different type\n    {full_t}.")
     return out
@@ -41,12 +42,12 @@ def _prefix_mismatches(prefix, full, path: str, out: list) -> list:
   except (ValueError, TypeError):
     full_level = tree_structure(full, is_leaf=lambda y: y is not full)
     out.append(f"pytree structure error: different numbers of pytree children at key path\n"
-               f"    {where}\nAt that key path, the prefix pytree device_put device has a "
+               f"    {where}\nAt that key path, the prefix pytree {name} has a "
                f"subtree {level} but the full pytree has {full_level}.")
     return out
   prefix_children = tree_util.tree_flatten_with_path(prefix, is_leaf=lambda y: y is not prefix)[0]
   for (key, p), f in zip(prefix_children, full_children):
-    _prefix_mismatches(p, f, path + tree_util.keystr(key), out)
+    _prefix_mismatches(p, f, path + tree_util.keystr(key), out, name, is_spec)
   return out
 
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
+import time
 import weakref
 from typing import Callable
 
 import numpy as np
 
-from ourjax import (_cache_miss, _compiler_options, _nan_check, _once, _phases, core, dtypes,
-                    errors)
+from ourjax import (_cache_miss, _compiler_options, _events, _nan_check, _once, _phases, core,
+                    dtypes, errors)
 from ourjax import _pytree as tree_util
 from ourjax.array import Array
 from ourjax.config import config, user_context_key
@@ -66,6 +68,7 @@ def _static_str(v) -> str:
   return r if len(r) <= 60 else r[:57] + "..."
 
 
+_log = logging.getLogger("ourjax")
 _JIT_CACHES = weakref.WeakKeyDictionary()
 _PRIVATE_FAST = weakref.WeakSet()    # jitted functions whose caches are their own (see below)
 
@@ -303,7 +306,7 @@ class JitWrapped:
                                                        "shape and dtype")
             diffs.append((3, f"argument {n}: {what} changed, now {a.str_short()} and before "
                           f"{b.str_short()}"))
-      if static_key != o_static:
+      if _differs(static_key, o_static):
         new_s = dict(static_key[0] + static_key[1]) if static_key else {}
         old_s = dict(o_static[0] + o_static[1]) if o_static else {}
         pnames = (_positional_params(self.fun) or ([],))[0]
@@ -313,7 +316,8 @@ class JitWrapped:
             nv = _static_str(new_s[k]) if k in new_s else "not passed"
             ov = _static_str(old_s[k]) if k in old_s else "not passed"
             diffs.append((3, f"static argument {nm}: now {nv} and before {ov}"))
-          elif new_s[k] != old_s[k] or hash(new_s[k]) != hash(old_s[k]):
+          elif (type(new_s[k]) is not type(old_s[k]) or _differs(new_s[k], old_s[k])
+                or hash(new_s[k]) != hash(old_s[k])):
             diffs.append((2, f"static argument {nm}: now {_static_str(new_s[k])} and before "
                           f"{_static_str(old_s[k])}"))
       if backend != o_backend:
@@ -349,10 +353,16 @@ class JitWrapped:
         _cache_miss.explain(self.fun, _fun_name(self.fun), key, self._cache, names,
                             core.user_frame())
       reason = self._explain_miss(key, names)
+      _events.fire("trace_to_jaxpr")
       flat, out_tree = flatten_fun(f, in_tree, check_outputs="jit")
       times = _phases.begin(_fun_name(self.fun))
+      level = logging.WARNING if config.jax_log_compiles else logging.DEBUG
+      t0 = time.perf_counter() if _log.isEnabledFor(level) else None
       with _phases.collecting(times), _phases.phase("trace"):
         closed = pe.trace_to_jaxpr(flat, list(avals), _fun_name(self.fun))
+      if t0 is not None:      # (as JAX's: a WARNING with jax_log_compiles, else DEBUG)
+        _log.log(level, "Finished tracing %s for jit in %.6f sec", _fun_name(self.fun),
+                 time.perf_counter() - t0)
       sig = _Signature(_fun_name(self.fun), in_tree, tuple(avals), names,
                        self._donated(args, kwargs, names), out_tree[0])
       entry = _CacheEntry(closed, out_tree[0], reason, sig, times)
@@ -397,6 +407,7 @@ class JitWrapped:
       flat = None   # (keeps no argument alive: a donated one must have no other owner)
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
+    _events.fire("jit_cpp_cache_miss")
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
     top = core.find_top_trace(leaves)
     if self.inline and not isinstance(top, core.EvalTrace):
@@ -508,6 +519,15 @@ class JitWrapped:
     if name.startswith("__") or not isinstance(d, dict) or name not in d:
       raise AttributeError(f"'JitWrapped' object has no attribute {name!r}")
     return d[name]
+
+
+def _differs(a, b) -> bool:
+  """``a != b`` for the miss explanation; a comparison that raises counts as a difference
+  (a static argument whose __eq__ raises is JAX's ValueError only on a possible cache hit)."""
+  try:
+    return bool(a != b)
+  except Exception:    # noqa: BLE001
+    return True
 
 
 def _exhausted_in(e, closed: core.ClosedJaxpr, fun):

@@ -13,6 +13,7 @@ only, until the block ends: another thread keeps seeing the global value.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 
@@ -122,6 +123,19 @@ class Config:
         del ov[name]
       else:
         ov[name] = old
+
+
+def internal_promotion(fn):
+  """``fn`` (a library-internal algorithm) run with standard dtype promotion and rank
+  promotion allowed: its mixed real/complex and broadcast-by-rank arithmetic is the library's,
+  not the user's, so ``jax_numpy_dtype_promotion='strict'`` / ``jax_numpy_rank_promotion=
+  'raise'`` do not apply inside it (JAX's implementations never trip them either)."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with config._override("jax_numpy_dtype_promotion", "standard"), \
+        config._override("jax_numpy_rank_promotion", "allow"):
+      return fn(*args, **kwargs)
+  return wrapped
 
 
 _DTYPE_PROMOTIONS = ("standard", "strict")
@@ -358,3 +372,33 @@ def make_user_context(default_value=None) -> UserContext:
 def user_context_key() -> tuple:
   """The current values of every user context (empty while none was made)."""
   return tuple(c.value for c in _USER_CONTEXTS) if _USER_CONTEXTS else ()
+
+
+class FlagState:
+  """A flag's context manager with JAX's ``State`` reading API: ``flag(v)`` sets the flag in a
+  block (this thread only), ``flag.value`` is its current value, ``flag.get_global()`` the
+  global one (what ``config.update`` set)."""
+
+  def __init__(self, name: str, fn):
+    self._name, self._fn = name, fn
+    functools.update_wrapper(self, fn)
+
+  def __call__(self, *args, **kwargs):
+    return self._fn(*args, **kwargs)
+
+  @property
+  def value(self):
+    return config.read(self._name)
+
+  def get_global(self):
+    return config._values[self._name]
+
+  def __repr__(self):
+    return f"<flag {self._name}={self.value!r}>"
+
+
+for _fn in (numpy_dtype_promotion, numpy_rank_promotion, default_matmul_precision,
+            explain_cache_misses, log_compiles, debug_nans, debug_infs, default_prng_impl,
+            enable_custom_prng, legacy_prng_key):
+  globals()[_fn.__name__] = FlagState("jax_" + _fn.__name__, _fn)
+del _fn

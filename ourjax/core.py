@@ -917,8 +917,7 @@ def pp_jaxpr(jaxpr: Jaxpr) -> str:
 # --- typechecking and evaluation ---
 
 
-class JaxprTypeError(TypeError):
-  pass
+from ourjax.errors import JaxprTypeError  # noqa: E402  (core.JaxprTypeError, as JAX's)
 
 
 def typecheck_jaxpr(jaxpr: Jaxpr) -> None:

@@ -78,6 +78,11 @@ class NonConcreteBooleanIndexError(IndexError):
     self.tracer = tracer
 
 
+class JaxprTypeError(TypeError):
+  """A jaxpr fails its type check (``core.check_jaxpr``): a variable bound twice or used before
+  it is bound, an equation's result types not its primitive's."""
+
+
 class UnexpectedTracerError(OurJaxError):
   """A tracer escaped the transformation that created it and was used later."""
 

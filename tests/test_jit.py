@@ -145,8 +145,10 @@ def test_static_args_are_part_of_the_key():
   assert len(f.calls) == 1
   assert np.asarray(g(np.ones(2, F32), 3))[0] == 3
   assert len(f.calls) == 2
-  g(np.ones(2, F32), 2.0)         # == and same hash as 2: the cached trace is reused (as JAX)
-  assert len(f.calls) == 2
+  g(np.ones(2, F32), 2.0)         # == and same hash as 2, but a float: traced again (as JAX)
+  assert len(f.calls) == 3
+  g(np.ones(2, F32), 2.0)
+  assert len(f.calls) == 3
 
 
 def test_static_args_compare_by_eq_and_hash():
@@ -453,9 +455,14 @@ def test_no_phase_times_when_disabled(caplog):
 
 
 def test_no_logs_when_disabled(caplog):
+  # as JAX: without jax_log_compiles nothing is logged at WARNING; "Compiling ..." and the
+  # phases' "Finished ..." records are DEBUG ones
   caplog.set_level(logging.DEBUG, logger="ourjax")
   ourjax.jit(lambda x: x + 1)(1.0)
-  assert not _compile_logs(caplog)
+  assert not [r for r in caplog.records if r.name == "ourjax" and r.levelno >= logging.WARNING]
+  debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+  assert any(m.startswith("Compiling <lambda>") for m in debug)
+  assert any(m.startswith("Finished compilation of <lambda>") for m in debug)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -745,3 +752,23 @@ def test_static_and_donated_argnames_checks():
     ourjax.jit(NoSignature(), donate_argnames="a")(np.arange(4))
   np.testing.assert_array_equal(np.asarray(ourjax.jit(NoSignature())(np.arange(4))),
                                 np.arange(4))
+
+
+def test_tracing_is_logged_as_jax_does(caplog):
+  # "Finished tracing f for jit in ... sec": WARNING with jax_log_compiles, else DEBUG;
+  # clear_caches makes the next call trace again
+  def add(x):
+    return x * 2
+  f = ourjax.jit(add)
+  caplog.set_level(logging.DEBUG, logger="ourjax")
+  with ourjax.log_compiles(True):
+    f(np.arange(8))
+    ourjax.clear_caches()
+    f(np.arange(8))
+  warn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  assert sum(m.startswith("Finished tracing add for jit in ") for m in warn) == 2
+  caplog.clear()
+  ourjax.jit(lambda x: x + 1)(1.0)
+  assert any(r.levelno == logging.DEBUG and r.getMessage().startswith(
+      "Finished tracing <lambda> for jit") for r in caplog.records)
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 
 import numpy as np
@@ -263,14 +264,16 @@ def _backend_module(name: str):
 
 
 def _log_compile(name: str, in_avals, reason: str | None) -> None:
+  """"Compiling ...": a WARNING with ``jax_log_compiles``, else a DEBUG record (as JAX's)."""
   from ourjax.config import config
-  if not config.jax_log_compiles:
+  level = logging.WARNING if config.jax_log_compiles else logging.DEBUG
+  if not log.isEnabledFor(level):
     return
   shapes = ", ".join(a.str_short() + (" (weak)" if a.weak_type else "") for a in in_avals)
   msg = f"Compiling {name or 'jit'} for arguments ({shapes})."
   if reason:
     msg += "\n" + reason
-  log.warning(msg)
+  log.log(level, msg)
 
 
 def _donation_of_jaxpr(closed, donated):
@@ -441,21 +444,31 @@ def _without_float0_results(closed):
 
 def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, donated=None):
   from ourjax.lowering import from_jaxpr
+  from ourjax import _events
   if any(a.dtype == dtypes.float0 for a in closed.out_avals):
     inner = _compile_jaxpr(_without_float0_results(closed), backend, name, keep_unused,
                            log_reason, times, donated)
     return Float0ResultsExecutable(inner, closed.out_avals)
+  _events.fire("lower_jaxpr_to_module")
+  _events.fire("pxla_cached_compilation")
   if core.jaxpr_calls_host(closed):
     # host callbacks: no compiled code calls back into Python yet, so the jaxpr is evaluated
     # (each callback then runs once per call, in program order, with concrete values)
     return JaxprEvaluator(closed, donated)
   try:
     times = _phases.begin(name, times)
+    debug = times is None and log.isEnabledFor(logging.DEBUG)
+    t0 = time.perf_counter() if debug else 0.0
     with _phases.collecting(times), _gc.paused():
       with _phases.phase("lower"):
         lowering = from_jaxpr.lower(closed, name, keep_unused=keep_unused)
+      if debug:
+        t1 = time.perf_counter()
+        log.debug("Finished jaxpr to HLO module conversion %s in %.6f sec", name, t1 - t0)
       exe = compile_lowering(lowering, closed, backend, name, log_reason,
                              donation_of(lowering, closed, donated))
+    if debug:
+      log.debug("Finished compilation of %s in %.6f sec", name, time.perf_counter() - t1)
     _phases.report(times)
     return exe
   except from_jaxpr.LoweringError as e:

@@ -158,6 +158,7 @@ def trace_batched(f: Callable, in_dims: Sequence, axis: AxisData, args: Sequence
     tracers_in = [BatchTracer(trace, x, d) if d is not not_mapped else x
                   for x, d in zip(args, in_dims)]
     outs = f(*tracers_in)
+    o = None
     for o in outs:
       _check_output_type(o)
     outs = [full_raise(trace, o) for o in outs]
@@ -274,7 +275,7 @@ def matchaxis(axis_size: int, src, dst, x, *, axis_name=None, where: str = ""):
     if src is not_mapped:
       return x
     if axis_name is not None:
-      raise ValueError(f"vmap has mapped output (axis_name={axis_name!r}) but out_axes is None")
+      raise ValueError(f"vmap has mapped output (axis_name={axis_name}) but out_axes is None")
     raise ValueError(f"vmap has mapped output but out_axes is None: at vmap out_axes{where}, "
                      f"got axis spec None but output was batched on axis {src}")
   nd = _ndim(x) + (1 if src is not_mapped else 0)

@@ -32,6 +32,7 @@ import enum
 import numpy as np
 
 from ourjax import dtypes
+from ourjax.config import internal_promotion
 from ourjax.core import Primitive, ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax import _linalg_algorithms as alg
@@ -77,6 +78,7 @@ def _T(x):
   return _jnp().swapaxes(x, -1, -2)
 
 
+@internal_promotion
 def _mm(a, b):
   """The products inside derivative rules run at full precision (as JAX's)."""
   from ourjax.lax.dot import Precision
@@ -167,7 +169,9 @@ def _lowering(prim, single, max_n=None, widen=False):
         return out
       out = fn(*args)
       return list(out) if prim.multiple_results else [out]
-    closed = pe.trace_to_jaxpr(flat, list(avals_in), prim.name)
+    # (the algorithms mix dtypes and ranks as library code: the user's strict dtype / 'raise'
+    # rank promotion settings do not apply inside them)
+    closed = pe.trace_to_jaxpr(internal_promotion(flat), list(avals_in), prim.name)
     outs = ctx.inline(closed, list(operands))
     return outs if prim.multiple_results else outs[0]
 
@@ -205,6 +209,7 @@ def _cholesky_impl(x):
   return out
 
 
+@internal_promotion
 def _cholesky_jvp(primals, tangents):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -300,6 +305,7 @@ def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, 
   return x if left_side else np.swapaxes(x, -1, -2)
 
 
+@internal_promotion
 def _tri_part(da, lower, unit_diagonal):
   jnp = _jnp()
   t = jnp.tril(da) if lower else jnp.triu(da)
@@ -308,6 +314,7 @@ def _tri_part(da, lower, unit_diagonal):
   return t
 
 
+@internal_promotion
 def _triangular_solve_jvp_a(da, a, b, *, left_side, lower, transpose_a, conjugate_a,
                             unit_diagonal):
   jnp = _jnp()
@@ -400,6 +407,7 @@ def _lu_impl(x):
   return [lus.reshape(x.shape), pivs.reshape(batch + (k,)), perms.reshape(batch + (m,))]
 
 
+@internal_promotion
 def _lu_jvp(primals, tangents):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -491,6 +499,7 @@ def _eigh_impl(x, *, lower, sort_eigenvalues):
   return [v, w]
 
 
+@internal_promotion
 def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -515,6 +524,7 @@ ad.jvp_rules[eigh_p] = _eigh_jvp
 _front_batcher(eigh_p)
 
 
+@internal_promotion
 def _eigh_single(a, *, lower, sort_eigenvalues):
   jnp = _jnp()
   a = jnp.tril(a) + jnp.tril(a, -1).T if lower else jnp.triu(a) + jnp.triu(a, 1).T
@@ -563,6 +573,7 @@ def _qr_impl(x, *, full_matrices):
   return [q, r]
 
 
+@internal_promotion
 def _qr_jvp_tall(q, r, dx):
   """Tangents of the reduced QR of a tall or square matrix (q m x n, r n x n): with
   X = dA R^{-1} and C = Q^H X, Omega = Q^H dQ is the skew-Hermitian matrix whose strict lower
@@ -579,6 +590,7 @@ def _qr_jvp_tall(q, r, dx):
   return _mm(q, omega - c) + x, _mm(c - omega, r), x, omega
 
 
+@internal_promotion
 def _qr_jvp(primals, tangents, *, full_matrices):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -663,6 +675,7 @@ def _svd_impl(x, *, full_matrices, compute_uv):
   return [s, u, vh]
 
 
+@internal_promotion
 def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
   jnp = _jnp()
   (x,), (dx,) = primals, tangents
@@ -717,6 +730,7 @@ _lowering(svd_p, alg.svd, max_n=_JACOBI_MAX_N, widen=True)
 # Compositions
 
 
+@internal_promotion       # (the band matrix is assembled with mixed dtypes and ranks)
 def tridiagonal_solve(dl, d, du, b, *, perturb_singular: bool = False):
   """Solve the tridiagonal systems with sub-diagonal ``dl`` (``dl[..., 0]`` unused), diagonal
   ``d`` and super-diagonal ``du`` (``du[..., -1]`` unused), all ``(..., m)``, for ``b``

@@ -19,6 +19,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ourjax import dtypes
+from ourjax.config import internal_promotion
 from ourjax.core import get_aval
 
 
@@ -88,6 +89,7 @@ def _check(lhs_shape, rhs_shape, gs_shape, dnums):
   return kind, r, gd, g, prefix, (lc, rc, lb, rb)
 
 
+@internal_promotion      # (its masks are built with jnp, by rank promotion)
 def ragged_dot_general(lhs, rhs, group_sizes, ragged_dot_dimension_numbers,
                        precision=None, preferred_element_type=None, group_offset=None,
                        out_sharding=None):

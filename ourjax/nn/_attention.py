@@ -14,6 +14,7 @@ import numpy as np
 
 from ourjax import dtypes, lax
 from ourjax import numpy as jnp
+from ourjax.config import internal_promotion
 
 
 def _mask_value(dtype) -> np.ndarray:
@@ -31,6 +32,7 @@ def _to_bnts(x, B, N, T, S, what):
   return jnp.broadcast_to(x, (B, N, T, S))
 
 
+@internal_promotion     # (a composition of jnp ops relying on promotion)
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None,
                           is_causal: bool = False, query_seq_lengths=None,
                           key_value_seq_lengths=None, local_window_size=None,

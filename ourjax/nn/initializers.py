@@ -15,6 +15,7 @@ import numpy as np
 from ourjax import dtypes
 from ourjax import numpy as jnp
 from ourjax import random
+from ourjax.config import internal_promotion
 
 __all__ = [
     "Initializer", "zeros", "ones", "constant", "uniform", "normal", "truncated_normal",
@@ -139,6 +140,7 @@ def _complex_polar(key, shape, dt, radius):
   return (r * jnp.exp(jnp.array(1j, dt) * theta.astype(dt))).astype(dt)
 
 
+@internal_promotion     # (a composition of jnp ops relying on promotion)
 def _complex_variance_scaling(key, shape, dt, distribution, variance):
   """Complex samples with ``E|z|^2 = variance``: 'normal' is the circular complex normal,
   'uniform' is uniform on a disk (radius ``sqrt(2 u)`` before scaling), 'truncated_normal' is

@@ -477,7 +477,9 @@ def unravel_index(indices, shape):
   if not dtypes.is_integer(dt):
     raise TypeError(f"unravel_index: only integer indices are allowed, got {dt.name}")
   out_dt = dt                   # the indices' dtype, as JAX's (the shape is weakly typed)
-  dt = dtypes.result_type(dt, dtypes.default_int_dtype())    # (computed at least this wide)
+  # computed at least as wide as the default int (NumPy's promotion: an internal widening, not
+  # the user-visible lattice, so it holds under jax_numpy_dtype_promotion='strict' too)
+  dt = dtypes.canonicalize_dtype(np.promote_types(dt, dtypes.default_int_dtype()))
   dims = list(shape) if isinstance(shape, (tuple, list)) or np.ndim(shape) == 1 else [shape]
   if any(isinstance(d, Tracer) and not core.is_concrete(d) for d in dims):
     return _unravel_traced_shape(indices, dims)

@@ -48,8 +48,10 @@ def _as_slices(key):
 
 
 def _common(arrays):
-  from ourjax.numpy._util import promote_dtypes
-  return promote_dtypes(*arrays) if len(arrays) > 1 else list(arrays)
+  """The grids' common dtype, by standard promotion whatever jax_numpy_dtype_promotion says
+  (as JAX's: a complex-step float range and an int range mix under strict promotion too)."""
+  from ourjax.numpy._util import promote_dtypes, internal_promotion
+  return internal_promotion(promote_dtypes)(*arrays) if len(arrays) > 1 else list(arrays)
 
 
 class _Mgrid:

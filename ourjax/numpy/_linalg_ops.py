@@ -291,7 +291,7 @@ def outer(a, b, out=None):
   from ourjax.numpy._ufuncs import multiply
   a, b = _operands("outer", a, b)
   a, b = ravel(a), ravel(b)
-  return multiply(lax.reshape(a, (get_aval(a).size, 1)), b)
+  return multiply(lax.reshape(a, (get_aval(a).size, 1)), lax.reshape(b, (1, get_aval(b).size)))
 
 
 def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):

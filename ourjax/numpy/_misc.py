@@ -197,6 +197,8 @@ def cov(m, y=None, rowvar: bool = True, bias: bool = False, ddof=None, fweights=
     from ourjax.numpy._gathers import take_1d
     fact = take_1d(fact, np.zeros((), np.int32))
   xc = lax.sub(x, lax.broadcast_in_dim(avg, get_aval(x).shape, (0,)))
+  if w is not None:     # (broadcast explicitly: no rank promotion inside the library)
+    w = lax.broadcast_in_dim(w, get_aval(xc).shape, (1,))
   xt = lax.transpose(xc if w is None else multiply(xc, w), (1, 0))
   c = lax.div(dot(xc, conjugate(xt)), lax.convert_element_type(fact, get_aval(xc).dtype))
   return squeeze(c)
@@ -385,7 +387,8 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
   a = ravel(_as_operand(a))
   edges = histogram_bin_edges(a, bins, range, weights)
   n = get_aval(edges).shape[0] - 1
-  a, edges = promote_dtypes_inexact(a, edges)
+  # the edges have a's inexact dtype: a is cast to it (no promotion, so strict promotion holds)
+  a = lax.convert_element_type(a, get_aval(edges).dtype)
   # as JAX's: a value's slot is searchsorted(edges, value, 'right') in 0..n+1, the last edge
   # itself counting in the last bin; slot 0 (below the range) and slot n+1 (above it, or NaN,
   # which sorts last) are dropped -- and with NaN edges every value falls outside

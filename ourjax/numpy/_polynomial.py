@@ -28,7 +28,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax.core import get_aval
 from ourjax.numpy._util import _as_operand, check_arraylike, check_static, promote_dtypes, \
-    promote_dtypes_inexact
+    promote_dtypes_inexact, internal_promotion
 
 __all__ = ["poly", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint", "polyfit",
            "roots"]
@@ -314,6 +314,7 @@ def _roots_with_zeros(p, num_leading_zeros):
   return jnp.where(jnp.arange(r.size) < r.size - num_leading_zeros, r, complex(np.nan, np.nan))
 
 
+@internal_promotion
 def _eigvals(a, hessenberg: bool = False):
   """Eigenvalues of the square matrix ``a`` (complex; see the module docstring for the
   algorithm).  ``hessenberg=True`` skips the reduction for a matrix that is already upper

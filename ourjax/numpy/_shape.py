@@ -845,14 +845,17 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
 
 
 def ediff1d(ary, to_end=None, to_begin=None):
+  """The differences of the flattened ``ary``; ``to_begin``/``to_end`` are cast to their dtype
+  (as JAX's and NumPy's), so no promotion is implied."""
   a = ravel(ary)
   out = diff(a)
+  dt = get_aval(out).dtype
   parts = []
   if to_begin is not None:
-    parts.append(ravel(asarray(to_begin)))
+    parts.append(ravel(asarray(to_begin, dtype=dt)))
   parts.append(out)
   if to_end is not None:
-    parts.append(ravel(asarray(to_end)))
+    parts.append(ravel(asarray(to_end, dtype=dt)))
   return concatenate(parts) if len(parts) > 1 else out
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax._keys import PRNGKeyArray
 from ourjax.array import Array
-from ourjax.config import config
+from ourjax.config import config, internal_promotion  # noqa: F401 (re-exported)
 from ourjax.core import Tracer, get_aval
 
 

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ourjax.config import internal_promotion
 from ourjax import dtypes
 from ourjax._eager_replay import replayed
 from ourjax.lax import linalg as lax_linalg
@@ -53,12 +54,14 @@ def _eye(n, dtype):
 # LU-based: det, slogdet, solve, inv
 
 
+@internal_promotion
 def _parity(pivots):
   jnp = _jnp()
   k = pivots.shape[-1]
   return jnp.sum(pivots != jnp.arange(k, dtype=pivots.dtype), axis=-1) % 2
 
 
+@internal_promotion
 def _det_from_lu(a):
   jnp = _jnp()
   lu, piv, _ = lax_linalg.lu(a)
@@ -66,6 +69,7 @@ def _det_from_lu(a):
   return jnp.where(_parity(piv) == 1, -d, d)
 
 
+@internal_promotion
 def _adjugate(a):
   """adj(a) = det(a) a^{-1}, from the SVD so that it stays finite (and correct) for singular
   matrices: a = U S Vh gives adj(a) = det(U) det(Vh) Vh^H adj(S) U^H, adj(S) the diagonal of the
@@ -127,6 +131,7 @@ class SlogdetResult(NamedTuple):   # a NamedTuple (so a pytree), as JAX's
   logabsdet: Any
 
 
+@internal_promotion
 def _lu_solve(lu, perm, b, trans=0):
   """Solve with the packed LU of ``a[perm] = L U``: ``a x = b`` (trans 0), ``a^T x = b`` (1) or
   ``a^H x = b`` (2); ``b`` is (..., n, k) with ``lu``'s batch dims."""
@@ -472,6 +477,7 @@ def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
   return _pinv_fn()(a, jnp.asarray(rtol))
 
 
+@internal_promotion
 def _pinv_core(a, rtol):
   jnp = _jnp()
   u, s, vh = svd(a, full_matrices=False)

@@ -283,6 +283,7 @@ def schur(a, output: str = "real"):
   return lax_linalg.schur(a)
 
 
+@_util.internal_promotion     # (Givens sweep written with mixed real/complex arithmetic)
 def rsf2csf(T, Z, check_finite: bool = True):
   """Real Schur form to complex Schur form: each 2 x 2 block of ``T`` (sub-diagonal entry above
   ``eps`` relative to its diagonal neighbours) is triangularized by a complex Givens rotation,
