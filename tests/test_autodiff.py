@@ -591,9 +591,12 @@ def test_vjp_cotangent_checks():
 
 def test_argnums_checks_and_forms():
   f = lambda x, y, z: x * y + z
-  with pytest.raises(TypeError, match="differentiating with respect to argnums=\\(3,\\) requires "
+  # (JAX's words: the argnums as given, an int or a tuple)
+  with pytest.raises(TypeError, match="differentiating with respect to argnums=3 requires "
                      "at least 4 positional arguments"):
     ourjax.grad(f, argnums=3)(1.0, 2.0, 3.0)
+  with pytest.raises(TypeError, match="argnums=\\(3,\\) requires at least 4"):
+    ourjax.grad(f, argnums=(3,))(1.0, 2.0, 3.0)
   assert float(ourjax.grad(f, argnums=1)(1.0, 2.0, 3.0)) == 1.0
   gx, gz = ourjax.grad(f, argnums=(0, 2))(1.0, 2.0, 3.0)
   assert (float(gx), float(gz)) == (2.0, 1.0)
