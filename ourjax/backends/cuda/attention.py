@@ -99,6 +99,65 @@ def _quad(b, x, op):
   return x
 
 
+def tile_copies(b, tid, threads: int, rows: int, limit: int, narrow: bool):
+  """``(issue, commit, wait)`` of the attention kernels' tile copies: ``issue(tile, S, G, base,
+  width, ld)`` starts this thread's 16-byte ``cp.async`` copies of rows ``tile*rows ...`` (of
+  ``width`` values, from element ``base`` of ``G``) into the shared tile ``S`` of rows padded
+  to ``ld`` values, rows at or past ``limit`` zero-filled; ``commit()`` closes a group,
+  ``wait(n)`` waits until at most ``n`` groups are in flight."""
+  def copy16(dst, src, nbytes):
+    _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+         "cp.async.cg.shared.global [$0], [g], 16, $2; }",
+         "l,l,r,~{memory}", [_saddr(b, dst), b.ptrtoint(src, I64), nbytes])
+
+  def commit():
+    _asm(b, "cp.async.commit_group;", "~{memory}", [])
+
+  def wait(n):
+    _asm(b, f"cp.async.wait_group {n};", "~{memory}", [])
+
+  def issue(tile, S, G, base, width, ld):
+    epv = 8 if narrow else 4
+    per_row = width // epv
+    for n in range(-(-rows * per_row // threads)):
+      ch = b.add(tid, i64(n * threads))
+      ok_ch = b.icmp_unsigned("<", ch, i64(rows * per_row))
+      r = b.udiv(ch, i64(per_row))
+      e = b.mul(b.urem(ch, i64(per_row)), i64(epv))
+      row = b.add(b.mul(tile, i64(rows)), r)
+      ok = b.and_(ok_ch, b.icmp_unsigned("<", row, i64(limit)))
+      src = b.add(base, b.add(b.mul(b.select(ok, row, i64(0)), i64(width)), e))
+      dst = shared_ptr(b, S, b.trunc(b.select(ok_ch, b.add(b.mul(r, i64(ld)), e), i64(0)),
+                                     I32))
+      nbytes = b.select(ok, ir.Constant(I32, 16), ir.Constant(I32, 0))
+      if rows * per_row % threads:       # (the last round's spare threads copy nothing)
+        with b.if_then(ok_ch):
+          copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
+      else:
+        copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
+  return issue, commit, wait
+
+
+def row_pair(b, S, ld, row, col):
+  """Two 16-bit values of row ``row`` of shared tile ``S`` (``col`` even) as one word."""
+  p = shared_ptr(b, S, b.trunc(b.add(b.mul(row, i64(ld)), col), I32))
+  return b.load(b.bitcast(p, ir.PointerType(I32, addrspace=3)))
+
+
+def column_pair(b, S, ld, row, col):
+  """``S[row][col]`` (the low half) and ``S[row + 1][col]`` of a 16-bit shared tile as one
+  word."""
+  lo, hi = (b.zext(b.load(shared_ptr(b, S, b.trunc(b.add(b.mul(r, i64(ld)), col), I32))), I32)
+            for r in (row, b.add(row, i64(1))))
+  return b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
+
+
+def pack_pair(b, kind: str, lo, hi):
+  """Two f32 values rounded into one word of two ``kind`` (bf16, f16) values."""
+  return _asm(b, f"cvt.rn.{kind}x2.f32 $0, $2, $1;", "=r,f,f", [lo, hi], ret=I32,
+              side_effect=False)
+
+
 class FlashAttention(GpuKernel):
   """``out[b] = softmax(q[b] k[b]ᵀ * scale) v[b]`` for every batch entry ``b`` (row-major
   ``[B, Tq, D]``, ``[B, Tk, D]``, ``[B, Tk, Dv]`` buffers, any ``Tq`` and ``Tk``); the module
@@ -189,38 +248,7 @@ class FlashAttention(GpuKernel):
           regs.append(_rna(b, b.select(inside[h], b.fmul(x, c), zero)))
         qfr.append(regs)
 
-    def copy16(dst, src, nbytes):
-      _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
-           "cp.async.cg.shared.global [$0], [g], 16, $2; }",
-           "l,l,r,~{memory}", [_saddr(b, dst), b.ptrtoint(src, I64), nbytes])
-
-    def commit():
-      _asm(b, "cp.async.commit_group;", "~{memory}", [])
-
-    def wait(n):
-      _asm(b, f"cp.async.wait_group {n};", "~{memory}", [])
-
-    def issue(tile, S, G, base, width, ld):
-      """This thread's 16-byte chunks of keys ``tile*BK ...`` (rows of ``width`` values) into
-      the shared tile ``S`` (rows past Tk zero-filled)."""
-      epv = 8 if narrow else 4
-      per_row = width // epv
-      for n in range(-(-BK * per_row // T)):
-        ch = b.add(tid, i64(n * T))
-        ok_ch = b.icmp_unsigned("<", ch, i64(BK * per_row))
-        r = b.udiv(ch, i64(per_row))
-        e = b.mul(b.urem(ch, i64(per_row)), i64(epv))
-        key = b.add(b.mul(tile, i64(BK)), r)
-        ok = b.and_(ok_ch, b.icmp_unsigned("<", key, i64(Tk)))
-        src = b.add(base, b.add(b.mul(b.select(ok, key, i64(0)), i64(width)), e))
-        dst = shared_ptr(b, S, b.trunc(b.select(ok_ch, b.add(b.mul(r, i64(ld)), e), i64(0)),
-                                       I32))
-        nbytes = b.select(ok, ir.Constant(I32, 16), ir.Constant(I32, 0))
-        if BK * per_row % T:       # (the last round's spare threads copy nothing)
-          with b.if_then(ok_ch):
-            copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
-        else:
-          copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
+    issue, commit, wait = tile_copies(b, tid, T, BK, Tk, narrow)
 
     def ks(row, col):
       return b.load(shared_ptr(b, Ks, b.trunc(b.add(b.mul(row, i64(ldk)), col), I32)))
@@ -232,16 +260,13 @@ class FlashAttention(GpuKernel):
       return b.bitcast(x, I32)
 
     def k_pair(row, col):     # two 16-bit values of a K row (col even) as one word
-      p = shared_ptr(b, Ks, b.trunc(b.add(b.mul(row, i64(ldk)), col), I32))
-      return b.load(b.bitcast(p, ir.PointerType(I32, addrspace=3)))
+      return row_pair(b, Ks, ldk, row, col)
 
     def v_pair(row, col):     # v[row][col] (low half) and v[row + 1][col]
-      lo, hi = (b.zext(vs(r, col), I32) for r in (row, b.add(row, i64(1))))
-      return b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
+      return column_pair(b, Vs, ldv, row, col)
 
     def pack(lo, hi):         # two f32 values rounded into one word of 16-bit values
-      return _asm(b, f"cvt.rn.{self.kind}x2.f32 $0, $2, $1;", "=r,f,f", [lo, hi], ret=I32,
-                  side_effect=False)
+      return pack_pair(b, self.kind, lo, hi)
 
     NI, ND = BK // 8, Dv // 8
     if self.scores is not None:

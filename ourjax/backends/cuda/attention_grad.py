@@ -34,15 +34,16 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.attention import (F32, _ex2, _fmax, _quad, _rna, causal,
-                                            refuses as refuses_forward)
+                                            column_pair, pack_pair, refuses as refuses_forward,
+                                            row_pair, tile_copies)
 from ourjax.backends.cuda.codegen import (GpuKernel, barrier, launch_bounds, shared_array,
                                           shared_ptr, sreg64)
-from ourjax.backends.cuda.dots import _asm, _mma, _saddr
+from ourjax.backends.cuda.dots import _asm, _mma
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.elemental import Emitter
 from ourjax.backends.llvm.emitter import Index
-from ourjax.backends.llvm.emitter import I32, I64, i64
+from ourjax.backends.llvm.emitter import I32, i64
 
 ROWS = 64           # rows a block (4 warps of 16)
 THREADS = 128
@@ -176,55 +177,20 @@ class FlashAttentionGrad(GpuKernel):
       afr2 = frags(DOp, o_base, Dv)        # dP = dO vᵀ
       G1, G2, base1, base2 = Kp, Vp, k_base, v_base
 
-    def copy16(dst, src, nbytes):
-      _asm(b, "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
-           "cp.async.cg.shared.global [$0], [g], 16, $2; }",
-           "l,l,r,~{memory}", [_saddr(b, dst), b.ptrtoint(src, I64), nbytes])
-
-    def commit():
-      _asm(b, "cp.async.commit_group;", "~{memory}", [])
-
-    def wait(n):
-      _asm(b, f"cp.async.wait_group {n};", "~{memory}", [])
-
-    def issue(tile, S, G, base, width, ld):
-      """This thread's 16-byte chunks of walked rows ``tile*BT ...`` (of ``width`` values)
-      into the shared tile ``S`` (rows past the end zero-filled)."""
-      epv = 8 if narrow else 4
-      per_row = width // epv
-      for n in range(-(-BT * per_row // THREADS)):
-        ch = b.add(tid, i64(n * THREADS))
-        ok_ch = b.icmp_unsigned("<", ch, i64(BT * per_row))
-        r = b.udiv(ch, i64(per_row))
-        e = b.mul(b.urem(ch, i64(per_row)), i64(epv))
-        row = b.add(b.mul(tile, i64(BT)), r)
-        ok = b.and_(ok_ch, b.icmp_unsigned("<", row, i64(Twalk)))
-        src = b.add(base, b.add(b.mul(b.select(ok, row, i64(0)), i64(width)), e))
-        dst = shared_ptr(b, S, b.trunc(b.select(ok_ch, b.add(b.mul(r, i64(ld)), e), i64(0)),
-                                       I32))
-        nbytes = b.select(ok, ir.Constant(I32, 16), ir.Constant(I32, 0))
-        if BT * per_row % THREADS:
-          with b.if_then(ok_ch):
-            copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
-        else:
-          copy16(dst, b.gep(G, [src], inbounds=True), nbytes)
+    issue, commit, wait = tile_copies(b, tid, THREADS, BT, Twalk, narrow)
 
     def sh(S, ld, row, col):
       return b.bitcast(b.load(shared_ptr(b, S, b.trunc(b.add(b.mul(row, i64(ld)), col), I32))),
                        I32)
 
     def sh_pair(S, ld, row, col):     # two 16-bit values of a row (col even) as one word
-      p = shared_ptr(b, S, b.trunc(b.add(b.mul(row, i64(ld)), col), I32))
-      return b.load(b.bitcast(p, ir.PointerType(I32, addrspace=3)))
+      return row_pair(b, S, ld, row, col)
 
     def sh_column_pair(S, ld, row, col):   # S[row][col] (low half) and S[row + 1][col]
-      lo, hi = (b.zext(b.load(shared_ptr(b, S, b.trunc(b.add(b.mul(r, i64(ld)), col), I32))),
-                       I32) for r in (row, b.add(row, i64(1))))
-      return b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
+      return column_pair(b, S, ld, row, col)
 
     def pack(lo, hi):                 # two f32 values rounded into one word of 16-bit values
-      return _asm(b, f"cvt.rn.{self.kind}x2.f32 $0, $2, $1;", "=r,f,f", [lo, hi], ret=I32,
-                  side_effect=False)
+      return pack_pair(b, self.kind, lo, hi)
 
     NI = BT // 8
 
