@@ -264,6 +264,16 @@ def _canonical(comp: Computation, x: Instruction, perm, before: Instruction, mad
   return t
 
 
+def _refusal(refuses, o, qkv, perms, others, dots):
+  """Why the backend's ``refuses`` (or differing element types of q, k, v and ``others``)
+  keeps the match of ``o`` unfused; None when it is fused."""
+  dts = {x.dtype for x in tuple(qkv) + tuple(others)}
+  if len(dts) != 1:
+    return f"element types {sorted(dtype_name(t) for t in dts)} differ"
+  canon = [tuple(x.dims[i] for i in p) for x, p in zip(qkv, perms)]
+  return refuses(o.dtype, *canon, dots)
+
+
 def _fuse_backward(comp: Computation, o: Instruction, refuses_grad, made) -> None:
   """Where the probabilities of the attention ending in ``o`` are read by its backward
   (``attention_grad``), that backward as one ``attention-grad`` instruction, so that the
@@ -281,11 +291,8 @@ def _fuse_backward(comp: Computation, o: Instruction, refuses_grad, made) -> Non
     return
   q, k, v, scale, inner, perms, path, base = fwd
   dq, dk, dv, do = m[:4]
-  canon = [tuple(x.dims[i] for i in p) for x, p in zip((q, k, v), perms)]
-  dts = {x.dtype for x in (q, k, v, o, do, dq, dk, dv)}
-  why = (f"element types {sorted(dtype_name(t) for t in dts)} differ" if len(dts) != 1 else
-         refuses_grad(o.dtype, *canon, [o, dq, dk, dv, m[7][0]] +
-                      [x for x in inner if x.opcode == "dot"]))
+  why = _refusal(refuses_grad, o, (q, k, v), perms, (o, do, dq, dk, dv),
+                 [o, dq, dk, dv, m[7][0]] + [x for x in inner if x.opcode == "dot"])
   if why:
     module.note(PASS, f"%{o.name}: backward not fused: {why}")
     return
@@ -322,10 +329,8 @@ def run_on(comp: Computation, refuses, refuses_grad=None) -> bool:
       module.note(PASS, f"%{o.name} not fused: {m}")
       continue
     q, k, v, scale, inner, perms, path, base = m
-    dts = {x.dtype for x in (q, k, v, o)}
-    canon = [tuple(x.dims[i] for i in p) for x, p in zip((q, k, v), perms)]
-    why = (f"element types {sorted(dtype_name(t) for t in dts)} differ" if len(dts) != 1 else
-           refuses(o.dtype, *canon, [o] + [x for x in inner if x.opcode == "dot"]))
+    why = _refusal(refuses, o, (q, k, v), perms, (o,),
+                   [o] + [x for x in inner if x.opcode == "dot"])
     if why:
       module.note(PASS, f"%{o.name} not fused: {why}")
       continue
