@@ -138,6 +138,38 @@ def tile_copies(b, tid, threads: int, rows: int, limit: int, narrow: bool):
   return issue, commit, wait
 
 
+def a_fragments(b, G, base, width: int, t, inside, clamped, narrow: bool, mul=None) -> list:
+  """mma A fragments of a thread's two rows (``clamped``, zeros where not ``inside``) of the
+  row-major matrix at element ``base`` of ``G`` (rows of ``width``), one list of 4 registers
+  per k step: tf32, a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4) of each 8 columns,
+  times ``mul`` and rounded (``cvt.rna``); 16-bit, words of two values a0 (g, 2t..), a1
+  (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..) of each 16 columns (``mul`` unused: the
+  kernels scale the products)."""
+  out = []
+  if narrow:
+    Gw = b.bitcast(G, I32.as_pointer())
+    for kk in range(width // 16):
+      regs = []
+      for h, dk in ((0, 0), (1, 0), (0, 8), (1, 8)):
+        off = b.add(base, b.add(b.mul(clamped[h], i64(width)),
+                                b.add(b.mul(t, i64(2)), i64(16 * kk + dk))))
+        w = b.load(b.gep(Gw, [b.udiv(off, i64(2))], inbounds=True))
+        regs.append(b.select(inside[h], w, ir.Constant(I32, 0)))
+      out.append(regs)
+    return out
+  zero = ir.Constant(ir.FloatType(), 0.0)
+  for kk in range(width // 8):
+    regs = []
+    for h, dk in ((0, 0), (1, 0), (0, 4), (1, 4)):
+      off = b.add(base, b.add(b.mul(clamped[h], i64(width)), b.add(t, i64(8 * kk + dk))))
+      x = b.load(b.gep(G, [off], inbounds=True))
+      if mul is not None:
+        x = b.fmul(x, mul)
+      regs.append(_rna(b, b.select(inside[h], x, zero)))
+    out.append(regs)
+  return out
+
+
 def row_pair(b, S, ld, row, col):
   """Two 16-bit values of row ``row`` of shared tile ``S`` (``col`` even) as one word."""
   p = shared_ptr(b, S, b.trunc(b.add(b.mul(row, i64(ld)), col), I32))
@@ -228,25 +260,7 @@ class FlashAttention(GpuKernel):
     c = ir.Constant(F, float(np.float32(self.scale * (1.0 if self.scores else log2e))))
     inside = [b.icmp_unsigned("<", r, i64(Tq)) for r in rows]
     clamped = [b.select(ok, r, i64(Tq - 1)) for ok, r in zip(inside, rows)]
-    qfr = []
-    if narrow:    # words of two values: a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3
-      Qw = b.bitcast(Q, I32.as_pointer())
-      for kk in range(D // 16):
-        regs = []
-        for h, dk in ((0, 0), (1, 0), (0, 8), (1, 8)):
-          off = b.add(q_base, b.add(b.mul(clamped[h], i64(D)),
-                                    b.add(b.mul(t, i64(2)), i64(16 * kk + dk))))
-          w = b.load(b.gep(Qw, [b.udiv(off, i64(2))], inbounds=True))
-          regs.append(b.select(inside[h], w, ir.Constant(I32, 0)))
-        qfr.append(regs)
-    else:         # scaled for ex2 here: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
-      for kk in range(D // 8):
-        regs = []
-        for h, dk in ((0, 0), (1, 0), (0, 4), (1, 4)):
-          off = b.add(q_base, b.add(b.mul(clamped[h], i64(D)), b.add(t, i64(8 * kk + dk))))
-          x = b.load(b.gep(Q, [off], inbounds=True))
-          regs.append(_rna(b, b.select(inside[h], b.fmul(x, c), zero)))
-        qfr.append(regs)
+    qfr = a_fragments(b, Q, q_base, D, t, inside, clamped, narrow, None if narrow else c)
 
     issue, commit, wait = tile_copies(b, tid, T, BK, Tk, narrow)
 

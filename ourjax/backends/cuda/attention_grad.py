@@ -33,7 +33,7 @@ import math
 import llvmlite.ir as ir
 import numpy as np
 
-from ourjax.backends.cuda.attention import (F32, _ex2, _fmax, _quad, _rna, causal,
+from ourjax.backends.cuda.attention import (F32, _ex2, _fmax, _quad, _rna, a_fragments, causal,
                                             column_pair, pack_pair, refuses as refuses_forward,
                                             row_pair, tile_copies)
 from ourjax.backends.cuda.codegen import (GpuKernel, barrier, launch_bounds, shared_array,
@@ -139,32 +139,7 @@ class FlashAttentionGrad(GpuKernel):
     c = ir.Constant(F, float(np.float32(self.scale * (1.0 if self.scores else math.log2(math.e)))))
 
     def frags(G, base, width, mul=None):
-      """A fragments of this thread's two rows of ``G`` (rows of ``width``): a0 (g, t), a1
-      (g+8, t), a2 (g, t+4), a3 (g+8, t+4) of each 8-column step, rounded to tf32 (16-bit:
-      words of two values, a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..) of
-      each 16-column step; ``mul`` is then applied to the products instead)."""
-      out = []
-      if narrow:
-        Gw = b.bitcast(G, I32.as_pointer())
-        for kk in range(width // 16):
-          regs = []
-          for h, dk in ((0, 0), (1, 0), (0, 8), (1, 8)):
-            off = b.add(base, b.add(b.mul(clamped[h], i64(width)),
-                                    b.add(b.mul(t, i64(2)), i64(16 * kk + dk))))
-            w = b.load(b.gep(Gw, [b.udiv(off, i64(2))], inbounds=True))
-            regs.append(b.select(inside[h], w, ir.Constant(I32, 0)))
-          out.append(regs)
-        return out
-      for kk in range(width // 8):
-        regs = []
-        for h, dk in ((0, 0), (1, 0), (0, 4), (1, 4)):
-          off = b.add(base, b.add(b.mul(clamped[h], i64(width)), b.add(t, i64(8 * kk + dk))))
-          x = b.load(b.gep(G, [off], inbounds=True))
-          if mul is not None:
-            x = b.fmul(x, mul)
-          regs.append(_rna(b, b.select(inside[h], x, zero)))
-        out.append(regs)
-      return out
+      return a_fragments(b, G, base, width, t, inside, clamped, narrow, mul)
 
     cq = None if narrow else c             # (16-bit: the scale multiplies the products)
     cs = c if narrow else None
