@@ -412,21 +412,12 @@ class _Replay:
     return [regs[i] for i in self.out_slots]
 
   def run(self, values):
-    regs = self.template.copy()
-    for i, v in zip(self.in_slots, values):
-      regs[i] = v
     token = _set_quiet()      # (inf and NaN are values: no NumPy warnings, as ``rops.quietly``)
     try:
-      for rule, params, ins, outs, avals, multi in self.steps:
-        r = rule(*[regs[i] for i in ins], **params)
-        if multi:
-          for o, a, x in zip(outs, avals, r):
-            regs[o] = _coerce(x, a)
-        else:
-          regs[outs] = _coerce(r, avals)
+      vals = self.run_raw(values)
     finally:
       _reset_quiet(token)
-    res = [Array._from_result(regs[i], a) for i, a in zip(self.out_slots, self.out_avals)]
+    res = [Array._from_result(v, a) for v, a in zip(vals, self.out_avals)]
     if self.structure is None:
       return res[0]
     return self.structure(res)
