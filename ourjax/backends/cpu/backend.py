@@ -232,10 +232,7 @@ class _Planner(planning.Planner):
     """An ``attention`` instruction (``lowering/passes/attention.py``) as one
     ``AttentionKernel`` (``llvm/attention.py``) over its operands' buffers."""
     from ourjax.backends.llvm.attention import AttentionKernel
-    q, k, v = (self._as_buf(vals[o], o, steps) for o in instr.operands[:3])
-    fc = instr.attrs.get("calls")
-    leafmap = {} if fc is None else {
-        p: vals[o] for p, o in zip(fc.parameters[1:], instr.operands[3:])}
+    (q, k, v), leafmap = self._attention_operands(instr, vals, steps, 3)
     out = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
     kern = AttentionKernel(self._kname(), instr, q, k, v, out, leafmap)
     self.module.note("attention", f"%{instr.name}: {kern.tasks} blocks of {kern.BQ} query rows "

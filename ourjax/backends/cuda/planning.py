@@ -58,10 +58,7 @@ def _make_planner(cpu_be, module, info):
       """An ``attention`` instruction (``lowering/passes/attention.py``) as one
       ``FlashAttention`` kernel over its operands' buffers."""
       from ourjax.backends.cuda.attention import FlashAttention
-      q, k, v = (self._as_buf(vals[o], o, steps) for o in instr.operands[:3])
-      fc = instr.attrs.get("calls")
-      leafmap = {} if fc is None else {
-          p: vals[o] for p, o in zip(fc.parameters[1:], instr.operands[3:])}
+      (q, k, v), leafmap = self._attention_operands(instr, vals, steps, 3)
       out = want.get(instr) or self.temp(instr.dtype, instr.dims, instr.name)
       kern = FlashAttention(self._kname(), instr, q, k, v, out, leafmap)
       self.kernels.append(self._tag(kern))
@@ -72,15 +69,7 @@ def _make_planner(cpu_be, module, info):
       """An ``attention-grad`` instruction (``lowering/passes/attention_grad.py``) as the two
       ``FlashAttentionGrad`` kernels: dq (and the rows' statistics), then dk and dv."""
       from ourjax.backends.cuda.attention_grad import FlashAttentionGrad
-      q, k, v, o, do = (self._as_buf(vals[x], x, steps) for x in instr.operands[:5])
-      fc, gc = instr.attrs.get("calls"), instr.attrs.get("grad_calls")
-      rest = list(instr.operands[5:])
-      leafmap = {}
-      for c in (fc, gc):
-        if c is not None:
-          n = len(c.parameters) - 1
-          leafmap.update({p: vals[x] for p, x in zip(c.parameters[1:], rest[:n])})
-          rest = rest[n:]
+      (q, k, v, o, do), leafmap = self._attention_operands(instr, vals, steps, 5)
       outs = tuple(want.get(("elem", instr, i)) or self.temp(s.dtype, s.dims, f"{instr.name}.{i}")
                    for i, s in enumerate(instr.shape.tuple_shapes))
       rows = int(np.prod(q.dims[:-1], dtype=np.int64))

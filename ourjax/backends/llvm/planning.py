@@ -148,6 +148,19 @@ class Planner:
     self._copy_into(steps, spec, buf)
     return buf
 
+  def _attention_operands(self, instr, vals, steps, n):
+    """The first ``n`` operands of an ``attention`` or ``attention-grad`` instruction as
+    buffers, and the leafmap of its computations' parameters (``calls``, then ``grad_calls``:
+    the scores' and the gradient's modifications) to the values of the operands after them."""
+    bufs = [self._as_buf(vals[x], x, steps) for x in instr.operands[:n]]
+    rest, leafmap = list(instr.operands[n:]), {}
+    for c in (instr.attrs.get("calls"), instr.attrs.get("grad_calls")):
+      if c is not None:
+        m = len(c.parameters) - 1
+        leafmap.update({p: vals[x] for p, x in zip(c.parameters[1:], rest[:m])})
+        rest = rest[m:]
+    return bufs, leafmap
+
   def _kname(self):
     self.nk += 1
     return f"k{self.nk}"
