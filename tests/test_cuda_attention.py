@@ -132,17 +132,9 @@ def _masked_args(kind, B=2, H=3, T=6, S=9, D=4, seed=7):
 
 
 def _masked_want(kind, q, k, v, extra):
-  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-  T, S = q.shape[-2], k.shape[-2]
-  s = np.matmul(q, np.swapaxes(k, -1, -2)) / 2.0
-  if kind == "causal":
-    s = np.where(np.tril(np.ones((T, S), bool)), s, -1e9)
-  elif kind == "bias":
-    s = s + extra
-  elif kind == "padding":
-    s = np.where((np.arange(S)[None, :] < extra[:, None])[:, None, None, :], s, -np.inf)
-  e = np.exp(s - s.max(-1, keepdims=True))
-  return np.matmul(e / e.sum(-1, keepdims=True), v)
+  """``_masked(kind)`` in float64 (the CPU attention tests' reference; scale 1/2)."""
+  from test_cpu_attention import _want
+  return _want(q, k, v, 0.5, kind, extra)
 
 
 @pytest.mark.parametrize("kind", ["causal", "bias", "padding"])
