@@ -93,6 +93,16 @@ def test_kernel_kinds(compiled_cases):
   assert kinds["dot_epilogue_residual_tt"] == ["StridedTranspose", "WgmmaDot"]
   assert kinds["dot_epilogue_batched_bf16"] == ["WgmmaDot"]
   assert kinds["dot_epilogue_simt"] == ["SimtDot", "Elementwise"]
+  # f32 A stored M-major with a K-major B: the register form, no copy; a weight gradient
+  # (both operands k-outermost) copies the smaller operand, here B (64 columns, not A's 384)
+  ks = {n: compiled_cases[n].runtime_executable().kernels
+        for n in ("dot_wgmma_tt", "dot_wgmma_wgrad_small_b")}
+  assert [(type(k).__name__, getattr(k, "mode", None)) for k in ks["dot_wgmma_tt"]] == [
+      ("WgmmaDot", "rs")]
+  copies = [k for k in ks["dot_wgmma_wgrad_small_b"] if type(k).__name__ == "StridedTranspose"]
+  assert [(k.R, k.C) for k in copies] == [(64, 4096)], copies
+  assert [k.mode for k in ks["dot_wgmma_wgrad_small_b"] if type(k).__name__ == "WgmmaDot"] \
+      == ["rs"]
   assert kinds["dot_split_k"] == ["SimtDot", "SplitKSum"]      # the epilogue in the sum
   for name, k in kinds.items():     # sort and scatter cases reach the parallel kernels
     if "sort" in name or name == "top_k":
