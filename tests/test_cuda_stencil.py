@@ -100,7 +100,8 @@ def test_reads_that_are_not_shifts_are_refused(fn):
     _offsets_of(fn, (64,))
 
 
-def test_rk4_scan_step_is_one_chain_and_one_finishing_launch():
+def test_rk4_scan_step_is_one_chain_and_one_finishing_launch(monkeypatch):
+  monkeypatch.setenv("OURJAX_CUDA_TIME_BLOCKING", "0")       # (one iteration per launch)
   exe, chains = _chains(_rk(), *_rk_args(4096))
   assert len(chains) == 1
   (ch,) = chains

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ourjax.backends.cuda import codegen, horizontal, stencil
+from ourjax.backends.cuda import codegen, horizontal, stencil, time_blocking
 from ourjax.backends.cuda.program import _renamed
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning as LP
@@ -185,6 +185,9 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   if stencil.enabled():
     steps = stencil.chain_steps(steps, info, LP.KernelStep)
   steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep)
+  if stencil.enabled() and time_blocking.enabled():
+    steps = time_blocking.block_loops(steps, planner.temp,
+                                      lambda m: module.note("time_blocking", m))
   if horizontal.enabled():
     steps = horizontal.merge_steps(steps, info, LP.KernelStep)
   planner.kernels = _kernels_in(steps)    # (what the transformations left)

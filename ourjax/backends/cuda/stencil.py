@@ -59,6 +59,9 @@ MAX_HALO = 64
 MAX_SHARED_BYTES = 40 << 10
 #: The most distinct offsets tracked per value (more: not a stencil).
 MAX_OFFSETS = 64
+#: The most kernels sharing no buffer with a chain that may sit between its kernels (and run
+#: after it instead): a loop's scalar updates.
+MAX_SKIPPED = 8
 
 
 def enabled() -> bool:
@@ -213,7 +216,8 @@ class _Stage:
 class StencilChain(GpuKernel):
   """Stages computed block by block over tiles of the last axis (module docstring)."""
 
-  def __init__(self, name, stages, n, staged, globals_out, partial_bufs):
+  def __init__(self, name, stages, n, staged, globals_out, partial_bufs, extra_reads=(),
+               extra_writes=()):
     self.stages, self.n = list(stages), n
     self.staged = set(staged)             # id(Buf) of outputs kept in shared memory
     self.globals_out = set(globals_out)   # id(Buf) of outputs also written to memory
@@ -235,8 +239,13 @@ class StencilChain(GpuKernel):
         if id(x) not in seen:
           seen.add(id(x))
           reads.append(x)
-    super().__init__(name, reads, writes, work=sum(
+    super().__init__(name, reads + list(extra_reads), writes + list(extra_writes), work=sum(
         math.prod(st.dims) for st in self.stages))
+
+  def share_key(self, buf):
+    """Staged values with equal keys share one shared-memory array (time blocking's
+    iterations reuse theirs); here every staged value has its own."""
+    return id(buf)
 
   def launch(self, info):
     return (self.tiles, 1, 1), (BLOCK, 1, 1), 0
@@ -248,39 +257,54 @@ class StencilChain(GpuKernel):
     tid = sreg64(b, "tid.x")
     # id(Buf) -> (shared-memory pointer, window length, window start, axis length, dtype)
     arrays = {}
+    sizes = {}               # share key -> elements of its array (the widest window's)
+    for st in self.stages:
+      for _, buf in st.outputs:
+        if id(buf) in self.staged:
+          k = self.share_key(buf)
+          n = math.prod(buf.dims[:-1]) * (TILE + st.lo + st.hi)
+          sizes[k] = max(sizes.get(k, 0), n)
+    shared = {}
     for st in self.stages:
       win, base = _window(b, st, t0)
       for _, buf in st.outputs:
         if id(buf) in self.staged:
-          rows = math.prod(buf.dims[:-1])
-          gv = codegen.shared_array(mod, E.storage_type(buf.dtype), rows * win,
-                                    f"{self.name}_s{len(arrays)}")
-          p = b.gep(gv, [ir.Constant(I32, 0), ir.Constant(I32, 0)], inbounds=True)
-          arrays[id(buf)] = (p, win, base, st.dims[-1], buf.dtype)
-    pending = set()          # staged values written since the last barrier
+          k = self.share_key(buf)
+          if k not in shared:
+            gv = codegen.shared_array(mod, E.storage_type(buf.dtype), sizes[k],
+                                      f"{self.name}_s{len(shared)}")
+            shared[k] = b.gep(gv, [ir.Constant(I32, 0), ir.Constant(I32, 0)], inbounds=True)
+          arrays[id(buf)] = (shared[k], win, base, st.dims[-1], buf.dtype)
+    pending = set()          # arrays written since the last barrier
+    read = set()             # arrays read since the last barrier
     for j, st in enumerate(self.stages):
       staged = {leaf: arrays[id(spec)] for leaf, spec in st.leafmap.items()
                 if isinstance(spec, K.Buf) and id(spec) in arrays}
-      if any(id(st.leafmap[leaf]) in pending for leaf in staged):
+      rkeys = {self.share_key(st.leafmap[leaf]) for leaf in staged}
+      wkeys = {self.share_key(buf) for _, buf in st.outputs if id(buf) in arrays}
+      if rkeys & pending or wkeys & (pending | read):
         codegen.barrier(b)   # (stages that read none of each other's values share a phase)
         pending.clear()
+        read.clear()
       leaves = K._make_leaves(b, {k: v for k, v in st.leafmap.items() if k not in staged}, ptr)
       em = _StagedEmitter(b, leaves, staged)
       if st.kind == "elementwise":
         self._elementwise(b, em, st, t0, tid, arrays, ptr)
       else:
         self._partials(b, em, st, t0, tid, ptr, j)
-      pending |= {id(buf) for _, buf in st.outputs if id(buf) in arrays}
+      read |= rkeys
+      pending |= wkeys
 
   def _elementwise(self, b, em, st, t0, tid, arrays, ptr):
     dims = st.dims
     lead = dims[:-1]
     rows = math.prod(lead)
     win, base = _window(b, st, t0)
-    with E.ForLoop(b, tid, rows * win, "e", step=i64(BLOCK)) as lp:
+    # (a loop over the rows around one over the window: no division per element)
+    with E.ForLoop(b, 0, rows, "er") as rl, E.ForLoop(b, tid, win, "e", step=i64(BLOCK)) as wl:
       em.push_scope()
-      r = b.udiv(lp.index, i64(win))
-      w = b.urem(lp.index, i64(win))
+      r, w = rl.index, wl.index
+      slot = b.add(b.mul(r, i64(win), flags=["nuw", "nsw"]), w, flags=["nuw", "nsw"])
       pos = _wrap(b, b.add(base, w), dims[-1])
       multi = (E.delinearize(b, r, lead) if lead else []) + [pos]
       idx = Index(b, dims, multi=multi)
@@ -292,7 +316,7 @@ class StencilChain(GpuKernel):
       for (instr, buf), v in zip(st.outputs, vals):
         a = arrays.get(id(buf))
         if a is not None:
-          E.store_element(b, v, a[0], lp.index, buf.dtype)
+          E.store_element(b, v, a[0], slot, buf.dtype)
       if any(id(buf) in self.globals_out for _, buf in st.outputs):
         with b.if_then(own):
           for (instr, buf), v in zip(st.outputs, vals):
@@ -326,6 +350,9 @@ class StencilChain(GpuKernel):
                                       f"{self.name}_r{j}_{jr}")
       with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
         tile = sreg64(b, "ctaid.x")
+        row = getattr(st, "row", None)       # (time blocking: a row per iteration, an i64)
+        if row is not None:
+          tile = b.add(tile, b.mul(row, i64(self.tiles)))
         for v, p, dt in zip(vals, parts, red.dtypes):
           v = E.convert_value(b, v, dt, p.dtype) if p.dtype != np.dtype(dt) else v
           E.store_element(b, v, ptr(p), tile, p.dtype)
@@ -532,6 +559,15 @@ def _finish_leaves(fin) -> dict:
   return keep
 
 
+def _independent(others, kernels) -> bool:
+  """Whether ``others`` share no buffer with ``kernels`` that either writes (so that they may
+  run before or after them alike)."""
+  w = {id(x) for k in kernels for x in k.writes}
+  r = {id(x) for k in kernels for x in k.reads}
+  return not any(id(x) in w for o in others for x in o.reads) and \
+      not any(id(x) in w or id(x) in r for o in others for x in o.writes)
+
+
 def chain_steps(steps, info, step_type, readers=None):
   """``steps`` with each run of consecutive stencil kernels made one ``StencilChain`` (module
   docstring); loops' and conditionals' steps are chained inside."""
@@ -552,38 +588,60 @@ def chain_steps(steps, info, step_type, readers=None):
       out.append(s)
       i += 1
       continue
-    # the longest run from here that forms a chain
-    run = []
+    # the stencil kernels from here on (the longest run that forms a chain is taken), and
+    # between them kernels that share no buffer with them (a loop's scalar updates), which
+    # then run before the chain
+    idx, skipped = [], 0
     j = i
-    while j < len(steps) and _kernel(steps[j]) is not None and \
-        _stage_of(_kernel(steps[j])) is not None:
-      run.append(_kernel(steps[j]))
+    while j < len(steps) and _kernel(steps[j]) is not None:
+      kj = _kernel(steps[j])
+      if _stage_of(kj) is not None:
+        idx.append(j)
+      elif not idx or skipped == MAX_SKIPPED or \
+          not _independent([kj], [_kernel(steps[x]) for x in idx]):
+        break
+      else:
+        skipped += 1
       j += 1
     done = False
-    for end in range(len(run), 1, -1):
-      kernels = run[:end]
-      fin = None
+    for end in range(len(idx), 1, -1):
+      members = idx[:end]
+      kernels = [_kernel(steps[x]) for x in members]
+      inside = set(members)
+      between = [x for x in range(i, members[-1] + 1) if x not in inside]
+      if not _independent([_kernel(steps[x]) for x in between], kernels):
+        continue
+      fin = fin_at = None
       if kernels[-1].__class__ is reductions.SplitPartials:
-        nxt = _kernel(steps[i + end]) if i + end < len(steps) else None
+        x = members[-1] + 1
+        while x < min(len(steps), members[-1] + 1 + MAX_SKIPPED) and \
+            _kernel(steps[x]) is not None and \
+            type(_kernel(steps[x])) is not reductions.SplitFinish:
+          x += 1
+        nxt = _kernel(steps[x]) if x < len(steps) else None
         if type(nxt) is not reductions.SplitFinish or nxt.partials != kernels[-1].partials:
           continue
-        fin = nxt
-      members = {id(x) for x in kernels}
+        more = list(range(members[-1] + 1, x))
+        if not _independent([_kernel(steps[y]) for y in more], kernels + [nxt]):
+          continue
+        fin, fin_at = nxt, x
+        between += more
+      member_ids = {id(k) for k in kernels}
       outside = {b for b, ks in readers.items()
-                 if any(id(x) not in members and x is not fin for x in ks)}
+                 if any(id(k) not in member_ids and k is not fin for k in ks)}
       fin_leaves = _finish_leaves(fin) if fin is not None else {}
       outside |= {id(x) for x in K._leaf_bufs(fin_leaves)}
       chain = _plan_chain(kernels, outside, kernels[0].name + "_st")
       if chain is None:
         continue
+      out.extend(steps[x] for x in between)
       out.append(step_type(same_origin(chain, kernels[0])))
-      i += end
       if fin is not None:
         last = chain.stages[-1]
         new = reductions.SplitFinish(fin.name, fin.dims, fin.outputs, fin.prefetch,
                                      last.partials, fin_leaves, chain.tiles, fin.tails)
         out.append(step_type(same_origin(new, fin)))
-        i += 1
+      i = (fin_at if fin is not None else members[-1]) + 1
       done = True
       break
     if not done:

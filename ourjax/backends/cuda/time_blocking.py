@@ -1,0 +1,464 @@
+"""Time blocking: a loop whose body is one stencil chain runs several iterations per launch.
+
+A loop of known trip count over a stencil (``lax.scan`` of an ODE integrator of coupled
+oscillators, an explicit heat-equation step) plans to one ``StencilChain`` per iteration
+(``stencil.py``), the scalar updates of the loop's counter, and, for a scan that stacks a
+reduction per step (``ys[t] = mean(s**2)``), the ``SplitFinish`` combining the chain's
+partials and storing them into their row.  Each launch costs more than an iteration's work,
+so here the loop runs ``K`` iterations per launch (the "temporal blocking" of stencil codes):
+
+* ``TimeBlockedChain``: the chain's stages repeated ``K`` times in one kernel.  Iteration
+  ``t`` reads, from shared memory, the state iteration ``t - 1`` left there (the first reads it
+  from memory); a block computes its tile widened by the halo ``K`` iterations need: each
+  iteration's stencil reach added up, found by ``stencil._analyse`` over the repeated stages.
+  Only the last iteration's state goes to memory; each iteration's reduction partials go to
+  their own row of a ``K x tiles`` buffer.  The iterations' staged values share two sets of
+  shared-memory arrays (even and odd iterations), with a barrier wherever a stage would write
+  an array that another stage read since the last one.  Thread 0 of block 0 also runs the
+  scalar state's updates ``K`` times (the counter), keeping each iteration's value in a
+  ``K + 1`` element snapshot.
+* ``BatchedFinish``: every iteration's ``SplitFinish`` (its serial tails included: the store
+  into the stacked output) in one launch of one block, iteration after iteration, each reading
+  its own row of partials and its iteration's scalar state from the snapshot.  The finishes
+  run in the loop's order, so whatever they write ends as the loop leaves it.
+
+Values are those of the unblocked loop bit for bit: every element is computed from the same
+operands in the same order (halo positions are computed by several blocks alike), and each
+reduction combines the same per-tile partials.
+
+Applied where the body is exactly that (a chain whose memory outputs are the loop's next
+state, scalar ``Elementwise`` updates of scalar state, at most one ``SplitFinish`` of the
+chain's partials that reads scalar state only), the loop runs double-buffered (its state and
+next buffers alternate), and some ``K`` from ``MAX_ITERATIONS`` down to 2 divides the trip
+count and keeps the halo within ``stencil.MAX_HALO`` and the arrays within
+``stencil.MAX_SHARED_BYTES``.  ``OURJAX_CUDA_TIME_BLOCKING=0`` turns it off.
+"""
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from ourjax.backends.cuda import codegen, reductions, stencil
+from ourjax.backends.cuda.codegen import I32, GpuKernel, sreg64
+from ourjax.backends.llvm import emitter as E
+from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm.emitter import Emitter, Index, i64
+from ourjax.backends.llvm.kernel_info import same_origin
+from ourjax.config import env_switch
+
+__all__ = ["block_loops", "TimeBlockedChain", "BatchedFinish", "enabled", "MAX_ITERATIONS"]
+
+#: The most iterations one launch runs (the halo grows by an iteration's reach with each).
+MAX_ITERATIONS = 16
+
+
+def enabled() -> bool:
+  return env_switch("OURJAX_CUDA_TIME_BLOCKING")
+
+
+def _view(b, base, row):
+  """``base + row`` elements (a row of a snapshot or partials buffer)."""
+  return b.gep(base, [row], inbounds=True)
+
+
+class TimeBlockedChain(stencil.StencilChain):
+  """``iterations`` iterations of a stencil chain's ``stages`` in one launch (module
+  docstring).  Every stage runs over the same window, the tile and ``lo``/``hi`` positions
+  either side: the halo that all the iterations need, so a value near the window's edge may be
+  wrong (computed from reads clamped into the window) while the values a tile's own positions
+  depend on never are.  ``states``: (state Buf, next Buf) pairs; the state is copied from
+  memory into shared memory first, each iteration writes the next state into the array the
+  previous one did not, and the last is copied to memory at the end.  ``scalars``: the scalar
+  updates, (Elementwise kernel, {id(state Buf): snapshot}, {id(next Buf): snapshot});
+  ``inits``: (state Buf, snapshot) pairs copied into row 0 first; ``finals``: (next Buf,
+  snapshot) pairs given the last row at the end."""
+
+  def __init__(self, name, stages, n, lo, hi, states, partials, iterations, scalars=(),
+               inits=(), finals=()):
+    self.iterations, self.lo, self.hi = iterations, lo, hi
+    self.states = list(states)
+    self.scalars, self.inits, self.finals = list(scalars), list(inits), list(finals)
+    extra_r = [st for st, _ in self.states] + [st for st, _ in self.inits]
+    extra_w = [nx for _, nx in self.states] + [snap for _, snap in self.inits] + \
+        [nxt for nxt, _ in self.finals]
+    for kern, _reads, _writes in self.scalars:
+      extra_r.extend(K._leaf_bufs(kern.leafmap))
+    produced = {id(x) for st in stages for _, x in st.outputs}
+    super().__init__(name, stages, n, produced, set(), [[partials]] if partials else [],
+                     extra_r, extra_w)
+
+  def gpu_body(self, b, ptr):
+    if self.scalars:
+      first = b.and_(b.icmp_unsigned("==", sreg64(b, "ctaid.x"), i64(0)),
+                     b.icmp_unsigned("==", sreg64(b, "tid.x"), i64(0)))
+      with b.if_then(first):
+        self._scalar_updates(b, ptr)
+    mod = b.module
+    t0 = b.mul(sreg64(b, "ctaid.x"), i64(stencil.TILE), flags=["nuw", "nsw"])
+    tid = sreg64(b, "tid.x")
+    win = stencil.TILE + self.lo + self.hi
+    base = b.sub(t0, i64(self.lo))
+
+    def array(buf, tag):
+      rows = math.prod(buf.dims[:-1])
+      gv = codegen.shared_array(mod, E.storage_type(buf.dtype), rows * win,
+                                f"{self.name}_{tag}")
+      return b.gep(gv, [ir.Constant(I32, 0), ir.Constant(I32, 0)], inbounds=True)
+    nexts = {id(nx) for _, nx in self.states}
+    one = {}                 # id(Buf) -> its array (an iteration's intermediate values)
+    two = {}                 # id(next Buf) -> (array, array) (even and odd iterations')
+    for j, st in enumerate(self.stages):
+      for k, (_, buf) in enumerate(st.outputs):
+        if id(buf) in nexts:
+          two[id(buf)] = (array(buf, f"e{j}_{k}"), array(buf, f"o{j}_{k}"))
+        else:
+          one[id(buf)] = array(buf, f"s{j}_{k}")
+    # the state, from memory into the array the first iteration reads as the previous one's
+    for st, nx in self.states:
+      self._window_copy(b, st, nx, two[id(nx)][1], base, win, tid, ptr, into_shared=True)
+    with E.ForLoop(b, 0, self.iterations, "tb") as lp:
+      t = lp.index
+      codegen.barrier(b)     # (the previous iteration's values are all written and read)
+      even = b.icmp_unsigned("==", b.and_(t, i64(1)), i64(0))
+      arrays = {k: (v, win, base, self.n, None) for k, v in one.items()}
+      prev = {}
+      for k, (a0, a1) in two.items():
+        arrays[k] = (b.select(even, a0, a1), win, base, self.n, None)
+        prev[k] = (b.select(even, a1, a0), win, base, self.n, None)
+      state_of = {id(st): id(nx) for st, nx in self.states}
+      pending, read = set(), set()
+      for j, st in enumerate(self.stages):
+        staged = {}
+        for leaf, spec in st.leafmap.items():
+          if not isinstance(spec, K.Buf):
+            continue
+          if id(spec) in arrays:
+            a = arrays[id(spec)]
+          elif id(spec) in state_of:
+            a = prev[state_of[id(spec)]]
+          else:
+            continue
+          staged[leaf] = a[:4] + (spec.dtype,)
+        rkeys = {id(st.leafmap[leaf]) for leaf in staged}
+        wkeys = {id(buf) for _, buf in st.outputs}
+        if rkeys & pending or wkeys & (pending | read):
+          codegen.barrier(b)
+          pending.clear()
+          read.clear()
+        leaves = K._make_leaves(b, {k: v for k, v in st.leafmap.items() if k not in staged},
+                                ptr)
+        em = stencil._StagedEmitter(b, leaves, staged)
+        if st.kind == "elementwise":
+          outs = {id(buf): arrays[id(buf)][:4] + (buf.dtype,) for _, buf in st.outputs}
+          self._elementwise(b, em, st, t0, tid, outs, ptr)
+        else:
+          st.row = t
+          self._partials(b, em, st, t0, tid, ptr, j)
+        read |= rkeys
+        pending |= wkeys
+    codegen.barrier(b)
+    last = (self.iterations - 1) & 1
+    for st, nx in self.states:
+      self._window_copy(b, nx, nx, two[id(nx)][last], base, win, tid, ptr, into_shared=False)
+
+  def _window_copy(self, b, mem, like, arr, base, win, tid, ptr, into_shared):
+    """``mem`` (rows x n in memory) over the window into ``arr``, or the tile's own positions
+    of ``arr`` back into ``mem``."""
+    n = self.n
+    rows = math.prod(like.dims[:-1])
+    width = win if into_shared else stencil.TILE
+    with E.ForLoop(b, 0, rows, "wr") as rl, \
+        E.ForLoop(b, tid, width, "wc", step=i64(stencil.BLOCK)) as wl:
+      r, w = rl.index, wl.index
+      if into_shared:
+        pos = stencil._wrap(b, b.add(base, w), n)
+        v = E.load_element(b, ptr(mem), b.add(b.mul(r, i64(n)), pos), mem.dtype)
+        E.store_element(b, v, arr, b.add(b.mul(r, i64(win)), w), mem.dtype)
+      else:
+        pos = b.add(b.add(base, i64(self.lo)), w)
+        with b.if_then(b.icmp_signed("<", pos, i64(n))):
+          v = E.load_element(b, arr, b.add(b.mul(r, i64(win)), b.add(w, i64(self.lo))),
+                             mem.dtype)
+          E.store_element(b, v, ptr(mem), b.add(b.mul(r, i64(n)), pos), mem.dtype)
+
+  def _scalar_updates(self, b, ptr):
+    """Snapshot row 0 = the state; row t + 1 = the updates applied to row t; the next state
+    = the last row (one thread: each row is read by the thread that wrote it)."""
+    for st, snap in self.inits:
+      E.store_element(b, E.load_element(b, ptr(st), i64(0), st.dtype), ptr(snap), i64(0),
+                      st.dtype)
+    with E.ForLoop(b, 0, self.iterations, "tbs") as lp:
+      t = lp.index
+      t1 = b.add(t, i64(1))
+      for kern, reads, writes in self.scalars:
+        def at(buf, reads=reads, writes=writes):
+          if id(buf) in reads:
+            return _view(b, ptr(reads[id(buf)]), t)
+          if id(buf) in writes:
+            return _view(b, ptr(writes[id(buf)]), t1)
+          return ptr(buf)
+        em = Emitter(b, K._make_leaves(b, kern.leafmap, at))
+        K.store_outputs(b, em, kern.outputs, Index(b, (), linear=i64(0)), at)
+    for nxt, snap in self.finals:
+      v = E.load_element(b, ptr(snap), i64(self.iterations), nxt.dtype)
+      E.store_element(b, v, ptr(nxt), i64(0), nxt.dtype)
+
+
+class BatchedFinish(GpuKernel):
+  """A time-blocked loop's ``SplitFinish`` run once per iteration, in order, by one block
+  (module docstring): iteration ``t`` reads row ``t`` of ``partials`` (``tiles`` per row) and
+  its scalar state from row ``t`` of the snapshots (``snaps``: {id(state Buf): snapshot})."""
+
+  def __init__(self, name, fin, iterations, tiles, partials, snaps):
+    self.fin, self.iterations, self.tiles = fin, iterations, tiles
+    self.partials, self.snaps = partials, dict(snaps)
+    self._orig = fin.partials[0][0]
+    reads = [partials] + [x for x in fin.reads if x is not self._orig]
+    reads += list(self.snaps.values())
+    super().__init__(name, reads, fin.writes, work=fin.work * iterations)
+
+  def helpers(self):
+    return self.fin.helpers()
+
+  def launch(self, info):
+    _grid, block, shared = self.fin.launch(info)
+    return (1, 1, 1), block, shared
+
+  def gpu_body(self, b, ptr):
+    with E.ForLoop(b, 0, self.iterations, "it") as lp:
+      t = lp.index
+
+      def at(buf):
+        if buf is self._orig:
+          return _view(b, ptr(self.partials), b.mul(t, i64(self.tiles)))
+        snap = self.snaps.get(id(buf))
+        return ptr(buf) if snap is None else _view(b, ptr(snap), t)
+      self.fin.gpu_body(b, at)
+      codegen.barrier(b)       # (the next iteration's block reduction reuses the scratch)
+
+
+# ---------------------------------------------------------------------------------------------
+# forming blocked loops
+# ---------------------------------------------------------------------------------------------
+
+def block_loops(steps, new_temp, note=None):
+  """``steps`` with each loop that qualifies (module docstring) run ``K`` iterations per
+  launch; loops nested in loops and conditionals are looked at too.  ``new_temp(dtype, dims,
+  name)`` makes a temporary buffer; ``note(msg)`` reports each decision."""
+  for s in steps:
+    for attr in ("cond_steps", "body_steps"):
+      if hasattr(s, attr):
+        setattr(s, attr, block_loops(getattr(s, attr), new_temp, note))
+    if hasattr(s, "branches"):
+      s.branches = [block_loops(br, new_temp, note) for br in s.branches]
+    if hasattr(s, "body_steps") and s.trip_count is not None:
+      why = _block(s, new_temp)
+      if note is not None and why is not None and not why.startswith("-"):
+        note(f"{s.name}: {why}")
+  return steps
+
+
+def _block(s, new_temp) -> str | None:
+  """Block loop ``s`` in place; returns what was done, or why not ("-..." when the loop is
+  not of the kind at all, which is not worth a note)."""
+  if not s.double_buffered or not s.copies_back:
+    return "-not double-buffered"
+  n = s.trip_count
+  skip = {(id(c.src), id(c.dst)) for c in s.copies_back}
+  copies, body = [], []
+  for x in s.body_steps:
+    k = getattr(x, "kernel", None)
+    if k is None:
+      return "-control flow in the body"
+    if k.is_copy and (id(k.src), id(k.dst)) in skip:
+      copies.append(x)
+    else:
+      body.append(k)
+  chains = [k for k in body if type(k) is stencil.StencilChain]
+  if not chains:            # a body of one stencil kernel: a chain of one stage
+    big = [k for k in body if not (type(k) is codegen.Elementwise and k.dims == ())]
+    if len(big) != 1 or type(big[0]) is not codegen.Elementwise or \
+        stencil._stage_of(big[0]) is None:
+      return "-no stencil chain"
+    chains = [_OneStage(big[0])]
+  if len(chains) != 1:
+    return "-more than one stencil chain"
+  chain = chains[0]
+  state_of = {id(c.src): c.dst for c in s.copies_back}      # next -> state
+  next_of = {id(c.dst): c.src for c in s.copies_back}       # state -> next
+  fins = [k for k in body if type(k) is reductions.SplitFinish]
+  scal = [k for k in body if k is not getattr(chain, 'kernel', chain) and k not in fins]
+  if len(fins) > 1:
+    return "more than one reduction finish in the body"
+  fin = fins[0] if fins else None
+  last = chain.stages[-1]
+  if (fin is None) != (last.kind != "partials"):
+    return "the chain's reduction is not finished in the loop"
+  if fin is not None and [list(p) for p in fin.partials] != [list(p) for p in last.partials]:
+    return "the finish reads other partials"
+  written = {id(x) for k in body for x in k.writes}
+  # the chain: reads loop invariants and big state; writes next state (and its partials)
+  states = []
+  for x in chain.reads:
+    if id(x) in next_of:
+      if not x.dims:
+        return "the chain reads a scalar loop state"
+      states.append(x)
+    elif id(x) in written:
+      return f"the chain reads %{x.name}, written in the body"
+  chain_out = [x for st in chain.stages for _, x in st.outputs if id(x) in chain.globals_out]
+  if any(id(x) not in state_of for x in chain_out):
+    return "the chain writes memory other than the next state"
+  # scalar updates: next scalar state from scalar state and invariants
+  scalar_next = set()
+  for k in scal:
+    if type(k) is not codegen.Elementwise or k.dims != ():
+      return f"{type(k).__name__} {k.name} in the body"
+    for x in k.reads:
+      if id(x) in written or (id(x) in next_of and x.dims):
+        return f"{k.name} reads %{x.name}, written in the body"
+    for x in k.writes:
+      if id(x) not in state_of or x.dims:
+        return f"{k.name} writes %{x.name}, not a scalar loop state"
+      scalar_next.add(id(x))
+  if {id(x) for x in chain_out} | scalar_next != set(state_of):
+    return "a loop state not updated by the chain or a scalar kernel"
+  if fin is not None:
+    fin_own = {id(x) for x in fin.writes}
+    parts = {id(p) for p in last.partials[0]}
+    for x in fin.reads:
+      if id(x) in parts or id(x) in fin_own:
+        continue
+      if id(x) in next_of:
+        if x.dims:
+          return "the finish reads the big loop state"
+      elif id(x) in written:
+        return f"the finish reads %{x.name}, written in the body"
+    if any(id(x) in next_of or id(x) in state_of for x in fin.writes):
+      return "the finish writes loop state"
+    if len(last.partials[0]) != 1:
+      return "a reduction of several partials"
+    if fin.launch(_ANY_DEVICE)[0] != (1, 1, 1):
+      return "the finish is more than one block"
+  for K_ in range(min(MAX_ITERATIONS, n), 1, -1):
+    if n % K_:
+      continue
+    made = _make(chain, fin, scal, K_, states, next_of, state_of, new_temp)
+    if made is None:
+      continue
+    s.body_steps = [type(s.body_steps[0])(k) for k in made] + copies
+    s.trip_count = n // K_
+    s.time_blocked = K_
+    return f"{K_} iterations per launch ({n // K_} launches)"
+  return "no iteration count fits the halo and shared memory"
+
+
+class _OneStage:
+  """A stencil kernel seen as a chain of one stage (what ``_make`` reads of a chain)."""
+
+  def __init__(self, kernel):
+    self.kernel = kernel
+    self.stages = [stencil._stage_of(kernel)]
+    self.n = kernel.dims[-1]
+    self.tiles = -(-self.n // stencil.TILE)
+    self.name, self.reads = kernel.name, kernel.reads
+    self.globals_out = {id(x) for x in kernel.writes}
+
+
+class _AnyDevice:
+  """A device description for asking a finish its grid (which does not depend on it)."""
+  sm_count = 1
+
+
+_ANY_DEVICE = _AnyDevice()
+
+
+def _make(chain, fin, scal, iters, states, next_of, state_of, new_temp):
+  """The kernels of ``iters`` iterations per launch, or None when they do not fit."""
+  nexts = {id(next_of[id(x)]): x for x in states}          # next Buf id -> state Buf
+  window = _halo(chain, iters, next_of, nexts)
+  if window is None:
+    return None
+  lo, hi = window
+  win = stencil.TILE + lo + hi
+  # shared memory: each intermediate one array, each next state two
+  smem = 0
+  for st in chain.stages:
+    for _, buf in st.outputs:
+      smem += (2 if id(buf) in nexts else 1) * math.prod(buf.dims[:-1]) * win * \
+          max(1, buf.dtype.itemsize)
+  if smem > stencil.MAX_SHARED_BYTES:
+    return None
+  tiles = chain.tiles
+  partials = None
+  if chain.stages[-1].kind == "partials":
+    p = chain.stages[-1].partials[0][0]
+    partials = new_temp(p.dtype, (iters * tiles,), f"{p.name}.rows")
+  stages = []
+  for st in chain.stages:
+    new = stencil._Stage(st.kind, st.kernel, st.dims, st.outputs, st.leafmap, st.reduces,
+                         [[partials]] if st.kind == "partials" else ())
+    new.lo, new.hi = lo, hi
+    stages.append(new)
+  # each scalar state's snapshot: row 0 its value, row t + 1 its value after iteration t
+  snaps, inits, finals = {}, [], []
+  for k in scal:
+    for x in k.writes:
+      st = state_of[id(x)]
+      snaps[id(st)] = snap = new_temp(st.dtype, (iters + 1,), f"{st.name}.snap")
+      inits.append((st, snap))
+      finals.append((x, snap))
+  scalars = []
+  for k in scal:
+    reads = {id(x): snaps[id(x)] for x in K._leaf_bufs(k.leafmap) if id(x) in snaps}
+    writes = {id(x): snaps[id(state_of[id(x)])] for x in k.writes}
+    scalars.append((k, reads, writes))
+  pairs = [(x, next_of[id(x)]) for x in states]
+  tb = same_origin(TimeBlockedChain(f"{chain.name}_tb{iters}", stages, chain.n, lo, hi, pairs,
+                                    partials, iters, scalars, inits, finals),
+                   getattr(chain, "kernel", chain))
+  out = [tb]
+  if fin is not None:
+    if any(id(x) in next_of and id(x) not in snaps for x in fin.reads):
+      return None          # (a scalar state the finish reads but no update changes)
+    fsnaps = {id(x): snaps[id(x)] for x in fin.reads if id(x) in snaps}
+    out.append(same_origin(BatchedFinish(f"{fin.name}_b{iters}", fin, iters, tiles, partials,
+                                         fsnaps), fin))
+  return out
+
+
+def _halo(chain, iters, next_of, nexts):
+  """(lo, hi): the widest halo any stage needs when ``iters`` iterations follow a state read
+  whole from memory, found by ``stencil._analyse`` over the stages repeated ``iters + 1``
+  times (the first time standing for the state's copy into shared memory); None when it is
+  wider than ``stencil.MAX_HALO``."""
+  produced = {id(x) for st in chain.stages for _, x in st.outputs}
+  clones = {}
+
+  def out_buf(x, t):
+    if (id(x), t) not in clones:
+      clones[(id(x), t)] = K.Buf(x.dtype, x.dims, f"{x.name}.t{t}")
+    return clones[(id(x), t)]
+  stages = []
+  for t in range(iters + 1):
+    for st in chain.stages:
+      leafmap = {}
+      for leaf, spec in st.leafmap.items():
+        if isinstance(spec, K.Buf):
+          if id(spec) in produced:
+            spec = out_buf(spec, t)
+          elif t and id(spec) in next_of and id(next_of[id(spec)]) in nexts:
+            spec = out_buf(next_of[id(spec)], t - 1)
+        leafmap[leaf] = spec
+      stages.append(stencil._Stage(st.kind, st.kernel, st.dims,
+                                   [(i, out_buf(x, t)) for i, x in st.outputs], leafmap,
+                                   st.reduces, st.partials))
+  stages = stencil._analyse(stages)
+  if stages is None:
+    return None
+  per = len(chain.stages)
+  first = [st for st in stages[:per] if any(id(x) in nexts for _, x in chain.stages[
+      stages.index(st)].outputs)]
+  need = first + stages[per:]
+  return max(st.lo for st in need), max(st.hi for st in need)
