@@ -18,13 +18,15 @@ so here the loop runs ``K`` iterations per launch (the "temporal blocking" of st
   scalar state's updates ``K`` times (the counter), keeping each iteration's value in a
   ``K + 1`` element snapshot.
 * ``BatchedFinish``: every iteration's ``SplitFinish`` (its serial tails included: the store
-  into the stacked output) in one launch of one block, iteration after iteration, each reading
-  its own row of partials and its iteration's scalar state from the snapshot.  The finishes
-  run in the loop's order, so whatever they write ends as the loop leaves it.
+  into the stacked output) in one launch of one block, each reading its own row of partials
+  and its iteration's scalar state from the snapshot: a warp per iteration folds the partials,
+  then one thread computes the outputs iteration after iteration, in the loop's order, so
+  whatever they write ends as the loop leaves it.
 
-Values are those of the unblocked loop bit for bit: every element is computed from the same
-operands in the same order (halo positions are computed by several blocks alike), and each
-reduction combines the same per-tile partials.
+The state is that of the unblocked loop bit for bit: every element is computed from the same
+operands in the same order (halo positions are computed by several blocks alike); a reduction
+per step combines the same per-tile partials, a warp per iteration (another order than the
+unblocked finish's block of 128 threads).
 
 Applied where the body is exactly that (a chain whose memory outputs are the loop's next
 state, scalar ``Elementwise`` updates of scalar state, at most one ``SplitFinish`` of the
@@ -169,7 +171,7 @@ class TimeBlockedChain(stencil.StencilChain):
     rows = math.prod(like.dims[:-1])
     width = win if into_shared else stencil.TILE
     with E.ForLoop(b, 0, rows, "wr") as rl, \
-        E.ForLoop(b, tid, width, "wc", step=i64(stencil.BLOCK)) as wl:
+        E.ForLoop(b, tid, width, "wc", step=i64(self.block)) as wl:
       r, w = rl.index, wl.index
       if into_shared:
         pos = stencil._wrap(b, b.add(base, w), n)
@@ -221,21 +223,65 @@ class BatchedFinish(GpuKernel):
   def helpers(self):
     return self.fin.helpers()
 
+  @property
+  def parallel(self) -> bool:
+    """One output per finish: the folds of the iterations' partials run side by side, a warp
+    per iteration, and one thread then finishes them in order."""
+    return self.fin.nout == 1
+
   def launch(self, info):
+    if self.parallel:
+      return (1, 1, 1), (32 * min(self.iterations, 32), 1, 1), 0
     _grid, block, shared = self.fin.launch(info)
     return (1, 1, 1), block, shared
 
-  def gpu_body(self, b, ptr):
-    with E.ForLoop(b, 0, self.iterations, "it") as lp:
-      t = lp.index
+  def _at(self, b, ptr, t):
+    """``ptr`` for iteration ``t``: its row of partials, its row of each snapshot."""
+    def at(buf):
+      if buf is self._orig:
+        return _view(b, ptr(self.partials), b.mul(t, i64(self.tiles)))
+      snap = self.snaps.get(id(buf))
+      return ptr(buf) if snap is None else _view(b, ptr(snap), t)
+    return at
 
-      def at(buf):
-        if buf is self._orig:
-          return _view(b, ptr(self.partials), b.mul(t, i64(self.tiles)))
-        snap = self.snaps.get(id(buf))
-        return ptr(buf) if snap is None else _view(b, ptr(snap), t)
-      self.fin.gpu_body(b, at)
-      codegen.barrier(b)       # (the next iteration's block reduction reuses the scratch)
+  def gpu_body(self, b, ptr):
+    fin = self.fin
+    if not self.parallel:
+      with E.ForLoop(b, 0, self.iterations, "it") as lp:
+        fin.gpu_body(b, self._at(b, ptr, lp.index))
+        codegen.barrier(b)     # (the next iteration's block reduction reuses the scratch)
+      return
+    warps = min(self.iterations, 32)
+    tid = sreg64(b, "tid.x")
+    lane32 = b.trunc(b.and_(tid, i64(31)), I32)
+    em = Emitter(b, K._make_leaves(b, fin.leafmap, ptr))
+    reds = [reductions._Reducer(b, em, r) for r in fin.prefetch]
+    held = [[codegen.shared_array(b.module, v.type, self.iterations, f"{self.name}_a{j}_{k}")
+             for k, v in enumerate(red.ident)] for j, red in enumerate(reds)]
+
+    def slot(arr, t):
+      return b.gep(arr, [i64(0), t], inbounds=True)
+    # each iteration's partials folded by one warp
+    with E.ForLoop(b, b.lshr(tid, i64(5)), self.iterations, "ft", step=i64(warps)) as lp:
+      at = self._at(b, ptr, lp.index)
+      for red, parts, arrs in zip(reds, fin.partials, held):
+        vals = fin._fold(b, at, red, parts, i64(0), b.and_(tid, i64(31)), i64(32))
+        vals = reductions._warp_allreduce(b, red, vals, lane32)
+        with b.if_then(b.icmp_unsigned("==", lane32, ir.Constant(I32, 0))):
+          for v, arr in zip(vals, arrs):
+            b.store(v, slot(arr, lp.index))
+    codegen.barrier(b)
+    # the outputs (and the stores into the stacked results) in the loop's order
+    with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
+      with E.ForLoop(b, 0, self.iterations, "fo") as lp:
+        at = self._at(b, ptr, lp.index)
+        emt = Emitter(b, K._make_leaves(b, fin.leafmap, at))
+        oidx = Index(b, fin.dims, linear=i64(0))
+        for r, arrs in zip(fin.prefetch, held):
+          red = reductions._Reducer(b, emt, r)
+          vals = [b.load(slot(arr, lp.index)) for arr in arrs]
+          emt.remember(r, oidx, red.result(red.finish(vals)))
+        fin._outputs(b, emt, oidx, at)
 
 
 # ---------------------------------------------------------------------------------------------
