@@ -593,6 +593,19 @@ def _independent(others, kernels) -> bool:
       not any(id(x) in w or id(x) in r for o in others for x in o.writes)
 
 
+def _movable_before(k, before, after) -> bool:
+  """Whether kernel ``k``, between a chain's kernels ``before`` and ``after`` it, may run
+  before all of them: it reads nothing those before it write, and writes nothing those before
+  it touch or those after it write (those after it may read what it writes: they still do so
+  after it)."""
+  rd = {id(x) for x in k.reads}
+  wr = {id(x) for x in k.writes}
+  for m in before:
+    if any(id(x) in rd or id(x) in wr for x in m.writes) or any(id(x) in wr for x in m.reads):
+      return False
+  return not any(id(x) in wr for m in after for x in m.writes)
+
+
 def chain_steps(steps, info, step_type, readers=None):
   """``steps`` with each run of consecutive stencil kernels made one ``StencilChain`` (module
   docstring); loops' and conditionals' steps are chained inside."""
@@ -614,8 +627,8 @@ def chain_steps(steps, info, step_type, readers=None):
       i += 1
       continue
     # the stencil kernels from here on (the longest run that forms a chain is taken), and
-    # between them kernels that share no buffer with them (a loop's scalar updates), which
-    # then run before the chain
+    # between them kernels that may run before all of them (a loop's scalar work: a
+    # counter's increment, a forcing term of the time), which then do
     idx, skipped = [], 0
     j = i
     while j < len(steps) and _kernel(steps[j]) is not None:
@@ -623,7 +636,7 @@ def chain_steps(steps, info, step_type, readers=None):
       if _stage_of(kj) is not None:
         idx.append(j)
       elif not idx or skipped == MAX_SKIPPED or \
-          not _independent([kj], [_kernel(steps[x]) for x in idx]):
+          not _movable_before(kj, [_kernel(steps[x]) for x in idx], []):
         break
       else:
         skipped += 1
@@ -634,7 +647,10 @@ def chain_steps(steps, info, step_type, readers=None):
       kernels = [_kernel(steps[x]) for x in members]
       inside = set(members)
       between = [x for x in range(i, members[-1] + 1) if x not in inside]
-      if not _independent([_kernel(steps[x]) for x in between], kernels):
+      if not all(_movable_before(_kernel(steps[x]),
+                                 [_kernel(steps[m]) for m in members if m < x],
+                                 [_kernel(steps[m]) for m in members if m > x])
+                 for x in between):
         continue
       fin = fin_at = None
       if kernels[-1].__class__ is reductions.SplitPartials:

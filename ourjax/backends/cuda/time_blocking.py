@@ -71,31 +71,33 @@ class TimeBlockedChain(stencil.StencilChain):
   wrong (computed from reads clamped into the window) while the values a tile's own positions
   depend on never are.  ``states``: (state Buf, next Buf) pairs; the state is copied from
   memory into shared memory first, each iteration writes the next state into the array the
-  previous one did not, and the last is copied to memory at the end.  ``scalars``: the scalar
-  updates, (Elementwise kernel, {id(state Buf): snapshot}, {id(next Buf): snapshot});
-  ``inits``: (state Buf, snapshot) pairs copied into row 0 first; ``finals``: (next Buf,
-  snapshot) pairs given the last row at the end."""
+  previous one did not, and the last is copied to memory at the end.
+
+  Scalar work: ``scalars``, the body's kernels of one element in its order (a counter's
+  increment, a time step's, a forcing term of the time), run by thread 0 of every block for
+  all the iterations first, each value kept in shared memory per iteration (``sstates``:
+  (state, next, snapshot) triples, the state's values before each iteration and after the
+  last; ``stemps``: the temporaries they write, per iteration); a stage reads iteration
+  ``t``'s.  Block 0 also writes the states' values into their snapshots in memory (what the
+  finishes read) and the last into the next state."""
 
   def __init__(self, name, stages, n, lo, hi, states, partials, iterations, scalars=(),
-               inits=(), finals=()):
+               sstates=(), stemps=()):
     self.iterations, self.lo, self.hi = iterations, lo, hi
     self.states = list(states)
-    self.scalars, self.inits, self.finals = list(scalars), list(inits), list(finals)
-    extra_r = [st for st, _ in self.states] + [st for st, _ in self.inits]
-    extra_w = [nx for _, nx in self.states] + [snap for _, snap in self.inits] + \
-        [nxt for nxt, _ in self.finals]
-    for kern, _reads, _writes in self.scalars:
-      extra_r.extend(K._leaf_bufs(kern.leafmap))
-    produced = {id(x) for st in stages for _, x in st.outputs}
+    self.scalars, self.sstates, self.stemps = list(scalars), list(sstates), list(stemps)
+    extra_r = [st for st, _ in self.states] + [st for st, _, _ in self.sstates]
+    extra_w = [nx for _, nx in self.states] + [x for _, nx, g in self.sstates for x in (nx, g)]
+    mine = {id(x) for x in self.stemps} | {id(nx) for _, nx, _ in self.sstates}
+    for kern in self.scalars:
+      extra_r.extend(x for x in K._leaf_bufs(kern.leafmap) if id(x) not in mine)
+    # (staged: not read from memory by the stages: their values and the scalar temporaries)
+    produced = {id(x) for st in stages for _, x in st.outputs} | {id(x) for x in self.stemps}
     super().__init__(name, stages, n, produced, set(), [[partials]] if partials else [],
                      extra_r, extra_w)
 
   def gpu_body(self, b, ptr):
-    if self.scalars:
-      first = b.and_(b.icmp_unsigned("==", sreg64(b, "ctaid.x"), i64(0)),
-                     b.icmp_unsigned("==", sreg64(b, "tid.x"), i64(0)))
-      with b.if_then(first):
-        self._scalar_updates(b, ptr)
+    held = self._scalar_program(b, ptr) if self.scalars else {}
     mod = b.module
     t0 = b.mul(sreg64(b, "ctaid.x"), i64(stencil.TILE), flags=["nuw", "nsw"])
     tid = sreg64(b, "tid.x")
@@ -148,8 +150,11 @@ class TimeBlockedChain(stencil.StencilChain):
           codegen.barrier(b)
           pending.clear()
           read.clear()
+        def at(buf, t=t):
+          h = held.get(id(buf))
+          return ptr(buf) if h is None else _view(b, h, t)
         leaves = K._make_leaves(b, {k: v for k, v in st.leafmap.items() if k not in staged},
-                                ptr)
+                                at)
         em = stencil._StagedEmitter(b, leaves, staged)
         if st.kind == "elementwise":
           outs = {id(buf): arrays[id(buf)][:4] + (buf.dtype,) for _, buf in st.outputs}
@@ -184,27 +189,48 @@ class TimeBlockedChain(stencil.StencilChain):
                              mem.dtype)
           E.store_element(b, v, ptr(mem), b.add(b.mul(r, i64(n)), pos), mem.dtype)
 
-  def _scalar_updates(self, b, ptr):
-    """Snapshot row 0 = the state; row t + 1 = the updates applied to row t; the next state
-    = the last row (one thread: each row is read by the thread that wrote it)."""
-    for st, snap in self.inits:
-      E.store_element(b, E.load_element(b, ptr(st), i64(0), st.dtype), ptr(snap), i64(0),
-                      st.dtype)
-    with E.ForLoop(b, 0, self.iterations, "tbs") as lp:
-      t = lp.index
-      t1 = b.add(t, i64(1))
-      for kern, reads, writes in self.scalars:
-        def at(buf, reads=reads, writes=writes):
-          if id(buf) in reads:
-            return _view(b, ptr(reads[id(buf)]), t)
-          if id(buf) in writes:
-            return _view(b, ptr(writes[id(buf)]), t1)
+  def _scalar_program(self, b, ptr) -> dict:
+    """Every iteration's scalar values into shared memory, by thread 0 of each block (class
+    docstring); returns {id(Buf): its shared-memory array} for scalar states and temporaries.
+    (One thread: each value is read by the thread that wrote it; the main loop's first
+    barrier publishes them to the block.)"""
+    held, nexts = {}, {}
+    for st, nx, _ in self.sstates:
+      held[id(st)] = self._scalar_array(b, st, self.iterations + 1, len(held))
+      nexts[id(nx)] = held[id(st)]
+    for x in self.stemps:
+      held[id(x)] = self._scalar_array(b, x, self.iterations, len(held))
+    tid = sreg64(b, "tid.x")
+    with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
+      for st, _, _ in self.sstates:
+        E.store_element(b, E.load_element(b, ptr(st), i64(0), st.dtype), held[id(st)],
+                        i64(0), st.dtype)
+      with E.ForLoop(b, 0, self.iterations, "tbs") as lp:
+        t = lp.index
+        t1 = b.add(t, i64(1))
+
+        def at(buf):
+          if id(buf) in held:
+            return _view(b, held[id(buf)], t)
+          if id(buf) in nexts:
+            return _view(b, nexts[id(buf)], t1)
           return ptr(buf)
-        em = Emitter(b, K._make_leaves(b, kern.leafmap, at))
-        K.store_outputs(b, em, kern.outputs, Index(b, (), linear=i64(0)), at)
-    for nxt, snap in self.finals:
-      v = E.load_element(b, ptr(snap), i64(self.iterations), nxt.dtype)
-      E.store_element(b, v, ptr(nxt), i64(0), nxt.dtype)
+        for kern in self.scalars:
+          em = Emitter(b, K._make_leaves(b, kern.leafmap, at))
+          K.store_outputs(b, em, kern.outputs, Index(b, (), linear=i64(0)), at)
+      # block 0: the snapshots the finishes read, and the next state
+      with b.if_then(b.icmp_unsigned("==", sreg64(b, "ctaid.x"), i64(0))):
+        for st, nx, snap in self.sstates:
+          with E.ForLoop(b, 0, self.iterations + 1, "tbw") as lp:
+            v = E.load_element(b, held[id(st)], lp.index, st.dtype)
+            E.store_element(b, v, ptr(snap), lp.index, st.dtype)
+          v = E.load_element(b, held[id(st)], i64(self.iterations), st.dtype)
+          E.store_element(b, v, ptr(nx), i64(0), st.dtype)
+    return held
+
+  def _scalar_array(self, b, buf, n, k):
+    gv = codegen.shared_array(b.module, E.storage_type(buf.dtype), n, f"{self.name}_v{k}", 8)
+    return b.gep(gv, [ir.Constant(I32, 0), ir.Constant(I32, 0)], inbounds=True)
 
 
 class BatchedFinish(GpuKernel):
@@ -344,30 +370,34 @@ def _block(s, new_temp) -> str | None:
   if fin is not None and [list(p) for p in fin.partials] != [list(p) for p in last.partials]:
     return "the finish reads other partials"
   written = {id(x) for k in body for x in k.writes}
-  # the chain: reads loop invariants and big state; writes next state (and its partials)
-  states = []
-  for x in chain.reads:
-    if id(x) in next_of:
-      if not x.dims:
-        return "the chain reads a scalar loop state"
-      states.append(x)
-    elif id(x) in written:
-      return f"the chain reads %{x.name}, written in the body"
-  chain_out = [x for st in chain.stages for _, x in st.outputs if id(x) in chain.globals_out]
-  if any(id(x) not in state_of for x in chain_out):
-    return "the chain writes memory other than the next state"
-  # scalar updates: next scalar state from scalar state and invariants
-  scalar_next = set()
+  # scalar work: kernels of one element, in the body's order, reading scalar loop state,
+  # invariants and what earlier ones wrote; writing next scalar state or temporaries
+  scalar_next, temps = set(), set()
   for k in scal:
     if type(k) is not codegen.Elementwise or k.dims != ():
       return f"{type(k).__name__} {k.name} in the body"
     for x in k.reads:
-      if id(x) in written or (id(x) in next_of and x.dims):
+      if (id(x) in next_of and x.dims) or (id(x) in written and id(x) not in temps):
         return f"{k.name} reads %{x.name}, written in the body"
     for x in k.writes:
-      if id(x) not in state_of or x.dims:
-        return f"{k.name} writes %{x.name}, not a scalar loop state"
-      scalar_next.add(id(x))
+      if x.dims:
+        return f"{k.name} writes %{x.name}, not a scalar"
+      if id(x) in state_of:
+        scalar_next.add(id(x))
+      elif x.kind == "temp":
+        temps.add(id(x))
+      else:
+        return f"{k.name} writes %{x.name}, read after the loop"
+  # the chain: reads loop invariants, the state and scalar values; writes the next state
+  states = []
+  for x in chain.reads:
+    if id(x) in next_of and x.dims:
+      states.append(x)
+    elif id(x) in written and id(x) not in temps:
+      return f"the chain reads %{x.name}, written in the body"
+  chain_out = [x for st in chain.stages for _, x in st.outputs if id(x) in chain.globals_out]
+  if any(id(x) not in state_of for x in chain_out):
+    return "the chain writes memory other than the next state"
   if {id(x) for x in chain_out} | scalar_next != set(state_of):
     return "a loop state not updated by the chain or a scalar kernel"
   if fin is not None:
@@ -390,7 +420,7 @@ def _block(s, new_temp) -> str | None:
   for K_ in range(min(MAX_ITERATIONS, n), 1, -1):
     if n % K_:
       continue
-    made = _make(chain, fin, scal, K_, states, next_of, state_of, new_temp)
+    made = _make(chain, fin, scal, K_, states, next_of, state_of, temps, new_temp)
     if made is None:
       continue
     s.body_steps = [type(s.body_steps[0])(k) for k in made] + copies
@@ -420,7 +450,7 @@ class _AnyDevice:
 _ANY_DEVICE = _AnyDevice()
 
 
-def _make(chain, fin, scal, iters, states, next_of, state_of, new_temp):
+def _make(chain, fin, scal, iters, states, next_of, state_of, temps, new_temp):
   """The kernels of ``iters`` iterations per launch, or None when they do not fit."""
   nexts = {id(next_of[id(x)]): x for x in states}          # next Buf id -> state Buf
   window = _halo(chain, iters, next_of, nexts)
@@ -447,22 +477,21 @@ def _make(chain, fin, scal, iters, states, next_of, state_of, new_temp):
                          [[partials]] if st.kind == "partials" else ())
     new.lo, new.hi = lo, hi
     stages.append(new)
-  # each scalar state's snapshot: row 0 its value, row t + 1 its value after iteration t
-  snaps, inits, finals = {}, [], []
+  # each scalar state's snapshot in memory: row 0 its value, row t + 1 after iteration t
+  sstates, snaps, seen = [], {}, set()
+  stemps = []
   for k in scal:
     for x in k.writes:
-      st = state_of[id(x)]
-      snaps[id(st)] = snap = new_temp(st.dtype, (iters + 1,), f"{st.name}.snap")
-      inits.append((st, snap))
-      finals.append((x, snap))
-  scalars = []
-  for k in scal:
-    reads = {id(x): snaps[id(x)] for x in K._leaf_bufs(k.leafmap) if id(x) in snaps}
-    writes = {id(x): snaps[id(state_of[id(x)])] for x in k.writes}
-    scalars.append((k, reads, writes))
+      if id(x) in state_of:
+        st = state_of[id(x)]
+        snaps[id(st)] = snap = new_temp(st.dtype, (iters + 1,), f"{st.name}.snap")
+        sstates.append((st, x, snap))
+      elif id(x) in temps and id(x) not in seen:
+        seen.add(id(x))
+        stemps.append(x)
   pairs = [(x, next_of[id(x)]) for x in states]
   tb = same_origin(TimeBlockedChain(f"{chain.name}_tb{iters}", stages, chain.n, lo, hi, pairs,
-                                    partials, iters, scalars, inits, finals),
+                                    partials, iters, scal, sstates, stemps),
                    getattr(chain, "kernel", chain))
   out = [tb]
   if fin is not None:
