@@ -360,6 +360,7 @@ def test_double_buffered_loops_compute_what_copies_do(name, monkeypatch):
   back) leave in the outputs the same values as loops that copy the next state back."""
   x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
   monkeypatch.setenv("OURJAX_CUDA_HORIZONTAL", "0")
+  monkeypatch.setenv("OURJAX_CUDA_TIME_BLOCKING", "0")    # (it needs double buffering)
   monkeypatch.setenv("OURJAX_CUDA_DOUBLE_BUFFER", "0")
   plain = _exe(_LOOPS[name], x)
   monkeypatch.setenv("OURJAX_CUDA_DOUBLE_BUFFER", "1")

@@ -261,6 +261,32 @@ def test_size_classes():
     assert memory.size_class(c) == c      # a class maps to itself
 
 
+def test_allocate_many_and_let_go_keep_the_books():
+  """A call's blocks in one go (``allocate_many``), blocks let go of queued and filed by the
+  next allocation: the same blocks and statistics as one ``allocate`` at a time."""
+  rng = np.random.default_rng(0)
+  sizes = [int(n) for n in rng.integers(0, 3 << 20, 40)]
+  dev = _FakeDevice()
+  alloc = dev.allocator
+  first = alloc.allocate_many([memory.block_size(n) for n in sizes], sizes)
+  assert [a.size for a in first] == [memory.size_class(max(n, 1)) for n in sizes]
+  assert len({a.ptr for a in first}) == len(sizes)
+  stats = alloc.memory_stats()
+  assert stats["bytes_in_use"] == sum(a.size for a in first)
+  assert stats["bytes_requested_in_use"] == sum(sizes)
+  assert stats["num_allocs"] == stats["num_requests"] == len(sizes)
+  ptrs = {a.ptr for a in first}
+  del first                                   # (finalisers queue the blocks)
+  assert alloc.memory_stats()["bytes_in_use"] == 0
+  one = [alloc.allocate(n) for n in sizes]     # every block comes back from the cache
+  assert {a.ptr for a in one} == ptrs
+  stats = alloc.memory_stats()
+  assert stats["num_allocs"] == len(sizes) and stats["num_cache_hits"] == len(sizes)
+  assert stats["bytes_cached"] == 0
+  one[0].free()
+  assert alloc.memory_stats()["bytes_cached"] == one[0].size
+
+
 def test_no_gpu_means_cpu_default(monkeypatch):
   from ourjax.backends.cuda import driver
   if driver.available():

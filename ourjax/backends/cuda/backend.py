@@ -43,7 +43,7 @@ import weakref
 import numpy as np
 
 from ourjax import _phases
-from ourjax.backends.cuda import codegen, driver
+from ourjax.backends.cuda import codegen, driver, memory
 from ourjax.backends.cuda.planning import _cpu_planning, _plan
 from ourjax.backends.cuda.program import (GRAPH_AFTER_CALLS, _addr, _GraphReplay, _iterations,
                                           _ParamBlock, _resolve, graph_unsuitable,
@@ -333,6 +333,9 @@ class CudaExecutable:
     # per output: (bytes, dims, dtype), so that a call computes no sizes
     self._out_meta = [(int(np.prod(dims, dtype=np.int64)) * dt.itemsize, tuple(dims), dt)
                       for dt, dims in out_specs]
+    # the outputs' and the arena's requests and block sizes, allocated in one go per call
+    self._requests = [m[0] for m in self._out_meta] + ([arena_bytes] if arena_bytes else [])
+    self._blocks = [memory.block_size(n) for n in self._requests]
     self.graph_reason = ""
     self._graph = None
     self._dev = None
@@ -470,13 +473,15 @@ class CudaExecutable:
     there), enqueue the program, and return the outputs.  ``donated``: {output: the donated
     argument's allocation it is written into}."""
     n = len(self.param_specs)
-    alloc = dev.allocator.allocate
-    outs = []
-    for j, (nbytes, dims, dt) in enumerate(self._out_meta):
-      a = (donated.get(j) if donated else None) or alloc(nbytes)
-      outs.append(a)
+    if donated:
+      alloc = dev.allocator.allocate
+      outs = [donated.get(j) or alloc(m[0]) for j, m in enumerate(self._out_meta)]
+      arena = alloc(self.arena_bytes) if self.arena_bytes else None
+    else:
+      outs = dev.allocator.allocate_many(self._blocks, self._requests)
+      arena = outs.pop() if self.arena_bytes else None
+    for j, a in enumerate(outs):
       slots[n + j] = a.ptr
-    arena = alloc(self.arena_bytes) if self.arena_bytes else None
     if arena is not None:
       slots[-1] = arena.ptr
     params = self._params

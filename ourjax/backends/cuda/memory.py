@@ -8,7 +8,9 @@ kept in free lists by *size class* and handed out again:
   the 1/16 step), so a recurring size hits the same class.
 
 A block is owned by an ``Allocation``; when the allocation is garbage-collected (or ``free()``
-is called) the block goes back to its free list.  Reuse needs no synchronisation because all
+is called) the block goes back to its free list: it is queued (a deque append, no lock: a
+training step's hundred outputs die at once) and the queue is moved into the free lists, with
+the accounting, by the next allocation or ``memory_stats()``.  Reuse needs no synchronisation because all
 of ourjax's device work is ordered on the device's one stream: whatever used the block before
 was enqueued before whatever uses it next.
 
@@ -24,6 +26,7 @@ Nothing that is in use is touched, so every live array stays intact.
 from __future__ import annotations
 
 import atexit
+import collections
 import threading
 
 from ourjax.errors import DeviceError, DeviceOutOfMemoryError, format_bytes
@@ -40,6 +43,13 @@ _shutting_down = False
 def _at_exit():
   global _shutting_down
   _shutting_down = True
+
+
+def block_size(nbytes: int) -> int:
+  """The size of the block ``allocate(nbytes)`` hands out (``size_class``, of at least 512
+  bytes; ``allocate`` inlines it for requests up to ``SMALL_LIMIT``)."""
+  n = int(nbytes)
+  return -(-n // SMALL_STEP) * SMALL_STEP if 0 < n <= SMALL_LIMIT else size_class(n)
 
 
 def size_class(nbytes: int) -> int:
@@ -63,14 +73,14 @@ class Allocation:
     a = self._allocator
     if a is not None:
       self._allocator = None
-      a._release(self.ptr, self.size, self.nbytes)
+      a._returned.append((self.ptr, self.size, self.nbytes))
 
   def __del__(self):
     a = self._allocator
     if a is not None and not _shutting_down:
       self._allocator = None
       try:
-        a._release(self.ptr, self.size, self.nbytes)
+        a._returned.append((self.ptr, self.size, self.nbytes))
       except Exception:   # pragma: no cover - never raise from a finaliser
         pass
 
@@ -85,6 +95,7 @@ class DeviceAllocator:
     self.device = device
     self._lock = threading.RLock()   # re-entrant: a finaliser may run while it is held
     self._free: dict[int, list[int]] = {}
+    self._returned = collections.deque()   # (ptr, size, nbytes) of blocks let go of
     self.bytes_in_use = 0          # sizes of blocks handed out
     self.requested_in_use = 0      # bytes asked for by those
     self.bytes_cached = 0
@@ -101,6 +112,8 @@ class DeviceAllocator:
     size = -(-nbytes // SMALL_STEP) * SMALL_STEP if 0 < nbytes <= SMALL_LIMIT else \
         size_class(nbytes)
     with self._lock:
+      if self._returned:
+        self._drain_locked()
       self.num_requests += 1
       lst = self._free.get(size)
       if lst:
@@ -116,6 +129,39 @@ class DeviceAllocator:
       if nbytes > self.largest_alloc_size:
         self.largest_alloc_size = nbytes
     return Allocation(self, ptr, nbytes, size)
+
+  def allocate_many(self, sizes: list, nbytes: list) -> list:
+    """``allocate`` of each of ``nbytes`` (``sizes``: their size classes, ``block_size``),
+    under one acquisition of the lock (a call's outputs: a training step has a hundred)."""
+    new = object.__new__
+    out = []
+    with self._lock:
+      if self._returned:
+        self._drain_locked()
+      free = self._free
+      hits = cached = 0
+      for size, n in zip(sizes, nbytes):
+        lst = free.get(size)
+        if lst:
+          ptr = lst.pop()
+          cached += size
+          hits += 1
+        else:
+          ptr = self._driver_alloc(size, n)
+        a = new(Allocation)
+        a.ptr, a.nbytes, a.size, a._allocator = ptr, n, size, self
+        out.append(a)
+      self.num_requests += len(out)
+      self.num_cache_hits += hits
+      self.bytes_cached -= cached
+      used = self.bytes_in_use = self.bytes_in_use + sum(sizes)
+      self.requested_in_use += sum(nbytes)
+      if used > self.peak_bytes_in_use:
+        self.peak_bytes_in_use = used
+      big = max(nbytes, default=0)
+      if big > self.largest_alloc_size:
+        self.largest_alloc_size = big
+    return out
 
   def _driver_alloc(self, size: int, nbytes: int) -> int:
     try:
@@ -139,14 +185,28 @@ class DeviceAllocator:
     self.num_allocs += 1
     return ptr
 
-  def _release(self, ptr: int, size: int, nbytes: int) -> None:
-    with self._lock:
-      self.bytes_in_use -= size
-      self.requested_in_use -= nbytes
-      self._free.setdefault(size, []).append(ptr)
-      self.bytes_cached += size
+  def _drain_locked(self) -> None:
+    """The blocks let go of since the last time into their free lists (``popleft`` until the
+    queue is empty: a finaliser appending meanwhile is not lost)."""
+    q, free = self._returned, self._free
+    in_use = requested = 0
+    while True:
+      try:
+        ptr, size, nbytes = q.popleft()
+      except IndexError:
+        break
+      in_use += size
+      requested += nbytes
+      lst = free.get(size)
+      if lst is None:
+        free[size] = lst = []
+      lst.append(ptr)
+    self.bytes_in_use -= in_use
+    self.requested_in_use -= requested
+    self.bytes_cached += in_use
 
   def _empty_cache_locked(self) -> None:
+    self._drain_locked()
     if not self.bytes_cached:
       return
     self.device.synchronize("freeing cached device memory")
@@ -164,6 +224,7 @@ class DeviceAllocator:
 
   def memory_stats(self) -> dict:
     with self._lock:
+      self._drain_locked()
       return {
           "bytes_in_use": self.bytes_in_use,
           "bytes_requested_in_use": self.requested_in_use,
