@@ -28,8 +28,12 @@ operands in the same order (halo positions are computed by several blocks alike)
 per step combines the same per-tile partials, a warp per iteration (another order than the
 unblocked finish's block of 128 threads).
 
+A small state's reduction per step (too short to be split: one block's ``RowReduce`` after
+the chain) becomes the chain's last stage, per-tile partials, with a ``SplitFinish`` of them
+into which the one-thread store of its result folds (``_with_reduction``).
+
 Applied where the body is exactly that (a chain whose memory outputs are the loop's next
-state, scalar ``Elementwise`` updates of scalar state, at most one ``SplitFinish`` of the
+state, scalar ``Elementwise`` work on scalar state, at most one ``SplitFinish`` of the
 chain's partials that reads scalar state only), the loop runs double-buffered (its state and
 next buffers alternate), and some ``K`` from ``MAX_ITERATIONS`` down to 2 divides the trip
 count and keeps the halo within ``stencil.MAX_HALO`` and the arrays within
@@ -357,6 +361,10 @@ def _block(s, new_temp) -> str | None:
   if len(chains) != 1:
     return "-more than one stencil chain"
   chain = chains[0]
+  folded = _with_reduction(chain, body)
+  if folded is not None:
+    chain, fin_new, gone = folded
+    body = [k for k in body if k not in gone] + [fin_new]
   state_of = {id(c.src): c.dst for c in s.copies_back}      # next -> state
   next_of = {id(c.dst): c.src for c in s.copies_back}       # state -> next
   fins = [k for k in body if type(k) is reductions.SplitFinish]
@@ -395,7 +403,10 @@ def _block(s, new_temp) -> str | None:
       states.append(x)
     elif id(x) in written and id(x) not in temps:
       return f"the chain reads %{x.name}, written in the body"
-  chain_out = [x for st in chain.stages for _, x in st.outputs if id(x) in chain.globals_out]
+  # (what the chain stored for a reduction that is now its last stage stays on chip)
+  read = {id(x) for k in body if k is not getattr(chain, "kernel", chain) for x in k.reads}
+  chain_out = [x for st in chain.stages for _, x in st.outputs if id(x) in chain.globals_out
+               and (id(x) in read or id(x) in state_of or x.kind != "temp")]
   if any(id(x) not in state_of for x in chain_out):
     return "the chain writes memory other than the next state"
   if {id(x) for x in chain_out} | scalar_next != set(state_of):
@@ -428,6 +439,54 @@ def _block(s, new_temp) -> str | None:
     s.time_blocked = K_
     return f"{K_} iterations per launch ({n // K_} launches)"
   return "no iteration count fits the halo and shared memory"
+
+
+def _with_reduction(chain, body):
+  """For a chain without a reduction and one ``RowReduce`` in the body of a single full
+  reduction over the chain's axis (a small state's ``mean(s**2)`` per step, too short to be
+  split in two kernels): (the chain with the reduction as its last stage, folding per-tile
+  partials, the ``SplitFinish`` combining them with the one-thread kernel that stored the
+  result folded in, the kernels they replace), or None."""
+  rows = [k for k in body if type(k) is reductions.RowReduce]
+  if len(rows) != 1 or chain.stages[-1].kind == "partials":
+    return None
+  R = rows[0]
+  if R.outer_dims != () or len(R.prefetch) != 1 or R.inner_outs:
+    return None
+  r = R.prefetch[0]
+  src = r.operands[0].dims
+  if (not src or src[-1] != chain.n or len(r.operands) != 2 or r.shape.is_tuple
+      or sorted(r.attrs["dimensions"]) != list(range(len(src)))):
+    return None
+  part = K.Buf(reductions._partial_dtype(r.dtype), (chain.tiles,), f"{r.name}.tile0")
+  stage = stencil._Stage("partials", R, src, [], K._restrict_many(R.leafmap, [(r, None)]), [r],
+                         [[part]])
+  fin = reductions.SplitFinish(R.name + "_f", (), R.outer_outs, [r], [[part]], R.leafmap,
+                               chain.tiles)
+  fin_leaves = stencil._finish_leaves(fin)
+  gone = [R]
+  tails = []
+  after = body[body.index(R) + 1:]
+  if after and type(after[0]) is codegen.Threaded and after[0].nthreads == 1 and \
+      not after[0].scratch and any(x in R.writes for x in after[0].reads):
+    tails.append(after[0].inner)
+    gone.append(after[0])
+  fin = same_origin(reductions.SplitFinish(fin.name, (), fin.outputs, fin.prefetch,
+                                           fin.partials, fin_leaves, chain.tiles, tails), R)
+  return _Chain(chain, stage), fin, gone
+
+
+class _Chain:
+  """A chain with one more stage (what ``_make`` reads of a chain)."""
+
+  def __init__(self, chain, stage):
+    self.kernel = getattr(chain, "kernel", chain)
+    self.stages = list(chain.stages) + [stage]
+    self.n, self.tiles, self.name = chain.n, chain.tiles, chain.name
+    produced = {id(x) for st in self.stages for _, x in st.outputs}
+    self.reads = list(chain.reads) + [x for x in K._leaf_bufs(stage.leafmap)
+                                      if id(x) not in produced]
+    self.globals_out = set(chain.globals_out)
 
 
 class _OneStage:
