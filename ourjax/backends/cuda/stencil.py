@@ -247,6 +247,9 @@ class StencilChain(GpuKernel):
       widest = TILE + max(st.lo + st.hi for st in self.stages)
       self.block = min(1024, -(-widest // 32) * 32)
 
+  #: the widest halo of a window (how far outside the axis a window position may fall)
+  reach = MAX_HALO
+
   def share_key(self, buf):
     """Staged values with equal keys share one shared-memory array (time blocking's
     iterations reuse theirs); here every staged value has its own."""
@@ -257,6 +260,7 @@ class StencilChain(GpuKernel):
 
   def gpu_body(self, b, ptr):
     mod = b.module
+    codegen.launch_bounds(mod, b.function, self.block)   # (registers for the whole block)
     tile = sreg64(b, "ctaid.x")
     t0 = b.mul(tile, i64(TILE), flags=["nuw", "nsw"])
     tid = sreg64(b, "tid.x")
@@ -292,7 +296,7 @@ class StencilChain(GpuKernel):
         pending.clear()
         read.clear()
       leaves = K._make_leaves(b, {k: v for k, v in st.leafmap.items() if k not in staged}, ptr)
-      em = _StagedEmitter(b, leaves, staged)
+      em = _StagedEmitter(b, leaves, staged, self.reach)
       if st.kind == "elementwise":
         self._elementwise(b, em, st, t0, tid, arrays, ptr)
       else:
@@ -330,7 +334,7 @@ class StencilChain(GpuKernel):
     lead = dims[:-1]
     em.push_scope()
     slot = b.add(b.mul(r, i64(win), flags=["nuw", "nsw"]), w, flags=["nuw", "nsw"])
-    pos = _wrap(b, b.add(base, w), dims[-1])
+    pos = _wrap(b, b.add(base, w), dims[-1], self.reach)
     multi = (E.delinearize(b, r, lead) if lead else []) + [pos]
     idx = Index(b, dims, multi=multi)
     vals = [em.value(instr, idx) for instr, _ in st.outputs]
@@ -388,12 +392,12 @@ def _window(b, st, t0):
   return TILE + st.lo + st.hi, (b.sub(t0, i64(st.lo)) if st.lo else t0)
 
 
-def _wrap(b, v, n):
+def _wrap(b, v, n, reach=MAX_HALO):
   """``v`` modulo ``n``: a window's position, or a position's offset from a window's start.
-  On an axis of at least a window and two halos (``TILE + 2 * MAX_HALO``) these fall at most
-  one axis length out either way, and two selects do; on a shorter one a window wraps around
-  it several times, and the remainder is taken."""
-  if n >= TILE + 2 * MAX_HALO:
+  On an axis of at least a window and two halos (``TILE + 2 * reach``, ``reach`` the widest
+  halo) these fall at most one axis length out either way, and two selects do; on a shorter one
+  a window wraps around it several times, and the remainder is taken."""
+  if n >= TILE + 2 * reach:
     v = b.select(b.icmp_signed("<", v, i64(0)), b.add(v, i64(n)), v)
     return b.select(b.icmp_signed(">=", v, i64(n)), b.sub(v, i64(n)), v)
   r = b.srem(v, i64(n))
@@ -403,9 +407,9 @@ def _wrap(b, v, n):
 class _StagedEmitter(Emitter):
   """The shared emitter, with some leaves read from the block's shared-memory windows."""
 
-  def __init__(self, b, leaves, staged):
+  def __init__(self, b, leaves, staged, reach=MAX_HALO):
     super().__init__(b, leaves)
-    self.staged = staged
+    self.staged, self.reach = staged, reach
 
   def _compute(self, instr, index):
     st = self.staged.get(instr)
@@ -414,7 +418,7 @@ class _StagedEmitter(Emitter):
     b = self.b
     p, win, base, n, dtype = st
     lead = instr.dims[:-1]
-    slot = _wrap(b, b.sub(index.multi[-1], base), n)
+    slot = _wrap(b, b.sub(index.multi[-1], base), n, self.reach)
     # (a read that is then discarded may fall outside the window: kept inside it)
     slot = b.select(b.icmp_unsigned(">", slot, i64(win - 1)), i64(win - 1), slot)
     if lead:
@@ -447,7 +451,7 @@ def _stage_of(kernel):
   return None
 
 
-def _analyse(stages):
+def _analyse(stages, max_halo: int = MAX_HALO):
   """The stages with their staged reads and windows filled in; None when the chain is not a
   stencil.  (Inputs stay in memory: copying those several stages read into shared memory first
   was measured slower, an extra phase, where later phases find them in L1.)"""
@@ -487,7 +491,7 @@ def _analyse(stages):
         if any(spec is buf for _, buf in st.outputs):
           st.lo = max(st.lo, rd.lo - min(o))
           st.hi = max(st.hi, rd.hi + max(o))
-    if st.lo > MAX_HALO or st.hi > MAX_HALO:
+    if st.lo > max_halo or st.hi > max_halo:
       return None
   return stages
 
