@@ -4,11 +4,6 @@ shifts along the last axis run as one launch with their intermediates in shared 
 Without a GPU: which reads are shifts (``read_offsets``), which programs form chains and with
 what halos, that a chain's PTX assembles.  On a GPU: chained programs against the reference
 backend and against the same program with chains off (elementwise results bit for bit)."""
-import os
-import shutil
-import subprocess
-import tempfile
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as hst
@@ -16,6 +11,7 @@ from hypothesis import given, settings, strategies as hst
 import ourjax
 import ourjax.numpy as jnp
 from ourjax.backends.cuda import codegen, driver, horizontal, stencil
+from test_ptx import _assemble, needs_ptxas
 
 
 def _rk(n_steps=6, dt=0.01):
@@ -142,23 +138,13 @@ def test_heat_chain_writes_what_is_read_outside():
   assert any(b.kind == "output" for ch in chains for b in ch.writes), written
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+@needs_ptxas
 def test_chain_ptx_assembles():
   for fn, args in ((_rk(), _rk_args(1000)), (_rk(), _rk_args(5)),
                    (_heat, (np.ones((3, 700), np.float32), np.float32(0.1)))):
     ptx = ourjax.jit(fn, backend="cuda").lower(*args).compile().as_text(dialect="ptx")
     assert "bar.sync" in ptx
-    from ourjax.backends.cuda import backend as cb
-    for part in ptx.split(cb.MODULE_SEPARATOR):
-      with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "k.ptx")
-        with open(src, "w") as f:
-          f.write(part)
-        import re
-        arch = re.search(r"^\.target (\w+)", part, re.M).group(1)
-        r = subprocess.run(["ptxas", f"-arch={arch}", src, "-o", os.path.join(d, "k.o")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-2000:]
+    _assemble(ptx)                            # (each module for its own .target)
 
 
 # -- on the GPU ---------------------------------------------------------------------------------

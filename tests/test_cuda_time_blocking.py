@@ -6,12 +6,6 @@ not, that the kernels' PTX assembles.  On a GPU: blocked loops against the same 
 unblocked (the state bit for bit: the same operations on the same operands; a reduction per
 step combines the same per-tile partials in another order) and against the reference
 backend."""
-import os
-import re
-import shutil
-import subprocess
-import tempfile
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as hst
@@ -20,7 +14,7 @@ import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
 from ourjax.backends.cuda import driver, stencil, time_blocking
-from ourjax.backends.cuda import backend as cuda_backend
+from test_ptx import _assemble, needs_ptxas
 
 
 def _rk(n_steps, dt=0.01, forcing=False):
@@ -158,7 +152,7 @@ def test_fori_loop_without_stacked_outputs_is_blocked():
       ["TimeBlockedChain"]
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+@needs_ptxas
 def test_blocked_kernels_assemble():
   for fn, args in ((_rk(12), _rk_args(4096)), (_rk(6), _rk_args(70001)), (_rk(12), _rk_args(300)),
                    (_rk(100), _rk_args(4096)),
@@ -166,15 +160,7 @@ def test_blocked_kernels_assemble():
                    (_heat(40), (np.ones((3, 700), np.float32), np.float32(0.1)))):
     c = ourjax.jit(fn, backend="cuda").lower(*args).compile()
     assert _blocked(c.runtime_executable())
-    for part in c.as_text(dialect="ptx").split(cuda_backend.MODULE_SEPARATOR):
-      with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "k.ptx")
-        with open(src, "w") as f:
-          f.write(part)
-        arch = re.search(r"^\.target (\w+)", part, re.M).group(1)
-        r = subprocess.run(["ptxas", f"-arch={arch}", src, "-o", os.path.join(d, "k.o")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-2000:]
+    _assemble(c.as_text(dialect="ptx"))       # (each module for its own .target)
 
 
 # -- on the GPU ---------------------------------------------------------------------------------
