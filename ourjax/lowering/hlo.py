@@ -128,7 +128,7 @@ def bit_width(dt) -> int:
 
 class Shape:
   """An array shape (element type + dimensions) or a tuple of shapes."""
-  __slots__ = ("dtype", "dims", "tuple_shapes", "_text")
+  __slots__ = ("dtype", "dims", "tuple_shapes", "_text", "_hash")
 
   def __init__(self, dtype=None, dims: Sequence[int] = (), tuple_shapes=None):
     if tuple_shapes is not None:
@@ -182,10 +182,19 @@ class Shape:
     return (self.dtype, self.dims, self.tuple_shapes)
 
   def __eq__(self, other):
-    return self is other or (isinstance(other, Shape) and self._key() == other._key())
+    return self is other or (isinstance(other, Shape) and self.dims == other.dims
+                             and self.dtype == other.dtype
+                             and self.tuple_shapes == other.tuple_shapes)
 
   def __hash__(self):
-    return hash(self._key())
+    # (made once: shapes key the passes' tables, and hashing a NumPy dtype is not cheap)
+    try:
+      return self._hash
+    except AttributeError:
+      pass
+    h = hash(self._key())
+    object.__setattr__(self, "_hash", h)
+    return h
 
   def __str__(self):
     # (made once: every instruction's text names its shape and its operands'; the disk
@@ -352,9 +361,9 @@ class Computation:
                     else self.module.unique_name(instr.opcode))
     elif instr.name is None:
       instr.name = f"{instr.opcode}.{len(self.instructions)}"
-    for op in instr.operands:
-      if instr not in op.users:
-        op.users.append(instr)
+    # (a new instruction is in no users list yet: each distinct operand gains it once)
+    for op in (instr.operands if len(instr.operands) < 2 else dict.fromkeys(instr.operands)):
+      op.users.append(instr)
     if before is None:
       self.instructions.append(instr)
     else:
