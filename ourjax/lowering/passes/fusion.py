@@ -202,9 +202,13 @@ def fusible_computations(module: Module) -> list[Computation]:
 
 @dataclass
 class Decision:
-  """A yes/no answer with the reason (XLA's ``FusionDecision``)."""
+  """A yes/no answer with the reason (XLA's ``FusionDecision``).  ``lasting``: a refusal that
+  stays as it is while what is fused into the consumer neither reads the producer nor changes
+  its users (it depends on the producer, its users and what in the consumer reads it, not on
+  the consumer's other operands)."""
   ok: bool
   reason: str
+  lasting: bool = False
 
   def __bool__(self):
     return self.ok
@@ -714,6 +718,7 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
   if op == "parameter":
     return None
   no = lambda why: Decision(False, why)  # noqa: E731
+  held = lambda why: Decision(False, why, True)  # noqa: E731  (see Decision.lasting)
   if op == "get-tuple-element" or P.shape.is_tuple:
     return no("its result is a tuple (element)")
   if op in REDUCTION_OPS or _kind(P) == "kInput":
@@ -744,37 +749,37 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     # array it updates stays in memory, updated where it is
     target = dus.operands[0]
     if target is P or target is src or target in get_inside() or contraction:
-      return no("the array a dynamic-update-slice updates in place stays in memory")
+      return held("the array a dynamic-update-slice updates in place stays in memory")
   if consumer.opcode != "fusion":
     reads_dot = consumer.opcode in CONTRACTION_OPS
   else:
     reads_dot = _has_contraction(consumer, memo) and any(
         x.opcode in CONTRACTION_OPS for x in get_inside())
   if reads_dot:
-    return no("the operands of a dot or convolution stay in memory")
+    return held("the operands of a dot or convolution stay in memory")
   n_users = len(P.users) + (P is comp.root)
   shared = n_users > 1
   if contraction:
     if ckind == "kOutput":
-      return no("a fusion holds at most one dot or convolution")
+      return held("a fusion holds at most one dot or convolution")
     if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
-      return no("a dot is not fused into a reduction")
+      return held("a dot is not fused into a reduction")
     if not all((x.is_elementwise() and x.dims == P.dims) or _trailing_reshape(x, consumer)
                for x in get_inside()):
-      return no("a dot is fused only into an elementwise epilogue")
+      return held("a dot is fused only into an elementwise epilogue")
     if shared:
-      return no(f"expensive and has {n_users} users")
+      return held(f"expensive and has {n_users} users")
     return Decision(True, f"{_what(P)} into its elementwise epilogue (output fusion)")
   expensive = is_expensive(P)
   if shared and expensive:
-    return no(f"expensive and has {n_users} users")
+    return held(f"expensive and has {n_users} users")
   if expensive:
     tainted = set(get_inside())
     tainted.add(src)
     for x in get_inside():
       for k, o in enumerate(x.operands):
         if o in tainted and _reads_repeatedly(x, k):
-          return no(f"expensive, and %{x.name} reads each of its elements many times")
+          return held(f"expensive, and %{x.name} reads each of its elements many times")
   if consumer.opcode == "fusion":
     new = len(set(P.operands) - set(consumer.operands))
     total = len(consumer.operands) - 1 + new
@@ -909,11 +914,18 @@ class _Fuser:
     # operands refused for what they are (``_refused_as_such``), whatever is fused into the
     # target meanwhile: decided (and noted) once per target
     settled: set = set()
+    # operands refused for a lasting reason (``Decision.lasting``): {operand: (the refusal, its
+    # number of users then)}, asked again once something fused in reads them or changes what
+    # reads them
+    lasting: dict = {}
     while progress:
       progress = False
       for P in list(dict.fromkeys(target.operands)):
         if P in settled:
           continue
+        kept = lasting.get(P)
+        if kept is not None and kept[1] == len(P.users):
+          continue          # (refused, and noted, as before)
         d = decide(self.comp, P, target, memo)
         if d is None:
           settled.add(P)
@@ -922,6 +934,8 @@ class _Fuser:
           self.note(f"not fusing %{P.name} into {self.label(target)}: {d.reason}")
           if _refused_as_such(P, target):
             settled.add(P)
+          elif d.lasting:
+            lasting[P] = (d, len(P.users))
           continue
         self.note(f"fused %{P.name} into {self.label(target)}: {d.reason}")
         if target.opcode != "fusion":
@@ -930,13 +944,25 @@ class _Fuser:
           target = wrap(self.comp, target, kind)
           self.origin[target] = name
           settled.clear()     # (the notes name the new target)
+          lasting.clear()
         if P.opcode in CONTRACTION_OPS or _kind(P) == "kOutput":
           target.attrs["kind"] = "kOutput"
         fc = target.attrs["calls"]
         param = fc.parameters[target.operands.index(P)]
         inner = self.inner.setdefault(target, {})
+        if (P.opcode == "fusion" or P.opcode in CONTRACTION_OPS
+            or any(o in inner for o in P.operands)):
+          # (a fused computation's instructions may merge with others (dedupe); a dot changes
+          # the target's kind; a clone reading an earlier clone reads what that one reads)
+          lasting.clear()
+        else:        # (the clone of P reads its operands: what reads them inside changes)
+          for o in P.operands:
+            lasting.pop(o, None)
+        key = ("contraction", id(fc))
+        if memo.get(key) is False:      # (kept up to date: what P brings in)
+          sub = P.attrs["calls"].instructions if P.opcode == "fusion" else (P,)
+          memo[key] = any(x.opcode in CONTRACTION_OPS for x in sub)
         fuse_into(self.comp, target, P, inner)
-        memo.pop(("contraction", id(fc)), None)
         st = memo.get(id(fc))
         if st is not None and (P.opcode == "fusion" or not st.fused_in(param, inner[P])):
           del memo[id(fc)]        # (counted again when next asked for)
