@@ -448,6 +448,20 @@ def test_verifier_runs_after_each_pass():
     pipeline.optimize(m, passes=[("broken", broken)], late_passes=[], check=False)
 
 
+def test_verifier_runs_once_without_per_pass_checks(monkeypatch):
+  # users' default: the module is verified once, after the passes (not also as it comes in)
+  calls = []
+  real = hlo.verify
+  monkeypatch.setattr(hlo, "verify", lambda m: (calls.append(1), real(m))[1])
+  pipeline.optimize(_pipeline_module(), check=False)
+  assert len(calls) == 1
+  calls.clear()
+  runs = []
+  passes = [("nop", lambda m: runs.append(1) or False)]
+  pipeline.optimize(_pipeline_module(), passes=passes, late_passes=[], check=True)
+  assert len(calls) == 1 + len(runs) and runs
+
+
 def test_late_passes_run_once_after_the_fixed_point(monkeypatch):
   seen = []
 

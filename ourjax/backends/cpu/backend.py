@@ -563,15 +563,15 @@ def _backend_source_hash() -> str:
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, gemm,
                                       gemm_im2col,
-                                      group_planner, horizontal, im2col, kernel_info,
-                                      kernel_key, planning as _planning, row_cache)
+                                      group_planner, horizontal, im2col, irtext,
+                                      kernel_info, kernel_key, planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
     for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
               attention,
-              dots, donation, _entry, elemental, dedupe, kernel_key, _planning, group_planner,
-              row_cache, horizontal):
+              dots, donation, _entry, elemental, dedupe, irtext, kernel_key, _planning,
+              group_planner, row_cache, horizontal):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:

@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 from ourjax.backends.cpu import profiling, threads
-from ourjax.backends.llvm import dedupe, gemm_im2col
+from ourjax.backends.llvm import dedupe, gemm_im2col, irtext
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernel_key as _kk
 from ourjax.backends.llvm import kernels as K
@@ -458,7 +458,7 @@ class _Emission:
       fn = k.emit(m)
       if groups:
         fn.linkage = ""                     # (external: the entry's module calls it)
-      text = str(fn)
+      text = irtext.function_text(fn)
       key = dedupe.function_key(fn, memos.setdefault(id(m), {}), text)
       same = kept.get(key)
       if first is not None and same is not first:

@@ -20,6 +20,8 @@ import re
 
 import llvmlite.ir as ir
 
+from ourjax.backends.llvm import irtext
+
 __all__ = ["function_key", "drop_function", "module_text"]
 
 #: a global's name where the IR text refers to it: ``@"name"`` (llvmlite quotes every name)
@@ -68,12 +70,15 @@ class _Text:
 
 def module_text(module: ir.Module, known: dict, finalize=str) -> str:
   """``finalize(module)`` (its IR text) with the functions whose text is ``known`` (name ->
-  ``str(fn)``, taken when they were keyed) not printed again."""
+  ``str(fn)``, taken when they were keyed) not printed again, and the others' printed by
+  ``irtext.function_text``."""
   g = module.globals
   saved = {n: g[n] for n in known if n in g}
+  saved.update((n, v) for n, v in g.items()
+               if n not in saved and isinstance(v, ir.Function) and v.blocks)
   try:
-    for n in saved:
-      g[n] = _Text(known[n])
+    for n, v in saved.items():
+      g[n] = _Text(known[n] if n in known else irtext.function_text(v))
     return finalize(module)
   finally:
     g.update(saved)

@@ -202,9 +202,13 @@ def fusible_computations(module: Module) -> list[Computation]:
 
 @dataclass
 class Decision:
-  """A yes/no answer with the reason (XLA's ``FusionDecision``)."""
+  """A yes/no answer with the reason (XLA's ``FusionDecision``).  ``lasting``: a refusal that
+  stays as it is while what is fused into the consumer neither reads the producer nor changes
+  its users (it depends on the producer, its users and what in the consumer reads it, not on
+  the consumer's other operands)."""
   ok: bool
   reason: str
+  lasting: bool = False
 
   def __bool__(self):
     return self.ok
@@ -394,11 +398,21 @@ def clone_into(b: Builder, instr: Instruction, operands, from_fused: bool = Fals
                                        name), before=b.before)
 
 
+def new_parameter(b: Builder, shape, number: int | None = None) -> Instruction:
+  """``b.parameter(shape, name="param", number=number)`` for a ``shape`` taken from an
+  instruction of the module (checked already: not inferred again)."""
+  comp = b.computation
+  if number is None:
+    number = len(comp.parameters)
+  return comp.add(Instruction("parameter", (), shape, {"parameter_number": number}, "param"),
+                  before=b.before)
+
+
 def wrap(comp: Computation, instr: Instruction, kind: str) -> Instruction:
   """Replace ``instr`` by a fusion of just ``instr`` (one parameter per distinct operand)."""
   operands = list(dict.fromkeys(instr.operands))
   b = Builder(comp.module, "fusion_body")
-  params = {o: b.parameter(o.shape, name="param") for o in operands}
+  params = {o: new_parameter(b, o.shape) for o in operands}
   fused = b.build(clone_into(b, instr, [params[o] for o in instr.operands]))
   fusion = add_fusion(comp, operands, fused, kind, before=instr)
   comp.replace_instruction(instr, fusion)
@@ -446,7 +460,7 @@ def fuse_into(comp: Computation, fusion: Instruction, producer: Instruction,
       return inner[o]
     p = outer.get(o)
     if p is None:
-      p = b.parameter(o.shape, name="param", number=len(fc.parameters))
+      p = new_parameter(b, o.shape, len(fc.parameters))
       fusion.operands.append(o)
       if fusion not in o.users:
         o.users.append(fusion)
@@ -546,14 +560,19 @@ def remove_unreachable_computations(module: Module) -> None:
 # the decision
 # ---------------------------------------------------------------------------------------------
 
-def _flow(producer: Instruction, consumer: Instruction):
-  """Where ``producer``'s value goes inside ``consumer``: ``(source, tainted)``, the value as
-  the consumer sees it (the producer, or the fused parameter it feeds) and every instruction of
-  the consumer that depends on it, the source included."""
+def _source(producer: Instruction, consumer: Instruction) -> Instruction:
+  """``producer``'s value as ``consumer`` sees it: the producer, or the fused parameter it
+  feeds."""
   if consumer.opcode != "fusion":
-    return producer, {producer, consumer}
-  fc = consumer.attrs["calls"]
-  src = fc.parameters[consumer.operands.index(producer)]
+    return producer
+  return consumer.attrs["calls"].parameters[consumer.operands.index(producer)]
+
+
+def _tainted(src: Instruction, consumer: Instruction) -> set:
+  """Every instruction of ``consumer`` that depends on ``src`` (``_source``), ``src``
+  included."""
+  if consumer.opcode != "fusion":
+    return {src, consumer}
   # (everything that reads it, directly or not: its users' closure, not a walk of the whole
   # fused computation for every operand decided)
   tainted, todo = {src}, [src]
@@ -562,7 +581,20 @@ def _flow(producer: Instruction, consumer: Instruction):
       if u not in tainted:
         tainted.add(u)
         todo.append(u)
-  return src, tainted
+  return tainted
+
+
+def _has_contraction(consumer: Instruction, memo: dict | None) -> bool:
+  """Whether ``consumer`` (a fusion: its computation) holds a dot or convolution; kept in
+  ``memo`` (``decide``'s) until something is fused in."""
+  fc = consumer.attrs["calls"]
+  key = ("contraction", id(fc))
+  has = None if memo is None else memo.get(key)
+  if has is None:
+    has = any(x.opcode in CONTRACTION_OPS for x in fc.instructions)
+    if memo is not None:
+      memo[key] = has
+  return has
 
 
 def emitted_count(fused: Computation, value: Instruction, counts: dict | None = None) -> int:
@@ -653,6 +685,23 @@ class _Counts:
     return True
 
 
+def _refused_as_such(producer: Instruction, consumer: Instruction) -> bool:
+  """Whether ``decide`` refuses ``producer`` for what it is, before looking at ``consumer``'s
+  contents (a parameter, a tuple, a reduction, an op that is never fused, a dot into a
+  reduction): nothing fused into the consumer changes that, so the consumer need not ask
+  again.  (The other refusals depend on the producer's users, the consumer's operands and
+  what it reads the producer with, which fusing other producers changes.)"""
+  op = producer.opcode
+  if op == "parameter" or op == "get-tuple-element" or producer.shape.is_tuple:
+    return True
+  if op in REDUCTION_OPS or _kind(producer) == "kInput":
+    return True
+  contraction = op in CONTRACTION_OPS or _kind(producer) == "kOutput"
+  if not contraction and not is_loop_op(producer):
+    return True
+  return contraction and (_kind(consumer) == "kInput" or consumer.opcode in REDUCTION_OPS)
+
+
 def _what(instr: Instruction) -> str:
   if instr.opcode == "fusion":
     return f"{instr.attrs['kind']} fusion"
@@ -669,6 +718,7 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
   if op == "parameter":
     return None
   no = lambda why: Decision(False, why)  # noqa: E731
+  held = lambda why: Decision(False, why, True)  # noqa: E731  (see Decision.lasting)
   if op == "get-tuple-element" or P.shape.is_tuple:
     return no("its result is a tuple (element)")
   if op in REDUCTION_OPS or _kind(P) == "kInput":
@@ -684,39 +734,52 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     if op == "bitcast-convert":
       return no("bitcast-convert changes the element width")
     return no(f"{op} is never fused")
-  src, tainted = _flow(P, consumer)
-  inside = [x for x in tainted if x is not src]
+  src = _source(P, consumer)
+  inside = None     # (what in the consumer depends on the producer: found only when asked)
+
+  def get_inside():
+    nonlocal inside
+    if inside is None:
+      inside = [x for x in _tainted(src, consumer) if x is not src]
+    return inside
   ckind = _kind(consumer)
   dus = dus_root(consumer)
   if dus is not None:
     # an in-place update computes its window's values (and start indices) on the fly; the
     # array it updates stays in memory, updated where it is
     target = dus.operands[0]
-    if target is P or target in tainted or contraction:
-      return no("the array a dynamic-update-slice updates in place stays in memory")
-  if any(x.opcode in CONTRACTION_OPS for x in inside):
-    return no("the operands of a dot or convolution stay in memory")
+    if target is P or target is src or target in get_inside() or contraction:
+      return held("the array a dynamic-update-slice updates in place stays in memory")
+  if consumer.opcode != "fusion":
+    reads_dot = consumer.opcode in CONTRACTION_OPS
+  else:
+    reads_dot = _has_contraction(consumer, memo) and any(
+        x.opcode in CONTRACTION_OPS for x in get_inside())
+  if reads_dot:
+    return held("the operands of a dot or convolution stay in memory")
   n_users = len(P.users) + (P is comp.root)
   shared = n_users > 1
   if contraction:
     if ckind == "kOutput":
-      return no("a fusion holds at most one dot or convolution")
+      return held("a fusion holds at most one dot or convolution")
     if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
-      return no("a dot is not fused into a reduction")
+      return held("a dot is not fused into a reduction")
     if not all((x.is_elementwise() and x.dims == P.dims) or _trailing_reshape(x, consumer)
-               for x in inside):
-      return no("a dot is fused only into an elementwise epilogue")
+               for x in get_inside()):
+      return held("a dot is fused only into an elementwise epilogue")
     if shared:
-      return no(f"expensive and has {n_users} users")
+      return held(f"expensive and has {n_users} users")
     return Decision(True, f"{_what(P)} into its elementwise epilogue (output fusion)")
   expensive = is_expensive(P)
   if shared and expensive:
-    return no(f"expensive and has {n_users} users")
+    return held(f"expensive and has {n_users} users")
   if expensive:
-    for x in inside:
+    tainted = set(get_inside())
+    tainted.add(src)
+    for x in get_inside():
       for k, o in enumerate(x.operands):
         if o in tainted and _reads_repeatedly(x, k):
-          return no(f"expensive, and %{x.name} reads each of its elements many times")
+          return held(f"expensive, and %{x.name} reads each of its elements many times")
   if consumer.opcode == "fusion":
     new = len(set(P.operands) - set(consumer.operands))
     total = len(consumer.operands) - 1 + new
@@ -848,14 +911,31 @@ class _Fuser:
     target, changed = consumer, False
     progress = True
     memo: dict = {}     # (what decide keeps for the target: its _Counts, kept up to date)
+    # operands refused for what they are (``_refused_as_such``), whatever is fused into the
+    # target meanwhile: decided (and noted) once per target
+    settled: set = set()
+    # operands refused for a lasting reason (``Decision.lasting``): {operand: (the refusal, its
+    # number of users then)}, asked again once something fused in reads them or changes what
+    # reads them
+    lasting: dict = {}
     while progress:
       progress = False
       for P in list(dict.fromkeys(target.operands)):
+        if P in settled:
+          continue
+        kept = lasting.get(P)
+        if kept is not None and kept[1] == len(P.users):
+          continue          # (refused, and noted, as before)
         d = decide(self.comp, P, target, memo)
         if d is None:
+          settled.add(P)
           continue
         if not d:
           self.note(f"not fusing %{P.name} into {self.label(target)}: {d.reason}")
+          if _refused_as_such(P, target):
+            settled.add(P)
+          elif d.lasting:
+            lasting[P] = (d, len(P.users))
           continue
         self.note(f"fused %{P.name} into {self.label(target)}: {d.reason}")
         if target.opcode != "fusion":
@@ -863,11 +943,25 @@ class _Fuser:
           kind = "kInput" if target.opcode in REDUCTION_OPS else "kLoop"
           target = wrap(self.comp, target, kind)
           self.origin[target] = name
+          settled.clear()     # (the notes name the new target)
+          lasting.clear()
         if P.opcode in CONTRACTION_OPS or _kind(P) == "kOutput":
           target.attrs["kind"] = "kOutput"
         fc = target.attrs["calls"]
         param = fc.parameters[target.operands.index(P)]
         inner = self.inner.setdefault(target, {})
+        if (P.opcode == "fusion" or P.opcode in CONTRACTION_OPS
+            or any(o in inner for o in P.operands)):
+          # (a fused computation's instructions may merge with others (dedupe); a dot changes
+          # the target's kind; a clone reading an earlier clone reads what that one reads)
+          lasting.clear()
+        else:        # (the clone of P reads its operands: what reads them inside changes)
+          for o in P.operands:
+            lasting.pop(o, None)
+        key = ("contraction", id(fc))
+        if memo.get(key) is False:      # (kept up to date: what P brings in)
+          sub = P.attrs["calls"].instructions if P.opcode == "fusion" else (P,)
+          memo[key] = any(x.opcode in CONTRACTION_OPS for x in sub)
         fuse_into(self.comp, target, P, inner)
         st = memo.get(id(fc))
         if st is not None and (P.opcode == "fusion" or not st.fused_in(param, inner[P])):

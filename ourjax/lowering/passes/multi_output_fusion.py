@@ -129,6 +129,27 @@ class _Merger:
   def renumber(self):
     self.pos = {i: k for k, i in enumerate(self.comp.instructions)}
 
+  def renumber_span(self, a: int, b: int) -> None:
+    """Positions for the instructions ``a:b`` of the computation, the others unchanged (the
+    positions only order the instructions: those of a merge's window go between their
+    neighbours' instead of numbering the whole computation again after every merge)."""
+    insts, pos = self.comp.instructions, self.pos
+    n = b - a
+    lo = pos[insts[a - 1]] if a > 0 else None
+    hi = pos[insts[b]] if b < len(insts) else None
+    if hi is None:
+      start, step = (lo if lo is not None else -1) + 1, 1
+    elif lo is None:
+      start, step = hi - n, 1
+    else:
+      step = (hi - lo) / (n + 1)
+      start = lo + step
+      if step < 1e-6:         # (the gaps are used up: number them all again)
+        self.renumber()
+        return
+    for k in range(n):
+      pos[insts[a + k]] = start + k * step
+
   def note(self, text):
     if text not in self.noted:
       self.noted.add(text)
@@ -257,7 +278,7 @@ class _Merger:
       if o.opcode == "get-tuple-element" and o.operands[0] in mset:
         return port(o.operands[0], o.attrs["index"])
       if o not in params:
-        params[o] = b.parameter(o.shape, name="param")
+        params[o] = fz.new_parameter(b, o.shape)
         operands.append(o)
       return params[o]
 
@@ -299,18 +320,21 @@ class _Merger:
         gtes.append(value)
       for v in _port_values(f, k):
         comp.replace_all_uses(v, value)
+    pos = self.pos
     for f in reversed(members):
       for g in list(f.users):
         if g.opcode == "get-tuple-element" and not g.users and g is not comp.root:
           comp.remove(g)
+          pos.pop(g, None)
       comp.remove(f)
+      pos.pop(f, None)
       module.remove_computation(f.attrs["calls"])
     insts = comp.instructions
     at = insts.index(new)
     window = insts[first_at:at]
     insts[first_at:at + 1 + len(gtes)] = ([x for x in window if x not in moved] + [new] + gtes
                                           + [x for x in window if x in moved])
-    self.renumber()
+    self.renumber_span(first_at, at + 1 + len(gtes))
     return new
 
   # -- rounds ----------------------------------------------------------------------------------
