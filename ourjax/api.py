@@ -458,7 +458,8 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()):
   cotangent per primal."""
   p_leaves, p_tree = tree_flatten(primals)
   for x in p_leaves:
-    _check_arg(x, "linear_transpose")
+    if not isinstance(x, ShapeDtypeStruct):      # (only shapes and dtypes are used, as JAX)
+      _check_arg(x, "linear_transpose")
   # traced with the primals' weak types (as JAX: 2. * x of a Python int x is a weak float,
   # which strict promotion allows), checked and transposed as the strong types
   flat, out_tree_cell = _flatten_positional(fun, p_tree)
