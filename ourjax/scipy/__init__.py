@@ -1,5 +1,7 @@
 """``ourjax.scipy``: the subset of ``jax.scipy`` built on lax/jnp ops (special functions,
-distributions, linear algebra)."""
+distributions, linear algebra, signal processing, ndimage interpolation)."""
 from ourjax.scipy import special  # noqa: F401
 from ourjax.scipy import stats  # noqa: F401
 from ourjax.scipy import linalg  # noqa: F401
+from ourjax.scipy import signal  # noqa: F401
+from ourjax.scipy import ndimage  # noqa: F401
