@@ -70,13 +70,14 @@ def _check_arg(x, fname):
   an object that only has ``__jax_array__`` is refused here: ``jnp.asarray(obj)`` converts it,
   or it can be registered as a pytree."""
   if isinstance(x, _ARG_TYPES):
+    if isinstance(x, np.ndarray) and x.dtype == object:
+      raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type (in {fname}).")
     return
   if getattr(x, "__jax_array__", None) is not None:
     raise _jax_array_error(fname)
   if hasattr(x, "__jax_array__"):       # (set to None: not the array protocol)
     return
-  raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
-                  f"(in {fname}).")
+  raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type (in {fname}).")
 
 
 # ------------------------------------------------------------------------------------------------

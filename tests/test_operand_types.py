@@ -45,3 +45,20 @@ def test_error_base_classes_match_jax():
   with pytest.raises(errors.ConcretizationTypeError) as info:
     ourjax.jit(lambda v: int(v))(1.)
   assert isinstance(info.value, errors.JAXTypeError)
+
+
+def test_invalid_argument_messages_are_jaxs():
+  import numpy as np
+  # JAX 0.10.2: "Argument 'foo' of type <class 'str'> is not a valid JAX type"
+  with pytest.raises(TypeError, match=r"^Argument 'foo' of type <class 'str'> is not a valid "
+                                      "JAX type"):
+    ourjax.grad(lambda x: x)("foo")
+  with pytest.raises(TypeError, match="is not a valid JAX type"):
+    ourjax.grad(lambda x: x)(np.array([1, 2, 3], dtype=object))
+  # jit: "Error interpreting argument to <fun> as an abstract array ... at path x."
+  with pytest.raises(TypeError, match="Error interpreting argument to .* as an abstract array. "
+                                      "The problematic value is of type .* and was passed to "
+                                      "the function at path x."):
+    ourjax.jit(lambda x: x)("foo")
+  with pytest.raises(TypeError, match=r"at path b\['k'\]"):
+    ourjax.jit(lambda a, b: a)(1., {"k": jnp.int32})
