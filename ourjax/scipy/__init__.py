@@ -1,7 +1,8 @@
 """``ourjax.scipy``: the subset of ``jax.scipy`` built on lax/jnp ops (special functions,
-distributions, linear algebra, signal processing, ndimage interpolation)."""
+distributions, linear algebra, signal processing, ndimage interpolation, BFGS minimisation)."""
 from ourjax.scipy import special  # noqa: F401
 from ourjax.scipy import stats  # noqa: F401
 from ourjax.scipy import linalg  # noqa: F401
 from ourjax.scipy import signal  # noqa: F401
 from ourjax.scipy import ndimage  # noqa: F401
+from ourjax.scipy import optimize  # noqa: F401
