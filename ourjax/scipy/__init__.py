@@ -6,3 +6,4 @@ from ourjax.scipy import linalg  # noqa: F401
 from ourjax.scipy import signal  # noqa: F401
 from ourjax.scipy import ndimage  # noqa: F401
 from ourjax.scipy import optimize  # noqa: F401
+from ourjax.scipy import sparse  # noqa: F401
