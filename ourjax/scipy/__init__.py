@@ -7,3 +7,5 @@ from ourjax.scipy import signal  # noqa: F401
 from ourjax.scipy import ndimage  # noqa: F401
 from ourjax.scipy import optimize  # noqa: F401
 from ourjax.scipy import sparse  # noqa: F401
+from ourjax.scipy import cluster  # noqa: F401
+from ourjax.scipy import integrate  # noqa: F401

@@ -16,7 +16,8 @@ from ourjax.numpy import _util
 __all__ = ["logsumexp", "erf", "erfc", "erfinv", "gammaln", "digamma", "expit", "logit", "xlogy",
            "xlog1py", "log_ndtr", "ndtr", "ndtri", "softmax", "log_softmax", "entr", "gamma",
            "betaln", "beta", "log_expit", "polygamma", "multigammaln", "sinc", "gammainc",
-           "gammaincc", "betainc", "i0e", "i1e", "i0", "i1"]
+           "gammaincc", "betainc", "i0e", "i1e", "i0", "i1", "rel_entr", "kl_div", "factorial",
+           "comb", "poch", "boxcox", "boxcox1p", "gammasgn", "loggamma", "bernoulli", "zeta"]
 
 _CF_START = 1.5     # erfc switches from 1 - erf to the continued fraction here
 _CF_TERMS = 60
@@ -169,12 +170,15 @@ def entr(x):
 
 
 def gamma(x):
-  """Gamma for real x: ``sign * exp(gammaln(x))``; nan at the poles (non-positive integers)."""
+  """Gamma for real x: ``sign * exp(gammaln(x))``; +-inf at +-0, nan at the negative
+  integers."""
   jnp = _jnp()
   x = _f("gamma", x)
   sign = jnp.where(x > 0, 1.0, jnp.where(jnp.ceil(-x) % 2 == 0, 1.0, -1.0)).astype(x.dtype)
   out = sign * jnp.exp(lax.lgamma(x))
-  return jnp.where((x <= 0) & (x == jnp.floor(x)), np.nan, out).astype(x.dtype)
+  out = jnp.where((x < 0) & (x == jnp.floor(x)), np.nan, out)
+  # +-0: +-inf (as JAX and scipy), the poles at the negative integers: nan
+  return jnp.where(x == 0, jnp.copysign(np.inf, x), out).astype(x.dtype)
 
 
 def betaln(a, b):
@@ -185,12 +189,6 @@ def betaln(a, b):
 def beta(a, b):
   a, b = _f("beta", a, b)
   return _jnp().exp(betaln(a, b))
-
-
-def polygamma(n, x):
-  if int(np.asarray(n)) != 0:
-    raise NotImplementedError("ourjax.scipy.special.polygamma: only n = 0 is supported")
-  return digamma(x)
 
 
 def multigammaln(a, d: int):
@@ -243,3 +241,8 @@ def i1(x):
   """Modified Bessel function of order 1."""
   x = _f("i1", x)
   return _jnp().exp(_jnp().abs(x)) * lax.bessel_i1e(x)
+
+
+from ourjax.scipy._special_more import (rel_entr, kl_div, factorial, comb, poch,  # noqa: E402,F401
+                                        boxcox, boxcox1p, gammasgn, loggamma, bernoulli, zeta,
+                                        polygamma)
