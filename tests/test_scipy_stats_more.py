@@ -121,3 +121,26 @@ def test_multivariate_normal_and_dirichlet():
           np.sum((alpha - 1) * np.log(X[:, 1])) - norm, -np.inf]
   close(st.dirichlet.logpdf(X, alpha), want, rtol=1e-5)
   close(st.dirichlet.logpdf(X[:2, :2], alpha), want[:2], rtol=1e-5)    # K-1 entries given
+
+
+def test_sem_mode_rankdata():
+  a = np.array([[3., 1., 2., 2.], [1., 1., 4., 4.], [5., 5., 5., 0.]])
+  close(st.sem(a), a.std(0, ddof=1) / np.sqrt(3))
+  close(st.sem(a, axis=None), a.std(ddof=1) / np.sqrt(12))
+  close(st.sem(a, axis=1, ddof=0, keepdims=True), a.std(1, keepdims=True) / 2)
+  m = st.mode(a, axis=1)
+  assert type(m).__name__ == "ModeResult" and m._fields == ("mode", "count")
+  assert np.asarray(m.mode).tolist() == [2., 1., 5.] and np.asarray(m.count).tolist() == [2, 2, 3]
+  m0 = st.mode(a)                      # ties: the smallest value (as scipy and JAX)
+  assert np.asarray(m0.mode).tolist() == [1., 1., 2., 0.]
+  assert np.asarray(m0.count).tolist() == [1, 2, 1, 1]
+  v = np.array([3., 1., 2., 2., 5., 1.])
+  want = {"average": [5, 1.5, 3.5, 3.5, 6, 1.5], "min": [5, 1, 3, 3, 6, 1],
+          "max": [5, 2, 4, 4, 6, 2], "dense": [3, 1, 2, 2, 4, 1], "ordinal": [5, 1, 3, 4, 6, 2]}
+  for method, w in want.items():
+    r = st.rankdata(v, method=method)
+    assert r.dtype == jnp.float32 and np.asarray(r).tolist() == w
+    rows = st.rankdata(a, method=method, axis=1)
+    for i in range(3):
+      np.testing.assert_array_equal(rows[i], st.rankdata(a[i], method=method))
+  assert np.isnan(np.asarray(st.rankdata(np.array([1., np.nan, 3.])))).all()
