@@ -107,3 +107,20 @@ def test_approx_k_vq_trapezoid():
   np.testing.assert_allclose(dist, d.min(1), rtol=1e-6)
   np.testing.assert_allclose(integrate.trapezoid(jnp.arange(5.) ** 2, dx=0.5),
                              np.trapezoid(np.arange(5.) ** 2, dx=0.5))
+
+
+def test_xlogy_xlog1py_derivative_at_zero_x():
+  import ourjax
+  # d/dx x log(y) = log(y) also at x = 0 (JAX 0.10.2: 0.6931472 for y = 2); the where() that
+  # makes the value 0 there must not zero the derivative
+  gx, gy = ourjax.grad(sp.xlogy, argnums=(0, 1))(0., 2.)
+  np.testing.assert_allclose([gx, gy], [np.log(2.), 0.], rtol=1e-6)
+  gx, gy = ourjax.grad(sp.xlogy, argnums=(0, 1))(2., 0.5)
+  np.testing.assert_allclose([gx, gy], [np.log(0.5), 4.], rtol=1e-6)
+  gx, gy = ourjax.grad(sp.xlog1py, argnums=(0, 1))(0., 1.)
+  np.testing.assert_allclose([gx, gy], [np.log(2.), 0.], rtol=1e-6)
+  assert float(sp.xlogy(0., 0.)) == 0.
+  # so the gamma log-density's derivative in its shape at a = 1 is log(x) - digamma(1)
+  from ourjax.scipy import stats
+  np.testing.assert_allclose(ourjax.grad(lambda a: stats.gamma.logpdf(2., a))(1.),
+                             np.log(2.) + np.euler_gamma, rtol=1e-5)

@@ -144,20 +144,55 @@ def logit(x):
   return jnp.log(x / (1 - x))
 
 
-def xlogy(x, y):
-  """``x * log(y)``, 0 where x == 0."""
+def _xlogy_raw(x, y):
   jnp = _jnp()
-  x, y = _f("xlogy", x, y)
   safe_y = jnp.where(x == 0, jnp.ones_like(y), y)
   return jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(safe_y))
 
 
-def xlog1py(x, y):
-  """``x * log1p(y)``, 0 where x == 0."""
+def _xlog1py_raw(x, y):
   jnp = _jnp()
-  x, y = _f("xlog1py", x, y)
   safe_y = jnp.where(x == 0, jnp.zeros_like(y), y)
   return jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log1p(safe_y))
+
+
+def _with_jvp(raw, dlog):
+  """``raw`` with JAX's derivative ``x' log(y) + y' x / y`` (``dlog``: log and its argument's
+  offset): the where() that makes x == 0 give 0 would otherwise give a zero x-derivative
+  there, where the true one is log(y)."""
+  from ourjax.custom_derivatives import custom_jvp
+  f = custom_jvp(raw)
+
+  def rule(primals, tangents):
+    x, y = primals
+    x_dot, y_dot = tangents
+    log_y, one_plus = dlog(y)
+    out = f(x, y)
+    return out, (x_dot * log_y + y_dot * x / one_plus).astype(out.dtype)
+  f.defjvp(rule)
+  return f
+
+
+_xlogy_jvp = None
+_xlog1py_jvp = None
+
+
+def xlogy(x, y):
+  """``x * log(y)``, 0 where x == 0 (derivative in x: log(y), as JAX)."""
+  global _xlogy_jvp
+  if _xlogy_jvp is None:
+    _xlogy_jvp = _with_jvp(_xlogy_raw, lambda y: (_jnp().log(y), y))
+  x, y = _f("xlogy", x, y)
+  return _xlogy_jvp(x, y)
+
+
+def xlog1py(x, y):
+  """``x * log1p(y)``, 0 where x == 0 (derivative in x: log1p(y), as JAX)."""
+  global _xlog1py_jvp
+  if _xlog1py_jvp is None:
+    _xlog1py_jvp = _with_jvp(_xlog1py_raw, lambda y: (_jnp().log1p(y), 1 + y))
+  x, y = _f("xlog1py", x, y)
+  return _xlog1py_jvp(x, y)
 
 
 def entr(x):
