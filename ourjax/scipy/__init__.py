@@ -10,3 +10,4 @@ from ourjax.scipy import sparse  # noqa: F401
 from ourjax.scipy import cluster  # noqa: F401
 from ourjax.scipy import integrate  # noqa: F401
 from ourjax.scipy import fft  # noqa: F401
+from ourjax.scipy import interpolate  # noqa: F401
