@@ -154,3 +154,43 @@ def test_map_coordinates_2d_linear_against_numpy_and_grad():
     ndimage.map_coordinates(img, coords, order=1, mode="grid-wrap")
   with pytest.raises(ValueError, match="input.ndim"):
     ndimage.map_coordinates(img, coords[:1], order=1)
+
+
+# -- stft / welch / csd ------------------------------------------------------------------------
+
+def test_stft_segments_are_scaled_rffts():
+  rng = np.random.RandomState(0)
+  x = rng.randn(2, 96)
+  f, t, Z = signal.stft(x.astype(np.float32), fs=4., window="boxcar", nperseg=32, noverlap=0,
+                        boundary=None, padded=False)
+  np.testing.assert_allclose(f, np.fft.rfftfreq(32, 1 / 4.), rtol=1e-6)
+  np.testing.assert_allclose(t, (np.arange(3) * 32 + 16) / 4., rtol=1e-6)
+  want = np.stack([np.fft.rfft(x[:, m * 32:(m + 1) * 32]) / 32 for m in range(3)], -1)
+  assert Z.shape == (2, 17, 3)
+  np.testing.assert_allclose(Z, want, rtol=1e-4, atol=1e-5)
+  # the default: a periodic Hann window, half overlap, zero boundaries, times from 0
+  f, t, Z = signal.stft(x[0].astype(np.float32), nperseg=32)
+  win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(32) / 32)
+  xp = np.concatenate([np.zeros(16), x[0], np.zeros(16)])
+  np.testing.assert_allclose(Z[:, 2], np.fft.rfft(xp[32:64] * win) / win.sum(), rtol=1e-4,
+                             atol=1e-5)
+  np.testing.assert_allclose(t[:3], [0., 16., 32.])
+
+
+def test_welch_density_integrates_to_the_variance_and_csd_of_itself():
+  rng = np.random.RandomState(1)
+  x = rng.randn(128)
+  f, P = signal.welch(x.astype(np.float32), fs=2., window="boxcar")    # one segment (JAX)
+  assert P.shape == (65,)
+  np.testing.assert_allclose(np.sum(np.asarray(P, np.float64)) * (f[1] - f[0]), x.var(),
+                             rtol=1e-4)
+  # a sinusoid on a frequency bin: power A**2 / 2 there in the (one-sided) power spectrum
+  n = np.arange(256)
+  s = 3 * np.cos(2 * np.pi * 8 * n / 64)
+  f, P = signal.welch(s.astype(np.float32), nperseg=64, window="boxcar", scaling="spectrum")
+  np.testing.assert_allclose(P[8], 4.5, rtol=1e-4)
+  assert float(np.max(np.delete(np.asarray(P), 8))) < 1e-4
+  f1, Pxx = signal.welch(x.astype(np.float32), nperseg=32)
+  f2, Pxy = signal.csd(x.astype(np.float32), x.astype(np.float32), nperseg=32)
+  np.testing.assert_allclose(np.real(Pxy), Pxx, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(np.imag(Pxy), 0, atol=1e-6)

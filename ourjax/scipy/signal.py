@@ -1,12 +1,13 @@
 """``ourjax.scipy.signal``: N-dimensional convolution and correlation (direct, through
-``lax.conv_general_dilated``, or by FFT), the 2-D variants and ``detrend``, as
+``lax.conv_general_dilated``, or by FFT), the 2-D variants, ``detrend``, and ``stft``/``csd``/``welch`` (``_spectral``), as
 ``jax.scipy.signal`` has them."""
 from __future__ import annotations
 
 import ourjax.numpy as jnp
 from ourjax import lax
 
-__all__ = ["convolve", "correlate", "convolve2d", "correlate2d", "fftconvolve", "detrend"]
+__all__ = ["convolve", "correlate", "convolve2d", "correlate2d", "fftconvolve", "detrend", "stft",
+           "csd", "welch"]
 
 _MODES = ("full", "same", "valid")
 
@@ -194,3 +195,6 @@ def detrend(data, axis=-1, type="linear", bp=0, overwrite_data=None):
     pieces.append(seg - A @ coef)
   out = jnp.concatenate(pieces, axis=0).reshape(shape)
   return jnp.moveaxis(out, 0, axis)
+
+
+from ourjax.scipy._spectral import stft, csd, welch  # noqa: E402,F401
