@@ -194,3 +194,20 @@ def test_welch_density_integrates_to_the_variance_and_csd_of_itself():
   f2, Pxy = signal.csd(x.astype(np.float32), x.astype(np.float32), nperseg=32)
   np.testing.assert_allclose(np.real(Pxy), Pxx, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(np.imag(Pxy), 0, atol=1e-6)
+
+
+def test_istft_inverts_stft():
+  rng = np.random.RandomState(2)
+  x = rng.randn(256).astype(np.float32)
+  for kw in (dict(nperseg=64), dict(nperseg=64, noverlap=48, window="hamming"),
+             dict(nperseg=50, nfft=64)):
+    _, _, Z = signal.stft(x, **kw)
+    t, xr = signal.istft(Z, **kw)
+    np.testing.assert_allclose(np.asarray(xr)[:256], x, atol=1e-5)
+    np.testing.assert_allclose(t[:3], [0., 1., 2.])
+  xb = rng.randn(2, 128).astype(np.float32)
+  _, _, Zb = signal.stft(xb, nperseg=32)
+  _, xbr = signal.istft(jnp.swapaxes(Zb, -1, -2), nperseg=32, time_axis=-2, freq_axis=-1)
+  np.testing.assert_allclose(np.asarray(xbr)[:, :128], xb, atol=1e-5)
+  with pytest.raises(ValueError, match="differing time and frequency"):
+    signal.istft(Zb, time_axis=-1, freq_axis=-1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["stft", "csd", "welch"]
+__all__ = ["stft", "istft", "csd", "welch"]
 
 
 def _jnp():
@@ -197,3 +197,52 @@ def welch(x, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
                    nfft=nfft, detrend=detrend, return_onesided=return_onesided,
                    scaling=scaling, axis=axis, average=average)
   return freqs, _jnp().real(Pxx)
+
+
+def istft(Zxx, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
+          input_onesided=True, boundary=True, time_axis=-1, freq_axis=-2):
+  """The inverse of ``stft`` by weighted overlap-add: ``(times, x)``."""
+  jnp = _jnp()
+  Zxx = jnp.asarray(Zxx)
+  if Zxx.ndim < 2:
+    raise ValueError("Input stft must be at least 2d!")
+  time_axis, freq_axis = time_axis % Zxx.ndim, freq_axis % Zxx.ndim
+  if time_axis == freq_axis:
+    raise ValueError("Must specify differing time and frequency axes!")
+  nseg = Zxx.shape[time_axis]
+  n_default = 2 * (Zxx.shape[freq_axis] - 1) if input_onesided else Zxx.shape[freq_axis]
+  nperseg = n_default if nperseg is None else int(nperseg)
+  if nperseg < 1:
+    raise ValueError("nperseg must be a positive integer")
+  if nfft is None:
+    nfft = nperseg if (input_onesided and nperseg == n_default + 1) else n_default
+  elif nfft < nperseg:
+    raise ValueError("nfft must be greater than or equal to nperseg.")
+  noverlap = nperseg // 2 if noverlap is None else int(noverlap)
+  if noverlap >= nperseg:
+    raise ValueError("noverlap must be less than nperseg.")
+  nstep = nperseg - noverlap
+  # (..., time, freq)
+  Z = jnp.moveaxis(Zxx, (time_axis, freq_axis), (-2, -1))
+  frames = (jnp.fft.irfft(Z, n=nfft, axis=-1) if input_onesided
+            else jnp.fft.ifft(Z, n=nfft, axis=-1))[..., :nperseg]
+  real_dtype = jnp.finfo(frames.dtype).dtype
+  win = _window(window, nperseg, real_dtype)
+  frames = frames * jnp.sum(win) * win
+  out_len = nperseg + (nseg - 1) * nstep
+  idx = (np.arange(nseg)[:, None] * nstep + np.arange(nperseg)[None, :]).ravel()
+  x = jnp.zeros(frames.shape[:-2] + (out_len,), frames.dtype)
+  x = x.at[..., idx].add(frames.reshape(frames.shape[:-2] + (-1,)))
+  w = np.asarray(win, np.float64)
+  norm = np.zeros(out_len)
+  np.add.at(norm, idx, np.tile(w * w, nseg))
+  if boundary:
+    cut = nperseg // 2
+    x = x[..., cut:out_len - cut]
+    norm = norm[cut:out_len - cut]
+  x = x / jnp.asarray(np.where(norm > 1e-10, norm, 1.0).astype(real_dtype))
+  if input_onesided:
+    x = jnp.real(x)
+  # (scipy's and JAX's times: the length of x's first axis, which for a batch is the batch)
+  times = np.arange(x.shape[0]) / float(fs)
+  return jnp.asarray(times.astype(real_dtype)), x

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ourjax.numpy as jnp
 from ourjax import lax
 
-__all__ = ["convolve", "correlate", "convolve2d", "correlate2d", "fftconvolve", "detrend", "stft",
+__all__ = ["convolve", "correlate", "convolve2d", "correlate2d", "fftconvolve", "detrend", "stft", "istft",
            "csd", "welch"]
 
 _MODES = ("full", "same", "valid")
@@ -197,4 +197,4 @@ def detrend(data, axis=-1, type="linear", bp=0, overwrite_data=None):
   return jnp.moveaxis(out, 0, axis)
 
 
-from ourjax.scipy._spectral import stft, csd, welch  # noqa: E402,F401
+from ourjax.scipy._spectral import stft, istft, csd, welch  # noqa: E402,F401
