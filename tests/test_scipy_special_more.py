@@ -124,3 +124,18 @@ def test_xlogy_xlog1py_derivative_at_zero_x():
   from ourjax.scipy import stats
   np.testing.assert_allclose(ourjax.grad(lambda a: stats.gamma.logpdf(2., a))(1.),
                              np.log(2.) + np.euler_gamma, rtol=1e-5)
+
+
+def test_erfcx_against_float64_and_its_derivative():
+  import ourjax
+  x = np.linspace(-9, 9, 73)
+  want = np.array([math.exp(v * v) * math.erfc(v) for v in x])
+  np.testing.assert_allclose(sp.erfcx(x.astype(np.float32)), want, rtol=2e-5)
+  # large x: the asymptote 1 / (x sqrt(pi)) without overflow (JAX: 5.6418956e-11 at 1e10)
+  big = np.array([1e3, 1e10], np.float32)
+  np.testing.assert_allclose(sp.erfcx(big), 1 / (big.astype(np.float64) * np.sqrt(np.pi)),
+                             rtol=1e-5)
+  out = np.asarray(sp.erfcx(jnp.array([np.inf, -np.inf, -20.])))
+  assert out[0] == 0 and np.isinf(out[1]) and np.isinf(out[2])
+  g = ourjax.vmap(ourjax.grad(sp.erfcx))(jnp.asarray(x, jnp.float32))
+  np.testing.assert_allclose(g, 2 * x * want - 2 / np.sqrt(np.pi), rtol=2e-4, atol=1e-5)

@@ -17,7 +17,8 @@ __all__ = ["logsumexp", "erf", "erfc", "erfinv", "gammaln", "digamma", "expit", 
            "xlog1py", "log_ndtr", "ndtr", "ndtri", "softmax", "log_softmax", "entr", "gamma",
            "betaln", "beta", "log_expit", "polygamma", "multigammaln", "sinc", "gammainc",
            "gammaincc", "betainc", "i0e", "i1e", "i0", "i1", "rel_entr", "kl_div", "factorial",
-           "comb", "poch", "boxcox", "boxcox1p", "gammasgn", "loggamma", "bernoulli", "zeta"]
+           "comb", "poch", "boxcox", "boxcox1p", "gammasgn", "loggamma", "bernoulli", "zeta",
+           "erfcx"]
 
 _CF_START = 1.5     # erfc switches from 1 - erf to the continued fraction here
 _CF_TERMS = 60
@@ -280,4 +281,4 @@ def i1(x):
 
 from ourjax.scipy._special_more import (rel_entr, kl_div, factorial, comb, poch,  # noqa: E402,F401
                                         boxcox, boxcox1p, gammasgn, loggamma, bernoulli, zeta,
-                                        polygamma)
+                                        polygamma, erfcx)
