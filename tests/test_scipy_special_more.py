@@ -139,3 +139,25 @@ def test_erfcx_against_float64_and_its_derivative():
   assert out[0] == 0 and np.isinf(out[1]) and np.isinf(out[2])
   g = ourjax.vmap(ourjax.grad(sp.erfcx))(jnp.asarray(x, jnp.float32))
   np.testing.assert_allclose(g, 2 * x * want - 2 / np.sqrt(np.pi), rtol=2e-4, atol=1e-5)
+
+
+def test_eigh_tridiagonal():
+  import ourjax
+  from ourjax.scipy import linalg
+  d = np.array([1., 2., 3., 4.])
+  e = np.array([0.5, -1., 0.3])
+  T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+  want = np.linalg.eigvalsh(T)
+  w, v = linalg.eigh_tridiagonal(d.astype(np.float32), e.astype(np.float32))
+  np.testing.assert_allclose(w, want, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(v).T @ T @ np.asarray(v), np.diag(want), atol=1e-5)
+  np.testing.assert_allclose(
+      linalg.eigh_tridiagonal(d, e, eigvals_only=True, select="i", select_range=(1, 2)),
+      want[1:3], rtol=1e-5)
+  # Hermitian: the eigenvalues of diag(d) + e below + conj(e) above (JAX 0.10.2's values)
+  np.testing.assert_allclose(linalg.eigh_tridiagonal(d + 0j, e + 0.5j, eigvals_only=True),
+                             [0.4936769, 1.6767389, 3.4281526, 4.401431], rtol=1e-5)
+  g = ourjax.grad(lambda dd: linalg.eigh_tridiagonal(dd, e, eigvals_only=True).sum())(d)
+  np.testing.assert_allclose(g, np.ones(4), rtol=1e-5)     # the trace's derivative
+  with pytest.raises(NotImplementedError, match="select='v'"):
+    linalg.eigh_tridiagonal(d, e, eigvals_only=True, select="v", select_range=(1., 2.))
