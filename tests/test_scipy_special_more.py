@@ -1,6 +1,7 @@
 """scipy.special's rel_entr, kl_div, factorial, comb, poch, boxcox(1p), gammasgn, loggamma,
 bernoulli, zeta (Hurwitz) and polygamma of any order; lax.zeta/polygamma/approx_max_k/
-approx_min_k; scipy.cluster.vq.vq; scipy.integrate.trapezoid: against Python's math module,
+approx_min_k; scipy.cluster.vq.vq; scipy.integrate.trapezoid; scipy.linalg.eigh_tridiagonal;
+erfcx: against Python's math module,
 NumPy float64 and identities, with JAX 0.10.2's edge values."""
 import math
 from fractions import Fraction
