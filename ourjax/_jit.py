@@ -216,9 +216,18 @@ class JitWrapped:
     f, dargs, dkwargs, static_key = _split_static(self.fun, args, kwargs, self.static_argnums,
                                                   self.static_argnames, "jit")
     leaves, in_tree = tree_flatten((dargs, dkwargs))
-    for x in leaves:
+    for i, x in enumerate(leaves):
       if not (abstract_ok and isinstance(x, ShapeDtypeStruct)):
-        _check_arg(x, f"jit({_fun_name(self.fun)})")
+        try:
+          _check_arg(x, f"jit({_fun_name(self.fun)})")
+        except TypeError:
+          path = self._leaf_names(args, kwargs, len(leaves))[i]
+          raise TypeError(
+              f"Error interpreting argument to {self.fun} as an abstract array. The "
+              f"problematic value is of type {type(x)} and was passed to the function at path "
+              f"{path}.\nThis typically means that a jit-wrapped function was called with a "
+              "non-array argument, and this argument was not marked as static using the "
+              "static_argnums or static_argnames parameters of jax.jit.") from None
     avals = tuple(_abstractify(x) for x in leaves)
     key = (in_tree, avals, static_key, self.backend, config.x64_enabled,
            config.jax_default_matmul_precision,   # (read at trace time, as JAX's key has it)

@@ -70,13 +70,14 @@ def _check_arg(x, fname):
   an object that only has ``__jax_array__`` is refused here: ``jnp.asarray(obj)`` converts it,
   or it can be registered as a pytree."""
   if isinstance(x, _ARG_TYPES):
+    if isinstance(x, np.ndarray) and x.dtype == object:
+      raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type (in {fname}).")
     return
   if getattr(x, "__jax_array__", None) is not None:
     raise _jax_array_error(fname)
   if hasattr(x, "__jax_array__"):       # (set to None: not the array protocol)
     return
-  raise TypeError(f"Argument '{x!r}' of type {type(x)} is not a valid JAX type "
-                  f"(in {fname}).")
+  raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type (in {fname}).")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -458,7 +459,8 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()):
   cotangent per primal."""
   p_leaves, p_tree = tree_flatten(primals)
   for x in p_leaves:
-    _check_arg(x, "linear_transpose")
+    if not isinstance(x, ShapeDtypeStruct):      # (only shapes and dtypes are used, as JAX)
+      _check_arg(x, "linear_transpose")
   # traced with the primals' weak types (as JAX: 2. * x of a Python int x is a weak float,
   # which strict promotion allows), checked and transposed as the strong types
   flat, out_tree_cell = _flatten_positional(fun, p_tree)

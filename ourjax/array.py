@@ -254,6 +254,16 @@ class Array:
   def device(self):
     return next(iter(self.devices()))
 
+  # DLPack export (ourjax.dlpack): the host buffer
+  def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    from ourjax.dlpack import _array_dlpack
+    return _array_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                         copy=copy)
+
+  def __dlpack_device__(self):
+    from ourjax.dlpack import _array_dlpack_device
+    return _array_dlpack_device(self)
+
   def __reduce__(self):
     return (Array, (np.asarray(self._value), self.weak_type))
 

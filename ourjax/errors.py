@@ -7,7 +7,15 @@ class OurJaxError(Exception):
   """Base of ourjax's own error types (not of the TypeError/ValueError it raises for bad input)."""
 
 
-class ConcretizationTypeError(TypeError):
+class JAXTypeError(TypeError):
+  """Base of the TypeErrors about traced values (JAX's ``jax.errors.JAXTypeError``)."""
+
+
+class JAXIndexError(IndexError):
+  """Base of the IndexErrors about traced values (JAX's ``jax.errors.JAXIndexError``)."""
+
+
+class ConcretizationTypeError(JAXTypeError):
   """A traced (abstract) value was used where a concrete Python value is needed."""
 
   def __init__(self, tracer, context: str = ""):
@@ -51,7 +59,7 @@ class TracerIntegerConversionError(ConcretizationTypeError):
     self.tracer = tracer
 
 
-class TracerArrayConversionError(TypeError):
+class TracerArrayConversionError(JAXTypeError):
   """``np.asarray(x)`` on a traced value."""
 
   def __init__(self, tracer):
@@ -63,7 +71,7 @@ class TracerArrayConversionError(TypeError):
     self.tracer = tracer
 
 
-class NonConcreteBooleanIndexError(IndexError):
+class NonConcreteBooleanIndexError(JAXIndexError):
   """A boolean mask whose values are not known while tracing was used as an index (or in
   another operation whose result shape depends on how many of its values are true)."""
 
@@ -83,11 +91,11 @@ class JaxprTypeError(TypeError):
   it is bound, an equation's result types not its primitive's."""
 
 
-class UnexpectedTracerError(OurJaxError):
+class UnexpectedTracerError(JAXTypeError, OurJaxError):
   """A tracer escaped the transformation that created it and was used later."""
 
 
-class KeyReuseError(OurJaxError):
+class KeyReuseError(JAXTypeError, OurJaxError):
   pass
 
 

@@ -307,6 +307,8 @@ EXEMPT = {
     "custom_jvp_call": "tests/test_custom_derivatives.py",
     "custom_vjp_call": "tests/test_custom_derivatives.py",
     "custom_lin": "the linear half of custom_vjp: tests/test_custom_derivatives.py",
+    "custom_linear_solve": "lax.custom_linear_solve: tests/test_custom_solvers.py",
+    "custom_vmap_call": "custom_batching.custom_vmap: tests/test_custom_batching.py",
     "checkpoint": "tests/test_remat.py",
     "debug_callback": "no outputs; the forward values reach the callback: tests/test_callbacks.py",
     "debug_print": "debug_callback's rules (debug.print): tests/test_callbacks.py",

@@ -544,6 +544,19 @@ def _cv(x):
 _cv.defvjp(lambda x: (_cv(x), x), lambda r, g: (g,))
 case("custom_jvp_call", _cj, lambda rng: [values(F32, (4,), rng)])
 case("custom_vjp_call", _cv, lambda rng: [values(F32, (4,), rng)])
+case("custom_linear_solve",
+     lambda d, b: ourjax.lax.custom_linear_solve(lambda v: (d * d + 1) * v, b,
+                                                 lambda mv, r: r / (d * d + 1), symmetric=True),
+     lambda rng: [values(F32, (4,), rng), values(F32, (4,), rng)])
+
+
+def _cvm_rule(axis_size, in_batched, x):
+  return jnp.sin(x), in_batched[0]
+
+
+_cvm = ourjax.custom_batching.custom_vmap(lambda x: jnp.sin(x) * 2 + 1)
+_cvm.def_vmap(_cvm_rule)
+case("custom_vmap_call", _cvm, lambda rng: [values(F32, (4,), rng)])
 case("checkpoint", ourjax.checkpoint(lambda x: jnp.sin(jnp.sin(x))),
      lambda rng: [values(F32, (4,), rng)])
 case("checkpoint", lambda x: ourjax.grad(ourjax.checkpoint(lambda x: jnp.sin(x).sum()))(x),

@@ -456,7 +456,10 @@ TESTED_ELSEWHERE = {"custom_lin": "test_vmap.py::test_vmap_of_linearized_custom_
                     "debug_callback": "test_callbacks.py (one call per element)",
                     "debug_print": "test_callbacks.py (debug_callback's rules)",
                     "pure_callback": "test_callbacks.py (each vmap_method)",
-                    "io_callback": "test_callbacks.py (sequential; ordered refused)"}
+                    "io_callback": "test_callbacks.py (sequential; ordered refused)",
+                    "custom_linear_solve": "test_custom_solvers.py (vmap of the solve, of its "
+                                           "gradient)",
+                    "custom_vmap_call": "test_custom_batching.py (the rule under vmap)"}
 # the named-axis collectives need a vmap or pmap that binds their axis: tests/test_spmd.py
 TESTED_ELSEWHERE.update({n: "test_spmd.py" for n in (
     "psum", "pmax", "pmin", "all_gather", "reduce_scatter", "all_to_all", "ppermute")})

@@ -4,7 +4,7 @@ functional optimizers over pytrees) and ``stax`` (a tiny neural-network layer li
 
 def __getattr__(name):
   # ``ourjax.example_libraries.optimizers`` works after a plain ``import ourjax``
-  if name == "optimizers":
+  if name in ("optimizers", "stax"):
     import importlib
     return importlib.import_module(f"{__name__}.{name}")
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

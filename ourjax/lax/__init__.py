@@ -18,10 +18,11 @@ from ourjax.lax import fft as _fft
 from ourjax.lax import convenience as _convenience
 from ourjax.lax import ragged as _ragged
 from ourjax.lax import special as _special
+from ourjax.lax import custom_solvers as _custom_solvers
 
 for _m in (_elementwise, _structural, _reductions, _slicing, _cumulative, _sorting, _dot,
            _dot_algorithm, _conv_patches, _control_flow, _parallel, _windowed, _fft,
-           _convenience, _ragged, _special, _rng):
+           _convenience, _ragged, _special, _rng, _custom_solvers):
   globals().update(_reexport(_m))
 del _m
 

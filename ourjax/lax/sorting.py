@@ -140,6 +140,26 @@ def top_k(operand, k: int, *, axis: int = -1):
   return [v, i]   # a list, as JAX's
 
 
+def approx_max_k(operand, k: int, reduction_dimension: int = -1, recall_target: float = 0.95,
+                 reduction_input_size_override: int = -1, aggregate_to_topk: bool = True):
+  """The ``k`` largest entries along ``reduction_dimension`` and their indices.  JAX's TPU
+  version may return approximate results (``recall_target``); this one is exact (top_k)."""
+  del recall_target, reduction_input_size_override, aggregate_to_topk
+  return top_k(operand, k, axis=reduction_dimension)
+
+
+def approx_min_k(operand, k: int, reduction_dimension: int = -1, recall_target: float = 0.95,
+                 reduction_input_size_override: int = -1, aggregate_to_topk: bool = True):
+  """The ``k`` smallest entries along ``reduction_dimension`` (smallest first) and their
+  indices; exact (see ``approx_max_k``)."""
+  del recall_target, reduction_input_size_override, aggregate_to_topk
+  from ourjax import lax
+  dt = get_aval(operand).dtype
+  flip = lax.bitwise_not if np.issubdtype(dt, np.unsignedinteger) else lax.neg
+  v, i = top_k(flip(operand), k, axis=reduction_dimension)
+  return [flip(v), i]
+
+
 top_k_p = Primitive("top_k")
 top_k_p.multiple_results = True
 

@@ -393,3 +393,15 @@ def _i1e_jvp(t, x):
 
 ad.defjvp(bessel_i0e_p, _i0e_jvp)
 ad.defjvp(bessel_i1e_p, _i1e_jvp)
+
+
+def zeta(x, q):
+  """The Hurwitz zeta function (``scipy.special.zeta``)."""
+  from ourjax.scipy._special_more import zeta as _zeta
+  return _zeta(x, q)
+
+
+def polygamma(m, x):
+  """The m-th derivative of digamma (``scipy.special.polygamma``)."""
+  from ourjax.scipy._special_more import polygamma as _polygamma
+  return _polygamma(m, x)

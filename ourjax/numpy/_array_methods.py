@@ -9,8 +9,14 @@ from ourjax import core, dtypes, lax
 from ourjax.array import Array
 
 
-def _defer_to_unrecognized(binary_op):
-  """Return NotImplemented for operand types we do not know (so Python tries the other side)."""
+# Python containers are refused outright, as JAX does: ``x == [0., 1.]`` is a TypeError rather
+# than Python's ``False`` (and ``x * [1, 2]`` is not list repetition).
+_REJECTED_OPERAND_TYPES = (list, tuple, set, dict)
+
+
+def _defer_to_unrecognized(binary_op, opchar="op", swap=False):
+  """Return NotImplemented for operand types we do not know (so Python tries the other side);
+  raise JAX's TypeError for a list, tuple, set or dict operand."""
   from ourjax.numpy._ufunc_api import ufunc
   from ourjax.numpy._util import _PLAIN_OPERAND_TYPES, is_arraylike
   if isinstance(binary_op, ufunc):
@@ -18,10 +24,22 @@ def _defer_to_unrecognized(binary_op):
 
   def op(self, other):
     if type(other) not in _PLAIN_OPERAND_TYPES and not is_arraylike(other):
+      if type(other) in _REJECTED_OPERAND_TYPES:
+        left, right = (other, self) if swap else (self, other)
+        raise TypeError(f"unsupported operand type(s) for {opchar}: "
+                        f"{type(left).__name__!r} and {type(right).__name__!r}")
       return NotImplemented
     return binary_op(self, other)
   op.__name__ = getattr(binary_op, "__name__", "op")
   return op
+
+
+_OPCHARS = {
+    "__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/", "__floordiv__": "//",
+    "__mod__": "%", "__pow__": "**", "__matmul__": "@", "__and__": "&", "__or__": "|",
+    "__xor__": "^", "__lshift__": "<<", "__rshift__": ">>", "__eq__": "==", "__ne__": "!=",
+    "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=",
+}
 
 
 def _install():
@@ -41,12 +59,14 @@ def _install():
   }
   methods = {}
   for name, fn in ops.items():
-    methods[name] = _defer_to_unrecognized(fn)
+    opchar = _OPCHARS[name]
+    methods[name] = _defer_to_unrecognized(fn, opchar)
     rname = "__r" + name[2:]
     if name not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
-      methods[rname] = _defer_to_unrecognized(swap(fn))
-  methods["__divmod__"] = _defer_to_unrecognized(lambda x, y: jnp.divmod(x, y))
-  methods["__rdivmod__"] = _defer_to_unrecognized(lambda x, y: jnp.divmod(y, x))
+      methods[rname] = _defer_to_unrecognized(swap(fn), opchar, swap=True)
+  methods["__divmod__"] = _defer_to_unrecognized(lambda x, y: jnp.divmod(x, y), "divmod()")
+  methods["__rdivmod__"] = _defer_to_unrecognized(lambda x, y: jnp.divmod(y, x), "divmod()",
+                                                  swap=True)
   methods["__neg__"] = jnp.negative
   methods["__pos__"] = jnp.positive
   methods["__abs__"] = jnp.absolute

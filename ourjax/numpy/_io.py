@@ -40,11 +40,7 @@ def fromiter(*args, **kwargs):
 
 
 def from_dlpack(x, /, *, device=None, copy=None):
-  """An Array holding the data of ``x``, any object with ``__dlpack__`` (a NumPy array, a
-  CPU torch tensor, ...).  The data is copied into the new Array."""
-  from ourjax.numpy._creation import asarray
-  if not hasattr(x, "__dlpack__"):
-    raise TypeError(f"from_dlpack: expected an object with a __dlpack__ method, got "
-                    f"{type(x).__name__}")
-  host = np.from_dlpack(x)
-  return asarray(np.array(host, copy=True))
+  """An Array with the data of ``x``, any object with ``__dlpack__`` and ``__dlpack_device__``
+  (a NumPy array, a CPU torch tensor, ...): zero-copy unless ``copy=True`` (``ourjax.dlpack``)."""
+  from ourjax.dlpack import from_dlpack as _from_dlpack
+  return _from_dlpack(x, device=device, copy=copy)

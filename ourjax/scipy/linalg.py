@@ -19,7 +19,7 @@ from ourjax.lax import linalg as lax_linalg
 from ourjax.numpy import _util
 from ourjax.numpy import linalg as jla
 
-__all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion",
+__all__ = ["eigh_tridiagonal", "block_diag", "cho_factor", "cho_solve", "cholesky", "circulant", "companion",
            "convolution_matrix", "det", "dft", "eigh", "expm", "expm_frechet", "fiedler",
            "fiedler_companion", "hadamard", "hankel", "helmert", "hilbert", "inv", "invhilbert",
            "invpascal", "leslie", "lu", "lu_factor", "lu_solve", "pascal", "polar", "qr",
@@ -183,6 +183,29 @@ def eigh(a, b=None, lower: bool = True, eigvals_only: bool = False, overwrite_a:
     raise NotImplementedError("Only the eigvals=None case of eigh is implemented.")
   a = _inexact("eigh", a)
   v, w = lax_linalg.eigh(a, lower=lower, symmetrize_input=False)
+  return w if eigvals_only else (w, v)
+
+
+def eigh_tridiagonal(d, e, *, eigvals_only: bool = False, select: str = "a",
+                     select_range=None, tol=None, key=None):
+  """Eigenvalues (ascending) and, unless ``eigvals_only``, eigenvectors (columns) of the
+  Hermitian tridiagonal matrix with diagonal ``d`` and off-diagonal ``e``; ``select='i'`` keeps
+  the eigenvalues with indices ``select_range[0] .. select_range[1]``.  Computed as ``eigh`` of
+  the dense matrix (differentiable; eigenvector signs are arbitrary, as JAX's are)."""
+  jnp = _jnp()
+  d, e = _inexact("eigh_tridiagonal", d, e)
+  if d.ndim != 1 or e.ndim != 1 or e.shape[0] != max(d.shape[0] - 1, 0):
+    raise ValueError(f"eigh_tridiagonal: d must be a vector of length n and e of length "
+                     f"n - 1; got shapes {d.shape} and {e.shape}")
+  if select == "v":
+    raise NotImplementedError("eigh_tridiagonal(..., select='v') is not implemented")
+  if select not in ("a", "i"):
+    raise ValueError(f"eigh_tridiagonal: select must be 'a', 'v' or 'i'; got {select!r}")
+  H = jnp.diag(d) + jnp.diag(e, -1) + jnp.diag(jnp.conj(e), 1)
+  w, v = jnp.linalg.eigh(H)
+  if select == "i":
+    lo, hi = (int(i) for i in select_range)
+    w, v = w[lo:hi + 1], v[:, lo:hi + 1]
   return w if eigvals_only else (w, v)
 
 

@@ -16,7 +16,9 @@ from ourjax.numpy import _util
 __all__ = ["logsumexp", "erf", "erfc", "erfinv", "gammaln", "digamma", "expit", "logit", "xlogy",
            "xlog1py", "log_ndtr", "ndtr", "ndtri", "softmax", "log_softmax", "entr", "gamma",
            "betaln", "beta", "log_expit", "polygamma", "multigammaln", "sinc", "gammainc",
-           "gammaincc", "betainc", "i0e", "i1e", "i0", "i1"]
+           "gammaincc", "betainc", "i0e", "i1e", "i0", "i1", "rel_entr", "kl_div", "factorial",
+           "comb", "poch", "boxcox", "boxcox1p", "gammasgn", "loggamma", "bernoulli", "zeta",
+           "erfcx"]
 
 _CF_START = 1.5     # erfc switches from 1 - erf to the continued fraction here
 _CF_TERMS = 60
@@ -143,20 +145,55 @@ def logit(x):
   return jnp.log(x / (1 - x))
 
 
-def xlogy(x, y):
-  """``x * log(y)``, 0 where x == 0."""
+def _xlogy_raw(x, y):
   jnp = _jnp()
-  x, y = _f("xlogy", x, y)
   safe_y = jnp.where(x == 0, jnp.ones_like(y), y)
   return jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(safe_y))
 
 
-def xlog1py(x, y):
-  """``x * log1p(y)``, 0 where x == 0."""
+def _xlog1py_raw(x, y):
   jnp = _jnp()
-  x, y = _f("xlog1py", x, y)
   safe_y = jnp.where(x == 0, jnp.zeros_like(y), y)
   return jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log1p(safe_y))
+
+
+def _with_jvp(raw, dlog):
+  """``raw`` with JAX's derivative ``x' log(y) + y' x / y`` (``dlog``: log and its argument's
+  offset): the where() that makes x == 0 give 0 would otherwise give a zero x-derivative
+  there, where the true one is log(y)."""
+  from ourjax.custom_derivatives import custom_jvp
+  f = custom_jvp(raw)
+
+  def rule(primals, tangents):
+    x, y = primals
+    x_dot, y_dot = tangents
+    log_y, one_plus = dlog(y)
+    out = f(x, y)
+    return out, (x_dot * log_y + y_dot * x / one_plus).astype(out.dtype)
+  f.defjvp(rule)
+  return f
+
+
+_xlogy_jvp = None
+_xlog1py_jvp = None
+
+
+def xlogy(x, y):
+  """``x * log(y)``, 0 where x == 0 (derivative in x: log(y), as JAX)."""
+  global _xlogy_jvp
+  if _xlogy_jvp is None:
+    _xlogy_jvp = _with_jvp(_xlogy_raw, lambda y: (_jnp().log(y), y))
+  x, y = _f("xlogy", x, y)
+  return _xlogy_jvp(x, y)
+
+
+def xlog1py(x, y):
+  """``x * log1p(y)``, 0 where x == 0 (derivative in x: log1p(y), as JAX)."""
+  global _xlog1py_jvp
+  if _xlog1py_jvp is None:
+    _xlog1py_jvp = _with_jvp(_xlog1py_raw, lambda y: (_jnp().log1p(y), 1 + y))
+  x, y = _f("xlog1py", x, y)
+  return _xlog1py_jvp(x, y)
 
 
 def entr(x):
@@ -169,12 +206,15 @@ def entr(x):
 
 
 def gamma(x):
-  """Gamma for real x: ``sign * exp(gammaln(x))``; nan at the poles (non-positive integers)."""
+  """Gamma for real x: ``sign * exp(gammaln(x))``; +-inf at +-0, nan at the negative
+  integers."""
   jnp = _jnp()
   x = _f("gamma", x)
   sign = jnp.where(x > 0, 1.0, jnp.where(jnp.ceil(-x) % 2 == 0, 1.0, -1.0)).astype(x.dtype)
   out = sign * jnp.exp(lax.lgamma(x))
-  return jnp.where((x <= 0) & (x == jnp.floor(x)), np.nan, out).astype(x.dtype)
+  out = jnp.where((x < 0) & (x == jnp.floor(x)), np.nan, out)
+  # +-0: +-inf (as JAX and scipy), the poles at the negative integers: nan
+  return jnp.where(x == 0, jnp.copysign(np.inf, x), out).astype(x.dtype)
 
 
 def betaln(a, b):
@@ -185,12 +225,6 @@ def betaln(a, b):
 def beta(a, b):
   a, b = _f("beta", a, b)
   return _jnp().exp(betaln(a, b))
-
-
-def polygamma(n, x):
-  if int(np.asarray(n)) != 0:
-    raise NotImplementedError("ourjax.scipy.special.polygamma: only n = 0 is supported")
-  return digamma(x)
 
 
 def multigammaln(a, d: int):
@@ -243,3 +277,8 @@ def i1(x):
   """Modified Bessel function of order 1."""
   x = _f("i1", x)
   return _jnp().exp(_jnp().abs(x)) * lax.bessel_i1e(x)
+
+
+from ourjax.scipy._special_more import (rel_entr, kl_div, factorial, comb, poch,  # noqa: E402,F401
+                                        boxcox, boxcox1p, gammasgn, loggamma, bernoulli, zeta,
+                                        polygamma, erfcx)
