@@ -16,7 +16,7 @@ from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, DOT_SPLIT_WORK, MAX_CH
 from ourjax.lowering import hlo
 
 __all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "emit_dot", "gemm_symbols",
-           "dot_scratch_bytes", "fast_dot_ok"]
+           "dot_scratch_bytes", "dot_scratch", "fast_dot_ok"]
 
 
 
@@ -61,7 +61,8 @@ class DotSpec:
 
 def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: bool = False):
   """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
-  ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``); ``accumulate``:
+  ``C`` typed pointers; ``scratch`` an i8* to this piece's own ``dot_scratch_bytes(spec,
+  nthreads)``); ``accumulate``:
   C[b] += A[b] @ B[b] (the packed GEMM only: ``_gemm_layout_ok``).
 
   Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, a micro-kernel register-blocked
@@ -103,7 +104,7 @@ def gemm_symbols(spec) -> list:
 
 def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   """Register-blocked: for each block of NR columns, B[:, block] is packed into a contiguous
-  K x NR panel (in the thread's scratch), then MR rows at a time accumulate MR x NR outputs in
+  K x NR panel (in the piece's scratch), then MR rows at a time accumulate MR x NR outputs in
   vector registers (``<W x T>`` FMAs on a broadcast A element; W and FMA or multiply + add come
   from the GEMM's vector target, ``gemm.vector_target()``: 6 x 2 accumulators + 2 B + 1
   broadcast fit 16 registers).  Threads split the column blocks (or the rows when there are few
@@ -119,8 +120,7 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   vty = ir.VectorType(t, W)
   M, N, K = spec.M, spec.N, spec.K
   nblocks = -(-N // NR)
-  panel = b.bitcast(scratch, t.as_pointer())
-  panel = b.gep(panel, [b.mul(tid, i64(K * NR))])
+  panel = b.bitcast(scratch, t.as_pointer())     # (this piece's own: see dot_scratch)
   zero_v = ir.Constant(vty, [ir.Constant(t, 0.0)] * W)
   fma_name = f"llvm.fma.v{W}{'f32' if t == E.FLT else 'f64'}"
   mod = b.module
@@ -208,13 +208,38 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
         rows_block(1, ir_.index)
 
 
-def dot_scratch_bytes(spec: DotSpec, max_threads: int) -> int:
+def dot_scratch_bytes(spec: DotSpec, pieces: int, im2col: bool = False) -> int:
+  """Scratch bytes of one running piece of a dot of ``spec`` cut into ``pieces`` (each thread
+  running pieces at once has such an area of its own, ``DotKernel.scratch_slots``): the packed
+  GEMM's panels of its largest piece (``gemm.pack_buffer_bytes``), or the register-blocked
+  kernel's K x NR panel of B."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   if _gemm_layout_ok(spec):
-    return gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, max_threads) + 64
+    lb = gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk)
+    return gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, pieces,
+                                  trans_b=bool(lb[0]), batch=spec.B, im2col=im2col) + 64
   W = gemm.vector_target().lanes[dtype]   # _emit_dot_blocked's K x NR panel (NR = 2*W)
-  return (spec.K * 2 * W * spec.dtype.itemsize + 64) * max_threads
+  return spec.K * 2 * W * spec.dtype.itemsize + 64
+
+
+def dot_scratch(new_scratch, spec: DotSpec, threads: int, name: str, im2col: bool = False,
+                whole: bool = False):
+  """The scratch buffer of a ``DotKernel`` of ``spec`` planned for ``threads`` threads: one
+  piece's area (``dot_scratch_bytes``) per thread that may run a piece at once (no more than
+  the pieces), which the thread reuses for every piece it claims (``Buf.slot_bytes``: the CPU's
+  entry passes each thread its own area).  ``whole``: the kernel may also be called as one
+  piece (inside a loop or a branch the entry calls small parallel kernels whole), so the area
+  also fits that call."""
+  from ourjax.backends.llvm import kernels
+  pieces = dot_pieces(spec, threads)
+  one = dot_scratch_bytes(spec, pieces, im2col)
+  serial = spec.B * spec.M * spec.N * spec.K < kernels.PARALLEL_MIN_WORK  # (Kernel.parallel)
+  if (whole or serial) and pieces > 1:
+    one = max(one, dot_scratch_bytes(spec, 1, im2col))
+  buf = new_scratch(one * max(1, min(pieces, threads)), name)
+  buf.slot_bytes = one
+  return buf
 
 
 def fast_dot_ok(dot) -> bool:
@@ -237,7 +262,7 @@ def _narrow_float_dot(dot) -> bool:
 
 
 def dot_pieces(spec: DotSpec, threads: int) -> int:
-  """How many pieces (each with its own scratch, ``dot_scratch_bytes``) a ``DotKernel`` of
+  """How many pieces (``dot_scratch_bytes`` of scratch each while it runs) a ``DotKernel`` of
   ``spec`` runs as: one unless its work reaches ``PARALLEL_MIN_WORK``.  A dot of at least as
   many batch entries as threads is cut into whole entries (nothing is packed twice), pieces of
   at least ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Any other on the
@@ -284,7 +309,7 @@ class DotKernel(Kernel):
 
   @property
   def chunks(self) -> int:
-    """``dot_pieces``: how many pieces this dot is cut into (its scratch holds as many)."""
+    """``dot_pieces``: how many pieces this dot is cut into."""
     return dot_pieces(self.spec, self.threads)
 
   def body(self, b, ptr, tid, nthreads):

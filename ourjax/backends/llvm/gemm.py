@@ -25,8 +25,10 @@ order of that element's sum (the K slices and the choice between axpy kernels an
 depend on M and K only; the per-thread choices, unpacked B and edge tiles, only move data).
 
 Scratch: ``pack`` points to at least :func:`pack_buffer_elements` ``(dtype, M, N, K, nthreads)``
-elements of ``T`` (any alignment; each thread carves out its own 64-byte aligned slice).  The
-buffer holds no state between calls.
+elements of ``T`` (any alignment) that are this call's own: calls running at once pass
+different buffers (a piece's packed panels of A and B, sized for the largest piece of the
+``nthreads``-way split; the CPU backend gives each worker thread one such area, which it reuses
+for every piece it claims).  The buffer holds no state between calls.
 
 Epilogue: ``epilogue(builder, value, row, col) -> value`` runs at generation time and emits IR
 that transforms a finished result before it is stored for the last time.  ``value`` is a
@@ -84,7 +86,9 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   ``accumulate``, always).
 * threads split C into a grid of row-tile groups x column-panel groups (the grid whose largest
   piece costs least: its FMAs plus packing its rows of A and its columns of B), so a thread
-  packs only its own rows of A and columns of B (no sharing, no barrier).
+  packs only its own rows of A and columns of B (no sharing, no barrier), into scratch sized
+  for its piece: a K slice of its column block's panels of B (one edge panel where B is read
+  in place) and of its row block's panels of A (:func:`pack_buffer_elements`).
 
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
@@ -205,28 +209,75 @@ def _cdiv(a, b):
   return -(-a // b)
 
 
-def _per_thread(dtype, M, N, K, bl: Blocking, w: int):
-  nr = bl.nv * w
-  kc = max(1, min(bl.kc, K))
-  mc = min(bl.mc, _cdiv(max(M, 1), bl.mr) * bl.mr)
-  nc = min(bl.nc, _cdiv(max(N, 1), nr) * nr)
-  align = 64 // _TYPES[dtype][1]
-  b_part = _cdiv(kc * nc, align) * align
-  return b_part + mc * kc + align
+def _grid(M: int, N: int, nth: int, bl: Blocking, w: int):
+  """(pm, pn): the grid of row-tile groups x column-panel groups that ``nth`` pieces of an
+  ``M x N`` product are cut into (the driver's choice, see its work split)."""
+  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
+  best = None
+  for pm in range(1, nth + 1):
+    if nth % pm:
+      continue
+    sm, sn = _cdiv(tm, pm), _cdiv(tn, nth // pm)
+    cost = sm * sn * bl.mr * bl.nv + sm * 2 * bl.mr + sn * 2 * bl.nv
+    if best is None or cost < best[0]:
+      best = cost, pm
+  return best[1], nth // best[1]
+
+
+def _pieces(M: int, N: int, nth: int, batch: int, bl: Blocking, w: int):
+  """The (rows, columns) of C that each piece of an ``nth``-way split computes (per batch
+  entry), as the driver cuts them."""
+  if nth <= 1 or batch >= nth:
+    return [(M, N)]
+  pm, pn = _grid(M, N, nth, bl, w)
+  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
+
+  def share(tiles, groups, g, tile, ext):
+    return min(tiles * (g + 1) // groups * tile, ext) - tiles * g // groups * tile
+  return sorted({(share(tm, pm, gi, bl.mr, M), share(tn, pn, gj, bl.nv * w, N))
+                 for gi in range(pm) for gj in range(pn)})
+
+
+def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
+                    direct: bool) -> int:
+  """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
+  panels of a column block (only one edge panel when B is read in place, ``direct``), then A's
+  of a row block, each K slice deep, and the slack to align the start to 64 bytes."""
+  if rows <= 0 or cols <= 0:
+    return 0
+  nr, align = bl.nv * w, 64 // _TYPES[dtype][1]
+  kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
+  nmb = max(1, _cdiv(rows, bl.mc))
+  mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
+  b_cols = nr if direct else min(bl.nc, _cdiv(cols, nr) * nr)
+  return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
 
 def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                         blocking: Optional[Blocking] = None, isa: Optional[str] = None) -> int:
-  """Elements of T that ``pack`` must hold for a call with these sizes and ``nthreads`` (of a
-  kernel emitted with the same ``blocking`` and ``isa``)."""
+                         blocking: Optional[Blocking] = None, isa: Optional[str] = None, *,
+                         trans_b: Optional[bool] = None, batch: int = 1,
+                         im2col: bool = False) -> int:
+  """Elements of T that one call's ``pack`` must hold (each call running at once has its own)
+  for these sizes cut ``nthreads`` ways (of a kernel emitted with the same ``blocking`` and
+  ``isa``): the most any piece of the split packs.  ``trans_b``: whether B is passed transposed
+  (None: either); ``batch``: batch entries (at least ``nthreads`` of them: whole entries a
+  piece); ``im2col``: A is a patch matrix (always packed)."""
   vt = vector_target(isa)
   bl = blocking or vt.blocking[dtype]
-  return nthreads * _per_thread(dtype, M, N, K, bl, vt.lanes[dtype])
+  w = vt.lanes[dtype]
+  row_major_b = trans_b is False
+  if row_major_b and not im2col and 0 < bl.stream_rows and M <= bl.stream_rows:
+    return 0          # (the few-rows kernels stream B: nothing is packed)
+  return max(_piece_elements(dtype, r, c, K, bl, w,
+                             row_major_b and r <= bl.direct_b_rows)
+             for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w))
 
 
 def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                      blocking: Optional[Blocking] = None, isa: Optional[str] = None) -> int:
-  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking, isa) * _TYPES[dtype][1]
+                      blocking: Optional[Blocking] = None, isa: Optional[str] = None,
+                      **kw) -> int:
+  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking, isa, **kw) * \
+      _TYPES[dtype][1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -718,17 +769,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     b_ks = b.select(tb1, one, ldb)
     b_cs = b.select(tb1, ldb, one)
 
-    # this thread's scratch: the same formula as _per_thread
+    # this call's scratch, 64-byte aligned: a piece's B panels, then its A panels, each
+    # sized in tiled() (_piece_elements, whose sum pack_buffer_elements takes the most of)
     align = 64 // cx.size
-    kc_e = _smax(b, one, _smin(b, _c64(bl.kc), K))
-    mc_e = _smin(b, _c64(bl.mc), b.mul(_sdiv_up(b, _smax(b, M, one), _c64(mr)), _c64(mr)))
-    nc_e = _smin(b, _c64(bl.nc), b.mul(_sdiv_up(b, _smax(b, N, one), _c64(nr)), _c64(nr)))
-    b_part = b.mul(_sdiv_up(b, b.mul(kc_e, nc_e), _c64(align)), _c64(align))
-    per_thread = b.add(b.add(b_part, b.mul(mc_e, kc_e)), _c64(align))
-    raw = b.ptrtoint(b.gep(pack, [b.mul(tid, per_thread)]), I64)
-    aligned = b.and_(b.add(raw, _c64(63)), _c64(-64))
-    bpk = b.inttoptr(aligned, cx.p)
-    apk = b.gep(bpk, [b_part])
+    raw = b.ptrtoint(pack, I64)
+    bpk = b.inttoptr(b.and_(b.add(raw, _c64(63)), _c64(-64)), cx.p)
 
     # K slices of balanced depth (at least one slice, so K == 0 still stores zeros)
     nks = _smax(b, one, _sdiv_up(b, K, _c64(bl.kc)))
@@ -771,6 +816,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       nmb = _smax(b, one, _sdiv_up(b, rows, _c64(bl.mc)))
       mstep = b.mul(_sdiv_up(b, _sdiv_up(b, rows, nmb), _c64(mr)), _c64(mr))
       mstep = _smax(b, mstep, _c64(mr))
+      # B's panels: a column block's (one edge panel when B is read in place), K slice deep
+      cols = b.sub(n1, n0)
+      b_cols = b.select(direct, _c64(nr), _smin(b, _c64(bl.nc),
+                                                b.mul(_sdiv_up(b, cols, _c64(nr)), _c64(nr))))
+      apk = b.gep(bpk, [b.mul(_sdiv_up(b, b.mul(b_cols, kstep), _c64(align)), _c64(align))])
       with _for(b, n0, n1, bl.nc, name="jc") as jc:
         nb = _smin(b, _c64(bl.nc), b.sub(n1, jc))
         with _for(b, 0, klimit, kstep, name="pc") as pc:

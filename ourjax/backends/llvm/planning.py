@@ -195,10 +195,12 @@ class Planner:
     run in place in the given buffer (their operand's)."""
     saved = getattr(self, "_forced", {}), getattr(self, "_forwarded", {})
     self._forced = forced or {}
+    self._depth = getattr(self, "_depth", 0) + 1
     try:
       return self._plan_computation(comp, params, outs, direct)
     finally:
       self._forced, self._forwarded = saved
+      self._depth -= 1
 
   def _plan_computation(self, comp, params, outs, direct):
     steps = []
@@ -374,7 +376,10 @@ class Planner:
                              widen_narrow_dots=self.widen_narrow_dots,
                              concat_kernels=self.concat_kernels, threads=self.threads(),
                              dot_accumulate=self.dot_accumulate,
-                             reuse_outputs=self.reuse_buffers)
+                             reuse_outputs=self.reuse_buffers,
+                             # (inside a loop or a branch, the CPU's entry may call a parallel
+                             # kernel whole: its per-thread scratch then fits the whole call)
+                             whole_calls=getattr(self, "_depth", 1) > 1)
     return planner.plan(instrs, outputs, leafmap)
 
   def _dying_operand(self, instr, vals, last_use, pos, comp):
