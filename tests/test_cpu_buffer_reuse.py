@@ -47,7 +47,8 @@ def _dot_scratch(compiled):
       spec, pieces = k.spec, dot_pieces(k.spec, cpu_backend.num_threads())
       one = dot_scratch_bytes(spec, pieces, isinstance(k, Im2colDotKernel))
       slots = min(pieces, cpu_backend.num_threads())
-      assert buf.slot_bytes >= one and buf.nbytes == slots * buf.slot_bytes
+      assert buf.slot_bytes >= one and \
+          buf.nbytes == buf.first_slot_bytes + (slots - 1) * buf.slot_bytes
       out.append(_aligned(buf.nbytes))
   return out
 

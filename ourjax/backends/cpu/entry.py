@@ -22,10 +22,11 @@ Every thread of the pool (``threads.Pool``) calls the entry at once with its ``t
   code it had without regions (kernels called whole, so LLVM inlines and specialises them
   where they are beside the entry: a job's kernel gets a function of its own for its pieces).
 * Per-thread scratch (``Buf.slot_bytes``: a dot's packing buffers, ``dots.dot_scratch``): the
-  buffer holds one area per thread that may run the kernel's pieces at once, and each call
-  passes the calling thread's own area (``tid`` times its size), which the thread reuses for
-  every piece it claims; a thread beyond the areas (a pool larger than the thread count the
-  program was planned for) claims none of that kernel's pieces.
+  buffer holds one area per thread that may run the kernel's pieces at once (thread 0's, which
+  also runs kernels whole, may be larger), and each call passes the calling thread's own
+  area, which the thread reuses for every piece it claims; a thread beyond the areas (a pool
+  larger than the thread count the program was planned for) claims none of that kernel's
+  pieces.
 * Waiting (``_emit_sync``): threads spin ``SPIN_PAUSES`` pauses on a word, then yield their
   CPU between checks, then sleep on a futex (Linux; elsewhere they keep yielding); whoever
   changes a word that has sleepers wakes them.
@@ -124,7 +125,8 @@ LOOP_JOB_MIN_COPY_BYTES = 1 << 20
 def _scratch_slots(kernel):
   """How many threads at once ``kernel``'s per-thread scratch serves (the fewest of its
   buffers with ``slot_bytes``), or None when it has no such scratch."""
-  n = [x.nbytes // x.slot_bytes for x in kernel.scratch if x.slot_bytes]
+  n = [1 + (x.nbytes - (x.first_slot_bytes or x.slot_bytes)) // x.slot_bytes
+       for x in kernel.scratch if x.slot_bytes]
   return min(n) if n else None
 
 
@@ -598,7 +600,12 @@ class _Emission:
     for x in kernel.buffers:
       p = self.ptr(x)
       if x.slot_bytes is not None:
-        p = b.gep(p, [b.mul(self.tid, E.i64(x.slot_bytes))])
+        off = b.mul(self.tid, E.i64(x.slot_bytes))
+        extra = (x.first_slot_bytes or x.slot_bytes) - x.slot_bytes
+        if extra:       # (thread 0's area, first, is larger)
+          off = b.add(off, b.select(b.icmp_signed(">", self.tid, E.i64(0)), E.i64(extra),
+                                    E.i64(0)))
+        p = b.gep(p, [off])
       args.append(p)
     b.call(fn, args + [tid, nthreads])
 

@@ -230,15 +230,18 @@ def dot_scratch(new_scratch, spec: DotSpec, threads: int, name: str, im2col: boo
   the pieces), which the thread reuses for every piece it claims (``Buf.slot_bytes``: the CPU's
   entry passes each thread its own area).  ``whole``: the kernel may also be called as one
   piece (inside a loop or a branch the entry calls small parallel kernels whole), so the area
-  also fits that call."""
+  also fits that call (only thread 0 makes such calls: its area alone grows)."""
   from ourjax.backends.llvm import kernels
   pieces = dot_pieces(spec, threads)
   one = dot_scratch_bytes(spec, pieces, im2col)
+  first = one
   serial = spec.B * spec.M * spec.N * spec.K < kernels.PARALLEL_MIN_WORK  # (Kernel.parallel)
   if (whole or serial) and pieces > 1:
-    one = max(one, dot_scratch_bytes(spec, 1, im2col))
-  buf = new_scratch(one * max(1, min(pieces, threads)), name)
+    # (only thread 0 calls a kernel whole: its area alone fits that call)
+    first = max(one, (dot_scratch_bytes(spec, 1, im2col) + 63) // 64 * 64)
+  buf = new_scratch(first + one * (max(1, min(pieces, threads)) - 1), name)
   buf.slot_bytes = one
+  buf.first_slot_bytes = first
   return buf
 
 
