@@ -45,7 +45,8 @@ def _dot_scratch(compiled):
     if isinstance(k, DotKernel):
       (buf,) = k.scratch
       spec, pieces = k.spec, dot_pieces(k.spec, cpu_backend.num_threads())
-      one = dot_scratch_bytes(spec, pieces, isinstance(k, Im2colDotKernel))
+      one = dot_scratch_bytes(spec, pieces, isinstance(k, Im2colDotKernel),
+                              b_packed=k.packed_b is not None)
       slots = min(pieces, cpu_backend.num_threads())
       assert buf.slot_bytes >= one and \
           buf.nbytes == buf.first_slot_bytes + (slots - 1) * buf.slot_bytes

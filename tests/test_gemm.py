@@ -94,7 +94,9 @@ def run(fn, bl, dtype, A, B, M, N, K, lda, ldb, ta, tb, C=None, ldc=None, batch=
     ldc = N if ldc is None else ldc
     C = np.full((batch, M, ldc), np.nan, NP[dtype])
     strides = strides[:2] + (M * ldc,)
-  n = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl, trans_b=bool(tb), batch=batch)
+  packed = tb == gemm.PACKED_B
+  n = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl, trans_b=None if packed else bool(tb),
+                                batch=batch, b_packed=packed)
   guard = 64
   packs = {}
 
@@ -237,6 +239,36 @@ def test_threads_match_one_thread(M, N, K, ta, tb, dtype, blocking, nthreads, se
   if nthreads == 2 and M * N >= 2 * 32 * 16:
     part = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb, nthreads=2, tids=[0])
     assert np.isnan(part).any() and not np.isnan(part).all()
+
+
+@settings(max_examples=20)
+@given(M=dims, N=dims, K=dims, tb=st.booleans(), dtype=st.sampled_from(["f32", "f64"]),
+       blocking=st.sampled_from(["default", "tiny"]), nthreads=st.sampled_from([1, 2, 3, 5]),
+       packers=st.sampled_from([1, 2, 7]), seed=st.integers(0, 2 ** 31))
+def test_b_packed_once_for_all_pieces(M, N, K, tb, dtype, blocking, nthreads, packers, seed):
+  """B packed once by ``PACK_B`` calls (``packers`` pieces, into exactly
+  ``packed_b_elements``), then read by every piece of the product (``PACKED_B``, whose
+  scratch holds A's panels only): the bits of the product that packs B in each piece (the
+  few-rows kernels, which never pack, round their own way: against float64 there)."""
+  rng = np.random.default_rng(seed)
+  a, am, lda = _operand(rng, dtype, M, K, False, 1)
+  b, bm, ldb = _operand(rng, dtype, K, N, tb, 0)
+  fn, bl = kernel(dtype, blocking=blocking)
+  want = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, tb, nthreads=nthreads)
+  n = gemm.packed_b_elements(dtype, N, K, blocking=bl)
+  mem = np.full(n + 128, 7.0, NP[dtype])          # (64-byte aligned, as the arena's buffers)
+  skip = (-(mem.ctypes.data // mem.itemsize)) % (64 // mem.itemsize)
+  packed = mem[skip:skip + n + 64]
+  for tid in range(packers):
+    fn(0, bm.ctypes.data, packed.ctypes.data, 1, N, K, 1, ldb, N, gemm.PACK_B, int(tb), 1, 0,
+       0, 0, tid, packers, 0)
+  assert (packed[n:] == 7.0).all() and not np.isnan(packed[:n]).any()
+  got = run(fn, bl, dtype, am, packed, M, N, K, lda, 0, 0, gemm.PACKED_B, nthreads=nthreads)
+  bl_ = bl or gemm.default_blocking(dtype)
+  if M <= bl_.stream_rows and not tb:
+    check_close(got[0], a, b, dtype)
+  else:
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
@@ -769,3 +801,40 @@ def test_dot_scratch_is_one_area_per_thread():
   c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x[:4], w).compile()
   assert c.memory_analysis().temp_size_in_bytes < 1024
   np.testing.assert_allclose(c(x[:4], w), x[:4].astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dot_on_many_threads_packs_b_once(monkeypatch):
+  """A product whose pieces would each pack the same columns of B (a tall one: a grid of row
+  groups) packs B once, in a kernel of its own, for all its pieces to read (``dots.share_b``,
+  ``PackBKernel``): planned for 16 threads, its temporaries are smaller than with a copy of B's
+  panels in each thread's area, and its bits are the same (run on 2 and 16 threads)."""
+  import ourjax
+  from ourjax.backends.cpu import backend as cpu
+  from ourjax.backends.llvm import planning as P
+  from ourjax.config import config
+  # (no disk cache: its key does not hold the planner's switch)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((2048, 576)).astype(np.float32)
+  w = rng.standard_normal((576, 64)).astype(np.float32)
+  old = cpu.num_threads()
+  try:
+    cpu.set_num_threads(16)
+    out, temps = {}, {}
+    for share in (True, False):
+      monkeypatch.setattr(cpu._Planner, "share_packed_b", share)
+      c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x, w).compile()
+      _, steps, *_ = P.plan_entry(c._executable.module, cpu._Planner)
+      kinds = [type(s.kernel).__name__ for s in steps]
+      assert kinds == (["PackBKernel", "DotKernel"] if share else ["DotKernel"])
+      temps[share] = c.memory_analysis().temp_size_in_bytes
+      for n in (2, 16):
+        cpu.set_num_threads(n)
+        out[share, n] = np.asarray(c(x, w))
+      cpu.set_num_threads(16)
+  finally:
+    cpu.set_num_threads(old)
+  assert temps[True] < temps[False]
+  np.testing.assert_allclose(out[True, 16], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+  for k, v in out.items():
+    np.testing.assert_array_equal(v, out[True, 16], err_msg=str(k))

@@ -214,6 +214,8 @@ class _Planner(planning.Planner):
   dot_accumulate = True
   #: values computed in the buffers of values that die where they are read elementwise
   reuse_buffers = True
+  #: a dot's pieces read B packed once by a kernel of its own (dots.share_b)
+  share_packed_b = True
 
   def threads(self) -> int:
     return num_threads()
@@ -334,7 +336,12 @@ class CpuExecutable:
   def _new_resources(self, fixed=()):
     slots = (ctypes.c_void_p * self.nslots)()
     try:
-      arena = np.zeros(max(self.arena_bytes, ARENA_HEADER), np.uint8)
+      n = max(self.arena_bytes, ARENA_HEADER)
+      raw = np.zeros(n + planning.ALIGN, np.uint8)
+      # (64-byte aligned, as the planner aligns offsets: a packed B is stored and read with
+      # aligned vectors, gemm.emit_pack_b_call)
+      skip = -raw.ctypes.data % planning.ALIGN
+      arena = raw[skip:skip + n]
     except MemoryError:
       raise self._exhausted(self.arena_bytes, None) from None
     for slot, v in self._consts:
@@ -562,16 +569,17 @@ def _backend_source_hash() -> str:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, gemm,
-                                      gemm_im2col,
+                                      gemm_calls, gemm_im2col, reuse, schedule,
                                       group_planner, horizontal, im2col, kernel_info,
                                       kernel_key, planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
-    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
+    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_calls, gemm_im2col, im2col,
+              concat,
               attention,
               dots, donation, _entry, elemental, dedupe, kernel_key, _planning, group_planner,
-              row_cache, horizontal):
+              row_cache, horizontal, reuse, schedule):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:

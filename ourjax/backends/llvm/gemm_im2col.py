@@ -369,11 +369,13 @@ def accepts(dot, patches, geo) -> bool:
   return s.ok and s.B == 1 and s.a_sk == 1 and (s.M, s.K) == shape and _gemm_layout_ok(s)
 
 
-def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, ptr=None):
+def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, ptr=None,
+              b_packed=False):
   """Emit the call of the implicit-im2col GEMM: ``C = patches @ Bm`` for the dot ``spec``
   (``DotSpec``), the patches of geometry ``geo`` over the input buffer at ``src`` (a typed
   pointer to its first element); ``epilogue``: a loop kernel run on each finished block
-  (``fusable_epilogue``), its buffers' pointers from ``ptr``."""
+  (``fusable_epilogue``), its buffers' pointers from ``ptr``; ``b_packed``: ``Bm`` holds B
+  packed (``gemm.emit_pack_b_call``)."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   r = len(geo.strides)
@@ -430,7 +432,7 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
     b.store(v, b.gep(words, [_c64(k)]), align=8)
   gemm.emit_gemm_call(b, dtype, words, Bm, C, M=spec.M, N=spec.N, K=spec.K,
                       a_strides=(spec.K, 1), b_strides=(spec.b_sk, spec.b_sn), tid=tid,
-                      nthreads=nthreads, scratch=scratch, im2col=True)
+                      nthreads=nthreads, scratch=scratch, im2col=True, b_packed=b_packed)
 
 
 def _reader_dot(x, comp):

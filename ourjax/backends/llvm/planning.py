@@ -99,6 +99,8 @@ class Planner:
   #: values computed in the buffers of values that die where they are read elementwise
   #: (``llvm/reuse.py``, ``GroupPlanner._dot_home``; the CPU's planner turns it on)
   reuse_buffers = False
+  #: a dot run by several threads packs B once for all its pieces (``dots.share_b``; CPU)
+  share_packed_b = False
 
   def threads(self) -> int:
     return 1
@@ -379,7 +381,8 @@ class Planner:
                              reuse_outputs=self.reuse_buffers,
                              # (inside a loop or a branch, the CPU's entry may call a parallel
                              # kernel whole: its per-thread scratch then fits the whole call)
-                             whole_calls=getattr(self, "_depth", 1) > 1)
+                             whole_calls=getattr(self, "_depth", 1) > 1,
+                             share_packed_b=self.share_packed_b)
     return planner.plan(instrs, outputs, leafmap)
 
   def _dying_operand(self, instr, vals, last_use, pos, comp):
