@@ -225,7 +225,19 @@ class _Planner(planning.Planner):
       return self._attention(instr, vals, steps, want)
     if self.implicit_im2col:
       from ourjax.backends.llvm import gemm_im2col
-      patches = gemm_im2col.plan_patches(self, instr, vals, steps, want, comp)
+      # (an input computed from a convolution output that dies here, or that later groups
+      # read only through that input, is computed over it: im2col.plan_sources)
+      def dying(x):
+        if planning._dies_at(x, comp, last_use, pos):
+          return None
+        if x.parent is not comp or x.opcode in ("parameter", "constant", "while",
+                                                "conditional", "tuple") or \
+           planning._reshape_view(x) is not None or x.opcode in ("reshape", "get-tuple-element"):
+          return False
+        order = {i: k for k, i in enumerate(comp.instructions)}
+        return [u for u in x.users if order.get(u, -1) > pos]
+      patches = gemm_im2col.plan_patches(self, instr, vals, steps, want, comp,
+                                         dying if self.reuse_buffers else None)
       if patches is not None:
         return patches
     return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)

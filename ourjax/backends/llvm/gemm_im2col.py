@@ -455,7 +455,7 @@ def _reader_dot(x, comp):
   return inner[0], p
 
 
-def plan_patches(planner, instr, vals, steps, want, comp):
+def plan_patches(planner, instr, vals, steps, want, comp, dying=None):
   """For ``Planner._plan_group``: when ``instr`` is a fusion computing convolution patch
   matrices (``im2col.match_root``; a tuple-rooted fusion computes several: batch chunks, or a
   forward convolution's and a weight gradient's patches of one input) of which some are read
@@ -463,7 +463,7 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   elementwise consumers), plan only the inputs of those (a kernel writes an input unless it is
   a buffer already: the previous layer's activation, say) and the other elements as before,
   and return the value: an ``Im2colBuf`` standing for each such matrix (a tuple for a tuple);
-  else None."""
+  else None.  ``dying``: see ``im2col.plan_sources``."""
   from ourjax.backends.llvm import im2col as IM
   if instr.opcode != "fusion" or comp.root is instr or instr in want or \
      any(isinstance(k, tuple) and k[1] is instr for k in want):
@@ -495,7 +495,7 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   written = {k: planner.temp(r.dtype, r.dims, f"{instr.name}.{k}")
              for k, r in enumerate(roots) if k not in geos}
   srcs = IM.plan_sources(planner, instr, list(geos.values()), vals, steps,
-                         [(roots[k], buf) for k, buf in written.items()])
+                         [(roots[k], buf) for k, buf in written.items()], dying)
   first = next(iter(geos.values()))
   planner.module.note("implicit_im2col", f"%{instr.name}: {len(geos)} patch matri"
                       f"{'ces' if len(geos) > 1 else 'x'} packed by the GEMM straight from "

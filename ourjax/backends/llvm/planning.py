@@ -112,6 +112,12 @@ class Planner:
     self.const_of: dict = {}
     self.kernels: list[K.Kernel] = []
     self.nk = 0
+    #: {value key: Buf} of fused values written to planner-owned temporaries, which later
+    #: groups read instead of computing again (``reuse.seed_computed``; CPU: reuse_buffers)
+    self.computed = {}
+    #: ids of buffers written over by such a value while later groups still had them as
+    #: operands (which then read the value instead: ``reuse.read_only_through``)
+    self.clobbered = set()
     self._group = None    # the instruction whose kernels are being planned (for the profiler)
 
   # -- buffers ---------------------------------------------------------------------------------
@@ -308,6 +314,11 @@ class Planner:
         if i.opcode == "constant" and i.attrs["value"].ndim > 0:
           leafmap[i] = self.const_buf(i)
       root = fc.root
+      if self.reuse_buffers and self.computed:
+        from ourjax.backends.llvm import reuse
+        operand = dict(zip(fc.parameters, instr.operands))
+        reuse.seed_computed(self, reuse.value_keys(fc, operand.__getitem__), leafmap)
+        reuse.check_clobbered(self, fc, leafmap, [fc.root])
     else:
       instrs = [instr]
       leafmap = {o: vals[o] for o in instr.operands}
