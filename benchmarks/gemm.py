@@ -73,9 +73,11 @@ def _worker(args):
       a = rng.standard_normal((M, K)).astype(npdt)
       b = rng.standard_normal((K, N)).astype(npdt)
       c = np.empty((M, N), npdt)
-      pack = np.empty(gemm.pack_buffer_elements(dtype, M, N, K, nthreads), npdt)
+      # (each thread's call packs into an area of its own)
+      packs = [np.empty(gemm.pack_buffer_elements(dtype, M, N, K, nthreads, trans_b=False), npdt)
+               for _ in range(nthreads)]
       argv = [(a.ctypes.data, b.ctypes.data, c.ctypes.data, M, N, K, K, N, N, 0, 0, 1, 0, 0, 0,
-               t, nthreads, pack.ctypes.data) for t in range(nthreads)]
+               t, nthreads, packs[t].ctypes.data) for t in range(nthreads)]
 
       def ours():
         futs = [pool.submit(f, *argv[t]) for t in range(1, nthreads)]

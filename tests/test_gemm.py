@@ -86,17 +86,27 @@ def _operand(rng, dtype, rows, cols, trans, pad):
 
 def run(fn, bl, dtype, A, B, M, N, K, lda, ldb, ta, tb, C=None, ldc=None, batch=1,
         strides=(0, 0, 0), nthreads=1, tids=None):
-  """Call the kernel once per tid (each on its own Python thread when there are several)."""
+  """Call the kernel once per tid (each on its own Python thread when there are several), each
+  call with a scratch area of its own of exactly ``pack_buffer_elements`` elements, starting
+  one element past a 64-byte boundary (the most alignment slack), followed by guard elements
+  that must stay untouched."""
   if C is None:
     ldc = N if ldc is None else ldc
     C = np.full((batch, M, ldc), np.nan, NP[dtype])
     strides = strides[:2] + (M * ldc,)
-  pack = np.full(max(1, gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl)), np.nan,
-                 NP[dtype])
+  packed = tb == gemm.PACKED_B
+  n = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl, trans_b=None if packed else bool(tb),
+                                batch=batch, b_packed=packed)
+  guard = 64
+  packs = {}
 
   def call(tid):
+    mem = np.full(n + guard + 64, np.nan, NP[dtype])
+    skip = (-(mem.ctypes.data // mem.itemsize)) % (64 // mem.itemsize) + 1
+    mem[skip + n:] = 7.0
+    packs[tid] = (mem, skip)
     fn(A.ctypes.data, B.ctypes.data, C.ctypes.data, M, N, K, lda, ldb, ldc, int(ta), int(tb),
-       batch, *strides, tid, nthreads, pack.ctypes.data)
+       batch, *strides, tid, nthreads, mem[skip:].ctypes.data)
   tids = range(nthreads) if tids is None else tids
   if nthreads == 1:
     call(0)
@@ -106,6 +116,8 @@ def run(fn, bl, dtype, A, B, M, N, K, lda, ldb, ta, tb, C=None, ldc=None, batch=
       t.start()
     for t in ths:
       t.join()
+  for tid, (mem, skip) in packs.items():
+    assert (mem[skip + n:] == 7.0).all(), f"tid {tid} wrote past its {n} scratch elements"
   return C
 
 
@@ -227,6 +239,36 @@ def test_threads_match_one_thread(M, N, K, ta, tb, dtype, blocking, nthreads, se
   if nthreads == 2 and M * N >= 2 * 32 * 16:
     part = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb, nthreads=2, tids=[0])
     assert np.isnan(part).any() and not np.isnan(part).all()
+
+
+@settings(max_examples=20)
+@given(M=dims, N=dims, K=dims, tb=st.booleans(), dtype=st.sampled_from(["f32", "f64"]),
+       blocking=st.sampled_from(["default", "tiny"]), nthreads=st.sampled_from([1, 2, 3, 5]),
+       packers=st.sampled_from([1, 2, 7]), seed=st.integers(0, 2 ** 31))
+def test_b_packed_once_for_all_pieces(M, N, K, tb, dtype, blocking, nthreads, packers, seed):
+  """B packed once by ``PACK_B`` calls (``packers`` pieces, into exactly
+  ``packed_b_elements``), then read by every piece of the product (``PACKED_B``, whose
+  scratch holds A's panels only): the bits of the product that packs B in each piece (the
+  few-rows kernels, which never pack, round their own way: against float64 there)."""
+  rng = np.random.default_rng(seed)
+  a, am, lda = _operand(rng, dtype, M, K, False, 1)
+  b, bm, ldb = _operand(rng, dtype, K, N, tb, 0)
+  fn, bl = kernel(dtype, blocking=blocking)
+  want = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, tb, nthreads=nthreads)
+  n = gemm.packed_b_elements(dtype, N, K, blocking=bl)
+  mem = np.full(n + 128, 7.0, NP[dtype])          # (64-byte aligned, as the arena's buffers)
+  skip = (-(mem.ctypes.data // mem.itemsize)) % (64 // mem.itemsize)
+  packed = mem[skip:skip + n + 64]
+  for tid in range(packers):
+    fn(0, bm.ctypes.data, packed.ctypes.data, 1, N, K, 1, ldb, N, gemm.PACK_B, int(tb), 1, 0,
+       0, 0, tid, packers, 0)
+  assert (packed[n:] == 7.0).all() and not np.isnan(packed[:n]).any()
+  got = run(fn, bl, dtype, am, packed, M, N, K, lda, 0, 0, gemm.PACKED_B, nthreads=nthreads)
+  bl_ = bl or gemm.default_blocking(dtype)
+  if M <= bl_.stream_rows and not tb:
+    check_close(got[0], a, b, dtype)
+  else:
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
@@ -359,9 +401,14 @@ def test_signature_and_errors():
     gemm.emit_gemm(new_module("bad"), "g", "f16")
   with pytest.raises(ValueError, match="multiple"):
     gemm.emit_gemm(new_module("bad"), "g", "f32", blocking=gemm.Blocking(6, 2, 64, 10, 64))
-  # the scratch formula grows with the thread count and covers tiny problems
-  assert gemm.pack_buffer_elements("f32", 1, 1, 1, 2) == 2 * gemm.pack_buffer_elements(
+  # a call's scratch covers tiny problems, and is its largest piece's: no more when the product
+  # is cut into more pieces, and nothing for the few-rows kernels (B streamed, not packed)
+  assert gemm.pack_buffer_elements("f32", 1, 1, 1, 2) == gemm.pack_buffer_elements(
       "f32", 1, 1, 1, 1) > 0
+  assert gemm.pack_buffer_elements("f32", 512, 512, 512, 16) < gemm.pack_buffer_elements(
+      "f32", 512, 512, 512, 2) <= gemm.pack_buffer_elements("f32", 512, 512, 512, 1)
+  assert gemm.pack_buffer_elements("f32", 4, 512, 512, trans_b=False) == 0 < \
+      gemm.pack_buffer_elements("f32", 4, 512, 512, trans_b=True)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
@@ -400,9 +447,10 @@ def test_emit_gemm_call(dtype, shared):
     cm = compile_module(mod, ["k"])
     f = cm.ctypes_function("k", None, [_P, _P, _P, _L, _L, _P])
     C = np.full((batch, M, N), np.nan, NP[dtype])
-    pack = np.empty(gemm.pack_buffer_elements(dtype, M, N, K, 2), NP[dtype])
+    packs = [np.empty(gemm.pack_buffer_elements(dtype, M, N, K, 2, trans_b=bl_ != "kn",
+                                                batch=batch), NP[dtype]) for _ in range(2)]
     ths = [threading.Thread(target=f, args=(am.ctypes.data, bm.ctypes.data, C.ctypes.data, i, 2,
-                                            pack.ctypes.data)) for i in range(2)]
+                                            packs[i].ctypes.data)) for i in range(2)]
     for th in ths:
       th.start()
     for th in ths:
@@ -713,18 +761,80 @@ print("ok")
   assert out.stdout.split() == ["ok"]
 
 
-def test_dot_scratch_is_sized_for_its_pieces():
-  """A dot's packing scratch holds one set of panels per piece the dot is cut into
-  (``dots.dot_pieces``), not one per ``MAX_THREADS``: a dot too small to split has one, on any
-  host (it held 16 sets, the MLP step's temporaries were 26 MB against 9)."""
+def test_dot_scratch_is_one_area_per_thread():
+  """A dot's packing scratch is one area per thread that runs its pieces (``dots.dot_scratch``),
+  which the thread reuses for every piece it claims, not one per piece: 32 batch entries cut into
+  16 pieces hold 2 areas when planned for 2 threads and 16 for 16 (they held 16 either way); a
+  dot too small to split holds one, and a few-rows product on the streaming kernels none.  An
+  executable planned for fewer threads than the pool runs leaves the extra threads out of its
+  dot (its results match)."""
   import ourjax
+  from ourjax.backends.cpu import backend as cpu
   from ourjax.backends.llvm import gemm
-  from ourjax.backends.llvm.planning import MAX_THREADS
   rng = np.random.default_rng(0)
-  x = rng.standard_normal((8, 64)).astype(np.float32)
+  a = rng.standard_normal((32, 128, 128)).astype(np.float32)
+  b = rng.standard_normal((32, 128, 128)).astype(np.float32)
+  want = np.einsum("bij,bjk->bik", a.astype(np.float64), b)
+  area = gemm.pack_buffer_bytes("f32", 128, 128, 128, 16, trans_b=False, batch=32) + 64
+  old = cpu.num_threads()
+  try:
+    temps, compiled = {}, {}
+    for n in (2, 16):
+      cpu.set_num_threads(n)
+      c = ourjax.jit(lambda x, y: x @ y, backend="cpu").lower(a, b).compile()
+      temps[n], compiled[n] = c.memory_analysis().temp_size_in_bytes, c
+    assert 2 * area <= temps[2] < 3 * area
+    assert 16 * area <= temps[16] < 17 * area
+    for run_with in (6, 2, 16):      # (planned for 2 threads: the pool's others stay out)
+      cpu.set_num_threads(run_with)
+      for n, c in compiled.items():
+        np.testing.assert_allclose(c(a, b), want, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"planned for {n}, run on {run_with} threads")
+  finally:
+    cpu.set_num_threads(old)
+  x = rng.standard_normal((40, 64)).astype(np.float32)
   w = rng.standard_normal((64, 32)).astype(np.float32)
   c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x, w).compile()
-  temps = c.memory_analysis().temp_size_in_bytes
-  one = gemm.pack_buffer_bytes("f32", 8, 32, 64, 1)
-  assert one <= temps < 2 * one < gemm.pack_buffer_bytes("f32", 8, 32, 64, MAX_THREADS)
+  one = gemm.pack_buffer_bytes("f32", 40, 32, 64, 1, trans_b=False)
+  assert 0 < one <= c.memory_analysis().temp_size_in_bytes < 2 * one
   np.testing.assert_allclose(c(x, w), x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+  c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x[:4], w).compile()
+  assert c.memory_analysis().temp_size_in_bytes < 1024
+  np.testing.assert_allclose(c(x[:4], w), x[:4].astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dot_on_many_threads_packs_b_once(monkeypatch):
+  """A product whose pieces would each pack the same columns of B (a tall one: a grid of row
+  groups) packs B once, in a kernel of its own, for all its pieces to read (``dots.share_b``,
+  ``PackBKernel``): planned for 16 threads, its temporaries are smaller than with a copy of B's
+  panels in each thread's area, and its bits are the same (run on 2 and 16 threads)."""
+  import ourjax
+  from ourjax.backends.cpu import backend as cpu
+  from ourjax.backends.llvm import planning as P
+  from ourjax.config import config
+  # (no disk cache: its key does not hold the planner's switch)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((2048, 576)).astype(np.float32)
+  w = rng.standard_normal((576, 64)).astype(np.float32)
+  old = cpu.num_threads()
+  try:
+    cpu.set_num_threads(16)
+    out, temps = {}, {}
+    for share in (True, False):
+      monkeypatch.setattr(cpu._Planner, "share_packed_b", share)
+      c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x, w).compile()
+      _, steps, *_ = P.plan_entry(c._executable.module, cpu._Planner)
+      kinds = [type(s.kernel).__name__ for s in steps]
+      assert kinds == (["PackBKernel", "DotKernel"] if share else ["DotKernel"])
+      temps[share] = c.memory_analysis().temp_size_in_bytes
+      for n in (2, 16):
+        cpu.set_num_threads(n)
+        out[share, n] = np.asarray(c(x, w))
+      cpu.set_num_threads(16)
+  finally:
+    cpu.set_num_threads(old)
+  assert temps[True] < temps[False]
+  np.testing.assert_allclose(out[True, 16], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+  for k, v in out.items():
+    np.testing.assert_array_equal(v, out[True, 16], err_msg=str(k))

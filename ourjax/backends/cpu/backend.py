@@ -214,6 +214,8 @@ class _Planner(planning.Planner):
   dot_accumulate = True
   #: values computed in the buffers of values that die where they are read elementwise
   reuse_buffers = True
+  #: a dot's pieces read B packed once by a kernel of its own (dots.share_b)
+  share_packed_b = True
 
   def threads(self) -> int:
     return num_threads()
@@ -223,7 +225,19 @@ class _Planner(planning.Planner):
       return self._attention(instr, vals, steps, want)
     if self.implicit_im2col:
       from ourjax.backends.llvm import gemm_im2col
-      patches = gemm_im2col.plan_patches(self, instr, vals, steps, want, comp)
+      # (an input computed from a convolution output that dies here, or that later groups
+      # read only through that input, is computed over it: im2col.plan_sources)
+      def dying(x):
+        if planning._dies_at(x, comp, last_use, pos):
+          return None
+        if x.parent is not comp or x.opcode in ("parameter", "constant", "while",
+                                                "conditional", "tuple") or \
+           planning._reshape_view(x) is not None or x.opcode in ("reshape", "get-tuple-element"):
+          return False
+        order = {i: k for k, i in enumerate(comp.instructions)}
+        return [u for u in x.users if order.get(u, -1) > pos]
+      patches = gemm_im2col.plan_patches(self, instr, vals, steps, want, comp,
+                                         dying if self.reuse_buffers else None)
       if patches is not None:
         return patches
     return super()._plan_group(instr, vals, steps, want, last_use, pos, comp)
@@ -334,7 +348,12 @@ class CpuExecutable:
   def _new_resources(self, fixed=()):
     slots = (ctypes.c_void_p * self.nslots)()
     try:
-      arena = np.zeros(max(self.arena_bytes, ARENA_HEADER), np.uint8)
+      n = max(self.arena_bytes, ARENA_HEADER)
+      raw = np.zeros(n + planning.ALIGN, np.uint8)
+      # (64-byte aligned, as the planner aligns offsets: a packed B is stored and read with
+      # aligned vectors, gemm.emit_pack_b_call)
+      skip = -raw.ctypes.data % planning.ALIGN
+      arena = raw[skip:skip + n]
     except MemoryError:
       raise self._exhausted(self.arena_bytes, None) from None
     for slot, v in self._consts:
@@ -562,16 +581,17 @@ def _backend_source_hash() -> str:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, gemm,
-                                      gemm_im2col,
-                                      group_planner, horizontal, im2col, irtext,
-                                      kernel_info, kernel_key, planning as _planning, row_cache)
+                                      gemm_calls, gemm_im2col, reuse, schedule,
+                                      group_planner, horizontal, im2col, irtext, kernel_info,
+                                      kernel_key, planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
-    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_im2col, im2col, concat,
+    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_calls, gemm_im2col, im2col,
+              concat,
               attention,
               dots, donation, _entry, elemental, dedupe, irtext, kernel_key, _planning,
-              group_planner, row_cache, horizontal):
+              group_planner, row_cache, horizontal, reuse, schedule):
       with open(m.__file__, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:

@@ -21,6 +21,12 @@ Every thread of the pool (``threads.Pool``) calls the entry at once with its ``t
   exit job.  Called with one thread, thread 0 runs a second copy of the region's code, the
   code it had without regions (kernels called whole, so LLVM inlines and specialises them
   where they are beside the entry: a job's kernel gets a function of its own for its pieces).
+* Per-thread scratch (``Buf.slot_bytes``: a dot's packing buffers, ``dots.dot_scratch``): the
+  buffer holds one area per thread that may run the kernel's pieces at once (thread 0's, which
+  also runs kernels whole, may be larger), and each call passes the calling thread's own
+  area, which the thread reuses for every piece it claims; a thread beyond the areas (a pool
+  larger than the thread count the program was planned for) claims none of that kernel's
+  pieces.
 * Waiting (``_emit_sync``): threads spin ``SPIN_PAUSES`` pauses on a word, then yield their
   CPU between checks, then sleep on a futex (Linux; elsewhere they keep yielding); whoever
   changes a word that has sleepers wakes them.
@@ -114,6 +120,14 @@ LOOP_JOB_MIN_WORK = 1 << 20
 #: work counts elements: moving a scan's 1 MiB carry back took 48 us, as long as an elementwise
 #: kernel of 4M work).
 LOOP_JOB_MIN_COPY_BYTES = 1 << 20
+
+
+def _scratch_slots(kernel):
+  """How many threads at once ``kernel``'s per-thread scratch serves (the fewest of its
+  buffers with ``slot_bytes``), or None when it has no such scratch."""
+  n = [1 + (x.nbytes - (x.first_slot_bytes or x.slot_bytes)) // x.slot_bytes
+       for x in kernel.scratch if x.slot_bytes]
+  return min(n) if n else None
 
 
 def _is_job(kernel, apart: bool) -> bool:
@@ -575,11 +589,34 @@ class _Emission:
 
   def call_kernel(self, kernel, tid, nthreads, pieces=False):
     """Call ``kernel``'s piece ``tid`` of ``nthreads`` (``pieces``: a piece of a region's job,
-    through the kernel's piece function where it has one)."""
+    through the kernel's piece function where it has one).  Scratch of one area per thread
+    (``Buf.slot_bytes``) is passed as the calling thread's own area (the thread claims pieces
+    only if it has one: ``_scratch_slots``)."""
     fn = self.fns[id(kernel)]
     if pieces:
       fn = self.piece_fns.get(id(fn), fn)
-    self.b.call(fn, [self.ptr(x) for x in kernel.buffers] + [tid, nthreads])
+    b = self.b
+    args = []
+    for x in kernel.buffers:
+      p = self.ptr(x)
+      if x.slot_bytes is not None:
+        off = b.mul(self.tid, E.i64(x.slot_bytes))
+        extra = (x.first_slot_bytes or x.slot_bytes) - x.slot_bytes
+        if extra:       # (thread 0's area, first, is larger)
+          off = b.add(off, b.select(b.icmp_signed(">", self.tid, E.i64(0)), E.i64(extra),
+                                    E.i64(0)))
+        p = b.gep(p, [off])
+      args.append(p)
+    b.call(fn, args + [tid, nthreads])
+
+  def _mine(self, kernel):
+    """Whether this thread may run pieces of ``kernel`` (i1): it has an area of the kernel's
+    per-thread scratch (an executable planned for fewer threads than the pool runs leaves the
+    others out; thread 0 always has one), or None when every thread may."""
+    n = _scratch_slots(kernel)
+    if n is None:
+      return None
+    return self.b.icmp_signed("<", self.tid, E.i64(n))
 
   # -- the control block (i32 words at the start of the arena, zeroed by the caller) --------
   #   [0] gate: parallel steps opened so far    [1] sleepers on the gate
@@ -629,7 +666,11 @@ class _Emission:
         fn = b.function
         head, body, done = (fn.append_basic_block(f"step{p}.{x}")
                             for x in ("claim", "run", "done"))
-        b.branch(head)
+        mine = self._mine(k)
+        if mine is None:
+          b.branch(head)
+        else:
+          b.cbranch(mine, head, done)
         b.position_at_end(head)
         c = b.atomic_rmw("add", self._word(4 + 4 * p), ir.Constant(i32, 1), "seq_cst")
         b.cbranch(b.icmp_signed("<", c, ir.Constant(i32, chunks)), body, done)
@@ -757,7 +798,11 @@ class _Emission:
     head = fn.append_basic_block("job.claim")
     try_ = fn.append_basic_block("job.try")
     run = fn.append_basic_block("job.run")
-    b.branch(head)
+    mine = self._mine(kernel)
+    if mine is None:
+      b.branch(head)
+    else:
+      b.cbranch(mine, head, done)
     b.position_at_end(head)
     w = b.load_atomic(region.claim, "seq_cst", 8)
     cnt = b.and_(w, E.i64(0xFFFF))

@@ -36,6 +36,8 @@ def _make_planner(cpu_be, module, info):
     # (fuse_dot_epilogues), and the GPU's translations of kernels sharing a buffer in place
     # have not been run on a device)
     reuse_buffers = False
+    # (the CPU's: a B packed once by a kernel of its own is the CPU GEMM's panel layout)
+    share_packed_b = False
 
     def _group_kernels(self, instrs, outputs, leafmap):
       # a dot's elementwise consumer (bias, activation) runs in the dot's kernel

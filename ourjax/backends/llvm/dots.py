@@ -15,8 +15,8 @@ from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, DOT_SPLIT_WORK, MAX_CH
                                           PARALLEL_MIN_WORK, Buf, Kernel, partition)
 from ourjax.lowering import hlo
 
-__all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "emit_dot", "gemm_symbols",
-           "dot_scratch_bytes", "fast_dot_ok"]
+__all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "PackBKernel", "emit_dot", "gemm_symbols",
+           "dot_scratch_bytes", "dot_scratch", "share_b", "fast_dot_ok"]
 
 
 
@@ -59,10 +59,13 @@ class DotSpec:
     self.dtype = dot.dtype
 
 
-def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: bool = False):
+def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: bool = False,
+             b_packed: bool = False):
   """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
-  ``C`` typed pointers; ``scratch`` an i8* of ``dot_scratch_bytes(spec)``); ``accumulate``:
-  C[b] += A[b] @ B[b] (the packed GEMM only: ``_gemm_layout_ok``).
+  ``C`` typed pointers; ``scratch`` an i8* to this piece's own ``dot_scratch_bytes(spec,
+  nthreads)``); ``accumulate``:
+  C[b] += A[b] @ B[b] (the packed GEMM only: ``_gemm_layout_ok``); ``b_packed``: ``Bm`` holds
+  B packed by a ``PackBKernel`` (the packed GEMM, batch 1).
 
   Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, a micro-kernel register-blocked
   for the target's vector ISA, one process-wide compiled kernel) when both operands have a unit
@@ -74,7 +77,7 @@ def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: boo
                         b_strides=(spec.b_sk, spec.b_sn), tid=tid, nthreads=nthreads,
                         scratch=scratch, batch=spec.B,
                         batch_strides=(spec.a_sb, spec.b_sb, spec.M * spec.N),
-                        accumulate=accumulate)
+                        accumulate=accumulate, b_packed=b_packed)
     return
   if accumulate:
     raise ValueError("emit_dot: accumulate needs operands the packed GEMM reads")
@@ -103,7 +106,7 @@ def gemm_symbols(spec) -> list:
 
 def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   """Register-blocked: for each block of NR columns, B[:, block] is packed into a contiguous
-  K x NR panel (in the thread's scratch), then MR rows at a time accumulate MR x NR outputs in
+  K x NR panel (in the piece's scratch), then MR rows at a time accumulate MR x NR outputs in
   vector registers (``<W x T>`` FMAs on a broadcast A element; W and FMA or multiply + add come
   from the GEMM's vector target, ``gemm.vector_target()``: 6 x 2 accumulators + 2 B + 1
   broadcast fit 16 registers).  Threads split the column blocks (or the rows when there are few
@@ -119,8 +122,7 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
   vty = ir.VectorType(t, W)
   M, N, K = spec.M, spec.N, spec.K
   nblocks = -(-N // NR)
-  panel = b.bitcast(scratch, t.as_pointer())
-  panel = b.gep(panel, [b.mul(tid, i64(K * NR))])
+  panel = b.bitcast(scratch, t.as_pointer())     # (this piece's own: see dot_scratch)
   zero_v = ir.Constant(vty, [ir.Constant(t, 0.0)] * W)
   fma_name = f"llvm.fma.v{W}{'f32' if t == E.FLT else 'f64'}"
   mod = b.module
@@ -208,13 +210,86 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
         rows_block(1, ir_.index)
 
 
-def dot_scratch_bytes(spec: DotSpec, max_threads: int) -> int:
+def dot_scratch_bytes(spec: DotSpec, pieces: int, im2col: bool = False,
+                      b_packed: bool = False) -> int:
+  """Scratch bytes of one running piece of a dot of ``spec`` cut into ``pieces`` (each thread
+  running pieces at once has such an area of its own, ``DotKernel.scratch_slots``): the packed
+  GEMM's panels of its largest piece (``gemm.pack_buffer_bytes``), or the register-blocked
+  kernel's K x NR panel of B."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   if _gemm_layout_ok(spec):
-    return gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, max_threads) + 64
+    lb = gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk)
+    return gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, pieces,
+                                  trans_b=bool(lb[0]), batch=spec.B, im2col=im2col,
+                                  b_packed=b_packed) + 64
   W = gemm.vector_target().lanes[dtype]   # _emit_dot_blocked's K x NR panel (NR = 2*W)
-  return (spec.K * 2 * W * spec.dtype.itemsize + 64) * max_threads
+  return spec.K * 2 * W * spec.dtype.itemsize + 64
+
+
+def dot_scratch(new_scratch, spec: DotSpec, threads: int, name: str, im2col: bool = False,
+                whole: bool = False, b_packed: bool = False):
+  """The scratch buffer of a ``DotKernel`` of ``spec`` planned for ``threads`` threads: one
+  piece's area (``dot_scratch_bytes``) per thread that may run a piece at once (no more than
+  the pieces), which the thread reuses for every piece it claims (``Buf.slot_bytes``: the CPU's
+  entry passes each thread its own area).  ``whole``: the kernel may also be called as one
+  piece (inside a loop or a branch the entry calls small parallel kernels whole), so the area
+  also fits that call (only thread 0 makes such calls: its area alone grows)."""
+  from ourjax.backends.llvm import kernels
+  pieces = dot_pieces(spec, threads)
+  one = dot_scratch_bytes(spec, pieces, im2col, b_packed)
+  first = one
+  serial = spec.B * spec.M * spec.N * spec.K < kernels.PARALLEL_MIN_WORK  # (Kernel.parallel)
+  if (whole or serial) and pieces > 1:
+    # (only thread 0 calls a kernel whole: its area alone fits that call)
+    first = max(one, (dot_scratch_bytes(spec, 1, im2col, b_packed) + 63) // 64 * 64)
+  buf = new_scratch(first + one * (max(1, min(pieces, threads)) - 1), name)
+  buf.slot_bytes = one
+  buf.first_slot_bytes = first
+  return buf
+
+
+def share_b(spec: DotSpec, threads: int, im2col: bool = False) -> bool:
+  """Whether a dot of ``spec`` planned for ``threads`` threads packs B once for all its pieces
+  (a ``PackBKernel`` first, as BLIS and Eigen share a packed block of B between threads): on
+  the packed GEMM, of batch 1, run by several threads at once, where B packed whole is smaller
+  (by ``SHARE_B_MIN_SAVING``) than the panels of B the threads' areas would each hold (the
+  pieces of a column group pack the same columns of B, each its own copy: a convolution's
+  weights on 16 threads, 16 times)."""
+  if spec.B != 1 or not _gemm_layout_ok(spec):
+    return False
+  pieces = dot_pieces(spec, threads)
+  slots = min(pieces, threads)
+  if slots < 2:
+    return False
+  from ourjax.backends.llvm import gemm
+  dtype = "f32" if spec.dtype == E.F32 else "f64"
+  b_part = dot_scratch_bytes(spec, pieces, im2col) - dot_scratch_bytes(spec, pieces, im2col, True)
+  whole = gemm.packed_b_elements(dtype, spec.N, spec.K) * spec.dtype.itemsize
+  return slots * b_part - whole >= SHARE_B_MIN_SAVING
+
+
+#: Fewest bytes that packing B once must save for a dot to take a ``PackBKernel`` (a kernel
+#: and a step more: not worth it for a few kilobytes).
+SHARE_B_MIN_SAVING = 1 << 16
+
+
+class PackBKernel(Kernel):
+  """B of the dot ``spec`` packed into ``packed`` (``gemm.packed_b_elements``) for the
+  ``DotKernel`` that follows it to read (``packed_b``), pieces of the column panels each
+  (``gemm.emit_pack_b_call``)."""
+
+  def __init__(self, name, spec: DotSpec, rhs: Buf, packed: Buf):
+    self.spec = spec
+    self.rhs, self.packed = rhs, packed
+    super().__init__(name, [rhs], [packed], work=spec.K * spec.N)
+
+  def body(self, b, ptr, tid, nthreads):
+    from ourjax.backends.llvm import gemm
+    gemm.emit_pack_b_call(b, "f32" if self.spec.dtype == E.F32 else "f64", ptr(self.rhs),
+                          ptr(self.packed), N=self.spec.N, K=self.spec.K,
+                          b_strides=(self.spec.b_sk, self.spec.b_sn), tid=tid,
+                          nthreads=nthreads)
 
 
 def fast_dot_ok(dot) -> bool:
@@ -237,7 +312,7 @@ def _narrow_float_dot(dot) -> bool:
 
 
 def dot_pieces(spec: DotSpec, threads: int) -> int:
-  """How many pieces (each with its own scratch, ``dot_scratch_bytes``) a ``DotKernel`` of
+  """How many pieces (``dot_scratch_bytes`` of scratch each while it runs) a ``DotKernel`` of
   ``spec`` runs as: one unless its work reaches ``PARALLEL_MIN_WORK``.  A dot of at least as
   many batch entries as threads is cut into whole entries (nothing is packed twice), pieces of
   at least ``DOT_PIECE_WORK`` multiply-adds, as many as ``MAX_CHUNKS``.  Any other on the
@@ -267,14 +342,16 @@ class DotKernel(Kernel):
   with its ``ACCUMULATE`` bit; ``out`` is read as well)."""
 
   def __init__(self, name, dot, lhs: Buf, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1,
-               accumulate: bool = False):
+               accumulate: bool = False, packed_b: Buf | None = None):
     self.dot, self.spec = dot, DotSpec(dot)
     self.threads = threads           # the host's threads at planning time (see chunks)
     self.lhs, self.rhs, self.out = lhs, rhs, out
     self.accumulate = accumulate
+    #: B packed by the PackBKernel before it (read instead of ``rhs``), or None
+    self.packed_b = packed_b
     s = self.spec
-    super().__init__(name, [lhs, rhs] + ([out] if accumulate else []), [out], [scratch],
-                     work=s.B * s.M * s.N * s.K)
+    super().__init__(name, [lhs, packed_b or rhs] + ([out] if accumulate else []), [out],
+                     [scratch], work=s.B * s.M * s.N * s.K)
 
   @property
   def symbols(self) -> list:
@@ -284,12 +361,12 @@ class DotKernel(Kernel):
 
   @property
   def chunks(self) -> int:
-    """``dot_pieces``: how many pieces this dot is cut into (its scratch holds as many)."""
+    """``dot_pieces``: how many pieces this dot is cut into."""
     return dot_pieces(self.spec, self.threads)
 
   def body(self, b, ptr, tid, nthreads):
-    emit_dot(b, self.spec, ptr(self.lhs), ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]),
-             tid, nthreads, self.accumulate)
+    emit_dot(b, self.spec, ptr(self.lhs), ptr(self.packed_b or self.rhs), ptr(self.out),
+             ptr(self.scratch[0]), tid, nthreads, self.accumulate, self.packed_b is not None)
 
 
 class Im2colDotKernel(DotKernel):
@@ -298,8 +375,9 @@ class Im2colDotKernel(DotKernel):
   matrix's layout, packs A's panels straight from the convolution's input (``gemm_im2col.py``),
   so the kernel reads the input buffer, not the matrix."""
 
-  def __init__(self, name, dot, patches, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1):
-    super().__init__(name, dot, patches.source, rhs, out, scratch, threads)
+  def __init__(self, name, dot, patches, rhs: Buf, out: Buf, scratch: Buf, threads: int = 1,
+               packed_b: Buf | None = None):
+    super().__init__(name, dot, patches.source, rhs, out, scratch, threads, packed_b=packed_b)
     # (reads: the input; ``lhs`` stays the virtual matrix, as a GPU translation expects)
     self.lhs = self.patches = patches
     self.epilogue = None
@@ -328,5 +406,5 @@ class Im2colDotKernel(DotKernel):
   def body(self, b, ptr, tid, nthreads):
     from ourjax.backends.llvm import gemm_im2col
     gemm_im2col.emit_call(b, self.spec, self.patches.geometry, ptr(self.patches.source),
-                          ptr(self.rhs), ptr(self.out), ptr(self.scratch[0]), tid, nthreads,
-                          self.epilogue, ptr)
+                          ptr(self.packed_b or self.rhs), ptr(self.out), ptr(self.scratch[0]),
+                          tid, nthreads, self.epilogue, ptr, self.packed_b is not None)

@@ -25,8 +25,10 @@ order of that element's sum (the K slices and the choice between axpy kernels an
 depend on M and K only; the per-thread choices, unpacked B and edge tiles, only move data).
 
 Scratch: ``pack`` points to at least :func:`pack_buffer_elements` ``(dtype, M, N, K, nthreads)``
-elements of ``T`` (any alignment; each thread carves out its own 64-byte aligned slice).  The
-buffer holds no state between calls.
+elements of ``T`` (any alignment) that are this call's own: calls running at once pass
+different buffers (a piece's packed panels of A and B, sized for the largest piece of the
+``nthreads``-way split; the CPU backend gives each worker thread one such area, which it reuses
+for every piece it claims).  The buffer holds no state between calls.
 
 Epilogue: ``epilogue(builder, value, row, col) -> value`` runs at generation time and emits IR
 that transforms a finished result before it is stored for the last time.  ``value`` is a
@@ -84,7 +86,9 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   ``accumulate``, always).
 * threads split C into a grid of row-tile groups x column-panel groups (the grid whose largest
   piece costs least: its FMAs plus packing its rows of A and its columns of B), so a thread
-  packs only its own rows of A and columns of B (no sharing, no barrier).
+  packs only its own rows of A and columns of B (no sharing, no barrier), into scratch sized
+  for its piece: a K slice of its column block's panels of B (one edge panel where B is read
+  in place) and of its row block's panels of A (:func:`pack_buffer_elements`).
 
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
@@ -106,7 +110,7 @@ from typing import Callable, Optional
 import llvmlite.ir as ir
 
 __all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "default_blocking",
-           "ACCUMULATE",
+           "ACCUMULATE", "PACK_B", "PACKED_B", "packed_b_elements", "emit_pack_b_call",
            "emit_gemm", "pack_buffer_elements", "pack_buffer_bytes", "ARG_NAMES",
            "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm",
            "prefetch_shared_gemm"]
@@ -114,6 +118,14 @@ __all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "defau
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 #: ``transA`` of a call whose ``A`` is an implicit-im2col descriptor (``gemm_im2col.py``)
 IM2COL = 4        # (a value of its own: bit 0 is A's transposition, bit 1 ACCUMULATE)
+#: ``transA`` of a call that only packs op(B) (``transB`` 0 or 1 as usual) into ``C`` as the
+#: panels a ``PACKED_B`` call reads: piece ``tid`` of ``nthreads`` packs its share of the
+#: ``nr``-wide column panels (batch 1; A, M and the rest unread)
+PACK_B = 8
+#: ``transB`` of a call whose ``B`` holds op(B) already packed (by a ``PACK_B`` call): column
+#: panel ``p`` (columns ``p*nr ..``, zero-padded) is ``K x nr`` elements at ``p*K*nr`` (batch 1),
+#: read by every piece of the product (packed once, not by each piece: ``packed_b_elements``)
+PACKED_B = 2
 _TYPES = {"f32": (ir.FloatType, 4), "f64": (ir.DoubleType, 8)}  # element type, bytes
 ARG_NAMES = ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "transA", "transB", "batch",
              "strideA", "strideB", "strideC", "tid", "nthreads", "pack")
@@ -205,28 +217,85 @@ def _cdiv(a, b):
   return -(-a // b)
 
 
-def _per_thread(dtype, M, N, K, bl: Blocking, w: int):
-  nr = bl.nv * w
-  kc = max(1, min(bl.kc, K))
-  mc = min(bl.mc, _cdiv(max(M, 1), bl.mr) * bl.mr)
-  nc = min(bl.nc, _cdiv(max(N, 1), nr) * nr)
-  align = 64 // _TYPES[dtype][1]
-  b_part = _cdiv(kc * nc, align) * align
-  return b_part + mc * kc + align
+def _grid(M: int, N: int, nth: int, bl: Blocking, w: int):
+  """(pm, pn): the grid of row-tile groups x column-panel groups that ``nth`` pieces of an
+  ``M x N`` product are cut into (the driver's choice, see its work split)."""
+  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
+  best = None
+  for pm in range(1, nth + 1):
+    if nth % pm:
+      continue
+    sm, sn = _cdiv(tm, pm), _cdiv(tn, nth // pm)
+    cost = sm * sn * bl.mr * bl.nv + sm * 2 * bl.mr + sn * 2 * bl.nv
+    if best is None or cost < best[0]:
+      best = cost, pm
+  return best[1], nth // best[1]
+
+
+def _pieces(M: int, N: int, nth: int, batch: int, bl: Blocking, w: int):
+  """The (rows, columns) of C that each piece of an ``nth``-way split computes (per batch
+  entry), as the driver cuts them."""
+  if nth <= 1 or batch >= nth:
+    return [(M, N)]
+  pm, pn = _grid(M, N, nth, bl, w)
+  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
+
+  def share(tiles, groups, g, tile, ext):
+    return min(tiles * (g + 1) // groups * tile, ext) - tiles * g // groups * tile
+  return sorted({(share(tm, pm, gi, bl.mr, M), share(tn, pn, gj, bl.nv * w, N))
+                 for gi in range(pm) for gj in range(pn)})
+
+
+def packed_b_elements(dtype: str, N: int, K: int, blocking: Optional[Blocking] = None,
+                      isa: Optional[str] = None) -> int:
+  """Elements of T of op(B) packed by a ``PACK_B`` call for ``PACKED_B`` calls: every
+  ``nr``-wide column panel, K deep."""
+  vt = vector_target(isa)
+  nr = (blocking or vt.blocking[dtype]).nv * vt.lanes[dtype]
+  return _cdiv(max(N, 1), nr) * nr * max(K, 1)
+
+
+def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
+                    direct: bool, b_packed: bool = False) -> int:
+  """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
+  panels of a column block (only one edge panel when B is read in place, ``direct``), then A's
+  of a row block, each K slice deep, and the slack to align the start to 64 bytes."""
+  if rows <= 0 or cols <= 0:
+    return 0
+  nr, align = bl.nv * w, 64 // _TYPES[dtype][1]
+  kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
+  nmb = max(1, _cdiv(rows, bl.mc))
+  mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
+  b_cols = 0 if b_packed else nr if direct else min(bl.nc, _cdiv(cols, nr) * nr)
+  return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
 
 def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                         blocking: Optional[Blocking] = None, isa: Optional[str] = None) -> int:
-  """Elements of T that ``pack`` must hold for a call with these sizes and ``nthreads`` (of a
-  kernel emitted with the same ``blocking`` and ``isa``)."""
+                         blocking: Optional[Blocking] = None, isa: Optional[str] = None, *,
+                         trans_b: Optional[bool] = None, batch: int = 1,
+                         im2col: bool = False, b_packed: bool = False) -> int:
+  """Elements of T that one call's ``pack`` must hold (each call running at once has its own)
+  for these sizes cut ``nthreads`` ways (of a kernel emitted with the same ``blocking`` and
+  ``isa``): the most any piece of the split packs.  ``trans_b``: whether B is passed transposed
+  (None: either); ``batch``: batch entries (at least ``nthreads`` of them: whole entries a
+  piece); ``im2col``: A is a patch matrix (always packed); ``b_packed``: B is passed packed
+  (``PACKED_B``: only A's panels)."""
   vt = vector_target(isa)
   bl = blocking or vt.blocking[dtype]
-  return nthreads * _per_thread(dtype, M, N, K, bl, vt.lanes[dtype])
+  w = vt.lanes[dtype]
+  row_major_b = trans_b is False and not b_packed
+  if row_major_b and not im2col and 0 < bl.stream_rows and M <= bl.stream_rows:
+    return 0          # (the few-rows kernels stream B: nothing is packed)
+  return max(_piece_elements(dtype, r, c, K, bl, w,
+                             row_major_b and r <= bl.direct_b_rows, b_packed)
+             for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w))
 
 
 def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                      blocking: Optional[Blocking] = None, isa: Optional[str] = None) -> int:
-  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking, isa) * _TYPES[dtype][1]
+                      blocking: Optional[Blocking] = None, isa: Optional[str] = None,
+                      **kw) -> int:
+  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking, isa, **kw) * \
+      _TYPES[dtype][1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -718,17 +787,28 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     b_ks = b.select(tb1, one, ldb)
     b_cs = b.select(tb1, ldb, one)
 
-    # this thread's scratch: the same formula as _per_thread
+    # this call's scratch, 64-byte aligned: a piece's B panels, then its A panels, each
+    # sized in tiled() (_piece_elements, whose sum pack_buffer_elements takes the most of)
     align = 64 // cx.size
-    kc_e = _smax(b, one, _smin(b, _c64(bl.kc), K))
-    mc_e = _smin(b, _c64(bl.mc), b.mul(_sdiv_up(b, _smax(b, M, one), _c64(mr)), _c64(mr)))
-    nc_e = _smin(b, _c64(bl.nc), b.mul(_sdiv_up(b, _smax(b, N, one), _c64(nr)), _c64(nr)))
-    b_part = b.mul(_sdiv_up(b, b.mul(kc_e, nc_e), _c64(align)), _c64(align))
-    per_thread = b.add(b.add(b_part, b.mul(mc_e, kc_e)), _c64(align))
-    raw = b.ptrtoint(b.gep(pack, [b.mul(tid, per_thread)]), I64)
-    aligned = b.and_(b.add(raw, _c64(63)), _c64(-64))
-    bpk = b.inttoptr(aligned, cx.p)
-    apk = b.gep(bpk, [b_part])
+    raw = b.ptrtoint(pack, I64)
+    bpk = b.inttoptr(b.and_(b.add(raw, _c64(63)), _c64(-64)), cx.p)
+
+    # a PACK_B call: this piece's share of op(B)'s column panels, packed K deep into C
+    packb, rest = fn.append_basic_block("packb"), fn.append_basic_block("gemm")
+    b.cbranch(b.icmp_signed("==", ta, _c32(PACK_B)), packb, rest)
+    b.position_at_end(packb)
+    tn = _sdiv_up(b, N, _c64(nr))
+    p0 = b.sdiv(b.mul(tn, tid), nth)
+    p1 = b.sdiv(b.mul(tn, b.add(tid, one)), nth)
+    with _if(b, b.icmp_signed("<", p0, p1), name="packb.mine"):
+      j0 = b.mul(p0, _c64(nr))
+      cols_ = b.sub(_smin(b, b.mul(p1, _c64(nr)), N), j0)
+      kk = _smax(b, K, one)
+      b.call(pack_b, [b.gep(B, [b.mul(j0, b_cs)]), b_cs, b_ks, cols_, kk,
+                      b.gep(C, [b.mul(j0, kk)])])
+    b.ret_void()
+    b.position_at_end(rest)
+    prepacked = b.icmp_signed("==", tb, _c32(PACKED_B))
 
     # K slices of balanced depth (at least one slice, so K == 0 still stores zeros)
     nks = _smax(b, one, _sdiv_up(b, K, _c64(bl.kc)))
@@ -771,6 +851,12 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       nmb = _smax(b, one, _sdiv_up(b, rows, _c64(bl.mc)))
       mstep = b.mul(_sdiv_up(b, _sdiv_up(b, rows, nmb), _c64(mr)), _c64(mr))
       mstep = _smax(b, mstep, _c64(mr))
+      # B's panels: a column block's (one edge panel when B is read in place), K slice deep
+      cols = b.sub(n1, n0)
+      b_cols = b.select(direct, _c64(nr), _smin(b, _c64(bl.nc),
+                                                b.mul(_sdiv_up(b, cols, _c64(nr)), _c64(nr))))
+      b_cols = b.select(prepacked, _c64(0), b_cols)
+      apk = b.gep(bpk, [b.mul(_sdiv_up(b, b.mul(b_cols, kstep), _c64(align)), _c64(align))])
       with _for(b, n0, n1, bl.nc, name="jc") as jc:
         nb = _smin(b, _c64(bl.nc), b.sub(n1, jc))
         with _for(b, 0, klimit, kstep, name="pc") as pc:
@@ -781,12 +867,14 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
           src_b = b.gep(Bb, [b.add(b.mul(pc, b_ks), b.mul(jc, b_cs))])
           # unpacked B: only a partial last column panel is packed (zero-padded)
           nb_full = b.mul(b.sdiv(nb, _c64(nr)), _c64(nr))
-          with b.if_else(direct) as (d_, p_):
-            with d_:
-              with _if(b, b.icmp_signed("<", nb_full, nb), name="edgeb"):
-                b.call(pack_b, [b.gep(src_b, [nb_full]), b_cs, b_ks, b.sub(nb, nb_full), kb, bpk])
-            with p_:
-              b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
+          with _if(b, b.not_(prepacked), name="packs"):
+            with b.if_else(direct) as (d_, p_):
+              with d_:
+                with _if(b, b.icmp_signed("<", nb_full, nb), name="edgeb"):
+                  b.call(pack_b, [b.gep(src_b, [nb_full]), b_cs, b_ks, b.sub(nb, nb_full), kb,
+                                  bpk])
+              with p_:
+                b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
           with _for(b, m0, m1, mstep, name="ic") as ic:
             mb = _smin(b, mstep, b.sub(m1, ic))
             def plain_pack():
@@ -807,6 +895,9 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
               unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
               bpanel = b.select(unpacked, b.gep(src_b, [jr]),
                                 b.gep(bpk, [b.select(direct, _c64(0), b.mul(jr, kb))]))
+              # (packed before the call: panel (jc + jr) / nr, from row pc)
+              bpanel = b.select(prepacked, b.gep(Bb, [b.add(b.mul(b.add(jc, jr), klimit),
+                                                           b.mul(pc, _c64(nr)))]), bpanel)
               bstride = b.select(unpacked, ldb, _c64(nr))
               col = b.add(jc, jr)
               is_narrow = b.icmp_signed("<=", nvalid, _c64(w)) if narrow else None
@@ -900,21 +991,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
 
 
 # --------------------------------------------------------------------------------------------
-# calling it from another kernel
-
-def operand_layout(outer: int, K: int, outer_stride: int, k_stride: int):
-  """How a strided ``outer x K`` operand (element (i, k) at ``i*outer_stride + k*k_stride``)
-  reads as a kernel operand: ``(k_contiguous, ld)``, or None when neither stride is 1 (and no
-  dimension is trivial), i.e. the operand must be copied first.  For A: ``transA = not
-  k_contiguous``; for B (outer = N): ``transB = k_contiguous``; ``ld`` is the leading dim."""
-  if K <= 1 and outer <= 1:
-    return True, 1
-  if k_stride == 1 or K <= 1:
-    return True, (outer_stride if outer > 1 else max(K, 1))
-  if outer_stride == 1 or outer <= 1:
-    return False, (k_stride if K > 1 else max(outer, 1))
-  return None
-
+# its signature; calling it from another kernel: gemm_calls.py
 
 def _signature(p: ir.Type) -> ir.FunctionType:
   """The kernel's type, ``p`` the element pointer type."""
@@ -922,67 +999,8 @@ def _signature(p: ir.Type) -> ir.FunctionType:
                                          I64, I64, I64, I64, I64, I64, p])
 
 
-def declare_shared_gemm(module: ir.Module, dtype: str) -> ir.Function:
-  """Declare the process-wide kernel (see :func:`shared_gemm_symbol`) in ``module`` (its code
-  is built meanwhile: :func:`prefetch_shared_gemm`)."""
-  sym = prefetch_shared_gemm(dtype)
-  fn = module.globals.get(sym)
-  if fn is None:
-    fn = ir.Function(module, _signature(_TYPES[dtype][0]().as_pointer()), sym)
-  return fn
-
-
-def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: int,
-                   a_strides, b_strides, tid, nthreads, scratch, batch: int = 1,
-                   batch_strides=None, ldc: Optional[int] = None,
-                   epilogue: Optional[Epilogue] = None, accumulate: bool = False,
-                   shared: bool = True, name: Optional[str] = None, im2col: bool = False):
-  """Emit a call computing ``C[b] = A[b] @ B[b]`` for static sizes and element strides.
-
-  ``a_strides = (stride of m, stride of k)`` and ``b_strides = (stride of k, stride of n)`` in
-  elements; ``batch_strides = (A, B, C)`` in elements (default ``(M*K, K*N, M*ldc)``: contiguous
-  batches; 0 broadcasts an operand); ``ldc`` defaults to N.  ``A``, ``B``, ``C``
-  and ``scratch`` are pointers (any pointee type: they are bitcast), ``tid``/``nthreads`` i64
-  values; ``scratch`` holds :func:`pack_buffer_elements` ``(dtype, M, N, K, max threads)``
-  elements and is the same pointer for every thread.  With no epilogue (and ``shared``) the
-  call goes to the process-wide kernel (``accumulate``: ``C[b] += ...``, its ``ACCUMULATE``
-  bit); otherwise a kernel is emitted into ``b.module`` (named ``name`` or a fresh
-  ``gemm.N``).  Raises ValueError for strides the kernel
-  cannot read (neither unit); copy such an operand first.  ``im2col``: ``A`` is the descriptor
-  of a convolution's patch matrix (``gemm_im2col.emit_call``), read by the shared kernel
-  (``transA == IM2COL``; no epilogue, no accumulation, batch 1)."""
-  if im2col and (epilogue is not None or accumulate or not shared or batch != 1):
-    raise ValueError("emit_gemm_call: the implicit-im2col GEMM is shared, without epilogue or "
-                     "accumulation, of batch 1")
-  la = operand_layout(M, K, *a_strides)
-  lb = operand_layout(N, K, b_strides[1], b_strides[0])
-  if la is None or lb is None:
-    raise ValueError(f"emit_gemm_call: an operand has no unit stride (A strides {a_strides}, "
-                     f"B strides {b_strides}); copy it to a contiguous buffer first")
-  ldc = N if ldc is None else ldc
-  if batch_strides is None:
-    batch_strides = (M * K, K * N, M * ldc)
-  module = b.module
-  ptr_t = _TYPES[dtype][0]().as_pointer()
-  flags = 0
-  if epilogue is None and shared:
-    fn = declare_shared_gemm(module, dtype)
-    flags = ACCUMULATE if accumulate else 0
-  else:
-    if name is None:
-      i = 0
-      while f"gemm.{i}" in module.globals:
-        i += 1
-      name = f"gemm.{i}"
-    fn = emit_gemm(module, name, dtype, epilogue=epilogue, accumulate=accumulate)
-  p = lambda v: b.bitcast(v, ptr_t)  # noqa: E731
-  args = [p(A), p(B), p(C), _c64(M), _c64(N), _c64(K), _c64(la[1]), _c64(lb[1]), _c64(ldc),
-          _c32(IM2COL if im2col else (0 if la[0] else 1) | flags), _c32(1 if lb[0] else 0),
-          _c64(batch),
-          *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch)]
-  return b.call(fn, args)
-
-
 # the process-wide shared GEMMs (built, cached on disk, registered): gemm_library.py
 from ourjax.backends.llvm.gemm_library import (prefetch_shared_gemm,  # noqa: E402,F401
                                                shared_gemm_symbol)
+from ourjax.backends.llvm.gemm_calls import (declare_shared_gemm, emit_gemm_call,  # noqa: E402,F401,E501
+                                             emit_pack_b_call, operand_layout)

@@ -369,11 +369,13 @@ def accepts(dot, patches, geo) -> bool:
   return s.ok and s.B == 1 and s.a_sk == 1 and (s.M, s.K) == shape and _gemm_layout_ok(s)
 
 
-def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, ptr=None):
+def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, ptr=None,
+              b_packed=False):
   """Emit the call of the implicit-im2col GEMM: ``C = patches @ Bm`` for the dot ``spec``
   (``DotSpec``), the patches of geometry ``geo`` over the input buffer at ``src`` (a typed
   pointer to its first element); ``epilogue``: a loop kernel run on each finished block
-  (``fusable_epilogue``), its buffers' pointers from ``ptr``."""
+  (``fusable_epilogue``), its buffers' pointers from ``ptr``; ``b_packed``: ``Bm`` holds B
+  packed (``gemm.emit_pack_b_call``)."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   r = len(geo.strides)
@@ -430,7 +432,7 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
     b.store(v, b.gep(words, [_c64(k)]), align=8)
   gemm.emit_gemm_call(b, dtype, words, Bm, C, M=spec.M, N=spec.N, K=spec.K,
                       a_strides=(spec.K, 1), b_strides=(spec.b_sk, spec.b_sn), tid=tid,
-                      nthreads=nthreads, scratch=scratch, im2col=True)
+                      nthreads=nthreads, scratch=scratch, im2col=True, b_packed=b_packed)
 
 
 def _reader_dot(x, comp):
@@ -453,7 +455,7 @@ def _reader_dot(x, comp):
   return inner[0], p
 
 
-def plan_patches(planner, instr, vals, steps, want, comp):
+def plan_patches(planner, instr, vals, steps, want, comp, dying=None):
   """For ``Planner._plan_group``: when ``instr`` is a fusion computing convolution patch
   matrices (``im2col.match_root``; a tuple-rooted fusion computes several: batch chunks, or a
   forward convolution's and a weight gradient's patches of one input) of which some are read
@@ -461,7 +463,7 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   elementwise consumers), plan only the inputs of those (a kernel writes an input unless it is
   a buffer already: the previous layer's activation, say) and the other elements as before,
   and return the value: an ``Im2colBuf`` standing for each such matrix (a tuple for a tuple);
-  else None."""
+  else None.  ``dying``: see ``im2col.plan_sources``."""
   from ourjax.backends.llvm import im2col as IM
   if instr.opcode != "fusion" or comp.root is instr or instr in want or \
      any(isinstance(k, tuple) and k[1] is instr for k in want):
@@ -493,7 +495,7 @@ def plan_patches(planner, instr, vals, steps, want, comp):
   written = {k: planner.temp(r.dtype, r.dims, f"{instr.name}.{k}")
              for k, r in enumerate(roots) if k not in geos}
   srcs = IM.plan_sources(planner, instr, list(geos.values()), vals, steps,
-                         [(roots[k], buf) for k, buf in written.items()])
+                         [(roots[k], buf) for k, buf in written.items()], dying)
   first = next(iter(geos.values()))
   planner.module.note("implicit_im2col", f"%{instr.name}: {len(geos)} patch matri"
                       f"{'ces' if len(geos) > 1 else 'x'} packed by the GEMM straight from "

@@ -15,7 +15,8 @@ from ourjax.backends.llvm.kernels import (  # (a module kernels.py imports as it
     HARD_OPS, SPLIT_CHUNKS, Buf, ColumnReduceKernel, CopyKernel, DotKernel, DotSpec,
     Im2colDotKernel, Kernel, LoopKernel, PlanError, ScatterKernel, SortKernel,
     SplitReduceFinish, SplitReducePartials, _cost_per_element, _narrow_float_dot,
-    dot_pieces, dot_scratch_bytes, fast_dot_ok)
+    fast_dot_ok)
+from ourjax.backends.llvm.dots import PackBKernel, dot_scratch, share_b
 from ourjax.lowering import hlo
 
 # ---------------------------------------------------------------------------------------------
@@ -78,8 +79,13 @@ class GroupPlanner:
 
   def __init__(self, new_temp: Callable, new_scratch: Callable, max_threads: int, prefix: str,
                widen_narrow_dots: bool = True, concat_kernels: bool = True, threads: int = 1,
-               dot_accumulate: bool = False, reuse_outputs: bool = False):
+               dot_accumulate: bool = False, reuse_outputs: bool = False,
+               whole_calls: bool = False, share_packed_b: bool = False):
     self.new_temp, self.new_scratch = new_temp, new_scratch
+    # a dot's pieces read B packed once (dots.share_b, PackBKernel; CPU only)
+    self.share_packed_b = share_packed_b
+    # the kernels may also be called whole (one piece of one; dots.dot_scratch)
+    self.whole_calls = whole_calls
     # a dot whose one consumer is an elementwise output of the group is computed in that
     # output's buffer, which the consumer then updates in place (``_dot_home``), and a sort's
     # scratch is sized for the pieces it runs as (CPU only)
@@ -208,12 +214,20 @@ class GroupPlanner:
       out = out_buf or self._dot_home(instr, instrs, leafmap) or \
           self.new_temp(instr.dtype, instr.dims, instr.name)
       spec = DotSpec(instr)
-      scratch = self.new_scratch(dot_scratch_bytes(spec, dot_pieces(spec, self.threads)),
-                                 instr.name)
       # (a convolution's patch matrix the planner left unwritten: llvm/gemm_im2col.py)
       kind = Im2colDotKernel if getattr(lhs, "geometry", None) is not None else DotKernel
+      im2col = kind is Im2colDotKernel
+      packed = None
+      if self.share_packed_b and share_b(spec, self.threads, im2col):
+        from ourjax.backends.llvm import gemm
+        packed = self.new_temp(instr.dtype, (gemm.packed_b_elements(
+            "f32" if spec.dtype == E.F32 else "f64", spec.N, spec.K),),
+            instr.name + ".packed_b")
+        self.kernels.append(PackBKernel(self._name(), spec, rhs, packed))
+      scratch = dot_scratch(self.new_scratch, spec, self.threads, instr.name, im2col=im2col,
+                            whole=self.whole_calls, b_packed=packed is not None)
       self.kernels.append(kind(self._name(), instr, lhs, rhs, out, scratch,
-                               threads=self.threads))
+                               threads=self.threads, packed_b=packed))
       leafmap[instr] = out
       return
     if op == "dot" and self.widen_narrow_dots and _narrow_float_dot(instr):
@@ -313,7 +327,7 @@ class GroupPlanner:
     rhs = self._materialize(d.operands[1], leafmap, instrs)
     if lhs is buf or rhs is buf:
       return False        # (operands materialised meanwhile stay: they are computed once)
-    scratch = self.new_scratch(dot_scratch_bytes(spec, dot_pieces(spec, self.threads)), d.name)
+    scratch = dot_scratch(self.new_scratch, spec, self.threads, d.name, whole=self.whole_calls)
     self.kernels.append(DotKernel(self._name(), d, lhs, rhs, buf, scratch, threads=self.threads,
                                   accumulate=True))
     leafmap[instr] = buf
@@ -341,8 +355,8 @@ class GroupPlanner:
     else:
       res = self.new_temp(np.float32, instr.dims, wide.name)
     spec = DotSpec(wide)
-    scratch = self.new_scratch(dot_scratch_bytes(spec, dot_pieces(spec, self.threads)),
-                               wide.name)
+    scratch = dot_scratch(self.new_scratch, spec, self.threads, wide.name,
+                          whole=self.whole_calls)
     self.kernels.append(DotKernel(self._name(), wide, leafmap[conv[0]], leafmap[conv[1]], res,
                                   scratch, threads=self.threads))
     leafmap[wide] = res

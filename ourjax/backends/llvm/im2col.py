@@ -177,30 +177,96 @@ def match_root(root, one_tap: bool = False) -> Geometry | None:
   return Geometry(v, v.dims, (N, *out), starts, strides, low, batch0, layout)
 
 
-def plan_sources(planner, instr, geos, vals, steps, others=()) -> dict:
+def plan_sources(planner, instr, geos, vals, steps, others=(), dying=None) -> dict:
   """Plan what the patch matrices ``geos`` (``Geometry``s of the fusion ``instr``) are read
   from, for a GEMM that reads them in place: ``{id(geo.v): Buf}``, the input's own buffer
   where it is one already (the previous layer's activation, say), else a temporary that
   kernels planned here (with ``planner``, into ``steps``) write, together with ``others``
   ((value of the fused computation, Buf) pairs also written: a tuple's other elements).
-  ``vals`` maps ``instr``'s operands to their buffers."""
+  ``vals`` maps ``instr``'s operands to their buffers.  ``dying(operand)``: None when that
+  operand's buffer dies at ``instr``, else its later readers (a list; False: it does not
+  die); given, an input computed elementwise from such an operand of its size (a
+  convolution's output through its batch norm, residual add and relu) is computed over it in
+  place (``_dying_homes``; checked on the kernels planned)."""
+  from ourjax.backends.llvm.group_planner import overwrites_in_place
   fc = instr.attrs["calls"]
   leafmap = {p: vals[o] for p, o in zip(fc.parameters, instr.operands)}
-  srcs, todo = {}, []
+  # (with reuse_buffers, values that earlier groups wrote are read, not computed again, and the
+  # inputs written here are noted for later groups: llvm/reuse.py)
+  keys = None
+  if planner.reuse_buffers:
+    from ourjax.backends.llvm import reuse
+    operand = dict(zip(fc.parameters, instr.operands))
+    keys = reuse.value_keys(fc, operand.__getitem__)
+    reuse.seed_computed(planner, keys, leafmap)
+  srcs, pending = {}, []
   for geo in geos:
     src = leafmap.get(_peel_reshapes(geo.v))
     if isinstance(src, K.Buf) and not isinstance(src, Im2colBuf):
       srcs[id(geo.v)] = src
     elif id(geo.v) not in srcs:
-      srcs[id(geo.v)] = planner.temp(geo.v.dtype, geo.v.dims, f"{instr.name}.input")
-      todo.append((geo.v, srcs[id(geo.v)]))
-  todo += list(others)
-  if todo:
-    needed = K._reachable([v for v, _ in todo], leafmap)
-    instrs = [i for i in fc.instructions if id(i) in needed]
-    for i in instrs:
-      if i.opcode == "constant" and i.attrs["value"].ndim > 0:
-        leafmap[i] = planner.const_buf(i)
-    for kern in planner._group_kernels(instrs, todo, leafmap):
-      planner._add_kernel(steps, kern)
+      srcs[id(geo.v)] = None
+      pending.append(geo.v)
+  if not pending and not others:
+    return srcs
+  needed = K._reachable(pending + [v for v, _ in others], leafmap)
+  instrs = [i for i in fc.instructions if id(i) in needed]
+  for i in instrs:
+    if i.opcode == "constant" and i.attrs["value"].ndim > 0:
+      leafmap[i] = planner.const_buf(i)
+  if keys is not None:
+    reuse.check_clobbered(planner, fc, leafmap, pending + [v for v, _ in others])
+  homes = {}
+  if dying is not None:
+    homes = _dying_homes(planner, instr, instrs, pending, vals, dying, keys,
+                         {id(b) for _, b in others})
+
+  def plan(homes):
+    for v in pending:
+      srcs[id(v)] = homes.get(id(v)) or planner.temp(v.dtype, v.dims, f"{instr.name}.input")
+    todo = [(v, srcs[id(v)]) for v in pending] + list(others)
+    return planner._group_kernels(instrs, todo, leafmap)
+  kernels = plan(homes)
+  if homes and not all(overwrites_in_place(kernels, srcs[id(v)], [v], False)
+                       for v in pending if id(v) in homes):
+    kernels = plan({})
+  for v in pending:
+    if keys is not None:
+      reuse.remember_computed(planner, keys, v, srcs[id(v)])
+    if id(v) in homes and srcs[id(v)] is homes[id(v)]:
+      planner.clobbered.add(id(homes[id(v)]))
+  for kern in kernels:
+    planner._add_kernel(steps, kern)
   return srcs
+
+
+def _dying_homes(planner, instr, instrs, pending, vals, dying, keys, taken) -> dict:
+  """{id(input value): the buffer of an operand of the fusion ``instr`` that dies there (or
+  whose later readers read it only through that input or values computed before, which they
+  will read instead: ``reuse.read_only_through``), of the input's size and type, which the
+  needed ``instrs`` read only elementwise on the way to that input
+  (``reuse.outputs_reached``)}: the input may be computed over it."""
+  from ourjax.backends.llvm import reuse
+  fc = instr.attrs["calls"]
+  homes = {}
+  for v in pending:
+    own = reuse.peeled_key(keys, v) if keys is not None else None
+    known = set(planner.computed) | ({own} if own is not None else set())
+    for p, x in zip(fc.parameters, instr.operands):
+      buf = vals.get(x)
+      if type(buf) is not K.Buf or buf.kind != "temp" or id(buf) in taken or \
+         buf.size != v.shape.size or buf.dtype != K.np.dtype(v.dtype) or \
+         sum(1 for o in instr.operands if vals.get(o) is buf) != 1:
+        continue
+      later = dying(x)
+      if later is None:         # (it dies here)
+        pass
+      elif later is False or own is None or not reuse.read_only_through(
+          later, x, known, lambda u: dict(zip(u.attrs["calls"].parameters, u.operands))):
+        continue
+      found = reuse.outputs_reached([p], instrs, lambda u: u is v or u in pending)
+      if found == [v]:
+        homes[id(v)] = buf
+        taken.add(id(buf))
+        break
+  return homes

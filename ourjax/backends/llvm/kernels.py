@@ -71,9 +71,13 @@ class PlanError(EmitterError):
 class Buf:
   """A buffer: ``dims`` elements of ``dtype`` in row-major order.  The backend decides where it
   lives (``kind``: param/output/const/temp/scratch, with ``slot`` or ``offset``).  ``donated``:
-  an output that a call may write into a donated parameter's buffer."""
+  an output that a call may write into a donated parameter's buffer.  ``slot_bytes``: scratch
+  made of one area of that many bytes per thread running the kernel's pieces at once, except
+  thread 0's, of ``first_slot_bytes`` (None: the same), first; the CPU's entry passes each
+  thread its own area, which the kernel uses as a piece's whole scratch (None: the kernel
+  divides the buffer itself)."""
   __slots__ = ("dtype", "dims", "nbytes", "name", "kind", "slot", "offset", "const_value",
-               "donated")
+               "donated", "slot_bytes", "first_slot_bytes")
 
   def __init__(self, dtype, dims, name: str = "", kind: str = "temp", nbytes=None):
     self.dtype = np.dtype(dtype)
@@ -84,6 +88,7 @@ class Buf:
     self.slot = self.offset = None
     self.const_value = None
     self.donated = False
+    self.slot_bytes = self.first_slot_bytes = None
 
   @property
   def size(self):

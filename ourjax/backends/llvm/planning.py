@@ -99,6 +99,8 @@ class Planner:
   #: values computed in the buffers of values that die where they are read elementwise
   #: (``llvm/reuse.py``, ``GroupPlanner._dot_home``; the CPU's planner turns it on)
   reuse_buffers = False
+  #: a dot run by several threads packs B once for all its pieces (``dots.share_b``; CPU)
+  share_packed_b = False
 
   def threads(self) -> int:
     return 1
@@ -110,6 +112,12 @@ class Planner:
     self.const_of: dict = {}
     self.kernels: list[K.Kernel] = []
     self.nk = 0
+    #: {value key: Buf} of fused values written to planner-owned temporaries, which later
+    #: groups read instead of computing again (``reuse.seed_computed``; CPU: reuse_buffers)
+    self.computed = {}
+    #: ids of buffers written over by such a value while later groups still had them as
+    #: operands (which then read the value instead: ``reuse.read_only_through``)
+    self.clobbered = set()
     self._group = None    # the instruction whose kernels are being planned (for the profiler)
 
   # -- buffers ---------------------------------------------------------------------------------
@@ -195,10 +203,12 @@ class Planner:
     run in place in the given buffer (their operand's)."""
     saved = getattr(self, "_forced", {}), getattr(self, "_forwarded", {})
     self._forced = forced or {}
+    self._depth = getattr(self, "_depth", 0) + 1
     try:
       return self._plan_computation(comp, params, outs, direct)
     finally:
       self._forced, self._forwarded = saved
+      self._depth -= 1
 
   def _plan_computation(self, comp, params, outs, direct):
     steps = []
@@ -304,6 +314,11 @@ class Planner:
         if i.opcode == "constant" and i.attrs["value"].ndim > 0:
           leafmap[i] = self.const_buf(i)
       root = fc.root
+      if self.reuse_buffers and self.computed:
+        from ourjax.backends.llvm import reuse
+        operand = dict(zip(fc.parameters, instr.operands))
+        reuse.seed_computed(self, reuse.value_keys(fc, operand.__getitem__), leafmap)
+        reuse.check_clobbered(self, fc, leafmap, [fc.root])
     else:
       instrs = [instr]
       leafmap = {o: vals[o] for o in instr.operands}
@@ -374,7 +389,11 @@ class Planner:
                              widen_narrow_dots=self.widen_narrow_dots,
                              concat_kernels=self.concat_kernels, threads=self.threads(),
                              dot_accumulate=self.dot_accumulate,
-                             reuse_outputs=self.reuse_buffers)
+                             reuse_outputs=self.reuse_buffers,
+                             # (inside a loop or a branch, the CPU's entry may call a parallel
+                             # kernel whole: its per-thread scratch then fits the whole call)
+                             whole_calls=getattr(self, "_depth", 1) > 1,
+                             share_packed_b=self.share_packed_b)
     return planner.plan(instrs, outputs, leafmap)
 
   def _dying_operand(self, instr, vals, last_use, pos, comp):

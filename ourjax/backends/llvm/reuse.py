@@ -10,6 +10,14 @@ elementwise instruction with its result:
   of its consumer's output inside a group (``GroupPlanner._dot_home``), and so has the initial
   value of a loop's state element that ends in an output (it is not copied in).
 
+* a fused value written to a planner-owned temporary (a convolution's input, which the GEMM
+  packs its patches from) is read, not computed again, by later groups that compute the same
+  value (``value_keys``, ``seed_computed``), and that input is computed over a convolution
+  output it is made from elementwise when that output dies there or its later readers read it
+  only through the input (``im2col.plan_sources``, ``read_only_through``): a ResNet's block
+  outputs, duplicated by the fusion pass into each consumer, no longer keep every earlier
+  convolution output alive.
+
 Both are decided on the HLO (``outputs_reached``) and checked on the kernels planned
 (``group_planner.overwrites_in_place``); a group whose kernels fail the check is planned again
 without sharing (with a copy into an output that its operand was computed in).
@@ -189,3 +197,121 @@ def share_results(instr, res, fresh, vals, last_use, pos, comp, forwarded):
     shared.append((spec, k))
   res = tuple(elems) if isinstance(res, tuple) else elems[0]
   return res, shared
+
+
+# ---------------------------------------------------------------------------------------------
+# values read where they were written before, not recomputed
+# ---------------------------------------------------------------------------------------------
+# The fusion pass duplicates cheap elementwise producers into each consumer, so a ResNet's block
+# output relu(bn(conv) + x), which feeds the next convolution and the next block's residual
+# add, is recomputed by both from the convolution outputs that it depends on: each block's
+# output is a chain over every earlier block's convolution output, all kept alive to the last
+# block that recomputes it (the 2-core ResNet step held 3 of them more than XLA).  The planner
+# writes such a value once anyway where a convolution reads it (the GEMM's patches are packed
+# from it, ``im2col.plan_sources``); later groups that compute the same value read that
+# buffer instead (``seed_computed``), and the chain's inputs die where it is first written.
+
+def value_keys(fc, entry_of) -> dict:
+  """{instruction of the fused computation ``fc``: key}: equal keys, equal values, for values
+  made from the entry values ``entry_of(parameter)`` by elementwise ops, broadcasts, reshapes
+  and scalar constants (others have none).  A key names at least one entry value."""
+  keys = {}
+  for i in fc.instructions:
+    if i.opcode == "parameter":
+      keys[i] = ("v", id(entry_of(i)))
+      continue
+    if i.opcode == "constant":
+      v = K.np.asarray(i.attrs["value"])
+      if v.size == 1:
+        keys[i] = ("c", str(v.dtype), tuple(i.dims), v.tobytes())
+      continue
+    if not (i.is_elementwise() or i.opcode in ("broadcast", "reshape")) or i.shape.is_tuple:
+      continue
+    ops = [keys.get(o) for o in i.operands]
+    if any(k is None for k in ops):
+      continue
+    try:
+      attrs = repr(sorted((k, v) for k, v in i.attrs.items()))
+    except TypeError:
+      continue
+    keys[i] = (i.opcode, str(i.dtype), tuple(i.dims), attrs, tuple(ops))
+  return {i: k for i, k in keys.items() if _names_value(k)}
+
+
+def _names_value(key) -> bool:
+  if key[0] == "v":
+    return True
+  return key[0] != "c" and any(_names_value(k) for k in key[4])
+
+
+def peeled_key(keys, x):
+  """The key of ``x`` under its reshapes (a buffer holds the value in row-major order, which a
+  reshape keeps)."""
+  while x.opcode == "reshape":
+    x = x.operands[0]
+  return keys.get(x)
+
+
+def remember_computed(planner, keys, value, buf) -> None:
+  """Note that ``buf`` (a planner-owned temporary that no later group writes in place) holds
+  the fused ``value`` (``keys``: ``value_keys`` of its computation)."""
+  key = peeled_key(keys, value)
+  if key is not None and buf.kind == "temp" and buf.size == value.shape.size:
+    planner.computed.setdefault(key, buf)
+
+
+def seed_computed(planner, keys, leafmap) -> int:
+  """Map the values of a fused computation (``keys``) that earlier groups wrote
+  (``remember_computed``) to those buffers in ``leafmap`` (its kernels read them instead of
+  computing them); returns how many."""
+  n = 0
+  if not planner.computed:
+    return 0
+  for i, key in keys.items():
+    if i.opcode in ("parameter", "constant") or i in leafmap:
+      continue
+    buf = planner.computed.get(key)
+    if buf is not None and buf.size == i.shape.size and buf.dtype == K.np.dtype(i.dtype):
+      leafmap[i] = buf
+      n += 1
+  return n
+
+
+def read_only_through(users, x, keys_known, operand_map) -> bool:
+  """Whether every one of ``users`` (entry instructions after the current one that read the
+  entry value ``x``) is a fusion that reads ``x`` only through values whose keys are in
+  ``keys_known`` (which ``seed_computed`` will map to the buffers holding them): then ``x``'s
+  buffer is dead once those are written.  ``operand_map(fusion)``: its {parameter: operand}."""
+  for u in users:
+    if u.opcode != "fusion":
+      return False
+    fc = u.attrs["calls"]
+    operand = operand_map(u)
+    keys = value_keys(fc, operand.__getitem__)
+    stop = {id(i) for i, k in keys.items()
+            if k in keys_known and i.opcode not in ("parameter", "constant")}
+    seen, stack = set(), [fc.root]
+    while stack:
+      i = stack.pop()
+      if id(i) in seen or id(i) in stop:
+        continue
+      seen.add(id(i))
+      if i.opcode == "parameter" and operand[i] is x:
+        return False
+      stack.extend(i.operands)
+  return True
+
+
+def check_clobbered(planner, fc, leafmap, roots) -> None:
+  """Raise ``PlanError`` if the values ``roots`` of the fused computation ``fc`` still read a
+  parameter whose buffer was written over (``planner.clobbered``) on the promise that it would
+  be read only through values computed since (``read_only_through``): a safety net, never
+  expected to fire."""
+  if not planner.clobbered:
+    return
+  from ourjax.backends.llvm.group_planner import _reachable
+  needed = _reachable(list(roots), leafmap)
+  for p in fc.parameters:
+    spec = leafmap.get(p)
+    if id(p) in needed and isinstance(spec, K.Buf) and id(spec) in planner.clobbered:
+      raise K.PlanError(f"%{p.name}: its buffer was written over by a value computed from it")
