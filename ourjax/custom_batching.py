@@ -17,6 +17,7 @@ import functools
 from typing import Callable
 
 from ourjax import core
+from ourjax import custom_derivatives as _cd
 from ourjax.core import ClosedJaxpr, Primitive, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
@@ -199,26 +200,11 @@ def _bind_pair(body, jvp_rule, args, tangents, name):
 ad.jvp_rules[custom_vmap_call_p] = _jvp
 
 
-def _partial_eval(trace, tracers, *, call_jaxpr, **_):
-  # known parts run now, unknown parts are staged equation by equation (the rule is dropped)
-  return core.eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *tracers)
-
-
-def _partial_eval_jaxpr(eqn, in_unknowns):
-  from ourjax.interpreters.pjit import pjit_p
-  as_call = eqn._replace(primitive=pjit_p, params=dict(
-      jaxpr=eqn.params["call_jaxpr"], name=eqn.primitive.name, backend=None))
-  return pe.partial_eval_jaxpr_rules[pjit_p](as_call, in_unknowns)
-
-
-def _transpose(cts, *args, call_jaxpr, **_):
-  cts_in = iter(ad.backward_pass(call_jaxpr.jaxpr, call_jaxpr.consts, list(args), list(cts)))
-  return [next(cts_in) if ad.is_undefined_primal(a) else None for a in args]
-
-
-pe.partial_eval_rules[custom_vmap_call_p] = _partial_eval
-pe.partial_eval_jaxpr_rules[custom_vmap_call_p] = _partial_eval_jaxpr
-ad.transpose_rules[custom_vmap_call_p] = _transpose
+# (as a custom_jvp/vjp call's: the primal jaxpr's known parts run now, the rest is staged;
+# transposed through the primal jaxpr)
+pe.partial_eval_rules[custom_vmap_call_p] = _cd._custom_call_partial_eval
+pe.partial_eval_jaxpr_rules[custom_vmap_call_p] = _cd._custom_call_partial_eval_jaxpr
+ad.transpose_rules[custom_vmap_call_p] = _cd._custom_call_transpose
 
 
 def _register_lowering():

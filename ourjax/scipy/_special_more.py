@@ -9,18 +9,7 @@ from math import factorial as _py_factorial
 import numpy as np
 
 from ourjax import lax
-from ourjax.numpy import _util
-
-
-def _jnp():
-  import ourjax.numpy as jnp
-  return jnp
-
-
-def _f(name, *xs):
-  _util.check_arraylike(name, *xs)
-  out = _util.promote_args_inexact(name, *xs)
-  return out[0] if len(xs) == 1 else out
+from ourjax.scipy.special import _f, _jnp    # (defined before special imports this module)
 
 
 def rel_entr(p, q):
