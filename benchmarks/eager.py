@@ -9,7 +9,9 @@ handling and dispatch) and ``1024x1024`` (large: the kernel itself).  The three 
 same expression on the same NumPy inputs, converted once to each library's array; every call's
 result is waited for (``block_until_ready``: JAX dispatches asynchronously).  Each op is first
 run 30 times (1 s at most): the steady state of an op in a loop, after JAX's compile of the
-signature and ourjax's choice between NumPy and a compiled kernel.  Timing alternates
+signature and ourjax's choice between NumPy and a compiled kernel (ourjax compiles a large
+signature's kernel on a worker thread while NumPy answers: the warm-up waits for those compiles,
+then runs the op a few more times so that the kernel's trial calls are made).  Timing alternates
 the libraries in one process: each round times a batch of calls per library (the batch sized to
 last ``--min-time`` seconds), and the table prints the median time per call over the rounds and
 the ratios ourjax/JAX and ourjax/NumPy (below 1.0: ourjax faster).  Each row also checks ourjax's
@@ -106,11 +108,20 @@ def _warm_up(call, calls: int = 30, seconds: float = 1.0):
       break
 
 
+def _settle_ourjax():
+  """Wait for the kernels ourjax compiles in the background for eager calls."""
+  from ourjax import _eager
+  _eager.wait_for_kernels(120)
+
+
 def time_alternating(calls: dict, repeat: int, min_time: float) -> dict:
   """Median seconds per call of each of ``calls`` (name -> thunk), the libraries timed one after
   the other in each of ``repeat`` rounds, after a warm-up."""
-  for c in calls.values():
+  for k, c in calls.items():
     _warm_up(c)
+    if k == "ourjax":
+      _settle_ourjax()
+      _warm_up(c, calls=5)
   batch = {k: _calibrate(c, min_time) for k, c in calls.items()}
   times = {k: [] for k in calls}
   for _ in range(repeat):

@@ -22,16 +22,20 @@ with several threads (the transcendental functions, where NumPy's own SIMD loops
 (measured on a 2-core AVX-512 Xeon, 1024x1024 float32).  For each signature (primitive, operand
 types, params) with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and
 the kernel is predicted to take ``dispatch + numpy_time * cost / threads``.  When it is
-predicted to save at least 30% per call, and the savings the calls so far would have made pay
-for a compile (``_compile_seconds``, the measured cost of compiling a kernel of that primitive:
-ski rental, so that a signature met only a few times is not compiled), the kernel is compiled;
-its first timed calls are then compared with NumPy's, and the signature keeps whichever was
-faster.  The kernel is not used under ``disable_jit`` or while NaNs are being checked (whose
-re-runs are eager).
+predicted to save at least 30% per call and the signature is called again (``_MIN_CALLS``), the
+kernel is compiled on a worker thread (``ourjax-eager``: LLVM runs there without the GIL) while
+the calls go on in NumPy, so no call waits for a compile (a 1024x1024 sum's kernel takes ~0.1 s to
+compile, a matrix product's ~1 s); once it is built, its first timed calls are compared with
+NumPy's, and the signature keeps whichever was faster.  At most ``_MAX_PENDING`` compiles wait
+at a time (a program of ever new shapes does not queue a compile per shape); ``wait_for_kernels``
+waits for those under way.  The kernel is not used under ``disable_jit`` or while NaNs are being
+checked (whose re-runs are eager).
 """
 from __future__ import annotations
 
 import functools
+import os
+import threading
 import time
 
 
@@ -149,17 +153,18 @@ KERNEL_COST = {
 }
 _MIN_KERNEL_ELEMENTS = 1 << 14   # below this, a kernel's dispatch costs about what NumPy does
 _DISPATCH_SECONDS = 2e-5         # a compiled call's fixed cost
-#: what compiling one kernel costs, per primitive (running mean of the measured compiles;
-#: before the first: 0.15 s, a dot's packed GEMM 2.5 s, measured on the 2-core Xeon)
-_compile_seconds = {"dot_general": 2.5}
-_COMPILE_SECONDS_DEFAULT = 0.15
+_MIN_CALLS = 2                   # NumPy calls of a signature before its kernel is compiled
+_MAX_PENDING = 4                 # compiles queued or under way at most
 _TRIALS = 2                      # timed kernel calls before the choice is made
+#: compile on the worker thread (False: in the call that decides to, as tests do)
+_BACKGROUND = True
 
 
 class _Choice:
   """What one large signature runs: ``'numpy'`` while undecided or when NumPy was faster,
-  ``'trial'`` while the kernel is being timed, ``'kernel'`` once it was faster.  ``settled``:
-  the kernel is not considered again (NumPy was faster, or it could not be built)."""
+  ``'compiling'`` while its kernel is built (NumPy runs meanwhile), ``'trial'`` while the kernel
+  is being timed, ``'kernel'`` once it was faster.  ``settled``: the kernel is not considered
+  again (NumPy was faster, or it could not be built)."""
   __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "settled")
 
   def __init__(self):
@@ -205,7 +210,8 @@ def _apply_large(prim, args, params, avals, out):
   choice.np_calls += 1
   if dt < choice.np_best:
     choice.np_best = dt
-  if not choice.settled and choice.fn is None and _kernel_allowed(args):
+  if (not choice.settled and choice.state == "numpy" and choice.fn is None and
+      _kernel_allowed(args)):
     _consider_kernel(prim, params, args, choice)
   return r
 
@@ -220,28 +226,85 @@ def _kernel_allowed(args) -> bool:
 
 
 def _consider_kernel(prim, params, args, choice):
-  """Compile the kernel when its predicted saving per call is real and the calls so far would
-  have saved more than a compile costs."""
-  t_np, name = choice.np_best, prim.name
-  compile_s = _compile_seconds.get(name, _COMPILE_SECONDS_DEFAULT)
-  if (t_np - _DISPATCH_SECONDS) * choice.np_calls < compile_s:
-    return            # not even a free kernel would have paid for its compile yet
-  t_kernel = _DISPATCH_SECONDS + t_np * KERNEL_COST[name] / _kernel_threads()
-  saving = t_np - t_kernel
-  if saving < 0.3 * t_np or saving * choice.np_calls < compile_s:
+  """Compile the kernel (on the worker thread) when the signature is called again and the
+  kernel is predicted to save 30% of NumPy's time."""
+  if choice.np_calls < _MIN_CALLS:
     return
+  t_np = choice.np_best
+  t_kernel = _DISPATCH_SECONDS + t_np * KERNEL_COST[prim.name] / _kernel_threads()
+  if t_np - t_kernel < 0.3 * t_np:
+    return
+  if not _BACKGROUND:
+    choice.state = "compiling"
+    _compile(prim, params, args, choice)
+    return
+  with _lock:
+    if len(_pending) >= _MAX_PENDING or choice.state != "numpy":
+      return
+    choice.state = "compiling"
+    overrides = dict(config._local.overrides)    # (x64 and the other flags of this thread)
+    _pending[choice] = _executor().submit(_compile_job, prim, params, args, choice, overrides)
+
+
+def _compile(prim, params, args, choice):
+  """Build the kernel of ``choice``'s signature (by running it once): ``'trial'`` next, or
+  NumPy for good if the backend cannot build it."""
   from ourjax import api
   fn = api.jit(functools.partial(_bind_one, prim, params), backend="cpu")
-  t0 = time.perf_counter()
   try:
     fn(*args).block_until_ready()        # compiles
   except Exception:   # noqa: BLE001  (a kernel the backend cannot build: NumPy it is)
-    choice.settled = True
+    choice.settled, choice.state = True, "numpy"
     return
-  dt = time.perf_counter() - t0
-  _compile_seconds[name] = 0.5 * (_compile_seconds.get(name, dt) + dt)
+  choice.fn = fn          # (before the state: a caller that sees 'trial' finds the kernel)
   choice.state = "trial"
-  choice.fn = fn
+
+
+def _compile_job(prim, params, args, choice, overrides):
+  try:
+    config._local.overrides = overrides
+    _compile(prim, params, args, choice)
+  finally:
+    with _lock:
+      _pending.pop(choice, None)
+
+
+_lock = threading.Lock()
+_pending: dict = {}      # _Choice -> the Future of its compile
+_worker = None
+
+
+def _executor():
+  global _worker
+  if _worker is None:
+    from concurrent.futures import ThreadPoolExecutor
+    _worker = ThreadPoolExecutor(1, thread_name_prefix="ourjax-eager")
+  return _worker
+
+
+def wait_for_kernels(timeout: float | None = None) -> bool:
+  """Wait until the kernels being compiled for eager operations are built (``timeout``
+  seconds at most); True if none is left.  (Benchmarks call it to time the steady state.)"""
+  from concurrent.futures import wait
+  with _lock:
+    futures = list(_pending.values())
+  if futures:
+    wait(futures, timeout)
+  with _lock:
+    return not _pending
+
+
+def _after_fork_in_child():
+  global _worker, _lock
+  _worker, _lock = None, threading.Lock()     # (the worker thread is not in the child)
+  for choice in list(_pending):
+    if choice.fn is None:
+      choice.state = "numpy"          # considered again by its next call
+  _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _time_kernel(choice, dt, r, out) -> bool:

@@ -192,9 +192,8 @@ def test_single_window_scatters_match_numpy(mode):
 
 @pytest.fixture
 def eager_kernels(monkeypatch):
-  """Kernels chosen as soon as they are predicted to help (compiles are free)."""
-  monkeypatch.setattr(_eager, "_compile_seconds", {})
-  monkeypatch.setattr(_eager, "_COMPILE_SECONDS_DEFAULT", 0.0)
+  """Kernels of small signatures, compiled in the call that decides to (not on the worker)."""
+  monkeypatch.setattr(_eager, "_BACKGROUND", False)
   monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
   monkeypatch.setattr(_eager, "_DISPATCH_SECONDS", 0.0)
   _eager.clear_cache()
@@ -219,6 +218,51 @@ def test_a_kernel_replaces_numpy_where_it_is_faster(eager_kernels, monkeypatch):
   (choice,) = _choice("select_n")
   assert choice.state in ("kernel", "numpy") and choice.k_calls == _eager._TRIALS
   assert (choice.state == "kernel") == (choice.k_best < choice.np_best)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_a_kernel_is_built_on_the_worker_while_numpy_answers(monkeypatch, x64):
+  """The kernel of a repeated signature is compiled on the worker thread (the calls meanwhile
+  are NumPy's), under the calling thread's flags (x64: float64 operands stay float64); once
+  built, it is timed against NumPy and the faster one is kept."""
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setattr(_eager, "_DISPATCH_SECONDS", 0.0)
+  monkeypatch.setitem(_eager.KERNEL_COST, "select_n", 0.0)
+  _eager.clear_cache()
+  dt = np.float64 if x64 else np.float32
+  rng = np.random.default_rng(2)
+  m, a, b = rng.random((64, 64)) > 0.5, rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+  want = np.where(m, a, b).astype(dt)
+  try:
+    with enable_x64(x64):
+      m, a, b = jnp.asarray(m), jnp.asarray(a.astype(dt)), jnp.asarray(b.astype(dt))
+      results = [lax.select(m, a, b) for _ in range(_eager._MIN_CALLS)]
+      (choice,) = _choice("select_n")
+      assert choice.np_calls == _eager._MIN_CALLS and choice.state in ("compiling", "trial")
+      assert _eager.wait_for_kernels(120)
+      assert choice.state == "trial" and choice.fn is not None
+      results += [lax.select(m, a, b) for _ in range(_eager._TRIALS + 2)]
+    for r in results:
+      assert r.dtype == dt and not r.weak_type
+      assert np.array_equal(np.asarray(r), want)
+    assert choice.k_calls == _eager._TRIALS and choice.state in ("kernel", "numpy")
+    assert (choice.state == "kernel") == (choice.k_best < choice.np_best)
+  finally:
+    _eager.clear_cache()
+
+
+def test_no_compile_is_queued_past_the_limit(monkeypatch):
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setattr(_eager, "_MAX_PENDING", 0)
+  monkeypatch.setitem(_eager.KERNEL_COST, "erf", 0.0)
+  _eager.clear_cache()
+  x = jnp.asarray(np.linspace(-2, 2, 4096, dtype=np.float32))
+  for _ in range(4):
+    lax.erf(x)
+  (choice,) = _choice("erf")
+  assert choice.state == "numpy" and choice.fn is None and not choice.settled
+  assert choice.np_calls == 4
+  _eager.clear_cache()
 
 
 def test_no_kernel_where_none_is_predicted_to_help(eager_kernels, monkeypatch):
