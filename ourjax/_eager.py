@@ -104,11 +104,17 @@ def apply_rule(prim, rule, args, params):
   return _run_numpy(prim, args, params, out, rule)
 
 
+_config_local, _config_values = config._local, config._values
+
+
 def apply(prim, args, params):
   avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
                  core.get_aval(a) for a in args])
+  ov = _config_local.overrides      # (``config.x64_enabled``, inline)
+  x64 = bool(ov["jax_enable_x64"] if ov and "jax_enable_x64" in ov else
+             _config_values["jax_enable_x64"])
   try:      # (``_signature``, inline: this is every eager operation's path)
-    entry = _avals_cache.get((prim, config.x64_enabled, avals,
+    entry = _avals_cache.get((prim, x64, avals,
                               tuple([(k, v, type(v)) for k, v in params.items()])
                               if params else ()))
   except TypeError:
@@ -155,7 +161,7 @@ _MIN_KERNEL_ELEMENTS = 1 << 14   # below this, a kernel's dispatch costs about w
 _DISPATCH_SECONDS = 2e-5         # a compiled call's fixed cost
 _MIN_CALLS = 2                   # NumPy calls of a signature before its kernel is compiled
 _MAX_PENDING = 4                 # compiles queued or under way at most
-_TRIALS = 2                      # timed kernel calls before the choice is made
+_TRIALS = 3                      # timed kernel calls before the choice is made (the best counts)
 #: compile on the worker thread (False: in the call that decides to, as tests do)
 _BACKGROUND = True
 
