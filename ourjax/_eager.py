@@ -127,7 +127,8 @@ def apply(prim, args, params):
   rule = impl_rules.get(prim)
   if rule is None or prim.multiple_results:
     return _run_numpy(prim, args, params, out)
-  r = rule(*[a._value if type(a) is Array else to_numpy(a) for a in args], **params)
+  r = rule(*[a._npy if type(a) is Array and a._npy is not None else to_numpy(a) for a in args],
+           **params)
   return Array._from_result(r if type(r) is not Array else r._value, out)
 
 

@@ -73,6 +73,21 @@ def test_weak_types_through_the_fast_paths():
       _same(f(a, b), _reference(f)(a, b))
 
 
+def test_matmul_of_weak_and_strong_operands():
+  """The eager matmul path (Arrays of one float32 dtype: no promotion) gives the general path's
+  dtype, weak type and values for every mix of weak and strong, vector and matrix operands."""
+  wv = jnp.broadcast_to(jnp.asarray(-0.0), (2,)) + jnp.asarray([1.5, -0.0])  # strong f32
+  sv = jnp.asarray(np.array([1.5, -2.0], np.float32))
+  wk = jnp.broadcast_to(jnp.asarray(-0.0), (2,))                              # weak f32
+  sm = jnp.asarray(np.array([[0.5, -0.0], [-0.0, 3.0]], np.float32))
+  wm = jnp.broadcast_to(jnp.asarray(2.0), (2, 2))
+  assert wk.weak_type and wm.weak_type and not wv.weak_type
+  for a, b in ((wk, sv), (sv, wk), (wk, wk), (wv, sm), (sm, wk), (wm, sm), (sm, wm),
+               (wm, wm), (wm, wk), (sm, sm)):
+    f = lambda a, b: a @ b          # noqa: E731
+    _same(f(a, b), _reference(f)(a, b))
+
+
 def test_float64_and_python_scalars_under_x64():
   x = np.array([1.5, -0.0, 2.0])
   with enable_x64():

@@ -117,9 +117,13 @@ def _eager_matmul(a, b):
 def matmul(a, b, *, precision=None, preferred_element_type=None):
   """Matrix product with NumPy's rules: 1-D operands are promoted to a matrix and the added
   axis removed afterwards; leading (batch) axes broadcast."""
+  plain = precision is None and preferred_element_type is None
+  if plain and type(a) is Array and type(b) is Array:
+    out = _eager_matmul(a, b)     # (Arrays of one float32/complex64 dtype: nothing to promote)
+    if out is not None:
+      return out
   a, b, mixed = _dot_operands("matmul", a, b)
-  if (precision is None and preferred_element_type is None and mixed is None and
-      type(a) is Array and type(b) is Array):
+  if plain and mixed is None and type(a) is Array and type(b) is Array:
     out = _eager_matmul(a, b)
     if out is not None:
       return out
