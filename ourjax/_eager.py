@@ -108,8 +108,24 @@ _config_local, _config_values = config._local, config._values
 
 
 def apply(prim, args, params):
-  avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
-                 core.get_aval(a) for a in args])
+  # avals and NumPy values: one or two host Arrays (most operations) without list comprehensions
+  vals = None
+  n = len(args)
+  if n == 2:
+    a, b = args
+    if type(a) is Array and type(b) is Array:
+      va, vb, na, nb = a._aval, b._aval, a._npy, b._npy
+      if va is not None and vb is not None and na is not None and nb is not None:
+        avals, vals = (va, vb), (na, nb)
+  elif n == 1:
+    a = args[0]
+    if type(a) is Array:
+      va, na = a._aval, a._npy
+      if va is not None and na is not None:
+        avals, vals = (va,), (na,)
+  if vals is None:
+    avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
+                   core.get_aval(a) for a in args])
   ov = _config_local.overrides      # (``config.x64_enabled``, inline)
   x64 = bool(ov["jax_enable_x64"] if ov and "jax_enable_x64" in ov else
              _config_values["jax_enable_x64"])
@@ -127,8 +143,9 @@ def apply(prim, args, params):
   rule = impl_rules.get(prim)
   if rule is None or prim.multiple_results:
     return _run_numpy(prim, args, params, out)
-  r = rule(*[a._npy if type(a) is Array and a._npy is not None else to_numpy(a) for a in args],
-           **params)
+  if vals is None:
+    vals = [a._npy if type(a) is Array and a._npy is not None else to_numpy(a) for a in args]
+  r = rule(*vals, **params)
   return Array._from_result(r if type(r) is not Array else r._value, out)
 
 
