@@ -318,17 +318,38 @@ def wait_for_kernels(timeout: float | None = None) -> bool:
     return not _pending
 
 
+def _before_fork():
+  """A fork waits for the compile under way (the child would inherit the locks the worker holds
+  in the compiler, and no thread to release them); those not started are dropped."""
+  with _lock:
+    items = list(_pending.items())
+  for choice, fut in items:
+    if fut.cancel():
+      with _lock:
+        _pending.pop(choice, None)
+      choice.state = "numpy"          # considered again by its next call
+  for _, fut in items:
+    if not fut.cancelled():
+      try:
+        fut.result()
+      except Exception:   # noqa: BLE001  (_compile_job catches the compile's own errors)
+        pass
+
+
 def _after_fork_in_child():
   global _worker, _lock
   _worker, _lock = None, threading.Lock()     # (the worker thread is not in the child)
   for choice in list(_pending):
     if choice.fn is None:
-      choice.state = "numpy"          # considered again by its next call
+      choice.state = "numpy"
   _pending.clear()
 
 
 if hasattr(os, "register_at_fork"):
-  os.register_at_fork(after_in_child=_after_fork_in_child)
+  # (registered after concurrent.futures' own hooks, which hold its shutdown lock across a fork
+  # and run after this one therefore: the compile waited for may start work on a pool)
+  __import__("concurrent.futures.thread")
+  os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _time_kernel(choice, dt, r, out) -> bool:

@@ -3,7 +3,9 @@ weak types as the traced path gives them, errors every time, the x64 switch, and
 between a compiled kernel and NumPy for large operands."""
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -264,6 +266,44 @@ def test_a_kernel_is_built_on_the_worker_while_numpy_answers(monkeypatch, x64):
     assert (choice.state == "kernel") == (choice.k_best < choice.np_best)
   finally:
     _eager.clear_cache()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_during_a_kernel_compile_leaves_a_child_that_compiles(monkeypatch):
+  """A fork waits for the worker's compile under way: the child can compile (it would otherwise
+  inherit the compiler's locks held by a thread it does not have, and hang)."""
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setitem(_eager.KERNEL_COST, "select_n", 0.0)
+  _eager.clear_cache()
+  rng = np.random.default_rng(3)
+  m = jnp.asarray(rng.random((64, 64)) > 0.5)
+  a, b = (jnp.asarray(rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(2))
+  want = np.where(np.asarray(m), np.asarray(a), np.asarray(b))
+  for _ in range(_eager._MIN_CALLS):
+    lax.select(m, a, b)
+  pid = os.fork()
+  if pid == 0:      # the child: a compile of its own, then exit (status 0: it worked)
+    ok = False
+    try:
+      r = ourjax.jit(lambda m, a, b: lax.select(m, b, a))(m, a, b)
+      ok = np.array_equal(np.asarray(r), np.where(np.asarray(m), np.asarray(b), np.asarray(a)))
+    finally:
+      os._exit(0 if ok else 1)
+  deadline = time.monotonic() + 60
+  while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+      break
+    if time.monotonic() > deadline:
+      os.kill(pid, 9)
+      os.waitpid(pid, 0)
+      pytest.fail("the child process hung compiling")
+    time.sleep(0.05)
+  assert os.waitstatus_to_exitcode(status) == 0
+  assert _eager.wait_for_kernels(120)
+  for _ in range(_eager._TRIALS + 1):
+    assert np.array_equal(np.asarray(lax.select(m, a, b)), want)
+  _eager.clear_cache()
 
 
 def test_no_compile_is_queued_past_the_limit(monkeypatch):
