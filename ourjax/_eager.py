@@ -18,18 +18,19 @@ NumPy implementation by a wide margin: ``select_n`` (NumPy's ``where`` branches 
 of an unpredictable mask), ``erf``/``lgamma``/``integer_pow`` (NumPy evaluates them in many
 passes or elementwise Python-level loops), reductions over all axes; for others it wins only
 with several threads (the transcendental functions, where NumPy's own SIMD loops are fast).
-``KERNEL_COST`` holds, per primitive, the kernel's time on one thread relative to NumPy's
-(measured on a 2-core AVX-512 Xeon, 1024x1024 float32).  For each signature (primitive, operand
-types, params) with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and
-the kernel is predicted to take ``dispatch + numpy_time * cost / threads``.  When it is
-predicted to save at least 30% per call and the signature is called again (``_MIN_CALLS``), the
-kernel is compiled on a worker thread (``ourjax-eager``: LLVM runs there without the GIL) while
-the calls go on in NumPy, so no call waits for a compile (a 1024x1024 sum's kernel takes ~0.1 s to
-compile, a matrix product's ~1 s); once it is built, its first timed calls are compared with
-NumPy's, and the signature keeps whichever was faster.  At most ``_MAX_PENDING`` compiles wait
-at a time (a program of ever new shapes does not queue a compile per shape); ``wait_for_kernels``
-waits for those under way.  The kernel is not used under ``disable_jit`` or while NaNs are being
-checked (whose re-runs are eager).
+``KERNEL_COST`` holds, per primitive, the kernel's time on one thread relative to NumPy's (measured
+on a 2-core AVX-512 Xeon, 1024x1024 float32).  For each signature (primitive, operand types, params)
+with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and the kernel is
+predicted to take ``dispatch + numpy_time * cost / threads``.  When it is predicted to save at least
+30% per call and the signature is called again (``_MIN_CALLS``), the kernel is compiled on a worker
+thread (``ourjax-eager``: LLVM runs there without the GIL) while the calls go on in NumPy, so no
+call waits for a compile (a 1024x1024 sum's kernel takes ~0.1 s to compile, a matrix product's ~1
+s); once it is built, the next calls run the kernel and NumPy in turn (``_TRIALS`` timed calls of
+each after one of the kernel: NumPy's calls made during the compile shared the cores with the
+compiler and do not count), and the signature keeps whichever was faster.  At most ``_MAX_PENDING``
+compiles wait at a time (a program of ever new shapes does not queue a compile per shape);
+``wait_for_kernels`` waits for those under way.  The kernel is not used under ``disable_jit`` or
+while NaNs are being checked (whose re-runs are eager).
 """
 from __future__ import annotations
 
@@ -187,13 +188,16 @@ _BACKGROUND = True
 class _Choice:
   """What one large signature runs: ``'numpy'`` while undecided or when NumPy was faster,
   ``'compiling'`` while its kernel is built (NumPy runs meanwhile), ``'trial'`` while the kernel
-  is being timed, ``'kernel'`` once it was faster.  ``settled``: the kernel is not considered
-  again (NumPy was faster, or it could not be built)."""
-  __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "settled")
+  and NumPy are timed in turn, ``'kernel'`` once the kernel was faster.  ``settled``: the kernel
+  is not considered again (NumPy was faster, or it could not be built).  ``np_best``: NumPy's
+  best time (from the trial's start, its calls of the trial only: the calls made while the
+  kernel compiled shared the cores with the compiler)."""
+  __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "np_trials",
+               "settled")
 
   def __init__(self):
     self.state, self.np_best, self.np_calls = "numpy", float("inf"), 0
-    self.fn, self.k_best, self.k_calls = None, float("inf"), 0
+    self.fn, self.k_best, self.k_calls, self.np_trials = None, float("inf"), 0, 0
     self.settled = False
 
 
@@ -220,10 +224,13 @@ def _apply_large(prim, args, params, avals, out):
       _choices.clear()
     choice = _choices[key] = _Choice()
   fn = choice.fn       # (read once: another thread may settle the choice meanwhile)
-  if fn is not None and choice.state != "numpy" and _kernel_allowed(args):
+  state = choice.state
+  if fn is not None and state != "numpy" and _kernel_allowed(args):
+    if state == "trial" and choice.np_trials < choice.k_calls:
+      return _numpy_trial(prim, args, params, out, choice)     # (NumPy's turn)
     t0 = time.perf_counter()
     r = fn(*args)
-    if choice.state == "trial":
+    if state == "trial":
       r.block_until_ready()
       if not _time_kernel(choice, time.perf_counter() - t0, r, out):
         return _run_numpy(prim, args, params, out)
@@ -281,6 +288,9 @@ def _compile(prim, params, args, choice):
     choice.settled, choice.state = True, "numpy"
     return
   choice.fn = fn          # (before the state: a caller that sees 'trial' finds the kernel)
+  choice.np_best = float("inf")       # (NumPy is timed again, in turn with the kernel)
+  choice.k_calls = -1     # (the kernel's first call is not timed: it warms the thread pool and
+  # the recycled output blocks up, which NumPy's calls so far found warm)
   choice.state = "trial"
 
 
@@ -359,14 +369,31 @@ def _time_kernel(choice, dt, r, out) -> bool:
     choice.settled, choice.state = True, "numpy"
     return False
   choice.k_calls += 1
-  if dt < choice.k_best:
+  if choice.k_calls > 0 and dt < choice.k_best:
     choice.k_best = dt
-  if choice.k_calls >= _TRIALS:
+  _decide(choice)
+  return True
+
+
+def _numpy_trial(prim, args, params, out, choice):
+  """A trial's NumPy call, timed."""
+  t0 = time.perf_counter()
+  r = _run_numpy(prim, args, params, out)
+  dt = time.perf_counter() - t0
+  choice.np_trials += 1
+  if dt < choice.np_best:
+    choice.np_best = dt
+  _decide(choice)
+  return r
+
+
+def _decide(choice):
+  """After ``_TRIALS`` timed calls of each, the faster of the kernel and NumPy stays."""
+  if choice.k_calls >= _TRIALS and choice.np_trials >= _TRIALS and choice.state == "trial":
     if choice.k_best < choice.np_best:
       choice.state = "kernel"
     else:
       choice.settled, choice.state = True, "numpy"
-  return True
 
 
 core._eager_apply = apply
