@@ -177,7 +177,8 @@ def test_float_to_int_conversions_saturate_for_every_shape(src, dst, n, picks, s
 
 
 @pytest.mark.parametrize("shape,perm", [((300, 520), (1, 0)), ((4, 260, 300), (0, 2, 1)),
-                                        ((260, 300, 3), (2, 1, 0)), ((260, 300, 3), (1, 0, 2))])
+                                        ((260, 300, 3), (2, 1, 0)), ((260, 300, 3), (1, 0, 2)),
+                                        ((130, 2100), (1, 0))])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_large_transposes_are_exact_copies(shape, perm, dtype):
   x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
