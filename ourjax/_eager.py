@@ -27,7 +27,9 @@ thread (``ourjax-eager``: LLVM runs there without the GIL) while the calls go on
 call waits for a compile (a 1024x1024 sum's kernel takes ~0.1 s to compile, a matrix product's ~1
 s); once it is built, the next calls run the kernel and NumPy in turn (``_TRIALS`` timed calls of
 each after one of the kernel: NumPy's calls made during the compile shared the cores with the
-compiler and do not count), and the signature keeps whichever was faster.  At most ``_MAX_PENDING``
+compiler and do not count), and the signature keeps whichever was faster, until a new trial
+some calls later (``_RECHECK`` times the slower one's time over the faster one's: the load of the
+cores changes which one is faster).  At most ``_MAX_PENDING``
 compiles wait at a time (a program of ever new shapes does not queue a compile per shape);
 ``wait_for_kernels`` waits for those under way.  The kernel is not used under ``disable_jit`` or
 while NaNs are being checked (whose re-runs are eager).
@@ -181,6 +183,9 @@ _DISPATCH_SECONDS = 2e-5         # a compiled call's fixed cost
 _MIN_CALLS = 2                   # NumPy calls of a signature before its kernel is compiled
 _MAX_PENDING = 4                 # compiles queued or under way at most
 _TRIALS = 3                      # timed kernel calls before the choice is made (the best counts)
+#: calls after a trial's choice before the next trial, times the loser's time over the winner's
+#: (the 3 calls of the loser in a trial cost under 1% of the calls in between)
+_RECHECK = 500
 #: compile on the worker thread (False: in the call that decides to, as tests do)
 _BACKGROUND = True
 
@@ -193,12 +198,12 @@ class _Choice:
   best time (from the trial's start, its calls of the trial only: the calls made while the
   kernel compiled shared the cores with the compiler)."""
   __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "np_trials",
-               "settled")
+               "settled", "since", "recheck")
 
   def __init__(self):
     self.state, self.np_best, self.np_calls = "numpy", float("inf"), 0
     self.fn, self.k_best, self.k_calls, self.np_trials = None, float("inf"), 0, 0
-    self.settled = False
+    self.settled, self.since, self.recheck = False, 0, _RECHECK
 
 
 _choices: dict = {}
@@ -234,6 +239,10 @@ def _apply_large(prim, args, params, avals, out):
       r.block_until_ready()
       if not _time_kernel(choice, time.perf_counter() - t0, r, out):
         return _run_numpy(prim, args, params, out)
+    else:
+      choice.since += 1
+      if choice.since >= choice.recheck:
+        _retrial(choice)
     return r
   t0 = time.perf_counter()
   r = _run_numpy(prim, args, params, out)
@@ -241,10 +250,24 @@ def _apply_large(prim, args, params, avals, out):
   choice.np_calls += 1
   if dt < choice.np_best:
     choice.np_best = dt
-  if (not choice.settled and choice.state == "numpy" and choice.fn is None and
-      _kernel_allowed(args)):
+  if choice.settled:
+    if fn is not None and choice.state == "numpy":     # (NumPy won the kernel's trial)
+      choice.since += 1
+      if choice.since >= choice.recheck and _kernel_allowed(args):
+        _retrial(choice)
+  elif choice.state == "numpy" and choice.fn is None and _kernel_allowed(args):
     _consider_kernel(prim, params, args, choice)
   return r
+
+
+def _retrial(choice):
+  """Time the kernel and NumPy in turn again (some calls after a trial: the cores' load may have
+  changed which one is faster)."""
+  choice.since = 0
+  choice.k_calls = choice.np_trials = 0        # (the kernel is warm: no untimed call)
+  choice.k_best = choice.np_best = float("inf")
+  choice.settled = False
+  choice.state = "trial"
 
 
 def _kernel_allowed(args) -> bool:
@@ -366,7 +389,7 @@ def _time_kernel(choice, dt, r, out) -> bool:
   """Record a timed kernel call; False if its result cannot be used (not of the abstract
   result's type: then NumPy runs this signature from now on)."""
   if type(r) is not Array or r.aval != out:
-    choice.settled, choice.state = True, "numpy"
+    choice.settled, choice.state, choice.fn = True, "numpy", None
     return False
   choice.k_calls += 1
   if choice.k_calls > 0 and dt < choice.k_best:
@@ -390,6 +413,9 @@ def _numpy_trial(prim, args, params, out, choice):
 def _decide(choice):
   """After ``_TRIALS`` timed calls of each, the faster of the kernel and NumPy stays."""
   if choice.k_calls >= _TRIALS and choice.np_trials >= _TRIALS and choice.state == "trial":
+    k, n = choice.k_best, choice.np_best
+    choice.recheck = int(_RECHECK * min(max(k, n) / max(min(k, n), 1e-9), 1000.0))
+    choice.since = 0
     if choice.k_best < choice.np_best:
       choice.state = "kernel"
     else:
