@@ -18,20 +18,27 @@ NumPy implementation by a wide margin: ``select_n`` (NumPy's ``where`` branches 
 of an unpredictable mask), ``erf``/``lgamma``/``integer_pow`` (NumPy evaluates them in many
 passes or elementwise Python-level loops), reductions over all axes; for others it wins only
 with several threads (the transcendental functions, where NumPy's own SIMD loops are fast).
-``KERNEL_COST`` holds, per primitive, the kernel's time on one thread relative to NumPy's
-(measured on a 2-core AVX-512 Xeon, 1024x1024 float32).  For each signature (primitive, operand
-types, params) with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and
-the kernel is predicted to take ``dispatch + numpy_time * cost / threads``.  When it is
-predicted to save at least 30% per call, and the savings the calls so far would have made pay
-for a compile (``_compile_seconds``, the measured cost of compiling a kernel of that primitive:
-ski rental, so that a signature met only a few times is not compiled), the kernel is compiled;
-its first timed calls are then compared with NumPy's, and the signature keeps whichever was
-faster.  The kernel is not used under ``disable_jit`` or while NaNs are being checked (whose
-re-runs are eager).
+``KERNEL_COST`` holds, per primitive, the kernel's time on one thread relative to NumPy's (measured
+on a 2-core AVX-512 Xeon, 1024x1024 float32).  For each signature (primitive, operand types, params)
+with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and the kernel is
+predicted to take ``dispatch + numpy_time * cost / threads``.  When it is predicted to save at least
+30% per call and the signature is called again (``_MIN_CALLS``), the kernel is compiled on a worker
+thread (``ourjax-eager``: LLVM runs there without the GIL) while the calls go on in NumPy, so no
+call waits for a compile (a 1024x1024 sum's kernel takes ~0.1 s to compile, a matrix product's ~1
+s); once it is built, the next calls run the kernel and NumPy in turn (``_TRIALS`` timed calls of
+each after one of the kernel: NumPy's calls made during the compile shared the cores with the
+compiler and do not count), and the signature keeps whichever was faster, until a new trial
+some calls later (``_RECHECK`` times the slower one's time over the faster one's: the load of the
+cores changes which one is faster).  At most ``_MAX_PENDING``
+compiles wait at a time (a program of ever new shapes does not queue a compile per shape);
+``wait_for_kernels`` waits for those under way.  The kernel is not used under ``disable_jit`` or
+while NaNs are being checked (whose re-runs are eager).
 """
 from __future__ import annotations
 
 import functools
+import os
+import threading
 import time
 
 
@@ -100,11 +107,33 @@ def apply_rule(prim, rule, args, params):
   return _run_numpy(prim, args, params, out, rule)
 
 
+_config_local, _config_values = config._local, config._values
+
+
 def apply(prim, args, params):
-  avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
-                 core.get_aval(a) for a in args])
+  # avals and NumPy values: one or two host Arrays (most operations) without list comprehensions
+  vals = None
+  n = len(args)
+  if n == 2:
+    a, b = args
+    if type(a) is Array and type(b) is Array:
+      va, vb, na, nb = a._aval, b._aval, a._npy, b._npy
+      if va is not None and vb is not None and na is not None and nb is not None:
+        avals, vals = (va, vb), (na, nb)
+  elif n == 1:
+    a = args[0]
+    if type(a) is Array:
+      va, na = a._aval, a._npy
+      if va is not None and na is not None:
+        avals, vals = (va,), (na,)
+  if vals is None:
+    avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
+                   core.get_aval(a) for a in args])
+  ov = _config_local.overrides      # (``config.x64_enabled``, inline)
+  x64 = bool(ov["jax_enable_x64"] if ov and "jax_enable_x64" in ov else
+             _config_values["jax_enable_x64"])
   try:      # (``_signature``, inline: this is every eager operation's path)
-    entry = _avals_cache.get((prim, config.x64_enabled, avals,
+    entry = _avals_cache.get((prim, x64, avals,
                               tuple([(k, v, type(v)) for k, v in params.items()])
                               if params else ()))
   except TypeError:
@@ -117,7 +146,9 @@ def apply(prim, args, params):
   rule = impl_rules.get(prim)
   if rule is None or prim.multiple_results:
     return _run_numpy(prim, args, params, out)
-  r = rule(*[a._value if type(a) is Array else to_numpy(a) for a in args], **params)
+  if vals is None:
+    vals = [a._npy if type(a) is Array and a._npy is not None else to_numpy(a) for a in args]
+  r = rule(*vals, **params)
   return Array._from_result(r if type(r) is not Array else r._value, out)
 
 
@@ -149,23 +180,30 @@ KERNEL_COST = {
 }
 _MIN_KERNEL_ELEMENTS = 1 << 14   # below this, a kernel's dispatch costs about what NumPy does
 _DISPATCH_SECONDS = 2e-5         # a compiled call's fixed cost
-#: what compiling one kernel costs, per primitive (running mean of the measured compiles;
-#: before the first: 0.15 s, a dot's packed GEMM 2.5 s, measured on the 2-core Xeon)
-_compile_seconds = {"dot_general": 2.5}
-_COMPILE_SECONDS_DEFAULT = 0.15
-_TRIALS = 2                      # timed kernel calls before the choice is made
+_MIN_CALLS = 2                   # NumPy calls of a signature before its kernel is compiled
+_MAX_PENDING = 4                 # compiles queued or under way at most
+_TRIALS = 3                      # timed kernel calls before the choice is made (the best counts)
+#: calls after a trial's choice before the next trial, times the loser's time over the winner's
+#: (the 3 calls of the loser in a trial cost under 1% of the calls in between)
+_RECHECK = 500
+#: compile on the worker thread (False: in the call that decides to, as tests do)
+_BACKGROUND = True
 
 
 class _Choice:
   """What one large signature runs: ``'numpy'`` while undecided or when NumPy was faster,
-  ``'trial'`` while the kernel is being timed, ``'kernel'`` once it was faster.  ``settled``:
-  the kernel is not considered again (NumPy was faster, or it could not be built)."""
-  __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "settled")
+  ``'compiling'`` while its kernel is built (NumPy runs meanwhile), ``'trial'`` while the kernel
+  and NumPy are timed in turn, ``'kernel'`` once the kernel was faster.  ``settled``: the kernel
+  is not considered again (NumPy was faster, or it could not be built).  ``np_best``: NumPy's
+  best time (from the trial's start, its calls of the trial only: the calls made while the
+  kernel compiled shared the cores with the compiler)."""
+  __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "np_trials",
+               "settled", "since", "recheck")
 
   def __init__(self):
     self.state, self.np_best, self.np_calls = "numpy", float("inf"), 0
-    self.fn, self.k_best, self.k_calls = None, float("inf"), 0
-    self.settled = False
+    self.fn, self.k_best, self.k_calls, self.np_trials = None, float("inf"), 0, 0
+    self.settled, self.since, self.recheck = False, 0, _RECHECK
 
 
 _choices: dict = {}
@@ -191,13 +229,20 @@ def _apply_large(prim, args, params, avals, out):
       _choices.clear()
     choice = _choices[key] = _Choice()
   fn = choice.fn       # (read once: another thread may settle the choice meanwhile)
-  if fn is not None and choice.state != "numpy" and _kernel_allowed(args):
+  state = choice.state
+  if fn is not None and state != "numpy" and _kernel_allowed(args):
+    if state == "trial" and choice.np_trials < choice.k_calls:
+      return _numpy_trial(prim, args, params, out, choice)     # (NumPy's turn)
     t0 = time.perf_counter()
     r = fn(*args)
-    if choice.state == "trial":
+    if state == "trial":
       r.block_until_ready()
       if not _time_kernel(choice, time.perf_counter() - t0, r, out):
         return _run_numpy(prim, args, params, out)
+    else:
+      choice.since += 1
+      if choice.since >= choice.recheck:
+        _retrial(choice)
     return r
   t0 = time.perf_counter()
   r = _run_numpy(prim, args, params, out)
@@ -205,9 +250,24 @@ def _apply_large(prim, args, params, avals, out):
   choice.np_calls += 1
   if dt < choice.np_best:
     choice.np_best = dt
-  if not choice.settled and choice.fn is None and _kernel_allowed(args):
+  if choice.settled:
+    if fn is not None and choice.state == "numpy":     # (NumPy won the kernel's trial)
+      choice.since += 1
+      if choice.since >= choice.recheck and _kernel_allowed(args):
+        _retrial(choice)
+  elif choice.state == "numpy" and choice.fn is None and _kernel_allowed(args):
     _consider_kernel(prim, params, args, choice)
   return r
+
+
+def _retrial(choice):
+  """Time the kernel and NumPy in turn again (some calls after a trial: the cores' load may have
+  changed which one is faster)."""
+  choice.since = 0
+  choice.k_calls = choice.np_trials = 0        # (the kernel is warm: no untimed call)
+  choice.k_best = choice.np_best = float("inf")
+  choice.settled = False
+  choice.state = "trial"
 
 
 def _kernel_allowed(args) -> bool:
@@ -220,45 +280,146 @@ def _kernel_allowed(args) -> bool:
 
 
 def _consider_kernel(prim, params, args, choice):
-  """Compile the kernel when its predicted saving per call is real and the calls so far would
-  have saved more than a compile costs."""
-  t_np, name = choice.np_best, prim.name
-  compile_s = _compile_seconds.get(name, _COMPILE_SECONDS_DEFAULT)
-  if (t_np - _DISPATCH_SECONDS) * choice.np_calls < compile_s:
-    return            # not even a free kernel would have paid for its compile yet
-  t_kernel = _DISPATCH_SECONDS + t_np * KERNEL_COST[name] / _kernel_threads()
-  saving = t_np - t_kernel
-  if saving < 0.3 * t_np or saving * choice.np_calls < compile_s:
+  """Compile the kernel (on the worker thread) when the signature is called again and the
+  kernel is predicted to save 30% of NumPy's time."""
+  if choice.np_calls < _MIN_CALLS:
     return
+  t_np = choice.np_best
+  t_kernel = _DISPATCH_SECONDS + t_np * KERNEL_COST[prim.name] / _kernel_threads()
+  if t_np - t_kernel < 0.3 * t_np:
+    return
+  if not _BACKGROUND:
+    choice.state = "compiling"
+    _compile(prim, params, args, choice)
+    return
+  with _lock:
+    if len(_pending) >= _MAX_PENDING or choice.state != "numpy":
+      return
+    choice.state = "compiling"
+    overrides = dict(config._local.overrides)    # (x64 and the other flags of this thread)
+    _pending[choice] = _executor().submit(_compile_job, prim, params, args, choice, overrides)
+
+
+def _compile(prim, params, args, choice):
+  """Build the kernel of ``choice``'s signature (by running it once): ``'trial'`` next, or
+  NumPy for good if the backend cannot build it."""
   from ourjax import api
   fn = api.jit(functools.partial(_bind_one, prim, params), backend="cpu")
-  t0 = time.perf_counter()
   try:
     fn(*args).block_until_ready()        # compiles
   except Exception:   # noqa: BLE001  (a kernel the backend cannot build: NumPy it is)
-    choice.settled = True
+    choice.settled, choice.state = True, "numpy"
     return
-  dt = time.perf_counter() - t0
-  _compile_seconds[name] = 0.5 * (_compile_seconds.get(name, dt) + dt)
+  choice.fn = fn          # (before the state: a caller that sees 'trial' finds the kernel)
+  choice.np_best = float("inf")       # (NumPy is timed again, in turn with the kernel)
+  choice.k_calls = -1     # (the kernel's first call is not timed: it warms the thread pool and
+  # the recycled output blocks up, which NumPy's calls so far found warm)
   choice.state = "trial"
-  choice.fn = fn
+
+
+def _compile_job(prim, params, args, choice, overrides):
+  try:
+    config._local.overrides = overrides
+    _compile(prim, params, args, choice)
+  finally:
+    with _lock:
+      _pending.pop(choice, None)
+
+
+_lock = threading.Lock()
+_pending: dict = {}      # _Choice -> the Future of its compile
+_worker = None
+
+
+def _executor():
+  global _worker
+  if _worker is None:
+    from concurrent.futures import ThreadPoolExecutor
+    _worker = ThreadPoolExecutor(1, thread_name_prefix="ourjax-eager")
+  return _worker
+
+
+def wait_for_kernels(timeout: float | None = None) -> bool:
+  """Wait until the kernels being compiled for eager operations are built (``timeout``
+  seconds at most); True if none is left.  (Benchmarks call it to time the steady state.)"""
+  from concurrent.futures import wait
+  with _lock:
+    futures = list(_pending.values())
+  if futures:
+    wait(futures, timeout)
+  with _lock:
+    return not _pending
+
+
+def _before_fork():
+  """A fork waits for the compile under way (the child would inherit the locks the worker holds
+  in the compiler, and no thread to release them); those not started are dropped."""
+  with _lock:
+    items = list(_pending.items())
+  for choice, fut in items:
+    if fut.cancel():
+      with _lock:
+        _pending.pop(choice, None)
+      choice.state = "numpy"          # considered again by its next call
+  for _, fut in items:
+    if not fut.cancelled():
+      try:
+        fut.result()
+      except Exception:   # noqa: BLE001  (_compile_job catches the compile's own errors)
+        pass
+
+
+def _after_fork_in_child():
+  global _worker, _lock
+  _worker, _lock = None, threading.Lock()     # (the worker thread is not in the child)
+  for choice in list(_pending):
+    if choice.fn is None:
+      choice.state = "numpy"
+  _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+  # (registered after concurrent.futures' own hooks, which hold its shutdown lock across a fork
+  # and run after this one therefore: the compile waited for may start work on a pool)
+  __import__("concurrent.futures.thread")
+  os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _time_kernel(choice, dt, r, out) -> bool:
   """Record a timed kernel call; False if its result cannot be used (not of the abstract
   result's type: then NumPy runs this signature from now on)."""
   if type(r) is not Array or r.aval != out:
-    choice.settled, choice.state = True, "numpy"
+    choice.settled, choice.state, choice.fn = True, "numpy", None
     return False
   choice.k_calls += 1
-  if dt < choice.k_best:
+  if choice.k_calls > 0 and dt < choice.k_best:
     choice.k_best = dt
-  if choice.k_calls >= _TRIALS:
+  _decide(choice)
+  return True
+
+
+def _numpy_trial(prim, args, params, out, choice):
+  """A trial's NumPy call, timed."""
+  t0 = time.perf_counter()
+  r = _run_numpy(prim, args, params, out)
+  dt = time.perf_counter() - t0
+  choice.np_trials += 1
+  if dt < choice.np_best:
+    choice.np_best = dt
+  _decide(choice)
+  return r
+
+
+def _decide(choice):
+  """After ``_TRIALS`` timed calls of each, the faster of the kernel and NumPy stays."""
+  if choice.k_calls >= _TRIALS and choice.np_trials >= _TRIALS and choice.state == "trial":
+    k, n = choice.k_best, choice.np_best
+    choice.recheck = int(_RECHECK * min(max(k, n) / max(min(k, n), 1e-9), 1000.0))
+    choice.since = 0
     if choice.k_best < choice.np_best:
       choice.state = "kernel"
     else:
       choice.settled, choice.state = True, "numpy"
-  return True
 
 
 core._eager_apply = apply

@@ -242,8 +242,9 @@ class _NoReplay(Exception):
 # A replay or a compiled kernel.  A replay costs a few microseconds per equation; a signature
 # whose replay is slow (a loop: threefry's rounds in every random function) and that is called
 # again and again is compiled (``jit`` of its jaxpr on the CPU backend: one native call) once the
-# replays so far took as long as a compile takes (ski rental, as ``_eager`` does for large
-# operands); its first calls are timed against the replay, and the faster one is kept.
+# replays so far took as long as a compile takes (ski rental; ``_eager`` compiles a large
+# operand's kernel on a worker thread instead); its first calls are timed against the replay,
+# and the faster one is kept.
 
 #: running mean of the measured compiles of replayed signatures, seconds
 _compile_seconds = [0.5]

@@ -74,7 +74,7 @@ class Array:
       v = v.astype(aval.dtype)
     if v.shape != aval.shape:   # e.g. a 0-d result that NumPy returned as shape (1,)
       v = v.reshape(aval.shape) if v.size == aval.size else np.broadcast_to(v, aval.shape).copy()
-    v.flags.writeable = False
+    v.setflags(write=False)      # (cheaper than ``v.flags.writeable = False``)
     a = object.__new__(cls)
     a._npy = v
     a.weak_type = aval.weak_type

@@ -30,6 +30,8 @@ import numpy as np
 
 from ourjax import _nan_check, dtypes
 from ourjax.config import config
+
+_config_local, _config_values = config._local, config._values   # (read on every eager bind)
 from ourjax.errors import (ConcretizationTypeError, TracerArrayConversionError,
                            TracerBoolConversionError, TracerIntegerConversionError,
                            UnexpectedTracerError)
@@ -163,7 +165,9 @@ class Primitive:
       else:
         outs = (self._custom_fn(*args, **params) if self._custom_impl else
                 _eager_apply(self, args, params))
-        if _nan_check.enabled():          # jax_debug_nans / jax_debug_infs
+        # jax_debug_nans / jax_debug_infs (``_nan_check.enabled()``, its common case inline)
+        if (_nan_check.enabled() if _config_local.overrides else
+            _config_values["jax_debug_nans"] or _config_values["jax_debug_infs"]):
           _nan_check.check_outputs(self, outs, args, params)
         return outs
     trace = find_top_trace(args)

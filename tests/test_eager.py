@@ -3,7 +3,9 @@ weak types as the traced path gives them, errors every time, the x64 switch, and
 between a compiled kernel and NumPy for large operands."""
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -71,6 +73,21 @@ def test_weak_types_through_the_fast_paths():
             lambda a, b: jnp.where(True, a, b)):
     for a, b in ((w, w), (w, s), (s, w), (s, s)):
       _same(f(a, b), _reference(f)(a, b))
+
+
+def test_matmul_of_weak_and_strong_operands():
+  """The eager matmul path (Arrays of one float32 dtype: no promotion) gives the general path's
+  dtype, weak type and values for every mix of weak and strong, vector and matrix operands."""
+  wv = jnp.broadcast_to(jnp.asarray(-0.0), (2,)) + jnp.asarray([1.5, -0.0])  # strong f32
+  sv = jnp.asarray(np.array([1.5, -2.0], np.float32))
+  wk = jnp.broadcast_to(jnp.asarray(-0.0), (2,))                              # weak f32
+  sm = jnp.asarray(np.array([[0.5, -0.0], [-0.0, 3.0]], np.float32))
+  wm = jnp.broadcast_to(jnp.asarray(2.0), (2, 2))
+  assert wk.weak_type and wm.weak_type and not wv.weak_type
+  for a, b in ((wk, sv), (sv, wk), (wk, wk), (wv, sm), (sm, wk), (wm, sm), (sm, wm),
+               (wm, wm), (wm, wk), (sm, sm)):
+    f = lambda a, b: a @ b          # noqa: E731
+    _same(f(a, b), _reference(f)(a, b))
 
 
 def test_float64_and_python_scalars_under_x64():
@@ -160,7 +177,8 @@ def test_float_to_int_conversions_saturate_for_every_shape(src, dst, n, picks, s
 
 
 @pytest.mark.parametrize("shape,perm", [((300, 520), (1, 0)), ((4, 260, 300), (0, 2, 1)),
-                                        ((260, 300, 3), (2, 1, 0)), ((260, 300, 3), (1, 0, 2))])
+                                        ((260, 300, 3), (2, 1, 0)), ((260, 300, 3), (1, 0, 2)),
+                                        ((130, 2100), (1, 0))])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_large_transposes_are_exact_copies(shape, perm, dtype):
   x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
@@ -192,9 +210,8 @@ def test_single_window_scatters_match_numpy(mode):
 
 @pytest.fixture
 def eager_kernels(monkeypatch):
-  """Kernels chosen as soon as they are predicted to help (compiles are free)."""
-  monkeypatch.setattr(_eager, "_compile_seconds", {})
-  monkeypatch.setattr(_eager, "_COMPILE_SECONDS_DEFAULT", 0.0)
+  """Kernels of small signatures, compiled in the call that decides to (not on the worker)."""
+  monkeypatch.setattr(_eager, "_BACKGROUND", False)
   monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
   monkeypatch.setattr(_eager, "_DISPATCH_SECONDS", 0.0)
   _eager.clear_cache()
@@ -212,12 +229,128 @@ def test_a_kernel_replaces_numpy_where_it_is_faster(eager_kernels, monkeypatch):
   m, a, b = (jnp.asarray(v.astype(np.float32) if v.dtype != bool else v) for v in (m, a, b))
   want = np.where(np.asarray(m), np.asarray(a), np.asarray(b))
   monkeypatch.setitem(_eager.KERNEL_COST, "select_n", 0.0)       # predicted free
-  results = [lax.select(m, a, b) for _ in range(6)]
+  results = [lax.select(m, a, b) for _ in range(_eager._MIN_CALLS + 2 * _eager._TRIALS + 1)]
   for r in results:
     assert r.dtype == np.float32 and not r.weak_type
     assert np.array_equal(np.asarray(r), want)
   (choice,) = _choice("select_n")
+  assert choice.state in ("kernel", "numpy")
+  assert choice.k_calls == _eager._TRIALS == choice.np_trials
+  assert (choice.state == "kernel") == (choice.k_best < choice.np_best)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_a_kernel_is_built_on_the_worker_while_numpy_answers(monkeypatch, x64):
+  """The kernel of a repeated signature is compiled on the worker thread (the calls meanwhile
+  are NumPy's), under the calling thread's flags (x64: float64 operands stay float64); once
+  built, it is timed against NumPy and the faster one is kept."""
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setattr(_eager, "_DISPATCH_SECONDS", 0.0)
+  monkeypatch.setitem(_eager.KERNEL_COST, "select_n", 0.0)
+  _eager.clear_cache()
+  dt = np.float64 if x64 else np.float32
+  rng = np.random.default_rng(2)
+  m, a, b = rng.random((64, 64)) > 0.5, rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+  want = np.where(m, a, b).astype(dt)
+  try:
+    with enable_x64(x64):
+      m, a, b = jnp.asarray(m), jnp.asarray(a.astype(dt)), jnp.asarray(b.astype(dt))
+      results = [lax.select(m, a, b) for _ in range(_eager._MIN_CALLS)]
+      (choice,) = _choice("select_n")
+      assert choice.np_calls == _eager._MIN_CALLS and choice.state in ("compiling", "trial")
+      assert _eager.wait_for_kernels(120)
+      assert choice.state == "trial" and choice.fn is not None
+      results += [lax.select(m, a, b) for _ in range(2 * _eager._TRIALS + 2)]
+    for r in results:
+      assert r.dtype == dt and not r.weak_type
+      assert np.array_equal(np.asarray(r), want)
+    assert choice.k_calls == _eager._TRIALS == choice.np_trials
+    assert choice.state in ("kernel", "numpy")
+    assert (choice.state == "kernel") == (choice.k_best < choice.np_best)
+  finally:
+    _eager.clear_cache()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_during_a_kernel_compile_leaves_a_child_that_compiles(monkeypatch):
+  """A fork waits for the worker's compile under way: the child can compile (it would otherwise
+  inherit the compiler's locks held by a thread it does not have, and hang)."""
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setitem(_eager.KERNEL_COST, "select_n", 0.0)
+  _eager.clear_cache()
+  rng = np.random.default_rng(3)
+  m = jnp.asarray(rng.random((64, 64)) > 0.5)
+  a, b = (jnp.asarray(rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(2))
+  want = np.where(np.asarray(m), np.asarray(a), np.asarray(b))
+  for _ in range(_eager._MIN_CALLS):
+    lax.select(m, a, b)
+  pid = os.fork()
+  if pid == 0:      # the child: a compile of its own, then exit (status 0: it worked)
+    ok = False
+    try:
+      r = ourjax.jit(lambda m, a, b: lax.select(m, b, a))(m, a, b)
+      ok = np.array_equal(np.asarray(r), np.where(np.asarray(m), np.asarray(b), np.asarray(a)))
+    finally:
+      os._exit(0 if ok else 1)
+  deadline = time.monotonic() + 60
+  while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+      break
+    if time.monotonic() > deadline:
+      os.kill(pid, 9)
+      os.waitpid(pid, 0)
+      pytest.fail("the child process hung compiling")
+    time.sleep(0.05)
+  assert os.waitstatus_to_exitcode(status) == 0
+  assert _eager.wait_for_kernels(120)
+  for _ in range(2 * _eager._TRIALS + 1):
+    assert np.array_equal(np.asarray(lax.select(m, a, b)), want)
+  _eager.clear_cache()
+
+
+def test_no_compile_is_queued_past_the_limit(monkeypatch):
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
+  monkeypatch.setattr(_eager, "_MAX_PENDING", 0)
+  monkeypatch.setitem(_eager.KERNEL_COST, "erf", 0.0)
+  _eager.clear_cache()
+  x = jnp.asarray(np.linspace(-2, 2, 4096, dtype=np.float32))
+  for _ in range(4):
+    lax.erf(x)
+  (choice,) = _choice("erf")
+  assert choice.state == "numpy" and choice.fn is None and not choice.settled
+  assert choice.np_calls == 4
+  _eager.clear_cache()
+
+
+def test_the_kernel_and_numpy_are_timed_again_after_a_while(eager_kernels, monkeypatch):
+  """Some calls after a trial's choice (``_RECHECK`` times the loser's time over the winner's),
+  the kernel and NumPy are timed in turn again, and the faster one stays; every call's result is
+  the same."""
+  monkeypatch.setitem(_eager.KERNEL_COST, "select_n", 0.0)
+  monkeypatch.setattr(_eager, "_RECHECK", 2)
+  rng = np.random.default_rng(4)
+  m = jnp.asarray(rng.random((64, 64)) > 0.5)
+  a, b = (jnp.asarray(rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(2))
+  want = np.where(np.asarray(m), np.asarray(a), np.asarray(b))
+
+  def call():
+    assert np.array_equal(np.asarray(lax.select(m, a, b)), want)
+
+  for _ in range(_eager._MIN_CALLS + 1 + 2 * _eager._TRIALS):   # the first trial
+    call()
+  (choice,) = _choice("select_n")
   assert choice.state in ("kernel", "numpy") and choice.k_calls == _eager._TRIALS
+  first_best = (choice.k_best, choice.np_best)
+  ratio = max(first_best) / min(first_best)
+  assert choice.recheck == int(2 * min(ratio, 1000.0))
+  for _ in range(choice.recheck):
+    call()
+  assert choice.state == "trial" and choice.k_calls == choice.np_trials == 0
+  for _ in range(2 * _eager._TRIALS):       # the second trial (the kernel is warm)
+    call()
+  assert choice.state in ("kernel", "numpy")
+  assert choice.k_calls == choice.np_trials == _eager._TRIALS
   assert (choice.state == "kernel") == (choice.k_best < choice.np_best)
 
 

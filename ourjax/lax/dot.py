@@ -236,18 +236,51 @@ def _dot_out_dtype(lhs_dtype, rhs_dtype, preferred_element_type):
 _BLAS_DTYPES = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
 
+def _impl_plan(lhs_dtype, rhs_dtype, preferred_element_type, dimension_numbers, nl, nr):
+  """(result dtype, transpose lhs, transpose rhs, +0 of the result dtype) when the product is
+  one np.matmul of (transposed) operands, else (result dtype, None, None, None)."""
+  out = _dot_out_dtype(lhs_dtype, rhs_dtype, preferred_element_type)
+  (lc, rc), (lb, _) = dimension_numbers
+  if (not lb and nl <= 2 and nr <= 2 and len(lc) == 1 and lhs_dtype == out
+      and rhs_dtype == out and out in _BLAS_DTYPES):
+    return out, nl == 2 and lc[0] == 0, nr == 2 and rc[0] == 1, _PLUS_ZERO[out]
+  return out, None, None, None
+
+
+_impl_plans: dict = {}     # _impl_plan's arguments -> its result
+
+
 def _dot_general_impl(lhs, rhs, dimension_numbers, precision, preferred_element_type,
                       out_sharding):
-  out = _dot_out_dtype(lhs.dtype, rhs.dtype, preferred_element_type)
-  (lc, rc), (lb, _) = dimension_numbers
-  if (not lb and lhs.ndim <= 2 and rhs.ndim <= 2 and len(lc) == 1 and lhs.dtype == out
-      and rhs.dtype == out and out in _BLAS_DTYPES):
-    # a matrix/vector product without batch dimensions in the operands' own (BLAS) type: one
-    # np.matmul on (transposed) views, as the reference computes it without its copies
-    a = lhs.T if lhs.ndim == 2 and lc[0] == 0 else lhs
-    b = rhs.T if rhs.ndim == 2 and rc[0] == 1 else rhs
-    return _rops().quietly(_matmul_from_plus_zero, a, b, out)
-  return _rops().dot_general(lhs, rhs, dimension_numbers, preferred_element_type=out)
+  key = (lhs.dtype, rhs.dtype, preferred_element_type, dimension_numbers, lhs.ndim, rhs.ndim)
+  try:
+    plan = _impl_plans.get(key)
+  except TypeError:        # (dimension numbers given as lists)
+    plan = _impl_plan(*key)
+  if plan is None:
+    if len(_impl_plans) >= 1024:
+      _impl_plans.clear()
+    plan = _impl_plans[key] = _impl_plan(*key)
+  out, ta, tb, zero = plan
+  if zero is None:
+    return _rops().dot_general(lhs, rhs, dimension_numbers, preferred_element_type=out)
+  # a matrix/vector product without batch dimensions in the operands' own (BLAS) type: one
+  # np.matmul on (transposed) views, as the reference computes it without its copies, with
+  # NumPy's floating-point warnings off (``reference_ops.quietly``, inline)
+  rops = _rops()
+  if rops._extobj_contextvar is None:
+    return rops.quietly(_matmul_from_plus_zero, lhs.T if ta else lhs, rhs.T if tb else rhs, out)
+  token = rops._extobj_contextvar.set(rops._IGNORE_ALL)
+  try:
+    r = np.matmul(lhs.T if ta else lhs, rhs.T if tb else rhs)
+  finally:
+    rops._extobj_contextvar.reset(token)
+  if type(r) is not np.ndarray or not r.ndim:
+    if out.kind == "f":    # -0 -> +0 (a comparison of NumPy scalars costs less than a sum)
+      return np.zeros((), out) if r == 0 else np.asarray(r)
+    return np.asarray(r + zero)      # -0 -> +0: the sum starts from +0
+  r += zero
+  return r
 
 
 _PLUS_ZERO = {dt: np.zeros((), dt) for dt in _BLAS_DTYPES}

@@ -10,6 +10,7 @@ import string
 import numpy as np
 
 from ourjax import core, dtypes, lax
+from ourjax.config import config
 from ourjax._eager_replay import replayed
 from ourjax.array import Array
 from ourjax.core import get_aval
@@ -106,16 +107,23 @@ def _eager_matmul(a, b):
       la.shape[-1] != ra.shape[0]):
     return None
   dn = _VEC_DN if nl == 1 else _MAT_DN
-  return dot_general_p.bind(a, b, dimension_numbers=dn, precision=canonicalize_precision(None),
+  # canonicalize_precision(None): None unless a default matmul precision is set
+  prec = (canonicalize_precision(None) if config._local.overrides or
+          config._values["jax_default_matmul_precision"] is not None else None)
+  return dot_general_p.bind(a, b, dimension_numbers=dn, precision=prec,
                             preferred_element_type=la.dtype, out_sharding=None)
 
 
 def matmul(a, b, *, precision=None, preferred_element_type=None):
   """Matrix product with NumPy's rules: 1-D operands are promoted to a matrix and the added
   axis removed afterwards; leading (batch) axes broadcast."""
+  plain = precision is None and preferred_element_type is None
+  if plain and type(a) is Array and type(b) is Array:
+    out = _eager_matmul(a, b)     # (Arrays of one float32/complex64 dtype: nothing to promote)
+    if out is not None:
+      return out
   a, b, mixed = _dot_operands("matmul", a, b)
-  if (precision is None and preferred_element_type is None and mixed is None and
-      type(a) is Array and type(b) is Array):
+  if plain and mixed is None and type(a) is Array and type(b) is Array:
     out = _eager_matmul(a, b)
     if out is not None:
       return out

@@ -36,6 +36,8 @@ def _reduction_axes(name, axis, ndim):
   """Concrete, non-negative, unique axes (all of them for None)."""
   if axis is None:
     return tuple(range(ndim))
+  if type(axis) is int and -ndim <= axis < ndim:      # (the common case)
+    return (axis % ndim,)
   axis = core.concrete_or_error(None, axis, f"The axis argument to jnp.{name} must be concrete.")
   axes = tuple(axis) if isinstance(axis, (tuple, list, np.ndarray)) else (axis,)
   out = []
