@@ -81,6 +81,28 @@ def test_masked_narrow_softmax_with_a_row_cache(dtype):
   assert "rowcache." in _llvm_ir(f, x, mask)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_narrow_row_max_is_exact_and_vectorizes(dtype):
+  """A row max of a narrow float type is not rounded step by step (max returns an operand,
+  already of the type): the max loop of a masked softmax vectorizes (the per-step rounding
+  hid the reduction from LLVM: one scalar compare per element).  Values exact against NumPy,
+  NaN rows included."""
+  import ml_dtypes
+  from ourjax.backends.cpu import jit
+  dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+  n = 64
+  x = np.random.default_rng(5).standard_normal((3, n, n)).astype(dt)
+  x[1, 9, 4] = np.nan
+  mask = np.tril(np.ones((n, n), bool))
+  f = ourjax.jit(lambda x: jnp.max(jnp.where(mask, x * 3, -1e4), axis=-1))
+  want = np.where(mask, x.astype(np.float64) * 3, -1e4).max(-1)
+  got = np.asarray(f(x)).astype(np.float64)
+  np.testing.assert_array_equal(got, np.asarray(want.astype(dt), np.float64))
+  g = ourjax.jit(lambda x: ourjax.nn.softmax(jnp.where(mask, x, -1e4), axis=-1))
+  opt = jit.optimize_for(g.lower(x).compile()._executable.compiled.llvm_ir)
+  assert re.search(r"@llvm\.(vector\.reduce\.fmaximum|maximum)\.v\d+f32", opt)
+
+
 def test_log_softmax_has_no_row_cache():
   """exp(x - max) only feeds the sum: nothing would read a cache."""
   x = np.random.default_rng(1).standard_normal((16, 100)).astype(np.float32)

@@ -85,16 +85,28 @@ def _exp_bounds(m: _M):
   return (-104.0, 89.0) if not m.is64 else (-746.0, 710.0)
 
 
+def _underflow(m: _M, x, lo):
+  """(x < lo or NaN, x with 0 in those lanes): where a result is known to round to 0 the
+  evaluation gets a harmless argument instead, and the caller selects 0.  On x86 every
+  instruction that produces a denormal or underflows to 0 costs a microcode assist (~100+
+  cycles; whole-vector), so evaluating exp(-1e9) (a masked softmax) to get 0 took 10x longer
+  than a normal exp.  Results that are denormal by themselves still pay it."""
+  under = m.b.fcmp_unordered("<", x, m.c(lo))
+  return under, m.select(under, m.c(0.0), x)
+
+
 def _exp(m: _M, x):
   lo, hi = _exp_bounds(m)
-  xc = m.clamp(x, lo, hi)
-  return m.select(m.isnan(x), x, _exp_finite(m, xc))
+  under, xs = _underflow(m, x, lo)
+  res = m.select(under, m.c(0.0), _exp_finite(m, m.min_(xs, m.c(hi))))
+  return m.select(m.isnan(x), x, res)
 
 
 def _exp2(m: _M, x):
   lo, hi = _exp_bounds(m)
   lo, hi = lo * _LOG2E, hi * _LOG2E
-  xc = m.clamp(x, lo, hi)
+  under, xs = _underflow(m, x, lo)
+  xc = m.min_(xs, m.c(hi))
   nf = m.rint(xc)
   ni = m.f2i(nf)
   t = m.sub(xc, nf)                                 # exact, |t| <= 1/2
@@ -105,7 +117,8 @@ def _exp2(m: _M, x):
   r_lo = m.fma(t, ln2_lo, r_lo)
   u, tail = _exp_poly(m, r_hi, r_lo)
   p = m.add(u, tail)
-  return m.select(m.isnan(x), x, m.scale(p, ni))
+  res = m.select(under, m.c(0.0), m.scale(p, ni))
+  return m.select(m.isnan(x), x, res)
 
 
 def _expm1(m: _M, x):
@@ -273,11 +286,12 @@ def _log_dd(m: _M, x):
 def _exp_of_pair(m: _M, p, p_lo, tag=None):
   """exp(p + p_lo), overflowing to inf and underflowing to 0 (p may be +-inf, not NaN)."""
   lo, hi = _exp_bounds(m)
-  pc = m.clamp(p, lo, hi)
+  under, ps = _underflow(m, p, lo)
+  pc = m.min_(ps, m.c(hi))
   p_lo = m.select(m.eq(pc, p), p_lo, m.c(0.0))
   _, ni, r_hi, r_lo = _exp_reduce(m, pc)
   u, tail = _exp_poly(m, r_hi, m.add(r_lo, p_lo), tag)
-  return m.scale(m.add(u, tail), ni)
+  return m.select(under, m.c(0.0), m.scale(m.add(u, tail), ni))
 
 
 def _pow(m: _M, x, y):
@@ -295,7 +309,10 @@ def _pow(m: _M, x, y):
     kf, f = _log_split(w, axd)
     ld = _log_combine(w, kf, f, None, "log", "x32")
     pd = w.mul(w.ext(y), ld)
-    mag = m.narrow(_exp_of_pair(w, pd, w.c(0.0), "x32"))
+    # below -104 the float32 result rounds to 0: 0 in double, not a tiny double whose
+    # narrowing underflows (a microcode assist, see _underflow)
+    mag = m.narrow(_exp_of_pair(w, w.select(w.lt(pd, w.c(-104.0)), w.c(-_pymath.inf), pd),
+                                w.c(0.0), "x32"))
   # special operands of the logarithm: 0 -> -inf, inf -> inf
   zero_x = m.eq(ax, m.c(0.0))
   inf_x = m.eq(ax, m.c(_pymath.inf))

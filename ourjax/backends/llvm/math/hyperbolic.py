@@ -45,14 +45,20 @@ def _tanh(m: _M, x):
 def _logistic(m: _M, x):
   lo, hi = _exp_bounds(m)
   ax = m.abs(x)
-  e_hi, e_lo = _exp_pair(m, m.max_(m.neg(ax), m.c(lo)))   # exp(-|x|) in (0, 1]
+  # exp(-|x|) in (0, 1], its argument kept where no step underflows (each underflow is a
+  # microcode assist, see explog._underflow): for x > 0 beyond 40 (f32: 20) the result rounds
+  # to 1 from any e below 2^-55 (2^-26); for x < lo it is 0 (selected below)
+  pos_cap = m.c(-40.0 if m.is64 else -20.0)
+  under = m.lt(x, m.c(lo))
+  arg = m.select(m.lt(x, m.c(0.0)), m.neg(ax), m.max_(m.neg(ax), pos_cap))
+  e_hi, e_lo = _exp_pair(m, m.select(under, m.c(0.0), arg))
   d, d_lo = m.fast_two_sum(m.c(1.0), e_hi)
   d_lo = m.add(d_lo, e_lo)
   r = m.div(m.c(1.0), d)
   r_lo = m.mul(m.fma(m.neg(r), d_lo, m.fma(m.neg(r), d, m.c(1.0))), r)
   pos = m.add(r, r_lo)
   neg = m.fma(e_hi, r, m.fma(e_hi, r_lo, m.mul(e_lo, r)))
-  res = m.select(m.lt(x, m.c(0.0)), neg, pos)
+  res = m.select(m.lt(x, m.c(0.0)), m.select(under, m.c(0.0), neg), pos)
   return m.select(m.isnan(x), x, res)
 
 
