@@ -259,8 +259,8 @@ def test_concatenate_along_rows_writes_each_part_in_its_own_loop(sizes):
   want = g(np, *[a.astype(np.float64) for a in args])
   for gv, wv in zip(got, want):
     np.testing.assert_allclose(np.asarray(gv, np.float64), wv, rtol=1e-6, atol=1e-5)
-  # (a row of fewer than 16 columns is written in flat mode: no column loop)
-  assert _col_loops(_llvm_ir(f, *args)) == (len(sizes) if sum(sizes) >= 16 else 0)
+  # (a concatenation reads its parts at other positions: rows mode from 4 columns on)
+  assert _col_loops(_llvm_ir(f, *args)) == (len(sizes) if sum(sizes) >= 4 else 0)
 
 
 def test_softmax_of_a_concatenation():
@@ -308,3 +308,30 @@ def test_transcendental_kernels_are_cut_by_their_cost():
   pieces = [int(s.split(" x")[1].split()[0]) for s in steps
             if s.startswith("LoopKernel") and " x" in s]
   assert pieces == [16], steps
+
+
+@pytest.mark.parametrize("n", [10, 5])
+def test_short_rows_that_need_a_position_loop_over_columns(n):
+  """An outer product over (b, i, k) with k short (per-example gradients of a 10-class output
+  layer) reads its operands at positions other than its own: a column loop per row (no
+  division of the flat index by the dimensions at every element), while a purely elementwise
+  kernel of the same shape keeps its flat loop.  Values against NumPy."""
+  rng = np.random.default_rng(n)
+  a = rng.standard_normal((6, n)).astype(np.float32)
+  h = rng.standard_normal((6, 7)).astype(np.float32)
+  lab = rng.integers(0, n, 6).astype(np.int32)
+  f = ourjax.jit(lambda a, h, lab: (a - jax_one_hot(lab, n))[:, None, :] *
+                 jnp.maximum(h, 0.0)[:, :, None])
+  want = ((a.astype(np.float64) - np.eye(n)[lab])[:, None, :] *
+          np.maximum(h.astype(np.float64), 0)[:, :, None])
+  np.testing.assert_allclose(np.asarray(f(a, h, lab), np.float64), want, rtol=1e-6, atol=1e-6)
+  assert _col_loops(_llvm_ir(f, a, h, lab)) == 1
+  x = rng.standard_normal((6, 7, n)).astype(np.float32)
+  g = ourjax.jit(lambda x: jnp.tanh(x) * 2.0 + x)
+  np.testing.assert_allclose(np.asarray(g(x), np.float64),
+                             np.tanh(x.astype(np.float64)) * 2 + x, rtol=2e-6, atol=1e-6)
+  assert _col_loops(_llvm_ir(g, x)) == 0
+
+
+def jax_one_hot(lab, n):
+  return (lab[:, None] == jnp.arange(n)[None, :]).astype(jnp.float32)
