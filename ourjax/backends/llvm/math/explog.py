@@ -69,14 +69,19 @@ def _exp_finite(m: _M, x, tag=None, extra_scale=0):
   return m.scale(p, ni)
 
 
-def _exp_pair(m: _M, x, extra_scale=0, tag=None):
+def _exp_pair(m: _M, x, extra_scale=0, tag=None, normal=False):
   """exp(x) * 2**(-extra_scale) as an unrounded pair (hi, lo); x clamped to the finite range.
-  Where the result is a denormal both parts are rounded (the pair then carries no extra bits)."""
+  Where the result is a denormal both parts are rounded (the pair then carries no extra bits).
+  ``normal``: the caller's x keeps 2^n in the normal range (|n| < 126 for float32), so one
+  multiply by 2^n scales each part (exactly, as the two steps of ``_M.scale`` would)."""
   _, ni, r_hi, r_lo = _exp_reduce(m, x)
   u, tail = _exp_poly(m, r_hi, r_lo, tag)
   hi, lo = m.fast_two_sum(u, tail)
   if extra_scale:
     ni = m.isub(ni, m.ci(extra_scale))
+  if normal:
+    s = m.pow2i(ni)
+    return m.mul(hi, s), m.mul(lo, s)
   return m.scale(hi, ni), m.scale(lo, ni)
 
 

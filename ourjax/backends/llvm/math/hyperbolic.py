@@ -30,7 +30,7 @@ def _tanh(m: _M, x):
   # |x| >= 0.55: 1 - 2/(e+1), e = exp(2|x|) kept as an unrounded pair, the quotient carrying
   # its rounding error
   axc = m.min_(ax, m.c(25.0 if m.is64 else 12.0))
-  e_hi, e_lo = _exp_pair(m, m.add(axc, axc))
+  e_hi, e_lo = _exp_pair(m, m.add(axc, axc), normal=True)      # (2^n <= 2^73)
   d, d_lo = m.fast_two_sum(e_hi, m.c(1.0))
   d_lo = m.add(d_lo, e_lo)
   q = m.div(m.c(2.0), d)
