@@ -103,6 +103,12 @@ zeros follow NumPy/C99 Annex F (tanh(-0) = -0, log(0) = -inf, log(-1) = NaN, exp
 pow(-0, -1) = -inf, atan2 on all signed-zero/inf quadrants, erf_inv(+-1) = +-inf, ...);
 lgamma is +inf at 0 and the negative integers; digamma is NaN there (as JAX) and at -inf.
 
+Underflow: denormals are kept (NumPy's results, not flushed to zero).  On x86 an instruction
+that produces a denormal or underflows costs a microcode assist (~100+ cycles, for the whole
+vector), so where a result is known to round to 0 or +-1 (exp, exp2, pow below their bounds,
+logistic's tails, erf beyond 4 / 6, erfc beyond 10.1 / 27.3) the code selects it and
+evaluates a harmless argument instead (``explog._underflow``); denormal results still pay.
+
 Accuracy: max error in ulp of the result type, measured over 0.3 to 4 million inputs per function
 and type (random bit patterns, log-spaced magnitudes over the whole range, uniform samples of the
 interesting intervals, edge cases; tests/test_llvm_math.py holds the samplers) against float64
