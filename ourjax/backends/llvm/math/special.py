@@ -144,10 +144,11 @@ def _erfc(m: _M, x, tag=None):
   a, b = _erf_small(m, x, tag)
   s, e = m.fast_two_sum(m.c(1.0), m.neg(a))
   rs = m.add(s, m.sub(e, b))                           # 1 - erf(x)
-  # where erfc rounds to 0 (beyond 10.1 for float32, 27.3 for float64) 0 is selected and the
-  # evaluation gets 1 instead: its underflowing steps would each cost a microcode assist (and
-  # for float32, a tiny double's narrowing too; see explog._underflow)
-  zero = m.gt(x, m.c(27.3 if (tag or m.tag) == "f64" else 10.1))
+  # where erfc(|x|) rounds to 0 (beyond 10.1 for float32, 27.3 for float64; erfc(x) is then 0
+  # or 2) 0 is selected and the evaluation gets 1 instead: its underflowing steps would each
+  # cost a microcode assist (and for float32, a tiny double's narrowing too; see
+  # explog._underflow)
+  zero = m.gt(ax, m.c(27.3 if (tag or m.tag) == "f64" else 10.1))
   big = m.select(zero, m.c(0.0), _erfc_big(m, m.select(zero, m.c(1.0), ax), tag))
   rb = m.select(m.lt(x, m.c(0.0)), m.sub(m.c(2.0), big), big)
   res = m.select(m.lt(ax, m.c(0.84375)), rs, rb)
