@@ -766,7 +766,7 @@ def unary_op(b, opcode: str, x, dt):
       r = _math(b, _MATH_UNARY[opcode], x)
     else:
       raise EmitterError(f"unary {opcode} on {dt}")
-    return round_narrow(b, r, dt) if _is_narrow(dt) else r
+    return round_narrow(b, r, dt) if _is_narrow(dt) and opcode not in _EXACT_UNARY else r
   # integers and pred
   ty = x.type
   if opcode == "copy":
@@ -1009,6 +1009,9 @@ def reassociating_combine(b, opcode, acc, x, dt):
 
 # float ops whose result is one of their operands (or a quiet NaN of one)
 _SELECTING = frozenset({"maximum", "minimum"})
+# float unary ops whose result is a value of the operand's (narrow) type: no rounding after
+_EXACT_UNARY = frozenset({"abs", "negate", "sign", "floor", "ceil", "round-nearest-even",
+                          "round-nearest-afz"})
 
 
 # ---------------------------------------------------------------------------------------------
