@@ -81,6 +81,28 @@ def test_masked_narrow_softmax_with_a_row_cache(dtype):
   assert "rowcache." in _llvm_ir(f, x, mask)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_narrow_row_max_is_exact_and_vectorizes(dtype):
+  """A row max of a narrow float type is not rounded step by step (max returns an operand,
+  already of the type): the max loop of a masked softmax vectorizes (the per-step rounding
+  hid the reduction from LLVM: one scalar compare per element).  Values exact against NumPy,
+  NaN rows included."""
+  import ml_dtypes
+  from ourjax.backends.cpu import jit
+  dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+  n = 64
+  x = np.random.default_rng(5).standard_normal((3, n, n)).astype(dt)
+  x[1, 9, 4] = np.nan
+  mask = np.tril(np.ones((n, n), bool))
+  f = ourjax.jit(lambda x: jnp.max(jnp.where(mask, x * 3, -1e4), axis=-1))
+  want = np.where(mask, x.astype(np.float64) * 3, -1e4).max(-1)
+  got = np.asarray(f(x)).astype(np.float64)
+  np.testing.assert_array_equal(got, np.asarray(want.astype(dt), np.float64))
+  g = ourjax.jit(lambda x: ourjax.nn.softmax(jnp.where(mask, x, -1e4), axis=-1))
+  opt = jit.optimize_for(g.lower(x).compile()._executable.compiled.llvm_ir)
+  assert re.search(r"@llvm\.(vector\.reduce\.fmaximum|maximum)\.v\d+f32", opt)
+
+
 def test_log_softmax_has_no_row_cache():
   """exp(x - max) only feeds the sum: nothing would read a cache."""
   x = np.random.default_rng(1).standard_normal((16, 100)).astype(np.float32)
@@ -237,8 +259,8 @@ def test_concatenate_along_rows_writes_each_part_in_its_own_loop(sizes):
   want = g(np, *[a.astype(np.float64) for a in args])
   for gv, wv in zip(got, want):
     np.testing.assert_allclose(np.asarray(gv, np.float64), wv, rtol=1e-6, atol=1e-5)
-  # (a row of fewer than 16 columns is written in flat mode: no column loop)
-  assert _col_loops(_llvm_ir(f, *args)) == (len(sizes) if sum(sizes) >= 16 else 0)
+  # (a concatenation reads its parts at other positions: rows mode from 4 columns on)
+  assert _col_loops(_llvm_ir(f, *args)) == (len(sizes) if sum(sizes) >= 4 else 0)
 
 
 def test_softmax_of_a_concatenation():
@@ -286,3 +308,30 @@ def test_transcendental_kernels_are_cut_by_their_cost():
   pieces = [int(s.split(" x")[1].split()[0]) for s in steps
             if s.startswith("LoopKernel") and " x" in s]
   assert pieces == [16], steps
+
+
+@pytest.mark.parametrize("n", [10, 5])
+def test_short_rows_that_need_a_position_loop_over_columns(n):
+  """An outer product over (b, i, k) with k short (per-example gradients of a 10-class output
+  layer) reads its operands at positions other than its own: a column loop per row (no
+  division of the flat index by the dimensions at every element), while a purely elementwise
+  kernel of the same shape keeps its flat loop.  Values against NumPy."""
+  rng = np.random.default_rng(n)
+  a = rng.standard_normal((6, n)).astype(np.float32)
+  h = rng.standard_normal((6, 7)).astype(np.float32)
+  lab = rng.integers(0, n, 6).astype(np.int32)
+  f = ourjax.jit(lambda a, h, lab: (a - jax_one_hot(lab, n))[:, None, :] *
+                 jnp.maximum(h, 0.0)[:, :, None])
+  want = ((a.astype(np.float64) - np.eye(n)[lab])[:, None, :] *
+          np.maximum(h.astype(np.float64), 0)[:, :, None])
+  np.testing.assert_allclose(np.asarray(f(a, h, lab), np.float64), want, rtol=1e-6, atol=1e-6)
+  assert _col_loops(_llvm_ir(f, a, h, lab)) == 1
+  x = rng.standard_normal((6, 7, n)).astype(np.float32)
+  g = ourjax.jit(lambda x: jnp.tanh(x) * 2.0 + x)
+  np.testing.assert_allclose(np.asarray(g(x), np.float64),
+                             np.tanh(x.astype(np.float64)) * 2 + x, rtol=2e-6, atol=1e-6)
+  assert _col_loops(_llvm_ir(g, x)) == 0
+
+
+def jax_one_hot(lab, n):
+  return (lab[:, None] == jnp.arange(n)[None, :]).astype(jnp.float32)

@@ -587,12 +587,12 @@ def _backend_source_hash() -> str:
     from ourjax.backends.llvm import math as llmath
     # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
     from ourjax.backends import donation
-    for m in (E, K, llmath, jit, profiling, kernel_info, gemm, gemm_calls, gemm_im2col, im2col,
-              concat,
-              attention,
-              dots, donation, _entry, elemental, dedupe, irtext, kernel_key, _planning,
-              group_planner, row_cache, horizontal, reuse, schedule):
-      with open(m.__file__, "rb") as f:
+    for path in (*(m.__file__ for m in (E, K, jit, profiling, kernel_info, gemm, gemm_calls,
+                                        gemm_im2col, im2col, concat, attention, dots, donation,
+                                        _entry, elemental, dedupe, irtext, kernel_key, _planning,
+                                        group_planner, row_cache, horizontal, reuse, schedule)),
+                 *llmath.SOURCES):
+      with open(path, "rb") as f:
         h.update(f.read())
     with open(__file__, "rb") as f:
       h.update(f.read())

@@ -177,7 +177,7 @@ def _shared_math(fn: str, tag: str, nargs: int, own_thread: bool = False) -> Non
     import llvmlite.binding as llvm
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import math as llmath
-    h = hashlib.sha256(disk_cache.source_digest(llmath.__file__, E.__file__).encode())
+    h = hashlib.sha256(disk_cache.source_digest(*llmath.SOURCES, E.__file__).encode())
     h.update(f"{fn}/{tag}/{nargs}/{llvmlite.__version__}/{llvm.llvm_version_info}/"
              f"{jit.cpu_name()}/{jit.cpu_features()}".encode())
     ckey = "math-" + h.hexdigest()

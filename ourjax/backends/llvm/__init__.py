@@ -1,1 +1,1 @@
-"""LLVM IR emission shared by the CPU and CUDA backends (``math.py``: inline math functions)."""
+"""LLVM IR emission shared by the CPU and CUDA backends (``math``: inline math functions)."""

@@ -766,7 +766,7 @@ def unary_op(b, opcode: str, x, dt):
       r = _math(b, _MATH_UNARY[opcode], x)
     else:
       raise EmitterError(f"unary {opcode} on {dt}")
-    return round_narrow(b, r, dt) if _is_narrow(dt) else r
+    return round_narrow(b, r, dt) if _is_narrow(dt) and opcode not in _EXACT_UNARY else r
   # integers and pred
   ty = x.type
   if opcode == "copy":
@@ -885,7 +885,8 @@ def binary_op(b, opcode: str, x, y, dt):
       r = _math(b, "atan2", x, y)
     else:
       raise EmitterError(f"binary {opcode} on {dt}")
-    return round_narrow(b, r, dt) if _is_narrow(dt) else r
+    # (maximum/minimum return an operand: already a value of the narrow type)
+    return round_narrow(b, r, dt) if _is_narrow(dt) and opcode not in _SELECTING else r
   if dt == BOOL:
     if opcode in ("add", "or", "maximum"):
       return b.or_(x, y)
@@ -984,7 +985,9 @@ def reassociating_combine(b, opcode, acc, x, dt):
   ``reassoc`` flag (so LLVM vectorizes with partial accumulators; the result differs from
   the sequential sum by rounding, and where partial sums overflow it may be another infinity or
   NaN), float max/min use ``llvm.maximum``/``llvm.minimum`` (NaN-propagating, exact); products
-  stay in order; narrow floats round every step.  Not ``nsz``: with it LLVM also factors the
+  stay in order; narrow floats round every step of a sum (max/min return one of their
+  operands, a value of the narrow type already: no rounding, which would make the loop-carried
+  chain opaque to the vectorizer).  Not ``nsz``: with it LLVM also factors the
   summed elements (``a/z + b/z`` into ``(a + b)/z``), which turns the NaN of ``0/0`` terms
   into an infinity (``sum(x / 0)``), and the vectorized sums need only ``reassoc``."""
   dt = np.dtype(dt)
@@ -1000,8 +1003,15 @@ def reassociating_combine(b, opcode, acc, x, dt):
       r = intrinsic(b, "minimum", acc.type, [acc, x])
     else:
       raise EmitterError(f"reducer {opcode} on {dt}")
-    return round_narrow(b, r, dt) if _is_narrow(dt) else r
+    return round_narrow(b, r, dt) if _is_narrow(dt) and opcode not in _SELECTING else r
   return binary_op(b, opcode, acc, x, dt)
+
+
+# float ops whose result is one of their operands (or a quiet NaN of one)
+_SELECTING = frozenset({"maximum", "minimum"})
+# float unary ops whose result is a value of the operand's (narrow) type: no rounding after
+_EXACT_UNARY = frozenset({"abs", "negate", "sign", "floor", "ceil", "round-nearest-even",
+                          "round-nearest-afz"})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,6 +73,28 @@ def _index_classes(roots, instrs, leafmap):
   return cls
 
 
+def _linear_index_suffices(outs, leafmap, dims) -> bool:
+  """Whether a loop kernel over ``dims`` computes ``outs`` from values at its own linear index
+  only (elementwise ops over ``dims``, scalars): a flat loop then needs no position.  Otherwise
+  (broadcasts, transposes, slices, iota, ...) a flat loop divides its index by the dimensions
+  at every element and does not vectorize (a (128, 128, 10) outer product of per-example
+  gradients: 4 ns an element); rows mode nests a loop over the last dimension instead."""
+  stack = [i for i, _ in outs]
+  seen = set()
+  while stack:
+    x = stack.pop()
+    if id(x) in seen or x in leafmap or not x.dims:
+      continue
+    seen.add(id(x))
+    if x.opcode == "broadcast" and not x.operands[0].dims:
+      continue
+    if x.shape.is_tuple or tuple(x.dims) != tuple(dims) or not (
+        x.is_elementwise() or x.opcode in ("convert", "copy", "bitcast-convert")):
+      return False
+    stack.extend(x.operands)
+  return True
+
+
 class GroupPlanner:
   """Plans the kernels of one group.  ``new_temp(dtype, dims, name) -> Buf`` makes arena
   buffers; ``max_threads`` sizes per-thread scratch."""
@@ -429,7 +451,8 @@ class GroupPlanner:
       reduces = [i for i in instrs if i in cls and i not in leafmap and i.opcode == "reduce"]
       want_outer = [r for r in reduces if rank >= 2 and _dims(r) == dims[:-1]
                     and cls[r] == rank - 1]
-      rows = rank >= 2 and (has_outer or bool(want_outer) or dims[-1] >= 16)
+      rows = rank >= 2 and (has_outer or bool(want_outer) or dims[-1] >= 16 or
+                            (dims[-1] >= 4 and not _linear_index_suffices(outs, leafmap, dims)))
       bad = []
       pre_outer, pre_elem = [], []
       for r in reduces:
