@@ -131,8 +131,7 @@ class _Producer:
 
 @_gpu
 def test_gpu_arrays_go_through_dlpack_zero_copy():
-  x = ourjax.device_put(np.arange(12, dtype=np.float32).reshape(3, 4), ourjax.devices("gpu")[0])
-  x = x * 2
+  x = ourjax.jit(lambda v: v * 2, backend="cuda")(np.arange(12, dtype=np.float32).reshape(3, 4))
   assert tuple(x.__dlpack_device__()) == (2, 0)
   y = dlpack.from_dlpack(_Producer(x))
   assert y._device_buf is not None and y._device_buf.ptr == x._device_buf.ptr

@@ -288,7 +288,8 @@ def test_a_fork_during_a_kernel_compile_leaves_a_child_that_compiles(monkeypatch
   if pid == 0:      # the child: a compile of its own, then exit (status 0: it worked)
     ok = False
     try:
-      r = ourjax.jit(lambda m, a, b: lax.select(m, b, a))(m, a, b)
+      # (on the CPU: a process forked from one that initialised CUDA cannot use the GPU)
+      r = ourjax.jit(lambda m, a, b: lax.select(m, b, a), backend="cpu")(m, a, b)
       ok = np.array_equal(np.asarray(r), np.where(np.asarray(m), np.asarray(b), np.asarray(a)))
     finally:
       os._exit(0 if ok else 1)
