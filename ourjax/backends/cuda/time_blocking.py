@@ -244,9 +244,10 @@ class TimeBlockedChain(stencil.StencilChain):
 
 
 class BatchedFinish(GpuKernel):
-  """A time-blocked loop's ``SplitFinish`` run once per iteration, in order, by one block
+  """A time-blocked loop's ``SplitFinish`` (of one output) for every iteration by one block
   (module docstring): iteration ``t`` reads row ``t`` of ``partials`` (``tiles`` per row) and
-  its scalar state from row ``t`` of the snapshots (``snaps``: {id(state Buf): snapshot})."""
+  its scalar state from row ``t`` of the snapshots (``snaps``: {id(state Buf): snapshot}); a
+  warp per iteration folds the partials, then thread 0 computes the outputs in order."""
 
   def __init__(self, name, fin, iterations, tiles, partials, snaps):
     self.fin, self.iterations, self.tiles = fin, iterations, tiles
@@ -259,17 +260,8 @@ class BatchedFinish(GpuKernel):
   def helpers(self):
     return self.fin.helpers()
 
-  @property
-  def parallel(self) -> bool:
-    """One output per finish: the folds of the iterations' partials run side by side, a warp
-    per iteration, and one thread then finishes them in order."""
-    return self.fin.nout == 1
-
   def launch(self, info):
-    if self.parallel:
-      return (1, 1, 1), (32 * min(self.iterations, 32), 1, 1), 0
-    _grid, block, shared = self.fin.launch(info)
-    return (1, 1, 1), block, shared
+    return (1, 1, 1), (32 * min(self.iterations, 32), 1, 1), 0
 
   def _at(self, b, ptr, t):
     """``ptr`` for iteration ``t``: its row of partials, its row of each snapshot."""
@@ -282,11 +274,6 @@ class BatchedFinish(GpuKernel):
 
   def gpu_body(self, b, ptr):
     fin = self.fin
-    if not self.parallel:
-      with E.ForLoop(b, 0, self.iterations, "it") as lp:
-        fin.gpu_body(b, self._at(b, ptr, lp.index))
-        codegen.barrier(b)     # (the next iteration's block reduction reuses the scratch)
-      return
     warps = min(self.iterations, 32)
     tid = sreg64(b, "tid.x")
     lane32 = b.trunc(b.and_(tid, i64(31)), I32)
@@ -441,8 +428,8 @@ def _block_or_why(s, new_temp):
       return "the finish writes loop state"
     if len(last.partials[0]) != 1:
       return "a reduction of several partials"
-    if fin.launch(_ANY_DEVICE)[0] != (1, 1, 1):
-      return "the finish is more than one block"
+    if fin.nout != 1:
+      return "the finish has several outputs"
   # (a wider halo than MAX_HALO was measured slower even for a grid of a few blocks: on an
   # H100, RK4 on 2 x 1024 took 1.54 ms with 50 iterations per launch in blocks of 672
   # threads, 1.28 with 10 in blocks of 352)
@@ -466,7 +453,6 @@ def _block_or_why(s, new_temp):
     rest.body_steps, rest.trip_count = list(s.body_steps), n % K_
   s.body_steps = [type(s.body_steps[0])(k) for k in made] + copies
   s.trip_count = n // K_
-  s.time_blocked = K_
   left = f", then {n % K_} one per launch" if n % K_ else ""
   return (f"{K_} iterations per launch ({n // K_} launches{left})", rest)
 
@@ -553,14 +539,6 @@ class _OneStage:
     self.tiles = -(-self.n // stencil.TILE)
     self.name, self.reads = kernel.name, kernel.reads
     self.globals_out = {id(x) for x in kernel.writes}
-
-
-class _AnyDevice:
-  """A device description for asking a finish its grid (which does not depend on it)."""
-  sm_count = 1
-
-
-_ANY_DEVICE = _AnyDevice()
 
 
 def _fits(chain, iters, next_of, nexts, max_halo):
