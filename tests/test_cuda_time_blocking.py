@@ -204,6 +204,34 @@ def test_forced_rk4_blocked_matches(monkeypatch, n, steps):
   np.testing.assert_allclose(on[2], ref[2], rtol=1e-4)
 
 
+def _driven(s0, xs):
+  """A stencil scan over inputs: each step reads its own row of ``xs`` (a dynamic slice at
+  the loop's counter, which the blocked kernel keeps per iteration)."""
+  def step(s, x):
+    new = 0.5 * s + 0.25 * (jnp.roll(s, 1) + jnp.roll(s, -1)) + 0.1 * x
+    return new, jnp.sum(new)
+  return lax.scan(step, s0, xs)
+
+
+def test_a_scan_over_inputs_is_blocked():
+  exe = _compiled(_driven, np.ones(4096, np.float32), np.ones((20, 4096), np.float32))
+  (tb,) = _blocked(exe)
+  assert tb.iterations > 1 and len(tb.sstates) == 1          # (the counter, per iteration)
+
+
+@needs_gpu
+@pytest.mark.parametrize("n,steps", [(4096, 20), (70001, 13)])
+def test_scan_over_inputs_blocked_matches(monkeypatch, n, steps):
+  rng = np.random.RandomState(n)
+  s0 = rng.uniform(-1, 1, n).astype(np.float32)
+  xs = rng.uniform(-1, 1, (steps, n)).astype(np.float32)
+  on, off, ref = _both(monkeypatch, _driven, s0, xs)
+  np.testing.assert_array_equal(on[0], off[0])
+  np.testing.assert_allclose(on[1], off[1], rtol=1e-5)
+  np.testing.assert_allclose(on[0], ref[0], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(on[1], ref[1], rtol=1e-4, atol=1e-3)
+
+
 @needs_gpu
 def test_heat_blocked_matches(monkeypatch):
   u = np.random.RandomState(1).randn(3, 700).astype(np.float32)
