@@ -250,11 +250,6 @@ class StencilChain(GpuKernel):
   #: the widest halo of a window (how far outside the axis a window position may fall)
   reach = MAX_HALO
 
-  def share_key(self, buf):
-    """Staged values with equal keys share one shared-memory array (time blocking's
-    iterations reuse theirs); here every staged value has its own."""
-    return id(buf)
-
   def launch(self, info):
     return (self.tiles, 1, 1), (self.block, 1, 1), 0
 
@@ -266,41 +261,45 @@ class StencilChain(GpuKernel):
     tid = sreg64(b, "tid.x")
     # id(Buf) -> (shared-memory pointer, window length, window start, axis length, dtype)
     arrays = {}
-    sizes = {}               # share key -> elements of its array (the widest window's)
-    for st in self.stages:
-      for _, buf in st.outputs:
-        if id(buf) in self.staged:
-          k = self.share_key(buf)
-          n = math.prod(buf.dims[:-1]) * (TILE + st.lo + st.hi)
-          sizes[k] = max(sizes.get(k, 0), n)
-    shared = {}
     for st in self.stages:
       win, base = _window(b, st, t0)
       for _, buf in st.outputs:
         if id(buf) in self.staged:
-          k = self.share_key(buf)
-          if k not in shared:
-            gv = codegen.shared_array(mod, E.storage_type(buf.dtype), sizes[k],
-                                      f"{self.name}_s{len(shared)}")
-            shared[k] = b.gep(gv, [ir.Constant(I32, 0), ir.Constant(I32, 0)], inbounds=True)
-          arrays[id(buf)] = (shared[k], win, base, st.dims[-1], buf.dtype)
+          rows = math.prod(buf.dims[:-1])
+          gv = codegen.shared_array(mod, E.storage_type(buf.dtype), rows * win,
+                                    f"{self.name}_s{len(arrays)}")
+          p = b.gep(gv, [ir.Constant(I32, 0), ir.Constant(I32, 0)], inbounds=True)
+          arrays[id(buf)] = (p, win, base, st.dims[-1], buf.dtype)
+    self._run_stages(b, t0, tid, ptr, lambda buf: arrays.get(id(buf)), ptr)
+
+  def _run_stages(self, b, t0, tid, ptr, staged_as, leaf_ptr, row=None):
+    """The stages one after the other, a ``bar.sync`` wherever a stage reads a value staged
+    since the last one or writes over a staged value read or written since then.
+    ``staged_as(buf)``: the shared-memory array holding ``buf`` (pointer, window length,
+    window start, axis length, dtype), None for a value in memory; ``leaf_ptr(buf)``: where a
+    leaf read from memory is (time blocking: a scalar's value of this iteration); ``row``: the
+    row of partials a reduction stage writes (time blocking: the iteration, an i64)."""
     pending = set()          # arrays written since the last barrier
     read = set()             # arrays read since the last barrier
     for j, st in enumerate(self.stages):
-      staged = {leaf: arrays[id(spec)] for leaf, spec in st.leafmap.items()
-                if isinstance(spec, K.Buf) and id(spec) in arrays}
-      rkeys = {self.share_key(st.leafmap[leaf]) for leaf in staged}
-      wkeys = {self.share_key(buf) for _, buf in st.outputs if id(buf) in arrays}
+      staged = {}
+      for leaf, spec in st.leafmap.items():
+        a = staged_as(spec) if isinstance(spec, K.Buf) else None
+        if a is not None:
+          staged[leaf] = a
+      rkeys = {id(a[0]) for a in staged.values()}
+      wkeys = {id(a[0]) for a in (staged_as(buf) for _, buf in st.outputs) if a is not None}
       if rkeys & pending or wkeys & (pending | read):
         codegen.barrier(b)   # (stages that read none of each other's values share a phase)
         pending.clear()
         read.clear()
-      leaves = K._make_leaves(b, {k: v for k, v in st.leafmap.items() if k not in staged}, ptr)
+      leaves = K._make_leaves(b, {k: v for k, v in st.leafmap.items() if k not in staged},
+                              leaf_ptr)
       em = _StagedEmitter(b, leaves, staged, self.reach)
       if st.kind == "elementwise":
-        self._elementwise(b, em, st, t0, tid, arrays, ptr)
+        self._elementwise(b, em, st, t0, tid, staged_as, ptr)
       else:
-        self._partials(b, em, st, t0, tid, ptr, j)
+        self._partials(b, em, st, t0, tid, ptr, j, row)
       read |= rkeys
       pending |= wkeys
 
@@ -308,7 +307,7 @@ class StencilChain(GpuKernel):
   #: positions; more: a loop).
   MAX_STRAIGHT = 8
 
-  def _elementwise(self, b, em, st, t0, tid, arrays, ptr):
+  def _elementwise(self, b, em, st, t0, tid, staged_as, ptr):
     rows = math.prod(st.dims[:-1])
     win, base = _window(b, st, t0)
     nk = -(-win // self.block)
@@ -320,14 +319,14 @@ class StencilChain(GpuKernel):
           w = b.add(tid, i64(k * self.block)) if k else tid
           if (k + 1) * self.block > win:
             w = b.select(b.icmp_unsigned("<", w, i64(win)), w, i64(win - 1))
-          self._element(b, em, st, t0, i64(r), w, win, base, arrays, ptr)
+          self._element(b, em, st, t0, i64(r), w, win, base, staged_as, ptr)
       return
     # (a loop over the rows around one over the window: no division per element)
     with E.ForLoop(b, 0, rows, "er") as rl, \
         E.ForLoop(b, tid, win, "e", step=i64(self.block)) as wl:
-      self._element(b, em, st, t0, rl.index, wl.index, win, base, arrays, ptr)
+      self._element(b, em, st, t0, rl.index, wl.index, win, base, staged_as, ptr)
 
-  def _element(self, b, em, st, t0, r, w, win, base, arrays, ptr):
+  def _element(self, b, em, st, t0, r, w, win, base, staged_as, ptr):
     """Stage ``st``'s outputs at window position ``w`` of row ``r``: into their shared-memory
     arrays, and those read outside the chain into memory (the tile's own positions)."""
     dims = st.dims
@@ -339,7 +338,7 @@ class StencilChain(GpuKernel):
     idx = Index(b, dims, multi=multi)
     vals = [em.value(instr, idx) for instr, _ in st.outputs]
     for (instr, buf), v in zip(st.outputs, vals):
-      a = arrays.get(id(buf))
+      a = staged_as(buf)
       if a is not None:
         E.store_element(b, v, a[0], slot, buf.dtype)
     if any(id(buf) in self.globals_out for _, buf in st.outputs):
@@ -353,7 +352,7 @@ class StencilChain(GpuKernel):
             K.store_output(b, instr, buf, v, idx, ptr)
     em.pop_scope()
 
-  def _partials(self, b, em, st, t0, tid, ptr, j):
+  def _partials(self, b, em, st, t0, tid, ptr, j, row=None):
     lead = st.dims[:-1]
     rows = math.prod(lead)
     for jr, (r, parts) in enumerate(zip(st.reduces, st.partials)):
@@ -379,8 +378,7 @@ class StencilChain(GpuKernel):
                                       f"{self.name}_r{j}_{jr}")
       with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
         tile = sreg64(b, "ctaid.x")
-        row = getattr(st, "row", None)       # (time blocking: a row per iteration, an i64)
-        if row is not None:
+        if row is not None:                  # (time blocking: a row per iteration)
           tile = b.add(tile, b.mul(row, i64(self.tiles)))
         for v, p, dt in zip(vals, parts, red.dtypes):
           v = E.convert_value(b, v, dt, p.dtype) if p.dtype != np.dtype(dt) else v

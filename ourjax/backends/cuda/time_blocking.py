@@ -12,11 +12,12 @@ so here the loop runs ``K`` iterations per launch (the "temporal blocking" of st
   from memory); a block computes its tile widened by the halo ``K`` iterations need: each
   iteration's stencil reach added up, found by ``stencil._analyse`` over the repeated stages.
   Only the last iteration's state goes to memory; each iteration's reduction partials go to
-  their own row of a ``K x tiles`` buffer.  The iterations' staged values share two sets of
-  shared-memory arrays (even and odd iterations), with a barrier wherever a stage would write
-  an array that another stage read since the last one.  Thread 0 of block 0 also runs the
-  scalar state's updates ``K`` times (the counter), keeping each iteration's value in a
-  ``K + 1`` element snapshot.
+  their own row of a ``K x tiles`` buffer.  The iterations reuse one shared-memory array per
+  intermediate value and two per state (even and odd iterations: an iteration reads the
+  previous state while writing its own), with a barrier at each iteration's start and, within
+  one, wherever the chain's own stages need one (``StencilChain._run_stages``).  The scalar
+  work is run for all ``K`` iterations first (``TimeBlockedChain``), each iteration's values
+  kept per iteration; block 0 writes the states' into ``K + 1`` element snapshots.
 * ``BatchedFinish``: every iteration's ``SplitFinish`` (its serial tails included: the store
   into the stacked output) in one launch of one block, each reading its own row of partials
   and its iteration's scalar state from the snapshot: a warp per iteration folds the partials,
@@ -135,45 +136,22 @@ class TimeBlockedChain(stencil.StencilChain):
       t = lp.index
       codegen.barrier(b)     # (the previous iteration's values are all written and read)
       even = b.icmp_unsigned("==", b.and_(t, i64(1)), i64(0))
-      arrays = {k: (v, win, base, self.n, None) for k, v in one.items()}
-      prev = {}
+      # this iteration's arrays: its own values, and its state read from the previous one's
+      arrays = dict(one)
       for k, (a0, a1) in two.items():
-        arrays[k] = (b.select(even, a0, a1), win, base, self.n, None)
-        prev[k] = (b.select(even, a1, a0), win, base, self.n, None)
-      state_of = {id(st): id(nx) for st, nx in self.states}
-      pending, read = set(), set()
-      for j, st in enumerate(self.stages):
-        staged = {}
-        for leaf, spec in st.leafmap.items():
-          if not isinstance(spec, K.Buf):
-            continue
-          if id(spec) in arrays:
-            a = arrays[id(spec)]
-          elif id(spec) in state_of:
-            a = prev[state_of[id(spec)]]
-          else:
-            continue
-          staged[leaf] = a[:4] + (spec.dtype,)
-        rkeys = {id(st.leafmap[leaf]) for leaf in staged}
-        wkeys = {id(buf) for _, buf in st.outputs}
-        if rkeys & pending or wkeys & (pending | read):
-          codegen.barrier(b)
-          pending.clear()
-          read.clear()
-        def at(buf, t=t):
-          h = held.get(id(buf))
-          return ptr(buf) if h is None else _view(b, h, t)
-        leaves = K._make_leaves(b, {k: v for k, v in st.leafmap.items() if k not in staged},
-                                at)
-        em = stencil._StagedEmitter(b, leaves, staged, self.reach)
-        if st.kind == "elementwise":
-          outs = {id(buf): arrays[id(buf)][:4] + (buf.dtype,) for _, buf in st.outputs}
-          self._elementwise(b, em, st, t0, tid, outs, ptr)
-        else:
-          st.row = t
-          self._partials(b, em, st, t0, tid, ptr, j)
-        read |= rkeys
-        pending |= wkeys
+        arrays[k] = b.select(even, a0, a1)
+      for st, nx in self.states:
+        a0, a1 = two[id(nx)]
+        arrays[id(st)] = b.select(even, a1, a0)
+
+      def staged_as(buf, arrays=arrays):
+        p = arrays.get(id(buf))
+        return None if p is None else (p, win, base, self.n, buf.dtype)
+
+      def at(buf, t=t):
+        h = held.get(id(buf))
+        return ptr(buf) if h is None else _view(b, h, t)
+      self._run_stages(b, t0, tid, ptr, staged_as, at, t)
     codegen.barrier(b)
     last = (self.iterations - 1) & 1
     for st, nx in self.states:
