@@ -170,6 +170,25 @@ def a_fragments(b, G, base, width: int, t, inside, clamped, narrow: bool, mul=No
   return out
 
 
+def fragment_rows(b, nblocks: int, rows_per_block: int, reverse: bool):
+  """Where this thread works in a kernel of blocks of ``rows_per_block`` rows, ``nblocks`` of
+  them per batch entry, a warp per 16 rows holding ``mma`` fragments: (thread index, its
+  fragment row ``g`` and column pair ``t``, the batch entry, the block's index along the rows
+  (counted from the last one when ``reverse``), this thread's two rows)."""
+  tid = sreg64(b, "tid.x")
+  lane = b.urem(tid, i64(32))
+  warp = b.udiv(tid, i64(32))
+  g = b.udiv(lane, i64(4))
+  t = b.urem(lane, i64(4))
+  bid = sreg64(b, "ctaid.x")
+  bat = b.udiv(bid, i64(nblocks))
+  block = b.urem(bid, i64(nblocks))
+  if reverse:
+    block = b.sub(i64(nblocks - 1), block)
+  row0 = b.add(b.mul(block, i64(rows_per_block)), b.add(b.mul(warp, i64(16)), g))
+  return tid, g, t, bat, block, [row0, b.add(row0, i64(8))]
+
+
 def row_pair(b, S, ld, row, col):
   """Two 16-bit values of row ``row`` of shared tile ``S`` (``col`` even) as one word."""
   p = shared_ptr(b, S, b.trunc(b.add(b.mul(row, i64(ld)), col), I32))
@@ -233,19 +252,8 @@ class FlashAttention(GpuKernel):
     ety = E.I16 if narrow else F
     Ks = shared_array(mod, ety, BK * ldk, self.name + "_K")
     Vs = shared_array(mod, ety, BK * ldv, self.name + "_V")
-    tid = sreg64(b, "tid.x")
-    lane = b.urem(tid, i64(32))
-    warp = b.udiv(tid, i64(32))
-    g = b.udiv(lane, i64(4))
-    t = b.urem(lane, i64(4))
-    nq = -(-Tq // BQ)
-    bid = sreg64(b, "ctaid.x")
-    bat = b.udiv(bid, i64(nq))
-    qblock = b.urem(bid, i64(nq))
-    if self.causal:     # (the blocks with the most keys first: they finish last otherwise)
-      qblock = b.sub(i64(nq - 1), qblock)
-    row0 = b.add(b.mul(qblock, i64(BQ)), b.add(b.mul(warp, i64(16)), g))
-    rows = [row0, b.add(row0, i64(8))]              # this thread's two query rows
+    # (causal: the blocks with the most keys first, they finish last otherwise)
+    tid, g, t, bat, qblock, rows = fragment_rows(b, -(-Tq // BQ), BQ, self.causal)
     Q, Kp, Vp, O = ptr(self.q), ptr(self.k), ptr(self.v), ptr(self.out)
     q_base = b.mul(bat, i64(Tq * D))
     k_base = b.mul(bat, i64(Tk * D))

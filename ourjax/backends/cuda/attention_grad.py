@@ -34,10 +34,10 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.attention import (F32, _ex2, _fmax, _quad, _rna, a_fragments, causal,
-                                            column_pair, pack_pair, refuses as refuses_forward,
-                                            row_pair, tile_copies)
+                                            column_pair, fragment_rows, pack_pair,
+                                            refuses as refuses_forward, row_pair, tile_copies)
 from ourjax.backends.cuda.codegen import (GpuKernel, barrier, launch_bounds, shared_array,
-                                          shared_ptr, sreg64)
+                                          shared_ptr)
 from ourjax.backends.cuda.dots import _asm, _mma
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
@@ -110,19 +110,9 @@ class FlashAttentionGrad(GpuKernel):
     ld1, ld2 = D + pad, Dv + pad
     S1 = shared_array(mod, ety, BT * ld1, self.name + "_T1")
     S2 = shared_array(mod, ety, BT * ld2, self.name + "_T2")
-    tid = sreg64(b, "tid.x")
-    lane = b.urem(tid, i64(32))
-    warp = b.udiv(tid, i64(32))
-    g = b.udiv(lane, i64(4))
-    t = b.urem(lane, i64(4))
-    nrow = -(-Trow // ROWS)
-    bid = sreg64(b, "ctaid.x")
-    bat = b.udiv(bid, i64(nrow))
-    rblock = b.urem(bid, i64(nrow))
-    if self.causal and not kv:     # (the blocks with the most keys first)
-      rblock = b.sub(i64(nrow - 1), rblock)
-    row0 = b.add(b.mul(rblock, i64(ROWS)), b.add(b.mul(warp, i64(16)), g))
-    rows = [row0, b.add(row0, i64(8))]              # this thread's two rows
+    # (causal q mode: the blocks with the most keys first)
+    tid, g, t, bat, rblock, rows = fragment_rows(b, -(-Trow // ROWS), ROWS,
+                                                 self.causal and not kv)
     inside = [b.icmp_unsigned("<", r, i64(Trow)) for r in rows]
     clamped = [b.select(ok, r, i64(Trow - 1)) for ok, r in zip(inside, rows)]
     Qp, Kp, Vp, DOp = ptr(self.q), ptr(self.k), ptr(self.v), ptr(self.do)
