@@ -166,35 +166,19 @@ def _jvp(primals, tangents, *, call_jaxpr, rule, in_tree, out_tree, num_consts, 
     batched = out_batched_cell[0]
     return (list(p_out), list(t_out)), (batched, batched)
 
-  n = len(call_jaxpr.out_avals)
-  outs = _bind_pair(body, jvp_rule, args, arg_tangents, name)
-  return outs[:n], outs[n:]
+  return _bind_pair(body, jvp_rule, args, arg_tangents, name)
 
 
 def _bind_pair(body, jvp_rule, args, tangents, name):
-  """Bind the custom_vmap call of the JVP: arguments (primals list, tangents list)."""
+  """Bind the custom_vmap call of the JVP: arguments (primals list, tangents list), results
+  (primal outputs, tangent outputs) as lists."""
   k = len(args)
 
   def fun(ps, ts):
     p_out, t_out = body(ps, ts)
     return list(p_out), list(t_out)
-
-  leaves = list(args) + list(tangents)
   in_tree = tree_structure(([0] * k, [0] * k))
-  out_tree_cell: list = []
-
-  def flat_fun(*xs):
-    out = fun(list(xs[:k]), list(xs[k:]))
-    out_leaves, out_tree = tree_flatten(out)
-    out_tree_cell[:] = [out_tree]
-    return out_leaves
-
-  closed = pe.trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves], f"jvp({name})")
-  jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
-  consts = list(closed.consts)
-  return custom_vmap_call_p.bind(
-      *consts, *leaves, call_jaxpr=ClosedJaxpr(jaxpr, []), rule=jvp_rule, in_tree=in_tree,
-      out_tree=out_tree_cell[0], num_consts=len(consts), name=f"jvp({name})")
+  return _bind(fun, jvp_rule, in_tree, list(args) + list(tangents), f"jvp({name})")
 
 
 ad.jvp_rules[custom_vmap_call_p] = _jvp
