@@ -15,6 +15,14 @@ from ourjax.backends.cuda import program as cuda_program
 cuda_fake_driver = pytest.importorskip("cuda_fake_driver")   # needs cuda.bindings (types only)
 
 
+@pytest.fixture(autouse=True)
+def _plain_addresses(monkeypatch):
+  """Calls allocate as plain launching does, not at a kept graph's addresses, so that runs
+  with and without graphs see the same addresses and are compared launch for launch (the test
+  of kept addresses turns it back on)."""
+  monkeypatch.setattr(cuda_program, "KEEP_GRAPH_ADDRESSES", False)
+
+
 def _exe(fn, *args):
   return ourjax.jit(fn, backend="cuda").lower(*args).compile().runtime_executable()
 
@@ -194,7 +202,9 @@ def test_kernels_wait_for_their_grid_dependencies_first():
       assert has == want, (arch, k.name, str(first))
 
 
-def test_alternating_buffers_replay_without_updates(monkeypatch):
+@pytest.mark.parametrize("keep", [True, False])
+def test_alternating_buffers_replay_without_updates(monkeypatch, keep):
+  monkeypatch.setattr(cuda_program, "KEEP_GRAPH_ADDRESSES", keep)
   monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
   with cuda_fake_driver.installed() as fake:
     f = ourjax.jit(lambda v: _reductions(v))     # a new function: a new executable
@@ -600,3 +610,44 @@ def test_one_wait_for_all_outputs_of_a_call():
     after = fake.calls.get("cuEventSynchronize", 0), fake.calls.get("cuStreamSynchronize", 0)
     assert (after[0] - before[0], after[1] - before[1]) == (1, 0), (before, after)
     del out
+
+
+
+@pytest.mark.parametrize("prefer", [True, False])
+def test_a_loop_feeding_its_outputs_back_replays_kept_graphs(monkeypatch, prefer):
+  """A training loop's pattern: the step's outputs (several of one size) are its next
+  arguments, and the old ones are dropped.  The outputs are allocated at the addresses of the
+  kept graph instance whose arguments are the call's (the call before last's), so after the
+  first calls every call launches an instance as it is, with no node updated; without that
+  preference the free lists hand the blocks out in another order and calls update nodes."""
+  monkeypatch.setenv("OURJAX_CUDA_GRAPHS", "1")
+  monkeypatch.setattr(cuda_program, "KEEP_GRAPH_ADDRESSES", prefer)
+
+  @ourjax.jit
+  def grads(p, x):                  # (as a data-parallel step's segments: an all-reduce between)
+    return _reductions(jnp.tanh(p * x)), jnp.mean(x)
+
+  @ourjax.jit
+  def update(p, m, v, g):
+    g = g / jnp.maximum(1.0, jnp.sqrt(jnp.sum(g * g)))      # (clipped by the global norm)
+    m = 0.9 * m + 0.1 * g
+    v = 0.99 * v + 0.01 * g * g
+    return p - 0.01 * m / (jnp.sqrt(v) + 1e-3), m, v
+
+  def step(p, m, v, k):
+    g, _ = grads(p, np.full((64, 300), k, np.float32))      # a host batch, uploaded
+    return update(p, m, v, g * 0.5)
+  with cuda_fake_driver.installed() as fake:
+    state = tuple(ourjax.device_put(np.full((64, 300), k + 1, np.float32)) for k in range(3))
+    for k in range(6):
+      state = step(*state, k)
+    exes = [_called_executable(grads), _called_executable(update)]
+    before = [e._graph.updates for e in exes], fake.calls["cuGraphInstantiate"]
+    for k in range(12):
+      state = step(*state, k)
+    after = [e._graph.updates for e in exes], fake.calls["cuGraphInstantiate"]
+    if prefer:
+      assert after == before
+    else:
+      assert after[0] != before[0]
+    del state, exes

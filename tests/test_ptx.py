@@ -287,6 +287,77 @@ def test_allocate_many_and_let_go_keep_the_books():
   assert alloc.memory_stats()["bytes_cached"] == one[0].size
 
 
+def test_preferred_and_wanted_blocks():
+  """``allocate_many(prefer=)`` takes each preferred block that is free (before the others
+  take theirs), the rest as usual; requests without a preference keep off the blocks a kept
+  graph wants, taking a new block rather than a wanted one while the cache is small, and a
+  wanted one once it is not."""
+  dev = _FakeDevice()
+  alloc = dev.allocator
+  size = memory.block_size(4096)
+  blocks = alloc.allocate_many([size] * 4, [4096] * 4)
+  a, b, c, d = (x.ptr for x in blocks)
+  for x in blocks:                                  # freed in order: d is the most recent
+    x.free()
+  got = alloc.allocate_many([size] * 3, [4096] * 3, prefer=[0, a, 12345])
+  assert got[1].ptr == a                            # the free preferred block
+  assert {got[0].ptr, got[2].ptr} == {c, d}         # the others: most recently freed first
+  del got
+  alloc.want([b, c, d])
+  x = alloc.allocate(4096)
+  assert x.ptr == a                                 # the one no graph wants
+  y = alloc.allocate(4096)
+  assert y.ptr not in (a, b, c, d)                  # a new block rather than a wanted one
+  assert alloc.memory_stats()["num_allocs"] == 5
+  alloc.unwant([d])
+  w = alloc.allocate(4096)
+  assert w.ptr == d
+  dev.total_memory = 4 * size                       # the cache is large: a wanted block it is
+  z = alloc.allocate(4096)
+  assert z.ptr in (b, c)
+  alloc.unwant([b, c])
+  assert not alloc._wanted and alloc.memory_stats()["num_allocs"] == 5
+  del x, y, z, w
+
+
+def test_uploads_to_several_devices_run_at_once(monkeypatch):
+  """``Uploads``: each block is copied once to its device, in order per device; copies to
+  other devices run on other threads when they are large enough, on the calling thread when
+  not; a failed copy is raised by ``run``."""
+  import threading
+  from ourjax.backends.cuda import backend as cuda_backend
+  devs = [_FakeDevice(), _FakeDevice()]
+  seen = []
+  for k, dev in enumerate(devs):
+    def copy(dst, host, k=k):
+      seen.append((k, dst, host.nbytes, threading.get_ident()))
+    dev.copy_to_device = copy
+  big = cuda_backend.PARALLEL_UPLOAD_BYTES // 4
+  for n, parallel in ((big, True), (16, False)):
+    seen.clear()
+    up = cuda_backend.Uploads()
+    hosts = [[np.full(n, 10 * k + j, np.float32) for j in range(2)] for k in range(2)]
+    bufs = [[up.put(h, dev) for h in hs] for hs, dev in zip(hosts, devs)]
+    assert not seen                                 # nothing copied before run
+    up.run()
+    assert sorted(s[:3] for s in seen) == sorted((k, b.ptr, n * 4) for k in range(2)
+                                                 for b in bufs[k])
+    assert [s[1] for s in seen if s[0] == 1] == [b.ptr for b in bufs[1]]   # in order
+    me = threading.get_ident()
+    assert {s[3] for s in seen if s[0] == 0} == {me}
+    assert ({s[3] for s in seen if s[0] == 1} != {me}) == parallel
+    assert [b.shape for b in bufs[0]] == [(n,), (n,)]
+
+  def fail(dst, host):
+    raise RuntimeError("copy failed")
+  devs[1].copy_to_device = fail
+  up = cuda_backend.Uploads()
+  up.put(np.zeros(big, np.float32), devs[0])
+  up.put(np.zeros(big, np.float32), devs[1])
+  with pytest.raises(RuntimeError, match="copy failed"):
+    up.run()
+
+
 def test_no_gpu_means_cpu_default(monkeypatch):
   from ourjax.backends.cuda import driver
   if driver.available():

@@ -162,8 +162,10 @@ class Lanes:
       g = self._groups[axes] = [tuple(m[p] for p in sorted(m)) for m in groups.values()]
     return g
 
-  def put(self, lane, value):
-    """``value`` (host or device) as an Array on the lane's device."""
+  def put(self, lane, value, uploads=None):
+    """``value`` (host or device) as an Array on the lane's device.  ``uploads``: a GPU
+    call's ``Uploads``, which copies host data to the devices at once when it runs (before
+    the call launches anything)."""
     if not isinstance(value, Array):
       value = Array(value)
     if self.platform == "cpu":
@@ -171,8 +173,19 @@ class Lanes:
     buf = value._device_buf
     if buf is not None and type(value) is Array and buf.device.ordinal == self._ordinals[lane]:
       return value
+    if uploads is not None and buf is None and type(value) is Array:
+      from ourjax.backends.cuda import driver
+      return Array._from_device(uploads.put(value._value, driver.get_device(
+          self._ordinals[lane])), value.aval)
     from ourjax.backends import put_on
     return put_on(value, self.devices[lane])
+
+  def uploads(self):
+    """A new ``Uploads`` for a call's host arguments (None on CPU devices)."""
+    if self.platform == "cpu":
+      return None
+    from ourjax.backends.cuda.backend import Uploads
+    return Uploads()
 
 
 class ProcessLanes(Lanes):
@@ -722,12 +735,15 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
       fast = None
       lanes, axes, in_keys = plan[1], plan[4], plan[6]
       cols = []
+      uploads = lanes.uploads()
       for x, a, lkey in zip(leaves, axes, in_keys):
         if a is None:
-          cols.append([lanes.put(k, x) for k in range(len(lanes))])
+          cols.append([lanes.put(k, x, uploads) for k in range(len(lanes))])
         else:
           vals = x._lanes(lkey) if type(x) is ShardedArray else None
-          cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes))
+          cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes, uploads))
+      if uploads is not None:
+        uploads.run()
     program, lanes, out_tree, outs_how, axes, donation, in_keys = plan
     outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
     results = []
@@ -835,6 +851,7 @@ def _fast_columns(fast, leaves, devs, dist):
   lanes, axes, in_keys = plan[1], plan[4], plan[6]
   get_aval = core.get_aval
   cols = []
+  uploads = lanes.uploads()
   for x, aval, a, lkey in zip(leaves, want, axes, in_keys):
     t = type(x)
     if t is ShardedArray:
@@ -852,9 +869,11 @@ def _fast_columns(fast, leaves, devs, dist):
     else:
       return None
     if a is None:
-      cols.append([lanes.put(k, x) for k in range(len(lanes))])
+      cols.append([lanes.put(k, x, uploads) for k in range(len(lanes))])
     else:
-      cols.append(_pmap_blocks(x, a, lanes))
+      cols.append(_pmap_blocks(x, a, lanes, uploads))
+  if uploads is not None:
+    uploads.run()
   return cols
 
 
@@ -917,8 +936,9 @@ def _one_index_per_lane(sh, shape, axis, lanes) -> bool:
   return hit
 
 
-def _pmap_blocks(x, axis, lanes: Lanes):
-  """Per lane, index ``axis`` of ``x`` (the lane's slice, without that axis)."""
+def _pmap_blocks(x, axis, lanes: Lanes, uploads=None):
+  """Per lane, index ``axis`` of ``x`` (the lane's slice, without that axis; host data is
+  copied to GPUs through ``uploads`` when given, see ``Lanes.put``)."""
   aval = core.get_aval(x)
   bshape = aval.shape[:axis] + aval.shape[axis + 1:]
   if isinstance(x, ShardedArray) and _one_index_per_lane(x._sharding, aval.shape, axis, lanes):
@@ -930,6 +950,6 @@ def _pmap_blocks(x, axis, lanes: Lanes):
   # host copy first; a CPU lane's block is its own copy)
   copy = np.array if lanes.platform == "cpu" else np.asarray
   baval = _reshaped_aval(aval, bshape)
-  return [lanes.put(k, Array._from_result(copy(host[k], order="C"), baval))
+  return [lanes.put(k, Array._from_result(copy(host[k], order="C"), baval), uploads)
           for k in range(len(lanes))]
 

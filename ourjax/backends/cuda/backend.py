@@ -21,7 +21,9 @@ A call's Python work is small and fixed: the *slot table* of buffer addresses, o
 computes every kernel's parameters from it, and the launches.  A program without host-driven
 control flow and with at least ``GRAPH_MIN_LAUNCHES`` kernels is replayed as a CUDA graph from
 its second call on (one ``cuGraphLaunch`` per call; nodes are updated only where buffer
-addresses changed, see ``program._GraphReplay``); ``OURJAX_CUDA_GRAPHS=0`` launches kernel by kernel.
+addresses changed, see ``program._GraphReplay``, and a call's outputs are allocated at the
+addresses of a kept graph where those blocks are free, so that a loop that feeds its results
+back updates nothing); ``OURJAX_CUDA_GRAPHS=0`` launches kernel by kernel.
 A *timed* call (``timed_call``: ``profile()``, ``ourjax.profiler`` via ``cuda/profiling.py``)
 launches kernel by kernel, each launch between two timing events, and times the host round
 trips of ``while``/``conditional`` on the host.
@@ -44,6 +46,7 @@ import numpy as np
 
 from ourjax import _phases
 from ourjax.backends.cuda import codegen, driver, memory
+from ourjax.backends.cuda import program as launch_program
 from ourjax.backends.cuda.planning import _cpu_planning, _plan
 from ourjax.backends.cuda.program import (GRAPH_AFTER_CALLS, _addr, _GraphReplay, _iterations,
                                           _ParamBlock, _resolve, graph_unsuitable,
@@ -170,6 +173,64 @@ class DeviceBuffer:
 
   def __repr__(self):
     return f"<DeviceBuffer {hlo.dtype_name(self.dtype)}{list(self.shape)} on gpu:{self.device.ordinal}>"
+
+
+PARALLEL_UPLOAD_BYTES = 256 << 10
+"""The fewest bytes ``Uploads`` hands to other threads: a copy from pageable host memory keeps
+its thread busy while the driver stages it (about 20 GB/s), and handing work to a thread costs
+tens of microseconds, so copies to other GPUs run at once only when they are larger than that."""
+
+_upload_pool = None
+_upload_pool_lock = threading.Lock()
+
+
+def _pool():
+  global _upload_pool
+  if _upload_pool is None:
+    with _upload_pool_lock:
+      if _upload_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _upload_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ourjax-upload")
+  return _upload_pool
+
+
+class Uploads:
+  """The host-to-device copies of one call's host arguments to several GPUs (a pmap'd batch,
+  one block per device), run at once: each GPU's copies on a thread of its own (the driver
+  releases the GIL while it stages pageable memory), the first GPU's on the calling thread.
+  ``put`` allocates a block and returns its ``DeviceBuffer`` at once; ``run`` makes the copies
+  and returns when every one is enqueued on its device's stream, before anything that reads
+  them is launched (so stream order holds)."""
+
+  def __init__(self):
+    self._jobs: dict = {}               # device -> [(address, host array)]
+
+  def put(self, host, dev) -> DeviceBuffer:
+    host = np.ascontiguousarray(host)
+    alloc = dev.allocator.allocate(host.nbytes)
+    self._jobs.setdefault(dev, []).append((alloc.ptr, host))
+    return DeviceBuffer(dev, alloc, host.shape, host.dtype)
+
+  @staticmethod
+  def _copy(dev, jobs):
+    for ptr, host in jobs:
+      dev.copy_to_device(ptr, host)
+
+  def run(self) -> None:
+    groups, self._jobs = list(self._jobs.items()), {}
+    if not groups:
+      return
+    rest = sum(h.nbytes for _, jobs in groups[1:] for _, h in jobs)
+    if len(groups) == 1 or rest < PARALLEL_UPLOAD_BYTES:
+      for dev, jobs in groups:
+        self._copy(dev, jobs)
+      return
+    futures = [_pool().submit(self._copy, dev, jobs) for dev, jobs in groups[1:]]
+    try:
+      self._copy(*groups[0])
+    finally:
+      for f in futures:
+        f.result()
 
 
 def device_put(value, ordinal: int = 0) -> DeviceBuffer:
@@ -336,6 +397,10 @@ class CudaExecutable:
     # the outputs' and the arena's requests and block sizes, allocated in one go per call
     self._requests = [m[0] for m in self._out_meta] + ([arena_bytes] if arena_bytes else [])
     self._blocks = [memory.block_size(n) for n in self._requests]
+    # where those blocks' addresses are in the slot table (a graph's preferred addresses)
+    n = len(param_specs)
+    self._prefer_at = np.array(list(range(n, n + len(out_specs))) +
+                               ([nslots - 1] if arena_bytes else []), np.int64)
     self.graph_reason = ""
     self._graph = None
     self._dev = None
@@ -478,7 +543,11 @@ class CudaExecutable:
       outs = [donated.get(j) or alloc(m[0]) for j, m in enumerate(self._out_meta)]
       arena = alloc(self.arena_bytes) if self.arena_bytes else None
     else:
-      outs = dev.allocator.allocate_many(self._blocks, self._requests)
+      g = self._graph
+      prefer = None if g is None or g._held is None else g.preferred(slots, n)
+      if prefer is not None:
+        prefer = prefer[self._prefer_at].tolist()
+      outs = dev.allocator.allocate_many(self._blocks, self._requests, prefer)
       arena = outs.pop() if self.arena_bytes else None
     for j, a in enumerate(outs):
       slots[n + j] = a.ptr
@@ -514,7 +583,9 @@ class CudaExecutable:
           self._plain_calls += 1
           return False
         self._params.fill(slots)
-        g = self._graph = _GraphReplay(dev, self._module_handle, self._ops, self._params, slots)
+        g = self._graph = _GraphReplay(dev, self._module_handle, self._ops, self._params, slots,
+                                       self._prefer_at if launch_program.KEEP_GRAPH_ADDRESSES
+                                       else None)
         log.debug("cuda: %s replays a CUDA graph of %d nodes", self.module.name,
                   len(g.graph.nodes))
       g.replay(slots, self._params)

@@ -7,6 +7,16 @@ kept in free lists by *size class* and handed out again:
 * larger ones round up to a sixteenth of the next power of two (at most 6.25% waste beyond
   the 1/16 step), so a recurring size hits the same class.
 
+A free list hands out its most recently freed block, or a block the caller prefers when that
+one is free: ``allocate_many(..., prefer=)`` lets an executable ask for the addresses of one of
+its earlier calls, so that a step that alternates between two sets of buffers (a training
+loop's parameters in, new parameters out) sees the same addresses every other call and its CUDA
+graph is launched as it is, without updating nodes (``program._GraphReplay``).  The addresses
+that kept graphs hold are *wanted* (``want``/``unwant``): other requests take free blocks no
+graph wants, and a new block from the driver rather than a wanted one while the cache holds
+less than ``WANTED_CACHE_FRACTION`` of the device's memory (beyond that, memory comes first and
+the graph that wanted the block updates its nodes).
+
 A block is owned by an ``Allocation``; when the allocation is garbage-collected (or ``free()``
 is called) the block goes back to its free list: it is queued (a deque append, no lock: a
 training step's hundred outputs die at once) and the queue is moved into the free lists, with
@@ -34,6 +44,7 @@ from ourjax.errors import DeviceError, DeviceOutOfMemoryError, format_bytes
 __all__ = ["DeviceAllocator", "Allocation", "size_class"]
 
 SMALL_LIMIT = 1 << 20
+WANTED_CACHE_FRACTION = 0.25
 SMALL_STEP = 512
 
 _shutting_down = False
@@ -94,7 +105,7 @@ class DeviceAllocator:
   def __init__(self, device):
     self.device = device
     self._lock = threading.RLock()   # re-entrant: a finaliser may run while it is held
-    self._free: dict[int, list[int]] = {}
+    self._free: dict[int, dict[int, None]] = {}   # size -> its free blocks, in freeing order
     self._returned = collections.deque()   # (ptr, size, nbytes) of blocks let go of
     self.bytes_in_use = 0          # sizes of blocks handed out
     self.requested_in_use = 0      # bytes asked for by those
@@ -104,6 +115,41 @@ class DeviceAllocator:
     self.num_requests = 0
     self.num_cache_hits = 0
     self.largest_alloc_size = 0
+    self._wanted: dict[int, int] = {}     # address -> how many kept graphs hold it
+
+  def want(self, ptrs) -> None:
+    """Mark ``ptrs`` as held by a kept graph (see the module docstring)."""
+    w = self._wanted
+    with self._lock:
+      for p in ptrs:
+        w[p] = w.get(p, 0) + 1
+
+  def unwant(self, ptrs) -> None:
+    w = self._wanted
+    with self._lock:
+      for p in ptrs:
+        c = w.get(p, 0)
+        if c > 1:
+          w[p] = c - 1
+        else:
+          w.pop(p, None)
+
+  def _take(self, lst: dict, size: int, nbytes: int) -> int:
+    """A block of ``size`` for a request with no preference: the most recently freed block
+    no kept graph wants; else a new one (or, past ``WANTED_CACHE_FRACTION``, a wanted one).
+    0 when the caller is to allocate from the driver."""
+    wanted = self._wanted
+    if not lst:
+      return 0
+    if wanted:
+      for p in reversed(lst):
+        if p not in wanted:
+          del lst[p]
+          return p
+      if self.bytes_cached + self.bytes_in_use < WANTED_CACHE_FRACTION * \
+          self.device.total_memory:
+        return 0
+    return lst.popitem()[0]
 
   def allocate(self, nbytes: int) -> Allocation:
     """A block of at least ``nbytes`` (stream-ordered: usable by work enqueued from now on).
@@ -115,9 +161,8 @@ class DeviceAllocator:
       if self._returned:
         self._drain_locked()
       self.num_requests += 1
-      lst = self._free.get(size)
-      if lst:
-        ptr = lst.pop()
+      ptr = self._take(self._free.get(size), size, nbytes)
+      if ptr:
         self.bytes_cached -= size
         self.num_cache_hits += 1
       else:
@@ -130,27 +175,38 @@ class DeviceAllocator:
         self.largest_alloc_size = nbytes
     return Allocation(self, ptr, nbytes, size)
 
-  def allocate_many(self, sizes: list, nbytes: list) -> list:
+  def allocate_many(self, sizes: list, nbytes: list, prefer=None) -> list:
     """``allocate`` of each of ``nbytes`` (``sizes``: their size classes, ``block_size``),
-    under one acquisition of the lock (a call's outputs: a training step has a hundred)."""
+    under one acquisition of the lock (a call's outputs: a training step has a hundred).
+    ``prefer``: per request, the address it would rather have (0: none), taken where that
+    block is free; the others get their lists' most recently freed blocks."""
     new = object.__new__
-    out = []
+    out = [None] * len(sizes)
     with self._lock:
       if self._returned:
         self._drain_locked()
       free = self._free
       hits = cached = 0
-      for size, n in zip(sizes, nbytes):
-        lst = free.get(size)
-        if lst:
-          ptr = lst.pop()
-          cached += size
-          hits += 1
-        else:
-          ptr = self._driver_alloc(size, n)
+      if prefer is not None:        # first the preferred blocks, before others take them
+        for i, (size, p) in enumerate(zip(sizes, prefer)):
+          lst = free.get(size)
+          if lst and p in lst:
+            del lst[p]
+            out[i] = p
+            cached += size
+            hits += 1
+      for i, (size, n) in enumerate(zip(sizes, nbytes)):
+        ptr = out[i]
+        if ptr is None:
+          ptr = self._take(free.get(size), size, n)
+          if ptr:
+            cached += size
+            hits += 1
+          else:
+            ptr = self._driver_alloc(size, n)
         a = new(Allocation)
         a.ptr, a.nbytes, a.size, a._allocator = ptr, n, size, self
-        out.append(a)
+        out[i] = a
       self.num_requests += len(out)
       self.num_cache_hits += hits
       self.bytes_cached -= cached
@@ -199,8 +255,8 @@ class DeviceAllocator:
       requested += nbytes
       lst = free.get(size)
       if lst is None:
-        free[size] = lst = []
-      lst.append(ptr)
+        free[size] = lst = {}
+      lst[ptr] = None
     self.bytes_in_use -= in_use
     self.requested_in_use -= requested
     self.bytes_cached += in_use

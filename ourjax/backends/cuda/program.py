@@ -123,6 +123,13 @@ A loop ``y = f(x)`` gets its outputs in two alternating blocks (the previous res
 while the next one is allocated), so two instances replay such a loop without updating a node."""
 
 
+KEEP_GRAPH_ADDRESSES = True
+"""Whether a call's outputs and arena are allocated at the addresses of a kept graph instance
+(``_GraphReplay.preferred``) and other requests keep off those blocks (``memory``'s wanted
+addresses).  Off, allocation ignores graphs (tests that compare replays with plain launches
+address for address turn it off)."""
+
+
 def graphs_enabled() -> bool:
   """False when ``OURJAX_CUDA_GRAPHS`` is 0/false/no/off (read when an executable is loaded)."""
   return env_switch("OURJAX_CUDA_GRAPHS")
@@ -214,9 +221,15 @@ class _GraphReplay:
   that instance as it is; otherwise the least recently used instance is updated first, only in
   the nodes that read a slot whose address changed (``cuGraphExecKernelNodeSetParams`` /
   ``cuGraphExecMemcpyNodeSetParams``).  A node's parameters are a function of the slot table
-  alone, so equal tables mean equal launches."""
+  alone, so equal tables mean equal launches.  ``preferred`` gives the call's allocations the
+  addresses of the instance that matches its parameters, so that a loop whose buffers
+  alternate between two sets updates nothing."""
 
-  def __init__(self, dev, module, ops, params: _ParamBlock, slots):
+  def __init__(self, dev, module, ops, params: _ParamBlock, slots, held=None):
+    # held: where the call's own blocks (outputs, arena) are in a slot table; the addresses
+    # there of every kept instance are marked wanted in the device's allocator
+    self._allocator = dev.allocator if held is not None else None
+    self._held = held
     graph = dev.new_graph(keep=module)
     users = [set() for _ in range(len(slots))]
     self._copies = {}                # node -> (dst spec, src spec)
@@ -239,6 +252,21 @@ class _GraphReplay:
     self._by_key: dict = {}
     self.updates = 0                   # nodes updated so far (for tests and profiling)
 
+  def preferred(self, slots, n: int):
+    """The slot table to allocate the call's outputs and arena at (where those blocks are
+    free): that of the least recently used kept instance whose ``n`` parameter addresses equal
+    ``slots``'s (the least recently used: its outputs are the likeliest to have been let go
+    of), else of the least recently used instance (the one a miss updates); None while none
+    is kept."""
+    lru = self._lru
+    if not lru:
+      return None
+    head = slots[:n].tobytes()
+    for inst in lru:
+      if inst[1][:n].tobytes() == head:
+        return inst[1]
+    return lru[0][1]
+
   def replay(self, slots, params: _ParamBlock) -> None:
     key = slots.tobytes()
     inst = self._by_key.get(key)
@@ -257,6 +285,7 @@ class _GraphReplay:
     else:
       inst = self._lru.pop(0)
       del self._by_key[inst[2]]
+      self._hold(inst[1], False)
     changed = np.flatnonzero(inst[1] != slots)
     if len(changed):
       params.fill(slots)
@@ -270,9 +299,23 @@ class _GraphReplay:
           exe.set_copy(n, _addr(slots, c[0]), _addr(slots, c[1]))
       self.updates += len(nodes)
     inst[1], inst[2] = slots, key
+    self._hold(slots, True)
     self._lru.append(inst)
     self._by_key[key] = inst
     return inst
+
+  def _hold(self, slots, on: bool) -> None:
+    a = self._allocator
+    if a is not None:
+      ptrs = slots[self._held].tolist()
+      a.want(ptrs) if on else a.unwant(ptrs)
+
+  def __del__(self):
+    try:
+      for inst in self._lru:
+        self._hold(inst[1], False)
+    except Exception:   # pragma: no cover - never raise from a finaliser
+      pass
 
 
 def _renamed(program, swap):
