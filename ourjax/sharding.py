@@ -448,8 +448,10 @@ Array.addressable_shards = property(_base_shards)
 Array.global_shards = property(_base_shards)
 
 
-def shard_value(value: Array, sharding: Sharding) -> Array:
-  """``value`` laid out by ``sharding``: one block per device, put there."""
+def shard_value(value: Array, sharding: Sharding, uploads=None) -> Array:
+  """``value`` laid out by ``sharding``: one block per device, put there (host blocks for GPUs
+  through ``uploads``, a call's ``backends.cuda.backend.Uploads``, when given: copied when it
+  runs)."""
   from ourjax import backends
   devs = sharding._device_list
   if isinstance(sharding, SingleDeviceSharding) or len(devs) == 1:
@@ -459,8 +461,13 @@ def shard_value(value: Array, sharding: Sharding) -> Array:
   host = value._value
   shards = []
   for d, (idx, _) in zip(devs, sharding._blocks(host.shape)):
-    block = Array._from_result(np.array(host[idx], order="C"),
-                               value.aval.update(shape=host[idx].shape))
+    part = host[idx]
+    aval = value.aval.update(shape=part.shape)
+    if uploads is not None and d.platform == "gpu":
+      from ourjax.backends.cuda import driver
+      shards.append(Array._from_device(uploads.put(part, driver.get_device(d.id)), aval))
+      continue
+    block = Array._from_result(np.array(part, order="C"), aval)
     shards.append(backends.put_on(block, d) if d.platform == "gpu" else block)
   return ShardedArray._from_shards(shards, sharding, value.aval)
 

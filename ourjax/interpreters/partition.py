@@ -557,8 +557,7 @@ class _Sharded:
   def __call__(self, leaves):
     from ourjax.interpreters import spmd
     lanes = self.lanes
-    per_arg = [spmd._blocks_of(x, sh, lanes) for x, sh in zip(leaves, self.in_shardings)]
-    outs = self.program.run(lanes, [[b[k] for b in per_arg] for k in range(len(lanes))])
+    outs = self.program.run(lanes, spmd.blocks_of_all(leaves, self.in_shardings, lanes))
     return [spmd._assemble([outs[k][j] for k in range(len(lanes))], sh, aval)
             for j, (sh, aval) in enumerate(zip(self.out_shardings, self.out_avals))]
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from ourjax import core
 from ourjax._pytree import tree_flatten, tree_unflatten
-from ourjax.interpreters.spmd import (Lanes, Program, _assemble, _backend_of, _blocks_of,
-                                      _trace_per_device)
+from ourjax.interpreters.spmd import (Lanes, Program, _assemble, _backend_of, _trace_per_device,
+                                      blocks_of_all)
 
 
 def _spec_leaves(specs, values, what):
@@ -57,8 +57,7 @@ def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=froz
     if entry is None:
       entry = cache[key] = _shard_map_entry(f, m, tree, avals, specs, out_specs)
     program, lanes, in_shardings, out_tree, outs_how = entry
-    per_arg = [_blocks_of(x, sh, lanes) for x, sh in zip(leaves, in_shardings)]
-    outs = program.run(lanes, [[blocks[k] for blocks in per_arg] for k in range(len(lanes))])
+    outs = program.run(lanes, blocks_of_all(leaves, in_shardings, lanes))
     return tree_unflatten(out_tree, [
         _assemble([outs[k][j] for k in range(len(lanes))], sh, gaval)
         for j, (sh, gaval) in enumerate(outs_how)])

@@ -594,14 +594,24 @@ def _reshaped(x: Array, shape) -> Array:
   return Array._from_result(x._value.reshape(shape), aval)
 
 
-def _blocks_of(value, sharding, lanes: Lanes):
+def _blocks_of(value, sharding, lanes: Lanes, uploads=None):
   """Per lane, its block of the global ``value`` under ``sharding`` (a NamedSharding over the
   lanes' devices; ``sharding.shard_value`` lays it out, reusing the shards of a value already
-  laid out so)."""
+  laid out so; host blocks for GPUs go through ``uploads`` when given, see ``Lanes.put``)."""
   from ourjax.sharding import ShardedArray, shard_value
-  v = shard_value(value if isinstance(value, Array) else Array(value), sharding)
+  v = shard_value(value if isinstance(value, Array) else Array(value), sharding, uploads)
   shards = v._shards if isinstance(v, ShardedArray) else [v]
-  return [lanes.put(k, s) for k, s in enumerate(shards)]
+  return [lanes.put(k, s, uploads) for k, s in enumerate(shards)]
+
+
+def blocks_of_all(values, shardings, lanes: Lanes) -> list:
+  """Per lane, the list of its blocks of ``values`` (``_blocks_of`` of each), the host data
+  of all of them copied to the GPUs at once (``Lanes.uploads``)."""
+  uploads = lanes.uploads()
+  per_arg = [_blocks_of(x, sh, lanes, uploads) for x, sh in zip(values, shardings)]
+  if uploads is not None:
+    uploads.run()
+  return [[b[k] for b in per_arg] for k in range(len(lanes))]
 
 
 def _assemble(per_lane, sharding, global_aval):
