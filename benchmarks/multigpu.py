@@ -11,7 +11,8 @@ training throughput.
    against NumPy first.
 2. **Data-parallel transformer step** (``examples/data_parallel.py``; weak scaling: the same
    batch per device) on 1, 2, 4, ... devices; throughput and scaling efficiency
-   ``thr(n) / (n * thr(1))``, and the loss checked against the one-device run.
+   ``thr(n) / (n * thr(1))``, and the loss checked against the one-device run.  Every
+   (library, device count) is timed in each of ``--rounds`` rounds, in turn.
 
 Each library's calls alternate; medians.  JAX is told not to preallocate GPU memory.
 """
@@ -32,18 +33,6 @@ import data_parallel as dp  # noqa: E402
 
 def _block(tree, lib):
   lib.block_until_ready(tree)
-
-
-def _median_time(fn, lib, repeat, min_time=0.3):
-  times = []
-  t_end = time.perf_counter() + min_time
-  while len(times) < repeat or time.perf_counter() < t_end:
-    t0 = time.perf_counter()
-    _block(fn(), lib)
-    times.append(time.perf_counter() - t0)
-    if len(times) > 200:
-      break
-  return statistics.median(times)
 
 
 def collectives(libs, n, sizes_mb, repeat):
@@ -99,11 +88,15 @@ def _on_devices(lib, x, n):
   return ident(x)
 
 
-def data_parallel(libs, counts, per_device, steps):
-  rows = []
+def data_parallel(libs, counts, per_device, steps, rounds=7):
+  """Every (library, device count) set up first, then ``rounds`` rounds timing a batch of
+  ``steps`` steps of each in turn (the order reversed every other round), so that slow and
+  fast periods of the machine fall on all of them alike; each figure is the median over the
+  rounds of a batch's median step (each step waited for)."""
+  setups = {}
+  rows = {n: {"devices": n} for n in counts}
+  losses = {n: {} for n in counts}
   for n in counts:
-    row = {"devices": n}
-    losses = {}
     for lname, lib in libs.items():
       devs = lib.devices()[:n]
       plain = dp.make_step(lib)
@@ -114,31 +107,48 @@ def data_parallel(libs, counts, per_device, steps):
       t0 = time.perf_counter()
       params, opt, loss = step(params, opt, x, labels)
       _block(loss, lib)
-      row[f"{lname}_compile_s"] = time.perf_counter() - t0
-      losses[lname] = float(np.asarray(loss)[0])
+      rows[n][f"{lname}_compile_s"] = time.perf_counter() - t0
+      losses[n][lname] = float(np.asarray(loss)[0])
       # the mean of the devices' losses is the loss of the whole batch on one device
       p0, _ = dp.init(0)
       whole = float(lib.jit(plain.loss)(p0, x.reshape((-1,) + x.shape[2:]),
                                         labels.reshape((-1,) + labels.shape[2:])))
-      assert abs(losses[lname] - whole) < 1e-3 * max(1.0, abs(whole)), (n, lname, losses, whole)
+      assert abs(losses[n][lname] - whole) < 1e-3 * max(1.0, abs(whole)), (n, lname, losses,
+                                                                           whole)
       state = [params, opt]
 
-      def one():
+      def one(step=step, state=state, x=x, labels=labels):
         p, o, l_ = step(state[0], state[1], x, labels)
         state[0], state[1] = p, o
         return l_
-      row[f"{lname}_step_ms"] = _median_time(one, lib, steps) * 1e3
-      row[f"{lname}_tokens_per_s"] = n * per_device * dp.CFG["seq"] / row[f"{lname}_step_ms"] * 1e3
-    row["loss"] = losses
-    rows.append(row)
-  base = rows[0]
-  for r in rows:
+      for _ in range(3):
+        _block(one(), lib)
+      setups[(n, lname)] = (one, lib)
+  times = {k: [] for k in setups}
+  order = list(setups)
+  for r in range(rounds):
+    for k in (order if r % 2 == 0 else order[::-1]):
+      one, lib = setups[k]
+      batch = []
+      for _ in range(steps):
+        t0 = time.perf_counter()
+        _block(one(), lib)
+        batch.append(time.perf_counter() - t0)
+      times[k].append(statistics.median(batch))
+  for (n, lname), v in times.items():
+    row = rows[n]
+    row[f"{lname}_step_ms"] = statistics.median(v) * 1e3
+    row[f"{lname}_tokens_per_s"] = n * per_device * dp.CFG["seq"] / row[f"{lname}_step_ms"] * 1e3
+  out = [rows[n] for n in counts]
+  base = out[0]
+  for r in out:
+    r["loss"] = losses[r["devices"]]
     for lname in libs:
       r[f"{lname}_efficiency"] = (r[f"{lname}_tokens_per_s"] /
                                   (r["devices"] / base["devices"] * base[f"{lname}_tokens_per_s"]))
     print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                     for k, v in r.items()), flush=True)
-  return rows
+  return out
 
 
 def main(argv=None):
@@ -147,7 +157,9 @@ def main(argv=None):
   ap.add_argument("--sizes-mb", default="1,16,256,1024")
   ap.add_argument("--dp-devices", default="")
   ap.add_argument("--per-device-batch", type=int, default=16)
-  ap.add_argument("--repeat", type=int, default=10)
+  ap.add_argument("--repeat", type=int, default=10,
+                  help="collectives: timed calls; data-parallel: steps in a round's batch")
+  ap.add_argument("--rounds", type=int, default=7, help="data-parallel timing rounds")
   ap.add_argument("--no-jax", action="store_true")
   ap.add_argument("--skip-collectives", action="store_true")
   a = ap.parse_args(argv)
@@ -165,7 +177,7 @@ def main(argv=None):
     collectives(libs, n, [float(s) for s in a.sizes_mb.split(",")], a.repeat)
   counts = [int(c) for c in a.dp_devices.split(",")] if a.dp_devices else \
       [c for c in (1, 2, 4, 8) if c <= n]
-  data_parallel(libs, counts, a.per_device_batch, a.repeat)
+  data_parallel(libs, counts, a.per_device_batch, a.repeat, a.rounds)
 
 
 if __name__ == "__main__":
