@@ -75,6 +75,32 @@ def test_cumulative_matches_numpy(sa, name, dtype, reverse, seed):
     np.testing.assert_allclose(_np(out).astype(np.float64), want, rtol=tol, atol=tol * 4)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 3), st.sampled_from(sorted(_UFUNC)),
+       st.sampled_from(["float32", "int32", "bfloat16"]), st.booleans(), st.booleans(),
+       st.integers(0, 2**31))
+def test_long_axes_compiled_match_numpy(n, other, name, dtype, reverse, leading, seed):
+  """Compiled, axes longer than ``cumulative.DIRECT_MAX`` are scanned by blocks (recursively
+  past ``BLOCK * DIRECT_MAX``), padded where the length is not a multiple of the block."""
+  dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+  if name == "cumlogsumexp" and not dtypes.is_float(dt):
+    return
+  shape, axis = ((n, other), 0) if leading else ((other, n), 1)
+  x = _rand(np.random.default_rng(seed), shape, dt, name)
+  if name == "cumprod" and dtypes.is_float(dt):
+    x = (np.abs(x.astype(np.float32)) ** 0.02 * np.sign(x.astype(np.float32))).astype(dt)
+  out = ourjax.jit(lambda v: getattr(lax, name)(v, axis=axis, reverse=reverse))(x)
+  want = _reference(name, x, axis, reverse)
+  if not dtypes.is_float(dt):
+    np.testing.assert_array_equal(_np(out), want.astype(dt))
+  else:
+    tol = {"float32": 2e-5, "bfloat16": 4e-2}[dtype]
+    scale = np.maximum.accumulate(np.abs(want), axis=axis) if name == "cumsum" else \
+        np.abs(want)
+    np.testing.assert_array_less(np.abs(_np(out).astype(np.float64) - want),
+                                 tol * (scale + 4) * np.sqrt(n))
+
+
 def test_cumulative_nans_and_errors():
   x = np.array([1.0, np.nan, 3.0, 0.5], np.float32)
   np.testing.assert_array_equal(_np(lax.cummax(x)), [1, np.nan, np.nan, np.nan])
