@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+import ourjax
 from ourjax.backends import reference
 from ourjax.backends.cpu import backend as cpu
 from ourjax.backends.cpu import threads
@@ -169,3 +170,18 @@ def test_library_source_digest_read_once(tmp_path):
   assert disk_cache.source_digest(str(a), str(b)) == want
   a.unlink()
   assert disk_cache.source_digest(str(a), str(b)) == want
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3", "7"])
+@pytest.mark.parametrize("shape,axis", [((1024, 1024), 0), ((3, 700, 130), 1), ((2, 50, 129), 1),
+                                        ((7, 300, 257), 1)])
+def test_column_sums_bit_exact_across_thread_splits(monkeypatch, tmp_path, threads, shape,
+                                                    axis):
+  """A column reduction's threads take spans of columns (of one leading index or across two)
+  and add the rows in order: float32 sums equal NumPy's, which adds rows in order too, bit for
+  bit, however the spans fall."""
+  monkeypatch.setenv("OURJAX_CPU_THREADS", threads)
+  monkeypatch.setenv("OURJAX_CACHE_DIR", str(tmp_path))
+  x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+  got = ourjax.jit(lambda a: ourjax.numpy.sum(a, axis=axis), backend="cpu")(x)
+  np.testing.assert_array_equal(np.asarray(got), np.sum(x, axis=axis))

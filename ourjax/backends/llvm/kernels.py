@@ -497,16 +497,27 @@ class ColumnReduceKernel(Kernel):
     src = r.operands[0]
     out = ptr(self.out)
     init = em.scalar(r.operands[1])
-    # partition over pre x post-chunks
+    # threads share pre x post-chunks; a thread's units of one `pre` index are one span of
+    # columns, accumulated row after row (a chunk at a time, each walk down the rows read a
+    # cache line or four of every row: with rows of 4 KiB, a page a row; a 1024 x 1024 f32
+    # column sum took 154 us on one core, twice XLA's)
     chunks = max(1, min(npost // 64, 64)) if npost >= 128 else 1
     csize = -(-npost // chunks)
     lo, hi = partition(b, total_pre * chunks, tid, nthreads)
-    with ForLoop(b, lo, hi, "t") as t:
-      p = b.udiv(t.index, i64(chunks))
-      c = b.urem(t.index, i64(chunks))
-      jlo = b.mul(c, i64(csize))
-      jhi = b.add(jlo, i64(csize))
-      jhi = b.select(b.icmp_signed(">", jhi, i64(npost)), i64(npost), jhi)
+    empty = b.icmp_signed(">=", lo, hi)
+    plo = b.udiv(lo, i64(chunks))
+    plast = b.select(empty, plo, b.udiv(b.sub(hi, i64(1)), i64(chunks)))
+    phi = b.select(empty, plo, b.add(plast, i64(1)))
+
+    def upto(x, n):
+      return b.select(b.icmp_signed(">", x, i64(n)), i64(n), x)
+    with ForLoop(b, plo, phi, "t") as t:
+      p = t.index
+      first = b.mul(b.urem(lo, i64(chunks)), i64(csize))
+      last = upto(b.mul(b.add(b.urem(b.sub(hi, i64(1)), i64(chunks)), i64(1)), i64(csize)),
+                  npost)
+      jlo = b.select(b.icmp_signed("==", p, plo), first, i64(0))
+      jhi = b.select(b.icmp_signed("==", p, plast), last, i64(npost))
       obase = b.mul(p, i64(npost))
       with ForLoop(b, jlo, jhi, "j") as j:
         E.store_element(b, init, out, b.add(obase, j.index), dt)
