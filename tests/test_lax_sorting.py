@@ -248,6 +248,33 @@ def test_top_k(sd, dtype, data):
   np.testing.assert_array_equal(_np(idxs), want_i)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 300), st.integers(1, 3), st.booleans(),
+       st.sampled_from(["float32", "int32", "bfloat16", "bool"]),
+       st.sampled_from(["random", "ascending", "descending", "ties"]), st.data())
+def test_top_k_compiled_selects(n, rows, leading, dtype, order, data):
+  """Compiled, a small k selects (the CPU's sort with ``top_k``: one comparison an element
+  for most, an insertion for the others): the same values and indices as the reference, for
+  rows in any order, with ties (lower index first) and special values."""
+  k = data.draw(st.integers(1, min(n, 4 * max(1, int(np.log2(n))))))
+  dt = _dtype(dtype)
+  x = _rand(np.random.default_rng(data.draw(st.integers(0, 2**31))), (rows, n), dt,
+            special=True)
+  if order == "ascending":
+    x = np.sort(x, axis=1)
+  elif order == "descending":
+    x = np.sort(x, axis=1)[:, ::-1].copy()
+  elif order == "ties":
+    x = (x.astype(np.float32) > 0).astype(dt)
+  axis = 1
+  if leading:
+    x, axis = np.ascontiguousarray(x.T), 0
+  vals, idxs = ourjax.jit(lambda a: lax.top_k(a.T if leading else a, k))(x)
+  want_v, want_i = _top_k_reference(x.T if leading else x, k, 1)
+  _assert_same(vals, want_v)
+  np.testing.assert_array_equal(_np(idxs), want_i)
+
+
 def test_top_k_docs_example_and_errors():
   vals, idxs = lax.top_k(np.array([9.0, 3.0, 6.0, 4.0, 10.0], np.float32), 3)
   np.testing.assert_array_equal(_np(vals), [10, 9, 6])

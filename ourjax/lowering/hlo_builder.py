@@ -241,10 +241,15 @@ class Builder:
         "scatter_indices_batching_dims": tuple(scatter_indices_batching_dims),
         "index_vector_dim": indices.shape.rank - 1, "mode": mode, "to_apply": to_apply})
 
-  def sort(self, operands, dimension: int, comparator: Computation, is_stable: bool = True):
+  def sort(self, operands, dimension: int, comparator: Computation, is_stable: bool = True,
+           top_k: int | None = None):
+    """``top_k``: only the first k positions along ``dimension`` are read (a backend may
+    select them instead of sorting; the other positions are then unspecified)."""
     operands = list(operands) if isinstance(operands, (list, tuple)) else [operands]
-    return self.emit("sort", operands, {"dimension": dimension, "is_stable": is_stable,
-                                        "to_apply": comparator})
+    attrs = {"dimension": dimension, "is_stable": is_stable, "to_apply": comparator}
+    if top_k is not None:
+      attrs["top_k"] = int(top_k)
+    return self.emit("sort", operands, attrs)
 
   def fft(self, x, fft_type: str, fft_length: Sequence[int]):
     return self.emit("fft", (x,), {"fft_type": fft_type,

@@ -143,6 +143,8 @@ def _attrs_text(instr: Instruction) -> list[str]:
     out.append(f"dimensions={{{a.get('dimension', 0)}}}")
     if a.get("is_stable"):
       out.append("is_stable=true")
+    if a.get("top_k") is not None:
+      out.append(f"top_k={a['top_k']}")
   elif op == "fusion":
     out.append(f"kind={a['kind']}")
   elif op in ("attention", "attention-grad"):

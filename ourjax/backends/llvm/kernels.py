@@ -781,7 +781,13 @@ class ScatterKernel(Kernel):
 class SortKernel(Kernel):
   """Stable sort of every row along ``dimension``: a bottom-up merge sort of row positions
   (insertion-sorted runs of 16 first) under the comparator computation, then a gather of every
-  operand by the sorted positions.  Scratch: two i64 position arrays per thread."""
+  operand by the sorted positions.  Scratch: two i64 position arrays per thread.
+
+  A sort with ``top_k=k`` (``lax.top_k``'s, whose users read only its first k positions)
+  selects instead: the row's positions go by one at a time past the k kept in order, each
+  compared with the last one kept and, when it comes before it, inserted where a binary search
+  puts it (after the equal ones: stable); only the first k positions of the outputs are
+  written.  That is one comparison an element for most, against log2(n) for the sort."""
 
   RUN = 16
 
@@ -792,8 +798,10 @@ class SortKernel(Kernel):
     self.n = dims[d] if dims else 1
     self.inner = math.prod(dims[d + 1:]) if dims else 1
     self.rows = (math.prod(dims) // max(self.n, 1)) if dims else 1
-    super().__init__(name, self.ins, self.outs, [scratch],
-                     work=math.prod(dims) * max(1, int(math.log2(max(self.n, 2)))) * 4)
+    k = sort.attrs.get("top_k")
+    self.top_k = k if k is not None and 0 < k < self.n else None
+    steps = max(1, int(math.log2(max(self.n if self.top_k is None else self.top_k, 2))))
+    super().__init__(name, self.ins, self.outs, [scratch], work=math.prod(dims) * steps * 4)
 
   def body(self, b, ptr, tid, nthreads):
     n, inner = self.n, self.inner
@@ -827,16 +835,69 @@ class SortKernel(Kernel):
       oth = alloca_entry(b, I64.as_pointer())
       b.store(pa, cur)
       b.store(pb, oth)
-      with ForLoop(b, 0, n, "p") as p:
-        b.store(p.index, b.gep(pa, [p.index]))
-      if n > 1:
-        self._insertion_runs(b, pa, n, lambda x, y: less(row_base, x, y))
-        self._merge_passes(b, cur, oth, n, lambda x, y: less(row_base, x, y))
+      if self.top_k is not None:
+        self._select(b, pa, n, self.top_k, lambda x, y: less(row_base, x, y))
+        kept = self.top_k
+      else:
+        with ForLoop(b, 0, n, "p") as p:
+          b.store(p.index, b.gep(pa, [p.index]))
+        if n > 1:
+          self._insertion_runs(b, pa, n, lambda x, y: less(row_base, x, y))
+          self._merge_passes(b, cur, oth, n, lambda x, y: less(row_base, x, y))
+        kept = n
       src = b.load(cur)
-      with ForLoop(b, 0, n, "p") as p:
+      with ForLoop(b, 0, kept, "p") as p:
         q = b.load(b.gep(src, [p.index]))
         for x, o in zip(ins, outs):
           b.store(b.load(b.gep(x, [elem_pos(row_base, q)])), b.gep(o, [elem_pos(row_base, p.index)]))
+
+  def _select(self, b, perm, n, k, less):
+    """The first k positions of the row in sorted order into perm[0:k) (see the class
+    docstring): positions 0..k-1 insertion-sorted first, then each later position p that
+    comes before perm[k-1] inserted at the first j with less(p, perm[j])."""
+    fn = b.function
+    with ForLoop(b, 0, k, "p") as p:
+      b.store(p.index, b.gep(perm, [p.index]))
+    self._insert_sorted(b, perm, k, less)
+    lo_slot, hi_slot = alloca_entry(b, I64), alloca_entry(b, I64)
+    with ForLoop(b, k, n, "p") as p:
+      last = b.load(b.gep(perm, [i64(k - 1)]))
+      take = fn.append_basic_block("sel.take")
+      skip = fn.append_basic_block("sel.skip")
+      b.cbranch(less(p.index, last), take, skip)
+      b.position_at_end(take)
+      # binary search: the first j in [0, k-1] with less(p, perm[j]) (perm[k-1] is one)
+      b.store(i64(0), lo_slot)
+      b.store(i64(k - 1), hi_slot)
+      head = fn.append_basic_block("sel.search")
+      step = fn.append_basic_block("sel.step")
+      found = fn.append_basic_block("sel.found")
+      b.branch(head)
+      b.position_at_end(head)
+      lo, hi = b.load(lo_slot), b.load(hi_slot)
+      b.cbranch(b.icmp_signed("<", lo, hi), step, found)
+      b.position_at_end(step)
+      mid = b.lshr(b.add(lo, hi), i64(1))
+      before = less(p.index, b.load(b.gep(perm, [mid])))
+      b.store(b.select(before, lo, b.add(mid, i64(1))), lo_slot)
+      b.store(b.select(before, mid, hi), hi_slot)
+      b.branch(head)
+      b.position_at_end(found)
+      at = b.load(lo_slot)
+      with ForLoop(b, 0, b.sub(i64(k - 1), at), "mv") as mv:     # shift perm[at:k-1] up
+        j = b.sub(i64(k - 2), mv.index)
+        b.store(b.load(b.gep(perm, [j])), b.gep(perm, [b.add(j, i64(1))]))
+      b.store(p.index, b.gep(perm, [at]))
+      b.branch(skip)
+      b.position_at_end(skip)
+
+  def _insert_sorted(self, b, perm, n, less):
+    """Stable insertion sort of perm[0:n)."""
+    run, self.RUN = self.RUN, n
+    try:
+      self._insertion_runs(b, perm, n, less)
+    finally:
+      self.RUN = run
 
   def _insertion_runs(self, b, perm, n, less):
     run = self.RUN
