@@ -266,9 +266,8 @@ def test_top_k_compiled_selects(n, rows, leading, dtype, order, data):
     x = np.sort(x, axis=1)[:, ::-1].copy()
   elif order == "ties":
     x = (x.astype(np.float32) > 0).astype(dt)
-  axis = 1
   if leading:
-    x, axis = np.ascontiguousarray(x.T), 0
+    x = np.ascontiguousarray(x.T)
   vals, idxs = ourjax.jit(lambda a: lax.top_k(a.T if leading else a, k))(x)
   want_v, want_i = _top_k_reference(x.T if leading else x, k, 1)
   _assert_same(vals, want_v)
