@@ -330,8 +330,8 @@ class Planner:
                                      want.get(instr))
     if inplace is not None:
       res = inplace
-    elif op == "scatter" and instr not in want and \
-        self._dying_operand(instr, vals, last_use, pos, comp) is not None:
+    elif op == "scatter" and \
+        self._dying_operand(instr, vals, last_use, pos, comp, want.get(instr)) is not None:
       res = vals[instr.operands[0]]      # (updated in place: no copy of the operand)
     elif instr.shape.is_tuple:
       res = tuple(want.get(("elem", instr, k)) or self.temp(s.dtype, s.dims, f"{instr.name}.{k}")
@@ -396,13 +396,15 @@ class Planner:
                              share_packed_b=self.share_packed_b)
     return planner.plan(instrs, outputs, leafmap)
 
-  def _dying_operand(self, instr, vals, last_use, pos, comp):
+  def _dying_operand(self, instr, vals, last_use, pos, comp, target=None):
     """The temporary buffer of ``instr``'s operand 0 when ``instr`` is its last reader and
     reads it through nothing else (a scatter may then update it in place, as XLA's does); None
-    otherwise."""
+    otherwise.  ``target``: the buffer the result is to be written into; the operand's buffer
+    must then be that one (``reuse.forward_outputs`` computed the operand there)."""
     top = instr.operands[0]
     spec = vals.get(top)
-    if not isinstance(spec, K.Buf) or spec.kind != "temp":
+    if not isinstance(spec, K.Buf) or (spec is not target if target is not None else
+                                       spec.kind != "temp"):
       return None
     if not _dies_at(top, comp, last_use, pos):
       return None

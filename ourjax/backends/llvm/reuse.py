@@ -132,7 +132,8 @@ def _plain(x) -> bool:
 def forward_outputs(comp, want, last_use) -> dict:
   """Entry outputs whose group reads a dying operand only elementwise (``reached_from``): the
   operand is planned straight into the output's buffer (``want`` gets it).  Returns {group:
-  [(buffer, output index)]} for ``share_results`` to check."""
+  [(buffer, output index)]} for ``share_results`` to check.  So is a scatter's dying operand
+  (the scatter then updates the output in place, ``Planner._dying_operand``)."""
   pos = {i: k for k, i in enumerate(comp.instructions)}
   count = {}
   for d in want.values():
@@ -156,6 +157,15 @@ def forward_outputs(comp, want, last_use) -> dict:
         want[x] = d
       continue
     if e.opcode in _VIEWS:
+      continue
+    if e.opcode == "scatter":
+      # a scatter updates its operand in place when it dies there: the operand is then
+      # computed straight in the output (planning: the scatter finds it there)
+      x = e.operands[0]
+      if x not in want and _plain(x) and last_use.get(x) == pos[e] and \
+         sum(1 for o in e.operands if o is x) == 1 and K.np.dtype(x.dtype) == d.dtype and \
+         tuple(x.dims) == d.dims:
+        want[x] = d
       continue
     for x in e.operands:
       if x in want or not _plain(x) or last_use.get(x) != pos[e] or \
