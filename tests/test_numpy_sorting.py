@@ -151,3 +151,24 @@ def test_isin(data):
   check(jnp.isin(e, t, invert=invert), np.isin(e, t, invert=invert))
   for removed in ("in1d", "fix", "row_stack"):      # removed from jax.numpy in JAX 0.10
     assert not hasattr(jnp, removed) and removed not in dir(jnp)
+
+
+@pytest.mark.parametrize("method", ["scan", "scan_unrolled", "sort", "compare_all"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted_methods_match_numpy(method, side):
+  """Every method (bisection in a loop or unrolled, comparison with every element) gives
+  NumPy's insertion points: ties, values outside the range, NaN sorted last, lengths that are
+  and are not one below a power of two, compiled and eager, queries of any shape."""
+  rng = np.random.default_rng(len(method) + len(side))
+  for n in (1, 2, 3, 7, 8, 100, 257):
+    a = np.sort(rng.integers(-5, 5, n).astype(np.float32))
+    if n > 3:
+      a[-2:] = np.nan
+    v = np.concatenate([rng.integers(-7, 7, 40).astype(np.float32),
+                        [np.nan, np.inf, -np.inf, a[0], a[n // 2]]])
+    want = np.searchsorted(a, v, side=side)
+    got = jnp.searchsorted(a, v, side=side, method=method)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    got = ourjax.jit(lambda x, y: jnp.searchsorted(x, y, side=side, method=method))(
+        a, v.reshape(5, 9))
+    np.testing.assert_array_equal(np.asarray(got), want.reshape(5, 9))

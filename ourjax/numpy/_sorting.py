@@ -136,7 +136,10 @@ def _total_lt(x, y):
 
 def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
   """Insertion points of ``v`` into the sorted 1-D ``a`` (counts of elements below each value,
-  in sort order; ``side='right'`` counts ties too)."""
+  in sort order; ``side='right'`` counts ties too).  ``method``: ``'scan'`` (the default) and
+  ``'sort'`` search each value in ceil(log2(n + 1)) halving steps of a loop,
+  ``'scan_unrolled'`` the same steps unrolled, ``'compare_all'`` compares every value with
+  every element (n x len(v) work: for small ``a``).  The results are the same."""
   if sorter is None:
     check_arraylike("searchsorted", a, v)
   else:
@@ -167,11 +170,42 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
     idx = dtypes.check_user_dtype(np.int64, "searchsorted")
     if n > np.iinfo(idx).max:
       raise OverflowError(f"Python integer {n} out of bounds for {idx.name}")
-  shape = vs + (n,)
-  ab = lax.broadcast_in_dim(a, shape, (len(vs),))
-  vb = lax.broadcast_in_dim(v, shape, tuple(range(len(vs))))
-  below = _total_lt(ab, vb) if side == "left" else lax.not_(_total_lt(vb, ab))
-  return lax.reduce_sum(lax.convert_element_type(below, idx), (len(vs),))
+  if method == "compare_all":
+    shape = vs + (n,)
+    ab = lax.broadcast_in_dim(a, shape, (len(vs),))
+    vb = lax.broadcast_in_dim(v, shape, tuple(range(len(vs))))
+    below = _total_lt(ab, vb) if side == "left" else lax.not_(_total_lt(vb, ab))
+    return lax.reduce_sum(lax.convert_element_type(below, idx), (len(vs),))
+  return _search_by_halving(a, v, side, idx, unrolled=method == "scan_unrolled")
+
+
+def _search_by_halving(a, v, side, idx, unrolled):
+  """Per value of ``v``, the first position i of ``a`` (sorted, length n) whose element is not
+  below it ('left': a[i] >= v; 'right': a[i] > v, in sort order), by bisection of [lo, hi):
+  ceil(log2(n + 1)) steps, each a gather of a[mid] for every value; a range already empty
+  stays as it is."""
+  from ourjax.numpy._ufuncs import _take_1d
+  n = get_aval(a).shape[0]
+  vs = get_aval(v).shape
+  lo = lax.full(vs, 0, idx)
+  hi = lax.full(vs, n, idx)
+  one, last = lax.full(vs, 1, idx), lax.full(vs, n - 1, idx)
+
+  def step(_, bounds):
+    lo, hi = bounds
+    mid = lax.div(lax.add(lo, hi), lax.full(vs, 2, idx))     # (lo + hi <= 2n: no overflow)
+    x = _take_1d(a, lax.min(mid, last))
+    below = _total_lt(x, v) if side == "left" else lax.not_(_total_lt(v, x))
+    open_ = lax.lt(lo, hi)
+    return (lax.select(lax.and_(open_, below), lax.add(mid, one), lo),
+            lax.select(lax.and_(open_, lax.not_(below)), mid, hi))
+  levels = int(np.ceil(np.log2(n + 1)))
+  if unrolled:
+    for i in range(levels):
+      lo, hi = step(i, (lo, hi))
+  else:
+    lo, hi = lax.fori_loop(0, levels, step, (lo, hi))
+  return lo
 
 
 def digitize(x, bins, right: bool = False, *, method=None):
