@@ -222,6 +222,35 @@ def alloca_entry(b: ir.IRBuilder, ty, name: str = "") -> ir.Value:
   return slot
 
 
+#: Instructions without side effects (``drop_unused`` may delete them when unused).
+_PURE_OPS = frozenset(
+    "add sub mul udiv sdiv urem srem shl lshr ashr and or xor icmp fcmp getelementptr select "
+    "fadd fsub fmul fdiv frem fneg zext sext trunc bitcast ptrtoint inttoptr fpext fptrunc "
+    "sitofp uitofp fptosi fptoui extractelement insertelement shufflevector".split())
+
+
+def drop_unused(fn: ir.Function) -> None:
+  """Delete the side-effect-free instructions of ``fn`` that nothing uses (until none is left):
+  index arithmetic made in case it is needed, say.  LLVM deletes them too, but unused IR that
+  names constants (the sizes of dimensions) made functions alike in effect differ in text, and
+  so in the keys by which code is shared."""
+  while True:
+    used = set()
+    for blk in fn.blocks:
+      for ins in blk.instructions:
+        used.update(id(v) for v in ins.operands)
+        if isinstance(ins, ir.PhiInstr):
+          used.update(id(v) for v, _ in ins.incomings)
+    dead = 0
+    for blk in fn.blocks:
+      keep = [ins for ins in blk.instructions
+              if id(ins) in used or ins.opname not in _PURE_OPS]
+      dead += len(blk.instructions) - len(keep)
+      blk.instructions[:] = keep
+    if not dead:
+      return
+
+
 class ForLoop:
   """``for i in [start, stop)`` by ``step`` (i64; ``step`` an int or an IR value, e.g. a GPU
   grid stride).  Use::
