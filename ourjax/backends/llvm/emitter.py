@@ -229,26 +229,37 @@ _PURE_OPS = frozenset(
     "sitofp uitofp fptosi fptoui extractelement insertelement shufflevector".split())
 
 
-def drop_unused(fn: ir.Function) -> None:
-  """Delete the side-effect-free instructions of ``fn`` that nothing uses (until none is left):
-  index arithmetic made in case it is needed, say.  LLVM deletes them too, but unused IR that
-  names constants (the sizes of dimensions) made functions alike in effect differ in text, and
-  so in the keys by which code is shared."""
-  while True:
-    used = set()
+def drop_unused(fn: ir.Function) -> int:
+  """Delete the side-effect-free instructions of ``fn`` that nothing uses (and then those only
+  they used), returning how many: index arithmetic made in case it is needed, say.  LLVM
+  deletes them too, but only after parsing them, and unused IR that names constants (the
+  sizes of dimensions) made functions alike in effect differ in text, and so in the keys by
+  which code is shared."""
+  uses = {}
+  for blk in fn.blocks:
+    for ins in blk.instructions:
+      for v in ins.operands:
+        uses[id(v)] = uses.get(id(v), 0) + 1
+      if type(ins) is ir.PhiInstr:
+        for v, _ in ins.incomings:
+          uses[id(v)] = uses.get(id(v), 0) + 1
+  dead = set()
+  work = [ins for blk in fn.blocks for ins in blk.instructions
+          if ins.opname in _PURE_OPS and id(ins) not in uses]
+  while work:
+    ins = work.pop()
+    if id(ins) in dead:
+      continue
+    dead.add(id(ins))
+    for v in ins.operands:
+      n = uses[id(v)] - 1
+      uses[id(v)] = n
+      if n == 0 and isinstance(v, ir.Instruction) and v.opname in _PURE_OPS:
+        work.append(v)
+  if dead:
     for blk in fn.blocks:
-      for ins in blk.instructions:
-        used.update(id(v) for v in ins.operands)
-        if isinstance(ins, ir.PhiInstr):
-          used.update(id(v) for v, _ in ins.incomings)
-    dead = 0
-    for blk in fn.blocks:
-      keep = [ins for ins in blk.instructions
-              if id(ins) in used or ins.opname not in _PURE_OPS]
-      dead += len(blk.instructions) - len(keep)
-      blk.instructions[:] = keep
-    if not dead:
-      return
+      blk.instructions[:] = [ins for ins in blk.instructions if id(ins) not in dead]
+  return len(dead)
 
 
 class ForLoop:
