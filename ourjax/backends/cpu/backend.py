@@ -826,8 +826,11 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
              dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
              for m in [em.mod] + em.kernel_mods]
   # (the names the modules define for one another: the kernels, and the helpers they share)
-  return meta, texts, ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
-                       if em.kernel_mods else [])
+  names = ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
+           if em.kernel_mods else [])
+  for m in [em.mod] + em.kernel_mods:
+    E.release(m)
+  return meta, texts, names
 
 
 #: Kernels per module when a program's kernels are compiled in several modules at once: LLVM
