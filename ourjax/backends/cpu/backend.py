@@ -84,6 +84,7 @@ from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
 from ourjax.backends.cpu.threads import get_pool, num_threads, set_num_threads
 from ourjax.backends import disk_cache
 from ourjax.backends.llvm import dedupe
+from ourjax.backends.llvm import irtools
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning
@@ -829,7 +830,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   names = ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
            if em.kernel_mods else [])
   for m in [em.mod] + em.kernel_mods:
-    E.release(m)
+    irtools.release(m)
   return meta, texts, names
 
 

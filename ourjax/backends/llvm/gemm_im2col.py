@@ -595,7 +595,8 @@ def _emit_epilogue_loops(body, kern, bufs):
   # (the row's position in the outer dimensions, which names their sizes, is dropped where
   # nothing uses it: the usual epilogue reads C at its linear index and per-channel vectors
   # at the column)
-  E.drop_unused(body)
+  from ourjax.backends.llvm import irtools
+  irtools.drop_unused(body)
 
 
 def fusable_epilogue(dot_kernel, kern) -> bool:
