@@ -31,7 +31,10 @@ Compilation:
    module with the fewest instructions so far), optimised and code-generated at once on
    several threads outside llvmlite's lock (``jit.ObjectBuilds``: the kernel modules start as
    soon as their kernels are emitted, while the entry is) and loaded together; the entry,
-   then in a module of its own, is not optimised (``ENTRY_SPEED_LEVEL``).  The objects are
+   then in a module of its own, is not optimised (``ENTRY_SPEED_LEVEL``), nor is a kernel that
+   only calls a shared GEMM (``entry._only_calls_out``).  The llvmlite modules are released
+   once their text is taken (``irtools.release``: freed by reference counting, not by one
+   large cyclic collection at the end of the compile).  The objects are
    packed into one cache entry.  The shared GEMMs a program's dots call start building from
    the module as lowered (``libraries.prefetch_for``), beside the passes.
    ``OURJAX_LOG_COMPILES=1`` logs the time of each phase (``ourjax/_phases.py``).
