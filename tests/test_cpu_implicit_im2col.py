@@ -434,3 +434,39 @@ def test_block_epilogues_alike_are_emitted_once():
   assert set(declared) <= set(defined), (declared, defined)
   if len(modules) >= 3:     # (an entry and two kernel modules: kernels of both call one)
     assert declared, [re.findall(r'^define .*@"(\S+)"\(', m, re.M) for m in modules]
+
+
+def test_block_epilogues_of_other_shapes_are_shared():
+  """Convolutions of different shapes (channels 8 -> 16 -> 32, a stride-2 one halving the
+  image) with the same consumer (scale, shift, relu) share one block epilogue: its code takes
+  the row length from its context and computes no position it does not use, so nothing in it
+  names a shape; the shapes' kernels that call the GEMM are left unoptimised (``optnone``:
+  they only fill the descriptor and call); the result matches NumPy's."""
+  import re
+  rng = np.random.default_rng(7)
+  chans, strides = (8, 16, 16, 32), (1, 1, 2)
+  x = rng.standard_normal((2, 12, 12, chans[0])).astype(np.float32)
+  ws = [(rng.standard_normal((3, 3, a, b)) * 0.2).astype(np.float32)
+        for a, b in zip(chans, chans[1:])]
+  ss = [rng.uniform(0.5, 1.5, b).astype(np.float32) for b in chans[1:]]
+  ts = [(rng.standard_normal(b) * 0.1).astype(np.float32) for b in chans[1:]]
+
+  def net(x, ws, ss, ts):
+    for w, s, t, st_ in zip(ws, ss, ts, strides):
+      h = lax.conv_general_dilated(x, w, (st_, st_), [(1, 1), (1, 1)],
+                                   dimension_numbers=_SPECS[2])
+      x = jnp.maximum(h * s + t, 0.0)
+    return x
+  f = ourjax.jit(net)
+  got = np.asarray(f(x, ws, ss, ts))
+  want = x.astype(np.float64)
+  for w, s, t, st_ in zip(ws, ss, ts, strides):
+    h, _ = _reference(want, w, (st_, st_), [(1, 1), (1, 1)], (1, 1))
+    want = np.maximum(h * s + t, 0.0)
+  np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+  ex = f.lower(x, ws, ss, ts).compile()._executable.compiled
+  assert all(s.startswith("Im2colDotKernel") for s in ex.meta["steps"]), ex.meta["steps"]
+  defined = set(re.findall(r'^define .*@"(im2col\.epilogue\.\w+)"\(', ex.llvm_ir, re.M))
+  assert len(defined) == 1, defined
+  callers = re.findall(r'^define [^\n]*@"(k\w+)"\([^\n]*\boptnone\b', ex.llvm_ir, re.M)
+  assert len(callers) == len(ws), ex.llvm_ir[:3000]

@@ -31,7 +31,10 @@ Compilation:
    module with the fewest instructions so far), optimised and code-generated at once on
    several threads outside llvmlite's lock (``jit.ObjectBuilds``: the kernel modules start as
    soon as their kernels are emitted, while the entry is) and loaded together; the entry,
-   then in a module of its own, is not optimised (``ENTRY_SPEED_LEVEL``).  The objects are
+   then in a module of its own, is not optimised (``ENTRY_SPEED_LEVEL``), nor is a kernel that
+   only calls a shared GEMM (``entry._only_calls_out``).  The llvmlite modules are released
+   once their text is taken (``irtools.release``: freed by reference counting, not by one
+   large cyclic collection at the end of the compile).  The objects are
    packed into one cache entry.  The shared GEMMs a program's dots call start building from
    the module as lowered (``libraries.prefetch_for``), beside the passes.
    ``OURJAX_LOG_COMPILES=1`` logs the time of each phase (``ourjax/_phases.py``).
@@ -84,6 +87,7 @@ from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
 from ourjax.backends.cpu.threads import get_pool, num_threads, set_num_threads
 from ourjax.backends import disk_cache
 from ourjax.backends.llvm import dedupe
+from ourjax.backends.llvm import irtools
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning
@@ -826,8 +830,11 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
              dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
              for m in [em.mod] + em.kernel_mods]
   # (the names the modules define for one another: the kernels, and the helpers they share)
-  return meta, texts, ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
-                       if em.kernel_mods else [])
+  names = ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
+           if em.kernel_mods else [])
+  for m in [em.mod] + em.kernel_mods:
+    irtools.release(m)
+  return meta, texts, names
 
 
 #: Kernels per module when a program's kernels are compiled in several modules at once: LLVM

@@ -323,6 +323,26 @@ def _emit_sync(mod):
   return wait, wait_ne, wake
 
 
+def _only_calls_out(fn) -> bool:
+  """Whether kernel ``fn`` only calls code compiled elsewhere: one block, no loop, that calls
+  a function its module does not define (a shared GEMM, with the descriptor of a convolution's
+  patches and its block epilogue's context filled in beside it).  Such a kernel is marked
+  ``optnone``: LLVM's O3 pipeline and code generator skip it (its -O0 code stores the same
+  words and makes the same call), which was a tenth of the LLVM time of a ResNet's kernels."""
+  import llvmlite.ir as ir
+  if len(fn.blocks) != 1:
+    return False
+  outside = False
+  for ins in fn.blocks[0].instructions:
+    if isinstance(ins, ir.CallInstr):
+      callee = ins.callee
+      if not isinstance(callee, ir.Function) or not callee.is_declaration or \
+         callee.name.startswith("llvm."):
+        return False
+      outside = True
+  return outside
+
+
 def _size_estimates(kernels, pkeys) -> list:
   """A size estimate of each kernel's IR before it is emitted, to cut the kernels into
   modules of about equal size (``_Emission``): the HLO instructions it evaluates
@@ -470,6 +490,9 @@ class _Emission:
         continue
       m = self.kernel_mods[g] if groups else self.mod
       fn = k.emit(m)
+      if _only_calls_out(fn):
+        fn.attributes.add("noinline")
+        fn.attributes.add("optnone")
       if groups:
         fn.linkage = ""                     # (external: the entry's module calls it)
       text = irtext.function_text(fn)

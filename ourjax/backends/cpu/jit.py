@@ -181,10 +181,10 @@ def new_module(name: str) -> ir.Module:
 
 
 def _optimize(mod: "llvm.ModuleRef", tm, loop_unrolling: bool = True,
-              unlocked: bool = False, speed_level: int = 3) -> None:
+              unlocked: bool = False, speed_level: int = 3, slp: bool = True) -> None:
   pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
   pto.loop_vectorization = True
-  pto.slp_vectorization = True
+  pto.slp_vectorization = slp
   pto.loop_interleaving = True
   pto.loop_unrolling = loop_unrolling
   pb = llvm.create_pass_builder(tm, pto)
@@ -326,14 +326,18 @@ def compile_module(module: Union[ir.Module, str], entry_names: Sequence[str] = (
 
 def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
                       loop_unrolling: bool = True, keep_ir: bool = True,
-                      own_thread: bool = False):
+                      own_thread: bool = False, speed_level: int = 3, slp: bool = True,
+                      provided: Iterable[str] = ()):
   """Parse, verify and optimise ``module`` like :func:`compile_module`, then emit host object
   code instead of JIT-ing it.  Returns ``(object_bytes, optimized_ir)``; load the bytes with
   :func:`load_object` (the CPU backend stores them in its on-disk cache).  ``loop_unrolling``
   False skips LLVM's unroller (the vectorizer still interleaves): about half the code and a
   third less compile time for kernel-heavy modules.  ``keep_ir`` False: "" for the optimised
   IR (not printed); ``own_thread``: in a context and target machine of its own, outside
-  llvmlite's lock (for a thread that compiles beside others)."""
+  llvmlite's lock (for a thread that compiles beside others); ``speed_level``: LLVM's
+  optimisation level (3: O3); ``slp`` False: no SLP vectorizer (for code vectorised as
+  emitted, where it found nothing and cost time); ``provided``: names that objects loaded
+  beside this one define (which it may call)."""
   st = _setup()
   text = str(module)
   _await_gemm([text])
@@ -341,11 +345,11 @@ def compile_to_object(module: Union[ir.Module, str], *, optimize: bool = True,
     with _lock:
       tm = _make_tm(st["target"], st["name"], st["features"])
       context = llvm.create_context()
-    return _object(text, st, tm, context, optimize, loop_unrolling, frozenset(),
-                   keep_ir, unlocked=True)
+    return _object(text, st, tm, context, optimize, loop_unrolling, frozenset(provided),
+                   keep_ir, unlocked=True, speed_level=speed_level, slp=slp)
   with _lock:
-    return _object(text, st, st["tm"], None, optimize, loop_unrolling, frozenset(),
-                   keep_ir)
+    return _object(text, st, st["tm"], None, optimize, loop_unrolling, frozenset(provided),
+                   keep_ir, speed_level=speed_level, slp=slp)
 
 
 def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
@@ -384,10 +388,11 @@ class ObjectBuilds:
   module's ``CompileError`` raised there).  ``provided``: the names other modules (or the
   process-wide libraries) define that this one may call."""
 
-  def __init__(self, modules: int, *, loop_unrolling: bool = True, keep_ir: bool = True):
+  def __init__(self, modules: int, *, loop_unrolling: bool = True, keep_ir: bool = True,
+               slp: bool = True):
     from concurrent.futures import ThreadPoolExecutor
     self.st = _setup()
-    self.loop_unrolling, self.keep_ir = loop_unrolling, keep_ir
+    self.loop_unrolling, self.keep_ir, self.slp = loop_unrolling, keep_ir, slp
     threads = max(1, min(modules, os.cpu_count() or 1))
     self.pool = ThreadPoolExecutor(threads, thread_name_prefix="ourjax-llvm")
     # (until the caller waits in ``results``, it is still emitting the next modules: one core
@@ -403,7 +408,7 @@ class ObjectBuilds:
         tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
         context = llvm.create_context()
       return _object(text, st, tm, context, True, self.loop_unrolling, provided,
-                     self.keep_ir, unlocked=True, speed_level=level)
+                     self.keep_ir, unlocked=True, speed_level=level, slp=self.slp)
 
   def submit(self, text: str, level: int = 3, provided: Iterable[str] = ()) -> None:
     provided = frozenset(provided)
@@ -430,7 +435,7 @@ class ObjectBuilds:
 
 
 def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=True,
-            unlocked=False, speed_level=3):
+            unlocked=False, speed_level=3, slp=True):
   """(object bytes, optimised IR or "" unless ``keep_ir``) of one module: parsed in
   ``context`` (None: the global one, under ``_lock``), optimised and code-generated with
   ``tm``; with ``unlocked`` (``context`` and ``tm`` this thread's own) the parse, the
@@ -439,7 +444,7 @@ def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=T
     ref = _parse(text, st, context, unlocked)
   if optimize:
     with _phases.phase("llvm.opt"):
-      _optimize(ref, tm, loop_unrolling, unlocked, speed_level)
+      _optimize(ref, tm, loop_unrolling, unlocked, speed_level, slp)
   _check_externals(ref, provided)
   text = None
   if keep_ir or _has_avx512(st):

@@ -420,11 +420,14 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
   else:
     bufs = list(epilogue.buffers)
     i8p = ir.IntType(8).as_pointer()
-    ctx = E.alloca_entry(b, ir.ArrayType(i8p, len(bufs)), name="im2col.epilogue")
+    # (the context: the buffers' pointers, then the row length N, so that the epilogue's code
+    # does not depend on it: convolutions of one consumer share it, whatever their shapes)
+    ctx = E.alloca_entry(b, ir.ArrayType(i8p, len(bufs) + 1), name="im2col.epilogue")
     slots = b.bitcast(ctx, i8p.as_pointer())
     for k, buf in enumerate(bufs):
       b.store(b.bitcast(ptr(buf), i8p), b.gep(slots, [_c64(k)]))
-    fn = _emit_block_epilogue(mod, epilogue, bufs, spec.N)
+    b.store(b.inttoptr(_c64(spec.N), i8p), b.gep(slots, [_c64(len(bufs))]))
+    fn = _emit_block_epilogue(mod, epilogue, bufs)
     vals += [b.ptrtoint(fn, I64), b.ptrtoint(ctx, I64)]
   vals += tail
   assert len(vals) == DESC_WORDS
@@ -515,27 +518,29 @@ def _digest(text: str) -> str:
   return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _emit_block_epilogue(module, kern, bufs, N):
+def _emit_block_epilogue(module, kern, bufs):
   """The ``EPILOGUE_TYPE`` function of the loop kernel ``kern`` (rows mode, its last dimension
   the dot's N columns: see ``fusable_epilogue``) on rows ``[row0, row0+rows)`` and columns
-  ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers) read from
-  the context.  The loops are a function of their own, ``<name>.body``, that takes those
-  pointers as ``noalias`` arguments (distinct buffers, as the kernel's own arguments are) and
-  is inlined: read from memory, they were pointers that might overlap, and LLVM vectorised
+  ``[col0, col0+cols)`` of its index space, the pointers of ``bufs`` (its buffers) and then N
+  read from the context.  The loops are a function of their own, ``<name>.body``, that takes
+  those pointers as ``noalias`` arguments (distinct buffers, as the kernel's own arguments are)
+  and is inlined: read from memory, they were pointers that might overlap, and LLVM vectorised
   each loop with run-time overlap checks between every pair and a scalar copy.  The function
-  is named by the body's IR (``im2col.epilogue.<digest>``): convolutions of one shape and
-  consumer (a ResNet's blocks) share one in a module, and their kernels, alike, are emitted
-  once (``dedupe.function_key``).  Where the program's kernel modules share a registry
+  is named by the body's IR (``im2col.epilogue.<digest>``): convolutions of one consumer
+  (a ResNet's blocks: scale, shift, relu, perhaps a residual) share one in a module whatever
+  their shapes, as N comes from the context and the row's position in the other dimensions is
+  not computed unless used, and their kernels, alike, are emitted once
+  (``dedupe.function_key``).  Where the program's kernel modules share a registry
   (``HELPERS_ATTR``, set by the CPU backend: name -> the module that defines it), one module
   defines it (external) and the others only declare it."""
   from ourjax.backends.llvm import kernels as K
-  fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in bufs] + [I64] * 4)
+  fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in bufs] + [I64] * 5)
   body = ir.Function(module, fty, module.get_unique_name("im2col.epilogue.new"))
   body.linkage = "internal"
   body.attributes.add("alwaysinline")
   for a in body.args[:len(bufs)]:
     a.add_attribute("noalias")
-  _emit_epilogue_loops(body, kern, bufs, N)
+  _emit_epilogue_loops(body, kern, bufs)
   # (the key from the blocks' text: the function's own text, which names it, is not printed
   # before it has its final name)
   name = "im2col.epilogue." + _digest(str(fty) + "\n".join(str(blk) for blk in body.blocks))
@@ -555,17 +560,18 @@ def _emit_block_epilogue(module, kern, bufs, N):
     shared[name] = module
   b = ir.IRBuilder(fn.append_basic_block("entry"))
   slots = b.bitcast(fn.args[0], ir.IntType(8).as_pointer().as_pointer())
+  n = b.ptrtoint(b.load(b.gep(slots, [_c64(len(bufs))])), I64)
   b.call(body, [b.bitcast(b.load(b.gep(slots, [_c64(k)])), K._ptr_type(buf))
-                for k, buf in enumerate(bufs)] + list(fn.args[1:]))
+                for k, buf in enumerate(bufs)] + [n] + list(fn.args[1:]))
   b.ret_void()
   return fn
 
 
-def _emit_epilogue_loops(body, kern, bufs, N):
+def _emit_epilogue_loops(body, kern, bufs):
   """The loops of a block epilogue (``_emit_block_epilogue``) in ``body``."""
   from ourjax.backends.llvm import kernels as K
   from ourjax.backends.llvm.emitter import Emitter, ForLoop, Index
-  row0, rows, col0, cols = body.args[len(bufs):]
+  n, row0, rows, col0, cols = body.args[len(bufs):]
   b = ir.IRBuilder(body.append_basic_block("entry"))
   ptrs = {id(buf): a for buf, a in zip(bufs, body.args)}
 
@@ -577,7 +583,7 @@ def _emit_epilogue_loops(body, kern, bufs, N):
   with ForLoop(b, row0, b.add(row0, rows), "row") as row:
     omulti = E.delinearize(b, row.index, outer)
     em.push_scope()
-    base = b.mul(row.index, _c64(N), flags=["nuw", "nsw"])
+    base = b.mul(row.index, n, flags=["nuw", "nsw"])
     with ForLoop(b, col0, b.add(col0, cols), "col") as col:
       em.push_scope()
       idx = Index(b, kern.dims, linear=b.add(base, col.index, flags=["nuw", "nsw"]),
@@ -586,6 +592,11 @@ def _emit_epilogue_loops(body, kern, bufs, N):
       em.pop_scope()
     em.pop_scope()
   b.ret_void()
+  # (the row's position in the outer dimensions, which names their sizes, is dropped where
+  # nothing uses it: the usual epilogue reads C at its linear index and per-channel vectors
+  # at the column)
+  from ourjax.backends.llvm import irtools
+  irtools.drop_unused(body)
 
 
 def fusable_epilogue(dot_kernel, kern) -> bool:

@@ -12,7 +12,8 @@ packer), and registered with LLVM's symbol table, so that modules which only dec
 
 A build loads the object code from the disk cache (``disk_cache.cache_dir()/gemm/``) or compiles
 it (~0.75 s of LLVM for a GEMM, ~0.3 s for a packer) and stores it there.  On hosts of 4 or
-more cores a GEMM is compiled as three modules at once (``split_module``, ``library_parts``).
+more cores a GEMM is compiled as four modules at once (``split_module``, ``library_parts``): its
+driver at O2 (``DRIVER_SPEED_LEVEL``), its helpers at O3.
 """
 from __future__ import annotations
 
@@ -138,29 +139,48 @@ def _build_shared(dtype: str, own_thread: bool = False):
         gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
       else:
         emit_gemm(mod, sym, dtype, im2col=True)
-      parts = library_parts() if "_im2col_" not in dtype else 1
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
-      # 7x13x5 to 512^3, while it took an eighth of the build)
-      if parts > 1:
-        texts, names = split_module(mod, sym, parts)
-        builds = jit.ObjectBuilds(len(texts), loop_unrolling=False, keep_ir=False)
-        for text in texts:
-          builds.submit(text, 3, names)
-        obj = jit.pack_objects([o for o, _ in builds.results()])
-      else:
+      # 7x13x5 to 512^3, while it took an eighth of the build; no SLP vectorizer: the code is
+      # vectorised as emitted, and it changed no instruction of the GEMM's helpers and
+      # driver, and no vector instruction of a packer, for a sixth of the build)
+      if "_im2col_" in dtype:
         obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
-                                       loop_unrolling=False)
+                                       loop_unrolling=False, slp=False)
+      else:
+        texts, names = split_module(mod, sym, library_parts())
+        levels = [DRIVER_SPEED_LEVEL] + [3] * (len(texts) - 1)
+        if library_parts() > 1:
+          builds = jit.ObjectBuilds(len(texts), loop_unrolling=False, keep_ir=False, slp=False)
+          for text, level in zip(texts, levels):
+            builds.submit(text, level, names)
+          objs = [o for o, _ in builds.results()]
+        else:         # (one after the other, on this thread: the cores are busy)
+          objs = [jit.compile_to_object(text, keep_ir=False, own_thread=own_thread,
+                                        loop_unrolling=False, speed_level=level,
+                                        slp=False, provided=names)[0]
+                  for text, level in zip(texts, levels)]
+        obj = jit.pack_objects(objs)
       cm = jit.load_object(obj, [sym])
       _cache_store(path, obj)
   return sym, cm
 
 
-#: Into how many LLVM modules a shared GEMM is cut, compiled at once on as many threads
-#: (``split_module``): where cores are idle, a process's first program with a dot waited for
-#: the whole GEMM's LLVM work on one thread (about 0.75 s).  ``OURJAX_GEMM_LIBRARY_PARTS``
-#: overrides; default 3 on hosts of at least 4 cores, else 1 (the cores are busy with the
-#: program's own work: no gain, only the parts' overhead).
+#: LLVM's optimisation level for the shared GEMM's driver (its loops over blocks, which call the
+#: packers and micro-kernels, ``split_module``): 2, without O3's non-trivial loop unswitching,
+#: which copied its loops for each invariant condition (789 lines of IR became 1725 at O3,
+#: 1283 at O2) and took 45% of the GEMM's build (opt + code generation of the driver 240 ms
+#: at O3, 130 ms at O2, 2-core AVX-512 host; the helpers' machine code is the same either way,
+#: the driver's only tests its conditions where they are).
+DRIVER_SPEED_LEVEL = 2
+
+
+#: Into how many LLVM modules a shared GEMM's helpers are cut, compiled at once on as many
+#: threads (``split_module``; the driver is a module of its own besides): where cores are idle,
+#: a process's first program with a dot waited for the whole GEMM's LLVM work on one thread
+#: (about 0.75 s).  ``OURJAX_GEMM_LIBRARY_PARTS`` overrides; default 3 on hosts of at least 4
+#: cores, else 1 (the cores are busy with the program's own work: the modules are compiled one
+#: after the other).
 def library_parts() -> int:
   env = os.environ.get("OURJAX_GEMM_LIBRARY_PARTS", "").strip()
   if env:
@@ -169,20 +189,29 @@ def library_parts() -> int:
 
 
 def split_module(mod, sym: str, parts: int):
-  """The IR texts of ``mod`` (a shared GEMM ``sym``, ``gemm.emit_gemm``) cut into ``parts``
-  modules by function: the driver with ``pack_a``; the micro-kernels; ``pack_b`` and the
-  few-rows kernels (at most three; ``parts`` 2 joins the last two), each module defining its
-  functions (external, named ``sym.<what>``) and declaring the others it calls; and the names
-  they define for one another.  The same code as one module: the helpers are ``noinline``
-  and the driver calls them as before."""
+  """The IR texts of ``mod`` (a shared GEMM ``sym``, ``gemm.emit_gemm``) cut into modules by
+  function: the driver first, alone (``DRIVER_SPEED_LEVEL``), then its helpers in ``parts``
+  modules (at most three: the micro-kernels; ``pack_b``; ``pack_a`` and the few-rows kernels;
+  ``parts`` 2: the micro-kernels with ``pack_a``, and the rest; 1: all), each module defining
+  its functions
+  (external, named ``sym.<what>``) and declaring the others it calls; and the names they
+  define for one another.  The same code as one module: the helpers are ``noinline`` and the
+  driver calls them as before."""
   import llvmlite.ir as ir
   from ourjax.backends.llvm import dedupe
   fns = [g for g in mod.globals.values() if isinstance(g, ir.Function) and not g.is_declaration]
-  groups = [[f for f in fns if f.name in (sym, sym + ".pack_a")],
-            [f for f in fns if ".ukernel" in f.name],
-            [f for f in fns if f.name not in (sym, sym + ".pack_a") and ".ukernel" not in f.name]]
-  if parts == 2:
-    groups = [groups[0], groups[1] + groups[2]]
+  # (of about equal LLVM time: the micro-kernels; pack_b; pack_a and the few-rows kernels)
+  ukernels = [f for f in fns if ".ukernel" in f.name]
+  pack_b = [f for f in fns if f.name == sym + ".pack_b"]
+  rest = [f for f in fns if f.name != sym and f not in ukernels and f not in pack_b]
+  if parts >= 3:
+    groups = [ukernels, pack_b, rest]
+  elif parts == 2:
+    groups = [ukernels + [f for f in rest if f.name == sym + ".pack_a"],
+              pack_b + [f for f in rest if f.name != sym + ".pack_a"]]
+  else:
+    groups = [ukernels + pack_b + rest]
+  groups = [[f for f in fns if f.name == sym]] + groups
   helpers = [f.name for f in fns if f.name != sym]
   for f in fns:
     if f.name != sym:
