@@ -67,7 +67,7 @@ def _worker(args):
     t0 = time.perf_counter()
     cm = compile_module(mod, ["gemm"])
     compile_s = time.perf_counter() - t0
-    f = cm.ctypes_function("gemm", None, [P, P, P, L, L, L, L, L, L, I, I, L, L, L, L, L, L, P])
+    f = cm.ctypes_function("gemm", None, [P, P, P, L, L, L, L, L, L, I, I, L, L, L, L, L, L, P, L])
     for (M, K, N) in args.sizes:
       rng = np.random.default_rng(0)
       a = rng.standard_normal((M, K)).astype(npdt)
@@ -77,7 +77,7 @@ def _worker(args):
       packs = [np.empty(gemm.pack_buffer_elements(dtype, M, N, K, nthreads, trans_b=False), npdt)
                for _ in range(nthreads)]
       argv = [(a.ctypes.data, b.ctypes.data, c.ctypes.data, M, N, K, K, N, N, 0, 0, 1, 0, 0, 0,
-               t, nthreads, packs[t].ctypes.data) for t in range(nthreads)]
+               t, nthreads, packs[t].ctypes.data, 0) for t in range(nthreads)]
 
       def ours():
         futs = [pool.submit(f, *argv[t]) for t in range(1, nthreads)]
