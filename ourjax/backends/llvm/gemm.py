@@ -178,10 +178,13 @@ class VectorTarget:
 # Cache blocks: the kc x nv*W B panel stays in L1 (16 to 32 KiB), mc x kc of A in L2.
 VECTOR_TARGETS = {
     # AVX-512, 32 zmm of 512 bits: 14 x 2 = 28 accumulators + 2 B + 1 broadcast = 31.
-    # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
+    # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.  A
+    # row-major B is read in place by pieces of up to 256 rows (not 64): on AMD znver4, f32
+    # and f64, 96 to 256 rows ran 2-16% faster so (one thread; 64 rows and fewer, 384 and
+    # more the same), what gemm_tune.py kept picking; AVX2 code there was up to 6% slower so.
     "avx512": VectorTarget("avx512", {"f32": 16, "f64": 8}, True, {
-        "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4),
-        "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4)}),
+        "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4, direct_b_rows=256),
+        "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4, direct_b_rows=256)}),
     # AVX2, 16 ymm of 256 bits: 6 x 2 = 12 accumulators + 2 B + 1 broadcast = 15 (the classic
     # Haswell kernel; the AVX-512 tiles, 28 accumulators, spill hundreds of times here).  4 x 3
     # (12 + 3 + 1 = 16) ran as fast; mc = 72 beat 144 on 1024^3 f32 by ~5-10%, other mc and

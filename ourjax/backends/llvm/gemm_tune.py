@@ -18,8 +18,10 @@ planner sizes the dot's scratch with it, the emitter passes it to the call):
 * the default blocking (the cost model's: ``gemm.default_blocking``).
 
 A class is the dtype, ``ceil(log2)`` of M, N, K and the batch, the operands' layouts and the
-pieces the dot is cut into; a tuned knob that is a threshold on rows (``stream_rows``,
-``direct_b_rows``) is stored as on or off for the whole class.
+pieces the dot is cut into.  A knob that is a threshold on rows (``stream_rows``,
+``direct_b_rows``) is turned on at the rows of the shape tuned (so for the class's shapes of
+as many rows or fewer: streaming B pays at 12 rows and costs 30% at 16 on AMD znver4, one
+class) or off.
 
 ``OURJAX_GEMM_AUTOTUNE``: ``0`` never tunes nor reads tuned results (the default blocking:
 deterministic); ``1`` tunes every class at first use (waiting for the shared kernel's build,
@@ -245,13 +247,13 @@ def _knobs(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool, bat
   def stream(bl):   # 4/2/1-row axpy kernels streaming B, or tiles
     if trans_b or base.stream_rows <= 0 or M > 64:
       return []
-    return [rep(bl, stream_rows=0 if M <= bl.stream_rows else max(4, 1 << _bucket(M)))]
+    return [rep(bl, stream_rows=0 if M <= bl.stream_rows else M)]
 
   def direct(bl):   # a row-major B read in place, or packed
     rows = extent(bl)[0]
     if trans_b or rows > 1024:
       return []
-    return [rep(bl, direct_b_rows=0 if rows <= bl.direct_b_rows else max(4, 1 << _bucket(rows)))]
+    return [rep(bl, direct_b_rows=0 if rows <= bl.direct_b_rows else -(-rows // 4) * 4)]
 
   def kc(bl):
     opts = [(v, cdiv(K, v)) for v in (64, 128, 192, 256, 384, 512, 768, 1024)]
