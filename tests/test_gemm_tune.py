@@ -142,6 +142,31 @@ def test_auto_mode_does_not_tune_small_products_or_without_a_disk_cache(fresh, m
   assert gemm_tune.choose("f32", 512, 512, 512, False, False) == d
 
 
+def test_auto_mode_tunes_large_products_once_within_its_process_budget(fresh, monkeypatch):
+  d = gemm.default_blocking("f32")
+  calls = []
+
+  def fake_tune(dtype, M, N, K, ta, tb, batch, pieces):
+    calls.append((M, N, K))
+    bl = dataclasses.replace(d, kc=128)
+    return bl, [(d, 1.0), (bl, 0.5)]
+  monkeypatch.setattr(gemm_tune, "tune", fake_tune)
+  monkeypatch.setattr(gemm_library, "is_built", lambda dtype: True)
+  monkeypatch.setattr(gemm_tune, "_spent", 0.0)
+  assert gemm_tune.choose("f32", 512, 512, 512, False, False).kc == 128
+  assert gemm_tune.choose("f32", 500, 400, 300, False, False).kc == 128   # (its class)
+  assert calls == [(512, 512, 512)]
+  with open(gemm_tune.table_path()) as f:
+    assert list(json.load(f)) == [gemm_tune.shape_class("f32", 512, 512, 512, False, False)]
+  monkeypatch.setattr(gemm_tune, "_spent", gemm_tune.AUTOTUNE_PROCESS_S)
+  assert gemm_tune.choose("f32", 1024, 512, 512, False, False) == d
+  assert len(calls) == 1
+  # a new process reads the result from disk
+  monkeypatch.setattr(gemm_tune, "_memo", {})
+  monkeypatch.setattr(gemm_tune, "_table", None)
+  assert gemm_tune.choose("f32", 512, 512, 512, False, False).kc == 128 and len(calls) == 1
+
+
 class FakeClock:
   def __init__(self):
     self.now = 0.0

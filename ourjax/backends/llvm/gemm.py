@@ -97,6 +97,10 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   for its piece: a K slice of its column block's panels of B (one edge panel where B is read
   in place) and of its row block's panels of A (:func:`pack_buffer_elements`).
 
+Cache blocking per shape: ``kc``, ``mc``, ``nc`` and the two row thresholds above are also
+arguments of each call (the ``tune`` word), which ``gemm_tune.py`` autotunes per shape class
+and host at first use (a few calls of the compiled kernel each, cached on disk).
+
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
 kernel (:func:`shared_gemm_symbol`, compiled once and registered with ``llvm.add_symbol``), so a

@@ -27,8 +27,9 @@ class) or off.
 deterministic); ``1`` tunes every class at first use (waiting for the shared kernel's build,
 with or without a disk cache); unset (``auto``): tunes a class at first use only when the
 disk cache is on (its result then serves every later process), the product has at least
-``AUTOTUNE_MIN_WORK`` multiply-adds and the shared kernel is already built (planning never
-waits for it: the class is tuned by a later compilation).  ``OURJAX_GEMM_AUTOTUNE_MS``: the
+``AUTOTUNE_MIN_WORK`` multiply-adds, the shared kernel is already built (planning never
+waits for it) and the process has tuned for less than ``AUTOTUNE_PROCESS_S`` (the classes
+left are tuned by later processes, so a host's first compilations each pay a little).  ``OURJAX_GEMM_AUTOTUNE_MS``: the
 time budget of one class's tuning (default ``BUDGET_MS``).
 
 Tuning (:func:`tune`): coordinate descent from the default over knob groups in the order of
@@ -55,13 +56,16 @@ import numpy as np
 from ourjax.backends.llvm import gemm
 
 __all__ = ["choose", "tune", "candidates", "shape_class", "host_key", "table_path", "mode",
-           "BUDGET_MS", "AUTOTUNE_MIN_WORK", "MIN_GAIN"]
+           "BUDGET_MS", "AUTOTUNE_MIN_WORK", "AUTOTUNE_PROCESS_S", "MIN_GAIN"]
 
 #: Default time budget of one class's tuning, in milliseconds (``OURJAX_GEMM_AUTOTUNE_MS``).
 BUDGET_MS = 40.0
-#: Fewest multiply-adds (batch * M * N * K) of a product that ``auto`` tunes: below, a call
-#: takes a few microseconds and what tuning could save never repays it.
-AUTOTUNE_MIN_WORK = 1 << 21
+#: Fewest multiply-adds (batch * M * N * K) of a product that ``auto`` tunes: below (about
+#: 0.15 ms a call on one AVX-512 core) what tuning could save takes long to repay its budget.
+AUTOTUNE_MIN_WORK = 1 << 24
+#: Most seconds of tuning ``auto`` spends in one process (the first compilations on a host
+#: tune a few classes each, not every class of a model at once: the compile time stays).
+AUTOTUNE_PROCESS_S = 0.2
 #: How much faster than the default a tuned blocking must be (the interleaved recheck's best
 #: times), else the default stays: less is within the noise of a shared machine.
 MIN_GAIN = 0.04
@@ -70,6 +74,7 @@ _lock = threading.RLock()
 _memo: dict = {}          # choose()'s arguments -> Blocking: one answer per process
 _table: Optional[dict] = None   # class -> fields, this host's tuned results (disk + this process)
 _table_path: Optional[str] = None
+_spent = 0.0              # seconds this process has tuned for
 
 
 def mode() -> str:
@@ -191,6 +196,7 @@ def choose(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool, bat
 
 
 def _choose(dtype, M, N, K, trans_a, trans_b, batch, pieces, how) -> gemm.Blocking:
+  global _spent
   default = gemm.default_blocking(dtype)
   if how == "off" or min(M, N, K, batch) <= 0:
     return default
@@ -201,12 +207,15 @@ def _choose(dtype, M, N, K, trans_a, trans_b, batch, pieces, how) -> gemm.Blocki
   if how == "auto":
     from ourjax.backends.llvm import gemm_library
     if (table_path() is None or batch * M * N * K < AUTOTUNE_MIN_WORK
-            or not gemm_library.is_built(dtype)):
+            or _spent >= AUTOTUNE_PROCESS_S or not gemm_library.is_built(dtype)):
       return default
+  t0 = time.perf_counter()
   try:
     best, trials = tune(dtype, M, N, K, trans_a, trans_b, batch, pieces)
   except MemoryError:
     return default
+  finally:
+    _spent += time.perf_counter() - t0
   t_default = trials[0][1]
   t_best = min(t for bl, t in trials if bl == best)
   entry = {k: getattr(best, k) for k in _FIELDS}
