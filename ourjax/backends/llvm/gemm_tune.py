@@ -68,7 +68,7 @@ AUTOTUNE_MIN_WORK = 1 << 24
 AUTOTUNE_PROCESS_S = 0.2
 #: How much faster than the default a tuned blocking must be (the interleaved recheck's best
 #: times), else the default stays: less is within the noise of a shared machine.
-MIN_GAIN = 0.04
+MIN_GAIN = 0.05
 
 _lock = threading.RLock()
 _memo: dict = {}          # choose()'s arguments -> Blocking: one answer per process
@@ -337,7 +337,7 @@ def tune(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool, batch
     run = _Bench(dtype, M, N, K, trans_a, trans_b, batch, pieces).run
   start = clock()
   deadline = start + budget
-  recheck = start + 0.75 * budget   # (the last quarter: the winner against the default)
+  recheck = start + 0.6 * budget    # (the rest: the winner against the default)
 
   def timed(bl, reps):
     best = None
@@ -349,10 +349,14 @@ def tune(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool, batch
     return best
 
   default = gemm.default_blocking(dtype)
-  run(default)                                   # (touch the operands and the scratch)
+  # (the first call touches the operands and the scratch: slower, a hint only)
   once = timed(default, 1)
-  # calls per measurement: about 10 measurements in the first three quarters of the budget
-  reps = int(max(1, min(8, 0.75 * budget / 10 / max(once, 1e-9))))
+  if 2 * once <= budget:
+    once = timed(default, 1)
+  if 12 * once > budget:       # (too slow a call to try 5 blockings and recheck a winner)
+    return default, [(default, once)]
+  # calls per measurement: about 10 measurements in the first 60% of the budget
+  reps = int(max(1, min(8, 0.6 * budget / 10 / max(once, 1e-9))))
   t_def = min(once, timed(default, reps))
   trials = [(default, t_def)]
   best, t_best = default, t_def
@@ -373,11 +377,17 @@ def tune(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool, batch
       break    # (streamed: no tile, no packing, the rest of the knobs do nothing)
   if best == default:
     return default, trials
-  # recheck, interleaved (a load that came and went may have favoured either)
-  td, tb_ = t_def, t_best
-  while clock() + 2 * t_best <= deadline:
+  # recheck, interleaved (a load that came and went may have favoured either): pairs of calls
+  # while the budget lasts, the best of each; fewer than 3 pairs decide nothing
+  step = 2 * max(t_def, t_best)
+  td = tb_ = float("inf")
+  pairs = 0
+  while clock() + step <= deadline:
     td = min(td, timed(default, 1))
     tb_ = min(tb_, timed(best, 1))
+    pairs += 1
+  if pairs < 3:
+    return default, trials
   trials.append((default, td))
   trials.append((best, tb_))
   if tb_ > (1 - MIN_GAIN) * td:
