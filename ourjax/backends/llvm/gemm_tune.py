@@ -32,6 +32,11 @@ waits for it) and the process has tuned for less than ``AUTOTUNE_PROCESS_S`` (th
 left are tuned by later processes, so a host's first compilations each pay a little).  ``OURJAX_GEMM_AUTOTUNE_MS``: the
 time budget of one class's tuning (default ``BUDGET_MS``).
 
+Rounding: a tuned ``kc`` cuts K into other slices, and streaming sums K in one chain, so a
+product may differ in its last bits from the default blocking's (and between a process that
+ran before its class was tuned and one after); ``OURJAX_GEMM_AUTOTUNE=0`` gives the same bits
+every run on a host.
+
 Tuning (:func:`tune`): coordinate descent from the default over knob groups in the order of
 their measured effect (stream or not, B in place or packed, kc, mc, nc), each candidate timed
 on the dot's own sizes with random operands (the pieces called one after another on this
