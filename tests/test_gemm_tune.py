@@ -161,6 +161,15 @@ def test_auto_mode_tunes_large_products_once_within_its_process_budget(fresh, mo
   monkeypatch.setattr(gemm_tune, "_spent", gemm_tune.AUTOTUNE_PROCESS_S)
   assert gemm_tune.choose("f32", 1024, 512, 512, False, False) == d
   assert len(calls) == 1
+  # a call far slower than the cost model's (a loaded machine): nothing stored, tried again
+  monkeypatch.setattr(gemm_tune, "_spent", 0.0)
+  monkeypatch.setattr(gemm_tune, "tune", lambda *a: (d, [(d, 1.0)]))
+  assert gemm_tune.choose("f32", 256, 256, 256, False, False) == d
+  assert gemm_tune.shape_class("f32", 256, 256, 256, False, False) not in gemm_tune._results()
+  # a product too large to tune within the budget: its default is stored
+  assert gemm_tune.choose("f32", 2048, 2048, 2048, False, False) == d
+  assert gemm_tune.shape_class("f32", 2048, 2048, 2048, False, False) in gemm_tune._results()
+  monkeypatch.setattr(gemm_tune, "tune", fake_tune)
   # a new process reads the result from disk
   monkeypatch.setattr(gemm_tune, "_memo", {})
   monkeypatch.setattr(gemm_tune, "_table", None)

@@ -221,6 +221,9 @@ def _choose(dtype, M, N, K, trans_a, trans_b, batch, pieces, how) -> gemm.Blocki
     return default
   finally:
     _spent += time.perf_counter() - t0
+  if len(trials) == 1 and 12 * _estimate(dtype, M, N, K, batch) <= budget_s():
+    return default   # (a call ran far slower than such a product should: a loaded machine;
+    #                  the default for now, the class tuned again by a later compilation)
   t_default = trials[0][1]
   t_best = min(t for bl, t in trials if bl == best)
   entry = {k: getattr(best, k) for k in _FIELDS}
@@ -228,6 +231,13 @@ def _choose(dtype, M, N, K, trans_a, trans_b, batch, pieces, how) -> gemm.Blocki
                trials=len(trials))
   _store(cls, entry)
   return best
+
+
+def _estimate(dtype: str, M: int, N: int, K: int, batch: int) -> float:
+  """Seconds a call should take at least (the cost model: 50 G multiply-adds a second in f32,
+  25 G in f64, about one core's peak), to tell a product too large to tune in the budget from
+  a call slowed by load."""
+  return batch * M * N * K / (50e9 if dtype == "f32" else 25e9)
 
 
 # --------------------------------------------------------------------------------------------
