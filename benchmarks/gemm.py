@@ -18,6 +18,10 @@ helper threads cannot use a second one.
 ourjax's multi-threaded call is ``nthreads`` ctypes calls of the same function with
 ``tid = 0..nthreads-1`` (tid 0 on the calling thread, the others on a Python thread pool), so its
 time includes that dispatch (~tens of microseconds).  JAX is skipped when it is not importable.
+
+``--tuned`` adds a column ``tuned``: the same kernel run with the cache blocking the autotuner
+(``ourjax/backends/llvm/gemm_tune.py``) picks for the size and thread count, tuned in the child
+before timing (within ``OURJAX_GEMM_AUTOTUNE_MS``; with ``OURJAX_CACHE_DIR=off``, tuned anew).
 """
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ def _worker(args):
     t0 = time.perf_counter()
     cm = compile_module(mod, ["gemm"])
     compile_s = time.perf_counter() - t0
-    f = cm.ctypes_function("gemm", None, [P, P, P, L, L, L, L, L, L, I, I, L, L, L, L, L, L, P])
+    f = cm.ctypes_function("gemm", None, [P, P, P, L, L, L, L, L, L, I, I, L, L, L, L, L, L, P, L])
     for (M, K, N) in args.sizes:
       rng = np.random.default_rng(0)
       a = rng.standard_normal((M, K)).astype(npdt)
@@ -77,7 +81,7 @@ def _worker(args):
       packs = [np.empty(gemm.pack_buffer_elements(dtype, M, N, K, nthreads, trans_b=False), npdt)
                for _ in range(nthreads)]
       argv = [(a.ctypes.data, b.ctypes.data, c.ctypes.data, M, N, K, K, N, N, 0, 0, 1, 0, 0, 0,
-               t, nthreads, packs[t].ctypes.data) for t in range(nthreads)]
+               t, nthreads, packs[t].ctypes.data, 0) for t in range(nthreads)]
 
       def ours():
         futs = [pool.submit(f, *argv[t]) for t in range(1, nthreads)]
@@ -85,7 +89,26 @@ def _worker(args):
         for fu in futs:
           fu.result()
 
-      impls = {"ourjax": ours, "numpy": lambda: np.matmul(a, b)}
+      impls = {"ourjax": ours}
+      if args.tuned:
+        from ourjax.backends.llvm import gemm_tune
+        os.environ["OURJAX_GEMM_AUTOTUNE"] = "1"
+        bl = gemm_tune.choose(dtype, M, N, K, False, False, 1, nthreads)
+        word = gemm.tune_word(bl, dtype)
+        tpacks = [np.empty(gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl,
+                                                     trans_b=False), npdt)
+                  for _ in range(nthreads)]
+        targv = [a_[:-2] + (tpacks[t].ctypes.data, word) for t, a_ in enumerate(argv)]
+
+        def tuned():
+          futs = [pool.submit(f, *targv[t]) for t in range(1, nthreads)]
+          f(*targv[0])
+          for fu in futs:
+            fu.result()
+        impls["tuned"] = tuned
+        tuned_fields = {k: getattr(bl, k) for k in ("kc", "mc", "nc", "direct_b_rows",
+                                                    "stream_rows")}
+      impls["numpy"] = lambda: np.matmul(a, b)
       if jax is not None:
         ja, jb = jnp.asarray(a), jnp.asarray(b)
         impls["jax"] = lambda: jmm(ja, jb).block_until_ready()
@@ -101,7 +124,7 @@ def _worker(args):
           fn()
           times[k].append(time.perf_counter() - t)
       results.append(dict(dtype=dtype, M=M, K=K, N=N, threads=nthreads, compile_s=compile_s,
-                          rel_err=err,
+                          rel_err=err, tuned=tuned_fields if args.tuned else None,
                           times={k: dict(median=float(np.median(v)), best=float(np.min(v)))
                                  for k, v in times.items()}))
   print(json.dumps(results))
@@ -114,6 +137,8 @@ def main():
   ap.add_argument("--quick", action="store_true", help="skip 4096^3")
   ap.add_argument("--f64", action="store_true", help="also time float64")
   ap.add_argument("--reps", type=int, default=30)
+  ap.add_argument("--tuned", action="store_true",
+                  help="also time the blocking the autotuner picks (column 'tuned')")
   ap.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
   args = ap.parse_args()
   if args.threads:
@@ -130,6 +155,8 @@ def main():
            "--sizes", ",".join(f"{m}x{k}x{n}" for m, k, n in args.sizes)]
     if args.f64:
       cmd.append("--f64")
+    if args.tuned:
+      cmd.append("--tuned")
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     rows += json.loads(out.strip().splitlines()[-1])
   print(f"{'dtype':5} {'M x K x N':>15} {'thr':>3} | {'impl':>7} {'median ms':>10} {'best ms':>9} "
@@ -143,7 +170,8 @@ def main():
       print(f"{r['dtype']:5} {r['M']:>4}x{r['K']:>4}x{r['N']:>4} {r['threads']:>3} | {k:>7} "
             f"{t['median'] * 1e3:10.3f} {t['best'] * 1e3:9.3f} {fl / t['median'] / 1e9:8.1f} "
             f"{fl / t['best'] / 1e9:7.1f} | {ratio}")
-    print(f"{'':27}(ourjax: rel. error {r['rel_err']:.1e}, compile {r['compile_s']:.2f} s)")
+    print(f"{'':27}(ourjax: rel. error {r['rel_err']:.1e}, compile {r['compile_s']:.2f} s)"
+          + (f" tuned {r['tuned']}" if r.get("tuned") else ""))
 
 
 if __name__ == "__main__":

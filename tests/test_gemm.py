@@ -22,7 +22,7 @@ from ourjax.backends.llvm.math import emit_unary
 
 I64 = ir.IntType(64)
 _P, _L, _I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
-_ARGTYPES = [_P, _P, _P, _L, _L, _L, _L, _L, _L, _I, _I, _L, _L, _L, _L, _L, _L, _P]
+_ARGTYPES = [_P, _P, _P, _L, _L, _L, _L, _L, _L, _I, _I, _L, _L, _L, _L, _L, _L, _P, _L]
 NP = {"f32": np.float32, "f64": np.float64}
 
 # Small blocks so that sizes up to 300 cross many K slices, row blocks and column blocks.
@@ -85,7 +85,7 @@ def _operand(rng, dtype, rows, cols, trans, pad):
 
 
 def run(fn, bl, dtype, A, B, M, N, K, lda, ldb, ta, tb, C=None, ldc=None, batch=1,
-        strides=(0, 0, 0), nthreads=1, tids=None):
+        strides=(0, 0, 0), nthreads=1, tids=None, tune=0):
   """Call the kernel once per tid (each on its own Python thread when there are several), each
   call with a scratch area of its own of exactly ``pack_buffer_elements`` elements, starting
   one element past a 64-byte boundary (the most alignment slack), followed by guard elements
@@ -106,7 +106,7 @@ def run(fn, bl, dtype, A, B, M, N, K, lda, ldb, ta, tb, C=None, ldc=None, batch=
     mem[skip + n:] = 7.0
     packs[tid] = (mem, skip)
     fn(A.ctypes.data, B.ctypes.data, C.ctypes.data, M, N, K, lda, ldb, ldc, int(ta), int(tb),
-       batch, *strides, tid, nthreads, mem[skip:].ctypes.data)
+       batch, *strides, tid, nthreads, mem[skip:].ctypes.data, tune)
   tids = range(nthreads) if tids is None else tids
   if nthreads == 1:
     call(0)
@@ -261,7 +261,7 @@ def test_b_packed_once_for_all_pieces(M, N, K, tb, dtype, blocking, nthreads, pa
   packed = mem[skip:skip + n + 64]
   for tid in range(packers):
     fn(0, bm.ctypes.data, packed.ctypes.data, 1, N, K, 1, ldb, N, gemm.PACK_B, int(tb), 1, 0,
-       0, 0, tid, packers, 0)
+       0, 0, tid, packers, 0, 0)
   assert (packed[n:] == 7.0).all() and not np.isnan(packed[:n]).any()
   got = run(fn, bl, dtype, am, packed, M, N, K, lda, 0, 0, gemm.PACKED_B, nthreads=nthreads)
   bl_ = bl or gemm.default_blocking(dtype)
@@ -739,14 +739,14 @@ outs = {}
 for parts in ("1", "3"):
   os.environ["OURJAX_GEMM_LIBRARY_PARTS"] = parts
   sym, cm = L._build_shared("f32")
-  fn = ctypes.CFUNCTYPE(None, P, P, P, I, I, I, I, I, I, I32, I32, I, I, I, I, I, I, P)(
+  fn = ctypes.CFUNCTYPE(None, P, P, P, I, I, I, I, I, I, I32, I32, I, I, I, I, I, I, P, I)(
       cm.address(sym))
   outs[parts] = []
   for (m, k, n), (a, b) in zip(cases, mats):
     pack = np.zeros(G.pack_buffer_elements("f32", m, n, k, 1) + 64, np.float32)
     c = np.zeros((m, n), np.float32)
     fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, n, k, k, n, n, 0, 0, 1, 0, 0, 0, 0, 1,
-       pack.ctypes.data)
+       pack.ctypes.data, 0)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     outs[parts].append(c)
   globals()["keep_" + parts] = cm

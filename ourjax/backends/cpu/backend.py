@@ -585,7 +585,7 @@ def _backend_source_hash() -> str:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
     from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, gemm,
-                                      gemm_calls, gemm_im2col, reuse, schedule,
+                                      gemm_calls, gemm_im2col, gemm_tune, reuse, schedule,
                                       group_planner, horizontal, im2col, irtext, kernel_info,
                                       kernel_key, planning as _planning, row_cache)
     from ourjax.backends.llvm import math as llmath
@@ -594,7 +594,8 @@ def _backend_source_hash() -> str:
     for path in (*(m.__file__ for m in (E, K, jit, profiling, kernel_info, gemm, gemm_calls,
                                         gemm_im2col, im2col, concat, attention, dots, donation,
                                         _entry, elemental, dedupe, irtext, kernel_key, _planning,
-                                        group_planner, row_cache, horizontal, reuse, schedule)),
+                                        group_planner, row_cache, horizontal, reuse, schedule,
+                                        irtools, gemm_tune)),
                  *llmath.SOURCES):
       with open(path, "rb") as f:
         h.update(f.read())

@@ -163,7 +163,7 @@ class AttentionKernel(K.Kernel):
       args = [A, Bm, C, Mr, N, Kd, i64(lda), i64(ldb), i64(ldc),
               ir.Constant(E.I32, G.ACCUMULATE if accumulate else 0),
               ir.Constant(E.I32, 1 if trans_b else 0), i64(1), i64(0), i64(0), i64(0),
-              i64(0), i64(1), pack]
+              i64(0), i64(1), pack, i64(0)]   # (tune 0: the kernel's own blocking)
       b.call(gemm, [a if isinstance(a, ir.Value) else i64(a) for a in args])
 
     with ForLoop(b, lo, hi, "task") as task:

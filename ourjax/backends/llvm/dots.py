@@ -16,7 +16,7 @@ from ourjax.backends.llvm.kernels import (DOT_PIECE_WORK, DOT_SPLIT_WORK, MAX_CH
 from ourjax.lowering import hlo
 
 __all__ = ["DotSpec", "DotKernel", "Im2colDotKernel", "PackBKernel", "emit_dot", "gemm_symbols",
-           "dot_scratch_bytes", "dot_scratch", "share_b", "fast_dot_ok"]
+           "dot_scratch_bytes", "dot_scratch", "share_b", "fast_dot_ok", "gemm_blocking"]
 
 
 
@@ -60,12 +60,13 @@ class DotSpec:
 
 
 def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: bool = False,
-             b_packed: bool = False):
+             b_packed: bool = False, blocking=None):
   """The matrix-product seam: C[b] = A[b] @ B[b] for f32/f64 operands in buffers (``A``, ``Bm``,
   ``C`` typed pointers; ``scratch`` an i8* to this piece's own ``dot_scratch_bytes(spec,
   nthreads)``); ``accumulate``:
   C[b] += A[b] @ B[b] (the packed GEMM only: ``_gemm_layout_ok``); ``b_packed``: ``Bm`` holds
-  B packed by a ``PackBKernel`` (the packed GEMM, batch 1).
+  B packed by a ``PackBKernel`` (the packed GEMM, batch 1); ``blocking``: the packed GEMM's
+  cache blocking (``gemm_blocking``; the scratch was sized for it), None: the kernel's own.
 
   Calls the packed GEMM of ``llvm/gemm.py`` (BLIS-style panels, a micro-kernel register-blocked
   for the target's vector ISA, one process-wide compiled kernel) when both operands have a unit
@@ -77,7 +78,7 @@ def emit_dot(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads, accumulate: boo
                         b_strides=(spec.b_sk, spec.b_sn), tid=tid, nthreads=nthreads,
                         scratch=scratch, batch=spec.B,
                         batch_strides=(spec.a_sb, spec.b_sb, spec.M * spec.N),
-                        accumulate=accumulate, b_packed=b_packed)
+                        accumulate=accumulate, b_packed=b_packed, blocking=blocking)
     return
   if accumulate:
     raise ValueError("emit_dot: accumulate needs operands the packed GEMM reads")
@@ -210,18 +211,33 @@ def _emit_dot_blocked(b, spec: DotSpec, A, Bm, C, scratch, tid, nthreads):
         rows_block(1, ir_.index)
 
 
+def gemm_blocking(spec: DotSpec, threads: int, im2col: bool = False):
+  """The cache blocking of the packed GEMM's call for a dot of ``spec`` planned for
+  ``threads`` threads (``gemm_tune.choose``: tuned per shape class and host, else the
+  default), or None: the kernel's own (the register-blocked kernel; a convolution's patch
+  matrix, whose packing the tuner does not time).  The same for the same arguments all
+  through a process, so a dot's scratch (``dot_scratch``) and its call agree."""
+  if im2col or not _gemm_layout_ok(spec):
+    return None
+  from ourjax.backends.llvm import gemm, gemm_tune
+  la = gemm.operand_layout(spec.M, spec.K, spec.a_sm, spec.a_sk)
+  lb = gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk)
+  return gemm_tune.choose("f32" if spec.dtype == E.F32 else "f64", spec.M, spec.N, spec.K,
+                          not la[0], lb[0], spec.B, dot_pieces(spec, threads))
+
+
 def dot_scratch_bytes(spec: DotSpec, pieces: int, im2col: bool = False,
-                      b_packed: bool = False) -> int:
+                      b_packed: bool = False, blocking=None) -> int:
   """Scratch bytes of one running piece of a dot of ``spec`` cut into ``pieces`` (each thread
   running pieces at once has such an area of its own, ``DotKernel.scratch_slots``): the packed
   GEMM's panels of its largest piece (``gemm.pack_buffer_bytes``), or the register-blocked
-  kernel's K x NR panel of B."""
+  kernel's K x NR panel of B; ``blocking``: the GEMM's (``gemm_blocking``)."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   if _gemm_layout_ok(spec):
     lb = gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk)
     return gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, pieces,
-                                  trans_b=bool(lb[0]), batch=spec.B, im2col=im2col,
+                                  blocking, trans_b=bool(lb[0]), batch=spec.B, im2col=im2col,
                                   b_packed=b_packed) + 64
   W = gemm.vector_target().lanes[dtype]   # _emit_dot_blocked's K x NR panel (NR = 2*W)
   return spec.K * 2 * W * spec.dtype.itemsize + 64
@@ -237,12 +253,13 @@ def dot_scratch(new_scratch, spec: DotSpec, threads: int, name: str, im2col: boo
   also fits that call (only thread 0 makes such calls: its area alone grows)."""
   from ourjax.backends.llvm import kernels
   pieces = dot_pieces(spec, threads)
-  one = dot_scratch_bytes(spec, pieces, im2col, b_packed)
+  bl = gemm_blocking(spec, threads, im2col)
+  one = dot_scratch_bytes(spec, pieces, im2col, b_packed, bl)
   first = one
   serial = spec.B * spec.M * spec.N * spec.K < kernels.PARALLEL_MIN_WORK  # (Kernel.parallel)
   if (whole or serial) and pieces > 1:
     # (only thread 0 calls a kernel whole: its area alone fits that call)
-    first = max(one, (dot_scratch_bytes(spec, 1, im2col, b_packed) + 63) // 64 * 64)
+    first = max(one, (dot_scratch_bytes(spec, 1, im2col, b_packed, bl) + 63) // 64 * 64)
   buf = new_scratch(first + one * (max(1, min(pieces, threads)) - 1), name)
   buf.slot_bytes = one
   buf.first_slot_bytes = first
@@ -264,7 +281,9 @@ def share_b(spec: DotSpec, threads: int, im2col: bool = False) -> bool:
     return False
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
-  b_part = dot_scratch_bytes(spec, pieces, im2col) - dot_scratch_bytes(spec, pieces, im2col, True)
+  bl = gemm_blocking(spec, threads, im2col)
+  b_part = (dot_scratch_bytes(spec, pieces, im2col, blocking=bl)
+            - dot_scratch_bytes(spec, pieces, im2col, True, bl))
   whole = gemm.packed_b_elements(dtype, spec.N, spec.K) * spec.dtype.itemsize
   return slots * b_part - whole >= SHARE_B_MIN_SAVING
 
@@ -349,6 +368,8 @@ class DotKernel(Kernel):
     self.accumulate = accumulate
     #: B packed by the PackBKernel before it (read instead of ``rhs``), or None
     self.packed_b = packed_b
+    #: the packed GEMM's cache blocking (``gemm_blocking``: what the scratch was sized for)
+    self.blocking = gemm_blocking(self.spec, threads, isinstance(self, Im2colDotKernel))
     s = self.spec
     super().__init__(name, [lhs, packed_b or rhs] + ([out] if accumulate else []), [out],
                      [scratch], work=s.B * s.M * s.N * s.K)
@@ -366,7 +387,8 @@ class DotKernel(Kernel):
 
   def body(self, b, ptr, tid, nthreads):
     emit_dot(b, self.spec, ptr(self.lhs), ptr(self.packed_b or self.rhs), ptr(self.out),
-             ptr(self.scratch[0]), tid, nthreads, self.accumulate, self.packed_b is not None)
+             ptr(self.scratch[0]), tid, nthreads, self.accumulate, self.packed_b is not None,
+             self.blocking)
 
 
 class Im2colDotKernel(DotKernel):

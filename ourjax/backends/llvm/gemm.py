@@ -6,7 +6,7 @@ fused per-element epilogue.
     void name(const T* A, const T* B, T* C,
               i64 M, i64 N, i64 K, i64 lda, i64 ldb, i64 ldc, i32 transA, i32 transB,
               i64 batch, i64 strideA, i64 strideB, i64 strideC,
-              i64 tid, i64 nthreads, T* pack)
+              i64 tid, i64 nthreads, T* pack, i64 tune)
 
 computing, for every ``b < batch``, ``C_b = op(A_b) @ op(B_b)`` (row-major, ``M x N``, overwritten;
 ``C_b += ...`` when bit 1 of ``transA`` is set (``ACCUMULATE``), or always with
@@ -29,6 +29,13 @@ elements of ``T`` (any alignment) that are this call's own: calls running at onc
 different buffers (a piece's packed panels of A and B, sized for the largest piece of the
 ``nthreads``-way split; the CPU backend gives each worker thread one such area, which it reuses
 for every piece it claims).  The buffer holds no state between calls.
+
+Tune: ``tune`` overrides the cache blocking the kernel was generated with, at run time, per
+call: 0 keeps it; else :func:`tune_word` of a :class:`Blocking` of the same micro-tile gives
+its ``kc``, ``mc``, ``nc``, ``direct_b_rows`` and ``stream_rows`` (what ``gemm_tune.py``
+chooses per shape class and host).  ``pack`` must then hold :func:`pack_buffer_elements` of
+that blocking.  Only the register blocking (``mr``, ``nv``, ``unroll``, edge kernels) is fixed
+when the code is generated.
 
 Epilogue: ``epilogue(builder, value, row, col) -> value`` runs at generation time and emits IR
 that transforms a finished result before it is stored for the last time.  ``value`` is a
@@ -90,6 +97,10 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   for its piece: a K slice of its column block's panels of B (one edge panel where B is read
   in place) and of its row block's panels of A (:func:`pack_buffer_elements`).
 
+Cache blocking per shape: ``kc``, ``mc``, ``nc`` and the two row thresholds above are also
+arguments of each call (the ``tune`` word), which ``gemm_tune.py`` autotunes per shape class
+and host at first use (a few calls of the compiled kernel each, cached on disk).
+
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
 kernel (:func:`shared_gemm_symbol`, compiled once and registered with ``llvm.add_symbol``), so a
@@ -113,7 +124,7 @@ __all__ = ["Blocking", "VectorTarget", "VECTOR_TARGETS", "vector_target", "defau
            "ACCUMULATE", "PACK_B", "PACKED_B", "packed_b_elements", "emit_pack_b_call",
            "emit_gemm", "pack_buffer_elements", "pack_buffer_bytes", "ARG_NAMES",
            "operand_layout", "emit_gemm_call", "shared_gemm_symbol", "declare_shared_gemm",
-           "prefetch_shared_gemm"]
+           "prefetch_shared_gemm", "tune_word", "TUNE_FIELDS"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 #: ``transA`` of a call whose ``A`` is an implicit-im2col descriptor (``gemm_im2col.py``)
@@ -128,7 +139,7 @@ PACK_B = 8
 PACKED_B = 2
 _TYPES = {"f32": (ir.FloatType, 4), "f64": (ir.DoubleType, 8)}  # element type, bytes
 ARG_NAMES = ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "transA", "transB", "batch",
-             "strideA", "strideB", "strideC", "tid", "nthreads", "pack")
+             "strideA", "strideB", "strideC", "tid", "nthreads", "pack", "tune")
 
 Epilogue = Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]
 
@@ -171,10 +182,13 @@ class VectorTarget:
 # Cache blocks: the kc x nv*W B panel stays in L1 (16 to 32 KiB), mc x kc of A in L2.
 VECTOR_TARGETS = {
     # AVX-512, 32 zmm of 512 bits: 14 x 2 = 28 accumulators + 2 B + 1 broadcast = 31.
-    # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.
+    # Measured on AMD znver5 (48 KiB L1d, 1 MiB L2 per core): see benchmarks/gemm.py.  A
+    # row-major B is read in place by pieces of up to 256 rows (not 64): on AMD znver4, f32
+    # and f64, 96 to 256 rows ran 2-16% faster so (one thread; 64 rows and fewer, 384 and
+    # more the same), what gemm_tune.py kept picking; AVX2 code there was up to 6% slower so.
     "avx512": VectorTarget("avx512", {"f32": 16, "f64": 8}, True, {
-        "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4),
-        "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4)}),
+        "f32": Blocking(mr=14, nv=2, kc=256, mc=168, nc=2048, unroll=4, direct_b_rows=256),
+        "f64": Blocking(mr=14, nv=2, kc=256, mc=168, nc=1024, unroll=4, direct_b_rows=256)}),
     # AVX2, 16 ymm of 256 bits: 6 x 2 = 12 accumulators + 2 B + 1 broadcast = 15 (the classic
     # Haswell kernel; the AVX-512 tiles, 28 accumulators, spill hundreds of times here).  4 x 3
     # (12 + 3 + 1 = 16) ran as fast; mc = 72 beat 144 on 1024^3 f32 by ~5-10%, other mc and
@@ -203,6 +217,40 @@ def vector_target(isa: Optional[str] = None) -> VectorTarget:
     return VECTOR_TARGETS[isa]
   except KeyError:
     raise ValueError(f"gemm: no vector target {isa!r} (have {sorted(VECTOR_TARGETS)})") from None
+
+
+#: The fields of a call's ``tune`` word: (name, bit offset, bits, scale); a field holds
+#: ``value // scale + 1`` (0: the generated kernel's own value).
+TUNE_FIELDS = (("kc", 0, 14, 1), ("mc", 14, 14, 1), ("nc", 28, 16, 1),
+               ("direct_b_rows", 44, 9, 4), ("stream_rows", 53, 8, 1))
+
+
+def tune_word(blocking: Blocking, dtype: str, isa: Optional[str] = None) -> int:
+  """The ``tune`` argument that makes the kernel of ``dtype`` generated for ``isa`` (with its
+  default blocking) run with ``blocking``'s cache blocking: 0 when they agree.  Raises
+  ValueError when ``blocking``'s micro-tile differs from the generated one (fixed in the code),
+  its ``mc`` or ``nc`` is not a multiple of the tile, or a value does not fit its field."""
+  vt = vector_target(isa)
+  base = vt.blocking[dtype]
+  if (blocking.mr, blocking.nv, blocking.unroll, blocking.mr_small, blocking.narrow) != \
+     (base.mr, base.nv, base.unroll, base.mr_small, base.narrow):
+    raise ValueError(f"gemm tune_word: {blocking} has another register blocking than the "
+                     f"kernel's {base} (only cache blocking is chosen at run time)")
+  if blocking.mc % base.mr or blocking.nc % (base.nv * vt.lanes[dtype]) or \
+     min(blocking.kc, blocking.mc, blocking.nc) <= 0:
+    raise ValueError(f"gemm tune_word: mc must be a positive multiple of mr and nc of nr "
+                     f"({blocking})")
+  if blocking.stream_rows > 0 and base.stream_rows <= 0:
+    raise ValueError("gemm tune_word: the kernel was generated without the few-rows kernels")
+  word = 0
+  for name, off, bits, scale in TUNE_FIELDS:
+    v = getattr(blocking, name)
+    if v == getattr(base, name):
+      continue
+    if v % scale or v < 0 or v // scale + 1 >= 1 << bits:
+      raise ValueError(f"gemm tune_word: {name}={v} does not fit the tune word")
+    word |= (v // scale + 1) << off
+  return word
 
 
 def default_blocking(dtype: str, isa: Optional[str] = None) -> Blocking:
@@ -769,12 +817,22 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     fn = ir.Function(module, _signature(cx.p), fname)
     for a, n in zip(fn.args, ARG_NAMES):
       a.name = n
-    (A, B, C, M, N, K, lda, ldb, ldc, ta, tb, batch, sA, sB, sC, tid, nth, pack) = fn.args
+    (A, B, C, M, N, K, lda, ldb, ldc, ta, tb, batch, sA, sB, sC, tid, nth, pack,
+     tune) = fn.args
     for a in (A, B, C, pack):
       a.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     one = _c64(1)
     conv = b.icmp_signed("==", ta, _c32(IM2COL)) if im2col else None
+    # the cache blocking of this call: the tune word's fields, else the generated ones
+    knob = {}
+    for fname_, off, bits, scale in TUNE_FIELDS:
+      f_ = b.and_(b.lshr(tune, _c64(off)), _c64((1 << bits) - 1))
+      v_ = b.mul(b.sub(f_, one), _c64(scale))
+      knob[fname_] = b.select(b.icmp_signed("==", f_, _c64(0)), _c64(getattr(bl, fname_)), v_)
+    kc_, mc_, stream_rows = knob["kc"], knob["mc"], knob["stream_rows"]
+    direct_rows = knob["direct_b_rows"]
+    nc_ = b.mul(_sdiv_up(b, knob["nc"], _c64(nr)), _c64(nr))   # (whole panels, whatever it says)
     desc = b.bitcast(A, I64.as_pointer()) if im2col else None
 
     # strides of A (i, k) and B (k, j)
@@ -811,7 +869,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     prepacked = b.icmp_signed("==", tb, _c32(PACKED_B))
 
     # K slices of balanced depth (at least one slice, so K == 0 still stores zeros)
-    nks = _smax(b, one, _sdiv_up(b, K, _c64(bl.kc)))
+    nks = _smax(b, one, _sdiv_up(b, K, kc_))
     kstep = _smax(b, one, _sdiv_up(b, K, nks))
     klimit = _smax(b, K, one)
 
@@ -826,7 +884,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       # decided by M, not by this thread's rows: the axpy kernels sum over all of K in one fma
       # chain, the tiles per K slice (partial sums added to C), so a per-thread choice would
       # round differently from the serial call when a row split leaves a thread few rows
-      few = b.and_(b.icmp_signed("==", tb, _c32(0)), b.icmp_signed("<=", M, _c64(bl.stream_rows)))
+      few = b.and_(b.icmp_signed("==", tb, _c32(0)), b.icmp_signed("<=", M, stream_rows))
       if conv is not None:   # (a patch matrix is packed, always)
         few = b.and_(few, b.not_(conv))
       with b.if_else(few) as (f_, t_):
@@ -845,20 +903,20 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
 
     def tiled(bi, Ab, Bb, Cb, rowbase, m0, m1, n0, n1):
       direct = b.and_(b.icmp_signed("==", tb, _c32(0)),
-                      b.icmp_signed("<=", b.sub(m1, m0), _c64(bl.direct_b_rows)))
+                      b.icmp_signed("<=", b.sub(m1, m0), direct_rows))
       # balanced mc: ceil(rows / ceil(rows/mc)) rounded up to mr
       rows = b.sub(m1, m0)
-      nmb = _smax(b, one, _sdiv_up(b, rows, _c64(bl.mc)))
+      nmb = _smax(b, one, _sdiv_up(b, rows, mc_))
       mstep = b.mul(_sdiv_up(b, _sdiv_up(b, rows, nmb), _c64(mr)), _c64(mr))
       mstep = _smax(b, mstep, _c64(mr))
       # B's panels: a column block's (one edge panel when B is read in place), K slice deep
       cols = b.sub(n1, n0)
-      b_cols = b.select(direct, _c64(nr), _smin(b, _c64(bl.nc),
+      b_cols = b.select(direct, _c64(nr), _smin(b, nc_,
                                                 b.mul(_sdiv_up(b, cols, _c64(nr)), _c64(nr))))
       b_cols = b.select(prepacked, _c64(0), b_cols)
       apk = b.gep(bpk, [b.mul(_sdiv_up(b, b.mul(b_cols, kstep), _c64(align)), _c64(align))])
-      with _for(b, n0, n1, bl.nc, name="jc") as jc:
-        nb = _smin(b, _c64(bl.nc), b.sub(n1, jc))
+      with _for(b, n0, n1, nc_, name="jc") as jc:
+        nb = _smin(b, nc_, b.sub(n1, jc))
         with _for(b, 0, klimit, kstep, name="pc") as pc:
           kb = _smin(b, kstep, b.sub(K, pc))
           kb = _smax(b, kb, _c64(0))
@@ -996,7 +1054,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
 def _signature(p: ir.Type) -> ir.FunctionType:
   """The kernel's type, ``p`` the element pointer type."""
   return ir.FunctionType(ir.VoidType(), [p, p, p, I64, I64, I64, I64, I64, I64, I32, I32,
-                                         I64, I64, I64, I64, I64, I64, p])
+                                         I64, I64, I64, I64, I64, I64, p, I64])
 
 
 # the process-wide shared GEMMs (built, cached on disk, registered): gemm_library.py

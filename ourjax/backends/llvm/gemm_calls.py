@@ -9,8 +9,8 @@ from typing import Optional
 
 import llvmlite.ir as ir
 
-from ourjax.backends.llvm.gemm import (ACCUMULATE, IM2COL, PACK_B, PACKED_B, _TYPES, Epilogue,
-                                       _c32, _c64, _signature, emit_gemm)
+from ourjax.backends.llvm.gemm import (ACCUMULATE, IM2COL, PACK_B, PACKED_B, _TYPES, Blocking,
+                                       Epilogue, _c32, _c64, _signature, emit_gemm, tune_word)
 from ourjax.backends.llvm.gemm_library import prefetch_shared_gemm
 
 __all__ = ["operand_layout", "declare_shared_gemm", "emit_gemm_call", "emit_pack_b_call"]
@@ -45,7 +45,7 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
                    batch_strides=None, ldc: Optional[int] = None,
                    epilogue: Optional[Epilogue] = None, accumulate: bool = False,
                    shared: bool = True, name: Optional[str] = None, im2col: bool = False,
-                   b_packed: bool = False):
+                   b_packed: bool = False, blocking: Optional[Blocking] = None):
   """Emit a call computing ``C[b] = A[b] @ B[b]`` for static sizes and element strides.
 
   ``a_strides = (stride of m, stride of k)`` and ``b_strides = (stride of k, stride of n)`` in
@@ -59,7 +59,9 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   call goes to the process-wide kernel (``accumulate``: ``C[b] += ...``, its ``ACCUMULATE``
   bit); otherwise a kernel is emitted into ``b.module`` (named ``name`` or a fresh
   ``gemm.N``).  Raises ValueError for strides the kernel
-  cannot read (neither unit); copy such an operand first.  ``im2col``: ``A`` is the descriptor
+  cannot read (neither unit); copy such an operand first.  ``blocking``: the cache blocking
+  of this call (``gemm_tune.choose``; ``scratch`` sized for it), passed as the kernel's
+  ``tune`` word; default the kernel's own.  ``im2col``: ``A`` is the descriptor
   of a convolution's patch matrix (``gemm_im2col.emit_call``), read by the shared kernel
   (``transA == IM2COL``; no epilogue, no accumulation, batch 1)."""
   if im2col and (epilogue is not None or accumulate or not shared or batch != 1):
@@ -92,7 +94,8 @@ def emit_gemm_call(b: ir.IRBuilder, dtype: str, A, B, C, *, M: int, N: int, K: i
   args = [p(A), p(B), p(C), _c64(M), _c64(N), _c64(K), _c64(la[1]), _c64(lb[1]), _c64(ldc),
           _c32(IM2COL if im2col else (0 if la[0] else 1) | flags),
           _c32(PACKED_B if b_packed else 1 if lb[0] else 0), _c64(batch),
-          *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch)]
+          *(_c64(s) for s in batch_strides), tid, nthreads, p(scratch),
+          _c64(0 if blocking is None else tune_word(blocking, dtype))]
   return b.call(fn, args)
 
 
@@ -111,5 +114,5 @@ def emit_pack_b_call(b: ir.IRBuilder, dtype: str, B, dst, *, N: int, K: int, b_s
   nul = ir.Constant(ptr_t, None)
   args = [nul, p(B), p(dst), _c64(1), _c64(N), _c64(K), _c64(1), _c64(lb[1]), _c64(N),
           _c32(PACK_B), _c32(1 if lb[0] else 0), _c64(1), _c64(0), _c64(0), _c64(0),
-          tid, nthreads, nul]
+          tid, nthreads, nul, _c64(0)]
   return b.call(fn, args)

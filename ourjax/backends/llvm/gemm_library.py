@@ -108,6 +108,24 @@ def shared_gemm_symbol(dtype: str) -> str:
     return _shared[dtype][0]
 
 
+def is_built(dtype: str) -> bool:
+  """Whether the shared GEMM of ``dtype`` is built (registered, or its build finished), so that
+  :func:`shared_gemm_symbol` will not wait for LLVM."""
+  with _shared_lock:
+    if dtype in _shared:
+      return True
+    fut = _pending.get(dtype)
+    return fut is not None and fut.done() and fut.exception() is None
+
+
+def shared_gemm_address(dtype: str) -> int:
+  """The address of the shared GEMM of ``dtype`` (built first if need be), to call it from
+  Python (``gemm_tune.py``)."""
+  sym = shared_gemm_symbol(dtype)
+  with _shared_lock:
+    return _shared[dtype][1].address(sym)
+
+
 def _register(dtype: str, sym: str, cm) -> None:
   import llvmlite.binding as llvm
   llvm.add_symbol(sym, cm.address(sym))

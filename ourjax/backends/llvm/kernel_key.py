@@ -74,8 +74,9 @@ _OBJECTS = ()      # other classes whose instances are keyed by their attributes
 def _setup():
   global _Buf, _OBJECTS
   from ourjax.backends.llvm.dots import DotSpec
+  from ourjax.backends.llvm.gemm import Blocking
   from ourjax.backends.llvm.kernels import Buf
-  _Buf, _OBJECTS = Buf, (DotSpec,)
+  _Buf, _OBJECTS = Buf, (DotSpec, Blocking)
 
 
 class _Walk:
