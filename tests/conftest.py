@@ -7,6 +7,10 @@ os.environ.setdefault("OURJAX_CHECK_PASSES", "1")
 # every kernel the CPU backend would skip as alike to one emitted before (its kernel_key) is
 # emitted anyway and must print as that one (ourjax.backends.llvm.kernel_key)
 os.environ.setdefault("OURJAX_CHECK_KERNEL_KEYS", "1")
+# the GEMM's default cache blocking: results and scratch sizes that do not depend on which
+# shape classes an earlier test (or the load of the machine) had tuned; the autotuner's own
+# tests turn it on
+os.environ.setdefault("OURJAX_GEMM_AUTOTUNE", "0")
 
 import numpy as np
 import pytest

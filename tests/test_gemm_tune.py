@@ -35,8 +35,10 @@ def shared(dtype):
 
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
-  """A tuner with no results in memory and a disk cache of its own."""
+  """A tuner with no results in memory and a disk cache of its own, in its default (auto)
+  mode (conftest turns tuning off for the other tests)."""
   monkeypatch.setenv("OURJAX_CACHE_DIR", str(tmp_path))
+  monkeypatch.delenv("OURJAX_GEMM_AUTOTUNE", raising=False)
   monkeypatch.setattr(gemm_tune, "_memo", {})
   monkeypatch.setattr(gemm_tune, "_table", None)
   return tmp_path
@@ -231,7 +233,7 @@ print(json.dumps(sorted(json.load(open(path))) if path and os.path.exists(path) 
 @pytest.mark.parametrize("how", ["1", "0"])
 def test_jitted_dots_run_with_tuned_blocking(tmp_path, how):
   env = dict(os.environ, OURJAX_CACHE_DIR=str(tmp_path), OURJAX_GEMM_AUTOTUNE=how,
-             OURJAX_GEMM_AUTOTUNE_MS="15")
+             OURJAX_GEMM_AUTOTUNE_MS="100")
   out = subprocess.run([sys.executable, "-c", _JIT], env=env, capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert out.returncode == 0, out.stderr[-3000:]

@@ -622,12 +622,13 @@ def _host_tag(profile: bool) -> bytes:
   import llvmlite
   import llvmlite.binding as llvm
   from ourjax.backends.cpu import jit
+  from ourjax.backends.llvm import gemm_tune
   return (f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
           f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
           f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
           f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}/"
           f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_ATTENTION', '1')}").encode()
+          f"{os.environ.get('OURJAX_CPU_ATTENTION', '1')}/{gemm_tune.cache_tag()}").encode()
 
 
 def cache_key(module: hlo.Module, profile: bool = False) -> str:

@@ -143,6 +143,18 @@ def _read(path: Optional[str]) -> dict:
     return {}
 
 
+def cache_tag() -> str:
+  """What compiled code depends on of the tuning: the mode and, unless it is off, this host's
+  tuned results (the CPU disk cache keys executables by it, so that one planned with other
+  blockings is not taken for this one: with ``OURJAX_GEMM_AUTOTUNE=0`` every run gets the
+  default blocking's code and bits)."""
+  m = mode()
+  if m == "off":
+    return "off"
+  digest = hashlib.sha256(json.dumps(_results(), sort_keys=True, default=str).encode())
+  return f"{m}:{digest.hexdigest()[:16]}"
+
+
 def _results() -> dict:
   """This host's tuned results (read from disk once per cache directory)."""
   global _table, _table_path
