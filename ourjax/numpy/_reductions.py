@@ -78,15 +78,24 @@ def _keepdims(out, shape, axes):
   return lax.reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape)))
 
 
-def _where_mask(name, where, a, fill):
-  """``a`` with positions where ``where`` is False replaced by ``fill``."""
-  from ourjax.numpy._ufuncs import where as _where
+def _check_where(name, where):
+  """``where`` as a bool array (None stays None); any other dtype is an error, as in JAX (each
+  public reduction checks it under its own name before delegating to another)."""
+  if where is None:
+    return None
   check_arraylike(name, where)
-  shape = get_aval(a).shape
   w = asarray(where)
   if get_aval(w).dtype != np.bool_:
     raise ValueError(f"jnp.{name}: where must be None or a boolean array; got "
                      f"where.dtype={get_aval(w).dtype!r}.")
+  return w
+
+
+def _where_mask(name, where, a, fill):
+  """``a`` with positions where ``where`` is False replaced by ``fill``."""
+  from ourjax.numpy._ufuncs import where as _where
+  shape = get_aval(a).shape
+  w = _check_where(name, where)
   try:
     np.broadcast_shapes(get_aval(w).shape, shape)
   except ValueError:
@@ -97,10 +106,7 @@ def _where_mask(name, where, a, fill):
 
 def _bool_mask(name, where, shape):
   """``where`` as a bool array of ``shape``."""
-  check_arraylike(name, where)
-  w = asarray(where)
-  if get_aval(w).dtype != np.bool_:
-    w = lax.ne(w, lax._const(w, 0))
+  w = _check_where(name, where)
   try:
     return _broadcast_to(w, shape) if get_aval(w).shape != tuple(shape) else w
   except TypeError:
@@ -258,6 +264,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.mean is not supported.")
   a = _arr("mean", a)
+  where = _check_where("mean", where)
   aval = get_aval(a)
   axes = _reduction_axes("mean", axis, aval.ndim)
   if dtype is None:
@@ -304,6 +311,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.var is not supported.")
   a = _arr("var", a)
+  where = _check_where("var", where)
   aval = get_aval(a)
   axes = _reduction_axes("var", axis, aval.ndim)
   comp_dt, result_dt = _var_dtypes(aval.dtype, dtype)
@@ -337,6 +345,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Standard deviation: the square root of ``var``."""
+  where = _check_where("std", where)
   if dtype is not None and not dtypes.is_inexact(dtypes.check_user_dtype(dtype, "std")):
     raise ValueError(f"dtype argument to jnp.std must be inexact; got {dtype}")
   return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
@@ -555,6 +564,8 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
 def _nan_reduction(name, fn, a, init, nan_if_all_nan, axis, keepdims, **kw):
   from ourjax.numpy._ufuncs import isnan, where
   a = _arr(name, a)
+  if kw.get("where") is not None:
+    kw["where"] = _check_where(name, kw["where"])
   if not dtypes.is_inexact(get_aval(a).dtype):
     return fn(a, axis=axis, keepdims=keepdims, **kw)
   nan_mask = isnan(a)
@@ -595,6 +606,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.nanmean is not supported.")
   a = _arr("nanmean", a)
+  where = _check_where("nanmean", where)
   if not dtypes.is_inexact(get_aval(a).dtype):
     return mean(a, axis=axis, dtype=dtype, keepdims=keepdims, where=where)
   if dtype is None:
@@ -614,6 +626,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.nanvar is not supported.")
   a = _arr("nanvar", a)
+  where = _check_where("nanvar", where)
   comp_dt, result_dt = _var_dtypes(get_aval(a).dtype, dtype)
   a = lax.convert_element_type(a, comp_dt)
   if mean is not None:
@@ -640,6 +653,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
 
 @static_argnames("axis", "dtype", "keepdims")
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
+  where = _check_where("nanstd", where)
   return lax.sqrt(nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
                          where=where, mean=mean))
 
