@@ -310,3 +310,16 @@ def test_pinv_jvp_of_a_very_wide_matrix_never_forms_an_n_by_n_product():
   a = rng.standard_normal((2, 300_000)).astype(np.float32)   # n x n would be 360 GB
   _, t = ourjax.jvp(LA.pinv, (a,), (a,))
   assert t.shape == (300_000, 2)
+
+
+def test_complex_lu_pivots_as_lapack_on_the_largest_re_plus_im():
+  import ourjax.scipy.linalg as sla
+  # the modulus and LAPACK's |re| + |im| pick different rows here: 3+3j (|.| 4.24, 6) vs 5 (5, 5)
+  a = np.array([[5.0, 1.0], [3 + 3j, 2.0]], np.complex64)
+  lu_, piv = sla.lu_factor(a)
+  assert list(np.asarray(piv)) == [1, 1]
+  p, l, u = sla.lu(a)
+  assert p.dtype == np.float32            # a real permutation, as JAX
+  np.testing.assert_allclose(p @ l @ u, a, rtol=1e-6)
+  b = rng.standard_normal((2, 3)).astype(np.complex64)
+  np.testing.assert_allclose(sla.lu_solve((lu_, piv), b), np.linalg.solve(a, b), rtol=1e-5)

@@ -228,6 +228,8 @@ def test_cumulative_array_api(name, data):
   axis = data.draw(st.integers(-x.ndim, x.ndim - 1), label="axis")
   include_initial = data.draw(st.booleans(), label="include_initial")
   out = F32 if x.dtype == F32 else I32
+  if name == "cumulative_prod" and x.dtype == np.int8:
+    out = x.dtype           # (JAX's cumulative_prod keeps small integers; NumPy widens them)
   got = getattr(jnp, name)(x, axis=axis, include_initial=include_initial)
   ref = getattr(np, name)(x, axis=axis, include_initial=include_initial, dtype=out)
   check(got, ref, out)
@@ -583,3 +585,29 @@ def test_cov_of_no_observations_is_nan_and_of_no_variables_empty():
     jnp.cov(jnp.ones((2, 3)), fweights=jnp.ones(3))
   with pytest.raises(RuntimeError, match="incompatible numbers of samples and aweights"):
     jnp.cov(jnp.ones((2, 3)), aweights=jnp.ones(4))
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin", "nanargmax", "cumsum", "cumprod",
+                                  "nancumsum", "cumulative_sum", "cumulative_prod"])
+def test_single_axis_reductions_refuse_a_tuple_of_axes(name):
+  with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+    getattr(jnp, name)(jnp.ones((3, 4)), axis=(0, 1))
+
+
+def test_cumulative_prod_keeps_small_integers_and_cumulative_sum_widens_them():
+  x = np.arange(1, 5, dtype=np.int8)
+  assert jnp.cumulative_prod(x).dtype == np.int8
+  assert jnp.cumulative_sum(x).dtype == jnp.int32
+  np.testing.assert_array_equal(jnp.cumulative_prod(x), np.cumprod(x))
+
+
+def test_var_with_an_integer_dtype_divides_as_integers():
+  x = np.arange(12).reshape(3, 4).astype(np.int8)
+  # JAX: computed in int32 (integer mean and division), NaN-guarded into a weak float
+  out = jnp.var(x, axis=0, dtype=np.int32)
+  c = x.astype(np.int32) - x.astype(np.int32).sum(0) // 3
+  np.testing.assert_array_equal(out, (c * c).sum(0) // 3)
+  assert out.dtype == np.float32 and out.weak_type
+  assert np.isnan(float(jnp.var(x, dtype=np.int32, ddof=12)))
+  assert jnp.nanvar(x, dtype=np.int32).dtype == np.int32
+  assert int(jnp.nanvar(x, dtype=np.int32, ddof=12)) == 0

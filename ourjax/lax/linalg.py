@@ -386,7 +386,10 @@ def _lu_one(a):
   perm = np.arange(m, dtype=np.int32)
   with np.errstate(all="ignore"):
     for j in range(k):
-      p = j + int(np.argmax(np.abs(a[j:, j])))
+      col = a[j:, j]
+      # LAPACK's pivot: the largest |re| + |im| (i?amax), not the modulus, for complex values
+      mag = np.abs(col.real) + np.abs(col.imag) if np.iscomplexobj(col) else np.abs(col)
+      p = j + int(np.argmax(mag))
       piv[j] = p
       if p != j:
         a[[j, p]] = a[[p, j]]

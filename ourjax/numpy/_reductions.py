@@ -53,6 +53,16 @@ def _reduction_axes(name, axis, ndim):
   return tuple(out)
 
 
+def _single_axis(name, axis, ndim):
+  """One concrete axis (a tuple is a TypeError, as operator.index makes it), made
+  non-negative."""
+  ax = core.concrete_or_error(operator.index, axis,
+                              f"The axis argument to jnp.{name} must be concrete.")
+  if not -builtins.max(ndim, 1) <= ax < builtins.max(ndim, 1):
+    raise ValueError(f"jnp.{name}: axis {ax} is out of bounds for array of dimension {ndim}")
+  return ax % ndim if ndim else 0
+
+
 def _promote_integer_dtype(dt):
   """bool and integers narrower than the default widen to it (uint -> default uint)."""
   dt = np.dtype(dt)
@@ -337,8 +347,11 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
   s = sum(centered, axes, dtype=comp_dt, keepdims=keepdims, where=where)
   res = lax.convert_element_type(lax.div(s, norm), result_dt)
   from ourjax.numpy._ufuncs import where as _where
-  return _where(lax.gt(norm, lax._const(norm, 0)), res, lax.full_like(res, np.nan)
-                if get_aval(res).shape else np.array(np.nan, result_dt))
+  # NaN where nothing is left to divide by; (as JAX) an integer ``dtype`` so gives a weak float
+  if dtypes.is_inexact(result_dt):
+    return _where(lax.gt(norm, lax._const(norm, 0)), res, lax.full_like(res, np.nan)
+                  if get_aval(res).shape else np.array(np.nan, result_dt))
+  return _where(lax.gt(norm, lax._const(norm, 0)), res, np.nan)
 
 
 @replayed(static=("axis", "dtype", "ddof", "keepdims", "correction"))
@@ -428,10 +441,9 @@ def _argminmax(name, lax_fn, a, axis, out, keepdims):
     flat = lax.reshape(a, (aval.size,))
     res = lax_fn(flat, 0, dtypes.default_int_dtype())
     return lax.reshape(res, (1,) * aval.ndim) if keepdims else res
-  ax = _reduction_axes(name, axis, aval.ndim)
+  ax = _single_axis(name, axis, aval.ndim)
   if aval.ndim == 0:
     raise ValueError(f"jnp.{name}: axis {axis} is out of bounds for array of dimension 0")
-  ax = ax[0]
   if aval.shape[ax] == 0:
     raise ValueError(f"attempt to get {name} of an empty sequence")
   res = lax_fn(a, ax, dtypes.default_int_dtype())
@@ -483,7 +495,7 @@ def _cumulative(name, lax_fn, a, axis, dtype, out, *, fill_nan=None, promote_int
     if axis is None:
       axis = 0
   aval = get_aval(a)
-  ax = _reduction_axes(name, axis, aval.ndim)[0] if aval.ndim else 0
+  ax = _single_axis(name, axis, aval.ndim)
   if fill_nan is not None and dtypes.is_inexact(aval.dtype):
     from ourjax.numpy._ufuncs import isnan
     a = lax.select_n(isnan(a), a, lax.full_like(a, fill_nan))
@@ -540,8 +552,10 @@ def _cumulative_api(name, lax_fn, x, axis, dtype, include_initial, init):
                        "explicit value. The axis argument is only optional for one-dimensional "
                        "arrays.")
     axis = 0
-  ax = _reduction_axes(name, axis, aval.ndim)[0]
-  out = _cumulative(name, lax_fn, x, ax, dtype, None, promote_integers=True)
+  ax = _single_axis(name, axis, aval.ndim)
+  # (cumulative_sum widens small integers as sum does; cumulative_prod keeps them, as JAX)
+  out = _cumulative(name, lax_fn, x, ax, dtype, None,
+                    promote_integers=name == "cumulative_sum")
   if include_initial:
     s = list(aval.shape)
     s[ax] = 1
@@ -647,7 +661,8 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
   norm = lax.sub(sum(valid, axis=axis, dtype=rdt, keepdims=keepdims), lax._const(centered, ddof))
   s = sum(centered, axis=axis, dtype=rdt, keepdims=keepdims, where=where)
   bad = lax.le(norm, lax._const(norm, 0))
-  res = lax.div(_where(bad, np.nan, s), _where(bad, 1, norm))
+  s = _where(bad, np.nan, s)
+  res = lax.div(s, lax.convert_element_type(_where(bad, 1, norm), get_aval(s).dtype))
   return lax.convert_element_type(res, result_dt)
 
 
