@@ -485,7 +485,8 @@ def _int_arg(x, what):
 
 def _static_offset(k, n, m):
   """A static diagonal offset as int32: offsets past the matrix (on either side) select as the
-  nearest one past it does, so any Python int is taken (2 ** 100 as NumPy takes it)."""
+  nearest one past it does, so eye takes any Python int (2 ** 100 as NumPy and JAX do; JAX's
+  tri does not)."""
   return np.int32(builtins.min(builtins.max(operator.index(k), -n - 1), m + 1))
 
 
@@ -518,7 +519,7 @@ def _tri_mask(n, m, k):
   i = lax.broadcasted_iota(np.int32, (n, m), 0)
   j = lax.broadcasted_iota(np.int32, (n, m), 1)
   kk = lax.convert_element_type(k, np.int32) if isinstance(k, (Array, Tracer)) else \
-      _static_offset(k, n, m)
+      np.int32(operator.index(k))   # (out of int32: OverflowError, as JAX)
   return lax.ge(lax.add(i, kk), j)
 
 
