@@ -693,6 +693,17 @@ def iinfo(d: Any):
   return ml_dtypes.iinfo(_np_dtype(_info_arg(d)))
 
 
+def bit_width(d: Any) -> int:
+  """Bits of one element: 8 x itemsize, except the sub-byte types (int4, uint2, float4_e2m1fn,
+  ...), which NumPy stores one to a byte."""
+  dt = np.dtype(d)
+  if dt in _subbyte_int_dtypes:
+    return int(ml_dtypes.iinfo(dt).bits)
+  if dt in _custom_float_dtypes:
+    return int(ml_dtypes.finfo(dt).bits)
+  return 8 * dt.itemsize
+
+
 @functools.lru_cache(maxsize=256)
 def _short_name(dt: np.dtype) -> str:
   if dt == float0:

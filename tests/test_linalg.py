@@ -8,6 +8,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
+from ourjax.config import enable_x64
 
 LA = jnp.linalg
 rng = np.random.default_rng(1234)
@@ -237,3 +238,88 @@ def test_eigh_grad_matches_finite_differences(n, seed):
   want = _fd_grad(lambda x: loss(x, np.linalg.eigh, np), a, h=1e-6)
   scale = np.max(np.abs(want)) + 1
   np.testing.assert_allclose(g, want, rtol=0, atol=2e-3 * scale)
+
+
+# ------------------------------------------------------------------------------------------------
+# empty matrices, slogdet(method='qr'), pinv's derivative of a very wide matrix
+
+
+@pytest.mark.parametrize("shape", [(0, 2), (2, 0), (0, 0)])
+@pytest.mark.parametrize("ord", [1, 2, np.inf, "fro", "nuc"])
+def test_the_norm_of_an_empty_matrix_is_zero(shape, ord):
+  assert float(LA.matrix_norm(jnp.zeros(shape, np.complex64), ord=ord)) == 0
+
+
+@pytest.mark.parametrize("ord", [1, 2, np.inf, 0, 3])
+def test_the_norm_of_an_empty_vector_is_zero(ord):
+  assert float(LA.vector_norm(jnp.zeros(0), ord=ord)) == 0
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_empty_square_matrices_eager_jit_and_grad(batch):
+  import ourjax.scipy.linalg as sla
+  z = np.zeros(batch + (0, 0), np.float32)
+  b = np.zeros(batch + (0, 3), np.float32)
+  fns = {"inv": LA.inv, "det": LA.det, "slogdet": lambda a: LA.slogdet(a)[1],
+         "solve": lambda a: LA.solve(a, b), "lu": lambda a: sla.lu(a)[2],
+         "lu_factor": lambda a: sla.lu_factor(a)[0], "eigh": lambda a: LA.eigh(a)[0]}
+  for name, f in fns.items():
+    expect = {"det": np.linalg.det, "slogdet": lambda a: np.linalg.slogdet(a)[1]}.get(name)
+    for fn in (f, ourjax.jit(f)):
+      out = fn(z)
+      if expect is not None:
+        np.testing.assert_array_equal(out, expect(z.astype(np.float64)))
+    g = ourjax.grad(lambda a: jnp.sum(f(a)))(z)
+    assert g.shape == z.shape, name
+  for left in (True, False):
+    w, *vs = ourjax.lax.linalg.eig(z.astype(np.complex64), compute_left_eigenvectors=left)
+    assert w.shape == batch + (0,) and all(v.shape == z.shape for v in vs)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+def test_slogdet_by_qr_matches_numpy_and_its_derivative_finite_differences(n):
+  a = rng.standard_normal((3, n, n))
+  for fn in (LA.slogdet, ourjax.jit(LA.slogdet, static_argnames="method")):
+    sign, logdet = fn(a.astype(np.float32), method="qr")
+    esign, elogdet = np.linalg.slogdet(a)
+    np.testing.assert_array_equal(sign, esign)
+    np.testing.assert_allclose(logdet, elogdet, rtol=1e-4, atol=1e-4)
+  with enable_x64(True):
+    da = rng.standard_normal(a.shape)
+    _, t = ourjax.jvp(lambda x: LA.slogdet(x, method="qr")[1], (a,), (da,))
+    eps = 1e-6
+    fd = (np.linalg.slogdet(a + eps * da)[1] - np.linalg.slogdet(a - eps * da)[1]) / (2 * eps)
+    np.testing.assert_allclose(t, fd, rtol=1e-6, atol=1e-6)
+  with pytest.raises(NotImplementedError, match="complex"):
+    LA.slogdet(a.astype(np.complex64), method="qr")
+  with pytest.raises(ValueError, match="Unknown slogdet method 'cholesky'"):
+    LA.slogdet(a, method="cholesky")
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (4, 4), (2, 3, 6)])
+def test_pinv_jvp_matches_finite_differences(shape):
+  with enable_x64(True):
+    a, da = rng.standard_normal(shape), rng.standard_normal(shape)
+    _, t = ourjax.jvp(LA.pinv, (a,), (da,))
+    eps = 1e-6
+    fd = (np.linalg.pinv(a + eps * da) - np.linalg.pinv(a - eps * da)) / (2 * eps)
+    np.testing.assert_allclose(t, fd, rtol=1e-5, atol=1e-6)
+
+
+def test_pinv_jvp_of_a_very_wide_matrix_never_forms_an_n_by_n_product():
+  a = rng.standard_normal((2, 300_000)).astype(np.float32)   # n x n would be 360 GB
+  _, t = ourjax.jvp(LA.pinv, (a,), (a,))
+  assert t.shape == (300_000, 2)
+
+
+def test_complex_lu_pivots_as_lapack_on_the_largest_re_plus_im():
+  import ourjax.scipy.linalg as sla
+  # the modulus and LAPACK's |re| + |im| pick different rows here: 3+3j (|.| 4.24, 6) vs 5 (5, 5)
+  a = np.array([[5.0, 1.0], [3 + 3j, 2.0]], np.complex64)
+  lu_, piv = sla.lu_factor(a)
+  assert list(np.asarray(piv)) == [1, 1]
+  p, l, u = sla.lu(a)
+  assert p.dtype == np.float32            # a real permutation, as JAX
+  np.testing.assert_allclose(p @ l @ u, a, rtol=1e-6)
+  b = rng.standard_normal((2, 3)).astype(np.complex64)
+  np.testing.assert_allclose(sla.lu_solve((lu_, piv), b), np.linalg.solve(a, b), rtol=1e-5)

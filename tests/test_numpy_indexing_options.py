@@ -159,3 +159,17 @@ def test_static_indexing_primitives():
   for idx in [np.index_exp[0, None, :2], np.index_exp[:, None, 1], np.index_exp[1, ::-1],
               np.index_exp[None, 1, None, 2, None], np.index_exp[-1]]:
     np.testing.assert_array_equal(np.asarray(ourjax.jit(lambda x: x[idx])(a)), a[idx])
+
+
+@pytest.mark.parametrize("idx,fix", [
+    ([0], "array"), ([0, 0], "array"), ([[0, 0]], "tuple"), ([0, [0, 1]], "tuple"),
+    ([0, np.arange(2)], "tuple"), ([0, None], "tuple"), ([0, slice(None)], "tuple"),
+    (range(2), "array")])
+def test_a_list_index_is_refused_naming_the_reading_its_items_suggest(idx, fix):
+  # NumPy once read some lists as tuples and others as arrays; JAX refuses both, and says which
+  x = jnp.arange(6).reshape(3, 2)
+  for op in (lambda: x[idx], lambda: x.at[idx].set(0)):
+    with pytest.raises(TypeError, match=rf"use `arr\[{fix}\(seq\)\]` instead of `arr\[seq\]`"):
+      op()
+  good = np.array(idx) if fix == "array" else tuple(idx)
+  np.testing.assert_array_equal(x[good], np.arange(6).reshape(3, 2)[good])

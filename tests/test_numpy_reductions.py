@@ -228,6 +228,8 @@ def test_cumulative_array_api(name, data):
   axis = data.draw(st.integers(-x.ndim, x.ndim - 1), label="axis")
   include_initial = data.draw(st.booleans(), label="include_initial")
   out = F32 if x.dtype == F32 else I32
+  if name == "cumulative_prod" and x.dtype == np.int8:
+    out = x.dtype           # (JAX's cumulative_prod keeps small integers; NumPy widens them)
   got = getattr(jnp, name)(x, axis=axis, include_initial=include_initial)
   ref = getattr(np, name)(x, axis=axis, include_initial=include_initial, dtype=out)
   check(got, ref, out)
@@ -519,3 +521,93 @@ def test_argsort_dtype(dtype):
   np.testing.assert_array_equal(np.asarray(got), np.argsort(x, kind="stable"))
   got = jnp.argsort(x, dtype=dtype, descending=True)
   np.testing.assert_array_equal(np.asarray(got), np.argsort(-x, kind="stable"))
+
+
+# ------------------------------------------------------------------------------------------------
+# where= must be boolean; each reduction names itself
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "mean", "var", "std", "nansum", "nanprod",
+                                  "nanmean", "nanvar", "nanstd", "nanmax", "nanmin", "all", "any"])
+def test_non_boolean_where_is_refused_under_the_reductions_own_name(name):
+  x = jnp.zeros((10,), np.float32)
+  kw = {"initial": 0.0} if name in ("nanmax", "nanmin") else {}
+  with pytest.raises(ValueError, match=rf"jnp\.{name}: where must be None or a boolean array"):
+    getattr(jnp, name)(x, where=jnp.ones(10, dtype=int), **kw)
+
+
+def test_logsumexp_refuses_a_non_boolean_where():
+  from ourjax.scipy.special import logsumexp
+  with pytest.raises(ValueError, match="logsumexp: where must be None or a boolean"):
+    logsumexp(jnp.zeros(3), where=jnp.ones(3, int))
+
+
+@pytest.mark.parametrize("name", ["mean", "var", "std", "nanmean", "nanvar", "nanstd"])
+def test_boolean_where_masks_as_numpy(name):
+  rng = np.random.RandomState(0)
+  x = rng.randn(4, 5)
+  w = rng.rand(4, 5) > 0.3
+  np.testing.assert_allclose(getattr(jnp, name)(x.astype(np.float32), axis=1, where=w),
+                             getattr(np, name)(x, axis=1, where=w), rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# cov
+
+
+def _cov_cases():
+  rng = np.random.RandomState(1)
+  yield rng.rand(5) > 0.5, None, True, None, False, None, rng.rand(5) > 0.2       # bool data
+  yield ((rng.rand(10, 5) * 9).astype(np.uint8), (rng.rand(5, 5) * 9).astype(np.uint8), True,
+         2, True, rng.randint(1, 4, 5), rng.rand(5) + 0.5)
+  yield rng.randn(5, 10), rng.randn(5, 10), False, 3, False, rng.randint(1, 4, 5), None
+  yield rng.randn(1, 3), None, False, 0, False, None, None     # NumPy >= 2.2: always transposed
+  yield rng.randn(3, 1), None, False, 0, False, None, None
+  yield rng.randn(4, 6) + 1j * rng.randn(4, 6), None, True, None, False, None, rng.rand(6)
+
+
+@pytest.mark.parametrize("case", list(_cov_cases()), ids=lambda c: str(np.shape(c[0])))
+def test_cov_matches_numpy(case):
+  m, y, rowvar, ddof, bias, fw, aw = case
+  expect = np.cov(m, y, rowvar=rowvar, ddof=ddof, bias=bias, fweights=fw, aweights=aw)
+  f = lambda m, y, fw, aw: jnp.cov(m, y, rowvar=rowvar, ddof=ddof, bias=bias, fweights=fw,
+                                   aweights=aw)
+  for fn in (f, ourjax.jit(f)):
+    out = fn(m, y, fw, aw)
+    assert out.shape == expect.shape
+    np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_cov_of_no_observations_is_nan_and_of_no_variables_empty():
+  assert np.isnan(jnp.cov(jnp.zeros((3, 0)))).all() and jnp.cov(jnp.zeros((3, 0))).shape == (3, 3)
+  assert jnp.cov(jnp.zeros((0, 5))).shape == (0, 0)
+  with pytest.raises(TypeError, match="fweights must be integer"):
+    jnp.cov(jnp.ones((2, 3)), fweights=jnp.ones(3))
+  with pytest.raises(RuntimeError, match="incompatible numbers of samples and aweights"):
+    jnp.cov(jnp.ones((2, 3)), aweights=jnp.ones(4))
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin", "nanargmax", "cumsum", "cumprod",
+                                  "nancumsum", "cumulative_sum", "cumulative_prod"])
+def test_single_axis_reductions_refuse_a_tuple_of_axes(name):
+  with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+    getattr(jnp, name)(jnp.ones((3, 4)), axis=(0, 1))
+
+
+def test_cumulative_prod_keeps_small_integers_and_cumulative_sum_widens_them():
+  x = np.arange(1, 5, dtype=np.int8)
+  assert jnp.cumulative_prod(x).dtype == np.int8
+  assert jnp.cumulative_sum(x).dtype == jnp.int32
+  np.testing.assert_array_equal(jnp.cumulative_prod(x), np.cumprod(x))
+
+
+def test_var_with_an_integer_dtype_divides_as_integers():
+  x = np.arange(12).reshape(3, 4).astype(np.int8)
+  # JAX: computed in int32 (integer mean and division), NaN-guarded into a weak float
+  out = jnp.var(x, axis=0, dtype=np.int32)
+  c = x.astype(np.int32) - x.astype(np.int32).sum(0) // 3
+  np.testing.assert_array_equal(out, (c * c).sum(0) // 3)
+  assert out.dtype == np.float32 and out.weak_type
+  assert np.isnan(float(jnp.var(x, dtype=np.int32, ddof=12)))
+  assert jnp.nanvar(x, dtype=np.int32).dtype == np.int32
+  assert int(jnp.nanvar(x, dtype=np.int32, ddof=12)) == 0

@@ -338,3 +338,75 @@ def test_creation_functions_accept_out_sharding():
   np.testing.assert_array_equal(jnp.ones_like(np.arange(3), out_sharding=None), np.ones(3))
   np.testing.assert_array_equal(jnp.arange(4, out_sharding=None), np.arange(4))
   np.testing.assert_array_equal(jnp.asarray([1, 2], out_sharding=None), [1, 2])
+
+
+def test_lexsort_of_scalar_keys_is_the_one_index():
+  out = jnp.lexsort((1.0, 2.0, 3.0))
+  assert out.shape == () and int(out) == np.lexsort((1.0, 2.0, 3.0)) == 0
+
+
+@pytest.mark.parametrize("value,expect", [
+    (1.0, True), (np.array(16), True), (np.array([1]), False), (np.int32(1), True),
+    (None, False), ([1], False), ((), False), ("a", True), (slice(10), False)])
+def test_isscalar_counts_zero_dimensional_arrays(value, expect):
+  assert jnp.isscalar(value) is expect
+  if isinstance(value, np.ndarray):
+    assert jnp.isscalar(jnp.asarray(value)) is expect
+
+
+@pytest.mark.parametrize("n,m", [(0, 1), (3, 4), (4, 3)])
+@pytest.mark.parametrize("k", [2 ** 100, -2 ** 100, 5, -5, 4, -4, 1, -1, 0])
+def test_eye_takes_any_python_int_offset(n, m, k):
+  np.testing.assert_array_equal(jnp.eye(n, m, k=k), np.eye(n, m, k=k))
+  if abs(k) < 2 ** 31:
+    np.testing.assert_array_equal(jnp.tri(n, m, k=k), np.tri(n, m, k=k))
+  else:                       # (JAX's tri takes int32 offsets only)
+    with pytest.raises(OverflowError):
+      jnp.tri(n, m, k=k)
+
+
+@pytest.mark.parametrize("src", ["int4", "uint4", np.int8, np.float32, np.bool_])
+@pytest.mark.parametrize("dst", ["int4", "uint4", np.int16, np.float32, np.uint8])
+def test_view_counts_bits_of_sub_byte_types(src, dst):
+  import ml_dtypes
+  src = getattr(ml_dtypes, src) if isinstance(src, str) else src
+  dst = getattr(ml_dtypes, dst) if isinstance(dst, str) else dst
+  rng = np.random.RandomState(0)
+  x = (rng.rand(2, 32) > 0.5) if src is np.bool_ else \
+      rng.randint(-8 if src is ml_dtypes.int4 else 0, 8, (2, 32)).astype(src)
+  bits = lambda d: ml_dtypes.iinfo(d).bits if d in (ml_dtypes.int4, ml_dtypes.uint4) else \
+      8 * np.dtype(d).itemsize
+  # the reference: the little-endian bit string of each row, regrouped
+  def row_bits(v, w):
+    raw = v.view(np.uint8) if w < 8 else v.view(f"u{w // 8}")
+    return "".join(format(int(b) & ((1 << w) - 1), f"0{w}b")[::-1] for b in raw)
+  sw, dw = bits(src), bits(dst)
+  for fn in (lambda a: jnp.asarray(a).view(dst), ourjax.jit(lambda a: a.view(dst))):
+    out = np.asarray(fn(x))
+    assert out.shape == (2, 32 * sw // dw) and out.dtype == np.dtype(dst)
+    for r in range(2):
+      assert row_bits(out[r], dw) == row_bits(x[r], sw)
+
+
+@pytest.mark.parametrize("name,err", [
+    ("floor", TypeError), ("ceil", TypeError), ("trunc", TypeError), ("modf", TypeError),
+    ("signbit", ValueError), ("isposinf", ValueError), ("isneginf", ValueError)])
+def test_rounding_and_sign_tests_refuse_complex_values(name, err):
+  with pytest.raises(err):
+    getattr(jnp, name)(jnp.array([1 + 2j]))
+  x = np.array([-1.5, 0.5, 2.0], np.float32)     # real values still work, as NumPy
+  want = getattr(np, name)(x)
+  got = getattr(jnp, name)(x)
+  for w, g in zip(want if isinstance(want, tuple) else [want], got if isinstance(got, tuple)
+                  else [got]):
+    np.testing.assert_array_equal(g, w)
+
+
+def test_round_refuses_booleans_and_bitwise_count_counts_them():
+  with pytest.raises(ValueError, match="not inexact"):
+    jnp.round(jnp.array([True, False]))
+  out = jnp.bitwise_count(np.array([True, False]))
+  assert out.dtype == np.uint8
+  np.testing.assert_array_equal(out, np.bitwise_count(np.array([True, False])))
+  with pytest.raises(TypeError, match="ediff1d"):
+    jnp.ediff1d(np.array([True, False]))

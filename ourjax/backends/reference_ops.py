@@ -68,16 +68,24 @@ def is_bool(dtype) -> bool:
   return np.dtype(dtype) == np.bool_
 
 
+_SUBBYTE_SIGNED = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in ("int2", "int4")
+                            if hasattr(ml_dtypes, n))
+_SUBBYTE_UNSIGNED = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in ("uint2", "uint4")
+                              if hasattr(ml_dtypes, n))
+
+
 def is_signed(dtype) -> bool:
-  return np.dtype(dtype).kind == "i"
+  dt = np.dtype(dtype)
+  return dt.kind == "i" or dt in _SUBBYTE_SIGNED
 
 
 def is_unsigned(dtype) -> bool:
-  return np.dtype(dtype).kind == "u"
+  dt = np.dtype(dtype)
+  return dt.kind == "u" or dt in _SUBBYTE_UNSIGNED
 
 
 def is_integer(dtype) -> bool:
-  return np.dtype(dtype).kind in "iu"
+  return is_signed(dtype) or is_unsigned(dtype)
 
 
 def bitwidth(dtype) -> int:
@@ -85,11 +93,11 @@ def bitwidth(dtype) -> int:
 
 
 def iinfo_min(dtype):
-  return np.iinfo(dtype).min
+  return ml_dtypes.iinfo(dtype).min
 
 
 def iinfo_max(dtype):
-  return np.iinfo(dtype).max
+  return ml_dtypes.iinfo(dtype).max
 
 
 def _finfo(dtype):
@@ -212,6 +220,8 @@ def integer_div(x, y):
   ``x / 0 == -1`` (all ones: the maximum for unsigned types), ``INT_MIN / -1 == INT_MIN``."""
   x, y = _broadcast_same(x, y)
   dt = x.dtype
+  if dt in _SUBBYTE_SIGNED or dt in _SUBBYTE_UNSIGNED:   # in the byte type, wrapped back
+    return _in_byte_type(integer_div, x, y)
   zero = y == 0
   if is_unsigned(dt):
     safe = np.where(zero, np.ones_like(y), y)
@@ -223,12 +233,24 @@ def integer_div(x, y):
   return np.where(zero, np.array(-1, dt), q).astype(dt)
 
 
+def _in_byte_type(fn, x, y):
+  wide = np.uint8 if is_unsigned(x.dtype) else np.int8
+  out = fn(x.astype(wide), y.astype(wide))
+  bits = int(ml_dtypes.iinfo(x.dtype).bits)
+  lo = out.astype(np.int64) & ((1 << bits) - 1)          # wrap to the narrow type's width
+  if not is_unsigned(x.dtype):
+    lo = np.where(lo >= 1 << (bits - 1), lo - (1 << bits), lo)
+  return lo.astype(x.dtype)
+
+
 @_ignore_fp_errors
 def integer_rem(x, y):
   """Integer remainder with the sign of the dividend (C's ``%``); ``x % 0 == x``,
   ``INT_MIN % -1 == 0``."""
   x, y = _broadcast_same(x, y)
   dt = x.dtype
+  if dt in _SUBBYTE_SIGNED or dt in _SUBBYTE_UNSIGNED:   # in the byte type, wrapped back
+    return _in_byte_type(integer_rem, x, y)
   zero = y == 0
   if is_unsigned(dt):
     safe = np.where(zero, np.ones_like(y), y)
@@ -591,7 +613,7 @@ def convert_element_type(x, new_dtype):
     x = x.real
     src = x.dtype
   if is_integer(new_dtype) and (is_float(src)):
-    info = np.iinfo(new_dtype)
+    info = ml_dtypes.iinfo(new_dtype)
     hi = float(info.max) + 1.0  # a power of two, exactly representable
     lo = float(info.min)
     if src.kind == "f" and x.size and new_dtype in _INDEFINITE_CASTS:
@@ -611,25 +633,61 @@ def convert_element_type(x, new_dtype):
     out = np.where(t >= hi, info.max, out)
     out = np.where(t < lo, info.min, out)
     return out.astype(new_dtype)
+  subbyte = _SUBBYTE_SIGNED | _SUBBYTE_UNSIGNED
+  if is_integer(src) and is_integer(new_dtype) and (src in subbyte or new_dtype in subbyte):
+    # (ml_dtypes casts between its narrow integers and the others only through a wide one)
+    info = ml_dtypes.iinfo(new_dtype)
+    span = 1 << int(info.bits)
+    v = x.astype(np.int64)
+    return ((v - int(info.min)) % span + int(info.min)).astype(new_dtype)   # wrapped
   return x.astype(new_dtype)
 
 
 def bitcast_convert_type(x, new_dtype):
   """Reinterpret the bits. Same width: same shape. To a narrower type a trailing dimension of
   size ``ratio`` is added; to a wider type the trailing dimension (of size ``ratio``) is removed.
-  Little endian, as XLA."""
+  Little endian, as XLA; sub-byte types (int4, float4_e2m1fn, ...) count their own bits, packed
+  low bits first."""
+  from ourjax.dtypes import bit_width
   x = _contiguous(x)
   new_dtype = np.dtype(new_dtype)
-  src_size, dst_size = x.dtype.itemsize, new_dtype.itemsize
-  if src_size == dst_size:
-    return x.view(new_dtype).copy()
-  if src_size > dst_size:
-    ratio = src_size // dst_size
-    return x.reshape(-1).view(new_dtype).reshape(x.shape + (ratio,)).copy()
-  ratio = dst_size // src_size
+  src, dst = bit_width(x.dtype), bit_width(new_dtype)
+  if src % 8 == 0 and dst % 8 == 0:
+    if src == dst:
+      return x.view(new_dtype).copy()
+    if src > dst:
+      return x.reshape(-1).view(new_dtype).reshape(x.shape + (src // dst,)).copy()
+    if not x.shape or x.shape[-1] != dst // src:
+      raise ValueError(f"bitcast_convert_type: last dimension must be {dst // src}, got shape "
+                       f"{x.shape}")
+    return x.reshape(-1).view(new_dtype).reshape(x.shape[:-1]).copy()
+  # a sub-byte side: through the unsigned bit patterns (<= 64 bits each), regrouped
+  bits = _bit_patterns(x, src)
+  if src == dst:
+    return _from_bit_patterns(bits, new_dtype, dst)
+  if src > dst:
+    ratio = src // dst
+    shifts = np.arange(ratio, dtype=np.uint64) * np.uint64(dst)
+    parts = (bits[..., None] >> shifts) & np.uint64((1 << dst) - 1)
+    return _from_bit_patterns(parts, new_dtype, dst)
+  ratio = dst // src
   if not x.shape or x.shape[-1] != ratio:
     raise ValueError(f"bitcast_convert_type: last dimension must be {ratio}, got shape {x.shape}")
-  return x.reshape(-1).view(new_dtype).reshape(x.shape[:-1]).copy()
+  shifts = np.arange(ratio, dtype=np.uint64) * np.uint64(src)
+  return _from_bit_patterns(np.bitwise_or.reduce(bits << shifts, axis=-1), new_dtype, dst)
+
+
+def _bit_patterns(x, width):
+  """The elements' bits as uint64 (sub-byte types keep their low ``width`` bits)."""
+  if width % 8 == 0:
+    return x.view(f"u{width // 8}").astype(np.uint64)
+  return x.view(np.uint8).astype(np.uint64) & np.uint64((1 << width) - 1)
+
+
+def _from_bit_patterns(bits, dtype, width):
+  if width % 8 == 0:
+    return bits.astype(f"u{width // 8}").view(dtype)
+  return bits.astype(np.uint8).view(dtype)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ def _eig_abstract_eval(x, *, compute_left_eigenvectors, compute_right_eigenvecto
 
 def _unit_phase(v):
   """Columns scaled to unit norm with their largest-magnitude component real and positive."""
+  if v.size == 0:
+    return v
   v = v / np.linalg.norm(v, axis=-2, keepdims=True)
   p = np.argmax(np.abs(v), axis=-2)[..., None, :]
   top = np.take_along_axis(v, p, axis=-2)
@@ -68,7 +70,7 @@ def _eig_impl(x, *, compute_left_eigenvectors, compute_right_eigenvectors,
     w, vr = np.full(x.shape[:-1], np.nan, c), np.full(x.shape, np.nan, c)
   else:
     w, vr = np.linalg.eig(x)
-  w, vr = w.astype(c), _unit_phase(vr).astype(c) if x.shape[-1] else vr.astype(c)
+  w, vr = w.astype(c), _unit_phase(vr).astype(c)
   out = [w]
   if compute_left_eigenvectors:
     with np.errstate(all="ignore"):

@@ -133,3 +133,15 @@ def as_shape(shape) -> tuple:
                  for d in shape)
   except TypeError:
     raise shape_error(tuple(shape) if isinstance(shape, (tuple, list)) else shape) from None
+
+
+def as_array(x):
+  """What a lax operation that has nothing to do returns: ``x`` itself if it is an ourjax value
+  (an Array or a tracer), else ``x`` as an Array (NumPy arrays and scalars, Python numbers), as
+  JAX's lax returns a jax.Array whatever it was given."""
+  from ourjax.array import Array
+  if isinstance(x, (core.Tracer, Array)) or not isinstance(
+      x, (np.ndarray, np.generic, bool, int, float, complex)):
+    return x
+  aval = core.get_aval(x)
+  return Array._from_result(np.asarray(x).astype(aval.dtype, copy=False), aval)

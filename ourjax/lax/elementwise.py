@@ -17,7 +17,7 @@ from ourjax.core import ShapedArray, Tracer, get_aval, impl_rules
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters.ad import Zero, defjvp, defjvp2, defjvp_zero
 from ourjax.backends import reference_ops as rops
-from ourjax.lax._utils import (_any, _bool, _float, _fp, _int, _num, all_weak,
+from ourjax.lax._utils import (_any, as_array, _bool, _complex, _float, _fp, _int, _num, all_weak,
                                broadcasting_shape, check_dtypes, standard_primitive)
 
 # ------------------------------------------------------------------------------------------------
@@ -133,7 +133,16 @@ def population_count(x): return population_count_p.bind(x)
 def clz(x): return clz_p.bind(x)
 def real(x): return real_p.bind(x)
 def imag(x): return imag_p.bind(x)
-def conj(x): return conj_p.bind(x)
+def conj(x):
+  """Complex conjugate.  As in JAX, a float32/float64 ``x`` gives its complex type (x + 0j);
+  other real dtypes are refused."""
+  aval = get_aval(x)
+  if dtypes.is_complex(aval.dtype):
+    return conj_p.bind(x)
+  if aval.dtype not in (np.float32, np.float64):
+    raise TypeError(f"conj does not accept dtype {np.dtype(aval.dtype).name}. Accepted "
+                    "dtypes are subtypes of float32, complexfloating, float64.")
+  return _convert_element_type(x, dtypes.to_complex_dtype(aval.dtype), aval.weak_type)
 def add(x, y): return add_p.bind(*_size_one_broadcast(x, y))
 def sub(x, y): return sub_p.bind(*_size_one_broadcast(x, y))
 def mul(x, y, *, out_dtype=None):
@@ -228,7 +237,7 @@ def _convert_element_type(x, new_dtype, weak_type: bool = False):
   new_dtype = dtypes.canonicalize_dtype(new_dtype)
   aval = get_aval(x)
   if aval.dtype == new_dtype and aval.weak_type == weak_type:
-    return x
+    return as_array(x)
   if not isinstance(x, Tracer):
     # a constant converts now, so ``x + 1`` traces to ``add x 1.0:f32[]`` (no convert eqn)
     from ourjax.array import Array, to_numpy
@@ -390,7 +399,7 @@ real_p = unop("real", ("complex",), np.real, result_dtype=lambda d: np.dtype(
     np.float32 if d == np.complex64 else np.float64))
 imag_p = unop("imag", ("complex",), np.imag, result_dtype=lambda d: np.dtype(
     np.float32 if d == np.complex64 else np.float64))
-conj_p = unop("conj", _num, np.conj)
+conj_p = unop("conj", _complex, np.conj)
 
 add_p = binop("add", _num, np.add)
 sub_p = binop("sub", _num, np.subtract)
@@ -642,7 +651,7 @@ ad.linear_primitives.add(convert_element_type_p)
 
 
 def _bitcast_shape(x, new_dtype):
-  old, new = x.dtype.itemsize, np.dtype(new_dtype).itemsize
+  old, new = dtypes.bit_width(x.dtype), dtypes.bit_width(new_dtype)
   if old == new:
     return x.shape
   if old > new:

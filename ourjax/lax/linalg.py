@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import math
 
 import numpy as np
 
@@ -117,7 +118,7 @@ def _real_dtype(dtype):
 
 def _flat_batch(x):
   """``x`` (..., m, n) as (B, m, n) plus the batch shape."""
-  return x.reshape((-1,) + x.shape[-2:]), x.shape[:-2]
+  return x.reshape((math.prod(x.shape[:-2]),) + x.shape[-2:]), x.shape[:-2]
 
 
 def _front_batcher(prim):
@@ -146,6 +147,8 @@ def _lowering(prim, single, max_n=None, widen=False):
   def rule(ctx, avals_in, avals_out, *operands, **params):
     if any(dtypes.is_complex(a.dtype) for a in avals_in):
       raise LoweringError(f"{prim.name}: complex operands run on the host (NumPy/LAPACK)")
+    if any(0 in a.shape for a in avals_in):
+      raise LoweringError(f"{prim.name}: empty operands run on the host (NumPy)")
     if max_n is not None and max(avals_in[0].shape[-2:]) > max_n:
       raise LoweringError(f"{prim.name}: matrices over {max_n} x {max_n} run on the host "
                           f"(NumPy/LAPACK)")
@@ -383,7 +386,10 @@ def _lu_one(a):
   perm = np.arange(m, dtype=np.int32)
   with np.errstate(all="ignore"):
     for j in range(k):
-      p = j + int(np.argmax(np.abs(a[j:, j])))
+      col = a[j:, j]
+      # LAPACK's pivot: the largest |re| + |im| (i?amax), not the modulus, for complex values
+      mag = np.abs(col.real) + np.abs(col.imag) if np.iscomplexobj(col) else np.abs(col)
+      p = j + int(np.argmax(mag))
       piv[j] = p
       if p != j:
         a[[j, p]] = a[[p, j]]

@@ -9,7 +9,7 @@ import numpy as np
 from ourjax import core, dtypes
 from ourjax.core import ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
-from ourjax.lax._utils import as_shape, canonicalize_axis, standard_primitive
+from ourjax.lax._utils import as_array, as_shape, canonicalize_axis, standard_primitive
 
 
 def _weak(x, **_):
@@ -25,7 +25,15 @@ def broadcast_in_dim(operand, shape, broadcast_dimensions):
   broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
   aval = get_aval(operand)
   if aval.shape == shape and broadcast_dimensions == tuple(range(len(shape))):
-    return operand
+    return as_array(operand)
+  if (len(broadcast_dimensions) == aval.ndim and
+      len(set(broadcast_dimensions)) == aval.ndim and
+      list(broadcast_dimensions) != sorted(broadcast_dimensions)):
+    # JAX takes the operand's dimensions to the output's in any order: the primitive (and every
+    # rule of it) keeps them in order, the operand is transposed to match
+    perm = tuple(sorted(range(aval.ndim), key=lambda i: broadcast_dimensions[i]))
+    operand = transpose(operand, perm)
+    broadcast_dimensions = tuple(sorted(broadcast_dimensions))
   return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions,
                                  sharding=None)
 
@@ -41,7 +49,7 @@ def broadcast(operand, sizes):
 def broadcast_to_rank(x, rank: int):
   aval = get_aval(x)
   if aval.ndim >= rank:
-    return x
+    return as_array(x)
   return broadcast(x, (1,) * (rank - aval.ndim))
 
 
@@ -129,7 +137,7 @@ def reshape(operand, new_sizes, dimensions=None):
   if dimensions is not None and tuple(dimensions) != tuple(range(aval.ndim)):
     operand = transpose(operand, dimensions)
   if aval.shape == new_sizes:
-    return operand
+    return as_array(operand)
   return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=None, sharding=None)
 
 
@@ -163,7 +171,7 @@ batching.batch_rules[reshape_p] = _reshape_batch
 def transpose(operand, permutation):
   permutation = tuple(int(p) for p in permutation)
   if permutation == tuple(range(len(permutation))) and get_aval(operand).ndim == len(permutation):
-    return operand
+    return as_array(operand)
   return transpose_p.bind(operand, permutation=permutation)
 
 
@@ -225,7 +233,7 @@ def squeeze(array, dimensions):
     raise ValueError(f"dimensions are not unique: {tuple(dimensions)}")
   dims = tuple(sorted(dims))
   if not dims:
-    return array
+    return as_array(array)
   return squeeze_p.bind(array, dimensions=dims)
 
 
@@ -357,7 +365,7 @@ def zeros_like_array(x):
 def rev(operand, dimensions):
   dimensions = tuple(int(d) for d in dimensions)
   if not dimensions:
-    return operand
+    return as_array(operand)
   return rev_p.bind(operand, dimensions=dimensions)
 
 

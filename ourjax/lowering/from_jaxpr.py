@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from ourjax import core
+from ourjax import core, dtypes
 from ourjax.core import ClosedJaxpr, Jaxpr, Literal, ShapedArray
 from ourjax.lowering import hlo
 
@@ -359,6 +359,9 @@ def _register_elementwise():
 
   @register_lowering(ew.bitcast_convert_type_p)
   def _bitcast(ctx, avals_in, avals_out, x, new_dtype):
+    if any(dtypes.bit_width(d) % 8 for d in (avals_in[0].dtype, new_dtype)):
+      raise LoweringError("bitcast_convert_type of a sub-byte type (int4, float4_e2m1fn, ...) "
+                          "runs on the host (NumPy)")
     return ctx.builder.bitcast_convert(x, new_dtype)
 
   @register_lowering(ew.select_n_p)

@@ -227,6 +227,8 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
   With ``b`` the sum may be negative: the result is then NaN, unless ``return_sign=True``,
   which returns ``(log|sum|, sign(sum))``."""
   if where is not None:
+    from ourjax.numpy._reductions import _check_where
+    where = _check_where("logsumexp", where)
     a = jnp.where(where, a, 0)
   if b is not None:
     a, b = promote_args_inexact("logsumexp", a, b)

@@ -217,7 +217,7 @@ def _clip_method(self, min=None, max=None, out=None):  # noqa: A002
 
 
 def _view(self, dtype=None, type=None):  # noqa: A002
-  """Reinterpret the bytes as ``dtype`` (the last axis rescales when item sizes differ)."""
+  """Reinterpret the bits as ``dtype`` (the last axis rescales when item sizes differ)."""
   if type is not None:
     raise NotImplementedError("`type` argument of array.view() is not supported.")
   if dtype is None:
@@ -231,7 +231,7 @@ def _view(self, dtype=None, type=None):  # noqa: A002
     x = lax.convert_element_type(x, np.uint8)
     src = np.dtype(np.uint8)
   target = np.dtype(np.uint8) if dt == np.bool_ else dt
-  old, new = src.itemsize, target.itemsize
+  old, new = dtypes.bit_width(src), dtypes.bit_width(target)     # (int4 is 4 bits)
   if old != new and (not x.shape or (x.shape[-1] * old) % new):
     raise ValueError(f"When changing to a {'smaller' if new < old else 'larger'} dtype, its "
                      f"size must be a divisor of the size of original dtype; cannot view "

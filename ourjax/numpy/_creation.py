@@ -8,6 +8,7 @@ Sharding) and ``out_sharding`` (a Sharding); other values (a bare PartitionSpec)
 nothing.  Under a transformation they change nothing (``device_put`` passes tracers through)."""
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 import operator
@@ -482,12 +483,19 @@ def _int_arg(x, what):
   return core.concrete_or_error(operator.index, x, f"The '{what}' argument must be concrete.")
 
 
+def _static_offset(k, n, m):
+  """A static diagonal offset as int32: offsets past the matrix (on either side) select as the
+  nearest one past it does, so eye takes any Python int (2 ** 100 as NumPy and JAX do; JAX's
+  tri does not)."""
+  return np.int32(builtins.min(builtins.max(operator.index(k), -n - 1), m + 1))
+
+
 def _diag_mask(n, m, k):
   """Bool (n, m) mask of the k-th diagonal; ``k`` may be traced."""
   i = lax.broadcasted_iota(np.int32, (n, m), 0)
   j = lax.broadcasted_iota(np.int32, (n, m), 1)
   kk = lax.convert_element_type(k, np.int32) if isinstance(k, (Array, Tracer)) else \
-      np.int32(operator.index(k))
+      _static_offset(k, n, m)
   return lax.eq(lax.add(i, kk), j)
 
 
@@ -511,7 +519,7 @@ def _tri_mask(n, m, k):
   i = lax.broadcasted_iota(np.int32, (n, m), 0)
   j = lax.broadcasted_iota(np.int32, (n, m), 1)
   kk = lax.convert_element_type(k, np.int32) if isinstance(k, (Array, Tracer)) else \
-      np.int32(operator.index(k))
+      np.int32(operator.index(k))   # (out of int32: OverflowError, as JAX)
   return lax.ge(lax.add(i, kk), j)
 
 

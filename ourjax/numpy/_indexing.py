@@ -24,6 +24,7 @@ indices are counted from the end once.
 """
 from __future__ import annotations
 
+import collections.abc
 import operator
 import warnings
 from typing import NamedTuple
@@ -179,9 +180,15 @@ def _normalize_slice(s: slice, n: int):
 def _parse_index(shape, idx):
   """The list of _Entry that ``idx`` is for an array of ``shape``."""
   if not isinstance(idx, tuple):
-    if isinstance(idx, list):
+    if isinstance(idx, collections.abc.Sequence) and not isinstance(idx, (str, np.ndarray)):
+      # NumPy's old rule read some lists as tuples and others as arrays; JAX (and ourjax)
+      # refuses them all, suggesting the reading that the list's items point to.
+      as_tuple = any(isinstance(i, (collections.abc.Sequence, slice)) or i is None
+                     or i is Ellipsis or (hasattr(i, "shape") and np.ndim(i) != 0)
+                     for i in idx)
+      fix = "arr[tuple(seq)]" if as_tuple else "arr[array(seq)]"
       raise TypeError("Using a non-tuple sequence for multidimensional indexing is not "
-                      "allowed; use `arr[array(seq)]` instead of `arr[seq]`.")
+                      f"allowed; use `{fix}` instead of `arr[seq]`.")
     idx = (idx,)
   items = [(pos,) + _classify(i, pos) for pos, i in enumerate(idx)]
   n_ellipsis = sum(k == "..." for _, k, _ in items)

@@ -145,63 +145,77 @@ def _inexact_dtype_arg(name, dtype):
 
 def cov(m, y=None, rowvar: bool = True, bias: bool = False, ddof=None, fweights=None,
         aweights=None, dtype=None):
-  """Covariance matrix of the variables in the rows (``rowvar``) or columns of ``m``, computed
-  in ``dtype`` (inexact) if given."""
+  """Covariance matrix of the variables in the rows (``rowvar``) or columns of ``m`` (NumPy
+  2.2's rule: with ``rowvar=False`` a 2-D ``m`` is always transposed), computed in ``dtype``
+  (inexact) if given.  ``fweights`` (integer) and ``aweights`` weigh the observations."""
   dtype = _inexact_dtype_arg("cov", dtype)
   from ourjax.numpy._shape import atleast_2d, concatenate, squeeze
   from ourjax.numpy._reductions import average, sum as _sum
   from ourjax.numpy._linalg_ops import dot
-  from ourjax.numpy._ufuncs import conjugate, multiply
-  check_arraylike("cov", m)
-  x, = promote_dtypes_inexact(atleast_2d(_as_operand(m)))
-  if dtype is not None:
-    x = lax.convert_element_type(x, dtype)
-  if get_aval(x).ndim > 2:
+  from ourjax.numpy._ufuncs import abs as _abs, conjugate, multiply, subtract, true_divide
+  check_arraylike("cov", m, *([] if y is None else [y]))
+  if y is None:
+    m, = promote_dtypes_inexact(_as_operand(m))
+  else:
+    m, y = promote_dtypes_inexact(_as_operand(m), _as_operand(y))
+    if get_aval(y).ndim > 2:
+      raise ValueError("y has more than 2 dimensions")
+  if get_aval(m).ndim > 2:
     raise ValueError("m has more than 2 dimensions")
-  if not rowvar and get_aval(x).shape[0] != 1:
+  x = atleast_2d(m)
+  if not rowvar and get_aval(m).ndim != 1:
     x = lax.transpose(x, (1, 0))
+  if get_aval(x).shape[0] == 0:
+    return lax.full((0, 0), 0, get_aval(x).dtype if dtype is None else dtype)
   if y is not None:
-    check_arraylike("cov", y)
-    yy = atleast_2d(_as_operand(y))
-    if dtype is not None:
-      yy = lax.convert_element_type(yy, dtype)
+    yy = atleast_2d(y)
     if not rowvar and get_aval(yy).shape[0] != 1:
       yy = lax.transpose(yy, (1, 0))
     x = concatenate([x, yy], 0)
+  nvar, n = get_aval(x).shape
+  if dtype is not None:
+    x = lax.convert_element_type(x, dtype)
+  if n == 0:
+    return lax.full(() if nvar == 1 else (nvar, nvar), np.nan, get_aval(x).dtype)
   if ddof is None:
     ddof = 0 if bias else 1
-  n = get_aval(x).shape[1]
+
+  def weights(name, v):
+    check_arraylike("cov", v)
+    v = asarray(v)
+    if get_aval(v).ndim > 1:
+      raise RuntimeError(f"cannot handle multidimensional {name}")
+    if get_aval(v).shape[0] != n:
+      raise RuntimeError(f"incompatible numbers of samples and {name}")
+    return _abs(v)     # (NumPy raises on negative weights; a traced check is not possible)
+
   w = None
   if fweights is not None:
-    f = asarray(fweights)
-    if get_aval(f).ndim != 1 or get_aval(f).shape[0] != n:
-      raise ValueError(f"fweights must be 1-D with length {n}")
-    w = f
+    w = weights("fweights", fweights)
+    if not dtypes.issubdtype(get_aval(w).dtype, np.integer):
+      raise TypeError("fweights must be integer.")
   if aweights is not None:
-    aw = asarray(aweights)
-    if get_aval(aw).ndim != 1 or get_aval(aw).shape[0] != n:
-      raise ValueError(f"aweights must be 1-D with length {n}")
-    w = aw if w is None else multiply(w, aw)
+    aweights = weights("aweights", aweights)
+    w = aweights if w is None else multiply(w, aweights)
+  if dtype is not None and w is not None:
+    w = lax.convert_element_type(w, dtype)
   avg, w_sum = average(x, axis=1, weights=w, returned=True)
   if w is None:
-    fact = lax.full((), n - ddof, get_aval(avg).dtype)
-  elif ddof == 0:
-    fact = w_sum
-  elif aweights is None:
-    fact = lax.sub(w_sum, lax._const(w_sum, ddof))
+    fact = n - ddof
   else:
-    fact = lax.sub(w_sum, lax.div(lax.mul(lax._const(w_sum, ddof), _sum(multiply(w, aweights))),
-                                  w_sum))
-  fact = lax.max(fact, lax._const(fact, 0))
-  if get_aval(fact).ndim:
-    from ourjax.numpy._gathers import take_1d
-    fact = take_1d(fact, np.zeros((), np.int32))
+    w_sum = lax.index_in_dim(w_sum, 0, keepdims=False)
+    if ddof == 0:
+      fact = w_sum
+    elif aweights is None:
+      fact = subtract(w_sum, ddof)
+    else:
+      fact = subtract(w_sum, true_divide(multiply(ddof, _sum(multiply(w, aweights))), w_sum))
   xc = lax.sub(x, lax.broadcast_in_dim(avg, get_aval(x).shape, (0,)))
   if w is not None:     # (broadcast explicitly: no rank promotion inside the library)
-    w = lax.broadcast_in_dim(w, get_aval(xc).shape, (1,))
-  xt = lax.transpose(xc if w is None else multiply(xc, w), (1, 0))
-  c = lax.div(dot(xc, conjugate(xt)), lax.convert_element_type(fact, get_aval(xc).dtype))
-  return squeeze(c)
+    xw = multiply(xc, lax.broadcast_in_dim(w, get_aval(xc).shape, (1,)))
+  else:
+    xw = xc
+  return squeeze(true_divide(dot(xc, conjugate(lax.transpose(xw, (1, 0)))), fact))
 
 
 def corrcoef(x, y=None, rowvar: bool = True, dtype=None):
@@ -734,7 +748,6 @@ def resize(a, new_shape):
 def apply_along_axis(func1d, axis: int, arr, *args, **kwargs):
   """``func1d`` applied to every 1-D slice along ``axis`` (vectorized with vmap)."""
   from ourjax import api
-  from ourjax.numpy._shape import moveaxis
   arr = asarray(arr)
   nd = get_aval(arr).ndim
   axis = _static_int(axis, "axis")
@@ -866,16 +879,16 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
                       f"{len(free)}")
     sizes = {}
     loop_shapes = []
-    for x, core in zip(free, cores):
+    for x, dims in zip(free, cores):
       s = get_aval(x).shape
-      if len(s) < len(core):
+      if len(s) < len(dims):
         raise ValueError(f"input with shape {s} does not have enough dimensions for its core "
-                         f"dimensions {core} in signature {signature}")
-      for name, d in zip(core, s[len(s) - len(core):]):
+                         f"dimensions {dims} in signature {signature}")
+      for name, d in zip(dims, s[len(s) - len(dims):]):
         if sizes.setdefault(name, d) != d:
           raise ValueError(f"inconsistent size for core dimension {name!r}: {sizes[name]} vs "
                            f"{d}")
-      loop_shapes.append(s[:len(s) - len(core)])
+      loop_shapes.append(s[:len(s) - len(dims)])
     loop = broadcast_shapes(*loop_shapes) if loop_shapes else ()
     free = [broadcast_to(x, loop + get_aval(x).shape[len(ls):])
             for x, ls in zip(free, loop_shapes)]

@@ -53,6 +53,16 @@ def _reduction_axes(name, axis, ndim):
   return tuple(out)
 
 
+def _single_axis(name, axis, ndim):
+  """One concrete axis (a tuple is a TypeError, as operator.index makes it), made
+  non-negative."""
+  ax = core.concrete_or_error(operator.index, axis,
+                              f"The axis argument to jnp.{name} must be concrete.")
+  if not -builtins.max(ndim, 1) <= ax < builtins.max(ndim, 1):
+    raise ValueError(f"jnp.{name}: axis {ax} is out of bounds for array of dimension {ndim}")
+  return ax % ndim if ndim else 0
+
+
 def _promote_integer_dtype(dt):
   """bool and integers narrower than the default widen to it (uint -> default uint)."""
   dt = np.dtype(dt)
@@ -78,15 +88,24 @@ def _keepdims(out, shape, axes):
   return lax.reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape)))
 
 
-def _where_mask(name, where, a, fill):
-  """``a`` with positions where ``where`` is False replaced by ``fill``."""
-  from ourjax.numpy._ufuncs import where as _where
+def _check_where(name, where):
+  """``where`` as a bool array (None stays None); any other dtype is an error, as in JAX (each
+  public reduction checks it under its own name before delegating to another)."""
+  if where is None:
+    return None
   check_arraylike(name, where)
-  shape = get_aval(a).shape
   w = asarray(where)
   if get_aval(w).dtype != np.bool_:
     raise ValueError(f"jnp.{name}: where must be None or a boolean array; got "
                      f"where.dtype={get_aval(w).dtype!r}.")
+  return w
+
+
+def _where_mask(name, where, a, fill):
+  """``a`` with positions where ``where`` is False replaced by ``fill``."""
+  from ourjax.numpy._ufuncs import where as _where
+  shape = get_aval(a).shape
+  w = _check_where(name, where)
   try:
     np.broadcast_shapes(get_aval(w).shape, shape)
   except ValueError:
@@ -97,10 +116,7 @@ def _where_mask(name, where, a, fill):
 
 def _bool_mask(name, where, shape):
   """``where`` as a bool array of ``shape``."""
-  check_arraylike(name, where)
-  w = asarray(where)
-  if get_aval(w).dtype != np.bool_:
-    w = lax.ne(w, lax._const(w, 0))
+  w = _check_where(name, where)
   try:
     return _broadcast_to(w, shape) if get_aval(w).shape != tuple(shape) else w
   except TypeError:
@@ -258,6 +274,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.mean is not supported.")
   a = _arr("mean", a)
+  where = _check_where("mean", where)
   aval = get_aval(a)
   axes = _reduction_axes("mean", axis, aval.ndim)
   if dtype is None:
@@ -304,6 +321,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.var is not supported.")
   a = _arr("var", a)
+  where = _check_where("var", where)
   aval = get_aval(a)
   axes = _reduction_axes("var", axis, aval.ndim)
   comp_dt, result_dt = _var_dtypes(aval.dtype, dtype)
@@ -329,14 +347,18 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
   s = sum(centered, axes, dtype=comp_dt, keepdims=keepdims, where=where)
   res = lax.convert_element_type(lax.div(s, norm), result_dt)
   from ourjax.numpy._ufuncs import where as _where
-  return _where(lax.gt(norm, lax._const(norm, 0)), res, lax.full_like(res, np.nan)
-                if get_aval(res).shape else np.array(np.nan, result_dt))
+  # NaN where nothing is left to divide by; (as JAX) an integer ``dtype`` so gives a weak float
+  if dtypes.is_inexact(result_dt):
+    return _where(lax.gt(norm, lax._const(norm, 0)), res, lax.full_like(res, np.nan)
+                  if get_aval(res).shape else np.array(np.nan, result_dt))
+  return _where(lax.gt(norm, lax._const(norm, 0)), res, np.nan)
 
 
 @replayed(static=("axis", "dtype", "ddof", "keepdims", "correction"))
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
   """Standard deviation: the square root of ``var``."""
+  where = _check_where("std", where)
   if dtype is not None and not dtypes.is_inexact(dtypes.check_user_dtype(dtype, "std")):
     raise ValueError(f"dtype argument to jnp.std must be inexact; got {dtype}")
   return lax.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
@@ -419,10 +441,9 @@ def _argminmax(name, lax_fn, a, axis, out, keepdims):
     flat = lax.reshape(a, (aval.size,))
     res = lax_fn(flat, 0, dtypes.default_int_dtype())
     return lax.reshape(res, (1,) * aval.ndim) if keepdims else res
-  ax = _reduction_axes(name, axis, aval.ndim)
+  ax = _single_axis(name, axis, aval.ndim)
   if aval.ndim == 0:
     raise ValueError(f"jnp.{name}: axis {axis} is out of bounds for array of dimension 0")
-  ax = ax[0]
   if aval.shape[ax] == 0:
     raise ValueError(f"attempt to get {name} of an empty sequence")
   res = lax_fn(a, ax, dtypes.default_int_dtype())
@@ -474,7 +495,7 @@ def _cumulative(name, lax_fn, a, axis, dtype, out, *, fill_nan=None, promote_int
     if axis is None:
       axis = 0
   aval = get_aval(a)
-  ax = _reduction_axes(name, axis, aval.ndim)[0] if aval.ndim else 0
+  ax = _single_axis(name, axis, aval.ndim)
   if fill_nan is not None and dtypes.is_inexact(aval.dtype):
     from ourjax.numpy._ufuncs import isnan
     a = lax.select_n(isnan(a), a, lax.full_like(a, fill_nan))
@@ -531,8 +552,10 @@ def _cumulative_api(name, lax_fn, x, axis, dtype, include_initial, init):
                        "explicit value. The axis argument is only optional for one-dimensional "
                        "arrays.")
     axis = 0
-  ax = _reduction_axes(name, axis, aval.ndim)[0]
-  out = _cumulative(name, lax_fn, x, ax, dtype, None, promote_integers=True)
+  ax = _single_axis(name, axis, aval.ndim)
+  # (cumulative_sum widens small integers as sum does; cumulative_prod keeps them, as JAX)
+  out = _cumulative(name, lax_fn, x, ax, dtype, None,
+                    promote_integers=name == "cumulative_sum")
   if include_initial:
     s = list(aval.shape)
     s[ax] = 1
@@ -555,6 +578,8 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
 def _nan_reduction(name, fn, a, init, nan_if_all_nan, axis, keepdims, **kw):
   from ourjax.numpy._ufuncs import isnan, where
   a = _arr(name, a)
+  if kw.get("where") is not None:
+    kw["where"] = _check_where(name, kw["where"])
   if not dtypes.is_inexact(get_aval(a).dtype):
     return fn(a, axis=axis, keepdims=keepdims, **kw)
   nan_mask = isnan(a)
@@ -595,6 +620,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.nanmean is not supported.")
   a = _arr("nanmean", a)
+  where = _check_where("nanmean", where)
   if not dtypes.is_inexact(get_aval(a).dtype):
     return mean(a, axis=axis, dtype=dtype, keepdims=keepdims, where=where)
   if dtype is None:
@@ -614,6 +640,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
   if out is not None:
     raise NotImplementedError("The 'out' argument to jnp.nanvar is not supported.")
   a = _arr("nanvar", a)
+  where = _check_where("nanvar", where)
   comp_dt, result_dt = _var_dtypes(get_aval(a).dtype, dtype)
   a = lax.convert_element_type(a, comp_dt)
   if mean is not None:
@@ -634,12 +661,14 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=Non
   norm = lax.sub(sum(valid, axis=axis, dtype=rdt, keepdims=keepdims), lax._const(centered, ddof))
   s = sum(centered, axis=axis, dtype=rdt, keepdims=keepdims, where=where)
   bad = lax.le(norm, lax._const(norm, 0))
-  res = lax.div(_where(bad, np.nan, s), _where(bad, 1, norm))
+  s = _where(bad, np.nan, s)
+  res = lax.div(s, lax.convert_element_type(_where(bad, 1, norm), get_aval(s).dtype))
   return lax.convert_element_type(res, result_dt)
 
 
 @static_argnames("axis", "dtype", "keepdims")
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
+  where = _check_where("nanstd", where)
   return lax.sqrt(nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims,
                          where=where, mean=mean))
 

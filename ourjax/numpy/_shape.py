@@ -848,6 +848,8 @@ def ediff1d(ary, to_end=None, to_begin=None):
   """The differences of the flattened ``ary``; ``to_begin``/``to_end`` are cast to their dtype
   (as JAX's and NumPy's), so no promotion is implied."""
   a = ravel(ary)
+  if get_aval(a).dtype == np.bool_:      # (differences of booleans are not defined, as in JAX)
+    raise TypeError("jnp.ediff1d does not accept dtype bool: subtraction is not defined for it")
   out = diff(a)
   dt = get_aval(out).dtype
   parts = []

@@ -74,8 +74,8 @@ def lexsort(keys, axis=-1):
   if len(shapes) != 1:
     raise ValueError(f"all keys need to be the same shape, got {sorted(shapes)}")
   shape = shapes.pop()
-  if not shape:
-    raise TypeError("jnp.lexsort: keys must be at least 1-dimensional")
+  if not shape:        # scalar keys: the one index there is (as NumPy and JAX)
+    return lax.full((), 0, dtypes.default_int_dtype())
   axis = core.concrete_or_error(operator.index, axis, "lexsort axis must be concrete")
   if not -len(shape) <= axis < len(shape):
     raise ValueError(f"jnp.lexsort: axis {axis} is out of bounds for array of dimension "

@@ -181,18 +181,29 @@ def reciprocal(x, /):
   return lax.div(lax._const(x, 1), x)
 
 
+def _refuse_complex(name, x, kind=TypeError, what=None):
+  """JAX's rounding functions (and sign tests) take no complex values."""
+  dt = get_aval(x).dtype
+  if dtypes.is_complex(dt):
+    raise kind(what or f"{name} does not accept dtype {np.dtype(dt).name}. Accepted dtypes are "
+               "subtypes of floating.")
+
+
 def floor(x, /):
   x, = promote_args("floor", x)
+  _refuse_complex("floor", x)
   return x if not dtypes.is_float(get_aval(x).dtype) else lax.floor(x)
 
 
 def ceil(x, /):
   x, = promote_args("ceil", x)
+  _refuse_complex("ceil", x)
   return x if not dtypes.is_float(get_aval(x).dtype) else lax.ceil(x)
 
 
 def trunc(x, /):
   x, = promote_args("trunc", x)
+  _refuse_complex("trunc", x)
   if not dtypes.is_float(get_aval(x).dtype):
     return x
   return _select(lax.lt(x, lax._const(x, 0)), lax.floor(x), lax.ceil(x))
@@ -215,6 +226,8 @@ def rint(x, /):
 def round(a, decimals: int = 0, out=None):  # noqa: A001
   a, = promote_args("round", a)
   dt = get_aval(a).dtype
+  if dt == np.bool_:
+    raise ValueError(f"jnp.round: data type {np.dtype(dt).name} not inexact")
   if dtypes.is_complex(dt):      # real and imaginary parts each, as NumPy
     return lax.complex(round(lax.real(a), decimals), round(lax.imag(a), decimals))
   if not dtypes.is_inexact(dt):
@@ -394,6 +407,8 @@ def isposinf(x, /, out=None):
   if out is not None:
     raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   x, = promote_args("isposinf", x)
+  _refuse_complex("isposinf", x, ValueError,
+                  "isposinf/isneginf are not well defined for complex types")
   return lax.eq(x, _constant_like(x, np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
 
@@ -402,6 +417,8 @@ def isneginf(x, /, out=None):
   if out is not None:
     raise NotImplementedError("The 'out' argument to isneginf/isposinf is not supported.")
   x, = promote_args("isneginf", x)
+  _refuse_complex("isneginf", x, ValueError,
+                  "isposinf/isneginf are not well defined for complex types")
   return lax.eq(x, _constant_like(x, -np.inf)) if dtypes.is_float(get_aval(x).dtype) else \
       lax.full_like(x, False, dtype=np.bool_)
 
@@ -409,6 +426,8 @@ def isneginf(x, /, out=None):
 def signbit(x, /):
   x, = promote_args("signbit", x)
   dt = get_aval(x).dtype
+  _refuse_complex("signbit", x, ValueError,
+                  f"jax.numpy.signbit is not well defined for {np.dtype(dt).name}")
   if dtypes.is_integer(dt):
     return lax.lt(x, _constant_like(x, 0))
   if dt == np.bool_:
@@ -876,6 +895,7 @@ def ldexp(x1, x2, /):
 def modf(x, /):
   """Fractional and integral parts, both with the sign of ``x``."""
   x, = promote_args_inexact("modf", x)
+  _refuse_complex("modf", x)
   whole = trunc(x)
   return lax.sub(x, whole), whole
 
@@ -973,13 +993,16 @@ def isscalar(element) -> bool:
   from ourjax.core import Tracer
   if hasattr(element, "__jax_array__"):
     element = element.__jax_array__()
-  if isinstance(element, (Array, Tracer)):
-    return get_aval(element).ndim == 0
+  if isinstance(element, (Array, Tracer, np.ndarray)):
+    return np.ndim(element) == 0 if isinstance(element, np.ndarray) else \
+        get_aval(element).ndim == 0
   return dtypes.is_python_scalar(element) or np.isscalar(element)
 
 
 def bitwise_count(x, /):
   x, = promote_args("bitwise_count", x)
+  if get_aval(x).dtype == np.bool_:
+    return lax.convert_element_type(x, np.uint8)
   return lax.convert_element_type(lax.population_count(absolute(x)), np.uint8)
 
 

@@ -111,10 +111,16 @@ def det(a):
 
 
 def slogdet(a, *, method=None):
-  """(sign, log|det|) via LU with partial pivoting (``method`` 'lu' or None)."""
+  """(sign, log|det|) via LU with partial pivoting (``method`` 'lu' or None) or via Householder
+  QR (``method='qr'``, real matrices: each reflection made flips the sign)."""
   a = _square("slogdet", a)
+  if method == "qr":
+    if _jnp().iscomplexobj(a):
+      raise NotImplementedError("slogdet method='qr' not implemented for complex inputs")
+    return SlogdetResult(*_slogdet_qr_fn()(a))
   if method not in (None, "lu"):
-    raise ValueError(f"Unknown slogdet method '{method}'. Supported methods are 'lu' (`None`)")
+    raise ValueError(f"Unknown slogdet method '{method}'. Supported methods are 'lu' (`None`), "
+                     "and 'qr'.")
   jnp = _jnp()
   lu, piv, _ = lax_linalg.lu(a)
   diag = _diagonal(lu, axis1=-2, axis2=-1)
@@ -124,6 +130,38 @@ def slogdet(a, *, method=None):
   logdet = jnp.sum(jnp.log(absd), axis=-1)
   sign = jnp.where(jnp.isneginf(logdet), jnp.zeros_like(sign), sign)
   return SlogdetResult(sign, logdet)
+
+
+def _slogdet_qr(a):
+  jnp = _jnp()
+  n = a.shape[-1]
+  r, taus = lax_linalg.geqrf(a)
+  diag = _diagonal(r, axis1=-2, axis2=-1)
+  logdet = jnp.sum(jnp.log(jnp.abs(diag)), axis=-1)
+  flips = jnp.sum(taus[..., :builtins.max(n - 1, 0)] != 0, axis=-1)   # det(reflector) = -1
+  sign = jnp.prod(jnp.sign(diag), axis=-1) * jnp.where(flips % 2 == 1, -1, 1).astype(a.dtype)
+  return sign, logdet
+
+
+_SLOGDET_QR = []
+
+
+def _slogdet_qr_fn():
+  if not _SLOGDET_QR:
+    from ourjax.custom_derivatives import custom_jvp
+    f = custom_jvp(_slogdet_qr)
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+      # d log|det a| = tr(a^-1 da); the sign (of a real matrix) is locally constant
+      jnp = _jnp()
+      a, = primals
+      da, = tangents
+      sign, logdet = f(a)
+      dlog = jnp.trace(solve(a, da), axis1=-2, axis2=-1)
+      return (sign, logdet), (jnp.zeros_like(sign), dlog)
+    _SLOGDET_QR.append(f)
+  return _SLOGDET_QR[0]
 
 
 class SlogdetResult(NamedTuple):   # a NamedTuple (so a pytree), as JAX's
@@ -311,8 +349,8 @@ def _vector_norm(x, ord, axis, keepdims):
   if ord is None or ord == 2:
     return jnp.sqrt(jnp.sum(jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x,
                             axis=axis, keepdims=keepdims))
-  if ord == np.inf:
-    return jnp.max(ax, axis=axis, keepdims=keepdims)
+  if ord == np.inf:      # (the norm of an empty vector is 0: abs values start from 0)
+    return jnp.max(ax, axis=axis, keepdims=keepdims, initial=0)
   if ord == -np.inf:
     return jnp.min(ax, axis=axis, keepdims=keepdims)
   if ord == 0:
@@ -333,17 +371,17 @@ def _matrix_norm(x, ord, axis, keepdims):
   ax = jnp.abs(x)
   if ord in (1, -1):
     s = jnp.sum(ax, axis=r, keepdims=True)
-    f = jnp.max if ord == 1 else jnp.min
-    out = f(s, axis=c, keepdims=True)
+    out = (jnp.max(s, axis=c, keepdims=True, initial=0) if ord == 1 else
+           jnp.min(s, axis=c, keepdims=True))
   elif ord in (np.inf, -np.inf):
     s = jnp.sum(ax, axis=c, keepdims=True)
-    f = jnp.max if ord == np.inf else jnp.min
-    out = f(s, axis=r, keepdims=True)
+    out = (jnp.max(s, axis=r, keepdims=True, initial=0) if ord == np.inf else
+           jnp.min(s, axis=r, keepdims=True))
   elif ord in (2, -2, "nuc"):
     y = jnp.moveaxis(x, (r, c), (-2, -1))
     sv = svd(y, compute_uv=False)
     if ord == 2:
-      out = jnp.max(sv, axis=-1)
+      out = jnp.max(sv, axis=-1, initial=0)
     elif ord == -2:
       out = jnp.min(sv, axis=-1)
     else:
@@ -496,16 +534,23 @@ def _pinv_fn():
 
     @f.defjvp
     def _jvp(rtol, primals, tangents):
-      # dP = -P dA P + P P^H dA^H (I - A P) + (I - P A) dA^H P^H P
-      jnp = _jnp()
+      # dP = -P dA P + P P^H dA^H (I - A P) + (I - P A) dA^H P^H P  (Golub and Pereyra), each
+      # product grouped so that no intermediate is larger than min(m, n)^2 or m n
       a, = primals
       da, = tangents
-      p = f(a, rtol)
+      p = f(a, rtol)              # (n, m)
       m, n = a.shape[-2:]
       dah, ph = _ct(da), _ct(p)
-      dp = (-matmul(p, matmul(da, p))
-            + matmul(matmul(p, ph), matmul(dah, jnp.eye(m, dtype=a.dtype) - matmul(a, p)))
-            + matmul(jnp.eye(n, dtype=a.dtype) - matmul(p, a), matmul(dah, matmul(ph, p))))
+      if m >= n:
+        s = matmul(matmul(p, ph), dah)            # (n, m)
+        t = matmul(matmul(dah, ph), p)            # (n, m)
+        dp = (-matmul(matmul(p, da), p) + s - matmul(matmul(s, a), p)
+              + t - matmul(matmul(p, a), t))
+      else:
+        s = matmul(p, matmul(ph, dah))
+        t = matmul(dah, matmul(ph, p))
+        dp = (-matmul(p, matmul(da, p)) + s - matmul(s, matmul(a, p))
+              + t - matmul(p, matmul(a, t)))
       return p, dp
     _PINV.append(f)
   return _PINV[0]

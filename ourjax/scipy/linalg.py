@@ -78,7 +78,8 @@ def lu(a, permute_l: bool = False, overwrite_a: bool = False, check_finite: bool
   lu_, _, perm = lax_linalg.lu(a)
   m, n = a.shape[-2:]
   k = min(m, n)
-  p = (jnp.arange(m)[:, None] == perm[..., None, :]).astype(a.dtype)   # p[perm[j], j] = 1
+  # p[perm[j], j] = 1; real even for complex a (as JAX)
+  p = (jnp.arange(m)[:, None] == perm[..., None, :]).astype(jnp.real(a[..., :0, :0]).dtype)
   l = jnp.tril(lu_[..., :, :k], -1) + jnp.eye(m, k, dtype=a.dtype)
   u = jnp.triu(lu_[..., :k, :])
   if permute_l:
