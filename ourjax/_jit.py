@@ -22,7 +22,8 @@ from ourjax.config import config, user_context_key
 from ourjax.sharding import ShardedArray
 from ourjax.interpreters import partial_eval as pe
 from ourjax.interpreters.pjit import pjit_p
-from ourjax._pytree import tree_flatten, tree_structure, tree_unflatten
+from ourjax import ref as _ref
+from ourjax._pytree import tree_flatten, tree_leaves, tree_structure, tree_unflatten
 # (defined in api before it imports this module)
 from ourjax.api import (ShapeDtypeStruct, _abstractify, _check_arg, _fun_name, _split_static,
                         flatten_fun)
@@ -416,6 +417,23 @@ class JitWrapped:
       flat = None   # (keeps no argument alive: a donated one must have no other owner)
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
+    if not self.__dict__.get("_ref_inner"):
+      # mutable references (ourjax.ref) taken as arguments or closed over (found while
+      # tracing: the trace touched one of an enclosing frame) are threaded through
+      if self.__dict__.get("_closed_refs") or _ref._leaves_have_refs(tree_leaves((args,
+                                                                                 kwargs))):
+        return _ref.jit_call(self, args, kwargs)
+      with _ref.handling() as depth:
+        try:
+          return self._call(args, kwargs, fkey)
+        except _ref._RefsNeeded as e:
+          if e.depth != depth:
+            raise
+          self.__dict__.setdefault("_closed_refs", []).append(e.ref)
+      return _ref.jit_call(self, args, kwargs)
+    return self._call(args, kwargs, fkey)
+
+  def _call(self, args, kwargs, fkey=None):
     _events.fire("jit_cpp_cache_miss")
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
     top = core.find_top_trace(leaves)
