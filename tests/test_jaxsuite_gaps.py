@@ -398,3 +398,32 @@ def test_int4_casts_arithmetic_and_bit_ops_follow_4bit_twos_complement(name):
                                   [4 - (v & 0xF).bit_length() for v in vals])
   np.testing.assert_array_equal(np.asarray(ourjax.jit(lambda u, v: u & v)(x, y)).astype(int),
                                 [_wrap4(a & b, signed) for a, b in zip(vals, vals[::-1])])
+
+
+def test_create_token_passes_through_transformations():
+  import ourjax as jax
+  import ourjax.numpy as jnp
+  tok = jax.lax.create_token()
+  assert isinstance(tok, jax.core.Token)
+
+  @jax.jit
+  def noop(arr, token):
+    return arr, token
+  arr, out = noop(jnp.ones(3), tok)
+  assert isinstance(out, jax.core.Token) and out is not tok
+  np.testing.assert_array_equal(arr, np.ones(3))
+  assert isinstance(jax.jit(jax.lax.create_token)(1.0), jax.core.Token)
+  y, t2 = jax.jit(lambda x: (x + 2, tok))(7)           # closed over
+  assert int(y) == 9 and isinstance(t2, jax.core.Token)
+  with pytest.raises(RuntimeError, match="token-shape buffer"):
+    tok._buf._value
+
+
+def test_make_jaxpr_takes_objects_with_shape_and_dtype():
+  import types
+  import ourjax as jax
+  spec = types.SimpleNamespace(shape=(2, 3), dtype=np.dtype(np.float32))
+  jaxpr = jax.make_jaxpr(lambda x: x + 2.)(spec)
+  assert jaxpr.in_avals[0].shape == (2, 3) and jaxpr.in_avals[0].dtype == np.float32
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  np.testing.assert_array_equal(jax.core.jaxpr_as_fun(jaxpr)(x)[0], x + 2)
