@@ -32,6 +32,7 @@ from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401
 from ourjax import ref  # noqa: F401,E402
+from ourjax import ad  # noqa: F401,E402
 from ourjax.ref import Ref, new_ref, empty_ref, free_ref  # noqa: F401,E402
 from ourjax import random, nn  # noqa: F401,E402
 from ourjax import _keys as _keys  # noqa: E402

@@ -449,6 +449,8 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
     outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
     return tree_unflatten(p_tree, outs)
 
+  from ourjax import ad as _ad_api
+  vjp_fn.with_refs = _ad_api.with_refs(vjp_fn, len(primals), fname)
   out = tree_unflatten(tree, primals_out)
   return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 

@@ -144,3 +144,23 @@ def test_outer_reference_inside_checkpoint_is_an_error():
   r = jax.new_ref(jnp.float32(1.))
   with pytest.raises(ValueError, match="does not thread references"):
     jax.jit(jax.checkpoint(lambda x: x * r[...]))(2.)
+
+
+def test_vjp_with_refs_accumulates_gradients():
+  def f(x, y):
+    return jnp.sin(x) * y
+  x, y = np.array([0.3, 1.1], np.float32), np.array([2.0, -1.0], np.float32)
+  _, f_vjp = jax.vjp(f, x, y)
+  acc = jax.new_ref(jnp.ones(2))
+  for _ in range(2):    # added into the reference each time
+    gx, gy = f_vjp.with_refs(acc, jax.ad.DontWant())(jnp.ones(2, jnp.float32))
+  assert gx == jax.ad.GradRef() and gy == jax.ad.DidntWant()
+  np.testing.assert_allclose(acc[...], 1 + 2 * np.cos(x) * y, rtol=1e-6)
+  gx, gy = f_vjp.with_refs(jax.ad.GradValue(), None)(jnp.ones(2, jnp.float32))
+  np.testing.assert_allclose(gx, np.cos(x) * y, rtol=1e-6)
+  np.testing.assert_allclose(gy, np.sin(x), rtol=1e-6)
+  out = jax.jit(lambda: f_vjp.with_refs(jax.ad.DontWant(), jax.ad.GradValue())(
+      jnp.ones(2, jnp.float32)))()     # the markers are pytrees: they come out of jit
+  assert out[0] == jax.ad.DidntWant()
+  with pytest.raises(TypeError, match="one spec per primal"):
+    f_vjp.with_refs(acc)
