@@ -354,6 +354,9 @@ class JitWrapped:
 
     def trace():
       from ourjax.stages import _Signature
+      # as JAX's: the function must support weak references (its caches hold it weakly), so
+      # jit(np.sin) raises "cannot create weak reference to 'numpy.ufunc' object" when called
+      weakref.ref(self.fun)
       if config.jax_no_tracing:
         raise RuntimeError(f"re-tracing function {_fun_name(self.fun)}"
                            f"{_fun_location(self.fun)} for `jit`, but 'no_tracing' is set")

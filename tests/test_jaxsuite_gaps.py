@@ -427,3 +427,20 @@ def test_make_jaxpr_takes_objects_with_shape_and_dtype():
   assert jaxpr.in_avals[0].shape == (2, 3) and jaxpr.in_avals[0].dtype == np.float32
   x = np.arange(6, dtype=np.float32).reshape(2, 3)
   np.testing.assert_array_equal(jax.core.jaxpr_as_fun(jaxpr)(x)[0], x + 2)
+
+
+def test_jit_needs_a_weakly_referenceable_function():
+  import operator
+  import ourjax as jax
+
+  class CallableWithSlots:
+    __slots__ = []
+
+    def __call__(self, x):
+      return x + 1
+  f = jax.jit(CallableWithSlots())          # building it is fine, as JAX
+  with pytest.raises(TypeError, match="cannot create weak reference"):
+    f(3)
+  with pytest.raises(TypeError, match="cannot create weak reference"):
+    jax.jit(np.sin)(1.)
+  assert int(jax.jit(operator.add)(1, 2)) == 3
