@@ -686,7 +686,7 @@ class JaxprEqn(NamedTuple):
 
 class Jaxpr:
   """A typed SSA function: ``{ lambda constvars ; invars . let eqns in outvars }``."""
-  __slots__ = ("constvars", "invars", "eqns", "outvars", "debug_name")
+  __slots__ = ("constvars", "invars", "eqns", "outvars", "debug_name", "__weakref__")
 
   def __init__(self, constvars, invars, eqns, outvars, debug_name: str = ""):
     self.constvars = list(constvars)
@@ -718,7 +718,7 @@ class Jaxpr:
 
 class ClosedJaxpr:
   """A jaxpr together with the values of its constvars."""
-  __slots__ = ("jaxpr", "consts")
+  __slots__ = ("jaxpr", "consts", "__weakref__")
 
   def __init__(self, jaxpr: Jaxpr, consts: Sequence):
     assert len(jaxpr.constvars) == len(consts)

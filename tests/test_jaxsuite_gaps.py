@@ -444,3 +444,26 @@ def test_jit_needs_a_weakly_referenceable_function():
   with pytest.raises(TypeError, match="cannot create weak reference"):
     jax.jit(np.sin)(1.)
   assert int(jax.jit(operator.add)(1, 2)) == 3
+
+
+def test_jit_closure_constants_are_freed_with_the_function():
+  # a jitted closure over a device array, under cond with an inner jit: once the jitted
+  # function is cleared and dropped, no cache keeps the array alive
+  import gc
+  import ourjax as jax
+
+  def run():
+    data = jax.device_put(np.zeros(1024, np.float32) + 1)
+
+    def g():
+      return jax.lax.cond(True, jax.jit(lambda: data[0]), lambda: data[1])
+    jg = jax.jit(g)
+    assert float(jg()) == 1.0
+    assert float(jax.grad(lambda x: jax.jit(lambda y: y * data[2])(x))(2.0)) == 1.0
+    jg.clear_cache()
+
+  gc.collect()
+  base = len(jax.live_arrays())
+  run()
+  gc.collect()
+  assert len(jax.live_arrays()) <= base
