@@ -101,12 +101,17 @@ class AbstractRef:
     return f"Ref{{{a.dtype.name}[{','.join(str(d) for d in a.shape)}]}}"
 
 
+def _trace_level() -> int:
+  from ourjax import core
+  return core._state.trace_stack[-1].level
+
+
 class Ref:
   """A mutable array reference (see the module docstring)."""
-  __slots__ = ("_value", "_frame", "_aval", "__weakref__")
+  __slots__ = ("_value", "_frame", "_level", "_aval", "__weakref__")
 
   def __init__(self, value, frame):
-    self._value, self._frame = value, frame
+    self._value, self._frame, self._level = value, frame, _trace_level()
     a = get_aval(value)
     self._aval = ShapedArray(a.shape, a.dtype)
 
@@ -126,7 +131,15 @@ class Ref:
 
   def _write(self, value):
     self._check()
-    self._value = _coerce(value, self._aval, "swap")
+    value = _coerce(value, self._aval, "swap")
+    if isinstance(value, Tracer) and value._trace.main.level > self._level:
+      # a value of a transformation (grad, vmap) started after the reference was made: it
+      # would outlive that transformation in the box (JAX's error)
+      raise ValueError(
+          "performing a set/swap operation with a differentiated or batched value on an array "
+          f"reference of type {self.aval} made outside the transformation. Move the array "
+          "reference to be an argument of the transformed function?")
+    self._value = value
 
   # -- the array-like surface ------------------------------------------------------------------
   aval = property(lambda self: AbstractRef(self._aval))
@@ -296,15 +309,15 @@ def threaded(run, refs: list | None = None):
 def bound(refs, values):
   """Bind ``refs`` to ``values`` in the current (staged) frame for the enclosed code; yields a
   function returning their current values.  The boxes are restored afterwards."""
-  saved = [(r._value, r._frame) for r in refs]
-  cur = _current()
+  saved = [(r._value, r._frame, r._level) for r in refs]
+  cur, level = _current(), _trace_level()
   for r, v in zip(refs, values):
-    r._value, r._frame = v, cur
+    r._value, r._frame, r._level = v, cur, level
   try:
     yield lambda: [r._value for r in refs]
   finally:
-    for r, (v, f) in zip(refs, saved):
-      r._value, r._frame = v, f
+    for r, (v, f, lv) in zip(refs, saved):
+      r._value, r._frame, r._level = v, f, lv
 
 
 def read_all(refs):

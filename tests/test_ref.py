@@ -164,3 +164,20 @@ def test_vjp_with_refs_accumulates_gradients():
   assert out[0] == jax.ad.DidntWant()
   with pytest.raises(TypeError, match="one spec per primal"):
     f_vjp.with_refs(acc)
+
+
+def test_writing_a_differentiated_value_into_an_outer_reference_is_an_error():
+  r = jax.new_ref(jnp.float32(0.))
+
+  def f(x):
+    r[...] = x * 2        # x is a tracer of grad, r was made outside it
+    return x
+  with pytest.raises(ValueError, match="made outside the transformation"):
+    jax.grad(f)(1.)
+  assert float(r[...]) == 0.0
+
+  def g(x):                # reading an outer reference, writing a plain value: fine
+    r[...] = r[...] + 1.
+    return x * r[...]
+  np.testing.assert_allclose(jax.grad(g)(3.), 1.0)
+  assert float(r[...]) == 1.0
