@@ -23,7 +23,7 @@ from ourjax.sharding import ShardedArray
 from ourjax.interpreters import partial_eval as pe
 from ourjax.interpreters.pjit import pjit_p
 from ourjax import ref as _ref
-from ourjax._pytree import tree_flatten, tree_leaves, tree_structure, tree_unflatten
+from ourjax._pytree import tree_flatten, tree_structure, tree_unflatten
 # (defined in api before it imports this module)
 from ourjax.api import (ShapeDtypeStruct, _abstractify, _check_arg, _fun_name, _split_static,
                         flatten_fun)
@@ -222,6 +222,9 @@ class JitWrapped:
         try:
           _check_arg(x, f"jit({_fun_name(self.fun)})")
         except TypeError:
+          if type(x) is _ref.Ref:
+            raise _ref.HasRefs(f"jit({_fun_name(self.fun)}): mutable array references are "
+                               "taken by calls, not by lower/trace/eval_shape") from None
           path = self._leaf_names(args, kwargs, len(leaves))[i]
           raise TypeError(
               f"Error interpreting argument to {self.fun} as an abstract array. The "
@@ -420,21 +423,26 @@ class JitWrapped:
       flat = None   # (keeps no argument alive: a donated one must have no other owner)
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
-    if not self.__dict__.get("_ref_inner"):
-      # mutable references (ourjax.ref) taken as arguments or closed over (found while
-      # tracing: the trace touched one of an enclosing frame) are threaded through
-      if self.__dict__.get("_closed_refs") or _ref._leaves_have_refs(tree_leaves((args,
-                                                                                 kwargs))):
-        return _ref.jit_call(self, args, kwargs)
-      with _ref.handling() as depth:
-        try:
-          return self._call(args, kwargs, fkey)
-        except _ref._RefsNeeded as e:
-          if e.depth != depth:
-            raise
-          self.__dict__.setdefault("_closed_refs", []).append(e.ref)
+    d = self.__dict__
+    if d.get("_ref_inner"):
+      return self._call(args, kwargs, fkey)
+    # mutable references (ourjax.ref) taken as arguments (a leaf _signature cannot take) or
+    # closed over (found while tracing: the trace touched one of an enclosing frame) are
+    # threaded through
+    if d.get("_closed_refs"):
       return _ref.jit_call(self, args, kwargs)
-    return self._call(args, kwargs, fkey)
+    depth, added = _ref.enter_handler()
+    try:
+      return self._call(args, kwargs, fkey)
+    except _ref._RefsNeeded as e:
+      if e.depth != depth:
+        raise
+      d.setdefault("_closed_refs", []).append(e.ref)
+    except _ref.HasRefs:
+      pass
+    finally:
+      _ref.exit_handler(depth, added)
+    return _ref.jit_call(self, args, kwargs)
 
   def _call(self, args, kwargs, fkey=None):
     _events.fire("jit_cpp_cache_miss")

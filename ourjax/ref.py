@@ -275,6 +275,25 @@ def _leaves_have_refs(leaves) -> bool:
   return any(type(x) is Ref for x in leaves)
 
 
+class HasRefs(Exception):
+  """jit's signature met a reference among the arguments (``jit_call`` takes those)."""
+
+
+def enter_handler():
+  """``handling`` without the context manager (jit's call path): returns what
+  ``exit_handler`` takes."""
+  depth = len(_state.frames)
+  added = depth not in _state.handlers
+  if added:
+    _state.handlers.add(depth)
+  return depth, added
+
+
+def exit_handler(depth, added):
+  if added:
+    _state.handlers.discard(depth)
+
+
 @contextlib.contextmanager
 def handling():
   """Mark the frames the enclosed transformation pushes (at the current depth) as threading
