@@ -181,3 +181,47 @@ def test_writing_a_differentiated_value_into_an_outer_reference_is_an_error():
     return x * r[...]
   np.testing.assert_allclose(jax.grad(g)(3.), 1.0)
   assert float(r[...]) == 1.0
+
+
+def test_nested_jits_and_loops_share_an_outer_reference():
+  r = jax.new_ref(jnp.zeros(()))
+
+  @jax.jit
+  def inner(x):
+    r[...] += x
+    return x
+
+  @jax.jit
+  def outer(x):
+    inner(x)
+    inner(2 * x)
+    return r[...]
+  assert float(outer(1.)) == 3.0 and float(outer(1.)) == 6.0
+
+  def body(c, x):
+    inner(x)
+    return c, r[...]
+  _, ys = lax.scan(body, 0., jnp.arange(3.))
+  np.testing.assert_array_equal(ys, [6., 7., 9.])
+  _, ys = jax.jit(lambda: lax.scan(body, 0., jnp.arange(3.)))()
+  np.testing.assert_array_equal(ys, [9., 10., 12.])
+
+  @jax.jit
+  def add_to(ref, v):
+    ref[...] += v
+
+  def h(x):                 # a local reference handed to a jitted function, under vmap/grad
+    loc = jax.new_ref(x)
+    add_to(loc, x)
+    return loc[...]
+  np.testing.assert_array_equal(jax.vmap(h)(jnp.arange(3.)), [0., 2., 4.])
+  np.testing.assert_array_equal(jax.grad(lambda x: h(x).sum())(jnp.ones(2)), [2., 2.])
+
+  a, b = jax.new_ref(jnp.int32(0)), jax.new_ref(jnp.int32(0))
+
+  def step(i):
+    lax.cond(i % 2 == 0, lambda: a.__setitem__(..., a[...] + 1),
+             lambda: b.__setitem__(..., b[...] + 1))
+    return i + 1
+  jax.jit(lambda: lax.while_loop(lambda i: i < 7, step, 0))()
+  assert (int(a[...]), int(b[...])) == (4, 3)
