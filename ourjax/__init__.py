@@ -31,6 +31,9 @@ from ourjax.config import (enable_x64, checking_leaks, check_tracer_leaks, trans
 from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401
+from ourjax import ref  # noqa: F401,E402
+from ourjax import ad  # noqa: F401,E402
+from ourjax.ref import Ref, new_ref, empty_ref, free_ref  # noqa: F401,E402
 from ourjax import random, nn  # noqa: F401,E402
 from ourjax import _keys as _keys  # noqa: E402
 # typed PRNG key arrays pass through the structural jnp/lax functions (see ourjax._keys)

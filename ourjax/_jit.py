@@ -22,6 +22,7 @@ from ourjax.config import config, user_context_key
 from ourjax.sharding import ShardedArray
 from ourjax.interpreters import partial_eval as pe
 from ourjax.interpreters.pjit import pjit_p
+from ourjax import ref as _ref
 from ourjax._pytree import tree_flatten, tree_structure, tree_unflatten
 # (defined in api before it imports this module)
 from ourjax.api import (ShapeDtypeStruct, _abstractify, _check_arg, _fun_name, _split_static,
@@ -221,6 +222,9 @@ class JitWrapped:
         try:
           _check_arg(x, f"jit({_fun_name(self.fun)})")
         except TypeError:
+          if type(x) is _ref.Ref:
+            raise _ref.HasRefs(f"jit({_fun_name(self.fun)}): mutable array references are "
+                               "taken by calls, not by lower/trace/eval_shape") from None
           path = self._leaf_names(args, kwargs, len(leaves))[i]
           raise TypeError(
               f"Error interpreting argument to {self.fun} as an abstract array. The "
@@ -353,6 +357,9 @@ class JitWrapped:
 
     def trace():
       from ourjax.stages import _Signature
+      # as JAX's: the function must support weak references (its caches hold it weakly), so
+      # jit(np.sin) raises "cannot create weak reference to 'numpy.ufunc' object" when called
+      weakref.ref(self.fun)
       if config.jax_no_tracing:
         raise RuntimeError(f"re-tracing function {_fun_name(self.fun)}"
                            f"{_fun_location(self.fun)} for `jit`, but 'no_tracing' is set")
@@ -416,6 +423,28 @@ class JitWrapped:
       flat = None   # (keeps no argument alive: a donated one must have no other owner)
     if config.jax_disable_jit:
       return self.fun(*args, **kwargs)
+    d = self.__dict__
+    if d.get("_ref_inner"):
+      return self._call(args, kwargs, fkey)
+    # mutable references (ourjax.ref) taken as arguments (a leaf _signature cannot take) or
+    # closed over (found while tracing: the trace touched one of an enclosing frame) are
+    # threaded through
+    if d.get("_closed_refs"):
+      return _ref.jit_call(self, args, kwargs)
+    depth, added = _ref.enter_handler()
+    try:
+      return self._call(args, kwargs, fkey)
+    except _ref._RefsNeeded as e:
+      if e.depth != depth:
+        raise
+      d.setdefault("_closed_refs", []).append(e.ref)
+    except _ref.HasRefs:
+      pass
+    finally:
+      _ref.exit_handler(depth, added)
+    return _ref.jit_call(self, args, kwargs)
+
+  def _call(self, args, kwargs, fkey=None):
     _events.fire("jit_cpp_cache_miss")
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
     top = core.find_top_trace(leaves)

@@ -445,6 +445,17 @@ class PyTreeDef:
       return dict, list(aux)
     return kind.type, (aux.data if type(aux) is _Aux else aux)
 
+  def serialize_using_proto(self) -> bytes:
+    """These bytes give the structure back through ``deserialize_using_proto`` (built-in
+    containers only; see ``_pytree_proto``)."""
+    from ourjax._pytree_proto import serialize
+    return serialize(self)
+
+  @staticmethod
+  def deserialize_using_proto(registry, data) -> "PyTreeDef":
+    from ourjax._pytree_proto import deserialize
+    return deserialize(registry, data)
+
   def compose(self, inner: PyTreeDef) -> PyTreeDef:
     """The structure with every leaf of ``self`` replaced by ``inner``."""
     def sub(node):

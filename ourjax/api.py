@@ -39,6 +39,9 @@ def flatten_fun(f: Callable, in_tree, check_outputs: str | None = None):
     if check_outputs is not None:
       for i, x in enumerate(out_leaves):
         if not _is_jax_value(x):
+          from ourjax.ref import check_no_refs
+          check_no_refs([x], f"function {_fun_name(f)}{_fun_location(f).replace(' defined at', ' at')} "
+                        f"traced for {check_outputs}")
           where = f" at output component [{i}]" if len(out_leaves) > 1 else ""
           raise TypeError(f"function {_fun_name(f)}{_fun_location(f).replace(' defined at', ' at')} "
                           f"traced for {check_outputs} returned a value of type {type(x)}{where}, "
@@ -168,7 +171,8 @@ def _split_static(f, args, kwargs, static_argnums, static_argnames, fname):
 
 def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bool = False,
                abstracted_axes=None):
-  """``make_jaxpr(f)(*args)`` returns the ClosedJaxpr of f at the args' shapes and dtypes.
+  """``make_jaxpr(f)(*args)`` returns the ClosedJaxpr of f at the args' shapes and dtypes (an
+  argument may be any object with ``shape`` and ``dtype``, as for ``eval_shape``).
   ``axis_env`` (a sequence of ``(axis_name, size)``) binds named axes for collectives
   (``lax.psum(x, 'i')``) while tracing, as an enclosing ``pmap`` would."""
   static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
@@ -181,7 +185,8 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
     leaves, in_tree = tree_flatten((dargs, dkwargs))
     flat, out_tree = flatten_fun(f, in_tree)
     with spmd_axes(dict(axis_env)) if axis_env else contextlib.nullcontext():
-      closed = pe.trace_to_jaxpr(flat, [_abstractify(x) for x in leaves], _fun_name(fun))
+      closed = pe.trace_to_jaxpr(flat, [_duck_abstractify(x) for x in leaves],
+                                 _fun_name(fun))
     if return_shape:
       shapes = [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed.out_avals]
       return closed, tree_unflatten(out_tree[0], shapes)
@@ -202,7 +207,7 @@ def make_jaxpr(fun: Callable, static_argnums=(), axis_env=None, return_shape: bo
 
 
 def _duck_abstractify(x) -> ShapedArray:
-  """As ``_abstractify``; besides, as JAX's ``eval_shape``, any object with ``shape`` and
+  """As ``_abstractify``; besides, as JAX's ``eval_shape`` and ``make_jaxpr``, any object with ``shape`` and
   ``dtype`` attributes stands for an array of that type (only those are read)."""
   if not isinstance(x, (Array, core.Tracer, np.ndarray, np.generic, ShapeDtypeStruct)) and \
       hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type):
@@ -444,6 +449,8 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
     outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
     return tree_unflatten(p_tree, outs)
 
+  from ourjax import ad as _ad_api
+  vjp_fn.with_refs = _ad_api.with_refs(vjp_fn, len(primals), fname)
   out = tree_unflatten(tree, primals_out)
   return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 

@@ -686,7 +686,7 @@ class JaxprEqn(NamedTuple):
 
 class Jaxpr:
   """A typed SSA function: ``{ lambda constvars ; invars . let eqns in outvars }``."""
-  __slots__ = ("constvars", "invars", "eqns", "outvars", "debug_name")
+  __slots__ = ("constvars", "invars", "eqns", "outvars", "debug_name", "__weakref__")
 
   def __init__(self, constvars, invars, eqns, outvars, debug_name: str = ""):
     self.constvars = list(constvars)
@@ -718,7 +718,7 @@ class Jaxpr:
 
 class ClosedJaxpr:
   """A jaxpr together with the values of its constvars."""
-  __slots__ = ("jaxpr", "consts")
+  __slots__ = ("jaxpr", "consts", "__weakref__")
 
   def __init__(self, jaxpr: Jaxpr, consts: Sequence):
     assert len(jaxpr.constvars) == len(consts)
@@ -986,3 +986,26 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence, *args):
 
 def closed_call(closed: ClosedJaxpr, *args):
   return eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+class Token:
+  """What ``lax.create_token`` returns (JAX's ``core.Token``): a value with no contents that
+  orders effects.  It passes through jit, vmap and grad as an empty pytree (a new Token comes
+  out); it has no array buffer."""
+  __slots__ = ()
+
+  @property
+  def _buf(self):
+    return _TokenBuffer()
+
+  def block_until_ready(self):
+    return self
+
+  def __repr__(self):
+    return "Token()"
+
+
+class _TokenBuffer:
+  @property
+  def _value(self):
+    raise RuntimeError("Cannot convert a token-shape buffer to a numpy array.")

@@ -111,6 +111,9 @@ def tree_reduce_associative(operation: Callable[[Any, Any], Any], tree, *,
                                          is_leaf=_user(is_leaf))
 
 
+from ourjax._pytree_proto import default_registry  # noqa: E402,F401
+
+
 def __getattr__(name):  # everything else (private helpers included) is ``_pytree``'s
   try:
     return getattr(_pytree, name)

@@ -398,3 +398,72 @@ def test_int4_casts_arithmetic_and_bit_ops_follow_4bit_twos_complement(name):
                                   [4 - (v & 0xF).bit_length() for v in vals])
   np.testing.assert_array_equal(np.asarray(ourjax.jit(lambda u, v: u & v)(x, y)).astype(int),
                                 [_wrap4(a & b, signed) for a, b in zip(vals, vals[::-1])])
+
+
+def test_create_token_passes_through_transformations():
+  import ourjax as jax
+  import ourjax.numpy as jnp
+  tok = jax.lax.create_token()
+  assert isinstance(tok, jax.core.Token)
+
+  @jax.jit
+  def noop(arr, token):
+    return arr, token
+  arr, out = noop(jnp.ones(3), tok)
+  assert isinstance(out, jax.core.Token) and out is not tok
+  np.testing.assert_array_equal(arr, np.ones(3))
+  assert isinstance(jax.jit(jax.lax.create_token)(1.0), jax.core.Token)
+  y, t2 = jax.jit(lambda x: (x + 2, tok))(7)           # closed over
+  assert int(y) == 9 and isinstance(t2, jax.core.Token)
+  with pytest.raises(RuntimeError, match="token-shape buffer"):
+    tok._buf._value
+
+
+def test_make_jaxpr_takes_objects_with_shape_and_dtype():
+  import types
+  import ourjax as jax
+  spec = types.SimpleNamespace(shape=(2, 3), dtype=np.dtype(np.float32))
+  jaxpr = jax.make_jaxpr(lambda x: x + 2.)(spec)
+  assert jaxpr.in_avals[0].shape == (2, 3) and jaxpr.in_avals[0].dtype == np.float32
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  np.testing.assert_array_equal(jax.core.jaxpr_as_fun(jaxpr)(x)[0], x + 2)
+
+
+def test_jit_needs_a_weakly_referenceable_function():
+  import operator
+  import ourjax as jax
+
+  class CallableWithSlots:
+    __slots__ = []
+
+    def __call__(self, x):
+      return x + 1
+  f = jax.jit(CallableWithSlots())          # building it is fine, as JAX
+  with pytest.raises(TypeError, match="cannot create weak reference"):
+    f(3)
+  with pytest.raises(TypeError, match="cannot create weak reference"):
+    jax.jit(np.sin)(1.)
+  assert int(jax.jit(operator.add)(1, 2)) == 3
+
+
+def test_jit_closure_constants_are_freed_with_the_function():
+  # a jitted closure over a device array, under cond with an inner jit: once the jitted
+  # function is cleared and dropped, no cache keeps the array alive
+  import gc
+  import ourjax as jax
+
+  def run():
+    data = jax.device_put(np.zeros(1024, np.float32) + 1)
+
+    def g():
+      return jax.lax.cond(True, jax.jit(lambda: data[0]), lambda: data[1])
+    jg = jax.jit(g)
+    assert float(jg()) == 1.0
+    assert float(jax.grad(lambda x: jax.jit(lambda y: y * data[2])(x))(2.0)) == 1.0
+    jg.clear_cache()
+
+  gc.collect()
+  base = len(jax.live_arrays())
+  run()
+  gc.collect()
+  assert len(jax.live_arrays()) <= base

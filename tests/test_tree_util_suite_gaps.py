@@ -92,3 +92,20 @@ def test_unravel_functions_of_equal_structures_are_equal():
   for a, b in zip(out1, (np.array([2.0, 3.0]), np.array([[4.0]]))):
     np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(out2[1], [[4.0]])
+
+
+def test_treedef_serialization_round_trip():
+  import collections
+  import pytest
+  from ourjax import tree_util as tu
+  trees = [[1, [2], (3,), {'a': 4, 'b': 5}, None], {7: (1, 2)}, (), 5, [None, {}]]
+  for tree in trees:
+    t = tu.tree_structure(tree)
+    back = tu.PyTreeDef.deserialize_using_proto(tu.default_registry, t.serialize_using_proto())
+    assert back == t
+    leaves = tu.tree_leaves(tree)
+    assert back.unflatten(leaves) == tree
+  leaves, t = tu.default_registry.flatten({'a': 1, 'b': [2, 3]})
+  assert leaves == [1, 2, 3] and t == tu.tree_structure({'a': 0, 'b': [0, 0]})
+  with pytest.raises(TypeError, match="cannot be serialized"):
+    tu.tree_structure(collections.namedtuple("P", "x")(1)).serialize_using_proto()

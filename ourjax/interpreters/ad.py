@@ -135,7 +135,10 @@ def jvp_flat(f: Callable, primals: Sequence, tangents: Sequence, instantiate=Tru
   """Push ``tangents`` forward through the flat function ``f(*primals) -> list``."""
   with new_main(JVPTrace, name=getattr(f, "__name__", "jvp")) as main:
     trace = JVPTrace(main)
-    tracers_in = [JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+    # an input whose tangent is a symbolic zero (integer inputs, nondifferentiated arguments)
+    # is passed as it is, not wrapped, as JAX does: the function sees the caller's value
+    tracers_in = [p if type(t) is Zero else JVPTracer(trace, p, t)
+                  for p, t in zip(primals, tangents)]
     outs = f(*tracers_in)
     tracers_out = [full_raise(trace, o) for o in outs]
     primals_out = [t.primal for t in tracers_out]
@@ -210,7 +213,9 @@ def linearize_flat(f: Callable, primals: Sequence):
     # linear jaxpr still takes a float0 input for them, which is never read)
     tans = [t if dtypes.is_inexact(get_aval(p).dtype) else Zero(tangent_aval(get_aval(p)))
             for p, t in zip(args[:n], args[n:])]
-    po, to = jvp_flat(f, args[:n], tans)
+    # (those are known: the function gets their values, as JAX passes them unwrapped)
+    prims = [p if type(t) is not Zero else _known_value(p) for p, t in zip(args[:n], tans)]
+    po, to = jvp_flat(f, prims, tans)
     return list(po) + list(to)
 
   jaxpr, pvals_out, consts = pe.partial_eval_flat(f_jvp, pvals_in, name="linearize")
@@ -224,6 +229,11 @@ def linearize_flat(f: Callable, primals: Sequence):
         "partial_eval.partial_eval_rules and partial_eval.partial_eval_jaxpr_rules).")
   primals_out = [p.const for p in primal_pvals]
   return primals_out, jaxpr, consts, tangent_pvals
+
+
+def _known_value(x):
+  pval = getattr(x, "pval", None)
+  return pval.const if pval is not None and pval.is_known else x
 
 
 class UndefinedPrimal:

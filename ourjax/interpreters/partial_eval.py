@@ -16,6 +16,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from ourjax import _gc, core
+from ourjax import ref as _ref
 from ourjax.core import (ClosedJaxpr, Jaxpr, JaxprEqn, Literal, ShapedArray, Trace, Tracer, Var,
                          get_aval, new_dynamic, new_main, user_frame)
 
@@ -110,7 +111,7 @@ def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray], debug_name: s
                    ) -> ClosedJaxpr:
   """Trace the flat function ``fun(*args) -> list`` on abstract arguments."""
   builder = JaxprBuilder()
-  with _gc.paused(), \
+  with _gc.paused(), _ref.staged_frame(debug_name), \
        new_main(JaxprTrace, builder, name=debug_name or getattr(fun, "__name__", "")) as main:
     with new_dynamic(main):
       trace = JaxprTrace(main)

@@ -10,7 +10,9 @@ is cached on the jaxpr object."""
 from __future__ import annotations
 
 import collections
+import functools
 import threading
+import weakref
 
 from ourjax import core
 from ourjax.config import config
@@ -44,11 +46,34 @@ def _pjit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invar
 # The rules' transformed jaxprs, per (rule, jaxpr object, discrete arguments): the same jitted
 # function under grad/vmap gets the same jvp/known/unknown/transposed/batched jaxpr objects on
 # every call, so the executables compiled for them (cached per jaxpr object) are reused, as
-# JAX's weakref caches of jvp_jaxpr, partial_eval_jaxpr_nounits, ... do.  An entry keeps its
-# jaxpr alive (so its id is not reused while cached); the least recently used go first.
+# JAX's weakref caches of jvp_jaxpr, partial_eval_jaxpr_nounits, ... do.  An entry holds its
+# jaxpr weakly: when the jaxpr dies (its jitted function's cache cleared, the function gone),
+# its entries go, and with them the constants they hold (device arrays a closure captured);
+# besides, the least recently used go first.
 _XFORM_CACHE: collections.OrderedDict = collections.OrderedDict()
+_XFORM_KEYS: dict = {}        # id(jaxpr) -> (weakref to it, keys of its entries)
+_XFORM_DEAD: list = []        # ids of jaxprs that died (appended by the weakref callbacks)
 _XFORM_MAX = 512
 _XFORM_LOCK = threading.Lock()
+
+
+def _xform_died(cid, wref):
+  _XFORM_DEAD.append((cid, wref))
+  if _XFORM_LOCK.acquire(blocking=False):   # (a collection inside the locked region waits)
+    try:
+      _purge_dead()
+    finally:
+      _XFORM_LOCK.release()
+
+
+def _purge_dead():
+  while _XFORM_DEAD:
+    cid, wref = _XFORM_DEAD.pop()
+    entry = _XFORM_KEYS.get(cid)
+    if entry is not None and entry[0] is wref:
+      del _XFORM_KEYS[cid]
+      for k in entry[1]:
+        _XFORM_CACHE.pop(k, None)
 
 
 def _cached_transform(kind: str, closed: ClosedJaxpr, key, make):
@@ -56,15 +81,27 @@ def _cached_transform(kind: str, closed: ClosedJaxpr, key, make):
     return make()            # it closes over an enclosing transformation's values: not reusable
   k = (kind, id(closed), key, config.x64_enabled)
   with _XFORM_LOCK:
+    _purge_dead()
     hit = _XFORM_CACHE.get(k)
-    if hit is not None and hit[0] is closed:
+    if hit is not None and hit[0]() is closed:
       _XFORM_CACHE.move_to_end(k)
       return hit[1]
   val = make()
   with _XFORM_LOCK:
-    _XFORM_CACHE[k] = (closed, val)
+    _purge_dead()
+    entry = _XFORM_KEYS.get(id(closed))
+    if entry is None or entry[0]() is not closed:
+      for stale in (entry[1] if entry is not None else ()):   # (a dead jaxpr of the same id)
+        _XFORM_CACHE.pop(stale, None)
+      entry = _XFORM_KEYS[id(closed)] = (
+          weakref.ref(closed, functools.partial(_xform_died, id(closed))), set())
+    entry[1].add(k)
+    _XFORM_CACHE[k] = (entry[0], val)
     while len(_XFORM_CACHE) > _XFORM_MAX:
-      _XFORM_CACHE.popitem(last=False)
+      old, (wref, _) = _XFORM_CACHE.popitem(last=False)
+      e = _XFORM_KEYS.get(old[1])
+      if e is not None and e[0] is wref:
+        e[1].discard(old)
   return val
 
 

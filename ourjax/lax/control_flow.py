@@ -1515,3 +1515,11 @@ if hasattr(pe, "partial_eval_jaxpr_rules"):
 
 # the lowerings of cond_p, while_p and scan_p (registered on import)
 from ourjax.lax import _control_flow_lowering  # noqa: E402,F401
+
+
+# mutable references (ourjax.ref) that the bodies touch are threaded through as carries/operands
+from ourjax.lax import _control_flow_refs as _cfr  # noqa: E402
+scan = _cfr.scan(scan)
+while_loop = _cfr.while_loop(while_loop)
+_cond = _cfr.cond(_cond)
+switch = _cfr.switch(switch)

@@ -1,6 +1,6 @@
 """lax functions that are compositions of other primitives (no primitive of their own): split,
 tile, collapse, reciprocal, complex, broadcast_shapes, empty, optimization_barrier, dce_sink,
-platform_dependent, scatter_apply, composite.  Their derivatives and batching come from the
+platform_dependent, scatter_apply, composite, create_token.  Their derivatives and batching come from the
 primitives they are built of."""
 from __future__ import annotations
 
@@ -296,3 +296,17 @@ def with_sharding_constraint(x, shardings):
       s = NamedSharding(mesh, s)
     out.append(api.device_put(v, s) if isinstance(s, Sharding) else v)
   return _pytree.tree_unflatten(tree, out)
+
+
+def create_token(*operands):
+  """A new ``core.Token`` (the operands only order it after them in JAX's programs; here
+  effects run in program order already)."""
+  return core.Token()
+
+
+def _register_token():
+  from ourjax import tree_util
+  tree_util.register_pytree_node(core.Token, lambda t: ((), None), lambda aux, ch: core.Token())
+
+
+_register_token()

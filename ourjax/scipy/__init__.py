@@ -1,5 +1,6 @@
 """``ourjax.scipy``: the subset of ``jax.scipy`` built on lax/jnp ops (special functions,
-distributions, linear algebra, signal processing, ndimage interpolation, BFGS minimisation)."""
+distributions, linear algebra, signal processing, ndimage interpolation, BFGS minimisation,
+3-D rotations)."""
 from ourjax.scipy import special  # noqa: F401
 from ourjax.scipy import stats  # noqa: F401
 from ourjax.scipy import linalg  # noqa: F401
@@ -11,3 +12,4 @@ from ourjax.scipy import cluster  # noqa: F401
 from ourjax.scipy import integrate  # noqa: F401
 from ourjax.scipy import fft  # noqa: F401
 from ourjax.scipy import interpolate  # noqa: F401
+from ourjax.scipy import spatial  # noqa: F401
