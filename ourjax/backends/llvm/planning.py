@@ -444,22 +444,27 @@ class Planner:
     init = vals[instr.operands[0]]
     passthrough = self._passthrough(body)
     # state buffers: a pass-through element stays in its initial buffer (never written); an
-    # initial temporary that dies here becomes the state; a result that is an entry output
-    # lives in the output buffer; anything else gets a buffer of its own
+    # initial temporary that dies here becomes the state (of the first element it starts, the
+    # others copy it before the loop: a scan's stacked outputs all start from one array of
+    # zeros); a result that is an entry output lives in the output buffer; anything else gets
+    # a buffer of its own
     if isinstance(init, tuple) and instr.shape.is_tuple:
-      uses = {}
-      for v in init:
-        uses[id(v)] = uses.get(id(v), 0) + 1
       init_instr = instr.operands[0]
-      dies = last_use.get(init_instr, math.inf) == pos if init_instr.opcode != "tuple" else all(
-          last_use.get(o, math.inf) == pos for o in init_instr.operands)
+      if init_instr.opcode == "tuple":     # (each element's own array dies here or not)
+        dies = [_dies_at(o, instr.parent, last_use, pos) for o in init_instr.operands]
+      else:
+        dies = [last_use.get(init_instr, math.inf) == pos] * len(init)
+      outs = [want.get(("elem", instr, k)) for k in range(len(init))]
+      taken = {id(v) for k, v in enumerate(init)      # (read by the body as it is)
+               if isinstance(v, K.Buf) and k in passthrough and outs[k] is None}
       elems = []
       for k, (v, shp) in enumerate(zip(init, instr.shape.tuple_shapes)):
-        out = want.get(("elem", instr, k))
+        out = outs[k]
         if isinstance(v, K.Buf) and k in passthrough and out is None:
           elems.append(v)
-        elif (isinstance(v, K.Buf) and v.kind == "temp" and dies and uses[id(v)] == 1
+        elif (isinstance(v, K.Buf) and v.kind == "temp" and dies[k] and id(v) not in taken
               and out is None and not shp.is_tuple):
+          taken.add(id(v))
           elems.append(v)
         elif isinstance(out, K.Buf):
           elems.append(out)
