@@ -39,11 +39,7 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
   without that bound, a transformer's residual stream went through every layer, and each
   layer-norm read all the earlier layers' outputs.)  An expensive producer
   (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...)
-  is never duplicated.  Nor is a cheap producer that a dot or convolution reads (so it is
-  stored anyway) copied into a consumer that would read at least as many bytes of its operands
-  as of its result, except through a broadcast: the consumer reads the stored result, and the
-  producer's operands need not live as long as the consumer (a relu's mask read from the
-  relu's output lets the pre-activation die in the forward pass);
+  is never duplicated;
 * an expensive producer is not fused where the consumer reads each of its elements many times
   (a broadcast that grows it, a gather's operand, overlapping reduce-windows), which would
   recompute it for every read;
@@ -813,14 +809,6 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     if (n_users - 1) * extra > (n_users + 1) * own + KERNEL_BYTES:
       return no(f"cheap, but a copy in each of its {n_users} users would read {extra} bytes of "
                 f"its operands each, more than computing it once and reading its {own}")
-    # (only where the consumer reads each of its elements once: read through a broadcast,
-    # a stored value is gathered where a copy computes from smaller operands in registers)
-    kept = _stored_anyway(comp, P, consumer)
-    if kept is not None and extra >= own and not any(x.opcode == "broadcast"
-                                                     for x in get_inside()):
-      return no(f"cheap, but stored anyway ({kept}): a copy would read {extra} bytes of its "
-                f"operands, no fewer than its own {own}, and keep them in memory as long as "
-                f"this consumer")
     return Decision(True, f"cheap {_what(P)} producer, duplicated (it has {n_users} users)")
   if ckind == "kInput" or consumer.opcode in REDUCTION_OPS:
     return Decision(True, f"{_what(P)} producer into the input of a reduction")
@@ -830,22 +818,6 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     return Decision(True, f"{_what(P)} producer into the window of an in-place "
                           f"dynamic-update-slice")
   return Decision(True, f"{_what(P)} producer into {_what(consumer)} consumer")
-
-
-def _stored_anyway(comp: Computation, p: Instruction, consumer: Instruction) -> str | None:
-  """Why ``p``'s result will be in a temporary buffer whatever ``consumer`` does (a dot or
-  convolution reads it: nothing is fused into their operands), or None."""
-  for u in p.users:
-    if u is consumer:
-      continue
-    if u.opcode in CONTRACTION_OPS:
-      return f"%{u.name} reads it"
-    if _kind(u) == "kOutput":
-      fc = u.attrs["calls"]
-      mine = {fc.parameters[k] for k, o in enumerate(u.operands) if o is p}
-      if any(x.opcode in CONTRACTION_OPS and mine & set(x.operands) for x in fc.instructions):
-        return f"the dot of %{u.name} reads it"
-  return None
 
 
 def _dot_epilogue_of(p: Instruction, depth: int = 8) -> Instruction | None:

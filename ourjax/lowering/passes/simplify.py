@@ -466,49 +466,6 @@ def select_not(instr, ctx):
     return ctx.b.select(p.operands[0], b, a)
 
 
-def compare_positive_of_relu(instr, ctx):
-  """x > 0 -> max(x, 0) > 0 where max(x, 0) is computed anyway and the mask is read in place"""
-  # (a relu's gradient mask then reads the relu's output, which the backward pass keeps for
-  # the next layer's weight gradient, and the pre-activation dies in the forward pass instead
-  # of living until the backward one.  Exact for every value of x: max(x, 0) > 0 exactly when
-  # x > 0, whichever of NaN or 0 max gives for a NaN and whichever zero for -0.)
-  x, z = instr.operands
-  d = instr.attrs.get("direction")
-  if d == "LT":
-    x, z = z, x
-  elif d != "GT":
-    return None
-  if instr.attrs.get("type") == "TOTALORDER" or x.shape.is_tuple or not is_splat(z, 0) or \
-      x.dtype == np.bool_:
-    return None
-  if _broadcast_downstream(instr):
-    return None
-  for m in x.users:
-    if m.opcode == "maximum" and m.parent is ctx.comp and m.shape == x.shape and \
-        x in m.operands and is_splat(m.operands[1 - m.operands.index(x)], 0):
-      return ctx.b.compare(m, z, "GT")
-  return None
-
-
-def _broadcast_downstream(instr, limit: int = 64) -> bool:
-  """Whether a broadcast reads ``instr`` through elementwise ops of its shape: the fusion
-  pass then copies the mask's computation into the broadcast's consumer (computed for each
-  element there, where an extra maximum costs more than the bytes it saves)."""
-  seen, stack = set(), [instr]
-  while stack and len(seen) < limit:
-    x = stack.pop()
-    for u in x.users:
-      if u in seen:
-        continue
-      seen.add(u)
-      if u.opcode == "broadcast" or (u.opcode == "dot" and not u.attrs.get(
-          "lhs_contracting_dims")):     # (an outer product: a product of broadcasts)
-        return True
-      if u.is_elementwise() and u.dims == instr.dims:
-        stack.append(u)
-  return bool(stack)
-
-
 def convert_identity(instr, ctx):
   """convert(x) to x's own type -> x"""
   (x,) = instr.operands
@@ -946,7 +903,6 @@ RULES: dict[str, tuple] = {
     "not": (not_not,),
     "abs": (abs_abs,),
     "select": (select_const, select_not),
-    "compare": (compare_positive_of_relu,),
     "convert": (convert_identity, convert_convert),
     "reshape": (reshape_identity, reshape_reshape, broadcast_scalar_through),
     "transpose": (transpose_identity, transpose_transpose, transpose_of_dot,
