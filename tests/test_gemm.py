@@ -838,3 +838,33 @@ def test_a_dot_on_many_threads_packs_b_once(monkeypatch):
   np.testing.assert_allclose(out[True, 16], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
   for k, v in out.items():
     np.testing.assert_array_equal(v, out[True, 16], err_msg=str(k))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("tb", [0, 1])
+@pytest.mark.parametrize("nthreads", [1, 3])
+@pytest.mark.parametrize("blocking", ["tiny", "default"])
+def test_one_row_block_packs_b_panel_by_panel(dtype, tb, nthreads, blocking):
+  """A piece of at most ``mc`` rows packs each panel of B as its row tiles need it, into one
+  panel of scratch (``run`` checks that nothing is written past ``pack_buffer_elements``):
+  sums over several K slices and column blocks (with an edge panel) match float64, and the
+  scratch is a row block's A panels and one B panel, less than a taller product's (which
+  packs a column block of B for its several row blocks)."""
+  fn, bl = kernel(dtype, blocking=blocking)
+  bl = bl or gemm.default_blocking(dtype)
+  w = gemm.vector_target().lanes[dtype]
+  if blocking == "tiny":
+    M, N, K = bl.mc, 3 * bl.nc + 7, 5 * bl.kc + 3
+  else:     # (more rows than B is read in place for, one row block)
+    M, N, K = min(bl.mc, bl.direct_b_rows + 6), bl.nc + 40, 2 * bl.kc + 3
+  rng = np.random.default_rng(11)
+  a, am, lda = _operand(rng, dtype, M, K, False, 1)
+  b, bm, ldb = _operand(rng, dtype, K, N, bool(tb), 2)
+  C = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, tb, nthreads=nthreads)[0]
+  check_close(C, a, b, dtype)
+  nr, align = bl.nv * w, 64 // np.dtype(NP[dtype]).itemsize
+  one = gemm.pack_buffer_elements(dtype, M, N, K, 1, bl, trans_b=bool(tb))
+  kstep = -(-K // -(-K // bl.kc))
+  assert one <= -(-nr * kstep // align) * align + bl.mc * kstep + align
+  tall = max(2 * bl.mc, bl.direct_b_rows) + 1       # (B packed, not read in place)
+  assert one < gemm.pack_buffer_elements(dtype, tall, N, K, 1, bl, trans_b=bool(tb))

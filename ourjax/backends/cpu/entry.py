@@ -603,6 +603,11 @@ class _Emission:
       raw = self.data[buf.slot]
     elif buf.kind in ("param", "output", "const"):
       raw = b.load(b.gep(self.args, [E.i64(buf.slot)]))
+    elif buf.home is not None:     # (a temporary inside an output not yet written)
+      home = self.data.get(buf.home)
+      if home is None:
+        home = b.load(b.gep(self.args, [E.i64(buf.home)]))
+      raw = b.gep(b.bitcast(home, E.I8.as_pointer()), [E.i64(buf.offset)])
     else:
       raw = b.gep(self.arena, [E.i64(buf.offset)])
     p = b.bitcast(raw, K._ptr_type(buf))

@@ -208,6 +208,8 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   def spec(buf):
     if buf.kind in ("param", "output", "const"):
       return (buf.slot, 0)
+    if buf.home is not None:     # (a temporary inside an output not yet written)
+      return (buf.home, int(buf.offset))
     return (arena_slot, int(buf.offset))
 
   def program(steps):

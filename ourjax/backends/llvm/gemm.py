@@ -72,6 +72,9 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   for each row block, A's ``mc x kc`` block is packed into ``mr``-tall row panels (``kc x mr``
   each).  The loop over row panels is innermost, so one ``kc x nr`` B panel (f32 with
   ``kc = 256``: 32 KiB on AVX-512, 16 KiB on AVX2) stays in L1 while A panels stream from L2.
+  A piece of at most ``mc`` rows (one row block) packs each B panel just before its row
+  panels use it, into one panel of scratch, instead of the whole ``kc x nc`` block first (the
+  same packing work: every panel is used by that one block only).
 * micro-kernel: ``mr x nr`` accumulators (``nr = nv*W``) live in vector registers (AVX-512 f32:
   14 x 32 = 28 zmm of the 32); one step of k loads ``nv`` vectors of the B panel and broadcasts
   ``mr`` elements of the A panel (``vbroadcastss``), i.e. ``mr * nv`` FMAs (``llvm.fma`` on
@@ -306,15 +309,16 @@ def packed_b_elements(dtype: str, N: int, K: int, blocking: Optional[Blocking] =
 def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
                     direct: bool, b_packed: bool = False) -> int:
   """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
-  panels of a column block (only one edge panel when B is read in place, ``direct``), then A's
-  of a row block, each K slice deep, and the slack to align the start to 64 bytes."""
+  panels of a column block (only one panel when B is read in place, ``direct``, or the piece is
+  one row block, which packs each panel as its tiles need it), then A's of a row block, each K
+  slice deep, and the slack to align the start to 64 bytes."""
   if rows <= 0 or cols <= 0:
     return 0
   nr, align = bl.nv * w, 64 // _TYPES[dtype][1]
   kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
   nmb = max(1, _cdiv(rows, bl.mc))
   mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
-  b_cols = 0 if b_packed else nr if direct else min(bl.nc, _cdiv(cols, nr) * nr)
+  b_cols = 0 if b_packed else nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
   return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
 
@@ -909,10 +913,16 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       nmb = _smax(b, one, _sdiv_up(b, rows, mc_))
       mstep = b.mul(_sdiv_up(b, _sdiv_up(b, rows, nmb), _c64(mr)), _c64(mr))
       mstep = _smax(b, mstep, _c64(mr))
-      # B's panels: a column block's (one edge panel when B is read in place), K slice deep
+      # one row block: each panel of B is used by that block alone, so it is packed just
+      # before its row tiles run (one panel of scratch, in L1 when they read it) rather than
+      # the whole column block first
+      single = b.icmp_signed("==", nmb, one)
+      one_panel = b.or_(direct, single)
+      # B's panels: a column block's (one panel when B is read in place or by one row block),
+      # K slice deep
       cols = b.sub(n1, n0)
-      b_cols = b.select(direct, _c64(nr), _smin(b, nc_,
-                                                b.mul(_sdiv_up(b, cols, _c64(nr)), _c64(nr))))
+      b_cols = b.select(one_panel, _c64(nr), _smin(b, nc_,
+                                                   b.mul(_sdiv_up(b, cols, _c64(nr)), _c64(nr))))
       b_cols = b.select(prepacked, _c64(0), b_cols)
       apk = b.gep(bpk, [b.mul(_sdiv_up(b, b.mul(b_cols, kstep), _c64(align)), _c64(align))])
       with _for(b, n0, n1, nc_, name="jc") as jc:
@@ -932,7 +942,8 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                   b.call(pack_b, [b.gep(src_b, [nb_full]), b_cs, b_ks, b.sub(nb, nb_full), kb,
                                   bpk])
               with p_:
-                b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
+                with _if(b, b.not_(single), name="blockb"):
+                  b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
           with _for(b, m0, m1, mstep, name="ic") as ic:
             mb = _smin(b, mstep, b.sub(m1, ic))
             def plain_pack():
@@ -951,8 +962,10 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
             with _for(b, 0, nb, nr, name="jr") as jr:
               nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
               unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
+              with _if(b, b.and_(single, b.not_(b.or_(direct, prepacked))), name="panelb"):
+                b.call(pack_b, [b.gep(src_b, [b.mul(jr, b_cs)]), b_cs, b_ks, nvalid, kb, bpk])
               bpanel = b.select(unpacked, b.gep(src_b, [jr]),
-                                b.gep(bpk, [b.select(direct, _c64(0), b.mul(jr, kb))]))
+                                b.gep(bpk, [b.select(one_panel, _c64(0), b.mul(jr, kb))]))
               # (packed before the call: panel (jc + jr) / nr, from row pc)
               bpanel = b.select(prepacked, b.gep(Bb, [b.add(b.mul(b.add(jc, jr), klimit),
                                                            b.mul(pc, _c64(nr)))]), bpanel)

@@ -76,9 +76,10 @@ class Buf:
   made of one area of that many bytes per thread running the kernel's pieces at once, except
   thread 0's, of ``first_slot_bytes`` (None: the same), first; the CPU's entry passes each
   thread its own area, which the kernel uses as a piece's whole scratch (None: the kernel
-  divides the buffer itself)."""
+  divides the buffer itself).  ``home``: the slot of the output buffer a temporary lives in
+  (at ``offset`` bytes into it) before that output is written (None: the arena)."""
   __slots__ = ("dtype", "dims", "nbytes", "name", "kind", "slot", "offset", "const_value",
-               "donated", "slot_bytes", "first_slot_bytes")
+               "donated", "slot_bytes", "first_slot_bytes", "home")
 
   def __init__(self, dtype, dims, name: str = "", kind: str = "temp", nbytes=None):
     self.dtype = np.dtype(dtype)
@@ -86,7 +87,7 @@ class Buf:
     self.nbytes = int(nbytes if nbytes is not None else
                       math.prod(self.dims) * self.dtype.itemsize)
     self.name, self.kind = name, kind
-    self.slot = self.offset = None
+    self.slot = self.offset = self.home = None
     self.const_value = None
     self.donated = False
     self.slot_bytes = self.first_slot_bytes = None

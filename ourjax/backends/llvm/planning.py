@@ -12,9 +12,12 @@
    buffers (``plan_entry``, ``backends/donation.py``).  With ``reuse_buffers`` (the CPU's), a
    value read only elementwise by the group where it dies shares its buffer with that group's
    result, or is computed in the output that result goes to (``llvm/reuse.py``).
-2. *Buffer assignment* (``_assign``): temporaries get arena offsets by a first-fit over their
-   live ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop), in
-   order of first use and in order of decreasing size, whichever needs the smaller arena.
+2. *Buffer assignment* (``_assign``): a temporary that dies before some output buffer is first
+   touched lives inside that output (``Buf.home``, at a 64-byte offset; the caller allocates
+   outputs anyway), as XLA's buffer assignment shares an output's allocation with values that
+   die before it is defined; the others get arena offsets by a first-fit over their live
+   ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop), in order of
+   first use and in order of decreasing size, whichever needs the smaller arena.
 
 The CPU backend (``cpu/entry.py``) emits the steps as one native entry function; the CUDA
 backend (``cuda/planning.py``) translates each planned kernel into GPU kernels as it is added and
@@ -446,22 +449,27 @@ class Planner:
     init = vals[instr.operands[0]]
     passthrough = self._passthrough(body)
     # state buffers: a pass-through element stays in its initial buffer (never written); an
-    # initial temporary that dies here becomes the state; a result that is an entry output
-    # lives in the output buffer; anything else gets a buffer of its own
+    # initial temporary that dies here becomes the state (of the first element it starts, the
+    # others copy it before the loop: a scan's stacked outputs all start from one array of
+    # zeros); a result that is an entry output lives in the output buffer; anything else gets
+    # a buffer of its own
     if isinstance(init, tuple) and instr.shape.is_tuple:
-      uses = {}
-      for v in init:
-        uses[id(v)] = uses.get(id(v), 0) + 1
       init_instr = instr.operands[0]
-      dies = last_use.get(init_instr, math.inf) == pos if init_instr.opcode != "tuple" else all(
-          last_use.get(o, math.inf) == pos for o in init_instr.operands)
+      if init_instr.opcode == "tuple":     # (each element's own array dies here or not)
+        dies = [_dies_at(o, instr.parent, last_use, pos) for o in init_instr.operands]
+      else:
+        dies = [last_use.get(init_instr, math.inf) == pos] * len(init)
+      outs = [want.get(("elem", instr, k)) for k in range(len(init))]
+      taken = {id(v) for k, v in enumerate(init)      # (read by the body as it is)
+               if isinstance(v, K.Buf) and k in passthrough and outs[k] is None}
       elems = []
       for k, (v, shp) in enumerate(zip(init, instr.shape.tuple_shapes)):
-        out = want.get(("elem", instr, k))
+        out = outs[k]
         if isinstance(v, K.Buf) and k in passthrough and out is None:
           elems.append(v)
-        elif (isinstance(v, K.Buf) and v.kind == "temp" and dies and uses[id(v)] == 1
+        elif (isinstance(v, K.Buf) and v.kind == "temp" and dies[k] and id(v) not in taken
               and out is None and not shp.is_tuple):
+          taken.add(id(v))
           elems.append(v)
         elif isinstance(out, K.Buf):
           elems.append(out)
@@ -704,13 +712,24 @@ def _profile_offset(steps) -> int:
 
 
 def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
-  """Give every temporary an arena offset by a first-fit over live ranges; returns the arena
-  size in bytes."""
+  """Give every temporary a place by a first-fit over live ranges: inside an output buffer
+  that is not written yet while the temporary lives (``_hosted``), else in the arena; returns
+  the arena size in bytes."""
+  from ourjax.backends.llvm.dots import PackBKernel
   header = _control_bytes(steps, profile_bytes)
   first, last = {}, {}
   order = []
+  out_first, outputs = {}, []     # output buffer -> the first step that touches it
+  loop_start = []                 # (the outermost loop around the step being walked)
+  packed = set()                  # (PackBKernel results: stored with aligned vectors)
 
   def touch(buf, t):
+    if buf.kind == "output":
+      k = id(buf)
+      if k not in out_first:
+        out_first[k] = loop_start[0] if loop_start else t
+        outputs.append(buf)
+      return
     if buf.kind not in ("temp", "scratch"):
       return
     k = id(buf)
@@ -722,6 +741,8 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
   def walk(steps, t, loops):
     for s in steps:
       if isinstance(s, KernelStep):
+        if isinstance(s.kernel, PackBKernel):
+          packed.add(id(s.kernel.packed))
         for buf in s.kernel.buffers:
           touch(buf, t)
           if id(buf) not in first:
@@ -738,6 +759,7 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
           if id(s.pred) in first and first[id(s.pred)] < ls:
             last[id(s.pred)] = max(last[id(s.pred)], le)
         inner = loops + [(start, end)]
+        loop_start.append(start)
         if s.double_buffered:   # the next state holds the carry every other iteration
           for c in s.copies_back:
             touch(c.src, start)
@@ -745,6 +767,7 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
         t = walk(s.cond_steps, t, inner)
         touch(s.pred, t)
         t = walk(s.body_steps, t, inner)
+        loop_start.pop()
         t = end
       elif isinstance(s, CondStep):
         touch(s.selector, t)
@@ -758,8 +781,26 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
   # exist (values are defined before use in every iteration), so intervals are enough.
   spans = [(buf, (max(buf.nbytes, 1) + ALIGN - 1) // ALIGN * ALIGN, first[id(buf)],
             last[id(buf)]) for buf in order]
-  # first-fit in the order of first use, and (as XLA's heap simulator also tries) in order of
-  # decreasing size: the smaller arena wins (the first on a tie)
+  for sp in spans:
+    sp[0].home = None
+  best = _arena(spans, header)
+  hosted = _hosted(spans, outputs, out_first, packed)
+  if hosted:
+    rest = _arena([sp for sp in spans if id(sp[0]) not in hosted], header)
+    if rest[1] <= best[1]:
+      best = rest
+      for sp in spans:
+        if id(sp[0]) in hosted:
+          sp[0].home, sp[0].offset = hosted[id(sp[0])]
+  for buf, off in best[0]:
+    buf.offset = off
+  return best[1]
+
+
+def _arena(spans, header: int):
+  """([(buffer, offset)], the arena's top) of ``spans`` ((buffer, aligned size, first step,
+  last step)) placed by a first-fit in the order of first use, and (as XLA's heap simulator
+  also tries) in orders of decreasing size: the smaller arena wins (the first on a tie)."""
   orders = [sorted(spans, key=lambda x: (x[2], -x[1]))]
   if len(spans) <= _BEST_OF_MAX:
     orders.append(sorted(spans, key=lambda x: (-x[1], x[2])))
@@ -770,9 +811,45 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
     offsets, top = _first_fit(spans_in_order, header)
     if best is None or top < best[1]:
       best = offsets, top
-  for buf, off in best[0]:
-    buf.offset = off
-  return best[1]
+  return best
+
+
+#: Programs with more temporaries than this are placed in one order only (the other is
+#: quadratic in the number of temporaries: 400 took ~40 ms on the 2-core host).
+_BEST_OF_MAX = 400
+
+
+def _hosted(spans, outputs, out_first, packed) -> dict:
+  """{id(temporary): (output slot, offset)}: temporaries placed inside output buffers, each in
+  one that no step touches until after the temporary's last use (XLA's buffer assignment
+  shares an output's allocation with values that die before it is defined likewise), largest
+  first, at the lowest 64-byte offset where it overlaps no temporary placed there before it
+  and live at the same time.  Scratch (a GEMM's areas per thread) and packed B panels, which
+  rely on the arena's 64-byte alignment, stay in the arena, as does everything of outputs that
+  a donated parameter may alias."""
+  hosts = [o for o in outputs if not o.donated and o.nbytes >= ALIGN and o.slot is not None]
+  if not hosts:
+    return {}
+  hosts.sort(key=lambda o: -out_first[id(o)])
+  placed = {id(o): [] for o in hosts}
+  out = {}
+  for buf, size, f, last in sorted(spans, key=lambda x: (-x[1], x[2])):
+    if buf.kind != "temp" or id(buf) in packed or buf.slot_bytes is not None:
+      continue
+    for o in hosts:
+      if out_first[id(o)] <= last:
+        break      # (hosts by their first touch, latest first: none later fits either)
+      busy = sorted((a, e) for a, e, pf, pl in placed[id(o)] if pf <= last and f <= pl)
+      off = 0
+      for a, e in busy:
+        if off + size <= a:
+          break
+        off = max(off, e)
+      if off + buf.nbytes <= o.nbytes:
+        placed[id(o)].append((off, off + size, f, last))
+        out[id(buf)] = (o.slot, off)
+        break
+  return out
 
 
 #: Programs with more temporaries than this are placed in one order only (the other is
