@@ -512,6 +512,19 @@ def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]):
   return treedef.unflatten(leaves)
 
 
+def flatten_fun_nokwargs(f: Callable, in_tree: PyTreeDef):
+  """``(flat, out_tree_cell)``: ``flat(*leaves)`` calls ``f(*args)`` with ``args`` the tuple
+  ``in_tree`` unflattens the leaves to and returns the output's leaves; ``out_tree_cell[0]`` is
+  the output's treedef once ``flat`` has run (what a trace of ``flat`` needs to rebuild it)."""
+  out_tree_cell: list = []
+
+  def flat(*xs):
+    out_leaves, out_tree = tree_flatten(f(*tree_unflatten(in_tree, list(xs))))
+    out_tree_cell[:] = [out_tree]
+    return out_leaves
+  return flat, out_tree_cell
+
+
 def tree_leaves(tree, is_leaf: Callable[[Any], bool] | None = None) -> list:
   leaves = []
   _collect_leaves(tree, leaves, is_leaf)

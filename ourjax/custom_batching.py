@@ -21,7 +21,8 @@ from ourjax import custom_derivatives as _cd
 from ourjax.core import ClosedJaxpr, Primitive, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax._pytree import tree_flatten, tree_map, tree_structure, tree_unflatten
+from ourjax._pytree import (flatten_fun_nokwargs, tree_flatten, tree_map, tree_structure,
+                            tree_unflatten)
 
 __all__ = ["custom_vmap", "sequential_vmap"]
 
@@ -61,14 +62,7 @@ class custom_vmap:
 
 
 def _bind(fun, rule, in_tree, leaves, name):
-  out_tree_cell: list = []
-
-  def flat_fun(*xs):
-    out = fun(*tree_unflatten(in_tree, list(xs)))
-    out_leaves, out_tree = tree_flatten(out)
-    out_tree_cell[:] = [out_tree]
-    return out_leaves
-
+  flat_fun, out_tree_cell = flatten_fun_nokwargs(fun, in_tree)
   closed = pe.trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves], name)
   jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
   consts = list(closed.consts)

@@ -35,8 +35,9 @@ from ourjax.core import ClosedJaxpr, Primitive, get_aval
 from ourjax.errors import UnexpectedTracerError
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters import partial_eval as pe
-from ourjax._pytree import (register_pytree_node, tree_flatten, tree_flatten_with_path,
-                              tree_map, tree_structure, tree_unflatten, keystr)
+from ourjax._pytree import (flatten_fun_nokwargs, register_pytree_node, tree_flatten,
+                            tree_flatten_with_path, tree_map, tree_structure, tree_unflatten,
+                            keystr)
 
 __all__ = ["custom_jvp", "custom_vjp", "custom_gradient", "closure_convert", "linear_call",
            "SymbolicZero", "CustomVJPPrimal",
@@ -318,13 +319,7 @@ class custom_jvp:
     if _is_eager(leaves):
       return call_fun(*dyn_args)
 
-    out_tree_cell: list = []
-
-    def flat_fun(*xs):
-      out = call_fun(*tree_unflatten(in_tree, xs))
-      out_leaves, out_tree = tree_flatten(out)
-      out_tree_cell[:] = [out_tree]
-      return out_leaves
+    flat_fun, out_tree_cell = flatten_fun_nokwargs(call_fun, in_tree)
 
     in_avals = [get_aval(x) for x in leaves]
     call_jaxpr, consts = _trace_closed(flat_fun, in_avals, name)
@@ -603,14 +598,7 @@ class custom_vjp:
     if _is_eager(leaves):
       return with_static(self.fun)(*dyn_args)
 
-    out_tree_cell: list = []
-    call_fun = with_static(self.fun)
-
-    def flat_fun(*xs):
-      out = call_fun(*tree_unflatten(in_tree, xs))
-      out_leaves, out_tree = tree_flatten(out)
-      out_tree_cell[:] = [out_tree]
-      return out_leaves
+    flat_fun, out_tree_cell = flatten_fun_nokwargs(with_static(self.fun), in_tree)
 
     in_avals = [get_aval(x) for x in leaves]
     call_jaxpr, consts = _trace_closed(flat_fun, in_avals, name)
@@ -792,13 +780,7 @@ def closure_convert(fun: Callable, *example_args):
   useful to pass a closure to a ``custom_vjp`` function (whose bwd can then return cotangents
   for the constants)."""
   leaves, in_tree = tree_flatten(example_args)
-  out_tree_cell: list = []
-
-  def flat_fun(*xs):
-    out = fun(*tree_unflatten(in_tree, list(xs)))
-    out_leaves, out_tree = tree_flatten(out)
-    out_tree_cell[:] = [out_tree]
-    return out_leaves
+  flat_fun, out_tree_cell = flatten_fun_nokwargs(fun, in_tree)
 
   closed = pe.trace_to_jaxpr(flat_fun, [get_aval(x) for x in leaves], _fun_name(fun))
   out_tree = out_tree_cell[0]

@@ -281,8 +281,7 @@ def _register_lowering():
         combine = lambda u, v: logaddexp(b, u, v)            # noqa: E731
       else:
         comp, init = ctx.scalar_computation(opcode, acc), _reduction_identity(opcode, acc)
-        combine = getattr(b, {"add": "add", "multiply": "multiply", "maximum": "maximum",
-                              "minimum": "minimum"}[opcode])
+        combine = getattr(b, opcode)        # (the builder's elementwise op of that name)
 
       def identity(dims):
         return b.broadcast(ctx.constant(init, acc), tuple(dims), ())

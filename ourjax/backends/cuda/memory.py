@@ -134,10 +134,10 @@ class DeviceAllocator:
         else:
           w.pop(p, None)
 
-  def _take(self, lst: dict, size: int, nbytes: int) -> int:
-    """A block of ``size`` for a request with no preference: the most recently freed block
-    no kept graph wants; else a new one (or, past ``WANTED_CACHE_FRACTION``, a wanted one).
-    0 when the caller is to allocate from the driver."""
+  def _take(self, lst: dict) -> int:
+    """A block from free list ``lst`` for a request with no preference: the most recently
+    freed block no kept graph wants; else a new one (or, past ``WANTED_CACHE_FRACTION``, a
+    wanted one).  0 when the caller is to allocate from the driver."""
     wanted = self._wanted
     if not lst:
       return 0
@@ -161,7 +161,7 @@ class DeviceAllocator:
       if self._returned:
         self._drain_locked()
       self.num_requests += 1
-      ptr = self._take(self._free.get(size), size, nbytes)
+      ptr = self._take(self._free.get(size))
       if ptr:
         self.bytes_cached -= size
         self.num_cache_hits += 1
@@ -198,7 +198,7 @@ class DeviceAllocator:
       for i, (size, n) in enumerate(zip(sizes, nbytes)):
         ptr = out[i]
         if ptr is None:
-          ptr = self._take(free.get(size), size, n)
+          ptr = self._take(free.get(size))
           if ptr:
             cached += size
             hits += 1

@@ -859,7 +859,7 @@ class SortKernel(Kernel):
     fn = b.function
     with ForLoop(b, 0, k, "p") as p:
       b.store(p.index, b.gep(perm, [p.index]))
-    self._insert_sorted(b, perm, k, less)
+    self._insertion_runs(b, perm, k, less, run=k)
     lo_slot, hi_slot = alloca_entry(b, I64), alloca_entry(b, I64)
     with ForLoop(b, k, n, "p") as p:
       last = b.load(b.gep(perm, [i64(k - 1)]))
@@ -892,16 +892,9 @@ class SortKernel(Kernel):
       b.branch(skip)
       b.position_at_end(skip)
 
-  def _insert_sorted(self, b, perm, n, less):
-    """Stable insertion sort of perm[0:n)."""
-    run, self.RUN = self.RUN, n
-    try:
-      self._insertion_runs(b, perm, n, less)
-    finally:
-      self.RUN = run
-
-  def _insertion_runs(self, b, perm, n, less):
-    run = self.RUN
+  def _insertion_runs(self, b, perm, n, less, run=None):
+    """Stable insertion sort of each run of ``run`` (default ``RUN``) positions of perm[0:n)."""
+    run = run or self.RUN
     nruns = -(-n // run)
     with ForLoop(b, 0, nruns, "run") as r:
       rlo = b.mul(r.index, i64(run))
