@@ -46,12 +46,28 @@ def test_which_executables_replay_a_graph():
   loop = _exe(lambda v: ourjax.lax.while_loop(lambda w: jnp.sum(w) < 1e6,
                                               lambda w: w * 2 + jnp.sum(w), v), x)
   assert why(loop.program) == "host-driven control flow (while)"
+  # ... unless the device runs conditional graph nodes (cuda/conditional.py)
+  assert why(loop.program, None) is None
+  assert "no SWITCH" in why(loop.program, "the driver (CUDA 12.2) has no SWITCH conditional nodes")
   big = _exe(lambda v: ourjax.lax.fori_loop(0, cuda_program.GRAPH_MAX_NODES,
                                             lambda i, w: w * 2 + jnp.sum(w), v), x)
   assert "more than GRAPH_MAX_NODES" in why(big.program)
   cond = _exe(lambda v: ourjax.lax.cond(jnp.sum(v) > 0, lambda w: w + jnp.sum(w),
                                         lambda w: w - jnp.max(w), v), x)
   assert "host-driven control flow" in why(cond.program)
+  assert why(cond.program, None) is None
+  big = _exe(lambda v: ourjax.lax.while_loop(
+      lambda w: jnp.sum(w) < 1e6,
+      lambda w: ourjax.lax.fori_loop(0, cuda_program.GRAPH_MAX_NODES, lambda i, u: u * 2, w), v), x)
+  assert "more than GRAPH_MAX_NODES" in why(big.program, None)
+
+
+def test_conditionals_env_switch(monkeypatch):
+  x = np.ones((64, 300), np.float32)
+  loop = _exe(lambda v: ourjax.lax.while_loop(lambda w: jnp.sum(w) < 1e6,
+                                              lambda w: w * 2 + jnp.sum(w), v), x)
+  monkeypatch.setenv("OURJAX_CUDA_GRAPH_CONDITIONALS", "0")
+  assert "OURJAX_CUDA_GRAPH_CONDITIONALS=0" in cuda_program.graph_unsuitable(loop.program, None)
 
 
 def test_graphs_env_switch(monkeypatch):

@@ -230,6 +230,17 @@ def test_unsupported_module_falls_back_to_the_cpu_backend():
 
 
 @needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_conditional_setter_kernels_assemble(arch):
+  """The handle setters of conditional graph nodes (``cuda/conditional.py``: PTX the driver
+  JIT loads, calling ``cudaGraphSetConditional``) assemble for the GPUs we target."""
+  from ourjax.backends.cuda import conditional
+  assert ".entry ourjax_set_while" in conditional.PTX
+  assert ".entry ourjax_set_switch" in conditional.PTX
+  _assemble(conditional.PTX, arch)
+
+
+@needs_ptxas
 def test_compile_ptx_of_handwritten_module():
   mod = codegen.new_module("m")
   import llvmlite.ir as ir

@@ -45,7 +45,7 @@ import weakref
 import numpy as np
 
 from ourjax import _phases
-from ourjax.backends.cuda import codegen, driver, memory
+from ourjax.backends.cuda import codegen, conditional, driver, memory
 from ourjax.backends.cuda import program as launch_program
 from ourjax.backends.cuda.planning import _cpu_planning, _plan
 from ourjax.backends.cuda.program import (GRAPH_AFTER_CALLS, _addr, _GraphReplay, _iterations,
@@ -464,7 +464,7 @@ class CudaExecutable:
     if not graphs_enabled():
       self.graph_reason = "OURJAX_CUDA_GRAPHS=0"
     else:
-      self.graph_reason = graph_unsuitable(self._ops)
+      self.graph_reason = graph_unsuitable(self._ops, conditional.supported(dev))
     self._graph = None                   # built by a later call (GRAPH_AFTER_CALLS)
     self._plain_calls = 0
     events = _EVENT_POOLS.get(dev)

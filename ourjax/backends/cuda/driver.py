@@ -15,6 +15,7 @@ the next synchronisation and are reported there, naming the last kernels launche
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -443,7 +444,8 @@ class Event:
 
 class Graph:
   """A CUDA graph built node by node from kernel launches and device-to-device copies, each node
-  depending on the one before it (the stream order of the launches it stands for).
+  depending on the one before it (the stream order of the launches it stands for), and
+  conditional nodes (``add_conditional``; their bodies are filled inside ``with g.body(b):``).
 
       g = Graph(device, keep=module)          # ``keep``: what must outlive the graph
       i = g.add_kernel(function, grid, block, shared, params_address)
@@ -463,22 +465,69 @@ class Graph:
     self.handle = _check(d.cuGraphCreate(0), "cuGraphCreate")
     self.nodes: list = []         # node handles, in order
     self.params: list = []        # per node: its CUDA_KERNEL_NODE_PARAMS or CUDA_MEMCPY3D
-    self.names: list = []         # per node: kernel name or "copy"
+    self.names: list = []         # per node: kernel name, "copy" or "conditional"
     self._programmatic = programmatic_launch(device)   # (kernel -> kernel edges)
+    # where the next node goes: [graph handle, the node it follows (None: none), its name];
+    # ``body`` moves it into a conditional node's body graph
+    self._cursor = [self.handle, None, None]
+    self._depth = 0
 
   def _add(self, node, params, name) -> int:
     self.nodes.append(node)
     self.params.append(params)
     self.names.append(name)
+    self._cursor[1:] = [node, name]
     return len(self.nodes) - 1
 
   def _deps(self):
-    return self.nodes[-1:]
+    return [] if self._cursor[1] is None else [self._cursor[1]]
+
+  def conditional_handle(self):
+    """A new conditional handle of this graph (set by kernels calling
+    ``cudaGraphSetConditional``; ``conditional.py``), for conditional nodes in it or in its
+    bodies.  Its value is whatever a kernel last set: every use sets it first."""
+    d = _driver()
+    return _check(d.cuGraphConditionalHandleCreate(self.handle, self.device.context, 0, 0),
+                  "cuGraphConditionalHandleCreate")
+
+  def add_conditional(self, kind: str, handle, size: int = 1) -> list:
+    """Append a conditional node (``kind``: "while", "if" or "switch" with ``size`` bodies)
+    on ``handle``; returns its body graphs, to fill inside ``with graph.body(b):``."""
+    d = _driver()
+    T = d.CUgraphConditionalNodeType
+    p = d.CUgraphNodeParams()
+    p.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    p.conditional.handle = handle
+    p.conditional.type = {"while": T.CU_GRAPH_COND_TYPE_WHILE, "if": T.CU_GRAPH_COND_TYPE_IF,
+                          "switch": T.CU_GRAPH_COND_TYPE_SWITCH}[kind]
+    p.conditional.size = int(size)
+    p.conditional.ctx = self.device.context
+    deps = self._deps()
+    node = _check(d.cuGraphAddNode(self._cursor[0], deps, None, len(deps), p),
+                  f"cuGraphAddNode(a {kind} conditional node)")
+    self._add(node, p, "conditional")
+    return list(p.conditional.phGraph_out)[:int(size)]
+
+  @contextlib.contextmanager
+  def body(self, body_graph):
+    """Add the nodes appended inside the block to ``body_graph`` (a conditional node's body,
+    from ``add_conditional``), chained from its start; afterwards appending goes on after the
+    conditional node."""
+    saved = self._cursor
+    self._cursor = [body_graph, None, None]
+    self._depth += 1
+    try:
+      yield
+    finally:
+      self._cursor = saved
+      self._depth -= 1
 
   def add_kernel(self, function: "Function", grid, block, shared: int,
-                 params_address: int) -> int:
+                 params_address: int, programmatic: bool = True) -> int:
     """Append a launch of ``function``; returns the node's index.  After another kernel the
-    edge is programmatic where the device allows it (``programmatic_launch``)."""
+    edge is programmatic where the device allows it (``programmatic_launch``) and
+    ``programmatic`` is true: ``function`` then waits for its predecessor's completion itself
+    (``codegen.grid_dependency_prologue``) before reading what that wrote."""
     d = _driver()
     p = d.CUDA_KERNEL_NODE_PARAMS()
     p.func = function.handle
@@ -489,16 +538,18 @@ class Graph:
     what = (f"cuGraphAddKernelNode({function.name}, grid {tuple(grid)}, block "
             f"{tuple(block)}, {shared} bytes shared)")
     deps = self._deps()
-    if deps and self.names[-1] != "copy" and self._programmatic:
-      node = _check(d.cuGraphAddKernelNode(self.handle, [], 0, p), what)
+    where = self._cursor[0]
+    if deps and self._cursor[2] not in ("copy", "conditional", "empty") and self._programmatic \
+       and programmatic and not self._depth:
+      node = _check(d.cuGraphAddKernelNode(where, [], 0, p), what)
       e = d.CUgraphEdgeData()
       e.type = int(d.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
       e.from_port = int(d.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC)
-      _check(d.cuGraphAddDependencies(self.handle, deps, [node], [e], 1),
-             f"cuGraphAddDependencies (a programmatic edge {self.names[-1]} -> "
+      _check(d.cuGraphAddDependencies(where, deps, [node], [e], 1),
+             f"cuGraphAddDependencies (a programmatic edge {self._cursor[2]} -> "
              f"{function.name})")
     else:
-      node = _check(d.cuGraphAddKernelNode(self.handle, deps, len(deps), p), what)
+      node = _check(d.cuGraphAddKernelNode(where, deps, len(deps), p), what)
     return self._add(node, p, function.name)
 
   def add_copy(self, dst: int, src: int, nbytes: int) -> int:
@@ -506,9 +557,18 @@ class Graph:
     d = _driver()
     p = _copy_params(d, dst, src, nbytes)
     deps = self._deps()
-    node = _check(d.cuGraphAddMemcpyNode(self.handle, deps, len(deps), p, self.device.context),
+    node = _check(d.cuGraphAddMemcpyNode(self._cursor[0], deps, len(deps), p,
+                                         self.device.context),
                   f"cuGraphAddMemcpyNode({nbytes} bytes)")
     return self._add(node, p, "copy")
+
+  def add_empty(self) -> int:
+    """Append a node that does nothing (the whole of an otherwise empty conditional body)."""
+    d = _driver()
+    deps = self._deps()
+    node = _check(d.cuGraphAddEmptyNode(self._cursor[0], deps, len(deps)),
+                  "cuGraphAddEmptyNode")
+    return self._add(node, None, "empty")
 
   def instantiate(self) -> "GraphExec":
     return GraphExec(self)
@@ -554,7 +614,7 @@ class GraphExec:
     self.handle = _check(d.cuGraphInstantiate(graph.handle, 0),
                          f"cuGraphInstantiate (a graph of {len(graph.nodes)} nodes)")
     _check(d.cuGraphUpload(self.handle, dev.stream), "cuGraphUpload")
-    kernels = [n for n in graph.names if n != "copy"]
+    kernels = [n for n in graph.names if n not in ("copy", "conditional", "empty")]
     self._label = (f"graph of {len(kernels)} kernels ({kernels[0]}..{kernels[-1]})" if kernels
                    else f"graph of {len(graph.names)} copies")
 

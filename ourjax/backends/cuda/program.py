@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ourjax.backends.cuda import conditional
 from ourjax.config import env_switch
 
 # Kernel parameters: every launch of a program reads its 64-bit parameters (buffer addresses:
@@ -169,39 +170,82 @@ def _iterations(op):
 
 
 def _count_flat(program) -> tuple:
-  """(nodes, host-driven kinds) of ``_flat_program(program)``, without laying it out."""
+  """(nodes, what cannot be a graph node) of ``program`` laid out as a graph, without laying it
+  out: a ``while`` or ``cond`` op counts as the conditional nodes that stand for it (with their
+  setter kernels and bodies); the second item names the control values of other dtypes."""
   nodes, host = 0, set()
   for op in program:
-    if op[0] == "repeat":
+    kind = op[0]
+    if kind == "repeat":
       n, h = _count_flat(op[2])
       nodes += op[1] * n + (len(op[4]) if op[3] is not None and op[1] & 1 else 0)
       host |= h
-    elif op[0] in ("while", "cond"):
-      host.add(op[0])
+    elif kind == "while":
+      for prog in _loop_programs(op):
+        n, h = _count_flat(prog)
+        nodes += n
+        host |= h
+      nodes += _count_flat(op[1])[0] + 6         # (cond twice; setters, conditional nodes)
+    elif kind == "cond":
+      for prog in op[3]:
+        n, h = _count_flat(prog)
+        nodes += n + 1
+        host |= h
+      nodes += 2
+      if np.dtype(op[2]) not in conditional.SWITCH_KINDS:
+        host.add(f"a cond on a {np.dtype(op[2])} index")
     else:
       nodes += 1
   return nodes, host
 
 
-def graph_unsuitable(program) -> str | None:
+def _walk(program):
+  """Every launch and copy of ``program``, inside loops and conditionals too (once each)."""
+  for op in program:
+    if op[0] in ("k", "copy"):
+      yield op
+    else:
+      for prog in (_loop_programs(op) if op[0] != "cond" else op[3]):
+        yield from _walk(prog)
+
+
+def graph_unsuitable(program, conditionals: str | None = "") -> str | None:
   """Why an executable's ``program`` is not replayed as a CUDA graph, or None when it is: it
-  must be a fixed sequence of kernel launches and copies (no ``while``/``cond``, which the host
-  drives by reading values back; loops of known trip count are laid out iteration by
-  iteration) of at most ``GRAPH_MAX_NODES`` nodes, with at least ``GRAPH_MIN_LAUNCHES``
-  kernels."""
+  must be kernel launches, copies, loops (those of known trip count laid out iteration by
+  iteration) and, where the device runs conditional nodes (``conditionals`` is None; else why
+  not), ``while`` and ``cond`` ops, in at most ``GRAPH_MAX_NODES`` nodes, with at least
+  ``GRAPH_MIN_LAUNCHES`` kernels.  ``OURJAX_CUDA_GRAPH_CONDITIONALS=0`` leaves ``while`` and
+  ``cond`` to the host."""
   nodes, host = _count_flat(program)
-  for kind in ("while", "cond"):
-    if kind in host:
-      return f"host-driven control flow ({kind})"
+  kind = _control_flow(program)
+  if kind is not None:
+    if conditionals is not None:
+      return f"host-driven control flow ({kind}{'; ' + conditionals if conditionals else ''})"
+    if not env_switch("OURJAX_CUDA_GRAPH_CONDITIONALS"):
+      return "host-driven control flow (OURJAX_CUDA_GRAPH_CONDITIONALS=0)"
+  if host:
+    return f"host-driven control flow ({sorted(host)[0]})"
   if nodes > GRAPH_MAX_NODES:
     return f"{nodes} nodes (loops laid out), more than GRAPH_MAX_NODES={GRAPH_MAX_NODES}"
-  flat = list(_flat_program(program))
+  flat = list(_walk(program))
   big = [op[3] for op in flat if op[0] == "copy" and op[3] > GRAPH_MAX_COPY_BYTES]
   if big:
     return f"a copy of {big[0]} bytes, more than GRAPH_MAX_COPY_BYTES"
   n = sum(1 for op in flat if op[0] == "k")
   if n < GRAPH_MIN_LAUNCHES:
     return f"{n} kernel launch(es), fewer than GRAPH_MIN_LAUNCHES={GRAPH_MIN_LAUNCHES}"
+  return None
+
+
+def _control_flow(program) -> str | None:
+  """"while" or "cond" when ``program`` (loops included) has such an op, else None."""
+  for op in program:
+    if op[0] in ("while", "cond"):
+      return op[0]
+    if op[0] == "repeat":
+      kind = _control_flow(op[2])
+      if kind is not None:
+        return kind
   return None
 
 
@@ -230,27 +274,121 @@ class _GraphReplay:
     # there of every kept instance are marked wanted in the device's allocator
     self._allocator = dev.allocator if held is not None else None
     self._held = held
-    graph = dev.new_graph(keep=module)
-    users = [set() for _ in range(len(slots))]
+    self._dev, self._module, self._ops = dev, module, ops
+    self._users = [set() for _ in range(len(slots))]
     self._copies = {}                # node -> (dst spec, src spec)
-    for op in _flat_program(ops):
-      if op[0] == "k":
+    self._set_fns = None             # (set_while, set_switch) once a conditional needs them
+    # a graph with conditional nodes is instantiated once (the driver refuses a second
+    # instance), so each of its instances is a graph of its own, laid out the same way
+    self._one_instance = _control_flow(ops) is not None
+    self.graph, self._setters = self._build(slots, params)
+    self._fresh = True                 # self.graph not yet instantiated
+    self.slot_users = [tuple(sorted(u)) for u in self._users]
+    self._built = slots                # the table the graph's own nodes hold
+    # [GraphExec, slot table, key, {node: conditional.SetterParams}], least recently used first
+    self._lru: list = []
+    self._by_key: dict = {}
+    self.updates = 0                   # nodes updated so far (for tests and profiling)
+
+  def _build(self, slots, params):
+    """(a graph of the program with ``slots``'s addresses (``params`` filled from them), its
+    setter kernels' parameters by node)."""
+    graph = self._dev.new_graph(keep=self._module)
+    self._laying = {}
+    self._lay_out(graph, self._ops, slots, params)
+    return graph, self._laying
+
+  def _lay_out(self, graph, ops, slots, params) -> None:
+    """Append ``ops`` to ``graph``: launches and copies as nodes, loops of known trip count
+    iteration by iteration, ``while`` and ``cond`` ops as conditional nodes (``_while``,
+    ``_cond``)."""
+    users = self._users
+    for op in ops:
+      kind = op[0]
+      if kind == "k":
         _, f, grid, block, shared, start, _fi, idx = op
         n = graph.add_kernel(f, grid, block, shared, 0 if start is None else params.base + start)
         for s in idx:
           users[s].add(n)
-      else:
+      elif kind == "copy":
         _, dst, src, nbytes = op
         n = graph.add_copy(_addr(slots, dst), _addr(slots, src), nbytes)
         self._copies[n] = (dst, src)
         users[dst[0]].add(n)
         users[src[0]].add(n)
-    self.graph = graph
-    self.slot_users = [tuple(sorted(u)) for u in users]
-    self._built = slots                # the table the graph's own nodes hold
-    self._lru: list = []               # [GraphExec, slot table, key], least recently used first
-    self._by_key: dict = {}
-    self.updates = 0                   # nodes updated so far (for tests and profiling)
+      elif kind == "repeat":
+        for prog in _iterations(op):
+          self._lay_out(graph, prog, slots, params)
+      elif kind == "while":
+        self._while(graph, op, slots, params)
+      else:
+        self._cond(graph, op, slots, params)
+
+  def _body(self, graph, body, progs, slots, params) -> None:
+    """Fill the conditional body graph ``body`` with ``progs`` in order (an empty node when
+    they have no launch or copy: a body graph may not be empty)."""
+    with graph.body(body):
+      before = len(graph.nodes)
+      for prog in progs:
+        self._lay_out(graph, prog, slots, params)
+      if len(graph.nodes) == before:
+        graph.add_empty()
+
+  def _setter(self, graph, fn, spec, consts, slots) -> None:
+    sp = conditional.SetterParams(spec, consts)
+    sp.point(slots)
+    # (a plain edge: the setter does not wait for its predecessor's grid itself)
+    n = graph.add_kernel(fn, (1, 1, 1), (1, 1, 1), 0, sp.address, programmatic=False)
+    self._laying[n] = sp
+    self._users[spec[0]].add(n)
+
+  def _while(self, graph, op, slots, params) -> None:
+    """``cond; set; WHILE { body; cond; set }`` (``conditional``'s layout): the predicate
+    never leaves the device.  A double-buffered loop runs its odd iteration under an IF node
+    inside the body and its fix-up copies under an IF node on the iteration count's parity."""
+    _, cond, pred, body, _name, odd_cond, odd, fixup = op
+    if self._set_fns is None:
+      self._set_fns = conditional.setters(graph.device)
+    set_while = self._set_fns[0]
+    loop = graph.conditional_handle()
+    two = odd is not None
+    then = graph.conditional_handle() if two else 0
+    parity = graph.conditional_handle() if two else 0
+
+    def setter(sets_then: bool, parity_value) -> None:
+      mask = (1 if sets_then else 0) | (0 if parity_value is None else 2)
+      self._setter(graph, set_while, pred, [loop, then, parity, mask, parity_value or 0], slots)
+
+    self._lay_out(graph, cond, slots, params)
+    setter(False, 0 if two else None)
+    (b,) = graph.add_conditional("while", loop)
+    with graph.body(b):
+      self._lay_out(graph, body, slots, params)
+      if not two:
+        self._lay_out(graph, cond, slots, params)
+        setter(False, None)
+      else:
+        self._lay_out(graph, odd_cond, slots, params)
+        setter(True, 1)
+        (t,) = graph.add_conditional("if", then)
+        with graph.body(t):
+          self._lay_out(graph, odd, slots, params)
+          self._lay_out(graph, cond, slots, params)
+          setter(False, 0)
+    if two:
+      (f,) = graph.add_conditional("if", parity)
+      self._body(graph, f, [fixup], slots, params)
+
+  def _cond(self, graph, op, slots, params) -> None:
+    """``set; SWITCH {branches}``: the branch index never leaves the device."""
+    _, sel, dt, branches, _name = op
+    if self._set_fns is None:
+      self._set_fns = conditional.setters(graph.device)
+    h = graph.conditional_handle()
+    self._setter(graph, self._set_fns[1], sel,
+                 [h, conditional.SWITCH_KINDS[np.dtype(dt)], len(branches)], slots)
+    for b, prog in zip(graph.add_conditional("switch", h, len(branches)), branches):
+      self._body(graph, b, [prog], slots, params)
 
   def preferred(self, slots, n: int):
     """The slot table to allocate the call's outputs and arena at (where those blocks are
@@ -281,7 +419,13 @@ class _GraphReplay:
     """An instance whose nodes hold ``slots``: a new one while fewer than GRAPH_INSTANCES
     exist, else the least recently used, updated where its addresses differ."""
     if len(self._lru) < GRAPH_INSTANCES:
-      inst = [self.graph.instantiate(), self._built, None]
+      if self._fresh or not self._one_instance:
+        inst = [self.graph.instantiate(), self._built, None, self._setters]
+        self._fresh = False
+      else:
+        params.fill(slots)
+        graph, setters = self._build(slots, params)
+        inst = [graph.instantiate(), slots, None, setters]
     else:
       inst = self._lru.pop(0)
       del self._by_key[inst[2]]
@@ -293,10 +437,13 @@ class _GraphReplay:
       exe = inst[0]
       for n in nodes:
         c = self._copies.get(n)
-        if c is None:
-          exe.set_kernel(n)
-        else:
+        if c is not None:
           exe.set_copy(n, _addr(slots, c[0]), _addr(slots, c[1]))
+          continue
+        sp = inst[3].get(n)
+        if sp is not None:
+          sp.point(slots)
+        exe.set_kernel(n)
       self.updates += len(nodes)
     inst[1], inst[2] = slots, key
     self._hold(slots, True)
