@@ -3,7 +3,7 @@ for each operand layout and dtype the kernel takes, then 4096^3 f32 (tf32) and b
 (CUDA events, median) next to MmaDot and, when JAX is installed, cuBLAS through JAX.
 
     python benchmarks/wgmma_check.py            # every check (one process each), then timings
-    python benchmarks/wgmma_check.py --case NAME | --time
+    python benchmarks/wgmma_check.py --case NAME | --time | --time-int8
 
 Each case runs in its own process (a kernel fault poisons the CUDA context).
 """
@@ -138,16 +138,58 @@ def run_timing():
     print(f"jax: {type(e).__name__}: {e}")
 
 
+def run_timing_int8(n=4096):
+  """int8 x int8 -> int32 at n^3: WgmmaDot's device time (B row-major: copied K-major first,
+  included) against JAX's wall clock (cuBLAS)."""
+  import ourjax
+  import ourjax.numpy as jnp
+  rng = np.random.default_rng(1)
+  a = rng.integers(-128, 128, (n, n), dtype=np.int8)
+  b = rng.integers(-128, 128, (n, n), dtype=np.int8)
+  flop = 2.0 * n ** 3
+
+  def mm(x, y):
+    return ourjax.lax.dot(x, y, preferred_element_type=jnp.int32)
+  c, kinds = _compile(mm, (ourjax.device_put(a), ourjax.device_put(b)), "wgmma")
+  prof = c.runtime_executable().profile(ourjax.device_put(a), ourjax.device_put(b), reps=20)
+  ms = sum(p[2] for p in prof)
+  print(f"{n}^3 int8->int32 ours {','.join(kinds)}: {ms:.3f} ms {flop / ms / 1e9:.1f} TOP/s "
+        f"({', '.join(f'{p[1]} {p[2]:.3f}' for p in prof)})", flush=True)
+  try:
+    import jax
+    import jax.numpy as jjnp
+    f = jax.jit(lambda p, q: jax.lax.dot(p, q, preferred_element_type=jjnp.int32))
+    x, y = jax.device_put(a), jax.device_put(b)
+    same = np.array_equal(np.asarray(f(x, y)), np.asarray(c(ourjax.device_put(a),
+                                                             ourjax.device_put(b))))
+    ts = []
+    for _ in range(7):
+      t0 = time.perf_counter()
+      for _ in range(10):
+        r = f(x, y)
+      r.block_until_ready()
+      ts.append((time.perf_counter() - t0) / 10)
+    ms = statistics.median(ts) * 1e3
+    print(f"{n}^3 int8->int32 jax (wall clock): {ms:.3f} ms {flop / ms / 1e9:.1f} TOP/s; "
+          f"results {'equal' if same else 'DIFFER'}", flush=True)
+  except Exception as e:   # noqa: BLE001
+    print(f"jax: {type(e).__name__}: {e}")
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--case")
   ap.add_argument("--time", action="store_true")
+  ap.add_argument("--time-int8", action="store_true")
   ap.add_argument("--no-time", action="store_true")
   args = ap.parse_args()
   if args.case:
     sys.exit(0 if run_case(args.case) else 1)
   if args.time:
     run_timing()
+    return
+  if args.time_int8:
+    run_timing_int8()
     return
   import llvmlite
   print("llvmlite", llvmlite.__version__, flush=True)

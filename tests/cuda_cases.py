@@ -21,6 +21,12 @@ def f32(rng, *shape, lo=-2.0, hi=2.0):
   return rng.uniform(lo, hi, shape).astype(np.float32)
 
 
+def _i8(rng, *shape, dtype=np.int8):
+  """Random 8-bit integers over the type's whole range (zeros included)."""
+  info = np.iinfo(dtype)
+  return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+
+
 def _ln(x, g, b):
   m = x.mean(-1, keepdims=True)
   v = ((x - m) ** 2).mean(-1, keepdims=True)
@@ -370,6 +376,26 @@ WGMMA_CASES = [
      lambda r: (f32(r, 300, 200), f32(r, 300, 40)), 5e-3),
     # A M-major and B K-major: the register form, no copy
     ("dot_wgmma_tt", lambda a, b: a.T @ b.T, lambda r: (f32(r, 160, 96), f32(r, 72, 160)), 5e-3),
+    # 8-bit integers, summed in int32 on the tensor cores (operands not stored K-major copied
+    # so first); results exact, narrower results wrapping as the reference's
+    ("dot_wgmma_s8", lambda a, b: lax.dot(a, b, preferred_element_type=jnp.int32),
+     lambda r: (_i8(r, 200, 96), _i8(r, 96, 130)), 0),
+    ("dot_wgmma_u8_nt", lambda a, b: lax.dot_general(a, b, (((1,), (1,)), ((), ())),
+                                                     preferred_element_type=jnp.uint32),
+     lambda r: (_i8(r, 64, 128, dtype=np.uint8), _i8(r, 72, 128, dtype=np.uint8)), 0),
+    ("dot_wgmma_s8_wraps", lambda a, b: a @ b, lambda r: (_i8(r, 64, 256), _i8(r, 256, 64)), 0),
+    ("dot_wgmma_s8_batched_tn",
+     lambda a, b: jnp.einsum("bkm,bkn->bmn", a, b, preferred_element_type=jnp.int32),
+     lambda r: (_i8(r, 3, 64, 48), _i8(r, 3, 64, 80)), 0),
+    ("dot_wgmma_s8_dequant", lambda a, b, s: lax.dot(
+        a, b, preferred_element_type=jnp.int32).astype(jnp.float32) * s[None, :],
+     lambda r: (_i8(r, 128, 512), _i8(r, 512, 96), f32(r, 96)), 1e-6),
+    # integer dots the tensor cores do not take: a tiled SIMT kernel, not a sum per element
+    ("dot_int32_simt", lambda a, b: a @ b,
+     lambda r: (r.integers(-99, 99, (50, 40), dtype=np.int32),
+                r.integers(-99, 99, (40, 30), dtype=np.int32)), 0),
+    ("dot_s8_odd_k_simt", lambda a, b: lax.dot(a, b, preferred_element_type=jnp.int32),
+     lambda r: (_i8(r, 70, 50), _i8(r, 50, 40)), 0),
 ]
 CASES += WGMMA_CASES
 

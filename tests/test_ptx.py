@@ -104,6 +104,12 @@ def test_kernel_kinds(compiled_cases):
   assert [k.mode for k in ks["dot_wgmma_wgrad_small_b"] if type(k).__name__ == "WgmmaDot"] \
       == ["rs"]
   assert kinds["dot_split_k"] == ["SimtDot", "SplitKSum"]      # the epilogue in the sum
+  # 8-bit integer dots on the tensor cores (a row-major B copied K-major first); other integer
+  # dots on SimtDot, never a sum per element inside an elementwise kernel
+  assert kinds["dot_wgmma_s8"] == ["StridedTranspose", "WgmmaDot"]
+  assert kinds["dot_wgmma_u8_nt"] == ["WgmmaDot"]
+  assert kinds["dot_wgmma_s8_dequant"] == ["StridedTranspose", "WgmmaDot"]   # (epilogue fused)
+  assert kinds["dot_int32_simt"] == ["SimtDot"] and kinds["dot_s8_odd_k_simt"] == ["SimtDot"]
   for name, k in kinds.items():     # sort and scatter cases reach the parallel kernels
     if "sort" in name or name == "top_k":
       assert "GpuSort" in k and "Threaded" not in k, (name, k)
@@ -145,6 +151,10 @@ def test_wgmma_instructions(compiled_cases):
   assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
   ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and ", 0, 1; }" in ptx
+  # 8-bit integers: k32 steps into int32 accumulators, no operand scales or transpose flags
+  ptx = compiled_cases["dot_wgmma_u8_nt"].as_text(dialect="ptx")
+  assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.u8" in ptx
+  assert ".s32.u8.u8" in ptx and ", p; }" in ptx
 
 
 def test_wgmma_takes_any_sizes(compiled_cases):

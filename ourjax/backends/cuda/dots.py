@@ -692,14 +692,27 @@ def _tf32_allowed(dot=None) -> bool:
   return str(p).lower() not in ("highest", "float32", "precision.highest")
 
 
+INT_KINDS = ("s8", "u8")
+"""Tensor-core types of 8-bit integer dots: s32 accumulation on ``WgmmaDot`` only."""
+
+
 def mma_kind(dot, info: DeviceInfo, allow_tf32: bool) -> str | None:
-  """The tensor-core instruction type of ``dot`` (``"tf32"``, ``"bf16"``, ``"f16"``) from its
-  dtypes alone, or None (f64, mixed operand types, integers, before compute capability 8.0, or
-  f32 at the highest precision)."""
+  """The tensor-core instruction type of ``dot`` (``"tf32"``, ``"bf16"``, ``"f16"``; ``"s8"``,
+  ``"u8"``: int8/uint8 operands with an integer result of 32 bits or fewer, summed in int32,
+  which wraps as the result type's own arithmetic would) from its dtypes alone, or None (f64,
+  mixed operand types, other integers, before compute capability 8.0, or f32 at the highest
+  precision)."""
   if info.cc < 80:
     return None
   lhs, rhs = dot.operands
-  if not E._is_float(dot.dtype) or dot.dtype == E.F64 or lhs.dtype != rhs.dtype:
+  if lhs.dtype != rhs.dtype:
+    return None
+  if E._is_int(lhs.dtype):
+    out = np.dtype(dot.dtype)
+    if lhs.dtype.itemsize == 1 and E._is_int(out) and out.itemsize <= 4 and info.cc >= 90:
+      return "s8" if E._is_signed(lhs.dtype) else "u8"
+    return None
+  if not E._is_float(dot.dtype) or dot.dtype == E.F64:
     return None
   return {E.F32: "tf32" if allow_tf32 else None, E.BF16: "bf16", F16: "f16"}.get(lhs.dtype)
 
@@ -722,6 +735,8 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
       return ks
   if isinstance(lhs, Im2colBuf):     # (implicit_gemm.accepts promised a WgmmaDot)
     raise K.PlanError(f"%{dot.name}: no WgmmaDot for a patch matrix read in place")
+  if kind in INT_KINDS:              # (only WgmmaDot multiplies integers on the tensor cores)
+    kind = None
   main = None
   if kind is not None and TensorCoreDot.fits(dot):
     if choice == "v1":
@@ -756,7 +771,25 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
   s = K.DotSpec(dot)
   spec, a, pre = s, lhs, []
   how = WgmmaDot.supports(dot, info, kind)
-  if how is None and s.ok and s.a_sm == 1 and s.a_sk != 1 and s.M > 1:
+  if how is None and kind in INT_KINDS and s.ok:
+    # 8-bit operands have no transposed form: each one not stored K-major is copied so first
+    if (s.a_sk != 1 and s.a_sm != 1) or (s.b_sk != 1 and s.b_sn != 1):
+      return None
+    if s.a_sk != 1:
+      spec = copy.copy(spec)
+      spec.a_sb, spec.a_sm, spec.a_sk = s.M * s.K, s.K, 1
+      a = new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
+      pre.append(StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk))
+    if s.b_sk != 1:
+      spec = copy.copy(spec)
+      spec.b_sb, spec.b_sk, spec.b_sn = s.N * s.K, 1, s.K
+      rhs_k = new_temp(rhs.dtype, (s.B, s.N, s.K), f"{name}.rhs_k_major")
+      pre.append(StridedTranspose(name + "_tb", rhs, rhs_k, s.B, s.N, s.K, s.b_sb, s.b_sk))
+      rhs = rhs_k
+    how = WgmmaDot.supports(dot, info, kind, spec)
+    if how is None:
+      return None
+  elif how is None and s.ok and s.a_sm == 1 and s.a_sk != 1 and s.M > 1:
     # both operands stored k-outermost (a weight gradient): the smaller is copied K-major,
     # A (then B is the transposed form's register operand) or, for tf32, B (then A is)
     options = []
@@ -883,6 +916,11 @@ def fuse_dot_epilogues(kernels, outputs) -> list:
 
 
 def _gpu_dot_ok(dot) -> bool:
+  """Whether ``dot`` runs as a matrix kernel (never as a sum per output element inside an
+  elementwise kernel): float operands and result, or integer ones (summed in the result's
+  integer type, as the reference does; 8-bit operands on the tensor cores, ``mma_kind``)."""
   lhs, rhs = dot.operands
-  return (K.DotSpec(dot).ok and all(E._is_float(x.dtype) for x in (lhs, rhs, dot))
-          and not dot.shape.is_tuple)
+  ts = (lhs.dtype, rhs.dtype, dot.dtype)
+  return (K.DotSpec(dot).ok and not dot.shape.is_tuple
+          and (all(E._is_float(t) for t in ts)
+               or (all(E._is_int(t) for t in ts) and lhs.dtype == rhs.dtype)))
