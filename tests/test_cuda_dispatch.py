@@ -309,41 +309,49 @@ def test_loops_of_known_trip_count_read_nothing_back(monkeypatch, trips):
     assert replay[1].get("cuGraphLaunch", 0) == 2
 
 
-def _dataflow(exe, while_trips=3):
+def _dataflow(exe, while_trips=3, branch=0, graph=None):
   """What the entry's outputs hold after running ``exe.program`` symbolically: each buffer
   (by address spec) holds a token naming how its value was made (kernel, inputs' tokens);
-  a host-driven while runs ``while_trips`` iterations.  Equal tokens: equal values.  Returns
-  (output tokens, device copies run)."""
+  a host-driven while runs ``while_trips`` iterations, a cond its branch ``branch``.  Equal
+  tokens: equal values.  ``graph``: run instead the nodes a ``_GraphReplay`` laid out
+  (``(replay, root nodes)`` of ``_lay_out_recorded``), its setter kernels fed the same
+  predicates and branch index.  Returns (output tokens, device copies run)."""
   mem = {}
   copied = [0]
 
   def get(spec):
     return mem.get(spec, ("uninitialised", spec))
 
+  def kernel(op):
+    merged = exe.kernels[op[1]]
+    where = {id(b): (int(i), int(o)) for b, i, o in zip(merged.buffers, op[2], op[3])}
+    group = merged.parts if type(merged).__name__ == "Horizontal" else [merged]
+    for k in group:                      # (independent: any order will do)
+      if getattr(k, "epilogues", None):    # a finish, then the kernels folded into it
+        ins = tuple(get(where[id(b)]) for b in [k.partials] + K._leaf_bufs(k.leafmap))
+        mem[where[id(k.out)]] = ("k", k.name, 0, ins)
+        todo = k.epilogues
+      else:
+        todo = [k]
+      for k in todo:
+        specs = [where[id(b)] for b in k.buffers]
+        writes = {id(w) for w in k.writes}
+        reads = {id(r) for r in k.reads}
+        ins = tuple(get(s) for b, s in zip(k.buffers, specs) if id(b) in reads)
+        for pos, (b, s) in enumerate(zip(k.buffers, specs)):
+          if id(b) in writes:
+            mem[s] = ("k", k.name, pos, ins)
+
+  def copy_(dst, src):
+    mem[dst] = get(src)
+    copied[0] += 1
+
   def run(prog):
     for op in prog:
       if op[0] == "k":
-        merged = exe.kernels[op[1]]
-        where = {id(b): (int(i), int(o)) for b, i, o in zip(merged.buffers, op[2], op[3])}
-        group = merged.parts if type(merged).__name__ == "Horizontal" else [merged]
-        for k in group:                      # (independent: any order will do)
-          if getattr(k, "epilogues", None):    # a finish, then the kernels folded into it
-            ins = tuple(get(where[id(b)]) for b in [k.partials] + K._leaf_bufs(k.leafmap))
-            mem[where[id(k.out)]] = ("k", k.name, 0, ins)
-            todo = k.epilogues
-          else:
-            todo = [k]
-          for k in todo:
-            specs = [where[id(b)] for b in k.buffers]
-            writes = {id(w) for w in k.writes}
-            reads = {id(r) for r in k.reads}
-            ins = tuple(get(s) for b, s in zip(k.buffers, specs) if id(b) in reads)
-            for pos, (b, s) in enumerate(zip(k.buffers, specs)):
-              if id(b) in writes:
-                mem[s] = ("k", k.name, pos, ins)
+        kernel(op)
       elif op[0] == "copy":
-        mem[op[1]] = get(op[2])
-        copied[0] += 1
+        copy_(op[1], op[2])
       elif op[0] == "repeat":
         for prog in cuda_program._iterations(op):
           run(prog)
@@ -356,11 +364,147 @@ def _dataflow(exe, while_trips=3):
         run(odd_cond if while_trips & 1 and odd is not None else cond)
         if while_trips & 1 and odd is not None:
           run(fixup)
+      elif op[0] == "cond":
+        run(op[3][branch])
       else:
         raise AssertionError(op[0])
-  run(exe.program)
+
+  if graph is None:
+    run(exe.program)
+  else:
+    replay, root, ops_at = graph
+    handles, tested = {}, {}
+
+    def nodes(ns):
+      for nd in ns:
+        if nd[0] == "k" and nd[1] == "set_while":
+          vals = replay._laying[nd[2]].vals
+          loop = int(vals[1])
+          k = tested[loop] = tested.get(loop, -1) + 1     # the predicate's k-th test
+          p = int(k < while_trips)
+          handles[loop] = p
+          if vals[4] & 1:
+            handles[int(vals[2])] = p
+          if vals[4] & 2:
+            handles[int(vals[3])] = int(vals[5])
+        elif nd[0] == "k" and nd[1] == "set_switch":
+          vals = replay._laying[nd[2]].vals
+          handles[int(vals[1])] = branch
+        elif nd[0] == "k":
+          kernel(ops_at[nd[2]])
+        elif nd[0] == "copy":
+          copy_(*replay._copies[nd[2]])
+        elif nd[0] == "cond":
+          _, kind, h, bodies = nd
+          if kind == "while":
+            tested[h] = tested.get(h, -1)          # (each run of the loop counts afresh)
+            while handles[h]:
+              nodes(bodies[0])
+          elif kind == "if":
+            if handles[h]:
+              nodes(bodies[0])
+          elif handles[h] < len(bodies):
+            nodes(bodies[handles[h]])
+    nodes(root)
   n = len(exe.param_specs)
   return [get((n + j, 0)) for j in range(len(exe.out_specs))], copied[0]
+
+
+class _RecordedGraph:
+  """What ``_GraphReplay`` lays out, recorded as a tree instead of built: ("k", function,
+  node) and ("copy", node) and ("empty", node) entries, and ("cond", kind, handle, bodies)."""
+
+  def __init__(self):
+    self.root, self.nodes, self._into, self._handles = [], [], None, 0
+    self._into = self.root
+    self.device = None
+
+  def _add(self, entry):
+    self._into.append(entry)
+    self.nodes.append(entry)
+    return len(self.nodes) - 1
+
+  def add_kernel(self, f, grid, block, shared, address, programmatic=True):
+    return self._add(("k", f, len(self.nodes), address))
+
+  def add_copy(self, dst, src, nbytes):
+    return self._add(("copy", None, len(self.nodes)))
+
+  def add_empty(self):
+    return self._add(("empty",))
+
+  def conditional_handle(self):
+    self._handles += 1
+    return self._handles
+
+  def add_conditional(self, kind, handle, size=1):
+    bodies = [[] for _ in range(size)]
+    self._add(("cond", kind, handle, bodies))
+    return bodies
+
+  @__import__("contextlib").contextmanager
+  def body(self, b):
+    saved, self._into = self._into, b
+    try:
+      yield
+    finally:
+      self._into = saved
+
+
+def _lay_out_recorded(exe, monkeypatch):
+  """(replay, root nodes, {node index: program launch op}) of ``exe``'s program laid out by
+  ``_GraphReplay._lay_out`` on a ``_RecordedGraph``, kernels standing for their launch ops."""
+  from ourjax.backends.cuda import conditional
+  monkeypatch.setattr(conditional, "setters", lambda dev: ("set_while", "set_switch"))
+  params = cuda_program._ParamBlock(exe.program)
+  launches = {params.start[id(op)]: op for op in cuda_program._launch_ops(exe.program)}
+  funcs = [(i, (1, 1, 1), (1, 1, 1), 0) for i in range(len(exe.kernels))]
+  ops = cuda_program._resolve(exe.program, funcs, params.start)
+  replay = cuda_program._GraphReplay.__new__(cuda_program._GraphReplay)
+  slots = np.arange(exe.nslots, dtype=np.uint64) << np.uint64(32)
+  replay._users = [set() for _ in range(exe.nslots)]
+  replay._copies, replay._set_fns, replay._laying = {}, None, {}
+  g = _RecordedGraph()
+  replay._lay_out(g, ops, slots, params)
+  ops_at = {nd[2]: launches[nd[3] - params.base] for nd in g.nodes
+            if nd[0] == "k" and nd[1] not in ("set_while", "set_switch")}
+  return replay, g.root, ops_at
+
+
+_CONTROL = {
+    "while": lambda v: ourjax.lax.while_loop(lambda c: jnp.sum(c[1]) < 1e6,
+                                             lambda c: (c[0] + jnp.sum(c[1]), c[1] * 2.0 + 1),
+                                             (jnp.float32(0), v)),
+    "while_in_fori": lambda v: ourjax.lax.fori_loop(0, 2, lambda i, w: ourjax.lax.while_loop(
+        lambda u: jnp.max(u) < 1e6, lambda u: jnp.roll(u, 1) * 2 + i, w), v),
+    "cond": lambda v: ourjax.lax.cond(jnp.sum(v) > 0, lambda w: w * 2 + jnp.sum(w),
+                                      lambda w: jnp.roll(w, 1) - jnp.max(w), v),
+    "switch": lambda v: ourjax.lax.switch(jnp.argmax(v[0]), [lambda w: w * 2,
+                                                             lambda w: w - jnp.max(w),
+                                                             lambda w: jnp.sin(w)], v),
+}
+
+
+@pytest.mark.parametrize("double_buffer", ["1", "0"])
+@pytest.mark.parametrize("name", sorted(_CONTROL))
+def test_conditional_graph_computes_what_the_host_loop_does(name, double_buffer, monkeypatch):
+  """``while`` and ``cond`` laid out as conditional graph nodes (``cuda/conditional.py``:
+  setter kernels, WHILE / IF / SWITCH bodies, a double-buffered loop's odd iterations and
+  parity fix-up) leave in the outputs what the host-driven program does, for zero, odd and
+  even trip counts and every branch, the predicates fed to both alike."""
+  monkeypatch.setenv("OURJAX_CUDA_DOUBLE_BUFFER", double_buffer)
+  monkeypatch.setenv("OURJAX_CUDA_TIME_BLOCKING", "0")
+  exe = _exe(_CONTROL[name], np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6))
+  assert cuda_program.graph_unsuitable(exe.program, None) is None
+  kinds = {op[0] for op in exe.program}
+  assert kinds & {"while", "cond", "repeat"}
+  recorded = _lay_out_recorded(exe, monkeypatch)
+  cases = [(t, 0) for t in range(4)] if name.startswith("while") else \
+      [(0, b) for b in range(3 if name == "switch" else 2)]
+  for trips, branch in cases:
+    want = _dataflow(exe, while_trips=trips, branch=branch)[0]
+    got = _dataflow(exe, while_trips=trips, branch=branch, graph=recorded)[0]
+    assert got == want, (trips, branch)
 
 
 _LOOPS = {
