@@ -46,6 +46,11 @@ fragment loads overwrote registers that slice kt's 256-wide instructions were st
 about 3% error at 4096^3).  In the shared-memory forms the hardware reads f32 values as tf32 by
 dropping the low mantissa bits.
 
+The block's tile of C goes out through shared memory in 16-byte row chunks when the product
+has no fused epilogue (``staged_store``): on an H100 that took 4096^3 bf16 from 613 to 691
+TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703); tf32 output
+stores were already 8 bytes wide and stay at ~330 (JAX 372-376).
+
 int8 at 4096^3 on an H100 (``wgmma_check.py --time-int8``): 0.124 ms in WgmmaDot plus 0.028
 in the copy of B K-major (905 TOP/s together) against JAX's 0.255 ms wall clock (540).
 
@@ -436,9 +441,93 @@ class WgmmaDot(GpuKernel):
 
       def store(v, linear, where):
         E.store_element(b, v, C, b.add(slab, linear), E.F32)
+    elif self.staged_store:
+      self._store_staged(b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4)
+      return
     else:
       store = dot_writer(b, ptr, self)
     self._epilogue(b, accs, store, bat, p0, q0, wg, warp, g, t4, P % PT != 0, Qn % Q != 0)
+
+  # -- the output tile through shared memory ----------------------------------------------------
+  @property
+  def _c_tile(self):
+    """(rows, columns) of the block's tile of C, and its row pitch in shared memory (bytes:
+    the row's bytes + 16, so that the fragments' rows fall on different banks)."""
+    rows, cols = (self.Q, self.P_TILE) if self.mode == "rs_t" else (self.P_TILE, self.Q)
+    return rows, cols, cols * self.dot.dtype.itemsize + 16
+
+  @property
+  def staged_store(self) -> bool:
+    """Whether the block's tile of C goes to memory through shared memory, in 16-byte stores
+    along its rows (``_store_staged``), rather than as each thread's accumulators (two values
+    at a time, eight rows per warp instruction: a fraction of every 32-byte sector written,
+    about a tenth of a 4096^3 product's time).  Plain stores of a whole product only: a fused
+    epilogue or partial products store element by element; C's rows must be 16-byte aligned
+    and the tile must fit in the operand ring, which is free once the products are done.
+    ``OURJAX_CUDA_STAGED_STORE=0``: never."""
+    from ourjax.config import env_switch
+    if self.epilogue is not None or self.S > 1 or not env_switch("OURJAX_CUDA_STAGED_STORE"):
+      return False
+    rows, cols, pitch = self._c_tile
+    esz = self.dot.dtype.itemsize
+    return (self.spec.N * esz) % 16 == 0 and rows * pitch <= STAGES * self.stage_bytes
+
+  def _store_staged(self, b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4):
+    s = self.spec
+    M, N = s.M, s.N
+    dt = self.dot.dtype
+    esz = dt.itemsize
+    acc_dt = np.dtype(np.int32) if self.kind in ("s8", "u8") else E.F32
+    rows, cols, pitch = self._c_tile
+    m0, n0 = (q0, p0) if self.mode == "rs_t" else (p0, q0)
+    # every warpgroup is done with the ring (its last instructions waited for): C's tile over it
+    barrier(b)
+    st_ty = E.storage_type(dt)
+    tile = b.inttoptr(base, st_ty.as_pointer(3))
+    prow = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
+    qcol = b.mul(t4, i64(2))
+    per_row = pitch // esz
+    for i in range(self.Q // 8):
+      for e in range(4):
+        p = b.add(prow, i64(8)) if e >= 2 else prow
+        q = b.add(qcol, i64(8 * i + e % 2))
+        r, c = (q, p) if self.mode == "rs_t" else (p, q)
+        v = accs[4 * i + e] if dt == acc_dt else E.convert_value(b, accs[4 * i + e], acc_dt, dt)
+        E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), dt)
+    barrier(b)
+    # 16-byte chunks along the tile's rows; a chunk that passes C's last column goes element
+    # by element
+    V = ir.VectorType(I32, 4)
+    chunks = cols * esz // 16
+    per = 16 // esz
+    C = ptr(self.out)
+    c_base = b.add(b.mul(bat, i64(M * N)), b.add(b.mul(m0, i64(N)), n0))
+    cbytes = b.ptrtoint(C, I64)
+    total = rows * chunks
+    for j in range(-(-total // self.THREADS)):
+      cid = b.add(tid, i64(j * self.THREADS))
+      if (j + 1) * self.THREADS > total:
+        cid = b.select(b.icmp_unsigned("<", cid, i64(total)), cid, i64(total - 1))
+      r = b.udiv(cid, i64(chunks))
+      ch = b.urem(cid, i64(chunks))
+      m, n = b.add(m0, r), b.add(n0, b.mul(ch, i64(per)))
+      src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
+      linear = b.add(c_base, b.add(b.mul(r, i64(N)), b.mul(ch, i64(per))))
+      inside = b.icmp_unsigned("<", m, i64(M))
+      whole = b.and_(inside, b.icmp_unsigned("<=", b.add(n, i64(per)), i64(N)))
+      with b.if_else(whole) as (then, otherwise):
+        with then:
+          val = b.load(b.inttoptr(src, V.as_pointer(3)), align=16)
+          dst = b.add(cbytes, b.mul(linear, i64(esz)))
+          b.store(val, b.inttoptr(dst, V.as_pointer()), align=16)
+        with otherwise:
+          with b.if_then(inside):
+            for x in range(per):
+              ok = b.icmp_unsigned("<", b.add(n, i64(x)), i64(N))
+              with b.if_then(ok):
+                w = b.load(b.gep(tile, [b.add(b.mul(r, i64(per_row)),
+                                               b.add(b.mul(ch, i64(per)), i64(x)))]))
+                b.store(w, b.gep(C, [b.add(linear, i64(x))]))
 
   def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4, p_edge, q_edge):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
