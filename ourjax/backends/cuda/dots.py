@@ -452,6 +452,35 @@ def dot_writer(b, ptr, kernel):
   return store
 
 
+def dot_evaluator(b, ptr, kernel):
+  """``(value(v, linear, where), dtype, Buf)`` of a dot kernel whose result goes to one array
+  of the dot's shape: C itself, or the one output of its fused epilogue (``value`` evaluates it
+  at the element, C's element ``v`` handed in, as ``dot_writer`` would before storing it); None
+  for an epilogue of several outputs or of another shape."""
+  dot, epi = kernel.dot, kernel.epilogue
+  if epi is None:
+    return (lambda v, linear, where: v), dot.dtype, kernel.out
+  if len(epi.outputs) != 1:
+    return None
+  instr, buf = epi.outputs[0]
+  dims = tuple(dot.dims)
+  if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or tuple(buf.dims) != dims:
+    return None
+  em = Emitter(b, K._make_leaves(b, epi.leafmap, ptr))
+  plain = len(dims) == 2 and kernel.spec.B == 1
+  batched = len(dims) == 3 and dims[0] == kernel.spec.B
+
+  def value(v, linear, where):
+    em.push_scope()
+    multi = list(where[1:]) if plain else list(where) if batched else None
+    idx = Index(b, dims, linear=linear, multi=multi)
+    em.remember(dot, idx, v)
+    out = em.value(instr, idx)
+    em.pop_scope()
+    return out
+  return value, np.dtype(instr.dtype), buf
+
+
 def _store_mma_accumulators(b, accs, store, out_dt, *, bat, M, N, m0, n0, wm, wn, WM, WN, g,
                             t4, MI, NI):
   """The epilogue of both tensor-core kernels: a warp's f32 accumulators, converted to the

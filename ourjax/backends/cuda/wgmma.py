@@ -450,37 +450,58 @@ class WgmmaDot(GpuKernel):
 
   # -- the output tile through shared memory ----------------------------------------------------
   @property
+  def _out_dtype(self):
+    """The dtype of the array the block's results go to: C's, or its fused epilogue's one
+    output's (None for an epilogue of several outputs)."""
+    epi = self.epilogue
+    if epi is None:
+      return self.dot.dtype
+    return np.dtype(epi.outputs[0][0].dtype) if len(epi.outputs) == 1 else None
+
+  @property
   def _c_tile(self):
     """(rows, columns) of the block's tile of C, and its row pitch in shared memory (bytes:
     the row's bytes + 16, so that the fragments' rows fall on different banks)."""
     rows, cols = (self.Q, self.P_TILE) if self.mode == "rs_t" else (self.P_TILE, self.Q)
-    return rows, cols, cols * self.dot.dtype.itemsize + 16
+    return rows, cols, cols * self._out_dtype.itemsize + 16
 
   @property
   def staged_store(self) -> bool:
-    """Whether the block's tile of C goes to memory through shared memory, in 16-byte stores
-    along its rows (``_store_staged``), rather than as each thread's accumulators (two values
-    at a time, eight rows per warp instruction: a fraction of every 32-byte sector written,
-    about a tenth of a 4096^3 product's time).  Plain stores of a whole product only: a fused
-    epilogue or partial products store element by element; C's rows must be 16-byte aligned
-    and the tile must fit in the operand ring, which is free once the products are done.
-    ``OURJAX_CUDA_STAGED_STORE=0``: never."""
+    """Whether the block's tile of results goes to memory through shared memory, in 16-byte
+    stores along its rows (``_store_staged``), rather than as each thread's accumulators (two
+    values at a time, eight rows per warp instruction: a fraction of every 32-byte sector
+    written, about a tenth of a 4096^3 bf16 product's time).  For C or a fused epilogue's one
+    output of C's shape (``dots.dot_evaluator``; several outputs and partial products store
+    element by element); the rows must be 16-byte aligned and the tile must fit in the
+    operand ring, which is free once the products are done.  ``OURJAX_CUDA_STAGED_STORE=0``:
+    never."""
     from ourjax.config import env_switch
-    if self.epilogue is not None or self.S > 1 or not env_switch("OURJAX_CUDA_STAGED_STORE"):
+    if self.S > 1 or not env_switch("OURJAX_CUDA_STAGED_STORE") or self._out_dtype is None:
       return False
+    epi = self.epilogue
+    if epi is not None:
+      instr, buf = epi.outputs[0]
+      dims = tuple(self.dot.dims)
+      if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or tuple(buf.dims) != dims:
+        return False
     rows, cols, pitch = self._c_tile
-    esz = self.dot.dtype.itemsize
+    esz = self._out_dtype.itemsize
     return (self.spec.N * esz) % 16 == 0 and rows * pitch <= STAGES * self.stage_bytes
 
   def _store_staged(self, b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4):
+    from ourjax.backends.cuda.dots import dot_evaluator
     s = self.spec
     M, N = s.M, s.N
-    dt = self.dot.dtype
+    value, dt, out = dot_evaluator(b, ptr, self)
     esz = dt.itemsize
     acc_dt = np.dtype(np.int32) if self.kind in ("s8", "u8") else E.F32
     rows, cols, pitch = self._c_tile
     m0, n0 = (q0, p0) if self.mode == "rs_t" else (p0, q0)
-    # every warpgroup is done with the ring (its last instructions waited for): C's tile over it
+    c_base = b.add(b.mul(bat, i64(M * N)), b.add(b.mul(m0, i64(N)), n0))
+    # every warpgroup is done with the ring (its last instructions waited for): the tile over
+    # it.  Each result is evaluated (through the epilogue) where its accumulator is and kept
+    # in the tile; the stores to memory come after every result is evaluated (an output may
+    # be written over a donated input that the epilogue reads at the same element)
     barrier(b)
     st_ty = E.storage_type(dt)
     tile = b.inttoptr(base, st_ty.as_pointer(3))
@@ -492,7 +513,18 @@ class WgmmaDot(GpuKernel):
         p = b.add(prow, i64(8)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
         r, c = (q, p) if self.mode == "rs_t" else (p, q)
-        v = accs[4 * i + e] if dt == acc_dt else E.convert_value(b, accs[4 * i + e], acc_dt, dt)
+        v = accs[4 * i + e]
+        if self.dot.dtype != acc_dt:
+          v = E.convert_value(b, v, acc_dt, self.dot.dtype)
+        if self.epilogue is not None:
+          m, n = b.add(m0, r), b.add(n0, c)
+          inside = b.and_(b.icmp_unsigned("<", m, i64(M)), b.icmp_unsigned("<", n, i64(N)))
+          # (outside C the epilogue's reads would pass its inputs' ends: those lanes read
+          # the element at (0, 0) and their results are never stored)
+          lin = b.select(inside, b.add(c_base, b.add(b.mul(r, i64(N)), c)),
+                         b.mul(bat, i64(M * N)))
+          where = (bat, b.select(inside, m, i64(0)), b.select(inside, n, i64(0)))
+          v = value(v, lin, where)
         E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), dt)
     barrier(b)
     # 16-byte chunks along the tile's rows; a chunk that passes C's last column goes element
@@ -500,8 +532,7 @@ class WgmmaDot(GpuKernel):
     V = ir.VectorType(I32, 4)
     chunks = cols * esz // 16
     per = 16 // esz
-    C = ptr(self.out)
-    c_base = b.add(b.mul(bat, i64(M * N)), b.add(b.mul(m0, i64(N)), n0))
+    C = ptr(out)
     cbytes = b.ptrtoint(C, I64)
     total = rows * chunks
     for j in range(-(-total // self.THREADS)):
