@@ -518,12 +518,14 @@ class WgmmaDot(GpuKernel):
           v = E.convert_value(b, v, acc_dt, self.dot.dtype)
         if self.epilogue is not None:
           m, n = b.add(m0, r), b.add(n0, c)
-          inside = b.and_(b.icmp_unsigned("<", m, i64(M)), b.icmp_unsigned("<", n, i64(N)))
-          # (outside C the epilogue's reads would pass its inputs' ends: those lanes read
-          # the element at (0, 0) and their results are never stored)
-          lin = b.select(inside, b.add(c_base, b.add(b.mul(r, i64(N)), c)),
-                         b.mul(bat, i64(M * N)))
-          where = (bat, b.select(inside, m, i64(0)), b.select(inside, n, i64(0)))
+          lin = b.add(c_base, b.add(b.mul(r, i64(N)), c))
+          where = (bat, m, n)
+          if M % rows or N % cols:
+            # (outside C the epilogue's reads would pass its inputs' ends: those lanes read
+            # the element at (0, 0) and their results are never stored)
+            inside = b.and_(b.icmp_unsigned("<", m, i64(M)), b.icmp_unsigned("<", n, i64(N)))
+            lin = b.select(inside, lin, b.mul(bat, i64(M * N)))
+            where = (bat, b.select(inside, m, i64(0)), b.select(inside, n, i64(0)))
           v = value(v, lin, where)
         E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), dt)
     barrier(b)
@@ -535,30 +537,39 @@ class WgmmaDot(GpuKernel):
     C = ptr(out)
     cbytes = b.ptrtoint(C, I64)
     total = rows * chunks
-    for j in range(-(-total // self.THREADS)):
-      cid = b.add(tid, i64(j * self.THREADS))
-      if (j + 1) * self.THREADS > total:
-        cid = b.select(b.icmp_unsigned("<", cid, i64(total)), cid, i64(total - 1))
-      r = b.udiv(cid, i64(chunks))
-      ch = b.urem(cid, i64(chunks))
-      m, n = b.add(m0, r), b.add(n0, b.mul(ch, i64(per)))
-      src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
-      linear = b.add(c_base, b.add(b.mul(r, i64(N)), b.mul(ch, i64(per))))
-      inside = b.icmp_unsigned("<", m, i64(M))
-      whole = b.and_(inside, b.icmp_unsigned("<=", b.add(n, i64(per)), i64(N)))
-      with b.if_else(whole) as (then, otherwise):
-        with then:
+    row_edge, col_edge = M % rows != 0, N % cols != 0
+    # (a loop, not unrolled: the emitted code stays small, so does its compile time)
+    with E.ForLoop(b, 0, -(-total // self.THREADS), "chunk") as loop:
+      cid = b.add(tid, b.mul(loop.index, i64(self.THREADS)))
+      with b.if_then(b.icmp_unsigned("<", cid, i64(total))):
+        r = b.udiv(cid, i64(chunks))
+        ch = b.urem(cid, i64(chunks))
+        m, n = b.add(m0, r), b.add(n0, b.mul(ch, i64(per)))
+        src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
+        linear = b.add(c_base, b.add(b.mul(r, i64(N)), b.mul(ch, i64(per))))
+
+        def whole_chunk():
           val = b.load(b.inttoptr(src, V.as_pointer(3)), align=16)
           dst = b.add(cbytes, b.mul(linear, i64(esz)))
           b.store(val, b.inttoptr(dst, V.as_pointer()), align=16)
-        with otherwise:
+        inside = (b.icmp_unsigned("<", m, i64(M)) if row_edge
+                  else ir.Constant(ir.IntType(1), 1))
+        if not col_edge:
           with b.if_then(inside):
-            for x in range(per):
-              ok = b.icmp_unsigned("<", b.add(n, i64(x)), i64(N))
-              with b.if_then(ok):
-                w = b.load(b.gep(tile, [b.add(b.mul(r, i64(per_row)),
-                                               b.add(b.mul(ch, i64(per)), i64(x)))]))
-                b.store(w, b.gep(C, [b.add(linear, i64(x))]))
+            whole_chunk()
+        else:
+          whole = b.and_(inside, b.icmp_unsigned("<=", b.add(n, i64(per)), i64(N)))
+          with b.if_else(whole) as (then, otherwise):
+            with then:
+              whole_chunk()
+            with otherwise:
+              # the chunk passing C's last column: its elements inside C one by one
+              with b.if_then(inside), E.ForLoop(b, 0, per, "x") as xl:
+                x = xl.index
+                with b.if_then(b.icmp_unsigned("<", b.add(n, x), i64(N))):
+                  w = b.load(b.gep(tile, [b.add(b.mul(r, i64(per_row)),
+                                                 b.add(b.mul(ch, i64(per)), x))]))
+                  b.store(w, b.gep(C, [b.add(linear, x)]))
 
   def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4, p_edge, q_edge):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
