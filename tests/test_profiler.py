@@ -356,7 +356,7 @@ def test_gpu_profile_rows_with_the_fake_driver(monkeypatch, tmp_path):
     assert dots and dots[0]["flops"] == 2 * 128 * 64 * 64
     # plain calls (the dispatch row's) replay a graph when the program allows: this one has a
     # while loop, so it never does
-    assert exe.graph_reason == "host-driven control flow (while)"
+    assert exe.graph_reason.startswith("host-driven control flow (while")
     with open(prof.to_chrome_trace(tmp_path / "gpu.trace.json")) as fh:
       events = _x_events(json.load(fh))
     assert {e["cat"] for e in events} >= {"call", "kernel", "copy", "host"}
