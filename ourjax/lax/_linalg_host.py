@@ -17,6 +17,7 @@ import numpy as np
 from ourjax import dtypes
 from ourjax.core import Primitive, ShapedArray
 from ourjax.interpreters import ad
+from ourjax.lax._schur_lapack import gees
 from ourjax.lax.linalg import (_check_lapack_dtype, _check_matrix, _flat_batch, _front_batcher,
                                _jnp, _real_dtype)
 
@@ -152,9 +153,11 @@ _front_batcher(eig_p)
 def schur(x, *, compute_schur_vectors: bool = True, sort_eig_vals: bool = False,
           select_callable=None):
   """Schur decomposition ``x = S T S^H``: ``(T, S)``.  Real input gives the real Schur form
-  (T quasi upper triangular, 2 x 2 blocks for complex conjugate eigenvalue pairs), complex input
-  the complex one.  Computed on the host from the eigenvectors (orthonormalized by QR, which
-  keeps each leading set of them an invariant subspace), so ``x`` must be diagonalizable."""
+  (T quasi upper triangular, 2 x 2 blocks for complex conjugate eigenvalue pairs) by LAPACK's
+  ``?gees`` algorithm written out in NumPy (``_schur_lapack``: the same T and S as JAX's for
+  float32 matrices up to order 75); complex input the complex one, computed on the host from the
+  eigenvectors (orthonormalized by QR, which keeps each leading set of them an invariant
+  subspace), so a complex ``x`` must be diagonalizable."""
   if sort_eig_vals or select_callable is not None:
     raise NotImplementedError("lax.linalg.schur: sorting/selecting eigenvalues is not "
                               "supported by ourjax")
@@ -205,8 +208,9 @@ def _schur_one(a):
 def _schur_impl(x, *, compute_schur_vectors):
   flat, _ = _flat_batch(x)
   ts, ss = np.empty_like(flat), np.empty_like(flat)
+  one = _schur_one if np.iscomplexobj(flat) else gees
   for i, a in enumerate(flat):
-    ts[i], ss[i] = _schur_one(a)
+    ts[i], ss[i] = one(a)
   return [ts.reshape(x.shape), ss.reshape(x.shape)]
 
 

@@ -1,0 +1,451 @@
+"""The Schur decomposition in LAPACK's conventions (host only, NumPy), for ``lax.linalg.schur``
+and ``scipy.linalg.schur``.
+
+JAX's CPU Schur is LAPACK's ``?gees`` with no eigenvalue sorting, and a Schur form is unique only
+up to the order of its eigenvalues, the signs (phases) of its Schur vectors and the rotation of
+each 2 x 2 block; to give the same ``(T, Z)`` as JAX this module follows ``?gees`` step by step,
+in the input's precision (float32 arithmetic for float32 input, as LAPACK's single-precision
+routines):
+
+* ``_balance_permute``: ``?gebal`` with job 'P' (permutations isolating eigenvalues, no scaling);
+* ``_hessenberg``: ``?gehd2`` (Householder reduction of rows/columns ilo..ihi);
+* ``_form_q``: ``?orghr`` / ``?ungqr`` (the accumulated reflectors);
+* ``_lahqr_real``: ``?lahqr``, the double-shift Francis QR iteration with the Ahues-Tisseur
+  deflation test and exceptional shifts, standardizing each converged 2 x 2 block with
+  ``_lanv2`` (equal diagonal, off-diagonal product negative).
+
+Real matrices only (complex ones keep the eigenvector-based path of ``_linalg_host``).  The
+BLAS-level steps round as OpenBLAS's kernels do (``?nrm2`` in a wider type, ``?rot`` and ``?ger``
+with fused multiply-adds, ``?gemv`` through NumPy's matmul on the Fortran layout), so for float32
+input of order <= 75 the result agrees with SciPy's / JAX's to a few ulp.
+
+LAPACK's ``?hseqr`` switches to the multishift ``?laqr0`` above n = 75; this module uses the
+double-shift iteration for every size, so for larger matrices ``(T, Z)`` is a valid Schur
+decomposition whose eigenvalue order may differ from LAPACK's.  The inner row and column updates
+run as NumPy vector operations in the working precision, element by element as LAPACK's loops.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_KEXSH = 10         # iterations between exceptional shifts (?lahqr)
+
+
+def _sign(a, b):
+  """Fortran SIGN(a, b): |a| with the sign of b (b = -0.0 counts as positive, as gfortran)."""
+  return abs(a) if b >= 0 else -abs(a)
+
+
+def _lapy2(x, y):
+  x, y = abs(x), abs(y)
+  w, z = max(x, y), min(x, y)
+  if z == 0:
+    return w
+  q = z / w
+  return w * np.sqrt(1 + q * q)      # (q * q: NumPy's float32 q ** 2 is not correctly rounded)
+
+
+def _nrm2(x):
+  """Euclidean norm of a short vector as OpenBLAS's ?nrm2 rounds it: the sum of squares in a
+  wider type (double for single precision, x87 extended for double), then the square root."""
+  t = type(np.real(x[0]))
+  wide = np.float64 if t == np.float32 else np.longdouble
+  xr, xi = np.real(x).astype(wide), np.imag(x).astype(wide)
+  return t(np.sqrt(np.sum(xr * xr) + np.sum(xi * xi)))
+
+
+def _larfg(alpha, x):
+  """LAPACK's ?larfg: (beta, tau, v) with (I - tau [1; v] [1; v]^H)^H [alpha; x] = [beta; 0],
+  beta real."""
+  t = type(alpha)
+  if x.size == 0:
+    return alpha, t(0), x
+  xnorm = _nrm2(x)
+  alphr, alphi = np.real(alpha), np.imag(alpha)
+  if xnorm == 0 and alphi == 0:
+    return alpha, t(0), x
+  beta = -_sign(_lapy2(_lapy2(alphr, alphi), xnorm) if alphi != 0 else _lapy2(alphr, xnorm),
+                alphr)
+  rt = type(beta)
+  if np.iscomplexobj(alpha):
+    tau = t(complex((beta - alphr) / beta, -alphi / beta))
+    scal = t(1) / (alpha - t(beta))
+  else:
+    tau = (beta - alpha) / beta
+    scal = t(1) / (alpha - beta)
+  return t(rt(beta)), tau, x * scal
+
+
+def _balance_permute(a):
+  """?gebal with job 'P' (LAPACK 3.11+): rows then columns isolating an eigenvalue are moved
+  to the bottom / top.  Returns (a permuted, ilo, ihi, the swaps for ?gebak), 0-based."""
+  a = a.copy(order="F")
+  n = a.shape[0]
+  k, l = 0, n - 1
+  scale = list(range(n))
+  if n == 0:
+    return a, 0, -1, scale
+  noconv = True
+  while noconv:
+    noconv = False
+    i = l
+    while i >= 0:
+      row = a[i, :l + 1]
+      if np.count_nonzero(row) - (i <= l and row[i] != 0) == 0:
+        scale[l] = i
+        if i != l:
+          a[:l + 1, [i, l]] = a[:l + 1, [l, i]]
+          a[[i, l], k:] = a[[l, i], k:]
+        noconv = True
+        if l == 0:
+          return a, 0, 0, scale
+        l -= 1
+      i -= 1
+  noconv = True
+  while noconv:
+    noconv = False
+    j = k
+    while j <= l:
+      col = a[k:l + 1, j]
+      if np.count_nonzero(col) - (k <= j <= l and col[j - k] != 0) == 0:
+        scale[k] = j
+        if j != k:
+          a[:l + 1, [j, k]] = a[:l + 1, [k, j]]
+          a[[j, k], k:] = a[[k, j], k:]
+        noconv = True
+        k += 1
+      j += 1
+  return a, k, l, scale
+
+
+def _unbalance_vectors(z, ilo, ihi, scale):
+  """?gebak with job 'P', right vectors: undo the row swaps of ?gebal on the Schur vectors."""
+  n = z.shape[0]
+  for ii in range(n):
+    if ilo <= ii <= ihi:
+      continue
+    i = ilo - 1 - ii if ii < ilo else ii
+    k = scale[i]
+    if k != i:
+      z[[i, k], :] = z[[k, i], :]
+  return z
+
+
+def _larf(side, v, tau, c):
+  """?larf in place on the (Fortran-ordered) view ``c``: ``c <- H c`` (side 'L') or ``c H``
+  (side 'R'), H = I - tau v v^H; the product by ?gemv (NumPy's matmul on the same layout calls
+  it) and the rank-one update rounded as OpenBLAS's ?ger (one fused multiply-add per entry)."""
+  if tau == 0 or c.size == 0:
+    return
+  if side == "L":
+    w = np.conj(np.conj(v) @ c)                 # C^H v
+    c[...] = _fma(v[:, None], (-tau * np.conj(w))[None, :], c)
+  else:
+    w = c @ v
+    c[...] = _fma(w[:, None], (-tau * np.conj(v))[None, :], c)
+
+
+def _hessenberg(a, ilo, ihi):
+  """?gehd2 on rows/columns ilo..ihi: a (Hessenberg, reflectors below the subdiagonal), taus."""
+  n = a.shape[0]
+  taus = np.zeros(max(n - 1, 0), a.dtype)
+  for i in range(ilo, ihi):
+    beta, tau, v = _larfg(a[i + 1, i], a[i + 2:ihi + 1, i].copy())
+    vv = np.concatenate([np.ones(1, a.dtype), v])
+    _larf("R", vv, tau, a[:ihi + 1, i + 1:ihi + 1])
+    _larf("L", vv, np.conj(tau), a[i + 1:ihi + 1, i + 1:])
+    a[i + 1, i], a[i + 2:ihi + 1, i], taus[i] = beta, v, tau
+  return a, taus
+
+
+def _form_q(h, taus, ilo, ihi):
+  """?orghr / ?unghr through ?org2r / ?ung2r: the orthogonal Q of the Hessenberg reduction."""
+  n = h.shape[0]
+  q = np.asfortranarray(np.eye(n, dtype=h.dtype))
+  nh = ihi - ilo
+  if nh <= 0:
+    return q
+  # the reflectors, shifted one column right, in the nh x nh block at (ilo+1, ilo+1)
+  sub = np.zeros((nh, nh), h.dtype, order="F")
+  for j in range(nh):
+    sub[j + 1:, j] = h[ilo + j + 2:ihi + 1, ilo + j]
+  t = taus[ilo:ihi]
+  for i in range(nh - 1, -1, -1):
+    if i < nh - 1:
+      sub[i, i] = 1
+      _larf("L", sub[i:, i].copy(), t[i], sub[i:, i + 1:])
+    sub[i + 1:, i] *= -t[i]
+    sub[i, i] = 1 - t[i]
+    sub[:i, i] = 0
+  q[ilo + 1:ihi + 1, ilo + 1:ihi + 1] = sub
+  return q
+
+
+def _lanv2(a, b, c, d, eps):
+  """?lanv2: the standardized Schur factorization of a real 2 x 2 block,
+  [a b; c d] = [cs -sn; sn cs] [aa bb; cc dd] [cs sn; -sn cs]; returns (aa, bb, cc, dd, cs, sn)
+  with cc = 0 (real eigenvalues) or aa = dd and bb * cc < 0 (a complex pair)."""
+  t = type(a)
+  one, zero, half = t(1), t(0), t(0.5)
+  if c == 0:
+    return a, b, c, d, one, zero
+  if b == 0:
+    return d, -c, zero, a, zero, one
+  if (a - d) == 0 and _sign(one, b) != _sign(one, c):
+    return a, b, c, d, one, zero
+  temp = a - d
+  p = half * temp
+  bcmax = max(abs(b), abs(c))
+  bcmis = min(abs(b), abs(c)) * _sign(one, b) * _sign(one, c)
+  scale = max(abs(p), bcmax)
+  z = (p / scale) * p + (bcmax / scale) * bcmis
+  if z >= t(4) * eps:      # real eigenvalues
+    z = p + _sign(np.sqrt(scale) * np.sqrt(z), p)
+    a = d + z
+    d = d - (bcmax / z) * bcmis
+    tau = _lapy2(c, z)
+    return a, b - c, zero, d, z / tau, c / tau
+  # complex eigenvalues, or real (almost) equal ones: make the diagonal entries equal
+  sigma = b + c
+  tau = _lapy2(sigma, temp)
+  cs = np.sqrt(half * (one + abs(sigma) / tau))
+  sn = -(p / (tau * cs)) * _sign(one, sigma)
+  aa, bb = a * cs + b * sn, -a * sn + b * cs
+  cc, dd = c * cs + d * sn, -c * sn + d * cs
+  a, b = aa * cs + cc * sn, bb * cs + dd * sn
+  c, d = -aa * sn + cc * cs, -bb * sn + dd * cs
+  temp = half * (a + d)
+  a = d = temp
+  if c != 0:
+    if b != 0:
+      if _sign(one, b) == _sign(one, c):      # real eigenvalues: make it upper triangular
+        sab, sac = np.sqrt(abs(b)), np.sqrt(abs(c))
+        p = _sign(sab * sac, c)
+        tau = one / np.sqrt(abs(b + c))
+        a, d = temp + p, temp - p
+        b, c = b - c, zero
+        cs1, sn1 = sab * tau, sac * tau
+        cs, sn = cs * cs1 - sn * sn1, cs * sn1 + sn * cs1
+    else:
+      b, c = -c, zero
+      cs, sn = -sn, cs
+  return a, b, c, d, cs, sn
+
+
+def _deflation_point(h, i, l, ilo, ihi, smlnum, ulp):
+  """The largest k in (l, i] with a negligible h[k, k-1] (Ahues-Tisseur), else l."""
+  for k in range(i, l, -1):
+    hk = abs(h[k, k - 1])
+    if hk <= smlnum:
+      return k
+    tst = abs(h[k - 1, k - 1]) + abs(h[k, k])
+    if tst == 0:
+      if k - 2 >= ilo:
+        tst = tst + abs(np.real(h[k - 1, k - 2]))
+      if k + 1 <= ihi:
+        tst = tst + abs(np.real(h[k + 1, k]))
+    if abs(np.real(h[k, k - 1])) <= ulp * tst:
+      ab = max(hk, abs(h[k - 1, k]))
+      ba = min(hk, abs(h[k - 1, k]))
+      aa = max(abs(h[k, k]), abs(h[k - 1, k - 1] - h[k, k]))
+      bb = min(abs(h[k, k]), abs(h[k - 1, k - 1] - h[k, k]))
+      s = aa + ab
+      if ba * (ab / s) <= max(smlnum, ulp * (bb * (aa / s))):
+        return k
+  return l
+
+
+def _lahqr_real(h, z, ilo, ihi):
+  """?lahqr (wantt, wantz) on a real Hessenberg h, accumulating into z; in place.  Returns 0, or
+  the 1-based index of the first unconverged eigenvalue (LAPACK's info)."""
+  t = h.dtype.type
+  n = h.shape[0]
+  if n == 0:
+    return 0
+  if ilo == ihi:
+    return 0
+  for j in range(ilo, ihi - 2):
+    h[j + 2, j] = 0
+    h[j + 3, j] = 0
+  if ilo <= ihi - 2:
+    h[ihi, ihi - 2] = 0
+  nh = ihi - ilo + 1
+  fi = np.finfo(h.dtype)
+  safmin = t(fi.tiny)
+  ulp = t(fi.eps)                  # dlamch('P') = eps * base
+  smlnum = safmin * (t(nh) / ulp)
+  i1, i2 = 0, n - 1
+  itmax = 30 * max(10, nh)
+  kdefl = 0
+  dat1, dat2 = t(0.75), t(-0.4375)
+  zero, two = t(0), t(2)
+  i = ihi
+  while i >= ilo:
+    l = ilo
+    for _its in range(itmax + 1):
+      l = _deflation_point(h, i, l, ilo, ihi, smlnum, ulp)
+      if l > ilo:
+        h[l, l - 1] = 0
+      if l >= i - 1:
+        break
+      kdefl += 1
+      if kdefl % (2 * _KEXSH) == 0:
+        s = abs(h[i, i - 1]) + abs(h[i - 1, i - 2])
+        h11 = dat1 * s + h[i, i]
+        h12, h21, h22 = dat2 * s, s, h11
+      elif kdefl % _KEXSH == 0:
+        s = abs(h[l + 1, l]) + abs(h[l + 2, l + 1])
+        h11 = dat1 * s + h[l, l]
+        h12, h21, h22 = dat2 * s, s, h11
+      else:
+        h11, h21, h12, h22 = h[i - 1, i - 1], h[i, i - 1], h[i - 1, i], h[i, i]
+      s = abs(h11) + abs(h12) + abs(h21) + abs(h22)
+      if s == 0:
+        rt1r = rt1i = rt2r = rt2i = zero
+      else:
+        h11, h21, h12, h22 = h11 / s, h21 / s, h12 / s, h22 / s
+        tr = (h11 + h22) / two
+        det = (h11 - tr) * (h22 - tr) - h12 * h21
+        rtdisc = np.sqrt(abs(det))
+        if det >= 0:
+          rt1r = tr * s
+          rt2r = rt1r
+          rt1i = rtdisc * s
+          rt2i = -rt1i
+        else:
+          rt1r, rt2r = tr + rtdisc, tr - rtdisc
+          if abs(rt1r - h22) <= abs(rt2r - h22):
+            rt1r = rt1r * s
+            rt2r = rt1r
+          else:
+            rt2r = rt2r * s
+            rt1r = rt2r
+          rt1i = rt2i = zero
+      # look for two consecutive small subdiagonal elements
+      for m in range(i - 2, l - 1, -1):
+        h21s = h[m + 1, m]
+        s = abs(h[m, m] - rt2r) + abs(rt2i) + abs(h21s)
+        h21s = h[m + 1, m] / s
+        v1 = h21s * h[m, m + 1] + (h[m, m] - rt1r) * ((h[m, m] - rt2r) / s) - rt1i * (rt2i / s)
+        v2 = h21s * (h[m, m] + h[m + 1, m + 1] - rt1r - rt2r)
+        v3 = h21s * h[m + 2, m + 1]
+        s = abs(v1) + abs(v2) + abs(v3)
+        v1, v2, v3 = v1 / s, v2 / s, v3 / s
+        if m == l:
+          break
+        if (abs(h[m, m - 1]) * (abs(v2) + abs(v3))
+            <= ulp * abs(v1) * (abs(h[m - 1, m - 1]) + abs(h[m, m]) + abs(h[m + 1, m + 1]))):
+          break
+      v = np.array([v1, v2, v3], h.dtype)
+      # double-shift QR step: chase the bulge from row m down to row i
+      for k in range(m, i):
+        nr = min(3, i - k + 1)
+        if k > m:
+          v[:nr] = h[k:k + nr, k - 1]
+        beta, t1, tail = _larfg(v[0], v[1:nr].copy())
+        v[0] = beta
+        v[1:nr] = tail
+        if k > m:
+          h[k, k - 1] = beta
+          h[k + 1, k - 1] = 0
+          if k < i - 1:
+            h[k + 2, k - 1] = 0
+        elif m > l:
+          h[k, k - 1] = h[k, k - 1] * (t(1) - t1)
+        v2 = v[1]
+        t2 = t1 * v2
+        if nr == 3:
+          v3 = v[2]
+          t3 = t1 * v3
+          rows = h[k:k + 3, k:i2 + 1]
+          sm = rows[0] + v2 * rows[1] + v3 * rows[2]
+          rows[0] -= sm * t1
+          rows[1] -= sm * t2
+          rows[2] -= sm * t3
+          cols = h[i1:min(k + 3, i) + 1, k:k + 3]
+          sm = cols[:, 0] + v2 * cols[:, 1] + v3 * cols[:, 2]
+          cols[:, 0] -= sm * t1
+          cols[:, 1] -= sm * t2
+          cols[:, 2] -= sm * t3
+          zc = z[ilo:ihi + 1, k:k + 3]
+          sm = zc[:, 0] + v2 * zc[:, 1] + v3 * zc[:, 2]
+          zc[:, 0] -= sm * t1
+          zc[:, 1] -= sm * t2
+          zc[:, 2] -= sm * t3
+        elif nr == 2:
+          rows = h[k:k + 2, k:i2 + 1]
+          sm = rows[0] + v2 * rows[1]
+          rows[0] -= sm * t1
+          rows[1] -= sm * t2
+          cols = h[i1:i + 1, k:k + 2]
+          sm = cols[:, 0] + v2 * cols[:, 1]
+          cols[:, 0] -= sm * t1
+          cols[:, 1] -= sm * t2
+          zc = z[ilo:ihi + 1, k:k + 2]
+          sm = zc[:, 0] + v2 * zc[:, 1]
+          zc[:, 0] -= sm * t1
+          zc[:, 1] -= sm * t2
+    else:
+      return i + 1
+    if l == i - 1:       # a 2 x 2 block converged: standardize it
+      a, b, c, d, cs, sn = _lanv2(h[i - 1, i - 1], h[i - 1, i], h[i, i - 1], h[i, i], ulp)
+      h[i - 1, i - 1], h[i - 1, i], h[i, i - 1], h[i, i] = a, b, c, d
+      if i2 > i:
+        _rot(h[i - 1, i + 1:i2 + 1], h[i, i + 1:i2 + 1], cs, sn)
+      _rot(h[i1:i - 1, i - 1], h[i1:i - 1, i], cs, sn)
+      _rot(z[ilo:ihi + 1, i - 1], z[ilo:ihi + 1, i], cs, sn)
+    kdefl = 0
+    i = l - 1
+  return 0
+
+
+def _fma(a, b, c):
+  """a * b + c rounded once, as the fused multiply-adds of OpenBLAS's kernels: through float64
+  for float32 (exact), and for float64 by the exact product (Dekker's split) and an error-free
+  sum, whose result is a * b + c correctly rounded except in rare ties of double rounding."""
+  dt = np.result_type(c)
+  if dt == np.float32:
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64)
+            + np.asarray(c, np.float64)).astype(dt)
+  if dt != np.float64:
+    return a * b + c
+  a, b, c = np.asarray(a, dt), np.asarray(b, dt), np.asarray(c, dt)
+  with np.errstate(over="ignore", invalid="ignore"):
+    p = a * b
+    sa, sb = a * 134217729.0, b * 134217729.0           # 2^27 + 1
+    ah, bh = sa - (sa - a), sb - (sb - b)
+    al, bl = a - ah, b - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl   # a * b = p + e exactly
+    s = p + c
+    v = s - p
+    t = (p - (s - v)) + (c - v)                          # p + c = s + t exactly
+    out = s + (t + e)
+  return np.where(np.isfinite(out), out, p + c)
+
+
+def _rot(x, y, c, s):
+  """?rot in place, as OpenBLAS's kernel rounds it: x <- fma(c, x, s y), y <- fma(c, y, -s x)."""
+  tx = _fma(c, x, s * y)
+  y[...] = _fma(c, y, -(s * x))
+  x[...] = tx
+
+
+def gees(a):
+  """``(T, Z)`` with ``a = Z T Z^T`` for a real square ``a``, as LAPACK's ``?gees`` (no sorting)
+  computes them: the real Schur form, 2 x 2 blocks for complex conjugate pairs.  Non-finite input
+  (or no convergence) gives NaN outputs."""
+  n = a.shape[0]
+  if n == 0:
+    return a.copy(), np.eye(0, dtype=a.dtype)
+  if not np.all(np.isfinite(a)):
+    return np.full_like(a, np.nan), np.full_like(a, np.nan)
+  h, ilo, ihi, scale = _balance_permute(np.asfortranarray(a))
+  h, taus = _hessenberg(h, ilo, ihi)
+  z = _form_q(h, taus, ilo, ihi)
+  info = _lahqr_real(h, z, ilo, ihi)
+  if info:
+    return np.full_like(a, np.nan), np.full_like(a, np.nan)
+  if n > 2:
+    h[np.tril_indices(n, -2)] = 0
+  z = _unbalance_vectors(z, ilo, ihi, scale)
+  return h, z
