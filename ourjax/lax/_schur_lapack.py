@@ -14,10 +14,15 @@ routines):
   deflation test and exceptional shifts, standardizing each converged 2 x 2 block with
   ``_lanv2`` (equal diagonal, off-diagonal product negative).
 
-Real matrices only (complex ones keep the eigenvector-based path of ``_linalg_host``).  The
-BLAS-level steps round as OpenBLAS's kernels do (``?nrm2`` in a wider type, ``?rot`` and ``?ger``
-with fused multiply-adds, ``?gemv`` through NumPy's matmul on the Fortran layout), so for float32
-input of order <= 75 the result agrees with SciPy's / JAX's to a few ulp.
+* ``_lahqr_complex``: ``?lahqr`` for complex matrices (single-shift QR, Wilkinson's shift, the
+  subdiagonal kept real).
+
+For real matrices the BLAS-level steps round as OpenBLAS's kernels do (``?nrm2`` in a wider type,
+``?rot`` and ``?ger`` with fused multiply-adds, ``?gemv`` through NumPy's matmul on the Fortran
+layout), so for float32/float64 input of order <= 75 the result agrees with SciPy's / JAX's to a
+few ulp.  For complex matrices the complex kernels' rounding is not reproduced, and as the phases
+of the Schur vectors depend on the number of QR sweeps, ``(T, Z)`` is a valid complex Schur
+decomposition that may differ from LAPACK's by a unitary diagonal factor.
 
 LAPACK's ``?hseqr`` switches to the multishift ``?laqr0`` above n = 75; this module uses the
 double-shift iteration for every size, so for larger matrices ``(T, Z)`` is a valid Schur
@@ -45,6 +50,53 @@ def _lapy2(x, y):
   return w * np.sqrt(1 + q * q)      # (q * q: NumPy's float32 q ** 2 is not correctly rounded)
 
 
+def _lapy3(x, y, z):
+  x, y, z = abs(x), abs(y), abs(z)
+  w = max(x, y, z)
+  if w == 0:
+    return x + y + z
+  x, y, z = x / w, y / w, z / w
+  return w * np.sqrt(x * x + y * y + z * z)
+
+
+def _ladiv(x, y):
+  """?ladiv: the complex quotient x / y by LAPACK's robust algorithm (Baudin and Smith)."""
+  rt = type(np.real(x))
+  a, b, c, d = np.real(x), np.imag(x), np.real(y), np.imag(y)
+  fi = np.finfo(rt)
+  ov, un, eps = rt(fi.max), rt(fi.tiny), rt(fi.eps) / 2
+  bs = rt(2)
+  be = bs / (eps * eps)
+  ab, cd = max(abs(a), abs(b)), max(abs(c), abs(d))
+  sc = rt(1)
+  if ab >= ov / 2:
+    a, b, sc = a / 2, b / 2, sc * 2
+  if cd >= ov / 2:
+    c, d, sc = c / 2, d / 2, sc / 2
+  if ab <= un * bs / eps:
+    a, b, sc = a * be, b * be, sc / be
+  if cd <= un * bs / eps:
+    c, d, sc = c * be, d * be, sc * be
+
+  def div2(a, b, c, d, r, t):
+    if r != 0:
+      br = b * r
+      return (a + br) * t if br != 0 else a * t + (b * t) * r
+    return (a + d * (b / c)) * t
+
+  def div1(a, b, c, d):
+    r = d / c
+    t = rt(1) / (c + d * r)
+    return div2(a, b, c, d, r, t), div2(b, -a, c, d, r, t)
+
+  if abs(np.imag(y)) <= abs(np.real(y)):
+    p, q = div1(a, b, c, d)
+  else:
+    p, q = div1(b, a, d, c)
+    q = -q
+  return type(x)(complex(p * sc, q * sc))
+
+
 def _nrm2(x):
   """Euclidean norm of a short vector as OpenBLAS's ?nrm2 rounds it: the sum of squares in a
   wider type (double for single precision, x87 extended for double), then the square root."""
@@ -58,22 +110,22 @@ def _larfg(alpha, x):
   """LAPACK's ?larfg: (beta, tau, v) with (I - tau [1; v] [1; v]^H)^H [alpha; x] = [beta; 0],
   beta real."""
   t = type(alpha)
-  if x.size == 0:
+  if x.size == 0 and not np.iscomplexobj(alpha):   # (a complex one still makes alpha real)
     return alpha, t(0), x
-  xnorm = _nrm2(x)
+  xnorm = _nrm2(x) if x.size else np.real(t(0))
   alphr, alphi = np.real(alpha), np.imag(alpha)
   if xnorm == 0 and alphi == 0:
     return alpha, t(0), x
-  beta = -_sign(_lapy2(_lapy2(alphr, alphi), xnorm) if alphi != 0 else _lapy2(alphr, xnorm),
-                alphr)
-  rt = type(beta)
   if np.iscomplexobj(alpha):
+    beta = -_sign(_lapy3(alphr, alphi, xnorm), alphr)
     tau = t(complex((beta - alphr) / beta, -alphi / beta))
-    scal = t(1) / (alpha - t(beta))
+    scal = _ladiv(t(1), alpha - beta)
+    return t(beta), tau, x * scal
   else:
+    beta = -_sign(_lapy2(alphr, xnorm), alphr)
     tau = (beta - alpha) / beta
     scal = t(1) / (alpha - beta)
-  return t(rt(beta)), tau, x * scal
+  return t(beta), tau, x * scal
 
 
 def _balance_permute(a):
@@ -232,23 +284,28 @@ def _lanv2(a, b, c, d, eps):
   return a, b, c, d, cs, sn
 
 
-def _deflation_point(h, i, l, ilo, ihi, smlnum, ulp):
-  """The largest k in (l, i] with a negligible h[k, k-1] (Ahues-Tisseur), else l."""
+def _cabs1(x):
+  return abs(np.real(x)) + abs(np.imag(x))
+
+
+def _deflation_point(h, i, l, ilo, ihi, smlnum, ulp, absf=abs):
+  """The largest k in (l, i] with a negligible h[k, k-1] (Ahues-Tisseur), else l.  ``absf``:
+  the magnitude LAPACK uses (``abs`` for real, ``|re| + |im|`` for complex matrices)."""
   for k in range(i, l, -1):
-    hk = abs(h[k, k - 1])
+    hk = absf(h[k, k - 1])
     if hk <= smlnum:
       return k
-    tst = abs(h[k - 1, k - 1]) + abs(h[k, k])
+    tst = absf(h[k - 1, k - 1]) + absf(h[k, k])
     if tst == 0:
       if k - 2 >= ilo:
         tst = tst + abs(np.real(h[k - 1, k - 2]))
       if k + 1 <= ihi:
         tst = tst + abs(np.real(h[k + 1, k]))
     if abs(np.real(h[k, k - 1])) <= ulp * tst:
-      ab = max(hk, abs(h[k - 1, k]))
-      ba = min(hk, abs(h[k - 1, k]))
-      aa = max(abs(h[k, k]), abs(h[k - 1, k - 1] - h[k, k]))
-      bb = min(abs(h[k, k]), abs(h[k - 1, k - 1] - h[k, k]))
+      ab = max(hk, absf(h[k - 1, k]))
+      ba = min(hk, absf(h[k - 1, k]))
+      aa = max(absf(h[k, k]), absf(h[k - 1, k - 1] - h[k, k]))
+      bb = min(absf(h[k, k]), absf(h[k - 1, k - 1] - h[k, k]))
       s = aa + ab
       if ba * (ab / s) <= max(smlnum, ulp * (bb * (aa / s))):
         return k
@@ -431,9 +488,9 @@ def _rot(x, y, c, s):
 
 
 def gees(a):
-  """``(T, Z)`` with ``a = Z T Z^T`` for a real square ``a``, as LAPACK's ``?gees`` (no sorting)
-  computes them: the real Schur form, 2 x 2 blocks for complex conjugate pairs.  Non-finite input
-  (or no convergence) gives NaN outputs."""
+  """``(T, Z)`` with ``a = Z T Z^H``, as LAPACK's ``?gees`` (no sorting) computes them: for real
+  ``a`` the real Schur form (2 x 2 blocks for complex conjugate pairs), for complex ``a`` the
+  complex one (T upper triangular).  Non-finite input (or no convergence) gives NaN outputs."""
   n = a.shape[0]
   if n == 0:
     return a.copy(), np.eye(0, dtype=a.dtype)
@@ -442,10 +499,130 @@ def gees(a):
   h, ilo, ihi, scale = _balance_permute(np.asfortranarray(a))
   h, taus = _hessenberg(h, ilo, ihi)
   z = _form_q(h, taus, ilo, ihi)
-  info = _lahqr_real(h, z, ilo, ihi)
+  info = (_lahqr_complex if np.iscomplexobj(h) else _lahqr_real)(h, z, ilo, ihi)
   if info:
     return np.full_like(a, np.nan), np.full_like(a, np.nan)
   if n > 2:
     h[np.tril_indices(n, -2)] = 0
   z = _unbalance_vectors(z, ilo, ihi, scale)
   return h, z
+
+
+def _lahqr_complex(h, z, ilo, ihi):
+  """?lahqr (wantt, wantz) on a complex Hessenberg h: single-shift QR with Wilkinson's shift,
+  the subdiagonal kept real; accumulates into z, in place.  Returns 0 or LAPACK's info."""
+  t = h.dtype.type
+  n = h.shape[0]
+  if n == 0 or ilo == ihi:
+    return 0
+  for j in range(ilo, ihi - 2):
+    h[j + 2, j] = 0
+    h[j + 3, j] = 0
+  if ilo <= ihi - 2:
+    h[ihi, ihi - 2] = 0
+  jlo, jhi = 0, n - 1
+  for i in range(ilo + 1, ihi + 1):          # make the subdiagonal real
+    if np.imag(h[i, i - 1]) != 0:
+      sc = h[i, i - 1] / _cabs1(h[i, i - 1])
+      sc = np.conj(sc) / abs(sc)
+      h[i, i - 1] = abs(h[i, i - 1])
+      h[i, i:jhi + 1] *= sc
+      h[jlo:min(jhi, i + 1) + 1, i] *= np.conj(sc)
+      z[ilo:ihi + 1, i] *= np.conj(sc)
+  nh = ihi - ilo + 1
+  rt = np.finfo(h.dtype).dtype.type
+  fi = np.finfo(h.dtype)
+  ulp = rt(fi.eps)
+  smlnum = rt(fi.tiny) * (rt(nh) / ulp)
+  i1, i2 = 0, n - 1
+  itmax = 30 * max(10, nh)
+  kdefl = 0
+  dat1, half = rt(0.75), rt(0.5)
+  i = ihi
+  while i >= ilo:
+    l = ilo
+    for _its in range(itmax + 1):
+      l = _deflation_point(h, i, l, ilo, ihi, smlnum, ulp, _cabs1)
+      if l > ilo:
+        h[l, l - 1] = 0
+      if l >= i:
+        break
+      kdefl += 1
+      if kdefl % (2 * _KEXSH) == 0:
+        s = dat1 * abs(np.real(h[i, i - 1]))
+        tt = s + h[i, i]
+      elif kdefl % _KEXSH == 0:
+        s = dat1 * abs(np.real(h[l + 1, l]))
+        tt = s + h[l, l]
+      else:                                  # Wilkinson's shift
+        tt = h[i, i]
+        u = np.sqrt(h[i - 1, i]) * np.sqrt(h[i, i - 1])
+        s = _cabs1(u)
+        if s != 0:
+          x = half * (h[i - 1, i - 1] - tt)
+          sx = _cabs1(x)
+          s = max(s, _cabs1(x))
+          xs, us = x / s, u / s
+          y = s * np.sqrt(xs * xs + us * us)
+          if sx > 0:
+            xd = x / sx
+            if np.real(xd) * np.real(y) + np.imag(xd) * np.imag(y) < 0:
+              y = -y
+          tt = tt - u * _ladiv(u, x + y)
+      # look for two consecutive small subdiagonal elements
+      for m in range(i - 1, l - 1, -1):
+        h11, h22 = h[m, m], h[m + 1, m + 1]
+        h11s = h11 - tt
+        h21 = np.real(h[m + 1, m])
+        s = _cabs1(h11s) + abs(h21)
+        h11s, h21 = h11s / s, h21 / s
+        if m == l:
+          break
+        h10 = np.real(h[m, m - 1])
+        if abs(h10) * abs(h21) <= ulp * (_cabs1(h11s) * (_cabs1(h11) + _cabs1(h22))):
+          break
+      v = np.array([h11s, h21], h.dtype)
+      for k in range(m, i):                  # single-shift QR step
+        if k > m:
+          v[:] = h[k:k + 2, k - 1]
+        beta, t1, tail = _larfg(v[0], v[1:].copy())
+        v[0], v[1] = beta, tail[0]
+        if k > m:
+          h[k, k - 1] = beta
+          h[k + 1, k - 1] = 0
+        v2 = v[1]
+        t2 = t(np.real(t1 * v2))
+        rows = h[k:k + 2, k:i2 + 1]
+        sm = np.conj(t1) * rows[0] + t2 * rows[1]
+        rows[0] -= sm
+        rows[1] -= sm * v2
+        for blk in (h[i1:min(k + 2, i) + 1, k:k + 2], z[ilo:ihi + 1, k:k + 2]):
+          sm = t1 * blk[:, 0] + t2 * blk[:, 1]
+          blk[:, 0] -= sm
+          blk[:, 1] -= sm * np.conj(v2)
+        if k == m and m > l:                 # keep h[m, m-1] real
+          temp = t(1) - t1
+          temp = temp / abs(temp)
+          h[m + 1, m] *= np.conj(temp)
+          if m + 2 <= i:
+            h[m + 2, m + 1] *= temp
+          for j in range(m, i + 1):
+            if j != m + 1:
+              if i2 > j:
+                h[j, j + 1:i2 + 1] *= temp
+              h[i1:j, j] *= np.conj(temp)
+              z[ilo:ihi + 1, j] *= np.conj(temp)
+      temp = h[i, i - 1]                     # keep h[i, i-1] real
+      if np.imag(temp) != 0:
+        rtemp = abs(temp)
+        h[i, i - 1] = rtemp
+        temp = temp / rtemp
+        if i2 > i:
+          h[i, i + 1:i2 + 1] *= np.conj(temp)
+        h[i1:i, i] *= temp
+        z[ilo:ihi + 1, i] *= temp
+    else:
+      return i + 1
+    kdefl = 0
+    i = l - 1
+  return 0
