@@ -155,8 +155,8 @@ def schur(x, *, compute_schur_vectors: bool = True, sort_eig_vals: bool = False,
   """Schur decomposition ``x = S T S^H``: ``(T, S)``.  Real input gives the real Schur form
   (T quasi upper triangular, 2 x 2 blocks for complex conjugate eigenvalue pairs), complex input
   the complex one (T upper triangular), both by LAPACK's ``?gees`` algorithm written out in
-  NumPy on the host (``_schur_lapack``: for real matrices up to order 75 the same T and S as
-  JAX's)."""
+  NumPy on the host (``_schur_lapack``: the same T and S as JAX's for small and medium
+  matrices)."""
   if sort_eig_vals or select_callable is not None:
     raise NotImplementedError("lax.linalg.schur: sorting/selecting eigenvalues is not "
                               "supported by ourjax")
