@@ -42,6 +42,8 @@ import threading
 import time
 
 
+import numpy as np
+
 from ourjax import _nan_check, core
 from ourjax.array import Array, to_numpy
 from ourjax.config import config
@@ -86,18 +88,30 @@ def _evaluate(prim, avals, params):
   return tuple(out) if prim.multiple_results else out
 
 
+def _unalias(r, raw):
+  """``r``, copied if it shares memory with one of the caller's writable NumPy arrays ``raw``
+  (a rule may return its input or a view of it): an Array never aliases the caller's buffer,
+  and wrapping ``r`` must not make the caller's array read-only."""
+  if type(r) is np.ndarray and r.flags.writeable:
+    for v in raw:
+      if type(v) is np.ndarray and v.flags.writeable and np.may_share_memory(r, v):
+        return r.copy()
+  return r
+
+
 def _run_numpy(prim, args, params, out, rule=None):
   if rule is None:
     rule = impl_rules.get(prim)
     if rule is None:
       raise NotImplementedError(f"no implementation rule for primitive '{prim.name}'")
-  outs = rule(*[a._value if type(a) is Array else to_numpy(a) for a in args], **params)
+  vals = [a._value if type(a) is Array else to_numpy(a) for a in args]
+  outs = rule(*vals, **params)
   if prim.multiple_results:
-    return [Array._from_result(o if type(o) is not Array else o._value, a)
+    return [Array._from_result(_unalias(o, vals) if type(o) is not Array else o._value, a)
             for o, a in zip(outs, out)]
   if type(outs) is Array:      # a rule written with ourjax operations (a wrapper of p.impl)
     outs = outs._value
-  return Array._from_result(outs, out)
+  return Array._from_result(_unalias(outs, vals), out)
 
 
 def apply_rule(prim, rule, args, params):
@@ -146,8 +160,10 @@ def apply(prim, args, params):
   rule = impl_rules.get(prim)
   if rule is None or prim.multiple_results:
     return _run_numpy(prim, args, params, out)
-  if vals is None:
+  if vals is None:     # (some argument is not an Array: it may be the caller's NumPy array)
     vals = [a._npy if type(a) is Array and a._npy is not None else to_numpy(a) for a in args]
+    r = rule(*vals, **params)
+    return Array._from_result(_unalias(r, vals) if type(r) is not Array else r._value, out)
   r = rule(*vals, **params)
   return Array._from_result(r if type(r) is not Array else r._value, out)
 

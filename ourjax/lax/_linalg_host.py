@@ -17,6 +17,7 @@ import numpy as np
 from ourjax import dtypes
 from ourjax.core import Primitive, ShapedArray
 from ourjax.interpreters import ad
+from ourjax.lax._schur_lapack import gees
 from ourjax.lax.linalg import (_check_lapack_dtype, _check_matrix, _flat_batch, _front_batcher,
                                _jnp, _real_dtype)
 
@@ -153,8 +154,9 @@ def schur(x, *, compute_schur_vectors: bool = True, sort_eig_vals: bool = False,
           select_callable=None):
   """Schur decomposition ``x = S T S^H``: ``(T, S)``.  Real input gives the real Schur form
   (T quasi upper triangular, 2 x 2 blocks for complex conjugate eigenvalue pairs), complex input
-  the complex one.  Computed on the host from the eigenvectors (orthonormalized by QR, which
-  keeps each leading set of them an invariant subspace), so ``x`` must be diagonalizable."""
+  the complex one (T upper triangular), both by LAPACK's ``?gees`` algorithm written out in
+  NumPy on the host (``_schur_lapack``: the same T and S as JAX's for small and medium
+  matrices)."""
   if sort_eig_vals or select_callable is not None:
     raise NotImplementedError("lax.linalg.schur: sorting/selecting eigenvalues is not "
                               "supported by ourjax")
@@ -169,44 +171,11 @@ def _schur_abstract_eval(x, *, compute_schur_vectors):
   return [ShapedArray(x.shape, x.dtype), ShapedArray(x.shape, x.dtype)]
 
 
-def _schur_one(a):
-  n = a.shape[0]
-  real = not np.iscomplexobj(a)
-  if n == 0:
-    return a.copy(), np.eye(0, dtype=a.dtype)
-  if not np.all(np.isfinite(a)):
-    return np.full_like(a, np.nan), np.full_like(a, np.nan)
-  w, v = np.linalg.eig(a)
-  if real:     # a real basis: real eigenvectors, and (Re v, Im v) for each conjugate pair
-    # (LAPACK returns the two eigenvalues of a pair next to each other)
-    cols, blocks, j = [], [], 0
-    w = w.astype(np.complex128)
-    while j < n:
-      if abs(w[j].imag) > 0 and j + 1 < n:
-        cols += [v[:, j].real, v[:, j].imag]
-        blocks.append(j)
-        j += 2
-      else:
-        cols.append(v[:, j].real)
-        j += 1
-    basis = np.stack(cols, axis=1)
-  else:
-    basis, blocks = v, []
-  q, _ = np.linalg.qr(basis)
-  q = q.astype(a.dtype)
-  t = np.conj(q.T) @ a @ q
-  mask = np.tril(np.ones((n, n), bool), -1)
-  for j in blocks:
-    mask[j + 1, j] = False
-  t[mask] = 0
-  return t.astype(a.dtype), q
-
-
 def _schur_impl(x, *, compute_schur_vectors):
   flat, _ = _flat_batch(x)
   ts, ss = np.empty_like(flat), np.empty_like(flat)
   for i, a in enumerate(flat):
-    ts[i], ss[i] = _schur_one(a)
+    ts[i], ss[i] = gees(a)
   return [ts.reshape(x.shape), ss.reshape(x.shape)]
 
 

@@ -144,4 +144,5 @@ def as_array(x):
       x, (np.ndarray, np.generic, bool, int, float, complex)):
     return x
   aval = core.get_aval(x)
-  return Array._from_result(np.asarray(x).astype(aval.dtype, copy=False), aval)
+  # (a copy: the Array must neither alias the caller's NumPy array nor make it read-only)
+  return Array._from_result(np.array(x, aval.dtype), aval)

@@ -241,7 +241,10 @@ def _convert_element_type(x, new_dtype, weak_type: bool = False):
   if not isinstance(x, Tracer):
     # a constant converts now, so ``x + 1`` traces to ``add x 1.0:f32[]`` (no convert eqn)
     from ourjax.array import Array, to_numpy
-    v = _convert_impl(to_numpy(x), new_dtype, weak_type)
+    xv = to_numpy(x)
+    v = _convert_impl(xv, new_dtype, weak_type)
+    if isinstance(x, np.ndarray) and np.may_share_memory(v, x):   # (never the caller's array)
+      v = np.array(v)
     return Array._from_result(v, ShapedArray(aval.shape, new_dtype, weak_type))
   return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
 

@@ -233,7 +233,7 @@ cholesky_p.def_abstract_eval(_cholesky_abstract_eval)
 cholesky_p.def_impl(_cholesky_impl)
 ad.jvp_rules[cholesky_p] = _cholesky_jvp
 _front_batcher(cholesky_p)
-_lowering(cholesky_p, alg.cholesky)
+_lowering(cholesky_p, alg.cholesky, widen=True)   # (float32: as accurate as LAPACK's spotrf)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -294,7 +294,9 @@ def _widen(*xs):
 
 
 def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
-  a, b = _widen(a, b)
+  # computed in double precision and rounded once, as the compiled path (``_lowering(...,
+  # widen=True)``): eager and jitted solves agree to the last bit or so
+  a, b = [x.astype(np.complex128 if np.iscomplexobj(x) else np.float64) for x in (a, b)]
   op, op_lower = _op_matrix(a, lower, transpose_a, conjugate_a, unit_diagonal, np)
   if not left_side:          # x op = b  <=>  op^T x^T = b^T
     op, op_lower, b = np.swapaxes(op, -1, -2), not op_lower, np.swapaxes(b, -1, -2)
@@ -355,7 +357,7 @@ triangular_solve_p.def_impl(_triangular_solve_impl)
 ad.defjvp(triangular_solve_p, _triangular_solve_jvp_a, _triangular_solve_jvp_b)
 ad.transpose_rules[triangular_solve_p] = ad._zero_aware_transpose(_triangular_solve_transpose)
 _front_batcher(triangular_solve_p)
-_lowering(triangular_solve_p, alg.triangular_solve)
+_lowering(triangular_solve_p, alg.triangular_solve, widen=True)
 
 
 # ------------------------------------------------------------------------------------------------

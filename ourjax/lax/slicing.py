@@ -810,13 +810,17 @@ batching.batch_rules[gather_p] = _gather_batch
 
 
 def index_take(src, idxs, axes):
-  """``src`` indexed on ``axes`` by the integer arrays ``idxs`` (taken modulo the sizes)."""
+  """``src`` indexed on ``axes`` by the integer arrays ``idxs``, taken modulo the sizes as
+  Python's ``%`` (the floor modulo: -1 is the last index)."""
   axes = tuple(int(a) for a in axes)
   shape = get_aval(src).shape
   indices = _st.concatenate([_st.expand_dims(i, (1,)) for i in idxs], 1)
   i_aval = get_aval(indices)
   sizes = np.array([shape[a] for a in axes], i_aval.dtype)
-  indices = _ew.rem(indices, _st.broadcast_in_dim(sizes, i_aval.shape, (1,)))
+  n = _st.broadcast_in_dim(sizes, i_aval.shape, (1,))
+  indices = _ew.rem(indices, n)
+  if not np.issubdtype(i_aval.dtype, np.unsignedinteger):   # floor modulo: rem's sign -> n's
+    indices = _ew.rem(_ew.add(indices, n), n)
   slice_sizes = list(shape)
   for a in axes:
     slice_sizes[a] = 1

@@ -306,9 +306,15 @@ def _normalized_index(e, dt, wrap=True):
   src = get_aval(v).dtype
   if np.issubdtype(src, np.unsignedinteger) and src.itemsize >= dt.itemsize:
     v = lax.min(v, np.array(min(n, np.iinfo(src).max), src))   # large values stay positive
+  signed = wrap and np.issubdtype(src, np.signedinteger)
+  if signed and n <= np.iinfo(src).max:
+    # negatives counted from the end in the index's own type (n fits it), then converted, as
+    # JAX orders it
+    v = lax.select_n(lax.lt(v, np.zeros((), src)), v, lax.add(v, np.array(n, src)))
+    signed = False
   if src != dt:
     v = lax.convert_element_type(v, dt)
-  if wrap and np.issubdtype(src, np.signedinteger):
+  if signed:
     v = lax.select_n(lax.lt(v, np.zeros((), dt)), v, lax.add(v, np.array(n, dt)))
   return v
 
