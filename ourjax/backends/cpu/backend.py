@@ -496,10 +496,15 @@ class CpuExecutable:
       except IndexError:
         res = new(fixed)
       slots = res[0]
+      held = None
       for i, k in slot_of:
         a = args[k]
-        if type(a) is array_type:
+        t = type(a)
+        if t is array_type:
           a = a._npy if a._npy is not None else a._value
+        elif t is not np.ndarray:      # (a NumPy scalar: its 0-d array, alive until done)
+          a = np.asarray(a)
+          held = (held or []) + [a]
         slots[i] = id(a)
       try:
         outs = [empty(s, d) for s, d in out_specs]
@@ -532,8 +537,11 @@ class CpuExecutable:
       vals = [None] * nslots
       for i, k in slot_of:
         a = args[k]
-        if type(a) is array_type:
+        t = type(a)
+        if t is array_type:
           a = a._npy if a._npy is not None else a._value
+        elif t is not np.ndarray:      # (a NumPy scalar: its 0-d array)
+          a = np.asarray(a)
         vals[i] = a
         slots[i] = id(a)
       outs = []
