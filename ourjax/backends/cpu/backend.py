@@ -784,7 +784,10 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, groups > 0)) \
         if profile else (None, None)
     extra = region_bytes + profiling.counter_bytes(prof_meta)
-    arena = _assign(planner, steps, extra)
+    # (small temporaries of thread 0 in a program with loops live on its stack, where LLVM
+    # keeps them in registers: the kernels beside the entry are inlined into it)
+    stack = _entry.stack_buffers(steps) if not groups else set()
+    arena = _assign(planner, steps, extra, skip=stack)
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
@@ -814,7 +817,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     em = _entry._Emission(planner, steps, arena_slot, groups,
                           OBJECT_MODE, ENTRY_OPTNONE,
                           None if prof_meta is None else (prof_meta["offset"], prof_index),
-                          kernels_done if builds is not None else None)
+                          kernels_done if builds is not None else None, stack)
   # (the pool runs a module with a parallel kernel at the top level or in its control flow)
   parallel = any(s.parallel for s in steps) or em.n_regions > 0
   symbols = list(gemms)

@@ -711,10 +711,11 @@ def _profile_offset(steps) -> int:
   return 16 + 16 * sum(1 for s in steps if s.parallel)
 
 
-def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
+def _assign(planner: Planner, steps, profile_bytes: int = 0, skip=frozenset()) -> int:
   """Give every temporary a place by a first-fit over live ranges: inside an output buffer
   that is not written yet while the temporary lives (``_hosted``), else in the arena; returns
-  the arena size in bytes."""
+  the arena size in bytes.  ``skip``: ids of temporaries placed elsewhere by the backend (the
+  CPU's on the entry's stack), given no place here."""
   from ourjax.backends.llvm.dots import PackBKernel
   header = _control_bytes(steps, profile_bytes)
   first, last = {}, {}
@@ -730,7 +731,7 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
         out_first[k] = loop_start[0] if loop_start else t
         outputs.append(buf)
       return
-    if buf.kind not in ("temp", "scratch"):
+    if buf.kind not in ("temp", "scratch") or id(buf) in skip:
       return
     k = id(buf)
     if k not in first:
