@@ -225,8 +225,7 @@ class Planner:
                                                      "get-tuple-element", "reshape"):
           want.setdefault(e, d)
         elif (isinstance(d, K.Buf) and e.opcode == "get-tuple-element"
-              and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element",
-                                               "conditional")):
+              and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element")):
           want.setdefault(("elem", e.operands[0], e.attrs["index"]), d)
     last_use = self._last_uses(comp)
     self._forwarded = {}
@@ -255,7 +254,10 @@ class Planner:
       elif op == "while":
         vals[instr] = self._plan_while(instr, vals, steps, want, last_use, pos)
       elif op == "conditional":
-        vals[instr] = self._plan_conditional(instr, vals, steps, want.get(instr))
+        w = want.get(instr)
+        if instr.shape.is_tuple:     # (its elements that are results, planned in place)
+          w = tuple(want.get(("elem", instr, k)) for k in range(len(instr.shape.tuple_shapes)))
+        vals[instr] = self._plan_conditional(instr, vals, steps, w)
       else:
         self._group = instr
         try:
@@ -653,6 +655,12 @@ class Planner:
     out = self._new_tree(instr.shape, instr.name, None)
     if isinstance(want, K.Buf):
       out = want
+    elif isinstance(want, tuple) and isinstance(out, tuple):
+      # the branches compute the elements that are results straight into their buffers (not
+      # into temporaries copied there after the conditional); not those a donated argument's
+      # buffer may hold, which a branch may still read
+      out = tuple(w if isinstance(w, K.Buf) and isinstance(o, K.Buf) and not w.donated else o
+                  for w, o in zip(want, out))
     branches = []
     for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
       branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
