@@ -20,7 +20,9 @@ Compilation:
    returns the donated argument's own array for them.
 2. *Buffer assignment* (``llvm/planning.py``: ``_assign``): temporaries get arena offsets by a
    first-fit over their live ranges (64-byte aligned; a buffer used inside a loop lives for the
-   whole loop).
+   whole loop).  In a program with loops whose kernels are beside the entry, the small
+   temporaries only thread 0 touches (a loop's scalar carries and predicate) are allocas of the
+   entry instead (``entry.stack_buffers``), which LLVM keeps in registers across iterations.
 3. *Emission* (``cpu/entry.py``): one function per kernel (noalias pointer parameters, so
    loops vectorize) and the entry ``int ourjax_entry(void** slots, i64 tid, i64 nthreads)``
    calling them in order;
