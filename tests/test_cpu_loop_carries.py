@@ -216,3 +216,49 @@ def test_conditional_results_written_by_the_branches(no_disk_cache):
     got, want = comp(x, F32(p)), _reference(f, x, F32(p))
     for g, w in zip(got, want):
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# loops: the next state over a dying value; a reduction of the next state reads it
+
+
+def test_next_state_computed_over_a_dying_value(no_disk_cache, monkeypatch):
+  """A next state that cannot be computed in its state buffer (it reads the state at other
+  indices, a roll) is computed in the buffer of a value of the body that dies where it is
+  read elementwise, and copied back from there: one loop-sized buffer less than with a next
+  buffer of its own (``share_loop_next`` off); the results are the reference backend's."""
+  def f(x):
+    def body(i, x):
+      t = jnp.exp(-x * x)
+      return jnp.roll(x, 1) * 0.5 + t * jnp.mean(t)
+    return lax.fori_loop(0, 6, body, x)
+  n = 4096
+  x = np.random.default_rng(2).standard_normal(n).astype(F32)
+  comp = _compiled(f, x)
+  shared = comp.memory_analysis().temp_size_in_bytes
+  monkeypatch.setattr(cpu._Planner, "share_loop_next", False)
+  own = _compiled(f, x).memory_analysis().temp_size_in_bytes
+  assert shared <= own - 4 * n, (shared, own)
+  np.testing.assert_allclose(np.asarray(comp(x)), np.asarray(_reference(f, x)), rtol=1e-5,
+                             atol=1e-6)
+
+
+def test_reduction_of_the_next_state_reads_it(no_disk_cache):
+  """A loop body returning a stencil update and a reduction of it (an ODE step and its energy):
+  the fusion pass does not copy the update's computation into the reduction (its result is
+  stored anyway, for the loop: a copy would read all its operands again), so the reduction
+  reads the one buffer; results as the reference backend's."""
+  def f(s):
+    def step(s, _):
+      x, v = s[0], s[1]
+      a = -x - 0.5 * x ** 3 + 0.3 * (jnp.roll(x, 1) + jnp.roll(x, -1) - 2 * x) - 0.1 * v
+      s = s + 0.01 * jnp.stack([v, a])
+      return s, jnp.mean(s[0] * s[0])
+    return lax.scan(step, s, None, length=20)
+  s0 = np.random.default_rng(3).standard_normal((2, 512)).astype(F32) * 0.5
+  comp = _compiled(f, s0)
+  notes = comp._executable.module.notes
+  assert any("stored anyway" in n for n in notes), notes[-5:]
+  got, want = comp(s0), _reference(f, s0)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=1e-5)

@@ -222,6 +222,8 @@ class _Planner(planning.Planner):
   reuse_buffers = True
   #: a dot's pieces read B packed once by a kernel of its own (dots.share_b)
   share_packed_b = True
+  #: a loop's next state computed over a value of the body that dies there, copied back from it
+  share_loop_next = True
 
   def threads(self) -> int:
     return num_threads()

@@ -104,6 +104,10 @@ class Planner:
   reuse_buffers = False
   #: a dot run by several threads packs B once for all its pieces (``dots.share_b``; CPU)
   share_packed_b = False
+  #: a loop body's next state may be computed in the buffer of a value that dies where it is
+  #: read elementwise (``reuse.share_results``) and copied back from there (no next buffer of
+  #: its own; with ``reuse_buffers``, the CPU's: the GPU alternates state and next buffers)
+  share_loop_next = False
 
   def threads(self) -> int:
     return 1
@@ -122,6 +126,9 @@ class Planner:
     #: operands (which then read the value instead: ``reuse.read_only_through``)
     self.clobbered = set()
     self._group = None    # the instruction whose kernels are being planned (for the profiler)
+    #: ids of the loops' next-state buffers that a body's result may be computed elsewhere
+    #: than in (``share_loop_next``), and {id(next buffer): where it was computed instead}
+    self._loop_next, self._next_src = set(), {}
 
   # -- buffers ---------------------------------------------------------------------------------
   def temp(self, dtype, dims, name=""):
@@ -268,10 +275,16 @@ class Planner:
     return steps
 
   def _place(self, steps, src, dst):
-    """Copy the value tree ``src`` into the buffer tree ``dst`` (skipping identical buffers)."""
+    """Copy the value tree ``src`` into the buffer tree ``dst`` (skipping identical buffers).
+    A loop's next state computed in a temporary of the body (``share_loop_next``) is not
+    copied: the copy back to the state reads it there (``_copy_back``)."""
     if isinstance(dst, tuple):
       for a, d in zip(src, dst):
         self._place(steps, a, d)
+      return
+    if (id(dst) in self._loop_next and isinstance(src, K.Buf) and src.kind == "temp"
+        and src is not dst):
+      self._next_src[id(dst)] = src
       return
     if src is not dst:
       self._copy_into(steps, src, dst)
@@ -359,7 +372,8 @@ class Planner:
     shared, planned = [], res
     if self.reuse_buffers and not (op == "scatter" and res is vals[instr.operands[0]]):
       from ourjax.backends.llvm import reuse
-      wanted = {id(w) for w in want.values() if isinstance(w, K.Buf)}
+      wanted = {id(w) for w in want.values()
+                if isinstance(w, K.Buf) and id(w) not in self._loop_next}
       fresh = {id(b) for b in (res if isinstance(res, tuple) else [res])
                if isinstance(b, K.Buf) and b.kind == "temp" and id(b) not in wanted}
       res, shared = reuse.share_results(instr, res, fresh, vals, last_use, pos, comp,
@@ -489,7 +503,11 @@ class Planner:
     own = self._own_index_candidates(body, state, passthrough, forced) \
         if self.state_updates_in_place else set()
     next_tree = self._new_tree(instr.shape, instr.name + ".next")
+    if self.share_loop_next:
+      self._loop_next.update(id(b) for b in _flat(next_tree) if isinstance(b, K.Buf))
     while True:
+      for b in _flat(next_tree):      # (where a planning attempt left a next state: not yet)
+        self._next_src.pop(id(b), None)
       body_out = next_tree
       if isinstance(body_out, tuple):
         body_out = tuple(st if isinstance(st, K.Buf) and (id(st) in in_place or k in passthrough
@@ -499,7 +517,8 @@ class Planner:
       body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
       # copy the next state back (skipping elements the body passes through)
       copies = self._copy_back(body, body_out, state, body_steps)
-      bad = {k for k in own if not self._state_in_place_ok(body_steps, state[k])}
+      bad = {k for k in own
+             if not self._state_in_place_ok(body_steps, state[k], _old_readers(body, k))}
       if not bad:
         break
       # plan the body again with those results in their next buffers
@@ -593,20 +612,27 @@ class Planner:
     return out
 
   @staticmethod
-  def _state_in_place_ok(steps, buf) -> bool:
+  def _state_in_place_ok(steps, buf, old_readers=None) -> bool:
     """Whether ``steps`` (a loop body's, copies back included) may write ``buf`` while also
     reading it: every step that reads it comes before the first that writes it, or the last
     reader is that writer, an elementwise kernel reading ``buf`` only at the index of the
     element it writes (it loads an element's inputs before storing it) or a dot accumulating
     into ``buf``, as a donated parameter's buffer may take its output
-    (``backends/donation.py``)."""
+    (``backends/donation.py``).  ``old_readers``: the body's instructions that read the old
+    state (``_old_readers``); a kernel of another of the body's instructions that reads
+    ``buf`` after the first write reads the new value there (the body's result, computed in
+    ``buf``: a reduction of the next state), which the write does not disturb."""
     from ourjax.backends import donation
     last_read, first_write = -1, math.inf
     for t, s in enumerate(steps):
       r, w = set(), set()
       donation._step_buffers(s, r, w)
       if id(buf) in r:
-        last_read = t
+        group = getattr(getattr(s, "kernel", None), "hlo_group", None)
+        if not (old_readers is not None and t > first_write and id(buf) not in w
+                and group is not None and group.parent is old_readers[0]
+                and group not in old_readers[1]):
+          last_read = t
       if id(buf) in w and first_write == math.inf:
         first_write = t
     if last_read < first_write:
@@ -645,6 +671,7 @@ class Planner:
         return   # passes the state element through unchanged
       if n is s:
         return   # updated in place
+      n = self._next_src.get(id(n), n)     # (computed in a temporary of the body)
       copies.append(K.CopyKernel(self._kname(), n, s))
       self._add_kernel(steps, copies[-1])
     rec(nxt, state, root)
@@ -657,15 +684,40 @@ class Planner:
       out = want
     elif isinstance(want, tuple) and isinstance(out, tuple):
       # the branches compute the elements that are results straight into their buffers (not
-      # into temporaries copied there after the conditional); not those a donated argument's
-      # buffer may hold, which a branch may still read
-      out = tuple(w if isinstance(w, K.Buf) and isinstance(o, K.Buf) and not w.donated else o
-                  for w, o in zip(want, out))
+      # into temporaries copied there after the conditional): an entry output or a loop's
+      # next state, which no branch reads; not a donated argument's buffer or a loop's state
+      out = tuple(w if isinstance(w, K.Buf) and isinstance(o, K.Buf) and (
+          (w.kind == "output" and not w.donated) or id(w) in self._loop_next) else o
+          for w, o in zip(want, out))
     branches = []
     for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
       branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
     steps.append(CondStep(sel, branches, instr.name))
     return out
+
+
+def _old_readers(body, k):
+  """(body, {instructions of ``body`` that read state element ``k`` as it was when the
+  iteration began}): the users of ``get-tuple-element(param, k)`` through the instructions
+  that only alias a buffer (reshapes, tuples and their elements, reshape-only fusions), and
+  anything that passes the state on (loops, conditionals, calls)."""
+  p = body.parameters[0]
+  seen, readers = set(), set()
+  stack = [i for i in body.instructions if i.opcode == "get-tuple-element"
+           and i.operands[0] is p and i.attrs["index"] == k]
+  stack.append(p)       # (the whole state, read as a tuple)
+  while stack:
+    i = stack.pop()
+    if id(i) in seen:
+      continue
+    seen.add(id(i))
+    for u in i.users:
+      if u.opcode in ("reshape", "tuple", "get-tuple-element") or _reshape_view(u) is i:
+        if u.opcode == "get-tuple-element" and i is p and u.attrs["index"] != k:
+          continue
+        stack.append(u)
+      readers.add(u)
+  return body, readers
 
 
 def _dies_at(top, comp, last_use, pos) -> bool:

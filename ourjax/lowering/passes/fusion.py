@@ -806,6 +806,11 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     # copies in all n users read n * extra; one stored result costs its own reads (about
     # extra), its write and n reads of it
     extra, own = _duplicate_read_bytes(P, consumer), nbytes(P.shape)
+    if extra > own and any(u.opcode in _STORING_USERS for u in P.users):
+      # (its result is stored anyway, for a user that takes it from memory: a copy only adds
+      # reads; a loop body's next state read by a reduction of it, say)
+      return no(f"cheap, but stored anyway (read by %{_storing_user(P).name}): a copy would "
+                f"read {extra} bytes of its operands, reading its result {own}")
     if (n_users - 1) * extra > (n_users + 1) * own + KERNEL_BYTES:
       return no(f"cheap, but a copy in each of its {n_users} users would read {extra} bytes of "
                 f"its operands each, more than computing it once and reading its {own}")
@@ -868,6 +873,14 @@ def patches_read_in_place(comp: Computation, consumer: Instruction) -> bool:
   readers = [g for u in consumer.users for g in (u.users if u.opcode == "get-tuple-element"
                                                  else [u])]
   return bool(readers) and all(r.opcode == "dot" or _kind(r) == "kOutput" for r in readers)
+
+
+#: Users that take an operand from memory whatever is fused (its result is stored anyway).
+_STORING_USERS = ("tuple", "while", "conditional")
+
+
+def _storing_user(p: Instruction) -> Instruction:
+  return next(u for u in p.users if u.opcode in _STORING_USERS)
 
 
 def _duplicate_read_bytes(producer: Instruction, consumer: Instruction) -> int:
