@@ -37,7 +37,10 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
   kernel that stores it.  Broadcasts, reshapes and
   slices are copied; an add of two arrays is copied into at most three users.  (Copied
   without that bound, a transformer's residual stream went through every layer, and each
-  layer-norm read all the earlier layers' outputs.)  An expensive producer
+  layer-norm read all the earlier layers' outputs.)  A producer stored anyway (read by a
+  tuple, a loop or a conditional: a loop body's next state) is not copied where the copy
+  reads more bytes than its result (a reduction of the next state reads the state, not all
+  the operands of its update).  An expensive producer
   (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...)
   is never duplicated;
 * an expensive producer is not fused where the consumer reads each of its elements many times
