@@ -262,3 +262,26 @@ def test_reduction_of_the_next_state_reads_it(no_disk_cache):
   got, want = comp(s0), _reference(f, s0)
   for g, w in zip(got, want):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=1e-5)
+
+
+def test_state_updated_in_place_when_later_kernels_read_the_new_state(no_disk_cache,
+                                                                       monkeypatch):
+  """A scan whose next state is elementwise in the state and also reduced (a slice of it: a
+  kernel of its own after the update): the reduction reads the new state where the update
+  wrote it, so the state is updated in place (no next buffer, no copy back), which the plan
+  that counts every later reader as reading the old state could not do."""
+  def f(x):
+    def step(x, _):
+      x = jnp.tanh(x * 0.9 + 0.1)
+      return x, jnp.mean(x[0] * x[0])
+    return lax.scan(step, x, None, length=8)
+  x = np.random.default_rng(4).standard_normal((2, 2048)).astype(F32)
+  comp = _compiled(f, x)
+  in_place = comp.memory_analysis().temp_size_in_bytes
+  from ourjax.backends.llvm import planning
+  monkeypatch.setattr(planning, "_old_readers", lambda body, k: None)
+  copied = _compiled(f, x).memory_analysis().temp_size_in_bytes
+  assert in_place <= copied - x.nbytes, (in_place, copied)
+  got, want = comp(x), _reference(f, x)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)

@@ -9,8 +9,8 @@
    around the steps of their computations (a loop's next state is computed in its state
    buffer where the body allows, else in a buffer of its own or, on the CPU, over a value of
    the body that dies where it is read elementwise, and copied back).  Values that are outputs
-   are computed straight into the output buffers; a ``dynamic-update-slice`` whose operand is a temporary at its last use
-   updates that buffer in place; outputs of a donating call are planned into their parameters'
+   are computed straight into the output buffers; a ``dynamic-update-slice`` whose operand is
+   a temporary at its last use updates that buffer in place; outputs of a donating call are planned into their parameters'
    buffers (``plan_entry``, ``backends/donation.py``).  With ``reuse_buffers`` (the CPU's), a
    value read only elementwise by the group where it dies shares its buffer with that group's
    result, or is computed in the output that result goes to (``llvm/reuse.py``).
