@@ -285,3 +285,26 @@ def test_state_updated_in_place_when_later_kernels_read_the_new_state(no_disk_ca
   got, want = comp(x), _reference(f, x)
   for g, w in zip(got, want):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.permutations([0, 1, 2]), st.integers(1, 5))
+def test_loops_permuting_their_state(perm, steps):
+  """A body that returns its state elements in another order (threefry's rotating keys), some
+  of them updated over values of the body: the copies back read every element before any is
+  overwritten (the next state of a permuted element is not taken from the state in place)."""
+  def f(a, b, c):
+    def body(i, s):
+      t = jnp.exp(-s[0] * s[0])            # (a value of the body: the next state over it)
+      new = (s[perm[0]], s[perm[1]] + 1.0, jnp.roll(s[perm[2]], 1) * 0.5 + t * jnp.mean(t))
+      return new
+    return lax.fori_loop(0, steps, body, (a, b, c))
+  rng = np.random.default_rng(5)
+  xs = [rng.standard_normal(64).astype(F32) for _ in range(3)]
+  got = ourjax.jit(f)(*xs)
+  s = [x.astype(np.float64) for x in xs]
+  for _ in range(steps):
+    t = np.exp(-s[0] * s[0])
+    s = [s[perm[0]], s[perm[1]] + 1.0, np.roll(s[perm[2]], 1) * 0.5 + t * t.mean()]
+  for g, w in zip(got, s):
+    np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)

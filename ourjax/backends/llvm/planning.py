@@ -130,7 +130,8 @@ class Planner:
     self._group = None    # the instruction whose kernels are being planned (for the profiler)
     #: ids of the loops' next-state buffers that a body's result may be computed elsewhere
     #: than in (``share_loop_next``), and {id(next buffer): where it was computed instead}
-    self._loop_next, self._next_src = set(), {}
+    self._loop_next, self._next_src = {}, {}     # (ids kept alive: never reused)
+    self._body_starts = []     # (where the temporaries of the loop bodies being planned start)
 
   # -- buffers ---------------------------------------------------------------------------------
   def temp(self, dtype, dims, name=""):
@@ -285,7 +286,10 @@ class Planner:
         self._place(steps, a, d)
       return
     if (id(dst) in self._loop_next and isinstance(src, K.Buf) and src.kind == "temp"
-        and src is not dst):
+        and src is not dst and self._body_starts
+        and any(t is src for t in self.temps[self._body_starts[-1]:])):
+      # (a value of the body, not the state: a body permuting its state elements needs its
+      # next buffers, or copying back would overwrite a state element before it is read)
       self._next_src[id(dst)] = src
       return
     if src is not dst:
@@ -506,7 +510,7 @@ class Planner:
         if self.state_updates_in_place else set()
     next_tree = self._new_tree(instr.shape, instr.name + ".next")
     if self.share_loop_next:
-      self._loop_next.update(id(b) for b in _flat(next_tree) if isinstance(b, K.Buf))
+      self._loop_next.update((id(b), b) for b in _flat(next_tree) if isinstance(b, K.Buf))
     while True:
       for b in _flat(next_tree):      # (where a planning attempt left a next state: not yet)
         self._next_src.pop(id(b), None)
@@ -516,7 +520,11 @@ class Planner:
                                                           or k in own)
                          else bo for k, (st, bo) in enumerate(zip(state, body_out)))
       mark = (len(self.kernels), len(self.temps))
-      body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
+      self._body_starts.append(mark[1])
+      try:
+        body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
+      finally:
+        self._body_starts.pop()
       # copy the next state back (skipping elements the body passes through)
       copies = self._copy_back(body, body_out, state, body_steps)
       bad = {k for k in own

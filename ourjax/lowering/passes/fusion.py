@@ -37,9 +37,10 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
   kernel that stores it.  Broadcasts, reshapes and
   slices are copied; an add of two arrays is copied into at most three users.  (Copied
   without that bound, a transformer's residual stream went through every layer, and each
-  layer-norm read all the earlier layers' outputs.)  A producer stored anyway (read by a
-  tuple, a loop or a conditional: a loop body's next state) is not copied where the copy
-  reads more bytes than its result (a reduction of the next state reads the state, not all
+  layer-norm read all the earlier layers' outputs.)  Where the backend asks
+  (``Module.read_stored``: the CPU), a producer stored anyway (read by a tuple, a loop or a
+  conditional: a loop body's next state) is not copied where the copy reads more bytes than
+  its result (a reduction of the next state reads the state, not all
   the operands of its update).  An expensive producer
   (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...)
   is never duplicated;
@@ -809,7 +810,8 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     # copies in all n users read n * extra; one stored result costs its own reads (about
     # extra), its write and n reads of it
     extra, own = _duplicate_read_bytes(P, consumer), nbytes(P.shape)
-    if extra > own and any(u.opcode in _STORING_USERS for u in P.users):
+    if (extra > own and getattr(comp.module, "read_stored", False)
+        and any(u.opcode in _STORING_USERS for u in P.users)):
       # (its result is stored anyway, for a user that takes it from memory: a copy only adds
       # reads; a loop body's next state read by a reduction of it, say)
       return no(f"cheap, but stored anyway (read by %{_storing_user(P).name}): a copy would "
