@@ -40,8 +40,8 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
   layer-norm read all the earlier layers' outputs.)  Where the backend asks
   (``Module.read_stored``: the CPU), a producer stored anyway (read by a tuple, a loop or a
   conditional: a loop body's next state) is not copied where the copy reads more bytes than
-  its result (a reduction of the next state reads the state, not all
-  the operands of its update).  An expensive producer
+  its result (a reduction of the next state reads the state, not all the operands of its
+  update).  An expensive producer
   (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...)
   is never duplicated;
 * an expensive producer is not fused where the consumer reads each of its elements many times
