@@ -391,9 +391,9 @@ class JitWrapped:
   # -- calling ---------------------------------------------------------------------------------
 
   def __call__(self, *args, **kwargs):
-    # Fast path: positional NumPy/ourjax arrays (or pytrees of them: a training step's
-    # parameters) of a signature seen before, nothing traced: one dictionary lookup, then the
-    # executable's own call (no avals, no general signature).
+    # Fast path: positional NumPy/ourjax arrays and NumPy scalars (or pytrees of them: a
+    # training step's parameters) of a signature seen before, nothing traced: one dictionary
+    # lookup, then the executable's own call (no avals, no general signature).
     fkey = None
     if not kwargs and not self._no_fast and core.nothing_traced():
       flat, tdef = args, None
@@ -584,7 +584,8 @@ def _exhausted_in(e, closed: core.ClosedJaxpr, fun):
 
 def _fast_signature(xs):
   """The fast path's key of arguments ``xs``: (shape, dtype[, weak type]) of each, or None
-  when one is not an Array or NumPy array (or is an Array without a value or type yet).
+  when one is not an Array, NumPy array or NumPy scalar (or is an Array without a value or
+  type yet).
   (It keeps no argument's value alive: a donated one has no other owner.)"""
   sig = []
   for a in xs:
@@ -598,6 +599,8 @@ def _fast_signature(xs):
       sig.append((v.shape, v.dtype, a.weak_type))
     elif t is np.ndarray:
       sig.append((a.shape, a.dtype))
+    elif isinstance(a, np.generic) and a.dtype.kind in "biufc":
+      sig.append(((), a.dtype))     # (a NumPy scalar: typed as its 0-d array)
     else:
       return None
   return tuple(sig)

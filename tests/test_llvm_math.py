@@ -1013,3 +1013,57 @@ def test_outlined_scalar_trig_branches_to_the_huge_argument_reduction(dtype):
     err = ulp_error(got, reference(name, dtype, x), dtype)
     i = int(np.argmax(err))
     assert err[i] <= BOUNDS[name][0], (name, x[i], err[i])
+
+
+def _outlined_scalar_kernel(name, tag):
+  """A loop calling the out-of-line scalar ``name`` (``emitter.MathLib``, no vector variants:
+  every element through the scalar function, as scalar work in a while loop calls it)."""
+  from ourjax.backends.llvm import emitter
+  mod = jit.new_module(f"outlined_{name}_{tag}")
+  emitter.MathLib(mod).define_all(name, tag, 1)
+  f = mod.globals[f"ojx_m_{name}_{tag}"]
+  fty = f.function_type.return_type
+  i64 = ir.IntType(64)
+  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fty.as_pointer(), fty.as_pointer()]),
+                   "k")
+  entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+  b = ir.IRBuilder(entry)
+  b.cbranch(b.icmp_signed(">", fn.args[0], ir.Constant(i64, 0)), loop, done)
+  b.position_at_end(loop)
+  i = b.phi(i64)
+  i.add_incoming(ir.Constant(i64, 0), entry)
+  b.store(b.call(f, [b.load(b.gep(fn.args[1], [i]))]), b.gep(fn.args[2], [i]))
+  i2 = b.add(i, ir.Constant(i64, 1))
+  i.add_incoming(i2, b.block)
+  b.cbranch(b.icmp_signed("<", i2, fn.args[0]), loop, done)
+  b.position_at_end(done)
+  b.ret_void()
+  text = str(mod)
+  cm = jit.compile_module(mod, ["k"])
+  return text, cm, cm.ctypes_function("k", None, [ctypes.c_int64] + [ctypes.c_void_p] * 2)
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_outlined_scalar_float32_sin_cos_paths(name):
+  """The out-of-line scalar float32 sin/cos branch three ways (|x| < pi/4: no reduction;
+  < 2^24: two FMAs; the rest: the full reduction) and keep the accuracy bound on every path
+  (the samples of ``test_unary_accuracy``, arguments around pi/4 and 2^24, specials)."""
+  text, _cm, k = _outlined_scalar_kernel(name, "f32")
+  scalar = text[text.index('@"ojx_m_%s_f32"(' % name):]
+  scalar = scalar[:scalar.index("\n}")]
+  for blk in ("sincos.small", "sincos.medium", "sincos.full", "trig.huge"):
+    assert blk in scalar, blk
+  rng = np.random.default_rng(11)
+  x = np.concatenate([
+      samples(name, F32, n=20000, seed=7),
+      (np.pi / 4 * (1 + rng.uniform(-1e-6, 1e-6, 2000))).astype(F32),
+      (2.0 ** 24 * (1 + rng.uniform(-1e-6, 1e-6, 2000))).astype(F32),
+      np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-38], F32)])
+  x = np.concatenate([x, -x])
+  out = np.empty_like(x)
+  k(x.size, x.ctypes.data, out.ctypes.data)
+  err = ulp_error(out, reference(name, F32, x), F32)
+  i = int(np.argmax(err))
+  assert err[i] <= BOUNDS[name][0], (x[i], out[i], err[i])
+  # the scalar function and the vectorized inline version agree to within an ulp
+  np.testing.assert_allclose(out, run(name, F32, x), rtol=2.5e-7, atol=1e-45)

@@ -340,6 +340,7 @@ def _compile_lowering(lowering, closed, backend, donation=None):
   def optimized(m):
     if name == "cpu":
       m.fused_attention = cpu_fused_attention
+      m.read_stored = True
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())

@@ -494,6 +494,9 @@ class Module:
   16-byte copies: ``conv_to_dot`` zero-pads fewer channels);
   ``dot_epilogues``: the backend runs a dot's elementwise consumers in the dot's kernel (its
   epilogue), so fusion stores such an epilogue's result rather than copying it into its users;
+  ``read_stored``: fusion copies no producer stored anyway (a tuple's or a loop's operand) into
+  a consumer where the copy reads more than the stored result (the CPU's; the GPU keeps such
+  consumers independent of the producer, to launch them side by side);
   ``fused_attention``: None, or ``refuses(dtype, q_dims, k_dims, v_dims, dots) -> reason |
   None`` when the backend
   computes ``attention`` instructions in one kernel (``passes/attention.py`` makes them where
@@ -510,6 +513,7 @@ class Module:
     self.patches_in_place = False
     self.patch_channel_bytes = 1
     self.dot_epilogues = False
+    self.read_stored = False
     self.fused_attention = None
     self.fused_attention_grad = None
 
@@ -616,6 +620,7 @@ class Module:
     new.patches_in_place = self.patches_in_place
     new.patch_channel_bytes = self.patch_channel_bytes
     new.dot_epilogues = self.dot_epilogues
+    new.read_stored = self.read_stored
     new.fused_attention = self.fused_attention
     new.fused_attention_grad = self.fused_attention_grad
     comp_map: dict[Computation, Computation] = {}

@@ -20,7 +20,9 @@ Compilation:
    returns the donated argument's own array for them.
 2. *Buffer assignment* (``llvm/planning.py``: ``_assign``): temporaries get arena offsets by a
    first-fit over their live ranges (64-byte aligned; a buffer used inside a loop lives for the
-   whole loop).
+   whole loop).  In a program with loops whose kernels are beside the entry, the small
+   temporaries only thread 0 touches (a loop's scalar carries and predicate) are allocas of the
+   entry instead (``entry.stack_buffers``), which LLVM keeps in registers across iterations.
 3. *Emission* (``cpu/entry.py``): one function per kernel (noalias pointer parameters, so
    loops vectorize) and the entry ``int ourjax_entry(void** slots, i64 tid, i64 nthreads)``
    calling them in order;
@@ -220,6 +222,8 @@ class _Planner(planning.Planner):
   reuse_buffers = True
   #: a dot's pieces read B packed once by a kernel of its own (dots.share_b)
   share_packed_b = True
+  #: a loop's next state computed over a value of the body that dies there, copied back from it
+  share_loop_next = True
 
   def threads(self) -> int:
     return num_threads()
@@ -496,10 +500,15 @@ class CpuExecutable:
       except IndexError:
         res = new(fixed)
       slots = res[0]
+      held = None
       for i, k in slot_of:
         a = args[k]
-        if type(a) is array_type:
+        t = type(a)
+        if t is array_type:
           a = a._npy if a._npy is not None else a._value
+        elif t is not np.ndarray:      # (a NumPy scalar: its 0-d array, alive until done)
+          a = np.asarray(a)
+          held = (held or []) + [a]
         slots[i] = id(a)
       try:
         outs = [empty(s, d) for s, d in out_specs]
@@ -532,8 +541,11 @@ class CpuExecutable:
       vals = [None] * nslots
       for i, k in slot_of:
         a = args[k]
-        if type(a) is array_type:
+        t = type(a)
+        if t is array_type:
           a = a._npy if a._npy is not None else a._value
+        elif t is not np.ndarray:      # (a NumPy scalar: its 0-d array)
+          a = np.asarray(a)
         vals[i] = a
         slots[i] = id(a)
       outs = []
@@ -776,7 +788,10 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, groups > 0)) \
         if profile else (None, None)
     extra = region_bytes + profiling.counter_bytes(prof_meta)
-    arena = _assign(planner, steps, extra)
+    # (small temporaries of thread 0 in a program with loops live on its stack, where LLVM
+    # keeps them in registers: the kernels beside the entry are inlined into it)
+    stack = _entry.stack_buffers(steps) if not groups else set()
+    arena = _assign(planner, steps, extra, skip=stack)
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
@@ -806,7 +821,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     em = _entry._Emission(planner, steps, arena_slot, groups,
                           OBJECT_MODE, ENTRY_OPTNONE,
                           None if prof_meta is None else (prof_meta["offset"], prof_index),
-                          kernels_done if builds is not None else None)
+                          kernels_done if builds is not None else None, stack)
   # (the pool runs a module with a parallel kernel at the top level or in its control flow)
   parallel = any(s.parallel for s in steps) or em.n_regions > 0
   symbols = list(gemms)

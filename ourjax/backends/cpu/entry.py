@@ -52,7 +52,7 @@ from ourjax.backends.llvm.kernel_key import kernel_key
 from ourjax.backends.llvm.planning import CondStep, KernelStep, WhileStep
 
 __all__ = ["ENTRY", "OBJECT_MODE", "WAIT_SPINS", "REGION_BYTES", "regions", "control_bytes",
-           "has_loops"]
+           "has_loops", "stack_buffers"]
 
 ENTRY = "ourjax_entry"
 
@@ -151,6 +151,57 @@ def has_loops(steps) -> bool:
     if isinstance(s, CondStep) and any(has_loops(b) for b in s.branches):
       return True
   return False
+
+
+#: Largest temporary that lives on thread 0's stack instead of in the arena (``stack_buffers``).
+STACK_MAX_BYTES = 64
+#: Most bytes of such temporaries in one entry.
+STACK_TOTAL_BYTES = 4096
+
+
+def stack_buffers(steps) -> set:
+  """ids of the small temporaries that live in the entry's own stack frame (allocas) rather
+  than in the arena: a program with loops whose kernels are beside the entry (inlined into
+  it), temporaries of at most ``STACK_MAX_BYTES`` that only thread 0 touches (serial kernels,
+  loop predicates, conditional selectors; never a parallel kernel's, whose pieces other
+  threads run).  LLVM then keeps a loop's scalar carry, its predicate and the values between
+  its kernels in registers: in the arena, a store to one buffer may alias a load of another,
+  so every iteration stored its state and loaded it again."""
+  if not has_loops(steps):
+    return set()
+  bad, small = set(), {}
+
+  def note(buf, serial):
+    if buf.kind != "temp" or buf.slot_bytes is not None or buf.nbytes > STACK_MAX_BYTES:
+      return
+    small[id(buf)] = buf
+    if not serial:
+      bad.add(id(buf))
+
+  def walk(steps):
+    for s in steps:
+      if isinstance(s, KernelStep):
+        for buf in s.kernel.buffers:
+          note(buf, not s.kernel.parallel)
+      elif isinstance(s, WhileStep):
+        note(s.pred, True)
+        walk(s.cond_steps)
+        walk(s.body_steps)
+      elif isinstance(s, CondStep):
+        note(s.selector, True)
+        for br in s.branches:
+          walk(br)
+  walk(steps)
+  out, total = set(), 0
+  for k, buf in small.items():
+    if k in bad:
+      continue
+    size = (max(buf.nbytes, 1) + 7) // 8 * 8
+    if total + size > STACK_TOTAL_BYTES:
+      break
+    total += size
+    out.add(k)
+  return out
 
 
 def _inner_parallel(steps, apart: bool) -> bool:
@@ -430,7 +481,7 @@ class _Emission:
   compiling a module while the next ones and the entry are emitted)."""
 
   def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
-               optnone: bool, profile=None, kernels_done=None):
+               optnone: bool, profile=None, kernels_done=None, stack=frozenset()):
     import llvmlite.ir as ir
     from ourjax.backends.cpu import jit
     self.ir = ir
@@ -556,6 +607,7 @@ class _Emission:
     self.arena = b.load(b.gep(args, [E.i64(arena_slot)]))
     self.ctl = b.bitcast(self.arena, E.I32.as_pointer())
     self.ptr_cache = {}
+    self.stack = stack      # ids of the temporaries on thread 0's stack (stack_buffers)
     self.data = {}
     if object_mode:
       # slots of parameters and outputs hold NumPy array objects: read their data pointers,
@@ -603,6 +655,15 @@ class _Emission:
       raw = self.data[buf.slot]
     elif buf.kind in ("param", "output", "const"):
       raw = b.load(b.gep(self.args, [E.i64(buf.slot)]))
+    elif id(buf) in self.stack:    # (an alloca of the entry's frame, in its first block)
+      first = b.function.entry_basic_block
+      if first.instructions:
+        b.position_before(first.instructions[0])
+      else:
+        b.position_at_start(first)
+      raw = b.alloca(self.ir.ArrayType(E.I8, max(buf.nbytes, 1)))
+      raw.align = 64
+      raw = b.bitcast(raw, E.I8.as_pointer())
     elif buf.home is not None:     # (a temporary inside an output not yet written)
       home = self.data.get(buf.home)
       if home is None:

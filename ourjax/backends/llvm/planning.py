@@ -6,9 +6,11 @@
    executable, everything else is a temporary in one *arena*.  ``reshape``,
    ``get-tuple-element`` and ``tuple`` are aliases; each fusion or other op becomes kernels
    (``kernels.GroupPlanner``); ``while`` and ``conditional`` become ``WhileStep``/``CondStep``
-   around the steps of their computations.  Values that are outputs are computed straight into
-   the output buffers; a ``dynamic-update-slice`` whose operand is a temporary at its last use
-   updates that buffer in place; outputs of a donating call are planned into their parameters'
+   around the steps of their computations (a loop's next state is computed in its state
+   buffer where the body allows, else in a buffer of its own or, on the CPU, over a value of
+   the body that dies where it is read elementwise, and copied back).  Values that are outputs
+   are computed straight into the output buffers; a ``dynamic-update-slice`` whose operand is
+   a temporary at its last use updates that buffer in place; outputs of a donating call are planned into their parameters'
    buffers (``plan_entry``, ``backends/donation.py``).  With ``reuse_buffers`` (the CPU's), a
    value read only elementwise by the group where it dies shares its buffer with that group's
    result, or is computed in the output that result goes to (``llvm/reuse.py``).
@@ -104,6 +106,10 @@ class Planner:
   reuse_buffers = False
   #: a dot run by several threads packs B once for all its pieces (``dots.share_b``; CPU)
   share_packed_b = False
+  #: a loop body's next state may be computed in the buffer of a value that dies where it is
+  #: read elementwise (``reuse.share_results``) and copied back from there (no next buffer of
+  #: its own; with ``reuse_buffers``, the CPU's: the GPU alternates state and next buffers)
+  share_loop_next = False
 
   def threads(self) -> int:
     return 1
@@ -122,6 +128,10 @@ class Planner:
     #: operands (which then read the value instead: ``reuse.read_only_through``)
     self.clobbered = set()
     self._group = None    # the instruction whose kernels are being planned (for the profiler)
+    #: ids of the loops' next-state buffers that a body's result may be computed elsewhere
+    #: than in (``share_loop_next``), and {id(next buffer): where it was computed instead}
+    self._loop_next, self._next_src = {}, {}     # (ids kept alive: never reused)
+    self._body_starts = []     # (where the temporaries of the loop bodies being planned start)
 
   # -- buffers ---------------------------------------------------------------------------------
   def temp(self, dtype, dims, name=""):
@@ -225,8 +235,7 @@ class Planner:
                                                      "get-tuple-element", "reshape"):
           want.setdefault(e, d)
         elif (isinstance(d, K.Buf) and e.opcode == "get-tuple-element"
-              and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element",
-                                               "conditional")):
+              and e.operands[0].opcode not in ("parameter", "tuple", "get-tuple-element")):
           want.setdefault(("elem", e.operands[0], e.attrs["index"]), d)
     last_use = self._last_uses(comp)
     self._forwarded = {}
@@ -255,7 +264,10 @@ class Planner:
       elif op == "while":
         vals[instr] = self._plan_while(instr, vals, steps, want, last_use, pos)
       elif op == "conditional":
-        vals[instr] = self._plan_conditional(instr, vals, steps, want.get(instr))
+        w = want.get(instr)
+        if instr.shape.is_tuple:     # (its elements that are results, planned in place)
+          w = tuple(want.get(("elem", instr, k)) for k in range(len(instr.shape.tuple_shapes)))
+        vals[instr] = self._plan_conditional(instr, vals, steps, w)
       else:
         self._group = instr
         try:
@@ -266,10 +278,19 @@ class Planner:
     return steps
 
   def _place(self, steps, src, dst):
-    """Copy the value tree ``src`` into the buffer tree ``dst`` (skipping identical buffers)."""
+    """Copy the value tree ``src`` into the buffer tree ``dst`` (skipping identical buffers).
+    A loop's next state computed in a temporary of the body (``share_loop_next``) is not
+    copied: the copy back to the state reads it there (``_copy_back``)."""
     if isinstance(dst, tuple):
       for a, d in zip(src, dst):
         self._place(steps, a, d)
+      return
+    if (id(dst) in self._loop_next and isinstance(src, K.Buf) and src.kind == "temp"
+        and src is not dst and self._body_starts
+        and any(t is src for t in self.temps[self._body_starts[-1]:])):
+      # (a value of the body, not the state: a body permuting its state elements needs its
+      # next buffers, or copying back would overwrite a state element before it is read)
+      self._next_src[id(dst)] = src
       return
     if src is not dst:
       self._copy_into(steps, src, dst)
@@ -357,7 +378,8 @@ class Planner:
     shared, planned = [], res
     if self.reuse_buffers and not (op == "scatter" and res is vals[instr.operands[0]]):
       from ourjax.backends.llvm import reuse
-      wanted = {id(w) for w in want.values() if isinstance(w, K.Buf)}
+      wanted = {id(w) for w in want.values()
+                if isinstance(w, K.Buf) and id(w) not in self._loop_next}
       fresh = {id(b) for b in (res if isinstance(res, tuple) else [res])
                if isinstance(b, K.Buf) and b.kind == "temp" and id(b) not in wanted}
       res, shared = reuse.share_results(instr, res, fresh, vals, last_use, pos, comp,
@@ -487,17 +509,26 @@ class Planner:
     own = self._own_index_candidates(body, state, passthrough, forced) \
         if self.state_updates_in_place else set()
     next_tree = self._new_tree(instr.shape, instr.name + ".next")
+    if self.share_loop_next:
+      self._loop_next.update((id(b), b) for b in _flat(next_tree) if isinstance(b, K.Buf))
     while True:
+      for b in _flat(next_tree):      # (where a planning attempt left a next state: not yet)
+        self._next_src.pop(id(b), None)
       body_out = next_tree
       if isinstance(body_out, tuple):
         body_out = tuple(st if isinstance(st, K.Buf) and (id(st) in in_place or k in passthrough
                                                           or k in own)
                          else bo for k, (st, bo) in enumerate(zip(state, body_out)))
       mark = (len(self.kernels), len(self.temps))
-      body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
+      self._body_starts.append(mark[1])
+      try:
+        body_steps = self.plan_computation(body, [state], body_out, direct=True, forced=forced)
+      finally:
+        self._body_starts.pop()
       # copy the next state back (skipping elements the body passes through)
       copies = self._copy_back(body, body_out, state, body_steps)
-      bad = {k for k in own if not self._state_in_place_ok(body_steps, state[k])}
+      bad = {k for k in own
+             if not self._state_in_place_ok(body_steps, state[k], _old_readers(body, k))}
       if not bad:
         break
       # plan the body again with those results in their next buffers
@@ -591,20 +622,27 @@ class Planner:
     return out
 
   @staticmethod
-  def _state_in_place_ok(steps, buf) -> bool:
+  def _state_in_place_ok(steps, buf, old_readers=None) -> bool:
     """Whether ``steps`` (a loop body's, copies back included) may write ``buf`` while also
     reading it: every step that reads it comes before the first that writes it, or the last
     reader is that writer, an elementwise kernel reading ``buf`` only at the index of the
     element it writes (it loads an element's inputs before storing it) or a dot accumulating
     into ``buf``, as a donated parameter's buffer may take its output
-    (``backends/donation.py``)."""
+    (``backends/donation.py``).  ``old_readers``: the body's instructions that read the old
+    state (``_old_readers``); a kernel of another of the body's instructions that reads
+    ``buf`` after the first write reads the new value there (the body's result, computed in
+    ``buf``: a reduction of the next state), which the write does not disturb."""
     from ourjax.backends import donation
     last_read, first_write = -1, math.inf
     for t, s in enumerate(steps):
       r, w = set(), set()
       donation._step_buffers(s, r, w)
       if id(buf) in r:
-        last_read = t
+        group = getattr(getattr(s, "kernel", None), "hlo_group", None)
+        if not (old_readers is not None and t > first_write and id(buf) not in w
+                and group is not None and group.parent is old_readers[0]
+                and group not in old_readers[1]):
+          last_read = t
       if id(buf) in w and first_write == math.inf:
         first_write = t
     if last_read < first_write:
@@ -643,6 +681,7 @@ class Planner:
         return   # passes the state element through unchanged
       if n is s:
         return   # updated in place
+      n = self._next_src.get(id(n), n)     # (computed in a temporary of the body)
       copies.append(K.CopyKernel(self._kname(), n, s))
       self._add_kernel(steps, copies[-1])
     rec(nxt, state, root)
@@ -653,11 +692,42 @@ class Planner:
     out = self._new_tree(instr.shape, instr.name, None)
     if isinstance(want, K.Buf):
       out = want
+    elif isinstance(want, tuple) and isinstance(out, tuple):
+      # the branches compute the elements that are results straight into their buffers (not
+      # into temporaries copied there after the conditional): an entry output or a loop's
+      # next state, which no branch reads; not a donated argument's buffer or a loop's state
+      out = tuple(w if isinstance(w, K.Buf) and isinstance(o, K.Buf) and (
+          (w.kind == "output" and not w.donated) or id(w) in self._loop_next) else o
+          for w, o in zip(want, out))
     branches = []
     for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
       branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
     steps.append(CondStep(sel, branches, instr.name))
     return out
+
+
+def _old_readers(body, k):
+  """(body, {instructions of ``body`` that read state element ``k`` as it was when the
+  iteration began}): the users of ``get-tuple-element(param, k)`` through the instructions
+  that only alias a buffer (reshapes, tuples and their elements, reshape-only fusions), and
+  anything that passes the state on (loops, conditionals, calls)."""
+  p = body.parameters[0]
+  seen, readers = set(), set()
+  stack = [i for i in body.instructions if i.opcode == "get-tuple-element"
+           and i.operands[0] is p and i.attrs["index"] == k]
+  stack.append(p)       # (the whole state, read as a tuple)
+  while stack:
+    i = stack.pop()
+    if id(i) in seen:
+      continue
+    seen.add(id(i))
+    for u in i.users:
+      if u.opcode in ("reshape", "tuple", "get-tuple-element") or _reshape_view(u) is i:
+        if u.opcode == "get-tuple-element" and i is p and u.attrs["index"] != k:
+          continue
+        stack.append(u)
+      readers.add(u)
+  return body, readers
 
 
 def _dies_at(top, comp, last_use, pos) -> bool:
@@ -711,10 +781,11 @@ def _profile_offset(steps) -> int:
   return 16 + 16 * sum(1 for s in steps if s.parallel)
 
 
-def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
+def _assign(planner: Planner, steps, profile_bytes: int = 0, skip=frozenset()) -> int:
   """Give every temporary a place by a first-fit over live ranges: inside an output buffer
   that is not written yet while the temporary lives (``_hosted``), else in the arena; returns
-  the arena size in bytes."""
+  the arena size in bytes.  ``skip``: ids of temporaries placed elsewhere by the backend (the
+  CPU's on the entry's stack), given no place here."""
   from ourjax.backends.llvm.dots import PackBKernel
   header = _control_bytes(steps, profile_bytes)
   first, last = {}, {}
@@ -730,7 +801,7 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0) -> int:
         out_first[k] = loop_start[0] if loop_start else t
         outputs.append(buf)
       return
-    if buf.kind not in ("temp", "scratch"):
+    if buf.kind not in ("temp", "scratch") or id(buf) in skip:
       return
     k = id(buf)
     if k not in first:

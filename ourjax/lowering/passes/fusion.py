@@ -37,7 +37,11 @@ recorded on the module with its reason (``module.note("fusion", ...)``):
   kernel that stores it.  Broadcasts, reshapes and
   slices are copied; an add of two arrays is copied into at most three users.  (Copied
   without that bound, a transformer's residual stream went through every layer, and each
-  layer-norm read all the earlier layers' outputs.)  An expensive producer
+  layer-norm read all the earlier layers' outputs.)  Where the backend asks
+  (``Module.read_stored``: the CPU), a producer stored anyway (read by a tuple, a loop or a
+  conditional: a loop body's next state) is not copied where the copy reads more bytes than
+  its result (a reduction of the next state reads the state, not all the operands of its
+  update).  An expensive producer
   (``is_expensive``: transcendental functions, divide, power, dot, reduce, large gathers, ...)
   is never duplicated;
 * an expensive producer is not fused where the consumer reads each of its elements many times
@@ -806,6 +810,12 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     # copies in all n users read n * extra; one stored result costs its own reads (about
     # extra), its write and n reads of it
     extra, own = _duplicate_read_bytes(P, consumer), nbytes(P.shape)
+    if (extra > own and getattr(comp.module, "read_stored", False)
+        and any(u.opcode in _STORING_USERS for u in P.users)):
+      # (its result is stored anyway, for a user that takes it from memory: a copy only adds
+      # reads; a loop body's next state read by a reduction of it, say)
+      return no(f"cheap, but stored anyway (read by %{_storing_user(P).name}): a copy would "
+                f"read {extra} bytes of its operands, reading its result {own}")
     if (n_users - 1) * extra > (n_users + 1) * own + KERNEL_BYTES:
       return no(f"cheap, but a copy in each of its {n_users} users would read {extra} bytes of "
                 f"its operands each, more than computing it once and reading its {own}")
@@ -868,6 +878,14 @@ def patches_read_in_place(comp: Computation, consumer: Instruction) -> bool:
   readers = [g for u in consumer.users for g in (u.users if u.opcode == "get-tuple-element"
                                                  else [u])]
   return bool(readers) and all(r.opcode == "dot" or _kind(r) == "kOutput" for r in readers)
+
+
+#: Users that take an operand from memory whatever is fused (its result is stored anyway).
+_STORING_USERS = ("tuple", "while", "conditional")
+
+
+def _storing_user(p: Instruction) -> Instruction:
+  return next(u for u in p.users if u.opcode in _STORING_USERS)
 
 
 def _duplicate_read_bytes(producer: Instruction, consumer: Instruction) -> int:

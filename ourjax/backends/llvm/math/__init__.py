@@ -38,7 +38,9 @@ Methods (everything branch-free; "pair" = an unrounded hi + lo sum, "dd" = doubl
                      exponents, from the 2/pi bits table), products split exactly; scalar code
                      selects it (evaluated always, so loops still vectorize), vector code and
                      the GPU branch to it once per vector in a cold block.  Full accuracy over
-                     the whole range
+                     the whole range.  float32 sin/cos (CPU): that reduction, then short double
+                     polynomials rounded once; the out-of-line scalar version (``MathLib``)
+                     skips the reduction below pi/4 and takes two FMAs below 2^24
   atan atan2         ranges t, (t-1)/(t+1), -1/t with the quotient's rounding error carried
   asin acos          polynomial for |x| <= 1/2, else 2*asin(sqrt((1-|x|)/2)) with sqrt's residual
   asinh acosh atanh  one log/log1p of an argument chosen per range, with correction terms
@@ -54,8 +56,8 @@ Methods (everything branch-free; "pair" = an unrounded hi + lo sum, "dd" = doubl
   lgamma digamma     recurrence up to z >= 8, Stirling / asymptotic series there, polynomials
                      around the zeros (1 and 2 / 1.4616...), reflection for x < 0; dd for float64
 
-float32 versions of tan, asinh, acosh, erfc, erf_inv, pow, lgamma and digamma (and the sin/cos
-reduction) run in double, with polynomials sized for float32.  Not provided: ``rem`` (C fmod is
+float32 versions of sin, cos (CPU), tan, asinh, acosh, erfc, erf_inv, pow, lgamma and digamma
+(and the GPU's sin/cos reduction) run in double, with polynomials sized for float32.  Not provided: ``rem`` (C fmod is
 exact but needs a reduction of up to ~2100 bits, i.e. a loop); emit LLVM's ``frem`` for it (on
 x86 it becomes a call to fmod/fmodf).
 
