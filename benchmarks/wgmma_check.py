@@ -99,6 +99,20 @@ def run_case(name):
   return ok
 
 
+def _jax_wall_ms(f, x, y):
+  """Median wall-clock milliseconds of JAX's ``f(x, y)``, 10 calls a round, 7 rounds."""
+  for _ in range(3):
+    f(x, y).block_until_ready()
+  ts = []
+  for _ in range(7):
+    t0 = time.perf_counter()
+    for _ in range(10):
+      r = f(x, y)
+    r.block_until_ready()
+    ts.append((time.perf_counter() - t0) / 10)
+  return statistics.median(ts) * 1e3
+
+
 def run_timing():
   import ourjax
   rng = np.random.default_rng(1)
@@ -121,17 +135,7 @@ def run_timing():
       flop = 2.0 * n ** 3
       x = jax.device_put(jjnp.asarray(rng.standard_normal((n, n)), dt))
       y = jax.device_put(jjnp.asarray(rng.standard_normal((n, n)), dt))
-      f = jax.jit(lambda p, q: p @ q)
-      for _ in range(3):
-        f(x, y).block_until_ready()
-      ts = []
-      for _ in range(7):
-        t0 = time.perf_counter()
-        for _ in range(10):
-          r = f(x, y)
-        r.block_until_ready()
-        ts.append((time.perf_counter() - t0) / 10)
-      ms = statistics.median(ts) * 1e3
+      ms = _jax_wall_ms(jax.jit(lambda p, q: p @ q), x, y)
       print(f"{n}^3 {jjnp.dtype(dt).name} jax (cuBLAS, wall clock): {ms:.3f} ms "
             f"{flop / ms / 1e9:.1f} TFLOP/s", flush=True)
   except Exception as e:   # noqa: BLE001
@@ -162,14 +166,7 @@ def run_timing_int8(n=4096):
     x, y = jax.device_put(a), jax.device_put(b)
     same = np.array_equal(np.asarray(f(x, y)), np.asarray(c(ourjax.device_put(a),
                                                              ourjax.device_put(b))))
-    ts = []
-    for _ in range(7):
-      t0 = time.perf_counter()
-      for _ in range(10):
-        r = f(x, y)
-      r.block_until_ready()
-      ts.append((time.perf_counter() - t0) / 10)
-    ms = statistics.median(ts) * 1e3
+    ms = _jax_wall_ms(f, x, y)
     print(f"{n}^3 int8->int32 jax (wall clock): {ms:.3f} ms {flop / ms / 1e9:.1f} TOP/s; "
           f"results {'equal' if same else 'DIFFER'}", flush=True)
   except Exception as e:   # noqa: BLE001

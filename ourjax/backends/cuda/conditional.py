@@ -32,7 +32,13 @@ MIN_DRIVER = 12080
 """The oldest driver (CUDA 12.8) whose conditional nodes cover what the graphs here use:
 WHILE and IF nodes came with 12.3/12.4, SWITCH nodes with 12.8."""
 
-PTX = r"""
+def _set(handle: str, value: str) -> str:
+  """PTX calling ``cudaGraphSetConditional(handle, value)`` (two registers)."""
+  return (f"  {{\n  .param .b64 a0;\n  .param .b32 a1;\n  st.param.b64 [a0], {handle};\n"
+          f"  st.param.b32 [a1], {value};\n  call.uni cudaGraphSetConditional, (a0, a1);\n  }}\n")
+
+
+PTX = f"""
 .version 7.0
 .target sm_50
 .address_size 64
@@ -42,7 +48,7 @@ PTX = r"""
 .visible .entry ourjax_set_while(.param .u64 pred_p, .param .u64 loop_p, .param .u64 then_p,
                                  .param .u64 parity_p, .param .u32 mask_p,
                                  .param .u32 parity_value_p)
-{
+{{
   .reg .pred %p<4>;
   .reg .b16 %rs<2>;
   .reg .b32 %r<6>;
@@ -57,41 +63,20 @@ PTX = r"""
   ld.global.u8 %rs1, [%rd5];
   setp.ne.s16 %p1, %rs1, 0;
   selp.u32 %r3, 1, 0, %p1;
-  {
-  .param .b64 a0;
-  .param .b32 a1;
-  st.param.b64 [a0], %rd2;
-  st.param.b32 [a1], %r3;
-  call.uni cudaGraphSetConditional, (a0, a1);
-  }
-  and.b32 %r4, %r1, 1;
+{_set("%rd2", "%r3")}  and.b32 %r4, %r1, 1;
   setp.eq.u32 %p2, %r4, 0;
   @%p2 bra NO_THEN;
-  {
-  .param .b64 a0;
-  .param .b32 a1;
-  st.param.b64 [a0], %rd3;
-  st.param.b32 [a1], %r3;
-  call.uni cudaGraphSetConditional, (a0, a1);
-  }
-NO_THEN:
+{_set("%rd3", "%r3")}NO_THEN:
   and.b32 %r5, %r1, 2;
   setp.eq.u32 %p3, %r5, 0;
   @%p3 bra DONE;
-  {
-  .param .b64 a0;
-  .param .b32 a1;
-  st.param.b64 [a0], %rd4;
-  st.param.b32 [a1], %r2;
-  call.uni cudaGraphSetConditional, (a0, a1);
-  }
-DONE:
+{_set("%rd4", "%r2")}DONE:
   ret;
-}
+}}
 
 .visible .entry ourjax_set_switch(.param .u64 sel_p, .param .u64 handle_p, .param .u32 kind_p,
                                   .param .u32 n_p)
-{
+{{
   .reg .pred %p<4>;
   .reg .b16 %rs<2>;
   .reg .b32 %r<6>;
@@ -113,15 +98,8 @@ BOOL:
   setp.ne.s16 %p3, %rs1, 0;
   selp.u32 %r5, 0, 1, %p3;
 SET:
-  {
-  .param .b64 a0;
-  .param .b32 a1;
-  st.param.b64 [a0], %rd2;
-  st.param.b32 [a1], %r5;
-  call.uni cudaGraphSetConditional, (a0, a1);
-  }
-  ret;
-}
+{_set("%rd2", "%r5")}  ret;
+}}
 """
 
 _modules: dict = {}

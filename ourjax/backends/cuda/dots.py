@@ -427,6 +427,26 @@ def _dot_buffers(lhs, rhs, out, epilogue):
   return [lhs, rhs] + epilogue.reads, epilogue.writes
 
 
+def _epilogue_at(b, ptr, kernel):
+  """(emitter, at) for a dot kernel's fused epilogue: ``at(v, linear, (batch, m, n))`` opens
+  a scope of the emitter in which C's element at ``linear`` (its row-major position) is ``v``
+  and returns its ``Index``; the caller evaluates the epilogue there, then closes the scope
+  (``em.pop_scope()``)."""
+  dot, epi = kernel.dot, kernel.epilogue
+  em = Emitter(b, K._make_leaves(b, epi.leafmap, ptr))
+  dims = tuple(dot.dims)
+  plain = len(dims) == 2 and kernel.spec.B == 1
+  batched = len(dims) == 3 and dims[0] == kernel.spec.B
+
+  def at(v, linear, where):
+    em.push_scope()
+    multi = list(where[1:]) if plain else list(where) if batched else None
+    idx = Index(b, dims, linear=linear, multi=multi)
+    em.remember(dot, idx, v)
+    return idx
+  return em, at
+
+
 def dot_writer(b, ptr, kernel):
   """``store(v, linear, (batch, m, n))``: where a dot kernel (``dot``, ``out``, ``epilogue``,
   ``spec`` attributes) puts element ``v`` of C (a compute value of the dot's type; ``linear``
@@ -435,16 +455,10 @@ def dot_writer(b, ptr, kernel):
   if epi is None:
     C, dt = ptr(kernel.out), dot.dtype
     return lambda v, linear, where: E.store_element(b, v, C, linear, dt)
-  em = Emitter(b, K._make_leaves(b, epi.leafmap, ptr))
-  dims = tuple(dot.dims)
-  plain = len(dims) == 2 and kernel.spec.B == 1
-  batched = len(dims) == 3 and dims[0] == kernel.spec.B
+  em, at = _epilogue_at(b, ptr, kernel)
 
   def store(v, linear, where):
-    em.push_scope()
-    multi = list(where[1:]) if plain else list(where) if batched else None
-    idx = Index(b, dims, linear=linear, multi=multi)
-    em.remember(dot, idx, v)
+    idx = at(v, linear, where)
     # (every output evaluated before any is stored: an output may be written over a donated
     # argument that another one reads at this index, ``backends/donation.py``)
     K.store_outputs(b, em, epi.outputs, idx, ptr, evaluate_first=True)
@@ -466,16 +480,10 @@ def dot_evaluator(b, ptr, kernel):
   dims = tuple(dot.dims)
   if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or tuple(buf.dims) != dims:
     return None
-  em = Emitter(b, K._make_leaves(b, epi.leafmap, ptr))
-  plain = len(dims) == 2 and kernel.spec.B == 1
-  batched = len(dims) == 3 and dims[0] == kernel.spec.B
+  em, at = _epilogue_at(b, ptr, kernel)
 
   def value(v, linear, where):
-    em.push_scope()
-    multi = list(where[1:]) if plain else list(where) if batched else None
-    idx = Index(b, dims, linear=linear, multi=multi)
-    em.remember(dot, idx, v)
-    out = em.value(instr, idx)
+    out = em.value(instr, at(v, linear, where))
     em.pop_scope()
     return out
   return value, np.dtype(instr.dtype), buf
