@@ -193,11 +193,11 @@ import numpy as np
 import ourjax
 from ourjax.backends.cpu import threads
 ran_on = []
-build = threads._load_or_compile
+build = threads._finish
 def recorded(*a, **k):
   ran_on.append(threading.current_thread().name)
   return build(*a, **k)
-threads._load_or_compile = recorded
+threads._finish = recorded
 x = np.arange(8, dtype=np.float32)
 np.testing.assert_array_equal(np.asarray(ourjax.jit(lambda a: a * 2.0)(x)), x * 2.0)
 assert ran_on == [] and threads._runtime is None, ran_on    # (small: nothing needs the pool)

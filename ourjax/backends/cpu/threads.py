@@ -126,11 +126,12 @@ _runtime_pending = None   # the Future of the build that prefetch_runtime starte
 
 
 def prefetch_runtime() -> None:
-  """Start building the runtime library (``runtime_library``) on a thread of its own, its LLVM
-  work outside llvmlite's lock, so that it overlaps with the passes and the emission of the
-  first program that runs kernels in parallel (built when that program's entry is emitted,
-  it cost a process's first such compile ~35 ms of LLVM on its critical path, a third of a
-  small program's compile); ``runtime_library`` then waits for it."""
+  """Start building the runtime library (``runtime_library``): its IR made here (``_prepare``),
+  its LLVM work on a thread of its own, outside llvmlite's lock, so that it overlaps with the
+  passes and the emission of the first program that runs kernels in parallel (built when that
+  program's entry is emitted, it cost a process's first such compile ~35 ms of LLVM on its
+  critical path, a sixth of a small program's compile); ``runtime_library`` then waits for
+  it."""
   global _runtime_pending
   if _runtime is not None or _runtime_pending is not None:
     return
@@ -138,11 +139,15 @@ def prefetch_runtime() -> None:
     if _runtime is not None or _runtime_pending is not None:
       return
     from concurrent.futures import Future
+    try:
+      prepared = _prepare()
+    except Exception:   # noqa: BLE001  (runtime_library builds it, and warns)
+      return
     fut = Future()
 
     def build():
       try:
-        fut.set_result(_load_or_compile(own_thread=True))
+        fut.set_result(_finish(*prepared, own_thread=True))
       except BaseException as e:   # noqa: BLE001  (runtime_library builds it again, and warns)
         fut.set_exception(e)
     _runtime_pending = fut
@@ -174,25 +179,44 @@ def _runtime_key() -> str:
   return "runtime-" + h.hexdigest()
 
 
-def _load_or_compile(own_thread: bool = False):
-  from ourjax import _phases
+def _prepare():
+  """The Python part of the runtime library's build, on the calling thread: (its disk cache
+  key or None, the cached object code or None, else its IR text).  (On a thread of its own
+  beside the passes, this part only took turns with them for the interpreter lock.)"""
   from ourjax.backends import disk_cache
   from ourjax.backends.cpu import jit
   from ourjax.backends.cpu.libraries import _ensure_runtime_symbols
+  jit._setup()
   _ensure_runtime_symbols()       # (its helpers call syscall and sched_yield)
+  key = _runtime_key() if disk_cache.cache_dir() else None
+  hit = disk_cache.read(key) if key else None
+  if hit is not None:
+    return key, hit[1], None
+  return key, None, str(_emit())
+
+
+def _finish(key, cached, text, own_thread: bool = False):
+  """The runtime library from ``_prepare``'s answer: the cached object code loaded, or the IR
+  text compiled (``own_thread``: outside llvmlite's lock), loaded and stored."""
+  from ourjax import _phases
+  from ourjax.backends import disk_cache
+  from ourjax.backends.cpu import jit
   with _phases.phase("library"), _phases.collecting(None):
-    key = _runtime_key() if disk_cache.cache_dir() else None
-    hit = disk_cache.read(key) if key else None
-    if hit is not None:
+    if cached is not None:
       try:
-        return jit.load_object(hit[1], RUNTIME_SYMBOLS)
+        return jit.load_object(cached, RUNTIME_SYMBOLS)
       except jit.CompileError as e:   # pragma: no cover
         log.warning("ourjax: cached CPU runtime library could not be loaded (%s)", e)
-    obj, _ = jit.compile_to_object(_emit(), keep_ir=False, own_thread=own_thread)
+        text = str(_emit())
+    obj, _ = jit.compile_to_object(text, keep_ir=False, own_thread=own_thread)
     cm = jit.load_object(obj, RUNTIME_SYMBOLS)
     if key:
       disk_cache.write(key, {"runtime": list(RUNTIME_SYMBOLS)}, obj, "")
     return cm
+
+
+def _load_or_compile():
+  return _finish(*_prepare())
 
 
 def _emit():
