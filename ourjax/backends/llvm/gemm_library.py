@@ -60,12 +60,19 @@ def _check_dtype(dtype: str) -> None:
 
 
 def prefetch_shared_gemm(dtype: str) -> str:
-  """The name of the shared GEMM of ``dtype`` (see :func:`shared_gemm_symbol`), its code loaded
-  or compiled meanwhile on a thread of its own (LLVM there runs outside llvmlite's lock), so
-  that a program's planning, emission and kernel compilation overlap with it; whatever links
-  or loads code that calls it first calls :func:`shared_gemm_symbol`, which waits for it."""
+  """The name of the shared GEMM of ``dtype`` (see :func:`shared_gemm_symbol`), its IR made here
+  (``_prepare_shared``) and its code compiled meanwhile on a thread of its own (LLVM there runs
+  outside llvmlite's lock), so that a program's passes, planning, emission and kernel
+  compilation overlap with it; whatever links or loads code that calls it first calls
+  :func:`shared_gemm_symbol`, which waits for it."""
   global _builder
   _check_dtype(dtype)
+  with _shared_lock:
+    if dtype in _shared or dtype in _pending:
+      return f"ourjax_gemm_{dtype}"
+  # (the IR made here, on the caller's thread, outside the lock; only the LLVM work goes to
+  # the builder)
+  prepared = _prepare_shared(dtype)
   with _shared_lock:
     if dtype not in _shared and dtype not in _pending:
       from concurrent.futures import ThreadPoolExecutor
@@ -74,9 +81,7 @@ def prefetch_shared_gemm(dtype: str) -> str:
         # convolution's program waits for the GEMM and its patch matrices' packers)
         _builder = ThreadPoolExecutor(max(1, min(3, (os.cpu_count() or 1) - 1)),
                                       thread_name_prefix="ourjax-gemm")
-      # (the IR made here, on the caller's thread; only the LLVM work goes to the builder)
-      _pending[dtype] = _builder.submit(_phases.bound(_finish_shared), _prepare_shared(dtype),
-                                        True)
+      _pending[dtype] = _builder.submit(_phases.bound(_finish_shared), prepared, True)
   return f"ourjax_gemm_{dtype}"
 
 
