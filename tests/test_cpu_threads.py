@@ -185,3 +185,45 @@ def test_column_sums_bit_exact_across_thread_splits(monkeypatch, tmp_path, threa
   x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
   got = ourjax.jit(lambda a: ourjax.numpy.sum(a, axis=axis), backend="cpu")(x)
   np.testing.assert_array_equal(np.asarray(got), np.sum(x, axis=axis))
+
+
+_PREFETCH_SCRIPT = r"""
+import os, threading
+import numpy as np
+import ourjax
+from ourjax.backends.cpu import threads
+ran_on = []
+build = threads._finish
+def recorded(*a, **k):
+  ran_on.append(threading.current_thread().name)
+  return build(*a, **k)
+threads._finish = recorded
+x = np.arange(8, dtype=np.float32)
+np.testing.assert_array_equal(np.asarray(ourjax.jit(lambda a: a * 2.0)(x)), x * 2.0)
+assert ran_on == [] and threads._runtime is None, ran_on    # (small: nothing needs the pool)
+big = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+f = ourjax.jit(lambda a: ourjax.numpy.sin(a) * a + 1.0)
+np.testing.assert_allclose(np.asarray(f(big)), np.sin(big) * big + 1.0, rtol=1e-5, atol=1e-5)
+assert ran_on == ["ourjax-runtime"], ran_on
+assert threads.runtime_library() is not None
+pid = os.fork()
+if pid == 0:
+  ok = np.allclose(np.asarray(f(big + 1.0)), np.sin(big + 1.0) * (big + 1.0) + 1.0, atol=1e-5)
+  os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+print("OK")
+"""
+
+
+def test_runtime_library_built_beside_the_passes():
+  """The runtime library starts building on a thread of its own when a program with large
+  arrays is first compiled (``libraries.prefetch_for``), not when its entry is emitted; a
+  program of small arrays does not start it; the program computes NumPy's numbers on two
+  threads, and so does a forked child."""
+  import subprocess
+  env = dict(os.environ, OURJAX_CACHE_DIR="off", OURJAX_CPU_THREADS="2",
+             OURJAX_PLATFORMS="cpu")
+  out = subprocess.run([sys.executable, "-c", _PREFETCH_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]

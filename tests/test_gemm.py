@@ -712,6 +712,42 @@ def test_fork_while_the_shared_kernel_builds(tmp_path, monkeypatch):
   assert status == 0
 
 
+def test_prefetch_emits_on_the_caller_and_compiles_on_the_builder(tmp_path, monkeypatch):
+  """``prefetch_shared_gemm`` makes the library's IR on the calling thread and hands only its
+  LLVM work to the builder thread (Python there would take turns with the caller's passes for
+  the interpreter lock); the library it builds multiplies as NumPy does."""
+  from ourjax.backends.llvm import gemm_library
+  from ourjax.config import config
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
+  monkeypatch.setattr(gemm_library, "_shared", {})
+  monkeypatch.setattr(gemm_library, "_pending", {})
+  where = {}
+  for name in ("_emit_shared", "_finish_shared"):
+    real = getattr(gemm_library, name)
+
+    def recorded(*a, real=real, name=name, **k):
+      where.setdefault(name, []).append(threading.current_thread().name)
+      return real(*a, **k)
+    monkeypatch.setattr(gemm_library, name, recorded)
+  gemm.prefetch_shared_gemm("f64")
+  sym = gemm.shared_gemm_symbol("f64")
+  assert where["_emit_shared"] == [threading.current_thread().name]
+  assert len(where["_finish_shared"]) == 1 and where["_finish_shared"][0].startswith("ourjax-gemm")
+  _KEEP.append(gemm_library._shared["f64"])
+  P, I, I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+  fn = ctypes.CFUNCTYPE(None, P, P, P, I, I, I, I, I, I, I32, I32, I, I, I, I, I, I, P, I)(
+      gemm_library._shared["f64"][1].address(sym))
+  rng = np.random.default_rng(1)
+  m, k, n = 13, 40, 9
+  a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+  pack = np.zeros(gemm.pack_buffer_elements("f64", m, n, k, 1) + 64, np.float64)
+  c = np.zeros((m, n))
+  fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, n, k, k, n, n, 0, 0, 1, 0, 0, 0, 0, 1,
+     pack.ctypes.data, 0)
+  np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+
+
 def test_shared_gemm_built_in_parts_gives_the_same_bits():
   """The shared GEMM cut into modules compiled at once (``gemm_library.split_module``, the
   default on hosts of 4 or more cores) computes the same bits as the one-module build, on

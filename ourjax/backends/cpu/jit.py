@@ -48,6 +48,9 @@ _state: Optional[dict] = None
 def _setup() -> dict:
   """Initialise LLVM once per process and build the host target machine."""
   global _state
+  st = _state
+  if st is not None:        # (set once, whole: read without the lock, which LLVM work holds)
+    return st
   with _lock:
     if _state is not None:
       return _state

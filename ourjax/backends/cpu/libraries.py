@@ -58,6 +58,12 @@ def _link_symbols(symbols, wait: bool = True) -> None:
 PREFETCH_MIN_MACS = 4096
 
 
+#: Least elements of an array in a module as lowered for which ``prefetch_for`` starts the
+#: runtime library's build (``threads.prefetch_runtime``): smaller programs run no kernel in
+#: parallel (``kernels.PARALLEL_MIN_WORK``), and need none.
+RUNTIME_MIN_ELEMENTS = 4096
+
+
 def prefetch_for(module) -> None:
   """Start building the shared GEMMs that a module as lowered (before the passes) will likely
   call: those of its float dots and convolutions (and the packers of the convolutions'
@@ -66,10 +72,14 @@ def prefetch_for(module) -> None:
   process's first compilations (about a second of LLVM on the 2-core test host); started
   after the program's emission, it ran mostly beside the program's own LLVM work, while the
   passes and the emission before it left the other cores idle.  A guess that misses costs a
-  build that later programs may use."""
+  build that later programs may use.  The runtime library (the thread pool and the waiting
+  helpers of parallel entries) starts building too, once, when the module has large arrays."""
   want = set()
+  runtime = False
   for comp in module.computations:
     for i in comp.instructions:
+      if not runtime and not i.shape.is_tuple and i.shape.size >= RUNTIME_MIN_ELEMENTS:
+        runtime = True
       if i.opcode not in ("dot", "convolution") or i.shape.is_tuple:
         continue
       tag = "f64" if i.dtype == E.F64 else "f32" if i.dtype in (E.F32, E.F16, E.BF16) else None
@@ -89,6 +99,10 @@ def prefetch_for(module) -> None:
       want.add(tag)
   if want:
     _link_symbols([f"ourjax_gemm_{t}" for t in sorted(want)], wait=False)
+  if runtime:
+    from ourjax.backends.cpu import threads
+    if threads.num_threads() > 1:
+      threads.prefetch_runtime()
 
 
 def _provided_symbols(symbols) -> list:

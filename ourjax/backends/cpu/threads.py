@@ -94,14 +94,24 @@ def runtime_library():
   sources that emit it, LLVM and the CPU), or compiled (O3) and stored there; its waiting
   helpers registered with LLVM (``llvm.add_symbol``) so that entries which declare them link
   to them.  None when it cannot be built (the entries then define their own helpers)."""
-  global _runtime
+  global _runtime, _runtime_pending
   if _runtime is not None:
     return _runtime or None
   with _runtime_lock:
     if _runtime is not None:
       return _runtime or None
+    fut, _runtime_pending = _runtime_pending, None
     try:
-      cm = _load_or_compile()
+      cm = None
+      if fut is not None:             # (started by prefetch_runtime)
+        from ourjax import _phases
+        with _phases.phase("library.wait"):
+          try:
+            cm = fut.result()
+          except Exception:   # noqa: BLE001  (built again here, where it raises)
+            cm = None
+      if cm is None:
+        cm = _load_or_compile()
       import llvmlite.binding as llvm
       for name in SYNC_SYMBOLS:
         llvm.add_symbol(name, cm.address(name))
@@ -110,6 +120,49 @@ def runtime_library():
       log.warning("ourjax: the CPU runtime library could not be built (%s)", e)
       _runtime = False
   return _runtime or None
+
+
+_runtime_pending = None   # the Future of the build that prefetch_runtime started
+
+
+def prefetch_runtime() -> None:
+  """Start building the runtime library (``runtime_library``): its IR made here (``_prepare``),
+  its LLVM work on a thread of its own, outside llvmlite's lock, so that it overlaps with the
+  passes and the emission of the first program that runs kernels in parallel (built when that
+  program's entry is emitted, it cost a process's first such compile ~35 ms of LLVM on its
+  critical path, a sixth of a small program's compile); ``runtime_library`` then waits for
+  it."""
+  global _runtime_pending
+  if _runtime is not None or _runtime_pending is not None:
+    return
+  with _runtime_lock:
+    if _runtime is not None or _runtime_pending is not None:
+      return
+    from concurrent.futures import Future
+    try:
+      prepared = _prepare()
+    except Exception:   # noqa: BLE001  (runtime_library builds it, and warns)
+      return
+    fut = Future()
+
+    def build():
+      try:
+        fut.set_result(_finish(*prepared, own_thread=True))
+      except BaseException as e:   # noqa: BLE001  (runtime_library builds it again, and warns)
+        fut.set_exception(e)
+    _runtime_pending = fut
+    threading.Thread(target=build, name="ourjax-runtime", daemon=True).start()
+
+
+def _runtime_before_fork() -> None:
+  """A fork waits for the build under way (the child would inherit the locks its thread
+  holds, and no thread to release them)."""
+  fut = _runtime_pending
+  if fut is not None:
+    try:
+      fut.result()
+    except Exception:   # noqa: BLE001  (runtime_library builds it again)
+      pass
 
 
 def _runtime_key() -> str:
@@ -126,25 +179,44 @@ def _runtime_key() -> str:
   return "runtime-" + h.hexdigest()
 
 
-def _load_or_compile():
-  from ourjax import _phases
+def _prepare():
+  """The Python part of the runtime library's build, on the calling thread: (its disk cache
+  key or None, the cached object code or None, else its IR text).  (On a thread of its own
+  beside the passes, this part only took turns with them for the interpreter lock.)"""
   from ourjax.backends import disk_cache
   from ourjax.backends.cpu import jit
   from ourjax.backends.cpu.libraries import _ensure_runtime_symbols
+  jit._setup()
   _ensure_runtime_symbols()       # (its helpers call syscall and sched_yield)
+  key = _runtime_key() if disk_cache.cache_dir() else None
+  hit = disk_cache.read(key) if key else None
+  if hit is not None:
+    return key, hit[1], None
+  return key, None, str(_emit())
+
+
+def _finish(key, cached, text, own_thread: bool = False):
+  """The runtime library from ``_prepare``'s answer: the cached object code loaded, or the IR
+  text compiled (``own_thread``: outside llvmlite's lock), loaded and stored."""
+  from ourjax import _phases
+  from ourjax.backends import disk_cache
+  from ourjax.backends.cpu import jit
   with _phases.phase("library"), _phases.collecting(None):
-    key = _runtime_key() if disk_cache.cache_dir() else None
-    hit = disk_cache.read(key) if key else None
-    if hit is not None:
+    if cached is not None:
       try:
-        return jit.load_object(hit[1], RUNTIME_SYMBOLS)
+        return jit.load_object(cached, RUNTIME_SYMBOLS)
       except jit.CompileError as e:   # pragma: no cover
         log.warning("ourjax: cached CPU runtime library could not be loaded (%s)", e)
-    obj, _ = jit.compile_to_object(_emit(), keep_ir=False)
+        text = str(_emit())
+    obj, _ = jit.compile_to_object(text, keep_ir=False, own_thread=own_thread)
     cm = jit.load_object(obj, RUNTIME_SYMBOLS)
     if key:
       disk_cache.write(key, {"runtime": list(RUNTIME_SYMBOLS)}, obj, "")
     return cm
+
+
+def _load_or_compile():
+  return _finish(*_prepare())
 
 
 def _emit():
@@ -323,4 +395,4 @@ def _after_fork() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-  os.register_at_fork(after_in_child=_after_fork)
+  os.register_at_fork(before=_runtime_before_fork, after_in_child=_after_fork)

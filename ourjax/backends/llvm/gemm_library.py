@@ -60,12 +60,19 @@ def _check_dtype(dtype: str) -> None:
 
 
 def prefetch_shared_gemm(dtype: str) -> str:
-  """The name of the shared GEMM of ``dtype`` (see :func:`shared_gemm_symbol`), its code loaded
-  or compiled meanwhile on a thread of its own (LLVM there runs outside llvmlite's lock), so
-  that a program's planning, emission and kernel compilation overlap with it; whatever links
-  or loads code that calls it first calls :func:`shared_gemm_symbol`, which waits for it."""
+  """The name of the shared GEMM of ``dtype`` (see :func:`shared_gemm_symbol`), its IR made here
+  (``_prepare_shared``) and its code compiled meanwhile on a thread of its own (LLVM there runs
+  outside llvmlite's lock), so that a program's passes, planning, emission and kernel
+  compilation overlap with it; whatever links or loads code that calls it first calls
+  :func:`shared_gemm_symbol`, which waits for it."""
   global _builder
   _check_dtype(dtype)
+  with _shared_lock:
+    if dtype in _shared or dtype in _pending:
+      return f"ourjax_gemm_{dtype}"
+  # (the IR made here, on the caller's thread, outside the lock; only the LLVM work goes to
+  # the builder)
+  prepared = _prepare_shared(dtype)
   with _shared_lock:
     if dtype not in _shared and dtype not in _pending:
       from concurrent.futures import ThreadPoolExecutor
@@ -74,7 +81,7 @@ def prefetch_shared_gemm(dtype: str) -> str:
         # convolution's program waits for the GEMM and its patch matrices' packers)
         _builder = ThreadPoolExecutor(max(1, min(3, (os.cpu_count() or 1) - 1)),
                                       thread_name_prefix="ourjax-gemm")
-      _pending[dtype] = _builder.submit(_phases.bound(_build_shared), dtype, True)
+      _pending[dtype] = _builder.submit(_phases.bound(_finish_shared), prepared, True)
   return f"ourjax_gemm_{dtype}"
 
 
@@ -137,38 +144,69 @@ def _build_shared(dtype: str, own_thread: bool = False):
   ``"<dtype>_im2col_<layout>"``): from the disk cache, else compiled (``own_thread``: outside
   llvmlite's lock, in a context of its own); its LLVM work shows as one ``library`` phase in
   the compile log."""
+  return _finish_shared(_prepare_shared(dtype), own_thread)
+
+
+def _prepare_shared(dtype: str):
+  """The Python part of a build, on the calling thread: (dtype, symbol, cache path, the cached
+  object code or None, else the IR to compile: ``_emit_shared``).  ``prefetch_shared_gemm``
+  hands only the rest (LLVM, ``_finish_shared``) to the builder thread: there the IR's
+  emission (~70 ms of Python for a GEMM) took turns with the caller's passes for the
+  interpreter lock, and the library's LLVM work started only once both were through."""
+  sym = f"ourjax_gemm_{dtype}"
+  path = _cache_path(sym)
+  obj = _cache_load(path)
+  if obj is not None:
+    return dtype, sym, path, obj, None
   from ourjax import _phases
+  with _phases.phase("library.emit"):
+    return dtype, sym, path, None, _emit_shared(dtype, sym)
+
+
+def _emit_shared(dtype: str, sym: str):
+  """The IR of a library: ``("packer", text)``, or ``("gemm", texts, names, parts)`` (the GEMM
+  cut into ``parts`` modules, ``library_parts()``, and its driver's: ``split_module``)."""
   from ourjax.backends.cpu import jit
   from ourjax.backends.llvm import gemm_im2col
   from ourjax.backends.llvm.gemm import emit_gemm
+  mod = jit.new_module(sym)
+  if "_im2col_" in dtype:
+    gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
+    return ("packer", str(mod))
+  emit_gemm(mod, sym, dtype, im2col=True)
+  parts = library_parts()
+  texts, names = split_module(mod, sym, parts)
+  return ("gemm", texts, names, parts)
+
+
+def _finish_shared(prepared, own_thread: bool = False):
+  """(symbol, compiled module) from ``_prepare_shared``'s answer: the cached object code
+  loaded, or the IR compiled, loaded and stored in the disk cache."""
+  from ourjax import _phases
+  from ourjax.backends.cpu import jit
+  dtype, sym, path, obj, ir_ = prepared
   with _phases.phase("library"), _phases.collecting(None):
-    sym = f"ourjax_gemm_{dtype}"
-    path = _cache_path(sym)
     cm = None
-    obj = _cache_load(path)
     if obj is not None:
       try:
         cm = jit.load_object(obj, [sym])
       except jit.CompileError:
         cm = None
     if cm is None:
-      mod = jit.new_module(sym)
-      if "_im2col_" in dtype:
-        gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
-      else:
-        emit_gemm(mod, sym, dtype, im2col=True)
+      if ir_ is None:             # (the cached object would not load: compiled again)
+        ir_ = _emit_shared(dtype, sym)
       # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
       # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
       # 7x13x5 to 512^3, while it took an eighth of the build; no SLP vectorizer: the code is
       # vectorised as emitted, and it changed no instruction of the GEMM's helpers and
       # driver, and no vector instruction of a packer, for a sixth of the build)
-      if "_im2col_" in dtype:
-        obj, _ = jit.compile_to_object(mod, keep_ir=False, own_thread=own_thread,
+      if ir_[0] == "packer":
+        obj, _ = jit.compile_to_object(ir_[1], keep_ir=False, own_thread=own_thread,
                                        loop_unrolling=False, slp=False)
       else:
-        texts, names = split_module(mod, sym, library_parts())
+        _, texts, names, parts = ir_
         levels = [DRIVER_SPEED_LEVEL] + [3] * (len(texts) - 1)
-        if library_parts() > 1:
+        if parts > 1:
           builds = jit.ObjectBuilds(len(texts), loop_unrolling=False, keep_ir=False, slp=False)
           for text, level in zip(texts, levels):
             builds.submit(text, level, names)

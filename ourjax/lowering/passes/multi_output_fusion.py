@@ -113,6 +113,21 @@ def _bad_read(consumer: Instruction, producer: Instruction, sp: Space) -> Instru
   return None
 
 
+def _move_into(b: Builder, i: Instruction, operands) -> Instruction:
+  """``i``, an instruction of a fused computation that is dropped after the merge, moved to
+  the end of ``b``'s computation, reading ``operands``: what ``fusion.clone_into`` would add,
+  without a copy (its name, unique in the module, stays).  Its users there are moved after
+  it (the computation's order is topological), and register themselves again."""
+  comp = b.computation
+  i.operands = list(operands)
+  i.users = []
+  i.parent = comp
+  for o in (i.operands if len(i.operands) < 2 else dict.fromkeys(i.operands)):
+    o.users.append(i)
+  comp.instructions.append(i)
+  return i
+
+
 class _Merger:
   def __init__(self, module: Module, comp: Computation):
     self.module, self.comp = module, comp
@@ -282,6 +297,9 @@ class _Merger:
         operands.append(o)
       return params[o]
 
+    # (the members' computations go with them: their instructions move into the merged one
+    # instead of being copied, unless one computation is called twice)
+    move = len({id(f.attrs["calls"]) for f in members}) == len(members)
     for f in members:
       sub, local = f.attrs["calls"], {}
 
@@ -289,10 +307,12 @@ class _Merger:
         if i.opcode == "parameter":
           return resolve(f.operands[i.attrs["parameter_number"]])
         return local[i]
-      for i in sub.instructions:
+      for i in list(sub.instructions):
         if i.opcode == "parameter" or (i is sub.root and i.opcode == "tuple"):
           continue
-        local[i] = fz.clone_into(b, i, [get(o) for o in i.operands], from_fused=True)
+        ops = [get(o) for o in i.operands]
+        local[i] = (_move_into(b, i, ops) if move else
+                    fz.clone_into(b, i, ops, from_fused=True))
       r = sub.root
       roots[f] = [get(o) for o in r.operands] if r.opcode == "tuple" else get(r)
     values = [port(f, k) for f, k in outs]
