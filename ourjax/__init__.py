@@ -53,7 +53,7 @@ from ourjax.interpreters.shard_map import shard_map  # noqa: F401,E402
 def __getattr__(name):
   # subpackages that are loaded on first use (testing needs hypothesis)
   if name in ("example_libraries", "testing", "flatten_util", "experimental", "image",
-              "custom_batching", "dlpack"):
+              "custom_batching", "dlpack", "export"):
     import importlib
     return importlib.import_module(f"ourjax.{name}")
   raise AttributeError(f"module 'ourjax' has no attribute {name!r}")
