@@ -27,6 +27,8 @@ import functools
 import weakref
 from typing import Callable, Sequence
 
+import numpy as np
+
 from ourjax import core
 from ourjax.core import ClosedJaxpr, Jaxpr, Primitive, Var, get_aval
 from ourjax.interpreters import ad, batching
@@ -257,12 +259,44 @@ def _remat_jvp(primals, tangents, *, jaxpr, prevent_cse, differentiated, policy)
 ad.jvp_rules[remat_p] = _remat_jvp
 
 
+_SAVEABLE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _saveable(policy):
+  """The equation test of ``policy``; one object per policy, so that the splits of the jaxprs
+  nested in a checkpoint (``_split_cached``) are cached per policy."""
   pol = policy or nothing_saveable
+  try:
+    hit = _SAVEABLE.get(pol)
+  except TypeError:
+    hit = None
+  if hit is not None:
+    return hit
 
   def saveable(eqn) -> bool:
     return bool(pol(eqn.primitive, *[x.aval for x in eqn.inputs], **eqn.params))
+  try:
+    _SAVEABLE[pol] = saveable
+  except TypeError:      # (not weakly referenceable: not cached)
+    pass
   return saveable
+
+
+# The splits of the jaxprs nested in a checkpoint (calls, conds, scans), per jaxpr object and
+# (unknowns, policy): a checkpointed function differentiated again splits the same jaxprs into
+# the same objects, so the executables compiled for them are reused.
+_SPLITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _split_cached(owner, key, make):
+  try:
+    per = _SPLITS.setdefault(owner, {})
+  except TypeError:
+    return make()
+  hit = per.get(key)
+  if hit is None:
+    hit = per[key] = make()
+  return hit
 
 
 def _partial_eval_remat(jaxpr: Jaxpr, in_unknowns: Sequence[bool], saveable):
@@ -273,11 +307,40 @@ def _partial_eval_remat(jaxpr: Jaxpr, in_unknowns: Sequence[bool], saveable):
   ``jaxpr_unknown: residuals + unknown ins -> unknown outs``.  The difference: a known equation
   whose outputs are not ``saveable`` is *also* placed on the unknown side, so the residuals are
   only known inputs and outputs of saveable equations; everything else is recomputed."""
+  jk, ju, out_unknowns, _, num_res = _split_remat(jaxpr, in_unknowns, saveable)
+  return jk, ju, out_unknowns, num_res
+
+
+def _split_remat(jaxpr: Jaxpr, in_unknowns: Sequence[bool], saveable, instantiate=None,
+                 force_unknown=None):
+  """``_partial_eval_remat`` with two options: ``instantiate[i]``: the unknown side also
+  computes output i when it is known (recomputed, or read from a residual); ``force_unknown[i]``:
+  output i counts as unknown (is left out of the known outputs) even when it is known.
+
+  Returns ``(jaxpr_known, jaxpr_unknown, out_unknowns, out_staged, num_res)``: jaxpr_known
+  computes the outputs that are not unknown, then the residuals; jaxpr_unknown the outputs that
+  are unknown or instantiated (``out_staged``)."""
+  n_out = len(jaxpr.outvars)
+  instantiate = list(instantiate) if instantiate is not None else [False] * n_out
+  force_unknown = list(force_unknown) if force_unknown is not None else [False] * n_out
   unknown: set = {v for v, u in zip(jaxpr.invars, in_unknowns) if u}
   known_eqns: list = []
   staged: list = []          # the unknown side before DCE: unknown and recomputable eqns
   for eqn in jaxpr.eqns:
     eqn_unknowns = [isinstance(x, Var) and x in unknown for x in eqn.inputs]
+    special = _REMAT_SPLIT_RULES.get(eqn.primitive.name)
+    if special is not None and not all(eqn_unknowns) and (any(eqn_unknowns)
+                                                          or not saveable(eqn)):
+      # control flow and calls split themselves by the policy, equation by equation inside:
+      # a known equation (outputs and residuals) and a staged one recomputing every output
+      # (bound to the same variables; DCE drops what nothing reads)
+      split = special(eqn, eqn_unknowns, saveable)
+      if split is not None:
+        eqn_k, eqns_u, outs_unknown = split
+        known_eqns.append(eqn_k)
+        staged.extend(eqns_u)
+        unknown.update(v for v, u in zip(eqn.out_binders, outs_unknown) if u)
+        continue
     rule = pe.partial_eval_jaxpr_rules.get(eqn.primitive)
     if any(eqn_unknowns) and rule is not None and not all(eqn_unknowns):
       eqn_k, eqn_u, outs_unknown = rule(eqn, eqn_unknowns)
@@ -295,8 +358,10 @@ def _partial_eval_remat(jaxpr: Jaxpr, in_unknowns: Sequence[bool], saveable):
       known_eqns.append(eqn)
       if not saveable(eqn):
         staged.append(eqn)
-  out_unknowns = [isinstance(v, Var) and v in unknown for v in jaxpr.outvars]
-  unknown_outs = [v for v, u in zip(jaxpr.outvars, out_unknowns) if u]
+  out_unknowns = [(isinstance(v, Var) and v in unknown) or f
+                  for v, f in zip(jaxpr.outvars, force_unknown)]
+  out_staged = [u or i for u, i in zip(out_unknowns, instantiate)]
+  unknown_outs = [v for v, u in zip(jaxpr.outvars, out_staged) if u]
   staged_jaxpr, _ = pe.dce_jaxpr(Jaxpr([], [], staged, unknown_outs))
   # residuals: what the unknown side reads but does not compute itself (and is not an
   # unknown input)
@@ -325,7 +390,194 @@ def _partial_eval_remat(jaxpr: Jaxpr, in_unknowns: Sequence[bool], saveable):
   unknown_invars = [v for v, u in zip(jaxpr.invars, in_unknowns) if u]
   eqns_u = [e._replace(inputs=[r(x) for x in e.inputs]) for e in staged_jaxpr.eqns]
   jaxpr_unknown = Jaxpr([], res_vars + unknown_invars, eqns_u, [r(v) for v in unknown_outs])
-  return jaxpr_known, jaxpr_unknown, out_unknowns, len(residuals)
+  return jaxpr_known, jaxpr_unknown, out_unknowns, out_staged, len(residuals)
+
+
+def _split_call(eqn, in_unknowns, saveable):
+  """A jit call inside a checkpoint: its jaxpr is split by the policy (so values it computes
+  are saved or recomputed one by one, not the call as a whole)."""
+  p = eqn.params
+  closed = p["jaxpr"]
+  if closed.consts or closed.jaxpr.constvars:
+    return None
+  n_out = len(eqn.out_binders)
+
+  def make():
+    jk, ju, out_uk, _, num_res = _split_remat(closed.jaxpr, in_unknowns, saveable,
+                                              instantiate=[True] * n_out)
+    return ClosedJaxpr(jk, []), ClosedJaxpr(ju, []), out_uk, num_res
+  ck, cu, out_uk, num_res = _split_cached(closed, (tuple(in_unknowns), saveable), make)
+  jk = ck.jaxpr
+  res_vars = [Var(v.aval) for v in jk.outvars[len(jk.outvars) - num_res:]]
+  base = {k: v for k, v in p.items() if k != "donated_invars"}
+  eqn_k = eqn._replace(inputs=[x for x, u in zip(eqn.inputs, in_unknowns) if not u],
+                       params=dict(base, jaxpr=ck),
+                       out_binders=[b for b, u in zip(eqn.out_binders, out_uk) if not u]
+                       + res_vars)
+  eqn_u = eqn._replace(inputs=res_vars + [x for x, u in zip(eqn.inputs, in_unknowns) if u],
+                       params=dict(base, jaxpr=cu), out_binders=list(eqn.out_binders))
+  return eqn_k, _halves(eqn_u, out_uk), out_uk
+
+
+def _halves(eqn_u, out_uk):
+  """A staged equation computing every output, in two: the recomputation of the known outputs
+  (from residuals only: non-linear, so a transpose evaluates it first) and the unknown
+  outputs."""
+  out = []
+  for want in ([not u for u in out_uk], list(out_uk)):
+    if any(want):
+      out.append(pe.dce_rules[eqn_u.primitive](eqn_u, want)[1])
+  return out
+
+
+def _split_cond(eqn, in_unknowns, saveable):
+  """A cond inside a checkpoint: each branch is split by the policy; the known cond returns
+  every branch's residuals (zeros for the branches not taken), the staged cond reads its own."""
+  from ourjax import lax
+  p = eqn.params
+  branches = p["branches"]
+  if in_unknowns[0] or any(b.consts or b.jaxpr.constvars for b in branches):
+    return None          # (an unknown index: the whole cond is staged, as without a policy)
+  ops_uk = list(in_unknowns[1:])
+  n_out = len(eqn.out_binders)
+
+  def make():
+    force = [False] * n_out
+    for _ in range(2):     # an output unknown in one branch is unknown in all
+      splits = [_split_remat(b.jaxpr, ops_uk, saveable, instantiate=[True] * n_out,
+                             force_unknown=force) for b in branches]
+      union = [any(sp[2][i] for sp in splits) for i in range(n_out)]
+      if union == force:
+        break
+      force = union
+    out_uk = force
+    n_known = n_out - sum(out_uk)
+    res_avals = [[v.aval for v in sp[0].outvars[n_known:]] for sp in splits]
+    offsets = np.cumsum([0] + [len(r) for r in res_avals]).tolist()
+    known_avals = [branches[0].jaxpr.invars[i].aval for i, u in enumerate(ops_uk) if not u]
+    unknown_avals = [branches[0].jaxpr.invars[i].aval for i, u in enumerate(ops_uk) if u]
+    all_res = [a for r in res_avals for a in r]
+
+    def known_branch(i):
+      jk = splits[i][0]
+
+      def f(*xs):
+        outs = core.eval_jaxpr(jk, [], *xs)
+        res = []
+        for j, avals in enumerate(res_avals):
+          res += (list(outs[n_known:]) if j == i else
+                  [lax.full(a.shape, np.zeros((), a.dtype)[()], a.dtype) for a in avals])
+        return list(outs[:n_known]) + res
+      return f
+
+    def unknown_branch(i):
+      ju = splits[i][1]
+
+      def f(*xs):
+        res, rest = xs[:len(all_res)], xs[len(all_res):]
+        return core.eval_jaxpr(ju, [], *res[offsets[i]:offsets[i + 1]], *rest)
+      return f
+
+    try:
+      kbs = [pe.trace_to_jaxpr(known_branch(i), known_avals, "cond_known")
+             for i in range(len(branches))]
+      ubs = [pe.trace_to_jaxpr(unknown_branch(i), all_res + unknown_avals, "cond_staged")
+             for i in range(len(branches))]
+    except Exception:      # noqa: BLE001  (a residual of a type zeros cannot be made of)
+      return None
+    if any(c.consts for c in kbs + ubs):
+      return None
+    return tuple(kbs), tuple(ubs), out_uk, all_res
+
+  plan = _split_cached(branches[0], (branches, tuple(in_unknowns), saveable), make)
+  if plan is None:
+    return None
+  kbs, ubs, out_uk, all_res = plan
+  res_vars = [Var(a) for a in all_res]
+  idx = eqn.inputs[0]
+  ops = eqn.inputs[1:]
+  eqn_k = eqn._replace(inputs=[idx] + [x for x, u in zip(ops, ops_uk) if not u],
+                       params=dict(p, branches=kbs),
+                       out_binders=[b for b, u in zip(eqn.out_binders, out_uk) if not u]
+                       + res_vars)
+  eqn_u = eqn._replace(inputs=[idx] + res_vars + [x for x, u in zip(ops, ops_uk) if u],
+                       params=dict(p, branches=ubs), out_binders=list(eqn.out_binders))
+  return eqn_k, _halves(eqn_u, out_uk), out_uk
+
+
+def _split_scan(eqn, in_unknowns, saveable):
+  """A scan inside a checkpoint, with some unknown operands: its body is split by the policy;
+  the known scan also returns the body's residuals stacked (those that are loop constants or
+  slices of the scanned operands are read from them instead), the staged scan reads them.
+  Known outputs the staged side needs are saved."""
+  p = eqn.params
+  closed = p["jaxpr"]
+  if closed.consts or closed.jaxpr.constvars or not any(in_unknowns):
+    return None          # (a fully known scan is recomputed whole if not saveable)
+  nc, nk, length = p["num_consts"], p["num_carry"], p["length"]
+
+  def make():
+    body = closed.jaxpr
+    ny = len(body.outvars) - nk
+    const_uk = list(in_unknowns[:nc])
+    carry_uk = list(in_unknowns[nc:nc + nk])
+    xs_uk = list(in_unknowns[nc + nk:])
+    while True:          # a carry is unknown if its output is unknown after some iteration
+      out_uk = _split_remat(body, const_uk + carry_uk + xs_uk, saveable,
+                            force_unknown=carry_uk + [False] * ny)[2]
+      new = [a or b for a, b in zip(carry_uk, out_uk[:nk])]
+      if new == carry_uk:
+        break
+      carry_uk = new
+    in_uk = const_uk + carry_uk + xs_uk
+    jk, ju, out_uk, _, nres = _split_remat(body, in_uk, saveable,
+                                           force_unknown=carry_uk + [False] * ny)
+    n_kc, n_kk = nc - sum(const_uk), nk - sum(carry_uk)
+    n_known_out = len(jk.outvars) - nres
+    res = jk.outvars[n_known_out:]
+    const_pos = {v: i for i, v in enumerate(jk.invars[:n_kc])}
+    x_pos = {v: i for i, v in enumerate(jk.invars[n_kc + n_kk:])}
+    kind = ["c" if v in const_pos else "x" if v in x_pos else "s" for v in res]
+    stacked = [v for v, k in zip(res, kind) if k == "s"]
+    loop_jk, _ = pe.dce_jaxpr(Jaxpr([], jk.invars, jk.eqns,
+                                    jk.outvars[:n_known_out] + stacked))
+    # the staged body: consts = residuals that are loop constants + unknown consts; carry =
+    # unknown carries; xs = unknown xs + residuals that are scanned slices + stacked residuals
+    res_in, rest = ju.invars[:nres], ju.invars[nres:]
+    nuc, nuk = sum(const_uk), sum(carry_uk)
+    rc = [(r, const_pos[v]) for r, v, k in zip(res_in, res, kind) if k == "c"]
+    rx = [(r, x_pos[v]) for r, v, k in zip(res_in, res, kind) if k == "x"]
+    rs = [r for r, k in zip(res_in, kind) if k == "s"]
+    body_u = Jaxpr([], [r for r, _ in rc] + list(rest[:nuc]) + list(rest[nuc:nuc + nuk])
+                   + list(rest[nuc + nuk:]) + [r for r, _ in rx] + rs, ju.eqns, ju.outvars)
+    stacked_avals = [core.ShapedArray((length,) + v.aval.shape, v.aval.dtype,
+                                      v.aval.weak_type) for v in stacked]
+    return dict(in_uk=in_uk, out_uk=out_uk, n_kc=n_kc, n_kk=n_kk, n_uc=nuc, n_uk=nuk,
+                loop=ClosedJaxpr(loop_jk, []), body_u=ClosedJaxpr(body_u, []),
+                rc=[i for _, i in rc], rx=[i for _, i in rx], stacked_avals=stacked_avals)
+
+  plan = _split_cached(closed, (tuple(in_unknowns), saveable), make)
+  in_uk, out_uk = plan["in_uk"], plan["out_uk"]
+  outer_in = list(eqn.inputs)
+  k_outer = [x for x, u in zip(outer_in, in_uk) if not u]
+  n_kc, n_kk = plan["n_kc"], plan["n_kk"]
+  stacked_vars = [Var(a) for a in plan["stacked_avals"]]
+  known_binders = [b for b, u in zip(eqn.out_binders, out_uk) if not u]
+  eqn_k = eqn._replace(inputs=k_outer, out_binders=known_binders + stacked_vars, params=dict(
+      p, jaxpr=plan["loop"], num_consts=n_kc, num_carry=n_kk, linear=(False,) * len(k_outer)))
+  k_consts_outer, k_xs_outer = k_outer[:n_kc], k_outer[n_kc + n_kk:]
+  unk = [x for x, u in zip(outer_in, in_uk) if u]
+  inputs_u = ([k_consts_outer[i] for i in plan["rc"]] + unk
+              + [k_xs_outer[i] for i in plan["rx"]] + stacked_vars)
+  eqn_u = eqn._replace(inputs=inputs_u,
+                       out_binders=[b for b, u in zip(eqn.out_binders, out_uk) if u],
+                       params=dict(p, jaxpr=plan["body_u"],
+                                   num_consts=len(plan["rc"]) + plan["n_uc"],
+                                   num_carry=plan["n_uk"], linear=(False,) * len(inputs_u)))
+  return eqn_k, ([eqn_u] if any(out_uk) else []), out_uk
+
+
+_REMAT_SPLIT_RULES = {"jit": _split_call, "cond": _split_cond, "scan": _split_scan}
 
 
 def _remat_partial_eval(trace, tracers, *, jaxpr, prevent_cse, differentiated, policy):
