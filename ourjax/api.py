@@ -392,21 +392,26 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
       # aux values leave as primal outputs (so they are not tracers of this transformation);
       # their cotangents are zero
       return m_leaves + a_leaves
-    all_out, f_vjp_all = ad.vjp_flat(flat_aux, p_leaves)
+    all_out, jaxpr, consts, t_pvals = ad.linearize_flat(flat_aux, p_leaves)
     tree, aux_tree, n_main = aux_cell
     primals_out, aux = all_out[:n_main], tree_unflatten(aux_tree, all_out[n_main:])
     aux_zeros = [ad.Zero(ad.tangent_aval(get_aval(a))) for a in all_out[n_main:]]
-
-    def f_vjp_flat(cts):
-      return f_vjp_all(list(cts) + aux_zeros)
   else:
-    primals_out, f_vjp_flat = ad.vjp_flat(flat, p_leaves)
+    primals_out, jaxpr, consts, t_pvals = ad.linearize_flat(flat, p_leaves)
     tree = out_tree[0]
+    aux_zeros = []
+  t_avals = [ad.tangent_aval(get_aval(p)) for p in p_leaves]
+
+  def f_vjp_flat(cts, consts):
+    cts = list(cts) + aux_zeros
+    unknown_cts = [c for c, p in zip(cts, t_pvals) if not p.is_known]
+    return ad.backward_pass(jaxpr, consts, [ad.UndefinedPrimal(a) for a in t_avals],
+                            unknown_cts)
   out_avals = [get_aval(o) for o in primals_out]
   in_avals = [get_aval(p) for p in p_leaves]
   fname = _fun_name(fun)
 
-  def vjp_fn(ct, *extra):
+  def vjp_fn(ct, *extra, _consts=consts):
     if extra:
       raise TypeError(
           f"The function returned by `jax.vjp` applied to {fname} was called with "
@@ -445,14 +450,14 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
         from ourjax import lax
         c = lax.convert_element_type(c, expected)
       cts.append(c)
-    cts_in = f_vjp_flat(cts)
+    cts_in = f_vjp_flat(cts, _consts)
     outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
     return tree_unflatten(p_tree, outs)
 
   from ourjax import ad as _ad_api
-  vjp_fn.with_refs = _ad_api.with_refs(vjp_fn, len(primals), fname)
+  vjp_obj = _ad_api.make_vjp(vjp_fn, primals, p_leaves, p_tree, consts, tree, jaxpr, fname)
   out = tree_unflatten(tree, primals_out)
-  return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+  return (out, vjp_obj, aux) if has_aux else (out, vjp_obj)
 
 
 def _aux_error(out):
