@@ -460,6 +460,38 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
   return (out, vjp_obj, aux) if has_aux else (out, vjp_obj)
 
 
+def fwd_and_bwd(fun: Callable, argnums: int | Sequence[int], has_aux: bool = False,
+                jitted: bool = True):
+  """``(fwd, bwd)``: ``fwd(*args)`` is ``vjp`` of ``fun`` with respect to the positional
+  arguments ``argnums`` (``(out, residuals)``, or ``(out, residuals, aux)``), and
+  ``bwd(residuals, cotangent)`` the cotangents of those arguments (one, for an int
+  ``argnums``).  Both jitted by default, so a loop calling them compiles each once."""
+  if not callable(fun):
+    raise TypeError(f"fwd_and_bwd requires a callable, got {fun!r}")
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+  def fwd(*args, **kwargs):
+    for i in nums:
+      if not -len(args) <= i < len(args):
+        raise TypeError(f"fwd_and_bwd: argnums {argnums} out of range for {len(args)} "
+                        "positional arguments")
+    pos = [i % len(args) for i in nums]
+
+    def f_partial(*dyn):
+      full = list(args)
+      for i, v in zip(pos, dyn):
+        full[i] = v
+      return fun(*full, **kwargs)
+    return vjp(f_partial, *[args[i] for i in pos], has_aux=has_aux)
+
+  def bwd(f_vjp, outgrad):
+    g = f_vjp(outgrad)
+    return g[0] if isinstance(argnums, int) else g
+  if jitted:
+    fwd, bwd = jit(fwd), jit(bwd)
+  return fwd, bwd
+
+
 def _aux_error(out):
   raise TypeError("expected function with aux output to return a two-element tuple, but got "
                   f"type {type(out)} with value {out!r}")
@@ -506,7 +538,10 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()):
            for c, a in zip(ct_leaves, out_avals)]
     cts_in = ad.backward_pass(closed.jaxpr, closed.consts,
                               [ad.UndefinedPrimal(a) for a in in_avals], cts)
-    outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
+    # (an integer -> integer linear map transposes to integers, not float0)
+    outs = [_ct_to_primal_type(c, a) if dtypes.is_inexact(a.dtype) else
+            (lax.full(a.shape, 0, a.dtype) if type(c) is ad.Zero else
+             lax.convert_element_type(c, a.dtype)) for c, a in zip(cts_in, in_avals)]
     return tree_unflatten(p_tree, outs)
 
   transposed_fun.__name__ = f"transpose({_fun_name(fun)})"
