@@ -153,6 +153,13 @@ def checkpoint(fun: Callable | None = None, *, prevent_cse: bool = True,
   if isinstance(static_argnums, int):
     static_argnums = (static_argnums,)
   static_argnums = tuple(static_argnums)
+  if isinstance(prevent_cse, (list, tuple)):
+    prevent_cse = tuple(prevent_cse)
+  elif not isinstance(prevent_cse, (bool, np.bool_)):
+    raise TypeError("prevent_cse must be a bool or tuple of bools, got "
+                    f"type(prevent_cse)={type(prevent_cse)}")
+  else:
+    prevent_cse = bool(prevent_cse)
 
   @functools.wraps(fun, updated=())
   def fun_remat(*args, **kwargs):
@@ -188,7 +195,13 @@ def checkpoint(fun: Callable | None = None, *, prevent_cse: bool = True,
       if cache is not None and not any(isinstance(c, core.Tracer) for c in hit[1]):
         cache[key] = hit
     jaxpr, consts, out_tree = hit
-    outs = remat_p.bind(*consts, *leaves, jaxpr=jaxpr, prevent_cse=prevent_cse,
+    cse = prevent_cse
+    if isinstance(cse, tuple):
+      # one flag per operand: the argument flags broadcast over their leaves (constants never)
+      from ourjax._pytree import broadcast_prefix
+      cse_args = (tuple(dyn_args), kwargs) if kwargs else tuple(dyn_args)
+      cse = (False,) * len(consts) + tuple(bool(c) for c in broadcast_prefix(cse, cse_args))
+    outs = remat_p.bind(*consts, *leaves, jaxpr=jaxpr, prevent_cse=cse,
                         differentiated=False, policy=policy)
     return tree_unflatten(out_tree, outs)
 
@@ -249,7 +262,8 @@ def _remat_jvp(primals, tangents, *, jaxpr, prevent_cse, differentiated, policy)
   jvp_jaxpr, consts = _open(jvp_closed)
   nz_tangents = [t for t in tangents if type(t) is not ad.Zero]
   outs = remat_p.bind(*consts, *primals, *nz_tangents, jaxpr=jvp_jaxpr,
-                      prevent_cse=prevent_cse, differentiated=True, policy=policy)
+                      prevent_cse=_cse(prevent_cse, pre=len(consts), post=len(nz_tangents)),
+                      differentiated=True, policy=policy)
   n = len(jaxpr.outvars)
   tans = iter(outs[n:])
   return outs[:n], [next(tans) if nz else ad.Zero(ad.tangent_aval(v.aval))
@@ -591,7 +605,8 @@ def _remat_partial_eval(trace, tracers, *, jaxpr, prevent_cse, differentiated, p
   unk_tracers = [t for t in tracers if not t.pval.is_known]
   outs_u = trace.default_process_primitive(
       remat_p, res_tracers + unk_tracers,
-      dict(jaxpr=ju, prevent_cse=prevent_cse, differentiated=True, policy=policy))
+      dict(jaxpr=ju, prevent_cse=_staged_cse(prevent_cse, jk, num_res, in_unknowns),
+           differentiated=True, policy=policy))
   outs_k, outs_u = iter(outs_k), iter(outs_u)
   return [next(outs_u) if u else trace.pure(next(outs_k)) for u in out_unknowns]
 
@@ -606,11 +621,14 @@ def _remat_partial_eval_jaxpr(eqn, in_unknowns):
                                                       _saveable(p["policy"]))
   res_vars = [Var(v.aval) for v in jk.outvars[len(jk.outvars) - num_res:]]
   known_outs = [v for v, u in zip(eqn.out_binders, out_unknowns) if not u]
+  cse = p["prevent_cse"]
   eqn_k = eqn._replace(inputs=[x for x, u in zip(eqn.inputs, in_unknowns) if not u],
-                       params=dict(p, jaxpr=jk, differentiated=True),
+                       params=dict(p, jaxpr=jk, differentiated=True,
+                                   prevent_cse=_cse(cse, keep=[not u for u in in_unknowns])),
                        out_binders=known_outs + res_vars)
   eqn_u = eqn._replace(inputs=res_vars + [x for x, u in zip(eqn.inputs, in_unknowns) if u],
-                       params=dict(p, jaxpr=ju, differentiated=True),
+                       params=dict(p, jaxpr=ju, differentiated=True,
+                                   prevent_cse=_staged_cse(cse, jk, num_res, in_unknowns)),
                        out_binders=[v for v, u in zip(eqn.out_binders, out_unknowns) if u])
   return eqn_k, eqn_u, out_unknowns
 
@@ -635,8 +653,9 @@ def _remat_transpose(cts, *args, jaxpr, prevent_cse, differentiated, policy):
 
   in_avals = [get_aval(v) for v in defined_vals] + [get_aval(c) for c in nz_cts]
   bwd_jaxpr, consts = _open(pe.trace_to_jaxpr(backward, in_avals, "transpose(checkpoint)"))
+  cse = _cse(prevent_cse, pre=len(consts), keep=[not u for u in undefined], post=len(nz_cts))
   outs = iter(remat_p.bind(*consts, *defined_vals, *nz_cts, jaxpr=bwd_jaxpr,
-                           prevent_cse=prevent_cse, differentiated=True, policy=policy))
+                           prevent_cse=cse, differentiated=True, policy=policy))
   return [next(outs) if u else None for u in undefined]
 
 
@@ -646,7 +665,8 @@ ad.transpose_rules[remat_p] = _remat_transpose
 def _remat_batch(vals, dims, *, jaxpr, prevent_cse, differentiated, policy, axis_size):
   new_closed, out_dims = batching.vmap_jaxpr(_closed(jaxpr), axis_size, dims)
   new_jaxpr, consts = _open(new_closed)
-  outs = remat_p.bind(*consts, *vals, jaxpr=new_jaxpr, prevent_cse=prevent_cse,
+  outs = remat_p.bind(*consts, *vals, jaxpr=new_jaxpr,
+                      prevent_cse=_cse(prevent_cse, pre=len(consts)),
                       differentiated=differentiated, policy=policy)
   return outs[:], list(out_dims)
 
@@ -657,7 +677,8 @@ batching.register_rule_with_axis_size(remat_p, _remat_batch)
 def _remat_dce(eqn, used_outputs):
   new, used_inputs = pe.dce_jaxpr(eqn.params["jaxpr"], used_outputs, keep_invars=False)
   return used_inputs, eqn._replace(
-      params=dict(eqn.params, jaxpr=new),
+      params=dict(eqn.params, jaxpr=new,
+                  prevent_cse=_cse(eqn.params["prevent_cse"], keep=used_inputs)),
       inputs=[x for x, u in zip(eqn.inputs, used_inputs) if u],
       out_binders=[v for v, u in zip(eqn.out_binders, used_outputs) if u])
 
@@ -665,11 +686,35 @@ def _remat_dce(eqn, used_outputs):
 pe.dce_rules[remat_p] = _remat_dce
 
 
-def _wants_barrier(prevent_cse) -> bool:
-  """``prevent_cse`` is a bool, or a pytree of bools per argument: any True asks for it."""
+def _cse(cse, *, pre: int = 0, keep=None, post: int = 0, pre_flag: bool = False):
+  """The per-operand ``prevent_cse`` flags of a new remat equation made from one with flags
+  ``cse``: ``pre`` new leading operands (flagged ``pre_flag``: constants are not, residuals
+  are), the old operands where ``keep`` (all if None), ``post`` new trailing operands (tangents
+  and cotangents, flagged).  A bool stays a bool (it flags every operand)."""
+  if isinstance(cse, bool):
+    return cse
+  kept = cse if keep is None else tuple(c for c, k in zip(cse, keep) if k)
+  return (pre_flag,) * pre + tuple(kept) + (True,) * post
+
+
+def _staged_cse(cse, jk: Jaxpr, num_res: int, in_unknowns):
+  """The flags of the staged half of a split remat equation (residuals, then the unknown
+  operands): a residual that is one of the known operands keeps that operand's flag (as JAX
+  passes known operands to the staged side as they are), other residuals are flagged."""
+  if isinstance(cse, bool):
+    return cse
+  known_flags = dict(zip(jk.invars, (c for c, u in zip(cse, in_unknowns) if not u)))
+  res = jk.outvars[len(jk.outvars) - num_res:]
+  return (tuple(known_flags.get(v, True) if isinstance(v, Var) else True for v in res)
+          + tuple(c for c, u in zip(cse, in_unknowns) if u))
+
+
+def _barrier_flags(prevent_cse, n: int) -> list:
+  """Which of ``n`` operands go through the optimization barrier."""
   if isinstance(prevent_cse, bool):
-    return prevent_cse
-  return any(bool(x) for x in tree_flatten(prevent_cse)[0])
+    return [prevent_cse] * n
+  flags = list(prevent_cse)
+  return flags if len(flags) == n else [any(flags)] * n
 
 
 def _is_constant(instr) -> bool:
@@ -688,9 +733,10 @@ def _register_lowering():
     # Constants (and splats of them) are left outside: merging those loses nothing, and the
     # simplifier still folds them (x * 1.0 of a cotangent of ones).
     args = list(args)
-    if differentiated and _wants_barrier(prevent_cse):
-      guard = [i for i, a in enumerate(args) if isinstance(a, hlo.Instruction)
-               and not a.shape.is_tuple and not _is_constant(a)]
+    flags = _barrier_flags(prevent_cse, len(args))
+    if differentiated and any(flags):
+      guard = [i for i, (a, f) in enumerate(zip(args, flags)) if f and
+               isinstance(a, hlo.Instruction) and not a.shape.is_tuple and not _is_constant(a)]
       if guard:
         for i, g in zip(guard, ctx.builder.opt_barrier([args[i] for i in guard])):
           args[i] = g
