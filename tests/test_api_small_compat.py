@@ -65,3 +65,11 @@ def test_jitted_function_state_names_the_function():
     def __call__(self):
       return 1
   assert name(C()) == "<unnamed function>"
+
+
+def test_compiler_ir_hlo_text():
+  f = ourjax.jit(lambda x: jnp.sin(jnp.cos(x)))
+  hlo = f.lower(2.0).compiler_ir(dialect="hlo").as_hlo_text()
+  assert " cosine" in hlo and " sine" in hlo
+  stablehlo = str(f.lower(2.0).compiler_ir(dialect="stablehlo"))
+  assert "stablehlo.cosine" in stablehlo and "stablehlo.sine" in stablehlo
