@@ -607,8 +607,36 @@ def _remat_partial_eval(trace, tracers, *, jaxpr, prevent_cse, differentiated, p
       remat_p, res_tracers + unk_tracers,
       dict(jaxpr=ju, prevent_cse=_staged_cse(prevent_cse, jk, num_res, in_unknowns),
            differentiated=True, policy=policy))
+  _log_residuals(jk, num_res)
   outs_k, outs_u = iter(outs_k), iter(outs_u)
   return [next(outs_u) if u else trace.pure(next(outs_k)) for u in out_unknowns]
+
+
+def _log_residuals(jk: Jaxpr, num_res: int) -> None:
+  """What a differentiated checkpoint saves, in JAX's words: a DEBUG record (a WARNING with
+  ``jax_log_checkpoint_residuals``) naming the saved inputs' shapes and the saved
+  intermediates with the primitive that computed each."""
+  import logging
+  from ourjax.config import config
+  logger = logging.getLogger("ourjax")
+  level = logging.WARNING if config.jax_log_checkpoint_residuals else logging.DEBUG
+  if not logger.isEnabledFor(level):
+    return
+  res = jk.outvars[len(jk.outvars) - num_res:]
+  invars = set(jk.invars)
+  producer = {v: e for e in jk.eqns for v in e.out_binders}
+  inputs = [v for v in res if isinstance(v, Var) and v in invars]
+  inter = [(v, producer[v]) for v in res if isinstance(v, Var) and v in producer]
+  if not inputs and not inter:
+    return
+  logger.log(level,
+             "remat-decorated function " + "saving inputs with shapes:\n" * bool(inputs)
+             + "  %s\n" * len(inputs) + "and " * (bool(inputs) and bool(inter))
+             + "saving these intermediates:\n" * bool(inter) + "  %s from %s\n" * len(inter),
+             *[v.aval.str_short() for v in inputs],
+             *[x for v, e in inter for x in (
+                 v.aval.str_short(), f"the output of {e.primitive.name}"
+                 + (f" at {e.source_info}" if e.source_info else ""))])
 
 
 pe.partial_eval_rules[remat_p] = _remat_partial_eval

@@ -264,3 +264,26 @@ def test_prevent_cse_per_argument(cse, want):
 def test_prevent_cse_must_be_bool_or_tuple():
   with pytest.raises(TypeError, match="prevent_cse must be a bool or tuple of bools"):
     ourjax.checkpoint(lambda x: x, prevent_cse=1)
+
+
+def test_saved_residuals_are_logged(caplog):
+  import logging
+
+  def f(x):
+    return jnp.cos(jnp.sin(x).sum())
+  x = jnp.arange(3.0)
+  caplog.set_level(logging.DEBUG, logger="ourjax")
+  for policy, inputs, inter, names in [
+      (None, True, False, set()),
+      (lambda *_, **__: True, False, True, {"sin", "cos"}),
+      (lambda p, *_, **__: str(p) == "cos", True, True, {"cos"})]:
+    caplog.clear()
+    g = ourjax.grad(ourjax.checkpoint(f, policy=policy))(x)
+    np.testing.assert_allclose(g, -np.sin(np.sin(np.arange(3.0)).sum()) * np.cos(np.arange(3.0)),
+                               rtol=1e-5)
+    text = "\n".join(r.getMessage() for r in caplog.records
+                     if "remat-decorated function" in r.getMessage())
+    assert ("saving inputs with shapes:" in text) == inputs
+    assert ("saving these intermediates:" in text) == inter
+    for name in ("sin", "cos"):
+      assert (f" {name} " in text) == (name in names), (policy, text)
