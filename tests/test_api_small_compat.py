@@ -73,3 +73,17 @@ def test_compiler_ir_hlo_text():
   assert " cosine" in hlo and " sine" in hlo
   stablehlo = str(f.lower(2.0).compiler_ir(dialect="stablehlo"))
   assert "stablehlo.cosine" in stablehlo and "stablehlo.sine" in stablehlo
+
+
+def test_cond_branches_share_a_closed_over_value():
+  # JAX's common consts: a value both branches close over is one operand of the cond
+  from ourjax import lax
+
+  def f(x):
+    return lax.cond(x >= 0.0, lambda xt, _: xt + x, lambda _, xf: xf - x, x + 1.0, x + 2.0)
+  jaxpr = ourjax.make_jaxpr(f)(jnp.float32(3.0))
+  (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "cond"]
+  assert len(eqn.inputs) == 4          # index, x (once), x + 1, x + 2
+  assert all(len(b.jaxpr.invars) == 3 for b in eqn.params["branches"])
+  for x, want, dwant in [(3.0, 7.0, 2.0), (-3.0, 2.0, 0.0)]:
+    assert float(f(x)) == want and float(ourjax.grad(f)(x)) == dwant
