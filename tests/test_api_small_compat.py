@@ -87,3 +87,15 @@ def test_cond_branches_share_a_closed_over_value():
   assert all(len(b.jaxpr.invars) == 3 for b in eqn.params["branches"])
   for x, want, dwant in [(3.0, 7.0, 2.0), (-3.0, 2.0, 0.0)]:
     assert float(f(x)) == want and float(ourjax.grad(f)(x)) == dwant
+
+
+def test_core_eval_context_evaluates_eagerly_under_jit():
+  from ourjax import core
+
+  @ourjax.jit
+  def f(x):
+    with core.eval_context():
+      assert jnp.add(1, 1) == 2          # a concrete bool: no tracer inside the context
+      y = jnp.arange(3.0) * 2
+    return x + y
+  np.testing.assert_allclose(f(1.0), [1.0, 3.0, 5.0])
