@@ -419,16 +419,26 @@ def _split_call(eqn, in_unknowns, saveable):
   def make():
     jk, ju, out_uk, _, num_res = _split_remat(closed.jaxpr, in_unknowns, saveable,
                                               instantiate=[True] * n_out)
-    return ClosedJaxpr(jk, []), ClosedJaxpr(ju, []), out_uk, num_res
-  ck, cu, out_uk, num_res = _split_cached(closed, (tuple(in_unknowns), saveable), make)
-  jk = ck.jaxpr
-  res_vars = [Var(v.aval) for v in jk.outvars[len(jk.outvars) - num_res:]]
+    n_known = len(jk.outvars) - num_res
+    res = jk.outvars[n_known:]
+    # a residual that is one of the call's known operands is read by the staged call from the
+    # operand itself (the enclosing split decides whether that is saved or recomputed)
+    pos = {v: i for i, v in enumerate(jk.invars)}
+    fwd = tuple(pos.get(v) if isinstance(v, Var) else None for v in res)
+    jk2 = Jaxpr([], jk.invars, jk.eqns,
+                jk.outvars[:n_known] + [v for v, f in zip(res, fwd) if f is None])
+    res_avals = [v.aval for v, f in zip(res, fwd) if f is None]
+    return ClosedJaxpr(jk2, []), ClosedJaxpr(ju, []), out_uk, fwd, res_avals
+  ck, cu, out_uk, fwd, res_avals = _split_cached(closed, (tuple(in_unknowns), saveable), make)
+  res_vars = [Var(a) for a in res_avals]
+  known_in = [x for x, u in zip(eqn.inputs, in_unknowns) if not u]
+  it = iter(res_vars)
+  staged_res = [next(it) if f is None else known_in[f] for f in fwd]
   base = {k: v for k, v in p.items() if k != "donated_invars"}
-  eqn_k = eqn._replace(inputs=[x for x, u in zip(eqn.inputs, in_unknowns) if not u],
-                       params=dict(base, jaxpr=ck),
+  eqn_k = eqn._replace(inputs=known_in, params=dict(base, jaxpr=ck),
                        out_binders=[b for b, u in zip(eqn.out_binders, out_uk) if not u]
                        + res_vars)
-  eqn_u = eqn._replace(inputs=res_vars + [x for x, u in zip(eqn.inputs, in_unknowns) if u],
+  eqn_u = eqn._replace(inputs=staged_res + [x for x, u in zip(eqn.inputs, in_unknowns) if u],
                        params=dict(base, jaxpr=cu), out_binders=list(eqn.out_binders))
   return eqn_k, _halves(eqn_u, out_uk), out_uk
 
@@ -466,20 +476,30 @@ def _split_cond(eqn, in_unknowns, saveable):
       force = union
     out_uk = force
     n_known = n_out - sum(out_uk)
-    res_avals = [[v.aval for v in sp[0].outvars[n_known:]] for sp in splits]
+    # a residual that is one of the cond's known operands is read from the operand itself by
+    # the staged cond (the enclosing split decides whether that is saved or recomputed)
+    fwds = []
+    for sp in splits:
+      pos = {v: i for i, v in enumerate(sp[0].invars)}
+      fwds.append([pos.get(v) if isinstance(v, Var) else None
+                   for v in sp[0].outvars[n_known:]])
+    res_avals = [[v.aval for v, f in zip(sp[0].outvars[n_known:], fw) if f is None]
+                 for sp, fw in zip(splits, fwds)]
     offsets = np.cumsum([0] + [len(r) for r in res_avals]).tolist()
     known_avals = [branches[0].jaxpr.invars[i].aval for i, u in enumerate(ops_uk) if not u]
     unknown_avals = [branches[0].jaxpr.invars[i].aval for i, u in enumerate(ops_uk) if u]
     all_res = [a for r in res_avals for a in r]
+    n_kops = len(known_avals)
 
     def known_branch(i):
       jk = splits[i][0]
 
       def f(*xs):
         outs = core.eval_jaxpr(jk, [], *xs)
+        own = [r for r, fw in zip(outs[n_known:], fwds[i]) if fw is None]
         res = []
         for j, avals in enumerate(res_avals):
-          res += (list(outs[n_known:]) if j == i else
+          res += (own if j == i else
                   [lax.full(a.shape, np.zeros((), a.dtype)[()], a.dtype) for a in avals])
         return list(outs[:n_known]) + res
       return f
@@ -488,14 +508,18 @@ def _split_cond(eqn, in_unknowns, saveable):
       ju = splits[i][1]
 
       def f(*xs):
-        res, rest = xs[:len(all_res)], xs[len(all_res):]
-        return core.eval_jaxpr(ju, [], *res[offsets[i]:offsets[i + 1]], *rest)
+        res, known, rest = (xs[:len(all_res)], xs[len(all_res):len(all_res) + n_kops],
+                            xs[len(all_res) + n_kops:])
+        own = iter(res[offsets[i]:offsets[i + 1]])
+        full = [next(own) if fw is None else known[fw] for fw in fwds[i]]
+        return core.eval_jaxpr(ju, [], *full, *rest)
       return f
 
     try:
       kbs = [pe.trace_to_jaxpr(known_branch(i), known_avals, "cond_known")
              for i in range(len(branches))]
-      ubs = [pe.trace_to_jaxpr(unknown_branch(i), all_res + unknown_avals, "cond_staged")
+      ubs = [pe.trace_to_jaxpr(unknown_branch(i), all_res + known_avals + unknown_avals,
+                               "cond_staged")
              for i in range(len(branches))]
     except Exception:      # noqa: BLE001  (a residual of a type zeros cannot be made of)
       return None
@@ -514,16 +538,18 @@ def _split_cond(eqn, in_unknowns, saveable):
                        params=dict(p, branches=kbs),
                        out_binders=[b for b, u in zip(eqn.out_binders, out_uk) if not u]
                        + res_vars)
-  eqn_u = eqn._replace(inputs=[idx] + res_vars + [x for x, u in zip(ops, ops_uk) if u],
+  eqn_u = eqn._replace(inputs=[idx] + res_vars + [x for x, u in zip(ops, ops_uk) if not u]
+                       + [x for x, u in zip(ops, ops_uk) if u],
                        params=dict(p, branches=ubs), out_binders=list(eqn.out_binders))
   return eqn_k, _halves(eqn_u, out_uk), out_uk
 
 
 def _split_scan(eqn, in_unknowns, saveable):
-  """A scan inside a checkpoint, with some unknown operands: its body is split by the policy;
-  the known scan also returns the body's residuals stacked (those that are loop constants or
-  slices of the scanned operands are read from them instead), the staged scan reads them.
-  Known outputs the staged side needs are saved."""
+  """A scan inside a checkpoint, with some unknown operands (JAX's scan partial_eval_jaxpr_custom
+  rule): its body is split by the policy.  The known scan computes the known outputs and
+  stacks the body's saved intermediates (residuals that are loop constants or slices of the
+  scanned operands are read from them instead); the staged scan carries the known carries too,
+  recomputing them step by step (they are not saved), and reads the stacked residuals."""
   p = eqn.params
   closed = p["jaxpr"]
   if closed.consts or closed.jaxpr.constvars or not any(in_unknowns):
@@ -544,34 +570,49 @@ def _split_scan(eqn, in_unknowns, saveable):
         break
       carry_uk = new
     in_uk = const_uk + carry_uk + xs_uk
+    # every carry output is also computed on the staged side (the known ones recomputed)
     jk, ju, out_uk, _, nres = _split_remat(body, in_uk, saveable,
+                                           instantiate=[True] * nk + [False] * ny,
                                            force_unknown=carry_uk + [False] * ny)
     n_kc, n_kk = nc - sum(const_uk), nk - sum(carry_uk)
     n_known_out = len(jk.outvars) - nres
     res = jk.outvars[n_known_out:]
     const_pos = {v: i for i, v in enumerate(jk.invars[:n_kc])}
+    carry_pos = {v: i for i, v in enumerate(jk.invars[n_kc:n_kc + n_kk])}
     x_pos = {v: i for i, v in enumerate(jk.invars[n_kc + n_kk:])}
-    kind = ["c" if v in const_pos else "x" if v in x_pos else "s" for v in res]
+    kind = ["c" if v in const_pos else "k" if v in carry_pos else "x" if v in x_pos else "s"
+            for v in res]
     stacked = [v for v, k in zip(res, kind) if k == "s"]
     loop_jk, _ = pe.dce_jaxpr(Jaxpr([], jk.invars, jk.eqns,
                                     jk.outvars[:n_known_out] + stacked))
     # the staged body: consts = residuals that are loop constants + unknown consts; carry =
-    # unknown carries; xs = unknown xs + residuals that are scanned slices + stacked residuals
+    # every carry (the known ones as the residuals that read them); xs = unknown xs +
+    # residuals that are scanned slices + stacked residuals
     res_in, rest = ju.invars[:nres], ju.invars[nres:]
     nuc, nuk = sum(const_uk), sum(carry_uk)
+    u_consts, u_carry, u_xs = rest[:nuc], rest[nuc:nuc + nuk], rest[nuc + nuk:]
     rc = [(r, const_pos[v]) for r, v, k in zip(res_in, res, kind) if k == "c"]
     rx = [(r, x_pos[v]) for r, v, k in zip(res_in, res, kind) if k == "x"]
+    rk = {carry_pos[v]: r for r, v, k in zip(res_in, res, kind) if k == "k"}
     rs = [r for r, k in zip(res_in, kind) if k == "s"]
-    body_u = Jaxpr([], [r for r, _ in rc] + list(rest[:nuc]) + list(rest[nuc:nuc + nuk])
-                   + list(rest[nuc + nuk:]) + [r for r, _ in rx] + rs, ju.eqns, ju.outvars)
+    known_carry_avals = [v.aval for v in jk.invars[n_kc:n_kc + n_kk]]
+    carry_in, it_u, j = [], iter(u_carry), 0
+    for u in carry_uk:
+      if u:
+        carry_in.append(next(it_u))
+      else:
+        carry_in.append(rk.get(j) or Var(known_carry_avals[j]))
+        j += 1
+    body_u = Jaxpr([], [r for r, _ in rc] + list(u_consts) + carry_in + list(u_xs)
+                   + [r for r, _ in rx] + rs, ju.eqns, ju.outvars)
     stacked_avals = [core.ShapedArray((length,) + v.aval.shape, v.aval.dtype,
                                       v.aval.weak_type) for v in stacked]
-    return dict(in_uk=in_uk, out_uk=out_uk, n_kc=n_kc, n_kk=n_kk, n_uc=nuc, n_uk=nuk,
-                loop=ClosedJaxpr(loop_jk, []), body_u=ClosedJaxpr(body_u, []),
+    return dict(in_uk=in_uk, out_uk=out_uk, carry_uk=carry_uk, n_kc=n_kc, n_kk=n_kk,
+                n_uc=nuc, loop=ClosedJaxpr(loop_jk, []), body_u=ClosedJaxpr(body_u, []),
                 rc=[i for _, i in rc], rx=[i for _, i in rx], stacked_avals=stacked_avals)
 
   plan = _split_cached(closed, (tuple(in_unknowns), saveable), make)
-  in_uk, out_uk = plan["in_uk"], plan["out_uk"]
+  in_uk, out_uk, carry_uk = plan["in_uk"], plan["out_uk"], plan["carry_uk"]
   outer_in = list(eqn.inputs)
   k_outer = [x for x, u in zip(outer_in, in_uk) if not u]
   n_kc, n_kk = plan["n_kc"], plan["n_kk"]
@@ -580,15 +621,22 @@ def _split_scan(eqn, in_unknowns, saveable):
   eqn_k = eqn._replace(inputs=k_outer, out_binders=known_binders + stacked_vars, params=dict(
       p, jaxpr=plan["loop"], num_consts=n_kc, num_carry=n_kk, linear=(False,) * len(k_outer)))
   k_consts_outer, k_xs_outer = k_outer[:n_kc], k_outer[n_kc + n_kk:]
-  unk = [x for x, u in zip(outer_in, in_uk) if u]
-  inputs_u = ([k_consts_outer[i] for i in plan["rc"]] + unk
+  consts_in, init_in, xs_in = outer_in[:nc], outer_in[nc:nc + nk], outer_in[nc + nk:]
+  inputs_u = ([k_consts_outer[i] for i in plan["rc"]]
+              + [x for x, u in zip(consts_in, in_uk[:nc]) if u] + list(init_in)
+              + [x for x, u in zip(xs_in, in_uk[nc + nk:]) if u]
               + [k_xs_outer[i] for i in plan["rx"]] + stacked_vars)
-  eqn_u = eqn._replace(inputs=inputs_u,
-                       out_binders=[b for b, u in zip(eqn.out_binders, out_uk) if u],
+  # (the recomputed known carries' final values are not used: fresh binders, DCE drops them)
+  carry_binders = [b if u else Var(b.aval) for b, u in zip(eqn.out_binders[:nk], carry_uk)]
+  ys_binders = [b for b, u in zip(eqn.out_binders[nk:], out_uk[nk:]) if u]
+  eqn_u = eqn._replace(inputs=inputs_u, out_binders=carry_binders + ys_binders,
                        params=dict(p, jaxpr=plan["body_u"],
                                    num_consts=len(plan["rc"]) + plan["n_uc"],
-                                   num_carry=plan["n_uk"], linear=(False,) * len(inputs_u)))
-  return eqn_k, ([eqn_u] if any(out_uk) else []), out_uk
+                                   num_carry=nk, linear=(False,) * len(inputs_u)))
+  if not any(out_uk):
+    return eqn_k, [], out_uk
+  return eqn_k, [pe.dce_rules[eqn_u.primitive](eqn_u, [u for u in carry_uk]
+                                               + [True] * len(ys_binders))[1]], out_uk
 
 
 _REMAT_SPLIT_RULES = {"jit": _split_call, "cond": _split_cond, "scan": _split_scan}
@@ -671,12 +719,22 @@ def _remat_transpose(cts, *args, jaxpr, prevent_cse, differentiated, policy):
   nz_cts = [c for c in cts if type(c) is not ad.Zero]
   out_avals = [v.aval for v in jaxpr.outvars]
 
+  # The jaxpr is split first into its non-linear part (what it recomputes from the defined
+  # operands) and its linear part (as JAX's transpose_jaxpr does): a loop that carries both
+  # recomputed primal values and tangents is split into a forward loop and a linear one.
+  jk, ju, out_unknown, num_res = pe.partial_eval_jaxpr(jaxpr, undefined)
+
   def backward(*xs):
-    vals, cs = iter(xs[:len(defined_vals)]), iter(xs[len(defined_vals):])
-    full_args = [ad.UndefinedPrimal(a.aval) if u else next(vals)
-                 for a, u in zip(args, undefined)]
+    vals, cs = list(xs[:len(defined_vals)]), iter(xs[len(defined_vals):])
+    known = core.eval_jaxpr(jk, [], *vals)
+    residuals = known[len(known) - num_res:]
+    # (an output computed from defined operands only has no linear part: its cotangent goes
+    # nowhere)
     full_cts = [next(cs) if m else ad.Zero(ad.tangent_aval(a)) for m, a in zip(ct_mask, out_avals)]
-    res = ad.backward_pass(jaxpr, [], full_args, full_cts)
+    lin_cts = [c for c, u in zip(full_cts, out_unknown) if u]
+    lin_args = list(residuals) + [ad.UndefinedPrimal(a.aval) for a, u in zip(args, undefined)
+                                  if u]
+    res = ad.backward_pass(ju, [], lin_args, lin_cts)
     return [ad.instantiate_zeros(r) for r in res]
 
   in_avals = [get_aval(v) for v in defined_vals] + [get_aval(c) for c in nz_cts]

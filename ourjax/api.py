@@ -402,16 +402,21 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
     aux_zeros = []
   t_avals = [ad.tangent_aval(get_aval(p)) for p in p_leaves]
 
+  # (the backward pass holds no values of the forward trace: the residuals come in as
+  # ``consts``, so a VJP leaving a jit holds no tracer of it)
+  t_known = [p.is_known for p in t_pvals]
+  del t_pvals
+
   def f_vjp_flat(cts, consts):
     cts = list(cts) + aux_zeros
-    unknown_cts = [c for c, p in zip(cts, t_pvals) if not p.is_known]
+    unknown_cts = [c for c, k in zip(cts, t_known) if not k]
     return ad.backward_pass(jaxpr, consts, [ad.UndefinedPrimal(a) for a in t_avals],
                             unknown_cts)
   out_avals = [get_aval(o) for o in primals_out]
   in_avals = [get_aval(p) for p in p_leaves]
   fname = _fun_name(fun)
 
-  def vjp_fn(ct, *extra, _consts=consts):
+  def vjp_fn(ct, *extra, _consts):
     if extra:
       raise TypeError(
           f"The function returned by `jax.vjp` applied to {fname} was called with "

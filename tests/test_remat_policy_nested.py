@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 import ourjax
 import ourjax.numpy as jnp
 from ourjax import lax
+from ourjax.ad_checkpoint import checkpoint_name
 
 policies = ourjax.checkpoint_policies
 save_cos = lambda prim, *_, **__: str(prim) == "cos"          # noqa: E731
@@ -134,3 +135,50 @@ def test_jit_call_inside_checkpoint_is_split_by_the_policy():
     t = _linear_text(f, 4.0)
     assert (_count(t, "sin"), _count(t, "cos")) == want, (pol, t)
     np.testing.assert_allclose(ourjax.grad(f)(4.0), np.cos(4.0), rtol=1e-6)
+
+
+def test_operands_of_calls_are_recomputed_not_saved():
+  # nothing saveable: sin x feeds a jit call; the call must not save it as its residual
+  # (the enclosing checkpoint recomputes it), as JAX's test_remat_custom_policy
+  sin = lambda x: checkpoint_name(jnp.sin(x), "sin")              # noqa: E731
+  for square in [lambda x: x * x, ourjax.jit(lambda x: x * x)]:
+    f = ourjax.checkpoint(lambda x: sin(square(sin(x))), policy=None)
+    y, f_lin = ourjax.linearize(f, 1.0)
+    text = str(f_lin.func.args[0])
+    assert " sin " in text and " cos " in text
+    y_ref, t_ref = ourjax.jvp(lambda x: jnp.sin(jnp.sin(x) ** 2), (1.0,), (2.0,))
+    np.testing.assert_allclose(y, y_ref, rtol=1e-6)
+    np.testing.assert_allclose(f_lin(2.0), t_ref, rtol=1e-6)
+
+
+def test_scan_carries_are_recomputed_by_the_staged_scan():
+  # JAX's test_remat_of_scan: with nothing saveable the linearized scan recomputes the carry
+  to_scan = lambda c, _: (jnp.sin(c), jnp.sin(c))                  # noqa: E731
+  f = ourjax.checkpoint(lambda x: lax.scan(to_scan, x, None, length=3))
+  t = _linear_text(f, 4.0)
+  assert " sin " in t and " cos " in t
+  g = ourjax.grad(lambda x: f(x)[1].sum())(4.0)
+  g_ref = ourjax.grad(lambda x: lax.scan(to_scan, x, None, length=3)[1].sum())(4.0)
+  np.testing.assert_allclose(g, g_ref, rtol=1e-6)
+
+
+def test_nested_cond_inside_custom_jvp_follows_the_policy():
+  def cond_apply(f, x):
+    return lax.cond(True, f, lambda x: x, x)
+
+  @ourjax.custom_jvp
+  def sin(x):
+    return jnp.sin(x)
+
+  def sin_jvp(primals, tangents):
+    x, = primals
+    y, c = cond_apply(lambda xs: (jnp.sin(xs[0]), jnp.cos(xs[1])), (x, x))
+    return y, c * tangents[0]
+  sin.defjvp(sin_jvp)
+  cases = [(save_cos, (0, 0)), (save_sin, (0, 1)), (policies.everything_saveable, (0, 0)),
+           (policies.nothing_saveable, (0, 1))]           # (JAX's counts)
+  for pol, want in cases:
+    f = ourjax.checkpoint(functools.partial(cond_apply, sin), policy=pol)
+    t = _linear_text(f, 4.0)
+    assert (_count(t, "sin"), _count(t, "cos")) == want, (pol, t)
+    np.testing.assert_allclose(ourjax.grad(ourjax.grad(f))(3.0), -np.sin(3.0), rtol=1e-5)

@@ -86,3 +86,13 @@ def test_dont_want_leaves_the_unwanted_gradient_out():
   assert x_grad == DidntWant()
   np.testing.assert_allclose(y_grad, x)
   assert len(g.trace().jaxpr.eqns) == 1
+
+
+def test_a_vjp_returned_by_jit_holds_no_tracer():
+  def apply_fn(inp):
+    fn = ourjax.checkpoint(lambda x: ourjax.nn.relu(1.0 * x))
+    return ourjax.vjp(fn, inp)
+  with ourjax.check_tracer_leaks():
+    y, f_vjp = ourjax.jit(apply_fn)(1.5)
+  assert float(y) == 1.5
+  assert float(f_vjp(2.0)[0]) == 2.0
