@@ -14,7 +14,7 @@ from ourjax.api import (jit, grad, value_and_grad, vjp, jvp, linearize, vmap, ja
                         default_backend,
                         device_count, local_devices, disable_jit, local_device_count,
                         process_index, process_count, typeof, pmap, live_arrays,
-                        print_environment_info)
+                        print_environment_info, fwd_and_bwd)
 from ourjax.lax import stop_gradient  # noqa: F401
 from ourjax.api import linear_transpose  # noqa: F401
 from ourjax.custom_derivatives import (custom_jvp, custom_vjp, custom_gradient,  # noqa
@@ -53,7 +53,7 @@ from ourjax.interpreters.shard_map import shard_map  # noqa: F401,E402
 def __getattr__(name):
   # subpackages that are loaded on first use (testing needs hypothesis)
   if name in ("example_libraries", "testing", "flatten_util", "experimental", "image",
-              "custom_batching", "dlpack"):
+              "custom_batching", "dlpack", "export"):
     import importlib
     return importlib.import_module(f"ourjax.{name}")
   raise AttributeError(f"module 'ourjax' has no attribute {name!r}")

@@ -543,6 +543,17 @@ class JitWrapped:
   def _cache_size(self) -> int:
     return len(self._cache)
 
+  def __getstate__(self):
+    # (JAX's PjitFunction state names the function: ``function_name``)
+    state = dict(self.__dict__)
+    state["function_name"] = _state_fun_name(self.__dict__.get("fun"))
+    return state
+
+  def __setstate__(self, state):
+    state = dict(state)
+    state.pop("function_name", None)
+    self.__dict__.update(state)
+
   def __repr__(self):
     try:
       return f"<PjitFunction of {self.__wrapped__!r}>"    # JAX's form
@@ -708,3 +719,11 @@ def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(),
       w._no_fast = True
     return w
   return wrap if fun is None else wrap(fun)
+
+
+def _state_fun_name(fun) -> str:
+  """The function's name as JAX's jit records it: a partial without a name of its own is named
+  by the function it wraps; a callable without ``__name__`` is '<unnamed function>'."""
+  while isinstance(fun, functools.partial) and not hasattr(fun, "__name__"):
+    fun = fun.func
+  return getattr(fun, "__name__", "<unnamed function>")

@@ -392,21 +392,31 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
       # aux values leave as primal outputs (so they are not tracers of this transformation);
       # their cotangents are zero
       return m_leaves + a_leaves
-    all_out, f_vjp_all = ad.vjp_flat(flat_aux, p_leaves)
+    all_out, jaxpr, consts, t_pvals = ad.linearize_flat(flat_aux, p_leaves)
     tree, aux_tree, n_main = aux_cell
     primals_out, aux = all_out[:n_main], tree_unflatten(aux_tree, all_out[n_main:])
     aux_zeros = [ad.Zero(ad.tangent_aval(get_aval(a))) for a in all_out[n_main:]]
-
-    def f_vjp_flat(cts):
-      return f_vjp_all(list(cts) + aux_zeros)
   else:
-    primals_out, f_vjp_flat = ad.vjp_flat(flat, p_leaves)
+    primals_out, jaxpr, consts, t_pvals = ad.linearize_flat(flat, p_leaves)
     tree = out_tree[0]
+    aux_zeros = []
+  t_avals = [ad.tangent_aval(get_aval(p)) for p in p_leaves]
+
+  # (the backward pass holds no values of the forward trace: the residuals come in as
+  # ``consts``, so a VJP leaving a jit holds no tracer of it)
+  t_known = [p.is_known for p in t_pvals]
+  del t_pvals
+
+  def f_vjp_flat(cts, consts):
+    cts = list(cts) + aux_zeros
+    unknown_cts = [c for c, k in zip(cts, t_known) if not k]
+    return ad.backward_pass(jaxpr, consts, [ad.UndefinedPrimal(a) for a in t_avals],
+                            unknown_cts)
   out_avals = [get_aval(o) for o in primals_out]
   in_avals = [get_aval(p) for p in p_leaves]
   fname = _fun_name(fun)
 
-  def vjp_fn(ct, *extra):
+  def vjp_fn(ct, *extra, _consts):
     if extra:
       raise TypeError(
           f"The function returned by `jax.vjp` applied to {fname} was called with "
@@ -445,14 +455,46 @@ def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
         from ourjax import lax
         c = lax.convert_element_type(c, expected)
       cts.append(c)
-    cts_in = f_vjp_flat(cts)
+    cts_in = f_vjp_flat(cts, _consts)
     outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
     return tree_unflatten(p_tree, outs)
 
   from ourjax import ad as _ad_api
-  vjp_fn.with_refs = _ad_api.with_refs(vjp_fn, len(primals), fname)
+  vjp_obj = _ad_api.make_vjp(vjp_fn, primals, p_leaves, p_tree, consts, tree, jaxpr, fname)
   out = tree_unflatten(tree, primals_out)
-  return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+  return (out, vjp_obj, aux) if has_aux else (out, vjp_obj)
+
+
+def fwd_and_bwd(fun: Callable, argnums: int | Sequence[int], has_aux: bool = False,
+                jitted: bool = True):
+  """``(fwd, bwd)``: ``fwd(*args)`` is ``vjp`` of ``fun`` with respect to the positional
+  arguments ``argnums`` (``(out, residuals)``, or ``(out, residuals, aux)``), and
+  ``bwd(residuals, cotangent)`` the cotangents of those arguments (one, for an int
+  ``argnums``).  Both jitted by default, so a loop calling them compiles each once."""
+  if not callable(fun):
+    raise TypeError(f"fwd_and_bwd requires a callable, got {fun!r}")
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+  def fwd(*args, **kwargs):
+    for i in nums:
+      if not -len(args) <= i < len(args):
+        raise TypeError(f"fwd_and_bwd: argnums {argnums} out of range for {len(args)} "
+                        "positional arguments")
+    pos = [i % len(args) for i in nums]
+
+    def f_partial(*dyn):
+      full = list(args)
+      for i, v in zip(pos, dyn):
+        full[i] = v
+      return fun(*full, **kwargs)
+    return vjp(f_partial, *[args[i] for i in pos], has_aux=has_aux)
+
+  def bwd(f_vjp, outgrad):
+    g = f_vjp(outgrad)
+    return g[0] if isinstance(argnums, int) else g
+  if jitted:
+    fwd, bwd = jit(fwd), jit(bwd)
+  return fwd, bwd
 
 
 def _aux_error(out):
@@ -501,7 +543,10 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()):
            for c, a in zip(ct_leaves, out_avals)]
     cts_in = ad.backward_pass(closed.jaxpr, closed.consts,
                               [ad.UndefinedPrimal(a) for a in in_avals], cts)
-    outs = [_ct_to_primal_type(c, a) for c, a in zip(cts_in, in_avals)]
+    # (an integer -> integer linear map transposes to integers, not float0)
+    outs = [_ct_to_primal_type(c, a) if dtypes.is_inexact(a.dtype) else
+            (lax.full(a.shape, 0, a.dtype) if type(c) is ad.Zero else
+             lax.convert_element_type(c, a.dtype)) for c, a in zip(cts_in, in_avals)]
     return tree_unflatten(p_tree, outs)
 
   transposed_fun.__name__ = f"transpose({_fun_name(fun)})"

@@ -49,6 +49,8 @@ class Config:
         "jax_enable_x64": _env_bool("OURJAX_ENABLE_X64"),
         "jax_platforms": os.environ.get("OURJAX_PLATFORMS") or None,
         "jax_log_compiles": _env_bool("OURJAX_LOG_COMPILES"),
+        # what a checkpoint saves for the backward pass, logged at WARNING (else DEBUG)
+        "jax_log_checkpoint_residuals": False,
         # a warning per jit trace-cache miss, saying why (``_cache_miss.py``)
         "jax_explain_cache_misses": _env_bool("OURJAX_EXPLAIN_CACHE_MISSES"),
         "jax_debug_nans": _env_bool("OURJAX_DEBUG_NANS"),

@@ -607,6 +607,12 @@ def ensure_compile_time_eval():
   return new_base_main()
 
 
+def eval_context():
+  """JAX's ``jax.core.eval_context``: inside it, operations on values that are not tracers of
+  an enclosing transformation evaluate eagerly (as ``ensure_compile_time_eval``)."""
+  return new_base_main()
+
+
 # ------------------------------------------------------------------------------------------------
 # Jaxprs
 

@@ -229,3 +229,61 @@ def test_differentiated_checkpoint_lowers_through_an_optimization_barrier(preven
   for backend in ("cpu", "reference"):
     np.testing.assert_allclose(ourjax.jit(ourjax.grad(f), backend=backend)(x), want,
                                rtol=1e-6, atol=1e-6)
+
+
+def _barrier_operand_counts(txt):
+  import re
+  return sorted(len(m.split(",")) for m in re.findall(r"optimization_barrier ([^:]*):", txt))
+
+
+@pytest.mark.parametrize("cse,want", [((False, True), [2, 2]), ((True, False), [2, 2]),
+                                      ((False, False), [1, 1]), (True, [3, 3])])
+def test_prevent_cse_per_argument(cse, want):
+  # JAX's per-argument prevent_cse: only the flagged arguments (and the residuals and
+  # cotangents the backward pass adds) go through the optimization barrier
+  @functools.partial(ourjax.checkpoint, prevent_cse=cse)
+  def layer(W, x):
+    return x @ W + jnp.array([1.0, 2.0, 3.0])
+
+  def loss(Ws, x):
+    for W in Ws:
+      x = layer(W, x)
+    return jnp.sum(x ** 2)
+  Ws = [jnp.ones((3, 3)) * 0.5, jnp.eye(3)]
+  x = jnp.arange(3.0)
+  txt = ourjax.jit(ourjax.grad(loss, (0, 1))).lower(Ws, x).as_text()
+  assert _barrier_operand_counts(txt) == want
+  g_ref = ourjax.grad(lambda Ws, x: jnp.sum(
+      ((x @ Ws[0] + jnp.array([1.0, 2.0, 3.0])) @ Ws[1] + jnp.array([1.0, 2.0, 3.0])) ** 2),
+      (0, 1))(Ws, x)
+  g = ourjax.jit(ourjax.grad(loss, (0, 1)))(Ws, x)
+  np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-6)
+  np.testing.assert_allclose(g[0][0], g_ref[0][0], rtol=1e-6)
+
+
+def test_prevent_cse_must_be_bool_or_tuple():
+  with pytest.raises(TypeError, match="prevent_cse must be a bool or tuple of bools"):
+    ourjax.checkpoint(lambda x: x, prevent_cse=1)
+
+
+def test_saved_residuals_are_logged(caplog):
+  import logging
+
+  def f(x):
+    return jnp.cos(jnp.sin(x).sum())
+  x = jnp.arange(3.0)
+  caplog.set_level(logging.DEBUG, logger="ourjax")
+  for policy, inputs, inter, names in [
+      (None, True, False, set()),
+      (lambda *_, **__: True, False, True, {"sin", "cos"}),
+      (lambda p, *_, **__: str(p) == "cos", True, True, {"cos"})]:
+    caplog.clear()
+    g = ourjax.grad(ourjax.checkpoint(f, policy=policy))(x)
+    np.testing.assert_allclose(g, -np.sin(np.sin(np.arange(3.0)).sum()) * np.cos(np.arange(3.0)),
+                               rtol=1e-5)
+    text = "\n".join(r.getMessage() for r in caplog.records
+                     if "remat-decorated function" in r.getMessage())
+    assert ("saving inputs with shapes:" in text) == inputs
+    assert ("saving these intermediates:" in text) == inter
+    for name in ("sin", "cos"):
+      assert (f" {name} " in text) == (name in names), (policy, text)

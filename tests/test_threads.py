@@ -28,7 +28,8 @@ class _CompileCounter(logging.Handler):
   def emit(self, record):
     msg = record.getMessage()
     if msg.startswith("Compiling "):
-      self.names.append(msg.split()[1])
+      name = msg.split()[1]         # "jit(<name>)"
+      self.names.append(name[4:-1] if name.startswith("jit(") else name)
 
 
 @contextlib.contextmanager

@@ -270,7 +270,7 @@ def _log_compile(name: str, in_avals, reason: str | None) -> None:
   if not log.isEnabledFor(level):
     return
   shapes = ", ".join(a.str_short() + (" (weak)" if a.weak_type else "") for a in in_avals)
-  msg = f"Compiling {name or 'jit'} for arguments ({shapes})."
+  msg = f"Compiling jit({name or 'f'}) with global shapes and types ({shapes})."   # (JAX's)
   if reason:
     msg += "\n" + reason
   log.log(level, msg)
@@ -469,7 +469,8 @@ def _compile_jaxpr(closed, backend, name, keep_unused, log_reason, times=None, d
       exe = compile_lowering(lowering, closed, backend, name, log_reason,
                              donation_of(lowering, closed, donated))
     if debug:
-      log.debug("Finished compilation of %s in %.6f sec", name, time.perf_counter() - t1)
+      log.debug("Finished XLA compilation of jit(%s) in %.6f sec", name,   # (JAX's words)
+                time.perf_counter() - t1)
     _phases.report(times)
     return exe
   except from_jaxpr.LoweringError as e:

@@ -93,15 +93,27 @@ def _join_consts(closed_list):
   """Hoist the constants of several jaxprs that take the same operands (cond branches): each
   gets leading inputs for *all* the constants, of which it reads its own."""
   closed_list = [ClosedJaxpr(c.jaxpr, c.consts) for c in closed_list]
-  all_consts, per = [], []
+  # a value several branches close over (the same object: a tracer of the enclosing trace) is
+  # one operand, as JAX's common consts are
+  slot, all_consts, avals, per = {}, [], [], []
   for c in closed_list:
-    per.append(list(c.jaxpr.constvars))
-    all_consts.extend(c.consts)
+    seen: dict = {}
+    entries = []
+    for v, x in zip(c.jaxpr.constvars, c.consts):
+      n = seen[id(x)] = seen.get(id(x), -1) + 1
+      key = (id(x), n)
+      if key not in slot:
+        slot[key] = len(all_consts)
+        all_consts.append(x)
+        avals.append(v.aval)
+      entries.append((v, slot[key]))
+    per.append(entries)
   out = []
-  for i, c in enumerate(closed_list):
-    lead = []
-    for k, vs in enumerate(per):
-      lead.extend(vs if k == i else [Var(v.aval) for v in vs])
+  for c, entries in zip(closed_list, per):
+    lead = [None] * len(all_consts)
+    for v, k in entries:
+      lead[k] = v
+    lead = [v if v is not None else Var(a) for v, a in zip(lead, avals)]
     j = c.jaxpr
     out.append(ClosedJaxpr(Jaxpr([], lead + j.invars, j.eqns, j.outvars, j.debug_name), []))
   return out, all_consts

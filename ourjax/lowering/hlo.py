@@ -611,6 +611,11 @@ class Module:
   def __str__(self):
     return self.to_string()
 
+  def as_hlo_text(self) -> str:
+    """The module's HLO text (XLA's ``HloModule.as_hlo_text``, what ``compiler_ir("hlo")``
+    gives in JAX)."""
+    return self.to_string()
+
   def clone(self, name: str | None = None) -> "Module":
     """A deep copy (constants' values are shared: they are read-only)."""
     new = Module(name or self.name)
