@@ -308,3 +308,22 @@ def test_loops_permuting_their_state(perm, steps):
     s = [s[perm[0]], s[perm[1]] + 1.0, np.roll(s[perm[2]], 1) * 0.5 + t * t.mean()]
   for g, w in zip(got, s):
     np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
+
+
+def test_next_state_from_a_conditional_with_a_pass_through_branch():
+  """A loop whose next state is a conditional's result, one branch passing an operand through
+  unchanged and the other computing it: whichever branch runs, the next state is that branch's
+  value (a next state kept where one branch left it would miss the other's)."""
+  def f(x, flags):
+    def step(c, flag):
+      a = c * 0.5 + 1.0               # (a value of the body, dying at the conditional)
+      nxt = lax.cond(flag > 0, lambda ab: ab[0], lambda ab: jnp.sin(ab[1]) * 2.0, (a, c))
+      return nxt, jnp.sum(nxt)
+    return lax.scan(step, x, flags)
+  x = np.linspace(-1.0, 1.0, 7, dtype=np.float32)
+  for flags in ([1, 1, 1], [-1, -1, -1], [1, -1, 1], [-1, 1, -1]):
+    flags = np.array(flags, np.int32)
+    got = ourjax.jit(f, backend="cpu")(x, flags)
+    want = ourjax.jit(f, backend="reference")(x, flags)
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-6)

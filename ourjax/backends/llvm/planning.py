@@ -131,6 +131,7 @@ class Planner:
     #: ids of the loops' next-state buffers that a body's result may be computed elsewhere
     #: than in (``share_loop_next``), and {id(next buffer): where it was computed instead}
     self._loop_next, self._next_src = {}, {}     # (ids kept alive: never reused)
+    self._in_branches = 0        # conditionals whose branches are being planned
     self._body_starts = []     # (where the temporaries of the loop bodies being planned start)
 
   # -- buffers ---------------------------------------------------------------------------------
@@ -285,8 +286,9 @@ class Planner:
       for a, d in zip(src, dst):
         self._place(steps, a, d)
       return
+    # (not inside a conditional's branches: the other branches write the next buffer itself)
     if (id(dst) in self._loop_next and isinstance(src, K.Buf) and src.kind == "temp"
-        and src is not dst and self._body_starts
+        and src is not dst and self._body_starts and not self._in_branches
         and any(t is src for t in self.temps[self._body_starts[-1]:])):
       # (a value of the body, not the state: a body permuting its state elements needs its
       # next buffers, or copying back would overwrite a state element before it is read)
@@ -700,8 +702,12 @@ class Planner:
           (w.kind == "output" and not w.donated) or id(w) in self._loop_next) else o
           for w, o in zip(want, out))
     branches = []
-    for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
-      branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
+    self._in_branches += 1
+    try:
+      for comp, operand in zip(instr.attrs["branches"], instr.operands[1:]):
+        branches.append(self.plan_computation(comp, [vals[operand]], out, direct=True))
+    finally:
+      self._in_branches -= 1
     steps.append(CondStep(sel, branches, instr.name))
     return out
 
