@@ -426,7 +426,7 @@ class _Replay:
 
 class _ScanRunner:
   """A ``scan`` step: its body's replay run ``length`` times on NumPy values (what
-  ``control_flow._scan_impl`` does with one eager bind per body equation)."""
+  ``_scan._scan_impl`` does with one eager bind per body equation)."""
 
   def __init__(self, params, max_elements):
     closed = params["jaxpr"]
