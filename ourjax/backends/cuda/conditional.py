@@ -129,7 +129,8 @@ SWITCH_KINDS = {np.dtype(np.bool_): 0, np.dtype(np.int32): 1, np.dtype(np.uint32
 
 class SetterParams:
   """The parameter block of one setter kernel node: the control value's address (slot, offset
-  spec: it moves with the call's buffers) and constants (handles, flags)."""
+  spec: it moves with the call's buffers) and constants (handles, flags), each in a 64-bit
+  slot (a 32-bit parameter is read from its slot's low half: the GPU is little-endian)."""
 
   def __init__(self, spec, consts):
     self.spec = spec

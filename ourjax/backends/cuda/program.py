@@ -10,6 +10,9 @@ call's parameters, outputs, constants and temporaries' arena; a buffer is a (slo
     ("while", cond, pred spec, body, name, odd cond | None, odd body | None, fix-up copies)
     ("cond", selector spec, dtype, [branch programs], name)
 
+(``while`` and ``cond`` are host-driven when launched kernel by kernel, conditional graph
+nodes in a replay: ``conditional.py``.)
+
 A double-buffered loop (``planning._double_buffer``) alternates its body with its *odd* body,
 the same iteration with each state buffer and its next buffer exchanged (``_renamed``), and
 runs the fix-up copies after an odd number of iterations.  ``_ParamBlock`` packs every launch's
@@ -148,17 +151,6 @@ graph once per iteration, so a 1000-step scan of a few kernels replays as one la
 and instantiating a graph costs the host about a microsecond per node, once per executable."""
 
 
-def _flat_program(program):
-  """The launches and copies of ``program`` in order, each loop of known trip count laid out
-  once per iteration; yields ("while" | "cond", ...) ops as they are (the host drives them)."""
-  for op in program:
-    if op[0] == "repeat":
-      for prog in _iterations(op):
-        yield from _flat_program(prog)
-    else:
-      yield op
-
-
 def _iterations(op):
   """The programs a ``repeat`` op runs, in order: its body once per iteration (alternating with
   its double-buffered odd body when it has one), then its fix-up copies when due."""
@@ -256,8 +248,8 @@ def _addr(slots, spec) -> int:
 
 class _GraphReplay:
   """One executable's launch program as a CUDA graph (``driver.Graph``: a chain of kernel and
-  copy nodes), built on the first call from that call's buffer addresses and replayed on every
-  call after.
+  copy nodes, with ``while`` and ``cond`` ops as conditional nodes: ``_while``, ``_cond``),
+  built on the first call from that call's buffer addresses and replayed on every call after.
 
   The addresses a call uses, its *slot table* (parameters, outputs, constants, the arena), may
   differ from call to call.  Up to ``GRAPH_INSTANCES`` executable instances are kept, each with
