@@ -1,6 +1,7 @@
 """The CUDA backend's dispatch path without a GPU: which executables replay a CUDA graph, the
 packing of kernel parameters, and graph replay against kernel-by-kernel launches, run on the
 stand-in driver of ``cuda_fake_driver`` (which records every launch as it would execute)."""
+import contextlib
 import logging
 
 import llvmlite.ir as ir
@@ -415,7 +416,7 @@ class _RecordedGraph:
   node) and ("copy", node) and ("empty", node) entries, and ("cond", kind, handle, bodies)."""
 
   def __init__(self):
-    self.root, self.nodes, self._into, self._handles = [], [], None, 0
+    self.root, self.nodes, self._handles = [], [], 0
     self._into = self.root
     self.device = None
 
@@ -442,7 +443,7 @@ class _RecordedGraph:
     self._add(("cond", kind, handle, bodies))
     return bodies
 
-  @__import__("contextlib").contextmanager
+  @contextlib.contextmanager
   def body(self, b):
     saved, self._into = self._into, b
     try:

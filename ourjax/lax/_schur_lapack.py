@@ -331,20 +331,24 @@ def _deflation_point(h, i, l, ilo, ihi, smlnum, ulp, absf=abs):
   return l
 
 
-def _lahqr_real(h, z, ilo, ihi):
-  """?lahqr (wantt, wantz) on a real Hessenberg h, accumulating into z; in place.  Returns 0, or
-  the 1-based index of the first unconverged eigenvalue (LAPACK's info)."""
-  t = h.dtype.type
-  n = h.shape[0]
-  if n == 0:
-    return 0
-  if ilo == ihi:
-    return 0
+def _clear_below_subdiagonal(h, ilo, ihi):
+  """?lahqr's first step: zero the two diagonals below the subdiagonal of h[ilo:ihi+1] (what
+  the Hessenberg reduction left there)."""
   for j in range(ilo, ihi - 2):
     h[j + 2, j] = 0
     h[j + 3, j] = 0
   if ilo <= ihi - 2:
     h[ihi, ihi - 2] = 0
+
+
+def _lahqr_real(h, z, ilo, ihi):
+  """?lahqr (wantt, wantz) on a real Hessenberg h, accumulating into z; in place.  Returns 0, or
+  the 1-based index of the first unconverged eigenvalue (LAPACK's info)."""
+  t = h.dtype.type
+  n = h.shape[0]
+  if n == 0 or ilo == ihi:
+    return 0
+  _clear_below_subdiagonal(h, ilo, ihi)
   nh = ihi - ilo + 1
   fi = np.finfo(h.dtype)
   safmin = t(fi.tiny)
@@ -557,11 +561,7 @@ def _lahqr_complex(h, z, ilo, ihi):
   n = h.shape[0]
   if n == 0 or ilo == ihi:
     return 0
-  for j in range(ilo, ihi - 2):
-    h[j + 2, j] = 0
-    h[j + 3, j] = 0
-  if ilo <= ihi - 2:
-    h[ihi, ihi - 2] = 0
+  _clear_below_subdiagonal(h, ilo, ihi)
   jlo, jhi = 0, n - 1
   for i in range(ilo + 1, ihi + 1):          # make the subdiagonal real
     if np.imag(h[i, i - 1]) != 0:

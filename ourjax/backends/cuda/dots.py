@@ -466,27 +466,37 @@ def dot_writer(b, ptr, kernel):
   return store
 
 
-def dot_evaluator(b, ptr, kernel):
-  """``(value(v, linear, where), dtype, Buf)`` of a dot kernel whose result goes to one array
-  of the dot's shape: C itself, or the one output of its fused epilogue (``value`` evaluates it
-  at the element, C's element ``v`` handed in, as ``dot_writer`` would before storing it); None
-  for an epilogue of several outputs or of another shape."""
+def single_result(kernel):
+  """``(dtype, Buf)`` of the one array of the dot's shape a dot kernel's results go to: C
+  itself, or the one output of its fused epilogue; None for an epilogue of several outputs or
+  of another shape."""
   dot, epi = kernel.dot, kernel.epilogue
   if epi is None:
-    return (lambda v, linear, where: v), dot.dtype, kernel.out
+    return dot.dtype, kernel.out
   if len(epi.outputs) != 1:
     return None
   instr, buf = epi.outputs[0]
   dims = tuple(dot.dims)
   if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or tuple(buf.dims) != dims:
     return None
+  return np.dtype(instr.dtype), buf
+
+
+def dot_evaluator(b, ptr, kernel):
+  """``(value(v, linear, where), dtype, Buf)`` of a dot kernel with a ``single_result``:
+  ``value`` evaluates it at the element, C's element ``v`` handed in, as ``dot_writer`` would
+  before storing it."""
+  dt, buf = single_result(kernel)
+  if kernel.epilogue is None:
+    return (lambda v, linear, where: v), dt, buf
+  instr = kernel.epilogue.outputs[0][0]
   em, at = _epilogue_at(b, ptr, kernel)
 
   def value(v, linear, where):
     out = em.value(instr, at(v, linear, where))
     em.pop_scope()
     return out
-  return value, np.dtype(instr.dtype), buf
+  return value, dt, buf
 
 
 def _store_mma_accumulators(b, accs, store, out_dt, *, bat, M, N, m0, n0, wm, wn, WM, WN, g,
@@ -796,69 +806,82 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
   return [main] + post
 
 
+def _k_major(spec, s, which: int):
+  """``spec`` with operand ``which`` (0: A, 1: B) read from a K-major copy of it (``s``: the
+  dot's own layout)."""
+  staged = copy.copy(spec)
+  if which == 0:
+    staged.a_sb, staged.a_sm, staged.a_sk = s.M * s.K, s.K, 1
+  else:
+    staged.b_sb, staged.b_sk, staged.b_sn = s.N * s.K, 1, s.K
+  return staged
+
+
+def _k_major_copy(name, s, which: int, buf, new_temp):
+  """(the K-major copy of operand ``which`` (0: A in ``buf``, 1: B), the ``StridedTranspose``
+  that makes it): [B, M, K] or [B, N, K], read along the operand's unit stride."""
+  from ourjax.backends.cuda.transpose import StridedTranspose
+  if which == 0:
+    dst = new_temp(buf.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
+    return dst, StridedTranspose(name + "_t", buf, dst, s.B, s.M, s.K, s.a_sb, s.a_sk)
+  dst = new_temp(buf.dtype, (s.B, s.N, s.K), f"{name}.rhs_k_major")
+  return dst, StridedTranspose(name + "_tb", buf, dst, s.B, s.N, s.K, s.b_sb, s.b_sk)
+
+
 def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
   """``WgmmaDot`` for ``dot`` (None where its layouts do not fit): where A is stored M-major
   and B N-major (``x.T @ dy``, every weight gradient) the smaller of the two is first copied
   K-major by a ``StridedTranspose`` (one pass over it; wgmma then runs at about twice MmaDot's
-  rate; an M-major f32 A with a K-major B needs no copy); a dot with few output tiles and a
-  long contraction is split along k (``wgmma.split_count``) into partial products that
-  ``SplitKSum`` adds up (and applies the epilogue to)."""
-  from ourjax.backends.cuda.transpose import StridedTranspose
+  rate; an M-major f32 A with a K-major B needs no copy); 8-bit operands not stored K-major are
+  copied so (they have no transposed form); a dot with few output tiles and a long contraction
+  is split along k (``wgmma.split_count``) into partial products that ``SplitKSum`` adds up
+  (and applies the epilogue to)."""
   from ourjax.backends.cuda.wgmma import WgmmaDot, split_count
   s = K.DotSpec(dot)
   spec, a, pre = s, lhs, []
   how = WgmmaDot.supports(dot, info, kind)
   if how is None and kind in INT_KINDS and s.ok:
-    # 8-bit operands have no transposed form: each one not stored K-major is copied so first
     if (s.a_sk != 1 and s.a_sm != 1) or (s.b_sk != 1 and s.b_sn != 1):
       return None
     if s.a_sk != 1:
-      spec = copy.copy(spec)
-      spec.a_sb, spec.a_sm, spec.a_sk = s.M * s.K, s.K, 1
-      a = new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
-      pre.append(StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk))
+      spec = _k_major(spec, s, 0)
+      a, k = _k_major_copy(name, s, 0, lhs, new_temp)
+      pre.append(k)
     if s.b_sk != 1:
-      spec = copy.copy(spec)
-      spec.b_sb, spec.b_sk, spec.b_sn = s.N * s.K, 1, s.K
-      rhs_k = new_temp(rhs.dtype, (s.B, s.N, s.K), f"{name}.rhs_k_major")
-      pre.append(StridedTranspose(name + "_tb", rhs, rhs_k, s.B, s.N, s.K, s.b_sb, s.b_sk))
-      rhs = rhs_k
+      spec = _k_major(spec, s, 1)
+      rhs, k = _k_major_copy(name, s, 1, rhs, new_temp)
+      pre.append(k)
     how = WgmmaDot.supports(dot, info, kind, spec)
     if how is None:
       return None
   elif how is None and s.ok and s.a_sm == 1 and s.a_sk != 1 and s.M > 1:
     # both operands stored k-outermost (a weight gradient): the smaller is copied K-major,
     # A (then B is the transposed form's register operand) or, for tf32, B (then A is)
-    options = []
-    staged = copy.copy(s)
-    staged.a_sb, staged.a_sm, staged.a_sk = s.M * s.K, s.K, 1
-    options.append((s.M, 0, staged, WgmmaDot.supports(dot, info, kind, staged)))
+    staged = _k_major(s, s, 0)
+    options = [(s.M, 0, staged, WgmmaDot.supports(dot, info, kind, staged))]
     if s.b_sn == 1 and s.b_sk != 1 and s.N > 1:
-      staged_b = copy.copy(s)
-      staged_b.b_sb, staged_b.b_sk, staged_b.b_sn = s.N * s.K, 1, s.K
-      options.append((s.N, 1, staged_b, WgmmaDot.supports(dot, info, kind, staged_b)))
+      staged = _k_major(s, s, 1)
+      options.append((s.N, 1, staged, WgmmaDot.supports(dot, info, kind, staged)))
     options = [o for o in options if o[3] is not None]
     if options:
       _, which, spec, how = min(options, key=lambda o: o[:2])
+      copied, k = _k_major_copy(name, s, which, lhs if which == 0 else rhs, new_temp)
+      pre = [k]
       if which == 0:
-        a = new_temp(lhs.dtype, (s.B, s.M, s.K), f"{name}.lhs_k_major")
-        pre = [StridedTranspose(name + "_t", lhs, a, s.B, s.M, s.K, s.a_sb, s.a_sk)]
+        a = copied
       else:
-        rhs_k = new_temp(rhs.dtype, (s.B, s.N, s.K), f"{name}.rhs_k_major")
-        pre = [StridedTranspose(name + "_tb", rhs, rhs_k, s.B, s.N, s.K, s.b_sb, s.b_sk)]
-        rhs = rhs_k
+        rhs = copied
   if how is not None and how[0] == "rs_t" and how[2] == 1 and spec.M >= 16 * 64:
     # tf32 with a row-major B of 64 columns or fewer and many rows of A (a convolution with
     # few output channels): the transposed form would give each block one warpgroup and A
     # through 256-wide tiles; B copied K-major first (a small copy) lets A take the 128-row X
     # operand of two warpgroups and B a narrow Y tile instead
-    staged = copy.copy(spec)
-    staged.b_sb, staged.b_sk, staged.b_sn = s.N * s.K, 1, s.K
+    staged = _k_major(spec, s, 1)
     alt = WgmmaDot.supports(dot, info, kind, staged)
     if alt is not None and alt[0] == "ss":
-      rhs_k = new_temp(rhs.dtype, (s.B, s.N, s.K), f"{name}.rhs_k_major")
-      pre = pre + [StridedTranspose(name + "_tb", rhs, rhs_k, s.B, s.N, s.K, s.b_sb, s.b_sk)]
-      spec, rhs, how = staged, rhs_k, alt
+      rhs, k = _k_major_copy(name, s, 1, rhs, new_temp)
+      pre = pre + [k]
+      spec, how = staged, alt
   if how is None:
     return None
   S = split_count(spec, how, kind, info)

@@ -470,7 +470,6 @@ class Graph:
     # where the next node goes: [graph handle, the node it follows (None: none), its name];
     # ``body`` moves it into a conditional node's body graph
     self._cursor = [self.handle, None, None]
-    self._depth = 0
 
   def _add(self, node, params, name) -> int:
     self.nodes.append(node)
@@ -515,12 +514,10 @@ class Graph:
     conditional node."""
     saved = self._cursor
     self._cursor = [body_graph, None, None]
-    self._depth += 1
     try:
       yield
     finally:
       self._cursor = saved
-      self._depth -= 1
 
   def add_kernel(self, function: "Function", grid, block, shared: int,
                  params_address: int, programmatic: bool = True) -> int:
@@ -540,7 +537,7 @@ class Graph:
     deps = self._deps()
     where = self._cursor[0]
     if deps and self._cursor[2] not in ("copy", "conditional", "empty") and self._programmatic \
-       and programmatic and not self._depth:
+       and programmatic and self._cursor[0] is self.handle:
       node = _check(d.cuGraphAddKernelNode(where, [], 0, p), what)
       e = d.CUgraphEdgeData()
       e.type = int(d.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)

@@ -74,7 +74,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.codegen import GpuKernel, DeviceInfo, barrier, sreg64
-from ourjax.backends.cuda.dots import _asm, _dot_buffers, dot_writer
+from ourjax.backends.cuda.dots import INT_KINDS, _asm, _dot_buffers, dot_writer, single_result
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, i64
@@ -336,7 +336,7 @@ class WgmmaDot(GpuKernel):
 
     nacc = Q // 2
     ty = self.kind
-    integer = ty in ("s8", "u8")
+    integer = ty in INT_KINDS
     acc_ty = I32 if integer else F
     shape = f"m64n{Q}k{32 // esz}"
     outs = ",".join(f"${i}" for i in range(nacc))
@@ -450,20 +450,16 @@ class WgmmaDot(GpuKernel):
 
   # -- the output tile through shared memory ----------------------------------------------------
   @property
-  def _out_dtype(self):
-    """The dtype of the array the block's results go to: C's, or its fused epilogue's one
-    output's (None for an epilogue of several outputs)."""
-    epi = self.epilogue
-    if epi is None:
-      return self.dot.dtype
-    return np.dtype(epi.outputs[0][0].dtype) if len(epi.outputs) == 1 else None
+  def acc_dtype(self):
+    """The accumulators' dtype: int32 for 8-bit integer operands, else float32."""
+    return np.dtype(np.int32) if self.kind in INT_KINDS else E.F32
 
-  @property
-  def _c_tile(self):
-    """(rows, columns) of the block's tile of C, and its row pitch in shared memory (bytes:
-    the row's bytes + 16, so that the fragments' rows fall on different banks)."""
+  def _c_tile(self, esz: int):
+    """(rows, columns) of the block's tile of C, and its row pitch in shared memory for
+    results of ``esz`` bytes (the row's bytes + 16, so that the fragments' rows fall on
+    different banks)."""
     rows, cols = (self.Q, self.P_TILE) if self.mode == "rs_t" else (self.P_TILE, self.Q)
-    return rows, cols, cols * self._out_dtype.itemsize + 16
+    return rows, cols, cols * esz + 16
 
   @property
   def staged_store(self) -> bool:
@@ -476,16 +472,11 @@ class WgmmaDot(GpuKernel):
     operand ring, which is free once the products are done.  ``OURJAX_CUDA_STAGED_STORE=0``:
     never."""
     from ourjax.config import env_switch
-    if self.S > 1 or not env_switch("OURJAX_CUDA_STAGED_STORE") or self._out_dtype is None:
+    result = single_result(self)
+    if self.S > 1 or not env_switch("OURJAX_CUDA_STAGED_STORE") or result is None:
       return False
-    epi = self.epilogue
-    if epi is not None:
-      instr, buf = epi.outputs[0]
-      dims = tuple(self.dot.dims)
-      if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or tuple(buf.dims) != dims:
-        return False
-    rows, cols, pitch = self._c_tile
-    esz = self._out_dtype.itemsize
+    esz = result[0].itemsize
+    rows, cols, pitch = self._c_tile(esz)
     return (self.spec.N * esz) % 16 == 0 and rows * pitch <= STAGES * self.stage_bytes
 
   def _store_staged(self, b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4):
@@ -494,8 +485,8 @@ class WgmmaDot(GpuKernel):
     M, N = s.M, s.N
     value, dt, out = dot_evaluator(b, ptr, self)
     esz = dt.itemsize
-    acc_dt = np.dtype(np.int32) if self.kind in ("s8", "u8") else E.F32
-    rows, cols, pitch = self._c_tile
+    acc_dt = self.acc_dtype
+    rows, cols, pitch = self._c_tile(esz)
     m0, n0 = (q0, p0) if self.mode == "rs_t" else (p0, q0)
     c_base = b.add(b.mul(bat, i64(M * N)), b.add(b.mul(m0, i64(N)), n0))
     # every warpgroup is done with the ring (its last instructions waited for): the tile over
@@ -579,7 +570,7 @@ class WgmmaDot(GpuKernel):
     s = self.spec
     M, N = s.M, s.N
     P, Qn = (N, M) if self.mode == "rs_t" else (M, N)
-    acc_dt = np.dtype(np.int32) if self.kind in ("s8", "u8") else E.F32
+    acc_dt = self.acc_dtype
     out_dt = E.F32 if self.S > 1 else self.dot.dtype
     c_base = b.mul(bat, i64(M * N))
     prow = b.add(p0, b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g))
@@ -628,7 +619,7 @@ def split_count(spec, how, kind: str, info: DeviceInfo) -> int:
   tiles = spec.B * -(-p // (64 * wg)) * -(-q // qt)
   kt = -(-spec.K // (ROW // _elem_bytes(kind)))
   # (integer dots: the partial products would be f32, which does not hold int32 sums exactly)
-  if spec.B != 1 or 2 * tiles >= info.sm_count or kt < 16 or kind in ("s8", "u8"):
+  if spec.B != 1 or 2 * tiles >= info.sm_count or kt < 16 or kind in INT_KINDS:
     return 1
   want = min(-(-2 * info.sm_count // tiles), kt // 8)
   return next((d for d in range(want, 1, -1) if kt % d == 0), 1)
