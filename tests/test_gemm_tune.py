@@ -242,3 +242,47 @@ def test_jitted_dots_run_with_tuned_blocking(tmp_path, how):
     assert len(classes) >= 2 and all(c.startswith("f32/") for c in classes)
   else:
     assert classes == []
+
+
+def _dot_module(M, K, N, name):
+  from ourjax.lowering.hlo import Builder, Module, Shape
+  m = Module(name)
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (M, K)), "x")
+  w = b.parameter(Shape("f32", (K, N)), "w")
+  m.entry = b.build(b.dot(x, w, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)))
+  return m
+
+
+def test_cached_programs_are_made_again_only_when_a_class_they_use_is_tuned(fresh, monkeypatch):
+  """The disk cache keys programs by the tuning mode, not by the host's whole table: a program
+  records the blockings it chose, and is compiled again only when one of its classes has
+  another result now (a class tuned since), with that result."""
+  from ourjax.backends.cpu import backend as cpu
+  compiled = []
+  real = cpu._plan_and_emit
+  monkeypatch.setattr(cpu, "_plan_and_emit", lambda m, *a, **k: (compiled.append(m.name),
+                                                                 real(m, *a, **k))[1])
+  monkeypatch.setattr(gemm_tune, "AUTOTUNE_MIN_WORK", 1 << 40)     # (auto mode: no tuning)
+  rng = np.random.default_rng(0)
+  shapes = {"a": (96, 200, 80), "b": (40, 300, 500)}
+  args = {n: (rng.standard_normal((M, K)).astype(np.float32),
+              rng.standard_normal((K, N)).astype(np.float32)) for n, (M, K, N) in shapes.items()}
+  exes = {n: cpu.compile(_dot_module(*shapes[n], n)) for n in shapes}
+  assert compiled == ["a", "b"]
+  chosen = {n: e.meta.get("gemm_blockings") for n, e in exes.items()}
+  assert all(chosen.values()), chosen        # (both dots run on the shared GEMM)
+  assert not set(chosen["a"]) & set(chosen["b"])
+  for n in shapes:                            # hits, whatever the table holds of other classes
+    cpu.compile(_dot_module(*shapes[n], n))
+  assert compiled == ["a", "b"]
+  (cls, (dtype, fields)), = chosen["a"].items()
+  _store_kc(gemm_tune.table_path(), dtype, cls, 64 if fields["kc"] != 64 else 128)
+  monkeypatch.setattr(gemm_tune, "_memo", {})
+  monkeypatch.setattr(gemm_tune, "_table", None)
+  again = {n: cpu.compile(_dot_module(*shapes[n], n)) for n in shapes}
+  assert compiled == ["a", "b", "a"]          # only the program whose class was tuned
+  assert again["a"].meta["gemm_blockings"][cls][1]["kc"] != fields["kc"]
+  for n, (x, w) in args.items():
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(again[n](x, w)[0], want, rtol=1e-4, atol=1e-3)

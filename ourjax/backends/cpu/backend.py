@@ -592,27 +592,24 @@ _source_hash = None
 
 
 def _backend_source_hash() -> str:
+  """The SHA-256 of the sources that make the object code: the shared LLVM emitter and planner
+  (``backends/llvm``, its math library included), this backend (``backends/cpu``) and the
+  donation planner.  Listed by directory, not by importing them: a warm start that finds its
+  program in the disk cache loads only what running it needs (importing the emitter's modules
+  to ask for their file names cost a new process 60 ms)."""
   global _source_hash
   if _source_hash is None:
+    backends = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = []
+    for sub in ("llvm", "cpu"):
+      for d, dirs, files in os.walk(os.path.join(backends, sub)):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        paths += [os.path.join(d, f) for f in sorted(files) if f.endswith(".py")]
+    paths.append(os.path.join(backends, "donation.py"))
     h = hashlib.sha256()
-    from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, gemm,
-                                      gemm_calls, gemm_im2col, gemm_tune, reuse, schedule,
-                                      group_planner, horizontal, im2col, irtext, kernel_info,
-                                      kernel_key, planning as _planning, row_cache)
-    from ourjax.backends.llvm import math as llmath
-    # gemm: programs bake in its scratch sizes (pack_buffer_bytes: W and blocking per ISA)
-    from ourjax.backends import donation
-    for path in (*(m.__file__ for m in (E, K, jit, profiling, kernel_info, gemm, gemm_calls,
-                                        gemm_im2col, im2col, concat, attention, dots, donation,
-                                        _entry, elemental, dedupe, irtext, kernel_key, _planning,
-                                        group_planner, row_cache, horizontal, reuse, schedule,
-                                        irtools, gemm_tune)),
-                 *llmath.SOURCES):
+    for path in paths:
       with open(path, "rb") as f:
-        h.update(f.read())
-    with open(__file__, "rb") as f:
-      h.update(f.read())
+        h.update(os.path.relpath(path, backends).encode() + b"\0" + f.read())
     _source_hash = h.hexdigest()
   return _source_hash
 
@@ -709,13 +706,23 @@ def source_key(module: hlo.Module, profile: bool = False) -> str:
   return "src-" + h.hexdigest()
 
 
+def _blockings_hold(meta: dict) -> bool:
+  """Whether a cached program's GEMM blockings are still the ones its classes would get
+  (``gemm_tune.choices_hold``: a class tuned since it was compiled makes it again)."""
+  chosen = meta.get("gemm_blockings")
+  if not chosen:
+    return True
+  from ourjax.backends.llvm import gemm_tune
+  return gemm_tune.choices_hold(chosen)
+
+
 def load_by_source(key: str, make_module):
   """The executable cached under source key ``key`` (None: no such entry, or it would not
   load); ``make_module()`` makes its optimised module when something asks for it."""
   from ourjax.backends.cpu import jit
   with _phases.phase("cache_read"):
     hit = disk_cache.read(key)
-  if hit is None:
+  if hit is None or not _blockings_hold(hit[0]):
     return None
   meta, obj, ir_text = hit
   try:
@@ -931,6 +938,8 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
       key = cache_key(module, profile)
     with _phases.phase("cache_read"):
       hit = disk_cache.read(key)
+  if hit is not None and not _blockings_hold(hit[0]):
+    hit = None
   if hit is not None:
     meta, obj, ir_text = hit
     try:
@@ -945,8 +954,11 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
   # (a program of several modules: LLVM starts on its kernel modules while the entry is
   # emitted, see _plan_and_emit)
   early = {"loop_unrolling": LOOP_UNROLLING, "keep_ir": bool(dump)}
+  from ourjax.backends.llvm import gemm_tune
   try:
-    meta, texts, kernel_names = _plan_and_emit(module, profile, early)
+    with gemm_tune.recording() as chosen:
+      meta, texts, kernel_names = _plan_and_emit(module, profile, early)
+    meta["gemm_blockings"] = chosen
   except (E.EmitterError, E.PrefetchMiss) as e:
     builds = early.get("builds")
     if builds is not None:

@@ -23,6 +23,11 @@ pieces the dot is cut into.  A knob that is a threshold on rows (``stream_rows``
 as many rows or fewer: streaming B pays at 12 rows and costs 30% at 16 on AMD znver4, one
 class) or off.
 
+Compiled programs in the disk cache are keyed by the tuning mode only; each records the
+blocking it chose per class (:func:`recording`), and one found in the cache is used only while
+those classes would still get the same blockings (:func:`choices_hold`): tuning a class after
+other programs were cached makes again only the programs that use it.
+
 ``OURJAX_GEMM_AUTOTUNE``: ``0`` never tunes nor reads tuned results (the default blocking:
 deterministic); ``1`` tunes every class at first use (waiting for the shared kernel's build,
 with or without a disk cache); unset (``auto``): tunes a class at first use only when the
@@ -144,15 +149,60 @@ def _read(path: Optional[str]) -> dict:
 
 
 def cache_tag() -> str:
-  """What compiled code depends on of the tuning: the mode and, unless it is off, this host's
-  tuned results (the CPU disk cache keys executables by it, so that one planned with other
-  blockings is not taken for this one: with ``OURJAX_GEMM_AUTOTUNE=0`` every run gets the
-  default blocking's code and bits)."""
-  m = mode()
-  if m == "off":
-    return "off"
-  digest = hashlib.sha256(json.dumps(_results(), sort_keys=True, default=str).encode())
-  return f"{m}:{digest.hexdigest()[:16]}"
+  """What the disk cache keys compiled code by of the tuning: the mode (with
+  ``OURJAX_GEMM_AUTOTUNE=0`` every run gets the default blocking's code and bits).  The
+  blockings themselves are checked per program when it is loaded (:func:`choices_hold`), not
+  put in every key: a key holding all the host's tuned results changed with each class tuned,
+  and every program of a host was compiled again each time."""
+  return mode()
+
+
+_recording = threading.local()
+
+
+class recording:
+  """``with recording() as chosen:`` collects into the dict ``chosen`` the blocking of every
+  :func:`choose` made on this thread inside the block, ``{class: [dtype, {field: value}]}``
+  (what a compiled program records in its cache entry for :func:`choices_hold`)."""
+
+  def __enter__(self) -> dict:
+    self._outer = getattr(_recording, "chosen", None)
+    self.chosen = _recording.chosen = {}
+    return self.chosen
+
+  def __exit__(self, *exc) -> None:
+    _recording.chosen = self._outer
+    if self._outer is not None:
+      self._outer.update(self.chosen)
+
+
+def _fields(bl: gemm.Blocking) -> dict:
+  return {k: int(getattr(bl, k)) for k in _FIELDS}
+
+
+def choices_hold(chosen) -> bool:
+  """Whether a program that recorded ``chosen`` (:func:`recording`) would be planned with the
+  same blockings now: each class's stored result (or the default when it has none) is the one
+  it used.  Under ``force`` a class with no result would be tuned now: the program is made
+  again."""
+  if not chosen:
+    return True
+  how = mode()
+  if how == "off":
+    return True
+  table = _results()
+  try:
+    for cls, (dtype, fields) in chosen.items():
+      entry = table.get(cls)
+      if entry is None and how == "force":
+        return False
+      bl = (_from_entry(entry, dtype) if entry is not None else None) or \
+          gemm.default_blocking(dtype)
+      if _fields(bl) != fields:
+        return False
+  except (TypeError, ValueError, KeyError):
+    return False
+  return True
 
 
 def _results() -> dict:
@@ -209,7 +259,10 @@ def choose(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool, bat
     bl = _memo.get(args)
     if bl is None:
       bl = _memo[args] = _choose(*args)
-    return bl
+  chosen = getattr(_recording, "chosen", None)
+  if chosen is not None and args[-1] != "off" and min(M, N, K, batch) > 0:
+    chosen[shape_class(dtype, M, N, K, trans_a, trans_b, batch, pieces)] = [dtype, _fields(bl)]
+  return bl
 
 
 def _choose(dtype, M, N, K, trans_a, trans_b, batch, pieces, how) -> gemm.Blocking:
