@@ -108,10 +108,12 @@ NATIVE_OPCODES = frozenset(E.ELEMENTAL_OPS | K.HARD_OPS | {
     "copy", "attention"})
 
 
-def native_unsupported(module: hlo.Module, opcodes=None) -> str | None:
-  """Why ``module`` cannot be compiled natively (None when it can); ``opcodes``: those the
-  backend takes (default ``NATIVE_OPCODES``, the CPU's)."""
+def native_unsupported(module: hlo.Module, opcodes=None, dtypes=None) -> str | None:
+  """Why ``module`` cannot be compiled natively (None when it can); ``opcodes``, ``dtypes``:
+  those the backend takes (default ``NATIVE_OPCODES`` and ``emitter.SUPPORTED_DTYPES``, the
+  CPU's)."""
   opcodes = NATIVE_OPCODES if opcodes is None else opcodes
+  dtypes = E.SUPPORTED_DTYPES if dtypes is None else dtypes
   entry = module.entry
   for p in entry.parameters:
     if p.shape.is_tuple:
@@ -125,7 +127,7 @@ def native_unsupported(module: hlo.Module, opcodes=None) -> str | None:
       if instr.opcode not in opcodes:
         return f"opcode {instr.opcode} (%{instr.name})"
       for s in _leaf_shapes(instr.shape):
-        if s.dtype not in E.SUPPORTED_DTYPES:
+        if s.dtype not in dtypes:
           return f"element type {hlo.dtype_name(s.dtype)} (%{instr.name})"
   return None
 
@@ -596,7 +598,7 @@ def _backend_source_hash() -> str:
   if _source_hash is None:
     h = hashlib.sha256()
     from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, gemm,
+    from ourjax.backends.llvm import (attention, concat, dedupe, dots, elemental, fp8, gemm,
                                       gemm_calls, gemm_im2col, gemm_tune, reuse, schedule,
                                       group_planner, horizontal, im2col, irtext, kernel_info,
                                       kernel_key, planning as _planning, row_cache)
@@ -607,7 +609,7 @@ def _backend_source_hash() -> str:
                                         gemm_im2col, im2col, concat, attention, dots, donation,
                                         _entry, elemental, dedupe, irtext, kernel_key, _planning,
                                         group_planner, row_cache, horizontal, reuse, schedule,
-                                        irtools, gemm_tune)),
+                                        irtools, gemm_tune, fp8)),
                  *llmath.SOURCES):
       with open(path, "rb") as f:
         h.update(f.read())
