@@ -15,6 +15,7 @@ import numpy as np
 
 from ourjax.backends.cuda.codegen import (DeviceInfo, Elementwise, GpuKernel, barrier,
                                           shared_array, shared_ptr, sreg64, F16)
+from ourjax.backends.llvm import fp8
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, Emitter, Index, i64
@@ -742,16 +743,36 @@ def _tf32_allowed(dot=None) -> bool:
 INT_KINDS = ("s8", "u8")
 """Tensor-core types of 8-bit integer dots: s32 accumulation on ``WgmmaDot`` only."""
 
+_FP8_NAMES = {fp8.E4M3: "e4m3", fp8.E5M2: "e5m2"}
+FP8_KINDS = ("e4m3", "e5m2", "e4m3.e5m2", "e5m2.e4m3")
+"""Tensor-core types of 8-bit float dots (A's type, then B's where they differ): f32
+accumulation on ``WgmmaDot`` only."""
+
+BYTE_KINDS = INT_KINDS + FP8_KINDS
+"""Kinds of 8-bit operands: K-major only (no transposed form), ``WgmmaDot`` only."""
+
+
+def operand_types(kind: str) -> tuple[str, str]:
+  """The PTX types of A and B for tensor-core ``kind``."""
+  a, _, b = kind.partition(".")
+  return a, b or a
+
 
 def mma_kind(dot, info: DeviceInfo, allow_tf32: bool) -> str | None:
   """The tensor-core instruction type of ``dot`` (``"tf32"``, ``"bf16"``, ``"f16"``; ``"s8"``,
   ``"u8"``: int8/uint8 operands with an integer result of 32 bits or fewer, summed in int32,
-  which wraps as the result type's own arithmetic would) from its dtypes alone, or None (f64,
-  mixed operand types, other integers, before compute capability 8.0, or f32 at the highest
-  precision)."""
+  which wraps as the result type's own arithmetic would; ``FP8_KINDS``: float8_e4m3fn /
+  float8_e5m2 operands, either with either, with a float result other than f64, summed in
+  f32) from its dtypes alone, or None (f64, other mixed operand types, other integers, before
+  compute capability 8.0 (9.0 for 8-bit operands), or f32 at the highest precision)."""
   if info.cc < 80:
     return None
   lhs, rhs = dot.operands
+  if lhs.dtype in _FP8_NAMES and rhs.dtype in _FP8_NAMES:
+    if info.cc < 90 or not E._is_float(dot.dtype) or dot.dtype == E.F64:
+      return None
+    a, b = _FP8_NAMES[lhs.dtype], _FP8_NAMES[rhs.dtype]
+    return a if a == b else f"{a}.{b}"
   if lhs.dtype != rhs.dtype:
     return None
   if E._is_int(lhs.dtype):
@@ -782,7 +803,7 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
       return ks
   if isinstance(lhs, Im2colBuf):     # (implicit_gemm.accepts promised a WgmmaDot)
     raise K.PlanError(f"%{dot.name}: no WgmmaDot for a patch matrix read in place")
-  if kind in INT_KINDS:              # (only WgmmaDot multiplies integers on the tensor cores)
+  if kind in BYTE_KINDS:             # (only WgmmaDot multiplies 8-bit types on the tensor cores)
     kind = None
   main = None
   if kind is not None and TensorCoreDot.fits(dot):
@@ -835,12 +856,12 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
   rate; an M-major f32 A with a K-major B needs no copy); 8-bit operands not stored K-major are
   copied so (they have no transposed form); a dot with few output tiles and a long contraction
   is split along k (``wgmma.split_count``) into partial products that ``SplitKSum`` adds up
-  (and applies the epilogue to)."""
+  (and applies the epilogue to).  (8-bit operands: int8/uint8 and float8.)"""
   from ourjax.backends.cuda.wgmma import WgmmaDot, split_count
   s = K.DotSpec(dot)
   spec, a, pre = s, lhs, []
   how = WgmmaDot.supports(dot, info, kind)
-  if how is None and kind in INT_KINDS and s.ok:
+  if how is None and kind in BYTE_KINDS and s.ok:
     if (s.a_sk != 1 and s.a_sm != 1) or (s.b_sk != 1 and s.b_sn != 1):
       return None
     if s.a_sk != 1:

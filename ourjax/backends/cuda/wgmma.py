@@ -74,7 +74,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.codegen import GpuKernel, DeviceInfo, barrier, sreg64
-from ourjax.backends.cuda.dots import INT_KINDS, _asm, _dot_buffers, dot_writer, single_result
+from ourjax.backends.cuda.dots import (BYTE_KINDS, INT_KINDS, _asm, _dot_buffers, dot_writer,
+                                       operand_types, single_result)
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, i64
@@ -91,7 +92,7 @@ RS_FRAGMENT = ((0, 0), (8, 0), (0, 4), (8, 4))
 
 def _elem_bytes(kind: str) -> int:
   """Bytes of an operand element of tensor-core type ``kind``."""
-  return {"tf32": 4, "bf16": 2, "f16": 2, "s8": 1, "u8": 1}[kind]
+  return 1 if kind in BYTE_KINDS else {"tf32": 4, "bf16": 2, "f16": 2}[kind]
 
 
 def mn_major_offsets(bk: int):
@@ -342,7 +343,8 @@ class WgmmaDot(GpuKernel):
     outs = ",".join(f"${i}" for i in range(nacc))
     acc_cons = ",".join([("=r" if integer else "=f")] * nacc + [str(i) for i in range(nacc)])
     RET = ir.LiteralStructType([acc_ty] * nacc)
-    dtype = f"s32.{ty}.{ty}" if integer else f"f32.{ty}.{ty}"
+    ta, tb = operand_types(ty)
+    dtype = f"{'s32' if integer else 'f32'}.{ta}.{tb}"
 
     def wgmma(accs, xop, ydesc):
       # scale-d is a predicate (true: accumulate), then the scales of A and B (+1) and, for
