@@ -64,9 +64,10 @@ Compilation:
    optimised module: a program an earlier process compiled skips the passes as well as LLVM
    (``load_by_source``), and its optimised module is made again only if asked for.
 
-A module with something the emitter does not handle yet (complex or 8-bit float types, opcodes
+A module with something this backend does not compile yet (complex or 8-bit float types, opcodes
 outside ``NATIVE_OPCODES``) runs on the reference backend instead (logged at debug level);
-``native_unsupported(module)`` says why.
+``native_unsupported(module)`` says why.  (The emitter handles float8_e4m3fn/e5m2, for the CUDA
+backend; here they would need the GEMM and the vectorized paths checked first.)
 """
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 (``wgmma.mma_async``): ``WgmmaDot``.
 
 C[b] = A[b] @ B[b] with f32 accumulation, for f32 operands rounded to tf32 (when the configured
-precision allows it) and for bf16/f16 operands, and with int32 accumulation for int8/uint8
-operands (``m64nQk32.s32.s8.s8``; both operands K-major, which ``dots._wgmma_kernels``
-arranges by copying; an integer result narrower than 32 bits wraps as the reference's sum does),
-output in the dot's dtype.  The PTX of a module
+precision allows it), for bf16/f16 operands and for float8_e4m3fn/float8_e5m2 ones
+(``m64nQk32.f32.e4m3.e5m2``, A's type then B's, either with either), and with int32
+accumulation for int8/uint8 operands (``m64nQk32.s32.s8.s8``; 8-bit operands of either kind
+must both be K-major, which ``dots._wgmma_kernels`` arranges by copying; an integer result
+narrower than 32 bits wraps as the reference's sum does), output in the dot's dtype.  The PTX of a module
 that holds this kernel targets ``sm_90a`` (``codegen.compile_ptx`` switches the target when the
 IR contains ``wgmma``), so it runs on compute capability 9.0 only.
 
