@@ -454,6 +454,14 @@ FP8_CASES = [
                 np.arange(256, dtype=np.uint8).view(E5M2)), 0),
     ("fp8_arith", lambda a, b: (a * b + a, jnp.maximum(a, b) - b, (a / 3).astype(jnp.float32)),
      lambda r: (_f8(r, E4M3, 40, 77), _f8(r, E4M3, 40, 77)), 0),
+    # moved, not computed: exact (a sort's order, a transpose, a gather, a bitcast, a pool's
+    # maximum from e4m3fn's lowest value)
+    ("fp8_moves", lambda a, b, i: (jnp.sort(a, axis=1), b.T, a[i],
+                                   lax.bitcast_convert_type(b, jnp.uint8),
+                                   lax.reduce_window(a, np.array(-448, E4M3), lax.max, (2, 3),
+                                                     (2, 2), "VALID")),
+     lambda r: (_f8(r, E4M3, 33, 70), _f8(r, E5M2, 45, 66), r.integers(0, 33, 50,
+                                                                         dtype=np.int32)), 0),
     ("fp8_reduce", lambda a, b: (jnp.max(a, axis=1), jnp.min(b, axis=0),
                                  jnp.sum(b.astype(jnp.float32), axis=1)),
      lambda r: (_f8(r, E4M3, 64, 300), _f8(r, E5M2, 64, 300)), 1e-6),
