@@ -480,6 +480,10 @@ FP8_CASES = [
      lambda r: (_f8(r, E4M3, 3, 65, 48), _f8(r, E4M3, 3, 48, 33)), 2e-3),
     ("dot_wgmma_e4m3_out", lambda a, b: a @ b.T,
      lambda r: (_f8(r, E4M3, 64, 128, scale=0.25), _f8(r, E4M3, 80, 128, scale=0.25)), 5e-2),
+    # few output tiles, a long contraction: split along k into f32 partial products
+    ("dot_wgmma_e4m3_split_k", lambda a, b: lax.dot_general(
+        a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.bfloat16),
+     lambda r: (_f8(r, E4M3, 64, 8192, scale=0.5), _f8(r, E5M2, 96, 8192, scale=0.5)), 1e-2),
     ("dot_wgmma_fp8_linear", _fp8_linear,
      lambda r: (f32(r, 300, 256), f32(r, 256, 200), np.float32(2.0 / 448),
                 np.float32(2.0 / 448)), 2e-3),

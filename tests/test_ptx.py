@@ -118,6 +118,7 @@ def test_kernel_kinds(compiled_cases):
   assert kinds["dot_wgmma_e5m2_e4m3_tn_f16"] == ["StridedTranspose"] * 2 + ["WgmmaDot"]
   assert kinds["dot_wgmma_e4m3_batched"] == ["StridedTranspose", "WgmmaDot"]
   assert kinds["dot_fp8_odd_k_simt"] == ["SimtDot"]
+  assert kinds["dot_wgmma_e4m3_split_k"] == ["WgmmaDot", "SplitKSum"]
   # quantize -> dot -> dequantize runs on the device: the quantizing converts, the weight's
   # copy K-major, the dot with the dequantizing scale fused as its epilogue
   assert kinds["dot_wgmma_fp8_linear"][-2:] == ["StridedTranspose", "WgmmaDot"]
