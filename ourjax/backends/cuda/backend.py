@@ -29,9 +29,10 @@ launches kernel by kernel, each launch between two timing events, and times the 
 trips of ``while``/``conditional`` on the host.
 
 Modules with what the native backends do not compile yet (complex types, 8-bit floats other
-than float8_e4m3fn and float8_e5m2, some opcodes) and modules whose code generation fails run on the CPU backend instead, their arguments
-copied to the host and results copied to the GPU (logged at debug level; a code generation
-failure at warning level): never a wrong answer, only a slower one.
+than float8_e4m3fn and float8_e5m2, some opcodes) and modules whose code generation fails run
+on the CPU backend instead, their arguments copied to the host and results copied to the GPU
+(logged at debug level; a code generation failure at warning level): never a wrong answer,
+only a slower one.
 """
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def accepts(dot, patches, geo: Geometry, info) -> bool:
   its A operand, A = the patch matrix as it is, [M, K] with k along its rows) will run on
   ``WgmmaDot`` with the patches read in place: tensor cores for its types, the layouts
   ``WgmmaDot`` takes, and one kernel position's channels filling whole 16-byte copies."""
-  from ourjax.backends.cuda.dots import _tf32_allowed, mma_kind
+  from ourjax.backends.cuda.mma_kinds import _tf32_allowed, mma_kind
   from ourjax.backends.cuda.wgmma import WgmmaDot
   if not enabled(info):
     return False

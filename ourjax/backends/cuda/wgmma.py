@@ -6,9 +6,9 @@ precision allows it), for bf16/f16 operands and for float8_e4m3fn/float8_e5m2 on
 (``m64nQk32.f32.e4m3.e5m2``, A's type then B's, either with either), and with int32
 accumulation for int8/uint8 operands (``m64nQk32.s32.s8.s8``; 8-bit operands of either kind
 must both be K-major, which ``dots._wgmma_kernels`` arranges by copying; an integer result
-narrower than 32 bits wraps as the reference's sum does), output in the dot's dtype.  The PTX of a module
-that holds this kernel targets ``sm_90a`` (``codegen.compile_ptx`` switches the target when the
-IR contains ``wgmma``), so it runs on compute capability 9.0 only.
+narrower than 32 bits wraps as the reference's sum does), output in the dot's dtype.  The PTX
+of a module that holds this kernel targets ``sm_90a`` (``codegen.compile_ptx`` switches the
+target when the IR contains ``wgmma``), so it runs on compute capability 9.0 only.
 
 How it works.  A block of two warpgroups (256 threads; one for 64 rows or fewer) computes a
 128 x Q tile of a product D[p, q] = X[p, :] . Y[:, q]: each warpgroup issues ``m64nQk8`` (tf32)
@@ -75,8 +75,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.codegen import GpuKernel, DeviceInfo, barrier, sreg64
-from ourjax.backends.cuda.dots import (BYTE_KINDS, INT_KINDS, _asm, _dot_buffers, dot_writer,
-                                       operand_types, single_result)
+from ourjax.backends.cuda.dots import _asm, _dot_buffers, dot_writer, single_result
+from ourjax.backends.cuda.mma_kinds import BYTE_KINDS, INT_KINDS, operand_types
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, i64
@@ -132,8 +132,9 @@ class WgmmaDot(GpuKernel):
 
   @classmethod
   def supports(cls, dot, info: DeviceInfo, kind: str | None, spec=None):
-    """(mode, Q tile, warpgroups) for ``dot`` with tensor-core ``kind`` (``dots.mma_kind``),
-    or None when the kernel does not apply.  ``spec``: as for the constructor.
+    """(mode, Q tile, warpgroups) for ``dot`` with tensor-core ``kind``
+    (``mma_kinds.mma_kind``), or None when the kernel does not apply.  ``spec``: as for the
+    constructor.
 
     Any sizes: tiles at the edges of the problem load zeros beyond it and store only inside it.
     What it needs is the operands' layout: A K-major (unit stride along k), B K-major or
