@@ -66,13 +66,20 @@ def decode(b: ir.IRBuilder, byte, dt):
     v = b.select(b.icmp_unsigned(">", m, _c(f.over)), ir.Constant(FLT, float("nan")), v)
   else:                                             # e4m3fn: one NaN code
     v = b.select(b.icmp_unsigned("==", m, _c(f.nan)), ir.Constant(FLT, float("nan")), v)
-  return b.bitcast(b.or_(b.bitcast(v, I32), sign), FLT)
+  out = b.bitcast(b.or_(b.bitcast(v, I32), sign), FLT)
+  out._ojx_fp8_code = (byte, np.dtype(dt))     # (``encode`` of it is ``byte``)
+  return out
 
 
 def encode(b: ir.IRBuilder, v, dt):
   """``v`` (float32) rounded to the 8-bit float type ``dt``, as its i8 code (see the module
   docstring)."""
   f = FORMATS[np.dtype(dt)]
+  known = getattr(v, "_ojx_fp8_code", None)
+  if known is not None and known[1] == np.dtype(dt):
+    # ``v`` was decoded from a code of this type (a rounded value being stored): that code
+    # (a NaN keeps its own NaN code)
+    return known[0]
   bits = b.bitcast(v, I32)
   sign = b.and_(b.lshr(bits, _c(24)), _c(0x80))
   a = b.and_(bits, _c(0x7FFFFFFF))
