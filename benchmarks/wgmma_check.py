@@ -3,7 +3,7 @@ for each operand layout and dtype the kernel takes, then 4096^3 f32 (tf32) and b
 (CUDA events, median) next to MmaDot and, when JAX is installed, cuBLAS through JAX.
 
     python benchmarks/wgmma_check.py            # every check (one process each), then timings
-    python benchmarks/wgmma_check.py --case NAME | --time | --time-int8
+    python benchmarks/wgmma_check.py --case NAME | --time | --time-int8 | --time-fp8
 
 Each case runs in its own process (a kernel fault poisons the CUDA context).
 """
@@ -24,6 +24,8 @@ import numpy as np  # noqa: E402
 
 BF16 = __import__("ml_dtypes").bfloat16
 F16 = np.float16
+E4M3 = __import__("ml_dtypes").float8_e4m3fn
+E5M2 = __import__("ml_dtypes").float8_e5m2
 
 
 def _mm(a, b):
@@ -64,6 +66,12 @@ CASES = {
     "f16_nn_f16out": (_mm, np.matmul, (256, 128), (128, 256), F16, 1e-2),
     "tf32_nn_4096": (_mm, np.matmul, (4096, 4096), (4096, 4096), np.float32, 5e-3),
     "bf16_nn_4096": (_mm_f32, np.matmul, (4096, 4096), (4096, 4096), BF16, 1e-3),
+    # float8 (f32 accumulators; B row-major is copied K-major first)
+    "e4m3_nt": (_nt_f32, lambda a, b: a @ b.T, (384, 128), (256, 128), E4M3, 2e-3),
+    "e4m3_nt_edges": (_nt_f32, lambda a, b: a @ b.T, (200, 96), (130, 96), E4M3, 2e-3),
+    "e5m2_nn": (_mm_f32, np.matmul, (256, 192), (192, 512), E5M2, 2e-3),
+    "e4m3_batched": (_bmm, np.matmul, (3, 128, 64), (3, 64, 96), E4M3, 5e-2),
+    "e4m3_nt_4096": (_nt_f32, lambda a, b: a @ b.T, (4096, 4096), (4096, 4096), E4M3, 2e-2),
 }
 
 
@@ -173,11 +181,77 @@ def run_timing_int8(n=4096):
     print(f"jax: {type(e).__name__}: {e}")
 
 
+def run_timing_fp8(n=4096):
+  """float8_e4m3fn x float8_e4m3fn -> f32 at n^3: WgmmaDot's device time with both operands
+  K-major (``x @ w.T``, no copy) and with B row-major (``x @ w``, copied K-major first,
+  included), and a whole quantize -> dot -> dequantize program from f32 inputs, each against
+  JAX's wall clock on the same program, with both results' error against float64."""
+  import ourjax
+  import ourjax.numpy as jnp
+  rng = np.random.default_rng(1)
+  a = (rng.standard_normal((n, n)) * 2).astype(np.float32).astype(E4M3)
+  b = (rng.standard_normal((n, n)) * 2).astype(np.float32).astype(E4M3)
+  xf = rng.standard_normal((n, n)).astype(np.float32)
+  wf = rng.standard_normal((n, n)).astype(np.float32)
+  sx, sw = np.float32(np.abs(xf).max() / 448), np.float32(np.abs(wf).max() / 448)
+  flop = 2.0 * n ** 3
+
+  def nt(x, y, lib=None):
+    lax = (lib or ourjax).lax
+    return lax.dot_general(x, y, (((1,), (1,)), ((), ())), preferred_element_type=np.float32)
+
+  def nn(x, y, lib=None):
+    return (lib or ourjax).lax.dot(x, y, preferred_element_type=np.float32)
+
+  def linear(x, w, s, t, lib=None):
+    lib = lib or ourjax
+    xq = (x / s).astype(E4M3)
+    wq = (w / t).astype(E4M3)
+    return lib.lax.dot_general(xq, wq, (((1,), (1,)), ((), ())),
+                               preferred_element_type=np.float32) * (s * t)
+
+  def err(out, want):
+    d = np.asarray(out, np.float64) - want
+    return np.linalg.norm(d) / np.linalg.norm(want)
+
+  a64, b64 = a.astype(np.float64), b.astype(np.float64)
+  want = {"nt": a64 @ b64.T, "nn": a64 @ b64}
+  xq64 = (xf / sx).astype(E4M3).astype(np.float64)
+  wq64 = (wf / sw).astype(E4M3).astype(np.float64)
+  want["linear"] = (xq64 @ wq64.T) * (np.float64(sx) * np.float64(sw))
+  programs = {"nt": (nt, (a, b)), "nn": (nn, (a, b)), "linear": (linear, (xf, wf, sx, sw))}
+  try:
+    import jax
+  except Exception as e:   # noqa: BLE001
+    jax = None
+    print(f"jax: {type(e).__name__}: {e}")
+  for name, (fn, args) in programs.items():
+    dargs = [ourjax.device_put(x) for x in args]
+    c, kinds = _compile(fn, dargs, "wgmma")
+    prof = c.runtime_executable().profile(*dargs, reps=20)
+    ms = sum(p[2] for p in prof)
+    print(f"{n}^3 e4m3 {name} ours {','.join(kinds)}: {ms:.3f} ms {flop / ms / 1e9:.1f} "
+          f"TFLOP/s, error {err(c(*dargs), want[name]):.2e} "
+          f"({', '.join(f'{p[1]} {p[2]:.3f}' for p in prof)})", flush=True)
+    if jax is None:
+      continue
+    try:
+      f = jax.jit(lambda *xs, fn=fn: fn(*xs, lib=jax))
+      jargs = [jax.device_put(x) for x in args]
+      jms = _jax_wall_ms(lambda *xs: f(*xs), *jargs) if len(jargs) == 2 else \
+          _jax_wall_ms(lambda p, q: f(p, q, *jargs[2:]), *jargs[:2])
+      print(f"{n}^3 e4m3 {name} jax (wall clock): {jms:.3f} ms {flop / jms / 1e9:.1f} TFLOP/s, "
+            f"error {err(f(*jargs), want[name]):.2e}", flush=True)
+    except Exception as e:   # noqa: BLE001
+      print(f"jax {name}: {type(e).__name__}: {str(e)[:300]}")
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--case")
   ap.add_argument("--time", action="store_true")
   ap.add_argument("--time-int8", action="store_true")
+  ap.add_argument("--time-fp8", action="store_true")
   ap.add_argument("--no-time", action="store_true")
   args = ap.parse_args()
   if args.case:
@@ -187,6 +261,9 @@ def main():
     return
   if args.time_int8:
     run_timing_int8()
+    return
+  if args.time_fp8:
+    run_timing_fp8()
     return
   import llvmlite
   print("llvmlite", llvmlite.__version__, flush=True)

@@ -399,6 +399,100 @@ WGMMA_CASES = [
 ]
 CASES += WGMMA_CASES
 
+E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+
+
+def _f8(rng, dtype, *shape, scale=2.0):
+  """Random 8-bit floats, about ``scale`` in size, rounded as ml_dtypes casts."""
+  return (rng.standard_normal(shape) * scale).astype(np.float32).astype(dtype)
+
+
+def _special_narrow(r, n, dtype=np.float32):
+  """Values every convert to float8 must get right: overflow past each type's largest value
+  (NaN for e4m3fn, infinity for e5m2), both sides of the rounding thresholds (464, 61440),
+  subnormals, ties, infinities, NaN, signed zeros, and a spread of ordinary values."""
+  fixed = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 448, 460, 464, 465, -470, 480, 1e5,
+                    57344, 61439, 61440, 61441, -7e4, 2.0 ** -9, 2.0 ** -10, 3 * 2.0 ** -11,
+                    2.0 ** -16, 2.0 ** -17, 3 * 2.0 ** -18, 1.0625, 1.1875, -1.0625, 1e-30,
+                    2.0 ** -7 * 1.9375, 2.0 ** -6 * 0.96875], np.float64)
+  rest = r.standard_normal(n - fixed.size) * 2.0 ** r.integers(-18, 17, n - fixed.size)
+  with np.errstate(over="ignore"):
+    return np.concatenate([fixed, rest]).astype(dtype)
+
+
+def _quant(x, scale, dtype):
+  return (x / scale).astype(dtype)
+
+
+def _fp8_linear(x, w, sx, sw):
+  """Quantize, multiply on the tensor cores, dequantize: one device program."""
+  xq = _quant(x, sx, E4M3)
+  wq = _quant(w, sw, E4M3)
+  return lax.dot(xq, wq, preferred_element_type=jnp.float32) * (sx * sw)
+
+
+# 8-bit floats (float8_e4m3fn, float8_e5m2): converts from and to f32/bf16/f16 rounded as
+# ml_dtypes (NaN for e4m3fn overflow, infinity for e5m2's), arithmetic in f32 rounded per op
+# (exact against the reference), and dots on the tensor cores (wgmma k32 .e4m3/.e5m2, f32
+# accumulators; operands not stored K-major copied so first; odd sizes, batches, mixed types,
+# f32/bf16/f16/float8 results).  Products of 8-bit floats are exact in f32; the tolerances
+# allow for the order of the sums, for the tensor cores' float8 accumulation (Hopper's keeps
+# fewer bits than f32 between instructions: 2e-3 norm-relative, where a wrong layout or
+# operand type is off by O(1)) and for one rounding of a 16- or 8-bit result
+FP8_CASES = [
+    ("fp8_convert_f32", lambda x: (x.astype(E4M3), x.astype(E5M2),
+                                   x.astype(E4M3).astype(jnp.float32),
+                                   x.astype(E5M2).astype(jnp.float32)),
+     lambda r: (_special_narrow(r, 3001),), 0),
+    ("fp8_convert_16bit", lambda x, y: (x.astype(E4M3), x.astype(E5M2), y.astype(E4M3),
+                                        y.astype(E5M2)),
+     lambda r: (_special_narrow(r, 1000, BF16), _special_narrow(r, 1000, np.float16)), 0),
+    ("fp8_convert_back", lambda a, b: (a.astype(BF16), a.astype(np.float16), b.astype(BF16),
+                                       b.astype(np.float16), a.astype(E5M2), b.astype(E4M3),
+                                       a.astype(jnp.int32), b.astype(jnp.int8)),
+     lambda r: (np.arange(256, dtype=np.uint8).view(E4M3),
+                np.arange(256, dtype=np.uint8).view(E5M2)), 0),
+    ("fp8_arith", lambda a, b: (a * b + a, jnp.maximum(a, b) - b, (a / 3).astype(jnp.float32)),
+     lambda r: (_f8(r, E4M3, 40, 77), _f8(r, E4M3, 40, 77)), 0),
+    # moved, not computed: exact (a sort's order, a transpose, a gather, a bitcast, a pool's
+    # maximum from e4m3fn's lowest value)
+    ("fp8_moves", lambda a, b, i: (jnp.sort(a, axis=1), b.T, a[i],
+                                   lax.bitcast_convert_type(b, jnp.uint8),
+                                   lax.reduce_window(a, np.array(-448, E4M3), lax.max, (2, 3),
+                                                     (2, 2), "VALID")),
+     lambda r: (_f8(r, E4M3, 33, 70), _f8(r, E5M2, 45, 66), r.integers(0, 33, 50,
+                                                                         dtype=np.int32)), 0),
+    ("fp8_reduce", lambda a, b: (jnp.max(a, axis=1), jnp.min(b, axis=0),
+                                 jnp.sum(b.astype(jnp.float32), axis=1)),
+     lambda r: (_f8(r, E4M3, 64, 300), _f8(r, E5M2, 64, 300)), 1e-6),
+    ("dot_wgmma_e4m3_nt", lambda a, b: lax.dot_general(a, b, (((1,), (1,)), ((), ())),
+                                                       preferred_element_type=jnp.float32),
+     lambda r: (_f8(r, E4M3, 200, 96), _f8(r, E4M3, 130, 96)), 2e-3),
+    ("dot_wgmma_e5m2", lambda a, b: lax.dot(a, b, preferred_element_type=jnp.float32),
+     lambda r: (_f8(r, E5M2, 256, 256), _f8(r, E5M2, 256, 512)), 2e-3),
+    ("dot_wgmma_e4m3_e5m2_bf16", lambda a, b: lax.dot(a, b, preferred_element_type=jnp.bfloat16),
+     lambda r: (_f8(r, E4M3, 70, 160), _f8(r, E5M2, 160, 45)), 1e-2),
+    ("dot_wgmma_e5m2_e4m3_tn_f16", lambda a, b: lax.dot_general(
+        a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float16),
+     lambda r: (_f8(r, E5M2, 128, 100, scale=0.5), _f8(r, E4M3, 128, 72, scale=0.5)), 1e-2),
+    ("dot_wgmma_e4m3_batched", lambda a, b: jnp.einsum(
+        "bqk,bkn->bqn", a, b, preferred_element_type=jnp.float32),
+     lambda r: (_f8(r, E4M3, 3, 65, 48), _f8(r, E4M3, 3, 48, 33)), 2e-3),
+    ("dot_wgmma_e4m3_out", lambda a, b: a @ b.T,
+     lambda r: (_f8(r, E4M3, 64, 128, scale=0.25), _f8(r, E4M3, 80, 128, scale=0.25)), 5e-2),
+    # few output tiles, a long contraction: split along k into f32 partial products
+    ("dot_wgmma_e4m3_split_k", lambda a, b: lax.dot_general(
+        a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.bfloat16),
+     lambda r: (_f8(r, E4M3, 64, 8192, scale=0.5), _f8(r, E5M2, 96, 8192, scale=0.5)), 1e-2),
+    ("dot_wgmma_fp8_linear", _fp8_linear,
+     lambda r: (f32(r, 300, 256), f32(r, 256, 200), np.float32(2.0 / 448),
+                np.float32(2.0 / 448)), 2e-3),
+    # k not a multiple of 16 bytes: the tiled SIMT kernel, loading float8 as f32
+    ("dot_fp8_odd_k_simt", lambda a, b: lax.dot(a, b, preferred_element_type=jnp.float32),
+     lambda r: (_f8(r, E4M3, 70, 50), _f8(r, E5M2, 50, 40)), 1e-5),
+]
+CASES += FP8_CASES
+
 
 def _conv(x, w, strides=(1, 1), padding="SAME", dil=None, dn=("NHWC", "HWIO", "NHWC")):
   return lax.conv_general_dilated(x, w, strides, padding, rhs_dilation=dil,

@@ -110,6 +110,20 @@ def test_kernel_kinds(compiled_cases):
   assert kinds["dot_wgmma_u8_nt"] == ["WgmmaDot"]
   assert kinds["dot_wgmma_s8_dequant"] == ["StridedTranspose", "WgmmaDot"]   # (epilogue fused)
   assert kinds["dot_int32_simt"] == ["SimtDot"] and kinds["dot_s8_odd_k_simt"] == ["SimtDot"]
+  # float8 dots on the tensor cores likewise (both operands K-major: NT needs no copy, a
+  # row-major B or an M-major A is copied); k not a multiple of 16 bytes: SimtDot
+  assert kinds["dot_wgmma_e4m3_nt"] == ["WgmmaDot"]
+  assert kinds["dot_wgmma_e4m3_out"] == ["WgmmaDot"]
+  assert kinds["dot_wgmma_e5m2"] == ["StridedTranspose", "WgmmaDot"]
+  assert kinds["dot_wgmma_e5m2_e4m3_tn_f16"] == ["StridedTranspose"] * 2 + ["WgmmaDot"]
+  assert kinds["dot_wgmma_e4m3_batched"] == ["StridedTranspose", "WgmmaDot"]
+  assert kinds["dot_fp8_odd_k_simt"] == ["SimtDot"]
+  assert kinds["dot_wgmma_e4m3_split_k"] == ["WgmmaDot", "SplitKSum"]
+  # quantize -> dot -> dequantize runs on the device: the quantizing converts, the weight's
+  # copy K-major, the dot with the dequantizing scale fused as its epilogue
+  assert kinds["dot_wgmma_fp8_linear"][-2:] == ["StridedTranspose", "WgmmaDot"]
+  for name in ("fp8_convert_f32", "fp8_arith", "fp8_reduce"):
+    assert "Threaded" not in kinds[name], (name, kinds[name])
   for name, k in kinds.items():     # sort and scatter cases reach the parallel kernels
     if "sort" in name or name == "top_k":
       assert "GpuSort" in k and "Threaded" not in k, (name, k)
@@ -155,6 +169,13 @@ def test_wgmma_instructions(compiled_cases):
   ptx = compiled_cases["dot_wgmma_u8_nt"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.u8" in ptx
   assert ".s32.u8.u8" in ptx and ", p; }" in ptx
+  # 8-bit floats: k32 steps into f32 accumulators, operand scales, no transpose flags; each
+  # operand its own type
+  ptx = compiled_cases["dot_wgmma_e4m3_nt"].as_text(dialect="ptx")
+  assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3" in ptx and ", p, 1, 1; }" in ptx
+  assert ".f32.e5m2.e5m2" in compiled_cases["dot_wgmma_e5m2"].as_text(dialect="ptx")
+  assert ".f32.e4m3.e5m2" in compiled_cases["dot_wgmma_e4m3_e5m2_bf16"].as_text(dialect="ptx")
+  assert ".f32.e5m2.e4m3" in compiled_cases["dot_wgmma_e5m2_e4m3_tn_f16"].as_text(dialect="ptx")
 
 
 def test_wgmma_takes_any_sizes(compiled_cases):

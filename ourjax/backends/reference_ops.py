@@ -640,7 +640,23 @@ def convert_element_type(x, new_dtype):
     span = 1 << int(info.bits)
     v = x.astype(np.int64)
     return ((v - int(info.min)) % span + int(info.min)).astype(new_dtype)   # wrapped
+  if src == np.float64 and new_dtype.itemsize == 1 and is_float(new_dtype):
+    # float64 -> 8-bit float: rounded once, as JAX does (ml_dtypes' cast goes through float32,
+    # rounding twice: 400.00000000004 became 384 in float8_e4m3fn, not 416)
+    x = _round_to_odd_f32(x)
   return x.astype(new_dtype)
+
+
+def _round_to_odd_f32(x):
+  """float64 -> float32 rounded to odd (toward zero, the last bit set where inexact): rounding
+  that to a type of 21 mantissa bits or fewer is the correctly rounded conversion of ``x``."""
+  t = np.asarray(x.astype(np.float32))
+  bits = t.view(np.int32).copy()
+  with np.errstate(invalid="ignore"):
+    back = t.astype(np.float64)
+    bits[np.abs(back) > np.abs(x)] -= 1
+    bits[(back != x) & ~np.isnan(x)] |= 1
+  return bits.view(np.float32)
 
 
 def bitcast_convert_type(x, new_dtype):

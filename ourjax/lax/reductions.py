@@ -82,6 +82,10 @@ def _chooser_identity(is_max: bool, dtype):
     return info.min if is_max else info.max
   if dtypes.is_complex(dtype):
     return np.array(-np.inf if is_max else np.inf, dtype)
+  if not dtypes.supports_inf(dtype):
+    # (float8_e4m3fn has no infinity: -inf would convert to NaN, which max propagates)
+    info = dtypes.finfo(dtype)
+    return np.array(info.min if is_max else info.max, dtype)
   return -np.inf if is_max else np.inf
 
 

@@ -64,9 +64,10 @@ Compilation:
    optimised module: a program an earlier process compiled skips the passes as well as LLVM
    (``load_by_source``), and its optimised module is made again only if asked for.
 
-A module with something the emitter does not handle yet (complex or 8-bit float types, opcodes
+A module with something this backend does not compile yet (complex or 8-bit float types, opcodes
 outside ``NATIVE_OPCODES``) runs on the reference backend instead (logged at debug level);
-``native_unsupported(module)`` says why.
+``native_unsupported(module)`` says why.  (The emitter handles float8_e4m3fn/e5m2, for the CUDA
+backend; here they would need the GEMM and the vectorized paths checked first.)
 """
 from __future__ import annotations
 
@@ -108,10 +109,12 @@ NATIVE_OPCODES = frozenset(E.ELEMENTAL_OPS | K.HARD_OPS | {
     "copy", "attention"})
 
 
-def native_unsupported(module: hlo.Module, opcodes=None) -> str | None:
-  """Why ``module`` cannot be compiled natively (None when it can); ``opcodes``: those the
-  backend takes (default ``NATIVE_OPCODES``, the CPU's)."""
+def native_unsupported(module: hlo.Module, opcodes=None, dtypes=None) -> str | None:
+  """Why ``module`` cannot be compiled natively (None when it can); ``opcodes``, ``dtypes``:
+  those the backend takes (default ``NATIVE_OPCODES`` and ``emitter.SUPPORTED_DTYPES``, the
+  CPU's)."""
   opcodes = NATIVE_OPCODES if opcodes is None else opcodes
+  dtypes = E.SUPPORTED_DTYPES if dtypes is None else dtypes
   entry = module.entry
   for p in entry.parameters:
     if p.shape.is_tuple:
@@ -125,7 +128,7 @@ def native_unsupported(module: hlo.Module, opcodes=None) -> str | None:
       if instr.opcode not in opcodes:
         return f"opcode {instr.opcode} (%{instr.name})"
       for s in _leaf_shapes(instr.shape):
-        if s.dtype not in E.SUPPORTED_DTYPES:
+        if s.dtype not in dtypes:
           return f"element type {hlo.dtype_name(s.dtype)} (%{instr.name})"
   return None
 

@@ -38,7 +38,8 @@ import numpy as np
 
 from ourjax.backends.cuda.codegen import (GpuKernel, barrier, launch_bounds, shared_array,
                                           shared_ptr, shfl_bfly, sreg64)
-from ourjax.backends.cuda.dots import _asm, _mma, _saddr, _tf32_allowed
+from ourjax.backends.cuda.dots import _asm, _mma, _saddr
+from ourjax.backends.cuda.mma_kinds import _tf32_allowed
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.elemental import Emitter

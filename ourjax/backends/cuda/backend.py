@@ -28,10 +28,11 @@ A *timed* call (``timed_call``: ``profile()``, ``ourjax.profiler`` via ``cuda/pr
 launches kernel by kernel, each launch between two timing events, and times the host round
 trips of ``while``/``conditional`` on the host.
 
-Modules with what the native backends do not compile yet (complex or 8-bit float types, some
-opcodes) and modules whose code generation fails run on the CPU backend instead, their arguments
-copied to the host and results copied to the GPU (logged at debug level; a code generation
-failure at warning level): never a wrong answer, only a slower one.
+Modules with what the native backends do not compile yet (complex types, 8-bit floats other
+than float8_e4m3fn and float8_e5m2, some opcodes) and modules whose code generation fails run
+on the CPU backend instead, their arguments copied to the host and results copied to the GPU
+(logged at debug level; a code generation failure at warning level): never a wrong answer,
+only a slower one.
 """
 from __future__ import annotations
 
@@ -775,7 +776,8 @@ def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   with _phases.phase("verify"):
     hlo.verify(module)
   cpu_be = _cpu_planning()
-  why = cpu_be.native_unsupported(module, cpu_be.NATIVE_OPCODES | {"attention", "attention-grad"})
+  why = cpu_be.native_unsupported(module, cpu_be.NATIVE_OPCODES | {"attention", "attention-grad"},
+                                  E.GPU_DTYPES)
   if why is not None:
     log.debug("cuda backend: %s runs on the CPU backend (%s)", module.name, why)
     return HostFallbackExecutable(module, why)

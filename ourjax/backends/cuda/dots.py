@@ -14,7 +14,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.codegen import (DeviceInfo, Elementwise, GpuKernel, barrier,
-                                          shared_array, shared_ptr, sreg64, F16)
+                                          shared_array, shared_ptr, sreg64)
+from ourjax.backends.cuda.mma_kinds import BYTE_KINDS, _tf32_allowed, mma_kind
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, Emitter, Index, i64
@@ -728,42 +729,6 @@ def _mma(b, kind, afr, bfr, acc):
 
 
 
-def _tf32_allowed(dot=None) -> bool:
-  """float32 operands may be rounded to tf32 (JAX's default on tensor cores) unless the dot or
-  the configured default asks for "highest" precision."""
-  if dot is not None and "highest" in dot.attrs.get("operand_precision", ()):
-    return False
-  from ourjax.config import config
-  p = config.read("jax_default_matmul_precision") if hasattr(config, "read") else \
-      getattr(config, "jax_default_matmul_precision", None)
-  return str(p).lower() not in ("highest", "float32", "precision.highest")
-
-
-INT_KINDS = ("s8", "u8")
-"""Tensor-core types of 8-bit integer dots: s32 accumulation on ``WgmmaDot`` only."""
-
-
-def mma_kind(dot, info: DeviceInfo, allow_tf32: bool) -> str | None:
-  """The tensor-core instruction type of ``dot`` (``"tf32"``, ``"bf16"``, ``"f16"``; ``"s8"``,
-  ``"u8"``: int8/uint8 operands with an integer result of 32 bits or fewer, summed in int32,
-  which wraps as the result type's own arithmetic would) from its dtypes alone, or None (f64,
-  mixed operand types, other integers, before compute capability 8.0, or f32 at the highest
-  precision)."""
-  if info.cc < 80:
-    return None
-  lhs, rhs = dot.operands
-  if lhs.dtype != rhs.dtype:
-    return None
-  if E._is_int(lhs.dtype):
-    out = np.dtype(dot.dtype)
-    if lhs.dtype.itemsize == 1 and E._is_int(out) and out.itemsize <= 4 and info.cc >= 90:
-      return "s8" if E._is_signed(lhs.dtype) else "u8"
-    return None
-  if not E._is_float(dot.dtype) or dot.dtype == E.F64:
-    return None
-  return {E.F32: "tf32" if allow_tf32 else None, E.BF16: "bf16", F16: "f16"}.get(lhs.dtype)
-
-
 def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=None) -> list:
   """The kernels computing ``dot`` into ``out`` (or, with a fused ``Epilogue``, its outputs).
 
@@ -782,7 +747,7 @@ def _dot_kernels(name, dot, lhs, rhs, out, info: DeviceInfo, new_temp, epilogue=
       return ks
   if isinstance(lhs, Im2colBuf):     # (implicit_gemm.accepts promised a WgmmaDot)
     raise K.PlanError(f"%{dot.name}: no WgmmaDot for a patch matrix read in place")
-  if kind in INT_KINDS:              # (only WgmmaDot multiplies integers on the tensor cores)
+  if kind in BYTE_KINDS:             # (only WgmmaDot multiplies 8-bit types on the tensor cores)
     kind = None
   main = None
   if kind is not None and TensorCoreDot.fits(dot):
@@ -835,12 +800,12 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
   rate; an M-major f32 A with a K-major B needs no copy); 8-bit operands not stored K-major are
   copied so (they have no transposed form); a dot with few output tiles and a long contraction
   is split along k (``wgmma.split_count``) into partial products that ``SplitKSum`` adds up
-  (and applies the epilogue to)."""
+  (and applies the epilogue to).  (8-bit operands: int8/uint8 and float8.)"""
   from ourjax.backends.cuda.wgmma import WgmmaDot, split_count
   s = K.DotSpec(dot)
   spec, a, pre = s, lhs, []
   how = WgmmaDot.supports(dot, info, kind)
-  if how is None and kind in INT_KINDS and s.ok:
+  if how is None and kind in BYTE_KINDS and s.ok:
     if (s.a_sk != 1 and s.a_sm != 1) or (s.b_sk != 1 and s.b_sn != 1):
       return None
     if s.a_sk != 1:

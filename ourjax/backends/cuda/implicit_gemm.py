@@ -51,7 +51,7 @@ def accepts(dot, patches, geo: Geometry, info) -> bool:
   its A operand, A = the patch matrix as it is, [M, K] with k along its rows) will run on
   ``WgmmaDot`` with the patches read in place: tensor cores for its types, the layouts
   ``WgmmaDot`` takes, and one kernel position's channels filling whole 16-byte copies."""
-  from ourjax.backends.cuda.dots import _tf32_allowed, mma_kind
+  from ourjax.backends.cuda.mma_kinds import _tf32_allowed, mma_kind
   from ourjax.backends.cuda.wgmma import WgmmaDot
   if not enabled(info):
     return False
@@ -64,7 +64,7 @@ def accepts(dot, patches, geo: Geometry, info) -> bool:
   if not s.ok or s.B != 1 or s.a_sk != 1:
     return False
   kind = mma_kind(dot, info, _tf32_allowed(dot))
-  if kind is None:
+  if kind is None or np.dtype(lhs.dtype).itemsize == 1:     # (not float8 patches yet)
     return False
   epv = 16 // np.dtype(lhs.dtype).itemsize
   return geo.channels % epv == 0 and \

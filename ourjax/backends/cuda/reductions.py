@@ -311,7 +311,7 @@ def _red_count(r) -> int:
 
 def _partial_dtype(dt):
   dt = np.dtype(dt)
-  return np.dtype(np.float32) if dt in (E.F16, E.BF16) else dt
+  return np.dtype(np.float32) if E._is_narrow(dt) else dt
 
 
 class SplitPartials(GpuKernel):

@@ -2,12 +2,13 @@
 (``wgmma.mma_async``): ``WgmmaDot``.
 
 C[b] = A[b] @ B[b] with f32 accumulation, for f32 operands rounded to tf32 (when the configured
-precision allows it) and for bf16/f16 operands, and with int32 accumulation for int8/uint8
-operands (``m64nQk32.s32.s8.s8``; both operands K-major, which ``dots._wgmma_kernels``
-arranges by copying; an integer result narrower than 32 bits wraps as the reference's sum does),
-output in the dot's dtype.  The PTX of a module
-that holds this kernel targets ``sm_90a`` (``codegen.compile_ptx`` switches the target when the
-IR contains ``wgmma``), so it runs on compute capability 9.0 only.
+precision allows it), for bf16/f16 operands and for float8_e4m3fn/float8_e5m2 ones
+(``m64nQk32.f32.e4m3.e5m2``, A's type then B's, either with either), and with int32
+accumulation for int8/uint8 operands (``m64nQk32.s32.s8.s8``; 8-bit operands of either kind
+must both be K-major, which ``dots._wgmma_kernels`` arranges by copying; an integer result
+narrower than 32 bits wraps as the reference's sum does), output in the dot's dtype.  The PTX
+of a module that holds this kernel targets ``sm_90a`` (``codegen.compile_ptx`` switches the
+target when the IR contains ``wgmma``), so it runs on compute capability 9.0 only.
 
 How it works.  A block of two warpgroups (256 threads; one for 64 rows or fewer) computes a
 128 x Q tile of a product D[p, q] = X[p, :] . Y[:, q]: each warpgroup issues ``m64nQk8`` (tf32)
@@ -74,7 +75,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ourjax.backends.cuda.codegen import GpuKernel, DeviceInfo, barrier, sreg64
-from ourjax.backends.cuda.dots import INT_KINDS, _asm, _dot_buffers, dot_writer, single_result
+from ourjax.backends.cuda.dots import _asm, _dot_buffers, dot_writer, single_result
+from ourjax.backends.cuda.mma_kinds import BYTE_KINDS, INT_KINDS, operand_types
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I32, I64, i64
@@ -91,7 +93,7 @@ RS_FRAGMENT = ((0, 0), (8, 0), (0, 4), (8, 4))
 
 def _elem_bytes(kind: str) -> int:
   """Bytes of an operand element of tensor-core type ``kind``."""
-  return {"tf32": 4, "bf16": 2, "f16": 2, "s8": 1, "u8": 1}[kind]
+  return 1 if kind in BYTE_KINDS else {"tf32": 4, "bf16": 2, "f16": 2}[kind]
 
 
 def mn_major_offsets(bk: int):
@@ -130,8 +132,9 @@ class WgmmaDot(GpuKernel):
 
   @classmethod
   def supports(cls, dot, info: DeviceInfo, kind: str | None, spec=None):
-    """(mode, Q tile, warpgroups) for ``dot`` with tensor-core ``kind`` (``dots.mma_kind``),
-    or None when the kernel does not apply.  ``spec``: as for the constructor.
+    """(mode, Q tile, warpgroups) for ``dot`` with tensor-core ``kind``
+    (``mma_kinds.mma_kind``), or None when the kernel does not apply.  ``spec``: as for the
+    constructor.
 
     Any sizes: tiles at the edges of the problem load zeros beyond it and store only inside it.
     What it needs is the operands' layout: A K-major (unit stride along k), B K-major or
@@ -342,7 +345,8 @@ class WgmmaDot(GpuKernel):
     outs = ",".join(f"${i}" for i in range(nacc))
     acc_cons = ",".join([("=r" if integer else "=f")] * nacc + [str(i) for i in range(nacc)])
     RET = ir.LiteralStructType([acc_ty] * nacc)
-    dtype = f"s32.{ty}.{ty}" if integer else f"f32.{ty}.{ty}"
+    ta, tb = operand_types(ty)
+    dtype = f"{'s32' if integer else 'f32'}.{ta}.{tb}"
 
     def wgmma(accs, xop, ydesc):
       # scale-d is a predicate (true: accumulate), then the scales of A and B (+1) and, for

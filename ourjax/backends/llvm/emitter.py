@@ -42,11 +42,13 @@ import llvmlite.ir as ir
 import ml_dtypes
 import numpy as np
 
+from ourjax.backends.llvm import fp8
 from ourjax.backends.llvm import math as llmath
 from ourjax.lowering import hlo
 
 __all__ = ["Emitter", "accumulation_dtype", "concat_parts", "Index", "Leaf", "EmitterError",
-           "PrefetchMiss", "storage_type", "compute_type", "SUPPORTED_DTYPES", "ELEMENTAL_OPS",
+           "PrefetchMiss", "storage_type", "compute_type", "SUPPORTED_DTYPES", "GPU_DTYPES",
+           "ELEMENTAL_OPS",
            "const", "load_element", "store_element", "convert_value", "ForLoop", "for_loop",
            "alloca_entry", "I1", "I8", "I32", "I64", "FLT", "DBL", "i64", "MathLib",
            "finalize_module_text", "use_outlined_math", "math_symbols"]
@@ -70,6 +72,9 @@ BOOL = np.dtype(np.bool_)
 SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
+#: ... and the 8-bit floats (``fp8.py``), which the emitter handles but only the CUDA backend
+#: compiles (the CPU backend runs modules with them on the reference backend)
+GPU_DTYPES = SUPPORTED_DTYPES | fp8.FP8
 
 # Instructions the emitter evaluates element by element (everything else is a kernel of its own).
 ELEMENTAL_OPS = (set(hlo.UNARY_OPS) - {"real", "imag"}) | (set(hlo.BINARY_OPS) - {"complex"}) | {
@@ -109,11 +114,12 @@ class PrefetchMiss(Exception):
 
 
 def _is_narrow(dt) -> bool:
-  return dt == F16 or dt == BF16
+  """float16, bfloat16 and the 8-bit floats: stored narrow, computed in float32."""
+  return dt == F16 or dt == BF16 or dt in fp8.FP8
 
 
 def _is_float(dt) -> bool:
-  return dt in (F16, BF16, F32, F64)
+  return dt in (F16, BF16, F32, F64) or dt in fp8.FP8
 
 
 def _is_signed(dt) -> bool:
@@ -131,7 +137,7 @@ def storage_type(dt) -> ir.Type:
   if _is_int(dt):
     return ir.IntType(dt.itemsize * 8)
   if _is_narrow(dt):
-    return I16
+    return I16 if dt.itemsize == 2 else I8
   if dt == F32:
     return FLT
   if dt == F64:
@@ -375,6 +381,8 @@ def from_storage(b, v, dt):
     return b.fpext(b.bitcast(v, HALF), FLT)
   if dt == BF16:
     return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), FLT)
+  if dt in fp8.FP8:
+    return fp8.decode(b, v, dt)
   return v
 
 
@@ -385,6 +393,8 @@ def to_storage(b, v, dt):
     return b.bitcast(b.fptrunc(v, HALF), I16)
   if dt == BF16:
     return b.trunc(b.lshr(b.bitcast(v, I32), ir.Constant(I32, 16)), I16)
+  if dt in fp8.FP8:
+    return fp8.encode(b, v, dt)
   return v
 
 
@@ -407,11 +417,13 @@ def _bf16_bits_rne(b, x):
 
 
 def round_narrow(b, x, dt):
-  """Round a float value to ``dt`` (f16/bf16) and return it as float again."""
+  """Round a float value to ``dt`` (f16/bf16/fp8) and return it as float again."""
   if dt == F16:
     return b.fpext(b.fptrunc(x, HALF), FLT)
   if dt == BF16:
     return b.bitcast(b.shl(_bf16_bits_rne(b, x), ir.Constant(I32, 16)), FLT)
+  if dt in fp8.FP8:
+    return fp8.round_to(b, x, dt)
   return x
 
 
@@ -441,8 +453,8 @@ def _float_to_float(b, v, src, dst):
     return b.fptrunc(v, FLT) if src == F64 else v
   # narrow destinations
   if src == F64:
-    if dst == F16:
-      return round_narrow(b, _f64_to_f32_round_to_odd(b, v), F16)
+    if dst == F16 or dst in fp8.FP8:   # (one correct rounding, as ml_dtypes' casts)
+      return round_narrow(b, _f64_to_f32_round_to_odd(b, v), dst)
     return round_narrow(b, b.fptrunc(v, FLT), BF16)   # ml_dtypes goes through float32
   return round_narrow(b, v, dst)                       # f32 / f16 / bf16 (exact in float)
 

@@ -38,6 +38,7 @@ import math
 from typing import Sequence
 
 import llvmlite.ir as ir
+import ml_dtypes
 import numpy as np
 
 from ourjax.backends.llvm import emitter as E
@@ -547,6 +548,9 @@ def _neutral(op, dt):
   dt = np.dtype(dt)
   if op in ("maximum", "minimum"):
     if E._is_float(dt):
+      if dt == E.fp8.E4M3:     # (no infinity: its lowest and highest values)
+        info = ml_dtypes.finfo(dt)
+        return float(info.min if op == "maximum" else info.max)
       return -np.inf if op == "maximum" else np.inf
     if dt == E.BOOL:
       return op == "minimum"
