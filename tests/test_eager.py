@@ -506,3 +506,26 @@ def test_shifts_by_one_amount_match_the_elementwise_shift(dtype, amount_dtype, s
   s = int(y)
   want = (x.view(u) << u.type(s)).view(dtype) if 0 <= s < bits else np.zeros_like(x)
   np.testing.assert_array_equal(np.asarray(rops.shift_left(x, y)), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float64, np.int8, np.uint16, np.int64, np.bool_,
+                              np.complex64, np.float16]),
+       size=st.sampled_from([1, 100, 8191, 8192, 20000]), seed=st.integers(0, 5))
+def test_a_large_two_way_select_is_numpys_where_bit_for_bit(dtype, size, seed):
+  """select_n with a boolean mask (large operands: bit operations instead of NumPy's where)
+  gives NumPy's where, bit for bit (NaN payloads, signed zeros)."""
+  from ourjax.lax.elementwise import _select_n_impl
+  rng = np.random.default_rng(seed)
+  m = rng.random(size) > 0.5
+  raw = rng.integers(0, 256, size=(2, size * np.dtype(dtype).itemsize), dtype=np.uint8)
+  f, t = raw[0].view(dtype), raw[1].view(dtype)
+  if dtype == np.bool_:
+    f, t = f > 127, t > 127
+  want = np.where(m, t, f)
+  got = _select_n_impl(m, f, t)
+  assert got.dtype == want.dtype and got.shape == want.shape
+  assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+  with enable_x64(True):
+    eager = np.asarray(lax.select_n(jnp.asarray(m), jnp.asarray(f), jnp.asarray(t)))
+  assert np.array_equal(eager.view(np.uint8), want.view(np.uint8))

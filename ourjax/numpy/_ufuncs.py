@@ -623,10 +623,21 @@ conj = conjugate
 # where, clip, comparisons with tolerance
 
 
-@replayed(operands=("condition", "x", "y"))
 def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   """Elementwise choice between ``x`` (where ``condition``) and ``y``, promoted and broadcast.
   The one-argument form is ``nonzero`` (an indexing function)."""
+  # the common eager call (a boolean mask and two arrays of its shape and one strong dtype):
+  # one select_n, bound at once (a replay's lookup costs more than the bind)
+  if (type(condition) is Array and type(x) is Array and type(y) is Array and size is None and
+      fill_value is None):
+    c = condition._aval if condition._aval is not None else condition.aval
+    if c.dtype == np.bool_ and _same_strong_arrays((x, y)) and c.shape == x.aval.shape:
+      return lax.select_n(condition, y, x)
+  return _where(condition, x, y, size=size, fill_value=fill_value)
+
+
+@replayed(operands=("condition", "x", "y"))
+def _where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   if x is None and y is None:
     from ourjax import numpy as jnp
     nonzero = getattr(jnp, "nonzero", None)
