@@ -1,9 +1,10 @@
 """Eager-mode latency: one op at a time on concrete arrays (no jit), ourjax vs JAX vs NumPy.
 
     python benchmarks/eager.py [--only NAME[,NAME]] [--sizes small,large] [--repeat N]
-                               [--min-time S] [--no-jax] [--json PATH]
+                               [--min-time S] [--no-jax] [--json PATH] [--backend cpu|cuda]
 
-Each row is one operation (``x + y``, ``jnp.exp(x)``, ``x[1:3]``, ``x.at[1].set(0)``...) on float32
+Each row is one operation (``x + y``, ``x + row``, ``jnp.exp(x)``, ``jnp.sum(x, axis=-1)``,
+``nn.softmax(x)``, ``x[1:3]``, ``x.at[1].set(0)``...; log and sqrt of positive inputs) on float32
 inputs of one size: ``8`` and ``64x64`` (small: the per-op overhead of Python, dtype handling and
 dispatch) and ``1024x1024`` (large: the kernel itself).  The three libraries run the same expression
 on the same NumPy inputs, converted once to each library's array; every call's result is waited for
@@ -20,6 +21,11 @@ JAX): dtype, shape and values.
 The last rows time one step of ``examples/heat_equation.py`` (a 128x128 five-point stencil:
 slices, adds, a scalar multiply and a pad) eagerly in each library.  The exit status is 1 when
 a check failed.  Machines are noisy: compare ratios taken in one run.
+
+``--backend cuda``: ourjax's and JAX's inputs are put on their first GPU (the script exits with
+a message if either library has none; ``--no-jax`` times ourjax alone), results are waited for
+the same way, and a row's check says which library's result came back on the host (an eager
+op computed there).  NumPy's column stays the host's.
 """
 from __future__ import annotations
 
