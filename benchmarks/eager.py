@@ -12,8 +12,10 @@ on the same NumPy inputs, converted once to each library's array; every call's r
 most): the steady state of an op in a loop, after JAX's compile of the signature and ourjax's choice
 between NumPy and a compiled kernel (ourjax compiles a large signature's kernel on a worker thread
 while NumPy answers: the warm-up waits for those compiles, then runs the op 10 more times: a
-kernel's trial against NumPy, in turn, is 7 calls).  Timing alternates the libraries in one process:
-each round times a batch of calls per library (the batch sized to last ``--min-time`` seconds), and
+kernel's trial against NumPy, in turn, is 7 calls; and again, up to three rounds, while those
+calls started compiles, e.g. of a whole ``softmax`` once its primitives' kernels were built).
+Timing alternates the libraries in one process: each round times a batch of calls per library
+(the batch sized to last ``--min-time`` seconds), and
 the table prints the median time per call over the rounds and the ratios ourjax/JAX and ourjax/NumPy
 (below 1.0: ourjax faster).  Each row also checks ourjax's result against JAX's (or NumPy's without
 JAX): dtype, shape and values.
@@ -79,7 +81,7 @@ def _positive(x, y):
   return np.abs(x) + 0.5, np.abs(y) + 0.5
 
 
-def _row(x, y):
+def _bias_row(x, y):
   """``y`` as one row (the last axis of ``x``): a broadcasting add's bias."""
   return x, np.ascontiguousarray(y.reshape(-1)[: x.shape[-1]])
 
@@ -89,7 +91,7 @@ OPS = [
     ("add", lambda jnp, x, y: x + y, None),
     ("mul", lambda jnp, x, y: x * y, None),
     ("mul_scalar", lambda jnp, x, y: x * 2.0, None),
-    ("add_row", lambda jnp, x, y: x + y, None, _row),
+    ("add_row", lambda jnp, x, y: x + y, None, _bias_row),
     ("maximum", lambda jnp, x, y: jnp.maximum(x, y), None),
     ("exp", lambda jnp, x, y: jnp.exp(x), None),
     ("tanh", lambda jnp, x, y: jnp.tanh(x), None),
@@ -145,10 +147,17 @@ def _warm_up(call, calls: int = 30, seconds: float = 1.0):
       break
 
 
-def _settle_ourjax():
-  """Wait for the kernels ourjax compiles in the background for eager calls."""
+def _settle_ourjax(call):
+  """Wait for the kernels ourjax compiles in the background for eager calls, then call 10
+  times (a kernel's trial against NumPy); again while those calls started compiles (a compile
+  refused while others were pending starts on a later call), three rounds at most."""
   from ourjax import _eager
-  _eager.wait_for_kernels(120)
+  for _ in range(3):
+    _eager.wait_for_kernels(120)
+    _warm_up(call, calls=10)
+    with _eager._lock:
+      if not _eager._pending:
+        return
 
 
 def time_alternating(calls: dict, repeat: int, min_time: float) -> dict:
@@ -157,8 +166,7 @@ def time_alternating(calls: dict, repeat: int, min_time: float) -> dict:
   for k, c in calls.items():
     _warm_up(c)
     if k == "ourjax":
-      _settle_ourjax()
-      _warm_up(c, calls=10)
+      _settle_ourjax(c)
   batch = {k: _calibrate(c, min_time) for k, c in calls.items()}
   times = {k: [] for k in calls}
   for _ in range(repeat):
