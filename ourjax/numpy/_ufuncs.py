@@ -41,7 +41,20 @@ def _unary(name, lax_fn, promote=promote_args_inexact):
 
 
 def _binary(name, lax_fn, promote=promote_args):
+  def direct(x, y, /):
+    x, y = promote(name, x, y)
+    return lax_fn(x, y)
+  direct.__name__ = direct.__qualname__ = name
+  # two Arrays of different shapes (``x + row``): a broadcast and the op, replayed as one
+  # (``_eager_replay``: with large operands, compiled whole, so the broadcast operand is not
+  # written out in full before the op reads it)
+  broadcasting = replayed()(direct)
+
   def fn(x, y, /):
+    if type(x) is Array and type(y) is Array:
+      ax, ay = x._aval, y._aval
+      if ax is not None and ay is not None and ax.shape != ay.shape:
+        return broadcasting(x, y)
     x, y = promote(name, x, y)
     return lax_fn(x, y)
   fn.__name__ = fn.__qualname__ = name
