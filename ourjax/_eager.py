@@ -484,8 +484,9 @@ def _consider_kernel(prim, params, args, choice):
   if choice.np_calls < _MIN_CALLS:
     return
   t_np = choice.np_best
-  t_kernel = (_DISPATCH_SECONDS +
-              min(t_np, choice.np_single) * KERNEL_COST[prim.name] / _kernel_threads())
+  # (KERNEL_COST is relative to NumPy on one thread: its time, also where NumPy runs split)
+  t_one = choice.np_single if choice.np_single < float("inf") else t_np
+  t_kernel = _DISPATCH_SECONDS + t_one * KERNEL_COST[prim.name] / _kernel_threads()
   if t_np - t_kernel < 0.3 * t_np:
     return
   if not _BACKGROUND:
