@@ -29,6 +29,10 @@ A call goes the direct way (the function runs as written) when
   (``jit`` calls, ``while``/``cond``), a result that is not an Array (typed keys), an operand or result of ``_eager``'s kernel size
   (there the per-primitive choice between NumPy and a compiled kernel is worth its cost), NaN
   checking, ``disable_jit`` or ``no_tracing``.
+
+A signature of ``_eager``'s kernel size goes the direct way until its whole jaxpr, compiled on
+``_eager``'s worker thread, has been timed faster than its direct calls (``_LargeEntry``: one
+fused program instead of a pass through memory per primitive).
 """
 from __future__ import annotations
 
@@ -141,6 +145,8 @@ def replayed(static=(), operands=None):
         entry = cache[key] = _build(fun, args, kwargs, slots)
         if entry is _DIRECT:
           return fun(*args, **kwargs)
+      if entry.__class__ is _LargeEntry:
+        return entry.call(values, fun, args, kwargs)
       return entry.call(values)
 
     wrapper._replay_cache = cache
@@ -228,6 +234,9 @@ def _build(fun, args, kwargs, slots):
   try:
     replay = _Replay(jaxpr, closed.consts, structure[0] if structure else None,
                      _eager._MIN_KERNEL_ELEMENTS)
+  except _TooLarge:
+    return _LargeEntry(core.ClosedJaxpr(jaxpr, closed.consts),
+                       getattr(fun, "__name__", "replayed"), structure[0] if structure else None)
   except _NoReplay:
     return _DIRECT
   return _Entry(replay, core.ClosedJaxpr(jaxpr, closed.consts),
@@ -236,6 +245,11 @@ def _build(fun, args, kwargs, slots):
 
 class _NoReplay(Exception):
   pass
+
+
+class _TooLarge(_NoReplay):
+  """An operand or result of ``_eager``'s kernel size (the calls go the direct way, and the
+  signature may be compiled whole: ``_LargeEntry``)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -327,6 +341,118 @@ class _Entry:
         self.state, self.fn = "replay", None
 
 
+#: a large signature is compiled once its direct calls have cost this share of a compile: the
+#: compile runs beside the calls (on the worker), so it costs the caller no wait, only a core
+#: for a while (softmax of 1024x1024 float32: after ~15 calls of ~2.5 ms)
+_LARGE_COMPILE_SHARE = 0.1
+
+
+class _LargeEntry:
+  """A signature with large operands: its calls go the direct way (each primitive chooses
+  between NumPy and its own kernel in ``_eager``), timed; once they have cost a share of a
+  compile's time (``_LARGE_COMPILE_SHARE``), the whole jaxpr is compiled (one fused program: ``nn.softmax`` of a
+  large matrix is five or more eager operations over it, each a pass through memory; JAX's is
+  one jitted call) on ``_eager``'s worker thread while the direct calls go on (``_eager``'s
+  limit of pending compiles applies, and ``_eager.wait_for_kernels`` waits for it), then timed
+  in turn with the direct calls, ``_TRIALS`` calls of each, and the faster stays.  ``state``: ``'numpy'`` while
+  the direct calls are timed (the name ``_eager``'s fork handlers reset a pending compile's
+  owner to), ``'compiling'``, ``'trial'``, ``'kernel'``, or ``'direct'`` for good."""
+  __slots__ = ("closed", "name", "structure", "spent", "best", "fn", "state", "k_best",
+               "k_calls", "d_calls", "out_avals")
+
+  def __init__(self, closed, name, structure):
+    self.closed, self.name, self.structure = closed, name, structure
+    self.out_avals = list(closed.out_avals)
+    self.spent, self.best, self.fn, self.state = 0.0, float("inf"), None, "numpy"
+    self.k_best, self.k_calls, self.d_calls = float("inf"), 0, 0
+
+  def call(self, arrays, fun, args, kwargs):
+    fn = self.fn      # (read once: another thread may settle the choice meanwhile)
+    state = self.state
+    if fn is not None and state in ("trial", "kernel") and not config.jax_disable_jit:
+      if state == "trial" and self.d_calls < self.k_calls:     # (the direct call's turn)
+        t0 = time.perf_counter()
+        r = fun(*args, **kwargs)
+        self.d_calls += 1
+        self.best = min(self.best, time.perf_counter() - t0)
+        self._decide()
+        return r
+      t0 = time.perf_counter()
+      outs = fn(*arrays)
+      if state == "trial":
+        for o in outs:
+          o.block_until_ready()
+        self.k_calls += 1
+        self.k_best = min(self.k_best, time.perf_counter() - t0)
+        self._decide()
+      st = self.structure
+      return outs[0] if st is None else st(outs)
+    if state != "numpy":          # ('compiling', 'direct', or a kernel under disable_jit)
+      return fun(*args, **kwargs)
+    t0 = time.perf_counter()
+    r = fun(*args, **kwargs)
+    dt = time.perf_counter() - t0
+    self.spent += dt
+    self.best = min(self.best, dt)
+    if self.spent >= _LARGE_COMPILE_SHARE * _compile_seconds[0]:
+      self._submit(arrays)
+    return r
+
+  def _decide(self):
+    """After ``_TRIALS`` timed calls of each, the faster of the program and the direct calls
+    stays."""
+    if self.k_calls >= _TRIALS and self.d_calls >= _TRIALS and self.state == "trial":
+      if self.k_best < self.best:
+        self.state = "kernel"
+      else:
+        self.state, self.fn = "direct", None
+
+  def _submit(self, arrays):
+    from ourjax import _eager, _nan_check
+    if config.jax_disable_jit or _nan_check.enabled():
+      return
+    with _eager._lock:
+      if len(_eager._pending) >= _eager._MAX_PENDING or self.state != "numpy":
+        return
+      self.state = "compiling"
+      overrides = dict(config._local.overrides)    # (x64 and the other flags of this thread)
+      _eager._pending[self] = _eager._executor().submit(self._compile_job, list(arrays),
+                                                         overrides)
+
+  def _compile_job(self, arrays, overrides):
+    from ourjax import _eager
+    try:
+      config._local.overrides = overrides
+      self._compile(arrays)
+    finally:
+      with _eager._lock:
+        _eager._pending.pop(self, None)
+
+  def _compile(self, arrays):
+    from ourjax import api
+    closed = self.closed
+
+    def flat(*args):
+      return _eval_flat(closed, *args)
+    flat.__name__ = flat.__qualname__ = self.name
+    fn = api.jit(flat, backend="cpu")
+    t0 = time.perf_counter()
+    try:
+      outs = fn(*arrays)          # compiles
+      for o in outs:
+        o.block_until_ready()
+    except Exception:  # noqa: BLE001  (a program the backend cannot build: direct it stays)
+      self.state = "direct"
+      return
+    _compile_seconds[0] = 0.5 * (_compile_seconds[0] + time.perf_counter() - t0)
+    if [type(o) is Array and o.aval for o in outs] != self.out_avals:
+      self.state = "direct"
+      return
+    self.fn = fn             # (before the state: a caller that sees 'trial' finds the kernel)
+    self.best = float("inf")  # (timed again in turn with the program: the calls so far shared
+    self.state = "trial"      # the cores with this compile)
+
+
 class _Replay:
   """A jaxpr flattened into register slots: ``template`` holds the constants and literals,
   ``steps`` the equations as (rule, params, input slots, output slot(s), output aval(s),
@@ -383,7 +509,7 @@ class _Replay:
           raise _NoReplay
       avals = [v.aval for v in eqn.out_binders] + [x.aval for x in eqn.inputs]
       if any(a.size >= self.max_elements for a in avals):
-        raise _NoReplay
+        raise _TooLarge
       outs = [self._new() for _ in eqn.out_binders]
       for v, o in zip(eqn.out_binders, outs):
         slot[v] = o

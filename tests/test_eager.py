@@ -506,3 +506,55 @@ def test_shifts_by_one_amount_match_the_elementwise_shift(dtype, amount_dtype, s
   s = int(y)
   want = (x.view(u) << u.type(s)).view(dtype) if 0 <= s < bits else np.zeros_like(x)
   np.testing.assert_array_equal(np.asarray(rops.shift_left(x, y)), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float64, np.int8, np.uint16, np.int64, np.bool_,
+                              np.complex64, np.float16]),
+       size=st.sampled_from([1, 100, 8191, 8192, 20000]), seed=st.integers(0, 5))
+def test_a_large_two_way_select_is_numpys_where_bit_for_bit(dtype, size, seed):
+  """select_n with a boolean mask (large operands: bit operations instead of NumPy's where)
+  gives NumPy's where, bit for bit (NaN payloads, signed zeros)."""
+  from ourjax.lax.elementwise import _select_n_impl
+  rng = np.random.default_rng(seed)
+  m = rng.random(size) > 0.5
+  raw = rng.integers(0, 256, size=(2, size * np.dtype(dtype).itemsize), dtype=np.uint8)
+  f, t = raw[0].view(dtype), raw[1].view(dtype)
+  if dtype == np.bool_:
+    f, t = f > 127, t > 127
+  want = np.where(m, t, f)
+  got = _select_n_impl(m, f, t)
+  assert got.dtype == want.dtype and got.shape == want.shape
+  assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+  with enable_x64(True):
+    eager = np.asarray(lax.select_n(jnp.asarray(m), jnp.asarray(f), jnp.asarray(t)))
+  assert np.array_equal(eager.view(np.uint8), want.view(np.uint8))
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.int32, np.bool_, np.uint8, np.float16]),
+       n=st.integers(1, 5), nd=st.integers(1, 3), axis=st.integers(-3, 2),
+       sizes=st.lists(st.integers(0, 3), min_size=5, max_size=5), seed=st.integers(0, 3))
+def test_concatenate_of_arrays_matches_numpy(dtype, n, nd, axis, sizes, seed):
+  """jnp.concatenate of Arrays (its one-bind path where nothing is promoted or dropped, and the
+  general one) gives NumPy's result, the arrays' dtype (or the promoted one) and errors."""
+  rng = np.random.default_rng(seed)
+  base = [2, 3, 4][:nd]
+  parts = []
+  for i in range(n):
+    shape = list(base)
+    if -nd <= axis < nd:
+      shape[axis % nd] = sizes[i]
+    parts.append((rng.standard_normal(shape) * 5).astype(dtype))
+  arrays = [jnp.asarray(p) for p in parts]
+  try:
+    want = np.concatenate(parts, axis=axis)
+  except (ValueError, np.exceptions.AxisError):
+    with pytest.raises((ValueError, TypeError)):
+      jnp.concatenate(arrays, axis=axis)
+    return
+  got = jnp.concatenate(arrays, axis=axis)
+  assert got.dtype == want.dtype and got.shape == want.shape and not got.weak_type
+  np.testing.assert_array_equal(np.asarray(got), want)
+  ref = ourjax.jit(lambda *a: jnp.concatenate(list(a), axis=axis), backend="reference")(*arrays)
+  _same(got, ref)

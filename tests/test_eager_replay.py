@@ -338,3 +338,54 @@ def test_slow_replays_are_compiled_and_give_the_same_values(monkeypatch):
       _same(f(), want)
   states = {e.state for fn in fns for e in _unwrapped(fn)._replay_cache.values() if type(e).__name__ == "_Entry"}
   assert states & {"kernel", "replay"} and None not in states, states
+
+
+@pytest.mark.parametrize("name,f,ref", [
+    ("softmax", lambda x: nn.softmax(x, axis=-1),
+     lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(
+         x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+    ("var", lambda x: jnp.var(x, axis=0), lambda x: x.var(axis=0)),
+    ("norm", lambda x: jnp.linalg.norm(x, axis=1), lambda x: np.sqrt((x * x).sum(axis=1))),
+])
+def test_large_signatures_are_compiled_whole_and_kept_if_faster(monkeypatch, name, f, ref):
+  """Large operands: the direct calls go on while the whole function compiles on the worker
+  (at once here), then the compiled program is timed and kept if faster; every call's result
+  has the direct call's dtype and shape and NumPy's float64 values (to float32 rounding)."""
+  from ourjax import _eager, _eager_replay
+  monkeypatch.setattr(_eager_replay, "_LARGE_COMPILE_SHARE", 0.0)
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 256)
+  x = np.random.default_rng(5).standard_normal((64, 96)).astype(np.float32)
+  xa = jnp.asarray(x)
+  want = ref(x.astype(np.float64))
+  direct = f(xa)
+  results = []
+  for _ in range(3):
+    results.append(f(xa))
+    assert _eager.wait_for_kernels(120)
+  results += [f(xa) for _ in range(2 * _eager_replay._TRIALS + 2)]
+  for r in results:
+    assert r.dtype == direct.dtype == np.float32 and r.shape == direct.shape == want.shape
+    assert r.weak_type == direct.weak_type
+    np.testing.assert_allclose(np.asarray(r), want, rtol=2e-5, atol=1e-6)
+  fn = _unwrapped({"softmax": nn.softmax, "var": jnp.var, "norm": jnp.linalg.norm}[name])
+  (entry,) = [e for e in fn._replay_cache.values() if type(e).__name__ == "_LargeEntry"]
+  assert entry.state in ("kernel", "direct")
+  assert entry.k_calls == entry.d_calls == _eager_replay._TRIALS
+  assert (entry.state == "kernel") == (entry.k_best < entry.best)
+  fn._replay_cache.clear()
+
+
+def test_a_large_signature_runs_directly_under_disable_jit(monkeypatch):
+  from ourjax import _eager, _eager_replay
+  monkeypatch.setattr(_eager_replay, "_LARGE_COMPILE_SHARE", 0.0)
+  monkeypatch.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 256)
+  x = jnp.asarray(np.random.default_rng(6).standard_normal((32, 40)).astype(np.float32))
+  with ourjax.disable_jit():
+    for _ in range(4):
+      r = nn.softmax(x, axis=-1)
+  assert _eager.wait_for_kernels(120)
+  fn = _unwrapped(nn.softmax)
+  entries = [e for e in fn._replay_cache.values() if type(e).__name__ == "_LargeEntry"]
+  assert all(e.fn is None for e in entries)
+  np.testing.assert_allclose(np.asarray(r).sum(-1), np.ones(32), rtol=1e-5)
+  fn._replay_cache.clear()

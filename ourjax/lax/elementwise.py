@@ -709,11 +709,35 @@ def _select_n_dtype(which, *cases):
   return cases[0].dtype
 
 
+_SELECT_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+#: elements from which a two-way select of one shape goes bitwise: NumPy's ``where`` branches
+#: per element and a random mask mispredicts half of them (2-core AMD EPYC, float32: 64x64
+#: 5.0 us either way, 128x128 17 against 10 us, 256x256 200 against 34 us)
+_SELECT_BITS_MIN = 8192
+
+
+def _select_bits(which, f, t):
+  """``np.where(which, t, f)`` as bit operations on the values' bits (four passes without a
+  branch): the same bits, NaN payloads and signed zeros included."""
+  u = _SELECT_BITS[t.dtype.itemsize]
+  m = which.astype(u)
+  np.negative(m, out=m)         # 0 or all ones
+  fb = f.view(u)
+  r = np.bitwise_xor(t.view(u), fb)
+  np.bitwise_and(r, m, out=r)
+  np.bitwise_xor(r, fb, out=r)
+  return r.view(t.dtype)
+
+
 def _select_n_impl(which, *cases):
   if len(cases) == 1:
     return cases[0]
   if which.dtype == np.bool_:     # (two cases) one pass, where np.choose takes several
-    return np.where(which, cases[1], cases[0])
+    f, t = cases
+    if (which.size >= _SELECT_BITS_MIN and f.dtype == t.dtype and
+        f.dtype.itemsize in _SELECT_BITS and which.shape == f.shape == t.shape):
+      return _select_bits(which, f, t)
+    return np.where(which, t, f)
   idx = which.astype(np.int64)
   return np.choose(np.broadcast_to(idx, np.broadcast_shapes(idx.shape, cases[0].shape)),
                    [np.broadcast_to(c, np.broadcast_shapes(idx.shape, c.shape)) for c in cases],

@@ -14,8 +14,8 @@ from ourjax.array import Array
 from ourjax.core import Tracer, get_aval
 from ourjax.lax._utils import shape_error
 from ourjax.numpy._creation import asarray, canonicalize_shape
-from ourjax.numpy._util import (_broadcast_to, _as_operand, check_arraylike, promote_dtypes,
-                                static_argnames)
+from ourjax.numpy._util import (_broadcast_to, _as_operand, _same_strong_arrays, check_arraylike,
+                                promote_dtypes, static_argnames)
 
 
 def _arr(name, a):
@@ -345,6 +345,21 @@ def concatenate(arrays, axis=0, dtype=None):
       out = reshape(moveaxis(arrays, 0, ax), aval.shape[1:ax + 1] + (aval.shape[0] *
                     aval.shape[ax + 1],) + aval.shape[ax + 2:])
     return out if dtype is None else asarray(out, dtype=dtype)
+  if dtype is None and type(axis) is int and type(arrays) in (list, tuple) and \
+      1 < len(arrays) <= 16 and _same_strong_arrays(arrays, same_shape=False):
+    # the common eager call (2-16 arrays of one strong dtype, nothing to promote or drop): one
+    # concatenate, bound at once
+    s0 = arrays[0].aval.shape
+    nd = len(s0)
+    if nd and -nd <= axis < nd:
+      ax = axis % nd
+      rest = s0[:ax] + s0[ax + 1:]
+      for a in arrays:
+        s = a.aval.shape
+        if len(s) != nd or not s[ax] or s[:ax] + s[ax + 1:] != rest:
+          break
+      else:
+        return lax.concatenate(arrays, ax)
   arrays = list(arrays)
   if not arrays:
     raise ValueError("Need at least one array to concatenate.")

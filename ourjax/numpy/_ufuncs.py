@@ -41,7 +41,20 @@ def _unary(name, lax_fn, promote=promote_args_inexact):
 
 
 def _binary(name, lax_fn, promote=promote_args):
+  def direct(x, y, /):
+    x, y = promote(name, x, y)
+    return lax_fn(x, y)
+  direct.__name__ = direct.__qualname__ = name
+  # two Arrays of different shapes (``x + row``): a broadcast and the op, replayed as one
+  # (``_eager_replay``: with large operands, compiled whole, so the broadcast operand is not
+  # written out in full before the op reads it)
+  broadcasting = replayed()(direct)
+
   def fn(x, y, /):
+    if type(x) is Array and type(y) is Array:
+      ax, ay = x._aval, y._aval
+      if ax is not None and ay is not None and ax.shape != ay.shape:
+        return broadcasting(x, y)
     x, y = promote(name, x, y)
     return lax_fn(x, y)
   fn.__name__ = fn.__qualname__ = name
@@ -623,10 +636,21 @@ conj = conjugate
 # where, clip, comparisons with tolerance
 
 
-@replayed(operands=("condition", "x", "y"))
 def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   """Elementwise choice between ``x`` (where ``condition``) and ``y``, promoted and broadcast.
   The one-argument form is ``nonzero`` (an indexing function)."""
+  # the common eager call (a boolean mask and two arrays of its shape and one strong dtype):
+  # one select_n, bound at once (a replay's lookup costs more than the bind)
+  if (type(condition) is Array and type(x) is Array and type(y) is Array and size is None and
+      fill_value is None):
+    c = condition._aval if condition._aval is not None else condition.aval
+    if c.dtype == np.bool_ and _same_strong_arrays((x, y)) and c.shape == x.aval.shape:
+      return lax.select_n(condition, y, x)
+  return _where(condition, x, y, size=size, fill_value=fill_value)
+
+
+@replayed(operands=("condition", "x", "y"))
+def _where(condition, x=None, y=None, /, *, size=None, fill_value=None):
   if x is None and y is None:
     from ourjax import numpy as jnp
     nonzero = getattr(jnp, "nonzero", None)
