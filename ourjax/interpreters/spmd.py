@@ -116,16 +116,32 @@ def _inline(jaxpr: core.Jaxpr, consts, want=has_collectives) -> tuple[core.Jaxpr
 
 
 class Lanes:
-  """The devices of an SPMD computation: ``mesh``'s, one lane each in mesh order."""
+  """The devices of an SPMD computation: ``mesh``'s, one lane each in mesh order.  Under
+  ``ourjax.distributed`` a mesh may hold other processes' devices: the lanes are then this
+  process's devices of the mesh (``lane_ids``: their positions among ``all_devices``, the
+  mesh's devices in order), each at its coordinates in the whole mesh, and the communicator
+  spans the processes (``collectives.for_lanes``)."""
 
   def __init__(self, mesh):
+    from ourjax.sharding import _process_index
     self.mesh = mesh
-    self.devices = list(mesh.devices.flat)
-    self.coords = mesh.coords()
+    self.all_devices = list(mesh.devices.flat)
+    every = mesh.coords()
+    me = _process_index()
+    self.lane_ids = [i for i, d in enumerate(self.all_devices)
+                     if getattr(d, "process_index", 0) == me]
+    self.multi_process = len(self.lane_ids) != len(self.all_devices)
+    self.devices = [self.all_devices[i] for i in self.lane_ids]
+    self.coords = [every[i] for i in self.lane_ids]
+    self._all_coords = every
     self._comm = None
+    if not self.devices:
+      raise ValueError(f"an SPMD computation over {mesh!r} (devices {self.all_devices}) has no "
+                       f"device of this process ({me})")
     self.platform = self.devices[0].platform
     self._groups: dict = {}
-    self._ordinals = [d.id for d in self.devices]
+    # (the local numbers: CUDA ordinals of GPUs)
+    self._ordinals = [d.local_hardware_id for d in self.devices]
 
   @property
   def comm(self):
@@ -133,7 +149,7 @@ class Lanes:
     collectives (a pmap over one GPU, say) needs no NCCL."""
     if self._comm is None:
       from ourjax.backends import collectives
-      self._comm = collectives.for_devices(self.devices)
+      self._comm = collectives.for_lanes(self)
     return self._comm
 
   @comm.setter
@@ -152,13 +168,17 @@ class Lanes:
 
   def groups(self, axes) -> list[tuple]:
     """The groups of lanes a collective over ``axes`` runs in (the lanes that differ only
-    along those axes), each in position order."""
+    along those axes), each in position order; over several processes the groups of the
+    whole mesh, in its lane numbers (``all_devices``' positions)."""
     g = self._groups.get(axes)
     if g is None:
       groups: dict = {}
-      for lane, c in enumerate(self.coords):
+      for lane, c in enumerate(self._all_coords):
         key = tuple(v for n, v in c.items() if n not in axes)
-        groups.setdefault(key, {})[self.position(lane, axes)] = lane
+        pos = 0
+        for n in axes:
+          pos = pos * self.mesh.shape[n] + c[n]
+        groups.setdefault(key, {})[pos] = lane
       g = self._groups[axes] = [tuple(m[p] for p in sorted(m)) for m in groups.values()]
     return g
 
@@ -186,26 +206,6 @@ class Lanes:
       return None
     from ourjax.backends.cuda.backend import Uploads
     return Uploads()
-
-
-class ProcessLanes(Lanes):
-  """This process's lanes of a pmap axis that spans the devices of every process
-  (``ourjax.distributed``): lane k is position ``process_index * len(lanes) + k`` of the
-  axis, and collectives run over all processes: through the coordinator between CPU devices
-  (``ProcessCommunicator``), with NCCL between GPUs (``NcclProcessCommunicator``)."""
-
-  def __init__(self, mesh, state):
-    from ourjax.backends import collectives
-    super().__init__(mesh)
-    self.state = state
-    self.comm = (collectives.ProcessCommunicator(self.devices, state) if self.platform == "cpu"
-                 else collectives.NcclProcessCommunicator(self.devices, state))
-
-  def position(self, lane, axes) -> int:
-    return self.state.process_id * len(self.devices) + lane
-
-  def groups(self, axes) -> list[tuple]:
-    return [tuple(range(len(self.devices)))]
 
 
 class _Compute:
@@ -903,7 +903,16 @@ def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist
   closed, out_tree = _trace_per_device(call_fun, tree, lane_avals, {name: size},
                                        f"pmap({fname})")
   mesh = Mesh(np.array(devs, dtype=object), (name,))
-  lanes = ProcessLanes(mesh, dist) if multi else Lanes(mesh)
+  if multi:
+    # the axis spans every process's first n devices, process 0's first; the results are
+    # laid out over this process's (as JAX's pmap results are)
+    every = []
+    for q in range(dist.num_processes):
+      every.extend(devs if q == dist.process_id else
+                   [d for d in dist.global_devices if d.process_index == q][:n])
+    lanes = Lanes(Mesh(np.array(every, dtype=object), (name,)))
+  else:
+    lanes = Lanes(mesh)
   how = []
   types: dict = {}        # (equal global types are one object: see _fast_entry)
   for aval, oa in zip(closed.out_avals, api._flatten_axes("pmap out_axes", out_tree, out_axes)):
@@ -937,7 +946,7 @@ def _one_index_per_lane(sh, shape, axis, lanes) -> bool:
   key = (shape, axis, tuple(lanes._ordinals))
   hit = memo.get(key)
   if hit is None:
-    hit = [d.id for d in sh._device_list] == lanes._ordinals
+    hit = list(sh._device_list) == lanes.devices
     for k, (idx, rep) in enumerate(sh._blocks(shape)):
       for d, sl in enumerate(idx):
         lo, hi, _ = sl.indices(shape[d])
