@@ -397,7 +397,10 @@ class ShardedArray(Array):
   @property
   def _value(self) -> np.ndarray:
     if self._npy is None:
-      if not self._shards:
+      # (the lanes' values of a pmap result are read as they are, not through views that
+      # would keep them from being donated later)
+      parts = self._parts()
+      if not parts:
         from ourjax._donation import deleted_error
         raise deleted_error(self._aval)
       aval, sh = self._aval, self._sharding
@@ -416,7 +419,7 @@ class ShardedArray(Array):
               "inspect this process's blocks.")
       out = np.empty(aval.shape, aval.dtype)
       done = set()
-      for i, s in zip(mine, self._shards):
+      for i, s in zip(mine, parts):
         idx = blocks[i][0]
         k = _index_key(idx, aval.shape)
         if k not in done:

@@ -209,13 +209,25 @@ class Lanes:
 
 
 class _Compute:
-  """A segment of eqns compiled as one executable (per GPU, loaded on each)."""
+  """A segment of eqns compiled as one executable (per GPU, loaded on each).  ``donated``: a
+  bool per input, whose buffer the segment may take for a result (``jit``'s donation, see
+  ``_donation``: on each lane the executable writes the result into the input's block when
+  the lane's Array owns it alone, and deletes the Array)."""
 
-  def __init__(self, eqns, in_vars, out_vars, backend):
+  def __init__(self, eqns, in_vars, out_vars, backend, donated=None):
     jaxpr = core.Jaxpr([], in_vars, eqns, out_vars, "spmd_segment")
     self.closed = core.ClosedJaxpr(jaxpr, [])
     self.in_vars, self.out_vars = in_vars, out_vars
     self.backend = backend
+    self.donated = None
+    if donated and any(donated):
+      # only the inputs a result takes (the others would be deleted for nothing, or warned
+      # about: pmap and jit warn once, about the whole computation)
+      from ourjax import _donation
+      d = _donation.set_up(self.closed.in_avals, self.closed.out_avals, donated, warn=False)
+      if d is not None and d.aliases:
+        taken = set(d.aliases.values())
+        self.donated = tuple(k in taken for k in range(len(in_vars)))
     self._exe = None
     self._callers: dict = {}
 
@@ -224,7 +236,8 @@ class _Compute:
     ``backends.for_device`` keeps the per-device copies)."""
     from ourjax import backends
     if self._exe is None:
-      self._exe = backends.compile_jaxpr(self.closed, self.backend, "spmd_segment", cache=False)
+      self._exe = backends.compile_jaxpr(self.closed, self.backend, "spmd_segment", cache=False,
+                                         donated=self.donated)
     return backends.for_device(self._exe, device)
 
   def caller(self, device):
@@ -279,12 +292,19 @@ class Program:
   same axes as one (``spmd_schedule``).  Each lane's values live in a list, one slot per
   variable (and literal), the slots each step reads and writes fixed here, once."""
 
-  def __init__(self, closed: core.ClosedJaxpr, backend: str):
+  def __init__(self, closed: core.ClosedJaxpr, backend: str, donated=None):
     from ourjax.interpreters import spmd_schedule
     jaxpr, consts = _inline(closed.jaxpr, closed.consts)
     jaxpr = _without_lone_reductions(jaxpr)
     self.jaxpr, self.consts, self.backend = jaxpr, consts, backend
+    # the inputs whose lanes' buffers may hold results (``donate_argnums``): each goes to the
+    # last segment that reads it, unless a collective or the outputs read it after that
+    self._donated = {v for v, d in zip(jaxpr.invars, donated or ()) if d}
     self.steps = self._cut(spmd_schedule.schedule(jaxpr, _is_barrier))
+    taken = {v for st in self.steps if isinstance(st, _Compute) and st.donated
+             for v, d in zip(st.in_vars, st.donated) if d}
+    #: the inputs whose lanes' buffers a segment takes (see ``_unshared``)
+    self.donated_args = tuple(i for i, v in enumerate(jaxpr.invars) if v in taken)
     self._lane_envs: dict = {}
     self._plan()
 
@@ -314,7 +334,9 @@ class Program:
         outs = [v for e in step for v in e.out_binders if v in later_reads]
         if outs:
           views = all(e.primitive.name in _VIEWS for e in step)
-          out.append(_View(step) if views else _Compute(step, reads, outs, self.backend))
+          donated = [v in self._donated and v not in later_reads for v in reads]
+          out.append(_View(step) if views else
+                     _Compute(step, reads, outs, self.backend, donated))
           later_reads.update(reads)
       else:
         out.append(step)
@@ -361,6 +383,24 @@ class Program:
     # (the outputs that are literals: their lanes' values are NumPy or Python scalars)
     self.literal_outs = {j for j, v in enumerate(self.jaxpr.outvars)
                          if isinstance(v, core.Literal)}
+    # outputs whose lanes' Arrays are not made fresh by a segment of this call (an input or
+    # constant returned as it is, a value returned twice, a collective's or control flow's
+    # result): each call returns new Arrays over their data, so that two results never share
+    # an Array, which a donating call would delete from under the other (``_donation``
+    # reuses a buffer only when one Array holds it)
+    fresh = set()
+    for step in self.steps:
+      if isinstance(step, _Compute):
+        fresh.update(step.out_vars)
+      elif isinstance(step, _View):
+        fresh.update(e.out_binders[0] for e in step.eqns)
+    seen: set = set()
+    shared = []
+    for j, v in enumerate(self.jaxpr.outvars):
+      if isinstance(v, core.Var) and (v not in fresh or v in seen):
+        shared.append(j)
+      seen.add(v)
+    self._shared_outs = tuple(shared)
     self._literals = literals
     self._nslots = len(slot)
 
@@ -400,6 +440,8 @@ class Program:
     between driver calls holds the GIL.)"""
     envs0, steps = self._lane_plan(lanes)
     lo, hi = self._in_range
+    if self.donated_args:
+      args_per_lane = _unshared(args_per_lane, self.donated_args)
     envs = []
     for env, args in zip(envs0, args_per_lane):
       env = env.copy()
@@ -422,7 +464,43 @@ class Program:
     for env in envs:          # (a slice stored with another length would shift the slots)
       if len(env) != nslots:
         raise AssertionError("spmd: a step returned another number of values than planned")
-    return [list(get(env)) for env in envs]
+    outs = [list(get(env)) for env in envs]
+    if self._shared_outs:
+      for o in outs:
+        for j in self._shared_outs:
+          o[j] = _alias(o[j])
+    return outs
+
+
+def _alias(v):
+  """A new Array over ``v``'s data (no copy)."""
+  if not isinstance(v, Array):
+    return v
+  if v._npy is None and v._device_buf is not None:
+    return Array._from_device(v._device_buf, v.aval)
+  return Array._from_result(v._value, v.aval)
+
+
+def _unshared(rows, donated):
+  """``rows`` (per lane, its arguments) with each donated argument's value copied where the
+  same Array stands elsewhere too (another argument, or another lane: a replicated host value
+  on CPU devices, or the results of a computation that returned one value twice), so that a
+  segment writing a result into its buffer changes nothing that is read later."""
+  count: dict = {}
+  for row in rows:
+    for v in row:
+      count[id(v)] = count.get(id(v), 0) + 1
+  if all(count[id(row[i])] == 1 for row in rows for i in donated):
+    return rows
+  out = []
+  for row in rows:
+    row = list(row)
+    for i in donated:
+      v = row[i]
+      if count[id(v)] > 1 and isinstance(v, Array):
+        row[i] = Array._from_result(np.array(v._value), v.aval)
+    out.append(row)
+  return out
 
 
 def _without_lone_reductions(jaxpr: core.Jaxpr) -> core.Jaxpr:
@@ -805,18 +883,22 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
     lane_avals = [a if ax is None else a.update(shape=a.shape[:ax] + a.shape[ax + 1:])
                   for a, ax in zip(avals, axes)]
     key = (tree, tuple(lane_avals), tuple(axes), n, tuple(d.id for d in devs), static_vals)
+    flags = None
+    if donate:
+      dpos = {i % nargs for i in donate} if nargs else set()
+      flags = [dyn_idx[p] in dpos for p, a in enumerate(dyn) for _ in tree_flatten(a)[0]]
     entry = cache.get(key) if cacheable else None
     if entry is None:
-      entry = _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist)
+      entry = _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist,
+                          flags)
       if cacheable:
         cache[key] = entry
     program, lanes, out_tree, outs_how = entry
     donation = donations.get(key, False) if cacheable else False
     if donation is False and donate:
       # JAX's pairing of donated inputs with outputs, per device (``_donation.set_up``): the
-      # donated arrays are deleted after the call, unusable ones warned about
-      dpos = {i % nargs for i in donate} if nargs else set()
-      flags = [dyn_idx[p] in dpos for p, a in enumerate(dyn) for _ in tree_flatten(a)[0]]
+      # donated arrays are deleted after the call, unusable ones warned about; each lane's
+      # block of a donated input is the buffer of a result of its segment (``Program``)
       donation = _donation.set_up(lane_avals, [v.aval for v in program.jaxpr.outvars], flags,
                                   names=[a.str_short(short_dtypes=False) for a in avals])
       if cacheable:
@@ -887,7 +969,8 @@ def _fast_columns(fast, leaves, devs, dist):
   return cols
 
 
-def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None):
+def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None,
+                donated=None):
   """What a pmap signature needs on every call: the program, the lanes, the output pytree and,
   per output, its sharding over the devices (None: out_axes None, one device's value), its
   blocks' shape, its global type and the key of its lanes' values (``_lanes_key``).  Over
@@ -924,7 +1007,7 @@ def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist
     gaval = aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:])
     how.append((sharding, aval.shape[:oa] + (1,) + aval.shape[oa:],
                 types.setdefault(gaval, gaval), _lanes_key(oa, lanes)))
-  return Program(closed, _backend_of(devs)), lanes, out_tree, how
+  return Program(closed, _backend_of(devs), donated), lanes, out_tree, how
 
 
 def _hashable(v) -> bool:
