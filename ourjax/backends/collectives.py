@@ -30,6 +30,7 @@ order) and the values and results are those of this process's lanes only:
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 
@@ -214,10 +215,34 @@ class NcclCommunicator:
     self._nccl = nccl
     self.devices = list(devices)
     self._comms: dict = {}
+    # (what every call would look up again: per lane its driver device, per group its
+    # communicators and local members, per dtype NCCL's type code)
+    self._drvs: dict = {}
+    self._by_group: dict = {}
+    self._members: dict = {}
+    self._types: dict = {}
 
   def _drv(self, k):
-    from ourjax.backends.cuda import driver
-    return driver.get_device(self.devices[k].local_hardware_id)
+    """Lane ``k``'s driver device, made current (as ``driver.get_device`` does)."""
+    d = self._drvs.get(k)
+    if d is None:
+      from ourjax.backends.cuda import driver
+      d = self._drvs[k] = driver.get_device(self.devices[k].local_hardware_id)
+    else:
+      d.make_current()
+    return d
+
+  def _comms_of(self, g):
+    c = self._by_group.get(g)
+    if c is None:
+      c = self._by_group[g] = self._group_comms(g)
+    return c
+
+  def _members_of(self, g) -> list:
+    m = self._members.get(g)
+    if m is None:
+      m = self._members[g] = self._local_members(g)
+    return m
 
   def _group_comms(self, g):
     """The NCCL communicators of group ``g``'s members in this process, by rank."""
@@ -239,16 +264,19 @@ class NcclCommunicator:
   def _empty(self, k, shape, dtype):
     from ourjax.backends.cuda.backend import DeviceBuffer
     dev = self._drv(k)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    dtype = np.dtype(dtype)
+    nbytes = _size(shape) * dtype.itemsize
     return DeviceBuffer._wrap(dev, dev.allocator.allocate(max(nbytes, 1)), tuple(shape),
-                              np.dtype(dtype), None)
+                              dtype, None)
 
-  @staticmethod
-  def _dtype(dt):
-    name = np.dtype(dt).name
-    t = _NCCL_TYPES.get("uint8" if name == "bool" else name)
+  def _dtype(self, dt):
+    t = self._types.get(dt)
     if t is None:
-      raise TypeError(f"NCCL collectives do not take {name} arrays")
+      name = np.dtype(dt).name
+      t = _NCCL_TYPES.get("uint8" if name == "bool" else name)
+      if t is None:
+        raise TypeError(f"NCCL collectives do not take {name} arrays")
+      self._types[dt] = t
     return t
 
   def _plan(self, groups, vals, out_shape, issue, calls, outs):
@@ -256,10 +284,10 @@ class NcclCommunicator:
     size)`` appended to ``outs[k]``, and the NCCL call ``issue(src, dst, nccl dtype, comm,
     stream)`` that fills it appended to ``calls``."""
     for g in groups:
-      local = self._local_members(g)
+      local = self._members_of(g)
       if not local:
         continue            # (a group of other processes' GPUs only)
-      comms = self._group_comms(g)
+      comms = self._comms_of(g)
       for r, k in local:
         src = vals[k]._device_buf
         dst = self._empty(k, out_shape(src.shape, len(g)), src.dtype)
@@ -299,8 +327,10 @@ class NcclCommunicator:
     deadline = time.monotonic() + timeout
     while not all(r.event.query() for r in readies):
       if time.monotonic() > deadline:
-        comms = [c for cs in self._comms.values() for c in cs]
+        comms = [c for cs in self._comms.values()
+                 for c in (cs.values() if isinstance(cs, dict) else cs)]
         self._comms.clear()
+        self._by_group.clear()
         for c in comms:
           try:
             self._nccl.comm_abort(c)
@@ -351,10 +381,10 @@ class NcclCommunicator:
     calls = []
     receivers = {d for _, d in perm}
     for g in groups:
-      local = dict(self._local_members(g))       # rank -> lane
+      local = dict(self._members_of(g))       # rank -> lane
       if not local:
         continue
-      comms = self._group_comms(g)
+      comms = self._comms_of(g)
       bufs = {p: vals[k]._device_buf for p, k in local.items()}
       dsts = {p: self._empty(k, bufs[p].shape, bufs[p].dtype) for p, k in local.items()}
       for p, k in local.items():
@@ -433,7 +463,7 @@ class NcclProcessCommunicator(NcclCommunicator):
 
 
 def _size(shape) -> int:
-  return int(np.prod(shape, dtype=np.int64))
+  return math.prod(shape)
 
 
 def for_lanes(lanes):

@@ -41,7 +41,7 @@ import operator
 
 import numpy as np
 
-from ourjax import _donation, core
+from ourjax import _donation, core, errors
 from ourjax.array import Array
 from ourjax.lax import parallel
 from ourjax.sharding import ShardedArray
@@ -428,6 +428,9 @@ class Program:
           if outs != list(range(lo, lo + len(outs))):
             raise AssertionError("spmd: a segment's output slots are not contiguous")
           steps.append((0, callers, _getter(ins), (lo, lo + len(outs))))
+        elif kind == 2 and step.primitive in _COLLECTIVES and \
+            step.primitive is not parallel.axis_index_p:
+          steps.append((3, _Collective(step, lanes), _getter(ins), outs))
         else:
           steps.append((kind, step, ins, outs))
       hit = self._lane_envs[key] = (envs, steps)
@@ -452,6 +455,11 @@ class Program:
         olo, ohi = outs
         for env, call in zip(envs, step):
           env[olo:ohi] = call(ins(env))
+      elif kind == 3:
+        res = step([ins(env) for env in envs])
+        for env, rs in zip(envs, res):
+          for s, r in zip(outs, rs):
+            env[s] = r
       elif kind == 1:
         for env in envs:
           step.run(env, ins)
@@ -532,25 +540,7 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
   if p is parallel.axis_index_p:
     return [[Array(np.int32(lanes.position(k, params["axes"])))] for k in range(n)]
   if p in _COLLECTIVES:
-    from ourjax import errors
-    ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
-    if p in _REDUCTIONS and params["size"] == 1:
-      return ins            # (a reduction over one device: its operands; no communicator)
-    groups, comm = lanes.groups(params["axes"]), lanes.comm
-    try:
-      if p in _REDUCTIONS:
-        raw = comm.all_reduce(groups, ins, _REDUCTIONS[p])
-      elif p is parallel.ppermute_p:
-        raw = [[o] for o in comm.ppermute(groups, [i[0] for i in ins], params["perm"])]
-      else:
-        raw = [[o] for o in getattr(comm, _MOVES[p])(groups, [i[0] for i in ins])]
-    except errors.CollectiveTimeoutError as err:
-      types = ", ".join(v.aval.str_short() for v in e.inputs)
-      raise errors.CollectiveTimeoutError(
-          f"lax.{p.name} over axes {params['axes']} of {types} did not complete: "
-          f"{err}") from None
-    # typed as the jaxpr says (the communicators return NumPy arrays or device buffers)
-    return [[_typed(r, v.aval) for r, v in zip(rs, e.out_binders)] for rs in raw]
+    return _Collective(e, lanes)(ins)
   if p.name == "cond":
     return _run_cond(e, lanes, ins, backend)
   if p.name == "while":
@@ -564,6 +554,56 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
 _REDUCTIONS = {parallel.psum_p: "sum", parallel.pmax_p: "max", parallel.pmin_p: "min"}
 _MOVES = {parallel.all_gather_p: "all_gather", parallel.reduce_scatter_p: "reduce_scatter",
           parallel.all_to_all_p: "all_to_all"}
+
+
+class _Collective:
+  """A collective eqn over ``lanes``, what every call needs decided once (its groups, the
+  communicator's operation, the results' types): ``step(ins) -> outs``, per lane its
+  operands and its results (Arrays)."""
+
+  def __init__(self, e, lanes: Lanes):
+    p, params = e.primitive, e.params
+    self.e, self.lanes = e, lanes
+    self.lone = p in _REDUCTIONS and params["size"] == 1
+    self.groups = lanes.groups(params["axes"])
+    self.avals = [v.aval for v in e.out_binders]
+    if p in _REDUCTIONS:
+      self.method, self.extra, self.many = "all_reduce", (_REDUCTIONS[p],), True
+    elif p is parallel.ppermute_p:
+      self.method, self.extra, self.many = "ppermute", (params["perm"],), False
+    else:
+      self.method, self.extra, self.many = _MOVES[p], (), False
+    # (operands come from the lanes' slots, on their devices already; literals and, on GPUs,
+    # values an eager operation made elsewhere are put there)
+    self.put = lanes.platform != "cpu" or any(isinstance(x, core.Literal) for x in e.inputs)
+    self._call = None
+
+  def __call__(self, ins):
+    lanes = self.lanes
+    if self.put:
+      ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
+    if self.lone:
+      return ins            # (a reduction over one device: its operands; no communicator)
+    call = self._call
+    if call is None:
+      call = self._call = getattr(lanes.comm, self.method)
+    try:
+      if self.many:
+        raw = call(self.groups, ins, *self.extra)
+      else:
+        raw = [[o] for o in call(self.groups, [i[0] for i in ins], *self.extra)]
+    except errors.CollectiveTimeoutError as err:
+      e = self.e
+      types = ", ".join(v.aval.str_short() for v in e.inputs)
+      raise errors.CollectiveTimeoutError(
+          f"lax.{e.primitive.name} over axes {e.params['axes']} of {types} did not complete: "
+          f"{err}") from None
+    # typed as the jaxpr says (the communicators return NumPy arrays or device buffers)
+    avals = self.avals
+    if raw and raw[0] and isinstance(raw[0][0], np.ndarray):
+      wrap = Array._from_result
+      return [[wrap(r, a) for r, a in zip(rs, avals)] for rs in raw]
+    return [[_typed(r, a) for r, a in zip(rs, avals)] for rs in raw]
 
 
 def _typed(raw, aval) -> Array:
@@ -834,16 +874,7 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
         uploads.run()
     program, lanes, out_tree, outs_how, axes, donation, in_keys = plan
     outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
-    results = []
-    literal = program.literal_outs
-    from_lanes = ShardedArray._from_lanes
-    for j, (vals, (sharding, bshape, gaval, lkey)) in enumerate(zip(zip(*outs), outs_how)):
-      if sharding is None:
-        results.append(vals[0])
-      else:
-        if literal and j in literal:
-          vals = [Array(v) for v in vals]
-        results.append(from_lanes(vals, lkey, bshape, sharding, gaval))
+    results = _lane_results(outs, outs_how, program.literal_outs)
     if donation:
       for i in donation.deleted:
         if isinstance(leaves[i], Array):
@@ -908,6 +939,32 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
 
   pmapped._pmap_cache = cache
   return pmapped
+
+
+def _lane_results(outs, how, literal):
+  """pmap's results from its lanes' outputs ``outs`` (per lane, a list): per output, as
+  ``how`` (``_pmap_entry``) says, one device's value or the array laid out over the devices
+  whose blocks are the lanes' values (``ShardedArray._from_lanes``, written out here: a
+  step's dozens of results are made on every call)."""
+  new, cls = object.__new__, ShardedArray
+  results = []
+  app = results.append
+  for j, (vals, (sharding, bshape, gaval, lkey)) in enumerate(zip(zip(*outs), how)):
+    if sharding is None:
+      app(vals[0])
+      continue
+    if literal and j in literal:
+      vals = [Array(v) for v in vals]
+    a = new(cls)
+    a._npy = None
+    a.weak_type = gaval.weak_type
+    a._aval = gaval
+    a._device_buf = None
+    a._shard_list = None
+    a._sharding = sharding
+    a._lane_info = (lkey, vals, bshape)
+    app(a)
+  return results
 
 
 _LANES_KEYS: dict = {}
