@@ -607,7 +607,8 @@ def make_array_from_process_local_data(sharding, local_data, global_shape=None):
   from ourjax import _pytree as tu
   from ourjax import distributed
   leaves, tree = tu.tree_flatten(local_data)
-  shs = tu.broadcast_prefix(sharding, local_data, lambda x: isinstance(x, Sharding))
+  shs = tu.broadcast_prefix(sharding, local_data,
+                            lambda x: isinstance(x, (Sharding, PartitionSpec)))
   shapes = tu.broadcast_prefix(global_shape, local_data,
                                lambda x: x is None or isinstance(x, tuple))
   shs = [_pspec_sharding(s, "make_array_from_process_local_data") for s in shs]

@@ -229,3 +229,7 @@ def test_process_local_data_in_one_process():
   np.testing.assert_array_equal(np.asarray(a), data)
   with pytest.raises(ValueError, match="global_shape should be None or equal to"):
     ourjax.make_array_from_process_local_data(sh, data, (16, 2))
+  with mesh:        # a PartitionSpec takes the mesh of the context; pytrees of data
+    t = ourjax.make_array_from_process_local_data(P("x"), {"a": data, "b": data[:, :1]})
+  assert t["a"].sharding == sh and t["b"].shape == (N, 1)
+  np.testing.assert_array_equal(np.asarray(t["b"]), data[:, :1])
