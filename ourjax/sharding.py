@@ -364,7 +364,7 @@ class ShardedArray(Array):
                   aval: ShapedArray) -> "ShardedArray":
     """The array laid out by ``sharding`` whose block on lane k's device is ``values[k]``
     reshaped to ``block_shape``; ``key`` (the mapped axis and the devices' ids) says which
-    ``pmap`` calls may take ``values`` as their lanes' values.  (``spmd._lane_results``
+    ``pmap`` calls may take ``values`` as their lanes' values.  (``pmap._lane_results``
     makes pmap's results the same way, written out.)"""
     a = object.__new__(cls)
     a._npy = None
