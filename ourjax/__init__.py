@@ -46,7 +46,8 @@ from ourjax.core import ensure_compile_time_eval  # noqa: F401,E402
 from ourjax._named import named_scope, named_call  # noqa: F401,E402
 from ourjax import sharding  # noqa: F401,E402
 from ourjax.sharding import (make_mesh, NamedSharding, P, make_array_from_callback,  # noqa
-                             make_array_from_single_device_arrays)
+                             make_array_from_single_device_arrays,
+                             make_array_from_process_local_data)
 from ourjax.interpreters.shard_map import shard_map  # noqa: F401,E402
 
 

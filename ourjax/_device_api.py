@@ -126,7 +126,12 @@ def copy_to_host_async(x):
 
 
 def devices(backend=None):
-  from ourjax import backends
+  """The devices of every process (``ourjax.distributed``: process 0's first; the others'
+  cannot be addressed from here), or of this one when it runs alone."""
+  from ourjax import backends, distributed
+  st = distributed.state()
+  if st is not None and st.global_devices is not None:
+    return list(st.global_devices)
   return backends.devices(backend)
 
 
@@ -145,7 +150,13 @@ def device_count(backend=None):
 
 
 def local_devices(process_index=None, backend=None):
-  return devices(backend)
+  """The devices of process ``process_index`` (this one by default)."""
+  from ourjax import backends, distributed
+  st = distributed.state()
+  if st is None or st.global_devices is None:
+    return backends.devices(backend)
+  me = st.process_id if process_index is None else int(process_index)
+  return [d for d in st.global_devices if d.process_index == me]
 
 
 def local_device_count(backend=None) -> int:

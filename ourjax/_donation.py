@@ -23,8 +23,12 @@ the parameter's buffer when no kernel reads the parameter afterwards (or only th
 writes the output, element by element; a dynamic-update-slice or scatter then updates it in
 place), else into a temporary copied over the parameter at the end.  Backends without aliasing
 (the reference backend, a jaxpr run op by op) allocate the output; the donated array is deleted
-all the same.  So are the donated arguments of ``pmap`` and of a sharded ``jit``
-(``interpreters/spmd.py``, ``partition.py``), whose memory is not reused.  Under ``jvp``
+all the same.  ``pmap`` and a sharded ``jit`` (``interpreters/spmd.py``, ``partition.py``)
+use the same machinery per device: the compute segment that reads a donated argument last (no
+collective or output reading it after) is compiled with that input donated, so on each device
+the segment's executable writes a result of the same shape and dtype into the argument's block
+(when its Array owns it alone, else into a copy) and deletes the block's Array; the pmap/jit
+call deletes the global arrays and warns about unusable ones once, as JAX does.  Under ``jvp``
 (``grad``) and ``vmap`` a jitted call keeps its donation for the primal inputs
 (``interpreters/pjit.py``: ``donated_invars``), as JAX's does.
 """

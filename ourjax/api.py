@@ -882,8 +882,9 @@ def disable_jit(disable: bool = True):
 
 def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),
          devices=None, backend=None, axis_size=None, donate_argnums=(), global_arg_shapes=None):
-  """Map ``fun`` over devices (``interpreters/spmd.py``)."""
-  from ourjax.interpreters import spmd
-  return spmd.pmap(fun, axis_name, in_axes=in_axes, out_axes=out_axes,
-                   static_broadcasted_argnums=static_broadcasted_argnums, devices=devices,
-                   backend=backend, axis_size=axis_size, donate_argnums=donate_argnums)
+  """Map ``fun`` over devices (``interpreters/pmap.py``)."""
+  from ourjax.interpreters import pmap as pmap_impl
+  return pmap_impl.pmap(fun, axis_name, in_axes=in_axes, out_axes=out_axes,
+                        static_broadcasted_argnums=static_broadcasted_argnums,
+                        devices=devices, backend=backend, axis_size=axis_size,
+                        donate_argnums=donate_argnums)

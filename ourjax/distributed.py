@@ -11,9 +11,15 @@ for the others (a barrier).  Through it the processes exchange what they need:
 * between CPU devices, the collectives' data themselves (``ProcessCommunicator``: each process
   posts its lanes' blocks and reads the others', then reduces locally).
 
-Under several processes ``pmap`` maps over this process's devices (the leading axis is its
-local share) and its collectives run over the devices of all processes, as in JAX: the axis
-size is the global device count.
+Once joined, the devices are numbered across processes as JAX numbers them (process 0's
+first): ``ourjax.devices()`` lists every process's (``Device.process_index``), and this
+process's ``Device`` objects take their global ids (``local_hardware_id`` keeps the local
+number; ``shutdown`` gives the old ids back).  A mesh over them spans the processes:
+``shard_map`` and sharded ``jit`` run there on *global* arrays, each process holding its own
+devices' blocks (``sharding.py``, ``interpreters/spmd.py``: ``Lanes``).  ``pmap`` maps over
+this process's devices (the leading axis is its local share) and its collectives run over the
+devices of all processes, as in JAX: the axis size is the global device count.  Call
+``initialize`` first, before any computation (as JAX asks).
 
 Every wait has a deadline: connecting to the coordinator (``initialization_timeout``), the
 barrier, and each collective (``OURJAX_COLLECTIVE_TIMEOUT`` seconds, 300 by default); a wait
@@ -201,6 +207,8 @@ class _State:
     self.client, self.server = client, server
     self.process_id, self.num_processes = process_id, num_processes
     self.local_device_ids = local_device_ids
+    self.local_devices = None       # this process's devices, then every process's
+    self.global_devices = None      # (``_number_devices``)
     self.seq = 0
     self.lock = threading.Lock()
 
@@ -265,8 +273,10 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     from ourjax import backends
     state = _State(client, server, process_id, num_processes,
                    list(local_device_ids) if local_device_ids is not None else None)
-    n_local = len(_local_devices(state, backends))
-    client.set(f"init/{process_id}", json.dumps({"devices": n_local}).encode())
+    local = _local_devices(state, backends)
+    client.set(f"init/{process_id}", json.dumps({
+        "devices": len(local), "platform": local[0].platform if local else "cpu",
+        "kinds": [d.device_kind for d in local]}).encode())
     counts = []
     for q in range(num_processes):
       left = max(0.0, deadline - time.monotonic())
@@ -277,6 +287,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             f"ourjax.distributed.initialize ({who}): process {q} did not connect to the "
             f"coordinator at {host}:{port} within {initialization_timeout:g} s") from None
     state.device_counts = [c["devices"] for c in counts]
+    _number_devices(state, local, counts, backends)
   except BaseException:
     if server is not None:
       server.shutdown()
@@ -285,11 +296,40 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   _state = state
 
 
+def _number_devices(state, local, infos, backends):
+  """Global device ids, as JAX numbers them: process 0's devices first, then process 1's,
+  ...; this process's ``Device`` objects take theirs (``local_hardware_id`` keeps the local
+  number, the CUDA ordinal), and the other processes' devices get ``Device`` objects of their
+  own, which this process cannot address.  ``state.global_devices`` lists them all."""
+  offset = sum(c["devices"] for c in infos[:state.process_id])
+  state.local_devices = list(local)
+  everyone = []
+  for q, info in enumerate(infos):
+    if q == state.process_id:
+      for k, d in enumerate(local):
+        d.id, d.process_index = offset + k, q
+      everyone.extend(local)
+    else:
+      start = sum(c["devices"] for c in infos[:q])
+      kinds = info.get("kinds") or [None] * info["devices"]
+      everyone.extend(backends.Device(info.get("platform", "cpu"), start + k, kinds[k],
+                                      process_index=q, local_hardware_id=k)
+                      for k in range(info["devices"]))
+  state.global_devices = everyone
+
+
+def _restore_device_numbers(state):
+  for d in getattr(state, "local_devices", None) or ():
+    d.id, d.process_index = d.local_hardware_id, 0
+
+
 def _local_devices(state, backends):
+  if getattr(state, "local_devices", None) is not None:
+    return list(state.local_devices)
   devs = backends.devices()
   if state.local_device_ids is None:
     return devs
-  by_id = {d.id: d for d in devs}
+  by_id = {d.local_hardware_id: d for d in devs}
   missing = [i for i in state.local_device_ids if i not in by_id]
   if missing:
     raise ValueError(f"ourjax.distributed.initialize: local_device_ids {missing} are not "
@@ -315,6 +355,7 @@ def shutdown(timeout: float = 30.0):
         except errors.CollectiveTimeoutError:
           break
   finally:
+    _restore_device_numbers(state)
     state.client.close()
     if state.server is not None:
       state.server.shutdown()

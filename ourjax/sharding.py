@@ -23,7 +23,8 @@ from ourjax.array import Array
 from ourjax.core import ShapedArray
 
 __all__ = ["Mesh", "PartitionSpec", "P", "NamedSharding", "SingleDeviceSharding", "Sharding",
-           "Shard", "ShardedArray", "make_mesh", "AxisType"]
+           "Shard", "ShardedArray", "make_mesh", "AxisType", "make_array_from_callback",
+           "make_array_from_single_device_arrays", "make_array_from_process_local_data"]
 
 
 class AxisType:
@@ -110,7 +111,13 @@ class Mesh:
 
   @property
   def local_devices(self):
-    return list(self.devices.flat)
+    """The mesh's devices that this process addresses (all of them in one process)."""
+    me = _process_index()
+    return [d for d in self.devices.flat if getattr(d, "process_index", 0) == me]
+
+  @property
+  def is_multi_process(self) -> bool:
+    return any(getattr(d, "process_index", 0) != _process_index() for d in self.devices.flat)
 
   @property
   def empty(self) -> bool:
@@ -174,21 +181,38 @@ class Shard:
             f"data={self.data})")
 
 
+def _process_index() -> int:
+  from ourjax import distributed
+  st = distributed._state
+  return 0 if st is None else st.process_id
+
+
 class Sharding:
-  """The interface every sharding has."""
+  """The interface every sharding has.  Under ``ourjax.distributed`` a sharding may name
+  devices of other processes: its *addressable* devices are this process's."""
   memory_kind = "device"
 
   @property
   def device_set(self) -> set:
     return set(self._device_list)
 
+  def _addressable(self) -> list:
+    """The positions in ``_device_list`` of the devices this process addresses."""
+    me = _process_index()
+    hit = self.__dict__.get("_addressable_memo")
+    if hit is None or hit[0] != me:
+      pos = [i for i, d in enumerate(self._device_list)
+             if getattr(d, "process_index", 0) == me]
+      hit = self.__dict__["_addressable_memo"] = (me, pos)
+    return hit[1]
+
   @property
   def addressable_devices(self) -> set:
-    return self.device_set
+    return {self._device_list[i] for i in self._addressable()}
 
   @property
   def is_fully_addressable(self) -> bool:
-    return True
+    return len(self._addressable()) == len(self._device_list)
 
   @property
   def num_devices(self) -> int:
@@ -198,7 +222,8 @@ class Sharding:
     return {d: idx for d, (idx, _) in zip(self._device_list, self._blocks(global_shape))}
 
   def addressable_devices_indices_map(self, global_shape) -> dict:
-    return self.devices_indices_map(global_shape)
+    blocks = self._blocks(global_shape)
+    return {self._device_list[i]: blocks[i][0] for i in self._addressable()}
 
   def shard_shape(self, global_shape) -> tuple:
     idx = self._blocks(global_shape)[0][0]
@@ -312,7 +337,9 @@ class NamedSharding(Sharding):
 
 class ShardedArray(Array):
   """An Array whose value lies in blocks on several devices (or on one CPU device other than the
-  first).  ``_shards``: one single-device Array per device of ``_sharding._device_list``.
+  first).  ``_shards``: one single-device Array per device of ``_sharding._device_list`` that
+  this process addresses (all of them, but under ``ourjax.distributed``: a *global* array, of
+  which each process holds the blocks of its own devices).
 
   ``pmap``'s results are made from its lanes' values (``_from_lanes``): each block is a lane's
   value with the mapped axis put back (size 1), made when first asked for; passed to ``pmap``
@@ -337,7 +364,8 @@ class ShardedArray(Array):
                   aval: ShapedArray) -> "ShardedArray":
     """The array laid out by ``sharding`` whose block on lane k's device is ``values[k]``
     reshaped to ``block_shape``; ``key`` (the mapped axis and the devices' ids) says which
-    ``pmap`` calls may take ``values`` as their lanes' values."""
+    ``pmap`` calls may take ``values`` as their lanes' values.  (``pmap._lane_results``
+    makes pmap's results the same way, written out.)"""
     a = object.__new__(cls)
     a._npy = None
     a.weak_type = aval.weak_type
@@ -370,13 +398,33 @@ class ShardedArray(Array):
   @property
   def _value(self) -> np.ndarray:
     if self._npy is None:
-      if not self._shards:
+      # (the lanes' values of a pmap result are read as they are, not through views that
+      # would keep them from being donated later)
+      parts = self._parts()
+      if not parts:
         from ourjax._donation import deleted_error
         raise deleted_error(self._aval)
-      aval = self._aval
+      aval, sh = self._aval, self._sharding
+      blocks = sh._blocks(aval.shape)
+      mine = sh._addressable()
+      if len(mine) != len(blocks):
+        # a global array: readable here only when this process's blocks cover it
+        have = {_index_key(blocks[i][0], aval.shape) for i in mine}
+        if any(_index_key(idx, aval.shape) not in have for idx, _ in blocks):
+          raise RuntimeError(
+              f"Fetching value for `jax.Array` that spans non-addressable (non process local) "
+              f"devices is not possible: this {aval.str_short()} array is laid out by {sh} "
+              f"over the devices of several processes, and process {_process_index()} holds "
+              "only some of its blocks. Use `ourjax.experimental.multihost_utils."
+              "process_allgather` to gather the global array, or `.addressable_shards` to "
+              "inspect this process's blocks.")
       out = np.empty(aval.shape, aval.dtype)
-      for (idx, rep), s in zip(self._sharding._blocks(aval.shape), self._shards):
-        if rep == 0:
+      done = set()
+      for i, s in zip(mine, parts):
+        idx = blocks[i][0]
+        k = _index_key(idx, aval.shape)
+        if k not in done:
+          done.add(k)
           out[idx] = np.asarray(s._value).reshape(out[idx].shape)
       out.flags.writeable = False
       self._npy = out
@@ -387,12 +435,28 @@ class ShardedArray(Array):
     return self._sharding
 
   @property
-  def addressable_shards(self):
-    blocks = self._sharding._blocks(self._aval.shape)
-    return [Shard(d, idx, rep, s) for d, (idx, rep), s in
-            zip(self._sharding._device_list, blocks, self._shards)]
+  def is_fully_addressable(self) -> bool:
+    return self._sharding.is_fully_addressable
 
-  global_shards = addressable_shards
+  @property
+  def addressable_shards(self):
+    sh = self._sharding
+    blocks = sh._blocks(self._aval.shape)
+    return [Shard(sh._device_list[i], blocks[i][0], blocks[i][1], s)
+            for i, s in zip(sh._addressable(), self._shards)]
+
+  def addressable_data(self, index: int):
+    """This process's block number ``index`` (a single-device array)."""
+    return self._shards[index]
+
+  @property
+  def global_shards(self):
+    """Every device's ``Shard``; those of other processes' devices have ``data`` None."""
+    sh = self._sharding
+    blocks = sh._blocks(self._aval.shape)
+    data = dict(zip(sh._addressable(), self._shards))
+    return [Shard(d, idx, rep, data.get(i)) for i, (d, (idx, rep)) in
+            enumerate(zip(sh._device_list, blocks))]
 
   @property
   def is_fully_replicated(self) -> bool:
@@ -434,6 +498,10 @@ class ShardedArray(Array):
     return self._shard_list is not None and not self._shard_list
 
 
+def _index_key(idx, shape) -> tuple:
+  return tuple(sl.indices(n)[:2] for sl, n in zip(idx, shape))
+
+
 def _base_sharding(self):
   from ourjax.backends import array_devices
   return SingleDeviceSharding(next(iter(array_devices(self))))
@@ -458,18 +526,36 @@ def shard_value(value: Array, sharding: Sharding, uploads=None) -> Array:
     return backends.put_on(value, devs[0])
   if isinstance(value, ShardedArray) and value._sharding == sharding:
     return value
+  if isinstance(value, ShardedArray) and not value._sharding.is_fully_addressable and \
+      not _covers(value):
+    raise ValueError(
+        f"cannot lay out a {value.aval.str_short()} array of sharding {value._sharding} by "
+        f"{sharding}: the array spans the devices of several processes and this process "
+        "does not hold all of it (ourjax moves global arrays between processes only inside "
+        "a computation: pass the sharding the array has)")
   host = value._value
   shards = []
-  for d, (idx, _) in zip(devs, sharding._blocks(host.shape)):
+  blocks = sharding._blocks(host.shape)
+  for i in sharding._addressable():
+    d, idx = devs[i], blocks[i][0]
     part = host[idx]
     aval = value.aval.update(shape=part.shape)
     if uploads is not None and d.platform == "gpu":
       from ourjax.backends.cuda import driver
-      shards.append(Array._from_device(uploads.put(part, driver.get_device(d.id)), aval))
+      shards.append(Array._from_device(uploads.put(part, driver.get_device(d.local_hardware_id)), aval))
       continue
     block = Array._from_result(np.array(part, order="C"), aval)
     shards.append(backends.put_on(block, d) if d.platform == "gpu" else block)
   return ShardedArray._from_shards(shards, sharding, value.aval)
+
+
+def _covers(value) -> bool:
+  """Whether this process's blocks of the global ``value`` hold all of it."""
+  try:
+    value._value
+  except RuntimeError:
+    return False
+  return True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -479,34 +565,135 @@ def shard_value(value: Array, sharding: Sharding, uploads=None) -> Array:
 def make_array_from_callback(shape, sharding: Sharding, data_callback, dtype=None):
   """The array of global ``shape`` laid out by ``sharding`` whose block on each device is
   ``data_callback(index)``, ``index`` a tuple of slices into the global array (JAX's
-  ``jax.make_array_from_callback``).  Blocks may be NumPy or ourjax arrays, or key arrays."""
+  ``jax.make_array_from_callback``); called for this process's devices only.  Blocks may be
+  NumPy or ourjax arrays, or key arrays."""
   shape = tuple(int(d) for d in shape)
   blocks = [(idx, data_callback(idx))
-            for idx in sharding.devices_indices_map(shape).values()]
+            for idx in sharding.addressable_devices_indices_map(shape).values()]
   return _assemble(shape, sharding, blocks, dtype)
 
 
 def make_array_from_single_device_arrays(shape, sharding: Sharding, arrays, *, dtype=None):
-  """The array of global ``shape`` laid out by ``sharding`` from one array per device (each
-  the block ``sharding`` gives its device; JAX's ``jax.make_array_from_single_device_arrays``)."""
+  """The array of global ``shape`` laid out by ``sharding`` from one array per device of this
+  process (each the block ``sharding`` gives its device; JAX's
+  ``jax.make_array_from_single_device_arrays``)."""
   shape = tuple(int(d) for d in shape)
-  imap = sharding.devices_indices_map(shape)
+  imap = sharding.addressable_devices_indices_map(shape)
   arrays = list(arrays)
   if len(arrays) != len(imap):
     raise ValueError(f"make_array_from_single_device_arrays: {len(arrays)} arrays for a "
-                     f"sharding over {len(imap)} devices")
-  blocks = []
+                     f"sharding with {len(imap)} devices in this process "
+                     f"({sorted(d.id for d in imap)}) of an array of shape {shape}")
+  given = {}
   for a in arrays:
     dev = a.device
-    if dev not in imap:
+    if dev not in imap or dev in given:
       raise ValueError(f"make_array_from_single_device_arrays: an array on {dev}, which "
-                       f"{sharding} does not use")
-    blocks.append((imap[dev], a))
-  return _assemble(shape, sharding, blocks, dtype)
+                       f"{sharding} does not use in this process"
+                       + (" (or a second array on it)" if dev in given else ""))
+    given[dev] = a
+  # (in the order of the sharding's devices)
+  return _assemble(shape, sharding, [(idx, given[d]) for d, idx in imap.items()], dtype)
+
+
+def make_array_from_process_local_data(sharding, local_data, global_shape=None):
+  """The global array laid out by ``sharding`` from the data this process holds (JAX's
+  ``jax.make_array_from_process_local_data``): along a dimension where ``local_data`` has
+  the global size every process gives all of it (the same data); along one where it is
+  smaller it holds, in order, the distinct blocks of that dimension that this process's
+  devices take.  ``global_shape`` defaults to ``local_data``'s, each dimension multiplied by
+  the number of distinct block sets the processes take along it.  Pytrees of data (with a
+  tree prefix of shardings and of global shapes) give pytrees of arrays."""
+  from ourjax import _pytree as tu
+  from ourjax import distributed
+  leaves, tree = tu.tree_flatten(local_data)
+  shs = tu.broadcast_prefix(sharding, local_data,
+                            lambda x: isinstance(x, (Sharding, PartitionSpec)))
+  shapes = tu.broadcast_prefix(global_shape, local_data,
+                               lambda x: x is None or isinstance(x, tuple))
+  shs = [_pspec_sharding(s, "make_array_from_process_local_data") for s in shs]
+  if distributed.process_count() == 1:
+    from ourjax import api
+    for g, d in zip(shapes, leaves):
+      if g is not None and tuple(g) != np.shape(d):
+        raise ValueError("When calling `make_array_from_process_local_data` on a single "
+                         "process, global_shape should be None or equal to local_data.shape."
+                         f"Got global_shape={tuple(g)} and local_data.shape={np.shape(d)}.")
+    return api.device_put(local_data, sharding if isinstance(sharding, Sharding) else
+                          tu.tree_unflatten(tree, shs))
+  out = [_from_process_local(d, s, g) for d, s, g in zip(leaves, shs, shapes)]
+  return tu.tree_unflatten(tree, out)
+
+
+def _pspec_sharding(s, what):
+  if isinstance(s, PartitionSpec):
+    m = current_mesh()
+    if m is None:
+      raise RuntimeError(f"{what}: a PartitionSpec ({s!r}) needs a mesh: pass a "
+                         "NamedSharding, or call inside `with mesh:`")
+    return NamedSharding(m, s)
+  if not isinstance(s, Sharding):
+    raise TypeError(f"{what}: expected a Sharding, got {s!r}")
+  return s
+
+
+def _process_blocks(sharding, dim: int, ndim: int):
+  """``(this process's rank, number of distinct block sets)`` along dimension ``dim``: the
+  processes that take the same blocks of it share a rank (JAX's process-uniform layouts);
+  a ``ValueError`` when the processes' sets of blocks are not all equal or disjoint."""
+  if sharding.is_fully_addressable:
+    return 0, 1
+  n = len(sharding._device_list)
+  blocks = sharding._blocks((n,) * ndim)
+  per: dict = {}
+  for d, (idx, _) in zip(sharding._device_list, blocks):
+    per.setdefault(getattr(d, "process_index", 0), set()).add(idx[dim].indices(n)[:2])
+  sets = [frozenset(v) for v in per.values()]
+  distinct = list(dict.fromkeys(sets))
+  everything = set().union(*sets)
+  if len({len(x) for x in sets}) != 1 or sum(len(x) for x in distinct) != len(everything):
+    raise ValueError(f"{sharding} lays dimension {dim} out over the processes unevenly; "
+                     "pass global_shape")
+  return distinct.index(frozenset(per[_process_index()])), len(distinct)
+
+
+def _from_process_local(data, sharding, global_shape):
+  data = data if isinstance(data, Array) else np.asarray(data)
+  local = tuple(np.shape(data))
+  if global_shape is None:
+    global_shape = tuple(n * _process_blocks(sharding, d, len(local))[1]
+                         for d, n in enumerate(local))
+  global_shape = tuple(int(g) for g in global_shape)
+  if len(global_shape) != len(local):
+    raise ValueError(f"make_array_from_process_local_data: global_shape {global_shape} and "
+                     f"the local data's shape {local} differ in rank")
+  imap = sharding.addressable_devices_indices_map(global_shape)
+  full = [n == g for n, g in zip(local, global_shape)]
+  starts = [sorted({idx[d].indices(global_shape[d])[0] for idx in imap.values()})
+            for d in range(len(local))]
+  bshape = sharding.shard_shape(global_shape)
+  for d, (n, g) in enumerate(zip(local, global_shape)):
+    if not full[d] and len(starts[d]) * bshape[d] != n:
+      raise ValueError(
+          "Invalid host data, each dimension should match either global or process shape. "
+          f"In dimension {d}, the process data has {n} elements. Process addresses "
+          f"{len(starts[d]) * bshape[d]} elements and global_shape={global_shape}.")
+  host = np.asarray(data)
+
+  def block(idx):
+    sl = []
+    for d, s in enumerate(idx):
+      if full[d]:
+        sl.append(s)
+      else:
+        k = starts[d].index(s.indices(global_shape[d])[0])
+        sl.append(slice(k * bshape[d], (k + 1) * bshape[d]))
+    return host[tuple(sl)]
+  return make_array_from_callback(global_shape, sharding, block)
 
 
 def _assemble(shape, sharding, blocks, dtype):
-  from ourjax import api
+  from ourjax import api, backends
   from ourjax._keys import PRNGKeyArray
   first = blocks[0][1]
   if type(first) is PRNGKeyArray:       # key arrays: assemble their data
@@ -515,10 +702,25 @@ def _assemble(shape, sharding, blocks, dtype):
                      [(idx, b._base_array) for idx, b in blocks], None)
     return PRNGKeyArray(impl, data)
   host = [(idx, np.asarray(b)) for idx, b in blocks]
-  full = np.zeros(shape, dtype=dtype if dtype is not None else host[0][1].dtype)
+  dt = np.dtype(dtype) if dtype is not None else host[0][1].dtype
+  probe = np.empty(shape, dtype=np.bool_) if host else None
   for idx, b in host:
-    if full[idx].shape != b.shape:
+    want = probe[idx].shape
+    if want != b.shape:
       raise ValueError(f"a block of shape {b.shape} for index {idx} of an array of shape "
-                       f"{shape} (expected {full[idx].shape})")
-    full[idx] = b
-  return api.device_put(full, sharding)
+                       f"{shape} (expected {want})")
+  if sharding.is_fully_addressable:
+    full = np.zeros(shape, dtype=dt)
+    for idx, b in host:
+      full[idx] = b
+    return api.device_put(full, sharding)
+  # a global array: this process's blocks only, each put on its device
+  from ourjax import dtypes
+  aval = ShapedArray(shape, dtypes.canonicalize_dtype(dt))
+  devs = sharding._device_list
+  shards = []
+  for i, (_, b) in zip(sharding._addressable(), host):
+    blk = Array._from_result(np.array(b, dtype=aval.dtype, order="C"),
+                             aval.update(shape=b.shape))
+    shards.append(backends.put_on(blk, devs[i]) if devs[i].platform == "gpu" else blk)
+  return ShardedArray._from_shards(shards, sharding, aval)

@@ -200,7 +200,7 @@ class ModuleExecutable:
     if exe is None:
       import copy
       exe = copy.copy(self)
-      exe.compiled = self.compiled.for_device(device.id)
+      exe.compiled = self.compiled.for_device(device.local_hardware_id)
       exe._hoisted_arrays = None
       exe._per_device = {}
       per[device.id] = exe
@@ -505,11 +505,18 @@ _CLIENTS: dict = {}
 
 class Device:
   """A device as JAX shows it: ``platform`` ('cpu' or 'gpu'), ``id``, ``device_kind``,
-  ``client``."""
+  ``client``, ``process_index`` and ``local_hardware_id`` (the CPU device's or GPU's number
+  in its process: the CUDA ordinal).  In one process ``id`` is ``local_hardware_id``; under
+  ``ourjax.distributed`` ``id`` numbers the devices of all processes (process 0's first), and
+  the other processes' devices are objects of this class too, which this process cannot
+  address (``distributed.initialize``)."""
 
-  def __init__(self, platform: str, id: int = 0, device_kind: str | None = None):
+  def __init__(self, platform: str, id: int = 0, device_kind: str | None = None,
+               process_index: int = 0, local_hardware_id: int | None = None):
     self.platform, self.id = platform, id
     self.device_kind = device_kind or platform
+    self.process_index = process_index
+    self.local_hardware_id = id if local_hardware_id is None else local_hardware_id
 
   @property
   def client(self) -> Client:
@@ -526,7 +533,7 @@ class Device:
     if self.platform != "gpu":
       return None
     from ourjax.backends.cuda import memory
-    return memory.memory_stats(self.id)
+    return memory.memory_stats(self.local_hardware_id)
 
 
 _CPU = Device("cpu", 0)
@@ -586,6 +593,11 @@ def default_backend() -> str:
   return "gpu" if default_backend_name() == "cuda" else "cpu"
 
 
+def gpu_of_ordinal(ordinal: int) -> Device:
+  """The ``Device`` of the GPU of CUDA ordinal ``ordinal`` in this process."""
+  return _cuda_devices()[ordinal]
+
+
 def cuda_device(id: int = 0) -> Device:
   return _cuda_devices()[id]
 
@@ -596,7 +608,7 @@ def array_devices(array):
     return set(sharding._device_list)
   buf = getattr(array, "_device_buf", None)
   if buf is not None and getattr(buf, "platform", None) == "gpu":
-    return {_cuda_devices()[buf.device.ordinal]}
+    return {gpu_of_ordinal(buf.device.ordinal)}
   return {_CPU}
 
 
@@ -611,7 +623,11 @@ def put_on(value, device):
   if device.platform == "gpu":
     from ourjax.backends.cuda import backend as cuda
     from ourjax.backends.cuda import driver
-    dev = driver.get_device(device.id)
+    if device not in _GPUS:
+      raise ValueError(f"cannot put an array on {device}: it belongs to process "
+                       f"{device.process_index}, not to this one (only a process's own devices "
+                       "are addressable)")
+    dev = driver.get_device(device.local_hardware_id)
     if isinstance(value, Array):
       buf = value._device_buf
       if buf is not None and getattr(buf, "device", None) is dev:
@@ -624,7 +640,11 @@ def put_on(value, device):
   # its device)
   if not isinstance(value, Array):
     value = Array(value)
-  if device.id != 0:
+  if device is not _CPU:
+    if device not in _CPUS:
+      raise ValueError(f"cannot put a {value.aval.str_short()} array on {device}: it belongs to "
+                       f"process {device.process_index}, not to this one (only a process's own "
+                       "devices are addressable)")
     from ourjax.sharding import ShardedArray, SingleDeviceSharding
     host = Array._from_result(value._value, value.aval)
     return ShardedArray._from_shards([host], SingleDeviceSharding(device), value.aval)

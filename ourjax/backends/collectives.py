@@ -20,10 +20,17 @@ says.  The operations work on the leading axis, as NCCL's do:
 process).  ``NcclCommunicator`` runs them with NCCL (``nccl4py``) on each GPU's ourjax stream,
 between the kernels of the computation, handing NCCL device pointers; the arrays of one
 collective form one NCCL group.  ``for_devices(devices)`` picks the communicator.
+
+When the lanes belong to several processes (``ourjax.distributed``: a mesh over every
+process's devices), the group tuples hold *global* lane numbers (the mesh's devices in
+order) and the values and results are those of this process's lanes only:
+``ProcessCommunicator`` (CPU devices, through the coordinator) and
+``NcclProcessCommunicator`` (GPUs); ``for_lanes(lanes)`` picks.
 """
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 
@@ -110,63 +117,73 @@ def _unpack(data: bytes) -> list:
 
 
 class ProcessCommunicator:
-  """Collectives among the CPU devices of several processes (``ourjax.distributed``): this
-  process's lanes are positions ``process_index * n + k`` of one global group of
-  ``process_count * n`` members.  Each collective posts this process's blocks to the
-  coordinator, reads the other processes' (waiting at most ``OURJAX_COLLECTIVE_TIMEOUT``
-  seconds for each) and computes its own lanes' results with HostCommunicator's NumPy.  The
-  ``groups`` the executor passes are this process's lanes; every collective spans all
-  processes (a pmap axis)."""
+  """Collectives among the CPU devices of several processes (``ourjax.distributed``), over a
+  mesh whose lanes (``spmd.Lanes``) belong to different processes.  ``groups`` name global
+  lane numbers (the mesh's devices in order); the values are this process's lanes'
+  (``lanes.lane_ids``).  Each collective posts this process's blocks to the coordinator once,
+  reads those of the processes it shares a group with (waiting at most
+  ``OURJAX_COLLECTIVE_TIMEOUT`` seconds for each), and computes its own lanes' results with
+  HostCommunicator's NumPy: every process runs every collective, in the same order."""
 
-  def __init__(self, devices, state):
-    self.devices = list(devices)
+  def __init__(self, lanes, state):
     self.state = state
-    self.n = len(self.devices)
-    self.host = HostCommunicator(devices)
+    self.mine = list(lanes.lane_ids)
+    self.owner = [d.process_index for d in lanes.all_devices]
+    self.n = len(self.owner)
+    self.host = HostCommunicator(lanes.all_devices)
+    self._by_process = {}
+    for k, q in enumerate(self.owner):
+      self._by_process.setdefault(q, []).append(k)
 
-  def _global(self, per_lane: list[list], what: str) -> list[list]:
-    """Per global lane, its list of NumPy arrays (this process's from ``per_lane``)."""
+  def _exchange(self, groups, per_local: list[list], what: str):
+    """``(the groups this process takes part in, per global lane of theirs its list of NumPy
+    arrays)``: this process's from ``per_local``, the others' read from the coordinator."""
     from ourjax import distributed
     st = self.state
-    key = st.next_key("collective")
-    n_proc, me = st.num_processes, st.process_id
-    flat = [a for lane in per_lane for a in lane]
-    st.client.set(f"{key}/{me}", _pack(flat), reads=n_proc - 1)
-    per_proc = {me: flat}
-    timeout = distributed.collective_timeout()
-    for q in range(n_proc):
-      if q != me:
-        per_proc[q] = _unpack(st.client.get(
+    me = st.process_id
+    key = st.next_key("collective")        # (every process draws one key per collective)
+    mine = set(self.mine)
+    groups = [g for g in groups if mine.intersection(g)]
+    peers = sorted({self.owner[k] for g in groups for k in g} - {me})
+    glob: list = [None] * self.n
+    for k, vals in zip(self.mine, per_local):
+      glob[k] = vals
+    if peers:
+      # (a process reads this one's blocks exactly when this one reads its: the groups are
+      # the same on both sides)
+      st.client.set(f"{key}/{me}", _pack([a for lane in per_local for a in lane]),
+                    reads=len(peers))
+      m = len(per_local[0]) if per_local else 0
+      timeout = distributed.collective_timeout()
+      for q in peers:
+        data = _unpack(st.client.get(
             f"{key}/{q}", timeout, f"{what}: process {me} waited for process {q}'s blocks"))
-    m = len(per_lane[0]) if per_lane else 0
-    out = []
-    for q in range(n_proc):
-      for k in range(self.n):
-        out.append(per_proc[q][k * m:(k + 1) * m])
-    return out
+        for j, k in enumerate(self._by_process[q]):
+          glob[k] = data[j * m:(j + 1) * m]
+    return groups, glob
 
-  def _run(self, method, vals, what, *extra, many=False):
-    per_lane = [[v._value for v in lane] if many else [lane._value] for lane in vals]
-    glob = self._global(per_lane, what)
-    boxed = [[_Block(a) for a in g] if many else _Block(g[0]) for g in glob]
-    res = getattr(self.host, method)([tuple(range(len(glob)))], boxed, *extra)
-    base = self.state.process_id * self.n
-    return [res[base + k] for k in range(self.n)]
+  def _run(self, method, groups, vals, what, *extra, many=False):
+    per_local = [[v._value for v in lane] if many else [lane._value] for lane in vals]
+    groups, glob = self._exchange(groups, per_local, what)
+    boxed = [None if g is None else [_Block(a) for a in g] if many else _Block(g[0])
+             for g in glob]
+    res = getattr(self.host, method)(groups, boxed, *extra)
+    return [res[k] for k in self.mine]
 
   def all_reduce(self, groups, vals, op):
-    return self._run("all_reduce", vals, f"all-reduce ({op})", op, many=True)
+    return self._run("all_reduce", groups, vals, f"all-reduce ({op})", op, many=True)
 
   def all_gather(self, groups, vals):
-    return self._run("all_gather", vals, "all-gather")
+    return self._run("all_gather", groups, vals, "all-gather")
 
   def reduce_scatter(self, groups, vals):
-    return self._run("reduce_scatter", vals, "reduce-scatter")
+    return self._run("reduce_scatter", groups, vals, "reduce-scatter")
 
   def all_to_all(self, groups, vals):
-    return self._run("all_to_all", vals, "all-to-all")
+    return self._run("all_to_all", groups, vals, "all-to-all")
 
   def ppermute(self, groups, vals, perm):
-    return self._run("ppermute", vals, "ppermute", perm)
+    return self._run("ppermute", groups, vals, "ppermute", perm)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -198,38 +215,68 @@ class NcclCommunicator:
     self._nccl = nccl
     self.devices = list(devices)
     self._comms: dict = {}
+    # (what every call would look up again: per lane its driver device, per group its
+    # communicators and local members, per dtype NCCL's type code)
+    self._drvs: dict = {}
+    self._by_group: dict = {}
+    self._members: dict = {}
+    self._types: dict = {}
 
   def _drv(self, k):
-    from ourjax.backends.cuda import driver
-    return driver.get_device(self.devices[k].id)
+    """Lane ``k``'s driver device, made current (as ``driver.get_device`` does)."""
+    d = self._drvs.get(k)
+    if d is None:
+      from ourjax.backends.cuda import driver
+      d = self._drvs[k] = driver.get_device(self.devices[k].local_hardware_id)
+    else:
+      d.make_current()
+    return d
 
-  def _group_comms(self, g) -> list:
+  def _comms_of(self, g):
+    c = self._by_group.get(g)
+    if c is None:
+      c = self._by_group[g] = self._group_comms(g)
+    return c
+
+  def _members_of(self, g) -> list:
+    m = self._members.get(g)
+    if m is None:
+      m = self._members[g] = self._local_members(g)
+    return m
+
+  def _group_comms(self, g):
+    """The NCCL communicators of group ``g``'s members in this process, by rank."""
     key = tuple(self.devices[k].id for k in g)
     comms = self._comms.get(key)
     if comms is None:
       for k in g:
         self._drv(k)          # contexts and streams exist before NCCL binds to the devices
-      comms = list(self._nccl.comm_init_all(len(key), list(key)))
+      comms = list(self._nccl.comm_init_all(
+          len(key), [self.devices[k].local_hardware_id for k in g]))
       self._comms[key] = comms
     return comms
 
-  def _members(self, g) -> int:
-    """How many ranks a collective of group ``g`` spans."""
-    return len(g)
+  def _local_members(self, g) -> list:
+    """``(rank, lane)`` of group ``g``'s members in this process: all of them (``lane``
+    indexes the values a collective gets)."""
+    return list(enumerate(g))
 
   def _empty(self, k, shape, dtype):
     from ourjax.backends.cuda.backend import DeviceBuffer
     dev = self._drv(k)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    dtype = np.dtype(dtype)
+    nbytes = _size(shape) * dtype.itemsize
     return DeviceBuffer._wrap(dev, dev.allocator.allocate(max(nbytes, 1)), tuple(shape),
-                              np.dtype(dtype), None)
+                              dtype, None)
 
-  @staticmethod
-  def _dtype(dt):
-    name = np.dtype(dt).name
-    t = _NCCL_TYPES.get("uint8" if name == "bool" else name)
+  def _dtype(self, dt):
+    t = self._types.get(dt)
     if t is None:
-      raise TypeError(f"NCCL collectives do not take {name} arrays")
+      name = np.dtype(dt).name
+      t = _NCCL_TYPES.get("uint8" if name == "bool" else name)
+      if t is None:
+        raise TypeError(f"NCCL collectives do not take {name} arrays")
+      self._types[dt] = t
     return t
 
   def _plan(self, groups, vals, out_shape, issue, calls, outs):
@@ -237,10 +284,13 @@ class NcclCommunicator:
     size)`` appended to ``outs[k]``, and the NCCL call ``issue(src, dst, nccl dtype, comm,
     stream)`` that fills it appended to ``calls``."""
     for g in groups:
-      comms = self._group_comms(g)
-      for r, k in enumerate(g):
+      local = self._members_of(g)
+      if not local:
+        continue            # (a group of other processes' GPUs only)
+      comms = self._comms_of(g)
+      for r, k in local:
         src = vals[k]._device_buf
-        dst = self._empty(k, out_shape(src.shape, self._members(g)), src.dtype)
+        dst = self._empty(k, out_shape(src.shape, len(g)), src.dtype)
         calls.append((k, functools.partial(issue, src, dst, self._dtype(src.dtype), comms[r])))
         outs[k].append(dst)
 
@@ -277,8 +327,10 @@ class NcclCommunicator:
     deadline = time.monotonic() + timeout
     while not all(r.event.query() for r in readies):
       if time.monotonic() > deadline:
-        comms = [c for cs in self._comms.values() for c in cs]
+        comms = [c for cs in self._comms.values()
+                 for c in (cs.values() if isinstance(cs, dict) else cs)]
         self._comms.clear()
+        self._by_group.clear()
         for c in comms:
           try:
             self._nccl.comm_abort(c)
@@ -329,69 +381,113 @@ class NcclCommunicator:
     calls = []
     receivers = {d for _, d in perm}
     for g in groups:
-      comms = self._group_comms(g)
-      bufs = [vals[k]._device_buf for k in g]
-      dsts = [self._empty(k, b.shape, b.dtype) for k, b in zip(g, bufs)]
-      for p, k in enumerate(g):
+      local = dict(self._members_of(g))       # rank -> lane
+      if not local:
+        continue
+      comms = self._comms_of(g)
+      bufs = {p: vals[k]._device_buf for p, k in local.items()}
+      dsts = {p: self._empty(k, bufs[p].shape, bufs[p].dtype) for p, k in local.items()}
+      for p, k in local.items():
         if p not in receivers:
           self._drv(k).memset8(dsts[p].ptr, 0, max(dsts[p].nbytes, 1))
         outs[k].append(dsts[p])
-      for s, d in perm:
-        n, dt = _size(bufs[s].shape), self._dtype(bufs[s].dtype)
-        calls.append((g[s], functools.partial(nccl.send, bufs[s].ptr, n, dt, d, comms[s])))
-        calls.append((g[d], functools.partial(nccl.recv, dsts[d].ptr, n, dt, s, comms[d])))
+      for s, d in perm:      # (each side where its rank lives; the shapes are the same)
+        if s in local:
+          n, dt = _size(bufs[s].shape), self._dtype(bufs[s].dtype)
+          calls.append((local[s], functools.partial(nccl.send, bufs[s].ptr, n, dt, d,
+                                                    comms[s])))
+        if d in local:
+          n, dt = _size(dsts[d].shape), self._dtype(dsts[d].dtype)
+          calls.append((local[d], functools.partial(nccl.recv, dsts[d].ptr, n, dt, s,
+                                                    comms[d])))
     return [o[0] for o in self._run(calls, outs)]
 
 
 class NcclProcessCommunicator(NcclCommunicator):
-  """NCCL between the GPUs of several processes (``ourjax.distributed``), one GPU per process:
-  one communicator over all of them, made with ``ncclCommInitRank`` from the unique id that
-  process 0 draws (``ncclGetUniqueId``) and posts to the coordinator.  Every collective spans
-  all processes; ppermute is not supported.  Run on two H100s, one process each
-  (``tests/test_distributed.py``'s worker program, psum/all_gather/pmax/pmean of a gradient).
-  """
+  """NCCL between the GPUs of several processes (``ourjax.distributed``), over a mesh whose
+  lanes belong to different processes: ``groups`` name global lane numbers, the values are
+  this process's lanes' (``lanes.lane_ids``).  Each group gets one NCCL communicator, made
+  with ``ncclCommInitRank`` (inside one NCCL group when this process has several of its
+  GPUs) from the unique id that the process of the group's first member draws
+  (``ncclGetUniqueId``) and posts to the coordinator; a member's rank is its position in
+  the group.  Run on two H100s, one process each (``tests/test_distributed.py``'s worker
+  program, psum/all_gather/pmax/pmean of a gradient, with the one-group layout of pmap);
+  several GPUs per process and groups of a multi-axis mesh are written for, not run."""
 
-  def __init__(self, devices, state):
-    super().__init__(devices)
-    if len(self.devices) != 1:
-      raise NotImplementedError("NCCL across processes: ourjax runs one GPU per process")
+  def __init__(self, lanes, state):
+    super().__init__(lanes.devices)
     self.state = state
+    self.owner = [d.process_index for d in lanes.all_devices]
+    self.ids = [d.id for d in lanes.all_devices]
+    self.local_of = {k: j for j, k in enumerate(lanes.lane_ids)}
+    self._keep = []
 
-  def _members(self, g) -> int:
-    return self.state.num_processes
+  def _local_members(self, g) -> list:
+    return [(r, self.local_of[k]) for r, k in enumerate(g) if k in self.local_of]
 
   def _group_comms(self, g):
-    comms = self._comms.get("world")
+    key = tuple(self.ids[k] for k in g)
+    comms = self._comms.get(key)
     if comms is None:
       import pickle
       from nccl import core as nccl_core
       from ourjax import distributed
       st = self.state
-      key = st.next_key("nccl-unique-id")
-      if st.process_id == 0:
+      seqs = st.__dict__.setdefault("nccl_groups", {})
+      seqs[key] = seqs.get(key, 0) + 1      # (the same count in every member's process)
+      ukey = f"nccl-unique-id/{','.join(map(str, key))}/{seqs[key]}"
+      first = self.owner[g[0]]
+      if st.process_id == first:
         uid = nccl_core.get_unique_id()
-        st.client.set(key, pickle.dumps(uid), reads=st.num_processes - 1)
+        readers = len({self.owner[k] for k in g} - {first})
+        if readers:
+          st.client.set(ukey, pickle.dumps(uid), reads=readers)
       else:
-        uid = pickle.loads(st.client.get(key, distributed.collective_timeout(),
-                                         "the NCCL unique id from process 0"))
-      self._drv(0).make_current()
-      comm = nccl_core.Communicator.init(st.num_processes, st.process_id, uid)
+        uid = pickle.loads(st.client.get(ukey, distributed.collective_timeout(),
+                                         f"the NCCL unique id from process {first}"))
+      local = self._local_members(g)
+      made = {}
+      if len(local) > 1:
+        self._nccl.group_start()
+      try:
+        for r, j in local:
+          self._drv(j).make_current()
+          made[r] = nccl_core.Communicator.init(len(g), r, uid)
+      finally:
+        if len(local) > 1:
+          self._nccl.group_end()
+      self._keep.extend(made.values())
       # (the bindings' collectives take their Comm handle, which wraps the communicator's)
-      comms = self._comms["world"] = [self._nccl.Comm(comm.ptr)]
-      self._keep = comm
+      comms = self._comms[key] = {r: self._nccl.Comm(c.ptr) for r, c in made.items()}
     return comms
-
-  def ppermute(self, groups, vals, perm):
-    raise NotImplementedError("lax.ppermute between the GPUs of several processes is not "
-                              "supported by ourjax")
 
 
 def _size(shape) -> int:
-  return int(np.prod(shape, dtype=np.int64))
+  return math.prod(shape)
+
+
+def for_lanes(lanes):
+  """The communicator for an SPMD computation over ``lanes`` (``spmd.Lanes``): in process,
+  or, when the lanes belong to several processes, through ``ourjax.distributed``."""
+  if not lanes.multi_process:
+    return for_devices(lanes.devices)
+  from ourjax import distributed
+  st = distributed.state()
+  if st is None:
+    raise RuntimeError(f"an SPMD computation over devices of several processes "
+                       f"({lanes.all_devices}) needs ourjax.distributed.initialize")
+  if all(d.platform == "cpu" for d in lanes.all_devices):
+    return ProcessCommunicator(lanes, st)
+  if all(d.platform == "gpu" for d in lanes.all_devices):
+    why = nccl_unavailable_reason()
+    if why is not None:
+      raise RuntimeError(f"collectives across the GPUs of several processes need NCCL: {why}")
+    return NcclProcessCommunicator(lanes, st)
+  raise ValueError(f"an SPMD computation cannot mix CPU and GPU devices: {lanes.all_devices}")
 
 
 def for_devices(devices):
-  """The communicator for an SPMD computation over ``devices``."""
+  """The communicator for an SPMD computation over ``devices`` of this process."""
   if all(d.platform == "cpu" for d in devices):
     return HostCommunicator(devices)
   if all(d.platform == "gpu" for d in devices):

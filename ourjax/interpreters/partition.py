@@ -541,14 +541,16 @@ def _to_pspec(spec: Spec):
 class _Sharded:
   """A partitioned signature: the program, its lanes, the inputs' and outputs' shardings."""
 
-  def __init__(self, entry, mesh, in_specs, out_req, requested, name):
+  def __init__(self, entry, mesh, in_specs, out_req, requested, name, donated=None):
     from ourjax.interpreters import spmd
     from ourjax.sharding import NamedSharding
     self.closed = entry.closed          # (keeps the id the cache key names alive)
     local, out_specs = partition(entry.closed, mesh, in_specs, out_req, f"sharded({name})")
     self.local = local
     self.lanes = spmd.Lanes(mesh)
-    self.program = spmd.Program(local, spmd._backend_of(self.lanes.devices))
+    # (a donated argument's block on each device may become the buffer of a result there)
+    self.program = spmd.Program(local, spmd._backend_of(self.lanes.devices),
+                                donated if donated and any(donated) else None)
     self.in_shardings = [NamedSharding(mesh, _to_pspec(s)) for s in in_specs]
     self.out_shardings = [r if r is not None else NamedSharding(mesh, _to_pspec(s))
                           for r, s in zip(requested, out_specs)]
@@ -585,14 +587,16 @@ def call_sharded(jw, entry, leaves, args_kwargs):
   mesh, in_specs, out_specs, requested = plan
   key = (id(entry.closed), mesh, in_specs, out_specs)
   hit = jw._sharded.get(key)
+  donated = entry.sig.donated if entry.sig is not None else ()
   if hit is None or hit.closed is not entry.closed:
     name = entry.sig.fun_name if entry.sig is not None else "fun"
-    hit = jw._sharded[key] = _Sharded(entry, mesh, in_specs, out_specs, requested, name)
+    hit = jw._sharded[key] = _Sharded(entry, mesh, in_specs, out_specs, requested, name,
+                                      donated)
   outs = hit(leaves)
-  donated = entry.sig.donated if entry.sig is not None else ()
   if any(donated):
-    # donated arguments are deleted after the call, as JAX's are (their memory is not reused
-    # here); those no result can use are warned about (once, when the plan is made)
+    # donated arguments are deleted after the call, as JAX's are (each device's block taken
+    # by a result of the same type where one is, ``spmd.Program``); those no result can use
+    # are warned about (once, when the plan is made)
     d = getattr(hit, "donation", False)
     if d is False:
       from ourjax import _donation

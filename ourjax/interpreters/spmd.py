@@ -1,5 +1,5 @@
-"""SPMD execution over several devices: ``pmap``, and the ``Program`` that ``shard_map``
-(``shard_map.py``) and sharded ``jit`` (``partition.py``) run too.
+"""SPMD execution over several devices: the ``Program`` that ``pmap`` (``pmap.py``),
+``shard_map`` (``shard_map.py``) and sharded ``jit`` (``partition.py``) run.
 
 A function mapped over devices is traced once, for one device, into a *per-device jaxpr* in
 which the collectives (``lax.psum`` & co. over the mapped axes) are primitives
@@ -18,8 +18,8 @@ their kernels.  Calls to jitted functions, custom-derivative functions and check
 bodies hold collectives are inlined first; a ``cond``, ``while`` or ``scan`` whose body holds
 collectives is run step by step, its body again a ``Program``.
 
-A ``pmap`` call whose arguments have the structure and the types of the last call with that
-structure takes a fast path: the structure is matched by generated code
+A ``pmap`` call (``pmap.py``) whose arguments have the structure and the types of the last
+call with that structure takes a fast path: the structure is matched by generated code
 (``_pytree_codegen``), each leaf's type checked against the plan's, and a pmap result along
 the same axis over the same devices gives its lanes' values as they are (no avals built, no
 key hashed); the results' tree is built by generated code too.
@@ -35,16 +35,13 @@ concrete calls.
 """
 from __future__ import annotations
 
-import functools
-import itertools
 import operator
 
 import numpy as np
 
-from ourjax import _donation, core
+from ourjax import _donation, core, errors
 from ourjax.array import Array
 from ourjax.lax import parallel
-from ourjax.sharding import ShardedArray
 from ourjax._pytree import tree_flatten, tree_unflatten
 
 # eqns whose params hold a body called with the eqn's inputs: inlined when it has collectives
@@ -116,16 +113,32 @@ def _inline(jaxpr: core.Jaxpr, consts, want=has_collectives) -> tuple[core.Jaxpr
 
 
 class Lanes:
-  """The devices of an SPMD computation: ``mesh``'s, one lane each in mesh order."""
+  """The devices of an SPMD computation: ``mesh``'s, one lane each in mesh order.  Under
+  ``ourjax.distributed`` a mesh may hold other processes' devices: the lanes are then this
+  process's devices of the mesh (``lane_ids``: their positions among ``all_devices``, the
+  mesh's devices in order), each at its coordinates in the whole mesh, and the communicator
+  spans the processes (``collectives.for_lanes``)."""
 
   def __init__(self, mesh):
+    from ourjax.sharding import _process_index
     self.mesh = mesh
-    self.devices = list(mesh.devices.flat)
-    self.coords = mesh.coords()
+    self.all_devices = list(mesh.devices.flat)
+    every = mesh.coords()
+    me = _process_index()
+    self.lane_ids = [i for i, d in enumerate(self.all_devices)
+                     if getattr(d, "process_index", 0) == me]
+    self.multi_process = len(self.lane_ids) != len(self.all_devices)
+    self.devices = [self.all_devices[i] for i in self.lane_ids]
+    self.coords = [every[i] for i in self.lane_ids]
+    self._all_coords = every
     self._comm = None
+    if not self.devices:
+      raise ValueError(f"an SPMD computation over {mesh!r} (devices {self.all_devices}) has no "
+                       f"device of this process ({me})")
     self.platform = self.devices[0].platform
     self._groups: dict = {}
-    self._ordinals = [d.id for d in self.devices]
+    # (the local numbers: CUDA ordinals of GPUs)
+    self._ordinals = [d.local_hardware_id for d in self.devices]
 
   @property
   def comm(self):
@@ -133,7 +146,7 @@ class Lanes:
     collectives (a pmap over one GPU, say) needs no NCCL."""
     if self._comm is None:
       from ourjax.backends import collectives
-      self._comm = collectives.for_devices(self.devices)
+      self._comm = collectives.for_lanes(self)
     return self._comm
 
   @comm.setter
@@ -152,13 +165,17 @@ class Lanes:
 
   def groups(self, axes) -> list[tuple]:
     """The groups of lanes a collective over ``axes`` runs in (the lanes that differ only
-    along those axes), each in position order."""
+    along those axes), each in position order; over several processes the groups of the
+    whole mesh, in its lane numbers (``all_devices``' positions)."""
     g = self._groups.get(axes)
     if g is None:
       groups: dict = {}
-      for lane, c in enumerate(self.coords):
+      for lane, c in enumerate(self._all_coords):
         key = tuple(v for n, v in c.items() if n not in axes)
-        groups.setdefault(key, {})[self.position(lane, axes)] = lane
+        pos = 0
+        for n in axes:
+          pos = pos * self.mesh.shape[n] + c[n]
+        groups.setdefault(key, {})[pos] = lane
       g = self._groups[axes] = [tuple(m[p] for p in sorted(m)) for m in groups.values()]
     return g
 
@@ -188,34 +205,26 @@ class Lanes:
     return Uploads()
 
 
-class ProcessLanes(Lanes):
-  """This process's lanes of a pmap axis that spans the devices of every process
-  (``ourjax.distributed``): lane k is position ``process_index * len(lanes) + k`` of the
-  axis, and collectives run over all processes: through the coordinator between CPU devices
-  (``ProcessCommunicator``), with NCCL between GPUs (``NcclProcessCommunicator``)."""
-
-  def __init__(self, mesh, state):
-    from ourjax.backends import collectives
-    super().__init__(mesh)
-    self.state = state
-    self.comm = (collectives.ProcessCommunicator(self.devices, state) if self.platform == "cpu"
-                 else collectives.NcclProcessCommunicator(self.devices, state))
-
-  def position(self, lane, axes) -> int:
-    return self.state.process_id * len(self.devices) + lane
-
-  def groups(self, axes) -> list[tuple]:
-    return [tuple(range(len(self.devices)))]
-
-
 class _Compute:
-  """A segment of eqns compiled as one executable (per GPU, loaded on each)."""
+  """A segment of eqns compiled as one executable (per GPU, loaded on each).  ``donated``: a
+  bool per input, whose buffer the segment may take for a result (``jit``'s donation, see
+  ``_donation``: on each lane the executable writes the result into the input's block when
+  the lane's Array owns it alone, and deletes the Array)."""
 
-  def __init__(self, eqns, in_vars, out_vars, backend):
+  def __init__(self, eqns, in_vars, out_vars, backend, donated=None):
     jaxpr = core.Jaxpr([], in_vars, eqns, out_vars, "spmd_segment")
     self.closed = core.ClosedJaxpr(jaxpr, [])
     self.in_vars, self.out_vars = in_vars, out_vars
     self.backend = backend
+    self.donated = None
+    if donated and any(donated):
+      # only the inputs a result takes (the others would be deleted for nothing, or warned
+      # about: pmap and jit warn once, about the whole computation)
+      from ourjax import _donation
+      d = _donation.set_up(self.closed.in_avals, self.closed.out_avals, donated, warn=False)
+      if d is not None and d.aliases:
+        taken = set(d.aliases.values())
+        self.donated = tuple(k in taken for k in range(len(in_vars)))
     self._exe = None
     self._callers: dict = {}
 
@@ -224,7 +233,8 @@ class _Compute:
     ``backends.for_device`` keeps the per-device copies)."""
     from ourjax import backends
     if self._exe is None:
-      self._exe = backends.compile_jaxpr(self.closed, self.backend, "spmd_segment", cache=False)
+      self._exe = backends.compile_jaxpr(self.closed, self.backend, "spmd_segment", cache=False,
+                                         donated=self.donated)
     return backends.for_device(self._exe, device)
 
   def caller(self, device):
@@ -279,12 +289,19 @@ class Program:
   same axes as one (``spmd_schedule``).  Each lane's values live in a list, one slot per
   variable (and literal), the slots each step reads and writes fixed here, once."""
 
-  def __init__(self, closed: core.ClosedJaxpr, backend: str):
+  def __init__(self, closed: core.ClosedJaxpr, backend: str, donated=None):
     from ourjax.interpreters import spmd_schedule
     jaxpr, consts = _inline(closed.jaxpr, closed.consts)
     jaxpr = _without_lone_reductions(jaxpr)
     self.jaxpr, self.consts, self.backend = jaxpr, consts, backend
+    # the inputs whose lanes' buffers may hold results (``donate_argnums``): each goes to the
+    # last segment that reads it, unless a collective or the outputs read it after that
+    self._donated = {v for v, d in zip(jaxpr.invars, donated or ()) if d}
     self.steps = self._cut(spmd_schedule.schedule(jaxpr, _is_barrier))
+    taken = {v for st in self.steps if isinstance(st, _Compute) and st.donated
+             for v, d in zip(st.in_vars, st.donated) if d}
+    #: the inputs whose lanes' buffers a segment takes (see ``_unshared``)
+    self.donated_args = tuple(i for i, v in enumerate(jaxpr.invars) if v in taken)
     self._lane_envs: dict = {}
     self._plan()
 
@@ -314,7 +331,9 @@ class Program:
         outs = [v for e in step for v in e.out_binders if v in later_reads]
         if outs:
           views = all(e.primitive.name in _VIEWS for e in step)
-          out.append(_View(step) if views else _Compute(step, reads, outs, self.backend))
+          donated = [v in self._donated and v not in later_reads for v in reads]
+          out.append(_View(step) if views else
+                     _Compute(step, reads, outs, self.backend, donated))
           later_reads.update(reads)
       else:
         out.append(step)
@@ -361,6 +380,24 @@ class Program:
     # (the outputs that are literals: their lanes' values are NumPy or Python scalars)
     self.literal_outs = {j for j, v in enumerate(self.jaxpr.outvars)
                          if isinstance(v, core.Literal)}
+    # outputs whose lanes' Arrays are not made fresh by a segment of this call (an input or
+    # constant returned as it is, a value returned twice, a collective's or control flow's
+    # result): each call returns new Arrays over their data, so that two results never share
+    # an Array, which a donating call would delete from under the other (``_donation``
+    # reuses a buffer only when one Array holds it)
+    fresh = set()
+    for step in self.steps:
+      if isinstance(step, _Compute):
+        fresh.update(step.out_vars)
+      elif isinstance(step, _View):
+        fresh.update(e.out_binders[0] for e in step.eqns)
+    seen: set = set()
+    shared = []
+    for j, v in enumerate(self.jaxpr.outvars):
+      if isinstance(v, core.Var) and (v not in fresh or v in seen):
+        shared.append(j)
+      seen.add(v)
+    self._shared_outs = tuple(shared)
     self._literals = literals
     self._nslots = len(slot)
 
@@ -388,6 +425,9 @@ class Program:
           if outs != list(range(lo, lo + len(outs))):
             raise AssertionError("spmd: a segment's output slots are not contiguous")
           steps.append((0, callers, _getter(ins), (lo, lo + len(outs))))
+        elif kind == 2 and step.primitive in _COLLECTIVES and \
+            step.primitive is not parallel.axis_index_p:
+          steps.append((3, _Collective(step, lanes), _getter(ins), outs))
         else:
           steps.append((kind, step, ins, outs))
       hit = self._lane_envs[key] = (envs, steps)
@@ -400,6 +440,8 @@ class Program:
     between driver calls holds the GIL.)"""
     envs0, steps = self._lane_plan(lanes)
     lo, hi = self._in_range
+    if self.donated_args:
+      args_per_lane = _unshared(args_per_lane, self.donated_args)
     envs = []
     for env, args in zip(envs0, args_per_lane):
       env = env.copy()
@@ -410,6 +452,11 @@ class Program:
         olo, ohi = outs
         for env, call in zip(envs, step):
           env[olo:ohi] = call(ins(env))
+      elif kind == 3:
+        res = step([ins(env) for env in envs])
+        for env, rs in zip(envs, res):
+          for s, r in zip(outs, rs):
+            env[s] = r
       elif kind == 1:
         for env in envs:
           step.run(env, ins)
@@ -422,7 +469,43 @@ class Program:
     for env in envs:          # (a slice stored with another length would shift the slots)
       if len(env) != nslots:
         raise AssertionError("spmd: a step returned another number of values than planned")
-    return [list(get(env)) for env in envs]
+    outs = [list(get(env)) for env in envs]
+    if self._shared_outs:
+      for o in outs:
+        for j in self._shared_outs:
+          o[j] = _alias(o[j])
+    return outs
+
+
+def _alias(v):
+  """A new Array over ``v``'s data (no copy)."""
+  if not isinstance(v, Array):
+    return v
+  if v._npy is None and v._device_buf is not None:
+    return Array._from_device(v._device_buf, v.aval)
+  return Array._from_result(v._value, v.aval)
+
+
+def _unshared(rows, donated):
+  """``rows`` (per lane, its arguments) with each donated argument's value copied where the
+  same Array stands elsewhere too (another argument, or another lane: a replicated host value
+  on CPU devices, or the results of a computation that returned one value twice), so that a
+  segment writing a result into its buffer changes nothing that is read later."""
+  count: dict = {}
+  for row in rows:
+    for v in row:
+      count[id(v)] = count.get(id(v), 0) + 1
+  if all(count[id(row[i])] == 1 for row in rows for i in donated):
+    return rows
+  out = []
+  for row in rows:
+    row = list(row)
+    for i in donated:
+      v = row[i]
+      if count[id(v)] > 1 and isinstance(v, Array):
+        row[i] = Array._from_result(np.array(v._value), v.aval)
+    out.append(row)
+  return out
 
 
 def _without_lone_reductions(jaxpr: core.Jaxpr) -> core.Jaxpr:
@@ -454,25 +537,7 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
   if p is parallel.axis_index_p:
     return [[Array(np.int32(lanes.position(k, params["axes"])))] for k in range(n)]
   if p in _COLLECTIVES:
-    from ourjax import errors
-    ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
-    if p in _REDUCTIONS and params["size"] == 1:
-      return ins            # (a reduction over one device: its operands; no communicator)
-    groups, comm = lanes.groups(params["axes"]), lanes.comm
-    try:
-      if p in _REDUCTIONS:
-        raw = comm.all_reduce(groups, ins, _REDUCTIONS[p])
-      elif p is parallel.ppermute_p:
-        raw = [[o] for o in comm.ppermute(groups, [i[0] for i in ins], params["perm"])]
-      else:
-        raw = [[o] for o in getattr(comm, _MOVES[p])(groups, [i[0] for i in ins])]
-    except errors.CollectiveTimeoutError as err:
-      types = ", ".join(v.aval.str_short() for v in e.inputs)
-      raise errors.CollectiveTimeoutError(
-          f"lax.{p.name} over axes {params['axes']} of {types} did not complete: "
-          f"{err}") from None
-    # typed as the jaxpr says (the communicators return NumPy arrays or device buffers)
-    return [[_typed(r, v.aval) for r, v in zip(rs, e.out_binders)] for rs in raw]
+    return _Collective(e, lanes)(ins)
   if p.name == "cond":
     return _run_cond(e, lanes, ins, backend)
   if p.name == "while":
@@ -486,6 +551,56 @@ def _run_eqn(e, lanes: Lanes, ins, backend):
 _REDUCTIONS = {parallel.psum_p: "sum", parallel.pmax_p: "max", parallel.pmin_p: "min"}
 _MOVES = {parallel.all_gather_p: "all_gather", parallel.reduce_scatter_p: "reduce_scatter",
           parallel.all_to_all_p: "all_to_all"}
+
+
+class _Collective:
+  """A collective eqn over ``lanes``, what every call needs decided once (its groups, the
+  communicator's operation, the results' types): ``step(ins) -> outs``, per lane its
+  operands and its results (Arrays)."""
+
+  def __init__(self, e, lanes: Lanes):
+    p, params = e.primitive, e.params
+    self.e, self.lanes = e, lanes
+    self.lone = p in _REDUCTIONS and params["size"] == 1
+    self.groups = lanes.groups(params["axes"])
+    self.avals = [v.aval for v in e.out_binders]
+    if p in _REDUCTIONS:
+      self.method, self.extra, self.many = "all_reduce", (_REDUCTIONS[p],), True
+    elif p is parallel.ppermute_p:
+      self.method, self.extra, self.many = "ppermute", (params["perm"],), False
+    else:
+      self.method, self.extra, self.many = _MOVES[p], (), False
+    # (operands come from the lanes' slots, on their devices already; literals and, on GPUs,
+    # values an eager operation made elsewhere are put there)
+    self.put = lanes.platform != "cpu" or any(isinstance(x, core.Literal) for x in e.inputs)
+    self._call = None
+
+  def __call__(self, ins):
+    lanes = self.lanes
+    if self.put:
+      ins = [[lanes.put(k, x) for x in xs] for k, xs in enumerate(ins)]
+    if self.lone:
+      return ins            # (a reduction over one device: its operands; no communicator)
+    call = self._call
+    if call is None:
+      call = self._call = getattr(lanes.comm, self.method)
+    try:
+      if self.many:
+        raw = call(self.groups, ins, *self.extra)
+      else:
+        raw = [[o] for o in call(self.groups, [i[0] for i in ins], *self.extra)]
+    except errors.CollectiveTimeoutError as err:
+      e = self.e
+      types = ", ".join(v.aval.str_short() for v in e.inputs)
+      raise errors.CollectiveTimeoutError(
+          f"lax.{e.primitive.name} over axes {e.params['axes']} of {types} did not complete: "
+          f"{err}") from None
+    # typed as the jaxpr says (the communicators return NumPy arrays or device buffers)
+    avals = self.avals
+    if raw and raw[0] and isinstance(raw[0][0], np.ndarray):
+      wrap = Array._from_result
+      return [[wrap(r, a) for r, a in zip(rs, avals)] for rs in raw]
+    return [[_typed(r, a) for r, a in zip(rs, avals)] for rs in raw]
 
 
 def _typed(raw, aval) -> Array:
@@ -620,9 +735,7 @@ def _assemble(per_lane, sharding, global_aval):
 
 
 # ------------------------------------------------------------------------------------------------
-# pmap
-
-_pmap_names = itertools.count()
+# Tracing for one device (pmap: ``interpreters/pmap.py``; shard_map: ``shard_map.py``)
 
 
 def _trace_per_device(fn, in_tree, avals, axis_sizes: dict, name: str):
@@ -640,326 +753,5 @@ def _trace_per_device(fn, in_tree, avals, axis_sizes: dict, name: str):
   return closed, out_tree_cell[0]
 
 
-def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),
-         devices=None, backend=None, axis_size=None, donate_argnums=(),
-         global_arg_shapes=None):
-  """Map ``fun`` over the leading (``in_axes``) axis of its arguments, one device per index,
-  running in parallel; collectives over ``axis_name`` communicate between the devices.  The
-  result is laid out over the devices (``ShardedArray``) along ``out_axes``."""
-  from ourjax import api
-  if not callable(fun):
-    raise TypeError(f"Expected a callable value, got {fun!r}")
-  api._check_axis_spec_leaves("in_axes", in_axes, "pmap")
-  api._check_axis_spec_leaves("out_axes", out_axes, "pmap")
-  statics = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
-             else tuple(static_broadcasted_argnums))
-  name = axis_name if axis_name is not None else f"_pmap_axis_{next(_pmap_names)}"
-  cache: dict = {}
-  donations: dict = {}      # signature -> its _donation.Donation (None: nothing donated)
-  plans: dict = {}          # (tree, global avals, ..., devices) -> _pmap_plan's tuple
-  fasts: dict = {}          # (tree, nargs, static values) -> the last such call's _fast_entry
-  last: list = []           # the last call's [key of fasts, its tree's generated flattener]
-  fname = getattr(fun, "__name__", "fun")
-  from ourjax import distributed
-  donate = ((donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums))
-
-  @functools.wraps(fun)
-  def pmapped(*args, **kwargs):
-    if statics and max(statics) >= len(args):
-      n = len(args)
-      raise ValueError(
-          f"pmapped function has static_broadcasted_argnums={statics} but was called with only "
-          f"{n} positional argument{'s' if n != 1 else ''}. All static broadcasted arguments "
-          "must be passed positionally.")
-    if kwargs:
-      raise NotImplementedError("pmap: keyword arguments are not supported; pass them "
-                                "positionally")
-    nargs = len(args)
-    st = tuple(i % nargs for i in statics) if nargs else ()
-    dyn_idx = [i for i in range(nargs) if i not in st]
-    dyn = [args[i] for i in dyn_idx]
-    static_vals = tuple((i, args[i]) for i in st)
-    axes_all = in_axes
-    if isinstance(in_axes, (tuple, list)):
-      if len(in_axes) != nargs:
-        raise ValueError(f"pmap in_axes must be an int, None, or a tuple of entries "
-                         f"corresponding to the positional arguments passed to the function, but "
-                         f"got len(in_axes)={len(in_axes)}, len(args)={nargs}")
-      axes_all = tuple(in_axes[i] for i in dyn_idx)
-    dyn = tuple(dyn)
-    dist = distributed.state()
-    devs = list(devices) if devices is not None else api.devices(backend)
-    # the signature seen last with this structure: its leaves checked one by one (the same
-    # test as the plan's key: each leaf's type), their lanes' values taken as they are; the
-    # last call's structure is tried first by its generated flattener (_pytree_codegen)
-    leaves = fast = None
-    if last:
-      fkey, flat = last
-      if flat is not None and fkey[1] == nargs and fkey[2] == static_vals:
-        leaves = flat(dyn)
-        if leaves is not None:
-          tree, fast = fkey[0], fasts.get(fkey)
-    generated = leaves is not None
-    if leaves is None:
-      leaves, tree = tree_flatten(dyn)
-      try:
-        fast = fasts.get((tree, nargs, static_vals))
-      except TypeError:         # (an unhashable static argument)
-        fast = None
-    cols = _fast_columns(fast, leaves, devs, dist) if fast is not None else None
-    if cols is not None:
-      plan = fast[0]
-      if not generated:
-        last[:] = [fast[4], fast[5]]
-    else:
-      if generated:         # (what stands at its leaf positions was not examined)
-        leaves, tree = tree_flatten(dyn)
-      if any(isinstance(x, core.Tracer) for x in leaves):
-        # under a transformation: pmap is vmap with a named axis, over no more lanes than
-        # there are devices (as when it runs)
-        axes = _leaf_axes(tree, axes_all, dyn)
-        sizes = {core.get_aval(x).shape[a] for x, a in zip(leaves, axes) if a is not None}
-        n = max(sizes) if sizes else axis_size
-        if n is not None and n > len(devs):
-          raise ValueError(f"compiling computation that requires {n} logical devices, but "
-                           f"only {len(devs)} XLA devices are available (num_replicas={n})")
-        return api.vmap(_caller(args, dyn_idx), in_axes=axes_all, out_axes=out_axes,
-                        axis_name=name, axis_size=axis_size)(*dyn)
-      asked = devs
-      if dist is not None and dist.num_processes > 1 and devices is None:
-        from ourjax import backends
-        devs = distributed._local_devices(dist, backends)
-      avals = tuple(core.get_aval(x) for x in leaves)
-      cacheable = all(_hashable(v) for _, v in static_vals)
-      pkey = (tree, avals, nargs, static_vals, tuple(devs), dist) if cacheable else None
-      plan = plans.get(pkey) if cacheable else None
-      if plan is None:
-        plan = _pmap_plan(tree, avals, _leaf_axes(tree, axes_all, dyn), devs, dist, nargs,
-                          dyn_idx, dyn, static_vals, cacheable, _caller(args, dyn_idx))
-        if cacheable:
-          plans[pkey] = plan
-      if cacheable:
-        fkey = (tree, nargs, static_vals)
-        fasts[fkey] = fast = _fast_entry(plan, avals, asked, dist, fkey)
-        last[:] = [fast[4], fast[5]]
-      fast = None
-      lanes, axes, in_keys = plan[1], plan[4], plan[6]
-      cols = []
-      uploads = lanes.uploads()
-      for x, a, lkey in zip(leaves, axes, in_keys):
-        if a is None:
-          cols.append([lanes.put(k, x, uploads) for k in range(len(lanes))])
-        else:
-          vals = x._lanes(lkey) if type(x) is ShardedArray else None
-          cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes, uploads))
-      if uploads is not None:
-        uploads.run()
-    program, lanes, out_tree, outs_how, axes, donation, in_keys = plan
-    outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
-    results = []
-    literal = program.literal_outs
-    from_lanes = ShardedArray._from_lanes
-    for j, (vals, (sharding, bshape, gaval, lkey)) in enumerate(zip(zip(*outs), outs_how)):
-      if sharding is None:
-        results.append(vals[0])
-      else:
-        if literal and j in literal:
-          vals = [Array(v) for v in vals]
-        results.append(from_lanes(vals, lkey, bshape, sharding, gaval))
-    if donation:
-      for i in donation.deleted:
-        if isinstance(leaves[i], Array):
-          leaves[i]._delete()
-    build = fast[6] if fast is not None else None
-    return build(results) if build is not None else tree_unflatten(out_tree, results)
-
-  def _leaf_axes(tree, axes_all, dyn):
-    return api._flatten_axes("pmap in_axes", tree, tuple(axes_all) if isinstance(
-        axes_all, (tuple, list)) else axes_all, dyn)
-
-  def _caller(args, dyn_idx):
-    def call_fun(*dargs):
-      full = list(args)
-      for i, v in zip(dyn_idx, dargs):
-        full[i] = v
-      return fun(*full)
-    return call_fun
-
-  def _pmap_plan(tree, avals, axes, devs, dist, nargs, dyn_idx, dyn, static_vals, cacheable,
-                 call_fun):
-    """What every call of a signature needs: ``(program, lanes, out_tree, outs_how, axes,
-    donation, in_keys)``: per argument leaf its mapped axis (None: replicated) and the key of
-    the lanes' values a pmap result mapped along that axis holds (``ShardedArray._lanes``);
-    per output its sharding, block shape, global type and lanes' key (``_pmap_entry``)."""
-    sizes = {a.shape[ax] for a, ax in zip(avals, axes) if ax is not None}
-    if len(sizes) > 1:
-      raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: {sorted(sizes)}")
-    n = sizes.pop() if sizes else axis_size
-    if n is None:
-      raise ValueError("pmap requires at least one argument with a mapped axis (or axis_size)")
-    if n > len(devs):
-      raise ValueError(f"compiling computation that requires {n} logical devices, but only "
-                       f"{len(devs)} XLA devices are available (num_replicas={n})")
-    devs = devs[:n]
-    axes = [None if ax is None else ax % a.ndim for a, ax in zip(avals, axes)]
-    lane_avals = [a if ax is None else a.update(shape=a.shape[:ax] + a.shape[ax + 1:])
-                  for a, ax in zip(avals, axes)]
-    key = (tree, tuple(lane_avals), tuple(axes), n, tuple(d.id for d in devs), static_vals)
-    entry = cache.get(key) if cacheable else None
-    if entry is None:
-      entry = _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist)
-      if cacheable:
-        cache[key] = entry
-    program, lanes, out_tree, outs_how = entry
-    donation = donations.get(key, False) if cacheable else False
-    if donation is False and donate:
-      # JAX's pairing of donated inputs with outputs, per device (``_donation.set_up``): the
-      # donated arrays are deleted after the call, unusable ones warned about
-      dpos = {i % nargs for i in donate} if nargs else set()
-      flags = [dyn_idx[p] in dpos for p, a in enumerate(dyn) for _ in tree_flatten(a)[0]]
-      donation = _donation.set_up(lane_avals, [v.aval for v in program.jaxpr.outvars], flags,
-                                  names=[a.str_short(short_dtypes=False) for a in avals])
-      if cacheable:
-        donations[key] = donation
-    in_keys = [None if ax is None else _lanes_key(ax, lanes) for ax in axes]
-    return program, lanes, out_tree, outs_how, axes, donation, in_keys
-
-  pmapped._pmap_cache = cache
-  return pmapped
-
-
-_LANES_KEYS: dict = {}
-
-
-def _lanes_key(axis, lanes):
-  """The key of the lanes' values of a pmap result mapped along ``axis`` over ``lanes`` (one
-  object per value: a pmap's fast path compares them by identity first)."""
-  key = (axis, lanes.platform, tuple(lanes._ordinals))
-  return _LANES_KEYS.setdefault(key, key)
-
-
-def _fast_entry(plan, avals, devs, dist, key):
-  """What ``pmap``'s fast path checks a call against: ``(plan, the leaves' global types,
-  devices asked for, distributed state, key, the key's tree's generated flattener, the output
-  tree's generated builder)`` (``_pytree_codegen``; None where it has none).  A type equal to
-  an output's is that output's object, so that a result passed back is recognised by
-  identity."""
-  from ourjax import _pytree_codegen
-  outs = {h[2]: h[2] for h in plan[3] if h[2] is not None}
-  return (plan, tuple(outs.get(a, a) for a in avals), tuple(devs), dist, key,
-          _pytree_codegen.leaves_of(key[0]), _pytree_codegen.builder(plan[2]))
-
-
-def _fast_columns(fast, leaves, devs, dist):
-  """Per leaf, its lanes' values (a list or tuple, one per lane), when the call's leaves have
-  the types of ``fast``'s (``_fast_entry``) and are NumPy arrays, Arrays or ShardedArrays (a
-  pmap result along the same axis over the same devices gives its lanes' values as they are);
-  None otherwise (the general path then decides)."""
-  plan, want, fdevs, fdist = fast[:4]
-  if dist is not fdist or len(leaves) != len(want) or tuple(devs) != fdevs:
-    return None
-  lanes, axes, in_keys = plan[1], plan[4], plan[6]
-  get_aval = core.get_aval
-  cols = []
-  uploads = lanes.uploads()
-  for x, aval, a, lkey in zip(leaves, want, axes, in_keys):
-    t = type(x)
-    if t is ShardedArray:
-      xa = x._aval
-      if xa is not aval and xa != aval:
-        return None
-      if a is not None:
-        info = x._lane_info
-        if info is not None and (info[0] is lkey or info[0] == lkey):
-          cols.append(info[1])
-          continue
-    elif t is np.ndarray or t is Array:
-      if get_aval(x) != aval:
-        return None
-    else:
-      return None
-    if a is None:
-      cols.append([lanes.put(k, x, uploads) for k in range(len(lanes))])
-    else:
-      cols.append(_pmap_blocks(x, a, lanes, uploads))
-  if uploads is not None:
-    uploads.run()
-  return cols
-
-
-def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None):
-  """What a pmap signature needs on every call: the program, the lanes, the output pytree and,
-  per output, its sharding over the devices (None: out_axes None, one device's value), its
-  blocks' shape, its global type and the key of its lanes' values (``_lanes_key``).  Over
-  several processes (``dist``) the axis spans every process's ``n`` devices; the results hold
-  this process's blocks."""
-  from ourjax import api
-  from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
-  multi = dist is not None and dist.num_processes > 1
-  if multi and len(set(dist.device_counts)) != 1:
-    raise ValueError(f"pmap over several processes needs as many devices in each, got "
-                     f"{dist.device_counts}")
-  size = n * dist.num_processes if multi else n
-  closed, out_tree = _trace_per_device(call_fun, tree, lane_avals, {name: size},
-                                       f"pmap({fname})")
-  mesh = Mesh(np.array(devs, dtype=object), (name,))
-  lanes = ProcessLanes(mesh, dist) if multi else Lanes(mesh)
-  how = []
-  types: dict = {}        # (equal global types are one object: see _fast_entry)
-  for aval, oa in zip(closed.out_avals, api._flatten_axes("pmap out_axes", out_tree, out_axes)):
-    if oa is None:
-      how.append((None, None, None, None))
-      continue
-    oa = oa % (aval.ndim + 1)
-    sharding = NamedSharding(mesh, PartitionSpec(*([None] * oa + [name])))
-    gaval = aval.update(shape=aval.shape[:oa] + (n,) + aval.shape[oa:])
-    how.append((sharding, aval.shape[:oa] + (1,) + aval.shape[oa:],
-                types.setdefault(gaval, gaval), _lanes_key(oa, lanes)))
-  return Program(closed, _backend_of(devs)), lanes, out_tree, how
-
-
-def _hashable(v) -> bool:
-  try:
-    hash(v)
-    return True
-  except TypeError:
-    return False
-
-
 def _backend_of(devs) -> str:
   return "cuda" if devs[0].platform == "gpu" else "cpu"
-
-
-def _one_index_per_lane(sh, shape, axis, lanes) -> bool:
-  """Whether ``sh`` puts index k of ``axis`` (and all of the other axes) on lane k's device;
-  remembered per sharding, shape and axis."""
-  memo = sh.__dict__.setdefault("_pmap_layout", {})
-  key = (shape, axis, tuple(lanes._ordinals))
-  hit = memo.get(key)
-  if hit is None:
-    hit = [d.id for d in sh._device_list] == lanes._ordinals
-    for k, (idx, rep) in enumerate(sh._blocks(shape)):
-      for d, sl in enumerate(idx):
-        lo, hi, _ = sl.indices(shape[d])
-        hit = hit and rep == 0 and (lo, hi) == ((k, k + 1) if d == axis else (0, shape[d]))
-    memo[key] = hit
-  return hit
-
-
-def _pmap_blocks(x, axis, lanes: Lanes, uploads=None):
-  """Per lane, index ``axis`` of ``x`` (the lane's slice, without that axis; host data is
-  copied to GPUs through ``uploads`` when given, see ``Lanes.put``)."""
-  aval = core.get_aval(x)
-  bshape = aval.shape[:axis] + aval.shape[axis + 1:]
-  if isinstance(x, ShardedArray) and _one_index_per_lane(x._sharding, aval.shape, axis, lanes):
-    return [lanes.put(k, _reshaped(s, bshape)) for k, s in enumerate(x._shards)]
-  host = np.asarray(x._value if isinstance(x, Array) else x)
-  if axis:
-    host = np.moveaxis(host, axis, 0)
-  # (a GPU lane's block is copied to the device, the host data staged before put returns: no
-  # host copy first; a CPU lane's block is its own copy)
-  copy = np.array if lanes.platform == "cpu" else np.asarray
-  baval = _reshaped_aval(aval, bshape)
-  return [lanes.put(k, Array._from_result(copy(host[k], order="C"), baval), uploads)
-          for k in range(len(lanes))]
-
