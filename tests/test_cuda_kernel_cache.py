@@ -176,3 +176,37 @@ def test_failed_link_at_compile_loads_the_ptx(monkeypatch, no_disk_cache):
     assert fake.calls["cuLinkComplete"] == links
     assert fake.calls["cuModuleLoadDataEx"] == n and fake.calls["cuModuleLoadData"] == 0
     del compiled, out
+
+
+def test_copy_small_b_switch(monkeypatch):
+  """``OURJAX_CUDA_WGMMA_COPY_B=1``: a tf32 convolution whose weights are much smaller than its
+  patch matrix copies them K-major and runs the shared-memory form (off: the transposed
+  register form)."""
+  from ourjax import lax
+  # (shapes only: enough output tiles that the product is not split along k)
+  x = ourjax.ShapeDtypeStruct((32, 32, 32, 128), np.float32)
+  w = ourjax.ShapeDtypeStruct((3, 3, 128, 128), np.float32)
+
+  def conv(x, w):
+    y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return jnp.maximum(y, 0.0)
+  forms = {}
+  for on in ("0", "1"):
+    monkeypatch.setenv("OURJAX_CUDA_WGMMA_COPY_B", on)
+    exe = _compile(conv, (x, w))
+    forms[on] = [(type(k).__name__, getattr(k, "mode", None)) for k in exe.kernels]
+    _entries_resolve(exe)
+  assert forms["0"] == [("WgmmaDot", "rs_t")]
+  assert forms["1"] == [("StridedTranspose", None), ("WgmmaDot", "ss")]
+
+
+@needs_ptxas
+def test_copy_small_b_assembles(monkeypatch):
+  monkeypatch.setenv("OURJAX_CUDA_WGMMA_COPY_B", "1")
+  from ourjax import lax
+  x = np.ones((2, 16, 16, 32), np.float32)
+  w = np.ones((3, 3, 32, 48), np.float32)
+  exe = _compile(lambda x, w: lax.conv_general_dilated(
+      x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) * 2.0, (x, w))
+  assert "StridedTranspose" in [type(k).__name__ for k in exe.kernels]
+  _assemble(cuda_backend.MODULE_SEPARATOR.join(exe.ptx_modules))
