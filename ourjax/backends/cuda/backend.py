@@ -9,7 +9,10 @@ Compilation (``planning.py``) reuses the shared planning of the entry computatio
 (``llvm/planning.py``: buffer assignment by live ranges) and the shared group planner
 (``llvm/kernels.py``), turns every planned kernel into GPU kernels
 (``codegen.translate``), merges independent ones into one launch (``horizontal.py``) and makes
-the *launch program* (``program.py``).
+the *launch program* (``program.py``).  Each kernel's LLVM module goes to LLVM as soon as it is
+emitted, modules seen before in the process are not compiled again, and with a GPU present
+the new ones are linked into cubins while the program compiles (``kernel_cache.py``; in the
+phase log, LLVM's time then falls partly inside ``emit``, ``llvm`` being the wait after it).
 Temporaries live in one *arena* allocation per call; parameters, outputs and the module's array
 constants (uploaded once, on the first call) have their own.  ``while`` and ``conditional`` run
 their computations' kernels from the host, reading the predicate or branch index back; a loop

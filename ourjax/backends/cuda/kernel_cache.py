@@ -107,10 +107,15 @@ _FAILED = b""
 
 
 def precompiled(dev, key: str):
-  """The cubin ``dev``'s linker made of the module whose cache key is ``key`` in this process,
-  ``_FAILED`` (b"") if it failed, or None."""
-  cubins = getattr(dev, "_ourjax_cubins", None)
-  return None if cubins is None else cubins.get(key)
+  """The cubin the linker made in this process of the module whose cache key is ``key``, for
+  ``dev`` or another GPU of its architecture (the key holds it), ``_FAILED`` (b"") if that
+  failed, or None."""
+  from ourjax.backends.cuda import driver
+  for d in [dev] + [d for d in list(driver._devices.values()) if d is not dev]:
+    cubins = getattr(d, "_ourjax_cubins", None)
+    if cubins is not None and key in cubins:
+      return cubins[key]
+  return None
 
 
 def keep(dev, key: str, cubin) -> None:
