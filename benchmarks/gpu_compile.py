@@ -16,20 +16,25 @@ front         ``jit(f).trace`` + ``.lower()`` + the pass pipeline + the GPU plan
 emit          the kernels' LLVM IR made by the emitter (``llvmlite.ir``) and printed (Python)
 llvm          LLVM NVPTX: parsing, optimisation and PTX generation, wall time (the modules on
               several threads); ``llvm cpu`` is the sum over the threads
-compile       the whole ``.compile()`` (passes .. llvm), wall time
+compile       the whole ``.compile()`` (passes .. llvm), wall time; ``cpu`` the process's CPU
+              seconds from tracing to the end of the compile, all threads (what a loaded
+              machine does not stretch)
 ptxas         CPU seconds of ``ptxas -arch=sm_90a`` (each module's own ``.target``) of every
-              PTX module, one after the other: a proxy for the driver's JIT (``cuLinkAddData``) of the first
-              call; ``ptxas max`` the slowest module (the least the driver's parallel link of
-              the modules can take)
+              PTX module, one after the other: a proxy for the driver's JIT (``cuLinkAddData``)
+              of the first call; ``ptxas max`` the slowest module (the least the driver's
+              parallel link of the modules can take)
 PTX KB        the PTX text of the executable
 kernels       kernels launched / distinct kernel modules (the ones compiled and loaded)
 ============  ==================================================================================
 
-Times are the median of ``--repeat`` fresh processes (``--same-process``: one run).  ``--dump DIR`` writes each workload's PTX (``NAME.ptx``, the modules in
-order) to compare code generation before and after a change.  ``--load`` (on a machine with a
-GPU) also times the first call's module load (the driver's JIT, ``ptx_load``), which is what
-ptxas stands in for here.  Environment switches of the CUDA backend (``OURJAX_CUDA_*``) pass on
-to the child processes, so an A/B is two runs of this script.
+Times are the median of ``--repeat`` fresh processes (``--same-process``: one run).  ``--dump
+DIR`` writes each workload's PTX (``NAME.ptx``, the modules in order) to compare code
+generation before and after a change.  ``--load`` (on a machine with a GPU) also times the
+first call's module load (``load``: the driver's JIT, which ptxas stands in for here) and
+``first``: trace + compile + load (with a GPU the modules are linked while the program
+compiles, ``OURJAX_CUDA_LINK_AT_COMPILE``, so compare this sum).  Environment switches of the
+CUDA backend (``OURJAX_CUDA_*``) pass on to the child processes, so an A/B is two runs of this
+script.
 """
 from __future__ import annotations
 
@@ -48,7 +53,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-COLUMNS = ("front", "emit", "llvm", "llvm_cpu", "compile", "ptxas", "ptxas_max", "load")
+COLUMNS = ("front", "emit", "llvm", "llvm_cpu", "compile", "cpu", "ptxas", "ptxas_max", "load",
+           "first")
 
 
 def _ptxas_path(given=None):
@@ -88,6 +94,7 @@ def measure(w, ptxas=None, dump=None, load=False) -> dict:
   f = w["make"](ourjax)
   args = w["inputs"]
   jitted = ourjax.jit(f, backend="cuda")
+  c0 = time.process_time()
   t0 = time.perf_counter()
   traced = jitted.trace(*args)
   t1 = time.perf_counter()
@@ -97,12 +104,13 @@ def measure(w, ptxas=None, dump=None, load=False) -> dict:
   with _phases.collecting(times):
     compiled = lowered.compile()
   t3 = time.perf_counter()
+  cpu = time.process_time() - c0
   exe = compiled.runtime_executable()
   ph = {k: v[0] for k, v in times.phases.items()}
   row = {"name": w["name"], "trace": t1 - t0, "lower": t2 - t1, "compile": t3 - t2,
          "emit": ph.get("emit", 0.0), "llvm": ph.get("llvm", 0.0),
          "llvm_cpu": sum(ph.get(k, 0.0) for k in ("llvm.parse", "llvm.opt", "llvm.codegen")),
-         "kind": type(exe).__name__}
+         "kind": type(exe).__name__, "cpu": cpu}
   row["front"] = (t3 - t0) - row["emit"] - row["llvm"]
   mods = list(getattr(exe, "ptx_modules", []) or [])
   row["kernels"] = len(getattr(exe, "kernels", []) or [])
@@ -130,6 +138,7 @@ def measure(w, ptxas=None, dump=None, load=False) -> dict:
     t4 = time.perf_counter()
     exe._load()
     row["load"] = time.perf_counter() - t4
+    row["first"] = (t3 - t0) + row["load"]     # (what a first call spends before running)
   return row
 
 
@@ -185,16 +194,17 @@ def _median_row(rows):
 
 
 HEADER = (f"{'workload':24s} {'front':>6s} {'emit':>6s} {'llvm':>6s} {'llvm cpu':>8s} "
-          f"{'compile':>7s} {'ptxas':>6s} {'ptxas max':>9s} {'load':>6s} {'PTX KB':>7s} "
-          f"{'kernels':>9s}")
+          f"{'compile':>7s} {'cpu':>6s} {'ptxas':>6s} {'ptxas max':>9s} {'load':>6s} {'PTX KB':>7s} "
+          f"{'kernels':>9s} {'first':>6s}")
 
 
 def format_row(r) -> str:
   def s(k, width):
     return f"{r[k]:{width}.3f}" if k in r else f"{'-':>{width}s}"
   return (f"{r['name']:24s} {s('front', 6)} {s('emit', 6)} {s('llvm', 6)} {s('llvm_cpu', 8)} "
-          f"{s('compile', 7)} {s('ptxas', 6)} {s('ptxas_max', 9)} {s('load', 6)} "
-          f"{r.get('ptx_bytes', 0) / 1024:7.0f} {r.get('kernels', 0):>4d}/{r.get('modules', 0):<4d}")
+          f"{s('compile', 7)} {s('cpu', 6)} {s('ptxas', 6)} {s('ptxas_max', 9)} {s('load', 6)} "
+          f"{r.get('ptx_bytes', 0) / 1024:7.0f} {r.get('kernels', 0):>4d}/{r.get('modules', 0):<4d}"
+          f" {s('first', 6)}")
 
 
 def _print_modules(row, on):
