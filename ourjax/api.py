@@ -868,6 +868,9 @@ def clear_caches() -> None:
   backends._cache.clear()
   from ourjax.lax import _trace_cache
   _trace_cache.clear()
+  import sys
+  if "ourjax.backends.cuda.kernel_cache" in sys.modules:   # (the PTX of earlier executables)
+    sys.modules["ourjax.backends.cuda.kernel_cache"].clear()
 
 
 def effects_barrier() -> None:

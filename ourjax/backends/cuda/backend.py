@@ -9,7 +9,10 @@ Compilation (``planning.py``) reuses the shared planning of the entry computatio
 (``llvm/planning.py``: buffer assignment by live ranges) and the shared group planner
 (``llvm/kernels.py``), turns every planned kernel into GPU kernels
 (``codegen.translate``), merges independent ones into one launch (``horizontal.py``) and makes
-the *launch program* (``program.py``).
+the *launch program* (``program.py``).  Each kernel's LLVM module goes to LLVM as soon as it is
+emitted, modules seen before in the process are not compiled again, and with a GPU present
+the new ones are linked into cubins while the program compiles (``kernel_cache.py``; in the
+phase log, LLVM's time then falls partly inside ``emit``, ``llvm`` being the wait after it).
 Temporaries live in one *arena* allocation per call; parameters, outputs and the module's array
 constants (uploaded once, on the first call) have their own.  ``while`` and ``conditional`` run
 their computations' kernels from the host, reading the predicate or branch index back; a loop
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -46,7 +48,7 @@ import weakref
 import numpy as np
 
 from ourjax import _phases
-from ourjax.backends.cuda import codegen, conditional, driver, memory
+from ourjax.backends.cuda import codegen, conditional, driver, kernel_cache, memory
 from ourjax.backends.cuda import program as launch_program
 from ourjax.backends.cuda.planning import _cpu_planning, _plan
 from ourjax.backends.cuda.program import (GRAPH_AFTER_CALLS, _addr, _GraphReplay, _iterations,
@@ -325,7 +327,12 @@ def _module_images(dev, ptx_modules, keys, name):
     hit = disk_cache.read(key)
     if hit is not None:
       images[g] = hit[1]
-    else:
+      continue
+    made = kernel_cache.precompiled(dev, key)     # (linked while the program compiled)
+    if made:
+      images[g] = made
+      disk_cache.write(key, {"kind": "cubin", "arch": dev.arch}, made, "")
+    elif made is None:
       todo.append(g)
 
   def link(g):
@@ -344,6 +351,7 @@ def _module_images(dev, ptx_modules, keys, name):
     if cubin is not None:
       images[g] = cubin
       disk_cache.write(keys[g], {"kind": "cubin", "arch": dev.arch}, cubin, "")
+      kernel_cache.keep(dev, keys[g], cubin)
   return images
 
 
@@ -358,6 +366,7 @@ def _load_image(dev, image, ptx, key, name):
                   str(e).splitlines()[0])
       from ourjax.backends import disk_cache
       disk_cache.remove(key)
+      kernel_cache.forget_precompiled(dev, key)
   return dev.load_module(ptx, name)
 
 
@@ -729,30 +738,28 @@ def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
   """(plan, LLVM IR text, PTX texts) of ``module``: each kernel in an LLVM module of its own,
   kernels whose code is the same (a layer's dots and their gradients, repeated per layer) in
   one: a kernel's code depends on its buffers' shapes and types, not on where they are, since
-  they are its parameters.  The distinct modules are turned into PTX at once on several
-  threads and loaded as modules of their own; ``kernel.ptx_entry`` is (module, function)."""
+  they are its parameters.  The distinct modules are turned into PTX on several threads, each
+  as soon as it is emitted, a module compiled by an earlier executable of the process is not
+  compiled again, and they are loaded as modules of their own (``kernel_cache``);
+  ``kernel.ptx_entry`` is (module, function)."""
   info = info or device_info()
   with _phases.phase("plan"):
     plan = _plan(module, info)
   kernels = plan[1]
-  texts, names, first = [], [], {}
-  with _phases.phase("emit"):
-    for k in kernels:
-      m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
-      k.emit_gpu(m)
-      text = str(m)
-      key = text
-      for own in getattr(k, "function_names", lambda: [k.name])():
-        key = re.sub(re.escape(own) + r"(?![0-9])", "\x00", key)
-      if key not in first:
-        first[key] = len(texts)
-        texts.append(text)
-        names.append(k.name)
-      n = first[key]
-      k.ptx_entry = (n, names[n])
-  with _phases.phase("llvm"):
-    ptx = codegen.compile_ptx_modules(texts, info.arch)
-  return plan, MODULE_SEPARATOR.join(texts), ptx
+  builder = kernel_cache.ModuleBuilder(info.arch, module.name or "ourjax", len(kernels))
+  try:
+    with _phases.phase("emit"):
+      for k in kernels:
+        m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
+        k.emit_gpu(m)
+        text = str(m)
+        own = getattr(k, "function_names", lambda: [k.name])()
+        k.ptx_entry = builder.add(kernel_cache.entry_key(text, own), text, k.name)
+    with _phases.phase("llvm"):
+      ptx = builder.results()
+  finally:
+    builder.close()
+  return plan, MODULE_SEPARATOR.join(builder.texts), ptx
 
 
 def _dump(module, ir_text, ptx):

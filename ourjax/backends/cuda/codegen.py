@@ -169,14 +169,18 @@ def compile_ptx_modules(modules, arch: str = DEFAULT_ARCH) -> list:
   if len(texts) == 1:
     return [compile_ptx(texts[0], arch)]
   target_machine(arch)               # (initialises LLVM's targets once, under the lock)
-
-  def one(text):
-    a = _arch_for(text, arch)
-    return _ptx(text, a, _new_target_machine(a), llvm.create_context(), unlocked=True)
-
+  one = lambda text: compile_ptx_own(text, arch)     # noqa: E731
   from concurrent.futures import ThreadPoolExecutor
   with ThreadPoolExecutor(max(1, min(len(texts), os.cpu_count() or 1))) as pool:
     return list(pool.map(_phases.bound(one), texts))
+
+
+def compile_ptx_own(text: str, arch: str = DEFAULT_ARCH) -> str:
+  """``compile_ptx`` of IR text in an LLVM context and a target machine of the calling
+  thread's own, outside llvmlite's lock (any thread, several at once)."""
+  target_machine(arch)               # (initialises LLVM's targets once, under the lock)
+  a = _arch_for(text, arch)
+  return _ptx(text, a, _new_target_machine(a), llvm.create_context(), unlocked=True)
 
 
 def _arch_for(text: str, arch: str) -> str:

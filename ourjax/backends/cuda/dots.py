@@ -793,6 +793,16 @@ def _k_major_copy(name, s, which: int, buf, new_temp):
   return dst, StridedTranspose(name + "_tb", buf, dst, s.B, s.N, s.K, s.b_sb, s.b_sk)
 
 
+def _copy_small_b(spec) -> bool:
+  """``OURJAX_CUDA_WGMMA_COPY_B=1`` (off by default; for an A/B on a GPU): a tf32 dot with a
+  row-major B much smaller than A (a convolution's weights) copies B K-major and runs the
+  shared-memory form instead of the transposed register form, whose kernel takes the driver's
+  JIT about twice as long to compile (``benchmarks/gpu_compile.py``)."""
+  import os
+  return (os.environ.get("OURJAX_CUDA_WGMMA_COPY_B", "0").strip() == "1" and spec.B == 1
+          and 8 * spec.K * spec.N <= spec.K * spec.M)
+
+
 def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
   """``WgmmaDot`` for ``dot`` (None where its layouts do not fit): where A is stored M-major
   and B N-major (``x.T @ dy``, every weight gradient) the smaller of the two is first copied
@@ -836,7 +846,8 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
         a = copied
       else:
         rhs = copied
-  if how is not None and how[0] == "rs_t" and how[2] == 1 and spec.M >= 16 * 64:
+  if how is not None and how[0] == "rs_t" and (
+      (how[2] == 1 and spec.M >= 16 * 64) or _copy_small_b(spec)):
     # tf32 with a row-major B of 64 columns or fewer and many rows of A (a convolution with
     # few output channels): the transposed form would give each block one warpgroup and A
     # through 256-wide tiles; B copied K-major first (a small copy) lets A take the 128-row X

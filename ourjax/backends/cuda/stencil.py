@@ -449,10 +449,15 @@ def _stage_of(kernel):
   return None
 
 
-def _analyse(stages, max_halo: int = MAX_HALO):
+_NOT_STENCIL = object()
+
+
+def _analyse(stages, max_halo: int = MAX_HALO, memo: dict | None = None):
   """The stages with their staged reads and windows filled in; None when the chain is not a
   stencil.  (Inputs stay in memory: copying those several stages read into shared memory first
-  was measured slower, an extra phase, where later phases find them in L1.)"""
+  was measured slower, an extra phase, where later phases find them in L1.)  ``memo``: a dict
+  that keeps ``read_offsets`` of a stage's computation for copies of the same stage (which
+  differ only in their buffers) across calls; it must not outlive the instructions."""
   produced = {}                      # id(Buf) -> stage index
   for j, st in enumerate(stages):
     for _, buf in st.outputs:
@@ -462,9 +467,18 @@ def _analyse(stages, max_halo: int = MAX_HALO):
   for j, st in enumerate(stages):
     outs = ([i for i, _ in st.outputs] if st.kind == "elementwise"
             else list(st.reduces[0].operands[:1]))
-    try:
-      offs = read_offsets(outs, st.leafmap)
-    except NotStencil:
+    # (read_offsets reads only the outputs and which instructions are leaves)
+    key = (tuple(id(i) for i in outs), frozenset(id(x) for x in st.leafmap)) \
+        if memo is not None else None
+    offs = memo.get(key) if memo is not None else None
+    if offs is None:
+      try:
+        offs = read_offsets(outs, st.leafmap)
+      except NotStencil:
+        offs = _NOT_STENCIL
+      if memo is not None:
+        memo[key] = offs
+    if offs is _NOT_STENCIL:
       return None
     for leaf, spec in st.leafmap.items():
       if not isinstance(spec, K.Buf):
@@ -479,16 +493,17 @@ def _analyse(stages, max_halo: int = MAX_HALO):
         return None
       st.reads[leaf] = _reads(st, o, m)
   stages = list(stages)
-  # windows, last stage first
+  # windows, last stage first: a stage's window covers what its later readers read of its
+  # outputs, at their own windows
+  readers = [[] for _ in stages]
+  for k, rd in enumerate(stages):
+    for leaf, o in rd.reads.items():
+      readers[produced[id(rd.leafmap[leaf])]].append((rd, o))    # (a stage before k)
   for j in range(len(stages) - 1, -1, -1):
     st = stages[j]
-    for k in range(j + 1, len(stages)):
-      rd = stages[k]
-      for leaf, o in rd.reads.items():
-        spec = rd.leafmap[leaf]
-        if any(spec is buf for _, buf in st.outputs):
-          st.lo = max(st.lo, rd.lo - min(o))
-          st.hi = max(st.hi, rd.hi + max(o))
+    for rd, o in readers[j]:
+      st.lo = max(st.lo, rd.lo - min(o))
+      st.hi = max(st.hi, rd.hi + max(o))
     if st.lo > max_halo or st.hi > max_halo:
       return None
   return stages

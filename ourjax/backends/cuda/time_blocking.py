@@ -55,6 +55,7 @@ from ourjax.backends.cuda.codegen import I32, GpuKernel, sreg64
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import Emitter, Index, i64
+from ourjax.config import env_switch
 from ourjax.backends.llvm.kernel_info import same_origin
 from ourjax.config import env_switch
 
@@ -413,7 +414,8 @@ def _block_or_why(s, new_temp):
   # threads, 1.28 with 10 in blocks of 352)
   max_halo = stencil.MAX_HALO
   nexts = {id(next_of[id(x)]): x for x in states}
-  fits = functools.lru_cache(None)(lambda k: _fits(chain, k, next_of, nexts, max_halo))
+  memo = {} if env_switch("OURJAX_CUDA_PLAN_MEMO") else None   # (stencil._analyse)
+  fits = functools.lru_cache(None)(lambda k: _fits(chain, k, next_of, nexts, max_halo, memo))
   lo_k, hi_k = 1, min(MAX_ITERATIONS, n)        # the most iterations that fit (they grow
   while lo_k < hi_k:                            # the halo: fitting is monotone)
     mid = (lo_k + hi_k + 1) // 2
@@ -519,10 +521,10 @@ class _OneStage:
     self.globals_out = {id(x) for x in kernel.writes}
 
 
-def _fits(chain, iters, next_of, nexts, max_halo):
+def _fits(chain, iters, next_of, nexts, max_halo, memo=None):
   """(lo, hi), the halo of ``iters`` iterations per launch, when it is within ``max_halo`` and
   the shared-memory arrays fit (each intermediate one, each next state two), else None."""
-  window = _halo(chain, iters, next_of, nexts, max_halo)
+  window = _halo(chain, iters, next_of, nexts, max_halo, memo)
   if window is None:
     return None
   win = stencil.TILE + window[0] + window[1]
@@ -574,7 +576,7 @@ def _make(chain, fin, scal, iters, states, next_of, state_of, temps, new_temp, w
   return out
 
 
-def _halo(chain, iters, next_of, nexts, max_halo=stencil.MAX_HALO):
+def _halo(chain, iters, next_of, nexts, max_halo=stencil.MAX_HALO, memo=None):
   """(lo, hi): the widest halo any stage needs when ``iters`` iterations follow a state read
   whole from memory, found by ``stencil._analyse`` over the stages repeated ``iters + 1``
   times (the first time standing for the state's copy into shared memory); None when it is
@@ -600,7 +602,7 @@ def _halo(chain, iters, next_of, nexts, max_halo=stencil.MAX_HALO):
       stages.append(stencil._Stage(st.kind, st.kernel, st.dims,
                                    [(i, out_buf(x, t)) for i, x in st.outputs], leafmap,
                                    st.reduces, st.partials))
-  stages = stencil._analyse(stages, max_halo)
+  stages = stencil._analyse(stages, max_halo, memo)
   if stages is None:
     return None
   per = len(chain.stages)
