@@ -39,7 +39,7 @@ except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not
 __all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cpu_name",
            "cpu_features", "triple", "target_data_layout", "host_target_machine",
            "compile_to_object", "compile_to_objects", "pack_objects", "load_object",
-           "target_machine_for", "optimize_for", "vector_isa", "ObjectBuilds"]
+           "target_machine_for", "optimize_for", "vector_isa", "ObjectBuilds", "object_apart"]
 
 _lock = threading.RLock()
 _state: Optional[dict] = None
@@ -404,19 +404,19 @@ class ObjectBuilds:
     self._waiting = False
     self.futures = []
 
-  def _one(self, text, level, provided):
-    st = self.st
+  def _one(self, text, level, provided, codegen_level=None):
     with self._slots:
-      with _lock:
-        tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
-        context = llvm.create_context()
-      return _object(text, st, tm, context, True, self.loop_unrolling, provided,
-                     self.keep_ir, unlocked=True, speed_level=level, slp=self.slp)
+      return object_apart(text, level, codegen_level, provided, self.loop_unrolling,
+                          self.keep_ir, self.slp)
 
-  def submit(self, text: str, level: int = 3, provided: Iterable[str] = ()) -> None:
+  def submit(self, text: str, level: int = 3, provided: Iterable[str] = (),
+             codegen_level: Optional[int] = None) -> None:
+    """Start compiling ``text`` at optimisation level ``level`` (``codegen_level``: the code
+    generator's, default 0 for level 0, else 3)."""
     provided = frozenset(provided)
     _await_gemm([text], provided)
-    self.futures.append(self.pool.submit(_phases.bound(self._one), text, level, provided))
+    self.futures.append(self.pool.submit(_phases.bound(self._one), text, level, provided,
+                                         codegen_level))
 
   def results(self) -> list:
     if not self._waiting:           # (the caller only waits now: its core goes to LLVM)
@@ -435,6 +435,24 @@ class ObjectBuilds:
       self._waiting = True
       self._slots.release()
     self.pool.shutdown(wait=False)
+
+
+def object_apart(text: str, level: int = 3, codegen_level: Optional[int] = None,
+                 provided: Iterable[str] = (), loop_unrolling: bool = True,
+                 keep_ir: bool = True, slp: bool = True):
+  """(object bytes, optimised IR or "") of ``text`` compiled on the calling thread in an LLVM
+  context and target machine of its own, outside llvmlite's lock (what ``ObjectBuilds`` runs
+  on its threads; it does not wait for the shared GEMMs, ``_await_gemm``, so a thread that
+  builds one may call it).  ``codegen_level``: the code generator's level (default 0 for
+  ``level`` 0, else 3)."""
+  st = _setup()
+  if codegen_level is None:
+    codegen_level = 0 if level == 0 else 3
+  with _lock:
+    tm = _make_tm(st["target"], st["name"], st["features"], codegen_level)
+    context = llvm.create_context()
+  return _object(text, st, tm, context, True, loop_unrolling, frozenset(provided), keep_ir,
+                 unlocked=True, speed_level=level, slp=slp)
 
 
 def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=True,
