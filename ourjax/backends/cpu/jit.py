@@ -404,19 +404,14 @@ class ObjectBuilds:
     self._waiting = False
     self.futures = []
 
-  def _one(self, text, level, provided, codegen_level=None):
+  def _one(self, text, level, provided):
     with self._slots:
-      return object_apart(text, level, codegen_level, provided, self.loop_unrolling,
-                          self.keep_ir, self.slp)
+      return object_apart(text, level, provided, self.loop_unrolling, self.keep_ir, self.slp)
 
-  def submit(self, text: str, level: int = 3, provided: Iterable[str] = (),
-             codegen_level: Optional[int] = None) -> None:
-    """Start compiling ``text`` at optimisation level ``level`` (``codegen_level``: the code
-    generator's, default 0 for level 0, else 3)."""
+  def submit(self, text: str, level: int = 3, provided: Iterable[str] = ()) -> None:
     provided = frozenset(provided)
     _await_gemm([text], provided)
-    self.futures.append(self.pool.submit(_phases.bound(self._one), text, level, provided,
-                                         codegen_level))
+    self.futures.append(self.pool.submit(_phases.bound(self._one), text, level, provided))
 
   def results(self) -> list:
     if not self._waiting:           # (the caller only waits now: its core goes to LLVM)
@@ -437,19 +432,15 @@ class ObjectBuilds:
     self.pool.shutdown(wait=False)
 
 
-def object_apart(text: str, level: int = 3, codegen_level: Optional[int] = None,
-                 provided: Iterable[str] = (), loop_unrolling: bool = True,
-                 keep_ir: bool = True, slp: bool = True):
+def object_apart(text: str, level: int = 3, provided: Iterable[str] = (),
+                 loop_unrolling: bool = True, keep_ir: bool = True, slp: bool = True):
   """(object bytes, optimised IR or "") of ``text`` compiled on the calling thread in an LLVM
   context and target machine of its own, outside llvmlite's lock (what ``ObjectBuilds`` runs
   on its threads; it does not wait for the shared GEMMs, ``_await_gemm``, so a thread that
-  builds one may call it).  ``codegen_level``: the code generator's level (default 0 for
-  ``level`` 0, else 3)."""
+  builds one may call it).  ``level`` 0 also generates code at LLVM's -O0."""
   st = _setup()
-  if codegen_level is None:
-    codegen_level = 0 if level == 0 else 3
   with _lock:
-    tm = _make_tm(st["target"], st["name"], st["features"], codegen_level)
+    tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
     context = llvm.create_context()
   return _object(text, st, tm, context, True, loop_unrolling, frozenset(provided), keep_ir,
                  unlocked=True, speed_level=level, slp=slp)

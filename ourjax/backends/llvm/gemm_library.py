@@ -132,8 +132,8 @@ class _Build:
           self.next += 1
         try:
           if self.jobs:
-            text, level, cg, kw = self.jobs[i]
-            self.objs[i] = jit.object_apart(text, level, cg, keep_ir=False, **kw)[0]
+            text, level, kw = self.jobs[i]
+            self.objs[i] = jit.object_apart(text, level, keep_ir=False, **kw)[0]
           with self.lock:
             self.left -= 1
             last = self.left == 0
@@ -166,9 +166,8 @@ class _Build:
 
 
 def _jobs(prepared) -> list:
-  """The LLVM modules of a library's build: (IR text, optimisation level, code generator's
-  level, options of ``jit.object_apart``); none when its object code came from the disk
-  cache.  (No LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
+  """The LLVM modules of a library's build: (IR text, optimisation level, options of
+  ``jit.object_apart``); none when its object code came from the disk cache.  (No LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
   unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from 7x13x5
   to 512^3, while it took an eighth of the build; no SLP vectorizer: the code is vectorised as
   emitted, and it changed no instruction of the GEMM's helpers and driver, and no vector
@@ -178,11 +177,10 @@ def _jobs(prepared) -> list:
     return []
   kw = dict(loop_unrolling=False, slp=False)
   if ir_[0] == "packer":
-    return [(ir_[1], 3, 3, kw)]
+    return [(ir_[1], 3, kw)]
   _, texts, names, parts = ir_
   kw = dict(kw, provided=names)
-  return ([(texts[0], DRIVER_SPEED_LEVEL, 3, kw)] +
-          [(t, 3, 3, kw) for t in texts[1:]])
+  return [(texts[0], DRIVER_SPEED_LEVEL, kw)] + [(t, 3, kw) for t in texts[1:]]
 
 
 def _finish_objects(prepared, objs):
@@ -195,8 +193,8 @@ def _finish_objects(prepared, objs):
       return sym, jit.load_object(obj, [sym])
     except jit.CompileError:        # (the cached object would not load: compiled again)
       fresh = (dtype, sym, path, None, _emit_shared(dtype, sym))
-      return _finish_objects(fresh, [jit.object_apart(t, lv, cg, keep_ir=False, **kw)[0]
-                                     for t, lv, cg, kw in _jobs(fresh)])
+      return _finish_objects(fresh, [jit.object_apart(t, lv, keep_ir=False, **kw)[0]
+                                     for t, lv, kw in _jobs(fresh)])
   obj = jit.pack_objects(objs)
   cm = jit.load_object(obj, [sym])
   _cache_store(path, obj)
