@@ -712,28 +712,44 @@ def test_fork_while_the_shared_kernel_builds(tmp_path, monkeypatch):
   assert status == 0
 
 
-def test_prefetch_emits_on_the_caller_and_compiles_on_the_builder(tmp_path, monkeypatch):
+@pytest.mark.parametrize("wait_first", [False, True])
+def test_prefetch_emits_on_the_caller_and_compiles_on_the_builder(wait_first, tmp_path,
+                                                                  monkeypatch):
   """``prefetch_shared_gemm`` makes the library's IR on the calling thread and hands only its
   LLVM work to the builder thread (Python there would take turns with the caller's passes for
-  the interpreter lock); the library it builds multiplies as NumPy does."""
+  the interpreter lock); a caller that then waits for the library (``shared_gemm_symbol``)
+  compiles the modules the builder has not started (``_Build``): each module is compiled
+  once, on one of the two threads (``wait_first``: the caller asks at once, else once the
+  builder is done); the library it builds multiplies as NumPy does."""
+  from ourjax.backends.cpu import jit as cpu_jit
   from ourjax.backends.llvm import gemm_library
   from ourjax.config import config
   monkeypatch.setattr(config, "_values", dict(config._values,
                                               jax_compilation_cache_dir=str(tmp_path)))
   monkeypatch.setattr(gemm_library, "_shared", {})
   monkeypatch.setattr(gemm_library, "_pending", {})
+  monkeypatch.setattr(gemm_library, "library_parts", lambda: 2)
   where = {}
-  for name in ("_emit_shared", "_finish_shared"):
-    real = getattr(gemm_library, name)
 
-    def recorded(*a, real=real, name=name, **k):
+  def record(name, real):
+    def recorded(*a, **k):
       where.setdefault(name, []).append(threading.current_thread().name)
       return real(*a, **k)
-    monkeypatch.setattr(gemm_library, name, recorded)
+    return recorded
+  monkeypatch.setattr(gemm_library, "_emit_shared",
+                      record("_emit_shared", gemm_library._emit_shared))
+  monkeypatch.setattr(cpu_jit, "object_apart", record("object_apart", cpu_jit.object_apart))
   gemm.prefetch_shared_gemm("f64")
+  build = gemm_library._pending["f64"]
+  if not wait_first:
+    build.result()
   sym = gemm.shared_gemm_symbol("f64")
-  assert where["_emit_shared"] == [threading.current_thread().name]
-  assert len(where["_finish_shared"]) == 1 and where["_finish_shared"][0].startswith("ourjax-gemm")
+  me = threading.current_thread().name
+  assert where["_emit_shared"] == [me]
+  assert len(where["object_apart"]) == len(build.jobs) == 3
+  assert all(t == me or t.startswith("ourjax-gemm") for t in where["object_apart"])
+  if not wait_first:
+    assert me not in where["object_apart"]
   _KEEP.append(gemm_library._shared["f64"])
   P, I, I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
   fn = ctypes.CFUNCTYPE(None, P, P, P, I, I, I, I, I, I, I32, I32, I, I, I, I, I, I, P, I)(

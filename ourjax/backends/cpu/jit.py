@@ -39,7 +39,7 @@ except Exception:  # pragma: no cover - fallback while ourjax/__init__.py is not
 __all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cpu_name",
            "cpu_features", "triple", "target_data_layout", "host_target_machine",
            "compile_to_object", "compile_to_objects", "pack_objects", "load_object",
-           "target_machine_for", "optimize_for", "vector_isa", "ObjectBuilds"]
+           "target_machine_for", "optimize_for", "vector_isa", "ObjectBuilds", "object_apart"]
 
 _lock = threading.RLock()
 _state: Optional[dict] = None
@@ -405,13 +405,8 @@ class ObjectBuilds:
     self.futures = []
 
   def _one(self, text, level, provided):
-    st = self.st
     with self._slots:
-      with _lock:
-        tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
-        context = llvm.create_context()
-      return _object(text, st, tm, context, True, self.loop_unrolling, provided,
-                     self.keep_ir, unlocked=True, speed_level=level, slp=self.slp)
+      return object_apart(text, level, provided, self.loop_unrolling, self.keep_ir, self.slp)
 
   def submit(self, text: str, level: int = 3, provided: Iterable[str] = ()) -> None:
     provided = frozenset(provided)
@@ -435,6 +430,20 @@ class ObjectBuilds:
       self._waiting = True
       self._slots.release()
     self.pool.shutdown(wait=False)
+
+
+def object_apart(text: str, level: int = 3, provided: Iterable[str] = (),
+                 loop_unrolling: bool = True, keep_ir: bool = True, slp: bool = True):
+  """(object bytes, optimised IR or "") of ``text`` compiled on the calling thread in an LLVM
+  context and target machine of its own, outside llvmlite's lock (what ``ObjectBuilds`` runs
+  on its threads; it does not wait for the shared GEMMs, ``_await_gemm``, so a thread that
+  builds one may call it).  ``level`` 0 also generates code at LLVM's -O0."""
+  st = _setup()
+  with _lock:
+    tm = _make_tm(st["target"], st["name"], st["features"], 0 if level == 0 else 3)
+    context = llvm.create_context()
+  return _object(text, st, tm, context, True, loop_unrolling, frozenset(provided), keep_ir,
+                 unlocked=True, speed_level=level, slp=slp)
 
 
 def _object(text, st, tm, context, optimize, loop_unrolling, provided, keep_ir=True,

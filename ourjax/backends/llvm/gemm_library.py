@@ -11,9 +11,11 @@ packer), and registered with LLVM's symbol table, so that modules which only dec
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
 
 A build loads the object code from the disk cache (``disk_cache.cache_dir()/gemm/``) or compiles
-it (~0.75 s of LLVM for a GEMM, ~0.3 s for a packer) and stores it there.  On hosts of 4 or
-more cores a GEMM is compiled as four modules at once (``split_module``, ``library_parts``): its
-driver at O2 (``DRIVER_SPEED_LEVEL``), its helpers at O3.
+it (~0.5 s of LLVM for a GEMM, ~0.3 s for a packer) and stores it there.  A GEMM is compiled
+as several modules (``split_module``, ``library_parts``): its driver at O2
+(``DRIVER_SPEED_LEVEL``), its helpers at O3; threads take them one at a time (``_Build``): the
+builder thread, more threads on hosts of 4 or more cores, and a thread that waits for the
+library (``shared_gemm_symbol``), which compiles the modules not yet started.
 """
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ from typing import Optional
 
 _shared_lock = threading.Lock()
 _shared: dict = {}
-_pending: dict = {}       # dtype -> Future of (symbol, compiled module): being built on a thread
+_pending: dict = {}       # dtype -> _Build of (symbol, compiled module): being built
 _builder = None           # the thread that builds them (made on first use)
+_helpers = None           # threads that join a build's parts where cores are left (4+ cores)
 
 
 def _before_fork() -> None:
@@ -38,8 +41,8 @@ def _before_fork() -> None:
 
 
 def _after_fork_in_child() -> None:
-  global _builder
-  _builder = None       # (its thread is not in the child; finished builds stay in _pending)
+  global _builder, _helpers
+  _builder = _helpers = None   # (their threads are not in the child; finished builds stay)
 
 
 if hasattr(os, "register_at_fork"):
@@ -77,12 +80,125 @@ def prefetch_shared_gemm(dtype: str) -> str:
     if dtype not in _shared and dtype not in _pending:
       from concurrent.futures import ThreadPoolExecutor
       from ourjax import _phases
+      global _helpers
+      cores = os.cpu_count() or 1
       if _builder is None:   # (three libraries at once where cores are left for the caller: a
         # convolution's program waits for the GEMM and its patch matrices' packers)
-        _builder = ThreadPoolExecutor(max(1, min(3, (os.cpu_count() or 1) - 1)),
+        _builder = ThreadPoolExecutor(max(1, min(3, cores - 1)),
                                       thread_name_prefix="ourjax-gemm")
-      _pending[dtype] = _builder.submit(_phases.bound(_finish_shared), prepared, True)
+      build = _pending[dtype] = _Build(prepared)
+      _builder.submit(_phases.bound(build.work))
+      if cores >= 4 and len(build.jobs) > 1:   # (its parts at once on threads of their own)
+        if _helpers is None:
+          _helpers = ThreadPoolExecutor(3, thread_name_prefix="ourjax-gemm-part")
+        for _ in range(min(3, len(build.jobs) - 1)):
+          _helpers.submit(_phases.bound(build.work))
   return f"ourjax_gemm_{dtype}"
+
+
+class _Build:
+  """A library's build cut into jobs, its LLVM modules (``_jobs``), which any thread may take
+  (``work``): the builder thread that ``prefetch_shared_gemm`` starts it on, threads of
+  ``_helpers`` on hosts of 4 or more cores, and the thread that waits for it
+  (``shared_gemm_symbol``: ``wait``), which compiles the modules nobody has started instead of
+  idling (on 2 cores, a program's compile that needed the GEMM waited for all of its LLVM work
+  on the builder thread while its own core was idle).  The thread that finishes the last
+  module loads the objects (and stores them in the disk cache); ``result`` waits for that, as
+  a Future's does."""
+
+  def __init__(self, prepared):
+    self.prepared = prepared
+    self.jobs = _jobs(prepared)
+    self.objs = [None] * len(self.jobs)
+    self.next = 0
+    self.left = len(self.jobs)
+    self.lock = threading.Lock()
+    self.finished = threading.Event()
+    self.value = self.error = None
+    if not self.jobs:                  # (cached object code: only loaded, by the first worker)
+      self.left = 1
+
+  def work(self) -> None:
+    """Compile the modules no thread has taken yet, one at a time, on this thread; the last
+    one done finishes the build."""
+    from ourjax import _phases
+    from ourjax.backends.cpu import jit
+    with _phases.phase("library"), _phases.collecting(None):
+      while True:
+        with self.lock:
+          if self.error is not None or self.next >= max(1, len(self.jobs)):
+            return
+          i = self.next
+          self.next += 1
+        try:
+          if self.jobs:
+            text, level, kw = self.jobs[i]
+            self.objs[i] = jit.object_apart(text, level, keep_ir=False, **kw)[0]
+          with self.lock:
+            self.left -= 1
+            last = self.left == 0
+          if last:
+            self.value = _finish_objects(self.prepared, self.objs)
+            self.finished.set()
+        except BaseException as e:   # noqa: BLE001  (raised to whoever waits for the build)
+          with self.lock:
+            self.error = e
+          self.finished.set()
+          return
+
+  def wait(self, help: bool = True):
+    """(symbol, compiled module), once built; ``help``: compiling untaken modules meanwhile."""
+    if help:
+      self.work()
+    self.finished.wait()
+    if self.error is not None:
+      raise self.error
+    return self.value
+
+  def result(self):
+    return self.wait(help=False)
+
+  def done(self) -> bool:
+    return self.finished.is_set()
+
+  def exception(self):
+    return self.error
+
+
+def _jobs(prepared) -> list:
+  """The LLVM modules of a library's build: (IR text, optimisation level, options of
+  ``jit.object_apart``); none when its object code came from the disk cache.  (No LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
+  unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from 7x13x5
+  to 512^3, while it took an eighth of the build; no SLP vectorizer: the code is vectorised as
+  emitted, and it changed no instruction of the GEMM's helpers and driver, and no vector
+  instruction of a packer, for a sixth of the build.)"""
+  dtype, sym, path, obj, ir_ = prepared
+  if ir_ is None:
+    return []
+  kw = dict(loop_unrolling=False, slp=False)
+  if ir_[0] == "packer":
+    return [(ir_[1], 3, kw)]
+  _, texts, names, parts = ir_
+  kw = dict(kw, provided=names)
+  return [(texts[0], DRIVER_SPEED_LEVEL, kw)] + [(t, 3, kw) for t in texts[1:]]
+
+
+def _finish_objects(prepared, objs):
+  """(symbol, compiled module) of a build whose modules compiled to ``objs`` (or of cached
+  object code): loaded, and stored in the disk cache when compiled."""
+  from ourjax.backends.cpu import jit
+  dtype, sym, path, obj, ir_ = prepared
+  if obj is not None:
+    try:
+      return sym, jit.load_object(obj, [sym])
+    except jit.CompileError:        # (the cached object would not load: compiled again)
+      fresh = (dtype, sym, path, None, _emit_shared(dtype, sym))
+      return _finish_objects(fresh, [jit.object_apart(t, lv, keep_ir=False, **kw)[0]
+                                     for t, lv, kw in _jobs(fresh)])
+  obj = jit.pack_objects(objs)
+  cm = jit.load_object(obj, [sym])
+  _cache_store(path, obj)
+  return sym, cm
 
 
 def shared_gemm_symbol(dtype: str) -> str:
@@ -104,7 +220,7 @@ def shared_gemm_symbol(dtype: str) -> str:
   from ourjax import _phases
   try:
     with _phases.phase("library.wait"):
-      sym, cm = fut.result()
+      sym, cm = fut.wait()
   finally:
     with _shared_lock:
       if _pending.get(dtype) is fut:
@@ -180,46 +296,11 @@ def _emit_shared(dtype: str, sym: str):
 
 
 def _finish_shared(prepared, own_thread: bool = False):
-  """(symbol, compiled module) from ``_prepare_shared``'s answer: the cached object code
-  loaded, or the IR compiled, loaded and stored in the disk cache."""
-  from ourjax import _phases
-  from ourjax.backends.cpu import jit
-  dtype, sym, path, obj, ir_ = prepared
-  with _phases.phase("library"), _phases.collecting(None):
-    cm = None
-    if obj is not None:
-      try:
-        cm = jit.load_object(obj, [sym])
-      except jit.CompileError:
-        cm = None
-    if cm is None:
-      if ir_ is None:             # (the cached object would not load: compiled again)
-        ir_ = _emit_shared(dtype, sym)
-      # (no LLVM unroller: the micro-kernels are unrolled and vectorised as emitted, and its
-      # unrolling of the rest changed no timing measured, f32 on AVX-512 and AVX2 code, from
-      # 7x13x5 to 512^3, while it took an eighth of the build; no SLP vectorizer: the code is
-      # vectorised as emitted, and it changed no instruction of the GEMM's helpers and
-      # driver, and no vector instruction of a packer, for a sixth of the build)
-      if ir_[0] == "packer":
-        obj, _ = jit.compile_to_object(ir_[1], keep_ir=False, own_thread=own_thread,
-                                       loop_unrolling=False, slp=False)
-      else:
-        _, texts, names, parts = ir_
-        levels = [DRIVER_SPEED_LEVEL] + [3] * (len(texts) - 1)
-        if parts > 1:
-          builds = jit.ObjectBuilds(len(texts), loop_unrolling=False, keep_ir=False, slp=False)
-          for text, level in zip(texts, levels):
-            builds.submit(text, level, names)
-          objs = [o for o, _ in builds.results()]
-        else:         # (one after the other, on this thread: the cores are busy)
-          objs = [jit.compile_to_object(text, keep_ir=False, own_thread=own_thread,
-                                        loop_unrolling=False, speed_level=level,
-                                        slp=False, provided=names)[0]
-                  for text, level in zip(texts, levels)]
-        obj = jit.pack_objects(objs)
-      cm = jit.load_object(obj, [sym])
-      _cache_store(path, obj)
-  return sym, cm
+  """(symbol, compiled module) from ``_prepare_shared``'s answer, built on this thread: the
+  cached object code loaded, or the IR compiled (each module in an LLVM context of its own,
+  outside llvmlite's lock), loaded and stored in the disk cache.  ``own_thread`` is kept for
+  callers; every build now runs outside the lock."""
+  return _Build(prepared).wait()
 
 
 #: LLVM's optimisation level for the shared GEMM's driver (its loops over blocks, which call the
@@ -231,17 +312,18 @@ def _finish_shared(prepared, own_thread: bool = False):
 DRIVER_SPEED_LEVEL = 2
 
 
-#: Into how many LLVM modules a shared GEMM's helpers are cut, compiled at once on as many
-#: threads (``split_module``; the driver is a module of its own besides): where cores are idle,
-#: a process's first program with a dot waited for the whole GEMM's LLVM work on one thread
-#: (about 0.75 s).  ``OURJAX_GEMM_LIBRARY_PARTS`` overrides; default 3 on hosts of at least 4
-#: cores, else 1 (the cores are busy with the program's own work: the modules are compiled one
-#: after the other).
+#: Into how many LLVM modules a shared GEMM's helpers are cut (``split_module``; the driver is
+#: a module of its own besides), which threads take one at a time (``_Build``): where cores are
+#: idle, a process's first program with a dot waited for the whole GEMM's LLVM work on one
+#: thread (about 0.75 s).  ``OURJAX_GEMM_LIBRARY_PARTS`` overrides; default 3 on hosts of at
+#: least 4 cores (compiled at once on as many threads), 2 on 2 or 3 cores (the builder thread
+#: and the program's thread once it waits for the library share them), 1 on one core.
 def library_parts() -> int:
   env = os.environ.get("OURJAX_GEMM_LIBRARY_PARTS", "").strip()
   if env:
     return max(1, min(3, int(env)))
-  return 3 if (os.cpu_count() or 1) >= 4 else 1
+  cores = os.cpu_count() or 1
+  return 3 if cores >= 4 else 2 if cores >= 2 else 1
 
 
 def split_module(mod, sym: str, parts: int):
