@@ -261,10 +261,7 @@ def power(x1, x2, /):
     pass
   else:
     x1, = promote_args_numeric("power", x1)
-    if n < 0 and dtypes.is_integer(get_aval(x1).dtype):
-      raise TypeError(f"power: integers cannot be raised to negative powers, got "
-                      f"{get_aval(x1).dtype.name} ** {n}")
-    return lax.integer_pow(x1, n)
+    return lax.integer_pow(x1, n)    # (a TypeError for integers and n < 0, as JAX's)
   d1, d2 = dtypes.dtype(x1), dtypes.dtype(x2)
   weak = dtypes.is_weakly_typed(x1) and dtypes.is_weakly_typed(x2)
   p1, p2 = promote_args_numeric("power", x1, x2)   # bool ** bool is an int32 power, as JAX's
