@@ -326,8 +326,12 @@ def test_where(data):
 
 
 def test_where_errors_and_weak():
-  with pytest.raises(ValueError, match="both or neither"):
+  # one of x and y missing: JAX's array check of the missing one, a TypeError
+  with pytest.raises(TypeError, match="where requires ndarray or scalar arguments, got "
+                     "<class 'NoneType'> at position 2"):
     jnp.where(True, 1)
+  with pytest.raises(TypeError, match="at position 1"):
+    jnp.where(True, None, 1)
   r = jnp.where(True, 1.0, 2.0)
   assert r.dtype == np.float32 and r.weak_type
   with pytest.raises(ValueError, match=r"Incompatible shapes for broadcasting: "
@@ -511,6 +515,12 @@ def test_round():
   check(jnp.around(x, 1), np.around(x, 1), rtol=1e-6)
   check(jnp.round(np.array([15, 25, -35], np.int32), -1), np.array([20, 20, -40], np.int32))
   check(jnp.asarray(x).round(1), np.round(x, 1), rtol=1e-6)
+  check(jnp.round(x, np.int64(1)), np.round(x, 1), rtol=1e-6)
+  for bad in (1.5, 1.0):       # decimals must be an integer: NumPy's TypeError, as JAX's
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+      np.round(x, bad)
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+      jnp.round(x, bad)
 
 
 def test_divmod_and_operators():

@@ -224,6 +224,7 @@ def rint(x, /):
 
 @static_argnames("decimals")
 def round(a, decimals: int = 0, out=None):  # noqa: A001
+  decimals = operator.index(decimals)   # (a TypeError for a float, as JAX's and NumPy's)
   a, = promote_args("round", a)
   dt = get_aval(a).dtype
   if dt == np.bool_:
@@ -630,9 +631,9 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
     if nonzero is None:
       raise NotImplementedError("jnp.where(condition) needs jnp.nonzero (not available yet)")
     return nonzero(condition, size=size, fill_value=fill_value)
-  if x is None or y is None:
-    raise ValueError("Either both or neither of the x and y arguments should be provided to "
-                     "jax.numpy.where, got one.")
+  if x is None or y is None:      # (JAX's array check of the missing one)
+    raise TypeError(f"where requires ndarray or scalar arguments, got {type(None)} at "
+                    f"position {1 if x is None else 2}.")
   if size is not None or fill_value is not None:
     raise ValueError("size and fill_value arguments cannot be used in three-term where "
                      "function.")
