@@ -3,6 +3,7 @@ small programs run with JAX and with ourjax).  Expected values are NumPy's or wr
 hand from JAX's documented behaviour; nothing here imports JAX."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -38,6 +39,28 @@ def test_binary_shape_mismatch_is_type_error():
     jnp.multiply(jnp.ones((2, 3)), jnp.ones((3, 2)))
   with pytest.raises(ValueError):         # jnp.where broadcasts explicitly: a ValueError
     jnp.where(jnp.ones(2) > 0, jnp.ones(3), 0)
+
+
+_shapes = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_shapes, _shapes, st.sampled_from(["add", "multiply", "maximum", "less", "arctan2"]))
+def test_binary_shape_mismatch_error_type_follows_ranks(a, b, name):
+  # as JAX: shapes of different ranks are rank-promoted by a NumPy broadcast (a ValueError
+  # when they do not broadcast); equal ranks reach the lax op, which raises a TypeError
+  f = getattr(jnp, name)
+  x, y = np.ones(a, np.float32), np.ones(b, np.float32)
+  try:
+    want = getattr(np, name)(x, y)
+  except ValueError:
+    err = ValueError if len(a) != len(b) else TypeError
+    with pytest.raises(err, match="ncompatible shapes for broadcasting"):
+      f(jnp.asarray(x), jnp.asarray(y))
+    with pytest.raises(err, match="ncompatible shapes for broadcasting"):
+      ourjax.jit(f)(x, y)
+  else:
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(x), jnp.asarray(y))), want, rtol=1e-6)
 
 
 # --- weak types of elementwise results ---------------------------------------------------------

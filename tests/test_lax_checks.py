@@ -222,3 +222,47 @@ def test_ordered_comparisons_reject_complex():
   np.testing.assert_array_equal(np.asarray(jnp.fmin(z, w)), np.fmin(z, w))
   np.testing.assert_array_equal(np.asarray(jnp.sort(w)), np.sort(w))
   np.testing.assert_array_equal(np.asarray(jnp.asarray(z) < w), z < w)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([np.int8, np.int32, np.uint8, np.uint32]),
+       st.lists(st.integers(0, 3), max_size=3), st.integers(-5, -1))
+def test_negative_integer_pow_of_integers_raises_everywhere(dt, shape, y):
+  # JAX checks the exponent in integer_pow's type rule: eagerly, under jit and while tracing
+  x = np.ones(shape, dt)
+  want = (r"Integers cannot be raised to negative powers, got "
+          rf"integer_pow\({np.dtype(dt).name}\[{','.join(map(str, shape))}\], {y}\)")
+  for f in (lambda v: lax.integer_pow(v, y), ourjax.jit(lambda v: lax.integer_pow(v, y)),
+            lambda v: ourjax.make_jaxpr(lambda w: lax.integer_pow(w, y))(v),
+            lambda v: jnp.asarray(v) ** y, lambda v: jnp.power(v, y)):
+    with pytest.raises(TypeError, match=want):
+      f(x)
+  # non-negative exponents and float bases still compute NumPy's power
+  np.testing.assert_array_equal(np.asarray(lax.integer_pow(x, -y)), x ** -y)
+  xf = np.full(shape, 2, np.float32)
+  np.testing.assert_allclose(np.asarray(ourjax.jit(lambda v: lax.integer_pow(v, y))(xf)),
+                             xf.astype(np.float64) ** y, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op,args,msg", [
+    (lax.add, (np.bool_([1]), np.bool_([1])), "add does not accept dtype bool at position 0. "
+     "Accepted dtypes at position 0 are subtypes of integer, floating, complexfloating."),
+    (lax.sin, (np.int32([1]),), "sin does not accept dtype int32. Accepted dtypes are subtypes "
+     "of floating, complexfloating."),
+    (lax.bitwise_or, (np.float32([1]), np.float32([1])), "or does not accept dtype float32 at "
+     "position 0. Accepted dtypes at position 0 are subtypes of integer, bool."),
+    (lax.population_count, (np.float32(1),), "population_count does not accept dtype float32. "
+     "Accepted dtypes are subtypes of integer."),
+    (lax.igamma, (np.int32(1), np.int32(1)), "igamma does not accept dtype int32 at position 0. "
+     "Accepted dtypes at position 0 are subtypes of floating."),
+    (lax.bessel_i0e, (np.int32(1),), "bessel_i0e does not accept dtype int32. Accepted dtypes "
+     "are subtypes of floating."),
+])
+def test_dtype_rejections_in_jax_words(op, args, msg):
+  import re
+  for f in (op, ourjax.jit(op)):
+    with pytest.raises(TypeError, match=re.escape(msg)):
+      f(*args)

@@ -212,8 +212,18 @@ def test_arange_errors_and_x64(x64):
     jnp.arange(np.arange(3))
   with pytest.raises(ourjax.errors.ConcretizationTypeError):
     ourjax.jit(lambda n: jnp.arange(n))(3)
-  with pytest.raises(ValueError, match="zero"):
-    jnp.arange(0, 3, 0)
+  # a zero step: the length's division by zero, JAX's ZeroDivisionError ("float division by
+  # zero" when a bound or the step is a float; NumPy's, for integer arguments)
+  for args in [(0, 3, 0), (0.0, 3.0, 0.0), (-2, 5, 0), (0, 2.5, 0.0)]:
+    with pytest.raises(ZeroDivisionError) as jnp_err:
+      jnp.arange(*args)
+    floats = any(isinstance(a, float) for a in args)
+    if not floats:
+      with pytest.raises(ZeroDivisionError):
+        np.arange(*args)
+    assert ("float" in str(jnp_err.value)) == floats
+  with pytest.raises(ZeroDivisionError):
+    jnp.arange(5, step=0)
 
 
 @given(num=st.integers(0, 7), endpoint=st.booleans(), data=st.data())

@@ -47,6 +47,15 @@ def test_reshape(data):
 def test_reshape_errors():
   with pytest.raises(TypeError, match=r"cannot reshape array of shape \(2, 3\).*\(4,\)"):
     jnp.reshape(np.ones((2, 3)), (4,))
+  # the new shape as it was given (an int, a list, a tuple), as JAX's message shows it
+  for given, text in [(4, r"into shape 4 \(size 4\)"), ([5], r"into shape \[5\] \(size 5\)"),
+                      ((2, 4), r"into shape \(2, 4\) \(size 8\)")]:
+    with pytest.raises(TypeError, match=text):
+      jnp.reshape(np.ones((2, 3)), given)
+  with pytest.raises(TypeError, match=r"into shape \(7,\) \(size 7\)"):
+    jnp.ones((2, 3)).reshape((7,))
+  with pytest.raises(TypeError, match=r"into shape \(1, 7\) \(size 7\)"):
+    jnp.ones((2, 3)).reshape(1, 7)
   with pytest.raises(TypeError, match="evenly divide"):
     jnp.reshape(np.ones((2, 3)), (4, -1))
   with pytest.raises(TypeError, match="one unknown"):

@@ -51,6 +51,10 @@ FLOAT0_ERROR = (
     "to an integer argument.")
 
 
+#: the NumPy abstract type each kind of ``dtype_kind`` stands for (JAX's error messages)
+_KIND_NAMES = {"bool": "bool", "int": "integer", "float": "floating", "complex": "complexfloating"}
+
+
 def check_dtypes(name: str, avals: Sequence[ShapedArray], kinds: Sequence[str],
                  same: bool = True) -> np.dtype:
   """All operands of an elementwise op must share a dtype of an accepted kind."""
@@ -62,8 +66,11 @@ def check_dtypes(name: str, avals: Sequence[ShapedArray], kinds: Sequence[str],
                       f"value is of type array of {a.dtype} and was passed to {name} at "
                       f"position {pos}.")
     if dtype_kind(a.dtype) not in kinds:
-      raise TypeError(f"{name} does not accept dtype {a.dtype.name}. Accepted dtype kinds: "
-                      f"{', '.join(kinds)}.")
+      # JAX's words: NumPy's abstract type names, the position for ops of several operands
+      at = f" at position {pos}" if len(avals) > 1 else ""
+      accepted = ", ".join(_KIND_NAMES.get(k, k) for k in kinds)
+      raise TypeError(f"{name} does not accept dtype {a.dtype.name}{at}. Accepted dtypes{at} "
+                      f"are subtypes of {accepted}.")
   if same and len({a.dtype for a in avals}) > 1:
     got = ", ".join(a.dtype.name for a in avals)
     raise TypeError(f"{name} requires arguments to have the same dtypes, got {got}. (Tip: "

@@ -307,11 +307,24 @@ def _round_impl(x, rounding_method):
   return rops.round_half_away_from_zero(x)
 
 
+def _negative_integer_pow(x, y):
+  shape = ",".join(str(d) for d in np.shape(x))
+  return TypeError(f"Integers cannot be raised to negative powers, got "
+                   f"integer_pow({np.dtype(x.dtype).name}[{shape}], {y})")
+
+
+def _integer_pow_dtype(x, y):
+  out = check_dtypes("integer_pow", [x], _num)
+  if dtypes.is_integer(x.dtype) and y < 0:      # (JAX's check, at trace time too)
+    raise _negative_integer_pow(x, y)
+  return out
+
+
 def _integer_pow(x, y):
   """x**y for a static int y by repeated squaring in x's dtype (as the lowering does), then a
   reciprocal for negative y."""
   if (dtypes.is_integer(x.dtype) or x.dtype == np.bool_) and y < 0:
-    raise ValueError(f"integer_pow of an integer array requires y >= 0, got {y}")
+    raise _negative_integer_pow(x, y)
   if x.dtype == np.bool_:
     acc = rops.integer_pow(x, np.array(builtins.abs(y)))
   else:      # the exponent is static: its bits unrolled here, one multiply per step
@@ -395,7 +408,7 @@ def _abs_dtype(d):
 
 abs_p = unop("abs", _num, np.abs, result_dtype=_abs_dtype)
 square_p = unop("square", _num, np.square)
-not_p = unop("not", _bool + _int, np.invert)
+not_p = unop("not", _int + _bool, np.invert)
 population_count_p = unop("population_count", _int, rops.population_count)
 clz_p = unop("clz", _int, rops.count_leading_zeros)
 real_p = unop("real", ("complex",), np.real, result_dtype=lambda d: np.dtype(
@@ -415,9 +428,9 @@ min_p = binop("min", _any, np.minimum)
 atan2_p = binop("atan2", _float, np.arctan2)
 nextafter_p = binop("nextafter", _float, _nextafter)
 impl_rules[nextafter_p] = _nextafter       # in the value's own format (not via float32)
-and_p = binop("and", _bool + _int, np.bitwise_and)
-or_p = binop("or", _bool + _int, np.bitwise_or)
-xor_p = binop("xor", _bool + _int, np.bitwise_xor)
+and_p = binop("and", _int + _bool, np.bitwise_and)
+or_p = binop("or", _int + _bool, np.bitwise_or)
+xor_p = binop("xor", _int + _bool, np.bitwise_xor)
 shift_left_p = binop("shift_left", _int, rops.shift_left)
 shift_right_arithmetic_p = binop("shift_right_arithmetic", _int, rops.shift_right_arithmetic)
 shift_right_logical_p = binop("shift_right_logical", _int, rops.shift_right_logical)
@@ -433,7 +446,7 @@ ge_p = binop("ge", _bool + _int + _float, np.greater_equal, result_dtype=_bool_r
 # integer_pow: x ** y for a static Python int y
 integer_pow_p = standard_primitive(
     "integer_pow", lambda x, y: x.shape,
-    lambda x, y: check_dtypes("integer_pow", [x], _num), lambda x, y: x.weak_type)
+    _integer_pow_dtype, lambda x, y: x.weak_type)
 integer_pow_p.def_impl(_low_precision(_integer_pow))
 batching.defvectorized(integer_pow_p)
 

@@ -233,8 +233,9 @@ def _special_prim(name, nargs):
                       f"{', '.join(str(a.dtype) for a in avals)}.")
     dt = avals[0].dtype
     if not dtypes.is_float(dt):
-      raise TypeError(f"lax.{name} does not accept dtype {dt}. Accepted dtypes are subtypes "
-                      f"of floating.")
+      at = " at position 0" if len(avals) > 1 else ""
+      raise TypeError(f"{name} does not accept dtype {dt}{at}. Accepted dtypes{at} are "
+                      f"subtypes of floating.")
     return dt
 
   p = Primitive(name)

@@ -360,7 +360,9 @@ def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding
   host = [x if x is None or type(x) in (int, float) else to_numpy(x)[()]
           for x in (start, stop, step)]
   if step is not None and host[2] == 0:
-    raise ValueError("jnp.arange: step must not be zero")
+    # (the length's division, as in JAX and NumPy)
+    real = any(isinstance(h, (float, np.floating)) for h in host if h is not None)
+    raise ZeroDivisionError("float division by zero" if real else "division by zero")
   if stop is None:                       # arange(stop) / arange(stop, step=s): from 0
     host = [0, host[0], host[2]]
   h_start, h_stop, h_step = host

@@ -298,14 +298,24 @@ def _normalized_index(e, dt, wrap=True):
   were), so that they fit ``dt``."""
   n = e.n
   if e.kind == _INT or isinstance(e.value, np.ndarray):
-    v = np.asarray(e.value).astype(np.int64)
-    if wrap:
-      v = np.where(v < 0, v + n, v)
+    v = np.asarray(e.value)
+    if v.dtype.kind == "u" and wrap and v.dtype.itemsize >= dt.itemsize:
+      # as a traced unsigned index below: converted to ``dt`` first (one too large turns
+      # negative), never counted from the end
+      v = v.astype(dt).astype(np.int64)
+    else:
+      v = v.astype(np.int64)
+      if wrap:
+        v = np.where(v < 0, v + n, v)
     return np.clip(v, -1, n).astype(dt)
   v = e.value
   src = get_aval(v).dtype
-  if np.issubdtype(src, np.unsignedinteger) and src.itemsize >= dt.itemsize:
-    v = lax.min(v, np.array(min(n, np.iinfo(src).max), src))   # large values stay positive
+  if np.issubdtype(src, np.unsignedinteger) and src.itemsize >= dt.itemsize and not wrap:
+    # unnormalized (jnp.take's clip mode): JAX gathers in the unsigned type, so a large
+    # index clamps to the last element; kept below ``dt``'s range before the conversion
+    v = lax.min(v, np.array(min(n, np.iinfo(src).max), src))
+  # otherwise an unsigned index converts to ``dt`` as it is (JAX's order): one too large for
+  # ``dt`` turns negative there and is not counted from the end (a clamping gather reads 0)
   signed = wrap and np.issubdtype(src, np.signedinteger)
   if signed and n <= np.iinfo(src).max:
     # negatives counted from the end in the index's own type (n fits it), then converted, as

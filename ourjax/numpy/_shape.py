@@ -88,6 +88,7 @@ def size(a, axis=None):
 
 
 def _compute_newshape(aval, newshape):
+  given = newshape        # (the size-mismatch message shows the shape as it was given, as JAX's)
   newshape = canonicalize_shape_allow_neg(newshape)
   neg = [i for i, d in enumerate(newshape) if d == -1]
   # TypeErrors, as JAX's
@@ -106,7 +107,7 @@ def _compute_newshape(aval, newshape):
     newshape = tuple(aval.size // others if d == -1 else d for d in newshape)
   if math.prod(newshape) != aval.size:
     raise TypeError(f"cannot reshape array of shape {aval.shape} (size {aval.size}) into "
-                    f"shape {newshape} (size {math.prod(newshape)})")
+                    f"shape {given} (size {math.prod(newshape)})")
   return newshape
 
 

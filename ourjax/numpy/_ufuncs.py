@@ -237,6 +237,7 @@ def rint(x, /):
 
 @static_argnames("decimals")
 def round(a, decimals: int = 0, out=None):  # noqa: A001
+  decimals = operator.index(decimals)   # (a TypeError for a float, as JAX's and NumPy's)
   a, = promote_args("round", a)
   dt = get_aval(a).dtype
   if dt == np.bool_:
@@ -274,10 +275,7 @@ def power(x1, x2, /):
     pass
   else:
     x1, = promote_args_numeric("power", x1)
-    if n < 0 and dtypes.is_integer(get_aval(x1).dtype):
-      raise TypeError(f"power: integers cannot be raised to negative powers, got "
-                      f"{get_aval(x1).dtype.name} ** {n}")
-    return lax.integer_pow(x1, n)
+    return lax.integer_pow(x1, n)    # (a TypeError for integers and n < 0, as JAX's)
   d1, d2 = dtypes.dtype(x1), dtypes.dtype(x2)
   weak = dtypes.is_weakly_typed(x1) and dtypes.is_weakly_typed(x2)
   p1, p2 = promote_args_numeric("power", x1, x2)   # bool ** bool is an int32 power, as JAX's
@@ -657,9 +655,9 @@ def _where(condition, x=None, y=None, /, *, size=None, fill_value=None):
     if nonzero is None:
       raise NotImplementedError("jnp.where(condition) needs jnp.nonzero (not available yet)")
     return nonzero(condition, size=size, fill_value=fill_value)
-  if x is None or y is None:
-    raise ValueError("Either both or neither of the x and y arguments should be provided to "
-                     "jax.numpy.where, got one.")
+  if x is None or y is None:      # (JAX's array check of the missing one)
+    raise TypeError(f"where requires ndarray or scalar arguments, got {type(None)} at "
+                    f"position {1 if x is None else 2}.")
   if size is not None or fill_value is not None:
     raise ValueError("size and fill_value arguments cannot be used in three-term where "
                      "function.")

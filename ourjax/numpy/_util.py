@@ -156,8 +156,20 @@ def broadcast_shapes(*shapes, fun_name: str = "broadcast_shapes") -> tuple:
   try:
     return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
   except ValueError:
-    raise ValueError(f"{fun_name}: incompatible shapes for broadcasting: "
-                     f"{', '.join(str(tuple(s)) for s in shapes)}") from None
+    # JAX's words (``fun_name`` kept for the signature's callers)
+    raise ValueError(f"Incompatible shapes for broadcasting: shapes="
+                     f"{[tuple(s) for s in shapes]}") from None
+
+
+#: the lax primitive behind a jnp binary function, where the names differ (JAX's shape
+#: errors name the primitive)
+_LAX_NAMES = {"multiply": "mul", "subtract": "sub", "divide": "div", "true_divide": "div",
+              "maximum": "max", "minimum": "min", "equal": "eq", "not_equal": "ne",
+              "less": "lt", "less_equal": "le", "greater": "gt", "greater_equal": "ge",
+              "arctan2": "atan2", "power": "pow", "bitwise_and": "and", "bitwise_or": "or",
+              "bitwise_xor": "xor", "logical_and": "and", "logical_or": "or", "remainder": "rem",
+              "floor_divide": "div",
+              "logical_xor": "xor", "left_shift": "shift_left"}
 
 
 def promote_shapes(fun_name: str, *args):
@@ -175,8 +187,14 @@ def promote_shapes(fun_name: str, *args):
   try:
     result = tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
   except ValueError:
-    # as JAX, whose lax op rejects the shapes after rank promotion: a TypeError
-    raise TypeError(f"{fun_name} got incompatible shapes for broadcasting: "
+    if len({len(s) for s in nonscalar}) > 1:
+      # as JAX: operands of different ranks are rank-promoted by a NumPy broadcast first,
+      # whose failure is a ValueError
+      raise ValueError(f"Incompatible shapes for broadcasting: shapes="
+                       f"{[tuple(s) for s in shapes]}") from None
+    # equal ranks go to the lax op as they are, which rejects them: a TypeError naming it
+    raise TypeError(f"{_LAX_NAMES.get(fun_name, fun_name)} got incompatible shapes for "
+                    f"broadcasting: "
                     f"{', '.join(str(tuple(s)) for s in shapes)}.") from None
   return [a if len(s) == 0 or tuple(s) == result else _broadcast_to(a, result)
           for a, s in zip(args, shapes)]
