@@ -3,9 +3,11 @@
 gives PTX, and the PTX of every kind of kernel assembles with ``ptxas -arch=sm_90`` (skipped
 when ptxas is not installed)."""
 import math
+import re
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -665,3 +667,33 @@ def test_batch_chunks_of_a_convolution_are_implicit_gemms(monkeypatch):
   dots = [k for k in c.runtime_executable().kernels if getattr(k, "im2col", None) is not None]
   assert sum(k.im2col.geometry.layout == "W" for k in dots) >= 2
   _assemble(c.as_text(dialect="ptx"))
+
+
+def _helpers_ignoring_their_piece(ir: str) -> list:
+  """The internal functions of a GPU module's LLVM IR (planned ``Kernel``s a GPU kernel calls
+  as device functions with its thread's index and the thread count, their last two ``i64``
+  arguments) that never read those two: every GPU thread would then do all of the work."""
+  bad = []
+  for m in re.finditer(r'define internal void @"?([\w.]+)"?\(([^)]*)\)[^{]*\{(.*?)\n\}', ir, re.S):
+    name, params, body = m.groups()
+    ps = [p.strip() for p in params.split(",")]
+    if len(ps) >= 2 and all(p.startswith("i64") for p in ps[-2:]):
+      if any(p.split()[-1] not in body for p in ps[-2:]):
+        bad.append(name)
+  return bad
+
+
+def test_gpu_device_functions_share_out_their_work(compiled_cases):
+  """A kernel the CPU planned as serial (emitted there with constant piece bounds) is on the
+  GPU a device function called by every thread of a GPU kernel (a Horizontal's part): it must
+  take its piece from the thread's index.  (An LSTM step of 100 iterations ran 78x slower when
+  such helpers ignored it.)"""
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "benchmarks"))
+  import models
+  irs = {n: c.as_text(dialect="llvm") for n, c in compiled_cases.items()}
+  for w in models.workloads("cuda", small=True, only={"lstm", "ode_rk4", "transformer"}):
+    irs[w["name"]] = _compiled(w["make"](ourjax), w["inputs"]).as_text(dialect="llvm")
+  assert sum(ir.count("define internal void") for ir in irs.values()) > 0
+  bad = {n: b for n, ir in irs.items() if (b := _helpers_ignoring_their_piece(ir))}
+  assert not bad, bad

@@ -146,10 +146,13 @@ class Kernel:
     b = ir.IRBuilder(entry)
     ptrs = {id(x): a for x, a in zip(self.buffers, fn.args)}
     tid, nthreads = fn.args[-2], fn.args[-1]
-    if not self.parallel:
-      # (a serial kernel is only ever called as piece 0 of 1, cpu/entry.py: its loops get
-      # constant bounds, which LLVM folds, unrolls and unswitches on as when it inlines the
-      # call into an entry beside it, also where the entry lives in another module)
+    if not self.parallel and not str(module.triple or "").startswith("nvptx"):
+      # (on the CPU a serial kernel is only ever called as piece 0 of 1, cpu/entry.py: its
+      # loops get constant bounds, which LLVM folds, unrolls and unswitches on as when it
+      # inlines the call into an entry beside it, also where the entry lives in another
+      # module.  On the GPU a kernel emitted here is a device function that a GPU kernel
+      # calls with the thread's index and the thread count: ``parallel`` is the CPU's
+      # planning and says nothing of it)
       tid, nthreads = i64(0), i64(1)
     self.body(b, lambda buf: ptrs[id(buf)], tid, nthreads)
     b.ret_void()
