@@ -262,6 +262,30 @@ class _TooLarge(_NoReplay):
 
 #: running mean of the measured compiles of replayed signatures, seconds
 _compile_seconds = [0.5]
+
+
+def _compiled(closed, name, arrays, out_avals):
+  """``closed`` compiled for the CPU (jit of its flat evaluation, named ``name``: what
+  log_compiles and profiles show), called once on ``arrays`` and waited for; the compile's time
+  goes into ``_compile_seconds``' running mean.  None when the backend cannot build it or its
+  results are not Arrays of ``out_avals``."""
+  from ourjax import api
+
+  def flat(*args):
+    return _eval_flat(closed, *args)
+  flat.__name__ = flat.__qualname__ = name
+  fn = api.jit(flat, backend="cpu")
+  t0 = time.perf_counter()
+  try:
+    outs = fn(*arrays)          # compiles
+    for o in outs:
+      o.block_until_ready()
+  except Exception:  # noqa: BLE001  (the caller keeps its uncompiled way)
+    return None
+  _compile_seconds[0] = 0.5 * (_compile_seconds[0] + time.perf_counter() - t0)
+  if [type(o) is Array and o.aval for o in outs] != out_avals:
+    return None
+  return fn
 _MIN_REPLAY_SECONDS = 1e-4     # a faster replay is not worth a compile (a jitted call: ~10 us)
 _TRIALS = 2
 
@@ -305,27 +329,11 @@ class _Entry:
     return r
 
   def _consider(self, arrays):
-    from ourjax import api
     if self.best < _MIN_REPLAY_SECONDS:
       self.state = "replay"
       return
-    closed = self.closed
-
-    def flat(*args):
-      return _eval_flat(closed, *args)
-    flat.__name__ = flat.__qualname__ = self.name     # (what log_compiles and profiles show)
-    fn = api.jit(flat, backend="cpu")
-    t0 = time.perf_counter()
-    try:
-      outs = fn(*arrays)          # compiles
-      for o in outs:
-        o.block_until_ready()
-    except Exception:  # noqa: BLE001  (a kernel the backend cannot build: the replay stays)
-      self.state = "replay"
-      return
-    dt = time.perf_counter() - t0
-    _compile_seconds[0] = 0.5 * (_compile_seconds[0] + dt)
-    if [type(o) is Array and o.aval for o in outs] != self.replay.out_avals:
+    fn = _compiled(self.closed, self.name, arrays, self.replay.out_avals)
+    if fn is None:              # (a kernel the backend cannot build: the replay stays)
       self.state = "replay"
       return
     self.state, self.fn = "trial", fn
@@ -429,23 +437,8 @@ class _LargeEntry:
         _eager._pending.pop(self, None)
 
   def _compile(self, arrays):
-    from ourjax import api
-    closed = self.closed
-
-    def flat(*args):
-      return _eval_flat(closed, *args)
-    flat.__name__ = flat.__qualname__ = self.name
-    fn = api.jit(flat, backend="cpu")
-    t0 = time.perf_counter()
-    try:
-      outs = fn(*arrays)          # compiles
-      for o in outs:
-        o.block_until_ready()
-    except Exception:  # noqa: BLE001  (a program the backend cannot build: direct it stays)
-      self.state = "direct"
-      return
-    _compile_seconds[0] = 0.5 * (_compile_seconds[0] + time.perf_counter() - t0)
-    if [type(o) is Array and o.aval for o in outs] != self.out_avals:
+    fn = _compiled(self.closed, self.name, arrays, self.out_avals)
+    if fn is None:              # (a program the backend cannot build: direct it stays)
       self.state = "direct"
       return
     self.fn = fn             # (before the state: a caller that sees 'trial' finds the kernel)
