@@ -625,13 +625,20 @@ def make_array_from_process_local_data(sharding, local_data, global_shape=None):
   return tu.tree_unflatten(tree, out)
 
 
-def _pspec_sharding(s, what):
+def _with_current_mesh(s, what):
+  """``s``, or for a bare ``PartitionSpec`` its ``NamedSharding`` over the mesh of ``with
+  mesh:`` (``what`` names the caller in the error when there is none)."""
   if isinstance(s, PartitionSpec):
     m = current_mesh()
     if m is None:
       raise RuntimeError(f"{what}: a PartitionSpec ({s!r}) needs a mesh: pass a "
                          "NamedSharding, or call inside `with mesh:`")
     return NamedSharding(m, s)
+  return s
+
+
+def _pspec_sharding(s, what):
+  s = _with_current_mesh(s, what)
   if not isinstance(s, Sharding):
     raise TypeError(f"{what}: expected a Sharding, got {s!r}")
   return s

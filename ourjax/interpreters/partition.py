@@ -409,14 +409,8 @@ def _prefix_leaves(prefix, value, what: str) -> list:
 def _resolve(s, what):
   """A NamedSharding (or SingleDeviceSharding, or None) for a requested sharding; a bare
   ``PartitionSpec`` takes the mesh of ``with mesh:``."""
-  from ourjax.sharding import NamedSharding, PartitionSpec, current_mesh
-  if isinstance(s, PartitionSpec):
-    m = current_mesh()
-    if m is None:
-      raise RuntimeError(f"jit {what}: a PartitionSpec ({s!r}) needs a mesh: pass a "
-                         "NamedSharding, or call inside `with mesh:`")
-    return NamedSharding(m, s)
-  return s
+  from ourjax.sharding import _with_current_mesh
+  return _with_current_mesh(s, f"jit {what}")
 
 
 def _jit_plan(jw, entry, leaves, args_kwargs):
