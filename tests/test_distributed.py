@@ -1,11 +1,6 @@
 """ourjax.distributed: two processes on loopback, one CPU device each, running collectives
 under pmap through the coordinator; timeouts and an unreachable coordinator.  References:
 NumPy on the values both processes contribute."""
-import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -13,8 +8,7 @@ import pytest
 
 import ourjax
 from ourjax import errors
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from process_launch import free_port, run_workers
 
 _WORKER = textwrap.dedent("""
     import json, sys
@@ -52,32 +46,8 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _launch(mode, timeout_s="60"):
-  port = _free_port()
-  env = dict(os.environ, OURJAX_NUM_CPU_DEVICES="1", JAX_PLATFORMS="cpu",
-             OURJAX_PLATFORMS="cpu", OURJAX_COLLECTIVE_TIMEOUT=timeout_s,
-             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(port), str(pid), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=ROOT) for pid in range(2)]
-  outs = []
-  for p in procs:
-    try:
-      so, se = p.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-      for q in procs:
-        q.kill()
-      raise
-    assert p.returncode == 0, se[-3000:]
-    line = [ln for ln in so.splitlines() if ln.startswith("RESULT ")][-1]
-    outs.append(json.loads(line[len("RESULT "):]))
-  return outs
+  return run_workers(_WORKER, [mode], collective_timeout=timeout_s)
 
 
 def _check_collectives(outs):
@@ -107,7 +77,7 @@ def test_a_collective_a_process_never_joins_times_out():
 
 
 def test_unreachable_coordinator_and_bad_arguments():
-  port = _free_port()           # nothing listens there
+  port = free_port()            # nothing listens there
   with pytest.raises(RuntimeError, match=f"process 1 of 2 cannot reach the coordinator at "
                      f"127.0.0.1:{port}"):
     ourjax.distributed.initialize(f"127.0.0.1:{port}", 2, 1, initialization_timeout=0.5)

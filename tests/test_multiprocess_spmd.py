@@ -2,11 +2,7 @@
 (``ourjax.distributed``): two processes of two CPU devices each, on loopback, against the same
 programs run in one process over four CPU devices (``multiprocess_programs.py``) and NumPy.
 Global arrays: their shapes, this process's blocks, the error on reading one whole."""
-import json
 import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -17,8 +13,7 @@ from ourjax.sharding import NamedSharding, PartitionSpec as P
 
 from cpu_devices import N, four_cpu_devices  # noqa: F401,E402  (autouse)
 import multiprocess_programs  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from process_launch import ROOT, run_workers  # noqa: E402
 SEED = 7
 
 _WORKER = textwrap.dedent("""
@@ -59,34 +54,10 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_processes():
-  port = _free_port()
-  env = dict(os.environ, OURJAX_NUM_CPU_DEVICES="2", JAX_PLATFORMS="cpu",
-             OURJAX_PLATFORMS="cpu", OURJAX_COLLECTIVE_TIMEOUT="60",
-             PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests"),
-                                         os.environ.get("PYTHONPATH", "")]))
-  procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(port), str(pid), str(SEED)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=ROOT) for pid in range(2)]
-  outs = []
-  for p in procs:
-    try:
-      so, se = p.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-      for q in procs:
-        q.kill()
-      raise
-    assert p.returncode == 0, se[-3000:]
-    line = [ln for ln in so.splitlines() if ln.startswith("RESULT ")][-1]
-    outs.append(json.loads(line[len("RESULT "):]))
-  return outs
+  return run_workers(_WORKER, [SEED], cpu_devices=2, wait_s=300,
+                     path=[os.path.join(ROOT, "tests")])
 
 
 @pytest.fixture(scope="module")
