@@ -576,15 +576,20 @@ def reduction_programs(draw):
 def test_fusion_preserves_results_on_reduction_programs(prog):
   m, args = prog
   want = reference.compile(m)(*args)
+  # the fixed-point passes alone (no fusion): the simplifier may rewrite a sum of a broadcast as
+  # a product (reduce_of_broadcast), which rounds differently in the last bits, and a later exp
+  # magnifies that difference; fusion itself changes nothing, so the fused program is compared
+  # tightly with this one and loosely with the original
+  simplified = reference.compile(pipeline.optimize(m.clone(), late_passes=()))(*args)
   opt = pipeline.optimize(m.clone())
   check_contracts(opt)
   got = reference.compile(opt)(*args)
   for k in kernels(opt):  # every kernel is a fusion or an op that is never fused
     assert k.opcode in ("fusion", "dot"), k
-  for i, (a, b) in enumerate(zip(want, got)):
-    # the simplifier may rewrite a sum of a broadcast as a product (reduce_of_broadcast), which
-    # rounds differently in the last bits; fusion itself changes nothing
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=0,
+  for i, (a, s, b) in enumerate(zip(want, simplified, got)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(s), rtol=1e-6, atol=0,
+                               err_msg=f"output {i} of\n{m}\nfused to\n{opt}\n")
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=0,
                                err_msg=f"output {i} of\n{m}\nfused to\n{opt}\n")
 
 
