@@ -71,6 +71,8 @@ stored.
 """
 from __future__ import annotations
 
+import os
+
 import llvmlite.ir as ir
 import numpy as np
 
@@ -84,6 +86,12 @@ from ourjax.backends.llvm.emitter import I32, I64, i64
 F = ir.FloatType()
 STAGES = 4             # shared-memory ring of k slices
 AHEAD = STAGES - 2     # slices in flight while one is multiplied (see the module docstring)
+DEEP_RING = os.environ.get("OURJAX_WGMMA_DEEP") == "1"   # (experiment) STAGES - 1 slices in flight
+RASTER_GROUP = int(os.environ.get("OURJAX_WGMMA_GROUP", "16"))   # (experiment) see _tile_of_block
+RS_ROUND = "rna"       # (experiment) rounding of the register operand: "rna", "add", "none"
+RS_INTERLEAVE = False  # (experiment) register form: each k step's fragment loaded just before it
+RS_PAIRS = False       # (experiment) register operand rows (g, g + 8) adjacent: one 8-byte load
+PROXY_FENCE = True     # (diagnostic only: False is wrong) fence.proxy.async per slice
 ROW = 128              # bytes of k per slice (one swizzled row)
 SW128 = 1 << 62        # descriptor: 128-byte swizzle
 # the tf32 A fragment of the register form, per warp: (row, k) offsets of registers a0..a3
@@ -121,6 +129,7 @@ class WgmmaDot(GpuKernel):
     assert split == 1 or (epilogue is None and self.spec.B == 1)
     s = self.spec
     self.b_mn = mode == "ss" and s.b_sk != 1
+    self.pairs = RS_PAIRS and mode in ("rs", "rs_t")
     self.esz = _elem_bytes(kind)
     self.BK = ROW // self.esz
     self.P_TILE, self.THREADS = 64 * wg, 128 * wg
@@ -196,6 +205,23 @@ class WgmmaDot(GpuKernel):
             STAGES * self.stage_bytes + 1024)
 
 
+  def _tile_of_block(self, b):
+    """(q tile, p tile) of this block.  With ``RASTER_GROUP`` G: consecutive blocks walk down
+    G rows of p tiles before moving to the next q tile, so the blocks in flight at once share
+    their rows of X and columns of Y in L2 (fewer bytes from device memory)."""
+    bx, by = sreg64(b, "ctaid.x"), sreg64(b, "ctaid.y")
+    (gx, gy, _), _, _ = self.launch(None)
+    G = RASTER_GROUP
+    if G <= 1 or gy <= G or gx == 1:
+      return bx, by
+    lin = b.add(b.mul(by, i64(gx)), bx)
+    width = G * gx
+    first = b.mul(b.udiv(lin, i64(width)), i64(G))
+    left = b.sub(i64(gy), first)
+    gs = b.select(b.icmp_unsigned("<", left, i64(G)), left, i64(G))
+    r = b.urem(lin, i64(width))
+    return b.udiv(r, gs), b.add(first, b.urem(r, gs))
+
   # -- the kernel --------------------------------------------------------------------------------
   def gpu_body(self, b, ptr):
     s = self.spec
@@ -216,8 +242,9 @@ class WgmmaDot(GpuKernel):
     lane = b.urem(tid, i64(32))
     g = b.udiv(lane, i64(4))
     t4 = b.urem(lane, i64(4))
-    q0 = b.mul(sreg64(b, "ctaid.x"), i64(Q))
-    p0 = b.mul(sreg64(b, "ctaid.y"), i64(PT))
+    qb, pb = self._tile_of_block(b)
+    q0 = b.mul(qb, i64(Q))
+    p0 = b.mul(pb, i64(PT))
     z = sreg64(b, "ctaid.z")
     bat, part = (i64(0), z) if self.S > 1 else (z, None)
     A = ptr(self.im2col.source if self.im2col is not None else self.lhs)
@@ -371,28 +398,55 @@ class WgmmaDot(GpuKernel):
     def rna(w):
       return _asm(b, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [w], ret=I32, side_effect=False)
 
+    def rnd(w):
+      if RS_ROUND == "rna":
+        return rna(w)
+      if RS_ROUND == "add":
+        # round to nearest, ties away, in the bits the tensor cores read (they drop the low
+        # 13): add half a unit of the last tf32 place to finite values (Inf, NaN stay)
+        return _asm(b, "{ .reg .pred p; .reg .f32 a; abs.f32 a, $1; "
+                    "setp.lt.f32 p, a, 0f7F800000; mov.b32 $0, $1; @p add.s32 $0, $0, 4096; }",
+                    "=r,f", [w], ret=I32, side_effect=False)
+      return b.bitcast(w, I32)
+
+    def x_operand(xs, ks):
+      """Slice step ``ks``'s X operand: a descriptor, or the register form's fragment."""
+      if rs and self.pairs:                     # rows (g, g+8) of X at tile columns 2g, 2g+1
+        row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), b.mul(g, i64(2)))
+        frag = []
+        V2 = ir.VectorType(F, 2)
+        for dk in (0, 4):
+          k = b.add(t4, i64(ks * 8 + dk))
+          a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), row), i64(4)))
+          v = b.load(b.inttoptr(a, V2.as_pointer(3)), align=8)
+          frag += [rnd(b.extract_element(v, ir.Constant(I32, j))) for j in (0, 1)]
+        return frag
+      if rs:                                    # X fragment of rows (g, g+8) x k (t, t+4)
+        row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
+        frag = []
+        for dr, dk in RS_FRAGMENT:
+          k = b.add(t4, i64(ks * 8 + dk))
+          a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), b.add(row, i64(dr))), i64(4)))
+          p_ = b.inttoptr(a, ir.PointerType(F, addrspace=3))
+          frag.append(rnd(b.load(p_, align=4)))
+        return frag
+      return desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), i64(ks * 32))), 1, 64)
+
     def compute(kt, accs):
       stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
-      xops = []
+      interleave = rs and RS_INTERLEAVE
+      xops = [None if interleave else x_operand(xs, ks) for ks in range(4)]
+      if not interleave:
+        _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
       for ks in range(4):                       # 4 k steps of 32 bytes per slice
-        if rs:                                  # X fragment of rows (g, g+8) x k (t, t+4)
-          row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
-          frag = []
-          for dr, dk in RS_FRAGMENT:
-            k = b.add(t4, i64(ks * 8 + dk))
-            a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), b.add(row, i64(dr))), i64(4)))
-            p_ = b.inttoptr(a, ir.PointerType(F, addrspace=3))
-            frag.append(rna(b.load(p_, align=4)))
-          xops.append(frag)
-        else:
-          xops.append(desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), i64(ks * 32))), 1, 64))
-      _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
-      for ks in range(4):
         if self.b_mn:    # k step = 16 rows of 128 bytes; leading offset: between 64-n blocks
           yd = desc(b.add(ys, i64(ks * 16 * ROW)), *mn_major_offsets(BK))
         else:
           yd = desc(b.add(ys, i64(ks * 32)), 1, 64)
+        if interleave:   # each step's fragment loaded just before its instruction
+          xops[ks] = x_operand(xs, ks)
+          _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
         accs = wgmma(accs, xops[ks], yd)
       _asm(b, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
       return accs
@@ -400,25 +454,34 @@ class WgmmaDot(GpuKernel):
     slots = [E.alloca_entry(b, acc_ty) for _ in range(nacc)]
     for sl in slots:
       b.store(ir.Constant(acc_ty, 0 if integer else 0.0), sl)
-    for j in range(AHEAD):
+    deep = DEEP_RING
+    ahead = STAGES - 1 if deep else AHEAD
+    for j in range(ahead):
       if j < KTB:
         issue(i64(j))
       commit()
 
     def step(kt):
       """One k slice: publish its stage, issue its instructions, start the copies of slice
-      kt + AHEAD, let slice kt - 1's instructions finish."""
-      _asm(b, f"cp.async.wait_group {AHEAD - 1};", "~{memory}", [])
-      _asm(b, "fence.proxy.async.shared::cta;", "~{memory}", [])
+      kt + ahead, let slice kt - 1's instructions finish.  (``deep``: the copies start after
+      every warpgroup's instructions of slice kt - 1 are done -- a second barrier -- into
+      that slice's stage.)"""
+      _asm(b, f"cp.async.wait_group {ahead - 1};", "~{memory}", [])
+      if PROXY_FENCE:
+        _asm(b, "fence.proxy.async.shared::cta;", "~{memory}", [])
       barrier(b)
       accs = compute(kt, [b.load(sl) for sl in slots])
       for sl, v in zip(slots, accs):
         b.store(v, sl)
-      nxt = b.add(kt, i64(AHEAD))
+      if deep:
+        _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
+        barrier(b)
+      nxt = b.add(kt, i64(ahead))
       with b.if_then(b.icmp_signed("<", nxt, i64(KTB))):
         issue(nxt)
       commit()
-      _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
+      if not deep:
+        _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
 
     if rs:
       # the register operand of slice kt must stay intact until its instructions complete,
@@ -451,6 +514,15 @@ class WgmmaDot(GpuKernel):
     else:
       store = dot_writer(b, ptr, self)
     self._epilogue(b, accs, store, bat, p0, q0, wg, warp, g, t4, P % PT != 0, Qn % Q != 0)
+
+  def _p_rows(self, b, wg, warp, g):
+    """(row of the tile, offset of the second row) of a thread's accumulators d[4i + e]:
+    row 16 warp + g of its warpgroup's 64 (+ 8 for e >= 2), or with ``pairs`` (the register
+    operand's rows g and g + 8 read from adjacent tile columns) 16 warp + 2g (+ 1)."""
+    base = b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16)))
+    if self.pairs:
+      return b.add(base, b.mul(g, i64(2))), 1
+    return b.add(base, g), 8
 
   # -- the output tile through shared memory ----------------------------------------------------
   @property
@@ -500,12 +572,12 @@ class WgmmaDot(GpuKernel):
     barrier(b)
     st_ty = E.storage_type(dt)
     tile = b.inttoptr(base, st_ty.as_pointer(3))
-    prow = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
+    prow, hi = self._p_rows(b, wg, warp, g)
     qcol = b.mul(t4, i64(2))
     per_row = pitch // esz
     for i in range(self.Q // 8):
       for e in range(4):
-        p = b.add(prow, i64(8)) if e >= 2 else prow
+        p = b.add(prow, i64(hi)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
         r, c = (q, p) if self.mode == "rs_t" else (p, q)
         v = accs[4 * i + e]
@@ -577,11 +649,12 @@ class WgmmaDot(GpuKernel):
     acc_dt = self.acc_dtype
     out_dt = E.F32 if self.S > 1 else self.dot.dtype
     c_base = b.mul(bat, i64(M * N))
-    prow = b.add(p0, b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g))
+    prow, hi = self._p_rows(b, wg, warp, g)
+    prow = b.add(p0, prow)
     qcol = b.add(q0, b.mul(t4, i64(2)))
     for i in range(self.Q // 8):
       for e in range(4):
-        p = b.add(prow, i64(8)) if e >= 2 else prow
+        p = b.add(prow, i64(hi)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
         m, n = (q, p) if self.mode == "rs_t" else (p, q)
         v = accs[4 * i + e] if out_dt == acc_dt else E.convert_value(b, accs[4 * i + e],
