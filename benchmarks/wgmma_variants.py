@@ -1,11 +1,12 @@
 """WgmmaDot variants side by side on a Hopper GPU, in one process: for each product and each
-variant of the kernel's knobs (``wgmma.DEEP_RING``, ``wgmma.RASTER_GROUP``), the kernel's
+variant of the kernel's knobs (``wgmma.RASTER_GROUP``; add others to ``VARIANTS``), the kernel's
 device time (CUDA events, median of 20) and its error on 64 sampled rows against float64;
 then JAX's wall clock for the same products; then, for the 4096^3 products, where a call's
 wall-clock time goes (back-to-back calls timed by the host clock and by events around the
 batch, against the kernel's own event time).
 
-    python benchmarks/wgmma_variants.py [--sizes 4096,8192] [--variants base,g16,deep,deep_g16]
+    python benchmarks/wgmma_variants.py [--sizes 4096,8192] [--variants base,g0]
+                                        [--dtypes float32,bfloat16] [--skip variants,jax,overhead]
 """
 from __future__ import annotations
 
@@ -23,20 +24,9 @@ import numpy as np  # noqa: E402
 
 BF16 = __import__("ml_dtypes").bfloat16
 # variant: the wgmma module's knobs it sets (the others at their defaults)
-DEFAULTS = {"DEEP_RING": False, "RASTER_GROUP": 16, "RS_ROUND": "rna", "RS_PAIRS": False,
-            "PROXY_FENCE": True, "RS_INTERLEAVE": False}
-VARIANTS = {"g0": {"RASTER_GROUP": 0}, "base": {}, "g8": {"RASTER_GROUP": 8},
-            "g16": {"RASTER_GROUP": 16},
-            "add": {"RS_ROUND": "add"}, "il": {"RS_INTERLEAVE": True},
-            "add_il": {"RS_ROUND": "add", "RS_INTERLEAVE": True},
-            "nocvt_il": {"RS_ROUND": "none", "RS_INTERLEAVE": True},
-            "add_il_pairs": {"RS_ROUND": "add", "RS_INTERLEAVE": True, "RS_PAIRS": True},
-            "add_il_nofence": {"RS_ROUND": "add", "RS_INTERLEAVE": True, "PROXY_FENCE": False},
-            "deep": {"DEEP_RING": True}, "deep_g16": {"DEEP_RING": True, "RASTER_GROUP": 16},
-            "g16_nocvt": {"RASTER_GROUP": 16, "RS_ROUND": "none"},
-            "g16_pairs": {"RASTER_GROUP": 16, "RS_PAIRS": True},
-            "g16_pairs_nocvt": {"RASTER_GROUP": 16, "RS_PAIRS": True, "RS_ROUND": "none"},
-            "g16_nofence": {"RASTER_GROUP": 16, "PROXY_FENCE": False}}
+DEFAULTS = {"RASTER_GROUP": 16}
+VARIANTS = {"base": {}, "g0": {"RASTER_GROUP": 0}, "g8": {"RASTER_GROUP": 8},
+            "g32": {"RASTER_GROUP": 32}}
 
 
 def set_variant(wgmma, name):
@@ -196,7 +186,7 @@ def call_overhead(n=4096, calls=200, rounds=5):
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--sizes", default="4096,8192")
-  ap.add_argument("--variants", default="base,g8,g16,deep,deep_g16")
+  ap.add_argument("--variants", default="base,g0")
   ap.add_argument("--skip", default="")
   ap.add_argument("--dtypes", default="float32,bfloat16")
   args = ap.parse_args()

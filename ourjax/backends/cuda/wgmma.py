@@ -23,7 +23,10 @@ waits for its own copies, fences them for the tensor cores' proxy
 (``fence.proxy.async.shared::cta``), a block barrier publishes the slice, the warpgroups issue
 their instructions (asynchronously), the copies of slice ``kt + 2`` start, and
 ``wgmma.wait_group 1`` lets the previous slice's instructions finish, so the stage copied next
-is never one the tensor cores still read.
+is never one the tensor cores still read.  Blocks take their tiles in groups of 16 rows of p
+tiles (``RASTER_GROUP``, ``_tile_of_block``), so the ~132 blocks in flight share rows of X and
+columns of Y in L2: on an H100 (device time) 8192^3 f32 went from 303 to 353 TFLOP/s, bf16 from
+706 to 778, 4096^3 f32 from 333 to 351, 4096^3 bf16 unchanged (711-717).
 
 Operands in shared memory use the canonical 128-byte-swizzled layouts of the PTX ISA: a K-major
 operand is stored as rows of 128 bytes (one row per m or n), the 16-byte chunk ``c`` of row ``r``
@@ -37,20 +40,32 @@ between blocks of 64 n -- and multiplied with the instruction's transpose flag.
 tf32 has no transpose flag: both operands must be K-major.  A row-major B [K, N] (N-major) is
 therefore handled by computing the transposed product, C^T = B^T A^T: the warpgroups' operand X
 is B^T, read from a padded (bank-conflict-free) [k][n] tile into registers (the instruction's
-A-from-registers form) and rounded to tf32 with ``cvt.rna``, and Y is A, K-major as it comes;
-the epilogue writes the accumulators transposed.  An A stored M-major (row-major [K, M],
+A-from-registers form) and rounded to tf32 (nearest, ties away: ``RNA_TF32``), and Y is A,
+K-major as it comes; the epilogue writes the accumulators transposed.  An A stored M-major (row-major [K, M],
 ``x.T @ y``) with a K-major B is the same register form without the transposition: X is A, read
 from a [k][m] tile, and Y is B.  A register operand must stay intact until
 its instructions complete, which is one slice later here, so the k loop holds two copies of the
 step: consecutive slices read different (PTX) registers (with one copy, the next slice's
 fragment loads overwrote registers that slice kt's 256-wide instructions were still reading:
 about 3% error at 4096^3).  In the shared-memory forms the hardware reads f32 values as tf32 by
-dropping the low mantissa bits.
+dropping the low mantissa bits.  The register form's time between a slice's barrier and its
+first instruction shows in the rate (an H100, 4096^3, device time, 16-row raster: 339-342
+TFLOP/s with cvt.rna on all 16 fragment values first, 360 with none of the rounding): so each
+k step's fragment is loaded and rounded just before its instruction (a ``wgmma.fence`` between),
+the rounding is two instructions rather than cvt.rna's three (the same bits), and the
+instruction's rows g and g + 8 are adjacent tile columns (one 8-byte load for both): 360
+TFLOP/s with rounding (JAX 369 in the same process; the shared-memory form, ``x @ y.T``: 376).
 
 The block's tile of C goes out through shared memory in 16-byte row chunks when the product
 has no fused epilogue (``staged_store``): on an H100 that took 4096^3 bf16 from 613 to 691
-TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703); tf32 output
-stores were already 8 bytes wide and stay at ~330 (JAX 372-376).
+TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703).
+
+Back-to-back calls (``benchmarks/gpu.py``, ``wgmma_variants.py``'s call timing) run slower than
+the kernel's own event time, for both libraries: under sustained load the card's clock falls
+(an H100, 4096^3 bf16, 200 calls a round: ourjax 0.210 ms a call, the same through jit or the
+executable directly, events around the batch agreeing with the wall clock, the host enqueueing
+in 0.026 ms; JAX 0.201; the kernel alone in short bursts 0.193, JAX 0.193).  No time goes to
+dispatch, allocation or synchronisation.
 
 int8 at 4096^3 on an H100 (``wgmma_check.py --time-int8``): 0.124 ms in WgmmaDot plus 0.028
 in the copy of B K-major (905 TOP/s together) against JAX's 0.255 ms wall clock (540).
@@ -71,8 +86,6 @@ stored.
 """
 from __future__ import annotations
 
-import os
-
 import llvmlite.ir as ir
 import numpy as np
 
@@ -86,17 +99,17 @@ from ourjax.backends.llvm.emitter import I32, I64, i64
 F = ir.FloatType()
 STAGES = 4             # shared-memory ring of k slices
 AHEAD = STAGES - 2     # slices in flight while one is multiplied (see the module docstring)
-DEEP_RING = os.environ.get("OURJAX_WGMMA_DEEP") == "1"   # (experiment) STAGES - 1 slices in flight
-RASTER_GROUP = int(os.environ.get("OURJAX_WGMMA_GROUP", "16"))   # (experiment) see _tile_of_block
-RS_ROUND = "rna"       # (experiment) rounding of the register operand: "rna", "add", "none"
-RS_INTERLEAVE = False  # (experiment) register form: each k step's fragment loaded just before it
-RS_PAIRS = False       # (experiment) register operand rows (g, g + 8) adjacent: one 8-byte load
-PROXY_FENCE = True     # (diagnostic only: False is wrong) fence.proxy.async per slice
+RASTER_GROUP = 16      # blocks walk this many rows of tiles before the next column (0: plain order)
 ROW = 128              # bytes of k per slice (one swizzled row)
 SW128 = 1 << 62        # descriptor: 128-byte swizzle
-# the tf32 A fragment of the register form, per warp: (row, k) offsets of registers a0..a3
-# from (g, t) (the layout of mma.sync m16n8k8's A)
-RS_FRAGMENT = ((0, 0), (8, 0), (0, 4), (8, 4))
+# The tf32 A fragment of the register form, per warp: registers a0..a3 hold rows (g, g + 8) x
+# k (t, t + 4) of the warp's 16 rows (the layout of mma.sync m16n8k8's A); the instruction's
+# rows g and g + 8 are the [k][p] tile's columns 2g and 2g + 1 (``WgmmaDot._p_rows``), so one
+# 8-byte load reads both.  Rounding to tf32, nearest with ties away, in the 19 bits the tensor cores read (they drop the
+# low 13): half a unit of the last tf32 place added to finite values; Inf and NaN stay as they
+# are.  (The same bits as cvt.rna.tf32.f32, which ptxas makes three instructions.)
+RNA_TF32 = ("{ .reg .pred p; .reg .f32 a; abs.f32 a, $1; setp.lt.f32 p, a, 0f7F800000; "
+            "mov.b32 $0, $1; @p add.s32 $0, $0, 4096; }")
 
 
 def _elem_bytes(kind: str) -> int:
@@ -129,7 +142,7 @@ class WgmmaDot(GpuKernel):
     assert split == 1 or (epilogue is None and self.spec.B == 1)
     s = self.spec
     self.b_mn = mode == "ss" and s.b_sk != 1
-    self.pairs = RS_PAIRS and mode in ("rs", "rs_t")
+    self.pairs = mode in ("rs", "rs_t")      # (fragment rows from adjacent columns: _p_rows)
     self.esz = _elem_bytes(kind)
     self.BK = ROW // self.esz
     self.P_TILE, self.THREADS = 64 * wg, 128 * wg
@@ -206,9 +219,10 @@ class WgmmaDot(GpuKernel):
 
 
   def _tile_of_block(self, b):
-    """(q tile, p tile) of this block.  With ``RASTER_GROUP`` G: consecutive blocks walk down
-    G rows of p tiles before moving to the next q tile, so the blocks in flight at once share
-    their rows of X and columns of Y in L2 (fewer bytes from device memory)."""
+    """(q tile, p tile) of this block: consecutive blocks walk down ``RASTER_GROUP`` (G) rows
+    of p tiles before moving to the next q tile, so the blocks in flight at once (a wave of
+    132 on an H100: G x 8 tiles rather than 4 x 32 at 8192^3) share their rows of X and
+    columns of Y in L2 (fewer bytes from device memory)."""
     bx, by = sreg64(b, "ctaid.x"), sreg64(b, "ctaid.y")
     (gx, gy, _), _, _ = self.launch(None)
     G = RASTER_GROUP
@@ -395,56 +409,36 @@ class WgmmaDot(GpuKernel):
       r = _asm(b, text, cons, args, ret=RET)
       return [b.extract_value(r, i) for i in range(nacc)]
 
-    def rna(w):
-      return _asm(b, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [w], ret=I32, side_effect=False)
-
-    def rnd(w):
-      if RS_ROUND == "rna":
-        return rna(w)
-      if RS_ROUND == "add":
-        # round to nearest, ties away, in the bits the tensor cores read (they drop the low
-        # 13): add half a unit of the last tf32 place to finite values (Inf, NaN stay)
-        return _asm(b, "{ .reg .pred p; .reg .f32 a; abs.f32 a, $1; "
-                    "setp.lt.f32 p, a, 0f7F800000; mov.b32 $0, $1; @p add.s32 $0, $0, 4096; }",
-                    "=r,f", [w], ret=I32, side_effect=False)
-      return b.bitcast(w, I32)
-
     def x_operand(xs, ks):
-      """Slice step ``ks``'s X operand: a descriptor, or the register form's fragment."""
-      if rs and self.pairs:                     # rows (g, g+8) of X at tile columns 2g, 2g+1
-        row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), b.mul(g, i64(2)))
-        frag = []
-        V2 = ir.VectorType(F, 2)
-        for dk in (0, 4):
-          k = b.add(t4, i64(ks * 8 + dk))
-          a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), row), i64(4)))
-          v = b.load(b.inttoptr(a, V2.as_pointer(3)), align=8)
-          frag += [rnd(b.extract_element(v, ir.Constant(I32, j))) for j in (0, 1)]
-        return frag
-      if rs:                                    # X fragment of rows (g, g+8) x k (t, t+4)
-        row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
-        frag = []
-        for dr, dk in RS_FRAGMENT:
-          k = b.add(t4, i64(ks * 8 + dk))
-          a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), b.add(row, i64(dr))), i64(4)))
-          p_ = b.inttoptr(a, ir.PointerType(F, addrspace=3))
-          frag.append(rnd(b.load(p_, align=4)))
-        return frag
-      return desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), i64(ks * 32))), 1, 64)
+      """Slice step ``ks``'s X operand: a descriptor, or in the register form the fragment of
+      rows (g, g + 8) x k (t, t + 4), those rows at tile columns 2g and 2g + 1 (one 8-byte
+      load per k), rounded to tf32."""
+      if not rs:
+        return desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), i64(ks * 32))), 1, 64)
+      row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), b.mul(g, i64(2)))
+      frag = []
+      for dk in (0, 4):
+        k = b.add(t4, i64(ks * 8 + dk))
+        a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), row), i64(4)))
+        v = b.load(b.inttoptr(a, ir.VectorType(F, 2).as_pointer(3)), align=8)
+        frag += [_asm(b, RNA_TF32, "=r,f", [b.extract_element(v, ir.Constant(I32, j))],
+                      ret=I32, side_effect=False) for j in (0, 1)]
+      return frag
 
     def compute(kt, accs):
       stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
-      interleave = rs and RS_INTERLEAVE
-      xops = [None if interleave else x_operand(xs, ks) for ks in range(4)]
-      if not interleave:
+      # the register form loads each k step's fragment just before its instruction (a fence
+      # between the two), so the first instruction waits for one fragment, not four
+      xops = [None if rs else x_operand(xs, ks) for ks in range(4)]
+      if not rs:
         _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
       for ks in range(4):                       # 4 k steps of 32 bytes per slice
         if self.b_mn:    # k step = 16 rows of 128 bytes; leading offset: between 64-n blocks
           yd = desc(b.add(ys, i64(ks * 16 * ROW)), *mn_major_offsets(BK))
         else:
           yd = desc(b.add(ys, i64(ks * 32)), 1, 64)
-        if interleave:   # each step's fragment loaded just before its instruction
+        if rs:
           xops[ks] = x_operand(xs, ks)
           _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
         accs = wgmma(accs, xops[ks], yd)
@@ -454,34 +448,25 @@ class WgmmaDot(GpuKernel):
     slots = [E.alloca_entry(b, acc_ty) for _ in range(nacc)]
     for sl in slots:
       b.store(ir.Constant(acc_ty, 0 if integer else 0.0), sl)
-    deep = DEEP_RING
-    ahead = STAGES - 1 if deep else AHEAD
-    for j in range(ahead):
+    for j in range(AHEAD):
       if j < KTB:
         issue(i64(j))
       commit()
 
     def step(kt):
       """One k slice: publish its stage, issue its instructions, start the copies of slice
-      kt + ahead, let slice kt - 1's instructions finish.  (``deep``: the copies start after
-      every warpgroup's instructions of slice kt - 1 are done -- a second barrier -- into
-      that slice's stage.)"""
-      _asm(b, f"cp.async.wait_group {ahead - 1};", "~{memory}", [])
-      if PROXY_FENCE:
-        _asm(b, "fence.proxy.async.shared::cta;", "~{memory}", [])
+      kt + AHEAD, let slice kt - 1's instructions finish."""
+      _asm(b, f"cp.async.wait_group {AHEAD - 1};", "~{memory}", [])
+      _asm(b, "fence.proxy.async.shared::cta;", "~{memory}", [])
       barrier(b)
       accs = compute(kt, [b.load(sl) for sl in slots])
       for sl, v in zip(slots, accs):
         b.store(v, sl)
-      if deep:
-        _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
-        barrier(b)
-      nxt = b.add(kt, i64(ahead))
+      nxt = b.add(kt, i64(AHEAD))
       with b.if_then(b.icmp_signed("<", nxt, i64(KTB))):
         issue(nxt)
       commit()
-      if not deep:
-        _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
+      _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
 
     if rs:
       # the register operand of slice kt must stay intact until its instructions complete,
@@ -517,8 +502,8 @@ class WgmmaDot(GpuKernel):
 
   def _p_rows(self, b, wg, warp, g):
     """(row of the tile, offset of the second row) of a thread's accumulators d[4i + e]:
-    row 16 warp + g of its warpgroup's 64 (+ 8 for e >= 2), or with ``pairs`` (the register
-    operand's rows g and g + 8 read from adjacent tile columns) 16 warp + 2g (+ 1)."""
+    row 16 warp + g of its warpgroup's 64 (+ 8 for e >= 2), or in the register forms, whose
+    fragment rows g and g + 8 come from adjacent tile columns, 16 warp + 2g (+ 1)."""
     base = b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16)))
     if self.pairs:
       return b.add(base, b.mul(g, i64(2))), 1
@@ -640,7 +625,8 @@ class WgmmaDot(GpuKernel):
 
   def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4, p_edge, q_edge):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
-    warpgroup's 64 x Q tile, row = 16 warp + g; C[m, n] = D[p, q] (or D[q, p] transposed).
+    warpgroup's 64 x Q tile, row = 16 warp + g (``_p_rows``: in the register forms row =
+    16 warp + 2g and the second row is row + 1); C[m, n] = D[p, q] (or D[q, p] transposed).
     Where the tile passes the problem's edge (``p_edge``, ``q_edge``) only elements inside it
     are stored."""
     s = self.spec
