@@ -61,11 +61,13 @@ has no fused epilogue (``staged_store``): on an H100 that took 4096^3 bf16 from 
 TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703).
 
 Back-to-back calls (``benchmarks/gpu.py``, ``wgmma_variants.py``'s call timing) run slower than
-the kernel's own event time, for both libraries: under sustained load the card's clock falls
-(an H100, 4096^3 bf16, 200 calls a round: ourjax 0.210 ms a call, the same through jit or the
-executable directly, events around the batch agreeing with the wall clock, the host enqueueing
-in 0.026 ms; JAX 0.201; the kernel alone in short bursts 0.193, JAX 0.193).  No time goes to
-dispatch, allocation or synchronisation.
+the kernel's own event time, for both libraries: under sustained load the card's clock falls.
+On an H100 at 4096^3, 200 calls a round, the three interleaved: bf16 0.207 ms a call through
+jit, 0.207 through the executable directly, events around the batch agreeing with the wall
+clock and the host enqueueing a call in 0.03-0.04 ms, JAX 0.198 (the kernels alone in short
+bursts: 0.193 and 0.193-0.201); f32 0.430, 0.426, JAX 0.399 (short bursts: 0.381 and 0.373).
+No time goes to dispatch, allocation or synchronisation; what is left is the kernel's own
+rate under the card's power limit, where cuBLAS's kernels keep more of theirs.
 
 int8 at 4096^3 on an H100 (``wgmma_check.py --time-int8``): 0.124 ms in WgmmaDot plus 0.028
 in the copy of B K-major (905 TOP/s together) against JAX's 0.255 ms wall clock (540).
