@@ -338,7 +338,7 @@ CASES += SORT_SCATTER_CASES
 
 # Hopper dots (wgmma.WgmmaDot; sm_90a): each operand layout and dtype the kernel takes, odd and
 # even numbers of k slices, 128- and 256-wide tiles.  f32 is multiplied in tf32: the transposed
-# register form rounds B (cvt.rna) and truncates A, ~4e-4 norm-relative at these sizes.
+# register form rounds B (to nearest) and truncates A, ~4e-4 norm-relative at these sizes.
 WGMMA_CASES = [
     ("dot_wgmma_tf32", lambda a, b: a @ b, lambda r: (f32(r, 256, 256), f32(r, 256, 512)), 5e-3),
     ("dot_wgmma_tf32_odd_k", lambda a, b: a @ b,

@@ -157,12 +157,15 @@ def test_tensor_core_instructions(monkeypatch):
 
 
 def test_wgmma_instructions(compiled_cases):
-  """WgmmaDot: sm_90a PTX; tf32 with a row-major B in the register form (B^T rounded with
-  cvt.rna), bf16 with B staged N-major (transpose flag 1); copies fenced for the async proxy."""
+  """WgmmaDot: sm_90a PTX; tf32 with a row-major B in the register form (B^T read in pairs of
+  values and rounded to tf32 for finite values only, a fence before each instruction), bf16 with
+  B staged N-major (transpose flag 1); copies fenced for the async proxy."""
   for name in ("dot_wgmma_tf32", "dot_wgmma_bf16", "dot_wgmma_tf32_nt"):
     assert _kernel_kinds(compiled_cases[name]) == ["WgmmaDot"], name
   ptx = compiled_cases["dot_wgmma_tf32"].as_text(dialect="ptx")
-  assert ".target sm_90a" in ptx and "cvt.rna.tf32.f32" in ptx
+  assert ".target sm_90a" in ptx and "setp.lt.f32 p, a, 0f7F800000" in ptx
+  assert "@p add.s32" in ptx and "ld.shared.v2.b32" in ptx
+  assert ptx.count("wgmma.fence.sync.aligned") == ptx.count("wgmma.mma_async.sync")
   assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in ptx
   assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
   ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")

@@ -23,7 +23,10 @@ waits for its own copies, fences them for the tensor cores' proxy
 (``fence.proxy.async.shared::cta``), a block barrier publishes the slice, the warpgroups issue
 their instructions (asynchronously), the copies of slice ``kt + 2`` start, and
 ``wgmma.wait_group 1`` lets the previous slice's instructions finish, so the stage copied next
-is never one the tensor cores still read.
+is never one the tensor cores still read.  Blocks take their tiles in groups of 16 rows of p
+tiles (``RASTER_GROUP``, ``_tile_of_block``), so the ~132 blocks in flight share rows of X and
+columns of Y in L2: on an H100 (device time) 8192^3 f32 went from 303 to 353 TFLOP/s, bf16 from
+706 to 778, 4096^3 f32 from 333 to 351, 4096^3 bf16 unchanged (711-717).
 
 Operands in shared memory use the canonical 128-byte-swizzled layouts of the PTX ISA: a K-major
 operand is stored as rows of 128 bytes (one row per m or n), the 16-byte chunk ``c`` of row ``r``
@@ -37,20 +40,34 @@ between blocks of 64 n -- and multiplied with the instruction's transpose flag.
 tf32 has no transpose flag: both operands must be K-major.  A row-major B [K, N] (N-major) is
 therefore handled by computing the transposed product, C^T = B^T A^T: the warpgroups' operand X
 is B^T, read from a padded (bank-conflict-free) [k][n] tile into registers (the instruction's
-A-from-registers form) and rounded to tf32 with ``cvt.rna``, and Y is A, K-major as it comes;
-the epilogue writes the accumulators transposed.  An A stored M-major (row-major [K, M],
+A-from-registers form) and rounded to tf32 (nearest, ties away: ``RNA_TF32``), and Y is A,
+K-major as it comes; the epilogue writes the accumulators transposed.  An A stored M-major (row-major [K, M],
 ``x.T @ y``) with a K-major B is the same register form without the transposition: X is A, read
 from a [k][m] tile, and Y is B.  A register operand must stay intact until
 its instructions complete, which is one slice later here, so the k loop holds two copies of the
 step: consecutive slices read different (PTX) registers (with one copy, the next slice's
 fragment loads overwrote registers that slice kt's 256-wide instructions were still reading:
 about 3% error at 4096^3).  In the shared-memory forms the hardware reads f32 values as tf32 by
-dropping the low mantissa bits.
+dropping the low mantissa bits.  The register form's time between a slice's barrier and its
+first instruction shows in the rate (an H100, 4096^3, device time, 16-row raster: 339-342
+TFLOP/s with cvt.rna on all 16 fragment values first, 360 with none of the rounding): so each
+k step's fragment is loaded and rounded just before its instruction (a ``wgmma.fence`` between),
+the rounding is two instructions rather than cvt.rna's three (the same bits), and the
+instruction's rows g and g + 8 are adjacent tile columns (one 8-byte load for both): 360
+TFLOP/s with rounding (JAX 369 in the same process; the shared-memory form, ``x @ y.T``: 376).
 
 The block's tile of C goes out through shared memory in 16-byte row chunks when the product
 has no fused epilogue (``staged_store``): on an H100 that took 4096^3 bf16 from 613 to 691
-TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703); tf32 output
-stores were already 8 bytes wide and stay at ~330 (JAX 372-376).
+TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703).
+
+Back-to-back calls (``benchmarks/gpu.py``, ``wgmma_variants.py``'s call timing) run slower than
+the kernel's own event time, for both libraries: under sustained load the card's clock falls.
+On an H100 at 4096^3, 200 calls a round, the three interleaved: bf16 0.207 ms a call through
+jit, 0.207 through the executable directly, events around the batch agreeing with the wall
+clock and the host enqueueing a call in 0.03-0.04 ms, JAX 0.198 (the kernels alone in short
+bursts: 0.193 and 0.193-0.201); f32 0.430, 0.426, JAX 0.399 (short bursts: 0.381 and 0.373).
+No time goes to dispatch, allocation or synchronisation; what is left is the kernel's own
+rate under the card's power limit, where cuBLAS's kernels keep more of theirs.
 
 int8 at 4096^3 on an H100 (``wgmma_check.py --time-int8``): 0.124 ms in WgmmaDot plus 0.028
 in the copy of B K-major (905 TOP/s together) against JAX's 0.255 ms wall clock (540).
@@ -84,11 +101,17 @@ from ourjax.backends.llvm.emitter import I32, I64, i64
 F = ir.FloatType()
 STAGES = 4             # shared-memory ring of k slices
 AHEAD = STAGES - 2     # slices in flight while one is multiplied (see the module docstring)
+RASTER_GROUP = 16      # blocks walk this many rows of tiles before the next column (0: plain order)
 ROW = 128              # bytes of k per slice (one swizzled row)
 SW128 = 1 << 62        # descriptor: 128-byte swizzle
-# the tf32 A fragment of the register form, per warp: (row, k) offsets of registers a0..a3
-# from (g, t) (the layout of mma.sync m16n8k8's A)
-RS_FRAGMENT = ((0, 0), (8, 0), (0, 4), (8, 4))
+# The tf32 A fragment of the register form, per warp: registers a0..a3 hold rows (g, g + 8) x
+# k (t, t + 4) of the warp's 16 rows (the layout of mma.sync m16n8k8's A); the instruction's
+# rows g and g + 8 are the [k][p] tile's columns 2g and 2g + 1 (``WgmmaDot._p_rows``), so one
+# 8-byte load reads both.  Rounding to tf32, nearest with ties away, in the 19 bits the tensor cores read (they drop the
+# low 13): half a unit of the last tf32 place added to finite values; Inf and NaN stay as they
+# are.  (The same bits as cvt.rna.tf32.f32, which ptxas makes three instructions.)
+RNA_TF32 = ("{ .reg .pred p; .reg .f32 a; abs.f32 a, $1; setp.lt.f32 p, a, 0f7F800000; "
+            "mov.b32 $0, $1; @p add.s32 $0, $0, 4096; }")
 
 
 def _elem_bytes(kind: str) -> int:
@@ -121,6 +144,7 @@ class WgmmaDot(GpuKernel):
     assert split == 1 or (epilogue is None and self.spec.B == 1)
     s = self.spec
     self.b_mn = mode == "ss" and s.b_sk != 1
+    self.pairs = mode in ("rs", "rs_t")      # (fragment rows from adjacent columns: _p_rows)
     self.esz = _elem_bytes(kind)
     self.BK = ROW // self.esz
     self.P_TILE, self.THREADS = 64 * wg, 128 * wg
@@ -196,6 +220,24 @@ class WgmmaDot(GpuKernel):
             STAGES * self.stage_bytes + 1024)
 
 
+  def _tile_of_block(self, b):
+    """(q tile, p tile) of this block: consecutive blocks walk down ``RASTER_GROUP`` (G) rows
+    of p tiles before moving to the next q tile, so the blocks in flight at once (a wave of
+    132 on an H100: G x 8 tiles rather than 4 x 32 at 8192^3) share their rows of X and
+    columns of Y in L2 (fewer bytes from device memory)."""
+    bx, by = sreg64(b, "ctaid.x"), sreg64(b, "ctaid.y")
+    (gx, gy, _), _, _ = self.launch(None)
+    G = RASTER_GROUP
+    if G <= 1 or gy <= G or gx == 1:
+      return bx, by
+    lin = b.add(b.mul(by, i64(gx)), bx)
+    width = G * gx
+    first = b.mul(b.udiv(lin, i64(width)), i64(G))
+    left = b.sub(i64(gy), first)
+    gs = b.select(b.icmp_unsigned("<", left, i64(G)), left, i64(G))
+    r = b.urem(lin, i64(width))
+    return b.udiv(r, gs), b.add(first, b.urem(r, gs))
+
   # -- the kernel --------------------------------------------------------------------------------
   def gpu_body(self, b, ptr):
     s = self.spec
@@ -216,8 +258,9 @@ class WgmmaDot(GpuKernel):
     lane = b.urem(tid, i64(32))
     g = b.udiv(lane, i64(4))
     t4 = b.urem(lane, i64(4))
-    q0 = b.mul(sreg64(b, "ctaid.x"), i64(Q))
-    p0 = b.mul(sreg64(b, "ctaid.y"), i64(PT))
+    qb, pb = self._tile_of_block(b)
+    q0 = b.mul(qb, i64(Q))
+    p0 = b.mul(pb, i64(PT))
     z = sreg64(b, "ctaid.z")
     bat, part = (i64(0), z) if self.S > 1 else (z, None)
     A = ptr(self.im2col.source if self.im2col is not None else self.lhs)
@@ -368,31 +411,38 @@ class WgmmaDot(GpuKernel):
       r = _asm(b, text, cons, args, ret=RET)
       return [b.extract_value(r, i) for i in range(nacc)]
 
-    def rna(w):
-      return _asm(b, "cvt.rna.tf32.f32 $0, $1;", "=r,f", [w], ret=I32, side_effect=False)
+    def x_operand(xs, ks):
+      """Slice step ``ks``'s X operand: a descriptor, or in the register form the fragment of
+      rows (g, g + 8) x k (t, t + 4), those rows at tile columns 2g and 2g + 1 (one 8-byte
+      load per k), rounded to tf32."""
+      if not rs:
+        return desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), i64(ks * 32))), 1, 64)
+      row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), b.mul(g, i64(2)))
+      frag = []
+      for dk in (0, 4):
+        k = b.add(t4, i64(ks * 8 + dk))
+        a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), row), i64(4)))
+        v = b.load(b.inttoptr(a, ir.VectorType(F, 2).as_pointer(3)), align=8)
+        frag += [_asm(b, RNA_TF32, "=r,f", [b.extract_element(v, ir.Constant(I32, j))],
+                      ret=I32, side_effect=False) for j in (0, 1)]
+      return frag
 
     def compute(kt, accs):
       stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
-      xops = []
+      # the register form loads each k step's fragment just before its instruction (a fence
+      # between the two), so the first instruction waits for one fragment, not four
+      xops = [None if rs else x_operand(xs, ks) for ks in range(4)]
+      if not rs:
+        _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
       for ks in range(4):                       # 4 k steps of 32 bytes per slice
-        if rs:                                  # X fragment of rows (g, g+8) x k (t, t+4)
-          row = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
-          frag = []
-          for dr, dk in RS_FRAGMENT:
-            k = b.add(t4, i64(ks * 8 + dk))
-            a = b.add(xs, b.mul(b.add(b.mul(k, i64(self.x_ld)), b.add(row, i64(dr))), i64(4)))
-            p_ = b.inttoptr(a, ir.PointerType(F, addrspace=3))
-            frag.append(rna(b.load(p_, align=4)))
-          xops.append(frag)
-        else:
-          xops.append(desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), i64(ks * 32))), 1, 64))
-      _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
-      for ks in range(4):
         if self.b_mn:    # k step = 16 rows of 128 bytes; leading offset: between 64-n blocks
           yd = desc(b.add(ys, i64(ks * 16 * ROW)), *mn_major_offsets(BK))
         else:
           yd = desc(b.add(ys, i64(ks * 32)), 1, 64)
+        if rs:
+          xops[ks] = x_operand(xs, ks)
+          _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
         accs = wgmma(accs, xops[ks], yd)
       _asm(b, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
       return accs
@@ -452,6 +502,15 @@ class WgmmaDot(GpuKernel):
       store = dot_writer(b, ptr, self)
     self._epilogue(b, accs, store, bat, p0, q0, wg, warp, g, t4, P % PT != 0, Qn % Q != 0)
 
+  def _p_rows(self, b, wg, warp, g):
+    """(row of the tile, offset of the second row) of a thread's accumulators d[4i + e]:
+    row 16 warp + g of its warpgroup's 64 (+ 8 for e >= 2), or in the register forms, whose
+    fragment rows g and g + 8 come from adjacent tile columns, 16 warp + 2g (+ 1)."""
+    base = b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16)))
+    if self.pairs:
+      return b.add(base, b.mul(g, i64(2))), 1
+    return b.add(base, g), 8
+
   # -- the output tile through shared memory ----------------------------------------------------
   @property
   def acc_dtype(self):
@@ -500,12 +559,12 @@ class WgmmaDot(GpuKernel):
     barrier(b)
     st_ty = E.storage_type(dt)
     tile = b.inttoptr(base, st_ty.as_pointer(3))
-    prow = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
+    prow, hi = self._p_rows(b, wg, warp, g)
     qcol = b.mul(t4, i64(2))
     per_row = pitch // esz
     for i in range(self.Q // 8):
       for e in range(4):
-        p = b.add(prow, i64(8)) if e >= 2 else prow
+        p = b.add(prow, i64(hi)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
         r, c = (q, p) if self.mode == "rs_t" else (p, q)
         v = accs[4 * i + e]
@@ -568,7 +627,8 @@ class WgmmaDot(GpuKernel):
 
   def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4, p_edge, q_edge):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
-    warpgroup's 64 x Q tile, row = 16 warp + g; C[m, n] = D[p, q] (or D[q, p] transposed).
+    warpgroup's 64 x Q tile, row = 16 warp + g (``_p_rows``: in the register forms row =
+    16 warp + 2g and the second row is row + 1); C[m, n] = D[p, q] (or D[q, p] transposed).
     Where the tile passes the problem's edge (``p_edge``, ``q_edge``) only elements inside it
     are stored."""
     s = self.spec
@@ -577,11 +637,12 @@ class WgmmaDot(GpuKernel):
     acc_dt = self.acc_dtype
     out_dt = E.F32 if self.S > 1 else self.dot.dtype
     c_base = b.mul(bat, i64(M * N))
-    prow = b.add(p0, b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g))
+    prow, hi = self._p_rows(b, wg, warp, g)
+    prow = b.add(p0, prow)
     qcol = b.add(q0, b.mul(t4, i64(2)))
     for i in range(self.Q // 8):
       for e in range(4):
-        p = b.add(prow, i64(8)) if e >= 2 else prow
+        p = b.add(prow, i64(hi)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
         m, n = (q, p) if self.mode == "rs_t" else (p, q)
         v = accs[4 * i + e] if out_dt == acc_dt else E.convert_value(b, accs[4 * i + e],
