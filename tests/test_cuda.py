@@ -2,6 +2,7 @@
 backend on fresh random inputs, outputs fully written (the allocator's cache is poisoned with
 NaN bytes first), device-resident Arrays, the caching allocator, errors."""
 import gc
+import zlib
 
 import numpy as np
 import pytest
@@ -71,7 +72,7 @@ def _compare(name, got, want, tol):
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_case_matches_reference(case):
   name, fn, make_args, tol = case
-  rng = np.random.default_rng(abs(hash(name)) % (1 << 32))
+  rng = np.random.default_rng(zlib.crc32(name.encode()))   # (the same inputs in every process)
   for trial in range(2):                       # fresh inputs each time, same executable
     args = make_args(rng)
     want = ourjax.jit(fn, backend="reference")(*args)

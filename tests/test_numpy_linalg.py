@@ -291,3 +291,37 @@ def test_lstsq_residual_shapes_and_rank_type_as_jax():
   _, wide, _, _ = jnp.linalg.lstsq(a[:2], b[:2])
   assert wide.shape == (1,) and abs(float(wide[0])) < 1e-8
   assert jnp.linalg.lstsq(a[:2], b[:2], numpy_resid=True)[1].shape == (0,)
+
+
+_NARROW_PREF = [(np.dtype(np.int8), I32), (np.dtype(np.float16), F32), (bf16, F32),
+                (np.dtype("float8_e4m3fn"), F32)]
+
+
+@given(st.sampled_from(["ij,jk->ik", "bij,bjk->bik", "ij,jk->i", "ij,kj->", "i,i->"]),
+       st.sampled_from(_NARROW_PREF), st.integers(1, 9), st.integers(0, 2 ** 16))
+def test_einsum_preferred_element_type_accumulates_wide(subscripts, dts, n, seed):
+  """As JAX's: narrow operands are contracted (and their unused labels summed) in the preferred
+  type, not contracted in their own type and converted after (int8 sums would wrap, float8
+  ones round to 3 bits)."""
+  src, pref = dts
+  rng = np.random.default_rng(seed)
+  dims = {"i": n, "j": 2 * n + 3, "k": n + 1, "b": 2}
+  ins = subscripts.split("->")[0].split(",")
+  if src.kind == "i":
+    ops = [rng.integers(-100, 100, size=[dims[c] for c in s]).astype(src) for s in ins]
+  else:
+    ops = [(rng.standard_normal([dims[c] for c in s]) * 4).astype(np.float32).astype(src)
+           for s in ins]
+  want = np.einsum(subscripts, *[o.astype(np.int64 if src.kind == "i" else np.float64)
+                                 for o in ops])
+  got = jnp.einsum(subscripts, *ops, preferred_element_type=pref)
+  assert got.dtype == pref
+  if src.kind == "i":
+    np.testing.assert_array_equal(np.asarray(got), want.astype(pref))
+  else:
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5,
+                               atol=1e-5 * max(1.0, float(np.abs(want).max())))
+  jaxpr = ourjax.make_jaxpr(lambda *xs: jnp.einsum(subscripts, *xs,
+                                                   preferred_element_type=pref))(*ops)
+  dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"]
+  assert all(e.params["preferred_element_type"] == pref for e in dots), jaxpr

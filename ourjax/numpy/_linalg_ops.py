@@ -543,6 +543,9 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
   def sum_unused(x, labs, keep):
     drop = [i for i, lab in enumerate(labs) if lab not in keep]
     if drop:
+      # as JAX's: a sum is taken in the preferred type where that type is the wider
+      if pref is not None and dtypes.result_type(get_aval(x).dtype, pref) != get_aval(x).dtype:
+        x = lax.convert_element_type(x, pref)
       x = lax.reduce_sum(x, tuple(drop)) if get_aval(x).dtype != np.bool_ else \
           lax.reduce_or(x, tuple(drop))
       labs = [lab for i, lab in enumerate(labs) if i not in drop]
@@ -561,7 +564,7 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
     out = _dg(x, y, ([labs.index(l) for l in contract],
                               [ylabs.index(l) for l in contract]),
                        ([labs.index(l) for l in batch], [ylabs.index(l) for l in batch]),
-                       precision, None)
+                       precision, pref)
     x = out
     labs = batch + [l for l in labs if l not in shared] + [l for l in ylabs if l not in shared]
   x, labs = sum_unused(x, labs, set(out_labels))
