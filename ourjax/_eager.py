@@ -348,7 +348,8 @@ def _split_trial(prim, args, params, out, choice):
 # NumPy across threads: an elementwise ufunc releases the GIL in its loop, so the parts of one
 # large call run at once on the backend's thread count (NumPy itself runs one thread; JAX's
 # executables split a large elementwise op across its pool).  Each part is a contiguous range of
-# the flattened operands and result, so every element is computed by the same loop as in one
+# the flattened operands and result (or, where an operand is a strided view such as a broadcast
+# row, a range of the leading axis), so every element is computed by the same loop as in one
 # call (the results are NumPy's, bit for bit).
 
 #: a one-thread NumPy call shorter than this is not split (a part's hand-off to a thread and
@@ -413,13 +414,18 @@ _split_pool = None
 
 
 def _run_split(ufunc, args, out):
-  """``ufunc(*args)`` in contiguous parts on the pool's threads, as an Array of ``out``; None
-  where it cannot be split (an operand not C-contiguous, or the pool busy)."""
+  """``ufunc(*args)`` in parts on the pool's threads, as an Array of ``out``; None where it
+  cannot be split (the pool busy, or a non-contiguous operand of fewer than two rows)."""
   global _split_pool
   vals = [a._value if type(a) is Array else to_numpy(a) for a in args]
+  # contiguous operands are cut as flat ranges; others (a broadcast row's stride-0 view, a
+  # transposed view) into ranges of the leading axis, which any strides allow
+  rows = False
   for v in vals:
     if not v.flags.c_contiguous:
-      return None
+      rows = True
+  if rows and (out.ndim < 2 or out.shape[0] < 2):
+    return None
   pool = _split_pool
   if pool is None or pool.n != _kernel_threads():
     with _lock:
@@ -432,11 +438,17 @@ def _run_split(ufunc, args, out):
   if not pool.busy.acquire(blocking=False):
     return None
   try:
-    size = out.size
-    step = -(-size // pool.n)
-    step = -(-step // _SPLIT_ALIGN) * _SPLIT_ALIGN
-    flat = [v.reshape(-1) for v in vals]
-    res = np.empty(size, out.dtype)
+    if rows:
+      size = out.shape[0]
+      step = -(-size // pool.n)
+      flat = vals
+      res = np.empty(out.shape, out.dtype)
+    else:
+      size = out.size
+      step = -(-size // pool.n)
+      step = -(-step // _SPLIT_ALIGN) * _SPLIT_ALIGN
+      flat = [v.reshape(-1) for v in vals]
+      res = np.empty(size, out.dtype)
     sent = 0
     for i in range(1, pool.n):
       lo, hi = i * step, min(size, (i + 1) * step)
