@@ -1,0 +1,123 @@
+"""Eager operations on GPU arrays: one cached, compiled single-primitive executable per signature.
+
+An eager primitive (``_eager.apply``) with an operand whose data lives on a GPU (an Array with a
+CUDA ``DeviceBuffer``: ``device_put`` to a GPU, a result of a jitted call or of an earlier eager
+operation on the GPU) runs there, as JAX runs each eager operation: the primitive is traced
+alone (its operands' avals and its params), compiled by the CUDA backend once per (primitive,
+x64 flag, operand avals, params, GPU), and called through the executable's dispatch fast path
+(``ModuleExecutable.fast_path``: the slot table, one allocation of the outputs, the launch and
+an event; no ``jit`` wrapper, no pytree, no signature beyond this module's key).  The results
+are Arrays whose data stays on that GPU: nothing is copied to the host until the value is read
+(``np.asarray``, printing, ``float()``).
+
+Placement follows JAX's rules for committed arrays: operands on one GPU run there, host operands
+(NumPy arrays, Python scalars, host Arrays: JAX's uncommitted values) are copied to it for the
+call (a host Array keeps its device copy), and operands on two different GPUs raise
+``ValueError`` naming the primitive and the devices.  Operations whose operands are all on the
+host never come here (``_eager`` keeps them in NumPy), so a machine without a GPU runs exactly
+what it ran before.
+
+A primitive the CUDA backend cannot compile alone (no lowering rule; a jaxpr evaluated op by op)
+runs in NumPy on host copies of the operands, its results put back on the GPU (a round trip, but
+the results stay where JAX would have them); so does a signature whose params cannot be hashed.
+"""
+from __future__ import annotations
+
+from ourjax.array import Array
+
+_cache: dict = {}
+_CACHE_MAX = 4096      # signatures; cleared when full
+_HOST = object()       # a cache entry: this signature runs in NumPy, results uploaded
+
+
+def clear_cache() -> None:
+  _cache.clear()
+
+
+def gpu_of(args):
+  """The CUDA device (``driver.Device``) holding an operand of ``args``, or None when every
+  operand is on the host.  Operands on two different GPUs raise ValueError."""
+  dev = None
+  for a in args:
+    if type(a) is Array:
+      buf = a._device_buf
+      if buf is not None and getattr(buf, "platform", None) == "gpu":
+        d = buf.device
+        if dev is None:
+          dev = d
+        elif d is not dev:
+          return _two_gpus(args)
+  return dev
+
+
+def _two_gpus(args):
+  raise ValueError("eager operation: its operands are committed to different devices: "
+                   + ", ".join(f"{a.aval.str_short()} on gpu:{a._device_buf.device.ordinal}"
+                               for a in args if type(a) is Array and a._device_buf is not None
+                               and getattr(a._device_buf, "platform", None) == "gpu"))
+
+
+def apply(prim, args, params, avals, x64, dev):
+  """Run ``prim`` on ``args`` (abstract values ``avals``) on GPU ``dev``; the results are
+  Arrays on ``dev``.  (A signature is cached only once its abstract evaluation passed, so a
+  bad call raises every time.)"""
+  try:
+    key = (prim, x64, avals, dev,
+           tuple([(k, v, type(v)) for k, v in params.items()]) if params else ())
+    call = _cache.get(key)
+  except TypeError:      # an unhashable param
+    return _on_host(prim, args, params, avals, dev)
+  if call is None:
+    from ourjax import _eager
+    _eager.abstract_eval(prim, avals, params)      # (the errors of a bad call)
+    call = _build(prim, params, avals, dev)
+    if len(_cache) >= _CACHE_MAX:
+      _cache.clear()
+    _cache[key] = call
+  if call is _HOST:
+    return _on_host(prim, args, params, avals, dev)
+  outs = call(args)
+  return outs if prim.multiple_results else outs[0]
+
+
+def _bind_flat(prim, params, *args):
+  r = prim.bind(*args, **params)
+  return list(r) if prim.multiple_results else [r]
+
+
+def _build(prim, params, avals, dev):
+  """``call(args) -> list of Arrays`` running ``prim`` compiled for GPU ``dev``, or ``_HOST``
+  when the CUDA backend does not compile it alone."""
+  import functools
+  from ourjax import backends
+  from ourjax.interpreters import partial_eval as pe
+  from ourjax.lowering.from_jaxpr import LoweringError
+  fun = functools.partial(_bind_flat, prim, params)
+  closed = pe.trace_to_jaxpr(fun, list(avals), prim.name)
+  try:
+    exe = backends.compile_jaxpr(closed, "cuda", prim.name, cache=False)
+  except LoweringError:     # (OURJAX_STRICT_LOWERING: no lowering rule is an error in jit)
+    return _HOST
+  if not (isinstance(exe, backends.ModuleExecutable) and
+          getattr(exe.compiled, "device_resident", False)):
+    return _HOST            # (evaluated op by op: each op would come back here)
+  exe = backends.for_device(exe, backends.gpu_of_ordinal(dev.ordinal))
+  fast = exe.fast_path()
+  if fast is None:
+    return lambda args: exe(*args)
+
+  def call(args):
+    outs = fast(args)
+    return exe(*args) if outs is None else outs
+  return call
+
+
+def _on_host(prim, args, params, avals, dev):
+  """NumPy's result on host copies of the operands, put on ``dev``."""
+  from ourjax import _eager
+  from ourjax.backends.cuda.backend import DeviceBuffer
+  r = _eager._run_numpy(prim, args, params, _eager.abstract_eval(prim, avals, params))
+  rs = r if prim.multiple_results else [r]
+  res = [Array._from_device(DeviceBuffer.from_host(x._value, dev), x.aval)
+         if type(x) is Array else x for x in rs]
+  return res if prim.multiple_results else res[0]

@@ -1,0 +1,234 @@
+"""Eager operations on GPU arrays (``ourjax/_eager_device.py``): each runs as a compiled
+single-primitive executable on the operands' GPU and its results stay there.
+
+The dispatch tests run on ``cuda_fake_driver``'s stand-in driver (no GPU: nothing is computed,
+but every copy and launch is counted); the value tests need a GPU and are skipped without one.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ourjax
+import ourjax.numpy as jnp
+from ourjax import _eager_device, core, lax
+from ourjax.array import Array
+from ourjax.backends.cuda import driver
+
+cuda_fake_driver = pytest.importorskip("cuda_fake_driver")   # needs cuda.bindings (types only)
+
+
+def _on_gpu(r) -> bool:
+  return (type(r) is Array and r._npy is None and r._device_buf is not None
+          and r._device_buf.platform == "gpu")
+
+
+# a chain of eager operations on device operands, of many kinds (elementwise, broadcasting,
+# reductions, structural, indexing, comparisons and selects, a matrix product, casts)
+def _chain(jnp, x, y, row):
+  a = x + y
+  b = jnp.exp(a) * 2.0
+  c = b + row
+  d = jnp.sum(c, axis=1)
+  e = jnp.where(x > y, x, y)
+  f = e.T @ y
+  g = jnp.cumsum(f, axis=0)[1:5]
+  h = jnp.maximum(g, 0.5).astype(jnp.int32)
+  i = jnp.argmax(x, axis=-1)
+  return [a, b, c, d, e, f, g, h, i, jnp.tanh(x).reshape(-1), x[3]]
+
+
+@pytest.fixture
+def fake():
+  _eager_device.clear_cache()
+  with cuda_fake_driver.installed() as f:
+    yield f
+  _eager_device.clear_cache()
+
+
+def _inputs(rng=None):
+  rng = rng or np.random.default_rng(0)
+  return (rng.standard_normal((8, 6)).astype(np.float32),
+          rng.standard_normal((8, 6)).astype(np.float32),
+          rng.standard_normal(6).astype(np.float32))
+
+
+def test_device_operands_run_on_the_device_without_copies_to_the_host(fake):
+  x, y, row = (ourjax.device_put(v) for v in _inputs())
+  before = fake.calls.get("cuMemcpyHtoDAsync", 0)
+  outs = _chain(jnp, x, y, row)
+  assert all(_on_gpu(r) for r in outs)
+  assert {d for r in outs for d in r.devices()} == {ourjax.devices("cuda")[0]}
+  assert fake.calls.get("cuMemcpyDtoHAsync", 0) == 0     # no value came back to the host
+  assert fake.calls["cuLaunchKernel"] >= len(outs)
+  # the only uploads were the Python scalars 2.0 and 0.5 (each ``x[3]`` index too)
+  assert fake.calls.get("cuMemcpyHtoDAsync", 0) - before <= 4
+  # types are the abstract evaluation's
+  want = _chain(jnp, *(Array(v) for v in _inputs()))
+  assert [r.aval for r in outs] == [w.aval for w in want]
+
+
+def test_one_compile_per_signature(fake):
+  x, y, _ = (ourjax.device_put(v) for v in _inputs())
+  x + y
+  n, loads = len(_eager_device._cache), fake.calls.get("cuLinkComplete", 0)
+  for _ in range(5):
+    z = x + y
+    z = z + y                                  # (a result: same signature)
+  assert len(_eager_device._cache) == n
+  assert fake.calls.get("cuLinkComplete", 0) == loads
+  x - y
+  assert len(_eager_device._cache) == n + 1
+
+
+def test_host_operands_follow_the_device_operand(fake):
+  """NumPy arrays, Python scalars and host Arrays (JAX's uncommitted values) meet a device
+  operand on its GPU; a host Array is copied there once and keeps the copy."""
+  xh, yh, _ = _inputs()
+  x = ourjax.device_put(xh)
+  y = Array(yh)
+  for other in (yh, 3.0, np.float32(2.0), y):
+    assert _on_gpu(x + other) and _on_gpu(other * x)
+  ups = fake.calls["cuMemcpyHtoDAsync"]
+  for _ in range(3):
+    x + y
+  assert fake.calls["cuMemcpyHtoDAsync"] == ups          # y's device copy was kept
+  assert fake.calls.get("cuMemcpyDtoHAsync", 0) == 0
+
+
+def test_host_only_operations_stay_in_numpy(fake):
+  """Operands all on the host: NumPy runs the operation, whatever the default backend (a GPU
+  being present changes nothing for them)."""
+  x, y, row = (Array(v) for v in _inputs())
+  outs = _chain(jnp, x, y, row)
+  assert all(type(r) is Array and r._device_buf is None for r in outs)
+  assert fake.calls.get("cuLaunchKernel", 0) == 0 and not _eager_device._cache
+
+
+def test_a_device_array_read_on_the_host_still_computes_on_the_device(fake):
+  x = ourjax.device_put(_inputs()[0])
+  x._npy = np.asarray(_inputs()[0])      # (what reading it leaves: a host copy beside it)
+  x._npy.flags.writeable = False
+  assert _on_gpu(jnp.exp(x))
+
+
+def test_a_bad_call_raises_every_time(fake):
+  x = ourjax.device_put(np.ones(3, np.float32))
+  y = ourjax.device_put(np.ones(4, np.float32))
+  for _ in range(2):
+    with pytest.raises(TypeError, match="add"):
+      lax.add(x, y)
+  assert not _eager_device._cache
+
+
+def test_operands_on_two_gpus_raise(fake, monkeypatch):
+  monkeypatch.setattr(fake, "cuDeviceGetCount", lambda: fake._ok("cuDeviceGetCount", 2),
+                      raising=False)
+  gpus = ourjax.devices("cuda")
+  assert len(gpus) == 2
+  x = ourjax.device_put(np.ones(3, np.float32), gpus[0])
+  y = ourjax.device_put(np.ones(3, np.float32), gpus[1])
+  with pytest.raises(ValueError, match="different devices.*gpu:0.*gpu:1"):
+    x + y
+  assert _on_gpu(y * 2.0) and y.devices() == {gpus[1]} and (y * 2.0).devices() == {gpus[1]}
+
+
+def test_a_primitive_without_a_lowering_runs_on_the_host_and_returns_to_the_device(fake):
+  p = core.Primitive("eager_device_test_double")
+  p.def_impl(lambda x: np.asarray(x) * 2)
+  p.def_abstract_eval(lambda x: core.ShapedArray(x.shape, x.dtype))
+  xh = np.arange(4, dtype=np.float32)
+  x = ourjax.device_put(xh)
+  fake.host_values = {}
+  r = p.bind(x)
+  assert _on_gpu(r) and r.aval == core.ShapedArray((4,), np.dtype(np.float32))
+  assert _eager_device._cache and all(v is _eager_device._HOST
+                                      for v in _eager_device._cache.values())
+
+
+def test_no_gpu_no_device_dispatch():
+  """Without a GPU (the real driver's state), arrays are host Arrays and nothing reaches the
+  device module."""
+  if driver.available():
+    pytest.skip("a GPU is present")
+  _eager_device.clear_cache()
+  outs = _chain(jnp, *(jnp.asarray(v) for v in _inputs()))
+  assert all(r._device_buf is None for r in outs) and not _eager_device._cache
+
+
+# ------------------------------------------------------------------------------------------------
+# On a GPU: values against NumPy's (and JAX-style placement), copies counted at the driver
+
+
+class _CountingDriver:
+  """The bindings module with every entry point counted (``calls[name]``)."""
+
+  def __init__(self, real):
+    self._real, self.calls = real, {}
+
+  def __getattr__(self, name):
+    attr = getattr(self._real, name)
+    if not name.startswith("cu") or not callable(attr):
+      return attr
+    calls = self.calls
+
+    def counted(*a):
+      calls[name] = calls.get(name, 0) + 1
+      return attr(*a)
+    return counted
+
+
+gpu = pytest.mark.skipif(not driver.available(), reason="no CUDA GPU")
+
+
+@gpu
+def test_values_on_the_gpu_match_numpy(monkeypatch):
+  rng = np.random.default_rng(1)
+  ins = _inputs(rng)
+  devs = [ourjax.device_put(v) for v in ins]
+  for d in devs:
+    d.block_until_ready()
+  counting = _CountingDriver(driver._driver())
+  monkeypatch.setattr(driver, "_drv", counting)
+  outs = _chain(jnp, *devs)
+  for r in outs:
+    r.block_until_ready()
+  assert counting.calls.get("cuMemcpyDtoHAsync", 0) == 0
+  assert counting.calls.get("cuMemcpyDtoH", 0) == 0
+  assert all(_on_gpu(r) for r in outs)
+  monkeypatch.undo()
+  want = _chain(np, *ins)
+  for r, w in zip(outs, want):
+    got = np.asarray(r)
+    assert got.shape == np.shape(w)
+    if got.dtype.kind == "f":
+      np.testing.assert_allclose(got, w, rtol=2e-5, atol=2e-5)
+    else:
+      np.testing.assert_array_equal(got, w)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_dtypes_and_multiple_results_on_the_gpu(dtype):
+  rng = np.random.default_rng(2)
+  xh = (rng.standard_normal((5, 7)) * 4).astype(dtype)
+  x = ourjax.device_put(xh)
+  for fn, ref in [(lambda v: v == v, lambda v: v == v), (lambda v: v.T, lambda v: v.T),
+                  (lambda v: jnp.max(v, axis=0), lambda v: np.max(v, axis=0))]:
+    r = fn(x)
+    assert _on_gpu(r)
+    np.testing.assert_array_equal(np.asarray(r), ref(xh))
+  if dtype != np.bool_:
+    vals, idx = lax.top_k(x, 3)      # (two results)
+    assert _on_gpu(vals) and _on_gpu(idx)
+    np.testing.assert_array_equal(np.asarray(vals), -np.sort(-xh, axis=-1)[:, :3])
+
+
+@gpu
+def test_large_arrays_on_the_gpu():
+  rng = np.random.default_rng(3)
+  xh = rng.standard_normal((1024, 1024)).astype(np.float32)
+  x = ourjax.device_put(xh)
+  r = jnp.sqrt(jnp.abs(x)) + x[0]
+  assert _on_gpu(r)
+  np.testing.assert_allclose(np.asarray(r), np.sqrt(np.abs(xh)) + xh[0], rtol=1e-6)
