@@ -89,18 +89,26 @@ def _build(prim, params, avals, dev):
   """``call(args) -> list of Arrays`` running ``prim`` compiled for GPU ``dev``, or ``_HOST``
   when the CUDA backend does not compile it alone."""
   import functools
-  from ourjax import backends
   from ourjax.interpreters import partial_eval as pe
-  from ourjax.lowering.from_jaxpr import LoweringError
   fun = functools.partial(_bind_flat, prim, params)
   closed = pe.trace_to_jaxpr(fun, list(avals), prim.name)
+  call = compiled(closed, prim.name, dev)
+  return _HOST if call is None else call
+
+
+def compiled(closed, name, dev):
+  """``call(args) -> list of Arrays`` running the jaxpr ``closed`` (flat arguments, flat
+  results) compiled for GPU ``dev`` (``args``: Arrays on ``dev``, host arrays or scalars), or
+  None when the CUDA backend does not compile it (a primitive without a lowering rule)."""
+  from ourjax import backends
+  from ourjax.lowering.from_jaxpr import LoweringError
   try:
-    exe = backends.compile_jaxpr(closed, "cuda", prim.name, cache=False)
+    exe = backends.compile_jaxpr(closed, "cuda", name, cache=False)
   except LoweringError:     # (OURJAX_STRICT_LOWERING: no lowering rule is an error in jit)
-    return _HOST
+    return None
   if not (isinstance(exe, backends.ModuleExecutable) and
           getattr(exe.compiled, "device_resident", False)):
-    return _HOST            # (evaluated op by op: each op would come back here)
+    return None             # (evaluated op by op: each op would come back here)
   exe = backends.for_device(exe, backends.gpu_of_ordinal(dev.ordinal))
   fast = exe.fast_path()
   if fast is None:

@@ -68,6 +68,23 @@ def test_device_operands_run_on_the_device_without_copies_to_the_host(fake):
   assert [r.aval for r in outs] == [w.aval for w in want]
 
 
+def test_jnp_functions_on_the_gpu_run_as_one_program(fake):
+  """A replayed ``jnp`` function (softmax, mean, var...) with an operand on the GPU is compiled
+  whole at its first call, as JAX's jitted ones: one dispatch (one event) per call."""
+  x = ourjax.device_put(_inputs()[0])
+  fns = [lambda v: ourjax.nn.softmax(v, axis=-1), lambda v: jnp.mean(v, axis=0),
+         lambda v: jnp.var(v), lambda v: ourjax.nn.gelu(v)]
+  for fn in fns:
+    fn(x)
+    before = fake.calls["cuEventRecord"]
+    r = fn(x)
+    assert _on_gpu(r) and fake.calls["cuEventRecord"] == before + 1
+  assert fake.calls.get("cuMemcpyDtoHAsync", 0) == 0
+  # the types are those of the host calls
+  xh = Array(_inputs()[0])
+  assert [fn(x).aval for fn in fns] == [fn(xh).aval for fn in fns]
+
+
 def test_one_compile_per_signature(fake):
   x, y, _ = (ourjax.device_put(v) for v in _inputs())
   x + y
@@ -222,6 +239,21 @@ def test_dtypes_and_multiple_results_on_the_gpu(dtype):
     vals, idx = lax.top_k(x, 3)      # (two results)
     assert _on_gpu(vals) and _on_gpu(idx)
     np.testing.assert_array_equal(np.asarray(vals), -np.sort(-xh, axis=-1)[:, :3])
+
+
+@gpu
+def test_jnp_functions_on_the_gpu_match_numpy():
+  xh = np.random.default_rng(4).standard_normal((16, 33)).astype(np.float32)
+  x = ourjax.device_put(xh)
+  for _ in range(2):                         # (the first call compiles, the second reuses)
+    s = ourjax.nn.softmax(x, axis=-1)
+    m, v = jnp.mean(x, axis=0), jnp.var(x)
+    assert _on_gpu(s) and _on_gpu(m) and _on_gpu(v)
+    e = np.exp(xh - xh.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(s), e / e.sum(-1, keepdims=True), rtol=1e-5,
+                               atol=1e-7)
+    np.testing.assert_allclose(np.asarray(m), xh.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(v), xh.var(), rtol=1e-5)
 
 
 @gpu
