@@ -163,6 +163,26 @@ def test_a_primitive_without_a_lowering_runs_on_the_host_and_returns_to_the_devi
                                       for v in _eager_device._cache.values())
 
 
+def test_arrays_on_the_default_device_when_asked(fake):
+  """``ourjax_arrays_on_default_device``: jnp's creation functions place their results on the
+  GPU (the default backend), so eager work on them runs there; off (the default), they are
+  host arrays.  Inside a trace nothing is placed."""
+  assert _on_gpu(ourjax.device_put(np.ones(3, np.float32)))
+  assert jnp.ones(3)._device_buf is None
+  ourjax.config.update("ourjax_arrays_on_default_device", True)
+  try:
+    made = [jnp.ones((4, 5)), jnp.zeros(3, jnp.int32), jnp.arange(6), jnp.array([1.0, 2.0]),
+            jnp.asarray(np.eye(3, dtype=np.float32)), jnp.full((2,), 7.0), jnp.eye(2),
+            jnp.linspace(0, 1, 5)]
+    assert all(_on_gpu(m) for m in made)
+    assert _on_gpu(jnp.exp(made[0]) + made[0])
+    assert fake.calls.get("cuMemcpyDtoHAsync", 0) == 0
+    consts = ourjax.make_jaxpr(lambda v: v + jnp.ones(3))(np.ones(3, np.float32)).consts
+    assert all(getattr(c, "_device_buf", None) is None for c in consts)
+  finally:
+    ourjax.config.update("ourjax_arrays_on_default_device", False)
+
+
 def test_no_gpu_no_device_dispatch():
   """Without a GPU (the real driver's state), arrays are host Arrays and nothing reaches the
   device module."""
@@ -199,10 +219,16 @@ gpu = pytest.mark.skipif(not driver.available(), reason="no CUDA GPU")
 
 
 @gpu
-def test_values_on_the_gpu_match_numpy(monkeypatch):
+@pytest.mark.parametrize("made_by", ["device_put", "jnp.asarray on the default device"])
+def test_values_on_the_gpu_match_numpy(monkeypatch, made_by):
   rng = np.random.default_rng(1)
   ins = _inputs(rng)
-  devs = [ourjax.device_put(v) for v in ins]
+  if made_by == "device_put":
+    devs = [ourjax.device_put(v) for v in ins]
+  else:
+    with ourjax.config._override("ourjax_arrays_on_default_device", True):
+      devs = [jnp.asarray(v) for v in ins]
+    assert all(_on_gpu(d) for d in devs)
   for d in devs:
     d.block_until_ready()
   counting = _CountingDriver(driver._driver())
