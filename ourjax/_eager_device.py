@@ -23,7 +23,11 @@ the results stay where JAX would have them); so does a signature whose params ca
 """
 from __future__ import annotations
 
-from ourjax.array import Array
+import numpy as np
+
+from ourjax.array import Array, to_numpy
+
+_PY_SCALARS = (bool, int, float, complex)
 
 _cache: dict = {}
 _CACHE_MAX = 4096      # signatures; cleared when full
@@ -32,6 +36,7 @@ _HOST = object()       # a cache entry: this signature runs in NumPy, results up
 
 def clear_cache() -> None:
   _cache.clear()
+  _scalars.clear()
 
 
 def gpu_of(args):
@@ -76,8 +81,50 @@ def apply(prim, args, params, avals, x64, dev):
     _cache[key] = call
   if call is _HOST:
     return _on_host(prim, args, params, avals, dev)
+  for a in args:
+    if type(a) is not Array or a._device_buf is None:
+      args = _scalars_on(args, dev)
+      break
   outs = call(args)
   return outs if prim.multiple_results else outs[0]
+
+
+_scalars: dict = {}     # (device, dtype, shape, weak type, bytes) -> that value on the device
+_SCALARS_MAX = 1024
+_SMALL_BYTES = 256      # host operands up to this size are kept on the device per value
+
+
+def _scalars_on(args, dev):
+  """``args`` with their small host operands (Python and NumPy scalars, small host Arrays and
+  NumPy arrays: the ``2.0`` of ``x * 2.0``, the index of ``x.at[1].set(0)``) replaced by copies
+  on ``dev``, kept per value: a call reuses the copy instead of copying the value to the GPU
+  again (a copy from host memory costs tens of microseconds; larger host operands are copied by
+  the call, a host Array's copy kept with it)."""
+  out = list(args)
+  for i, a in enumerate(args):
+    t = type(a)
+    if t is Array:
+      v = a._npy
+      if a._device_buf is not None or v is None or v.nbytes > _SMALL_BYTES:
+        continue
+      weak = a.weak_type
+    elif t in _PY_SCALARS or isinstance(a, np.generic):
+      v, weak = to_numpy(a), t in _PY_SCALARS
+    elif t is np.ndarray and a.nbytes <= _SMALL_BYTES:
+      v, weak = to_numpy(a), False
+    else:
+      continue
+    key = (dev, v.dtype, v.shape, weak, v.tobytes())
+    r = _scalars.get(key)
+    if r is None:
+      from ourjax.backends.cuda.backend import DeviceBuffer
+      from ourjax.core import ShapedArray
+      r = Array._from_device(DeviceBuffer.from_host(v, dev), ShapedArray(v.shape, v.dtype, weak))
+      if len(_scalars) >= _SCALARS_MAX:
+        _scalars.clear()
+      _scalars[key] = r
+    out[i] = r
+  return out
 
 
 def _bind_flat(prim, params, *args):

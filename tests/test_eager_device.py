@@ -104,13 +104,33 @@ def test_host_operands_follow_the_device_operand(fake):
   xh, yh, _ = _inputs()
   x = ourjax.device_put(xh)
   y = Array(yh)
-  for other in (yh, 3.0, np.float32(2.0), y):
+  for other in (yh, 3.0, np.float32(2.0), y, Array(np.float32(5.0))):
     assert _on_gpu(x + other) and _on_gpu(other * x)
   ups = fake.calls["cuMemcpyHtoDAsync"]
   for _ in range(3):
     x + y
   assert fake.calls["cuMemcpyHtoDAsync"] == ups          # y's device copy was kept
   assert fake.calls.get("cuMemcpyDtoHAsync", 0) == 0
+
+
+def test_small_host_operands_are_copied_once_per_value(fake):
+  """Scalars and small host arrays meeting a device operand are kept on the device per value:
+  ``x * 2.0`` in a loop copies 2.0 once; a new value (or a NumPy array written in between) is
+  copied again."""
+  x = ourjax.device_put(np.ones((4, 4), np.float32))
+  idx = np.array([1, 2], np.int32)
+  x * 2.0, x[idx], x + np.float32(2.0)
+  ups = fake.calls["cuMemcpyHtoDAsync"]
+  for _ in range(3):
+    assert _on_gpu(x * 2.0) and _on_gpu(x[idx]) and _on_gpu(x + np.float32(2.0))
+  assert fake.calls["cuMemcpyHtoDAsync"] == ups
+  x * 3.0
+  idx[0] = 3
+  x[idx]
+  assert fake.calls["cuMemcpyHtoDAsync"] == ups + 2
+  big = np.ones((16, 16), np.float32)        # (larger than _SMALL_BYTES: copied by each call)
+  x[:1, :1] + big, x[:1, :1] + big
+  assert fake.calls["cuMemcpyHtoDAsync"] == ups + 4
 
 
 def test_host_only_operations_stay_in_numpy(fake):
@@ -280,6 +300,20 @@ def test_jnp_functions_on_the_gpu_match_numpy():
                                atol=1e-7)
     np.testing.assert_allclose(np.asarray(m), xh.mean(0), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(v), xh.var(), rtol=1e-5)
+
+
+@gpu
+def test_scalars_kept_on_the_gpu_give_each_value():
+  xh = np.arange(6, dtype=np.float32)
+  x = ourjax.device_put(xh)
+  for s in (2.0, -0.0, 0.0, 3, np.float32(1.5), float("nan"), 2.0):
+    np.testing.assert_array_equal(np.asarray(x * s), xh * np.float32(s))
+  idx = np.array([1, 4], np.int32)
+  for k in range(3):
+    idx[0] = k
+    np.testing.assert_array_equal(np.asarray(x[idx]), xh[idx])
+    np.testing.assert_array_equal(np.asarray(x.at[k].set(-1.0)),
+                                  np.where(np.arange(6) == k, -1.0, xh))
 
 
 @gpu
