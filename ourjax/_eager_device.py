@@ -26,12 +26,14 @@ from __future__ import annotations
 import numpy as np
 
 from ourjax.array import Array, to_numpy
+from ourjax.config import config
 
 _PY_SCALARS = (bool, int, float, complex)
 
 _cache: dict = {}
 _CACHE_MAX = 4096      # signatures; cleared when full
 _HOST = object()       # a cache entry: this signature runs in NumPy, results uploaded
+_SEEN = object()       # a cache entry: seen once (a primitive holding a jaxpr, see ``apply``)
 
 
 def clear_cache() -> None:
@@ -62,25 +64,30 @@ def _two_gpus(args):
                                and getattr(a._device_buf, "platform", None) == "gpu"))
 
 
-def apply(prim, args, params, avals, x64, dev):
+def apply(prim, args, params, avals, x64, dev, host_impl=None):
   """Run ``prim`` on ``args`` (abstract values ``avals``) on GPU ``dev``; the results are
   Arrays on ``dev``.  (A signature is cached only once its abstract evaluation passed, so a
-  bad call raises every time.)"""
+  bad call raises every time.)  ``host_impl``: the primitive's own eager evaluation (a
+  primitive with a custom implementation, ``apply_custom``), else its NumPy rule."""
   try:
     key = (prim, x64, avals, dev,
            tuple([(k, v, type(v)) for k, v in params.items()]) if params else ())
     call = _cache.get(key)
   except TypeError:      # an unhashable param
-    return _on_host(prim, args, params, avals, dev)
-  if call is None:
+    return _on_host(prim, args, params, avals, dev, host_impl)
+  if call is None or call is _SEEN:
     from ourjax import _eager
     _eager.abstract_eval(prim, avals, params)      # (the errors of a bad call)
-    call = _build(prim, params, avals, dev)
     if len(_cache) >= _CACHE_MAX:
       _cache.clear()
-    _cache[key] = call
+    if call is None and host_impl is not None:
+      # a primitive holding a jaxpr (scan): compiled once the same jaxpr comes again (a body
+      # traced anew at every call, a fresh lambda, would compile at every call)
+      _cache[key] = _SEEN
+      return _on_host(prim, args, params, avals, dev, host_impl)
+    call = _cache[key] = _build(prim, params, avals, dev)
   if call is _HOST:
-    return _on_host(prim, args, params, avals, dev)
+    return _on_host(prim, args, params, avals, dev, host_impl)
   for a in args:
     if type(a) is not Array or a._device_buf is None:
       args = _scalars_on(args, dev)
@@ -168,12 +175,24 @@ def compiled(closed, name, dev):
   return call
 
 
-def _on_host(prim, args, params, avals, dev):
-  """NumPy's result on host copies of the operands, put on ``dev``."""
+def apply_custom(prim, args, params, dev, host_impl):
+  """``apply`` for a primitive with its own eager evaluation ``host_impl`` (``scan``'s), called
+  by that evaluation when an operand is on GPU ``dev``."""
+  from ourjax import core
+  avals = tuple([core.get_aval(a) for a in args])
+  return apply(prim, args, params, avals, config.x64_enabled, dev, host_impl)
+
+
+def _on_host(prim, args, params, avals, dev, host_impl=None):
+  """The result of the primitive's NumPy rule on host copies of the operands (or of its own
+  eager evaluation ``host_impl``), put on ``dev``."""
   from ourjax import _eager
   from ourjax.backends.cuda.backend import DeviceBuffer
-  r = _eager._run_numpy(prim, args, params, _eager.abstract_eval(prim, avals, params))
+  if host_impl is not None:      # (its operations on device operands run there one by one)
+    r = host_impl(*args, **params)
+  else:
+    r = _eager._run_numpy(prim, args, params, _eager.abstract_eval(prim, avals, params))
   rs = r if prim.multiple_results else [r]
   res = [Array._from_device(DeviceBuffer.from_host(x._value, dev), x.aval)
-         if type(x) is Array else x for x in rs]
+         if type(x) is Array and x._device_buf is None else x for x in rs]
   return res if prim.multiple_results else res[0]

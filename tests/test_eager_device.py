@@ -85,6 +85,24 @@ def test_jnp_functions_on_the_gpu_run_as_one_program(fake):
   assert [fn(x).aval for fn in fns] == [fn(xh).aval for fn in fns]
 
 
+def _body(c, v):
+  return c + v, c * 2
+
+
+def test_a_scan_on_the_gpu_is_compiled_once_its_body_comes_again(fake):
+  """``lax.scan`` with an operand on the GPU: its first call evaluates the body op by op (a
+  body traced anew at every call would otherwise compile at every call), the next ones with
+  the same body run it compiled, in one dispatch, without copies to the host."""
+  x = ourjax.device_put(np.ones((5, 3), np.float32))
+  c, ys = lax.scan(_body, jnp.zeros(3), x)
+  assert _on_gpu(c) and _on_gpu(ys)
+  reads, events = fake.calls.get("cuMemcpyDtoHAsync", 0), fake.calls["cuEventRecord"]
+  c, ys = lax.scan(_body, jnp.zeros(3), x)
+  assert _on_gpu(c) and _on_gpu(ys) and c.aval == core.ShapedArray((3,), np.dtype(np.float32))
+  assert fake.calls.get("cuMemcpyDtoHAsync", 0) == reads
+  assert fake.calls["cuEventRecord"] == events + 1
+
+
 def test_one_compile_per_signature(fake):
   x, y, _ = (ourjax.device_put(v) for v in _inputs())
   x + y
@@ -314,6 +332,21 @@ def test_scalars_kept_on_the_gpu_give_each_value():
     np.testing.assert_array_equal(np.asarray(x[idx]), xh[idx])
     np.testing.assert_array_equal(np.asarray(x.at[k].set(-1.0)),
                                   np.where(np.arange(6) == k, -1.0, xh))
+
+
+@gpu
+def test_scan_on_the_gpu_matches_numpy():
+  xh = np.random.default_rng(5).standard_normal((6, 4)).astype(np.float32)
+  x = ourjax.device_put(xh)
+  for _ in range(3):                    # host-driven first, then compiled
+    c, ys = lax.scan(_body, jnp.zeros(4), x)
+    assert _on_gpu(c) and _on_gpu(ys)
+    carry, want = np.zeros(4, np.float32), []
+    for row in xh:
+      want.append(carry * 2)
+      carry = carry + row
+    np.testing.assert_allclose(np.asarray(c), carry, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ys), np.stack(want), rtol=1e-6)
 
 
 @gpu
