@@ -103,6 +103,33 @@ def test_a_scan_on_the_gpu_is_compiled_once_its_body_comes_again(fake):
   assert fake.calls["cuEventRecord"] == events + 1
 
 
+def _cond(c):
+  return c[0] < 10.0
+
+
+def _double(c):
+  return c * 2
+
+
+def test_a_while_loop_on_the_gpu_is_compiled_once_it_comes_again(fake):
+  x = ourjax.device_put(np.ones(3, np.float32))
+  lax.while_loop(_cond, _double, x)     # (host-driven: reads the predicate)
+  reads = fake.calls.get("cuMemcpyDtoHAsync", 0)
+  assert reads > 0
+  r = lax.while_loop(_cond, _double, x)
+  assert _on_gpu(r) and r.aval == core.ShapedArray((3,), np.dtype(np.float32))
+  # (the compiled program reads its predicate: the backend's host-driven loop, kernel by
+  # kernel on the stand-in driver, whose zeros end it at once)
+  assert fake.calls.get("cuMemcpyDtoHAsync", 0) == reads + 1
+  assert [v for k, v in _eager_device._cache.items() if k[0] is lax.while_p and callable(v)]
+  p = ourjax.device_put(np.int32(1))
+  assert _on_gpu(lax.cond(p, _double, _cond_branch, x))      # (cond: host-driven)
+
+
+def _cond_branch(c):
+  return c - 1
+
+
 def test_one_compile_per_signature(fake):
   x, y, _ = (ourjax.device_put(v) for v in _inputs())
   x + y
@@ -347,6 +374,20 @@ def test_scan_on_the_gpu_matches_numpy():
       carry = carry + row
     np.testing.assert_allclose(np.asarray(c), carry, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(ys), np.stack(want), rtol=1e-6)
+
+
+@gpu
+def test_while_and_cond_on_the_gpu_match_numpy():
+  x = ourjax.device_put(np.array([1.5, 2.0, 3.0], np.float32))
+  for _ in range(3):
+    r = lax.while_loop(_cond, _double, x)
+    assert _on_gpu(r)
+    np.testing.assert_array_equal(np.asarray(r), [12.0, 16.0, 24.0])
+    for k in (0, 1):
+      r = lax.cond(ourjax.device_put(np.int32(k)), _double, _cond_branch, x)
+      assert _on_gpu(r)
+      np.testing.assert_array_equal(np.asarray(r), [0.5, 1.0, 2.0] if k == 0 else
+                                    [3.0, 4.0, 6.0])
 
 
 @gpu
