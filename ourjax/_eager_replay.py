@@ -20,9 +20,9 @@ compiled (see ``_Entry``).
 A call goes the direct way (the function runs as written) when
 
 * something is being traced (the function's primitives are then recorded by that trace),
-* an operand is not a host ``Array``, a list or tuple of them, a Python scalar or None (a NumPy
-  array, a list of numbers, a tracer, a typed PRNG key, an array living on a device), a static
-  argument cannot be hashed, or a keyword argument is not one the decorator names,
+* an operand is not an ``Array``, a list or tuple of host Arrays, a Python scalar or None (a
+  NumPy array, a list of numbers, a tracer, a typed PRNG key), a static argument cannot be
+  hashed, or a keyword argument is not one the decorator names,
 * the signature was seen once only (a Python scalar that changes at every call is then never
   traced), or
 * the trace failed or needs what a replay cannot give: a primitive with its own eager evaluation
@@ -33,6 +33,11 @@ A call goes the direct way (the function runs as written) when
 A signature of ``_eager``'s kernel size goes the direct way until its whole jaxpr, compiled on
 ``_eager``'s worker thread, has been timed faster than its direct calls (``_LargeEntry``: one
 fused program instead of a pass through memory per primitive).
+
+A signature with an operand on a GPU (``_OnGpu`` in its key: the aval and the device) is not
+replayed: from its second call its jaxpr runs compiled for that GPU (``_DeviceEntry``, through
+``_eager_device.compiled``: one dispatch, as JAX's jitted ``jnp`` functions; the results stay
+there); its first call goes the direct way, each primitive on the GPU (``_eager_device``).
 """
 from __future__ import annotations
 
@@ -143,17 +148,14 @@ def replayed(static=(), operands=None):
       if entry is None:        # first sighting: run it as written
         if len(cache) >= _CACHE_MAX:
           cache.clear()
-        if gpu is not None:    # (on a GPU: compiled whole now, as JAX's jitted jnp functions)
-          entry = cache[key] = _build_device(fun, args, kwargs, slots, gpu[1])
-          if entry is _DIRECT:
-            return fun(*args, **kwargs)
-          return entry.call(values)
         cache[key] = 1
         return fun(*args, **kwargs)
       if entry is _DIRECT:
         return fun(*args, **kwargs)
       if entry.__class__ is int:
-        entry = cache[key] = _build(fun, args, kwargs, slots)
+        # (with an operand on a GPU: compiled whole for it, as JAX's jitted jnp functions)
+        entry = cache[key] = (_build(fun, args, kwargs, slots) if gpu is None else
+                              _build_device(fun, args, kwargs, slots, gpu[1]))
         if entry is _DIRECT:
           return fun(*args, **kwargs)
       if entry.__class__ is _LargeEntry:

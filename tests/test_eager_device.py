@@ -70,15 +70,28 @@ def test_device_operands_run_on_the_device_without_copies_to_the_host(fake):
 
 def test_jnp_functions_on_the_gpu_run_as_one_program(fake):
   """A replayed ``jnp`` function (softmax, mean, var...) with an operand on the GPU is compiled
-  whole at its first call, as JAX's jitted ones: one dispatch (one event) per call."""
+  whole at its second call, as JAX's jitted ones: one dispatch (one event) per call; its first
+  call runs its primitives one by one there.  A Python scalar that changes at every call (part
+  of the signature) never compiles the whole function."""
   x = ourjax.device_put(_inputs()[0])
   fns = [lambda v: ourjax.nn.softmax(v, axis=-1), lambda v: jnp.mean(v, axis=0),
          lambda v: jnp.var(v), lambda v: ourjax.nn.gelu(v)]
   for fn in fns:
+    before = fake.calls["cuEventRecord"]
+    assert _on_gpu(fn(x)) and fake.calls["cuEventRecord"] > before + 1
     fn(x)
     before = fake.calls["cuEventRecord"]
     r = fn(x)
     assert _on_gpu(r) and fake.calls["cuEventRecord"] == before + 1
+  def loads():
+    c = fake.calls
+    return c.get("cuLinkComplete", 0) + c.get("cuModuleLoadData", 0) + \
+        c.get("cuModuleLoadDataEx", 0)
+  assert _on_gpu(jnp.clip(x, 0.0, 0.5))
+  n = loads()
+  for k in range(1, 5):
+    assert _on_gpu(jnp.clip(x, 0.0, float(k)))
+  assert loads() == n          # (nothing compiled: the primitives' programs are reused)
   assert fake.calls.get("cuMemcpyDtoHAsync", 0) == 0
   # the types are those of the host calls
   xh = Array(_inputs()[0])
