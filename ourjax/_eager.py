@@ -171,7 +171,7 @@ def apply(prim, args, params):
   x64 = bool(ov["jax_enable_x64"] if ov and "jax_enable_x64" in ov else
              _config_values["jax_enable_x64"])
   if vals is None:      # (an operand on a GPU: the operation runs there)
-    dev = _eager_device.gpu_of(args)
+    dev = _eager_device.gpu_of(args, prim)
     if dev is not None:
       return _eager_device.apply(prim, args, params, avals, x64, dev)
   try:      # (``_signature``, inline: this is every eager operation's path)

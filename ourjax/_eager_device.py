@@ -12,10 +12,17 @@ are Arrays whose data stays on that GPU: nothing is copied to the host until the
 
 Placement follows JAX's rules for committed arrays: operands on one GPU run there, host operands
 (NumPy arrays, Python scalars, host Arrays: JAX's uncommitted values) are copied to it for the
-call (a host Array keeps its device copy), and operands on two different GPUs raise
+call (a host Array keeps its device copy; small ones, the ``2.0`` of ``x * 2.0``, are kept on
+the device per value: ``_scalars_on``), and operands on two different GPUs raise
 ``ValueError`` naming the primitive and the devices.  Operations whose operands are all on the
 host never come here (``_eager`` keeps them in NumPy), so a machine without a GPU runs exactly
 what it ran before.
+
+Primitives holding a jaxpr whose own eager evaluation loops on the host (``scan``,
+``while_loop``: ``apply_custom``) run that evaluation at the first call of a signature (its
+operations on the GPU one by one) and compile from the second (a body traced anew at every call
+would otherwise compile at every call).  ``jnp`` functions of several primitives compile whole
+(``_eager_replay._DeviceEntry`` through ``compiled``).
 
 A primitive the CUDA backend cannot compile alone (no lowering rule; a jaxpr evaluated op by op)
 runs in NumPy on host copies of the operands, its results put back on the GPU (a round trip, but
@@ -41,9 +48,10 @@ def clear_cache() -> None:
   _scalars.clear()
 
 
-def gpu_of(args):
-  """The CUDA device (``driver.Device``) holding an operand of ``args``, or None when every
-  operand is on the host.  Operands on two different GPUs raise ValueError."""
+def gpu_of(args, prim=None):
+  """The CUDA device (``driver.Device``) holding an operand of ``args`` (of primitive
+  ``prim``), or None when every operand is on the host.  Operands on two different GPUs raise
+  ValueError."""
   dev = None
   for a in args:
     if type(a) is Array:
@@ -53,12 +61,13 @@ def gpu_of(args):
         if dev is None:
           dev = d
         elif d is not dev:
-          return _two_gpus(args)
+          return _two_gpus(args, prim)
   return dev
 
 
-def _two_gpus(args):
-  raise ValueError("eager operation: its operands are committed to different devices: "
+def _two_gpus(args, prim):
+  what = f"'{prim.name}'" if prim is not None else "operation"
+  raise ValueError(f"eager {what}: its operands are committed to different devices: "
                    + ", ".join(f"{a.aval.str_short()} on gpu:{a._device_buf.device.ordinal}"
                                for a in args if type(a) is Array and a._device_buf is not None
                                and getattr(a._device_buf, "platform", None) == "gpu"))

@@ -111,6 +111,8 @@ def replayed(static=(), operands=None):
           if p is None:
             return fun(*args, **kwargs)
           if p.__class__ is _OnGpu:
+            if gpu is not None and gpu[1] is not p[1]:
+              return fun(*args, **kwargs)     # (two GPUs: the primitives raise)
             gpu = p
           parts.append(p)
           if type(v) is Array:
@@ -129,6 +131,8 @@ def replayed(static=(), operands=None):
           if p is None:
             return fun(*args, **kwargs)
           if p.__class__ is _OnGpu:
+            if gpu is not None and gpu[1] is not p[1]:
+              return fun(*args, **kwargs)     # (two GPUs: the primitives raise)
             gpu = p
           parts.append((k, p))
           if type(v) is Array:

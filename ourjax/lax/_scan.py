@@ -62,7 +62,7 @@ core.pp_param_rules[scan_p] = lambda params: [(k, v) for k, v in sorted(params.i
 
 def _scan_impl(*args, **params):
   from ourjax import _eager_device
-  dev = _eager_device.gpu_of(args)
+  dev = _eager_device.gpu_of(args, scan_p)
   if dev is not None:        # an operand on a GPU: the scan runs there, compiled
     return _eager_device.apply_custom(scan_p, args, params, dev, _scan_host)
   return _scan_host(*args, **params)

@@ -414,7 +414,7 @@ while_p.def_abstract_eval(_while_abstract_eval)
 
 def _while_impl(*args, **params):
   from ourjax import _eager_device
-  dev = _eager_device.gpu_of(args)
+  dev = _eager_device.gpu_of(args, while_p)
   if dev is not None:        # an operand on a GPU: compiled for it (``_eager_device``)
     return _eager_device.apply_custom(while_p, args, params, dev, _while_host)
   return _while_host(*args, **params)
