@@ -195,7 +195,8 @@ def test_host_only_operations_stay_in_numpy(fake):
   """Operands all on the host: NumPy runs the operation, whatever the default backend (a GPU
   being present changes nothing for them)."""
   x, y, row = (Array(v) for v in _inputs())
-  outs = _chain(jnp, x, y, row)
+  with ourjax.config._override("ourjax_arrays_on_default_device", False):
+    outs = _chain(jnp, x, y, row)
   assert all(type(r) is Array and r._device_buf is None for r in outs)
   assert fake.calls.get("cuLaunchKernel", 0) == 0 and not _eager_device._cache
 
@@ -249,7 +250,9 @@ def test_arrays_on_the_default_device_when_asked(fake):
   GPU (the default backend), so eager work on them runs there; off (the default), they are
   host arrays.  Inside a trace nothing is placed."""
   assert _on_gpu(ourjax.device_put(np.ones(3, np.float32)))
-  assert jnp.ones(3)._device_buf is None
+  with ourjax.config._override("ourjax_arrays_on_default_device", False):
+    assert jnp.ones(3)._device_buf is None
+  old = ourjax.config.read("ourjax_arrays_on_default_device")
   ourjax.config.update("ourjax_arrays_on_default_device", True)
   try:
     made = [jnp.ones((4, 5)), jnp.zeros(3, jnp.int32), jnp.arange(6), jnp.array([1.0, 2.0]),
@@ -261,7 +264,7 @@ def test_arrays_on_the_default_device_when_asked(fake):
     consts = ourjax.make_jaxpr(lambda v: v + jnp.ones(3))(np.ones(3, np.float32)).consts
     assert all(getattr(c, "_device_buf", None) is None for c in consts)
   finally:
-    ourjax.config.update("ourjax_arrays_on_default_device", False)
+    ourjax.config.update("ourjax_arrays_on_default_device", old)
 
 
 def test_no_gpu_no_device_dispatch():
