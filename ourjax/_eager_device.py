@@ -18,6 +18,10 @@ the device per value: ``_scalars_on``), and operands on two different GPUs raise
 host never come here (``_eager`` keeps them in NumPy), so a machine without a GPU runs exactly
 what it ran before.
 
+A primitive compiled for ``CHURN_SIGNATURES`` signatures already (shapes that change at every
+call) runs a new signature's first call on the host, its results put back on the GPU, and
+compiles it at its second.
+
 Primitives holding a jaxpr whose own eager evaluation loops on the host (``scan``,
 ``while_loop``: ``apply_custom``) run that evaluation at the first call of a signature (its
 operations on the GPU one by one) and compile from the second (a body traced anew at every call
@@ -41,11 +45,17 @@ _cache: dict = {}
 _CACHE_MAX = 4096      # signatures; cleared when full
 _HOST = object()       # a cache entry: this signature runs in NumPy, results uploaded
 _SEEN = object()       # a cache entry: seen once (a primitive holding a jaxpr, see ``apply``)
+_compiles: dict = {}   # primitive -> how many of its signatures were compiled
+#: signatures of one primitive compiled at their first call; past this, a new signature runs on
+#: the host at its first call (results put back on the GPU) and compiles at its second: a loop
+#: over ever new shapes (``x[:i]``) does not compile at every step (tens of milliseconds each)
+CHURN_SIGNATURES = 64
 
 
 def clear_cache() -> None:
   _cache.clear()
   _scalars.clear()
+  _compiles.clear()
 
 
 def gpu_of(args, prim=None):
@@ -89,12 +99,16 @@ def apply(prim, args, params, avals, x64, dev, host_impl=None):
     _eager.abstract_eval(prim, avals, params)      # (the errors of a bad call)
     if len(_cache) >= _CACHE_MAX:
       _cache.clear()
-    if call is None and host_impl is not None:
+      _compiles.clear()
+    if call is None and (host_impl is not None or
+                         _compiles.get(prim, 0) >= CHURN_SIGNATURES):
       # a primitive holding a jaxpr (scan): compiled once the same jaxpr comes again (a body
-      # traced anew at every call, a fresh lambda, would compile at every call)
+      # traced anew at every call, a fresh lambda, would compile at every call); so is a
+      # primitive already compiled for many signatures (shapes that change at every call)
       _cache[key] = _SEEN
       return _on_host(prim, args, params, avals, dev, host_impl)
     call = _cache[key] = _build(prim, params, avals, dev)
+    _compiles[prim] = _compiles.get(prim, 0) + 1
   if call is _HOST:
     return _on_host(prim, args, params, avals, dev, host_impl)
   for a in args:

@@ -143,6 +143,28 @@ def _cond_branch(c):
   return c - 1
 
 
+def test_ever_new_shapes_compile_from_their_second_call(fake, monkeypatch):
+  """Past CHURN_SIGNATURES compiled signatures of a primitive, a new signature's first call
+  runs on the host (results back on the GPU) and only a signature that comes again compiles:
+  a loop over ever new shapes does not compile at every step."""
+  monkeypatch.setattr(_eager_device, "CHURN_SIGNATURES", 2)
+  x = ourjax.device_put(np.ones(40, np.float32))
+
+  def loads():
+    c = fake.calls
+    return c.get("cuLinkComplete", 0) + c.get("cuModuleLoadData", 0) + \
+        c.get("cuModuleLoadDataEx", 0)
+  parts = [ourjax.device_put(np.ones(n, np.float32)) for n in range(1, 9)]
+  for p in parts[:2]:
+    assert _on_gpu(jnp.exp(p))                   # (compiled at the first call)
+  n = loads()
+  for p in parts[2:]:
+    assert _on_gpu(jnp.exp(p))                   # (on the host, put back on the GPU)
+  assert loads() == n
+  assert _on_gpu(jnp.exp(parts[5])) and loads() > n      # (its second call compiles)
+  assert _on_gpu(x * 2.0)                        # (another primitive: its own count)
+
+
 def test_one_compile_per_signature(fake):
   x, y, _ = (ourjax.device_put(v) for v in _inputs())
   x + y
