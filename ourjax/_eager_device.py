@@ -178,10 +178,12 @@ def compiled(closed, name, dev):
   results) compiled for GPU ``dev`` (``args``: Arrays on ``dev``, host arrays or scalars), or
   None when the CUDA backend does not compile it (a primitive without a lowering rule)."""
   from ourjax import backends
-  from ourjax.lowering.from_jaxpr import LoweringError
   try:
     exe = backends.compile_jaxpr(closed, "cuda", name, cache=False)
-  except LoweringError:     # (OURJAX_STRICT_LOWERING: no lowering rule is an error in jit)
+  except Exception as e:   # noqa: BLE001  (OURJAX_STRICT_LOWERING's LoweringError, a backend
+    # that cannot build it: the operation runs on the host, as it did before GPUs ran it)
+    backends.log.debug("eager %s on the GPU: not compiled (%s: %s); it runs on the host",
+                       name, type(e).__name__, e)
     return None
   if not (isinstance(exe, backends.ModuleExecutable) and
           getattr(exe.compiled, "device_resident", False)):
