@@ -56,7 +56,7 @@ import time
 
 import numpy as np
 
-from ourjax import _nan_check, core
+from ourjax import _eager_device, _nan_check, core
 from ourjax.array import Array, to_numpy
 from ourjax.config import config
 from ourjax.core import impl_rules
@@ -68,6 +68,7 @@ _CACHE_MAX = 8192      # entries; cleared when full (a few distinct signatures p
 def clear_cache() -> None:
   _avals_cache.clear()
   _choices.clear()
+  _eager_device.clear_cache()
 
 
 def abstract_eval(prim, avals: tuple, params: dict):
@@ -139,26 +140,29 @@ _config_local, _config_values = config._local, config._values
 
 def apply(prim, args, params):
   # avals and NumPy values: one or two host Arrays (most operations) without list comprehensions
+  # (an Array with a device buffer is not a host operand: ``_eager_device`` runs it there)
   vals = None
   n = len(args)
   if n == 2:
     a, b = args
     if type(a) is Array and type(b) is Array:
       va, vb, na, nb = a._aval, b._aval, a._npy, b._npy
-      if va is not None and vb is not None and na is not None and nb is not None:
+      if (va is not None and vb is not None and na is not None and nb is not None and
+          a._device_buf is None and b._device_buf is None):
         avals, vals = (va, vb), (na, nb)
   elif n == 1:
     a = args[0]
     if type(a) is Array:
       va, na = a._aval, a._npy
-      if va is not None and na is not None:
+      if va is not None and na is not None and a._device_buf is None:
         avals, vals = (va,), (na,)
   elif n == 3:      # (select_n, clamp)
     a, b, c = args
     if type(a) is Array and type(b) is Array and type(c) is Array:
       va, vb, vc, na, nb, nc = a._aval, b._aval, c._aval, a._npy, b._npy, c._npy
       if (va is not None and vb is not None and vc is not None and na is not None and
-          nb is not None and nc is not None):
+          nb is not None and nc is not None and a._device_buf is None and
+          b._device_buf is None and c._device_buf is None):
         avals, vals = (va, vb, vc), (na, nb, nc)
   if vals is None:
     avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
@@ -166,6 +170,10 @@ def apply(prim, args, params):
   ov = _config_local.overrides      # (``config.x64_enabled``, inline)
   x64 = bool(ov["jax_enable_x64"] if ov and "jax_enable_x64" in ov else
              _config_values["jax_enable_x64"])
+  if vals is None:      # (an operand on a GPU: the operation runs there)
+    dev = _eager_device.gpu_of(args, prim)
+    if dev is not None:
+      return _eager_device.apply(prim, args, params, avals, x64, dev)
   try:      # (``_signature``, inline: this is every eager operation's path)
     entry = _avals_cache.get((prim, x64, avals,
                               tuple([(k, v, type(v)) for k, v in params.items()])
@@ -348,7 +356,8 @@ def _split_trial(prim, args, params, out, choice):
 # NumPy across threads: an elementwise ufunc releases the GIL in its loop, so the parts of one
 # large call run at once on the backend's thread count (NumPy itself runs one thread; JAX's
 # executables split a large elementwise op across its pool).  Each part is a contiguous range of
-# the flattened operands and result, so every element is computed by the same loop as in one
+# the flattened operands and result (or, where an operand is a strided view such as a broadcast
+# row, a range of the leading axis), so every element is computed by the same loop as in one
 # call (the results are NumPy's, bit for bit).
 
 #: a one-thread NumPy call shorter than this is not split (a part's hand-off to a thread and
@@ -413,13 +422,18 @@ _split_pool = None
 
 
 def _run_split(ufunc, args, out):
-  """``ufunc(*args)`` in contiguous parts on the pool's threads, as an Array of ``out``; None
-  where it cannot be split (an operand not C-contiguous, or the pool busy)."""
+  """``ufunc(*args)`` in parts on the pool's threads, as an Array of ``out``; None where it
+  cannot be split (the pool busy, or a non-contiguous operand of fewer than two rows)."""
   global _split_pool
   vals = [a._value if type(a) is Array else to_numpy(a) for a in args]
+  # contiguous operands are cut as flat ranges; others (a broadcast row's stride-0 view, a
+  # transposed view) into ranges of the leading axis, which any strides allow
+  rows = False
   for v in vals:
     if not v.flags.c_contiguous:
-      return None
+      rows = True
+  if rows and (out.ndim < 2 or out.shape[0] < 2):
+    return None
   pool = _split_pool
   if pool is None or pool.n != _kernel_threads():
     with _lock:
@@ -432,11 +446,17 @@ def _run_split(ufunc, args, out):
   if not pool.busy.acquire(blocking=False):
     return None
   try:
-    size = out.size
-    step = -(-size // pool.n)
-    step = -(-step // _SPLIT_ALIGN) * _SPLIT_ALIGN
-    flat = [v.reshape(-1) for v in vals]
-    res = np.empty(size, out.dtype)
+    if rows:
+      size = out.shape[0]
+      step = -(-size // pool.n)
+      flat = vals
+      res = np.empty(out.shape, out.dtype)
+    else:
+      size = out.size
+      step = -(-size // pool.n)
+      step = -(-step // _SPLIT_ALIGN) * _SPLIT_ALIGN
+      flat = [v.reshape(-1) for v in vals]
+      res = np.empty(size, out.dtype)
     sent = 0
     for i in range(1, pool.n):
       lo, hi = i * step, min(size, (i + 1) * step)

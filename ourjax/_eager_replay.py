@@ -20,9 +20,9 @@ compiled (see ``_Entry``).
 A call goes the direct way (the function runs as written) when
 
 * something is being traced (the function's primitives are then recorded by that trace),
-* an operand is not a host ``Array``, a list or tuple of them, a Python scalar or None (a NumPy
-  array, a list of numbers, a tracer, a typed PRNG key, an array living on a device), a static
-  argument cannot be hashed, or a keyword argument is not one the decorator names,
+* an operand is not an ``Array``, a list or tuple of host Arrays, a Python scalar or None (a
+  NumPy array, a list of numbers, a tracer, a typed PRNG key), a static argument cannot be
+  hashed, or a keyword argument is not one the decorator names,
 * the signature was seen once only (a Python scalar that changes at every call is then never
   traced), or
 * the trace failed or needs what a replay cannot give: a primitive with its own eager evaluation
@@ -33,6 +33,11 @@ A call goes the direct way (the function runs as written) when
 A signature of ``_eager``'s kernel size goes the direct way until its whole jaxpr, compiled on
 ``_eager``'s worker thread, has been timed faster than its direct calls (``_LargeEntry``: one
 fused program instead of a pass through memory per primitive).
+
+A signature with an operand on a GPU (``_OnGpu`` in its key: the aval and the device) is not
+replayed: from its second call its jaxpr runs compiled for that GPU (``_DeviceEntry``, through
+``_eager_device.compiled``: one dispatch, as JAX's jitted ``jnp`` functions; the results stay
+there); its first call goes the direct way, each primitive on the GPU (``_eager_device``).
 """
 from __future__ import annotations
 
@@ -88,6 +93,7 @@ def replayed(static=(), operands=None):
       if st.dynamic_trace is not None or len(st.trace_stack) != 1 or len(args) > n_pos:
         return fun(*args, **kwargs)
       parts, values, slots = [], [], []
+      gpu = None
       try:
         for i, v in enumerate(args):
           if not pos_ok[i]:
@@ -95,7 +101,8 @@ def replayed(static=(), operands=None):
           if pos_static[i]:
             parts.append((type(v), v))
             continue
-          if type(v) is Array and v._aval is not None and v._npy is not None:
+          if (type(v) is Array and v._aval is not None and v._npy is not None and
+              v._device_buf is None):
             parts.append(v._aval)       # (the common operand, inline)
             values.append(v)
             slots.append(i)
@@ -103,6 +110,10 @@ def replayed(static=(), operands=None):
           p = _operand_key(v)
           if p is None:
             return fun(*args, **kwargs)
+          if p.__class__ is _OnGpu:
+            if gpu is not None and gpu[1] is not p[1]:
+              return fun(*args, **kwargs)     # (two GPUs: the primitives raise)
+            gpu = p
           parts.append(p)
           if type(v) is Array:
             values.append(v)
@@ -119,6 +130,10 @@ def replayed(static=(), operands=None):
           p = _operand_key(v)
           if p is None:
             return fun(*args, **kwargs)
+          if p.__class__ is _OnGpu:
+            if gpu is not None and gpu[1] is not p[1]:
+              return fun(*args, **kwargs)     # (two GPUs: the primitives raise)
+            gpu = p
           parts.append((k, p))
           if type(v) is Array:
             values.append(v)
@@ -142,7 +157,9 @@ def replayed(static=(), operands=None):
       if entry is _DIRECT:
         return fun(*args, **kwargs)
       if entry.__class__ is int:
-        entry = cache[key] = _build(fun, args, kwargs, slots)
+        # (with an operand on a GPU: compiled whole for it, as JAX's jitted jnp functions)
+        entry = cache[key] = (_build(fun, args, kwargs, slots) if gpu is None else
+                              _build_device(fun, args, kwargs, slots, gpu[1]))
         if entry is _DIRECT:
           return fun(*args, **kwargs)
       if entry.__class__ is _LargeEntry:
@@ -158,7 +175,10 @@ def _operand_key(v):
   """The cache-key part of an operand, None when the call cannot be replayed."""
   t = type(v)
   if t is Array:
-    if v._npy is None:     # (a device array stays with its backend)
+    buf = v._device_buf
+    if buf is not None and getattr(buf, "platform", None) == "gpu":
+      return _OnGpu((v.aval, buf.device))       # (compiled for that GPU: ``_DeviceEntry``)
+    if v._npy is None:     # (a deleted array, or one of another backend)
       return None
     return v._aval if v._aval is not None else v.aval
   if v is None:
@@ -166,7 +186,7 @@ def _operand_key(v):
   if t is list or t is tuple:       # a sequence of Arrays (jnp.stack's)
     avals = []
     for a in v:
-      if type(a) is not Array or a._npy is None:
+      if type(a) is not Array or a._npy is None or a._device_buf is not None:
         return None
       avals.append(a._aval if a._aval is not None else a.aval)
     return _Seq((t, tuple(avals)))
@@ -185,12 +205,64 @@ class _Seq(tuple):
   __slots__ = ()
 
 
+class _OnGpu(tuple):
+  """The key part of an Array on a GPU: (its aval, the CUDA device)."""
+  __slots__ = ()
+
+
 def _build(fun, args, kwargs, slots):
   """The replay of one signature, or ``_DIRECT``."""
-  from ourjax import _eager, _nan_check
+  from ourjax import _eager
+  from ourjax.interpreters import partial_eval as pe
+  traced = _trace(fun, args, kwargs, slots)
+  if traced is None:
+    return _DIRECT
+  closed, structure = traced
+  jaxpr, _ = pe.dce_jaxpr(closed.jaxpr)
+  try:
+    replay = _Replay(jaxpr, closed.consts, structure, _eager._MIN_KERNEL_ELEMENTS)
+  except _TooLarge:
+    return _LargeEntry(core.ClosedJaxpr(jaxpr, closed.consts),
+                       getattr(fun, "__name__", "replayed"), structure)
+  except _NoReplay:
+    return _DIRECT
+  return _Entry(replay, core.ClosedJaxpr(jaxpr, closed.consts),
+                getattr(fun, "__name__", "replayed"))
+
+
+def _build_device(fun, args, kwargs, slots, dev):
+  """The compiled program of one signature with an operand on GPU ``dev``, or ``_DIRECT``."""
+  from ourjax import _eager_device
+  traced = _trace(fun, args, kwargs, slots)
+  if traced is None:
+    return _DIRECT
+  closed, structure = traced
+  call = _eager_device.compiled(closed, getattr(fun, "__name__", "replayed"), dev)
+  return _DIRECT if call is None else _DeviceEntry(call, structure)
+
+
+class _DeviceEntry:
+  """A signature with an operand on a GPU: its jaxpr compiled for that GPU (one dispatch for
+  the whole function, as JAX's jitted ``jnp`` functions; the results stay on the GPU)."""
+  __slots__ = ("fn", "structure")
+
+  def __init__(self, fn, structure):
+    self.fn, self.structure = fn, structure
+
+  def call(self, arrays):
+    outs = self.fn(arrays)
+    st = self.structure
+    return outs[0] if st is None else st(outs)
+
+
+def _trace(fun, args, kwargs, slots):
+  """(closed jaxpr of ``fun`` with the operands at ``slots`` traced, the result's sequence type
+  or None), or None when the call cannot be replayed (flags, an error, a result that is not
+  an array: the direct call raises the user's error, or works)."""
+  from ourjax import _nan_check
   from ourjax.interpreters import partial_eval as pe
   if config.jax_disable_jit or config.jax_no_tracing or _nan_check.enabled():
-    return _DIRECT
+    return None
   avals = []
   for s in slots:
     if type(s) is tuple:      # (position or name, length): a sequence of Arrays
@@ -229,18 +301,8 @@ def _build(fun, args, kwargs, slots):
   try:
     closed = pe.trace_to_jaxpr(flat, avals, getattr(fun, "__name__", "replayed"))
   except Exception:     # noqa: BLE001  (the direct call raises the user's error, or works)
-    return _DIRECT
-  jaxpr, _ = pe.dce_jaxpr(closed.jaxpr)
-  try:
-    replay = _Replay(jaxpr, closed.consts, structure[0] if structure else None,
-                     _eager._MIN_KERNEL_ELEMENTS)
-  except _TooLarge:
-    return _LargeEntry(core.ClosedJaxpr(jaxpr, closed.consts),
-                       getattr(fun, "__name__", "replayed"), structure[0] if structure else None)
-  except _NoReplay:
-    return _DIRECT
-  return _Entry(replay, core.ClosedJaxpr(jaxpr, closed.consts),
-                getattr(fun, "__name__", "replayed"))
+    return None
+  return closed, (structure[0] if structure else None)
 
 
 class _NoReplay(Exception):

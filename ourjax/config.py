@@ -4,7 +4,9 @@ Names follow JAX's (``jax_enable_x64`` ...) so that ``ourjax.config.update("jax_
 works as in JAX.  Environment variables: ``OURJAX_ENABLE_X64``, ``OURJAX_PLATFORMS``,
 ``OURJAX_LOG_COMPILES``, ``OURJAX_DEBUG_NANS``, ``OURJAX_DEBUG_INFS``, ``OURJAX_CACHE_DIR``,
 ``OURJAX_DUMP``, ``OURJAX_CHECK_STATIC_INDICES`` (out-of-bounds static integer indices raise
-IndexError in ``x[idx]``, as ``jax_check_static_indices``).
+IndexError in ``x[idx]``, as ``jax_check_static_indices``), ``OURJAX_ARRAYS_ON_DEVICE``
+(``ourjax_arrays_on_default_device``: ``jnp`` creation functions place their results on the
+default device when it is a GPU, as JAX's do).
 
 As in JAX, ``config.update`` changes a flag for every thread, while the context managers
 (``enable_x64(...)``, ``disable_jit()``, ``debug_nans(...)``) change it for the calling thread
@@ -73,6 +75,10 @@ class Config:
         "jax_no_tracing": False,
         "jax_no_execution": False,
         "jax_check_static_indices": _env_bool("OURJAX_CHECK_STATIC_INDICES"),
+        # True: jnp's creation functions put their results on the default device when it is
+        # a GPU (JAX's placement: eager operations on them then run there, ``_eager_device``);
+        # False: they stay host arrays until a jitted call or ``device_put`` moves them
+        "ourjax_arrays_on_default_device": _env_bool("OURJAX_ARRAYS_ON_DEVICE"),
         # False: lax.reduce_sum of f16/bf16 over a non-singleton axis raises (jnp.sum sums in
         # f32 and is unaffected)
         "jax_allow_f16_reductions": True,

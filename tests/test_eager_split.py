@@ -135,11 +135,36 @@ def test_one_thread_backend_does_not_split(split):
   assert _eager._split_plan(lax.exp_p, (f32,), f32, {}) is None
 
 
-def test_a_non_contiguous_operand_or_a_busy_pool_runs_on_one_thread(split):
+def test_strided_operands_split_by_rows(split):
+  """A non-contiguous operand (a strided or broadcast view) is cut along the leading axis: the
+  values are NumPy's; a 1-d strided operand is not split."""
   x = np.linspace(-3, 3, 4096, dtype=np.float32).reshape(64, 64)
   out = core.ShapedArray((64, 32), np.dtype(np.float32))
-  assert _eager._run_split(np.exp, [x[:, ::2]], out) is None
+  r = _eager._run_split(np.exp, [x[:, ::2]], out)
+  np.testing.assert_array_equal(np.asarray(r), np.exp(x[:, ::2]))
+  row = np.broadcast_to(np.linspace(0, 1, 32, dtype=np.float32), (64, 32))
+  r = _eager._run_split(np.add, [x[:, :32], row], out)
+  np.testing.assert_array_equal(np.asarray(r), x[:, :32] + row)
+  out1 = core.ShapedArray((2048,), np.dtype(np.float32))
+  assert _eager._run_split(np.exp, [x.reshape(-1)[::2]], out1) is None
   assert np.array_equal(np.asarray(lax.exp(x[:, ::2])), np.exp(x[:, ::2]))
+
+
+def test_eager_broadcast_is_a_view_of_arrays_only():
+  """broadcast_in_dim of an Array reads its buffer in place (no copy); of a caller's writable
+  NumPy array it copies (the result must not change when the caller writes)."""
+  row = np.arange(4, dtype=np.float32)
+  b = lax.broadcast_in_dim(row, (3, 4), (1,))
+  row[0] = 99.0
+  np.testing.assert_array_equal(np.asarray(b), np.broadcast_to(np.arange(4.0), (3, 4)))
+  a = jnp.asarray(np.arange(4, dtype=np.float32))
+  b = lax.broadcast_in_dim(a, (3, 4), (1,))
+  assert np.shares_memory(np.asarray(b), np.asarray(a))
+  np.testing.assert_array_equal(np.asarray(b + 1), np.broadcast_to(np.arange(4.0) + 1, (3, 4)))
+
+
+def test_a_busy_pool_runs_on_one_thread(split):
+  x = np.linspace(-3, 3, 4096, dtype=np.float32).reshape(64, 64)
   xa = jnp.asarray(x)
   out = core.ShapedArray((64, 64), np.dtype(np.float32))
   assert _eager._run_split(np.exp, [xa], out) is not None       # (starts the pool)

@@ -60,7 +60,16 @@ core.pp_param_rules[scan_p] = lambda params: [(k, v) for k, v in sorted(params.i
                                               if k != "linear"]
 
 
-def _scan_impl(*args, jaxpr, length, reverse, num_consts, num_carry, linear, unroll):
+def _scan_impl(*args, **params):
+  from ourjax import _eager_device
+  dev = _eager_device.gpu_of(args, scan_p)
+  if dev is not None:        # an operand on a GPU: the scan runs there, compiled
+    return _eager_device.apply_custom(scan_p, args, params, dev, _scan_host)
+  return _scan_host(*args, **params)
+
+
+def _scan_host(*args, jaxpr, length, reverse, num_consts, num_carry, linear, unroll):
+  """The scan evaluated on the host, its body's operations one by one per iteration."""
   from ourjax.array import Array, to_numpy
   consts, carry, xs = _split(args, [num_consts, num_carry])
   xs_np = [to_numpy(x) for x in xs]

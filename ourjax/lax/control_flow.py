@@ -83,6 +83,9 @@ cond_p.def_abstract_eval(_cond_abstract_eval)
 
 
 def _cond_impl(index, *ops, branches):
+  # (with operands on a GPU too: the index is read, the branch's operations run there one by
+  # one; a compiled cond would read the index as well, and each call joins its branches'
+  # constants into new jaxprs, so a compile would not be reused)
   from ourjax.array import to_numpy
   i = int(np.clip(int(to_numpy(index)), 0, len(branches) - 1))
   b = branches[i]
@@ -409,7 +412,15 @@ def _while_abstract_eval(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncon
 while_p.def_abstract_eval(_while_abstract_eval)
 
 
-def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+def _while_impl(*args, **params):
+  from ourjax import _eager_device
+  dev = _eager_device.gpu_of(args, while_p)
+  if dev is not None:        # an operand on a GPU: compiled for it (``_eager_device``)
+    return _eager_device.apply_custom(while_p, args, params, dev, _while_host)
+  return _while_host(*args, **params)
+
+
+def _while_host(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   from ourjax.array import to_numpy
   cconsts, bconsts, carry = _split(args, [cond_nconsts, body_nconsts])
   while True:

@@ -238,8 +238,9 @@ def _convert_element_type(x, new_dtype, weak_type: bool = False):
   aval = get_aval(x)
   if aval.dtype == new_dtype and aval.weak_type == weak_type:
     return as_array(x)
-  if not isinstance(x, Tracer):
-    # a constant converts now, so ``x + 1`` traces to ``add x 1.0:f32[]`` (no convert eqn)
+  if not isinstance(x, Tracer) and getattr(x, "_device_buf", None) is None:
+    # a constant converts now, so ``x + 1`` traces to ``add x 1.0:f32[]`` (no convert eqn);
+    # an array on a GPU converts there (``_eager_device``)
     from ourjax.array import Array, to_numpy
     xv = to_numpy(x)
     v = _convert_impl(xv, new_dtype, weak_type)

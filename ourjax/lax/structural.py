@@ -85,10 +85,14 @@ def _broadcast_in_dim_shape(x, shape, broadcast_dimensions, sharding):
 
 
 def _broadcast_in_dim_impl(x, shape, broadcast_dimensions, sharding):
+  """A read-only broadcast view of ``x`` (no copy: an eager ``x + row`` then reads the row
+  where it is, as a fused executable would), copied only where ``x`` is a caller's writable
+  buffer (an Array never aliases one)."""
   expanded = [1] * len(shape)
   for i, d in enumerate(broadcast_dimensions):
     expanded[d] = x.shape[i]
-  return np.broadcast_to(x.reshape(expanded), shape).copy()
+  v = np.broadcast_to(x.reshape(expanded), shape)
+  return v if type(x) is np.ndarray and not x.flags.writeable else v.copy()
 
 
 broadcast_in_dim_p = standard_primitive("broadcast_in_dim", _broadcast_in_dim_shape,

@@ -19,6 +19,7 @@ import numpy as np
 from ourjax import core, dtypes, lax
 from ourjax._keys import KeyDType, PRNGKeyArray
 from ourjax.array import Array, to_numpy
+from ourjax.config import config
 from ourjax.core import Tracer, get_aval
 from ourjax.lax._utils import shape_error
 from ourjax.numpy._util import _broadcast_to, check_arraylike, static_argnames
@@ -61,7 +62,9 @@ _UNSET = object()
 
 def _placing(fun):
   """``fun``'s result put where its ``device=`` / ``out_sharding=`` keywords ask (an ourjax
-  Device or Sharding; any other value places nothing, as before placement was supported)."""
+  Device or Sharding; any other value places nothing, as before placement was supported);
+  without them, with ``ourjax_arrays_on_default_device`` set and a GPU as the default
+  backend, a host result is put on the default device (as JAX places a new array)."""
   @functools.wraps(fun)
   def placed(*args, **kwargs):
     out = fun(*args, **kwargs)
@@ -71,7 +74,12 @@ def _placing(fun):
       if where is None or not _is_device_spec(where):
         where = kwargs.get("out_sharding")
       if where is not None and _is_device_spec(where):
-        out = device_put(out, where)
+        return device_put(out, where)
+    if (type(out) is Array and out._device_buf is None and
+        config.ourjax_arrays_on_default_device and core.nothing_traced()):
+      from ourjax import backends
+      if backends.default_backend_name() == "cuda":
+        out = backends.put_on(out, None)
     return out
   return placed
 
