@@ -144,6 +144,10 @@ def test_masked_select_hazard_is_detected():
   assert not jit.masked_select_hazard(plain)
   other = _select_shuffle_select(8).replace("%s = select <8 x i1> %c", "%s = select <8 x i1> %e").replace("%c = fcmp", "%e = fcmp one <8 x float> %x, %y\n  %c = fcmp")
   assert not jit.masked_select_hazard(other)
+  # found after functions that have no shuffle or no vector select (skipped unread)
+  benign = "\ndefine void @g(ptr %p) {\n  %v = load <8 x float>, ptr %p\n  ret void\n}\n"
+  assert jit.masked_select_hazard(benign + plain + _select_shuffle_select(8))
+  assert not jit.masked_select_hazard(benign + plain + other)
 
 
 @pytest.mark.parametrize("n", [4, 8, 16])

@@ -34,6 +34,18 @@ def _function():
   s = b.fadd(x, y, flags=("fast",))
   s2 = b.fmul(s, ir.Constant(F32, 1.5))
   s3 = b.call(callee, [s2])
+  # calls: void, of several arguments (a negative integer, a boolean), with attributes, a
+  # tail marker, fast-math flags, a calling convention and a variadic callee
+  sink = ir.Function(m, ir.FunctionType(ir.VoidType(), [F32.as_pointer(), I64, I1]),
+                     name="sink")
+  b.call(sink, [p, ir.Constant(I64, -7), ir.Constant(I1, True)])
+  b.call(sink, [p, n, ir.Constant(I1, 0)], attrs=("noinline",))
+  b.call(sink, [p, n, ir.Constant(I1, 0)], arg_attrs={0: ("noalias",)})
+  b.call(callee, [s2], tail=True)
+  b.call(callee, [s2], fastmath=("fast",))
+  b.call(callee, [s2], cconv="fastcc")
+  printf = ir.Function(m, ir.FunctionType(I32, [I64], var_arg=True), name="printf")
+  b.call(printf, [n, n])
   s4 = b.fneg(s3)
   t = b.add(i, ir.Constant(I64, 1), name="")
   t2 = b.mul(t, n)

@@ -157,6 +157,31 @@ def test_dtype_and_shape_give_different_keys(monkeypatch):
     assert got.dtype == x.dtype
 
 
+
+def test_dots_reading_a_packed_b_are_keyed_without_their_b(monkeypatch):
+  """A dot whose B is packed by a kernel before it (``dots.share_b``) holds B without taking a
+  pointer to it: it is keyed by B's type, dims and size, so two such dots of one shape share a
+  key (one is not emitted; the suite's check emits it and compares its IR) and a dot whose B
+  has other dims does not; every product is right."""
+  from ourjax.backends.llvm.dots import DotKernel
+  monkeypatch.setattr(cpu._Planner, "threads", lambda self: 4)
+  rng = np.random.default_rng(5)
+  x = [rng.standard_normal((2048, 128)).astype(F32) for _ in range(3)]
+  w = [rng.standard_normal(s).astype(F32) for s in ((128, 512), (128, 512), (128, 1024))]
+
+  def f(x0, x1, x2, w0, w1, w2):
+    return x0 @ w0, x1 @ w1, x2 @ w2
+  exe = ourjax.jit(f, backend="cpu").lower(*x, *w).compile()._executable
+  planner = planning.plan_entry(exe.module, cpu._Planner)[0]
+  dots = [k for k in planner.kernels if type(k) is DotKernel]
+  assert len(dots) == 3 and all(k.packed_b is not None for k in dots)
+  memo = {}
+  keys = [kk.kernel_key(k, memo) for k in dots]
+  assert None not in keys and keys[0] == keys[1] and keys[2] != keys[0]
+  for got, a, b in zip(exe(*x, *w), x, w):
+    np.testing.assert_allclose(np.asarray(got, np.float64), a.astype(np.float64) @ b,
+                               rtol=1e-4, atol=1e-3)
+
 def test_scalars_are_keyed_by_type_and_bits():
   """1, 1.0 and True, 0.0 and -0.0, and two NaN payloads are different values to the key."""
   w = kk._Walk((), None, {})

@@ -620,14 +620,14 @@ class _Emission:
                                            E.I8.as_pointer().as_pointer()))
         if slot < planner.n_params:
           flags = b.load(b.bitcast(b.gep(obj, [E.i64(_FLAGS_OFFSET)]), E.I32.as_pointer()))
-          good = b.icmp_unsigned("==", b.and_(flags, ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED)),
-                                 ir.Constant(E.I32, _C_CONTIGUOUS_ALIGNED))
+          good = b.icmp_unsigned("==", b.and_(flags, E.i32(_C_CONTIGUOUS_ALIGNED)),
+                                 E.i32(_C_CONTIGUOUS_ALIGNED))
           ok = b.and_(ok, good)
       run = fn.append_basic_block("run")
       bad = fn.append_basic_block("bad_args")
       b.cbranch(ok, run, bad)
       b.position_at_end(bad)
-      b.ret(ir.Constant(E.I32, 1))
+      b.ret(E.i32(1))
       b.position_at_end(run)
     self.body_start = b.block
     from ourjax.backends.llvm.planning import _profile_offset
@@ -637,7 +637,7 @@ class _Emission:
     # (profile: (offset, {id(kernel or step): item}) of the counters, see cpu/profiling.py)
     self.prof = None if profile is None else profiling.Instrumentation(self, *profile)
     self.emit_top(steps)
-    b.ret(ir.Constant(E.I32, 0))
+    b.ret(E.i32(0))
 
   def ptr(self, buf):
     p = self.ptr_cache.get(id(buf))
@@ -712,11 +712,11 @@ class _Emission:
   #   [4 + 4p] claimed pieces of parallel step p, [5 + 4p] finished pieces, [6 + 4p] sleepers
   #   then REGION_BYTES per region (_Region)
   def _word(self, k):
-    return self.b.gep(self.ctl, [self.ir.Constant(E.I32, k)])
+    return self.b.gep(self.ctl, [E.i32(k)])
 
   def _wait_done(self, p, chunks):
     ir = self.ir
-    self.b.call(self.wait_fn, [self._word(5 + 4 * p), ir.Constant(E.I32, chunks),
+    self.b.call(self.wait_fn, [self._word(5 + 4 * p), E.i32(chunks),
                                self._word(6 + 4 * p)])
 
   def emit_top(self, steps):
@@ -871,7 +871,7 @@ class _Emission:
     """Thread 0: publish the next job of ``region`` (``site_bits``: i64 ``site << 16``) and
     wake the threads asleep on it; returns the job's generation (i64)."""
     ir, b = self.ir, self.b
-    g = b.add(b.load_atomic(region.gen, "monotonic", 4), ir.Constant(E.I32, 1))
+    g = b.add(b.load_atomic(region.gen, "monotonic", 4), E.i32(1))
     g64 = b.zext(g, E.I64)
     b.store_atomic(b.or_(b.shl(g64, E.i64(32)), site_bits), region.claim, "seq_cst", 8)
     b.store_atomic(g, region.gen, "seq_cst", 4)
@@ -903,8 +903,8 @@ class _Emission:
     b.cbranch(b.extract_value(res, 1), run, head)
     b.position_at_end(run)
     self.call_kernel(kernel, cnt, E.i64(chunks), pieces=True)
-    d = b.atomic_rmw("add", region.finished, ir.Constant(E.I32, 1), "seq_cst")
-    with b.if_then(b.icmp_signed("==", d, ir.Constant(E.I32, chunks - 1))):
+    d = b.atomic_rmw("add", region.finished, E.i32(1), "seq_cst")
+    with b.if_then(b.icmp_signed("==", d, E.i32(chunks - 1))):
       b.call(self.wake_fn, [region.finished, region.fin_sleepers])
     b.branch(head)
 
@@ -916,12 +916,12 @@ class _Emission:
     chunks = kernel.chunks
     site = region.site(kernel)
     fn = b.function
-    b.store_atomic(ir.Constant(E.I32, 0), region.finished, "seq_cst", 4)
+    b.store_atomic(E.i32(0), region.finished, "seq_cst", 4)
     g = self._publish(region, E.i64(site << 16))
     wait = fn.append_basic_block("job.wait")
     self._claim_pieces(region, kernel, g, wait)
     b.position_at_end(wait)
-    b.call(self.wait_fn, [region.finished, ir.Constant(E.I32, chunks), region.fin_sleepers])
+    b.call(self.wait_fn, [region.finished, E.i32(chunks), region.fin_sleepers])
 
   def emit_worker(self, region):
     """Threads other than 0 during a region: wait for a job newer than the last one served,

@@ -487,6 +487,8 @@ def masked_select_hazard(text: str) -> bool:
   if "shufflevector" not in text or "x i1> %" not in text:
     return False
   for fn in text.split("\ndefine ")[1:]:
+    if "shufflevector" not in fn or "= select <" not in fn:
+      continue     # (no shuffle, or no select on a vector condition: the pattern's lines)
     selects, shuffles = {}, {}
     for name, op, rest in _LINE.findall(fn):
       if op == "select":

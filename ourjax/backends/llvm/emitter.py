@@ -159,7 +159,30 @@ def compute_type(dt) -> ir.Type:
 
 
 def i64(v: int) -> ir.Constant:
-  return ir.Constant(I64, int(v))
+  """The i64 constant ``v`` (one object per value: an llvmlite constant is only read, and
+  its text, printed once, is kept on it)."""
+  v = int(v)
+  c = _I64S.get(v)
+  if c is None:
+    if len(_I64S) >= 1 << 14:
+      _I64S.clear()
+    c = _I64S[v] = ir.Constant(I64, v)
+  return c
+
+
+def i32(v: int) -> ir.Constant:
+  """The i32 constant ``v`` (as ``i64``)."""
+  v = int(v)
+  c = _I32S.get(v)
+  if c is None:
+    if len(_I32S) >= 1 << 14:
+      _I32S.clear()
+    c = _I32S[v] = ir.Constant(I32, v)
+  return c
+
+
+_I64S: dict = {}
+_I32S: dict = {}
 
 
 def _int_const(ty: ir.IntType, v: int) -> ir.Constant:

@@ -411,9 +411,34 @@ def _sdiv_up(b, x, d):
 
 
 def _splat(b, x, n):
-  vt = ir.VectorType(x.type, n)
-  v = b.insert_element(ir.Constant(vt, None), x, _c32(0))
-  return b.shuffle_vector(v, ir.Constant(vt, None), ir.Constant(ir.VectorType(I32, n), [0] * n))
+  undef, zeros = _splat_constants(x.type, n)
+  v = b.insert_element(undef, x, _C32_0)
+  return b.shuffle_vector(v, undef, zeros)
+
+
+_SPLATS: dict = {}
+_C32_0 = ir.Constant(I32, 0)
+
+
+def _lane_mask(lanes):
+  """The ``<n x i32>`` shuffle mask of ``lanes``, made once."""
+  key = ("mask",) + tuple(lanes)
+  c = _SPLATS.get(key)
+  if c is None:
+    c = _SPLATS[key] = ir.Constant(ir.VectorType(I32, len(lanes)), list(lanes))
+  return c
+
+
+def _splat_constants(t, n):
+  """The ``<n x t>`` undef vector and the ``<n x i32>`` zero mask of a splat, made once (the
+  shared GEMM's emission made them 197 times, a sixth of its time; an llvmlite constant is
+  only ever read, and its text is printed once)."""
+  key = (str(t), n)
+  c = _SPLATS.get(key)
+  if c is None:
+    c = _SPLATS[key] = (ir.Constant(ir.VectorType(t, n), None),
+                        ir.Constant(ir.VectorType(I32, n), [0] * n))
+  return c
 
 
 def _intrinsic(module, name, ret, args):
@@ -477,12 +502,13 @@ def _transpose(b: ir.IRBuilder, rows):
                                                      list(range(n + blk, n + blk + h)))]
     hi = [j + h for j in lo]
     out = list(rows)
+    lo_mask, hi_mask = _lane_mask(lo), _lane_mask(hi)
     for i in range(n):
       if i & h:
         continue
       a, c = rows[i], rows[i + h]
-      out[i] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, n), lo))
-      out[i + h] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, n), hi))
+      out[i] = b.shuffle_vector(a, c, lo_mask)
+      out[i + h] = b.shuffle_vector(a, c, hi_mask)
     rows = out
     h //= 2
   return rows

@@ -4,7 +4,7 @@ llvmlite prints each instruction through a chain of ``str.format`` calls, string
 that first raise ``AttributeError`` and a strip of the joined pieces: printing the kernels
 and the entry function was a third of the CPU backend's Python emission time.
 ``function_text(fn)`` writes the instructions the emitters make most (arithmetic, compares,
-casts, loads, stores, GEPs, selects, phis, branches) directly, with the same pieces in the
+casts, loads, stores, GEPs, selects, phis, branches, plain calls) directly, with the same pieces in the
 same order, and asks llvmlite (``str(instr)``) for everything else: any other class, and any
 instruction with metadata, flags it does not expect or a field it does not know.  The text is
 the same as llvmlite's, byte for byte (the tests compare them); LLVM parses it.
@@ -21,6 +21,8 @@ _REF_CACHE = "_StringReferenceCaching__cached_refstr"      # (llvmlite's cache o
 _CACHED_GET = _utils._StringReferenceCaching.get_reference
 _NAMED_REF = _values.NamedValue._get_reference
 _NAMED_NAME = _values.NamedValue.name
+_CONSTANT = _values.Constant
+_INT = _types.IntType
 
 
 def _ref(v) -> str:
@@ -33,6 +35,12 @@ def _ref(v) -> str:
   if r is not None:
     return r
   cls = type(v)
+  if cls is _CONSTANT:
+    c = v.constant
+    if type(c) is int and type(v.type) is _INT:     # (an integer's text is its digits)
+      r = d[_REF_CACHE] = str(c)
+      return r
+    return v.get_reference()
   if cls.get_reference is _CACHED_GET and cls._get_reference is _NAMED_REF and \
       cls.name is _NAMED_NAME:
     name = v._name
@@ -97,6 +105,19 @@ def _phi(i) -> str:
   return f"phi {' '.join(i.flags)} {i.type} {incs}"
 
 
+def _call(i):
+  # (a plain call: no attributes, fast-math flags, calling convention, tail marker or
+  # variadic callee; None for the others, which llvmlite prints)
+  if i.arg_attributes or i.attributes or i.fastmath or i.cconv or i.tail:
+    return None
+  callee = i.operands[0]
+  fnty = callee.function_type
+  if fnty.var_arg:
+    return None
+  args = ", ".join([f"{a.type} {_ref(a)}" for a in i.operands[1:]])
+  return f"call {fnty.return_type} {_ref(callee)}({args})"
+
+
 def _ret(i) -> str:
   if i.operands:
     v = i.operands[0]
@@ -119,6 +140,7 @@ _WRITERS = {
     _ins.SelectInstr: _select,
     _ins.PhiInstr: _phi,
     _ins.Ret: _ret,
+    _ins.CallInstr: _call,
 }
 
 # (the descr each writer stands for: a different llvmlite makes every instruction go through
@@ -130,6 +152,7 @@ _DESCRS = {
     _ins.CastInstr: _ins.CastInstr.descr, _ins.LoadInstr: _ins.LoadInstr.descr,
     _ins.StoreInstr: _ins.StoreInstr.descr, _ins.SelectInstr: _ins.SelectInstr.descr,
     _ins.PhiInstr: _ins.PhiInstr.descr, _ins.Ret: _ins.Ret.descr,
+    _ins.CallInstr: _ins.CallInstr.descr,
 }
 _WRITERS = {c: w for c, w in _WRITERS.items() if c.descr is _DESCRS[c]}
 
@@ -146,6 +169,8 @@ def instruction_text(i) -> str:
   if w is None or i.metadata:
     return str(i)
   text = w(i)
+  if text is None:
+    return str(i)
   if not isinstance(i.type, _VOID):
     text = f"{_ref(i)} = {text}"
   # (llvmlite strips the joined text on the right: its descr ends in " \n" or "\n")

@@ -11,7 +11,9 @@ The key is built from the kernel object itself, generically: its class and every
 
 * buffers (``Buf``) by their position among the kernel's parameters (``kernel.buffers``), whose
   element types, dims, byte sizes and pointer kinds (``scratch`` or not) head the key: the
-  function reads buffers only through its pointer parameters;
+  function reads buffers only through its pointer parameters; a buffer the kernel holds but
+  takes no pointer to (a dot's B operand where a packed copy is read instead) by those four
+  alone;
 * HLO instructions by a numbering in the order they are first met, each with its opcode, shape,
   attributes and operands: the key holds the graph (which value feeds which, shared values
   shared).  The walk stops at the kernel's leaves (``leafmap``: values read from buffers or
@@ -134,7 +136,10 @@ class _Walk:
     if t is _Buf:
       n = self.bufs.get(id(v))
       if n is None:
-        raise _Unkeyable
+        # (a buffer the kernel holds but takes no pointer to, a dot's B operand that a packed
+        # copy replaces: emission reaches buffers only through its pointer parameters, so it
+        # can read no more of this one than what is keyed here)
+        return ("b",) + _buf_meta(v)
       return ("B", n)
     if t is hlo.Instruction:
       return self.ref(v)
@@ -204,8 +209,12 @@ def kernel_head(kernel):
   bufs = kernel.buffers
   if any(type(b) is not _Buf for b in bufs):
     return None
-  return (type(kernel).__module__, type(kernel).__qualname__,
-          tuple([(b.dtype.str, b.dims, b.nbytes, b.kind == "scratch") for b in bufs]))
+  return (type(kernel).__module__, type(kernel).__qualname__, tuple([_buf_meta(b) for b in bufs]))
+
+
+def _buf_meta(b) -> tuple:
+  """What emission may read of a buffer (see the module docstring)."""
+  return (b.dtype.str, b.dims, b.nbytes, b.kind == "scratch")
 
 
 def kernel_key(kernel, memo: dict | None = None):

@@ -73,6 +73,7 @@ exactly which instructions may appear where for each kind.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -239,11 +240,11 @@ class Space:
   dims: tuple
   reduced: tuple = ()
 
-  @property
+  @cached_property   # (asked for each instruction a merge checks: computed once)
   def kept(self) -> tuple:
     return tuple(n for i, n in enumerate(self.dims) if i not in self.reduced)
 
-  @property
+  @cached_property
   def row(self) -> bool:
     r, n = len(self.reduced), len(self.dims)
     return (self.kind == "reduce" and 0 < r < n
