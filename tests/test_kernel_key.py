@@ -239,3 +239,13 @@ def test_emitter_memo_keys_constant_indices_by_value():
     gc.collect()
   assert keys[0] == keys[2]
   assert len({keys[0], keys[1], keys[3]}) == 3
+
+
+def test_a_donated_output_is_part_of_the_key():
+  """Emission reads an output buffer's ``donated`` flag (a plain transpose into a buffer that may
+  be a donated parameter's is not tiled): two kernels that differ only there get two keys."""
+  from ourjax.backends.llvm.kernels import Buf, CopyKernel
+  a, b, c = Buf(F32, (64, 64)), Buf(F32, (64, 64)), Buf(F32, (64, 64))
+  c.donated = True
+  assert kk.kernel_head(CopyKernel("k", a, b)) != kk.kernel_head(CopyKernel("k", a, c))
+  assert kk.kernel_key(CopyKernel("k", a, b)) != kk.kernel_key(CopyKernel("k", a, c))

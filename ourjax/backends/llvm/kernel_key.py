@@ -10,7 +10,9 @@ The key is built from the kernel object itself, generically: its class and every
 (``vars``) except its name and labels (``_LABELS``), canonicalised:
 
 * buffers (``Buf``) by their position among the kernel's parameters (``kernel.buffers``), whose
-  element types, dims, byte sizes and pointer kinds (``scratch`` or not) head the key: the
+  element types, dims, byte sizes, pointer kinds (``scratch`` or not) and ``donated`` flags
+  (an output that may be a donated parameter's buffer: the tiled transpose refuses it) head
+  the key: the
   function reads buffers only through its pointer parameters; a buffer the kernel holds but
   takes no pointer to (a dot's B operand where a packed copy is read instead) by those four
   alone;
@@ -32,7 +34,7 @@ can cost merges but never merge two different kernels.  A walk past ``MAX_NODES`
 gives up the same way.
 
 What the key leaves out, emission must not read: of a buffer, anything but its element type,
-dims, byte size and whether it is scratch (not its name, place or constant value); of a leaf,
+dims, byte size, whether it is scratch and whether it is donated (not its name, place or constant value); of a leaf,
 anything but its shape (and a constant's value), nor anything past it; of the kernel, its
 labels.  A kernel whose instructions reach past its leaf map to values it never reads says
 where to stop (``key_leaves()``: an in-place update's operand).  ``CHECK`` (``OURJAX_CHECK_KERNEL_KEYS=1``; the tests set it) emits every
@@ -214,7 +216,7 @@ def kernel_head(kernel):
 
 def _buf_meta(b) -> tuple:
   """What emission may read of a buffer (see the module docstring)."""
-  return (b.dtype.str, b.dims, b.nbytes, b.kind == "scratch")
+  return (b.dtype.str, b.dims, b.nbytes, b.kind == "scratch", b.donated)
 
 
 def kernel_key(kernel, memo: dict | None = None):
