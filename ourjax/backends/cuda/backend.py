@@ -199,11 +199,16 @@ def _pool():
 
 class Uploads:
   """The host-to-device copies of one call's host arguments to several GPUs (a pmap'd batch,
-  one block per device), run at once: each GPU's copies on a thread of its own (the driver
-  releases the GIL while it stages pageable memory), the first GPU's on the calling thread.
-  ``put`` allocates a block and returns its ``DeviceBuffer`` at once; ``run`` makes the copies
-  and returns when every one is enqueued on its device's stream, before anything that reads
-  them is launched (so stream order holds)."""
+  one block per device), run at once.  ``put`` allocates a block and returns its
+  ``DeviceBuffer`` at once; ``run`` makes the copies and returns when every one is enqueued on
+  its device's stream, before anything that reads them is launched (so stream order holds),
+  and when no host array is read any more (they may change after ``run``).
+
+  Large blocks (``staging.worth_staging``) go through the devices' pinned pools, every
+  device's pieces on the staging threads at once (``staging.upload``); the others are
+  pageable copies, made meanwhile: each GPU's on a thread of its own when the other GPUs'
+  come to ``PARALLEL_UPLOAD_BYTES`` (the driver releases the GIL while it stages pageable
+  memory), the first GPU's on the calling thread."""
 
   def __init__(self):
     self._jobs: dict = {}               # device -> [(address, host array)]
@@ -216,11 +221,31 @@ class Uploads:
 
   @staticmethod
   def _copy(dev, jobs):
+    copy = getattr(dev, "copy_pageable", None) or dev.copy_to_device
     for ptr, host in jobs:
-      dev.copy_to_device(ptr, host)
+      copy(ptr, host)
 
   def run(self) -> None:
+    from ourjax.backends.cuda import staging
     groups, self._jobs = list(self._jobs.items()), {}
+    if not groups:
+      return
+    staged, plain = [], []
+    for dev, jobs in groups:
+      small = []
+      for ptr, host in jobs:
+        if staging.worth_staging(dev, host.nbytes):
+          staged.append((dev, ptr, host))
+        else:
+          small.append((ptr, host))
+      if small:
+        plain.append((dev, small))
+    if staged:
+      staging.upload(staged, also=(lambda: self._run_plain(plain)) if plain else None)
+    else:
+      self._run_plain(plain)
+
+  def _run_plain(self, groups) -> None:
     if not groups:
       return
     rest = sum(h.nbytes for _, jobs in groups[1:] for _, h in jobs)

@@ -1,0 +1,265 @@
+"""Host -> GPU uploads of large NumPy arrays through pinned (page-locked) staging memory.
+
+A copy from pageable memory (``cuMemcpyHtoDAsync`` of a NumPy array's address) makes the
+driver copy the data into small pinned buffers of its own on the calling thread, chunk after
+chunk, each waiting for the DMA of the one before: about 16 GB/s on an H200's host (a 16.8 MB
+batch in 1.04 ms), and the uploads to two GPUs take turns on that thread.  Here instead:
+
+* each device has a *pool* of pinned chunks (``CHUNK_BYTES`` each, at most ``POOL_BYTES``,
+  allocated once, as needed, with ``cuMemHostAlloc``);
+* an upload is cut into chunk-sized *pieces*; worker threads (``THREADS``, the calling thread
+  among them) copy each piece into a chunk (NumPy's copy releases the GIL, so the host copies
+  of several pieces, and of several devices' uploads, run at once) and enqueue its DMA from the
+  chunk on the device's stream as soon as it is filled, so DMAs run while later pieces are
+  still being copied;
+* a chunk is reused only after the event recorded behind its last DMA has completed (a DMA
+  reads the chunk while the stream runs, after the call has returned);
+* the uploads of several devices (a pmap's batch, a sharded array's blocks) are pieces of one
+  job list, run at once.
+
+**When the host array may change.**  ``upload`` returns once every piece has been copied into
+pinned memory and its DMA enqueued: the caller's array is no longer read, so it may be changed
+or freed at once (JAX's ``device_put`` copies; so does this).  Only the pinned chunks are read
+later, by the DMAs, and they are guarded by their events.
+
+**Which arrays are staged** (``worth_staging``).  A plain pageable copy costs about
+``a + n / Bp`` (``a`` a few microseconds, ``Bp`` about 16 GB/s); a staged one
+``c + n / Bs`` where ``c`` is the fixed cost of handing pieces to threads and of an event per
+chunk (some tens of microseconds of Python and driver calls) and ``Bs`` the rate of several
+threads' host copies overlapped with the DMAs (bounded by the PCIe link, about 50 GB/s, and by
+``THREADS`` times one thread's copy rate of about 10 GB/s).  With ``c - a`` about 40 us,
+``Bp`` 16 GB/s and ``Bs`` 40 GB/s the two meet near ``40 us / (1/16 - 1/40) ns/B`` = 1.1 MB:
+arrays of ``MIN_BYTES`` (1 MiB) and more are staged, smaller ones take the plain path, whose
+fixed cost is lowest.  ``OURJAX_STAGED_UPLOAD_BYTES`` sets the threshold,
+``OURJAX_STAGED_UPLOADS=0`` turns staging off (every upload pageable, as before),
+``OURJAX_UPLOAD_THREADS`` the number of threads (default: up to 8, no more than the CPUs).
+
+A pool's chunks are freed when its device object goes (process exit): pinned memory is
+bounded by ``POOL_BYTES`` per device (``OURJAX_STAGING_MB``, default 64).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections import deque
+
+import numpy as np
+
+CHUNK_BYTES = int(float(os.environ.get("OURJAX_UPLOAD_CHUNK_MB", "2")) * (1 << 20))
+"""Bytes per pinned chunk: a piece's host copy, DMA and event.  Large enough that the per-piece
+Python and driver calls (some 10 us) are small beside its copy (2 MiB: about 100-200 us), small
+enough that a 16 MB batch is 8 pieces to spread over threads and the first DMA starts early."""
+
+MIN_BYTES = int(os.environ.get("OURJAX_STAGED_UPLOAD_BYTES", str(1 << 20)))
+"""The fewest bytes an upload stages (see the module docstring's cost model)."""
+
+POOL_BYTES = int(float(os.environ.get("OURJAX_STAGING_MB", "64")) * (1 << 20))
+"""The most pinned bytes a device's pool holds; a larger upload reuses its chunks in waves."""
+
+
+def _threads() -> int:
+  v = os.environ.get("OURJAX_UPLOAD_THREADS")
+  if v:
+    return max(1, int(v))
+  return max(1, min(8, os.cpu_count() or 1))
+
+
+THREADS = _threads()
+"""Threads that copy pieces (the calling thread is one of them)."""
+
+
+def enabled() -> bool:
+  from ourjax.config import env_switch
+  return env_switch("OURJAX_STAGED_UPLOADS")
+
+
+def worth_staging(dev, nbytes: int) -> bool:
+  """Whether an upload of ``nbytes`` to ``dev`` goes through the pinned pool: at least
+  ``MIN_BYTES``, staging on, and ``dev`` a driver device (one that allocates pinned memory)."""
+  return nbytes >= MIN_BYTES and hasattr(dev, "host_alloc") and enabled()
+
+
+class _Chunk:
+  """A pinned chunk: its address, a NumPy view of its bytes, and the event recorded behind the
+  last DMA that read it (None: none yet)."""
+  __slots__ = ("ptr", "view", "event", "pending")
+
+  def __init__(self, ptr: int, nbytes: int):
+    self.ptr = ptr
+    self.view = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), np.uint8)
+    self.event = None
+    self.pending = False      # a DMA reading it may not have run yet
+
+  def wait(self) -> None:
+    """Block until the DMA that last read the chunk has run (it may then be written)."""
+    if self.pending:
+      self.event.synchronize("a pinned staging chunk's upload")
+      self.pending = False
+
+
+class Pool:
+  """A device's pinned chunks (``Pool.of(dev)``), handed out oldest first: the chunk handed out
+  next is the one whose DMA was enqueued longest ago, so waiting for it is rarely needed."""
+
+  def __init__(self, dev, chunk_bytes: int | None = None, max_bytes: int | None = None):
+    self.dev = dev
+    self.chunk_bytes = int(chunk_bytes or CHUNK_BYTES)
+    self.max_chunks = max(1, int(max_bytes or POOL_BYTES) // self.chunk_bytes)
+    self.chunks: deque = deque()     # oldest DMA first
+    self.lock = threading.Lock()     # held by an upload while it uses the pool's chunks
+
+  @staticmethod
+  def of(dev) -> "Pool":
+    pool = getattr(dev, "_staging_pool", None)
+    if pool is None:
+      with _POOLS_LOCK:
+        pool = getattr(dev, "_staging_pool", None)
+        if pool is None:
+          pool = dev._staging_pool = Pool(dev)
+    return pool
+
+  def take(self, k: int) -> list:
+    """``k`` (<= ``max_chunks``) distinct chunks for one wave of pieces, oldest DMA first: a
+    chunk whose DMA may still be running is replaced by a new one while the pool is below its
+    size (so back-to-back uploads overlap instead of waiting); at full size it is handed out
+    all the same (its piece waits for it).  Hold ``lock``."""
+    if k > self.max_chunks:
+      raise ValueError(f"staging: {k} chunks asked of a pool of {self.max_chunks}")
+    chunks, out = self.chunks, []
+    for j in range(k):
+      c = chunks[0] if j < len(chunks) else None
+      if c is not None and c.pending and c.event.query():
+        c.pending = False
+      if c is None or (c.pending and len(chunks) < self.max_chunks):
+        from ourjax.backends.cuda import driver
+        c = _Chunk(self.dev.host_alloc(self.chunk_bytes), self.chunk_bytes)
+        c.event = driver.Event(self.dev)
+      else:
+        chunks.popleft()
+      chunks.append(c)
+      out.append(c)
+    return out
+
+  def __del__(self):
+    try:
+      for c in self.chunks:
+        c.wait()
+        self.dev.host_free(c.ptr)
+    except Exception:   # pragma: no cover - interpreter shutdown
+      pass
+
+
+_POOLS_LOCK = threading.Lock()
+_workers = None
+_workers_lock = threading.Lock()
+
+
+def _executor():
+  global _workers
+  if _workers is None:
+    with _workers_lock:
+      if _workers is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _workers = ThreadPoolExecutor(max_workers=max(1, THREADS - 1),
+                                      thread_name_prefix="ourjax-staging")
+  return _workers
+
+
+def _run_piece(piece) -> None:
+  """Copy one piece into its chunk (after the chunk's last DMA has run) and enqueue its DMA
+  and the chunk's event behind it."""
+  dev, dst, src, chunk = piece
+  chunk.wait()
+  n = src.nbytes
+  np.copyto(chunk.view[:n], src)                 # (releases the GIL)
+  dev.copy_from_pinned(dst, chunk.ptr, n)
+  chunk.event.record()
+  chunk.pending = True
+
+
+def _drain(todo: deque) -> None:
+  while True:
+    try:
+      piece = todo.popleft()                     # (atomic: threads share the deque)
+    except IndexError:
+      return
+    _run_piece(piece)
+
+
+def pieces(jobs, chunk_bytes: int | None = None) -> list:
+  """``[(dev, dst, bytes of host)]`` pieces of the uploads ``jobs`` (``(dev, dst, host)``,
+  host C-contiguous), each of at most ``chunk_bytes`` (None: the device's pool's chunk size),
+  devices interleaved (piece i of every device before piece i + 1 of any, so that every
+  device's first DMA starts early)."""
+  per_dev: dict = {}
+  for dev, dst, host in jobs:
+    step = chunk_bytes or Pool.of(dev).chunk_bytes
+    flat = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+    lst = per_dev.setdefault(dev, [])
+    for off in range(0, flat.nbytes, step):
+      lst.append((dev, dst + off, flat[off:off + step]))
+  out = []
+  lists = list(per_dev.values())
+  for i in range(max((len(v) for v in lists), default=0)):
+    out.extend(v[i] for v in lists if i < len(v))
+  return out
+
+
+def upload(jobs, also=None) -> None:
+  """Enqueue the uploads ``jobs`` (``(device, dst address, host array)``, host C-contiguous)
+  through the devices' pinned pools, on ``THREADS`` threads at once, and return once every
+  host array has been copied into pinned memory and every DMA is enqueued (the host arrays may
+  then change; see the module docstring).  ``also``: a function run on the calling thread
+  while the workers copy (the small uploads that take the plain path)."""
+  todo = pieces(jobs)
+  if not todo:
+    if also is not None:
+      also()
+    return
+  pools = sorted({Pool.of(p[0]) for p in todo}, key=lambda pl: id(pl.dev))
+  for pl in pools:           # (in one order: two uploads never wait for each other's pools)
+    pl.lock.acquire()
+  try:
+    start = 0
+    while start < len(todo):
+      # a wave: as many pieces per device as its pool has chunks
+      wave, used = [], {}
+      i = start
+      while i < len(todo):
+        d = todo[i][0]
+        pl = Pool.of(d)
+        if used.get(pl, 0) == pl.max_chunks:
+          break
+        used[pl] = used.get(pl, 0) + 1
+        wave.append(todo[i])
+        i += 1
+      start = i
+      got = {pl: deque(pl.take(k)) for pl, k in used.items()}
+      q = deque((d, dst, src, got[Pool.of(d)].popleft()) for d, dst, src in wave)
+      _run_wave(q, also)
+      also = None
+  finally:
+    for pl in pools:
+      pl.lock.release()
+
+
+def _run_wave(q: deque, also) -> None:
+  nworkers = min(THREADS - 1, len(q) - 1 if also is None else len(q))
+  futures = [_executor().submit(_drain, q) for _ in range(max(0, nworkers))]
+  err = None
+  try:
+    if also is not None:
+      also()
+    _drain(q)
+  except BaseException as e:       # (the workers are waited for before anything is raised)
+    err = e
+    q.clear()
+  for f in futures:
+    try:
+      f.result()
+    except BaseException as e:
+      if err is None:
+        err = e
+  if err is not None:
+    raise err

@@ -1,0 +1,167 @@
+"""Uploads through pinned staging chunks (``backends/cuda/staging.py``), on the stand-in driver
+(``cuda_fake_driver``): its DMAs from pinned memory read the chunk only when the stream is
+synchronised or an event behind them is waited for, so a chunk rewritten before its DMA ran
+uploads the wrong bytes and these tests see it."""
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cuda.bindings")
+
+import cuda_fake_driver  # noqa: E402
+
+from ourjax.backends.cuda import backend as cuda_backend  # noqa: E402
+from ourjax.backends.cuda import driver, staging  # noqa: E402
+
+KB = 1 << 10
+
+
+@pytest.fixture
+def fake(monkeypatch):
+  # small chunks and pools, so that a test upload is many pieces and reuses chunks in waves
+  monkeypatch.setattr(staging, "CHUNK_BYTES", 64 * KB)
+  monkeypatch.setattr(staging, "MIN_BYTES", 128 * KB)
+  monkeypatch.setattr(staging, "POOL_BYTES", 4 * 64 * KB)
+  monkeypatch.delenv("OURJAX_STAGED_UPLOADS", raising=False)
+  with cuda_fake_driver.installed() as f:
+    f.device_count = 2
+    yield f
+
+
+def _device_bytes(fake, dev, buf):
+  dev.synchronize()
+  return fake.read_device(buf.ptr, buf.nbytes)
+
+
+def _pieces_of(fake, dst, n):
+  """The host-to-device copies into ``[dst, dst + n)``: (offset, bytes, pinned?)."""
+  return sorted((d - dst, k, p) for d, _, k, p in fake.htod if dst <= d < dst + n)
+
+
+@pytest.mark.parametrize("nbytes", [128 * KB, 64 * KB * 5 + 12, 64 * KB * 11 - 4])
+def test_large_upload_is_staged_in_chunks(fake, nbytes):
+  """An array of at least MIN_BYTES goes in chunk-sized DMAs from pinned memory covering it
+  exactly, and the device holds its bytes, also when the upload needs more chunks than the
+  pool has (11 pieces, a pool of 4: the chunks are reused in waves)."""
+  rng = np.random.default_rng(nbytes)
+  host = rng.integers(0, 256, nbytes, dtype=np.uint8)
+  dev = driver.get_device(0)
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  got = _pieces_of(fake, buf.ptr, nbytes)
+  chunk = staging.CHUNK_BYTES
+  assert [(o, k) for o, k, _ in got] == [(o, min(chunk, nbytes - o))
+                                        for o in range(0, nbytes, chunk)]
+  assert all(p for _, _, p in got)
+  assert len(staging.Pool.of(dev).chunks) == min(4, len(got))
+  assert _device_bytes(fake, dev, buf) == host.tobytes()
+  # the DMAs have run: a second upload reuses the chunks without growing the pool or waiting
+  waits = fake.calls["cuEventSynchronize"]
+  buf2 = cuda_backend.DeviceBuffer.from_host(host[::-1].copy(), dev)
+  assert len(staging.Pool.of(dev).chunks) == min(4, len(got))
+  assert fake.calls["cuEventSynchronize"] == waits + (len(got) > 4) * (len(got) - 4)
+  assert _device_bytes(fake, dev, buf2) == host[::-1].tobytes()
+
+
+def test_small_upload_takes_the_plain_path(fake):
+  host = np.arange(1000, dtype=np.float32)              # 4 KB < MIN_BYTES
+  dev = driver.get_device(0)
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  assert _pieces_of(fake, buf.ptr, host.nbytes) == [(0, host.nbytes, False)]
+  assert fake.calls["cuMemHostAlloc"] == 0
+  assert _device_bytes(fake, dev, buf) == host.tobytes()
+
+
+def test_threshold_and_switch(fake, monkeypatch):
+  dev = driver.get_device(0)
+  assert not staging.worth_staging(dev, staging.MIN_BYTES - 1)
+  assert staging.worth_staging(dev, staging.MIN_BYTES)
+  monkeypatch.setenv("OURJAX_STAGED_UPLOADS", "0")
+  assert not staging.worth_staging(dev, 1 << 30)
+  host = np.ones(64 * KB, np.float32)
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  assert _pieces_of(fake, buf.ptr, host.nbytes) == [(0, host.nbytes, False)]
+  assert _device_bytes(fake, dev, buf) == host.tobytes()
+
+
+def test_host_array_may_change_once_the_upload_returns(fake):
+  """The copy into pinned memory is done when the call returns: changing or freeing the host
+  array afterwards changes nothing on the device, though the DMAs have not run yet."""
+  dev = driver.get_device(0)
+  host = np.arange(100_000, dtype=np.float32)
+  want = host.tobytes()
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  assert any(getattr(dev.stream, "pending", ()))        # DMAs not run yet
+  host[:] = -1
+  del host
+  assert _device_bytes(fake, dev, buf) == want
+
+
+def test_chunks_are_reused_only_after_their_dma(fake):
+  """Back-to-back uploads reuse the pool's chunks: each chunk is rewritten only after the event
+  behind its last DMA completed, so every upload lands intact (a chunk rewritten early would
+  make an earlier, still pending DMA read the later data)."""
+  dev = driver.get_device(0)
+  rng = np.random.default_rng(1)
+  hosts = [rng.standard_normal(3 * 64 * KB // 4).astype(np.float32) for _ in range(5)]
+  bufs = [cuda_backend.DeviceBuffer.from_host(h, dev) for h in hosts]
+  pool = staging.Pool.of(dev)
+  assert len(pool.chunks) == 4                          # 15 pieces through 4 chunks
+  assert fake.calls["cuMemHostAlloc"] == 4              # (grown while its chunks were busy)
+  # each reuse first saw its chunk's event complete (queried, or waited for)
+  assert fake.calls["cuEventSynchronize"] + fake.calls["cuEventQuery"] >= 15 - 4
+  for h, b in zip(hosts, bufs):
+    assert _device_bytes(fake, dev, b) == h.tobytes()
+
+
+def test_uploads_to_two_devices_stage_at_once(fake, monkeypatch):
+  """``Uploads.run``: both devices' large blocks go through their own pools, their pieces
+  interleaved and copied by several threads; small blocks take the plain path meanwhile;
+  every block lands intact."""
+  monkeypatch.setattr(staging, "THREADS", 3)
+  monkeypatch.setattr(staging, "_workers", None)
+  threads = set()
+  real = staging._run_piece
+
+  def spy(piece):
+    threads.add(threading.get_ident())
+    real(piece)
+  monkeypatch.setattr(staging, "_run_piece", spy)
+  devs = [driver.get_device(0), driver.get_device(1)]
+  rng = np.random.default_rng(2)
+  big = [rng.standard_normal(5 * 64 * KB // 4).astype(np.float32) for _ in devs]
+  small = [np.full(7, k, np.int32) for k in range(2)]
+  up = cuda_backend.Uploads()
+  bufs = [(up.put(b, d), up.put(s, d)) for b, s, d in zip(big, small, devs)]
+  assert not fake.htod
+  up.run()
+  for d, (bb, sb), b, s in zip(devs, bufs, big, small):
+    assert all(p for _, _, p in _pieces_of(fake, bb.ptr, bb.nbytes))
+    assert _pieces_of(fake, sb.ptr, sb.nbytes) == [(0, s.nbytes, False)]
+  for d, (bb, sb), b, s in zip(devs, bufs, big, small):
+    assert _device_bytes(fake, d, bb) == b.tobytes()
+    assert _device_bytes(fake, d, sb) == s.tobytes()
+  assert len(threads) > 1
+  assert staging.Pool.of(devs[0]) is not staging.Pool.of(devs[1])
+  order = [staging.pieces([(d, 0, b) for d, b in zip(devs, big)])[i][0] for i in range(4)]
+  assert order == [devs[0], devs[1], devs[0], devs[1]]
+
+
+def test_a_failed_dma_is_raised_and_leaves_the_pool_usable(fake):
+  dev = driver.get_device(0)
+  host = np.ones(3 * 64 * KB, np.uint8)
+  fake.fail.add("cuMemcpyHtoDAsync")
+  with pytest.raises(driver.DeviceError, match="pinned"):
+    cuda_backend.DeviceBuffer.from_host(host, dev)
+  fake.fail.clear()
+  buf = cuda_backend.DeviceBuffer.from_host(host * 3, dev)
+  assert _device_bytes(fake, dev, buf) == (host * 3).tobytes()
+
+
+def test_pieces_cover_odd_dtypes_and_shapes():
+  """``pieces`` cuts any C-contiguous array into byte ranges that tile it."""
+  for a in [np.zeros((3, 5, 7), np.float64), np.ones((), np.int16), np.arange(10) > 4,
+            np.arange(1001, dtype=np.complex64).reshape(7, 11, 13)]:
+    ps = staging.pieces([("d", 1000, a)], chunk_bytes=96)
+    assert b"".join(p[2].tobytes() for p in ps) == a.tobytes()
+    assert [p[1] for p in ps] == [1000 + 96 * i for i in range(len(ps))]
