@@ -165,3 +165,20 @@ def test_pieces_cover_odd_dtypes_and_shapes():
     ps = staging.pieces([("d", 1000, a)], chunk_bytes=96)
     assert b"".join(p[2].tobytes() for p in ps) == a.tobytes()
     assert [p[1] for p in ps] == [1000 + 96 * i for i in range(len(ps))]
+
+
+def test_device_put_with_a_sharding_stages_every_block(fake):
+  """``device_put`` of a host array laid out over two GPUs: each device's block goes through
+  its pinned pool (one ``Uploads`` for all of them) and holds that block's bytes."""
+  import ourjax
+  from ourjax.sharding import Mesh, NamedSharding, PartitionSpec
+  gpus = ourjax.devices("cuda")
+  assert len(gpus) == 2
+  x = np.arange(2 * 3 * 64 * KB // 4, dtype=np.float32).reshape(2, -1)
+  mesh = Mesh(np.array(gpus), ("d",))
+  y = ourjax.device_put(x, NamedSharding(mesh, PartitionSpec("d")))
+  bufs = [s.data._device_buf for s in y.addressable_shards]
+  assert [b.device.ordinal for b in bufs] == [0, 1]
+  for k, b in enumerate(bufs):
+    assert all(p for _, _, p in _pieces_of(fake, b.ptr, b.nbytes))
+    assert _device_bytes(fake, b.device, b) == x[k:k + 1].tobytes()
