@@ -68,7 +68,7 @@ def run(n, steps, profile=False):
     for _ in range(steps):
       params, opt, loss = step(params, opt, x, labels)
     pr.disable()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+    pstats.Stats(pr).sort_stats(os.environ.get("PSORT", "tottime")).print_stats(int(os.environ.get("PN", "25")))
     return None
   walls, computes = [], []
   for _ in range(steps):

@@ -182,3 +182,19 @@ def test_device_put_with_a_sharding_stages_every_block(fake):
   for k, b in enumerate(bufs):
     assert all(p for _, _, p in _pieces_of(fake, b.ptr, b.nbytes))
     assert _device_bytes(fake, b.device, b) == x[k:k + 1].tobytes()
+
+
+def test_piece_size_spreads_an_upload_over_the_threads(monkeypatch):
+  """A few-chunk upload is cut into smaller pieces so that every thread copies some (never
+  below MIN_PIECE_BYTES, never above a chunk); two devices' uploads share the threads."""
+  monkeypatch.setattr(staging, "THREADS", 8)
+  MB = 1 << 20
+  chunk = 2 * MB
+  assert staging.piece_bytes(16 * MB, 1, chunk) == 2 * MB
+  assert staging.piece_bytes(8 * MB, 1, chunk) == 1 * MB
+  assert staging.piece_bytes(8 * MB, 2, chunk) == 2 * MB
+  assert staging.piece_bytes(1 * MB, 1, chunk) == staging.MIN_PIECE_BYTES
+  assert staging.piece_bytes(100 * MB, 1, chunk) == chunk
+  assert staging.piece_bytes(3 * MB + 5, 1, chunk) % (64 << 10) == 0
+  monkeypatch.setattr(staging, "THREADS", 1)
+  assert staging.piece_bytes(8 * MB, 1, chunk) == chunk

@@ -7,7 +7,8 @@ batch in 1.04 ms), and the uploads to two GPUs take turns on that thread.  Here 
 
 * each device has a *pool* of pinned chunks (``CHUNK_BYTES`` each, at most ``POOL_BYTES``,
   allocated once, as needed, with ``cuMemHostAlloc``);
-* an upload is cut into chunk-sized *pieces*; worker threads (``THREADS``, the calling thread
+* an upload is cut into *pieces* of at most a chunk (``piece_bytes``: smaller for an upload of
+  a few chunks, so that every thread gets some); worker threads (``THREADS``, the calling thread
   among them) copy each piece into a chunk (NumPy's copy releases the GIL, so the host copies
   of several pieces, and of several devices' uploads, run at once) and enqueue its DMA from the
   chunk on the device's stream as soon as it is filled, so DMAs run while later pieces are
@@ -187,15 +188,30 @@ def _drain(todo: deque) -> None:
     _run_piece(piece)
 
 
+MIN_PIECE_BYTES = 256 << 10
+"""The smallest piece an upload is cut into to give every thread some of it (below this the
+hand-off to a thread costs more than the copy it takes off the calling thread)."""
+
+
+def piece_bytes(nbytes: int, ndevices: int, chunk_bytes: int) -> int:
+  """The piece size of an upload of ``nbytes`` when ``ndevices`` devices' uploads run at once:
+  small enough that the pieces of all of them keep ``THREADS`` threads busy, at least
+  ``MIN_PIECE_BYTES`` (a multiple of 64 KiB), at most a chunk."""
+  share = -(-nbytes * ndevices // max(1, THREADS))
+  share = -(-share // (64 << 10)) * (64 << 10)
+  return max(1, min(chunk_bytes, max(MIN_PIECE_BYTES, share)))
+
+
 def pieces(jobs, chunk_bytes: int | None = None) -> list:
   """``[(dev, dst, bytes of host)]`` pieces of the uploads ``jobs`` (``(dev, dst, host)``,
-  host C-contiguous), each of at most ``chunk_bytes`` (None: the device's pool's chunk size),
-  devices interleaved (piece i of every device before piece i + 1 of any, so that every
-  device's first DMA starts early)."""
+  host C-contiguous), of ``chunk_bytes`` each (None: ``piece_bytes``, no larger than the
+  device's pool's chunks), devices interleaved (piece i of every device before piece i + 1 of
+  any, so that every device's first DMA starts early)."""
   per_dev: dict = {}
+  ndev = len({j[0] for j in jobs})
   for dev, dst, host in jobs:
-    step = chunk_bytes or Pool.of(dev).chunk_bytes
     flat = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+    step = chunk_bytes or piece_bytes(flat.nbytes, ndev, Pool.of(dev).chunk_bytes)
     lst = per_dev.setdefault(dev, [])
     for off in range(0, flat.nbytes, step):
       lst.append((dev, dst + off, flat[off:off + step]))
