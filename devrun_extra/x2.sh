@@ -13,9 +13,10 @@ echo "== upload_time ($((SECONDS-T0)) s)" > $OUT/upload.txt
 timeout 45 python3 devrun_extra/upload_time.py >> $OUT/upload.txt 2>&1; echo "rc $?" >> $OUT/upload.txt
 
 # 2. NCCL across processes: 2 processes x 1 GPU, collectives + data-parallel steps against one
-#    process over both GPUs (test_distributed's GPU variant), then the CPU multi-process files
+#    process over both GPUs, and the multi-process SPMD programs (shard_map, sharded jit,
+#    donation, pmap) on a mesh of the two GPUs against one process (the GPU variants)
 echo "== distributed GPU ($((SECONDS-T0)) s)" > $OUT/dist.txt
-timeout 80 $PT -rs tests/test_distributed.py -k nccl >> $OUT/dist.txt 2>&1; echo "rc $?" >> $OUT/dist.txt
+timeout 90 $PT -rs tests/test_distributed.py tests/test_multiprocess_spmd.py -k one_gpu >> $OUT/dist.txt 2>&1; echo "rc $?" >> $OUT/dist.txt
 
 # 3. dp_why-style step timings, batch 16 and 128, pageable vs staged (4 compiles)
 echo "== dp_why ($((SECONDS-T0)) s)" > $OUT/dp.txt
