@@ -198,3 +198,36 @@ def test_piece_size_spreads_an_upload_over_the_threads(monkeypatch):
   assert staging.piece_bytes(3 * MB + 5, 1, chunk) % (64 << 10) == 0
   monkeypatch.setattr(staging, "THREADS", 1)
   assert staging.piece_bytes(8 * MB, 1, chunk) == chunk
+
+
+def test_a_calls_host_arguments_upload_at_once(fake):
+  """``_upload_args``: several host arguments of one call go through one ``Uploads`` (the large
+  one staged, the small ones pageable), each slot gets its own copy, a host Array keeps its
+  device copy; when the copies fail, the Array forgets the copy it never got."""
+  import ourjax
+  dev = driver.get_device(0)
+  rng = np.random.default_rng(3)
+  big = rng.standard_normal(3 * 64 * KB // 4).astype(np.float32)
+  small = np.arange(10, dtype=np.int32)
+  arr = ourjax.numpy.asarray(np.full(5, 2.5, np.float32))
+  assert arr._device_buf is None or arr._device_buf.device is not dev
+  arr._device_buf = None
+  slots, keep = [0] * 4, []
+  cuda_backend._upload_args(dev, [(0, big, np.dtype(np.float32), big.shape),
+                                  (2, small, np.dtype(np.int32), small.shape),
+                                  (3, arr, np.dtype(np.float32), (5,))], slots, keep)
+  assert slots[1] == 0 and len(keep) == 2 and arr._device_buf is not None
+  assert slots[3] == arr._device_buf.ptr
+  assert all(p for _, _, p in _pieces_of(fake, slots[0], big.nbytes))
+  assert _pieces_of(fake, slots[2], small.nbytes) == [(0, small.nbytes, False)]
+  dev.synchronize()
+  assert fake.read_device(slots[0], big.nbytes) == big.tobytes()
+  assert fake.read_device(slots[2], small.nbytes) == small.tobytes()
+  assert fake.read_device(slots[3], 20) == np.full(5, 2.5, np.float32).tobytes()
+  arr2 = ourjax.numpy.asarray(np.zeros(3, np.float32))
+  arr2._device_buf = None
+  fake.fail.add("cuMemcpyHtoDAsync")
+  with pytest.raises(driver.DeviceError):
+    cuda_backend._upload_args(dev, [(0, big, np.dtype(np.float32), big.shape),
+                                    (1, arr2, np.dtype(np.float32), (3,))], [0, 0], [])
+  assert arr2._device_buf is None
