@@ -262,7 +262,12 @@ def upload(jobs, also=None) -> None:
 
 def _run_wave(q: deque, also) -> None:
   nworkers = min(THREADS - 1, len(q) - 1 if also is None else len(q))
-  futures = [_executor().submit(_drain, q) for _ in range(max(0, nworkers))]
+  futures = []
+  for _ in range(max(0, nworkers)):
+    try:
+      futures.append(_executor().submit(_drain, q))
+    except RuntimeError:     # (at interpreter shutdown: the calling thread copies them all)
+      break
   err = None
   try:
     if also is not None:
