@@ -91,6 +91,8 @@ class FakeDriver:
     self.pinned: dict = {}        # address -> its ctypes buffer (cuMemHostAlloc)
     self.writes: list = []        # (device address, bytes): host-to-device copies, in order
     self.htod: list = []          # (device address, host address, nbytes, pinned?) as enqueued
+    self.htod_streams: list = []  # the stream of each of ``htod``
+    self.waits: list = []         # (waiting stream, event's stream, its position): StreamWaitEvent
 
   def __getattr__(self, name):
     # enums and structs (CUdevice_attribute, CUDA_KERNEL_NODE_PARAMS, ...) are the real ones
@@ -148,8 +150,28 @@ class FakeDriver:
     return self._ok("cuStreamCreate", _Stream("stream"))
 
   def cuStreamSynchronize(self, stream):
+    self._resolve(stream)
     self._flush(stream, None)
     return self._ok("cuStreamSynchronize")
+
+  def cuStreamWaitEvent(self, stream, event, flags):
+    """Work enqueued on ``stream`` from now on runs after ``event``'s record: the DMAs pending
+    on the event's stream before it land before the next launch, copy or synchronisation on
+    ``stream`` (``_resolve``)."""
+    src = getattr(event, "stream", None)
+    self.waits.append((stream, src, getattr(event, "upto", 0)))
+    if src is not None and src is not stream:
+      stream.waits = getattr(stream, "waits", []) + [(src, event.upto)]
+    return self._ok("cuStreamWaitEvent")
+
+  def _resolve(self, stream):
+    """The DMAs that ``stream``'s waits (``cuStreamWaitEvent``) are for, landed."""
+    waits = getattr(stream, "waits", None)
+    if waits:
+      stream.waits = []
+      for src, upto in waits:
+        self._resolve(src)
+        self._flush(src, upto)
 
   def _flush(self, stream, upto):
     """Run the stream's pending DMAs (those enqueued before position ``upto``; None: all)."""
@@ -195,7 +217,9 @@ class FakeDriver:
     if int(res[0]) != 0:
       return res
     pinned = self._is_pinned(src, n)
+    self._resolve(stream)
     self.htod.append((dst, src, n, pinned))
+    self.htod_streams.append(stream)
     # a DMA from pinned memory reads it when the stream gets to it; pageable memory is staged
     # by the driver before it returns (and written in stream order)
     data = None if pinned else ctypes.string_at(src, n)
@@ -216,10 +240,14 @@ class FakeDriver:
     return self._ok("cuMemFreeHost")
 
   def cuMemcpyDtoHAsync(self, dst, src, n, stream):
-    ctypes.memset(dst, 0, n)
+    # reads the device memory as the copies ordered before it on ``stream`` left it
+    self._resolve(stream)
+    self._flush(stream, None)
+    ctypes.memmove(dst, self.read_device(int(src), int(n)), n)
     return self._ok("cuMemcpyDtoHAsync")
 
   def cuMemcpyDtoDAsync(self, dst, src, n, stream):
+    self._resolve(stream)
     self.executed.append(("copy", int(dst), int(src), int(n)))
     return self._ok("cuMemcpyDtoDAsync")
 
@@ -283,6 +311,7 @@ class FakeDriver:
 
   def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
     assert isinstance(stream, _Stream) and extra == 0
+    self._resolve(stream)
     rec = self._kernel_record(f, (gx, gy, gz), (bx, by, bz), shared, params)
     res = self._ok("cuLaunchKernel")
     if int(res[0]) == 0:
@@ -318,6 +347,7 @@ class FakeDriver:
   def cuEventSynchronize(self, event):
     stream = getattr(event, "stream", None)
     if stream is not None:
+      self._resolve(stream)
       self._flush(stream, event.upto)
     return self._ok("cuEventSynchronize")
 
@@ -406,6 +436,7 @@ class FakeDriver:
 
   def cuGraphLaunch(self, exe, stream):
     assert exe.alive and isinstance(stream, _Stream)
+    self._resolve(stream)
     res = self._ok("cuGraphLaunch")
     if int(res[0]) == 0:
       self.executed.extend(exe.recs[id(n)] for n in exe.order)

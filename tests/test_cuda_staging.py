@@ -23,6 +23,7 @@ def fake(monkeypatch):
   monkeypatch.setattr(staging, "CHUNK_BYTES", 64 * KB)
   monkeypatch.setattr(staging, "MIN_BYTES", 128 * KB)
   monkeypatch.setattr(staging, "POOL_BYTES", 4 * 64 * KB)
+  monkeypatch.setattr(staging, "THREAD_BYTES", 64 * KB)
   monkeypatch.delenv("OURJAX_STAGED_UPLOADS", raising=False)
   with cuda_fake_driver.installed() as f:
     f.device_count = 2
@@ -91,7 +92,7 @@ def test_host_array_may_change_once_the_upload_returns(fake):
   host = np.arange(100_000, dtype=np.float32)
   want = host.tobytes()
   buf = cuda_backend.DeviceBuffer.from_host(host, dev)
-  assert any(getattr(dev.stream, "pending", ()))        # DMAs not run yet
+  assert any(getattr(dev.copy_stream, "pending", ()))   # DMAs not run yet
   host[:] = -1
   del host
   assert _device_bytes(fake, dev, buf) == want
@@ -231,3 +232,142 @@ def test_a_calls_host_arguments_upload_at_once(fake):
     cuda_backend._upload_args(dev, [(0, big, np.dtype(np.float32), big.shape),
                                     (1, arr2, np.dtype(np.float32), (3,))], [0, 0], [])
   assert arr2._device_buf is None
+
+
+def _busy(fake, dev):
+  """Make ``dev``'s main stream busy: a DMA from pinned memory pending on it stands for the
+  previous step's kernels (events recorded behind it are not reached until it runs)."""
+  src = dev.host_alloc(64)
+  dev.copy_from_pinned(dev.mem_alloc(64), src, 64)
+  assert any(getattr(dev.stream, "pending", ()))
+
+
+def test_staged_dmas_run_on_the_copy_stream_and_the_main_stream_waits_for_them(fake,
+                                                                                monkeypatch):
+  """A staged upload's DMAs go on the device's copy stream (not behind the main stream's
+  work), an event is recorded behind the last of them and the main stream waits for it: a
+  read back enqueued after the upload sees the uploaded bytes, though nothing synchronised
+  the copy stream.  Without that wait (``_publish`` a no-op) it would read the block early."""
+  dev = driver.get_device(0)
+  rng = np.random.default_rng(4)
+  host = rng.standard_normal(3 * 64 * KB // 4).astype(np.float32)
+  _busy(fake, dev)
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  mine = [s for (d, _, _, p), s in zip(fake.htod, fake.htod_streams)
+          if buf.ptr <= d < buf.ptr + host.nbytes]
+  assert mine and all(s is dev.copy_stream for s in mine)
+  assert fake.read_device(buf.ptr, host.nbytes) != host.tobytes()   # DMAs still pending
+  assert (dev.stream, dev.copy_stream) in [w[:2] for w in fake.waits]
+  np.testing.assert_array_equal(buf.to_host(), host)
+  # the same without the main stream's wait: the read back sees the block before the DMAs
+  monkeypatch.setattr(staging, "_publish", lambda devs: None)
+  buf2 = cuda_backend.DeviceBuffer.from_host(host * 2, dev)
+  assert not np.array_equal(buf2.to_host(), host * 2)
+
+
+def test_a_jitted_call_launches_after_its_staged_argument_landed(fake):
+  """The call that reads an uploaded NumPy argument is launched on the main stream after its
+  wait on the copy stream's event: when its first kernel launches, the argument's bytes are
+  on the device (the stand-in driver lands the DMAs a stream waits for at its next launch)."""
+  import ourjax
+  rng = np.random.default_rng(5)
+  host = rng.standard_normal(3 * 64 * KB // 4).astype(np.float32)
+  f = ourjax.jit(lambda v: v * 2 + 1)
+  f(np.ones(8, np.float32))                    # (compiled and loaded before the staged call)
+  seen = []
+  real_launch, real_graph = fake.cuLaunchKernel, fake.cuGraphLaunch
+
+  def at_launch():
+    dst = min(d for d, _, _, p in fake.htod if p)
+    seen.append(fake.read_device(dst, host.nbytes) == host.tobytes())
+
+  def launch(*a):
+    r = real_launch(*a)
+    at_launch()
+    return r
+
+  def graph(*a):
+    r = real_graph(*a)
+    at_launch()
+    return r
+  fake.cuLaunchKernel, fake.cuGraphLaunch = launch, graph
+  dev = driver.get_device(0)
+  _busy(fake, dev)
+  fake.htod.clear()
+  fake.htod_streams.clear()
+  out = f(host)
+  assert all(s is dev.copy_stream for (_, _, _, p), s in zip(fake.htod, fake.htod_streams) if p)
+  assert seen and seen[0]
+  assert out.shape == host.shape
+
+
+def test_upload_blocks_rotate_and_are_fenced(fake):
+  """The blocks staged uploads write: a block released while the main stream is still busy
+  (its last reader may not have run) is not written by the next upload, which gets a new
+  block; once the main stream has passed the fence recorded after the release, the block is
+  reused, the copy stream waiting for that fence first.  Every upload lands intact."""
+  dev = driver.get_device(0)
+  rng = np.random.default_rng(6)
+  hosts = [rng.standard_normal(3 * 64 * KB // 4).astype(np.float32) for _ in range(4)]
+  blocks = staging.Blocks.of(dev)
+  _busy(fake, dev)
+  b1 = cuda_backend.DeviceBuffer.from_host(hosts[0], dev)
+  p1 = b1.ptr
+  del b1
+  b2 = cuda_backend.DeviceBuffer.from_host(hosts[1], dev)   # p1's fence not passed yet
+  p2 = b2.ptr
+  assert p2 != p1
+  np.testing.assert_array_equal(b2.to_host(), hosts[1])     # (the main stream is idle now)
+  del b2
+  nwaits = len(fake.waits)
+  b3 = cuda_backend.DeviceBuffer.from_host(hosts[2], dev)
+  assert b3.ptr == p1                                       # the oldest released block
+  fences = [w for w in fake.waits[nwaits:] if w[0] is dev.copy_stream]
+  assert fences and fences[0][1] is dev.stream
+  np.testing.assert_array_equal(b3.to_host(), hosts[2])
+  # at PER_SIZE blocks of a size, a busy main stream makes the upload wait on the device
+  _busy(fake, dev)
+  keep = [b3]
+  for h in hosts:
+    keep.append(cuda_backend.DeviceBuffer.from_host(h, dev))
+  assert len({b.ptr for b in keep}) == len(keep)
+  del keep[:-1]
+  _busy(fake, dev)
+  b = cuda_backend.DeviceBuffer.from_host(hosts[3] + 1, dev)
+  assert sum(1 for p in blocks.owned if blocks.sizes[p] == blocks.sizes[b.ptr]) <= \
+      max(staging.Blocks.PER_SIZE, len(hosts) + 1)
+  np.testing.assert_array_equal(b.to_host(), hosts[3] + 1)
+  np.testing.assert_array_equal(keep[-1].to_host(), hosts[3])
+
+
+def test_small_uploads_are_copied_on_the_calling_thread(fake, monkeypatch):
+  """An upload of less than two THREAD_BYTES is copied by the calling thread alone (no hand
+  off to the staging threads: its fixed cost would exceed the copy it saves)."""
+  monkeypatch.setattr(staging, "THREADS", 4)
+  monkeypatch.setattr(staging, "THREAD_BYTES", 1 << 20)
+  monkeypatch.setattr(staging, "_workers", None)
+  submitted = []
+  monkeypatch.setattr(staging, "_executor",
+                      lambda: (_ for _ in ()).throw(AssertionError("handed off")))
+  dev = driver.get_device(0)
+  host = np.arange(300 * KB // 4, dtype=np.float32)
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  assert all(p for _, _, p in _pieces_of(fake, buf.ptr, host.nbytes))
+  np.testing.assert_array_equal(buf.to_host(), host)
+  assert not submitted
+  assert staging.threads_for(2 << 20) == 2 and staging.threads_for(100 << 20) == 4
+  assert staging.threads_for(1) == 1
+
+
+def test_switched_off_uploads_stay_on_the_main_stream(fake, monkeypatch):
+  """``OURJAX_STAGED_UPLOADS=0``: the old path, pageable copies on the main stream, no copy
+  stream, no waits, no upload blocks."""
+  monkeypatch.setenv("OURJAX_STAGED_UPLOADS", "0")
+  dev = driver.get_device(0)
+  host = np.arange(3 * 64 * KB // 4, dtype=np.float32)
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  assert _pieces_of(fake, buf.ptr, host.nbytes) == [(0, host.nbytes, False)]
+  assert all(s is dev.stream for s in fake.htod_streams)
+  assert dev._copy_stream is None and not fake.waits
+  assert getattr(dev, "_upload_blocks", None) is None
+  np.testing.assert_array_equal(buf.to_host(), host)

@@ -148,7 +148,8 @@ class DeviceBuffer:
   def from_host(cls, host, device=None) -> "DeviceBuffer":
     dev = device or driver.get_device(0)
     host = np.ascontiguousarray(host)
-    alloc = dev.allocator.allocate(host.nbytes)
+    from ourjax.backends.cuda import staging
+    alloc = staging.allocate(dev, host.nbytes)
     dev.copy_to_device(alloc.ptr, host)
     return cls(dev, alloc, host.shape, host.dtype)
 
@@ -218,7 +219,8 @@ class Uploads:
 
   def put(self, host, dev) -> DeviceBuffer:
     host = np.ascontiguousarray(host)
-    alloc = dev.allocator.allocate(host.nbytes)
+    from ourjax.backends.cuda import staging
+    alloc = staging.allocate(dev, host.nbytes)
     self._jobs.setdefault(dev, []).append((alloc.ptr, host))
     return DeviceBuffer(dev, alloc, host.shape, host.dtype)
 

@@ -165,6 +165,7 @@ class Device:
     flags = int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)
     self.stream = _check(d.cuStreamCreate(flags), "cuStreamCreate")
     self.stream_handle = int(self.stream)
+    self._copy_stream = None
     self.recent_kernels = deque(maxlen=4)     # names, for messages about asynchronous errors
     from ourjax.backends.cuda.memory import DeviceAllocator
     self.allocator = DeviceAllocator(self)
@@ -175,6 +176,28 @@ class Device:
   @property
   def arch(self) -> str:
     return f"{self.compute_capability[0]}{self.compute_capability[1]}"
+
+  @property
+  def copy_stream(self):
+    """A second non-blocking stream, for staged host -> device DMAs (``staging.py``): they run
+    while the main stream's kernels do; whatever reads their results waits on an event
+    recorded behind them (``wait_event``).  Created on first use."""
+    s = self._copy_stream
+    if s is None:
+      with _lock:
+        if self._copy_stream is None:
+          self.make_current()
+          flags = int(_driver().CUstream_flags.CU_STREAM_NON_BLOCKING)
+          self._copy_stream = _check(_driver().cuStreamCreate(flags), "cuStreamCreate (copies)")
+        s = self._copy_stream
+    return s
+
+  def wait_event(self, event: "Event", stream=None) -> None:
+    """Make work enqueued later on ``stream`` (default: the main stream) wait, on the device,
+    for ``event``'s most recent record (``cuStreamWaitEvent``; the host does not wait)."""
+    self.make_current()
+    _check(_driver().cuStreamWaitEvent(self.stream if stream is None else stream,
+                                       event.handle, 0), "cuStreamWaitEvent")
 
   def make_current(self) -> None:
     """Make this device's context current on the calling thread (contexts are per thread)."""
@@ -235,12 +258,14 @@ class Device:
     _check(_driver().cuMemcpyHtoDAsync(int(dst), host.ctypes.data, n, self.stream),
            f"cuMemcpyHtoDAsync({n} bytes)")
 
-  def copy_from_pinned(self, dst: int, src: int, nbytes: int) -> None:
-    """Enqueue host -> device from page-locked memory at ``src`` (``host_alloc``): the copy
-    is a DMA that reads ``src`` later, while the stream runs; ``src`` must not be written
-    until an event recorded after it has completed."""
+  def copy_from_pinned(self, dst: int, src: int, nbytes: int, stream=None) -> None:
+    """Enqueue host -> device from page-locked memory at ``src`` (``host_alloc``) on
+    ``stream`` (default: the main stream): the copy is a DMA that reads ``src`` later, while
+    the stream runs; ``src`` must not be written until an event recorded after it has
+    completed."""
     self.make_current()
-    _check(_driver().cuMemcpyHtoDAsync(int(dst), int(src), int(nbytes), self.stream),
+    _check(_driver().cuMemcpyHtoDAsync(int(dst), int(src), int(nbytes),
+                                       self.stream if stream is None else stream),
            f"cuMemcpyHtoDAsync({nbytes} bytes from pinned memory)")
 
   def host_alloc(self, nbytes: int) -> int:
@@ -434,8 +459,10 @@ class Event:
     self.device = device
     self.handle = _check(d.cuEventCreate(flags), "cuEventCreate")
 
-  def record(self) -> "Event":
-    _check(_driver().cuEventRecord(self.handle, self.device.stream), "cuEventRecord")
+  def record(self, stream=None) -> "Event":
+    """Record the event on ``stream`` (default: its device's main stream)."""
+    _check(_driver().cuEventRecord(self.handle, self.device.stream if stream is None
+                                   else stream), "cuEventRecord")
     return self
 
   def query(self) -> bool:
