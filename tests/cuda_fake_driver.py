@@ -154,6 +154,14 @@ class FakeDriver:
     self._flush(stream, None)
     return self._ok("cuStreamSynchronize")
 
+  def cuStreamQuery(self, stream):
+    if getattr(stream, "pending", None) or any(
+        any(seq < upto for seq, *_ in getattr(src, "pending", ()))
+        for src, upto in getattr(stream, "waits", ())):
+      self.calls["cuStreamQuery"] += 1
+      return (CUresult.CUDA_ERROR_NOT_READY,)
+    return self._ok("cuStreamQuery")
+
   def cuStreamWaitEvent(self, stream, event, flags):
     """Work enqueued on ``stream`` from now on runs after ``event``'s record: the DMAs pending
     on the event's stream before it land before the next launch, copy or synchronisation on

@@ -22,6 +22,7 @@ def fake(monkeypatch):
   # small chunks and pools, so that a test upload is many pieces and reuses chunks in waves
   monkeypatch.setattr(staging, "CHUNK_BYTES", 64 * KB)
   monkeypatch.setattr(staging, "MIN_BYTES", 128 * KB)
+  monkeypatch.setattr(staging, "IDLE_MIN_BYTES", 128 * KB)
   monkeypatch.setattr(staging, "POOL_BYTES", 4 * 64 * KB)
   monkeypatch.setattr(staging, "THREAD_BYTES", 64 * KB)
   monkeypatch.delenv("OURJAX_STAGED_UPLOADS", raising=False)
@@ -77,6 +78,21 @@ def test_threshold_and_switch(fake, monkeypatch):
   dev = driver.get_device(0)
   assert not staging.worth_staging(dev, staging.MIN_BYTES - 1)
   assert staging.worth_staging(dev, staging.MIN_BYTES)
+  # between MIN_BYTES and IDLE_MIN_BYTES: staged only while the main stream is busy
+  monkeypatch.setattr(staging, "IDLE_MIN_BYTES", 4 * staging.MIN_BYTES)
+  assert not dev.busy()
+  assert not staging.worth_staging(dev, 2 * staging.MIN_BYTES)
+  assert staging.worth_staging(dev, 4 * staging.MIN_BYTES)
+  _busy(fake, dev)
+  assert dev.busy() and staging.worth_staging(dev, 2 * staging.MIN_BYTES)
+  host = np.arange(2 * staging.MIN_BYTES // 4, dtype=np.float32)
+  buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+  assert all(p for _, _, p in _pieces_of(fake, buf.ptr, host.nbytes))
+  np.testing.assert_array_equal(buf.to_host(), host)
+  assert not dev.busy()
+  buf = cuda_backend.DeviceBuffer.from_host(host + 1, dev)
+  assert _pieces_of(fake, buf.ptr, host.nbytes) == [(0, host.nbytes, False)]
+  np.testing.assert_array_equal(buf.to_host(), host + 1)
   monkeypatch.setenv("OURJAX_STAGED_UPLOADS", "0")
   assert not staging.worth_staging(dev, 1 << 30)
   host = np.ones(64 * KB, np.float32)
@@ -371,3 +387,20 @@ def test_switched_off_uploads_stay_on_the_main_stream(fake, monkeypatch):
   assert dev._copy_stream is None and not fake.waits
   assert getattr(dev, "_upload_blocks", None) is None
   np.testing.assert_array_equal(buf.to_host(), host)
+
+
+def test_free_upload_blocks_go_back_when_memory_runs_out(fake):
+  """The free blocks that staged uploads keep are returned to the allocator, and to the
+  driver, when an allocation runs out of device memory."""
+  dev = driver.get_device(0)
+  blocks = staging.Blocks.of(dev)
+  b = cuda_backend.DeviceBuffer.from_host(np.ones(3 * 64 * KB, np.uint8), dev)
+  ptr = b.ptr
+  del b
+  assert ptr in blocks.owned
+  frees = fake.calls["cuMemFree"]
+  dev.allocator.empty_cache()
+  assert not blocks.owned and not blocks.free
+  assert fake.calls["cuMemFree"] == frees + 1
+  b = cuda_backend.DeviceBuffer.from_host(np.full(3 * 64 * KB, 7, np.uint8), dev)
+  np.testing.assert_array_equal(b.to_host(), np.full(3 * 64 * KB, 7, np.uint8))

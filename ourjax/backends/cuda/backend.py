@@ -149,8 +149,11 @@ class DeviceBuffer:
     dev = device or driver.get_device(0)
     host = np.ascontiguousarray(host)
     from ourjax.backends.cuda import staging
-    alloc = staging.allocate(dev, host.nbytes)
-    dev.copy_to_device(alloc.ptr, host)
+    alloc, staged = staging.allocate(dev, host.nbytes)
+    if staged:
+      staging.upload([(dev, alloc.ptr, host)])
+    else:
+      dev.copy_pageable(alloc.ptr, host)
     return cls(dev, alloc, host.shape, host.dtype)
 
   def to_host(self) -> np.ndarray:
@@ -205,14 +208,14 @@ class Uploads:
   its device's stream, before anything that reads them is launched (so stream order holds),
   and when no host array is read any more (they may change after ``run``).
 
-  Large blocks (``staging.worth_staging``) go through the devices' pinned pools, every
+  Large blocks (``staging.allocate`` decides: ``worth_staging``) go through the devices' pinned pools, every
   device's pieces on the staging threads at once (``staging.upload``); the others are
   pageable copies, made meanwhile: each GPU's on a thread of its own when the other GPUs'
   come to ``PARALLEL_UPLOAD_BYTES`` (the driver releases the GIL while it stages pageable
   memory), the first GPU's on the calling thread."""
 
   def __init__(self):
-    self._jobs: dict = {}               # device -> [(address, host array)]
+    self._jobs: dict = {}               # device -> [(address, host array, staged?)]
     #: host Arrays given a buffer of this Uploads as their device copy: forgotten again if
     #: ``run`` fails (their copy never made)
     self.cached: list = []
@@ -220,8 +223,8 @@ class Uploads:
   def put(self, host, dev) -> DeviceBuffer:
     host = np.ascontiguousarray(host)
     from ourjax.backends.cuda import staging
-    alloc = staging.allocate(dev, host.nbytes)
-    self._jobs.setdefault(dev, []).append((alloc.ptr, host))
+    alloc, staged = staging.allocate(dev, host.nbytes)
+    self._jobs.setdefault(dev, []).append((alloc.ptr, host, staged))
     return DeviceBuffer(dev, alloc, host.shape, host.dtype)
 
   @staticmethod
@@ -248,8 +251,8 @@ class Uploads:
     staged, plain = [], []
     for dev, jobs in groups:
       small = []
-      for ptr, host in jobs:
-        if staging.worth_staging(dev, host.nbytes):
+      for ptr, host, stage in jobs:
+        if stage:
           staged.append((dev, ptr, host))
         else:
           small.append((ptr, host))

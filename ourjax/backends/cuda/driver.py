@@ -8,9 +8,12 @@ Every driver call goes through ``_check``, which turns a failing status into an
 description of the error.  Nothing here is imported until a GPU is asked for: ``available()``
 is the cheap probe (import the bindings, ``cuInit``, count devices) and never raises.
 
-Work is ordered on one stream per device (``Device.stream``): kernels, uploads and downloads
-are enqueued there, so buffers that are freed and reused need no further synchronisation (the
-caching allocator in ``memory.py`` relies on this).  Asynchronous errors of a kernel surface at
+Work is ordered on one main stream per device (``Device.stream``): kernels, uploads and
+downloads are enqueued there, so buffers that are freed and reused need no further
+synchronisation (the caching allocator in ``memory.py`` relies on this).  The exception: the
+DMAs of large staged uploads run on a second stream (``Device.copy_stream``, ``staging.py``),
+so that they overlap the kernels already enqueued; the main stream waits for an event behind
+them (``wait_event``) before anything that follows.  Asynchronous errors of a kernel surface at
 the next synchronisation and are reported there, naming the last kernels launched.
 """
 from __future__ import annotations
@@ -198,6 +201,17 @@ class Device:
     self.make_current()
     _check(_driver().cuStreamWaitEvent(self.stream if stream is None else stream,
                                        event.handle, 0), "cuStreamWaitEvent")
+
+  def busy(self) -> bool:
+    """Whether work enqueued on the main stream has not finished (``cuStreamQuery``)."""
+    self.make_current()
+    res = _driver().cuStreamQuery(self.stream)
+    if int(res[0]) == 0:
+      return False
+    if getattr(res[0], "name", "") == "CUDA_ERROR_NOT_READY":
+      return True
+    _check(res, "cuStreamQuery")
+    return True
 
   def make_current(self) -> None:
     """Make this device's context current on the calling thread (contexts are per thread)."""

@@ -53,7 +53,11 @@ Python and driver calls (some 10 us) are small beside its copy (2 MiB: about 100
 enough that a 16 MB batch is 8 pieces to spread over threads and the first DMA starts early."""
 
 MIN_BYTES = int(os.environ.get("OURJAX_STAGED_UPLOAD_BYTES", str(1 << 20)))
-"""The fewest bytes an upload stages (see the module docstring's cost model)."""
+"""The fewest bytes an upload stages, when the device's main stream is busy (see the module
+docstring's cost model)."""
+
+IDLE_MIN_BYTES = int(os.environ.get("OURJAX_STAGED_UPLOAD_IDLE_BYTES", str(4 << 20)))
+"""The fewest bytes an upload stages when the device's main stream is idle."""
 
 POOL_BYTES = int(float(os.environ.get("OURJAX_STAGING_MB", "64")) * (1 << 20))
 """The most pinned bytes a device's pool holds; a larger upload reuses its chunks in waves."""
@@ -76,9 +80,13 @@ def enabled() -> bool:
 
 
 def worth_staging(dev, nbytes: int) -> bool:
-  """Whether an upload of ``nbytes`` to ``dev`` goes through the pinned pool: at least
-  ``MIN_BYTES``, staging on, and ``dev`` a driver device (one that allocates pinned memory)."""
-  return nbytes >= MIN_BYTES and hasattr(dev, "host_alloc") and enabled()
+  """Whether an upload of ``nbytes`` to ``dev`` goes through the pinned pool and the copy
+  stream: staging on, ``dev`` a driver device (one that allocates pinned memory), and at least
+  ``IDLE_MIN_BYTES``, or at least ``MIN_BYTES`` while the device's main stream is busy (a
+  pageable copy would wait behind its work; the staged one runs beside it)."""
+  if nbytes < MIN_BYTES or not hasattr(dev, "host_alloc") or not enabled():
+    return False
+  return nbytes >= IDLE_MIN_BYTES or dev.busy()
 
 
 class _Chunk:
@@ -181,6 +189,25 @@ class Blocks:
     self.owned: dict = {}      # ptr -> bytes the allocator was asked for (its accounting)
     self.sizes: dict = {}      # ptr -> block size
     self.lock = threading.Lock()
+    dev.allocator.reclaimers.append(self.give_back)
+
+  def give_back(self) -> None:
+    """Return every free block to the allocator (which is emptying its cache: out of
+    memory).  Their last DMAs are waited for by the main stream, which the allocator
+    synchronises before it frees anything.  Skipped while an ``allocate`` holds the lock."""
+    if not self.lock.acquire(blocking=False):
+      return
+    try:
+      while self._returned:
+        ptr, size, _ = self._returned.popleft()
+        self.free.append([ptr, size, None])
+      for ptr, size, _ in self.free:
+        self.sizes.pop(ptr, None)
+        self.fenced.discard(ptr)
+        self.dev.allocator._returned.append((ptr, size, self.owned.pop(ptr)))
+      self.free.clear()
+    finally:
+      self.lock.release()
 
   @staticmethod
   def of(dev) -> "Blocks":
@@ -200,6 +227,7 @@ class Blocks:
         got.append(self._returned.popleft())
       except IndexError:
         break
+    self.fenced.difference_update(p for p, _, _ in got)   # (freed without an upload)
     fence = driver.Event(self.dev).record()      # behind every use of the blocks got back
     self.free.extend([ptr, size, fence] for ptr, size, _ in got)
     while len(self.free) > self.KEEP:
@@ -252,11 +280,13 @@ class Blocks:
 
 
 def allocate(dev, nbytes: int):
-  """The device block for an upload of ``nbytes`` to ``dev``: from ``Blocks`` when the upload
-  will be staged (``worth_staging``), else from the device's caching allocator."""
+  """``(allocation, staged)``: the device block for an upload of ``nbytes`` to ``dev`` and
+  whether the upload is to be staged (``worth_staging``, decided once, here): then the block
+  is from ``Blocks`` (its copy stream fenced), else from the device's caching allocator (a
+  pageable copy on the main stream)."""
   if worth_staging(dev, nbytes):
-    return Blocks.of(dev).allocate(nbytes)
-  return dev.allocator.allocate(nbytes)
+    return Blocks.of(dev).allocate(nbytes), True
+  return dev.allocator.allocate(nbytes), False
 
 
 _POOLS_LOCK = threading.Lock()
