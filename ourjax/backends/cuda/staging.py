@@ -8,32 +8,46 @@ batch in 1.04 ms), and the uploads to two GPUs take turns on that thread.  Here 
 * each device has a *pool* of pinned chunks (``CHUNK_BYTES`` each, at most ``POOL_BYTES``,
   allocated once, as needed, with ``cuMemHostAlloc``);
 * an upload is cut into *pieces* of at most a chunk (``piece_bytes``: smaller for an upload of
-  a few chunks, so that every thread gets some); worker threads (``THREADS``, the calling thread
-  among them) copy each piece into a chunk (NumPy's copy releases the GIL, so the host copies
-  of several pieces, and of several devices' uploads, run at once) and enqueue its DMA from the
-  chunk on the device's stream as soon as it is filled, so DMAs run while later pieces are
-  still being copied;
+  a few chunks, so that every thread gets some); worker threads (``threads_for``: one per
+  ``THREAD_BYTES`` of the upload, at most ``THREADS``, the calling thread among them, alone
+  below ``2 * THREAD_BYTES``) copy each piece into a chunk (NumPy's copy releases the GIL, so
+  the host copies of several pieces, and of several devices' uploads, run at once) and enqueue
+  its DMA from the chunk on the device's *copy stream* as soon as it is filled, so DMAs run
+  while later pieces are still being copied;
 * a chunk is reused only after the event recorded behind its last DMA has completed (a DMA
   reads the chunk while the stream runs, after the call has returned);
 * the uploads of several devices (a pmap's batch, a sharded array's blocks) are pieces of one
   job list, run at once.
+
+**Streams.**  The DMAs run on a second stream per device (``Device.copy_stream``), so that a
+step's batch is uploaded while the previous step's kernels, already enqueued on the main
+stream, still run (in a loop that does not wait for each step).  Behind an upload's last DMA
+an event is recorded and the main stream is made to wait for it (``_publish``,
+``cuStreamWaitEvent``): everything enqueued on the main stream afterwards (the call that reads
+the upload, a read back, a later use of the block) runs after the upload, and nothing needs to
+know which buffers came from the copy stream.  The other direction is ``Blocks``: the block an
+upload writes must not be one that work enqueued earlier on the main stream still uses.
 
 **When the host array may change.**  ``upload`` returns once every piece has been copied into
 pinned memory and its DMA enqueued: the caller's array is no longer read, so it may be changed
 or freed at once (JAX's ``device_put`` copies; so does this).  Only the pinned chunks are read
 later, by the DMAs, and they are guarded by their events.
 
-**Which arrays are staged** (``worth_staging``).  A plain pageable copy costs about
-``a + n / Bp`` (``a`` a few microseconds, ``Bp`` about 16 GB/s); a staged one
-``c + n / Bs`` where ``c`` is the fixed cost of handing pieces to threads and of an event per
-chunk (some tens of microseconds of Python and driver calls) and ``Bs`` the rate of several
-threads' host copies overlapped with the DMAs (bounded by the PCIe link, about 50 GB/s, and by
-``THREADS`` times one thread's copy rate of about 10 GB/s).  With ``c - a`` about 40 us,
-``Bp`` 16 GB/s and ``Bs`` 40 GB/s the two meet near ``40 us / (1/16 - 1/40) ns/B`` = 1.1 MB:
-arrays of ``MIN_BYTES`` (1 MiB) and more are staged, smaller ones take the plain path, whose
-fixed cost is lowest.  ``OURJAX_STAGED_UPLOAD_BYTES`` sets the threshold,
-``OURJAX_STAGED_UPLOADS=0`` turns staging off (every upload pageable, as before),
-``OURJAX_UPLOAD_THREADS`` the number of threads (default: up to 8, no more than the CPUs).
+**Which arrays are staged** (``worth_staging``; measured on a 2xH100 host whose pageable copies
+run at about 5 GB/s).  A pageable copy costs about ``n / Bp`` on the calling thread and, when
+the device's main stream is busy, may have to wait for it (the driver reuses its few staging
+buffers only as their DMAs, queued behind the stream's work, complete; not measured in
+isolation); a staged one costs a fixed ``c`` (driver
+calls, and some 0.3 ms when pieces are handed to other threads: a 1 MB upload took 0.53 ms
+staged on 8 threads against 0.22 ms pageable) plus its copies, and never waits for the main
+stream.  So: on an idle device, arrays from ``IDLE_MIN_BYTES`` (4 MiB) are staged (16.8 MB:
+2.9 ms staged against 3.2 ms pageable, waited); while the device is busy, arrays from
+``MIN_BYTES`` (1 MiB), since the pageable copy would wait; below 8 MiB in all (two
+``THREAD_BYTES``) the calling thread copies alone, without the hand-off.
+``OURJAX_STAGED_UPLOAD_IDLE_BYTES`` and ``OURJAX_STAGED_UPLOAD_BYTES`` set the thresholds,
+``OURJAX_UPLOAD_THREAD_MB`` the bytes per thread, ``OURJAX_STAGED_UPLOADS=0`` turns staging off
+(every upload pageable, on the main stream, as before), ``OURJAX_UPLOAD_THREADS`` the most
+threads (default: up to 8, no more than the CPUs).
 
 A pool's chunks are freed when its device object goes (process exit): pinned memory is
 bounded by ``POOL_BYTES`` per device (``OURJAX_STAGING_MB``, default 64).
