@@ -404,3 +404,31 @@ def test_free_upload_blocks_go_back_when_memory_runs_out(fake):
   assert fake.calls["cuMemFree"] == frees + 1
   b = cuda_backend.DeviceBuffer.from_host(np.full(3 * 64 * KB, 7, np.uint8), dev)
   np.testing.assert_array_equal(b.to_host(), np.full(3 * 64 * KB, 7, np.uint8))
+
+
+def test_a_training_loop_uploads_beside_the_running_step(fake):
+  """Steps back to back, the device one step behind the host (step k - 1 still running when
+  batch k + 1 is uploaded; stood in for by a pending DMA per step on the main stream): the
+  batches' blocks alternate between two, and no upload's copy stream waits for a fence the
+  main stream has not passed (nothing holds the DMAs behind the running step); every batch
+  lands intact and is read back after its step."""
+  dev = driver.get_device(0)
+  rng = np.random.default_rng(7)
+  marks, ptrs = [], []
+  for k in range(8):
+    if len(marks) >= 2:                 # step k - 2 has finished on the device
+      fake._flush(dev.stream, marks[-2] + 1)
+    host = rng.standard_normal(3 * 64 * KB // 4).astype(np.float32)
+    nwaits = len(fake.waits)
+    buf = cuda_backend.DeviceBuffer.from_host(host, dev)
+    for stream, src, upto in fake.waits[nwaits:]:
+      if stream is dev.copy_stream:
+        assert not any(seq < upto for seq, *_ in getattr(src, "pending", ())), k
+    ptrs.append(buf.ptr)
+    _busy(fake, dev)                    # step k, enqueued behind its upload
+    marks.append(dev.stream.seq)
+    if k == 5:
+      np.testing.assert_array_equal(buf.to_host(), host)
+      marks = []
+    del buf
+  assert len(set(ptrs)) == 2 and ptrs[:4] == ptrs[4:]
