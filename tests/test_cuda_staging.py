@@ -432,3 +432,32 @@ def test_a_training_loop_uploads_beside_the_running_step(fake):
       marks = []
     del buf
   assert len(set(ptrs)) == 2 and ptrs[:4] == ptrs[4:]
+
+
+def test_an_upload_out_of_memory_gives_back_the_free_upload_blocks(fake, monkeypatch):
+  """An upload whose block the allocator cannot get while the staged uploads keep free
+  blocks of another size: those go back to the driver and the allocation is tried again."""
+  dev = driver.get_device(0)
+  blocks = staging.Blocks.of(dev)
+  b = cuda_backend.DeviceBuffer.from_host(np.ones(3 * 64 * KB, np.uint8), dev)
+  old = b.ptr
+  del b
+  real = fake.cuMemAlloc
+  freed = []
+  real_free = fake.cuMemFree
+
+  def mem_free(p):
+    freed.append(int(p))
+    return real_free(p)
+
+  def mem_alloc(n):               # out of memory until the kept block is freed
+    if not freed:
+      fake.calls["cuMemAlloc"] += 1
+      return (cuda_fake_driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY, None)
+    return real(n)
+  monkeypatch.setattr(fake, "cuMemAlloc", mem_alloc)
+  monkeypatch.setattr(fake, "cuMemFree", mem_free)
+  host = np.full(5 * 64 * KB, 3, np.uint8)
+  b = cuda_backend.DeviceBuffer.from_host(host, dev)
+  assert freed == [old] and old not in blocks.owned
+  np.testing.assert_array_equal(b.to_host(), host)

@@ -61,6 +61,8 @@ from collections import deque
 
 import numpy as np
 
+from ourjax.errors import DeviceOutOfMemoryError
+
 CHUNK_BYTES = int(float(os.environ.get("OURJAX_UPLOAD_CHUNK_MB", "2")) * (1 << 20))
 """Bytes per pinned chunk: a piece's host copy, DMA and event.  Large enough that the per-piece
 Python and driver calls (some 10 us) are small beside its copy (2 MiB: about 100-200 us), small
@@ -212,16 +214,19 @@ class Blocks:
     if not self.lock.acquire(blocking=False):
       return
     try:
-      while self._returned:
-        ptr, size, _ = self._returned.popleft()
-        self.free.append([ptr, size, None])
-      for ptr, size, _ in self.free:
-        self.sizes.pop(ptr, None)
-        self.fenced.discard(ptr)
-        self.dev.allocator._returned.append((ptr, size, self.owned.pop(ptr)))
-      self.free.clear()
+      self._give_back_locked()
     finally:
       self.lock.release()
+
+  def _give_back_locked(self) -> None:
+    while self._returned:
+      ptr, size, _ = self._returned.popleft()
+      self.free.append([ptr, size, None])
+    for ptr, size, _ in self.free:
+      self.sizes.pop(ptr, None)
+      self.fenced.discard(ptr)
+      self.dev.allocator._returned.append((ptr, size, self.owned.pop(ptr)))
+    self.free.clear()
 
   @staticmethod
   def of(dev) -> "Blocks":
@@ -273,7 +278,13 @@ class Blocks:
         al = dev.allocator
         with al._lock:
           n0 = al.num_allocs
-          a = al.allocate(nbytes)
+          try:
+            a = al.allocate(nbytes)
+          except DeviceOutOfMemoryError:
+            if not self.free and not self._returned:
+              raise
+            self._give_back_locked()      # (the allocator could not: this lock is held)
+            a = al.allocate(nbytes)
           fresh = al.num_allocs > n0
         ptr, size, a._allocator = a.ptr, a.size, None     # (now this pool's)
         self.owned[ptr] = nbytes
