@@ -35,8 +35,8 @@ def mode(staged: bool):
 
 gpus = ourjax.devices("cuda")
 print("gpus:", gpus, "cpus:", os.cpu_count(), "staging threads:", staging.THREADS,
-      "chunk MiB:", staging.CHUNK_BYTES >> 20, "threshold bytes (busy / idle):", staging.MIN_BYTES, staging.IDLE_MIN_BYTES,
-      "bytes per thread:", staging.THREAD_BYTES, flush=True)
+      "chunk MiB:", staging.CHUNK_BYTES >> 20, "threshold bytes (busy / idle):",
+      staging.MIN_BYTES, staging.IDLE_MIN_BYTES, "bytes per thread:", staging.THREAD_BYTES, flush=True)
 
 print("== device_put to GPU 0: host-return ms / waited ms (pageable | staged)")
 for nbytes in [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20]:

@@ -205,14 +205,15 @@ class Uploads:
   """The host-to-device copies of one call's host arguments to several GPUs (a pmap'd batch,
   one block per device), run at once.  ``put`` allocates a block and returns its
   ``DeviceBuffer`` at once; ``run`` makes the copies and returns when every one is enqueued on
-  its device's stream, before anything that reads them is launched (so stream order holds),
-  and when no host array is read any more (they may change after ``run``).
+  its device's stream (a staged one on the copy stream, the main stream made to wait for it),
+  before anything that reads them is launched (so stream order holds), and when no host array
+  is read any more (they may change after ``run``).
 
-  Large blocks (``staging.allocate`` decides: ``worth_staging``) go through the devices' pinned pools, every
-  device's pieces on the staging threads at once (``staging.upload``); the others are
-  pageable copies, made meanwhile: each GPU's on a thread of its own when the other GPUs'
-  come to ``PARALLEL_UPLOAD_BYTES`` (the driver releases the GIL while it stages pageable
-  memory), the first GPU's on the calling thread."""
+  Large blocks (``staging.allocate`` decides, by ``worth_staging``) go through the devices'
+  pinned pools, every device's pieces on the staging threads at once (``staging.upload``); the
+  others are pageable copies, made meanwhile: each GPU's on a thread of its own when the other
+  GPUs' come to ``PARALLEL_UPLOAD_BYTES`` (the driver releases the GIL while it stages
+  pageable memory), the first GPU's on the calling thread."""
 
   def __init__(self):
     self._jobs: dict = {}               # device -> [(address, host array, staged?)]

@@ -421,6 +421,7 @@ def _publish(devs) -> None:
     ev = getattr(dev, "_upload_done", None)
     if ev is None:
       ev = dev._upload_done = driver.Event(dev)
+    dev.make_current()
     ev.record(dev.copy_stream)
     dev.wait_event(ev)
 
