@@ -10,10 +10,18 @@ previous pmap's results), as in a training loop.
 
     OURJAX_NUM_CPU_DEVICES=2 python benchmarks/pmap_dispatch.py --devices 1,2
     OURJAX_NUM_CPU_DEVICES=2 python benchmarks/pmap_dispatch.py --profile 2   # cProfile
+
+``--fake-gpus`` runs the CUDA backend's host side instead, on two stand-in GPUs
+(``tests/cuda_fake_driver.py``: every driver call answered at once, nothing computed) and a
+stand-in NCCL that records nothing: the dispatch of the GPU path (segment calls with their
+output allocation and graph replays, the all-reduce's buffers and events, context switches
+between the lanes) becomes visible on a machine without GPUs, the driver's and NCCL's own
+costs left out.  ``PSORT=cumulative`` sorts the profile by cumulative time.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -68,7 +76,7 @@ def run(n, steps, profile=False):
     for _ in range(steps):
       params, opt, loss = step(params, opt, x, labels)
     pr.disable()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+    pstats.Stats(pr).sort_stats(os.environ.get("PSORT", "tottime")).print_stats(int(os.environ.get("PN", "25")))
     return None
   walls, computes = [], []
   for _ in range(steps):
@@ -81,12 +89,63 @@ def run(n, steps, profile=False):
   return wall, comp, statistics.median(w - c for w, c in zip(walls, computes))
 
 
+@contextlib.contextmanager
+def _fake_gpus():
+  """Two stand-in GPUs and a stand-in NCCL (see the module docstring)."""
+  import types
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+  import cuda_fake_driver
+  nop = lambda *a: None  # noqa: E731
+  nccl = types.SimpleNamespace(group_start=nop, group_end=nop, all_reduce=nop, all_gather=nop,
+                               reduce_scatter=nop, allto_all=nop, send=nop, recv=nop,
+                               comm_init_all=lambda n, ids: [f"comm{i}" for i in ids],
+                               Comm=lambda p: p)
+  pkg, sub = types.ModuleType("nccl"), types.ModuleType("nccl.bindings")
+  sub.nccl, pkg.bindings = nccl, sub
+  saved = {k: sys.modules.get(k) for k in ("nccl", "nccl.bindings", "nccl.bindings.nccl")}
+  sys.modules.update({"nccl": pkg, "nccl.bindings": sub, "nccl.bindings.nccl": nccl})
+
+  class _Nothing(list):       # (the fake's record of launches, kept empty)
+    def append(self, x):
+      pass
+
+    def extend(self, x):
+      pass
+  import ourjax
+  try:
+    with cuda_fake_driver.installed() as fake:
+      fake.device_count = 2
+      fake.executed = _Nothing()
+      old = ourjax.config.jax_platforms
+      ourjax.config.update("jax_platforms", "cuda")
+      try:
+        yield
+      finally:
+        ourjax.config.update("jax_platforms", old)
+  finally:
+    for k, v in saved.items():
+      if v is None:
+        sys.modules.pop(k, None)
+      else:
+        sys.modules[k] = v
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--devices", default="1,2")
   ap.add_argument("--steps", type=int, default=300)
   ap.add_argument("--profile", type=int, default=0, help="cProfile the step on N devices")
+  ap.add_argument("--fake-gpus", action="store_true",
+                  help="the CUDA path's host side on two stand-in GPUs (see the docstring)")
   a = ap.parse_args(argv)
+  if a.fake_gpus:
+    with _fake_gpus():
+      _main(a)
+  else:
+    _main(a)
+
+
+def _main(a):
   if a.profile:
     run(a.profile, a.steps, profile=True)
     return

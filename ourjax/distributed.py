@@ -1,7 +1,9 @@
 """Several processes (``jax.distributed``): ``initialize``, ``shutdown``, ``process_index``,
 ``process_count``.
 
-One process per device (or per few devices) on one host, or on several: process 0 runs the
+One process per device (or per few devices) on one host, or on several (on GPUs, give each
+process its GPU: ``CUDA_VISIBLE_DEVICES`` with one id, or ``local_device_ids=[k]`` with all
+visible; ``tests/test_distributed.py`` runs both on two GPUs): process 0 runs the
 *coordinator*, a small key-value service over TCP (the standard library's ``socketserver``),
 at ``coordinator_address``; every process connects to it, registers its devices, and waits
 for the others (a barrier).  Through it the processes exchange what they need:

@@ -536,6 +536,11 @@ def shard_value(value: Array, sharding: Sharding, uploads=None) -> Array:
   host = value._value
   shards = []
   blocks = sharding._blocks(host.shape)
+  own = None
+  if uploads is None and any(devs[i].platform == "gpu" for i in sharding._addressable()):
+    # the blocks of all GPUs copied at once (pinned staging for large ones: ``Uploads``)
+    from ourjax.backends.cuda.backend import Uploads
+    uploads = own = Uploads()
   for i in sharding._addressable():
     d, idx = devs[i], blocks[i][0]
     part = host[idx]
@@ -546,6 +551,8 @@ def shard_value(value: Array, sharding: Sharding, uploads=None) -> Array:
       continue
     block = Array._from_result(np.array(part, order="C"), aval)
     shards.append(backends.put_on(block, d) if d.platform == "gpu" else block)
+  if own is not None:
+    own.run()
   return ShardedArray._from_shards(shards, sharding, value.aval)
 
 

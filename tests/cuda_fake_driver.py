@@ -11,7 +11,12 @@ nothing runs on a device, but every launch is *recorded* as it would execute:
 
 in ``executed``, in stream order (events record a fake clock that advances a microsecond per
 record); a graph launch appends its nodes' records with the parameters
-the executable graph holds at that moment.  Two runs of one scenario, one replaying graphs and
+the executable graph holds at that moment.  Host-to-device copies land in a sparse device
+memory (``read_device``): from pageable memory at once (the driver stages them before it
+returns), from pinned memory (``cuMemHostAlloc``) only when the stream is synchronised or an
+event recorded after the copy is waited for, reading the pinned bytes *then*, as a DMA would;
+so a pinned buffer rewritten too early uploads the wrong bytes.  ``device_count`` sets how many
+devices there are (each with streams of its own).  Two runs of one scenario, one replaying graphs and
 one launching kernel by kernel, must therefore record the same list.  ``calls`` counts every
 driver entry point used; ``fail`` names entry points that return an error (to test fallbacks).
 
@@ -82,6 +87,12 @@ class FakeDriver:
     self.functions: dict = {}     # int(CUfunction) -> (name, nparams)
     self._nfunc = 0x1000
     self.clock_ms = 0.0           # the time of the last event recorded (cuEventRecord)
+    self.device_count = 1
+    self.pinned: dict = {}        # address -> its ctypes buffer (cuMemHostAlloc)
+    self.writes: list = []        # (device address, bytes): host-to-device copies, in order
+    self.htod: list = []          # (device address, host address, nbytes, pinned?) as enqueued
+    self.htod_streams: list = []  # the stream of each of ``htod``
+    self.waits: list = []         # (waiting stream, event's stream, its position): StreamWaitEvent
 
   def __getattr__(self, name):
     # enums and structs (CUdevice_attribute, CUDA_KERNEL_NODE_PARAMS, ...) are the real ones
@@ -108,7 +119,7 @@ class FakeDriver:
     return self._ok("cuInit")
 
   def cuDeviceGetCount(self):
-    return self._ok("cuDeviceGetCount", 1)
+    return self._ok("cuDeviceGetCount", self.device_count)
 
   def cuDeviceGet(self, ordinal):
     return self._ok("cuDeviceGet", _Handle("device"))
@@ -139,7 +150,62 @@ class FakeDriver:
     return self._ok("cuStreamCreate", _Stream("stream"))
 
   def cuStreamSynchronize(self, stream):
+    self._resolve(stream)
+    self._flush(stream, None)
     return self._ok("cuStreamSynchronize")
+
+  def cuStreamQuery(self, stream):
+    if getattr(stream, "pending", None) or any(
+        any(seq < upto for seq, *_ in getattr(src, "pending", ()))
+        for src, upto in getattr(stream, "waits", ())):
+      self.calls["cuStreamQuery"] += 1
+      return (CUresult.CUDA_ERROR_NOT_READY,)
+    return self._ok("cuStreamQuery")
+
+  def cuStreamWaitEvent(self, stream, event, flags):
+    """Work enqueued on ``stream`` from now on runs after ``event``'s record: the DMAs pending
+    on the event's stream before it land before the next launch, copy or synchronisation on
+    ``stream`` (``_resolve``)."""
+    src = getattr(event, "stream", None)
+    self.waits.append((stream, src, getattr(event, "upto", 0)))
+    if src is not None and src is not stream:
+      stream.waits = getattr(stream, "waits", []) + [(src, event.upto)]
+    return self._ok("cuStreamWaitEvent")
+
+  def _resolve(self, stream):
+    """The DMAs that ``stream``'s waits (``cuStreamWaitEvent``) are for, landed."""
+    waits = getattr(stream, "waits", None)
+    if waits:
+      stream.waits = []
+      for src, upto in waits:
+        self._resolve(src)
+        self._flush(src, upto)
+
+  def _flush(self, stream, upto):
+    """Run the stream's pending DMAs (those enqueued before position ``upto``; None: all)."""
+    pend = getattr(stream, "pending", None)
+    if not pend:
+      return
+    keep = []
+    for seq, dst, src, n, data in pend:
+      if upto is None or seq < upto:
+        self.writes.append((dst, ctypes.string_at(src, n) if data is None else data))
+      else:
+        keep.append((seq, dst, src, n, data))
+    stream.pending = keep
+
+  def read_device(self, ptr: int, n: int) -> bytes:
+    """The ``n`` bytes at device address ``ptr`` as the completed copies left them (zeros
+    where none wrote)."""
+    out = bytearray(n)
+    for dst, data in self.writes:
+      lo, hi = max(dst, ptr), min(dst + len(data), ptr + n)
+      if lo < hi:
+        out[lo - ptr:hi - ptr] = data[lo - dst:hi - dst]
+    return bytes(out)
+
+  def _is_pinned(self, src: int, n: int) -> bool:
+    return any(p <= src and src + n <= p + len(b) for p, b in self.pinned.items())
 
   # -- memory ----------------------------------------------------------------------------------
   def cuMemGetInfo(self):
@@ -154,13 +220,42 @@ class FakeDriver:
     return self._ok("cuMemFree")
 
   def cuMemcpyHtoDAsync(self, dst, src, n, stream):
-    return self._ok("cuMemcpyHtoDAsync")
+    dst, src, n = int(dst), int(src), int(n)
+    res = self._ok("cuMemcpyHtoDAsync")
+    if int(res[0]) != 0:
+      return res
+    pinned = self._is_pinned(src, n)
+    self._resolve(stream)
+    self.htod.append((dst, src, n, pinned))
+    self.htod_streams.append(stream)
+    # a DMA from pinned memory reads it when the stream gets to it; pageable memory is staged
+    # by the driver before it returns (and written in stream order)
+    data = None if pinned else ctypes.string_at(src, n)
+    if pinned or getattr(stream, "pending", None):
+      stream.seq = getattr(stream, "seq", 0) + 1
+      stream.pending = getattr(stream, "pending", []) + [(stream.seq, dst, src, n, data)]
+    else:
+      self.writes.append((dst, data))
+    return res
+
+  def cuMemHostAlloc(self, n, flags):
+    buf = ctypes.create_string_buffer(int(n))
+    self.pinned[ctypes.addressof(buf)] = buf
+    return self._ok("cuMemHostAlloc", ctypes.addressof(buf))
+
+  def cuMemFreeHost(self, p):
+    self.pinned.pop(int(p), None)
+    return self._ok("cuMemFreeHost")
 
   def cuMemcpyDtoHAsync(self, dst, src, n, stream):
-    ctypes.memset(dst, 0, n)
+    # reads the device memory as the copies ordered before it on ``stream`` left it
+    self._resolve(stream)
+    self._flush(stream, None)
+    ctypes.memmove(dst, self.read_device(int(src), int(n)), n)
     return self._ok("cuMemcpyDtoHAsync")
 
   def cuMemcpyDtoDAsync(self, dst, src, n, stream):
+    self._resolve(stream)
     self.executed.append(("copy", int(dst), int(src), int(n)))
     return self._ok("cuMemcpyDtoDAsync")
 
@@ -224,6 +319,7 @@ class FakeDriver:
 
   def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
     assert isinstance(stream, _Stream) and extra == 0
+    self._resolve(stream)
     rec = self._kernel_record(f, (gx, gy, gz), (bx, by, bz), shared, params)
     res = self._ok("cuLaunchKernel")
     if int(res[0]) == 0:
@@ -246,12 +342,21 @@ class FakeDriver:
     # elapsed times are positive and in stream order
     self.clock_ms += 0.001
     event.ms = self.clock_ms
+    event.stream, event.upto = stream, getattr(stream, "seq", 0) + 1
     return self._ok("cuEventRecord")
 
   def cuEventQuery(self, event):
+    stream = getattr(event, "stream", None)
+    if stream is not None and any(seq < event.upto for seq, *_ in getattr(stream, "pending", ())):
+      self.calls["cuEventQuery"] += 1
+      return (CUresult.CUDA_ERROR_NOT_READY,)
     return self._ok("cuEventQuery")
 
   def cuEventSynchronize(self, event):
+    stream = getattr(event, "stream", None)
+    if stream is not None:
+      self._resolve(stream)
+      self._flush(stream, event.upto)
     return self._ok("cuEventSynchronize")
 
   def cuEventElapsedTime(self, a, b):
@@ -339,6 +444,7 @@ class FakeDriver:
 
   def cuGraphLaunch(self, exe, stream):
     assert exe.alive and isinstance(stream, _Stream)
+    self._resolve(stream)
     res = self._ok("cuGraphLaunch")
     if int(res[0]) == 0:
       self.executed.extend(exe.recs[id(n)] for n in exe.order)

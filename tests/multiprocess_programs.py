@@ -1,7 +1,9 @@
 """Programs over a mesh of every process's devices, run both as 2 processes of 2 CPU devices
 each (``test_multiprocess_spmd.py``'s workers) and as one process of 4 CPU devices (the
-reference).  ``run(pid, nproc, seed)`` returns ``{name: array}``: global arrays, made from
-the data this process holds (``make_array_from_process_local_data`` of its rows)."""
+reference), or over 2 GPUs (one per process; the reference one process over both).
+``run(pid, nproc, seed, ndev)`` returns ``{name: array}``: global arrays, made from the data
+this process holds (``make_array_from_process_local_data`` of its rows); ``ndev``: the
+devices of all processes (4 or 2)."""
 import numpy as np
 
 import ourjax
@@ -25,10 +27,10 @@ def _step(p, x, y):
   return loss, ourjax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g)
 
 
-def run(pid: int, nproc: int, seed: int) -> dict:
+def run(pid: int, nproc: int, seed: int, ndev: int = 4) -> dict:
   rng = np.random.default_rng(seed)
   out = {}
-  mesh = ourjax.make_mesh((4,), ("x",))
+  mesh = ourjax.make_mesh((ndev,), ("x",))
   rows = NamedSharding(mesh, P("x"))
   X = rng.standard_normal((8, 3)).astype(np.float32)
   x = ourjax.make_array_from_process_local_data(rows, _rows(X, pid, nproc))
@@ -36,7 +38,7 @@ def run(pid: int, nproc: int, seed: int) -> dict:
   # shard_map: a reduction, each device's index, a ring shift
   f = ourjax.shard_map(
       lambda v: (lax.psum(v, "x"), v * lax.axis_index("x"),
-                 lax.ppermute(v, "x", [(i, (i + 1) % 4) for i in range(4)]),
+                 lax.ppermute(v, "x", [(i, (i + 1) % ndev) for i in range(ndev)]),
                  lax.all_gather(v, "x", tiled=True),
                  lax.psum_scatter(lax.all_gather(v, "x", tiled=True) * (1.0 + lax.axis_index(
                      "x")), "x", tiled=True)),
@@ -44,7 +46,7 @@ def run(pid: int, nproc: int, seed: int) -> dict:
   for name, r in zip(("psum", "index", "ppermute", "all_gather", "psum_scatter"), f(x)):
     out["shard_map_" + name] = r
   # a 2-d mesh: 'p' across the processes, 'd' within each
-  m2 = ourjax.make_mesh((2, 2), ("p", "d"))
+  m2 = ourjax.make_mesh((2, ndev // 2), ("p", "d"))
   Z = rng.standard_normal((8, 4)).astype(np.float32)
   z = ourjax.make_array_from_process_local_data(NamedSharding(m2, P(("p", "d"))),
                                                 _rows(Z, pid, nproc))
@@ -91,7 +93,7 @@ def run(pid: int, nproc: int, seed: int) -> dict:
                                                     lambda idx: Z[idx])
   # pmap over this process's devices, its collectives over every process's
   pm = ourjax.pmap(lambda v: (lax.psum(v, "i"), lax.axis_index("i")), axis_name="i")
-  s, ix = pm(_rows(X[:4], pid, nproc))
+  s, ix = pm(_rows(X[:ndev], pid, nproc))
   out["pmap_psum"] = s
   out["pmap_index"] = ix
   return out

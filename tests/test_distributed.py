@@ -1,6 +1,9 @@
 """ourjax.distributed: two processes on loopback, one CPU device each, running collectives
-under pmap through the coordinator; timeouts and an unreachable coordinator.  References:
-NumPy on the values both processes contribute."""
+under pmap through the coordinator; timeouts and an unreachable coordinator.  With two GPUs
+(and NCCL), the same on one GPU per process, through NCCL, and data-parallel steps of
+``examples/data_parallel.py``'s transformer against one process over both GPUs.  References:
+NumPy on the values both processes contribute; the one-process run."""
+import os
 import textwrap
 
 import numpy as np
@@ -8,7 +11,11 @@ import pytest
 
 import ourjax
 from ourjax import errors
-from process_launch import free_port, run_workers
+from process_launch import ROOT, free_port, gpu_count, run_workers
+
+# (the GPU workers' transformer: small, so that it compiles in seconds)
+DP_CFG = dict(seq=16, dim=32, heads=2, layers=1, vocab=64)
+DP_STEPS, DP_BATCH = 3, 4
 
 _WORKER = textwrap.dedent("""
     import json, sys
@@ -16,9 +23,23 @@ _WORKER = textwrap.dedent("""
     import ourjax
     from ourjax import errors, lax
     port, pid, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    ourjax.distributed.initialize(f"127.0.0.1:{port}", 2, pid, initialization_timeout=60)
+    kw, made = {}, []
+    if mode.startswith("gpu"):
+      from ourjax.backends import collectives
+      init = collectives.NcclProcessCommunicator.__init__
+      def spy(self, *a, **k):
+        made.append(type(self).__name__)
+        init(self, *a, **k)
+      collectives.NcclProcessCommunicator.__init__ = spy
+      ourjax.config.update("jax_default_matmul_precision", "highest")
+      if mode == "gpu-ids":           # every GPU visible: this process takes GPU pid
+        kw["local_device_ids"] = [pid]
+    ourjax.distributed.initialize(f"127.0.0.1:{port}", 2, pid, initialization_timeout=60,
+                                  **kw)
     out = {"index": ourjax.process_index(), "count": ourjax.process_count(),
-           "devices": ourjax.device_count(), "local": ourjax.local_device_count()}
+           "devices": ourjax.device_count(), "local": ourjax.local_device_count(),
+           "platforms": [d.platform for d in ourjax.local_devices()],
+           "ordinals": [d.local_hardware_id for d in ourjax.local_devices()]}
     x = (np.arange(6, dtype=np.float32).reshape(1, 6) + 10 * pid)
     f = ourjax.pmap(lambda v: (lax.psum(v, "i"), lax.all_gather(v, "i"),
                                lax.pmax(v, "i"), lax.axis_index("i"),
@@ -35,6 +56,22 @@ _WORKER = textwrap.dedent("""
     grad = ourjax.pmap(lambda w, xb: lax.pmean(ourjax.grad(loss)(w, xb), "i"),
                        axis_name="i", in_axes=(None, 0))(w, xb)
     out["grad"] = np.asarray(grad).tolist()
+    if mode.startswith("gpu"):
+      # data-parallel steps: this process's device takes its slice of the batch
+      import data_parallel as dp
+      cfg, nsteps, b = json.loads(sys.argv[4])
+      step = ourjax.pmap(dp.make_step(ourjax, cfg), axis_name="devices")
+      params, opt = dp.init(0, cfg)
+      params, opt = dp.replicate(params, 1), dp.replicate(opt, 1)
+      losses = []
+      for i in range(nsteps):
+        x, labels = dp.batch(10 + i, 2, b, cfg)
+        params, opt, loss = step(params, opt, x[pid:pid + 1], labels[pid:pid + 1])
+        losses.append(float(np.asarray(loss)[0]))
+      out["dp_losses"] = losses
+      out["dp_params"] = [np.asarray(v)[0].tolist()
+                          for v in ourjax.tree_util.tree_leaves(params)]
+      out["nccl"] = made
     if mode == "timeout" and pid == 0:
       try:
         ourjax.pmap(lambda v: lax.psum(v, "i"), axis_name="i")(x)
@@ -48,6 +85,11 @@ _WORKER = textwrap.dedent("""
 
 def _launch(mode, timeout_s="60"):
   return run_workers(_WORKER, [mode], collective_timeout=timeout_s)
+
+
+def _check_platform(outs, platform, ordinals):
+  for o, k in zip(outs, ordinals):
+    assert o["platforms"] == [platform] and o["ordinals"] == [k]
 
 
 def _check_collectives(outs):
@@ -65,7 +107,55 @@ def _check_collectives(outs):
 
 
 def test_two_processes_run_collectives_under_pmap():
-  _check_collectives(_launch("plain"))
+  outs = _launch("plain")
+  _check_collectives(outs)
+  _check_platform(outs, "cpu", [0, 0])
+
+
+def _one_process_data_parallel():
+  """The workers' data-parallel steps in this process, pmap over its first two GPUs."""
+  import sys
+  sys.path.insert(0, os.path.join(ROOT, "examples"))
+  try:
+    import data_parallel as dp
+  finally:
+    sys.path.pop(0)
+  devs = ourjax.devices("cuda")[:2]
+  step = ourjax.pmap(dp.make_step(ourjax, DP_CFG), axis_name="devices", devices=devs)
+  params, opt = dp.init(0, DP_CFG)
+  params, opt = dp.replicate(params, 2), dp.replicate(opt, 2)
+  losses = []
+  for i in range(DP_STEPS):
+    x, labels = dp.batch(10 + i, 2, DP_BATCH, DP_CFG)
+    params, opt, loss = step(params, opt, x, labels)
+    loss = np.asarray(loss)
+    assert loss[0] == loss[1]
+    losses.append(float(loss[0]))
+  return losses, [np.asarray(v) for v in ourjax.tree_util.tree_leaves(params)]
+
+
+@pytest.mark.parametrize("gpus", ["one-each", "all"])
+def test_two_processes_one_gpu_each_through_nccl(gpus):
+  """One GPU per process (the only one it sees, or picked by ``local_device_ids`` among
+  both): its devices are CUDA's, the collectives go through NCCL (``NcclProcessCommunicator``)
+  and agree with NumPy, and the data-parallel steps agree with one process over both GPUs."""
+  if gpu_count() < 2:
+    pytest.skip("needs two GPUs and NCCL")
+  import json
+  outs = run_workers(_WORKER, ["gpu" if gpus == "one-each" else "gpu-ids",
+                               json.dumps([DP_CFG, DP_STEPS, DP_BATCH])],
+                     gpus=True if gpus == "one-each" else "all", wait_s=300,
+                     path=[os.path.join(ROOT, "examples")])
+  _check_collectives(outs)
+  _check_platform(outs, "gpu", [0, 0] if gpus == "one-each" else [0, 1])
+  for o in outs:
+    assert o["nccl"] and set(o["nccl"]) == {"NcclProcessCommunicator"}
+  losses, params = _one_process_data_parallel()
+  for pid, o in enumerate(outs):
+    np.testing.assert_allclose(o["dp_losses"], losses, rtol=1e-5)
+    assert len(o["dp_params"]) == len(params)
+    for got, want in zip(o["dp_params"], params):
+      np.testing.assert_allclose(np.asarray(got, np.float32), want[pid], rtol=1e-4, atol=1e-6)
 
 
 def test_a_collective_a_process_never_joins_times_out():

@@ -13,7 +13,7 @@ from ourjax.sharding import NamedSharding, PartitionSpec as P
 
 from cpu_devices import N, four_cpu_devices  # noqa: F401,E402  (autouse)
 import multiprocess_programs  # noqa: E402
-from process_launch import ROOT, run_workers  # noqa: E402
+from process_launch import ROOT, gpu_count, run_workers  # noqa: E402
 SEED = 7
 
 _WORKER = textwrap.dedent("""
@@ -23,12 +23,16 @@ _WORKER = textwrap.dedent("""
     from ourjax.experimental import multihost_utils
     import multiprocess_programs
     port, pid, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    ndev = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+    if ndev == 2:                     # (one GPU each: the reference's dots at full precision)
+      ourjax.config.update("jax_default_matmul_precision", "highest")
     ourjax.distributed.initialize(f"127.0.0.1:{port}", 2, pid, initialization_timeout=60)
     info = {"devices": [[d.id, d.process_index] for d in ourjax.devices()],
             "local": [d.id for d in ourjax.local_devices()],
             "count": ourjax.device_count(), "local_count": ourjax.local_device_count()}
     results = {}
-    for name, a in multiprocess_programs.run(pid, 2, seed).items():
+    info["platforms"] = [d.platform for d in ourjax.local_devices()]
+    for name, a in multiprocess_programs.run(pid, 2, seed, ndev).items():
       r = {"shape": list(a.shape), "dtype": str(a.dtype),
            "fully_addressable": bool(getattr(a, "is_fully_addressable", True)),
            "shards": [[[list(s.index[d].indices(a.shape[d])[:2]) for d in range(a.ndim)],
@@ -41,10 +45,10 @@ _WORKER = textwrap.dedent("""
       results[name] = r
     # laying a global array out anew would need the other process's blocks
     x = ourjax.make_array_from_process_local_data(
-        ourjax.NamedSharding(ourjax.make_mesh((4,), ("x",)), ourjax.P("x")),
+        ourjax.NamedSharding(ourjax.make_mesh((ndev,), ("x",)), ourjax.P("x")),
         np.zeros((2, 3), np.float32))
     try:
-      ourjax.device_put(x, ourjax.NamedSharding(ourjax.make_mesh((4,), ("x",)),
+      ourjax.device_put(x, ourjax.NamedSharding(ourjax.make_mesh((ndev,), ("x",)),
                                                 ourjax.P(None, None)))
       info["relayout"] = None
     except ValueError as e:
@@ -72,7 +76,7 @@ def reference():
     mp.undo()
 
 
-def _assembled(name, outs):
+def _assembled(name, outs, ndev=N):
   """The global value of result ``name`` from both processes' blocks (each index the same
   data wherever it is held)."""
   r0 = outs[0]["results"][name]
@@ -92,7 +96,7 @@ def _assembled(name, outs):
       seen[idx] = True
       devices.append(dev)
   assert seen.all(), f"{name}: the processes' blocks do not cover the array"
-  assert sorted(devices) == [0, 1, 2, 3]
+  assert sorted(devices) == list(range(ndev))
   return full
 
 
@@ -204,3 +208,27 @@ def test_process_local_data_in_one_process():
     t = ourjax.make_array_from_process_local_data(P("x"), {"a": data, "b": data[:, :1]})
   assert t["a"].sharding == sh and t["b"].shape == (N, 1)
   np.testing.assert_array_equal(np.asarray(t["b"]), data[:, :1])
+
+
+def test_two_processes_one_gpu_each_match_one_process_over_both(monkeypatch):
+  """The same programs on a mesh of two GPUs, one per process (NCCL between the processes),
+  against one process over both GPUs (NCCL within it)."""
+  if gpu_count() < 2:
+    pytest.skip("needs two GPUs and NCCL")
+  outs = run_workers(_WORKER, [SEED, 2], gpus=True, wait_s=300,
+                     path=[os.path.join(ROOT, "tests")])
+  monkeypatch.setitem(ourjax.config._values, "jax_platforms", "cuda")
+  monkeypatch.setitem(ourjax.config._values, "jax_default_matmul_precision", "highest")
+  reference = {k: np.asarray(v) for k, v in multiprocess_programs.run(0, 1, SEED, 2).items()}
+  for pid, o in enumerate(outs):
+    assert o["info"]["platforms"] == ["gpu"]
+    assert o["info"]["devices"] == [[0, 0], [1, 1]] and o["info"]["local"] == [pid]
+  assert sorted(outs[0]["results"]) == sorted(reference)
+  for name in sorted(reference):
+    if name.startswith("pmap_"):
+      for pid, o in enumerate(outs):
+        np.testing.assert_allclose(o["results"][name]["value"], reference[name][pid:pid + 1],
+                                   rtol=2e-5, err_msg=name)
+      continue
+    got = _assembled(name, outs, ndev=2)
+    np.testing.assert_allclose(got, reference[name], rtol=2e-5, atol=2e-6, err_msg=name)

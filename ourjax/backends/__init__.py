@@ -614,10 +614,14 @@ def array_devices(array):
 
 def put_on(value, device):
   """``value`` (an Array or host value) as an Array on ``device`` (a ``Device``; None: the
-  default backend's first device)."""
+  default backend's first device; under ``ourjax.distributed``, this process's first, as in
+  JAX: with ``local_device_ids`` that need not be the backend's first)."""
   from ourjax.array import Array
   if device is None:
-    device = devices()[0]
+    from ourjax import distributed
+    st = distributed.state()
+    local = st.local_devices if st is not None else None
+    device = local[0] if local else devices()[0]
   if isinstance(device, str):
     device = devices(device)[0]
   if device.platform == "gpu":

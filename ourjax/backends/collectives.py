@@ -263,7 +263,9 @@ class NcclCommunicator:
 
   def _empty(self, k, shape, dtype):
     from ourjax.backends.cuda.backend import DeviceBuffer
-    dev = self._drv(k)
+    # (no context switch: the caching allocator makes the device current itself when it asks
+    # the driver for memory; the lanes alternate, so each switch is a cuCtxSetCurrent)
+    dev = self._drvs.get(k) or self._drv(k)
     dtype = np.dtype(dtype)
     nbytes = _size(shape) * dtype.itemsize
     return DeviceBuffer._wrap(dev, dev.allocator.allocate(max(nbytes, 1)), tuple(shape),
@@ -306,7 +308,10 @@ class NcclCommunicator:
     finally:
       nccl.group_end()
     readies = []
-    for k, bufs in enumerate(outs):
+    # (the lanes' events in reverse: the last lane issued is the current context, one
+    # cuCtxSetCurrent fewer)
+    for k in range(len(outs) - 1, -1, -1):
+      bufs = outs[k]
       if bufs:
         dev = self._drv(k)
         ready = _Ready.record(dev, _EVENT_POOLS.setdefault(dev, []))

@@ -148,8 +148,12 @@ class DeviceBuffer:
   def from_host(cls, host, device=None) -> "DeviceBuffer":
     dev = device or driver.get_device(0)
     host = np.ascontiguousarray(host)
-    alloc = dev.allocator.allocate(host.nbytes)
-    dev.copy_to_device(alloc.ptr, host)
+    from ourjax.backends.cuda import staging
+    alloc, staged = staging.allocate(dev, host.nbytes)
+    if staged:
+      staging.upload([(dev, alloc.ptr, host)])
+    else:
+      dev.copy_pageable(alloc.ptr, host)
     return cls(dev, alloc, host.shape, host.dtype)
 
   def to_host(self) -> np.ndarray:
@@ -199,28 +203,68 @@ def _pool():
 
 class Uploads:
   """The host-to-device copies of one call's host arguments to several GPUs (a pmap'd batch,
-  one block per device), run at once: each GPU's copies on a thread of its own (the driver
-  releases the GIL while it stages pageable memory), the first GPU's on the calling thread.
-  ``put`` allocates a block and returns its ``DeviceBuffer`` at once; ``run`` makes the copies
-  and returns when every one is enqueued on its device's stream, before anything that reads
-  them is launched (so stream order holds)."""
+  one block per device), run at once.  ``put`` allocates a block and returns its
+  ``DeviceBuffer`` at once; ``run`` makes the copies and returns when every one is enqueued on
+  its device's stream (a staged one on the copy stream, the main stream made to wait for it),
+  before anything that reads them is launched (so stream order holds), and when no host array
+  is read any more (they may change after ``run``).
+
+  Large blocks (``staging.allocate`` decides, by ``worth_staging``) go through the devices'
+  pinned pools, every device's pieces on the staging threads at once (``staging.upload``); the
+  others are pageable copies, made meanwhile: each GPU's on a thread of its own when the other
+  GPUs' come to ``PARALLEL_UPLOAD_BYTES`` (the driver releases the GIL while it stages
+  pageable memory), the first GPU's on the calling thread."""
 
   def __init__(self):
-    self._jobs: dict = {}               # device -> [(address, host array)]
+    self._jobs: dict = {}               # device -> [(address, host array, staged?)]
+    #: host Arrays given a buffer of this Uploads as their device copy: forgotten again if
+    #: ``run`` fails (their copy never made)
+    self.cached: list = []
 
   def put(self, host, dev) -> DeviceBuffer:
     host = np.ascontiguousarray(host)
-    alloc = dev.allocator.allocate(host.nbytes)
-    self._jobs.setdefault(dev, []).append((alloc.ptr, host))
+    from ourjax.backends.cuda import staging
+    alloc, staged = staging.allocate(dev, host.nbytes)
+    self._jobs.setdefault(dev, []).append((alloc.ptr, host, staged))
     return DeviceBuffer(dev, alloc, host.shape, host.dtype)
 
   @staticmethod
   def _copy(dev, jobs):
+    copy = getattr(dev, "copy_pageable", None) or dev.copy_to_device
     for ptr, host in jobs:
-      dev.copy_to_device(ptr, host)
+      copy(ptr, host)
 
   def run(self) -> None:
+    try:
+      self._run()
+    except BaseException:
+      for a in self.cached:
+        a._device_buf = None
+      raise
+    finally:
+      self.cached = []
+
+  def _run(self) -> None:
+    from ourjax.backends.cuda import staging
     groups, self._jobs = list(self._jobs.items()), {}
+    if not groups:
+      return
+    staged, plain = [], []
+    for dev, jobs in groups:
+      small = []
+      for ptr, host, stage in jobs:
+        if stage:
+          staged.append((dev, ptr, host))
+        else:
+          small.append((ptr, host))
+      if small:
+        plain.append((dev, small))
+    if staged:
+      staging.upload(staged, also=(lambda: self._run_plain(plain)) if plain else None)
+    else:
+      self._run_plain(plain)
+
+  def _run_plain(self, groups) -> None:
     if not groups:
       return
     rest = sum(h.nbytes for _, jobs in groups[1:] for _, h in jobs)
@@ -251,14 +295,19 @@ def device_info() -> codegen.DeviceInfo:
   return codegen.DeviceInfo()
 
 
-def _device_pointer(dev, a, dtype, dims, keep):
-  """Device address of argument ``a`` (uploading host data; a host ``Array`` keeps its copy)."""
+def _device_pointer(dev, a, dtype, dims, keep, uploads=None):
+  """Device address of argument ``a`` (uploading host data; a host ``Array`` keeps its copy).
+  ``uploads``: an ``Uploads`` that makes the copy when it runs (before the call launches)."""
   from ourjax.array import Array, to_numpy
   if isinstance(a, Array):
     buf = a._device_buf
     if buf is not None and buf.device is dev:
       return buf.ptr
-    buf = DeviceBuffer.from_host(a._value, dev)
+    if uploads is not None:
+      buf = uploads.put(a._value, dev)
+      uploads.cached.append(a)
+    else:
+      buf = DeviceBuffer.from_host(a._value, dev)
     a._device_buf = buf
     return buf.ptr
   if isinstance(a, DeviceBuffer):
@@ -269,9 +318,24 @@ def _device_pointer(dev, a, dtype, dims, keep):
   if host.shape != tuple(dims):
     raise ValueError(f"cuda executable: argument of shape {host.shape} where "
                      f"{hlo.dtype_name(dtype)}{list(dims)} is expected")
-  buf = DeviceBuffer.from_host(host, dev)
+  buf = uploads.put(host, dev) if uploads is not None else DeviceBuffer.from_host(host, dev)
   keep.append(buf)
   return buf.ptr
+
+
+def _upload_args(dev, pending, slots, keep) -> None:
+  """Fill ``slots`` with the device addresses of a call's host arguments ``pending`` ((slot,
+  value, dtype, dims)): one alone as ``_device_pointer`` copies it, several through one
+  ``Uploads``, their copies made at once (the large ones' pinned pieces on the staging
+  threads, the small ones meanwhile)."""
+  if len(pending) == 1:
+    i, a, dt, dims = pending[0]
+    slots[i] = _device_pointer(dev, a, dt, dims, keep)
+    return
+  ups = Uploads()
+  for i, a, dt, dims in pending:
+    slots[i] = _device_pointer(dev, a, dt, dims, keep, ups)
+  ups.run()
 
 
 def _donated_blocks(aliases, args, slots, uploaded):
@@ -492,13 +556,17 @@ class CudaExecutable:
       raise TypeError(f"{self.module.name}: expected {len(specs)} arguments, got {len(args)}")
     slots = self._template.copy()
     keep = []                            # host arguments uploaded for this call
+    pending = None
     for k, a in enumerate(args):
       buf = getattr(a, "_device_buf", None) if type(a) is not DeviceBuffer else a
       if buf is not None and buf.device is dev:
         slots[k] = buf.allocation.ptr
       else:
-        dt, dims = specs[k]
-        slots[k] = _device_pointer(dev, a, dt, dims, keep)
+        if pending is None:
+          pending = []
+        pending.append((k, a) + tuple(specs[k]))
+    if pending:
+      _upload_args(dev, pending, slots, keep)
     return self._execute(dev, slots, _donated_blocks(self.aliases, args, slots, keep))
 
   def fast_caller(self, kept, fixed, array_type):
@@ -528,14 +596,18 @@ class CudaExecutable:
       dev.make_current()
       slots = template.copy()
       keep = []
+      pending = None
       for i, k in slot_of:
         a = args[k]
         buf = a._device_buf if type(a) is array_type else None
         if buf is not None and buf.device is dev:
           slots[i] = buf.allocation.ptr
         else:
-          dt, dims = specs[i]
-          slots[i] = _device_pointer(dev, a, dt, dims, keep)
+          if pending is None:
+            pending = []
+          pending.append((i, a) + tuple(specs[i]))
+      if pending:
+        _upload_args(dev, pending, slots, keep)
       if aliases:
         return execute(dev, slots, _donated_blocks(aliases, [args[k] for k in kept], slots,
                                                    keep))

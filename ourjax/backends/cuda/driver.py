@@ -8,9 +8,12 @@ Every driver call goes through ``_check``, which turns a failing status into an
 description of the error.  Nothing here is imported until a GPU is asked for: ``available()``
 is the cheap probe (import the bindings, ``cuInit``, count devices) and never raises.
 
-Work is ordered on one stream per device (``Device.stream``): kernels, uploads and downloads
-are enqueued there, so buffers that are freed and reused need no further synchronisation (the
-caching allocator in ``memory.py`` relies on this).  Asynchronous errors of a kernel surface at
+Work is ordered on one main stream per device (``Device.stream``): kernels, uploads and
+downloads are enqueued there, so buffers that are freed and reused need no further
+synchronisation (the caching allocator in ``memory.py`` relies on this).  The exception: the
+DMAs of large staged uploads run on a second stream (``Device.copy_stream``, ``staging.py``),
+so that they overlap the kernels already enqueued; the main stream waits for an event behind
+them (``wait_event``) before anything that follows.  Asynchronous errors of a kernel surface at
 the next synchronisation and are reported there, naming the last kernels launched.
 """
 from __future__ import annotations
@@ -165,6 +168,7 @@ class Device:
     flags = int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)
     self.stream = _check(d.cuStreamCreate(flags), "cuStreamCreate")
     self.stream_handle = int(self.stream)
+    self._copy_stream = None
     self.recent_kernels = deque(maxlen=4)     # names, for messages about asynchronous errors
     from ourjax.backends.cuda.memory import DeviceAllocator
     self.allocator = DeviceAllocator(self)
@@ -175,6 +179,39 @@ class Device:
   @property
   def arch(self) -> str:
     return f"{self.compute_capability[0]}{self.compute_capability[1]}"
+
+  @property
+  def copy_stream(self):
+    """A second non-blocking stream, for staged host -> device DMAs (``staging.py``): they run
+    while the main stream's kernels do; whatever reads their results waits on an event
+    recorded behind them (``wait_event``).  Created on first use."""
+    s = self._copy_stream
+    if s is None:
+      with _lock:
+        if self._copy_stream is None:
+          self.make_current()
+          flags = int(_driver().CUstream_flags.CU_STREAM_NON_BLOCKING)
+          self._copy_stream = _check(_driver().cuStreamCreate(flags), "cuStreamCreate (copies)")
+        s = self._copy_stream
+    return s
+
+  def wait_event(self, event: "Event", stream=None) -> None:
+    """Make work enqueued later on ``stream`` (default: the main stream) wait, on the device,
+    for ``event``'s most recent record (``cuStreamWaitEvent``; the host does not wait)."""
+    self.make_current()
+    _check(_driver().cuStreamWaitEvent(self.stream if stream is None else stream,
+                                       event.handle, 0), "cuStreamWaitEvent")
+
+  def busy(self) -> bool:
+    """Whether work enqueued on the main stream has not finished (``cuStreamQuery``)."""
+    self.make_current()
+    res = _driver().cuStreamQuery(self.stream)
+    if int(res[0]) == 0:
+      return False
+    if getattr(res[0], "name", "") == "CUDA_ERROR_NOT_READY":
+      return True
+    _check(res, "cuStreamQuery")
+    return True
 
   def make_current(self) -> None:
     """Make this device's context current on the calling thread (contexts are per thread)."""
@@ -211,14 +248,51 @@ class Device:
     _check(_driver().cuMemFree(int(ptr)), "cuMemFree")
 
   def copy_to_device(self, dst: int, host: np.ndarray) -> None:
-    """Enqueue host -> device (``host`` must be C-contiguous; it may be released once this
-    returns: pageable copies are staged before the call returns)."""
+    """Enqueue host -> device (``host`` must be C-contiguous).  ``host`` may be changed or
+    released once this returns: a large array is copied into pinned staging memory before
+    the call returns (``staging.py``: several threads, its DMAs enqueued as its chunks fill),
+    a small one is staged by the driver itself (a pageable copy, staged before the call
+    returns)."""
+    n = host.nbytes
+    if n == 0:
+      return
+    from ourjax.backends.cuda import staging
+    if staging.worth_staging(self, n):
+      staging.upload([(self, int(dst), host)])
+      return
+    self.copy_pageable(dst, host)
+
+  def copy_pageable(self, dst: int, host: np.ndarray) -> None:
+    """Enqueue host -> device from pageable memory: the driver copies ``host`` into buffers of
+    its own on the calling thread before it returns (about 16 GB/s on an H200's host)."""
     n = host.nbytes
     if n == 0:
       return
     self.make_current()
     _check(_driver().cuMemcpyHtoDAsync(int(dst), host.ctypes.data, n, self.stream),
            f"cuMemcpyHtoDAsync({n} bytes)")
+
+  def copy_from_pinned(self, dst: int, src: int, nbytes: int, stream=None) -> None:
+    """Enqueue host -> device from page-locked memory at ``src`` (``host_alloc``) on
+    ``stream`` (default: the main stream): the copy is a DMA that reads ``src`` later, while
+    the stream runs; ``src`` must not be written until an event recorded after it has
+    completed."""
+    self.make_current()
+    _check(_driver().cuMemcpyHtoDAsync(int(dst), int(src), int(nbytes),
+                                       self.stream if stream is None else stream),
+           f"cuMemcpyHtoDAsync({nbytes} bytes from pinned memory)")
+
+  def host_alloc(self, nbytes: int) -> int:
+    """``nbytes`` of page-locked host memory (``cuMemHostAlloc``, portable to every context);
+    its address.  Free it with ``host_free``."""
+    self.make_current()
+    flags = 1          # CU_MEMHOSTALLOC_PORTABLE
+    return int(_check(_driver().cuMemHostAlloc(int(nbytes), flags),
+                      f"cuMemHostAlloc({nbytes} bytes)"))
+
+  def host_free(self, ptr: int) -> None:
+    self.make_current()
+    _check(_driver().cuMemFreeHost(int(ptr)), "cuMemFreeHost")
 
   def copy_to_host(self, host: np.ndarray, src: int) -> None:
     """Device -> host into ``host`` (C-contiguous), waiting for it (and all earlier work)."""
@@ -399,8 +473,10 @@ class Event:
     self.device = device
     self.handle = _check(d.cuEventCreate(flags), "cuEventCreate")
 
-  def record(self) -> "Event":
-    _check(_driver().cuEventRecord(self.handle, self.device.stream), "cuEventRecord")
+  def record(self, stream=None) -> "Event":
+    """Record the event on ``stream`` (default: its device's main stream)."""
+    _check(_driver().cuEventRecord(self.handle, self.device.stream if stream is None
+                                   else stream), "cuEventRecord")
     return self
 
   def query(self) -> bool:

@@ -20,9 +20,11 @@ the graph that wanted the block updates its nodes).
 A block is owned by an ``Allocation``; when the allocation is garbage-collected (or ``free()``
 is called) the block goes back to its free list: it is queued (a deque append, no lock: a
 training step's hundred outputs die at once) and the queue is moved into the free lists, with
-the accounting, by the next allocation or ``memory_stats()``.  Reuse needs no synchronisation because all
-of ourjax's device work is ordered on the device's one stream: whatever used the block before
-was enqueued before whatever uses it next.
+the accounting, by the next allocation or ``memory_stats()``.  Reuse needs no synchronisation because
+ourjax's device work is ordered on the device's main stream: whatever used the block before
+was enqueued before whatever uses it next.  (The one exception, staged uploads' DMAs on a copy
+stream, write blocks of their own, ``staging.Blocks``, fenced by events; they come back here
+when ``empty_cache`` or running out of memory asks for them.)
 
 When ``cuMemAlloc`` runs out of memory, the allocator waits for the stream, returns every
 cached block to the driver and tries once more; if that fails too it raises
@@ -116,6 +118,9 @@ class DeviceAllocator:
     self.num_cache_hits = 0
     self.largest_alloc_size = 0
     self._wanted: dict[int, int] = {}     # address -> how many kept graphs hold it
+    #: functions that give back blocks held elsewhere (``staging.Blocks``) before the cache is
+    #: emptied (``empty_cache``, or on running out of memory)
+    self.reclaimers: list = []
 
   def want(self, ptrs) -> None:
     """Mark ``ptrs`` as held by a kept graph (see the module docstring)."""
@@ -262,6 +267,8 @@ class DeviceAllocator:
     self.bytes_cached += in_use
 
   def _empty_cache_locked(self) -> None:
+    for r in self.reclaimers:
+      r()
     self._drain_locked()
     if not self.bytes_cached:
       return
