@@ -57,23 +57,25 @@ _XFORM_MAX = 512
 _XFORM_LOCK = threading.Lock()
 
 
-def _xform_died(cid, wref):
-  _XFORM_DEAD.append((cid, wref))
-  if _XFORM_LOCK.acquire(blocking=False):   # (a collection inside the locked region waits)
-    try:
-      _purge_dead()
-    finally:
-      _XFORM_LOCK.release()
-
-
-def _purge_dead():
-  while _XFORM_DEAD:
-    cid, wref = _XFORM_DEAD.pop()
-    entry = _XFORM_KEYS.get(cid)
+def _purge_dead(dead=_XFORM_DEAD, keys=_XFORM_KEYS, cache=_XFORM_CACHE):
+  while dead:
+    cid, wref = dead.pop()
+    entry = keys.get(cid)
     if entry is not None and entry[0] is wref:
-      del _XFORM_KEYS[cid]
+      del keys[cid]
       for k in entry[1]:
-        _XFORM_CACHE.pop(k, None)
+        cache.pop(k, None)
+
+
+def _xform_died(cid, wref, dead=_XFORM_DEAD, lock=_XFORM_LOCK, purge=_purge_dead):
+  # (the containers bound at definition: this weakref callback may run at interpreter exit,
+  # after the module's globals were cleared)
+  dead.append((cid, wref))
+  if lock.acquire(blocking=False):   # (a collection inside the locked region waits)
+    try:
+      purge()
+    finally:
+      lock.release()
 
 
 def _cached_transform(kind: str, closed: ClosedJaxpr, key, make):
