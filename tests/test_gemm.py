@@ -303,6 +303,38 @@ def test_threads_split_into_a_grid_of_blocks(dtype, M, N, nthreads):
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_one_column_panel_packs_a_row_panel_at_a_time(dtype, blocking):
+  """A product one column panel wide (N <= nr: a 32-channel convolution, 10 logits) packs
+  each mr-row panel of A just before its tile, so its scratch is one panel of A and one of B
+  (K slice deep), not an mc-row block of A: the results are the serial bits on any split,
+  within the rounding bound of float64's, and no call writes past that scratch (``run``'s
+  guards).  Many row blocks, several K slices, edge tiles of fewer than mr rows."""
+  rng = np.random.default_rng(11)
+  fn, bl = kernel(dtype, blocking=blocking)
+  bl_ = bl or gemm.default_blocking(dtype)
+  nr = bl_.nv * gemm.vector_target().lanes[dtype]
+  K = 2 * bl_.kc + 5
+  kstep = -(-K // -(-K // bl_.kc))
+  align = 64 // np.dtype(NP[dtype]).itemsize
+  for N in sorted({1, max(1, nr - 3), nr}):
+    for M in (bl_.mc * 3 + bl_.mr + 1, bl_.mr - 1 or 1):
+      for ta, tb in ((False, False), (True, True)):
+        a, am, lda = _operand(rng, dtype, M, K, ta, 1)
+        b, bm, ldb = _operand(rng, dtype, K, N, tb, 0)
+        if not tb and M <= bl_.stream_rows:
+          continue     # (the few-rows kernels pack nothing)
+        n = gemm.pack_buffer_elements(dtype, M, N, K, 1, bl, trans_b=tb)
+        assert n <= (bl_.mr + nr) * kstep + 3 * align, (M, N, K, n)
+        one = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb)
+        check_close(one[0], a, b, dtype)
+        for nthreads in (2, 3):
+          np.testing.assert_array_equal(
+              run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb, nthreads=nthreads), one,
+              err_msg=f"{M}x{N}x{K} threads={nthreads}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_threads_row_split_few_rows(dtype, blocking, accumulate):
   """A row split that leaves a thread few rows (narrow N, small M, K over one to three K

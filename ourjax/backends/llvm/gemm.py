@@ -74,7 +74,10 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   ``kc = 256``: 32 KiB on AVX-512, 16 KiB on AVX2) stays in L1 while A panels stream from L2.
   A piece of at most ``mc`` rows (one row block) packs each B panel just before its row
   panels use it, into one panel of scratch, instead of the whole ``kc x nc`` block first (the
-  same packing work: every panel is used by that one block only).
+  same packing work: every panel is used by that one block only).  Likewise a piece of one
+  column panel (at most ``nr`` columns: a convolution of 32 channels, a classifier's 10 logits)
+  packs each ``mr``-row panel of A just before its tile runs, into one ``kc x mr`` panel of
+  scratch, instead of the ``mc x kc`` block (every row panel is used by that one tile only).
 * micro-kernel: ``mr x nr`` accumulators (``nr = nv*W``) live in vector registers (AVX-512 f32:
   14 x 32 = 28 zmm of the 32); one step of k loads ``nv`` vectors of the B panel and broadcasts
   ``mr`` elements of the A panel (``vbroadcastss``), i.e. ``mr * nv`` FMAs (``llvm.fma`` on
@@ -310,14 +313,17 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
                     direct: bool, b_packed: bool = False) -> int:
   """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
   panels of a column block (only one panel when B is read in place, ``direct``, or the piece is
-  one row block, which packs each panel as its tiles need it), then A's of a row block, each K
-  slice deep, and the slack to align the start to 64 bytes."""
+  one row block, which packs each panel as its tiles need it), then A's of a row block (only
+  one row panel when the piece is one column panel wide, which packs each row panel as its
+  tile needs it), each K slice deep, and the slack to align the start to 64 bytes."""
   if rows <= 0 or cols <= 0:
     return 0
   nr, align = bl.nv * w, 64 // _TYPES[dtype][1]
   kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
   nmb = max(1, _cdiv(rows, bl.mc))
   mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
+  if cols <= nr:
+    mstep = bl.mr      # (one column panel: A packed a row panel at a time, see tiled())
   b_cols = 0 if b_packed else nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
   return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
@@ -918,6 +924,10 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       # the whole column block first
       single = b.icmp_signed("==", nmb, one)
       one_panel = b.or_(direct, single)
+      # one column panel: each row panel of A is used by that panel's tiles alone, so it is
+      # packed just before its tiles run (mr x kc of scratch, in L1 when they read it) rather
+      # than the whole row block first: the same packing, a fraction of the scratch
+      a_micro = b.icmp_signed("<=", b.sub(n1, n0), _c64(nr))
       # B's panels: a column block's (one panel when B is read in place or by one row block),
       # K slice deep
       cols = b.sub(n1, n0)
@@ -946,19 +956,24 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                   b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
           with _for(b, m0, m1, mstep, name="ic") as ic:
             mb = _smin(b, mstep, b.sub(m1, ic))
-            def plain_pack():
-              src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
-              b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
-            if conv is None:
-              plain_pack()
-            else:   # (batch is 1: A is the descriptor of one patch matrix and its packer)
-              with b.if_else(conv) as (c_, m_):
-                with c_:
-                  packer = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), align=8)
-                  b.call(b.inttoptr(packer, gemm_im2col.PACK_TYPE(cx.p).as_pointer()),
-                         [desc, ic, pc, mb, kb, apk])
-                with m_:
-                  plain_pack()
+
+            def pack_rows(r0, rows):
+              """A's rows r0 .. r0+rows of this K slice into ``apk``."""
+              def plain_pack():
+                src_a = b.gep(Ab, [b.add(b.mul(r0, a_rs), b.mul(pc, a_ks))])
+                b.call(pack_a, [src_a, a_rs, a_ks, rows, kb, apk])
+              if conv is None:
+                plain_pack()
+              else:   # (batch is 1: A is the descriptor of one patch matrix and its packer)
+                with b.if_else(conv) as (c_, m_):
+                  with c_:
+                    packer = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), align=8)
+                    b.call(b.inttoptr(packer, gemm_im2col.PACK_TYPE(cx.p).as_pointer()),
+                           [desc, r0, pc, rows, kb, apk])
+                  with m_:
+                    plain_pack()
+            with _if(b, b.not_(a_micro), name="blocka"):
+              pack_rows(ic, mb)
             with _for(b, 0, nb, nr, name="jr") as jr:
               nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
               unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
@@ -974,8 +989,10 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
               is_narrow = b.icmp_signed("<=", nvalid, _c64(w)) if narrow else None
               with _for(b, 0, mb, mr, name="ir") as ir_:
                 mv = _smin(b, _c64(mr), b.sub(mb, ir_))
-                apanel = b.gep(apk, [b.mul(ir_, kb)])
                 row = b.add(ic, ir_)
+                with _if(b, a_micro, name="panela"):
+                  pack_rows(row, mv)
+                apanel = b.gep(apk, [b.select(a_micro, _c64(0), b.mul(ir_, kb))])
                 cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
 
                 def call(k_wide, k_narrow, ap_, c_, mv_, row_):
