@@ -335,6 +335,41 @@ def test_one_column_panel_packs_a_row_panel_at_a_time(dtype, blocking):
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_packed_b_runs_a_row_panel_across_the_column_panels(dtype, blocking):
+  """With B packed once for all pieces (``PACKED_B``), each mr-row panel of A is packed just
+  before its tiles, which run across the piece's column panels: the scratch is one row panel
+  of A (K slice deep), whatever M and N, and the results are the bits of the product that
+  packs A by row blocks and B itself (several row blocks, column panels and K slices, edge
+  tiles in both directions, 1 to 3 pieces)."""
+  rng = np.random.default_rng(12)
+  fn, bl = kernel(dtype, blocking=blocking)
+  bl_ = bl or gemm.default_blocking(dtype)
+  nr = bl_.nv * gemm.vector_target().lanes[dtype]
+  K = 2 * bl_.kc + 3
+  kstep = -(-K // -(-K // bl_.kc))
+  align = 64 // np.dtype(NP[dtype]).itemsize
+  M, N = 2 * bl_.mc + bl_.mr + 2, 4 * nr + 3
+  for tb in (False, True):
+    a, am, lda = _operand(rng, dtype, M, K, False, 1)
+    b, bm, ldb = _operand(rng, dtype, K, N, tb, 0)
+    n = gemm.packed_b_elements(dtype, N, K, blocking=bl)
+    mem = np.full(n + 128, 7.0, NP[dtype])
+    skip = (-(mem.ctypes.data // mem.itemsize)) % (64 // mem.itemsize)
+    packed = mem[skip:skip + n + 64]
+    fn(0, bm.ctypes.data, packed.ctypes.data, 1, N, K, 1, ldb, N, gemm.PACK_B, int(tb), 1, 0,
+       0, 0, 0, 1, 0, 0)
+    for nthreads in (1, 2, 3):
+      s = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl, b_packed=True)
+      assert s <= bl_.mr * kstep + 2 * align, (nthreads, s)
+      want = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, tb, nthreads=nthreads)
+      got = run(fn, bl, dtype, am, packed, M, N, K, lda, 0, 0, gemm.PACKED_B,
+                nthreads=nthreads)
+      np.testing.assert_array_equal(got, want, err_msg=f"tb={tb} threads={nthreads}")
+    check_close(got[0], a, b, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_threads_row_split_few_rows(dtype, blocking, accumulate):
   """A row split that leaves a thread few rows (narrow N, small M, K over one to three K

@@ -78,6 +78,9 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   column panel (at most ``nr`` columns: a convolution of 32 channels, a classifier's 10 logits)
   packs each ``mr``-row panel of A just before its tile runs, into one ``kc x mr`` panel of
   scratch, instead of the ``mc x kc`` block (every row panel is used by that one tile only).
+  So does a piece whose B was packed once for all pieces (``PACKED_B``), running each row
+  panel across its column panels (B's packed panels then come from L2, A's from L1): its
+  scratch is one panel of A.
 * micro-kernel: ``mr x nr`` accumulators (``nr = nv*W``) live in vector registers (AVX-512 f32:
   14 x 32 = 28 zmm of the 32); one step of k loads ``nv`` vectors of the B panel and broadcasts
   ``mr`` elements of the A panel (``vbroadcastss``), i.e. ``mr * nv`` FMAs (``llvm.fma`` on
@@ -322,8 +325,8 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
   kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
   nmb = max(1, _cdiv(rows, bl.mc))
   mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
-  if cols <= nr:
-    mstep = bl.mr      # (one column panel: A packed a row panel at a time, see tiled())
+  if cols <= nr or b_packed:
+    mstep = bl.mr      # (one column panel, or B packed: A packed a row panel at a time)
   b_cols = 0 if b_packed else nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
   return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
@@ -928,6 +931,10 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       # packed just before its tiles run (mr x kc of scratch, in L1 when they read it) rather
       # than the whole row block first: the same packing, a fraction of the scratch
       a_micro = b.icmp_signed("<=", b.sub(n1, n0), _c64(nr))
+      # B packed once for all pieces (PACKED_B): a row panel of A is likewise packed just
+      # before its tiles, which run across the block's column panels (B's, already packed,
+      # from L2), so A's scratch is one panel there too
+      a_rows = b.and_(prepacked, b.not_(a_micro))
       # B's panels: a column block's (one panel when B is read in place or by one row block),
       # K slice deep
       cols = b.sub(n1, n0)
@@ -972,51 +979,70 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                            [desc, r0, pc, rows, kb, apk])
                   with m_:
                     plain_pack()
-            with _if(b, b.not_(a_micro), name="blocka"):
+            with _if(b, b.not_(b.or_(a_micro, a_rows)), name="blocka"):
               pack_rows(ic, mb)
-            with _for(b, 0, nb, nr, name="jr") as jr:
+
+            def panel(jr):
+              """What the tiles of column panel ``jr`` of this block read of B."""
               nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
               unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
-              with _if(b, b.and_(single, b.not_(b.or_(direct, prepacked))), name="panelb"):
-                b.call(pack_b, [b.gep(src_b, [b.mul(jr, b_cs)]), b_cs, b_ks, nvalid, kb, bpk])
               bpanel = b.select(unpacked, b.gep(src_b, [jr]),
                                 b.gep(bpk, [b.select(one_panel, _c64(0), b.mul(jr, kb))]))
               # (packed before the call: panel (jc + jr) / nr, from row pc)
               bpanel = b.select(prepacked, b.gep(Bb, [b.add(b.mul(b.add(jc, jr), klimit),
                                                            b.mul(pc, _c64(nr)))]), bpanel)
               bstride = b.select(unpacked, ldb, _c64(nr))
-              col = b.add(jc, jr)
               is_narrow = b.icmp_signed("<=", nvalid, _c64(w)) if narrow else None
-              with _for(b, 0, mb, mr, name="ir") as ir_:
-                mv = _smin(b, _c64(mr), b.sub(mb, ir_))
-                row = b.add(ic, ir_)
-                with _if(b, a_micro, name="panela"):
-                  pack_rows(row, mv)
-                apanel = b.gep(apk, [b.select(a_micro, _c64(0), b.mul(ir_, kb))])
-                cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
+              return nvalid, bpanel, bstride, b.add(jc, jr), is_narrow
 
-                def call(k_wide, k_narrow, ap_, c_, mv_, row_):
-                  args = [kb, ap_, bpanel, bstride, c_, ldc, mv_, nvalid, first, last,
-                          b.add(rowbase, row_), col]
-                  if k_narrow is None:
-                    b.call(k_wide, args)
-                  else:
-                    with b.if_else(is_narrow) as (n_, w_):
-                      with n_:
-                        b.call(k_narrow, args)
-                      with w_:
-                        b.call(k_wide, args)
+            def tile(pnl, ir_, apanel):
+              """The tile of rows ic + ir_ .. (mr of them at most) of column panel ``pnl``."""
+              nvalid, bpanel, bstride, col, is_narrow = pnl
+              mv = _smin(b, _c64(mr), b.sub(mb, ir_))
+              row = b.add(ic, ir_)
+              cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
 
-                if not ms:
-                  call(uk, uk_n, apanel, cptr, mv, row)
+              def call(k_wide, k_narrow, ap_, c_, mv_, row_):
+                args = [kb, ap_, bpanel, bstride, c_, ldc, mv_, nvalid, first, last,
+                        b.add(rowbase, row_), col]
+                if k_narrow is None:
+                  b.call(k_wide, args)
                 else:
-                  with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
-                    with big:
-                      call(uk, uk_n, apanel, cptr, mv, row)
-                    with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
-                      with _for(b, 0, mv, ms, name="es") as r0:
-                        call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
-                             _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+                  with b.if_else(is_narrow) as (n_, w_):
+                    with n_:
+                      b.call(k_narrow, args)
+                    with w_:
+                      b.call(k_wide, args)
+
+              if not ms:
+                call(uk, uk_n, apanel, cptr, mv, row)
+              else:
+                with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
+                  with big:
+                    call(uk, uk_n, apanel, cptr, mv, row)
+                  with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
+                    with _for(b, 0, mv, ms, name="es") as r0:
+                      call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
+                           _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+
+            with b.if_else(a_rows) as (rows_first, panels_first):
+              with rows_first:
+                # (B packed once for all pieces: each row panel of A, packed once, runs
+                # across the block's column panels)
+                with _for(b, 0, mb, mr, name="ir") as ir_:
+                  pack_rows(b.add(ic, ir_), _smin(b, _c64(mr), b.sub(mb, ir_)))
+                  with _for(b, 0, nb, nr, name="jr") as jr:
+                    tile(panel(jr), ir_, apk)
+              with panels_first:
+                with _for(b, 0, nb, nr, name="jr") as jr:
+                  with _if(b, b.and_(single, b.not_(b.or_(direct, prepacked))), name="panelb"):
+                    b.call(pack_b, [b.gep(src_b, [b.mul(jr, b_cs)]), b_cs, b_ks,
+                                    _smin(b, _c64(nr), b.sub(nb, jr)), kb, bpk])
+                  pnl = panel(jr)
+                  with _for(b, 0, mb, mr, name="ir") as ir_:
+                    with _if(b, a_micro, name="panela"):
+                      pack_rows(b.add(ic, ir_), _smin(b, _c64(mr), b.sub(mb, ir_)))
+                    tile(pnl, ir_, b.gep(apk, [b.select(a_micro, _c64(0), b.mul(ir_, kb))]))
             if conv is not None:
               # the rows' columns of this block are final: the block epilogue the
               # descriptor names, if any (gemm_im2col.py), while they are in cache
