@@ -370,6 +370,35 @@ def test_packed_b_runs_a_row_panel_across_the_column_panels(dtype, blocking):
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_column_block_packed_then_a_row_panel_at_a_time(dtype, blocking):
+  """A piece of several row blocks packs its column block of B once per K slice, then each
+  mr-row panel of A just before its tiles across that block: the scratch is B's block and one
+  row panel of A (not an mc-row block), the products are within float64's rounding bound and
+  the same bits on 1 to 3 threads, and no call writes past its scratch (``run``'s guards).
+  B transposed (never read in place), edge tiles both ways, several K slices and column
+  blocks."""
+  rng = np.random.default_rng(13)
+  fn, bl = kernel(dtype, blocking=blocking)
+  bl_ = bl or gemm.default_blocking(dtype)
+  nr = bl_.nv * gemm.vector_target().lanes[dtype]
+  K = 2 * bl_.kc + 3
+  kstep = -(-K // -(-K // bl_.kc))
+  align = 64 // np.dtype(NP[dtype]).itemsize
+  for M, N in ((3 * bl_.mc + 5, 3 * nr + 1), (2 * bl_.mc + 1, bl_.nc + nr + 2)):
+    a, am, lda = _operand(rng, dtype, M, K, False, 1)
+    b, bm, ldb = _operand(rng, dtype, K, N, True, 0)
+    n = gemm.pack_buffer_elements(dtype, M, N, K, 1, bl, trans_b=True)
+    b_block = min(bl_.nc, -(-N // nr) * nr) * kstep
+    assert n <= b_block + bl_.mr * kstep + 3 * align, (M, N, n)
+    one = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, 1)
+    check_close(one[0], a, b, dtype)
+    for nthreads in (2, 3):
+      np.testing.assert_array_equal(run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, 1,
+                                        nthreads=nthreads), one, err_msg=f"{M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_threads_row_split_few_rows(dtype, blocking, accumulate):
   """A row split that leaves a thread few rows (narrow N, small M, K over one to three K

@@ -78,9 +78,11 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   column panel (at most ``nr`` columns: a convolution of 32 channels, a classifier's 10 logits)
   packs each ``mr``-row panel of A just before its tile runs, into one ``kc x mr`` panel of
   scratch, instead of the ``mc x kc`` block (every row panel is used by that one tile only).
-  So does a piece whose B was packed once for all pieces (``PACKED_B``), running each row
-  panel across its column panels (B's packed panels then come from L2, A's from L1): its
-  scratch is one panel of A.
+  So does a piece whose B panels are all packed before its row blocks run (by ``PACKED_B``
+  once for all pieces, or by the piece for a column block that several row blocks use),
+  running each row panel across the block's column panels (B's packed panels then come from
+  L2, A's from L1): its A scratch is one panel.  Only a piece that packs B a panel at a time
+  (one row block, or B read in place) packs A's row block first, for every panel to reuse.
 * micro-kernel: ``mr x nr`` accumulators (``nr = nv*W``) live in vector registers (AVX-512 f32:
   14 x 32 = 28 zmm of the 32); one step of k loads ``nv`` vectors of the B panel and broadcasts
   ``mr`` elements of the A panel (``vbroadcastss``), i.e. ``mr * nv`` FMAs (``llvm.fma`` on
@@ -316,18 +318,20 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
                     direct: bool, b_packed: bool = False) -> int:
   """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
   panels of a column block (only one panel when B is read in place, ``direct``, or the piece is
-  one row block, which packs each panel as its tiles need it), then A's of a row block (only
-  one row panel when the piece is one column panel wide, which packs each row panel as its
-  tile needs it), each K slice deep, and the slack to align the start to 64 bytes."""
+  one row block, which packs each panel as its tiles need it), then one row panel of A (the
+  driver packs each just before its tiles, which run across the column panels), or A's panels
+  of a row block when B is packed a panel at a time (one row block, or B read in place), each
+  K slice deep, and the slack to align the start to 64 bytes."""
   if rows <= 0 or cols <= 0:
     return 0
   nr, align = bl.nv * w, 64 // _TYPES[dtype][1]
   kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
   nmb = max(1, _cdiv(rows, bl.mc))
   mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
-  if cols <= nr or b_packed:
-    mstep = bl.mr      # (one column panel, or B packed: A packed a row panel at a time)
   b_cols = 0 if b_packed else nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
+  if cols <= nr or b_packed or b_cols > nr:
+    # (one column panel, or all of B's panels packed first: A packed a row panel at a time)
+    mstep = bl.mr
   return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
 
@@ -931,10 +935,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       # packed just before its tiles run (mr x kc of scratch, in L1 when they read it) rather
       # than the whole row block first: the same packing, a fraction of the scratch
       a_micro = b.icmp_signed("<=", b.sub(n1, n0), _c64(nr))
-      # B packed once for all pieces (PACKED_B): a row panel of A is likewise packed just
-      # before its tiles, which run across the block's column panels (B's, already packed,
-      # from L2), so A's scratch is one panel there too
-      a_rows = b.and_(prepacked, b.not_(a_micro))
+      # B's panels of the column block all packed before the row blocks run (once for all
+      # pieces, PACKED_B, or by this piece for its row blocks): a row panel of A is likewise
+      # packed just before its tiles, which run across the block's column panels (B's from
+      # L2), so A's scratch is one panel there too
+      a_rows = b.and_(b.or_(prepacked, b.not_(one_panel)), b.not_(a_micro))
       # B's panels: a column block's (one panel when B is read in place or by one row block),
       # K slice deep
       cols = b.sub(n1, n0)
