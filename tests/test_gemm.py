@@ -399,6 +399,26 @@ def test_column_block_packed_then_a_row_panel_at_a_time(dtype, blocking):
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_scratch_for_either_layout_of_b_fits_both(dtype, blocking):
+  """``pack_buffer_elements(trans_b=None)`` (B of either layout, as attention's calls size
+  theirs) is at least what each layout needs: a row-major B read in place keeps A's row block
+  packed whole, a transposed one packs B's column block and A a row panel at a time, so
+  neither bounds the other (the guards of ``run`` check that each explicit size suffices)."""
+  bl = TINY[dtype] if blocking == "tiny" else None
+  bl_ = bl or gemm.default_blocking(dtype)
+  sizes = (1, bl_.mr + 1, bl_.mc - 1, bl_.mc + 5, 2 * bl_.mc + 1, bl_.direct_b_rows + 3, 700)
+  for M in sizes:
+    for N in (5, 40, bl_.nc + 7, 600):
+      for K in (3, bl_.kc + 1, 3 * bl_.kc):
+        for nthreads in (1, 2, 5):
+          either = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl)
+          for tb in (False, True):
+            need = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl, trans_b=tb)
+            assert either >= need, (M, N, K, nthreads, tb, either, need)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_threads_row_split_few_rows(dtype, blocking, accumulate):
   """A row split that leaves a thread few rows (narrow N, small M, K over one to three K

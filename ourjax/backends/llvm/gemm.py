@@ -351,9 +351,13 @@ def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
   row_major_b = trans_b is False and not b_packed
   if row_major_b and not im2col and 0 < bl.stream_rows and M <= bl.stream_rows:
     return 0          # (the few-rows kernels stream B: nothing is packed)
-  return max(_piece_elements(dtype, r, c, K, bl, w,
-                             row_major_b and r <= bl.direct_b_rows, b_packed)
-             for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w))
+  # (B of either layout: a row-major one may be read in place, with A's row block packed
+  # whole, and a transposed one packed by column blocks, with A a row panel at a time)
+  either = trans_b is None and not b_packed
+  return max(_piece_elements(dtype, r, c, K, bl, w, direct, b_packed)
+             for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w)
+             for direct in {row_major_b and r <= bl.direct_b_rows,
+                            either and r <= bl.direct_b_rows})
 
 
 def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
