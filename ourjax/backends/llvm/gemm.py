@@ -272,101 +272,6 @@ def default_blocking(dtype: str, isa: Optional[str] = None) -> Blocking:
 _ROW_CHUNK = 512  # columns of C per pass of the few-rows kernel
 
 
-def _cdiv(a, b):
-  return -(-a // b)
-
-
-def _grid(M: int, N: int, nth: int, bl: Blocking, w: int):
-  """(pm, pn): the grid of row-tile groups x column-panel groups that ``nth`` pieces of an
-  ``M x N`` product are cut into (the driver's choice, see its work split)."""
-  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
-  best = None
-  for pm in range(1, nth + 1):
-    if nth % pm:
-      continue
-    sm, sn = _cdiv(tm, pm), _cdiv(tn, nth // pm)
-    cost = sm * sn * bl.mr * bl.nv + sm * 2 * bl.mr + sn * 2 * bl.nv
-    if best is None or cost < best[0]:
-      best = cost, pm
-  return best[1], nth // best[1]
-
-
-def _pieces(M: int, N: int, nth: int, batch: int, bl: Blocking, w: int):
-  """The (rows, columns) of C that each piece of an ``nth``-way split computes (per batch
-  entry), as the driver cuts them."""
-  if nth <= 1 or batch >= nth:
-    return [(M, N)]
-  pm, pn = _grid(M, N, nth, bl, w)
-  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
-
-  def share(tiles, groups, g, tile, ext):
-    return min(tiles * (g + 1) // groups * tile, ext) - tiles * g // groups * tile
-  return sorted({(share(tm, pm, gi, bl.mr, M), share(tn, pn, gj, bl.nv * w, N))
-                 for gi in range(pm) for gj in range(pn)})
-
-
-def packed_b_elements(dtype: str, N: int, K: int, blocking: Optional[Blocking] = None,
-                      isa: Optional[str] = None) -> int:
-  """Elements of T of op(B) packed by a ``PACK_B`` call for ``PACKED_B`` calls: every
-  ``nr``-wide column panel, K deep."""
-  vt = vector_target(isa)
-  nr = (blocking or vt.blocking[dtype]).nv * vt.lanes[dtype]
-  return _cdiv(max(N, 1), nr) * nr * max(K, 1)
-
-
-def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
-                    direct: bool, b_packed: bool = False) -> int:
-  """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
-  panels of a column block (only one panel when B is read in place, ``direct``, or the piece is
-  one row block, which packs each panel as its tiles need it), then one row panel of A (the
-  driver packs each just before its tiles, which run across the column panels), or A's panels
-  of a row block when B is packed a panel at a time (one row block, or B read in place), each
-  K slice deep, and the slack to align the start to 64 bytes."""
-  if rows <= 0 or cols <= 0:
-    return 0
-  nr, align = bl.nv * w, 64 // _TYPES[dtype][1]
-  kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
-  nmb = max(1, _cdiv(rows, bl.mc))
-  mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
-  b_cols = 0 if b_packed else nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
-  if cols <= nr or b_packed or b_cols > nr:
-    # (one column panel, or all of B's panels packed first: A packed a row panel at a time)
-    mstep = bl.mr
-  return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
-
-
-def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                         blocking: Optional[Blocking] = None, isa: Optional[str] = None, *,
-                         trans_b: Optional[bool] = None, batch: int = 1,
-                         im2col: bool = False, b_packed: bool = False) -> int:
-  """Elements of T that one call's ``pack`` must hold (each call running at once has its own)
-  for these sizes cut ``nthreads`` ways (of a kernel emitted with the same ``blocking`` and
-  ``isa``): the most any piece of the split packs.  ``trans_b``: whether B is passed transposed
-  (None: either); ``batch``: batch entries (at least ``nthreads`` of them: whole entries a
-  piece); ``im2col``: A is a patch matrix (always packed); ``b_packed``: B is passed packed
-  (``PACKED_B``: only A's panels)."""
-  vt = vector_target(isa)
-  bl = blocking or vt.blocking[dtype]
-  w = vt.lanes[dtype]
-  row_major_b = trans_b is False and not b_packed
-  if row_major_b and not im2col and 0 < bl.stream_rows and M <= bl.stream_rows:
-    return 0          # (the few-rows kernels stream B: nothing is packed)
-  # (B of either layout: a row-major one may be read in place, with A's row block packed
-  # whole, and a transposed one packed by column blocks, with A a row panel at a time)
-  either = trans_b is None and not b_packed
-  return max(_piece_elements(dtype, r, c, K, bl, w, direct, b_packed)
-             for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w)
-             for direct in {row_major_b and r <= bl.direct_b_rows,
-                            either and r <= bl.direct_b_rows})
-
-
-def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                      blocking: Optional[Blocking] = None, isa: Optional[str] = None,
-                      **kw) -> int:
-  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking, isa, **kw) * \
-      _TYPES[dtype][1]
-
-
 # --------------------------------------------------------------------------------------------
 # small IR helpers
 
@@ -867,7 +772,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     b_cs = b.select(tb1, ldb, one)
 
     # this call's scratch, 64-byte aligned: a piece's B panels, then its A panels, each
-    # sized in tiled() (_piece_elements, whose sum pack_buffer_elements takes the most of)
+    # sized in tiled() (gemm_scratch._piece_elements, whose most pack_buffer_elements takes)
     align = 64 // cx.size
     raw = b.ptrtoint(pack, I64)
     bpk = b.inttoptr(b.and_(b.add(raw, _c64(63)), _c64(-64)), cx.p)
@@ -1127,3 +1032,7 @@ from ourjax.backends.llvm.gemm_library import (prefetch_shared_gemm,  # noqa: E4
                                                shared_gemm_symbol)
 from ourjax.backends.llvm.gemm_calls import (declare_shared_gemm, emit_gemm_call,  # noqa: E402,F401,E501
                                              emit_pack_b_call, operand_layout)
+# the scratch a call needs (how the driver cuts C into pieces, what a piece packs):
+# gemm_scratch.py
+from ourjax.backends.llvm.gemm_scratch import (pack_buffer_bytes,  # noqa: E402,F401
+                                               pack_buffer_elements, packed_b_elements)
