@@ -303,6 +303,122 @@ def test_threads_split_into_a_grid_of_blocks(dtype, M, N, nthreads):
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_one_column_panel_packs_a_row_panel_at_a_time(dtype, blocking):
+  """A product one column panel wide (N <= nr: a 32-channel convolution, 10 logits) packs
+  each mr-row panel of A just before its tile, so its scratch is one panel of A and one of B
+  (K slice deep), not an mc-row block of A: the results are the serial bits on any split,
+  within the rounding bound of float64's, and no call writes past that scratch (``run``'s
+  guards).  Many row blocks, several K slices, edge tiles of fewer than mr rows."""
+  rng = np.random.default_rng(11)
+  fn, bl = kernel(dtype, blocking=blocking)
+  bl_ = bl or gemm.default_blocking(dtype)
+  nr = bl_.nv * gemm.vector_target().lanes[dtype]
+  K = 2 * bl_.kc + 5
+  kstep = -(-K // -(-K // bl_.kc))
+  align = 64 // np.dtype(NP[dtype]).itemsize
+  for N in sorted({1, max(1, nr - 3), nr}):
+    for M in (bl_.mc * 3 + bl_.mr + 1, bl_.mr - 1 or 1):
+      for ta, tb in ((False, False), (True, True)):
+        a, am, lda = _operand(rng, dtype, M, K, ta, 1)
+        b, bm, ldb = _operand(rng, dtype, K, N, tb, 0)
+        if not tb and M <= bl_.stream_rows:
+          continue     # (the few-rows kernels pack nothing)
+        n = gemm.pack_buffer_elements(dtype, M, N, K, 1, bl, trans_b=tb)
+        assert n <= (bl_.mr + nr) * kstep + 3 * align, (M, N, K, n)
+        one = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb)
+        check_close(one[0], a, b, dtype)
+        for nthreads in (2, 3):
+          np.testing.assert_array_equal(
+              run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, ta, tb, nthreads=nthreads), one,
+              err_msg=f"{M}x{N}x{K} threads={nthreads}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_packed_b_runs_a_row_panel_across_the_column_panels(dtype, blocking):
+  """With B packed once for all pieces (``PACKED_B``), each mr-row panel of A is packed just
+  before its tiles, which run across the piece's column panels: the scratch is one row panel
+  of A (K slice deep), whatever M and N, and the results are the bits of the product that
+  packs A by row blocks and B itself (several row blocks, column panels and K slices, edge
+  tiles in both directions, 1 to 3 pieces)."""
+  rng = np.random.default_rng(12)
+  fn, bl = kernel(dtype, blocking=blocking)
+  bl_ = bl or gemm.default_blocking(dtype)
+  nr = bl_.nv * gemm.vector_target().lanes[dtype]
+  K = 2 * bl_.kc + 3
+  kstep = -(-K // -(-K // bl_.kc))
+  align = 64 // np.dtype(NP[dtype]).itemsize
+  M, N = 2 * bl_.mc + bl_.mr + 2, 4 * nr + 3
+  for tb in (False, True):
+    a, am, lda = _operand(rng, dtype, M, K, False, 1)
+    b, bm, ldb = _operand(rng, dtype, K, N, tb, 0)
+    n = gemm.packed_b_elements(dtype, N, K, blocking=bl)
+    mem = np.full(n + 128, 7.0, NP[dtype])
+    skip = (-(mem.ctypes.data // mem.itemsize)) % (64 // mem.itemsize)
+    packed = mem[skip:skip + n + 64]
+    fn(0, bm.ctypes.data, packed.ctypes.data, 1, N, K, 1, ldb, N, gemm.PACK_B, int(tb), 1, 0,
+       0, 0, 0, 1, 0, 0)
+    for nthreads in (1, 2, 3):
+      s = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl, b_packed=True)
+      assert s <= bl_.mr * kstep + 2 * align, (nthreads, s)
+      want = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, tb, nthreads=nthreads)
+      got = run(fn, bl, dtype, am, packed, M, N, K, lda, 0, 0, gemm.PACKED_B,
+                nthreads=nthreads)
+      np.testing.assert_array_equal(got, want, err_msg=f"tb={tb} threads={nthreads}")
+    check_close(got[0], a, b, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_column_block_packed_then_a_row_panel_at_a_time(dtype, blocking):
+  """A piece of several row blocks packs its column block of B once per K slice, then each
+  mr-row panel of A just before its tiles across that block: the scratch is B's block and one
+  row panel of A (not an mc-row block), the products are within float64's rounding bound and
+  the same bits on 1 to 3 threads, and no call writes past its scratch (``run``'s guards).
+  B transposed (never read in place), edge tiles both ways, several K slices and column
+  blocks."""
+  rng = np.random.default_rng(13)
+  fn, bl = kernel(dtype, blocking=blocking)
+  bl_ = bl or gemm.default_blocking(dtype)
+  nr = bl_.nv * gemm.vector_target().lanes[dtype]
+  K = 2 * bl_.kc + 3
+  kstep = -(-K // -(-K // bl_.kc))
+  align = 64 // np.dtype(NP[dtype]).itemsize
+  for M, N in ((3 * bl_.mc + 5, 3 * nr + 1), (2 * bl_.mc + 1, bl_.nc + nr + 2)):
+    a, am, lda = _operand(rng, dtype, M, K, False, 1)
+    b, bm, ldb = _operand(rng, dtype, K, N, True, 0)
+    n = gemm.pack_buffer_elements(dtype, M, N, K, 1, bl, trans_b=True)
+    b_block = min(bl_.nc, -(-N // nr) * nr) * kstep
+    assert n <= b_block + bl_.mr * kstep + 3 * align, (M, N, n)
+    one = run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, 1)
+    check_close(one[0], a, b, dtype)
+    for nthreads in (2, 3):
+      np.testing.assert_array_equal(run(fn, bl, dtype, am, bm, M, N, K, lda, ldb, 0, 1,
+                                        nthreads=nthreads), one, err_msg=f"{M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
+def test_scratch_for_either_layout_of_b_fits_both(dtype, blocking):
+  """``pack_buffer_elements(trans_b=None)`` (B of either layout, as attention's calls size
+  theirs) is at least what each layout needs: a row-major B read in place keeps A's row block
+  packed whole, a transposed one packs B's column block and A a row panel at a time, so
+  neither bounds the other (the guards of ``run`` check that each explicit size suffices)."""
+  bl = TINY[dtype] if blocking == "tiny" else None
+  bl_ = bl or gemm.default_blocking(dtype)
+  sizes = (1, bl_.mr + 1, bl_.mc - 1, bl_.mc + 5, 2 * bl_.mc + 1, bl_.direct_b_rows + 3, 700)
+  for M in sizes:
+    for N in (5, 40, bl_.nc + 7, 600):
+      for K in (3, bl_.kc + 1, 3 * bl_.kc):
+        for nthreads in (1, 2, 5):
+          either = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl)
+          for tb in (False, True):
+            need = gemm.pack_buffer_elements(dtype, M, N, K, nthreads, bl, trans_b=tb)
+            assert either >= need, (M, N, K, nthreads, tb, either, need)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("blocking", ["default", "tiny"])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_threads_row_split_few_rows(dtype, blocking, accumulate):
   """A row split that leaves a thread few rows (narrow N, small M, K over one to three K

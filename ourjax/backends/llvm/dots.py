@@ -270,9 +270,10 @@ def share_b(spec: DotSpec, threads: int, im2col: bool = False) -> bool:
   """Whether a dot of ``spec`` planned for ``threads`` threads packs B once for all its pieces
   (a ``PackBKernel`` first, as BLIS and Eigen share a packed block of B between threads): on
   the packed GEMM, of batch 1, run by several threads at once, where B packed whole is smaller
-  (by ``SHARE_B_MIN_SAVING``) than the panels of B the threads' areas would each hold (the
-  pieces of a column group pack the same columns of B, each its own copy: a convolution's
-  weights on 16 threads, 16 times)."""
+  (by ``SHARE_B_MIN_SAVING``) than what the threads' areas would each hold beyond one row
+  panel of A: the panels of B (the pieces of a column group pack the same columns of B, each
+  its own copy: a convolution's weights on 16 threads, 16 times) and the rest of A's row block
+  (with B packed, the GEMM packs A a row panel at a time, ``gemm.py``)."""
   if spec.B != 1 or not _gemm_layout_ok(spec):
     return False
   pieces = dot_pieces(spec, threads)

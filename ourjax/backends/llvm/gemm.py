@@ -74,7 +74,15 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   ``kc = 256``: 32 KiB on AVX-512, 16 KiB on AVX2) stays in L1 while A panels stream from L2.
   A piece of at most ``mc`` rows (one row block) packs each B panel just before its row
   panels use it, into one panel of scratch, instead of the whole ``kc x nc`` block first (the
-  same packing work: every panel is used by that one block only).
+  same packing work: every panel is used by that one block only).  Likewise a piece of one
+  column panel (at most ``nr`` columns: a convolution of 32 channels, a classifier's 10 logits)
+  packs each ``mr``-row panel of A just before its tile runs, into one ``kc x mr`` panel of
+  scratch, instead of the ``mc x kc`` block (every row panel is used by that one tile only).
+  So does a piece whose B panels are all packed before its row blocks run (by ``PACKED_B``
+  once for all pieces, or by the piece for a column block that several row blocks use),
+  running each row panel across the block's column panels (B's packed panels then come from
+  L2, A's from L1): its A scratch is one panel.  Only a piece that packs B a panel at a time
+  (one row block, or B read in place) packs A's row block first, for every panel to reuse.
 * micro-kernel: ``mr x nr`` accumulators (``nr = nv*W``) live in vector registers (AVX-512 f32:
   14 x 32 = 28 zmm of the 32); one step of k loads ``nv`` vectors of the B panel and broadcasts
   ``mr`` elements of the A panel (``vbroadcastss``), i.e. ``mr * nv`` FMAs (``llvm.fma`` on
@@ -262,92 +270,6 @@ def default_blocking(dtype: str, isa: Optional[str] = None) -> Blocking:
 
 
 _ROW_CHUNK = 512  # columns of C per pass of the few-rows kernel
-
-
-def _cdiv(a, b):
-  return -(-a // b)
-
-
-def _grid(M: int, N: int, nth: int, bl: Blocking, w: int):
-  """(pm, pn): the grid of row-tile groups x column-panel groups that ``nth`` pieces of an
-  ``M x N`` product are cut into (the driver's choice, see its work split)."""
-  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
-  best = None
-  for pm in range(1, nth + 1):
-    if nth % pm:
-      continue
-    sm, sn = _cdiv(tm, pm), _cdiv(tn, nth // pm)
-    cost = sm * sn * bl.mr * bl.nv + sm * 2 * bl.mr + sn * 2 * bl.nv
-    if best is None or cost < best[0]:
-      best = cost, pm
-  return best[1], nth // best[1]
-
-
-def _pieces(M: int, N: int, nth: int, batch: int, bl: Blocking, w: int):
-  """The (rows, columns) of C that each piece of an ``nth``-way split computes (per batch
-  entry), as the driver cuts them."""
-  if nth <= 1 or batch >= nth:
-    return [(M, N)]
-  pm, pn = _grid(M, N, nth, bl, w)
-  tm, tn = _cdiv(M, bl.mr), _cdiv(N, bl.nv * w)
-
-  def share(tiles, groups, g, tile, ext):
-    return min(tiles * (g + 1) // groups * tile, ext) - tiles * g // groups * tile
-  return sorted({(share(tm, pm, gi, bl.mr, M), share(tn, pn, gj, bl.nv * w, N))
-                 for gi in range(pm) for gj in range(pn)})
-
-
-def packed_b_elements(dtype: str, N: int, K: int, blocking: Optional[Blocking] = None,
-                      isa: Optional[str] = None) -> int:
-  """Elements of T of op(B) packed by a ``PACK_B`` call for ``PACKED_B`` calls: every
-  ``nr``-wide column panel, K deep."""
-  vt = vector_target(isa)
-  nr = (blocking or vt.blocking[dtype]).nv * vt.lanes[dtype]
-  return _cdiv(max(N, 1), nr) * nr * max(K, 1)
-
-
-def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
-                    direct: bool, b_packed: bool = False) -> int:
-  """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
-  panels of a column block (only one panel when B is read in place, ``direct``, or the piece is
-  one row block, which packs each panel as its tiles need it), then A's of a row block, each K
-  slice deep, and the slack to align the start to 64 bytes."""
-  if rows <= 0 or cols <= 0:
-    return 0
-  nr, align = bl.nv * w, 64 // _TYPES[dtype][1]
-  kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
-  nmb = max(1, _cdiv(rows, bl.mc))
-  mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
-  b_cols = 0 if b_packed else nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
-  return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
-
-
-def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                         blocking: Optional[Blocking] = None, isa: Optional[str] = None, *,
-                         trans_b: Optional[bool] = None, batch: int = 1,
-                         im2col: bool = False, b_packed: bool = False) -> int:
-  """Elements of T that one call's ``pack`` must hold (each call running at once has its own)
-  for these sizes cut ``nthreads`` ways (of a kernel emitted with the same ``blocking`` and
-  ``isa``): the most any piece of the split packs.  ``trans_b``: whether B is passed transposed
-  (None: either); ``batch``: batch entries (at least ``nthreads`` of them: whole entries a
-  piece); ``im2col``: A is a patch matrix (always packed); ``b_packed``: B is passed packed
-  (``PACKED_B``: only A's panels)."""
-  vt = vector_target(isa)
-  bl = blocking or vt.blocking[dtype]
-  w = vt.lanes[dtype]
-  row_major_b = trans_b is False and not b_packed
-  if row_major_b and not im2col and 0 < bl.stream_rows and M <= bl.stream_rows:
-    return 0          # (the few-rows kernels stream B: nothing is packed)
-  return max(_piece_elements(dtype, r, c, K, bl, w,
-                             row_major_b and r <= bl.direct_b_rows, b_packed)
-             for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w))
-
-
-def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
-                      blocking: Optional[Blocking] = None, isa: Optional[str] = None,
-                      **kw) -> int:
-  return pack_buffer_elements(dtype, M, N, K, nthreads, blocking, isa, **kw) * \
-      _TYPES[dtype][1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -876,7 +798,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     b_cs = b.select(tb1, ldb, one)
 
     # this call's scratch, 64-byte aligned: a piece's B panels, then its A panels, each
-    # sized in tiled() (_piece_elements, whose sum pack_buffer_elements takes the most of)
+    # sized in tiled() (gemm_scratch._piece_elements, whose most pack_buffer_elements takes)
     align = 64 // cx.size
     raw = b.ptrtoint(pack, I64)
     bpk = b.inttoptr(b.and_(b.add(raw, _c64(63)), _c64(-64)), cx.p)
@@ -944,6 +866,15 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       # the whole column block first
       single = b.icmp_signed("==", nmb, one)
       one_panel = b.or_(direct, single)
+      # one column panel: each row panel of A is used by that panel's tiles alone, so it is
+      # packed just before its tiles run (mr x kc of scratch, in L1 when they read it) rather
+      # than the whole row block first: the same packing, a fraction of the scratch
+      a_micro = b.icmp_signed("<=", b.sub(n1, n0), _c64(nr))
+      # B's panels of the column block all packed before the row blocks run (once for all
+      # pieces, PACKED_B, or by this piece for its row blocks): a row panel of A is likewise
+      # packed just before its tiles, which run across the block's column panels (B's from
+      # L2), so A's scratch is one panel there too
+      a_rows = b.and_(b.or_(prepacked, b.not_(one_panel)), b.not_(a_micro))
       # B's panels: a column block's (one panel when B is read in place or by one row block),
       # K slice deep
       cols = b.sub(n1, n0)
@@ -972,60 +903,86 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                   b.call(pack_b, [src_b, b_cs, b_ks, nb, kb, bpk])
           with _for(b, m0, m1, mstep, name="ic") as ic:
             mb = _smin(b, mstep, b.sub(m1, ic))
-            def plain_pack():
-              src_a = b.gep(Ab, [b.add(b.mul(ic, a_rs), b.mul(pc, a_ks))])
-              b.call(pack_a, [src_a, a_rs, a_ks, mb, kb, apk])
-            if conv is None:
-              plain_pack()
-            else:   # (batch is 1: A is the descriptor of one patch matrix and its packer)
-              with b.if_else(conv) as (c_, m_):
-                with c_:
-                  packer = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), align=8)
-                  b.call(b.inttoptr(packer, gemm_im2col.PACK_TYPE(cx.p).as_pointer()),
-                         [desc, ic, pc, mb, kb, apk])
-                with m_:
-                  plain_pack()
-            with _for(b, 0, nb, nr, name="jr") as jr:
+
+            def pack_rows(r0, rows):
+              """A's rows r0 .. r0+rows of this K slice into ``apk``."""
+              def plain_pack():
+                src_a = b.gep(Ab, [b.add(b.mul(r0, a_rs), b.mul(pc, a_ks))])
+                b.call(pack_a, [src_a, a_rs, a_ks, rows, kb, apk])
+              if conv is None:
+                plain_pack()
+              else:   # (batch is 1: A is the descriptor of one patch matrix and its packer)
+                with b.if_else(conv) as (c_, m_):
+                  with c_:
+                    packer = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), align=8)
+                    b.call(b.inttoptr(packer, gemm_im2col.PACK_TYPE(cx.p).as_pointer()),
+                           [desc, r0, pc, rows, kb, apk])
+                  with m_:
+                    plain_pack()
+            with _if(b, b.not_(b.or_(a_micro, a_rows)), name="blocka"):
+              pack_rows(ic, mb)
+
+            def panel(jr):
+              """What the tiles of column panel ``jr`` of this block read of B."""
               nvalid = _smin(b, _c64(nr), b.sub(nb, jr))
               unpacked = b.and_(direct, b.icmp_signed("<", jr, nb_full))
-              with _if(b, b.and_(single, b.not_(b.or_(direct, prepacked))), name="panelb"):
-                b.call(pack_b, [b.gep(src_b, [b.mul(jr, b_cs)]), b_cs, b_ks, nvalid, kb, bpk])
               bpanel = b.select(unpacked, b.gep(src_b, [jr]),
                                 b.gep(bpk, [b.select(one_panel, _c64(0), b.mul(jr, kb))]))
               # (packed before the call: panel (jc + jr) / nr, from row pc)
               bpanel = b.select(prepacked, b.gep(Bb, [b.add(b.mul(b.add(jc, jr), klimit),
                                                            b.mul(pc, _c64(nr)))]), bpanel)
               bstride = b.select(unpacked, ldb, _c64(nr))
-              col = b.add(jc, jr)
               is_narrow = b.icmp_signed("<=", nvalid, _c64(w)) if narrow else None
-              with _for(b, 0, mb, mr, name="ir") as ir_:
-                mv = _smin(b, _c64(mr), b.sub(mb, ir_))
-                apanel = b.gep(apk, [b.mul(ir_, kb)])
-                row = b.add(ic, ir_)
-                cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
+              return nvalid, bpanel, bstride, b.add(jc, jr), is_narrow
 
-                def call(k_wide, k_narrow, ap_, c_, mv_, row_):
-                  args = [kb, ap_, bpanel, bstride, c_, ldc, mv_, nvalid, first, last,
-                          b.add(rowbase, row_), col]
-                  if k_narrow is None:
-                    b.call(k_wide, args)
-                  else:
-                    with b.if_else(is_narrow) as (n_, w_):
-                      with n_:
-                        b.call(k_narrow, args)
-                      with w_:
-                        b.call(k_wide, args)
+            def tile(pnl, ir_, apanel):
+              """The tile of rows ic + ir_ .. (mr of them at most) of column panel ``pnl``."""
+              nvalid, bpanel, bstride, col, is_narrow = pnl
+              mv = _smin(b, _c64(mr), b.sub(mb, ir_))
+              row = b.add(ic, ir_)
+              cptr = b.gep(Cb, [b.add(b.mul(row, ldc), col)])
 
-                if not ms:
-                  call(uk, uk_n, apanel, cptr, mv, row)
+              def call(k_wide, k_narrow, ap_, c_, mv_, row_):
+                args = [kb, ap_, bpanel, bstride, c_, ldc, mv_, nvalid, first, last,
+                        b.add(rowbase, row_), col]
+                if k_narrow is None:
+                  b.call(k_wide, args)
                 else:
-                  with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
-                    with big:
-                      call(uk, uk_n, apanel, cptr, mv, row)
-                    with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
-                      with _for(b, 0, mv, ms, name="es") as r0:
-                        call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
-                             _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+                  with b.if_else(is_narrow) as (n_, w_):
+                    with n_:
+                      b.call(k_narrow, args)
+                    with w_:
+                      b.call(k_wide, args)
+
+              if not ms:
+                call(uk, uk_n, apanel, cptr, mv, row)
+              else:
+                with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
+                  with big:
+                    call(uk, uk_n, apanel, cptr, mv, row)
+                  with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
+                    with _for(b, 0, mv, ms, name="es") as r0:
+                      call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
+                           _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+
+            with b.if_else(a_rows) as (rows_first, panels_first):
+              with rows_first:
+                # (B packed once for all pieces: each row panel of A, packed once, runs
+                # across the block's column panels)
+                with _for(b, 0, mb, mr, name="ir") as ir_:
+                  pack_rows(b.add(ic, ir_), _smin(b, _c64(mr), b.sub(mb, ir_)))
+                  with _for(b, 0, nb, nr, name="jr") as jr:
+                    tile(panel(jr), ir_, apk)
+              with panels_first:
+                with _for(b, 0, nb, nr, name="jr") as jr:
+                  with _if(b, b.and_(single, b.not_(b.or_(direct, prepacked))), name="panelb"):
+                    b.call(pack_b, [b.gep(src_b, [b.mul(jr, b_cs)]), b_cs, b_ks,
+                                    _smin(b, _c64(nr), b.sub(nb, jr)), kb, bpk])
+                  pnl = panel(jr)
+                  with _for(b, 0, mb, mr, name="ir") as ir_:
+                    with _if(b, a_micro, name="panela"):
+                      pack_rows(b.add(ic, ir_), _smin(b, _c64(mr), b.sub(mb, ir_)))
+                    tile(pnl, ir_, b.gep(apk, [b.select(a_micro, _c64(0), b.mul(ir_, kb))]))
             if conv is not None:
               # the rows' columns of this block are final: the block epilogue the
               # descriptor names, if any (gemm_im2col.py), while they are in cache
@@ -1101,3 +1058,7 @@ from ourjax.backends.llvm.gemm_library import (prefetch_shared_gemm,  # noqa: E4
                                                shared_gemm_symbol)
 from ourjax.backends.llvm.gemm_calls import (declare_shared_gemm, emit_gemm_call,  # noqa: E402,F401,E501
                                              emit_pack_b_call, operand_layout)
+# the scratch a call needs (how the driver cuts C into pieces, what a piece packs):
+# gemm_scratch.py
+from ourjax.backends.llvm.gemm_scratch import (pack_buffer_bytes,  # noqa: E402,F401
+                                               pack_buffer_elements, packed_b_elements)

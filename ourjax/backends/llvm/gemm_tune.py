@@ -63,7 +63,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ourjax.backends.llvm import gemm
+from ourjax.backends.llvm import gemm, gemm_scratch
 
 __all__ = ["choose", "tune", "candidates", "shape_class", "host_key", "table_path", "mode",
            "BUDGET_MS", "AUTOTUNE_MIN_WORK", "AUTOTUNE_PROCESS_S", "MIN_GAIN"]
@@ -327,10 +327,10 @@ def _knobs(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool, bat
   vt = gemm.vector_target()
   w = vt.lanes[dtype]
   base = vt.blocking[dtype]
-  rep, cdiv = dataclasses.replace, gemm._cdiv
+  rep, cdiv = dataclasses.replace, gemm_scratch._cdiv
 
   def extent(bl):   # the most rows and columns of a piece
-    ps = gemm._pieces(M, N, pieces, batch, bl, w)
+    ps = gemm_scratch._pieces(M, N, pieces, batch, bl, w)
     return max(r for r, _ in ps), max(c for _, c in ps)
 
   def stream(bl):   # 4/2/1-row axpy kernels streaming B, or tiles
