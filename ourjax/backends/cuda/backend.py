@@ -115,6 +115,12 @@ _COMPUTED = _Ready(None)
 _COMPUTED.done = True
 
 
+def _pageable_copy(dev):
+  """``dev``'s host -> device copy from pageable memory (a stand-in device without
+  ``copy_pageable`` copies through ``copy_to_device``)."""
+  return getattr(dev, "copy_pageable", None) or dev.copy_to_device
+
+
 class DeviceBuffer:
   """An array in GPU memory (``Array._device_buf``): ``shape``, ``dtype``, ``ptr``;
   ``to_host()`` copies it back, ``synchronize()`` waits until it has been computed."""
@@ -153,7 +159,7 @@ class DeviceBuffer:
     if staged:
       staging.upload([(dev, alloc.ptr, host)])
     else:
-      dev.copy_pageable(alloc.ptr, host)
+      _pageable_copy(dev)(alloc.ptr, host)
     return cls(dev, alloc, host.shape, host.dtype)
 
   def to_host(self) -> np.ndarray:
@@ -230,7 +236,7 @@ class Uploads:
 
   @staticmethod
   def _copy(dev, jobs):
-    copy = getattr(dev, "copy_pageable", None) or dev.copy_to_device
+    copy = _pageable_copy(dev)
     for ptr, host in jobs:
       copy(ptr, host)
 
