@@ -476,6 +476,8 @@ def installed():
     yield fake
   finally:
     driver._devices.clear()
+    from ourjax import _eager_device
+    _eager_device.clear_cache()          # (its per-value scalars on the fake's devices)
     gc.collect()
     driver._drv, driver._avail, driver._avail_reason = saved[:3]
     driver._devices.update(saved[3])

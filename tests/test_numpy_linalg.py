@@ -312,6 +312,14 @@ def test_einsum_preferred_element_type_accumulates_wide(subscripts, dts, n, seed
   else:
     ops = [(rng.standard_normal([dims[c] for c in s]) * 4).astype(np.float32).astype(src)
            for s in ins]
+  ins_, out_ = subscripts.split("->")
+  summed_alone = any(c not in out_ and sum(c in t for t in ins_.split(",")) == 1 for c in ins_)
+  if src.itemsize == 1 and src.kind not in "iu" and summed_alone:    # (float8)
+    # a label summed within one operand is summed in the preferred type, and float8 does not
+    # promote implicitly: JAX's TypePromotionError
+    with pytest.raises(ourjax.dtypes.TypePromotionError):
+      jnp.einsum(subscripts, *ops, preferred_element_type=pref)
+    return
   want = np.einsum(subscripts, *[o.astype(np.int64 if src.kind == "i" else np.float64)
                                  for o in ops])
   got = jnp.einsum(subscripts, *ops, preferred_element_type=pref)
