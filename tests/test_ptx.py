@@ -165,6 +165,8 @@ def test_wgmma_instructions(compiled_cases):
   assert ".target sm_90a" in ptx and "cvt.rna.tf32.f32" in ptx
   assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in ptx
   assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+  # the k loop is marked for ptxas not to unroll (a loop of a few slices it unrolled whole)
+  assert '.pragma "nounroll"' in ptx
   ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and ", 0, 1; }" in ptx
   # 8-bit integers: k32 steps into int32 accumulators, no operand scales or transpose flags
@@ -285,6 +287,28 @@ def test_compile_ptx_of_handwritten_module():
   b.ret_void()
   ptx = codegen.compile_ptx(mod)
   assert ".visible .entry k" in ptx
+  _assemble(ptx)
+
+
+def test_loops_marked_not_to_unroll():
+  """``ForLoop(unroll=False)``: each such loop gets a loop ID of its own marked
+  ``llvm.loop.unroll.disable`` (LLVM accepts the module) and its header a ``.pragma "nounroll"``
+  for ptxas; a plain loop of the same few trips is unrolled by LLVM and has none."""
+  import llvmlite.ir as ir
+  from ourjax.backends.llvm import emitter as E
+  mod = codegen.new_module("m")
+  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.FloatType().as_pointer()] * 3), "k")
+  fn.calling_convention = "ptx_kernel"
+  b = ir.IRBuilder(fn.append_basic_block())
+  for arg, unroll in zip(fn.args, (False, False, True)):
+    with E.ForLoop(b, 0, 4, "i", unroll=unroll) as loop:
+      p = b.gep(arg, [loop.index])
+      b.store(b.fadd(b.load(p), ir.Constant(ir.FloatType(), 1.0)), p)
+  b.ret_void()
+  ptx = codegen.compile_ptx(mod)
+  assert ptx.count('.pragma "nounroll"') == 2
+  assert len(re.findall(r"@%p\d+ bra", ptx)) == 2          # two loops left
+  assert len(re.findall(r"ld\.global\.b32", ptx)) == 2 + 4  # the third unrolled
   _assemble(ptx)
 
 

@@ -424,14 +424,14 @@ class WgmmaDot(GpuKernel):
       # the register operand of slice kt must stay intact until its instructions complete,
       # i.e. while slice kt + 1 is issued: two copies of the step give consecutive slices
       # different (PTX) registers
-      with E.ForLoop(b, 0, KTB // 2, "kt") as loop:
+      with E.ForLoop(b, 0, KTB // 2, "kt", unroll=False) as loop:
         kt = b.mul(loop.index, i64(2))
         step(kt)
         step(b.add(kt, i64(1)))
       if KTB % 2:
         step(i64(KTB - 1))
     else:
-      with E.ForLoop(b, 0, KTB, "kt") as loop:
+      with E.ForLoop(b, 0, KTB, "kt", unroll=False) as loop:
         step(loop.index)
     _asm(b, "wgmma.wait_group.sync.aligned 0;", "~{memory}", [])
     _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
