@@ -290,6 +290,39 @@ def test_compile_ptx_of_handwritten_module():
   _assemble(ptx)
 
 
+def test_late_epilogue_goes_through_the_shared_tile(monkeypatch):
+  """A tensor-core dot's fused epilogue is evaluated in the loop over the shared tile's 16-byte
+  chunks (a few copies of its code) rather than at each accumulator: less PTX, which
+  assembles; a convolution's result stored as [N, H, W, C] goes through the tile too.
+  ``OURJAX_CUDA_LATE_EPILOGUE=0``: at each accumulator, as before."""
+  rng = np.random.default_rng(0)
+  a, w, c = (rng.standard_normal(s).astype(np.float32) for s in ((512, 256), (256, 512), (512,)))
+  x = rng.standard_normal((8, 16, 16, 32)).astype(np.float32)
+  k = rng.standard_normal((3, 3, 32, 64)).astype(np.float32)
+  progs = {"dot": (lambda a, w, c: jax_gelu(a @ w + c), (a, w, c)),
+           "conv": (lambda x, k, c: jnp.maximum(lax.conv_general_dilated(
+               x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+               * c[:64], 0.0), (x, k, c))}
+  for name, (f, args) in progs.items():
+    sizes = {}
+    for late in ("0", "1"):
+      monkeypatch.setenv("OURJAX_CUDA_LATE_EPILOGUE", late)
+      exe = _compiled(f, args)
+      (dot,) = [k for k in exe.runtime_executable().kernels if type(k).__name__ == "WgmmaDot"]
+      assert dot.epilogue is not None and dot.staged_store, name
+      assert dot.late_epilogue == (late == "1"), name
+      ptx = exe.as_text(dialect="ptx")
+      sizes[late] = len(ptx)
+      if PTXAS:
+        _assemble(ptx)
+    if name == "dot":       # (128 accumulators a thread, each with a GELU before)
+      assert sizes["1"] < 0.8 * sizes["0"], (name, sizes)
+
+
+def jax_gelu(x):
+  return 0.5 * x * (1.0 + jnp.tanh(0.79788456 * (x + 0.044715 * x * x * x)))
+
+
 def test_loops_marked_not_to_unroll():
   """``ForLoop(unroll=False)``: each such loop gets a loop ID of its own marked
   ``llvm.loop.unroll.disable`` (LLVM accepts the module) and its header a ``.pragma "nounroll"``

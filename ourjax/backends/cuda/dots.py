@@ -469,8 +469,9 @@ def dot_writer(b, ptr, kernel):
 
 def single_result(kernel):
   """``(dtype, Buf)`` of the one array of the dot's shape a dot kernel's results go to: C
-  itself, or the one output of its fused epilogue; None for an epilogue of several outputs or
-  of another shape."""
+  itself, or the one output of its fused epilogue (its buffer may hold a row-major reshape of
+  C, a convolution's ``[N*H*W, C]`` product stored as ``[N, H, W, C]``: an element's linear
+  position is the same); None for an epilogue of several outputs or of another shape."""
   dot, epi = kernel.dot, kernel.epilogue
   if epi is None:
     return dot.dtype, kernel.out
@@ -478,7 +479,8 @@ def single_result(kernel):
     return None
   instr, buf = epi.outputs[0]
   dims = tuple(dot.dims)
-  if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or tuple(buf.dims) != dims:
+  if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or \
+     math.prod(buf.dims) != math.prod(dims):
     return None
   return np.dtype(instr.dtype), buf
 

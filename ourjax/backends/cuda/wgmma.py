@@ -173,6 +173,11 @@ class WgmmaDot(GpuKernel):
       qt = 64
     return mode, qt, 1 if p <= 64 else 2
 
+  @property
+  def transposed(self) -> bool:
+    """Whether the tile is of C^T (rows along n, columns along m): ``rs_t``."""
+    return self.mode == "rs_t"
+
   # -- shared-memory plan ------------------------------------------------------------------------
   @property
   def x_bytes(self):
@@ -191,7 +196,7 @@ class WgmmaDot(GpuKernel):
 
   def launch(self, info):
     s = self.spec
-    p, q = (s.N, s.M) if self.mode == "rs_t" else (s.M, s.N)
+    p, q = (s.N, s.M) if self.transposed else (s.M, s.N)
     return ((-(-q // self.Q), -(-p // self.P_TILE), s.B * self.S), (self.THREADS, 1, 1),
             STAGES * self.stage_bytes + 1024)
 
@@ -203,7 +208,7 @@ class WgmmaDot(GpuKernel):
     Q, BK, esz, PT, NT = self.Q, self.BK, self.esz, self.P_TILE, self.THREADS
     epv = 16 // esz
     rs = self.mode in ("rs", "rs_t")        # X from registers
-    P, Qn = (N, M) if self.mode == "rs_t" else (M, N)        # rows of X and of Y
+    P, Qn = (N, M) if self.transposed else (M, N)        # rows of X and of Y
     mod = b.module
     smem = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(8), 0), self.name + "_smem",
                              addrspace=3)
@@ -460,10 +465,20 @@ class WgmmaDot(GpuKernel):
 
   def _c_tile(self, esz: int):
     """(rows, columns) of the block's tile of C, and its row pitch in shared memory for
-    results of ``esz`` bytes (the row's bytes + 16, so that the fragments' rows fall on
+    values of ``esz`` bytes (the row's bytes + 16, so that the fragments' rows fall on
     different banks)."""
-    rows, cols = (self.Q, self.P_TILE) if self.mode == "rs_t" else (self.P_TILE, self.Q)
+    rows, cols = (self.Q, self.P_TILE) if self.transposed else (self.P_TILE, self.Q)
     return rows, cols, cols * esz + 16
+
+  @property
+  def late_epilogue(self) -> bool:
+    """Whether a fused epilogue is evaluated after the tile of C went through shared memory,
+    in the loop over its 16-byte chunks (a few copies of the epilogue's code), rather than at
+    each of a thread's Q/2 accumulators (Q/2 copies: most of the kernel's code, of the
+    emitter's, LLVM's and the driver's compile time).  ``OURJAX_CUDA_LATE_EPILOGUE=0``:
+    never."""
+    from ourjax.config import env_switch
+    return self.epilogue is not None and env_switch("OURJAX_CUDA_LATE_EPILOGUE")
 
   @property
   def staged_store(self) -> bool:
@@ -480,38 +495,46 @@ class WgmmaDot(GpuKernel):
     if self.S > 1 or not env_switch("OURJAX_CUDA_STAGED_STORE") or result is None:
       return False
     esz = result[0].itemsize
-    rows, cols, pitch = self._c_tile(esz)
+    rows, cols, pitch = self._c_tile(self._tile_dtype(result[0]).itemsize)
     return (self.spec.N * esz) % 16 == 0 and rows * pitch <= STAGES * self.stage_bytes
+
+  def _tile_dtype(self, out_dt):
+    """What the shared tile of C holds: C's elements in the dot's type where the epilogue
+    comes after it (``late_epilogue``), else the results (``out_dt``)."""
+    return np.dtype(self.dot.dtype) if self.late_epilogue else np.dtype(out_dt)
 
   def _store_staged(self, b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4):
     from ourjax.backends.cuda.dots import dot_evaluator
     s = self.spec
     M, N = s.M, s.N
     value, dt, out = dot_evaluator(b, ptr, self)
+    late = self.late_epilogue
     esz = dt.itemsize
+    tdt = self._tile_dtype(dt)                # the tile's element type
     acc_dt = self.acc_dtype
-    rows, cols, pitch = self._c_tile(esz)
-    m0, n0 = (q0, p0) if self.mode == "rs_t" else (p0, q0)
+    rows, cols, pitch = self._c_tile(tdt.itemsize)
+    m0, n0 = (q0, p0) if self.transposed else (p0, q0)
     c_base = b.add(b.mul(bat, i64(M * N)), b.add(b.mul(m0, i64(N)), n0))
     # every warpgroup is done with the ring (its last instructions waited for): the tile over
-    # it.  Each result is evaluated (through the epilogue) where its accumulator is and kept
-    # in the tile; the stores to memory come after every result is evaluated (an output may
-    # be written over a donated input that the epilogue reads at the same element)
+    # it.  Each result is evaluated (through the epilogue, unless ``late``) where its
+    # accumulator is and kept in the tile; the stores to memory come after every result is
+    # evaluated (an output may be written over a donated input that the epilogue reads at the
+    # same element; ``late``: each chunk's elements are read and written by one thread, the
+    # reads first)
     barrier(b)
-    st_ty = E.storage_type(dt)
-    tile = b.inttoptr(base, st_ty.as_pointer(3))
+    tile = b.inttoptr(base, E.storage_type(tdt).as_pointer(3))
     prow = b.add(b.add(b.mul(wg, i64(64)), b.mul(warp, i64(16))), g)
     qcol = b.mul(t4, i64(2))
-    per_row = pitch // esz
+    per_row = pitch // tdt.itemsize
     for i in range(self.Q // 8):
       for e in range(4):
         p = b.add(prow, i64(8)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
-        r, c = (q, p) if self.mode == "rs_t" else (p, q)
+        r, c = (q, p) if self.transposed else (p, q)
         v = accs[4 * i + e]
         if self.dot.dtype != acc_dt:
           v = E.convert_value(b, v, acc_dt, self.dot.dtype)
-        if self.epilogue is not None:
+        if self.epilogue is not None and not late:
           m, n = b.add(m0, r), b.add(n0, c)
           lin = b.add(c_base, b.add(b.mul(r, i64(N)), c))
           where = (bat, m, n)
@@ -522,7 +545,7 @@ class WgmmaDot(GpuKernel):
             lin = b.select(inside, lin, b.mul(bat, i64(M * N)))
             where = (bat, b.select(inside, m, i64(0)), b.select(inside, n, i64(0)))
           v = value(v, lin, where)
-        E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), dt)
+        E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), tdt)
     barrier(b)
     # 16-byte chunks along the tile's rows; a chunk that passes C's last column goes element
     # by element
@@ -533,6 +556,13 @@ class WgmmaDot(GpuKernel):
     cbytes = b.ptrtoint(C, I64)
     total = rows * chunks
     row_edge, col_edge = M % rows != 0, N % cols != 0
+
+    def result_at(r, col, linear, m, n):
+      """Result element at the tile's (r, col) (C's (m, n), ``linear``), a compute value of
+      ``dt`` (``late``: the epilogue evaluated here)."""
+      w = E.load_element(b, tile, b.add(b.mul(r, i64(per_row)), col), tdt)
+      return value(w, linear, (bat, m, n)) if late else w
+
     # (a loop, not unrolled: the emitted code stays small, so does its compile time)
     with E.ForLoop(b, 0, -(-total // self.THREADS), "chunk") as loop:
       cid = b.add(tid, b.mul(loop.index, i64(self.THREADS)))
@@ -540,11 +570,20 @@ class WgmmaDot(GpuKernel):
         r = b.udiv(cid, i64(chunks))
         ch = b.urem(cid, i64(chunks))
         m, n = b.add(m0, r), b.add(n0, b.mul(ch, i64(per)))
-        src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
         linear = b.add(c_base, b.add(b.mul(r, i64(N)), b.mul(ch, i64(per))))
 
         def whole_chunk():
-          val = b.load(b.inttoptr(src, V.as_pointer(3)), align=16)
+          if late:
+            st = E.storage_type(dt)
+            vec = ir.Constant(ir.VectorType(st, per), None)
+            for x in range(per):
+              w = result_at(r, b.add(b.mul(ch, i64(per)), i64(x)), b.add(linear, i64(x)),
+                            m, b.add(n, i64(x)))
+              vec = b.insert_element(vec, E.to_storage(b, w, dt), ir.Constant(I32, x))
+            val = b.bitcast(vec, V)
+          else:
+            src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
+            val = b.load(b.inttoptr(src, V.as_pointer(3)), align=16)
           dst = b.add(cbytes, b.mul(linear, i64(esz)))
           b.store(val, b.inttoptr(dst, V.as_pointer()), align=16)
         inside = (b.icmp_unsigned("<", m, i64(M)) if row_edge
@@ -562,9 +601,9 @@ class WgmmaDot(GpuKernel):
               with b.if_then(inside), E.ForLoop(b, 0, per, "x") as xl:
                 x = xl.index
                 with b.if_then(b.icmp_unsigned("<", b.add(n, x), i64(N))):
-                  w = b.load(b.gep(tile, [b.add(b.mul(r, i64(per_row)),
-                                                 b.add(b.mul(ch, i64(per)), x))]))
-                  b.store(w, b.gep(C, [b.add(linear, x)]))
+                  w = result_at(r, b.add(b.mul(ch, i64(per)), x), b.add(linear, x), m,
+                                b.add(n, x))
+                  E.store_element(b, w, C, b.add(linear, x), dt)
 
   def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4, p_edge, q_edge):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
@@ -573,7 +612,7 @@ class WgmmaDot(GpuKernel):
     are stored."""
     s = self.spec
     M, N = s.M, s.N
-    P, Qn = (N, M) if self.mode == "rs_t" else (M, N)
+    P, Qn = (N, M) if self.transposed else (M, N)
     acc_dt = self.acc_dtype
     out_dt = E.F32 if self.S > 1 else self.dot.dtype
     c_base = b.mul(bat, i64(M * N))
@@ -583,7 +622,7 @@ class WgmmaDot(GpuKernel):
       for e in range(4):
         p = b.add(prow, i64(8)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
-        m, n = (q, p) if self.mode == "rs_t" else (p, q)
+        m, n = (q, p) if self.transposed else (p, q)
         v = accs[4 * i + e] if out_dt == acc_dt else E.convert_value(b, accs[4 * i + e],
                                                                      acc_dt, out_dt)
         ok = None
