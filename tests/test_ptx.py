@@ -106,6 +106,19 @@ def test_kernel_kinds(compiled_cases):
   assert [k.mode for k in ks["dot_wgmma_wgrad_small_b"] if type(k).__name__ == "WgmmaDot"] \
       == ["rs"]
   assert kinds["dot_split_k"] == ["SimtDot", "SplitKSum"]      # the epilogue in the sum
+  # weights much smaller than the patch matrix: copied K-major, then a shared-memory form
+  # (transposed below 256 output channels), the epilogue after the tile's trip through shared
+  # memory, also into a [N, H, W, C] result
+  forms = {n: [(type(k).__name__, getattr(k, "mode", None), getattr(k, "late_epilogue", None),
+                getattr(k, "staged_store", None))
+               for k in compiled_cases[n].runtime_executable().kernels]
+           for n in ("conv_narrow_b_ss_t", "conv_narrow_b_ss_t_edges",
+                     "conv_narrow_b_ss_bf16", "dot_narrow_b_ss_t")}
+  copy = ("StridedTranspose", None, None, None)
+  assert forms["conv_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", True, True)]
+  assert forms["conv_narrow_b_ss_t_edges"] == [copy, ("WgmmaDot", "ss_t", True, True)]
+  assert forms["conv_narrow_b_ss_bf16"] == [copy, ("WgmmaDot", "ss", True, True)]
+  assert forms["dot_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", True, True)]
   # 8-bit integer dots on the tensor cores (a row-major B copied K-major first); other integer
   # dots on SimtDot, never a sum per element inside an elementwise kernel
   assert kinds["dot_wgmma_s8"] == ["StridedTranspose", "WgmmaDot"]

@@ -64,7 +64,9 @@ Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stri
 or M-major f32 with a K-major B; B K-major or N-major (N-major f32 uses the transposed form);
 16-byte aligned rows and batch strides (so K a multiple of 16 bytes); any sizes.  Where both
 operands are stored with k outermost (a weight gradient ``x.T @ dy``) the smaller is copied
-K-major first, and a narrow N-major f32 B too (``dots._wgmma_kernels`` decides); A may also be a convolution's patch
+K-major first, and a narrow N-major f32 B too (``dots.narrow_b_form`` decides: then the
+shared-memory form, or its transposed twin ``ss_t`` -- X = B, Y = A, C written transposed --
+where B is narrower than a 256-wide tile); A may also be a convolution's patch
 matrix read in place from the input (``implicit_gemm``).  Everything else stays on ``MmaDot``
 or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where the accumulators are
 stored.
@@ -105,7 +107,9 @@ def mn_major_offsets(bk: int):
 class WgmmaDot(GpuKernel):
   """``wgmma.mma_async`` dot (see the module docstring).  ``mode`` is ``"ss"`` (X = A, Y = B,
   both from shared memory; ``b_mn``: B staged N-major, transpose flag set), ``"rs_t"`` (tf32
-  with N-major B: X = B^T from registers, Y = A, C written transposed) or ``"rs"`` (tf32 with
+  with N-major B: X = B^T from registers, Y = A, C written transposed), ``"ss_t"`` (both
+  K-major, X = B and Y = A from shared memory, C written transposed: ``transposed_form``) or
+  ``"rs"`` (tf32 with
   M-major A and K-major B: X = A from registers, read from a [k][m] tile, Y = B).  ``q_tile``: the tile's
   width Q (256, 128, 64 or 32), ``wg``: warpgroups (the tile's height is 64 ``wg``), ``split``:
   blocks per output tile along k (``out`` then holds ``split`` f32 partial products
@@ -173,10 +177,24 @@ class WgmmaDot(GpuKernel):
       qt = 64
     return mode, qt, 1 if p <= 64 else 2
 
+  @classmethod
+  def transposed_form(cls, dot, info: DeviceInfo, kind: str | None, spec=None):
+    """(``"ss_t"``, Q tile, warpgroups) for ``dot`` with both operands K-major (``spec``: as
+    for the constructor), or None: the shared-memory form of the transposed product C^T =
+    B^T A^T -- X = B (the tile's rows run along n), Y = A (its columns along m), both read
+    from shared memory through descriptors.  For a narrow B (a convolution's weights, copied
+    K-major) this gives the register form's tile (64 ``wg`` values of n by Q = 256 of m)
+    without its per-fragment shared loads and conversions, at about half its PTX."""
+    how = cls.supports(dot, info, kind, spec)
+    s = spec or K.DotSpec(dot)
+    if how is None or how[0] != "ss" or s.b_sk != 1:
+      return None
+    return "ss_t", q_tile(s.M), 1 if s.N <= 64 else 2
+
   @property
   def transposed(self) -> bool:
-    """Whether the tile is of C^T (rows along n, columns along m): ``rs_t``."""
-    return self.mode == "rs_t"
+    """Whether the tile is of C^T (rows along n, columns along m): ``rs_t`` and ``ss_t``."""
+    return self.mode in ("rs_t", "ss_t")
 
   # -- shared-memory plan ------------------------------------------------------------------------
   @property
@@ -322,6 +340,10 @@ class WgmmaDot(GpuKernel):
       if self.mode == "rs":
         copy_padded(xs, k0)
         copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), q0, Q, N, k0)
+      elif self.mode == "ss_t":             # X = B's rows (n), Y = A's rows (m)
+        copy_kmajor(xs, Bm, b.add(b_base, b.mul(p0, i64(s.b_sn))), i64(s.b_sn), p0, PT, N, k0)
+        copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
+                    gather)
       elif rs:
         copy_padded(xs, k0)
         copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
@@ -658,7 +680,7 @@ def split_count(spec, how, kind: str, info: DeviceInfo) -> int:
   and the image), each block keeping at least 8 k slices; a divisor of the slice count, so
   every block multiplies the same number of slices.  1 for batched dots."""
   mode, qt, wg = how
-  p, q = (spec.N, spec.M) if mode == "rs_t" else (spec.M, spec.N)
+  p, q = (spec.N, spec.M) if mode in ("rs_t", "ss_t") else (spec.M, spec.N)
   tiles = spec.B * -(-p // (64 * wg)) * -(-q // qt)
   kt = -(-spec.K // (ROW // _elem_bytes(kind)))
   # (integer dots: the partial products would be f32, which does not hold int32 sums exactly)
