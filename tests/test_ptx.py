@@ -182,6 +182,10 @@ def test_wgmma_instructions(compiled_cases):
   assert '.pragma "nounroll"' in ptx
   ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and ", 0, 1; }" in ptx
+  # the shared-memory forms issue a slice's 4 k steps from a loop around one instruction (the
+  # register form keeps its 2 x 4 unrolled ones)
+  assert ptx.count("wgmma.mma_async") == 1
+  assert compiled_cases["dot_wgmma_tf32"].as_text(dialect="ptx").count("wgmma.mma_async") == 8
   # 8-bit integers: k32 steps into int32 accumulators, no operand scales or transpose flags
   ptx = compiled_cases["dot_wgmma_u8_nt"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.u8" in ptx
