@@ -121,7 +121,8 @@ def _new_target_machine(arch: str):
 
 
 def new_module(name: str, arch: str = DEFAULT_ARCH) -> ir.Module:
-  mod = ir.Module(name=name)
+  # (a context of its own: the module's text declares the named types it made and no others)
+  mod = ir.Module(name=name, context=ir.Context())
   mod.triple = TRIPLE
   mod.data_layout = str(target_machine(arch).target_data)
   mod.ourjax_arch = arch           # (read by GpuKernel.emit_gpu)

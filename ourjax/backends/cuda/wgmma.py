@@ -382,7 +382,11 @@ class WgmmaDot(GpuKernel):
     shape = f"m64n{Q}k{32 // esz}"
     outs = ",".join(f"${i}" for i in range(nacc))
     acc_cons = ",".join([("=r" if integer else "=f")] * nacc + [str(i) for i in range(nacc)])
-    RET = ir.LiteralStructType([acc_ty] * nacc)
+    # (a named type: the IR prints "%acc" where each use would spell out Q/2 members, which
+    # made most of the module's text and of the emitter's and LLVM's parsing time)
+    RET = mod.context.get_identified_type(f"ojx.acc{nacc}")
+    if RET.is_opaque:
+      RET.set_body(*([acc_ty] * nacc))
     ta, tb = operand_types(ty)
     dtype = f"{'s32' if integer else 'f32'}.{ta}.{tb}"
 
