@@ -318,8 +318,12 @@ def _pow2_at_least(n: int) -> int:
 class GpuKernel(K.Kernel):
   """A ``__global__`` function over the kernel's buffers (``noalias``, 16-byte aligned:
   allocations are 512-byte aligned and arena offsets multiples of 64).  Subclasses implement
-  ``gpu_body(b, ptr)`` and ``launch(info) -> (grid, block, shared_bytes)``."""
+  ``gpu_body(b, ptr)`` and ``launch(info) -> (grid, block, shared_bytes)``.  ``compile_cost``:
+  a rough rank of what its module costs LLVM and the driver's JIT (1: a small loop kernel), by
+  which ``backend.emit`` orders the emission (the dearest first, so that their compiles overlap
+  the emission of the rest)."""
   is_copy = False
+  compile_cost = 1
 
   def helpers(self) -> list:
     """The device functions (planned ``Kernel``s, emitted by their own ``emit``) this kernel's

@@ -26,6 +26,7 @@ class SimtDot(GpuKernel):
   """C[b] = A[b] @ B[b] over strided operand buffers: 64x64 output tiles per block of 256
   threads (4x4 outputs each), 16-deep k slices through shared memory; any sizes and strides
   (bounds are clamped and masked), float accumulation (double for f64)."""
+  compile_cost = 8
   BM = BN = 64
   BK = 16
 
@@ -191,6 +192,7 @@ class TensorCoreDot(GpuKernel):
   multiplied.  f32 operands are rounded to tf32 (``cvt.rna``) as they enter shared memory;
   bf16/f16 use m16n8k16.  Needs M, N % 128 == 0, K % 32 == 0 and unit stride along k or along
   m (A) / n (B)."""
+  compile_cost = 32
   BM = BN = 128
   BK = 32
   WM, WN = 64, 32       # warp tile
@@ -540,6 +542,7 @@ class MmaDot(GpuKernel):
   ``ldmatrix`` (``.trans`` where the tile is stored the other way round; plain 32-bit loads for
   the tf32 tiles ldmatrix cannot transpose).  f32 fragments are rounded to tf32 (``cvt.rna``).
   Same conditions as ``TensorCoreDot``."""
+  compile_cost = 48
   BM = BN = 128
   WM, WN = 64, 32
   THREADS = 256

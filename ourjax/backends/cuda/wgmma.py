@@ -192,6 +192,10 @@ class WgmmaDot(GpuKernel):
     return "ss_t", q_tile(s.M), 1 if s.N <= 64 else 2
 
   @property
+  def compile_cost(self) -> int:
+    return self.Q // 2 + 16              # (its accumulators a thread, the copies' code)
+
+  @property
   def k_loop(self) -> bool:
     """Whether a k slice's 4 instructions are a loop around one (the shared-memory forms:
     their operands are descriptors, computed from the step): ptxas's time goes mostly to each
