@@ -47,10 +47,16 @@ fragment loads overwrote registers that slice kt's 256-wide instructions were st
 about 3% error at 4096^3).  In the shared-memory forms the hardware reads f32 values as tf32 by
 dropping the low mantissa bits.
 
-The block's tile of C goes out through shared memory in 16-byte row chunks when the product
-has no fused epilogue (``staged_store``): on an H100 that took 4096^3 bf16 from 613 to 691
-TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703); tf32 output
-stores were already 8 bytes wide and stay at ~330 (JAX 372-376).
+The block's tile of C goes out through shared memory in 16-byte row chunks (``staged_store``:
+C, or a fused epilogue's one output of C's shape): on an H100 that took 4096^3 bf16 from 613
+to 691 TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703); tf32
+output stores were already 8 bytes wide and stay at ~330 (JAX 372-376).  A fused epilogue is
+then evaluated in the loop over the chunks (``late_epilogue``), not at each accumulator.
+
+Compile time.  The driver's JIT (ptxas) spends most of a kernel's time on its wgmma
+instructions of Q/2 accumulators a thread: the shared-memory forms issue a slice's 4 k steps
+from a loop around one instruction (``k_loop``), the k loop is marked not to unroll (ptxas
+unrolled short ones whole), and the epilogue's code is a few copies, not Q/2 of them.
 
 int8 at 4096^3 on an H100 (``wgmma_check.py --time-int8``): 0.124 ms in WgmmaDot plus 0.028
 in the copy of B K-major (905 TOP/s together) against JAX's 0.255 ms wall clock (540).
@@ -68,7 +74,7 @@ K-major first, and a narrow N-major f32 B too (``dots.narrow_b_form`` decides: t
 shared-memory form, or its transposed twin ``ss_t`` -- X = B, Y = A, C written transposed --
 where B is narrower than a 256-wide tile); A may also be a convolution's patch
 matrix read in place from the input (``implicit_gemm``).  Everything else stays on ``MmaDot``
-or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where the accumulators are
+or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where C's elements are
 stored.
 """
 from __future__ import annotations
