@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ from ourjax.backends.cuda import backend as cuda_backend
 
 from cuda_cases import CASES, IMPLICIT_GEMM_CASES
 
+BF16 = ml_dtypes.bfloat16
 PTXAS = shutil.which("ptxas")
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas is not installed")
 
@@ -334,6 +336,23 @@ def test_late_epilogue_goes_through_the_shared_tile(monkeypatch):
         _assemble(ptx)
     if name == "dot":       # (128 accumulators a thread, each with a GELU before)
       assert sizes["1"] < 0.8 * sizes["0"], (name, sizes)
+
+
+def test_wgmma_k_loop_switch(monkeypatch):
+  """``OURJAX_CUDA_WGMMA_KLOOP=0``: the shared-memory forms issue a slice's 4 k steps unrolled
+  (4 instructions in the PTX, 1 by default); both assemble."""
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((256, 192)).astype(BF16)
+  w = rng.standard_normal((192, 256)).astype(BF16)
+  counts = {}
+  for on in ("0", "1"):
+    monkeypatch.setenv("OURJAX_CUDA_WGMMA_KLOOP", on)
+    ptx = _compiled(lambda a, w: jnp.matmul(a, w, preferred_element_type=jnp.float32),
+                    (a, w)).as_text(dialect="ptx")
+    counts[on] = ptx.count("wgmma.mma_async")
+    if PTXAS:
+      _assemble(ptx)
+  assert counts == {"0": 4, "1": 1}
 
 
 def jax_gelu(x):
