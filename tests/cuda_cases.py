@@ -527,6 +527,26 @@ IMPLICIT_GEMM_CASES = [
 ]
 CASES += IMPLICIT_GEMM_CASES
 
+# Convolutions whose weights are a small fraction of their patch matrix (dots.narrow_b_form):
+# the weights copied K-major, then the shared-memory form -- transposed (``ss_t``: 128 output
+# channels by 256 positions) or not (``ss``: 256 channels wide) -- with the epilogue evaluated
+# after the tile went through shared memory (``late_epilogue``), stored into the [N, H, W, C]
+# result; odd channel and position counts at every edge, a bf16 result (16-byte chunks of 8),
+# and a plain dot of that shape
+NARROW_B_CASES = [
+    ("conv_narrow_b_ss_t", lambda x, w, s, b: jnp.maximum(_conv(x, w) * s + b, 0.0),
+     lambda r: (f32(r, 16, 16, 16, 32), f32(r, 3, 3, 32, 128, lo=-0.3, hi=0.3), f32(r, 128),
+                f32(r, 128)), 5e-3),
+    ("conv_narrow_b_ss_t_edges", lambda x, w, s: jnp.tanh(_conv(x, w) * s),
+     lambda r: (f32(r, 7, 7, 49, 8), f32(r, 3, 3, 8, 72, lo=-0.3, hi=0.3), f32(r, 72)), 5e-3),
+    ("conv_narrow_b_ss_bf16", lambda x, w, s: jnp.maximum(_conv(x, w) * s, 0.0).astype(BF16),
+     lambda r: (f32(r, 32, 16, 16, 16), f32(r, 3, 3, 16, 256, lo=-0.3, hi=0.3), f32(r, 256)),
+     1e-2),
+    ("dot_narrow_b_ss_t", lambda a, b, c: jnp.tanh(a @ b + c),
+     lambda r: (f32(r, 4096, 96), f32(r, 96, 96, lo=-0.3, hi=0.3), f32(r, 96)), 5e-3),
+]
+CASES += NARROW_B_CASES
+
 # (run with conv_to_dot.MAX_PATCH_BYTES lowered, so that it is cut into batch chunks)
 CHUNKED_CONV = ("conv_implicit_chunks", lambda x, w, s: jnp.maximum(_conv(x, w) * s, 0.0),
                 lambda r: (f32(r, 4, 8, 8, 16), f32(r, 3, 3, 16, 24), f32(r, 24)), 5e-3)

@@ -179,9 +179,10 @@ def test_failed_link_at_compile_loads_the_ptx(monkeypatch, no_disk_cache):
 
 
 def test_copy_small_b_switch(monkeypatch):
-  """``OURJAX_CUDA_WGMMA_COPY_B=1``: a tf32 convolution whose weights are much smaller than its
-  patch matrix copies them K-major and runs the shared-memory form (off: the transposed
-  register form)."""
+  """``OURJAX_CUDA_WGMMA_COPY_B``: a tf32 convolution whose weights are much smaller than its
+  patch matrix copies them K-major and runs a shared-memory form: by default (``auto``) the
+  transposed one, which keeps the register form's tile for 128 output channels; ``1``: the
+  plain one; ``0``: the transposed register form."""
   from ourjax import lax
   # (shapes only: enough output tiles that the product is not split along k)
   x = ourjax.ShapeDtypeStruct((32, 32, 32, 128), np.float32)
@@ -191,13 +192,14 @@ def test_copy_small_b_switch(monkeypatch):
     y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     return jnp.maximum(y, 0.0)
   forms = {}
-  for on in ("0", "1"):
+  for on in ("0", "1", "auto"):
     monkeypatch.setenv("OURJAX_CUDA_WGMMA_COPY_B", on)
     exe = _compile(conv, (x, w))
     forms[on] = [(type(k).__name__, getattr(k, "mode", None)) for k in exe.kernels]
     _entries_resolve(exe)
   assert forms["0"] == [("WgmmaDot", "rs_t")]
   assert forms["1"] == [("StridedTranspose", None), ("WgmmaDot", "ss")]
+  assert forms["auto"] == [("StridedTranspose", None), ("WgmmaDot", "ss_t")]
 
 
 @needs_ptxas

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ from ourjax.backends.cuda import backend as cuda_backend
 
 from cuda_cases import CASES, IMPLICIT_GEMM_CASES
 
+BF16 = ml_dtypes.bfloat16
 PTXAS = shutil.which("ptxas")
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas is not installed")
 
@@ -106,6 +108,19 @@ def test_kernel_kinds(compiled_cases):
   assert [k.mode for k in ks["dot_wgmma_wgrad_small_b"] if type(k).__name__ == "WgmmaDot"] \
       == ["rs"]
   assert kinds["dot_split_k"] == ["SimtDot", "SplitKSum"]      # the epilogue in the sum
+  # weights much smaller than the patch matrix: copied K-major, then a shared-memory form
+  # (transposed below 256 output channels), the epilogue after the tile's trip through shared
+  # memory, also into a [N, H, W, C] result
+  forms = {n: [(type(k).__name__, getattr(k, "mode", None), getattr(k, "late_epilogue", None),
+                getattr(k, "staged_store", None))
+               for k in compiled_cases[n].runtime_executable().kernels]
+           for n in ("conv_narrow_b_ss_t", "conv_narrow_b_ss_t_edges",
+                     "conv_narrow_b_ss_bf16", "dot_narrow_b_ss_t")}
+  copy = ("StridedTranspose", None, None, None)
+  assert forms["conv_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", True, True)]
+  assert forms["conv_narrow_b_ss_t_edges"] == [copy, ("WgmmaDot", "ss_t", True, True)]
+  assert forms["conv_narrow_b_ss_bf16"] == [copy, ("WgmmaDot", "ss", True, True)]
+  assert forms["dot_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", True, True)]
   # 8-bit integer dots on the tensor cores (a row-major B copied K-major first); other integer
   # dots on SimtDot, never a sum per element inside an elementwise kernel
   assert kinds["dot_wgmma_s8"] == ["StridedTranspose", "WgmmaDot"]
@@ -168,8 +183,14 @@ def test_wgmma_instructions(compiled_cases):
   assert ptx.count("wgmma.fence.sync.aligned") == ptx.count("wgmma.mma_async.sync")
   assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in ptx
   assert "fence.proxy.async.shared::cta" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+  # the k loop is marked for ptxas not to unroll (a loop of a few slices it unrolled whole)
+  assert '.pragma "nounroll"' in ptx
   ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and ", 0, 1; }" in ptx
+  # the shared-memory forms issue a slice's 4 k steps from a loop around one instruction (the
+  # register form keeps its 2 x 4 unrolled ones)
+  assert ptx.count("wgmma.mma_async") == 1
+  assert compiled_cases["dot_wgmma_tf32"].as_text(dialect="ptx").count("wgmma.mma_async") == 8
   # 8-bit integers: k32 steps into int32 accumulators, no operand scales or transpose flags
   ptx = compiled_cases["dot_wgmma_u8_nt"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.u8" in ptx
@@ -288,6 +309,78 @@ def test_compile_ptx_of_handwritten_module():
   b.ret_void()
   ptx = codegen.compile_ptx(mod)
   assert ".visible .entry k" in ptx
+  _assemble(ptx)
+
+
+def test_late_epilogue_goes_through_the_shared_tile(monkeypatch):
+  """A tensor-core dot's fused epilogue is evaluated in the loop over the shared tile's 16-byte
+  chunks (a few copies of its code) rather than at each accumulator: less PTX, which
+  assembles; a convolution's result stored as [N, H, W, C] goes through the tile too.
+  ``OURJAX_CUDA_LATE_EPILOGUE=0``: at each accumulator, as before."""
+  rng = np.random.default_rng(0)
+  a, w, c = (rng.standard_normal(s).astype(np.float32) for s in ((512, 256), (256, 512), (512,)))
+  x = rng.standard_normal((8, 16, 16, 32)).astype(np.float32)
+  k = rng.standard_normal((3, 3, 32, 64)).astype(np.float32)
+  progs = {"dot": (lambda a, w, c: jax_gelu(a @ w + c), (a, w, c)),
+           "conv": (lambda x, k, c: jnp.maximum(lax.conv_general_dilated(
+               x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+               * c[:64], 0.0), (x, k, c))}
+  for name, (f, args) in progs.items():
+    sizes = {}
+    for late in ("0", "1"):
+      monkeypatch.setenv("OURJAX_CUDA_LATE_EPILOGUE", late)
+      exe = _compiled(f, args)
+      (dot,) = [k for k in exe.runtime_executable().kernels if type(k).__name__ == "WgmmaDot"]
+      assert dot.epilogue is not None and dot.staged_store, name
+      assert dot.late_epilogue == (late == "1"), name
+      ptx = exe.as_text(dialect="ptx")
+      sizes[late] = len(ptx)
+      if PTXAS:
+        _assemble(ptx)
+    if name == "dot":       # (128 accumulators a thread, each with a GELU before)
+      assert sizes["1"] < 0.8 * sizes["0"], (name, sizes)
+
+
+def test_wgmma_k_loop_switch(monkeypatch):
+  """``OURJAX_CUDA_WGMMA_KLOOP=0``: the shared-memory forms issue a slice's 4 k steps unrolled
+  (4 instructions in the PTX, 1 by default); both assemble."""
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((256, 192)).astype(BF16)
+  w = rng.standard_normal((192, 256)).astype(BF16)
+  counts = {}
+  for on in ("0", "1"):
+    monkeypatch.setenv("OURJAX_CUDA_WGMMA_KLOOP", on)
+    ptx = _compiled(lambda a, w: jnp.matmul(a, w, preferred_element_type=jnp.float32),
+                    (a, w)).as_text(dialect="ptx")
+    counts[on] = ptx.count("wgmma.mma_async")
+    if PTXAS:
+      _assemble(ptx)
+  assert counts == {"0": 4, "1": 1}
+
+
+def jax_gelu(x):
+  return 0.5 * x * (1.0 + jnp.tanh(0.79788456 * (x + 0.044715 * x * x * x)))
+
+
+def test_loops_marked_not_to_unroll():
+  """``ForLoop(unroll=False)``: each such loop gets a loop ID of its own marked
+  ``llvm.loop.unroll.disable`` (LLVM accepts the module) and its header a ``.pragma "nounroll"``
+  for ptxas; a plain loop of the same few trips is unrolled by LLVM and has none."""
+  import llvmlite.ir as ir
+  from ourjax.backends.llvm import emitter as E
+  mod = codegen.new_module("m")
+  fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.FloatType().as_pointer()] * 3), "k")
+  fn.calling_convention = "ptx_kernel"
+  b = ir.IRBuilder(fn.append_basic_block())
+  for arg, unroll in zip(fn.args, (False, False, True)):
+    with E.ForLoop(b, 0, 4, "i", unroll=unroll) as loop:
+      p = b.gep(arg, [loop.index])
+      b.store(b.fadd(b.load(p), ir.Constant(ir.FloatType(), 1.0)), p)
+  b.ret_void()
+  ptx = codegen.compile_ptx(mod)
+  assert ptx.count('.pragma "nounroll"') == 2
+  assert len(re.findall(r"@%p\d+ bra", ptx)) == 2          # two loops left
+  assert len(re.findall(r"ld\.global\.b32", ptx)) == 2 + 4  # the third unrolled
   _assemble(ptx)
 
 

@@ -214,6 +214,7 @@ class FlashAttention(GpuKernel):
   """``out[b] = softmax(q[b] k[b]ᵀ * scale) v[b]`` for every batch entry ``b`` (row-major
   ``[B, Tq, D]``, ``[B, Tk, D]``, ``[B, Tk, Dv]`` buffers, any ``Tq`` and ``Tk``); the module
   docstring says how."""
+  compile_cost = 64
   BQ = 64           # query rows per block: 4 warps of 16
   THREADS = 128
 

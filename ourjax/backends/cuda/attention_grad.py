@@ -65,6 +65,7 @@ class FlashAttentionGrad(GpuKernel):
   """One of the two kernels of an ``attention-grad`` (module docstring): ``mode="q"`` writes
   ``dq`` and the rows' statistics ``stats`` (``[B*Tq, 2]`` f32: ``L``, ``Δ``), ``mode="kv"``
   reads them and writes ``dk`` and ``dv``.  Operands are row-major ``[B, T, D]`` buffers."""
+  compile_cost = 96
 
   def __init__(self, name, instr, mode, q, k, v, o, do, stats, outs, leafmap=None):
     self.instr, self.mode = instr, mode

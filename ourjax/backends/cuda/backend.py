@@ -827,7 +827,10 @@ def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
   builder = kernel_cache.ModuleBuilder(info.arch, module.name or "ourjax", len(kernels))
   try:
     with _phases.phase("emit"):
-      for k in kernels:
+      # the dearest modules first (``GpuKernel.compile_cost``): their LLVM work and driver link
+      # start while the rest is emitted, instead of making the compile's tail (program order
+      # is kept for the launches: ``ptx_entry`` names each kernel's module)
+      for k in sorted(kernels, key=lambda k: -getattr(k, "compile_cost", 1)):
         m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
         k.emit_gpu(m)
         text = str(m)

@@ -121,7 +121,8 @@ def _new_target_machine(arch: str):
 
 
 def new_module(name: str, arch: str = DEFAULT_ARCH) -> ir.Module:
-  mod = ir.Module(name=name)
+  # (a context of its own: the module's text declares the named types it made and no others)
+  mod = ir.Module(name=name, context=ir.Context())
   mod.triple = TRIPLE
   mod.data_layout = str(target_machine(arch).target_data)
   mod.ourjax_arch = arch           # (read by GpuKernel.emit_gpu)
@@ -317,8 +318,12 @@ def _pow2_at_least(n: int) -> int:
 class GpuKernel(K.Kernel):
   """A ``__global__`` function over the kernel's buffers (``noalias``, 16-byte aligned:
   allocations are 512-byte aligned and arena offsets multiples of 64).  Subclasses implement
-  ``gpu_body(b, ptr)`` and ``launch(info) -> (grid, block, shared_bytes)``."""
+  ``gpu_body(b, ptr)`` and ``launch(info) -> (grid, block, shared_bytes)``.  ``compile_cost``:
+  a rough rank of what its module costs LLVM and the driver's JIT (1: a small loop kernel), by
+  which ``backend.emit`` orders the emission (the dearest first, so that their compiles overlap
+  the emission of the rest)."""
   is_copy = False
+  compile_cost = 1
 
   def helpers(self) -> list:
     """The device functions (planned ``Kernel``s, emitted by their own ``emit``) this kernel's

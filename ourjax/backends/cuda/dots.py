@@ -26,6 +26,7 @@ class SimtDot(GpuKernel):
   """C[b] = A[b] @ B[b] over strided operand buffers: 64x64 output tiles per block of 256
   threads (4x4 outputs each), 16-deep k slices through shared memory; any sizes and strides
   (bounds are clamped and masked), float accumulation (double for f64)."""
+  compile_cost = 8
   BM = BN = 64
   BK = 16
 
@@ -191,6 +192,7 @@ class TensorCoreDot(GpuKernel):
   multiplied.  f32 operands are rounded to tf32 (``cvt.rna``) as they enter shared memory;
   bf16/f16 use m16n8k16.  Needs M, N % 128 == 0, K % 32 == 0 and unit stride along k or along
   m (A) / n (B)."""
+  compile_cost = 32
   BM = BN = 128
   BK = 32
   WM, WN = 64, 32       # warp tile
@@ -469,8 +471,9 @@ def dot_writer(b, ptr, kernel):
 
 def single_result(kernel):
   """``(dtype, Buf)`` of the one array of the dot's shape a dot kernel's results go to: C
-  itself, or the one output of its fused epilogue; None for an epilogue of several outputs or
-  of another shape."""
+  itself, or the one output of its fused epilogue (its buffer may hold a row-major reshape of
+  C, a convolution's ``[N*H*W, C]`` product stored as ``[N, H, W, C]``: an element's linear
+  position is the same); None for an epilogue of several outputs or of another shape."""
   dot, epi = kernel.dot, kernel.epilogue
   if epi is None:
     return dot.dtype, kernel.out
@@ -478,7 +481,8 @@ def single_result(kernel):
     return None
   instr, buf = epi.outputs[0]
   dims = tuple(dot.dims)
-  if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or tuple(buf.dims) != dims:
+  if tuple(instr.dims) != dims or not isinstance(buf, K.Buf) or \
+     math.prod(buf.dims) != math.prod(dims):
     return None
   return np.dtype(instr.dtype), buf
 
@@ -538,6 +542,7 @@ class MmaDot(GpuKernel):
   ``ldmatrix`` (``.trans`` where the tile is stored the other way round; plain 32-bit loads for
   the tf32 tiles ldmatrix cannot transpose).  f32 fragments are rounded to tf32 (``cvt.rna``).
   Same conditions as ``TensorCoreDot``."""
+  compile_cost = 48
   BM = BN = 128
   WM, WN = 64, 32
   THREADS = 256
@@ -793,14 +798,41 @@ def _k_major_copy(name, s, which: int, buf, new_temp):
   return dst, StridedTranspose(name + "_tb", buf, dst, s.B, s.N, s.K, s.b_sb, s.b_sk)
 
 
-def _copy_small_b(spec) -> bool:
-  """``OURJAX_CUDA_WGMMA_COPY_B=1`` (off by default; for an A/B on a GPU): a tf32 dot with a
-  row-major B much smaller than A (a convolution's weights) copies B K-major and runs the
-  shared-memory form instead of the transposed register form, whose kernel takes the driver's
-  JIT about twice as long to compile (``benchmarks/gpu_compile.py``)."""
-  import os
-  return (os.environ.get("OURJAX_CUDA_WGMMA_COPY_B", "0").strip() == "1" and spec.B == 1
-          and 8 * spec.K * spec.N <= spec.K * spec.M)
+def narrow_b_form(spec, how) -> str:
+  """How a tf32 dot that ``WgmmaDot.supports`` as ``how`` = ("rs_t", Q, warpgroups) -- B stored
+  N-major, so the transposed register form -- runs instead: ``"rs_t"`` (as it is), ``"ss"`` or
+  ``"ss_t"`` (B copied K-major first by a ``StridedTranspose``, then a shared-memory form:
+  A's rows by B's, or B's rows by A's written transposed).
+
+  The cost model.  At run time the register form loads and rounds its operand fragment by
+  fragment in every k step (H100, the 28x28x256 convolution: 0.384 ms against 0.297 for the
+  copy and the shared-memory form of the same 128 x 256 tile), while the copy costs a pass
+  over B; at compile time the register form is the largest kernel the driver's JIT compiles
+  (ptxas -arch=sm_90a: 0.36 s against 0.14 for the 256-wide shared-memory form and 0.06 for
+  the 128-wide one).  So B is copied where it is at most 1/32 of A (the copy at most ~3% of
+  the traffic of A; a convolution's weights against its patch matrix: 1/49 to 1/1568 in
+  benchmarks/models.py, where a transformer's weights are 1/8 to 1/16 of its activations and
+  keep the register form) and the product has one matrix (a batch would copy B per matrix):
+  ``"ss"`` where B is wide enough for the 256-wide tile along n (``q_tile``), else ``"ss_t"``,
+  which keeps the register form's tile (128 values of n by 256 of m; ``"ss"`` would give 128 x
+  128 tiles, 0.398 against 0.380 ms at 56x56x128).  A B of 64 columns or fewer (one
+  warpgroup's rows in the register form) with many rows of A goes to ``"ss"`` whatever its
+  size: its 128-row X operand of two warpgroups and a narrow Y tile beat the one-warpgroup
+  blocks.  ``OURJAX_CUDA_WGMMA_COPY_B``: ``0`` keeps the register form (but for that last
+  case), ``1`` copies B for ``"ss"`` wherever B is at most an eighth of A (the 15th session's
+  switch), ``auto`` (the default) as above."""
+  from ourjax.backends.cuda.wgmma import q_tile
+  _, _, wg = how
+  if wg == 1 and spec.M >= 16 * 64:
+    return "ss"
+  mode = os.environ.get("OURJAX_CUDA_WGMMA_COPY_B", "auto").strip().lower()
+  if spec.B != 1 or mode in ("0", "off", "no", "false"):
+    return "rs_t"
+  if mode in ("1", "on", "yes", "true"):
+    return "ss" if 8 * spec.N <= spec.M else "rs_t"
+  if 32 * spec.N > spec.M:
+    return "rs_t"
+  return "ss" if q_tile(spec.N) == 256 else "ss_t"
 
 
 def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
@@ -846,15 +878,16 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
         a = copied
       else:
         rhs = copied
-  if how is not None and how[0] == "rs_t" and (
-      (how[2] == 1 and spec.M >= 16 * 64) or _copy_small_b(spec)):
-    # tf32 with a row-major B of 64 columns or fewer and many rows of A (a convolution with
-    # few output channels): the transposed form would give each block one warpgroup and A
-    # through 256-wide tiles; B copied K-major first (a small copy) lets A take the 128-row X
-    # operand of two warpgroups and B a narrow Y tile instead
+  form = "rs_t"
+  if how is not None and how[0] == "rs_t":
+    form = narrow_b_form(spec, how)
+  if form != "rs_t":
+    # B copied K-major first (``narrow_b_form``: a convolution's weights), then a
+    # shared-memory form
     staged = _k_major(spec, s, 1)
-    alt = WgmmaDot.supports(dot, info, kind, staged)
-    if alt is not None and alt[0] == "ss":
+    alt = WgmmaDot.supports(dot, info, kind, staged) if form == "ss" else \
+        WgmmaDot.transposed_form(dot, info, kind, staged)
+    if alt is not None:
       rhs, k = _k_major_copy(name, s, 1, rhs, new_temp)
       pre = pre + [k]
       spec, how = staged, alt

@@ -205,6 +205,7 @@ class GpuSort(GpuKernel):
   step ``min(s - 1, jcap)`` down to 0 (compare positions 2^j apart), one compare-exchange
   per thread and pair, a barrier after every step; then writes the rows (keys from shared
   memory, other operands gathered by position) or the temps back."""
+  compile_cost = 8
   ROW_ELEMS = 1024      # short rows are packed R to a block up to this many positions
   CHUNK = 8192          # positions per block of a long sort
   MAX_THREADS = 1024

@@ -213,6 +213,7 @@ class _Stage:
 
 class StencilChain(GpuKernel):
   """Stages computed block by block over tiles of the last axis (module docstring)."""
+  compile_cost = 16
 
   def __init__(self, name, stages, n, staged, globals_out, partial_bufs, extra_reads=(),
                extra_writes=()):

@@ -56,9 +56,11 @@ the rounding is two instructions rather than cvt.rna's three (the same bits), an
 instruction's rows g and g + 8 are adjacent tile columns (one 8-byte load for both): 360
 TFLOP/s with rounding (JAX 369 in the same process; the shared-memory form, ``x @ y.T``: 376).
 
-The block's tile of C goes out through shared memory in 16-byte row chunks when the product
-has no fused epilogue (``staged_store``): on an H100 that took 4096^3 bf16 from 613 to 691
-TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703).
+The block's tile of C goes out through shared memory in 16-byte row chunks (``staged_store``:
+C, or a fused epilogue's one output of C's shape): on an H100 that took 4096^3 bf16 from 613
+to 691 TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703).  A
+fused epilogue is then evaluated in the loop over the chunks (``late_epilogue``), not at each
+accumulator.
 
 Back-to-back calls (``benchmarks/gpu.py``, ``wgmma_variants.py``'s call timing) run slower than
 the kernel's own event time, for both libraries: under sustained load the card's clock falls.
@@ -68,6 +70,11 @@ clock and the host enqueueing a call in 0.03-0.04 ms, JAX 0.198 (the kernels alo
 bursts: 0.193 and 0.193-0.201); f32 0.430, 0.426, JAX 0.399 (short bursts: 0.381 and 0.373).
 No time goes to dispatch, allocation or synchronisation; what is left is the kernel's own
 rate under the card's power limit, where cuBLAS's kernels keep more of theirs.
+
+Compile time.  The driver's JIT (ptxas) spends most of a kernel's time on its wgmma
+instructions of Q/2 accumulators a thread: the shared-memory forms issue a slice's 4 k steps
+from a loop around one instruction (``k_loop``), the k loop is marked not to unroll (ptxas
+unrolled short ones whole), and the epilogue's code is a few copies, not Q/2 of them.
 
 int8 at 4096^3 on an H100 (``wgmma_check.py --time-int8``): 0.124 ms in WgmmaDot plus 0.028
 in the copy of B K-major (905 TOP/s together) against JAX's 0.255 ms wall clock (540).
@@ -81,9 +88,11 @@ Conditions (``WgmmaDot.supports``): compute capability 9.0; A K-major (unit stri
 or M-major f32 with a K-major B; B K-major or N-major (N-major f32 uses the transposed form);
 16-byte aligned rows and batch strides (so K a multiple of 16 bytes); any sizes.  Where both
 operands are stored with k outermost (a weight gradient ``x.T @ dy``) the smaller is copied
-K-major first, and a narrow N-major f32 B too (``dots._wgmma_kernels`` decides); A may also be a convolution's patch
+K-major first, and a narrow N-major f32 B too (``dots.narrow_b_form`` decides: then the
+shared-memory form, or its transposed twin ``ss_t`` -- X = B, Y = A, C written transposed --
+where B is narrower than a 256-wide tile); A may also be a convolution's patch
 matrix read in place from the input (``implicit_gemm``).  Everything else stays on ``MmaDot``
-or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where the accumulators are
+or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where C's elements are
 stored.
 """
 from __future__ import annotations
@@ -128,7 +137,9 @@ def mn_major_offsets(bk: int):
 class WgmmaDot(GpuKernel):
   """``wgmma.mma_async`` dot (see the module docstring).  ``mode`` is ``"ss"`` (X = A, Y = B,
   both from shared memory; ``b_mn``: B staged N-major, transpose flag set), ``"rs_t"`` (tf32
-  with N-major B: X = B^T from registers, Y = A, C written transposed) or ``"rs"`` (tf32 with
+  with N-major B: X = B^T from registers, Y = A, C written transposed), ``"ss_t"`` (both
+  K-major, X = B and Y = A from shared memory, C written transposed: ``transposed_form``) or
+  ``"rs"`` (tf32 with
   M-major A and K-major B: X = A from registers, read from a [k][m] tile, Y = B).  ``q_tile``: the tile's
   width Q (256, 128, 64 or 32), ``wg``: warpgroups (the tile's height is 64 ``wg``), ``split``:
   blocks per output tile along k (``out`` then holds ``split`` f32 partial products
@@ -197,6 +208,40 @@ class WgmmaDot(GpuKernel):
       qt = 64
     return mode, qt, 1 if p <= 64 else 2
 
+  @classmethod
+  def transposed_form(cls, dot, info: DeviceInfo, kind: str | None, spec=None):
+    """(``"ss_t"``, Q tile, warpgroups) for ``dot`` with both operands K-major (``spec``: as
+    for the constructor), or None: the shared-memory form of the transposed product C^T =
+    B^T A^T -- X = B (the tile's rows run along n), Y = A (its columns along m), both read
+    from shared memory through descriptors.  For a narrow B (a convolution's weights, copied
+    K-major) this gives the register form's tile (64 ``wg`` values of n by Q = 256 of m)
+    without its per-fragment shared loads and conversions, at about half its PTX."""
+    how = cls.supports(dot, info, kind, spec)
+    s = spec or K.DotSpec(dot)
+    if how is None or how[0] != "ss" or s.b_sk != 1:
+      return None
+    return "ss_t", q_tile(s.M), 1 if s.N <= 64 else 2
+
+  @property
+  def compile_cost(self) -> int:
+    return self.Q // 2 + 16              # (its accumulators a thread, the copies' code)
+
+  @property
+  def k_loop(self) -> bool:
+    """Whether a k slice's 4 instructions are a loop around one (the shared-memory forms:
+    their operands are descriptors, computed from the step): ptxas's time goes mostly to each
+    wgmma instruction of 128 accumulators a thread (0.136 -> 0.101 s for the 56x56x128
+    convolution's ``ss_t`` kernel), and the IR shrinks as much; the instructions are
+    asynchronous, the loop's few integer operations run while they do.
+    ``OURJAX_CUDA_WGMMA_KLOOP=0``: unrolled."""
+    from ourjax.config import env_switch
+    return self.mode in ("ss", "ss_t") and env_switch("OURJAX_CUDA_WGMMA_KLOOP")
+
+  @property
+  def transposed(self) -> bool:
+    """Whether the tile is of C^T (rows along n, columns along m): ``rs_t`` and ``ss_t``."""
+    return self.mode in ("rs_t", "ss_t")
+
   # -- shared-memory plan ------------------------------------------------------------------------
   @property
   def x_bytes(self):
@@ -215,7 +260,7 @@ class WgmmaDot(GpuKernel):
 
   def launch(self, info):
     s = self.spec
-    p, q = (s.N, s.M) if self.mode == "rs_t" else (s.M, s.N)
+    p, q = (s.N, s.M) if self.transposed else (s.M, s.N)
     return ((-(-q // self.Q), -(-p // self.P_TILE), s.B * self.S), (self.THREADS, 1, 1),
             STAGES * self.stage_bytes + 1024)
 
@@ -245,7 +290,7 @@ class WgmmaDot(GpuKernel):
     Q, BK, esz, PT, NT = self.Q, self.BK, self.esz, self.P_TILE, self.THREADS
     epv = 16 // esz
     rs = self.mode in ("rs", "rs_t")        # X from registers
-    P, Qn = (N, M) if self.mode == "rs_t" else (M, N)        # rows of X and of Y
+    P, Qn = (N, M) if self.transposed else (M, N)        # rows of X and of Y
     mod = b.module
     smem = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(8), 0), self.name + "_smem",
                              addrspace=3)
@@ -360,6 +405,10 @@ class WgmmaDot(GpuKernel):
       if self.mode == "rs":
         copy_padded(xs, k0)
         copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), q0, Q, N, k0)
+      elif self.mode == "ss_t":             # X = B's rows (n), Y = A's rows (m)
+        copy_kmajor(xs, Bm, b.add(b_base, b.mul(p0, i64(s.b_sn))), i64(s.b_sn), p0, PT, N, k0)
+        copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
+                    gather)
       elif rs:
         copy_padded(xs, k0)
         copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
@@ -387,7 +436,11 @@ class WgmmaDot(GpuKernel):
     shape = f"m64n{Q}k{32 // esz}"
     outs = ",".join(f"${i}" for i in range(nacc))
     acc_cons = ",".join([("=r" if integer else "=f")] * nacc + [str(i) for i in range(nacc)])
-    RET = ir.LiteralStructType([acc_ty] * nacc)
+    # (a named type: the IR prints "%acc" where each use would spell out Q/2 members, which
+    # made most of the module's text and of the emitter's and LLVM's parsing time)
+    RET = mod.context.get_identified_type(f"ojx.acc{nacc}")
+    if RET.is_opaque:
+      RET.set_body(*([acc_ty] * nacc))
     ta, tb = operand_types(ty)
     dtype = f"{'s32' if integer else 'f32'}.{ta}.{tb}"
 
@@ -427,9 +480,43 @@ class WgmmaDot(GpuKernel):
                       ret=I32, side_effect=False) for j in (0, 1)]
       return frag
 
+    def carried(loop, init):
+      """Phis in ``loop``'s header for values carried around it (the accumulators), entering
+      as ``init``; ``close(phis, values)`` at the end of its body adds the values that go
+      round.  (SSA values rather than stack slots: LLVM then has Q/2 fewer loads and stores
+      per use to clean up.)"""
+      here = b.block
+      b.position_at_start(loop.header)
+      phis = [b.phi(v.type) for v in init]
+      for p_, v in zip(phis, init):
+        p_.add_incoming(v, loop.pre)
+      b.position_at_end(here)
+      return phis
+
+    def close(phis, values):
+      for p_, v in zip(phis, values):
+        p_.add_incoming(v, b.block)
+
+    def compute_looped(xs, ys, accs):
+      """The slice's 4 k steps as a loop around one instruction (``k_loop``)."""
+      _asm(b, "wgmma.fence.sync.aligned;", "~{memory}", [])
+      with E.ForLoop(b, 0, 4, "ks", unroll=False) as loop:
+        ks = loop.index
+        phis = carried(loop, accs)
+        xd = desc(b.add(xs, b.add(b.mul(wg, i64(64 * ROW)), b.mul(ks, i64(32)))), 1, 64)
+        if self.b_mn:
+          yd = desc(b.add(ys, b.mul(ks, i64(16 * ROW))), *mn_major_offsets(BK))
+        else:
+          yd = desc(b.add(ys, b.mul(ks, i64(32))), 1, 64)
+        close(phis, wgmma(phis, xd, yd))
+      _asm(b, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
+      return phis
+
     def compute(kt, accs):
       stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
+      if self.k_loop:
+        return compute_looped(xs, ys, accs)
       # the register form loads each k step's fragment just before its instruction (a fence
       # between the two), so the first instruction waits for one fragment, not four
       xops = [None if rs else x_operand(xs, ks) for ks in range(4)]
@@ -447,47 +534,47 @@ class WgmmaDot(GpuKernel):
       _asm(b, "wgmma.commit_group.sync.aligned;", "~{memory}", [])
       return accs
 
-    slots = [E.alloca_entry(b, acc_ty) for _ in range(nacc)]
-    for sl in slots:
-      b.store(ir.Constant(acc_ty, 0 if integer else 0.0), sl)
+    zero = [ir.Constant(acc_ty, 0 if integer else 0.0)] * nacc
     for j in range(AHEAD):
       if j < KTB:
         issue(i64(j))
       commit()
 
-    def step(kt):
+    def step(kt, accs):
       """One k slice: publish its stage, issue its instructions, start the copies of slice
-      kt + AHEAD, let slice kt - 1's instructions finish."""
+      kt + AHEAD, let slice kt - 1's instructions finish; the accumulators after it."""
       _asm(b, f"cp.async.wait_group {AHEAD - 1};", "~{memory}", [])
       _asm(b, "fence.proxy.async.shared::cta;", "~{memory}", [])
       barrier(b)
-      accs = compute(kt, [b.load(sl) for sl in slots])
-      for sl, v in zip(slots, accs):
-        b.store(v, sl)
+      accs = compute(kt, accs)
       nxt = b.add(kt, i64(AHEAD))
       with b.if_then(b.icmp_signed("<", nxt, i64(KTB))):
         issue(nxt)
       commit()
       _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
+      return accs
 
     if rs:
       # the register operand of slice kt must stay intact until its instructions complete,
       # i.e. while slice kt + 1 is issued: two copies of the step give consecutive slices
       # different (PTX) registers
-      with E.ForLoop(b, 0, KTB // 2, "kt") as loop:
+      with E.ForLoop(b, 0, KTB // 2, "kt", unroll=False) as loop:
         kt = b.mul(loop.index, i64(2))
-        step(kt)
-        step(b.add(kt, i64(1)))
+        phis = carried(loop, zero)
+        close(phis, step(b.add(kt, i64(1)), step(kt, phis)))
+      accs = phis
       if KTB % 2:
-        step(i64(KTB - 1))
+        accs = step(i64(KTB - 1), accs)
     else:
-      with E.ForLoop(b, 0, KTB, "kt") as loop:
-        step(loop.index)
+      with E.ForLoop(b, 0, KTB, "kt", unroll=False) as loop:
+        phis = carried(loop, zero)
+        close(phis, step(loop.index, phis))
+      accs = phis
     _asm(b, "wgmma.wait_group.sync.aligned 0;", "~{memory}", [])
     _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
     # the accumulators pass through an empty volatile asm after the wait, so no use of them can
     # be scheduled before the instructions that write them have completed
-    r = _asm(b, "", acc_cons, [b.load(sl) for sl in slots], ret=RET)
+    r = _asm(b, "", acc_cons, accs, ret=RET)
     accs = [b.extract_value(r, i) for i in range(nacc)]
     if part is not None:     # partial products: f32 into slab ``part`` of [S, M, N]
       C = ptr(self.out)
@@ -519,10 +606,20 @@ class WgmmaDot(GpuKernel):
 
   def _c_tile(self, esz: int):
     """(rows, columns) of the block's tile of C, and its row pitch in shared memory for
-    results of ``esz`` bytes (the row's bytes + 16, so that the fragments' rows fall on
+    values of ``esz`` bytes (the row's bytes + 16, so that the fragments' rows fall on
     different banks)."""
-    rows, cols = (self.Q, self.P_TILE) if self.mode == "rs_t" else (self.P_TILE, self.Q)
+    rows, cols = (self.Q, self.P_TILE) if self.transposed else (self.P_TILE, self.Q)
     return rows, cols, cols * esz + 16
+
+  @property
+  def late_epilogue(self) -> bool:
+    """Whether a fused epilogue is evaluated after the tile of C went through shared memory,
+    in the loop over its 16-byte chunks (a few copies of the epilogue's code), rather than at
+    each of a thread's Q/2 accumulators (Q/2 copies: most of the kernel's code, of the
+    emitter's, LLVM's and the driver's compile time).  ``OURJAX_CUDA_LATE_EPILOGUE=0``:
+    never."""
+    from ourjax.config import env_switch
+    return self.epilogue is not None and env_switch("OURJAX_CUDA_LATE_EPILOGUE")
 
   @property
   def staged_store(self) -> bool:
@@ -539,38 +636,46 @@ class WgmmaDot(GpuKernel):
     if self.S > 1 or not env_switch("OURJAX_CUDA_STAGED_STORE") or result is None:
       return False
     esz = result[0].itemsize
-    rows, cols, pitch = self._c_tile(esz)
+    rows, cols, pitch = self._c_tile(self._tile_dtype(result[0]).itemsize)
     return (self.spec.N * esz) % 16 == 0 and rows * pitch <= STAGES * self.stage_bytes
+
+  def _tile_dtype(self, out_dt):
+    """What the shared tile of C holds: C's elements in the dot's type where the epilogue
+    comes after it (``late_epilogue``), else the results (``out_dt``)."""
+    return np.dtype(self.dot.dtype) if self.late_epilogue else np.dtype(out_dt)
 
   def _store_staged(self, b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4):
     from ourjax.backends.cuda.dots import dot_evaluator
     s = self.spec
     M, N = s.M, s.N
     value, dt, out = dot_evaluator(b, ptr, self)
+    late = self.late_epilogue
     esz = dt.itemsize
+    tdt = self._tile_dtype(dt)                # the tile's element type
     acc_dt = self.acc_dtype
-    rows, cols, pitch = self._c_tile(esz)
-    m0, n0 = (q0, p0) if self.mode == "rs_t" else (p0, q0)
+    rows, cols, pitch = self._c_tile(tdt.itemsize)
+    m0, n0 = (q0, p0) if self.transposed else (p0, q0)
     c_base = b.add(b.mul(bat, i64(M * N)), b.add(b.mul(m0, i64(N)), n0))
     # every warpgroup is done with the ring (its last instructions waited for): the tile over
-    # it.  Each result is evaluated (through the epilogue) where its accumulator is and kept
-    # in the tile; the stores to memory come after every result is evaluated (an output may
-    # be written over a donated input that the epilogue reads at the same element)
+    # it.  Each result is evaluated (through the epilogue, unless ``late``) where its
+    # accumulator is and kept in the tile; the stores to memory come after every result is
+    # evaluated (an output may be written over a donated input that the epilogue reads at the
+    # same element; ``late``: each chunk's elements are read and written by one thread, the
+    # reads first)
     barrier(b)
-    st_ty = E.storage_type(dt)
-    tile = b.inttoptr(base, st_ty.as_pointer(3))
+    tile = b.inttoptr(base, E.storage_type(tdt).as_pointer(3))
     prow, hi = self._p_rows(b, wg, warp, g)
     qcol = b.mul(t4, i64(2))
-    per_row = pitch // esz
+    per_row = pitch // tdt.itemsize
     for i in range(self.Q // 8):
       for e in range(4):
         p = b.add(prow, i64(hi)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
-        r, c = (q, p) if self.mode == "rs_t" else (p, q)
+        r, c = (q, p) if self.transposed else (p, q)
         v = accs[4 * i + e]
         if self.dot.dtype != acc_dt:
           v = E.convert_value(b, v, acc_dt, self.dot.dtype)
-        if self.epilogue is not None:
+        if self.epilogue is not None and not late:
           m, n = b.add(m0, r), b.add(n0, c)
           lin = b.add(c_base, b.add(b.mul(r, i64(N)), c))
           where = (bat, m, n)
@@ -581,7 +686,7 @@ class WgmmaDot(GpuKernel):
             lin = b.select(inside, lin, b.mul(bat, i64(M * N)))
             where = (bat, b.select(inside, m, i64(0)), b.select(inside, n, i64(0)))
           v = value(v, lin, where)
-        E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), dt)
+        E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), tdt)
     barrier(b)
     # 16-byte chunks along the tile's rows; a chunk that passes C's last column goes element
     # by element
@@ -592,6 +697,13 @@ class WgmmaDot(GpuKernel):
     cbytes = b.ptrtoint(C, I64)
     total = rows * chunks
     row_edge, col_edge = M % rows != 0, N % cols != 0
+
+    def result_at(r, col, linear, m, n):
+      """Result element at the tile's (r, col) (C's (m, n), ``linear``), a compute value of
+      ``dt`` (``late``: the epilogue evaluated here)."""
+      w = E.load_element(b, tile, b.add(b.mul(r, i64(per_row)), col), tdt)
+      return value(w, linear, (bat, m, n)) if late else w
+
     # (a loop, not unrolled: the emitted code stays small, so does its compile time)
     with E.ForLoop(b, 0, -(-total // self.THREADS), "chunk") as loop:
       cid = b.add(tid, b.mul(loop.index, i64(self.THREADS)))
@@ -599,11 +711,20 @@ class WgmmaDot(GpuKernel):
         r = b.udiv(cid, i64(chunks))
         ch = b.urem(cid, i64(chunks))
         m, n = b.add(m0, r), b.add(n0, b.mul(ch, i64(per)))
-        src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
         linear = b.add(c_base, b.add(b.mul(r, i64(N)), b.mul(ch, i64(per))))
 
         def whole_chunk():
-          val = b.load(b.inttoptr(src, V.as_pointer(3)), align=16)
+          if late:
+            st = E.storage_type(dt)
+            vec = ir.Constant(ir.VectorType(st, per), None)
+            for x in range(per):
+              w = result_at(r, b.add(b.mul(ch, i64(per)), i64(x)), b.add(linear, i64(x)),
+                            m, b.add(n, i64(x)))
+              vec = b.insert_element(vec, E.to_storage(b, w, dt), ir.Constant(I32, x))
+            val = b.bitcast(vec, V)
+          else:
+            src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
+            val = b.load(b.inttoptr(src, V.as_pointer(3)), align=16)
           dst = b.add(cbytes, b.mul(linear, i64(esz)))
           b.store(val, b.inttoptr(dst, V.as_pointer()), align=16)
         inside = (b.icmp_unsigned("<", m, i64(M)) if row_edge
@@ -621,9 +742,9 @@ class WgmmaDot(GpuKernel):
               with b.if_then(inside), E.ForLoop(b, 0, per, "x") as xl:
                 x = xl.index
                 with b.if_then(b.icmp_unsigned("<", b.add(n, x), i64(N))):
-                  w = b.load(b.gep(tile, [b.add(b.mul(r, i64(per_row)),
-                                                 b.add(b.mul(ch, i64(per)), x))]))
-                  b.store(w, b.gep(C, [b.add(linear, x)]))
+                  w = result_at(r, b.add(b.mul(ch, i64(per)), x), b.add(linear, x), m,
+                                b.add(n, x))
+                  E.store_element(b, w, C, b.add(linear, x), dt)
 
   def _epilogue(self, b, accs, store, bat, p0, q0, wg, warp, g, t4, p_edge, q_edge):
     """Accumulator d[4i + e] sits at (p, q) = (row + 8 (e >= 2), 8i + 2t + e % 2) of the
@@ -633,7 +754,7 @@ class WgmmaDot(GpuKernel):
     are stored."""
     s = self.spec
     M, N = s.M, s.N
-    P, Qn = (N, M) if self.mode == "rs_t" else (M, N)
+    P, Qn = (N, M) if self.transposed else (M, N)
     acc_dt = self.acc_dtype
     out_dt = E.F32 if self.S > 1 else self.dot.dtype
     c_base = b.mul(bat, i64(M * N))
@@ -644,7 +765,7 @@ class WgmmaDot(GpuKernel):
       for e in range(4):
         p = b.add(prow, i64(hi)) if e >= 2 else prow
         q = b.add(qcol, i64(8 * i + e % 2))
-        m, n = (q, p) if self.mode == "rs_t" else (p, q)
+        m, n = (q, p) if self.transposed else (p, q)
         v = accs[4 * i + e] if out_dt == acc_dt else E.convert_value(b, accs[4 * i + e],
                                                                      acc_dt, out_dt)
         ok = None
@@ -680,7 +801,7 @@ def split_count(spec, how, kind: str, info: DeviceInfo) -> int:
   and the image), each block keeping at least 8 k slices; a divisor of the slice count, so
   every block multiplies the same number of slices.  1 for batched dots."""
   mode, qt, wg = how
-  p, q = (spec.N, spec.M) if mode == "rs_t" else (spec.M, spec.N)
+  p, q = (spec.N, spec.M) if mode in ("rs_t", "ss_t") else (spec.M, spec.N)
   tiles = spec.B * -(-p // (64 * wg)) * -(-q // qt)
   kt = -(-spec.K // (ROW // _elem_bytes(kind)))
   # (integer dots: the partial products would be f32, which does not hold int32 sums exactly)
