@@ -109,18 +109,18 @@ def test_kernel_kinds(compiled_cases):
       == ["rs"]
   assert kinds["dot_split_k"] == ["SimtDot", "SplitKSum"]      # the epilogue in the sum
   # weights much smaller than the patch matrix: copied K-major, then a shared-memory form
-  # (transposed below 256 output channels), the epilogue after the tile's trip through shared
-  # memory, also into a [N, H, W, C] result
+  # (transposed below 256 output channels), the epilogue at the accumulators (late only when
+  # asked) and the tile through shared memory, also into a [N, H, W, C] result
   forms = {n: [(type(k).__name__, getattr(k, "mode", None), getattr(k, "late_epilogue", None),
                 getattr(k, "staged_store", None))
                for k in compiled_cases[n].runtime_executable().kernels]
            for n in ("conv_narrow_b_ss_t", "conv_narrow_b_ss_t_edges",
                      "conv_narrow_b_ss_bf16", "dot_narrow_b_ss_t")}
   copy = ("StridedTranspose", None, None, None)
-  assert forms["conv_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", True, True)]
-  assert forms["conv_narrow_b_ss_t_edges"] == [copy, ("WgmmaDot", "ss_t", True, True)]
-  assert forms["conv_narrow_b_ss_bf16"] == [copy, ("WgmmaDot", "ss", True, True)]
-  assert forms["dot_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", True, True)]
+  assert forms["conv_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", False, True)]
+  assert forms["conv_narrow_b_ss_t_edges"] == [copy, ("WgmmaDot", "ss_t", False, True)]
+  assert forms["conv_narrow_b_ss_bf16"] == [copy, ("WgmmaDot", "ss", False, True)]
+  assert forms["dot_narrow_b_ss_t"] == [copy, ("WgmmaDot", "ss_t", False, True)]
   # 8-bit integer dots on the tensor cores (a row-major B copied K-major first); other integer
   # dots on SimtDot, never a sum per element inside an elementwise kernel
   assert kinds["dot_wgmma_s8"] == ["StridedTranspose", "WgmmaDot"]
@@ -187,10 +187,12 @@ def test_wgmma_instructions(compiled_cases):
   assert '.pragma "nounroll"' in ptx
   ptx = compiled_cases["dot_wgmma_bf16"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx and ", 0, 1; }" in ptx
-  # the shared-memory forms issue a slice's 4 k steps from a loop around one instruction (the
-  # register form keeps its 2 x 4 unrolled ones)
-  assert ptx.count("wgmma.mma_async") == 1
+  # 16-bit dots issue a slice's 4 k steps unrolled (only tf32's shared-memory forms loop around
+  # one instruction: test_wgmma_k_loop_switch); the register form keeps its 2 x 4 unrolled ones
+  assert ptx.count("wgmma.mma_async") == 4
   assert compiled_cases["dot_wgmma_tf32"].as_text(dialect="ptx").count("wgmma.mma_async") == 8
+  ptx = compiled_cases["dot_wgmma_tf32_nt"].as_text(dialect="ptx")
+  assert ptx.count("wgmma.mma_async") == 1
   # 8-bit integers: k32 steps into int32 accumulators, no operand scales or transpose flags
   ptx = compiled_cases["dot_wgmma_u8_nt"].as_text(dialect="ptx")
   assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.u8" in ptx
@@ -342,20 +344,26 @@ def test_late_epilogue_goes_through_the_shared_tile(monkeypatch):
 
 
 def test_wgmma_k_loop_switch(monkeypatch):
-  """``OURJAX_CUDA_WGMMA_KLOOP=0``: the shared-memory forms issue a slice's 4 k steps unrolled
-  (4 instructions in the PTX, 1 by default); both assemble."""
+  """``OURJAX_CUDA_WGMMA_KLOOP=0``: the shared-memory forms of tf32 dots issue a slice's 4 k
+  steps unrolled (4 instructions in the PTX, 1 by default); 16-bit dots are always unrolled
+  (their instructions run twice as fast: the loop's gaps show); all assemble."""
   rng = np.random.default_rng(0)
-  a = rng.standard_normal((256, 192)).astype(BF16)
-  w = rng.standard_normal((192, 256)).astype(BF16)
   counts = {}
-  for on in ("0", "1"):
-    monkeypatch.setenv("OURJAX_CUDA_WGMMA_KLOOP", on)
-    ptx = _compiled(lambda a, w: jnp.matmul(a, w, preferred_element_type=jnp.float32),
-                    (a, w)).as_text(dialect="ptx")
-    counts[on] = ptx.count("wgmma.mma_async")
-    if PTXAS:
-      _assemble(ptx)
-  assert counts == {"0": 4, "1": 1}
+  for dt in (np.float32, BF16):
+    a = rng.standard_normal((256, 192)).astype(dt)
+    w = rng.standard_normal((256, 192)).astype(dt)          # K-major B: x @ w.T
+    for on in ("0", "1"):
+      monkeypatch.setenv("OURJAX_CUDA_WGMMA_KLOOP", on)
+      exe = _compiled(lambda a, w: jnp.matmul(a, w.T, preferred_element_type=jnp.float32),
+                      (a, w))
+      (dot,) = [k for k in exe.runtime_executable().kernels if type(k).__name__ == "WgmmaDot"]
+      assert dot.mode == "ss", dot.mode
+      ptx = exe.as_text(dialect="ptx")
+      counts[np.dtype(dt).name, on] = ptx.count("wgmma.mma_async")
+      if PTXAS:
+        _assemble(ptx)
+  assert counts == {("float32", "0"): 4, ("float32", "1"): 1,
+                    ("bfloat16", "0"): 4, ("bfloat16", "1"): 4}, counts
 
 
 def jax_gelu(x):

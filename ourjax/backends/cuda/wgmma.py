@@ -59,8 +59,8 @@ TFLOP/s with rounding (JAX 369 in the same process; the shared-memory form, ``x 
 The block's tile of C goes out through shared memory in 16-byte row chunks (``staged_store``:
 C, or a fused epilogue's one output of C's shape): on an H100 that took 4096^3 bf16 from 613
 to 691 TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JAX 703).  A
-fused epilogue is then evaluated in the loop over the chunks (``late_epilogue``), not at each
-accumulator.
+fused epilogue may then be evaluated in the loop over the chunks (``late_epilogue``, off by
+default: fewer copies of its code, but slower steps) rather than at each accumulator.
 
 Back-to-back calls (``benchmarks/gpu.py``, ``wgmma_variants.py``'s call timing) run slower than
 the kernel's own event time, for both libraries: under sustained load the card's clock falls.
@@ -73,8 +73,9 @@ rate under the card's power limit, where cuBLAS's kernels keep more of theirs.
 
 Compile time.  The driver's JIT (ptxas) spends most of a kernel's time on its wgmma
 instructions of Q/2 accumulators a thread: the shared-memory forms issue a slice's 4 k steps
-from a loop around one instruction (``k_loop``), the k loop is marked not to unroll (ptxas
-unrolled short ones whole), and the epilogue's code is a few copies, not Q/2 of them.
+from a loop around one instruction (``k_loop``, tf32 only), the k loop is marked not to unroll
+(ptxas unrolled short ones whole), and with ``late_epilogue`` the epilogue's code is a few
+copies, not Q/2 of them.
 
 int8 at 4096^3 on an H100 (``wgmma_check.py --time-int8``): 0.124 ms in WgmmaDot plus 0.028
 in the copy of B K-major (905 TOP/s together) against JAX's 0.255 ms wall clock (540).
@@ -232,10 +233,13 @@ class WgmmaDot(GpuKernel):
     their operands are descriptors, computed from the step): ptxas's time goes mostly to each
     wgmma instruction of 128 accumulators a thread (0.136 -> 0.101 s for the 56x56x128
     convolution's ``ss_t`` kernel), and the IR shrinks as much; the instructions are
-    asynchronous, the loop's few integer operations run while they do.
-    ``OURJAX_CUDA_WGMMA_KLOOP=0``: unrolled."""
+    asynchronous, the loop's few integer operations run while they do.  tf32 operands only:
+    16- and 8-bit instructions run two and four times as fast, and the loop's gaps between them
+    show (an H100, 4096^3 bf16 through jit: 0.236 ms a call looped against 0.213 unrolled; the
+    convolutions' tf32 steps within 2%).  ``OURJAX_CUDA_WGMMA_KLOOP=0``: unrolled."""
     from ourjax.config import env_switch
-    return self.mode in ("ss", "ss_t") and env_switch("OURJAX_CUDA_WGMMA_KLOOP")
+    return (self.mode in ("ss", "ss_t") and self.esz == 4
+            and env_switch("OURJAX_CUDA_WGMMA_KLOOP"))
 
   @property
   def transposed(self) -> bool:
@@ -616,10 +620,14 @@ class WgmmaDot(GpuKernel):
     """Whether a fused epilogue is evaluated after the tile of C went through shared memory,
     in the loop over its 16-byte chunks (a few copies of the epilogue's code), rather than at
     each of a thread's Q/2 accumulators (Q/2 copies: most of the kernel's code, of the
-    emitter's, LLVM's and the driver's compile time).  ``OURJAX_CUDA_LATE_EPILOGUE=0``:
-    never."""
-    from ourjax.config import env_switch
-    return self.epilogue is not None and env_switch("OURJAX_CUDA_LATE_EPILOGUE")
+    emitter's, LLVM's and the driver's compile time).  Off unless
+    ``OURJAX_CUDA_LATE_EPILOGUE=1``: it buys compile time with run time, and run time is paid
+    at every call.  On an H100 (16th session) it took the LSTM step (dots with fused epilogues
+    in a 100-step scan) from 5.40 to 6.18 ms (one process per setting) and ResNet inference's
+    from 1.15 to 1.22 ms (alternating calls in one process), while the 56x56x128
+    convolution's first call went from 0.62 to 0.33 s."""
+    from ourjax.config import _env_bool
+    return self.epilogue is not None and _env_bool("OURJAX_CUDA_LATE_EPILOGUE", False)
 
   @property
   def staged_store(self) -> bool:
