@@ -2,7 +2,7 @@
 the entry's schedule counts each element of a tuple-shaped result apart (``llvm/schedule.py``),
 a dying temporary that starts several while-loop state elements becomes one of them
 (``Planner._plan_while``), temporaries live in output buffers not yet written
-(``planning._hosted``).  Each plan is compared with the plan the same program gets without the
+(``arena._hosted``).  Each plan is compared with the plan the same program gets without the
 mechanism, and the numbers with the reference backend."""
 import numpy as np
 import pytest
@@ -118,8 +118,8 @@ def _two_layer_grad():
 
 
 def _hosting_off(monkeypatch):
-  from ourjax.backends.llvm import planning
-  monkeypatch.setattr(planning, "_hosted", lambda *a: {})
+  from ourjax.backends.llvm import arena
+  monkeypatch.setattr(arena, "_hosted", lambda *a: {})
 
 
 def test_temporaries_live_in_outputs_not_yet_written(no_disk_cache, monkeypatch):

@@ -18,7 +18,7 @@ Compilation:
    (``module.input_output_alias``, ``jit``'s donation) live in those parameters' buffers
    (``plan_entry``, ``backends/donation.py``; the GPU backend plans the same way), and a call
    returns the donated argument's own array for them.
-2. *Buffer assignment* (``llvm/planning.py``: ``_assign``): temporaries get arena offsets by a
+2. *Buffer assignment* (``llvm/arena.py``: ``_assign``): temporaries get arena offsets by a
    first-fit over their live ranges (64-byte aligned; a buffer used inside a loop lives for the
    whole loop).  In a program with loops whose kernels are beside the entry, the small
    temporaries only thread 0 touches (a loop's scalar carries and predicate) are allocas of the
@@ -94,8 +94,8 @@ from ourjax.backends.llvm import irtools
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning
-from ourjax.backends.llvm.planning import (MAX_THREADS, KernelStep,
-                                           _assign, _control_bytes, _profile_offset, plan_entry)
+from ourjax.backends.llvm.arena import _assign, _control_bytes, _profile_offset
+from ourjax.backends.llvm.planning import MAX_THREADS, KernelStep, plan_entry
 from ourjax.lowering import hlo
 
 log = logging.getLogger("ourjax")

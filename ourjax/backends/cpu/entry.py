@@ -264,8 +264,8 @@ def regions(steps, apart: bool) -> int:
 
 def control_bytes(steps, apart: bool, extra: int = 0) -> int:
   """Bytes of the control block before the profiling counters: the top-level words
-  (``planning._profile_offset``) and the regions' (``extra``: what follows, passed on)."""
-  from ourjax.backends.llvm.planning import _profile_offset
+  (``arena._profile_offset``) and the regions' (``extra``: what follows, passed on)."""
+  from ourjax.backends.llvm.arena import _profile_offset
   return _profile_offset(steps) + REGION_BYTES * regions(steps, apart) + extra
 
 
@@ -630,7 +630,7 @@ class _Emission:
       b.ret(E.i32(1))
       b.position_at_end(run)
     self.body_start = b.block
-    from ourjax.backends.llvm.planning import _profile_offset
+    from ourjax.backends.llvm.arena import _profile_offset
     self.region_offset = _profile_offset(steps)    # (the regions' words follow the steps')
     self.region = None                             # the _Region being emitted
     self.n_regions = 0

@@ -12,6 +12,7 @@ import numpy as np
 from ourjax.backends.cuda import codegen, horizontal, stencil, time_blocking
 from ourjax.backends.cuda.program import _renamed
 from ourjax.backends.llvm import kernels as K
+from ourjax.backends.llvm import arena
 from ourjax.backends.llvm import planning as LP
 from ourjax.lowering import hlo
 from ourjax.config import env_switch
@@ -193,7 +194,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   if horizontal.enabled():
     steps = horizontal.merge_steps(steps, info, LP.KernelStep)
   planner.kernels = _kernels_in(steps)    # (what the transformations left)
-  arena_bytes = LP._assign(planner, steps)
+  arena_bytes = arena._assign(planner, steps)
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:
