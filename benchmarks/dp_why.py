@@ -2,37 +2,19 @@
 times (medians) with the batch given as NumPy arrays, pageable uploads (OURJAX_STAGED_UPLOADS=0,
 the old path) against pinned staging, and with the batch already on the devices; the host time
 to enqueue a step; the upload of the batch alone; steps back to back (10, waited at the end:
-a step's upload may overlap the step before), each way.  Adapted from devrun/dp_why.py (the
-all-reduce and pipelined figures left out to stay short).
-    python devrun_extra/dp_why.py 16,128"""
+a step's upload may overlap the step before), each way.  Needs two GPUs.
+    python benchmarks/dp_why.py 16,128"""
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.getcwd(), "examples"))
-import numpy as np  # noqa: E402
-
 import ourjax  # noqa: E402
 import data_parallel as dp  # noqa: E402
+from upload_time import med, mode  # noqa: E402
 
 pc = time.perf_counter
-
-
-def med(fn, k=30, warm=0):
-  for _ in range(warm):
-    fn()
-  ts = []
-  for _ in range(k):
-    t0 = pc()
-    fn()
-    ts.append(pc() - t0)
-  return statistics.median(ts) * 1e3
-
-
-def mode(staged):
-  os.environ["OURJAX_STAGED_UPLOADS"] = "1" if staged else "0"
-
 
 rows = {}
 for b in [int(v) for v in sys.argv[1].split(",")]:
@@ -58,9 +40,9 @@ for b in [int(v) for v in sys.argv[1].split(",")]:
     res = {}
     for staged in (False, True):
       mode(staged)
-      res[staged] = med(lambda: ourjax.block_until_ready(one()))
-      res[("up", staged)] = med(lambda: ourjax.block_until_ready(ident(x)))
-    waited_dev = med(lambda: ourjax.block_until_ready(one(xd, ld)))
+      res[staged] = med(lambda: ourjax.block_until_ready(one()), warm=0)
+      res[("up", staged)] = med(lambda: ourjax.block_until_ready(ident(x)), warm=0)
+    waited_dev = med(lambda: ourjax.block_until_ready(one(xd, ld)), warm=0)
 
     def back_to_back(k=10, xs=x, ls=labels):
       l = None
