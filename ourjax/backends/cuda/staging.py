@@ -140,13 +140,7 @@ class Pool:
 
   @staticmethod
   def of(dev) -> "Pool":
-    pool = getattr(dev, "_staging_pool", None)
-    if pool is None:
-      with _POOLS_LOCK:
-        pool = getattr(dev, "_staging_pool", None)
-        if pool is None:
-          pool = dev._staging_pool = Pool(dev)
-    return pool
+    return _per_device(dev, "_staging_pool", Pool)
 
   def take(self, k: int) -> list:
     """``k`` (<= ``max_chunks``) distinct chunks for one wave of pieces, oldest DMA first: a
@@ -234,13 +228,7 @@ class Blocks:
 
   @staticmethod
   def of(dev) -> "Blocks":
-    b = getattr(dev, "_upload_blocks", None)
-    if b is None:
-      with _POOLS_LOCK:
-        b = getattr(dev, "_upload_blocks", None)
-        if b is None:
-          b = dev._upload_blocks = Blocks(dev)
-    return b
+    return _per_device(dev, "_upload_blocks", Blocks)
 
   def _fence_returned(self) -> None:
     from ourjax.backends.cuda import driver
@@ -319,6 +307,18 @@ def allocate(dev, nbytes: int):
 
 
 _POOLS_LOCK = threading.Lock()
+
+
+def _per_device(dev, attr: str, make):
+  """``dev``'s object kept at attribute ``attr``, made (``make(dev)``) on first use, once."""
+  obj = getattr(dev, attr, None)
+  if obj is None:
+    with _POOLS_LOCK:
+      obj = getattr(dev, attr, None)
+      if obj is None:
+        obj = make(dev)
+        setattr(dev, attr, obj)
+  return obj
 _workers = None
 _workers_lock = threading.Lock()
 

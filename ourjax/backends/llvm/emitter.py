@@ -158,27 +158,26 @@ def compute_type(dt) -> ir.Type:
   raise EmitterError(f"no native element type for {dt}")
 
 
-def i64(v: int) -> ir.Constant:
-  """The i64 constant ``v`` (one object per value: an llvmlite constant is only read, and
-  its text, printed once, is kept on it)."""
+def _int_constant(memo: dict, ty, v: int) -> ir.Constant:
+  """The constant ``v`` of integer type ``ty``, one object per value (``memo``: an llvmlite
+  constant is only read, and its text, printed once, is kept on it)."""
   v = int(v)
-  c = _I64S.get(v)
+  c = memo.get(v)
   if c is None:
-    if len(_I64S) >= 1 << 14:
-      _I64S.clear()
-    c = _I64S[v] = ir.Constant(I64, v)
+    if len(memo) >= 1 << 14:
+      memo.clear()
+    c = memo[v] = ir.Constant(ty, v)
   return c
+
+
+def i64(v: int) -> ir.Constant:
+  """The i64 constant ``v`` (one object per value)."""
+  return _int_constant(_I64S, I64, v)
 
 
 def i32(v: int) -> ir.Constant:
-  """The i32 constant ``v`` (as ``i64``)."""
-  v = int(v)
-  c = _I32S.get(v)
-  if c is None:
-    if len(_I32S) >= 1 << 14:
-      _I32S.clear()
-    c = _I32S[v] = ir.Constant(I32, v)
-  return c
+  """The i32 constant ``v`` (one object per value)."""
+  return _int_constant(_I32S, I32, v)
 
 
 _I64S: dict = {}
