@@ -301,6 +301,17 @@ def test_threads_split_into_a_grid_of_blocks(dtype, M, N, nthreads):
     assert any(r < M and c < N for r, c in shapes), shapes
 
 
+def _panel_sizes(dtype, blocking, extra_k):
+  """(blocking, nr, K, kstep, align) of the scratch-bound tests: the blocking in force, the
+  column panel's width, a K of two slices and ``extra_k`` more, the slice depth the product
+  takes at that K, and the 64-byte alignment in elements."""
+  bl_ = blocking or gemm.default_blocking(dtype)
+  nr = bl_.nv * gemm.vector_target().lanes[dtype]
+  K = 2 * bl_.kc + extra_k
+  kstep = -(-K // -(-K // bl_.kc))
+  return bl_, nr, K, kstep, 64 // np.dtype(NP[dtype]).itemsize
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("blocking", ["default", "tiny"])
 def test_one_column_panel_packs_a_row_panel_at_a_time(dtype, blocking):
@@ -311,11 +322,7 @@ def test_one_column_panel_packs_a_row_panel_at_a_time(dtype, blocking):
   guards).  Many row blocks, several K slices, edge tiles of fewer than mr rows."""
   rng = np.random.default_rng(11)
   fn, bl = kernel(dtype, blocking=blocking)
-  bl_ = bl or gemm.default_blocking(dtype)
-  nr = bl_.nv * gemm.vector_target().lanes[dtype]
-  K = 2 * bl_.kc + 5
-  kstep = -(-K // -(-K // bl_.kc))
-  align = 64 // np.dtype(NP[dtype]).itemsize
+  bl_, nr, K, kstep, align = _panel_sizes(dtype, bl, 5)
   for N in sorted({1, max(1, nr - 3), nr}):
     for M in (bl_.mc * 3 + bl_.mr + 1, bl_.mr - 1 or 1):
       for ta, tb in ((False, False), (True, True)):
@@ -343,11 +350,7 @@ def test_packed_b_runs_a_row_panel_across_the_column_panels(dtype, blocking):
   tiles in both directions, 1 to 3 pieces)."""
   rng = np.random.default_rng(12)
   fn, bl = kernel(dtype, blocking=blocking)
-  bl_ = bl or gemm.default_blocking(dtype)
-  nr = bl_.nv * gemm.vector_target().lanes[dtype]
-  K = 2 * bl_.kc + 3
-  kstep = -(-K // -(-K // bl_.kc))
-  align = 64 // np.dtype(NP[dtype]).itemsize
+  bl_, nr, K, kstep, align = _panel_sizes(dtype, bl, 3)
   M, N = 2 * bl_.mc + bl_.mr + 2, 4 * nr + 3
   for tb in (False, True):
     a, am, lda = _operand(rng, dtype, M, K, False, 1)
@@ -379,11 +382,7 @@ def test_column_block_packed_then_a_row_panel_at_a_time(dtype, blocking):
   blocks."""
   rng = np.random.default_rng(13)
   fn, bl = kernel(dtype, blocking=blocking)
-  bl_ = bl or gemm.default_blocking(dtype)
-  nr = bl_.nv * gemm.vector_target().lanes[dtype]
-  K = 2 * bl_.kc + 3
-  kstep = -(-K // -(-K // bl_.kc))
-  align = 64 // np.dtype(NP[dtype]).itemsize
+  bl_, nr, K, kstep, align = _panel_sizes(dtype, bl, 3)
   for M, N in ((3 * bl_.mc + 5, 3 * nr + 1), (2 * bl_.mc + 1, bl_.nc + nr + 2)):
     a, am, lda = _operand(rng, dtype, M, K, False, 1)
     b, bm, ldb = _operand(rng, dtype, K, N, True, 0)
