@@ -494,9 +494,10 @@ FP8_CASES = [
 CASES += FP8_CASES
 
 
-def _conv(x, w, strides=(1, 1), padding="SAME", dil=None, dn=("NHWC", "HWIO", "NHWC")):
+def _conv(x, w, strides=(1, 1), padding="SAME", dil=None, dn=("NHWC", "HWIO", "NHWC"),
+          groups=1):
   return lax.conv_general_dilated(x, w, strides, padding, rhs_dilation=dil,
-                                  dimension_numbers=dn)
+                                  dimension_numbers=dn, feature_group_count=groups)
 
 
 # Convolutions as implicit GEMMs (implicit_gemm.py): WgmmaDot reads the patch matrix in place
@@ -546,6 +547,21 @@ NARROW_B_CASES = [
      lambda r: (f32(r, 4096, 96), f32(r, 96, 96, lo=-0.3, hi=0.3), f32(r, 96)), 5e-3),
 ]
 CASES += NARROW_B_CASES
+
+# Grouped convolutions wide enough for GEMMs (conv_to_dot splits them per group, each group's
+# input channels a slice): forward with an epilogue, the input gradient (feature groups) and
+# the weight gradient (batch groups)
+GROUPED_CONV_CASES = [
+    ("conv_grouped", lambda x, w, s: jnp.maximum(_conv(x, w, groups=2) * s, 0.0),
+     lambda r: (f32(r, 2, 10, 12, 32), f32(r, 3, 3, 16, 48, lo=-0.3, hi=0.3), f32(r, 48)), 5e-3),
+    ("conv_grouped_input_grad", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 1), groups=4)))),
+     lambda r: (f32(r, 2, 11, 9, 32), f32(r, 3, 3, 8, 32, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_grouped_weight_grad", ourjax.grad(
+        lambda w, x: jnp.sum(jnp.tanh(_conv(x, w, groups=2))), argnums=0),
+     lambda r: (f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3), f32(r, 4, 12, 12, 32)), 5e-3),
+]
+CASES += GROUPED_CONV_CASES
 
 # (run with conv_to_dot.MAX_PATCH_BYTES lowered, so that it is cut into batch chunks)
 CHUNKED_CONV = ("conv_implicit_chunks", lambda x, w, s: jnp.maximum(_conv(x, w) * s, 0.0),

@@ -74,14 +74,84 @@ def test_rewrite_matches_the_direct_convolution(conv, seed):
   np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
 
 
-def test_grouped_convolutions_stay_direct():
+def test_narrow_groups_stay_direct():
+  """A depthwise convolution (one input channel, two outputs per group) is narrower than a
+  GEMM's tiles: it stays a direct convolution, the reason noted."""
   m = Module("grouped")
   b = Builder(m, "main")
   x = b.parameter(Shape("f32", (1, 4, 5)))
-  w = b.parameter(Shape("f32", (4, 2, 3)))
-  m.entry = b.build(b.convolution(x, w, (1,), ((0, 0),), feature_group_count=2))
+  w = b.parameter(Shape("f32", (8, 1, 3)))
+  m.entry = b.build(b.convolution(x, w, (1,), ((0, 0),), feature_group_count=4))
   assert not conv_to_dot.run(m)
-  assert any(n.startswith("conv_to_dot:") and "grouped" in n for n in m.notes)
+  assert any(n.startswith("conv_to_dot:") and "feature groups (4)" in n for n in m.notes), m.notes
+
+
+@st.composite
+def grouped_convolutions(draw):
+  """``convolutions()`` with feature or batch groups: the input's features (or batch) and the
+  kernel's output features scaled by the group count."""
+  lhs_dims, rhs_dims, attrs = draw(convolutions())
+  groups = draw(st.integers(2, 3))
+  lspec, rspec, _ = attrs["dimension_numbers"]
+  lhs_dims, rhs_dims = list(lhs_dims), list(rhs_dims)
+  if draw(st.booleans()):
+    lhs_dims[lspec[1]] *= groups
+    attrs["feature_group_count"] = groups
+  else:
+    lhs_dims[lspec[0]] *= groups
+    attrs["batch_group_count"] = groups
+  rhs_dims[rspec[0]] *= groups
+  return lhs_dims, rhs_dims, attrs
+
+
+@settings(max_examples=30, deadline=None)
+@given(conv=grouped_convolutions(), seed=st.integers(0, 2 ** 31))
+def test_grouped_convolutions_split_per_group(conv, seed):
+  """With the GEMM-width limits at 1, every grouped convolution is split into one ungrouped
+  convolution per group, each rewritten: equal to the direct grouped convolution."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  saved = conv_to_dot.MIN_GROUP_CONTRACTION, conv_to_dot.MIN_GROUP_COLUMNS
+  conv_to_dot.MIN_GROUP_CONTRACTION = conv_to_dot.MIN_GROUP_COLUMNS = 1
+  try:
+    assert conv_to_dot.run(m)
+  finally:
+    conv_to_dot.MIN_GROUP_CONTRACTION, conv_to_dot.MIN_GROUP_COLUMNS = saved
+  verify(m)
+  assert not any(i.opcode == "convolution" for i in m.entry.instructions)
+  assert any("ungrouped convolutions, one per group" in n for n in m.notes), m.notes
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(lhs_dims).astype(np.float32)
+  w = rng.standard_normal(rhs_dims).astype(np.float32)
+  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
+  got = reference.compile(m)(x, w)[0]
+  assert got.shape == direct.shape
+  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
+  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+
+
+def test_grouped_cnn_forward_and_gradients_through_jit():
+  """A grouped 3x3 convolution wide enough for GEMMs (2 groups of 8 channels in, 8 out): jit
+  (split per group, each a GEMM) against eager (the direct convolution), with the gradients
+  (the weight gradient is a batch-grouped convolution, the input gradient a feature-grouped
+  one)."""
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((3, 9, 10, 16)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, 8, 16)) * 0.2).astype(np.float32)
+
+  def f(x, w):
+    return lax.conv_general_dilated(x, w, (1, 2), "SAME", feature_group_count=2,
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+  def loss(w, x):
+    return jnp.sum(jnp.tanh(f(x, w)) ** 2)
+
+  assert "convolution" not in ourjax.jit(f).lower(x, w).compile().as_text()
+  for fn, args in ((f, (x, w)), (ourjax.grad(loss), (w, x)),
+                   (ourjax.grad(loss, argnums=1), (w, x))):
+    got = np.asarray(ourjax.jit(fn)(*args))
+    want = np.asarray(fn(*args))                 # eager: the direct convolution
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
 
 
 def test_cnn_forward_and_gradients_through_jit():

@@ -147,6 +147,13 @@ def test_kernel_kinds(compiled_cases):
     if "scatter" in name or name in ("segment_sum", "take_grad"):
       assert "GpuScatter" in k and "Threaded" not in k, (name, k)
   assert kinds["sort"] == ["GpuSort"]
+  # grouped convolutions wide enough for GEMMs: one tensor-core dot per group, the forward's
+  # patches read in place from its group's input channels
+  for name, groups in (("conv_grouped", 2), ("conv_grouped_input_grad", 4),
+                       ("conv_grouped_weight_grad", 2)):
+    assert kinds[name].count("WgmmaDot") >= groups, (name, kinds[name])
+  assert [getattr(k, "im2col", None) is not None for k in compiled_cases[
+      "conv_grouped"].runtime_executable().kernels if type(k).__name__ == "WgmmaDot"] == [True] * 2
   assert "GpuSortStep" in kinds["sort_long_rows"] and "GpuSortStep" in kinds["argsort_long_row"]
 
 

@@ -21,12 +21,14 @@ it (``backends/cuda/implicit_gemm.py``); both recognise the slices and concatena
 (``backends/llvm/im2col.py``).
 
 The products and sums are the convolution's own; only the order of the sums changes (as any
-GEMM's blocking does).  Rewritten: ``feature_group_count == batch_group_count == 1`` (grouped and
-depthwise convolutions stay direct), real types, at most ``MAX_SLICES`` slices; a patch matrix
+GEMM's blocking does).  Rewritten: real types, at most ``MAX_SLICES`` slices; a patch matrix
 larger than ``MAX_PATCH_BYTES`` is built and multiplied in batch chunks that fit (only a
 convolution whose patch matrix of one batch element is larger stays direct), except where the
 backend reads the patches in place and never writes them (``Module.patches_in_place``,
-``_read_in_place``); every decision is noted.
+``_read_in_place``); every decision is noted.  A grouped convolution (feature or batch groups)
+is first split into one ungrouped convolution per group, each rewritten as above, where each
+group's product fills a GEMM's tiles (``_group_refusal``); narrower groups (depthwise) stay
+direct.
 """
 from __future__ import annotations
 
@@ -45,6 +47,10 @@ PASS = "conv_to_dot"
 MAX_SLICES = 64
 #: Largest patch matrix (bytes) rewritten; bigger ones keep the direct convolution.
 MAX_PATCH_BYTES = 1 << 29
+#: A grouped convolution becomes one GEMM per group where each group's contraction is at least
+#: this long and it has at least ``MIN_GROUP_COLUMNS`` output features (``_group_refusal``).
+MIN_GROUP_CONTRACTION = 32
+MIN_GROUP_COLUMNS = 8
 
 
 def run(module: Module) -> bool:
@@ -53,24 +59,108 @@ def run(module: Module) -> bool:
     for instr in list(comp.instructions):
       if instr.opcode != "convolution" or instr.parent is not comp:
         continue
-      in_place = module.patches_in_place and _read_in_place(instr)
-      why = _refusal(instr, in_place)
-      if why is not None:
-        module.note(PASS, f"%{instr.name} stays a convolution: {why}")
-        continue
-      per = _batch(instr) if in_place else _batch_per_chunk(instr)
-      new = _rewrite_chunks(Builder.into(comp), instr, per, _padded_channels(
-          instr, module.patch_channel_bytes if in_place else 1))
-      chunks = -(-_batch(instr) // per)
+      if _groups(instr) > 1:
+        why = _group_refusal(instr)
+        if why is not None:
+          module.note(PASS, f"%{instr.name} stays a convolution: {why}")
+          continue
+        b = Builder.into(comp)
+        parts = []
+        for part in _split_groups(b, instr):
+          new = _lower(module, comp, part)
+          if new is not None:
+            comp.remove(part)
+          parts.append(new or part)
+        new = b.concatenate(parts, instr.attrs["dimension_numbers"][2][1])
+        module.note(PASS, f"%{instr.name} -> {len(parts)} ungrouped convolutions, one per group "
+                    f"(%{new.name})")
+      else:
+        new = _lower(module, comp, instr)
+        if new is None:
+          continue
       comp.replace_all_uses(instr, new)
       comp.remove(instr)
-      module.note(PASS, f"%{instr.name} -> patches @ kernel (%{new.name})" + (
-          f" in {chunks} batch chunks (a patch matrix of {_patch_bytes(instr)} bytes > "
-          f"MAX_PATCH_BYTES)" if chunks > 1 else ""))
       changed = True
     if changed:
       comp.topological_sort()
   return changed
+
+
+def _lower(module: Module, comp, conv: Instruction) -> Instruction | None:
+  """The ungrouped ``conv`` rewritten as patches @ kernel (its uses are the caller's to move),
+  or None, its refusal noted."""
+  in_place = module.patches_in_place and _read_in_place(conv)
+  why = _refusal(conv, in_place)
+  if why is not None:
+    module.note(PASS, f"%{conv.name} stays a convolution: {why}")
+    return None
+  per = _batch(conv) if in_place else _batch_per_chunk(conv)
+  new = _rewrite_chunks(Builder.into(comp), conv, per, _padded_channels(
+      conv, module.patch_channel_bytes if in_place else 1))
+  chunks = -(-_batch(conv) // per)
+  module.note(PASS, f"%{conv.name} -> patches @ kernel (%{new.name})" + (
+      f" in {chunks} batch chunks (a patch matrix of {_patch_bytes(conv)} bytes > "
+      f"MAX_PATCH_BYTES)" if chunks > 1 else ""))
+  return new
+
+
+def _groups(conv: Instruction) -> int:
+  a = conv.attrs
+  return max(a.get("feature_group_count", 1), a.get("batch_group_count", 1))
+
+
+def _group_refusal(conv: Instruction) -> str | None:
+  """Why the grouped ``conv`` is not split into one ungrouped convolution per group, or None.
+
+  Each group's product is a GEMM of ``contraction`` (kernel positions x the group's input
+  channels) by ``columns`` (the group's output features).  A GEMM earns its patch matrix and
+  its packing only where its tiles are filled: its micro-kernel (and a tensor-core
+  instruction) spans at least ``MIN_GROUP_COLUMNS`` columns and a vector of ``MIN_GROUP_
+  CONTRACTION`` steps along k.  Narrower groups (a depthwise convolution: one channel in, a
+  few out) do the same products with less traffic as a direct convolution, which reads each
+  input element once per kernel position and keeps the group's few sums in registers."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, _ = a["dimension_numbers"]
+  g, bg = a.get("feature_group_count", 1), a.get("batch_group_count", 1)
+  if g > 1 and bg > 1:
+    return "both feature and batch groups"
+  why = _refusal(conv, in_place=True)         # (each group's patch size is checked as it is lowered)
+  if why is not None:
+    return why
+  groups = max(g, bg)
+  positions = math.prod(rhs.dims[d] for d in rspec[2:])
+  contraction = positions * rhs.dims[rspec[1]]        # (the kernel's input features: C / g)
+  columns = rhs.dims[rspec[0]] // groups
+  if contraction < MIN_GROUP_CONTRACTION or columns < MIN_GROUP_COLUMNS:
+    return (f"{'feature' if g > 1 else 'batch'} groups ({groups}) of a {contraction}-long "
+            f"contraction into {columns} outputs each: narrower than a GEMM's tiles "
+            f"(MIN_GROUP_CONTRACTION {MIN_GROUP_CONTRACTION}, MIN_GROUP_COLUMNS "
+            f"{MIN_GROUP_COLUMNS})")
+  return None
+
+
+def _split_groups(b: Builder, conv: Instruction) -> list[Instruction]:
+  """One ungrouped convolution per group of ``conv`` (feature groups: a slice of the input's
+  features; batch groups: a slice of its batch; each with its slice of the kernel's output
+  features), in group order: their results, concatenated along the output features, are
+  ``conv``'s."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, _ = a["dimension_numbers"]
+  g = a.get("feature_group_count", 1)
+  groups = _groups(conv)
+  split = lspec[1] if g > 1 else lspec[0]
+  per_in, per_out = lhs.dims[split] // groups, rhs.dims[rspec[0]] // groups
+  attrs = dict(a, feature_group_count=1, batch_group_count=1)
+  parts = []
+  for i in range(groups):
+    lo, llim = [0] * len(lhs.dims), list(lhs.dims)
+    lo[split], llim[split] = i * per_in, (i + 1) * per_in
+    ro, rlim = [0] * len(rhs.dims), list(rhs.dims)
+    ro[rspec[0]], rlim[rspec[0]] = i * per_out, (i + 1) * per_out
+    parts.append(b.emit("convolution", [b.slice(lhs, lo, llim), b.slice(rhs, ro, rlim)], attrs))
+  return parts
 
 
 def patch_layout(conv: Instruction) -> str:
@@ -107,11 +197,10 @@ def _padded_channels(conv: Instruction, multiple_bytes: int) -> int:
 
 
 def _refusal(conv: Instruction, in_place: bool = False) -> str | None:
-  """Why ``conv`` is not rewritten, or None (``in_place``: its patches are never written)."""
+  """Why the ungrouped ``conv`` is not rewritten, or None (``in_place``: its patches are never
+  written)."""
   a = conv.attrs
   lhs, rhs = conv.operands
-  if a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1:
-    return "grouped (feature or batch groups)"
   if any(np.dtype(x.dtype).kind == "c" for x in (lhs, rhs, conv)):
     return "complex"
   lspec, rspec, ospec = a["dimension_numbers"]
