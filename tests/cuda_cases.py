@@ -548,18 +548,18 @@ NARROW_B_CASES = [
 ]
 CASES += NARROW_B_CASES
 
-# Grouped convolutions wide enough for GEMMs (conv_to_dot splits them per group, each group's
-# input channels a slice): forward with an epilogue, the input gradient (feature groups) and
-# the weight gradient (batch groups)
+# Grouped convolutions wide enough for GEMMs, each group's product past a GPU kernel's fixed
+# cost (conv_to_dot splits them per group, each group's input channels a slice): forward with
+# an epilogue, the input gradient (feature groups) and the weight gradient (batch groups)
 GROUPED_CONV_CASES = [
     ("conv_grouped", lambda x, w, s: jnp.maximum(_conv(x, w, groups=2) * s, 0.0),
-     lambda r: (f32(r, 2, 10, 12, 32), f32(r, 3, 3, 16, 48, lo=-0.3, hi=0.3), f32(r, 48)), 5e-3),
+     lambda r: (f32(r, 8, 28, 28, 64), f32(r, 3, 3, 32, 64, lo=-0.3, hi=0.3), f32(r, 64)), 5e-3),
     ("conv_grouped_input_grad", ourjax.grad(
-        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 1), groups=4)))),
-     lambda r: (f32(r, 2, 11, 9, 32), f32(r, 3, 3, 8, 32, lo=-0.3, hi=0.3)), 5e-3),
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, groups=4)))),
+     lambda r: (f32(r, 8, 28, 28, 128), f32(r, 3, 3, 32, 128, lo=-0.3, hi=0.3)), 5e-3),
     ("conv_grouped_weight_grad", ourjax.grad(
         lambda w, x: jnp.sum(jnp.tanh(_conv(x, w, groups=2))), argnums=0),
-     lambda r: (f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3), f32(r, 4, 12, 12, 32)), 5e-3),
+     lambda r: (f32(r, 3, 3, 32, 64, lo=-0.3, hi=0.3), f32(r, 8, 28, 28, 64)), 5e-3),
 ]
 CASES += GROUPED_CONV_CASES
 

@@ -74,6 +74,22 @@ def test_rewrite_matches_the_direct_convolution(conv, seed):
   np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
 
 
+def test_groups_too_small_for_a_kernel_each_stay_direct():
+  """Groups wide enough for GEMMs but whose products are smaller than a kernel's fixed cost
+  (``Module.kernel_fixed_flops``) stay one direct convolution."""
+  m = Module("grouped")
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (2, 32, 9, 9)))
+  w = b.parameter(Shape("f32", (32, 8, 3, 3)))
+  m.entry = b.build(b.convolution(x, w, (1, 1), ((1, 1), (1, 1)), feature_group_count=4))
+  flops = 2 * 2 * 8 * 81 * 72          # per group: outputs x contraction x 2
+  m.kernel_fixed_flops = flops + 1
+  assert not conv_to_dot.run(m)
+  assert any("less than a kernel's fixed cost" in n for n in m.notes), m.notes
+  m.kernel_fixed_flops = flops
+  assert conv_to_dot.run(m)
+
+
 def test_narrow_groups_stay_direct():
   """A depthwise convolution (one input channel, two outputs per group) is narrower than a
   GEMM's tiles: it stays a direct convolution, the reason noted."""
@@ -107,10 +123,12 @@ def grouped_convolutions(draw):
 @settings(max_examples=30, deadline=None)
 @given(conv=grouped_convolutions(), seed=st.integers(0, 2 ** 31))
 def test_grouped_convolutions_split_per_group(conv, seed):
-  """With the GEMM-width limits at 1, every grouped convolution is split into one ungrouped
-  convolution per group, each rewritten: equal to the direct grouped convolution."""
+  """With the GEMM-width limits at 1 and no kernel cost, every grouped convolution is split into
+  one ungrouped convolution per group, each rewritten: equal to the direct grouped
+  convolution."""
   lhs_dims, rhs_dims, attrs = conv
   m = _module(lhs_dims, rhs_dims, attrs)
+  m.kernel_fixed_flops = 0
   saved = conv_to_dot.MIN_GROUP_CONTRACTION, conv_to_dot.MIN_GROUP_COLUMNS
   conv_to_dot.MIN_GROUP_CONTRACTION = conv_to_dot.MIN_GROUP_COLUMNS = 1
   try:
@@ -131,13 +149,13 @@ def test_grouped_convolutions_split_per_group(conv, seed):
 
 
 def test_grouped_cnn_forward_and_gradients_through_jit():
-  """A grouped 3x3 convolution wide enough for GEMMs (2 groups of 8 channels in, 8 out): jit
+  """A grouped 3x3 convolution wide enough for GEMMs (2 groups of 16 channels in, 16 out): jit
   (split per group, each a GEMM) against eager (the direct convolution), with the gradients
   (the weight gradient is a batch-grouped convolution, the input gradient a feature-grouped
   one)."""
   rng = np.random.default_rng(1)
-  x = rng.standard_normal((3, 9, 10, 16)).astype(np.float32)
-  w = (rng.standard_normal((3, 3, 8, 16)) * 0.2).astype(np.float32)
+  x = rng.standard_normal((4, 16, 16, 32)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, 16, 32)) * 0.2).astype(np.float32)
 
   def f(x, w):
     return lax.conv_general_dilated(x, w, (1, 2), "SAME", feature_group_count=2,

@@ -345,6 +345,8 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())
       m.patch_channel_bytes = 16
+      # (a launch and a kernel's ramp, ~5 us, at the ~20 TFLOP/s of a GEMM a few columns wide)
+      m.kernel_fixed_flops = 1e8
       m.dot_epilogues = True
       from ourjax.backends.cuda import attention, attention_grad
       m.fused_attention = attention.refuses if attention.enabled() else None

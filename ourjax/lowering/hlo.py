@@ -492,6 +492,9 @@ class Module:
   ``conv_to_dot`` need not cut them into batch chunks and fusion keeps their input in memory;
   ``patch_channel_bytes``: what a kernel position's channels must fill there (the GPU's
   16-byte copies: ``conv_to_dot`` zero-pads fewer channels);
+  ``kernel_fixed_flops``: the work (floating-point operations) a narrow GEMM does in the time
+  one more kernel costs on the backend (its launch and ramp): ``conv_to_dot`` splits a grouped
+  convolution into one GEMM per group only where each group's product is larger;
   ``dot_epilogues``: the backend runs a dot's elementwise consumers in the dot's kernel (its
   epilogue), so fusion stores such an epilogue's result rather than copying it into its users;
   ``read_stored``: fusion copies no producer stored anyway (a tuple's or a loop's operand) into
@@ -512,6 +515,7 @@ class Module:
     self.notes: list[str] = []
     self.patches_in_place = False
     self.patch_channel_bytes = 1
+    self.kernel_fixed_flops = 1e6     # (the CPU's: ~10 us of a fork-join at ~100 GFLOP/s)
     self.dot_epilogues = False
     self.read_stored = False
     self.fused_attention = None
@@ -624,6 +628,7 @@ class Module:
     new.notes = list(self.notes)
     new.patches_in_place = self.patches_in_place
     new.patch_channel_bytes = self.patch_channel_bytes
+    new.kernel_fixed_flops = self.kernel_fixed_flops
     new.dot_epilogues = self.dot_epilogues
     new.read_stored = self.read_stored
     new.fused_attention = self.fused_attention

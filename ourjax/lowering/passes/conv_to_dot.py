@@ -60,7 +60,7 @@ def run(module: Module) -> bool:
       if instr.opcode != "convolution" or instr.parent is not comp:
         continue
       if _groups(instr) > 1:
-        why = _group_refusal(instr)
+        why = _group_refusal(instr, module.kernel_fixed_flops)
         if why is not None:
           module.note(PASS, f"%{instr.name} stays a convolution: {why}")
           continue
@@ -109,7 +109,7 @@ def _groups(conv: Instruction) -> int:
   return max(a.get("feature_group_count", 1), a.get("batch_group_count", 1))
 
 
-def _group_refusal(conv: Instruction) -> str | None:
+def _group_refusal(conv: Instruction, kernel_flops: float = 0.0) -> str | None:
   """Why the grouped ``conv`` is not split into one ungrouped convolution per group, or None.
 
   Each group's product is a GEMM of ``contraction`` (kernel positions x the group's input
@@ -118,7 +118,10 @@ def _group_refusal(conv: Instruction) -> str | None:
   instruction) spans at least ``MIN_GROUP_COLUMNS`` columns and a vector of ``MIN_GROUP_
   CONTRACTION`` steps along k.  Narrower groups (a depthwise convolution: one channel in, a
   few out) do the same products with less traffic as a direct convolution, which reads each
-  input element once per kernel position and keeps the group's few sums in registers."""
+  input element once per kernel position and keeps the group's few sums in registers.  Each
+  group is a kernel of its own: its product must also outweigh ``kernel_flops``, the work a
+  kernel's fixed cost is worth on the backend (``Module.kernel_fixed_flops``), or many small
+  groups spend more on launches than the direct convolution takes."""
   a = conv.attrs
   lhs, rhs = conv.operands
   lspec, rspec, _ = a["dimension_numbers"]
@@ -137,6 +140,10 @@ def _group_refusal(conv: Instruction) -> str | None:
             f"contraction into {columns} outputs each: narrower than a GEMM's tiles "
             f"(MIN_GROUP_CONTRACTION {MIN_GROUP_CONTRACTION}, MIN_GROUP_COLUMNS "
             f"{MIN_GROUP_COLUMNS})")
+  flops = 2 * math.prod(conv.dims) // groups * contraction
+  if flops < kernel_flops:
+    return (f"{groups} groups of {flops} flops each, less than a kernel's fixed cost "
+            f"(kernel_fixed_flops {kernel_flops:g})")
   return None
 
 
