@@ -5,7 +5,7 @@ step is enqueued (OURJAX_UPLOAD_OVERLAP=0), and staged with the copies running w
 is enqueued (gated DMAs, the default); with the batch already on the devices; the host time to
 enqueue a step; the upload of the batch alone; steps back to back (10, waited at the end: a
 step's upload may overlap the step before), each way.  Needs two GPUs (one for the 1-GPU rows).
-    python benchmarks/dp_why.py 16,128"""
+    python benchmarks/dp_why.py 16,128 [--variants 8x2,8x4,4x4]"""
 import os
 import statistics
 import sys
@@ -19,6 +19,94 @@ from upload_time import med, mode  # noqa: E402
 pc = time.perf_counter
 
 MODES = {"pageable": (False, False), "staged": (True, False), "overlapped": (True, True)}
+
+def breakdown(one, x, labels, n):
+  """Where the host's time goes in back-to-back steps with the NumPy batch, staged and
+  overlapped: per step (mean ms), the call in all, its uploads (``Uploads.run``, or
+  ``start``), the step's enqueueing (``Program.run``) and the wait for the copies
+  (``Uploads.finish``); and whether the devices' copy streams take gates."""
+  from ourjax.backends.cuda import backend, staging
+  from ourjax.interpreters import spmd
+  spent: dict = {}
+
+  def timed(cls, name):
+    real = getattr(cls, name)
+
+    def wrapper(*a, **k):
+      t0 = pc()
+      try:
+        return real(*a, **k)
+      finally:
+        spent[name] = spent.get(name, 0.0) + pc() - t0
+    return real, wrapper
+  patches = [(cls, name) + timed(cls, name) for cls, name in
+             [(backend.Uploads, "run"), (backend.Uploads, "start"), (backend.Uploads, "finish"),
+              (spmd.Program, "run")]]
+  for cls, name, _, w in patches:
+    setattr(cls, name, w)
+  try:
+    for name, m in MODES.items():
+      if name == "pageable":
+        continue
+      mode(*m)
+      k = 30
+      ourjax.block_until_ready(one())
+      spent.clear()
+      t0 = pc()
+      for _ in range(k):
+        loss = one(x, labels)
+      call = pc() - t0
+      ourjax.block_until_ready(loss)
+      total = pc() - t0
+      parts = ", ".join(f"{nm} {v / k * 1e3:.3f}" for nm, v in sorted(spent.items()))
+      print(f"  host breakdown, {n} device(s), {name}: {k} steps {total / k * 1e3:.3f} ms a "
+            f"step (calls {call / k * 1e3:.3f}); per step: {parts}", flush=True)
+  finally:
+    for cls, name, real, _ in patches:
+      setattr(cls, name, real)
+  from ourjax.backends.cuda import driver
+  if driver.available():
+    pools = [staging.Pool.of(driver.get_device(i)) for i in range(n)]
+    print("  gates:", [(p.gated(), p.gate_error) for p in pools], flush=True)
+
+
+def variants(one, x, labels, n, b):
+  """Back-to-back steps with the NumPy batch, staged and overlapped, under other staging
+  threads and chunk sizes (``--variants``: most threads x chunk MiB), set in this process
+  (new executor, new pools)."""
+  from ourjax.backends.cuda import driver, staging
+  saved = staging.THREADS, staging.CHUNK_BYTES
+  out = []
+  try:
+    for spec in VARIANTS:
+      t, mb = spec.split("x")
+      staging.THREADS, staging.CHUNK_BYTES = int(t), int(float(mb) * (1 << 20))
+      staging._workers = None
+      for i in range(n):
+        d = driver.get_device(i)
+        d.synchronize()
+        d._staging_pool = None
+      row = []
+      for name in ("staged", "overlapped"):
+        mode(*MODES[name])
+
+        def b2b(k=10):
+          loss = None
+          for _ in range(k):
+            loss = one(x, labels)
+          ourjax.block_until_ready(loss)
+        row.append(med(b2b, k=7, warm=2) / 10)
+      out.append(f"{spec}: staged {row[0]:.3f} overlapped {row[1]:.3f}")
+  finally:
+    staging.THREADS, staging.CHUNK_BYTES = saved
+    staging._workers = None
+  print(f"batch {b:4d} devices {n}: back to back numpy-in, threads x chunk MiB: " +
+        "; ".join(out), flush=True)
+
+
+VARIANTS = []
+if "--variants" in sys.argv:
+  VARIANTS = sys.argv[sys.argv.index("--variants") + 1].split(",")
 
 rows = {}
 for b in [int(v) for v in sys.argv[1].split(",")]:
@@ -67,6 +155,9 @@ for b in [int(v) for v in sys.argv[1].split(",")]:
       ourjax.block_until_ready(l)
       return t
     enq_ms = statistics.median([enq() for _ in range(30)]) * 1e3
+    breakdown(one, x, labels, n)
+    if VARIANTS and ourjax.devices()[0].platform == "gpu":
+      variants(one, x, labels, n, b)
     rows[(b, n)] = res, waited_dev, b2b_dev
     # the results are exact whichever way the batch came, also when the caller overwrites
     # its arrays as soon as the call returns (the upload must have read them by then)

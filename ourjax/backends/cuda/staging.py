@@ -163,6 +163,7 @@ class Pool:
     self._gated = None               # gates usable on this device (None: not probed yet)
     self.flags = None                # the gate words (uint32, mapped pinned memory)
     self.flags_ptr = self.flags_dev = 0     # their host and device addresses
+    self.gate_error = None           # why the probe found no gates
 
   def gated(self) -> bool:
     """Whether DMAs on the device's copy stream can wait for words the host writes
@@ -190,7 +191,8 @@ class Pool:
       dev.synchronize("the staging copy stream", dev.copy_stream)
     except Exception as e:     # (a driver without stream memory operations)
       import logging
-      logging.getLogger("ourjax").debug("staging: no gated DMAs on %s (%s)", dev, e)
+      logging.getLogger("ourjax").info("staging: no overlapped uploads on %s: %s", dev, e)
+      self.gate_error = f"{type(e).__name__}: {e}"
       if ptr:
         try:
           dev.host_free(ptr)
