@@ -62,7 +62,7 @@ stream, see ``MIN_BYTES``), since the pageable copy would wait; below 8 MiB in a
 ``OURJAX_STAGED_UPLOAD_IDLE_BYTES`` and ``OURJAX_STAGED_UPLOAD_BYTES`` set the thresholds,
 ``OURJAX_UPLOAD_THREAD_MB`` the bytes per thread, ``OURJAX_STAGED_UPLOADS=0`` turns staging off
 (every upload pageable, on the main stream, as before), ``OURJAX_UPLOAD_THREADS`` the most
-threads (default: up to 8, no more than the CPUs).
+threads (default: up to 4, no more than the CPUs).
 
 A pool's chunks are freed when its device object goes (process exit): pinned memory is
 bounded by ``POOL_BYTES`` per device (``OURJAX_STAGING_MB``, default 64).
@@ -78,10 +78,15 @@ import numpy as np
 
 from ourjax.errors import DeviceOutOfMemoryError
 
-CHUNK_BYTES = int(float(os.environ.get("OURJAX_UPLOAD_CHUNK_MB", "2")) * (1 << 20))
+CHUNK_BYTES = int(float(os.environ.get("OURJAX_UPLOAD_CHUNK_MB", "4")) * (1 << 20))
 """Bytes per pinned chunk: a piece's host copy, DMA and event.  Large enough that the per-piece
-Python and driver calls (some 10 us) are small beside its copy (2 MiB: about 100-200 us), small
-enough that a 16 MB batch is 8 pieces to spread over threads and the first DMA starts early."""
+Python and driver calls (a gate, a DMA and an event on the calling thread in an overlapped
+upload, some 10 us each; a GIL hand-off per piece from the copying thread) are small beside
+its copy (4 MiB: some 0.4 ms), small enough that a 16 MB batch is 4 pieces to spread over
+threads and the first DMA starts early.  Measured on the 2xH100 host (``dp_why.py
+--variants``, back-to-back data-parallel steps, 16.8 MB per device, overlapped): 2 MiB chunks
+on 8 threads 3.09-3.31 ms a two-GPU step, 4 MiB on 8 2.88, 4 MiB on 4 2.81 (one GPU: 2.67, 2.69,
+2.70)."""
 
 MIN_BYTES = int(os.environ.get("OURJAX_STAGED_UPLOAD_BYTES", str(4 << 20)))
 """The fewest bytes an upload stages, when the device's main stream is busy (see the module
@@ -101,15 +106,16 @@ def _threads() -> int:
   v = os.environ.get("OURJAX_UPLOAD_THREADS")
   if v:
     return max(1, int(v))
-  return max(1, min(8, os.cpu_count() or 1))
+  return max(1, min(4, os.cpu_count() or 1))
 
 
 THREADS = _threads()
 """Threads that copy pieces (the calling thread is one of them, except in an overlapped
-upload).  No more than 8 however many cores: the copies are bound by the host's memory, not
+upload).  No more than 4 however many cores: the copies are bound by the host's memory, not
 its cores (``benchmarks/upload_threads.py`` on the 32-core 2xH100 host, 33.6 MB into pinned
 memory: 9.5 GB/s on 1 thread, 31 on 4, 37.6 on 8, then fewer: 31.7 on 12, 25.4 on 16, 19.0 on
-24)."""
+24), and in an overlapped upload the copying threads share the memory and the GIL with the
+thread enqueueing the step: there 4 threads did better than 8 (see ``CHUNK_BYTES``)."""
 
 
 def enabled() -> bool:
