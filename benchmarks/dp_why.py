@@ -183,7 +183,8 @@ for b in [int(v) for v in sys.argv[1].split(",")]:
           flush=True)
   if (b, 1) in rows and (b, 2) in rows:
     (r1, w1, d1), (r2, w2, d2) = rows[(b, 1)], rows[(b, 2)]
-    ratio = lambda key: ", ".join(f"{k} {2 * r1[key(k)] / r2[key(k)]:.2f}x" for k in MODES)  # noqa: E731
+    def ratio(key):
+      return ", ".join(f"{k} {2 * r1[key(k)] / r2[key(k)]:.2f}x" for k in MODES)
     print(f"batch {b:4d} two-GPU throughput over one (same per-GPU batch): numpy-in "
           f"{ratio(lambda k: k)}, device-in {2 * w1 / w2:.2f}x; back to back: numpy-in "
           f"{ratio(lambda k: ('b2b', k))}, device-in {2 * d1 / d2:.2f}x", flush=True)
