@@ -32,9 +32,11 @@ def med(fn, k=30, warm=5):
   return statistics.median(ts) * 1e3
 
 
-def mode(staged: bool):
-  """Uploads from now on staged (pinned chunks, copy stream) or pageable (the old path)."""
+def mode(staged: bool, overlap: bool = True):
+  """Uploads from now on staged (pinned chunks, copy stream) or pageable (the old path); a
+  call's staged uploads overlapped with its enqueueing (gated DMAs) or copied first."""
   os.environ["OURJAX_STAGED_UPLOADS"] = "1" if staged else "0"
+  os.environ["OURJAX_UPLOAD_OVERLAP"] = "1" if overlap else "0"
 
 
 def main():

@@ -93,6 +93,7 @@ class FakeDriver:
     self.htod: list = []          # (device address, host address, nbytes, pinned?) as enqueued
     self.htod_streams: list = []  # the stream of each of ``htod``
     self.waits: list = []         # (waiting stream, event's stream, its position): StreamWaitEvent
+    self.gates_passed = 0         # cuStreamWaitValue32 waits that the host's word let through
 
   def __getattr__(self, name):
     # enums and structs (CUdevice_attribute, CUDA_KERNEL_NODE_PARAMS, ...) are the real ones
@@ -182,17 +183,51 @@ class FakeDriver:
         self._flush(src, upto)
 
   def _flush(self, stream, upto):
-    """Run the stream's pending DMAs (those enqueued before position ``upto``; None: all)."""
+    """Run the stream's pending DMAs (those enqueued before position ``upto``; None: all).
+    A gate (``cuStreamWaitValue32``) among them is waited for, as the device would, until
+    the host word holds its value: a gate not opened within ``gate_timeout_s`` would stall
+    the stream for ever, and raises AssertionError."""
     pend = getattr(stream, "pending", None)
     if not pend:
       return
     keep = []
     for seq, dst, src, n, data in pend:
       if upto is None or seq < upto:
+        if dst is None:
+          self._wait_gate(src, n)
+          continue
         self.writes.append((dst, ctypes.string_at(src, n) if data is None else data))
       else:
         keep.append((seq, dst, src, n, data))
     stream.pending = keep
+
+  gate_timeout_s = 10.0
+
+  def _wait_gate(self, addr, value):
+    import time
+    t0 = time.monotonic()
+    while ctypes.c_uint32.from_address(addr).value != value:
+      assert time.monotonic() - t0 < self.gate_timeout_s, \
+          f"a stream waits for ever for the host word at {addr:#x} to be {value}"
+      time.sleep(1e-4)                  # (lets the host threads that open gates run)
+    self.gates_passed += 1
+
+  def cuStreamWaitValue32(self, stream, addr, value, flags):
+    """A gate on ``stream``: what is enqueued after it runs once the 32-bit host word at
+    ``addr`` equals ``value`` (flags: CU_STREAM_WAIT_VALUE_EQ only)."""
+    res = self._ok("cuStreamWaitValue32")
+    if int(res[0]) != 0:
+      return res
+    assert int(flags) == int(_real.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ), flags
+    addr = int(addr)
+    assert self._is_pinned(addr, 4), "a gate on a word that is not mapped host memory"
+    self._resolve(stream)
+    stream.seq = getattr(stream, "seq", 0) + 1
+    stream.pending = getattr(stream, "pending", []) + [(stream.seq, None, addr, int(value), None)]
+    return res
+
+  def cuMemHostGetDevicePointer(self, p, flags):
+    return self._ok("cuMemHostGetDevicePointer", int(p))   # (unified addressing)
 
   def read_device(self, ptr: int, n: int) -> bytes:
     """The ``n`` bytes at device address ``ptr`` as the completed copies left them (zeros

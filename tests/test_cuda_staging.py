@@ -230,9 +230,10 @@ def test_a_calls_host_arguments_upload_at_once(fake):
   assert arr._device_buf is None or arr._device_buf.device is not dev
   arr._device_buf = None
   slots, keep = [0] * 4, []
-  cuda_backend._upload_args(dev, [(0, big, np.dtype(np.float32), big.shape),
-                                  (2, small, np.dtype(np.int32), small.shape),
-                                  (3, arr, np.dtype(np.float32), (5,))], slots, keep)
+  ups = cuda_backend._upload_args(dev, [(0, big, np.dtype(np.float32), big.shape),
+                                        (2, small, np.dtype(np.int32), small.shape),
+                                        (3, arr, np.dtype(np.float32), (5,))], slots, keep)
+  ups.finish()
   assert slots[1] == 0 and len(keep) == 2 and arr._device_buf is not None
   assert slots[3] == arr._device_buf.ptr
   assert all(p for _, _, p in _pieces_of(fake, slots[0], big.nbytes))
@@ -461,3 +462,179 @@ def test_an_upload_out_of_memory_gives_back_the_free_upload_blocks(fake, monkeyp
   b = cuda_backend.DeviceBuffer.from_host(host, dev)
   assert freed == [old] and old not in blocks.owned
   np.testing.assert_array_equal(b.to_host(), host)
+
+
+# ------------------------------------------------------------------------------------------------
+# Overlapped uploads (Uploads.start / finish): DMAs behind gates the copying threads open
+
+
+def _two_device_uploads(fake, rng, chunks=3):
+  devs = [driver.get_device(0), driver.get_device(1)]
+  big = [rng.standard_normal(chunks * 64 * KB // 4).astype(np.float32) for _ in devs]
+  small = [np.full(7, k, np.int32) for k in range(2)]
+  up = cuda_backend.Uploads()
+  bufs = [(up.put(b, d), up.put(sm, d)) for b, sm, d in zip(big, small, devs)]
+  return devs, big, small, up, bufs
+
+
+def test_an_overlapped_upload_gates_every_dma_and_is_read_by_finish(fake, monkeypatch):
+  """``Uploads.start``: every staged DMA is enqueued on the copy stream behind a gate (a wait
+  for its chunk's word), and ``start`` returns while the copies are still held up (here: by
+  the test) -- the caller enqueues its work meanwhile; ``finish`` returns once every piece is
+  copied and every gate open; the host arrays may then change and the blocks hold what they
+  held when ``finish`` returned, small blocks included."""
+  release = threading.Event()
+  real = staging._fill
+  filled = []
+
+  def held(chunk, src):
+    assert release.wait(10), "start waited for the copies"
+    filled.append(src.__array_interface__["data"][0])
+    real(chunk, src)
+  monkeypatch.setattr(staging, "_fill", held)
+  monkeypatch.setattr(staging, "THREADS", 3)
+  monkeypatch.setattr(staging, "_workers", None)
+  devs, big, small, up, bufs = _two_device_uploads(fake, np.random.default_rng(11))
+  up.start()                              # (returns with every copy still held up)
+  assert not filled
+  npieces = sum(1 for _, _, _, p in fake.htod if p)
+  assert npieces == 6
+  assert fake.calls["cuStreamWaitValue32"] == npieces + 2      # (+ each pool's probe)
+  for d in devs:
+    kinds = ["gate" if dst is None else "dma" for _, dst, *_ in d.copy_stream.pending]
+    assert kinds == ["gate", "dma"] * (len(kinds) // 2)
+  release.set()
+  up.finish()
+  assert len(filled) == npieces
+  want = [b.tobytes() for b in big]
+  for b in big:
+    b[:] = -1                               # (read no more)
+  for sm in small:
+    sm[:] = -1
+  for k, (d, (bb, sb)) in enumerate(zip(devs, bufs)):
+    assert _device_bytes(fake, d, bb) == want[k]
+    assert _device_bytes(fake, d, sb) == np.full(7, k, np.int32).tobytes()
+    pool = staging.Pool.of(d)
+    assert all(pool.flags[c.slot] == c.seq for c in pool.chunks)
+  assert fake.gates_passed == npieces + 2
+
+
+def test_an_overlapped_batch_is_copied_from_the_callers_array_once(fake, monkeypatch):
+  """A pmap's NumPy batch: each device's slice is copied straight from the caller's array
+  into the pinned chunks (no copy of the slice first), the step is launched after its batch
+  landed, and the call returns only once the batch was read: the array changed afterwards
+  changes nothing on the devices."""
+  import ourjax
+  real = staging._fill
+  sources = []
+
+  def spy(chunk, src):
+    sources.append((src.__array_interface__["data"][0], src.nbytes))
+    real(chunk, src)
+  monkeypatch.setattr(staging, "_fill", spy)
+  f = ourjax.pmap(lambda v: v * 2.0, axis_name="i", devices=ourjax.devices("cuda")[:2])
+  f(np.ones((2, 8), np.float32))            # (compiled and loaded first)
+  x = np.random.default_rng(12).standard_normal((2, 3 * 64 * KB // 4)).astype(np.float32)
+  want = x.copy()
+  seen = []
+  real_launch, real_graph = fake.cuLaunchKernel, fake.cuGraphLaunch
+
+  devs = [driver.get_device(0), driver.get_device(1)]
+
+  def block(k):
+    """Device k's batch block as its DMAs (on its copy stream) have left it."""
+    dst = min(d for (d, _, _, p), st in zip(fake.htod, fake.htod_streams)
+              if p and st is devs[k].copy_stream)
+    return fake.read_device(dst, x[k].nbytes)
+
+  def check(stream):
+    k = [d.stream for d in devs].index(stream)
+    seen.append(block(k) == want[k].tobytes())
+
+  def launch(*a):
+    r = real_launch(*a)                     # (lands what the main stream waits for)
+    check(a[8])
+    return r
+
+  def graph(*a):
+    r = real_graph(*a)
+    check(a[1])
+    return r
+  fake.cuLaunchKernel, fake.cuGraphLaunch = launch, graph
+  lo, hi = x.__array_interface__["data"][0], x.__array_interface__["data"][0] + x.nbytes
+  for step in range(2):
+    seen.clear()
+    sources.clear()
+    fake.htod.clear()
+    fake.htod_streams.clear()
+    gates = fake.gates_passed
+    f(x)
+    # 3 pieces a device, each behind its gate (the first call also probes each pool's gates)
+    assert fake.gates_passed - gates == (8 if step == 0 else 6)
+    assert sources and all(lo <= a and a + n <= hi for a, n in sources)
+    assert sum(n for _, n in sources) == x.nbytes
+    assert len(seen) >= 2 and all(seen)        # each device's step after its block landed
+    x[:] = 5.0                                # (the call has returned: read no more)
+    for d in devs:
+      d.synchronize()
+    assert [block(k) for k in range(2)] == [r.tobytes() for r in want]
+    x[:] = want
+
+
+def test_a_failed_copy_opens_its_gates_and_is_raised_by_finish(fake, monkeypatch):
+  """A copy that fails in a worker: every gate is opened all the same (the streams do not
+  wait for ever; later uploads work), ``finish`` raises the error, and a host Array given a
+  device copy by the failed upload forgets it."""
+  import ourjax
+  real = staging._fill
+  calls = []
+
+  def failing(chunk, src):
+    calls.append(1)
+    if len(calls) == 3:
+      raise MemoryError("copy failed")
+    real(chunk, src)
+  monkeypatch.setattr(staging, "_fill", failing)
+  monkeypatch.setattr(fake, "gate_timeout_s", 2.0)
+  devs, big, small, up, bufs = _two_device_uploads(fake, np.random.default_rng(13))
+  arr = ourjax.numpy.asarray(np.zeros(3, np.float32))
+  arr._device_buf = None
+  slots, keep = [0, 0], []
+  ups = cuda_backend._upload_args(devs[0], [(0, big[0], np.dtype(np.float32), big[0].shape),
+                                            (1, arr, np.dtype(np.float32), (3,))], slots, keep)
+  assert arr._device_buf is not None
+  with pytest.raises(MemoryError, match="copy failed"):
+    ups.finish()
+  assert arr._device_buf is None
+  for d in devs:
+    d.synchronize()
+    d.synchronize("copies", d.copy_stream)           # (no gate left shut)
+  monkeypatch.setattr(staging, "_fill", real)
+  up.start()
+  up.finish()
+  for d, (bb, _), b in zip(devs, bufs, big):
+    assert _device_bytes(fake, d, bb) == b.tobytes()
+
+
+def test_without_gates_start_makes_the_whole_upload(fake, monkeypatch):
+  """A driver without stream memory operations (the probe fails), or
+  ``OURJAX_UPLOAD_OVERLAP=0``: ``start`` copies everything before it returns, no gates."""
+  for how in ("driver", "switch"):
+    if how == "driver":
+      fake.fail.add("cuStreamWaitValue32")
+    else:
+      fake.fail.clear()
+      monkeypatch.setenv("OURJAX_UPLOAD_OVERLAP", "0")
+    before = fake.gates_passed
+    devs, big, small, up, bufs = _two_device_uploads(fake, np.random.default_rng(14))
+    up.start()
+    assert up._in_flight is None
+    want = [b.tobytes() for b in big]
+    for b in big:
+      b[:] = 0
+    up.finish()
+    for d, (bb, _), w in zip(devs, bufs, want):
+      assert _device_bytes(fake, d, bb) == w
+    assert fake.gates_passed == before
+    if how == "driver":
+      assert all(not staging.Pool.of(d).gated() for d in devs)

@@ -553,7 +553,7 @@ class _Sharded:
   def __call__(self, leaves):
     from ourjax.interpreters import spmd
     lanes = self.lanes
-    outs = self.program.run(lanes, spmd.blocks_of_all(leaves, self.in_shardings, lanes))
+    outs = spmd.run_on_blocks(self.program, leaves, self.in_shardings, lanes)
     return [spmd._assemble([outs[k][j] for k in range(len(lanes))], sh, aval)
             for j, (sh, aval) in enumerate(zip(self.out_shardings, self.out_avals))]
 

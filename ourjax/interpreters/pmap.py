@@ -91,7 +91,9 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
         fast = fasts.get((tree, nargs, static_vals))
       except TypeError:         # (an unhashable static argument)
         fast = None
-    cols = _fast_columns(fast, leaves, devs, dist) if fast is not None else None
+    cols = uploads = None
+    if fast is not None:
+      cols, uploads = _fast_columns(fast, leaves, devs, dist)
     if cols is not None:
       plan = fast[0]
       if not generated:
@@ -137,10 +139,18 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
         else:
           vals = x._lanes(lkey) if type(x) is ShardedArray else None
           cols.append(vals if vals is not None else _pmap_blocks(x, a, lanes, uploads))
-      if uploads is not None:
-        uploads.run()
     program, lanes, out_tree, outs_how, axes, donation, in_keys = plan
-    outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
+    if uploads is None:
+      outs = program.run(lanes, list(zip(*cols)) if cols else [[] for _ in range(len(lanes))])
+    else:
+      # the batch's large copies run while the step is enqueued (its kernels wait on the
+      # devices for them); they are done before this call returns (the arrays may change)
+      uploads.start()
+      try:
+        outs = program.run(lanes, list(zip(*cols)) if cols else
+                           [[] for _ in range(len(lanes))])
+      finally:
+        uploads.finish()
     results = _lane_results(outs, outs_how, program.literal_outs)
     if donation:
       for i in donation.deleted:
@@ -257,13 +267,14 @@ def _fast_entry(plan, avals, devs, dist, key):
 
 
 def _fast_columns(fast, leaves, devs, dist):
-  """Per leaf, its lanes' values (a list or tuple, one per lane), when the call's leaves have
-  the types of ``fast``'s (``_fast_entry``) and are NumPy arrays, Arrays or ShardedArrays (a
-  pmap result along the same axis over the same devices gives its lanes' values as they are);
-  None otherwise (the general path then decides)."""
+  """``(cols, uploads)``: per leaf, its lanes' values (a list or tuple, one per lane), when
+  the call's leaves have the types of ``fast``'s (``_fast_entry``) and are NumPy arrays,
+  Arrays or ShardedArrays (a pmap result along the same axis over the same devices gives its
+  lanes' values as they are), with the ``Uploads`` of their host data, not run yet (None on
+  CPU devices); ``(None, None)`` otherwise (the general path then decides)."""
   plan, want, fdevs, fdist = fast[:4]
   if dist is not fdist or len(leaves) != len(want) or tuple(devs) != fdevs:
-    return None
+    return None, None
   lanes, axes, in_keys = plan[1], plan[4], plan[6]
   get_aval = core.get_aval
   cols = []
@@ -273,7 +284,7 @@ def _fast_columns(fast, leaves, devs, dist):
     if t is ShardedArray:
       xa = x._aval
       if xa is not aval and xa != aval:
-        return None
+        return None, None
       if a is not None:
         info = x._lane_info
         if info is not None and (info[0] is lkey or info[0] == lkey):
@@ -281,16 +292,14 @@ def _fast_columns(fast, leaves, devs, dist):
           continue
     elif t is np.ndarray or t is Array:
       if get_aval(x) != aval:
-        return None
+        return None, None
     else:
-      return None
+      return None, None
     if a is None:
       cols.append([lanes.put(k, x, uploads) for k in range(len(lanes))])
     else:
       cols.append(_pmap_blocks(x, a, lanes, uploads))
-  if uploads is not None:
-    uploads.run()
-  return cols
+  return cols, uploads
 
 
 def _pmap_entry(call_fun, tree, lane_avals, name, n, devs, out_axes, fname, dist=None,

@@ -11,7 +11,7 @@ import numpy as np
 from ourjax import core
 from ourjax._pytree import tree_flatten, tree_unflatten
 from ourjax.interpreters.spmd import (Lanes, Program, _assemble, _backend_of, _trace_per_device,
-                                      blocks_of_all)
+                                      run_on_blocks)
 
 
 def _spec_leaves(specs, values, what):
@@ -57,7 +57,7 @@ def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=froz
     if entry is None:
       entry = cache[key] = _shard_map_entry(f, m, tree, avals, specs, out_specs)
     program, lanes, in_shardings, out_tree, outs_how = entry
-    outs = program.run(lanes, blocks_of_all(leaves, in_shardings, lanes))
+    outs = run_on_blocks(program, leaves, in_shardings, lanes)
     return tree_unflatten(out_tree, [
         _assemble([outs[k][j] for k in range(len(lanes))], sh, gaval)
         for j, (sh, gaval) in enumerate(outs_how)])

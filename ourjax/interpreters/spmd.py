@@ -719,14 +719,24 @@ def _blocks_of(value, sharding, lanes: Lanes, uploads=None):
   return [lanes.put(k, s, uploads) for k, s in enumerate(shards)]
 
 
-def blocks_of_all(values, shardings, lanes: Lanes) -> list:
-  """Per lane, the list of its blocks of ``values`` (``_blocks_of`` of each), the host data
-  of all of them copied to the GPUs at once (``Lanes.uploads``)."""
+def run_on_blocks(program, values, shardings, lanes: Lanes):
+  """``program.run`` on the lanes' blocks of ``values`` (``_blocks_of`` of each), the host
+  data of all of them copied to the GPUs at once (``Lanes.uploads``), the large copies
+  running while the program is enqueued (``Uploads.start``) and done before this returns."""
+  blocks, uploads = _blocks_uploading(values, shardings, lanes)
+  if uploads is None:
+    return program.run(lanes, blocks)
+  uploads.start()
+  try:
+    return program.run(lanes, blocks)
+  finally:
+    uploads.finish()
+
+
+def _blocks_uploading(values, shardings, lanes: Lanes):
   uploads = lanes.uploads()
   per_arg = [_blocks_of(x, sh, lanes, uploads) for x, sh in zip(values, shardings)]
-  if uploads is not None:
-    uploads.run()
-  return [[b[k] for b in per_arg] for k in range(len(lanes))]
+  return [[b[k] for b in per_arg] for k in range(len(lanes))], uploads
 
 
 def _assemble(per_lane, sharding, global_aval):

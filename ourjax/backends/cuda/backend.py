@@ -216,7 +216,9 @@ class Uploads:
   is read any more (they may change after ``run``).
 
   Large blocks (``staging.allocate`` decides, by ``worth_staging``) go through the devices'
-  pinned pools, every device's pieces on the staging threads at once (``staging.upload``); the
+  pinned pools, every device's pieces on the staging threads at once (``staging.upload``;
+  with ``start`` and ``finish`` instead of ``run`` the copies go on while the caller enqueues
+  the call that reads them, see ``staging.py``'s overlapped uploads); the
   others are pageable copies, made meanwhile: each GPU's on a thread of its own when the other
   GPUs' come to ``PARALLEL_UPLOAD_BYTES`` (the driver releases the GIL while it stages
   pageable memory), the first GPU's on the calling thread."""
@@ -226,6 +228,7 @@ class Uploads:
     #: host Arrays given a buffer of this Uploads as their device copy: forgotten again if
     #: ``run`` fails (their copy never made)
     self.cached: list = []
+    self._in_flight = None              # start's staging.InFlight, until finish
 
   def put(self, host, dev) -> DeviceBuffer:
     host = np.ascontiguousarray(host)
@@ -244,17 +247,45 @@ class Uploads:
     try:
       self._run()
     except BaseException:
-      for a in self.cached:
-        a._device_buf = None
+      self._forget()
       raise
     finally:
       self.cached = []
 
-  def _run(self) -> None:
+  def start(self) -> None:
+    """``run``, except that the large (staged) copies may still be running when it returns:
+    their DMAs are enqueued behind gates that open as the copies finish
+    (``staging.upload(overlap=True)``), so that the caller enqueues the work that reads the
+    uploads meanwhile.  The caller must then call ``finish`` (in a ``finally``) before it
+    returns to its own caller; until then the host arrays are still being read."""
+    try:
+      self._in_flight = self._run(overlap=True)
+    except BaseException:
+      self._forget()
+      self.cached = []
+      raise
+
+  def finish(self) -> None:
+    """Wait for ``start``'s copies (the host arrays are read no more); raise their error."""
+    job, self._in_flight = self._in_flight, None
+    try:
+      if job is not None:
+        job.finish()
+    except BaseException:
+      self._forget()
+      raise
+    finally:
+      self.cached = []
+
+  def _forget(self) -> None:
+    for a in self.cached:
+      a._device_buf = None
+
+  def _run(self, overlap: bool = False):
     from ourjax.backends.cuda import staging
     groups, self._jobs = list(self._jobs.items()), {}
     if not groups:
-      return
+      return None
     staged, plain = [], []
     for dev, jobs in groups:
       small = []
@@ -266,9 +297,10 @@ class Uploads:
       if small:
         plain.append((dev, small))
     if staged:
-      staging.upload(staged, also=(lambda: self._run_plain(plain)) if plain else None)
-    else:
-      self._run_plain(plain)
+      return staging.upload(staged, also=(lambda: self._run_plain(plain)) if plain else None,
+                            overlap=overlap)
+    self._run_plain(plain)
+    return None
 
   def _run_plain(self, groups) -> None:
     if not groups:
@@ -329,19 +361,22 @@ def _device_pointer(dev, a, dtype, dims, keep, uploads=None):
   return buf.ptr
 
 
-def _upload_args(dev, pending, slots, keep) -> None:
+def _upload_args(dev, pending, slots, keep):
   """Fill ``slots`` with the device addresses of a call's host arguments ``pending`` ((slot,
   value, dtype, dims)): one alone as ``_device_pointer`` copies it, several through one
   ``Uploads``, their copies made at once (the large ones' pinned pieces on the staging
-  threads, the small ones meanwhile)."""
+  threads, the small ones meanwhile) and possibly still running (``Uploads.start``): that
+  ``Uploads`` is returned (None for one argument), and the caller calls its ``finish`` once
+  it has enqueued the call, before it returns."""
   if len(pending) == 1:
     i, a, dt, dims = pending[0]
     slots[i] = _device_pointer(dev, a, dt, dims, keep)
-    return
+    return None
   ups = Uploads()
   for i, a, dt, dims in pending:
     slots[i] = _device_pointer(dev, a, dt, dims, keep, ups)
-  ups.run()
+  ups.start()
+  return ups
 
 
 def _donated_blocks(aliases, args, slots, uploaded):
@@ -571,9 +606,13 @@ class CudaExecutable:
         if pending is None:
           pending = []
         pending.append((k, a) + tuple(specs[k]))
-    if pending:
-      _upload_args(dev, pending, slots, keep)
-    return self._execute(dev, slots, _donated_blocks(self.aliases, args, slots, keep))
+    ups = _upload_args(dev, pending, slots, keep) if pending else None
+    if ups is None:
+      return self._execute(dev, slots, _donated_blocks(self.aliases, args, slots, keep))
+    try:
+      return self._execute(dev, slots, _donated_blocks(self.aliases, args, slots, keep))
+    finally:
+      ups.finish()
 
   def fast_caller(self, kept, fixed, array_type):
     """``call(args) -> tuple of DeviceBuffer`` for ``jit``'s dispatch fast path
@@ -612,12 +651,15 @@ class CudaExecutable:
           if pending is None:
             pending = []
           pending.append((i, a) + tuple(specs[i]))
-      if pending:
-        _upload_args(dev, pending, slots, keep)
-      if aliases:
-        return execute(dev, slots, _donated_blocks(aliases, [args[k] for k in kept], slots,
-                                                   keep))
-      return execute(dev, slots)
+      ups = _upload_args(dev, pending, slots, keep) if pending else None
+      try:
+        if aliases:
+          return execute(dev, slots, _donated_blocks(aliases, [args[k] for k in kept], slots,
+                                                     keep))
+        return execute(dev, slots)
+      finally:
+        if ups is not None:
+          ups.finish()
     call.keep = keep_fixed
     return call
 

@@ -225,10 +225,12 @@ class Device:
     return DeviceError(f"{e} (while waiting for {what}; the error may come from earlier "
                        f"asynchronous work on the stream: last kernels launched: {kernels})")
 
-  def synchronize(self, what: str = "the device stream") -> None:
+  def synchronize(self, what: str = "the device stream", stream=None) -> None:
+    """Wait for the work enqueued so far on ``stream`` (default: the main stream)."""
     self.make_current()
     try:
-      _check(_driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+      _check(_driver().cuStreamSynchronize(self.stream if stream is None else stream),
+             "cuStreamSynchronize")
     except DeviceError as e:
       raise self._async_error(e, what) from None
 
@@ -282,13 +284,32 @@ class Device:
                                        self.stream if stream is None else stream),
            f"cuMemcpyHtoDAsync({nbytes} bytes from pinned memory)")
 
-  def host_alloc(self, nbytes: int) -> int:
+  def host_alloc(self, nbytes: int, mapped: bool = False) -> int:
     """``nbytes`` of page-locked host memory (``cuMemHostAlloc``, portable to every context);
-    its address.  Free it with ``host_free``."""
+    its address.  ``mapped``: also mapped into the device's address space (see
+    ``host_device_pointer``).  Free it with ``host_free``."""
     self.make_current()
-    flags = 1          # CU_MEMHOSTALLOC_PORTABLE
+    flags = 1 | (2 if mapped else 0)     # CU_MEMHOSTALLOC_PORTABLE (| _DEVICEMAP)
     return int(_check(_driver().cuMemHostAlloc(int(nbytes), flags),
                       f"cuMemHostAlloc({nbytes} bytes)"))
+
+  def host_device_pointer(self, ptr: int) -> int:
+    """The device's address of mapped page-locked host memory at ``ptr`` (``host_alloc(...,
+    mapped=True)``)."""
+    self.make_current()
+    return int(_check(_driver().cuMemHostGetDevicePointer(int(ptr), 0),
+                      "cuMemHostGetDevicePointer"))
+
+  def wait_host_value(self, addr: int, value: int, stream) -> None:
+    """Make work enqueued later on ``stream`` wait, on the device, until the 32-bit word at
+    device address ``addr`` (mapped host memory: ``host_device_pointer``) equals ``value``
+    (``cuStreamWaitValue32``; the host does not wait).  The host must write that value
+    eventually, whatever happens: until then the stream and all that waits on it stall."""
+    d = _driver()
+    self.make_current()
+    _check(d.cuStreamWaitValue32(stream, int(addr), int(value),
+                                 int(d.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ)),
+           "cuStreamWaitValue32")
 
   def host_free(self, ptr: int) -> None:
     self.make_current()

@@ -28,6 +28,20 @@ the upload, a read back, a later use of the block) runs after the upload, and no
 know which buffers came from the copy stream.  The other direction is ``Blocks``: the block an
 upload writes must not be one that work enqueued earlier on the main stream still uses.
 
+**Overlapped uploads** (``upload(overlap=True)``, ``Uploads.start`` / ``finish``: a pmap's
+or a sharded call's batch, a call's several host arguments).  A step that uploads its batch
+and then enqueues its kernels costs the host the copies *plus* the enqueueing (on the 2xH100
+host: 1.65 ms for two 16.8 MB blocks, then some 0.6 ms of launches, more than the 2.74 ms the
+two GPUs take for the step).  Here the DMAs are enqueued at once, each behind a *gate*: the
+copy stream waits (``cuStreamWaitValue32``) until a word of mapped pinned memory, one per
+chunk (``Pool.flags``), holds the chunk's next value; the worker threads copy the pieces and
+set each chunk's word when it is filled (``InFlight``), while the calling thread goes on to
+enqueue the step, whose kernels wait (on the device) for the DMAs.  The caller calls
+``finish`` before it returns, so the host arrays are still read only during the call.  A gate
+is opened whatever happens (a failed copy, a failed enqueue): no stream waits for ever.  Off
+with ``OURJAX_UPLOAD_OVERLAP=0``, on a driver without stream memory operations (probed once
+per device), and for an upload of more pieces than a pool has chunks.
+
 **When the host array may change.**  ``upload`` returns once every piece has been copied into
 pinned memory and its DMA enqueued: the caller's array is no longer read, so it may be changed
 or freed at once (JAX's ``device_put`` copies; so does this).  Only the pinned chunks are read
@@ -48,7 +62,7 @@ stream, see ``MIN_BYTES``), since the pageable copy would wait; below 8 MiB in a
 ``OURJAX_STAGED_UPLOAD_IDLE_BYTES`` and ``OURJAX_STAGED_UPLOAD_BYTES`` set the thresholds,
 ``OURJAX_UPLOAD_THREAD_MB`` the bytes per thread, ``OURJAX_STAGED_UPLOADS=0`` turns staging off
 (every upload pageable, on the main stream, as before), ``OURJAX_UPLOAD_THREADS`` the most
-threads (default: up to 8, no more than the CPUs).
+threads (default: up to 4, no more than the CPUs).
 
 A pool's chunks are freed when its device object goes (process exit): pinned memory is
 bounded by ``POOL_BYTES`` per device (``OURJAX_STAGING_MB``, default 64).
@@ -64,10 +78,15 @@ import numpy as np
 
 from ourjax.errors import DeviceOutOfMemoryError
 
-CHUNK_BYTES = int(float(os.environ.get("OURJAX_UPLOAD_CHUNK_MB", "2")) * (1 << 20))
+CHUNK_BYTES = int(float(os.environ.get("OURJAX_UPLOAD_CHUNK_MB", "4")) * (1 << 20))
 """Bytes per pinned chunk: a piece's host copy, DMA and event.  Large enough that the per-piece
-Python and driver calls (some 10 us) are small beside its copy (2 MiB: about 100-200 us), small
-enough that a 16 MB batch is 8 pieces to spread over threads and the first DMA starts early."""
+Python and driver calls (a gate, a DMA and an event on the calling thread in an overlapped
+upload, some 10 us each; a GIL hand-off per piece from the copying thread) are small beside
+its copy (4 MiB: some 0.4 ms), small enough that a 16 MB batch is 4 pieces to spread over
+threads and the first DMA starts early.  Measured on the 2xH100 host (``dp_why.py
+--variants``, back-to-back data-parallel steps, 16.8 MB per device, overlapped): 2 MiB chunks
+on 8 threads 3.09-3.31 ms a two-GPU step, 4 MiB on 8 2.88, 4 MiB on 4 2.81 (one GPU: 2.67, 2.69,
+2.70)."""
 
 MIN_BYTES = int(os.environ.get("OURJAX_STAGED_UPLOAD_BYTES", str(4 << 20)))
 """The fewest bytes an upload stages, when the device's main stream is busy (see the module
@@ -87,11 +106,16 @@ def _threads() -> int:
   v = os.environ.get("OURJAX_UPLOAD_THREADS")
   if v:
     return max(1, int(v))
-  return max(1, min(8, os.cpu_count() or 1))
+  return max(1, min(4, os.cpu_count() or 1))
 
 
 THREADS = _threads()
-"""Threads that copy pieces (the calling thread is one of them)."""
+"""Threads that copy pieces (the calling thread is one of them, except in an overlapped
+upload).  No more than 4 however many cores: the copies are bound by the host's memory, not
+its cores (``benchmarks/upload_threads.py`` on the 32-core 2xH100 host, 33.6 MB into pinned
+memory: 9.5 GB/s on 1 thread, 31 on 4, 37.6 on 8, then fewer: 31.7 on 12, 25.4 on 16, 19.0 on
+24), and in an overlapped upload the copying threads share the memory and the GIL with the
+thread enqueueing the step: there 4 threads did better than 8 (see ``CHUNK_BYTES``)."""
 
 
 def enabled() -> bool:
@@ -110,15 +134,19 @@ def worth_staging(dev, nbytes: int) -> bool:
 
 
 class _Chunk:
-  """A pinned chunk: its address, a NumPy view of its bytes, and the event recorded behind the
-  last DMA that read it (None: none yet)."""
-  __slots__ = ("ptr", "view", "event", "pending")
+  """A pinned chunk: its address, a NumPy view of its bytes, the event recorded behind the
+  last DMA that read it (None: none yet), and its gate: the word ``slot`` of its pool's
+  ``flags`` and the value (``seq``) that releases its latest DMA (``upload``'s overlapped
+  form)."""
+  __slots__ = ("ptr", "view", "event", "pending", "slot", "seq")
 
-  def __init__(self, ptr: int, nbytes: int):
+  def __init__(self, ptr: int, nbytes: int, slot: int = 0):
     self.ptr = ptr
     self.view = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), np.uint8)
     self.event = None
     self.pending = False      # a DMA reading it may not have run yet
+    self.slot = slot
+    self.seq = 0
 
   def wait(self) -> None:
     """Block until the DMA that last read the chunk has run (it may then be written)."""
@@ -137,6 +165,48 @@ class Pool:
     self.max_chunks = max(1, int(max_bytes or POOL_BYTES) // self.chunk_bytes)
     self.chunks: deque = deque()     # oldest DMA first
     self.lock = threading.Lock()     # held by an upload while it uses the pool's chunks
+    self._made = 0                   # chunks made (each has its own gate word)
+    self._gated = None               # gates usable on this device (None: not probed yet)
+    self.flags = None                # the gate words (uint32, mapped pinned memory)
+    self.flags_ptr = self.flags_dev = 0     # their host and device addresses
+    self.gate_error = None           # why the probe found no gates
+
+  def gated(self) -> bool:
+    """Whether DMAs on the device's copy stream can wait for words the host writes
+    (``Device.wait_host_value``, ``cuStreamWaitValue32``): probed once per pool (a word
+    already set is waited for, the copy stream synchronised); on failure uploads are never
+    overlapped here."""
+    if self._gated is None:
+      self._gated = self._probe_gates()
+    return self._gated
+
+  def _probe_gates(self) -> bool:
+    from ourjax.backends.cuda import driver
+    dev = self.dev
+    if not hasattr(driver._driver(), "cuStreamWaitValue32"):
+      return False
+    n = self.max_chunks + 1          # (the last word: the probe's)
+    ptr = 0
+    try:
+      ptr = dev.host_alloc(max(4096, 4 * n), mapped=True)
+      flags = np.frombuffer((ctypes.c_uint32 * n).from_address(ptr), np.uint32)
+      flags[:] = 0
+      flags[-1] = 1
+      addr = dev.host_device_pointer(ptr)
+      dev.wait_host_value(addr + 4 * (n - 1), 1, dev.copy_stream)
+      dev.synchronize("the staging copy stream", dev.copy_stream)
+    except Exception as e:     # (a driver without stream memory operations)
+      import logging
+      logging.getLogger("ourjax").info("staging: no overlapped uploads on %s: %s", dev, e)
+      self.gate_error = f"{type(e).__name__}: {e}"
+      if ptr:
+        try:
+          dev.host_free(ptr)
+        except Exception:     # pragma: no cover
+          pass
+      return False
+    self.flags, self.flags_ptr, self.flags_dev = flags, ptr, addr
+    return True
 
   @staticmethod
   def of(dev) -> "Pool":
@@ -156,7 +226,8 @@ class Pool:
         c.pending = False
       if c is None or (c.pending and len(chunks) < self.max_chunks):
         from ourjax.backends.cuda import driver
-        c = _Chunk(self.dev.host_alloc(self.chunk_bytes), self.chunk_bytes)
+        c = _Chunk(self.dev.host_alloc(self.chunk_bytes), self.chunk_bytes, self._made)
+        self._made += 1
         c.event = driver.Event(self.dev)
       else:
         chunks.popleft()
@@ -169,6 +240,8 @@ class Pool:
       for c in self.chunks:
         c.wait()
         self.dev.host_free(c.ptr)
+      if self.flags_ptr:
+        self.dev.host_free(self.flags_ptr)
     except Exception:   # pragma: no cover - interpreter shutdown
       pass
 
@@ -329,7 +402,8 @@ def _executor():
     with _workers_lock:
       if _workers is None:
         from concurrent.futures import ThreadPoolExecutor
-        _workers = ThreadPoolExecutor(max_workers=max(1, THREADS - 1),
+        # (THREADS of them: an overlapped upload's copies are all theirs, see InFlight)
+        _workers = ThreadPoolExecutor(max_workers=max(1, THREADS),
                                       thread_name_prefix="ourjax-staging")
   return _workers
 
@@ -430,21 +504,39 @@ def _publish(devs) -> None:
     dev.wait_event(ev)
 
 
-def upload(jobs, also=None) -> None:
+def overlap_enabled() -> bool:
+  """``OURJAX_UPLOAD_OVERLAP=0`` turns the overlapped uploads off (``upload(overlap=True)``
+  then copies before it returns, as ``upload`` does)."""
+  from ourjax.config import env_switch
+  return env_switch("OURJAX_UPLOAD_OVERLAP")
+
+
+def upload(jobs, also=None, overlap: bool = False):
   """Enqueue the uploads ``jobs`` (``(device, dst address, host array)``, host C-contiguous)
   through the devices' pinned pools and copy streams, on ``threads_for`` threads at once, and
   return once every host array has been copied into pinned memory and every DMA is enqueued
   (the host arrays may then change; see the module docstring); each device's main stream
   waits for them (``_publish``).  ``also``: a function run on the calling thread while the
-  workers copy (the small uploads that take the plain path)."""
+  workers copy (the small uploads that take the plain path).
+
+  ``overlap=True``: the copies may still be running when this returns, which it does as soon
+  as the DMAs are enqueued, each behind a *gate* (``Device.wait_host_value``) that the thread
+  copying its chunk opens when the chunk is filled; it returns an ``InFlight`` whose
+  ``finish()`` the caller must call (in a ``finally``) before it returns to its own caller:
+  only then has every host array been read.  In between the caller enqueues the work that
+  reads the uploads (a step's kernels), while the copies run (``_upload_gated``).  None when
+  the upload was made in full here (overlap off, no gates on a device, or more pieces than a
+  pool has chunks)."""
   total = sum(int(h.nbytes) for _, _, h in jobs)
   nthreads = threads_for(total)
   todo = pieces(jobs, threads=nthreads)
   if not todo:
     if also is not None:
       also()
-    return
+    return None
   pools = sorted({Pool.of(p[0]) for p in todo}, key=lambda pl: id(pl.dev))
+  if overlap and overlap_enabled() and _one_wave(todo) and all(pl.gated() for pl in pools):
+    return _upload_gated(jobs, todo, pools, also, nthreads)
   for pl in pools:           # (in one order: two uploads never wait for each other's pools)
     pl.lock.acquire()
   try:
@@ -499,3 +591,122 @@ def _run_wave(q: deque, also, nthreads: int = THREADS) -> None:
         err = e
   if err is not None:
     raise err
+
+
+# ------------------------------------------------------------------------------------------------
+# Overlapped uploads: DMAs enqueued at once behind gates, the copies made meanwhile
+
+
+def _one_wave(todo) -> bool:
+  """Whether every device's pieces fit its pool's chunks at once (no chunk reused within the
+  upload: an overlapped upload's chunks are all handed out before any is filled)."""
+  per: dict = {}
+  for dev, _, _ in todo:
+    per[dev] = per.get(dev, 0) + 1
+  return all(k <= Pool.of(dev).max_chunks for dev, k in per.items())
+
+
+def _upload_gated(jobs, todo, pools, also, nthreads) -> "InFlight":
+  """``upload``'s overlapped form.  With the pools locked: each piece gets a chunk (whose
+  last DMA is waited for first, on the host: it is about to be rewritten), and on the copy
+  stream a wait for the chunk's gate word to reach its next value, the DMA from the chunk and
+  the chunk's event; the pieces go to the workers (``InFlight``), which open each gate once
+  its chunk is filled; ``also`` runs (its pageable copies on the main stream come before the
+  main stream's wait for the gated DMAs, which ``_publish`` enqueues last).  Should anything
+  fail, every gate enqueued is opened before the error is raised (their DMAs then move bytes
+  nobody reads), so no stream waits for ever."""
+  for pl in pools:
+    pl.lock.acquire()
+  items, job = [], None
+  try:
+    _fence(jobs)
+    used: dict = {}
+    for d, _, _ in todo:
+      pl = Pool.of(d)
+      used[pl] = used.get(pl, 0) + 1
+    got = {pl: deque(pl.take(k)) for pl, k in used.items()}
+    for dev, dst, src in todo:
+      pl = Pool.of(dev)
+      c = got[pl].popleft()
+      c.wait()
+      c.seq = c.seq % 0xFFFFFFFF + 1           # (1 .. 2**32 - 1; the word starts at 0)
+      cs = dev.copy_stream
+      dev.wait_host_value(pl.flags_dev + 4 * c.slot, c.seq, cs)
+      items.append((src, c, pl))
+      dev.copy_from_pinned(dst, c.ptr, src.nbytes, cs)
+      c.event.record(cs)
+      c.pending = True
+    job = InFlight(items, nthreads)
+    if also is not None:
+      also()
+  except BaseException:
+    if job is None:
+      for _, c, pl in items:
+        pl.flags[c.slot] = c.seq
+    else:
+      job.finish(raise_errors=False)
+    raise
+  finally:
+    try:
+      _publish([pl.dev for pl in pools])
+    finally:
+      for pl in pools:
+        pl.lock.release()
+  return job
+
+
+def _fill(chunk, src) -> None:
+  """Copy ``src`` (bytes) into the start of ``chunk`` (releases the GIL)."""
+  np.copyto(chunk.view[:src.nbytes], src)
+
+
+class InFlight:
+  """The copies of an overlapped upload (``upload(overlap=True)``), on up to ``nthreads``
+  worker threads from the moment it is made: each piece's bytes go into its chunk, then its
+  gate word is set to the chunk's value, which lets its DMA run.  A gate is opened whatever
+  happens (a failed copy opens it too, and the remaining copies are skipped), so the device
+  never waits for ever; the error is raised by ``finish``.
+
+  The word is written after the copy returned: NumPy's copy ends (glibc's memmove ends its
+  non-temporal stores with a store fence) and the worker takes the GIL again (an atomic
+  operation, a full barrier on x86) before it stores the word, so the chunk's bytes are
+  visible to the device's DMA before the gate opens."""
+
+  def __init__(self, items, nthreads: int):
+    self._q = deque(items)
+    self._errors: list = []
+    self._futures = []
+    self._done = False
+    for _ in range(max(0, min(nthreads, len(items)))):
+      try:
+        self._futures.append(_executor().submit(self._drain))
+      except RuntimeError:     # (at interpreter shutdown: the caller copies them in finish)
+        break
+
+  def _drain(self) -> None:
+    q, errors = self._q, self._errors
+    while True:
+      try:
+        src, c, pl = q.popleft()                 # (atomic: threads share the deque)
+      except IndexError:
+        return
+      try:
+        if not errors:
+          _fill(c, src)
+      except BaseException as e:
+        errors.append(e)
+      finally:
+        pl.flags[c.slot] = c.seq                 # the gate: its DMA may run
+
+  def finish(self, raise_errors: bool = True) -> None:
+    """Return once every piece has been copied (the host arrays are read no more and may
+    change); the calling thread copies those no worker has started.  Raises the first copy's
+    error (its upload's blocks hold wrong bytes).  Idempotent."""
+    if self._done:
+      return
+    self._done = True
+    self._drain()
+    for f in self._futures:
+      f.result()
+    if self._errors and raise_errors:
+      raise self._errors[0]
