@@ -96,7 +96,7 @@ from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning
 from ourjax.backends.llvm.arena import _assign, _control_bytes, _profile_offset
-from ourjax.backends.llvm.planning import KernelStep, plan_entry
+from ourjax.backends.llvm.planning import MAX_THREADS, KernelStep, plan_entry  # noqa: F401
 from ourjax.lowering import hlo
 
 log = logging.getLogger("ourjax")
