@@ -34,8 +34,10 @@ MODULES = ("ourjax.lowering.pipeline", "ourjax.backends.cpu.backend", "ourjax.ba
            "ourjax.backends.llvm.attention", "ourjax.backends.llvm.planning")
 _PASSES = "ourjax.lowering.passes."
 
-#: Environment variables that change no compiled code (where it is cached, what is logged).
-IGNORED_ENV = frozenset({"OURJAX_CACHE_DIR", "OURJAX_LOG_COMPILES", "OURJAX_DUMP"})
+#: Environment variables that change no compiled code (where it is cached, what is logged, how
+#: it is loaded).
+IGNORED_ENV = frozenset({"OURJAX_CACHE_DIR", "OURJAX_LOG_COMPILES", "OURJAX_DUMP",
+                         "OURJAX_CPU_LOADER"})
 
 _pristine: dict = {}
 

@@ -130,7 +130,7 @@ def _pipeline_source_hash() -> str:
 def _hash_module(h, module: hlo.Module) -> None:
   """Feed ``module``'s text and its constants' bytes to the hash ``h``."""
   h.update(module.to_string().encode())
-  for comp in module.computation_post_order():
+  for comp in module.computations:     # (every computation, as the text has them)
     for i in comp.instructions:
       if i.opcode == "constant":
         v = np.ascontiguousarray(i.attrs["value"])

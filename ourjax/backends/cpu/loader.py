@@ -276,6 +276,8 @@ class LoadedCode:
       if not o.relocs:
         continue
       values = np.zeros(len(o.syms), np.uint64)
+      resolved = np.zeros(len(o.syms), bool)
+      resolved[0] = True          # (the null symbol: S = 0)
       for k in range(1, len(o.syms)):
         shndx = int(o.syms[k]["shndx"])
         if shndx == _SHN_UNDEF:
@@ -292,13 +294,16 @@ class LoadedCode:
         elif shndx in addrs:
           addr = addrs[shndx] + int(o.syms[k]["value"])
         else:
-          continue        # (a symbol of a section not loaded: no relocation of ours uses it)
+          continue        # (a symbol of a section not loaded: only unwind tables use them)
         values[k] = addr
+        resolved[k] = True
       for target, rel in o.relocs:
         sec_off = addrs[target] - base
         size = int(o.sh[target]["size"])
         types = (rel["info"] & 0xFFFFFFFF).astype(np.int64)
         symk = (rel["info"] >> 32).astype(np.int64)
+        if not resolved[symk].all():
+          raise Unsupported("a relocation against a section that is not loaded")
         off = rel["offset"].astype(np.int64)
         wide = (types == _R_64) | (types == _R_PC64)
         if len(off) and int((off + np.where(wide, 8, 4)).max()) > size:
@@ -349,6 +354,12 @@ class LoadedCode:
   @property
   def entry_names(self):
     return self._entry_names
+
+  def __copy__(self):       # (one mapping, unmapped once: copies are this object)
+    return self
+
+  def __deepcopy__(self, memo):
+    return self
 
   def address(self, name: str) -> int:
     """The address of the global symbol ``name`` the objects define."""
