@@ -114,6 +114,8 @@ def load_object(obj: bytes, entry_names=(), optimized_ir: str | None = None):
       return LoadedCode(parts, entry_names, obj, optimized_ir)
     except Unsupported:
       pass
+    except (ValueError, IndexError, struct.error) as e:   # (what elf.check does not read)
+      raise CompileError(f"object code failed its check: {e}") from None
   from ourjax.backends.cpu import jit
   from ourjax.backends.cpu.libraries import _ensure_runtime_symbols
   _ensure_runtime_symbols()
