@@ -101,10 +101,12 @@ def test_loader_refuses_damaged_objects_and_missing_entries():
   bad[40:48] = (len(obj) * 4).to_bytes(8, "little")     # (the section table's offset)
   with pytest.raises(ourjax.errors.CompileError, match="failed its check"):
     loader.load_object(bytes(bad), ["ojx_probe"])
-  if loader.enabled():      # a section's name outside the name table (elf.check reads none)
+  if loader.enabled():      # sections' names outside the name table (elf.check reads none)
     shoff = int.from_bytes(obj[40:48], "little")
+    shnum = int.from_bytes(obj[60:62], "little")
     bad = bytearray(obj)
-    bad[shoff + 64:shoff + 68] = (1 << 30).to_bytes(4, "little")
+    for i in range(1, shnum):
+      bad[shoff + 64 * i:shoff + 64 * i + 4] = (1 << 30).to_bytes(4, "little")
     with pytest.raises(ourjax.errors.CompileError, match="failed its check"):
       loader.load_object(bytes(bad), ["ojx_probe"])
 
