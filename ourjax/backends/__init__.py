@@ -311,7 +311,6 @@ def compile_lowering(lowering, closed: core.ClosedJaxpr, backend=None, name: str
 
 
 def _compile_lowering(lowering, closed, backend, donation=None):
-  from ourjax.lowering import pipeline
   module = lowering.module.clone()
   dump = os.environ.get("OURJAX_DUMP")
   if dump:   # the jaxpr beside the module dumps the pipeline writes (module.NN-pass.txt)
@@ -331,15 +330,16 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       m.input_output_alias = dict(aliases)
     return m
 
-  # (read now: an executable loaded from the disk cache makes its module later, on demand)
-  cpu_fused_attention = None
-  if name == "cpu":
-    from ourjax.backends.llvm import attention as cpu_attention
-    cpu_fused_attention = cpu_attention.refuses if cpu_attention.enabled() else None
+  # (read now: an executable loaded from the disk cache makes its module later, on demand; the
+  # switch is what its key holds, the OURJAX_* environment)
+  from ourjax.config import env_switch
+  cpu_attention_on = name == "cpu" and env_switch("OURJAX_CPU_ATTENTION")
 
   def optimized(m):
+    from ourjax.lowering import pipeline
     if name == "cpu":
-      m.fused_attention = cpu_fused_attention
+      from ourjax.backends.llvm import attention as cpu_attention
+      m.fused_attention = cpu_attention.refuses if cpu_attention_on else None
       m.read_stored = True
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
@@ -360,13 +360,14 @@ def _compile_lowering(lowering, closed, backend, donation=None):
   # again only if asked for)
   skey = None
   if name == "cpu" and not opts and not dump:
-    from ourjax.backends.cpu import backend as cpu
+    # (cpu/cache.py: the key and the load need neither the passes nor the compiler)
+    from ourjax.backends.cpu import cache as cpu_cache
     from ourjax.backends import disk_cache
     if disk_cache.cache_dir():
       with _phases.phase("cache_key"):
-        skey = cpu.source_key(aliased(module))
+        skey = cpu_cache.source_key(aliased(module))
       lazy = _LazyModule(lambda: optimized(lowering.module.clone()))
-      compiled = cpu.load_by_source(skey, lazy)
+      compiled = cpu_cache.load_by_source(skey, lazy)
       if compiled is not None:
         return ModuleExecutable(lazy, compiled, lowering.hoisted, closed.out_avals, name, kept,
                                 donation)
@@ -379,7 +380,7 @@ def _compile_lowering(lowering, closed, backend, donation=None):
     opts["verified"] = True       # (pipeline.optimize verified it, last)
   compiled = _backend_module(backend).compile(module, **opts)
   if skey is not None:
-    cpu.store_by_source(skey, compiled)
+    cpu_cache.store_by_source(skey, compiled)
   return ModuleExecutable(module, compiled, lowering.hoisted, closed.out_avals, name, kept,
                           donation)
 

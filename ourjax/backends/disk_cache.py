@@ -4,8 +4,8 @@
     write(key, meta, obj, ir_text)        # atomically (temporary file + os.replace)
     read(key) -> (meta, obj, ir_text) | None
 
-The key is the backend's (``cpu.backend.cache_key``: the module text, its constants, the
-backend's source, LLVM and the target CPU; or ``cpu.backend.source_key``, that of the module
+The key is the backend's (``cpu.cache.cache_key``: the module text, its constants, the
+backend's source, LLVM and the target CPU; or ``cpu.cache.source_key``, that of the module
 before the optimisation passes, whose entries also hold the optimised module's parameters and
 constants).  An entry is ``MAGIC``, the payload's length and
 SHA-256, then the payload: the entry's own key, the JSON meta, the object code and the
@@ -13,7 +13,7 @@ compressed LLVM IR.  A read checks all of it: a truncated, damaged or foreign en
 recorded key is not the key it was read under, e.g. copied from another program's path) is
 logged, removed and reported as a miss, so the program is compiled again; nothing runs code that
 an entry does not vouch for.  The object code itself is checked again when it is loaded
-(``cpu/jit.load_object`` -> ``cpu/elf.check``: ELF headers, section table, symbols, relocations,
+(``cpu/loader.load_object`` -> ``cpu/elf.check``: ELF headers, section table, symbols, relocations,
 entry points, symbols it needs), so that a damaged object under a recomputed checksum is a
 miss too, never a crash of the loader.  The GEMM's shared objects live under ``gemm/`` in the same
 directory (``llvm/gemm.py``).

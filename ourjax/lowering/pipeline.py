@@ -157,3 +157,7 @@ def optimize(module: hlo.Module, dump_dir: str | None = None, *,
       raise PassError(f"after the passes (OURJAX_CHECK_PASSES=1 finds the pass): {e}\n"
                       f"{module.to_string()}") from None
   return module
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

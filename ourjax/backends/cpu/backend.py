@@ -53,16 +53,20 @@ Compilation:
    for; ``OURJAX_CPU_PROFILE=1`` makes it the default) instruments the entry: thread 0 reads
    the cycle counter around every kernel and loop (``cpu/profiling.py``; ``exe.profile()``
    lists the last call's cycles).  The instrumented code is cached apart from the plain one.
-5. *Caching* (``backends/disk_cache.py``): the object code is kept on disk under
-   ``OURJAX_CACHE_DIR`` (default ``~/.cache/ourjax``; ``OURJAX_CACHE_DIR=off`` disables it),
-   keyed by the module text, the constants' bytes, this backend's source, the LLVM version and
-   the host CPU; entries are written atomically (temporary file + ``os.replace``), record
+5. *Caching* (``backends/disk_cache.py``; keys and warm starts: ``cpu/cache.py``): the object
+   code is kept on disk under ``OURJAX_CACHE_DIR`` (default ``~/.cache/ourjax``;
+   ``OURJAX_CACHE_DIR=off`` disables it), keyed by the module text, the constants' bytes, this
+   backend's source, the settings that differ from their modules' import and the ``OURJAX_*``
+   environment (``backends/settings.py``), LLVM and the CPU code is generated for
+   (``cpu/host.py``); entries are written atomically (temporary file + ``os.replace``), record
    their own key and are checked (length, SHA-256, key) when read: a damaged or foreign entry
    is logged and recompiled.  A jitted program is first looked up by its module as lowered,
    before the passes (``source_key``: that text, the sources and settings of the passes and
    this backend), under which its code is stored with the parameters and constants of its
-   optimised module: a program an earlier process compiled skips the passes as well as LLVM
-   (``load_by_source``), and its optimised module is made again only if asked for.
+   optimised module and the entries of the libraries it calls: a program an earlier process
+   compiled skips the passes as well as LLVM (``load_by_source``), imports neither (its
+   executable, ``cpu/executable.py``, needs none of the compiler) and is loaded without LLVM
+   (``cpu/loader.py``); its optimised module is made again only if asked for.
 
 A module with something this backend does not compile yet (complex or 8-bit float types, opcodes
 outside ``NATIVE_OPCODES``) runs on the reference backend instead (logged at debug level);
@@ -71,23 +75,20 @@ backend; here they would need the GEMM and the vectorized paths checked first.)
 """
 from __future__ import annotations
 
-import base64
-import ctypes
-import hashlib
 import logging
-import math
 import os
-import sys
-
-import numpy as np
 
 from ourjax import _phases
 from ourjax.backends.cpu import entry as _entry
-from ourjax.backends.cpu import profiling
+from ourjax.backends.cpu import host, loader, profiling
+from ourjax.backends.cpu.cache import (_blockings_hold, _link_recorded, cache_key,  # noqa: F401
+                                       library_entries, load_by_source, source_key,
+                                       store_by_source, tuned_entries)
+from ourjax.backends.cpu.executable import ARENA_HEADER, CpuExecutable  # noqa: F401
 from ourjax.backends.cpu.libraries import (_ensure_runtime_symbols, _link_symbols,
                                            _provided_symbols, RUNTIME)
 from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
-from ourjax.backends.cpu.threads import get_pool, num_threads, set_num_threads
+from ourjax.backends.cpu.threads import num_threads, set_num_threads
 from ourjax.backends import disk_cache
 from ourjax.backends.llvm import dedupe
 from ourjax.backends.llvm import irtools
@@ -95,7 +96,7 @@ from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning
 from ourjax.backends.llvm.arena import _assign, _control_bytes, _profile_offset
-from ourjax.backends.llvm.planning import MAX_THREADS, KernelStep, plan_entry
+from ourjax.backends.llvm.planning import MAX_THREADS, KernelStep, plan_entry  # noqa: F401
 from ourjax.lowering import hlo
 
 log = logging.getLogger("ourjax")
@@ -143,65 +144,6 @@ def _leaf_shapes(shape):
 
 
 # ---------------------------------------------------------------------------------------------
-# recycled output blocks
-# ---------------------------------------------------------------------------------------------
-
-class _Owner:
-  """Owns a pooled block while any array views it (NumPy keeps the object that exported the
-  ``__array_interface__`` as the base of every view); returns it to the pool when freed."""
-  __slots__ = ("__array_interface__", "_mem", "_pool")
-
-  def __del__(self):
-    try:
-      self._pool._release(self._mem)
-    except Exception:   # pragma: no cover - interpreter shutdown
-      pass
-
-
-class _OutputPool:
-  """Large output arrays come from recycled blocks: a fresh ``np.empty`` of many megabytes
-  page-faults on first touch (the kernel zeroes every page), which costs as much as a fast
-  elementwise kernel; a block a dead result leaves behind is handed to the next result of the
-  same size.  At most ``MAX_BLOCKS`` blocks per size and ``MAX_BYTES`` in all are kept."""
-  MIN_BYTES = 1 << 20
-  MAX_BLOCKS = 4
-  MAX_BYTES = 1 << 30
-
-  def __init__(self):
-    self.free: dict = {}
-    self.kept = 0
-
-  def empty(self, shape, dtype):
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < self.MIN_BYTES:
-      return np.empty(shape, dtype)
-    lst = self.free.get(nbytes)
-    mem = None
-    while lst:
-      try:
-        mem = lst.pop()
-        self.kept -= nbytes
-        break
-      except IndexError:   # pragma: no cover - raced with another thread
-        break
-    if mem is None:
-      raw = np.empty(nbytes, np.uint8)
-      mem = (raw, raw.ctypes.data)
-    owner = _Owner()
-    owner._mem, owner._pool = mem, self
-    owner.__array_interface__ = {"data": (mem[1], False), "shape": (nbytes,), "typestr": "|u1",
-                                 "version": 3}
-    return np.asarray(owner).view(dtype).reshape(shape)
-
-  def _release(self, mem):
-    n = mem[0].nbytes
-    lst = self.free.setdefault(n, [])
-    if len(lst) < self.MAX_BLOCKS and self.kept + n <= self.MAX_BYTES:
-      lst.append(mem)
-      self.kept += n
-
-
-_outputs = _OutputPool()
 
 
 #: LLVM's loop unroller (OURJAX_CPU_UNROLL=0 turns it off: ~30% less compile time for
@@ -285,7 +227,6 @@ class _Planner(planning.Planner):
 # buffer assignment
 # ---------------------------------------------------------------------------------------------
 
-ARENA_HEADER = 64
 
 
 #: Profiling instrumentation for every module compiled without an explicit ``profile``.
@@ -293,479 +234,9 @@ PROFILE = bool(os.environ.get("OURJAX_CPU_PROFILE"))
 
 
 # ---------------------------------------------------------------------------------------------
-# the executable
-# ---------------------------------------------------------------------------------------------
-
-class CpuExecutable:
-  """A module compiled for the CPU: ``exe(*arrays) -> tuple of numpy arrays``.
-
-  ``fast_caller(kept, fixed)`` returns the dispatch fast path used by ``jit``: a function of the
-  caller's arguments (NumPy arrays or ourjax Arrays already of the parameter types and shapes)
-  returning the list of output arrays, or None when an argument is not C-contiguous (then the
-  caller takes the general path)."""
-
-  def __init__(self, module, compiled, meta: dict, llvm_ir: str | None):
-    # ``module``: the optimised hlo.Module, or a function that makes it (an executable loaded
-    # by its source key: ``load_by_source``; then the parameters and constants come from meta)
-    if isinstance(module, hlo.Module):
-      self._module, self._make_module = module, None
-    else:
-      self._module, self._make_module = None, module
-    self.compiled = compiled
-    self.meta = meta
-    self.llvm_ir = llvm_ir
-    addr = compiled.address(ENTRY)
-    self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
-                                ctypes.c_int64)(addr)
-    self._fn_addr = addr
-    if self._module is not None:
-      self.param_shapes = [(p.dtype, p.dims) for p in module.entry.parameters]
-      consts = {}
-      for comp in module.computations:
-        for i in comp.instructions:
-          if i.opcode == "constant":
-            consts[i.name] = i.attrs["value"]
-    else:
-      self.param_shapes = [(hlo.to_dtype(d), tuple(s)) for d, s in meta["params"]]
-      consts = {n: np.frombuffer(base64.b64decode(data), np.dtype(d)).reshape(s)
-                for n, (d, s, data) in meta["const_values"].items()}
-    self.nparams = len(self.param_shapes)
-    self.name = meta.get("name") or (module.name if self._module is not None else "")
-    self.out_specs = [(tuple(s), hlo.to_dtype(d)) for d, s in meta["outputs"]]
-    self.parallel = bool(meta["parallel"])
-    self.control_bytes = int(meta.get("control_bytes", ARENA_HEADER))
-    self.object_mode = bool(meta.get("object_mode"))
-    self.arena_bytes = int(meta["arena_bytes"])
-    self.nslots = int(meta["nslots"])
-    self._consts = []
-    for slot, name in meta["consts"]:
-      v = consts[name]
-      v = v if v.flags.c_contiguous and v.flags.aligned else np.array(v, order="C")
-      self._consts.append((slot, v))
-    self._free = []   # (slots, slots address, arena) triples not in use
-    self.result_is_tuple = bool(meta["tuple_result"])
-    # (output j, parameter k): output j is written into argument k's buffer and returned as it
-    self.aliases = [tuple(a) for a in meta.get("aliases", ())]
-    self.code_bytes = int(meta.get("code_bytes", 0))     # (the object code's size)
-
-  @property
-  def module(self) -> hlo.Module:
-    """The optimised module this code was compiled from (made on first use when the code came
-    from the disk cache by its source key)."""
-    if self._module is None:
-      self._module = self._make_module()
-    return self._module
-
-  def _new_resources(self, fixed=()):
-    slots = (ctypes.c_void_p * self.nslots)()
-    try:
-      n = max(self.arena_bytes, ARENA_HEADER)
-      raw = np.zeros(n + planning.ALIGN, np.uint8)
-      # (64-byte aligned, as the planner aligns offsets: a packed B is stored and read with
-      # aligned vectors, gemm.emit_pack_b_call)
-      skip = -raw.ctypes.data % planning.ALIGN
-      arena = raw[skip:skip + n]
-    except MemoryError:
-      raise self._exhausted(self.arena_bytes, None) from None
-    for slot, v in self._consts:
-      slots[slot] = v.ctypes.data
-    slots[self.nslots - 1] = arena.ctypes.data
-    for k, a in fixed:
-      slots[k] = id(a) if self.object_mode else a.ctypes.data
-    return slots, ctypes.addressof(slots), arena
-
-  def _run(self, res) -> int:
-    if self.parallel:
-      res[2][:self.control_bytes] = 0    # (before any thread starts)
-      return get_pool().run(self._fn, res[1], self._fn_addr)
-    return self._fn(res[1], 0, 1)
-
-  def __call__(self, *args):
-    res, outs, keep = self._bind(args)     # (keep: the arguments, alive through the call)
-    rc = self._run(res)
-    self._free.append(res)
-    if rc:
-      raise RuntimeError(f"{self.name}: the native entry refused its arguments")
-    return tuple(outs)
-
-  def _bind(self, args):
-    """(resources, outputs, arguments) of a call: a slot table holding ``args`` (converted to
-    the parameter types: the arrays returned last, which must live until the call returns)
-    and fresh output arrays."""
-    if len(args) != self.nparams:
-      raise TypeError(f"{self.name}: expected {self.nparams} arguments, got {len(args)}")
-    keep = []
-    for k, (a, (dt, dims)) in enumerate(zip(args, self.param_shapes)):
-      if not isinstance(a, np.ndarray) or a.dtype != dt:
-        a = np.asarray(a, dtype=dt)
-      if not (a.flags.c_contiguous and a.flags.aligned):
-        a = np.array(a, order="C")
-      if a.shape != dims:
-        raise ValueError(f"{self.name}: argument {k} must be "
-                         f"{hlo.dtype_name(dt)}{list(dims)}, got {a.dtype}{list(a.shape)}")
-      keep.append(a)
-    try:
-      res = self._free.pop()
-    except IndexError:
-      res = self._new_resources()
-    slots = res[0]
-    om = self.object_mode
-    for k, a in enumerate(keep):
-      slots[k] = id(a) if om else a.ctypes.data
-    try:
-      if self.aliases:
-        outs = self._aliased_outputs(keep)
-      else:
-        outs = [_outputs.empty(s, d) for s, d in self.out_specs]
-    except MemoryError:
-      raise self._exhausted_output() from None
-    n = self.nparams
-    for j, o in enumerate(outs):
-      slots[n + j] = id(o) if om else o.ctypes.data
-    return res, outs, keep
-
-  def _aliased_outputs(self, params):
-    """The output arrays of a call: argument k's own array for an output aliased to it (the
-    caller donated it), fresh ones for the others."""
-    alias = dict(self.aliases)
-    outs = []
-    for j, (s, d) in enumerate(self.out_specs):
-      k = alias.get(j)
-      if k is None:
-        outs.append(_outputs.empty(s, d))
-      else:
-        a = params[k]
-        outs.append(a if a.shape == s and a.dtype == d else a.view(d).reshape(s))
-    return outs
-
-  def _exhausted_output(self):
-    """The error for a result that could not be allocated: the first one that still cannot
-    be (asked again, on this error path only)."""
-    for j, (shape, dtype) in enumerate(self.out_specs):
-      try:
-        _outputs.empty(shape, dtype)
-      except MemoryError:
-        return self._exhausted(math.prod(shape) * dtype.itemsize, j)
-    return self._exhausted(sum(math.prod(s) * d.itemsize for s, d in self.out_specs), None)
-
-  def _exhausted(self, nbytes: int, output):
-    """``errors.ResourceExhaustedError`` for ``nbytes`` for result ``output`` (None: the
-    temporaries, named by the largest values of the module)."""
-    from ourjax.errors import ResourceExhaustedError, format_bytes
-    if output is not None:
-      shape, dtype = self.out_specs[output]
-      what = f"result {output} ({hlo.dtype_name(dtype)}{list(shape)})"
-    else:
-      from ourjax.lowering.passes.buffer_assignment import nbytes as shape_bytes
-      values = [i for c in self.module.computations for i in c.instructions
-                if not i.shape.is_tuple]
-      largest = sorted(values, key=lambda i: -shape_bytes(i.shape))[:3]
-      what = ("its temporaries; the largest values: " + ", ".join(
-          f"{i.opcode} {hlo.dtype_name(i.shape.dtype)}{list(i.shape.dims)} "
-          f"({format_bytes(shape_bytes(i.shape))})" for i in largest))
-    return ResourceExhaustedError(
-        f"RESOURCE_EXHAUSTED: Out of memory while trying to allocate {nbytes} bytes "
-        f"({format_bytes(nbytes)}) for {what} of {self.module.name}", nbytes, output)
-
-  def fast_caller(self, kept, fixed, array_type):
-    """The per-signature dispatch path (see the class docstring).  ``kept``: indices of the
-    caller's arguments that are parameters 0.. (None: all of them, in order); ``fixed``: arrays
-    passed as the remaining parameters (hoisted constants); ``array_type``: ourjax's Array
-    class (its NumPy value is ``._npy``, or ``._value`` when it lives elsewhere).  Outputs
-    aliased to parameters (``aliases``) are returned in the arguments' own arrays: the caller
-    donates them (``backends.ModuleExecutable.fast_path`` checks that it may)."""
-    if not self.object_mode:
-      return None
-    nparams = self.nparams
-    nfixed = len(fixed)
-    ndyn = nparams - nfixed
-    kept = tuple(range(ndyn)) if kept is None else tuple(kept)
-    if len(kept) != ndyn:
-      return None
-    fixed = [(ndyn + k, np.asarray(a)) for k, a in enumerate(fixed)]
-    for k, a in fixed:
-      dt, dims = self.param_shapes[k]
-      if a.dtype != dt or a.shape != dims or not a.flags.c_contiguous:
-        return None
-    free = []
-    new = self._new_resources
-    out_specs = self.out_specs
-    empty = _outputs.empty
-    run = self._run
-    slot_of = list(enumerate(kept))
-    out_slots = list(range(nparams, nparams + len(out_specs)))
-    if self.aliases:
-      return self._aliased_fast_caller(fixed, slot_of, out_slots, array_type)
-
-    def call(args):
-      try:
-        res = free.pop()
-      except IndexError:
-        res = new(fixed)
-      slots = res[0]
-      held = None
-      for i, k in slot_of:
-        a = args[k]
-        t = type(a)
-        if t is array_type:
-          a = a._npy if a._npy is not None else a._value
-        elif t is not np.ndarray:      # (a NumPy scalar: its 0-d array, alive until done)
-          a = np.asarray(a)
-          held = (held or []) + [a]
-        slots[i] = id(a)
-      try:
-        outs = [empty(s, d) for s, d in out_specs]
-      except MemoryError:
-        raise self._exhausted_output() from None
-      for j, o in zip(out_slots, outs):
-        slots[j] = id(o)
-      rc = run(res)
-      free.append(res)
-      return None if rc else outs
-    call.resources = free      # (the last call's arena is [-1]: the profiler reads it)
-    return call
-
-  def _aliased_fast_caller(self, fixed, slot_of, out_slots, array_type):
-    """``fast_caller``'s call for an executable with aliased outputs."""
-    free = []
-    new = self._new_resources
-    empty = _outputs.empty
-    run = self._run
-    alias = dict(self.aliases)
-    specs = [(s, d, alias.get(j)) for j, (s, d) in enumerate(self.out_specs)]
-    nslots = len(slot_of)
-
-    def call(args):
-      try:
-        res = free.pop()
-      except IndexError:
-        res = new(fixed)
-      slots = res[0]
-      vals = [None] * nslots
-      for i, k in slot_of:
-        a = args[k]
-        t = type(a)
-        if t is array_type:
-          a = a._npy if a._npy is not None else a._value
-        elif t is not np.ndarray:      # (a NumPy scalar: its 0-d array)
-          a = np.asarray(a)
-        vals[i] = a
-        slots[i] = id(a)
-      outs = []
-      try:
-        for s, d, k in specs:
-          if k is None:
-            outs.append(empty(s, d))
-          else:
-            a = vals[k]
-            outs.append(a if a.shape == s and a.dtype == d else a.view(d).reshape(s))
-      except MemoryError:
-        raise self._exhausted_output() from None
-      for j, o in zip(out_slots, outs):
-        slots[j] = id(o)
-      rc = run(res)
-      free.append(res)
-      return None if rc else outs
-    call.resources = free
-    return call
-
-  def profile(self):
-    """When compiled with profiling (``compile(module, profile=True)`` or
-    ``OURJAX_CPU_PROFILE=1``): (cycles, "Kind name") of every kernel and loop of the last call
-    as thread 0 saw them (a parallel kernel ends when all its pieces are done; a loop's cycles
-    include its kernels'), most expensive first; [] without profiling.  ``ourjax.profiler``
-    turns these into times per kernel."""
-    if not self.meta.get("profile") or not self._free:
-      return []
-    counters = profiling.read_counters(self, self._free[-1][2])
-    labels = [f"{it['kind']} {it['name']}" for it in self.meta["profile"]["items"]]
-    return sorted(zip(counters.cycles.tolist(), labels), reverse=True)
-
-  def __repr__(self):
-    return f"<CpuExecutable {self.meta.get('name') or self.module.name}>"
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # compile + cache
 # ---------------------------------------------------------------------------------------------
-
-_source_hash = None
-
-
-def _backend_source_hash() -> str:
-  """The SHA-256 of the sources that make the object code: the shared LLVM emitter and planner
-  (``backends/llvm``, its math library included), this backend (``backends/cpu``) and the
-  donation planner.  Listed by directory, not by importing them: a warm start that finds its
-  program in the disk cache loads only what running it needs (importing the emitter's modules
-  to ask for their file names cost a new process 60 ms)."""
-  global _source_hash
-  if _source_hash is None:
-    backends = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = []
-    for sub in ("llvm", "cpu"):
-      for d, dirs, files in os.walk(os.path.join(backends, sub)):
-        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-        paths += [os.path.join(d, f) for f in sorted(files) if f.endswith(".py")]
-    paths.append(os.path.join(backends, "donation.py"))
-    h = hashlib.sha256()
-    for path in paths:
-      with open(path, "rb") as f:
-        h.update(os.path.relpath(path, backends).encode() + b"\0" + f.read())
-    _source_hash = h.hexdigest()
-  return _source_hash
-
-
-def _hash_module(h, module: hlo.Module) -> None:
-  """Feed ``module``'s text and its constants' bytes to the hash ``h``."""
-  h.update(module.to_string().encode())
-  for comp in module.computation_post_order():
-    for i in comp.instructions:
-      if i.opcode == "constant":
-        v = np.ascontiguousarray(i.attrs["value"])
-        h.update(f"{i.name}:{v.dtype.str}:{v.shape}".encode())
-        h.update(v.tobytes())
-
-
-def _host_tag(profile: bool) -> bytes:
-  """What the object code depends on besides the module: LLVM, the host CPU, the thread
-  counts and the code-generation settings."""
-  import llvmlite
-  import llvmlite.binding as llvm
-  from ourjax.backends.cpu import jit
-  from ourjax.backends.llvm import gemm_tune
-  return (f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
-          f"{jit.cpu_features()}/{MAX_THREADS}/{num_threads()}/{OBJECT_MODE}/{LOOP_UNROLLING}/"
-          f"{bool(profile)}/{os.environ.get('OURJAX_CPU_IMPLICIT_GEMM', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_GEMM_EPILOGUE', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_HORIZONTAL', '1')}/"
-          f"{os.environ.get('OURJAX_CPU_ATTENTION', '1')}/{gemm_tune.cache_tag()}").encode()
-
-
-def cache_key(module: hlo.Module, profile: bool = False) -> str:
-  h = hashlib.sha256()
-  _hash_module(h, module)
-  h.update(_backend_source_hash().encode())
-  h.update(repr(sorted((getattr(module, "input_output_alias", None) or {}).items())).encode())
-  h.update(_host_tag(profile))
-  return h.hexdigest()
-
-
-# A warm start by the program's source: the key of the module as lowered, before the passes
-# (``source_key``), finds an entry that holds what running the passes would give the backend
-# (the code, the parameters and the constants of the optimised module), so a program compiled
-# by an earlier process skips its optimisation passes too, not only LLVM.  Its optimised
-# module is made again only when something asks for it (``CpuExecutable.module``).
-
-_pipeline_hash = None
-
-
-def _pipeline_source_hash() -> str:
-  """The backend's source hash and that of everything between a lowered module and the
-  backend (the HLO IR, the pipeline and its passes)."""
-  global _pipeline_hash
-  if _pipeline_hash is None:
-    from ourjax.lowering import pipeline
-    h = hashlib.sha256(_backend_source_hash().encode())
-    root = os.path.dirname(pipeline.__file__)
-    for d, dirs, files in sorted(os.walk(root)):
-      dirs.sort()
-      for fn in sorted(files):
-        if fn.endswith(".py"):
-          with open(os.path.join(d, fn), "rb") as f:
-            h.update(fn.encode() + f.read())
-    _pipeline_hash = h.hexdigest()
-  return _pipeline_hash
-
-
-def _settings() -> str:
-  """The module-level settings the passes, the planner and the emitter read (upper-case
-  scalars, which tests and users may change, and the pipeline's pass lists)."""
-  from ourjax.backends.llvm import attention, concat, dots
-  from ourjax.lowering import pipeline
-  from ourjax.lowering import passes as _passes
-  mods = [pipeline, sys.modules[__name__], _entry, K, E, concat, dots, attention]
-  mods += [m for n, m in sorted(vars(_passes).items()) if type(m) is type(os)]
-  parts = [f"{os.cpu_count()}/{os.environ.get('OURJAX_CPU_SIMPLE_DOT', '')}"]
-  for m in mods:
-    parts.extend(f"{m.__name__}.{k}={v!r}" for k, v in vars(m).items()
-                 if k.isupper() and isinstance(v, (bool, int, float, str)))
-  for k, v in vars(pipeline).items():
-    if k.isupper() and isinstance(v, (list, tuple)):
-      parts.append(f"{k}=" + ",".join(f"{n}:{getattr(f, '__module__', '')}."
-                                      f"{getattr(f, '__qualname__', '')}" for n, f in v))
-  return "\n".join(parts)
-
-
-def source_key(module: hlo.Module, profile: bool = False) -> str:
-  """The disk-cache key of ``module`` as lowered (before the passes): its text and constants,
-  the sources and settings of the passes and the backend, and what ``cache_key`` adds."""
-  h = hashlib.sha256(b"source\n")
-  _hash_module(h, module)
-  h.update(_pipeline_source_hash().encode())
-  h.update(_settings().encode())
-  h.update(_host_tag(profile))
-  return "src-" + h.hexdigest()
-
-
-def _blockings_hold(meta: dict) -> bool:
-  """Whether a cached program's GEMM blockings are still the ones its classes would get
-  (``gemm_tune.choices_hold``: a class tuned since it was compiled makes it again)."""
-  chosen = meta.get("gemm_blockings")
-  if not chosen:
-    return True
-  from ourjax.backends.llvm import gemm_tune
-  return gemm_tune.choices_hold(chosen)
-
-
-def load_by_source(key: str, make_module):
-  """The executable cached under source key ``key`` (None: no such entry, or it would not
-  load); ``make_module()`` makes its optimised module when something asks for it."""
-  from ourjax.backends.cpu import jit
-  with _phases.phase("cache_read"):
-    hit = disk_cache.read(key)
-  if hit is None or not _blockings_hold(hit[0]):
-    return None
-  meta, obj, ir_text = hit
-  try:
-    _ensure_runtime_symbols()
-    _link_symbols(meta.get("symbols", ()))
-    with _phases.phase("load"):
-      cm = jit.load_object(obj, [ENTRY])
-    return CpuExecutable(make_module, cm, meta, ir_text)
-  except Exception as e:   # noqa: BLE001  (compiled again by the caller)
-    log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
-                key, e)
-    return None
-
-
-def store_by_source(key: str, exe) -> None:
-  """Cache ``exe`` (a ``CpuExecutable`` fresh from ``compile``) under source key ``key``, with
-  the parameters and the constants of its optimised module."""
-  if not isinstance(exe, CpuExecutable) or not disk_cache.cache_dir():
-    return
-  obj = getattr(exe.compiled, "_object", None)
-  if obj is None:
-    return
-  module = exe.module
-  want = {name for _, name in exe.meta["consts"]}
-  values = {}
-  for comp in module.computations:
-    for i in comp.instructions:
-      if i.opcode == "constant" and i.name in want:
-        v = np.ascontiguousarray(i.attrs["value"])
-        values[i.name] = [v.dtype.str, list(v.shape), base64.b64encode(v.tobytes()).decode()]
-  meta = dict(exe.meta, name=module.name, const_values=values,
-              params=[[hlo.dtype_name(d), list(s)] for d, s in exe.param_shapes])
-  with _phases.phase("cache_write"):
-    disk_cache.write(key, meta, bytes(obj), exe.llvm_ir or "")
-
-
-# the disk cache itself (entry format, atomic writes, checks: disk_cache.read / write) serves
-# both native targets
-cache_dir = disk_cache.cache_dir
-
 
 def _step_label(step) -> str:
   if isinstance(step, KernelStep):
@@ -850,7 +321,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
           "alias_kinds": [kind for _, _, kind in aliases],
           "distinct_kernels": em.n_distinct, "unemitted_kernels": em.n_unemitted,
           "loops": _entry.has_loops(steps),
-          "regions": em.n_regions}
+          "regions": em.n_regions, "align": planning.ALIGN}
   _link_symbols(symbols, wait=False)
   with _phases.phase("emit.text"):
     texts = [submitted.get(id(m)) or
@@ -862,6 +333,11 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   for m in [em.mod] + em.kernel_mods:
     irtools.release(m)
   return meta, texts, names
+
+
+# the disk cache itself (entry format, atomic writes, checks: disk_cache.read / write) serves
+# both native targets
+cache_dir = disk_cache.cache_dir
 
 
 #: Kernels per module when a program's kernels are compiled in several modules at once: LLVM
@@ -946,9 +422,10 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
   if hit is not None:
     meta, obj, ir_text = hit
     try:
-      _link_symbols(meta.get("symbols", ()))
+      if not _link_recorded(meta):
+        _link_symbols(meta.get("symbols", ()))
       with _phases.phase("load"):
-        cm = jit.load_object(obj, [ENTRY])
+        cm = loader.load_object(obj, [ENTRY])
       return CpuExecutable(module, cm, meta, ir_text)
     except Exception as e:
       log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
@@ -962,6 +439,7 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
     with gemm_tune.recording() as chosen:
       meta, texts, kernel_names = _plan_and_emit(module, profile, early)
     meta["gemm_blockings"] = chosen
+    meta["gemm_tuned"] = tuned_entries(chosen)
   except (E.EmitterError, E.PrefetchMiss) as e:
     builds = early.get("builds")
     if builds is not None:
@@ -995,7 +473,7 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
     obj = jit.pack_objects([o for o, _ in objs])
     optimized = _MODULE_SEPARATOR.join(t for _, t in objs)
     with _phases.phase("load"):
-      cm = jit.load_object(obj, [ENTRY])
+      cm = loader.load_object(obj, [ENTRY])
     if dump:
       _dump(dump, module.name, ir_text, optimized)
   except jit.CompileError as e:
@@ -1003,7 +481,13 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
                 module.name, str(e)[:2000])
     return reference.compile(module)
   meta["code_bytes"] = len(obj)
-  if cached:
+  # (the libraries' own entries, so that a warm start loads them without their builders)
+  meta["libraries"] = library_entries(meta["symbols"])
+  if cached and host.consistent():
     with _phases.phase("cache_write"):
       disk_cache.write(key, meta, obj, ir_text)
   return CpuExecutable(module, cm, meta, ir_text)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

@@ -38,7 +38,6 @@ profiling counters (``cpu/profiling.py``).
 """
 from __future__ import annotations
 
-import ctypes
 import sys
 
 import numpy as np
@@ -54,45 +53,13 @@ from ourjax.backends.llvm.planning import CondStep, KernelStep, WhileStep
 __all__ = ["ENTRY", "OBJECT_MODE", "WAIT_SPINS", "REGION_BYTES", "regions", "control_bytes",
            "has_loops", "stack_buffers"]
 
-ENTRY = "ourjax_entry"
+from ourjax.backends.cpu.executable import ENTRY  # noqa: E402  (the entry point's name)
 
 # ---------------------------------------------------------------------------------------------
-# NumPy arrays as objects
+# NumPy arrays as objects: the layout probe lives with the executable (``executable.py``)
 # ---------------------------------------------------------------------------------------------
-# Reading ``a.ctypes.data`` costs microseconds; the entry function instead receives the
-# addresses of the NumPy array objects (``id(a)``) and reads the data pointer and the flags from
-# the ``PyArrayObject`` struct (NumPy's stable ABI: ``data`` right after the object header,
-# ``flags`` after nd/dimensions/strides/base/descr).  The layout is checked once at import; when
-# the check fails, slots carry data pointers instead.
-
-_DATA_OFFSET = 16
-_FLAGS_OFFSET = 64
-_C_CONTIGUOUS_ALIGNED = 0x0001 | 0x0100
-
-
-def _probe_object_layout() -> bool:
-  try:
-    if ctypes.sizeof(ctypes.c_void_p) != 8:
-      return False
-    samples = [np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros((), np.int8),
-               np.ones((2, 3), np.float64).T, np.arange(10, dtype=np.int16)[1::2],
-               np.empty((0, 3), np.uint8)]
-    for a in samples:
-      data = ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value or 0
-      flags = ctypes.c_int32.from_address(id(a) + _FLAGS_OFFSET).value
-      if a.size and data != a.ctypes.data:
-        return False
-      want = a.flags.c_contiguous and a.flags.aligned
-      if bool((flags & _C_CONTIGUOUS_ALIGNED) == _C_CONTIGUOUS_ALIGNED) != want:
-        return False
-      if bool(flags & 0x0400) != a.flags.writeable:
-        return False
-    return True
-  except Exception:  # pragma: no cover
-    return False
-
-
-OBJECT_MODE = _probe_object_layout()
+from ourjax.backends.cpu.executable import (  # noqa: E402
+    _C_CONTIGUOUS_ALIGNED, _DATA_OFFSET, _FLAGS_OFFSET, OBJECT_MODE)
 
 # ---------------------------------------------------------------------------------------------
 # regions: stretches of the top level whose loops or conditionals hold parallel kernels
@@ -952,3 +919,7 @@ class _Emission:
       b.position_at_end(blk)
       self._claim_pieces(region, kernel, g, top)
     b.position_at_end(out)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

@@ -10,6 +10,9 @@ returned :class:`CompiledModule`).  The optimiser is LLVM's new pass manager wit
 ``O3`` pipeline and loop + SLP vectorization switched on; with ``noalias`` pointers and inline math
 (``ourjax.backends.llvm.math``) an elementwise loop becomes 512-bit (AVX-512) or 256-bit code.
 
+Object code is loaded by ``loader.py`` (without LLVM; MCJIT, ``load_object`` here, where that
+loader cannot), whose symbol table of the process's libraries LLVM shares (``loader.mirror``).
+
 Usage::
 
     mod = new_module("k")          # llvmlite.ir.Module with the host triple and data layout
@@ -29,6 +32,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ourjax import _phases
+from ourjax.backends.cpu import loader as _loader
 
 try:  # the package's error type, when the package imports (it may be mid-construction)
   from ourjax.errors import CompileError
@@ -43,6 +47,9 @@ __all__ = ["CompileError", "CompiledModule", "compile_module", "new_module", "cp
 
 _lock = threading.RLock()
 _state: Optional[dict] = None
+
+# (code loaded without LLVM, cpu/loader.py, defines the libraries' symbols for LLVM too)
+_loader.mirror(llvm)
 
 
 def _setup() -> dict:

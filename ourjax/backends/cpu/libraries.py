@@ -23,7 +23,7 @@ import threading
 
 from ourjax import _phases
 from ourjax.backends import disk_cache
-from ourjax.backends.llvm import emitter as E
+from ourjax.backends.cpu import loader
 
 log = logging.getLogger("ourjax")
 
@@ -74,6 +74,7 @@ def prefetch_for(module) -> None:
   passes and the emission before it left the other cores idle.  A guess that misses costs a
   build that later programs may use.  The runtime library (the thread pool and the waiting
   helpers of parallel entries) starts building too, once, when the module has large arrays."""
+  from ourjax.backends.llvm import emitter as E
   want = set()
   runtime = False
   for comp in module.computations:
@@ -108,6 +109,7 @@ def prefetch_for(module) -> None:
 def _provided_symbols(symbols) -> list:
   """The function names that the process-wide code of ``symbols`` (``_link_symbols``)
   defines: a module that calls them compiles before they are linked."""
+  from ourjax.backends.llvm import emitter as E
   out = []
   for sym in symbols:
     if sym.startswith("ourjax_gemm_"):
@@ -187,31 +189,120 @@ def _shared_math(fn: str, tag: str, nargs: int, own_thread: bool = False) -> Non
   with _math_lock, _phases.phase("library"), _phases.collecting(None):
     if key in _math_done:
       return
-    import llvmlite
-    import llvmlite.binding as llvm
-    from ourjax.backends.cpu import jit
-    from ourjax.backends.llvm import math as llmath
-    h = hashlib.sha256(disk_cache.source_digest(*llmath.SOURCES, E.__file__).encode())
-    h.update(f"{fn}/{tag}/{nargs}/{llvmlite.__version__}/{llvm.llvm_version_info}/"
-             f"{jit.cpu_name()}/{jit.cpu_features()}".encode())
-    ckey = "math-" + h.hexdigest()
+    from ourjax.backends.llvm import emitter as E
+    ckey = _math_key(fn, tag, nargs)
     names = E.MathLib.symbols(fn, tag)
     cm = None
     hit = disk_cache.read(ckey)
     if hit is not None:
       try:
-        cm = jit.load_object(hit[1], names)
+        cm = loader.load_object(hit[1], names)
       except Exception as e:   # pragma: no cover
         log.warning("ourjax: cached math library %s could not be loaded (%s)", ckey, e)
     if cm is None:
+      from ourjax.backends.cpu import jit
       mod = jit.new_module(f"ojx_math_{fn}_{tag}")
       E.MathLib(mod).define_all(fn, tag, nargs)
       obj, _ = jit.compile_to_object(str(mod), keep_ir=False, own_thread=own_thread)
-      cm = jit.load_object(obj, names)
-      disk_cache.write(ckey, {"math": [fn, tag, nargs]}, obj, "")
+      cm = loader.load_object(obj, names)
+      from ourjax.backends.cpu import host
+      if host.consistent():    # (its key was made with LLVM's own target)
+        disk_cache.write(ckey, {"math": [fn, tag, nargs], "names": list(names)}, obj, "")
     for n in names:
-      llvm.add_symbol(n, cm.address(n))
+      loader.define(n, cm.address(n))
     _math_done[key] = cm     # keeps the machine code alive for the process
+    _math_keys[key] = ckey
+
+
+_math_keys: dict = {}       # (fn, tag) -> the disk-cache key its library was read or stored by
+
+
+def _math_key(fn: str, tag: str, nargs: int) -> str:
+  from ourjax.backends.cpu import host
+  from ourjax.backends.llvm import emitter as E
+  from ourjax.backends.llvm import math as llmath
+  h = hashlib.sha256(disk_cache.source_digest(*llmath.SOURCES, E.__file__).encode())
+  h.update(f"{fn}/{tag}/{nargs}/{host.tag()}".encode())
+  return "math-" + h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# a warm start's libraries: the entries a cached program recorded (cpu/cache.py)
+# ---------------------------------------------------------------------------------------------
+
+def entries_of(symbols) -> dict:
+  """The disk-cache entries the libraries of ``symbols`` (linked: ``_link_symbols``) were read
+  from or stored in, {symbol: [kind, key]}: a program's entry records them so that a warm
+  start loads them by these keys (``link_recorded``), without the code that builds them or
+  makes their keys.  A library linked without the disk cache is left out."""
+  out = {}
+  for sym in symbols:
+    if sym.startswith("ourjax_gemm_"):
+      from ourjax.backends.llvm import gemm_library
+      path = gemm_library.cache_path_of(sym[len("ourjax_gemm_"):])
+      if path:
+        out[sym] = ["gemm", path]
+    elif sym.startswith("math:"):
+      _, fn, tag, _n = sym.split(":")
+      key = _math_keys.get((fn, tag))
+      if key:
+        out[sym] = ["math", key]
+    elif sym == RUNTIME:
+      out[sym] = ["runtime", ""]     # (its key is made without its builder: threads.py)
+  return out
+
+
+def link_recorded(symbols, recorded: dict) -> bool:
+  """Link the libraries of ``symbols`` from the entries ``recorded`` names (``entries_of``),
+  those not linked yet; False when one is not recorded, missing or does not load (the caller
+  then links them the long way, ``_link_symbols``, which builds what it must)."""
+  for sym in symbols:
+    kind_key = recorded.get(sym)
+    if not isinstance(kind_key, list) or len(kind_key) != 2:
+      return False
+    kind, key = kind_key
+    try:
+      if kind == "gemm" and sym.startswith("ourjax_gemm_"):
+        from ourjax.backends.llvm import gemm_library
+        if not gemm_library.load_recorded(sym[len("ourjax_gemm_"):], key):
+          return False
+      elif kind == "math" and sym.startswith("math:"):
+        _, fn, tag, nargs = sym.split(":")
+        if not _load_recorded_math(fn, tag, int(nargs), key):
+          return False
+      elif kind == "runtime" and sym == RUNTIME:
+        from ourjax.backends.cpu import threads
+        if threads.runtime_library() is None:
+          return False
+      else:
+        return False
+    except Exception as e:   # noqa: BLE001  (the long way)
+      log.debug("ourjax: library %s not loaded from its recorded entry (%s)", sym, e)
+      return False
+  return True
+
+
+def _load_recorded_math(fn: str, tag: str, nargs: int, ckey: str) -> bool:
+  """A math function's library loaded from the entry ``ckey`` (``link_recorded``)."""
+  key = (fn, tag)
+  if key in _math_done:
+    return True
+  with _math_lock, _phases.phase("library"), _phases.collecting(None):
+    if key in _math_done:
+      return True
+    if not ckey.startswith("math-"):
+      return False
+    hit = disk_cache.read(ckey)
+    if hit is None or hit[0].get("math") != [fn, tag, nargs] or \
+       not isinstance(hit[0].get("names"), list):
+      return False
+    names = hit[0]["names"]
+    cm = loader.load_object(hit[1], names)
+    for n in names:
+      loader.define(n, cm.address(n))
+    _math_done[key] = cm
+    _math_keys[key] = ckey
+    return True
 
 
 def _ensure_runtime_symbols() -> None:

@@ -92,7 +92,7 @@ def runtime_library():
   """The process's runtime library (a ``jit.CompiledModule`` defining ``RUNTIME_SYMBOLS``),
   built on first use: its object code read from the disk cache (``disk_cache``, keyed by the
   sources that emit it, LLVM and the CPU), or compiled (O3) and stored there; its waiting
-  helpers registered with LLVM (``llvm.add_symbol``) so that entries which declare them link
+  helpers registered (``loader.define``) so that entries which declare them link
   to them.  None when it cannot be built (the entries then define their own helpers)."""
   global _runtime, _runtime_pending
   if _runtime is not None:
@@ -112,9 +112,9 @@ def runtime_library():
             cm = None
       if cm is None:
         cm = _load_or_compile()
-      import llvmlite.binding as llvm
+      from ourjax.backends.cpu import loader
       for name in SYNC_SYMBOLS:
-        llvm.add_symbol(name, cm.address(name))
+        loader.define(name, cm.address(name))
       _runtime = cm
     except Exception as e:   # noqa: BLE001  (no runtime library: each entry has its helpers)
       log.warning("ourjax: the CPU runtime library could not be built (%s)", e)
@@ -168,14 +168,14 @@ def _runtime_before_fork() -> None:
 def _runtime_key() -> str:
   import hashlib
 
-  import llvmlite
-  import llvmlite.binding as llvm
+  import os
 
   from ourjax.backends import disk_cache
-  from ourjax.backends.cpu import entry, jit
-  h = hashlib.sha256(disk_cache.source_digest(__file__, entry.__file__, jit.__file__).encode())
-  h.update(f"{llvmlite.__version__}/{llvm.llvm_version_info}/{jit.cpu_name()}/"
-           f"{jit.cpu_features()}/{jit.triple()}".encode())
+  from ourjax.backends.cpu import host
+  here = os.path.dirname(__file__)
+  h = hashlib.sha256(disk_cache.source_digest(__file__, os.path.join(here, "entry.py"),
+                                              os.path.join(here, "jit.py")).encode())
+  h.update(host.tag().encode())
   return "runtime-" + h.hexdigest()
 
 
@@ -184,14 +184,14 @@ def _prepare():
   key or None, the cached object code or None, else its IR text).  (On a thread of its own
   beside the passes, this part only took turns with them for the interpreter lock.)"""
   from ourjax.backends import disk_cache
+  key = _runtime_key() if disk_cache.cache_dir() else None
+  hit = disk_cache.read(key) if key else None
+  if hit is not None:
+    return key, hit[1], None       # (loaded without LLVM where it can be: cpu/loader.py)
   from ourjax.backends.cpu import jit
   from ourjax.backends.cpu.libraries import _ensure_runtime_symbols
   jit._setup()
   _ensure_runtime_symbols()       # (its helpers call syscall and sched_yield)
-  key = _runtime_key() if disk_cache.cache_dir() else None
-  hit = disk_cache.read(key) if key else None
-  if hit is not None:
-    return key, hit[1], None
   return key, None, str(_emit())
 
 
@@ -200,17 +200,22 @@ def _finish(key, cached, text, own_thread: bool = False):
   text compiled (``own_thread``: outside llvmlite's lock), loaded and stored."""
   from ourjax import _phases
   from ourjax.backends import disk_cache
-  from ourjax.backends.cpu import jit
+  from ourjax.backends.cpu import loader
+  from ourjax.errors import CompileError
   with _phases.phase("library"), _phases.collecting(None):
     if cached is not None:
       try:
-        return jit.load_object(cached, RUNTIME_SYMBOLS)
-      except jit.CompileError as e:   # pragma: no cover
+        return loader.load_object(cached, RUNTIME_SYMBOLS)
+      except CompileError as e:   # pragma: no cover
         log.warning("ourjax: cached CPU runtime library could not be loaded (%s)", e)
         text = str(_emit())
+    from ourjax.backends.cpu import jit
+    from ourjax.backends.cpu.libraries import _ensure_runtime_symbols
+    _ensure_runtime_symbols()
     obj, _ = jit.compile_to_object(text, keep_ir=False, own_thread=own_thread)
-    cm = jit.load_object(obj, RUNTIME_SYMBOLS)
-    if key:
+    cm = loader.load_object(obj, RUNTIME_SYMBOLS)
+    from ourjax.backends.cpu import host
+    if key and host.consistent():     # (its key was made with LLVM's own target)
       disk_cache.write(key, {"runtime": list(RUNTIME_SYMBOLS)}, obj, "")
     return cm
 

@@ -1096,3 +1096,7 @@ _EXACT_UNARY = frozenset({"abs", "negate", "sign", "floor", "ceil", "round-neare
 
 from ourjax.backends.llvm.elemental import (  # noqa: E402
     Emitter, accumulation_dtype, concat_parts)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

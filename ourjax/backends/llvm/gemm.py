@@ -114,7 +114,7 @@ and host at first use (a few calls of the compiled kernel each, cached on disk).
 
 Calling it from a fused kernel: :func:`emit_gemm_call` turns static sizes and element strides
 into the arguments above (:func:`operand_layout`); without an epilogue it calls one process-wide
-kernel (:func:`shared_gemm_symbol`, compiled once and registered with ``llvm.add_symbol``), so a
+kernel (:func:`shared_gemm_symbol`, compiled once and registered with LLVM and the loader (``loader.define``)), so a
 module that contains a dot does not recompile the GEMM.  The shared kernel also runs
 convolutions without a patch matrix (implicit im2col, ``gemm_im2col.py``): called with
 ``transA == IM2COL`` its ``A`` points to a descriptor of the patch matrix, whose A panels a
@@ -222,8 +222,8 @@ def vector_target(isa: Optional[str] = None) -> VectorTarget:
   the CPU that code is generated for (``ourjax.backends.cpu.jit.vector_isa()``: the host, or
   what ``OURJAX_CPU`` names)."""
   if isa is None:
-    from ourjax.backends.cpu import jit
-    isa = jit.vector_isa()
+    from ourjax.backends.cpu import host
+    isa = host.target()["isa"]     # (jit.vector_isa(), known without starting LLVM)
   try:
     return VECTOR_TARGETS[isa]
   except KeyError:

@@ -122,7 +122,6 @@ class _Build:
     """Compile the modules no thread has taken yet, one at a time, on this thread; the last
     one done finishes the build."""
     from ourjax import _phases
-    from ourjax.backends.cpu import jit
     with _phases.phase("library"), _phases.collecting(None):
       while True:
         with self.lock:
@@ -132,6 +131,7 @@ class _Build:
           self.next += 1
         try:
           if self.jobs:
+            from ourjax.backends.cpu import jit
             text, level, kw = self.jobs[i]
             self.objs[i] = jit.object_apart(text, level, keep_ir=False, **kw)[0]
           with self.lock:
@@ -186,17 +186,22 @@ def _jobs(prepared) -> list:
 def _finish_objects(prepared, objs):
   """(symbol, compiled module) of a build whose modules compiled to ``objs`` (or of cached
   object code): loaded, and stored in the disk cache when compiled."""
-  from ourjax.backends.cpu import jit
+  from ourjax.backends.cpu import loader
+  from ourjax.errors import CompileError
   dtype, sym, path, obj, ir_ = prepared
+  if path:
+    _paths[dtype] = path
   if obj is not None:
     try:
-      return sym, jit.load_object(obj, [sym])
-    except jit.CompileError:        # (the cached object would not load: compiled again)
+      return sym, loader.load_object(obj, [sym])
+    except CompileError:        # (the cached object would not load: compiled again)
+      from ourjax.backends.cpu import jit
       fresh = (dtype, sym, path, None, _emit_shared(dtype, sym))
       return _finish_objects(fresh, [jit.object_apart(t, lv, keep_ir=False, **kw)[0]
                                      for t, lv, kw in _jobs(fresh)])
+  from ourjax.backends.cpu import jit
   obj = jit.pack_objects(objs)
-  cm = jit.load_object(obj, [sym])
+  cm = loader.load_object(obj, [sym])
   _cache_store(path, obj)
   return sym, cm
 
@@ -205,7 +210,7 @@ def shared_gemm_symbol(dtype: str) -> str:
   """The name of a process-wide compiled GEMM (no epilogue, overwrite) for ``dtype``, ready to
   be linked: on first use it is loaded from the on-disk cache of the CPU backend
   (``ourjax.backends.disk_cache.cache_dir()``, entry ``gemm/<key>.o``) or compiled (~0.75 s of
-  LLVM) and stored there, then registered with LLVM's symbol table (``llvm.add_symbol``), so a
+  LLVM) and stored there, then registered with LLVM's symbol table and the loader's (``loader.define``), so a
   module that only *declares* it (:func:`declare_shared_gemm`) links to it when compiled or
   loaded by ``ourjax.backends.cpu.jit`` and pays no compile time for it.  Waits for a build
   :func:`prefetch_shared_gemm` started."""
@@ -250,9 +255,57 @@ def shared_gemm_address(dtype: str) -> int:
 
 
 def _register(dtype: str, sym: str, cm) -> None:
-  import llvmlite.binding as llvm
-  llvm.add_symbol(sym, cm.address(sym))
+  from ourjax.backends.cpu import loader
+  loader.define(sym, cm.address(sym))
   _shared[dtype] = (sym, cm)  # keeps the machine code alive for the process
+
+
+_paths: dict = {}         # dtype -> the cache path its library was read from or stored at
+
+
+def cache_path_of(dtype: str) -> Optional[str]:
+  """Where the library of ``dtype`` that this process linked is in the disk cache, relative
+  to the cache directory (None: not there), for a program's entry to record
+  (``libraries.entries_of``)."""
+  path = _paths.get(dtype)
+  from ourjax.backends.disk_cache import cache_dir
+  d = cache_dir()
+  if not path or not d:
+    return None
+  rel = os.path.relpath(path, d)
+  return None if rel.startswith("..") else rel
+
+
+def load_recorded(dtype: str, rel: str) -> bool:
+  """Link the library of ``dtype`` from the cache entry ``rel`` (``cache_path_of``) that a
+  cached program recorded, unless linked already; False when it is not there or does not
+  load, or a build is under way (the caller then waits for it, ``shared_gemm_symbol``)."""
+  _check_dtype(dtype)
+  from ourjax.backends.disk_cache import cache_dir
+  d = cache_dir()
+  if not d or not isinstance(rel, str) or os.path.isabs(rel) or ".." in rel.split(os.sep):
+    return False
+  with _shared_lock:
+    if dtype in _shared:
+      return True
+    if dtype in _pending:
+      return False
+    from ourjax import _phases
+    from ourjax.backends.cpu import loader
+    from ourjax.errors import CompileError
+    sym = f"ourjax_gemm_{dtype}"
+    path = os.path.join(d, rel)
+    with _phases.phase("library"):
+      obj = _cache_load(path)
+      if obj is None:
+        return False
+      try:
+        cm = loader.load_object(obj, [sym])
+      except CompileError:
+        return False
+    _register(dtype, sym, cm)
+    _paths[dtype] = path
+    return True
 
 
 def _build_shared(dtype: str, own_thread: bool = False):
@@ -372,8 +425,7 @@ def _cache_path(sym: str) -> Optional[str]:
   the host's or ``OURJAX_CPU``'s) and the vector target chosen for it (width, FMA, blocking)."""
   import hashlib
   import os
-  import llvmlite.binding as llvm
-  from ourjax.backends.cpu import jit
+  from ourjax.backends.cpu import host
   try:
     from ourjax.backends.disk_cache import cache_dir
     d = cache_dir()
@@ -383,10 +435,10 @@ def _cache_path(sym: str) -> Optional[str]:
     return None
   from ourjax.backends import disk_cache
   from ourjax.backends.llvm import gemm, gemm_im2col
+  jit_py = os.path.join(os.path.dirname(host.__file__), "jit.py")
   h = hashlib.sha256(disk_cache.source_digest(gemm.__file__, gemm_im2col.__file__, __file__,
-                                              jit.__file__).encode())
-  h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),
-                 jit.triple(), gemm.vector_target())).encode())
+                                              jit_py).encode())
+  h.update(repr((sym, host.tag(), gemm.vector_target(host.target()["isa"]))).encode())
   return os.path.join(d, "gemm", f"{sym}-{h.hexdigest()[:32]}.o")
 
 
@@ -416,7 +468,8 @@ def _cache_store(path: Optional[str], obj: bytes) -> None:
   import hashlib
   import os
   import tempfile
-  if not path:
+  from ourjax.backends.cpu import host
+  if not path or not host.consistent():     # (a key made with LLVM's own target only)
     return
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import hashlib
 import json
 import os
 import threading
@@ -63,7 +62,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ourjax.backends.llvm import gemm, gemm_scratch
+from ourjax.backends.llvm import gemm, gemm_scratch, gemm_table
+from ourjax.backends.llvm.gemm_table import host_key, mode, table_path  # noqa: F401
 
 __all__ = ["choose", "tune", "candidates", "shape_class", "host_key", "table_path", "mode",
            "BUDGET_MS", "AUTOTUNE_MIN_WORK", "AUTOTUNE_PROCESS_S", "MIN_GAIN"]
@@ -87,16 +87,6 @@ _table_path: Optional[str] = None
 _spent = 0.0              # seconds this process has tuned for
 
 
-def mode() -> str:
-  """``"off"``, ``"force"`` or ``"auto"`` (``OURJAX_GEMM_AUTOTUNE`` 0 / 1 / unset)."""
-  v = os.environ.get("OURJAX_GEMM_AUTOTUNE", "").strip().lower()
-  if v in ("0", "off", "false", "no"):
-    return "off"
-  if v in ("1", "on", "true", "yes", "force"):
-    return "force"
-  return "auto"
-
-
 def budget_s() -> float:
   v = os.environ.get("OURJAX_GEMM_AUTOTUNE_MS", "").strip()
   return (float(v) if v else BUDGET_MS) / 1e3
@@ -114,38 +104,8 @@ def shape_class(dtype: str, M: int, N: int, K: int, trans_a: bool, trans_b: bool
           f"t{int(bool(trans_a))}{int(bool(trans_b))}/p{pieces}")
 
 
-def host_key() -> str:
-  """What the tuned results of this process hold for: LLVM's version, the CPU code is generated
-  for (name and features: the host's or ``OURJAX_CPU``'s), the vector target (width, FMA,
-  default blocking) and the sources of the GEMM and of this tuner."""
-  import llvmlite.binding as llvm
-  from ourjax.backends import disk_cache
-  from ourjax.backends.cpu import jit
-  h = hashlib.sha256(disk_cache.source_digest(gemm.__file__, __file__).encode())
-  h.update(repr((llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(), jit.triple(),
-                 gemm.vector_target())).encode())
-  return h.hexdigest()[:32]
-
-
-def table_path() -> Optional[str]:
-  """This host's file of tuned results, or None when the disk cache is off."""
-  try:
-    from ourjax.backends.disk_cache import cache_dir
-    d = cache_dir()
-  except Exception:  # noqa: BLE001 - no cache
-    return None
-  return os.path.join(d, "gemm_tune", f"{host_key()}.json") if d else None
-
-
-def _read(path: Optional[str]) -> dict:
-  if not path:
-    return {}
-  try:
-    with open(path) as f:
-      data = json.load(f)
-    return data if isinstance(data, dict) else {}
-  except (OSError, ValueError):
-    return {}
+# (where results are stored: gemm_table.py, which a warm start reads without this module)
+_read = gemm_table.read
 
 
 def cache_tag() -> str:

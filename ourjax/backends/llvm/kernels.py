@@ -1084,3 +1084,7 @@ from ourjax.backends.llvm.dots import (DotKernel, DotSpec, dot_pieces, dot_scrat
 from ourjax.backends.llvm.group_planner import (  # noqa: E402,F401
     GroupPlanner, _column_reduce, _dims, _index_classes, _operand_class, _reachable, _restrict,
     _restrict_many, plan_group)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

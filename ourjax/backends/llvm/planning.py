@@ -896,3 +896,7 @@ def reads_at_own_index(kernel, buf, dims, reshapes: bool = False, rows: bool = F
                                                                         ())):
     reads_buf(r)
   return not bad
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

@@ -13,3 +13,16 @@
 The order they run in, and the verifier between them, live in ``lowering/pipeline.py``. Passes
 record why they changed something with ``module.note(pass_name, reason)``.
 """
+
+# Every pass is imported with the package, and its settings recorded as imported: disk-cache
+# keys hold only the settings that differ (backends/settings.py), so a pass imported on its
+# own must not be the first to record them.
+import importlib as _importlib  # noqa: E402
+import pkgutil as _pkgutil  # noqa: E402
+
+_NAMES = [f"{__name__}.{m.name}" for m in _pkgutil.iter_modules(__path__)]
+for _name in _NAMES:
+  _importlib.import_module(_name)
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(*_NAMES)
