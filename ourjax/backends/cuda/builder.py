@@ -11,10 +11,11 @@ time-blocked chain four in five.  ``FoldingBuilder`` answers such a call at once
 
 * an integer operation, comparison, ``select`` or cast whose operands are all constants is a
   constant (two's-complement arithmetic in the operand's width; a division or remainder by
-  zero, which LLVM would leave as it is, is emitted);
-* an operation with an identity operand (``x + 0``, ``x * 1``, ``x | 0``, shifts by 0, ``x / 1``,
-  ``select c, x, x``, ``select true, x, y``) is its other operand, and ``x * 0``, ``x & 0``, ``x % 1``
-  are 0;
+  zero and a shift by the width or more, poison or undefined in LLVM, are emitted as they
+  are);
+* an operation with an identity operand (``x + 0``, ``x * 1``, ``x | 0``, shifts by 0,
+  ``x / 1``, ``select c, x, x``, ``select true, x, y``) is its other operand, and ``x * 0``,
+  ``x & 0``, ``x % 1`` are 0;
 * an integer operation, comparison, ``select``, cast or ``getelementptr`` that was already made
   with the same operands (and flags) in the block the builder appends to is that instruction.
 
