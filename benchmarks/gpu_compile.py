@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_compile.py [--only NAME[,NAME]] [--repeat N] [--jobs N]
         [--ptxas PATH] [--dump DIR] [--json PATH] [--same-process] [--load] [--small]
+    python benchmarks/gpu_compile.py --first-call [--only ...] [--repeat N] [--ab ENV=V[,ENV=V]]
 
 For each workload of ``benchmarks/models.py`` (its ``cuda`` sizes), in a fresh process of its
 own (``--same-process``: all in this one, in order, as ``models.py`` runs them, so that what one
@@ -35,6 +36,20 @@ first call's module load (``load``: the driver's JIT, which ptxas stands in for 
 compiles, ``OURJAX_CUDA_LINK_AT_COMPILE``, so compare this sum).  Environment switches of the
 CUDA backend (``OURJAX_CUDA_*``) pass on to the child processes, so an A/B is two runs of this
 script.
+
+``--first-call`` times what ``models.py``'s compile column times instead, the wall time of the
+first call ``jit(f)(*args)`` up to its results being ready (trace, compile, the driver's JIT,
+load, one run), each workload in a fresh process whose driver and context were started by a
+tiny program first and whose arguments are already on the device; the median of ``--repeat``
+processes.  On a machine with a GPU that is the real thing (``first`` column); without one the
+CUDA backend runs on the test suite's stand-in driver (``tests/cuda_fake_driver.py``) whose
+linker runs ``ptxas`` on each module, as the driver's JIT would (``first*``: a proxy, nothing
+runs).  ``--ab ENV=V[,ENV=V]`` also times every workload with those switches set, the two
+settings in alternating processes, and prints the ratio: one command gives a before/after of a
+change that has a switch, on the same machine in the same minutes::
+
+    python benchmarks/gpu_compile.py --first-call --only conv_bn_relu,ode_rk4 --repeat 7 \
+        --ab OURJAX_CUDA_FOLD=0
 """
 from __future__ import annotations
 
@@ -142,6 +157,69 @@ def measure(w, ptxas=None, dump=None, load=False) -> dict:
   return row
 
 
+def _ptxas_linking_driver(ptxas):
+  """The stand-in driver of the test suite (no GPU), its linker running ``ptxas`` on each
+  module as the driver's JIT would (the cubin it returns is still the stand-in's)."""
+  sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+  import cuda_fake_driver
+
+  class PtxasLinking(cuda_fake_driver.FakeDriver):
+    def cuLinkComplete(self, state):
+      if ptxas:
+        ptx = state.ptx.decode()
+        m = re.search(r"^\.target (\w+)", ptx, re.M)
+        with tempfile.TemporaryDirectory() as d:
+          src = os.path.join(d, "m.ptx")
+          with open(src, "w") as f:
+            f.write(ptx)
+          subprocess.run([ptxas, f"-arch={m.group(1) if m else 'sm_90'}", src, "-o",
+                          os.path.join(d, "m.cubin")], check=True, capture_output=True)
+      return super().cuLinkComplete(state)
+  cuda_fake_driver.FakeDriver = PtxasLinking
+  return cuda_fake_driver.installed()
+
+
+def _import_compiler():
+  """Imports every module of the compiler (lowering, LLVM and CUDA backends) that a compile
+  might import on its first use, as a process that compiled other programs first has (in
+  ``models.py`` each workload follows others): the first call is not charged with them."""
+  import importlib
+  import pkgutil
+  import ourjax.backends.cuda
+  import ourjax.backends.llvm
+  import ourjax.lowering
+  for pkg in (ourjax.lowering, ourjax.backends.llvm, ourjax.backends.cuda):
+    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+      try:
+        importlib.import_module(m.name)
+      except Exception:      # noqa: BLE001  (an optional module whose dependency is missing)
+        pass
+
+
+def measure_first(w, ptxas=None) -> dict:
+  """The wall time of a workload's first call (see the module docstring): on a GPU, or on the
+  stand-in driver with ``ptxas`` as its JIT when there is none."""
+  import contextlib
+  import numpy as np
+  import ourjax
+  from ourjax.backends.cuda import driver
+  from run import _block
+  real = driver.available()
+  ctx = contextlib.nullcontext() if real else _ptxas_linking_driver(ptxas)
+  _import_compiler()
+  with ctx:
+    dev = ourjax.devices("cuda")[0]
+    warm = ourjax.jit(lambda x: x * 2.0 + 1.0, backend="cuda")
+    _block(warm(ourjax.device_put(np.ones(4, np.float32), dev)))
+    f = ourjax.jit(w["make"](ourjax), backend="cuda")
+    args = ourjax.tree_util.tree_map(lambda a: ourjax.device_put(a, dev), w["inputs"])
+    _block(args)
+    t0 = time.perf_counter()
+    _block(f(*args))
+    first = time.perf_counter() - t0
+  return {"name": w["name"], "first": first, "real_gpu": real}
+
+
 def _kernel_detail(k) -> str:
   """A WgmmaDot's form: (mode, Q, warpgroups, M x N x K)."""
   spec = getattr(k, "spec", None)
@@ -152,21 +230,28 @@ def _kernel_detail(k) -> str:
 
 def warm_up():
   """Compile a tiny program first, so that the imports and LLVM's set-up that any first
-  compile of a process pays are not charged to the workload."""
+  compile of a process pays are not charged to the workload (``_import_compiler``: nor the
+  compiler modules a workload's compile would import on their first use)."""
   import numpy as np
   import ourjax
+  _import_compiler()
   ourjax.jit(lambda x: x * 2.0 + 1.0, backend="cuda").lower(np.ones(4, np.float32)).compile()
 
 
-def _child(name, small, ptxas, dump, load):
+def _child(name, small, ptxas, dump, load, first=False):
   import models
-  warm_up()
   w = next(x for x in models.workloads("cuda", small) if x["name"] == name)
+  if first:
+    print("ROW " + json.dumps(measure_first(w, ptxas)), flush=True)
+    return
+  warm_up()
   print("ROW " + json.dumps(measure(w, ptxas, dump, load)), flush=True)
 
 
-def _run_child(name, a, ptxas) -> dict:
+def _run_child(name, a, ptxas, env=None) -> dict:
   cmd = [sys.executable, os.path.abspath(__file__), "--child", name]
+  if a.first_call:
+    cmd.append("--first-call")
   if a.small:
     cmd.append("--small")
   if ptxas:
@@ -177,7 +262,8 @@ def _run_child(name, a, ptxas) -> dict:
     cmd += ["--dump", a.dump]
   if a.load:
     cmd.append("--load")
-  r = subprocess.run(cmd, capture_output=True, text=True)
+  r = subprocess.run(cmd, capture_output=True, text=True,
+                     env=None if env is None else dict(os.environ, **env))
   for line in r.stdout.splitlines():
     if line.startswith("ROW "):
       return json.loads(line[4:])
@@ -227,13 +313,21 @@ def main(argv=None):
   ap.add_argument("--small", action="store_true", help="the tiny sizes (a quick check)")
   ap.add_argument("--modules", action="store_true",
                   help="also list each workload's PTX modules: kernels, KB, ptxas seconds")
+  ap.add_argument("--first-call", action="store_true",
+                  help="time the first call instead (on the stand-in driver with ptxas as its "
+                  "JIT where there is no GPU)")
+  ap.add_argument("--ab", default="",
+                  help="with --first-call: also time every workload with these switches "
+                  "(ENV=V[,ENV=V]), alternating processes")
   ap.add_argument("--child", default="", help=argparse.SUPPRESS)
   a = ap.parse_args(argv)
   os.environ["OURJAX_CACHE_DIR"] = "off"
   ptxas = None if a.no_ptxas else _ptxas_path(a.ptxas)
   if a.child:
-    _child(a.child, a.small, ptxas, a.dump or None, a.load)
+    _child(a.child, a.small, ptxas, a.dump or None, a.load, a.first_call)
     return 0
+  if a.first_call:
+    return _first_call_table(a, ptxas)
   import models
   only = set(filter(None, a.only.split(","))) or None
   names = [w["name"] for w in models.workloads("cuda", a.small, only)]
@@ -262,6 +356,40 @@ def main(argv=None):
   tot.update(name="total", ptx_bytes=sum(r["ptx_bytes"] for r in rows),
              kernels=sum(r["kernels"] for r in rows), modules=sum(r["modules"] for r in rows))
   print(format_row({k: v for k, v in tot.items() if v or k in ("name", "kernels", "modules")}))
+  if a.json:
+    with open(a.json, "w") as f:
+      json.dump({"env": env, "rows": rows}, f, indent=1)
+  return 0
+
+
+def _first_call_table(a, ptxas) -> int:
+  """``--first-call`` (and ``--ab``): one line per workload, medians of ``--repeat`` processes."""
+  import models
+  only = set(filter(None, a.only.split(","))) or None
+  names = [w["name"] for w in models.workloads("cuda", a.small, only)]
+  if not names:
+    raise SystemExit(f"no workload matches {a.only!r}")
+  ab = dict(kv.split("=", 1) for kv in filter(None, a.ab.split(",")))
+  settings = [("default", {})] + ([(a.ab, ab)] if ab else [])
+  env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("OURJAX_CUDA")}
+  print(f"# first call, s: median of {a.repeat} fresh processes ({os.cpu_count()} cores; "
+        f"switches: {env or 'defaults'}); first* = no GPU: the stand-in driver, ptxas as its "
+        f"JIT{'' if ptxas else ' (no ptxas found: none run)'}")
+  head = f"{'workload':24s} " + " ".join(f"{n[:22]:>22s}" for n, _ in settings)
+  print(head + ("   ratio" if ab else ""), flush=True)
+  rows = []
+  for name in names:
+    got = {n: [] for n, _ in settings}
+    for _ in range(max(1, a.repeat)):
+      for n, e in settings:                       # (alternating: the same machine state)
+        got[n].append(_run_child(name, a, ptxas, e))
+    med = {n: statistics.median(r["first"] for r in got[n]) for n, _ in settings}
+    star = "" if got["default"][0].get("real_gpu") else "*"
+    line = f"{name:24s} " + " ".join(f"{med[n]:21.3f}{star or ' '}" for n, _ in settings)
+    if ab:
+      line += f"  {med[a.ab] / med['default']:6.2f}"
+    print(line, flush=True)
+    rows.append({"name": name, **{f"first[{n}]": med[n] for n, _ in settings}})
   if a.json:
     with open(a.json, "w") as f:
       json.dump({"env": env, "rows": rows}, f, indent=1)

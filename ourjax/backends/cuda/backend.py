@@ -54,6 +54,7 @@ from ourjax.backends.cuda.planning import _cpu_planning, _plan
 from ourjax.backends.cuda.program import (GRAPH_AFTER_CALLS, _addr, _GraphReplay, _iterations,
                                           _ParamBlock, _resolve, graph_unsuitable,
                                           graphs_enabled)
+from ourjax.backends.llvm import dedupe
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.errors import CompileError, DeviceError
@@ -875,7 +876,7 @@ def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
       for k in sorted(kernels, key=lambda k: -getattr(k, "compile_cost", 1)):
         m = codegen.new_module(f"{module.name or 'ourjax'}.{k.name}", info.arch)
         k.emit_gpu(m)
-        text = str(m)
+        text = dedupe.module_text(m, {})     # (str(m), its functions printed faster)
         own = getattr(k, "function_names", lambda: [k.name])()
         k.ptx_entry = builder.add(kernel_cache.entry_key(text, own), text, k.name)
     with _phases.phase("llvm"):

@@ -75,6 +75,7 @@ from ourjax import _phases
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I1, I32, I64, Emitter, Index, i64
+from ourjax.backends.cuda.builder import new_builder
 
 __all__ = ["TRIPLE", "DEFAULT_ARCH", "PTX_VERSION", "new_module", "compile_ptx", "GpuKernel",
            "translate", "DeviceInfo"]
@@ -344,7 +345,7 @@ class GpuKernel(K.Kernel):
     for a in fn.args:
       a.add_attribute("noalias")
       a.attributes.align = 16
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b = new_builder(fn.append_basic_block("entry"))
     if int(getattr(module, "ourjax_arch", DEFAULT_ARCH).rstrip("a")) >= PDL_MIN_CC:
       grid_dependency_prologue(b)
     ptrs = {id(x): a for x, a in zip(self.buffers, fn.args)}

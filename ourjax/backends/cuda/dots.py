@@ -430,11 +430,30 @@ def _dot_buffers(lhs, rhs, out, epilogue):
   return [lhs, rhs] + epilogue.reads, epilogue.writes
 
 
+class _LazyLinear(Index):
+  """An ``Index`` given by its ``multi`` whose linear position, if the epilogue asks for it in
+  the block the index was made in, is made by the caller's ``make()`` (the IR the caller would
+  have made up front) rather than from ``multi``."""
+  __slots__ = ("_make",)
+
+  def __init__(self, b, dims, make, multi):
+    super().__init__(b, dims, multi=multi)
+    self._make = make
+
+  @property
+  def linear(self):
+    if self._linear is None and self._b.block is self._block:
+      self._linear = self._make()
+    return Index.linear.fget(self)
+
+
 def _epilogue_at(b, ptr, kernel):
   """(emitter, at) for a dot kernel's fused epilogue: ``at(v, linear, (batch, m, n))`` opens
   a scope of the emitter in which C's element at ``linear`` (its row-major position) is ``v``
   and returns its ``Index``; the caller evaluates the epilogue there, then closes the scope
-  (``em.pop_scope()``)."""
+  (``em.pop_scope()``).  ``linear`` may be a function that makes it: it is then called only
+  where (batch, m, n) does not give the index already (the index computes its linear position
+  from them if the epilogue asks for it)."""
   dot, epi = kernel.dot, kernel.epilogue
   em = Emitter(b, K._make_leaves(b, epi.leafmap, ptr))
   dims = tuple(dot.dims)
@@ -444,7 +463,11 @@ def _epilogue_at(b, ptr, kernel):
   def at(v, linear, where):
     em.push_scope()
     multi = list(where[1:]) if plain else list(where) if batched else None
-    idx = Index(b, dims, linear=linear, multi=multi)
+    if callable(linear):
+      idx = (_LazyLinear(b, dims, linear, multi) if multi is not None
+             else Index(b, dims, linear=linear()))
+    else:
+      idx = Index(b, dims, linear=linear, multi=multi)
     em.remember(dot, idx, v)
     return idx
   return em, at

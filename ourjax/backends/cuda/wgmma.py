@@ -685,9 +685,10 @@ class WgmmaDot(GpuKernel):
           v = E.convert_value(b, v, acc_dt, self.dot.dtype)
         if self.epilogue is not None and not late:
           m, n = b.add(m0, r), b.add(n0, c)
-          lin = b.add(c_base, b.add(b.mul(r, i64(N)), c))
+          lin = (lambda r=r, c=c: b.add(c_base, b.add(b.mul(r, i64(N)), c)))  # noqa: E731
           where = (bat, m, n)
           if M % rows or N % cols:
+            lin = lin()
             # (outside C the epilogue's reads would pass its inputs' ends: those lanes read
             # the element at (0, 0) and their results are never stored)
             inside = b.and_(b.icmp_unsigned("<", m, i64(M)), b.icmp_unsigned("<", n, i64(N)))
