@@ -20,7 +20,8 @@ Compilation:
    returns the donated argument's own array for them.
 2. *Buffer assignment* (``llvm/arena.py``: ``_assign``): temporaries get arena offsets by a
    first-fit over their live ranges (64-byte aligned; a buffer used inside a loop lives for the
-   whole loop).  In a program with loops whose kernels are beside the entry, the small
+   whole loop), or live in an output not yet written, dots' per-thread packing scratch too, and
+   packed B in outputs of at least ``_OutputPool.MIN_BYTES`` (allocated 64-byte aligned).  In a program with loops whose kernels are beside the entry, the small
    temporaries only thread 0 touches (a loop's scalar carries and predicate) are allocas of the
    entry instead (``entry.stack_buffers``), which LLVM keeps in registers across iterations.
 3. *Emission* (``cpu/entry.py``): one function per kernel (noalias pointer parameters, so
@@ -185,8 +186,10 @@ class _OutputPool:
       except IndexError:   # pragma: no cover - raced with another thread
         break
     if mem is None:
-      raw = np.empty(nbytes, np.uint8)
-      mem = (raw, raw.ctypes.data)
+      # (64-byte aligned: the planner may place a packed B, read with aligned vectors, in an
+      # output this large before the output is written, arena._hosted's ``aligned_min``)
+      raw = np.empty(nbytes + planning.ALIGN, np.uint8)
+      mem = (raw, raw.ctypes.data + -raw.ctypes.data % planning.ALIGN, nbytes)
     owner = _Owner()
     owner._mem, owner._pool = mem, self
     owner.__array_interface__ = {"data": (mem[1], False), "shape": (nbytes,), "typestr": "|u1",
@@ -194,7 +197,7 @@ class _OutputPool:
     return np.asarray(owner).view(dtype).reshape(shape)
 
   def _release(self, mem):
-    n = mem[0].nbytes
+    n = mem[2]
     lst = self.free.setdefault(n, [])
     if len(lst) < self.MAX_BLOCKS and self.kept + n <= self.MAX_BYTES:
       lst.append(mem)
@@ -801,7 +804,9 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     # (small temporaries of thread 0 in a program with loops live on its stack, where LLVM
     # keeps them in registers: the kernels beside the entry are inlined into it)
     stack = _entry.stack_buffers(steps) if not groups else set()
-    arena = _assign(planner, steps, extra, skip=stack)
+    # (outputs from the pool's size up are 64-byte aligned: packed B may live in them too)
+    arena = _assign(planner, steps, extra, skip=stack, host_scratch=True,
+                    aligned_min=_OutputPool.MIN_BYTES)
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:

@@ -382,8 +382,9 @@ def _cache_path(sym: str) -> Optional[str]:
   if not d:
     return None
   from ourjax.backends import disk_cache
-  from ourjax.backends.llvm import gemm, gemm_im2col
-  h = hashlib.sha256(disk_cache.source_digest(gemm.__file__, gemm_im2col.__file__, __file__,
+  from ourjax.backends.llvm import gemm, gemm_im2col, gemm_targets
+  h = hashlib.sha256(disk_cache.source_digest(gemm.__file__, gemm_im2col.__file__,
+                                              gemm_targets.__file__, __file__,
                                               jit.__file__).encode())
   h.update(repr((sym, llvm.llvm_version_info, jit.cpu_name(), jit.cpu_features(),
                  jit.triple(), gemm.vector_target())).encode())
