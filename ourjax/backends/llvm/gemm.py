@@ -83,8 +83,9 @@ target (FMA or not, K slices), so the serial-bits property above holds within on
   once for all pieces, or by the piece for a column block that several row blocks use),
   running each row panel across the block's column panels (B's packed panels then come from
   L2, A's from L1): its A scratch is one panel; so does a piece that reads B in place (B's
-  rows from L2).  Only a piece that packs B a panel at a time (one row block) packs A's row
-  block first, for every panel to reuse.
+  rows from L2) while a K slice of its column block fits :data:`DIRECT_ROWS_FIRST_BYTES`.
+  Only a piece that packs B a panel at a time (one row block), or reads a wider B in place,
+  packs A's row block first, for every panel to reuse.
 * micro-kernel: ``mr x nr`` accumulators (``nr = nv*W``) live in vector registers (AVX-512 f32:
   14 x 32 = 28 zmm of the 32); one step of k loads ``nv`` vectors of the B panel and broadcasts
   ``mr`` elements of the A panel (``vbroadcastss``), i.e. ``mr * nv`` FMAs (``llvm.fma`` on
@@ -168,6 +169,14 @@ from ourjax.backends.llvm.gemm_targets import (TUNE_FIELDS, VECTOR_TARGETS,  # n
 
 
 _ROW_CHUNK = 512  # columns of C per pass of the few-rows kernel
+
+#: A piece that reads B in place runs a row panel of A across its column block (A packed a
+#: panel at a time) while a K slice of that block of B is at most this many bytes (it is read
+#: from L2 for every row panel); a wider one runs each column panel of B across the row block
+#: (A's whole row block packed), keeping the panel in L1: f32 200 x 2048 x 2048 on 2 threads
+#: (4 pieces, 512 KiB slices) ran 8% slower row panel first on the 2-core EPYC, a convolution
+#: of 256 channels (256 KiB) 7% faster (no weights packed).
+DIRECT_ROWS_FIRST_BYTES = 256 << 10
 
 
 # --------------------------------------------------------------------------------------------
@@ -769,14 +778,19 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       # than the whole row block first: the same packing, a fraction of the scratch
       a_micro = b.icmp_signed("<=", b.sub(n1, n0), _c64(nr))
       # B's panels of the column block all packed before the row blocks run (once for all
-      # pieces, PACKED_B, or by this piece for its row blocks), or B read in place: a row
-      # panel of A is likewise packed just before its tiles, which run across the block's
-      # column panels (B's from L2), so A's scratch is one panel there too
-      a_rows = b.and_(b.or_(b.or_(prepacked, direct), b.not_(one_panel)), b.not_(a_micro))
+      # pieces, PACKED_B, or by this piece for its row blocks), or B read in place where a K
+      # slice of its column block fits DIRECT_ROWS_FIRST_BYTES: a row panel of A is likewise
+      # packed just before its tiles, which run across the block's column panels (B's from
+      # L2), so A's scratch is one panel there too
+      cols = b.sub(n1, n0)
+      blk = b.mul(b.mul(_smin(b, nc_, b.mul(_sdiv_up(b, cols, _c64(nr)), _c64(nr))), kstep),
+                  _c64(cx.size))
+      direct_fits = b.and_(direct, b.icmp_signed("<=", blk, _c64(DIRECT_ROWS_FIRST_BYTES)))
+      a_rows = b.and_(b.or_(b.or_(prepacked, direct_fits), b.not_(one_panel)),
+                      b.not_(a_micro))
       # B's panels: a column block's (one panel when B is read in place or by one row block),
       # K slice deep; none when B is read in place and this piece's columns end at a whole
       # panel (only a partial last panel is packed)
-      cols = b.sub(n1, n0)
       b_cols = b.select(one_panel, _c64(nr), _smin(b, nc_,
                                                    b.mul(_sdiv_up(b, cols, _c64(nr)), _c64(nr))))
       whole_panels = b.icmp_signed("==", b.srem(n1, _c64(nr)), _c64(0))

@@ -68,8 +68,9 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
   panel as its tiles need it, or B is read in place, ``direct``, which packs only a partial
   last panel: none unless ``edge``, N not whole panels), then one row panel of A (the driver
   packs each just before its tiles, which run across the column panels), or A's panels of a
-  row block when B is packed a panel at a time (one row block), each K slice deep, and the
-  slack to align the start to 64 bytes."""
+  row block when B is packed a panel at a time (one row block) or read in place in column
+  blocks wider than ``gemm.DIRECT_ROWS_FIRST_BYTES``, each K slice deep, and the slack to
+  align the start to 64 bytes."""
   if rows <= 0 or cols <= 0:
     return 0
   nr, align = bl.nv * w, 64 // _gemm()._TYPES[dtype][1]
@@ -78,9 +79,12 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
   mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
   b_cols = 0 if b_packed or (direct and not edge) else \
       nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
-  if cols <= nr or b_packed or direct or b_cols > nr:
-    # (one column panel, all of B's panels packed first, or B read in place: A packed a row
-    # panel at a time)
+  size = _gemm()._TYPES[dtype][1]
+  rows_first = direct and \
+      min(bl.nc, _cdiv(cols, nr) * nr) * kstep * size <= _gemm().DIRECT_ROWS_FIRST_BYTES
+  if cols <= nr or b_packed or rows_first or b_cols > nr:
+    # (one column panel, all of B's panels packed first, or B read in place in blocks that
+    # fit DIRECT_ROWS_FIRST_BYTES: A packed a row panel at a time)
     mstep = bl.mr
   return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
