@@ -105,7 +105,8 @@ class _Values:
     computation another fusion stores that equals ``x``, defined before all ``readers``."""
     def stored(x):
       s = self.by_key.get(self.key(x, f))
-      if s is None or s is f or (s.opcode == "get-tuple-element" and s.operands[0] is f):
+      if s is None or s is f or s.parent is not self.comp or \
+         (s.opcode == "get-tuple-element" and s.operands[0] is f):
         return None
       if not all(self.pos.get(s, 1 << 60) < self.pos.get(u, -1) for u in readers):
         return None
@@ -184,26 +185,27 @@ def _drop_port(comp, f: Instruction, j: int) -> None:
       g.attrs["index"] = k - 1
 
 
-def _try(comp, f: Instruction, module: Module) -> bool:
+def _try(comp, f: Instruction, module: Module, cache: dict) -> bool:
+  """Drop one output of ``f`` that its readers can recompute; whether one was.  ``cache``:
+  this computation's ``_Values`` once made (its entries stay true: dropping an output and
+  recomputing it changes no value that a fusion stores)."""
   fc = f.attrs["calls"]
-  values = None
   outs = list(fc.root.operands)
+  if any(g.opcode != "get-tuple-element" for g in f.users):
+    return False
   for j, v in enumerate(outs):
-    gtes = [g for g in f.users if g.opcode == "get-tuple-element" and g.attrs["index"] == j]
-    if any(g is comp.root for g in gtes) or len(gtes) != sum(
-        1 for g in f.users if g.opcode == "get-tuple-element" and g.attrs["index"] == j):
-      continue
-    if any(u is f for g in gtes for u in g.users):
+    gtes = [g for g in f.users if g.attrs["index"] == j]
+    if any(g is comp.root for g in gtes):
       continue
     readers = {u for g in gtes for u in g.users}
     if not readers or not all(u.opcode == "fusion" and u.attrs["kind"] == "kLoop"
-                              and u is not comp.root for u in readers) \
-       or any(g is comp.root for g in gtes):
+                              and u is not comp.root for u in readers):
       continue
     expr = _expression(fc, v, set(outs))
     if expr is None:
-      values = values or _Values(comp)
-      stored = values.finder(f, readers)
+      if "values" not in cache:
+        cache["values"] = _Values(comp)
+      stored = cache["values"].finder(f, readers)
       expr = _expression(fc, v, set(outs), stored)
       if expr is None:
         continue
@@ -243,10 +245,11 @@ def _try(comp, f: Instruction, module: Module) -> bool:
 def run(module: Module) -> bool:
   changed = False
   for comp in fz.fusible_computations(module):
+    cache: dict = {}
     for f in list(comp.instructions):
       if f.opcode != "fusion" or f.parent is not comp or not f.shape.is_tuple \
          or f.attrs["kind"] != "kLoop":
         continue
-      while f.shape.is_tuple and _try(comp, f, module):
+      while f.shape.is_tuple and _try(comp, f, module, cache):
         changed = True
   return changed
