@@ -15,8 +15,10 @@ Legality: every reader of the output is a loop fusion (it evaluates its operands
 own computation asks, so the recomputed expression needs no iteration space of its own); the
 expression reaches only the fusion's parameters, its other outputs (which stay) and values
 another fusion stores (the same expression of the same arrays, stored before every reader)
-through at most ``MAX_OPS`` instructions of the cheap kinds (elementwise, broadcast, constant,
-slice, reshape, bitcast); a reader ends with at most ``fusion.MAX_FUSION_PARAMETERS``
+through at most ``MAX_OPS`` instructions of the cheap kinds (elementwise but not
+``fusion.EXPENSIVE_OPS``, broadcast, constant, slice, reshape, bitcast; an LSTM's gates,
+``logistic`` and ``tanh`` of its products, recomputed by two readers each, made its step 4x
+slower); a reader ends with at most ``fusion.MAX_FUSION_PARAMETERS``
 operands.
 """
 from __future__ import annotations
@@ -52,7 +54,8 @@ def _expression(fc, v, others, stored=None):
        (x is not v and stored is not None and stored(x) is not None):
       leaves.append(x)
       return True
-    if not (x.opcode in _CHEAP or x.is_elementwise()) or x.shape.is_tuple:
+    if not (x.opcode in _CHEAP or x.is_elementwise()) or x.opcode in fz.EXPENSIVE_OPS \
+       or x.shape.is_tuple:
       return False
     if not all(visit(o) for o in x.operands):
       return False
