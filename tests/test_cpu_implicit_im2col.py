@@ -470,3 +470,53 @@ def test_block_epilogues_of_other_shapes_are_shared():
   assert len(defined) == 1, defined
   callers = re.findall(r'^define [^\n]*@"(k\w+)"\([^\n]*\boptnone\b', ex.llvm_ir, re.M)
   assert len(callers) == len(ws), ex.llvm_ir[:3000]
+
+
+@pytest.mark.parametrize("cout", [64, 40])
+def test_a_tall_convolution_reads_its_weights_in_place(monkeypatch, cout):
+  """A convolution whose pieces have more rows than the GEMM's own ``direct_b_rows`` reads its
+  HWIO weights in place (``dots._conv_blocking``), packing one ``mr``-row panel of A at a
+  time: its scratch is smaller than with B's column block packed in each thread's area, and
+  its bits are the same (40 output channels: a partial last column panel, packed)."""
+  from ourjax.backends.cpu import backend as cpu
+  from ourjax.backends.llvm import dots, gemm
+  from ourjax.config import config
+  # (no disk cache: its key does not hold the monkeypatched blocking)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((2, 30, 30, 32)).astype(np.float32)
+  w = (rng.standard_normal((3, 3, 32, cout)) * 0.2).astype(np.float32)
+
+  def conv(x, w):   # (the relu runs on the GEMM's blocks: it writes the output itself)
+    return jnp.maximum(
+        lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=_SPECS[2]), 0.0)
+  own = dots._conv_blocking
+  old = cpu.num_threads()
+  out, temps, direct = {}, {}, {}
+  try:
+    cpu.set_num_threads(3)
+    for in_place in (True, False):
+      monkeypatch.setattr(dots, "_conv_blocking", own if in_place else lambda s, t: None)
+      c = ourjax.jit(conv).lower(x, w).compile()
+      steps = c._executable.compiled.meta["steps"]
+      assert [s.split()[0] for s in steps] == ["Im2colDotKernel"], steps
+      temps[in_place] = c.memory_analysis().temp_size_in_bytes
+      bl = dots.gemm_blocking(dots.DotSpec(_the_dot(c)), 3, im2col=True)
+      direct[in_place] = (bl or gemm.default_blocking("f32")).direct_b_rows
+      out[in_place] = np.asarray(c(x, w))
+  finally:
+    cpu.set_num_threads(old)
+  assert direct[True] > direct[False]
+  assert temps[True] < temps[False]
+  np.testing.assert_array_equal(out[True], out[False])
+  want, mag = _reference(x, w, (1, 1), [(1, 1), (1, 1)], (1, 1))
+  assert np.all(np.abs(out[True] - np.maximum(want, 0.0)) <=
+                2 * 288 * np.finfo(np.float32).eps * mag)
+
+
+def _the_dot(compiled):
+  """The one dot instruction of a compiled module (in its entry or a fusion)."""
+  dots_ = [i for comp in compiled._executable.module.computations for i in comp.instructions
+           if i.opcode == "dot"]
+  assert len(dots_) == 1
+  return dots_[0]

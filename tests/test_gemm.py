@@ -983,14 +983,16 @@ def test_a_dot_on_many_threads_packs_b_once(monkeypatch):
   monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
   rng = np.random.default_rng(2)
   x = rng.standard_normal((2048, 576)).astype(np.float32)
-  w = rng.standard_normal((576, 64)).astype(np.float32)
+  # (B transposed: always packed; a row-major B is read in place by pieces of few rows, which
+  # then pack nothing of it)
+  w = rng.standard_normal((64, 576)).astype(np.float32)
   old = cpu.num_threads()
   try:
     cpu.set_num_threads(16)
     out, temps = {}, {}
     for share in (True, False):
       monkeypatch.setattr(cpu._Planner, "share_packed_b", share)
-      c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x, w).compile()
+      c = ourjax.jit(lambda x, w: x @ w.T, backend="cpu").lower(x, w).compile()
       _, steps, *_ = P.plan_entry(c._executable.module, cpu._Planner)
       kinds = [type(s.kernel).__name__ for s in steps]
       assert kinds == (["PackBKernel", "DotKernel"] if share else ["DotKernel"])
@@ -1002,7 +1004,7 @@ def test_a_dot_on_many_threads_packs_b_once(monkeypatch):
   finally:
     cpu.set_num_threads(old)
   assert temps[True] < temps[False]
-  np.testing.assert_allclose(out[True, 16], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(out[True, 16], x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
   for k, v in out.items():
     np.testing.assert_array_equal(v, out[True, 16], err_msg=str(k))
 

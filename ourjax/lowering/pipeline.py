@@ -26,7 +26,7 @@ from ourjax import _phases
 from ourjax.lowering import hlo
 from ourjax.lowering.passes import (attention, barriers, buffer_assignment, constant_folding,
                                     conv_to_dot, cse, dce, dot_layout, fusion,
-                                    multi_output_fusion, simplify)
+                                    multi_output_fusion, recompute_outputs, simplify)
 
 #: (name, run) pairs, run in order to a fixed point.
 PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
@@ -44,11 +44,13 @@ NATIVE_EARLY_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
 ]
 
 #: (name, run) pairs run once after the fixed point: optimization barriers go (they only
-#: guard against the fixed-point passes), fusion, then buffer assignment.
+#: guard against the fixed-point passes), fusion (and its multi-output merges, then cheap
+#: outputs recomputed by their readers instead of stored), then buffer assignment.
 LATE_PASSES: list[tuple[str, Callable[[hlo.Module], bool]]] = [
     ("barriers", barriers.run),
     ("fusion", fusion.run),
     ("multi_output_fusion", multi_output_fusion.run),
+    ("recompute_outputs", recompute_outputs.run),
     ("buffer_assignment", buffer_assignment.run),
 ]
 

@@ -20,7 +20,9 @@ Compilation:
    returns the donated argument's own array for them.
 2. *Buffer assignment* (``llvm/arena.py``: ``_assign``): temporaries get arena offsets by a
    first-fit over their live ranges (64-byte aligned; a buffer used inside a loop lives for the
-   whole loop).  In a program with loops whose kernels are beside the entry, the small
+   whole loop), or live in an output not yet written, dots' per-thread packing scratch too, and
+   packed B in outputs of at least ``_OutputPool.MIN_BYTES`` (allocated 64-byte aligned).  In a
+   program with loops whose kernels are beside the entry, the small
    temporaries only thread 0 touches (a loop's scalar carries and predicate) are allocas of the
    entry instead (``entry.stack_buffers``), which LLVM keeps in registers across iterations.
 3. *Emission* (``cpu/entry.py``): one function per kernel (noalias pointer parameters, so
@@ -84,7 +86,7 @@ from ourjax.backends.cpu import host, loader, profiling
 from ourjax.backends.cpu.cache import (_blockings_hold, _link_recorded, cache_key,  # noqa: F401
                                        library_entries, load_by_source, source_key,
                                        store_by_source, tuned_entries)
-from ourjax.backends.cpu.executable import ARENA_HEADER, CpuExecutable  # noqa: F401
+from ourjax.backends.cpu.executable import ARENA_HEADER, CpuExecutable, _OutputPool  # noqa: F401
 from ourjax.backends.cpu.libraries import (_ensure_runtime_symbols, _link_symbols,
                                            _provided_symbols, RUNTIME)
 from ourjax.backends.cpu.entry import ENTRY, OBJECT_MODE
@@ -272,7 +274,9 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     # (small temporaries of thread 0 in a program with loops live on its stack, where LLVM
     # keeps them in registers: the kernels beside the entry are inlined into it)
     stack = _entry.stack_buffers(steps) if not groups else set()
-    arena = _assign(planner, steps, extra, skip=stack)
+    # (outputs from the pool's size up are 64-byte aligned: packed B may live in them too)
+    arena = _assign(planner, steps, extra, skip=stack, host_scratch=True,
+                    aligned_min=_OutputPool.MIN_BYTES)
   slot = nparams + len(outs)
   consts = []
   for c in planner.consts:

@@ -109,8 +109,10 @@ class _OutputPool:
       except IndexError:   # pragma: no cover - raced with another thread
         break
     if mem is None:
-      raw = np.empty(nbytes, np.uint8)
-      mem = (raw, raw.ctypes.data)
+      # (64-byte aligned: the planner may place a packed B, read with aligned vectors, in an
+      # output this large before the output is written, arena._hosted's ``aligned_min``)
+      raw = np.empty(nbytes + DEFAULT_ALIGN, np.uint8)
+      mem = (raw, raw.ctypes.data + -raw.ctypes.data % DEFAULT_ALIGN, nbytes)
     owner = _Owner()
     owner._mem, owner._pool = mem, self
     owner.__array_interface__ = {"data": (mem[1], False), "shape": (nbytes,), "typestr": "|u1",
@@ -118,7 +120,7 @@ class _OutputPool:
     return np.asarray(owner).view(dtype).reshape(shape)
 
   def _release(self, mem):
-    n = mem[0].nbytes
+    n = mem[2]
     lst = self.free.setdefault(n, [])
     if len(lst) < self.MAX_BLOCKS and self.kept + n <= self.MAX_BYTES:
       lst.append(mem)

@@ -20,11 +20,15 @@ def _profile_offset(steps) -> int:
   return 16 + 16 * sum(1 for s in steps if s.parallel)
 
 
-def _assign(planner: Planner, steps, profile_bytes: int = 0, skip=frozenset()) -> int:
+def _assign(planner: Planner, steps, profile_bytes: int = 0, skip=frozenset(),
+            host_scratch: bool = False, aligned_min=None) -> int:
   """Give every temporary a place by a first-fit over live ranges: inside an output buffer
   that is not written yet while the temporary lives (``_hosted``), else in the arena; returns
   the arena size in bytes.  ``skip``: ids of temporaries placed elsewhere by the backend (the
-  CPU's on the entry's stack), given no place here."""
+  CPU's on the entry's stack), given no place here.  ``host_scratch``: a dot's per-thread
+  scratch may live in an output too (the backend passes each thread its area from wherever
+  the buffer is); ``aligned_min``: outputs of at least this many bytes are 64-byte aligned by
+  the backend, so a packed B may live in them (None: none is)."""
   from ourjax.backends.llvm.dots import PackBKernel
   header = _control_bytes(steps, profile_bytes)
   first, last = {}, {}
@@ -93,15 +97,20 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0, skip=frozenset()) -
             last[id(buf)]) for buf in order]
   for sp in spans:
     sp[0].home = None
-  best = _arena(spans, header)
-  hosted = _hosted(spans, outputs, out_first, packed)
-  if hosted:
-    rest = _arena([sp for sp in spans if id(sp[0]) not in hosted], header)
-    if rest[1] <= best[1]:
-      best = rest
-      for sp in spans:
-        if id(sp[0]) in hosted:
-          sp[0].home, sp[0].offset = hosted[id(sp[0])]
+  best, chosen = _arena(spans, header), {}
+  # (temporaries only, then also scratch and packed B where allowed: the outputs' room goes
+  # to the largest first, which need not leave the smaller arena)
+  tries = [(False, None)] + ([(host_scratch, aligned_min)]
+                             if host_scratch or aligned_min is not None else [])
+  for hs, am in tries:
+    hosted = _hosted(spans, outputs, out_first, packed, hs, am)
+    if hosted:
+      rest = _arena([sp for sp in spans if id(sp[0]) not in hosted], header)
+      if rest[1] <= best[1]:
+        best, chosen = rest, hosted
+  for sp in spans:
+    if id(sp[0]) in chosen:
+      sp[0].home, sp[0].offset = chosen[id(sp[0])]
   for buf, off in best[0]:
     buf.offset = off
   return best[1]
@@ -129,14 +138,15 @@ def _arena(spans, header: int):
 _BEST_OF_MAX = 400
 
 
-def _hosted(spans, outputs, out_first, packed) -> dict:
+def _hosted(spans, outputs, out_first, packed, host_scratch=False, aligned_min=None) -> dict:
   """{id(temporary): (output slot, offset)}: temporaries placed inside output buffers, each in
   one that no step touches until after the temporary's last use (XLA's buffer assignment
   shares an output's allocation with values that die before it is defined likewise), largest
   first, at the lowest 64-byte offset where it overlaps no temporary placed there before it
-  and live at the same time.  Scratch (a GEMM's areas per thread) and packed B panels, which
-  rely on the arena's 64-byte alignment, stay in the arena, as does everything of outputs that
-  a donated parameter may alias."""
+  and live at the same time.  Scratch (a GEMM's areas per thread, which align themselves)
+  only with ``host_scratch``; packed B panels, which rely on 64-byte alignment, only in
+  outputs of at least ``aligned_min`` bytes, which the backend aligns so; everything of
+  outputs that a donated parameter may alias stays in the arena."""
   hosts = [o for o in outputs if not o.donated and o.nbytes >= ALIGN and o.slot is not None]
   if not hosts:
     return {}
@@ -144,11 +154,14 @@ def _hosted(spans, outputs, out_first, packed) -> dict:
   placed = {id(o): [] for o in hosts}
   out = {}
   for buf, size, f, last in sorted(spans, key=lambda x: (-x[1], x[2])):
-    if buf.kind != "temp" or id(buf) in packed or buf.slot_bytes is not None:
+    scratch = buf.kind == "scratch" or buf.slot_bytes is not None
+    if buf.kind not in ("temp", "scratch") or (scratch and not host_scratch):
       continue
     for o in hosts:
       if out_first[id(o)] <= last:
         break      # (hosts by their first touch, latest first: none later fits either)
+      if id(buf) in packed and (aligned_min is None or o.nbytes < aligned_min):
+        continue
       busy = sorted((a, e) for a, e, pf, pl in placed[id(o)] if pf <= last and f <= pl)
       off = 0
       for a, e in busy:

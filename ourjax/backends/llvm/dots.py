@@ -217,13 +217,42 @@ def gemm_blocking(spec: DotSpec, threads: int, im2col: bool = False):
   default), or None: the kernel's own (the register-blocked kernel; a convolution's patch
   matrix, whose packing the tuner does not time).  The same for the same arguments all
   through a process, so a dot's scratch (``dot_scratch``) and its call agree."""
-  if im2col or not _gemm_layout_ok(spec):
+  if im2col:
+    return _conv_blocking(spec, threads)
+  if not _gemm_layout_ok(spec):
     return None
   from ourjax.backends.llvm import gemm, gemm_tune
   la = gemm.operand_layout(spec.M, spec.K, spec.a_sm, spec.a_sk)
   lb = gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk)
   return gemm_tune.choose("f32" if spec.dtype == E.F32 else "f64", spec.M, spec.N, spec.K,
                           not la[0], lb[0], spec.B, dot_pieces(spec, threads))
+
+
+def _conv_blocking(spec: DotSpec, threads: int):
+  """A convolution's blocking (its patch matrix's GEMM, ``gemm_im2col.py``): the kernel's
+  own, except that a row-major B (the HWIO weights) is read in place by pieces of up to
+  ``CONV_DIRECT_B_ROWS`` rows, the most rows of a piece of this split: its tiles then read
+  the weights' rows where they are instead of each piece packing its column block of them (a
+  K slice deep: 118 KiB for 128 channels, per thread at once), and A is packed a row panel
+  at a time, so a piece's scratch is one ``mr x kc`` panel.  The same FMAs in the same order
+  (only where B's panels are read from changes).  None: the kernel's own."""
+  from ourjax.backends.llvm import gemm, gemm_scratch
+  if not _gemm_layout_ok(spec) or gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk)[0]:
+    return None
+  dtype = "f32" if spec.dtype == E.F32 else "f64"
+  bl, w = gemm.default_blocking(dtype), gemm.vector_target().lanes[dtype]
+  pieces = dot_pieces(spec, threads)
+  rows = max(r for r, _ in gemm_scratch._pieces(spec.M, spec.N, pieces, 1, bl, w))
+  rows = -(-rows // 4) * 4         # (the tune word holds rows / 4)
+  if rows <= bl.direct_b_rows or rows > CONV_DIRECT_B_ROWS:
+    return None
+  import dataclasses
+  return dataclasses.replace(bl, direct_b_rows=rows)
+
+
+#: The most rows of a convolution's piece that read B in place (``_conv_blocking``; what the
+#: GEMM's tune word can hold).
+CONV_DIRECT_B_ROWS = 2040
 
 
 def dot_scratch_bytes(spec: DotSpec, pieces: int, im2col: bool = False,
@@ -430,7 +459,8 @@ class Im2colDotKernel(DotKernel):
     from ourjax.backends.llvm import gemm_im2col
     gemm_im2col.emit_call(b, self.spec, self.patches.geometry, ptr(self.patches.source),
                           ptr(self.packed_b or self.rhs), ptr(self.out), ptr(self.scratch[0]),
-                          tid, nthreads, self.epilogue, ptr, self.packed_b is not None)
+                          tid, nthreads, self.epilogue, ptr, self.packed_b is not None,
+                          self.blocking)
 
 
 from ourjax.backends import settings as _settings  # noqa: E402

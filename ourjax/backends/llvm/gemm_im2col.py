@@ -370,12 +370,13 @@ def accepts(dot, patches, geo) -> bool:
 
 
 def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, ptr=None,
-              b_packed=False):
+              b_packed=False, blocking=None):
   """Emit the call of the implicit-im2col GEMM: ``C = patches @ Bm`` for the dot ``spec``
   (``DotSpec``), the patches of geometry ``geo`` over the input buffer at ``src`` (a typed
   pointer to its first element); ``epilogue``: a loop kernel run on each finished block
   (``fusable_epilogue``), its buffers' pointers from ``ptr``; ``b_packed``: ``Bm`` holds B
-  packed (``gemm.emit_pack_b_call``)."""
+  packed (``gemm.emit_pack_b_call``); ``blocking``: the call's (``dots.gemm_blocking``, what
+  ``scratch`` was sized for), None: the kernel's own."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   r = len(geo.strides)
@@ -435,7 +436,8 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
     b.store(v, b.gep(words, [_c64(k)]), align=8)
   gemm.emit_gemm_call(b, dtype, words, Bm, C, M=spec.M, N=spec.N, K=spec.K,
                       a_strides=(spec.K, 1), b_strides=(spec.b_sk, spec.b_sn), tid=tid,
-                      nthreads=nthreads, scratch=scratch, im2col=True, b_packed=b_packed)
+                      nthreads=nthreads, scratch=scratch, im2col=True, b_packed=b_packed,
+                      blocking=blocking)
 
 
 def _reader_dot(x, comp):

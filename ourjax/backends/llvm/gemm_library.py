@@ -434,9 +434,10 @@ def _cache_path(sym: str) -> Optional[str]:
   if not d:
     return None
   from ourjax.backends import disk_cache
-  from ourjax.backends.llvm import gemm, gemm_im2col
+  from ourjax.backends.llvm import gemm, gemm_im2col, gemm_targets
   jit_py = os.path.join(os.path.dirname(host.__file__), "jit.py")
-  h = hashlib.sha256(disk_cache.source_digest(gemm.__file__, gemm_im2col.__file__, __file__,
+  h = hashlib.sha256(disk_cache.source_digest(gemm.__file__, gemm_im2col.__file__,
+                                              gemm_targets.__file__, __file__,
                                               jit_py).encode())
   h.update(repr((sym, host.tag(), gemm.vector_target(host.target()["isa"]))).encode())
   return os.path.join(d, "gemm", f"{sym}-{h.hexdigest()[:32]}.o")

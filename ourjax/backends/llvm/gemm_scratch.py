@@ -62,22 +62,29 @@ def packed_b_elements(dtype: str, N: int, K: int, blocking: Optional[Blocking] =
 
 
 def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
-                    direct: bool, b_packed: bool = False) -> int:
+                    direct: bool, b_packed: bool = False, edge: bool = True) -> int:
   """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
-  panels of a column block (only one panel when B is read in place, ``direct``, or the piece is
-  one row block, which packs each panel as its tiles need it), then one row panel of A (the
-  driver packs each just before its tiles, which run across the column panels), or A's panels
-  of a row block when B is packed a panel at a time (one row block, or B read in place), each
-  K slice deep, and the slack to align the start to 64 bytes."""
+  panels of a column block (only one panel when the piece is one row block, which packs each
+  panel as its tiles need it, or B is read in place, ``direct``, which packs only a partial
+  last panel: none unless ``edge``, N not whole panels), then one row panel of A (the driver
+  packs each just before its tiles, which run across the column panels), or A's panels of a
+  row block when B is packed a panel at a time (one row block) or read in place in column
+  blocks wider than ``gemm.DIRECT_ROWS_FIRST_BYTES``, each K slice deep, and the slack to
+  align the start to 64 bytes."""
   if rows <= 0 or cols <= 0:
     return 0
   nr, align = bl.nv * w, 64 // _gemm()._TYPES[dtype][1]
   kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
   nmb = max(1, _cdiv(rows, bl.mc))
   mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
-  b_cols = 0 if b_packed else nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
-  if cols <= nr or b_packed or b_cols > nr:
-    # (one column panel, or all of B's panels packed first: A packed a row panel at a time)
+  b_cols = 0 if b_packed or (direct and not edge) else \
+      nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
+  size = _gemm()._TYPES[dtype][1]
+  rows_first = direct and \
+      min(bl.nc, _cdiv(cols, nr) * nr) * kstep * size <= _gemm().DIRECT_ROWS_FIRST_BYTES
+  if cols <= nr or b_packed or rows_first or b_cols > nr:
+    # (one column panel, all of B's panels packed first, or B read in place in blocks that
+    # fit DIRECT_ROWS_FIRST_BYTES: A packed a row panel at a time)
     mstep = bl.mr
   return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
@@ -101,10 +108,12 @@ def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
   # (B of either layout: a row-major one may be read in place, with A's row block packed
   # whole, and a transposed one packed by column blocks, with A a row panel at a time)
   either = trans_b is None and not b_packed
-  return max(_piece_elements(dtype, r, c, K, bl, w, direct, b_packed)
+  # (B read in place packs only a partial last column panel: none when N is whole panels)
+  edge = N % (bl.nv * w) != 0
+  return max(_piece_elements(dtype, r, c, K, bl, w, direct, b_packed, edge)
              for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w)
-             for direct in {row_major_b and r <= bl.direct_b_rows,
-                            either and r <= bl.direct_b_rows})
+             for direct in ({False, r <= bl.direct_b_rows} if either else
+                            {row_major_b and r <= bl.direct_b_rows}))
 
 
 def pack_buffer_bytes(dtype: str, M: int, N: int, K: int, nthreads: int = 1,

@@ -17,7 +17,8 @@
 2. *Buffer assignment* (``arena._assign``): a temporary that dies before some output buffer is first
    touched lives inside that output (``Buf.home``, at a 64-byte offset; the caller allocates
    outputs anyway), as XLA's buffer assignment shares an output's allocation with values that
-   die before it is defined; the others get arena offsets by a first-fit over their live
+   die before it is defined (on the CPU also a dot's per-thread packing scratch, and a packed
+   B in outputs the backend aligns to 64 bytes); the others get arena offsets by a first-fit over their live
    ranges (64-byte aligned; a buffer used inside a loop lives for the whole loop), in order of
    first use and in order of decreasing size, whichever needs the smaller arena.
 

@@ -8,6 +8,8 @@
 ``fusion``            loop (kLoop), reduction-input (kInput) and dot-epilogue (kOutput) fusion;
                       each decision noted with its reason; expensive producers never duplicated
 ``multi_output_fusion``  merge siblings reading the same input, fold producers needed outside
+``recompute_outputs`` a multi-output fusion's cheap outputs recomputed by their readers, not
+                      stored
 ``buffer_assignment`` liveness-based slots in one arena (``module.buffer_assignment``)
 
 The order they run in, and the verifier between them, live in ``lowering/pipeline.py``. Passes

@@ -1,0 +1,185 @@
+"""Recompute cheap outputs: an output of a multi-output fusion that is a cheap function of one
+array the fusion reads or stores anyway (twice another output, half its square) is not
+stored; the fusions that read it compute it from that array instead, as XLA leaves a cheap
+elementwise producer unmaterialized where its consumers can recompute it.  Runs after
+``multi_output_fusion``; every decision is noted with its reason.
+
+An RK4 step of ``lax.scan`` shows why: instruction fusion stores the intermediate states that
+the next stage reads at several positions (its ``roll``), and with them ``2*x`` and
+``0.5*x*x`` of one of them and the two rolls of another, which sibling merging puts into the
+same fusions; four of the loop's ten arrays were such copies (the two of one array are
+recomputed now, the rolls are not: see ``_CHEAP``).
+
+Legality: every reader of the output is a loop fusion (it evaluates its operands wherever its
+own computation asks, so the recomputed expression needs no iteration space of its own); the
+expression reaches only the fusion's parameters and its other outputs (which stay), one array
+among them (scalars aside), through at most ``MAX_OPS`` instructions of the cheap kinds
+(elementwise but not ``fusion.EXPENSIVE_OPS``, broadcast, constant, slice, reshape, bitcast:
+an LSTM's gates, ``logistic`` and ``tanh`` of its products, recomputed by two readers each,
+made its step 4x slower); a reader ends with at most ``fusion.MAX_FUSION_PARAMETERS``
+operands.
+"""
+from __future__ import annotations
+
+from ourjax.lowering.hlo import Instruction, Module, Shape
+from ourjax.lowering.passes import fusion as fz
+
+__all__ = ["run"]
+
+PASS = "recompute_outputs"
+
+#: Most instructions (constants and parameters aside) an output's expression may have.
+MAX_OPS = 6
+#: Opcodes an output's expression may have besides elementwise ones.  (No concatenate: the
+#: RK4 step's two rolls of a stored intermediate state, recomputed where its last stage reads
+#: them at 37 positions per element, made the step 3.5x slower on the CPU (11.4 -> 40.3 ms),
+#: though the arena came to 98368 bytes, below JAX's 98464; twice its x and half its square,
+#: as many times, cost nothing measurable.)
+_CHEAP = {"broadcast", "constant", "slice", "reshape", "bitcast"}
+
+
+def _expression(fc, v, others):
+  """The instructions of fused computation ``fc`` computing ``v`` in topological order, and
+  its leaves (parameters of ``fc`` and values in ``others``: outputs that stay), or None if
+  ``v`` is not cheap (see the module docstring)."""
+  seen, order, leaves = set(), [], []
+
+  def visit(x):
+    if x in seen:
+      return True
+    seen.add(x)
+    if x.opcode == "parameter" or (x in others and x is not v):
+      leaves.append(x)
+      return True
+    if not (x.opcode in _CHEAP or x.is_elementwise()) or x.opcode in fz.EXPENSIVE_OPS \
+       or x.shape.is_tuple:
+      return False
+    if not all(visit(o) for o in x.operands):
+      return False
+    order.append(x)
+    return True
+  if not visit(v):
+    return None
+  if sum(x.opcode not in ("constant", "parameter") for x in order) > MAX_OPS:
+    return None
+  if sum(x.shape.size > 1 for x in leaves) > 1:
+    return None       # (reading two arrays for one: more traffic than storing it)
+  return order, leaves
+
+
+def _gte(comp, f: Instruction, k: int) -> Instruction:
+  """A get-tuple-element of output ``k`` of ``f`` in ``comp`` (made after ``f`` if none)."""
+  for g in f.users:
+    if g.opcode == "get-tuple-element" and g.attrs["index"] == k:
+      return g
+  at = comp.instructions[comp.instructions.index(f) + 1]
+  return comp.add(Instruction("get-tuple-element", [f], f.shape.tuple_shapes[k], {"index": k},
+                              f.name + ".out"), before=at)
+
+
+def _recompute_in(reader: Instruction, param: Instruction, order, sources) -> None:
+  """Replace ``param`` of ``reader``'s computation by the expression ``order`` over
+  ``sources`` ({leaf: the value of ``reader``'s computation's caller it stands for})."""
+  rc = reader.attrs["calls"]
+  first = next(i for i in rc.instructions if i.opcode != "parameter")
+  local = {}
+  for leaf, outer in sources.items():
+    if outer in reader.operands:
+      local[leaf] = rc.parameters[reader.operands.index(outer)]
+    else:
+      n = len(rc.parameters)
+      local[leaf] = rc.add(Instruction("parameter", (), outer.shape, {"parameter_number": n},
+                                       "param"), before=first)
+      reader.operands.append(outer)
+      if reader not in outer.users:
+        outer.users.append(reader)
+  for x in order:
+    local[x] = rc.add(Instruction(x.opcode, [local[o] for o in x.operands], x.shape,
+                                  dict(x.attrs), x.name), before=first)
+  rc.replace_all_uses(param, local[order[-1]])
+  k = rc.parameters.index(param)
+  fz._remove_parameter(reader, k)
+
+
+def _drop_port(comp, f: Instruction, j: int) -> None:
+  """Remove output ``j`` of ``f`` (no longer read): its root tuple loses the element and the
+  get-tuple-elements of later outputs are renumbered (one output left: ``f`` returns it)."""
+  fc = f.attrs["calls"]
+  root = fc.root
+  values = [o for k, o in enumerate(root.operands) if k != j]
+  for g in [g for g in f.users if g.opcode == "get-tuple-element" and g.attrs["index"] == j]:
+    comp.remove(g)
+  if len(values) == 1:
+    fc.root = values[0]
+  else:
+    new_root = fc.add(Instruction("tuple", values, Shape.tuple([v.shape for v in values]), {},
+                                  root.name))
+    fc.root = new_root
+  fc.remove(root)
+  f.shape = fc.root.shape
+  for g in list(f.users):
+    if g.opcode != "get-tuple-element":
+      continue
+    k = g.attrs["index"]
+    if len(values) == 1:
+      comp.replace_instruction(g, f)
+    elif k > j:
+      g.attrs["index"] = k - 1
+
+
+def _try(comp, f: Instruction, module: Module) -> bool:
+  """Drop one output of ``f`` that its readers can recompute; whether one was."""
+  fc = f.attrs["calls"]
+  outs = list(fc.root.operands)
+  if any(g.opcode != "get-tuple-element" for g in f.users):
+    return False
+  for j, v in enumerate(outs):
+    gtes = [g for g in f.users if g.attrs["index"] == j]
+    if any(g is comp.root for g in gtes):
+      continue
+    readers = {u for g in gtes for u in g.users}
+    if not readers or not all(u.opcode == "fusion" and u.attrs["kind"] == "kLoop"
+                              and u is not comp.root for u in readers):
+      continue
+    expr = _expression(fc, v, set(outs))
+    if expr is None:
+      continue
+    order, leaves = expr
+    if not order:
+      continue        # (an output that is an operand or another output: left alone)
+    sources = {}
+    for leaf in leaves:
+      if leaf.opcode == "parameter":
+        sources[leaf] = f.operands[leaf.attrs["parameter_number"]]
+      else:
+        sources[leaf] = _gte(comp, f, outs.index(leaf))
+    if any(len(set(u.operands) | set(sources.values())) > fz.MAX_FUSION_PARAMETERS
+           for u in readers):
+      continue
+    # (readers after the sources: a new get-tuple-element is made right after f)
+    for g in gtes:
+      for u in list(g.users):
+        rc = u.attrs["calls"]
+        for k in [k for k, o in enumerate(u.operands) if o is g][::-1]:
+          _recompute_in(u, rc.parameters[k], order, sources)
+    for g in gtes:
+      assert not g.users, g
+    _drop_port(comp, f, j)
+    module.note(PASS, f"{v.name} of {f.name} recomputed by its readers "
+                f"({', '.join(sorted(u.name for u in readers))}) from "
+                f"{', '.join(sorted(s.name for s in sources.values()))}: "
+                f"{len(order)} cheap instruction(s), not stored")
+    return True
+  return False
+
+
+def run(module: Module) -> bool:
+  changed = False
+  for comp in fz.fusible_computations(module):
+    for f in list(comp.instructions):
+      if f.opcode != "fusion" or f.parent is not comp or not f.shape.is_tuple \
+         or f.attrs["kind"] != "kLoop":
+        continue
+      while f.shape.is_tuple and _try(comp, f, module):
+        changed = True
+  return changed

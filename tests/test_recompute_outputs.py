@@ -1,0 +1,88 @@
+"""Cheap outputs recomputed by their readers (``lowering/passes/recompute_outputs.py``): an RK4
+step of ``lax.scan`` (a chain of oscillators coupled through ``roll``) stores intermediate
+states its last stage reads at many positions; the outputs that are cheap functions of one
+of them (twice its x, half its square) are not stored.  The
+arena is smaller than the plan without the pass, and the results equal the reference
+backend's (hypothesis: sizes, steps, step lengths)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ourjax
+import ourjax.numpy as jnp
+from cpu_targets import cpu_default  # noqa: F401  (autouse: the CPU as the default backend)
+from ourjax import lax
+from ourjax.lowering import pipeline
+
+
+def _rk4(steps, dt=0.01):
+  def field(s, k):
+    x, v = s[0], s[1]
+    coupling = k * (jnp.roll(x, 1) + jnp.roll(x, -1) - 2.0 * x)
+    return jnp.stack([v, -x - 0.5 * x * x * x + coupling - 0.1 * v])
+
+  def integrate(s0, k):
+    def step(s, _):
+      k1 = field(s, k)
+      k2 = field(s + 0.5 * dt * k1, k)
+      k3 = field(s + 0.5 * dt * k2, k)
+      k4 = field(s + dt * k3, k)
+      s = s + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+      return s, jnp.mean(s[0] * s[0])
+    return lax.scan(step, s0, None, length=steps)
+  return integrate
+
+
+@pytest.fixture
+def no_disk_cache(monkeypatch):
+  # (its key holds the passes' sources, not which passes run)
+  monkeypatch.setenv("OURJAX_CACHE_DIR", "off")
+
+
+def _without_the_pass(monkeypatch):
+  for name in ("LATE_PASSES", "NATIVE_LATE_PASSES"):
+    monkeypatch.setattr(pipeline, name, [p for p in getattr(pipeline, name)
+                                         if p[0] != "recompute_outputs"])
+
+
+def _compile(f, *args):
+  ourjax.clear_caches()
+  return ourjax.jit(f).lower(*args).compile()
+
+
+def test_an_rk4_step_stores_fewer_arrays(no_disk_cache, monkeypatch):
+  rng = np.random.default_rng(0)
+  s0 = (rng.standard_normal((2, 256)) * 0.5).astype(np.float32)
+  k = rng.uniform(0.1, 0.5, 256).astype(np.float32)
+  f = _rk4(5)
+  c = _compile(f, s0, k)
+  notes = [n for n in c._executable.module.notes if n.startswith("recompute_outputs:")]
+  assert notes, c._executable.module.notes
+  got = c(s0, k)
+  with_pass = c.memory_analysis().temp_size_in_bytes
+  _without_the_pass(monkeypatch)
+  plain = _compile(f, s0, k)
+  assert not [n for n in plain._executable.module.notes if n.startswith("recompute_outputs:")]
+  # (each output not stored is a row of the state: 256 floats)
+  assert with_pass <= plain.memory_analysis().temp_size_in_bytes - len(notes) * 256 * 4
+  want = ourjax.jit(f, backend="reference")(s0, k)
+  for a, b in zip(ourjax.tree_util.tree_leaves(got), ourjax.tree_util.tree_leaves(want)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+  for a, b in zip(ourjax.tree_util.tree_leaves(got),
+                  ourjax.tree_util.tree_leaves(plain(s0, k))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(3, 300), steps=st.integers(1, 4), dt=st.floats(0.001, 0.05),
+       seed=st.integers(0, 2 ** 31))
+def test_rk4_steps_with_recomputed_outputs_match_the_reference(n, steps, dt, seed):
+  rng = np.random.default_rng(seed)
+  s0 = (rng.standard_normal((2, n)) * 0.5).astype(np.float32)
+  k = rng.uniform(0.1, 0.5, n).astype(np.float32)
+  f = _rk4(steps, dt)
+  c = ourjax.jit(f).lower(s0, k).compile()
+  assert any(m.startswith("recompute_outputs:") for m in c._executable.module.notes)
+  got, want = c(s0, k), ourjax.jit(f, backend="reference")(s0, k)
+  for a, b in zip(ourjax.tree_util.tree_leaves(got), ourjax.tree_util.tree_leaves(want)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
