@@ -52,7 +52,7 @@ from ourjax.backends.llvm.kernel_key import kernel_key
 from ourjax.backends.llvm.planning import CondStep, KernelStep, WhileStep
 
 __all__ = ["ENTRY", "OBJECT_MODE", "WAIT_SPINS", "REGION_BYTES", "regions", "control_bytes",
-           "has_loops", "stack_buffers"]
+           "has_loops", "has_control_flow", "stack_buffers"]
 
 ENTRY = "ourjax_entry"
 
@@ -141,6 +141,12 @@ def _is_job(kernel, apart: bool) -> bool:
   if isinstance(kernel, K.CopyKernel):
     return kernel.dst.nbytes >= LOOP_JOB_MIN_COPY_BYTES
   return kernel.work >= LOOP_JOB_MIN_WORK
+
+
+def has_control_flow(steps) -> bool:
+  """Whether ``steps`` hold a loop or a conditional (whose kernels, beside the entry, are
+  inlined into it: ``backend.compile_groups``)."""
+  return any(isinstance(s, (WhileStep, CondStep)) for s in steps)
 
 
 def has_loops(steps) -> bool:
