@@ -219,3 +219,25 @@ def test_a_few_kernels_without_control_flow_spread_over_the_cores(monkeypatch):
   assert exe.compiled.llvm_ir.count("next module") == 0
   for got, want in zip(exe(x, y), _steps64(x.astype(np.float64), y.astype(np.float64), 3)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_parallel_kernels_apart_from_their_entry_run_in_all_their_pieces(threads, monkeypatch):
+  """The parallel kernels of a program without control flow, compiled apart from its entry,
+  have their piece count in their code (``kernels.PIECES_ONLY_ATTR``): every piece is still
+  run once, on one thread or several, and the numbers are NumPy's."""
+  monkeypatch.setattr(os, "cpu_count", lambda: 3)
+  old = cpu.num_threads()
+  cpu.set_num_threads(threads)
+  try:
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((600, 520)).astype(F32) for _ in range(2))
+    exe = ourjax.jit(_steps).lower(x, y).compile()._executable
+    meta = exe.compiled.meta
+    assert exe.compiled.llvm_ir.count("next module") == cpu.compile_groups(meta["kernels"]) > 0
+    assert any(" x" in s for s in meta["steps"])      # (parallel steps: " x<pieces>")
+    for _ in range(2):
+      for got, want in zip(exe(x, y), _steps64(x.astype(np.float64), y.astype(np.float64))):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  finally:
+    cpu.set_num_threads(old)

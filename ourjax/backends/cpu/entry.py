@@ -507,6 +507,9 @@ class _Emission:
       m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
       E.use_outlined_math(m, "shared")
       setattr(m, gemm_im2col.HELPERS_ATTR, self.helpers)
+      # (without loops and conditionals a parallel kernel is only called in its pieces,
+      # emit_top: its piece count is a constant of its code, as beside the entry)
+      setattr(m, K.PIECES_ONLY_ATTR, not has_control_flow(steps))
       self.kernel_mods.append(m)
     # identical kernels (same body on the same shapes) are emitted once and shared: a kernel
     # whose planned description (kernel_key) was met before is not emitted at all, and the
