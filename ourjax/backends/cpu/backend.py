@@ -31,8 +31,9 @@ Compilation:
    identical kernels are emitted once and called for each: a kernel whose planned
    description (``llvm/kernel_key.py``) was met before is not emitted at all, and the others
    are also keyed by their IR text once the name is blanked (``llvm/dedupe.py``).  A program
-   of many kernels puts them in several LLVM modules (``compile_groups``, each kernel to the
-   module with the fewest instructions so far), optimised and code-generated at once on
+   of many kernels, or of a few and no loop or conditional (at least a module per core), puts
+   them in several LLVM modules (``compile_groups``, consecutive runs of about equal size),
+   optimised and code-generated at once on
    several threads outside llvmlite's lock (``jit.ObjectBuilds``: the kernel modules start as
    soon as their kernels are emitted, while the entry is) and loaded together; the entry,
    then in a module of its own, is not optimised (``ENTRY_SPEED_LEVEL``), nor is a kernel that
@@ -266,7 +267,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     planner.n_params, planner.n_outputs = nparams, len(outs)
     # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then
     # the profiling counters)
-    groups = compile_groups(len(planner.kernels))
+    groups = compile_groups(len(planner.kernels), _entry.has_control_flow(steps))
     region_bytes = _entry.control_bytes(steps, groups > 0) - _profile_offset(steps)
     prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, groups > 0)) \
         if profile else (None, None)
@@ -346,20 +347,36 @@ cache_dir = disk_cache.cache_dir
 
 #: Kernels per module when a program's kernels are compiled in several modules at once: LLVM
 #: optimises and generates code for one module on one thread, and whole programs of tens to
-#: hundreds of kernels spent most of their compile time there.  Fewer kernels than this stay in
-#: the entry's module (one module is cheapest when there is little to share out).
+#: hundreds of kernels spent most of their compile time there.  A program with loops or
+#: conditionals of fewer kernels than twice this stays in one module, where its kernels are
+#: inlined into the loops and branches that call them (apart, each parallel kernel there runs
+#: as a job of its region, ``entry._is_job``, which cost small loop bodies time).
 KERNELS_PER_MODULE = 8
 
 
-def compile_groups(n_kernels: int) -> int:
+def compile_groups(n_kernels: int, control_flow: bool = False) -> int:
   """How many kernel modules a program of ``n_kernels`` kernels is compiled in (0: one module
-  with the entry): one per ``KERNELS_PER_MODULE`` kernels, at most two per core.  (Each module
-  goes to LLVM as soon as its kernels are emitted, ``entry._Emission``: smaller ones start
-  sooner and even out the threads' shares; a module costs LLVM ~2 ms of its own.)"""
+  with the entry): one per ``KERNELS_PER_MODULE`` kernels, at most two per core, none below
+  twice that.  (Each module goes to LLVM as soon as its kernels are emitted,
+  ``entry._Emission``: smaller ones start sooner and even out the threads' shares; a module
+  costs LLVM 1-2 ms of its own.)
+
+  A program without control flow (``control_flow`` False: no loop, no conditional) gets at
+  least one module per core, as far as its kernels go: its entry only calls the kernels in
+  order, unoptimised (``ENTRY_OPTNONE``), so a kernel compiles to the same loop beside it or
+  apart (its piece bounds computed from its arguments instead of constants), and a kernel
+  takes 1-30 ms of LLVM: in one module a few kernels took turns on one core while the others
+  idled (a 16-core host compiled the 8 kernels of a per-example-gradients step no faster
+  than 2 cores did)."""
   cores = os.cpu_count() or 1
-  if n_kernels < 2 * KERNELS_PER_MODULE or cores < 2:
+  if cores < 2 or n_kernels < 2:
     return 0
-  return max(2, min(2 * cores, n_kernels // KERNELS_PER_MODULE))
+  groups = 0
+  if n_kernels >= 2 * KERNELS_PER_MODULE:
+    groups = max(2, min(2 * cores, n_kernels // KERNELS_PER_MODULE))
+  if not control_flow and ENTRY_OPTNONE:
+    groups = max(groups, min(cores, n_kernels))
+  return groups
 
 
 def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:

@@ -51,7 +51,7 @@ from ourjax.backends.llvm.kernel_key import kernel_key
 from ourjax.backends.llvm.planning import CondStep, KernelStep, WhileStep
 
 __all__ = ["ENTRY", "OBJECT_MODE", "WAIT_SPINS", "REGION_BYTES", "regions", "control_bytes",
-           "has_loops", "stack_buffers"]
+           "has_loops", "has_control_flow", "stack_buffers"]
 
 from ourjax.backends.cpu.executable import ENTRY  # noqa: E402  (the entry point's name)
 
@@ -108,6 +108,12 @@ def _is_job(kernel, apart: bool) -> bool:
   if isinstance(kernel, K.CopyKernel):
     return kernel.dst.nbytes >= LOOP_JOB_MIN_COPY_BYTES
   return kernel.work >= LOOP_JOB_MIN_WORK
+
+
+def has_control_flow(steps) -> bool:
+  """Whether ``steps`` hold a loop or a conditional (whose kernels, beside the entry, are
+  inlined into it: ``backend.compile_groups``)."""
+  return any(isinstance(s, (WhileStep, CondStep)) for s in steps)
 
 
 def has_loops(steps) -> bool:
@@ -468,6 +474,9 @@ class _Emission:
       m = jit.new_module(f"{planner.module.name or 'ourjax'}.k{g}")
       E.use_outlined_math(m, "shared")
       setattr(m, gemm_im2col.HELPERS_ATTR, self.helpers)
+      # (without loops and conditionals a parallel kernel is only called in its pieces,
+      # emit_top: its piece count is a constant of its code, as beside the entry)
+      setattr(m, K.PIECES_ONLY_ATTR, not has_control_flow(steps))
       self.kernel_mods.append(m)
     # identical kernels (same body on the same shapes) are emitted once and shared: a kernel
     # whose planned description (kernel_key) was met before is not emitted at all, and the

@@ -154,12 +154,22 @@ class Kernel:
       # calls with the thread's index and the thread count: ``parallel`` is the CPU's
       # planning and says nothing of it)
       tid, nthreads = i64(0), i64(1)
+    elif self.parallel and getattr(module, PIECES_ONLY_ATTR, False):
+      # (a module whose parallel kernels are only ever called piece by piece, ``chunks`` of
+      # them (cpu/entry.py, a program without control flow compiled apart from its entry):
+      # the piece count is a constant, as LLVM makes it when the entry is beside them)
+      nthreads = i64(self.chunks)
     self.body(b, lambda buf: ptrs[id(buf)], tid, nthreads)
     b.ret_void()
     return fn
 
   def body(self, b, ptr, tid, nthreads):
     raise NotImplementedError
+
+
+#: The attribute of an ``ir.Module`` that says its parallel kernels are only called in their
+#: ``chunks`` pieces (never whole), so ``Kernel.emit`` makes the piece count a constant.
+PIECES_ONLY_ATTR = "_ourjax_pieces_only"
 
 
 def partition(b, total: int, tid, nthreads, align: int = 1):
