@@ -81,7 +81,10 @@ def _recompute_in(reader: Instruction, param: Instruction, order, sources) -> No
   """Replace ``param`` of ``reader``'s computation by the expression ``order`` over
   ``sources`` ({leaf: the value of ``reader``'s computation's caller it stands for})."""
   rc = reader.attrs["calls"]
-  first = next(i for i in rc.instructions if i.opcode != "parameter")
+  # (after the last parameter: a computation's parameters need not all come first, and the
+  # expression may read any of them)
+  last = max(rc.instructions.index(p) for p in rc.parameters)
+  first = rc.instructions[last + 1] if last + 1 < len(rc.instructions) else None
   local = {}
   for leaf, outer in sources.items():
     if outer in reader.operands:
