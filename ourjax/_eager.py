@@ -38,8 +38,8 @@ while NaNs are being checked (whose re-runs are eager).
 NumPy on several threads: NumPy runs a ufunc on one thread, JAX's executables split a large
 elementwise op across their pool.  A large signature whose implementation is a plain ufunc
 (``exp``, ``tanh``, ``log``, ``sin``, ``add``... on operands of the result's shape and dtype:
-``_split_plan``) and whose one-thread call takes ``_SPLIT_MIN_SECONDS`` or more is also timed
-split: for float and complex dtypes, NumPy's own loop for the dtype run in pieces on the CPU
+``_split_plan``) and whose one-thread call takes ``_SPLIT_MIN_SECONDS`` or more (30 us on the
+native pool) is also timed split: for float and complex dtypes, NumPy's own loop for the dtype run in pieces on the CPU
 backend's native thread pool (``_eager_loops``: a hand-off of a few microseconds); otherwise
 (or where no such loop is found) the flattened operands and result cut into one contiguous
 part per thread, each part run by the same ufunc on a Python thread of ``_SplitPool`` (the
@@ -349,7 +349,7 @@ def _run_np(prim, args, params, out, choice):
 
 def _split_trial(prim, args, params, out, choice):
   """NumPy's calls while its one-thread and split calls are timed: ``_MIN_CALLS`` on one thread
-  (a signature faster than ``_SPLIT_MIN_SECONDS`` stays there), then ``_TRIALS`` split; the
+  (a signature faster than ``_split_min_seconds`` stays there), then ``_TRIALS`` split; the
   faster stays (its best time is NumPy's time for the kernel's decision).  While a kernel is
   being compiled on the worker thread, the calls run on one thread untimed (the compiler has a
   core: a split timed then would lose for good, or until its recheck), ``_MAX_DEFERRED`` calls
@@ -373,14 +373,19 @@ def _split_trial(prim, args, params, out, choice):
     choice.sp_calls += 1
     if dt < choice.sp_best:
       choice.sp_best = dt
-  if choice.single_calls >= _MIN_CALLS and (choice.np_single < _SPLIT_MIN_SECONDS or
-                                            choice.sp_calls >= _TRIALS):
+  if choice.single_calls >= _MIN_CALLS and (choice.np_single < _split_min_seconds(choice, out)
+                                            or choice.sp_calls >= _TRIALS):
     one, sp = choice.np_single, choice.sp_best
     choice.split = sp < one
     choice.np_best = min(one, sp)
     choice.sp_since = 0
     choice.sp_recheck = int(_RECHECK * min(max(one, sp) / max(min(one, sp), 1e-9), 1000.0))
   return r
+
+
+def _split_min_seconds(choice, out) -> float:
+  native = _eager_loops.loop_of(choice.plan, out.dtype) is not None
+  return _NATIVE_SPLIT_MIN_SECONDS if native else _SPLIT_MIN_SECONDS
 
 
 def _split_retrial(choice):
@@ -399,9 +404,12 @@ def _split_retrial(choice):
 # row, a range of the leading axis), so every element is computed by the same loop as in one
 # call (the results are NumPy's, bit for bit).
 
-#: a one-thread NumPy call shorter than this is not split (a part's hand-off to a thread and
-#: back costs ~10-20 us; a 1024x1024 float32 add takes ~170 us, an exp ~450 us)
+#: a one-thread NumPy call shorter than this is not split: on Python threads (a part's hand-off
+#: to a thread and back costs ~20-60 us on a 2-core VM; a 1024x1024 float32 add takes ~100-170
+#: us, an exp ~450 us), on the native pool (``_eager_loops``: a whole call's hand-off ~5-10 us;
+#: a 256x256 float32 exp takes ~30 us)
 _SPLIT_MIN_SECONDS = 1e-4
+_NATIVE_SPLIT_MIN_SECONDS = 3e-5
 _SPLIT_ALIGN = 64        # elements: each part starts on a multiple (vector loops stay aligned)
 #: calls of a signature whose split is not timed yet because a compile is under way, at most
 _MAX_DEFERRED = 50

@@ -24,6 +24,7 @@ def _splitting():
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
     mp.setattr(_eager, "_SPLIT_MIN_SECONDS", 0.0)
+    mp.setattr(_eager, "_NATIVE_SPLIT_MIN_SECONDS", 0.0)
     mp.setattr(_eager, "_kernel_threads", lambda: 3)
     mp.setattr(_eager, "_consider_kernel", lambda *a: None)
     _eager.clear_cache()
@@ -221,6 +222,7 @@ def test_calls_from_several_threads_at_once(split):
 
 def test_a_fast_signature_is_not_split(split):
   split.setattr(_eager, "_SPLIT_MIN_SECONDS", 1e3)
+  split.setattr(_eager, "_NATIVE_SPLIT_MIN_SECONDS", 1e3)
   x = jnp.asarray(np.linspace(-2, 2, 4096, dtype=np.float32))
   for _ in range(_eager._MIN_CALLS + 2):
     lax.exp(x)
