@@ -243,8 +243,9 @@ _MIN_CALLS = 2                   # NumPy calls of a signature before its kernel 
 _MAX_PENDING = 4                 # compiles queued or under way at most
 _TRIALS = 3                      # timed kernel calls before the choice is made (the best counts)
 #: calls after a trial's choice before the next trial, times the loser's time over the winner's
-#: (the 3 calls of the loser in a trial cost under 1% of the calls in between)
-_RECHECK = 500
+#: (the 3 calls of the loser in a trial cost under 1.5% of the calls in between; 200: a choice
+#: made while other processes had the cores is revisited within a few hundred calls)
+_RECHECK = 200
 #: compile on the worker thread (False: in the call that decides to, as tests do)
 _BACKGROUND = True
 
