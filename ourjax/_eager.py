@@ -29,8 +29,8 @@ call waits for a compile (a 1024x1024 sum's kernel takes ~0.1 s to compile, a ma
 s); once it is built, the next calls run the kernel and NumPy in turn (``_TRIALS`` timed calls of
 each after one of the kernel: NumPy's calls made during the compile shared the cores with the
 compiler and do not count), and the signature keeps whichever was faster, until a new trial
-some calls later (``_RECHECK`` times the slower one's time over the faster one's: the load of the
-cores changes which one is faster).  At most ``_MAX_PENDING``
+some calls later (``_FIRST_RECHECK`` after the first trial, then ``_RECHECK`` times the slower one's
+time over the faster one's: the load of the cores changes which one is faster).  At most ``_MAX_PENDING``
 compiles wait at a time (a program of ever new shapes does not queue a compile per shape);
 ``wait_for_kernels`` waits for those under way.  The kernel is not used under ``disable_jit`` or
 while NaNs are being checked (whose re-runs are eager).
@@ -45,8 +45,9 @@ backend's native thread pool (``_eager_loops``: a hand-off of a few microseconds
 part per thread, each part run by the same ufunc on a Python thread of ``_SplitPool`` (the
 ufunc's loop releases the GIL; a hand-off of tens of microseconds).  Either way the values are
 NumPy's bit for bit.  The split is kept where it was faster, until it is timed against one
-thread again (``_RECHECK`` times the slower one's time over the faster one's calls later: a
-choice made while other processes had the cores does not stay for good), and its time is
+thread again (as the kernel's trial is: ``_FIRST_RECHECK``, then ``_RECHECK`` times the slower
+one's time over the faster one's calls later: a choice made while other processes had the cores
+does not stay for good), and its time is
 NumPy's time in the kernel's prediction and trials (the prediction scales the one-thread time
 by ``KERNEL_COST``).  On two cores this halves the transcendental functions, whose NumPy loops
 beat the kernel's more accurate polynomials per element (``exp`` at 1024x1024 float32: ~470
@@ -246,6 +247,9 @@ _TRIALS = 3                      # timed kernel calls before the choice is made 
 #: (the 3 calls of the loser in a trial cost under 1.5% of the calls in between; 200: a choice
 #: made while other processes had the cores is revisited within a few hundred calls)
 _RECHECK = 200
+#: ... after a signature's first choice: its first calls often run beside compiles (its own
+#: kernel's, the fused program's of a replayed function) that hold a core
+_FIRST_RECHECK = 40
 #: compile on the worker thread (False: in the call that decides to, as tests do)
 _BACKGROUND = True
 
@@ -262,7 +266,8 @@ class _Choice:
   ``np_single``: NumPy's best time on one thread (what the kernel's prediction scales)."""
   __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "np_trials",
                "settled", "since", "recheck", "plan", "split", "sp_best", "sp_calls",
-               "np_single", "single_calls", "sp_since", "sp_recheck", "deferred")
+               "np_single", "single_calls", "sp_since", "sp_recheck", "deferred", "sp_rounds",
+               "k_rounds")
 
   def __init__(self, plan=None):
     self.state, self.np_best, self.np_calls = "numpy", float("inf"), 0
@@ -271,6 +276,7 @@ class _Choice:
     self.plan, self.split = plan, (None if plan is not None else False)
     self.sp_best, self.sp_calls, self.np_single = float("inf"), 0, float("inf")
     self.single_calls, self.sp_since, self.sp_recheck, self.deferred = 0, 0, _RECHECK, 0
+    self.sp_rounds = self.k_rounds = 0      # (choices made so far: split, kernel)
 
 
 _choices: dict = {}
@@ -380,7 +386,8 @@ def _split_trial(prim, args, params, out, choice):
     choice.split = sp < one
     choice.np_best = min(one, sp)
     choice.sp_since = 0
-    choice.sp_recheck = int(_RECHECK * min(max(one, sp) / max(min(one, sp), 1e-9), 1000.0))
+    choice.sp_recheck = _recheck_after(one, sp, choice.sp_rounds)
+    choice.sp_rounds += 1
   return r
 
 
@@ -690,11 +697,21 @@ def _numpy_trial(prim, args, params, out, choice):
   return r
 
 
+def _recheck_after(a: float, b: float, rounds: int) -> int:
+  """Calls before two timed ways are timed again: ``_FIRST_RECHECK`` after a signature's first
+  choice (made in its first calls, often beside compiles), then ``_RECHECK`` times the slower
+  one's time over the faster one's."""
+  if rounds == 0:
+    return _FIRST_RECHECK
+  return int(_RECHECK * min(max(a, b) / max(min(a, b), 1e-9), 1000.0))
+
+
 def _decide(choice):
   """After ``_TRIALS`` timed calls of each, the faster of the kernel and NumPy stays."""
   if choice.k_calls >= _TRIALS and choice.np_trials >= _TRIALS and choice.state == "trial":
     k, n = choice.k_best, choice.np_best
-    choice.recheck = int(_RECHECK * min(max(k, n) / max(min(k, n), 1e-9), 1000.0))
+    choice.recheck = _recheck_after(k, n, choice.k_rounds)
+    choice.k_rounds += 1
     choice.since = 0
     if choice.k_best < choice.np_best:
       choice.state = "kernel"

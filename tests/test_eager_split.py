@@ -235,21 +235,24 @@ def test_the_split_is_timed_again_after_a_while(split):
   slower one's time over the faster one's), both are timed again and the faster one stays:
   a choice made while the other cores were busy does not stay for good."""
   split.setattr(_eager, "_RECHECK", 2)
+  split.setattr(_eager, "_FIRST_RECHECK", 3)
   x = np.linspace(-2, 2, 4096, dtype=np.float32)
   xa = jnp.asarray(x)
   for _ in range(_eager._MIN_CALLS + _eager._TRIALS):
     np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
   (choice,) = _choices("tanh")
   assert choice.split is not None and choice.sp_calls == _eager._TRIALS
-  one, sp = choice.np_single, choice.sp_best
-  assert choice.sp_recheck == int(2 * min(max(one, sp) / min(one, sp), 1000.0))
-  for _ in range(choice.sp_recheck):
-    np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
-  assert choice.split is None and choice.sp_calls == choice.single_calls == 0
-  for _ in range(_eager._MIN_CALLS + _eager._TRIALS):
-    np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
-  assert choice.split == (choice.sp_best < choice.np_single)
-  assert choice.sp_calls == _eager._TRIALS and choice.single_calls == _eager._MIN_CALLS
+  assert choice.sp_recheck == 3           # (the first choice: looked at again soon)
+  for round_ in range(2):
+    for _ in range(choice.sp_recheck):
+      np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
+    assert choice.split is None and choice.sp_calls == choice.single_calls == 0
+    for _ in range(_eager._MIN_CALLS + _eager._TRIALS):
+      np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
+    assert choice.split == (choice.sp_best < choice.np_single)
+    assert choice.sp_calls == _eager._TRIALS and choice.single_calls == _eager._MIN_CALLS
+    one, sp = choice.np_single, choice.sp_best
+    assert choice.sp_recheck == int(2 * min(max(one, sp) / min(one, sp), 1000.0))
 
 
 def test_no_split_is_timed_while_a_kernel_compiles(split):
