@@ -19,17 +19,18 @@ of an unpredictable mask), ``erf``/``lgamma``/``integer_pow`` (NumPy evaluates t
 passes or elementwise Python-level loops), reductions over all axes; for others it wins only
 with several threads (the transcendental functions, where NumPy's own SIMD loops are fast).
 ``KERNEL_COST`` holds, per primitive, the kernel's time on one thread relative to NumPy's (measured
-on a 2-core AVX-512 Xeon, 1024x1024 float32).  For each signature (primitive, operand types, params)
-with at least ``_MIN_KERNEL_ELEMENTS`` elements the NumPy time is measured, and the kernel is
-predicted to take ``dispatch + numpy_time * cost / threads``.  When it is predicted to save at least
-30% per call and the signature is called again (``_MIN_CALLS``), the kernel is compiled on a worker
+on two 2-core machines, 1024x1024 float32; the lower ratio of the two).  For each signature
+(primitive, operand types and layouts, params) with at least ``_MIN_KERNEL_ELEMENTS`` elements the
+NumPy time is measured, and the kernel is predicted to take ``dispatch + numpy_time * cost /
+threads``.  When it is predicted to be faster than NumPy (on one thread or split, whichever was
+faster) and the signature is called again (``_MIN_CALLS``), the kernel is compiled on a worker
 thread (``ourjax-eager``: LLVM runs there without the GIL) while the calls go on in NumPy, so no
 call waits for a compile (a 1024x1024 sum's kernel takes ~0.1 s to compile, a matrix product's ~1
 s); once it is built, the next calls run the kernel and NumPy in turn (``_TRIALS`` timed calls of
 each after one of the kernel: NumPy's calls made during the compile shared the cores with the
 compiler and do not count), and the signature keeps whichever was faster, until a new trial
-some calls later (``_RECHECK`` times the slower one's time over the faster one's: the load of the
-cores changes which one is faster).  At most ``_MAX_PENDING``
+some calls later (``_FIRST_RECHECK`` after the first trial, then ``_RECHECK`` times the slower one's
+time over the faster one's: the load of the cores changes which one is faster).  At most ``_MAX_PENDING``
 compiles wait at a time (a program of ever new shapes does not queue a compile per shape);
 ``wait_for_kernels`` waits for those under way.  The kernel is not used under ``disable_jit`` or
 while NaNs are being checked (whose re-runs are eager).
@@ -37,14 +38,20 @@ while NaNs are being checked (whose re-runs are eager).
 NumPy on several threads: NumPy runs a ufunc on one thread, JAX's executables split a large
 elementwise op across their pool.  A large signature whose implementation is a plain ufunc
 (``exp``, ``tanh``, ``log``, ``sin``, ``add``... on operands of the result's shape and dtype:
-``_split_plan``) and whose one-thread call takes ``_SPLIT_MIN_SECONDS`` or more is also timed
-split: the flattened operands and result cut into one contiguous part per thread of the backend,
-each part run by the same ufunc on a thread of ``_SplitPool`` (the ufunc's loop releases the
-GIL), so the values are NumPy's bit for bit.  The split is kept where it was faster, and its
-time is NumPy's time in the kernel's prediction and trials (the prediction scales the one-thread
-time by ``KERNEL_COST``).  On two cores this halves the transcendental functions, whose
-NumPy loops beat the kernel's more accurate polynomials per element (``exp`` at 1024x1024
-float32: ~470 us on one thread).
+``_split_plan``) and whose one-thread call takes ``_SPLIT_MIN_SECONDS`` or more (30 us on the
+native pool) is also timed split: for float and complex dtypes, NumPy's own loop for the dtype run in pieces on the CPU
+backend's native thread pool (``_eager_loops``: a hand-off of a few microseconds); otherwise
+(or where no such loop is found) the flattened operands and result cut into one contiguous
+part per thread, each part run by the same ufunc on a Python thread of ``_SplitPool`` (the
+ufunc's loop releases the GIL; a hand-off of tens of microseconds).  Either way the values are
+NumPy's bit for bit.  The split is kept where it was faster, until it is timed against one
+thread again (as the kernel's trial is: ``_FIRST_RECHECK``, then ``_RECHECK`` times the slower
+one's time over the faster one's calls later: a choice made while other processes had the cores
+does not stay for good), and its time is
+NumPy's time in the kernel's prediction and trials (the prediction scales the one-thread time
+by ``KERNEL_COST``).  On two cores this halves the transcendental functions, whose NumPy loops
+beat the kernel's more accurate polynomials per element (``exp`` at 1024x1024 float32: ~470
+us on one thread).
 """
 from __future__ import annotations
 
@@ -56,7 +63,7 @@ import time
 
 import numpy as np
 
-from ourjax import _eager_device, _nan_check, core
+from ourjax import _eager_device, _eager_loops, _nan_check, core
 from ourjax.array import Array, to_numpy
 from ourjax.config import config
 from ourjax.core import impl_rules
@@ -199,10 +206,14 @@ def apply(prim, args, params):
 # ------------------------------------------------------------------------------------------------
 # Large operands: a compiled kernel or NumPy (see the module docstring)
 
-#: kernel time on one thread / NumPy time, per primitive (2-core AVX-512 Xeon, 1024x1024
-#: float32, ourjax's CPU backend against NumPy 2.4's SIMD loops).  Primitives not listed always
-#: run in NumPy: views and copies (reshape, slice, concatenate...), gathers and scatters, and
-#: whatever has no kernel of its own.
+#: kernel time on one thread / NumPy time on one thread, per primitive, 1024x1024 float32
+#: (ourjax's CPU backend against NumPy 2.4's SIMD loops), the lower of two machines'
+#: measurements: a 2-core AVX-512 Xeon and a 2-core AVX-512 AMD EPYC, where NumPy's loops and the
+#: kernels' code stand differently (``sqrt``: 0.96 on the Xeon, 0.53 on the EPYC; ``exp``: 1.3
+#: and 0.91).  The lower one, so that a kernel that may win on this machine is built and timed:
+#: the trial, not this table, decides.  Primitives not listed always run in NumPy: views and
+#: copies (reshape, slice, concatenate...), gathers and scatters, and whatever has no kernel of
+#: its own.
 KERNEL_COST = {
     # a transposed copy: NumPy walks the input a cache line (and a page) an element, the kernel
     # in tiles (1024x1024 float32 on one AMD EPYC core: 0.9 against 3.6 ms)
@@ -217,13 +228,15 @@ KERNEL_COST = {
     "integer_pow": 0.02, "logistic": 0.7, "rsqrt": 0.6,
     # reductions: NumPy's pairwise sum on one thread; the kernel splits rows across threads
     "reduce_sum": 0.8, "reduce_max": 1.05, "reduce_min": 1.05, "reduce_prod": 0.8,
-    # memory-bound one-pass ops: equal on one thread, the kernel wins with threads
-    "add": 0.7, "sub": 0.7, "mul": 0.7, "div": 0.93, "max": 1.5, "min": 1.5, "neg": 1.5,
-    "abs": 1.4, "sqrt": 0.96, "lt": 1.1, "le": 1.1, "gt": 1.1, "ge": 1.1, "eq": 1.1, "ne": 1.1,
-    "convert_element_type": 1.6,
-    # NumPy's SIMD transcendental loops are faster per element than the kernel's polynomials
-    "exp": 1.3, "exp2": 1.3, "log": 1.6, "log1p": 1.7, "expm1": 2.5, "tanh": 3.4, "sin": 3.2,
-    "cos": 3.2, "tan": 4.3, "atan2": 2.2, "pow": 3.5, "cbrt": 3.2,
+    # memory-bound one-pass ops: about equal on one thread (NumPy ahead on the EPYC), the
+    # kernel may win with threads
+    "add": 0.7, "sub": 0.7, "mul": 0.7, "div": 0.93, "max": 1.29, "min": 1.1, "neg": 1.18,
+    "abs": 1.24, "sqrt": 0.53, "lt": 1.1, "le": 1.1, "gt": 1.1, "ge": 1.1, "eq": 1.1,
+    "ne": 1.1, "convert_element_type": 1.6,
+    # NumPy's SIMD transcendental loops are mostly faster per element than the kernel's
+    # polynomials
+    "exp": 0.91, "exp2": 1.3, "log": 1.37, "log1p": 1.7, "expm1": 1.54, "tanh": 2.04,
+    "sin": 2.77, "cos": 2.96, "tan": 4.3, "atan2": 1.9, "pow": 3.5, "cbrt": 2.45,
 }
 _MIN_KERNEL_ELEMENTS = 1 << 14   # below this, a kernel's dispatch costs about what NumPy does
 _DISPATCH_SECONDS = 2e-5         # a compiled call's fixed cost
@@ -231,8 +244,12 @@ _MIN_CALLS = 2                   # NumPy calls of a signature before its kernel 
 _MAX_PENDING = 4                 # compiles queued or under way at most
 _TRIALS = 3                      # timed kernel calls before the choice is made (the best counts)
 #: calls after a trial's choice before the next trial, times the loser's time over the winner's
-#: (the 3 calls of the loser in a trial cost under 1% of the calls in between)
-_RECHECK = 500
+#: (the 3 calls of the loser in a trial cost under 1.5% of the calls in between; 200: a choice
+#: made while other processes had the cores is revisited within a few hundred calls)
+_RECHECK = 200
+#: ... after a signature's first choice: its first calls often run beside compiles (its own
+#: kernel's, the fused program's of a replayed function) that hold a core
+_FIRST_RECHECK = 40
 #: compile on the worker thread (False: in the call that decides to, as tests do)
 _BACKGROUND = True
 
@@ -249,7 +266,8 @@ class _Choice:
   ``np_single``: NumPy's best time on one thread (what the kernel's prediction scales)."""
   __slots__ = ("state", "np_best", "np_calls", "fn", "k_best", "k_calls", "np_trials",
                "settled", "since", "recheck", "plan", "split", "sp_best", "sp_calls",
-               "np_single")
+               "np_single", "single_calls", "sp_since", "sp_recheck", "deferred", "sp_rounds",
+               "k_rounds")
 
   def __init__(self, plan=None):
     self.state, self.np_best, self.np_calls = "numpy", float("inf"), 0
@@ -257,6 +275,8 @@ class _Choice:
     self.settled, self.since, self.recheck = False, 0, _RECHECK
     self.plan, self.split = plan, (None if plan is not None else False)
     self.sp_best, self.sp_calls, self.np_single = float("inf"), 0, float("inf")
+    self.single_calls, self.sp_since, self.sp_recheck, self.deferred = 0, 0, _RECHECK, 0
+    self.sp_rounds = self.k_rounds = 0      # (choices made so far: split, kernel)
 
 
 _choices: dict = {}
@@ -273,7 +293,11 @@ def _kernel_threads() -> int:
 
 def _apply_large(prim, args, params, avals, out):
   try:
-    key = (prim, config.x64_enabled, avals, tuple([(k, v, type(v)) for k, v in params.items()]))
+    # (the operands' layouts too: a broadcast or strided view is copied for a kernel, and cut
+    # by rows for a split, so it is timed apart from contiguous operands of the same avals)
+    key = (prim, config.x64_enabled, avals, tuple([(k, v, type(v)) for k, v in params.items()]),
+           tuple([type(a) is Array and a._npy is not None and a._npy.flags.c_contiguous
+                  for a in args]))
     choice = _choices.get(key)
   except TypeError:          # an unhashable param
     return _run_numpy(prim, args, params, out)
@@ -306,6 +330,10 @@ def _apply_large(prim, args, params, avals, out):
   choice.np_calls += 1
   if dt < choice.np_best:
     choice.np_best = dt
+  if choice.plan is not None:       # (NumPy on one thread or split: timed again after a while)
+    choice.sp_since += 1
+    if choice.sp_since >= choice.sp_recheck:
+      _split_retrial(choice)
   if choice.settled:
     if fn is not None and choice.state == "numpy":     # (NumPy won the kernel's trial)
       choice.since += 1
@@ -328,28 +356,52 @@ def _run_np(prim, args, params, out, choice):
 
 def _split_trial(prim, args, params, out, choice):
   """NumPy's calls while its one-thread and split calls are timed: ``_MIN_CALLS`` on one thread
-  (a signature faster than ``_SPLIT_MIN_SECONDS`` stays there), then ``_TRIALS`` split; the
-  faster stays (its best time is NumPy's time for the kernel's decision)."""
-  single = choice.np_calls < _MIN_CALLS
+  (a signature faster than ``_split_min_seconds`` stays there), then ``_TRIALS`` split; the
+  faster stays (its best time is NumPy's time for the kernel's decision).  While a kernel is
+  being compiled on the worker thread, the calls run on one thread untimed (the compiler has a
+  core: a split timed then would lose for good, or until its recheck), ``_MAX_DEFERRED`` calls
+  at most."""
+  if _pending and choice.deferred < _MAX_DEFERRED:
+    choice.deferred += 1
+    choice.np_calls += 1
+    return _run_numpy(prim, args, params, out)
+  single = choice.single_calls < _MIN_CALLS
   t0 = time.perf_counter()
   r = None if single else _run_split(choice.plan, args, out)
   if r is None:
     r = _run_numpy(prim, args, params, out)      # (or the threads were busy)
     dt = time.perf_counter() - t0
     choice.np_calls += 1
-    if dt < choice.np_best:
-      choice.np_best = dt
+    choice.single_calls += 1
+    if dt < choice.np_single:
+      choice.np_single = dt
   else:
     dt = time.perf_counter() - t0
     choice.sp_calls += 1
     if dt < choice.sp_best:
       choice.sp_best = dt
-  if choice.np_calls >= _MIN_CALLS and (choice.np_best < _SPLIT_MIN_SECONDS or
-                                        choice.sp_calls >= _TRIALS):
-    choice.np_single = choice.np_best
-    choice.split = choice.sp_best < choice.np_best
-    choice.np_best = min(choice.np_best, choice.sp_best)
+  if choice.single_calls >= _MIN_CALLS and (choice.np_single < _split_min_seconds(choice, out)
+                                            or choice.sp_calls >= _TRIALS):
+    one, sp = choice.np_single, choice.sp_best
+    choice.split = sp < one
+    choice.np_best = min(one, sp)
+    choice.sp_since = 0
+    choice.sp_recheck = _recheck_after(one, sp, choice.sp_rounds)
+    choice.sp_rounds += 1
   return r
+
+
+def _split_min_seconds(choice, out) -> float:
+  native = _eager_loops.loop_of(choice.plan, out.dtype) is not None
+  return _NATIVE_SPLIT_MIN_SECONDS if native else _SPLIT_MIN_SECONDS
+
+
+def _split_retrial(choice):
+  """Time NumPy on one thread and split again (some calls after the choice: the load of the
+  cores changes which one is faster)."""
+  choice.split = None
+  choice.single_calls = choice.sp_calls = choice.deferred = 0
+  choice.np_single = choice.sp_best = float("inf")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -360,10 +412,15 @@ def _split_trial(prim, args, params, out, choice):
 # row, a range of the leading axis), so every element is computed by the same loop as in one
 # call (the results are NumPy's, bit for bit).
 
-#: a one-thread NumPy call shorter than this is not split (a part's hand-off to a thread and
-#: back costs ~10-20 us; a 1024x1024 float32 add takes ~170 us, an exp ~450 us)
+#: a one-thread NumPy call shorter than this is not split: on Python threads (a part's hand-off
+#: to a thread and back costs ~20-60 us on a 2-core VM; a 1024x1024 float32 add takes ~100-170
+#: us, an exp ~450 us), on the native pool (``_eager_loops``: a whole call's hand-off ~5-10 us;
+#: a 256x256 float32 exp takes ~30 us)
 _SPLIT_MIN_SECONDS = 1e-4
+_NATIVE_SPLIT_MIN_SECONDS = 3e-5
 _SPLIT_ALIGN = 64        # elements: each part starts on a multiple (vector loops stay aligned)
+#: calls of a signature whose split is not timed yet because a compile is under way, at most
+_MAX_DEFERRED = 50
 
 
 def _split_plan(prim, avals, out, params):
@@ -426,6 +483,12 @@ def _run_split(ufunc, args, out):
   cannot be split (the pool busy, or a non-contiguous operand of fewer than two rows)."""
   global _split_pool
   vals = [a._value if type(a) is Array else to_numpy(a) for a in args]
+  loop = _eager_loops.loop_of(ufunc, out.dtype)
+  if loop is not None:        # (NumPy's loop itself, on the backend's native threads)
+    from ourjax.backends.cpu import threads
+    res = _eager_loops.run(loop, vals, out.shape, out.dtype, threads.get_pool())
+    if res is not None:
+      return Array._from_result(res, out)
   # contiguous operands are cut as flat ranges; others (a broadcast row's stride-0 view, a
   # transposed view) into ranges of the leading axis, which any strides allow
   rows = False
@@ -500,14 +563,16 @@ def _kernel_allowed(args) -> bool:
 
 def _consider_kernel(prim, params, args, choice):
   """Compile the kernel (on the worker thread) when the signature is called again and the
-  kernel is predicted to save 30% of NumPy's time."""
+  kernel is predicted to be faster than NumPy.  (Any predicted saving: the prediction errs by
+  tens of percent from one machine to another, the compile does not hold up the calls, and the
+  trial decides; below ``_MIN_KERNEL_ELEMENTS`` and the dispatch's cost nothing is built.)"""
   if choice.np_calls < _MIN_CALLS:
     return
   t_np = choice.np_best
   # (KERNEL_COST is relative to NumPy on one thread: its time, also where NumPy runs split)
   t_one = choice.np_single if choice.np_single < float("inf") else t_np
   t_kernel = _DISPATCH_SECONDS + t_one * KERNEL_COST[prim.name] / _kernel_threads()
-  if t_np - t_kernel < 0.3 * t_np:
+  if t_kernel >= t_np:
     return
   if not _BACKGROUND:
     choice.state = "compiling"
@@ -632,11 +697,21 @@ def _numpy_trial(prim, args, params, out, choice):
   return r
 
 
+def _recheck_after(a: float, b: float, rounds: int) -> int:
+  """Calls before two timed ways are timed again: ``_FIRST_RECHECK`` after a signature's first
+  choice (made in its first calls, often beside compiles), then ``_RECHECK`` times the slower
+  one's time over the faster one's."""
+  if rounds == 0:
+    return _FIRST_RECHECK
+  return int(_RECHECK * min(max(a, b) / max(min(a, b), 1e-9), 1000.0))
+
+
 def _decide(choice):
   """After ``_TRIALS`` timed calls of each, the faster of the kernel and NumPy stays."""
   if choice.k_calls >= _TRIALS and choice.np_trials >= _TRIALS and choice.state == "trial":
     k, n = choice.k_best, choice.np_best
-    choice.recheck = int(_RECHECK * min(max(k, n) / max(min(k, n), 1e-9), 1000.0))
+    choice.recheck = _recheck_after(k, n, choice.k_rounds)
+    choice.k_rounds += 1
     choice.since = 0
     if choice.k_best < choice.np_best:
       choice.state = "kernel"

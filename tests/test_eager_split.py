@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import ourjax.numpy as jnp
-from ourjax import _eager, core, lax
+from ourjax import _eager, _eager_loops, core, lax
+from ourjax.backends.cpu import threads
 from ourjax.config import enable_x64
 
 
@@ -23,6 +24,7 @@ def _splitting():
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(_eager, "_MIN_KERNEL_ELEMENTS", 64)
     mp.setattr(_eager, "_SPLIT_MIN_SECONDS", 0.0)
+    mp.setattr(_eager, "_NATIVE_SPLIT_MIN_SECONDS", 0.0)
     mp.setattr(_eager, "_kernel_threads", lambda: 3)
     mp.setattr(_eager, "_consider_kernel", lambda *a: None)
     _eager.clear_cache()
@@ -135,9 +137,19 @@ def test_one_thread_backend_does_not_split(split):
   assert _eager._split_plan(lax.exp_p, (f32,), f32, {}) is None
 
 
-def test_strided_operands_split_by_rows(split):
+@pytest.fixture(params=["native", "python"])
+def threads_kind(request, split):
+  """Split calls on the CPU backend's native pool (NumPy's loop; ``_eager_loops``), or on the
+  Python threads of ``_SplitPool`` (where no native loop is found)."""
+  if request.param == "python":
+    split.setattr(_eager_loops, "loop_of", lambda ufunc, dtype: None)
+  return request.param
+
+
+def test_strided_operands_split_by_rows(threads_kind):
   """A non-contiguous operand (a strided or broadcast view) is cut along the leading axis: the
-  values are NumPy's; a 1-d strided operand is not split."""
+  values are NumPy's; a 1-d strided operand is split by the native loop (which takes strides),
+  not by the Python threads."""
   x = np.linspace(-3, 3, 4096, dtype=np.float32).reshape(64, 64)
   out = core.ShapedArray((64, 32), np.dtype(np.float32))
   r = _eager._run_split(np.exp, [x[:, ::2]], out)
@@ -146,7 +158,11 @@ def test_strided_operands_split_by_rows(split):
   r = _eager._run_split(np.add, [x[:, :32], row], out)
   np.testing.assert_array_equal(np.asarray(r), x[:, :32] + row)
   out1 = core.ShapedArray((2048,), np.dtype(np.float32))
-  assert _eager._run_split(np.exp, [x.reshape(-1)[::2]], out1) is None
+  r = _eager._run_split(np.exp, [x.reshape(-1)[::2]], out1)
+  if threads_kind == "python":
+    assert r is None
+  else:
+    np.testing.assert_array_equal(np.asarray(r), np.exp(x.reshape(-1)[::2]))
   assert np.array_equal(np.asarray(lax.exp(x[:, ::2])), np.exp(x[:, ::2]))
 
 
@@ -163,14 +179,20 @@ def test_eager_broadcast_is_a_view_of_arrays_only():
   np.testing.assert_array_equal(np.asarray(b + 1), np.broadcast_to(np.arange(4.0) + 1, (3, 4)))
 
 
-def test_a_busy_pool_runs_on_one_thread(split):
+def test_a_busy_pool_runs_on_one_thread(threads_kind):
+  """A split call that finds the pool in use (another Python thread's call) runs on its own
+  thread: the native pool's pieces all on the caller's, the Python pool's as one NumPy call."""
   x = np.linspace(-3, 3, 4096, dtype=np.float32).reshape(64, 64)
   xa = jnp.asarray(x)
   out = core.ShapedArray((64, 64), np.dtype(np.float32))
   assert _eager._run_split(np.exp, [xa], out) is not None       # (starts the pool)
-  pool = _eager._split_pool
-  with pool.busy:
-    assert _eager._run_split(np.exp, [xa], out) is None
+  busy = _eager._split_pool.busy if threads_kind == "python" else threads.get_pool()._busy
+  with busy:
+    r = _eager._run_split(np.exp, [xa], out)
+    if threads_kind == "python":
+      assert r is None
+    else:
+      np.testing.assert_array_equal(np.asarray(r), np.exp(x))
     for _ in range(_eager._MIN_CALLS + _eager._TRIALS + 1):
       np.testing.assert_array_equal(np.asarray(lax.exp(xa)), np.exp(x))
 
@@ -200,8 +222,57 @@ def test_calls_from_several_threads_at_once(split):
 
 def test_a_fast_signature_is_not_split(split):
   split.setattr(_eager, "_SPLIT_MIN_SECONDS", 1e3)
+  split.setattr(_eager, "_NATIVE_SPLIT_MIN_SECONDS", 1e3)
   x = jnp.asarray(np.linspace(-2, 2, 4096, dtype=np.float32))
   for _ in range(_eager._MIN_CALLS + 2):
     lax.exp(x)
   (choice,) = _choices("exp")
   assert choice.split is False and choice.sp_calls == 0
+
+
+def test_the_split_is_timed_again_after_a_while(split):
+  """Some calls after the choice between one thread and the split (``_RECHECK`` times the
+  slower one's time over the faster one's), both are timed again and the faster one stays:
+  a choice made while the other cores were busy does not stay for good."""
+  split.setattr(_eager, "_RECHECK", 2)
+  split.setattr(_eager, "_FIRST_RECHECK", 3)
+  x = np.linspace(-2, 2, 4096, dtype=np.float32)
+  xa = jnp.asarray(x)
+  for _ in range(_eager._MIN_CALLS + _eager._TRIALS):
+    np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
+  (choice,) = _choices("tanh")
+  assert choice.split is not None and choice.sp_calls == _eager._TRIALS
+  assert choice.sp_recheck == 3           # (the first choice: looked at again soon)
+  for round_ in range(2):
+    for _ in range(choice.sp_recheck):
+      np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
+    assert choice.split is None and choice.sp_calls == choice.single_calls == 0
+    for _ in range(_eager._MIN_CALLS + _eager._TRIALS):
+      np.testing.assert_array_equal(np.asarray(lax.tanh(xa)), np.tanh(x))
+    assert choice.split == (choice.sp_best < choice.np_single)
+    assert choice.sp_calls == _eager._TRIALS and choice.single_calls == _eager._MIN_CALLS
+    one, sp = choice.np_single, choice.sp_best
+    assert choice.sp_recheck == int(2 * min(max(one, sp) / min(one, sp), 1000.0))
+
+
+def test_no_split_is_timed_while_a_kernel_compiles(split):
+  """While a compile is under way on the worker thread (it has a core), a signature's calls run
+  on one thread and are not timed; the split is timed once the compile is done, or after
+  ``_MAX_DEFERRED`` calls."""
+  split.setattr(_eager, "_MAX_DEFERRED", 5)
+  x = np.linspace(-2, 2, 4096, dtype=np.float32)
+  xa = jnp.asarray(x)
+  split.setitem(_eager._pending, object(), None)       # (a compile under way)
+  for _ in range(3):
+    np.testing.assert_array_equal(np.asarray(lax.sin(xa)), np.sin(x))
+  (choice,) = _choices("sin")
+  assert choice.deferred == 3 and choice.single_calls == choice.sp_calls == 0
+  for _ in range(2 + _eager._MIN_CALLS + _eager._TRIALS):
+    np.testing.assert_array_equal(np.asarray(lax.sin(xa)), np.sin(x))
+  assert choice.deferred == 5 and choice.split is not None
+  assert choice.single_calls == _eager._MIN_CALLS and choice.sp_calls == _eager._TRIALS
+  _eager._pending.clear()
+  for _ in range(_eager._MIN_CALLS + _eager._TRIALS):
+    lax.cos(xa)
+  (choice,) = _choices("cos")
+  assert choice.deferred == 0 and choice.split is not None
