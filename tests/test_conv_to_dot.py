@@ -157,9 +157,10 @@ def test_grouped_cnn_forward_and_gradients_through_jit():
   x = rng.standard_normal((4, 16, 16, 32)).astype(np.float32)
   w = (rng.standard_normal((3, 3, 16, 32)) * 0.2).astype(np.float32)
 
-  def f(x, w):
+  def f(x, w):     # (HIGHEST: full f32 products where jit runs on a GPU's tensor cores)
     return lax.conv_general_dilated(x, w, (1, 2), "SAME", feature_group_count=2,
-                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                    precision=lax.Precision.HIGHEST)
 
   def loss(w, x):
     return jnp.sum(jnp.tanh(f(x, w)) ** 2)
