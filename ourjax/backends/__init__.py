@@ -345,10 +345,11 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())
       m.patch_channel_bytes = 16
-      # (a launch and a kernel's ramp, a few us, at the few TFLOP/s of a GEMM 8-16 columns
-      # wide: on an H100, 32 groups of 29 MFLOP each took 0.29 and 0.24 ms split, 0.32 and
-      # 0.32 direct; 64 groups of 2 outputs stay direct by their width)
-      m.kernel_fixed_flops = 1e7
+      # (a kernel's launch and ramp, a few us, and its share of the compile: on an H100, 32
+      # groups of 29 MFLOP each ran 0.26-0.31 ms split against 0.32 direct, but the split's
+      # 32 tensor-core kernels took 1.6-1.8 s to compile against 0.2-0.4 s; groups of 100+
+      # MFLOP ran 1.5-2x faster split)
+      m.kernel_fixed_flops = 1e8
       m.dot_epilogues = True
       from ourjax.backends.cuda import attention, attention_grad
       m.fused_attention = attention.refuses if attention.enabled() else None
