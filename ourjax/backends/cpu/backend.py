@@ -432,25 +432,13 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
     return reference.compile(module)
   # (no key without a cache: hashing a large module's text costs tens of milliseconds)
   cached = disk_cache.cache_dir() is not None
-  key = hit = None
+  key = None
   if cached:
     with _phases.phase("cache_key"):
       key = cache_key(module, profile)
-    with _phases.phase("cache_read"):
-      hit = disk_cache.read(key)
-  if hit is not None and not _blockings_hold(hit[0]):
-    hit = None
-  if hit is not None:
-    meta, obj, ir_text = hit
-    try:
-      if not _link_recorded(meta):
-        _link_symbols(meta.get("symbols", ()))
-      with _phases.phase("load"):
-        cm = loader.load_object(obj, [ENTRY])
-      return CpuExecutable(module, cm, meta, ir_text)
-    except Exception as e:
-      log.warning("ourjax: compilation cache entry %s could not be loaded (%s); recompiling",
-                  key, e)
+    exe = load_by_source(key, module)
+    if exe is not None:
+      return exe
   dump = os.environ.get("OURJAX_DUMP")
   # (a program of several modules: LLVM starts on its kernel modules while the entry is
   # emitted, see _plan_and_emit)

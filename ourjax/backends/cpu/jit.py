@@ -581,7 +581,7 @@ def _emit_object(tm, ref, unlocked: bool = False) -> bytes:
     raise CompileError(f"LLVM failed to generate code: {e}") from None
 
 
-_MULTI = b"OURJAXOBJS1\n"
+_MULTI = _loader.MULTI
 
 
 def pack_objects(objs: Sequence[bytes]) -> bytes:
@@ -593,19 +593,7 @@ def pack_objects(objs: Sequence[bytes]) -> bytes:
   return head + b"".join(bytes(o) for o in objs)
 
 
-def _unpack_objects(blob: bytes) -> list:
-  if not blob.startswith(_MULTI):
-    return [blob]
-  k = len(_MULTI)
-  n = int.from_bytes(blob[k:k + 4], "little")
-  sizes = [int.from_bytes(blob[k + 4 + 8 * i:k + 12 + 8 * i], "little") for i in range(n)]
-  pos, out = k + 4 + 8 * n, []
-  for size in sizes:
-    out.append(blob[pos:pos + size])
-    pos += size
-  if pos != len(blob):
-    raise ValueError("a multi-object blob of the wrong length")
-  return out
+_unpack_objects = _loader.unpack_objects
 
 
 def check_objects(parts: Sequence[bytes], entry_names: Sequence[str] = ()) -> None:

@@ -35,7 +35,8 @@ import numpy as np
 
 from ourjax.backends.cpu import elf
 
-__all__ = ["load_object", "define", "lookup", "mirror", "LoadedCode", "Unsupported", "enabled"]
+__all__ = ["load_object", "define", "lookup", "mirror", "LoadedCode", "Unsupported", "enabled",
+           "unpack_objects", "MULTI"]
 
 _lock = threading.Lock()
 SYMBOLS: dict = {}        # name -> address: what the process's loaded libraries define
@@ -102,7 +103,10 @@ def load_object(obj: bytes, entry_names=(), optimized_ir: str | None = None):
   for object code that fails its check or lacks an entry point."""
   from ourjax.errors import CompileError
   if enabled():
-    parts = _unpack(bytes(obj))
+    try:
+      parts = unpack_objects(bytes(obj))
+    except ValueError as e:
+      raise CompileError(f"object code failed its check: {e}") from None
     machine = elf.host_machine()
     for k, part in enumerate(parts):
       try:
@@ -122,14 +126,14 @@ def load_object(obj: bytes, entry_names=(), optimized_ir: str | None = None):
   return jit.load_object(obj, entry_names, optimized_ir)
 
 
-_MULTI = b"OURJAXOBJS1\n"     # (jit._MULTI: jit.pack_objects' blobs)
+MULTI = b"OURJAXOBJS1\n"     # (the head of jit.pack_objects' blobs)
 
 
-def _unpack(blob: bytes) -> list:
-  """The objects of a ``jit.pack_objects`` blob."""
-  if not blob.startswith(_MULTI):
+def unpack_objects(blob: bytes) -> list:
+  """The objects of a ``jit.pack_objects`` blob (ValueError: a damaged one)."""
+  if not blob.startswith(MULTI):
     return [blob]
-  k = len(_MULTI)
+  k = len(MULTI)
   n = int.from_bytes(blob[k:k + 4], "little")
   sizes = [int.from_bytes(blob[k + 4 + 8 * i:k + 12 + 8 * i], "little") for i in range(n)]
   pos, out = k + 4 + 8 * n, []
@@ -137,7 +141,7 @@ def _unpack(blob: bytes) -> list:
     out.append(blob[pos:pos + size])
     pos += size
   if pos != len(blob):
-    raise Unsupported("a multi-object blob of the wrong length")
+    raise ValueError("a multi-object blob of the wrong length")
   return out
 
 
