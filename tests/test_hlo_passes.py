@@ -600,3 +600,24 @@ def test_opt_barrier_keeps_cse_apart_until_the_barriers_pass_removes_it():
   dce.run(m)
   assert entry_ops(m).count("sine") == 1
   check_same_results(m0, m)
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_reduce_of_broadcast_keeps_the_order_of_signed_zeros(op):
+  """reduce(op, broadcast(x), init) over the broadcast dimension alone becomes op(init, x),
+  the init first as the reduction combines it: max and min of +0 and -0 follow their
+  operands' order, so the other order changed a -0.0 init's result (a CI draw: max of +0.0
+  copies from -0.0 gave -0.0)."""
+  for x_val, init_val in ((0.0, -0.0), (-0.0, 0.0)):
+    m = Module("zeros")
+    b = Builder(m, "main")
+    p = b.parameter(Shape("f32", (2,)))
+    x = b.broadcast(b.constant(x_val, "f32"), (2, 1), ())
+    r = b.reduce([x], [b.constant(init_val, "f32")], (0,), scalar_computation(m, op, "f32"))
+    m.entry = b.build(b.tuple([r, p]))
+    args = [np.zeros(2, np.float32)]
+    want = reference.compile(m)(*args)
+    opt = m.clone()
+    assert simplify.run(opt)
+    assert not any(i.opcode == "reduce" for i in opt.entry.instructions)
+    assert_bitwise_equal(want[0], reference.compile(opt)(*args)[0], f"{op} {x_val} {init_val}")

@@ -870,7 +870,9 @@ def reduce_of_broadcast(instr, ctx):
   b = ctx.b
   r = b.reduce(x, init, tuple(x_reduced), instr.attrs["to_apply"]) if x_reduced else x
   if not x_reduced and op != "add":
-    r = b.emit(op, [r, b.broadcast(init, r.dims, ())])
+    # (the init first, as the reduction combines it: max and min of +0 and -0 follow the
+    # operands' order)
+    r = b.emit(op, [b.broadcast(init, r.dims, ()), r])
   if op == "add":
     with np.errstate(over="ignore"):
       c = np.asarray(count % (1 << 64) if _is_int(dt) else count).astype(dt)
