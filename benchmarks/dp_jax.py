@@ -8,24 +8,8 @@ import os
 import sys
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import statistics  # noqa: E402
-import time  # noqa: E402
-
 import jax  # noqa: E402
-import data_parallel as dp  # noqa: E402
-
-
-def med(fn, k=30, warm=5):
-  """Median ms of ``k`` calls of ``fn`` after ``warm`` untimed ones (as upload_time.med)."""
-  for _ in range(warm):
-    fn()
-  ts = []
-  for _ in range(k):
-    t0 = time.perf_counter()
-    fn()
-    ts.append(time.perf_counter() - t0)
-  return statistics.median(ts) * 1e3
+from bench_util import med, pmapped_step  # noqa: E402
 
 
 def main():
@@ -34,19 +18,8 @@ def main():
     for n in (1, 2):
       if n > len(jax.devices()):
         continue
-      devs = jax.devices()[:n]
-      step = jax.pmap(dp.make_step(jax), axis_name="devices", devices=devs)
-      ident = jax.pmap(lambda v: v, axis_name="devices", devices=devs)
-      params, opt = dp.init(0)
-      params, opt = dp.replicate(params, n), dp.replicate(opt, n)
-      x, labels = dp.batch(1, n, b)
-      xd, ld = ident(x), ident(labels)
-      state = [params, opt]
-
-      def one(x=x, labels=labels):
-        p, o, loss = step(state[0], state[1], x, labels)
-        state[0], state[1] = p, o
-        return loss
+      s = pmapped_step(jax, n, b)
+      one, x, labels, xd, ld = s.one, s.x, s.labels, s.xd, s.ld
       for _ in range(5):
         jax.block_until_ready(one())
         jax.block_until_ready(one(xd, ld))

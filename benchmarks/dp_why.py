@@ -14,7 +14,8 @@ import time
 sys.path.insert(0, os.path.join(os.getcwd(), "examples"))
 import ourjax  # noqa: E402
 import data_parallel as dp  # noqa: E402
-from upload_time import med, mode  # noqa: E402
+from bench_util import med, pmapped_step  # noqa: E402
+from upload_time import mode  # noqa: E402
 
 pc = time.perf_counter
 
@@ -113,19 +114,8 @@ for b in [int(v) for v in sys.argv[1].split(",")]:
   for n in (1, 2):
     if n > len(ourjax.devices()):
       continue
-    devs = ourjax.devices()[:n]
-    step = ourjax.pmap(dp.make_step(ourjax), axis_name="devices", devices=devs)
-    ident = ourjax.pmap(lambda v: v, axis_name="devices", devices=devs)
-    params, opt = dp.init(0)
-    params, opt = dp.replicate(params, n), dp.replicate(opt, n)
-    x, labels = dp.batch(1, n, b)
-    xd, ld = ident(x), ident(labels)
-    state = [params, opt]
-
-    def one(x=x, labels=labels):
-      p, o, l = step(state[0], state[1], x, labels)
-      state[0], state[1] = p, o
-      return l
+    s = pmapped_step(ourjax, n, b)
+    step, ident, one, x, labels, xd, ld = s.step, s.ident, s.one, s.x, s.labels, s.xd, s.ld
     for m in MODES.values():
       mode(*m)
       for _ in range(5):

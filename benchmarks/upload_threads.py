@@ -24,18 +24,14 @@ import numpy as np
 import ourjax
 from ourjax.backends.cuda import driver, staging
 
+import bench_util
+
 pc = time.perf_counter
 
 
-def med(fn, k=20, warm=3):
-  for _ in range(warm):
-    fn()
-  ts = []
-  for _ in range(k):
-    t0 = pc()
-    fn()
-    ts.append(pc() - t0)
-  return statistics.median(ts) * 1e3
+def med(fn):
+  """Median ms of 20 calls after 3 untimed ones."""
+  return bench_util.med(fn, k=20, warm=3)
 
 
 def copy_rate(src, dst, threads):

@@ -9,27 +9,13 @@ the second part).
 
     python benchmarks/upload_time.py"""
 import os
-import statistics
-import time
 
 import numpy as np
 
 import ourjax
 from ourjax.backends.cuda import staging
 
-pc = time.perf_counter
-
-
-def med(fn, k=30, warm=5):
-  """Median ms of ``k`` calls of ``fn`` after ``warm`` untimed ones."""
-  for _ in range(warm):
-    fn()
-  ts = []
-  for _ in range(k):
-    t0 = pc()
-    fn()
-    ts.append(pc() - t0)
-  return statistics.median(ts) * 1e3
+from bench_util import med
 
 
 def mode(staged: bool, overlap: bool = True):
