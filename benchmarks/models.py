@@ -324,7 +324,7 @@ def lstm_inputs(rng, cfg):
 
 def ode_make(lib, cfg):
   jnp = lib.numpy
-  steps, dt = cfg["steps"], 0.01
+  steps, dt = cfg["steps"], cfg.get("dt", 0.01)
 
   def field(s, k):
     x, v = s[0], s[1]

@@ -1,36 +1,27 @@
 """Cheap outputs recomputed by their readers (``lowering/passes/recompute_outputs.py``): an RK4
-step of ``lax.scan`` (a chain of oscillators coupled through ``roll``) stores intermediate
+step of ``lax.scan`` (benchmarks/models.py's ode_rk4 program) (a chain of oscillators coupled through ``roll``) stores intermediate
 states its last stage reads at many positions; the outputs that are cheap functions of one
 of them (twice its x, half its square) are not stored.  The
 arena is smaller than the plan without the pass, and the results equal the reference
 backend's (hypothesis: sizes, steps, step lengths)."""
+import os
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import ourjax
-import ourjax.numpy as jnp
 from cpu_targets import cpu_default  # noqa: F401  (autouse: the CPU as the default backend)
-from ourjax import lax
 from ourjax.lowering import pipeline
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import models  # noqa: E402
 
 
 def _rk4(steps, dt=0.01):
-  def field(s, k):
-    x, v = s[0], s[1]
-    coupling = k * (jnp.roll(x, 1) + jnp.roll(x, -1) - 2.0 * x)
-    return jnp.stack([v, -x - 0.5 * x * x * x + coupling - 0.1 * v])
-
-  def integrate(s0, k):
-    def step(s, _):
-      k1 = field(s, k)
-      k2 = field(s + 0.5 * dt * k1, k)
-      k3 = field(s + 0.5 * dt * k2, k)
-      k4 = field(s + dt * k3, k)
-      s = s + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-      return s, jnp.mean(s[0] * s[0])
-    return lax.scan(step, s0, None, length=steps)
-  return integrate
+  """benchmarks/models.py's ode_rk4 program (its scan of ``steps`` RK4 steps of length dt)."""
+  return models.ode_make(ourjax, {"steps": steps, "dt": dt})
 
 
 @pytest.fixture
