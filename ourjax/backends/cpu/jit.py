@@ -208,7 +208,7 @@ def _excerpt(text: str, limit: int = 40) -> str:
   return "\n".join(lines)
 
 
-class CompiledModule:
+class CompiledModule(_loader.CodeAccess):
   """A JIT-compiled LLVM module.  The machine code stays valid while this object lives."""
 
   def __init__(self, engine, module_ref, entry_names: Sequence[str], optimized_ir: str):
@@ -239,20 +239,6 @@ class CompiledModule:
       raise KeyError(f"function {name!r} has no address in the compiled module")
     return addr
 
-  def ctypes_function(self, name: str, restype, argtypes: Iterable):
-    """A ctypes callable for ``name``; it keeps this module (and its code) alive."""
-    fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
-    fn._ourjax_owner = self
-    return fn
-
-  @property
-  def asm(self) -> str:
-    """Host assembly of the optimised module (built on first access)."""
-    if self._asm is None:
-      with _lock:
-        tm = host_target_machine()
-        self._asm = tm.emit_assembly(llvm.parse_assembly(self.optimized_ir))
-    return self._asm
 
 
 def _parse(text: str, st: dict, context=None, unlocked: bool = False):

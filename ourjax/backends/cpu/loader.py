@@ -202,7 +202,32 @@ class _Object:
     return elf._cstr(self.strtab, int(self.syms[k]["name"]), "symbol")
 
 
-class LoadedCode:
+class CodeAccess:
+  """What executables use of loaded code besides ``address``, for this loader's ``LoadedCode``
+  and LLVM's ``jit.CompiledModule`` alike: ``ctypes_function`` and ``asm`` (needs ``address``,
+  ``optimized_ir`` and ``_asm``)."""
+
+  def ctypes_function(self, name: str, restype, argtypes):
+    """A ctypes callable for ``name``; it keeps this object (and its code) alive."""
+    fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
+    fn._ourjax_owner = self
+    return fn
+
+  @property
+  def asm(self) -> str:
+    """Host assembly of the optimised module, when it is known (LLVM makes it, on first
+    access)."""
+    if self._asm is None:
+      self._asm = ""
+      if self.optimized_ir:
+        from ourjax.backends.cpu import jit
+        with jit._lock:
+          self._asm = jit.host_target_machine().emit_assembly(
+              jit.llvm.parse_assembly(self.optimized_ir))
+    return self._asm
+
+
+class LoadedCode(CodeAccess):
   """Object code loaded by this module: the machine code lives as long as this object (the
   interface of ``jit.CompiledModule`` that executables use: ``address``, ``ctypes_function``,
   ``entry_names``, ``optimized_ir``, ``asm``)."""
@@ -374,22 +399,6 @@ class LoadedCode:
       raise KeyError(f"function {name!r} is not defined in the loaded object code")
     return addr
 
-  def ctypes_function(self, name: str, restype, argtypes):
-    fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
-    fn._ourjax_owner = self
-    return fn
-
-  @property
-  def asm(self) -> str:
-    """Host assembly of the optimised module, when it is known (LLVM makes it)."""
-    if self._asm is None:
-      self._asm = ""
-      if self.optimized_ir:
-        from ourjax.backends.cpu import jit
-        with jit._lock:
-          self._asm = jit.host_target_machine().emit_assembly(
-              jit.llvm.parse_assembly(self.optimized_ir))
-    return self._asm
 
 
 _libc_fns = None
