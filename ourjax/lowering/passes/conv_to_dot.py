@@ -123,12 +123,11 @@ def _group_refusal(conv: Instruction, kernel_flops: float = 0.0) -> str | None:
   kernel's fixed cost is worth on the backend (``Module.kernel_fixed_flops``), or many small
   groups spend more on launches than the direct convolution takes."""
   a = conv.attrs
-  lhs, rhs = conv.operands
-  lspec, rspec, _ = a["dimension_numbers"]
+  rhs, rspec = conv.operands[1], a["dimension_numbers"][1]
   g, bg = a.get("feature_group_count", 1), a.get("batch_group_count", 1)
   if g > 1 and bg > 1:
     return "both feature and batch groups"
-  why = _refusal(conv, in_place=True)         # (each group's patch size is checked as it is lowered)
+  why = _refusal(conv, in_place=True)    # (each group's patch size: checked as it is lowered)
   if why is not None:
     return why
   groups = max(g, bg)
