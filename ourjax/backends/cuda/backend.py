@@ -13,6 +13,9 @@ the *launch program* (``program.py``).  Each kernel's LLVM module goes to LLVM a
 emitted, modules seen before in the process are not compiled again, and with a GPU present
 the new ones are linked into cubins while the program compiles (``kernel_cache.py``; in the
 phase log, LLVM's time then falls partly inside ``emit``, ``llvm`` being the wait after it).
+A program an earlier process compiled is rebuilt from its disk cache entry instead, found by its
+module as lowered (``cuda/cache.py``): this module imports the code generator and the planner
+only in ``emit`` and ``compile``, so that such an executable runs without them.
 Temporaries live in one *arena* allocation per call; parameters, outputs and the module's array
 constants (uploaded once, on the first call) have their own.  ``while`` and ``conditional`` run
 their computations' kernels from the host, reading the predicate or branch index back; a loop
