@@ -141,8 +141,25 @@ def test_entry_round_trip(name):
 # keys
 # ---------------------------------------------------------------------------------------------
 
+#: Modules of the CUDA backend whose settings change how code runs or is loaded, not the code
+#: (an executable from the disk cache reads them as one compiled in the process does).
+RUNTIME_ONLY = {"backend", "cache", "conditional", "driver", "kernel_cache", "memory",
+                "profiling", "program", "staging", "target"}
+
+
 def test_every_cuda_module_with_settings_records_them_at_import():
+  """The modules of the CUDA backend with settings (upper-case scalars) are those whose settings
+  its keys hold (``settings.CUDA_MODULES``), each recording them as imported, or ones that
+  change no code."""
   import importlib
+  import pkgutil
+  import ourjax.backends.cuda as pkg
+  for m in pkgutil.iter_modules(pkg.__path__):
+    module = importlib.import_module(f"{pkg.__name__}.{m.name}")
+    has = any(k.isupper() and isinstance(v, (bool, int, float, str))
+              for k, v in vars(module).items())
+    if has and m.name not in RUNTIME_ONLY:
+      assert module.__name__ in backend_settings.CUDA_MODULES, module.__name__
   for name in backend_settings.CUDA_MODULES:
     importlib.import_module(name)
     assert name in backend_settings._pristine, name

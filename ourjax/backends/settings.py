@@ -38,7 +38,7 @@ CUDA_MODULES = ("ourjax.backends.cuda.codegen", "ourjax.backends.cuda.dots",
                 "ourjax.backends.cuda.wgmma", "ourjax.backends.cuda.attention",
                 "ourjax.backends.cuda.attention_grad", "ourjax.backends.cuda.horizontal",
                 "ourjax.backends.cuda.stencil", "ourjax.backends.cuda.time_blocking",
-                "ourjax.backends.cuda.transpose")
+                "ourjax.backends.cuda.transpose", "ourjax.backends.cuda.reductions")
 _PASSES = "ourjax.lowering.passes."
 
 #: Environment variables that change no compiled code (where it is cached, what is logged, how
