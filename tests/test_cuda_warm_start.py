@@ -234,6 +234,28 @@ def test_cache_hit_launches_what_the_compile_launches(fake_gpu, tmp_path, name):
   assert warm.as_text() == cold.as_text() and warm.as_text("ptx") == cold.as_text("ptx")
 
 
+def test_entry_without_cubins_links_them_at_its_first_call(fake_gpu, tmp_path, monkeypatch):
+  """Compiled without linking (``OURJAX_CUDA_LINK_AT_COMPILE=0``), the entry holds no cubins:
+  the rebuilt executable's first call links its modules (once each) and loads them, and the
+  next one finds them in the cubin cache."""
+  _, fn, args = PROGRAMS[0]
+  monkeypatch.setenv("OURJAX_CUDA_LINK_AT_COMPILE", "0")
+  ourjax.jit(fn, backend="cuda").lower(*args).compile()
+  kernel_cache.clear()
+  exe = ourjax.jit(fn, backend="cuda").lower(*args).compile().runtime_executable()
+  assert exe._images is not None and not any(exe._images)
+  linked = []
+  real = fake_gpu.link_ptx
+  monkeypatch.setattr(fake_gpu, "link_ptx", lambda ptx, name: linked.append(ptx) or
+                      real(ptx, name))
+  exe(*ourjax.tree_util.tree_leaves(args))
+  assert sorted(linked) == sorted(exe._ptx_modules)
+  kernel_cache.clear()
+  again = ourjax.jit(fn, backend="cuda").lower(*args).compile().runtime_executable()
+  again(*ourjax.tree_util.tree_leaves(args))
+  assert len(linked) == len(exe._ptx_modules)
+
+
 def test_damaged_entries_and_other_gpus(fake_gpu, tmp_path, monkeypatch, caplog):
   """A damaged entry is a miss, compiled again and stored again; a cubin the driver refuses is
   dropped with the entry and the PTX loaded; on a GPU with another SM count than the entry's,

@@ -662,22 +662,26 @@ class CudaExecutable:
       images = _module_images(dev, self._ptx_modules, keys, self.name)
       return [_load_image(dev, img, ptx, key, f"{self.name}.{g}")
               for g, (img, ptx, key) in enumerate(zip(images, self._ptx_modules, keys))]
-    mods = []
-    for g, (img, ptx) in enumerate(zip(images, self._ptx_modules)):
-      name = f"{self.name}.{g}"
+    mods = [None] * len(images)
+    todo = []                    # modules without a cubin there (or with one that fails)
+    for g, img in enumerate(images):
       if img:
         try:
-          mods.append(dev.load_module(img, name))
+          mods[g] = dev.load_module(img, f"{self.name}.{g}")
           continue
         except DeviceError as e:
-          log.warning("ourjax: the cached cubin of %s does not load (%s); loading its PTX",
-                      name, str(e).splitlines()[0])
+          log.warning("ourjax: the cached cubin of %s.%d does not load (%s); loading its PTX",
+                      self.name, g, str(e).splitlines()[0])
           if self._entry_key is not None:
             from ourjax.backends import disk_cache
             disk_cache.remove(self._entry_key)
-      (key,) = _cubin_keys([ptx], dev)
-      (img,) = _module_images(dev, [ptx], [key], self.name)
-      mods.append(_load_image(dev, img, ptx, key, name))
+      todo.append(g)
+    if todo:
+      ptx = [self._ptx_modules[g] for g in todo]
+      keys = _cubin_keys(ptx, dev)
+      made = _module_images(dev, ptx, keys, self.name)
+      for g, img, text, key in zip(todo, made, ptx, keys):
+        mods[g] = _load_image(dev, img, text, key, f"{self.name}.{g}")
     return mods
 
   def _compile_again(self) -> None:
