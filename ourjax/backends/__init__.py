@@ -358,19 +358,24 @@ def _compile_lowering(lowering, closed, backend, donation=None):
                       late_passes=pipeline.NATIVE_LATE_PASSES if native else None)
     return aliased(m)
 
-  # the CPU's disk cache is first asked by the module as lowered (its aliases included): a
-  # program an earlier process compiled skips the passes too (its optimised module is made
-  # again only if asked for)
+  # the native backends' disk cache is first asked by the module as lowered (its aliases
+  # included): a program an earlier process compiled skips the passes too (its optimised
+  # module is made again only if asked for)
   skey = None
-  if name == "cpu" and not opts and not dump:
-    # (cpu/cache.py: the key and the load need neither the passes nor the compiler)
-    from ourjax.backends.cpu import cache as cpu_cache
+  if name in ("cpu", "cuda") and not opts and not dump:
+    # (cpu/cache.py, cuda/cache.py: the key and the load need neither the passes nor the
+    # compiler)
     from ourjax.backends import disk_cache
+    if name == "cpu":
+      from ourjax.backends.cpu import cache as source_cache
+    else:
+      from ourjax.backends.cuda import cache as source_cache
     if disk_cache.cache_dir():
       with _phases.phase("cache_key"):
-        skey = cpu_cache.source_key(aliased(module))
+        skey = source_cache.source_key(aliased(module))     # (None: not cached here)
+    if skey is not None:
       lazy = _LazyModule(lambda: optimized(lowering.module.clone()))
-      compiled = cpu_cache.load_by_source(skey, lazy)
+      compiled = source_cache.load_by_source(skey, lazy)
       if compiled is not None:
         return ModuleExecutable(lazy, compiled, lowering.hoisted, closed.out_avals, name, kept,
                                 donation)
@@ -383,7 +388,7 @@ def _compile_lowering(lowering, closed, backend, donation=None):
     opts["verified"] = True       # (pipeline.optimize verified it, last)
   compiled = _backend_module(backend).compile(module, **opts)
   if skey is not None:
-    cpu_cache.store_by_source(skey, compiled)
+    source_cache.store_by_source(skey, compiled)
   return ModuleExecutable(module, compiled, lowering.hoisted, closed.out_avals, name, kept,
                           donation)
 

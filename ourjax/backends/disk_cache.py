@@ -7,7 +7,8 @@
 The key is the backend's (``cpu.cache.cache_key``: the module text, its constants, the
 backend's source, LLVM and the target CPU; or ``cpu.cache.source_key``, that of the module
 before the optimisation passes, whose entries also hold the optimised module's parameters and
-constants).  An entry is ``MAGIC``, the payload's length and
+constants; or ``cuda.cache.source_key``, whose entries hold a whole GPU executable; the parts
+of keys are ``cache_keys.py``'s).  An entry is ``MAGIC``, the payload's length and
 SHA-256, then the payload: the entry's own key, the JSON meta, the object code and the
 compressed LLVM IR.  A read checks all of it: a truncated, damaged or foreign entry (one whose
 recorded key is not the key it was read under, e.g. copied from another program's path) is

@@ -25,13 +25,20 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["MODULES", "pristine", "digest", "watched"]
+__all__ = ["MODULES", "CUDA_MODULES", "pristine", "digest", "watched"]
 
 #: Modules (besides the passes) whose settings the compiled code follows.
 MODULES = ("ourjax.lowering.pipeline", "ourjax.backends.cpu.backend", "ourjax.backends.cpu.entry",
            "ourjax.backends.llvm.kernels", "ourjax.backends.llvm.emitter",
            "ourjax.backends.llvm.concat", "ourjax.backends.llvm.dots",
            "ourjax.backends.llvm.attention", "ourjax.backends.llvm.planning")
+#: Modules of the CUDA backend whose settings its code follows (besides ``MODULES``: it plans
+#: with the shared planner and emits with the shared emitter); only its keys hold them.
+CUDA_MODULES = ("ourjax.backends.cuda.codegen", "ourjax.backends.cuda.dots",
+                "ourjax.backends.cuda.wgmma", "ourjax.backends.cuda.attention",
+                "ourjax.backends.cuda.attention_grad", "ourjax.backends.cuda.horizontal",
+                "ourjax.backends.cuda.stencil", "ourjax.backends.cuda.time_blocking",
+                "ourjax.backends.cuda.transpose", "ourjax.backends.cuda.reductions")
 _PASSES = "ourjax.lowering.passes."
 
 #: Environment variables that change no compiled code (where it is cached, what is logged, how
@@ -62,20 +69,21 @@ def pristine(*names: str) -> None:
       _pristine[name] = _values(module)
 
 
-def watched() -> list:
-  """The names of the imported modules whose settings count."""
+def watched(modules=MODULES) -> list:
+  """The names of the imported modules whose settings count (those of ``modules`` and the
+  passes)."""
   return sorted(n for n in list(sys.modules)
-                if n in MODULES or (n.startswith(_PASSES) and n.count(".") == 3))
+                if n in modules or (n.startswith(_PASSES) and n.count(".") == 3))
 
 
-def digest(passes: bool = True) -> str:
+def digest(passes: bool = True, cuda: bool = False) -> str:
   """The settings that differ from their modules' import, and the ``OURJAX_*`` environment,
   as text for a key (``passes`` False: not those of the pipeline and the passes, which the
-  code of an optimised module does not follow)."""
+  code of an optimised module does not follow; ``cuda``: those of ``CUDA_MODULES`` too)."""
   parts = [f"cpus={os.cpu_count()}"]
   parts += sorted(f"{k}={v}" for k, v in os.environ.items()
                   if k.startswith("OURJAX_") and k not in IGNORED_ENV)
-  for name in watched():
+  for name in watched(MODULES + CUDA_MODULES if cuda else MODULES):
     if not passes and (name == "ourjax.lowering.pipeline" or name.startswith(_PASSES)):
       continue
     module = sys.modules.get(name)

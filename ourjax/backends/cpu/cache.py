@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from ourjax import _phases
-from ourjax.backends import disk_cache, settings
+from ourjax.backends import cache_keys, disk_cache, settings
 from ourjax.backends.cpu import host, loader
 from ourjax.backends.cpu.executable import ENTRY, OBJECT_MODE, CpuExecutable
 from ourjax.backends.cpu.threads import num_threads
@@ -46,55 +46,6 @@ log = logging.getLogger("ourjax")
 
 __all__ = ["source_key", "cache_key", "load_by_source", "store_by_source", "library_entries",
            "tuned_entries"]
-
-_BACKENDS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _sources(*subdirs: str) -> list:
-  """The ``.py`` files under ``backends/<subdir>`` (or the directory given whole), sorted."""
-  paths = []
-  for sub in subdirs:
-    root = sub if os.path.isabs(sub) else os.path.join(_BACKENDS, sub)
-    for d, dirs, files in os.walk(root):
-      dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-      paths += [os.path.join(d, f) for f in sorted(files) if f.endswith(".py")]
-  return paths
-
-
-def _files_digest(paths, base: str) -> str:
-  """The SHA-256 of the files ``paths`` (named relative to ``base``).  The digest is kept in
-  the cache directory under the files' sizes and modification times (as Python's own bytecode
-  cache is), so a new process stats the files instead of reading and hashing them all."""
-  listing = hashlib.sha256()
-  for path in paths:
-    st = os.stat(path)
-    listing.update(f"{os.path.relpath(path, base)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-  d = disk_cache.cache_dir()
-  memo = os.path.join(d, "sources", listing.hexdigest()[:40]) if d else None
-  if memo:
-    try:
-      with open(memo) as f:
-        got = f.read().strip()
-      if len(got) == 64:
-        return got
-    except OSError:
-      pass
-  h = hashlib.sha256()
-  for path in paths:
-    with open(path, "rb") as f:
-      h.update(os.path.relpath(path, base).encode() + b"\0" + f.read())
-  digest = h.hexdigest()
-  if memo:
-    tmp = f"{memo}.{os.getpid()}.tmp"
-    try:
-      os.makedirs(os.path.dirname(memo), exist_ok=True)
-      with open(tmp, "w") as f:
-        f.write(digest)
-      os.replace(tmp, memo)
-    except OSError:
-      pass
-  return digest
-
 
 _source_hash = None
 
@@ -106,9 +57,10 @@ def _backend_source_hash() -> str:
   warm start that finds its program in the disk cache loads only what running it needs."""
   global _source_hash
   if _source_hash is None:
-    paths = _sources("llvm", "cpu") + [os.path.join(_BACKENDS, "donation.py"),
-                                       os.path.join(_BACKENDS, "settings.py")]
-    _source_hash = _files_digest(paths, _BACKENDS)
+    base = cache_keys.BACKENDS
+    paths = cache_keys.sources("llvm", "cpu") + [os.path.join(base, "donation.py"),
+                                                 os.path.join(base, "settings.py")]
+    _source_hash = cache_keys.files_digest(paths, base)
   return _source_hash
 
 
@@ -117,26 +69,11 @@ _pipeline_hash = None
 
 def _pipeline_source_hash() -> str:
   """The backend's source hash and that of everything between a lowered module and the
-  backend (the HLO IR, the pipeline and its passes: ``ourjax/lowering``)."""
+  backend (``cache_keys.pipeline_digest``)."""
   global _pipeline_hash
   if _pipeline_hash is None:
-    lowering = os.path.join(os.path.dirname(_BACKENDS), "lowering")
-    h = hashlib.sha256(_backend_source_hash().encode())
-    h.update(_files_digest(_sources(lowering), lowering).encode())
-    _pipeline_hash = h.hexdigest()
+    _pipeline_hash = cache_keys.pipeline_digest(_backend_source_hash())
   return _pipeline_hash
-
-
-def _hash_module(h, module: hlo.Module) -> None:
-  """Feed ``module``'s text and its constants' bytes to the hash ``h``.  (The text without each
-  operand's shape, which its definition already shows: half the time of the full text.)"""
-  h.update(module.to_string(operand_shapes=False).encode())
-  for comp in module.computations:     # (every computation, as the text has them)
-    for i in comp.instructions:
-      if i.opcode == "constant":
-        v = np.ascontiguousarray(i.attrs["value"])
-        h.update(f"{i.name}:{v.dtype.str}:{v.shape}".encode())
-        h.update(v.tobytes())
 
 
 def _gemm_mode() -> str:
@@ -155,7 +92,7 @@ def _host_tag(profile: bool) -> bytes:
 def cache_key(module: hlo.Module, profile: bool = False) -> str:
   """The key of an optimised module (``cpu.backend.compile``)."""
   h = hashlib.sha256()
-  _hash_module(h, module)
+  cache_keys.hash_module(h, module)
   h.update(_backend_source_hash().encode())
   h.update(repr(sorted((getattr(module, "input_output_alias", None) or {}).items())).encode())
   h.update(settings.digest(passes=False).encode())
@@ -167,7 +104,7 @@ def source_key(module: hlo.Module, profile: bool = False) -> str:
   """The disk-cache key of ``module`` as lowered (before the passes): its text and constants,
   the sources and settings of the passes and the backend, and what ``cache_key`` adds."""
   h = hashlib.sha256(b"source\n")
-  _hash_module(h, module)
+  cache_keys.hash_module(h, module)
   h.update(_pipeline_source_hash().encode())
   h.update(settings.digest().encode())
   h.update(_host_tag(profile))

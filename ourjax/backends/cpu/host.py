@@ -55,16 +55,9 @@ def fingerprint() -> str | None:
       lines.append(f"{key.strip().lower()}={value.strip()}")
   if not lines:
     return None
-  try:
-    import importlib.util
-    spec = importlib.util.find_spec("llvmlite")
-    root = os.path.dirname(spec.origin)
-    lib = [f for f in os.listdir(os.path.join(root, "binding")) if f.startswith("libllvmlite")]
-    st = os.stat(os.path.join(root, "binding", sorted(lib)[0]))
-    with open(os.path.join(root, "_version.py"), "rb") as f:
-      version = hashlib.sha256(f.read()).hexdigest()
-    llvmlite = f"{root}/{st.st_size}/{st.st_mtime_ns}/{version}"
-  except (OSError, AttributeError, IndexError, ImportError, TypeError):
+  from ourjax.backends.cache_keys import llvmlite_stamp
+  llvmlite = llvmlite_stamp()
+  if llvmlite is None:
     return None
   h = hashlib.sha256("\n".join(lines).encode())
   h.update(f"\n{platform.machine()}/{sys.platform}/{os.environ.get('OURJAX_CPU', '')}/"

@@ -419,3 +419,7 @@ class FlashAttention(GpuKernel):
             x = b.fmul(b.load(acc[nd][2 * h + e]), inv)
             E.store_element(b, E.convert_value(b, x, F32, self.out.dtype), O,
                             b.add(off, i64(e)) if e else off, self.out.dtype)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

@@ -376,3 +376,7 @@ class FlashAttentionGrad(GpuKernel):
               x = b.load(acc[nd][2 * h + e])
               E.store_element(b, E.convert_value(b, x, F32, out.dtype), Op,
                               b.add(off, i64(e)) if e else off, out.dtype)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

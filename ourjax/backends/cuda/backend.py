@@ -13,6 +13,9 @@ the *launch program* (``program.py``).  Each kernel's LLVM module goes to LLVM a
 emitted, modules seen before in the process are not compiled again, and with a GPU present
 the new ones are linked into cubins while the program compiles (``kernel_cache.py``; in the
 phase log, LLVM's time then falls partly inside ``emit``, ``llvm`` being the wait after it).
+A program an earlier process compiled is rebuilt from its disk cache entry instead, found by its
+module as lowered (``cuda/cache.py``): this module imports the code generator and the planner
+only in ``emit`` and ``compile``, so that such an executable runs without them.
 Temporaries live in one *arena* allocation per call; parameters, outputs and the module's array
 constants (uploaded once, on the first call) have their own.  ``while`` and ``conditional`` run
 their computations' kernels from the host, reading the predicate or branch index back; a loop
@@ -48,15 +51,12 @@ import weakref
 import numpy as np
 
 from ourjax import _phases
-from ourjax.backends.cuda import codegen, conditional, driver, kernel_cache, memory
+from ourjax.backends.cuda import conditional, driver, kernel_cache, memory
 from ourjax.backends.cuda import program as launch_program
-from ourjax.backends.cuda.planning import _cpu_planning, _plan
 from ourjax.backends.cuda.program import (GRAPH_AFTER_CALLS, _addr, _GraphReplay, _iterations,
                                           _ParamBlock, _resolve, graph_unsuitable,
                                           graphs_enabled)
-from ourjax.backends.llvm import dedupe
-from ourjax.backends.llvm import emitter as E
-from ourjax.backends.llvm import kernels as K
+from ourjax.backends.cuda.target import DeviceInfo
 from ourjax.errors import CompileError, DeviceError
 from ourjax.lowering import hlo
 
@@ -323,15 +323,15 @@ def device_put(value, ordinal: int = 0) -> DeviceBuffer:
   return DeviceBuffer.from_host(np.asarray(value), driver.get_device(ordinal))
 
 
-def device_info() -> codegen.DeviceInfo:
+def device_info() -> DeviceInfo:
   """What code generation targets: the GPU present, else an H100 (sm_90, 132 SMs)."""
   if driver.available():
     try:
       d = driver.get_device(0)
-      return codegen.DeviceInfo(d.arch, d.multiprocessor_count)
+      return DeviceInfo(d.arch, d.multiprocessor_count)
     except DeviceError as e:   # pragma: no cover
       log.debug("cuda: could not query device 0 (%s); generating code for sm_90", e)
-  return codegen.DeviceInfo()
+  return DeviceInfo()
 
 
 def _device_pointer(dev, a, dtype, dims, keep, uploads=None):
@@ -493,20 +493,27 @@ class CudaExecutable:
   backend = "cuda"
 
   def __init__(self, module, ptx, llvm_ir, program, kernels, consts, param_specs, out_specs,
-               arena_bytes, nslots, aliases=()):
+               arena_bytes, nslots, aliases=(), name=None):
     # ptx: the PTX of each module (kernel n lives in module n % len(ptx)), or one text
-    self.ptx_modules = [ptx] if isinstance(ptx, str) else list(ptx)
-    self.ptx = MODULE_SEPARATOR.join(self.ptx_modules)
-    self.module, self.llvm_ir = module, llvm_ir
-    self.program = program
-    self.kernels = kernels               # GpuKernels launched (copies excluded), by index
-    self.consts = consts                 # (slot, numpy value)
+    self._ptx_modules = [ptx] if isinstance(ptx, str) else list(ptx)
+    # ``module``: the optimised hlo.Module, or a function that makes it (an executable rebuilt
+    # from the disk cache, ``cuda/cache.py``: its module and LLVM IR are made when asked for)
+    if isinstance(module, hlo.Module):
+      self._module, self._make_module = module, None
+    else:
+      self._module, self._make_module = None, module
+    self.name = name if name is not None else module.name
+    self._llvm_ir = llvm_ir
+    # what runs (``kernels``, ``program``, ``ptx_modules``, ``consts`` show it, see there)
+    self._program = program
+    self._kernels = kernels              # GpuKernels launched (copies excluded), by index
+    self._consts = consts                # (slot, numpy value)
     self.param_specs, self.out_specs = param_specs, out_specs
     self.arena_bytes, self.nslots = arena_bytes, nslots
     # (output j, parameter k): output j is written into argument k's device buffer, which the
     # caller donated (``backends/donation.py``), and returned in it
     self.aliases = [(j, k) for j, k, _ in aliases]
-    self.code_bytes = sum(len(p) for p in self.ptx_modules)      # (PTX text)
+    self.code_bytes = sum(len(p) for p in self._ptx_modules)     # (PTX text)
     # per output: (bytes, dims, dtype), so that a call computes no sizes
     self._out_meta = [(int(np.prod(dims, dtype=np.int64)) * dt.itemsize, tuple(dims), dt)
                       for dt, dims in out_specs]
@@ -522,9 +529,65 @@ class CudaExecutable:
     self._dev = None
 
   _ordinal = 0      # the GPU this copy runs on (for_device)
+  # (set by ``cuda/cache.rebuild``) the cubin of each PTX module from the disk cache entry
+  # (None: none there), the (arch, SM count) its kernels' launches were made for, the entry's key
+  _images = None
+  _made_for = None
+  _entry_key = None
+  _again = None     # (``_shown``)
+
+  @property
+  def module(self) -> hlo.Module:
+    """The optimised module this code was compiled from (made on first use when the code came
+    from the disk cache)."""
+    if self._module is None:
+      self._module = self._make_module()
+    return self._module
+
+  def _shown(self) -> "CudaExecutable":
+    """What ``kernels``, ``program``, ``ptx_modules``, ``consts`` and ``llvm_ir`` show: this
+    executable, or for one rebuilt from the disk cache (which launches kernels as recorded,
+    ``cuda/cache.py``), a compile of its module, made when first asked for (the same code;
+    its kernels are the planner's, with all they tell, and its PTX entries their own)."""
+    if self._made_for is None:
+      return self
+    if self._again is None:
+      again = compile(self.module)
+      self._again = again if isinstance(again, CudaExecutable) else self
+    return self._again
+
+  @property
+  def kernels(self) -> list:
+    """The GPU kernels the program launches, by index (copies excluded)."""
+    return self._shown()._kernels
+
+  @property
+  def program(self) -> list:
+    """The launch program (``program.py``)."""
+    return self._shown()._program
+
+  @property
+  def ptx_modules(self) -> list:
+    """The PTX of each module (kernel ``k`` lives in module ``k.ptx_entry[0]``)."""
+    return self._shown()._ptx_modules
+
+  @property
+  def ptx(self) -> str:
+    """The PTX of all modules (``MODULE_SEPARATOR`` between them)."""
+    return MODULE_SEPARATOR.join(self.ptx_modules)
+
+  @property
+  def consts(self) -> list:
+    """(slot, NumPy value) of each array constant."""
+    return self._shown()._consts
+
+  @property
+  def llvm_ir(self) -> str | None:
+    """The LLVM IR of the kernels' modules."""
+    return self._shown()._llvm_ir
 
   def __repr__(self):
-    return f"<CudaExecutable {self.module.name}: {len(self.kernels)} kernel(s)>"
+    return f"<CudaExecutable {self.name}: {len(self._kernels)} kernel(s)>"
 
   def for_device(self, ordinal: int) -> "CudaExecutable":
     """This program on GPU ``ordinal``: the same PTX, loaded there on its first call."""
@@ -546,18 +609,17 @@ class CudaExecutable:
 
   def _load_now(self):
     dev = driver.get_device(self._ordinal)
-    info = codegen.DeviceInfo(dev.arch, dev.multiprocessor_count)
+    if self._made_for is not None and self._made_for != (dev.arch, dev.multiprocessor_count):
+      self._compile_again()    # (from the disk cache, made for another GPU than this one)
+    info = DeviceInfo(dev.arch, dev.multiprocessor_count)
     # (on the first call, after the compile's log: with jax_log_compiles a line of its own)
-    times = _phases.begin(f"{self.module.name} (PTX load, GPU {self._ordinal})")
+    times = _phases.begin(f"{self.name} (PTX load, GPU {self._ordinal})")
     with _phases.collecting(times), _phases.phase("ptx_load"):
-      keys = _cubin_keys(self.ptx_modules, dev)
-      images = _module_images(dev, self.ptx_modules, keys, self.module.name)
-      mods = [_load_image(dev, img, ptx, key, f"{self.module.name}.{g}")
-              for g, (img, ptx, key) in enumerate(zip(images, self.ptx_modules, keys))]
+      mods = self._load_modules(dev)
     _phases.report(times)
     mod = mods[0] if len(mods) == 1 else tuple(mods)
     funcs = []
-    for k in self.kernels:
+    for k in self._kernels:
       g, name = k.ptx_entry
       f = mods[g].function(name)
       grid, block, shared = k.launch(info)
@@ -567,12 +629,12 @@ class CudaExecutable:
     self._module_handle = mod
     # one parameter block for the whole program, refilled in place on every call (the driver
     # copies the values at launch); a call that finds it in use (another thread) makes its own
-    self._params = _ParamBlock(self.program)
-    self._ops = _resolve(self.program, funcs, self._params.start)
+    self._params = _ParamBlock(self._program)
+    self._ops = _resolve(self._program, funcs, self._params.start)
     self._params_lock = threading.Lock()
     template = np.zeros(self.nslots, np.uint64)
     self._const_bufs = []
-    for slot, value in self.consts:
+    for slot, value in self._consts:
       buf = DeviceBuffer.from_host(np.ascontiguousarray(value), dev)
       self._const_bufs.append(buf)
       template[slot] = buf.ptr
@@ -590,12 +652,56 @@ class CudaExecutable:
     self._dev = dev
     return dev
 
+  def _load_modules(self, dev) -> list:
+    """The loaded module of each PTX module: its cubin from the disk cache entry the executable
+    came from, else as ``_module_images`` finds or makes it.  A cubin of the entry that the
+    driver refuses drops the entry (the next process compiles again)."""
+    images = self._images
+    if images is None:
+      keys = _cubin_keys(self._ptx_modules, dev)
+      images = _module_images(dev, self._ptx_modules, keys, self.name)
+      return [_load_image(dev, img, ptx, key, f"{self.name}.{g}")
+              for g, (img, ptx, key) in enumerate(zip(images, self._ptx_modules, keys))]
+    mods = [None] * len(images)
+    todo = []                    # modules without a cubin there (or with one that fails)
+    for g, img in enumerate(images):
+      if img:
+        try:
+          mods[g] = dev.load_module(img, f"{self.name}.{g}")
+          continue
+        except DeviceError as e:
+          log.warning("ourjax: the cached cubin of %s.%d does not load (%s); loading its PTX",
+                      self.name, g, str(e).splitlines()[0])
+          if self._entry_key is not None:
+            from ourjax.backends import disk_cache
+            disk_cache.remove(self._entry_key)
+      todo.append(g)
+    if todo:
+      ptx = [self._ptx_modules[g] for g in todo]
+      keys = _cubin_keys(ptx, dev)
+      made = _module_images(dev, ptx, keys, self.name)
+      for g, img, text, key in zip(todo, made, ptx, keys):
+        mods[g] = _load_image(dev, img, text, key, f"{self.name}.{g}")
+    return mods
+
+  def _compile_again(self) -> None:
+    """Become a fresh compile of the module (an executable from the disk cache asked to run on
+    a GPU other than the one its kernels' code and launches were made for)."""
+    again = compile(self.module)
+    if not isinstance(again, CudaExecutable):
+      raise DeviceError(f"{self.name}: its code for GPU {self._ordinal} falls back to the CPU "
+                        f"backend ({getattr(again, 'reason', '')})")
+    ordinal = self._ordinal
+    self.__dict__.update(again.__dict__)
+    self._ordinal = ordinal
+    self._images = self._made_for = self._entry_key = self._again = None
+
   def __call__(self, *args):
     dev = self._dev or self._load()
     dev.make_current()
     specs = self.param_specs
     if len(args) != len(specs):
-      raise TypeError(f"{self.module.name}: expected {len(specs)} arguments, got {len(args)}")
+      raise TypeError(f"{self.name}: expected {len(specs)} arguments, got {len(args)}")
     slots = self._template.copy()
     keep = []                            # host arguments uploaded for this call
     pending = None
@@ -717,14 +823,14 @@ class CudaExecutable:
         g = self._graph = _GraphReplay(dev, self._module_handle, self._ops, self._params, slots,
                                        self._prefer_at if launch_program.KEEP_GRAPH_ADDRESSES
                                        else None)
-        log.debug("cuda: %s replays a CUDA graph of %d nodes", self.module.name,
+        log.debug("cuda: %s replays a CUDA graph of %d nodes", self.name,
                   len(g.graph.nodes))
       g.replay(slots, self._params)
       return True
     except Exception as e:   # noqa: BLE001 - any failure of the graph path: launch one by one
       self._graph = None
       self.graph_reason = f"the CUDA graph API failed: {type(e).__name__}: {e}"
-      log.warning("cuda: %s launches its kernels one by one from now on (%s)", self.module.name,
+      log.warning("cuda: %s launches its kernels one by one from now on (%s)", self.name,
                   self.graph_reason)
       return False
 
@@ -736,7 +842,7 @@ class CudaExecutable:
     runs = []
     for _ in range(reps + 1):           # the first call warms up
       timings = self.timed_call(args)[1]
-      runs.append([(self.kernels[t[1]].name, type(self.kernels[t[1]]).__name__, t[2].elapsed_ms(
+      runs.append([(self._kernels[t[1]].name, _kind(self._kernels[t[1]]), t[2].elapsed_ms(
           t[3])) if t[0] == "k" else ("copy", f"{t[1]} B", t[2].elapsed_ms(t[3]))
           for t in timings if t[0] != "host"])
     runs = runs[1:]
@@ -819,6 +925,12 @@ class CudaExecutable:
         raise AssertionError(kind)
 
 
+def _kind(kernel) -> str:
+  """A kernel's class name (that of the kernel it stands for, for one from the disk cache)."""
+  d = getattr(kernel, "described", None)
+  return d["kind"] if d else type(kernel).__name__
+
+
 class HostFallbackExecutable:
   """A module the GPU backend does not compile: run by the CPU backend on host copies of the
   arguments, results uploaded to the GPU."""
@@ -855,7 +967,7 @@ class HostFallbackExecutable:
 MODULE_SEPARATOR = "\n// ---- next module ----\n"
 
 
-def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
+def emit(module: hlo.Module, info: DeviceInfo | None = None):
   """(plan, LLVM IR text, PTX texts) of ``module``: each kernel in an LLVM module of its own,
   kernels whose code is the same (a layer's dots and their gradients, repeated per layer) in
   one: a kernel's code depends on its buffers' shapes and types, not on where they are, since
@@ -863,6 +975,9 @@ def emit(module: hlo.Module, info: codegen.DeviceInfo | None = None):
   as soon as it is emitted, a module compiled by an earlier executable of the process is not
   compiled again, and they are loaded as modules of their own (``kernel_cache``);
   ``kernel.ptx_entry`` is (module, function)."""
+  from ourjax.backends.cuda import codegen
+  from ourjax.backends.cuda.planning import _plan
+  from ourjax.backends.llvm import dedupe
   info = info or device_info()
   with _phases.phase("plan"):
     plan = _plan(module, info)
@@ -904,6 +1019,9 @@ def _dump(module, ir_text, ptx):
 def compile(module: hlo.Module):  # noqa: A001  (backend API name)
   """A ``CudaExecutable`` for ``module``, or a ``HostFallbackExecutable`` when the GPU backend
   cannot compile it (see the module docstring)."""
+  from ourjax.backends.cuda.planning import _cpu_planning
+  from ourjax.backends.llvm import emitter as E
+  from ourjax.backends.llvm import kernels as K
   with _phases.phase("verify"):
     hlo.verify(module)
   cpu_be = _cpu_planning()

@@ -76,29 +76,18 @@ from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.emitter import I1, I32, I64, Emitter, Index, i64
 from ourjax.backends.cuda.builder import new_builder
+from ourjax.backends.cuda.target import DEFAULT_ARCH, DeviceInfo
 
 __all__ = ["TRIPLE", "DEFAULT_ARCH", "PTX_VERSION", "new_module", "compile_ptx", "GpuKernel",
            "translate", "DeviceInfo"]
 
 TRIPLE = "nvptx64-nvidia-cuda"
-DEFAULT_ARCH = "90"
 PTX_VERSION = "80"      # PTX ISA 8.0: CUDA 12.0+ drivers (sm_90 needs 7.8)
 VEC = 4                 # elements per thread and iteration in streaming loops
 F16 = np.dtype(np.float16)
 
 _lock = threading.Lock()
 _tms: dict = {}
-
-
-class DeviceInfo:
-  """What code generation needs to know about the GPU (defaults: an H100)."""
-
-  def __init__(self, arch: str = DEFAULT_ARCH, sm_count: int = 132):
-    self.arch, self.sm_count = arch, sm_count
-
-  @property
-  def cc(self) -> int:
-    return int(self.arch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -740,3 +729,7 @@ def _column(kernel, new_temp, info):
     ks.append(ColumnFinish(kernel.name + ("_f" if len(reduces) == 1 else f"_f{n}"), r, o,
                            part, K._restrict(kernel.leafmap, r), splits))
   return ks
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

@@ -1016,3 +1016,7 @@ def _gpu_dot_ok(dot) -> bool:
   return (K.DotSpec(dot).ok and not dot.shape.is_tuple
           and (all(E._is_float(t) for t in ts)
                or (all(E._is_int(t) for t in ts) and lhs.dtype == rhs.dtype)))
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

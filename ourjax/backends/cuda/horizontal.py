@@ -238,3 +238,7 @@ def fold_finish_epilogues(steps, step_type):
       continue
     out.append(s)
   return out
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

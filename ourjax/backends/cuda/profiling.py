@@ -61,12 +61,13 @@ class Runner:
     self.aliases = exe.aliases          # (outputs written into donated arguments' buffers)
     self.lock = threading.Lock()
     rows = []
-    for k in exe.kernels:
-      d = kernel_info.describe(k)
+    for k in exe._kernels:       # (what runs: for an executable from the disk cache, as recorded)
+      # (a kernel of an executable from the disk cache carries its description: cuda/cache.py)
+      d = dict(k.described) if hasattr(k, "described") else kernel_info.describe(k)
       d["category"], d["loop"] = "kernel", None
       rows.append(d)
     self.row_of = {}
-    for key, what in _control_ops(exe.program, {}).items():
+    for key, what in _control_ops(exe._program, {}).items():
       self.row_of[key] = len(rows)
       if key[0] == "copy":
         rows.append({"name": "device copy", "kind": "copy", "category": "copy",

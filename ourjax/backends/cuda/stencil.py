@@ -707,3 +707,7 @@ def chain_steps(steps, info, step_type, readers=None):
       out.append(s)
       i += 1
   return out
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

@@ -610,3 +610,7 @@ def _halo(chain, iters, next_of, nexts, max_halo=stencil.MAX_HALO, memo=None):
       stages.index(st)].outputs)]
   need = first + stages[per:]
   return max(st.lo for st in need), max(st.hi for st in need)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

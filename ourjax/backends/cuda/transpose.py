@@ -190,3 +190,7 @@ class StridedTranspose(GpuKernel):
       b.store(b.load(shared_ptr(b, tile, pos)), b.gep(dst, [at], inbounds=True))
 
     _tile_loop(b, [self.B], self.R, self.C, stage, write)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

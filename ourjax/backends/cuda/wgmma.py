@@ -818,3 +818,7 @@ def split_count(spec, how, kind: str, info: DeviceInfo) -> int:
     return 1
   want = min(-(-2 * info.sm_count // tiles), kt // 8)
   return next((d for d in range(want, 1, -1) if kt % d == 0), 1)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)
