@@ -17,9 +17,11 @@ gathers, and the step 3.5x slower).
 
 Legality: every reader of the output is a loop fusion (it evaluates its operands wherever its
 own computation asks, so the recomputed expression needs no iteration space of its own); the
-expression reaches only the fusion's parameters, its other outputs (which stay) and values
-another loop fusion stores (the same expression of the same arrays, stored before every reader;
-then the expression only moves elements: no arithmetic is done again), one array among them
+expression reaches only the fusion's parameters, its other outputs (which stay) and, where the
+backend asks (``Module.read_moved``: the CPU's, whose row kernels keep such reads contiguous;
+the GPU's stencil kernels were not measured with them), values another loop fusion stores (the
+same expression of the same arrays, stored before every reader; then the expression only moves
+elements: no arithmetic is done again), one array among them
 (scalars aside), through at most ``MAX_OPS`` instructions of the cheap kinds (elementwise but
 not ``fusion.EXPENSIVE_OPS``, broadcast, constant, slice, reshape, bitcast: an LSTM's gates,
 ``logistic`` and ``tanh`` of its products, recomputed by two readers each, made its step 4x
@@ -224,13 +226,13 @@ def _try(comp, f: Instruction, module: Module, cache: dict) -> bool:
       continue
     expr = _expression(fc, v, set(outs))
     stored = None
-    if expr is None:
+    if expr is None and getattr(module, "read_moved", False):
       if "values" not in cache:
         cache["values"] = _Values(comp)
       stored = cache["values"].finder(f, readers)
       expr = _expression(fc, v, set(outs), stored)
-      if expr is None:
-        continue
+    if expr is None:
+      continue
     order, leaves = expr
     if not order:
       continue        # (an output that is an operand or another output: left alone)
