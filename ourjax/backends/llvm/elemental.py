@@ -51,7 +51,8 @@ class Emitter:
     # LoopKernel's; see llvm/row_cache.py)
     self.row_caches: dict = {}
     # id(i64 value) -> (lo, hi): a loop index known to lie in [lo, hi) (a rows-mode LoopKernel's
-    # column segment), so that a concatenate along it evaluates only the part holding [lo, hi)
+    # column segment, and the positions slices and concatenate parts move it to: _shifted), so
+    # that a concatenate along it evaluates only the part holding [lo, hi)
     self.ranges: dict = {}
 
   # -- memo scopes -----------------------------------------------------------------------------
