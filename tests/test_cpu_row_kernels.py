@@ -293,6 +293,50 @@ def test_concatenations_along_rows_match_numpy(sizes, rows, seed):
                              atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
+
+def _stencil(np_, x, k, a, b):
+  """A diffusion step whose result is read through two more rolls: the first rolls are read at
+  the positions the later ones move to."""
+  y = np_.roll(x, a, axis=-1) + np_.roll(x, -1, axis=-1) - 2.0 * x
+  z = x + 0.1 * k * y
+  return np_.roll(z, 1, axis=-1) * np_.roll(z, b, axis=-1) - z
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 300), rows=st.integers(1, 4), a=st.integers(-3, 3),
+       b=st.integers(-3, 3), seed=st.integers(0, 2 ** 31))
+def test_rolls_read_at_shifted_positions_match_numpy(n, rows, a, b, seed):
+  """Rolls read at other positions than their own (the rows' ends cut off as segments of their
+  own from ``4 * row_cache.HALO`` columns on; the moved positions near them wrap around)."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((rows, n)).astype(np.float32)
+  k = rng.standard_normal(n).astype(np.float32)
+  f = ourjax.jit(lambda x, k: _stencil(jnp, x, k, a, b))
+  want = _stencil(np, x.astype(np.float64), k.astype(np.float64), a, b)
+  np.testing.assert_allclose(np.asarray(f(x, k), np.float64), want, rtol=1e-5, atol=1e-5)
+
+
+def test_rolls_read_at_shifted_positions_cut_the_row_ends(monkeypatch):
+  """The column loop of a kernel reading rolls at moved positions gets two more segments (the
+  rows' ends, ``row_cache.HALO`` columns each), and none where the rows are too short."""
+  from ourjax.backends.llvm import row_cache
+  monkeypatch.setenv("OURJAX_CACHE_DIR", "off")
+  rng = np.random.default_rng(3)
+
+  def loops(n):
+    ourjax.clear_caches()
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    k = rng.standard_normal(n).astype(np.float32)
+    f = ourjax.jit(lambda x, k: _stencil(jnp, x, k, 1, -2))
+    want = _stencil(np, x.astype(np.float64), k.astype(np.float64), 1, -2)
+    np.testing.assert_allclose(np.asarray(f(x, k), np.float64), want, rtol=1e-5, atol=1e-5)
+    return _col_loops(_llvm_ir(f, x, k))
+  long_row, short_row = 4 * row_cache.HALO + 8, 4 * row_cache.HALO - 8
+  cut, short = loops(long_row), loops(short_row)
+  monkeypatch.setattr(row_cache, "HALO", 1 << 20)
+  assert cut == loops(long_row) + 2
+  assert short == loops(short_row)
+
 # -- pieces ------------------------------------------------------------------------------------
 
 def test_transcendental_kernels_are_cut_by_their_cost():

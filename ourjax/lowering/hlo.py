@@ -518,6 +518,7 @@ class Module:
     self.kernel_fixed_flops = 1e6     # (the CPU's: ~10 us of a fork-join at ~100 GFLOP/s)
     self.dot_epilogues = False
     self.read_stored = False
+    self.read_moved = False
     self.fused_attention = None
     self.fused_attention_grad = None
 
@@ -631,6 +632,7 @@ class Module:
     new.kernel_fixed_flops = self.kernel_fixed_flops
     new.dot_epilogues = self.dot_epilogues
     new.read_stored = self.read_stored
+    new.read_moved = self.read_moved
     new.fused_attention = self.fused_attention
     new.fused_attention_grad = self.fused_attention_grad
     comp_map: dict[Computation, Computation] = {}

@@ -51,7 +51,8 @@ class Emitter:
     # LoopKernel's; see llvm/row_cache.py)
     self.row_caches: dict = {}
     # id(i64 value) -> (lo, hi): a loop index known to lie in [lo, hi) (a rows-mode LoopKernel's
-    # column segment), so that a concatenate along it evaluates only the part holding [lo, hi)
+    # column segment, and the positions slices and concatenate parts move it to: _shifted), so
+    # that a concatenate along it evaluates only the part holding [lo, hi)
     self.ranges: dict = {}
 
   # -- memo scopes -----------------------------------------------------------------------------
@@ -238,8 +239,21 @@ class Emitter:
     multi = []
     for m, s, st in zip(index.multi, a["start_indices"], strides):
       v = m if st == 1 else b.mul(m, i64(st), flags=["nuw", "nsw"])
-      multi.append(v if s == 0 else b.add(v, i64(s), flags=["nuw", "nsw"]))
+      if s:
+        w = b.add(v, i64(s), flags=["nuw", "nsw"])
+        self._shifted(m, w, s if st == 1 else None)
+        v = w
+      multi.append(v)
     return self.value(x, Index(b, x.dims, multi=multi))
+
+  def _shifted(self, pos, new, shift) -> None:
+    """Record that index ``new`` is ``pos + shift`` where ``pos``'s range is known
+    (``ranges``); ``shift`` None: unknown."""
+    if shift is None or not self.ranges:
+      return
+    known = self.ranges.get(id(pos))
+    if known is not None:
+      self.ranges[id(new)] = (known[0] + shift, known[1] + shift)
 
   def _starts(self, idx_instrs, operand_dims, sizes):
     b = self.b
@@ -282,7 +296,9 @@ class Emitter:
       for x, off, n in parts:
         if off <= known[0] and known[1] <= off + n:
           multi = list(index.multi)
-          multi[d] = b.sub(pos, i64(off), flags=["nuw", "nsw"]) if off else pos
+          if off:
+            multi[d] = b.sub(pos, i64(off), flags=["nuw", "nsw"])
+            self._shifted(pos, multi[d], -off)
           return self.value(x, Index(b, x.dims, multi=multi))
     result = None
     if len(parts) > BRANCHY_CONCAT_PARTS:

@@ -37,7 +37,11 @@ at a clamped position and a select of the one that holds the element (branch-fre
 vectorizes): the work of all the parts for every element.  ``column_segments`` cuts the column
 loop at the parts' boundaries instead, one loop per segment, and the emitter is told the range
 of each loop's index (``Emitter.ranges``), so that the concatenate evaluates only the part that
-holds the segment.  Same values, a quarter of the work for four parts.
+holds the segment.  Same values, a quarter of the work for four parts.  A concatenate reached
+only at shifted positions (a ``roll`` of a value read by a stencil at its neighbours) gets the
+row's ends cut off as segments of their own (``HALO`` columns): between them the shifted
+positions fall in one part, so its loads stay contiguous (a select per element between two
+clamped positions became vector gathers).
 """
 from __future__ import annotations
 
@@ -52,6 +56,11 @@ __all__ = ["plan_row_caches", "RowCache", "MAX_BYTES", "column_segments", "MAX_S
 MAX_BYTES = 64 * 1024
 #: Most loops a row's column loop is cut into (each has a copy of the loop body).
 MAX_SEGMENTS = 8
+#: Columns at each end of a row cut off as segments of their own where a concatenate along the
+#: row is read at shifted positions (a roll read by a stencil): in the segment between, every
+#: such position within ``HALO`` of the column falls in one part of it, which the emitter then
+#: reads alone (``Emitter.ranges`` follows the index through slices and concatenates).
+HALO = 32
 
 _SAME_INDEX = set(hlo.ELEMENTWISE_OPS)
 _COSTLY = set(E._MATH_UNARY) | {"power", "atan2", "remainder", "divide", "sqrt", "rsqrt"}
@@ -211,7 +220,26 @@ def column_segments(dims, outputs, leafmap) -> list:
         cuts.update((off, off + size))
       continue
     stack.extend(o for o in x.operands if _same_index(x, o))
+  if n >= 4 * HALO and _shifted_concat(outputs, leafmap, n):
+    cuts.update((HALO, n - HALO))
   bounds = sorted({0, n} | {c for c in cuts if 0 < c < n})
   if len(bounds) - 1 > MAX_SEGMENTS:
     return [(0, n)]
   return list(zip(bounds, bounds[1:]))
+
+
+def _shifted_concat(outputs, leafmap, n) -> bool:
+  """Whether the outputs reach a concatenate along the last dimension of a row's length ``n``
+  (a ``roll``) through an edge that moves the index (a slice, a concatenate's part: a
+  stencil's neighbours), not only through same-index ones."""
+  seen, stack = set(), [(i, False) for i, _ in outputs]
+  while stack:
+    x, moved = stack.pop()
+    if (id(x), moved) in seen or x in leafmap or x.shape.is_tuple:
+      continue
+    seen.add((id(x), moved))
+    if (moved and x.opcode == "concatenate" and x.dims and x.dims[-1] == n
+        and x.attrs["dimensions"][0] == len(x.dims) - 1):
+      return True
+    stack.extend((o, moved or not _same_index(x, o)) for o in x.operands)
+  return False

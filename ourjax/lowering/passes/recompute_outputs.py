@@ -7,19 +7,29 @@ elementwise producer unmaterialized where its consumers can recompute it.  Runs 
 An RK4 step of ``lax.scan`` shows why: instruction fusion stores the intermediate states that
 the next stage reads at several positions (its ``roll``), and with them ``2*x`` and
 ``0.5*x*x`` of one of them and the two rolls of another, which sibling merging puts into the
-same fusions; four of the loop's ten arrays were such copies (the two of one array are
-recomputed now, the rolls are not: see ``_CHEAP``).
+same fusions; four of the loop's ten arrays were such copies.  Twice x and half its square are
+recomputed from x; the two rolls are read from the intermediate state another fusion stores, at
+moved positions (``_MOVES``).  Its arena went from 8 rows of the state to 6 (98368 bytes for
+4096 oscillators, JAX's 98464), and the step from 10.8 to 9.7 ms on 2 EPYC cores (the
+rows-mode kernel's ends cut off where a roll is read at shifted positions,
+``llvm/row_cache.py``: without that, the rolls read at the moved positions were vector
+gathers, and the step 3.5x slower).
 
 Legality: every reader of the output is a loop fusion (it evaluates its operands wherever its
 own computation asks, so the recomputed expression needs no iteration space of its own); the
-expression reaches only the fusion's parameters and its other outputs (which stay), one array
-among them (scalars aside), through at most ``MAX_OPS`` instructions of the cheap kinds
-(elementwise but not ``fusion.EXPENSIVE_OPS``, broadcast, constant, slice, reshape, bitcast:
-an LSTM's gates, ``logistic`` and ``tanh`` of its products, recomputed by two readers each,
-made its step 4x slower); a reader ends with at most ``fusion.MAX_FUSION_PARAMETERS``
-operands.
+expression reaches only the fusion's parameters, its other outputs (which stay) and, where the
+backend asks (``Module.read_moved``: the CPU's, whose row kernels keep such reads contiguous;
+the GPU's stencil kernels were not measured with them), values another loop fusion stores (the
+same expression of the same arrays, stored before every reader; then the expression only moves
+elements: no arithmetic is done again), one array among them
+(scalars aside), through at most ``MAX_OPS`` instructions of the cheap kinds (elementwise but
+not ``fusion.EXPENSIVE_OPS``, broadcast, constant, slice, reshape, bitcast: an LSTM's gates,
+``logistic`` and ``tanh`` of its products, recomputed by two readers each, made its step 4x
+slower); a reader ends with at most ``fusion.MAX_FUSION_PARAMETERS`` operands.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ourjax.lowering.hlo import Instruction, Module, Shape
 from ourjax.lowering.passes import fusion as fz
@@ -30,28 +40,35 @@ PASS = "recompute_outputs"
 
 #: Most instructions (constants and parameters aside) an output's expression may have.
 MAX_OPS = 6
-#: Opcodes an output's expression may have besides elementwise ones.  (No concatenate: the
-#: RK4 step's two rolls of a stored intermediate state, recomputed where its last stage reads
-#: them at 37 positions per element, made the step 3.5x slower on the CPU (11.4 -> 40.3 ms),
-#: though the arena came to 98368 bytes, below JAX's 98464; twice its x and half its square,
-#: as many times, cost nothing measurable.)
+#: Opcodes an output's expression may have besides elementwise ones (no concatenate: a
+#: concatenate of computed parts evaluates every part where it is read; see ``_MOVES``).
 _CHEAP = {"broadcast", "constant", "slice", "reshape", "bitcast"}
+#: Opcodes that only move elements (an index remap of their operand).  An output made of these
+#: alone from a value another fusion stores (a roll of an intermediate state: a concatenate of
+#: two slices) is read by its readers from that value at the remapped index: no arithmetic is
+#: recomputed, so concatenate is allowed there.
+_MOVES = {"slice", "reshape", "bitcast", "concatenate", "transpose", "reverse"}
 
 
-def _expression(fc, v, others):
+def _expression(fc, v, others, stored=None):
   """The instructions of fused computation ``fc`` computing ``v`` in topological order, and
-  its leaves (parameters of ``fc`` and values in ``others``: outputs that stay), or None if
-  ``v`` is not cheap (see the module docstring)."""
+  its leaves (parameters of ``fc``, values in ``others``: outputs that stay, and values that
+  ``stored(x)`` finds stored by another fusion), or None if ``v`` is not cheap (see the module
+  docstring).  With ``stored``, the expression may only move elements (``_MOVES``)."""
   seen, order, leaves = set(), [], []
 
   def visit(x):
     if x in seen:
       return True
     seen.add(x)
-    if x.opcode == "parameter" or (x in others and x is not v):
+    if x.opcode == "parameter" or (x in others and x is not v) or \
+       (x is not v and stored is not None and stored(x) is not None):
       leaves.append(x)
       return True
-    if not (x.opcode in _CHEAP or x.is_elementwise()) or x.opcode in fz.EXPENSIVE_OPS \
+    if stored is not None:
+      if x.opcode not in _MOVES or x.shape.is_tuple:
+        return False
+    elif not (x.opcode in _CHEAP or x.is_elementwise()) or x.opcode in fz.EXPENSIVE_OPS \
        or x.shape.is_tuple:
       return False
     if not all(visit(o) for o in x.operands):
@@ -65,6 +82,67 @@ def _expression(fc, v, others):
   if sum(x.shape.size > 1 for x in leaves) > 1:
     return None       # (reading two arrays for one: more traffic than storing it)
   return order, leaves
+
+
+class _Values:
+  """The values of a computation that loop fusions store, by what they compute: a key per
+  instruction of a fused computation (its opcode, shape, attributes and operands' keys, a
+  parameter keyed by the fusion's operand), so that a fusion's intermediate that another
+  fusion stores is found (the same expression of the same arrays)."""
+
+  def __init__(self, comp):
+    self.comp = comp
+    self.ids: dict = {}
+    self.memo: dict = {}
+    self.pos = {i: n for n, i in enumerate(comp.instructions)}
+    self.by_key: dict = {}
+    for g in comp.instructions:
+      if g.opcode != "fusion" or g.attrs["kind"] != "kLoop":
+        continue
+      root = g.attrs["calls"].root
+      if g.shape.is_tuple:
+        for u in g.users:
+          if u.opcode == "get-tuple-element":
+            self.by_key.setdefault(self.key(root.operands[u.attrs["index"]], g), u)
+      else:
+        self.by_key.setdefault(self.key(root, g), g)
+
+  def key(self, x, f):
+    k = self.memo.get((f, x))
+    if k is None:
+      if x.opcode == "parameter":
+        t = ("operand", id(f.operands[x.attrs["parameter_number"]]))
+      else:
+        t = (x.opcode, str(x.shape), tuple(sorted((a, _attr_key(v)) for a, v in
+                                                  x.attrs.items())),
+             tuple(self.key(o, f) for o in x.operands))
+      k = self.memo[(f, x)] = self.ids.setdefault(t, len(self.ids))
+    return k
+
+  def finder(self, f, readers):
+    """``stored(x)`` for instructions ``x`` of ``f``'s computation: the value of the
+    computation another fusion stores that equals ``x``, defined before all ``readers``."""
+    def stored(x):
+      if x.opcode in ("parameter", "constant"):
+        return None
+      s = self.by_key.get(self.key(x, f))
+      if s is None or s is f or s.parent is not self.comp or \
+         (s.opcode == "get-tuple-element" and s.operands[0] is f):
+        return None
+      if not all(self.pos.get(s, 1 << 60) < self.pos.get(u, -1) for u in readers):
+        return None
+      return s
+    return stored
+
+
+def _attr_key(v):
+  if isinstance(v, np.ndarray):
+    return (v.dtype.str, v.shape, v.tobytes()) if v.size <= 64 else ("array", id(v))
+  if isinstance(v, (list, tuple)):
+    return tuple(_attr_key(x) for x in v)
+  if v is None or isinstance(v, (bool, int, float, str)):
+    return v
+  return ("object", id(v))
 
 
 def _gte(comp, f: Instruction, k: int) -> Instruction:
@@ -130,8 +208,10 @@ def _drop_port(comp, f: Instruction, j: int) -> None:
       g.attrs["index"] = k - 1
 
 
-def _try(comp, f: Instruction, module: Module) -> bool:
-  """Drop one output of ``f`` that its readers can recompute; whether one was."""
+def _try(comp, f: Instruction, module: Module, cache: dict) -> bool:
+  """Drop one output of ``f`` that its readers can recompute; whether one was.  ``cache``:
+  this computation's ``_Values`` once made (emptied when an output is dropped: a fusion left
+  with one output is read without its get-tuple-element)."""
   fc = f.attrs["calls"]
   outs = list(fc.root.operands)
   if any(g.opcode != "get-tuple-element" for g in f.users):
@@ -145,6 +225,12 @@ def _try(comp, f: Instruction, module: Module) -> bool:
                               and u is not comp.root for u in readers):
       continue
     expr = _expression(fc, v, set(outs))
+    stored = None
+    if expr is None and getattr(module, "read_moved", False):
+      if "values" not in cache:
+        cache["values"] = _Values(comp)
+      stored = cache["values"].finder(f, readers)
+      expr = _expression(fc, v, set(outs), stored)
     if expr is None:
       continue
     order, leaves = expr
@@ -154,8 +240,10 @@ def _try(comp, f: Instruction, module: Module) -> bool:
     for leaf in leaves:
       if leaf.opcode == "parameter":
         sources[leaf] = f.operands[leaf.attrs["parameter_number"]]
-      else:
+      elif leaf in outs:
         sources[leaf] = _gte(comp, f, outs.index(leaf))
+      else:
+        sources[leaf] = stored(leaf)
     if any(len(set(u.operands) | set(sources.values())) > fz.MAX_FUSION_PARAMETERS
            for u in readers):
       continue
@@ -168,10 +256,14 @@ def _try(comp, f: Instruction, module: Module) -> bool:
     for g in gtes:
       assert not g.users, g
     _drop_port(comp, f, j)
-    module.note(PASS, f"{v.name} of {f.name} recomputed by its readers "
-                f"({', '.join(sorted(u.name for u in readers))}) from "
-                f"{', '.join(sorted(s.name for s in sources.values()))}: "
-                f"{len(order)} cheap instruction(s), not stored")
+    cache.clear()
+    how = (f"read at moved positions of {', '.join(sorted(s.name for s in sources.values()))}"
+           f": {len(order)} slice/concatenate/reshape instruction(s)"
+           if stored is not None else
+           f"recomputed from {', '.join(sorted(s.name for s in sources.values()))}: "
+           f"{len(order)} cheap instruction(s)")
+    module.note(PASS, f"{v.name} of {f.name} {how} by its readers "
+                f"({', '.join(sorted(u.name for u in readers))}), not stored")
     return True
   return False
 
@@ -179,10 +271,11 @@ def _try(comp, f: Instruction, module: Module) -> bool:
 def run(module: Module) -> bool:
   changed = False
   for comp in fz.fusible_computations(module):
+    cache: dict = {}
     for f in list(comp.instructions):
       if f.opcode != "fusion" or f.parent is not comp or not f.shape.is_tuple \
          or f.attrs["kind"] != "kLoop":
         continue
-      while f.shape.is_tuple and _try(comp, f, module):
+      while f.shape.is_tuple and _try(comp, f, module, cache):
         changed = True
   return changed
