@@ -35,7 +35,14 @@ from ourjax.backends.llvm.emitter import I32, I64, i64
 __all__ = ["Geometry", "Im2colBuf", "match", "accepts", "enabled", "chunk_source"]
 
 # (the matcher and the virtual buffer are shared with the CPU backend)
-from ourjax.backends.llvm.im2col import Geometry, Im2colBuf, match  # noqa: E402,F401
+from ourjax.backends.llvm.im2col import Geometry, Im2colBuf  # noqa: E402,F401
+from ourjax.backends.llvm import im2col as _im2col  # noqa: E402
+
+
+def match(fusion):
+  """``im2col.match`` with feature-grouped patch matrices too: their group is the dot's
+  batch, a grid dimension of ``WgmmaDot`` (``chunk_source``'s ``group``)."""
+  return _im2col.match(fusion, grouped=True)
 
 
 def enabled(info) -> bool:
@@ -61,22 +68,24 @@ def accepts(dot, patches, geo: Geometry, info) -> bool:
   if not all(E._is_float(x.dtype) for x in (lhs, rhs, dot)) or dot.shape.is_tuple:
     return False
   s = K.DotSpec(dot)
-  if not s.ok or s.B != 1 or s.a_sk != 1:
+  if not s.ok or s.B != geo.groups or s.a_sk != 1:
     return False
   kind = mma_kind(dot, info, _tf32_allowed(dot))
   if kind is None or np.dtype(lhs.dtype).itemsize == 1:     # (not float8 patches yet)
     return False
   epv = 16 // np.dtype(lhs.dtype).itemsize
-  return geo.channels % epv == 0 and \
+  return geo.group_channels % epv == 0 and \
       WgmmaDot.supports(dot, info, kind) is not None
 
 
-def chunk_source(b, buf: Im2colBuf, m, k, mod):
+def chunk_source(b, buf: Im2colBuf, m, k, mod, group=None):
   """(element offset into ``buf.source``, i1 in bounds) of the 16 bytes of the patch matrix at
-  row ``m``, column ``k`` (i64 values; k a multiple of the 16 bytes' elements).  A row beyond
-  the matrix is out of bounds too (the caller checks k against K)."""
+  row ``m``, column ``k`` (i64 values; k a multiple of the 16 bytes' elements) -- of group
+  ``group``'s matrix (an i64: the dot's batch) where the convolution has feature groups, whose
+  columns are (tap, channel of the group).  A row beyond the matrix is out of bounds too (the
+  caller checks k against K)."""
   g = buf.geometry
-  C, r = g.channels, len(g.strides)
+  C, r = g.group_channels, len(g.strides)
   # (k may be past K in a tile's last slice: the tap is clamped so the table read stays inside;
   # the caller's check of k against K zero-fills that chunk)
   t = b.udiv(k, i64(C))
@@ -119,5 +128,7 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod):
     pos = b.add(b.mul(coords[d], i64(g.strides[d])), shift)
     ok = b.and_(ok, b.icmp_unsigned("<", pos, i64(g.in_dims[1 + d])))
     off = b.add(b.mul(off, i64(g.in_dims[1 + d])), pos)
-  off = b.add(b.mul(off, i64(C)), ch)
+  if g.groups > 1:
+    ch = b.add(b.mul(group, i64(C)), ch)
+  off = b.add(b.mul(off, i64(g.channels)), ch)
   return off, ok

@@ -188,6 +188,8 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   if stencil.enabled():
     steps = stencil.chain_steps(steps, info, LP.KernelStep)
   steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep)
+  from ourjax.backends.cuda.wgmma import fold_output_transposes
+  steps = fold_output_transposes(steps, LP.KernelStep, _kernels_in)
   if stencil.enabled() and time_blocking.enabled():
     steps = time_blocking.block_loops(steps, planner.temp,
                                       lambda m: module.note("time_blocking", m))

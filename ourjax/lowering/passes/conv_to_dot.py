@@ -37,6 +37,7 @@ import math
 
 import numpy as np
 
+from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Instruction, Module
 
 PASS = "conv_to_dot"
@@ -59,7 +60,12 @@ def run(module: Module) -> bool:
     for instr in list(comp.instructions):
       if instr.opcode != "convolution" or instr.parent is not comp:
         continue
-      if _groups(instr) > 1:
+      if _groups(instr) > 1 and module.patches_in_place and _grouped_in_place(
+          instr, module.patch_channel_bytes):
+        new = _rewrite_grouped(Builder.into(comp), instr)
+        module.note(PASS, f"%{instr.name} -> patches @ kernel batched over its "
+                    f"{_groups(instr)} feature groups (%{new.name})")
+      elif _groups(instr) > 1:
         why = _group_refusal(instr, module.kernel_fixed_flops)
         if why is not None:
           module.note(PASS, f"%{instr.name} stays a convolution: {why}")
@@ -146,6 +152,56 @@ def _group_refusal(conv: Instruction, kernel_flops: float = 0.0) -> str | None:
   return None
 
 
+def _grouped_in_place(conv: Instruction, channel_bytes: int) -> bool:
+  """Whether the feature-grouped ``conv`` becomes one product batched over its groups whose
+  patches a backend that reads them in place (``Module.patches_in_place``: the GPU's
+  implicit GEMM, ``backends/cuda/implicit_gemm.py``) gathers for every group in one kernel:
+  feature groups (a forward convolution or an input gradient, not a weight gradient's batch
+  groups), a slice per kernel position (``patch_layout`` "F"), real floats, each group's
+  input channels filling whole ``channel_bytes`` (the 16-byte copies; groups are not
+  padded).  Any group width: a narrow one fills a tensor-core tile poorly, but one kernel of
+  poor tiles beats the direct loop (and the split's kernel per group)."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  if a.get("batch_group_count", 1) != 1 or a.get("feature_group_count", 1) == 1:
+    return False
+  if not _gathered_type(lhs.dtype) or not hlo.is_float(np.dtype(conv.dtype)):
+    return False
+  if patch_layout(conv) != "F" or _refusal(conv, in_place=True) is not None:
+    return False
+  cg = rhs.dims[a["dimension_numbers"][1][1]]
+  return (cg * np.dtype(lhs.dtype).itemsize) % channel_bytes == 0
+
+
+def _rewrite_grouped(b: Builder, conv: Instruction) -> Instruction:
+  """The feature-grouped ``conv`` (G groups of Cg input and Og output features) as one product
+  batched over the groups: the patches of all channels (``_rewrite``'s slices, [N * out...,
+  taps, C]) split into [G, N * out..., taps * Cg], the kernel into [G, Og, taps * Cg], their
+  product [G, N * out..., Og] transposed to [N, out..., G * Og] (the output features group by
+  group, as the convolution orders them)."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = a["dimension_numbers"]
+  nd = len(lspec) - 2
+  G = a["feature_group_count"]
+  n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
+  cg, o = rhs.dims[rspec[1]], rhs.dims[rspec[0]]
+  og = o // G
+  ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
+  osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
+  taps, m = math.prod(ksizes), n * math.prod(osizes)
+  stacked = _stacked_slices(b, conv, c)                       # [N, out..., taps, C]
+  p = b.reshape(stacked, [m, taps, G, cg])
+  patches = b.reshape(b.transpose(p, [2, 0, 1, 3]), [G, m, taps * cg])
+  w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
+  w = b.reshape(w, [taps, cg, G, og])
+  w = b.reshape(b.transpose(w, [2, 3, 0, 1]), [G, og, taps * cg])   # (K-major per group)
+  y = b.dot(patches, w, (2,), (2,), (0,), (0,), preferred_element_type=conv.dtype,
+            operand_precision=a.get("operand_precision"))
+  y = b.reshape(b.transpose(y, [1, 0, 2]), [n] + osizes + [o])
+  return _to_output_layout(b, y, ospec, nd)
+
+
 def _split_groups(b: Builder, conv: Instruction) -> list[Instruction]:
   """One ungrouped convolution per group of ``conv`` (feature groups: a slice of the input's
   features; batch groups: a slice of its batch; each with its slice of the kernel's output
@@ -188,7 +244,14 @@ def _read_in_place(conv: Instruction) -> bool:
   lspec, rspec, ospec = conv.attrs["dimension_numbers"]
   positions = math.prod(rhs.dims[d] for d in rspec[2:])
   out_spatial = math.prod(conv.dims[d] for d in ospec[2:])
-  return np.dtype(lhs.dtype).kind == "f" and positions <= out_spatial
+  return _gathered_type(lhs.dtype) and positions <= out_spatial
+
+
+def _gathered_type(dt) -> bool:
+  """Whether patches of element type ``dt`` can be gathered in place: floats of 2 bytes or
+  more (bfloat16, whose NumPy kind is not "f", included; not float8 yet)."""
+  dt = np.dtype(dt)
+  return hlo.is_float(dt) and dt.itemsize >= 2
 
 
 def _padded_channels(conv: Instruction, multiple_bytes: int) -> int:
@@ -273,10 +336,35 @@ def _rewrite(b: Builder, conv: Instruction, channels: int) -> Instruction:
   lhs, rhs = conv.operands
   lspec, rspec, ospec = a["dimension_numbers"]
   nd = len(lspec) - 2
+  n, c0 = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
+  c = max(c0, channels)
+  o = rhs.dims[rspec[0]]
+  osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
+  positions = math.prod(rhs.dims[rspec[2 + i]] for i in range(nd))
+  stacked = _stacked_slices(b, conv, channels)
+  patches = b.reshape(stacked, [n * math.prod(osizes), positions * c])
+  w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
+  if c > c0:
+    w = b.pad(w, b.constant(0, rhs.dtype), [(0, 0, 0)] * nd + [(0, c - c0, 0), (0, 0, 0)])
+  w = b.reshape(w, [positions * c, o])
+  y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype,
+            operand_precision=a.get("operand_precision"))
+  y = b.reshape(y, [n] + osizes + [o])
+  return _to_output_layout(b, y, ospec, nd)
+
+
+def _stacked_slices(b: Builder, conv: Instruction, channels: int) -> Instruction:
+  """The patch matrix before its final reshape: the input made channels-last, its channels
+  zero-padded to ``channels``, padded and dilated, then one strided slice per kernel position
+  (layout "F": [N, out..., taps, C]) or one window per output position (layout "W":
+  [N, out positions, taps * C]), concatenated."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = a["dimension_numbers"]
+  nd = len(lspec) - 2
   strides, padding = a["window_strides"], a["padding"]
   ld, rd = a["lhs_dilation"], a["rhs_dilation"]
   n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
-  o = rhs.dims[rspec[0]]
   ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
   osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
   # channels-last input, padded and dilated (negative padding: cropped by the slices)
@@ -308,16 +396,11 @@ def _rewrite(b: Builder, conv: Instruction, channels: int) -> Instruction:
       part = b.slice(x, start, limit, [1] + list(rd) + [1])
       parts.append(b.reshape(part, [n, 1, positions * c]))
     axis = 1
-  stacked = parts[0] if len(parts) == 1 else b.concatenate(parts, axis)
-  patches = b.reshape(stacked, [n * math.prod(osizes), positions * c])
-  w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
-  if c > c0:
-    w = b.pad(w, b.constant(0, rhs.dtype), [(0, 0, 0)] * nd + [(0, c - c0, 0), (0, 0, 0)])
-  w = b.reshape(w, [positions * c, o])
-  y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype,
-            operand_precision=a.get("operand_precision"))
-  y = b.reshape(y, [n] + osizes + [o])
-  # [N, out..., O] -> the convolution's output layout
+  return parts[0] if len(parts) == 1 else b.concatenate(parts, axis)
+
+
+def _to_output_layout(b: Builder, y: Instruction, ospec, nd: int) -> Instruction:
+  """``y`` [N, out..., O] transposed to the convolution's output layout ``ospec``."""
   perm = [0] * (nd + 2)
   perm[ospec[0]], perm[ospec[1]] = 0, nd + 1
   for i in range(nd):
