@@ -147,10 +147,9 @@ def test_kernel_kinds(compiled_cases):
     if "scatter" in name or name in ("segment_sum", "take_grad"):
       assert "GpuScatter" in k and "Threaded" not in k, (name, k)
   assert kinds["sort"] == ["GpuSort"]
-  # feature-grouped convolutions (forwards, input gradients): one tensor-core dot over all
-  # groups, its patches read in place, its result stored in the output's feature order where
-  # the output is channels-last (no kernel of its own for the transpose); a weight gradient
-  # (batch groups): one dot per group
+  # grouped convolutions (forwards, input gradients: feature groups): one tensor-core dot over
+  # all groups, its patches read in place, its result stored in the output's feature order
+  # where the output is channels-last (no kernel of its own for the transpose)
   def grouped(name):
     return [(k.im2col.geometry.groups, (k.c_sb, k.c_sm) != (k.spec.M * k.spec.N, k.spec.N))
             for k in compiled_cases[name].runtime_executable().kernels
@@ -165,7 +164,12 @@ def test_kernel_kinds(compiled_cases):
   assert sorted(grouped("conv_grouped_input_grad")) == [(4, False), (4, True)]
   for name in ("conv_grouped_narrow", "conv_grouped_bf16"):
     assert kinds[name].count("WgmmaDot") == 1 and len(kinds[name]) == 2, (name, kinds[name])
-  assert kinds["conv_grouped_weight_grad"].count("WgmmaDot") >= 2
+  # the weight gradient: batch groups, each group's rows of the (transposed) input's patches
+  # read in place, split along its long contraction
+  ks = compiled_cases["conv_grouped_weight_grad"].runtime_executable().kernels
+  wgrad = [k for k in ks if getattr(k, "im2col", None) is not None and
+           k.im2col.geometry.group_rows is not None]
+  assert [(k.im2col.geometry.groups, k.S > 1) for k in wgrad] == [(2, True)], ks
   assert "GpuSortStep" in kinds["sort_long_rows"] and "GpuSortStep" in kinds["argsort_long_row"]
 
 

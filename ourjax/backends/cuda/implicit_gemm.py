@@ -17,6 +17,12 @@ the padding; positions in the padding are zeros that ``cp.async`` writes without
 (source size 0).  So the 16 bytes must be one kernel position's consecutive channels: ``C``
 a multiple of 16 bytes of the element type.
 
+A grouped convolution (``conv_to_dot._rewrite_grouped``) is one dot batched over its groups:
+its patch matrix [G, rows, columns] is matched with ``Geometry.groups`` and the group is the
+dot's batch, a grid dimension of ``WgmmaDot``; ``chunk_source`` offsets a feature group's
+channels (or a batch group's rows: a weight gradient) by it, and the dot's result, [G, rows,
+Og], is stored straight into the output's feature order (``fold_transposes``).
+
 Like CUTLASS's implicit-GEMM convolutions (the patch gathered in the GEMM's tile loader), with
 cp.async's zero fill standing in for its predicated loads.
 """
@@ -40,8 +46,8 @@ from ourjax.backends.llvm import im2col as _im2col  # noqa: E402
 
 
 def match(fusion):
-  """``im2col.match`` with feature-grouped patch matrices too: their group is the dot's
-  batch, a grid dimension of ``WgmmaDot`` (``chunk_source``'s ``group``)."""
+  """``im2col.match`` with grouped patch matrices too (feature or batch groups): their group
+  is the dot's batch, a grid dimension of ``WgmmaDot`` (``chunk_source``'s ``group``)."""
   return _im2col.match(fusion, grouped=True)
 
 
@@ -81,11 +87,16 @@ def accepts(dot, patches, geo: Geometry, info) -> bool:
 def chunk_source(b, buf: Im2colBuf, m, k, mod, group=None):
   """(element offset into ``buf.source``, i1 in bounds) of the 16 bytes of the patch matrix at
   row ``m``, column ``k`` (i64 values; k a multiple of the 16 bytes' elements) -- of group
-  ``group``'s matrix (an i64: the dot's batch) where the convolution has feature groups, whose
-  columns are (tap, channel of the group).  A row beyond the matrix is out of bounds too (the
+  ``group``'s matrix (an i64: the dot's batch) where the convolution has groups: feature
+  groups' columns are (tap, channel of the group), batch groups' rows a block of the
+  ungrouped matrix's.  A row beyond the matrix is out of bounds too (the
   caller checks k against K)."""
   g = buf.geometry
   C, r = g.group_channels, len(g.strides)
+  row_ok = None
+  if g.groups > 1 and g.group_rows is not None:     # batch groups: group g's rows
+    row_ok = b.icmp_unsigned("<", m, i64(g.group_rows))
+    m = b.add(b.mul(group, i64(g.group_rows)), m)
   # (k may be past K in a tile's last slice: the tap is clamped so the table read stays inside;
   # the caller's check of k against K zero-fills that chunk)
   t = b.udiv(k, i64(C))
@@ -121,6 +132,8 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod, group=None):
     t = b.urem(m, i64(g.taps))
     o1, coords = unravel(b.udiv(k, i64(C)), g.out_dims[1:])
     coords = [o1] + coords
+  if row_ok is not None:
+    ok = b.and_(ok, row_ok)
   off = b.add(rest, i64(g.batch0)) if g.batch0 else rest     # n
   for d in range(r):
     p = b.gep(tables[d], [ir.Constant(I32, 0), t], inbounds=True)
@@ -128,7 +141,7 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod, group=None):
     pos = b.add(b.mul(coords[d], i64(g.strides[d])), shift)
     ok = b.and_(ok, b.icmp_unsigned("<", pos, i64(g.in_dims[1 + d])))
     off = b.add(b.mul(off, i64(g.in_dims[1 + d])), pos)
-  if g.groups > 1:
+  if g.groups > 1 and g.group_rows is None:         # feature groups: group g's channels
     ch = b.add(b.mul(group, i64(C)), ch)
   off = b.add(b.mul(off, i64(g.channels)), ch)
   return off, ok

@@ -62,6 +62,13 @@ to 691 TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JA
 fused epilogue may then be evaluated in the loop over the chunks (``late_epilogue``, off by
 default: fewer copies of its code, but slower steps) rather than at each accumulator.
 
+Large products with 16-bit results run persistent (``persistent``): one block per SM walks its
+tiles in the raster order, the next tile's first slices copied while the current one's results
+go out.  Back to back, an H100 runs 4096^3 bf16 at its 700 W power cap (nvidia-smi: SW power
+cap, SM clock ~1400 MHz for ours and cuBLAS alike), so there the rate follows the work per
+joule: persistent 0.2066 ms a call against 0.2117 launched per tile (JAX 0.1990, same process,
+alternating rounds).
+
 Back-to-back calls (``benchmarks/gpu.py``, ``wgmma_variants.py``'s call timing) run slower than
 the kernel's own event time, for both libraries: under sustained load the card's clock falls.
 On an H100 at 4096^3, 200 calls a round, the three interleaved: bf16 0.207 ms a call through
@@ -146,19 +153,19 @@ class WgmmaDot(GpuKernel):
   M-major A and K-major B: X = A from registers, read from a [k][m] tile, Y = B).  ``q_tile``: the tile's
   width Q (256, 128, 64 or 32), ``wg``: warpgroups (the tile's height is 64 ``wg``), ``split``:
   blocks per output tile along k (``out`` then holds ``split`` f32 partial products
-  [split, M, N], which ``dots.SplitKSum`` adds up)."""
+  [split, B, M, N], which ``dots.SplitKSum`` adds up)."""
 
   def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int, wg: int = 2,
                split: int = 1, epilogue=None, spec=None, c_layout=None):
     """``spec``: the operands' layout when it is not the dot's own (an operand staged in
     another layout by an earlier kernel); ``epilogue``: a ``dots.Epilogue``; ``c_layout``:
     (batch stride, row stride) of C in ``out`` where it is not row-major [B, M, N] (a
-    transpose of C folded into its store, ``dots.fold_dot_transposes``; no epilogue)."""
+    transpose of C folded into its store, ``fold_transposes``; no epilogue)."""
     self.dot, self.kind, self.mode, self.Q, self.WG, self.S = dot, kind, mode, q_tile, wg, split
     assert c_layout is None or (epilogue is None and split == 1)
     self.spec = spec or K.DotSpec(dot)
     self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
-    assert split == 1 or (epilogue is None and self.spec.B == 1)
+    assert split == 1 or epilogue is None
     s = self.spec
     self.c_sb, self.c_sm = c_layout or (s.M * s.N, s.N)
     self.b_mn = mode == "ss" and s.b_sk != 1
@@ -382,7 +389,7 @@ class WgmmaDot(GpuKernel):
     else:
       qb, pb = self._tile_of_block(b)
       z = sreg64(b, "ctaid.z")
-      bat, part = (i64(0), z) if self.S > 1 else (z, None)
+      bat, part = (b.udiv(z, i64(self.S)), b.urem(z, i64(self.S))) if self.S > 1 else (z, None)
       cur = tile_at(qb, pb, bat, i64(0))
     kt0 = b.mul(part, i64(KTB)) if part is not None else i64(0)
     k_edge = Kd % BK != 0                   # the last slice reads zeros beyond K
@@ -686,9 +693,9 @@ class WgmmaDot(GpuKernel):
       return
     accs = products()
     bat, p0, q0 = cur["bat"], cur["p0"], cur["q0"]
-    if part is not None:     # partial products: f32 into slab ``part`` of [S, M, N]
+    if part is not None:     # partial products: f32 into slab ``part`` of [S, B, M, N]
       C = ptr(self.out)
-      slab = b.mul(part, i64(M * N))
+      slab = b.mul(part, i64(s.B * M * N))
 
       def store(v, linear, where):
         E.store_element(b, v, C, b.add(slab, linear), E.F32)
@@ -926,73 +933,15 @@ def split_count(spec, how, kind: str, info: DeviceInfo) -> int:
   ``WgmmaDot.supports`` returned): enough blocks for about two per SM when the output has few
   tiles and the contraction is long (a weight gradient: M x N outputs summing over the batch
   and the image), each block keeping at least 8 k slices; a divisor of the slice count, so
-  every block multiplies the same number of slices.  1 for batched dots."""
+  every block multiplies the same number of slices (a batched dot's tiles counted over its
+  batch: a grouped convolution's weight gradient, a few tiles per group)."""
   mode, qt, wg = how
   p, q = (spec.N, spec.M) if mode in ("rs_t", "ss_t") else (spec.M, spec.N)
   tiles = spec.B * -(-p // (64 * wg)) * -(-q // qt)
   kt = -(-spec.K // (ROW // _elem_bytes(kind)))
   # (integer dots: the partial products would be f32, which does not hold int32 sums exactly)
-  if spec.B != 1 or 2 * tiles >= info.sm_count or kt < 16 or kind in INT_KINDS:
+  if 2 * tiles >= info.sm_count or kt < 16 or kind in INT_KINDS:
     return 1
   want = min(-(-2 * info.sm_count // tiles), kt // 8)
   return next((d for d in range(want, 1, -1) if kt % d == 0), 1)
 
-
-def _transposed_copy_of(k, c):
-  """(destination Buf, c_layout) where planned kernel ``k`` (an ``Elementwise``) only writes
-  ``c``'s batched result [B, M, N] with its first two dimensions swapped -- reshape(transpose(C,
-  1-0-2)), a grouped convolution's product put back in the output's feature order -- else
-  None."""
-  from ourjax.backends.cuda.codegen import Elementwise
-  if type(k) is not Elementwise or len(k.outputs) != 1:
-    return None
-  instr, dst = k.outputs[0]
-  while instr.opcode == "reshape":
-    instr = instr.operands[0]
-  if instr.opcode != "transpose" or tuple(instr.attrs["dimensions"]) != (1, 0, 2):
-    return None
-  src = instr.operands[0]
-  if k.leafmap.get(src) is not c.out or len(k.leafmap) != 1 or not isinstance(dst, K.Buf):
-    return None
-  B, M, N = (int(d) for d in c.out.dims) if len(c.out.dims) == 3 else (0, 0, 0)
-  if (B, M, N) != (c.spec.B, c.spec.M, c.spec.N) or np.dtype(dst.dtype) != np.dtype(c.out.dtype) \
-     or dst.size != B * M * N:
-    return None
-  return dst, (N, B * N)
-
-
-def fold_output_transposes(steps, step_type, kernels_in):
-  """``steps`` with each ``WgmmaDot`` (no epilogue, unsplit) whose result only the next step
-  reads, an ``Elementwise`` swapping its batch and row dimensions, writing that step's output
-  itself (``c_layout``: C's batch stride N, row stride B N): one pass over the result fewer (a
-  grouped convolution's product [G, N * H * W, Og] stored as [N, H, W, G * Og]).  Loops' and
-  conditionals' steps are folded inside.  ``kernels_in(steps)``: every kernel of ``steps``."""
-  from ourjax.backends.cuda.horizontal import _within
-  from ourjax.backends.llvm.kernel_info import same_origin
-  readers = {}
-  for k in kernels_in(steps):
-    for x in k.reads:
-      readers[id(x)] = readers.get(id(x), 0) + 1
-
-  def fold(steps):
-    out = []
-    for s in steps:
-      k = getattr(s, "kernel", None)
-      if k is None:
-        _within(s, fold)
-        out.append(s)
-        continue
-      prev = getattr(out[-1], "kernel", None) if out else None
-      if type(prev) is WgmmaDot and prev.epilogue is None and prev.S == 1 and \
-         prev.c_sm == prev.spec.N and prev.c_sb == prev.spec.M * prev.spec.N and \
-         getattr(prev.out, "kind", None) == "temp" and readers.get(id(prev.out)) == 1:
-        found = _transposed_copy_of(k, prev)
-        if found is not None:
-          dst, layout = found
-          new = WgmmaDot(prev.name, prev.dot, prev.lhs, prev.rhs, dst, prev.kind, prev.mode,
-                         prev.Q, prev.WG, spec=prev.spec, c_layout=layout)
-          out[-1] = step_type(same_origin(new, prev))
-          continue
-      out.append(s)
-    return out
-  return fold(steps)

@@ -30,11 +30,13 @@ class Geometry:
   input position ``o * stride + starts[t] - low`` at output position ``o`` (per spatial dim)."""
 
   def __init__(self, v, in_dims, out_dims, starts, strides, low, batch0=0, layout="F",
-               groups=1):
+               groups=1, group_rows=None):
     self.v = v                          # the padded instruction's operand (an HLO instruction)
-    # feature groups: the matrix is [groups, N * out..., taps * C / groups], group g's columns
-    # (tap, c) reading input channel g * C / groups + c (``conv_to_dot._rewrite_grouped``)
-    self.groups = groups
+    # grouped convolutions (``conv_to_dot._rewrite_grouped``): the matrix is [groups, rows,
+    # columns]; feature groups (``group_rows`` None): rows N * out..., group g's columns
+    # (tap, c) reading input channel g * C / groups + c; batch groups: group g's rows are rows
+    # g * group_rows... of the ungrouped matrix, its columns all of them
+    self.groups, self.group_rows = groups, group_rows
     # "F": rows (n, out...), columns (tap, c): a convolution's (or an input gradient's) patches;
     # "W": rows (n, tap), columns (out..., c): a weight gradient's, whose convolution has the
     # input's channels as its batch and the batch as its channels
@@ -53,8 +55,9 @@ class Geometry:
 
   @property
   def group_channels(self) -> int:
-    """Input channels per group (a kernel position's columns of one group's matrix)."""
-    return self.in_dims[-1] // self.groups
+    """Input channels of a group's columns per kernel position (all of them for batch
+    groups)."""
+    return self.in_dims[-1] // (self.groups if self.group_rows is None else 1)
 
   @property
   def taps(self) -> int:
@@ -100,13 +103,19 @@ def match(fusion, one_tap: bool = False, grouped: bool = False) -> list | None:
 
 
 def _grouped_root(root):
-  """(G, the ungrouped patch matrix [N * out..., taps * C] it is made of) where ``root`` is
-  ``conv_to_dot._rewrite_grouped``'s patches -- reshape([G, M, taps * Cg]) of transpose([G, M,
-  taps, Cg], 2-0-1-3) of reshape([M, taps, G, Cg]) of the slices' concatenation -- else
-  None."""
+  """(G, rows of a group for batch groups or None for feature groups, the ungrouped patch
+  matrix [rows, columns] it is made of) where ``root`` is ``conv_to_dot._rewrite_grouped``'s
+  patches, else None: feature groups, reshape([G, M, taps * Cg]) of transpose([G, M, taps,
+  Cg], 2-0-1-3) of reshape([M, taps, G, Cg]) of the slices' concatenation; batch groups,
+  reshape([G, rows, columns]) of the concatenation."""
   if root.opcode != "reshape" or len(root.dims) != 3:
     return None
   tr = root.operands[0]
+  if tr.opcode == "concatenate":
+    G, rows, cols = root.dims
+    flat = hlo.Instruction("reshape", [tr], root.shape.with_dims((G * rows, cols)),
+                           name=f"{root.name}.ungrouped")
+    return G, rows, flat
   if tr.opcode != "transpose" or tuple(tr.attrs["dimensions"]) != (2, 0, 1, 3):
     return None
   split = tr.operands[0]
@@ -118,7 +127,7 @@ def _grouped_root(root):
   cat = split.operands[0]
   flat = hlo.Instruction("reshape", [cat], root.shape.with_dims((m, taps * G * cg)),
                          name=f"{root.name}.ungrouped")
-  return G, flat
+  return G, None, flat
 
 
 def match_root(root, one_tap: bool = False, grouped: bool = False) -> Geometry | None:
@@ -128,11 +137,11 @@ def match_root(root, one_tap: bool = False, grouped: bool = False) -> Geometry |
     found = _grouped_root(root)
     if found is None:
       return None
-    G, flat = found
+    G, rows, flat = found
     geo = match_root(flat)
-    if geo is None or geo.layout != "F" or geo.batch0 or geo.channels % G:
+    if geo is None or geo.batch0 or (rows is None and (geo.layout != "F" or geo.channels % G)):
       return None
-    geo.groups = G
+    geo.groups, geo.group_rows = G, rows
     return geo
   if len(root.dims) != 2 or root.opcode != "reshape":
     return None

@@ -26,9 +26,11 @@ larger than ``MAX_PATCH_BYTES`` is built and multiplied in batch chunks that fit
 convolution whose patch matrix of one batch element is larger stays direct), except where the
 backend reads the patches in place and never writes them (``Module.patches_in_place``,
 ``_read_in_place``); every decision is noted.  A grouped convolution (feature or batch groups)
-is first split into one ungrouped convolution per group, each rewritten as above, where each
-group's product fills a GEMM's tiles (``_group_refusal``); narrower groups (depthwise) stay
-direct.
+becomes, where the backend reads patches in place (the GPU) and its groups fill whole copies,
+one product batched over its groups (``_grouped_in_place``, ``_rewrite_grouped``: one kernel
+for every group); elsewhere it is first split into one ungrouped convolution per group, each
+rewritten as above, where each group's product fills a GEMM's tiles (``_group_refusal``);
+narrower groups (depthwise) stay direct.
 """
 from __future__ import annotations
 
@@ -62,9 +64,10 @@ def run(module: Module) -> bool:
         continue
       if _groups(instr) > 1 and module.patches_in_place and _grouped_in_place(
           instr, module.patch_channel_bytes):
-        new = _rewrite_grouped(Builder.into(comp), instr)
+        new = _rewrite_grouped(Builder.into(comp), instr, module.patch_channel_bytes)
+        kind = "feature" if instr.attrs.get("feature_group_count", 1) > 1 else "batch"
         module.note(PASS, f"%{instr.name} -> patches @ kernel batched over its "
-                    f"{_groups(instr)} feature groups (%{new.name})")
+                    f"{_groups(instr)} {kind} groups (%{new.name})")
       elif _groups(instr) > 1:
         why = _group_refusal(instr, module.kernel_fixed_flops)
         if why is not None:
@@ -153,52 +156,80 @@ def _group_refusal(conv: Instruction, kernel_flops: float = 0.0) -> str | None:
 
 
 def _grouped_in_place(conv: Instruction, channel_bytes: int) -> bool:
-  """Whether the feature-grouped ``conv`` becomes one product batched over its groups whose
-  patches a backend that reads them in place (``Module.patches_in_place``: the GPU's
-  implicit GEMM, ``backends/cuda/implicit_gemm.py``) gathers for every group in one kernel:
-  feature groups (a forward convolution or an input gradient, not a weight gradient's batch
-  groups), a slice per kernel position (``patch_layout`` "F"), real floats, each group's
-  input channels filling whole ``channel_bytes`` (the 16-byte copies; groups are not
-  padded).  Any group width: a narrow one fills a tensor-core tile poorly, but one kernel of
-  poor tiles beats the direct loop (and the split's kernel per group)."""
+  """Whether the grouped ``conv`` becomes one product batched over its groups whose patches a
+  backend that reads them in place (``Module.patches_in_place``: the GPU's implicit GEMM,
+  ``backends/cuda/implicit_gemm.py``) gathers for every group in one kernel: real floats, and
+  feature groups (a forward convolution, an input gradient) with a slice per kernel position
+  (``patch_layout`` "F") whose group's input channels fill whole ``channel_bytes`` (the
+  16-byte copies; groups are not padded), or batch groups (a weight gradient: each group's
+  rows of the patch matrix are consecutive, either layout) whose group's output features fill
+  whole copies.  Any group width that does: a narrow one fills a tensor-core tile poorly, but
+  one kernel of poor tiles beats the direct loop (and the split's kernel per group).  Others
+  (a depthwise convolution: one channel a group) are left to ``_group_refusal``."""
   a = conv.attrs
   lhs, rhs = conv.operands
-  if a.get("batch_group_count", 1) != 1 or a.get("feature_group_count", 1) == 1:
+  g, bg = a.get("feature_group_count", 1), a.get("batch_group_count", 1)
+  if (g > 1) == (bg > 1):
     return False
   if not _gathered_type(lhs.dtype) or not hlo.is_float(np.dtype(conv.dtype)):
     return False
-  if patch_layout(conv) != "F" or _refusal(conv, in_place=True) is not None:
+  in_place = _read_in_place(conv)
+  if _refusal(conv, in_place=True) is not None or \
+     (not in_place and _patch_bytes(conv) > MAX_PATCH_BYTES):
     return False
-  cg = rhs.dims[a["dimension_numbers"][1][1]]
-  return (cg * np.dtype(lhs.dtype).itemsize) % channel_bytes == 0
+  esz = np.dtype(lhs.dtype).itemsize
+  rspec = a["dimension_numbers"][1]
+  if bg > 1:
+    # (each group's kernel columns [K, Og] start on whole copies; the window-per-position
+    # patches, whose channels are not padded, fill whole copies too)
+    og = rhs.dims[rspec[0]] // bg
+    c = lhs.dims[a["dimension_numbers"][0][1]]
+    return (og * esz) % channel_bytes == 0 and \
+        (patch_layout(conv) == "F" or (c * esz) % channel_bytes == 0)
+  return patch_layout(conv) == "F" and (rhs.dims[rspec[1]] * esz) % channel_bytes == 0
 
 
-def _rewrite_grouped(b: Builder, conv: Instruction) -> Instruction:
-  """The feature-grouped ``conv`` (G groups of Cg input and Og output features) as one product
-  batched over the groups: the patches of all channels (``_rewrite``'s slices, [N * out...,
-  taps, C]) split into [G, N * out..., taps * Cg], the kernel into [G, Og, taps * Cg], their
-  product [G, N * out..., Og] transposed to [N, out..., G * Og] (the output features group by
-  group, as the convolution orders them)."""
+def _rewrite_grouped(b: Builder, conv: Instruction, channel_bytes: int) -> Instruction:
+  """The grouped ``conv`` (G groups) as one product batched over the groups, [G, rows, Og]
+  from patches [G, rows, K] and the kernel as [G, Og, K] or [K, G, Og], transposed to the
+  convolution's [N', out..., G * Og] (the output features group by group, as the convolution
+  orders them).  Feature groups (Cg input features each): the patches of all channels
+  (``_rewrite``'s slices, [N * out..., taps, C]) split into [G, N * out..., taps * Cg], the
+  kernel into [G, Og, taps * Cg] (K-major).  Batch groups (N / G batch elements each): the
+  patch matrix's rows, batch element first, split into G consecutive blocks (a reshape), the
+  kernel's output features into [K, G, Og]."""
   a = conv.attrs
   lhs, rhs = conv.operands
   lspec, rspec, ospec = a["dimension_numbers"]
   nd = len(lspec) - 2
-  G = a["feature_group_count"]
-  n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
-  cg, o = rhs.dims[rspec[1]], rhs.dims[rspec[0]]
+  feature = a.get("feature_group_count", 1) > 1
+  G = a["feature_group_count"] if feature else a["batch_group_count"]
+  n, c0 = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
+  ci, o = rhs.dims[rspec[1]], rhs.dims[rspec[0]]
   og = o // G
   ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
   osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
-  taps, m = math.prod(ksizes), n * math.prod(osizes)
-  stacked = _stacked_slices(b, conv, c)                       # [N, out..., taps, C]
-  p = b.reshape(stacked, [m, taps, G, cg])
-  patches = b.reshape(b.transpose(p, [2, 0, 1, 3]), [G, m, taps * cg])
+  taps, nb = math.prod(ksizes), n if feature else n // G
+  m = nb * math.prod(osizes)               # rows of a group's matrix
   w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
-  w = b.reshape(w, [taps, cg, G, og])
-  w = b.reshape(b.transpose(w, [2, 3, 0, 1]), [G, og, taps * cg])   # (K-major per group)
-  y = b.dot(patches, w, (2,), (2,), (0,), (0,), preferred_element_type=conv.dtype,
+  if feature:
+    stacked = _stacked_slices(b, conv, c0)                     # [N, out..., taps, C]
+    p = b.reshape(stacked, [m, taps, G, ci])
+    patches = b.reshape(b.transpose(p, [2, 0, 1, 3]), [G, m, taps * ci])
+    w = b.reshape(w, [taps, ci, G, og])
+    w = b.reshape(b.transpose(w, [2, 3, 0, 1]), [G, og, taps * ci])   # (K-major per group)
+    dims = ((2,), (2,), (0,), (0,))
+  else:
+    channels = _padded_channels(conv, channel_bytes if _read_in_place(conv) else 1)
+    c = max(c0, channels)
+    patches = b.reshape(_stacked_slices(b, conv, channels), [G, m, taps * c])
+    if c > c0:
+      w = b.pad(w, b.constant(0, rhs.dtype), [(0, 0, 0)] * nd + [(0, c - c0, 0), (0, 0, 0)])
+    w = b.reshape(w, [taps * c, G, og])
+    dims = ((2,), (0,), (0,), (1,))
+  y = b.dot(patches, w, *dims, preferred_element_type=conv.dtype,
             operand_precision=a.get("operand_precision"))
-  y = b.reshape(b.transpose(y, [1, 0, 2]), [n] + osizes + [o])
+  y = b.reshape(b.transpose(y, [1, 0, 2]), [nb] + osizes + [o])
   return _to_output_layout(b, y, ospec, nd)
 
 
