@@ -368,6 +368,12 @@ WGMMA_CASES = [
     # contraction split across blocks into partial products, summed with the epilogue applied
     ("dot_wgmma_split_k", lambda a, b, c: jnp.maximum(a.T @ b + c, 0.0),
      lambda r: (f32(r, 32768, 27), f32(r, 32768, 64), f32(r, 64)), 5e-3),
+    # a batched product of few tiles and a long contraction: split along k per matrix (partial
+    # products [S, B, M, N]), bf16 and f32 with odd sizes
+    ("dot_wgmma_batched_split_k", lambda a, b: jnp.einsum("bik,bkj->bij", a, b),
+     lambda r: (f32(r, 3, 40, 4096), f32(r, 3, 4096, 72)), 5e-3),
+    ("dot_wgmma_batched_split_k_bf16", lambda a, b: jnp.einsum("bik,bjk->bij", a, b),
+     lambda r: (f32(r, 2, 64, 8192).astype(BF16), f32(r, 2, 96, 8192).astype(BF16)), 2e-2),
     # a weight gradient whose B is the smaller: B copied K-major, A (M-major) read from a
     # [k][m] tile as the register operand; odd sizes at every edge
     ("dot_wgmma_wgrad_small_b", lambda a, b: a.T @ b,
@@ -548,10 +554,34 @@ NARROW_B_CASES = [
 ]
 CASES += NARROW_B_CASES
 
-# Grouped convolutions wide enough for GEMMs, each group's product past a GPU kernel's fixed
-# cost (conv_to_dot splits them per group, each group's input channels a slice): forward with
-# an epilogue, the input gradient (feature groups) and the weight gradient (batch groups)
+# Grouped convolutions: feature groups become one product batched over the groups, its
+# patches read in place by one WgmmaDot with the group as a grid dimension and its result
+# stored straight into the output's feature order (conv_to_dot._rewrite_grouped); the weight
+# gradient (batch groups) is split per group where each group's product is past a GPU
+# kernel's fixed cost.  Forward with an epilogue, the input gradient, the weight gradient,
+# narrow groups (32 of 8 channels), bf16, strides, NCHW (the result's transpose not folded),
+# 1-D
 GROUPED_CONV_CASES = [
+    ("conv_grouped_narrow", lambda x, w: _conv(x, w, groups=32),
+     lambda r: (f32(r, 4, 14, 14, 256), f32(r, 3, 3, 8, 256, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_grouped_narrow_grads", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, groups=32))), argnums=(0, 1)),
+     lambda r: (f32(r, 8, 14, 14, 256), f32(r, 3, 3, 8, 256, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_grouped_bf16_grads", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, groups=4).astype(jnp.float32))),
+        argnums=(0, 1)),
+     lambda r: (f32(r, 8, 10, 10, 64).astype(BF16),
+                f32(r, 3, 3, 16, 64, lo=-0.3, hi=0.3).astype(BF16)), 3e-2),
+    ("conv_grouped_bf16", lambda x, w: _conv(x, w, groups=8),
+     lambda r: (f32(r, 4, 10, 10, 128).astype(BF16),
+                f32(r, 3, 3, 16, 128, lo=-0.3, hi=0.3).astype(BF16)), 2e-2),
+    ("conv_grouped_strided", lambda x, w: _conv(x, w, (2, 2), groups=4),
+     lambda r: (f32(r, 3, 13, 11, 64), f32(r, 3, 3, 16, 96, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_grouped_nchw", lambda x, w: _conv(x, w, dn=("NCHW", "OIHW", "NCHW"), groups=4),
+     lambda r: (f32(r, 2, 64, 9, 9), f32(r, 64, 16, 3, 3, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_grouped_1d", lambda x, w: _conv(x, w, (1,), ((2, 1),), dn=("NWC", "WIO", "NWC"),
+                                           groups=2),
+     lambda r: (f32(r, 3, 40, 16), f32(r, 5, 8, 24)), 5e-3),
     ("conv_grouped", lambda x, w, s: jnp.maximum(_conv(x, w, groups=2) * s, 0.0),
      lambda r: (f32(r, 8, 28, 28, 64), f32(r, 3, 3, 32, 64, lo=-0.3, hi=0.3), f32(r, 64)), 5e-3),
     ("conv_grouped_input_grad", ourjax.grad(

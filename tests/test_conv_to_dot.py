@@ -148,6 +148,38 @@ def test_grouped_convolutions_split_per_group(conv, seed):
   np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
 
 
+@settings(max_examples=30, deadline=None)
+@given(conv=grouped_convolutions(), seed=st.integers(0, 2 ** 31))
+def test_feature_groups_become_one_batched_product_where_patches_are_read_in_place(conv, seed):
+  """Where the backend reads patches in place (the GPU), a grouped convolution becomes one
+  product batched over its groups (whatever their width): feature groups with a slice per
+  kernel position, batch groups (a weight gradient) with either patch layout; equal to the
+  direct grouped convolution."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  m.patches_in_place, m.patch_channel_bytes = True, 4
+  conv_instr = m.entry.root
+  groups = max(attrs.get("feature_group_count", 1), attrs.get("batch_group_count", 1))
+  batched = attrs.get("batch_group_count", 1) > 1 or \
+      conv_to_dot.patch_layout(conv_instr) == "F"
+  conv_to_dot.run(m)
+  verify(m)
+  notes = [n for n in m.notes if "batched over its" in n]
+  assert bool(notes) == batched, m.notes
+  if batched:
+    dots = [i for i in m.entry.instructions if i.opcode == "dot"]
+    assert len(dots) == 1 and dots[0].attrs["lhs_batch_dims"] == (0,)
+    assert dots[0].dims[0] == groups
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(lhs_dims).astype(np.float32)
+  w = rng.standard_normal(rhs_dims).astype(np.float32)
+  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
+  got = reference.compile(m)(x, w)[0]
+  assert got.shape == direct.shape
+  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
+  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+
+
 def test_grouped_cnn_forward_and_gradients_through_jit():
   """A grouped 3x3 convolution wide enough for GEMMs (2 groups of 16 channels in, 16 out): jit
   (split per group, each a GEMM) against eager (the direct convolution), with the gradients

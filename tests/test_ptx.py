@@ -148,13 +148,29 @@ def test_kernel_kinds(compiled_cases):
     if "scatter" in name or name in ("segment_sum", "take_grad"):
       assert "GpuScatter" in k and "Threaded" not in k, (name, k)
   assert kinds["sort"] == ["GpuSort"]
-  # grouped convolutions wide enough for GEMMs: one tensor-core dot per group, the forward's
-  # patches read in place from its group's input channels
-  for name, groups in (("conv_grouped", 2), ("conv_grouped_input_grad", 4),
-                       ("conv_grouped_weight_grad", 2)):
-    assert kinds[name].count("WgmmaDot") >= groups, (name, kinds[name])
-  assert [getattr(k, "im2col", None) is not None for k in compiled_cases[
-      "conv_grouped"].runtime_executable().kernels if type(k).__name__ == "WgmmaDot"] == [True] * 2
+  # grouped convolutions (forwards, input gradients: feature groups): one tensor-core dot over
+  # all groups, its patches read in place, its result stored in the output's feature order
+  # where the output is channels-last (no kernel of its own for the transpose)
+  def grouped(name):
+    return [(k.im2col.geometry.groups, (k.c_sb, k.c_sm) != (k.spec.M * k.spec.N, k.spec.N))
+            for k in compiled_cases[name].runtime_executable().kernels
+            if getattr(k, "im2col", None) is not None]
+  assert grouped("conv_grouped") == [(2, False)]     # (its epilogue reads the transpose)
+  assert grouped("conv_grouped_narrow") == [(32, True)]
+  assert grouped("conv_grouped_bf16") == [(8, True)]
+  assert grouped("conv_grouped_strided") == [(4, True)]
+  assert grouped("conv_grouped_1d") == [(2, True)]
+  assert grouped("conv_grouped_nchw") == [(4, False)]
+  # (the forward's result read through tanh, the input gradient's stored as it is)
+  assert sorted(grouped("conv_grouped_input_grad")) == [(4, False), (4, True)]
+  for name in ("conv_grouped_narrow", "conv_grouped_bf16"):
+    assert kinds[name].count("WgmmaDot") == 1 and len(kinds[name]) == 2, (name, kinds[name])
+  # the weight gradient: batch groups, each group's rows of the (transposed) input's patches
+  # read in place, split along its long contraction
+  ks = compiled_cases["conv_grouped_weight_grad"].runtime_executable().kernels
+  wgrad = [k for k in ks if getattr(k, "im2col", None) is not None and
+           k.im2col.geometry.group_rows is not None]
+  assert [(k.im2col.geometry.groups, k.S > 1) for k in wgrad] == [(2, True)], ks
   assert "GpuSortStep" in kinds["sort_long_rows"] and "GpuSortStep" in kinds["argsort_long_row"]
 
 

@@ -152,7 +152,7 @@ def _split_k(dot, info: DeviceInfo):
 
 
 class SplitKSum(GpuKernel):
-  """C = the sum of ``S`` partial products (``parts``: [S, M, N] in the accumulation type),
+  """C = the sum of ``S`` partial products (``parts``: [S, B, M, N] in the accumulation type),
   converted to the dot's type and stored through ``dot_writer`` (so a fused epilogue applies
   here): one thread per element of C, the partials read coalesced."""
   BLOCK = 256
@@ -160,7 +160,7 @@ class SplitKSum(GpuKernel):
   def __init__(self, name, dot, parts, out, S, epilogue=None):
     self.dot, self.parts, self.out, self.S, self.epilogue = dot, parts, out, S, epilogue
     self.spec = K.DotSpec(dot)
-    self.nout = self.spec.M * self.spec.N
+    self.nout = self.spec.B * self.spec.M * self.spec.N
     reads, writes = _dot_buffers(parts, parts, out, epilogue)
     super().__init__(name, reads, writes, work=self.nout * S)
 
@@ -181,8 +181,9 @@ class SplitKSum(GpuKernel):
         x = E.load_element(b, P, b.add(b.mul(sl.index, i64(self.nout)), o), acc_dt)
         b.store(b.fadd(b.load(acc), x), acc)
       v = E.convert_value(b, b.load(acc), acc_dt, self.dot.dtype)
-      N = self.spec.N
-      store(v, o, (i64(0), b.udiv(o, i64(N)), b.urem(o, i64(N))))
+      M, N = self.spec.M, self.spec.N
+      mn = b.urem(o, i64(M * N))
+      store(v, o, (b.udiv(o, i64(M * N)), b.udiv(mn, i64(N)), b.urem(mn, i64(N))))
 
 
 class TensorCoreDot(GpuKernel):
@@ -918,7 +919,7 @@ def _wgmma_kernels(name, dot, lhs, rhs, out, kind, info, new_temp, epilogue):
     return None
   S = split_count(spec, how, kind, info)
   if S > 1:
-    parts = new_temp(E.F32, (S, s.M, s.N), f"{name}.k_parts")
+    parts = new_temp(E.F32, (S, s.B * s.M, s.N), f"{name}.k_parts")
     return pre + [WgmmaDot(name + "_p", dot, a, rhs, parts, kind, *how, split=S, spec=spec),
                   SplitKSum(name, dot, parts, out, S, epilogue)]
   return pre + [WgmmaDot(name, dot, a, rhs, out, kind, *how, epilogue=epilogue, spec=spec)]

@@ -17,6 +17,12 @@ the padding; positions in the padding are zeros that ``cp.async`` writes without
 (source size 0).  So the 16 bytes must be one kernel position's consecutive channels: ``C``
 a multiple of 16 bytes of the element type.
 
+A grouped convolution (``conv_to_dot._rewrite_grouped``) is one dot batched over its groups:
+its patch matrix [G, rows, columns] is matched with ``Geometry.groups`` and the group is the
+dot's batch, a grid dimension of ``WgmmaDot``; ``chunk_source`` offsets a feature group's
+channels (or a batch group's rows: a weight gradient) by it, and the dot's result, [G, rows,
+Og], is stored straight into the output's feature order (``fold_transposes``).
+
 Like CUTLASS's implicit-GEMM convolutions (the patch gathered in the GEMM's tile loader), with
 cp.async's zero fill standing in for its predicated loads.
 """
@@ -35,7 +41,14 @@ from ourjax.backends.llvm.emitter import I32, I64, i64
 __all__ = ["Geometry", "Im2colBuf", "match", "accepts", "enabled", "chunk_source"]
 
 # (the matcher and the virtual buffer are shared with the CPU backend)
-from ourjax.backends.llvm.im2col import Geometry, Im2colBuf, match  # noqa: E402,F401
+from ourjax.backends.llvm.im2col import Geometry, Im2colBuf  # noqa: E402,F401
+from ourjax.backends.llvm import im2col as _im2col  # noqa: E402
+
+
+def match(fusion):
+  """``im2col.match`` with grouped patch matrices too (feature or batch groups): their group
+  is the dot's batch, a grid dimension of ``WgmmaDot`` (``chunk_source``'s ``group``)."""
+  return _im2col.match(fusion, grouped=True)
 
 
 def enabled(info) -> bool:
@@ -61,22 +74,29 @@ def accepts(dot, patches, geo: Geometry, info) -> bool:
   if not all(E._is_float(x.dtype) for x in (lhs, rhs, dot)) or dot.shape.is_tuple:
     return False
   s = K.DotSpec(dot)
-  if not s.ok or s.B != 1 or s.a_sk != 1:
+  if not s.ok or s.B != geo.groups or s.a_sk != 1:
     return False
   kind = mma_kind(dot, info, _tf32_allowed(dot))
   if kind is None or np.dtype(lhs.dtype).itemsize == 1:     # (not float8 patches yet)
     return False
   epv = 16 // np.dtype(lhs.dtype).itemsize
-  return geo.channels % epv == 0 and \
+  return geo.group_channels % epv == 0 and \
       WgmmaDot.supports(dot, info, kind) is not None
 
 
-def chunk_source(b, buf: Im2colBuf, m, k, mod):
+def chunk_source(b, buf: Im2colBuf, m, k, mod, group=None):
   """(element offset into ``buf.source``, i1 in bounds) of the 16 bytes of the patch matrix at
-  row ``m``, column ``k`` (i64 values; k a multiple of the 16 bytes' elements).  A row beyond
-  the matrix is out of bounds too (the caller checks k against K)."""
+  row ``m``, column ``k`` (i64 values; k a multiple of the 16 bytes' elements) -- of group
+  ``group``'s matrix (an i64: the dot's batch) where the convolution has groups: feature
+  groups' columns are (tap, channel of the group), batch groups' rows a block of the
+  ungrouped matrix's.  A row beyond the matrix is out of bounds too (the
+  caller checks k against K)."""
   g = buf.geometry
-  C, r = g.channels, len(g.strides)
+  C, r = g.group_channels, len(g.strides)
+  row_ok = None
+  if g.groups > 1 and g.group_rows is not None:     # batch groups: group g's rows
+    row_ok = b.icmp_unsigned("<", m, i64(g.group_rows))
+    m = b.add(b.mul(group, i64(g.group_rows)), m)
   # (k may be past K in a tile's last slice: the tap is clamped so the table read stays inside;
   # the caller's check of k against K zero-fills that chunk)
   t = b.udiv(k, i64(C))
@@ -112,6 +132,8 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod):
     t = b.urem(m, i64(g.taps))
     o1, coords = unravel(b.udiv(k, i64(C)), g.out_dims[1:])
     coords = [o1] + coords
+  if row_ok is not None:
+    ok = b.and_(ok, row_ok)
   off = b.add(rest, i64(g.batch0)) if g.batch0 else rest     # n
   for d in range(r):
     p = b.gep(tables[d], [ir.Constant(I32, 0), t], inbounds=True)
@@ -119,5 +141,7 @@ def chunk_source(b, buf: Im2colBuf, m, k, mod):
     pos = b.add(b.mul(coords[d], i64(g.strides[d])), shift)
     ok = b.and_(ok, b.icmp_unsigned("<", pos, i64(g.in_dims[1 + d])))
     off = b.add(b.mul(off, i64(g.in_dims[1 + d])), pos)
-  off = b.add(b.mul(off, i64(C)), ch)
+  if g.groups > 1 and g.group_rows is None:         # feature groups: group g's channels
+    ch = b.add(b.mul(group, i64(C)), ch)
+  off = b.add(b.mul(off, i64(g.channels)), ch)
   return off, ok

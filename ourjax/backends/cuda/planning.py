@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ourjax.backends.cuda import codegen, horizontal, stencil, time_blocking
+from ourjax.backends.cuda import codegen, fold_transposes, horizontal, stencil, time_blocking
 from ourjax.backends.cuda.program import _renamed
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import arena
@@ -188,6 +188,7 @@ def _plan(module: hlo.Module, info: codegen.DeviceInfo):
   if stencil.enabled():
     steps = stencil.chain_steps(steps, info, LP.KernelStep)
   steps = horizontal.fold_finish_epilogues(steps, LP.KernelStep)
+  steps = fold_transposes.fold_output_transposes(steps, LP.KernelStep, _kernels_in)
   if stencil.enabled() and time_blocking.enabled():
     steps = time_blocking.block_loops(steps, planner.temp,
                                       lambda m: module.note("time_blocking", m))

@@ -62,6 +62,13 @@ to 691 TFLOP/s (JAX, cuBLAS, wall clock: 691-707) and 8192^3 from 666 to 706 (JA
 fused epilogue may then be evaluated in the loop over the chunks (``late_epilogue``, off by
 default: fewer copies of its code, but slower steps) rather than at each accumulator.
 
+Large products with 16-bit results run persistent (``persistent``): one block per SM walks its
+tiles in the raster order, the next tile's first slices copied while the current one's results
+go out.  Back to back, an H100 runs 4096^3 bf16 at its 700 W power cap (nvidia-smi: SW power
+cap, SM clock ~1400 MHz for ours and cuBLAS alike), so there the rate follows the work per
+joule: persistent 0.2066 ms a call against 0.2117 launched per tile (JAX 0.1990, same process,
+alternating rounds).
+
 Back-to-back calls (``benchmarks/gpu.py``, ``wgmma_variants.py``'s call timing) run slower than
 the kernel's own event time, for both libraries: under sustained load the card's clock falls.
 On an H100 at 4096^3, 200 calls a round, the three interleaved: bf16 0.207 ms a call through
@@ -97,6 +104,8 @@ or ``SimtDot``.  A fused epilogue (``dots.Epilogue``) is applied where C's eleme
 stored.
 """
 from __future__ import annotations
+
+import os
 
 import llvmlite.ir as ir
 import numpy as np
@@ -144,17 +153,21 @@ class WgmmaDot(GpuKernel):
   M-major A and K-major B: X = A from registers, read from a [k][m] tile, Y = B).  ``q_tile``: the tile's
   width Q (256, 128, 64 or 32), ``wg``: warpgroups (the tile's height is 64 ``wg``), ``split``:
   blocks per output tile along k (``out`` then holds ``split`` f32 partial products
-  [split, M, N], which ``dots.SplitKSum`` adds up)."""
+  [split, B, M, N], which ``dots.SplitKSum`` adds up)."""
 
   def __init__(self, name, dot, lhs, rhs, out, kind: str, mode: str, q_tile: int, wg: int = 2,
-               split: int = 1, epilogue=None, spec=None):
+               split: int = 1, epilogue=None, spec=None, c_layout=None):
     """``spec``: the operands' layout when it is not the dot's own (an operand staged in
-    another layout by an earlier kernel); ``epilogue``: a ``dots.Epilogue``."""
+    another layout by an earlier kernel); ``epilogue``: a ``dots.Epilogue``; ``c_layout``:
+    (batch stride, row stride) of C in ``out`` where it is not row-major [B, M, N] (a
+    transpose of C folded into its store, ``fold_transposes``; no epilogue)."""
     self.dot, self.kind, self.mode, self.Q, self.WG, self.S = dot, kind, mode, q_tile, wg, split
+    assert c_layout is None or (epilogue is None and split == 1)
     self.spec = spec or K.DotSpec(dot)
     self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
-    assert split == 1 or (epilogue is None and self.spec.B == 1)
+    assert split == 1 or epilogue is None
     s = self.spec
+    self.c_sb, self.c_sm = c_layout or (s.M * s.N, s.N)
     self.b_mn = mode == "ss" and s.b_sk != 1
     self.pairs = mode in ("rs", "rs_t")      # (fragment rows from adjacent columns: _p_rows)
     self.esz = _elem_bytes(kind)
@@ -263,23 +276,65 @@ class WgmmaDot(GpuKernel):
     return -(-(self.x_bytes + self.Q * ROW) // 1024) * 1024
 
   def launch(self, info):
+    gx, gy, gz = self._tiles()
+    if self.persistent:
+      return ((min(gx * gy * gz, (info or DeviceInfo()).sm_count), 1, 1), (self.THREADS, 1, 1),
+              STAGES * self.stage_bytes + 1024)
+    return (gx, gy, gz), (self.THREADS, 1, 1), STAGES * self.stage_bytes + 1024
+
+  @property
+  def raster(self) -> int:
+    """``RASTER_GROUP``, or ``OURJAX_CUDA_WGMMA_RASTER`` where set (0: plain order)."""
+    return int(os.environ.get("OURJAX_CUDA_WGMMA_RASTER", RASTER_GROUP))
+
+  @property
+  def persistent(self) -> bool:
+    """Whether the kernel is persistent: one block per SM (at most), each taking tiles
+    ``ctaid.x``, ``ctaid.x + nctaid.x``, ... in the raster order, the stage ring's slices
+    numbered across its tiles, and the next tile's first ``AHEAD`` slices copied while the
+    current tile's results go out, so the copies' latency at a tile's start is hidden behind
+    the previous tile's stores instead of exposed at every block's start.  The shared-memory
+    form (``ss``) with its results staged, non-transposed, unsplit, each warpgroup's 64 rows of
+    the tile fitting in one stage (16-bit results of a 256-wide tile), and more tiles than
+    twice the SMs.  ``OURJAX_CUDA_WGMMA_PERSISTENT=0``: off.
+
+    On an H100 at 4096^3 bf16 (results bit for bit the same): the kernel alone 0.1909 ms
+    against 0.1924, back-to-back calls 0.2162 against 0.2202 ms (medians of 15 alternating
+    rounds of 200 calls; JAX 0.2027).  Back to back the card runs at its 700 W power cap (SM
+    clock ~1400 MHz for both libraries, nvidia-smi), so what decides is the work per joule."""
+    from ourjax.config import env_switch
+    if not env_switch("OURJAX_CUDA_WGMMA_PERSISTENT"):
+      return False
+    if self.mode != "ss" or self.S != 1 or self.im2col is not None or not self.staged_store:
+      return False
+    result = single_result(self)
+    _, cols, pitch = self._c_tile(self._tile_dtype(result[0]).itemsize)
+    gx, gy, gz = self._tiles()
+    return 64 * pitch <= self.stage_bytes and gx * gy * gz > 2 * DeviceInfo().sm_count
+
+
+  def _tiles(self):
+    """(q tiles, p tiles, batch x split) of the product: the grid of a launch of one block per
+    tile."""
     s = self.spec
     p, q = (s.N, s.M) if self.transposed else (s.M, s.N)
-    return ((-(-q // self.Q), -(-p // self.P_TILE), s.B * self.S), (self.THREADS, 1, 1),
-            STAGES * self.stage_bytes + 1024)
+    return -(-q // self.Q), -(-p // self.P_TILE), s.B * self.S
 
-
-  def _tile_of_block(self, b):
-    """(q tile, p tile) of this block: consecutive blocks walk down ``RASTER_GROUP`` (G) rows
-    of p tiles before moving to the next q tile, so the blocks in flight at once (a wave of
-    132 on an H100: G x 8 tiles rather than 4 x 32 at 8192^3) share their rows of X and
+  def _tile_of_block(self, b, lin=None):
+    """(q tile, p tile) of this block (or of the tile numbered ``lin`` among one batch's
+    q x p tiles: the persistent kernel's): consecutive blocks walk down ``RASTER_GROUP`` (G)
+    rows of p tiles before moving to the next q tile, so the blocks in flight at once (a wave
+    of 132 on an H100: G x 8 tiles rather than 4 x 32 at 8192^3) share their rows of X and
     columns of Y in L2 (fewer bytes from device memory)."""
-    bx, by = sreg64(b, "ctaid.x"), sreg64(b, "ctaid.y")
-    (gx, gy, _), _, _ = self.launch(None)
-    G = RASTER_GROUP
-    if G <= 1 or gy <= G or gx == 1:
-      return bx, by
-    lin = b.add(b.mul(by, i64(gx)), bx)
+    gx, gy, _ = self._tiles()
+    G = self.raster
+    if lin is None:
+      bx, by = sreg64(b, "ctaid.x"), sreg64(b, "ctaid.y")
+      if G <= 1 or gy <= G or gx == 1:
+        return bx, by
+      lin = b.add(b.mul(by, i64(gx)), bx)
+    elif G <= 1 or gy <= G or gx == 1:
+      return b.urem(lin, i64(gx)), b.udiv(lin, i64(gx))
     width = G * gx
     first = b.mul(b.udiv(lin, i64(width)), i64(G))
     left = b.sub(i64(gy), first)
@@ -307,17 +362,35 @@ class WgmmaDot(GpuKernel):
     lane = b.urem(tid, i64(32))
     g = b.udiv(lane, i64(4))
     t4 = b.urem(lane, i64(4))
-    qb, pb = self._tile_of_block(b)
-    q0 = b.mul(qb, i64(Q))
-    p0 = b.mul(pb, i64(PT))
-    z = sreg64(b, "ctaid.z")
-    bat, part = (i64(0), z) if self.S > 1 else (z, None)
+    persistent = self.persistent
     A = ptr(self.im2col.source if self.im2col is not None else self.lhs)
     Bm = ptr(self.rhs)
-    a_base = b.mul(bat, i64(s.a_sb))
-    b_base = b.mul(bat, i64(s.b_sb))
     KT = -(-Kd // BK)                       # k slices of the whole contraction
     KTB = KT // self.S                      # ... of this block's share
+
+    def tile_at(qb, pb, bat, g0):
+      """The per-tile values the copies and the epilogue read: the tile's first q and p, its
+      batch, the operands' batch offsets and ``g0``, the ring's count of slices before the
+      tile's first (the persistent kernel numbers them across its tiles)."""
+      return dict(q0=b.mul(qb, i64(Q)), p0=b.mul(pb, i64(PT)), bat=bat, g0=g0,
+                  a_base=b.mul(bat, i64(s.a_sb)), b_base=b.mul(bat, i64(s.b_sb)))
+
+    part = None
+    if persistent:
+      gx, gy, _ = self._tiles()
+      per_batch, ntiles = gx * gy, gx * gy * s.B
+
+      def tile_of(t, done):
+        qb, pb = self._tile_of_block(b, b.urem(t, i64(per_batch)))
+        return tile_at(qb, pb, b.udiv(t, i64(per_batch)), b.mul(done, i64(KTB)))
+      first = sreg64(b, "ctaid.x")
+      stride = sreg64(b, "nctaid.x")
+      cur = tile_of(first, i64(0))
+    else:
+      qb, pb = self._tile_of_block(b)
+      z = sreg64(b, "ctaid.z")
+      bat, part = (b.udiv(z, i64(self.S)), b.urem(z, i64(self.S))) if self.S > 1 else (z, None)
+      cur = tile_at(qb, pb, bat, i64(0))
     kt0 = b.mul(part, i64(KTB)) if part is not None else i64(0)
     k_edge = Kd % BK != 0                   # the last slice reads zeros beyond K
 
@@ -362,9 +435,10 @@ class WgmmaDot(GpuKernel):
         sw = b.xor(c, b.urem(r, i64(8)))
         copy16(b.add(dst, b.add(b.mul(r, i64(ROW)), b.mul(sw, i64(16)))), src_ptr, src, ok)
 
-    def copy_mnmajor(dst, k0):
+    def copy_mnmajor(dst, k0, t):
       """B's slice (BK rows of k, Q values of n each) into the swizzled MN-major layout: blocks
-      of 64 n (128 bytes) x BK rows, each row's chunks swizzled by the row."""
+      of 64 n (128 bytes) x BK rows, each row's chunks swizzled by the row (tile ``t``)."""
+      q0, b_base = t["q0"], t["b_base"]
       per_row = Q // epv
       for i in range(BK * per_row // NT):
         cid = b.add(tid, i64(i * NT))
@@ -379,9 +453,10 @@ class WgmmaDot(GpuKernel):
                     b.add(b.mul(r, i64(ROW)), b.mul(b.xor(c, b.urem(r, i64(8))), i64(16))))
         copy16(b.add(dst, off), Bm, src, ok)
 
-    def copy_padded(dst, k0):
+    def copy_padded(dst, k0, t):
       """X's slice as [k][p] f32 rows of ``x_ld`` words: B's (the transposed form) or A's
-      (``rs``: A stored M-major)."""
+      (``rs``: A stored M-major), of tile ``t``."""
+      p0, a_base, b_base = t["p0"], t["a_base"], t["b_base"]
       per_row = PT // 4
       src_ptr, xbase, k_stride = (A, a_base, s.a_sk) if self.mode == "rs" else \
           (Bm, b_base, s.b_sk)
@@ -398,30 +473,38 @@ class WgmmaDot(GpuKernel):
     gather = None
     if self.im2col is not None:
       from ourjax.backends.cuda.implicit_gemm import chunk_source
-      gather = lambda row, k: chunk_source(b, self.im2col, row, k, mod)   # noqa: E731
+      gather = lambda row, k: chunk_source(b, self.im2col, row, k, mod,   # noqa: E731
+                                           cur["bat"])
 
-    def issue(kt):
-      """The copies of k slice ``kt`` (of this block's share) into its stage (one commit
-      group)."""
-      stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
+    def stage_of(kt, t):
+      """The shared address of the stage of tile ``t``'s k slice ``kt``."""
+      g = b.add(t["g0"], kt)
+      return b.add(base, b.mul(b.and_(g, i64(STAGES - 1)), i64(self.stage_bytes)))
+
+    def issue(kt, t=None):
+      """The copies of k slice ``kt`` (of this block's share) of tile ``t`` (the current one
+      by default) into its stage (one commit group)."""
+      t = t or cur
+      q0, p0, a_base, b_base = t["q0"], t["p0"], t["a_base"], t["b_base"]
+      stage = stage_of(kt, t)
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
       k0 = b.mul(b.add(kt0, kt), i64(BK))
       if self.mode == "rs":
-        copy_padded(xs, k0)
+        copy_padded(xs, k0, t)
         copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), q0, Q, N, k0)
       elif self.mode == "ss_t":             # X = B's rows (n), Y = A's rows (m)
         copy_kmajor(xs, Bm, b.add(b_base, b.mul(p0, i64(s.b_sn))), i64(s.b_sn), p0, PT, N, k0)
         copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
                     gather)
       elif rs:
-        copy_padded(xs, k0)
+        copy_padded(xs, k0, t)
         copy_kmajor(ys, A, b.add(a_base, b.mul(q0, i64(s.a_sm))), i64(s.a_sm), q0, Q, M, k0,
                     gather)
       else:
         copy_kmajor(xs, A, b.add(a_base, b.mul(p0, i64(s.a_sm))), i64(s.a_sm), p0, PT, M, k0,
                     gather)
         if self.b_mn:
-          copy_mnmajor(ys, k0)
+          copy_mnmajor(ys, k0, t)
         else:
           copy_kmajor(ys, Bm, b.add(b_base, b.mul(q0, i64(s.b_sn))), i64(s.b_sn), q0, Q, N,
                       k0)
@@ -517,7 +600,7 @@ class WgmmaDot(GpuKernel):
       return phis
 
     def compute(kt, accs):
-      stage = b.add(base, b.mul(b.and_(kt, i64(STAGES - 1)), i64(self.stage_bytes)))
+      stage = stage_of(kt, cur)
       xs, ys = stage, b.add(stage, i64(self.x_bytes))
       if self.k_loop:
         return compute_looped(xs, ys, accs)
@@ -558,31 +641,61 @@ class WgmmaDot(GpuKernel):
       _asm(b, "wgmma.wait_group.sync.aligned 1;", "~{memory}", [])
       return accs
 
-    if rs:
-      # the register operand of slice kt must stay intact until its instructions complete,
-      # i.e. while slice kt + 1 is issued: two copies of the step give consecutive slices
-      # different (PTX) registers
-      with E.ForLoop(b, 0, KTB // 2, "kt", unroll=False) as loop:
-        kt = b.mul(loop.index, i64(2))
-        phis = carried(loop, zero)
-        close(phis, step(b.add(kt, i64(1)), step(kt, phis)))
-      accs = phis
-      if KTB % 2:
-        accs = step(i64(KTB - 1), accs)
-    else:
-      with E.ForLoop(b, 0, KTB, "kt", unroll=False) as loop:
-        phis = carried(loop, zero)
-        close(phis, step(loop.index, phis))
-      accs = phis
-    _asm(b, "wgmma.wait_group.sync.aligned 0;", "~{memory}", [])
-    _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
-    # the accumulators pass through an empty volatile asm after the wait, so no use of them can
-    # be scheduled before the instructions that write them have completed
-    r = _asm(b, "", acc_cons, accs, ret=RET)
-    accs = [b.extract_value(r, i) for i in range(nacc)]
-    if part is not None:     # partial products: f32 into slab ``part`` of [S, M, N]
+    def products():
+      """The k loop of the current tile; its accumulators once every instruction is done."""
+      if rs:
+        # the register operand of slice kt must stay intact until its instructions complete,
+        # i.e. while slice kt + 1 is issued: two copies of the step give consecutive slices
+        # different (PTX) registers
+        with E.ForLoop(b, 0, KTB // 2, "kt", unroll=False) as loop:
+          kt = b.mul(loop.index, i64(2))
+          phis = carried(loop, zero)
+          close(phis, step(b.add(kt, i64(1)), step(kt, phis)))
+        accs = phis
+        if KTB % 2:
+          accs = step(i64(KTB - 1), accs)
+      else:
+        with E.ForLoop(b, 0, KTB, "kt", unroll=False) as loop:
+          phis = carried(loop, zero)
+          close(phis, step(loop.index, phis))
+        accs = phis
+      _asm(b, "wgmma.wait_group.sync.aligned 0;", "~{memory}", [])
+      _asm(b, "cp.async.wait_group 0;", "~{memory}", [])
+      # the accumulators pass through an empty volatile asm after the wait, so no use of them
+      # can be scheduled before the instructions that write them have completed
+      r = _asm(b, "", acc_cons, accs, ret=RET)
+      return [b.extract_value(r, i) for i in range(nacc)]
+
+    if persistent:
+      # tiles first, first + stride, ...; the first one's leading slices were issued above
+      with E.ForLoop(b, first, ntiles, "tile", step=stride, unroll=False) as tl:
+        done = b.udiv(b.sub(tl.index, first), stride)
+        cur = tile_of(tl.index, done)
+        accs = products()
+        barrier(b)                          # every warpgroup is done reading the ring
+        nxt = b.add(tl.index, stride)
+        nt = tile_of(nxt, b.add(done, i64(1)))
+        for j in range(AHEAD):              # the next tile's first slices, while this one's
+          if j < KTB:                       # results go out through the other stages
+            with b.if_then(b.icmp_signed("<", nxt, i64(ntiles))):
+              issue(i64(j), nt)
+          commit()
+        g_free = b.add(nt["g0"], i64(AHEAD))
+
+        def row_off(r):
+          # warpgroup w's 64 rows in the stage of ring slice g_free + w
+          w = b.udiv(r, i64(64))
+          st = b.and_(b.add(g_free, w), i64(STAGES - 1))
+          return b.add(b.mul(st, i64(self.stage_bytes)), b.mul(b.urem(r, i64(64)), i64(pitch)))
+        _, _, pitch = self._c_tile(self._tile_dtype(single_result(self)[0]).itemsize)
+        self._store_staged(b, ptr, accs, base, tid, cur["bat"], cur["p0"], cur["q0"], wg, warp,
+                           g, t4, row_off)
+      return
+    accs = products()
+    bat, p0, q0 = cur["bat"], cur["p0"], cur["q0"]
+    if part is not None:     # partial products: f32 into slab ``part`` of [S, B, M, N]
       C = ptr(self.out)
-      slab = b.mul(part, i64(M * N))
+      slab = b.mul(part, i64(s.B * M * N))
 
       def store(v, linear, where):
         E.store_element(b, v, C, b.add(slab, linear), E.F32)
@@ -645,14 +758,18 @@ class WgmmaDot(GpuKernel):
       return False
     esz = result[0].itemsize
     rows, cols, pitch = self._c_tile(self._tile_dtype(result[0]).itemsize)
-    return (self.spec.N * esz) % 16 == 0 and rows * pitch <= STAGES * self.stage_bytes
+    return (all((x * esz) % 16 == 0 for x in (self.spec.N, self.c_sm, self.c_sb))
+            and rows * pitch <= STAGES * self.stage_bytes)
 
   def _tile_dtype(self, out_dt):
     """What the shared tile of C holds: C's elements in the dot's type where the epilogue
     comes after it (``late_epilogue``), else the results (``out_dt``)."""
     return np.dtype(self.dot.dtype) if self.late_epilogue else np.dtype(out_dt)
 
-  def _store_staged(self, b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4):
+  def _store_staged(self, b, ptr, accs, base, tid, bat, p0, q0, wg, warp, g, t4,
+                    row_off=None):
+    """The tile of results through shared memory (``staged_store``); ``row_off(r)``: the
+    byte offset from ``base`` of the tile's row ``r`` (rows one after another by default)."""
     from ourjax.backends.cuda.dots import dot_evaluator
     s = self.spec
     M, N = s.M, s.N
@@ -663,7 +780,8 @@ class WgmmaDot(GpuKernel):
     acc_dt = self.acc_dtype
     rows, cols, pitch = self._c_tile(tdt.itemsize)
     m0, n0 = (q0, p0) if self.transposed else (p0, q0)
-    c_base = b.add(b.mul(bat, i64(M * N)), b.add(b.mul(m0, i64(N)), n0))
+    ldc = self.c_sm
+    c_base = b.add(b.mul(bat, i64(self.c_sb)), b.add(b.mul(m0, i64(ldc)), n0))
     # every warpgroup is done with the ring (its last instructions waited for): the tile over
     # it.  Each result is evaluated (through the epilogue, unless ``late``) where its
     # accumulator is and kept in the tile; the stores to memory come after every result is
@@ -675,6 +793,13 @@ class WgmmaDot(GpuKernel):
     prow, hi = self._p_rows(b, wg, warp, g)
     qcol = b.mul(t4, i64(2))
     per_row = pitch // tdt.itemsize
+
+    def row_byte(r):
+      return b.mul(r, i64(pitch)) if row_off is None else row_off(r)
+
+    def row_at(r):      # the tile's element index of row r's first element
+      return b.mul(r, i64(per_row)) if row_off is None else \
+          b.udiv(row_off(r), i64(tdt.itemsize))
     for i in range(self.Q // 8):
       for e in range(4):
         p = b.add(prow, i64(hi)) if e >= 2 else prow
@@ -685,17 +810,17 @@ class WgmmaDot(GpuKernel):
           v = E.convert_value(b, v, acc_dt, self.dot.dtype)
         if self.epilogue is not None and not late:
           m, n = b.add(m0, r), b.add(n0, c)
-          lin = (lambda r=r, c=c: b.add(c_base, b.add(b.mul(r, i64(N)), c)))  # noqa: E731
+          lin = (lambda r=r, c=c: b.add(c_base, b.add(b.mul(r, i64(ldc)), c)))  # noqa: E731
           where = (bat, m, n)
           if M % rows or N % cols:
             lin = lin()
             # (outside C the epilogue's reads would pass its inputs' ends: those lanes read
             # the element at (0, 0) and their results are never stored)
             inside = b.and_(b.icmp_unsigned("<", m, i64(M)), b.icmp_unsigned("<", n, i64(N)))
-            lin = b.select(inside, lin, b.mul(bat, i64(M * N)))
+            lin = b.select(inside, lin, b.mul(bat, i64(self.c_sb)))
             where = (bat, b.select(inside, m, i64(0)), b.select(inside, n, i64(0)))
           v = value(v, lin, where)
-        E.store_element(b, v, tile, b.add(b.mul(r, i64(per_row)), c), tdt)
+        E.store_element(b, v, tile, b.add(row_at(r), c), tdt)
     barrier(b)
     # 16-byte chunks along the tile's rows; a chunk that passes C's last column goes element
     # by element
@@ -710,7 +835,7 @@ class WgmmaDot(GpuKernel):
     def result_at(r, col, linear, m, n):
       """Result element at the tile's (r, col) (C's (m, n), ``linear``), a compute value of
       ``dt`` (``late``: the epilogue evaluated here)."""
-      w = E.load_element(b, tile, b.add(b.mul(r, i64(per_row)), col), tdt)
+      w = E.load_element(b, tile, b.add(row_at(r), col), tdt)
       return value(w, linear, (bat, m, n)) if late else w
 
     # (a loop, not unrolled: the emitted code stays small, so does its compile time)
@@ -720,7 +845,7 @@ class WgmmaDot(GpuKernel):
         r = b.udiv(cid, i64(chunks))
         ch = b.urem(cid, i64(chunks))
         m, n = b.add(m0, r), b.add(n0, b.mul(ch, i64(per)))
-        linear = b.add(c_base, b.add(b.mul(r, i64(N)), b.mul(ch, i64(per))))
+        linear = b.add(c_base, b.add(b.mul(r, i64(ldc)), b.mul(ch, i64(per))))
 
         def whole_chunk():
           if late:
@@ -732,7 +857,7 @@ class WgmmaDot(GpuKernel):
               vec = b.insert_element(vec, E.to_storage(b, w, dt), ir.Constant(I32, x))
             val = b.bitcast(vec, V)
           else:
-            src = b.add(base, b.add(b.mul(r, i64(pitch)), b.mul(ch, i64(16))))
+            src = b.add(base, b.add(row_byte(r), b.mul(ch, i64(16))))
             val = b.load(b.inttoptr(src, V.as_pointer(3)), align=16)
           dst = b.add(cbytes, b.mul(linear, i64(esz)))
           b.store(val, b.inttoptr(dst, V.as_pointer()), align=16)
@@ -766,7 +891,7 @@ class WgmmaDot(GpuKernel):
     P, Qn = (N, M) if self.transposed else (M, N)
     acc_dt = self.acc_dtype
     out_dt = E.F32 if self.S > 1 else self.dot.dtype
-    c_base = b.mul(bat, i64(M * N))
+    c_base = b.mul(bat, i64(self.c_sb))
     prow, hi = self._p_rows(b, wg, warp, g)
     prow = b.add(p0, prow)
     qcol = b.add(q0, b.mul(t4, i64(2)))
@@ -784,10 +909,10 @@ class WgmmaDot(GpuKernel):
           c = b.icmp_unsigned("<", q, i64(Qn))
           ok = c if ok is None else b.and_(ok, c)
         if ok is None:
-          store(v, b.add(c_base, b.add(b.mul(m, i64(N)), n)), (bat, m, n))
+          store(v, b.add(c_base, b.add(b.mul(m, i64(self.c_sm)), n)), (bat, m, n))
         else:
           with b.if_then(ok):
-            store(v, b.add(c_base, b.add(b.mul(m, i64(N)), n)), (bat, m, n))
+            store(v, b.add(c_base, b.add(b.mul(m, i64(self.c_sm)), n)), (bat, m, n))
 
 
 def q_tile(q: int) -> int:
@@ -808,13 +933,14 @@ def split_count(spec, how, kind: str, info: DeviceInfo) -> int:
   ``WgmmaDot.supports`` returned): enough blocks for about two per SM when the output has few
   tiles and the contraction is long (a weight gradient: M x N outputs summing over the batch
   and the image), each block keeping at least 8 k slices; a divisor of the slice count, so
-  every block multiplies the same number of slices.  1 for batched dots."""
+  every block multiplies the same number of slices (a batched dot's tiles counted over its
+  batch: a grouped convolution's weight gradient, a few tiles per group)."""
   mode, qt, wg = how
   p, q = (spec.N, spec.M) if mode in ("rs_t", "ss_t") else (spec.M, spec.N)
   tiles = spec.B * -(-p // (64 * wg)) * -(-q // qt)
   kt = -(-spec.K // (ROW // _elem_bytes(kind)))
   # (integer dots: the partial products would be f32, which does not hold int32 sums exactly)
-  if spec.B != 1 or 2 * tiles >= info.sm_count or kt < 16 or kind in INT_KINDS:
+  if 2 * tiles >= info.sm_count or kt < 16 or kind in INT_KINDS:
     return 1
   want = min(-(-2 * info.sm_count // tiles), kt // 8)
   return next((d for d in range(want, 1, -1) if kt % d == 0), 1)

@@ -29,8 +29,14 @@ class Geometry:
   """A patch matrix [N * prod(out), taps * C] over input ``v`` [N, in..., C]: tap ``t`` reads
   input position ``o * stride + starts[t] - low`` at output position ``o`` (per spatial dim)."""
 
-  def __init__(self, v, in_dims, out_dims, starts, strides, low, batch0=0, layout="F"):
+  def __init__(self, v, in_dims, out_dims, starts, strides, low, batch0=0, layout="F",
+               groups=1, group_rows=None):
     self.v = v                          # the padded instruction's operand (an HLO instruction)
+    # grouped convolutions (``conv_to_dot._rewrite_grouped``): the matrix is [groups, rows,
+    # columns]; feature groups (``group_rows`` None): rows N * out..., group g's columns
+    # (tap, c) reading input channel g * C / groups + c; batch groups: group g's rows are rows
+    # g * group_rows... of the ungrouped matrix, its columns all of them
+    self.groups, self.group_rows = groups, group_rows
     # "F": rows (n, out...), columns (tap, c): a convolution's (or an input gradient's) patches;
     # "W": rows (n, tap), columns (out..., c): a weight gradient's, whose convolution has the
     # input's channels as its batch and the batch as its channels
@@ -46,6 +52,12 @@ class Geometry:
   @property
   def channels(self) -> int:
     return self.in_dims[-1]
+
+  @property
+  def group_channels(self) -> int:
+    """Input channels of a group's columns per kernel position (all of them for batch
+    groups)."""
+    return self.in_dims[-1] // (self.groups if self.group_rows is None else 1)
 
   @property
   def taps(self) -> int:
@@ -76,22 +88,61 @@ def _is_zero(c) -> bool:
   return v.ndim == 0 and float(v) == 0.0
 
 
-def match(fusion, one_tap: bool = False) -> list | None:
+def match(fusion, one_tap: bool = False, grouped: bool = False) -> list | None:
   """The geometries of the patch matrices a fusion computes (see the module docstring): one,
   or one per element of a tuple-rooted fusion (sibling batch chunks merged into one), or None
   when it computes anything else.  ``one_tap``: also the patches of a kernel of one position
-  (a 1x1 convolution with strides or padding: one slice, no concatenation)."""
+  (a 1x1 convolution with strides or padding: one slice, no concatenation); ``grouped``: also
+  a feature-grouped convolution's [G, N * out..., taps * C / G] (``_grouped_root``)."""
   if fusion.opcode != "fusion":
     return None
   root = fusion.attrs["calls"].root
   roots = root.operands if root.opcode == "tuple" else [root]
-  geos = [match_root(r, one_tap) for r in roots]
+  geos = [match_root(r, one_tap, grouped) for r in roots]
   return geos if all(g is not None for g in geos) else None
 
 
-def match_root(root, one_tap: bool = False) -> Geometry | None:
+def _grouped_root(root):
+  """(G, rows of a group for batch groups or None for feature groups, the ungrouped patch
+  matrix [rows, columns] it is made of) where ``root`` is ``conv_to_dot._rewrite_grouped``'s
+  patches, else None: feature groups, reshape([G, M, taps * Cg]) of transpose([G, M, taps,
+  Cg], 2-0-1-3) of reshape([M, taps, G, Cg]) of the slices' concatenation; batch groups,
+  reshape([G, rows, columns]) of the concatenation."""
+  if root.opcode != "reshape" or len(root.dims) != 3:
+    return None
+  tr = root.operands[0]
+  if tr.opcode == "concatenate":
+    G, rows, cols = root.dims
+    flat = hlo.Instruction("reshape", [tr], root.shape.with_dims((G * rows, cols)),
+                           name=f"{root.name}.ungrouped")
+    return G, rows, flat
+  if tr.opcode != "transpose" or tuple(tr.attrs["dimensions"]) != (2, 0, 1, 3):
+    return None
+  split = tr.operands[0]
+  if split.opcode != "reshape" or split.operands[0].opcode != "concatenate":
+    return None
+  m, taps, G, cg = split.dims
+  if tuple(root.dims) != (G, m, taps * cg):
+    return None
+  cat = split.operands[0]
+  flat = hlo.Instruction("reshape", [cat], root.shape.with_dims((m, taps * G * cg)),
+                         name=f"{root.name}.ungrouped")
+  return G, None, flat
+
+
+def match_root(root, one_tap: bool = False, grouped: bool = False) -> Geometry | None:
   """The geometry of the patch matrix ``root`` (an instruction of a fused computation)
-  computes, or None (``one_tap``: see ``match``)."""
+  computes, or None (``one_tap``, ``grouped``: see ``match``)."""
+  if grouped and len(root.dims) == 3:
+    found = _grouped_root(root)
+    if found is None:
+      return None
+    G, rows, flat = found
+    geo = match_root(flat)
+    if geo is None or geo.batch0 or (rows is None and (geo.layout != "F" or geo.channels % G)):
+      return None
+    geo.groups, geo.group_rows = G, rows
+    return geo
   if len(root.dims) != 2 or root.opcode != "reshape":
     return None
   if root.operands[0].opcode != "concatenate":

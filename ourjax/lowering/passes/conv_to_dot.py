@@ -26,9 +26,11 @@ larger than ``MAX_PATCH_BYTES`` is built and multiplied in batch chunks that fit
 convolution whose patch matrix of one batch element is larger stays direct), except where the
 backend reads the patches in place and never writes them (``Module.patches_in_place``,
 ``_read_in_place``); every decision is noted.  A grouped convolution (feature or batch groups)
-is first split into one ungrouped convolution per group, each rewritten as above, where each
-group's product fills a GEMM's tiles (``_group_refusal``); narrower groups (depthwise) stay
-direct.
+becomes, where the backend reads patches in place (the GPU) and its groups fill whole copies,
+one product batched over its groups (``_grouped_in_place``, ``_rewrite_grouped``: one kernel
+for every group); elsewhere it is first split into one ungrouped convolution per group, each
+rewritten as above, where each group's product fills a GEMM's tiles (``_group_refusal``);
+narrower groups (depthwise) stay direct.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import math
 
 import numpy as np
 
+from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Instruction, Module
 
 PASS = "conv_to_dot"
@@ -59,7 +62,13 @@ def run(module: Module) -> bool:
     for instr in list(comp.instructions):
       if instr.opcode != "convolution" or instr.parent is not comp:
         continue
-      if _groups(instr) > 1:
+      if _groups(instr) > 1 and module.patches_in_place and _grouped_in_place(
+          instr, module.patch_channel_bytes):
+        new = _rewrite_grouped(Builder.into(comp), instr, module.patch_channel_bytes)
+        kind = "feature" if instr.attrs.get("feature_group_count", 1) > 1 else "batch"
+        module.note(PASS, f"%{instr.name} -> patches @ kernel batched over its "
+                    f"{_groups(instr)} {kind} groups (%{new.name})")
+      elif _groups(instr) > 1:
         why = _group_refusal(instr, module.kernel_fixed_flops)
         if why is not None:
           module.note(PASS, f"%{instr.name} stays a convolution: {why}")
@@ -146,6 +155,81 @@ def _group_refusal(conv: Instruction, kernel_flops: float = 0.0) -> str | None:
   return None
 
 
+def _grouped_in_place(conv: Instruction, channel_bytes: int) -> bool:
+  """Whether the grouped ``conv`` becomes one product batched over its groups whose patches a
+  backend that reads them in place (``Module.patches_in_place``: the GPU's implicit GEMM,
+  ``backends/cuda/implicit_gemm.py``) gathers for every group in one kernel: real floats, and
+  feature groups (a forward convolution, an input gradient) with a slice per kernel position
+  (``patch_layout`` "F") whose group's input channels fill whole ``channel_bytes`` (the
+  16-byte copies; groups are not padded), or batch groups (a weight gradient: each group's
+  rows of the patch matrix are consecutive, either layout).  Any group width: a narrow one
+  fills a tensor-core tile poorly, but one kernel of poor tiles beats the direct loop (and the
+  split's kernel per group).  Batch groups whatever their width: a depthwise convolution's
+  weight gradient (one output feature a group: no tensor-core layout, so a ``SimtDot`` over a
+  written patch matrix) took 8.70 ms batched against 51.55 ms as the direct convolution on an
+  H100 (32x56x56x64, 64 groups, 3x3; JAX 0.16-0.20 ms: it wants a reduction kernel).  Feature
+  groups too narrow for whole copies (a depthwise forward) are left to ``_group_refusal``."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  g, bg = a.get("feature_group_count", 1), a.get("batch_group_count", 1)
+  if (g > 1) == (bg > 1):
+    return False
+  if not _gathered_type(lhs.dtype) or not hlo.is_float(np.dtype(conv.dtype)):
+    return False
+  in_place = _read_in_place(conv)
+  if _refusal(conv, in_place=True) is not None or \
+     (not in_place and _patch_bytes(conv) > MAX_PATCH_BYTES):
+    return False
+  if bg > 1:
+    return True
+  cg = rhs.dims[a["dimension_numbers"][1][1]]
+  return patch_layout(conv) == "F" and (cg * np.dtype(lhs.dtype).itemsize) % channel_bytes == 0
+
+
+def _rewrite_grouped(b: Builder, conv: Instruction, channel_bytes: int) -> Instruction:
+  """The grouped ``conv`` (G groups) as one product batched over the groups, [G, rows, Og]
+  from patches [G, rows, K] and the kernel as [G, Og, K] or [K, G, Og], transposed to the
+  convolution's [N', out..., G * Og] (the output features group by group, as the convolution
+  orders them).  Feature groups (Cg input features each): the patches of all channels
+  (``_rewrite``'s slices, [N * out..., taps, C]) split into [G, N * out..., taps * Cg], the
+  kernel into [G, Og, taps * Cg] (K-major).  Batch groups (N / G batch elements each): the
+  patch matrix's rows, batch element first, split into G consecutive blocks (a reshape), the
+  kernel's output features into [K, G, Og]."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = a["dimension_numbers"]
+  nd = len(lspec) - 2
+  feature = a.get("feature_group_count", 1) > 1
+  G = a["feature_group_count"] if feature else a["batch_group_count"]
+  n, c0 = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
+  ci, o = rhs.dims[rspec[1]], rhs.dims[rspec[0]]
+  og = o // G
+  ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
+  osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
+  taps, nb = math.prod(ksizes), n if feature else n // G
+  m = nb * math.prod(osizes)               # rows of a group's matrix
+  w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
+  if feature:
+    stacked = _stacked_slices(b, conv, c0)                     # [N, out..., taps, C]
+    p = b.reshape(stacked, [m, taps, G, ci])
+    patches = b.reshape(b.transpose(p, [2, 0, 1, 3]), [G, m, taps * ci])
+    w = b.reshape(w, [taps, ci, G, og])
+    w = b.reshape(b.transpose(w, [2, 3, 0, 1]), [G, og, taps * ci])   # (K-major per group)
+    dims = ((2,), (2,), (0,), (0,))
+  else:
+    channels = _padded_channels(conv, channel_bytes if _read_in_place(conv) else 1)
+    c = max(c0, channels)
+    patches = b.reshape(_stacked_slices(b, conv, channels), [G, m, taps * c])
+    if c > c0:
+      w = b.pad(w, b.constant(0, rhs.dtype), [(0, 0, 0)] * nd + [(0, c - c0, 0), (0, 0, 0)])
+    w = b.reshape(w, [taps * c, G, og])
+    dims = ((2,), (0,), (0,), (1,))
+  y = b.dot(patches, w, *dims, preferred_element_type=conv.dtype,
+            operand_precision=a.get("operand_precision"))
+  y = b.reshape(b.transpose(y, [1, 0, 2]), [nb] + osizes + [o])
+  return _to_output_layout(b, y, ospec, nd)
+
+
 def _split_groups(b: Builder, conv: Instruction) -> list[Instruction]:
   """One ungrouped convolution per group of ``conv`` (feature groups: a slice of the input's
   features; batch groups: a slice of its batch; each with its slice of the kernel's output
@@ -188,7 +272,14 @@ def _read_in_place(conv: Instruction) -> bool:
   lspec, rspec, ospec = conv.attrs["dimension_numbers"]
   positions = math.prod(rhs.dims[d] for d in rspec[2:])
   out_spatial = math.prod(conv.dims[d] for d in ospec[2:])
-  return np.dtype(lhs.dtype).kind == "f" and positions <= out_spatial
+  return _gathered_type(lhs.dtype) and positions <= out_spatial
+
+
+def _gathered_type(dt) -> bool:
+  """Whether patches of element type ``dt`` can be gathered in place: floats of 2 bytes or
+  more (bfloat16, whose NumPy kind is not "f", included; not float8 yet)."""
+  dt = np.dtype(dt)
+  return hlo.is_float(dt) and dt.itemsize >= 2
 
 
 def _padded_channels(conv: Instruction, multiple_bytes: int) -> int:
@@ -273,10 +364,35 @@ def _rewrite(b: Builder, conv: Instruction, channels: int) -> Instruction:
   lhs, rhs = conv.operands
   lspec, rspec, ospec = a["dimension_numbers"]
   nd = len(lspec) - 2
+  n, c0 = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
+  c = max(c0, channels)
+  o = rhs.dims[rspec[0]]
+  osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
+  positions = math.prod(rhs.dims[rspec[2 + i]] for i in range(nd))
+  stacked = _stacked_slices(b, conv, channels)
+  patches = b.reshape(stacked, [n * math.prod(osizes), positions * c])
+  w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
+  if c > c0:
+    w = b.pad(w, b.constant(0, rhs.dtype), [(0, 0, 0)] * nd + [(0, c - c0, 0), (0, 0, 0)])
+  w = b.reshape(w, [positions * c, o])
+  y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype,
+            operand_precision=a.get("operand_precision"))
+  y = b.reshape(y, [n] + osizes + [o])
+  return _to_output_layout(b, y, ospec, nd)
+
+
+def _stacked_slices(b: Builder, conv: Instruction, channels: int) -> Instruction:
+  """The patch matrix before its final reshape: the input made channels-last, its channels
+  zero-padded to ``channels``, padded and dilated, then one strided slice per kernel position
+  (layout "F": [N, out..., taps, C]) or one window per output position (layout "W":
+  [N, out positions, taps * C]), concatenated."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = a["dimension_numbers"]
+  nd = len(lspec) - 2
   strides, padding = a["window_strides"], a["padding"]
   ld, rd = a["lhs_dilation"], a["rhs_dilation"]
   n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
-  o = rhs.dims[rspec[0]]
   ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
   osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
   # channels-last input, padded and dilated (negative padding: cropped by the slices)
@@ -308,16 +424,11 @@ def _rewrite(b: Builder, conv: Instruction, channels: int) -> Instruction:
       part = b.slice(x, start, limit, [1] + list(rd) + [1])
       parts.append(b.reshape(part, [n, 1, positions * c]))
     axis = 1
-  stacked = parts[0] if len(parts) == 1 else b.concatenate(parts, axis)
-  patches = b.reshape(stacked, [n * math.prod(osizes), positions * c])
-  w = b.transpose(rhs, [rspec[2 + i] for i in range(nd)] + [rspec[1], rspec[0]])
-  if c > c0:
-    w = b.pad(w, b.constant(0, rhs.dtype), [(0, 0, 0)] * nd + [(0, c - c0, 0), (0, 0, 0)])
-  w = b.reshape(w, [positions * c, o])
-  y = b.dot(patches, w, (1,), (0,), preferred_element_type=conv.dtype,
-            operand_precision=a.get("operand_precision"))
-  y = b.reshape(y, [n] + osizes + [o])
-  # [N, out..., O] -> the convolution's output layout
+  return parts[0] if len(parts) == 1 else b.concatenate(parts, axis)
+
+
+def _to_output_layout(b: Builder, y: Instruction, ospec, nd: int) -> Instruction:
+  """``y`` [N, out..., O] transposed to the convolution's output layout ``ospec``."""
   perm = [0] * (nd + 2)
   perm[ospec[0]], perm[ospec[1]] = 0, nd + 1
   for i in range(nd):
