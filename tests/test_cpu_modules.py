@@ -221,6 +221,30 @@ def test_a_few_kernels_without_control_flow_spread_over_the_cores(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_loop_of_many_kernels_spreads_over_every_core(monkeypatch):
+  """A program with a loop of many kernels (at least twice ``KERNELS_PER_MODULE``: compiled
+  apart from its entry anyway) takes at least a module per core, as a program without
+  control flow does, more than one per ``KERNELS_PER_MODULE`` kernels where the host has
+  more cores than that; NumPy's numbers."""
+  monkeypatch.setattr(os, "cpu_count", lambda: 12)
+  rng = np.random.default_rng(6)
+  x, y = (rng.standard_normal((33, 17)).astype(F32) for _ in range(2))
+
+  def body(i, c):
+    a, b = c
+    for _ in range(3):
+      a, b = _steps(a, b)
+    return a, b
+  exe = ourjax.jit(lambda a, b: lax.fori_loop(0, 2, body, (a, b))).lower(x, y).compile()
+  meta = exe._executable.compiled.meta
+  n = meta["kernels"]
+  assert meta["loops"] and 2 * cpu.KERNELS_PER_MODULE <= n < 12 * cpu.KERNELS_PER_MODULE
+  assert cpu.compile_groups(n, control_flow=True) == 12
+  assert exe._executable.compiled.llvm_ir.count("next module") == 12
+  for got, want in zip(exe(x, y), _steps64(x.astype(np.float64), y.astype(np.float64), 6)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_parallel_kernels_apart_from_their_entry_run_in_all_their_pieces(threads, monkeypatch):
   """The parallel kernels of a program without control flow, compiled apart from its entry,
