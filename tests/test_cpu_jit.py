@@ -207,3 +207,44 @@ def test_object_builds_leave_the_caller_a_core_until_it_waits(monkeypatch):
   go.set()
   waiter.join(30)
   assert out == [[(b"a", "a"), (b"b", "b"), (b"c", "c")]] and len(entered) == 3
+
+
+def test_modules_compiled_apart_hand_the_gil_back_quickly(monkeypatch):
+  """While a module compiles outside llvmlite's lock (``object_apart``, on a builder thread)
+  the interpreter's switch interval is at most ``QUICK_SWITCH_INTERVAL``, so that the thread
+  gets the GIL back soon after each call into LLVM; it is restored when the last such build
+  ends, also when two overlap, and a build on the caller's thread (under the lock) leaves it
+  alone.  The object code is the same."""
+  import sys
+  import threading
+  old = sys.getswitchinterval()
+  seen, inside, release = [], threading.Barrier(3), threading.Event()
+  real = jit._object_steps
+
+  def spy(*a, **k):
+    seen.append(sys.getswitchinterval())
+    if threading.current_thread().name.startswith("build"):
+      inside.wait(30)                       # (both builds are in flight at once)
+      assert release.wait(30)
+    return real(*a, **k)
+
+  monkeypatch.setattr(jit, "_object_steps", spy)
+  mod = jit.new_module("add")
+  _binary_loop(mod, "add", ir.FloatType(), lambda b, x, y: b.fadd(x, y))
+  text = str(mod)
+  jit.compile_to_object(text, keep_ir=False)              # (the caller's own: locked)
+  assert seen == [old]
+  objs = []
+  threads = [threading.Thread(target=lambda: objs.append(jit.object_apart(text, keep_ir=False)),
+                              name=f"build{i}") for i in range(2)]
+  for t in threads:
+    t.start()
+  inside.wait(30)
+  assert abs(sys.getswitchinterval() - min(old, jit.QUICK_SWITCH_INTERVAL)) < 1e-6
+  release.set()
+  for t in threads:
+    t.join(30)
+  assert sys.getswitchinterval() == old
+  assert seen[1:] == pytest.approx([min(old, jit.QUICK_SWITCH_INTERVAL)] * 2, abs=1e-6)
+  assert len(objs) == 2
+  assert objs[0][0] == objs[1][0] and objs[0][0][:4] == b"\x7fELF"
