@@ -246,6 +246,58 @@ def test_a_loop_of_many_kernels_spreads_over_every_core(monkeypatch):
 
 
 @pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("jobs", [False, True])
+def test_a_loop_of_large_kernels_is_compiled_in_a_module_per_core(threads, jobs, monkeypatch):
+  """A program of a few kernels whose loop runs kernels large enough to run in parallel is
+  compiled in a module per core (``backend.SPLIT_HEAVY_LOOPS``), each kernel the loop calls
+  whole beside a wrapper that computes its pointers (``entry._Emission._wrapper``), the
+  larger ones as jobs of the loop's region when they are (``jobs``); on one thread or
+  several the numbers are NumPy's, and the same as the one module's."""
+  from ourjax.backends.cpu import entry
+  monkeypatch.setattr(os, "cpu_count", lambda: 3)
+  if jobs:
+    monkeypatch.setattr(entry, "LOOP_JOB_MIN_WORK", 1 << 12)
+  old = cpu.num_threads()
+  cpu.set_num_threads(threads)
+  rng = np.random.default_rng(7)
+  x, y = (rng.standard_normal((160, 130)).astype(F32) for _ in range(2))
+
+  def body(i, c):
+    a, b, s = c
+    a = jnp.tanh(a * s + jnp.roll(b, 1, axis=1)) - 0.5 * jnp.roll(a, -1, axis=0)
+    b = b * 0.9 + a * jnp.exp(-a * a)
+    return a, b, s * 0.75 + jnp.mean(a) * 0.01
+
+  def f(a, b):
+    return lax.fori_loop(0, 3, body, (a, b, F32(1.25)))
+
+  def f64(a, b):
+    s = 1.25
+    for _ in range(3):
+      a = np.tanh(a * s + np.roll(b, 1, axis=1)) - 0.5 * np.roll(a, -1, axis=0)
+      b = b * 0.9 + a * np.exp(-a * a)
+      s = s * 0.75 + a.mean() * 0.01
+    return a, b, s
+  try:
+    exe = ourjax.jit(f).lower(x, y).compile()._executable
+    meta, text = exe.compiled.meta, exe.compiled.llvm_ir
+    n = meta["kernels"]
+    assert meta["loops"] and n < 2 * cpu.KERNELS_PER_MODULE
+    assert text.count("next module") == cpu.compile_groups(n) > 0
+    assert '_w"(' in text                   # (the loop's kernels, called through wrappers)
+    assert bool(meta["regions"]) == jobs
+    got = [np.asarray(o) for o in exe(x, y)]
+    monkeypatch.setattr(cpu, "SPLIT_HEAVY_LOOPS", False)
+    one = ourjax.jit(lambda a, b: f(a, b)).lower(x, y).compile()._executable
+    assert one.compiled.llvm_ir.count("next module") == 0
+    for g, o, w in zip(got, one(x, y), f64(x.astype(np.float64), y.astype(np.float64))):
+      np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+      np.testing.assert_array_equal(g, np.asarray(o))
+  finally:
+    cpu.set_num_threads(old)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
 def test_parallel_kernels_apart_from_their_entry_run_in_all_their_pieces(threads, monkeypatch):
   """The parallel kernels of a program without control flow, compiled apart from its entry,
   have their piece count in their code (``kernels.PIECES_ONLY_ATTR``): every piece is still

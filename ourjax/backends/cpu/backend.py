@@ -31,7 +31,8 @@ Compilation:
    identical kernels are emitted once and called for each: a kernel whose planned
    description (``llvm/kernel_key.py``) was met before is not emitted at all, and the others
    are also keyed by their IR text once the name is blanked (``llvm/dedupe.py``).  A program
-   of many kernels, or of a few and no loop or conditional (at least a module per core), puts
+   of many kernels, or of a few and no loop or conditional, or loops of large kernels
+   (``SPLIT_HEAVY_LOOPS``: at least a module per core), puts
    them in several LLVM modules (``compile_groups``, consecutive runs of about equal size),
    optimised and code-generated at once on
    several threads outside llvmlite's lock (``jit.ObjectBuilds``: the kernel modules start as
@@ -267,9 +268,12 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     planner.n_params, planner.n_outputs = nparams, len(outs)
     # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then
     # the profiling counters)
-    groups = compile_groups(len(planner.kernels), _entry.has_control_flow(steps))
-    region_bytes = _entry.control_bytes(steps, groups > 0) - _profile_offset(steps)
-    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, groups > 0)) \
+    # (a program whose loops run large kernels is split as one without control flow is)
+    groups = compile_groups(len(planner.kernels), _entry.has_control_flow(steps) and not (
+        SPLIT_HEAVY_LOOPS and _entry.heavy_control_flow(steps)))
+    apart = all_jobs(len(planner.kernels), groups)
+    region_bytes = _entry.control_bytes(steps, apart) - _profile_offset(steps)
+    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, apart)) \
         if profile else (None, None)
     extra = region_bytes + profiling.counter_bytes(prof_meta)
     # (small temporaries of thread 0 in a program with loops live on its stack, where LLVM
@@ -307,7 +311,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     em = _entry._Emission(planner, steps, arena_slot, groups,
                           OBJECT_MODE, ENTRY_OPTNONE,
                           None if prof_meta is None else (prof_meta["offset"], prof_index),
-                          kernels_done if builds is not None else None, stack)
+                          kernels_done if builds is not None else None, stack, apart)
   # (the pool runs a module with a parallel kernel at the top level or in its control flow)
   parallel = any(s.parallel for s in steps) or em.n_regions > 0
   symbols = list(gemms)
@@ -334,7 +338,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
              for m in [em.mod] + em.kernel_mods]
   # (the names the modules define for one another: the kernels, and the helpers they share)
   names = ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
-           if em.kernel_mods else [])
+           + [w.name for w in em.wrappers.values()] if em.kernel_mods else [])
   for m in [em.mod] + em.kernel_mods:
     irtools.release(m)
   return meta, texts, names
@@ -350,7 +354,8 @@ cache_dir = disk_cache.cache_dir
 #: hundreds of kernels spent most of their compile time there.  A program with loops or
 #: conditionals of fewer kernels than twice this stays in one module, where its kernels are
 #: inlined into the loops and branches that call them (apart, each parallel kernel there runs
-#: as a job of its region, ``entry._is_job``, which cost small loop bodies time).
+#: as a job of its region, ``entry._is_job``, which cost small loop bodies time), unless its
+#: loops run large kernels (``SPLIT_HEAVY_LOOPS``).
 KERNELS_PER_MODULE = 8
 
 
@@ -379,6 +384,27 @@ def compile_groups(n_kernels: int, control_flow: bool = False) -> int:
   if groups or (not control_flow and ENTRY_OPTNONE):
     groups = max(groups, min(cores, n_kernels))
   return groups
+
+
+def all_jobs(n_kernels: int, groups: int) -> bool:
+  """Whether every parallel kernel inside a loop or conditional runs as a job of its region
+  (``entry._is_job``): where many kernels are compiled apart (``compile_groups``).  A loop
+  program of fewer kernels compiled apart (``SPLIT_HEAVY_LOOPS``) keeps the jobs it would have
+  beside its entry."""
+  return groups > 0 and n_kernels >= 2 * KERNELS_PER_MODULE
+
+
+#: A program of a few kernels whose loops or conditionals run kernels large enough to run in
+#: parallel (``entry.heavy_control_flow``) is compiled as one without control flow is, a module
+#: per core (``compile_groups``), instead of one module with its kernels inlined into its
+#: loops: each kernel its loops call whole gets a wrapper beside it that computes its
+#: pointers as the entry would (``entry._Emission._wrapper``), so LLVM compiles it as it did
+#: inlined (the RK4 scan's two large kernels, apart with only their noalias arguments,
+#: vectorised their rolls with gathers: 11 -> 30 ms a step).  LLVM's 135 ms of CPU on the RK4
+#: scan's one module became 10 + 66 + 76 ms in three (2-core host, thread time), the step
+#: as fast; loops of small kernels (scalar while loops) stay inlined, where their state lives
+#: in registers.
+SPLIT_HEAVY_LOOPS = True
 
 
 def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:

@@ -99,8 +99,8 @@ def _scratch_slots(kernel):
 
 def _is_job(kernel, apart: bool) -> bool:
   """Whether ``kernel``, inside a loop or conditional, runs as a job of its region.  ``apart``:
-  the kernels are compiled in modules of their own (``backend.compile_groups``), where no
-  call of them is inlined anyway: there every parallel kernel is a job."""
+  the program's many kernels are compiled in modules of their own (``backend.all_jobs``),
+  where no call of them is inlined anyway: there every parallel kernel is a job."""
   if not kernel.parallel:
     return False
   if apart:
@@ -108,6 +108,37 @@ def _is_job(kernel, apart: bool) -> bool:
   if isinstance(kernel, K.CopyKernel):
     return kernel.dst.nbytes >= LOOP_JOB_MIN_COPY_BYTES
   return kernel.work >= LOOP_JOB_MIN_WORK
+
+
+def _inner_kernels(steps) -> list:
+  """The kernels inside the loops and conditionals of ``steps`` (any depth)."""
+  out = []
+
+  def walk(steps, inner):
+    for s in steps:
+      if isinstance(s, KernelStep):
+        if inner:
+          out.append(s.kernel)
+      elif isinstance(s, WhileStep):
+        walk(s.cond_steps, True)
+        walk(s.body_steps, True)
+      elif isinstance(s, CondStep):
+        for br in s.branches:
+          walk(br, True)
+  walk(steps, False)
+  return out
+
+
+def _inner_whole_kernels(steps, apart: bool) -> set:
+  """ids of the kernels that loops and conditionals call whole (not jobs, ``_is_job``)."""
+  return {id(k) for k in _inner_kernels(steps) if not _is_job(k, apart)}
+
+
+def heavy_control_flow(steps) -> bool:
+  """Whether a loop or conditional among ``steps`` runs a kernel large enough to run in
+  parallel (``Kernel.parallel``): its program is compiled in several modules
+  (``backend.SPLIT_HEAVY_LOOPS``)."""
+  return any(k.parallel for k in _inner_kernels(steps))
 
 
 def has_control_flow(steps) -> bool:
@@ -451,10 +482,13 @@ class _Emission:
   {id(kernel or step): item}) of the profiling instrumentation.  ``kernels_done(emission,
   module)``, when given, is called for each kernel module as soon as it is complete (the
   kernels are emitted in order, each module taking the next run of them: the backend starts
-  compiling a module while the next ones and the entry are emitted)."""
+  compiling a module while the next ones and the entry are emitted).  ``apart``: every
+  parallel kernel in a loop or conditional is a job (``backend.all_jobs``; default: when
+  there are kernel modules)."""
 
   def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
-               optnone: bool, profile=None, kernels_done=None, stack=frozenset()):
+               optnone: bool, profile=None, kernels_done=None, stack=frozenset(),
+               apart=None):
     import llvmlite.ir as ir
     from ourjax.backends.cpu import jit
     self.ir = ir
@@ -466,7 +500,15 @@ class _Emission:
     # kernels in modules of their own (compiled at once on several threads), the entry calling
     # them by name; a small module keeps its kernels beside the entry
     self.kernel_mods = []
-    self.apart = bool(groups)
+    self.apart = bool(groups) if apart is None else apart
+    self.object_mode = object_mode
+    # a program with control flow compiled apart without making every parallel kernel in it a
+    # job (``backend.SPLIT_HEAVY_LOOPS``): each kernel its loops and conditionals call whole
+    # is emitted afresh beside a wrapper (``_wrapper``, what the entry calls) that computes its
+    # pointers as the entry would, so LLVM inlines it there and compiles it as it did inlined
+    # into the entry; a parallel one among them is emitted whole (``kernels.WHOLE_ATTR``)
+    self.wrappers = {}      # id(kernel) -> the entry's declaration of its wrapper
+    wrap = _inner_whole_kernels(steps, self.apart) if groups and not self.apart else set()
     # helper functions that kernels in several modules call (block epilogues alike): defined
     # in one module, declared in the others (gemm_im2col.HELPERS_ATTR)
     self.helpers = {}
@@ -477,6 +519,7 @@ class _Emission:
       # (without loops and conditionals a parallel kernel is only called in its pieces,
       # emit_top: its piece count is a constant of its code, as beside the entry)
       setattr(m, K.PIECES_ONLY_ATTR, not has_control_flow(steps))
+      setattr(m, K.WHOLE_ATTR, wrap)
       self.kernel_mods.append(m)
     # identical kernels (same body on the same shapes) are emitted once and shared: a kernel
     # whose planned description (kernel_key) was met before is not emitted at all, and the
@@ -494,8 +537,8 @@ class _Emission:
     for k in planner.kernels:
       h = _kk.kernel_head(k)
       heads[h] = heads.get(h, 0) + 1
-    pkeys = [kernel_key(k, key_memo) if h is not None and heads[h] > 1 else None
-             for k, h in ((k, _kk.kernel_head(k)) for k in planner.kernels)]
+    pkeys = [kernel_key(k, key_memo) if h is not None and heads[h] > 1 and id(k) not in wrap
+             else None for k, h in ((k, _kk.kernel_head(k)) for k in planner.kernels)]
     est = _size_estimates(planner.kernels, pkeys) if groups else []
     left = sum(est)           # (estimated size of the kernels not emitted yet)
     done_est = done = 0       # (estimated and actual size, in instructions, of those emitted)
@@ -510,6 +553,18 @@ class _Emission:
         g += 1
       left -= e
       done_est += e
+      if id(k) in wrap:       # (emitted afresh, not shared: its wrapper has its pointers)
+        m = self.kernel_mods[g]
+        fn = k.emit(m)
+        if _only_calls_out(fn):
+          fn.attributes.add("noinline")
+          fn.attributes.add("optnone")
+        w = self._wrapper(m, k, fn)
+        self.n_distinct += 1
+        done += sum(len(blk.instructions) for blk in fn.blocks)
+        self.fns[id(k)] = fn
+        self.wrappers[id(k)] = ir.Function(self.mod, w.function_type, name=w.name)
+        continue
       first = planned.get(pkey) if pkey is not None else None
       if first is not None and not _kk.CHECK:
         self.fns[id(k)] = first
@@ -652,11 +707,61 @@ class _Emission:
     self.ptr_cache[id(buf)] = p
     return p
 
+  def _wrapper(self, m, kernel, fn):
+    """``void <kernel>_w(i8** slots, i64 tid)`` in module ``m``, beside ``fn`` (the kernel,
+    made internal): calls it whole with the pointers ``ptr`` computes in the entry (from the
+    slots the entry is called with: parameters' and outputs' data, constants, the arena),
+    and the calling thread's area of per-thread scratch (``call_kernel``)."""
+    ir = self.ir
+    fn.linkage = "internal"
+    w = ir.Function(m, ir.FunctionType(ir.VoidType(), [E.I8.as_pointer().as_pointer(), E.I64]),
+                    name=kernel.name + "_w")
+    b = ir.IRBuilder(w.append_basic_block("entry"))
+    args, tid = w.args
+    data, arena = {}, []
+
+    def slot_data(slot):
+      if slot not in data:
+        obj = b.load(b.gep(args, [E.i64(slot)]))
+        if self.object_mode:      # (the slot holds a NumPy array: its data pointer)
+          obj = b.load(b.bitcast(b.gep(obj, [E.i64(_DATA_OFFSET)]),
+                                 E.I8.as_pointer().as_pointer()))
+        data[slot] = obj
+      return data[slot]
+    ptrs = []
+    for x in kernel.buffers:
+      if x.kind in ("param", "output"):
+        raw = slot_data(x.slot)
+      elif x.kind == "const":
+        raw = b.load(b.gep(args, [E.i64(x.slot)]))
+      elif x.home is not None:
+        raw = b.gep(b.bitcast(slot_data(x.home), E.I8.as_pointer()), [E.i64(x.offset)])
+      else:
+        if not arena:
+          arena.append(b.load(b.gep(args, [E.i64(self.arena_slot)])))
+        raw = b.gep(arena[0], [E.i64(x.offset)])
+      p = b.bitcast(raw, K._ptr_type(x))
+      if x.slot_bytes is not None:
+        off = b.mul(tid, E.i64(x.slot_bytes))
+        extra = (x.first_slot_bytes or x.slot_bytes) - x.slot_bytes
+        if extra:
+          off = b.add(off, b.select(b.icmp_signed(">", tid, E.i64(0)), E.i64(extra),
+                                    E.i64(0)))
+        p = b.gep(p, [off])
+      ptrs.append(p)
+    b.call(fn, ptrs + [E.i64(0), E.i64(1)])
+    b.ret_void()
+    return w
+
   def call_kernel(self, kernel, tid, nthreads, pieces=False):
     """Call ``kernel``'s piece ``tid`` of ``nthreads`` (``pieces``: a piece of a region's job,
     through the kernel's piece function where it has one).  Scratch of one area per thread
     (``Buf.slot_bytes``) is passed as the calling thread's own area (the thread claims pieces
     only if it has one: ``_scratch_slots``)."""
+    w = self.wrappers.get(id(kernel))
+    if w is not None and not pieces:
+      self.b.call(w, [self.args, self.tid])
+      return
     fn = self.fns[id(kernel)]
     if pieces:
       fn = self.piece_fns.get(id(fn), fn)

@@ -146,7 +146,8 @@ class Kernel:
     b = ir.IRBuilder(entry)
     ptrs = {id(x): a for x, a in zip(self.buffers, fn.args)}
     tid, nthreads = fn.args[-2], fn.args[-1]
-    if not self.parallel and not str(module.triple or "").startswith("nvptx"):
+    if ((not self.parallel or id(self) in getattr(module, WHOLE_ATTR, ()))
+        and not str(module.triple or "").startswith("nvptx")):
       # (on the CPU a serial kernel is only ever called as piece 0 of 1, cpu/entry.py: its
       # loops get constant bounds, which LLVM folds, unrolls and unswitches on as when it
       # inlines the call into an entry beside it, also where the entry lives in another
@@ -170,6 +171,11 @@ class Kernel:
 #: The attribute of an ``ir.Module`` that says its parallel kernels are only called in their
 #: ``chunks`` pieces (never whole), so ``Kernel.emit`` makes the piece count a constant.
 PIECES_ONLY_ATTR = "_ourjax_pieces_only"
+
+#: The attribute of an ``ir.Module``: ids of the parallel kernels it holds that are only ever
+#: called whole, as piece 0 of 1 (cpu/entry.py: called by a loop, not as a job), whose loops
+#: then get constant bounds as a serial kernel's do.
+WHOLE_ATTR = "_ourjax_whole"
 
 
 def partition(b, total: int, tid, nthreads, align: int = 1):
