@@ -77,11 +77,11 @@ def test_programs_of_many_kernels_compile_in_several_modules(tmp_path, monkeypat
 
 
 def test_kernel_modules_compile_while_the_entry_is_emitted(monkeypatch):
-  """A program of several modules hands each kernel module to LLVM (``jit.ObjectBuilds``) as
-  soon as its kernels are emitted: the modules take consecutive runs of the kernels, and the
-  first is compiling while later kernels are emitted, all before the entry is emitted; the
-  entry's module follows, the objects are packed in module order, and the numbers are
-  NumPy's."""
+  """A program of several modules hands its entry's module to LLVM (``jit.ObjectBuilds``)
+  first, before any kernel is emitted (it declares the kernels by their own names), then each
+  kernel module as soon as its kernels are emitted: the modules take consecutive runs of the
+  kernels, and the first is compiling while later kernels are emitted; the objects are packed
+  in module order, and the numbers are NumPy's."""
   import re
 
   from ourjax.backends.cpu import entry as cpu_entry
@@ -119,9 +119,10 @@ def test_kernel_modules_compile_while_the_entry_is_emitted(monkeypatch):
   groups = exe.compiled.llvm_ir.count("next module")
   assert groups >= 2
   steps = [e for e in events if e != "kernel"]
-  assert steps == ["kernels"] * groups + ["emit entry", "entry"]
+  assert steps == ["emit entry", "entry"] + ["kernels"] * groups
+  assert events.index("entry") < events.index("kernel")
   assert events.index("kernels") < len(events) - 1 - events[::-1].index("kernel")
-  defined = [re.findall(r'^define void @"(k[^"]*)"', t, re.M) for t in texts[:groups]]
+  defined = [re.findall(r'^define void @"(k[^"]*)"', t, re.M) for t in texts[1:]]
   assert [n for d in defined for n in d] == [n for n in emitted if any(n in d for d in defined)]
   assert exe.compiled.llvm_ir.split("\n; ---- next module ----\n")[0].count(
       'define i32 @"ourjax_entry"') == 1
@@ -154,6 +155,13 @@ def test_identical_kernels_are_compiled_once(per_module, monkeypatch):
   exe = ourjax.jit(lambda *v: [_chain(x) for x in v]).lower(*xs).compile()._executable
   meta = exe.compiled.meta
   assert meta["kernels"] >= 6 and meta["distinct_kernels"] < meta["kernels"]
+  if per_module is not None:
+    # (apart, the entry calls each kernel by its own name: one alike an earlier one is a
+    # thunk, a call and a return, to it, in whichever module)
+    bodies = [d.split("\n}")[0].strip().splitlines()
+              for d in exe.compiled.llvm_ir.split('define void @"k')[1:]]
+    assert len(bodies) == meta["kernels"]
+    assert sum(len(b) > 5 for b in bodies) == meta["distinct_kernels"]
   for got, x in zip(exe(*xs), xs):
     np.testing.assert_allclose(got, (np.tanh(x.astype(np.float64)) * 1.5 + 1).sum(0),
                                rtol=1e-5, atol=1e-5)

@@ -482,13 +482,14 @@ class _Emission:
   {id(kernel or step): item}) of the profiling instrumentation.  ``kernels_done(emission,
   module)``, when given, is called for each kernel module as soon as it is complete (the
   kernels are emitted in order, each module taking the next run of them: the backend starts
-  compiling a module while the next ones and the entry are emitted).  ``apart``: every
-  parallel kernel in a loop or conditional is a job (``backend.all_jobs``; default: when
-  there are kernel modules)."""
+  compiling a module while the next ones are emitted).  ``apart``: every parallel kernel in a
+  loop or conditional is a job (``backend.all_jobs``; default: when there are kernel
+  modules).  ``entry_done(emission)``, when given with kernel modules, is called once the
+  entry is emitted, before the kernels (``backend.ENTRY_FIRST``)."""
 
   def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
                optnone: bool, profile=None, kernels_done=None, stack=frozenset(),
-               apart=None):
+               apart=None, entry_done=None):
     import llvmlite.ir as ir
     from ourjax.backends.cpu import jit
     self.ir = ir
@@ -497,6 +498,7 @@ class _Emission:
     self.steps = steps
     self.arena_slot = arena_slot
     self.fns = {}
+    self.piece_fns = {}     # (beside the entry: the jobs' piece functions, below)
     # kernels in modules of their own (compiled at once on several threads), the entry calling
     # them by name; a small module keeps its kernels beside the entry
     self.kernel_mods = []
@@ -527,7 +529,7 @@ class _Emission:
     # consecutive runs of the kernels, of about equal size (``_size_estimates``, corrected as
     # the kernels are emitted; LLVM's time grows with a module's instructions, and the modules
     # compile at once), so that each is handed to LLVM (``kernels_done``) as soon as its run is
-    # emitted, while the next ones and the entry are emitted
+    # emitted, while the next ones are emitted
     kept, memos, planned, key_memo = {}, {}, {}, {}
     self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
     self.n_distinct = 0
@@ -540,6 +542,23 @@ class _Emission:
     pkeys = [kernel_key(k, key_memo) if h is not None and heads[h] > 1 and id(k) not in wrap
              else None for k, h in ((k, _kk.kernel_head(k)) for k in planner.kernels)]
     est = _size_estimates(planner.kernels, pkeys) if groups else []
+    # a program compiled apart: its entry is emitted first and handed to LLVM (``entry_done``)
+    # while the kernels are emitted; it calls each kernel by the kernel's own name (one alike
+    # an earlier one is a thunk to it, ``_thunk``), declared here
+    names = [k.name for k in planner.kernels]
+    self.entry_first = bool(groups) and len(set(names)) == len(names)
+    if self.entry_first:
+      for k in planner.kernels:
+        fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in k.buffers] + [E.I64] * 2)
+        if id(k) in wrap:
+          self.wrappers[id(k)] = ir.Function(
+              self.mod, ir.FunctionType(ir.VoidType(), [E.I8.as_pointer().as_pointer(), E.I64]),
+              name=k.name + "_w")
+        else:
+          self.fns[id(k)] = ir.Function(self.mod, fty, name=k.name)
+      self._emit_entry(planner, steps, object_mode, optnone, profile, stack)
+      if entry_done is not None:
+        entry_done(self)
     left = sum(est)           # (estimated size of the kernels not emitted yet)
     done_est = done = 0       # (estimated and actual size, in instructions, of those emitted)
     g = 0
@@ -562,12 +581,15 @@ class _Emission:
         w = self._wrapper(m, k, fn)
         self.n_distinct += 1
         done += sum(len(blk.instructions) for blk in fn.blocks)
-        self.fns[id(k)] = fn
-        self.wrappers[id(k)] = ir.Function(self.mod, w.function_type, name=w.name)
+        if not self.entry_first:
+          self.wrappers[id(k)] = ir.Function(self.mod, w.function_type, name=w.name)
         continue
       first = planned.get(pkey) if pkey is not None else None
       if first is not None and not _kk.CHECK:
-        self.fns[id(k)] = first
+        if self.entry_first:
+          self._thunk(self.kernel_mods[g], k, first)
+        else:
+          self.fns[id(k)] = first
         self.n_unemitted += 1
         continue
       m = self.kernel_mods[g] if groups else self.mod
@@ -584,14 +606,20 @@ class _Emission:
         raise AssertionError(f"kernel_key gave kernels {k.name} and {first.name} one key, "
                              f"but their IR differs:\n{text}")
       if same is not None:
-        dedupe.drop_function(fn)
-        self.fns[id(k)] = same
+        if self.entry_first:
+          self._thunk(m, k, same, fn)
+        else:
+          dedupe.drop_function(fn)
+          self.fns[id(k)] = same
         if pkey is not None:
           planned.setdefault(pkey, same)
         continue
       self.n_distinct += 1
       self.texts.setdefault(id(m), {})[fn.name] = text
-      if groups:
+      if self.entry_first:
+        done += sum(len(blk.instructions) for blk in fn.blocks)
+        fn = self.fns[id(k)]                # (the entry's declaration, by the same name)
+      elif groups:
         done += sum(len(blk.instructions) for blk in fn.blocks)
         fn = ir.Function(self.mod, fn.function_type, name=fn.name)
       kept[key] = self.fns[id(k)] = fn
@@ -600,7 +628,6 @@ class _Emission:
     # a kernel that runs as a job of a region gets a second function for its pieces when the
     # kernels are beside the entry: the serial copy of the region's code then calls the first
     # from one place, and LLVM inlines and specialises it there as without the region
-    self.piece_fns = {}
     while groups and g < groups:
       if kernels_done is not None:
         kernels_done(self, self.kernel_mods[g])
@@ -615,6 +642,31 @@ class _Emission:
         finally:
           k.name = name
         self.piece_fns[id(self.fns[id(k)])] = fn
+    if not self.entry_first:
+      self._emit_entry(planner, steps, object_mode, optnone, profile, stack)
+
+  def _thunk(self, m, kernel, target, fn=None) -> None:
+    """Define ``kernel``'s name in module ``m`` as a call of ``target`` (the entry's
+    declaration of the alike kernel that is emitted), declared in ``m`` where needed; ``fn``:
+    the kernel's own function in ``m``, emitted and found alike, whose body it replaces."""
+    ir = self.ir
+    fty = target.function_type
+    callee = m.globals.get(target.name)
+    if callee is None:
+      callee = ir.Function(m, fty, name=target.name)
+    if fn is None:
+      fn = ir.Function(m, fty, name=kernel.name)
+    else:
+      fn.blocks.clear()
+    fn.linkage = ""
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.call(callee, list(fn.args))
+    b.ret_void()
+
+  def _emit_entry(self, planner, steps, object_mode, optnone, profile, stack) -> None:
+    """The entry function ``ENTRY`` in ``self.mod``: the steps in order (``emit_top``),
+    calling the kernels through ``self.fns`` and ``self.wrappers``."""
+    ir = self.ir
     # (a program with parallel steps calls the waiting helpers of the process's runtime
     # library, cpu/threads.py, declared here: compiling a copy per program cost ~20 ms of LLVM)
     self.runtime = _uses_threads(steps) and threads.runtime_library() is not None
@@ -635,7 +687,7 @@ class _Emission:
     self.b = b
     args, self.tid, self.nthreads = entry.args
     self.args = args
-    self.arena = b.load(b.gep(args, [E.i64(arena_slot)]))
+    self.arena = b.load(b.gep(args, [E.i64(self.arena_slot)]))
     self.ctl = b.bitcast(self.arena, E.I32.as_pointer())
     self.ptr_cache = {}
     self.stack = stack      # ids of the temporaries on thread 0's stack (stack_buffers)
