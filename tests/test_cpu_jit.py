@@ -207,3 +207,70 @@ def test_object_builds_leave_the_caller_a_core_until_it_waits(monkeypatch):
   go.set()
   waiter.join(30)
   assert out == [[(b"a", "a"), (b"b", "b"), (b"c", "c")]] and len(entered) == 3
+
+
+def test_modules_compiled_apart_hand_the_gil_back_quickly(monkeypatch):
+  """While a module compiles outside llvmlite's lock (``object_apart``, on a builder thread)
+  the interpreter's switch interval is at most ``QUICK_SWITCH_INTERVAL``, so that the thread
+  gets the GIL back soon after each call into LLVM; it is restored when the last such build
+  ends, also when two overlap, and a build on the caller's thread (under the lock) leaves it
+  alone.  The object code is the same."""
+  import sys
+  import threading
+  old = sys.getswitchinterval()
+  seen, inside, release = [], threading.Barrier(3), threading.Event()
+  real = jit._object_steps
+
+  def spy(*a, **k):
+    seen.append(sys.getswitchinterval())
+    if threading.current_thread().name.startswith("build"):
+      inside.wait(30)                       # (both builds are in flight at once)
+      assert release.wait(30)
+    return real(*a, **k)
+
+  monkeypatch.setattr(jit, "_object_steps", spy)
+  mod = jit.new_module("add")
+  _binary_loop(mod, "add", ir.FloatType(), lambda b, x, y: b.fadd(x, y))
+  text = str(mod)
+  jit.compile_to_object(text, keep_ir=False)              # (the caller's own: locked)
+  assert seen == [old]
+  objs = []
+  threads = [threading.Thread(target=lambda: objs.append(jit.object_apart(text, keep_ir=False)),
+                              name=f"build{i}") for i in range(2)]
+  for t in threads:
+    t.start()
+  inside.wait(30)
+  assert abs(sys.getswitchinterval() - min(old, jit.QUICK_SWITCH_INTERVAL)) < 1e-6
+  release.set()
+  for t in threads:
+    t.join(30)
+  assert sys.getswitchinterval() == old
+  assert seen[1:] == pytest.approx([min(old, jit.QUICK_SWITCH_INTERVAL)] * 2, abs=1e-6)
+  assert len(objs) == 2
+  assert objs[0][0] == objs[1][0] and objs[0][0][:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_unoptimised_modules_are_checked_for_the_hazard_only_with_a_shuffle(n, monkeypatch):
+  """A module code-generated at O0 (an entry in a module of its own) is looked at for the
+  select-of-shuffled-select hazard only when its text has a shuffle (at O0 LLVM makes none):
+  the reproducer still is, and gives NumPy's values; a module without shuffles is not
+  printed for it."""
+  real, looked = jit.masked_select_hazard, []
+  monkeypatch.setattr(jit, "masked_select_hazard", lambda t: looked.append(t) or real(t))
+  mod = jit.new_module("add")
+  _binary_loop(mod, "add", ir.FloatType(), lambda b, x, y: b.fadd(x, y))
+  jit.object_apart(str(mod), 0, keep_ir=False)
+  assert looked == []
+  obj, _ = jit.object_apart(_select_shuffle_select(n), 0, keep_ir=False)
+  assert len(looked) == int(jit._has_avx512(jit._setup()))
+  assert all(real(t) for t in looked)
+  f = jit.load_object(obj, ["f"]).ctypes_function("f", None, [ctypes.c_void_p] * 6)
+  rng = np.random.default_rng(n)
+  x = rng.integers(0, 2, n).astype(np.float32)
+  y = np.zeros(n, np.float32)
+  a, b, d = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+  out = np.empty(n, np.float32)
+  f(*(v.ctypes.data for v in (x, y, a, b, d, out)))
+  c = x == y
+  np.testing.assert_array_equal(out, np.where(c, np.where(c, a, b)[::-1], d))

@@ -71,7 +71,11 @@ def test_scalar_carries_leave_the_arena(no_disk_cache, monkeypatch):
 def test_stack_buffers_are_only_thread_0s(no_disk_cache, monkeypatch):
   """A scalar carry that a parallel kernel of the loop body reads (its pieces run on other
   threads, which cannot see thread 0's stack) stays in the arena; the others go to the
-  stack.  Several thread counts give the same bits and the float64 NumPy result."""
+  stack.  Several thread counts give the same bits and the float64 NumPy result.  (The
+  kernels beside the entry: a loop of parallel kernels is otherwise compiled apart,
+  ``backend.SPLIT_HEAVY_LOOPS``, where no temporary lives on the stack.)"""
+  from ourjax.backends.cpu import backend
+  monkeypatch.setattr(backend, "SPLIT_HEAVY_LOOPS", False)
   monkeypatch.setattr(kernels, "PARALLEL_MIN_WORK", 512)
   monkeypatch.setattr(entry, "LOOP_JOB_MIN_WORK", 512)
   seen = []

@@ -77,11 +77,11 @@ def test_programs_of_many_kernels_compile_in_several_modules(tmp_path, monkeypat
 
 
 def test_kernel_modules_compile_while_the_entry_is_emitted(monkeypatch):
-  """A program of several modules hands each kernel module to LLVM (``jit.ObjectBuilds``) as
-  soon as its kernels are emitted: the modules take consecutive runs of the kernels, and the
-  first is compiling while later kernels are emitted, all before the entry is emitted; the
-  entry's module follows, the objects are packed in module order, and the numbers are
-  NumPy's."""
+  """A program of several modules hands its entry's module to LLVM (``jit.ObjectBuilds``)
+  first, before any kernel is emitted (it declares the kernels by their own names), then each
+  kernel module as soon as its kernels are emitted: the modules take consecutive runs of the
+  kernels, and the first is compiling while later kernels are emitted; the objects are packed
+  in module order, and the numbers are NumPy's."""
   import re
 
   from ourjax.backends.cpu import entry as cpu_entry
@@ -119,9 +119,10 @@ def test_kernel_modules_compile_while_the_entry_is_emitted(monkeypatch):
   groups = exe.compiled.llvm_ir.count("next module")
   assert groups >= 2
   steps = [e for e in events if e != "kernel"]
-  assert steps == ["kernels"] * groups + ["emit entry", "entry"]
+  assert steps == ["emit entry", "entry"] + ["kernels"] * groups
+  assert events.index("entry") < events.index("kernel")
   assert events.index("kernels") < len(events) - 1 - events[::-1].index("kernel")
-  defined = [re.findall(r'^define void @"(k[^"]*)"', t, re.M) for t in texts[:groups]]
+  defined = [re.findall(r'^define void @"(k[^"]*)"', t, re.M) for t in texts[1:]]
   assert [n for d in defined for n in d] == [n for n in emitted if any(n in d for d in defined)]
   assert exe.compiled.llvm_ir.split("\n; ---- next module ----\n")[0].count(
       'define i32 @"ourjax_entry"') == 1
@@ -154,6 +155,13 @@ def test_identical_kernels_are_compiled_once(per_module, monkeypatch):
   exe = ourjax.jit(lambda *v: [_chain(x) for x in v]).lower(*xs).compile()._executable
   meta = exe.compiled.meta
   assert meta["kernels"] >= 6 and meta["distinct_kernels"] < meta["kernels"]
+  if per_module is not None:
+    # (apart, the entry calls each kernel by its own name: one alike an earlier one is a
+    # thunk, a call and a return, to it, in whichever module)
+    bodies = [d.split("\n}")[0].strip().splitlines()
+              for d in exe.compiled.llvm_ir.split('define void @"k')[1:]]
+    assert len(bodies) == meta["kernels"]
+    assert sum(len(b) > 5 for b in bodies) == meta["distinct_kernels"]
   for got, x in zip(exe(*xs), xs):
     np.testing.assert_allclose(got, (np.tanh(x.astype(np.float64)) * 1.5 + 1).sum(0),
                                rtol=1e-5, atol=1e-5)
@@ -219,6 +227,82 @@ def test_a_few_kernels_without_control_flow_spread_over_the_cores(monkeypatch):
   assert exe.compiled.llvm_ir.count("next module") == 0
   for got, want in zip(exe(x, y), _steps64(x.astype(np.float64), y.astype(np.float64), 3)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_loop_of_many_kernels_spreads_over_every_core(monkeypatch):
+  """A program with a loop of many kernels (at least twice ``KERNELS_PER_MODULE``: compiled
+  apart from its entry anyway) takes at least a module per core, as a program without
+  control flow does, more than one per ``KERNELS_PER_MODULE`` kernels where the host has
+  more cores than that; NumPy's numbers."""
+  monkeypatch.setattr(os, "cpu_count", lambda: 12)
+  rng = np.random.default_rng(6)
+  x, y = (rng.standard_normal((33, 17)).astype(F32) for _ in range(2))
+
+  def body(i, c):
+    a, b = c
+    for _ in range(3):
+      a, b = _steps(a, b)
+    return a, b
+  exe = ourjax.jit(lambda a, b: lax.fori_loop(0, 2, body, (a, b))).lower(x, y).compile()
+  meta = exe._executable.compiled.meta
+  n = meta["kernels"]
+  assert meta["loops"] and 2 * cpu.KERNELS_PER_MODULE <= n < 12 * cpu.KERNELS_PER_MODULE
+  assert cpu.compile_groups(n, control_flow=True) == 12
+  assert exe._executable.compiled.llvm_ir.count("next module") == 12
+  for got, want in zip(exe(x, y), _steps64(x.astype(np.float64), y.astype(np.float64), 6)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("jobs", [False, True])
+def test_a_loop_of_large_kernels_is_compiled_in_a_module_per_core(threads, jobs, monkeypatch):
+  """A program of a few kernels whose loop runs kernels large enough to run in parallel is
+  compiled in a module per core (``backend.SPLIT_HEAVY_LOOPS``), each kernel the loop calls
+  whole beside a wrapper that computes its pointers (``entry._Emission._wrapper``), the
+  larger ones as jobs of the loop's region when they are (``jobs``); on one thread or
+  several the numbers are NumPy's, and the same as the one module's."""
+  from ourjax.backends.cpu import entry
+  monkeypatch.setattr(os, "cpu_count", lambda: 3)
+  if jobs:
+    monkeypatch.setattr(entry, "LOOP_JOB_MIN_WORK", 1 << 12)
+  old = cpu.num_threads()
+  cpu.set_num_threads(threads)
+  rng = np.random.default_rng(7)
+  x, y = (rng.standard_normal((160, 130)).astype(F32) for _ in range(2))
+
+  def body(i, c):
+    a, b, s = c
+    a = jnp.tanh(a * s + jnp.roll(b, 1, axis=1)) - 0.5 * jnp.roll(a, -1, axis=0)
+    b = b * 0.9 + a * jnp.exp(-a * a)
+    return a, b, s * 0.75 + jnp.mean(a) * 0.01
+
+  def f(a, b):
+    return lax.fori_loop(0, 3, body, (a, b, F32(1.25)))
+
+  def f64(a, b):
+    s = 1.25
+    for _ in range(3):
+      a = np.tanh(a * s + np.roll(b, 1, axis=1)) - 0.5 * np.roll(a, -1, axis=0)
+      b = b * 0.9 + a * np.exp(-a * a)
+      s = s * 0.75 + a.mean() * 0.01
+    return a, b, s
+  try:
+    exe = ourjax.jit(f).lower(x, y).compile()._executable
+    meta, text = exe.compiled.meta, exe.compiled.llvm_ir
+    n = meta["kernels"]
+    assert meta["loops"] and n < 2 * cpu.KERNELS_PER_MODULE
+    assert text.count("next module") == cpu.compile_groups(n) > 0
+    assert '_w"(' in text                   # (the loop's kernels, called through wrappers)
+    assert bool(meta["regions"]) == jobs
+    got = [np.asarray(o) for o in exe(x, y)]
+    monkeypatch.setattr(cpu, "SPLIT_HEAVY_LOOPS", False)
+    one = ourjax.jit(lambda a, b: f(a, b)).lower(x, y).compile()._executable
+    assert one.compiled.llvm_ir.count("next module") == 0
+    for g, o, w in zip(got, one(x, y), f64(x.astype(np.float64), y.astype(np.float64))):
+      np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+      np.testing.assert_array_equal(g, np.asarray(o))
+  finally:
+    cpu.set_num_threads(old)
 
 
 @pytest.mark.parametrize("threads", [1, 3])

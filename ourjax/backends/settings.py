@@ -29,6 +29,7 @@ __all__ = ["MODULES", "CUDA_MODULES", "pristine", "digest", "watched"]
 
 #: Modules (besides the passes) whose settings the compiled code follows.
 MODULES = ("ourjax.lowering.pipeline", "ourjax.backends.cpu.backend", "ourjax.backends.cpu.entry",
+           "ourjax.backends.cpu.waiting",
            "ourjax.backends.llvm.kernels", "ourjax.backends.llvm.emitter",
            "ourjax.backends.llvm.concat", "ourjax.backends.llvm.dots",
            "ourjax.backends.llvm.attention", "ourjax.backends.llvm.planning")

@@ -31,11 +31,13 @@ Compilation:
    identical kernels are emitted once and called for each: a kernel whose planned
    description (``llvm/kernel_key.py``) was met before is not emitted at all, and the others
    are also keyed by their IR text once the name is blanked (``llvm/dedupe.py``).  A program
-   of many kernels, or of a few and no loop or conditional (at least a module per core), puts
+   of many kernels, or of a few and no loop or conditional, or loops of large kernels
+   (``SPLIT_HEAVY_LOOPS``: at least a module per core), puts
    them in several LLVM modules (``compile_groups``, consecutive runs of about equal size),
    optimised and code-generated at once on
-   several threads outside llvmlite's lock (``jit.ObjectBuilds``: the kernel modules start as
-   soon as their kernels are emitted, while the entry is) and loaded together; the entry,
+   several threads outside llvmlite's lock (``jit.ObjectBuilds``: the entry's module first,
+   ``ENTRY_FIRST``, then each kernel module as soon as its kernels are emitted) and loaded
+   together; the entry,
    then in a module of its own, is not optimised (``ENTRY_SPEED_LEVEL``), nor is a kernel that
    only calls a shared GEMM (``entry._only_calls_out``).  The llvmlite modules are released
    once their text is taken (``irtools.release``: freed by reference counting, not by one
@@ -255,8 +257,10 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
   ``profile``): the entry's module first, then the kernel modules (``compile_groups``), whose
   kernels the entry's module declares by those names (none when there is one module).
   ``early``: a dict of ``jit.ObjectBuilds`` options; given, a program of several modules has
-  its kernel modules compiling (``early["builds"]``, that ObjectBuilds) as soon as they are
-  complete, while the entry is emitted (the caller then submits the entry's, ``texts[0]``)."""
+  its modules compiling (``early["builds"]``, that ObjectBuilds) as soon as they are complete:
+  the entry's first (``ENTRY_FIRST``: ``early["entry_submitted"]``), then the kernel modules
+  as the kernels are emitted (without ``ENTRY_FIRST`` the caller submits the entry's,
+  ``texts[0]``, last)."""
   with _phases.phase("plan"):
     planner, steps, params, outs, aliases = plan_entry(module, _Planner, reorder=True)
     if os.environ.get("OURJAX_CPU_HORIZONTAL", "1") != "0":
@@ -267,9 +271,12 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     planner.n_params, planner.n_outputs = nparams, len(outs)
     # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then
     # the profiling counters)
-    groups = compile_groups(len(planner.kernels), _entry.has_control_flow(steps))
-    region_bytes = _entry.control_bytes(steps, groups > 0) - _profile_offset(steps)
-    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, groups > 0)) \
+    # (a program whose loops run large kernels is split as one without control flow is)
+    groups = compile_groups(len(planner.kernels), _entry.has_control_flow(steps) and not (
+        SPLIT_HEAVY_LOOPS and _entry.heavy_control_flow(steps)))
+    apart = all_jobs(len(planner.kernels), groups)
+    region_bytes = _entry.control_bytes(steps, apart) - _profile_offset(steps)
+    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, apart)) \
         if profile else (None, None)
     extra = region_bytes + profiling.counter_bytes(prof_meta)
     # (small temporaries of thread 0 in a program with loops live on its stack, where LLVM
@@ -300,14 +307,29 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     _link_symbols(syms, wait=False)
     with _phases.phase("emit.text"):
       text = dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
-    builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms) + list(em.helpers))
+    builds.submit(text, KERNEL_SPEED_LEVEL, _provided_symbols(syms) + list(em.helpers)
+                  + [f.name for f in em.fns.values()])    # (thunks call kernels elsewhere)
     submitted[id(m)] = text
+
+  def entry_done(em):
+    # the entry's module to LLVM first, while the kernels are emitted (it only declares them:
+    # at O2, the entry of a program with loops took longer than any kernel module, and came
+    # last); it defines nothing the kernel modules call
+    with _phases.phase("emit.text"):
+      text = dedupe.module_text(em.mod, {}, E.finalize_module_text)
+    provided = ([f.name for f in em.fns.values()] + [w.name for w in em.wrappers.values()]
+                + (_provided_symbols([RUNTIME]) if em.runtime else []))
+    level = LOOP_ENTRY_SPEED_LEVEL if _entry.has_loops(steps) else ENTRY_SPEED_LEVEL
+    builds.submit(text, level, provided)
+    submitted[id(em.mod)] = text
+    early["entry_submitted"] = True
 
   with _phases.phase("emit"):
     em = _entry._Emission(planner, steps, arena_slot, groups,
                           OBJECT_MODE, ENTRY_OPTNONE,
                           None if prof_meta is None else (prof_meta["offset"], prof_index),
-                          kernels_done if builds is not None else None, stack)
+                          kernels_done if builds is not None else None, stack, apart,
+                          entry_done if builds is not None and ENTRY_FIRST else None)
   # (the pool runs a module with a parallel kernel at the top level or in its control flow)
   parallel = any(s.parallel for s in steps) or em.n_regions > 0
   symbols = list(gemms)
@@ -333,7 +355,8 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
              dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
              for m in [em.mod] + em.kernel_mods]
   # (the names the modules define for one another: the kernels, and the helpers they share)
-  names = ([em.fns[id(k)].name for k in planner.kernels] + list(em.helpers)
+  names = ([em.fns[id(k)].name for k in planner.kernels if id(k) in em.fns]
+           + list(em.helpers) + [w.name for w in em.wrappers.values()]
            if em.kernel_mods else [])
   for m in [em.mod] + em.kernel_mods:
     irtools.release(m)
@@ -350,7 +373,8 @@ cache_dir = disk_cache.cache_dir
 #: hundreds of kernels spent most of their compile time there.  A program with loops or
 #: conditionals of fewer kernels than twice this stays in one module, where its kernels are
 #: inlined into the loops and branches that call them (apart, each parallel kernel there runs
-#: as a job of its region, ``entry._is_job``, which cost small loop bodies time).
+#: as a job of its region, ``entry._is_job``, which cost small loop bodies time), unless its
+#: loops run large kernels (``SPLIT_HEAVY_LOOPS``).
 KERNELS_PER_MODULE = 8
 
 
@@ -367,16 +391,39 @@ def compile_groups(n_kernels: int, control_flow: bool = False) -> int:
   apart (its piece bounds computed from its arguments instead of constants), and a kernel
   takes 1-30 ms of LLVM: in one module a few kernels took turns on one core while the others
   idled (a 16-core host compiled the 8 kernels of a per-example-gradients step no faster
-  than 2 cores did)."""
+  than 2 cores did).  So does a program with control flow whose kernels are apart anyway
+  (many of them): the LSTM's 73 kernels went in 9 modules on 16 cores, its compile ending
+  with the last module's ~8 kernels on one core."""
   cores = os.cpu_count() or 1
   if cores < 2 or n_kernels < 2:
     return 0
   groups = 0
   if n_kernels >= 2 * KERNELS_PER_MODULE:
     groups = max(2, min(2 * cores, n_kernels // KERNELS_PER_MODULE))
-  if not control_flow and ENTRY_OPTNONE:
+  if groups or (not control_flow and ENTRY_OPTNONE):
     groups = max(groups, min(cores, n_kernels))
   return groups
+
+
+def all_jobs(n_kernels: int, groups: int) -> bool:
+  """Whether every parallel kernel inside a loop or conditional runs as a job of its region
+  (``entry._is_job``): where many kernels are compiled apart (``compile_groups``).  A loop
+  program of fewer kernels compiled apart (``SPLIT_HEAVY_LOOPS``) keeps the jobs it would have
+  beside its entry."""
+  return groups > 0 and n_kernels >= 2 * KERNELS_PER_MODULE
+
+
+#: A program of a few kernels whose loops or conditionals run kernels large enough to run in
+#: parallel (``entry.heavy_control_flow``) is compiled as one without control flow is, a module
+#: per core (``compile_groups``), instead of one module with its kernels inlined into its
+#: loops: each kernel its loops call whole gets a wrapper beside it that computes its
+#: pointers as the entry would (``entry._Emission._wrapper``), so LLVM compiles it as it did
+#: inlined (the RK4 scan's two large kernels, apart with only their noalias arguments,
+#: vectorised their rolls with gathers: 11 -> 30 ms a step).  LLVM's 135 ms of CPU on the RK4
+#: scan's one module became 10 + 66 + 76 ms in three (2-core host, thread time), the step
+#: as fast; loops of small kernels (scalar while loops) stay inlined, where their state lives
+#: in registers.
+SPLIT_HEAVY_LOOPS = True
 
 
 def _dump(d: str, name: str, ir_text: str, optimized: str) -> None:
@@ -412,6 +459,13 @@ LOOP_ENTRY_SPEED_LEVEL = 2
 #: LLVM's optimisation level for the kernels (and for a program compiled as one module).
 KERNEL_SPEED_LEVEL = 3
 
+#: A program compiled in several modules hands its entry's module to LLVM first, before its
+#: kernels are emitted (``entry._Emission``: the entry declares each kernel by its own name, a
+#: kernel alike an earlier one being a thunk to it): the entry of a program with loops is
+#: optimised (``LOOP_ENTRY_SPEED_LEVEL``) and was the last and longest module of the LSTM's
+#: compile (136 ms of LLVM against at most 99 for a kernel module, 2-core host).
+ENTRY_FIRST = True
+
 
 def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (backend API)
             verified: bool = False):
@@ -440,8 +494,8 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
     if exe is not None:
       return exe
   dump = os.environ.get("OURJAX_DUMP")
-  # (a program of several modules: LLVM starts on its kernel modules while the entry is
-  # emitted, see _plan_and_emit)
+  # (a program of several modules: LLVM starts on its entry's module and its kernel modules
+  # while the kernels are emitted, see _plan_and_emit)
   early = {"loop_unrolling": LOOP_UNROLLING, "keep_ir": bool(dump)}
   from ourjax.backends.llvm import gemm_tune
   try:
@@ -468,7 +522,9 @@ def compile(module: hlo.Module, *, profile: bool | None = None,  # noqa: A001  (
       # (the shared GEMMs and the math libraries build meanwhile on threads of their own:
       # linked before loading)
       provided = list(kernel_names) + _provided_symbols(meta["symbols"])
-      if builds is not None and builds.futures:
+      if builds is not None and early.get("entry_submitted"):
+        objs = builds.results()     # (the entry's module first, then the kernel modules)
+      elif builds is not None and builds.futures:
         # the kernel modules are under way: the entry's joins them (objects in module order)
         builds.submit(texts[0], levels[0], provided)
         objs = builds.results()

@@ -27,7 +27,7 @@ Every thread of the pool (``threads.Pool``) calls the entry at once with its ``t
   area, which the thread reuses for every piece it claims; a thread beyond the areas (a pool
   larger than the thread count the program was planned for) claims none of that kernel's
   pieces.
-* Waiting (``_emit_sync``): threads spin ``SPIN_PAUSES`` pauses on a word, then yield their
+* Waiting (``waiting.py``: ``_emit_sync``): threads spin ``SPIN_PAUSES`` pauses on a word, then yield their
   CPU between checks, then sleep on a futex (Linux; elsewhere they keep yielding); whoever
   changes a word that has sleepers wakes them.
 
@@ -37,8 +37,6 @@ finished, sleepers of top-level parallel step ``p``; then ``REGION_BYTES`` per r
 profiling counters (``cpu/profiling.py``).
 """
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 
@@ -54,6 +52,9 @@ __all__ = ["ENTRY", "OBJECT_MODE", "WAIT_SPINS", "REGION_BYTES", "regions", "con
            "has_loops", "has_control_flow", "stack_buffers"]
 
 from ourjax.backends.cpu.executable import ENTRY  # noqa: E402  (the entry point's name)
+# (how the threads wait for one another: cpu/waiting.py; its names are the entry's too)
+from ourjax.backends.cpu.waiting import (  # noqa: E402,F401
+    SPIN_PAUSES, WAIT_SPINS, _declare_sync, _emit_sync, _emit_wait, _futex_syscall)
 
 # ---------------------------------------------------------------------------------------------
 # NumPy arrays as objects: the layout probe lives with the executable (``executable.py``)
@@ -99,8 +100,8 @@ def _scratch_slots(kernel):
 
 def _is_job(kernel, apart: bool) -> bool:
   """Whether ``kernel``, inside a loop or conditional, runs as a job of its region.  ``apart``:
-  the kernels are compiled in modules of their own (``backend.compile_groups``), where no
-  call of them is inlined anyway: there every parallel kernel is a job."""
+  the program's many kernels are compiled in modules of their own (``backend.all_jobs``),
+  where no call of them is inlined anyway: there every parallel kernel is a job."""
   if not kernel.parallel:
     return False
   if apart:
@@ -108,6 +109,37 @@ def _is_job(kernel, apart: bool) -> bool:
   if isinstance(kernel, K.CopyKernel):
     return kernel.dst.nbytes >= LOOP_JOB_MIN_COPY_BYTES
   return kernel.work >= LOOP_JOB_MIN_WORK
+
+
+def _inner_kernels(steps) -> list:
+  """The kernels inside the loops and conditionals of ``steps`` (any depth)."""
+  out = []
+
+  def walk(steps, inner):
+    for s in steps:
+      if isinstance(s, KernelStep):
+        if inner:
+          out.append(s.kernel)
+      elif isinstance(s, WhileStep):
+        walk(s.cond_steps, True)
+        walk(s.body_steps, True)
+      elif isinstance(s, CondStep):
+        for br in s.branches:
+          walk(br, True)
+  walk(steps, False)
+  return out
+
+
+def _inner_whole_kernels(steps, apart: bool) -> set:
+  """ids of the kernels that loops and conditionals call whole (not jobs, ``_is_job``)."""
+  return {id(k) for k in _inner_kernels(steps) if not _is_job(k, apart)}
+
+
+def heavy_control_flow(steps) -> bool:
+  """Whether a loop or conditional among ``steps`` runs a kernel large enough to run in
+  parallel (``Kernel.parallel``): its program is compiled in several modules
+  (``backend.SPLIT_HEAVY_LOOPS``)."""
+  return any(k.parallel for k in _inner_kernels(steps))
 
 
 def has_control_flow(steps) -> bool:
@@ -242,111 +274,6 @@ def control_bytes(steps, apart: bool, extra: int = 0) -> int:
   return _profile_offset(steps) + REGION_BYTES * regions(steps, apart) + extra
 
 
-# ---------------------------------------------------------------------------------------------
-# waiting
-# ---------------------------------------------------------------------------------------------
-
-#: Pauses a waiting thread spins before it starts yielding its CPU (``sched_yield``).
-SPIN_PAUSES = 128
-#: Checks of the word (a pause, then a yield each) before a waiting thread sleeps (on a futex,
-#: Linux; elsewhere it keeps yielding).  Yielding instead of spinning matters where the cores
-#: are busy with other work: two threads of the pool on one CPU, a spinning one held the other
-#: (which it was waiting for) off that CPU until its timeslice ended; a yielding one hands the
-#: CPU over.  Where the CPU has nothing else to run, a yield returns at once (~0.3 us).
-WAIT_SPINS = 4096
-
-
-def _futex_syscall():
-  """SYS_futex for this host, or None (then waiting threads yield instead of sleeping)."""
-  import platform
-  if not sys.platform.startswith("linux"):
-    return None
-  return {"x86_64": 202, "aarch64": 98}.get(platform.machine())
-
-
-def _emit_wait(mod, name: str, until: str, sysc, futex):
-  """``void name(i32* word, i32 target, i32* sleepers)``: return once ``*word until target``
-  (``until``: '>=' or '!='); spin ``SPIN_PAUSES`` pauses, then yield up to ``WAIT_SPINS``
-  checks in all, then sleep on a futex on ``word`` (after raising ``*sleepers`` and checking
-  again, so a waker either sees the flag or the sleeper sees the new value); without futexes,
-  keep yielding."""
-  import llvmlite.ir as ir
-  i32, i8p = E.I32, E.I8.as_pointer()
-  i32p = i32.as_pointer()
-  pause = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "pause", "", side_effect=True)
-  wait = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32, i32p]), name=name)
-  wait.linkage = "internal"
-  # (called at every parallel step: inlined, the entry of a whole program grew to thousands of
-  # lines, and optimising it took longer than most of its kernels together)
-  wait.attributes.add("noinline")
-  word, target, sleepers = wait.args
-  blk = {k: wait.append_basic_block(k) for k in ("entry", "spin", "sleep", "done")}
-  b = ir.IRBuilder(blk["entry"])
-  spins = b.alloca(i32)
-  b.store(ir.Constant(i32, 0), spins)
-  b.branch(blk["spin"])
-  b.position_at_end(blk["spin"])
-
-  def ready(v):
-    return (b.icmp_signed(">=", v, target) if until == ">=" else
-            b.icmp_unsigned("!=", v, target))
-  cur = b.load_atomic(word, "seq_cst", 4)
-  k = b.add(b.load(spins), ir.Constant(i32, 1))
-  b.store(k, spins)
-  b.cbranch(ready(cur), blk["done"], blk["sleep"])
-  b.position_at_end(blk["sleep"])
-  sy = mod.globals.get("sched_yield") or ir.Function(mod, ir.FunctionType(i32, []),
-                                                      name="sched_yield")
-  with b.if_else(b.icmp_signed("<", k, ir.Constant(i32, WAIT_SPINS))) as (spin_more, sleep):
-    with spin_more:
-      b.call(pause, [])
-      with b.if_then(b.icmp_signed(">=", k, ir.Constant(i32, SPIN_PAUSES))):
-        b.call(sy, [])
-    with sleep:
-      b.store(ir.Constant(i32, WAIT_SPINS), spins)
-      if sysc is not None:
-        b.store_atomic(ir.Constant(i32, 1), sleepers, "seq_cst", 4)
-        again = b.load_atomic(word, "seq_cst", 4)
-        with b.if_then(b.not_(ready(again))):
-          b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(128),      # FUTEX_WAIT_PRIVATE
-                        b.zext(again, E.I64), ir.Constant(i8p, None)])
-      else:
-        b.call(sy, [])
-  b.branch(blk["spin"])
-  b.position_at_end(blk["done"])
-  b.ret_void()
-  return wait
-
-
-def _emit_sync(mod):
-  """Three helpers over i32 words of the control block (all atomics sequentially consistent):
-  ``wait_ge(word, target, sleepers)`` returns once ``*word >= target``, ``wait_ne`` once
-  ``*word != target`` (``_emit_wait``); ``void wake(i32* word, i32* sleepers)`` wakes the
-  sleepers of ``word`` if there are any."""
-  import llvmlite.ir as ir
-  i32, i8p = E.I32, E.I8.as_pointer()
-  i32p = i32.as_pointer()
-  futex = _futex_syscall()
-  sysc = None
-  if futex is not None:
-    sysc = mod.globals.get("syscall") or ir.Function(
-        mod, ir.FunctionType(E.I64, [E.I64], var_arg=True), name="syscall")
-  wait = _emit_wait(mod, "ourjax_wait", ">=", sysc, futex)
-  wait_ne = _emit_wait(mod, "ourjax_wait_ne", "!=", sysc, futex)
-  wake = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake")
-  wake.linkage = "internal"
-  wake.attributes.add("noinline")
-  word, sleepers = wake.args
-  b = ir.IRBuilder(wake.append_basic_block("entry"))
-  if sysc is not None:
-    had = b.atomic_rmw("xchg", sleepers, ir.Constant(i32, 0), "seq_cst")
-    with b.if_then(b.icmp_signed("!=", had, ir.Constant(i32, 0))):
-      b.call(sysc, [E.i64(futex), b.bitcast(word, i8p), E.i64(129),             # FUTEX_WAKE_PRIVATE
-                    E.i64(0x7FFFFFFF)])
-  b.ret_void()
-  return wait, wait_ne, wake
-
-
 def _only_calls_out(fn) -> bool:
   """Whether kernel ``fn`` only calls code compiled elsewhere: one block, no loop, that calls
   a function its module does not define (a shared GEMM, with the descriptor of a convolution's
@@ -382,17 +309,6 @@ def _size_estimates(kernels, pkeys) -> list:
       seen.add(key)
     est.append(len(kernel_info.covered(k)) + 4)
   return est
-
-
-def _declare_sync(mod):
-  """Declarations of the three helpers of ``_emit_sync`` (defined by the runtime library,
-  ``threads.runtime_library``)."""
-  import llvmlite.ir as ir
-  i32p = E.I32.as_pointer()
-  wait_t = ir.FunctionType(ir.VoidType(), [i32p, E.I32, i32p])
-  return (ir.Function(mod, wait_t, name="ourjax_wait"),
-          ir.Function(mod, wait_t, name="ourjax_wait_ne"),
-          ir.Function(mod, ir.FunctionType(ir.VoidType(), [i32p, i32p]), name="ourjax_wake"))
 
 
 def _uses_threads(steps) -> bool:
@@ -451,10 +367,14 @@ class _Emission:
   {id(kernel or step): item}) of the profiling instrumentation.  ``kernels_done(emission,
   module)``, when given, is called for each kernel module as soon as it is complete (the
   kernels are emitted in order, each module taking the next run of them: the backend starts
-  compiling a module while the next ones and the entry are emitted)."""
+  compiling a module while the next ones are emitted).  ``apart``: every parallel kernel in a
+  loop or conditional is a job (``backend.all_jobs``; default: when there are kernel
+  modules).  ``entry_done(emission)``, when given with kernel modules, is called once the
+  entry is emitted, before the kernels (``backend.ENTRY_FIRST``)."""
 
   def __init__(self, planner, steps, arena_slot: int, groups: int, object_mode: bool,
-               optnone: bool, profile=None, kernels_done=None, stack=frozenset()):
+               optnone: bool, profile=None, kernels_done=None, stack=frozenset(),
+               apart=None, entry_done=None):
     import llvmlite.ir as ir
     from ourjax.backends.cpu import jit
     self.ir = ir
@@ -463,10 +383,19 @@ class _Emission:
     self.steps = steps
     self.arena_slot = arena_slot
     self.fns = {}
+    self.piece_fns = {}     # (beside the entry: the jobs' piece functions, below)
     # kernels in modules of their own (compiled at once on several threads), the entry calling
     # them by name; a small module keeps its kernels beside the entry
     self.kernel_mods = []
-    self.apart = bool(groups)
+    self.apart = bool(groups) if apart is None else apart
+    self.object_mode = object_mode
+    # a program with control flow compiled apart without making every parallel kernel in it a
+    # job (``backend.SPLIT_HEAVY_LOOPS``): each kernel its loops and conditionals call whole
+    # is emitted afresh beside a wrapper (``_wrapper``, what the entry calls) that computes its
+    # pointers as the entry would, so LLVM inlines it there and compiles it as it did inlined
+    # into the entry; a parallel one among them is emitted whole (``kernels.WHOLE_ATTR``)
+    self.wrappers = {}      # id(kernel) -> the entry's declaration of its wrapper
+    wrap = _inner_whole_kernels(steps, self.apart) if groups and not self.apart else set()
     # helper functions that kernels in several modules call (block epilogues alike): defined
     # in one module, declared in the others (gemm_im2col.HELPERS_ATTR)
     self.helpers = {}
@@ -477,6 +406,7 @@ class _Emission:
       # (without loops and conditionals a parallel kernel is only called in its pieces,
       # emit_top: its piece count is a constant of its code, as beside the entry)
       setattr(m, K.PIECES_ONLY_ATTR, not has_control_flow(steps))
+      setattr(m, K.WHOLE_ATTR, wrap)
       self.kernel_mods.append(m)
     # identical kernels (same body on the same shapes) are emitted once and shared: a kernel
     # whose planned description (kernel_key) was met before is not emitted at all, and the
@@ -484,7 +414,7 @@ class _Emission:
     # consecutive runs of the kernels, of about equal size (``_size_estimates``, corrected as
     # the kernels are emitted; LLVM's time grows with a module's instructions, and the modules
     # compile at once), so that each is handed to LLVM (``kernels_done``) as soon as its run is
-    # emitted, while the next ones and the entry are emitted
+    # emitted, while the next ones are emitted
     kept, memos, planned, key_memo = {}, {}, {}, {}
     self.texts = {}         # id(module) -> {kernel name: its IR text} (printed once)
     self.n_distinct = 0
@@ -494,9 +424,26 @@ class _Emission:
     for k in planner.kernels:
       h = _kk.kernel_head(k)
       heads[h] = heads.get(h, 0) + 1
-    pkeys = [kernel_key(k, key_memo) if h is not None and heads[h] > 1 else None
-             for k, h in ((k, _kk.kernel_head(k)) for k in planner.kernels)]
+    pkeys = [kernel_key(k, key_memo) if h is not None and heads[h] > 1 and id(k) not in wrap
+             else None for k, h in ((k, _kk.kernel_head(k)) for k in planner.kernels)]
     est = _size_estimates(planner.kernels, pkeys) if groups else []
+    # a program compiled apart: its entry is emitted first and handed to LLVM (``entry_done``)
+    # while the kernels are emitted; it calls each kernel by the kernel's own name (one alike
+    # an earlier one is a thunk to it, ``_thunk``), declared here
+    names = [k.name for k in planner.kernels]
+    self.entry_first = bool(groups) and len(set(names)) == len(names)
+    if self.entry_first:
+      for k in planner.kernels:
+        fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in k.buffers] + [E.I64] * 2)
+        if id(k) in wrap:
+          self.wrappers[id(k)] = ir.Function(
+              self.mod, ir.FunctionType(ir.VoidType(), [E.I8.as_pointer().as_pointer(), E.I64]),
+              name=k.name + "_w")
+        else:
+          self.fns[id(k)] = ir.Function(self.mod, fty, name=k.name)
+      self._emit_entry(planner, steps, object_mode, optnone, profile, stack)
+      if entry_done is not None:
+        entry_done(self)
     left = sum(est)           # (estimated size of the kernels not emitted yet)
     done_est = done = 0       # (estimated and actual size, in instructions, of those emitted)
     g = 0
@@ -510,9 +457,24 @@ class _Emission:
         g += 1
       left -= e
       done_est += e
+      if id(k) in wrap:       # (emitted afresh, not shared: its wrapper has its pointers)
+        m = self.kernel_mods[g]
+        fn = k.emit(m)
+        if _only_calls_out(fn):
+          fn.attributes.add("noinline")
+          fn.attributes.add("optnone")
+        w = self._wrapper(m, k, fn)
+        self.n_distinct += 1
+        done += sum(len(blk.instructions) for blk in fn.blocks)
+        if not self.entry_first:
+          self.wrappers[id(k)] = ir.Function(self.mod, w.function_type, name=w.name)
+        continue
       first = planned.get(pkey) if pkey is not None else None
       if first is not None and not _kk.CHECK:
-        self.fns[id(k)] = first
+        if self.entry_first:
+          self._thunk(self.kernel_mods[g], k, first)
+        else:
+          self.fns[id(k)] = first
         self.n_unemitted += 1
         continue
       m = self.kernel_mods[g] if groups else self.mod
@@ -529,14 +491,20 @@ class _Emission:
         raise AssertionError(f"kernel_key gave kernels {k.name} and {first.name} one key, "
                              f"but their IR differs:\n{text}")
       if same is not None:
-        dedupe.drop_function(fn)
-        self.fns[id(k)] = same
+        if self.entry_first:
+          self._thunk(m, k, same, fn)
+        else:
+          dedupe.drop_function(fn)
+          self.fns[id(k)] = same
         if pkey is not None:
           planned.setdefault(pkey, same)
         continue
       self.n_distinct += 1
       self.texts.setdefault(id(m), {})[fn.name] = text
-      if groups:
+      if self.entry_first:
+        done += sum(len(blk.instructions) for blk in fn.blocks)
+        fn = self.fns[id(k)]                # (the entry's declaration, by the same name)
+      elif groups:
         done += sum(len(blk.instructions) for blk in fn.blocks)
         fn = ir.Function(self.mod, fn.function_type, name=fn.name)
       kept[key] = self.fns[id(k)] = fn
@@ -545,7 +513,6 @@ class _Emission:
     # a kernel that runs as a job of a region gets a second function for its pieces when the
     # kernels are beside the entry: the serial copy of the region's code then calls the first
     # from one place, and LLVM inlines and specialises it there as without the region
-    self.piece_fns = {}
     while groups and g < groups:
       if kernels_done is not None:
         kernels_done(self, self.kernel_mods[g])
@@ -560,6 +527,31 @@ class _Emission:
         finally:
           k.name = name
         self.piece_fns[id(self.fns[id(k)])] = fn
+    if not self.entry_first:
+      self._emit_entry(planner, steps, object_mode, optnone, profile, stack)
+
+  def _thunk(self, m, kernel, target, fn=None) -> None:
+    """Define ``kernel``'s name in module ``m`` as a call of ``target`` (the entry's
+    declaration of the alike kernel that is emitted), declared in ``m`` where needed; ``fn``:
+    the kernel's own function in ``m``, emitted and found alike, whose body it replaces."""
+    ir = self.ir
+    fty = target.function_type
+    callee = m.globals.get(target.name)
+    if callee is None:
+      callee = ir.Function(m, fty, name=target.name)
+    if fn is None:
+      fn = ir.Function(m, fty, name=kernel.name)
+    else:
+      fn.blocks.clear()
+    fn.linkage = ""
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.call(callee, list(fn.args))
+    b.ret_void()
+
+  def _emit_entry(self, planner, steps, object_mode, optnone, profile, stack) -> None:
+    """The entry function ``ENTRY`` in ``self.mod``: the steps in order (``emit_top``),
+    calling the kernels through ``self.fns`` and ``self.wrappers``."""
+    ir = self.ir
     # (a program with parallel steps calls the waiting helpers of the process's runtime
     # library, cpu/threads.py, declared here: compiling a copy per program cost ~20 ms of LLVM)
     self.runtime = _uses_threads(steps) and threads.runtime_library() is not None
@@ -580,7 +572,7 @@ class _Emission:
     self.b = b
     args, self.tid, self.nthreads = entry.args
     self.args = args
-    self.arena = b.load(b.gep(args, [E.i64(arena_slot)]))
+    self.arena = b.load(b.gep(args, [E.i64(self.arena_slot)]))
     self.ctl = b.bitcast(self.arena, E.I32.as_pointer())
     self.ptr_cache = {}
     self.stack = stack      # ids of the temporaries on thread 0's stack (stack_buffers)
@@ -652,11 +644,61 @@ class _Emission:
     self.ptr_cache[id(buf)] = p
     return p
 
+  def _wrapper(self, m, kernel, fn):
+    """``void <kernel>_w(i8** slots, i64 tid)`` in module ``m``, beside ``fn`` (the kernel,
+    made internal): calls it whole with the pointers ``ptr`` computes in the entry (from the
+    slots the entry is called with: parameters' and outputs' data, constants, the arena),
+    and the calling thread's area of per-thread scratch (``call_kernel``)."""
+    ir = self.ir
+    fn.linkage = "internal"
+    w = ir.Function(m, ir.FunctionType(ir.VoidType(), [E.I8.as_pointer().as_pointer(), E.I64]),
+                    name=kernel.name + "_w")
+    b = ir.IRBuilder(w.append_basic_block("entry"))
+    args, tid = w.args
+    data, arena = {}, []
+
+    def slot_data(slot):
+      if slot not in data:
+        obj = b.load(b.gep(args, [E.i64(slot)]))
+        if self.object_mode:      # (the slot holds a NumPy array: its data pointer)
+          obj = b.load(b.bitcast(b.gep(obj, [E.i64(_DATA_OFFSET)]),
+                                 E.I8.as_pointer().as_pointer()))
+        data[slot] = obj
+      return data[slot]
+    ptrs = []
+    for x in kernel.buffers:
+      if x.kind in ("param", "output"):
+        raw = slot_data(x.slot)
+      elif x.kind == "const":
+        raw = b.load(b.gep(args, [E.i64(x.slot)]))
+      elif x.home is not None:
+        raw = b.gep(b.bitcast(slot_data(x.home), E.I8.as_pointer()), [E.i64(x.offset)])
+      else:
+        if not arena:
+          arena.append(b.load(b.gep(args, [E.i64(self.arena_slot)])))
+        raw = b.gep(arena[0], [E.i64(x.offset)])
+      p = b.bitcast(raw, K._ptr_type(x))
+      if x.slot_bytes is not None:
+        off = b.mul(tid, E.i64(x.slot_bytes))
+        extra = (x.first_slot_bytes or x.slot_bytes) - x.slot_bytes
+        if extra:
+          off = b.add(off, b.select(b.icmp_signed(">", tid, E.i64(0)), E.i64(extra),
+                                    E.i64(0)))
+        p = b.gep(p, [off])
+      ptrs.append(p)
+    b.call(fn, ptrs + [E.i64(0), E.i64(1)])
+    b.ret_void()
+    return w
+
   def call_kernel(self, kernel, tid, nthreads, pieces=False):
     """Call ``kernel``'s piece ``tid`` of ``nthreads`` (``pieces``: a piece of a region's job,
     through the kernel's piece function where it has one).  Scratch of one area per thread
     (``Buf.slot_bytes``) is passed as the calling thread's own area (the thread claims pieces
     only if it has one: ``_scratch_slots``)."""
+    w = self.wrappers.get(id(kernel))
+    if w is not None and not pieces:
+      self.b.call(w, [self.args, self.tid])
+      return
     fn = self.fns[id(kernel)]
     if pieces:
       fn = self.piece_fns.get(id(fn), fn)

@@ -11,7 +11,7 @@ with its ``tid`` of ``n``.  The workers are POSIX threads started through ``pthr
   sleepers, run thread 0's part, then wait until the ``n - 1`` workers are done (a null ``fn``
   only publishes: the workers end).
 
-Waiting (``entry._emit_sync``): spin a little, then yield the CPU between checks, then sleep on
+Waiting (``waiting._emit_sync``): spin a little, then yield the CPU between checks, then sleep on
 a futex; so a training loop that calls the same executable back to back finds its workers still
 awake, and an idle process has them asleep.  The three waiting helpers (``ourjax_wait``,
 ``ourjax_wait_ne``, ``ourjax_wake``) live in the pool's module, which is the process's *runtime
@@ -230,7 +230,7 @@ def _emit():
   import llvmlite.ir as ir
 
   from ourjax.backends.cpu import jit
-  from ourjax.backends.cpu.entry import _emit_sync
+  from ourjax.backends.cpu.waiting import _emit_sync
   from ourjax.backends.llvm import emitter as E
   i8p, i32, i64 = E.I8.as_pointer(), E.I32, E.I64
   mod = jit.new_module("ourjax_pool")
