@@ -33,6 +33,12 @@ from ourjax.api import (ShapeDtypeStruct, _abstractify, _check_arg, _fun_name, _
 # jit
 
 
+
+def _staging() -> bool:
+  """Is a jaxpr being built (make_jaxpr, eval_shape, an enclosing jit's trace)?"""
+  dyn = core._state.dynamic_trace
+  return dyn is not None and dyn.trace_type is pe.JaxprTrace
+
 class _CacheEntry:
   """One traced signature of a jitted function: the closed jaxpr, the output structure, why
   the cache missed (for ``jax_log_compiles``), and the executable once compiled."""
@@ -218,7 +224,7 @@ class JitWrapped:
                                                   self.static_argnames, "jit")
     leaves, in_tree = tree_flatten((dargs, dkwargs))
     for i, x in enumerate(leaves):
-      if not (abstract_ok and isinstance(x, ShapeDtypeStruct)):
+      if not ((abstract_ok or _staging()) and isinstance(x, ShapeDtypeStruct)):
         try:
           _check_arg(x, f"jit({_fun_name(self.fun)})")
         except TypeError:
@@ -448,6 +454,13 @@ class JitWrapped:
     _events.fire("jit_cpp_cache_miss")
     f, leaves, in_tree, avals, key, ak = self._signature(args, kwargs)
     top = core.find_top_trace(leaves)
+    if any(type(x) is ShapeDtypeStruct for x in leaves):
+      # (only while staging, _signature's check) as in JAX: a ShapeDtypeStruct argument is an
+      # abstract constant of the enclosing jaxpr, so eval_shape of a function that calls a jitted
+      # one on ShapeDtypeStructs gives the output shapes; it has no value to run with
+      staging = pe.JaxprTrace(core._state.dynamic_trace)
+      leaves = [staging.abstract_const(x) if type(x) is ShapeDtypeStruct else x for x in leaves]
+      top = core.find_top_trace(leaves)
     if self.inline and not isinstance(top, core.EvalTrace):
       return self.fun(*args, **kwargs)      # traced into the enclosing jaxpr
     entry = self._trace(f, in_tree, avals, key, ak)

@@ -217,6 +217,28 @@ def test_eval_shape_takes_duck_typed_arguments_and_searchsorted_widens_its_index
                                 np.searchsorted([1.0, 2, 3], [2.5, 0.0]))
 
 
+
+def test_jitted_call_on_shape_dtype_structs_while_staging_is_an_abstract_constant():
+  # JAX: inside eval_shape / make_jaxpr, a jitted function may be called on ShapeDtypeStructs
+  # (they become constants that have only a type); compiling or running one is a TypeError
+  inner = ourjax.jit(lambda x, k: x * k + 1)
+  sds = ourjax.ShapeDtypeStruct((2, 3), jnp.float32)
+  out = ourjax.eval_shape(lambda: inner(sds, 2))
+  assert (out.shape, out.dtype, out.weak_type) == ((2, 3), np.float32, False)
+  out = ourjax.eval_shape(lambda y: ourjax.vmap(lambda b: jnp.sin(inner(sds, b)))(y),
+                          jnp.ones(4, jnp.int32))
+  assert (out.shape, out.dtype) == ((4, 2, 3), np.float32)
+  weak = ourjax.eval_shape(lambda: inner(ourjax.ShapeDtypeStruct((), jnp.int32, weak_type=True),
+                                         3))
+  assert (weak.shape, weak.dtype, weak.weak_type) == ((), np.int32, True)
+  closed = ourjax.make_jaxpr(lambda: inner(sds, 2))()
+  assert len(closed.jaxpr.constvars) == 1 and not closed.jaxpr.invars
+  assert closed.jaxpr.constvars[0].aval.shape == (2, 3)
+  with pytest.raises(TypeError, match="does not have a value"):
+    ourjax.jit(lambda: inner(sds, 2))()
+  with pytest.raises(TypeError, match="as an abstract array"):
+    inner(sds, 2)
+
 def test_print_environment_info(capsys):
   text = ourjax.print_environment_info(return_string=True)
   assert capsys.readouterr().out == ""

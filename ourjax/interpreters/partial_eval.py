@@ -95,6 +95,19 @@ class JaxprTrace(Trace):
 
   pure = lift = get_or_make_const_tracer
 
+  def abstract_const(self, sds) -> JaxprTracer:
+    """A constant of the jaxpr that has only a type (a ``ShapeDtypeStruct`` a jitted function
+    was called with while staging, as JAX allows): evaluating the jaxpr fails, abstract
+    evaluation (``eval_shape``) does not need it."""
+    b = self.builder
+    t = b.const_tracers.get(id(sds))
+    if t is None:
+      t = b.new_tracer(self, ShapedArray(tuple(sds.shape), sds.dtype, bool(sds.weak_type)))
+      b.add_const(t, sds)
+      b.const_tracers[id(sds)] = t
+      b.tracers.append(sds)
+    return t
+
   def process_primitive(self, primitive, tracers, params):
     avals_in = [t.aval for t in tracers]
     out = primitive.abstract_eval(*avals_in, **params)

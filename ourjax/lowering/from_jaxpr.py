@@ -203,9 +203,13 @@ def lower(closed: ClosedJaxpr, name: str = "jit_fn", *, keep_unused: bool = True
   ctx = LoweringContext(module, b)
   params = [b.parameter(ctx.shape(v.aval)) for v in jaxpr.invars]
   hoisted, const_instrs = [], []
+  from ourjax.api import ShapeDtypeStruct
   for v, c in zip(jaxpr.constvars, consts):
     if isinstance(c, core.Tracer):
       raise LoweringError("cannot lower a jaxpr that closes over a tracer")
+    if isinstance(c, ShapeDtypeStruct):     # (a jitted call's argument while staging)
+      raise TypeError("A ShapeDtypeStruct does not have a value and cannot be used as a "
+                      "constant in a JAX function.")
     arr = np.asarray(c)
     if arr.ndim == 0:
       const_instrs.append(ctx.constant(arr, v.aval.dtype))
