@@ -68,6 +68,9 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
   def put(v, dev):
     if isinstance(v, core.Tracer):
       return v
+    if isinstance(v, Array) and v.is_deleted():     # (donated to a jitted call, or deleted)
+      from ourjax._donation import deleted_error
+      raise deleted_error(v.aval)
     if not isinstance(v, Array):
       if hasattr(v, "__jax_array__"):
         raise _jax_array_error("device_put")

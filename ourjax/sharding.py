@@ -479,6 +479,10 @@ class ShardedArray(Array):
     return self._shard_list
 
   def block_until_ready(self):
+    if self.is_deleted():
+      from ourjax.errors import JaxRuntimeError
+      raise JaxRuntimeError("INVALID_ARGUMENT: BlockHostUntilReady() called on deleted or "
+                            "donated buffer")
     for s in self._parts():
       s.block_until_ready()
     return self

@@ -298,3 +298,19 @@ def test_vmap_inside_pmap_batches_the_collectives():
                      axis_name="i")(x)
   np.testing.assert_allclose(np.asarray(both), np.broadcast_to(x.sum((0, 1)), x.shape),
                              rtol=1e-5)
+
+
+def test_a_donated_laid_out_array_is_deleted_for_device_put_and_block_until_ready():
+  from ourjax.errors import JaxRuntimeError
+  f = ourjax.jit(lambda v: v * 2, donate_argnums=0)
+  devs = ourjax.devices()
+  for mesh_devs in (devs[:1], devs, devs[::-1]):
+    s = NamedSharding(Mesh(np.array(mesh_devs), ("x",)), P("x"))
+    x = ourjax.device_put(np.arange(2 * N, dtype=np.float32), s)
+    np.testing.assert_array_equal(np.asarray(f(x)), 2 * np.arange(2 * N, dtype=np.float32))
+    assert x.is_deleted()
+    for put in (lambda: ourjax.device_put(x, s), lambda: ourjax.device_put(x)):
+      with pytest.raises(RuntimeError, match="Array has been deleted with shape=float32"):
+        put()
+    with pytest.raises(JaxRuntimeError, match="deleted or donated buffer"):
+      x.block_until_ready()
