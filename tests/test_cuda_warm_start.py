@@ -129,6 +129,10 @@ def test_entry_round_trip(name):
   # what it shows of its code is a compile of its module: the same code
   assert back.llvm_ir == exe.llvm_ir and back.ptx == exe.ptx and _same(back.program, exe.program)
   assert [type(k) for k in back.kernels] == [type(k) for k in exe.kernels]
+  # a rebuilt executable describes itself as the one it was rebuilt from (its kernels are
+  # recorded ones, carrying their descriptions: an executable that hit the cache is stored so)
+  again, blob_again = cuda_cache.describe(back, dev, cubins)
+  assert json.loads(json.dumps(again)) == meta and blob_again == blob
   # a damaged entry does not rebuild
   bad = dict(meta, kernels=[[*k[:1], 99, *k[2:]] for k in meta["kernels"]])
   with pytest.raises(ValueError):

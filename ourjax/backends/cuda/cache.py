@@ -202,6 +202,14 @@ def _part(blob, at) -> bytes:
   return bytes(blob[off:off + n])
 
 
+def _described(kernel, kernel_info) -> dict:
+  """The profiler's description of ``kernel``: the one recorded with it when it came from the
+  disk cache (a ``RecordedKernel`` has no instructions to describe), else ``kernel_info``'s."""
+  if isinstance(kernel, RecordedKernel):
+    return kernel.described
+  return kernel_info.describe(kernel)
+
+
 def describe(exe, dev, cubins=None) -> tuple:
   """(meta, object bytes) of the ``CudaExecutable`` ``exe`` fresh from ``compile`` for GPU
   ``dev`` (its launches as they are there), ``cubins`` the cubin of each of its PTX modules
@@ -217,7 +225,7 @@ def describe(exe, dev, cubins=None) -> tuple:
     grid, block, shared = k.launch(info)
     g, entry = k.ptx_entry
     kernels.append([k.name, int(g), entry, [int(x) for x in grid], [int(x) for x in block],
-                    int(shared), kernel_info.describe(k)])
+                    int(shared), _described(k, kernel_info)])
   consts = []
   for slot, value in exe._consts:
     v = np.ascontiguousarray(value)
