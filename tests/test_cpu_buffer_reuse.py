@@ -47,7 +47,8 @@ def _dot_scratch(compiled):
       (buf,) = k.scratch
       spec, pieces = k.spec, dot_pieces(k.spec, cpu_backend.num_threads())
       one = dot_scratch_bytes(spec, pieces, isinstance(k, Im2colDotKernel),
-                              b_packed=k.packed_b is not None, blocking=k.blocking)
+                              b_packed=k.packed_b is not None, blocking=k.blocking,
+                              direct_a=getattr(k, "direct_a", False))
       slots = min(pieces, cpu_backend.num_threads())
       assert buf.slot_bytes >= one and \
           buf.nbytes == buf.first_slot_bytes + (slots - 1) * buf.slot_bytes

@@ -41,6 +41,9 @@ def _assign(planner: Planner, steps, header: int = 0, skip=frozenset(),
       return
     if buf.kind not in ("temp", "scratch") or id(buf) in skip:
       return
+    if buf.nbytes == 0:     # (nothing to hold: a GEMM's scratch when it packs nothing)
+      buf.home, buf.offset = None, 0
+      return
     k = id(buf)
     if k not in first:
       first[k] = t
