@@ -7,7 +7,10 @@ or in a fusion with its consumers), and plans only the (unpadded) input; the dot
 ``Im2colDotKernel`` (``llvm/dots.py``).  The dot then calls the shared GEMM,
 ``ourjax_gemm_<dtype>``, with ``transA == gemm.IM2COL`` and ``A`` the address of a descriptor
 (the same blocking, threads and micro-kernels as a matrix's), whose A panels are packed by the
-descriptor's packer (:func:`emit_pack`; one process-wide function per layout,
+descriptor's packer, or (a descriptor naming none, :func:`direct_a`) read in place by the
+GEMM's direct micro-kernels (:func:`emit_direct_ukernel`: a pointer per row into the input for
+each run of one tap's channels, no packing and no scratch for A) (:func:`emit_pack`; one
+process-wide function per layout,
 ``ourjax_gemm_<dtype>_im2col_<layout>``, :func:`pack_symbol`, built only when a program calls
 it) straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
 column ``k`` (kernel position ``t = k // C``, channel ``c = k % C``) it reads
