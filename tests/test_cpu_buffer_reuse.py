@@ -47,7 +47,8 @@ def _dot_scratch(compiled):
       (buf,) = k.scratch
       spec, pieces = k.spec, dot_pieces(k.spec, cpu_backend.num_threads())
       one = dot_scratch_bytes(spec, pieces, isinstance(k, Im2colDotKernel),
-                              b_packed=k.packed_b is not None, blocking=k.blocking)
+                              b_packed=k.packed_b is not None, blocking=k.blocking,
+                              direct_a=getattr(k, "direct_a", False))
       slots = min(pieces, cpu_backend.num_threads())
       assert buf.slot_bytes >= one and \
           buf.nbytes == buf.first_slot_bytes + (slots - 1) * buf.slot_bytes
@@ -67,7 +68,7 @@ def _close(got, want, rtol=2e-5):
 
 def test_a_dot_is_computed_in_the_output_its_consumer_updates_in_place():
   # w - lr * x^T g (a kOutput fusion: the dot, then an elementwise pass): the weight gradient
-  # has no temporary; the arena holds the control block and the GEMM's packing only
+  # has no temporary; the arena holds the GEMM's packing only
   rng = np.random.default_rng(0)
   w = rng.standard_normal((256, 128), np.float32)
   x = rng.standard_normal((64, 256), np.float32)
@@ -79,7 +80,7 @@ def test_a_dot_is_computed_in_the_output_its_consumer_updates_in_place():
   planner, steps = _plan(c)
   (scratch,) = _dot_scratch(c)
   stats = c.memory_analysis()
-  assert stats.temp_size_in_bytes == A._control_bytes(steps) + scratch
+  assert stats.temp_size_in_bytes == scratch
   kinds = [type(k).__name__ for k in _kernels(steps)]
   assert kinds == ["DotKernel", "LoopKernel"]
   dot, upd = _kernels(steps)
@@ -107,7 +108,7 @@ def test_a_convolutions_epilogue_runs_in_place_in_its_output():
   assert kern.out.kind == "output"
   (scratch,) = _dot_scratch(c)
   stats = c.memory_analysis()
-  assert stats.temp_size_in_bytes == A._control_bytes(steps) + scratch
+  assert stats.temp_size_in_bytes == scratch
   _close(c(x, k, scale, shift), _reference(f, x, k, scale, shift), rtol=1e-4)
 
 
@@ -126,7 +127,7 @@ def test_an_elementwise_result_takes_the_buffer_of_the_operand_that_dies_there()
   # live at the peak: one [4096] buffer and a sort's scratch
   scratch = max(_aligned(b.nbytes) for k in (sort1, sort2) for b in k.scratch)
   stats = c.memory_analysis()
-  assert stats.temp_size_in_bytes == A._control_bytes(steps) + _aligned(x.nbytes) + scratch
+  assert stats.temp_size_in_bytes == _aligned(x.nbytes) + scratch
   _close(c(x), _reference(f, x))
 
 
@@ -141,7 +142,7 @@ def test_an_operand_that_dies_in_an_outputs_elementwise_pass_is_computed_in_that
   assert sort.outs[0].kind == "output" and ew.outputs[0][1] is sort.outs[0]
   (scratch,) = [_aligned(b.nbytes) for b in sort.scratch]
   stats = c.memory_analysis()
-  assert stats.temp_size_in_bytes == A._control_bytes(steps) + scratch
+  assert stats.temp_size_in_bytes == scratch
   _close(c(x), _reference(f, x))
 
 
@@ -224,7 +225,7 @@ def test_the_arena_is_no_larger_than_the_bytes_live_at_its_peak_in_either_order(
         live.setdefault(id(b), [t, t, _aligned(max(b.nbytes, 1))])[1] = t
   peak = max(sum(n for f0, l0, n in live.values() if f0 <= t <= l0)
              for t in range(len(steps)))
-  assert arena <= A._control_bytes(steps) + peak
+  assert arena <= peak
   _close(c(x), _reference(f, x))
 
 
@@ -247,7 +248,7 @@ def test_a_softmax_over_the_last_dimension_runs_in_place_over_its_scores(monkeyp
   assert any(type(kk).__name__ == "LoopKernel" and kk.outputs[0][1] is scores
              for kk in kernels[1:])
   assert [type(kk).__name__ for kk in kernels] == ["DotKernel", "LoopKernel", "DotKernel"]
-  expect = A._control_bytes(steps) + _aligned(scores.nbytes) + _dot_scratch(c)[-1]
+  expect = _aligned(scores.nbytes) + _dot_scratch(c)[-1]
   assert c.memory_analysis().temp_size_in_bytes == expect
   _close(c(q, k, v), _reference(attend, q, k, v))
 
@@ -261,7 +262,7 @@ def test_a_sorts_scratch_is_sized_for_the_pieces_it_runs_as():
   (scratch,) = sort.scratch
   assert scratch.nbytes == 2 * 4096 * 8 * sort.chunks + 64     # two i64 arrays a piece
   stats = c.memory_analysis()
-  assert stats.temp_size_in_bytes == A._control_bytes(steps) + _aligned(scratch.nbytes)
+  assert stats.temp_size_in_bytes == _aligned(scratch.nbytes)
   _close(c(x), _reference(lambda x: jnp.sort(x, axis=1), x))
 
 
@@ -281,7 +282,7 @@ def test_the_entry_runs_in_an_order_that_frees_values_before_making_others():
   big = max(sorts, key=lambda k: k.n)
   # live while the largest sort runs: its input and output, its scratch, and the two sorted
   # samples of the chains before it (a and b and their tiles are dead)
-  expect = (A._control_bytes(steps) + 2 * _aligned(3 * x.nbytes) +
+  expect = (2 * _aligned(3 * x.nbytes) +
             _aligned(big.scratch[0].nbytes) + 2 * _aligned(64 * 4))
   assert c.memory_analysis().temp_size_in_bytes == expect
   _close(c(x), _reference(f, x))
@@ -309,7 +310,7 @@ def test_residual_blocks_are_computed_over_their_convolutions_outputs():
     return jnp.mean(x, axis=(1, 2))
   c = _compiled(f, x, ws)
   _, steps = _plan(c)
-  acts = c.memory_analysis().temp_size_in_bytes - A._control_bytes(steps) - \
+  acts = c.memory_analysis().temp_size_in_bytes - \
       max(_dot_scratch(c))
   assert acts <= 3 * x.nbytes
   _close(c(x, ws), _reference(f, x, ws), rtol=1e-4)

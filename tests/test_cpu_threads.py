@@ -123,6 +123,45 @@ def test_two_python_threads_at_once(program, saved_threads):
   assert not errors, errors
 
 
+def test_the_dispatch_words_are_the_pools_not_the_programs(saved_threads):
+  """A parallel program's control words (gate, claimed and finished pieces) live in the
+  pool's block, not among the program's temporaries: a program of one elementwise kernel
+  has none; its calls are right on the pool, and alone beside a busy pool (each such call on
+  a block of its own, several at once)."""
+  v = np.random.default_rng(11).standard_normal(1 << 20).astype(np.float32)
+  f = ourjax.jit(lambda v: ourjax.numpy.tanh(v) * 2.0 + 1.0)
+  c = f.lower(v).compile()
+  exe = c._executable
+  exe = getattr(exe, "compiled", exe)
+  assert isinstance(exe, cpu.CpuExecutable) and exe.parallel and exe.control_bytes >= 64
+  assert c.memory_analysis().temp_size_in_bytes == 0
+  want = np.tanh(v.astype(np.float64)) * 2.0 + 1.0
+  cpu.set_num_threads(3)
+
+  def check(out):
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=1e-5, atol=1e-5)
+  check(f(v))
+  pool = threads.get_pool()
+  assert pool.nthreads == 3
+  errors = []
+
+  def work():
+    try:
+      for _ in range(3):
+        check(f(v))
+    except BaseException as e:      # pragma: no cover - reported below
+      errors.append(e)
+  with pool._busy:                 # (every call now runs alone, on a spare block)
+    ts = [threading.Thread(target=work) for _ in range(3)]
+    for t in ts:
+      t.start()
+    for t in ts:
+      t.join()
+  assert not errors, errors
+  assert threads._spare                     # (kept for the next such call)
+  check(f(v))
+
+
 def test_parallel_entry_calls_the_runtime_library(program, saved_threads):
   """A parallel program's entry declares the waiting helpers of the process's runtime library
   instead of compiling its own copy, lists the library among the code it links, and computes

@@ -100,7 +100,7 @@ from ourjax.backends.llvm import irtools
 from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import planning
-from ourjax.backends.llvm.arena import _assign, _control_bytes, _profile_offset
+from ourjax.backends.llvm.arena import _assign
 from ourjax.backends.llvm.planning import MAX_THREADS, KernelStep, plan_entry  # noqa: F401
 from ourjax.lowering import hlo
 
@@ -269,16 +269,14 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
       steps = horizontal.merge_steps(steps, planner, KernelStep)
     nparams = len(params)
     planner.n_params, planner.n_outputs = nparams, len(outs)
-    # (the control block: the top-level steps' words, the loop regions' (cpu/entry.py), then
-    # the profiling counters)
+    # (the arena starts with the profiling counters, when profiling; the dispatch's control
+    # words are the thread pool's, cpu/entry.py)
     # (a program whose loops run large kernels is split as one without control flow is)
     groups = compile_groups(len(planner.kernels), _entry.has_control_flow(steps) and not (
         SPLIT_HEAVY_LOOPS and _entry.heavy_control_flow(steps)))
     apart = all_jobs(len(planner.kernels), groups)
-    region_bytes = _entry.control_bytes(steps, apart) - _profile_offset(steps)
-    prof_meta, prof_index = profiling.plan_items(steps, _entry.control_bytes(steps, apart)) \
-        if profile else (None, None)
-    extra = region_bytes + profiling.counter_bytes(prof_meta)
+    prof_meta, prof_index = profiling.plan_items(steps, 0) if profile else (None, None)
+    extra = profiling.counter_bytes(prof_meta)
     # (small temporaries of thread 0 in a program with loops live on its stack, where LLVM
     # keeps them in registers: the kernels beside the entry are inlined into it)
     stack = _entry.stack_buffers(steps) if not groups else set()
@@ -292,7 +290,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     consts.append([slot, c.name])
     slot += 1
   arena_slot = slot
-  nslots = slot + 1
+  nslots = slot + 2       # (the last: the control block, cpu/entry.py)
   gemms = sorted({sym for k in planner.kernels for sym in getattr(k, "symbols", ())})
   submitted = {}      # id(kernel module) -> its text, submitted to ``builds``
   builds = None
@@ -339,7 +337,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
     symbols.append(RUNTIME)      # (the entry calls the runtime library's waiting helpers)
   meta = {"outputs": [[hlo.dtype_name(o.dtype), list(o.dims)] for o in outs], "consts": consts,
           "symbols": symbols,
-          "control_bytes": _control_bytes(steps, extra),
+          "control_bytes": _entry.control_bytes(steps, apart),
           "steps": [_step_label(st) for st in steps], "profile": prof_meta,
           "arena_bytes": arena, "nslots": nslots, "parallel": parallel,
           "object_mode": OBJECT_MODE,

@@ -31,10 +31,13 @@ Every thread of the pool (``threads.Pool``) calls the entry at once with its ``t
   CPU between checks, then sleep on a futex (Linux; elsewhere they keep yielding); whoever
   changes a word that has sleepers wakes them.
 
-The control block: i32 words at the start of the arena, zeroed by the caller before a parallel
-call (``control_bytes``): ``[0]`` gate, ``[1]`` its sleepers, ``[4 + 4p .. 6 + 4p]`` claimed,
-finished, sleepers of top-level parallel step ``p``; then ``REGION_BYTES`` per region; then the
-profiling counters (``cpu/profiling.py``).
+The control block: i32 words of the dispatch, in a block of the thread pool's own that the
+caller puts in the slot after the arena's (``threads.Pool.run``), zeroed before a parallel call
+(``control_bytes``): ``[0]`` gate, ``[1]`` its sleepers, ``[4 + 4p .. 6 + 4p]`` claimed,
+finished, sleepers of top-level parallel step ``p``; then ``REGION_BYTES`` per region.  It is
+runtime state of the pool (reused by every call, as XLA's executor keeps its own), not a
+buffer of the program: the arena holds only the program's temporaries (after the profiling
+counters, ``cpu/profiling.py``, when profiling).
 """
 from __future__ import annotations
 
@@ -267,11 +270,17 @@ def regions(steps, apart: bool) -> int:
   return sum(1 for i, j in _serial_runs(steps) if _inner_parallel(steps[i:j], apart))
 
 
-def control_bytes(steps, apart: bool, extra: int = 0) -> int:
-  """Bytes of the control block before the profiling counters: the top-level words
-  (``arena._profile_offset``) and the regions' (``extra``: what follows, passed on)."""
-  from ourjax.backends.llvm.arena import _profile_offset
-  return _profile_offset(steps) + REGION_BYTES * regions(steps, apart) + extra
+def _region_offset(steps) -> int:
+  """Byte offset of the regions' words in the control block: after the gate and the words of
+  the top-level parallel steps."""
+  return 16 + 16 * sum(1 for s in steps if s.parallel)
+
+
+def control_bytes(steps, apart: bool) -> int:
+  """Bytes of the control block (the pool's, ``threads.Pool.run``): the top-level words and
+  the regions', rounded up to 64."""
+  n = _region_offset(steps) + REGION_BYTES * regions(steps, apart)
+  return (n + 63) // 64 * 64
 
 
 def _only_calls_out(fn) -> bool:
@@ -334,18 +343,18 @@ def _uses_threads(steps) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 class _Region:
-  """The words of one region (byte ``offset`` in the arena) and its kernels' sites."""
+  """The words of one region (byte ``offset`` in the control block) and its kernels' sites."""
 
   def __init__(self, em, offset: int):
     b = em.b
     self.em = em
-    base = b.gep(em.arena, [E.i64(offset)])
+    base = b.gep(em.control, [E.i64(offset)])
     i32p, i64p = E.I32.as_pointer(), E.I64.as_pointer()
     self.gen = b.bitcast(base, i32p)
-    self.gen_sleepers = b.bitcast(b.gep(em.arena, [E.i64(offset + 4)]), i32p)
-    self.claim = b.bitcast(b.gep(em.arena, [E.i64(offset + 8)]), i64p)
-    self.finished = b.bitcast(b.gep(em.arena, [E.i64(offset + 16)]), i32p)
-    self.fin_sleepers = b.bitcast(b.gep(em.arena, [E.i64(offset + 20)]), i32p)
+    self.gen_sleepers = b.bitcast(b.gep(em.control, [E.i64(offset + 4)]), i32p)
+    self.claim = b.bitcast(b.gep(em.control, [E.i64(offset + 8)]), i64p)
+    self.finished = b.bitcast(b.gep(em.control, [E.i64(offset + 16)]), i32p)
+    self.fin_sleepers = b.bitcast(b.gep(em.control, [E.i64(offset + 20)]), i32p)
     self.sites = {}     # id(kernel) -> site
     self.kernels = []   # by site
 
@@ -573,7 +582,9 @@ class _Emission:
     args, self.tid, self.nthreads = entry.args
     self.args = args
     self.arena = b.load(b.gep(args, [E.i64(self.arena_slot)]))
-    self.ctl = b.bitcast(self.arena, E.I32.as_pointer())
+    # (the control block: the slot after the arena's, see the module's docstring)
+    self.control = b.load(b.gep(args, [E.i64(self.arena_slot + 1)]))
+    self.ctl = b.bitcast(self.control, E.I32.as_pointer())
     self.ptr_cache = {}
     self.stack = stack      # ids of the temporaries on thread 0's stack (stack_buffers)
     self.data = {}
@@ -598,8 +609,7 @@ class _Emission:
       b.ret(E.i32(1))
       b.position_at_end(run)
     self.body_start = b.block
-    from ourjax.backends.llvm.arena import _profile_offset
-    self.region_offset = _profile_offset(steps)    # (the regions' words follow the steps')
+    self.region_offset = _region_offset(steps)     # (the regions' words follow the steps')
     self.region = None                             # the _Region being emitted
     self.n_regions = 0
     # (profile: (offset, {id(kernel or step): item}) of the counters, see cpu/profiling.py)
@@ -725,7 +735,7 @@ class _Emission:
       return None
     return self.b.icmp_signed("<", self.tid, E.i64(n))
 
-  # -- the control block (i32 words at the start of the arena, zeroed by the caller) --------
+  # -- the control block (i32 words of the pool's, zeroed by the caller) ---------------------
   #   [0] gate: parallel steps opened so far    [1] sleepers on the gate
   #   [4 + 4p] claimed pieces of parallel step p, [5 + 4p] finished pieces, [6 + 4p] sleepers
   #   then REGION_BYTES per region (_Region)

@@ -8,8 +8,9 @@ What running a compiled program needs and nothing more (no emitter, planner or L
 executable found in the disk cache by a new process (``cpu/cache.py``: ``load_by_source``) is
 made from its entry's meta and loaded code alone, without importing the compiler.  The entry
 function is ``int ourjax_entry(void** slots, i64 tid, i64 nthreads)`` (``cpu/entry.py`` emits
-it): slots hold the parameters, the outputs, the constants and the arena, as NumPy array
-objects (``OBJECT_MODE``) or their data pointers.
+it): slots hold the parameters, the outputs, the constants, the arena and (a parallel
+program's, put there by the thread pool for each call) the dispatch's control block, as NumPy
+array objects (``OBJECT_MODE``) or their data pointers.
 """
 from __future__ import annotations
 
@@ -129,6 +130,7 @@ class _OutputPool:
 
 _outputs = _OutputPool()
 
+#: The least arena a call allocates (an arena of no bytes still gets an aligned address).
 ARENA_HEADER = 64
 
 #: The alignment of the arena's buffers (``planning.ALIGN``, which compiled programs record in
@@ -177,7 +179,8 @@ class CpuExecutable:
     self.name = meta.get("name") or (module.name if self._module is not None else "")
     self.out_specs = [(tuple(s), hlo.to_dtype(d)) for d, s in meta["outputs"]]
     self.parallel = bool(meta["parallel"])
-    self.control_bytes = int(meta.get("control_bytes", ARENA_HEADER))
+    # (the dispatch's control words: the thread pool's, in the last slot, threads.Pool.run)
+    self.control_bytes = int(meta["control_bytes"])
     self.object_mode = bool(meta.get("object_mode"))
     self.arena_bytes = int(meta["arena_bytes"])
     self.nslots = int(meta["nslots"])
@@ -215,15 +218,16 @@ class CpuExecutable:
       raise self._exhausted(self.arena_bytes, None) from None
     for slot, v in self._consts:
       slots[slot] = v.ctypes.data
-    slots[self.nslots - 1] = arena.ctypes.data
+    slots[self.nslots - 2] = arena.ctypes.data     # (the control block's follows: _run)
     for k, a in fixed:
       slots[k] = id(a) if self.object_mode else a.ctypes.data
     return slots, ctypes.addressof(slots), arena
 
   def _run(self, res) -> int:
     if self.parallel:
-      res[2][:self.control_bytes] = 0    # (before any thread starts)
-      return get_pool().run(self._fn, res[1], self._fn_addr)
+      # (the pool puts its control block, zeroed, in the last slot before any thread starts)
+      return get_pool().run(self._fn, res[1], self._fn_addr,
+                            (res[0], self.nslots - 1, self.control_bytes))
     return self._fn(res[1], 0, 1)
 
   def __call__(self, *args):

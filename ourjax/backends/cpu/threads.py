@@ -26,6 +26,13 @@ semaphore and again to report back, one worker after another; on 16 cores that c
 
 A call that finds the pool busy (another Python thread is in it) runs on its caller's thread
 alone, as does every call where the native pool cannot be built (no ``pthread_create``).
+
+The entry's own dispatch words (``entry.py``'s control block: the gate, each parallel step's
+claimed and finished pieces, the loop regions' jobs) are runtime state of the pool, not
+buffers of the program: ``run`` puts the pool's block (grown to the largest a program has
+asked for, zeroed) in the call's slot for it.  Calls take the pool one at a time (``_busy``);
+a call that runs alone beside a busy pool (or a reentrant one) takes a spare block of its own
+(``_spare_control``), kept for the next such call.
 """
 from __future__ import annotations
 
@@ -47,6 +54,7 @@ _CTL_BYTES = 320          # job: fn (i64 at 256), slots (i64 at 264), n (i64 at 
 _ARG_BYTES = 64           # per worker: ctl pointer (i64 at 0), tid (i64 at 8)
 
 _retired = []             # control blocks of closed pools (kept: see Pool.close)
+_spare = []               # entries' control blocks of calls that ran alone (_spare_control)
 _native = None            # (module, worker address, run, pthread_create, pthread_detach)
 _native_lock = threading.Lock()
 
@@ -290,6 +298,27 @@ def _emit():
   return mod
 
 
+def _control_block(nbytes: int):
+  """A zeroed, 64-byte aligned block of ``nbytes`` for an entry's control words."""
+  raw = np.zeros(nbytes + 64, np.uint8)
+  skip = -raw.ctypes.data % 64
+  return raw[skip:skip + nbytes]
+
+
+def _spare_control(nbytes: int):
+  """A zeroed control block of at least ``nbytes`` for a call that runs alone beside the
+  pool: a spare one if there is one (each call takes its own: ``list.pop`` is atomic), else a
+  new one; the caller gives it back to ``_spare``."""
+  try:
+    block = _spare.pop()
+  except IndexError:
+    return _control_block(nbytes)
+  if block.nbytes < nbytes:
+    return _control_block(nbytes)
+  block[:nbytes] = 0
+  return block
+
+
 class Pool:
   """``nthreads - 1`` native workers; ``run(fn, slots)`` calls the entry ``fn`` (a ctypes
   function of the entry's type) on every thread, the caller being thread 0, and returns thread
@@ -298,6 +327,7 @@ class Pool:
   def __init__(self, nthreads: int):
     self.nthreads = self.wanted = nthreads
     self._busy = threading.Lock()
+    self._words = _control_block(64)    # (the entries' control block: run)
     self._ctl = np.zeros(_CTL_BYTES, np.uint8)
     self._args = np.zeros((max(nthreads - 1, 1), _ARG_BYTES), np.uint8)
     self._native = _build() if nthreads > 1 else None
@@ -319,13 +349,32 @@ class Pool:
         break
       detach(th.value)
 
-  def run(self, fn, slots, addr: int | None = None) -> int:
+  def run(self, fn, slots, addr: int | None = None, control=None) -> int:
     """``fn(slots, tid, n)`` on every thread (``addr``: ``fn``'s address, when the caller
-    knows it); thread 0's result."""
-    n = self.nthreads
-    if n == 1 or not self._busy.acquire(blocking=False):
-      return fn(slots, 0, 1)
+    knows it); thread 0's result.  ``control``: (slot table, slot, bytes) of the entry's
+    control block: the pool's own (or a spare one, for a call that runs alone beside a busy
+    pool), zeroed, is put in that slot first."""
+    if not self._busy.acquire(blocking=False):
+      if control is None:
+        return fn(slots, 0, 1)
+      block = _spare_control(control[2])
+      try:
+        control[0][control[1]] = block.ctypes.data
+        return fn(slots, 0, 1)
+      finally:
+        _spare.append(block)
     try:
+      if control is not None:
+        table, slot, nbytes = control
+        words = self._words
+        if words.nbytes < nbytes:
+          words = self._words = _control_block(nbytes)
+        else:
+          words[:nbytes] = 0      # (before any thread starts)
+        table[slot] = words.ctypes.data
+      n = self.nthreads
+      if n == 1:
+        return fn(slots, 0, 1)
       if addr is None:
         addr = ctypes.cast(fn, ctypes.c_void_p).value
       return self._run(self._ctl_addr, addr, slots, n)

@@ -1,36 +1,31 @@
 """Buffer assignment of a planned entry (the second half of ``planning``'s docstring): the
 temporaries of the steps get their places, inside an output not yet written while they live
-(``_hosted``) or at arena offsets by a first-fit over their live ranges (``_arena``), after the
-control block at the arena's start (``_control_bytes``: the CPU entry's loop regions and
-profiling words).  Moved out of planning.py, which makes the steps."""
+(``_hosted``) or at arena offsets by a first-fit over their live ranges (``_arena``), after a
+header the backend asks for (the CPU's profiling counters, ``cpu/profiling.py``).  The CPU
+entry's dispatch words are not here: the thread pool owns them (``cpu/threads.py``), so the
+arena holds only the program's buffers.  Moved out of planning.py, which makes the steps."""
 from __future__ import annotations
 
 from ourjax.backends.llvm.planning import ALIGN, CondStep, KernelStep, Planner, WhileStep
 
 
-def _control_bytes(steps, profile_bytes: int = 0) -> int:
-  """Bytes of the control block at the start of the arena (``cpu/entry.py``), plus
-  ``profile_bytes`` after the top-level steps' words (the CPU backend's loop regions and
-  profiling counters, see ``cpu/profiling.py``)."""
-  n = sum(1 for s in steps if s.parallel)
-  return (16 + 16 * n + profile_bytes + ALIGN - 1) // ALIGN * ALIGN
+def _header_bytes(header: int = 0) -> int:
+  """Bytes before the first temporary: ``header`` (the CPU's profiling counters) aligned."""
+  return (header + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _profile_offset(steps) -> int:
-  return 16 + 16 * sum(1 for s in steps if s.parallel)
-
-
-def _assign(planner: Planner, steps, profile_bytes: int = 0, skip=frozenset(),
+def _assign(planner: Planner, steps, header: int = 0, skip=frozenset(),
             host_scratch: bool = False, aligned_min=None) -> int:
   """Give every temporary a place by a first-fit over live ranges: inside an output buffer
-  that is not written yet while the temporary lives (``_hosted``), else in the arena; returns
-  the arena size in bytes.  ``skip``: ids of temporaries placed elsewhere by the backend (the
-  CPU's on the entry's stack), given no place here.  ``host_scratch``: a dot's per-thread
+  that is not written yet while the temporary lives (``_hosted``), else in the arena from
+  ``header`` bytes on (aligned); returns the arena size in bytes.  ``skip``: ids of
+  temporaries placed elsewhere by the backend (the CPU's on the entry's stack), given no
+  place here.  ``host_scratch``: a dot's per-thread
   scratch may live in an output too (the backend passes each thread its area from wherever
   the buffer is); ``aligned_min``: outputs of at least this many bytes are 64-byte aligned by
   the backend, so a packed B may live in them (None: none is)."""
   from ourjax.backends.llvm.dots import PackBKernel
-  header = _control_bytes(steps, profile_bytes)
+  header = _header_bytes(header)
   first, last = {}, {}
   order = []
   out_first, outputs = {}, []     # output buffer -> the first step that touches it
@@ -45,6 +40,9 @@ def _assign(planner: Planner, steps, profile_bytes: int = 0, skip=frozenset(),
         outputs.append(buf)
       return
     if buf.kind not in ("temp", "scratch") or id(buf) in skip:
+      return
+    if buf.nbytes == 0:     # (nothing to hold: a GEMM's scratch when it packs nothing)
+      buf.home, buf.offset = None, 0
       return
     k = id(buf)
     if k not in first:

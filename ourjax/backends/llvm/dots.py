@@ -256,39 +256,44 @@ CONV_DIRECT_B_ROWS = 2040
 
 
 def dot_scratch_bytes(spec: DotSpec, pieces: int, im2col: bool = False,
-                      b_packed: bool = False, blocking=None) -> int:
+                      b_packed: bool = False, blocking=None, direct_a: bool = False) -> int:
   """Scratch bytes of one running piece of a dot of ``spec`` cut into ``pieces`` (each thread
   running pieces at once has such an area of its own, ``DotKernel.scratch_slots``): the packed
   GEMM's panels of its largest piece (``gemm.pack_buffer_bytes``), or the register-blocked
-  kernel's K x NR panel of B; ``blocking``: the GEMM's (``gemm_blocking``)."""
+  kernel's K x NR panel of B; ``blocking``: the GEMM's (``gemm_blocking``); ``direct_a``: a
+  patch matrix read in place (``gemm_im2col.direct_a``): 0 when nothing is packed."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   if _gemm_layout_ok(spec):
     lb = gemm.operand_layout(spec.N, spec.K, spec.b_sn, spec.b_sk)
-    return gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, pieces,
-                                  blocking, trans_b=bool(lb[0]), batch=spec.B, im2col=im2col,
-                                  b_packed=b_packed) + 64
+    n = gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, pieces,
+                               blocking, trans_b=bool(lb[0]), batch=spec.B, im2col=im2col,
+                               b_packed=b_packed, direct_a=direct_a)
+    return n + 64 if n or not (im2col and direct_a) else 0
   W = gemm.vector_target().lanes[dtype]   # _emit_dot_blocked's K x NR panel (NR = 2*W)
   return spec.K * 2 * W * spec.dtype.itemsize + 64
 
 
 def dot_scratch(new_scratch, spec: DotSpec, threads: int, name: str, im2col: bool = False,
-                whole: bool = False, b_packed: bool = False):
+                whole: bool = False, b_packed: bool = False, direct_a: bool = False):
   """The scratch buffer of a ``DotKernel`` of ``spec`` planned for ``threads`` threads: one
   piece's area (``dot_scratch_bytes``) per thread that may run a piece at once (no more than
   the pieces), which the thread reuses for every piece it claims (``Buf.slot_bytes``: the CPU's
   entry passes each thread its own area).  ``whole``: the kernel may also be called as one
   piece (inside a loop or a branch the entry calls small parallel kernels whole), so the area
-  also fits that call (only thread 0 makes such calls: its area alone grows)."""
+  also fits that call (only thread 0 makes such calls: its area alone grows).  ``direct_a``:
+  a patch matrix the GEMM reads in place (``gemm_im2col.direct_a``): the buffer may have no
+  bytes at all (then the arena gives it no room)."""
   from ourjax.backends.llvm import kernels
   pieces = dot_pieces(spec, threads)
   bl = gemm_blocking(spec, threads, im2col)
-  one = dot_scratch_bytes(spec, pieces, im2col, b_packed, bl)
+  one = dot_scratch_bytes(spec, pieces, im2col, b_packed, bl, direct_a)
   first = one
   serial = spec.B * spec.M * spec.N * spec.K < kernels.PARALLEL_MIN_WORK  # (Kernel.parallel)
   if (whole or serial) and pieces > 1:
     # (only thread 0 calls a kernel whole: its area alone fits that call)
-    first = max(one, (dot_scratch_bytes(spec, 1, im2col, b_packed, bl) + 63) // 64 * 64)
+    first = max(one, (dot_scratch_bytes(spec, 1, im2col, b_packed, bl, direct_a) + 63)
+                // 64 * 64)
   buf = new_scratch(first + one * (max(1, min(pieces, threads)) - 1), name)
   buf.slot_bytes = one
   buf.first_slot_bytes = first
@@ -435,10 +440,21 @@ class Im2colDotKernel(DotKernel):
     self.epilogue = None
 
   @property
+  def direct_a(self) -> bool:
+    """Whether the GEMM's tiles read the patch rows in place (``gemm_im2col.direct_a``: no
+    packer, no panel of A in the scratch)."""
+    from ourjax.backends.llvm import gemm_im2col
+    return gemm_im2col.direct_a(self.patches.geometry, self.spec.N,
+                                "f32" if self.spec.dtype == E.F32 else "f64")
+
+  @property
   def symbols(self) -> list:
-    """The process-wide GEMM its code calls and the packer of its patch matrix's layout."""
+    """The process-wide GEMM its code calls and the packer of its patch matrix's layout
+    (none when it reads the patch rows in place)."""
     from ourjax.backends.llvm import gemm
     dtype = "f32" if self.spec.dtype == E.F32 else "f64"
+    if self.direct_a:
+      return [gemm.prefetch_shared_gemm(dtype)]
     return [gemm.prefetch_shared_gemm(dtype),
             gemm.prefetch_shared_gemm(f"{dtype}_im2col_{self.patches.geometry.layout}")]
 

@@ -491,8 +491,19 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
   kmain = b.sub(kb, b.srem(kb, _c64(u)))
   accs, _ = loop(zeros, _c64(0), kmain, u, "kmain")
   accs, _ = loop(accs, kmain, kb, 1, "krem")
+  _emit_tile_store(b, cx, accs, mr, nv, c, ldc, mv, nvalid, first, last, row0, col0, epilogue,
+                   accumulate)
+  b.ret_void()
+  return fn
 
-  # --- store ---
+
+def _emit_tile_store(b, cx: _Ctx, accs, mr: int, nv: int, c, ldc, mv, nvalid, first, last,
+                     row0, col0, epilogue: Optional[Epilogue], accumulate: bool) -> None:
+  """A micro-kernel's end: its ``mr x nv*W`` accumulators ``accs`` stored to ``C[r*ldc + c]``
+  for ``r < mv``, ``c < nvalid`` (added to C unless ``first``), then the epilogue on the tile
+  where ``last`` (``_emit_ukernel``, ``gemm_im2col.emit_direct_ukernel``)."""
+  w = cx.w
+  nr = nv * w
   full = b.and_(b.icmp_signed("==", mv, _c64(mr)), b.icmp_signed("==", nvalid, _c64(nr)))
   overwrite = ir.Constant(I1, 0) if accumulate else first
 
@@ -536,8 +547,6 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
   if epilogue is not None:
     with _if(b, last, name="epi"):
       _emit_epilogue_loop(b, cx, epilogue, c, ldc, mv, nvalid, row0, col0)
-  b.ret_void()
-  return fn
 
 
 def _emit_epilogue_loop(b, cx: _Ctx, epilogue: Epilogue, c, ldc, rows, cols, row0, col0):
@@ -558,81 +567,6 @@ def _emit_epilogue_loop(b, cx: _Ctx, epilogue: Epilogue, c, ldc, rows, cols, row
 
 # --------------------------------------------------------------------------------------------
 # few rows: C rows += A[r, k] * B[k, :] with B streamed row by row
-
-def _emit_rows(cx: _Ctx, name: str, R: int, chunk: int, epilogue: Optional[Epilogue],
-               accumulate: bool) -> ir.Function:
-  """``void rows(i64 K, T* A, i64 a_rs, i64 a_ks, T* B, i64 ldb, T* C, i64 ldc, i64 ncols,
-  i64 row0, i64 col0, i1 zero)``: ``C[r, j] = sum_k A[r*a_rs + k*a_ks] * B[k*ldb + j]`` for
-  ``r < R``, ``j < ncols`` (row-major B only; added to C unless ``zero``).
-
-  For a handful of rows a register tile wastes most of its FMAs and reads B in column panels
-  (a strided walk); here every k step streams whole rows of B (four k at a time) into R rows of
-  C that stay in L1 (``chunk`` columns at once), i.e. about the speed of reading B.  Four k
-  steps per pass over C: the 16 broadcast A values of 4 rows outnumber 16 registers (AVX2, SSE:
-  a few live on the stack), but two steps per pass, which fit, ran 15-30% slower there (twice
-  the loads and stores of C)."""
-  w = cx.w
-  fn = ir.Function(cx.module, ir.FunctionType(ir.VoidType(), [
-      I64, cx.p, I64, I64, cx.p, I64, cx.p, I64, I64, I64, I64, I1]), name)
-  fn.linkage = "internal"
-  fn.attributes.add("noinline")
-  K, a, a_rs, a_ks, bm, ldb, c, ldc, ncols, row0, col0, zero = fn.args
-  for x in (a, bm, c):
-    x.add_attribute("noalias")
-  b = ir.IRBuilder(fn.append_basic_block("entry"))
-  arow = [b.gep(a, [b.mul(_c64(r), a_rs)]) for r in range(R)]
-  U = 4
-  kmain = b.sub(K, b.srem(K, _c64(U)))
-  all_lanes = ir.Constant(cx.mt, [1] * w)
-
-  with _for(b, 0, ncols, chunk, name="ch") as j0:
-    width = _smin(b, _c64(chunk), b.sub(ncols, j0))
-    crow = [b.gep(c, [b.add(b.mul(_c64(r), ldc), j0)]) for r in range(R)]
-    brow0 = b.gep(bm, [j0])
-    nvec = _sdiv_up(b, width, _c64(w))
-
-    def mask_at(j):
-      return b.select(b.icmp_signed("<=", b.add(j, _c64(w)), width), all_lanes,
-                      cx.lane_mask(b, b.sub(width, j)))
-
-    if not accumulate:
-      with _if(b, zero, name="zero"):
-        with _for(b, 0, nvec, name="z") as v:
-          j = b.mul(v, _c64(w))
-          m = mask_at(j)
-          for r in range(R):
-            b.call(cx.mstore, [cx.vzero, b.gep(crow[r], [j]), _c32(cx.size), m])
-
-    def ksteps(k0, n):
-      """C[:, chunk] += the terms k0 .. k0+n-1 (n static)."""
-      avals = [[_splat(b, b.load(b.gep(arow[r], [b.mul(b.add(k0, _c64(u)), a_ks)]),
-                                 align=cx.size), w) for u in range(n)] for r in range(R)]
-      brows = [b.gep(brow0, [b.mul(b.add(k0, _c64(u)), ldb)]) for u in range(n)]
-      with _for(b, 0, nvec, name="v") as v:
-        j = b.mul(v, _c64(w))
-        m = mask_at(j)
-        bv = [b.call(cx.mload, [b.gep(brows[u], [j]), _c32(cx.size), m, cx.vzero])
-              for u in range(n)]
-        for r in range(R):
-          p = b.gep(crow[r], [j])
-          acc = b.call(cx.mload, [p, _c32(cx.size), m, cx.vzero])
-          for u in range(n):
-            acc = cx.madd(b, avals[r][u], bv[u], acc)
-          b.call(cx.mstore, [acc, p, _c32(cx.size), m])
-
-    with _for(b, 0, kmain, U, name="k4") as k0:
-      ksteps(k0, U)
-    with _for(b, kmain, K, name="k1") as k0:
-      ksteps(k0, 1)
-    if epilogue is not None:
-      _emit_epilogue_loop(b, cx, epilogue, b.gep(c, [j0]), ldc, _c64(R), width, row0,
-                          b.add(col0, j0))
-  b.ret_void()
-  return fn
-
-
-# --------------------------------------------------------------------------------------------
-# driver
 
 def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Epilogue] = None,
               accumulate: bool = False, blocking: Optional[Blocking] = None,
@@ -669,6 +603,12 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
               for r in (4, 2, 1)} if bl.stream_rows > 0 else None
   from ourjax.backends.llvm import gemm_im2col
+  # (a convolution's patch matrix read in place, its descriptor naming no packer:
+  # gemm_im2col.emit_direct_ukernel)
+  uk_c = gemm_im2col.emit_direct_ukernel(cx, name + ".ukernel_c", bl, mr, bl.nv, epilogue,
+                                         accumulate) if im2col else None
+  uk_cn = gemm_im2col.emit_direct_ukernel(cx, name + ".ukernel_cn", bl, mr, 1, epilogue,
+                                          accumulate) if im2col and narrow else None
 
   def driver(fname):
     """The kernel ``fname``: A a matrix or (``im2col`` and ``transA == IM2COL``) the
@@ -693,6 +633,12 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     direct_rows = knob["direct_b_rows"]
     nc_ = b.mul(_sdiv_up(b, knob["nc"], _c64(nr)), _c64(nr))   # (whole panels, whatever it says)
     desc = b.bitcast(A, I64.as_pointer()) if im2col else None
+    direct_a = None     # (a patch matrix read in place: its descriptor names no packer)
+    if im2col:
+      nopack = b.alloca(I64, name="nopack")      # (b is in the entry block)
+      b.store(_c64(0), nopack)
+      pk_ = b.load(b.select(conv, b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), nopack), align=8)
+      direct_a = b.and_(conv, b.icmp_signed("==", pk_, _c64(0)))
 
     # strides of A (i, k) and B (k, j)
     ta1 = b.icmp_signed("!=", b.and_(ta, _c32(1)), _c32(0))
@@ -828,9 +774,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
               else:   # (batch is 1: A is the descriptor of one patch matrix and its packer)
                 with b.if_else(conv) as (c_, m_):
                   with c_:
-                    packer = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), align=8)
-                    b.call(b.inttoptr(packer, gemm_im2col.PACK_TYPE(cx.p).as_pointer()),
-                           [desc, r0, pc, rows, kb, apk])
+                    # (none when the tiles read the patches in place)
+                    with _if(b, b.not_(direct_a), name="packconv"):
+                      packer = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_PACK)]), align=8)
+                      b.call(b.inttoptr(packer, gemm_im2col.PACK_TYPE(cx.p).as_pointer()),
+                             [desc, r0, pc, rows, kb, apk])
                   with m_:
                     plain_pack()
             with _if(b, b.not_(b.or_(a_micro, a_rows)), name="blocka"):
@@ -868,16 +816,34 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                     with w_:
                       b.call(k_wide, args)
 
-              if not ms:
-                call(uk, uk_n, apanel, cptr, mv, row)
+              def packed():
+                if not ms:
+                  call(uk, uk_n, apanel, cptr, mv, row)
+                else:
+                  with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
+                    with big:
+                      call(uk, uk_n, apanel, cptr, mv, row)
+                    with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
+                      with _for(b, 0, mv, ms, name="es") as r0:
+                        call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
+                             _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+              if conv is None:
+                packed()
               else:
-                with b.if_else(b.icmp_signed(">", mv, _c64(2 * ms))) as (big, small):
-                  with big:
-                    call(uk, uk_n, apanel, cptr, mv, row)
-                  with small:  # a short edge tile: ceil(mv/ms) tiles of ms rows
-                    with _for(b, 0, mv, ms, name="es") as r0:
-                      call(uk_s, uk_sn, b.gep(apanel, [r0]), b.gep(cptr, [b.mul(r0, ldc)]),
-                           _smin(b, _c64(ms), b.sub(mv, r0)), b.add(row, r0))
+                with b.if_else(direct_a) as (d_, p_):
+                  with d_:     # (the patch rows read in place: batch is 1, rowbase 0)
+                    args = [kb, desc, row, pc, bpanel, bstride, cptr, ldc, mv, nvalid, first,
+                            last, row, col]
+                    if uk_cn is None:
+                      b.call(uk_c, args)
+                    else:
+                      with b.if_else(is_narrow) as (n_, w_):
+                        with n_:
+                          b.call(uk_cn, args)
+                        with w_:
+                          b.call(uk_c, args)
+                  with p_:
+                    packed()
 
             with b.if_else(a_rows) as (rows_first, panels_first):
               with rows_first:
@@ -976,3 +942,5 @@ from ourjax.backends.llvm.gemm_calls import (declare_shared_gemm, emit_gemm_call
 # gemm_scratch.py
 from ourjax.backends.llvm.gemm_scratch import (pack_buffer_bytes,  # noqa: E402,F401
                                                pack_buffer_elements, packed_b_elements)
+# the few-rows kernels (B streamed through 4/2/1-row axpys): gemm_rows.py
+from ourjax.backends.llvm.gemm_rows import _emit_rows  # noqa: E402

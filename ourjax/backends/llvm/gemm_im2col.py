@@ -7,7 +7,10 @@ or in a fusion with its consumers), and plans only the (unpadded) input; the dot
 ``Im2colDotKernel`` (``llvm/dots.py``).  The dot then calls the shared GEMM,
 ``ourjax_gemm_<dtype>``, with ``transA == gemm.IM2COL`` and ``A`` the address of a descriptor
 (the same blocking, threads and micro-kernels as a matrix's), whose A panels are packed by the
-descriptor's packer (:func:`emit_pack`; one process-wide function per layout,
+descriptor's packer, or (a descriptor naming none, :func:`direct_a`) read in place by the
+GEMM's direct micro-kernels (:func:`emit_direct_ukernel`: a pointer per row into the input for
+each run of one tap's channels, no packing and no scratch for A) (:func:`emit_pack`; one
+process-wide function per layout,
 ``ourjax_gemm_<dtype>_im2col_<layout>``, :func:`pack_symbol`, built only when a program calls
 it) straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
 column ``k`` (kernel position ``t = k // C``, channel ``c = k % C``) it reads
@@ -343,6 +346,258 @@ def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
   return fn
 
 
+#: The longest run of one tap's channels a direct micro-kernel reads at once
+#: (:func:`emit_direct_ukernel`): a row whose tap lies in the padding reads that many zeros.
+DIRECT_RUN = 512
+#: k steps per iteration of a direct micro-kernel's inner loop (4, the packed kernel's, kept
+#: B's next rows in registers and spilled accumulators: 50% slower on AVX-512, 14 rows).
+DIRECT_UNROLL = 1
+#: Most column panels of a convolution's GEMM whose patch rows are read in place on AVX-512
+#: (:func:`direct_a`): each tile reads its 14 rows' windows again for every column panel, and
+#: with many panels that cost more than packing the rows once (single thread, thread CPU time,
+#: 2-core EPYC: 128 output channels, 4 panels, 5-7% faster than packed; 256, 8 panels, 0-7%
+#: slower; 512, 16 panels, 5% slower).  AVX2's 6-row tiles were faster at 256 too (11%).
+DIRECT_MAX_PANELS = 4
+#: Least channels of a convolution whose patch rows the GEMM reads in place
+#: (:func:`direct_a`): each run of a tap's channels costs the micro-kernel its rows' pointers.
+DIRECT_MIN_CHANNELS = 32
+
+
+def direct_a(geo, n: int, dtype: str) -> bool:
+  """Whether the GEMM reads the patch matrix of geometry ``geo`` in place, through a pointer
+  per row into the input for each run of a tap's channels (:func:`emit_direct_ukernel`),
+  instead of packing its row panels into the call's scratch: a convolution's patches (layout
+  "F") of at least ``DIRECT_MIN_CHANNELS`` channels, whose ``n`` output channels (the GEMM's
+  columns) make at most ``DIRECT_MAX_PANELS`` column panels on AVX-512 (any on AVX2 and
+  SSE).  ``OURJAX_CPU_CONV_DIRECT_A=0`` turns it off (packed panels, as before)."""
+  if os.environ.get("OURJAX_CPU_CONV_DIRECT_A", "1") == "0":
+    return False
+  if geo.layout != "F" or geo.channels < DIRECT_MIN_CHANNELS:
+    return False
+  from ourjax.backends.llvm import gemm
+  vt = gemm.vector_target()
+  if vt.isa == "avx512" and \
+     -(-n // (vt.blocking[dtype].nv * vt.lanes[dtype])) > DIRECT_MAX_PANELS:
+    return False
+  return True
+
+
+#: ``void uk(i64 kb, i64* desc, i64 m0, i64 k0, T* Bp, i64 bstride, T* C, i64 ldc, i64 mv,
+#: i64 nvalid, i1 first, i1 last, i64 row0, i64 col0)``
+def DIRECT_UKERNEL_TYPE(cx) -> ir.FunctionType:
+  return ir.FunctionType(ir.VoidType(), [I64, I64.as_pointer(), I64, I64, cx.p, I64, cx.p, I64,
+                                         I64, I64, I1, I1, I64, I64])
+
+
+def emit_direct_ukernel(cx, name: str, bl, mr: int, nv: int, epilogue,
+                        accumulate: bool) -> ir.Function:
+  """The GEMM's micro-kernel (``gemm._emit_ukernel``'s tile, stored the same way) whose A is a
+  convolution's patch matrix (layout "F", the descriptor ``desc``) read in place: rows
+  ``m0 .. m0+mr`` and columns ``k0 .. k0+kb`` of the patches, ``DIRECT_UKERNEL_TYPE``.  The
+  K slice runs as runs of one tap's channels (at most ``DIRECT_RUN``), contiguous in the input
+  (NHWC): per run each row's pointer is its output position's window at that tap, or a row of
+  zeros where the tap lies in the padding (or the row is past ``mv``), and each k step
+  broadcasts one element per row as from a packed panel, in the same order, so the sums are
+  the packed GEMM's, bit for bit.  No panel of A is packed: the call needs no scratch for A."""
+  from ourjax.backends.llvm.gemm import _emit_tile_store, _smin, _splat
+  w = cx.w
+  fn = ir.Function(cx.module, DIRECT_UKERNEL_TYPE(cx), name)
+  fn.linkage = "internal"
+  fn.attributes.add("noinline")
+  kb, desc, m0, k0, bp, bstride, c, ldc, mv, nvalid, first, last, row0, col0 = fn.args
+  for a in (bp, c):
+    a.add_attribute("noalias")
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+  def word(i):
+    return b.load(b.gep(desc, [_c64(i)]), align=8)
+  src = b.inttoptr(word(0), cx.p)
+  C = word(1)
+  O = [word(2 + d) for d in range(_DIMS)]
+  I_ = [word(5 + d) for d in range(_DIMS)]
+  S = [word(8 + d) for d in range(_DIMS)]
+  table = b.inttoptr(word(11), I64.as_pointer())
+  zero, one = _c64(0), _c64(1)
+  zt = ir.ArrayType(cx.t, DIRECT_RUN)
+  zname = f"im2col.direct.zeros.{cx.dtype}"
+  zg = cx.module.globals.get(zname)
+  if zg is None:
+    zg = ir.GlobalVariable(cx.module, zt, zname)
+    zg.global_constant = True
+    zg.linkage = "internal"
+    zg.initializer = ir.Constant(zt, None)
+    zg.align = 64
+  zeros = b.bitcast(zg, cx.p)
+  # the first row's output position (n, o_1, o_2, o_3): one division chain
+  pos = []
+  q = m0
+  for d in reversed(range(_DIMS)):
+    pos.append(b.urem(q, O[d]))
+    q = b.udiv(q, O[d])
+  pos = [q] + pos[::-1]
+  last_d = _DIMS - 1
+
+  def window(p):
+    """(base_1..3, linear offset of the window's origin) of the output position ``p``."""
+    base = [b.mul(p[1 + d], S[d]) for d in range(_DIMS)]
+    lin = p[0]
+    for d in range(_DIMS):
+      lin = b.add(b.mul(lin, I_[d]), base[d])
+    return base, b.mul(lin, C)
+
+  def step(ptrs, bseg, accs, k):
+    brow = b.gep(bseg, [b.mul(k, bstride)])
+    bv = [cx.vload(b, b.gep(brow, [_c64(v * w)]), cx.size) for v in range(nv)]
+    out = list(accs)
+    for r in range(mr):
+      a = _splat(b, b.load(b.gep(ptrs[r], [k]), align=cx.size), w)
+      for v in range(nv):
+        out[r * nv + v] = cx.madd(b, a, bv[v], out[r * nv + v])
+    return out
+
+  def loop(ptrs, bseg, accs0, start, stop, unroll, tag):
+    lpre = b.block
+    lh, lb, ld = (fn.append_basic_block(f"{tag}.{x}") for x in ("hdr", "body", "done"))
+    b.branch(lh)
+    b.position_at_end(lh)
+    k = b.phi(I64, name=tag + ".k")
+    k.add_incoming(start, lpre)
+    phis = []
+    for i, a in enumerate(accs0):
+      ph = b.phi(cx.vt, name=f"{tag}.acc{i}")
+      ph.add_incoming(a, lpre)
+      phis.append(ph)
+    b.cbranch(b.icmp_signed("<", k, stop), lb, ld)
+    b.position_at_end(lb)
+    accs = phis
+    for uu in range(unroll):
+      accs = step(ptrs, bseg, accs, b.add(k, _c64(uu)))
+    k.add_incoming(b.add(k, _c64(unroll)), b.block)
+    for ph, a in zip(phis, accs):
+      ph.add_incoming(a, b.block)
+    b.branch(lh)
+    b.position_at_end(ld)
+    return phis
+
+  def runs(tag, row_ptrs):
+    """The K slice as runs of one tap's channels (accumulators from zero), each row read
+    through ``row_ptrs(dd, toff)``; returns the accumulators and the block they end in."""
+    pre = b.block
+    hdr, body, done = (fn.append_basic_block(f"{tag}.{x}") for x in ("hdr", "body", "done"))
+    t0, c0 = b.udiv(k0, C), b.urem(k0, C)
+    b.branch(hdr)
+    b.position_at_end(hdr)
+    kk = b.phi(I64, name=tag + ".kk")
+    t = b.phi(I64, name=tag + ".tap")
+    ch = b.phi(I64, name=tag + ".ch")
+    kk.add_incoming(zero, pre)
+    t.add_incoming(t0, pre)
+    ch.add_incoming(c0, pre)
+    accs_in = []
+    for i in range(mr * nv):
+      ph = b.phi(cx.vt, name=f"{tag}.acc{i}")
+      ph.add_incoming(cx.vzero, pre)
+      accs_in.append(ph)
+    b.cbranch(b.icmp_signed("<", kk, kb), body, done)
+    b.position_at_end(body)
+    trow = b.gep(table, [b.mul(t, _c64(_TAB))])
+    dd = [b.load(b.gep(trow, [_c64(d)]), align=8) for d in range(_DIMS)]
+    n_run = _smin(b, _smin(b, b.sub(C, ch), b.sub(kb, kk)), _c64(DIRECT_RUN))
+    toff = zero
+    for d in range(_DIMS):
+      toff = b.add(b.mul(toff, I_[d]), dd[d])
+    toff = b.add(b.mul(toff, C), ch)
+    ptrs = row_ptrs(dd, toff)
+    bseg = b.gep(bp, [b.mul(kk, bstride)])
+    u = DIRECT_UNROLL
+    kmain = b.sub(n_run, b.srem(n_run, _c64(u)))
+    accs = loop(ptrs, bseg, accs_in, zero, kmain, u, tag + ".kmain")
+    accs = loop(ptrs, bseg, accs, kmain, n_run, 1, tag + ".krem")
+    # the next run: on in this tap's channels (the slice ended) or the next tap's first
+    c2 = b.add(ch, n_run)
+    wrap = b.icmp_signed(">=", c2, C)
+    latch = b.block
+    kk.add_incoming(b.add(kk, n_run), latch)
+    t.add_incoming(b.select(wrap, b.add(t, one), t), latch)
+    ch.add_incoming(b.select(wrap, zero, c2), latch)
+    for ph, a in zip(accs_in, accs):
+      ph.add_incoming(a, latch)
+    b.branch(hdr)
+    b.position_at_end(done)
+    return accs_in, done
+
+  # a tile whose rows lie in one output row (consecutive positions along the last spatial
+  # dimension: the common case): row r's window is row 0's moved r strides, and at each tap
+  # the rows inside the input are one range [r_lo, r_hi); else each row on its own
+  one_row = b.icmp_unsigned("<", b.add(pos[1 + last_d], _c64(mr - 1)), O[last_d])
+  blk_f, blk_g, join = (fn.append_basic_block(x) for x in ("tile.row", "tile.rows", "tile.end"))
+  b.cbranch(one_row, blk_f, blk_g)
+
+  b.position_at_end(blk_f)
+  base0, lin0 = window(pos)
+  rstep = b.mul(S[last_d], C)       # (elements between consecutive rows' windows)
+  rows_ = [_c64(r) for r in range(mr)]
+
+  def fast_ptrs(dd, toff):
+    ok = ir.Constant(I1, 1)
+    for d in range(last_d):
+      ok = b.and_(ok, b.icmp_unsigned("<", b.add(base0[d], dd[d]), I_[d]))
+    a = b.add(base0[last_d], dd[last_d])       # row r at a + r*s, inside when in [0, I)
+    s_ = S[last_d]
+    lo = b.select(b.icmp_signed(">=", a, zero), zero,
+                  b.sdiv(b.add(b.sub(zero, a), b.sub(s_, one)), s_))
+    room = b.sub(b.sub(I_[last_d], one), a)    # (I - 1 - a: the last row inside)
+    hi = b.select(b.icmp_signed("<", room, zero), zero, b.add(b.sdiv(room, s_), one))
+    hi = b.select(ok, _smin(b, hi, mv), zero)
+    p0 = b.gep(src, [b.add(lin0, toff)])
+    out = []
+    for r in range(mr):
+      inside = b.and_(b.icmp_signed(">=", rows_[r], lo), b.icmp_signed("<", rows_[r], hi))
+      out.append(b.select(inside, b.gep(p0, [b.mul(rows_[r], rstep)]), zeros))
+    return out
+  accs_f, end_f = runs("row", fast_ptrs)
+  b.branch(join)
+
+  b.position_at_end(blk_g)
+  rowinfo = []      # per row: (valid, base_1..3, linear offset of its window's origin)
+  p = pos
+  for r in range(mr):
+    base, lin = window(p)
+    rowinfo.append((b.icmp_signed("<", _c64(r), mv), base, lin))
+    nxt = list(p)      # the next row's position: o_3 + 1, carrying into o_2, o_1, n
+    carry = ir.Constant(I1, 1)
+    for d in reversed(range(_DIMS)):
+      inc = b.add(nxt[1 + d], one)
+      wrap_ = b.icmp_unsigned(">=", inc, O[d])
+      nxt[1 + d] = b.select(carry, b.select(wrap_, zero, inc), nxt[1 + d])
+      carry = b.and_(carry, wrap_)
+    nxt[0] = b.select(carry, b.add(nxt[0], one), nxt[0])
+    p = nxt
+
+  def general_ptrs(dd, toff):
+    out = []
+    for valid, base, lin in rowinfo:
+      ok = valid
+      for d in range(_DIMS):
+        ok = b.and_(ok, b.icmp_unsigned("<", b.add(base[d], dd[d]), I_[d]))
+      out.append(b.select(ok, b.gep(src, [b.add(lin, toff)]), zeros))
+    return out
+  accs_g, end_g = runs("rows", general_ptrs)
+  b.branch(join)
+
+  b.position_at_end(join)
+  accs = []
+  for x, y in zip(accs_f, accs_g):
+    ph = b.phi(cx.vt)
+    ph.add_incoming(x, end_f)
+    ph.add_incoming(y, end_g)
+    accs.append(ph)
+  _emit_tile_store(b, cx, accs, mr, nv, c, ldc, mv, nvalid, first, last, row0, col0,
+                   epilogue, accumulate)
+  b.ret_void()
+  return fn
+
+
 def accepts(dot, patches, geo) -> bool:
   """Whether ``dot`` (an HLO dot reading the patch matrix ``patches`` of geometry ``geo``) can
   run on the implicit-im2col GEMM: ``patches`` is its A operand as it is ([M, K], k
@@ -410,12 +665,15 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
   first = b.gep(src, [_c64(geo.batch0 * math.prod(geo.in_dims[1:]))])
   vals = [b.ptrtoint(first, I64), _c64(C_), *map(_c64, out), *map(_c64, ins),
           *map(_c64, strides), b.ptrtoint(b.bitcast(tab, I64.as_pointer()), I64)]
-  sym = pack_symbol(dtype, geo.layout)
-  packer = mod.globals.get(sym)
-  if packer is None:    # (declared: the process-wide packer, gemm_library.py)
-    packer = ir.Function(mod, PACK_TYPE(ir.FloatType().as_pointer() if dtype == "f32" else
-                                        ir.DoubleType().as_pointer()), sym)
-  tail = [_c64(geo.taps), b.ptrtoint(packer, I64)]
+  if direct_a(geo, spec.N, dtype):    # (no packer: the GEMM's tiles read the rows in place)
+    tail = [_c64(geo.taps), _c64(0)]
+  else:
+    sym = pack_symbol(dtype, geo.layout)
+    packer = mod.globals.get(sym)
+    if packer is None:    # (declared: the process-wide packer, gemm_library.py)
+      packer = ir.Function(mod, PACK_TYPE(ir.FloatType().as_pointer() if dtype == "f32" else
+                                          ir.DoubleType().as_pointer()), sym)
+    tail = [_c64(geo.taps), b.ptrtoint(packer, I64)]
   if epilogue is None:
     vals += [_c64(0), _c64(0)]
   else:

@@ -62,7 +62,8 @@ def packed_b_elements(dtype: str, N: int, K: int, blocking: Optional[Blocking] =
 
 
 def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
-                    direct: bool, b_packed: bool = False, edge: bool = True) -> int:
+                    direct: bool, b_packed: bool = False, edge: bool = True,
+                    direct_a: bool = False) -> int:
   """Scratch elements of a piece of ``rows x cols`` (the driver's layout in ``tiled``): B's
   panels of a column block (only one panel when the piece is one row block, which packs each
   panel as its tiles need it, or B is read in place, ``direct``, which packs only a partial
@@ -70,7 +71,9 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
   packs each just before its tiles, which run across the column panels), or A's panels of a
   row block when B is packed a panel at a time (one row block) or read in place in column
   blocks wider than ``gemm.DIRECT_ROWS_FIRST_BYTES``, each K slice deep, and the slack to
-  align the start to 64 bytes."""
+  align the start to 64 bytes; ``direct_a``: A is a patch matrix the tiles read in place
+  (``gemm_im2col.emit_direct_ukernel``), no panel of it is packed (nothing at all when B
+  is not either)."""
   if rows <= 0 or cols <= 0:
     return 0
   nr, align = bl.nv * w, 64 // _gemm()._TYPES[dtype][1]
@@ -86,18 +89,22 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
     # (one column panel, all of B's panels packed first, or B read in place in blocks that
     # fit DIRECT_ROWS_FIRST_BYTES: A packed a row panel at a time)
     mstep = bl.mr
+  if direct_a:
+    return _cdiv(b_cols * kstep, align) * align + align if b_cols else 0
   return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
 
 
 def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
                          blocking: Optional[Blocking] = None, isa: Optional[str] = None, *,
                          trans_b: Optional[bool] = None, batch: int = 1,
-                         im2col: bool = False, b_packed: bool = False) -> int:
+                         im2col: bool = False, b_packed: bool = False,
+                         direct_a: bool = False) -> int:
   """Elements of T that one call's ``pack`` must hold (each call running at once has its own)
   for these sizes cut ``nthreads`` ways (of a kernel emitted with the same ``blocking`` and
   ``isa``): the most any piece of the split packs.  ``trans_b``: whether B is passed transposed
   (None: either); ``batch``: batch entries (at least ``nthreads`` of them: whole entries a
-  piece); ``im2col``: A is a patch matrix (always packed); ``b_packed``: B is passed packed
+  piece); ``im2col``: A is a patch matrix (packed, unless ``direct_a``: read in place by the
+  tiles, ``gemm_im2col.direct_a``); ``b_packed``: B is passed packed
   (``PACKED_B``: only A's panels)."""
   vt = _gemm().vector_target(isa)
   bl = blocking or vt.blocking[dtype]
@@ -110,7 +117,8 @@ def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,
   either = trans_b is None and not b_packed
   # (B read in place packs only a partial last column panel: none when N is whole panels)
   edge = N % (bl.nv * w) != 0
-  return max(_piece_elements(dtype, r, c, K, bl, w, direct, b_packed, edge)
+  return max(_piece_elements(dtype, r, c, K, bl, w, direct, b_packed, edge,
+                            im2col and direct_a)
              for r, c in _pieces(max(M, 1), max(N, 1), max(nthreads, 1), batch, bl, w)
              for direct in ({False, r <= bl.direct_b_rows} if either else
                             {row_major_b and r <= bl.direct_b_rows}))

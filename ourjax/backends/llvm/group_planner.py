@@ -246,8 +246,14 @@ class GroupPlanner:
             "f32" if spec.dtype == E.F32 else "f64", spec.N, spec.K),),
             instr.name + ".packed_b")
         self.kernels.append(PackBKernel(self._name(), spec, rhs, packed))
+      direct = False
+      if im2col:    # (the patch rows read in place: no panel of them packed)
+        from ourjax.backends.llvm import gemm_im2col
+        direct = gemm_im2col.direct_a(lhs.geometry, spec.N,
+                                      "f32" if spec.dtype == E.F32 else "f64")
       scratch = dot_scratch(self.new_scratch, spec, self.threads, instr.name, im2col=im2col,
-                            whole=self.whole_calls, b_packed=packed is not None)
+                            whole=self.whole_calls, b_packed=packed is not None,
+                            direct_a=direct)
       self.kernels.append(kind(self._name(), instr, lhs, rhs, out, scratch,
                                threads=self.threads, packed_b=packed))
       leafmap[instr] = out
