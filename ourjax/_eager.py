@@ -65,6 +65,7 @@ import numpy as np
 
 from ourjax import _eager_device, _eager_loops, _nan_check, core
 from ourjax.array import Array, to_numpy
+from ourjax.backends import reference_ops as rops
 from ourjax.config import config
 from ourjax.core import impl_rules
 
@@ -431,8 +432,8 @@ def _split_plan(prim, avals, out, params):
   params, and the backend has several threads."""
   rule = impl_rules.get(prim)
   fn = getattr(rule, "numpy_fn", None)
-  if (type(fn) is not np.ufunc or params or prim.multiple_results or fn.nout != 1 or
-      fn.nin != len(avals)):
+  if ((type(fn) is not np.ufunc and not isinstance(fn, rops.MinMax)) or params or
+      prim.multiple_results or fn.nout != 1 or fn.nin != len(avals)):
     return None
   dt = out.dtype
   if dt.itemsize < 4 or dt.kind not in "iufc":

@@ -41,7 +41,7 @@ __all__ = [
     "dynamic_slice", "dynamic_update_slice", "concatenate", "reduce", "reduce_window",
     "dot_general", "conv_general_dilated", "gather", "scatter", "fft", "sort",
     "sort_by_comparator",
-    "total_order_key", "compare", "clamp",
+    "total_order_key", "compare", "clamp", "maximum", "minimum",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -538,10 +538,126 @@ def digamma(x):
   return res.astype(x.dtype)
 
 
+class MinMax:
+  """XLA's ``maximum``/``minimum`` as a ufunc-like object (call, ``reduce``, ``at``).
+
+  Floats follow IEEE 754-2019 maximum/minimum: a NaN operand gives NaN, and +0 is greater
+  than -0 (``max(+0, -0) == max(-0, +0) == +0``, ``min`` of them ``-0``), the same in either
+  operand order; NumPy's ufuncs return one operand at such a tie by position.  Complex numbers
+  compare lexicographically (real parts, then imaginary parts at equal real parts), and the
+  first operand is returned where that comparison holds, else the second (so a NaN in the first
+  gives the second), as JAX lowers complex max/min.  Integers and bools: NumPy's ufunc."""
+
+  def __init__(self, ufunc, greater: bool):
+    self.ufunc, self.greater = ufunc, greater
+    self.__name__ = ufunc.__name__
+    # at a zero result, whether the -0 wins: for max only when every operand has its sign bit
+    # set (all are <= 0 there, a +0 among them wins); for min when any has
+    self._neg_zero = np.logical_and if greater else np.logical_or
+
+  def __repr__(self):
+    return f"rops.{self.__name__}"
+
+  nin, nout = 2, 1
+
+  def resolve_dtypes(self, dtypes):
+    return self.ufunc.resolve_dtypes(dtypes)
+
+  def __call__(self, x, y, out=None):
+    """``out``: an array the result is written to (as a ufunc's ``out``), and returned."""
+    x, y = np.asarray(x), np.asarray(y)
+    dt = np.result_type(x, y)
+    if dt.kind == "c":
+      r = self._complex(x, y)
+    else:
+      r = np.asarray(self.ufunc(x, y))
+      if is_float(dt):
+        zero = r == 0
+        if zero.any():
+          neg = self._neg_zero(np.signbit(x), np.signbit(y))
+          r = np.where(zero, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
+    if out is not None:
+      out[...] = r
+      return out
+    return r
+
+  def _complex(self, x, y):
+    rx, ry = np.real(x), np.real(y)
+    cmp = np.greater if self.greater else np.less
+    with np.errstate(invalid="ignore"):
+      which = np.where(rx == ry, cmp(np.imag(x), np.imag(y)), cmp(rx, ry))
+    return np.where(which, x, y)
+
+  def reduce(self, x, axis=0, dtype=None, **kw):
+    """As ``ufunc.reduce`` (``axis`` an int or a tuple, ``initial`` too)."""
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+      return self._complex_reduce(x, axis, kw.get("initial"))
+    r = np.asarray(self.ufunc.reduce(x, axis=axis, dtype=dtype, **kw))
+    if not is_float(x.dtype):
+      return r
+    zero = r == 0
+    if zero.any():
+      neg = self._neg_zero.reduce(np.signbit(x), axis=axis)
+      if kw.get("initial") is not None:
+        neg = self._neg_zero(neg, np.signbit(kw["initial"]))
+      r = np.where(zero, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
+    return r
+
+  def accumulate(self, x, axis=0, dtype=None):
+    """As ``ufunc.accumulate``."""
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+      out = np.moveaxis(np.array(x, copy=True), axis, 0)
+      for k in range(1, out.shape[0]):
+        out[k] = self._complex(out[k - 1], out[k])
+      return np.moveaxis(out, 0, axis)
+    r = np.asarray(self.ufunc.accumulate(x, axis=axis, dtype=dtype))
+    if not is_float(x.dtype):
+      return r
+    zero = r == 0
+    if zero.any():
+      neg = self._neg_zero.accumulate(np.signbit(x), axis=axis)
+      r = np.where(zero, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
+    return r
+
+  def _complex_reduce(self, x, axis, initial):
+    axes = tuple(range(x.ndim)) if axis is None else \
+        tuple(a % x.ndim for a in ((axis,) if np.ndim(axis) == 0 else axis))
+    kept = [d for d in range(x.ndim) if d not in axes]
+    flat = x.transpose(kept + list(axes)).reshape([x.shape[d] for d in kept] + [-1])
+    acc = flat[..., 0] if initial is None else np.full(flat.shape[:-1], initial, x.dtype)
+    for k in range(0 if initial is not None else 1, flat.shape[-1]):
+      acc = self._complex(acc, flat[..., k])
+    return acc
+
+  def at(self, result, index, values):
+    """In place, as ``ufunc.at``: every value combined into its target of ``result``."""
+    values = np.asarray(values)
+    if result.dtype.kind == "c":
+      for pos in range(values.size if values.ndim else 1):
+        idx = tuple(int(np.asarray(g).reshape(-1)[pos]) for g in index)
+        result[idx] = self._complex(result[idx], values.reshape(-1)[pos])
+      return
+    if not is_float(result.dtype):
+      self.ufunc.at(result, index, values)
+      return
+    neg = np.signbit(result)
+    self._neg_zero.at(neg, index, np.signbit(values))
+    self.ufunc.at(result, index, values)
+    zero = result == 0
+    result[zero] = np.where(neg[zero], -0.0, 0.0).astype(result.dtype)
+
+
+maximum = MinMax(np.maximum, greater=True)
+minimum = MinMax(np.minimum, greater=False)
+
+
 def clamp(lo, x, hi):
-  """XLA clamp: ``min(max(x, lo), hi)`` (NaN-propagating); ``lo``/``hi`` may be scalars."""
+  """XLA clamp: ``min(max(x, lo), hi)`` (NaN-propagating, +0 above -0); ``lo``/``hi`` may be
+  scalars."""
   with np.errstate(all="ignore"):
-    return np.minimum(np.maximum(x, lo), hi).astype(np.asarray(x).dtype)
+    return minimum(maximum(x, lo), hi).astype(np.asarray(x).dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -826,7 +942,7 @@ def reduce(operands, init_values, *, computation, dimensions):
   flat = [_contiguous(o.transpose(kept + dims).reshape(kept_shape + (count,)))
           for o in ops]
   dtypes = [i.dtype for i in inits]
-  if (len(ops) == 1 and isinstance(computation, np.ufunc)
+  if (len(ops) == 1 and isinstance(computation, (np.ufunc, MinMax))
       and compute_dtype(dtypes[0]) == dtypes[0] and count > 0):
     part = computation.reduce(flat[0], axis=-1, dtype=dtypes[0])
     res = (computation(inits[0], part).astype(dtypes[0]),)
@@ -1100,8 +1216,8 @@ def scatter(operand, indices, updates, *, update_window_dims, inserted_window_di
   starts = _full_starts(indices, result.ndim, scatter_dims_to_operand_dims, operand_batching_dims,
                         scatter_indices_batching_dims)
   max_start = np.array([n - s for n, s in zip(result.shape, window_size)], np.int64)
-  if u.size == int(np.prod(wshape, dtype=np.int64)) and (combine is None or
-                                                       isinstance(combine, np.ufunc)):
+  if u.size == int(np.prod(wshape, dtype=np.int64)) and (
+      combine is None or isinstance(combine, (np.ufunc, MinMax))):
     # one update window (a single index vector, as x.at[i].set(v) makes): a slice assignment
     start = starts.reshape(-1, result.ndim)[0] if starts.size else np.zeros(result.ndim, np.int64)
     if str(mode).lower() == "clip":
@@ -1146,7 +1262,7 @@ def scatter(operand, indices, updates, *, update_window_dims, inserted_window_di
     _, first_in_reversed = np.unique(lin[::-1], return_index=True)
     last = len(lin) - 1 - first_in_reversed
     result[tuple(g[last] for g in grid)] = vals[last]
-  elif isinstance(combine, np.ufunc):
+  elif isinstance(combine, (np.ufunc, MinMax)):
     with np.errstate(all="ignore"):
       combine.at(result, grid, vals)
   else:

@@ -870,8 +870,8 @@ def reduce_of_broadcast(instr, ctx):
   b = ctx.b
   r = b.reduce(x, init, tuple(x_reduced), instr.attrs["to_apply"]) if x_reduced else x
   if not x_reduced and op != "add":
-    # (the init first, as the reduction combines it: max and min of +0 and -0 follow the
-    # operands' order)
+    # (the init first, as the reduction combines it; XLA's max and min are symmetric, +0
+    # above -0, so the order is only for the reader)
     r = b.emit(op, [b.broadcast(init, r.dims, ()), r])
   if op == "add":
     with np.errstate(over="ignore"):
