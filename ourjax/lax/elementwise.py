@@ -402,6 +402,9 @@ def _abs_dtype(d):
     raise TypeError(f"abs does not accept dtype {d.name}. Support for narrow-width integers "
                     "is platform-dependent and limited to a few specific operations, e.g. "
                     "basic arithmetic and type casting.")
+  if d.kind == "u":
+    raise TypeError(f"abs does not accept dtype {d.name}. Accepted dtypes are subtypes of "
+                    "floating, complexfloating, signedinteger.")
   if dtypes.is_complex(d):
     return np.dtype(np.float32 if d == np.complex64 else np.float64)
   return d

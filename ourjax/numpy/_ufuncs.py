@@ -266,7 +266,7 @@ around = round
 def power(x1, x2, /):
   """``x1 ** x2`` with JAX's rules: a concrete integer exponent (Python int, NumPy integer,
   concrete 0-d integer array) uses ``integer_pow`` and keeps ``x1``'s dtype; integer powers
-  of integer arrays are exact (binary exponentiation)."""
+  of integer arrays are JAX's binary exponentiation over the exponent's low 6 bits."""
   check_arraylike("power", x1, x2)
   x1, x2 = _as_operand(x1), _as_operand(x2)
   try:
@@ -298,32 +298,23 @@ def power(x1, x2, /):
 
 
 def _integer_power(x, y):
-  """x ** y for integer arrays by binary exponentiation over the bits of y (y >= 0); 0 ** 0 is
-  1 and negative exponents give 0 (except for bases 1 and -1), as a loop would."""
+  """x ** y for integer arrays as JAX computes it: binary exponentiation over the low 6 bits
+  of y (read as unsigned: more would overflow for any base past 1), starting from 0 where
+  x == 0 and y != 0, else 1.  So 0 ** 0 is 1, and exponents of 64 and more, or negative ones,
+  give what those 6 bits make of them (JAX's results, wrapped the same way)."""
   from ourjax.numpy._util import promote_shapes
   x, y = promote_shapes("power", x, y)
   shape = np.broadcast_shapes(get_aval(x).shape, get_aval(y).shape)
   x = _broadcast_to(x, shape) if get_aval(x).shape != shape else x
   y = _broadcast_to(y, shape) if get_aval(y).shape != shape else y
-  neg = lax.lt(y, lax._const(y, 0)) if dtypes.issubdtype(get_aval(y).dtype, np.signedinteger) \
-      else None
-  acc = lax.full_like(x, 1)
-  base, e = x, y
-  bits = get_aval(x).dtype.itemsize * 8
-  for _ in range(bits):
-    odd = lax.ne(lax.and_(e, lax._const(e, 1)), lax._const(e, 0))
-    acc = _select(odd, acc, lax.mul(acc, base))
-    base = lax.mul(base, base)
-    e = lax.shift_right_logical(e, lax._const(e, 1))
-  if neg is not None:
-    # x ** -n: 1 for x == 1, +-1 for x == -1, 0 otherwise (an integer reciprocal truncates)
-    one, m1 = lax._const(x, 1), lax._const(x, -1)
-    odd_y = lax.ne(lax.and_(y, lax._const(y, 1)), lax._const(y, 0))
-    recip = _select(lax.eq(x, one), _select(
-        lax.eq(x, m1), lax.full_like(x, 0), _select(odd_y, lax.full_like(x, 1),
-                                                          lax.full_like(x, -1))),
-        lax.full_like(x, 1))
-    acc = _select(neg, acc, recip)
+  zero, one = lax._const(y, 0), lax._const(y, 1)
+  acc = _select(lax.and_(lax.eq(x, lax._const(x, 0)), lax.ne(y, zero)), lax.full_like(x, 1),
+                lax.full_like(x, 0))
+  for _ in range(6):
+    odd = lax.ne(lax.and_(y, one), zero)
+    acc = _select(odd, acc, lax.mul(acc, x))
+    x = lax.mul(x, x)
+    y = lax.shift_right_logical(y, one)
   return acc
 
 
@@ -381,8 +372,11 @@ mod = remainder
 
 
 def fmod(x1, x2, /):
+  integer = dtypes.is_integer(get_aval(promote_args("fmod", x1, x2)[0]).dtype)
   x1, x2 = promote_args_numeric("fmod", x1, x2)
-  if dtypes.is_integer(get_aval(x2).dtype):   # as NumPy and JAX: an integer fmod(x, 0) is 0
+  # as NumPy and JAX: an integer fmod(x, 0) is 0 (bools, promoted to int32 as JAX does, keep
+  # the integer remainder's x % 0 == x)
+  if integer:
     zero = lax.eq(x2, _constant_like(x2, 0))
     r = lax.rem(x1, _select(zero, x2, lax.full_like(x2, 1)))
     return _select(zero, r, lax.full_like(r, 0))
@@ -605,7 +599,9 @@ def _sinc_maclaurin(k):
 def heaviside(x1, x2, /):
   x1, x2 = promote_args_inexact("heaviside", x1, x2)
   zero = lax._const(x1, 0)
-  return where_(lax.lt(x1, zero), zero, where_(lax.eq(x1, zero), x2, lax._const(x1, 1)))
+  # (JAX's: NaN where x1 is NaN, x2 where it is zero)
+  return where_(lax.lt(x1, zero), zero, where_(lax.gt(x1, zero), lax._const(x1, 1),
+                                               where_(lax.ne(x1, x1), x1, x2)))
 
 
 def where_(c, x, y):
@@ -892,12 +888,11 @@ def _frexp_bits(x):
 def ldexp(x1, x2, /):
   """``x1 * 2 ** x2`` for an integer ``x2``, without intermediate overflow."""
   check_arraylike("ldexp", x1, x2)
-  if not dtypes.is_integer(dtypes.dtype(_as_operand(x2))):
-    raise TypeError(f"ldexp: x2 must be an integer array, got dtype {dtypes.dtype(x2)}")
+  d1, d2 = (dtypes.dtype(_as_operand(x), canonicalize=True) for x in (x1, x2))
+  if dtypes.is_complex(d1) or dtypes.is_inexact(d2):   # (a bool x2 is 0 or 1, as JAX's)
+    raise ValueError(f"ldexp not supported for input types {(d1, d2)}")
   x1, = promote_args_inexact("ldexp", x1)
   dt = get_aval(x1).dtype
-  if dtypes.is_complex(dt):
-    raise TypeError("ldexp does not support complex-valued inputs")
   from ourjax.numpy._util import promote_shapes
   x2 = lax.convert_element_type(_as_operand(x2), np.int32)
   x1, x2 = promote_shapes("ldexp", x1, x2)
@@ -929,7 +924,7 @@ def _gcd_steps(dt) -> int:
 
 def gcd(x1, x2, /):
   """Greatest common divisor of integer arrays (Euclid's algorithm, unrolled)."""
-  x1, x2 = promote_args_numeric("gcd", x1, x2)
+  x1, x2 = promote_args("gcd", x1, x2)      # (bools stay bools: an error, as JAX's)
   dt = get_aval(x1).dtype
   if not dtypes.is_integer(dt):
     raise ValueError(f"Arguments to jax.numpy.gcd must be integers, got dtype {dt.name}")
@@ -948,16 +943,17 @@ def gcd(x1, x2, /):
 
 def lcm(x1, x2, /):
   """Least common multiple of integer arrays (0 if either is 0)."""
-  x1, x2 = promote_args_numeric("lcm", x1, x2)
+  x1, x2 = promote_args("lcm", x1, x2)      # (bools stay bools: an error, as JAX's)
   dt = get_aval(x1).dtype
   if not dtypes.is_integer(dt):
     raise ValueError(f"Arguments to jax.numpy.lcm must be integers, got dtype {dt.name}")
+  x1, x2 = absolute(x1), absolute(x2)
   d = gcd(x1, x2)
   zero = lax._const(d, 0)
   is_zero = lax.eq(d, zero)
   safe_d = _select(is_zero, d, lax._const(d, 1))
-  out = absolute(multiply(floor_divide(x1, safe_d), x2))
-  return where(is_zero, zero, out)
+  # |x1| * (|x2| // d), wrapping where it overflows, as JAX's
+  return where(is_zero, zero, multiply(x1, floor_divide(x2, safe_d)))
 
 
 @static_argnames("deg")
