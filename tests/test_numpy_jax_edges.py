@@ -101,3 +101,47 @@ def test_lax_abs_refuses_unsigned_integers_and_jnp_abs_passes_them_through():
       lax.abs(np.array([1, 2], dt))
     check(jnp.abs(np.array([1, 200], dt)), np.array([1, 200], dt))
   check(lax.abs(np.array([-3, 4], np.int8)), np.array([3, 4], np.int8))
+
+
+def _mask_product(b, x):
+  """JAX's bool-array times inexact x: x where b, +0 where not (even for inf, NaN, -x)."""
+  return np.where(b, x, np.zeros((), x.dtype))
+
+
+def test_bool_array_times_inexact_is_a_select():
+  b = np.array([False, True, False, True])
+  x = np.array([-5.0, -2.0, np.nan, np.inf], np.float32)
+  for f in (jnp.multiply, lambda p, q: jnp.asarray(p) * q, ourjax.jit(jnp.multiply)):
+    got = np.asarray(f(b, x))
+    np.testing.assert_array_equal(got, _mask_product(b, x))
+    assert not np.signbit(got[0])
+    np.testing.assert_array_equal(np.asarray(f(x, b)), _mask_product(b, x))
+  check(jnp.multiply(b, 2.0), np.array([0, 2, 0, 2], np.float32), weak=True)
+  c = np.array([1 + 1j, np.nan, 2, 3], np.complex64)
+  check(jnp.multiply(b, c), _mask_product(b, c))
+  # a broadcast bool operand is a plain product (IEEE: -0 and NaN), as JAX's
+  got = np.asarray(jnp.multiply(b[:, None], x))
+  with np.errstate(invalid="ignore"):
+    want = b[:, None].astype(np.float32) * x
+  np.testing.assert_array_equal(got, want)
+  assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_jitted_convert_of_a_bool_times_inexact_is_a_select(backend):
+  """Under jit, convert(pred) * x is XLA's select (so JAX's); a bool converted through an
+  integer first, or eagerly, is an IEEE product."""
+  b = np.array([False, True, False])
+  x = np.array([-5.0, np.inf, np.nan], np.float32)
+  f = ourjax.jit(lambda b, x: b.astype(jnp.float32) * x, backend=backend)
+  g = ourjax.jit(lambda b, x: x * b.astype(jnp.float32), backend=backend)
+  for h in (f, g):
+    got = np.asarray(h(b, x))
+    np.testing.assert_array_equal(got, _mask_product(b, x))
+    assert not np.signbit(got[0])
+  via_int = np.asarray(ourjax.jit(lambda b, x: b.astype(jnp.int32).astype(jnp.float32) * x,
+                                  backend=backend)(b, x))
+  with np.errstate(invalid="ignore"):
+    want = b.astype(np.float32) * x
+  np.testing.assert_array_equal(via_int, want)
+  assert np.signbit(via_int[0])

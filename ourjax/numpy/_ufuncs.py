@@ -91,8 +91,28 @@ negative = _unary("negative", lax.neg, promote_args)
 add = _binary("add", lambda x, y: lax.or_(x, y) if get_aval(x).dtype == np.bool_
               else lax.add(x, y))
 subtract = _binary("subtract", lax.sub, promote_args)
-multiply = _binary("multiply", lambda x, y: lax.and_(x, y) if get_aval(x).dtype == np.bool_
-                   else lax.mul(x, y))
+_multiply = _binary("multiply", lambda x, y: lax.and_(x, y) if get_aval(x).dtype == np.bool_
+                    else lax.mul(x, y))
+
+
+def _bool_array(x) -> bool:
+  return (isinstance(x, (Array, Tracer, np.ndarray, np.bool_))
+          and dtypes.dtype(x) == np.bool_)
+
+
+def multiply(x1, x2, /):
+  """Elementwise multiply, as ``numpy.multiply`` (computed by ``lax``).  A bool array times an
+  inexact operand is that operand where the bool is True and +0 where it is False, as JAX's
+  (XLA rewrites ``convert(pred) * x`` into that select: ``False * inf`` is 0, not NaN) unless
+  the bool array is broadcast (then the convert is not the multiply's operand)."""
+  b1, b2 = _bool_array(x1), _bool_array(x2)
+  if b1 != b2:
+    p1, p2 = promote_args("multiply", x1, x2)
+    mask, other = (x1, p2) if b1 else (x2, p1)
+    if (dtypes.is_inexact(get_aval(other).dtype)
+        and np.shape(mask) == np.broadcast_shapes(np.shape(mask), get_aval(other).shape)):
+      return _select(mask, lax.full_like(other, 0), other)
+  return _multiply(x1, x2)
 maximum = _binary("maximum", lax.max)
 minimum = _binary("minimum", lax.min)
 bitwise_and = _binary("bitwise_and", lax.and_)
