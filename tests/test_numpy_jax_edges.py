@@ -145,3 +145,13 @@ def test_jitted_convert_of_a_bool_times_inexact_is_a_select(backend):
     want = b.astype(np.float32) * x
   np.testing.assert_array_equal(via_int, want)
   assert np.signbit(via_int[0])
+
+
+def test_shifts_of_bools_are_int32_shifts():
+  b = np.array([True, False, True])
+  check(jnp.left_shift(b, False), np.array([1, 0, 1], np.int32))
+  check(jnp.left_shift(b, np.array([True, True, False])), np.array([2, 0, 1], np.int32))
+  check(jnp.right_shift(True, np.array(True)), np.int32(0))
+  check(jnp.bitwise_left_shift(b, 2), np.array([4, 0, 4], np.int32))
+  with pytest.raises(TypeError, match="shift_left does not accept dtype float32"):
+    jnp.left_shift(np.array([1.0], np.float32), 1)

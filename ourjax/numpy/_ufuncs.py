@@ -121,7 +121,8 @@ bitwise_xor = _binary("bitwise_xor", lax.xor)
 logical_and = _binary("logical_and", lambda x, y: lax.and_(_to_bool(x), _to_bool(y)))
 logical_or = _binary("logical_or", lambda x, y: lax.or_(_to_bool(x), _to_bool(y)))
 logical_xor = _binary("logical_xor", lambda x, y: lax.xor(_to_bool(x), _to_bool(y)))
-left_shift = bitwise_left_shift = _binary("left_shift", lax.shift_left)
+# (bools shift as int32, as JAX's promote_args_numeric makes them)
+left_shift = bitwise_left_shift = _binary("left_shift", lax.shift_left, promote_args_numeric)
 def _key_equality(fn, negate):
   """``fn`` that also compares typed PRNG key arrays (whole keys, as JAX's eq/ne on them)."""
   def wrapped(x, y, /):
@@ -174,7 +175,7 @@ bitwise_not = bitwise_invert = invert
 
 
 def right_shift(x, y, /):
-  x, y = promote_args("right_shift", x, y)
+  x, y = promote_args_numeric("right_shift", x, y)    # (bools shift as int32, as JAX's)
   if dtypes.issubdtype(get_aval(x).dtype, np.unsignedinteger):
     return lax.shift_right_logical(x, y)
   return lax.shift_right_arithmetic(x, y)
