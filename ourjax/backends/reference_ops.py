@@ -565,17 +565,17 @@ class MinMax:
 
   def __call__(self, x, y, out=None):
     """``out``: an array the result is written to (as a ufunc's ``out``), and returned."""
-    x, y = np.asarray(x), np.asarray(y)
-    dt = np.result_type(x, y)
-    if dt.kind == "c":
-      r = self._complex(x, y)
-    else:
-      r = np.asarray(self.ufunc(x, y))
-      if is_float(dt):
-        zero = r == 0
-        if zero.any():
-          neg = self._neg_zero(np.signbit(x), np.signbit(y))
-          r = np.where(zero, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
+    r = self.ufunc(x, y)        # (the ufunc first: an eager max of small operands stays cheap)
+    kind = r.dtype.kind
+    if kind == "c":
+      r = self._complex(np.asarray(x), np.asarray(y))
+    elif (kind == "f" or (kind == "V" and is_float(r.dtype))) and \
+        np.count_nonzero(r) != np.size(r):     # (a zero somewhere: the cheapest test)
+      zero = r == 0
+      neg = self._neg_zero(np.signbit(x), np.signbit(y))
+      r = np.where(zero, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
+    if type(r) is not np.ndarray:
+      r = np.asarray(r)
     if out is not None:
       out[...] = r
       return out
