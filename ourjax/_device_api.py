@@ -58,7 +58,9 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
   GPU when one is present).  Tracers pass through unchanged.
 
   As in JAX: an array already where it is asked to be is returned itself unless
-  ``may_alias=False`` (then it is copied); ``may_alias`` and ``donate`` cannot both be True."""
+  ``may_alias=False`` (then it is copied); ``may_alias`` and ``donate`` cannot both be True.
+  Put on a device (not None), the result is *committed* to it: jitted calls and operations
+  on it run there (see ``JitWrapped``)."""
   from ourjax import backends
   from ourjax.api import _jax_array_error
   from ourjax.sharding import Sharding, shard_value
@@ -83,6 +85,12 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     if out is v and may_alias is False:
       from ourjax.lax.elementwise import copy_p
       out = copy_p.bind(v)
+    if dev is not None and not isinstance(dev, Sharding):
+      # put on a device: committed to it, as in JAX (a new array: the argument stays as it was)
+      if out is not v and type(out) is Array and out._committed is None:
+        out._committed = dev
+      else:
+        out = backends.commit(out, dev)
     return out
   if device is None or _is_device_spec(device):
     return tree_map(lambda v: put(v, device), x)

@@ -65,6 +65,8 @@ import numpy as np
 
 from ourjax import _eager_device, _eager_loops, _nan_check, core
 from ourjax.array import Array, to_numpy
+from ourjax.backends import reference_ops as rops
+from ourjax.sharding import ShardedArray
 from ourjax.config import config
 from ourjax.core import impl_rules
 
@@ -155,13 +157,14 @@ def apply(prim, args, params):
     if type(a) is Array and type(b) is Array:
       va, vb, na, nb = a._aval, b._aval, a._npy, b._npy
       if (va is not None and vb is not None and na is not None and nb is not None and
-          a._device_buf is None and b._device_buf is None):
+          a._device_buf is None and b._device_buf is None and a._committed is None and
+          b._committed is None):
         avals, vals = (va, vb), (na, nb)
   elif n == 1:
     a = args[0]
     if type(a) is Array:
       va, na = a._aval, a._npy
-      if va is not None and na is not None and a._device_buf is None:
+      if va is not None and na is not None and a._device_buf is None and a._committed is None:
         avals, vals = (va,), (na,)
   elif n == 3:      # (select_n, clamp)
     a, b, c = args
@@ -169,9 +172,16 @@ def apply(prim, args, params):
       va, vb, vc, na, nb, nc = a._aval, b._aval, c._aval, a._npy, b._npy, c._npy
       if (va is not None and vb is not None and vc is not None and na is not None and
           nb is not None and nc is not None and a._device_buf is None and
-          b._device_buf is None and c._device_buf is None):
+          b._device_buf is None and c._device_buf is None and a._committed is None and
+          b._committed is None and c._committed is None):
         avals, vals = (va, vb, vc), (na, nb, nc)
   if vals is None:
+    for a in args:
+      if (type(a) is Array and a._committed is not None) or type(a) is ShardedArray:
+        cdev = _committed_of(prim, args)
+        if cdev is not None:
+          return _on_committed(prim, args, params, cdev)
+        break
     avals = tuple([(a._aval if a._aval is not None else a.aval) if type(a) is Array else
                    core.get_aval(a) for a in args])
   ov = _config_local.overrides      # (``config.x64_enabled``, inline)
@@ -201,6 +211,41 @@ def apply(prim, args, params):
     return Array._from_result(_unalias(r, vals) if type(r) is not Array else r._value, out)
   r = rule(*vals, **params)
   return Array._from_result(r if type(r) is not Array else r._value, out)
+
+
+def _committed_of(prim, args):
+  """The device that the operands committed to one are on (None: none is), as for a jitted
+  call: operands committed to different devices raise JAX's ValueError."""
+  from ourjax._jit import _committed_placement
+  from ourjax.stages import _Signature
+  leaves = [a for a in args if isinstance(a, Array)]
+  names = ("x", "y") if len(args) <= 2 else tuple(f"args[{i}]" for i in range(len(args)))
+  names = tuple(nm for nm, a in zip(names, args) if isinstance(a, Array))
+  return _committed_placement(leaves, _Signature(prim.name, None, (), names, (), None))
+
+
+def _on_committed(prim, args, params, dev):
+  """``prim`` on operands of which some are committed to ``dev``: computed where ``dev`` is
+  (uncommitted operands follow them there), its results committed to ``dev``."""
+  from ourjax import backends
+  from ourjax._jit import _commit_all
+
+  def uncommitted(a):
+    if type(a) is ShardedArray:
+      a = a._shards[0]
+    if type(a) is not Array:
+      return a
+    on_gpu = a._device_buf is not None and getattr(a._device_buf, "platform", None) == "gpu"
+    if dev.platform == "cpu" or not on_gpu:
+      out = Array._from_result(a._value, a.aval)
+      return out if dev.platform == "cpu" else backends.put_on(out, dev)
+    out = Array._from_device(a._device_buf, a.aval)
+    out._npy = a._npy
+    return out
+  outs = apply(prim, [uncommitted(a) for a in args], params)
+  if prim.multiple_results:
+    return _commit_all(list(outs), dev)
+  return _commit_all([outs], dev)[0]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -431,8 +476,8 @@ def _split_plan(prim, avals, out, params):
   params, and the backend has several threads."""
   rule = impl_rules.get(prim)
   fn = getattr(rule, "numpy_fn", None)
-  if (type(fn) is not np.ufunc or params or prim.multiple_results or fn.nout != 1 or
-      fn.nin != len(avals)):
+  if ((type(fn) is not np.ufunc and not isinstance(fn, rops.MinMax)) or params or
+      prim.multiple_results or fn.nout != 1 or fn.nin != len(avals)):
     return None
   dt = out.dtype
   if dt.itemsize < 4 or dt.kind not in "iufc":

@@ -471,30 +471,42 @@ class JitWrapped:
       # transformation sees them (JAX's closure conversion).  Such a trace is not reusable.
       closed, hoisted = _hoist_tracer_consts(closed)
     elif isinstance(top, core.EvalTrace):
-      if self._shardings is not None or any(type(x) is ShardedArray for x in leaves):
+      dev = None if self._shardings is not None else _committed_placement(leaves, entry.sig)
+      if self._shardings is not None or any(type(x) is ShardedArray and
+                                            len(x._sharding._device_list) > 1 for x in leaves):
         # laid out over several devices: the partitioned program on the mesh
         from ourjax.interpreters import partition
         outs = partition.call_sharded(self, entry, leaves, ak)
         if outs is not None:
           return tree_unflatten(entry.out_tree, outs)
       # Nothing is being traced: run the cached executable directly (what pjit's impl does),
-      # compiled once however many threads call at the same time.
-      exe = entry.executable
+      # compiled once however many threads call at the same time.  Arguments committed to a
+      # device (device_put on it) make the call run there, for that device's backend.
+      backend = None if dev is None else self._backend_of(dev)
+      exe = entry.executable if backend is None else None
       if exe is None:
-        exe = entry.executable = _once.build_once(entry.compiled, None,
-                                                  lambda: self._compile(entry))
+        exe = _once.build_once(entry.compiled, backend,
+                               lambda: self._compile(entry, backend))
+        if backend is None:
+          entry.executable = exe
+      if dev is not None:
+        # (a block on one CPU device other than the first: its host data)
+        leaves = [x._shards[0] if type(x) is ShardedArray else x for x in leaves]
       if config.jax_no_execution:
         raise RuntimeError(f"executing jit-compiled function {_fun_name(self.fun)}, but "
                            "'no_execution' is set")
       nan_check = _nan_check.enabled()
       if fkey is not None and fkey not in self._fast and not nan_check:
-        self._fast[fkey] = _fast_entry(exe, entry.out_tree, leaves) or False
+        fast = _fast_entry(exe, entry.out_tree, leaves)
+        self._fast[fkey] = (fast and dev is not None and _committing(fast, dev)) or fast or False
       try:
         outs = exe(*leaves)
       except errors.ResourceExhaustedError as e:
         raise _exhausted_in(e, entry.closed, self.fun) from None
       if nan_check:
         _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
+      if dev is not None:
+        outs = _commit_all(outs, dev)
       return tree_unflatten(entry.out_tree, outs)
     donated = entry.sig.donated if entry.sig is not None else ()
     extra = ({"donated_invars": (False,) * len(hoisted) + tuple(donated)}
@@ -503,10 +515,21 @@ class JitWrapped:
                        backend=self.backend, **extra)
     return tree_unflatten(entry.out_tree, outs)
 
-  def _compile(self, entry):
+  def _backend_of(self, dev):
+    """The backend a call whose arguments are committed to ``dev`` compiles for: the one
+    named to ``jit``, else ``dev``'s platform's; None where that is the default backend (the
+    executable of uncommitted calls serves)."""
+    if self.backend is not None:
+      return None
+    from ourjax import backends
+    if dev.platform == backends.default_backend():
+      return None
+    return "cuda" if dev.platform == "gpu" else "cpu"
+
+  def _compile(self, entry, backend=None):
     from ourjax import backends
     _compiler_options.check(self.compiler_options)
-    return backends.compile_jaxpr(entry.closed, self.backend, _fun_name(self.fun),
+    return backends.compile_jaxpr(entry.closed, backend or self.backend, _fun_name(self.fun),
                                   keep_unused=self.keep_unused, log_reason=entry.reason,
                                   cache=False,     # (the cache entry keeps it)
                                   times=entry.times, donated=entry.sig.donated)
@@ -620,7 +643,10 @@ def _fast_signature(xs):
         v = a._aval               # an array that lives on a device: its type
         if v is None:
           return None
-      sig.append((v.shape, v.dtype, a.weak_type))
+      if a._committed is None:
+        sig.append((v.shape, v.dtype, a.weak_type))
+      else:                       # (committed: where the call runs)
+        sig.append((v.shape, v.dtype, a.weak_type, a._committed))
     elif t is np.ndarray:
       sig.append((a.shape, a.dtype))
     elif isinstance(a, np.generic) and a.dtype.kind in "biufc":
@@ -628,6 +654,57 @@ def _fast_signature(xs):
     else:
       return None
   return tuple(sig)
+
+
+def _committed_placement(leaves, sig):
+  """The device that the arguments committed to one (``device_put`` on it) are on, or None
+  when none is; arguments committed to different devices raise JAX's ValueError naming
+  them.  (Uncommitted arguments go wherever the call runs.)"""
+  from ourjax.backends import committed_device
+  dev = first = None
+  for i, x in enumerate(leaves):
+    if type(x) is Array:
+      if x._committed is None:
+        continue
+    elif type(x) is not ShardedArray:
+      continue
+    d = committed_device(x)
+    if d is None:
+      continue
+    if dev is None:
+      dev, first = d, i
+    elif d != dev:
+      names = sig.arg_names if sig is not None else ()
+
+      def arg(k, d):
+        nm = names[k] if k < len(names) else f"args[{k}]"
+        a = leaves[k].aval
+        shape = ",".join(map(str, a.shape))
+        return (f"argument {nm} of {sig.fun_name if sig is not None else 'jit'} with shape "
+                f"{a.dtype.name}[{shape}] and with device ids [{d.id}] on platform "
+                f"{d.platform.upper()}")
+      raise ValueError("Received incompatible devices for jitted computation. Got "
+                       f"{arg(first, dev)} and {arg(i, d)}")
+  return dev
+
+
+def _commit_all(outs, dev):
+  """Results of a call whose arguments were committed to ``dev``: committed to it (on a CPU
+  device other than the first: its single-device arrays)."""
+  from ourjax import backends
+  if dev.platform == "cpu" and dev != backends._CPU:
+    return [backends.put_on(o, dev) if type(o) is Array else o for o in outs]
+  return [backends.commit(o, dev) if type(o) is Array else o for o in outs]
+
+
+def _committing(fast, dev):
+  """A fast path's call whose results are committed to ``dev``."""
+  def call(args):
+    out = fast(args)
+    if out is None:
+      return None
+    return tree_util.tree_map(lambda o: _commit_all([o], dev)[0], out)
+  return call
 
 
 def _fast_path_off(flags) -> bool:

@@ -53,7 +53,10 @@ def to_numpy(x) -> np.ndarray:
 
 class Array:
   """A concrete array (the result of eager operations and of jitted calls)."""
-  __slots__ = ("_npy", "weak_type", "_aval", "_device_buf", "__weakref__")
+  # _committed: the Device that ``device_put(x, device)`` (or a computation on such arrays)
+  # committed this array to, else None (JAX's uncommitted arrays: they go where the
+  # computation runs)
+  __slots__ = ("_npy", "weak_type", "_aval", "_device_buf", "_committed", "__weakref__")
   __array_priority__ = 100
 
   def __init__(self, value, weak_type: bool = False):
@@ -65,6 +68,7 @@ class Array:
     self.weak_type = bool(weak_type)
     self._aval = None
     self._device_buf = None
+    self._committed = None
 
   @classmethod
   def _from_result(cls, value, aval: ShapedArray) -> "Array":
@@ -80,6 +84,7 @@ class Array:
     a.weak_type = aval.weak_type
     a._aval = aval
     a._device_buf = None
+    a._committed = None
     return a
 
   @classmethod
@@ -91,6 +96,7 @@ class Array:
     a.weak_type = aval.weak_type
     a._aval = aval
     a._device_buf = buf
+    a._committed = None
     return a
 
   @property
@@ -249,6 +255,12 @@ class Array:
   def devices(self):
     from ourjax.backends import array_devices
     return array_devices(self)
+
+  @property
+  def committed(self) -> bool:
+    """Whether the array is committed to its device (``device_put`` to a device, or computed
+    from such arrays): a jitted call or an operation on it runs there, as in JAX."""
+    return self._committed is not None
 
   @property
   def device(self):

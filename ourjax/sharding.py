@@ -354,6 +354,7 @@ class ShardedArray(Array):
     a.weak_type = aval.weak_type
     a._aval = aval
     a._device_buf = None
+    a._committed = None
     a._shard_list = list(shards)
     a._sharding = sharding
     a._lane_info = None
@@ -371,6 +372,7 @@ class ShardedArray(Array):
     a.weak_type = aval.weak_type
     a._aval = aval
     a._device_buf = None
+    a._committed = None
     a._shard_list = None
     a._sharding = sharding
     a._lane_info = (key, values, block_shape)
@@ -433,6 +435,10 @@ class ShardedArray(Array):
   @property
   def sharding(self):
     return self._sharding
+
+  @property
+  def committed(self) -> bool:
+    return True         # (laid out by a sharding: committed to its devices, as in JAX)
 
   @property
   def is_fully_addressable(self) -> bool:

@@ -55,3 +55,76 @@ def test_solve_eager_equals_jit(assume_a):
     np.testing.assert_array_equal(np.asarray(f(a, b)), np.asarray(ourjax.jit(f)(a, b)))
     g = jnp.linalg.solve
     np.testing.assert_array_equal(np.asarray(g(a, b)), np.asarray(ourjax.jit(g)(a, b)))
+
+
+# eigh and svd: eager calls run LAPACK (NumPy), jitted ones of real matrices up to
+# lax.linalg._JACOBI_MAX_N a compiled Jacobi iteration; both give the vectors the same sign
+# convention (the largest-magnitude component of each eigenvector and left singular vector
+# positive, each right singular vector its left one's sign), so the two agree to rounding.
+
+def _tol(dt):
+  return 2e-4 if dt == np.float32 else 1e-10
+
+
+def _largest_positive(vecs):
+  """Each column's largest-magnitude entry is positive."""
+  i = np.argmax(np.abs(vecs), axis=0)
+  return bool(np.all(vecs[i, np.arange(vecs.shape[1])] > 0))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 3, 6, 11])
+def test_eigh_eager_and_jit_agree_with_one_sign_convention(dt, n, x64):
+  rng = np.random.RandomState(n)
+  a = rng.randn(n, n).astype(dt)
+  a = (a + a.T).astype(dt)
+  want_w = np.linalg.eigvalsh(a.astype(np.float64))
+  for lower, sort in ((True, True), (False, True), (True, False)):
+    f = lambda a: lax_linalg.eigh(a, lower=lower, sort_eigenvalues=sort)
+    (ve, we), (vj, wj) = [tuple(map(np.asarray, r)) for r in (f(a), ourjax.jit(f)(a))]
+    for v, w in ((ve, we), (vj, wj)):
+      assert v.dtype == dt and w.dtype == dt
+      np.testing.assert_allclose(w, want_w, atol=_tol(dt) * max(1, np.abs(want_w).max()))
+      assert _largest_positive(v), (lower, sort, v)
+      np.testing.assert_allclose((v * w) @ v.T, a, atol=_tol(dt) * 10)
+    np.testing.assert_allclose(ve, vj, atol=_tol(dt) * 10)
+    np.testing.assert_allclose(we, wj, atol=_tol(dt) * max(1, np.abs(want_w).max()))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (7, 3), (3, 7), (12, 9)])
+def test_svd_eager_and_jit_agree_with_one_sign_convention(dt, shape, x64):
+  rng = np.random.RandomState(sum(shape))
+  a = rng.randn(*shape).astype(dt)
+  k = min(shape)
+  want_s = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+  for full in (False, True):
+    f = lambda a: jnp.linalg.svd(a, full_matrices=full)
+    (ue, se, vhe), (uj, sj, vhj) = [tuple(map(np.asarray, r)) for r in (f(a), ourjax.jit(f)(a))]
+    for u, s, vh in ((ue, se, vhe), (uj, sj, vhj)):
+      np.testing.assert_allclose(s, want_s, atol=_tol(dt) * want_s.max())
+      assert _largest_positive(u[:, :k]), u
+      np.testing.assert_allclose((u[:, :k] * s) @ vh[:k], a, atol=_tol(dt) * 10)
+    np.testing.assert_allclose(ue[:, :k], uj[:, :k], atol=_tol(dt) * 10)
+    np.testing.assert_allclose(vhe[:k], vhj[:k], atol=_tol(dt) * 10)
+
+
+def test_larger_and_complex_matrices_keep_lapacks_vectors_both_ways(x64):
+  """Past the compiled sizes, and for complex matrices, eager and jitted calls both run LAPACK
+  on the host: NumPy's vectors exactly (JAX's on a CPU come from LAPACK too)."""
+  rng = np.random.RandomState(7)
+  n = lax_linalg._JACOBI_MAX_N + 1
+  a = rng.randn(n, n)
+  a = a + a.T
+  c = rng.randn(5, 5) + 1j * rng.randn(5, 5)
+  c = c + c.conj().T
+  for x in (a, c):
+    w, v = np.linalg.eigh(x)
+    for got in (jnp.linalg.eigh(x), ourjax.jit(jnp.linalg.eigh)(x)):
+      np.testing.assert_array_equal(np.asarray(got[1]), v)
+      np.testing.assert_allclose(np.asarray(got[0]), w, rtol=1e-12)
+  u, s, vh = np.linalg.svd(a[:, :-3], full_matrices=False)
+  for got in (jnp.linalg.svd(a[:, :-3], full_matrices=False),
+              ourjax.jit(lambda x: jnp.linalg.svd(x, full_matrices=False))(a[:, :-3])):
+    np.testing.assert_array_equal(np.asarray(got[0]), u)
+    np.testing.assert_array_equal(np.asarray(got[2]), vh)

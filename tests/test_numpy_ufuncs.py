@@ -448,7 +448,7 @@ def test_frexp_ldexp(data):
 def test_ldexp_large_exponents():
   check(jnp.ldexp(np.float32(1e-30), 200), np.float32(np.ldexp(np.float64(1e-30), 200)))
   check(jnp.ldexp(np.float32(3), -140), np.ldexp(np.float32(3), -140))
-  with pytest.raises(TypeError, match="integer"):
+  with pytest.raises(ValueError, match="ldexp not supported for input types"):   # (JAX's)
     jnp.ldexp(1.0, 2.5)
 
 

@@ -620,10 +620,42 @@ def array_devices(array):
   sharding = getattr(array, "_sharding", None)
   if sharding is not None:
     return set(sharding._device_list)
+  committed = getattr(array, "_committed", None)
+  if committed is not None:
+    return {committed}
   buf = getattr(array, "_device_buf", None)
   if buf is not None and getattr(buf, "platform", None) == "gpu":
     return {gpu_of_ordinal(buf.device.ordinal)}
   return {_CPU}
+
+
+def committed_device(x):
+  """The one device ``x`` is committed to (an Array ``device_put`` on a device or computed from
+  such, or laid out on one device by a sharding), else None."""
+  c = getattr(x, "_committed", None)
+  if c is not None:
+    return c
+  sharding = getattr(x, "_sharding", None)
+  if sharding is not None and len(sharding._device_list) == 1:
+    return sharding._device_list[0]
+  return None
+
+
+def commit(value, device):
+  """``value`` (an Array, on ``device`` already) as an array committed to ``device``: itself
+  when it is, else a new Array of the same data (the argument stays uncommitted)."""
+  from ourjax.array import Array
+  if committed_device(value) is device:
+    return value
+  if type(value) is not Array:
+    return value              # (a sharded array is committed to its devices already)
+  if value._device_buf is not None and getattr(value._device_buf, "platform", None) == "gpu":
+    out = Array._from_device(value._device_buf, value.aval)
+    out._npy = value._npy
+  else:
+    out = Array._from_result(value._value, value.aval)
+  out._committed = device
+  return out
 
 
 def put_on(value, device):

@@ -68,7 +68,7 @@ _BINARY = {
     "divide": _int_or(rops.integer_div, np.divide),
     "remainder": _int_or(rops.integer_rem, np.fmod),
     "power": _int_or(rops.integer_pow, rops.float_pow), "atan2": np.arctan2,
-    "maximum": np.maximum, "minimum": np.minimum,
+    "maximum": rops.maximum, "minimum": rops.minimum,
     "and": _logical(np.logical_and, np.bitwise_and), "or": _logical(np.logical_or, np.bitwise_or),
     "xor": _logical(np.logical_xor, np.bitwise_xor), "shift-left": rops.shift_left,
     "shift-right-arithmetic": rops.shift_right_arithmetic,
@@ -91,8 +91,8 @@ _SCALAR_VECTORISABLE = set(_UNARY) | set(_BINARY) | {
 
 _REDUCER_UFUNCS = {
     # (opcode, is_pred) -> ufunc
-    ("add", False): np.add, ("multiply", False): np.multiply, ("maximum", False): np.maximum,
-    ("minimum", False): np.minimum, ("and", False): np.bitwise_and, ("or", False): np.bitwise_or,
+    ("add", False): np.add, ("multiply", False): np.multiply, ("maximum", False): rops.maximum,
+    ("minimum", False): rops.minimum, ("and", False): np.bitwise_and, ("or", False): np.bitwise_or,
     ("xor", False): np.bitwise_xor, ("add", True): np.logical_or,
     ("multiply", True): np.logical_and, ("maximum", True): np.logical_or,
     ("minimum", True): np.logical_and, ("and", True): np.logical_and,
@@ -112,8 +112,6 @@ def binary_ufunc(comp: Computation):
   if (len(comp.parameters) == 2 and root.opcode != "parameter"
       and len(root.operands) == 2
       and set(root.operands) == set(comp.parameters) and root.operands[0] is not root.operands[1]):
-    if root.opcode in ("maximum", "minimum") and root.operands[0] is not comp.parameters[0]:
-      return None  # max(b, a) differs from max(a, b) for +-0
     return _REDUCER_UFUNCS.get((root.opcode, root.dtype == np.bool_))
   return None
 

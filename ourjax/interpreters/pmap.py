@@ -237,6 +237,7 @@ def _lane_results(outs, how, literal):
     a.weak_type = gaval.weak_type
     a._aval = gaval
     a._device_buf = None
+    a._committed = None
     a._shard_list = None
     a._sharding = sharding
     a._lane_info = (lkey, vals, bshape)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ourjax import dtypes
+from ourjax.backends import reference_ops as rops
 from ourjax.core import get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.interpreters.ad import Zero
@@ -139,8 +140,8 @@ scatter_p = _scatter_primitive("scatter", None)
 scatter_add_p = _scatter_primitive("scatter-add", np.add, _num)
 scatter_sub_p = _scatter_primitive("scatter-sub", np.subtract, _num)
 scatter_mul_p = _scatter_primitive("scatter-mul", np.multiply, _num)
-scatter_min_p = _scatter_primitive("scatter-min", np.minimum)
-scatter_max_p = _scatter_primitive("scatter-max", np.maximum)
+scatter_min_p = _scatter_primitive("scatter-min", rops.minimum)
+scatter_max_p = _scatter_primitive("scatter-max", rops.maximum)
 
 
 def _scatter_batch(p, vals, dims, *, dimension_numbers, indices_are_sorted, unique_indices,

@@ -180,8 +180,8 @@ def _cumulative_primitive(name, kinds, ufunc):
 
 cumsum_p = _cumulative_primitive("cumsum", ("int", "float", "complex"), np.add)
 cumprod_p = _cumulative_primitive("cumprod", ("int", "float", "complex"), np.multiply)
-cummax_p = _cumulative_primitive("cummax", ("int", "float"), np.maximum)
-cummin_p = _cumulative_primitive("cummin", ("int", "float"), np.minimum)
+cummax_p = _cumulative_primitive("cummax", ("int", "float"), rops.maximum)
+cummin_p = _cumulative_primitive("cummin", ("int", "float"), rops.minimum)
 cumlogsumexp_p = _cumulative_primitive("cumlogsumexp", ("float",), np.logaddexp)
 
 # cumsum is linear; the transpose sums the cotangents from the other end.

@@ -402,6 +402,9 @@ def _abs_dtype(d):
     raise TypeError(f"abs does not accept dtype {d.name}. Support for narrow-width integers "
                     "is platform-dependent and limited to a few specific operations, e.g. "
                     "basic arithmetic and type casting.")
+  if d.kind == "u":
+    raise TypeError(f"abs does not accept dtype {d.name}. Accepted dtypes are subtypes of "
+                    "floating, complexfloating, signedinteger.")
   if dtypes.is_complex(d):
     return np.dtype(np.float32 if d == np.complex64 else np.float64)
   return d
@@ -424,8 +427,9 @@ mul_p = binop("mul", _num, np.multiply)
 div_p = binop("div", _num, _int_or_float(rops.integer_div, np.divide))
 rem_p = binop("rem", _int + _float, _int_or_float(rops.integer_rem, np.fmod))
 pow_p = binop("pow", _fp, np.power)
-max_p = binop("max", _any, np.maximum)   # NaN-propagating, like XLA
-min_p = binop("min", _any, np.minimum)
+# NaN-propagating, +0 above -0 in either order, complex lexicographic: XLA's (rops.maximum)
+max_p = binop("max", _any, rops.maximum)
+min_p = binop("min", _any, rops.minimum)
 atan2_p = binop("atan2", _float, np.arctan2)
 nextafter_p = binop("nextafter", _float, _nextafter)
 impl_rules[nextafter_p] = _nextafter       # in the value's own format (not via float32)
@@ -827,7 +831,7 @@ def _clamp_shape(lo, x, hi):
 clamp_p = standard_primitive("clamp", _clamp_shape,
                              lambda lo, x, hi: check_dtypes("clamp", [lo, x, hi], _any),
                              lambda lo, x, hi: x.weak_type)
-clamp_p.def_impl(lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi))
+clamp_p.def_impl(lambda lo, x, hi: rops.minimum(rops.maximum(x, lo), hi))
 
 
 # JAX's convention: x gets the tangent strictly inside (lo, hi); lo where lo > x and lo < hi;

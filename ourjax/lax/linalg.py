@@ -70,6 +70,36 @@ class EigImplementation(enum.Enum):
 _JACOBI_MAX_N = 32
 
 
+# Signs of eigenvectors and singular vectors.  A compiled eigh/svd (real matrices up to
+# _JACOBI_MAX_N) is a Jacobi iteration, whose vectors' signs are not LAPACK's (nor do LAPACK's
+# follow a rule simple enough to reproduce); so that eager and jitted calls agree, both
+# give those matrices' vectors a convention: each eigenvector, each left singular vector,
+# has its largest-magnitude component (the first of equal ones) positive, and each right
+# singular vector takes its left one's sign (columns of U beyond min(m, n), and rows of Vh,
+# on their own).  Larger and complex matrices run on the host both ways: LAPACK's vectors, as
+# JAX's on a CPU.
+
+def _convention_applies(x_shape, dtype) -> bool:
+  return (not dtypes.is_complex(dtype) and 0 < builtins.max(x_shape[-2:]) <= _JACOBI_MAX_N)
+
+
+def _column_signs(v, xp):
+  """+1/-1 per column of ``v`` (..., m, k): the sign of its largest-magnitude entry."""
+  i = xp.argmax(xp.abs(v), axis=-2)
+  pick = xp.take_along_axis(v, i[..., None, :], axis=-2)[..., 0, :]
+  return xp.where(pick < 0, -1, 1).astype(v.dtype)
+
+
+def _signed_svd(u, vh, xp):
+  """(u, vh) with the sign convention above: u's first k columns and vh's first k rows flipped
+  together, the rest of either on their own."""
+  k = builtins.min(u.shape[-2], vh.shape[-1])
+  su = _column_signs(u, xp)
+  sv = _column_signs(xp.swapaxes(vh, -1, -2), xp)
+  sv = xp.concatenate([su[..., :k], sv[..., k:]], axis=-1)
+  return u * su[..., None, :], vh * sv[..., :, None]
+
+
 def _jnp():
   import ourjax.numpy as jnp
   return jnp
@@ -504,6 +534,8 @@ def _eigh_impl(x, *, lower, sort_eigenvalues):
   if x.shape[-1] == 0:
     return [x.copy(), np.zeros(x.shape[:-1], _real_dtype(x.dtype))]
   w, v = np.linalg.eigh(x, UPLO="L" if lower else "U")
+  if _convention_applies(x.shape, x.dtype):
+    v = v * _column_signs(v, np)[..., None, :]
   return [v, w]
 
 
@@ -536,7 +568,9 @@ _front_batcher(eigh_p)
 def _eigh_single(a, *, lower, sort_eigenvalues):
   jnp = _jnp()
   a = jnp.tril(a) + jnp.tril(a, -1).T if lower else jnp.triu(a) + jnp.triu(a, 1).T
-  return alg.eigh(a, sort_eigenvalues)
+  # (eigenvalues ascending whatever sort_eigenvalues says, as LAPACK's, so JAX's on a CPU)
+  v, w = alg.eigh(a, True)
+  return [v * _column_signs(v, jnp)[None, :], w]
 
 
 _lowering(eigh_p, _eigh_single, max_n=_JACOBI_MAX_N, widen=True)
@@ -680,6 +714,8 @@ def _svd_impl(x, *, full_matrices, compute_uv):
   if not compute_uv:
     return [np.linalg.svd(x, compute_uv=False)]
   u, s, vh = np.linalg.svd(x, full_matrices=full_matrices)
+  if _convention_applies(x.shape, x.dtype):
+    u, vh = _signed_svd(u, vh, np)
   return [s, u, vh]
 
 
@@ -731,7 +767,16 @@ svd_p.def_abstract_eval(_svd_abstract_eval)
 svd_p.def_impl(_svd_impl)
 ad.jvp_rules[svd_p] = _svd_jvp
 _front_batcher(svd_p)
-_lowering(svd_p, alg.svd, max_n=_JACOBI_MAX_N, widen=True)
+def _svd_single(a, *, full_matrices, compute_uv):
+  outs = alg.svd(a, full_matrices, compute_uv)
+  if not compute_uv:
+    return outs
+  s, u, vh = outs
+  u, vh = _signed_svd(u, vh, _jnp())
+  return [s, u, vh]
+
+
+_lowering(svd_p, _svd_single, max_n=_JACOBI_MAX_N, widen=True)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -44,8 +44,9 @@ def _reducer(name, kinds, numpy_fn):
                          lambda x, **_: x.weak_type)
 
   # the ufunc's reduce is np.sum/np.max... without their Python wrapper
-  reduce_fn = {np.sum: np.add.reduce, np.prod: np.multiply.reduce, np.max: np.maximum.reduce,
-               np.min: np.minimum.reduce}.get(numpy_fn, numpy_fn)
+  # (max/min: XLA's, +0 above -0 whatever the order, rops.maximum)
+  reduce_fn = {np.sum: np.add.reduce, np.prod: np.multiply.reduce, np.max: rops.maximum.reduce,
+               np.min: rops.minimum.reduce}.get(numpy_fn, numpy_fn)
 
   chooser = numpy_fn in (np.max, np.min)
 

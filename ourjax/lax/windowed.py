@@ -37,6 +37,7 @@ import operator
 import numpy as np
 
 from ourjax import core, dtypes
+from ourjax.backends import reference_ops as rops
 from ourjax.core import Primitive, ShapedArray, get_aval
 from ourjax.interpreters import ad, batching
 from ourjax.lax._utils import standard_primitive
@@ -236,11 +237,10 @@ def _window_impl(ufunc, init):
   """The NumPy implementation: the reference reduce-window with a ufunc; narrow floats are
   summed in float32 and rounded once (as ourjax's reductions do)."""
   def impl(x, **params):
-    from ourjax.backends import reference_ops
     dt = x.dtype
     acc = np.dtype(np.float32) if ufunc is np.add and dtypes.is_float(dt) and dt.itemsize < 4 \
         else dt
-    out = reference_ops.reduce_window(x.astype(acc), init(acc), computation=ufunc, **params)
+    out = rops.reduce_window(x.astype(acc), init(acc), computation=ufunc, **params)
     return np.asarray(out).astype(dt)
   return impl
 
@@ -258,9 +258,11 @@ def _window_primitive(name, dtype_rule, ufunc, init):
 
 reduce_window_sum_p = _window_primitive("reduce_window_sum", _sum_dtype, np.add,
                                         lambda dt: np.zeros((), dt))
-reduce_window_max_p = _window_primitive("reduce_window_max", lambda x, **_: x.dtype, np.maximum,
+reduce_window_max_p = _window_primitive("reduce_window_max", lambda x, **_: x.dtype,
+                                        rops.maximum,
                                         lambda dt: _chooser_identity(True, dt))
-reduce_window_min_p = _window_primitive("reduce_window_min", lambda x, **_: x.dtype, np.minimum,
+reduce_window_min_p = _window_primitive("reduce_window_min", lambda x, **_: x.dtype,
+                                        rops.minimum,
                                         lambda dt: _chooser_identity(False, dt))
 
 
@@ -368,7 +370,6 @@ reduce_window_p.def_abstract_eval(_reduce_window_abstract_eval)
 def _reduce_window_impl(*args, jaxpr, **params):
   from ourjax.api import vmap
   from ourjax.array import to_numpy
-  from ourjax.backends import reference_ops
   n = len(args) // 2
   ops, inits = list(args[:n]), list(args[n:])
   dts = [i.dtype for i in inits]
@@ -380,9 +381,8 @@ def _reduce_window_impl(*args, jaxpr, **params):
       return tuple(np.zeros(shape, dt) for dt in dts)
     outs = vmap(lambda *ys: core.closed_call(jaxpr, *ys))(*flat)
     return tuple(np.reshape(to_numpy(o), shape) for o in outs)
-  return list(reference_ops.reduce_window(ops, inits,
-                                          computation=reference_ops.tuple_combine(combine),
-                                          **params))
+  return list(rops.reduce_window(ops, inits, computation=rops.tuple_combine(combine),
+                                 **params))
 
 
 reduce_window_p.def_impl(_reduce_window_impl)

@@ -770,6 +770,8 @@ def _quantile(name, a, q, axis, method, keepdims, squash_nans, weights=None):
     res = where(nb, np.nan, res)
   if keepdims:
     res = lax.reshape(res, q_shape + keep_shape)
+  if get_aval(res).weak_type:      # (JAX's quantiles are never weakly typed: median(3.0))
+    res = lax._convert_element_type(res, get_aval(res).dtype, weak_type=False)
   return res
 
 

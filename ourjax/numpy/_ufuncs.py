@@ -91,8 +91,28 @@ negative = _unary("negative", lax.neg, promote_args)
 add = _binary("add", lambda x, y: lax.or_(x, y) if get_aval(x).dtype == np.bool_
               else lax.add(x, y))
 subtract = _binary("subtract", lax.sub, promote_args)
-multiply = _binary("multiply", lambda x, y: lax.and_(x, y) if get_aval(x).dtype == np.bool_
-                   else lax.mul(x, y))
+_multiply = _binary("multiply", lambda x, y: lax.and_(x, y) if get_aval(x).dtype == np.bool_
+                    else lax.mul(x, y))
+
+
+def _bool_array(x) -> bool:
+  return (isinstance(x, (Array, Tracer, np.ndarray, np.bool_))
+          and dtypes.dtype(x) == np.bool_)
+
+
+def multiply(x1, x2, /):
+  """Elementwise multiply, as ``numpy.multiply`` (computed by ``lax``).  A bool array times an
+  inexact operand is that operand where the bool is True and +0 where it is False, as JAX's
+  (XLA rewrites ``convert(pred) * x`` into that select: ``False * inf`` is 0, not NaN) unless
+  the bool array is broadcast (then the convert is not the multiply's operand)."""
+  b1, b2 = _bool_array(x1), _bool_array(x2)
+  if b1 != b2:
+    p1, p2 = promote_args("multiply", x1, x2)
+    mask, other = (x1, p2) if b1 else (x2, p1)
+    if (dtypes.is_inexact(get_aval(other).dtype)
+        and np.shape(mask) == np.broadcast_shapes(np.shape(mask), get_aval(other).shape)):
+      return _select(mask, lax.full_like(other, 0), other)
+  return _multiply(x1, x2)
 maximum = _binary("maximum", lax.max)
 minimum = _binary("minimum", lax.min)
 bitwise_and = _binary("bitwise_and", lax.and_)
@@ -101,7 +121,8 @@ bitwise_xor = _binary("bitwise_xor", lax.xor)
 logical_and = _binary("logical_and", lambda x, y: lax.and_(_to_bool(x), _to_bool(y)))
 logical_or = _binary("logical_or", lambda x, y: lax.or_(_to_bool(x), _to_bool(y)))
 logical_xor = _binary("logical_xor", lambda x, y: lax.xor(_to_bool(x), _to_bool(y)))
-left_shift = bitwise_left_shift = _binary("left_shift", lax.shift_left)
+# (bools shift as int32, as JAX's promote_args_numeric makes them)
+left_shift = bitwise_left_shift = _binary("left_shift", lax.shift_left, promote_args_numeric)
 def _key_equality(fn, negate):
   """``fn`` that also compares typed PRNG key arrays (whole keys, as JAX's eq/ne on them)."""
   def wrapped(x, y, /):
@@ -154,7 +175,7 @@ bitwise_not = bitwise_invert = invert
 
 
 def right_shift(x, y, /):
-  x, y = promote_args("right_shift", x, y)
+  x, y = promote_args_numeric("right_shift", x, y)    # (bools shift as int32, as JAX's)
   if dtypes.issubdtype(get_aval(x).dtype, np.unsignedinteger):
     return lax.shift_right_logical(x, y)
   return lax.shift_right_arithmetic(x, y)
@@ -266,7 +287,7 @@ around = round
 def power(x1, x2, /):
   """``x1 ** x2`` with JAX's rules: a concrete integer exponent (Python int, NumPy integer,
   concrete 0-d integer array) uses ``integer_pow`` and keeps ``x1``'s dtype; integer powers
-  of integer arrays are exact (binary exponentiation)."""
+  of integer arrays are JAX's binary exponentiation over the exponent's low 6 bits."""
   check_arraylike("power", x1, x2)
   x1, x2 = _as_operand(x1), _as_operand(x2)
   try:
@@ -298,32 +319,23 @@ def power(x1, x2, /):
 
 
 def _integer_power(x, y):
-  """x ** y for integer arrays by binary exponentiation over the bits of y (y >= 0); 0 ** 0 is
-  1 and negative exponents give 0 (except for bases 1 and -1), as a loop would."""
+  """x ** y for integer arrays as JAX computes it: binary exponentiation over the low 6 bits
+  of y (read as unsigned: more would overflow for any base past 1), starting from 0 where
+  x == 0 and y != 0, else 1.  So 0 ** 0 is 1, and exponents of 64 and more, or negative ones,
+  give what those 6 bits make of them (JAX's results, wrapped the same way)."""
   from ourjax.numpy._util import promote_shapes
   x, y = promote_shapes("power", x, y)
   shape = np.broadcast_shapes(get_aval(x).shape, get_aval(y).shape)
   x = _broadcast_to(x, shape) if get_aval(x).shape != shape else x
   y = _broadcast_to(y, shape) if get_aval(y).shape != shape else y
-  neg = lax.lt(y, lax._const(y, 0)) if dtypes.issubdtype(get_aval(y).dtype, np.signedinteger) \
-      else None
-  acc = lax.full_like(x, 1)
-  base, e = x, y
-  bits = get_aval(x).dtype.itemsize * 8
-  for _ in range(bits):
-    odd = lax.ne(lax.and_(e, lax._const(e, 1)), lax._const(e, 0))
-    acc = _select(odd, acc, lax.mul(acc, base))
-    base = lax.mul(base, base)
-    e = lax.shift_right_logical(e, lax._const(e, 1))
-  if neg is not None:
-    # x ** -n: 1 for x == 1, +-1 for x == -1, 0 otherwise (an integer reciprocal truncates)
-    one, m1 = lax._const(x, 1), lax._const(x, -1)
-    odd_y = lax.ne(lax.and_(y, lax._const(y, 1)), lax._const(y, 0))
-    recip = _select(lax.eq(x, one), _select(
-        lax.eq(x, m1), lax.full_like(x, 0), _select(odd_y, lax.full_like(x, 1),
-                                                          lax.full_like(x, -1))),
-        lax.full_like(x, 1))
-    acc = _select(neg, acc, recip)
+  zero, one = lax._const(y, 0), lax._const(y, 1)
+  acc = _select(lax.and_(lax.eq(x, lax._const(x, 0)), lax.ne(y, zero)), lax.full_like(x, 1),
+                lax.full_like(x, 0))
+  for _ in range(6):
+    odd = lax.ne(lax.and_(y, one), zero)
+    acc = _select(odd, acc, lax.mul(acc, x))
+    x = lax.mul(x, x)
+    y = lax.shift_right_logical(y, one)
   return acc
 
 
@@ -381,8 +393,11 @@ mod = remainder
 
 
 def fmod(x1, x2, /):
+  integer = dtypes.is_integer(get_aval(promote_args("fmod", x1, x2)[0]).dtype)
   x1, x2 = promote_args_numeric("fmod", x1, x2)
-  if dtypes.is_integer(get_aval(x2).dtype):   # as NumPy and JAX: an integer fmod(x, 0) is 0
+  # as NumPy and JAX: an integer fmod(x, 0) is 0 (bools, promoted to int32 as JAX does, keep
+  # the integer remainder's x % 0 == x)
+  if integer:
     zero = lax.eq(x2, _constant_like(x2, 0))
     r = lax.rem(x1, _select(zero, x2, lax.full_like(x2, 1)))
     return _select(zero, r, lax.full_like(r, 0))
@@ -605,7 +620,9 @@ def _sinc_maclaurin(k):
 def heaviside(x1, x2, /):
   x1, x2 = promote_args_inexact("heaviside", x1, x2)
   zero = lax._const(x1, 0)
-  return where_(lax.lt(x1, zero), zero, where_(lax.eq(x1, zero), x2, lax._const(x1, 1)))
+  # (JAX's: NaN where x1 is NaN, x2 where it is zero)
+  return where_(lax.lt(x1, zero), zero, where_(lax.gt(x1, zero), lax._const(x1, 1),
+                                               where_(lax.ne(x1, x1), x1, x2)))
 
 
 def where_(c, x, y):
@@ -798,311 +815,16 @@ def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
   return _select(isneginf(out), out, lax.full_like(x, neginf, dtype=dt))
 
 
-# ------------------------------------------------------------------------------------------------
-# More elementwise functions
-
-
-def fabs(x, /):
-  x, = promote_args_inexact("fabs", x)
-  if dtypes.is_complex(get_aval(x).dtype):
-    raise TypeError("ufunc 'fabs' does not support complex dtypes")
-  return lax.abs(x)
-
-
-def fmax(x1, x2, /):
-  """Elementwise maximum ignoring NaN (NaN only where both are NaN)."""
-  x1, x2 = promote_args("fmax", x1, x2)
-  return where(lax.or_(_ordered(lax.gt)(x1, x2), isnan(x2)), x1, x2)
-
-
-def fmin(x1, x2, /):
-  """Elementwise minimum ignoring NaN (NaN only where both are NaN)."""
-  x1, x2 = promote_args("fmin", x1, x2)
-  return where(lax.or_(_ordered(lax.lt)(x1, x2), isnan(x2)), x1, x2)
-
-
-def _int_type_of(dt):
-  return np.dtype({2: np.int16, 4: np.int32, 8: np.int64}[np.dtype(dt).itemsize])
-
-
-def _exact_pow2(n, dt):
-  """2.0 ** n exactly for an int32 array n within the normal exponent range of ``dt``."""
-  info = dtypes.finfo(dt)
-  itype = _int_type_of(dt)
-  bias = -int(info.minexp) + 1
-  e = lax.convert_element_type(lax.add(n, np.int32(bias)), itype)
-  return lax.bitcast_convert_type(lax.shift_left(e, lax._const(e, int(info.nmant))), dt)
-
-
-def frexp(x, /):
-  """Split ``x`` into a mantissa in [0.5, 1) (sign kept) and an int32 exponent:
-  ``x == m * 2 ** e``.  Zero, inf and NaN give ``(x, 0)``.  The mantissa's derivative is
-  ``2 ** -e`` (the exponent is piecewise constant)."""
-  x, = promote_args_inexact("frexp", x)
-  if dtypes.is_complex(get_aval(x).dtype):
-    raise TypeError("frexp does not support complex-valued inputs")
-  return _frexp_mantissa()(x), _frexp_bits(x)[1]
-
-
-_FREXP = []
-
-
-def _frexp_mantissa():
-  if not _FREXP:
-    from ourjax.custom_derivatives import custom_jvp
-    f = custom_jvp(lambda x: _frexp_bits(x)[0])
-
-    @f.defjvp
-    def _jvp(primals, tangents):
-      (x,), (t,) = primals, tangents
-      m, e = _frexp_bits(x)
-      return m, lax.mul(t, ldexp(lax.full_like(t, 1), lax.neg(e)))
-    _FREXP.append(f)
-  return _FREXP[0]
-
-
-def _frexp_bits(x):
-  """(mantissa, exponent) of a real float array, read off its bits."""
-  dt = get_aval(x).dtype
-  if dt.itemsize < 2 or dt not in (np.dtype(np.float16), np.dtype(np.float32),
-                                   np.dtype(np.float64), np.dtype(dtypes.bfloat16)):
-    m, e = _frexp_bits(lax.convert_element_type(x, np.float32))
-    return lax.convert_element_type(m, dt), e
-  info = dtypes.finfo(dt)
-  itype = _int_type_of(dt)
-  nmant, nexp = int(info.nmant), int(info.nexp)
-  bias = -int(info.minexp) + 1
-  # scale subnormals up so the exponent field is meaningful
-  tiny = lax.lt(lax.abs(x), lax._const(x, info.tiny))
-  xs = _select(tiny, x, lax.mul(x, lax._const(x, 2.0 ** nmant)))
-  extra = _select(tiny, lax.full_like(xs, 0, np.int32), lax.full_like(xs, -nmant, np.int32))
-  bits = lax.bitcast_convert_type(xs, itype)
-  mask = (1 << nexp) - 1
-  field = lax.and_(lax.shift_right_logical(bits, lax._const(bits, nmant)), lax._const(bits, mask))
-  e = lax.add(lax.convert_element_type(field, np.int32), lax.add(extra, np.int32(-bias + 1)))
-  clear = ~(mask << nmant)
-  clear = int(np.array(clear).astype(itype))
-  mbits = lax.or_(lax.and_(bits, lax._const(bits, clear)), lax._const(bits, (bias - 1) << nmant))
-  m = lax.bitcast_convert_type(mbits, dt)
-  special = lax.or_(lax.or_(isinf(x), isnan(x)), lax.eq(x, lax._const(x, 0)))
-  return (_select(special, m, x),
-          _select(special, e, lax.full_like(e, 0)))
-
-
-def ldexp(x1, x2, /):
-  """``x1 * 2 ** x2`` for an integer ``x2``, without intermediate overflow."""
-  check_arraylike("ldexp", x1, x2)
-  if not dtypes.is_integer(dtypes.dtype(_as_operand(x2))):
-    raise TypeError(f"ldexp: x2 must be an integer array, got dtype {dtypes.dtype(x2)}")
-  x1, = promote_args_inexact("ldexp", x1)
-  dt = get_aval(x1).dtype
-  if dtypes.is_complex(dt):
-    raise TypeError("ldexp does not support complex-valued inputs")
-  from ourjax.numpy._util import promote_shapes
-  x2 = lax.convert_element_type(_as_operand(x2), np.int32)
-  x1, x2 = promote_shapes("ldexp", x1, x2)
-  info = dtypes.finfo(dt)
-  lo, hi = int(info.minexp), int(info.maxexp) - 1
-  span = 3 * (hi - lo)
-  n = lax.clamp(np.int32(-span), x2, np.int32(span))
-  out = x1
-  # three factors, each an exact power of two within the normal range
-  for _ in range(3):
-    step = lax.clamp(np.int32(lo), n, np.int32(hi))
-    out = lax.mul(out, _exact_pow2(step, dt))
-    n = lax.sub(n, step)
-  return out
-
-
-def modf(x, /):
-  """Fractional and integral parts, both with the sign of ``x``."""
-  x, = promote_args_inexact("modf", x)
-  _refuse_complex("modf", x)
-  whole = trunc(x)
-  return lax.sub(x, whole), whole
-
-
-def _gcd_steps(dt) -> int:
-  # Euclid needs at most ~1.44 * bits iterations (consecutive Fibonacci numbers are worst)
-  return {1: 12, 2: 24, 4: 47, 8: 93}[np.dtype(dt).itemsize]
-
-
-def gcd(x1, x2, /):
-  """Greatest common divisor of integer arrays (Euclid's algorithm, unrolled)."""
-  x1, x2 = promote_args_numeric("gcd", x1, x2)
-  dt = get_aval(x1).dtype
-  if not dtypes.is_integer(dt):
-    raise ValueError(f"Arguments to jax.numpy.gcd must be integers, got dtype {dt.name}")
-  a, b = absolute(x1), absolute(x2)
-  from ourjax.numpy._util import promote_shapes
-  shape = np.broadcast_shapes(get_aval(a).shape, get_aval(b).shape)
-  a = _broadcast_to(a, shape) if get_aval(a).shape != shape else a
-  b = _broadcast_to(b, shape) if get_aval(b).shape != shape else b
-  zero, one = lax._const(a, 0), lax._const(a, 1)
-  for _ in range(_gcd_steps(dt)):
-    nz = lax.ne(b, zero)
-    safe_b = _select(nz, one, b)
-    a, b = _select(nz, a, b), _select(nz, b, lax.rem(a, safe_b))
-  return a
-
-
-def lcm(x1, x2, /):
-  """Least common multiple of integer arrays (0 if either is 0)."""
-  x1, x2 = promote_args_numeric("lcm", x1, x2)
-  dt = get_aval(x1).dtype
-  if not dtypes.is_integer(dt):
-    raise ValueError(f"Arguments to jax.numpy.lcm must be integers, got dtype {dt.name}")
-  d = gcd(x1, x2)
-  zero = lax._const(d, 0)
-  is_zero = lax.eq(d, zero)
-  safe_d = _select(is_zero, d, lax._const(d, 1))
-  out = absolute(multiply(floor_divide(x1, safe_d), x2))
-  return where(is_zero, zero, out)
-
-
-@static_argnames("deg")
-def angle(z, deg: bool = False):
-  """Argument of a complex number (0 or pi for reals), in radians or degrees."""
-  z, = promote_args("angle", z)
-  dt = get_aval(z).dtype
-  if dtypes.is_complex(dt):
-    re, im = lax.real(z), lax.imag(z)
-  else:
-    re, im = z, lax.full_like(z, 0)
-  if not dtypes.is_inexact(dt) or (dtypes.is_float(dt) and get_aval(z).ndim == 0):
-    # as JAX's: integers and 0-d real floats convert to the default float (strongly typed)
-    fdt = dtypes.default_float_dtype()
-    re, im = lax.convert_element_type(re, fdt), lax.convert_element_type(im, fdt)
-  out = lax.atan2(im, re)
-  return rad2deg(out) if deg else out
-
-
-def iscomplexobj(x) -> bool:
-  if x is None:
-    return False
-  try:
-    return dtypes.is_complex(dtypes.dtype(x))
-  except Exception:  # e.g. a list holding tracers: its dtype is the array it makes
-    from ourjax.numpy._creation import asarray
-    return dtypes.is_complex(asarray(x).dtype)
-
-
-def isrealobj(x) -> bool:
-  return not iscomplexobj(x)
-
-
-def iscomplex(x, /):
-  from ourjax.numpy._creation import asarray
-  x = asarray(x)
-  if dtypes.is_complex(get_aval(x).dtype):
-    return lax.ne(lax.imag(x), lax._const(lax.imag(x), 0))
-  aval = get_aval(x)
-  return lax.full(aval.shape, False, np.bool_, weak_type=aval.weak_type)
-
-
-def isreal(x, /):
-  from ourjax.numpy._creation import asarray
-  x = asarray(x)
-  if dtypes.is_complex(get_aval(x).dtype):
-    return lax.eq(lax.imag(x), lax._const(lax.imag(x), 0))
-  aval = get_aval(x)
-  return lax.full(aval.shape, True, np.bool_, weak_type=aval.weak_type)
-
-
-def isscalar(element) -> bool:
-  """True for Python/NumPy scalars and 0-d arrays (as ``jnp.isscalar``)."""
-  from ourjax.array import Array
-  from ourjax.core import Tracer
-  if hasattr(element, "__jax_array__"):
-    element = element.__jax_array__()
-  if isinstance(element, (Array, Tracer, np.ndarray)):
-    return np.ndim(element) == 0 if isinstance(element, np.ndarray) else \
-        get_aval(element).ndim == 0
-  return dtypes.is_python_scalar(element) or np.isscalar(element)
-
-
-def bitwise_count(x, /):
-  x, = promote_args("bitwise_count", x)
-  if get_aval(x).dtype == np.bool_:
-    return lax.convert_element_type(x, np.uint8)
-  return lax.convert_element_type(lax.population_count(absolute(x)), np.uint8)
-
-
-def _take_1d(arr, idx):
-  """``arr[idx]`` for a 1-D ``arr`` and an integer index array of any shape."""
-  from ourjax.numpy._gathers import take_1d
-  return take_1d(arr, idx)
-
-
-def interp(x, xp, fp, left=None, right=None, period=None):
-  """Piecewise-linear interpolation of the points ``(xp, fp)`` (``xp`` increasing) at ``x``.
-  Outside ``xp``: ``left``/``right`` (default the end values of ``fp``), or the end segments'
-  lines continued for ``'extrapolate'``."""
-  from ourjax.numpy._creation import asarray
-  check_arraylike("interp", x, xp, fp)
-  if np.ndim(xp) != 1 or np.ndim(fp) != 1 or np.shape(xp)[0] != np.shape(fp)[0]:
-    raise ValueError("xp and fp must be one-dimensional arrays of equal size")
-  for side, v in (("left", left), ("right", right)):
-    if isinstance(v, str) and v != "extrapolate":
-      raise ValueError(f"the only valid string value of `{side}` is 'extrapolate', but got: "
-                       f"{v!r}")
-  if np.shape(xp)[0] == 0:
-    raise ValueError("xp and fp must not be empty")
-  from ourjax.numpy._util import promote_dtypes_inexact
-  x, xp = promote_dtypes_inexact(_as_operand(x), _as_operand(xp))
-  fp, = promote_dtypes_inexact(_as_operand(fp))
-  if dtypes.is_complex(get_aval(x).dtype):
-    raise ValueError("jnp.interp: complex x values not supported.")
-  x, xp, fp = asarray(x), asarray(xp), asarray(fp)
-  if period is not None:
-    if np.ndim(period) != 0:
-      raise ValueError(f"period must be a scalar; got {period}")
-    period = absolute(period)
-    x = remainder(x, period)
-    xp = remainder(xp, period)
-    from ourjax.numpy._sorting import argsort
-    order = lax.convert_element_type(argsort(xp), np.int32)
-    m = get_aval(xp).shape[0]
-    # extend by one point on each side, shifted by a period
-    idx = np.concatenate([[m - 1], np.arange(m), [0]]).astype(np.int32)
-    shift = np.zeros(m + 2)
-    shift[0], shift[-1] = -1, 1
-    xs = _take_1d(xp, _take_1d(order, idx))
-    xp = add(xs, multiply(period, shift.astype(get_aval(xs).dtype)))
-    fp = _take_1d(fp, _take_1d(order, idx))
-  from ourjax.numpy._sorting import searchsorted
-  n = get_aval(xp).shape[0]
-  if n == 1:
-    i = lax.full_like(x, 0, np.int32)
-    im1 = i
-  else:
-    i = lax.clamp(np.int32(1), lax.convert_element_type(searchsorted(xp, x, side="right"),
-                                                        np.int32), np.int32(n - 1))
-    im1 = lax.sub(i, np.int32(1))
-  xi, xim1 = _take_1d(xp, i), _take_1d(xp, im1)
-  fi, fim1 = _take_1d(fp, i), _take_1d(fp, im1)
-  df = lax.sub(fi, fim1)
-  dx = lax.sub(xi, xim1)
-  delta = lax.sub(x, xim1)
-  eps = np.spacing(dtypes.finfo(get_aval(dx).dtype).eps)
-  dx0 = lax.le(lax.abs(dx), lax._const(dx, eps))
-  safe_dx = _select(dx0, dx, lax.full_like(dx, 1))
-  f = where(dx0, fim1, add(fim1, multiply(divide(delta, safe_dx), df)))
-  if period is None:
-    first = _take_1d(fp, np.zeros((), np.int32))
-    last = _take_1d(fp, np.full((), n - 1, np.int32))
-    left = first if left is None else left
-    right = last if right is None else right
-    # 'extrapolate': the end segments' lines continue (what f already holds there)
-    if not isinstance(left, str):
-      f = where(lax.lt(x, _take_1d(xp, np.zeros((), np.int32))), left, f)
-    if not isinstance(right, str):
-      f = where(lax.gt(x, _take_1d(xp, np.full((), n - 1, np.int32))), right, f)
-  return f
+# (more elementwise functions: a module of their own, re-exported here; imported last, as it
+# builds on the functions above)
+from ourjax.numpy._ufuncs_extra import (  # noqa: E402,F401
+    _FREXP, _exact_pow2, _frexp_bits, _frexp_mantissa, _gcd_steps, _int_type_of, _take_1d, angle,
+    bitwise_count, fabs, fmax, fmin, frexp, gcd, interp, iscomplex, iscomplexobj, isreal,
+    isrealobj, isscalar, lcm, ldexp, modf)
 
 
 _HELPERS = {"where_", "promote_args", "promote_args_inexact", "promote_args_numeric",
             "check_arraylike", "promote_dtypes", "get_aval"}
 __all__ = [_n for _n, _v in list(globals().items())
            if not _n.startswith("_") and callable(_v) and _n not in _HELPERS
-           and getattr(_v, "__module__", None) == __name__]
+           and getattr(_v, "__module__", None) in (__name__, "ourjax.numpy._ufuncs_extra")]

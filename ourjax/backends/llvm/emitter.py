@@ -568,14 +568,15 @@ def _float_to_int_saturating(b, v, dst):
 # ---------------------------------------------------------------------------------------------
 
 def _fmax(b, x, y):
-  """NumPy's maximum: NaN propagates (x first), ties return y."""
-  keep_x = b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x))
-  return b.select(keep_x, x, y)
+  """XLA's float maximum (IEEE 754-2019 ``maximum``, LLVM's ``llvm.maximum``): a NaN operand
+  gives NaN, and +0 is above -0 in either operand order (x86: ``maxps`` with the operands
+  ordered by sign and a NaN blend; PTX: ``max.NaN``)."""
+  return intrinsic(b, "maximum", x.type, [x, y])
 
 
 def _fmin(b, x, y):
-  keep_x = b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x))
-  return b.select(keep_x, x, y)
+  """XLA's float minimum: NaN propagates, -0 is below +0 (``llvm.minimum``)."""
+  return intrinsic(b, "minimum", x.type, [x, y])
 
 
 def _imax(b, x, y, signed):

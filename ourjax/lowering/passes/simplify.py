@@ -222,6 +222,18 @@ def mul_zero_int(instr, ctx):
       return z if z.shape == instr.shape else _full(ctx, 0, instr.shape)
 
 
+def mul_of_converted_pred(instr, ctx):
+  """convert(p)*x -> select(p, x, +0) for inexact x (XLA's rewrite, so JAX's results: where p
+  is false the product is +0 even for an infinite or NaN x, or a negative one)"""
+  if not (_is_float(instr.dtype) or rops.is_complex(instr.dtype)):
+    return None
+  x, y = instr.operands
+  for c, other in ((x, y), (y, x)):
+    if c.opcode == "convert" and c.operands[0].dtype == np.bool_:
+      return ctx.b.select(c.operands[0], other, _full(ctx, 0, instr.shape))
+  return None
+
+
 def mul_minus_one(instr, ctx):
   """x*(-1) -> -x"""
   x, y = instr.operands
@@ -482,6 +494,8 @@ def convert_convert(instr, ctx):
   src, mid, dst = x.dtype, inner.dtype, instr.dtype
   if not is_lossless_conversion(src, mid):
     return None
+  if src == np.bool_ and mid != np.bool_ and not rops.is_integer(dst) and dst != np.bool_:
+    return None   # (pred -> int -> float stays: XLA's convert(pred) * x select is not for it)
   # int -> float -> int saturates where int -> int wraps: equal only if int -> int is exact
   if rops.is_integer(src) and not rops.is_integer(mid) and mid != np.bool_ and \
       rops.is_integer(dst) and not is_lossless_conversion(src, dst):
@@ -870,8 +884,8 @@ def reduce_of_broadcast(instr, ctx):
   b = ctx.b
   r = b.reduce(x, init, tuple(x_reduced), instr.attrs["to_apply"]) if x_reduced else x
   if not x_reduced and op != "add":
-    # (the init first, as the reduction combines it: max and min of +0 and -0 follow the
-    # operands' order)
+    # (the init first, as the reduction combines it; XLA's max and min are symmetric, +0
+    # above -0, so the order is only for the reader)
     r = b.emit(op, [b.broadcast(init, r.dims, ()), r])
   if op == "add":
     with np.errstate(over="ignore"):
@@ -891,7 +905,7 @@ def reduce_of_broadcast(instr, ctx):
 # ---------------------------------------------------------------------------------------------
 
 RULES: dict[str, tuple] = {
-    "multiply": (mul_one, mul_zero_int, mul_minus_one),
+    "multiply": (mul_one, mul_zero_int, mul_of_converted_pred, mul_minus_one),
     "add": (add_zero, add_of_disjoint_pads),
     "subtract": (sub_zero, zero_sub, sub_self_int),
     "divide": (div_one, div_pow2),
