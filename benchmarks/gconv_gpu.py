@@ -8,6 +8,10 @@ times, the error against JAX's result, the kernels ourjax ran.  The second argum
 only the cases of these group counts (64: the depthwise 32x56x56x64).
 
     python benchmarks/gconv_gpu.py [fwd,bf16,relu,grad,wgrad,wconv,xgrad] [G,...]
+
+(Comparing a pass switched off by patching it in one process with a later process: set
+OURJAX_CACHE_DIR=off in both, or the later one runs the earlier one's executable, which the
+disk cache found by its module as lowered and the unchanged sources.)
 """
 import time, statistics, numpy as np, sys, ml_dtypes
 import ourjax, jax

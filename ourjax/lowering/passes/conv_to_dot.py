@@ -192,7 +192,9 @@ def _reduction_refusal(conv: Instruction) -> str | None:
   depthwise 3x3 weight gradient, 8.70 ms on an H100) or looping over every output (the direct
   convolution: 51.55 ms there, 1168 ms on the CPU).  The products reduced over (batch,
   spatial, feature) read the input and the kernel in place, each output position's reduction
-  a sibling of the others (``multi_output_fusion`` merges them into one pass)."""
+  a sibling of the others (``multi_output_fusion`` merges them into one pass): that weight
+  gradient took 0.078 ms a call on an H100 (one ``ColumnReduce`` of all 9 taps, 50 us, and
+  its finishes; JAX 0.09-0.12 ms) and 12.9 ms on the CPU (JAX 170-190 ms)."""
   a = conv.attrs
   lhs, rhs = conv.operands
   if a.get("batch_group_count", 1) <= 1 or a.get("feature_group_count", 1) > 1:
