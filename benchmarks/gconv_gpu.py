@@ -1,9 +1,17 @@
 """Grouped 3x3 convolutions on the GPU, ourjax vs JAX (same process, alternating rounds,
-medians): forward (f32 at tf32, bf16), forward * scale + relu, and both gradients of
-sum(tanh(conv) * scale); first-call times, the error against JAX's result, the kernels ourjax
-ran.
+medians): forward (f32 at tf32, bf16), forward * scale + relu, both gradients of
+sum(tanh(conv) * scale), the weight gradient alone (wgrad: a batch-grouped convolution, for
+the depthwise case reductions of products), the weight-gradient convolution by itself (wconv:
+the gradient of sum(conv(x, w) * x) in w, no forward convolution) and the input gradient
+alone (xgrad); first-call
+times, the error against JAX's result, the kernels ourjax ran.  The second argument keeps
+only the cases of these group counts (64: the depthwise 32x56x56x64).
 
-    python benchmarks/gconv_gpu.py [fwd,bf16,relu,grad]
+    python benchmarks/gconv_gpu.py [fwd,bf16,relu,grad,wgrad,wconv,xgrad] [G,...]
+
+(Comparing a pass switched off by patching it in one process with a later process: set
+OURJAX_CACHE_DIR=off in both, or the later one runs the earlier one's executable, which the
+disk cache found by its module as lowered and the unchanged sources.)
 """
 import time, statistics, numpy as np, sys, ml_dtypes
 import ourjax, jax
@@ -36,6 +44,8 @@ dn = ("NHWC", "HWIO", "NHWC")
 cases = [(32, 28, 128, 128, 2), (32, 28, 128, 128, 8), (32, 28, 128, 128, 32), (32, 56, 64, 64, 64),
          (32, 28, 256, 256, 32), (32, 14, 512, 512, 32)]
 modes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["fwd", "bf16", "relu", "grad"]
+if len(sys.argv) > 2:
+  cases = [c for c in cases if str(c[4]) in sys.argv[2].split(",")]
 for mode in modes:
   for (N, H, C, O, G) in cases:
     dt = ml_dtypes.bfloat16 if mode == "bf16" else np.float32
@@ -45,9 +55,12 @@ for mode in modes:
       def conv(x, w):
         return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn,
                                         feature_group_count=G)
-      if mode == "grad":
+      if mode in ("grad", "wgrad", "xgrad"):
+        argnums = {"grad": (0, 1), "wgrad": 1, "xgrad": 0}[mode]
         return lambda x, w, s: grad(lambda x, w: jnp.sum(jnp.tanh(conv(x, w)) * s),
-                                    argnums=(0, 1))(x, w)
+                                    argnums=argnums)(x, w)
+      if mode == "wconv":
+        return lambda x, w, s: grad(lambda w: jnp.sum(conv(x, w) * x))(w)
       if mode == "relu":
         return lambda x, w, s: jnp.maximum(conv(x, w) * s, 0.0)
       return lambda x, w, s: conv(x, w)

@@ -593,6 +593,25 @@ GROUPED_CONV_CASES = [
 ]
 CASES += GROUPED_CONV_CASES
 
+# Depthwise convolutions (one channel a group): the forward and input gradient direct, the
+# weight gradient (batch groups of one element and one output feature) as one multi-output
+# reduction of products of the input's windows and the output gradient
+# (conv_to_dot._rewrite_as_reductions); a channel multiplier of 2, strides, dilation, bf16
+DEPTHWISE_CASES = [
+    ("conv_depthwise_grads", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, groups=64))), argnums=(0, 1)),
+     lambda r: (f32(r, 8, 14, 14, 64), f32(r, 3, 3, 1, 64, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_depthwise_mult2_strided_weight_grad", ourjax.grad(
+        lambda w, x: jnp.sum(jnp.tanh(_conv(x, w, (2, 2), ((1, 0), (2, 1)), (1, 2),
+                                            groups=32))), argnums=0),
+     lambda r: (f32(r, 3, 3, 1, 64, lo=-0.3, hi=0.3), f32(r, 4, 17, 15, 32)), 5e-3),
+    ("conv_depthwise_bf16_weight_grad", ourjax.grad(
+        lambda w, x: jnp.sum(jnp.tanh(_conv(x, w, groups=32).astype(jnp.float32))), argnums=0),
+     lambda r: (f32(r, 5, 5, 1, 32, lo=-0.3, hi=0.3).astype(BF16),
+                f32(r, 4, 12, 12, 32).astype(BF16)), 3e-2),
+]
+CASES += DEPTHWISE_CASES
+
 # (run with conv_to_dot.MAX_PATCH_BYTES lowered, so that it is cut into batch chunks)
 CHUNKED_CONV = ("conv_implicit_chunks", lambda x, w, s: jnp.maximum(_conv(x, w) * s, 0.0),
                 lambda r: (f32(r, 4, 8, 8, 16), f32(r, 3, 3, 16, 24), f32(r, 24)), 5e-3)

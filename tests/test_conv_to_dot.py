@@ -153,19 +153,22 @@ def test_grouped_convolutions_split_per_group(conv, seed):
 def test_feature_groups_become_one_batched_product_where_patches_are_read_in_place(conv, seed):
   """Where the backend reads patches in place (the GPU), a grouped convolution becomes one
   product batched over its groups (whatever their width): feature groups with a slice per
-  kernel position, batch groups (a weight gradient) with either patch layout; equal to the
-  direct grouped convolution."""
+  kernel position, batch groups (a weight gradient) with either patch layout, unless each
+  group's product is a matrix-vector one (then reductions, ``_rewrite_as_reductions``); equal
+  to the direct grouped convolution."""
   lhs_dims, rhs_dims, attrs = conv
   m = _module(lhs_dims, rhs_dims, attrs)
   m.patches_in_place, m.patch_channel_bytes = True, 4
   conv_instr = m.entry.root
   groups = max(attrs.get("feature_group_count", 1), attrs.get("batch_group_count", 1))
-  batched = attrs.get("batch_group_count", 1) > 1 or \
-      conv_to_dot.patch_layout(conv_instr) == "F"
+  reductions = conv_to_dot._reduction_refusal(conv_instr) is None
+  batched = not reductions and (attrs.get("batch_group_count", 1) > 1 or
+                                conv_to_dot.patch_layout(conv_instr) == "F")
   conv_to_dot.run(m)
   verify(m)
   notes = [n for n in m.notes if "batched over its" in n]
   assert bool(notes) == batched, m.notes
+  assert any("as reductions of products" in n for n in m.notes) == reductions, m.notes
   if batched:
     dots = [i for i in m.entry.instructions if i.opcode == "dot"]
     assert len(dots) == 1 and dots[0].attrs["lhs_batch_dims"] == (0,)
@@ -178,6 +181,110 @@ def test_feature_groups_become_one_batched_product_where_patches_are_read_in_pla
   assert got.shape == direct.shape
   terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
   np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+
+
+@st.composite
+def matrix_vector_batch_groups(draw):
+  """``convolutions()`` with batch groups (a grouped convolution's weight gradient) whose
+  products per group are matrix-vector ones: one batch element or one output feature a group
+  (a depthwise convolution's weight gradient: both), the other fewer than a GEMM tile's
+  columns."""
+  lhs_dims, rhs_dims, attrs = draw(convolutions())
+  groups = draw(st.integers(2, 5))
+  lspec, rspec, _ = attrs["dimension_numbers"]
+  lhs_dims, rhs_dims = list(lhs_dims), list(rhs_dims)
+  if draw(st.booleans()):
+    lhs_dims[lspec[0]] = 1
+  else:
+    rhs_dims[rspec[0]] = 1
+  lhs_dims[lspec[0]] *= groups
+  rhs_dims[rspec[0]] *= groups
+  attrs["batch_group_count"] = groups
+  return lhs_dims, rhs_dims, attrs
+
+
+@settings(max_examples=50, deadline=None)
+@given(conv=matrix_vector_batch_groups(), seed=st.integers(0, 2 ** 31),
+       in_place=st.booleans())
+def test_matrix_vector_batch_groups_become_reductions(conv, seed, in_place):
+  """A batch-grouped convolution whose groups' products are matrix-vector ones (a depthwise
+  weight gradient) becomes, on either backend, reductions of products of its input's windows
+  and its kernel: no convolution, no dot, no written patch matrix (no concatenate of windows);
+  equal to the direct convolution of the reference backend."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  m.patches_in_place, m.patch_channel_bytes = in_place, 4 if in_place else 1
+  conv = m.entry.root
+  positions = math.prod(conv.dims[d] for d in attrs["dimension_numbers"][2][2:])
+  assert conv_to_dot.run(m)
+  verify(m)
+  assert any("as reductions of products" in n for n in m.notes), m.notes
+  ops = [i.opcode for i in m.entry.instructions]
+  assert "convolution" not in ops and "dot" not in ops
+  assert ops.count("reduce") == positions             # one per output position
+  assert not any(i.opcode == "concatenate" and i.operands[0].opcode != "reshape"
+                 for i in m.entry.instructions)      # (only the results are stacked)
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(lhs_dims).astype(np.float32)
+  w = rng.standard_normal(rhs_dims).astype(np.float32)
+  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
+  got = reference.compile(m)(x, w)[0]
+  assert got.shape == direct.shape and got.dtype == direct.dtype
+  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
+  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+
+
+def test_wide_batch_groups_are_not_reductions():
+  """Groups whose products have several rows and several columns (2 batch elements, 2 output
+  features a group: operands reused both ways, a GEMM's work) keep the GEMM forms."""
+  m = Module("grouped")
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", (8, 9, 9, 3)))     # 4 groups of 2 batch elements
+  w = b.parameter(Shape("f32", (3, 7, 7, 8)))     # (in features, 7x7, 4 groups of 2 out)
+  m.entry = b.build(b.convolution(x, w, (1, 1), ((1, 1), (1, 1)), batch_group_count=4,
+                                  dimension_numbers=((0, 3, 1, 2), (3, 0, 1, 2), (0, 3, 1, 2))))
+  conv_to_dot.run(m)
+  assert not any("as reductions" in n for n in m.notes), m.notes
+
+
+def test_depthwise_gradients_through_jit_match_finite_differences():
+  """A depthwise convolution (8 groups of one channel, a channel multiplier of 1 and of 2;
+  strides, rhs dilation, padding) through jit on the CPU: its weight gradient (reductions)
+  and input gradient against central finite differences of the float64 loss, and against
+  eager (the direct convolution)."""
+  rng = np.random.default_rng(3)
+  with ourjax.experimental.enable_x64():
+    for mult, strides, dil, pad in ((1, (1, 1), (1, 1), "SAME"), (2, (2, 1), (1, 2), "VALID"),
+                                    (1, (2, 2), (2, 1), ((2, 0), (1, 1)))):
+      x = rng.standard_normal((3, 9, 8, 8))
+      w = rng.standard_normal((3, 3, 1, 8 * mult)) * 0.3
+      s = rng.standard_normal(8 * mult)
+
+      def loss(w, x):
+        y = lax.conv_general_dilated(x, w, strides, pad, rhs_dilation=dil,
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                     feature_group_count=8)
+        return jnp.sum(jnp.tanh(y) * s)
+
+      gw, gx = ourjax.jit(ourjax.grad(loss, argnums=(0, 1)), backend="cpu")(w, x)
+      gw, gx = np.asarray(gw), np.asarray(gx)
+      assert gw.dtype == np.float64
+      text = ourjax.jit(ourjax.grad(loss), backend="cpu").lower(w, x).compile().as_text()
+      assert "batch_group_count" not in text           # the weight gradient: reductions
+      for g, arg in ((gw, 0), (gx, 1)):
+        for _ in range(3):
+          v = rng.standard_normal(g.shape)
+          eps = 1e-5
+          args = [w, x]
+          args[arg] = args[arg] + eps * v
+          up = float(loss(*args))
+          args[arg] = args[arg] - 2 * eps * v
+          down = float(loss(*args))
+          np.testing.assert_allclose(np.sum(g * v), (up - down) / (2 * eps), rtol=1e-6,
+                                     atol=1e-8)
+      ew, ex = ourjax.grad(loss, argnums=(0, 1))(w, x)     # eager: direct convolutions
+      np.testing.assert_allclose(gw, np.asarray(ew), rtol=1e-10, atol=1e-12)
+      np.testing.assert_allclose(gx, np.asarray(ex), rtol=1e-10, atol=1e-12)
 
 
 def test_grouped_cnn_forward_and_gradients_through_jit():

@@ -30,7 +30,12 @@ becomes, where the backend reads patches in place (the GPU) and its groups fill 
 one product batched over its groups (``_grouped_in_place``, ``_rewrite_grouped``: one kernel
 for every group); elsewhere it is first split into one ungrouped convolution per group, each
 rewritten as above, where each group's product fills a GEMM's tiles (``_group_refusal``);
-narrower groups (depthwise) stay direct.
+narrower groups (a depthwise forward or input gradient) stay direct.  A batch-grouped
+convolution whose groups' products are matrix-vector ones (a depthwise weight gradient: a few
+outputs, each a long sum) becomes, on every backend and before the above, one reduction of
+products of the input's windows and the kernel per output position, which the fusion passes
+merge into one pass over both operands read in place (``_reduction_refusal``,
+``_rewrite_as_reductions``).
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ import numpy as np
 
 from ourjax.lowering import hlo
 from ourjax.lowering.hlo import Builder, Instruction, Module
+from ourjax.lowering.hlo_builder import scalar_computation
 
 PASS = "conv_to_dot"
 
@@ -62,7 +68,13 @@ def run(module: Module) -> bool:
     for instr in list(comp.instructions):
       if instr.opcode != "convolution" or instr.parent is not comp:
         continue
-      if _groups(instr) > 1 and module.patches_in_place and _grouped_in_place(
+      why_not = _reduction_refusal(instr)
+      if why_not is None:
+        new = _rewrite_as_reductions(Builder.into(comp), instr)
+        module.note(PASS, f"%{instr.name} -> {_groups(instr)} batch groups of "
+                    f"{_group_outputs(instr)} outputs each as reductions of products of its "
+                    f"windows and its kernel (%{new.name})")
+      elif _groups(instr) > 1 and module.patches_in_place and _grouped_in_place(
           instr, module.patch_channel_bytes):
         new = _rewrite_grouped(Builder.into(comp), instr, module.patch_channel_bytes)
         kind = "feature" if instr.attrs.get("feature_group_count", 1) > 1 else "batch"
@@ -155,6 +167,117 @@ def _group_refusal(conv: Instruction, kernel_flops: float = 0.0) -> str | None:
   return None
 
 
+def _group_outputs(conv: Instruction) -> tuple[int, int]:
+  """A batch-grouped ``conv``'s group product's sides: (batch elements, output features) of
+  each group."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, _ = a["dimension_numbers"]
+  g = _groups(conv)
+  return lhs.dims[lspec[0]] // g, rhs.dims[rspec[0]] // g
+
+
+def _reduction_refusal(conv: Instruction) -> str | None:
+  """Why the batch-grouped ``conv`` is not rewritten by ``_rewrite_as_reductions``, or None.
+
+  A batch-grouped convolution (the weight gradient of a feature-grouped one: ``nb`` batch
+  elements and ``og`` output features a group, a depthwise convolution's both 1) is, for
+  each of its few output positions, a product per group of a [nb, L] window by an [L, og]
+  kernel, L long (the input's spatial extent times its features).  Where one side is 1 (a
+  matrix-vector product or a dot product) no operand element is used by both several rows
+  and several columns: a GEMM saves at most half the reads of a reduction of elementwise
+  products (which reads the larger operand once, the smaller ``nb * og`` times from cache) and
+  fills at most ``max(nb, og)`` of its ``MIN_GROUP_COLUMNS``-wide tiles, the rest padding,
+  after writing the patch matrix (on the GPU: a ``SimtDot`` over 231 MB for the 32x56x56x64
+  depthwise 3x3 weight gradient, 8.70 ms on an H100) or looping over every output (the direct
+  convolution: 51.55 ms there, 1168 ms on the CPU).  The products reduced over (batch,
+  spatial, feature) read the input and the kernel in place, each output position's reduction
+  a sibling of the others (``multi_output_fusion`` merges them into one pass): that weight
+  gradient took 0.078 ms a call on an H100 (one ``ColumnReduce`` of all 9 taps, 50 us, and
+  its finishes; JAX 0.09-0.12 ms) and 12.9 ms on the CPU (JAX 170-190 ms)."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  if a.get("batch_group_count", 1) <= 1 or a.get("feature_group_count", 1) > 1:
+    return "not batch-grouped"
+  if not all(hlo.is_float(np.dtype(x.dtype)) for x in (lhs, rhs, conv)):
+    return "not real floats"
+  if conv.shape.size == 0 or lhs.shape.size == 0 or rhs.shape.size == 0:
+    return "empty"
+  _, _, ospec = a["dimension_numbers"]
+  if math.prod(conv.dims[d] for d in ospec[2:]) > MAX_SLICES:
+    return "more output positions than MAX_SLICES"
+  nb, og = _group_outputs(conv)
+  if min(nb, og) > 1 or max(nb, og) >= MIN_GROUP_COLUMNS:
+    return f"groups' products of {nb} x {og} outputs fill a GEMM's tiles"
+  return None
+
+
+def _rewrite_as_reductions(b: Builder, conv: Instruction) -> Instruction:
+  """The batch-grouped ``conv`` (G groups of ``nb`` batch elements and ``og`` output features)
+  as, for each output position p, the window of the padded input that p reads (a strided
+  slice, in the input's own layout) times the kernel (transposed to that layout: its output
+  features where the input has its batch, its input features where the input has its
+  features), reduced over all but the batch dimension: [G] (nb = og = 1) or, both split into
+  groups and broadcast to [..., G, nb, og, ...], [G, nb, og]; stacked over p, transposed to
+  the convolution's output [nb, out..., G * og].  Products and sums in float32 at least (the
+  operands converted), the result converted to the convolution's type."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = a["dimension_numbers"]
+  nd = len(lspec) - 2
+  strides, padding = a["window_strides"], a["padding"]
+  ld, rd = a["lhs_dilation"], a["rhs_dilation"]
+  G = a["batch_group_count"]
+  nb, og = _group_outputs(conv)
+  ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
+  osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
+  acc = np.dtype(np.float64 if np.float64 in (lhs.dtype, rhs.dtype, conv.dtype) else np.float32)
+  x = lhs if np.dtype(lhs.dtype) == acc else b.convert(lhs, acc)
+  w = rhs if np.dtype(rhs.dtype) == acc else b.convert(rhs, acc)
+  rank = nd + 2
+  config = [(0, 0, 0)] * rank
+  for i, ((lo, hi), d) in enumerate(zip(padding, ld)):
+    config[lspec[2 + i]] = (max(lo, 0), max(hi, 0), d - 1)
+  if any(cfg != (0, 0, 0) for cfg in config):
+    x = b.pad(x, b.constant(0, acc), config)
+  crop = [-min(lo, 0) for lo, _ in padding]
+  perm = [0] * rank                  # the kernel in the input's layout
+  for j in range(rank):
+    perm[lspec[j]] = rspec[j]
+  if perm != list(range(rank)):
+    w = b.transpose(w, perm)
+  lb = lspec[0]
+  split = nb > 1 or og > 1
+  if split:                          # [..., G, nb, og, ...]: both split and broadcast
+    full = list(w.dims[:lb]) + [G, nb, og] + list(w.dims[lb + 1:])
+    keep = [d for d in range(rank + 2) if d not in (lb + 1, lb + 2)]
+    w = b.reshape(w, list(w.dims[:lb]) + [G, og] + list(w.dims[lb + 1:]))
+    w = b.broadcast(w, full, keep[:lb] + [lb, lb + 2] + keep[lb + 1:])
+  kept = (lb, lb + 1, lb + 2) if split else (lb,)
+  add = scalar_computation(b.computation.module, "add", acc)
+  zero = b.constant(0, acc)
+  parts = []
+  for p in itertools.product(*(range(s) for s in osizes)):
+    start, limit, step = [0] * rank, list(x.dims), [1] * rank
+    for i in range(nd):
+      d = lspec[2 + i]
+      start[d] = p[i] * strides[i] + crop[i]
+      limit[d] = start[d] + (ksizes[i] - 1) * rd[i] + 1
+      step[d] = rd[i]
+    win = b.slice(x, start, limit, step)
+    if split:
+      win = b.reshape(win, list(win.dims[:lb]) + [G, nb] + list(win.dims[lb + 1:]))
+      win = b.broadcast(win, full, keep[:lb] + [lb, lb + 1] + keep[lb + 1:])
+    prod = b.multiply(win, w)
+    r = b.reduce(prod, zero, [d for d in range(len(prod.dims)) if d not in kept], add)
+    parts.append(b.reshape(r, [1, G, nb, og]))
+  y = parts[0] if len(parts) == 1 else b.concatenate(parts, 0)      # [P, G, nb, og]
+  y = b.reshape(b.transpose(y, [2, 0, 1, 3]), [nb] + osizes + [G * og])
+  if np.dtype(conv.dtype) != acc:
+    y = b.convert(y, conv.dtype)
+  return _to_output_layout(b, y, ospec, nd)
+
+
 def _grouped_in_place(conv: Instruction, channel_bytes: int) -> bool:
   """Whether the grouped ``conv`` becomes one product batched over its groups whose patches a
   backend that reads them in place (``Module.patches_in_place``: the GPU's implicit GEMM,
@@ -164,11 +287,11 @@ def _grouped_in_place(conv: Instruction, channel_bytes: int) -> bool:
   16-byte copies; groups are not padded), or batch groups (a weight gradient: each group's
   rows of the patch matrix are consecutive, either layout).  Any group width: a narrow one
   fills a tensor-core tile poorly, but one kernel of poor tiles beats the direct loop (and the
-  split's kernel per group).  Batch groups whatever their width: a depthwise convolution's
-  weight gradient (one output feature a group: no tensor-core layout, so a ``SimtDot`` over a
-  written patch matrix) took 8.70 ms batched against 51.55 ms as the direct convolution on an
-  H100 (32x56x56x64, 64 groups, 3x3; JAX 0.16-0.20 ms: it wants a reduction kernel).  Feature
-  groups too narrow for whole copies (a depthwise forward) are left to ``_group_refusal``."""
+  split's kernel per group).  Batch groups whatever their width, except matrix-vector ones,
+  which ``run`` gives to ``_rewrite_as_reductions`` first (a depthwise weight gradient, one
+  output feature a group, took 8.70 ms here as a ``SimtDot`` over a written patch matrix on an
+  H100).  Feature groups too narrow for whole copies (a depthwise forward) are left to
+  ``_group_refusal``."""
   a = conv.attrs
   lhs, rhs = conv.operands
   g, bg = a.get("feature_group_count", 1), a.get("batch_group_count", 1)
