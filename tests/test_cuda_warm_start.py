@@ -95,10 +95,13 @@ def _entries(cache):
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", [p[0] for p in PROGRAMS])
-def test_entry_round_trip(name):
+def test_entry_round_trip(name, monkeypatch, tmp_path):
   """``describe`` then ``rebuild`` (through JSON, as the disk cache stores the meta) gives the
   executable's launch program, kernels and launches, PTX, cubins, constants, types, arena and
-  slots as they were."""
+  slots as they were.  (A disk cache of its own: the executable is this process's compile,
+  whose PTX its introspection shows, not an entry another test process stored.)"""
+  monkeypatch.setattr(config, "_values", dict(config._values,
+                                              jax_compilation_cache_dir=str(tmp_path)))
   _, fn, args = next(p for p in PROGRAMS if p[0] == name)
   exe = ourjax.jit(fn, backend="cuda").lower(*args).compile().runtime_executable()
   assert isinstance(exe, cuda_backend.CudaExecutable)
