@@ -720,9 +720,23 @@ class MathLib:
 
   @classmethod
   def symbols(cls, fn, tag):
-    """The scalar and vector symbol names of one function."""
+    """The scalar and vector symbol names of one function (the one name of a row function,
+    ``row_math.ROW_FUNCTIONS``)."""
     name = cls.symbol(fn, tag)
+    if fn in _row_functions():
+      return [name]
     return [name] + [f"{name}_v{w}" for w in cls.WIDTHS[tag]]
+
+  def declare_row(self, module, fn: str, tag: str, fnty) -> ir.Function:
+    """The declaration of the process-wide row function ``fn`` (``row_math``; a shared
+    library only), recorded among the functions the module uses."""
+    f = self.fns.get((fn, tag))
+    if f is None:
+      f = ir.Function(module, fnty, name=self.symbol(fn, tag))
+      f.attributes.add("nounwind")
+      self.fns[(fn, tag)] = f
+      self.used.append((fn, tag, len(fnty.args)))
+    return f
 
   def call(self, b, fn: str, args):
     ty = args[0].type
@@ -767,6 +781,10 @@ class MathLib:
     module: the process-wide copy shared modules link to.  Returns the symbol names."""
     ty = DBL if tag == "f64" else FLT
     name = self.symbol(fn, tag)
+    if fn in _row_functions():
+      from ourjax.backends.llvm import row_math
+      row_math.define_row_function(self.module, fn, tag, name)
+      return self.symbols(fn, tag)
     self._function(name, ty, fn, nargs, internal=False)
     for w in self.WIDTHS[tag]:
       self._function(f"{name}_v{w}", ir.VectorType(ty, w), fn, nargs, internal=False)
@@ -793,6 +811,11 @@ def finalize_module_text(module: ir.Module) -> str:
   text = str(module)
   lib = getattr(module, "_ojx_mathlib", None)
   return lib.finalize(text) if lib is not None else text
+
+
+def _row_functions():
+  from ourjax.backends.llvm import row_math
+  return row_math.ROW_FUNCTIONS
 
 
 def math_symbols(module: ir.Module) -> list:
