@@ -309,3 +309,35 @@ def test_the_softmax_exponential_is_one_process_wide_function(n):
   np.testing.assert_array_equal(got["shared"][0][n:], x[n:])      # (nothing past the row)
   np.testing.assert_allclose(got["shared"][0][:n], want, rtol=2e-6)
   np.testing.assert_allclose(got["shared"][1], want.sum(), rtol=1e-5)
+
+
+_TWO_PROGRAMS = r"""
+import numpy as np, ourjax, ourjax.numpy as jnp
+from ourjax.backends.cpu import libraries
+def g(q, k, v):
+  s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * np.float32(0.3)
+  return jnp.einsum("bhqk,bhkd->bhqd", ourjax.nn.softmax(s, axis=-1), v)
+rng = np.random.default_rng(4)
+linked = []
+for (T, S, D) in [(40, 70, 16), (33, 300, 8)]:
+  q, k, v = (rng.standard_normal((2, 3, n, D)).astype(np.float32) for n in (T, S, S))
+  c = ourjax.jit(g).lower(q, k, v).compile()
+  assert "attention(" in c.as_text()
+  qq, kk, vv = (x.astype(np.float64) for x in (q, k, v))
+  s = qq @ np.swapaxes(kk, -1, -2) * 0.3
+  e = np.exp(s - s.max(-1, keepdims=True))
+  np.testing.assert_allclose(np.asarray(c(q, k, v)), (e / e.sum(-1, keepdims=True)) @ vv,
+                             rtol=2e-5, atol=2e-5)
+  linked.append(("expsum", "f32") in libraries._math_done)
+print(linked)
+"""
+
+
+def test_attention_programs_share_the_exponential():
+  """In a fresh process the first attention kernel already links the process-wide ``expsum``
+  (built beside it) and the second one too, both right."""
+  env = dict(os.environ, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
+  out = subprocess.run([sys.executable, "-c", _TWO_PROGRAMS], env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert out.stdout.split("\n")[-2] == "[True, True]"

@@ -367,9 +367,10 @@ def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
   _await_gemm(texts, provided)
   levels = list(speed_levels) if speed_levels is not None else [3] * len(texts)
   if len(texts) == 1:
-    with _lock:
-      return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided, keep_ir,
-                      speed_level=levels[0])]
+    # (in a context and target machine of its own, outside llvmlite's lock: a library that
+    # the module calls, building on its thread meanwhile, the math thread's say, took the
+    # lock only after this module's LLVM work, and the program then waited for it)
+    return [object_apart(texts[0], levels[0], provided, loop_unrolling, keep_ir)]
   builds = ObjectBuilds(len(texts), loop_unrolling=loop_unrolling, keep_ir=keep_ir)
   for text, level in zip(texts, levels):
     builds.submit(text, level, provided)

@@ -15,8 +15,9 @@ the OS delays holds up little.  A task walks the keys in tiles of ``BK``:
 * per row: ``s * scale`` (then ``f`` per score, through the shared elemental emitter, at the
   score's ``(batch..., row, key)``; without ``f``, a positive scale goes into the exponential's
   argument as one fused multiply-add instead), the tile's row max, the running max ``m``;
-  ``P = exp(s - m)`` in place in the tile (the inline vector ``exp`` of ``math.py``, on
-  vectors of the code target's width), the running sum
+  ``P = exp(s - m)`` in place in the tile and its sum (the vector ``exp`` of ``math.py``, on
+  vectors of the code target's width, in one process-wide function called once per row:
+  ``row_math.py``), the running sum
   ``l = l * exp(m_old - m) + sum(P)``; the output row, already holding the earlier tiles'
   ``P v``, is scaled by ``exp(m_old - m)``;
 * ``out_blk += P v_tile`` by the same GEMM (its ``ACCUMULATE`` bit; the first tile stores);
@@ -45,7 +46,8 @@ from ourjax.backends.llvm import gemm as G
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import math as M
 from ourjax.backends.llvm.row_math import (_exp_and_sum, _fmax, _hreduce, _row_pass,
-                                           _scale_row, _splat, exp_and_sum_call)
+                                           _scale_row, _splat, exp_and_sum_call,
+                                           prefetch_expsum)
 from ourjax.backends.llvm.elemental import Emitter
 from ourjax.backends.llvm.emitter import ForLoop, Index, alloca_entry, i64
 from ourjax.config import env_switch
@@ -126,7 +128,9 @@ class AttentionKernel(K.Kernel):
 
   @property
   def symbols(self) -> list:
-    """The process-wide GEMM its code calls."""
+    """The process-wide GEMM its code calls (its build started; and that of the softmax's row
+    function, which the module's math lists, ``row_math.exp_and_sum_call``)."""
+    prefetch_expsum()
     return [G.prefetch_shared_gemm("f32")]
 
   @property

@@ -266,8 +266,8 @@ class ForLoop:
   """
 
   def __init__(self, b: ir.IRBuilder, start, stop, name: str = "i", step: int = 1,
-               unroll: bool = True):
-    self.b, self.name, self.unroll = b, name, unroll
+               unroll: bool = True, vectorize: bool = True):
+    self.b, self.name, self.unroll, self.vectorize = b, name, unroll, vectorize
     self.start = start if isinstance(start, ir.Value) else i64(start)
     self.stop = stop if isinstance(stop, ir.Value) else i64(stop)
     self.step = step if isinstance(step, ir.Value) else i64(step)
@@ -294,20 +294,24 @@ class ForLoop:
     nxt = b.add(self.index, self.step, name=f"{self.name}.next", flags=["nsw"])
     self.index.add_incoming(nxt, b.block)
     br = b.branch(self.header)
-    if not self.unroll:
-      br.set_metadata("llvm.loop", _no_unroll(b.module))
+    if not self.unroll or not self.vectorize:
+      br.set_metadata("llvm.loop", _no_unroll(b.module, self.vectorize))
     b.position_at_end(self.exit)
     return False
 
 
-def _no_unroll(module: ir.Module):
+def _no_unroll(module: ir.Module, vectorize: bool = True):
   """A fresh loop ID (``!N = !{!N, !"llvm.loop.unroll.disable"}``: self-referential, so that it
-  is distinct) for the latch branch of a loop that must not be unrolled."""
-  dis = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+  is distinct) for the latch branch of a loop that must not be unrolled (nor, ``vectorize``
+  False, vectorized: ``!{!"llvm.loop.vectorize.enable", i1 false}`` too)."""
+  props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]
+  if not vectorize:
+    props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                      ir.Constant(ir.IntType(1), 0)]))
   # (made directly, not by ``add_metadata``, which would hand back an equal earlier node: each
   # loop needs an ID of its own)
-  node = ir.values.MDValue(module, [dis], name=str(len(module.metadata)))
-  node.operands = (node, dis)
+  node = ir.values.MDValue(module, props, name=str(len(module.metadata)))
+  node.operands = (node, *props)
   return node
 
 

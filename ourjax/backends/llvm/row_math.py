@@ -8,8 +8,13 @@ so a kernel in a module whose math is shared (``MathLib`` "shared", the CPU back
 modules) calls it instead as one process-wide function, ``ojx_m_expsum_f32(row, n, scale,
 base) -> sum`` (``exp_and_sum_call``): it is compiled once per process (or read from the disk
 cache) as a math library (``cpu/libraries.py``, symbol ``math:expsum:f32:4``), on the math
-thread while the kernel's own module compiles, and every later attention program of the process
-links to it.  One call per row of scores (up to ``MAX_BK`` keys) costs nothing measurable; the
+thread from the planning of the first attention kernel on (``prefetch_expsum``), while the
+kernel is emitted and its module compiles, and every later attention program of the process
+links to it.  Its module costs about as much LLVM time as the kernel's module without it
+(~15 ms, 2-core test host), and the kernel's module about 30 % less than with the inline
+exponential: the benchmark's attention (4x8x256x64, its GEMM library built) took 36.0 ms for
+its first call against 41.0 inline, where the other core was free; where other processes
+kept both cores busy, 58 ms against 44.  One call per row of scores (up to ``MAX_BK`` keys) costs nothing measurable; the
 function's loop is the one the kernel inlined (the same vectors, sums and rounding).
 """
 from __future__ import annotations
@@ -72,7 +77,9 @@ def _row_pass(b, row, n, W, step, inits, combine=None):
     # (no scalars past the last whole vector: no tail loop, whose scalar copy of ``step``
     # LLVM would only delete again)
     return [b.load(v) for v in vslots]
-  with ForLoop(b, b.mul(nv, i64(W)), n, "tail") as tl:
+  # (fewer than W trips: neither vectorized nor unrolled, which only made code, a third of the
+  # row function's LLVM time)
+  with ForLoop(b, b.mul(nv, i64(W)), n, "tail", unroll=False, vectorize=False) as tl:
     p = b.gep(row, [tl.index], inbounds=True)
     y, accs = step(b.load(p), [b.load(s) for s in sslots])
     if y is not None:
@@ -127,6 +134,14 @@ def define_row_function(module: ir.Module, fn: str, tag: str, name: str) -> None
   row, n, scale, base = f.args
   W = G.vector_target().lanes["f32"]
   b.ret(_exp_and_sum(b, row, n, W, base, scale))
+
+
+def prefetch_expsum() -> None:
+  """Start building the process-wide ``expsum`` (``cpu/libraries._prefetch_math``) on the math
+  thread, when an attention kernel is planned: it then compiles while the program is emitted
+  and its module compiled, not after."""
+  from ourjax.backends.cpu import libraries
+  libraries._prefetch_math("expsum", "f32", ROW_FUNCTIONS["expsum"])
 
 
 def exp_and_sum_call(b, row, n, base, scale: float):
