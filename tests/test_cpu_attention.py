@@ -251,3 +251,93 @@ def test_in_a_loop_and_in_jax_layout():
     e = np.exp(s - s.max(-1, keepdims=True))
     h = np.swapaxes((e / e.sum(-1, keepdims=True)) @ q, 1, 2) + 0.5 * h
   np.testing.assert_allclose(got, h, rtol=1e-4, atol=1e-4)
+
+
+def _row_kernels():
+  """Two compiled functions ``f(row, n, scale_unused, base) -> sum`` doing the softmax's
+  ``row[j] = exp(row[j] * 0.37 - base)``: through the process-wide row function (a module
+  whose math is shared) and inline (one whose math is not)."""
+  import ctypes
+  import llvmlite.ir as ir
+  from ourjax.backends.cpu import jit, libraries
+  from ourjax.backends.llvm import emitter as E, gemm, row_math
+  F = ir.FloatType()
+  fnty = ir.FunctionType(F, [F.as_pointer(), E.I64, F])
+  W = gemm.vector_target().lanes["f32"]
+  out = []
+  for shared in (True, False):
+    mod = jit.new_module(f"rows_{shared}")
+    if shared:
+      E.use_outlined_math(mod, "shared")
+    f = ir.Function(mod, fnty, name="k")
+    b = ir.IRBuilder(f.append_basic_block("entry"))
+    row, n, base = f.args
+    total = row_math.exp_and_sum_call(b, row, n, base, 0.37) if shared else None
+    assert (total is None) != shared
+    if total is None:
+      total = row_math._exp_and_sum(b, row, n, W, base, 0.37)
+    b.ret(total)
+    syms = ["math:%s:%s:%d" % u for u in E.math_symbols(mod)]
+    assert syms == (["math:expsum:f32:4"] if shared else [])
+    libraries._link_symbols(syms)
+    cm = jit.compile_module(E.finalize_module_text(mod), ["k"])
+    cfn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_void_p, ctypes.c_int64,
+                           ctypes.c_float)(cm.address("k"))
+    out.append((cm, cfn))
+  return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 15, 16, 17, 64, 255, 256, 300])
+def test_the_softmax_exponential_is_one_process_wide_function(n):
+  """A kernel whose module shares its math calls ``ojx_m_expsum_f32`` (one function per
+  process, compiled beside the kernel) for each row of scores: its rows and sums are those of
+  the inline loop, bit for bit, for rows with and without scalars past the last vector, and
+  match float64 NumPy."""
+  kernels = _row_kernels()      # (holds the compiled modules while their functions run)
+  shared, inline = kernels[0][1], kernels[1][1]
+  rng = np.random.default_rng(n)
+  x = (rng.standard_normal(n + 5) * 4).astype(np.float32)
+  base = np.float32(x[:n].max() * 0.37) if n else np.float32(0)
+  got = {}
+  for name, fn in (("shared", shared), ("inline", inline)):
+    row = x.copy()
+    total = fn(row.ctypes.data, n, base)
+    got[name] = (row, np.float32(total))
+  want = np.exp(x[:n].astype(np.float64) * np.float32(0.37) - base)
+  np.testing.assert_array_equal(got["shared"][0], got["inline"][0])
+  assert got["shared"][1] == got["inline"][1]
+  np.testing.assert_array_equal(got["shared"][0][n:], x[n:])      # (nothing past the row)
+  np.testing.assert_allclose(got["shared"][0][:n], want, rtol=2e-6)
+  np.testing.assert_allclose(got["shared"][1], want.sum(), rtol=1e-5)
+
+
+_TWO_PROGRAMS = r"""
+import numpy as np, ourjax, ourjax.numpy as jnp
+from ourjax.backends.cpu import libraries
+def g(q, k, v):
+  s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * np.float32(0.3)
+  return jnp.einsum("bhqk,bhkd->bhqd", ourjax.nn.softmax(s, axis=-1), v)
+rng = np.random.default_rng(4)
+linked = []
+for (T, S, D) in [(40, 70, 16), (33, 300, 8)]:
+  q, k, v = (rng.standard_normal((2, 3, n, D)).astype(np.float32) for n in (T, S, S))
+  c = ourjax.jit(g).lower(q, k, v).compile()
+  assert "attention(" in c.as_text()
+  qq, kk, vv = (x.astype(np.float64) for x in (q, k, v))
+  s = qq @ np.swapaxes(kk, -1, -2) * 0.3
+  e = np.exp(s - s.max(-1, keepdims=True))
+  np.testing.assert_allclose(np.asarray(c(q, k, v)), (e / e.sum(-1, keepdims=True)) @ vv,
+                             rtol=2e-5, atol=2e-5)
+  linked.append(("expsum", "f32") in libraries._math_done)
+print(linked)
+"""
+
+
+def test_attention_programs_share_the_exponential():
+  """In a fresh process the first attention kernel already links the process-wide ``expsum``
+  (built beside it) and the second one too, both right."""
+  env = dict(os.environ, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
+  out = subprocess.run([sys.executable, "-c", _TWO_PROGRAMS], env=env, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert out.stdout.split("\n")[-2] == "[True, True]"

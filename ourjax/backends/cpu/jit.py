@@ -367,6 +367,14 @@ def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
   _await_gemm(texts, provided)
   levels = list(speed_levels) if speed_levels is not None else [3] * len(texts)
   if len(texts) == 1:
+    if _math_builds_pending():
+      # (in a context and target machine of its own, outside llvmlite's lock: the math
+      # library building meanwhile on its thread took the lock only after this module's LLVM
+      # work, and the program then waited for it: the benchmark's attention, 54 ms against
+      # 37 for its first call, 2-core host)
+      return [object_apart(texts[0], levels[0], provided, loop_unrolling, keep_ir)]
+    # (otherwise under the lock in the process's context: programs compiled as one module
+    # took 2-10 % longer in contexts of their own, at the edge of the noise)
     with _lock:
       return [_object(texts[0], st, st["tm"], None, True, loop_unrolling, provided, keep_ir,
                       speed_level=levels[0])]
@@ -374,6 +382,12 @@ def compile_to_objects(texts: Sequence[str], *, loop_unrolling: bool = True,
   for text, level in zip(texts, levels):
     builds.submit(text, level, provided)
   return builds.results()
+
+
+def _math_builds_pending() -> bool:
+  """Whether a math library is being built on the math thread (``libraries._prefetch_math``)."""
+  from ourjax.backends.cpu import libraries
+  return any(not f.done() for f in list(libraries._math_pending.values()))
 
 
 class ObjectBuilds:

@@ -221,7 +221,9 @@ def _math_key(fn: str, tag: str, nargs: int) -> str:
   from ourjax.backends.cpu import host
   from ourjax.backends.llvm import emitter as E
   from ourjax.backends.llvm import math as llmath
-  h = hashlib.sha256(disk_cache.source_digest(*llmath.SOURCES, E.__file__).encode())
+  from ourjax.backends.llvm import row_math
+  h = hashlib.sha256(disk_cache.source_digest(*llmath.SOURCES, E.__file__,
+                                              row_math.__file__).encode())
   h.update(f"{fn}/{tag}/{nargs}/{host.tag()}".encode())
   return "math-" + h.hexdigest()
 

@@ -15,8 +15,9 @@ the OS delays holds up little.  A task walks the keys in tiles of ``BK``:
 * per row: ``s * scale`` (then ``f`` per score, through the shared elemental emitter, at the
   score's ``(batch..., row, key)``; without ``f``, a positive scale goes into the exponential's
   argument as one fused multiply-add instead), the tile's row max, the running max ``m``;
-  ``P = exp(s - m)`` in place in the tile (the inline vector ``exp`` of ``math.py``, on
-  vectors of the code target's width), the running sum
+  ``P = exp(s - m)`` in place in the tile and its sum (the vector ``exp`` of ``math.py``, on
+  vectors of the code target's width, in one process-wide function called once per row:
+  ``row_math.py``), the running sum
   ``l = l * exp(m_old - m) + sum(P)``; the output row, already holding the earlier tiles'
   ``P v``, is scaled by ``exp(m_old - m)``;
 * ``out_blk += P v_tile`` by the same GEMM (its ``ACCUMULATE`` bit; the first tile stores);
@@ -44,6 +45,9 @@ from ourjax.backends.llvm import emitter as E
 from ourjax.backends.llvm import gemm as G
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm import math as M
+from ourjax.backends.llvm.row_math import (_exp_and_sum, _fmax, _hreduce, _row_pass,
+                                           _scale_row, _splat, exp_and_sum_call,
+                                           prefetch_expsum)
 from ourjax.backends.llvm.elemental import Emitter
 from ourjax.backends.llvm.emitter import ForLoop, Index, alloca_entry, i64
 from ourjax.config import env_switch
@@ -124,7 +128,9 @@ class AttentionKernel(K.Kernel):
 
   @property
   def symbols(self) -> list:
-    """The process-wide GEMM its code calls."""
+    """The process-wide GEMM its code calls (its build started; and that of the softmax's row
+    function, which the module's math lists, ``row_math.exp_and_sum_call``)."""
+    prefetch_expsum()
     return [G.prefetch_shared_gemm("f32")]
 
   @property
@@ -194,7 +200,9 @@ class AttentionKernel(K.Kernel):
           m_old = ninf if first else b.load(mp)
           m_new = _fmax(b, m_old, mx)
           base = b.select(b.fcmp_ordered("==", m_new, ninf), zero, m_new)
-          total = _exp_and_sum(b, srow, nk, W, base, self._exp_scale)
+          total = exp_and_sum_call(b, srow, nk, base, self._exp_scale)
+          if total is None:
+            total = _exp_and_sum(b, srow, nk, W, base, self._exp_scale)
           if first:
             b.store(total, lp)
           else:
@@ -251,89 +259,10 @@ class AttentionKernel(K.Kernel):
     return b.load(best)
 
 
-# -- vector helpers ------------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 def _smin(b, x, y):
   return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def _splat(b, c, ty):
-  if isinstance(ty, ir.VectorType):
-    return ir.Constant(ty, [c.constant] * ty.count) if isinstance(c, ir.Constant) else \
-        G._splat(b, c, ty.count)
-  return c
-
-
-def _fmax(b, x, y):
-  return E.intrinsic(b, "maxnum", x.type, [x, y])
-
-
-def _hreduce(b, v, op):
-  """``op`` over the lanes of ``v``, halving."""
-  n = v.type.count
-  while n > 1:
-    n //= 2
-    lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(E.I32, n), list(range(n))))
-    hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(E.I32, n), list(range(n, 2 * n))))
-    v = op(b, lo, hi)
-  return b.extract_element(v, ir.Constant(E.I32, 0))
-
-
-def _row_pass(b, row, n, W, step, inits, combine=None):
-  """One pass over ``row[0:n]`` (f32): ``step(x, accs) -> (new x or None, accs)`` on W-lane
-  vectors, then on the scalars past the last whole vector (their accumulators of their own);
-  returns each accumulator as a vector, the scalar one folded into lane 0 by ``combine(b,
-  vector, vector)`` (default: maxnum) for the caller's ``_hreduce``."""
-  F = ir.FloatType()
-  VT = ir.VectorType(F, W)
-  vslots = [alloca_entry(b, VT) for _ in inits]
-  sslots = [alloca_entry(b, F) for _ in inits]
-  for v, s, x in zip(vslots, sslots, inits):
-    b.store(ir.Constant(VT, [x] * W), v)
-    b.store(ir.Constant(F, x), s)
-  nv = b.udiv(n, i64(W))
-  with ForLoop(b, i64(0), nv, "vec") as vl:
-    p = b.bitcast(b.gep(row, [b.mul(vl.index, i64(W))], inbounds=True), VT.as_pointer())
-    x = b.load(p, align=4)
-    y, accs = step(x, [b.load(s) for s in vslots])
-    if y is not None:
-      b.store(y, p, align=4)
-    for s, a in zip(vslots, accs):
-      b.store(a, s)
-  with ForLoop(b, b.mul(nv, i64(W)), n, "tail") as tl:
-    p = b.gep(row, [tl.index], inbounds=True)
-    y, accs = step(b.load(p), [b.load(s) for s in sslots])
-    if y is not None:
-      b.store(y, p)
-    for s, a in zip(sslots, accs):
-      b.store(a, s)
-  combine = combine or _fmax
-  return [combine(b, b.load(v), b.insert_element(ir.Constant(VT, [x] * W), b.load(s),
-                                                 ir.Constant(E.I32, 0)))
-          for v, s, x in zip(vslots, sslots, inits)]
-
-
-def _exp_and_sum(b, row, n, W, base, scale=1.0):
-  """``row[j] = exp(row[j] * scale - base)`` for j < n; returns their sum."""
-  c = ir.Constant(ir.FloatType(), scale)
-
-  def step(x, acc):
-    if scale == 1.0:
-      arg = b.fsub(x, _splat(b, base, x.type))
-    else:
-      arg = E.intrinsic(b, "fma", x.type, [x, _splat(b, c, x.type),
-                                           b.fneg(_splat(b, base, x.type))])
-    p = M.emit_unary(b, "exp", arg)
-    return p, [b.fadd(acc[0], p, flags=["reassoc", "nsz"])]
-  (acc,) = _row_pass(b, row, n, W, step, [0.0], lambda b_, v, t: b_.fadd(v, t))
-  return _hreduce(b, acc, lambda b_, x, y: b_.fadd(x, y))
-
-
-def _scale_row(b, row, n, W, c):
-  """``row[0:n] *= c`` (f32)."""
-  def step(x, acc):
-    return b.fmul(x, _splat(b, c, x.type)), acc
-  _row_pass(b, row, i64(n), W, step, [])
 
 
 from ourjax.backends import settings as _settings  # noqa: E402

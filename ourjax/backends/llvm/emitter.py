@@ -266,8 +266,8 @@ class ForLoop:
   """
 
   def __init__(self, b: ir.IRBuilder, start, stop, name: str = "i", step: int = 1,
-               unroll: bool = True):
-    self.b, self.name, self.unroll = b, name, unroll
+               unroll: bool = True, vectorize: bool = True):
+    self.b, self.name, self.unroll, self.vectorize = b, name, unroll, vectorize
     self.start = start if isinstance(start, ir.Value) else i64(start)
     self.stop = stop if isinstance(stop, ir.Value) else i64(stop)
     self.step = step if isinstance(step, ir.Value) else i64(step)
@@ -294,20 +294,24 @@ class ForLoop:
     nxt = b.add(self.index, self.step, name=f"{self.name}.next", flags=["nsw"])
     self.index.add_incoming(nxt, b.block)
     br = b.branch(self.header)
-    if not self.unroll:
-      br.set_metadata("llvm.loop", _no_unroll(b.module))
+    if not self.unroll or not self.vectorize:
+      br.set_metadata("llvm.loop", _no_unroll(b.module, self.vectorize))
     b.position_at_end(self.exit)
     return False
 
 
-def _no_unroll(module: ir.Module):
+def _no_unroll(module: ir.Module, vectorize: bool = True):
   """A fresh loop ID (``!N = !{!N, !"llvm.loop.unroll.disable"}``: self-referential, so that it
-  is distinct) for the latch branch of a loop that must not be unrolled."""
-  dis = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+  is distinct) for the latch branch of a loop that must not be unrolled (nor, ``vectorize``
+  False, vectorized: ``!{!"llvm.loop.vectorize.enable", i1 false}`` too)."""
+  props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]
+  if not vectorize:
+    props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                      ir.Constant(ir.IntType(1), 0)]))
   # (made directly, not by ``add_metadata``, which would hand back an equal earlier node: each
   # loop needs an ID of its own)
-  node = ir.values.MDValue(module, [dis], name=str(len(module.metadata)))
-  node.operands = (node, dis)
+  node = ir.values.MDValue(module, props, name=str(len(module.metadata)))
+  node.operands = (node, *props)
   return node
 
 
@@ -721,9 +725,23 @@ class MathLib:
 
   @classmethod
   def symbols(cls, fn, tag):
-    """The scalar and vector symbol names of one function."""
+    """The scalar and vector symbol names of one function (the one name of a row function,
+    ``row_math.ROW_FUNCTIONS``)."""
     name = cls.symbol(fn, tag)
+    if fn in _row_functions():
+      return [name]
     return [name] + [f"{name}_v{w}" for w in cls.WIDTHS[tag]]
+
+  def declare_row(self, module, fn: str, tag: str, fnty) -> ir.Function:
+    """The declaration of the process-wide row function ``fn`` (``row_math``; a shared
+    library only), recorded among the functions the module uses."""
+    f = self.fns.get((fn, tag))
+    if f is None:
+      f = ir.Function(module, fnty, name=self.symbol(fn, tag))
+      f.attributes.add("nounwind")
+      self.fns[(fn, tag)] = f
+      self.used.append((fn, tag, len(fnty.args)))
+    return f
 
   def call(self, b, fn: str, args):
     ty = args[0].type
@@ -768,6 +786,10 @@ class MathLib:
     module: the process-wide copy shared modules link to.  Returns the symbol names."""
     ty = DBL if tag == "f64" else FLT
     name = self.symbol(fn, tag)
+    if fn in _row_functions():
+      from ourjax.backends.llvm import row_math
+      row_math.define_row_function(self.module, fn, tag, name)
+      return self.symbols(fn, tag)
     self._function(name, ty, fn, nargs, internal=False)
     for w in self.WIDTHS[tag]:
       self._function(f"{name}_v{w}", ir.VectorType(ty, w), fn, nargs, internal=False)
@@ -794,6 +816,11 @@ def finalize_module_text(module: ir.Module) -> str:
   text = str(module)
   lib = getattr(module, "_ojx_mathlib", None)
   return lib.finalize(text) if lib is not None else text
+
+
+def _row_functions():
+  from ourjax.backends.llvm import row_math
+  return row_math.ROW_FUNCTIONS
 
 
 def math_symbols(module: ir.Module) -> list:
