@@ -317,10 +317,12 @@ def test_rolls_read_at_shifted_positions_match_numpy(n, rows, a, b, seed):
 
 
 def test_rolls_read_at_shifted_positions_cut_the_row_ends(monkeypatch):
-  """The column loop of a kernel reading rolls at moved positions gets two more segments (the
-  rows' ends, ``row_cache.HALO`` columns each), and none where the rows are too short."""
+  """With ``row_cache.HALO_CUTS`` (off by default) the column loop of a kernel reading rolls
+  at moved positions gets two more segments (the rows' ends, ``row_cache.HALO`` columns each),
+  and none where the rows are too short."""
   from ourjax.backends.llvm import row_cache
   monkeypatch.setenv("OURJAX_CACHE_DIR", "off")
+  monkeypatch.setattr(row_cache, "HALO_CUTS", True)
   rng = np.random.default_rng(3)
 
   def loops(n):

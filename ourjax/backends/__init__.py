@@ -341,9 +341,10 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       from ourjax.backends.llvm import attention as cpu_attention
       m.fused_attention = cpu_attention.refuses if cpu_attention_on else None
       m.read_stored = True
-      # (an output that moves a stored value's elements, a roll, is read there at the moved
-      # positions: recompute_outputs; the CPU's row kernels keep those reads contiguous)
-      m.read_moved = True
+      # (an output that moves a stored value's elements, a roll, read there at the moved
+      # positions instead of stored: recompute_outputs; off, row_cache.READ_MOVED says why)
+      from ourjax.backends.llvm import row_cache
+      m.read_moved = row_cache.READ_MOVED
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)
       from ourjax.backends.cuda import backend as cuda_backend, implicit_gemm
       m.patches_in_place = implicit_gemm.enabled(cuda_backend.device_info())

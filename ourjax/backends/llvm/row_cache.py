@@ -61,6 +61,17 @@ MAX_SEGMENTS = 8
 #: such position within ``HALO`` of the column falls in one part of it, which the emitter then
 #: reads alone (``Emitter.ranges`` follows the index through slices and concatenates).
 HALO = 32
+#: Whether those end segments are cut (``HALO``).  Off: the RK4 scan of models.py (2 x 4096
+#: state, rolls stored) ran 10.1 ms a step without them and 13.2 with them; read in place
+#: (``Module.read_moved``) its rolls took 39.5 ms without and 15.5 with them (2-core EPYC,
+#: quiet, medians of 15 calls).  A two-level roll stencil on (64, 4096) ran 193 -> 90 us with
+#: them: which of the two a kernel is, nothing decides yet.
+HALO_CUTS = False
+#: Whether the CPU asks ``recompute_outputs`` to read an output that only moves a stored
+#: value's elements (a roll) there, at the moved positions, instead of storing it
+#: (``Module.read_moved``).  Off: it took the RK4 scan's peak from 217 to 184 KB (JAX: 184) but
+#: its step from 10.1 to 15.5 ms (with ``HALO_CUTS``; 39.5 without), figures above.
+READ_MOVED = False
 
 _SAME_INDEX = set(hlo.ELEMENTWISE_OPS)
 _COSTLY = set(E._MATH_UNARY) | {"power", "atan2", "remainder", "divide", "sqrt", "rsqrt"}
@@ -220,7 +231,7 @@ def column_segments(dims, outputs, leafmap) -> list:
         cuts.update((off, off + size))
       continue
     stack.extend(o for o in x.operands if _same_index(x, o))
-  if n >= 4 * HALO and _shifted_concat(outputs, leafmap, n):
+  if HALO_CUTS and n >= 4 * HALO and _shifted_concat(outputs, leafmap, n):
     cuts.update((HALO, n - HALO))
   bounds = sorted({0, n} | {c for c in cuts if 0 < c < n})
   if len(bounds) - 1 > MAX_SEGMENTS:

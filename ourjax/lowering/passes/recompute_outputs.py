@@ -18,8 +18,8 @@ gathers, and the step 3.5x slower).
 Legality: every reader of the output is a loop fusion (it evaluates its operands wherever its
 own computation asks, so the recomputed expression needs no iteration space of its own); the
 expression reaches only the fusion's parameters, its other outputs (which stay) and, where the
-backend asks (``Module.read_moved``: the CPU's, whose row kernels keep such reads contiguous;
-the GPU's stencil kernels were not measured with them), values another loop fusion stores (the
+backend asks (``Module.read_moved``: no backend does now, ``row_cache.READ_MOVED`` says why),
+values another loop fusion stores (the
 same expression of the same arrays, stored before every reader; then the expression only moves
 elements: no arithmetic is done again), one array among them
 (scalars aside), through at most ``MAX_OPS`` instructions of the cheap kinds (elementwise but
