@@ -497,7 +497,7 @@ class JitWrapped:
                            "'no_execution' is set")
       nan_check = _nan_check.enabled()
       if fkey is not None and fkey not in self._fast and not nan_check:
-        fast = _fast_entry(exe, entry.out_tree, leaves)
+        fast = _fast_entry(exe, entry.out_tree, leaves, dev)
         self._fast[fkey] = (fast and dev is not None and _committing(fast, dev)) or fast or False
       try:
         outs = exe(*leaves)
@@ -698,7 +698,12 @@ def _commit_all(outs, dev):
 
 
 def _committing(fast, dev):
-  """A fast path's call whose results are committed to ``dev``."""
+  """A fast path's call whose results are committed to ``dev``: ``fast`` itself where its
+  results are marked so as they are made (``_fast_entry``)."""
+  from ourjax import backends
+  if not (dev.platform == "cpu" and dev != backends._CPU):
+    return fast
+
   def call(args):
     out = fast(args)
     if out is None:
@@ -717,10 +722,13 @@ def _fast_path_off(flags) -> bool:
               or flags.jax_no_execution)
 
 
-def _fast_entry(exe, out_tree, leaves):
+def _fast_entry(exe, out_tree, leaves, committed=None):
   """``call(args) -> result | None`` running ``exe`` on arguments of ``leaves``' signature
   (None from ``call`` sends that call down the general path), or None when ``exe`` has no fast
-  path or the arguments need converting (e.g. float64 NumPy arrays without x64)."""
+  path or the arguments need converting (e.g. float64 NumPy arrays without x64).
+  ``committed``: the device the arguments are committed to, whose results are marked
+  committed to it as they come out (new arrays; one that is an argument itself is made anew,
+  ``backends.commit``), except on a CPU device other than the first (``_committing``)."""
   make = getattr(exe, "fast_path", None)
   if make is None:
     return None
@@ -734,6 +742,22 @@ def _fast_entry(exe, out_tree, leaves):
   call = make()
   if call is None:
     return None
+  if committed is not None and not (committed.platform == "cpu" and committed != backends._CPU):
+    plain = call
+
+    def call(args):
+      outs = plain(args)
+      if outs is None:
+        return None
+      marked = []
+      for o in outs:
+        if type(o) is Array and o._committed is None:
+          if any(o is a for a in args):
+            o = backends.commit(o, committed)
+          else:
+            o._committed = committed
+        marked.append(o)
+      return marked
   if out_tree.num_leaves == 1 and out_tree == tree_structure(0):
     def single(args):
       outs = call(args)

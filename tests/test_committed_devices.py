@@ -97,3 +97,21 @@ def test_on_a_gpu_host_cpu_committed_arguments_compile_for_the_cpu(monkeypatch):
   assert compiled == ["cpu"]
   assert r.devices() == {cpu0} and r.committed and r._device_buf is None
   np.testing.assert_allclose(np.asarray(r), np.expm1(np.asarray(x)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_repeated_calls_commit_results_and_leave_passed_through_arguments_alone(k):
+  # (the dispatch fast path, taken from the second call on, marks its new results committed;
+  # a result that is an uncommitted argument passed through comes out as a new committed array)
+  dev = ourjax.devices()[k]
+  x = ourjax.device_put(_f32(4), dev)
+  u = jnp.asarray(_f32(4, seed=1))
+  f = ourjax.jit(lambda a, b: (a, b, a + b))
+  for _ in range(4):
+    a, b, c = f(x, u)
+    assert a.committed and b.committed and c.committed
+    assert a.devices() == b.devices() == c.devices() == {dev}
+    assert not u.committed and b is not u
+    np.testing.assert_array_equal(np.asarray(c), np.asarray(x) + np.asarray(u))
+  # (without committed arguments the results are not committed)
+  assert not any(r.committed for r in f(u, u))
