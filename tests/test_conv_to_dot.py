@@ -7,7 +7,7 @@ import itertools
 import math
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -216,6 +216,7 @@ def test_matrix_vector_batch_groups_become_reductions(conv, seed, in_place):
   m.patches_in_place, m.patch_channel_bytes = in_place, 4 if in_place else 1
   conv = m.entry.root
   positions = math.prod(conv.dims[d] for d in attrs["dimension_numbers"][2][2:])
+  assume(positions <= conv_to_dot.MAX_SLICES)   # (more: refused, the test below)
   assert conv_to_dot.run(m)
   verify(m)
   assert any("as reductions of products" in n for n in m.notes), m.notes
@@ -232,6 +233,25 @@ def test_matrix_vector_batch_groups_become_reductions(conv, seed, in_place):
   assert got.shape == direct.shape and got.dtype == direct.dtype
   terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
   np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+
+
+def test_matrix_vector_batch_groups_with_many_output_positions_are_not_reductions():
+  """More output positions than ``MAX_SLICES`` (a reduction each) keep the other forms, and
+  the result stays the direct convolution's (the example hypothesis found: lhs dilation 2
+  makes 5 x 13 positions of a 1x1 kernel)."""
+  attrs = {"window_strides": [1, 1], "padding": [(0, 0), (0, 0)], "lhs_dilation": [2, 2],
+           "rhs_dilation": [1, 1], "dimension_numbers": ((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3)),
+           "batch_group_count": 2}
+  lhs_dims, rhs_dims = [2, 1, 3, 7], [2, 1, 1, 1]
+  m = _module(lhs_dims, rhs_dims, attrs)
+  conv_to_dot.run(m)
+  verify(m)
+  assert not any("as reductions" in n for n in m.notes), m.notes
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal(lhs_dims).astype(np.float32)
+  w = rng.standard_normal(rhs_dims).astype(np.float32)
+  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
+  np.testing.assert_allclose(reference.compile(m)(x, w)[0], direct, rtol=1e-6, atol=1e-6)
 
 
 def test_wide_batch_groups_are_not_reductions():
