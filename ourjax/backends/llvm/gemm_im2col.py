@@ -108,6 +108,22 @@ def _c64(v):
   return ir.Constant(I64, v)
 
 
+def _desc_word(b, desc, i: int):
+  """Word ``i`` of the convolution descriptor at ``desc``, loaded by ``b``."""
+  return b.load(b.gep(desc, [_c64(i)]), align=8)
+
+
+def _descriptor(b, desc, cx):
+  """The convolution descriptor's words as ``b`` loads them from ``desc``: (the input's
+  address, its features, the output's, the input's and the strides' ``_DIMS`` spatial
+  extents, the tap table's address)."""
+  def word(i):
+    return _desc_word(b, desc, i)
+  return (b.inttoptr(word(0), cx.p), word(1), [word(2 + d) for d in range(_DIMS)],
+          [word(5 + d) for d in range(_DIMS)], [word(8 + d) for d in range(_DIMS)],
+          b.inttoptr(word(11), I64.as_pointer()))
+
+
 def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
   """``void pack(i64* desc, i64 m0, i64 k0, i64 rows, i64 kb, T* out)``:
   ``out[p][k][r] = patches[m0 + p*w + r, k0 + k]`` for ``p < ceil(rows/w)``, ``k < kb``,
@@ -124,15 +140,7 @@ def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
   desc.add_attribute("noalias")
   out.add_attribute("noalias")
   b = ir.IRBuilder(fn.append_basic_block("entry"))
-
-  def word(i):
-    return b.load(b.gep(desc, [_c64(i)]), align=8)
-  src = b.inttoptr(word(0), cx.p)
-  C = word(1)
-  O = [word(2 + d) for d in range(_DIMS)]
-  I_ = [word(5 + d) for d in range(_DIMS)]
-  S = [word(8 + d) for d in range(_DIMS)]
-  table = b.inttoptr(word(11), I64.as_pointer())
+  src, C, O, I_, S, table = _descriptor(b, desc, cx)
   wc = _c64(w)
   npanels = _sdiv_up(b, rows, wc)
   groups = [(g, min(W, w - g)) for g in range(0, w, W)]  # (first row, rows) of W-row groups
@@ -163,7 +171,7 @@ def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
     zg.initializer = ir.Constant(zt, None)
     zg.align = 64
   zeros = b.bitcast(zg, cx.p)
-  taps = word(DESC_TAPS)
+  taps = _desc_word(b, desc, DESC_TAPS)
   if layout == "F":
     t0 = b.udiv(k0, C)      # the tap and channel of column k0
     c0 = b.urem(k0, C)
@@ -408,15 +416,7 @@ def emit_direct_ukernel(cx, name: str, bl, mr: int, nv: int, epilogue,
   for a in (bp, c):
     a.add_attribute("noalias")
   b = ir.IRBuilder(fn.append_basic_block("entry"))
-
-  def word(i):
-    return b.load(b.gep(desc, [_c64(i)]), align=8)
-  src = b.inttoptr(word(0), cx.p)
-  C = word(1)
-  O = [word(2 + d) for d in range(_DIMS)]
-  I_ = [word(5 + d) for d in range(_DIMS)]
-  S = [word(8 + d) for d in range(_DIMS)]
-  table = b.inttoptr(word(11), I64.as_pointer())
+  src, C, O, I_, S, table = _descriptor(b, desc, cx)
   zero, one = _c64(0), _c64(1)
   zt = ir.ArrayType(cx.t, DIRECT_RUN)
   zname = f"im2col.direct.zeros.{cx.dtype}"
