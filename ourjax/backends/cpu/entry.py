@@ -114,14 +114,14 @@ def _is_job(kernel, apart: bool) -> bool:
   return kernel.work >= LOOP_JOB_MIN_WORK
 
 
-def _inner_kernels(steps) -> list:
-  """The kernels inside the loops and conditionals of ``steps`` (any depth)."""
+def _inner_kernels(steps, keep=lambda kernel: True) -> list:
+  """The kernels inside the loops and conditionals of ``steps`` (any depth) that ``keep``."""
   out = []
 
   def walk(steps, inner):
     for s in steps:
       if isinstance(s, KernelStep):
-        if inner:
+        if inner and keep(s.kernel):
           out.append(s.kernel)
       elif isinstance(s, WhileStep):
         walk(s.cond_steps, True)
@@ -231,21 +231,9 @@ def _inner_parallel(steps, apart: bool) -> bool:
 def _job_kernels(steps, apart: bool) -> list:
   """The parallel kernels inside the control flow of the regions of ``steps`` (the jobs)."""
   out = []
-
-  def walk(steps, inner):
-    for s in steps:
-      if isinstance(s, KernelStep):
-        if inner and _is_job(s.kernel, apart):
-          out.append(s.kernel)
-      elif isinstance(s, WhileStep):
-        walk(s.cond_steps, True)
-        walk(s.body_steps, True)
-      elif isinstance(s, CondStep):
-        for br in s.branches:
-          walk(br, True)
   for i, j in _serial_runs(steps):
     if _inner_parallel(steps[i:j], apart):
-      walk(steps[i:j], False)
+      out += _inner_kernels(steps[i:j], lambda kernel: _is_job(kernel, apart))
   return out
 
 
