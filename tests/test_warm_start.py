@@ -172,6 +172,43 @@ def test_every_module_with_settings_records_them_at_import():
   assert set(backend_settings.MODULES) <= set(sys.modules)
 
 
+#: Modules of the CPU backend and the shared emitter whose upper-case names change no compiled
+#: code: where and how code is cached, loaded and run (threads, tuning budgets, names, checks).
+CPU_RUNTIME_ONLY = {"cache", "executable", "jit", "libraries", "gemm_tune", "kernel_key",
+                    "math", "gemm_rows", "gemm_scratch", "arena", "threads", "host", "loader",
+                    "profiling", "gemm_table"}
+
+
+def test_every_cpu_module_with_settings_is_keyed():
+  """The modules of the CPU backend and the shared LLVM emitter with settings (upper-case
+  scalars) are among those the keys follow (``settings.MODULES``), or change no code: a
+  setting changed at run time (a test's monkeypatch) gives a new key, not another setting's
+  cached code."""
+  import importlib
+  import pkgutil
+  import ourjax.backends.cpu as cpu_pkg
+  import ourjax.backends.llvm as llvm_pkg
+  for pkg in (cpu_pkg, llvm_pkg):
+    for m in pkgutil.iter_modules(pkg.__path__):
+      module = importlib.import_module(f"{pkg.__name__}.{m.name}")
+      has = any(k.isupper() and not k.startswith("_") and isinstance(v, (bool, int, float, str))
+                for k, v in vars(module).items())
+      if has and m.name not in CPU_RUNTIME_ONLY:
+        assert module.__name__ in backend_settings.MODULES, module.__name__
+  for name in backend_settings.MODULES:
+    importlib.import_module(name)
+    assert name in backend_settings._pristine, name
+  from ourjax.backends.llvm import row_cache
+  before = backend_settings.digest()
+  old = row_cache.READ_MOVED
+  row_cache.READ_MOVED = not old
+  try:
+    assert backend_settings.digest() != before
+  finally:
+    row_cache.READ_MOVED = old
+  assert backend_settings.digest() == before
+
+
 def test_keys_follow_dtype_shape_donation_settings_and_the_target(monkeypatch, tmp_path):
   monkeypatch.setattr(config, "_values", dict(config._values,
                                               jax_compilation_cache_dir=str(tmp_path)))

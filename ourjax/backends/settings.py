@@ -32,7 +32,12 @@ MODULES = ("ourjax.lowering.pipeline", "ourjax.backends.cpu.backend", "ourjax.ba
            "ourjax.backends.cpu.waiting",
            "ourjax.backends.llvm.kernels", "ourjax.backends.llvm.emitter",
            "ourjax.backends.llvm.concat", "ourjax.backends.llvm.dots",
-           "ourjax.backends.llvm.attention", "ourjax.backends.llvm.planning")
+           "ourjax.backends.llvm.attention", "ourjax.backends.llvm.planning",
+           "ourjax.backends.llvm.elemental", "ourjax.backends.llvm.gemm",
+           "ourjax.backends.llvm.gemm_calls", "ourjax.backends.llvm.gemm_im2col",
+           "ourjax.backends.llvm.gemm_library", "ourjax.backends.llvm.group_planner",
+           "ourjax.backends.llvm.horizontal", "ourjax.backends.llvm.row_cache",
+           "ourjax.backends.llvm.schedule")
 #: Modules of the CUDA backend whose settings its code follows (besides ``MODULES``: it plans
 #: with the shared planner and emits with the shared emitter); only its keys hold them.
 CUDA_MODULES = ("ourjax.backends.cuda.codegen", "ourjax.backends.cuda.dots",

@@ -683,3 +683,7 @@ def _accumulation_dtype(lhs_dt, rhs_dt, out_dt) -> np.dtype:
 
 
 accumulation_dtype = _accumulation_dtype
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

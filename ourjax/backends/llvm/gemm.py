@@ -944,3 +944,7 @@ from ourjax.backends.llvm.gemm_scratch import (pack_buffer_bytes,  # noqa: E402,
                                                pack_buffer_elements, packed_b_elements)
 # the few-rows kernels (B streamed through 4/2/1-row axpys): gemm_rows.py
 from ourjax.backends.llvm.gemm_rows import _emit_rows  # noqa: E402
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

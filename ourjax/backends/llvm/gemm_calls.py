@@ -116,3 +116,7 @@ def emit_pack_b_call(b: ir.IRBuilder, dtype: str, B, dst, *, N: int, K: int, b_s
           _c32(PACK_B), _c32(1 if lb[0] else 0), _c64(1), _c64(0), _c64(0), _c64(0),
           tid, nthreads, nul, _c64(0)]
   return b.call(fn, args)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

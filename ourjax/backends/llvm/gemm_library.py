@@ -480,3 +480,7 @@ def _cache_store(path: Optional[str], obj: bytes) -> None:
     os.replace(tmp, path)
   except OSError:
     pass
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

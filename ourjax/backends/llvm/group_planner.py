@@ -557,3 +557,7 @@ def _restrict_many(leafmap, outs):
 
 def plan_group(instrs, outputs, leafmap, new_temp, new_scratch, max_threads, prefix):
   return GroupPlanner(new_temp, new_scratch, max_threads, prefix).plan(instrs, outputs, leafmap)
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

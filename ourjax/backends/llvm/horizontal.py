@@ -132,3 +132,7 @@ def _independent(a, b) -> bool:
     return out
   wa, wb = ids(a.writes), ids(b.writes)
   return not (wa & (ids(b.reads) | wb) or wb & ids(a.reads))
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

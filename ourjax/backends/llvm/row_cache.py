@@ -254,3 +254,7 @@ def _shifted_concat(outputs, leafmap, n) -> bool:
       return True
     stack.extend((o, moved or not _same_index(x, o)) for o in x.operands)
   return False
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)

@@ -160,3 +160,7 @@ def reorder(comp) -> bool:
     return False
   comp.instructions = order
   return True
+
+
+from ourjax.backends import settings as _settings  # noqa: E402
+_settings.pristine(__name__)   # (as imported: disk-cache keys hold only what differs)
