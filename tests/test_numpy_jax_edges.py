@@ -127,26 +127,6 @@ def test_bool_array_times_inexact_is_a_select():
   assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu"])
-def test_jitted_convert_of_a_bool_times_inexact_is_a_select(backend):
-  """Under jit, convert(pred) * x is XLA's select (so JAX's); a bool converted through an
-  integer first, or eagerly, is an IEEE product."""
-  b = np.array([False, True, False])
-  x = np.array([-5.0, np.inf, np.nan], np.float32)
-  f = ourjax.jit(lambda b, x: b.astype(jnp.float32) * x, backend=backend)
-  g = ourjax.jit(lambda b, x: x * b.astype(jnp.float32), backend=backend)
-  for h in (f, g):
-    got = np.asarray(h(b, x))
-    np.testing.assert_array_equal(got, _mask_product(b, x))
-    assert not np.signbit(got[0])
-  via_int = np.asarray(ourjax.jit(lambda b, x: b.astype(jnp.int32).astype(jnp.float32) * x,
-                                  backend=backend)(b, x))
-  with np.errstate(invalid="ignore"):
-    want = b.astype(np.float32) * x
-  np.testing.assert_array_equal(via_int, want)
-  assert np.signbit(via_int[0])
-
-
 def test_shifts_of_bools_are_int32_shifts():
   b = np.array([True, False, True])
   check(jnp.left_shift(b, False), np.array([1, 0, 1], np.int32))

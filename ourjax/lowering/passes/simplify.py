@@ -222,18 +222,6 @@ def mul_zero_int(instr, ctx):
       return z if z.shape == instr.shape else _full(ctx, 0, instr.shape)
 
 
-def mul_of_converted_pred(instr, ctx):
-  """convert(p)*x -> select(p, x, +0) for inexact x (XLA's rewrite, so JAX's results: where p
-  is false the product is +0 even for an infinite or NaN x, or a negative one)"""
-  if not (_is_float(instr.dtype) or rops.is_complex(instr.dtype)):
-    return None
-  x, y = instr.operands
-  for c, other in ((x, y), (y, x)):
-    if c.opcode == "convert" and c.operands[0].dtype == np.bool_:
-      return ctx.b.select(c.operands[0], other, _full(ctx, 0, instr.shape))
-  return None
-
-
 def mul_minus_one(instr, ctx):
   """x*(-1) -> -x"""
   x, y = instr.operands
@@ -494,8 +482,6 @@ def convert_convert(instr, ctx):
   src, mid, dst = x.dtype, inner.dtype, instr.dtype
   if not is_lossless_conversion(src, mid):
     return None
-  if src == np.bool_ and mid != np.bool_ and not rops.is_integer(dst) and dst != np.bool_:
-    return None   # (pred -> int -> float stays: XLA's convert(pred) * x select is not for it)
   # int -> float -> int saturates where int -> int wraps: equal only if int -> int is exact
   if rops.is_integer(src) and not rops.is_integer(mid) and mid != np.bool_ and \
       rops.is_integer(dst) and not is_lossless_conversion(src, dst):
@@ -905,7 +891,7 @@ def reduce_of_broadcast(instr, ctx):
 # ---------------------------------------------------------------------------------------------
 
 RULES: dict[str, tuple] = {
-    "multiply": (mul_one, mul_zero_int, mul_of_converted_pred, mul_minus_one),
+    "multiply": (mul_one, mul_zero_int, mul_minus_one),
     "add": (add_zero, add_of_disjoint_pads),
     "subtract": (sub_zero, zero_sub, sub_self_int),
     "divide": (div_one, div_pow2),
