@@ -55,23 +55,29 @@ def _module(lhs_dims, rhs_dims, attrs):
   return m
 
 
-@settings(max_examples=40, deadline=None)
-@given(conv=convolutions(), seed=st.integers(0, 2 ** 31))
-def test_rewrite_matches_the_direct_convolution(conv, seed):
-  lhs_dims, rhs_dims, attrs = conv
+def _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed):
+  """The rewritten module ``m`` gives the direct convolution's result on the reference backend
+  (random f32 operands from ``seed``): the same shape and dtype, the same products summed in
+  another order."""
   rng = np.random.default_rng(seed)
   x = rng.standard_normal(lhs_dims).astype(np.float32)
   w = rng.standard_normal(rhs_dims).astype(np.float32)
   direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
+  got = reference.compile(m)(x, w)[0]
+  assert got.shape == direct.shape and got.dtype == direct.dtype
+  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
+  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+
+
+@settings(max_examples=40, deadline=None)
+@given(conv=convolutions(), seed=st.integers(0, 2 ** 31))
+def test_rewrite_matches_the_direct_convolution(conv, seed):
+  lhs_dims, rhs_dims, attrs = conv
   m = _module(lhs_dims, rhs_dims, attrs)
   assert conv_to_dot.run(m)
   verify(m)
   assert not any(i.opcode == "convolution" for i in m.entry.instructions)
-  got = reference.compile(m)(x, w)[0]
-  assert got.shape == direct.shape
-  # the same products, summed in another order
-  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
-  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
 
 
 def test_groups_too_small_for_a_kernel_each_stay_direct():
@@ -138,14 +144,7 @@ def test_grouped_convolutions_split_per_group(conv, seed):
   verify(m)
   assert not any(i.opcode == "convolution" for i in m.entry.instructions)
   assert any("ungrouped convolutions, one per group" in n for n in m.notes), m.notes
-  rng = np.random.default_rng(seed)
-  x = rng.standard_normal(lhs_dims).astype(np.float32)
-  w = rng.standard_normal(rhs_dims).astype(np.float32)
-  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
-  got = reference.compile(m)(x, w)[0]
-  assert got.shape == direct.shape
-  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
-  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
 
 
 @settings(max_examples=30, deadline=None)
@@ -173,14 +172,7 @@ def test_feature_groups_become_one_batched_product_where_patches_are_read_in_pla
     dots = [i for i in m.entry.instructions if i.opcode == "dot"]
     assert len(dots) == 1 and dots[0].attrs["lhs_batch_dims"] == (0,)
     assert dots[0].dims[0] == groups
-  rng = np.random.default_rng(seed)
-  x = rng.standard_normal(lhs_dims).astype(np.float32)
-  w = rng.standard_normal(rhs_dims).astype(np.float32)
-  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
-  got = reference.compile(m)(x, w)[0]
-  assert got.shape == direct.shape
-  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
-  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
 
 
 @st.composite
@@ -225,14 +217,7 @@ def test_matrix_vector_batch_groups_become_reductions(conv, seed, in_place):
   assert ops.count("reduce") == positions             # one per output position
   assert not any(i.opcode == "concatenate" and i.operands[0].opcode != "reshape"
                  for i in m.entry.instructions)      # (only the results are stacked)
-  rng = np.random.default_rng(seed)
-  x = rng.standard_normal(lhs_dims).astype(np.float32)
-  w = rng.standard_normal(rhs_dims).astype(np.float32)
-  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
-  got = reference.compile(m)(x, w)[0]
-  assert got.shape == direct.shape and got.dtype == direct.dtype
-  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
-  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
 
 
 def test_matrix_vector_batch_groups_with_many_output_positions_are_not_reductions():
@@ -366,16 +351,10 @@ def test_large_patch_matrices_are_built_in_batch_chunks(conv, per_chunk, seed):
     changed = conv_to_dot.run(m)
   finally:
     conv_to_dot.MAX_PATCH_BYTES = saved
-  rng = np.random.default_rng(seed)
-  x = rng.standard_normal(lhs_dims).astype(np.float32)
-  w = rng.standard_normal(rhs_dims).astype(np.float32)
-  direct = reference.compile(_module(lhs_dims, rhs_dims, attrs))(x, w)[0]
   assert changed
   verify(m)
   assert not any(i.opcode == "convolution" for i in m.entry.instructions)
   chunks = -(-n // per_chunk)
   if chunks > 1:
     assert any(f"in {chunks} batch chunks" in note for note in m.notes), m.notes
-  got = reference.compile(m)(x, w)[0]
-  terms = math.prod(rhs_dims) // rhs_dims[attrs["dimension_numbers"][1][0]]
-  np.testing.assert_allclose(got, direct, rtol=0, atol=4 * terms * 6e-8 * 16)
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
