@@ -428,6 +428,36 @@ def _emit_pack(cx: _Ctx, name: str, w: int) -> ir.Function:
 # --------------------------------------------------------------------------------------------
 # micro-kernel
 
+def _k_loop(b, cx: _Ctx, step, accs_in, start, stop, unroll: int, tag: str) -> list:
+  """The accumulators after ``accs = step(accs, k)`` for k from ``start`` to ``stop`` (the
+  loop's count a multiple of ``unroll``), ``unroll`` steps an iteration, in blocks named
+  ``tag``.hdr/.body/.done; ``b`` ends in .done."""
+  pre = b.block
+  hdr = b.append_basic_block(tag + ".hdr")
+  body = b.append_basic_block(tag + ".body")
+  done = b.append_basic_block(tag + ".done")
+  b.branch(hdr)
+  b.position_at_end(hdr)
+  k = b.phi(I64, name=tag + ".k")
+  k.add_incoming(start, pre)
+  phis = []
+  for i, a in enumerate(accs_in):
+    ph = b.phi(cx.vt, name=f"{tag}.acc{i}")
+    ph.add_incoming(a, pre)
+    phis.append(ph)
+  b.cbranch(b.icmp_signed("<", k, stop), body, done)
+  b.position_at_end(body)
+  accs = phis
+  for u in range(unroll):
+    accs = step(accs, b.add(k, _c64(u)))
+  k.add_incoming(b.add(k, _c64(unroll)), b.block)
+  for ph, a in zip(phis, accs):
+    ph.add_incoming(a, b.block)
+  b.branch(hdr)
+  b.position_at_end(done)
+  return phis
+
+
 def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
                   epilogue: Optional[Epilogue], accumulate: bool) -> ir.Function:
   """``void uk(i64 kb, T* Ap, T* Bp, i64 bstride, T* C, i64 ldc, i64 mv, i64 nvalid, i1 first,
@@ -459,38 +489,12 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
         out[r * nv + v] = cx.madd(b, a, bv[v], out[r * nv + v])
     return out
 
-  def loop(accs_in, start, stop, unroll, tag):
-    pre = b.block
-    hdr = b.append_basic_block(tag + ".hdr")
-    body = b.append_basic_block(tag + ".body")
-    done = b.append_basic_block(tag + ".done")
-    b.branch(hdr)
-    b.position_at_end(hdr)
-    k = b.phi(I64, name=tag + ".k")
-    k.add_incoming(start, pre)
-    phis = []
-    for i, a in enumerate(accs_in):
-      ph = b.phi(cx.vt, name=f"{tag}.acc{i}")
-      ph.add_incoming(a, pre)
-      phis.append(ph)
-    b.cbranch(b.icmp_signed("<", k, stop), body, done)
-    b.position_at_end(body)
-    accs = phis
-    for u in range(unroll):
-      accs = step(accs, b.add(k, _c64(u)))
-    k.add_incoming(b.add(k, _c64(unroll)), b.block)
-    for ph, a in zip(phis, accs):
-      ph.add_incoming(a, b.block)
-    b.branch(hdr)
-    b.position_at_end(done)
-    return phis, k
-
   zeros = [cx.vzero] * (mr * nv)
   # the edge kernels run on a small share of the tiles: less unrolling, less code to compile
   u = max(1, bl.unroll if (mr, nv) == (bl.mr, bl.nv) else min(bl.unroll, 2))
   kmain = b.sub(kb, b.srem(kb, _c64(u)))
-  accs, _ = loop(zeros, _c64(0), kmain, u, "kmain")
-  accs, _ = loop(accs, kmain, kb, 1, "krem")
+  accs = _k_loop(b, cx, step, zeros, _c64(0), kmain, u, "kmain")
+  accs = _k_loop(b, cx, step, accs, kmain, kb, 1, "krem")
   _emit_tile_store(b, cx, accs, mr, nv, c, ldc, mv, nvalid, first, last, row0, col0, epilogue,
                    accumulate)
   b.ret_void()

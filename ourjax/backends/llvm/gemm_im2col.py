@@ -407,7 +407,7 @@ def emit_direct_ukernel(cx, name: str, bl, mr: int, nv: int, epilogue,
   zeros where the tap lies in the padding (or the row is past ``mv``), and each k step
   broadcasts one element per row as from a packed panel, in the same order, so the sums are
   the packed GEMM's, bit for bit.  No panel of A is packed: the call needs no scratch for A."""
-  from ourjax.backends.llvm.gemm import _emit_tile_store, _smin, _splat
+  from ourjax.backends.llvm.gemm import _emit_tile_store, _k_loop, _smin, _splat
   w = cx.w
   fn = ir.Function(cx.module, DIRECT_UKERNEL_TYPE(cx), name)
   fn.linkage = "internal"
@@ -456,28 +456,8 @@ def emit_direct_ukernel(cx, name: str, bl, mr: int, nv: int, epilogue,
     return out
 
   def loop(ptrs, bseg, accs0, start, stop, unroll, tag):
-    lpre = b.block
-    lh, lb, ld = (fn.append_basic_block(f"{tag}.{x}") for x in ("hdr", "body", "done"))
-    b.branch(lh)
-    b.position_at_end(lh)
-    k = b.phi(I64, name=tag + ".k")
-    k.add_incoming(start, lpre)
-    phis = []
-    for i, a in enumerate(accs0):
-      ph = b.phi(cx.vt, name=f"{tag}.acc{i}")
-      ph.add_incoming(a, lpre)
-      phis.append(ph)
-    b.cbranch(b.icmp_signed("<", k, stop), lb, ld)
-    b.position_at_end(lb)
-    accs = phis
-    for uu in range(unroll):
-      accs = step(ptrs, bseg, accs, b.add(k, _c64(uu)))
-    k.add_incoming(b.add(k, _c64(unroll)), b.block)
-    for ph, a in zip(phis, accs):
-      ph.add_incoming(a, b.block)
-    b.branch(lh)
-    b.position_at_end(ld)
-    return phis
+    return _k_loop(b, cx, lambda accs, k: step(ptrs, bseg, accs, k), accs0, start, stop,
+                   unroll, tag)
 
   def runs(tag, row_ptrs):
     """The K slice as runs of one tap's channels (accumulators from zero), each row read
