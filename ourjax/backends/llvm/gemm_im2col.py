@@ -124,6 +124,18 @@ def _descriptor(b, desc, cx):
           b.inttoptr(word(11), I64.as_pointer()))
 
 
+def _joined(b, cx, xs, x_end, ys, y_end) -> list:
+  """Where two branches join (``b`` at the join): a vector phi of each ``xs[i]`` coming from
+  block ``x_end`` and ``ys[i]`` from ``y_end``."""
+  out = []
+  for x, y in zip(xs, ys):
+    ph = b.phi(cx.vt)
+    ph.add_incoming(x, x_end)
+    ph.add_incoming(y, y_end)
+    out.append(ph)
+  return out
+
+
 def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
   """``void pack(i64* desc, i64 m0, i64 k0, i64 rows, i64 kb, T* out)``:
   ``out[p][k][r] = patches[m0 + p*w + r, k0 + k]`` for ``p < ceil(rows/w)``, ``k < kb``,
@@ -307,12 +319,7 @@ def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
     end_m = b.block
     b.branch(join)
     b.position_at_end(join)
-    vals = []
-    for x, y in zip(plain, masked):
-      ph = b.phi(cx.vt)
-      ph.add_incoming(x, end_s)
-      ph.add_incoming(y, end_m)
-      vals.append(ph)
+    vals = _joined(b, cx, plain, end_s, masked, end_m)
     full = b.icmp_signed("==", n_run, _c64(W))
     for gi, (g, n) in enumerate(groups):
       ts = _transpose(b, vals[gi * W:(gi + 1) * W])
@@ -566,12 +573,7 @@ def emit_direct_ukernel(cx, name: str, bl, mr: int, nv: int, epilogue,
   b.branch(join)
 
   b.position_at_end(join)
-  accs = []
-  for x, y in zip(accs_f, accs_g):
-    ph = b.phi(cx.vt)
-    ph.add_incoming(x, end_f)
-    ph.add_incoming(y, end_g)
-    accs.append(ph)
+  accs = _joined(b, cx, accs_f, end_f, accs_g, end_g)
   _emit_tile_store(b, cx, accs, mr, nv, c, ldc, mv, nvalid, first, last, row0, col0,
                    epilogue, accumulate)
   b.ret_void()
