@@ -142,6 +142,15 @@ def test_logistic_bernoulli(x64):
   close(bernoulli.pmf(k, 0.3), [0.7, 0.3, 0.0], rtol=1e-12)
 
 
+def test_bernoulli_logpmf_weak_type_as_jax():
+  # JAX computes 1 - x with a strongly typed 1: the log-pmf of integer counts and a Python p is
+  # a strongly typed float32 array, even where every argument is a Python scalar
+  for k in (jnp.array([0, 1, 2]), np.array([0, 1, 2]), 1):
+    r = bernoulli.logpmf(k, 0.3)
+    assert r.dtype == jnp.float32 and not r.weak_type
+  close(bernoulli.logpmf(np.array([0, 1, 2]), 0.3), [np.log(0.7), np.log(0.3), -np.inf], rtol=1e-6)
+
+
 def test_grads_vs_finite_differences(x64):
   def fd(f, x, h=1e-6):
     return (f(x + h) - f(x - h)) / (2 * h)

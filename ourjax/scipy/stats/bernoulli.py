@@ -1,4 +1,6 @@
 """Bernoulli distribution: logpmf, pmf, cdf, ppf."""
+import numpy as np
+
 from ourjax.numpy import _util
 from ourjax.scipy import special
 
@@ -7,8 +9,11 @@ def logpmf(k, p, loc=0):
   import ourjax.numpy as jnp
   _util.check_arraylike("bernoulli.logpmf", k, p, loc)
   k, p, loc = _util.promote_args_inexact("bernoulli.logpmf", k, p, loc)
+  from ourjax import lax
   x = k - loc
-  log_probs = special.xlogy(x, p) + special.xlog1py(1 - x, -p)
+  # 1 - x with a strongly typed 1 of x's dtype, as JAX's: the result is weakly typed only
+  # where every argument is
+  log_probs = special.xlogy(x, p) + special.xlog1py(lax.sub(np.ones((), x.dtype), x), -p)
   return jnp.where((x < 0) | (x > 1), -jnp.inf, log_probs)
 
 
