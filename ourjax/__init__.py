@@ -27,7 +27,8 @@ from ourjax.config import (enable_x64, checking_leaks, check_tracer_leaks, trans
                            enable_custom_prng, legacy_prng_key, no_tracing, no_execution,
                            numpy_dtype_promotion, numpy_rank_promotion, make_user_context,
                            allow_f16_reductions,
-                           default_matmul_precision, explain_cache_misses, log_compiles)
+                           default_matmul_precision, explain_cache_misses, log_compiles,
+                           default_device)
 from ourjax.dtypes import float0  # noqa: F401
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401

@@ -411,12 +411,13 @@ class JitWrapped:
         if config._local.overrides:     # this thread's context-manager flags
           x64, off = config.x64_enabled, _fast_path_off(config)
           prec = (config.jax_default_matmul_precision, config.jax_numpy_dtype_promotion,
-                  _trace_flags(config))
+                  _trace_flags(config), config.jax_default_device)
         else:
           flags = config._values
           x64, off = flags["jax_enable_x64"], _fast_path_off(flags)
           prec = (flags["jax_default_matmul_precision"], flags["jax_numpy_dtype_promotion"],
-                  (flags["jax_numpy_rank_promotion"], flags["jax_random_seed_offset"]))
+                  (flags["jax_numpy_rank_promotion"], flags["jax_random_seed_offset"]),
+                  flags["jax_default_device"])
         fkey = (bool(x64), prec, sig if tdef is None else (tdef, sig), user_context_key())
         hit = self._fast.get(fkey)
         if hit and not off:
@@ -482,7 +483,17 @@ class JitWrapped:
       # Nothing is being traced: run the cached executable directly (what pjit's impl does),
       # compiled once however many threads call at the same time.  Arguments committed to a
       # device (device_put on it) make the call run there, for that device's backend.
-      backend = None if dev is None else self._backend_of(dev)
+      moved = None
+      if dev is not None:
+        backend = self._backend_of(dev)
+      else:
+        # uncommitted arguments: on ``jax_default_device``'s backend, the results put on that
+        # device where it is not its platform's first (uncommitted, as JAX's)
+        from ourjax import backends
+        ddev = backends.configured_default_device()
+        backend = None if ddev is None else self._backend_of(ddev)
+        if ddev is not None and backends.devices(ddev.platform)[0] is not ddev:
+          moved = ddev
       exe = entry.executable if backend is None else None
       if exe is None:
         exe = _once.build_once(entry.compiled, backend,
@@ -496,7 +507,7 @@ class JitWrapped:
         raise RuntimeError(f"executing jit-compiled function {_fun_name(self.fun)}, but "
                            "'no_execution' is set")
       nan_check = _nan_check.enabled()
-      if fkey is not None and fkey not in self._fast and not nan_check:
+      if fkey is not None and fkey not in self._fast and not nan_check and moved is None:
         fast = _fast_entry(exe, entry.out_tree, leaves, dev)
         self._fast[fkey] = (fast and dev is not None and _committing(fast, dev)) or fast or False
       try:
@@ -507,6 +518,9 @@ class JitWrapped:
         _nan_check.check_jit(outs, entry.closed, leaves, _fun_name(self.fun))
       if dev is not None:
         outs = _commit_all(outs, dev)
+      elif moved is not None:
+        from ourjax import backends
+        outs = [backends.put_on(o, moved) if type(o) is Array else o for o in outs]
       return tree_unflatten(entry.out_tree, outs)
     donated = entry.sig.donated if entry.sig is not None else ()
     extra = ({"donated_invars": (False,) * len(hoisted) + tuple(donated)}

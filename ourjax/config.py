@@ -82,6 +82,10 @@ class Config:
         # False: lax.reduce_sum of f16/bf16 over a non-singleton axis raises (jnp.sum sums in
         # f32 and is unaffected)
         "jax_allow_f16_reductions": True,
+        # a Device, or a platform name ('cpu', 'gpu'), where uncommitted values go: jitted calls
+        # of uncommitted arguments run on its backend, device_put(x) puts x there
+        # (``default_device``); None: the default backend's first device
+        "jax_default_device": None,
     })
 
   def update(self, name: str, value) -> None:
@@ -175,6 +179,12 @@ def _check_value(name, value):
   if name == "jax_numpy_rank_promotion" and value not in _RANK_PROMOTIONS:
     raise ValueError(f"new enum value must be in {list(_RANK_PROMOTIONS)}, got {value} of type "
                      f"{type(value)}.")
+  if name == "jax_default_device" and value is not None and value not in ("cpu", "gpu", "cuda"):
+    from ourjax.backends import Device
+    if not isinstance(value, Device):
+      raise ValueError("jax.default_device must be passed either a Device object (e.g. "
+                       "`jax.devices('cpu')[0]`) or a platform name string like 'cpu' or 'gpu'"
+                       f", got: {value!r}")
   if name == "jax_numpy_dtype_promotion" and value not in _DTYPE_PROMOTIONS:
     raise ValueError(f"{value!r} is not a valid NumpyDtypePromotion (jax_numpy_dtype_promotion "
                      f"must be one of {_DTYPE_PROMOTIONS})")
@@ -233,6 +243,15 @@ def allow_f16_reductions(new_val: bool = True):
   """Context manager for ``jax_allow_f16_reductions`` (this thread only): with False,
   ``lax.reduce_sum`` of a float16/bfloat16 operand over an axis longer than 1 raises."""
   return config._override("jax_allow_f16_reductions", bool(new_val))
+
+
+def default_device(new_val):
+  """Context manager for ``jax_default_device`` (this thread only): inside the block,
+  uncommitted values go to ``new_val`` (a Device, or 'cpu' / 'gpu' for that platform's first):
+  a jitted call whose arguments are committed nowhere runs on its backend (its results stay
+  uncommitted, as in JAX) and ``device_put(x)`` puts ``x`` there; None restores the default
+  backend's first device."""
+  return config._override("jax_default_device", new_val)
 
 
 def enable_x64(new_val: bool = True):

@@ -543,6 +543,9 @@ class Device:
   def __repr__(self):
     return f"{'CpuDevice' if self.platform == 'cpu' else 'CudaDevice'}(id={self.id})"
 
+  def __str__(self):
+    return f"{'cpu' if self.platform == 'cpu' else 'cuda'}:{self.id}"     # (JAX's)
+
   def memory_stats(self):
     """The caching allocator's statistics (GPU devices; None for the CPU)."""
     if self.platform != "gpu":
@@ -608,6 +611,16 @@ def default_backend() -> str:
   return "gpu" if default_backend_name() == "cuda" else "cpu"
 
 
+def configured_default_device():
+  """The ``Device`` that ``jax_default_device`` names (``ourjax.default_device``; a platform
+  name means its first device), or None where it is unset."""
+  from ourjax.config import config
+  d = config.jax_default_device
+  if d is None or isinstance(d, Device):
+    return d
+  return devices(d)[0]
+
+
 def gpu_of_ordinal(ordinal: int) -> Device:
   """The ``Device`` of the GPU of CUDA ordinal ``ordinal`` in this process."""
   return _cuda_devices()[ordinal]
@@ -661,9 +674,11 @@ def commit(value, device):
 
 def put_on(value, device):
   """``value`` (an Array or host value) as an Array on ``device`` (a ``Device``; None: the
-  default backend's first device; under ``ourjax.distributed``, this process's first, as in
+  device ``jax_default_device`` names, else the default backend's first device; under ``ourjax.distributed``, this process's first, as in
   JAX: with ``local_device_ids`` that need not be the backend's first)."""
   from ourjax.array import Array
+  if device is None:
+    device = configured_default_device()
   if device is None:
     from ourjax import distributed
     st = distributed.state()

@@ -78,7 +78,8 @@ def _placing(fun):
     if (type(out) is Array and out._device_buf is None and
         config.ourjax_arrays_on_default_device and core.nothing_traced()):
       from ourjax import backends
-      if backends.default_backend_name() == "cuda":
+      d = backends.configured_default_device()
+      if (d.platform == "gpu") if d is not None else backends.default_backend_name() == "cuda":
         out = backends.put_on(out, None)
     return out
   return placed
