@@ -94,6 +94,8 @@ def _expect_implicit(n, c, o, spatial, kernel, strides, rd, padding, dtype) -> b
   M, K, taps = n * math.prod(outs), c * math.prod(kernel), math.prod(kernel)
   if taps == 1 and all(p == (0, 0) for p in padding) and all(s == 1 for s in strides):
     return False     # (a 1x1 convolution without strides or padding: a plain dot of the input)
+  if K == 1:
+    return False     # (one channel through a 1x1 kernel: a product of broadcasts, not a dot)
   # (patches per kernel position, or per output position where there are fewer of those;
   # a single window is no concatenation and is written)
   if taps > math.prod(outs) and (math.prod(outs) == 1 or c < 4):
