@@ -534,6 +534,35 @@ IMPLICIT_GEMM_CASES = [
 ]
 CASES += IMPLICIT_GEMM_CASES
 
+# Input gradients of strided convolutions (lhs dilation) and a transposed convolution: one
+# undilated convolution per output phase (conv_to_dot._split_phases), each an implicit GEMM
+# of the kernel positions that meet input elements, interleaved; odd sizes (phases of unequal
+# length), a 1x1 kernel (three of four phases zeros), bf16, feature groups, NCHW with a
+# stride along one dimension and rhs dilation, both gradients
+STRIDED_GRAD_CASES = [
+    ("conv_strided_input_grad", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2))))),
+     lambda r: (f32(r, 2, 15, 16, 32), f32(r, 3, 3, 32, 48, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_strided_1x1_input_grad", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2))))),
+     lambda r: (f32(r, 2, 16, 16, 32), f32(r, 1, 1, 32, 64, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_strided_input_grad_bf16", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2)).astype(jnp.float32)))),
+     lambda r: (f32(r, 4, 14, 14, 32).astype(BF16),
+                f32(r, 3, 3, 32, 64, lo=-0.3, hi=0.3).astype(BF16)), 3e-2),
+    ("conv_strided_grouped_input_grad", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2), groups=4)))),
+     lambda r: (f32(r, 4, 13, 13, 64), f32(r, 3, 3, 16, 64, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_strided_nchw_grads", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 1), ((1, 2), (2, 1)), (2, 1),
+                                            dn=("NCHW", "OIHW", "NCHW")))), argnums=(0, 1)),
+     lambda r: (f32(r, 2, 16, 17, 12), f32(r, 32, 16, 3, 3, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_transpose_strided", lambda x, w: lax.conv_transpose(
+        x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+     lambda r: (f32(r, 2, 9, 9, 32), f32(r, 4, 4, 32, 24, lo=-0.3, hi=0.3)), 5e-3),
+]
+CASES += STRIDED_GRAD_CASES
+
 # Convolutions whose weights are a small fraction of their patch matrix (dots.narrow_b_form):
 # the weights copied K-major, then the shared-memory form -- transposed (``ss_t``: 128 output
 # channels by 256 positions) or not (``ss``: 256 channels wide) -- with the epilogue evaluated

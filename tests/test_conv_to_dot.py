@@ -154,12 +154,18 @@ def test_feature_groups_become_one_batched_product_where_patches_are_read_in_pla
   product batched over its groups (whatever their width): feature groups with a slice per
   kernel position, batch groups (a weight gradient) with either patch layout, unless each
   group's product is a matrix-vector one (then reductions, ``_rewrite_as_reductions``); equal
-  to the direct grouped convolution."""
+  to the direct grouped convolution.  (Feature groups with lhs dilation are first split by
+  output phase: ``test_lhs_dilated_convolutions_split_by_output_phase``.)"""
   lhs_dims, rhs_dims, attrs = conv
   m = _module(lhs_dims, rhs_dims, attrs)
   m.patches_in_place, m.patch_channel_bytes = True, 4
   conv_instr = m.entry.root
   groups = max(attrs.get("feature_group_count", 1), attrs.get("batch_group_count", 1))
+  if conv_to_dot._phase_refusal(conv_instr, m.patch_channel_bytes) is None:
+    assert conv_to_dot.run(m)
+    assert any("of its output phases" in n for n in m.notes), m.notes
+    _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
+    return
   reductions = conv_to_dot._reduction_refusal(conv_instr) is None
   batched = not reductions and (attrs.get("batch_group_count", 1) > 1 or
                                 conv_to_dot.patch_layout(conv_instr) == "F")
@@ -357,4 +363,71 @@ def test_large_patch_matrices_are_built_in_batch_chunks(conv, per_chunk, seed):
   chunks = -(-n // per_chunk)
   if chunks > 1:
     assert any(f"in {chunks} batch chunks" in note for note in m.notes), m.notes
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
+
+
+@st.composite
+def dilated_convolutions(draw):
+  """``convolutions()`` with lhs dilation (1 to 3) on some dimension and window strides 1 on
+  the dilated ones (an input gradient of a strided convolution, a transposed convolution),
+  sometimes with feature groups."""
+  lhs_dims, rhs_dims, attrs = draw(convolutions())
+  nd = len(attrs["lhs_dilation"])
+  ld = [draw(st.integers(1, 3)) for _ in range(nd)]
+  if all(d == 1 for d in ld):
+    ld[draw(st.integers(0, nd - 1))] = draw(st.integers(2, 3))
+  attrs["lhs_dilation"] = ld
+  attrs["window_strides"] = [1 if d > 1 else s for d, s in zip(ld, attrs["window_strides"])]
+  lspec, rspec, _ = attrs["dimension_numbers"]
+  for i in range(nd):    # at least one output position
+    size = (lhs_dims[lspec[2 + i]] - 1) * ld[i] + 1 + sum(attrs["padding"][i])
+    need = (rhs_dims[rspec[2 + i]] - 1) * attrs["rhs_dilation"][i] + 1
+    if size < need:
+      lo, hi = attrs["padding"][i]
+      attrs["padding"][i] = (lo + need - size, hi)
+  groups = draw(st.sampled_from([1, 1, 2]))
+  if groups > 1:
+    lhs_dims, rhs_dims = list(lhs_dims), list(rhs_dims)
+    lhs_dims[lspec[1]] *= groups
+    rhs_dims[rspec[0]] *= groups
+    attrs["feature_group_count"] = groups
+  return lhs_dims, rhs_dims, attrs
+
+
+@settings(max_examples=60, deadline=None)
+@given(conv=dilated_convolutions(), seed=st.integers(0, 2 ** 31))
+def test_lhs_dilated_convolutions_split_by_output_phase(conv, seed):
+  """Where patches are read in place (the GPU), an lhs-dilated convolution with unit window
+  strides on its dilated dimensions becomes one undilated convolution per output phase (a
+  phase no kernel position meets: zeros), interleaved: no convolution, pad or patch matrix
+  reads a dilated input (no interior padding left), each phase's kernel only the positions
+  that meet input elements (the phases' kernel positions add up to the kernel's); equal to the
+  direct convolution."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  m.patches_in_place, m.patch_channel_bytes = True, 4
+  conv_instr = m.entry.root
+  phased = []
+  orig = conv_to_dot._split_phases
+
+  def spy(b, c):
+    y, convs = orig(b, c)
+    phased.extend(convs)
+    return y, convs
+  conv_to_dot._split_phases = spy
+  try:
+    assert conv_to_dot.run(m)
+  finally:
+    conv_to_dot._split_phases = orig
+  verify(m)
+  assert any("convolutions of its output phases" in n for n in m.notes), m.notes
+  assert all(all(d == 1 for d in c.attrs["lhs_dilation"]) for c in phased)
+  rspec = attrs["dimension_numbers"][1]
+  taps = [math.prod(c.operands[1].dims[d] for d in rspec[2:]) for c in phased]
+  # (along each dimension a kernel position meets input elements in one phase only: the
+  # phases' kernels are a partition of the kernel, less the phases without outputs)
+  assert sum(taps) <= math.prod(rhs_dims[d] for d in rspec[2:])
+  for i in m.entry.instructions:
+    assert not (i.opcode == "pad" and any(c[2] for c in i.attrs["padding_config"])), i
+    assert not (i.opcode == "convolution" and any(d > 1 for d in i.attrs["lhs_dilation"])), i
   _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
