@@ -431,3 +431,74 @@ def test_lhs_dilated_convolutions_split_by_output_phase(conv, seed):
     assert not (i.opcode == "pad" and any(c[2] for c in i.attrs["padding_config"])), i
     assert not (i.opcode == "convolution" and any(d > 1 for d in i.attrs["lhs_dilation"])), i
   _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
+
+
+@st.composite
+def feature_grouped_convolutions(draw):
+  """``convolutions()`` with feature groups (2 or 3), more often than not a channels-last
+  output (whose swap of the groups is the only transpose after the product)."""
+  lhs_dims, rhs_dims, attrs = draw(convolutions())
+  groups = draw(st.integers(2, 3))
+  lspec, rspec, ospec = attrs["dimension_numbers"]
+  lhs_dims, rhs_dims = list(lhs_dims), list(rhs_dims)
+  lhs_dims[lspec[1]] *= groups
+  rhs_dims[rspec[0]] *= groups
+  attrs["feature_group_count"] = groups
+  if draw(st.integers(0, 2)):
+    rank = len(ospec)
+    attrs["dimension_numbers"] = (lspec, rspec, (0, rank - 1) + tuple(range(1, rank - 1)))
+  return lhs_dims, rhs_dims, attrs
+
+
+@settings(max_examples=30, deadline=None)
+@given(conv=feature_grouped_convolutions(), seed=st.integers(0, 2 ** 31))
+def test_grouped_convolution_epilogues_come_before_the_group_swap(conv, seed):
+  """Where dots run their elementwise consumers as epilogues and patches are read in place
+  (the GPU), a per-output-feature scale, shift and relu after a feature-grouped convolution
+  (one product [G, rows, Og] swapped into the output's feature order) are moved before the
+  swap (``simplify.sink_group_transpose``, ``sink_reshape``'s whole-group broadcasts): no
+  elementwise op reads a transpose, the dot's result feeds them directly; equal to the
+  direct convolution's on the reference backend."""
+  from ourjax.lowering.passes import simplify
+  lhs_dims, rhs_dims, attrs = conv
+  lspec, rspec, ospec = attrs["dimension_numbers"]
+  o = rhs_dims[rspec[0]]
+  m = Module("conv")
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", lhs_dims))
+  w = b.parameter(Shape("f32", rhs_dims))
+  s = b.parameter(Shape("f32", (o,)))
+  y = b.convolution(x, w, **attrs)
+  f = ospec[1]
+  t = b.add(b.multiply(y, b.broadcast(s, y.dims, (f,))), b.broadcast(s, y.dims, (f,)))
+  m.entry = b.build(b.maximum(t, b.full(0.0, t.shape)))
+  verify(m)
+  m.patches_in_place, m.patch_channel_bytes, m.dot_epilogues = True, 4, True
+  conv_instr = y
+  if conv_to_dot._phase_refusal(conv_instr, 4) is None or \
+     not conv_to_dot._grouped_in_place(conv_instr, 4):
+    assume(False)
+  conv_to_dot.run(m)
+  while simplify.run(m):
+    pass
+  verify(m)
+  dots = [i for i in m.entry.instructions if i.opcode == "dot"]
+  assert len(dots) <= 1      # (none: a contraction of one term, a product)
+  rank = len(ospec)
+  if dots and tuple(ospec) == (0, rank - 1) + tuple(range(1, rank - 1)):   # (channels-last)
+    for i in m.entry.instructions:
+      if i.opcode in ("multiply", "add", "maximum"):
+        assert all(op.opcode != "transpose" for op in i.operands), i
+    assert any(dots[0] in i.operands and i.opcode == "multiply" for i in m.entry.instructions)
+  rng = np.random.default_rng(seed)
+  args = [rng.standard_normal(d).astype(np.float32) for d in (lhs_dims, rhs_dims, (o,))]
+  direct = Module("direct")
+  b = Builder(direct, "main")
+  xs = [b.parameter(Shape("f32", d)) for d in (lhs_dims, rhs_dims, (o,))]
+  y = b.convolution(xs[0], xs[1], **attrs)
+  t = b.add(b.multiply(y, b.broadcast(xs[2], y.dims, (f,))), b.broadcast(xs[2], y.dims, (f,)))
+  direct.entry = b.build(b.maximum(t, b.full(0.0, t.shape)))
+  want = reference.compile(direct)(*args)[0]
+  got = reference.compile(m)(*args)[0]
+  terms = math.prod(rhs_dims) // o
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=4 * terms * 6e-8 * 16 * 4)

@@ -155,7 +155,15 @@ def test_kernel_kinds(compiled_cases):
     return [(k.im2col.geometry.groups, (k.c_sb, k.c_sm) != (k.spec.M * k.spec.N, k.spec.N))
             for k in compiled_cases[name].runtime_executable().kernels
             if getattr(k, "im2col", None) is not None]
-  assert grouped("conv_grouped") == [(2, False)]     # (its epilogue reads the transpose)
+  # a scale (and shift) and relu after the swap: the dot's epilogue, evaluated before the
+  # swap, which the dot's store does (one kernel but the weights' reshape)
+  for name, groups in (("conv_grouped", 2), ("conv_grouped_scale_shift_relu_bf16", 4),
+                       ("conv_grouped_relu_1d", 2)):
+    assert grouped(name) == [(groups, True)], (name, grouped(name))
+    assert kinds[name] == ["Elementwise", "WgmmaDot"], (name, kinds[name])
+    (dot,) = [k for k in compiled_cases[name].runtime_executable().kernels
+              if type(k).__name__ == "WgmmaDot"]
+    assert dot.epilogue is not None and dot.c_swapped, name
   assert grouped("conv_grouped_narrow") == [(32, True)]
   assert grouped("conv_grouped_bf16") == [(8, True)]
   assert grouped("conv_grouped_strided") == [(4, True)]
