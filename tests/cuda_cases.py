@@ -522,6 +522,16 @@ IMPLICIT_GEMM_CASES = [
      lambda r: (f32(r, 3, 40, 8), f32(r, 5, 8, 12)), 5e-3),
     ("conv_implicit_input_grad", ourjax.grad(lambda x, w: jnp.sum(jnp.tanh(_conv(x, w)))),
      lambda r: (f32(r, 2, 12, 12, 16), f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3)), 5e-3),
+    # weight gradients of batches too small to fill a 16-byte copy (bfloat16: 8, f32: 4): the
+    # batch (the gradient's channels) zero-padded, the output gradient's too, and the patches
+    # read in place
+    ("conv_implicit_weight_grad_bf16_batch4", ourjax.grad(
+        lambda w, x: jnp.sum(jnp.tanh(_conv(x, w).astype(jnp.float32)))),
+     lambda r: (f32(r, 3, 3, 32, 32, lo=-0.3, hi=0.3).astype(BF16),
+                f32(r, 4, 12, 12, 32).astype(BF16)), 3e-2),
+    ("conv_implicit_weight_grad_f32_batch2", ourjax.grad(
+        lambda w, x: jnp.sum(jnp.tanh(_conv(x, w, (2, 2))))),
+     lambda r: (f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3), f32(r, 2, 13, 13, 16)), 5e-3),
     # three channels (an image's): zero-padded to four for whole 16-byte copies, weights too
     ("conv_implicit_rgb", lambda x, w, s: jnp.maximum(_conv(x, w, (2, 2)) * s, 0.0),
      lambda r: (f32(r, 2, 17, 15, 3), f32(r, 3, 3, 3, 32), f32(r, 32)), 5e-3),

@@ -7,7 +7,7 @@ import itertools
 import math
 
 import numpy as np
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -502,3 +502,25 @@ def test_grouped_convolution_epilogues_come_before_the_group_swap(conv, seed):
   got = reference.compile(m)(*args)[0]
   terms = math.prod(rhs_dims) // o
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=4 * terms * 6e-8 * 16 * 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(conv=convolutions(), seed=st.integers(0, 2 ** 31))
+@example(conv=([3, 4, 6, 2], [4, 4, 2, 5], dict(   # (layout "W": 16 kernel positions, 3 outputs)
+    window_strides=[1, 1], padding=[(0, 0), (0, 0)], lhs_dilation=[1, 1], rhs_dilation=[1, 1],
+    dimension_numbers=((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)))), seed=0)
+def test_patches_read_in_place_fill_whole_copies_in_either_layout(conv, seed):
+  """Where patches are read in place in copies of ``patch_channel_bytes`` (here 8: two f32),
+  every product's contraction is whole copies -- a kernel position's channels, or a weight
+  gradient's (layout "W") batch elements, zero-padded in both operands -- and the result is
+  the direct convolution's."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  m.patches_in_place, m.patch_channel_bytes = True, 8
+  conv_to_dot.run(m)
+  verify(m)
+  for d in (i for i in m.entry.instructions if i.opcode == "dot"):
+    lhs = d.operands[0]
+    k = math.prod(lhs.dims[j] for j in d.attrs["lhs_contracting_dims"])
+    assert k % 2 == 0, (d, m.notes)
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)

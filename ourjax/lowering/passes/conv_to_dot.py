@@ -132,7 +132,7 @@ def _lower(module: Module, comp, conv: Instruction) -> Instruction | None:
     return None
   per = _batch(conv) if in_place else _batch_per_chunk(conv)
   new = _rewrite_chunks(Builder.into(comp), conv, per, _padded_channels(
-      conv, module.patch_channel_bytes if in_place else 1))
+      conv, _gathered_bytes(module.patches_in_place, conv, module.patch_channel_bytes)))
   chunks = -(-_batch(conv) // per)
   module.note(PASS, f"%{conv.name} -> patches @ kernel (%{new.name})" + (
       f" in {chunks} batch chunks (a patch matrix of {_patch_bytes(conv)} bytes > "
@@ -355,7 +355,7 @@ def _rewrite_grouped(b: Builder, conv: Instruction, channel_bytes: int) -> Instr
     w = b.reshape(b.transpose(w, [2, 3, 0, 1]), [G, og, taps * ci])   # (K-major per group)
     dims = ((2,), (2,), (0,), (0,))
   else:
-    channels = _padded_channels(conv, channel_bytes if _read_in_place(conv) else 1)
+    channels = _padded_channels(conv, _gathered_bytes(True, conv, channel_bytes))
     c = max(c0, channels)
     patches = b.reshape(_stacked_slices(b, conv, channels), [G, m, taps * c])
     if c > c0:
@@ -418,6 +418,18 @@ def _gathered_type(dt) -> bool:
   more (bfloat16, whose NumPy kind is not "f", included; not float8 yet)."""
   dt = np.dtype(dt)
   return hlo.is_float(dt) and dt.itemsize >= 2
+
+
+def _gathered_bytes(in_place_backend: bool, conv: Instruction, channel_bytes: int) -> int:
+  """What a kernel position's channels of ``conv``'s patches must fill (``_padded_channels``):
+  ``channel_bytes`` where a backend that reads patches in place (``in_place_backend``) will
+  gather them, either layout -- a forward one (``_read_in_place``) or a weight gradient's,
+  whose channels are the batch (a bfloat16 batch of 4 padded to 8 with zeros, in the output
+  gradient too: its patch matrix, 9 times the input for a 3x3 kernel, was written where the
+  batch did not fill the copies) -- else 1 (no padding)."""
+  if not in_place_backend or not _gathered_type(conv.operands[0].dtype):
+    return 1
+  return channel_bytes
 
 
 def _padded_channels(conv: Instruction, multiple_bytes: int) -> int:
@@ -533,11 +545,16 @@ def _stacked_slices(b: Builder, conv: Instruction, channels: int) -> Instruction
   n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
   ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
   osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
-  # channels-last input, padded and dilated (negative padding: cropped by the slices)
-  x = b.transpose(lhs, [lspec[0]] + [lspec[2 + i] for i in range(nd)] + [lspec[1]])
+  # channels-last input, padded and dilated (negative padding: cropped by the slices); the
+  # channels padded first, so that the transpose (a weight gradient's, which makes the batch
+  # the channels) writes the padded input in one pass
   c0, c = c, max(c, channels)
+  x = lhs
   if c > c0:
-    x = b.pad(x, b.constant(0, lhs.dtype), [(0, 0, 0)] * (nd + 1) + [(0, c - c0, 0)])
+    cfg = [(0, 0, 0)] * (nd + 2)
+    cfg[lspec[1]] = (0, c - c0, 0)
+    x = b.pad(x, b.constant(0, lhs.dtype), cfg)
+  x = b.transpose(x, [lspec[0]] + [lspec[2 + i] for i in range(nd)] + [lspec[1]])
   config = [(0, 0, 0)] + [(max(lo, 0), max(hi, 0), d - 1)
                           for (lo, hi), d in zip(padding, ld)] + [(0, 0, 0)]
   if any(cfg != (0, 0, 0) for cfg in config):
