@@ -9,7 +9,7 @@ only the cases of these group counts (64: the depthwise 32x56x56x64).
 
     python benchmarks/gconv_gpu.py [fwd,bf16,relu,grad,wgrad,wconv,xgrad] [G,...] [--before]
 
-``--before``: also ourjax without ``simplify.sink_group_transpose`` (the scale and relu after
+``--before``: also ourjax without ``simplify_sinks.sink_group_transpose`` (the scale and relu after
 the groups' swap a kernel of their own, as before it), compiled in the same process with the
 disk cache off.
 

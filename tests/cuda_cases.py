@@ -624,7 +624,7 @@ GROUPED_CONV_CASES = [
     ("conv_grouped", lambda x, w, s: jnp.maximum(_conv(x, w, groups=2) * s, 0.0),
      lambda r: (f32(r, 8, 28, 28, 64), f32(r, 3, 3, 32, 64, lo=-0.3, hi=0.3), f32(r, 64)), 5e-3),
     # a scale, shift and relu in the dot's epilogue, before its result's swap into the output's
-    # feature order, which the dot's store does (simplify.sink_group_transpose)
+    # feature order, which the dot's store does (simplify_sinks.sink_group_transpose)
     ("conv_grouped_scale_shift_relu_bf16", lambda x, w, s, b: jnp.maximum(
         _conv(x, w, (2, 2), groups=4).astype(jnp.float32) * s + b, 0.0).astype(BF16),
      lambda r: (f32(r, 4, 15, 15, 64).astype(BF16),

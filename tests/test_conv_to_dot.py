@@ -456,7 +456,7 @@ def test_grouped_convolution_epilogues_come_before_the_group_swap(conv, seed):
   """Where dots run their elementwise consumers as epilogues and patches are read in place
   (the GPU), a per-output-feature scale, shift and relu after a feature-grouped convolution
   (one product [G, rows, Og] swapped into the output's feature order) are moved before the
-  swap (``simplify.sink_group_transpose``, ``sink_reshape``'s whole-group broadcasts): no
+  swap (``simplify_sinks.sink_group_transpose``, ``sink_reshape``'s whole-group broadcasts): no
   elementwise op reads a transpose, the dot's result feeds them directly; equal to the
   direct convolution's on the reference backend."""
   from ourjax.lowering.passes import simplify

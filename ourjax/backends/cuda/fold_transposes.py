@@ -6,7 +6,7 @@ _rewrite_grouped``), [G, rows, Og], whose output is that product with its first 
 dimensions swapped, [rows, G * Og].  Planned as it comes, the swap is an elementwise kernel of
 its own, one more pass over the result; here the ``WgmmaDot`` writes the swapped layout itself
 (``c_layout``: the batch stride and the row stride of C in the output), its fused epilogue (a
-scale, shift and relu: ``simplify.sink_group_transpose`` puts them before the swap) evaluated
+scale, shift and relu: ``simplify_sinks.sink_group_transpose`` puts them before the swap) evaluated
 at the product's own index and stored at the swapped position."""
 from __future__ import annotations
 

@@ -858,7 +858,7 @@ def _swaps_group_order(comp: Computation, consumer: Instruction, src: Instructio
   three dimensions (a grouped convolution's product [G, rows, Og] put back in the output's
   order, ``conv_to_dot._rewrite_grouped``), in a module whose backend runs dots' epilogues
   in the dot's kernel and reads patches in place (the GPU): there the dot stores its result
-  swapped (``cuda/fold_transposes.py``), its epilogue (``simplify.sink_group_transpose``)
+  swapped (``cuda/fold_transposes.py``), its epilogue (``simplify_sinks.sink_group_transpose``)
   before the swap."""
   m = comp.module
   if not (getattr(m, "dot_epilogues", False) and getattr(m, "patches_in_place", False)):
