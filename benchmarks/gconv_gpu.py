@@ -7,13 +7,21 @@ alone (xgrad); first-call
 times, the error against JAX's result, the kernels ourjax ran.  The second argument keeps
 only the cases of these group counts (64: the depthwise 32x56x56x64).
 
-    python benchmarks/gconv_gpu.py [fwd,bf16,relu,grad,wgrad,wconv,xgrad] [G,...]
+    python benchmarks/gconv_gpu.py [fwd,bf16,relu,grad,wgrad,wconv,xgrad] [G,...] [--before]
+
+``--before``: also ourjax without ``simplify_sinks.sink_group_transpose`` (the scale and relu after
+the groups' swap a kernel of their own, as before it), compiled in the same process with the
+disk cache off.
 
 (Comparing a pass switched off by patching it in one process with a later process: set
 OURJAX_CACHE_DIR=off in both, or the later one runs the earlier one's executable, which the
 disk cache found by its module as lowered and the unchanged sources.)
 """
-import time, statistics, numpy as np, sys, ml_dtypes
+import os, time, statistics, numpy as np, sys, ml_dtypes
+BEFORE = "--before" in sys.argv
+if BEFORE:
+  sys.argv.remove("--before")
+  os.environ["OURJAX_CACHE_DIR"] = "off"
 import ourjax, jax
 import ourjax.numpy as ojnp, jax.numpy as jjnp
 from ourjax import lax as olax
@@ -74,6 +82,18 @@ for mode in modes:
       a = np.asarray(a).astype(np.float64); b = np.asarray(b).astype(np.float64)
       errs.append(np.linalg.norm(a - b) / np.linalg.norm(b))
     kinds = [type(k).__name__ for k in fo.lower(*ao).compile().runtime_executable().kernels]
+    extra = ""
+    if BEFORE:
+      from ourjax.lowering.passes import simplify
+      saved = simplify.ELEMENTWISE_RULES
+      simplify.ELEMENTWISE_RULES = tuple(r for r in saved if r.__name__ != "sink_group_transpose")
+      try:
+        fb = ourjax.jit(make(olax, ojnp, ourjax.grad)); block(fb(*ao))
+        kb = [type(k).__name__ for k in fb.lower(*ao).compile().runtime_executable().kernels]
+      finally:
+        simplify.ELEMENTWISE_RULES = saved
+      mb, _ = bench(fb, ao, fj, aj, rounds=5)
+      extra = f"; before {mb:.3f} ms {kb}"
     mo, mj = bench(fo, ao, fj, aj)
-    print(f"{mode} N{N} H{H} C{C} O{O} G{G}: ourjax {mo:.3f} ms jax {mj:.3f} ms (ratio {mo/mj:.2f}); "
+    print(f"{mode} N{N} H{H} C{C} O{O} G{G}: ourjax {mo:.3f} ms jax {mj:.3f} ms (ratio {mo/mj:.2f}){extra}; "
           f"first call {tc:.2f}/{tjc:.2f} s; rel err vs jax {max(errs):.1e}; kernels {kinds}", flush=True)

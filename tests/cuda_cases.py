@@ -522,6 +522,16 @@ IMPLICIT_GEMM_CASES = [
      lambda r: (f32(r, 3, 40, 8), f32(r, 5, 8, 12)), 5e-3),
     ("conv_implicit_input_grad", ourjax.grad(lambda x, w: jnp.sum(jnp.tanh(_conv(x, w)))),
      lambda r: (f32(r, 2, 12, 12, 16), f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3)), 5e-3),
+    # weight gradients of batches too small to fill a 16-byte copy (bfloat16: 8, f32: 4): the
+    # batch (the gradient's channels) zero-padded, the output gradient's too, and the patches
+    # read in place
+    ("conv_implicit_weight_grad_bf16_batch4", ourjax.grad(
+        lambda w, x: jnp.sum(jnp.tanh(_conv(x, w).astype(jnp.float32)))),
+     lambda r: (f32(r, 3, 3, 32, 32, lo=-0.3, hi=0.3).astype(BF16),
+                f32(r, 4, 12, 12, 32).astype(BF16)), 3e-2),
+    ("conv_implicit_weight_grad_f32_batch2", ourjax.grad(
+        lambda w, x: jnp.sum(jnp.tanh(_conv(x, w, (2, 2))))),
+     lambda r: (f32(r, 3, 3, 16, 32, lo=-0.3, hi=0.3), f32(r, 2, 13, 13, 16)), 5e-3),
     # three channels (an image's): zero-padded to four for whole 16-byte copies, weights too
     ("conv_implicit_rgb", lambda x, w, s: jnp.maximum(_conv(x, w, (2, 2)) * s, 0.0),
      lambda r: (f32(r, 2, 17, 15, 3), f32(r, 3, 3, 3, 32), f32(r, 32)), 5e-3),
@@ -533,6 +543,35 @@ IMPLICIT_GEMM_CASES = [
                 f32(r, 3, 3, 16, 16, lo=-0.3, hi=0.3), f32(r, 16), f32(r, 16)), 5e-3),
 ]
 CASES += IMPLICIT_GEMM_CASES
+
+# Input gradients of strided convolutions (lhs dilation) and a transposed convolution: one
+# undilated convolution per output phase (conv_to_dot._split_phases), each an implicit GEMM
+# of the kernel positions that meet input elements, interleaved; odd sizes (phases of unequal
+# length), a 1x1 kernel (three of four phases zeros), bf16, feature groups, NCHW with a
+# stride along one dimension and rhs dilation, both gradients
+STRIDED_GRAD_CASES = [
+    ("conv_strided_input_grad", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2))))),
+     lambda r: (f32(r, 2, 15, 16, 32), f32(r, 3, 3, 32, 48, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_strided_1x1_input_grad", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2))))),
+     lambda r: (f32(r, 2, 16, 16, 32), f32(r, 1, 1, 32, 64, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_strided_input_grad_bf16", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2)).astype(jnp.float32)))),
+     lambda r: (f32(r, 4, 14, 14, 32).astype(BF16),
+                f32(r, 3, 3, 32, 64, lo=-0.3, hi=0.3).astype(BF16)), 3e-2),
+    ("conv_strided_grouped_input_grad", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 2), groups=4)))),
+     lambda r: (f32(r, 4, 13, 13, 64), f32(r, 3, 3, 16, 64, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_strided_nchw_grads", ourjax.grad(
+        lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, (2, 1), ((1, 2), (2, 1)), (2, 1),
+                                            dn=("NCHW", "OIHW", "NCHW")))), argnums=(0, 1)),
+     lambda r: (f32(r, 2, 16, 17, 12), f32(r, 32, 16, 3, 3, lo=-0.3, hi=0.3)), 5e-3),
+    ("conv_transpose_strided", lambda x, w: lax.conv_transpose(
+        x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+     lambda r: (f32(r, 2, 9, 9, 32), f32(r, 4, 4, 32, 24, lo=-0.3, hi=0.3)), 5e-3),
+]
+CASES += STRIDED_GRAD_CASES
 
 # Convolutions whose weights are a small fraction of their patch matrix (dots.narrow_b_form):
 # the weights copied K-major, then the shared-memory form -- transposed (``ss_t``: 128 output
@@ -584,6 +623,16 @@ GROUPED_CONV_CASES = [
      lambda r: (f32(r, 3, 40, 16), f32(r, 5, 8, 24)), 5e-3),
     ("conv_grouped", lambda x, w, s: jnp.maximum(_conv(x, w, groups=2) * s, 0.0),
      lambda r: (f32(r, 8, 28, 28, 64), f32(r, 3, 3, 32, 64, lo=-0.3, hi=0.3), f32(r, 64)), 5e-3),
+    # a scale, shift and relu in the dot's epilogue, before its result's swap into the output's
+    # feature order, which the dot's store does (simplify_sinks.sink_group_transpose)
+    ("conv_grouped_scale_shift_relu_bf16", lambda x, w, s, b: jnp.maximum(
+        _conv(x, w, (2, 2), groups=4).astype(jnp.float32) * s + b, 0.0).astype(BF16),
+     lambda r: (f32(r, 4, 15, 15, 64).astype(BF16),
+                f32(r, 3, 3, 16, 96, lo=-0.3, hi=0.3).astype(BF16), f32(r, 96), f32(r, 96)),
+     2e-2),
+    ("conv_grouped_relu_1d", lambda x, w, s: jnp.maximum(
+        _conv(x, w, (1,), ((2, 1),), dn=("NWC", "WIO", "NWC"), groups=2) * s, 0.0),
+     lambda r: (f32(r, 3, 40, 16), f32(r, 5, 8, 24), f32(r, 24)), 5e-3),
     ("conv_grouped_input_grad", ourjax.grad(
         lambda x, w: jnp.sum(jnp.tanh(_conv(x, w, groups=4)))),
      lambda r: (f32(r, 8, 28, 28, 128), f32(r, 3, 3, 32, 128, lo=-0.3, hi=0.3)), 5e-3),

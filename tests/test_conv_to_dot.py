@@ -7,7 +7,7 @@ import itertools
 import math
 
 import numpy as np
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 import ourjax
 import ourjax.numpy as jnp
@@ -154,12 +154,18 @@ def test_feature_groups_become_one_batched_product_where_patches_are_read_in_pla
   product batched over its groups (whatever their width): feature groups with a slice per
   kernel position, batch groups (a weight gradient) with either patch layout, unless each
   group's product is a matrix-vector one (then reductions, ``_rewrite_as_reductions``); equal
-  to the direct grouped convolution."""
+  to the direct grouped convolution.  (Feature groups with lhs dilation are first split by
+  output phase: ``test_lhs_dilated_convolutions_split_by_output_phase``.)"""
   lhs_dims, rhs_dims, attrs = conv
   m = _module(lhs_dims, rhs_dims, attrs)
   m.patches_in_place, m.patch_channel_bytes = True, 4
   conv_instr = m.entry.root
   groups = max(attrs.get("feature_group_count", 1), attrs.get("batch_group_count", 1))
+  if conv_to_dot._phase_refusal(conv_instr, m.patch_channel_bytes) is None:
+    assert conv_to_dot.run(m)
+    assert any("of its output phases" in n for n in m.notes), m.notes
+    _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
+    return
   reductions = conv_to_dot._reduction_refusal(conv_instr) is None
   batched = not reductions and (attrs.get("batch_group_count", 1) > 1 or
                                 conv_to_dot.patch_layout(conv_instr) == "F")
@@ -357,4 +363,164 @@ def test_large_patch_matrices_are_built_in_batch_chunks(conv, per_chunk, seed):
   chunks = -(-n // per_chunk)
   if chunks > 1:
     assert any(f"in {chunks} batch chunks" in note for note in m.notes), m.notes
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
+
+
+@st.composite
+def dilated_convolutions(draw):
+  """``convolutions()`` with lhs dilation (1 to 3) on some dimension and window strides 1 on
+  the dilated ones (an input gradient of a strided convolution, a transposed convolution),
+  sometimes with feature groups."""
+  lhs_dims, rhs_dims, attrs = draw(convolutions())
+  nd = len(attrs["lhs_dilation"])
+  ld = [draw(st.integers(1, 3)) for _ in range(nd)]
+  if all(d == 1 for d in ld):
+    ld[draw(st.integers(0, nd - 1))] = draw(st.integers(2, 3))
+  attrs["lhs_dilation"] = ld
+  attrs["window_strides"] = [1 if d > 1 else s for d, s in zip(ld, attrs["window_strides"])]
+  lspec, rspec, _ = attrs["dimension_numbers"]
+  for i in range(nd):    # at least one output position
+    size = (lhs_dims[lspec[2 + i]] - 1) * ld[i] + 1 + sum(attrs["padding"][i])
+    need = (rhs_dims[rspec[2 + i]] - 1) * attrs["rhs_dilation"][i] + 1
+    if size < need:
+      lo, hi = attrs["padding"][i]
+      attrs["padding"][i] = (lo + need - size, hi)
+  groups = draw(st.sampled_from([1, 1, 2]))
+  if groups > 1:
+    lhs_dims, rhs_dims = list(lhs_dims), list(rhs_dims)
+    lhs_dims[lspec[1]] *= groups
+    rhs_dims[rspec[0]] *= groups
+    attrs["feature_group_count"] = groups
+  return lhs_dims, rhs_dims, attrs
+
+
+@settings(max_examples=60, deadline=None)
+@given(conv=dilated_convolutions(), seed=st.integers(0, 2 ** 31))
+def test_lhs_dilated_convolutions_split_by_output_phase(conv, seed):
+  """Where patches are read in place (the GPU), an lhs-dilated convolution with unit window
+  strides on its dilated dimensions becomes one undilated convolution per output phase (a
+  phase no kernel position meets: zeros), interleaved: no convolution, pad or patch matrix
+  reads a dilated input (no interior padding left), each phase's kernel only the positions
+  that meet input elements (the phases' kernel positions add up to the kernel's); equal to the
+  direct convolution."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  m.patches_in_place, m.patch_channel_bytes = True, 4
+  conv_instr = m.entry.root
+  phased = []
+  orig = conv_to_dot._split_phases
+
+  def spy(b, c):
+    y, convs = orig(b, c)
+    phased.extend(convs)
+    return y, convs
+  conv_to_dot._split_phases = spy
+  try:
+    assert conv_to_dot.run(m)
+  finally:
+    conv_to_dot._split_phases = orig
+  verify(m)
+  assert any("convolutions of its output phases" in n for n in m.notes), m.notes
+  assert all(all(d == 1 for d in c.attrs["lhs_dilation"]) for c in phased)
+  rspec = attrs["dimension_numbers"][1]
+  taps = [math.prod(c.operands[1].dims[d] for d in rspec[2:]) for c in phased]
+  # (along each dimension a kernel position meets input elements in one phase only: the
+  # phases' kernels are a partition of the kernel, less the phases without outputs)
+  assert sum(taps) <= math.prod(rhs_dims[d] for d in rspec[2:])
+  for i in m.entry.instructions:
+    assert not (i.opcode == "pad" and any(c[2] for c in i.attrs["padding_config"])), i
+    assert not (i.opcode == "convolution" and any(d > 1 for d in i.attrs["lhs_dilation"])), i
+  _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)
+
+
+@st.composite
+def feature_grouped_convolutions(draw):
+  """``convolutions()`` with feature groups (2 or 3), more often than not a channels-last
+  output (whose swap of the groups is the only transpose after the product)."""
+  lhs_dims, rhs_dims, attrs = draw(convolutions())
+  groups = draw(st.integers(2, 3))
+  lspec, rspec, ospec = attrs["dimension_numbers"]
+  lhs_dims, rhs_dims = list(lhs_dims), list(rhs_dims)
+  lhs_dims[lspec[1]] *= groups
+  rhs_dims[rspec[0]] *= groups
+  attrs["feature_group_count"] = groups
+  if draw(st.integers(0, 2)):
+    rank = len(ospec)
+    attrs["dimension_numbers"] = (lspec, rspec, (0, rank - 1) + tuple(range(1, rank - 1)))
+  return lhs_dims, rhs_dims, attrs
+
+
+@settings(max_examples=30, deadline=None)
+@given(conv=feature_grouped_convolutions(), seed=st.integers(0, 2 ** 31))
+def test_grouped_convolution_epilogues_come_before_the_group_swap(conv, seed):
+  """Where dots run their elementwise consumers as epilogues and patches are read in place
+  (the GPU), a per-output-feature scale, shift and relu after a feature-grouped convolution
+  (one product [G, rows, Og] swapped into the output's feature order) are moved before the
+  swap (``simplify_sinks.sink_group_transpose``, ``sink_reshape``'s whole-group broadcasts): no
+  elementwise op reads a transpose, the dot's result feeds them directly; equal to the
+  direct convolution's on the reference backend."""
+  from ourjax.lowering.passes import simplify
+  lhs_dims, rhs_dims, attrs = conv
+  lspec, rspec, ospec = attrs["dimension_numbers"]
+  o = rhs_dims[rspec[0]]
+  m = Module("conv")
+  b = Builder(m, "main")
+  x = b.parameter(Shape("f32", lhs_dims))
+  w = b.parameter(Shape("f32", rhs_dims))
+  s = b.parameter(Shape("f32", (o,)))
+  y = b.convolution(x, w, **attrs)
+  f = ospec[1]
+  t = b.add(b.multiply(y, b.broadcast(s, y.dims, (f,))), b.broadcast(s, y.dims, (f,)))
+  m.entry = b.build(b.maximum(t, b.full(0.0, t.shape)))
+  verify(m)
+  m.patches_in_place, m.patch_channel_bytes, m.dot_epilogues = True, 4, True
+  conv_instr = y
+  if conv_to_dot._phase_refusal(conv_instr, 4) is None or \
+     not conv_to_dot._grouped_in_place(conv_instr, 4):
+    assume(False)
+  conv_to_dot.run(m)
+  while simplify.run(m):
+    pass
+  verify(m)
+  dots = [i for i in m.entry.instructions if i.opcode == "dot"]
+  assert len(dots) <= 1      # (none: a contraction of one term, a product)
+  rank = len(ospec)
+  if dots and tuple(ospec) == (0, rank - 1) + tuple(range(1, rank - 1)):   # (channels-last)
+    for i in m.entry.instructions:
+      if i.opcode in ("multiply", "add", "maximum"):
+        assert all(op.opcode != "transpose" for op in i.operands), i
+    assert any(dots[0] in i.operands and i.opcode == "multiply" for i in m.entry.instructions)
+  rng = np.random.default_rng(seed)
+  args = [rng.standard_normal(d).astype(np.float32) for d in (lhs_dims, rhs_dims, (o,))]
+  direct = Module("direct")
+  b = Builder(direct, "main")
+  xs = [b.parameter(Shape("f32", d)) for d in (lhs_dims, rhs_dims, (o,))]
+  y = b.convolution(xs[0], xs[1], **attrs)
+  t = b.add(b.multiply(y, b.broadcast(xs[2], y.dims, (f,))), b.broadcast(xs[2], y.dims, (f,)))
+  direct.entry = b.build(b.maximum(t, b.full(0.0, t.shape)))
+  want = reference.compile(direct)(*args)[0]
+  got = reference.compile(m)(*args)[0]
+  terms = math.prod(rhs_dims) // o
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=4 * terms * 6e-8 * 16 * 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(conv=convolutions(), seed=st.integers(0, 2 ** 31))
+@example(conv=([3, 4, 6, 2], [4, 4, 2, 5], dict(   # (layout "W": 16 kernel positions, 3 outputs)
+    window_strides=[1, 1], padding=[(0, 0), (0, 0)], lhs_dilation=[1, 1], rhs_dilation=[1, 1],
+    dimension_numbers=((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)))), seed=0)
+def test_patches_read_in_place_fill_whole_copies_in_either_layout(conv, seed):
+  """Where patches are read in place in copies of ``patch_channel_bytes`` (here 8: two f32),
+  every product's contraction is whole copies -- a kernel position's channels, or a weight
+  gradient's (layout "W") batch elements, zero-padded in both operands -- and the result is
+  the direct convolution's."""
+  lhs_dims, rhs_dims, attrs = conv
+  m = _module(lhs_dims, rhs_dims, attrs)
+  m.patches_in_place, m.patch_channel_bytes = True, 8
+  conv_to_dot.run(m)
+  verify(m)
+  for d in (i for i in m.entry.instructions if i.opcode == "dot"):
+    lhs = d.operands[0]
+    k = math.prod(lhs.dims[j] for j in d.attrs["lhs_contracting_dims"])
+    assert k % 2 == 0, (d, m.notes)
   _assert_equals_direct(m, lhs_dims, rhs_dims, attrs, seed)

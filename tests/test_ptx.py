@@ -20,7 +20,7 @@ from ourjax import lax
 from ourjax.backends.cuda import codegen, memory
 from ourjax.backends.cuda import backend as cuda_backend
 
-from cuda_cases import CASES, IMPLICIT_GEMM_CASES
+from cuda_cases import CASES, IMPLICIT_GEMM_CASES, STRIDED_GRAD_CASES
 from cuda_fake_device import FakeDevice as _FakeDevice, FakeEvent as _FakeEvent
 
 BF16 = ml_dtypes.bfloat16
@@ -155,7 +155,15 @@ def test_kernel_kinds(compiled_cases):
     return [(k.im2col.geometry.groups, (k.c_sb, k.c_sm) != (k.spec.M * k.spec.N, k.spec.N))
             for k in compiled_cases[name].runtime_executable().kernels
             if getattr(k, "im2col", None) is not None]
-  assert grouped("conv_grouped") == [(2, False)]     # (its epilogue reads the transpose)
+  # a scale (and shift) and relu after the swap: the dot's epilogue, evaluated before the
+  # swap, which the dot's store does (one kernel but the weights' reshape)
+  for name, groups in (("conv_grouped", 2), ("conv_grouped_scale_shift_relu_bf16", 4),
+                       ("conv_grouped_relu_1d", 2)):
+    assert grouped(name) == [(groups, True)], (name, grouped(name))
+    assert kinds[name] == ["Elementwise", "WgmmaDot"], (name, kinds[name])
+    (dot,) = [k for k in compiled_cases[name].runtime_executable().kernels
+              if type(k).__name__ == "WgmmaDot"]
+    assert dot.epilogue is not None and dot.c_swapped, name
   assert grouped("conv_grouped_narrow") == [(32, True)]
   assert grouped("conv_grouped_bf16") == [(8, True)]
   assert grouped("conv_grouped_strided") == [(4, True)]
@@ -657,10 +665,41 @@ def test_convolutions_are_implicit_gemms(compiled_cases):
     for k in ks:
       assert all(b.nbytes < patch_bytes for b in k.writes), (name, k, k.writes)
   # a weight gradient's patches (rows: input channel and kernel position; columns: output
-  # position and batch element) are read in place from the transposed input too
-  ks = compiled_cases["conv_weight_grad"].runtime_executable().kernels
-  assert sorted(k.im2col.geometry.layout for k in ks
-                if getattr(k, "im2col", None) is not None) == ["F", "W"]
+  # position and batch element) are read in place from the transposed input too, a batch
+  # too small for 16-byte copies zero-padded
+  for name in ("conv_weight_grad", "conv_implicit_weight_grad_bf16_batch4",
+               "conv_implicit_weight_grad_f32_batch2"):
+    ks = compiled_cases[name].runtime_executable().kernels
+    assert sorted(k.im2col.geometry.layout for k in ks
+                  if getattr(k, "im2col", None) is not None) == ["F", "W"], (name, ks)
+
+
+def test_strided_input_gradients_write_no_dilated_patches(compiled_cases):
+  """The input gradient of a strided convolution (lhs dilation) and a transposed convolution
+  are split by output phase (``conv_to_dot._split_phases``): no kernel writes a dilated
+  output gradient or a patch matrix of it (no buffer larger than the largest argument or
+  result; the dilated 3x3 patch matrix was 9 x 4 times the output gradient), the phases of
+  several kernel positions are implicit GEMMs, and the 1x1 kernel's three phases of zeros
+  are no dots."""
+  rng = np.random.default_rng(0)
+  for name, fn, make_args, _ in STRIDED_GRAD_CASES:
+    if name == "conv_strided_nchw_grads":      # (with its weight gradient: below)
+      continue
+    args = make_args(rng)
+    outs = ourjax.jit(fn, backend="reference").lower(*args).out_info
+    largest = max([np.asarray(a).nbytes for a in args] +
+                  [math.prod(o.shape) * np.dtype(o.dtype).itemsize
+                   for o in ourjax.tree_util.tree_leaves(outs)])
+    ks = compiled_cases[name].runtime_executable().kernels
+    for k in ks:
+      assert all(b.nbytes <= largest for b in k.writes), (name, k, k.writes, largest)
+    dots = [k for k in ks if type(k).__name__ == "WgmmaDot"]
+    if name == "conv_strided_1x1_input_grad":
+      assert len(dots) == 2, (name, ks)         # (the forward and the one phase)
+    else:
+      assert sum(getattr(k, "im2col", None) is not None for k in dots) >= 3, (name, ks)
+  notes = "\n".join(compiled_cases["conv_strided_nchw_grads"]._executable.compiled.module.notes)
+  assert "1 convolutions of its output phases (lhs dilation (2, 1))" in notes, notes
 
 
 def _resnet_blocks(x, ws, ss, bs):

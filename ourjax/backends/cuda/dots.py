@@ -460,11 +460,15 @@ def _epilogue_at(b, ptr, kernel):
   dims = tuple(dot.dims)
   plain = len(dims) == 2 and kernel.spec.B == 1
   batched = len(dims) == 3 and dims[0] == kernel.spec.B
+  swapped = getattr(kernel, "c_swapped", False)   # (``linear`` is C's stored position then)
 
   def at(v, linear, where):
     em.push_scope()
     multi = list(where[1:]) if plain else list(where) if batched else None
-    if callable(linear):
+    if swapped:
+      assert multi is not None
+      idx = Index(b, dims, multi=multi)
+    elif callable(linear):
       idx = (_LazyLinear(b, dims, linear, multi) if multi is not None
              else Index(b, dims, linear=linear()))
     else:
@@ -483,12 +487,19 @@ def dot_writer(b, ptr, kernel):
     C, dt = ptr(kernel.out), dot.dtype
     return lambda v, linear, where: E.store_element(b, v, C, linear, dt)
   em, at = _epilogue_at(b, ptr, kernel)
+  swapped = getattr(kernel, "c_swapped", False)
 
   def store(v, linear, where):
     idx = at(v, linear, where)
-    # (every output evaluated before any is stored: an output may be written over a donated
-    # argument that another one reads at this index, ``backends/donation.py``)
-    K.store_outputs(b, em, epi.outputs, idx, ptr, evaluate_first=True)
+    if swapped:      # (evaluated at (batch, m, n), stored at ``linear`` of C's layout)
+      vals = [em.value(instr, idx) for instr, _ in epi.outputs]
+      dest = Index(b, idx.dims, linear=linear, multi=idx.multi)
+      for (instr, buf), x in zip(epi.outputs, vals):
+        K.store_output(b, instr, buf, x, dest, ptr)
+    else:
+      # (every output evaluated before any is stored: an output may be written over a
+      # donated argument that another one reads at this index, ``backends/donation.py``)
+      K.store_outputs(b, em, epi.outputs, idx, ptr, evaluate_first=True)
     em.pop_scope()
   return store
 

@@ -5,23 +5,36 @@ A grouped convolution runs as one product batched over its groups (``conv_to_dot
 _rewrite_grouped``), [G, rows, Og], whose output is that product with its first two
 dimensions swapped, [rows, G * Og].  Planned as it comes, the swap is an elementwise kernel of
 its own, one more pass over the result; here the ``WgmmaDot`` writes the swapped layout itself
-(``c_layout``: the batch stride and the row stride of C in the output)."""
+(``c_layout``: the batch stride and the row stride of C in the output), its fused epilogue (a
+scale, shift and relu: ``simplify_sinks.sink_group_transpose`` puts them before the swap) evaluated
+at the product's own index and stored at the swapped position."""
 from __future__ import annotations
 
 import numpy as np
 
 from ourjax.backends.cuda.codegen import Elementwise
+from ourjax.backends.cuda.dots import Epilogue
 from ourjax.backends.cuda.horizontal import _within
 from ourjax.backends.cuda.wgmma import WgmmaDot
 from ourjax.backends.llvm import kernels as K
 from ourjax.backends.llvm.kernel_info import same_origin
 
 
+def _result(c):
+  """(dtype, Buf) of the one array dot kernel ``c`` writes, [B, M, N]: C, or its fused
+  epilogue's one output of C's shape (``dots.single_result``); None otherwise."""
+  from ourjax.backends.cuda.dots import single_result
+  found = single_result(c)
+  if found is None or len(found[1].dims) != 3:
+    return None
+  return found
+
+
 def _transposed_copy_of(k, c):
   """(destination Buf, c_layout) where planned kernel ``k`` (an ``Elementwise``) only writes
-  ``c``'s batched result [B, M, N] with its first two dimensions swapped -- reshape(transpose(C,
-  1-0-2)), a grouped convolution's product put back in the output's feature order -- else
-  None."""
+  ``c``'s batched result [B, M, N] (C, or its epilogue's output) with its first two
+  dimensions swapped -- reshape(transpose(C, 1-0-2)), a grouped convolution's product put
+  back in the output's feature order -- else None."""
   if type(k) is not Elementwise or len(k.outputs) != 1:
     return None
   instr, dst = k.outputs[0]
@@ -30,10 +43,11 @@ def _transposed_copy_of(k, c):
   if instr.opcode != "transpose" or tuple(instr.attrs["dimensions"]) != (1, 0, 2):
     return None
   src = instr.operands[0]
-  if k.leafmap.get(src) is not c.out or len(k.leafmap) != 1 or not isinstance(dst, K.Buf):
+  dt, res = _result(c)
+  if k.leafmap.get(src) is not res or len(k.leafmap) != 1 or not isinstance(dst, K.Buf):
     return None
-  B, M, N = (int(d) for d in c.out.dims) if len(c.out.dims) == 3 else (0, 0, 0)
-  if (B, M, N) != (c.spec.B, c.spec.M, c.spec.N) or np.dtype(dst.dtype) != np.dtype(c.out.dtype) \
+  B, M, N = (int(d) for d in res.dims)
+  if (B, M, N) != (c.spec.B, c.spec.M, c.spec.N) or np.dtype(dst.dtype) != np.dtype(dt) \
      or dst.size != B * M * N:
     return None
   return dst, (N, B * N)
@@ -59,14 +73,19 @@ def fold_output_transposes(steps, step_type, kernels_in):
         out.append(s)
         continue
       prev = getattr(out[-1], "kernel", None) if out else None
-      if type(prev) is WgmmaDot and prev.epilogue is None and prev.S == 1 and \
-         prev.c_sm == prev.spec.N and prev.c_sb == prev.spec.M * prev.spec.N and \
-         getattr(prev.out, "kind", None) == "temp" and readers.get(id(prev.out)) == 1:
+      res = _result(prev) if type(prev) is WgmmaDot else None
+      if res is not None and prev.S == 1 and not prev.c_swapped and \
+         not prev.late_epilogue and getattr(res[1], "kind", None) == "temp" and \
+         readers.get(id(res[1])) == 1:
         found = _transposed_copy_of(k, prev)
         if found is not None:
           dst, layout = found
-          new = WgmmaDot(prev.name, prev.dot, prev.lhs, prev.rhs, dst, prev.kind, prev.mode,
-                         prev.Q, prev.WG, spec=prev.spec, c_layout=layout)
+          epi = prev.epilogue
+          if epi is not None:        # (its one output stored into the copy's destination)
+            epi = Epilogue(epi.dot, [(epi.outputs[0][0], dst)], epi.leafmap)
+          new = WgmmaDot(prev.name, prev.dot, prev.lhs, prev.rhs,
+                         dst if epi is None else prev.out, prev.kind, prev.mode, prev.Q,
+                         prev.WG, epilogue=epi, spec=prev.spec, c_layout=layout)
           out[-1] = step_type(same_origin(new, prev))
           continue
       out.append(s)

@@ -23,6 +23,10 @@ dot's batch, a grid dimension of ``WgmmaDot``; ``chunk_source`` offsets a featur
 channels (or a batch group's rows: a weight gradient) by it, and the dot's result, [G, rows,
 Og], is stored straight into the output's feature order (``fold_transposes``).
 
+An lhs-dilated convolution (a strided convolution's input gradient) never reaches the matcher
+with its dilation (a pad with interior padding, which ``match`` refuses): ``conv_to_dot`` splits
+it by output phase into undilated convolutions, each matched here.
+
 Like CUTLASS's implicit-GEMM convolutions (the patch gathered in the GEMM's tile loader), with
 cp.async's zero fill standing in for its predicated loads.
 """

@@ -159,10 +159,10 @@ class WgmmaDot(GpuKernel):
                split: int = 1, epilogue=None, spec=None, c_layout=None):
     """``spec``: the operands' layout when it is not the dot's own (an operand staged in
     another layout by an earlier kernel); ``epilogue``: a ``dots.Epilogue``; ``c_layout``:
-    (batch stride, row stride) of C in ``out`` where it is not row-major [B, M, N] (a
-    transpose of C folded into its store, ``fold_transposes``; no epilogue)."""
+    (batch stride, row stride) of C in ``out`` (or in the epilogue's one output) where it is
+    not row-major [B, M, N] (a transpose of C folded into its store, ``fold_transposes``)."""
     self.dot, self.kind, self.mode, self.Q, self.WG, self.S = dot, kind, mode, q_tile, wg, split
-    assert c_layout is None or (epilogue is None and split == 1)
+    assert c_layout is None or split == 1
     self.spec = spec or K.DotSpec(dot)
     self.lhs, self.rhs, self.out, self.epilogue = lhs, rhs, out, epilogue
     assert split == 1 or epilogue is None
@@ -740,7 +740,15 @@ class WgmmaDot(GpuKernel):
     from 1.15 to 1.22 ms (alternating calls in one process), while the 56x56x128
     convolution's first call went from 0.62 to 0.33 s."""
     from ourjax.config import _env_bool
-    return self.epilogue is not None and _env_bool("OURJAX_CUDA_LATE_EPILOGUE", False)
+    return self.epilogue is not None and not self.c_swapped and \
+        _env_bool("OURJAX_CUDA_LATE_EPILOGUE", False)
+
+  @property
+  def c_swapped(self) -> bool:
+    """Whether C (or the epilogue's output) is stored in another layout than row-major
+    [B, M, N] (``c_layout``): the epilogue is then evaluated at (batch, m, n), and its result
+    stored at C's position in that layout (``dots.dot_writer``)."""
+    return (self.c_sb, self.c_sm) != (self.spec.M * self.spec.N, self.spec.N)
 
   @property
   def staged_store(self) -> bool:

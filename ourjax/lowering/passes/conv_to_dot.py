@@ -36,6 +36,14 @@ outputs, each a long sum) becomes, on every backend and before the above, one re
 products of the input's windows and the kernel per output position, which the fusion passes
 merge into one pass over both operands read in place (``_reduction_refusal``,
 ``_rewrite_as_reductions``).
+
+Where the backend reads patches in place, an lhs-dilated convolution (the input gradient of a
+strided one, a transposed convolution) is first split by output phase (``_phase_refusal``,
+``_split_phases``): the output positions of one remainder modulo the dilation meet input
+elements only at every d-th kernel position, so each phase is an undilated convolution of a
+strided slice of the kernel, its patches gathered in place, and the phases' results are
+interleaved; the dilated input's zeros (3/4 of a stride-2 3x3 input gradient's patch matrix)
+are neither written nor multiplied.
 """
 from __future__ import annotations
 
@@ -65,11 +73,18 @@ MIN_GROUP_COLUMNS = 8
 def run(module: Module) -> bool:
   changed = False
   for comp in list(module.computations):
-    for instr in list(comp.instructions):
+    work = list(comp.instructions)
+    for instr in work:       # (the phases of a split convolution are appended)
       if instr.opcode != "convolution" or instr.parent is not comp:
         continue
       why_not = _reduction_refusal(instr)
-      if why_not is None:
+      if module.patches_in_place and _phase_refusal(instr, module.patch_channel_bytes) is None:
+        new, phases = _split_phases(Builder.into(comp), instr)
+        work.extend(phases)
+        module.note(PASS, f"%{instr.name} -> {len(phases)} convolutions of its output phases "
+                    f"(lhs dilation {tuple(instr.attrs['lhs_dilation'])}), interleaved "
+                    f"(%{new.name})")
+      elif why_not is None:
         new = _rewrite_as_reductions(Builder.into(comp), instr)
         module.note(PASS, f"%{instr.name} -> {_groups(instr)} batch groups of "
                     f"{_group_outputs(instr)} outputs each as reductions of products of its "
@@ -117,7 +132,7 @@ def _lower(module: Module, comp, conv: Instruction) -> Instruction | None:
     return None
   per = _batch(conv) if in_place else _batch_per_chunk(conv)
   new = _rewrite_chunks(Builder.into(comp), conv, per, _padded_channels(
-      conv, module.patch_channel_bytes if in_place else 1))
+      conv, _gathered_bytes(module.patches_in_place, conv, module.patch_channel_bytes)))
   chunks = -(-_batch(conv) // per)
   module.note(PASS, f"%{conv.name} -> patches @ kernel (%{new.name})" + (
       f" in {chunks} batch chunks (a patch matrix of {_patch_bytes(conv)} bytes > "
@@ -340,7 +355,7 @@ def _rewrite_grouped(b: Builder, conv: Instruction, channel_bytes: int) -> Instr
     w = b.reshape(b.transpose(w, [2, 3, 0, 1]), [G, og, taps * ci])   # (K-major per group)
     dims = ((2,), (2,), (0,), (0,))
   else:
-    channels = _padded_channels(conv, channel_bytes if _read_in_place(conv) else 1)
+    channels = _padded_channels(conv, _gathered_bytes(True, conv, channel_bytes))
     c = max(c0, channels)
     patches = b.reshape(_stacked_slices(b, conv, channels), [G, m, taps * c])
     if c > c0:
@@ -403,6 +418,18 @@ def _gathered_type(dt) -> bool:
   more (bfloat16, whose NumPy kind is not "f", included; not float8 yet)."""
   dt = np.dtype(dt)
   return hlo.is_float(dt) and dt.itemsize >= 2
+
+
+def _gathered_bytes(in_place_backend: bool, conv: Instruction, channel_bytes: int) -> int:
+  """What a kernel position's channels of ``conv``'s patches must fill (``_padded_channels``):
+  ``channel_bytes`` where a backend that reads patches in place (``in_place_backend``) will
+  gather them, either layout -- a forward one (``_read_in_place``) or a weight gradient's,
+  whose channels are the batch (a bfloat16 batch of 4 padded to 8 with zeros, in the output
+  gradient too: its patch matrix, 9 times the input for a 3x3 kernel, was written where the
+  batch did not fill the copies) -- else 1 (no padding)."""
+  if not in_place_backend or not _gathered_type(conv.operands[0].dtype):
+    return 1
+  return channel_bytes
 
 
 def _padded_channels(conv: Instruction, multiple_bytes: int) -> int:
@@ -518,11 +545,16 @@ def _stacked_slices(b: Builder, conv: Instruction, channels: int) -> Instruction
   n, c = lhs.dims[lspec[0]], lhs.dims[lspec[1]]
   ksizes = [rhs.dims[rspec[2 + i]] for i in range(nd)]
   osizes = [conv.dims[ospec[2 + i]] for i in range(nd)]
-  # channels-last input, padded and dilated (negative padding: cropped by the slices)
-  x = b.transpose(lhs, [lspec[0]] + [lspec[2 + i] for i in range(nd)] + [lspec[1]])
+  # channels-last input, padded and dilated (negative padding: cropped by the slices); the
+  # channels padded first, so that the transpose (a weight gradient's, which makes the batch
+  # the channels) writes the padded input in one pass
   c0, c = c, max(c, channels)
+  x = lhs
   if c > c0:
-    x = b.pad(x, b.constant(0, lhs.dtype), [(0, 0, 0)] * (nd + 1) + [(0, c - c0, 0)])
+    cfg = [(0, 0, 0)] * (nd + 2)
+    cfg[lspec[1]] = (0, c - c0, 0)
+    x = b.pad(x, b.constant(0, lhs.dtype), cfg)
+  x = b.transpose(x, [lspec[0]] + [lspec[2 + i] for i in range(nd)] + [lspec[1]])
   config = [(0, 0, 0)] + [(max(lo, 0), max(hi, 0), d - 1)
                           for (lo, hi), d in zip(padding, ld)] + [(0, 0, 0)]
   if any(cfg != (0, 0, 0) for cfg in config):
@@ -557,3 +589,139 @@ def _to_output_layout(b: Builder, y: Instruction, ospec, nd: int) -> Instruction
   for i in range(nd):
     perm[ospec[2 + i]] = 1 + i
   return b.transpose(y, perm)
+
+
+def _phase_refusal(conv: Instruction, channel_bytes: int) -> str | None:
+  """Why the lhs-dilated ``conv`` is not split by output phase (``_split_phases``), or None.
+
+  An lhs-dilated convolution (the input gradient of a strided one, a transposed convolution)
+  reads an input with ``d - 1`` zeros between neighbours along each dilated dimension: written
+  as a patch matrix, ``1 - 1/d`` of each dilated dimension's columns are those zeros (3/4 of a
+  stride-2 3x3 convolution's input gradient), multiplied like any other; the GPU's implicit
+  GEMM cannot gather them either (the matcher takes no interior padding), so the zeros were
+  written too.  Split by the output position's remainder modulo ``d`` (its phase), each phase
+  reads only the kernel positions that meet input elements, from the undilated input: a plain
+  convolution of a strided slice of the kernel, whose patches are read in place.  Refused: no
+  lhs dilation, window strides on a dilated dimension (the phases' positions would not be
+  one strided slice), batch groups, complex values, feature groups that would not be gathered
+  in place (``_grouped_in_place``: a depthwise input gradient stays one direct
+  convolution)."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  ld, strides = a["lhs_dilation"], a["window_strides"]
+  if all(d == 1 for d in ld):
+    return "no lhs dilation"
+  if any(d > 1 and s != 1 for d, s in zip(ld, strides)):
+    return "window strides on an lhs-dilated dimension"
+  if a.get("batch_group_count", 1) > 1:
+    return "batch groups"
+  if not all(hlo.is_float(np.dtype(x.dtype)) for x in (lhs, rhs, conv)):
+    return "not real floats"
+  if conv.shape.size == 0 or lhs.shape.size == 0 or rhs.shape.size == 0:
+    return "empty"
+  if a.get("feature_group_count", 1) > 1:
+    cg = rhs.dims[a["dimension_numbers"][1][1]]
+    if not _gathered_type(lhs.dtype) or (cg * np.dtype(lhs.dtype).itemsize) % channel_bytes:
+      return "feature groups whose patches are not gathered in place"
+  return None
+
+
+def _dim_phases(size, k, rd, d, lo, out):
+  """Per output phase r (0 <= r < d) of one spatial dimension of an lhs-dilated convolution
+  (input ``size`` long, kernel ``k`` positions at dilation ``rd``, lhs dilation ``d``, low
+  padding ``lo``, ``out`` output positions, window stride 1): None where no kernel position
+  meets an input element (or the phase has no output position), else (first kernel position,
+  kernel step, taps, the phase's rhs dilation, its low and high padding, its output
+  positions).  Output position ``o = d q + r`` and kernel position ``k`` read dilated position
+  ``o + k rd - lo``, an input element where that is a multiple of ``d``: the kernel positions
+  ``ks`` of the phase are every ``step``-th from the first, and they read input ``q + e0 +
+  j rd'`` (tap ``j``), a convolution of the undilated input padded by ``-e0`` at the low end."""
+  phases = []
+  for r in range(d):
+    q = -(-(out - r) // d)
+    ks = [t for t in range(k) if (r + t * rd - lo) % d == 0]
+    if q <= 0 or not ks:
+      phases.append(None)
+      continue
+    step = ks[1] - ks[0] if len(ks) > 1 else 1
+    rd2 = step * rd // d if len(ks) > 1 else 1
+    e0 = (r + ks[0] * rd - lo) // d
+    taps = len(ks)
+    phases.append((ks[0], step, taps, rd2, -e0, q + (taps - 1) * rd2 - size + e0, q))
+  return phases
+
+
+def _split_phases(b: Builder, conv: Instruction) -> tuple[Instruction, list[Instruction]]:
+  """``conv`` (lhs-dilated, ``_phase_refusal`` None) as one undilated convolution per output
+  phase (``_dim_phases`` per dimension; a phase no kernel position meets is zeros), their
+  results interleaved into the convolution's: each padded to ``ceil(out / d)`` positions along
+  each dilated dimension, given a unit axis after it, concatenated along those axes
+  ([..., ceil(out / d), d, ...]), reshaped to [..., ceil(out / d) * d, ...] (position q d + r:
+  phase r's q) and sliced to ``out``.  Returns (the result, the phases' convolutions)."""
+  a = conv.attrs
+  lhs, rhs = conv.operands
+  lspec, rspec, ospec = a["dimension_numbers"]
+  nd = len(lspec) - 2
+  ld, rd, padding = a["lhs_dilation"], a["rhs_dilation"], a["padding"]
+  strides = a["window_strides"]
+  per_dim = []
+  for i in range(nd):
+    size, k = lhs.dims[lspec[2 + i]], rhs.dims[rspec[2 + i]]
+    out = conv.dims[ospec[2 + i]]
+    if ld[i] == 1:
+      per_dim.append([(0, 1, k, rd[i], padding[i][0], padding[i][1], out)])
+    else:
+      per_dim.append(_dim_phases(size, k, rd[i], ld[i], padding[i][0], out))
+  qmax = [-(-conv.dims[ospec[2 + i]] // ld[i]) for i in range(nd)]
+  results, convs = {}, []
+  for phase in itertools.product(*(range(len(p)) for p in per_dim)):
+    dims = list(conv.dims)
+    for i in range(nd):
+      dims[ospec[2 + i]] = qmax[i]
+    parts = [per_dim[i][r] for i, r in enumerate(phase)]
+    if any(p is None for p in parts):
+      results[phase] = b.full(0, conv.shape.with_dims(dims))
+      continue
+    start, limit, step = [0] * len(rhs.dims), list(rhs.dims), [1] * len(rhs.dims)
+    for i, (k0, kstep, taps, *_) in enumerate(parts):
+      d = rspec[2 + i]
+      start[d], limit[d], step[d] = k0, k0 + (taps - 1) * kstep + 1, kstep
+    w = rhs if limit == list(rhs.dims) and all(s == 1 for s in step) and not any(start) \
+        else b.slice(rhs, start, limit, step)
+    attrs = dict(a, lhs_dilation=(1,) * nd, rhs_dilation=tuple(p[3] for p in parts),
+                 padding=tuple((p[4], p[5]) for p in parts),
+                 window_strides=tuple(strides[i] if ld[i] == 1 else 1 for i in range(nd)))
+    y = b.emit("convolution", [lhs, w], attrs)
+    convs.append(y)
+    short = [(0, 0, 0)] * len(dims)
+    for i, p in enumerate(parts):
+      short[ospec[2 + i]] = (0, qmax[i] - p[6], 0)
+    if any(c != (0, 0, 0) for c in short):
+      y = b.pad(y, b.constant(0, conv.dtype), short)
+    results[phase] = y
+  # interleave: a unit axis after each dilated spatial axis of the output, concatenated
+  axes = sorted(ospec[2 + i] for i in range(nd) if ld[i] > 1)
+  wide = []
+  for ax in range(len(conv.dims)):
+    wide.append(qmax[ospec.index(ax) - 2] if ax in axes else conv.dims[ax])
+    if ax in axes:
+      wide.append(1)
+  unit = {ax: ax + 1 + axes.index(ax) for ax in axes}    # the unit axis after each
+
+  def join(prefix, level):
+    if level == nd:
+      return b.reshape(results[prefix], wide)
+    i = level
+    pieces = [join(prefix + (r,), level + 1) for r in range(len(per_dim[i]))]
+    if ld[i] == 1:
+      return pieces[0]
+    return b.concatenate(pieces, unit[ospec[2 + i]])
+  full = join((), 0)
+  dims = []
+  for ax in range(len(conv.dims)):
+    dims.append(qmax[ospec.index(ax) - 2] * ld[ospec.index(ax) - 2] if ax in axes
+                else conv.dims[ax])
+  y = b.reshape(full, dims)
+  if tuple(dims) != tuple(conv.dims):
+    y = b.slice(y, [0] * len(dims), conv.dims)
+  return y, convs

@@ -764,6 +764,11 @@ def decide(comp: Computation, producer: Instruction, consumer: Instruction,
     return held("the operands of a dot or convolution stay in memory")
   n_users = len(P.users) + (P is comp.root)
   shared = n_users > 1
+  if not contraction and _swaps_group_order(comp, consumer, src):
+    dot = _dot_epilogue_of(P) if P.is_elementwise() else None
+    if dot is not None:
+      return no(f"the epilogue of %{dot.name}, a batched product whose batch and rows the "
+                f"consumer swaps: that dot stores its result swapped itself")
   if contraction:
     if ckind == "kOutput":
       return held("a fusion holds at most one dot or convolution")
@@ -846,6 +851,24 @@ def _dot_epilogue_of(p: Instruction, depth: int = 8) -> Instruction | None:
     if d is not None:
       return d
   return None
+
+
+def _swaps_group_order(comp: Computation, consumer: Instruction, src: Instruction) -> bool:
+  """Whether ``consumer`` reads ``src`` only through transposes swapping its first two of
+  three dimensions (a grouped convolution's product [G, rows, Og] put back in the output's
+  order, ``conv_to_dot._rewrite_grouped``), in a module whose backend runs dots' epilogues
+  in the dot's kernel and reads patches in place (the GPU): there the dot stores its result
+  swapped (``cuda/fold_transposes.py``), its epilogue (``simplify_sinks.sink_group_transpose``)
+  before the swap."""
+  m = comp.module
+  if not (getattr(m, "dot_epilogues", False) and getattr(m, "patches_in_place", False)):
+    return False
+  if consumer.opcode == "fusion":
+    readers = [x for x in consumer.attrs["calls"].instructions if src in x.operands]
+  else:
+    readers = [consumer]
+  return bool(readers) and all(
+      x.opcode == "transpose" and tuple(x.attrs["dimensions"]) == (1, 0, 2) for x in readers)
 
 
 def _trailing_reshape(x: Instruction, consumer: Instruction) -> bool:

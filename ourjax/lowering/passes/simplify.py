@@ -18,7 +18,14 @@ import numpy as np
 
 from ourjax.backends import reference_ops as rops
 from ourjax.lowering import hlo
-from ourjax.lowering.hlo import Builder, Computation, Instruction, Module, Shape
+from ourjax.lowering.hlo import Builder, Computation, Instruction, Module
+# the rules' helpers (what a value is known to be, lossless conversions) and the rules that
+# move reshapes, broadcasts and a grouped product's swap below elementwise ops
+from ourjax.lowering.passes.simplify_sinks import (  # noqa: F401
+    sink_broadcast, sink_group_transpose, sink_reshape)
+from ourjax.lowering.passes.simplify_values import (  # noqa: F401
+    _FLOAT_DIGITS, _FLOAT_MIN_EXP, _FLOAT_RANGE, _bits, _full, _is_float, _is_int,
+    _scalar_operand, _want_bits, is_lossless_conversion, is_splat, splat_value)
 
 #: Allow rewrites that are not bit-exact (x+0.0 -> x, pow(x, 0.5) -> sqrt, ...).
 FAST_MATH = False
@@ -83,120 +90,6 @@ def _remove_dead(comp: Computation, instr: Instruction) -> None:
       ops = list(i.operands)
       comp.remove(i)
       stack.extend(ops)
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------------------
-
-def _bits(a: np.ndarray) -> np.ndarray:
-  """The elements' bit patterns, as unsigned integers (as opaque 16-byte values for complex128,
-  which no unsigned type is wide enough for)."""
-  a = np.ascontiguousarray(a)
-  if a.dtype == np.bool_:
-    return a.view(np.uint8)
-  return a.view(f"u{a.dtype.itemsize}" if a.dtype.itemsize <= 8 else f"V{a.dtype.itemsize}")
-
-
-def splat_value(instr: Instruction):
-  """The single value (0-d array) every element of ``instr`` has, if that is known: a constant
-  whose elements are bitwise equal, or a broadcast of one."""
-  if instr.shape.is_tuple:
-    return None
-  if instr.opcode == "constant":
-    v = instr.value
-    if v.size == 0:
-      return None
-    if v.size == 1:     # (most splats: a scalar, broadcast)
-      return np.asarray(v.reshape(-1)[0])
-    flat = _bits(v).reshape(-1)
-    if np.all(flat == flat[0]):
-      return np.asarray(v.reshape(-1)[0])
-    return None
-  if instr.opcode in ("broadcast", "reshape") and instr.shape.size > 0:
-    return splat_value(instr.operands[0])
-  return None
-
-
-def is_splat(instr: Instruction, value) -> bool:
-  """Every element of ``instr`` is bitwise ``value`` (converted to its type; so -0.0 is not
-  0.0)."""
-  v = splat_value(instr)
-  if v is None:
-    return False
-  return bool(_bits(v) == _want_bits(value, instr.dtype))
-
-
-_WANT: dict = {}     # (type, value (a float by its bits: -0.0 is not 0.0), dtype) -> bits
-
-
-def _want_bits(value, dtype) -> np.ndarray:
-  """The bits of ``value`` converted to ``dtype`` (the rules ask for a few constants, 0, 1,
-  -1, ..., thousands of times per program: converted once)."""
-  t = type(value)
-  key = None
-  if t is int or t is bool or t is float:
-    key = (t, value.hex() if t is float else value, dtype)
-    hit = _WANT.get(key)
-    if hit is not None:
-      return hit
-  with np.errstate(all="ignore"):
-    want = _bits(np.asarray(value).astype(dtype))
-  if key is not None:
-    _WANT[key] = want
-  return want
-
-
-def _is_float(dt) -> bool:
-  return rops.is_float(dt)
-
-
-def _is_int(dt) -> bool:
-  return rops.is_integer(dt)
-
-
-def _full(ctx: Ctx, value, shape: Shape) -> Instruction:
-  return ctx.b.full(value, shape)
-
-
-def _scalar_operand(instr: Instruction):
-  """For broadcast(x) with x a scalar (or all-size-1), x; else None."""
-  if instr.opcode == "broadcast" and instr.operands[0].shape.size == 1:
-    return instr.operands[0]
-  return None
-
-
-_FLOAT_DIGITS = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53, "f8e4m3fn": 4, "f8e5m2": 3}
-_FLOAT_RANGE = {"f16": 15, "bf16": 127, "f32": 127, "f64": 1023, "f8e4m3fn": 8, "f8e5m2": 15}
-_FLOAT_MIN_EXP = {"f16": -24, "bf16": -133, "f32": -149, "f64": -1074, "f8e4m3fn": -9,
-                  "f8e5m2": -16}
-
-
-def is_lossless_conversion(src, dst) -> bool:
-  """Whether every value of ``src`` converts to ``dst`` exactly (so converting on from ``dst``
-  gives what converting directly would)."""
-  src, dst = np.dtype(src), np.dtype(dst)
-  if src == dst or src == np.bool_:
-    return True
-  if dst == np.bool_:
-    return False
-  sn, dn = hlo.dtype_name(src), hlo.dtype_name(dst)
-  if rops.is_complex(src):
-    return rops.is_complex(dst) and dst.itemsize >= src.itemsize
-  if rops.is_complex(dst):
-    comp = "f32" if dn == "c64" else "f64"
-    return is_lossless_conversion(src, hlo.to_dtype(comp))
-  if sn in _FLOAT_DIGITS:
-    return (dn in _FLOAT_DIGITS and _FLOAT_DIGITS[dn] >= _FLOAT_DIGITS[sn]
-            and _FLOAT_RANGE[dn] >= _FLOAT_RANGE[sn] and _FLOAT_MIN_EXP[dn] <= _FLOAT_MIN_EXP[sn])
-  # integers
-  bits = src.itemsize * 8
-  if dn in _FLOAT_DIGITS:
-    needed = bits - 1 if rops.is_signed(src) else bits
-    return _FLOAT_DIGITS[dn] >= needed and _FLOAT_RANGE[dn] >= bits
-  if rops.is_signed(src):
-    return rops.is_signed(dst) and dst.itemsize >= src.itemsize
-  return dst.itemsize > src.itemsize if rops.is_signed(dst) else dst.itemsize >= src.itemsize
 
 
 # ---------------------------------------------------------------------------------------------
@@ -657,95 +550,6 @@ def gte_of_tuple(instr, ctx):
 
 
 # ---------------------------------------------------------------------------------------------
-# elementwise of broadcasts
-# ---------------------------------------------------------------------------------------------
-
-def sink_broadcast(instr, ctx):
-  """op(broadcast(s), broadcast(t)) -> broadcast(op(s, t))"""
-  ops = instr.operands
-  if not ops or any(o.opcode != "broadcast" for o in ops):
-    return None
-  first = ops[0]
-  dims = first.attrs["dimensions"]
-  inner = first.operands[0].shape.dims
-  if any(o.attrs["dimensions"] != dims or o.operands[0].shape.dims != inner for o in ops):
-    return None
-  if first.operands[0].shape.size >= instr.shape.size:
-    return None
-  small = ctx.b.emit(instr.opcode, [o.operands[0] for o in ops], instr.attrs,
-                     instr.shape.with_dims(inner))
-  return ctx.b.broadcast(small, instr.dims, dims)
-
-
-def _kept_broadcast_dims(o, src, dst):
-  """For ``o`` = broadcast(v) of shape ``dst``: the dimensions of ``src`` its operand maps to
-  when each dimension it broadcasts along is one a reshape ``src -> dst`` keeps as it is (a
-  group of one dimension of the same size on both sides), else None."""
-  if o.opcode != "broadcast":
-    return None
-  groups = hlo.reshape_groups(src, dst)
-  if groups is None:
-    return None
-  kept = {}
-  for (s0, s1), (d0, d1) in groups:
-    real_s = [k for k in range(s0, s1) if src[k] != 1]
-    real_d = [k for k in range(d0, d1) if dst[k] != 1]
-    if len(real_s) == len(real_d) == 1 and src[real_s[0]] == dst[real_d[0]]:
-      kept[real_d[0]] = real_s[0]
-  out = []
-  for d, n in zip(o.attrs["dimensions"], o.operands[0].dims):
-    if n == 1:
-      continue
-    if d not in kept:
-      return None
-    out.append(kept[d])
-  return out if out == sorted(out) else None
-
-
-def sink_reshape(instr, ctx):
-  """op(reshape(a), reshape(b)) -> reshape(op(a, b)) for a, b of one shape (scalar operands too,
-  and broadcasts along dimensions the reshape keeps)"""
-  # Moves reshapes below elementwise ops (XLA's ReshapeMover), so that chains such as
-  # mean(x, keepdims=True) -> rsqrt(var + eps) compute on the reduction's own shape and the
-  # reshapes on both sides meet and cancel; a row reduction then feeds its consumers directly,
-  # and a GEMM (a convolution's, through its [N*H*W, O] -> [N, H, W, O] reshape) its
-  # per-channel scale, shift and activation as its epilogue.
-  src = None
-  for o in instr.operands:
-    if o.opcode == "reshape":
-      dims = o.operands[0].dims
-      if src is not None and dims != src:
-        return None
-      src = dims
-  if src is None:
-    return None
-  kept = {}         # broadcast operand -> the dimensions of src it maps to
-  for o in instr.operands:
-    if o.opcode != "reshape" and splat_value(o) is None and _scalar_operand(o) is None:
-      kept[o] = _kept_broadcast_dims(o, src, instr.dims)
-      if kept[o] is None:
-        return None
-  ops = []
-  for o in instr.operands:
-    if o.opcode == "reshape":
-      ops.append(o.operands[0])
-    elif o in kept:
-      v = o.operands[0]
-      keep = [n for n in v.dims if n != 1]
-      if list(v.dims) != keep:
-        v = ctx.b.reshape(v, keep)
-      ops.append(ctx.b.broadcast(v, src, tuple(kept[o])))
-    elif splat_value(o) is not None:
-      ops.append(ctx.b.full(splat_value(o), o.shape.with_dims(src)))
-    else:
-      s = _scalar_operand(o)
-      s = ctx.b.reshape(s, ()) if s.shape.rank else s
-      ops.append(ctx.b.broadcast(s, src, ()))
-  inner = ctx.b.emit(instr.opcode, ops, instr.attrs, instr.shape.with_dims(src))
-  return ctx.b.reshape(inner, instr.dims)
-
-
-# ---------------------------------------------------------------------------------------------
 # dot
 # ---------------------------------------------------------------------------------------------
 
@@ -921,4 +725,4 @@ RULES: dict[str, tuple] = {
 }
 
 #: Rules tried on every elementwise instruction after its opcode's own rules.
-ELEMENTWISE_RULES: tuple = (sink_broadcast, sink_reshape)
+ELEMENTWISE_RULES: tuple = (sink_broadcast, sink_reshape, sink_group_transpose)
