@@ -1,5 +1,6 @@
-"""Helpers shared by the upload and data-parallel timing scripts (upload_time.py,
-upload_threads.py, dp_why.py, dp_jax.py).  Standard library only, and the library under test
+"""Helpers shared by the timing scripts (upload_time.py, upload_threads.py, dp_why.py,
+dp_jax.py, and the GPU convolution scripts gconv_gpu.py, strided_grad_gpu.py,
+wgrad_small_batch_gpu.py).  Standard library only, and the library under test
 passed in: a process timing JAX imports this without importing ourjax."""
 import os
 import statistics
@@ -18,6 +19,21 @@ def med(fn, k=30, warm=5):
     fn()
     ts.append(time.perf_counter() - t0)
   return statistics.median(ts) * 1e3
+
+
+def block(r):
+  """Wait for a result or a tuple of results (either library's arrays)."""
+  for x in (r if isinstance(r, tuple) else (r,)):
+    x.block_until_ready()
+
+
+def per_call(f, args, n=20):
+  """Mean ms per call of ``f(*args)`` over ``n`` calls back to back, then one wait."""
+  t = time.perf_counter()
+  for _ in range(n):
+    r = f(*args)
+  block(r)
+  return (time.perf_counter() - t) / n * 1e3
 
 
 def pmapped_step(lib, n, per_device):

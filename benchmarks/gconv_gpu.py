@@ -28,16 +28,7 @@ from ourjax import lax as olax
 from jax import lax as jlax
 dev = ourjax.devices("cuda")[0]; jdev = jax.devices("gpu")[0]
 
-def block(r):
-  for x in (r if isinstance(r, tuple) else (r,)):
-    x.block_until_ready()
-
-def per_call(f, args, n=20):
-  t = time.perf_counter()
-  for _ in range(n):
-    r = f(*args)
-  block(r)
-  return (time.perf_counter() - t) / n * 1e3
+from bench_util import block, per_call  # noqa: E402
 
 def bench(fo, ao, fj, aj, rounds=9):
   to, tj = [], []

@@ -30,17 +30,7 @@ jdev = jax.devices("gpu")[0]
 DN = ("NHWC", "HWIO", "NHWC")
 
 
-def block(r):
-  for x in (r if isinstance(r, tuple) else (r,)):
-    x.block_until_ready()
-
-
-def per_call(f, args, n=20):
-  t = time.perf_counter()
-  for _ in range(n):
-    r = f(*args)
-  block(r)
-  return (time.perf_counter() - t) / n * 1e3
+from bench_util import block, per_call  # noqa: E402
 
 
 def bench(fns, argss, rounds=7):

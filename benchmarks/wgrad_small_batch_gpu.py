@@ -10,7 +10,6 @@ patch matrix written), compiled in the same process with the disk cache off.
 import os
 import statistics
 import sys
-import time
 
 os.environ["OURJAX_CACHE_DIR"] = "off"
 import ml_dtypes  # noqa: E402
@@ -29,17 +28,7 @@ CASES = [(1, 56, 64, "bf16"), (4, 56, 64, "bf16"), (8, 56, 64, "bf16"), (4, 28, 
          (2, 56, 64, "f32"), (4, 56, 64, "f32")]
 
 
-def block(r):
-  for x in (r if isinstance(r, tuple) else (r,)):
-    x.block_until_ready()
-
-
-def per_call(f, args, n=20):
-  t = time.perf_counter()
-  for _ in range(n):
-    r = f(*args)
-  block(r)
-  return (time.perf_counter() - t) / n * 1e3
+from bench_util import block, per_call  # noqa: E402
 
 
 def make(lax, jnp, grad):
