@@ -123,9 +123,10 @@ module that contains a dot does not recompile the GEMM.  The shared kernel also 
 convolutions without a patch matrix (implicit im2col, ``gemm_im2col.py``): called with
 ``transA == IM2COL`` its ``A`` points to a descriptor of the patch matrix, whose A panels a
 packing function the descriptor names packs from the convolution's input
-(``emit_gemm(im2col=True)``: the same driver and micro-kernels).  Those packers, one per
-patch layout, are process-wide functions of their own, each built only for programs that
-need it (``gemm_library.py``).
+(``emit_gemm(im2col=True)``: the same driver and micro-kernels), or whose tiles the direct
+micro-kernel it names reads in place.  Those packers, one per patch layout, and the direct
+micro-kernel are process-wide functions of their own, each built only for programs that need
+it (``gemm_library.py``).
 """
 from __future__ import annotations
 
@@ -580,9 +581,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   target ``isa`` (:data:`VECTOR_TARGETS`; default: the CPU code is generated for) with its
   blocking unless ``blocking`` is given.  ``im2col``: the kernel also takes ``transA ==
   IM2COL``: then ``A`` points to the descriptor of a convolution's patch matrix, whose panels
-  the packing function the descriptor names packs straight from the convolution's input, and
-  whose block epilogue, if any, runs on each finished block of C (``gemm_im2col.py``;
-  ``batch`` must be 1, ``lda`` is not read; never the few-rows kernels)."""
+  the packing function the descriptor names packs straight from the convolution's input (or
+  whose tiles the direct micro-kernel it names reads in place), and whose block epilogue, if
+  any, runs on each finished block of C (``gemm_im2col.py``; ``batch`` must be 1, ``lda`` is
+  not read; never the few-rows kernels; only without ``epilogue`` and ``accumulate``, with the
+  target's blocking: the direct micro-kernel's)."""
   if dtype not in _TYPES:
     raise ValueError(f"emit_gemm: dtype must be 'f32' or 'f64', not {dtype!r}")
   vt = vector_target(isa)
@@ -607,12 +610,13 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
               for r in (4, 2, 1)} if bl.stream_rows > 0 else None
   from ourjax.backends.llvm import gemm_im2col
-  # (a convolution's patch matrix read in place, its descriptor naming no packer:
-  # gemm_im2col.emit_direct_ukernel)
-  uk_c = gemm_im2col.emit_direct_ukernel(cx, name + ".ukernel_c", bl, mr, bl.nv, epilogue,
-                                         accumulate) if im2col else None
-  uk_cn = gemm_im2col.emit_direct_ukernel(cx, name + ".ukernel_cn", bl, mr, 1, epilogue,
-                                          accumulate) if im2col and narrow else None
+  if im2col and (epilogue is not None or accumulate or
+                 blocking not in (None, vt.blocking[dtype])):
+    # (a convolution's patch matrix read in place: the tiles of the process-wide direct
+    # micro-kernel its descriptor names, gemm_im2col.emit_direct_library, made for the
+    # shared GEMM's own blocking, without an epilogue)
+    raise ValueError("emit_gemm: im2col only for the shared GEMM (no epilogue, no accumulate, "
+                     "the target's blocking)")
 
   def driver(fname):
     """The kernel ``fname``: A a matrix or (``im2col`` and ``transA == IM2COL``) the
@@ -838,14 +842,9 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                   with d_:     # (the patch rows read in place: batch is 1, rowbase 0)
                     args = [kb, desc, row, pc, bpanel, bstride, cptr, ldc, mv, nvalid, first,
                             last, row, col]
-                    if uk_cn is None:
-                      b.call(uk_c, args)
-                    else:
-                      with b.if_else(is_narrow) as (n_, w_):
-                        with n_:
-                          b.call(uk_cn, args)
-                        with w_:
-                          b.call(uk_c, args)
+                    uk_c = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_DIRECT)]), align=8)
+                    b.call(b.inttoptr(uk_c, gemm_im2col.DIRECT_UKERNEL_TYPE(cx).as_pointer()),
+                           args)
                   with p_:
                     packed()
 

@@ -1,11 +1,13 @@
 """The process-wide shared GEMMs, ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue;
 overwrite, or add to C with ``gemm.ACCUMULATE``; see ``gemm.py``; they also run convolutions
-without a patch matrix, ``transA == gemm.IM2COL``), and the packers of implicit-im2col patch
-matrices they call through a descriptor, one per layout, ``ourjax_gemm_<dtype>_im2col_<F|W>``
-(``gemm_im2col.py``; keyed ``"f32_im2col_F"`` and so on below), each built once per process, on
-first use (a program without convolutions builds no packer, a forward pass no weight-gradient
-packer), and registered with LLVM's symbol table, so that modules which only declare them
-(``gemm.declare_shared_gemm``) link to them.
+without a patch matrix, ``transA == gemm.IM2COL``), and what they call through a
+convolution's descriptor: the packers of implicit-im2col patch matrices, one per layout,
+``ourjax_gemm_<dtype>_im2col_<F|W>``, and the direct micro-kernel that reads patch rows in
+place, ``ourjax_gemm_<dtype>_im2col_D`` (``gemm_im2col.py``; keyed ``"f32_im2col_F"`` and so
+on below), each built once per process, on first use (a program without convolutions builds no
+packer and no direct micro-kernel, whose LLVM work was a third of the GEMM's when the GEMM held
+it; a forward pass no weight-gradient packer), and registered with LLVM's symbol table, so that
+modules which only declare them (``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
@@ -53,7 +55,8 @@ if hasattr(os, "register_at_fork"):
 
 
 #: the libraries' keys: the GEMMs' and the implicit-im2col packers'
-KEYS = ("f32", "f64") + tuple(f"{d}_im2col_{lay}" for d in ("f32", "f64") for lay in ("F", "W"))
+KEYS = ("f32", "f64") + tuple(f"{d}_im2col_{lay}" for d in ("f32", "f64")
+                              for lay in ("F", "W", "D"))
 
 
 def _check_dtype(dtype: str) -> None:
@@ -339,6 +342,9 @@ def _emit_shared(dtype: str, sym: str):
   from ourjax.backends.llvm import gemm_im2col
   from ourjax.backends.llvm.gemm import emit_gemm
   mod = jit.new_module(sym)
+  if dtype.endswith("_im2col_D"):
+    gemm_im2col.emit_direct_library(mod, dtype[:3])
+    return ("packer", str(mod))
   if "_im2col_" in dtype:
     gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
     return ("packer", str(mod))
