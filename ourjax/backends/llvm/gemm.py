@@ -876,14 +876,15 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                   b.call(b.inttoptr(epi, gemm_im2col.EPILOGUE_TYPE.as_pointer()),
                          [b.inttoptr(ctx, ir.IntType(8).as_pointer()), ic, mb, jc, nb])
 
-    # work split
+    # work split: this piece's batch entries [b0, b1), each's rows [m0, m1) and columns
+    # [n0, n1), chosen in one of two branches; the blocks' code after them, once (emitted in
+    # each branch, it was twice the driver's IR and LLVM time)
     by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
     with b.if_else(by_batch) as (whole, split):
       with whole:
-        b0 = b.sdiv(b.mul(batch, tid), nth)
-        b1 = b.sdiv(b.mul(batch, b.add(tid, one)), nth)
-        with _for(b, b0, b1, name="bb") as bi:
-          gemm_block(bi, _c64(0), M, _c64(0), N)
+        wb0 = b.sdiv(b.mul(batch, tid), nth)
+        wb1 = b.sdiv(b.mul(batch, b.add(tid, one)), nth)
+        whole_end = b.block
       with split:
         # a grid of pm x pn pieces (pm * pn = nth): piece tid gets the row tiles of group
         # tid / pn and the column panels of group tid % pn, and packs just those rows of A and
@@ -916,11 +917,22 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
           lo = b.mul(b.sdiv(b.mul(tiles, g), groups), _c64(tile))
           hi = b.mul(b.sdiv(b.mul(tiles, b.add(g, one)), groups), _c64(tile))
           return lo, _smin(b, hi, ext)
-        m0, m1 = share(tm, pm, gi, mr, M)
-        n0, n1 = share(tn, pn, gj, nr, N)
-        with _if(b, b.and_(b.icmp_signed("<", m0, m1), b.icmp_signed("<", n0, n1)), name="mine"):
-          with _for(b, 0, batch, name="bs") as bi:
-            gemm_block(bi, m0, m1, n0, n1)
+        sm0, sm1 = share(tm, pm, gi, mr, M)
+        sn0, sn1 = share(tn, pn, gj, nr, N)
+        mine = b.and_(b.icmp_signed("<", sm0, sm1), b.icmp_signed("<", sn0, sn1))
+        sb1 = b.select(mine, batch, _c64(0))
+        split_end = b.block
+
+    def joined(w_, s_):
+      ph = b.phi(I64)
+      ph.add_incoming(w_, whole_end)
+      ph.add_incoming(s_, split_end)
+      return ph
+    b0, b1 = joined(wb0, _c64(0)), joined(wb1, sb1)
+    m0, m1 = joined(_c64(0), sm0), joined(M, sm1)
+    n0, n1 = joined(_c64(0), sn0), joined(N, sn1)
+    with _for(b, b0, b1, name="bb") as bi:
+      gemm_block(bi, m0, m1, n0, n1)
     b.ret_void()
     return fn
 
