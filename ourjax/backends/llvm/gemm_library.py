@@ -344,7 +344,13 @@ def _emit_shared(dtype: str, sym: str):
   mod = jit.new_module(sym)
   if dtype.endswith("_im2col_D"):
     gemm_im2col.emit_direct_library(mod, dtype[:3])
-    return ("packer", str(mod))
+    if library_parts() < 2:
+      return ("packer", str(mod))
+    # (its wide and narrow tiles in modules of their own, compiled at once where cores are
+    # left: in one module they were a quarter second of LLVM on one thread, on the critical
+    # path of a 16-core host's first convolution program)
+    texts, names = split_module(mod, sym, 3, by_function=True)
+    return ("gemm", texts, names, len(texts) - 1)
   if "_im2col_" in dtype:
     gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
     return ("packer", str(mod))
@@ -385,7 +391,7 @@ def library_parts() -> int:
   return 3 if cores >= 4 else 2 if cores >= 2 else 1
 
 
-def split_module(mod, sym: str, parts: int):
+def split_module(mod, sym: str, parts: int, by_function: bool = False):
   """The IR texts of ``mod`` (a shared GEMM ``sym``, ``gemm.emit_gemm``) cut into modules by
   function: the driver first, alone (``DRIVER_SPEED_LEVEL``), then its helpers in ``parts``
   modules (at most three: the micro-kernels; ``pack_b``; ``pack_a`` and the few-rows kernels;
@@ -393,7 +399,8 @@ def split_module(mod, sym: str, parts: int):
   its functions
   (external, named ``sym.<what>``) and declaring the others it calls; and the names they
   define for one another.  The same code as one module: the helpers are ``noinline`` and the
-  driver calls them as before."""
+  driver calls them as before.  ``by_function``: each helper in a module of its own (the
+  direct micro-kernel's library: its wide and narrow tiles)."""
   import llvmlite.ir as ir
   from ourjax.backends.llvm import dedupe
   fns = [g for g in mod.globals.values() if isinstance(g, ir.Function) and not g.is_declaration]
@@ -401,7 +408,9 @@ def split_module(mod, sym: str, parts: int):
   ukernels = [f for f in fns if ".ukernel" in f.name]
   pack_b = [f for f in fns if f.name == sym + ".pack_b"]
   rest = [f for f in fns if f.name != sym and f not in ukernels and f not in pack_b]
-  if parts >= 3:
+  if by_function:
+    groups = [[f] for f in fns if f.name != sym]
+  elif parts >= 3:
     groups = [ukernels, pack_b, rest]
   elif parts == 2:
     groups = [ukernels + [f for f in rest if f.name == sym + ".pack_a"],
