@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -604,3 +605,60 @@ def _the_dot(compiled):
            if i.opcode == "dot"]
   assert len(dots_) == 1
   return dots_[0]
+
+
+_CHILD_DIRECT = r"""
+import numpy as np
+import ourjax
+from ourjax import lax
+from ourjax.backends.llvm import gemm_library as L
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((64, 48)).astype(
+    np.float32)
+np.testing.assert_allclose(np.asarray(ourjax.jit(lambda a, b: a @ b)(a, b)),
+                           a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+print(" ".join(sorted(L._shared)))
+spec = ("NHWC", "HWIO", "NHWC")
+x = rng.standard_normal((2, 7, 9, 32)).astype(np.float32)
+w = (rng.standard_normal((3, 3, 32, 40)) * 0.2).astype(np.float32)
+conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=spec)
+y = np.asarray(ourjax.jit(conv)(x, w))
+print(" ".join(sorted(L._shared)))
+ref = np.asarray(ourjax.jit(conv, backend="reference")(x, w))
+np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+
+
+def test_the_direct_micro_kernel_is_a_library_of_its_own():
+  """A fresh process whose first program has a dot builds the shared GEMM alone (no direct
+  micro-kernel in it); a convolution whose patch rows are read in place then builds the
+  direct micro-kernel's library ("f32_im2col_D") and no packer, and matches the reference
+  backend's result (the direct tiles, on a narrow last column panel too: 40 channels)."""
+  env = dict(os.environ, OURJAX_CACHE_DIR="off", OURJAX_PLATFORMS="cpu")
+  for k in ("OURJAX_CPU_IMPLICIT_GEMM", "OURJAX_CPU_CONV_DIRECT_A"):
+    env.pop(k, None)
+  out = subprocess.run([sys.executable, "-c", _CHILD_DIRECT], env=env, capture_output=True,
+                       text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(
+                           os.path.abspath(__file__))))
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  assert out.stdout.splitlines() == ["f32", "f32 f32_im2col_D", "ok"]
+
+
+def test_the_shared_gemm_holds_no_direct_micro_kernel():
+  """The shared GEMM's IR calls the direct micro-kernel only through the descriptor: it
+  defines no tile that reads patch rows (those are ``emit_direct_library``'s), which defines
+  the exported kernel and calls its wide and (on targets with narrow kernels) narrow tiles."""
+  from ourjax.backends.cpu.jit import new_module
+  from ourjax.backends.llvm import gemm, gemm_im2col
+  mod = new_module("g")
+  gemm.emit_gemm(mod, "ourjax_gemm_f32", "f32", im2col=True)
+  text = str(mod)
+  assert "im2col.direct" not in text and "ukernel_c" not in text
+  lib = new_module("d")
+  gemm_im2col.emit_direct_library(lib, "f32")
+  ltext = str(lib)
+  assert re.search(r'^define void @"ourjax_gemm_f32_im2col_D"\(', ltext, re.M)
+  assert 'call void @"ourjax_gemm_f32_im2col_D.wide"(' in ltext
+  with pytest.raises(ValueError, match="im2col only"):
+    gemm.emit_gemm(new_module("e"), "g", "f32", im2col=True, accumulate=True)

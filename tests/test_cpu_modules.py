@@ -325,3 +325,26 @@ def test_parallel_kernels_apart_from_their_entry_run_in_all_their_pieces(threads
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   finally:
     cpu.set_num_threads(old)
+
+
+def test_alike_kernels_are_called_by_the_first_ones_name(monkeypatch):
+  """Without the key check (as users run: ``kernel_key.CHECK`` off), a program compiled in
+  several modules whose kernels are alike by their planned description (``kernel_key``)
+  emits the first of them only, and its entry calls that one for all of them (no thunk per
+  alike kernel); the numbers stay right."""
+  from ourjax.backends.llvm import kernel_key
+  monkeypatch.setattr(kernel_key, "CHECK", False)
+  monkeypatch.setattr(os, "cpu_count", lambda: 4)
+  monkeypatch.setattr(cpu, "KERNELS_PER_MODULE", 2)
+  monkeypatch.setattr(config, "_values", dict(config._values, jax_compilation_cache_dir="off"))
+  rng = np.random.default_rng(2)
+  xs = [rng.standard_normal((19, 7)).astype(F32) for _ in range(6)]
+  exe = ourjax.jit(lambda *v: [_chain(x) for x in v]).lower(*xs).compile()._executable
+  meta = exe.compiled.meta
+  assert meta["kernels"] == 6 and meta["unemitted_kernels"] == 5, meta
+  assert meta["distinct_kernels"] == 1
+  defined = exe.compiled.llvm_ir.count('define void @"k')
+  assert defined == 1, exe.compiled.llvm_ir
+  for got, x in zip(exe(*xs), xs):
+    np.testing.assert_allclose(got, (np.tanh(x.astype(np.float64)) * 1.5 + 1).sum(0),
+                               rtol=1e-5, atol=1e-5)

@@ -353,7 +353,7 @@ def _plan_and_emit(module: hlo.Module, profile: bool = False, early: dict | None
              dedupe.module_text(m, em.texts.get(id(m), {}), E.finalize_module_text)
              for m in [em.mod] + em.kernel_mods]
   # (the names the modules define for one another: the kernels, and the helpers they share)
-  names = ([em.fns[id(k)].name for k in planner.kernels if id(k) in em.fns]
+  names = (list(dict.fromkeys(em.fns[id(k)].name for k in planner.kernels if id(k) in em.fns))
            + list(em.helpers) + [w.name for w in em.wrappers.values()]
            if em.kernel_mods else [])
   for m in [em.mod] + em.kernel_mods:

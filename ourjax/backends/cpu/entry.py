@@ -425,19 +425,29 @@ class _Emission:
              else None for k, h in ((k, _kk.kernel_head(k)) for k in planner.kernels)]
     est = _size_estimates(planner.kernels, pkeys) if groups else []
     # a program compiled apart: its entry is emitted first and handed to LLVM (``entry_done``)
-    # while the kernels are emitted; it calls each kernel by the kernel's own name (one alike
-    # an earlier one is a thunk to it, ``_thunk``), declared here
+    # while the kernels are emitted; it calls each kernel by the kernel's own name, declared
+    # here, or a kernel whose planned description an earlier one has (``kernel_key``: not
+    # emitted) by that one's (a kernel found alike only by its IR text is a thunk to the
+    # earlier one, ``_thunk``: the transformer's step had 49 thunks of the first kind, ~1 ms
+    # of LLVM each)
     names = [k.name for k in planner.kernels]
     self.entry_first = bool(groups) and len(set(names)) == len(names)
+    aliased = set()           # (kernels the entry calls by an earlier alike kernel's name)
     if self.entry_first:
-      for k in planner.kernels:
+      first_of = {}
+      for k, pkey in zip(planner.kernels, pkeys):
         fty = ir.FunctionType(ir.VoidType(), [K._ptr_type(x) for x in k.buffers] + [E.I64] * 2)
         if id(k) in wrap:
           self.wrappers[id(k)] = ir.Function(
               self.mod, ir.FunctionType(ir.VoidType(), [E.I8.as_pointer().as_pointer(), E.I64]),
               name=k.name + "_w")
+        elif pkey is not None and pkey in first_of and not _kk.CHECK:
+          self.fns[id(k)] = self.fns[id(first_of[pkey])]
+          aliased.add(id(k))
         else:
           self.fns[id(k)] = ir.Function(self.mod, fty, name=k.name)
+          if pkey is not None:
+            first_of.setdefault(pkey, k)
       self._emit_entry(planner, steps, object_mode, optnone, profile, stack)
       if entry_done is not None:
         entry_done(self)
@@ -469,7 +479,8 @@ class _Emission:
       first = planned.get(pkey) if pkey is not None else None
       if first is not None and not _kk.CHECK:
         if self.entry_first:
-          self._thunk(self.kernel_mods[g], k, first)
+          if id(k) not in aliased:
+            self._thunk(self.kernel_mods[g], k, first)
         else:
           self.fns[id(k)] = first
         self.n_unemitted += 1

@@ -67,7 +67,8 @@ RUNTIME_MIN_ELEMENTS = 4096
 def prefetch_for(module) -> None:
   """Start building the shared GEMMs that a module as lowered (before the passes) will likely
   call: those of its float dots and convolutions (and the packers of the convolutions'
-  implicit-im2col patch matrices, of each layout they will have: ``conv_to_dot.patch_layout``).
+  implicit-im2col patch matrices, of each layout they will have: ``conv_to_dot.patch_layout``,
+  or the direct micro-kernel of those likely read in place: ``gemm_im2col.likely_direct``).
   The build is the longest piece of a
   process's first compilations (about a second of LLVM on the 2-core test host); started
   after the program's emission, it ran mostly beside the program's own LLVM work, while the
@@ -94,9 +95,10 @@ def prefetch_for(module) -> None:
         if i.shape.size * k < PREFETCH_MIN_MACS:
           continue
       elif i.dtype in (E.F32, E.F64) and os.environ.get("OURJAX_CPU_IMPLICIT_GEMM", "1") != "0":
+        from ourjax.backends.llvm.gemm_im2col import likely_direct
         from ourjax.lowering.passes.conv_to_dot import patch_layout
-        # (its patch matrix's packer, gemm_im2col.accepts)
-        want.add(f"{tag}_im2col_{patch_layout(i)}")
+        # (its patch matrix's packer, gemm_im2col.accepts, or the direct micro-kernel)
+        want.add(f"{tag}_im2col_{'D' if likely_direct(i) else patch_layout(i)}")
       want.add(tag)
   if want:
     _link_symbols([f"ourjax_gemm_{t}" for t in sorted(want)], wait=False)

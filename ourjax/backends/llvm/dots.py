@@ -450,11 +450,11 @@ class Im2colDotKernel(DotKernel):
   @property
   def symbols(self) -> list:
     """The process-wide GEMM its code calls and the packer of its patch matrix's layout
-    (none when it reads the patch rows in place)."""
+    (the direct micro-kernel when it reads the patch rows in place)."""
     from ourjax.backends.llvm import gemm
     dtype = "f32" if self.spec.dtype == E.F32 else "f64"
     if self.direct_a:
-      return [gemm.prefetch_shared_gemm(dtype)]
+      return [gemm.prefetch_shared_gemm(dtype), gemm.prefetch_shared_gemm(f"{dtype}_im2col_D")]
     return [gemm.prefetch_shared_gemm(dtype),
             gemm.prefetch_shared_gemm(f"{dtype}_im2col_{self.patches.geometry.layout}")]
 

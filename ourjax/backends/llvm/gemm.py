@@ -123,9 +123,10 @@ module that contains a dot does not recompile the GEMM.  The shared kernel also 
 convolutions without a patch matrix (implicit im2col, ``gemm_im2col.py``): called with
 ``transA == IM2COL`` its ``A`` points to a descriptor of the patch matrix, whose A panels a
 packing function the descriptor names packs from the convolution's input
-(``emit_gemm(im2col=True)``: the same driver and micro-kernels).  Those packers, one per
-patch layout, are process-wide functions of their own, each built only for programs that
-need it (``gemm_library.py``).
+(``emit_gemm(im2col=True)``: the same driver and micro-kernels), or whose tiles the direct
+micro-kernel it names reads in place.  Those packers, one per patch layout, and the direct
+micro-kernel are process-wide functions of their own, each built only for programs that need
+it (``gemm_library.py``).
 """
 from __future__ import annotations
 
@@ -580,9 +581,11 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   target ``isa`` (:data:`VECTOR_TARGETS`; default: the CPU code is generated for) with its
   blocking unless ``blocking`` is given.  ``im2col``: the kernel also takes ``transA ==
   IM2COL``: then ``A`` points to the descriptor of a convolution's patch matrix, whose panels
-  the packing function the descriptor names packs straight from the convolution's input, and
-  whose block epilogue, if any, runs on each finished block of C (``gemm_im2col.py``;
-  ``batch`` must be 1, ``lda`` is not read; never the few-rows kernels)."""
+  the packing function the descriptor names packs straight from the convolution's input (or
+  whose tiles the direct micro-kernel it names reads in place), and whose block epilogue, if
+  any, runs on each finished block of C (``gemm_im2col.py``; ``batch`` must be 1, ``lda`` is
+  not read; never the few-rows kernels; only without ``epilogue`` and ``accumulate``, with the
+  target's blocking: the direct micro-kernel's)."""
   if dtype not in _TYPES:
     raise ValueError(f"emit_gemm: dtype must be 'f32' or 'f64', not {dtype!r}")
   vt = vector_target(isa)
@@ -607,12 +610,13 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
   rows_fns = {r: _emit_rows(cx, f"{name}.rows{r}", r, _ROW_CHUNK, epilogue, accumulate)
               for r in (4, 2, 1)} if bl.stream_rows > 0 else None
   from ourjax.backends.llvm import gemm_im2col
-  # (a convolution's patch matrix read in place, its descriptor naming no packer:
-  # gemm_im2col.emit_direct_ukernel)
-  uk_c = gemm_im2col.emit_direct_ukernel(cx, name + ".ukernel_c", bl, mr, bl.nv, epilogue,
-                                         accumulate) if im2col else None
-  uk_cn = gemm_im2col.emit_direct_ukernel(cx, name + ".ukernel_cn", bl, mr, 1, epilogue,
-                                          accumulate) if im2col and narrow else None
+  if im2col and (epilogue is not None or accumulate or
+                 blocking not in (None, vt.blocking[dtype])):
+    # (a convolution's patch matrix read in place: the tiles of the process-wide direct
+    # micro-kernel its descriptor names, gemm_im2col.emit_direct_library, made for the
+    # shared GEMM's own blocking, without an epilogue)
+    raise ValueError("emit_gemm: im2col only for the shared GEMM (no epilogue, no accumulate, "
+                     "the target's blocking)")
 
   def driver(fname):
     """The kernel ``fname``: A a matrix or (``im2col`` and ``transA == IM2COL``) the
@@ -838,14 +842,9 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                   with d_:     # (the patch rows read in place: batch is 1, rowbase 0)
                     args = [kb, desc, row, pc, bpanel, bstride, cptr, ldc, mv, nvalid, first,
                             last, row, col]
-                    if uk_cn is None:
-                      b.call(uk_c, args)
-                    else:
-                      with b.if_else(is_narrow) as (n_, w_):
-                        with n_:
-                          b.call(uk_cn, args)
-                        with w_:
-                          b.call(uk_c, args)
+                    uk_c = b.load(b.gep(desc, [_c64(gemm_im2col.DESC_DIRECT)]), align=8)
+                    b.call(b.inttoptr(uk_c, gemm_im2col.DIRECT_UKERNEL_TYPE(cx).as_pointer()),
+                           args)
                   with p_:
                     packed()
 
@@ -877,14 +876,15 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
                   b.call(b.inttoptr(epi, gemm_im2col.EPILOGUE_TYPE.as_pointer()),
                          [b.inttoptr(ctx, ir.IntType(8).as_pointer()), ic, mb, jc, nb])
 
-    # work split
+    # work split: this piece's batch entries [b0, b1), each's rows [m0, m1) and columns
+    # [n0, n1), chosen in one of two branches; the blocks' code after them, once (emitted in
+    # each branch, it was twice the driver's IR and LLVM time)
     by_batch = b.and_(b.icmp_signed(">=", batch, nth), b.icmp_signed(">", nth, one))
     with b.if_else(by_batch) as (whole, split):
       with whole:
-        b0 = b.sdiv(b.mul(batch, tid), nth)
-        b1 = b.sdiv(b.mul(batch, b.add(tid, one)), nth)
-        with _for(b, b0, b1, name="bb") as bi:
-          gemm_block(bi, _c64(0), M, _c64(0), N)
+        wb0 = b.sdiv(b.mul(batch, tid), nth)
+        wb1 = b.sdiv(b.mul(batch, b.add(tid, one)), nth)
+        whole_end = b.block
       with split:
         # a grid of pm x pn pieces (pm * pn = nth): piece tid gets the row tiles of group
         # tid / pn and the column panels of group tid % pn, and packs just those rows of A and
@@ -917,11 +917,22 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
           lo = b.mul(b.sdiv(b.mul(tiles, g), groups), _c64(tile))
           hi = b.mul(b.sdiv(b.mul(tiles, b.add(g, one)), groups), _c64(tile))
           return lo, _smin(b, hi, ext)
-        m0, m1 = share(tm, pm, gi, mr, M)
-        n0, n1 = share(tn, pn, gj, nr, N)
-        with _if(b, b.and_(b.icmp_signed("<", m0, m1), b.icmp_signed("<", n0, n1)), name="mine"):
-          with _for(b, 0, batch, name="bs") as bi:
-            gemm_block(bi, m0, m1, n0, n1)
+        sm0, sm1 = share(tm, pm, gi, mr, M)
+        sn0, sn1 = share(tn, pn, gj, nr, N)
+        mine = b.and_(b.icmp_signed("<", sm0, sm1), b.icmp_signed("<", sn0, sn1))
+        sb1 = b.select(mine, batch, _c64(0))
+        split_end = b.block
+
+    def joined(w_, s_):
+      ph = b.phi(I64)
+      ph.add_incoming(w_, whole_end)
+      ph.add_incoming(s_, split_end)
+      return ph
+    b0, b1 = joined(wb0, _c64(0)), joined(wb1, sb1)
+    m0, m1 = joined(_c64(0), sm0), joined(M, sm1)
+    n0, n1 = joined(_c64(0), sn0), joined(N, sn1)
+    with _for(b, b0, b1, name="bb") as bi:
+      gemm_block(bi, m0, m1, n0, n1)
     b.ret_void()
     return fn
 

@@ -8,9 +8,11 @@ or in a fusion with its consumers), and plans only the (unpadded) input; the dot
 ``ourjax_gemm_<dtype>``, with ``transA == gemm.IM2COL`` and ``A`` the address of a descriptor
 (the same blocking, threads and micro-kernels as a matrix's), whose A panels are packed by the
 descriptor's packer, or (a descriptor naming none, :func:`direct_a`) read in place by the
-GEMM's direct micro-kernels (:func:`emit_direct_ukernel`: a pointer per row into the input for
-each run of one tap's channels, no packing and no scratch for A) (:func:`emit_pack`; one
-process-wide function per layout,
+direct micro-kernel the descriptor names instead (:func:`emit_direct_ukernel`: a pointer per
+row into the input for each run of one tap's channels, no packing and no scratch for A;
+process-wide, ``ourjax_gemm_<dtype>_im2col_D``, :func:`direct_symbol`, a library of its own
+built only for programs that read patches in place, so that the GEMM every program with a dot
+builds does not carry it) (:func:`emit_pack`; one process-wide function per layout,
 ``ourjax_gemm_<dtype>_im2col_<layout>``, :func:`pack_symbol`, built only when a program calls
 it) straight from the input: for the patch row ``m`` (output position ``(n, o_1, o_2, o_3)``) and
 column ``k`` (kernel position ``t = k // C``, channel ``c = k % C``) it reads
@@ -40,7 +42,9 @@ The kernel's ``A`` argument points to the descriptor, ``DESC_WORDS`` i64 words::
     14 taps     15 the address of the packer of its layout (``PACK_TYPE``): a
        convolution's patches ("F") or a weight gradient's ("W": rows (n, tap), columns (o_1,
        o_2, o_3, c); the offsets come from the row's tap, the stride's multiples from the
-       column's position; runs of one position's channels)
+       column's position; runs of one position's channels), or 0: the patch rows read in place
+    16 the address of the direct micro-kernel (``DIRECT_UKERNEL_TYPE``, :func:`direct_symbol`)
+       where word 15 is 0, else 0
 
 Block epilogue: the dot's elementwise consumer (``Im2colDotKernel.epilogue``: a loop kernel
 over the dot's result, per-channel scale and shift, a residual, relu...), run by the GEMM on
@@ -56,15 +60,17 @@ import llvmlite.ir as ir
 
 from ourjax.backends.llvm import emitter as E
 
-__all__ = ["DESC_WORDS", "DESC_EPILOGUE", "DESC_PACK", "EPILOGUE_TYPE", "PACK_TYPE", "LAYOUTS",
-           "emit_pack", "emit_packer_library", "accepts", "emit_call", "pack_symbol",
+__all__ = ["DESC_WORDS", "DESC_EPILOGUE", "DESC_PACK", "DESC_DIRECT", "EPILOGUE_TYPE",
+           "PACK_TYPE", "LAYOUTS", "emit_pack", "emit_packer_library", "emit_direct_library",
+           "accepts", "emit_call", "pack_symbol", "direct_symbol", "likely_direct",
            "plan_patches", "fusable_epilogue"]
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-DESC_WORDS = 16
+DESC_WORDS = 17
 DESC_EPILOGUE = 12
 DESC_TAPS = 14      # the number of taps
 DESC_PACK = 15      # the address of the packer of the patch matrix's layout (pack_symbol)
+DESC_DIRECT = 16    # the address of the direct micro-kernel (direct_symbol), where no packer
 #: ``void epilogue(i8* ctx, i64 row0, i64 rows, i64 col0, i64 cols)``
 EPILOGUE_TYPE = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(64),
                                                 ir.IntType(64), ir.IntType(64), ir.IntType(64)])
@@ -102,6 +108,61 @@ def emit_packer_library(module: ir.Module, dtype: str, layout: str,
   fn = emit_pack(cx, pack_symbol(dtype, layout), vt.blocking[dtype].mr, layout)
   fn.linkage = ""        # (external: other modules call it through the descriptor)
   return fn
+
+
+def direct_symbol(dtype: str) -> str:
+  """The name of the process-wide direct micro-kernel of the shared GEMM of ``dtype``
+  (:func:`emit_direct_library`; ``gemm_library.py``: its library ``"<dtype>_im2col_D"``, built
+  on first use)."""
+  return f"ourjax_gemm_{dtype}_im2col_D"
+
+
+def emit_direct_library(module: ir.Module, dtype: str, isa=None) -> ir.Function:
+  """The process-wide direct micro-kernel :func:`direct_symbol` ``(dtype)``, exported, of
+  ``DIRECT_UKERNEL_TYPE``: the shared GEMM's tile (its blocking on the vector target ``isa``,
+  default the code target's) over patch rows read in place (:func:`emit_direct_ukernel`; no
+  epilogue, the sums stored or added as ``first`` says), a one-vector-wide one for a column
+  panel of at most W valid columns where the GEMM has such narrow kernels.  The GEMM calls it
+  through the descriptor (``DESC_DIRECT``) for each tile of such a convolution."""
+  from ourjax.backends.llvm import gemm
+  vt = gemm.vector_target(isa)
+  cx = gemm._Ctx(module, dtype, vt)
+  bl = vt.blocking[dtype]
+  name = direct_symbol(dtype)
+  wide = emit_direct_ukernel(cx, name + ".wide", bl, bl.mr, bl.nv, None, False)
+  narrow = emit_direct_ukernel(cx, name + ".narrow", bl, bl.mr, 1, None, False) \
+      if bl.narrow and bl.nv > 1 else None
+  fn = ir.Function(module, DIRECT_UKERNEL_TYPE(cx), name)
+  b = ir.IRBuilder(fn.append_basic_block("entry"))
+  args = list(fn.args)
+  if narrow is None:
+    b.call(wide, args)
+  else:
+    with b.if_else(b.icmp_signed("<=", args[9], _c64(cx.w))) as (n_, w_):
+      with n_:
+        b.call(narrow, args)
+      with w_:
+        b.call(wide, args)
+  b.ret_void()
+  return fn
+
+
+def likely_direct(conv) -> bool:
+  """Whether the convolution ``conv`` (an HLO instruction as lowered, before
+  ``conv_to_dot``) will likely read its patch rows in place (:func:`direct_a`), from its
+  operands' shapes: what ``libraries.prefetch_for`` starts building for it (a wrong guess
+  costs a library built later, waited for, or never used)."""
+  if os.environ.get("OURJAX_CPU_CONV_DIRECT_A", "1") == "0":
+    return False
+  from ourjax.lowering.passes.conv_to_dot import patch_layout
+  lspec, _, ospec = conv.attrs["dimension_numbers"]
+  if patch_layout(conv) != "F" or conv.operands[0].dims[lspec[1]] < DIRECT_MIN_CHANNELS:
+    return False
+  from ourjax.backends.llvm import gemm
+  vt = gemm.vector_target()
+  dtype = "f64" if conv.dtype == E.F64 else "f32"
+  return not (vt.isa == "avx512" and -(-conv.dims[ospec[1]] // (
+      vt.blocking[dtype].nv * vt.lanes[dtype])) > DIRECT_MAX_PANELS)
 
 
 def _c64(v):
@@ -400,7 +461,11 @@ def direct_a(geo, n: int, dtype: str) -> bool:
 #: ``void uk(i64 kb, i64* desc, i64 m0, i64 k0, T* Bp, i64 bstride, T* C, i64 ldc, i64 mv,
 #: i64 nvalid, i1 first, i1 last, i64 row0, i64 col0)``
 def DIRECT_UKERNEL_TYPE(cx) -> ir.FunctionType:
-  return ir.FunctionType(ir.VoidType(), [I64, I64.as_pointer(), I64, I64, cx.p, I64, cx.p, I64,
+  return _direct_type(cx.p)
+
+
+def _direct_type(p: ir.Type) -> ir.FunctionType:
+  return ir.FunctionType(ir.VoidType(), [I64, I64.as_pointer(), I64, I64, p, I64, p, I64,
                                          I64, I64, I1, I1, I64, I64])
 
 
@@ -647,15 +712,15 @@ def emit_call(b, spec, geo, src, Bm, C, scratch, tid, nthreads, epilogue=None, p
   first = b.gep(src, [_c64(geo.batch0 * math.prod(geo.in_dims[1:]))])
   vals = [b.ptrtoint(first, I64), _c64(C_), *map(_c64, out), *map(_c64, ins),
           *map(_c64, strides), b.ptrtoint(b.bitcast(tab, I64.as_pointer()), I64)]
-  if direct_a(geo, spec.N, dtype):    # (no packer: the GEMM's tiles read the rows in place)
-    tail = [_c64(geo.taps), _c64(0)]
-  else:
-    sym = pack_symbol(dtype, geo.layout)
-    packer = mod.globals.get(sym)
-    if packer is None:    # (declared: the process-wide packer, gemm_library.py)
-      packer = ir.Function(mod, PACK_TYPE(ir.FloatType().as_pointer() if dtype == "f32" else
-                                          ir.DoubleType().as_pointer()), sym)
-    tail = [_c64(geo.taps), b.ptrtoint(packer, I64)]
+  p = ir.FloatType().as_pointer() if dtype == "f32" else ir.DoubleType().as_pointer()
+  direct = direct_a(geo, spec.N, dtype)
+  # (no packer: the direct micro-kernel reads the rows in place)
+  sym = direct_symbol(dtype) if direct else pack_symbol(dtype, geo.layout)
+  callee = mod.globals.get(sym)
+  if callee is None:    # (declared: the process-wide function, gemm_library.py)
+    callee = ir.Function(mod, _direct_type(p) if direct else PACK_TYPE(p), sym)
+  addr = b.ptrtoint(callee, I64)
+  tail = [_c64(geo.taps)] + ([_c64(0), addr] if direct else [addr, _c64(0)])
   if epilogue is None:
     vals += [_c64(0), _c64(0)]
   else:

@@ -1,11 +1,13 @@
 """The process-wide shared GEMMs, ``ourjax_gemm_f32`` and ``ourjax_gemm_f64`` (no epilogue;
 overwrite, or add to C with ``gemm.ACCUMULATE``; see ``gemm.py``; they also run convolutions
-without a patch matrix, ``transA == gemm.IM2COL``), and the packers of implicit-im2col patch
-matrices they call through a descriptor, one per layout, ``ourjax_gemm_<dtype>_im2col_<F|W>``
-(``gemm_im2col.py``; keyed ``"f32_im2col_F"`` and so on below), each built once per process, on
-first use (a program without convolutions builds no packer, a forward pass no weight-gradient
-packer), and registered with LLVM's symbol table, so that modules which only declare them
-(``gemm.declare_shared_gemm``) link to them.
+without a patch matrix, ``transA == gemm.IM2COL``), and what they call through a
+convolution's descriptor: the packers of implicit-im2col patch matrices, one per layout,
+``ourjax_gemm_<dtype>_im2col_<F|W>``, and the direct micro-kernel that reads patch rows in
+place, ``ourjax_gemm_<dtype>_im2col_D`` (``gemm_im2col.py``; keyed ``"f32_im2col_F"`` and so
+on below), each built once per process, on first use (a program without convolutions builds no
+packer and no direct micro-kernel, whose LLVM work was a third of the GEMM's when the GEMM held
+it; a forward pass no weight-gradient packer), and registered with LLVM's symbol table, so that
+modules which only declare them (``gemm.declare_shared_gemm``) link to them.
 
     name = prefetch_shared_gemm("f32")   # the name now; the code built on a thread meanwhile
     name = shared_gemm_symbol("f32")     # ready to link (waits for that build, or builds)
@@ -53,7 +55,8 @@ if hasattr(os, "register_at_fork"):
 
 
 #: the libraries' keys: the GEMMs' and the implicit-im2col packers'
-KEYS = ("f32", "f64") + tuple(f"{d}_im2col_{lay}" for d in ("f32", "f64") for lay in ("F", "W"))
+KEYS = ("f32", "f64") + tuple(f"{d}_im2col_{lay}" for d in ("f32", "f64")
+                              for lay in ("F", "W", "D"))
 
 
 def _check_dtype(dtype: str) -> None:
@@ -339,6 +342,15 @@ def _emit_shared(dtype: str, sym: str):
   from ourjax.backends.llvm import gemm_im2col
   from ourjax.backends.llvm.gemm import emit_gemm
   mod = jit.new_module(sym)
+  if dtype.endswith("_im2col_D"):
+    gemm_im2col.emit_direct_library(mod, dtype[:3])
+    if library_parts() < 2:
+      return ("packer", str(mod))
+    # (its wide and narrow tiles in modules of their own, compiled at once where cores are
+    # left: in one module they were a quarter second of LLVM on one thread, on the critical
+    # path of a 16-core host's first convolution program)
+    texts, names = split_module(mod, sym, 3, by_function=True)
+    return ("gemm", texts, names, len(texts) - 1)
   if "_im2col_" in dtype:
     gemm_im2col.emit_packer_library(mod, dtype[:3], dtype[-1])
     return ("packer", str(mod))
@@ -379,7 +391,7 @@ def library_parts() -> int:
   return 3 if cores >= 4 else 2 if cores >= 2 else 1
 
 
-def split_module(mod, sym: str, parts: int):
+def split_module(mod, sym: str, parts: int, by_function: bool = False):
   """The IR texts of ``mod`` (a shared GEMM ``sym``, ``gemm.emit_gemm``) cut into modules by
   function: the driver first, alone (``DRIVER_SPEED_LEVEL``), then its helpers in ``parts``
   modules (at most three: the micro-kernels; ``pack_b``; ``pack_a`` and the few-rows kernels;
@@ -387,7 +399,8 @@ def split_module(mod, sym: str, parts: int):
   its functions
   (external, named ``sym.<what>``) and declaring the others it calls; and the names they
   define for one another.  The same code as one module: the helpers are ``noinline`` and the
-  driver calls them as before."""
+  driver calls them as before.  ``by_function``: each helper in a module of its own (the
+  direct micro-kernel's library: its wide and narrow tiles)."""
   import llvmlite.ir as ir
   from ourjax.backends.llvm import dedupe
   fns = [g for g in mod.globals.values() if isinstance(g, ir.Function) and not g.is_declaration]
@@ -395,7 +408,9 @@ def split_module(mod, sym: str, parts: int):
   ukernels = [f for f in fns if ".ukernel" in f.name]
   pack_b = [f for f in fns if f.name == sym + ".pack_b"]
   rest = [f for f in fns if f.name != sym and f not in ukernels and f not in pack_b]
-  if parts >= 3:
+  if by_function:
+    groups = [[f] for f in fns if f.name != sym]
+  elif parts >= 3:
     groups = [ukernels, pack_b, rest]
   elif parts == 2:
     groups = [ukernels + [f for f in rest if f.name == sym + ".pack_a"],
