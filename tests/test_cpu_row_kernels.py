@@ -316,6 +316,33 @@ def test_rolls_read_at_shifted_positions_match_numpy(n, rows, a, b, seed):
   np.testing.assert_allclose(np.asarray(f(x, k), np.float64), want, rtol=1e-5, atol=1e-5)
 
 
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 700), a=st.integers(-3, 3), b=st.integers(-3, 3),
+       seed=st.integers(0, 2 ** 31))
+def test_rolls_of_a_vector_read_at_shifted_positions_match_numpy(n, a, b, seed):
+  """The same stencil on one dimension: a flat kernel's positions are its row's columns, cut
+  the same way within each thread's share of them (shares of 64 from 256 positions on)."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(n).astype(np.float32)
+  k = rng.standard_normal(n).astype(np.float32)
+  f = ourjax.jit(lambda x, k: _stencil(jnp, x, k, a, b))
+  want = _stencil(np, x.astype(np.float64), k.astype(np.float64), a, b)
+  np.testing.assert_allclose(np.asarray(f(x, k), np.float64), want, rtol=1e-5, atol=1e-5)
+
+
+def test_rolls_of_a_vector_cut_its_loop():
+  """A flat kernel reading rolls of a vector at moved positions runs its positions in several
+  loops (the wrapped ends, the middle); one without rolls in one."""
+  x = np.arange(1000, dtype=np.float32)
+  k = np.ones(1000, np.float32)
+  loops = lambda f: len(re.findall(r"^i\.head(\.\d+)?:", _llvm_ir(f, x, k), re.M))
+  rolled = ourjax.jit(lambda x, k: _stencil(jnp, x, k, 1, -2))
+  plain = ourjax.jit(lambda x, k: x * k + 1.0)
+  assert loops(rolled) > 1 and loops(plain) == 1
+  want = _stencil(np, x.astype(np.float64), k.astype(np.float64), 1, -2)
+  np.testing.assert_allclose(np.asarray(rolled(x, k), np.float64), want, rtol=1e-6)
+
+
 def _parts_read(x, p, memo):
   """The parts of the concatenates along the last dimension that evaluating ``x`` at position
   ``p`` of its last dimension reads, as ((concatenate, part), ...) in walk order: position by
