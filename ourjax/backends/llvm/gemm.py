@@ -28,7 +28,9 @@ Scratch: ``pack`` points to at least :func:`pack_buffer_elements` ``(dtype, M, N
 elements of ``T`` (any alignment) that are this call's own: calls running at once pass
 different buffers (a piece's packed panels of A and B, sized for the largest piece of the
 ``nthreads``-way split; the CPU backend gives each worker thread one such area, which it reuses
-for every piece it claims).  The buffer holds no state between calls.
+for every piece it claims; a piece that packs A one row panel at a time keeps that panel on
+the call's stack instead, up to ``A_PANEL_STACK_BYTES``).  The buffer holds no state between
+calls.
 
 Tune: ``tune`` overrides the cache blocking the kernel was generated with, at run time, per
 call: 0 keeps it; else :func:`tune_word` of a :class:`Blocking` of the same micro-tile gives
