@@ -306,8 +306,8 @@ def _stencil(np_, x, k, a, b):
 @given(n=st.integers(2, 300), rows=st.integers(1, 4), a=st.integers(-3, 3),
        b=st.integers(-3, 3), seed=st.integers(0, 2 ** 31))
 def test_rolls_read_at_shifted_positions_match_numpy(n, rows, a, b, seed):
-  """Rolls read at other positions than their own (the rows' ends cut off as segments of their
-  own from ``4 * row_cache.HALO`` columns on; the moved positions near them wrap around)."""
+  """Rolls read at other positions than their own (the column loop cut where the moved
+  positions wrap around, ``row_cache.column_segments``)."""
   rng = np.random.default_rng(seed)
   x = rng.standard_normal((rows, n)).astype(np.float32)
   k = rng.standard_normal(n).astype(np.float32)
@@ -316,28 +316,105 @@ def test_rolls_read_at_shifted_positions_match_numpy(n, rows, a, b, seed):
   np.testing.assert_allclose(np.asarray(f(x, k), np.float64), want, rtol=1e-5, atol=1e-5)
 
 
-def test_rolls_read_at_shifted_positions_cut_the_row_ends(monkeypatch):
-  """With ``row_cache.HALO_CUTS`` (off by default) the column loop of a kernel reading rolls
-  at moved positions gets two more segments (the rows' ends, ``row_cache.HALO`` columns each),
-  and none where the rows are too short."""
-  from ourjax.backends.llvm import row_cache
-  monkeypatch.setenv("OURJAX_CACHE_DIR", "off")
-  monkeypatch.setattr(row_cache, "HALO_CUTS", True)
-  rng = np.random.default_rng(3)
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 700), a=st.integers(-3, 3), b=st.integers(-3, 3),
+       seed=st.integers(0, 2 ** 31))
+def test_rolls_of_a_vector_read_at_shifted_positions_match_numpy(n, a, b, seed):
+  """The same stencil on one dimension: a flat kernel's positions are its row's columns, cut
+  the same way within each thread's share of them (shares of 64 from 256 positions on)."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(n).astype(np.float32)
+  k = rng.standard_normal(n).astype(np.float32)
+  f = ourjax.jit(lambda x, k: _stencil(jnp, x, k, a, b))
+  want = _stencil(np, x.astype(np.float64), k.astype(np.float64), a, b)
+  np.testing.assert_allclose(np.asarray(f(x, k), np.float64), want, rtol=1e-5, atol=1e-5)
 
-  def loops(n):
-    ourjax.clear_caches()
-    x = rng.standard_normal((3, n)).astype(np.float32)
-    k = rng.standard_normal(n).astype(np.float32)
-    f = ourjax.jit(lambda x, k: _stencil(jnp, x, k, 1, -2))
-    want = _stencil(np, x.astype(np.float64), k.astype(np.float64), 1, -2)
-    np.testing.assert_allclose(np.asarray(f(x, k), np.float64), want, rtol=1e-5, atol=1e-5)
-    return _col_loops(_llvm_ir(f, x, k))
-  long_row, short_row = 4 * row_cache.HALO + 8, 4 * row_cache.HALO - 8
-  cut, short = loops(long_row), loops(short_row)
-  monkeypatch.setattr(row_cache, "HALO", 1 << 20)
-  assert cut == loops(long_row) + 2
-  assert short == loops(short_row)
+
+def test_rolls_of_a_vector_cut_its_loop():
+  """A flat kernel reading rolls of a vector at moved positions runs its positions in several
+  loops (the wrapped ends, the middle); one without rolls in one."""
+  x = np.arange(1000, dtype=np.float32)
+  k = np.ones(1000, np.float32)
+  loops = lambda f: len(re.findall(r"^i\.head(\.\d+)?:", _llvm_ir(f, x, k), re.M))
+  rolled = ourjax.jit(lambda x, k: _stencil(jnp, x, k, 1, -2))
+  plain = ourjax.jit(lambda x, k: x * k + 1.0)
+  assert loops(rolled) > 1 and loops(plain) == 1
+  want = _stencil(np, x.astype(np.float64), k.astype(np.float64), 1, -2)
+  np.testing.assert_allclose(np.asarray(rolled(x, k), np.float64), want, rtol=1e-6)
+
+
+def _parts_read(x, p, memo):
+  """The parts of the concatenates along the last dimension that evaluating ``x`` at position
+  ``p`` of its last dimension reads, as ((concatenate, part), ...) in walk order: position by
+  position, independent of the interval walk of ``row_cache._column_cuts``."""
+  key = (id(x), p)
+  if key in memo:
+    return memo[key]
+  out = ()
+  last = len(x.dims) - 1 if not x.shape.is_tuple else -1
+  op = x.opcode
+  if last < 0 or op in ("parameter", "constant", "reduce", "iota"):
+    pass
+  elif op == "concatenate" and x.attrs["dimensions"][0] == last:
+    at = 0
+    for k, o in enumerate(x.operands):
+      if at <= p < at + o.dims[-1]:
+        out = ((x.name, k),) + _parts_read(o, p - at, memo)
+        break
+      at += o.dims[-1]
+  else:
+    for o in x.operands:
+      if not o.dims:
+        continue
+      if op == "slice":
+        q = p + x.attrs["start_indices"][-1]
+      elif op == "broadcast" and (not x.attrs["dimensions"] or
+                                  x.attrs["dimensions"][-1] != last):
+        continue                       # (the operand does not vary along the row)
+      elif op == "reshape" and o.dims[-1] != x.dims[-1]:
+        continue
+      else:
+        q = p
+      out += _parts_read(o, q, memo)
+  memo[key] = out
+  return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(16, 300), a=st.integers(-3, 3), b=st.integers(-3, 3))
+def test_column_segments_keep_each_moved_read_in_one_part(n, a, b):
+  """Each loop of a stencil's row (its rolls read at moved positions) reads one part of every
+  concatenate at all its columns -- so its loads are contiguous -- except a loop that joins
+  several narrow ranges (a row's ends); a loop joining k ranges is narrower than k *
+  ``MIN_SEGMENT`` columns.  Checked against the parts read column by column."""
+  from ourjax.backends.llvm import row_cache
+  x = np.zeros((2, n), np.float32)
+  k = np.zeros(n, np.float32)
+  module = ourjax.jit(lambda x, k: _stencil(jnp, x, k, a, b)).lower(x, k).compile() \
+      ._executable.module
+  fusions = [i for c in module.computations for i in c.instructions
+             if i.opcode == "fusion" and any(j.opcode == "concatenate"
+                                              for j in i.attrs["calls"].instructions)]
+  assert fusions
+  for f in fusions:
+    fc = f.attrs["calls"]
+    roots = list(fc.root.operands) if fc.root.shape.is_tuple else [fc.root]
+    outs = [(r, None) for r in roots if r.dims == tuple(f.shape.tuple_shapes[0].dims
+                                                        if f.shape.is_tuple else f.dims)]
+    leafmap = {p: None for p in fc.parameters}
+    dims = outs[0][0].dims
+    segments = row_cache.column_segments(dims, outs, leafmap)
+    assert segments[0][0] == 0 and segments[-1][1] == dims[-1]
+    assert all(s[1] == t[0] for s, t in zip(segments, segments[1:]))
+    assert len(segments) <= row_cache.MAX_SEGMENTS
+    memo: dict = {}
+    reads = [tuple(_parts_read(r, c, memo) for r, _ in outs) for c in range(dims[-1])]
+    for lo, hi in segments:
+      runs = 1 + sum(reads[c] != reads[c - 1] for c in range(lo + 1, hi))
+      assert runs == 1 or hi - lo < runs * row_cache.MIN_SEGMENT, (lo, hi, runs, segments)
+    widest = max(segments, key=lambda s: s[1] - s[0])
+    assert widest[1] - widest[0] >= dims[-1] - 2 * (row_cache.ALIGN_COLUMNS + 8)
+
 
 # -- pieces ------------------------------------------------------------------------------------
 

@@ -934,21 +934,25 @@ def test_dot_scratch_is_one_area_per_thread():
   16 pieces hold 2 areas when planned for 2 threads and 16 for 16 (they held 16 either way); a
   dot too small to split holds one, and a few-rows product on the streaming kernels none.  An
   executable planned for fewer threads than the pool runs leaves the extra threads out of its
-  dot (its results match)."""
+  dot (its results match).  (B transposed: packed in the area; A alone, packed a row panel at a
+  time, would live on the calls' stacks, ``gemm.A_PANEL_STACK_BYTES``.)"""
   import ourjax
+  import ourjax.numpy as jnp
   from ourjax.backends.cpu import backend as cpu
   from ourjax.backends.llvm import gemm
   rng = np.random.default_rng(0)
   a = rng.standard_normal((32, 128, 128)).astype(np.float32)
   b = rng.standard_normal((32, 128, 128)).astype(np.float32)
-  want = np.einsum("bij,bjk->bik", a.astype(np.float64), b)
-  area = gemm.pack_buffer_bytes("f32", 128, 128, 128, 16, trans_b=False, batch=32) + 64
+  want = np.einsum("bij,bkj->bik", a.astype(np.float64), b)
+  area = gemm.pack_buffer_bytes("f32", 128, 128, 128, 16, trans_b=True, batch=32) + 64
+  assert area > 64
   old = cpu.num_threads()
   try:
     temps, compiled = {}, {}
     for n in (2, 16):
       cpu.set_num_threads(n)
-      c = ourjax.jit(lambda x, y: x @ y, backend="cpu").lower(a, b).compile()
+      c = ourjax.jit(lambda x, y: jnp.einsum("bij,bkj->bik", x, y),
+                     backend="cpu").lower(a, b).compile()
       temps[n], compiled[n] = c.memory_analysis().temp_size_in_bytes, c
     assert 2 * area <= temps[2] < 3 * area
     assert 16 * area <= temps[16] < 17 * area
@@ -960,11 +964,12 @@ def test_dot_scratch_is_one_area_per_thread():
   finally:
     cpu.set_num_threads(old)
   x = rng.standard_normal((40, 64)).astype(np.float32)
-  w = rng.standard_normal((64, 32)).astype(np.float32)
-  c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x, w).compile()
-  one = gemm.pack_buffer_bytes("f32", 40, 32, 64, 1, trans_b=False)
+  w = rng.standard_normal((32, 64)).astype(np.float32)
+  c = ourjax.jit(lambda x, w: x @ w.T, backend="cpu").lower(x, w).compile()
+  one = gemm.pack_buffer_bytes("f32", 40, 32, 64, 1, trans_b=True)
   assert 0 < one <= c.memory_analysis().temp_size_in_bytes < 2 * one
-  np.testing.assert_allclose(c(x, w), x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(c(x, w), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+  w = np.ascontiguousarray(w.T)
   c = ourjax.jit(lambda x, w: x @ w, backend="cpu").lower(x[:4], w).compile()
   assert c.memory_analysis().temp_size_in_bytes < 1024
   np.testing.assert_allclose(c(x[:4], w), x[:4].astype(np.float64) @ w, rtol=1e-5, atol=1e-5)

@@ -82,15 +82,13 @@ def test_rk4_steps_with_recomputed_outputs_match_the_reference(n, steps, dt, see
 
 @pytest.mark.parametrize("n", [256, 1000])
 def test_an_rk4_step_holds_six_rows_of_its_state(no_disk_cache, monkeypatch, n):
-  """With the rolls read in place (``row_cache.READ_MOVED``, off by default: it costs the step
-  time) the loop's temporaries are six rows of n floats (aligned) and the control block (64
+  """With the rolls read in place (``row_cache.READ_MOVED``) the loop's temporaries are six rows of n floats (aligned) and the control block (64
   bytes), as the three stages' values XLA keeps (JAX 0.10's CPU: 98464 bytes for n = 4096, six
   rows and 160):
   the rolls of an intermediate state are read at moved positions of the stored state, twice
   and half the square of it recomputed.  Values against the reference backend."""
   from ourjax.backends.llvm import row_cache
   monkeypatch.setattr(row_cache, "READ_MOVED", True)
-  monkeypatch.setattr(row_cache, "HALO_CUTS", True)
   rng = np.random.default_rng(n)
   s0 = (rng.standard_normal((2, n)) * 0.5).astype(np.float32)
   k = rng.uniform(0.1, 0.5, n).astype(np.float32)

@@ -342,7 +342,7 @@ def _compile_lowering(lowering, closed, backend, donation=None):
       m.fused_attention = cpu_attention.refuses if cpu_attention_on else None
       m.read_stored = True
       # (an output that moves a stored value's elements, a roll, read there at the moved
-      # positions instead of stored: recompute_outputs; off, row_cache.READ_MOVED says why)
+      # positions instead of stored: recompute_outputs; row_cache.READ_MOVED says why)
       from ourjax.backends.llvm import row_cache
       m.read_moved = row_cache.READ_MOVED
     if name == "cuda":   # (its implicit GEMM reads convolution patches from their input)

@@ -261,7 +261,8 @@ def dot_scratch_bytes(spec: DotSpec, pieces: int, im2col: bool = False,
   running pieces at once has such an area of its own, ``DotKernel.scratch_slots``): the packed
   GEMM's panels of its largest piece (``gemm.pack_buffer_bytes``), or the register-blocked
   kernel's K x NR panel of B; ``blocking``: the GEMM's (``gemm_blocking``); ``direct_a``: a
-  patch matrix read in place (``gemm_im2col.direct_a``): 0 when nothing is packed."""
+  patch matrix read in place (``gemm_im2col.direct_a``).  0 when nothing is packed into
+  scratch (B read in place, A's one row panel on the call's stack or read in place)."""
   from ourjax.backends.llvm import gemm
   dtype = "f32" if spec.dtype == E.F32 else "f64"
   if _gemm_layout_ok(spec):
@@ -269,7 +270,7 @@ def dot_scratch_bytes(spec: DotSpec, pieces: int, im2col: bool = False,
     n = gemm.pack_buffer_bytes(dtype, spec.M, spec.N, spec.K, pieces,
                                blocking, trans_b=bool(lb[0]), batch=spec.B, im2col=im2col,
                                b_packed=b_packed, direct_a=direct_a)
-    return n + 64 if n or not (im2col and direct_a) else 0
+    return n + 64 if n else 0
   W = gemm.vector_target().lanes[dtype]   # _emit_dot_blocked's K x NR panel (NR = 2*W)
   return spec.K * 2 * W * spec.dtype.itemsize + 64
 

@@ -28,7 +28,9 @@ Scratch: ``pack`` points to at least :func:`pack_buffer_elements` ``(dtype, M, N
 elements of ``T`` (any alignment) that are this call's own: calls running at once pass
 different buffers (a piece's packed panels of A and B, sized for the largest piece of the
 ``nthreads``-way split; the CPU backend gives each worker thread one such area, which it reuses
-for every piece it claims).  The buffer holds no state between calls.
+for every piece it claims; a piece that packs A one row panel at a time keeps that panel on
+the call's stack instead, up to ``A_PANEL_STACK_BYTES``).  The buffer holds no state between
+calls.
 
 Tune: ``tune`` overrides the cache blocking the kernel was generated with, at run time, per
 call: 0 keeps it; else :func:`tune_word` of a :class:`Blocking` of the same micro-tile gives
@@ -178,6 +180,13 @@ _ROW_CHUNK = 512  # columns of C per pass of the few-rows kernel
 #: (4 pieces, 512 KiB slices) ran 8% slower row panel first on the 2-core EPYC, a convolution
 #: of 256 channels (256 KiB) 7% faster (no weights packed).
 DIRECT_ROWS_FIRST_BYTES = 256 << 10
+#: Most bytes of the one row panel of A (``mr`` x a K slice) that a piece packing A a panel at
+#: a time keeps on its thread's stack (a frame of the call, like the row caches of loop
+#: kernels), not in the call's scratch: a buffer of the arena for each thread less.  The
+#: convolution 3x3, 256 -> 256 channels on 28 x 28 (f32, 14 x 256 panel) needed 2 x 14.5 KB of
+#: arena for it, which put the program's peak above JAX's (whose GEMMs' packing buffers are
+#: not in its buffers either).
+A_PANEL_STACK_BYTES = 64 << 10
 
 
 # --------------------------------------------------------------------------------------------
@@ -685,6 +694,13 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
     nks = _smax(b, one, _sdiv_up(b, K, kc_))
     kstep = _smax(b, one, _sdiv_up(b, K, nks))
     klimit = _smax(b, K, one)
+    # the row panel of A a piece packs a panel at a time (mr x kstep, 64-byte aligned) on this
+    # call's stack frame, where it fits A_PANEL_STACK_BYTES (gemm_scratch._piece_elements
+    # leaves it out of the scratch then); a frame of 1 element otherwise
+    on_stack = b.icmp_signed("<=", b.mul(kstep, _c64(mr * cx.size)), _c64(A_PANEL_STACK_BYTES))
+    a_stack = b.alloca(cx.t, size=b.select(on_stack, b.mul(kstep, _c64(mr)), one),
+                       name="apanel")
+    a_stack.align = 64
 
     def gemm_block(bi, m0, m1, n0, n1):
       Ab = b.gep(A, [b.mul(bi, sA)])
@@ -750,6 +766,7 @@ def emit_gemm(module: ir.Module, name: str, dtype: str, *, epilogue: Optional[Ep
       whole_panels = b.icmp_signed("==", b.srem(n1, _c64(nr)), _c64(0))
       b_cols = b.select(b.or_(prepacked, b.and_(direct, whole_panels)), _c64(0), b_cols)
       apk = b.gep(bpk, [b.mul(_sdiv_up(b, b.mul(b_cols, kstep), _c64(align)), _c64(align))])
+      apk = b.select(b.and_(on_stack, b.or_(a_micro, a_rows)), a_stack, apk)
       with _for(b, n0, n1, nc_, name="jc") as jc:
         nb = _smin(b, nc_, b.sub(n1, jc))
         with _for(b, 0, klimit, kstep, name="pc") as pc:

@@ -68,7 +68,8 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
   panels of a column block (only one panel when the piece is one row block, which packs each
   panel as its tiles need it, or B is read in place, ``direct``, which packs only a partial
   last panel: none unless ``edge``, N not whole panels), then one row panel of A (the driver
-  packs each just before its tiles, which run across the column panels), or A's panels of a
+  packs each just before its tiles, which run across the column panels: on the call's stack,
+  not here, where it fits ``gemm.A_PANEL_STACK_BYTES``), or A's panels of a
   row block when B is packed a panel at a time (one row block) or read in place in column
   blocks wider than ``gemm.DIRECT_ROWS_FIRST_BYTES``, each K slice deep, and the slack to
   align the start to 64 bytes; ``direct_a``: A is a patch matrix the tiles read in place
@@ -77,21 +78,25 @@ def _piece_elements(dtype, rows: int, cols: int, K: int, bl: Blocking, w: int,
   if rows <= 0 or cols <= 0:
     return 0
   nr, align = bl.nv * w, 64 // _gemm()._TYPES[dtype][1]
+  nc = _cdiv(bl.nc, nr) * nr          # (the driver's: whole panels)
   kstep = max(1, _cdiv(K, max(1, _cdiv(K, bl.kc))))
   nmb = max(1, _cdiv(rows, bl.mc))
   mstep = max(bl.mr, _cdiv(_cdiv(rows, nmb), bl.mr) * bl.mr)
   b_cols = 0 if b_packed or (direct and not edge) else \
-      nr if direct or nmb == 1 else min(bl.nc, _cdiv(cols, nr) * nr)
+      nr if direct or nmb == 1 else min(nc, _cdiv(cols, nr) * nr)
   size = _gemm()._TYPES[dtype][1]
   rows_first = direct and \
-      min(bl.nc, _cdiv(cols, nr) * nr) * kstep * size <= _gemm().DIRECT_ROWS_FIRST_BYTES
+      min(nc, _cdiv(cols, nr) * nr) * kstep * size <= _gemm().DIRECT_ROWS_FIRST_BYTES
+  a_elements = mstep * kstep
   if cols <= nr or b_packed or rows_first or b_cols > nr:
     # (one column panel, all of B's panels packed first, or B read in place in blocks that
-    # fit DIRECT_ROWS_FIRST_BYTES: A packed a row panel at a time)
-    mstep = bl.mr
+    # fit DIRECT_ROWS_FIRST_BYTES: A packed a row panel at a time, on the call's stack where
+    # it fits gemm.A_PANEL_STACK_BYTES)
+    a_elements = 0 if bl.mr * kstep * size <= _gemm().A_PANEL_STACK_BYTES else bl.mr * kstep
   if direct_a:
-    return _cdiv(b_cols * kstep, align) * align + align if b_cols else 0
-  return _cdiv(b_cols * kstep, align) * align + mstep * kstep + align
+    a_elements = 0
+  b_elements = _cdiv(b_cols * kstep, align) * align
+  return b_elements + a_elements + align if b_elements or a_elements else 0
 
 
 def pack_buffer_elements(dtype: str, M: int, N: int, K: int, nthreads: int = 1,

@@ -434,12 +434,23 @@ class LoopKernel(Kernel):
     else:
       assert not outer_outs
       lo, hi = partition(b, total, tid, nthreads, align=64 if total >= 256 else 1)
-      with ForLoop(b, lo, hi, "i") as loop:
-        em.push_scope()
-        idx = Index(b, self.dims, linear=loop.index)
-        prefetch(self.prefetch_elem, idx)
-        store(inner_outs, idx)
-        em.pop_scope()
+      # (one dimension: its index is the column's, cut as a row's is, each thread's share of
+      # the positions run segment by segment)
+      segments = row_cache.column_segments(self.dims, inner_outs, self.leafmap) \
+          if len(self.dims) == 1 else [(0, total)]
+      for clo, chi in segments:
+        start, stop = lo, hi
+        if len(segments) > 1:
+          start = b.select(b.icmp_signed("<", lo, i64(clo)), i64(clo), lo)
+          stop = b.select(b.icmp_signed(">", hi, i64(chi)), i64(chi), hi)
+        with ForLoop(b, start, stop, "i") as loop:
+          if len(segments) > 1:
+            em.ranges[id(loop.index)] = (clo, chi)
+          em.push_scope()
+          idx = Index(b, self.dims, linear=loop.index)
+          prefetch(self.prefetch_elem, idx)
+          store(inner_outs, idx)
+          em.pop_scope()
 
 
   def _vector_transpose(self):

@@ -37,11 +37,18 @@ at a clamped position and a select of the one that holds the element (branch-fre
 vectorizes): the work of all the parts for every element.  ``column_segments`` cuts the column
 loop at the parts' boundaries instead, one loop per segment, and the emitter is told the range
 of each loop's index (``Emitter.ranges``), so that the concatenate evaluates only the part that
-holds the segment.  Same values, a quarter of the work for four parts.  A concatenate reached
-only at shifted positions (a ``roll`` of a value read by a stencil at its neighbours) gets the
-row's ends cut off as segments of their own (``HALO`` columns): between them the shifted
-positions fall in one part, so its loads stay contiguous (a select per element between two
-clamped positions became vector gathers).
+holds the segment.  Same values, a quarter of the work for four parts.  The same holds where a
+concatenate is read at moved positions (a ``roll`` read by a stencil at its neighbours, or read
+there instead of stored, ``READ_MOVED``): the cuts follow the shifts the index takes on the way
+(``_column_cuts``), so that in every segment each such read falls in one part and its loads are
+contiguous vector loads (a select per element between two clamped positions became vector
+gathers).  For rolls by a few positions that leaves a loop over the middle of the row and a few
+columns at each end, which stay one loop of selects (``MIN_SEGMENT``); the middle runs from and
+to multiples of ``ALIGN_COLUMNS``, its last few columns in a loop of their own.  A flat kernel
+of one dimension is cut the same way (its positions are its row's columns), each thread's share
+of them segment by segment.  Stencils of rolls of stored values ran 1.8-2.1x faster cut (two
+levels of rolls on (64, 4096) and (256, 256) f32, one thread) and 1-D ones 1.6-6x (65536 f32,
+two threads); one level of rolls on (64, 4096) as fast (memory-bound).
 """
 from __future__ import annotations
 
@@ -56,22 +63,23 @@ __all__ = ["plan_row_caches", "RowCache", "MAX_BYTES", "column_segments", "MAX_S
 MAX_BYTES = 64 * 1024
 #: Most loops a row's column loop is cut into (each has a copy of the loop body).
 MAX_SEGMENTS = 8
-#: Columns at each end of a row cut off as segments of their own where a concatenate along the
-#: row is read at shifted positions (a roll read by a stencil): in the segment between, every
-#: such position within ``HALO`` of the column falls in one part of it, which the emitter then
-#: reads alone (``Emitter.ranges`` follows the index through slices and concatenates).
-HALO = 32
-#: Whether those end segments are cut (``HALO``).  Off: the RK4 scan of models.py (2 x 4096
-#: state, rolls stored) ran 10.1 ms a step without them and 13.2 with them; read in place
-#: (``Module.read_moved``) its rolls took 39.5 ms without and 15.5 with them (2-core EPYC,
-#: quiet, medians of 15 calls).  A two-level roll stencil on (64, 4096) ran 193 -> 90 us with
-#: them: which of the two a kernel is, nothing decides yet.
-HALO_CUTS = False
+#: Ranges narrower than this that follow one another in a row's column loop are one loop (see
+#: ``column_segments``): the few columns at a row's ends where a stencil's rolls wrap around.
+MIN_SEGMENT = 8
+#: A cut range of the column loop (at least four times this many columns) is a loop from and to
+#: multiples of this many columns, with the columns before and after it in loops of their own:
+#: the vectorized loop then has no scalar remainder (LLVM left the 12 columns a (2, 4096) RK4
+#: row's range [2, 4094) has past multiples of 16 to scalar code, 6% of the kernel).
+ALIGN_COLUMNS = 16
+#: Most reads ``_column_cuts`` follows in a kernel (positions of instructions at a shift).
+MAX_WALK = 4096
 #: Whether the CPU asks ``recompute_outputs`` to read an output that only moves a stored
 #: value's elements (a roll) there, at the moved positions, instead of storing it
-#: (``Module.read_moved``).  Off: it took the RK4 scan's peak from 217 to 184 KB (JAX: 184) but
-#: its step from 10.1 to 15.5 ms (with ``HALO_CUTS``; 39.5 without), figures above.
-READ_MOVED = False
+#: (``Module.read_moved``).  It took the RK4 scan of models.py (2 x 4096 state) from 217 to 184
+#: KB (JAX: 184) and its loop from 24.4k to 22.9k cycles a step (2-core EPYC, one thread, the
+#: least of ~300 calls), with the cuts above; with the row's ends cut 32 columns wide instead
+#: (fixed, not the rolls' own shifts) it was slower than the rolls stored, 2.4x slower uncut.
+READ_MOVED = True
 
 _SAME_INDEX = set(hlo.ELEMENTWISE_OPS)
 _COSTLY = set(E._MATH_UNARY) | {"power", "atan2", "remainder", "divide", "sqrt", "rsqrt"}
@@ -213,47 +221,110 @@ class RowCache:
 
 def column_segments(dims, outputs, leafmap) -> list:
   """[(lo, hi)]: the column ranges of a rows-mode kernel's column loop (see the module
-  docstring): cut at the part boundaries of every concatenate along the last dimension that the
-  outputs ``outputs`` (of the kernel's ``dims``) reach through same-index edges; one range
-  ``(0, n)`` when there is none, or the cuts would make more than ``MAX_SEGMENTS`` loops."""
-  from ourjax.backends.llvm.elemental import concat_parts
-  dims = tuple(dims)
-  n = dims[-1]
-  cuts, seen, stack = set(), set(), [i for i, _ in outputs]
-  while stack:
-    x = stack.pop()
-    if id(x) in seen or x in leafmap:
-      continue
-    seen.add(id(x))
-    if (x.opcode == "concatenate" and _dims(x) == dims
-        and x.attrs["dimensions"][0] == len(dims) - 1):
-      for _, off, size in concat_parts(x)[1]:
-        cuts.update((off, off + size))
-      continue
-    stack.extend(o for o in x.operands if _same_index(x, o))
-  if HALO_CUTS and n >= 4 * HALO and _shifted_concat(outputs, leafmap, n):
-    cuts.update((HALO, n - HALO))
+  docstring): cut wherever a concatenate along the last dimension that the outputs
+  ``outputs`` (of the kernel's ``dims``) reach, at whatever shift of the column
+  (``_column_cuts``), changes the part that holds the element; runs of two or more ranges
+  narrower than ``MIN_SEGMENT`` joined into one (the rows' ends of a stencil: there its
+  concatenates stay selects of clamped reads); one range ``(0, n)`` when there is no cut, or
+  the cuts would make more than ``MAX_SEGMENTS`` loops."""
+  n = tuple(dims)[-1]
+  cuts = _column_cuts(n, outputs, leafmap)
   bounds = sorted({0, n} | {c for c in cuts if 0 < c < n})
-  if len(bounds) - 1 > MAX_SEGMENTS:
+  segments = list(zip(bounds, bounds[1:]))
+  joined: list = []
+  run = 0                      # how many narrow ranges joined[-1] holds
+  for lo, hi in segments:
+    narrow = hi - lo < MIN_SEGMENT
+    if narrow and run:
+      joined[-1] = (joined[-1][0], hi)
+      run += 1
+    else:
+      joined.append((lo, hi))
+      run = 1 if narrow else 0
+  if len(joined) > MAX_SEGMENTS:
     return [(0, n)]
-  return list(zip(bounds, bounds[1:]))
+  if len(joined) == 1:
+    return joined
+  aligned = [p for lo, hi in joined for p in _aligned(lo, hi)]
+  return aligned if len(aligned) <= MAX_SEGMENTS else joined
 
 
-def _shifted_concat(outputs, leafmap, n) -> bool:
-  """Whether the outputs reach a concatenate along the last dimension of a row's length ``n``
-  (a ``roll``) through an edge that moves the index (a slice, a concatenate's part: a
-  stencil's neighbours), not only through same-index ones."""
-  seen, stack = set(), [(i, False) for i, _ in outputs]
-  while stack:
-    x, moved = stack.pop()
-    if (id(x), moved) in seen or x in leafmap or x.shape.is_tuple:
+def _aligned(lo, hi) -> list:
+  """A range of ``4 * ALIGN_COLUMNS`` columns or more as its main part, from and to multiples of
+  ``ALIGN_COLUMNS``, and the columns before and after it (fewer than ``ALIGN_COLUMNS`` each)."""
+  a = ALIGN_COLUMNS
+  if hi - lo < 4 * a:
+    return [(lo, hi)]
+  start = -(-lo // a) * a
+  end = start + (hi - start) // a * a
+  return [(x, y) for x, y in ((lo, start), (start, end), (end, hi)) if x < y]
+
+
+def _column_cuts(n, outputs, leafmap) -> set:
+  """The columns (of a row of ``n``) where a concatenate along the last dimension changes
+  part: walks from the outputs (column ``c`` read at ``c``) down every edge that hands the
+  operand the column moved by a known shift -- ``0`` for elementwise ops, identity
+  broadcasts and reshapes of the last dimension, concatenates along another dimension, ``+s``
+  for a slice starting at ``s``, ``-off`` into the part at ``off`` of a concatenate along it:
+  what ``Emitter.ranges`` follows -- with the columns each such read serves (a part of a
+  concatenate serves only the columns that land in it).  A concatenate read at ``c + s`` over
+  columns ``[lo, hi)`` is cut where ``c + s`` crosses a part's bounds.  At most ``MAX_WALK``
+  reads are followed (the cuts found so far are kept: a cut is never wrong, only a loop
+  more)."""
+  cuts: set = set()
+  seen: set = set()
+  stack = [(i, 0, 0, n) for i, _ in outputs if _dims(i) and _dims(i)[-1] == n]
+  while stack and len(seen) < MAX_WALK:
+    x, s, lo, hi = stack.pop()
+    key = (id(x), s, lo, hi)
+    if key in seen or x in leafmap:
       continue
-    seen.add((id(x), moved))
-    if (moved and x.opcode == "concatenate" and x.dims and x.dims[-1] == n
-        and x.attrs["dimensions"][0] == len(x.dims) - 1):
-      return True
-    stack.extend((o, moved or not _same_index(x, o)) for o in x.operands)
-  return False
+    seen.add(key)
+    if x.opcode == "concatenate" and x.attrs["dimensions"][0] == len(x.dims) - 1:
+      from ourjax.backends.llvm.elemental import concat_parts
+      for o, off, size in concat_parts(x)[1]:
+        a, z = max(lo, off - s), min(hi, off + size - s)
+        if a < z:
+          cuts.update((a, z))
+          stack.append((o, s - off, a, z))
+      continue
+    for o, shift in _column_edges(x):
+      stack.append((o, s + shift, lo, hi))
+  return cuts
+
+
+def _column_edges(x) -> list:
+  """[(operand, shift)]: the operands of ``x`` whose last-dimension index the emitter makes
+  from ``x``'s, as the same value moved by ``shift`` (so ``Emitter.ranges`` follows it).
+  Concatenates along the last dimension are ``_column_cuts``' own."""
+  dims = _dims(x)
+  if not dims or x.opcode in ("reduce", "parameter", "constant"):
+    return []
+  out = []
+  for o in x.operands:
+    od = _dims(o)
+    if not od or od[-1] != dims[-1] and x.opcode != "slice":
+      continue
+    op = x.opcode
+    if op == "slice":
+      strides = x.attrs.get("strides") or (1,) * len(od)
+      if strides[-1] == 1:
+        out.append((o, x.attrs["start_indices"][-1]))
+    elif op == "concatenate" or _same_index(x, o):
+      out.append((o, 0))
+    elif op == "broadcast":
+      if x.attrs["dimensions"] and x.attrs["dimensions"][-1] == len(dims) - 1 and od[-1] != 1:
+        out.append((o, 0))
+    elif op == "reshape" and dims[-1] != 1:
+      groups = hlo.reshape_groups(od, dims)
+      if groups:
+        (s0, s1), (d0, d1) = groups[-1]
+        if [k for k in od[s0:s1] if k != 1] == [k for k in dims[d0:d1] if k != 1]:
+          out.append((o, 0))
+    elif op == "transpose":
+      if x.attrs["dimensions"][-1] == len(dims) - 1:
+        out.append((o, 0))
+  return out
 
 
 from ourjax.backends import settings as _settings  # noqa: E402
