@@ -425,6 +425,30 @@ add_p = binop("add", _num, np.add)
 sub_p = binop("sub", _num, np.subtract)
 mul_p = binop("mul", _num, np.multiply)
 div_p = binop("div", _num, _int_or_float(rops.integer_div, np.divide))
+
+
+def _div_impl(x, y):
+  """Eager ``div``: a real float array divided by a scalar is multiplied by the scalar's
+  reciprocal, as XLA's CPU computes a division by a broadcast (JAX's eager ops are compiled
+  programs, so they get it too; ``lowering/passes/simplify.py`` does it for ``jit``): the
+  reciprocal rounded to the type (float32's for bfloat16, which XLA computes in float32), then
+  the product."""
+  x, y = np.asarray(x), np.asarray(y)
+  dt = x.dtype
+  if not (y.ndim == 0 < x.ndim and dtypes.is_float(dt)) or dtypes.is_complex(dt):
+    return _div_plain(x, y)
+  def recip_product(x, y):
+    wide = np.float64 if dt == np.float64 else np.float32
+    r = np.divide(wide(1), np.asarray(y, wide))
+    if dt in (np.float16, np.float32, np.float64):   # (bfloat16, float8: XLA's float32)
+      r = np.asarray(r.astype(dt), wide)
+    return np.multiply(np.asarray(x, wide), r).astype(dt)
+  return rops.quietly(recip_product, x, y)
+
+
+_div_plain = impl_rules[div_p]
+impl_rules[div_p] = _div_impl
+_div_impl.numpy_fn = _div_impl
 rem_p = binop("rem", _int + _float, _int_or_float(rops.integer_rem, np.fmod))
 pow_p = binop("pow", _fp, np.power)
 # NaN-propagating, +0 above -0 in either order, complex lexicographic: XLA's (rops.maximum)

@@ -218,6 +218,10 @@ def lower(closed: ClosedJaxpr, name: str = "jit_fn", *, keep_unused: bool = True
       const_instrs.append(b.parameter(ctx.shape(v.aval)))
   outs = lower_eqns(ctx, jaxpr, const_instrs, params)
   module.entry = b.build(b.tuple(outs))
+  # (XLA's rewrites of division, which JAX's numbers follow: the module as lowered computes
+  # them, so the passes that optimise it change no bits)
+  from ourjax.lowering import xla_division
+  xla_division.run(module)
   return Lowering(module, hoisted, kept)
 
 
