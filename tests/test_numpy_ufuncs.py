@@ -705,3 +705,20 @@ def test_sign_keeps_signed_zeros_eagerly_and_compiled(dtype):
     np.testing.assert_array_equal(got, np.array([-0.0, 0.0, -1.0, 1.0, np.nan], dtype))
     assert list(np.signbit(got[:2])) == [True, False]
   assert float(jnp.arctan2(jnp.sign(dtype(-0.0)), dtype(-0.0))) == pytest.approx(-np.pi, 1e-3)
+
+
+def test_logaddexp2_weak_type_values_and_gradient():
+  # as JAX's: weakly typed Python scalars give a weakly typed result
+  assert jnp.logaddexp2(1.0, 2.0).weak_type
+  assert not jnp.logaddexp2(np.float32(1), 2.0).weak_type
+  x = np.array([-np.inf, np.inf, np.nan, 1., 3., -np.inf, 0.5, -120.], np.float32)
+  y = np.array([-np.inf, np.inf, 1., 1., -2., 5., 0.25, -121.], np.float32)
+  with np.errstate(invalid="ignore"):
+    want = np.logaddexp2(x.astype(np.float64), y.astype(np.float64))
+  for f in (jnp.logaddexp2, ourjax.jit(jnp.logaddexp2)):
+    got = np.asarray(f(x, y))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-7)
+  # d/dx log2(2^x + 2^y) = 2^x / (2^x + 2^y)
+  g = ourjax.grad(jnp.logaddexp2)(3.0, 1.0)
+  np.testing.assert_allclose(float(g), 8 / 10, rtol=1e-6)
