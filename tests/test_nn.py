@@ -411,3 +411,11 @@ def test_jit_returns_float0_cotangents():
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
   assert isinstance(got[2], np.ndarray) and got[2].dtype == ourjax.dtypes.float0
   assert got[2].shape == (1, 1, 8)
+
+
+def test_sigmoid_family_refuses_integers_as_jax():
+  # jax.nn.sigmoid is lax.logistic: an integer input is a TypeError (silu, swish, glu too)
+  for f in (nn.sigmoid, nn.silu, nn.swish):
+    with pytest.raises(TypeError, match="logistic does not accept dtype int32"):
+      f(np.arange(3, dtype=np.int32))
+  np.testing.assert_allclose(float(nn.sigmoid(2.0)), 1 / (1 + np.exp(-2.0)), rtol=1e-6)

@@ -62,11 +62,8 @@ relu6.defjvps(lambda g, ans, x: lax.select_n((x > 0) & (x < 6), jnp.zeros_like(g
 
 
 def sigmoid(x):
-  """``1 / (1 + exp(-x))`` (``lax.logistic``)."""
-  x = _arr("sigmoid", x)
-  if not dtypes.issubdtype(x.dtype, np.inexact):
-    x = x.astype(dtypes.default_float_dtype())
-  return lax.logistic(x)
+  """``1 / (1 + exp(-x))`` (``lax.logistic``: an integer ``x`` is refused, as JAX's)."""
+  return lax.logistic(_arr("sigmoid", x))
 
 
 @replayed()
