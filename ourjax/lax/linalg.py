@@ -205,7 +205,8 @@ def _lowering(prim, single, max_n=None, widen=False):
     # (the algorithms mix dtypes and ranks as library code: the user's strict dtype / 'raise'
     # rank promotion settings do not apply inside them)
     closed = pe.trace_to_jaxpr(internal_promotion(flat), list(avals_in), prim.name)
-    outs = ctx.inline(closed, list(operands))
+    with ctx.library():     # (JAX's LAPACK call: XLA rewrites none of its divisions)
+      outs = ctx.inline(closed, list(operands))
     return outs if prim.multiple_results else outs[0]
 
 

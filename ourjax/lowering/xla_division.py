@@ -41,8 +41,13 @@ _F32 = hlo.to_dtype("f32")
 _MAX_ROUNDS = 16
 
 
-def run(module: hlo.Module) -> bool:
-  """Rewrite the divisions of every computation of ``module``; True if any changed."""
+def run(module: hlo.Module, divisions=None) -> bool:
+  """Rewrite the divisions of every computation of ``module`` (only ``divisions``, and what
+  the rules make of them, when given: the program's, not a library composition's); True if any
+  changed."""
+  only = None if divisions is None else set(divisions)
+  if only is not None and not only:
+    return False
   changed = False
   for comp in list(module.computations):
     for _ in range(_MAX_ROUNDS):
@@ -50,8 +55,13 @@ def run(module: hlo.Module) -> bool:
       for instr in list(comp.instructions):
         if instr.parent is not comp or instr.opcode != "divide":
           continue
+        if only is not None and instr not in only:
+          continue
+        before = set(comp.instructions)
         new = _rewrite(instr, Builder.into(comp, before=instr))
         if new is not None:
+          if only is not None:       # (the divisions a rule made are the program's too)
+            only.update(i for i in comp.instructions if i.opcode == "divide" and i not in before)
           comp.replace_all_uses(instr, new)
           _remove_dead(comp, instr)
           done = changed = True
