@@ -611,3 +611,27 @@ def test_var_with_an_integer_dtype_divides_as_integers():
   assert np.isnan(float(jnp.var(x, dtype=np.int32, ddof=12)))
   assert jnp.nanvar(x, dtype=np.int32).dtype == np.int32
   assert int(jnp.nanvar(x, dtype=np.int32, ddof=12)) == 0
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "var", "std", "argmax", "argmin", "prod",
+                                  "nanmean", "any"])
+@pytest.mark.parametrize("axis", [2, -3, (0, 2)])
+def test_out_of_range_axis_is_value_and_index_error(name, axis):
+  # JAX raises ValueError for some reductions (sum, max) and IndexError for others (mean, var,
+  # argmax: "tuple index out of range"); NumPy's AxisError is both
+  if name in ("argmax", "argmin") and isinstance(axis, tuple):
+    return
+  x = np.ones((3, 4), np.float32)
+  with pytest.raises(ValueError, match="out of bounds"):
+    getattr(jnp, name)(x, axis=axis)
+  with pytest.raises(IndexError):
+    getattr(jnp, name)(x, axis=axis)
+
+
+def test_logsumexp_out_of_range_axis_raises():
+  from ourjax import nn
+  x = np.ones((3, 4), np.float32)
+  for axis in (2, -3, (0, 5)):
+    with pytest.raises(ValueError, match="out of bounds"):
+      nn.logsumexp(x, axis=axis)
+  np.testing.assert_allclose(np.asarray(nn.logsumexp(x, axis=(0, -1))), np.log(12) + 1, rtol=1e-6)

@@ -208,12 +208,10 @@ def glu(x, axis: int = -1):
 # softmax family
 
 
-def _reduction_axes(axis, ndim):
-  if axis is None:
-    return tuple(range(ndim))
-  if isinstance(axis, (tuple, list)):
-    return tuple(sorted(operator.index(a) % ndim for a in axis))
-  return (operator.index(axis) % ndim,) if ndim else ()
+def _reduction_axes(axis, ndim, name="logsumexp"):
+  """Sorted non-negative axes; one out of range is an error (as JAX's), not wrapped."""
+  from ourjax.numpy._reductions import _reduction_axes as checked
+  return tuple(sorted(checked(name, axis, ndim)))
 
 
 @replayed(static=("axis", "keepdims", "return_sign"))
@@ -256,7 +254,7 @@ def logmeanexp(x, axis=None, where=None, keepdims: bool = False):
   x = _arr("logmeanexp", x)
   lse = logsumexp(x, axis=axis, where=where, keepdims=keepdims)
   if where is None:
-    dims = _reduction_axes(axis, x.ndim)
+    dims = _reduction_axes(axis, x.ndim, "logmeanexp")
     n = float(np.prod([x.shape[d] for d in dims]))
     return lse - np.log(n).astype(lse.dtype)
   count = jnp.sum(jnp.broadcast_to(where, x.shape), axis=axis, keepdims=keepdims)
