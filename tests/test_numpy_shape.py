@@ -535,3 +535,13 @@ def test_shape_functions_under_jit_and_vmap():
       same(g, r)
   same(ourjax.vmap(lambda a: jnp.concatenate([a, jnp.flip(a)]))(x[0]),
        np.concatenate([x[0], x[0][:, ::-1]], axis=1))
+
+
+def test_out_of_range_axis_of_shape_functions_is_value_and_index_error():
+  # JAX's swapaxes raises IndexError here, others ValueError: NumPy's AxisError is both
+  x = np.ones((2, 3), np.float32)
+  for f in (lambda: jnp.swapaxes(x, 0, 3), lambda: jnp.moveaxis(x, 5, 0)):
+    with pytest.raises(ValueError, match="out of bounds"):
+      f()
+    with pytest.raises(IndexError):
+      f()
