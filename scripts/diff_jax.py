@@ -221,6 +221,7 @@ class _Libs:
     self.jnp, self.lax, self.nn, self.random = lib.numpy, lib.lax, lib.nn, lib.random
     self.tree_util = lib.tree_util
     self.flatten_util = importlib.import_module(lib.__name__ + ".flatten_util")
+    self.optimizers = importlib.import_module(lib.__name__ + ".example_libraries.optimizers")
     self.scipy = importlib.import_module(lib.__name__ + ".scipy")
     for sub in ("special", "stats", "linalg"):
       importlib.import_module(f"{lib.__name__}.scipy.{sub}")

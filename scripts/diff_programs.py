@@ -672,3 +672,124 @@ add("linalg", lambda L: [L.jnp.linalg.inv(_x((3, 3)) + 5 * np.eye(3)), L.jnp.lin
                          L.jnp.linalg.cholesky(np.eye(3) * 2 + 0.1), L.jnp.linalg.eigh(np.diag(np.arange(3.)) + 0.5)[0],
                          L.jnp.linalg.svd(_x(), compute_uv=False), L.jnp.linalg.pinv(_x()).shape,
                          L.jnp.linalg.matrix_rank(_x())])
+
+# --------------------------------------------------------------------------- model-like code
+def _mlp_init(L, key, sizes):
+  keys = L.random.split(key, len(sizes) - 1)
+  return [{"w": L.random.normal(k, (m, n)) / np.sqrt(m), "b": L.jnp.zeros(n)}
+          for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
+
+
+def _mlp(L, params, x):
+  for layer in params[:-1]:
+    x = L.nn.relu(x @ layer["w"] + layer["b"])
+  return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def _xent(L, params, x, y):
+  logits = _mlp(L, params, x)
+  return -L.jnp.mean(L.jnp.sum(L.nn.log_softmax(logits) * L.nn.one_hot(y, logits.shape[-1]), -1))
+
+
+def _train_sgd(L, steps=5, jit=True):
+  key = L.random.PRNGKey(0)
+  k1, k2, k3 = L.random.split(key, 3)
+  params = _mlp_init(L, k1, [4, 16, 3])
+  x = L.random.normal(k2, (32, 4))
+  y = L.random.randint(k3, (32,), 0, 3)
+  step = lambda p: L.jax.tree.map(lambda a, g: a - 0.1 * g, p, L.jax.grad(lambda q: _xent(L, q, x, y))(p))
+  if jit:
+    step = L.jax.jit(step)
+  losses = []
+  for _ in range(steps):
+    params = step(params)
+    losses.append(_xent(L, params, x, y))
+  return losses, params
+
+
+add("model.mlp_sgd_jit", lambda L: _train_sgd(L))
+add("model.mlp_sgd_eager", lambda L: _train_sgd(L, steps=2, jit=False))
+
+
+def _adam(L):
+  opt_init, opt_update, get_params = L.optimizers.adam(1e-2)
+  key = L.random.PRNGKey(1)
+  params = _mlp_init(L, key, [3, 8, 2])
+  x = L.random.uniform(L.random.fold_in(key, 1), (16, 3))
+  y = L.random.randint(L.random.fold_in(key, 2), (16,), 0, 2)
+  state = opt_init(params)
+
+  @L.jax.jit
+  def step(i, state):
+    p = get_params(state)
+    loss, g = L.jax.value_and_grad(lambda q: _xent(L, q, x, y))(p)
+    return loss, opt_update(i, g, state)
+  losses = []
+  for i in range(4):
+    loss, state = step(i, state)
+    losses.append(loss)
+  return losses, get_params(state)
+
+
+add("model.adam", _adam)
+
+
+def _rnn(L):
+  key = L.random.PRNGKey(3)
+  kw, kx = L.random.split(key)
+  w = L.random.normal(kw, (5, 5)) * 0.3
+  xs = L.random.normal(kx, (7, 2, 5))
+
+  def cell(h, x):
+    h = L.jnp.tanh(h @ w + x)
+    return h, h.sum(-1)
+  loss = lambda w_: L.lax.scan(lambda h, x: (L.jnp.tanh(h @ w_ + x), None), L.jnp.zeros((2, 5)), xs)[0].sum()
+  return L.lax.scan(cell, L.jnp.zeros((2, 5)), xs), L.jax.grad(loss)(w)
+
+
+add("model.rnn_scan", _rnn)
+add("model.rnn_scan_jit", lambda L: L.jax.jit(lambda: _rnn(L))())
+
+
+def _attention_block(L, x):
+  d = x.shape[-1]
+  k = L.random.PRNGKey(5)
+  wq, wk, wv = (L.random.normal(kk, (d, d)) / np.sqrt(d) for kk in L.random.split(k, 3))
+  mu = x.mean(-1, keepdims=True)
+  var = x.var(-1, keepdims=True)
+  h = (x - mu) / L.jnp.sqrt(var + 1e-5)
+  q, kk, v = h @ wq, h @ wk, h @ wv
+  s = q @ kk.swapaxes(-1, -2) / np.sqrt(d)
+  mask = L.jnp.tril(L.jnp.ones((x.shape[-2], x.shape[-2]), bool))
+  s = L.jnp.where(mask, s, -1e9)
+  return x + L.nn.softmax(s, axis=-1) @ v
+
+
+add("model.attention", lambda L: _attention_block(L, _x((2, 6, 8), scale=1.0)))
+add("model.attention_jit", lambda L: L.jax.jit(lambda x: _attention_block(L, x))(_x((2, 6, 8), scale=1.0)))
+add("model.attention_grad", lambda L: L.jax.grad(lambda x: _attention_block(L, x).sum())(_x((1, 4, 8), scale=1.0)))
+
+
+def _cnn(L, x):
+  k = L.random.PRNGKey(9)
+  w = L.random.normal(k, (3, 3, 1, 4)) * 0.3
+  y = L.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  y = L.nn.relu(y)
+  y = L.lax.reduce_window(y, 0.0, L.lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4
+  return L.nn.log_softmax(y.reshape(y.shape[0], -1) @ L.jnp.ones((y[0].size, 3)) / 10)
+
+
+add("model.cnn", lambda L: _cnn(L, _x((2, 6, 6, 1), scale=1.0)))
+add("model.cnn_jit_grad", lambda L: L.jax.jit(L.jax.grad(lambda x: _cnn(L, x).sum()))(_x((2, 6, 6, 1), scale=1.0)))
+add("model.batchnorm", lambda L: (lambda x: (x - x.mean(0)) / L.jnp.sqrt(x.var(0) + 1e-5))(_x((8, 5))))
+add("model.vmap_per_example_grad", lambda L: L.jax.vmap(L.jax.grad(lambda w, x: L.jnp.tanh(x @ w).sum()), in_axes=(None, 0))(
+    _x((4, 3)), _x((5, 4), seed=2)))
+add("model.dropout", lambda L: L.jnp.where(L.random.bernoulli(L.random.PRNGKey(2), 0.8, (4, 5)), _x((4, 5)) / 0.8, 0))
+add("model.l2norm", lambda L: _x() / L.jnp.linalg.norm(_x(), axis=-1, keepdims=True))
+add("model.mse_jit_grad", lambda L: L.jax.jit(L.jax.value_and_grad(lambda w: L.jnp.mean((_x((10, 3)) @ w - 1.0) ** 2)))(np.ones(3, np.float32)))
+add("model.fft", lambda L: [L.jnp.fft.fft(np.arange(8.)), L.jnp.fft.rfft(_x((2, 8))), L.jnp.fft.irfft(L.jnp.fft.rfft(_x((8,))))])
+add("model.cumulative_logits", lambda L: L.jnp.cumsum(L.nn.softmax(_x()), axis=-1))
+add("model.topk_accuracy", lambda L: L.jnp.mean(L.jnp.argmax(_x((10, 4)), -1) == np.arange(10) % 4))
+add("model.clip_grads", lambda L: L.jax.tree.map(lambda g: L.jnp.clip(g, -0.5, 0.5), L.jax.grad(
+    lambda p: (p["a"] ** 3).sum() + (p["b"] * 2).sum())({"a": _x((3,)), "b": _x((2,), seed=1)})))
+add("model.optax_like_schedule", lambda L: [L.jnp.cos(np.pi * i / 10) * 0.5 + 0.5 for i in range(3)])
