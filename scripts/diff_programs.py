@@ -793,3 +793,96 @@ add("model.topk_accuracy", lambda L: L.jnp.mean(L.jnp.argmax(_x((10, 4)), -1) ==
 add("model.clip_grads", lambda L: L.jax.tree.map(lambda g: L.jnp.clip(g, -0.5, 0.5), L.jax.grad(
     lambda p: (p["a"] ** 3).sum() + (p["b"] * 2).sum())({"a": _x((3,)), "b": _x((2,), seed=1)})))
 add("model.optax_like_schedule", lambda L: [L.jnp.cos(np.pi * i / 10) * 0.5 + 0.5 for i in range(3)])
+
+# ------------------------------------------------------------------- array object / Python API
+add("obj.repr", lambda L: [repr(L.jnp.asarray(np.array([1.5, -2.0], np.float32))), repr(L.jnp.arange(3)),
+                           repr(L.jnp.asarray(2.0)), repr(L.jnp.asarray(True)), repr(L.jnp.ones((2, 2), L.jnp.bfloat16)),
+                           repr(L.jnp.zeros(0)), repr(L.jnp.asarray(np.array([1e10, 1e-5], np.float32))),
+                           repr(L.jnp.asarray(np.uint8(7))), repr(L.jnp.asarray(1 + 2j))])
+add("obj.str", lambda L: [str(L.jnp.asarray(np.array([1.5, -2.0], np.float32))), str(L.jnp.arange(3)),
+                          str(L.jnp.asarray(2.0)), str(L.jnp.ones((2, 2), L.jnp.int8)), f"{L.jnp.asarray(2.5):.2f}",
+                          format(L.jnp.asarray(3), "d")])
+add("obj.scalars", lambda L: [float(L.jnp.asarray(2.5)), int(L.jnp.asarray(2.7)), int(L.jnp.asarray(-2.7)),
+                              bool(L.jnp.asarray(0.0)), complex(L.jnp.asarray(1.5)), L.jnp.asarray(3.5).item(),
+                              L.jnp.arange(3).tolist(), L.jnp.asarray([1.5, 2.5]).tolist(), L.jnp.asarray(7).item(),
+                              type(L.jnp.asarray(7).item()).__name__, type(L.jnp.asarray(True).item()).__name__,
+                              L.jnp.asarray(np.float16(1.5)).item(), type(L.jnp.asarray(np.float16(1.5)).item()).__name__,
+                              int(L.jnp.asarray(np.uint32(4000000000))), L.jnp.asarray([[1, 2]]).tolist()])
+add("obj.bool_err", lambda L: bool(L.jnp.arange(3)))
+add("obj.bool_empty", lambda L: bool(L.jnp.zeros(0)))
+add("obj.len_scalar_err", lambda L: len(L.jnp.asarray(3)))
+add("obj.int_array_err", lambda L: int(L.jnp.arange(3)))
+add("obj.iter", lambda L: [v for v in L.jnp.arange(3)])
+add("obj.iter_scalar_err", lambda L: [v for v in L.jnp.asarray(3)])
+add("obj.attrs", lambda L: (lambda a: [a.shape, a.ndim, a.size, a.itemsize, a.nbytes, str(a.dtype), a.T.shape,
+                                       a.mT.shape, a.real.dtype.name, a.imag.shape, len(a), a.dtype == np.float32,
+                                       a.dtype == L.jnp.float32, a.dtype.kind, a.weak_type])(L.jnp.ones((2, 3))))
+add("obj.methods", lambda L: (lambda a: [a.sum(axis=0), a.mean(), a.max(keepdims=True), a.argmax(), a.reshape(-1),
+                                         a.reshape(3, 2), a.flatten(), a.ravel(), a.squeeze(), a.transpose(), a.swapaxes(0, 1),
+                                         a.astype(int), a.clip(0, 1), a.round(1), a.cumsum(), a.std(), a.var(ddof=1),
+                                         a.any(), a.all(), a.prod(axis=1), a.min(axis=-1), a.ptp(), a.nonzero(),
+                                         a.sort(), a.argsort(), a.take(np.array([0, 2])), a.repeat(2), a.conj(),
+                                         a.dot(a.T), a.trace(), a.diagonal(), a.copy(), a.view(L.jnp.int32) if hasattr(a, "view") else 0])(
+    L.jnp.asarray(_x((2, 3)))))
+add("obj.isinstance", lambda L: [isinstance(L.jnp.ones(2), L.jax.Array), isinstance(np.ones(2), L.jax.Array),
+                                 isinstance(L.jnp.float32(1), L.jax.Array)])
+add("obj.dtype_api", lambda L: [str(L.jnp.dtype("float32")), str(L.jnp.float32), L.jnp.issubdtype(L.jnp.bfloat16, L.jnp.floating),
+                                L.jnp.issubdtype(np.int8, L.jnp.integer), L.jnp.can_cast(np.int32, np.float32),
+                                L.jnp.can_cast(np.float32, np.int32), str(L.jnp.finfo(L.jnp.bfloat16).eps),
+                                float(L.jnp.finfo(np.float16).max), int(L.jnp.iinfo(np.int8).min), L.jnp.iinfo(np.uint16).bits,
+                                str(L.jax.dtypes.canonicalize_dtype(np.float64)), str(L.jnp.zeros(2, float).dtype),
+                                str(L.jnp.asarray(np.float64(1)).dtype), str(L.jnp.asarray(np.int64(1)).dtype),
+                                str(L.jnp.result_type(L.jnp.float16, L.jnp.int64)), str(L.jnp.bfloat16(1).dtype),
+                                L.jnp.isdtype(np.float32, "real floating"), str(L.jnp.float_), str(L.jnp.int_)])
+add("obj.scalar_types", lambda L: [L.jnp.float32(1.5), L.jnp.int8(300) if False else L.jnp.int8(100), L.jnp.bool_(3),
+                                   L.jnp.uint8(255), L.jnp.float16(np.pi), L.jnp.float32("1.5") if False else 0,
+                                   L.jnp.int32(np.arange(3)), L.jnp.float32([1, 2])])
+add("obj.x64_overflow", lambda L: L.jnp.asarray(2 ** 31))
+add("obj.x64_float", lambda L: L.jnp.asarray(1e300))
+add("obj.setitem_err", lambda L: L.jnp.arange(3).__setitem__(0, 1))
+add("obj.hash_err", lambda L: hash(L.jnp.arange(3)))
+add("obj.eq_tree", lambda L: (L.jnp.arange(3) == L.jnp.arange(3)).tolist())
+add("obj.devices", lambda L: [str(L.jnp.ones(2).dtype), L.jax.device_count() >= 1, L.jax.default_backend()])
+add("obj.block", lambda L: L.jax.block_until_ready({"a": L.jnp.ones(2)})["a"])
+add("obj.device_put", lambda L: L.jax.device_put(np.arange(3.)))
+add("obj.device_get", lambda L: [type(L.jax.device_get(L.jnp.ones(2))).__name__, L.jax.device_get({"a": L.jnp.ones(2)})["a"]])
+add("obj.eval_shape", lambda L: (lambda s: [s.shape, str(s.dtype)])(L.jax.eval_shape(lambda x: x.sum(0), np.ones((3, 4), np.float32))))
+add("obj.make_jaxpr_str", lambda L: str(L.jax.make_jaxpr(lambda x: L.jnp.sin(x) * 2.0)(1.0)))
+add("obj.jit_repr_args", lambda L: L.jax.jit(lambda x, y: x + y)(np.int8(3), 4))
+add("obj.jit_str_arg_err", lambda L: L.jax.jit(lambda x: x)("a"))
+add("obj.jit_list_arg", lambda L: L.jax.jit(lambda x: x[0] + x[1])([1.0, 2.0]))
+add("obj.jit_dtype_out", lambda L: L.jax.jit(lambda x: x * 2)(np.arange(3, dtype=np.uint8)))
+add("obj.jit_f64_in", lambda L: L.jax.jit(lambda x: x + 1)(np.arange(3.0)))
+add("obj.jit_i64_in", lambda L: L.jax.jit(lambda x: x + 1)(np.arange(3)))
+add("obj.jit_bool_in", lambda L: L.jax.jit(lambda x: x + 1)(np.array([True, False])))
+add("obj.jit_python_scalar_weak", lambda L: L.jax.jit(lambda x: x)(2.0))
+add("obj.jit_python_int_weak", lambda L: L.jax.jit(lambda x: x * 2)(3))
+add("obj.jit_none_arg", lambda L: L.jax.jit(lambda x, y: x if y is None else y)(1.0, None))
+add("obj.grad_python_scalar", lambda L: L.jax.grad(lambda x: x * x)(3.0))
+add("obj.conversion_dtype_arg", lambda L: [L.jnp.asarray([1, 2], dtype="float16"), L.jnp.zeros(2, "int8"),
+                                           L.jnp.array([1.5], dtype=np.int32), L.jnp.array(np.array([1.5]), dtype=bool)])
+
+# ------------------------------------------------------------------ decompositions' conventions
+_SYM = (lambda a: (a + a.T) / 2 + 3 * np.eye(4, dtype=np.float32))(_x((4, 4)))
+add("la.eigh", lambda L: L.jnp.linalg.eigh(_SYM))
+add("la.eigh_jit", lambda L: L.jax.jit(L.jnp.linalg.eigh)(_SYM))
+add("la.svd", lambda L: L.jnp.linalg.svd(_x((4, 3))))
+add("la.svd_thin", lambda L: L.jnp.linalg.svd(_x((4, 3)), full_matrices=False))
+add("la.svd_jit", lambda L: L.jax.jit(lambda a: L.jnp.linalg.svd(a, full_matrices=False))(_x((4, 3))))
+add("la.qr", lambda L: L.jnp.linalg.qr(_x((4, 3))))
+add("la.qr_complete", lambda L: L.jnp.linalg.qr(_x((4, 3)), mode="complete"))
+add("la.qr_jit", lambda L: L.jax.jit(L.jnp.linalg.qr)(_x((4, 3))))
+add("la.lu", lambda L: L.jax.scipy.linalg.lu(_x((4, 4))) if False else L.lax.linalg.lu(_x((4, 4))))
+add("la.cholesky_jit", lambda L: L.jax.jit(L.jnp.linalg.cholesky)(_SYM))
+add("la.eig_vals", lambda L: L.jnp.sort_complex(L.jnp.linalg.eigvals(_SYM.astype(np.float32))) if hasattr(L.jnp, "sort_complex") else 0)
+add("la.lstsq", lambda L: L.jnp.linalg.lstsq(_x((5, 3)), _x((5,), seed=1))[0])
+add("la.det_jit_grad", lambda L: L.jax.grad(L.jnp.linalg.det)(_SYM))
+add("la.inv_grad", lambda L: L.jax.grad(lambda a: L.jnp.linalg.inv(a).sum())(_SYM))
+add("la.eigh_grad", lambda L: L.jax.grad(lambda a: L.jnp.linalg.eigh(a)[0].sum() + L.jnp.linalg.eigh(a)[0][0])(_SYM))
+add("la.svd_grad", lambda L: L.jax.grad(lambda a: L.jnp.linalg.svd(a, compute_uv=False).sum())(_x((4, 3))))
+add("la.matrix_power", lambda L: [L.jnp.linalg.matrix_power(_SYM, 3), L.jnp.linalg.matrix_power(_SYM, -1)])
+add("la.expm", lambda L: __import__(L.jax.__name__ + ".scipy.linalg", fromlist=["expm"]).expm(_SYM / 10))
+add("la.solve_triangular", lambda L: __import__(L.jax.__name__ + ".scipy.linalg", fromlist=["x"]).solve_triangular(
+    np.tril(_SYM), np.arange(4.0, dtype=np.float32), lower=True))
+add("la.cho_solve", lambda L: (lambda m: m.cho_solve(m.cho_factor(_SYM), np.arange(4.0, dtype=np.float32)))(
+    __import__(L.jax.__name__ + ".scipy.linalg", fromlist=["x"])))

@@ -238,8 +238,8 @@ def _cholesky_impl(x):
   for i, a in enumerate(flat):
     try:
       res[i] = np.linalg.cholesky(a)
-    except np.linalg.LinAlgError:
-      res[i] = np.nan
+    except np.linalg.LinAlgError:      # (JAX's: NaN in the lower triangle, zeros above)
+      res[i] = np.tril(np.full_like(a, np.nan))
   return out
 
 
