@@ -336,7 +336,9 @@ def _integer_power(x, y):
     acc = _select(odd, acc, lax.mul(acc, x))
     x = lax.mul(x, x)
     y = lax.shift_right_logical(y, one)
-  return acc
+  # (JAX's accumulator starts from strongly typed ones: the result is strong even for two
+  # weakly typed operands, 3 ** bool_array)
+  return lax.convert_element_type(acc, get_aval(acc).dtype)
 
 
 pow = power  # noqa: A001
@@ -361,7 +363,8 @@ def floor_divide(x1, x2, /):
     # JAX's test (signs differ and the remainder is nonzero), which also fixes the result of
     # a division by zero: XLA's -1 becomes -2 for a positive x1
     adjust = lax.and_(lax.ne(r, zero), lax.ne(lax.sign(x1), lax.sign(x2)))
-    return _select(adjust, q, lax.sub(q, lax._const(q, 1)))
+    one = Array(np.array(1, get_aval(q).dtype), weak_type=True)   # (JAX's ``q - 1``: q's weak type)
+    return _select(adjust, q, lax.sub(q, one))
   if dtypes.is_complex(dt):
     raise TypeError("floor_divide does not support complex-valued inputs")
   return _float_divmod(x1, x2)[0]
