@@ -635,3 +635,20 @@ def test_logsumexp_out_of_range_axis_raises():
     with pytest.raises(ValueError, match="out of bounds"):
       nn.logsumexp(x, axis=axis)
   np.testing.assert_allclose(np.asarray(nn.logsumexp(x, axis=(0, -1))), np.log(12) + 1, rtol=1e-6)
+
+
+def test_single_element_reductions_return_the_element():
+  # XLA makes a reduce of one element per result a reshape (its identity is not added): JAX's
+  # sum / cumsum / mean of [-0.0] is -0.0, eager and jitted; longer sums start from +0
+  z = np.array([-0.0], np.float32)
+  z2 = np.array([[-0.0], [0.0]], np.float32)
+  for f in (lambda a: a, ourjax.jit):
+    for fn, arg in ((jnp.sum, z), (jnp.cumsum, z), (jnp.mean, z), (jnp.nansum, z)):
+      r = np.asarray(f(fn)(arg))
+      assert r.reshape(-1)[0] == 0 and np.signbit(r).all(), fn
+    r = np.asarray(f(lambda a: jnp.sum(a, axis=1))(z2))
+    np.testing.assert_array_equal(np.signbit(r), [True, False])
+    r = np.asarray(f(jnp.cumsum)(np.array([-0.0, -0.0], np.float32)))
+    assert not np.signbit(r).any()            # (0 + -0 + -0)
+  h = np.array([[1.5]], np.float16)
+  assert jnp.cumsum(h, axis=1).dtype == np.float16 and jnp.sum(h, axis=1).dtype == np.float16

@@ -504,6 +504,11 @@ def reduce_with(ctx, x, opcode: str, axes, dtype) -> hlo.Instruction:
   """``x`` reduced over ``axes`` with a monoid ``opcode`` from its identity; narrow floats are
   summed/multiplied in float32 and rounded once at the end (as the eager reducers do)."""
   b = ctx.builder
+  dims = x.shape.dims
+  if x.shape.size and all(dims[a] == 1 for a in axes):
+    # one element per result: a reshape, as XLA's simplifier makes it (the identity is not
+    # combined in: JAX's sum of [-0.0] is -0.0)
+    return b.reshape(x, tuple(d for i, d in enumerate(dims) if i not in axes))
   acc_dt = np.dtype(np.float32) if (is_narrow_float(dtype) and opcode in ("add", "multiply")) \
       else np.dtype(dtype)
   if acc_dt != np.dtype(dtype):
