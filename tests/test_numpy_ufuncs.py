@@ -744,3 +744,14 @@ def test_integer_power_and_floor_divide_weak_types_as_jax():
   assert r.weak_type
   np.testing.assert_array_equal(np.asarray(r), [-1, -2, -1])   # (XLA's -1 // 0 = -1, then -1)
   assert not jnp.floor_divide(np.arange(3, dtype=np.int32), 2).weak_type
+
+
+def test_copysign_heaviside_shape_mismatch_is_value_error():
+  # JAX computes them with where: its broadcast error is a ValueError (add's is a TypeError)
+  for f in (jnp.copysign, jnp.heaviside):
+    with pytest.raises(ValueError, match="Incompatible shapes for broadcasting"):
+      f(np.ones(3, np.float32), np.ones(4, np.float32))
+  with pytest.raises(TypeError):
+    jnp.add(np.ones(3, np.float32), np.ones(4, np.float32))
+  np.testing.assert_array_equal(np.asarray(jnp.copysign(np.ones((2, 1)), np.array([-1., 1.]))),
+                                [[-1, 1], [-1, 1]])

@@ -465,7 +465,18 @@ def signbit(x, /):
   return lax.lt(lax.bitcast_convert_type(x, itype), np.array(0, itype))
 
 
+def _where_broadcastable(x1, x2):
+  """JAX's copysign and heaviside are ``where``s of their operands: shapes that do not
+  broadcast are its ValueError (a lax op's would be a TypeError)."""
+  s1, s2 = np.shape(x1), np.shape(x2)
+  try:
+    np.broadcast_shapes(s1, s2)
+  except ValueError:
+    raise ValueError(f"Incompatible shapes for broadcasting: shapes={[s1, s2]}") from None
+
+
 def copysign(x1, x2, /):
+  _where_broadcastable(x1, x2)
   x1, x2 = promote_args_inexact("copysign", x1, x2)
   return _select(signbit(x2), lax.abs(x1), lax.neg(lax.abs(x1)))
 
@@ -628,6 +639,7 @@ def _sinc_maclaurin(k):
 
 
 def heaviside(x1, x2, /):
+  _where_broadcastable(x1, x2)
   x1, x2 = promote_args_inexact("heaviside", x1, x2)
   zero = lax._const(x1, 0)
   # (JAX's: NaN where x1 is NaN, x2 where it is zero)
