@@ -228,13 +228,15 @@ class _Libs:
     self.logsumexp = self.scipy.special.logsumexp
 
 
-def run_programs(libname, out_path, only):
+def run_programs(libname, out_path, only, x64=False):
   import warnings
   warnings.simplefilter("ignore")
   if libname == "jax":
     import jax as lib
   else:
     import ourjax as lib
+  if x64:
+    lib.config.update("jax_enable_x64", True)
   import diff_programs
   L = _Libs(lib)
   out = {}
@@ -375,7 +377,7 @@ if __name__ == "__main__":
   if o.suite == "programs":
     sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
     if o.cmd == "run":
-      run_programs(o.a, o.b, o.only)
+      run_programs(o.a, o.b, o.only, o.x64)
     else:
       compare_programs(o.a, o.b, o.show_jit_errors)
   elif o.cmd == "run":
