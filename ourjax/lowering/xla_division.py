@@ -57,17 +57,27 @@ def run(module: hlo.Module, divisions=None) -> bool:
           continue
         if only is not None and instr not in only:
           continue
-        before = set(comp.instructions)
-        new = _rewrite(instr, Builder.into(comp, before=instr))
+        b = _Recorder.into(comp, before=instr)
+        b.made = []
+        new = _rewrite(instr, b)
         if new is not None:
           if only is not None:       # (the divisions a rule made are the program's too)
-            only.update(i for i in comp.instructions if i.opcode == "divide" and i not in before)
+            only.update(i for i in b.made if i.opcode == "divide")
           comp.replace_all_uses(instr, new)
           _remove_dead(comp, instr)
           done = changed = True
       if not done:
         break
   return changed
+
+
+class _Recorder(Builder):
+  """A builder that lists what it emits (``made``)."""
+
+  def emit(self, *args, **kwargs):
+    instr = super().emit(*args, **kwargs)
+    self.made.append(instr)
+    return instr
 
 
 def _remove_dead(comp, instr):
