@@ -31,6 +31,8 @@ exponential, power and chain rules.
 """
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from ourjax.lowering import hlo
@@ -38,36 +40,44 @@ from ourjax.lowering.hlo_builder import Builder
 
 _NATIVE = tuple(hlo.to_dtype(t) for t in ("f16", "f32", "f64"))
 _F32 = hlo.to_dtype("f32")
-_MAX_ROUNDS = 16
 
 
 def run(module: hlo.Module, divisions=None) -> bool:
   """Rewrite the divisions of every computation of ``module`` (only ``divisions``, and what
   the rules make of them, when given: the program's, not a library composition's); True if any
-  changed."""
+  changed.  Operands first (the computation's order, as XLA's post-order visit), what a rule
+  makes after, to a fixed point; the new instructions are appended and the computation sorted
+  once at the end."""
   only = None if divisions is None else set(divisions)
   if only is not None and not only:
     return False
   changed = False
   for comp in list(module.computations):
-    for _ in range(_MAX_ROUNDS):
-      done = False
-      for instr in list(comp.instructions):
-        if instr.parent is not comp or instr.opcode != "divide":
-          continue
-        if only is not None and instr not in only:
-          continue
-        b = _Recorder.into(comp, before=instr)
-        b.made = []
-        new = _rewrite(instr, b)
-        if new is not None:
-          if only is not None:       # (the divisions a rule made are the program's too)
-            only.update(i for i in b.made if i.opcode == "divide")
-          comp.replace_all_uses(instr, new)
-          _remove_dead(comp, instr)
-          done = changed = True
-      if not done:
-        break
+    work = collections.deque(i for i in comp.instructions if i.opcode == "divide"
+                             and (only is None or i in only))
+    if not work:
+      continue
+    b = _Recorder.into(comp)
+    budget = 8 * len(work) + 64          # (each rule removes a pattern; a guard all the same)
+    touched = False
+    dead: set = set()
+    while work and budget:
+      instr = work.popleft()
+      if instr.parent is not comp:
+        continue                         # (removed: dead after an earlier rewrite)
+      b.made = []
+      new = _rewrite(instr, b)
+      if new is None:
+        continue
+      budget -= 1
+      comp.replace_all_uses(instr, new)
+      _remove_dead(comp, instr, dead)
+      work.extend(i for i in b.made if i.opcode == "divide" and i.parent is comp)
+      touched = True
+    if touched:
+      comp.instructions[:] = [i for i in comp.instructions if i not in dead]
+      comp.topological_sort()
+      changed = True
   return changed
 
 
@@ -80,13 +90,19 @@ class _Recorder(Builder):
     return instr
 
 
-def _remove_dead(comp, instr):
+def _remove_dead(comp, instr, dead: set):
+  """Unlink ``instr`` and what only it used from their operands' users (the computation's list
+  drops them once, at the end: ``dead``)."""
   stack = [instr]
   while stack:
     i = stack.pop()
     if i.parent is comp and not i.users and i is not comp.root and i.opcode != "parameter":
       ops = list(i.operands)
-      comp.remove(i)
+      for op in set(ops):
+        if i in op.users:
+          op.users.remove(i)
+      i.parent = None
+      dead.add(i)
       stack.extend(ops)
 
 
