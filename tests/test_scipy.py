@@ -200,3 +200,10 @@ def test_entr_of_zero_is_negative_zero():
   assert got[0] == 0 and np.signbit(got[0])          # JAX's -0.0
   np.testing.assert_allclose(got[1], -0.5 * np.log(0.5), rtol=1e-6)
   assert got[2] == -np.inf
+
+
+def test_bernoulli_logpmf_is_strongly_typed_as_jax():
+  # JAX forms 1 - x with a strongly typed 1: the result is strong even for weak operands
+  r = bernoulli.logpmf(np.array([0, 1]), 0.3)
+  assert r.dtype == np.float32 and not r.weak_type
+  np.testing.assert_allclose(np.asarray(r), np.log([0.7, 0.3]), rtol=1e-6)

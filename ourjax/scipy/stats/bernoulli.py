@@ -8,7 +8,9 @@ def logpmf(k, p, loc=0):
   _util.check_arraylike("bernoulli.logpmf", k, p, loc)
   k, p, loc = _util.promote_args_inexact("bernoulli.logpmf", k, p, loc)
   x = k - loc
-  log_probs = special.xlogy(x, p) + special.xlog1py(1 - x, -p)
+  from ourjax import lax
+  # (1 - x with a strongly typed 1, as JAX's: the log-probabilities are strongly typed)
+  log_probs = special.xlogy(x, p) + special.xlog1py(lax.sub(lax._const(x, 1), x), -p)
   return jnp.where((x < 0) | (x > 1), -jnp.inf, log_probs)
 
 
