@@ -419,3 +419,13 @@ def test_sigmoid_family_refuses_integers_as_jax():
     with pytest.raises(TypeError, match="logistic does not accept dtype int32"):
       f(np.arange(3, dtype=np.int32))
   np.testing.assert_allclose(float(nn.sigmoid(2.0)), 1 / (1 + np.exp(-2.0)), rtol=1e-6)
+
+
+def test_softmax_of_integers_promotes_as_jnp_under_x64(x64):
+  # as JAX: an int32 input is float32 (jnp's inexact promotion), not the default float64
+  x = np.arange(3, dtype=np.int32)
+  for f in (nn.softmax, nn.log_softmax):
+    r = f(x)
+    assert r.dtype == np.float32, f
+  np.testing.assert_allclose(np.asarray(nn.softmax(x)), np.exp(x) / np.exp(x).sum(), rtol=1e-6)
+  assert nn.softmax(np.arange(3, dtype=np.int64)).dtype == np.float64

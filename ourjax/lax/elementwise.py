@@ -747,9 +747,9 @@ def _select_n_dtype(which, *cases):
                     f"{[c.dtype.name for c in cases]}.")
   if which.dtype == np.bool_:
     if len(cases) > 2:
-      raise TypeError("select_n with more than two cases requires an int32 `which`, got bool")
-  elif which.dtype != np.int32:
-    raise TypeError(f"select_n `which` must be boolean or int32, got {which.dtype.name}")
+      raise TypeError("select with boolean `which` cannot have > 2 cases.")
+  elif not dtypes.is_integer(which.dtype):     # (any integer type, as JAX's: int64 under x64)
+    raise TypeError(f"select `which` must be boolean or integer type, got {which.dtype.name}.")
   return cases[0].dtype
 
 

@@ -296,9 +296,8 @@ def _softmax_masked_jvp(axis, initial, primals, tangents):
 def softmax(x, axis=-1, where=None, initial=-np.inf):
   """``exp(x) / sum(exp(x), axis)``, computed after subtracting the maximum.  Masked-out
   elements (``where`` False) get 0."""
-  x = _arr("softmax", x)
-  if not dtypes.issubdtype(x.dtype, np.inexact):
-    x = x.astype(dtypes.default_float_dtype())
+  # (integers to their inexact type as jnp's ufuncs promote them: int32 is float32 under x64)
+  [x] = promote_args_inexact("softmax", _arr("softmax", x))
   if isinstance(axis, list):
     axis = tuple(axis)
   if where is None:
@@ -309,9 +308,8 @@ def softmax(x, axis=-1, where=None, initial=-np.inf):
 @replayed(static=("axis",))
 def log_softmax(x, axis=-1, where=None):
   """``x - logsumexp(x, axis)``, computed stably.  Masked-out elements get ``-inf``."""
-  x = _arr("log_softmax", x)
-  if not dtypes.issubdtype(x.dtype, np.inexact):
-    x = x.astype(dtypes.default_float_dtype())
+  # (integers to their inexact type as jnp's ufuncs promote them: int32 is float32 under x64)
+  [x] = promote_args_inexact("log_softmax", _arr("log_softmax", x))
   if isinstance(axis, list):
     axis = tuple(axis)
   x_max = jnp.max(x, axis, where=where, initial=-np.inf, keepdims=True)
