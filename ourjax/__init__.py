@@ -29,7 +29,29 @@ from ourjax.config import (enable_x64, checking_leaks, check_tracer_leaks, trans
                            allow_f16_reductions,
                            default_matmul_precision, explain_cache_misses, log_compiles,
                            default_device)
+from ourjax.config import debug_nans, debug_infs  # noqa: F401,E402
 from ourjax.dtypes import float0  # noqa: F401
+from ourjax.backends import Device  # noqa: F401,E402  (the type of ``devices()``'s elements)
+
+
+def host_count(backend=None) -> int:
+  """JAX's older name for ``process_count``."""
+  return process_count(backend)
+
+
+def host_id(backend=None) -> int:
+  """JAX's older name for ``process_index``."""
+  return process_index(backend)
+
+
+def host_ids(backend=None) -> list:
+  """JAX's older name for ``process_indices``."""
+  return process_indices(backend)
+
+
+def process_indices(backend=None) -> list:
+  """The indices of the processes (``range(process_count())``)."""
+  return list(range(process_count(backend)))
 from ourjax.api import clear_caches, effects_barrier  # noqa: F401
 from ourjax._callback import pure_callback  # noqa: F401
 from ourjax import ref  # noqa: F401,E402
@@ -55,7 +77,7 @@ from ourjax.interpreters.shard_map import shard_map  # noqa: F401,E402
 def __getattr__(name):
   # subpackages that are loaded on first use (testing needs hypothesis)
   if name in ("example_libraries", "testing", "flatten_util", "experimental", "image",
-              "custom_batching", "dlpack", "export"):
+              "custom_batching", "dlpack", "export", "stages"):
     import importlib
     return importlib.import_module(f"ourjax.{name}")
   raise AttributeError(f"module 'ourjax' has no attribute {name!r}")

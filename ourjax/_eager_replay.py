@@ -642,8 +642,11 @@ def _direct_numpy(rule, params, in_avals):
   if fn is not None:
     return fn, params
   fn = getattr(rule, "reduce_fn", None)
-  if fn is not None and (not rule.chooser or in_avals[0].size) and \
-      in_avals[0].dtype.itemsize >= 4:
+  if fn is None:
+    return rule, params
+  a0 = in_avals[0]
+  single = a0.size and all(a0.shape[a] == 1 for a in params["axes"])  # (the rule: a reshape)
+  if (not rule.chooser or a0.size) and a0.dtype.itemsize >= 4 and not single:
     return fn, {"axis": params["axes"]}
   return rule, params
 

@@ -5,6 +5,11 @@ CI has no JAX).
     PYTHONPATH=. python scripts/diff_jax.py run ourjax /tmp/ours.pkl [same options]
     python scripts/diff_jax.py compare /tmp/jax.pkl /tmp/ours.pkl
 
+With ``--suite programs`` the cases are instead the programs of ``diff_programs.py`` (typical
+user code: keyword arguments, promotion, jax.nn, jax.random, tree_util, control flow, grad and
+vmap, misuse errors), each run as written ("eager") and whole under jit ("jit"); ``--only
+PREFIX`` keeps the programs whose name starts with PREFIX.
+
 Each case is one function (unary, binary or reduction; jnp or lax) on drawn operands: dtypes
 bool, signed and unsigned ints, float16, bfloat16, float32 (float64 with --x64), Python scalars
 (weak types), shapes that broadcast, special values (NaN, infinities, signed zeros); called
@@ -153,10 +158,16 @@ def _fn(lib, family, name, axis):
   return getattr(lax, name)
 
 
-def _record(r):
+def _record(r, lib=None):
   import ml_dtypes  # noqa: F401
   if isinstance(r, (tuple, list)):
-    return ("tuple", [_record(x) for x in r])
+    return ("tuple", [_record(x, lib) for x in r])
+  if r is None or isinstance(r, str):
+    return ("py", repr(r))
+  if isinstance(r, (bool, int, float, complex)) and not hasattr(r, "dtype"):
+    return ("py", f"{type(r).__name__}:{r!r}")
+  if lib is not None and "key<" in str(getattr(r, "dtype", "")):
+    r = lib.random.key_data(r)
   a = np.asarray(r)
   return ("ok", a.dtype.name, a.shape, bool(getattr(r, "weak_type", False)),
           np.ascontiguousarray(a).tobytes())
@@ -201,6 +212,77 @@ def run(libname, seed, n, x64):
     pickle.dump(out, fh)
 
 
+class _Libs:
+  """The namespace a program gets: ``L.jnp``, ``L.lax``, ``L.nn``, ``L.random``, ``L.jax``..."""
+
+  def __init__(self, lib):
+    import importlib
+    self.jax = lib
+    self.jnp, self.lax, self.nn, self.random = lib.numpy, lib.lax, lib.nn, lib.random
+    self.tree_util = lib.tree_util
+    self.flatten_util = importlib.import_module(lib.__name__ + ".flatten_util")
+    self.optimizers = importlib.import_module(lib.__name__ + ".example_libraries.optimizers")
+    self.scipy = importlib.import_module(lib.__name__ + ".scipy")
+    for sub in ("special", "stats", "linalg"):
+      importlib.import_module(f"{lib.__name__}.scipy.{sub}")
+    self.logsumexp = self.scipy.special.logsumexp
+
+
+def run_programs(libname, out_path, only, x64=False):
+  import warnings
+  warnings.simplefilter("ignore")
+  if libname == "jax":
+    import jax as lib
+  else:
+    import ourjax as lib
+  if x64:
+    lib.config.update("jax_enable_x64", True)
+  import diff_programs
+  L = _Libs(lib)
+  out = {}
+  for name, fn in diff_programs.PROGRAMS:
+    if only and not name.startswith(only):
+      continue
+    res = {}
+    for mode in ("eager", "jit"):
+      try:
+        with np.errstate(all="ignore"):
+          r = fn(L) if mode == "eager" else lib.jit(lambda: fn(L))()
+          leaves, tdef = lib.tree_util.tree_flatten(r, is_leaf=lambda x: x is None)
+          res[mode] = ("tuple", [("py", str(len(leaves)))] + [_record(v, lib) for v in leaves])
+      except Exception as e:     # noqa: BLE001
+        res[mode] = ("error", type(e).__name__, str(e)[:300])
+    out[name] = res
+    if len(out) % 100 == 0:          # (a long run keeps what it has)
+      with open(out_path, "wb") as fh:
+        pickle.dump(out, fh)
+  with open(out_path, "wb") as fh:
+    pickle.dump(out, fh)
+
+
+def compare_programs(pa, pb, show_jit_errors=False):
+  with open(pa, "rb") as fh:
+    ja = pickle.load(fh)
+  with open(pb, "rb") as fh:
+    ob = pickle.load(fh)
+  bad = 0
+  for name in ja:
+    if name not in ob:
+      continue
+    for mode in ("eager", "jit"):
+      a, b = ja[name][mode], ob[name][mode]
+      if mode == "jit" and a[0] == "error" and not show_jit_errors:
+        continue       # (a program JAX cannot jit whole: Python values out, concrete use...)
+      d = _same(a, b)
+      if d:
+        bad += 1
+        extra = ""
+        if a[0] == "error" or b[0] == "error":
+          extra = f"\n      JAX: {a[2] if a[0] == 'error' else ''}\n      ours: {b[2] if b[0] == 'error' else ''}"
+        print(f"{name} [{mode}]: {d}{extra}")
+  print(f"{bad} differences in {len(ja)} programs x 2 modes")
+
+
 def _tol(dt):
   return {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-12}.get(dt, 0)
 
@@ -215,9 +297,14 @@ def _same(a, b):
       if d:
         return d
     return None
+  if a[0] == "py" or b[0] == "py":
+    return None if a == b else f"python value {a[1]} vs {b[1] if len(b) > 1 else b}"
   if a[0] != b[0]:
     return f"JAX {a[0]} {a[1:3] if a[0] != 'ok' else a[1:4]} / ours {b[0]} " \
            f"{b[1:3] if b[0] != 'ok' else b[1:4]}"
+  if a[0] == "error" and a[1] != b[1] and not (
+      b[1] == "AxisError" and a[1] in ("ValueError", "IndexError")):   # (AxisError is both)
+    return f"error {a[1]} vs {b[1]}"
   if a[0] != "ok":
     return None
   _, dta, sha, wa, ba = a
@@ -284,8 +371,17 @@ if __name__ == "__main__":
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--n", type=int, default=500)
   p.add_argument("--x64", action="store_true")
+  p.add_argument("--suite", choices=["ops", "programs"], default="ops")
+  p.add_argument("--only", default="")
+  p.add_argument("--show-jit-errors", action="store_true")
   o = p.parse_args()
-  if o.cmd == "run":
+  if o.suite == "programs":
+    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+    if o.cmd == "run":
+      run_programs(o.a, o.b, o.only, o.x64)
+    else:
+      compare_programs(o.a, o.b, o.show_jit_errors)
+  elif o.cmd == "run":
     run(o.a, o.seed, o.n, o.x64)
   else:
     compare(o.a, o.b, o.seed, o.n, o.x64)

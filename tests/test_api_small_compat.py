@@ -99,3 +99,22 @@ def test_core_eval_context_evaluates_eagerly_under_jit():
       y = jnp.arange(3.0) * 2
     return x + y
   np.testing.assert_allclose(f(1.0), [1.0, 3.0, 5.0])
+
+
+def test_top_level_names_jax_programs_use():
+  # jax.debug_nans / debug_infs (context managers with .value), jax.Device (the devices' type),
+  # jax.host_count / host_id / host_ids / process_indices, jax.stages; stax's short names
+  import ourjax
+  from ourjax.example_libraries import stax
+  with ourjax.debug_nans(True):
+    assert ourjax.debug_nans.value is True
+  assert ourjax.debug_nans.value is False
+  with ourjax.debug_infs(True):
+    assert ourjax.debug_infs.value is True
+  assert isinstance(ourjax.devices()[0], ourjax.Device)
+  assert ourjax.host_count() == ourjax.process_count() >= 1
+  assert ourjax.host_id() == ourjax.process_index()
+  assert ourjax.process_indices() == ourjax.host_ids() == list(range(ourjax.process_count()))
+  assert ourjax.stages.Lowered is not None
+  assert stax.glorot is ourjax.nn.initializers.glorot_normal and stax.logsoftmax is ourjax.nn.log_softmax
+  assert stax.randn is ourjax.nn.initializers.normal

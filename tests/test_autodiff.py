@@ -823,3 +823,25 @@ def test_two_layer_mlp_gradients_match_finite_differences(x64):
       fd[idx] = (hi - lo) / (2 * eps)
     np.testing.assert_allclose(g[k], fd, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(gj[k], g[k], rtol=1e-12, atol=1e-14)
+
+
+def test_tanh_atanh_acosh_exp2_derivatives_have_jaxs_rounding():
+  # JAX's forms: tanh' t = (t + t tanh)(1 - tanh), atanh' t = 1/(1+x) * (t/(1-x)),
+  # acosh' = rsqrt(x^2-1), exp2' t = log(2) (t 2^x); reverse mode transposes them: a cotangent
+  # c gives c(1 - tanh) + c(1 - tanh) tanh, and (c/(1+x)) / (1-x), rounded step by step
+  f32 = np.float32
+  x = (np.random.default_rng(0).standard_normal(500) * 2).astype(f32)
+  t = np.asarray(jnp.tanh(x))
+  g = np.asarray(ourjax.vmap(ourjax.grad(jnp.tanh))(x))
+  c = f32(1) - t
+  np.testing.assert_array_equal(g, c + c * t)
+  np.testing.assert_allclose(g, 1 - np.tanh(x.astype(np.float64)) ** 2, rtol=1e-5, atol=1e-7)
+  u = (np.tanh(x) * 0.9).astype(f32)
+  g = np.asarray(ourjax.vmap(ourjax.grad(jnp.arctanh))(u))
+  np.testing.assert_array_equal(g, (f32(1) / (f32(1) + u)) / (f32(1) - u))
+  v = (np.abs(x) + 1.5).astype(f32)
+  g = np.asarray(ourjax.vmap(ourjax.grad(jnp.arccosh))(v))
+  np.testing.assert_allclose(g, 1 / np.sqrt(v.astype(np.float64) ** 2 - 1), rtol=1e-6)
+  g = np.asarray(ourjax.vmap(ourjax.grad(jnp.exp2))(x))
+  ln2 = np.asarray(jnp.log(f32(2)))
+  np.testing.assert_array_equal(g, ln2 * np.asarray(jnp.exp2(x)))

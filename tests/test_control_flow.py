@@ -188,10 +188,17 @@ def test_cond_errors():
     lax.switch(0, [])
 
 
-def test_cond_weak_types_join():
+def test_cond_weak_types_are_false_funs():
+  # as JAX's (0.10): cond's outputs take its branch 0's types, false_fun's, weak types included
   out = lax.cond(True, lambda: 1.0, lambda: np.float32(2.0))
   assert not out.weak_type
   out = lax.cond(True, lambda: 1.0, lambda: 2.0)
+  assert out.weak_type
+  for pred in (True, False):
+    out = lax.cond(pred, lambda: np.float32(1.0), lambda: 2.0)
+    assert out.weak_type and out.dtype == np.float32
+    assert float(out) == (1.0 if pred else 2.0)
+  out = ourjax.jit(lambda p: lax.cond(p, lambda: jnp.float32(1.0), lambda: 2.0))(True)
   assert out.weak_type
 
 

@@ -139,3 +139,16 @@ def test_parameter_names_are_jaxs():
   assert _lax.convert_element_type(operand=np.int32(3), new_dtype=np.float32).dtype == np.float32
   np.testing.assert_array_equal(_lax.full((2,), 1.5, sharding=None), [1.5, 1.5])
   np.testing.assert_array_equal(_lax.full_like(np.zeros(2), 3, sharding=None), [3.0, 3.0])
+
+
+def test_select_n_takes_any_integer_which():
+  # JAX accepts any integer type for select_n's `which` (int64 under x64, uint8): out-of-range
+  # indices clamp
+  cases = (np.zeros(3, np.float32), np.ones(3, np.float32), np.full(3, 2.0, np.float32))
+  for w in (np.array([0, 1, 2], np.uint8), np.array([0, 1, 5], np.int16)):
+    for f in (lax.select_n, ourjax.jit(lax.select_n)):
+      np.testing.assert_array_equal(np.asarray(f(w, *cases)), [0, 1, 2])
+  with pytest.raises(TypeError, match="must be boolean or integer"):
+    lax.select_n(np.array([0.0, 1.0, 0.0]), *cases)
+  with pytest.raises(TypeError, match="cannot have > 2 cases"):
+    lax.select_n(np.array([True, False, True]), *cases)

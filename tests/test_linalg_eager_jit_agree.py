@@ -128,3 +128,15 @@ def test_larger_and_complex_matrices_keep_lapacks_vectors_both_ways(x64):
               ourjax.jit(lambda x: jnp.linalg.svd(x, full_matrices=False))(a[:, :-3])):
     np.testing.assert_array_equal(np.asarray(got[0]), u)
     np.testing.assert_array_equal(np.asarray(got[2]), vh)
+
+
+def test_cholesky_of_a_non_positive_definite_matrix_is_nan_below_zero_above():
+  # as LAPACK through JAX: a failed factorization gives NaN in the whole lower triangle (not the
+  # columns before the failing pivot) and zeros above it, eager and jitted, per batch member
+  a = np.array([[4., 2., 0.], [2., 1., 3.], [0., 3., 1.]], np.float32)
+  b = np.stack([a, 4 * np.eye(3, dtype=np.float32)])
+  want_bad = np.where(np.tril(np.ones((3, 3), bool)), np.nan, 0.0)
+  for f in (jnp.linalg.cholesky, ourjax.jit(jnp.linalg.cholesky)):
+    got = np.asarray(f(b))
+    np.testing.assert_array_equal(got[0], want_bad)
+    np.testing.assert_array_equal(got[1], 2 * np.eye(3))

@@ -411,3 +411,21 @@ def test_jit_returns_float0_cotangents():
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
   assert isinstance(got[2], np.ndarray) and got[2].dtype == ourjax.dtypes.float0
   assert got[2].shape == (1, 1, 8)
+
+
+def test_sigmoid_family_refuses_integers_as_jax():
+  # jax.nn.sigmoid is lax.logistic: an integer input is a TypeError (silu, swish, glu too)
+  for f in (nn.sigmoid, nn.silu, nn.swish):
+    with pytest.raises(TypeError, match="logistic does not accept dtype int32"):
+      f(np.arange(3, dtype=np.int32))
+  np.testing.assert_allclose(float(nn.sigmoid(2.0)), 1 / (1 + np.exp(-2.0)), rtol=1e-6)
+
+
+def test_softmax_of_integers_promotes_as_jnp_under_x64(x64):
+  # as JAX: an int32 input is float32 (jnp's inexact promotion), not the default float64
+  x = np.arange(3, dtype=np.int32)
+  for f in (nn.softmax, nn.log_softmax):
+    r = f(x)
+    assert r.dtype == np.float32, f
+  np.testing.assert_allclose(np.asarray(nn.softmax(x)), np.exp(x) / np.exp(x).sum(), rtol=1e-6)
+  assert nn.softmax(np.arange(3, dtype=np.int64)).dtype == np.float64

@@ -1124,3 +1124,22 @@ def test_an_ellipsis_of_no_axes_separates_advanced_indices(shape, idx):
   ref = x.copy()
   ref[idx] = upd
   _check(jnp.asarray(x).at[idx].set(upd), ref)
+
+
+def test_scatter_with_values_the_dtype_cannot_hold_computes_in_the_promoted_dtype():
+  # as JAX: x.at[i].op(y) with y not safely castable to x's dtype runs op in the promoted
+  # dtype and casts the result back (with a FutureWarning)
+  x = jnp.asarray(np.arange(5, dtype=np.int32))
+  with pytest.warns(FutureWarning, match="scatter inputs have incompatible types"):
+    got = x.at[2].mul(2.5)
+  np.testing.assert_array_equal(np.asarray(got), [0, 1, 5, 3, 4])      # 2 * 2.5, not 2 * 2
+  assert got.dtype == np.int32
+  with pytest.warns(FutureWarning):
+    got = (x - 3).at[0].add(0.5)
+  np.testing.assert_array_equal(np.asarray(got), [-2, -2, -1, 0, 1])   # trunc(-3 + 0.5)
+  with pytest.warns(FutureWarning):
+    got = x.at[1].max(1.5)
+  np.testing.assert_array_equal(np.asarray(got), [0, 1, 2, 3, 4])      # trunc(max(1, 1.5))
+  with pytest.warns(FutureWarning):
+    got = jnp.asarray(3).at[()].mul(2.5)
+  assert int(got) == 7 and got.weak_type

@@ -611,3 +611,44 @@ def test_var_with_an_integer_dtype_divides_as_integers():
   assert np.isnan(float(jnp.var(x, dtype=np.int32, ddof=12)))
   assert jnp.nanvar(x, dtype=np.int32).dtype == np.int32
   assert int(jnp.nanvar(x, dtype=np.int32, ddof=12)) == 0
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "var", "std", "argmax", "argmin", "prod",
+                                  "nanmean", "any"])
+@pytest.mark.parametrize("axis", [2, -3, (0, 2)])
+def test_out_of_range_axis_is_value_and_index_error(name, axis):
+  # JAX raises ValueError for some reductions (sum, max) and IndexError for others (mean, var,
+  # argmax: "tuple index out of range"); NumPy's AxisError is both
+  if name in ("argmax", "argmin") and isinstance(axis, tuple):
+    return
+  x = np.ones((3, 4), np.float32)
+  with pytest.raises(ValueError, match="out of bounds"):
+    getattr(jnp, name)(x, axis=axis)
+  with pytest.raises(IndexError):
+    getattr(jnp, name)(x, axis=axis)
+
+
+def test_logsumexp_out_of_range_axis_raises():
+  from ourjax import nn
+  x = np.ones((3, 4), np.float32)
+  for axis in (2, -3, (0, 5)):
+    with pytest.raises(ValueError, match="out of bounds"):
+      nn.logsumexp(x, axis=axis)
+  np.testing.assert_allclose(np.asarray(nn.logsumexp(x, axis=(0, -1))), np.log(12) + 1, rtol=1e-6)
+
+
+def test_single_element_reductions_return_the_element():
+  # XLA makes a reduce of one element per result a reshape (its identity is not added): JAX's
+  # sum / cumsum / mean of [-0.0] is -0.0, eager and jitted; longer sums start from +0
+  z = np.array([-0.0], np.float32)
+  z2 = np.array([[-0.0], [0.0]], np.float32)
+  for f in (lambda a: a, ourjax.jit):
+    for fn, arg in ((jnp.sum, z), (jnp.cumsum, z), (jnp.mean, z), (jnp.nansum, z)):
+      r = np.asarray(f(fn)(arg))
+      assert r.reshape(-1)[0] == 0 and np.signbit(r).all(), fn
+    r = np.asarray(f(lambda a: jnp.sum(a, axis=1))(z2))
+    np.testing.assert_array_equal(np.signbit(r), [True, False])
+    r = np.asarray(f(jnp.cumsum)(np.array([-0.0, -0.0], np.float32)))
+    assert not np.signbit(r).any()            # (0 + -0 + -0)
+  h = np.array([[1.5]], np.float16)
+  assert jnp.cumsum(h, axis=1).dtype == np.float16 and jnp.sum(h, axis=1).dtype == np.float16

@@ -416,6 +416,13 @@ def test_pad(mode, data):
     return
   if x.dtype == bf16:
     ref = ref.astype(bf16)
+  if mode == "linear_ramp" and x.dtype.kind == "i":
+    # JAX's ramp is linspace's, a float32 start + i * (delta * (1/n)) (XLA's division by a
+    # scalar) truncated to the integer type: one off NumPy's where that lands just below an
+    # integer (JAX's pad of [[-14]] by 6 has -6 -7 -8 where NumPy's has -5 -6 -7)
+    assert got.dtype == x.dtype and got.shape == ref.shape
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=0, atol=1)
+    return
   check(got, ref, x.dtype, rtol=1e-5 if x.dtype == F32 else None, atol=1e-5 if
         x.dtype == F32 else None)
 
@@ -535,3 +542,19 @@ def test_shape_functions_under_jit_and_vmap():
       same(g, r)
   same(ourjax.vmap(lambda a: jnp.concatenate([a, jnp.flip(a)]))(x[0]),
        np.concatenate([x[0], x[0][:, ::-1]], axis=1))
+
+
+def test_out_of_range_axis_of_shape_functions_is_value_and_index_error():
+  # JAX's swapaxes raises IndexError here, others ValueError: NumPy's AxisError is both
+  x = np.ones((2, 3), np.float32)
+  for f in (lambda: jnp.swapaxes(x, 0, 3), lambda: jnp.moveaxis(x, 5, 0)):
+    with pytest.raises(ValueError, match="out of bounds"):
+      f()
+    with pytest.raises(IndexError):
+      f()
+
+
+def test_pad_linear_ramp_of_integers_is_jaxs():
+  # (JAX 0.10.2's values: its linspace multiplies by the rounded reciprocal of the step count)
+  got = np.asarray(jnp.pad(np.array([[-14]], np.int32), 6, mode="linear_ramp"))[3]
+  np.testing.assert_array_equal(got, [0, -2, -3, -4, -6, -7, -8, -7, -6, -4, -3, -2, 0])

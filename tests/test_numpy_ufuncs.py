@@ -170,6 +170,13 @@ def test_binary_same_dtype(name, npfn, dts, kind, data):
   if name in ("floor_divide", "remainder", "mod", "fmod") and dt.kind == "f":
     # reference in the same precision: these are exact or nearly so
     ref = np_ref(npfn, x, y, out=dt)
+  elif name in ("divide", "true_divide") and np.ndim(y) == 0 < np.ndim(x) and dt != np.float64:
+    # a division by a scalar is a product with its reciprocal, rounded to the type (float32's
+    # for bfloat16), as XLA's CPU computes it for JAX: 0 / 4.4e-6 in float16 is 0 * inf = nan
+    with np.errstate(all="ignore"):
+      recip = np.float32(1) / np.float32(y)
+      recip = recip if dt == bf16 else recip.astype(dt)
+    ref = np_ref(np.multiply, x, recip, out=dt)
   else:
     ref = np_ref(npfn, x, y, out=dt)
   r = None
@@ -705,3 +712,46 @@ def test_sign_keeps_signed_zeros_eagerly_and_compiled(dtype):
     np.testing.assert_array_equal(got, np.array([-0.0, 0.0, -1.0, 1.0, np.nan], dtype))
     assert list(np.signbit(got[:2])) == [True, False]
   assert float(jnp.arctan2(jnp.sign(dtype(-0.0)), dtype(-0.0))) == pytest.approx(-np.pi, 1e-3)
+
+
+def test_logaddexp2_weak_type_values_and_gradient():
+  # as JAX's: weakly typed Python scalars give a weakly typed result
+  assert jnp.logaddexp2(1.0, 2.0).weak_type
+  assert not jnp.logaddexp2(np.float32(1), 2.0).weak_type
+  x = np.array([-np.inf, np.inf, np.nan, 1., 3., -np.inf, 0.5, -120.], np.float32)
+  y = np.array([-np.inf, np.inf, 1., 1., -2., 5., 0.25, -121.], np.float32)
+  with np.errstate(invalid="ignore"):
+    want = np.logaddexp2(x.astype(np.float64), y.astype(np.float64))
+  for f in (jnp.logaddexp2, ourjax.jit(jnp.logaddexp2)):
+    got = np.asarray(f(x, y))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-7)
+  # d/dx log2(2^x + 2^y) = 2^x / (2^x + 2^y)
+  g = ourjax.grad(jnp.logaddexp2)(3.0, 1.0)
+  np.testing.assert_allclose(float(g), 8 / 10, rtol=1e-6)
+
+
+def test_integer_power_and_floor_divide_weak_types_as_jax():
+  b = jnp.asarray(np.array([True, False, True]))
+  # JAX's integer power accumulates from strongly typed ones: 3 ** bool_array is strong int32
+  r = jnp.power(3, b)
+  assert r.dtype == np.int32 and not r.weak_type
+  np.testing.assert_array_equal(np.asarray(r), [3, 1, 3])
+  # floor_divide keeps the promoted operands' weak type (bool array with a Python int: weak)
+  r = jnp.floor_divide(b, 3)
+  assert r.dtype == np.int32 and r.weak_type
+  r = jnp.floor_divide(-1, b)
+  assert r.weak_type
+  np.testing.assert_array_equal(np.asarray(r), [-1, -2, -1])   # (XLA's -1 // 0 = -1, then -1)
+  assert not jnp.floor_divide(np.arange(3, dtype=np.int32), 2).weak_type
+
+
+def test_copysign_heaviside_shape_mismatch_is_value_error():
+  # JAX computes them with where: its broadcast error is a ValueError (add's is a TypeError)
+  for f in (jnp.copysign, jnp.heaviside):
+    with pytest.raises(ValueError, match="Incompatible shapes for broadcasting"):
+      f(np.ones(3, np.float32), np.ones(4, np.float32))
+  with pytest.raises(TypeError):
+    jnp.add(np.ones(3, np.float32), np.ones(4, np.float32))
+  np.testing.assert_array_equal(np.asarray(jnp.copysign(np.ones((2, 1)), np.array([-1., 1.]))),
+                                [[-1, 1], [-1, 1]])

@@ -191,3 +191,21 @@ def test_shims():
     pass
   from ourjax.typing import Array, ArrayLike, DTypeLike  # noqa: F401
   assert isinstance(jnp.ones(2), Array)
+
+
+def test_ndtri_is_accurate_at_the_centre():
+  # float64 reference: the standard library's inverse normal CDF
+  from statistics import NormalDist
+  p = np.concatenate([np.linspace(0.001, 0.999, 2001), [0.5, 0.5 + 2 ** -20, 0.5 - 2 ** -24,
+                                                        0.074, 0.076, 0.924, 0.926]]).astype(np.float32)
+  want = np.array([NormalDist().inv_cdf(float(v)) for v in p])
+  got = np.asarray(ourjax.scipy.special.ndtri(p), np.float64)
+  assert float(ourjax.scipy.special.ndtri(np.float32(0.5))) == 0.0
+  np.testing.assert_allclose(got, want, rtol=4e-7, atol=0)
+
+
+def test_entr_of_zero_is_negative_zero():
+  got = np.asarray(ourjax.scipy.special.entr(np.array([0.0, 0.5, -1.0], np.float32)))
+  assert got[0] == 0 and np.signbit(got[0])          # JAX's -0.0
+  np.testing.assert_allclose(got[1], -0.5 * np.log(0.5), rtol=1e-6)
+  assert got[2] == -np.inf

@@ -23,6 +23,9 @@ from ourjax.nn import (elu, gelu, leaky_relu, log_softmax, relu, selu, sigmoid, 
                        softplus, standardize)
 from ourjax.nn.initializers import glorot_normal, normal, ones, zeros
 
+# (JAX's stax's short names for them)
+glorot, randn, logsoftmax = glorot_normal, normal, log_softmax
+
 __all__ = [
     "Dense", "GeneralConv", "Conv", "Conv1DTranspose", "ConvTranspose", "GeneralConvTranspose",
     "BatchNorm", "elementwise", "Tanh", "Relu", "Exp", "LogSoftmax", "Softmax", "Softplus",

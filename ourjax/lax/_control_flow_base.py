@@ -238,12 +238,12 @@ def _match_weak(x, aval: ShapedArray):
   return _convert_element_type(x, aval.dtype, aval.weak_type)
 
 
-def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True):
-  """Trace each branch on the operand avals; check that their outputs agree (up to weak types,
-  which are joined: an output is weak only if it is weak in every branch; with ``join_weak``
-  False, as JAX's ``switch`` does, the outputs take the first branch's weak types).  Cached
-  by the branch functions' identity (``_trace_cache``)."""
-  hit, store = _trace_cache.lookup("branches", funs, (ops_tree, tuple(ops_avals), join_weak))
+def _trace_branches(funs, ops_tree, ops_avals, describe, weak_from: int = 0):
+  """Trace each branch on the operand avals; check that their outputs agree (up to weak types:
+  the outputs take branch ``weak_from``'s, as JAX's ``cond`` and ``switch`` give their
+  branch 0's (for ``cond``, ``false_fun``)).  Cached by the branch functions' identity
+  (``_trace_cache``)."""
+  hit, store = _trace_cache.lookup("branches", funs, (ops_tree, tuple(ops_avals), weak_from))
   if hit is not None:
     return hit
   traced = []
@@ -257,8 +257,7 @@ def _trace_branches(funs, ops_tree, ops_avals, describe, join_weak: bool = True)
     err = _mm.branch_mismatch(kind, names, (funs[0], funs[i]), tree0, avals0, tree, avals)
     if err is not None:
       raise err
-  joined = [a.update(weak_type=_all(t[2][k].weak_type for t in traced)) if join_weak else a
-            for k, a in enumerate(avals0)]
+  joined = [a.update(weak_type=traced[weak_from][2][k].weak_type) for k, a in enumerate(avals0)]
   closeds = []
   for f, (closed, _, avals) in zip(funs, traced):
     if [a.weak_type for a in avals] != [a.weak_type for a in joined]:

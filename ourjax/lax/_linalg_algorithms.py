@@ -149,7 +149,11 @@ def cholesky(a):
     colv = jnp.where(idx > j, v / d, jnp.where(idx == j, d, 0.0)).astype(dt)
     return L + jnp.outer(colv, ej)
 
-  return _fori(0, n, body, jnp.zeros_like(a))
+  L = _fori(0, n, body, jnp.zeros_like(a))
+  # not positive definite (a NaN pivot): the whole lower triangle NaN, as LAPACK through JAX
+  failed = jnp.any(jnp.isnan(jnp.diagonal(L)))
+  lower = idx[:, None] >= idx[None, :]
+  return jnp.where(failed & lower, jnp.array(np.nan, dt), L).astype(dt)
 
 
 # ------------------------------------------------------------------------------------------------

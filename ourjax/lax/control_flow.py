@@ -142,8 +142,9 @@ def _cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_no_
     return true_fun(*operands) if bool(pred) else false_fun(*operands)
   ops, ops_tree = tree_flatten(operands)
   ops_avals = [get_aval(x) for x in ops]
+  # (the outputs' weak types are false_fun's: JAX's branch 0)
   closeds, out_tree = _trace_branches((true_fun, false_fun), ops_tree, ops_avals,
-                                      lambda i: ("cond", ("true_fun", "false_fun")))
+                                      lambda i: ("cond", ("true_fun", "false_fun")), weak_from=1)
   index = convert_element_type(pred, np.int32)
   return tree_unflatten(out_tree, _bind_cond_forwarding(index, ops, closeds[::-1]))
 
@@ -214,8 +215,7 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_no_operand):
   ops, ops_tree = tree_flatten(operands)
   ops_avals = [get_aval(x) for x in ops]
   closeds, out_tree = _trace_branches(branches, ops_tree, ops_avals,
-                                      lambda i: ("switch", ("branch 0", f"branch{i}")),
-                                      join_weak=False)
+                                      lambda i: ("switch", ("branch 0", f"branch{i}")))
   return tree_unflatten(out_tree, _bind_cond(index, ops, closeds))
 
 

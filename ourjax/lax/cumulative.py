@@ -148,6 +148,8 @@ def _accumulate(ufunc):
   accumulated in float32 (as the reducers do)."""
   def impl(x, axis, reverse):
     dt = x.dtype
+    if x.shape[axis] == 1:
+      return x      # (one element: itself, as XLA gives it; JAX's cumsum of [-0.0] is -0.0)
     if dtypes.is_float(dt) and dt.itemsize < 4:
       x = x.astype(np.float32)
     if reverse:
@@ -270,7 +272,7 @@ def _register_lowering():
       dt = np.dtype(aval.dtype)
       acc = np.dtype(np.float32) if is_narrow_float(dt) else dt
       n = aval.shape[axis]
-      if n == 0:
+      if n <= 1:     # (one element: itself, as XLA gives it; JAX's cumsum of [-0.0] is -0.0)
         return x
       if acc != dt:
         x = b.convert(x, acc)

@@ -425,6 +425,30 @@ add_p = binop("add", _num, np.add)
 sub_p = binop("sub", _num, np.subtract)
 mul_p = binop("mul", _num, np.multiply)
 div_p = binop("div", _num, _int_or_float(rops.integer_div, np.divide))
+
+
+def _div_impl(x, y):
+  """Eager ``div``: a real float array divided by a scalar is multiplied by the scalar's
+  reciprocal, as XLA's CPU computes a division by a broadcast (JAX's eager ops are compiled
+  programs, so they get it too; ``lowering/passes/simplify.py`` does it for ``jit``): the
+  reciprocal rounded to the type (float32's for bfloat16, which XLA computes in float32), then
+  the product."""
+  x, y = np.asarray(x), np.asarray(y)
+  dt = x.dtype
+  if not (y.ndim == 0 < x.ndim and dtypes.is_float(dt)) or dtypes.is_complex(dt):
+    return _div_plain(x, y)
+  def recip_product(x, y):
+    wide = np.float64 if dt == np.float64 else np.float32
+    r = np.divide(wide(1), np.asarray(y, wide))
+    if dt in (np.float16, np.float32, np.float64):   # (bfloat16, float8: XLA's float32)
+      r = np.asarray(r.astype(dt), wide)
+    return np.multiply(np.asarray(x, wide), r).astype(dt)
+  return rops.quietly(recip_product, x, y)
+
+
+_div_plain = impl_rules[div_p]
+impl_rules[div_p] = _div_impl
+_div_impl.numpy_fn = _div_impl
 rem_p = binop("rem", _int + _float, _int_or_float(rops.integer_rem, np.fmod))
 pow_p = binop("pow", _fp, np.power)
 # NaN-propagating, +0 above -0 in either order, complex lexicographic: XLA's (rops.maximum)
@@ -464,11 +488,12 @@ for _p in (sign_p, floor_p, ceil_p, round_p, is_finite_p, not_p, population_coun
   defjvp_zero(_p)
 
 defjvp2(exp_p, lambda t, ans, x: mul(t, ans))
-defjvp2(exp2_p, lambda t, ans, x: mul(t, mul(ans, _const(x, math.log(2)))))
+defjvp2(exp2_p, lambda t, ans, x: mul(log(_const(x, 2)), mul(t, ans)))   # (JAX's order)
 defjvp(log_p, lambda t, x: div(t, x))
 defjvp(log1p_p, lambda t, x: div(t, add(x, _const(x, 1))))
 defjvp(expm1_p, lambda t, x: mul(t, exp(x)))   # exp(x), not expm1(x) + 1 (rounds)
-defjvp2(tanh_p, lambda t, ans, x: mul(t, sub(_const(x, 1), square(ans))))
+# (t + t tanh)(1 - tanh), JAX's form: its rounding, and the sign of its zero where tanh is +-1
+defjvp2(tanh_p, lambda t, ans, x: mul(add(t, mul(t, ans)), sub(_const(x, 1), ans)))
 defjvp2(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(_const(x, 1), ans))))
 defjvp(sin_p, lambda t, x: mul(t, cos(x)))
 defjvp(cos_p, lambda t, x: neg(mul(t, sin(x))))
@@ -479,8 +504,9 @@ defjvp(atan_p, lambda t, x: div(t, add(_const(x, 1), square(x))))
 defjvp(sinh_p, lambda t, x: mul(t, cosh(x)))
 defjvp(cosh_p, lambda t, x: mul(t, sinh(x)))
 defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(square(x), _const(x, 1)))))
-defjvp(acosh_p, lambda t, x: mul(t, rsqrt(mul(sub(x, _const(x, 1)), add(x, _const(x, 1))))))
-defjvp(atanh_p, lambda t, x: div(t, sub(_const(x, 1), square(x))))
+defjvp(acosh_p, lambda t, x: mul(t, rsqrt(sub(square(x), _const(x, 1)))))   # (JAX's x^2 - 1)
+defjvp(atanh_p, lambda t, x: mul(div(_const(x, 1), add(_const(x, 1), x)),   # (JAX's form)
+                                 div(t, sub(_const(x, 1), x))))
 defjvp2(sqrt_p, lambda t, ans, x: mul(t, div(_const(x, 0.5), ans)))   # inf at 0, as in JAX
 defjvp2(rsqrt_p, lambda t, ans, x: mul(t, mul(_const(x, -0.5), div(ans, x))))
 defjvp2(cbrt_p, lambda t, ans, x: mul(t, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
@@ -721,9 +747,9 @@ def _select_n_dtype(which, *cases):
                     f"{[c.dtype.name for c in cases]}.")
   if which.dtype == np.bool_:
     if len(cases) > 2:
-      raise TypeError("select_n with more than two cases requires an int32 `which`, got bool")
-  elif which.dtype != np.int32:
-    raise TypeError(f"select_n `which` must be boolean or int32, got {which.dtype.name}")
+      raise TypeError("select with boolean `which` cannot have > 2 cases.")
+  elif not dtypes.is_integer(which.dtype):     # (any integer type, as JAX's: int64 under x64)
+    raise TypeError(f"select `which` must be boolean or integer type, got {which.dtype.name}.")
   return cases[0].dtype
 
 

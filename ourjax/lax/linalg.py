@@ -205,7 +205,8 @@ def _lowering(prim, single, max_n=None, widen=False):
     # (the algorithms mix dtypes and ranks as library code: the user's strict dtype / 'raise'
     # rank promotion settings do not apply inside them)
     closed = pe.trace_to_jaxpr(internal_promotion(flat), list(avals_in), prim.name)
-    outs = ctx.inline(closed, list(operands))
+    with ctx.library():     # (JAX's LAPACK call: XLA rewrites none of its divisions)
+      outs = ctx.inline(closed, list(operands))
     return outs if prim.multiple_results else outs[0]
 
 
@@ -237,8 +238,8 @@ def _cholesky_impl(x):
   for i, a in enumerate(flat):
     try:
       res[i] = np.linalg.cholesky(a)
-    except np.linalg.LinAlgError:
-      res[i] = np.nan
+    except np.linalg.LinAlgError:      # (JAX's: NaN in the lower triangle, zeros above)
+      res[i] = np.tril(np.full_like(a, np.nan))
   return out
 
 

@@ -51,6 +51,10 @@ def _reducer(name, kinds, numpy_fn):
   chooser = numpy_fn in (np.max, np.min)
 
   def impl(x, axes, **_):
+    if x.size and all(x.shape[a] == 1 for a in axes):
+      # one element per result: that element (XLA makes such a reduce a reshape, so JAX's
+      # sum of [-0.0] is -0.0, not 0 + -0.0)
+      return np.reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes))
     kw = {}
     if chooser and x.size == 0:   # an empty reduction gives the identity, as in XLA
       kw["initial"] = _chooser_identity(numpy_fn is np.max, x.dtype)

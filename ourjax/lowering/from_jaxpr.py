@@ -20,6 +20,8 @@ inlined: jit inside jit is one module.
 """
 from __future__ import annotations
 
+import contextlib
+
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -50,6 +52,29 @@ class LoweringContext:
     self.module = module
     self.builder = builder
     self._scalar_comps: dict = {} if cache is None else cache   # shared by the whole module
+
+  # -- divisions -------------------------------------------------------------------------------
+  # (``xla_division`` rewrites the program's divisions as XLA does; not those of the library
+  # compositions that stand for JAX's LAPACK calls (``lax/linalg.py``), which XLA never sees)
+  _DIVISIONS = ("xla_division", "divisions")
+  _LIBRARY = ("xla_division", "library depth")
+
+  def divisions(self) -> list:
+    """The program's divisions lowered so far (shared by every sub-context of the module)."""
+    return self._scalar_comps.setdefault(self._DIVISIONS, [])
+
+  def record_division(self, instr: hlo.Instruction) -> None:
+    if not self._scalar_comps.get(self._LIBRARY, 0):
+      self.divisions().append(instr)
+
+  @contextlib.contextmanager
+  def library(self):
+    """Lower a library composition: its divisions are left as they are."""
+    self._scalar_comps[self._LIBRARY] = self._scalar_comps.get(self._LIBRARY, 0) + 1
+    try:
+      yield
+    finally:
+      self._scalar_comps[self._LIBRARY] -= 1
 
   # -- values ----------------------------------------------------------------------------------
   def shape(self, aval: ShapedArray) -> hlo.Shape:
@@ -218,6 +243,10 @@ def lower(closed: ClosedJaxpr, name: str = "jit_fn", *, keep_unused: bool = True
       const_instrs.append(b.parameter(ctx.shape(v.aval)))
   outs = lower_eqns(ctx, jaxpr, const_instrs, params)
   module.entry = b.build(b.tuple(outs))
+  # (XLA's rewrites of division, which JAX's numbers follow: the module as lowered computes
+  # them, so the passes that optimise it change no bits)
+  from ourjax.lowering import xla_division
+  xla_division.run(module, ctx.divisions())
   return Lowering(module, hoisted, kept)
 
 
@@ -316,6 +345,13 @@ def _register_elementwise():
   for name, opcode in ELEMENTWISE_OPCODES.items():
     if name in prims:
       lowering_rules[prims[name]] = _elementwise_rule(opcode)
+  divide = _elementwise_rule("divide")
+
+  def _div(ctx, avals_in, avals_out, x, y):
+    out = divide(ctx, avals_in, avals_out, x, y)
+    ctx.record_division(out)
+    return out
+  lowering_rules[ew.div_p] = _div
   for name, direction in COMPARISONS.items():
     lowering_rules[prims[name]] = _compare_rule(direction)
 
@@ -468,6 +504,11 @@ def reduce_with(ctx, x, opcode: str, axes, dtype) -> hlo.Instruction:
   """``x`` reduced over ``axes`` with a monoid ``opcode`` from its identity; narrow floats are
   summed/multiplied in float32 and rounded once at the end (as the eager reducers do)."""
   b = ctx.builder
+  dims = x.shape.dims
+  if x.shape.size and all(dims[a] == 1 for a in axes):
+    # one element per result: a reshape, as XLA's simplifier makes it (the identity is not
+    # combined in: JAX's sum of [-0.0] is -0.0)
+    return b.reshape(x, tuple(d for i, d in enumerate(dims) if i not in axes))
   acc_dt = np.dtype(np.float32) if (is_narrow_float(dtype) and opcode in ("add", "multiply")) \
       else np.dtype(dtype)
   if acc_dt != np.dtype(dtype):

@@ -62,11 +62,8 @@ relu6.defjvps(lambda g, ans, x: lax.select_n((x > 0) & (x < 6), jnp.zeros_like(g
 
 
 def sigmoid(x):
-  """``1 / (1 + exp(-x))`` (``lax.logistic``)."""
-  x = _arr("sigmoid", x)
-  if not dtypes.issubdtype(x.dtype, np.inexact):
-    x = x.astype(dtypes.default_float_dtype())
-  return lax.logistic(x)
+  """``1 / (1 + exp(-x))`` (``lax.logistic``: an integer ``x`` is refused, as JAX's)."""
+  return lax.logistic(_arr("sigmoid", x))
 
 
 @replayed()
@@ -211,12 +208,10 @@ def glu(x, axis: int = -1):
 # softmax family
 
 
-def _reduction_axes(axis, ndim):
-  if axis is None:
-    return tuple(range(ndim))
-  if isinstance(axis, (tuple, list)):
-    return tuple(sorted(operator.index(a) % ndim for a in axis))
-  return (operator.index(axis) % ndim,) if ndim else ()
+def _reduction_axes(axis, ndim, name="logsumexp"):
+  """Sorted non-negative axes; one out of range is an error (as JAX's), not wrapped."""
+  from ourjax.numpy._reductions import _reduction_axes as checked
+  return tuple(sorted(checked(name, axis, ndim)))
 
 
 @replayed(static=("axis", "keepdims", "return_sign"))
@@ -259,7 +254,7 @@ def logmeanexp(x, axis=None, where=None, keepdims: bool = False):
   x = _arr("logmeanexp", x)
   lse = logsumexp(x, axis=axis, where=where, keepdims=keepdims)
   if where is None:
-    dims = _reduction_axes(axis, x.ndim)
+    dims = _reduction_axes(axis, x.ndim, "logmeanexp")
     n = float(np.prod([x.shape[d] for d in dims]))
     return lse - np.log(n).astype(lse.dtype)
   count = jnp.sum(jnp.broadcast_to(where, x.shape), axis=axis, keepdims=keepdims)
@@ -301,9 +296,8 @@ def _softmax_masked_jvp(axis, initial, primals, tangents):
 def softmax(x, axis=-1, where=None, initial=-np.inf):
   """``exp(x) / sum(exp(x), axis)``, computed after subtracting the maximum.  Masked-out
   elements (``where`` False) get 0."""
-  x = _arr("softmax", x)
-  if not dtypes.issubdtype(x.dtype, np.inexact):
-    x = x.astype(dtypes.default_float_dtype())
+  # (integers to their inexact type as jnp's ufuncs promote them: int32 is float32 under x64)
+  [x] = promote_args_inexact("softmax", _arr("softmax", x))
   if isinstance(axis, list):
     axis = tuple(axis)
   if where is None:
@@ -314,9 +308,8 @@ def softmax(x, axis=-1, where=None, initial=-np.inf):
 @replayed(static=("axis",))
 def log_softmax(x, axis=-1, where=None):
   """``x - logsumexp(x, axis)``, computed stably.  Masked-out elements get ``-inf``."""
-  x = _arr("log_softmax", x)
-  if not dtypes.issubdtype(x.dtype, np.inexact):
-    x = x.astype(dtypes.default_float_dtype())
+  # (integers to their inexact type as jnp's ufuncs promote them: int32 is float32 under x64)
+  [x] = promote_args_inexact("log_softmax", _arr("log_softmax", x))
   if isinstance(axis, list):
     axis = tuple(axis)
   x_max = jnp.max(x, axis, where=where, initial=-np.inf, keepdims=True)

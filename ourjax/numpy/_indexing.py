@@ -591,6 +591,25 @@ def _scatter_update(x, idx, y, scatter_fn, op_name, *, indices_are_sorted=False,
                           unique_indices=unique_indices, mode=mode,
                           normalize_indices=normalize_indices)
     return lax.ne(out, lax.full_like(out, 0))
+  if (scatter_fn in (lax.scatter_add, lax.scatter_sub, lax.scatter_mul, lax.scatter_min,
+                     lax.scatter_max) and aval.dtype != np.bool_
+      and dtypes.result_type(x, y) != aval.dtype):
+    # values the array's dtype cannot hold safely (x.at[i].mul(2.5) of an int array): as JAX,
+    # the operation in the promoted dtype and the result cast back (2 * 2.5 is 5, not 2 * 2),
+    # with the FutureWarning _updates_to gives
+    wide_dt = dtypes.result_type(x, y)
+    if not dtypes.is_complex(wide_dt) or dtypes.is_complex(aval.dtype):
+      _updates_to(x, y, _plan(aval.shape, _parse_index(aval.shape, idx), normalize_indices),
+                  op_name)                                  # (the checks and the warning)
+      wide = lax.convert_element_type(x, wide_dt)
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        out = _scatter_update(wide, idx, y, scatter_fn, op_name,
+                              indices_are_sorted=indices_are_sorted,
+                              unique_indices=unique_indices, mode=mode,
+                              normalize_indices=normalize_indices)
+      from ourjax.lax.elementwise import _convert_element_type
+      return _convert_element_type(out, aval.dtype, aval.weak_type)
   plan = _plan(aval.shape, _parse_index(aval.shape, idx), normalize_indices)
   y = _updates_to(x, y, plan, op_name)
   n_out = int(np.prod(plan.out_shape, dtype=np.int64))

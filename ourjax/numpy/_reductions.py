@@ -44,7 +44,7 @@ def _reduction_axes(name, axis, ndim):
   for a in axes:
     a = operator.index(a)
     if not -ndim <= a < builtins.max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
-      raise ValueError(f"jnp.{name}: axis {a} is out of bounds for array of dimension {ndim}")
+      raise _axis_error(name, a, ndim)
     out.append(a % ndim if ndim else 0)
   if len(set(out)) != len(out):
     raise ValueError(f"duplicate value in 'axis': {axis}")
@@ -59,8 +59,16 @@ def _single_axis(name, axis, ndim):
   ax = core.concrete_or_error(operator.index, axis,
                               f"The axis argument to jnp.{name} must be concrete.")
   if not -builtins.max(ndim, 1) <= ax < builtins.max(ndim, 1):
-    raise ValueError(f"jnp.{name}: axis {ax} is out of bounds for array of dimension {ndim}")
+    raise _axis_error(name, ax, ndim)
   return ax % ndim if ndim else 0
+
+
+def _axis_error(name, axis, ndim):
+  """An axis out of range: NumPy's AxisError, both a ValueError (JAX's ``sum``, ``max``...
+  raise one) and an IndexError (JAX's ``mean``, ``var``, ``argmax``... index the shape with it
+  first: "tuple index out of range")."""
+  return np.exceptions.AxisError(
+      f"jnp.{name}: axis {axis} is out of bounds for array of dimension {ndim}")
 
 
 def _promote_integer_dtype(dt):
@@ -443,7 +451,7 @@ def _argminmax(name, lax_fn, a, axis, out, keepdims):
     return lax.reshape(res, (1,) * aval.ndim) if keepdims else res
   ax = _single_axis(name, axis, aval.ndim)
   if aval.ndim == 0:
-    raise ValueError(f"jnp.{name}: axis {axis} is out of bounds for array of dimension 0")
+    raise _axis_error(name, axis, 0)
   if aval.shape[ax] == 0:
     raise ValueError(f"attempt to get {name} of an empty sequence")
   res = lax_fn(a, ax, dtypes.default_int_dtype())

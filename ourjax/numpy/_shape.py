@@ -28,7 +28,9 @@ def _axis(axis, ndim, name=""):
                                 "be concrete." if name else "The axis argument must be concrete.")
   if not -ndim <= axis < ndim:
     where = f"{name}: " if name else ""
-    raise ValueError(f"{where}axis {axis} is out of bounds for array of dimension {ndim}")
+    # (NumPy's AxisError: a ValueError, and an IndexError as JAX's swapaxes raises)
+    raise np.exceptions.AxisError(
+        f"{where}axis {axis} is out of bounds for array of dimension {ndim}")
   return axis % ndim
 
 

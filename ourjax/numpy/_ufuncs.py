@@ -336,7 +336,9 @@ def _integer_power(x, y):
     acc = _select(odd, acc, lax.mul(acc, x))
     x = lax.mul(x, x)
     y = lax.shift_right_logical(y, one)
-  return acc
+  # (JAX's accumulator starts from strongly typed ones: the result is strong even for two
+  # weakly typed operands, 3 ** bool_array)
+  return lax.convert_element_type(acc, get_aval(acc).dtype)
 
 
 pow = power  # noqa: A001
@@ -361,7 +363,8 @@ def floor_divide(x1, x2, /):
     # JAX's test (signs differ and the remainder is nonzero), which also fixes the result of
     # a division by zero: XLA's -1 becomes -2 for a positive x1
     adjust = lax.and_(lax.ne(r, zero), lax.ne(lax.sign(x1), lax.sign(x2)))
-    return _select(adjust, q, lax.sub(q, lax._const(q, 1)))
+    one = Array(np.array(1, get_aval(q).dtype), weak_type=True)   # (JAX's ``q - 1``: q's weak type)
+    return _select(adjust, q, lax.sub(q, one))
   if dtypes.is_complex(dt):
     raise TypeError("floor_divide does not support complex-valued inputs")
   return _float_divmod(x1, x2)[0]
@@ -462,7 +465,18 @@ def signbit(x, /):
   return lax.lt(lax.bitcast_convert_type(x, itype), np.array(0, itype))
 
 
+def _where_broadcastable(x1, x2):
+  """JAX's copysign and heaviside are ``where``s of their operands: shapes that do not
+  broadcast are its ValueError (a lax op's would be a TypeError)."""
+  s1, s2 = np.shape(x1), np.shape(x2)
+  try:
+    np.broadcast_shapes(s1, s2)
+  except ValueError:
+    raise ValueError(f"Incompatible shapes for broadcasting: shapes={[s1, s2]}") from None
+
+
 def copysign(x1, x2, /):
+  _where_broadcastable(x1, x2)
   x1, x2 = promote_args_inexact("copysign", x1, x2)
   return _select(signbit(x2), lax.abs(x1), lax.neg(lax.abs(x1)))
 
@@ -504,27 +518,32 @@ def _logaddexp_complex(x1, x2):
   return lax.complex(re, im)
 
 
-def _logaddexp_primal(x1, x2):
+def _logaddexp_primal(x1, x2, base2=False):
+  """``amax + log1p(exp(-|x1 - x2|))`` (``exp2`` and the log1p scaled by 1/ln 2 in base 2, as
+  JAX's, so the rounding is JAX's); where ``x1 - x2`` is NaN (a NaN, or infinities of one
+  sign) ``x1 + x2``."""
   amax = lax.max(x1, x2)
   delta = lax.sub(x1, x2)
-  both_inf = lax.and_(lax.eq(x1, x2), lax.eq(lax.abs(x1), lax._const(x1, np.inf)))
   # -|delta| as min(delta, -delta): at a tie the gradient splits 0.5/0.5, as JAX's
-  safe = _select(lax.ne(delta, delta), lax.log1p(lax.exp(lax.min(delta, lax.neg(delta)))),
-                      lax.add(x1, x2))
-  out = lax.add(amax, safe)
-  return _select(both_inf, out, amax)
+  tail = lax.min(delta, lax.neg(delta))
+  tail = lax.log1p(lax.exp2(tail) if base2 else lax.exp(tail))
+  if base2:
+    tail = lax.mul(lax._const(amax, 1 / np.log(2)), tail)
+  return _select(lax.ne(delta, delta), lax.add(amax, tail), lax.add(x1, x2))
 
 
-_LOGADDEXP = []
+_LOGADDEXP: dict = {}
 
 
-def _logaddexp_custom():
-  """logaddexp with JAX's custom JVP, ``t1 exp(x1 - out) + t2 exp(x2 - out)``: smooth, so
-  higher derivatives are right at ties too (the second derivative of softplus at 0 is 1/4;
-  differentiating the max/abs formulation gives 0 there)."""
-  if not _LOGADDEXP:
+def _logaddexp_custom(base2=False):
+  """logaddexp (logaddexp2 with ``base2``) with JAX's custom JVP,
+  ``t1 exp(x1 - out) + t2 exp(x2 - out)`` (``exp2`` in base 2): smooth, so higher derivatives
+  are right at ties too (the second derivative of softplus at 0 is 1/4; differentiating the
+  max/abs formulation gives 0 there)."""
+  if base2 not in _LOGADDEXP:
     from ourjax.custom_derivatives import custom_jvp
-    f = custom_jvp(_logaddexp_primal)
+    f = custom_jvp(lambda x1, x2: _logaddexp_primal(x1, x2, base2))
+    ex = lax.exp2 if base2 else lax.exp
 
     def _no_posinf(x):
       return _select(lax.eq(x, _constant_like(x, np.inf)), x, lax.full_like(x, 0))
@@ -534,17 +553,19 @@ def _logaddexp_custom():
       x1, x2 = primals
       t1, t2 = tangents
       out = f(x1, x2)
-      w1 = lax.exp(lax.sub(_no_posinf(x1), _no_posinf(out)))
-      w2 = lax.exp(lax.sub(_no_posinf(x2), _no_posinf(out)))
+      w1 = ex(lax.sub(_no_posinf(x1), _no_posinf(out)))
+      w2 = ex(lax.sub(_no_posinf(x2), _no_posinf(out)))
       return out, lax.add(lax.mul(t1, w1), lax.mul(t2, w2))
-    _LOGADDEXP.append(f)
-  return _LOGADDEXP[0]
+    _LOGADDEXP[base2] = f
+  return _LOGADDEXP[base2]
 
 
 def logaddexp2(x1, x2, /):
   x1, x2 = promote_args_inexact("logaddexp2", x1, x2)
-  ln2 = lax._const(x1, np.log(2))
-  return lax.div(logaddexp(lax.mul(x1, ln2), lax.mul(x2, ln2)), ln2)
+  if dtypes.is_complex(get_aval(x1).dtype):
+    ln2 = lax._const(x1, np.log(2))
+    return lax.div(_logaddexp_complex(lax.mul(x1, ln2), lax.mul(x2, ln2)), ln2)
+  return _logaddexp_custom(base2=True)(x1, x2)
 
 
 def log2(x, /):
@@ -618,6 +639,7 @@ def _sinc_maclaurin(k):
 
 
 def heaviside(x1, x2, /):
+  _where_broadcastable(x1, x2)
   x1, x2 = promote_args_inexact("heaviside", x1, x2)
   zero = lax._const(x1, 0)
   # (JAX's: NaN where x1 is NaN, x2 where it is zero)

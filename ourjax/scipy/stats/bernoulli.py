@@ -1,6 +1,4 @@
 """Bernoulli distribution: logpmf, pmf, cdf, ppf."""
-import numpy as np
-
 from ourjax.numpy import _util
 from ourjax.scipy import special
 
@@ -9,11 +7,10 @@ def logpmf(k, p, loc=0):
   import ourjax.numpy as jnp
   _util.check_arraylike("bernoulli.logpmf", k, p, loc)
   k, p, loc = _util.promote_args_inexact("bernoulli.logpmf", k, p, loc)
-  from ourjax import lax
   x = k - loc
-  # 1 - x with a strongly typed 1 of x's dtype, as JAX's: the result is weakly typed only
-  # where every argument is
-  log_probs = special.xlogy(x, p) + special.xlog1py(lax.sub(np.ones((), x.dtype), x), -p)
+  from ourjax import lax
+  # (1 - x with a strongly typed 1, as JAX's: the log-probabilities are strongly typed)
+  log_probs = special.xlogy(x, p) + special.xlog1py(lax.sub(lax._const(x, 1), x), -p)
   return jnp.where((x < 0) | (x > 1), -jnp.inf, log_probs)
 
 
