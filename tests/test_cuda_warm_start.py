@@ -150,8 +150,8 @@ def test_entry_round_trip(name, monkeypatch, tmp_path):
 
 #: Modules of the CUDA backend whose settings change how code runs or is loaded, not the code
 #: (an executable from the disk cache reads them as one compiled in the process does).
-RUNTIME_ONLY = {"backend", "cache", "conditional", "driver", "kernel_cache", "memory",
-                "profiling", "program", "staging", "target"}
+RUNTIME_ONLY = {"backend", "cache", "conditional", "device_buffers", "driver", "kernel_cache",
+                "memory", "profiling", "program", "staging", "target"}
 
 
 def test_every_cuda_module_with_settings_records_them_at_import():

@@ -505,14 +505,14 @@ def test_uploads_to_several_devices_run_at_once(monkeypatch):
   other devices run on other threads when they are large enough, on the calling thread when
   not; a failed copy is raised by ``run``."""
   import threading
-  from ourjax.backends.cuda import backend as cuda_backend
+  from ourjax.backends.cuda import backend as cuda_backend, device_buffers
   devs = [_FakeDevice(), _FakeDevice()]
   seen = []
   for k, dev in enumerate(devs):
     def copy(dst, host, k=k):
       seen.append((k, dst, host.nbytes, threading.get_ident()))
     dev.copy_to_device = copy
-  big = cuda_backend.PARALLEL_UPLOAD_BYTES // 4
+  big = device_buffers.PARALLEL_UPLOAD_BYTES // 4
   for n, parallel in ((big, True), (16, False)):
     seen.clear()
     up = cuda_backend.Uploads()

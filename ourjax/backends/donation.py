@@ -143,7 +143,7 @@ def safe(steps, param: K.Buf, out: K.Buf, elementwise_kinds, copy_kinds) -> bool
 
 
 class _EpilogueView:
-  """A GPU dot kernel's fused elementwise epilogue (``cuda/dots.py``: ``Epilogue``) seen as an
+  """A GPU dot kernel's fused elementwise epilogue (``cuda/dot_epilogues.py``: ``Epilogue``) seen as an
   elementwise kernel over the dot's shape: the dot's element is a leaf (it is handed to the
   epilogue where each accumulator is stored, once per element)."""
 

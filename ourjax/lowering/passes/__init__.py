@@ -7,6 +7,8 @@
 ``barriers``          remove optimization barriers (after the fixed point: they guard only it)
 ``fusion``            loop (kLoop), reduction-input (kInput) and dot-epilogue (kOutput) fusion;
                       each decision noted with its reason; expensive producers never duplicated
+``fusion_ir``         not a pass: the fusion instruction (its ops, iteration spaces, each
+                      kind's contract) and the helpers that build and edit fusions
 ``multi_output_fusion``  merge siblings reading the same input, fold producers needed outside
 ``recompute_outputs`` a multi-output fusion's cheap outputs recomputed by their readers, not
                       stored
