@@ -10,7 +10,8 @@ ordinary spelling of attention) lowers to::
     s = d * c  |  d / c  |  d        c a scalar constant (the scale)
     m = max(-inf, reduce_max(s))     (or reduce_max(s) alone), over the last dimension
     e = exp(s - broadcast(m))
-    a = e / broadcast(reduce_sum(e))  (for 16-bit types the sum may be taken in f32)
+    a = e / broadcast(reduce_sum(e))  (for 16-bit types the sum may be taken in f32; or XLA's
+                                      e * broadcast(1 / reduce_sum(e)), as lowered: _normalized)
     o = dot(a, v)            v [B..., Tk, Dv] (dims in any order): o [B..., Tq, Dv]
 
 and replaces ``o`` with ``attention(q, k, v), scale=c``, each operand transposed to
@@ -72,6 +73,38 @@ def _row_broadcast(x: Instruction, rank: int):
   return x.operands[0]
 
 
+def _normalized(a: Instruction, rank: int):
+  """``(e, z, taken)`` when ``a`` is ``e`` divided by a per-row ``z`` (``taken``: the
+  instructions between ``a`` and them), in either spelling: ``e / broadcast(z)``, or XLA's
+  rewrite of it that the lowering makes (``lowering/xla_division.py``), ``e * broadcast(1 / z)``,
+  for 16-bit types ``convert(convert(e, f32) * broadcast(1 / convert(z, f32)))``; None
+  otherwise."""
+  if a.opcode == "divide":
+    e, zb = a.operands
+    z = _row_broadcast(zb, rank)
+    return None if z is None else (e, z, [a, zb])
+  outer, x = [], a
+  if x.opcode == "convert":
+    outer, x = [x], x.operands[0]
+  if x.opcode != "multiply":
+    return None
+  for e, rb in (x.operands, x.operands[::-1]):
+    r = _row_broadcast(rb, rank)
+    if r is None or r.opcode != "divide":
+      continue
+    one, z = r.operands
+    if _scalar_constant(one) != 1.0:
+      continue
+    taken = outer + [x, rb, r] + ([one] if one.opcode == "broadcast" else [])
+    if outer:      # (the product in f32: both its factors widened)
+      if e.opcode != "convert" or z.opcode != "convert":
+        continue
+      taken += [e, z]
+      e, z = e.operands[0], z.operands[0]
+    return e, z, taken
+  return None
+
+
 def _row_reduce(x: Instruction, opcode: str, rank: int, init: float):
   """The operand of ``x`` when ``x`` reduces it over its last dimension with ``opcode``
   (starting from ``init``); None otherwise."""
@@ -121,12 +154,10 @@ def match(o: Instruction, readers: bool = True):
   if pv is None or pv[0] != tuple(range(rank)):   # (probabilities [B..., Tq, Tk] as they are)
     return None
   a, v = o.operands
-  if a.opcode != "divide":
+  norm = _normalized(a, rank)
+  if norm is None:
     return None
-  e, zb = a.operands
-  z = _row_broadcast(zb, rank)
-  if z is None:
-    return None
+  e, z, taken = norm
   wide = []       # (16-bit types: the sum is taken in f32, convert(reduce(convert(e))))
   if z.opcode == "convert" and z.operands[0].opcode == "reduce":
     wide.append(z)
@@ -144,7 +175,7 @@ def match(o: Instruction, readers: bool = True):
   m = _row_broadcast(mb, rank)
   if m is None:
     return None
-  inner = [a, zb] + wide[:1] + [z] + wide[1:] + [e, sub, mb, m]
+  inner = taken + wide[:1] + [z] + wide[1:] + [e, sub, mb, m]
   if m.opcode == "maximum":
     lo, hi = m.operands
     if _scalar_constant(lo) != -math.inf:
@@ -162,16 +193,23 @@ def match(o: Instruction, readers: bool = True):
     return None
   d = path.pop()
   scale, base = 1.0, d     # (base: the scaled scores, what the rest of the path modifies)
-  if path and path[-1].opcode in ("multiply", "divide"):     # the scale, next to the dot
-    x, y = path[-1].operands
+  # (16-bit scores scaled as XLA's division rewrite leaves them, ``xla_division``: widened to
+  # f32, multiplied, rounded back: convert(convert(d, f32) * c))
+  wide = 1 if (len(path) >= 3 and path[-1].opcode == "convert" and path[-1].operands[0] is d
+               and path[-3].opcode == "convert" and path[-3].dtype == d.dtype) else 0
+  src = path[-1] if wide else d
+  if len(path) > wide and path[-1 - wide].opcode in ("multiply", "divide"):   # the scale
+    sc = path[-1 - wide]
+    x, y = sc.operands
     c = _scalar_constant(y)
-    if c is None and path[-1].opcode == "multiply":
+    if c is None and sc.opcode == "multiply":
       x, y = y, x
       c = _scalar_constant(y)
-    if c is not None and x is d:
-      scale = c if path[-1].opcode == "multiply" else 1.0 / c
-      base = path.pop()
-      inner += [base] + ([y] if y.opcode == "broadcast" else [])
+    if c is not None and x is src:
+      scale = c if sc.opcode == "multiply" else 1.0 / c
+      taken = [path.pop() for _ in range(1 + 2 * wide)]
+      base = taken[-1]
+      inner += taken + ([y] if y.opcode == "broadcast" else [])
   inner += path
   qk = _perms(d, nb)       # (a dot of q and k: _score_path saw to it)
   inner.append(d)
@@ -198,7 +236,7 @@ def _score_path(s: Instruction, nb: int):
   while x.opcode != "dot":
     if x.opcode not in ELEMENTWISE_OPS or len(path) > MAX_SCORE_OPS:
       return None
-    leads = [o for o in x.operands if o.shape == s.shape and _reaches_dot(o, nb)]
+    leads = [o for o in x.operands if o.shape.dims == s.shape.dims and _reaches_dot(o, nb)]
     if len(leads) != 1:
       return None
     path.append(x)
@@ -213,7 +251,7 @@ def _reaches_dot(x: Instruction, nb: int, depth: int = MAX_SCORE_OPS) -> bool:
     return _perms(x, nb) is not None
   if not depth or x.opcode not in ELEMENTWISE_OPS:
     return False
-  return any(_reaches_dot(o, nb, depth - 1) for o in x.operands if o.shape == x.shape)
+  return any(_reaches_dot(o, nb, depth - 1) for o in x.operands if o.shape.dims == x.shape.dims)
 
 
 def _score_computation(module: Module, path, d: Instruction, name: str = "attention_scores"):
