@@ -73,7 +73,8 @@ def test_config_update_and_platform_name():
 
 
 @pytest.mark.skipif(not backends._cuda_available(), reason="needs a CUDA GPU")
-def test_cpu_default_device_on_a_gpu_host():
+def test_cpu_default_device_on_a_gpu_host(monkeypatch):
+  monkeypatch.setitem(ourjax.config._values, "jax_platforms", None)   # (the GPU's platform)
   x = _f32(64, 8)
   f = ourjax.jit(lambda a: jnp.tanh(a) * 2.0)
   g = f(x)
