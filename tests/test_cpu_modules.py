@@ -240,7 +240,7 @@ def test_a_loop_of_many_kernels_spreads_over_every_core(monkeypatch):
 
   def body(i, c):
     a, b = c
-    for _ in range(3):
+    for _ in range(4):
       a, b = _steps(a, b)
     return a, b
   exe = ourjax.jit(lambda a, b: lax.fori_loop(0, 2, body, (a, b))).lower(x, y).compile()
@@ -249,7 +249,7 @@ def test_a_loop_of_many_kernels_spreads_over_every_core(monkeypatch):
   assert meta["loops"] and 2 * cpu.KERNELS_PER_MODULE <= n < 12 * cpu.KERNELS_PER_MODULE
   assert cpu.compile_groups(n, control_flow=True) == 12
   assert exe._executable.compiled.llvm_ir.count("next module") == 12
-  for got, want in zip(exe(x, y), _steps64(x.astype(np.float64), y.astype(np.float64), 6)):
+  for got, want in zip(exe(x, y), _steps64(x.astype(np.float64), y.astype(np.float64), 8)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 

@@ -54,7 +54,7 @@ def test_softmax_computes_each_exp_once(shape, dtype):
     text = _llvm_ir(f, x)
   assert got.dtype == dtype
   _close(got, _softmax64(x.astype(np.float64) * 0.5), dtype)
-  assert "rowcache." in text
+  assert "%\"rowcache" in text
   assert _exp_calls(text, dtype) == 1
 
 
@@ -78,7 +78,7 @@ def test_masked_narrow_softmax_with_a_row_cache(dtype):
   eps = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11
   np.testing.assert_allclose(got, want, rtol=8 * eps, atol=8 * eps)   # NaN rows match NaN
   assert np.isnan(got[7]).all() and np.isnan(got[3]).all()
-  assert "rowcache." in _llvm_ir(f, x, mask)
+  assert "%\"rowcache" in _llvm_ir(f, x, mask)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
@@ -110,7 +110,7 @@ def test_log_softmax_has_no_row_cache():
   x64 = x.astype(np.float64)
   m = x64.max(-1, keepdims=True)
   _close(f(x), x64 - m - np.log(np.exp(x64 - m).sum(-1, keepdims=True)), np.float32)
-  assert "rowcache." not in _llvm_ir(f, x)
+  assert "%\"rowcache" not in _llvm_ir(f, x)
 
 
 def test_second_row_reduction_reads_the_cache():
@@ -125,7 +125,7 @@ def test_second_row_reduction_reads_the_cache():
   f = ourjax.jit(lambda x: g(jnp, x))
   _close(f(x), g(np, x.astype(np.float64)), np.float32)
   text = _llvm_ir(f, x)
-  assert "rowcache." in text and _exp_calls(text, np.float32) == 1
+  assert "%\"rowcache" in text and _exp_calls(text, np.float32) == 1
 
 
 @pytest.mark.parametrize("kind", ["reverse", "transpose", "roll"])
@@ -210,7 +210,7 @@ def test_row_too_long_for_a_cache_is_computed_twice():
   f = ourjax.jit(lambda x: ourjax.nn.softmax(x, axis=-1))
   _close(f(x), _softmax64(x), np.float32)
   text = _llvm_ir(f, x)
-  assert "rowcache." not in text and _exp_calls(text, np.float32) == 2
+  assert "%\"rowcache" not in text and _exp_calls(text, np.float32) == 2
 
 
 @settings(max_examples=25, deadline=None)

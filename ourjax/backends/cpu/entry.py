@@ -497,7 +497,8 @@ class _Emission:
       same = kept.get(key)
       if first is not None and same is not first:
         raise AssertionError(f"kernel_key gave kernels {k.name} and {first.name} one key, "
-                             f"but their IR differs:\n{text}")
+                             f"but their IR differs:\n{text}\n--- {first.name}:\n"
+                             f"{self._text_of(first)}")
       if same is not None:
         if self.entry_first:
           self._thunk(m, k, same, fn)
@@ -537,6 +538,14 @@ class _Emission:
         self.piece_fns[id(self.fns[id(k)])] = fn
     if not self.entry_first:
       self._emit_entry(planner, steps, object_mode, optnone, profile, stack)
+
+  def _text_of(self, fn) -> str:
+    """The IR text of the kernel function named as ``fn``, as it was emitted (in whichever
+    kernel module), or ``fn``'s own (a declaration) where none was."""
+    for texts in self.texts.values():
+      if fn.name in texts:
+        return texts[fn.name]
+    return irtext.function_text(fn)
 
   def _thunk(self, m, kernel, target, fn=None) -> None:
     """Define ``kernel``'s name in module ``m`` as a call of ``target`` (the entry's

@@ -211,7 +211,9 @@ class RowCache:
 
   def __init__(self, b, instr, n: int):
     ty = ir.ArrayType(E.compute_type(instr.dtype), n)
-    self.slot = E.alloca_entry(b, ty, name=f"rowcache.{instr.name}")
+    # (named without the instruction's name: kernels alike but for their HLO names have the
+    # same IR text, which the entry's dedupe and kernel_key's check compare)
+    self.slot = E.alloca_entry(b, ty, name="rowcache")
     self.slot.align = 64
     self.filling = self.filled = False
 
