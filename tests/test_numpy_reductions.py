@@ -611,3 +611,16 @@ def test_var_with_an_integer_dtype_divides_as_integers():
   assert np.isnan(float(jnp.var(x, dtype=np.int32, ddof=12)))
   assert jnp.nanvar(x, dtype=np.int32).dtype == np.int32
   assert int(jnp.nanvar(x, dtype=np.int32, ddof=12)) == 0
+
+
+@pytest.mark.parametrize("name", ["max", "min", "nanmax", "nanmin"])
+@pytest.mark.parametrize("shape,axis", [((0, 4), 1), ((3, 0), 0), ((2, 0, 3), (0, 2))])
+def test_complex_max_min_over_nonempty_axes_of_an_empty_array(name, shape, axis):
+  # the reduced axes are non-empty, a kept one is empty: the result is empty (NumPy, JAX)
+  x = np.zeros(shape, np.complex64)
+  for keepdims in (False, True):
+    want = getattr(np, name)(x, axis=axis, keepdims=keepdims)
+    f = lambda a: getattr(jnp, name)(a, axis=axis, keepdims=keepdims)
+    for fn in (f, ourjax.jit(f)):
+      out = fn(x)
+      assert out.shape == want.shape and out.dtype == np.complex64

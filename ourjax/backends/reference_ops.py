@@ -626,7 +626,8 @@ class MinMax:
     axes = tuple(range(x.ndim)) if axis is None else \
         tuple(a % x.ndim for a in ((axis,) if np.ndim(axis) == 0 else axis))
     kept = [d for d in range(x.ndim) if d not in axes]
-    flat = x.transpose(kept + list(axes)).reshape([x.shape[d] for d in kept] + [-1])
+    n = int(np.prod([x.shape[d] for d in axes]))  # explicit: -1 is ambiguous for a 0-size kept dim
+    flat = x.transpose(kept + list(axes)).reshape([x.shape[d] for d in kept] + [n])
     acc = flat[..., 0] if initial is None else np.full(flat.shape[:-1], initial, x.dtype)
     for k in range(0 if initial is not None else 1, flat.shape[-1]):
       acc = self._complex(acc, flat[..., k])
