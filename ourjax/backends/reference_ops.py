@@ -802,6 +802,15 @@ def bitcast_convert_type(x, new_dtype):
       raise ValueError(f"bitcast_convert_type: last dimension must be {dst // src}, got shape "
                        f"{x.shape}")
     return x.reshape(-1).view(new_dtype).reshape(x.shape[:-1]).copy()
+  if src > 64:      # (a 128-bit complex to a sub-byte type: through its bytes)
+    parts = bitcast_convert_type(bitcast_convert_type(x, np.uint8), new_dtype)
+    return parts.reshape(x.shape + (src // dst,))
+  if dst > 64:
+    if not x.shape or x.shape[-1] != dst // src:
+      raise ValueError(f"bitcast_convert_type: last dimension must be {dst // src}, got shape "
+                       f"{x.shape}")
+    byte_parts = x.reshape(x.shape[:-1] + (dst // 8, 8 // src))
+    return bitcast_convert_type(bitcast_convert_type(byte_parts, np.uint8), new_dtype)
   # a sub-byte side: through the unsigned bit patterns (<= 64 bits each), regrouped
   bits = _bit_patterns(x, src)
   if src == dst:
