@@ -85,6 +85,8 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     if out is v and may_alias is False:
       from ourjax.lax.elementwise import copy_p
       out = copy_p.bind(v)
+    if isinstance(dev, Sharding) and type(out) is Array and len(dev._device_list) == 1:
+      dev = dev._device_list[0]        # (laid out on one device: committed to it, as in JAX)
     if dev is not None and not isinstance(dev, Sharding):
       # put on a device: committed to it, as in JAX (a new array: the argument stays as it was)
       if out is not v and type(out) is Array and out._committed is None:

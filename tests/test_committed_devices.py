@@ -25,6 +25,9 @@ def test_device_put_on_a_device_commits():
   assert ourjax.device_put(x, devs[0]).committed
   assert ourjax.device_put(x, devs[1]).committed
   assert not ourjax.device_put(x).committed
+  for d in devs[:2]:      # a one-device sharding commits to its device (JAX), the first too
+    c = ourjax.device_put(x, ourjax.sharding.SingleDeviceSharding(d))
+    assert c.committed and backends.committed_device(c) is d
   assert not jnp.ones(3).committed
   u = jnp.asarray(x)
   c = ourjax.device_put(u, devs[0])
@@ -115,3 +118,28 @@ def test_repeated_calls_commit_results_and_leave_passed_through_arguments_alone(
     np.testing.assert_array_equal(np.asarray(c), np.asarray(x) + np.asarray(u))
   # (without committed arguments the results are not committed)
   assert not any(r.committed for r in f(u, u))
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_full_like_follows_a_committed_argument_and_places_by_sharding(k):
+  """JAX's lax.full_like (and so jnp.zeros_like/ones_like/full_like/empty_like): a strongly
+  typed result of a committed x is committed to x's device (whatever the shape asked); a weak
+  one, or one of an uncommitted x, is not; ``sharding=`` places the result (lax.full too)."""
+  from ourjax import lax
+  devs = ourjax.devices()
+  u = jnp.array([1, 2, 3], np.int32)
+  c = ourjax.device_put(u, devs[k])
+  fills = [lambda a: lax.full_like(a, 1.5), lambda a: lax.full_like(a, 1, shape=(2, 2)),
+           jnp.zeros_like, jnp.empty_like, lambda a: jnp.ones_like(a, shape=(4,)),
+           lambda a: jnp.full_like(a, 7)]
+  for fill in fills:
+    assert not fill(u).committed
+    out = fill(c)
+    assert out.committed and backends.committed_device(out) is devs[k]
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(fill(u)))
+  w = ourjax.device_put(jnp.asarray(2.0), devs[k])     # weakly typed: JAX leaves it uncommitted
+  assert w.weak_type and not lax.full_like(w, 0).committed
+  assert lax.full_like(w, 0, dtype=np.float32).committed
+  for placed in (lax.full_like(u, 3, sharding=devs[k]), lax.full((2,), 3, sharding=devs[k]),
+                 lax.full((2,), 3, sharding=ourjax.sharding.SingleDeviceSharding(devs[k]))):
+    assert placed.committed and backends.committed_device(placed) is devs[k]

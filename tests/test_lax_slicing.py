@@ -697,6 +697,26 @@ def test_gather_scatter_errors():
     lax.scatter(x, i, np.zeros((2, 4), np.float32), sdn._replace(inserted_window_dims=()))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_])
+def test_gather_by_no_indices_takes_slices_larger_than_the_operand(dtype):
+  # JAX checks slice sizes against the operand only when there are indices: with none, no slice
+  # is taken and the result is empty (eager, jit, vmap); with indices the TypeError stays
+  take = lambda x, dn, sizes: (lambda a, i: lax.gather(a, i, dn, sizes))
+  none = np.zeros((0, 1), np.int32)
+  collapse = GDN(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
+  window = GDN(offset_dims=(1,), collapsed_slice_dims=(), start_index_map=(0,))
+  for x, dn, sizes, shape in [(np.zeros((0,), dtype), collapse, (1,), (0,)),
+                              (np.ones((2,), dtype), window, (3,), (0, 3))]:
+    f = take(x, dn, sizes)
+    for g in (f, ourjax.jit(f)):
+      out = g(x, none)
+      assert out.shape == shape and out.dtype == dtype
+    out = ourjax.vmap(f, in_axes=(0, None))(np.stack([x] * 4), none)
+    assert out.shape == (4,) + shape
+  with pytest.raises(TypeError, match=r"Slice size at index 0 in gather op is out of range"):
+    lax.gather(np.zeros((0,), dtype), np.zeros((1, 1), np.int32), collapse, (1,))
+
+
 @settings(max_examples=20)
 @given(gather_cases(), seeds, st.sampled_from([None, "clip", "fill"]))
 def test_gather_grads(case, seed, mode):

@@ -102,6 +102,31 @@ def test_bitcast_convert_type_counts_sub_byte_bits(src, dst, shape):
     assert _bits(out, dw) == want
 
 
+@pytest.mark.parametrize("dst", [ml_dtypes.int4, ml_dtypes.uint4])
+def test_complex128_views_as_4_bit_types_through_its_bytes(x64, dst):
+  # 128 bits has no unsigned integer type: the bytes, each low nibble first (JAX's view)
+  x = (np.arange(6) * 1.37 - 2 + 1j * (np.arange(6) ** 2 - 3.1)).astype(np.complex128)
+  x = x.reshape(2, 3)
+  nibbles = [(b >> s) & 15 for b in x.view(np.uint8).reshape(-1).tolist() for s in (0, 4)]
+  for view in (lambda v: jnp.asarray(v).view(dst), ourjax.jit(lambda v: v.view(dst))):
+    out = view(x)
+    assert out.shape == (2, 96) and out.dtype == np.dtype(dst)
+    assert _bits(np.asarray(out), 4) == nibbles
+    np.testing.assert_array_equal(np.asarray(out.view(np.complex128)), x)
+    np.testing.assert_array_equal(np.asarray(ourjax.jit(lambda v: v.view(np.complex128))(out)),
+                                  x)
+
+
+def test_bitcast_convert_type_refuses_bool_and_complex_as_jax():
+  for x, dst in [(np.ones(2, np.complex64), np.float32), (np.ones(2, np.complex64), np.int32),
+                 (np.ones(2, np.bool_), np.int8), (np.ones(2, np.int8), np.bool_)]:
+    with pytest.raises(TypeError, match="does not support bool or complex values unless the "
+                                        "operand and destination types match"):
+      lax.bitcast_convert_type(x, dst)
+    assert jnp.asarray(x).view(dst).dtype == dst      # (Array.view does reinterpret them)
+  assert lax.bitcast_convert_type(np.ones(2, np.complex64), np.complex64).dtype == np.complex64
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2])
 @pytest.mark.parametrize("name", ["div", "rem"])
 def test_sub_byte_integer_division_wraps_as_the_narrow_type(dtype, name):

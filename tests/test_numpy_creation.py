@@ -298,6 +298,25 @@ def test_tril_triu(x, k):
   check(jnp.triu(x, k), np.triu(x, k))
 
 
+@pytest.mark.parametrize("k", [-2 ** 33, 2 ** 33, -2 ** 31, 2 ** 31 - 1, 2 ** 31, -3, 2])
+def test_tri_offsets_past_int32_with_x64(x64, k):
+  # JAX: with x64 a Python int offset is int64 and the positions are compared in int64 (an
+  # int32 sum overflowed at 2**31 - 1); a traced int64 offset too (eye's also)
+  a = np.arange(12.0).reshape(3, 4)
+  check(jnp.tri(4, 3, k), np.tri(4, 3, k, dtype=np.float32))
+  check(jnp.tril(a, k), np.tril(a, k))
+  check(jnp.triu(a, k), np.triu(a, k))
+  check(ourjax.jit(lambda k: jnp.tri(4, 3, k))(np.int64(k)), np.tri(4, 3, k, dtype=np.float32))
+  check(ourjax.jit(lambda k: jnp.eye(4, 3, k))(np.int64(k)), np.eye(4, 3, k, dtype=np.float64))
+
+
+def test_tri_offset_past_int32_without_x64_is_an_overflow_error():
+  for k in (-2 ** 33, 2 ** 31):        # (JAX's: the offset does not fit the default int)
+    with pytest.raises(OverflowError):
+      jnp.tri(4, 3, k)
+  check(jnp.tri(4, 3, 2 ** 31 - 10), np.tri(4, 3, 2 ** 31 - 10, dtype=np.float32))
+
+
 def test_tril_needs_2d():
   with pytest.raises(ValueError, match="tril.*2D"):
     jnp.tril(np.ones(3))

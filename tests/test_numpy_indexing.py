@@ -717,8 +717,23 @@ def test_put():
     jnp.put(a, jnp.array([0]), 1.0)
   got = jnp.put(a, jnp.array([0, 13, 2]), jnp.array([5.0, 6.0]), inplace=False)
   want = A.copy().reshape(-1)
-  want[[0, 11, 2]] = [5.0, 6.0, 5.0]           # values repeat; 'clip' is the default mode
+  want[[0, 11, 2]] = [5.0, 6.0, 5.0]           # values repeat; out of range is clipped
   _check(got, want.reshape(3, 4))
+  # mode='clip' is NumPy's: negative indices clip to 0; the default (None, JAX's) counts them
+  # from the end and clips only those out of range
+  for ind in ([-2, 20, 5], [-1], [-13, 3], [[-20], [14]]):
+    for jit in (False, True):
+      f = lambda a, i: jnp.put(a, i, jnp.array([7.0, 8.0, 9.0]), mode="clip", inplace=False)
+      got = (ourjax.jit(f) if jit else f)(a, np.array(ind, np.int32))
+      want = A.copy()
+      np.put(want, ind, [7.0, 8.0, 9.0], mode="clip")
+      _check(got, want)
+  got = jnp.put(a, np.array([-2, 20]), jnp.array([7.0, 8.0]), inplace=False)
+  want = A.copy().reshape(-1)
+  want[[10, 11]] = [7.0, 8.0]
+  _check(got, want.reshape(3, 4))
+  with pytest.raises(ValueError, match="mode should be one of 'wrap' or 'clip'; got mode='x'"):
+    jnp.put(a, 0, 1.0, mode="x", inplace=False)
   got = jnp.put(a, jnp.array([0, 13, -1]), jnp.array([5.0, 6.0, 7.0]), mode="wrap",
                 inplace=False)
   want = A.copy()

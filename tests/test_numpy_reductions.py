@@ -652,3 +652,16 @@ def test_single_element_reductions_return_the_element():
     assert not np.signbit(r).any()            # (0 + -0 + -0)
   h = np.array([[1.5]], np.float16)
   assert jnp.cumsum(h, axis=1).dtype == np.float16 and jnp.sum(h, axis=1).dtype == np.float16
+
+
+@pytest.mark.parametrize("name", ["max", "min", "nanmax", "nanmin"])
+@pytest.mark.parametrize("shape,axis", [((0, 4), 1), ((3, 0), 0), ((2, 0, 3), (0, 2))])
+def test_complex_max_min_over_nonempty_axes_of_an_empty_array(name, shape, axis):
+  # the reduced axes are non-empty, a kept one is empty: the result is empty (NumPy, JAX)
+  x = np.zeros(shape, np.complex64)
+  for keepdims in (False, True):
+    want = getattr(np, name)(x, axis=axis, keepdims=keepdims)
+    f = lambda a: getattr(jnp, name)(a, axis=axis, keepdims=keepdims)
+    for fn in (f, ourjax.jit(f)):
+      out = fn(x)
+      assert out.shape == want.shape and out.dtype == np.complex64

@@ -530,6 +530,28 @@ def test_round():
       jnp.round(x, bad)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("dt", [np.float16, np.float32, np.complex64])
+def test_round_with_more_decimals_than_the_dtype_holds_is_a_no_op(dt, jit):
+  # JAX: decimals past log10(finfo.max) leave the input as it is (10**decimals would be inf
+  # and the result NaN); float16 scales in float32 so that 10**5 .. 10**38 do not overflow
+  x = (np.array([5.3951, -1.0449, 3.918, -0.0007, 12.3456]) * (1 + 0.5j if dt == np.complex64
+                                                              else 1)).astype(dt)
+  f = lambda v, d: jnp.round(v, d)
+  if jit:
+    f = ourjax.jit(f, static_argnums=1)
+  for d in (39, 100, 1000):
+    out = f(x, d)
+    assert out.dtype == dt
+    np.testing.assert_array_equal(out, x)
+  if dt == np.float16:
+    for d in (5, 10, 38):      # float16's max is 65504: these factors exist only in float32
+      out = f(x, d)
+      assert out.dtype == dt
+      np.testing.assert_array_equal(out, x)   # finer than float16's precision: unchanged
+    np.testing.assert_array_equal(f(x, 2), np.round(x.astype(np.float32), 2).astype(dt))
+
+
 def test_divmod_and_operators():
   x = np.array([7, -7, 8], np.int32)
   y = np.array([2, 2, -3], np.int32)

@@ -101,3 +101,19 @@ def test_an_rk4_step_holds_six_rows_of_its_state(no_disk_cache, monkeypatch, n):
   got, want = c(s0, k), ourjax.jit(f, backend="reference")(s0, k)
   for a, b in zip(ourjax.tree_util.tree_leaves(got), ourjax.tree_util.tree_leaves(want)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint16])
+@pytest.mark.parametrize("shape,pad", [((2, 3, 4), 10), ((2, 3), 5), ((4,), 9)])
+def test_a_recomputed_output_read_before_the_readers_last_parameter(no_disk_cache, dtype, shape,
+                                                                    pad):
+  """jnp.pad's symmetric 'odd' mode: a reader fusion read the dropped output's parameter before
+  its last parameter, and the recomputed slice was put after that parameter (the module failed
+  to verify).  Against NumPy, with the pass's note to show it ran."""
+  x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+  f = lambda a: ourjax.numpy.pad(a, pad, mode="symmetric", reflect_type="odd")
+  c = _compile(f, x)
+  np.testing.assert_array_equal(np.asarray(c(x)), np.pad(x, pad, mode="symmetric",
+                                                         reflect_type="odd"))
+  if shape == (2, 3, 4):
+    assert any(m.startswith("recompute_outputs:") for m in c._executable.module.notes)

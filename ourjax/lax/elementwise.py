@@ -251,6 +251,18 @@ def _convert_element_type(x, new_dtype, weak_type: bool = False):
 
 
 def bitcast_convert_type(operand, new_dtype):
+  new_dtype = dtypes.canonicalize_dtype(new_dtype)
+  old = np.dtype(get_aval(operand).dtype)
+  if old != new_dtype and (old == np.bool_ or new_dtype == np.bool_ or old.kind == "c" or
+                           new_dtype.kind == "c"):
+    raise TypeError("lax.bitcast_convert_type does not support bool or complex values unless "
+                    f"the operand and destination types match. Got operand dtype={old}, "
+                    f"new_dtype={new_dtype!r}. Consider using the arr.view() method instead.")
+  return bitcast_convert_type_p.bind(operand, new_dtype=new_dtype)
+
+
+def _bitcast_convert_type(operand, new_dtype):
+  """``bitcast_convert_type`` without JAX's bool/complex check (``Array.view``, ``byteswap``)."""
   return bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize_dtype(new_dtype))
 
 

@@ -720,7 +720,9 @@ def _gather_shape(x, idx, *, dimension_numbers, slice_sizes, unique_indices, ind
                     f"collapsed_slice_dims={collapsed}, "
                     f"operand_batching_dims={dn.operand_batching_dims}.")
   for i, (s, n) in enumerate(zip(slice_sizes, x.shape)):
-    if not 0 <= s <= n:
+    # (no indices: no slice is taken, so any size is allowed, as JAX's: a gather of an empty
+    # operand by empty indices)
+    if idx.size and not 0 <= s <= n:
       raise TypeError(f"Slice size at index {i} in gather op is out of range, must be within "
                       f"[0, {n} + 1), got {s}.")
   for i, d in enumerate(collapsed):
@@ -867,6 +869,12 @@ def _register_slicing_lowerings():
   def _gather_lower(ctx, avals_in, avals_out, x, idx, *, dimension_numbers, slice_sizes,
                     unique_indices, indices_are_sorted, mode, fill_value):
     dn = dimension_numbers
+    if any(s > n for s, n in zip(slice_sizes, avals_in[0].shape)):
+      # (only with no indices, which the gather_p rule checks: the result is empty, and HLO's
+      # gather takes no slice larger than its operand)
+      from ourjax.lowering import hlo
+      out = avals_out[0]
+      return ctx.builder.full(0, hlo.Shape(out.dtype, tuple(out.shape)))
     fill = mode == GatherScatterMode.FILL_OR_DROP
     return ctx.builder.gather(
         x, idx, offset_dims=dn.offset_dims, collapsed_slice_dims=dn.collapsed_slice_dims,

@@ -311,8 +311,20 @@ iota_p.def_impl(_iota_impl)
 
 
 def full(shape, fill_value, dtype=None, *, sharding=None, weak_type: bool = False):
-  """An array of ``shape`` filled with a scalar (``broadcast_in_dim`` of a 0-d value).
-  ``sharding`` is accepted as JAX's; the array is not placed by it."""
+  """An array of ``shape`` filled with a scalar (``broadcast_in_dim`` of a 0-d value), put
+  where ``sharding`` (an ourjax Device or Sharding) asks, committed there, as JAX's."""
+  return _placed(_full(shape, fill_value, dtype, weak_type), sharding)
+
+
+def _placed(out, sharding):
+  """``out`` put on ``sharding`` (a Device or Sharding; anything else places nothing)."""
+  if sharding is None or isinstance(out, core.Tracer):
+    return out
+  from ourjax._device_api import _is_device_spec, device_put
+  return device_put(out, sharding) if _is_device_spec(sharding) else out
+
+
+def _full(shape, fill_value, dtype, weak_type):
   from ourjax.lax.elementwise import _convert_element_type
   shape = as_shape(shape)
   fill_aval = get_aval(fill_value)
@@ -341,7 +353,22 @@ def full(shape, fill_value, dtype=None, *, sharding=None, weak_type: bool = Fals
 
 def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
   """An array like ``x`` (its shape and dtype unless given) filled with ``fill_value``.  ``x``
-  may be anything with ``shape`` and ``dtype`` (a ``ShapeDtypeStruct``, ...), as JAX's."""
+  may be anything with ``shape`` and ``dtype`` (a ``ShapeDtypeStruct``, ...), as JAX's.  Put
+  where ``sharding`` asks; without it, as JAX's, a strongly typed result goes where a
+  committed concrete ``x`` is (its sharding: when the shape is x's or x is replicated)."""
+  out = _full_like(x, fill_value, dtype, shape)
+  if sharding is None and not isinstance(x, core.Tracer) and not isinstance(out, core.Tracer) \
+     and not getattr(out, "weak_type", False):
+    from ourjax.backends import committed_device
+    xs = getattr(x, "_sharding", None)
+    if xs is not None and (tuple(out.shape) == tuple(x.shape) or xs.is_fully_replicated):
+      sharding = xs
+    elif xs is None:
+      sharding = committed_device(x)
+  return _placed(out, sharding)
+
+
+def _full_like(x, fill_value, dtype, shape):
   try:
     aval = get_aval(x)
   except TypeError:

@@ -7,6 +7,7 @@ import numpy as np
 
 from ourjax import core, dtypes, lax
 from ourjax.array import Array
+from ourjax.lax.elementwise import _bitcast_convert_type as _bitcast
 
 
 # Python containers are refused outright, as JAX does: ``x == [0., 1.]`` is a TypeError rather
@@ -237,12 +238,12 @@ def _view(self, dtype=None, type=None):  # noqa: A002
                      f"size must be a divisor of the size of original dtype; cannot view "
                      f"shape {x.shape} of {src.name} as {dt.name}")
   if old == new:
-    out = lax.bitcast_convert_type(x, target)
+    out = _bitcast(x, target)
   elif old > new:
-    out = lax.bitcast_convert_type(x, target)
+    out = _bitcast(x, target)
     out = lax.reshape(out, x.shape[:-1] + (x.shape[-1] * (old // new),))
   else:
     k = new // old
     x = lax.reshape(x, x.shape[:-1] + (x.shape[-1] // k, k))
-    out = lax.bitcast_convert_type(x, target)
+    out = _bitcast(x, target)
   return lax.ne(out, np.uint8(0)) if dt == np.bool_ else out

@@ -502,11 +502,16 @@ def _static_offset(k, n, m):
 
 
 def _diag_mask(n, m, k):
-  """Bool (n, m) mask of the k-th diagonal; ``k`` may be traced."""
-  i = lax.broadcasted_iota(np.int32, (n, m), 0)
-  j = lax.broadcasted_iota(np.int32, (n, m), 1)
-  kk = lax.convert_element_type(k, np.int32) if isinstance(k, (Array, Tracer)) else \
-      _static_offset(k, n, m)
+  """Bool (n, m) mask of the k-th diagonal; ``k`` may be traced (a 64-bit one: in int64)."""
+  idt = np.dtype(np.int32)
+  if isinstance(k, (Array, Tracer)):
+    kd = np.dtype(get_aval(k).dtype)
+    idt = np.dtype(np.int64) if kd.itemsize == 8 or kd == np.uint32 else idt
+    kk = lax.convert_element_type(k, idt)
+  else:
+    kk = _static_offset(k, n, m)
+  i = lax.broadcasted_iota(idt, (n, m), 0)
+  j = lax.broadcasted_iota(idt, (n, m), 1)
   return lax.eq(lax.add(i, kk), j)
 
 
@@ -527,10 +532,18 @@ def identity(n, dtype=None):
 
 def _tri_mask(n, m, k):
   """Bool (n, m) mask, true where j <= i + k."""
-  i = lax.broadcasted_iota(np.int32, (n, m), 0)
-  j = lax.broadcasted_iota(np.int32, (n, m), 1)
-  kk = lax.convert_element_type(k, np.int32) if isinstance(k, (Array, Tracer)) else \
-      np.int32(operator.index(k))   # (out of int32: OverflowError, as JAX)
+  # positions in int32, in int64 for a 64-bit offset (JAX's: a 64-bit offset array, or with x64
+  # a Python int, int64 there; without x64 an int past int32 is an OverflowError)
+  if isinstance(k, (Array, Tracer)):
+    kd = np.dtype(get_aval(k).dtype)
+    idt = np.dtype(np.int64) if kd.itemsize == 8 or kd == np.uint32 else np.dtype(np.int32)
+    kk = lax.convert_element_type(k, idt)
+  else:
+    k = operator.index(k)
+    idt = np.dtype(np.int64 if config.x64_enabled else np.int32)
+    kk = idt.type(k)
+  i = lax.broadcasted_iota(idt, (n, m), 0)
+  j = lax.broadcasted_iota(idt, (n, m), 1)
   return lax.ge(lax.add(i, kk), j)
 
 

@@ -143,7 +143,9 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None, *,
 
 def put(a, ind, v, mode=None, *, inplace=True):
   """``a`` with the flat positions ``ind`` set to ``v`` (repeated to ``ind``'s size).  ``mode``:
-  'clip' (the default), 'wrap', or 'fill'/'drop' (out-of-bounds positions are skipped)."""
+  None (the default: negative indices count from the end, others are clipped into range),
+  'clip' (NumPy's: every index clipped into [0, size), negative ones to 0), 'wrap', or
+  'fill'/'drop' (out-of-bounds positions are skipped)."""
   if inplace:
     raise ValueError("jnp.put cannot modify arrays in-place, because ourjax arrays are "
                      "immutable. Pass inplace=False to instead return an updated array.")
@@ -159,7 +161,11 @@ def put(a, ind, v, mode=None, *, inplace=True):
     v = _rewriting_take(v, np.arange(m) % k)
   flat = ravel(a)
   size = get_aval(flat).shape[0]
-  if mode is None or mode == "clip":
+  if mode is None:
+    smode = GatherScatterMode.CLIP
+  elif mode == "clip":       # (NumPy's and JAX's: a negative index is clipped to 0, not wrapped)
+    from ourjax.numpy._ufuncs import clip
+    ind = clip(ind, 0, size - 1)
     smode = GatherScatterMode.CLIP
   elif mode == "wrap":
     from ourjax.numpy._ufuncs import remainder
@@ -170,7 +176,7 @@ def put(a, ind, v, mode=None, *, inplace=True):
   elif mode == "raise":
     raise NotImplementedError("The 'raise' mode to jnp.put is not supported.")
   else:
-    raise ValueError(f"Invalid mode '{mode}' for np.put")
+    raise ValueError(f"mode should be one of 'wrap' or 'clip'; got {mode=}")
   out = _scatter_update(flat, (ind,), v, lax.scatter, "set", mode=smode)
   return lax.reshape(out, get_aval(a).shape)
 

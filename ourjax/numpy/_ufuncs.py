@@ -263,14 +263,19 @@ def round(a, decimals: int = 0, out=None):  # noqa: A001
   dt = get_aval(a).dtype
   if dt == np.bool_:
     raise ValueError(f"jnp.round: data type {np.dtype(dt).name} not inexact")
-  if dtypes.is_complex(dt):      # real and imaginary parts each, as NumPy
-    return lax.complex(round(lax.real(a), decimals), round(lax.imag(a), decimals))
   if not dtypes.is_inexact(dt):
     return a if decimals >= 0 else _round_int(a, decimals)
+  if decimals > np.log10(float(dtypes.finfo(dt).max)):
+    return a        # beyond the dtype's precision: a no-op (JAX), not inf * 0 = NaN
+  if dtypes.is_complex(dt):      # real and imaginary parts each, as NumPy
+    return lax.complex(round(lax.real(a), decimals), round(lax.imag(a), decimals))
   if decimals == 0:
     return lax.round(a, lax.RoundingMethod.TO_NEAREST_EVEN)
-  factor = lax._const(a, 10.0 ** decimals)
-  return lax.div(lax.round(lax.mul(a, factor), lax.RoundingMethod.TO_NEAREST_EVEN), factor)
+  # float16 scales in float32 (JAX): 10**decimals overflows float16 from decimals=5
+  x = lax.convert_element_type(a, np.float32) if dt == np.float16 else a
+  factor = lax._const(x, 10.0 ** decimals)
+  out = lax.div(lax.round(lax.mul(x, factor), lax.RoundingMethod.TO_NEAREST_EVEN), factor)
+  return lax.convert_element_type(out, dt) if dt == np.float16 else out
 
 
 def _round_int(a, decimals):

@@ -160,8 +160,14 @@ def _recompute_in(reader: Instruction, param: Instruction, order, sources) -> No
   ``sources`` ({leaf: the value of ``reader``'s computation's caller it stands for})."""
   rc = reader.attrs["calls"]
   # (after the last parameter: a computation's parameters need not all come first, and the
-  # expression may read any of them)
+  # expression may read any of them; where ``param`` is read before the last parameter, the
+  # parameters move to the front first, legal as they have no operands: jnp.pad's symmetric
+  # 'odd' mode read a recomputed slice before it was defined)
   last = max(rc.instructions.index(p) for p in rc.parameters)
+  if any(rc.instructions.index(u) < last for u in param.users):
+    rc.instructions[:] = ([x for x in rc.instructions if x.opcode == "parameter"] +
+                          [x for x in rc.instructions if x.opcode != "parameter"])
+    last = max(rc.instructions.index(p) for p in rc.parameters)
   first = rc.instructions[last + 1] if last + 1 < len(rc.instructions) else None
   local = {}
   for leaf, outer in sources.items():
