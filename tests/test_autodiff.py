@@ -212,8 +212,10 @@ def _pdc(x, y):
 
 def _dom(x, scale=6.0):
   # (plus a dense part: exactly triangular inputs are where LAPACK's Householder QR switches
-  # between reflecting and not, a jump of the signs)
-  return x + scale * jnp.eye(*x.shape[-2:]) + 0.5
+  # between reflecting and not, a jump of the signs; not a constant, which a constant draw
+  # cancels: hypothesis drew x = -0.5 everywhere, making a wide QR's input diagonal)
+  m, n = x.shape[-2:]
+  return x + scale * jnp.eye(m, n) + 0.5 + 0.37 * jnp.arange(m * n).reshape(m, n) / (m * n)
 
 
 def _sfix(v, axis=-2):
