@@ -79,7 +79,10 @@ MAX_WALK = 4096
 #: KB (JAX: 184) and its loop from 24.4k to 22.9k cycles a step (2-core EPYC, one thread, the
 #: least of ~300 calls), with the cuts above; with the row's ends cut 32 columns wide instead
 #: (fixed, not the rolls' own shifts) it was slower than the rolls stored, 2.4x slower uncut.
-READ_MOVED = True
+#: Off: on two threads (the default on the 2-core EPYC, quiet, ``models.py --only ode_rk4
+#: --repeat 5``, alternating) its step was 14.9 and 16.4 ms read in place against 10.4 and 11.8
+#: stored, and 30.6 ms against 25-27 on the 16-core Xeon.
+READ_MOVED = False
 
 _SAME_INDEX = set(hlo.ELEMENTWISE_OPS)
 _COSTLY = set(E._MATH_UNARY) | {"power", "atan2", "remainder", "divide", "sqrt", "rsqrt"}
