@@ -174,6 +174,20 @@ def _desc_word(b, desc, i: int):
   return b.load(b.gep(desc, [_c64(i)]), align=8)
 
 
+def _zero_row(b, cx, name: str, n: int):
+  """A pointer to ``n`` zeros of ``cx``'s type: the module's internal constant ``name`` (made
+  once, 64-byte aligned), what a padding position's patch row reads."""
+  zg = cx.module.globals.get(name)
+  if zg is None:
+    zt = ir.ArrayType(cx.t, n)
+    zg = ir.GlobalVariable(cx.module, zt, name)
+    zg.global_constant = True
+    zg.linkage = "internal"
+    zg.initializer = ir.Constant(zt, None)
+    zg.align = 64
+  return b.bitcast(zg, cx.p)
+
+
 def _descriptor(b, desc, cx):
   """The convolution descriptor's words as ``b`` loads them from ``desc``: (the input's
   address, its features, the output's, the input's and the strides' ``_DIMS`` spatial
@@ -234,16 +248,7 @@ def emit_pack(cx, name: str, w: int, layout: str = "F") -> ir.Function:
     v = b.insert_element(ir.Constant(ir.VectorType(I32, W), None), x, ir.Constant(I32, 0))
     return b.shuffle_vector(v, ir.Constant(ir.VectorType(I32, W), None),
                             ir.Constant(ir.VectorType(I32, W), [0] * W))
-  zt = ir.ArrayType(cx.t, W)
-  zname = name + ".zeros"
-  zg = cx.module.globals.get(zname)
-  if zg is None:
-    zg = ir.GlobalVariable(cx.module, zt, zname)
-    zg.global_constant = True
-    zg.linkage = "internal"
-    zg.initializer = ir.Constant(zt, None)
-    zg.align = 64
-  zeros = b.bitcast(zg, cx.p)
+  zeros = _zero_row(b, cx, name + ".zeros", W)
   taps = _desc_word(b, desc, DESC_TAPS)
   if layout == "F":
     t0 = b.udiv(k0, C)      # the tap and channel of column k0
@@ -490,16 +495,7 @@ def emit_direct_ukernel(cx, name: str, bl, mr: int, nv: int, epilogue,
   b = ir.IRBuilder(fn.append_basic_block("entry"))
   src, C, O, I_, S, table = _descriptor(b, desc, cx)
   zero, one = _c64(0), _c64(1)
-  zt = ir.ArrayType(cx.t, DIRECT_RUN)
-  zname = f"im2col.direct.zeros.{cx.dtype}"
-  zg = cx.module.globals.get(zname)
-  if zg is None:
-    zg = ir.GlobalVariable(cx.module, zt, zname)
-    zg.global_constant = True
-    zg.linkage = "internal"
-    zg.initializer = ir.Constant(zt, None)
-    zg.align = 64
-  zeros = b.bitcast(zg, cx.p)
+  zeros = _zero_row(b, cx, f"im2col.direct.zeros.{cx.dtype}", DIRECT_RUN)
   # the first row's output position (n, o_1, o_2, o_3): one division chain
   pos = []
   q = m0
