@@ -143,14 +143,20 @@ def _gcd_steps(dt) -> int:
   return {1: 12, 2: 24, 4: 47, 8: 93}[np.dtype(dt).itemsize]
 
 
-def gcd(x1, x2, /):
-  """Greatest common divisor of integer arrays (Euclid's algorithm, unrolled)."""
-  x1, x2 = promote_args("gcd", x1, x2)      # (bools stay bools: an error, as JAX's)
+def _integer_args(name, x1, x2):
+  """``x1``, ``x2`` promoted and their dtype, which must be an integer one (bools stay bools:
+  an error, as JAX's)."""
+  x1, x2 = promote_args(name, x1, x2)
   dt = get_aval(x1).dtype
   if not dtypes.is_integer(dt):
-    raise ValueError(f"Arguments to jax.numpy.gcd must be integers, got dtype {dt.name}")
+    raise ValueError(f"Arguments to jax.numpy.{name} must be integers, got dtype {dt.name}")
+  return x1, x2, dt
+
+
+def gcd(x1, x2, /):
+  """Greatest common divisor of integer arrays (Euclid's algorithm, unrolled)."""
+  x1, x2, dt = _integer_args("gcd", x1, x2)
   a, b = absolute(x1), absolute(x2)
-  from ourjax.numpy._util import promote_shapes
   shape = np.broadcast_shapes(get_aval(a).shape, get_aval(b).shape)
   a = _broadcast_to(a, shape) if get_aval(a).shape != shape else a
   b = _broadcast_to(b, shape) if get_aval(b).shape != shape else b
@@ -164,10 +170,7 @@ def gcd(x1, x2, /):
 
 def lcm(x1, x2, /):
   """Least common multiple of integer arrays (0 if either is 0)."""
-  x1, x2 = promote_args("lcm", x1, x2)      # (bools stay bools: an error, as JAX's)
-  dt = get_aval(x1).dtype
-  if not dtypes.is_integer(dt):
-    raise ValueError(f"Arguments to jax.numpy.lcm must be integers, got dtype {dt.name}")
+  x1, x2, _ = _integer_args("lcm", x1, x2)
   x1, x2 = absolute(x1), absolute(x2)
   d = gcd(x1, x2)
   zero = lax._const(d, 0)
@@ -228,8 +231,6 @@ def isreal(x, /):
 
 def isscalar(element) -> bool:
   """True for Python/NumPy scalars and 0-d arrays (as ``jnp.isscalar``)."""
-  from ourjax.array import Array
-  from ourjax.core import Tracer
   if hasattr(element, "__jax_array__"):
     element = element.__jax_array__()
   if isinstance(element, (Array, Tracer, np.ndarray)):
