@@ -751,7 +751,6 @@ class _Emission:
     return self.b.gep(self.ctl, [E.i32(k)])
 
   def _wait_done(self, p, chunks):
-    ir = self.ir
     self.b.call(self.wait_fn, [self._word(5 + 4 * p), E.i32(chunks),
                                self._word(6 + 4 * p)])
 
@@ -906,7 +905,7 @@ class _Emission:
   def _publish(self, region, site_bits):
     """Thread 0: publish the next job of ``region`` (``site_bits``: i64 ``site << 16``) and
     wake the threads asleep on it; returns the job's generation (i64)."""
-    ir, b = self.ir, self.b
+    b = self.b
     g = b.add(b.load_atomic(region.gen, "monotonic", 4), E.i32(1))
     g64 = b.zext(g, E.I64)
     b.store_atomic(b.or_(b.shl(g64, E.i64(32)), site_bits), region.claim, "seq_cst", 8)
@@ -917,7 +916,7 @@ class _Emission:
   def _claim_pieces(self, region, kernel, gen, done):
     """Claim and run pieces of ``kernel``'s job of generation ``gen`` (i64) until none is
     left (or, for a late thread, another job is out), then branch to ``done``."""
-    ir, b = self.ir, self.b
+    b = self.b
     chunks = kernel.chunks
     fn = b.function
     head = fn.append_basic_block("job.claim")
@@ -947,7 +946,7 @@ class _Emission:
   def emit_job(self, kernel):
     """Thread 0, inside a region's control flow (several threads): run the parallel
     ``kernel`` as a job that the other threads join."""
-    ir, b = self.ir, self.b
+    b = self.b
     region = self.region
     chunks = kernel.chunks
     site = region.site(kernel)

@@ -477,7 +477,6 @@ def _emit_ukernel(cx: _Ctx, name: str, bl: Blocking, mr: int, nv: int,
   to ``C[r*ldc + c]`` for ``r < mv``, ``c < nvalid`` (added to C unless ``first``); with ``last``
   the epilogue runs on the stored tile."""
   w = cx.w
-  nr = nv * w
   astride = bl.mr
   fn = ir.Function(cx.module, ir.FunctionType(
       ir.VoidType(), [I64, cx.p, cx.p, I64, cx.p, I64, I64, I64, I1, I1, I64, I64]), name)
