@@ -150,12 +150,8 @@ def test_masked_select_hazard_is_detected():
   assert not jit.masked_select_hazard(benign + plain + other)
 
 
-@pytest.mark.parametrize("n", [4, 8, 16])
-def test_select_of_shuffled_select_runs_right(n):
-  """The pattern gives NumPy's values through compile_module, on whatever this host has (on an
-  AVX-512 host the module is code-generated without AVX-512)."""
-  cm = jit.compile_module(_select_shuffle_select(n), ["f"])
-  f = cm.ctypes_function("f", None, [ctypes.c_void_p] * 6)
+def _check_select_shuffle_select(f, n):
+  """``f`` (the compiled ``_select_shuffle_select(n)``) gives NumPy's values on drawn inputs."""
   rng = np.random.default_rng(n)
   x = rng.integers(0, 2, n).astype(np.float32)
   y = np.zeros(n, np.float32)
@@ -164,6 +160,15 @@ def test_select_of_shuffled_select_runs_right(n):
   f(*(v.ctypes.data for v in (x, y, a, b, d, out)))
   c = x == y
   np.testing.assert_array_equal(out, np.where(c, np.where(c, a, b)[::-1], d))
+
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_select_of_shuffled_select_runs_right(n):
+  """The pattern gives NumPy's values through compile_module, on whatever this host has (on an
+  AVX-512 host the module is code-generated without AVX-512)."""
+  cm = jit.compile_module(_select_shuffle_select(n), ["f"])
+  f = cm.ctypes_function("f", None, [ctypes.c_void_p] * 6)
+  _check_select_shuffle_select(f, n)
 
 
 def test_gradient_of_cumsum_of_cummax():
@@ -266,11 +271,4 @@ def test_unoptimised_modules_are_checked_for_the_hazard_only_with_a_shuffle(n, m
   assert len(looked) == int(jit._has_avx512(jit._setup()))
   assert all(real(t) for t in looked)
   f = jit.load_object(obj, ["f"]).ctypes_function("f", None, [ctypes.c_void_p] * 6)
-  rng = np.random.default_rng(n)
-  x = rng.integers(0, 2, n).astype(np.float32)
-  y = np.zeros(n, np.float32)
-  a, b, d = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
-  out = np.empty(n, np.float32)
-  f(*(v.ctypes.data for v in (x, y, a, b, d, out)))
-  c = x == y
-  np.testing.assert_array_equal(out, np.where(c, np.where(c, a, b)[::-1], d))
+  _check_select_shuffle_select(f, n)
