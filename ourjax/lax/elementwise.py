@@ -442,7 +442,7 @@ div_p = binop("div", _num, _int_or_float(rops.integer_div, np.divide))
 def _div_impl(x, y):
   """Eager ``div``: a real float array divided by a scalar is multiplied by the scalar's
   reciprocal, as XLA's CPU computes a division by a broadcast (JAX's eager ops are compiled
-  programs, so they get it too; ``lowering/passes/simplify.py`` does it for ``jit``): the
+  programs, so they get it too; ``lowering/xla_division.py`` does it for ``jit``): the
   reciprocal rounded to the type (float32's for bfloat16, which XLA computes in float32), then
   the product."""
   x, y = np.asarray(x), np.asarray(y)
